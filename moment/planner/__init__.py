@@ -1,0 +1,1 @@
+"""Choose the hardware placement: capacity graph, solvers, symmetry-pruned search, ranking."""

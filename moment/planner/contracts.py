@@ -1,0 +1,74 @@
+"""The planner's output contract (what `moment plan --json` prints and scripts rely on)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from moment.workload.spec import WorkloadSpec
+
+
+class LinkUse(BaseModel):
+    """Load on one direction of one physical link at the predicted steady state."""
+
+    id: str = Field(description="stable id, e.g. 'sw0->sw1' (direction of the data)")
+    src: str
+    dst: str
+    kind: str = Field(description="pcie, upi, qpi, nvlink, xgmi, memory, hbm, ssd, internal")
+    label: str | None = None
+    capacity_gbps: float
+    load_gbps: float
+    utilisation: float = Field(description="load / capacity, 0..1")
+    bottleneck: bool = False
+
+
+class Prediction(BaseModel):
+    solver: str = Field(description="'lp' (realisable, default) or 'maxflow-<backend>' (the paper's)")
+    gpus: list[str] = Field(description="GPU ids, in the order of per_gpu_inlet_gbps")
+    per_gpu_inlet_gbps: list[float]
+    aggregate_gbps: float
+    epoch_read_s: float = Field(description="time for every GPU to receive its epoch's bytes")
+    imbalance: float = Field(0.0, description="max/min per-GPU inlet bandwidth - 1")
+    storage_shares: dict[str, float] = Field(
+        default_factory=dict, description="share of all accesses served by each storage node"
+    )
+
+
+class Evaluation(BaseModel):
+    placement: dict[str, str] = Field(description="slot id -> device model")
+    devices: dict[str, str] = Field(default_factory=dict, description="slot id -> device id (gpu0, ssd3, ...)")
+    predicted: Prediction
+    predicted_maxflow: Prediction | None = None
+    links: list[LinkUse] = Field(default_factory=list)
+
+
+class Baseline(BaseModel):
+    name: str
+    description: str = ""
+    placement: dict[str, str]
+    predicted: Prediction
+    predicted_maxflow: Prediction | None = None
+
+
+class SearchStats(BaseModel):
+    raw_candidates: int = Field(description="placements before symmetry pruning (physically valid)")
+    distinct_candidates: int = Field(description="placements evaluated after pruning")
+    solved: int
+    seconds_total: float
+    seconds_per_solve: float
+
+
+class Plan(BaseModel):
+    machine: str
+    inventory: str
+    workload: WorkloadSpec
+    placement: dict[str, str]
+    devices: dict[str, str] = Field(default_factory=dict)
+    predicted: Prediction
+    predicted_maxflow: Prediction | None = None
+    links: list[LinkUse]
+    bottlenecks: list[str] = Field(default_factory=list, description="ids of saturated links")
+    search: SearchStats
+    baselines: list[Baseline] = Field(default_factory=list)
+    gain_vs_best_baseline: float | None = Field(
+        None, description="best baseline epoch time / recommended epoch time"
+    )

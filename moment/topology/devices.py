@@ -1,0 +1,166 @@
+"""Device catalogue, inventories and putting devices into slots.
+
+The planner reasons about *models* of devices ("A100-PCIe-40GB", "P5510"); `populate` turns a
+slot -> model assignment into a Topology with the devices present, which is what the capacity
+graph is built from.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from moment.errors import MomentError
+from moment.topology.model import PLACEABLE, Gpu, Kind, Link, Nic, Slot, Ssd, Topology
+
+
+class DeviceModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    kind: Kind
+    gen: int = Field(description="PCIe generation of the card")
+    lanes: int = Field(description="electrical lanes of the card")
+    double_width: bool = False
+    memory_gib: float = 0.0
+    hbm_gbps: float = 0.0
+    read_gbps: float = 0.0
+    capacity_gb: float = 0.0
+    aliases: tuple[str, ...] = ()
+
+
+CATALOG: tuple[DeviceModel, ...] = (
+    DeviceModel(name="A100-PCIe-40GB", kind=Kind.gpu, gen=4, lanes=16, double_width=True, memory_gib=40,
+                hbm_gbps=1555, aliases=("a100", "a100-40gb", "a100-pcie")),
+    DeviceModel(name="A100-PCIe-80GB", kind=Kind.gpu, gen=4, lanes=16, double_width=True, memory_gib=80,
+                hbm_gbps=1935, aliases=("a100-80gb",)),
+    DeviceModel(name="H100-PCIe-80GB", kind=Kind.gpu, gen=5, lanes=16, double_width=True, memory_gib=80,
+                hbm_gbps=2000, aliases=("h100", "h100-pcie")),
+    DeviceModel(name="L40S", kind=Kind.gpu, gen=4, lanes=16, double_width=True, memory_gib=48, hbm_gbps=864),
+    DeviceModel(name="RTX-6000-Ada", kind=Kind.gpu, gen=4, lanes=16, double_width=True, memory_gib=48,
+                hbm_gbps=960, aliases=("rtx6000ada",)),
+    DeviceModel(name="V100-PCIe-32GB", kind=Kind.gpu, gen=3, lanes=16, double_width=True, memory_gib=32,
+                hbm_gbps=900, aliases=("v100",)),
+    DeviceModel(name="T4", kind=Kind.gpu, gen=3, lanes=16, double_width=False, memory_gib=16, hbm_gbps=320),
+    DeviceModel(name="P5510", kind=Kind.ssd, gen=4, lanes=4, read_gbps=6.5, capacity_gb=3840,
+                aliases=("intel-p5510", "d7-p5510")),
+    DeviceModel(name="P5800X", kind=Kind.ssd, gen=4, lanes=4, read_gbps=7.2, capacity_gb=1600),
+    DeviceModel(name="PM1733", kind=Kind.ssd, gen=4, lanes=4, read_gbps=7.0, capacity_gb=3840),
+    DeviceModel(name="990-PRO", kind=Kind.ssd, gen=4, lanes=4, read_gbps=7.45, capacity_gb=2000,
+                aliases=("samsung-990-pro",)),
+    DeviceModel(name="PM1743", kind=Kind.ssd, gen=5, lanes=4, read_gbps=13.0, capacity_gb=3840),
+    DeviceModel(name="P4510", kind=Kind.ssd, gen=3, lanes=4, read_gbps=3.2, capacity_gb=4000),
+    DeviceModel(name="CX7", kind=Kind.nic, gen=5, lanes=16, aliases=("connectx-7",)),
+)
+
+
+def find_model(name: str) -> DeviceModel:
+    key = name.strip().lower()
+    for m in CATALOG:
+        if key == m.name.lower() or key in m.aliases:
+            return m
+    known = ", ".join(m.name for m in CATALOG)
+    raise MomentError(f"unknown device model {name!r}", hint=f"known models: {known}")
+
+
+class InventoryItem(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model: str
+    count: int = Field(ge=0)
+
+
+class Inventory(BaseModel):
+    """What the user owns: e.g. 4 x A100-PCIe-40GB, 8 x P5510."""
+
+    model_config = ConfigDict(extra="forbid")
+    items: list[InventoryItem]
+
+    @classmethod
+    def simple(cls, gpus: int, ssds: int, gpu_model: str = "A100-PCIe-40GB", ssd_model: str = "P5510"):
+        return cls(items=[InventoryItem(model=gpu_model, count=gpus), InventoryItem(model=ssd_model, count=ssds)])
+
+    def models(self) -> list[tuple[DeviceModel, int]]:
+        return [(find_model(i.model), i.count) for i in self.items if i.count > 0]
+
+    def count(self, kind: Kind) -> int:
+        return sum(c for m, c in self.models() if m.kind == kind)
+
+    def describe(self) -> str:
+        return ", ".join(f"{c} x {m.name}" for m, c in self.models())
+
+
+def fits(slot: Slot, model: DeviceModel) -> bool:
+    """Can this card physically go in this slot? (kind accepted, card not wider than the slot)."""
+    return model.kind in slot.accepts and model.lanes <= slot.width
+
+
+def check_placement(topo: Topology, placement: dict[str, str]) -> None:
+    """Raise MomentError if a slot -> model assignment is physically impossible."""
+    used = set(placement)
+    for slot_id, model_name in placement.items():
+        if not topo.has(slot_id) or topo.node(slot_id).kind != Kind.slot:
+            raise MomentError(f"{slot_id!r} is not a slot of {topo.name!r}")
+        slot = topo.node(slot_id)
+        if topo.children(slot_id):
+            raise MomentError(f"slot {slot_id!r} is already occupied")
+        m = find_model(model_name)
+        if not fits(slot, m):
+            raise MomentError(f"{m.name} ({m.kind.value}, x{m.lanes}) does not fit slot {slot_id!r} (x{slot.width})")
+        if m.double_width:
+            for b in slot.blocks:
+                if b in used or topo.children(b):
+                    raise MomentError(f"double-width {m.name} in {slot_id!r} covers slot {b!r}, which is in use")
+
+
+def populate(topo: Topology, placement: dict[str, str], *, check: bool = True) -> Topology:
+    """A copy of `topo` with a device of the given model in each named slot.
+
+    New devices are numbered per kind after the existing ones, in the topology's slot order, so the
+    same placement always yields the same ids.
+    """
+    if check:
+        check_placement(topo, placement)
+    counters = {k: len(topo.of_kind(k)) for k in PLACEABLE}
+    new_nodes = []
+    for slot in topo.of_kind(Kind.slot):
+        if slot.id not in placement:
+            continue
+        m = find_model(placement[slot.id])
+        idx = counters[m.kind]
+        counters[m.kind] += 1
+        link = Link(gen=m.gen, width=m.lanes)
+        common = dict(id=f"{m.kind.value}{idx}", parent=slot.id, link=link, label=m.name)
+        if m.kind == Kind.gpu:
+            new_nodes.append(Gpu(**common, model=m.name, memory_gib=m.memory_gib, hbm_gbps=m.hbm_gbps,
+                                 double_width=m.double_width))
+        elif m.kind == Kind.ssd:
+            new_nodes.append(Ssd(**common, model=m.name, read_gbps=m.read_gbps, capacity_gb=m.capacity_gb))
+        else:
+            new_nodes.append(Nic(**common, model=m.name))
+    data = topo.model_dump()
+    data["nodes"] = [n.model_dump() for n in topo.nodes] + [n.model_dump() for n in new_nodes]
+    return Topology.model_validate(data)
+
+
+def strip(topo: Topology, kinds: tuple[Kind, ...] = (Kind.gpu, Kind.ssd)) -> tuple[Topology, dict[str, str]]:
+    """Empty every slot holding a device of `kinds`; return the bare chassis and what was removed.
+
+    This is how a scanned machine is re-planned: its current layout becomes a baseline.
+    """
+    removed: dict[str, str] = {}
+    drop: set[str] = set()
+    for n in topo.nodes:
+        if n.kind in kinds and n.parent and topo.node(n.parent).kind == Kind.slot:
+            removed[n.parent] = getattr(n, "model", n.kind.value)
+            drop.add(n.id)
+    # descendants of removed devices go too (e.g. functions behind a card)
+    changed = True
+    while changed:
+        changed = False
+        for n in topo.nodes:
+            if n.id not in drop and n.parent in drop:
+                drop.add(n.id)
+                changed = True
+    data = topo.model_dump()
+    data["nodes"] = [n.model_dump() for n in topo.nodes if n.id not in drop]
+    data["links"] = [lk.model_dump() for lk in topo.links if lk.a not in drop and lk.b not in drop]
+    return Topology.model_validate(data), removed

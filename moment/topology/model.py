@@ -1,0 +1,346 @@
+"""The typed machine model: a PCIe forest under CPU sockets, plus peer links (UPI/QPI, NVLink, xGMI).
+
+Every node except a socket has exactly one `parent` and describes its uplink to that parent in
+`link`; peer links that do not follow the tree live in `Topology.links`. This flat form is both
+what the code walks and what a person writes in a YAML profile.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from functools import cached_property
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from moment.topology import bandwidth as bw
+
+
+class Kind(str, Enum):
+    socket = "socket"
+    root_complex = "root_complex"
+    switch = "switch"
+    slot = "slot"
+    gpu = "gpu"
+    ssd = "ssd"
+    nic = "nic"
+    nvswitch = "nvswitch"
+    other = "other"
+
+
+#: Kinds that can sit in a slot and be moved by the planner.
+PLACEABLE = (Kind.gpu, Kind.ssd, Kind.nic)
+DEVICE_KINDS = (Kind.gpu, Kind.ssd, Kind.nic, Kind.nvswitch, Kind.other)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=False, use_enum_values=False)
+
+
+class Link(_Strict):
+    """A node's uplink to its parent. PCIe by default; `bandwidth_gbps` overrides the table."""
+
+    kind: Literal["pcie", "internal"] = "pcie"
+    gen: int | None = Field(default=None, description="PCIe generation 1-6")
+    width: int | None = Field(default=None, description="lanes (x1..x32)")
+    bandwidth_gbps: float | None = Field(
+        default=None, description="measured or known one-direction bandwidth in GB/s; overrides gen x width"
+    )
+    label: str | None = Field(default=None, description="e.g. 'Bus 11' as a diagram names it")
+
+    @field_validator("gen")
+    @classmethod
+    def _gen(cls, v: int | None) -> int | None:
+        if v is not None and v not in bw.PCIE_GENERATIONS:
+            raise ValueError(f"PCIe generation must be 1-6, got {v}")
+        return v
+
+    @field_validator("width")
+    @classmethod
+    def _width(cls, v: int | None) -> int | None:
+        if v is not None and v <= 0:
+            raise ValueError(f"link width must be positive, got {v}")
+        return v
+
+    @field_validator("bandwidth_gbps")
+    @classmethod
+    def _bw(cls, v: float | None) -> float | None:
+        if v is not None and not v > 0:
+            raise ValueError(f"bandwidth must be positive, got {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _complete(self) -> "Link":
+        if self.kind == "pcie" and self.bandwidth_gbps is None and (self.gen is None or self.width is None):
+            raise ValueError("a PCIe link needs gen and width, or bandwidth_gbps")
+        return self
+
+    def bandwidth(self) -> float:
+        """One-direction bytes/s (infinite for an internal link with no figure)."""
+        if self.bandwidth_gbps is not None:
+            return self.bandwidth_gbps * bw.GB
+        if self.kind == "internal":
+            return float("inf")
+        assert self.gen is not None and self.width is not None
+        return bw.pcie_bytes(self.gen, self.width)
+
+    def describe(self) -> str:
+        if self.kind == "internal" and self.bandwidth_gbps is None:
+            return "internal"
+        base = f"PCIe {self.gen}.0 x{self.width}" if self.gen and self.width else "link"
+        if self.bandwidth_gbps is not None:
+            base += f" ({self.bandwidth_gbps:g} GB/s measured)"
+        return base
+
+
+class PeerLink(_Strict):
+    """A link outside the PCIe tree: UPI/QPI between sockets, NVLink/xGMI between GPUs or slots."""
+
+    a: str
+    b: str
+    kind: Literal["upi", "qpi", "nvlink", "xgmi", "pcie"]
+    count: int = Field(default=1, ge=1, description="parallel links (UPI links, NVLink lanes)")
+    gen: int | None = Field(default=None, description="NVLink generation or PCIe generation")
+    gts: float | None = Field(default=None, description="UPI/QPI transfer rate in GT/s")
+    width: int | None = None
+    bandwidth_gbps: float | None = Field(default=None, description="one-direction GB/s; overrides the table")
+    label: str | None = None
+
+    @field_validator("bandwidth_gbps", "gts")
+    @classmethod
+    def _positive(cls, v: float | None) -> float | None:
+        if v is not None and not v > 0:
+            raise ValueError(f"must be positive, got {v}")
+        return v
+
+    def bandwidth(self) -> float:
+        if self.bandwidth_gbps is not None:
+            return self.bandwidth_gbps * bw.GB
+        if self.kind == "upi":
+            return bw.socket_link_bytes(self.gts or bw.DEFAULT_UPI_GTS, self.count)
+        if self.kind == "qpi":
+            return bw.socket_link_bytes(self.gts or bw.DEFAULT_QPI_GTS, self.count)
+        if self.kind == "nvlink":
+            return bw.nvlink_bytes(self.gen or 3, self.count)
+        if self.kind == "xgmi":
+            return bw.XGMI_PER_LINK * self.count
+        return bw.pcie_bytes(self.gen or 4, self.width or 16)
+
+    def describe(self) -> str:
+        name = {"upi": "UPI", "qpi": "QPI", "nvlink": "NVLink", "xgmi": "xGMI", "pcie": "PCIe"}[self.kind]
+        return f"{name} x{self.count}" if self.count > 1 else name
+
+
+class _NodeBase(_Strict):
+    id: str = Field(min_length=1)
+    label: str | None = None
+    parent: str | None = None
+    link: Link | None = None
+    pci: str | None = Field(default=None, description="PCI bus address, e.g. 0000:17:00.0")
+    numa: int | None = None
+
+
+class Socket(_NodeBase):
+    kind: Literal[Kind.socket] = Kind.socket
+    model: str | None = None
+    memory_gib: float = Field(default=256.0, ge=0)
+    memory_bandwidth_gbps: float = Field(default=150.0, gt=0, description="DRAM read bandwidth, GB/s")
+
+
+class RootComplex(_NodeBase):
+    kind: Literal[Kind.root_complex] = Kind.root_complex
+
+
+class Switch(_NodeBase):
+    kind: Literal[Kind.switch] = Kind.switch
+    model: str | None = None
+
+
+class Slot(_NodeBase):
+    kind: Literal[Kind.slot] = Kind.slot
+    width: int = Field(default=16, description="physical (mechanical) lanes: 4, 8, 16")
+    accepts: list[Kind] = Field(default_factory=lambda: [Kind.gpu, Kind.ssd, Kind.nic])
+    blocks: list[str] = Field(
+        default_factory=list, description="slots a double-width card in this slot covers"
+    )
+    designation: str | None = Field(default=None, description="name printed on the board / by dmidecode")
+    board: str | None = Field(default=None, description="e.g. 'front' for a U.2 backplane bay")
+
+
+class Gpu(_NodeBase):
+    kind: Literal[Kind.gpu] = Kind.gpu
+    model: str = "gpu"
+    memory_gib: float = Field(default=40.0, ge=0)
+    hbm_gbps: float = Field(default=1555.0, gt=0)
+    double_width: bool = True
+
+
+class Ssd(_NodeBase):
+    kind: Literal[Kind.ssd] = Kind.ssd
+    model: str = "nvme"
+    read_gbps: float = Field(default=6.5, gt=0, description="sequential/large random read, GB/s")
+    capacity_gb: float = Field(default=3840.0, gt=0)
+
+
+class Nic(_NodeBase):
+    kind: Literal[Kind.nic] = Kind.nic
+    model: str | None = None
+
+
+class NvSwitch(_NodeBase):
+    kind: Literal[Kind.nvswitch] = Kind.nvswitch
+
+
+class Other(_NodeBase):
+    kind: Literal[Kind.other] = Kind.other
+    description: str | None = None
+
+
+Node = Annotated[
+    Union[Socket, RootComplex, Switch, Slot, Gpu, Ssd, Nic, NvSwitch, Other], Field(discriminator="kind")
+]
+
+_ALLOWED_PARENTS: dict[Kind, tuple[Kind, ...]] = {
+    Kind.root_complex: (Kind.socket,),
+    Kind.switch: (Kind.root_complex, Kind.switch),
+    Kind.slot: (Kind.root_complex, Kind.switch),
+    Kind.gpu: (Kind.slot, Kind.switch, Kind.root_complex),
+    Kind.ssd: (Kind.slot, Kind.switch, Kind.root_complex),
+    Kind.nic: (Kind.slot, Kind.switch, Kind.root_complex),
+    Kind.nvswitch: (Kind.slot, Kind.switch, Kind.root_complex, Kind.socket),
+    Kind.other: (Kind.slot, Kind.switch, Kind.root_complex, Kind.socket),
+}
+
+
+class NamedLayout(_Strict):
+    """A reference placement ("the usual layout"): slots in order of preference per device kind.
+
+    With fewer devices than listed slots, the first ones are used, so one list serves 2 or 4 GPUs.
+    """
+
+    description: str = ""
+    gpu: list[str] = Field(default_factory=list)
+    ssd: list[str] = Field(default_factory=list)
+
+
+class Topology(_Strict):
+    """A machine: nodes in a PCIe forest under sockets, and peer links."""
+
+    name: str = Field(min_length=1)
+    description: str | None = None
+    source: str | None = Field(default=None, description="where this description came from")
+    nodes: list[Node]
+    links: list[PeerLink] = Field(default_factory=list)
+    layouts: dict[str, NamedLayout] = Field(
+        default_factory=dict, description="reference placements shown as baselines (e.g. the paper's a-d)"
+    )
+
+    @model_validator(mode="after")
+    def _check_structure(self) -> "Topology":
+        seen: dict[str, _NodeBase] = {}
+        for n in self.nodes:
+            if n.id in seen:
+                raise ValueError(f"node id {n.id!r} is used twice")
+            seen[n.id] = n
+        if not any(n.kind == Kind.socket for n in self.nodes):
+            raise ValueError("a topology needs at least one socket")
+        for n in self.nodes:
+            if n.kind == Kind.socket:
+                if n.parent is not None:
+                    raise ValueError(f"socket {n.id!r} cannot have a parent")
+                continue
+            if n.parent is None:
+                raise ValueError(f"{n.kind.value} {n.id!r} has no parent (every non-socket node needs one)")
+            if n.parent not in seen:
+                raise ValueError(f"{n.kind.value} {n.id!r}: parent {n.parent!r} does not exist")
+            pk = seen[n.parent].kind
+            if pk not in _ALLOWED_PARENTS[n.kind]:
+                raise ValueError(f"{n.kind.value} {n.id!r} cannot hang under {pk.value} {n.parent!r}")
+            if n.kind == Kind.slot:
+                occupants = [m for m in self.nodes if m.parent == n.id]
+                if len(occupants) > 1:
+                    raise ValueError(f"slot {n.id!r} holds {len(occupants)} devices; a slot holds one")
+                for b in n.blocks:
+                    if b not in seen or seen[b].kind != Kind.slot:
+                        raise ValueError(f"slot {n.id!r} blocks {b!r}, which is not a slot")
+            if n.kind in (Kind.switch, Kind.slot, *PLACEABLE) and n.link is None and seen[n.parent].kind != Kind.slot:
+                raise ValueError(f"{n.kind.value} {n.id!r} needs a link (gen/width) to its parent {n.parent!r}")
+        # cycles: every chain of parents must end at a socket
+        for n in self.nodes:
+            steps, cur = 0, n
+            while cur.parent is not None:
+                cur = seen[cur.parent]
+                steps += 1
+                if steps > len(self.nodes):
+                    raise ValueError(f"node {n.id!r} is part of a parent cycle")
+        for i, link in enumerate(self.links):
+            for end in (link.a, link.b):
+                if end not in seen:
+                    raise ValueError(f"links[{i}] ({link.kind}) names {end!r}, which is not a node")
+            if link.a == link.b:
+                raise ValueError(f"links[{i}] ({link.kind}) connects {link.a!r} to itself")
+        for name, lay in self.layouts.items():
+            for slot_id in [*lay.gpu, *lay.ssd]:
+                if slot_id not in seen or seen[slot_id].kind != Kind.slot:
+                    raise ValueError(f"layout {name!r} names {slot_id!r}, which is not a slot")
+        return self
+
+    # ---- navigation -------------------------------------------------------------------------------
+    @cached_property
+    def _index(self) -> dict[str, _NodeBase]:
+        return {n.id: n for n in self.nodes}
+
+    @cached_property
+    def _children(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {n.id: [] for n in self.nodes}
+        for n in self.nodes:
+            if n.parent is not None:
+                out[n.parent].append(n.id)
+        return out
+
+    def node(self, node_id: str):
+        try:
+            return self._index[node_id]
+        except KeyError:
+            raise KeyError(f"no node {node_id!r} in topology {self.name!r}") from None
+
+    def has(self, node_id: str) -> bool:
+        return node_id in self._index
+
+    def children(self, node_id: str) -> list[str]:
+        return self._children[node_id]
+
+    def of_kind(self, kind: Kind | str) -> list:
+        k = Kind(kind)
+        return [n for n in self.nodes if n.kind == k]
+
+    def ancestors(self, node_id: str) -> list[str]:
+        """Parents from the node's own parent up to its socket."""
+        out, cur = [], self.node(node_id)
+        while cur.parent is not None:
+            out.append(cur.parent)
+            cur = self.node(cur.parent)
+        return out
+
+    def socket_of(self, node_id: str) -> str:
+        n = self.node(node_id)
+        return n.id if n.kind == Kind.socket else self.ancestors(node_id)[-1]
+
+    def root_complex_of(self, node_id: str) -> str | None:
+        for a in [node_id, *self.ancestors(node_id)]:
+            if self.node(a).kind == Kind.root_complex:
+                return a
+        return None
+
+    def occupant(self, slot_id: str):
+        kids = self.children(slot_id)
+        return self.node(kids[0]) if kids else None
+
+    def empty_slots(self) -> list[Slot]:
+        return [s for s in self.of_kind(Kind.slot) if not self.children(s.id)]
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for n in self.nodes:
+            out[n.kind.value] = out.get(n.kind.value, 0) + 1
+        return out

@@ -1,0 +1,1 @@
+"""Describe the training job: graphs, datasets, sampler, hotness (torch only where noted)."""

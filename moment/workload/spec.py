@@ -1,0 +1,64 @@
+"""The planner's view of a training job: how many bytes each GPU reads per epoch and where from.
+
+No torch here: planning runs on a laptop. `moment place` replaces the cache shares with measured
+hotness (issue 3).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class WorkloadSpec(BaseModel):
+    """Defaults follow the paper's IGB-HOM setting: 269M nodes, 1024-d float32 features, 1% training
+    seeds, fan-out 25,10, batch 8000. `unique_ratio` is the share of sampled ids left after de-duplicating
+    within a batch (our estimate for a power-law graph of that size; pre-sampling measures it): with it
+    an epoch reads ~0.76 TB, which at the paper's ~60 GB/s is its ~13 s epoch on Machine B.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "igb-hom-graphsage"
+    num_nodes: int = Field(default=269_000_000, gt=0)
+    feature_dim: int = Field(default=1024, gt=0)
+    feature_bytes: int = Field(default=4, gt=0, description="bytes per feature value (4 = float32)")
+    train_fraction: float = Field(default=0.01, gt=0, le=1)
+    batch_size: int = Field(default=8000, gt=0)
+    fanouts: list[int] = Field(default_factory=lambda: [25, 10])
+    unique_ratio: float = Field(default=0.25, gt=0, le=1)
+    gpu_cache_share: float = Field(default=0.15, ge=0, le=1, description="accesses served by all GPU caches together")
+    cpu_cache_share: float = Field(default=0.10, ge=0, le=1, description="accesses served by CPU memory caches")
+    bytes_per_gpu_per_epoch: float | None = Field(default=None, gt=0, description="overrides the estimate")
+
+    @model_validator(mode="after")
+    def _shares(self) -> "WorkloadSpec":
+        if self.gpu_cache_share + self.cpu_cache_share > 1:
+            raise ValueError("gpu_cache_share + cpu_cache_share must not exceed 1")
+        if any(f <= 0 for f in self.fanouts):
+            raise ValueError("fan-outs must be positive")
+        return self
+
+    @property
+    def row_bytes(self) -> int:
+        return self.feature_dim * self.feature_bytes
+
+    def sampled_per_seed(self) -> float:
+        total, layer = 1.0, 1.0
+        for f in self.fanouts:
+            layer *= f
+            total += layer
+        return total
+
+    def epoch_bytes(self) -> float:
+        """Feature bytes all GPUs together read in one epoch."""
+        seeds = self.num_nodes * self.train_fraction
+        return seeds * self.sampled_per_seed() * self.unique_ratio * self.row_bytes
+
+    def bytes_per_gpu(self, n_gpus: int) -> float:
+        if self.bytes_per_gpu_per_epoch is not None:
+            return self.bytes_per_gpu_per_epoch
+        return self.epoch_bytes() / max(n_gpus, 1)
+
+    @property
+    def ssd_share(self) -> float:
+        return 1.0 - self.gpu_cache_share - self.cpu_cache_share
