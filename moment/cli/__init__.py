@@ -1,0 +1,67 @@
+"""The `moment` command. The only place in the code that prints.
+
+Each command group lives in its own module and registers itself on `app`; heavy imports (torch,
+solvers) happen inside the commands so `moment --help` stays instant.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+from rich.console import Console
+
+from moment.errors import MomentError
+
+app = typer.Typer(
+    name="moment",
+    help="Plan and run multi-GPU out-of-core GNN training: where GPUs and SSDs go (scan, plan, compare), "
+    "where the data goes (data, place, layout) and how it is read (train).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+console = Console()
+err_console = Console(stderr=True)
+
+
+def _register() -> None:
+    # Imported for their side effect of adding commands to `app`.
+    from moment.cli import topology_cmds  # noqa: F401
+    try:
+        from moment.cli import data_cmds  # noqa: F401
+    except ImportError:  # pragma: no cover - module not there yet
+        pass
+    try:
+        from moment.cli import place_cmds  # noqa: F401
+    except ImportError:  # pragma: no cover
+        pass
+
+
+@app.callback()
+def _root() -> None:
+    """Plan and run multi-GPU out-of-core GNN training."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: user errors become one red message and exit code 2, never a traceback."""
+    _register()
+    try:
+        app(args=argv, prog_name="moment")
+    except MomentError as e:
+        err_console.print("[bold red]error:[/] " + _escape(str(e)), highlight=False)
+        return 2
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    return 0
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
