@@ -28,7 +28,7 @@ err_console = Console(stderr=True)
 
 def _register() -> None:
     # Imported for their side effect of adding commands to `app`.
-    from moment.cli import topology_cmds  # noqa: F401
+    from moment.cli import scan_cmds, topology_cmds  # noqa: F401
     try:
         from moment.cli import data_cmds  # noqa: F401
     except ImportError:  # pragma: no cover - module not there yet

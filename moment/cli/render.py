@@ -1,0 +1,89 @@
+"""Tables for people: a plan as rich output."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from moment.planner.contracts import Plan
+from moment.topology.model import Topology
+
+
+def _bar(u: float, width: int = 12) -> str:
+    filled = round(max(0.0, min(1.0, u)) * width)
+    colour = "red" if u >= 0.999 else "yellow" if u >= 0.8 else "green"
+    return f"[{colour}]{'█' * filled}{'·' * (width - filled)}[/] {u:5.0%}"
+
+
+def _where(topo: Topology, slot_id: str) -> str:
+    if not topo.has(slot_id):
+        return ""
+    chain = [slot_id, *topo.ancestors(slot_id)]
+    labels = []
+    for nid in reversed(chain[1:]):
+        n = topo.node(nid)
+        labels.append(n.label or n.id)
+    return " / ".join(labels)
+
+
+def render_plan(console: Console, plan: Plan, topo: Topology) -> None:
+    p = plan.predicted
+    console.print(f"[bold]Moment plan[/] for [cyan]{plan.machine}[/] with {plan.inventory}")
+    w = plan.workload
+    console.print(f"workload: {w.name}, {w.feature_dim}-d features, "
+                  f"{p.aggregate_gbps * p.epoch_read_s / 1e3 / max(len(p.gpus), 1):.0f} GB per GPU per epoch, "
+                  f"caches serve GPU {w.gpu_cache_share:.0%} / CPU {w.cpu_cache_share:.0%} of reads")
+
+    t = Table(title="recommended placement", title_justify="left")
+    for col in ("slot", "where", "link", "device"):
+        t.add_column(col)
+    for slot_id in sorted(plan.placement, key=lambda s: (plan.devices.get(s, ""), s)):
+        slot = topo.node(slot_id) if topo.has(slot_id) else None
+        link = slot.link.describe() if slot is not None and slot.link else ""
+        dev = plan.devices.get(slot_id, "")
+        t.add_row(slot_id, _where(topo, slot_id), link, f"{dev} {plan.placement[slot_id]}".strip())
+    console.print(t)
+
+    g = Table(title="predicted per-GPU inlet bandwidth", title_justify="left")
+    g.add_column("GPU")
+    g.add_column("LP (realisable) GB/s", justify="right")
+    if plan.predicted_maxflow:
+        g.add_column("max-flow (paper) GB/s", justify="right")
+    for i, gpu in enumerate(p.gpus):
+        row = [gpu, f"{p.per_gpu_inlet_gbps[i]:.2f}"]
+        if plan.predicted_maxflow:
+            row.append(f"{plan.predicted_maxflow.per_gpu_inlet_gbps[i]:.2f}")
+        g.add_row(*row)
+    console.print(g)
+    mf = plan.predicted_maxflow
+    console.print(f"epoch read time: [bold]{p.epoch_read_s:.2f} s[/] (LP)"
+                  + (f", {mf.epoch_read_s:.2f} s (paper's max-flow, {mf.solver})" if mf else "")
+                  + f"; aggregate {p.aggregate_gbps:.1f} GB/s; imbalance {p.imbalance:.1%}")
+
+    links = sorted(plan.links, key=lambda lu: (-lu.utilisation, lu.id))[:12]
+    lt = Table(title="busiest links (LP solution)", title_justify="left")
+    for col in ("link", "kind", "load GB/s", "capacity GB/s", "utilisation"):
+        lt.add_column(col)
+    for lu in links:
+        name = lu.id + (f" ({lu.label})" if lu.label else "")
+        lt.add_row(("[bold red]" if lu.bottleneck else "") + name, lu.kind, f"{lu.load_gbps:.2f}",
+                   f"{lu.capacity_gbps:.2f}", _bar(lu.utilisation))
+    console.print(lt)
+    if plan.bottlenecks:
+        console.print("bottlenecks: [red]" + ", ".join(plan.bottlenecks) + "[/]")
+
+    if plan.baselines:
+        bt = Table(title="compared with the usual layouts", title_justify="left")
+        for col in ("layout", "epoch read s", "min GB/s per GPU", "mean GB/s per GPU", "recommended is"):
+            bt.add_column(col)
+        bt.add_row("[bold]recommended[/]", f"{p.epoch_read_s:.2f}", f"{min(p.per_gpu_inlet_gbps):.2f}",
+                   f"{sum(p.per_gpu_inlet_gbps) / len(p.per_gpu_inlet_gbps):.2f}", "")
+        for b in sorted(plan.baselines, key=lambda b: (b.predicted.epoch_read_s, b.name)):
+            bp = b.predicted
+            ratio = bp.epoch_read_s / p.epoch_read_s if p.epoch_read_s > 0 else 1.0
+            bt.add_row(b.name, f"{bp.epoch_read_s:.2f}", f"{min(bp.per_gpu_inlet_gbps):.2f}",
+                       f"{sum(bp.per_gpu_inlet_gbps) / len(bp.per_gpu_inlet_gbps):.2f}", f"{ratio:.2f}x faster")
+        console.print(bt)
+    s = plan.search
+    console.print(f"search: {s.raw_candidates:,} valid placements, {s.distinct_candidates:,} distinct after symmetry "
+                  f"pruning, {s.solved:,} solved in {s.seconds_total:.2f} s ({s.seconds_per_solve * 1e3:.1f} ms each)")

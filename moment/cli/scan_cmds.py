@@ -1,0 +1,114 @@
+"""`moment scan` (this machine or saved files) and `moment export` (YAML, JSON, NCCL topology XML)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from moment.cli import app, console, err_console
+from moment.errors import MomentError
+
+
+def _render_topology(topo) -> None:
+    t = Table(title=f"{topo.name}: {topo.description or ''}", title_justify="left")
+    for col in ("id", "kind", "parent", "link", "details"):
+        t.add_column(col)
+    for n in topo.nodes:
+        details = ", ".join(f"{k}={v}" for k, v in (("model", getattr(n, "model", None)), ("pci", n.pci),
+                                                        ("label", n.label)) if v)
+        t.add_row(n.id, n.kind.value, n.parent or "", n.link.describe() if n.link else "", details)
+    console.print(t)
+    for lk in topo.links:
+        console.print(f"peer link {lk.a} <-> {lk.b}: {lk.describe()}")
+    counts = topo.counts()
+    console.print("counts: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
+
+
+@app.command("scan")
+def scan_cmd(
+    from_nccl_xml: Optional[Path] = typer.Option(None, "--from-nccl-xml", help="NCCL/RCCL topology XML (NCCL_TOPO_DUMP_FILE output)"),
+    from_hwloc_xml: Optional[Path] = typer.Option(None, "--from-hwloc-xml", help="hwloc XML (lstopo --of xml)"),
+    from_lspci: Optional[Path] = typer.Option(None, "--from-lspci", help="saved `lspci -tv` output"),
+    from_lspci_vvv: Optional[Path] = typer.Option(None, "--from-lspci-vvv", help="saved `lspci -vvv` output (link speeds/widths)"),
+    from_dmidecode: Optional[Path] = typer.Option(None, "--from-dmidecode", help="saved `dmidecode` or `dmidecode -t slot` output"),
+    from_nvidia_smi: Optional[Path] = typer.Option(None, "--from-nvidia-smi", help="saved `nvidia-smi topo -m` output"),
+    name: Optional[str] = typer.Option(None, "--name", help="name of the resulting profile"),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="write the topology as a YAML profile to this file"),
+    json_out: bool = typer.Option(False, "--json", help="print the topology as JSON"),
+) -> None:
+    """Read a machine's topology: this machine (sysfs, lspci, dmidecode, nvidia-smi, udev) or saved files.
+
+    With no --from-* option, scans this machine and says which sources were missing (dmidecode needs
+    root, nvidia-smi needs a driver). The YAML it writes is a profile for `moment plan --profile FILE`.
+    """
+    from moment.topology.profiles import save_profile
+
+    report = None
+    text_sources = (from_lspci, from_lspci_vvv, from_dmidecode, from_nvidia_smi)
+    chosen = sum(x is not None for x in (from_nccl_xml, from_hwloc_xml)) + (any(text_sources) and 1 or 0)
+    if chosen > 1:
+        raise MomentError("give one kind of source: --from-nccl-xml, --from-hwloc-xml, or the text outputs "
+                          "(--from-lspci/--from-lspci-vvv/--from-dmidecode/--from-nvidia-smi)")
+    if from_nccl_xml:
+        from moment.topology.readers.nccl_xml import read_nccl_xml
+
+        topo = read_nccl_xml(from_nccl_xml, name=name)
+    elif from_hwloc_xml:
+        from moment.topology.readers.hwloc_xml import read_hwloc_xml
+
+        topo = read_hwloc_xml(from_hwloc_xml, name=name)
+    elif any(text_sources):
+        from moment.topology.scan import scan_files
+
+        topo, report = scan_files(lspci=from_lspci, lspci_vvv=from_lspci_vvv, dmidecode=from_dmidecode,
+                                  nvidia_smi=from_nvidia_smi, name=name)
+    else:
+        from moment.topology.scan import scan_local
+
+        topo, report = scan_local(name=name)
+    if out:
+        save_profile(topo, out, header=f"scanned by `moment scan`\nsource: {topo.source or 'this machine'}")
+    if json_out:
+        data = topo.model_dump(mode="json", exclude_none=True)
+        if report is not None:
+            data["scan_report"] = report.model_dump(mode="json")
+        print(json.dumps(data, indent=2))
+        return
+    _render_topology(topo)
+    if report is not None:
+        for line in report.lines():
+            err_console.print(line)
+    if out:
+        console.print(f"profile written to [bold]{out}[/]")
+
+
+@app.command("export")
+def export_cmd(
+    profile: str = typer.Option(..., "--profile", "-p", help="profile name or YAML file"),
+    fmt: str = typer.Option("yaml", "--format", "-f", help="yaml, json or nccl-xml (for NCCL_TOPO_FILE)"),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="write here instead of stdout"),
+    overrides: list[str] = typer.Option([], "--set", help="what-if override PATH=VALUE, repeatable"),
+) -> None:
+    """Write a profile as YAML, JSON or NCCL topology XML (hand the XML to NCCL_TOPO_FILE)."""
+    from moment.topology.profiles import atomic_write, dump_yaml, load_profile
+
+    topo = load_profile(profile, overrides)
+    if fmt == "yaml":
+        text = dump_yaml(topo)
+    elif fmt == "json":
+        text = json.dumps(topo.model_dump(mode="json", exclude_none=True), indent=2) + "\n"
+    elif fmt == "nccl-xml":
+        from moment.topology.readers.nccl_xml import write_nccl_xml
+
+        text = write_nccl_xml(topo)
+    else:
+        raise MomentError(f"--format {fmt!r}: choose yaml, json or nccl-xml")
+    if out:
+        atomic_write(out, text)
+        console.print(f"written to {out}")
+    else:
+        print(text, end="")

@@ -1,0 +1,138 @@
+"""The typed model, YAML profiles, overrides, and device placement."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from moment.errors import MomentError
+from moment.topology import bandwidth as bw
+from moment.topology.devices import Inventory, check_placement, find_model, populate, strip
+from moment.topology.model import Kind, Link
+from moment.topology.profiles import (
+    apply_override,
+    builtin_names,
+    dump_yaml,
+    load_profile,
+    topology_from_dict,
+)
+
+
+def small() -> dict:
+    return {
+        "name": "small",
+        "nodes": [
+            {"id": "cpu0", "kind": "socket"},
+            {"id": "rc0", "kind": "root_complex", "parent": "cpu0"},
+            {"id": "sw0", "kind": "switch", "parent": "rc0", "link": {"gen": 4, "width": 16}},
+            {"id": "s0", "kind": "slot", "parent": "sw0", "link": {"gen": 4, "width": 16}, "blocks": ["s1"]},
+            {"id": "s1", "kind": "slot", "parent": "sw0", "link": {"gen": 4, "width": 16}},
+            {"id": "b0", "kind": "slot", "parent": "sw0", "width": 4, "accepts": ["ssd"], "link": {"gen": 4, "width": 4}},
+        ],
+    }
+
+
+def test_pcie_table_matches_spec_rates():
+    # gen3 x16: 8 GT/s * 128/130 / 8 * 16 = 15.75 GB/s raw payload before protocol overhead
+    assert bw.pcie_bytes(3, 16) == pytest.approx(15.754e9 * bw.PCIE_PROTOCOL_EFFICIENCY, rel=1e-3)
+    assert bw.pcie_bytes(4, 16) == pytest.approx(2 * bw.pcie_bytes(3, 16), rel=1e-9)
+    assert bw.pcie_bytes(1, 1) == pytest.approx(0.25e9 * bw.PCIE_PROTOCOL_EFFICIENCY)
+    assert bw.pcie_gen_from_gts(16.0) == 4 and bw.pcie_gen_from_gts(2.5) == 1
+    with pytest.raises(ValueError):
+        bw.pcie_gen_from_gts(3.3)
+    assert Link(gen=4, width=16, bandwidth_gbps=20).bandwidth() == 20e9
+
+
+def test_builtin_profiles_load_and_round_trip():
+    names = builtin_names()
+    assert {"paper-machine-a", "paper-machine-b"} <= set(names)
+    for name in names:
+        t = load_profile(name)
+        again = topology_from_dict(yaml.safe_load(dump_yaml(t)), name)
+        assert again == t
+
+
+@pytest.mark.parametrize(
+    "mutate, needle",
+    [
+        (lambda d: d["nodes"][2]["link"].update(gen=9), "PCIe generation"),
+        (lambda d: d["nodes"][2]["link"].update(bandwidth_gbps=-1), "bandwidth must be positive"),
+        (lambda d: d["nodes"][2]["link"].update(bandwidth_gbps=0), "bandwidth must be positive"),
+        (lambda d: d["nodes"][3].update(parent="nowhere"), "parent 'nowhere' does not exist"),
+        (lambda d: d["nodes"][3].update(parent="cpu0"), "cannot hang under socket"),
+        (lambda d: d["nodes"].append({"id": "s0", "kind": "slot", "parent": "sw0", "link": {"gen": 4, "width": 4}}),
+         "used twice"),
+        (lambda d: d["nodes"][2].pop("link"), "needs a link"),
+        (lambda d: d["nodes"][3].update(blocks=["sw0"]), "not a slot"),
+        (lambda d: d.update(nodes=[n for n in d["nodes"] if n["kind"] != "socket"]), "at least one socket"),
+        (lambda d: d["nodes"][3].update(kind="warpdrive"), "nodes.3"),
+    ],
+)
+def test_bad_profiles_name_the_problem(mutate, needle):
+    d = small()
+    mutate(d)
+    with pytest.raises(MomentError) as e:
+        topology_from_dict(d, "bad.yaml")
+    assert "bad.yaml" in str(e.value) and needle in str(e.value)
+
+
+def test_gpu_slot_not_connected_to_a_root_complex(tmp_path):
+    d = small()
+    d["nodes"][2]["parent"] = "cpu0"  # switch hung directly off a socket
+    with pytest.raises(MomentError, match="cannot hang under socket"):
+        topology_from_dict(d, "x.yaml")
+
+
+def test_yaml_errors_name_file_and_line(tmp_path):
+    p = tmp_path / "broken.yaml"
+    p.write_text("name: x\nnodes:\n  - {id: cpu0, kind: socket\n")
+    with pytest.raises(MomentError, match=r"broken.yaml: not valid YAML at line \d+"):
+        load_profile(str(p))
+    with pytest.raises(MomentError, match="file not found"):
+        load_profile(str(tmp_path / "missing.yaml"))
+    with pytest.raises(MomentError, match="unknown profile 'no-such-machine'"):
+        load_profile("no-such-machine")
+    p.write_text("- just\n- a list\n")
+    with pytest.raises(MomentError, match="YAML mapping"):
+        load_profile(str(p))
+
+
+def test_overrides_by_id_index_and_append():
+    d = yaml.safe_load(dump_yaml(load_profile("paper-machine-b")))
+    apply_override(d, "nodes.sw1.link.gen=5")
+    apply_override(d, "links[0].bandwidth_gbps=40")
+    apply_override(d, "links+={a: sw1-x16a, b: sw1-x16b, kind: nvlink, count: 4}")
+    t = topology_from_dict(d, "x")
+    assert t.node("sw1").link.gen == 5
+    assert t.links[0].bandwidth() == 40e9
+    assert t.links[1].kind == "nvlink" and t.links[1].bandwidth() == 100e9
+    with pytest.raises(MomentError, match="no element with id 'nope'"):
+        apply_override(d, "nodes.nope.link.gen=5")
+    with pytest.raises(MomentError, match="PATH=VALUE"):
+        apply_override(d, "nodes.sw1.link.gen")
+    with pytest.raises(MomentError, match="out of range"):
+        apply_override(d, "links.7.count=2")
+
+
+def test_populate_and_strip_round_trip():
+    t = topology_from_dict(small(), "small")
+    placed = populate(t, {"s0": "A100-PCIe-40GB", "b0": "P5510"})
+    assert [g.id for g in placed.of_kind(Kind.gpu)] == ["gpu0"]
+    assert placed.node("gpu0").parent == "s0" and placed.node("ssd0").read_gbps == 6.5
+    bare, removed = strip(placed)
+    assert removed == {"s0": "A100-PCIe-40GB", "b0": "P5510"}
+    assert bare == t
+
+
+def test_placement_rules():
+    t = topology_from_dict(small(), "small")
+    with pytest.raises(MomentError, match="covers slot 's1'"):
+        check_placement(t, {"s0": "A100", "s1": "A100"})
+    with pytest.raises(MomentError, match="does not fit slot 'b0'"):
+        check_placement(t, {"b0": "A100"})
+    with pytest.raises(MomentError, match="not a slot"):
+        check_placement(t, {"sw0": "P5510"})
+    with pytest.raises(MomentError, match="unknown device model"):
+        find_model("GeForce 256")
+    check_placement(t, {"s0": "T4", "s1": "T4"})  # single-width cards do not block
+    assert Inventory.simple(4, 8).describe() == "4 x A100-PCIe-40GB, 8 x P5510"
