@@ -1,0 +1,147 @@
+"""The on-disk layout's manifest (versioned) and row format.
+
+Row format: the runtime reads shard rows with O_DIRECT, so reads must be aligned to `align` bytes
+(4096 by default; 512 for devices with 512-byte logical blocks). Two ways to get there:
+- "pad": each row takes ceil(row_bytes / align) * align bytes, so every row starts at a multiple of
+  `align` and is read as whole blocks;
+- "pack" (only when row_bytes < align): each row takes the next power of two >= row_bytes; that
+  divides `align`, so no row straddles an aligned block and one aligned block read fetches it.
+"auto" picks the smaller stride (pad on a tie). `padding_overhead` = stride / row_bytes - 1.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from moment.errors import MomentError
+from moment.placement.bins import BinSet
+
+SCHEMA_VERSION = 1
+FORMAT = "moment-layout"
+MANIFEST = "manifest.json"
+INDEX = "index.npy"
+DEFAULT_CHUNK = 4 << 20
+
+Progress = Callable[[int, int], None]
+"""progress(done_bytes, total_bytes); raising from it aborts the operation."""
+
+
+class RowFormat(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    row_bytes: int = Field(gt=0)
+    align: int
+    stride: int = Field(description="bytes between consecutive row starts in an SSD shard")
+    mode: Literal["pad", "pack"]
+    padding_overhead: float
+
+
+def row_format(row_bytes: int, align: int = 4096, mode: Literal["auto", "pad", "pack"] = "auto") -> RowFormat:
+    if align < 512 or align & (align - 1):
+        raise MomentError(f"alignment must be a power of two >= 512 bytes, got {align}")
+    if row_bytes <= 0:
+        raise MomentError(f"row size must be positive, got {row_bytes}")
+    pad = -(-row_bytes // align) * align
+    pack = 1 << (row_bytes - 1).bit_length() if row_bytes < align else None
+    if mode == "pack" and pack is None:
+        raise MomentError(f"rows of {row_bytes} B are not smaller than the alignment {align} B: cannot pack")
+    chosen = "pack" if mode == "pack" or (mode == "auto" and pack is not None and pack < pad) else "pad"
+    stride = pack if chosen == "pack" else pad
+    assert stride is not None
+    return RowFormat(row_bytes=row_bytes, align=align, stride=stride, mode=chosen,
+                     padding_overhead=stride / row_bytes - 1)
+
+
+class FileSum(BaseModel):
+    """A small file checksummed whole (index, node lists)."""
+
+    path: str = Field(description="relative to the layout directory")
+    bytes: int
+    sha256: str
+
+
+class Shard(BaseModel):
+    """Rows of one bin; sha256 per fixed-size chunk so verification can name the bad offset."""
+
+    bin: str
+    kind: str
+    path: str = Field(description="relative to the layout directory, or absolute on an SSD mount")
+    rows: int
+    stride: int
+    bytes: int
+    chunk_bytes: int
+    chunk_sha256: list[str]
+
+
+class PlanRef(BaseModel):
+    """Where the layout came from: the plan's machine and hardware placement."""
+
+    machine: str | None = None
+    placement: dict[str, str] = Field(default_factory=dict)
+    policy: str = "ddak"
+    pool: int | None = None
+
+
+class DatasetRef(BaseModel):
+    features_path: str
+    sha256: str
+    num_nodes: int
+    row_shape: list[int]
+    dtype: str
+
+
+class Manifest(BaseModel):
+    format: Literal["moment-layout"] = FORMAT
+    schema_version: int = SCHEMA_VERSION
+    created_by: str
+    plan: PlanRef
+    dataset: DatasetRef
+    row: RowFormat
+    order: str = Field("hotness-rank", description="rows within a shard: hottest first, ties by node id")
+    bins: BinSet
+    shards: list[Shard] = Field(description="one per bin; GPU/CPU cache rows are unpadded, in the layout dir")
+    index: FileSum = Field(description="int64 (num_nodes, 2): bin index, row slot in that bin's shard")
+    cache_lists: dict[str, FileSum] = Field(description="GPU/CPU bin name -> node ids (.npy), slot order")
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+
+class ChunkHasher:
+    """sha256 per `chunk` bytes of a stream fed in pieces of any size."""
+
+    def __init__(self, chunk: int):
+        self.chunk = chunk
+        self.sums: list[str] = []
+        self._h = hashlib.sha256()
+        self._fill = 0
+
+    def update(self, data: memoryview | bytes) -> None:
+        mv = memoryview(data).cast("B")
+        while len(mv):
+            take = min(self.chunk - self._fill, len(mv))
+            self._h.update(mv[:take])
+            self._fill += take
+            mv = mv[take:]
+            if self._fill == self.chunk:
+                self.sums.append(self._h.hexdigest())
+                self._h, self._fill = hashlib.sha256(), 0
+
+    def finish(self) -> list[str]:
+        if self._fill:
+            self.sums.append(self._h.hexdigest())
+            self._h, self._fill = hashlib.sha256(), 0
+        return self.sums
+
+
+def sha256_file(path, progress: Progress | None = None, done: int = 0, total: int = 0, block: int = 8 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while b := f.read(block):
+            h.update(b)
+            done += len(b)
+            if progress:
+                progress(done, total)
+    return h.hexdigest()

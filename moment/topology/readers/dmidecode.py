@@ -1,0 +1,271 @@
+"""`dmidecode` / `dmidecode -t slot`: the board's slots (names, physical width, in use) onto a Topology.
+
+lspci sees ports, not slots: it cannot name a slot, tell its mechanical width, or show an empty slot
+behind a port that does not exist yet. SMBIOS type 9 records do, but BIOSes fill them loosely
+(`0000:ff:00.0` or no address for empty slots, `<OUT OF SPEC>` types for Gen4+, bogus segments), so
+records are parsed into typed `SlotRecord`s first and `merge_slots` matches them to the tree:
+
+1. a slot whose port leads to the record's bus (the slot's link label `bus DDDD:BB`, or the bus of the
+   device in it), or whose port address is the record's address: the slot gets the designation,
+   the physical width, and a warning if dmidecode and lspci disagree about it being in use;
+2. a GPU/SSD/NIC on that bus that is not in a slot: a slot is inserted above it;
+3. a PCIe switch on that bus (a card with a switch on it): left as is (the model puts no switch in a
+   slot), with a warning;
+4. otherwise (address unknown, `ff` bus, or nothing there): a new empty slot under the first root
+   complex of the socket its designation names ("CPU2 ..." -> cpu1), else of cpu0. Its link is the
+   record's data width at the record's generation (from the type or a "PCI-E 4.0" designation),
+   else PCIe 4.0. Records of legacy PCI slots are skipped.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from moment.errors import MomentError
+from moment.topology.model import PLACEABLE, Kind, Topology
+from moment.topology.readers import console
+from moment.topology.readers.pci import DEFAULT_GEN
+
+_ADDR = re.compile(r"^([0-9a-fA-F]{4}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
+_TYPE = re.compile(r"^(?:x(?P<dw>\d+)\s+)?(?P<rest>.*)$")
+_PCIE = re.compile(r"PCI Express(?:\s+(?P<gen>\d))?(?:\s+x(?P<pw>\d+))?", re.IGNORECASE)
+_DESIG_GEN = re.compile(r"(?:PCI-?E|PCIe|Gen)\s*(\d)(?:\.0)?\b", re.IGNORECASE)
+_CPU = re.compile(r"\bCPU\s*(\d+)", re.IGNORECASE)
+_BUS_LABEL = re.compile(r"bus ([0-9a-f]{4}):([0-9a-f]{2})")
+
+
+class SlotRecord(BaseModel):
+    """One SMBIOS "System Slot Information" record."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    designation: str
+    type: str = ""
+    data_width: int | None = None
+    physical_width: int | None = None
+    gen: int | None = None
+    pcie: bool = False
+    m2: bool = False
+    in_use: bool | None = None
+    length: str | None = None
+    bus_address: str | None = None  # None when missing or ff (dmidecode's "no device")
+    line: int | None = None
+
+    @property
+    def width(self) -> int | None:
+        return self.physical_width or self.data_width
+
+
+def _blocks(lines: list[tuple[int, str]]) -> list[list[tuple[int, str]]]:
+    out, cur = [], []
+    for no, line in lines:
+        if not line.strip() or line.startswith("Handle "):
+            if cur:
+                out.append(cur)
+            cur = []
+            continue
+        cur.append((no, line))
+    if cur:
+        out.append(cur)
+    return out
+
+
+def _fields(block: list[tuple[int, str]]) -> dict[str, tuple[int, str]]:
+    out: dict[str, tuple[int, str]] = {}
+    for no, line in block:
+        if line.startswith("\t\t") or ":" not in line:
+            continue
+        key, _, value = line.strip().partition(":")
+        out.setdefault(key.strip(), (no, value.strip()))
+    return out
+
+
+def parse_slots(text: str, source: str = "dmidecode") -> list[SlotRecord]:
+    """Typed slot records from full `dmidecode` or `dmidecode -t slot` output ([] when there are none)."""
+    out: list[SlotRecord] = []
+    for block in _blocks(console.select(text, console.is_dmidecode)):
+        if block[0][1].strip() != "System Slot Information":
+            continue
+        f = _fields(block[1:])
+        start = block[0][0]
+        designation = f.get("Designation", (start, ""))[1] or f"slot record at line {start}"
+        type_text = f.get("Type", (start, ""))[1]
+        t = _TYPE.match(type_text)
+        assert t is not None  # the pattern matches any string
+        data_width = int(t.group("dw")) if t.group("dw") else None
+        pcie = _PCIE.search(t.group("rest"))
+        m2 = "m.2" in type_text.lower()
+        gen = int(pcie.group("gen")) if pcie and pcie.group("gen") else None
+        if gen is None and (d := _DESIG_GEN.search(designation)):
+            gen = int(d.group(1))
+        if gen is not None and not 1 <= gen <= 6:
+            gen = None
+        physical = int(pcie.group("pw")) if pcie and pcie.group("pw") else None
+        if data_width is not None and not 0 < data_width <= 32 or physical is not None and not 0 < physical <= 32:
+            raise MomentError(f"line {f['Type'][0]}: slot width out of range in {type_text!r}", source=source)
+        usage = f.get("Current Usage", (start, ""))[1].lower()
+        address = None
+        if "Bus Address" in f:
+            no, raw = f["Bus Address"]
+            m = _ADDR.match(raw)
+            if not m:
+                raise MomentError(f"line {no}: Bus Address {raw!r} is not DDDD:BB:DD.F", source=source)
+            if m.group(2).lower() != "ff":
+                address = raw.lower()
+        out.append(SlotRecord(
+            designation=designation, type=type_text, data_width=data_width, physical_width=physical, gen=gen,
+            pcie=bool(pcie) or m2 or (data_width is not None and "pci" not in type_text.lower()), m2=m2,
+            in_use=True if usage == "in use" else False if usage == "available" else None,
+            length=f.get("Length", (start, None))[1], bus_address=address, line=start))
+    return out
+
+
+def count_sockets(text: str) -> int | None:
+    """Populated CPU sockets from `dmidecode` "Processor Information" records (None if there are none)."""
+    n, seen = 0, False
+    for block in _blocks(console.select(text, console.is_dmidecode)):
+        if block[0][1].strip() != "Processor Information":
+            continue
+        seen = True
+        status = _fields(block[1:]).get("Status", (0, ""))[1]
+        if "unpopulated" not in status.lower():
+            n += 1
+    return n if seen else None
+
+
+def read_dmidecode(path: str | Path) -> list[SlotRecord]:
+    return parse_slots(console.read_text(path), str(path))
+
+
+# ---- merging -----------------------------------------------------------------------------------------
+def _bus_of(pci: str | None) -> str | None:
+    if not pci:
+        return None
+    m = _ADDR.match(pci)
+    return f"{m.group(1)}:{m.group(2)}".lower() if m else None
+
+
+def merge_slots(topo: Topology, records: list[SlotRecord], *, warnings: list[str] | None = None,
+                pci_scanned: bool = True) -> Topology:
+    """A copy of `topo` with dmidecode's slots matched, annotated or added (rules in the module docstring)."""
+    warns: list[str] = [] if warnings is None else warnings
+    nodes = [n.model_dump(exclude_none=True) for n in topo.nodes]
+    by_id = {n["id"]: n for n in nodes}
+    kids: dict[str, list[dict]] = {}
+    for n in nodes:
+        if n.get("parent"):
+            kids.setdefault(n["parent"], []).append(n)
+    used: set[str] = set()
+    counter = [max([int(m.group(1)) for n in nodes if (m := re.fullmatch(r"slot(\d+)", n["id"]))] + [-1]) + 1]
+    skipped = [r for r in records if not r.pcie]
+    if skipped:
+        warns.append(f"dmidecode: skipped {len(skipped)} slot records that are not PCIe "
+                     f"({', '.join(r.designation for r in skipped[:4])}{', ...' if len(skipped) > 4 else ''})")
+
+    def slot_bus(s: dict) -> str | None:
+        m = _BUS_LABEL.search((s.get("link") or {}).get("label") or "")
+        if m:
+            return f"{m.group(1)}:{m.group(2)}"
+        occ = kids.get(s["id"], [])
+        return _bus_of(occ[0].get("pci")) if occ else None
+
+    for r in (r for r in records if r.pcie):
+        target = None
+        if r.bus_address:
+            bus = _bus_of(r.bus_address)
+            cands = [s for s in nodes if s["kind"] == "slot" and s["id"] not in used
+                     and (slot_bus(s) == bus or s.get("pci") == r.bus_address)]
+            if cands:
+                target = cands[0]
+            else:
+                devs = [d for d in nodes if d["kind"] in [k.value for k in PLACEABLE] and _bus_of(d.get("pci")) == bus
+                        and by_id[d["parent"]]["kind"] != "slot"]
+                sws = [d for d in nodes if d["kind"] == "switch" and _bus_of(d.get("pci")) == bus]
+                if devs:
+                    target = _wrap(nodes, by_id, kids, devs[0], f"slot{counter[0]}")
+                    counter[0] += 1
+                elif sws:
+                    warns.append(f"dmidecode slot {r.designation!r} ({r.bus_address}) holds a card with a PCIe "
+                                 f"switch ({sws[0]['id']}); the model puts no switch in a slot, left as is")
+                    sws[0]["label"] = f"{sws[0].get('label') or 'switch'} in {r.designation}"
+                    continue
+        if target is None:
+            target = _new_slot(nodes, by_id, kids, r, f"slot{counter[0]}", warns)
+            counter[0] += 1
+            if r.in_use and pci_scanned:
+                warns.append(f"dmidecode slot {r.designation!r} is in use"
+                             f"{' at ' + r.bus_address if r.bus_address else ''} but the PCI scan shows nothing "
+                             f"there; added as an empty slot ({target['id']})")
+        used.add(target["id"])
+        target["designation"] = r.designation
+        target["label"] = r.designation if not target.get("label") else f"{r.designation} ({target['label']})"
+        if r.width:
+            target["width"] = r.width
+        if r.m2:
+            target["accepts"] = [Kind.ssd.value]
+        occupied = bool(kids.get(target["id"]))
+        if r.in_use is False and occupied:
+            warns.append(f"dmidecode says slot {r.designation!r} is available, but {kids[target['id']][0]['id']} "
+                         "sits there")
+    data = topo.model_dump(exclude_none=True)
+    data["nodes"] = nodes
+    try:
+        return Topology.model_validate(data)
+    except ValidationError as e:
+        raise MomentError(f"could not merge dmidecode slots: {e.errors()[0]['msg']}") from None
+
+
+def _wrap(nodes: list[dict], by_id: dict, kids: dict, dev: dict, slot_id: str) -> dict:
+    """Insert a slot between a device and its parent (dmidecode says the device sits in a slot)."""
+    parent = dev["parent"]
+    slot = {"id": slot_id, "kind": "slot", "parent": parent, "width": (dev.get("link") or {}).get("width") or 16,
+            "link": dict(dev["link"]) if dev.get("link") else {"gen": DEFAULT_GEN, "width": 16}}
+    nodes.insert(nodes.index(dev), slot)
+    by_id[slot_id] = slot
+    kids[parent] = [slot if k is dev else k for k in kids.get(parent, [])]
+    dev["parent"] = slot_id
+    kids[slot_id] = [dev]
+    return slot
+
+
+def _new_slot(nodes: list[dict], by_id: dict, kids: dict, r: SlotRecord, slot_id: str, warns: list[str]) -> dict:
+    sockets = [n for n in nodes if n["kind"] == "socket"]
+    want = None
+    if m := _CPU.search(r.designation):
+        idx = int(m.group(1)) - 1
+        want = next((s for s in sockets if s["id"] == f"cpu{idx}"), None)
+    sock = want or sockets[0]
+    rc = next((n for n in kids.get(sock["id"], []) if n["kind"] == "root_complex"), None)
+    if rc is None:
+        used = {n["id"] for n in nodes}
+        i = 0
+        while f"rc{i}" in used:
+            i += 1
+        rc = {"id": f"rc{i}", "kind": "root_complex", "parent": sock["id"], "label": "root complex (assumed)"}
+        nodes.append(rc)
+        by_id[rc["id"]] = rc
+        kids.setdefault(sock["id"], []).append(rc)
+    width = r.data_width or r.width or 16
+    slot = {"id": slot_id, "kind": "slot", "parent": rc["id"], "width": r.width or width,
+            "link": {"gen": r.gen or DEFAULT_GEN, "width": width}}
+    nodes.append(slot)
+    by_id[slot_id] = slot
+    kids.setdefault(rc["id"], []).append(slot)
+    return slot
+
+
+def topology_from_slots(records: list[SlotRecord], *, name: str = "dmidecode", sockets: int | None = None,
+                        source: str | None = None, warnings: list[str] | None = None) -> Topology:
+    """A coarse machine from slot records alone: sockets, one root complex each, the slots under them."""
+    n = max(sockets or 1, 1)
+    nodes = [{"id": f"cpu{i}", "kind": "socket"} for i in range(n)]
+    nodes += [{"id": f"rc{i}", "kind": "root_complex", "parent": f"cpu{i}", "label": "root complex (assumed)"}
+              for i in range(n)]
+    base = Topology.model_validate({"name": name, "source": source, "nodes": nodes})
+    if warnings is not None:
+        warnings.append("dmidecode alone: slots hang under one assumed root complex per socket and are "
+                        "shown empty (no PCI scan says what is in them)")
+    return merge_slots(base, records, warnings=warnings, pci_scanned=False)

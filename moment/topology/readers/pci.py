@@ -1,0 +1,499 @@
+"""PCI functions -> `Topology`: the one tree builder behind the lspci, lspci -vvv and sysfs readers.
+
+Each reader only turns its input into `PciFunction` records (address, class, names, bridge bus
+numbers, link capability/status, NUMA node); this module decides what the planner sees, so all
+sources agree. The rules, in order:
+
+* **Root complexes.** Every root bus (a bus no bridge leads to) is one `root_complex` (`rc0`, `rc1`,
+  ... in domain:bus order); a root bus with nothing kept below it is left out.
+* **Sockets.** A NUMA node is a socket (`cpu0`, `cpu1`, ... in NUMA node order; `numa` keeps the id). A root bus takes the NUMA node most of its
+  functions report. Root buses with none: if splitting all root buses evenly, in bus order, over the
+  NUMA nodes seen agrees with every root bus whose node is known, that split is used (sockets own
+  contiguous bus ranges on x86); otherwise such a bus takes the node of the nearest known root bus
+  before it, else after it. Without any NUMA information, `sockets=N` splits the
+  root buses, in bus order, into N contiguous groups; with neither, everything hangs under one socket
+  and a warning says so. Sockets are joined by an assumed socket link (AMD host bridges: xGMI x4;
+  otherwise UPI x2), labelled "assumed".
+* **Switches.** A bridge below a port that itself has bridges below it is a PCIe switch upstream
+  port: one `switch` node (`swN`), whose downstream ports are walked like root ports. A bridge with
+  only endpoints below it (a PCIe-to-PCI bridge such as a BMC's) is transparent.
+* **Slots.** A root or downstream port whose bus holds exactly one card (functions sharing a device
+  number) that is a GPU, SSD or NIC becomes a `slot` (`slotN`, `pci` = the port) holding that device,
+  so the planner can move it. A port with nothing below it becomes an empty slot unless `lspci -vvv`
+  says it implements no slot (`Slot-`): lspci cannot tell an empty slot from an unwired port, so
+  review empty slots (dmidecode names real ones). Endpoints on a root bus (integrated devices, VM
+  pass-through) and several cards on one bus hang directly under their parent, not in slots.
+* **Devices.** GPU: NVIDIA/AMD display or 3D or processing-accelerator class (a BMC's ASPEED/Matrox
+  VGA is `other`). SSD: class 0108 (NVMe). NIC: network classes 02xx. NVSwitch: NVIDIA class 0680.
+  Kept as `other`: other display, RAID/SATA/SAS/Fibre Channel controllers. Everything else
+  (chipset, CPU-internal functions, audio functions of a GPU card) is dropped. Without a class
+  (`lspci -tv`) the device name decides, by the same rules. Ids `gpuN`/`ssdN`/`nicN` follow bus order.
+* **Links.** A node's uplink gen is the lowest link-capability speed of the two ends (an idle GPU
+  reports 2.5 GT/s in LnkSta, so the status speed would mislead), its width the negotiated width
+  (LnkSta) of the device, else the capability width. A slot's link is its port's capability.
+  Missing figures default to PCIe 4.0 and x16 (x4 for NVMe), counted in one warning. The link label
+  is `bus DDDD:BB`, the bus the node sits on, which `dmidecode.merge_slots` matches slot addresses to.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+from pydantic import ValidationError
+
+from moment.errors import MomentError
+from moment.topology import bandwidth as bw
+from moment.topology.devices import CATALOG
+from moment.topology.model import Kind, Link, PeerLink, Topology
+
+DEFAULT_GEN = 4
+DEFAULT_WIDTH = {Kind.gpu: 16, Kind.nic: 16, Kind.ssd: 4, Kind.switch: 16, Kind.slot: 16}
+
+Key = tuple[int, int, int, int]  # domain, bus, device, function
+
+#: lspci class names -> class code (class << 8 | subclass), for `lspci -vvv` without `-nn`.
+CLASS_NAMES: dict[str, int] = {
+    "non-volatile memory controller": 0x0108, "raid bus controller": 0x0104, "sata controller": 0x0106,
+    "serial attached scsi controller": 0x0107, "vga compatible controller": 0x0300, "3d controller": 0x0302,
+    "display controller": 0x0380, "processing accelerators": 0x1200, "ethernet controller": 0x0200,
+    "infiniband controller": 0x0207, "network controller": 0x0280, "fabric controller": 0x0208,
+    "pci bridge": 0x0604, "host bridge": 0x0600, "bridge": 0x0680, "fibre channel": 0x0c04,
+}
+
+_VENDOR_NAMES = {
+    "nvidia": 0x10DE, "[amd/ati]": 0x1002, "ati technologies": 0x1002, "advanced micro devices": 0x1022,
+    "aspeed": 0x1A03, "matrox": 0x102B, "mellanox": 0x15B3, "intel corporation": 0x8086,
+}
+_GPU_VENDORS = (0x10DE, 0x1002)
+_NOT_A_GPU = re.compile(r"audio|usb|ucsi|serial|bridge|nvswitch|es1000|rage|hdmi", re.IGNORECASE)
+
+
+@dataclass
+class PciFunction:
+    """One PCI function as a reader saw it; fields a source does not give stay None."""
+
+    domain: int
+    bus: int
+    dev: int
+    fn: int
+    name: str = ""
+    class_code: int | None = None
+    class_name: str | None = None
+    vendor_id: int | None = None
+    device_id: int | None = None
+    is_bridge: bool = False
+    secondary: int | None = None
+    subordinate: int | None = None
+    parent: Key | None = None
+    parent_known: bool = False  # the source gave the parent (tree, sysfs path), not bus numbers
+    cap_gts: float | None = None
+    cap_width: int | None = None
+    sta_gts: float | None = None
+    sta_width: int | None = None
+    numa: int | None = None
+    physical_slot: str | None = None
+    slot_capable: bool | None = None
+    port_type: str | None = None
+    source_line: int | None = None
+
+    @property
+    def key(self) -> Key:
+        return (self.domain, self.bus, self.dev, self.fn)
+
+    @property
+    def bdf(self) -> str:
+        return f"{self.domain:04x}:{self.bus:02x}:{self.dev:02x}.{self.fn:x}"
+
+    def code(self) -> int | None:
+        if self.class_code is not None:
+            return self.class_code
+        if self.class_name:
+            return CLASS_NAMES.get(self.class_name.strip().lower())
+        return None
+
+    def vendor(self) -> int | None:
+        if self.vendor_id is not None:
+            return self.vendor_id
+        low = self.name.lower()
+        for word, vid in _VENDOR_NAMES.items():
+            if word in low:
+                return vid
+        return None
+
+    def display_name(self) -> str:
+        if self.name:
+            return self.name
+        if self.vendor_id is not None and self.device_id is not None:
+            return f"PCI device [{self.vendor_id:04x}:{self.device_id:04x}]"
+        return ""
+
+    def merge(self, other: PciFunction) -> None:
+        """Fill this record's unknown fields from another source's record of the same function."""
+        for f in ("class_code", "class_name", "vendor_id", "device_id", "secondary", "subordinate",
+                  "cap_gts", "cap_width", "sta_gts", "sta_width", "numa", "physical_slot", "slot_capable",
+                  "port_type"):
+            if getattr(self, f) is None and getattr(other, f) is not None:
+                setattr(self, f, getattr(other, f))
+        if not self.name and other.name:
+            self.name = other.name
+        self.is_bridge = self.is_bridge or other.is_bridge
+
+
+def key_str(key: Key) -> str:
+    return f"{key[0]:04x}:{key[1]:02x}:{key[2]:02x}.{key[3]:x}"
+
+
+# ---- classification ----------------------------------------------------------------------------------
+def classify(f: PciFunction) -> Kind | None:
+    """What the planner should call this endpoint function; None = not worth a node."""
+    if "virtual function" in f.name.lower():
+        return None  # SR-IOV VFs belong to their physical function's card
+    code, vendor = f.code(), f.vendor()
+    if code is not None:
+        base = code >> 8
+        if code == 0x0108:
+            return Kind.ssd
+        if base == 0x03 or code == 0x1200:
+            if vendor in _GPU_VENDORS and not _NOT_A_GPU.search(f.name):
+                return Kind.gpu
+            return Kind.other if base == 0x03 else None
+        if base == 0x02:
+            return Kind.nic
+        if code == 0x0680 and vendor == 0x10DE:
+            return Kind.nvswitch
+        if code in (0x0104, 0x0106, 0x0107, 0x0c04):
+            return Kind.other
+        return None
+    return _classify_by_name(f.name, vendor)
+
+
+def _classify_by_name(name: str, vendor: int | None) -> Kind | None:
+    low = name.lower()
+    if "raid" in low or re.search(r"\bsata\b|\bsas\b|serial attached|fibre channel|\bahci\b", low):
+        return Kind.other
+    if re.search(r"nvme|non-volatile|\bssd\b", low):
+        return Kind.ssd
+    if "nvswitch" in low and vendor == 0x10DE:
+        return Kind.nvswitch
+    if re.search(r"ethernet|connectx|infiniband|network|omni-path|elastic fabric|bluefield|\bnic\b", low):
+        return Kind.nic
+    if vendor in _GPU_VENDORS and vendor is not None:
+        if _NOT_A_GPU.search(low):
+            return None
+        if vendor == 0x10DE or "[amd/ati]" in low or "radeon" in low or "instinct" in low:
+            return Kind.gpu
+    if re.search(r"aspeed|matrox|graphics|\bvga\b", low):
+        return Kind.other
+    return None
+
+
+_PRIORITY = {Kind.gpu: 0, Kind.nvswitch: 1, Kind.ssd: 2, Kind.nic: 3, Kind.other: 4}
+
+
+def card_kind(funcs: list[PciFunction]) -> Kind | None:
+    kinds = [k for k in (classify(f) for f in funcs) if k is not None]
+    return min(kinds, key=_PRIORITY.__getitem__) if kinds else None
+
+
+def model_name(name: str) -> str:
+    """'NVIDIA Corporation AD102GL [RTX 6000 Ada Generation]' -> 'RTX 6000 Ada Generation'."""
+    brackets = [b for b in re.findall(r"\[([^\]]+)\]", name) if not re.fullmatch(r"[0-9a-fA-F]{4}:[0-9a-fA-F]{4}", b)
+                and b.upper() not in ("AMD", "AMD/ATI")]
+    return brackets[-1].strip() if brackets else name.strip() or "unknown"
+
+
+def catalog_match(name: str, kind: Kind):
+    """The catalogue model whose name appears in the device name (so an RTX 6000 Ada gets 48 GiB)."""
+    squashed = re.sub(r"[^a-z0-9]", "", name.lower())
+    best = None
+    for m in CATALOG:
+        if m.kind != kind:
+            continue
+        for alias in (m.name, *m.aliases):
+            a = re.sub(r"[^a-z0-9]", "", alias.lower())
+            if len(a) >= 4 and a in squashed and (best is None or len(a) > best[0]):
+                best = (len(a), m)
+    return best[1] if best else None
+
+
+# ---- tree building -----------------------------------------------------------------------------------
+@dataclass
+class _Ctx:
+    funcs: dict[Key, PciFunction]
+    children: dict[Key | None, list[Key]]
+    nodes: list[dict] = field(default_factory=list)
+    counters: Counter = field(default_factory=Counter)
+    defaulted: list[Link] = field(default_factory=list)  # links built from defaults (kept alive)
+
+    def new_id(self, prefix: str) -> str:
+        n = self.counters[prefix]
+        self.counters[prefix] += 1
+        return f"{prefix}{n}"
+
+
+def resolve_parents(funcs: list[PciFunction], warnings: list[str]) -> dict[Key, PciFunction]:
+    """Index functions and fill `parent` from bridge bus numbers where the source gave no tree."""
+    index: dict[Key, PciFunction] = {}
+    for f in funcs:
+        if f.key in index:
+            index[f.key].merge(f)
+        else:
+            index[f.key] = f
+    by_secondary: dict[tuple[int, int], Key] = {}
+    for f in sorted(index.values(), key=lambda x: x.key):
+        if f.is_bridge and f.secondary is not None:
+            if (f.domain, f.secondary) in by_secondary:
+                warnings.append(f"two bridges claim bus {f.domain:04x}:{f.secondary:02x}; "
+                                f"kept {key_str(by_secondary[(f.domain, f.secondary)])}")
+                continue
+            if f.secondary == f.bus:
+                raise MomentError(f"bridge {f.bdf} leads to its own bus {f.secondary:02x}")
+            by_secondary[(f.domain, f.secondary)] = f.key
+    for f in index.values():
+        if not f.parent_known:
+            f.parent = by_secondary.get((f.domain, f.bus))
+        if f.parent is not None and f.parent not in index:
+            f.parent = None
+    # every chain must end on a root bus
+    for f in index.values():
+        seen, cur = set(), f
+        while cur.parent is not None:
+            if cur.key in seen:
+                raise MomentError(f"PCI bridges form a loop at {cur.bdf}")
+            seen.add(cur.key)
+            cur = index[cur.parent]
+    return index
+
+
+def _gen(gts: float | None) -> int | None:
+    if gts is None:
+        return None
+    try:
+        return bw.pcie_gen_from_gts(gts)
+    except ValueError:
+        return None
+
+
+def _link(ctx: _Ctx, upper: PciFunction | None, lower: PciFunction | None, kind: Kind, bus: str,
+          *, capability_only: bool = False) -> Link:
+    ends = [e for e in (upper, lower) if e is not None]
+    gens = [g for g in (_gen(e.cap_gts) for e in ends) if g]
+    if not gens:
+        gens = [g for g in (_gen(e.sta_gts) for e in ends) if g]
+    widths: list[int] = []
+    if not capability_only and lower is not None and lower.sta_width:
+        widths = [lower.sta_width]
+    if not widths:
+        widths = [w for w in (e.cap_width for e in ends) if w]
+    link = Link(gen=min(gens) if gens else DEFAULT_GEN, width=min(widths) if widths else DEFAULT_WIDTH[kind],
+                label=f"bus {bus}")
+    if not gens or not widths:
+        ctx.defaulted.append(link)
+    return link
+
+
+def _bus_label(f: PciFunction) -> str:
+    return f"{f.domain:04x}:{f.bus:02x}"
+
+
+def _device_node(ctx: _Ctx, kind: Kind, card: list[PciFunction], parent: str, link: Link | None) -> dict:
+    primary = next((f for f in card if classify(f) == kind), card[0])
+    label = primary.display_name()
+    node: dict = {"kind": kind.value, "parent": parent, "pci": primary.bdf, "label": label or None}
+    if primary.numa is not None and primary.numa >= 0:
+        node["numa"] = primary.numa
+    if kind in (Kind.gpu, Kind.ssd, Kind.nic):
+        node["link"] = link
+        cat = catalog_match(label, kind)
+        node["model"] = cat.name if cat else (label or "unknown") if kind == Kind.ssd else model_name(label)
+        if cat and kind == Kind.gpu:
+            node.update(memory_gib=cat.memory_gib, hbm_gbps=cat.hbm_gbps, double_width=cat.double_width)
+        if cat and kind == Kind.ssd:
+            node.update(read_gbps=cat.read_gbps, capacity_gb=cat.capacity_gb)
+    elif kind == Kind.other:
+        node["description"] = primary.class_name or None
+    if len(card) > 1:
+        node["label"] = f"{label} ({len(card)} functions)"
+    return node
+
+
+def _cards(funcs: list[PciFunction]) -> list[list[PciFunction]]:
+    groups: dict[tuple[int, int, int], list[PciFunction]] = {}
+    for f in funcs:
+        groups.setdefault((f.domain, f.bus, f.dev), []).append(f)
+    return [groups[k] for k in sorted(groups)]
+
+
+def _endpoints(ctx: _Ctx, ends: list[PciFunction], parent: str, port: PciFunction | None) -> int:
+    """Attach the cards on one bus; a port holding one placeable card becomes a slot. Returns nodes added."""
+    kept = [(c, card_kind(c)) for c in _cards(ends)]
+    kept = [(c, k) for c, k in kept if k is not None]
+    if port is not None and len(kept) == 1 and kept[0][1] in (Kind.gpu, Kind.ssd, Kind.nic):
+        card, kind = kept[0]
+        slot_id = ctx.new_id("slot")
+        slot_link = _link(ctx, port, None, kind, _bus_label(card[0]), capability_only=True)
+        width = port.cap_width or DEFAULT_WIDTH[kind]
+        ctx.nodes.append({"id": slot_id, "kind": "slot", "parent": parent, "pci": port.bdf, "width": width,
+                          "link": slot_link, "label": f"port {port.bdf}"
+                          + (f", physical slot {port.physical_slot or card[0].physical_slot}"
+                             if (port.physical_slot or card[0].physical_slot) else ""),
+                          **({"designation": f"Slot {card[0].physical_slot or port.physical_slot}"}
+                             if (card[0].physical_slot or port.physical_slot) else {})})
+        ctx.nodes.append(_device_node(ctx, kind, card, slot_id, _link(ctx, port, card[0], kind,
+                                                                     _bus_label(card[0]))))
+        return 2
+    for card, kind in kept:
+        link = _link(ctx, port, card[0], kind, _bus_label(card[0])) if kind in DEFAULT_WIDTH else None
+        ctx.nodes.append(_device_node(ctx, kind, card, parent, link))
+    return len(kept)
+
+
+def _port(ctx: _Ctx, port: PciFunction, parent: str) -> int:
+    kids = [ctx.funcs[k] for k in ctx.children.get(port.key, [])]
+    if not kids:
+        if port.slot_capable is False:
+            return 0
+        ctx.nodes.append({"id": ctx.new_id("slot"), "kind": "slot", "parent": parent, "pci": port.bdf,
+                          "width": port.cap_width or DEFAULT_WIDTH[Kind.slot],
+                          "link": _link(ctx, port, None, Kind.slot,
+                                        f"{port.domain:04x}:{port.secondary or 0:02x}", capability_only=True),
+                          "label": f"empty port {port.bdf}"})
+        return 1
+    added = 0
+    for b in (k for k in kids if k.is_bridge):
+        grand = [ctx.funcs[k] for k in ctx.children.get(b.key, [])]
+        if any(g.is_bridge for g in grand):
+            added += _switch(ctx, port, b, parent)
+        else:
+            added += _port(ctx, b, parent)
+    return added + _endpoints(ctx, [k for k in kids if not k.is_bridge], parent, port)
+
+
+def _switch(ctx: _Ctx, port: PciFunction | None, up: PciFunction, parent: str) -> int:
+    sw_id = ctx.new_id("sw")
+    at = len(ctx.nodes)
+    node = {"id": sw_id, "kind": "switch", "parent": parent, "pci": up.bdf,
+            "link": _link(ctx, port, up, Kind.switch, _bus_label(up)),
+            "label": f"{up.name or 'PCIe switch'} (upstream port {up.bdf})"}
+    ctx.nodes.append(node)
+    kids = [ctx.funcs[k] for k in ctx.children.get(up.key, [])]
+    added = sum(_port(ctx, d, sw_id) for d in kids if d.is_bridge)
+    added += _endpoints(ctx, [k for k in kids if not k.is_bridge], sw_id, None)
+    if added == 0:  # nothing worth showing below: drop the switch again
+        del ctx.nodes[at]
+        ctx.counters["sw"] -= 1
+        return 0
+    return added + 1
+
+
+def _socket_of_roots(roots: list[tuple[int, int]], numa: dict[tuple[int, int], int], sockets: int | None,
+                     warnings: list[str]) -> dict[tuple[int, int], int]:
+    if numa:
+        nodes = sorted(set(numa.values()))
+        even = {r: nodes[i * len(nodes) // len(roots)] for i, r in enumerate(roots)}
+        if len(nodes) > 1 and all(even[r] == n for r, n in numa.items()):
+            return even  # an even split in bus order agrees with every root bus we know
+        out: dict[tuple[int, int], int] = {}
+        for i, r in enumerate(roots):
+            if r in numa:
+                out[r] = numa[r]
+                continue
+            before = [numa[x] for x in roots[:i] if x in numa]
+            after = [numa[x] for x in roots[i + 1:] if x in numa]
+            out[r] = before[-1] if before else after[0]
+        return out
+    if sockets and sockets > 1 and roots:
+        n = min(sockets, len(roots))
+        warnings.append(f"no NUMA information: split {len(roots)} root buses in bus order into {n} sockets")
+        return {r: i * n // len(roots) for i, r in enumerate(roots)}
+    if roots and sockets is None:
+        warnings.append("no NUMA information: all root complexes are put under one socket (cpu0)")
+    return {r: 0 for r in roots}
+
+
+def build_topology(funcs: list[PciFunction], *, name: str, source: str | None = None,
+                   description: str | None = None, sockets: int | None = None,
+                   memory_gib: dict[int, float] | None = None, warnings: list[str] | None = None) -> Topology:
+    """Build the planner's tree from PCI functions by the rules in this module's docstring."""
+    warns: list[str] = [] if warnings is None else warnings
+    index = resolve_parents(funcs, warns)
+    children: dict[Key | None, list[Key]] = {}
+    for k in sorted(index):
+        children.setdefault(index[k].parent, []).append(k)
+    ctx = _Ctx(funcs=index, children=children)
+
+    def root_of(f: PciFunction) -> tuple[int, int]:
+        while f.parent is not None:
+            f = index[f.parent]
+        return (f.domain, f.bus)
+
+    roots = sorted({root_of(f) for f in index.values()})
+    votes: dict[tuple[int, int], Counter] = {}
+    for f in index.values():
+        if f.numa is not None and f.numa >= 0:
+            votes.setdefault(root_of(f), Counter())[f.numa] += 1
+    numa = {r: min(c.items(), key=lambda kv: (-kv[1], kv[0]))[0] for r, c in votes.items()}
+    root_socket = _socket_of_roots(roots, numa, sockets, warns)
+
+    rc_nodes: list[tuple[dict, list[dict]]] = []
+    for dom, bus in roots:
+        on_root = [index[k] for k in children.get(None, []) if index[k].domain == dom and index[k].bus == bus]
+        ctx.nodes = []
+        rc_id = f"rc{len(rc_nodes)}"
+        added = sum(_port(ctx, f, rc_id) for f in on_root if f.is_bridge)
+        added += _endpoints(ctx, [f for f in on_root if not f.is_bridge], rc_id, None)
+        if added:
+            rc = {"id": rc_id, "kind": "root_complex", "label": f"root bus {dom:04x}:{bus:02x}",
+                  "numa": root_socket[(dom, bus)]}
+            rc_nodes.append((rc, ctx.nodes))
+    if not rc_nodes and index:
+        warns.append("no GPU, SSD, NIC or slot found below any root bus")
+
+    numa_ids = sorted({rc["numa"] for rc, _ in rc_nodes} | set(memory_gib or {})) or [0]
+    if sockets and not numa and sockets > len(numa_ids):
+        numa_ids = list(range(sockets))
+    sock_id = {n: f"cpu{i}" for i, n in enumerate(numa_ids)}
+    nodes: list[dict] = []
+    for n in numa_ids:
+        s = {"id": sock_id[n], "kind": "socket", "numa": n}
+        if memory_gib and n in memory_gib:
+            s["memory_gib"] = round(memory_gib[n], 1)
+        nodes.append(s)
+    body: list[dict] = []
+    for rc, sub in rc_nodes:
+        rc["parent"] = sock_id[rc.pop("numa")]
+        nodes.append(rc)
+        body.extend(sub)
+    # devices numbered per kind in bus order
+    for kind in ("gpu", "ssd", "nic", "nvswitch", "other"):
+        mine = sorted((n for n in body if n["kind"] == kind), key=lambda n: n.get("pci") or "")
+        for i, n in enumerate(mine):
+            n["id"] = f"{kind}{i}"
+    nodes.extend(body)
+    guessed = {id(lk) for lk in ctx.defaulted}
+    defaulted = sum(1 for n in body if n.get("link") is not None and id(n["link"]) in guessed)
+    if defaulted:
+        warns.append(f"{defaulted} PCIe links had no speed/width in the input: assumed PCIe "
+                     f"{DEFAULT_GEN}.0, x16 (x4 for NVMe)")
+    links = _socket_links(nodes, index)
+    data = {"name": name, "description": description, "source": source, "nodes": nodes, "links": links}
+    try:
+        return Topology.model_validate(data)
+    except ValidationError as e:  # a bug here, or input too odd to model: say what
+        raise MomentError(f"could not build a topology from the PCI data: {e.errors()[0]['msg']}",
+                          source=source) from None
+
+
+def _socket_links(nodes: list[dict], index: dict[Key, PciFunction]) -> list[dict]:
+    socks = [n["id"] for n in nodes if n["kind"] == "socket"]
+    amd = any(f.vendor() == 0x1022 for f in index.values() if f.parent is None)
+    out = []
+    for i, a in enumerate(socks):
+        for b in socks[i + 1:]:
+            if amd:
+                out.append(PeerLink(a=a, b=b, kind="xgmi", count=4, label="assumed (not in the scan)"))
+            else:
+                out.append(PeerLink(a=a, b=b, kind="upi", count=2, label="assumed (not in the scan)"))
+    return out

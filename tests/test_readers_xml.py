@@ -1,0 +1,359 @@
+"""NCCL and hwloc XML readers against real files: counts, structure, round trip, errors, profiles."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import fixture_file
+
+from moment.errors import MomentError
+from moment.topology.devices import populate
+from moment.topology.model import Kind, Topology
+from moment.topology.profiles import PROFILE_DIR, dump_yaml, load_profile, topology_from_dict
+from moment.topology.readers.hwloc_xml import read_hwloc_xml
+from moment.topology.readers.nccl_xml import read_nccl_xml, write_nccl_xml
+
+# file: (GPUs, NVMe SSDs, NICs, sockets, switches) -- from PROVENANCE.md and reading each file.
+EXPECTED = {
+    "nccl_aws_g5.48xlarge-topo.xml": (0, 0, 0, 2, 9),  # bare <pci busid>: bridges, as NCCL assumes
+    "nccl_aws_p4d.24xlarge-topo.xml": (8, 0, 4, 2, 4),
+    "nccl_aws_p5.48xlarge-topo.xml": (0, 0, 0, 2, 40),  # GPUs and EFAs not tagged in the file
+    "nccl_azure_ncv4-topo.xml": (4, 0, 1, 4, 0),  # the NIC is a <nic> without a PCI device
+    "nccl_azure_ndv2-topo.xml": (8, 0, 1, 2, 0),
+    "nccl_azure_ndv4-topo.xml": (8, 0, 8, 4, 4),
+    "nccl_azure_ndv5-topo.xml": (8, 0, 8, 2, 8),
+    "nccl_oci_bm.gpu.b4.8-topo-flattened.xml": (8, 0, 8, 4, 4),
+    "nccl_oci_bm.gpu.h100.8-topology.xml": (8, 0, 8, 2, 24),  # 8 dual-port CX-7 = 16 nets
+    "nccl_oci_bm.gpu4.8-topo-flattened.xml": (8, 0, 8, 4, 4),
+    "nccl_simai_8xA100-4xCX6_topo.xml": (8, 0, 5, 2, 20),
+    "rccl_topo_8p1h_5.xml": (8, 0, 8, 2, 22),  # 4x MI250X = 8 GCDs
+    "rccl_topo_8p_940.xml": (8, 0, 8, 2, 24),  # MI300X
+    "rccl_topo_8p_pcie.xml": (8, 0, 1, 1, 10),
+    "hwloc_24em64t-2n6c2t-pci.xml": (3, 0, 2, 2, 0),  # 82576 (2 functions) + ConnectX-2 (0c06)
+    "hwloc_32em64t-2n8c+dax+nvme+mic+dimms.xml": (0, 1, 2, 2, 1),  # I350 + ConnectX-3; ASPEED bridge
+    "hwloc_32em64t-2n8c2t-pci-wholeio.xml": (3, 0, 2, 2, 0),  # Radeon (OpenCL only) and Matrox: other
+    "hwloc_nvidiaDGX2.xml": (16, 0, 0, 2, 14),
+    "hwloc_power8gpudistances.xml": (4, 0, 0, 2, 0),
+}
+NCCL_FILES = [f for f in EXPECTED if not f.startswith("hwloc_")]
+HWLOC_FILES = [f for f in EXPECTED if f.startswith("hwloc_")]
+
+
+def read(name: str) -> Topology:
+    path = fixture_file(name)
+    return read_hwloc_xml(path) if name.startswith("hwloc_") else read_nccl_xml(path)
+
+
+def links(topo: Topology, kind: str) -> list:
+    return [lk for lk in topo.links if lk.kind == kind]
+
+
+def uplink_parent(topo: Topology, node_id: str) -> str | None:
+    """Parent with slots skipped: the structure NCCL sees."""
+    p = topo.node(node_id).parent
+    while p is not None and topo.node(p).kind == Kind.slot:
+        p = topo.node(p).parent
+    return p
+
+
+@pytest.mark.parametrize("name", list(EXPECTED))
+def test_counts(name):
+    topo = read(name)
+    gpus, ssds, nics, sockets, switches = EXPECTED[name]
+    assert len(topo.of_kind(Kind.gpu)) == gpus
+    assert len(topo.of_kind(Kind.ssd)) == ssds
+    assert len(topo.of_kind(Kind.nic)) == nics
+    assert len(topo.of_kind(Kind.socket)) == sockets
+    assert len(topo.of_kind(Kind.switch)) == switches
+
+
+@pytest.mark.parametrize("name", list(EXPECTED))
+def test_deterministic_and_bus_ordered(name):
+    a, b = read(name), read(name)
+    assert a.model_dump() == b.model_dump()
+    for kind in (Kind.gpu, Kind.nic, Kind.switch, Kind.ssd):
+        nodes = [n for n in a.of_kind(kind) if n.pci]
+        by_id = sorted(nodes, key=lambda n: int(n.id.removeprefix({"switch": "sw"}.get(kind.value, kind.value))))
+        assert [n.pci for n in by_id] == sorted(n.pci for n in nodes), kind
+
+
+@pytest.mark.parametrize("name", NCCL_FILES)
+def test_nccl_round_trip(name):
+    a = read(name)
+    b = read_nccl_xml(write_nccl_xml(a))
+    for kind in (Kind.gpu, Kind.nic, Kind.switch, Kind.nvswitch, Kind.socket):
+        assert len(a.of_kind(kind)) == len(b.of_kind(kind)), kind
+    for kind in ("nvlink", "xgmi", "upi", "qpi"):
+        assert len(links(a, kind)) == len(links(b, kind)), kind
+    struct = {n.id: (n.pci, uplink_parent(a, n.id)) for n in a.nodes if n.kind not in (Kind.slot,)}
+    assert struct == {n.id: (n.pci, uplink_parent(b, n.id)) for n in b.nodes if n.kind not in (Kind.slot,)}
+
+
+# ---- NCCL specifics ---------------------------------------------------------------------------------
+def test_simai_hgx_a100():
+    topo = read("nccl_simai_8xA100-4xCX6_topo.xml")
+    gpus = topo.of_kind(Kind.gpu)
+    assert [g.pci for g in gpus][:2] == ["0000:13:00.0", "0000:19:00.0"]
+    assert all(g.model == "A100-SXM4-80GB" and g.memory_gib == 80 for g in gpus)
+    # SXM modules sit straight on the switch; NICs are in slots
+    assert all(topo.node(g.parent).kind == Kind.switch for g in gpus)
+    assert all(topo.node(n.parent).kind == Kind.slot for n in topo.of_kind(Kind.nic))
+    nic0 = topo.node("nic0")
+    assert nic0.pci == "0000:06:00.0" and uplink_parent(topo, "nic0") == "rc0"
+    nvsw = topo.of_kind(Kind.nvswitch)
+    assert sorted(n.pci for n in nvsw) == [f"0000:c{i}:00.0" for i in range(6)]
+    assert all(n.parent == "cpu0" and n.link is None for n in nvsw)
+    nv = links(topo, "nvlink")
+    assert len(nv) == 48 and all(lk.count == 2 and lk.gen == 3 for lk in nv)
+    (upi,) = links(topo, "upi")
+    assert (upi.count, upi.gts) == (3, 11.2) and "assumed" in upi.label
+    assert all(n.link.gen == 4 and n.link.width == 16 for n in topo.of_kind(Kind.switch))
+
+
+def test_link_speed_strings():
+    assert read("nccl_azure_ndv5-topo.xml").node("gpu0").link.gen == 5  # "32.0 GT/s PCIe"
+    assert read("nccl_aws_p4d.24xlarge-topo.xml").node("gpu0").link.gen == 3  # "8 GT/s"
+    p5 = read("nccl_aws_p5.48xlarge-topo.xml")  # "32 GT/s PCIe/s" on children only
+    assert p5.node("sw0").link.gen == 5 and "devices below" in p5.node("sw0").link.label
+    oci = read("nccl_oci_bm.gpu.h100.8-topology.xml")
+    assert oci.node("sw0").link.gen == 2  # upstream "5.0 GT/s PCIe" as the file says
+    ncv4 = read("nccl_azure_ncv4-topo.xml")  # link_speed="" link_width="0"
+    link = ncv4.node("gpu0").link
+    assert (link.gen, link.width) == (4, 16) and "assumed" in link.label
+    assert topology_from_dict(ncv4.model_dump(mode="json"), "x")
+
+
+def test_ncv4_self_nvlink_ignored_and_bare_nic():
+    topo = read("nccl_azure_ncv4-topo.xml")
+    assert links(topo, "nvlink") == []
+    assert "own GPU" in topo.description
+    assert all(topo.node(g.parent).kind == Kind.slot for g in topo.of_kind(Kind.gpu))
+    nic = topo.node("nic0")
+    assert nic.pci is None and nic.link.kind == "internal" and nic.link.bandwidth_gbps == pytest.approx(12.5)
+
+
+def test_amd_sockets_and_xgmi():
+    ndv4 = read("nccl_azure_ndv4-topo.xml")  # 4 NUMA domains: full xGMI mesh
+    assert len(links(ndv4, "xgmi")) == 6
+    mi300 = read("rccl_topo_8p_940.xml")
+    x = links(mi300, "xgmi")
+    assert len(x) == 28 and all(lk.a.startswith("gpu") and lk.b.startswith("gpu") for lk in x)
+    assert all(g.model == "MI300X" and topo_parent_kind(mi300, g.id) == Kind.switch for g in mi300.of_kind(Kind.gpu))
+    mi250 = read("rccl_topo_8p1h_5.xml")
+    counts = sorted({lk.count for lk in links(mi250, "xgmi")})
+    assert counts == [1, 2, 4]
+    b4 = read("nccl_oci_bm.gpu.b4.8-topo-flattened.xml")
+    assert [s.numa for s in b4.of_kind(Kind.socket)] == [1, 3, 5, 7]
+    assert "Milan" in b4.node("cpu0").model
+    assert "Rome" in read("nccl_oci_bm.gpu4.8-topo-flattened.xml").node("cpu0").model  # familyid 143
+
+
+def topo_parent_kind(topo: Topology, node_id: str) -> Kind:
+    return topo.node(topo.node(node_id).parent).kind
+
+
+def test_pcie_gpus_in_slots():
+    topo = read("rccl_topo_8p_pcie.xml")
+    slots = [topo.node(g.parent) for g in topo.of_kind(Kind.gpu)]
+    assert all(s.kind == Kind.slot and s.width == 16 and s.link.gen == 4 for s in slots)
+    assert topo.node("sw0").link.gen == 3
+    assert links(topo, "upi") == []  # one socket
+
+
+def test_vga_without_gpu_child_is_other():
+    xml = """<system version="1"><cpu numaid="0" vendor="GenuineIntel" familyid="6" modelid="85">
+      <pci busid="0000:03:00.0" class="0x030000" vendor="0x102b" device="0x0532" link_speed="2.5 GT/s" link_width="1"/>
+      <pci busid="0000:04:00.0" class="0x030000" vendor="0x10de" device="0x2684" link_speed="16 GT/s" link_width="16">
+        <gpu dev="0" sm="89" rank="0" gdr="1"/></pci>
+      <pci busid="0000:05:00.0" class="0x010802" link_speed="16 GT/s" link_width="4"/>
+    </cpu></system>"""
+    topo = read_nccl_xml(xml)
+    assert [n.pci for n in topo.of_kind(Kind.other)] == ["0000:03:00.0"]
+    assert [n.pci for n in topo.of_kind(Kind.gpu)] == ["0000:04:00.0"]
+    ssd = topo.of_kind(Kind.ssd)[0]
+    assert topo.node(ssd.parent).width == 4 and topo.name == "nccl-topology"
+
+
+def test_write_plan_machine_with_placeholders():
+    base = load_profile("paper-machine-b")
+    topo = populate(base, {"sw0-x16a": "A100-PCIe-40GB", "sw1-x16a": "A100-PCIe-40GB", "rc0-bay0": "P5510"})
+    xml = write_nccl_xml(topo)
+    assert "placeholder bus ids" in xml and "fffe:" in xml
+    back = read_nccl_xml(xml)
+    assert len(back.of_kind(Kind.gpu)) == 2 and len(back.of_kind(Kind.switch)) == 2
+    assert back.of_kind(Kind.ssd) == []  # NCCL is not told about SSDs
+    assert uplink_parent(back, "gpu1") == "sw1"
+
+
+# ---- hwloc specifics --------------------------------------------------------------------------------
+def test_dgx2():
+    topo = read("hwloc_nvidiaDGX2.xml")
+    nvsw = topo.of_kind(Kind.nvswitch)
+    assert len(nvsw) == 12 and all(topo_parent_kind(topo, n.id) == Kind.switch for n in nvsw)
+    assert any(n.pci == "0000:66:00.0" for n in nvsw)  # pci_type 0000 but subtype NVSwitch
+    assert "Gen1 x4 or" in nvsw[0].link.label or "or Gen1 x4" in nvsw[0].link.label
+    nv = links(topo, "nvlink")
+    assert len(nv) == 96 and all(lk.bandwidth_gbps == 25 and lk.count == 1 and lk.gen == 2 for lk in nv)
+    per_gpu = {g.id: sum(1 for lk in nv if g.id in (lk.a, lk.b)) for g in topo.of_kind(Kind.gpu)}
+    assert set(per_gpu.values()) == {6}
+    g0 = topo.node("gpu0")
+    assert (g0.link.gen, g0.link.width) == (3, 16) and g0.model.startswith("Tesla V100-SXM3")
+    assert topo.node("cpu0").memory_gib == pytest.approx(754.6, abs=0.1)
+
+
+def test_power8_nvlink_to_cpu():
+    topo = read("hwloc_power8gpudistances.xml")
+    nv = links(topo, "nvlink")
+    pairs = sorted((lk.a, lk.b) for lk in nv)
+    assert pairs == [("cpu0", "gpu0"), ("cpu0", "gpu1"), ("cpu1", "gpu2"), ("cpu1", "gpu3"),
+                     ("gpu0", "gpu1"), ("gpu2", "gpu3")]
+    assert all(lk.count == 2 and lk.gen == 1 and lk.bandwidth_gbps == 40 for lk in nv)
+    assert len(topo.of_kind(Kind.root_complex)) == 4
+
+
+def test_hwloc_classification():
+    es1000 = read("hwloc_24em64t-2n6c2t-pci.xml")
+    assert "0000:01:03.0" in [n.pci for n in es1000.of_kind(Kind.other)]  # ATI ES1000 VGA
+    assert es1000.node("gpu0").link.width == 16
+    whole = read("hwloc_32em64t-2n8c2t-pci-wholeio.xml")
+    others = {n.pci for n in whole.of_kind(Kind.other)}
+    assert {"0000:05:03.0", "0000:84:00.1"} <= others  # Matrox, OpenCL-only Radeon
+    nvme = read("hwloc_32em64t-2n8c+dax+nvme+mic+dimms.xml")
+    (ssd,) = nvme.of_kind(Kind.ssd)
+    assert ssd.pci == "0000:00:02.0" and topo_parent_kind(nvme, ssd.id) == Kind.slot
+    i350 = next(n for n in nvme.of_kind(Kind.nic) if n.pci == "0000:02:00.0")
+    assert "function .3 merged" in i350.label
+    assert "0000:83:00.0" in [n.pci for n in nvme.of_kind(Kind.other)]  # Xeon Phi
+    assert "chipset PCI functions were left out" in nvme.description
+    (qpi,) = links(nvme, "qpi")
+    assert qpi.gts == 8.0  # E5-2680: Sandy Bridge-EP
+
+
+HWLOC_V1 = """<?xml version="1.0" encoding="UTF-8"?>
+<!DOCTYPE topology SYSTEM "hwloc.dtd">
+<topology>
+  <object type="Machine" os_index="0">
+    <object type="NUMANode" os_index="0" local_memory="68719476736">
+      <object type="Socket" os_index="0"><info name="CPUModel" value="Intel(R) Xeon(R) CPU E5-2680 v4"/>
+        <object type="Core" os_index="0"><object type="PU" os_index="0"/></object>
+      </object>
+      <object type="Bridge" os_index="0" bridge_type="0-1" depth="0" bridge_pci="0000:[00-08]">
+        <object type="Bridge" os_index="16" bridge_type="1-1" depth="1" bridge_pci="0000:[02-08]"
+                pci_busid="0000:00:02.0" pci_type="0604 [8086:6f04] [0000:0000] 01" pci_link_speed="15.753846">
+          <object type="Bridge" os_index="48" bridge_type="1-1" depth="2" bridge_pci="0000:[03-08]"
+                  pci_busid="0000:02:00.0" pci_type="0604 [10b5:8747] [0000:0000] ca" pci_link_speed="15.753846">
+            <object type="Bridge" os_index="64" bridge_type="1-1" depth="3" bridge_pci="0000:[04-04]"
+                    pci_busid="0000:03:08.0" pci_type="0604 [10b5:8747] [0000:0000] ca" pci_link_speed="15.753846">
+              <object type="PCIDev" os_index="80" pci_busid="0000:04:00.0" pci_type="0302 [10de:1db4] [10de:1214] a1"
+                      pci_link_speed="15.753846">
+                <object type="OSDev" name="cuda0" osdev_type="5"/>
+              </object>
+            </object>
+            <object type="Bridge" os_index="65" bridge_type="1-1" depth="3" bridge_pci="0000:[05-05]"
+                    pci_busid="0000:03:10.0" pci_type="0604 [10b5:8747] [0000:0000] ca" pci_link_speed="3.938462">
+              <object type="PCIDev" os_index="96" pci_busid="0000:05:00.0" pci_type="0108 [144d:a808] [144d:a801] 00"
+                      pci_link_speed="3.938462"><object type="OSDev" name="nvme0n1" osdev_type="0"/></object>
+            </object>
+          </object>
+        </object>
+      </object>
+    </object>
+  </object>
+</topology>
+"""
+
+
+def test_hwloc_v1_format():
+    topo = read_hwloc_xml(HWLOC_V1, name="v1")
+    assert topo.counts() == {"socket": 1, "root_complex": 1, "switch": 1, "slot": 2, "gpu": 1, "ssd": 1}
+    assert topo.node("cpu0").memory_gib == 64 and "v1" in topo.description
+    ssd_slot = topo.node(topo.node("ssd0").parent)
+    assert ssd_slot.parent == "sw0" and ssd_slot.width == 4 and ssd_slot.label == "port 0000:03:10.0"
+    assert (topo.node("sw0").link.gen, topo.node("sw0").link.width) == (3, 16)
+    assert topo.node("sw0").model == "PLX PEX8747"
+
+
+# ---- errors -----------------------------------------------------------------------------------------
+SIMAI = "nccl_simai_8xA100-4xCX6_topo.xml"
+
+
+@pytest.mark.parametrize(("mutate", "needle"), [
+    (lambda t: t[: len(t) // 2], "not well-formed XML at line"),
+    (lambda t: "hello, not xml", "file not found"),  # a str without '<' is a path
+    (lambda t: "<<<>>>", "not well-formed"),
+    (lambda t: t.replace("<system", "<sistema").replace("</system>", "</sistema>"), "root element is <sistema>"),
+    (lambda t: t.replace('class="0x030200"', 'class="0xZZ"', 1), "line 11: <pci>: class='0xZZ'"),
+    (lambda t: t.replace('link_speed="16 GT/s"', 'link_speed="fast"', 1), "link_speed 'fast'"),
+    (lambda t: t.replace('link_speed="16 GT/s"', 'link_speed="12 GT/s"', 1), "not a PCIe lane rate"),
+    (lambda t: t.replace('link_width="16"', 'link_width="x16"', 1), "link_width='x16'"),
+    (lambda t: t.replace('numaid="1"', 'numaid="0"'), "numaid 0 is used by two"),
+    (lambda t: t.replace('numaid="1" ', ""), "missing attribute 'numaid'"),
+    (lambda t: t.replace('busid="0000:13:00.0"', 'busid="13:00"'), "not a PCI bus id"),
+    (lambda t: t.replace('tclass="0x068000"', 'tclass="0x030200"', 1), "expected a GPU"),
+    (lambda t: t.replace('count="2"', 'count="0"', 1), "out of range"),
+    (lambda t: '<system version="1"></system>', "no <cpu> element"),
+])
+def test_nccl_malformed(mutate, needle):
+    text = fixture_file(SIMAI).read_text()
+    with pytest.raises(MomentError, match=None) as exc:
+        read_nccl_xml(mutate(text))
+    assert needle in str(exc.value)
+
+
+def test_errors_name_the_file(tmp_path: Path):
+    bad = tmp_path / "broken.xml"
+    bad.write_text(fixture_file(SIMAI).read_text()[:500])
+    with pytest.raises(MomentError, match=r"broken\.xml: not well-formed XML at line \d+"):
+        read_nccl_xml(bad)
+    with pytest.raises(MomentError, match="is a directory"):
+        read_hwloc_xml(tmp_path)
+    with pytest.raises(MomentError, match="root element is <system>.*not a hwloc XML"):
+        read_hwloc_xml(fixture_file(SIMAI))
+    with pytest.raises(MomentError, match="cannot decode|not well-formed"):
+        read_nccl_xml(b"\xff\xfe<\x00s\x00")
+
+
+DGX2 = "hwloc_nvidiaDGX2.xml"
+
+
+@pytest.mark.parametrize(("mutate", "needle"), [
+    (lambda t: t.replace('pci_type="0302 [10de:1db8]', 'pci_type="zz', 1), "is not 'CCSS [vvvv:dddd]"),
+    (lambda t: t.replace("OSDev:802 ", "OSDev:99999 ", 1), "names no object"),
+    (lambda t: t.replace('nbobjs="28"', 'nbobjs="27"'), "nbobjs=27 needs"),
+    (lambda t: t.replace('version="3.0"', 'version="three"'), "not an hwloc XML version"),
+    (lambda t: t.replace("OSDev:802 ", "Package:3 OSDev:802 ", 1).replace('nbobjs="28"', 'nbobjs="29"'),
+     "nbobjs=29 needs"),
+])
+def test_hwloc_malformed(mutate, needle):
+    text = fixture_file(DGX2).read_text()
+    with pytest.raises(MomentError) as exc:
+        read_hwloc_xml(mutate(text))
+    assert needle in str(exc.value)
+
+
+# ---- built-in profiles ------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["hgx-a100-8gpu", "dgx2"])
+def test_builtin_profile_round_trip(name, tmp_path):
+    topo = load_profile(name)
+    again = tmp_path / f"{name}.yaml"
+    again.write_text(dump_yaml(topo, header="copy"))
+    assert load_profile(str(again)) == topo
+    bays = [s for s in topo.empty_slots() if s.accepts == [Kind.ssd] and s.width == 4]
+    assert len(bays) == 8
+    assert all(topo_parent_kind(topo, g.id) != Kind.slot for g in topo.of_kind(Kind.gpu))
+    assert "commit" in (PROFILE_DIR / f"{name}.yaml").read_text().split("\nname:")[0]
+
+
+def test_hgx_profile_contents():
+    topo = load_profile("hgx-a100-8gpu")
+    assert len(topo.of_kind(Kind.gpu)) == 8 and len(topo.of_kind(Kind.nvswitch)) == 6
+    assert sorted({s.parent for s in topo.empty_slots()}) == ["sw0", "sw10", "sw15", "sw5"]
+    assert len(topo.layouts["bays-spread"].ssd) == 8
+
+
+@pytest.mark.parametrize("name", ["hgx-a100-8gpu", "dgx2"])
+def test_builtin_profile_matches_its_source(name, fixtures_dir):
+    from moment.topology.builtin_profiles import build
+
+    assert build(name, fixtures_dir) == load_profile(name)
