@@ -1,0 +1,654 @@
+/*
+ * moment.io._native: batched positional reads for the per-rank I/O stack.
+ *
+ * Why a CPython extension (not ctypes): a whole batch crosses the boundary once as buffers
+ * (numpy arrays), the GIL is released while waiting, and setuptools builds it as an optional
+ * extension with no extra loader code.
+ *
+ * One Engine = one submission queue (FIFO of batches) + one completion queue (FIFO of finished
+ * batches).  Two kinds share that front end:
+ *   - "io_uring": one I/O thread owns a ring of `qd` entries, keeps it full from the pending
+ *     batches, reaps CQEs; Python submitters wake it through an eventfd polled in the ring.
+ *   - "pthreads": `threads` workers each pull one request at a time and pread() it.
+ * Unaligned requests are read, rounded outward to `align`, into per-slot bounce buffers and the
+ * wanted bytes copied to the destination; aligned requests into aligned memory are read in place.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifdef MOMENT_HAVE_LIBURING
+#include <liburing.h>
+#include <sys/eventfd.h>
+#include <poll.h>
+#endif
+
+#define KIND_PTHREADS 0
+#define KIND_URING 1
+#define MAX_QD 4096
+#define MAX_CHUNK ((int64_t)1 << 30) /* one kernel read at most; longer requests continue */
+#define WAKE_TAG UINT64_MAX
+
+typedef struct {
+    int fd;
+    int64_t off, len; /* what the caller wants */
+    char *dst;
+    int64_t aoff, alen; /* what is read from the file (rounded outward) */
+    int inplace;        /* read straight into dst */
+} req_t;
+
+typedef struct batch {
+    int64_t id;
+    req_t *reqs;
+    int64_t n, next, remaining;
+    int64_t bytes_read;
+    int64_t err_index; /* -1: no error; else index into the caller's arrays */
+    int err_code;      /* errno; 0 with err_index >= 0 means a short read */
+    int64_t err_got;   /* bytes obtained before the short read */
+    int64_t *orig_index;
+    int64_t align;
+    int done;
+    Py_buffer view;
+    struct batch *next_pending, *next_done, *next_live;
+} batch_t;
+
+typedef struct {
+    req_t *r;
+    batch_t *b;
+    int64_t idx;
+    char *bounce;
+    size_t cap;
+    int64_t got;
+} slot_t;
+
+typedef struct {
+    PyObject_HEAD int kind;
+    int qd, nthreads, started, stopping;
+    pthread_mutex_t mu;
+    pthread_cond_t work_cv, done_cv;
+    batch_t *pend_head, *pend_tail, *done_head, *done_tail, *live;
+    int64_t next_id;
+    pthread_t *threads;
+#ifdef MOMENT_HAVE_LIBURING
+    struct io_uring ring;
+    int ring_ok, efd;
+    slot_t *slots;
+    int *free_slots, nfree;
+#endif
+} Engine;
+
+/* ---------- shared helpers (engine lock held unless noted) ---------- */
+
+static int ensure_bounce(char **buf, size_t *cap, size_t need) {
+    if (*cap >= need) return 0;
+    void *p = NULL;
+    size_t sz = need < 65536 ? 65536 : need;
+    if (posix_memalign(&p, 4096, sz) != 0) return ENOMEM;
+    free(*buf);
+    *buf = p;
+    *cap = sz;
+    return 0;
+}
+
+static void push_done(Engine *e, batch_t *b) {
+    b->done = 1;
+    b->next_done = NULL;
+    if (e->done_tail) e->done_tail->next_done = b; else e->done_head = b;
+    e->done_tail = b;
+    pthread_cond_broadcast(&e->done_cv);
+}
+
+static void finish_req(Engine *e, batch_t *b, int64_t idx, int64_t got, int err, int short_read) {
+    b->bytes_read += got;
+    if ((err || short_read) && b->err_index < 0) {
+        b->err_index = b->orig_index[idx];
+        b->err_code = err;
+        b->err_got = got;
+    }
+    if (--b->remaining == 0) push_done(e, b);
+}
+
+/* Next request to issue, or NULL.  Batches that already failed drop their unissued requests. */
+static req_t *take_req(Engine *e, batch_t **bp, int64_t *idxp) {
+    while (e->pend_head) {
+        batch_t *b = e->pend_head;
+        if (b->err_index >= 0 || e->stopping) {
+            int64_t left = b->n - b->next;
+            if (b->err_index < 0) { b->err_index = b->orig_index[b->next]; b->err_code = ECANCELED; }
+            b->next = b->n;
+            b->remaining -= left;
+            e->pend_head = b->next_pending;
+            if (!e->pend_head) e->pend_tail = NULL;
+            if (b->remaining == 0) push_done(e, b);
+            continue;
+        }
+        int64_t i = b->next++;
+        if (b->next == b->n) {
+            e->pend_head = b->next_pending;
+            if (!e->pend_head) e->pend_tail = NULL;
+        }
+        *bp = b;
+        *idxp = i;
+        return &b->reqs[i];
+    }
+    return NULL;
+}
+
+/* After `got` bytes of r: 1 = finished, 0 = read more, -1 = short read (EOF before the wanted end). */
+static int progress(const req_t *r, int64_t got, int64_t res, int64_t align) {
+    int64_t need = r->off + r->len - r->aoff;
+    if (got >= need) return 1;
+    if (res == 0 || (got % align) != 0) return -1;
+    return 0;
+}
+
+static void deliver(const req_t *r, const char *bounce) {
+    if (!r->inplace) memcpy(r->dst, bounce + (r->off - r->aoff), (size_t)r->len);
+}
+
+/* ---------- pthreads backend ---------- */
+
+static void *worker_main(void *arg) {
+    Engine *e = (Engine *)arg;
+    char *bounce = NULL;
+    size_t cap = 0;
+    pthread_mutex_lock(&e->mu);
+    for (;;) {
+        batch_t *b;
+        int64_t idx;
+        req_t *r = take_req(e, &b, &idx);
+        if (!r) {
+            if (e->stopping) break;
+            pthread_cond_wait(&e->work_cv, &e->mu);
+            continue;
+        }
+        pthread_mutex_unlock(&e->mu);
+        int err = 0, st = 0;
+        int64_t got = 0;
+        char *base = r->dst;
+        if (!r->inplace) {
+            err = ensure_bounce(&bounce, &cap, (size_t)r->alen);
+            base = bounce;
+        }
+        while (!err) {
+            int64_t want = r->alen - got;
+            if (want > MAX_CHUNK) want = MAX_CHUNK;
+            ssize_t res = pread(r->fd, base + got, (size_t)want, r->aoff + got);
+            if (res < 0) {
+                if (errno == EINTR || errno == EAGAIN) continue;
+                err = errno;
+                break;
+            }
+            got += res;
+            st = progress(r, got, res, b->align);
+            if (st != 0) break;
+        }
+        if (!err && st == 1) deliver(r, bounce);
+        pthread_mutex_lock(&e->mu);
+        finish_req(e, b, idx, got, err, !err && st < 0);
+    }
+    pthread_mutex_unlock(&e->mu);
+    free(bounce);
+    return NULL;
+}
+
+/* ---------- io_uring backend ---------- */
+
+#ifdef MOMENT_HAVE_LIBURING
+static struct io_uring_sqe *get_sqe(struct io_uring *ring) {
+    struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+    while (!sqe) {
+        io_uring_submit(ring);
+        sqe = io_uring_get_sqe(ring);
+    }
+    return sqe;
+}
+
+static void arm_wake(Engine *e) {
+    struct io_uring_sqe *sqe = get_sqe(&e->ring);
+    io_uring_prep_poll_add(sqe, e->efd, POLLIN);
+    sqe->user_data = WAKE_TAG;
+}
+
+static void issue_slot(Engine *e, int s) {
+    slot_t *sl = &e->slots[s];
+    req_t *r = sl->r;
+    int64_t want = r->alen - sl->got;
+    if (want > MAX_CHUNK) want = MAX_CHUNK;
+    char *base = r->inplace ? r->dst : sl->bounce;
+    struct io_uring_sqe *sqe = get_sqe(&e->ring);
+    io_uring_prep_read(sqe, r->fd, base + sl->got, (unsigned)want, (uint64_t)(r->aoff + sl->got));
+    sqe->user_data = (uint64_t)s;
+}
+
+static void *uring_main(void *arg) {
+    Engine *e = (Engine *)arg;
+    int inflight = 0;
+    arm_wake(e);
+    for (;;) {
+        pthread_mutex_lock(&e->mu);
+        if (e->stopping && inflight == 0 && !e->pend_head) { pthread_mutex_unlock(&e->mu); break; }
+        while (e->nfree > 0) {
+            batch_t *b;
+            int64_t idx;
+            req_t *r = take_req(e, &b, &idx);
+            if (!r) break;
+            int s = e->free_slots[--e->nfree];
+            slot_t *sl = &e->slots[s];
+            sl->r = r; sl->b = b; sl->idx = idx; sl->got = 0;
+            if (!r->inplace && ensure_bounce(&sl->bounce, &sl->cap, (size_t)r->alen) != 0) {
+                e->free_slots[e->nfree++] = s;
+                finish_req(e, b, idx, 0, ENOMEM, 0);
+                continue;
+            }
+            issue_slot(e, s);
+            inflight++;
+        }
+        int stop_now = e->stopping && inflight == 0 && !e->pend_head;
+        pthread_mutex_unlock(&e->mu);
+        if (stop_now) break;
+        int ret = io_uring_submit_and_wait(&e->ring, 1);
+        if (ret < 0 && ret != -EINTR && ret != -EAGAIN && ret != -EBUSY && ret != -ETIME) {
+            /* The ring is unusable: fail what is in flight and queued, then stop. */
+            pthread_mutex_lock(&e->mu);
+            for (int s = 0; s < e->qd; s++) {
+                int used = 1;
+                for (int k = 0; k < e->nfree; k++) if (e->free_slots[k] == s) { used = 0; break; }
+                if (used) finish_req(e, e->slots[s].b, e->slots[s].idx, 0, -ret, 0);
+            }
+            e->stopping = 1;
+            batch_t *b; int64_t idx;
+            while (take_req(e, &b, &idx)) {}
+            pthread_mutex_unlock(&e->mu);
+            break;
+        }
+        struct io_uring_cqe *cqe;
+        unsigned head, seen = 0;
+        int rearm = 0;
+        pthread_mutex_lock(&e->mu);
+        io_uring_for_each_cqe(&e->ring, head, cqe) {
+            seen++;
+            if (cqe->user_data == WAKE_TAG) {
+                eventfd_t v;
+                (void)eventfd_read(e->efd, &v);
+                rearm = 1;
+                continue;
+            }
+            int s = (int)cqe->user_data;
+            slot_t *sl = &e->slots[s];
+            int res = cqe->res;
+            if (res == -EAGAIN || res == -EINTR) { issue_slot(e, s); continue; }
+            int err = res < 0 ? -res : 0, st = 0;
+            if (!err) {
+                sl->got += res;
+                st = progress(sl->r, sl->got, res, sl->b->align);
+                if (st == 0) { issue_slot(e, s); continue; }
+                if (st == 1) deliver(sl->r, sl->bounce);
+            }
+            finish_req(e, sl->b, sl->idx, sl->got, err, !err && st < 0);
+            e->free_slots[e->nfree++] = s;
+            inflight--;
+        }
+        io_uring_cq_advance(&e->ring, seen);
+        pthread_mutex_unlock(&e->mu);
+        if (rearm) arm_wake(e);
+    }
+    return NULL;
+}
+
+static int uring_setup(Engine *e) {
+    int ret = io_uring_queue_init((unsigned)e->qd + 2, &e->ring, 0);
+    if (ret < 0) return -ret;
+    struct io_uring_probe *p = io_uring_get_probe_ring(&e->ring);
+    int ok = p && io_uring_opcode_supported(p, IORING_OP_READ) && io_uring_opcode_supported(p, IORING_OP_POLL_ADD);
+    if (p) io_uring_free_probe(p);
+    if (!ok) { io_uring_queue_exit(&e->ring); return ENOTSUP; }
+    e->efd = eventfd(0, EFD_CLOEXEC);
+    if (e->efd < 0) { int er = errno; io_uring_queue_exit(&e->ring); return er; }
+    e->ring_ok = 1;
+    e->slots = calloc((size_t)e->qd, sizeof(slot_t));
+    e->free_slots = calloc((size_t)e->qd, sizeof(int));
+    if (!e->slots || !e->free_slots) return ENOMEM;
+    for (int i = 0; i < e->qd; i++) e->free_slots[i] = e->qd - 1 - i;
+    e->nfree = e->qd;
+    return 0;
+}
+#endif
+
+/* ---------- Python type ---------- */
+
+static void free_batch(batch_t *b) {
+    if (b->view.obj) PyBuffer_Release(&b->view);
+    free(b->reqs);
+    free(b->orig_index);
+    free(b);
+}
+
+static void wake(Engine *e) {
+#ifdef MOMENT_HAVE_LIBURING
+    if (e->kind == KIND_URING) { (void)eventfd_write(e->efd, 1); return; }
+#endif
+    pthread_cond_broadcast(&e->work_cv);
+}
+
+static void engine_stop(Engine *e) {
+    if (!e->started) return;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&e->mu);
+    e->stopping = 1;
+    pthread_mutex_unlock(&e->mu);
+    wake(e);
+    for (int i = 0; i < e->nthreads; i++) pthread_join(e->threads[i], NULL);
+    Py_END_ALLOW_THREADS
+    e->started = 0;
+}
+
+static void Engine_dealloc(Engine *e) {
+    engine_stop(e);
+    batch_t *b = e->live;
+    while (b) { batch_t *nx = b->next_live; free_batch(b); b = nx; }
+    free(e->threads);
+#ifdef MOMENT_HAVE_LIBURING
+    if (e->ring_ok) { io_uring_queue_exit(&e->ring); close(e->efd); }
+    if (e->slots) for (int i = 0; i < e->qd; i++) free(e->slots[i].bounce);
+    free(e->slots);
+    free(e->free_slots);
+#endif
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->work_cv);
+    pthread_cond_destroy(&e->done_cv);
+    Py_TYPE(e)->tp_free((PyObject *)e);
+}
+
+static int Engine_init(Engine *e, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"kind", "queue_depth", "threads", NULL};
+    const char *kind;
+    int qd = 32, nthreads = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|ii", kwlist, &kind, &qd, &nthreads)) return -1;
+    if (qd < 1 || qd > MAX_QD) { PyErr_Format(PyExc_ValueError, "queue_depth must be 1..%d", MAX_QD); return -1; }
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->work_cv, NULL);
+    pthread_cond_init(&e->done_cv, NULL);
+    e->qd = qd;
+    e->next_id = 1;
+    if (strcmp(kind, "pthreads") == 0) {
+        e->kind = KIND_PTHREADS;
+        e->nthreads = nthreads > 0 ? nthreads : qd;
+    } else if (strcmp(kind, "io_uring") == 0) {
+#ifdef MOMENT_HAVE_LIBURING
+        e->kind = KIND_URING;
+        e->nthreads = 1;
+        int err = uring_setup(e);
+        if (err) { errno = err; PyErr_SetFromErrno(PyExc_OSError); return -1; }
+#else
+        PyErr_SetString(PyExc_OSError, "built without liburing");
+        return -1;
+#endif
+    } else {
+        PyErr_Format(PyExc_ValueError, "unknown engine kind %s", kind);
+        return -1;
+    }
+    e->threads = calloc((size_t)e->nthreads, sizeof(pthread_t));
+    if (!e->threads) { PyErr_NoMemory(); return -1; }
+    for (int i = 0; i < e->nthreads; i++) {
+        void *(*fn)(void *) = worker_main;
+#ifdef MOMENT_HAVE_LIBURING
+        if (e->kind == KIND_URING) fn = uring_main;
+#endif
+        int rc = pthread_create(&e->threads[i], NULL, fn, e);
+        if (rc) {
+            e->nthreads = i;
+            e->started = 1;
+            engine_stop(e);
+            errno = rc;
+            PyErr_SetFromErrno(PyExc_OSError);
+            return -1;
+        }
+    }
+    e->started = 1;
+    return 0;
+}
+
+static int get_array(PyObject *o, Py_buffer *v, Py_ssize_t itemsize, const char *name) {
+    if (PyObject_GetBuffer(o, v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
+    if (v->itemsize != itemsize || v->ndim != 1) {
+        PyErr_Format(PyExc_TypeError, "%s must be a 1-d array of %zd-byte integers", name, itemsize);
+        PyBuffer_Release(v);
+        return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(submit_doc, "submit(fds, offsets, lengths, dest_offsets, dest, align) -> batch id\n"
+             "int32 fds, int64 offsets/lengths/dest_offsets; dest: writable contiguous buffer.");
+
+static PyObject *Engine_submit(Engine *e, PyObject *args) {
+    PyObject *ofd, *ooff, *olen, *odoff, *odest;
+    long long align;
+    if (!PyArg_ParseTuple(args, "OOOOOL", &ofd, &ooff, &olen, &odoff, &odest, &align)) return NULL;
+    if (align < 1 || (align & (align - 1))) return PyErr_Format(PyExc_ValueError, "align must be a power of two");
+    if (!e->started || e->stopping) return PyErr_Format(PyExc_RuntimeError, "engine is closed");
+    Py_buffer vfd, voff, vlen, vdoff;
+    if (get_array(ofd, &vfd, 4, "fds") < 0) return NULL;
+    if (get_array(ooff, &voff, 8, "offsets") < 0) { PyBuffer_Release(&vfd); return NULL; }
+    if (get_array(olen, &vlen, 8, "lengths") < 0) { PyBuffer_Release(&vfd); PyBuffer_Release(&voff); return NULL; }
+    if (get_array(odoff, &vdoff, 8, "dest_offsets") < 0) {
+        PyBuffer_Release(&vfd); PyBuffer_Release(&voff); PyBuffer_Release(&vlen); return NULL;
+    }
+    PyObject *result = NULL;
+    batch_t *b = calloc(1, sizeof(batch_t));
+    Py_ssize_t n = vfd.shape[0];
+    if (!b) { PyErr_NoMemory(); goto out; }
+    if (voff.shape[0] != n || vlen.shape[0] != n || vdoff.shape[0] != n) {
+        PyErr_SetString(PyExc_ValueError, "request arrays differ in length");
+        goto fail;
+    }
+    if (PyObject_GetBuffer(odest, &b->view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) goto fail;
+    b->reqs = malloc(sizeof(req_t) * (size_t)(n ? n : 1));
+    b->orig_index = malloc(sizeof(int64_t) * (size_t)(n ? n : 1));
+    if (!b->reqs || !b->orig_index) { PyErr_NoMemory(); goto fail; }
+    const int32_t *fd = vfd.buf;
+    const int64_t *off = voff.buf, *len = vlen.buf, *doff = vdoff.buf;
+    char *dest = b->view.buf;
+    int64_t dlen = b->view.len, m = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (off[i] < 0 || len[i] < 0 || doff[i] < 0 || doff[i] > dlen - len[i]) {
+            PyErr_Format(PyExc_ValueError, "request %zd out of range of the destination", i);
+            goto fail;
+        }
+        if (len[i] == 0) continue;
+        req_t *r = &b->reqs[m];
+        r->fd = fd[i];
+        r->off = off[i];
+        r->len = len[i];
+        r->dst = dest + doff[i];
+        r->aoff = off[i] & ~(int64_t)(align - 1);
+        r->alen = ((off[i] + len[i] + align - 1) & ~(int64_t)(align - 1)) - r->aoff;
+        r->inplace = r->aoff == r->off && r->alen == r->len && ((uintptr_t)r->dst % (uintptr_t)align) == 0;
+        b->orig_index[m++] = i;
+    }
+    b->n = m;
+    b->remaining = m;
+    b->err_index = -1;
+    b->align = align;
+    pthread_mutex_lock(&e->mu);
+    b->id = e->next_id++;
+    b->next_live = e->live;
+    e->live = b;
+    if (m == 0) {
+        push_done(e, b);
+    } else {
+        if (e->pend_tail) e->pend_tail->next_pending = b; else e->pend_head = b;
+        e->pend_tail = b;
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (m) wake(e);
+    result = PyLong_FromLongLong(b->id);
+    goto out;
+fail:
+    if (b) free_batch(b);
+out:
+    PyBuffer_Release(&vfd); PyBuffer_Release(&voff); PyBuffer_Release(&vlen); PyBuffer_Release(&vdoff);
+    return result;
+}
+
+static void unlink_done(Engine *e, batch_t *b) {
+    batch_t **pp = &e->done_head, *prev = NULL;
+    while (*pp && *pp != b) { prev = *pp; pp = &(*pp)->next_done; }
+    if (*pp) { *pp = b->next_done; if (e->done_tail == b) e->done_tail = prev; }
+    batch_t **lp = &e->live;
+    while (*lp && *lp != b) lp = &(*lp)->next_live;
+    if (*lp) *lp = b->next_live;
+}
+
+PyDoc_STRVAR(reap_doc, "reap(batch_id, min_count, timeout) -> [(id, bytes_read, err_index, errno, got)]\n"
+             "batch_id > 0 waits for that batch; else for min_count finished batches. timeout < 0: forever.");
+
+static PyObject *Engine_reap(Engine *e, PyObject *args) {
+    long long want_id;
+    int min_count;
+    double timeout;
+    if (!PyArg_ParseTuple(args, "Lid", &want_id, &min_count, &timeout)) return NULL;
+    struct timespec dl;
+    if (timeout >= 0) {
+        clock_gettime(CLOCK_REALTIME, &dl);
+        double t = (double)dl.tv_nsec / 1e9 + timeout;
+        dl.tv_sec += (time_t)t;
+        dl.tv_nsec = (long)((t - (double)(time_t)t) * 1e9);
+    }
+    batch_t *got_list = NULL, **tail = &got_list;
+    int unknown = 0;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&e->mu);
+    for (;;) {
+        if (want_id > 0) {
+            batch_t *b = e->live;
+            while (b && b->id != want_id) b = b->next_live;
+            if (!b) { unknown = 1; break; }
+            if (b->done) { unlink_done(e, b); b->next_done = NULL; *tail = b; break; }
+        } else {
+            int cnt = 0;
+            for (batch_t *b = e->done_head; b; b = b->next_done) cnt++;
+            if (cnt >= min_count && (cnt > 0 || timeout == 0 || min_count <= 0)) {
+                while (e->done_head) {
+                    batch_t *b = e->done_head;
+                    unlink_done(e, b);
+                    b->next_done = NULL;
+                    *tail = b;
+                    tail = &b->next_done;
+                }
+                break;
+            }
+        }
+        if (timeout == 0) break;
+        if (timeout < 0) pthread_cond_wait(&e->done_cv, &e->mu);
+        else if (pthread_cond_timedwait(&e->done_cv, &e->mu, &dl) == ETIMEDOUT) {
+            if (want_id <= 0) {
+                while (e->done_head) {
+                    batch_t *b = e->done_head;
+                    unlink_done(e, b);
+                    b->next_done = NULL;
+                    *tail = b;
+                    tail = &b->next_done;
+                }
+            }
+            break;
+        }
+    }
+    pthread_mutex_unlock(&e->mu);
+    Py_END_ALLOW_THREADS
+    if (unknown) return PyErr_Format(PyExc_KeyError, "unknown or already reaped batch %lld", want_id);
+    PyObject *lst = PyList_New(0);
+    batch_t *b = got_list;
+    while (b) {
+        batch_t *nx = b->next_done;
+        if (lst) {
+            PyObject *t = Py_BuildValue("(LLLiL)", (long long)b->id, (long long)b->bytes_read,
+                                        (long long)b->err_index, b->err_code, (long long)b->err_got);
+            if (!t || PyList_Append(lst, t) < 0) Py_CLEAR(lst);
+            Py_XDECREF(t);
+        }
+        free_batch(b);
+        b = nx;
+    }
+    return lst;
+}
+
+static PyObject *Engine_close(Engine *e, PyObject *Py_UNUSED(ignored)) {
+    engine_stop(e);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Engine_get_kind(Engine *e, void *Py_UNUSED(c)) {
+    return PyUnicode_FromString(e->kind == KIND_URING ? "io_uring" : "pthreads");
+}
+
+static PyMethodDef Engine_methods[] = {
+    {"submit", (PyCFunction)Engine_submit, METH_VARARGS, submit_doc},
+    {"reap", (PyCFunction)Engine_reap, METH_VARARGS, reap_doc},
+    {"close", (PyCFunction)Engine_close, METH_NOARGS, "Stop the I/O threads; queued requests are cancelled."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Engine_getset[] = {
+    {"kind", (getter)Engine_get_kind, NULL, "io_uring or pthreads", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject EngineType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "moment.io._native.Engine",
+    .tp_basicsize = sizeof(Engine),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Batched read engine with its own submission and completion queues.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Engine_init,
+    .tp_dealloc = (destructor)Engine_dealloc,
+    .tp_methods = Engine_methods,
+    .tp_getset = Engine_getset,
+};
+
+static PyObject *uring_usable(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a)) {
+#ifdef MOMENT_HAVE_LIBURING
+    struct io_uring ring;
+    int ret = io_uring_queue_init(4, &ring, 0);
+    if (ret < 0) return Py_BuildValue("(Os)", Py_False, strerror(-ret));
+    struct io_uring_probe *p = io_uring_get_probe_ring(&ring);
+    int ok = p && io_uring_opcode_supported(p, IORING_OP_READ) && io_uring_opcode_supported(p, IORING_OP_POLL_ADD);
+    if (p) io_uring_free_probe(p);
+    io_uring_queue_exit(&ring);
+    if (!ok) return Py_BuildValue("(Os)", Py_False, "kernel lacks IORING_OP_READ/POLL_ADD");
+    return Py_BuildValue("(Os)", Py_True, "");
+#else
+    return Py_BuildValue("(Os)", Py_False, "built without liburing headers");
+#endif
+}
+
+static PyMethodDef module_methods[] = {
+    {"io_uring_usable", uring_usable, METH_NOARGS, "(ok, reason): does io_uring_queue_init work here?"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef moduledef = {
+    PyModuleDef_HEAD_INIT, "moment.io._native", "Native batched read engines for moment.io.", -1, module_methods,
+};
+
+PyMODINIT_FUNC PyInit__native(void) {
+    if (PyType_Ready(&EngineType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&moduledef);
+    if (!m) return NULL;
+    Py_INCREF(&EngineType);
+    if (PyModule_AddObject(m, "Engine", (PyObject *)&EngineType) < 0) { Py_DECREF(&EngineType); Py_DECREF(m); return NULL; }
+#ifdef MOMENT_HAVE_LIBURING
+    PyModule_AddIntConstant(m, "HAVE_LIBURING", 1);
+#else
+    PyModule_AddIntConstant(m, "HAVE_LIBURING", 0);
+#endif
+    return m;
+}

@@ -1,0 +1,61 @@
+"""Build hook for the optional native I/O engine (moment.io._native, source in native/).
+
+Metadata lives in pyproject.toml; this file only declares the C extension.  It is optional: if the
+compiler or Python headers are missing, `pip install -e .` still succeeds and moment.io falls back
+to its pure-Python engine.  liburing is used when a test program that includes <liburing.h> links;
+the static archive is preferred so the built module does not need liburing at run time.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+from setuptools.errors import CompileError, LinkError
+
+_PROBE = "#include <liburing.h>\nint main(void){struct io_uring r; return io_uring_queue_init(2,&r,0) < 0;}\n"
+
+
+class BuildExt(build_ext):
+    """Adds liburing to the extension when its headers and library are usable with this compiler."""
+
+    def build_extensions(self) -> None:
+        libs = self._liburing()
+        for ext in self.extensions:
+            if libs is not None and os.environ.get("MOMENT_NO_LIBURING") != "1":
+                ext.define_macros.append(("MOMENT_HAVE_LIBURING", "1"))
+                ext.extra_link_args.extend(libs)
+        super().build_extensions()
+
+    def _liburing(self) -> list[str] | None:
+        with tempfile.TemporaryDirectory() as tmp:
+            src = os.path.join(tmp, "probe.c")
+            with open(src, "w") as f:
+                f.write(_PROBE)
+            try:
+                objs = self.compiler.compile([src], output_dir=tmp)
+            except CompileError:
+                return None
+            for libs in (["-l:liburing.a"], ["-luring"]):
+                try:
+                    self.compiler.link_shared_object(objs, os.path.join(tmp, "probe.so"), extra_postargs=libs)
+                    return libs
+                except LinkError:
+                    continue
+        return None
+
+
+setup(
+    ext_modules=[
+        Extension(
+            "moment.io._native",
+            sources=["native/moment_io.c"],
+            extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wno-missing-field-initializers"],
+            libraries=["pthread"],
+            optional=True,
+        )
+    ],
+    cmdclass={"build_ext": BuildExt},
+)

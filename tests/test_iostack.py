@@ -1,0 +1,284 @@
+"""The per-rank I/O stack: exact bytes on every backend, queue separation, errors, amplification."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from moment.errors import MomentError
+from moment.io import IOStack, ReadBatch, available_backends
+from moment.io import files as io_files
+
+REPO = Path(__file__).resolve().parents[1]
+BACKENDS = [b for b, why in available_backends().items() if not why]
+SIZE = 3 * 1024 * 1024 + 1234  # deliberately not a multiple of the block size
+
+
+def _supports_direct(d: Path) -> bool:
+    probe = d / ".odirect-probe"
+    try:
+        fd = os.open(probe, os.O_RDWR | os.O_CREAT | io_files.O_DIRECT, 0o600)
+    except OSError:
+        return False
+    os.close(fd)
+    probe.unlink()
+    return io_files.O_DIRECT != 0
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    """A directory on a filesystem that accepts O_DIRECT (tmpfs before Linux 6.6 does not)."""
+    d = tmp_path_factory.mktemp("iostack")
+    if _supports_direct(d):
+        yield d
+        return
+    d = Path(tempfile.mkdtemp(prefix=".iostack-test-", dir=REPO))
+    try:
+        if not _supports_direct(d):
+            pytest.skip("no directory here supports O_DIRECT")
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def shards(data_dir):
+    """Three shard files of random bytes and their contents."""
+    rng = np.random.default_rng(7)
+    out = []
+    for k, size in enumerate([SIZE, SIZE // 2 + 17, 64 * 1024]):
+        data = rng.integers(0, 256, size, dtype=np.uint8)
+        p = data_dir / f"shard{k}.bin"
+        data.tofile(p)
+        out.append((p, data))
+    return out
+
+
+def _random_batch(rng, shards, n, *, aligned: bool, max_len: int = 20000) -> ReadBatch:
+    file = rng.integers(0, len(shards), n)
+    sizes = np.array([len(d) for _, d in shards])[file]
+    if aligned:
+        length = rng.integers(1, 5, n) * 4096
+        offset = rng.integers(0, (sizes - length) // 4096 + 1) * 4096
+    else:
+        length = rng.integers(0, max_len, n)
+        length = np.minimum(length, sizes)
+        offset = rng.integers(0, sizes - length + 1)
+    return ReadBatch.packed(file, offset, length)
+
+
+def _expected(shards, batch: ReadBatch) -> np.ndarray:
+    out = np.zeros(batch.dest_size, np.uint8)
+    for f, o, ln, d in zip(batch.file, batch.offset, batch.length, batch.dest_offset):
+        out[d:d + ln] = shards[f][1][o:o + ln]
+    return out
+
+
+def _aligned_buffer(nbytes: int, align: int = 4096) -> np.ndarray:
+    raw = np.empty(nbytes + align, np.uint8)
+    start = (-raw.ctypes.data) % align
+    return raw[start:start + nbytes]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("aligned", [True, False])
+def test_bit_exact_random_reads(shards, backend, aligned):
+    rng = np.random.default_rng(1)
+    with IOStack([p for p, _ in shards], backend=backend, queue_depth=32) as s:
+        assert s.backend == backend and s.direct
+        batch = _random_batch(rng, shards, 600, aligned=aligned)
+        dest = _aligned_buffer(batch.dest_size)
+        got = s.wait(s.submit(batch, dest)).dest
+        assert np.array_equal(got, _expected(shards, batch))
+        if aligned:  # aligned ranges into aligned memory: read in place, nothing wasted
+            assert s.stats.read_amplification == 1.0
+        else:
+            assert s.stats.read_amplification > 1.0
+        assert s.stats.requests == 600
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_many_batches_in_flight_reaped_out_of_order(shards, backend):
+    rng = np.random.default_rng(2)
+    with IOStack([p for p, _ in shards], backend=backend, queue_depth=8) as s:
+        batches = [_random_batch(rng, shards, 300, aligned=bool(i % 2)) for i in range(6)]
+        dests = [np.empty(b.dest_size + 3, np.uint8)[3:] for b in batches]  # unaligned memory too
+        tickets = [s.submit(b, d) for b, d in zip(batches, dests)]
+        assert s.in_flight == 6
+        # Reap the last two by ticket, newest first, then everything else at once.
+        for i in (5, 4):
+            (c,) = s.reap(tickets[i])
+            assert c.ticket == tickets[i]
+            assert np.array_equal(c.dest, _expected(shards, batches[i]))
+        rest = s.reap(min_completions=4)
+        while len(rest) < 4:
+            rest += s.reap(min_completions=4 - len(rest))
+        assert [c.ticket for c in rest] == tickets[:4]
+        for c, b in zip(rest, batches):
+            assert np.array_equal(c.dest, _expected(shards, b))
+        assert s.in_flight == 0
+        assert s.reap(min_completions=1, timeout=0) == []
+        with pytest.raises(MomentError, match="ticket"):
+            s.reap(tickets[0])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_rows_destination_and_zero_lengths(shards, backend):
+    with IOStack([shards[0][0]], backend=backend) as s:
+        batch = ReadBatch.rows(np.zeros(4), [4096, 0, 999, 8192], 512, [3, 0, 2, 1])
+        got = s.read(batch).reshape(4, 512)
+        data = shards[0][1]
+        for off, row in zip([4096, 0, 999, 8192], [3, 0, 2, 1]):
+            assert np.array_equal(got[row], data[off:off + 512])
+        empty = ReadBatch.packed([0, 0], [5, 6], [0, 0])
+        assert s.wait(s.submit(empty, np.empty(0, np.uint8))).bytes_read == 0
+        assert s.wait(s.submit(ReadBatch.packed([], [], []), bytearray(0))).bytes_wanted == 0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_read_amplification_accounting(shards, backend):
+    path, data = shards[0]
+    with IOStack([path], backend=backend) as s:
+        s.read(ReadBatch.packed([0], [100], [10]))  # one 4 KiB block for 10 wanted bytes
+        assert (s.stats.bytes_wanted, s.stats.bytes_read) == (10, 4096)
+        s.read(ReadBatch.packed([0], [4000], [200]))  # straddles a block boundary: two blocks
+        assert (s.stats.bytes_wanted, s.stats.bytes_read) == (210, 4096 + 8192)
+        tail = len(data) - 50
+        out = s.read(ReadBatch.packed([0], [tail], [50]))  # the last block is partial at EOF
+        assert np.array_equal(out, data[tail:])
+        assert s.stats.bytes_read == 4096 + 8192 + (len(data) - (tail // 4096) * 4096)
+        assert s.stats.read_amplification == pytest.approx(s.stats.bytes_read / 260)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_short_read_raises(shards, backend):
+    path, data = shards[2]
+    with IOStack([p for p, _ in shards], backend=backend) as s:
+        bad = ReadBatch.packed([0, 2, 0], [0, len(data) - 100, 4096], [4096, 200, 4096])
+        with pytest.raises(MomentError) as e:
+            s.read(bad)
+        msg = str(e.value)
+        assert str(path) in msg and f"offset {len(data) - 100}" in msg and "200 bytes" in msg
+        assert "short read" in msg
+        with pytest.raises(MomentError, match="short read"):
+            s.read(ReadBatch.packed([2], [len(data) + 8192], [10]))  # wholly past the end
+        # The stack keeps working after a failed batch.
+        assert np.array_equal(s.read(ReadBatch.packed([2], [5], [7])), data[5:12])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_missing_shard_and_bad_index(shards, tmp_path, backend):
+    missing = tmp_path / "nope.bin"
+    with IOStack([shards[0][0], missing], backend=backend) as s:
+        assert s.read(ReadBatch.packed([0], [0], [8])).tobytes() == shards[0][1][:8].tobytes()
+        with pytest.raises(MomentError) as e:
+            s.submit(ReadBatch.packed([0, 1], [0, 12288], [8, 4096]), np.empty(8192, np.uint8))
+        assert str(missing) in str(e.value) and "offset 12288" in str(e.value) and "4096 bytes" in str(e.value)
+        with pytest.raises(MomentError, match="shard file 5"):
+            s.submit(ReadBatch.packed([5], [0], [8]), np.empty(8, np.uint8))
+        with pytest.raises(MomentError, match="destination"):
+            s.submit(ReadBatch.packed([0], [0], [100]), np.empty(10, np.uint8))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_io_error_names_file_offset_length(shards, tmp_path, backend):
+    with IOStack([shards[0][0]], backend=backend) as s:
+        s.read(ReadBatch.packed([0], [0], [1]))
+        dfd = os.open(tmp_path, os.O_RDONLY)  # pread on a directory fails with EISDIR, like EIO would
+        old, s.files.fds[0] = s.files.fds[0], dfd
+        try:
+            with pytest.raises(MomentError) as e:
+                s.read(ReadBatch.packed([0], [8192], [100]))
+        finally:
+            s.files.fds[0] = old
+            os.close(dfd)
+        msg = str(e.value)
+        assert "EISDIR" in msg and str(shards[0][0]) in msg and "offset 8192" in msg and "100 bytes" in msg
+
+
+def test_odirect_refused_falls_back_to_buffered(shards, monkeypatch):
+    real_open = os.open
+
+    def no_direct(path, flags, *a):
+        if flags & io_files.O_DIRECT:
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real_open(path, flags, *a)
+
+    monkeypatch.setattr(io_files.os, "open", no_direct)
+    rng = np.random.default_rng(3)
+    for backend in BACKENDS:
+        with IOStack([p for p, _ in shards], backend=backend) as s:
+            batch = _random_batch(rng, shards, 200, aligned=False)
+            assert np.array_equal(s.read(batch), _expected(shards, batch))
+            assert not s.direct and "EINVAL" in s.files.fallback_reason
+            assert s.files.alignment == 1 and s.stats.read_amplification == 1.0
+
+
+def test_buffered_on_request_and_verify_hook(shards):
+    seen = []
+
+    def verify(c):
+        seen.append(c.ticket)
+        if c.batch.offset[0] == 13:
+            raise MomentError("checksum mismatch", source="chunk 0")
+
+    with IOStack([shards[0][0]], direct=False, verify=verify) as s:
+        assert not s.direct and s.files.fallback_reason
+        t = s.submit(ReadBatch.packed([0], [0], [64]), np.empty(64, np.uint8))
+        s.wait(t)
+        assert seen == [t]
+        with pytest.raises(MomentError, match="checksum mismatch"):
+            s.read(ReadBatch.packed([0], [13], [64]))
+
+
+def test_bad_configuration():
+    with pytest.raises(MomentError, match="unknown I/O backend"):
+        IOStack([], backend="spdk")
+    with pytest.raises(MomentError, match="queue depth"):
+        IOStack([], queue_depth=0)
+    with pytest.raises(MomentError, match="power of two"):
+        IOStack([], alignment=3000)
+    with pytest.raises(MomentError, match="entries"):
+        ReadBatch([0, 1], [0], [1, 1], [0, 0])
+
+
+def test_import_does_not_need_torch():
+    code = "import sys, moment.io; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_device_staging_cpu(shards):
+    torch = pytest.importorskip("torch")
+    from moment.io.device import DeviceStaging
+
+    path = shards[0][0]
+    stage = DeviceStaging(3 * 4096, "cpu")
+    with IOStack([path]) as s:
+        batch = ReadBatch.packed([0, 0, 0], [0, 8192, 4096 * 5], [4096] * 3)
+        s.wait(s.submit(batch, stage.array))
+    t = stage.to_device()
+    assert t.device == torch.device("cpu")
+    assert np.array_equal(t.numpy(), _expected(shards, batch))
+    if not torch.cuda.is_available():
+        with pytest.raises(MomentError, match="CUDA"):
+            DeviceStaging(16, "cuda")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_close_with_reads_in_flight(shards, backend):
+    rng = np.random.default_rng(4)
+    s = IOStack([p for p, _ in shards], backend=backend, queue_depth=4)
+    batches = [_random_batch(rng, shards, 400, aligned=False) for _ in range(3)]
+    for b in batches:
+        s.submit(b, np.empty(b.dest_size, np.uint8))
+    s.close()  # queued reads are cancelled; must not hang or crash
+    with pytest.raises(MomentError, match="closed"):
+        s.submit(batches[0], np.empty(batches[0].dest_size, np.uint8))
