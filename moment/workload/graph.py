@@ -1,0 +1,585 @@
+"""A graph dataset on disk: CSR adjacency, node features, labels and splits as memory-mappable `.npy` files.
+
+Why this shape: training reads features out of core, so every array is a plain `.npy` that
+`np.load(mmap_mode="r")` maps without copying, and `manifest.json` (written last) records sizes and
+sha256 sums so a half-written or tampered directory is refused instead of silently trained on.
+
+Layout of a dataset directory::
+
+    manifest.json      schema version, counts, dtypes, per-file bytes and sha256
+    indptr.npy         int64 [num_nodes + 1]; row v = in-neighbours of v (the nodes v aggregates from)
+    indices.npy        int32 (int64 when num_nodes >= 2**31) [num_edges]
+    features.npy       float32 or float16 [num_nodes, feature_dim], row-major
+    labels.npy         int16/int32/int64 [num_nodes]; -1 = unlabelled
+    train_idx.npy, val_idx.npy, test_idx.npy   int64 node ids
+
+An edge u -> v is stored in row v (indices[indptr[v]:indptr[v+1]] contains u), so sampling row v gives
+the nodes whose features v's GNN layer reads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Self
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from moment.errors import MomentError
+
+SCHEMA_VERSION = 1
+MANIFEST = "manifest.json"
+FORMAT = "moment-graph"
+SPLITS = ("train", "val", "test")
+ARRAYS = ("indptr", "indices", "features", "labels", "train_idx", "val_idx", "test_idx")
+FEATURE_DTYPES = ("float32", "float16")
+LABEL_DTYPES = ("int16", "int32", "int64")
+INDEX_DTYPES = ("int32", "int64")
+CHUNK_BYTES = 64 << 20  # streaming granularity for hashing and validation
+
+
+class FileRecord(BaseModel):
+    """One array file: what the manifest promises about it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    file: str
+    dtype: str
+    shape: list[int]
+    bytes: int = Field(ge=0)
+    sha256: str
+
+
+class Manifest(BaseModel):
+    """The contract of a dataset directory; a directory without one is not a dataset."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format: str = FORMAT
+    schema_version: int = SCHEMA_VERSION
+    name: str = ""
+    num_nodes: int = Field(gt=0)
+    num_edges: int = Field(ge=0)
+    feature_dim: int = Field(gt=0)
+    feature_dtype: str
+    num_classes: int = Field(gt=0)
+    files: dict[str, FileRecord]
+    source: dict[str, Any] = Field(default_factory=dict, description="how it was made (generator, importer)")
+
+
+def index_dtype(num_nodes: int) -> np.dtype:
+    """int32 neighbour ids halve the adjacency size; int64 only when ids do not fit."""
+    return np.dtype(np.int32) if num_nodes < 2**31 else np.dtype(np.int64)
+
+
+def label_dtype(num_classes: int) -> np.dtype:
+    return np.dtype(np.int16) if num_classes < 2**15 else np.dtype(np.int64)
+
+
+# --------------------------------------------------------------------------------------------- writing
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+def _npy_header(dtype: np.dtype, shape: tuple[int, ...], reserve: int = 0) -> bytes:
+    """A version-1 `.npy` header; `reserve` pads it to that many bytes so it can be rewritten in place."""
+    d = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": tuple(shape)}
+    body = repr(d).encode("latin1")
+    total = 10 + len(body) + 1
+    target = max(reserve, total)
+    target = -(-target // 64) * 64
+    body = body + b" " * (target - total) + b"\n"
+    return b"\x93NUMPY\x01\x00" + len(body).to_bytes(2, "little") + body
+
+
+def sha256_file(path: Path, chunk: int = CHUNK_BYTES) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while True:
+            b = f.read(chunk)
+            if not b:
+                break
+            h.update(b)
+    return h.hexdigest()
+
+
+class NpyStreamWriter:
+    """Writes a `.npy` file chunk by chunk (rows along axis 0), hashing as it goes.
+
+    With `rows=None` the row count is unknown up front: the header is reserved, rewritten on close,
+    and the hash is computed by re-reading the file (still chunked).
+    """
+
+    def __init__(self, path: Path, dtype: Any, row_shape: tuple[int, ...] = (), rows: int | None = None):
+        self.path = Path(path)
+        self.dtype = np.dtype(dtype)
+        self.row_shape = tuple(int(x) for x in row_shape)
+        self.rows = rows
+        self.written = 0
+        self._f = open(self.path, "wb")  # noqa: SIM115 - closed in close()/abort()
+        self._hash = hashlib.sha256() if rows is not None else None
+        head_rows = rows if rows is not None else 2**62  # widest header we could need
+        self._header = _npy_header(self.dtype, (head_rows, *self.row_shape))
+        self._put(self._header)
+
+    def _put(self, b: bytes | memoryview) -> None:
+        self._f.write(b)
+        if self._hash is not None:
+            self._hash.update(b)
+
+    def write(self, chunk: np.ndarray) -> None:
+        a = np.ascontiguousarray(chunk, dtype=self.dtype)
+        if a.shape[1:] != self.row_shape:
+            raise ValueError(f"{self.path.name}: chunk row shape {a.shape[1:]} != {self.row_shape}")
+        if self.rows is not None and self.written + a.shape[0] > self.rows:
+            raise ValueError(f"{self.path.name}: more rows than the declared {self.rows}")
+        self._put(memoryview(a).cast("B"))
+        self.written += a.shape[0]
+
+    def close(self) -> FileRecord:
+        if self.rows is not None and self.written != self.rows:
+            self._f.close()
+            raise ValueError(f"{self.path.name}: wrote {self.written} rows, declared {self.rows}")
+        if self.rows is None:
+            header = _npy_header(self.dtype, (self.written, *self.row_shape), reserve=len(self._header))
+            assert len(header) == len(self._header)
+            self._f.seek(0)
+            self._f.write(header)
+        self._f.flush()
+        os.fsync(self._f.fileno())
+        self._f.close()
+        digest = self._hash.hexdigest() if self._hash is not None else sha256_file(self.path)
+        return FileRecord(
+            file=self.path.name,
+            dtype=self.dtype.name,
+            shape=[self.written, *self.row_shape],
+            bytes=self.path.stat().st_size,
+            sha256=digest,
+        )
+
+    def abort(self) -> None:
+        if not self._f.closed:
+            self._f.close()
+
+
+class GraphWriter:
+    """Builds a dataset in a hidden temp directory next to `out_dir` and renames it into place on commit.
+
+    Usage::
+
+        with GraphWriter(out) as w:
+            w.write_array("indptr", indptr)
+            fw = w.stream("features", np.float32, (dim,), rows=n)  # then fw.write(chunk) ...
+            ds = w.commit(num_classes=..., feature_dim=...)
+
+    The manifest is the last file written; leaving the block without `commit` (or on an exception)
+    deletes the temp directory, so nothing half-written ever appears at `out_dir`.
+    """
+
+    def __init__(self, out_dir: str | Path, *, overwrite: bool = False, name: str = ""):
+        self.out_dir = Path(out_dir)
+        self.name = name or self.out_dir.name
+        if self.out_dir.exists() and not overwrite:
+            raise MomentError(
+                "output directory already exists", source=str(self.out_dir), hint="choose another --out or pass --overwrite"
+            )
+        if self.out_dir.exists() and not _replaceable(self.out_dir):
+            raise MomentError(
+                "exists and is not a dataset (no manifest.json); refusing to replace it", source=str(self.out_dir)
+            )
+        self.overwrite = overwrite
+        self.out_dir.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.out_dir.name}.tmp-", dir=self.out_dir.parent))
+        self.records: dict[str, FileRecord] = {}
+        self._open: dict[str, NpyStreamWriter] = {}
+        self._done = False
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self._done:
+            self.abort()
+
+    def path(self, name: str) -> Path:
+        return self.tmp / f"{name}.npy"
+
+    def stream(self, name: str, dtype: Any, row_shape: tuple[int, ...] = (), rows: int | None = None) -> NpyStreamWriter:
+        w = NpyStreamWriter(self.path(name), dtype, row_shape, rows)
+        self._open[name] = w
+        return w
+
+    def finish(self, name: str) -> FileRecord:
+        rec = self._open.pop(name).close()
+        self.records[name] = rec
+        return rec
+
+    def write_array(self, name: str, array: np.ndarray, dtype: Any = None, chunk_rows: int | None = None) -> FileRecord:
+        a = np.asarray(array)
+        dt = np.dtype(dtype) if dtype is not None else a.dtype
+        w = self.stream(name, dt, a.shape[1:], rows=a.shape[0])
+        row_bytes = max(1, int(np.prod(a.shape[1:], dtype=np.int64)) * dt.itemsize)
+        step = chunk_rows or max(1, CHUNK_BYTES // row_bytes)
+        for s in range(0, a.shape[0], step):
+            w.write(a[s : s + step])
+        return self.finish(name)
+
+    def commit(
+        self,
+        *,
+        num_classes: int,
+        source: dict[str, Any] | None = None,
+        validate: bool = True,
+    ) -> GraphDataset:
+        """Checks the arrays, writes the manifest last, fsyncs and renames the directory into place."""
+        if self._open:
+            raise ValueError(f"streams still open: {sorted(self._open)}")
+        missing = [a for a in ARRAYS if a not in self.records]
+        if missing:
+            raise ValueError(f"arrays not written: {missing}")
+        r = self.records
+        manifest = Manifest(
+            name=self.name,
+            num_nodes=r["indptr"].shape[0] - 1,
+            num_edges=r["indices"].shape[0],
+            feature_dim=r["features"].shape[1] if len(r["features"].shape) == 2 else 0,
+            feature_dtype=r["features"].dtype,
+            num_classes=num_classes,
+            files=dict(r),
+            source=source or {},
+        )
+        ds = GraphDataset(self.tmp, manifest)
+        ds.check_files()
+        if validate:
+            ds.validate()
+        tmp_manifest = self.tmp / (MANIFEST + ".tmp")
+        with open(tmp_manifest, "w") as f:
+            f.write(manifest.model_dump_json(indent=2))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp_manifest, self.tmp / MANIFEST)
+        _fsync_dir(self.tmp)
+        old = None
+        if self.out_dir.exists():
+            old = self.out_dir.parent / f".{self.out_dir.name}.old-{os.getpid()}"
+            os.replace(self.out_dir, old)
+        os.replace(self.tmp, self.out_dir)
+        _fsync_dir(self.out_dir.parent)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+        self._done = True
+        return GraphDataset.open(self.out_dir)
+
+    def abort(self) -> None:
+        for w in self._open.values():
+            w.abort()
+        self._open.clear()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        self._done = True
+
+
+def _replaceable(path: Path) -> bool:
+    """--overwrite may only replace a dataset or an empty directory, never arbitrary user data."""
+    return path.is_dir() and ((path / MANIFEST).is_file() or not any(path.iterdir()))
+
+
+def write_graph(
+    out_dir: str | Path,
+    *,
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    features: np.ndarray,
+    labels: np.ndarray,
+    train_idx: np.ndarray,
+    val_idx: np.ndarray,
+    test_idx: np.ndarray,
+    num_classes: int | None = None,
+    overwrite: bool = False,
+    name: str = "",
+    source: dict[str, Any] | None = None,
+) -> GraphDataset:
+    """Writes in-memory (or memory-mapped) arrays as a dataset; dtypes are normalised to the format's."""
+    n = int(np.asarray(indptr).shape[0]) - 1
+    labels = np.asarray(labels)
+    if num_classes is None:
+        num_classes = int(labels.max()) + 1 if labels.size else 1
+    fdt = np.dtype(features.dtype)
+    if fdt.name not in FEATURE_DTYPES:
+        fdt = np.dtype(np.float32)
+    with GraphWriter(out_dir, overwrite=overwrite, name=name) as w:
+        w.write_array("indptr", indptr, np.int64)
+        w.write_array("indices", indices, index_dtype(n))
+        w.write_array("features", features, fdt)
+        w.write_array("labels", labels, label_dtype(num_classes))
+        for split, arr in (("train", train_idx), ("val", val_idx), ("test", test_idx)):
+            w.write_array(f"{split}_idx", np.asarray(arr), np.int64)
+        return w.commit(num_classes=num_classes, source=source)
+
+
+# --------------------------------------------------------------------------------------------- reading
+
+
+@dataclass
+class GraphDataset:
+    """An opened dataset directory. Arrays are memory-mapped read-only on first use.
+
+    `open()` checks the manifest, file presence, sizes and `.npy` headers, and the O(1) CSR
+    invariants; `open(verify=True)` (or `verify()`) also re-hashes every file and runs the full
+    chunked validation (monotone indptr, neighbour ids, labels and split ids in range).
+    """
+
+    path: Path
+    manifest: Manifest
+
+    @classmethod
+    def open(cls, path: str | Path, verify: bool = False) -> GraphDataset:
+        p = Path(path)
+        mpath = p / MANIFEST
+        if not p.is_dir():
+            raise MomentError("dataset directory not found", source=str(p))
+        if not mpath.is_file():
+            raise MomentError(
+                "no manifest.json: not a dataset, or an interrupted write", source=str(p),
+                hint="create datasets with `moment data synth` or `moment data import`",
+            )
+        try:
+            raw = json.loads(mpath.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise MomentError(f"unreadable manifest: {e}", source=str(mpath)) from None
+        if isinstance(raw, dict) and raw.get("format", FORMAT) != FORMAT:
+            raise MomentError(f"format is {raw.get('format')!r}, expected {FORMAT!r}", source=str(mpath))
+        if isinstance(raw, dict) and raw.get("schema_version", SCHEMA_VERSION) != SCHEMA_VERSION:
+            raise MomentError(
+                f"schema_version {raw.get('schema_version')} is not supported (this build reads {SCHEMA_VERSION})",
+                source=str(mpath),
+            )
+        try:
+            manifest = Manifest.model_validate(raw)
+        except ValidationError as e:
+            first = e.errors()[0]
+            where = ".".join(str(x) for x in first["loc"])
+            raise MomentError(f"invalid manifest field {where}: {first['msg']}", source=str(mpath)) from None
+        ds = cls(p, manifest)
+        ds.check_files()
+        if verify:
+            ds.verify()
+        return ds
+
+    # -- properties
+
+    @property
+    def num_nodes(self) -> int:
+        return self.manifest.num_nodes
+
+    @property
+    def num_edges(self) -> int:
+        return self.manifest.num_edges
+
+    @property
+    def feature_dim(self) -> int:
+        return self.manifest.feature_dim
+
+    @property
+    def feature_dtype(self) -> np.dtype:
+        return np.dtype(self.manifest.feature_dtype)
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes of one node's feature vector (the unit the placement and I/O layers move)."""
+        return self.feature_dim * self.feature_dtype.itemsize
+
+    @property
+    def num_classes(self) -> int:
+        return self.manifest.num_classes
+
+    def file(self, name: str) -> Path:
+        return self.path / self.manifest.files[name].file
+
+    def _load(self, name: str) -> np.ndarray:
+        cache = self.__dict__.setdefault("_arrays", {})
+        if name not in cache:
+            try:
+                cache[name] = np.load(self.file(name), mmap_mode="r", allow_pickle=False)
+            except (OSError, ValueError) as e:
+                raise MomentError(f"cannot map array: {e}", source=str(self.file(name))) from None
+        return cache[name]
+
+    @property
+    def indptr(self) -> np.ndarray:
+        return self._load("indptr")
+
+    @property
+    def indices(self) -> np.ndarray:
+        return self._load("indices")
+
+    @property
+    def labels(self) -> np.ndarray:
+        return self._load("labels")
+
+    def features_memmap(self) -> np.memmap:
+        """The [num_nodes, feature_dim] feature matrix, memory-mapped read-only (no copy)."""
+        return self._load("features")
+
+    def split(self, name: str) -> np.ndarray:
+        if name not in SPLITS:
+            raise MomentError(f"unknown split {name!r}; one of {', '.join(SPLITS)}")
+        return self._load(f"{name}_idx")
+
+    @property
+    def train_idx(self) -> np.ndarray:
+        return self.split("train")
+
+    @property
+    def val_idx(self) -> np.ndarray:
+        return self.split("val")
+
+    @property
+    def test_idx(self) -> np.ndarray:
+        return self.split("test")
+
+    def degrees(self) -> np.ndarray:
+        """Number of stored neighbours per node (row lengths), int64."""
+        return np.diff(np.asarray(self.indptr))
+
+    def summary(self) -> dict[str, Any]:
+        m = self.manifest
+        return {
+            "path": str(self.path),
+            "name": m.name,
+            "num_nodes": m.num_nodes,
+            "num_edges": m.num_edges,
+            "avg_degree": m.num_edges / m.num_nodes,
+            "feature_dim": m.feature_dim,
+            "feature_dtype": m.feature_dtype,
+            "num_classes": m.num_classes,
+            "train": m.files["train_idx"].shape[0],
+            "val": m.files["val_idx"].shape[0],
+            "test": m.files["test_idx"].shape[0],
+            "bytes": sum(f.bytes for f in m.files.values()),
+            "feature_bytes": m.files["features"].bytes,
+            "source": m.source,
+        }
+
+    # -- checks
+
+    def _err(self, name: str, message: str, hint: str | None = None) -> MomentError:
+        return MomentError(message, source=str(self.path / self.manifest.files[name].file), hint=hint)
+
+    def check_files(self) -> None:
+        """Cheap checks: every file present with the promised size, dtype and shape; CSR endpoints."""
+        m = self.manifest
+        for name in ARRAYS:
+            if name not in m.files:
+                raise MomentError(f"manifest lists no file for {name!r}", source=str(self.path / MANIFEST))
+        for name, rec in m.files.items():
+            f = self.path / rec.file
+            if not f.is_file():
+                raise MomentError("file listed in the manifest is missing", source=str(f))
+            size = f.stat().st_size
+            if size != rec.bytes:
+                raise self._err(name, f"size {size} bytes disagrees with the manifest ({rec.bytes} bytes)")
+        n, e, d = m.num_nodes, m.num_edges, m.feature_dim
+        expect = {
+            "indptr": ([n + 1], ("int64",)),
+            "indices": ([e], INDEX_DTYPES),
+            "features": ([n, d], FEATURE_DTYPES),
+            "labels": ([n], LABEL_DTYPES),
+        }
+        for name, (shape, dtypes) in expect.items():
+            a = self._load(name)
+            if a.dtype.name not in dtypes:
+                raise self._err(name, f"dtype {a.dtype.name}, expected one of {', '.join(dtypes)}")
+            if list(a.shape) != shape:
+                what = "row count" if name == "features" and len(a.shape) == 2 and a.shape[1] == d else "shape"
+                raise self._err(name, f"wrong {what}: shape {list(a.shape)}, expected {shape}")
+        for s in SPLITS:
+            a = self._load(f"{s}_idx")
+            if a.ndim != 1 or a.dtype.kind not in "iu":
+                raise self._err(f"{s}_idx", f"expected a 1-d integer array, got {a.dtype.name} {list(a.shape)}")
+        for name, rec in m.files.items():
+            a = self._load(name)
+            if list(a.shape) != rec.shape or a.dtype.name != rec.dtype:
+                raise self._err(name, f"header says {a.dtype.name} {list(a.shape)}, manifest {rec.dtype} {rec.shape}")
+        ip = self.indptr
+        if int(ip[0]) != 0:
+            raise self._err("indptr", f"indptr must start at 0, starts at {int(ip[0])}")
+        if int(ip[-1]) != e:
+            raise self._err("indptr", f"indptr must end at num_edges={e}, ends at {int(ip[-1])}")
+        for s in SPLITS:
+            self._check_ids(f"{s}_idx", self._load(f"{s}_idx"))
+
+    def _check_ids(self, name: str, a: np.ndarray) -> None:
+        n = self.num_nodes
+        for lo, hi in _chunk_minmax(a):
+            if lo < 0 or hi >= n:
+                bad = lo if lo < 0 else hi
+                raise self._err(name, f"node id {bad} out of range [0, {n})")
+
+    def validate(self) -> None:
+        """Full structural validation, chunked so it streams through tens of millions of rows."""
+        n = self.num_nodes
+        ip = self.indptr
+        step = CHUNK_BYTES // 8
+        prev = 0
+        for s in range(0, n + 1, step):
+            c = np.asarray(ip[s : s + step])
+            if not c.size:
+                continue
+            d = np.diff(c, prepend=prev)
+            if bool((d < 0).any()):
+                at = s + int(np.argmax(d < 0))
+                raise self._err("indptr", f"indptr is not monotone: indptr[{at}] < indptr[{at - 1}]")
+            prev = int(c[-1])
+        for lo, hi in _chunk_minmax(self.indices):
+            if lo < 0 or hi >= n:
+                bad = lo if lo < 0 else hi
+                raise self._err("indices", f"neighbour id {bad} out of range [0, {n})")
+        k = self.num_classes
+        lab = self.labels
+        for lo, hi in _chunk_minmax(lab):
+            if lo < -1 or hi >= k:
+                bad = lo if lo < -1 else hi
+                raise self._err("labels", f"label {bad} out of range [-1, {k}) (num_classes={k}, -1 = unlabelled)")
+        for s in SPLITS:
+            idx = self._load(f"{s}_idx")
+            self._check_ids(f"{s}_idx", idx)
+            if idx.size and int(np.asarray(lab[np.asarray(idx)]).min()) < 0:
+                raise self._err(f"{s}_idx", "split contains unlabelled nodes (label -1)")
+
+    def verify_checksums(self) -> None:
+        for name, rec in self.manifest.files.items():
+            got = sha256_file(self.path / rec.file)
+            if got != rec.sha256:
+                raise self._err(name, f"sha256 mismatch: file {got[:16]}…, manifest {rec.sha256[:16]}…",
+                                hint="the file changed after it was written; re-create the dataset")
+
+    def verify(self) -> None:
+        """Checksums plus full validation."""
+        self.verify_checksums()
+        self.validate()
+
+
+def _chunk_minmax(a: np.ndarray, chunk_bytes: int = CHUNK_BYTES) -> Iterable[tuple[int, int]]:
+    step = max(1, chunk_bytes // max(1, a.dtype.itemsize))
+    for s in range(0, a.shape[0], step):
+        c = np.asarray(a[s : s + step])
+        if c.size:
+            yield int(c.min()), int(c.max())

@@ -1,0 +1,265 @@
+"""Pre-sampling: run the training sampler ahead of time and count how often each node is read.
+
+Why: access is skewed (DiskGNN §4, Table 3: the top 1% of nodes take 14-56% of feature reads), and
+the data placement (DDAK) and the caches need the per-node counts, not a guess. Counting uses exactly
+the sampler training uses, so the counts describe the real access stream.
+
+`Hotness` itself is numpy-only (the planner and placement load it without torch); `presample()`
+imports torch lazily.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from moment.errors import MomentError
+
+if TYPE_CHECKING:
+    from moment.workload.graph import GraphDataset
+
+HOTNESS_SCHEMA = 1
+TOPS = (0.01, 0.05, 0.10)
+
+
+@dataclass
+class Hotness:
+    """Per-node access counts from pre-sampling.
+
+    `feature_reads[v]`: number of mini-batches whose `n_id` contains v (each batch reads v's feature
+    row once). `adjacency_reads[v]`: number of times v's neighbour list was sampled (v was a target
+    at some hop, isolated nodes included: their indptr entry is still read).
+    """
+
+    feature_reads: np.ndarray  # int64 [num_nodes]
+    adjacency_reads: np.ndarray  # int64 [num_nodes]
+    num_batches: int = 0
+    sampled_total: int = 0  # ids drawn before de-duplication, seeds included, all batches
+    unique_ratio: float = 1.0  # mean over batches of unique / drawn
+    meta: dict[str, Any] = field(default_factory=dict)  # fanouts, batch_size, seed, epochs, dataset, timing
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.feature_reads.shape[0])
+
+    @property
+    def total_feature_reads(self) -> int:
+        return int(self.feature_reads.sum())
+
+    def order(self, kind: str = "feature") -> np.ndarray:
+        """Node ids hottest first; ties broken by node id (stable), so placement is deterministic."""
+        counts = self._counts(kind)
+        return np.argsort(-counts, kind="stable")
+
+    def share_of_top(self, fraction: float, kind: str = "feature") -> float:
+        """Share of all accesses that go to the hottest `fraction` of nodes (what a cache of that size serves)."""
+        counts = self._counts(kind)
+        total = int(counts.sum())
+        if total == 0:
+            return 0.0
+        k = round(fraction * counts.size)
+        if k <= 0:
+            return 0.0
+        if k >= counts.size:
+            return 1.0
+        top = np.partition(counts, counts.size - k)[counts.size - k :]
+        return float(top.sum()) / total
+
+    def skew(self, tops: Sequence[float] = TOPS, kind: str = "feature") -> dict[float, float]:
+        """{fraction of nodes: share of accesses to the hottest that fraction}, e.g. {0.01: 0.22, ...}."""
+        counts = np.sort(self._counts(kind))[::-1]
+        total = int(counts.sum())
+        csum = np.cumsum(counts)
+        out = {}
+        for t in tops:
+            k = round(t * counts.size)
+            out[float(t)] = float(csum[k - 1]) / total if (k > 0 and total) else 0.0
+        return out
+
+    def curve(self, points: int = 101, kind: str = "feature") -> list[tuple[float, float]]:
+        """(fraction of nodes, share of accesses) pairs for the hottest-first cumulative curve."""
+        counts = np.sort(self._counts(kind))[::-1]
+        total = max(int(counts.sum()), 1)
+        csum = np.concatenate([[0], np.cumsum(counts)])
+        xs = np.linspace(0.0, 1.0, points)
+        ks = np.round(xs * counts.size).astype(np.int64)
+        return [(float(x), float(csum[k]) / total) for x, k in zip(xs, ks)]
+
+    def _counts(self, kind: str) -> np.ndarray:
+        if kind == "feature":
+            return self.feature_reads
+        if kind == "adjacency":
+            return self.adjacency_reads
+        raise ValueError(f"kind must be 'feature' or 'adjacency', got {kind!r}")
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "num_nodes": self.num_nodes,
+            "num_batches": self.num_batches,
+            "feature_reads": self.total_feature_reads,
+            "adjacency_reads": int(self.adjacency_reads.sum()),
+            "sampled_total": self.sampled_total,
+            "unique_ratio": self.unique_ratio,
+            "never_read": float(np.count_nonzero(self.feature_reads == 0)) / max(self.num_nodes, 1),
+            "skew": {f"top_{t:g}": v for t, v in self.skew().items()},
+            "adjacency_skew": {f"top_{t:g}": v for t, v in self.skew(kind="adjacency").items()},
+            **{k: v for k, v in self.meta.items()},
+        }
+
+    # -- persistence: a directory with hotness.json + two .npy files, written atomically
+
+    def save(self, path: str | Path, overwrite: bool = True) -> Path:
+        out = Path(path)
+        if out.exists() and not overwrite:
+            raise MomentError("output already exists", source=str(out))
+        if out.exists() and not (out / "hotness.json").is_file():
+            raise MomentError("exists and is not a hotness directory; refusing to replace it", source=str(out))
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+        try:
+            for name in ("feature_reads", "adjacency_reads"):
+                with open(tmp / f"{name}.npy", "wb") as f:
+                    np.save(f, np.ascontiguousarray(getattr(self, name), dtype=np.int64))
+                    f.flush()
+                    os.fsync(f.fileno())
+            doc = {
+                "schema_version": HOTNESS_SCHEMA,
+                "num_nodes": self.num_nodes,
+                "num_batches": self.num_batches,
+                "sampled_total": self.sampled_total,
+                "unique_ratio": self.unique_ratio,
+                "meta": self.meta,
+            }
+            with open(tmp / "hotness.json", "w") as f:
+                json.dump(doc, f, indent=2)
+                f.flush()
+                os.fsync(f.fileno())
+            old = None
+            if out.exists():  # move the previous result aside first, so a crash never leaves neither
+                old = out.parent / f".{out.name}.old-{os.getpid()}"
+                os.replace(out, old)
+            os.replace(tmp, out)
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return out
+
+    @classmethod
+    def load(cls, path: str | Path) -> Hotness:
+        p = Path(path)
+        j = p / "hotness.json"
+        if not j.is_file():
+            raise MomentError("no hotness.json here (create it with `moment data presample`)", source=str(p))
+        try:
+            doc = json.loads(j.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise MomentError(f"unreadable: {e}", source=str(j)) from None
+        if doc.get("schema_version") != HOTNESS_SCHEMA:
+            raise MomentError(f"schema_version {doc.get('schema_version')} not supported", source=str(j))
+        arrays = {}
+        for name in ("feature_reads", "adjacency_reads"):
+            f = p / f"{name}.npy"
+            try:
+                a = np.load(f, allow_pickle=False)
+            except (OSError, ValueError) as e:
+                raise MomentError(f"cannot read: {e}", source=str(f)) from None
+            if a.shape != (doc["num_nodes"],):
+                raise MomentError(f"shape {a.shape} != ({doc['num_nodes']},) from hotness.json", source=str(f))
+            arrays[name] = a
+        return cls(
+            arrays["feature_reads"], arrays["adjacency_reads"], int(doc["num_batches"]), int(doc["sampled_total"]),
+            float(doc["unique_ratio"]), dict(doc.get("meta", {})),
+        )
+
+
+def presample(
+    dataset: GraphDataset,
+    fanouts: Sequence[int] = (25, 10),
+    batch_size: int = 1024,
+    *,
+    epochs: int = 1,
+    num_batches: int | None = None,
+    seed: int = 0,
+    split: str = "train",
+    in_memory: bool = True,
+    threads: int | None = 1,
+    progress: Callable[[int, int], None] | None = None,
+) -> Hotness:
+    """Samples `epochs` epochs of mini-batches (or just the first `num_batches`) and counts accesses.
+
+    Batches come from `SeedBatches(split seeds, batch_size, seed=seed)` and `NeighborSampler(seed=seed)`,
+    the same objects a single-rank training run uses. `threads` sets torch's intra-op threads for the
+    run (restored after): the per-batch ops are small, and on a busy 2-core machine torch's spinning
+    worker threads made sampling ~8x slower than one thread; `None` leaves torch's setting alone.
+    """
+    import torch
+
+    from moment.workload.sampler import CSRGraph, NeighborSampler, SeedBatches
+
+    if batch_size <= 0:
+        raise MomentError(f"--batch-size must be positive (got {batch_size})")
+    if epochs <= 0:
+        raise MomentError(f"--epochs must be positive (got {epochs})")
+    if any(int(f) <= 0 for f in fanouts) or not fanouts:
+        raise MomentError(f"fan-outs must be positive integers (got {list(fanouts)})")
+    seeds = np.asarray(dataset.split(split))
+    if seeds.size == 0:
+        raise MomentError(f"the {split} split is empty", source=str(dataset.path))
+    batches = SeedBatches(seeds, batch_size, seed=seed)
+    per_epoch = len(batches)
+    total = per_epoch * epochs if num_batches is None else int(num_batches)
+    if total <= 0:
+        raise MomentError(f"--num-batches must be positive (got {num_batches})")
+    graph = CSRGraph.from_dataset(dataset, in_memory=in_memory)
+    sampler = NeighborSampler(graph, fanouts, seed=seed)
+    n = dataset.num_nodes
+    feat = torch.zeros(n, dtype=torch.int64)
+    adj = torch.zeros(n, dtype=torch.int64)
+    done, drawn, ratio_sum, epoch = 0, 0, 0.0, 0
+    old_threads = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(int(threads))
+    t0 = time.perf_counter()
+    try:
+        while done < total:
+            for b in batches.epoch(epoch):
+                mb = sampler.sample(b)
+                feat.index_add_(0, mb.n_id, torch.ones(mb.n_id.numel(), dtype=torch.int64))
+                for tg in mb.targets_per_hop:
+                    adj.index_add_(0, tg, torch.ones(tg.numel(), dtype=torch.int64))
+                drawn += mb.num_sampled
+                ratio_sum += mb.unique_ratio
+                done += 1
+                if progress is not None:
+                    progress(done, total)
+                if done >= total:
+                    break
+            epoch += 1
+    finally:
+        torch.set_num_threads(old_threads)
+    elapsed = time.perf_counter() - t0
+    meta = {
+        "dataset": str(dataset.path),
+        "dataset_indptr_sha256": dataset.manifest.files["indptr"].sha256,
+        "fanouts": [int(f) for f in fanouts],
+        "batch_size": int(batch_size),
+        "seed": int(seed),
+        "split": split,
+        "epochs": epoch if num_batches is None else done / max(per_epoch, 1),
+        "batches_per_epoch": per_epoch,
+        "elapsed_s": elapsed,
+        "sampled_per_s": drawn / elapsed if elapsed > 0 else 0.0,
+    }
+    return Hotness(feat.numpy(), adj.numpy(), done, drawn, ratio_sum / max(done, 1), meta)
+

@@ -1,0 +1,330 @@
+"""Uniform neighbour sampling over CSR, vectorised in torch, shared by pre-sampling and training.
+
+Why one sampler: the hotness that decides data placement must come from exactly the access stream that
+training will produce, so both call `NeighborSampler.sample`.
+
+Semantics (PyG `NeighborLoader`-compatible, "directed" expansion):
+
+* Hop 1 samples the neighbours of the seeds; hop k+1 samples the neighbours of the nodes that hop k
+  added (nodes seen earlier are not expanded again).
+* Per target with degree d and fan-out f: if d <= f, all d neighbour slots; otherwise a uniformly random
+  f-subset of its d slots, drawn exactly without replacement (Floyd's algorithm, vectorised: f rounds
+  over all targets at once, O(f^2) comparisons per target, independent of d, so hubs cost nothing
+  extra). A slot is a CSR position: a multi-edge would count twice (our datasets have none).
+  Chosen slots are returned in CSR order.
+* Node ids are de-duplicated per mini-batch with `torch.unique`; `n_id` lists the seeds first, then
+  each hop's new nodes in order of first appearance (stable, so the result depends only on the seed).
+* `edge_index` is in local ids: row 0 = the neighbour (message source), row 1 = the target.
+  Edges of hop 1 come first. `num_sampled_nodes` / `num_sampled_edges` give the per-hop counts, as
+  PyG's `trim_to_layer` expects; `MiniBatch.blocks()` gives the per-layer bipartite views.
+
+Every random draw comes from the sampler's `torch.Generator` (seeded), so a run is reproducible.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+if TYPE_CHECKING:
+    from moment.workload.graph import GraphDataset
+
+DEFAULT_FANOUTS = (25, 10)
+
+
+def _as_tensor(a: np.ndarray | torch.Tensor, copy: bool) -> torch.Tensor:
+    if isinstance(a, torch.Tensor):
+        return a
+    if copy:
+        return torch.from_numpy(np.array(a))
+    with warnings.catch_warnings():  # read-only memmaps: we never write through them
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(np.asarray(a))
+
+
+@dataclass(frozen=True)
+class CSRGraph:
+    """The adjacency the sampler reads: row v of `indices` = in-neighbours of v."""
+
+    indptr: torch.Tensor  # int64 [num_nodes + 1]
+    indices: torch.Tensor  # int32 or int64 [num_edges]
+
+    @classmethod
+    def from_arrays(cls, indptr: np.ndarray | torch.Tensor, indices: np.ndarray | torch.Tensor,
+                    in_memory: bool = True) -> CSRGraph:
+        ip = _as_tensor(indptr, copy=in_memory).to(torch.int64)
+        ix = _as_tensor(indices, copy=in_memory)
+        if ix.dtype not in (torch.int32, torch.int64):
+            ix = ix.to(torch.int64)
+        return cls(ip, ix)
+
+    @classmethod
+    def from_dataset(cls, ds: GraphDataset, in_memory: bool = True) -> CSRGraph:
+        """`in_memory=False` samples straight from the memory-mapped files (page cache does the rest)."""
+        return cls.from_arrays(ds.indptr, ds.indices, in_memory=in_memory)
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.indptr.numel()) - 1
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.indices.numel())
+
+
+@dataclass(frozen=True)
+class Block:
+    """One GNN layer's bipartite graph: messages flow from `num_src` inputs to the first `num_dst` of them."""
+
+    edge_index: torch.Tensor  # int64 [2, E], local ids
+    num_src: int
+    num_dst: int
+
+
+@dataclass
+class MiniBatch:
+    """A sampled mini-batch, in the layout of PyG's `NeighborLoader` output."""
+
+    n_id: torch.Tensor  # int64 global node ids, seeds first
+    edge_index: torch.Tensor  # int64 [2, E] local ids (row 0 neighbour, row 1 target)
+    num_sampled_nodes: list[int]  # [num_seeds, new in hop 1, new in hop 2, ...]
+    num_sampled_edges: list[int]  # [edges of hop 1, edges of hop 2, ...]
+    num_sampled: int = 0  # ids drawn before de-duplication, seeds included
+    targets_per_hop: list[torch.Tensor] = field(default_factory=list)  # global ids whose rows were read
+
+    @property
+    def batch_size(self) -> int:
+        return self.num_sampled_nodes[0]
+
+    @property
+    def seeds(self) -> torch.Tensor:
+        return self.n_id[: self.batch_size]
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.n_id.numel())
+
+    @property
+    def unique_ratio(self) -> float:
+        return self.num_nodes / self.num_sampled if self.num_sampled else 1.0
+
+    def blocks(self) -> list[Block]:
+        """Per-layer views, input layer first: layer i of L uses the edges of hops 1..L-i.
+
+        Feed `x[:num_src]` and `edge_index` to layer i and keep the first `num_dst` rows of its output;
+        after the last layer the rows are the seeds.
+        """
+        L = len(self.num_sampled_edges)
+        nodes = np.cumsum(self.num_sampled_nodes).tolist()
+        edges = np.cumsum([0, *self.num_sampled_edges]).tolist()
+        out = []
+        for i in range(L):
+            hops = L - i
+            out.append(Block(self.edge_index[:, : edges[hops]], num_src=nodes[hops], num_dst=nodes[hops - 1]))
+        return out
+
+
+class NeighborSampler:
+    """Uniform neighbour sampler; see the module docstring for the exact semantics."""
+
+    def __init__(
+        self, graph: CSRGraph, fanouts: Sequence[int] = DEFAULT_FANOUTS, seed: int = 0, dedup: str = "map"
+    ):
+        if not fanouts or any(int(f) <= 0 for f in fanouts):
+            raise ValueError(f"fan-outs must be positive integers, got {list(fanouts)}")
+        if dedup not in ("map", "unique"):
+            raise ValueError(f"dedup must be 'map' or 'unique', got {dedup!r}")
+        self.graph = graph
+        self.fanouts = [int(f) for f in fanouts]
+        self.generator = torch.Generator().manual_seed(int(seed))
+        self.dedup = dedup
+        self._map: _DenseMap | None = None
+
+    def sample_neighbors(self, targets: torch.Tensor, fanout: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Returns (neighbour global ids, index of each one's target in `targets`), both int64.
+
+        Works on an [m, fanout] slot matrix (row i = target i), which avoids `repeat_interleave`.
+        """
+        ip = self.graph.indptr
+        targets = targets.to(torch.int64)
+        m = targets.numel()
+        start = ip[targets]
+        deg = ip[targets + 1] - start
+        cols = torch.arange(fanout, dtype=torch.int64)
+        pos = start.unsqueeze(1) + cols  # rows taken whole: slots 0..deg-1
+        partial = deg > fanout
+        if bool(partial.any()):
+            pos[partial] = start[partial].unsqueeze(1) + self._floyd(deg[partial], fanout)
+        valid = cols < deg.unsqueeze(1)
+        nbr = self.graph.indices[pos[valid]].to(torch.int64)
+        dst = torch.arange(m, dtype=torch.int64).unsqueeze(1).expand(m, fanout)[valid]
+        return nbr, dst
+
+    def _floyd(self, deg: torch.Tensor, f: int) -> torch.Tensor:
+        """A uniform f-subset of range(deg) for every row at once, sorted; requires deg > f."""
+        rows = deg.numel()
+        sel = torch.empty((rows, f), dtype=torch.int64)
+        for i in range(f):
+            j = deg - f + i  # candidate range is [0, j]
+            u = torch.rand(rows, generator=self.generator, dtype=torch.float64)
+            t = torch.minimum((u * (j + 1).to(torch.float64)).to(torch.int64), j)
+            if i:
+                taken = (sel[:, :i] == t.unsqueeze(1)).any(1)
+                t = torch.where(taken, j, t)
+            sel[:, i] = t
+        return sel.sort(dim=1).values
+
+    def sample(self, seeds: torch.Tensor | np.ndarray | Sequence[int]) -> MiniBatch:
+        """Samples the multi-hop neighbourhood of distinct `seeds` (global ids)."""
+        seeds_t = torch.as_tensor(np.asarray(seeds) if not isinstance(seeds, torch.Tensor) else seeds)
+        seeds_t = seeds_t.to(torch.int64).reshape(-1)
+        n = self.graph.num_nodes
+        if seeds_t.numel() and (int(seeds_t.min()) < 0 or int(seeds_t.max()) >= n):
+            raise ValueError(f"seed ids out of range [0, {n})")
+        if torch.unique(seeds_t).numel() != seeds_t.numel():
+            raise ValueError("seeds must be distinct")
+        if self.dedup == "map":
+            if self._map is None:
+                self._map = _DenseMap(n)
+            dedup = self._map
+            dedup.start(seeds_t)
+        else:
+            dedup = None
+        n_id = seeds_t
+        frontier, frontier_start = seeds_t, 0
+        edges: list[torch.Tensor] = []
+        num_nodes, num_edges = [seeds_t.numel()], []
+        targets_per_hop: list[torch.Tensor] = []
+        drawn = seeds_t.numel()
+        for f in self.fanouts:
+            targets_per_hop.append(frontier)
+            nbr, dst_rel = self.sample_neighbors(frontier, f)
+            drawn += nbr.numel()
+            m = n_id.numel()
+            src_local, new_nodes = dedup.add(nbr, m) if dedup else _stable_dedup(n_id, nbr)
+            edges.append(torch.stack([src_local, dst_rel + frontier_start]))
+            num_edges.append(nbr.numel())
+            num_nodes.append(new_nodes.numel())
+            n_id = torch.cat([n_id, new_nodes])
+            frontier, frontier_start = new_nodes, m
+        if dedup:
+            dedup.reset(n_id)
+        edge_index = torch.cat(edges, dim=1) if edges else torch.empty((2, 0), dtype=torch.int64)
+        return MiniBatch(n_id, edge_index, num_nodes, num_edges, drawn, targets_per_hop)
+
+
+class _DenseMap:
+    """Node -> local id table of size num_nodes, reused across batches (reset touches only the batch).
+
+    O(K) per hop instead of the O(K log K) sort in `torch.unique`: its cost does not grow with the
+    batch's sort, which matters for large batches (bench/presample.py prints both); costs 8 bytes per
+    node. Not thread-safe: one sampler per worker.
+    """
+
+    def __init__(self, n: int):
+        self.local = torch.full((n,), -1, dtype=torch.int32)
+        self.first = torch.empty(n, dtype=torch.int32)
+
+    def start(self, seeds: torch.Tensor) -> None:
+        self.local[seeds] = torch.arange(seeds.numel(), dtype=torch.int32)
+
+    def add(self, cand: torch.Tensor, m: int) -> tuple[torch.Tensor, torch.Tensor]:
+        loc = self.local[cand]
+        unseen = torch.nonzero(loc < 0).reshape(-1)
+        c_new = cand[unseen]
+        # first occurrence of each unseen id = smallest position (scatter amin), kept in candidate order
+        order = torch.arange(c_new.numel(), dtype=torch.int32)
+        self.first[c_new] = torch.iinfo(torch.int32).max
+        self.first.scatter_reduce_(0, c_new, order, reduce="amin")
+        new_nodes = c_new[self.first[c_new] == order]
+        self.local[new_nodes] = torch.arange(m, m + new_nodes.numel(), dtype=torch.int32)
+        loc[unseen] = self.local[c_new]
+        return loc.to(torch.int64), new_nodes
+
+    def reset(self, n_id: torch.Tensor) -> None:
+        self.local[n_id] = -1
+
+
+def _stable_dedup(known: torch.Tensor, cand: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Local ids of `cand` against the distinct list `known`, appending unseen ids in first-seen order.
+
+    The stateless `torch.unique` reference; `_DenseMap` gives the same result faster.
+
+    Returns (local id of each candidate, the new ids to append).
+    """
+    m = known.numel()
+    cat = torch.cat([known, cand])
+    uniq, inv = torch.unique(cat, return_inverse=True)
+    first = torch.full((uniq.numel(),), cat.numel(), dtype=torch.int64)
+    first.scatter_reduce_(0, inv, torch.arange(cat.numel(), dtype=torch.int64), reduce="amin")
+    local = first.clone()  # known ids: their position in `known`
+    new_u = torch.nonzero(first >= m).reshape(-1)
+    new_u = new_u[torch.argsort(first[new_u], stable=True)]
+    local[new_u] = m + torch.arange(new_u.numel(), dtype=torch.int64)
+    return local[inv[m:]], uniq[new_u]
+
+
+def _mix(seed: int, epoch: int) -> int:
+    return int(np.random.SeedSequence([int(seed), int(epoch)]).generate_state(1, dtype=np.uint64)[0] >> 1)
+
+
+class SeedBatches:
+    """Training seeds in mini-batches: reshuffled per epoch from `seed`, split disjointly across ranks.
+
+    Every rank builds the same permutation for an epoch and takes its own contiguous share of
+    `len(seeds) // world_size` ids (the few left over are skipped that epoch, and change every epoch), so
+    DDP ranks get disjoint, equal-size shares and the same number of batches.
+    """
+
+    def __init__(
+        self,
+        seeds: np.ndarray | torch.Tensor | Sequence[int],
+        batch_size: int,
+        *,
+        seed: int = 0,
+        shuffle: bool = True,
+        rank: int = 0,
+        world_size: int = 1,
+        drop_last: bool = False,
+    ):
+        if batch_size <= 0:
+            raise ValueError("batch_size must be positive")
+        if world_size <= 0 or not (0 <= rank < world_size):
+            raise ValueError(f"need 0 <= rank < world_size, got rank={rank} world_size={world_size}")
+        s = seeds if isinstance(seeds, torch.Tensor) else torch.from_numpy(np.array(seeds, dtype=np.int64))
+        self.seeds = s.to(torch.int64).reshape(-1)
+        self.batch_size = int(batch_size)
+        self.seed, self.shuffle = int(seed), shuffle
+        self.rank, self.world_size = int(rank), int(world_size)
+        self.drop_last = drop_last
+
+    @property
+    def per_rank(self) -> int:
+        return self.seeds.numel() // self.world_size
+
+    def __len__(self) -> int:
+        q, r = divmod(self.per_rank, self.batch_size)
+        return q if (self.drop_last or r == 0) else q + 1
+
+    def share(self, epoch: int = 0) -> torch.Tensor:
+        """This rank's seeds for `epoch`, in batch order."""
+        if self.shuffle:
+            g = torch.Generator().manual_seed(_mix(self.seed, epoch))
+            order = self.seeds[torch.randperm(self.seeds.numel(), generator=g)]
+        else:
+            order = self.seeds
+        k = self.per_rank
+        return order[self.rank * k : (self.rank + 1) * k]
+
+    def epoch(self, epoch: int = 0) -> Iterator[torch.Tensor]:
+        mine = self.share(epoch)
+        for b in range(len(self)):
+            yield mine[b * self.batch_size : (b + 1) * self.batch_size]
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        return self.epoch(0)

@@ -1,0 +1,100 @@
+"""Pre-sampling counts match the sampler's batches exactly; skew, persistence, errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from moment.errors import MomentError
+from moment.workload.graph import GraphDataset
+from moment.workload.hotness import Hotness, presample
+from moment.workload.synth import synthesize
+
+
+@pytest.fixture(scope="module")
+def ds(tmp_path_factory: pytest.TempPathFactory) -> GraphDataset:
+    return synthesize(tmp_path_factory.mktemp("h") / "g", 8000, feature_dim=8, seed=1)
+
+
+def test_counts_match_a_manual_replay(ds: GraphDataset) -> None:
+    import torch
+
+    from moment.workload.sampler import CSRGraph, NeighborSampler, SeedBatches
+
+    hot = presample(ds, [5, 3], 100, epochs=2, seed=4)
+    sb = SeedBatches(ds.train_idx, 100, seed=4)
+    s = NeighborSampler(CSRGraph.from_dataset(ds), [5, 3], seed=4)
+    feat = np.zeros(ds.num_nodes, np.int64)
+    adj = np.zeros(ds.num_nodes, np.int64)
+    n = 0
+    for e in range(2):
+        for b in sb.epoch(e):
+            mb = s.sample(b)
+            feat += np.bincount(mb.n_id.numpy(), minlength=ds.num_nodes)
+            adj += np.bincount(torch.cat(mb.targets_per_hop).numpy(), minlength=ds.num_nodes)
+            n += 1
+    np.testing.assert_array_equal(hot.feature_reads, feat)
+    np.testing.assert_array_equal(hot.adjacency_reads, adj)
+    assert hot.num_batches == n == 2 * len(sb)
+    assert feat.max() <= n  # once per batch at most
+    assert np.all(hot.feature_reads[np.asarray(ds.train_idx)] >= 2)  # every seed at least once per epoch
+    assert 0 < hot.unique_ratio <= 1 and hot.sampled_total >= hot.total_feature_reads
+    assert hot.meta["sampled_per_s"] > 0 and hot.meta["epochs"] == 2
+
+
+def test_skew_and_order(ds: GraphDataset) -> None:
+    hot = presample(ds, [10, 5], 64, epochs=4, seed=0)
+    assert hot.num_batches == 32
+    sk = hot.skew()
+    assert list(sk) == [0.01, 0.05, 0.10]
+    assert 0.01 <= sk[0.01] <= sk[0.05] <= sk[0.10] <= 1.0
+    assert sk[0.01] > 0.03 and sk[0.10] > 0.2  # skewed (32 batches cap a node at 32 reads)
+    assert hot.share_of_top(0.05) == pytest.approx(sk[0.05])
+    assert hot.share_of_top(0) == 0 and hot.share_of_top(1) == 1
+    o = hot.order()
+    f = hot.feature_reads[o]
+    assert np.all(np.diff(f) <= 0)
+    ties = o[f == f[-1]]
+    assert np.all(np.diff(ties) > 0)  # ties by node id
+    c = hot.curve(11)
+    assert c[0] == (0.0, 0.0) and c[-1][1] == pytest.approx(1.0)
+    s = hot.summary()
+    assert s["skew"]["top_0.01"] == sk[0.01] and s["fanouts"] == [10, 5]
+
+
+def test_deterministic(ds: GraphDataset) -> None:
+    a = presample(ds, [5, 5], 64, num_batches=4, seed=2)
+    b = presample(ds, [5, 5], 64, num_batches=4, seed=2)
+    c = presample(ds, [5, 5], 64, num_batches=4, seed=3)
+    assert np.array_equal(a.feature_reads, b.feature_reads)
+    assert not np.array_equal(a.feature_reads, c.feature_reads)
+
+
+def test_save_load(ds: GraphDataset, tmp_path: Path) -> None:
+    hot = presample(ds, [5], 200, num_batches=2)
+    out = hot.save(tmp_path / "hot")
+    back = Hotness.load(out)
+    assert np.array_equal(back.feature_reads, hot.feature_reads)
+    assert np.array_equal(back.adjacency_reads, hot.adjacency_reads)
+    assert back.meta == hot.meta and back.unique_ratio == hot.unique_ratio
+    hot.save(out)  # overwrite in place
+    with pytest.raises(MomentError, match="no hotness.json"):
+        Hotness.load(tmp_path)
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(MomentError, match="not a hotness directory"):
+        hot.save(tmp_path / "plain")
+    np.save(out / "feature_reads.npy", np.zeros(3, np.int64))
+    with pytest.raises(MomentError, match="shape") as e:
+        Hotness.load(out)
+    assert "feature_reads.npy" in str(e.value)
+
+
+def test_bad_arguments(ds: GraphDataset) -> None:
+    with pytest.raises(MomentError, match="batch-size"):
+        presample(ds, [5], 0)
+    with pytest.raises(MomentError, match="fan-outs"):
+        presample(ds, [5, 0], 10)
+    with pytest.raises(MomentError, match="num-batches"):
+        presample(ds, [5], 10, num_batches=0)

@@ -1,0 +1,206 @@
+"""Importers (OGB CSV/NPZ, IGB, edge list) on small files written here; errors name the file."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from moment.errors import MomentError
+from moment.workload.graph import GraphDataset
+from moment.workload.importers import import_edgelist, import_igb, import_ogb
+
+N, D = 40, 5
+RNG = np.random.default_rng(7)
+EDGES = np.unique(RNG.integers(0, N, size=(150, 2)), axis=0)  # (src, dst), no duplicates
+FEAT = RNG.standard_normal((N, D)).astype(np.float32)
+LABELS = RNG.integers(0, 4, N)
+
+
+def rows_of(ds: GraphDataset) -> dict[int, list[int]]:
+    ip, ix = np.asarray(ds.indptr), np.asarray(ds.indices)
+    return {v: sorted(ix[ip[v] : ip[v + 1]].tolist()) for v in range(ds.num_nodes)}
+
+
+def expected_rows(edges: np.ndarray, undirected: bool = False) -> dict[int, list[int]]:
+    pairs = {(int(s), int(d)) for s, d in edges}
+    if undirected:
+        pairs |= {(d, s) for s, d in pairs}
+    return {v: sorted(s for s, d in pairs if d == v) for v in range(N)}
+
+
+def _gz(path: Path, lines: list[str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wt") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def write_ogb_csv(root: Path, labels: np.ndarray = LABELS) -> Path:
+    raw = root / "raw"
+    _gz(raw / "edge.csv.gz", [f"{s},{d}" for s, d in EDGES])
+    _gz(raw / "node-feat.csv.gz", [",".join(f"{v:.9g}" for v in row) for row in FEAT])
+    lab = ["nan" if i == 3 else str(int(v)) for i, v in enumerate(labels)]
+    _gz(raw / "node-label.csv.gz", lab)
+    _gz(raw / "num-node-list.csv.gz", [str(N)])
+    sp = root / "split" / "time"
+    _gz(sp / "train.csv.gz", [str(i) for i in range(20) if i != 3])
+    _gz(sp / "valid.csv.gz", [str(i) for i in range(20, 30)])
+    _gz(sp / "test.csv.gz", [str(i) for i in range(30, 40)])
+    return root
+
+
+def test_ogb_csv(tmp_path: Path) -> None:
+    src = write_ogb_csv(tmp_path / "ogbn_x")
+    ds = import_ogb(src, tmp_path / "out")
+    ds.verify()
+    assert rows_of(ds) == expected_rows(EDGES)
+    np.testing.assert_allclose(ds.features_memmap(), FEAT, rtol=1e-6)
+    lab = np.asarray(ds.labels)
+    assert lab[3] == -1 and lab[0] == LABELS[0]
+    assert ds.num_classes == LABELS.max() + 1 and len(ds.train_idx) == 19
+    assert ds.manifest.source["importer"] == "ogb-csv"
+    und = import_ogb(src, tmp_path / "und", undirected=True)
+    assert rows_of(und) == expected_rows(EDGES, undirected=True)
+
+
+def test_ogb_npz(tmp_path: Path) -> None:
+    root = tmp_path / "papers"
+    (root / "raw").mkdir(parents=True)
+    np.savez(root / "raw" / "data.npz", edge_index=EDGES.T.copy(), node_feat=FEAT, num_nodes_list=[N])
+    np.savez(root / "raw" / "node-label.npz", node_label=LABELS.astype(np.float32)[:, None])
+    sp = root / "split" / "time"
+    _gz(sp / "train.csv.gz", ["0", "1", "2"])
+    _gz(sp / "valid.csv.gz", ["3"])
+    _gz(sp / "test.csv.gz", ["4"])
+    ds = import_ogb(root, tmp_path / "out")
+    ds.verify()
+    assert rows_of(ds) == expected_rows(EDGES)
+    np.testing.assert_array_equal(ds.labels, LABELS)
+
+
+def test_ogb_errors(tmp_path: Path) -> None:
+    src = write_ogb_csv(tmp_path / "o")
+    (src / "raw" / "node-feat.csv.gz").unlink()
+    with pytest.raises(MomentError, match="missing node features") as e:
+        import_ogb(src, tmp_path / "out")
+    assert "node-feat.csv.gz" in str(e.value)
+    _gz(src / "raw" / "node-feat.csv.gz", [",".join(["1"] * D)] * (N - 1))
+    with pytest.raises(MomentError, match="wrong row count") as e:
+        import_ogb(src, tmp_path / "out")
+    assert "node-feat.csv.gz" in str(e.value)
+    _gz(src / "raw" / "node-feat.csv.gz", [",".join(["1"] * D)] * N)
+    _gz(src / "raw" / "edge.csv.gz", ["0,1", f"2,{N}"])
+    with pytest.raises(MomentError, match=f"node id {N} out of range") as e:
+        import_ogb(src, tmp_path / "out")
+    assert "edge.csv.gz" in str(e.value)
+    _gz(src / "raw" / "edge.csv.gz", ["0,1,2"])
+    with pytest.raises(MomentError, match="two columns"):
+        import_ogb(src, tmp_path / "out")
+    _gz(src / "raw" / "edge.csv.gz", ["0,1"])
+    _gz(src / "split" / "other" / "train.csv.gz", ["0"])
+    with pytest.raises(MomentError, match="several split schemes"):
+        import_ogb(src, tmp_path / "out")
+    _gz(src / "split" / "time" / "valid.csv.gz", ["3"])  # node 3 has no label
+    with pytest.raises(MomentError, match="unlabelled") as e:
+        import_ogb(src, tmp_path / "out", split_name="time")
+    assert "valid.csv.gz" in str(e.value)
+    _gz(src / "raw" / "num-node-list.csv.gz", ["41"])
+    with pytest.raises(MomentError, match="says 41 nodes"):
+        import_ogb(src, tmp_path / "out", split_name="time")
+    with pytest.raises(MomentError, match="not found"):
+        import_ogb(tmp_path / "nothing", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["o"]  # no temp directories left behind
+
+
+def write_igb(root: Path) -> Path:
+    p = root / "processed" / "paper"
+    p.mkdir(parents=True)
+    np.save(p / "node_feat.npy", FEAT)
+    np.save(p / "node_label_19.npy", LABELS.astype(np.float32))
+    np.save(p / "node_label_2K.npy", (LABELS * 100).astype(np.float32))
+    c = root / "processed" / "paper__cites__paper"
+    c.mkdir(parents=True)
+    np.save(c / "edge_index.npy", EDGES)
+    return root
+
+
+def test_igb(tmp_path: Path) -> None:
+    src = write_igb(tmp_path / "small")
+    ds = import_igb(src, tmp_path / "out")
+    ds.verify()
+    assert rows_of(ds) == expected_rows(EDGES, undirected=True)
+    assert ds.num_classes == 19
+    assert (len(ds.train_idx), len(ds.val_idx), len(ds.test_idx)) == (24, 8, 8)
+    np.testing.assert_array_equal(ds.train_idx, np.arange(24))
+    d2 = import_igb(src, tmp_path / "out2", classes="2K", undirected=False)
+    assert rows_of(d2) == expected_rows(EDGES) and d2.num_classes == 2983
+
+
+def test_igb_errors(tmp_path: Path) -> None:
+    src = write_igb(tmp_path / "small")
+    np.save(src / "processed" / "paper__cites__paper" / "edge_index.npy", np.zeros((10, 3), dtype=np.int64))
+    with pytest.raises(MomentError, match="expected \\[E, 2\\]") as e:
+        import_igb(src, tmp_path / "out")
+    assert "edge_index.npy" in str(e.value)
+    np.save(src / "processed" / "paper" / "node_label_19.npy", LABELS[:-1])
+    with pytest.raises(MomentError, match="labels for") as e:
+        import_igb(src, tmp_path / "out")
+    assert "node_label_19.npy" in str(e.value)
+    (src / "processed" / "paper" / "node_feat.npy").unlink()
+    with pytest.raises(MomentError, match="missing node features") as e:
+        import_igb(src, tmp_path / "out")
+    with pytest.raises(MomentError, match="19 or 2K"):
+        import_igb(src, tmp_path / "out", classes="7")
+
+
+def test_edgelist(tmp_path: Path) -> None:
+    f = tmp_path / "e.txt"
+    f.write_text("# a comment\n" + "\n".join(f"{s} {d}" for s, d in EDGES) + "\n")
+    np.save(tmp_path / "x.npy", FEAT)
+    np.save(tmp_path / "y.npy", LABELS)
+    ds = import_edgelist(f, tmp_path / "out", features=tmp_path / "x.npy", labels=tmp_path / "y.npy")
+    ds.verify()
+    assert rows_of(ds) == expected_rows(EDGES) and ds.num_nodes == N
+    np.testing.assert_array_equal(ds.features_memmap(), FEAT)
+    # comma separated, no features/labels: generated, seeded
+    g = tmp_path / "e.csv"
+    g.write_text("\n".join(f"{s},{d}" for s, d in EDGES) + "\n")
+    a = import_edgelist(g, tmp_path / "a", num_nodes=N + 10, feature_dim=3, undirected=True)
+    b = import_edgelist(g, tmp_path / "b", num_nodes=N + 10, feature_dim=3, undirected=True)
+    a.verify()
+    assert a.num_nodes == N + 10 and a.feature_dim == 3
+    assert a.manifest.files["features"].sha256 == b.manifest.files["features"].sha256
+    assert a.manifest.source["generated_labels"] is True
+
+
+def test_edgelist_errors(tmp_path: Path) -> None:
+    f = tmp_path / "e.txt"
+    f.write_text("0 1\n1 x\n")
+    with pytest.raises(MomentError, match="cannot parse") as e:
+        import_edgelist(f, tmp_path / "out")
+    assert "e.txt" in str(e.value)
+    f.write_text("0 1 2\n")
+    with pytest.raises(MomentError, match="2 columns"):
+        import_edgelist(f, tmp_path / "out")
+    f.write_text("0 1\n5 2\n")
+    np.save(tmp_path / "x.npy", np.zeros((4, 2), np.float32))
+    with pytest.raises(MomentError, match="out of range") as e:
+        import_edgelist(f, tmp_path / "out", features=tmp_path / "x.npy")
+    assert "e.txt" in str(e.value)
+    np.save(tmp_path / "y.npy", np.zeros(7))
+    with pytest.raises(MomentError, match="wrong row count: 7 labels") as e:
+        import_edgelist(f, tmp_path / "out", labels=tmp_path / "y.npy", num_nodes=6)
+    assert "y.npy" in str(e.value)
+    np.save(tmp_path / "x.npy", np.zeros(6, np.float32))
+    with pytest.raises(MomentError, match=r"\[N, D\]") as e:
+        import_edgelist(f, tmp_path / "out", features=tmp_path / "x.npy")
+    with pytest.raises(MomentError, match="missing edge list"):
+        import_edgelist(tmp_path / "none.txt", tmp_path / "out")
+    (tmp_path / "bad.npy").write_text("not numpy")
+    with pytest.raises(MomentError, match="not a readable .npy") as e:
+        import_edgelist(f, tmp_path / "out", features=tmp_path / "bad.npy")
+    assert "bad.npy" in str(e.value)
+    assert not (tmp_path / "out").exists()
