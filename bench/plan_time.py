@@ -1,0 +1,79 @@
+"""Plan time: paper-machine-b with 4 GPUs + 8 SSDs (target < 2 s) and hgx-a100-8gpu with 8 SSDs
+(target < 30 s). Baseline in the same run: brute force without symmetry pruning, timed on a sample
+of the raw placements and extrapolated to all of them (listing tens of millions is not possible).
+
+    .venv/bin/python bench/plan_time.py [--sample 256]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import time
+
+from moment.planner.lp import solve_lp_batch
+from moment.planner.network import ChassisTemplate
+from moment.planner.plan import make_plan
+from moment.topology.devices import Inventory, fits, strip
+from moment.topology.profiles import builtin_names, load_profile
+from moment.workload.spec import WorkloadSpec
+
+
+def raw_sample(topo, inventory, n):
+    """The first n raw (unpruned) placements in brute-force order (double-width rules ignored)."""
+    slots = topo.empty_slots()
+    models = inventory.models()
+
+    def rec(i, chosen, free):
+        if i == len(models):
+            yield dict(chosen)
+            return
+        m, c = models[i]
+        for combo in itertools.combinations([s for s in free if fits(s, m)], c):
+            ids = {s.id for s in combo}
+            yield from rec(i + 1, {**chosen, **{s.id: m.name for s in combo}}, [s for s in free if s.id not in ids])
+
+    return list(itertools.islice(rec(0, {}, slots), n))
+
+
+def bench(name: str, inventory: Inventory, sample: int) -> None:
+    topo = load_profile(name)
+    w = WorkloadSpec()
+    t0 = time.perf_counter()
+    plan = make_plan(topo, inventory, w, maxflow_backend="ortools")
+    total = time.perf_counter() - t0
+    s = plan.search
+    bare, _ = strip(topo)
+    cands = raw_sample(bare, inventory, sample)
+    tmpl = ChassisTemplate(bare)
+    t1 = time.perf_counter()
+    for i in range(0, len(cands), 64):
+        solve_lp_batch([tmpl.network(p, w) for p in cands[i:i + 64]])
+    per_raw = (time.perf_counter() - t1) / max(len(cands), 1)
+    brute = per_raw * s.raw_candidates
+    print(f"{name}.inventory: {inventory.describe()}")
+    print(f"{name}.raw_candidates: {s.raw_candidates}")
+    print(f"{name}.distinct_candidates: {s.distinct_candidates}")
+    print(f"{name}.pruning_ratio: {s.raw_candidates / max(s.distinct_candidates, 1):.0f}")
+    print(f"{name}.ms_per_solve: {1e3 * s.seconds_per_solve:.3f}")
+    print(f"{name}.plan_seconds_total: {total:.2f}")
+    print(f"{name}.baseline_brute_force_ms_per_candidate: {1e3 * per_raw:.3f}")
+    print(f"{name}.baseline_brute_force_seconds_extrapolated: {brute:.0f}")
+    print(f"{name}.speedup_vs_brute_force: {brute / total:.0f}")
+    print(f"{name}.predicted_epoch_read_s: {plan.predicted.epoch_read_s:.3f}")
+    print(f"{name}.gain_vs_best_baseline: {plan.gain_vs_best_baseline:.3f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sample", type=int, default=256, help="raw placements timed for the brute-force baseline")
+    args = ap.parse_args()
+    bench("paper-machine-b", Inventory.simple(4, 8), args.sample)
+    if "hgx-a100-8gpu" in builtin_names():
+        bench("hgx-a100-8gpu", Inventory.simple(0, 8), args.sample)
+    else:
+        print("hgx-a100-8gpu: not in topology_profiles/ (skipped)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,258 @@
+"""The realisable solver (default): one shared data placement, every GPU reads every storage node.
+
+Variables: p_s (share of all accesses served by storage node s), T, and f[g, e] (bytes for GPU g on
+edge e, one commodity per destination GPU, so a GPU may split its reads over NVLink and PCIe).
+Storage node s injects D_g * p_s into commodity g; GPU g absorbs D_g; sum_g f[g, e] <= c_e * T;
+sum_g D_g * p_s <= L_s * T; sum p = 1; GPU caches at most their proportional part of the GPU share,
+CPU memory at most the CPU share; SSDs take the rest. Minimise T.
+
+Free max-flow (the paper's solver) drops "every GPU reads from every node in proportion" and so
+is a relaxation of this LP: its T is never larger.
+
+Backend: scipy's HiGHS (`linprog(method="highs")`) with sparse matrices. The model is built as
+NumPy index arrays in one go, so building costs far less than solving; OR-Tools GLOP would need a
+Python call per variable and constraint, which costs more than the solve at these sizes.
+
+Units inside: bytes divided by the total epoch demand (flows are O(1)), seconds for T.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import linprog
+from scipy.sparse import csr_matrix
+
+from moment.errors import MomentError
+from moment.planner.network import TIER_CPU, TIER_GPU, FlowNetwork
+from moment.planner.solution import Solution
+
+#: Weight of total flow in the objective (relative to T's scale): picks, among the solutions with
+#: the least T, one without detours or cycles, so reported link loads are the real ones.
+FLOW_PENALTY = 1e-5
+
+
+@dataclass
+class _Parts:
+    """One network's LP in COO form (columns: p_s, T, flows), before stacking."""
+
+    n_var: int
+    obj: np.ndarray
+    eq: tuple[np.ndarray, np.ndarray, np.ndarray]
+    b_eq: np.ndarray
+    ub: tuple[np.ndarray, np.ndarray, np.ndarray]
+    b_ub: np.ndarray
+    bounds: np.ndarray
+    load: tuple[np.ndarray, np.ndarray, np.ndarray]  # COO (edge, column, coef): load as a share of demand
+
+
+#: Above this many simple storage->GPU paths per GPU the path form gives way to the edge form.
+MAX_PATHS_PER_GPU = 256
+
+
+def _parts(net: FlowNetwork, formulation: str) -> _Parts:
+    net.check_servable()
+    if formulation not in ("auto", "paths", "edges"):
+        raise ValueError(f"formulation must be auto, paths or edges, not {formulation!r}")
+    if formulation != "edges":
+        paths = _paths(net, None if formulation == "paths" else MAX_PATHS_PER_GPU)
+        if paths is not None:
+            return _parts_paths(net, paths)
+    return _parts_edges(net)
+
+
+def _paths(net: FlowNetwork, cap: int | None) -> list[dict[int, list[list[int]]]] | None:
+    """For each GPU: storage index -> simple paths (edge index lists) to it; None past `cap`."""
+    into: dict[str, list[int]] = {}
+    for i, e in enumerate(net.edges):
+        into.setdefault(e.v, []).append(i)
+    s_index = {s.id: k for k, s in enumerate(net.storage)}
+    out = []
+    for g in net.gpus:
+        found: dict[int, list[list[int]]] = {}
+        count, own = 0, f"hbm:{g}"  # a GPU reads its own memory directly, never over its own PCIe link
+        stack: list[tuple[str, list[int], frozenset[str]]] = [(g, [], frozenset([g]))]
+        while stack:  # backwards from the GPU; storage nodes have no in-edges, so paths end there
+            node, path, seen = stack.pop()
+            if node in s_index:
+                found.setdefault(s_index[node], []).append(path[::-1])
+                count += 1
+                if cap is not None and count > cap:
+                    return None
+                continue
+            for i in into.get(node, ()):
+                u = net.edges[i].u
+                if u not in seen and not (u == own and node != g):
+                    stack.append((u, path + [i], seen | {u}))
+        out.append(found)
+    return out
+
+
+def _parts_paths(net: FlowNetwork, paths: list[dict[int, list[list[int]]]]) -> _Parts:
+    """Path form: a (storage, GPU) pair with one route needs no column (its load is D_g p_s on
+    every edge of the route); a pair with several routes gets one column per route. Equivalent to
+    the edge form (any flow decomposes into simple paths plus cycles, and cycles only add load)."""
+    S = len(net.storage)
+    total = net.total_demand
+    d = np.array([net.demand[g] for g in net.gpus]) / total
+    lr, lc, lv = [], [], []  # load matrix entries
+    er, ec, ev = [], [], []  # equality entries (sum of route columns = d_g p_s)
+    zero_p: set[int] = set()
+    n_var, n_eq = S + 1, 0
+    for gi, found in enumerate(paths):
+        for s in range(S):
+            routes = found.get(s, [])
+            if not routes:
+                zero_p.add(s)  # every GPU reads every storage node: one it cannot reach serves nothing
+            elif len(routes) == 1:
+                lr += routes[0]
+                lc += [s] * len(routes[0])
+                lv += [d[gi]] * len(routes[0])
+            else:
+                for route in routes:
+                    lr += route
+                    lc += [n_var] * len(route)
+                    lv += [1.0] * len(route)
+                    er.append(n_eq)
+                    ec.append(n_var)
+                    ev.append(1.0)
+                    n_var += 1
+                er.append(n_eq)
+                ec.append(s)
+                ev.append(-d[gi])
+                n_eq += 1
+    load = (np.array(lr, dtype=np.int64), np.array(lc, dtype=np.int64), np.array(lv, dtype=float))
+    eq = (np.array(er + [n_eq] * S, dtype=np.int64), np.array(ec + list(range(S)), dtype=np.int64),
+          np.array(ev + [1.0] * S))
+    b_eq = np.append(np.zeros(n_eq), 1.0)
+    return _finish(net, n_var, load, eq, b_eq, zero_p)
+
+
+def _parts_edges(net: FlowNetwork) -> _Parts:
+    """Per-destination multicommodity form: one flow column per (GPU, edge)."""
+    total = net.total_demand
+    S, G = len(net.storage), len(net.gpus)
+    idx = net.index
+    V = len(net.nodes)
+    tails = np.array([idx[e.u] for e in net.edges], dtype=np.int64)
+    heads = np.array([idx[e.v] for e in net.edges], dtype=np.int64)
+    d = np.array([net.demand[g] for g in net.gpus], dtype=float) / total
+    gpu_nodes = np.array([idx[g] for g in net.gpus], dtype=np.int64)
+    is_gpu_node = np.zeros(V, dtype=bool)
+    is_gpu_node[gpu_nodes] = True
+
+    # flow columns: commodity g may use every edge except those ending at another GPU, and those
+    # leaving its own HBM other than the direct one (no GPU reads its own memory over PCIe)
+    own_hbm = np.array([idx[f"hbm:{g}"] for g in net.gpus], dtype=np.int64)
+    ok = ~is_gpu_node[heads][None, :] | (heads[None, :] == gpu_nodes[:, None])
+    ok &= (tails[None, :] != own_hbm[:, None]) | (heads[None, :] == gpu_nodes[:, None])
+    var_g, var_e = np.nonzero(ok)
+    F = len(var_e)
+    n_var = S + 1 + F
+    fcols = S + 1 + np.arange(F)
+
+    # conservation rows (g, v): inflow - outflow + D_g p_s[v] = D_g [v == g]; last row: sum p = 1
+    s_nodes = np.array([idx[s.id] for s in net.storage], dtype=np.int64)
+    gg, ss = np.meshgrid(np.arange(G), np.arange(S), indexing="ij")
+    rows = np.concatenate([var_g * V + heads[var_e], var_g * V + tails[var_e], (gg * V + s_nodes[ss]).ravel()])
+    cols = np.concatenate([fcols, fcols, ss.ravel()])
+    vals = np.concatenate([np.ones(F), -np.ones(F), d[gg].ravel()])
+    used, rows = np.unique(rows, return_inverse=True)
+    rhs_full = np.zeros(G * V)
+    rhs_full[np.arange(G) * V + gpu_nodes] = d
+    n_eq = len(used)
+    eq = (np.concatenate([rows, np.full(S, n_eq)]), np.concatenate([cols, np.arange(S)]),
+          np.concatenate([vals, np.ones(S)]))
+    b_eq = np.append(rhs_full[used], 1.0)
+    return _finish(net, n_var, (var_e, fcols, np.ones(F)), eq, b_eq, set())
+
+
+def _finish(net: FlowNetwork, n_var: int, load: tuple, eq: tuple, b_eq: np.ndarray,
+            zero_p: set[int]) -> _Parts:
+    """Rows shared by both forms: load_e - c_e T <= 0 on finite edges, p_s - L_s T <= 0, tier caps."""
+    total = net.total_demand
+    S, col_T = len(net.storage), len(net.storage)
+    cap = np.array([e.capacity for e in net.edges], dtype=float) / total
+    finite = np.isfinite(cap)
+    n_cap = int(finite.sum())
+    crow = np.cumsum(finite) - 1  # edge -> capacity row
+    lr, lc, lv = load
+    keep = finite[lr]
+    r = [crow[lr[keep]], np.arange(n_cap)]
+    c = [lc[keep], np.full(n_cap, col_T)]
+    v = [lv[keep], -cap[finite]]
+    limit = np.array([s.limit for s in net.storage]) / total
+    sfin = np.nonzero(np.isfinite(limit))[0]
+    r += [n_cap + np.arange(len(sfin))] * 2
+    c += [sfin, np.full(len(sfin), col_T)]
+    v += [np.ones(len(sfin)), -limit[sfin]]
+    n_ub = n_cap + len(sfin)
+    b_ub = [np.zeros(n_ub)]
+    for tier, share in ((TIER_GPU, net.gpu_cache_share), (TIER_CPU, net.cpu_cache_share)):
+        members = [i for i, s in enumerate(net.storage) if s.tier == tier]
+        if members:
+            r.append(np.full(len(members), n_ub))
+            c.append(np.array(members))
+            v.append(np.ones(len(members)))
+            b_ub.append(np.array([share]))
+            n_ub += 1
+    bounds = np.zeros((n_var, 2))
+    bounds[:, 1] = np.inf
+    bounds[:S, 1] = [0.0 if i in zero_p else net.share_cap(s) for i, s in enumerate(net.storage)]
+    obj = np.bincount(lc, weights=lv, minlength=n_var) * (FLOW_PENALTY * _time_scale(net))
+    obj[col_T] = 1.0
+    ub = (np.concatenate(r).astype(np.int64), np.concatenate(c).astype(np.int64), np.concatenate(v))
+    return _Parts(n_var, obj, eq, b_eq, ub, np.concatenate(b_ub), bounds, load)
+
+
+def _stack(parts: list[_Parts]) -> dict:
+    """Block-diagonal LP: the blocks share nothing, so minimising the sum of T minimises each."""
+    col0 = np.cumsum([0] + [p.n_var for p in parts])
+    eq0 = np.cumsum([0] + [len(p.b_eq) for p in parts])
+    ub0 = np.cumsum([0] + [len(p.b_ub) for p in parts])
+
+    def block(which: str, offs: np.ndarray) -> csr_matrix:
+        r = np.concatenate([getattr(p, which)[0] + offs[i] for i, p in enumerate(parts)])
+        c = np.concatenate([getattr(p, which)[1] + col0[i] for i, p in enumerate(parts)])
+        v = np.concatenate([getattr(p, which)[2] for p in parts])
+        return csr_matrix((v, (r, c)), shape=(offs[-1], col0[-1]))
+
+    return {"c": np.concatenate([p.obj for p in parts]), "A_ub": block("ub", ub0),
+            "b_ub": np.concatenate([p.b_ub for p in parts]), "A_eq": block("eq", eq0),
+            "b_eq": np.concatenate([p.b_eq for p in parts]),
+            "bounds": np.concatenate([p.bounds for p in parts]), "col0": col0}
+
+
+def solve_lp(net: FlowNetwork, *, formulation: str = "auto") -> Solution:
+    """Least T in which every GPU can be fed when all GPUs read one shared data placement."""
+    return solve_lp_batch([net], formulation=formulation)[0]
+
+
+def solve_lp_batch(nets: list[FlowNetwork], *, formulation: str = "auto") -> list[Solution]:
+    """Solve several networks' LPs in one HiGHS call (the call overhead dominates small LPs)."""
+    parts = [_parts(n, formulation) for n in nets]
+    lp = _stack(parts)
+    col0 = lp.pop("col0")
+    res = linprog(**lp, method="highs")
+    if res.status != 0:
+        if len(nets) > 1:  # find the culprit and report it alone
+            return [s for n in nets for s in solve_lp_batch([n], formulation=formulation)]
+        raise MomentError(f"the placement LP has no solution ({res.message.strip()})",
+                          hint="is every GPU reachable from the storage (check links and slots)?")
+    out = []
+    for net, p, c0 in zip(nets, parts, col0):
+        x = res.x[c0:c0 + p.n_var]
+        total, S = net.total_demand, len(net.storage)
+        lr, lc, lv = p.load
+        edge_bytes = np.bincount(lr, weights=lv * x[lc], minlength=len(net.edges)) * total
+        share = np.clip(x[:S], 0.0, None)
+        served = {s.id: float(share[i]) * total for i, s in enumerate(net.storage)}
+        out.append(Solution("lp", float(x[S]), edge_bytes, served, dict(net.demand), net))
+    return out
+
+
+def _time_scale(net: FlowNetwork) -> float:
+    """A rough epoch time (demand / fastest GPU inlet), to scale the flow penalty."""
+    best = max(sum(e.capacity for e in net.edges if e.v == g and np.isfinite(e.capacity)) for g in net.gpus)
+    return max(net.demand.values()) / best if best > 0 else 1.0

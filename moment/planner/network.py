@@ -1,0 +1,273 @@
+"""The capacity graph of paper section 3.2, built from a populated Topology.
+
+Storage nodes (`hbm:<gpu>`, `mem:<socket>`, each SSD) feed the interconnect; GPUs are the sinks.
+Every PCIe tree link becomes two directed edges (full duplex, each at the one-direction rate), so
+upstream and downstream traffic on a bus do not compete. A GPU is a pure sink: what leaves a GPU
+(peer reads of its HBM) leaves from its `hbm:` node, so no flow can transit *through* a GPU, which
+no real read path does. Edges that no storage->GPU path can use (empty slots, NICs, an SSD's
+downstream direction) are dropped: reads never load them.
+
+`ChassisTemplate` builds the same network for many placements on one bare chassis without going
+through pydantic (`populate`), which is what makes the search cheap.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from moment.errors import MomentError
+from moment.topology.bandwidth import GB
+from moment.topology.devices import find_model
+from moment.topology.model import PLACEABLE, Kind, Link, Topology
+from moment.workload.spec import WorkloadSpec
+
+TIER_GPU = "gpu-cache"
+TIER_CPU = "cpu-mem"
+TIER_SSD = "ssd"
+INF = math.inf
+
+
+class Edge(NamedTuple):
+    """One direction of one physical link. `u`/`v` are graph nodes; `src`/`dst` name the hardware
+    (they differ only for a GPU's outbound direction, whose graph tail is its `hbm:` node)."""
+
+    u: str
+    v: str
+    capacity: float  # bytes/s, one direction; INF = no limit
+    kind: str  # pcie, internal, upi, qpi, nvlink, xgmi, memory, hbm
+    src: str
+    dst: str
+    label: str | None = None
+
+    @property
+    def id(self) -> str:
+        return f"{self.src}->{self.dst}"
+
+
+class StorageNode(NamedTuple):
+    id: str
+    tier: str  # TIER_GPU, TIER_CPU or TIER_SSD
+    limit: float  # bytes/s it can serve in all
+    owner: str  # the GPU, socket or SSD it belongs to
+    weight: float = 1.0  # cache size, for the proportional per-cache share
+
+
+@dataclass
+class FlowNetwork:
+    nodes: list[str]
+    edges: list[Edge]
+    storage: list[StorageNode]
+    gpus: list[str]
+    demand: dict[str, float]  # bytes per epoch, per GPU
+    gpu_cache_share: float
+    cpu_cache_share: float
+    index: dict[str, int] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.index = {n: i for i, n in enumerate(self.nodes)}
+
+    @property
+    def total_demand(self) -> float:
+        return sum(self.demand.values())
+
+    def share_cap(self, s: StorageNode) -> float:
+        """Most of all accesses this storage node may serve: a GPU cache its proportional part of
+        the GPU cache share, CPU memory the CPU share, an SSD anything."""
+        if s.tier == TIER_GPU:
+            caches = [x for x in self.storage if x.tier == TIER_GPU]
+            total_w = sum(x.weight for x in caches)
+            frac = s.weight / total_w if total_w > 0 else 1.0 / len(caches)
+            return self.gpu_cache_share * frac
+        if s.tier == TIER_CPU:
+            return self.cpu_cache_share
+        return 1.0
+
+    def check_servable(self) -> None:
+        """The tiers must be able to hold every access: without SSDs the caches must cover it all."""
+        if not any(s.tier == TIER_SSD for s in self.storage):
+            have = (self.gpu_cache_share if any(s.tier == TIER_GPU for s in self.storage) else 0.0) + (
+                self.cpu_cache_share if any(s.tier == TIER_CPU for s in self.storage) else 0.0)
+            if have < 1.0 - 1e-9:
+                raise MomentError(
+                    f"no SSD in the machine, and the GPU/CPU caches serve only {have:.0%} of the accesses",
+                    hint="add SSDs to the inventory or raise the workload's cache shares")
+
+
+# ---- hardware parts, extracted once -------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Dev:
+    id: str
+    kind: Kind
+    parent: str
+    uplink: float
+    link_kind: str
+    label: str | None
+    serve: float = 0.0  # HBM or read bandwidth, bytes/s
+    memory: float = 0.0  # GiB (GPU cache weight)
+
+
+@dataclass(frozen=True)
+class _Peer:
+    a: str
+    b: str
+    kind: str
+    capacity: float
+    label: str | None
+
+
+def _link_of(link: Link | None) -> tuple[float, str, str | None]:
+    if link is None:
+        return INF, "internal", None
+    return link.bandwidth(), link.kind, link.label
+
+
+@dataclass
+class _Chassis:
+    """Everything but the placeable devices: tree edges between fixed nodes, sockets, peer links."""
+
+    fixed: list[tuple[str, str, float, str, str | None]]  # (child, parent, capacity, kind, label)
+    sockets: list[tuple[str, float, float]]  # (id, memory bandwidth bytes/s, memory GiB)
+    peers: list[_Peer]
+    slots: list[str]  # slot ids in topology order
+    devices: list[_Dev]  # GPUs and SSDs already present
+    counters: dict[Kind, int]  # existing devices per placeable kind (populate numbers after them)
+
+
+def _extract(topo: Topology) -> _Chassis:
+    fixed, devices = [], []
+    for n in topo.nodes:
+        if n.kind in (Kind.socket, Kind.nvswitch) or n.parent is None:
+            continue  # an NVSwitch's PCIe uplink is for management, not data
+        cap, kind, label = _link_of(n.link)
+        if n.kind in (Kind.gpu, Kind.ssd):
+            if n.kind == Kind.gpu:
+                devices.append(_Dev(n.id, n.kind, n.parent, cap, kind, label, n.hbm_gbps * GB, n.memory_gib))
+            else:
+                devices.append(_Dev(n.id, n.kind, n.parent, cap, kind, label, n.read_gbps * GB))
+            continue
+        fixed.append((n.id, n.parent, cap, kind, label))
+    sockets = [(s.id, s.memory_bandwidth_gbps * GB, s.memory_gib) for s in topo.of_kind(Kind.socket)]
+    peers = [_Peer(lk.a, lk.b, lk.kind, lk.bandwidth(), lk.label) for lk in topo.links]
+    slots = [s.id for s in topo.of_kind(Kind.slot)]
+    counters = {k: len(topo.of_kind(k)) for k in PLACEABLE}
+    return _Chassis(fixed, sockets, peers, slots, devices, counters)
+
+
+def _assemble(ch: _Chassis, devices: list[_Dev], workload: WorkloadSpec) -> FlowNetwork:
+    gpus = [d.id for d in devices if d.kind == Kind.gpu]
+    if not gpus:
+        raise MomentError("the machine has no GPU: there is nothing to feed")
+    occupant = {d.parent: d.id for d in devices}
+    is_gpu = set(gpus)
+
+    def tail(x: str) -> str:  # where data leaving x starts in the graph
+        return f"hbm:{x}" if x in is_gpu else x
+
+    edges: list[Edge] = []
+    for child, parent, cap, kind, label in ch.fixed:
+        edges.append(Edge(child, parent, cap, kind, child, parent, label))
+        edges.append(Edge(parent, child, cap, kind, parent, child, label))
+    storage: list[StorageNode] = []
+    for d in devices:
+        edges.append(Edge(tail(d.id), d.parent, d.uplink, d.link_kind, d.id, d.parent, d.label))
+        if d.kind == Kind.gpu:
+            edges.append(Edge(d.parent, d.id, d.uplink, d.link_kind, d.parent, d.id, d.label))
+            edges.append(Edge(f"hbm:{d.id}", d.id, d.serve, "hbm", f"hbm:{d.id}", d.id, None))
+            storage.append(StorageNode(f"hbm:{d.id}", TIER_GPU, d.serve, d.id, d.memory))
+        else:
+            storage.append(StorageNode(d.id, TIER_SSD, d.serve, d.id))
+    for sid, mem_bw, mem_gib in ch.sockets:
+        edges.append(Edge(f"mem:{sid}", sid, mem_bw, "memory", f"mem:{sid}", sid, None))
+        storage.append(StorageNode(f"mem:{sid}", TIER_CPU, mem_bw, sid, mem_gib))
+    for p in ch.peers:
+        a, b = occupant.get(p.a, p.a), occupant.get(p.b, p.b)
+        if a in ch.slots or b in ch.slots:  # an NVLink bridge on an empty slot joins nothing
+            continue
+        edges.append(Edge(tail(a), b, p.capacity, p.kind, a, b, p.label))
+        edges.append(Edge(tail(b), a, p.capacity, p.kind, b, a, p.label))
+
+    edges = _useful(edges, {s.id for s in storage}, is_gpu)
+    nodes = sorted({x for e in edges for x in (e.u, e.v)} | {s.id for s in storage} | is_gpu)
+    D = workload.bytes_per_gpu(len(gpus))
+    return FlowNetwork(nodes=nodes, edges=edges, storage=storage, gpus=gpus, demand={g: D for g in gpus},
+                       gpu_cache_share=workload.gpu_cache_share, cpu_cache_share=workload.cpu_cache_share)
+
+
+def _useful(edges: list[Edge], sources: set[str], sinks: set[str]) -> list[Edge]:
+    """Drop edges no simple storage -> GPU path can use: an edge into a node whose only way on is
+    straight back (a dead end, e.g. the downlink of an SSD's slot), or out of a node whose only way
+    in came from there. Repeated until nothing changes, so whole empty subtrees go."""
+    alive = [i for i, e in enumerate(edges) if e.v not in sources and e.u not in sinks]
+    outs: dict[str, dict[str, int]] = {}  # node -> {neighbour: live edges to it}
+    ins: dict[str, dict[str, int]] = {}
+    by_node: dict[str, list[int]] = {}
+    for i in alive:
+        e = edges[i]
+        o, n = outs.setdefault(e.u, {}), ins.setdefault(e.v, {})
+        o[e.v] = o.get(e.v, 0) + 1
+        n[e.u] = n.get(e.u, 0) + 1
+        by_node.setdefault(e.u, []).append(i)
+        by_node.setdefault(e.v, []).append(i)
+
+    def only(counts: dict[str, int], x: str) -> bool:
+        return not counts or (len(counts) == 1 and x in counts)
+
+    live = set(alive)
+    work = list(alive)
+    while work:
+        i = work.pop()
+        if i not in live:
+            continue
+        e = edges[i]
+        if (e.v not in sinks and only(outs.get(e.v, {}), e.u)) or (e.u not in sources and only(ins.get(e.u, {}), e.v)):
+            live.discard(i)
+            for counts, key in ((outs[e.u], e.v), (ins[e.v], e.u)):
+                counts[key] -= 1
+                if not counts[key]:
+                    del counts[key]
+            work += by_node[e.u] + by_node[e.v]
+    return [edges[i] for i in alive if i in live]
+
+
+def build_network(topo: Topology, workload: WorkloadSpec) -> FlowNetwork:
+    """The capacity graph of a topology with its devices in place."""
+    ch = _extract(topo)
+    return _assemble(ch, ch.devices, workload)
+
+
+class ChassisTemplate:
+    """A bare chassis, parsed once; `network(placement)` equals `build_network(populate(...))`."""
+
+    def __init__(self, bare: Topology):
+        self.topo = bare
+        self.chassis = _extract(bare)
+        self._slot_order = {s: i for i, s in enumerate(self.chassis.slots)}
+        self._models: dict[str, tuple[Kind, float, float, float]] = {}
+
+    def _model(self, name: str) -> tuple[Kind, float, float, float]:
+        """(kind, card link bytes/s, HBM or read bytes/s, memory GiB), parsed once per model name."""
+        if name not in self._models:
+            m = find_model(name)
+            serve = (m.hbm_gbps if m.kind == Kind.gpu else m.read_gbps) * GB
+            self._models[name] = (m.kind, Link(gen=m.gen, width=m.lanes).bandwidth(), serve, m.memory_gib)
+        return self._models[name]
+
+    def device_ids(self, placement: dict[str, str]) -> dict[str, str]:
+        """slot -> device id, numbered the way `populate` numbers them."""
+        counters = dict(self.chassis.counters)
+        out = {}
+        for slot in sorted(placement, key=self._slot_order.__getitem__):
+            kind = self._model(placement[slot])[0]
+            out[slot] = f"{kind.value}{counters[kind]}"
+            counters[kind] += 1
+        return out
+
+    def network(self, placement: dict[str, str], workload: WorkloadSpec) -> FlowNetwork:
+        devs = list(self.chassis.devices)
+        for slot, dev_id in self.device_ids(placement).items():
+            kind, cap, serve, memory = self._model(placement[slot])
+            if kind in (Kind.gpu, Kind.ssd):  # NICs carry no training reads
+                devs.append(_Dev(dev_id, kind, slot, cap, "pcie", None, serve, memory))
+        return _assemble(self.chassis, devs, workload)

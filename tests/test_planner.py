@@ -1,0 +1,203 @@
+"""Planner: capacity graph, both solvers, evaluation, baselines, make_plan."""
+
+from __future__ import annotations
+
+import pytest
+
+from moment.errors import MomentError
+from moment.planner import search
+from moment.planner.baselines import baseline_placements
+from moment.planner.evaluate import evaluate
+from moment.planner.lp import solve_lp
+from moment.planner.maxflow import solve_maxflow
+from moment.planner.network import TIER_CPU, TIER_GPU, TIER_SSD, ChassisTemplate, build_network
+from moment.planner.plan import make_plan
+from moment.topology.bandwidth import GB
+from moment.topology.devices import Inventory, populate, strip
+from moment.topology.model import Kind, Topology
+from moment.topology.profiles import builtin_names, load_profile
+from moment.workload.spec import WorkloadSpec
+
+GPU, SSD = "A100-PCIe-40GB", "P5510"  # A100: PCIe 4.0 x16; P5510: 6.5 GB/s read, PCIe 4.0 x4
+
+
+def tiny(uplink_gbps: float = 5.0) -> Topology:
+    """1 socket, 1 root complex, 1 switch (uplink `uplink_gbps`), 2 GPU slots, 2 SSD slots."""
+    return Topology.model_validate({
+        "name": "tiny",
+        "nodes": [
+            {"id": "cpu0", "kind": "socket", "memory_bandwidth_gbps": 100},
+            {"id": "rc0", "kind": "root_complex", "parent": "cpu0"},
+            {"id": "sw0", "kind": "switch", "parent": "rc0", "link": {"bandwidth_gbps": uplink_gbps, "label": "Bus 1"}},
+            {"id": "g0", "kind": "slot", "parent": "sw0", "link": {"bandwidth_gbps": 25}},
+            {"id": "g1", "kind": "slot", "parent": "sw0", "link": {"bandwidth_gbps": 25}},
+            {"id": "s0", "kind": "slot", "parent": "sw0", "width": 4, "accepts": ["ssd"], "link": {"bandwidth_gbps": 8}},
+            {"id": "s1", "kind": "slot", "parent": "sw0", "width": 4, "accepts": ["ssd"], "link": {"bandwidth_gbps": 8}},
+        ],
+    })
+
+
+TINY_PLACEMENT = {"g0": GPU, "g1": GPU, "s0": SSD, "s1": SSD}
+
+
+def work(gpu: float = 0.0, cpu: float = 0.0) -> WorkloadSpec:
+    return WorkloadSpec(bytes_per_gpu_per_epoch=100e9, gpu_cache_share=gpu, cpu_cache_share=cpu)
+
+
+# ---- capacity graph --------------------------------------------------------------------------------
+def test_network_structure_on_tiny_machine():
+    net = build_network(populate(tiny(), TINY_PLACEMENT), work())
+    ids = {e.id: e for e in net.edges}
+    assert net.gpus == ["gpu0", "gpu1"] and net.demand == {"gpu0": 100e9, "gpu1": 100e9}
+    tiers = {s.id: s.tier for s in net.storage}
+    assert tiers == {"hbm:gpu0": TIER_GPU, "hbm:gpu1": TIER_GPU, "ssd0": TIER_SSD, "ssd1": TIER_SSD,
+                     "mem:cpu0": TIER_CPU}
+    assert {s.id: s.limit for s in net.storage}["ssd0"] == pytest.approx(6.5 * GB)
+    # the downstream direction of the switch uplink carries CPU memory; the upstream one is useless
+    # here (nothing above the switch reads) and is pruned, as are the dead-end SSD downlinks
+    assert ids["rc0->sw0"].capacity == pytest.approx(5 * GB) and ids["rc0->sw0"].label == "Bus 1"
+    assert "sw0->rc0" not in ids
+    # slot and card are separate edges in series; a GPU's outbound traffic starts at its HBM node
+    assert ids["sw0->g0"].capacity == pytest.approx(25 * GB) and ids["g0->gpu0"].capacity > 27 * GB
+    assert ids["gpu0->g0"].u == "hbm:gpu0" and ids["gpu0->g0"].capacity > 27 * GB  # PCIe 4.0 x16 card link
+    assert ids["hbm:gpu0->gpu0"].capacity == pytest.approx(1555 * GB)
+    assert ids["mem:cpu0->cpu0"].capacity == pytest.approx(100 * GB)
+    # reads never flow into an SSD, and nothing leaves a GPU node (no transit through GPUs)
+    assert not any(e.v.startswith("ssd") for e in net.edges)
+    assert not any(e.u in ("gpu0", "gpu1") for e in net.edges)
+    assert "sw0->s0" not in ids and "s0->sw0" in ids
+
+
+def test_template_matches_populate_network():
+    topo = load_profile("paper-machine-b")
+    lay = topo.layouts["paper-moment"]
+    placement = {s: GPU for s in lay.gpu} | {s: SSD for s in lay.ssd}
+    a = build_network(populate(topo, placement), WorkloadSpec())
+    b = ChassisTemplate(topo).network(placement, WorkloadSpec())
+    assert a.edges == b.edges and a.storage == b.storage and a.gpus == b.gpus
+
+
+@pytest.mark.parametrize("backend", ["networkx", "ortools"])
+def test_hand_computed_optimum_ssd_bound(backend):
+    # everything from the 2 SSDs (6.5 GB/s each): T = 200 GB / 13 GB/s, links never bind
+    net = build_network(populate(tiny(), TINY_PLACEMENT), work())
+    for sol in (solve_lp(net), solve_maxflow(net, backend)):
+        assert sol.epoch_read_s == pytest.approx(200 / 13, rel=2e-4)
+    lp = solve_lp(net)
+    assert lp.storage_shares()["ssd0"] == pytest.approx(0.5, abs=1e-6)
+
+
+@pytest.mark.parametrize("backend", ["networkx", "ortools"])
+def test_hand_computed_optimum_with_link_bottleneck(backend):
+    # half the accesses may come from CPU memory, but only over the 5 GB/s switch uplink:
+    # T = max((1-p) 200/13, p 200/5) is least at p = 5/18, T = 200/18 s
+    net = build_network(populate(tiny(5.0), TINY_PLACEMENT), work(cpu=0.5))
+    lp = solve_lp(net)
+    assert lp.epoch_read_s == pytest.approx(200 / 18, rel=1e-6)
+    assert lp.storage_shares()["mem:cpu0"] == pytest.approx(5 / 18, rel=1e-6)
+    assert solve_maxflow(net, backend).epoch_read_s == pytest.approx(200 / 18, rel=2e-4)
+    ev = evaluate(tiny(5.0), TINY_PLACEMENT, work(cpu=0.5), maxflow_backend=backend)
+    uses = {u.id: u for u in ev.links}
+    assert uses["rc0->sw0"].bottleneck and uses["rc0->sw0"].load_gbps == pytest.approx(5.0, rel=1e-5)
+    assert uses["ssd0:read"].bottleneck and uses["ssd0:read"].kind == "ssd"
+    assert ev.predicted.per_gpu_inlet_gbps == pytest.approx([9.0, 9.0], rel=1e-5)  # 100 GB in 100/9 s
+    assert ev.devices == {"g0": "gpu0", "g1": "gpu1", "s0": "ssd0", "s1": "ssd1"}
+
+
+def test_lp_forms_agree_and_gpu_cache_is_proportional():
+    net = build_network(populate(tiny(5.0), TINY_PLACEMENT), work(gpu=0.2, cpu=0.3))
+    a, b = solve_lp(net, formulation="paths"), solve_lp(net, formulation="edges")
+    assert a.epoch_read_s == pytest.approx(b.epoch_read_s, rel=1e-7)
+    assert a.storage_shares()["hbm:gpu0"] <= 0.1 + 1e-9
+
+
+# ---- solvers on every built-in profile ---------------------------------------------------------------
+def _cases(topo: Topology, n: int = 3) -> list[tuple[Topology, dict[str, str]]]:
+    """The machine as described (if it holds GPUs and SSDs), and a few baseline placements of up to
+    4 GPUs + 4 SSDs on its emptied chassis."""
+    out = [(topo, {})] if topo.of_kind(Kind.gpu) and topo.of_kind(Kind.ssd) else []
+    bare, _ = strip(topo)
+    free = bare.empty_slots()
+    inv = Inventory.simple(min(4, sum(Kind.gpu in s.accepts and s.width >= 16 for s in free)),
+                           min(4, sum(Kind.ssd in s.accepts for s in free)))
+    if bare.of_kind(Kind.gpu) or inv.count(Kind.gpu):
+        out += [(bare, b.placement) for b in baseline_placements(bare, inv)][:n]
+    return out
+
+
+@pytest.mark.parametrize("name", builtin_names())
+def test_backends_agree_and_lp_is_never_faster(name):
+    cases = _cases(load_profile(name))
+    if not cases:
+        pytest.skip(f"{name}: no placement with a GPU and an SSD")
+    for topo, placement in cases:
+        net = build_network(populate(topo, placement), WorkloadSpec())
+        nx_t = solve_maxflow(net, "networkx").epoch_read_s
+        or_t = solve_maxflow(net, "ortools").epoch_read_s
+        lp_t = solve_lp(net).epoch_read_s
+        assert abs(nx_t - or_t) / nx_t < 1e-3, (name, placement)
+        assert lp_t >= min(nx_t, or_t) * (1 - 2e-4), (name, placement)
+
+
+def test_lp_never_faster_than_maxflow_on_many_placements():
+    topo = load_profile("paper-machine-b")
+    space = search.enumerate_placements(topo, Inventory.simple(2, 3))
+    for placement in space.distinct[:: max(1, len(space.distinct) // 12)]:
+        net = ChassisTemplate(topo).network(placement, WorkloadSpec())
+        assert solve_lp(net).epoch_read_s >= solve_maxflow(net, "ortools").epoch_read_s * (1 - 2e-4)
+
+
+# ---- errors ----------------------------------------------------------------------------------------
+def test_errors_are_moment_errors():
+    with pytest.raises(MomentError, match="free slots"):
+        make_plan(tiny(), Inventory.simple(3, 1), work())
+    with pytest.raises(MomentError, match="no SSD"):
+        evaluate(tiny(), {"g0": GPU}, work())
+    with pytest.raises(MomentError, match="backend"):
+        solve_maxflow(build_network(populate(tiny(), TINY_PLACEMENT), work()), "glpk")
+
+
+# ---- baselines and planning ------------------------------------------------------------------------
+def test_baselines_on_paper_machine_b():
+    names = [b.name for b in baseline_placements(load_profile("paper-machine-b"), Inventory.simple(4, 8))]
+    assert names[:5] == ["paper-a", "paper-b", "paper-c", "paper-d", "paper-moment"]
+    assert "gpus-spread/ssds-spread" in names
+    assert names == [b.name for b in baseline_placements(load_profile("paper-machine-b"), Inventory.simple(4, 8))]
+
+
+def test_plan_is_deterministic_and_current_layout_is_a_baseline():
+    machine = populate(tiny(), {"g0": GPU, "s0": SSD})
+    a = make_plan(machine, Inventory.simple(2, 2), work(cpu=0.5), maxflow_backend="ortools")
+    b = make_plan(machine, Inventory.simple(2, 2), work(cpu=0.5), maxflow_backend="ortools")
+    assert a.model_dump() | {"search": None} == b.model_dump() | {"search": None}
+    assert a.baselines[0].name == "current" and a.baselines[0].placement == {"g0": GPU, "s0": SSD}
+    assert a.search.solved == a.search.distinct_candidates >= 1
+
+
+@pytest.fixture
+def few_candidates(monkeypatch):
+    """Every 40th distinct candidate of the real search (the full search is bench/plan_time.py)."""
+    real = search.enumerate_placements
+
+    def sampled(topo, inventory, *, prune=True):
+        space = real(topo, inventory, prune=prune)
+        return search.SearchSpace(distinct=space.distinct[::40], raw_count=space.raw_count)
+
+    monkeypatch.setattr(search, "enumerate_placements", sampled)
+
+
+def test_plan_paper_machine_b_beats_every_baseline(few_candidates):
+    calls = []
+    plan = make_plan(load_profile("paper-machine-b"), Inventory.simple(4, 8), WorkloadSpec(),
+                     maxflow_backend="ortools", progress=lambda done, total: calls.append((done, total)))
+    assert calls and calls[-1][0] == calls[-1][1] == plan.search.solved
+    names = {b.name for b in plan.baselines}
+    assert {"paper-a", "paper-b", "paper-c", "paper-d", "paper-moment"} <= names
+    for b in plan.baselines:
+        assert plan.predicted.epoch_read_s <= b.predicted.epoch_read_s * (1 + 1e-6), b.name
+    assert plan.gain_vs_best_baseline is not None and plan.gain_vs_best_baseline >= 1 - 1e-6
+    assert plan.predicted_maxflow.epoch_read_s <= plan.predicted.epoch_read_s * (1 + 2e-4)
+    assert len(plan.devices) == 12 and plan.bottlenecks
+    # no placement of 8 P5510s can beat the SSDs' aggregate read rate; the recommendation reaches it
+    ssd_bound = WorkloadSpec().epoch_bytes() * WorkloadSpec().ssd_share / (8 * 6.5 * GB)
+    assert plan.predicted.epoch_read_s == pytest.approx(ssd_bound, rel=1e-6)
