@@ -37,6 +37,7 @@ def _register() -> None:
         from moment.cli import place_cmds  # noqa: F401
     except ImportError:  # pragma: no cover
         pass
+    from moment.cli import train_cmds  # noqa: F401  (imports torch only when a run starts)
 
 
 @app.callback()

@@ -1,0 +1,75 @@
+"""Atomic checkpoints that let `--resume` continue exactly where training stopped.
+
+A checkpoint holds the model, optimiser, position (epoch, step within the epoch) and every RNG
+state that influences what comes next, so a resumed run draws the same batches and dropout masks.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from moment.errors import MomentError
+
+CHECKPOINT_NAME = "checkpoint.pt"
+FORMAT_VERSION = 1
+
+
+def rng_state() -> dict[str, Any]:
+    import torch
+
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    import torch
+
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(directory: str | Path, payload: dict[str, Any]) -> Path:
+    """Write `payload` to DIR/checkpoint.pt via a temp file, fsync and rename (never half-written)."""
+    import torch
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    final = directory / CHECKPOINT_NAME
+    tmp = directory / f".{CHECKPOINT_NAME}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as f:
+        torch.save({"format": FORMAT_VERSION, **payload}, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, final)
+    dir_fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    return final
+
+
+def load_checkpoint(directory: str | Path) -> dict[str, Any] | None:
+    """The last complete checkpoint in DIR, or None if there is none yet."""
+    import torch
+
+    path = Path(directory) / CHECKPOINT_NAME
+    if not path.exists():
+        return None
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as e:  # noqa: BLE001 - a corrupt file is a user-visible condition, not a crash
+        raise MomentError(f"cannot read checkpoint: {e}", source=str(path)) from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT_VERSION:
+        raise MomentError("not a Moment checkpoint (or from an incompatible version)", source=str(path))
+    return data

@@ -1,0 +1,105 @@
+"""torch.distributed set-up from torchrun's environment (env://), and the few collectives we use.
+
+Why the environment: torchrun (standalone or with --nnodes/--rdzv-endpoint) hands every rank its
+RANK, WORLD_SIZE, MASTER_ADDR/PORT; nothing here picks a port (see `_attempt_store` for the one
+thing added on top of env://). Without torchrun (no WORLD_SIZE, or 1) the
+run is a plain single process and every collective is a no-op.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from moment.errors import MomentError
+
+
+@dataclass
+class DistContext:
+    rank: int
+    local_rank: int
+    world_size: int
+    local_world_size: int
+    device: torch.device
+    backend: str | None  # None: single process, no process group
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def restart_count(self) -> int:
+        return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+
+    def barrier(self) -> None:
+        if self.backend:
+            dist.barrier()
+
+    def all_reduce(self, t: torch.Tensor, op: str = "sum") -> torch.Tensor:
+        if not self.backend:
+            return t
+        dev = self.device if self.backend == "nccl" else torch.device("cpu")
+        x = t.to(dev)
+        dist.all_reduce(x, op={"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}[op])
+        return x.to(t.device)
+
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        if not self.backend:
+            return [obj]
+        out: list[Any] = [None] * self.world_size
+        dist.all_gather_object(out, obj)
+        return out
+
+    def close(self) -> None:
+        if self.backend and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _attempt_store(rank: int, world: int) -> dist.Store:
+    """torchrun's store (MASTER_ADDR/PORT from the environment), namespaced by restart attempt.
+
+    Why not plain env://: after a `--max-restarts` restart the agent's store still holds the previous
+    attempt's gloo addresses under the same keys, and a fast new rank connects to a dead peer
+    (observed with torch 2.13 + gloo). A per-attempt prefix keeps attempts apart.
+    """
+    import datetime
+
+    env = os.environ
+    try:
+        host, port = env["MASTER_ADDR"], int(env["MASTER_PORT"])
+    except KeyError as e:
+        raise MomentError(f"WORLD_SIZE={world} but {e.args[0]} is not set: launch with torchrun") from None
+    agent = env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
+    store = dist.TCPStore(host, port, world, is_master=(rank == 0 and not agent),
+                          timeout=datetime.timedelta(minutes=10), wait_for_workers=False)
+    attempt = env.get("TORCHELASTIC_RESTART_COUNT", "0")
+    return dist.PrefixStore(f"moment/attempt_{attempt}", store)
+
+
+def setup(device: str | None = None) -> DistContext:
+    """Init the process group when launched with WORLD_SIZE > 1: NCCL on CUDA, gloo on CPU."""
+    env = os.environ
+    world = int(env.get("WORLD_SIZE", "1"))
+    rank = int(env.get("RANK", "0"))
+    local_rank = int(env.get("LOCAL_RANK", "0"))
+    local_world = int(env.get("LOCAL_WORLD_SIZE", str(world)))
+    want = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if want == "cuda":
+        if not torch.cuda.is_available():
+            raise MomentError("--device cuda requested but CUDA is not available")
+        dev = torch.device("cuda", local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(dev)
+    else:
+        dev = torch.device("cpu")
+    backend = None
+    if world > 1:
+        backend = "nccl" if dev.type == "cuda" else "gloo"
+        if not dist.is_initialized():
+            kw = {"device_id": dev} if dev.type == "cuda" else {}
+            dist.init_process_group(backend=backend, store=_attempt_store(rank, world), rank=rank,
+                                    world_size=world, **kw)
+    return DistContext(rank, local_rank, world, local_world, dev, backend)

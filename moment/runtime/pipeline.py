@@ -1,0 +1,226 @@
+"""Per-rank pipeline: sample batch i+2 | look up and submit reads of i+1, complete i | train i-1.
+
+Why threads (Moment §3.1, Hyperion Fig. 6): the stages use different resources (sampling: CPU; reads:
+the SSDs through the rank's I/O stack, which waits without the GIL; training: the GPU, or torch's
+GIL-free kernels on CPU), so overlapping them makes the slowest stage set the pace. Bounded queues
+between the stages keep memory flat. On CUDA the gather thread copies to the device on its own stream
+and the trainer waits on an event, so copies overlap kernels too.
+
+Determinism: batches come out in the order given, and batch i is sampled with a generator seeded
+from (key, i) — never from a shared stream — so thread timing cannot change any result.
+`StageTimes` says where the time goes: seconds spent in each stage (busy, not blocked on a queue).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, fields
+
+import numpy as np
+import torch
+
+from moment.runtime.sources import FeatureSource
+from moment.workload.sampler import CSRGraph, MiniBatch, NeighborSampler
+
+_DONE = object()
+
+
+def mix(*parts: int) -> int:
+    """A 63-bit seed from integers; different tuples give independent streams."""
+    return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1, dtype=np.uint64)[0] >> 1)
+
+
+@dataclass
+class StageTimes:
+    sample: float = 0.0
+    gather_submit: float = 0.0
+    gather_wait: float = 0.0
+    train: float = 0.0
+    wall: float = 0.0
+
+    def add(self, other: StageTimes) -> None:
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+    def as_dict(self) -> dict[str, float]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def limiting(self) -> str:
+        """The busiest stage: the one that sets the pace at steady state."""
+        d = self.as_dict()
+        d.pop("wall")
+        d["gather"] = d.pop("gather_submit") + d.pop("gather_wait")
+        return max(d, key=d.__getitem__)
+
+
+@dataclass
+class Prepared:
+    index: int
+    batch: MiniBatch
+    x: torch.Tensor
+    y: torch.Tensor
+    blocks: list
+    ready: object | None = None  # CUDA event the consumer waits on
+
+    def wait(self) -> None:
+        if self.ready is not None:
+            torch.cuda.current_stream().wait_event(self.ready)
+
+
+class Pipeline:
+    """Turns seed batches into `Prepared` batches (features and labels on `device`).
+
+    `run(batches, key)` yields batch i for i = start, start + 1, ... in order; the caller's time
+    between items is counted as `train`.
+    """
+
+    def __init__(self, graph: CSRGraph, fanouts: Sequence[int], source: FeatureSource, labels: torch.Tensor,
+                 device: torch.device, *, depth: int = 2, pipelined: bool = True):
+        self.graph, self.fanouts, self.source = graph, list(fanouts), source
+        self.labels, self.device = labels, torch.device(device)
+        self.depth, self.pipelined = max(1, depth), pipelined
+        self.times = StageTimes()
+        self._stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+
+    def run(self, batches: Sequence[torch.Tensor], key: Sequence[int], start: int = 0) -> Iterator[Prepared]:
+        t0 = time.perf_counter()
+        it = self._threaded(batches, key, start) if self.pipelined else self._serial(batches, key, start)
+        last = time.perf_counter()
+        try:
+            for item in it:
+                now = time.perf_counter()
+                yield item
+                last = time.perf_counter()
+                self.times.train += last - now
+        finally:
+            if hasattr(it, "close"):
+                it.close()
+            self.times.wall += time.perf_counter() - t0
+
+    # -- stages
+
+    def _sample(self, sampler: NeighborSampler, seeds: torch.Tensor, key: Sequence[int], i: int) -> MiniBatch:
+        t = time.perf_counter()
+        sampler.generator.manual_seed(mix(*key, i))
+        mb = sampler.sample(seeds)
+        self.times.sample += time.perf_counter() - t
+        return mb
+
+    def _submit(self, mb: MiniBatch):
+        t = time.perf_counter()
+        p = self.source.submit(mb.n_id)
+        self.times.gather_submit += time.perf_counter() - t
+        return p
+
+    def _complete(self, i: int, mb: MiniBatch, pending) -> Prepared:
+        t = time.perf_counter()
+        ev = None
+        if self._stream is not None:
+            with torch.cuda.stream(self._stream):
+                x, y, blocks = self._assemble(mb, pending)
+                ev = torch.cuda.Event()
+                ev.record(self._stream)
+        else:
+            x, y, blocks = self._assemble(mb, pending)
+        self.times.gather_wait += time.perf_counter() - t
+        return Prepared(i, mb, x, y, blocks, ev)
+
+    def _assemble(self, mb: MiniBatch, pending):
+        x = self.source.complete(pending)
+        y = self.labels[mb.seeds].to(torch.int64)
+        blocks = mb.blocks()
+        if self.device.type != "cpu":
+            x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+            blocks = [type(b)(b.edge_index.to(self.device, non_blocking=True), b.num_src, b.num_dst)
+                      for b in blocks]
+        return x, y, blocks
+
+    def _drain(self, prev) -> None:
+        """The consumer stopped early: reap the reads still in flight so the stack is clean for reuse."""
+        if prev is not None:
+            with contextlib.suppress(Exception):  # the consumer is already unwinding with its own error
+                self.source.complete(prev[2])
+
+    # -- drivers
+
+    def _serial(self, batches, key, start) -> Iterator[Prepared]:
+        sampler = NeighborSampler(self.graph, self.fanouts)
+        for i in range(start, len(batches)):
+            mb = self._sample(sampler, batches[i], key, i)
+            yield self._complete(i, mb, self._submit(mb))
+
+    def _threaded(self, batches, key, start) -> Iterator[Prepared]:
+        stop = threading.Event()
+        q_sampled: queue.Queue = queue.Queue(self.depth)
+        q_ready: queue.Queue = queue.Queue(self.depth)
+
+        def put(q: queue.Queue, item) -> bool:
+            while not stop.is_set():
+                try:
+                    q.put(item, timeout=0.1)
+                    return True
+                except queue.Full:
+                    continue
+            return False
+
+        def get(q: queue.Queue):
+            while not stop.is_set():
+                try:
+                    return q.get(timeout=0.1)
+                except queue.Empty:
+                    continue
+            return _DONE
+
+        def sampler_loop() -> None:
+            try:
+                sampler = NeighborSampler(self.graph, self.fanouts)
+                for i in range(start, len(batches)):
+                    if not put(q_sampled, (i, self._sample(sampler, batches[i], key, i))):
+                        return
+                put(q_sampled, _DONE)
+            except BaseException as e:  # noqa: BLE001 - handed to the consumer, which re-raises it
+                put(q_sampled, e)
+
+        def gather_loop() -> None:
+            prev = None
+            item = None
+            try:
+                while True:
+                    item = get(q_sampled)
+                    if item is _DONE or isinstance(item, BaseException):
+                        break
+                    i, mb = item
+                    pending = self._submit(mb)  # reads of batch i go out before batch i-1 is completed
+                    if prev is not None and not put(q_ready, self._complete(*prev)):
+                        prev = (i, mb, pending)
+                        break
+                    prev = (i, mb, pending)
+                if stop.is_set():
+                    self._drain(prev)
+                    return
+                if prev is not None and not isinstance(item, BaseException):
+                    put(q_ready, self._complete(*prev))
+                put(q_ready, item)
+            except BaseException as e:  # noqa: BLE001 - re-raised by the consumer
+                put(q_ready, e)
+
+        threads = [threading.Thread(target=f, name=f"moment-{f.__name__}", daemon=True)
+                   for f in (sampler_loop, gather_loop)]
+        for t in threads:
+            t.start()
+        try:
+            while True:
+                item = get(q_ready)
+                if item is _DONE:
+                    break
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()

@@ -1,0 +1,72 @@
+"""Rank 0's progress bar and run summary (rich, on stderr); the only output of the training entry point.
+
+The bar shows seeds/s and MB/s per storage tier so a user sees at a glance which tier feeds the run.
+Rates are rank 0's, scaled by the world size (every rank reads its equal share).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Self
+
+from rich.console import Console
+
+
+class Reporter:
+    def __init__(self, *, enabled: bool, world_size: int, total_epochs: int):
+        self.enabled, self.world_size, self.total_epochs = enabled, world_size, total_epochs
+        self.console = Console(stderr=True)
+        self._bar = None
+        self._task = None
+        self._t0 = time.perf_counter()
+        self._last = 0.0
+
+    def __enter__(self) -> Self:
+        if self.enabled:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), TextColumn("{task.fields[rates]}"), console=self.console,
+                                 transient=False)
+            self._bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+    def start_epoch(self, epoch: int, steps: int, done: int) -> None:
+        if self._bar is None:
+            return
+        self._t0 = time.perf_counter()
+        self._bar.remove_task(self._task) if self._task is not None else None
+        self._task = self._bar.add_task(f"epoch {epoch + 1}/{self.total_epochs}", total=steps, completed=done,
+                                        rates="")
+
+    def step(self, seeds: int, tiers: dict[str, Any]) -> None:
+        if self._bar is None:
+            return
+        now = time.perf_counter()
+        self._bar.advance(self._task)
+        if now - self._last < 0.5:
+            return
+        self._last = now
+        dt = max(now - self._t0, 1e-9)
+        w = self.world_size
+        mb = "  ".join(f"{k} {v * w / 1e6 / dt:,.0f}" for k, v in tiers["bytes"].items() if v)
+        self._bar.update(self._task, rates=f"{seeds * w / dt:,.0f} seeds/s | MB/s {mb}")
+
+    def end_epoch(self, epoch: int, acc: float, loss: float) -> None:
+        if self.enabled:
+            self.console.print(f"epoch {epoch + 1}: loss {loss:.4f}  val accuracy {acc:.4f}")
+
+    def summary(self, m: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        st = m["stage_seconds"]
+        stages = "  ".join(f"{k} {v:.2f}s" for k, v in st.items())
+        tiers = "  ".join(f"{k} {v / 1e6:,.1f} MB" for k, v in m["tier_bytes"].items() if v)
+        self.console.print(
+            f"done: {m['epochs']} epochs, val accuracy {m['val_accuracy']:.4f}, {m['seeds_per_s']:,.0f} seeds/s "
+            f"on {m['world_size']} rank(s)\n  stages (mean per rank): {stages}; limiting: {m['limiting_stage']}\n"
+            f"  read: {tiers}; I/O backend {m['backend']}")

@@ -1,0 +1,107 @@
+"""Feature sources the pipeline can train from: the tiered store, and the two baselines.
+
+All three speak the same small protocol (`submit(ids) -> pending`, `complete(pending) -> Tensor`,
+`tier_stats()`, `epoch_start(epoch)`, `close()`), so a run differs only in where features come from:
+
+* `InMemoryFeatures` — the dataset's whole feature matrix in RAM: the correctness reference.
+* `MemmapFeatures`   — `np.load(mmap_mode="r")` of features.npy, indexed per batch: what PyG users do
+  when features do not fit in memory. With `drop_cache=True` the file's pages are dropped from the
+  page cache at every epoch start (POSIX_FADV_DONTNEED), so the baseline really reads the disk.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from moment.errors import MomentError
+
+
+class FeatureSource(Protocol):
+    feature_dim: int
+    backend: str
+
+    def submit(self, node_ids: torch.Tensor) -> Any: ...
+
+    def complete(self, pending: Any) -> torch.Tensor: ...
+
+    def tier_stats(self) -> dict[str, Any]: ...
+
+    def epoch_start(self, epoch: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class _Plain:
+    """Synchronous sources: `submit` only remembers the ids; the read happens in `complete`."""
+
+    tier = "memory"
+    backend = "none"
+
+    def __init__(self, array: np.ndarray, device: torch.device):
+        if array.ndim != 2:
+            raise MomentError(f"features must be a 2-d matrix, got shape {array.shape}")
+        self.array = array
+        self.device = torch.device(device)
+        self.feature_dim = int(array.shape[1])
+        self.row_bytes = int(array.shape[1] * array.dtype.itemsize)
+        self.rows = 0
+
+    def submit(self, node_ids: torch.Tensor) -> np.ndarray:
+        return node_ids.detach().cpu().numpy() if isinstance(node_ids, torch.Tensor) else np.asarray(node_ids)
+
+    def complete(self, ids: np.ndarray) -> torch.Tensor:
+        self.rows += int(ids.shape[0])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            x = torch.from_numpy(np.ascontiguousarray(self.array[ids]))
+        return x.to(self.device) if self.device.type != "cpu" else x
+
+    def gather(self, node_ids) -> torch.Tensor:
+        return self.complete(self.submit(node_ids))
+
+    def tier_stats(self) -> dict[str, Any]:
+        return {"rows": {self.tier: self.rows}, "bytes": {self.tier: self.rows * self.row_bytes},
+                "ssd_requests": 0, "ssd_bytes_read": 0}
+
+    def epoch_start(self, epoch: int) -> None:
+        pass
+
+    def close(self) -> None:
+        self.array = None
+
+
+class InMemoryFeatures(_Plain):
+    tier = "memory"
+
+    def __init__(self, features_path: str | Path, device: torch.device | str = "cpu"):
+        super().__init__(np.load(features_path, allow_pickle=False), torch.device(device))
+
+
+class MemmapFeatures(_Plain):
+    tier = "memmap"
+
+    def __init__(self, features_path: str | Path, device: torch.device | str = "cpu", drop_cache: bool = False):
+        self.path = Path(features_path)
+        self.drop_cache = drop_cache
+        super().__init__(np.load(self.path, mmap_mode="r", allow_pickle=False), torch.device(device))
+
+    def epoch_start(self, epoch: int) -> None:
+        if self.drop_cache:  # unmap first: the kernel keeps pages that are still mapped
+            self.array = None
+            drop_page_cache(self.path)
+            self.array = np.load(self.path, mmap_mode="r", allow_pickle=False)
+
+
+def drop_page_cache(path: str | Path) -> None:
+    """Ask the kernel to forget `path`'s cached pages (clean pages only; best effort, no root needed)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)

@@ -1,0 +1,326 @@
+"""`python -m moment.train`: data-parallel GNN training over the tiered store, under torchrun or alone.
+
+Each rank trains on its equal share of the training seeds (`SeedBatches`), reads its features
+through its own store and I/O stack, and runs the sample -> gather -> train pipeline; DDP averages
+gradients. Exact resumption: batch i of epoch e is sampled from a generator seeded by (seed, e, rank,
+i) and dropout is reseeded from the same tuple before each step, so a run restarted from a checkpoint
+(`--resume`, or automatically after a torchrun restart) repeats the uninterrupted run's batches and
+losses. Rank 0 alone prints (progress bar, summary) and writes checkpoints and the metrics JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from moment.errors import MomentError
+from moment.runtime.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from moment.runtime.config import TrainConfig, parse_args
+from moment.runtime.dist import DistContext, setup
+from moment.runtime.models import build_model
+from moment.runtime.pipeline import Pipeline, StageTimes, mix
+from moment.runtime.progress import Reporter
+from moment.runtime.sources import FeatureSource, InMemoryFeatures, MemmapFeatures
+from moment.runtime.store import TieredFeatureStore
+from moment.workload.graph import GraphDataset
+from moment.workload.sampler import CSRGraph, SeedBatches
+
+EVAL_TAG, DROPOUT_TAG = 0xE7A1, 0xD80
+KILL_ENV = "MOMENT_TEST_KILL_AT_STEP"  # test hook: the last rank exits once at this step (first attempt)
+RESUME_KEYS = ("world_size", "batch_size", "seed", "fanouts", "model", "layers", "hidden", "lr")
+
+
+def _crash() -> None:
+    """Test hook ($MOMENT_TEST_KILL_AT_STEP): die like a crashed rank, with no clean-up at all."""
+    os._exit(1)
+
+
+def dataset_dir(cfg: TrainConfig) -> Path:
+    if cfg.dataset is not None:
+        return cfg.dataset
+    from moment.placement.reader import load_manifest
+
+    return Path(load_manifest(cfg.layout).dataset.features_path).parent
+
+
+def make_source(cfg: TrainConfig, ds: GraphDataset, ctx: DistContext) -> FeatureSource:
+    if cfg.features == "memory":
+        return InMemoryFeatures(ds.file("features"), ctx.device)
+    if cfg.features == "memmap":
+        return MemmapFeatures(ds.file("features"), ctx.device, drop_cache=cfg.drop_page_cache)
+    store = TieredFeatureStore(cfg.layout, ctx.rank, ctx.local_rank, ctx.world_size, ctx.device,
+                               local_world_size=ctx.local_world_size, io_backend=cfg.io_backend,
+                               queue_depth=cfg.queue_depth, direct=cfg.direct, verify=cfg.verify,
+                               cpu_cache_limit=cfg.cpu_cache_limit, merge_gap=cfg.io_merge_gap,
+                               max_request=cfg.io_max_request)
+    if store.num_nodes != ds.num_nodes or store.row_bytes != ds.row_bytes:
+        raise MomentError(f"layout has {store.num_nodes} nodes of {store.row_bytes} B, the dataset "
+                          f"{ds.num_nodes} of {ds.row_bytes} B: they do not belong together", source=str(cfg.layout))
+    return store
+
+
+class Trainer:
+    """One rank's training run; `run()` returns the metrics (identical on every rank)."""
+
+    def __init__(self, cfg: TrainConfig, ctx: DistContext):
+        self.cfg, self.ctx = cfg, ctx
+        self.ds = GraphDataset.open(dataset_dir(cfg))
+        self.fanouts = cfg.resolved_fanouts()
+        train_idx = np.asarray(self.ds.train_idx)
+        self.batch_size = cfg.resolved_batch_size(train_idx.size, ctx.world_size)
+        self.batches = SeedBatches(train_idx, self.batch_size, seed=cfg.seed, rank=ctx.rank,
+                                   world_size=ctx.world_size)
+        if len(self.batches) == 0:
+            raise MomentError(f"{train_idx.size} training nodes are too few for {ctx.world_size} ranks",
+                              source=str(self.ds.path))
+        self.val = torch.from_numpy(np.array(self.ds.val_idx, dtype=np.int64))[ctx.rank :: ctx.world_size]
+        self.source = make_source(cfg, self.ds, ctx)
+        self.graph = CSRGraph.from_dataset(self.ds)
+        labels = torch.from_numpy(np.array(self.ds.labels, dtype=np.int64))
+        self.pipe = Pipeline(self.graph, self.fanouts, self.source, labels, ctx.device, depth=cfg.depth,
+                             pipelined=cfg.pipeline)
+        self.eval_pipe = Pipeline(self.graph, self.fanouts, self.source, labels, ctx.device, depth=cfg.depth,
+                                  pipelined=cfg.pipeline)
+        torch.manual_seed(cfg.seed)  # same initial weights on every rank (DDP also broadcasts rank 0's)
+        model = build_model(cfg.model, self.ds.feature_dim, self.ds.num_classes, len(self.fanouts), cfg.hidden)
+        self.module = model.to(ctx.device)
+        self.opt = torch.optim.Adam(self.module.parameters(), lr=cfg.lr)
+        self.curve: list[float] = []  # mean loss over ranks, per step, synced
+        self.unsynced: list[torch.Tensor] = []
+        self.val_curve: list[float] = []
+        self.epoch_seconds: list[float] = []
+        self.epoch, self.next_batch, self.step = 0, 0, 0
+        self.resumed_from: int | None = None
+        self._maybe_resume()
+        if ctx.backend:
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            ids = [ctx.device.index] if ctx.device.type == "cuda" else None
+            self.model = DDP(self.module, device_ids=ids)
+        else:
+            self.model = self.module
+        self.seeds_trained = 0
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def _resume_fields(self) -> dict[str, Any]:
+        return {"world_size": self.ctx.world_size, "batch_size": self.batch_size, "seed": self.cfg.seed,
+                "fanouts": self.fanouts, "model": self.cfg.model, "layers": len(self.fanouts),
+                "hidden": self.cfg.hidden, "lr": self.cfg.lr}
+
+    def _maybe_resume(self) -> None:
+        cfg, ctx = self.cfg, self.ctx
+        if cfg.checkpoint_dir is None or not (cfg.resume or ctx.restart_count > 0):
+            return
+        ck = load_checkpoint(cfg.checkpoint_dir)
+        if ck is None:
+            if cfg.resume and ctx.restart_count == 0:
+                raise MomentError("--resume: no checkpoint here yet", source=str(cfg.checkpoint_dir))
+            return
+        mine = self._resume_fields()
+        for k in RESUME_KEYS:
+            if ck["run"].get(k) != mine[k]:
+                raise MomentError(f"checkpoint was made with {k}={ck['run'].get(k)!r}, this run has {mine[k]!r}; "
+                                  "an exact resume needs the same settings", source=str(cfg.checkpoint_dir))
+        self.module.load_state_dict(ck["model"])
+        self.opt.load_state_dict(ck["optimizer"])
+        self.epoch, self.next_batch, self.step = ck["epoch"], ck["next_batch"], ck["step"]
+        self.curve, self.val_curve = list(ck["loss_curve"]), list(ck["val_curve"])
+        self.epoch_seconds = list(ck.get("epoch_seconds", []))
+        states = ck.get("rng_states") or []
+        if ctx.rank < len(states):
+            set_rng_state(states[ctx.rank])
+        self.resumed_from = self.step
+
+    def _sync_losses(self) -> None:
+        if not self.unsynced:
+            return
+        local = torch.stack(self.unsynced).to(torch.float64).cpu()
+        self.curve += (self.ctx.all_reduce(local) / self.ctx.world_size).tolist()
+        self.unsynced = []
+
+    def _checkpoint(self) -> None:
+        self._sync_losses()
+        states = self.ctx.all_gather_object(rng_state())
+        if self.ctx.is_main:
+            save_checkpoint(self.cfg.checkpoint_dir, {
+                "model": self.module.state_dict(), "optimizer": self.opt.state_dict(),
+                "epoch": self.epoch, "next_batch": self.next_batch, "step": self.step,
+                "loss_curve": self.curve, "val_curve": self.val_curve, "epoch_seconds": self.epoch_seconds,
+                "rng_states": states, "run": self._resume_fields(), "config": self.cfg.to_dict(),
+            })
+        self.ctx.barrier()
+
+    # ------------------------------------------------------------------ loops
+
+    def _train_epoch(self, rep: Reporter) -> None:
+        cfg, ctx, e = self.cfg, self.ctx, self.epoch
+        batches = list(self.batches.epoch(e))
+        self.source.epoch_start(e)
+        self.model.train()
+        t0 = time.perf_counter()
+        kill = int(os.environ.get(KILL_ENV, "0") or 0)
+        rep.start_epoch(e, len(batches), self.next_batch)
+        for item in self.pipe.run(batches, (cfg.seed, e, ctx.rank), start=self.next_batch):
+            item.wait()
+            torch.manual_seed(mix(cfg.seed, e, ctx.rank, item.index, DROPOUT_TAG))
+            self.opt.zero_grad(set_to_none=True)
+            out = self.model(item.x.float(), item.blocks)
+            loss = F.cross_entropy(out, item.y)
+            loss.backward()
+            self.opt.step()
+            self.unsynced.append(loss.detach())
+            self.step += 1
+            self.next_batch = item.index + 1
+            self.seeds_trained += int(item.y.numel())
+            rep.step(self.seeds_trained, self.source.tier_stats())
+            if kill and self.step == kill and ctx.rank == ctx.world_size - 1 and ctx.restart_count == 0:
+                _crash()
+            if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
+                self._checkpoint()
+        self._sync_losses()
+        self.epoch_seconds.append(time.perf_counter() - t0)
+
+    @torch.no_grad()
+    def _evaluate(self) -> float:
+        self.module.eval()
+        cfg, ctx = self.cfg, self.ctx
+        batches = list(torch.split(self.val, self.batch_size))
+        correct = total = 0
+        for item in self.eval_pipe.run(batches, (cfg.seed, self.epoch, ctx.rank, EVAL_TAG)):
+            item.wait()
+            pred = self.module(item.x.float(), item.blocks).argmax(-1)
+            correct += int((pred == item.y).sum())
+            total += int(item.y.numel())
+        t = self.ctx.all_reduce(torch.tensor([correct, total], dtype=torch.float64))
+        return float(t[0] / t[1]) if t[1] > 0 else 0.0
+
+    def run(self, rep: Reporter) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        while self.epoch < self.cfg.epochs:
+            if self.next_batch < len(self.batches):
+                self._train_epoch(rep)
+            acc = self._evaluate()
+            self.val_curve.append(acc)
+            rep.end_epoch(self.epoch, acc, self.curve[-1] if self.curve else float("nan"))
+            self.epoch, self.next_batch = self.epoch + 1, 0
+            if self.cfg.checkpoint_every:
+                self._checkpoint()
+        return self._metrics(time.perf_counter() - t0)
+
+    def _metrics(self, wall: float) -> dict[str, Any]:
+        ctx = self.ctx
+        tiers = self.source.tier_stats()
+        names = sorted(tiers["bytes"])
+        t = self.pipe.times
+        vec = torch.tensor([t.sample, t.gather_submit, t.gather_wait, t.train, t.wall, self.seeds_trained,
+                            tiers["ssd_bytes_read"], tiers["ssd_requests"]]
+                           + [tiers["bytes"][k] for k in names] + [tiers["rows"][k] for k in names],
+                           dtype=torch.float64)
+        s = ctx.all_reduce(vec)
+        wall_max = float(ctx.all_reduce(torch.tensor([t.wall], dtype=torch.float64), op="max")[0])
+        w = ctx.world_size
+        stage = StageTimes(*(float(x) / w for x in s[:5]))
+        k = len(names)
+        tier_bytes = {n: int(s[8 + i]) for i, n in enumerate(names)}
+        train_wall = max(wall_max, 1e-9)
+        return {
+            "epochs": self.cfg.epochs,
+            "steps": self.step,
+            "val_accuracy": self.val_curve[-1] if self.val_curve else None,
+            "val_accuracy_curve": self.val_curve,
+            "num_classes": self.ds.num_classes,
+            "seeds_per_s": float(s[5]) / train_wall,
+            "stage_seconds": {"sample": stage.sample, "gather_submit": stage.gather_submit,
+                              "gather_wait": stage.gather_wait, "train": stage.train},
+            "pipeline_wall_s": stage.wall,
+            "limiting_stage": stage.limiting(),
+            "epoch_seconds": self.epoch_seconds,
+            "wall_s": wall,
+            "loss_curve": self.curve,
+            "tier_bytes": tier_bytes,
+            "tier_rows": {n: int(s[8 + k + i]) for i, n in enumerate(names)},
+            "tier_mb_per_s": {n: b / 1e6 / train_wall for n, b in tier_bytes.items()},
+            "ssd_bytes_read": int(s[6]),
+            "ssd_requests": int(s[7]),
+            "world_size": w,
+            "backend": self.source.backend,
+            "dist_backend": ctx.backend,
+            "device": str(ctx.device),
+            "features": self.cfg.features,
+            "pipelined": self.cfg.pipeline,
+            "model": self.cfg.model,
+            "fanouts": self.fanouts,
+            "batch_size": self.batch_size,
+            "seed": self.cfg.seed,
+            "resumed_from_step": self.resumed_from,
+        }
+
+    def close(self) -> None:
+        self.source.close()
+
+
+def write_json_atomic(path: Path, doc: dict[str, Any]) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as f:
+        json.dump(doc, f, indent=2)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def train(cfg: TrainConfig, ctx: DistContext | None = None) -> dict[str, Any]:
+    """Run training with `cfg`; returns the metrics (and writes them when `cfg.metrics_json` is set)."""
+    cfg.check()
+    own = ctx is None
+    ctx = ctx or setup(cfg.device)
+    old_threads = torch.get_num_threads()
+    if ctx.device.type == "cpu":
+        torch.set_num_threads(cfg.threads or max(1, (os.cpu_count() or 1) // max(ctx.local_world_size, 1)))
+    trainer = None
+    try:
+        trainer = Trainer(cfg, ctx)
+        with Reporter(enabled=ctx.is_main and not cfg.quiet, world_size=ctx.world_size,
+                      total_epochs=cfg.epochs) as rep:
+            metrics = trainer.run(rep)
+            metrics["config"] = cfg.to_dict()
+            if ctx.is_main and cfg.metrics_json is not None:
+                write_json_atomic(cfg.metrics_json, metrics)
+            rep.summary(metrics)
+        ctx.barrier()
+        return metrics
+    finally:
+        if trainer is not None:
+            trainer.close()
+        torch.set_num_threads(old_threads)
+        if own:
+            ctx.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `python -m moment.train` / torchrun; user errors exit 2 without a traceback."""
+    from rich.console import Console
+
+    try:
+        train(parse_args(argv))
+    except MomentError as e:
+        from rich.markup import escape
+
+        rank = os.environ.get("RANK", "0")
+        Console(stderr=True).print(f"[bold red]error[/] (rank {rank}): " + escape(str(e)), highlight=False)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

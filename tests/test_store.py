@@ -1,0 +1,174 @@
+"""Tiered feature store: bit-exact on every tier, PyG FeatureStore interface, damaged layouts."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import torch
+from runtime_data import make_dataset, make_layout
+
+from moment.errors import MomentError
+from moment.placement import verify_layout
+from moment.placement.reader import load_manifest, shard_path
+from moment.runtime.sources import InMemoryFeatures, MemmapFeatures
+from moment.runtime.store import TIERS, TieredFeatureStore, parse_size
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("store")
+    ds = make_dataset(root)
+    feats = np.load(ds.file("features"))
+    packed = make_layout(ds, root / "packed")  # 128-B rows packed 32 to a 4-KiB block
+    padded = make_layout(ds, root / "padded", align=512, row_mode="pad")  # one 512-B slot per row
+    return root, ds, feats, {"pack": packed, "pad": padded}
+
+
+def _tier_of(store: TieredFeatureStore, ids: np.ndarray) -> np.ndarray:
+    b, slot = np.asarray(store.index[ids]).T
+    t = store._tier[b].copy()
+    t[slot >= store._limit[b]] = TIERS.index("ssd")
+    return t
+
+
+@pytest.mark.parametrize("mode,gap,max_request", [("pack", 0, 128 << 10), ("pad", 0, 128 << 10),
+                                                  ("pack", 16384, 8192), ("pad", 2048, 1024)])
+def test_every_tier_bit_exact(data, mode, gap, max_request):
+    _, ds, feats, layouts = data
+    # local rank 0 of 2 owns gpu0; gpu1 is a peer's; the CPU cache is capped so some rows come from disk
+    store = TieredFeatureStore(layouts[mode], rank=0, local_rank=0, world_size=2, local_world_size=2,
+                               cpu_cache_limit=f"{ds.num_nodes // 20 * ds.row_bytes}", merge_gap=gap,
+                               max_request=max_request)
+    ids = np.arange(ds.num_nodes)
+    tiers = _tier_of(store, ids)
+    b = np.asarray(store.index[ids])[:, 0]
+    cpu_bin_on_disk = (store._tier[b] == TIERS.index("cpu")) & (tiers == TIERS.index("ssd"))
+    assert cpu_bin_on_disk.any()  # rows beyond --cpu-cache-limit
+    for t, name in enumerate(TIERS):
+        sel = np.flatnonzero(tiers == t)
+        assert sel.size, name
+        before = store.counters.rows[name]
+        got = store.gather(torch.from_numpy(sel[::-1].copy()))
+        assert got.dtype == torch.float32 and got.shape == (sel.size, ds.feature_dim)
+        assert torch.equal(got, torch.from_numpy(feats[sel[::-1]])), name
+        assert store.counters.rows[name] - before == sel.size
+    # a mixed batch with repeats, in random order
+    mixed = np.random.default_rng(3).integers(0, ds.num_nodes, 2000)
+    assert torch.equal(store.gather(mixed), torch.from_numpy(feats[mixed]))
+    st = store.tier_stats()
+    assert st["bytes"]["ssd"] == st["rows"]["ssd"] * ds.row_bytes and st["ssd_bytes_read"] > 0
+    store.close()
+
+
+def test_submit_complete_interleaved(data):
+    _, ds, feats, layouts = data
+    store = TieredFeatureStore(layouts["pack"], local_world_size=1)
+    rng = np.random.default_rng(5)
+    a, b = rng.permutation(ds.num_nodes)[:700], rng.permutation(ds.num_nodes)[:900]
+    pa, pb = store.submit(a), store.submit(b)
+    assert torch.equal(store.complete(pb), torch.from_numpy(feats[b]))
+    assert torch.equal(store.complete(pa), torch.from_numpy(feats[a]))
+    assert store.gather(np.array([], dtype=np.int64)).shape == (0, ds.feature_dim)
+    with pytest.raises(MomentError, match="node ids"):
+        store.gather([ds.num_nodes])
+    store.close()
+
+
+def test_baseline_sources_match(data):
+    _, ds, feats, _ = data
+    ids = torch.from_numpy(np.random.default_rng(1).permutation(ds.num_nodes)[:500])
+    for src in (InMemoryFeatures(ds.file("features")), MemmapFeatures(ds.file("features"), drop_cache=True)):
+        src.epoch_start(0)
+        assert torch.equal(src.gather(ids), torch.from_numpy(feats[ids.numpy()]))
+
+
+def test_pyg_feature_store_interface(data):
+    from torch_geometric.data import FeatureStore, TensorAttr
+
+    _, ds, feats, layouts = data
+    store = TieredFeatureStore(layouts["pad"], local_world_size=1)
+    assert isinstance(store, FeatureStore)
+    idx = torch.tensor([5, 17, 3999, 0])
+    assert torch.equal(store["node", "x", idx], torch.from_numpy(feats[idx.numpy()]))
+    assert torch.equal(store.get_tensor(group_name="node", attr_name="x", index=idx), store["node", "x", idx])
+    assert torch.equal(store["node"].x[idx], store["node", "x", idx])  # partial key -> view
+    assert torch.equal(store["node", "x", 2:6], torch.from_numpy(feats[2:6]))
+    assert store.get_tensor_size(TensorAttr("node", "x")) == (ds.num_nodes, ds.feature_dim)
+    assert store.get_all_tensor_attrs() == [TensorAttr("node", "x")]
+    with pytest.raises(MomentError, match="read-only"):
+        store["node", "x", idx] = torch.zeros(4, ds.feature_dim)
+    with pytest.raises(MomentError, match="read-only"):
+        store.remove_tensor(TensorAttr("node", "x", idx))
+    with pytest.raises(KeyError):
+        store["paper", "x", idx]
+    store.close()
+
+
+def test_missing_and_truncated_shards(data, tmp_path):
+    _, ds, _, _ = data
+    ssd = [str(tmp_path / "ssd0"), str(tmp_path / "ssd1")]
+    for p in ssd:
+        os.mkdir(p)
+    path = make_layout(ds, tmp_path / "L", ssd_paths=ssd)
+    shards = [shard_path(path, s) for s in load_manifest(path).shards if s.kind == "ssd"]
+    # short read: the shard shrinks under a running store
+    store = TieredFeatureStore(path, local_world_size=1)
+    ids = np.arange(ds.num_nodes)
+    on = np.asarray(store.index[ids])[:, 0] == next(i for i, s in enumerate(store.manifest.shards) if s.kind == "ssd")
+    os.truncate(shards[0], 4096)
+    with pytest.raises(MomentError, match="short read"):
+        store.gather(ids[on])
+    store.close()
+    with pytest.raises(MomentError, match="size"):  # refused at open
+        TieredFeatureStore(path, local_world_size=1)
+    shards[1].unlink()
+    with pytest.raises(MomentError, match="missing"):
+        TieredFeatureStore(path, local_world_size=1)
+
+
+def test_checksum_mismatch_is_caught(data, tmp_path):
+    _, ds, feats, _ = data
+    path = make_layout(ds, tmp_path / "L")
+    probe = TieredFeatureStore(path, local_world_size=1)
+    ids = np.arange(ds.num_nodes)
+    b, off = probe.manifest.shards, None
+    ent = np.asarray(probe.index[ids])
+    victim = int(np.flatnonzero(probe._tier[ent[:, 0]] == TIERS.index("ssd"))[7])
+    s = b[int(ent[victim, 0])]
+    off = int(ent[victim, 1]) * s.stride + 5
+    probe.close()
+    with open(shard_path(path, s), "r+b") as f:
+        f.seek(off)
+        byte = f.read(1)
+        f.seek(off)
+        f.write(bytes([byte[0] ^ 0x40]))
+    assert not verify_layout(path).ok
+    plain = TieredFeatureStore(path, local_world_size=1)
+    assert not torch.equal(plain.gather([victim]), torch.from_numpy(feats[[victim]]))  # verify off: raw bytes
+    plain.close()
+    checked = TieredFeatureStore(path, local_world_size=1, verify=True)
+    good = np.setdiff1d(ids, [victim])[:10]
+    with pytest.raises(MomentError, match=f"bin {s.bin}: checksum mismatch in chunk {off // s.chunk_bytes}"):
+        checked.gather(np.concatenate([good, [victim]]))
+    checked.close()
+
+
+def test_parse_size():
+    assert parse_size("10%", 1000) == 100
+    assert parse_size("2KiB", 0) == 2048 and parse_size("3MB", 0) == 3_000_000 and parse_size("77", 0) == 77
+    assert parse_size(None, 5) is None
+    with pytest.raises(MomentError):
+        parse_size("lots", 1)
+
+
+def test_o_direct_is_used(data):
+    _, _, _, layouts = data
+    store = TieredFeatureStore(layouts["pack"], local_world_size=1)
+    store.gather(np.arange(100))
+    if not store.stack.direct:
+        pytest.skip(f"filesystem refuses O_DIRECT: {store.stack.files.fallback_reason}")
+    assert store.stack.direct
+    store.close()
+
