@@ -51,8 +51,10 @@ class Baseline(BaseModel):
 
 class SearchStats(BaseModel):
     raw_candidates: int = Field(description="placements before symmetry pruning (physically valid)")
-    distinct_candidates: int = Field(description="placements evaluated after pruning")
-    solved: int
+    distinct_candidates: int = Field(description="placements left after slot-symmetry pruning")
+    capacity_classes: int | None = Field(
+        None, description="distinct capacity graphs among them (one LP each at most)")
+    solved: int = Field(description="LPs solved; the other classes were ruled out by a lower bound")
     seconds_total: float
     seconds_per_solve: float
 

@@ -10,15 +10,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-import numpy as np
-
 from moment.errors import MomentError
 from moment.planner import search
 from moment.planner.baselines import baseline_placements
 from moment.planner.contracts import Baseline, Evaluation, Plan, SearchStats
+from moment.planner.equivalence import CapacityCanon, TreeBound
 from moment.planner.evaluate import BOTTLENECK_UTILISATION, evaluate
 from moment.planner.lp import solve_lp_batch
-from moment.planner.network import ChassisTemplate, Edge
+from moment.planner.network import ChassisTemplate
 from moment.planner.solution import Solution
 from moment.topology.devices import Inventory, find_model, fits, strip
 from moment.topology.model import Kind, Topology
@@ -53,28 +52,6 @@ def _key(placement: dict[str, str]) -> tuple:
     return tuple(sorted(placement.items()))
 
 
-def _headroom_key(sol: Solution, slots: set[str]) -> tuple[float, ...]:
-    """Link utilisations, highest first, rounded: among equally fast placements prefer the one whose
-    busiest link is least busy, then the second busiest, and so on (leximax). A slot's own link is
-    in series with its card's and carries the same load; it counts only where it is the narrower
-    of the two, so an x4 SSD in an x16 slot does not look like "headroom"."""
-    edges = sol.network.edges
-    devices = set(sol.network.gpus) | {s.owner for s in sol.network.storage}
-    card = {e.src: e.capacity for e in edges if e.src in slots and e.dst in devices}
-    card |= {e.dst: e.capacity for e in edges if e.dst in slots and e.src in devices}
-    util = sol.utilisation()
-    keep = [i for i, e in enumerate(edges) if not _redundant_slot_edge(e, slots, card, devices)]
-    return tuple(np.round(np.sort(util[keep])[::-1], 3))
-
-
-def _redundant_slot_edge(e: Edge, slots: set[str], card: dict[str, float], devices: set[str]) -> bool:
-    slot = e.src if e.src in slots else e.dst if e.dst in slots else None
-    if slot is None or slot not in card:
-        return False
-    other = e.dst if slot == e.src else e.src
-    return other not in devices and e.capacity >= card[slot]
-
-
 def _wasted_lanes(placement: dict[str, str], template: ChassisTemplate) -> int:
     """Lanes of wide slots taken by narrow cards (kept free for later GPUs)."""
     topo = template.topo
@@ -99,21 +76,53 @@ def make_plan(topo: Topology, inventory: Inventory, workload: WorkloadSpec, *,
         raise MomentError(f"the inventory ({inventory.describe()}) cannot be placed in {bare.name!r}")
 
     template = ChassisTemplate(bare)
-    slots = set(template.chassis.slots)
+    # one LP per capacity-equivalence class; its representative wastes the fewest wide-slot lanes
+    canon = CapacityCanon(template)
+    classes: dict = {}
+    for p in cands:
+        k = canon.key(p)
+        rank = (_wasted_lanes(p, template), _key(p))
+        if k not in classes or rank < classes[k][0]:
+            classes[k] = (rank, p)
+    # Branch and bound on a cheap lower bound: solve in bound order until no unsolved class can
+    # beat the best time; then, among the classes that could tie it, take the first (by link
+    # headroom of the bound, then slot order) whose LP reaches it.
+    bound = TreeBound(template)
+    ranked = []
+    for (lanes, key), p in classes.values():
+        lb, links = bound.bound(p, workload)
+        ranked.append((lb, (links, lanes, key), p))
+    ranked.sort(key=lambda r: (r[0], r[1]))
     t_solve = time.perf_counter()
-    scores: list[tuple[float, tuple[float, ...], tuple]] = []
-    for i in range(0, len(cands), BATCH):
-        chunk = cands[i:i + BATCH]
-        sols = solve_lp_batch([template.network(p, workload) for p in chunk])
-        scores += [(s.epoch_read_s, _headroom_key(s, slots), _key(p)) for s, p in zip(sols, chunk)]
+    solved: dict[tuple, Solution] = {}
+
+    def solve(batch: list[dict[str, str]]) -> None:
+        sols = solve_lp_batch([template.network(p, workload) for p in batch])
+        solved.update((_key(p), s) for p, s in zip(batch, sols))
         if progress is not None:
-            progress(len(scores), len(cands))
+            progress(len(solved), len(ranked))
+
+    best_t, i, size = float("inf"), 0, 4
+    while i < len(ranked) and ranked[i][0] < best_t * (1 - TIE_REL):
+        batch = [r[2] for r in ranked[i:i + size] if r[0] < best_t * (1 - TIE_REL)]
+        size = min(BATCH, size * 2)  # small first: the first classes often settle the optimum
+        solve(batch)
+        best_t = min(best_t, *(solved[_key(p)].epoch_read_s for p in batch))
+        i += len(batch)
+    contenders = sorted((r for r in ranked if r[0] <= best_t * (1 + TIE_REL)), key=lambda r: r[1])
+    winner_key = None
+    for j, (_, _, p) in enumerate(contenders):
+        if _key(p) not in solved:
+            solve([q for _, _, q in contenders[j:j + 8] if _key(q) not in solved])
+        if solved[_key(p)].epoch_read_s <= best_t * (1 + TIE_REL):
+            winner_key = _key(p)
+            break
+    assert winner_key is not None  # the class that set best_t is among the contenders
+    if progress is not None:
+        progress(len(ranked), len(ranked))  # the rest are ruled out by their bound
     solve_seconds = time.perf_counter() - t_solve
 
-    t_min = min(s[0] for s in scores)
-    tied = [s for s in scores if s[0] <= t_min * (1 + TIE_REL)]
-    best = min(tied, key=lambda s: (s[1], _wasted_lanes(dict(s[2]), template), s[2]))
-    winner = evaluate(bare, dict(best[2]), workload, maxflow_backend=maxflow_backend)
+    winner = evaluate(bare, dict(winner_key), workload, maxflow_backend=maxflow_backend)
 
     baselines = _baselines(bare, current, inventory, workload, maxflow_backend)
     gain = (min(b.predicted.epoch_read_s for b in baselines) / winner.predicted.epoch_read_s
@@ -128,9 +137,10 @@ def make_plan(topo: Topology, inventory: Inventory, workload: WorkloadSpec, *,
         predicted_maxflow=winner.predicted_maxflow,
         links=winner.links,
         bottlenecks=[u.id for u in winner.links if u.utilisation >= BOTTLENECK_UTILISATION],
-        search=SearchStats(raw_candidates=space.raw_count, distinct_candidates=len(cands), solved=len(scores),
+        search=SearchStats(raw_candidates=space.raw_count, distinct_candidates=len(cands),
+                           capacity_classes=len(classes), solved=len(solved),
                            seconds_total=time.perf_counter() - t0,
-                           seconds_per_solve=solve_seconds / len(scores)),
+                           seconds_per_solve=solve_seconds / len(solved)),
         baselines=baselines,
         gain_vs_best_baseline=gain,
     )

@@ -7,6 +7,8 @@ graph is built from.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from moment.errors import MomentError
@@ -53,6 +55,7 @@ CATALOG: tuple[DeviceModel, ...] = (
 )
 
 
+@lru_cache(maxsize=256)
 def find_model(name: str) -> DeviceModel:
     key = name.strip().lower()
     for m in CATALOG:

@@ -1,0 +1,188 @@
+"""Capacity equivalence: placements whose capacity graphs are isomorphic get the same LP answer.
+
+The slot search prunes placements that are symmetric *as slot assignments*; many of the rest still
+build the same capacity graph (an x4 SSD in an x16 slot or in an x4 bay under the same switch: the
+series edges slot -> card carry min(slot, card) either way). Solving one representative per class
+is exact. The canonical form is AHU-style on the PCIe forest, so it is only used where the graph is
+a forest plus socket links that do not break socket symmetry; elsewhere every placement is its own
+class.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+from moment.planner.network import ChassisTemplate
+from moment.topology.model import Kind
+
+
+def _round(x: float) -> float:
+    return round(x / 1e6, 3)  # MB/s, enough to tell link classes apart, stable under float noise
+
+
+class CapacityCanon:
+    """Canonical capacity form of placements on one bare chassis."""
+
+    def __init__(self, template: ChassisTemplate):
+        self.template = template
+        topo = template.topo
+        self.topo = topo
+        ch = template.chassis
+        self.enabled = self._symmetric_enough()
+        self.children: dict[str, list[str]] = {}
+        self.uplink: dict[str, float] = {}
+        for child, parent, cap, _kind, _label in ch.fixed:
+            self.children.setdefault(parent, []).append(child)
+            self.uplink[child] = cap
+        self.fixed_devices: dict[str, list[tuple]] = {}
+        for d in ch.devices:
+            self.fixed_devices.setdefault(d.parent, []).append(
+                ("dev", d.kind.value, _round(d.serve), d.memory, _round(min(d.uplink, self.uplink.get(d.parent, d.uplink)))))
+        self.kind = {n.id: n.kind for n in topo.nodes}
+        self.sockets = {sid: (_round(bw), mem) for sid, bw, mem in ch.sockets}
+        self._peer_caps = tuple(sorted(_round(p.capacity) for p in ch.peers))
+        self._below: dict[str, tuple[str, ...]] = {}
+        self._devices: dict[tuple[str, str], tuple | None] = {}
+        self._memo: dict[tuple, tuple | None] = {}
+
+    def _symmetric_enough(self) -> bool:
+        ch = self.template.chassis
+        sockets = [s for s, _, _ in ch.sockets]
+        socket_set = set(sockets)
+        for p in ch.peers:
+            if p.a not in socket_set or p.b not in socket_set:
+                return False  # NVLink/xGMI between devices or slots: not a forest
+        if len(sockets) <= 2:
+            return True
+        pairs = {frozenset((p.a, p.b)): p.capacity for p in ch.peers}
+        want = len(sockets) * (len(sockets) - 1) // 2
+        return len(pairs) == want and len(set(pairs.values())) == 1 and len(ch.peers) == want
+
+    def _slots_below(self, nid: str) -> tuple[str, ...]:
+        if nid not in self._below:
+            if self.kind.get(nid) == Kind.slot:
+                self._below[nid] = (nid,)
+            else:
+                self._below[nid] = tuple(s for k in self.children.get(nid, ()) for s in self._slots_below(k))
+        return self._below[nid]
+
+    def _device(self, slot: str, model: str) -> tuple | None:
+        k = (slot, model)
+        if k not in self._devices:
+            kind, cap, serve, memory = self.template._model(model)
+            self._devices[k] = (("dev", kind.value, _round(serve), memory, _round(min(cap, self.uplink.get(slot, cap))))
+                                if kind in (Kind.gpu, Kind.ssd) else None)
+        return self._devices[k]
+
+    def _canon(self, nid: str, placement: dict[str, str]) -> tuple | None:
+        """Memoised on the models in the subtree's slots: most subtrees repeat across candidates."""
+        sig = (nid, tuple(placement.get(s) for s in self._slots_below(nid)))
+        if sig in self._memo:
+            return self._memo[sig]
+        if self.kind.get(nid) == Kind.slot:
+            out = self._device(nid, placement[nid]) if nid in placement else None
+        else:
+            parts = [c for c in (self._canon(k, placement) for k in self.children.get(nid, ())) if c is not None]
+            parts += self.fixed_devices.get(nid, [])
+            if not parts and self.kind.get(nid) != Kind.socket:
+                out = None  # nothing below: the network drops it
+            else:
+                up = _round(self.uplink[nid]) if nid in self.uplink else None
+                out = (self.sockets.get(nid, self.kind[nid].value), up, tuple(sorted(parts)))
+        self._memo[sig] = out
+        return out
+
+    def key(self, placement: dict[str, str]) -> Hashable:
+        if not self.enabled:
+            return tuple(sorted(placement.items()))
+        return (tuple(sorted(self._canon(s, placement) for s in self.sockets)), self._peer_caps)
+
+
+class TreeBound:
+    """A cheap lower bound on a placement's LP epoch time, for pruning the search.
+
+    Each tree edge into or out of a subtree X must carry, for the GPUs on the far side, every byte
+    not stored on their side. The share a side can hold is at most its caches' shares plus what
+    its SSDs can serve in time T (rate * T / total demand), which gives T >= D(1 - A) / (c + D B)
+    per edge. With the SSD aggregate bound this is a relaxation of the LP, so LB <= LP time always;
+    only a class whose bound beats the best time found so far needs its LP solved.
+    """
+
+    def __init__(self, template: ChassisTemplate):
+        self.template = template
+        ch = template.chassis
+        self.children: dict[str, list[str]] = {}
+        self.uplink: dict[str, float] = {}
+        for child, parent, cap, _kind, _label in ch.fixed:
+            self.children.setdefault(parent, []).append(child)
+            self.uplink[child] = cap
+        self.fixed: dict[str, list[tuple[Kind, float, float]]] = {}
+        for d in ch.devices:
+            self.fixed.setdefault(d.parent, []).append((d.kind, min(d.uplink, self.uplink.get(d.parent, d.uplink)), d.serve))
+        self.sockets = [s for s, _, _ in ch.sockets]
+        self.enabled = CapacityCanon(template).enabled
+
+    def bound(self, placement: dict[str, str], workload) -> tuple[float, tuple[float, ...]]:
+        """(lower bound on the epoch time, per-link bounds highest first).
+
+        The per-link bounds say how close each link comes to limiting this placement: among equally
+        fast placements the planner prefers the one whose tightest link is loosest (leximax)."""
+        if not self.enabled:
+            return 0.0, ()
+        tpl = self.template
+        devs: dict[str, tuple[Kind, float, float]] = {}
+        for slot, model in placement.items():
+            kind, cap, serve, _mem = tpl._model(model)
+            if kind in (Kind.gpu, Kind.ssd):
+                devs[slot] = (kind, min(cap, self.uplink.get(slot, cap)), serve)
+        n_gpu = sum(1 for k, _, _ in devs.values() if k == Kind.gpu) + sum(
+            1 for lst in self.fixed.values() for k, _, _ in lst if k == Kind.gpu)
+        if n_gpu == 0:
+            return 0.0, ()
+        D = workload.bytes_per_gpu(n_gpu)
+        total = D * n_gpu
+        f_gpu, f_cpu = workload.gpu_cache_share, workload.cpu_cache_share
+        g_share = f_gpu / n_gpu
+        lb = 0.0
+        ssd_rate_all = 0.0
+        edges: list[tuple[float, int, float, float]] = []  # (capacity, gpus inside, cache share inside, ssd rate inside)
+
+        def leaf(kind: Kind, cap: float, serve: float) -> tuple[int, float, float]:
+            nonlocal ssd_rate_all
+            if kind == Kind.gpu:
+                edges.append((cap, 1, g_share, 0.0))
+                return 1, g_share, 0.0
+            rate = min(cap, serve)
+            ssd_rate_all += rate
+            return 0, 0.0, rate
+
+        def walk(nid: str) -> tuple[int, float, float]:
+            if nid in devs:
+                return leaf(*devs[nid])
+            g = a = b = 0.0
+            for k in self.children.get(nid, ()):
+                kg, ka, kb = walk(k)
+                g, a, b = g + kg, a + ka, b + kb
+            for kind, cap, serve in self.fixed.get(nid, ()):
+                kg, ka, kb = leaf(kind, cap, serve)
+                g, a, b = g + kg, a + ka, b + kb
+            if nid in self.uplink and (g or b):
+                edges.append((self.uplink[nid], int(g), a, b))
+            return int(g), a, b
+
+        per_socket = [walk(s) for s in self.sockets]
+        if ssd_rate_all > 0:
+            lb = max(lb, (1 - f_gpu - f_cpu) * total / ssd_rate_all)
+        link_bounds: list[float] = []
+        sum_a = sum(a for _, a, _ in per_socket) + f_cpu  # everything cacheable, anywhere
+        for cap, g_in, a_in, b_in in edges:
+            if cap == float("inf"):
+                continue
+            d_in, d_out = g_in * D, (n_gpu - g_in) * D
+            # into X: its GPUs need what X does not hold (X can hold no CPU memory below a socket)
+            link_bounds.append(d_in * max(0.0, 1 - a_in) / (cap + d_in * b_in / total))
+            # out of X: the other GPUs need X's share, at least 1 - what the outside can hold
+            a_out = sum_a - a_in
+            link_bounds.append(d_out * max(0.0, 1 - a_out) / (cap + d_out * (ssd_rate_all - b_in) / total))
+        lb = max([lb, *link_bounds])
+        return lb, tuple(round(x, 6) for x in sorted(link_bounds, reverse=True))

@@ -1,0 +1,51 @@
+"""The search's shortcuts are exact: capacity classes, the tree bound, and branch and bound."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from moment.planner import search
+from moment.planner.equivalence import CapacityCanon, TreeBound
+from moment.planner.lp import solve_lp_batch
+from moment.planner.network import ChassisTemplate
+from moment.planner.plan import make_plan
+from moment.topology.devices import Inventory
+from moment.topology.profiles import load_profile
+from moment.workload.spec import WorkloadSpec
+
+
+def _sample(profile: str, k: int, seed: int = 0):
+    bare = load_profile(profile)
+    cands = search.enumerate_placements(bare, Inventory.simple(4, 8)).distinct
+    rng = random.Random(seed)
+    return bare, rng.sample(cands, min(k, len(cands)))
+
+
+@pytest.mark.parametrize("profile", ["paper-machine-a", "paper-machine-b"])
+def test_bound_never_exceeds_lp_and_classes_share_their_time(profile):
+    bare, cands = _sample(profile, 120)
+    tpl, wl = ChassisTemplate(bare), WorkloadSpec()
+    canon, bound = CapacityCanon(tpl), TreeBound(tpl)
+    times = [s.epoch_read_s for s in solve_lp_batch([tpl.network(p, wl) for p in cands])]
+    by_class: dict = {}
+    for p, t in zip(cands, times):
+        assert bound.bound(p, wl)[0] <= t * (1 + 1e-7)
+        by_class.setdefault(canon.key(p), []).append(t)
+    assert any(len(ts) > 1 for ts in by_class.values()), "sample too small to test class equality"
+    for ts in by_class.values():
+        assert max(ts) == pytest.approx(min(ts), rel=1e-7)
+
+
+def test_branch_and_bound_finds_the_exhaustive_optimum(monkeypatch):
+    """A narrow switch uplink makes most placements link-bound: the pruned search must still find
+    the best of all of them."""
+    topo = load_profile("paper-machine-a", ["nodes.sw0.link.bandwidth_gbps=12", "nodes.sw1.link.bandwidth_gbps=9"])
+    wl = WorkloadSpec()
+    cands = search.enumerate_placements(topo, Inventory.simple(4, 8)).distinct
+    tpl = ChassisTemplate(topo)
+    exhaustive = min(s.epoch_read_s for s in solve_lp_batch([tpl.network(p, wl) for p in cands]))
+    plan = make_plan(topo, Inventory.simple(4, 8), wl, maxflow_backend="ortools")
+    assert plan.predicted.epoch_read_s == pytest.approx(exhaustive, rel=1e-6)
+    assert plan.search.solved < plan.search.capacity_classes < plan.search.distinct_candidates
