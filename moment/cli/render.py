@@ -31,7 +31,7 @@ def render_plan(console: Console, plan: Plan, topo: Topology) -> None:
     console.print(f"[bold]Moment plan[/] for [cyan]{plan.machine}[/] with {plan.inventory}")
     w = plan.workload
     console.print(f"workload: {w.name}, {w.feature_dim}-d features, "
-                  f"{p.aggregate_gbps * p.epoch_read_s / 1e3 / max(len(p.gpus), 1):.0f} GB per GPU per epoch, "
+                  f"{p.aggregate_gbps * p.epoch_read_s / max(len(p.gpus), 1):.0f} GB per GPU per epoch, "
                   f"caches serve GPU {w.gpu_cache_share:.0%} / CPU {w.cpu_cache_share:.0%} of reads")
 
     t = Table(title="recommended placement", title_justify="left")
@@ -85,5 +85,7 @@ def render_plan(console: Console, plan: Plan, topo: Topology) -> None:
                        f"{sum(bp.per_gpu_inlet_gbps) / len(bp.per_gpu_inlet_gbps):.2f}", f"{ratio:.2f}x faster")
         console.print(bt)
     s = plan.search
-    console.print(f"search: {s.raw_candidates:,} valid placements, {s.distinct_candidates:,} distinct after symmetry "
-                  f"pruning, {s.solved:,} solved in {s.seconds_total:.2f} s ({s.seconds_per_solve * 1e3:.1f} ms each)")
+    classes = f", {s.capacity_classes:,} distinct capacity graphs" if s.capacity_classes is not None else ""
+    console.print(f"search: {s.raw_candidates:,} valid placements, {s.distinct_candidates:,} after symmetry pruning"
+                  f"{classes}; {s.solved:,} LPs solved, the rest ruled out by a lower bound; "
+                  f"{s.seconds_total:.2f} s in all")

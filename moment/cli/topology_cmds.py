@@ -99,7 +99,7 @@ def plan_cmd(
     bytes_per_gpu: Optional[float] = typer.Option(None, "--gb-per-gpu", help="GB each GPU reads per epoch"),
     gpu_cache_share: Optional[float] = typer.Option(None, "--gpu-cache-share", help="share of reads served by GPU caches"),
     cpu_cache_share: Optional[float] = typer.Option(None, "--cpu-cache-share", help="share of reads served by CPU memory"),
-    backend: str = typer.Option("networkx", "--maxflow-backend", help="max-flow backend for the paper's solver: networkx or ortools"),
+    backend: str = typer.Option("ortools", "--maxflow-backend", help="max-flow backend for the paper's solver: networkx or ortools"),
     diagram: Optional[Path] = typer.Option(None, "--diagram", help="also draw the recommended machine to FILE.svg or FILE.png"),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object (for scripts) instead of tables"),
 ) -> None:

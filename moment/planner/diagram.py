@@ -138,6 +138,14 @@ def render_png(topo: Topology, links: list[LinkUse], path: Path, title: str = ""
                 color=util_colour(u) if u is not None else "#999999", lw=1 + (3 * u if u is not None else 0))
         if label:
             ax.text((p.x + b.x) / 2 + BOX_W / 2 + 3, (p.y + BOX_H + b.y) / 2, label, fontsize=6)
+    for lk in topo.links:
+        if lk.a in pos and lk.b in pos:
+            a, b = pos[lk.a], pos[lk.b]
+            u, label = util.get(frozenset((lk.a, lk.b)), (None, lk.describe()))
+            xa, xb, y = a.x + BOX_W / 2, b.x + BOX_W / 2, min(a.y, b.y)
+            ax.plot([xa, (xa + xb) / 2, xb], [a.y, y - 14, b.y], ls="--", lw=2,
+                    color=util_colour(u) if u is not None else "#7030a0")
+            ax.text((xa + xb) / 2, y - 17, label or lk.describe(), ha="center", fontsize=6)
     for b in boxes:
         ax.add_patch(FancyBboxPatch((b.x, b.y), BOX_W, BOX_H, boxstyle="round,pad=0,rounding_size=4",
                                     fc=_FILL[b.kind], ec="#555"))

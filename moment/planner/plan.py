@@ -59,7 +59,7 @@ def _wasted_lanes(placement: dict[str, str], template: ChassisTemplate) -> int:
 
 
 def make_plan(topo: Topology, inventory: Inventory, workload: WorkloadSpec, *,
-              maxflow_backend: str = "networkx",
+              maxflow_backend: str = "ortools",
               progress: Callable[[int, int], None] | None = None) -> Plan:
     """Search every distinct placement of `inventory` into `topo`'s chassis; least LP epoch time wins,
     ties go to more link headroom (leximax of utilisations), then fewer lanes of wide slots taken by
