@@ -1,6 +1,8 @@
 """Data placement: which node embeddings live in each GPU cache, CPU cache and SSD, and on disk how.
 
     bins = BinSet(bins=[Bin(...), ...])            # storage nodes of the plan, with target shares
+    # or, from measured hotness and a plan: see moment.placement.planning (workload_from_hotness,
+    # bins_from_plan, run_policies), which `moment place` drives
     a = ddak(hotness, bins, pool=100)              # or hash_placement / degree_placement
     rep = placement_report({"ddak": a, ...}, row_stride=...)
     path = write_layout(out_dir, features_npy, a, plan=PlanRef(machine=...))

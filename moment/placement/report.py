@@ -45,20 +45,23 @@ class PlacementReport(BaseModel):
 
 
 def policy_report(
-    a: Assignment, *, row_stride: int, gpu_sockets: list[str | None] | None = None, seconds: float | None = None
+    a: Assignment, *, row_stride: int, gpu_sockets: list[str | None] | None = None, seconds: float | None = None,
+    cache_row_bytes: int | None = None,
 ) -> PolicyReport:
-    """Per-bin target vs achieved shares of one assignment. `gpu_sockets` defaults to the GPU bins'."""
+    """Per-bin target vs achieved shares of one assignment. `gpu_sockets` defaults to the GPU bins'.
+    `cache_row_bytes`: bytes a row takes in a GPU/CPU cache (unpadded); default `row_stride`."""
     bins = a.bins
     target = np.array(bins.target_shares())
     achieved = a.achieved_shares()
     out, errs = [], []
+    cache_row = cache_row_bytes or row_stride
     for i, b in enumerate(bins):
         rel = abs(achieved[i] - target[i]) / target[i] if target[i] > 0 else None
         if rel is not None:
             errs.append(rel)
         out.append(BinReport(
             name=b.name, kind=b.kind, socket=b.socket, rows=int(a.rows[i]), capacity_rows=b.capacity_rows,
-            bytes=int(a.rows[i]) * row_stride, target_share=float(target[i]),
+            bytes=int(a.rows[i]) * (cache_row if b.is_cache else row_stride), target_share=float(target[i]),
             achieved_share=float(achieved[i]), rel_error=None if rel is None else float(rel),
         ))
     if gpu_sockets is None:
@@ -84,12 +87,13 @@ def cross_socket_share(a: Assignment, gpu_sockets: list[str | None]) -> float:
 
 def placement_report(
     assignments: dict[str, Assignment], *, row_stride: int, gpu_sockets: list[str | None] | None = None,
-    seconds: dict[str, float] | None = None,
+    seconds: dict[str, float] | None = None, cache_row_bytes: int | None = None,
 ) -> PlacementReport:
     """Compare policies on the same hotness and bins: `policies: {ddak: ..., hash: ..., degree: ...}`."""
     first = next(iter(assignments.values()))
     return PlacementReport(
         num_nodes=first.num_nodes, row_stride=row_stride, total_hotness=first.total_access,
         policies={k: policy_report(a, row_stride=row_stride, gpu_sockets=gpu_sockets,
-                                   seconds=(seconds or {}).get(k)) for k, a in assignments.items()},
+                                   seconds=(seconds or {}).get(k), cache_row_bytes=cache_row_bytes)
+                  for k, a in assignments.items()},
     )

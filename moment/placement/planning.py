@@ -1,0 +1,282 @@
+"""From pre-sampled hotness to the planner's workload, and from a plan to the bins DDAK fills.
+
+Why: the planner's default cache shares and epoch bytes are estimates; pre-sampling measures them. A
+cache of k rows serves the share of reads that go to the k hottest nodes, so the hotness curve turns
+cache sizes into the `gpu_cache_share` / `cpu_cache_share` the planner needs, and the counted reads
+give the bytes each GPU reads per epoch. The plan's `storage_shares` then become the bins' targets.
+
+The CPU cache budget (n_sockets x rows per socket) is split over the sockets in proportion to the
+plan's shares: the planner treats CPU memory as one pool (any socket may serve the whole CPU share)
+and usually puts it all on the socket next to the GPUs, which a fixed per-socket split could not hold.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+from pydantic import ValidationError
+
+from moment.errors import MomentError
+from moment.placement.assignment import Assignment, hotness_order
+from moment.placement.bins import Bin, BinSet
+from moment.planner.contracts import Evaluation, Plan
+from moment.topology.devices import Inventory, populate, strip
+from moment.topology.model import Kind, Topology
+from moment.workload.graph import GraphDataset
+from moment.workload.hotness import Hotness
+from moment.workload.spec import WorkloadSpec
+
+GiB = 1 << 30
+#: default cache budgets: this share of each GPU's / each socket's memory
+GPU_CACHE_DEFAULT = 0.25
+CPU_CACHE_DEFAULT = 0.10
+
+
+@dataclass(frozen=True)
+class CacheRows:
+    """Cache budget in rows (one node embedding each): per GPU and per socket."""
+
+    gpu: int
+    cpu: int
+
+
+def parse_cache(text: str | None, what: str) -> tuple[str, float] | None:
+    """`--gpu-cache 8` (GiB) or `--gpu-cache 10%` (of the dataset's feature bytes) -> (unit, value)."""
+    if text is None:
+        return None
+    m = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(%|gib|GiB|g|G)?\s*", text)
+    if not m:
+        raise MomentError(f"{what} {text!r}: expected GiB (e.g. 8 or 0.5) or a share of the dataset (e.g. 10%)")
+    value = float(m.group(1))
+    if m.group(2) == "%":
+        if value > 100:
+            raise MomentError(f"{what} {text!r}: a share of the dataset must be at most 100%")
+        return "share", value / 100
+    return "gib", value
+
+
+def cache_rows(spec: tuple[str, float] | None, default_gib: float, dataset: GraphDataset) -> int:
+    """Rows of one cache: `spec` (GiB or share of the dataset) or `default_gib`, capped by the dataset."""
+    n, row = dataset.num_nodes, dataset.row_bytes
+    if spec is None:
+        rows = int(default_gib * GiB) // row
+    elif spec[0] == "share":
+        rows = round(spec[1] * n)
+    else:
+        rows = int(spec[1] * GiB) // row
+    return min(max(rows, 0), n)
+
+
+def default_cache_gib(topo: Topology, inventory: Inventory, gpu_fraction: float = GPU_CACHE_DEFAULT,
+                      cpu_fraction: float = CPU_CACHE_DEFAULT) -> tuple[float, float]:
+    """(per-GPU, per-socket) cache GiB: a fraction of the smallest GPU's / socket's memory, so every
+    cache of a tier has the same size."""
+    gpus = [m.memory_gib for m, _ in inventory.models() if m.kind == Kind.gpu]
+    gpus += [g.memory_gib for g in strip(topo)[0].of_kind(Kind.gpu)]  # fixed on the board
+    sockets = [s.memory_gib for s in topo.of_kind(Kind.socket)]
+    return (gpu_fraction * min(gpus) if gpus else 0.0), (cpu_fraction * min(sockets) if sockets else 0.0)
+
+
+def device_counts(topo: Topology, inventory: Inventory) -> tuple[int, int]:
+    """(GPUs fed, sockets) once the inventory is placed: devices in slots are replaced by it (as in
+    `make_plan`), GPUs fixed on the board stay."""
+    bare, _ = strip(topo)
+    return inventory.count(Kind.gpu) + len(bare.of_kind(Kind.gpu)), len(bare.of_kind(Kind.socket))
+
+
+def epochs_sampled(hotness: Hotness) -> float:
+    """Epochs the pre-sampling covered (a fraction with `--batches`)."""
+    per_epoch = hotness.meta.get("batches_per_epoch")
+    if per_epoch:
+        return hotness.num_batches / float(per_epoch)
+    return float(hotness.meta.get("epochs") or 1.0)
+
+
+def workload_from_hotness(
+    dataset: GraphDataset, hotness: Hotness, gpu_cache_rows_per_gpu: int, cpu_cache_rows_per_socket: int,
+    n_gpus: int, n_sockets: int, fanouts: list[int], batch_size: int, *, order: np.ndarray | None = None,
+    name: str | None = None,
+) -> WorkloadSpec:
+    """The planner's workload measured by pre-sampling.
+
+    GPU caches hold the n_gpus x rows hottest nodes, CPU caches the next n_sockets x rows; their shares
+    are read off the hotness curve. Bytes per GPU per epoch = feature reads per epoch x row bytes / GPUs.
+    `order` (node ids hottest first) saves a sort when the caller has it.
+    """
+    n = dataset.num_nodes
+    if hotness.num_nodes != n:
+        raise MomentError(f"the hotness counts {hotness.num_nodes} nodes but the dataset has {n}",
+                          source=str(dataset.path), hint="pre-sample this dataset again")
+    if n_gpus <= 0:
+        raise MomentError("the plan has no GPU: there is nothing to feed")
+    h = hotness.feature_reads
+    order = hotness_order(h, order)
+    csum = np.concatenate(([0], np.cumsum(h[order], dtype=np.int64)))
+    total = int(csum[-1])
+    if total <= 0:
+        raise MomentError("pre-sampling read no feature rows", source=str(dataset.path),
+                          hint="check the train split and --batches")
+    g = min(n, n_gpus * max(gpu_cache_rows_per_gpu, 0))
+    c = min(n, g + n_sockets * max(cpu_cache_rows_per_socket, 0))
+    gpu_share = float(csum[g]) / total
+    cpu_share = min(float(csum[c] - csum[g]) / total, 1.0 - gpu_share)
+    reads_per_epoch = total / epochs_sampled(hotness)
+    try:
+        return WorkloadSpec(
+            name=name or f"{dataset.manifest.name or dataset.path.name} (pre-sampled)",
+            num_nodes=n,
+            feature_dim=dataset.feature_dim,
+            feature_bytes=dataset.feature_dtype.itemsize,
+            train_fraction=min(1.0, max(len(dataset.train_idx), 1) / n),
+            batch_size=batch_size,
+            fanouts=list(fanouts),
+            unique_ratio=min(1.0, max(hotness.unique_ratio, 1e-9)),
+            gpu_cache_share=gpu_share,
+            cpu_cache_share=cpu_share,
+            bytes_per_gpu_per_epoch=reads_per_epoch * dataset.row_bytes / n_gpus,
+        )
+    except ValidationError as e:
+        raise MomentError(f"measured workload is invalid: {e.errors()[0]['msg']}") from None
+
+
+# ---- plans --------------------------------------------------------------------------------------------
+
+
+def load_plan(path: str, topo: Topology, inventory: Inventory) -> Plan:
+    """A `moment plan --json` file, checked against the machine and inventory it is used with."""
+    from pathlib import Path
+
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise MomentError(f"cannot read the plan: {e.strerror}", source=str(p)) from None
+    try:
+        plan = Plan.model_validate_json(text)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(x) for x in first["loc"]) or "plan"
+        raise MomentError(f"not a plan (output of `moment plan --json`): {where}: {first['msg']}",
+                          source=str(p)) from None
+    if plan.machine != topo.name:
+        raise MomentError(f"the plan is for machine {plan.machine!r}, not {topo.name!r} (--profile)",
+                          source=str(p), hint=f"use --profile {plan.machine} or plan this machine again")
+    if plan.inventory != inventory.describe():
+        raise MomentError(f"the plan places {plan.inventory!r}, but the inventory is {inventory.describe()!r}",
+                          source=str(p), hint="pass the --gpus/--ssds (and models) the plan was made with")
+    return plan
+
+
+def replan(plan: Plan, topo: Topology, workload: WorkloadSpec) -> Plan:
+    """`plan`'s hardware placement re-evaluated with the measured workload (no search). Its baselines
+    were for another workload, so they are dropped."""
+    from moment.planner.evaluate import BOTTLENECK_UTILISATION, evaluate
+
+    bare, _ = strip(topo)
+    ev = evaluate(bare, plan.placement, workload)
+    return plan.model_copy(update={
+        "workload": workload, "placement": ev.placement, "devices": ev.devices, "predicted": ev.predicted,
+        "predicted_maxflow": ev.predicted_maxflow, "links": ev.links,
+        "bottlenecks": [u.id for u in ev.links if u.utilisation >= BOTTLENECK_UTILISATION],
+        "baselines": [], "gain_vs_best_baseline": None,
+    })
+
+
+def bins_from_plan(
+    plan: Plan | Evaluation, topo: Topology, *, cache: CacheRows, row_bytes: int, ssd_stride: int,
+    ssd_paths: dict[str, str] | None = None,
+) -> BinSet:
+    """One bin per storage node of the plan, in order GPU caches (`hbm:gpuN`), socket memories
+    (`mem:cpuN`), SSDs (`ssdN`); target = the plan's storage share; capacity in rows (SSDs at the
+    on-disk stride); socket = the socket the storage node hangs under; SSD mount paths from
+    `ssd_paths` (SSD id -> directory; others are written inside the layout). `plan` may also be an
+    `evaluate()` result (a fixed placement)."""
+    bare, _ = strip(topo)
+    full = populate(bare, plan.placement)
+    shares = plan.predicted.storage_shares
+    ssd_paths = dict(ssd_paths or {})
+    ssds = [d for d in full.of_kind(Kind.ssd)]
+    unknown = sorted(set(ssd_paths) - {d.id for d in ssds})
+    if unknown:
+        raise MomentError(f"--ssd-path names {unknown}, which the plan does not have",
+                          hint=f"the plan's SSDs are {[d.id for d in ssds] or 'none'}")
+    sockets = full.of_kind(Kind.socket)
+    cpu_total = cache.cpu * len(sockets)
+    cpu_share = sum(shares.get(f"mem:{s.id}", 0.0) for s in sockets)
+
+    out = [Bin(name=f"hbm:{g.id}", kind="gpu", capacity_rows=cache.gpu, target_share=_share(shares, f"hbm:{g.id}"),
+               socket=full.socket_of(g.id)) for g in full.of_kind(Kind.gpu)]
+    for s in sockets:
+        share = _share(shares, f"mem:{s.id}")
+        rows = round(cpu_total * share / cpu_share) if cpu_share > 0 else cache.cpu
+        rows = min(rows, int(s.memory_gib * GiB) // row_bytes)
+        out.append(Bin(name=f"mem:{s.id}", kind="cpu", capacity_rows=rows, target_share=share, socket=s.id))
+    for d in ssds:
+        out.append(Bin(name=d.id, kind="ssd", capacity_rows=int(d.capacity_gb * 1e9) // ssd_stride,
+                       target_share=_share(shares, d.id), socket=full.socket_of(d.id), path=ssd_paths.get(d.id)))
+    extra = sorted(set(shares) - {b.name for b in out})
+    if extra:
+        raise MomentError(f"the plan's storage nodes {extra} are not in machine {topo.name!r}")
+    if not ssds:
+        raise MomentError("the plan has no SSD: a layout needs at least one SSD to hold every node")
+    return BinSet(bins=out)
+
+
+def _share(shares: dict[str, float], key: str) -> float:
+    return max(0.0, float(shares.get(key, 0.0)))
+
+
+def parse_ssd_paths(items: list[str]) -> dict[str, str]:
+    """`--ssd-path ssd3=/mnt/nvme3` (repeatable) -> {ssd3: /mnt/nvme3}."""
+    out: dict[str, str] = {}
+    for it in items:
+        key, sep, path = it.partition("=")
+        key = key.strip()
+        if not sep or not re.fullmatch(r"ssd\d+", key) or not path.strip():
+            raise MomentError(f"--ssd-path {it!r}: expected ssdN=DIRECTORY, e.g. ssd3=/mnt/nvme3")
+        if key in out:
+            raise MomentError(f"--ssd-path names {key} twice")
+        out[key] = path.strip()
+    return out
+
+
+POLICIES = ("ddak", "hash", "degree")
+
+
+def run_policies(
+    hotness: np.ndarray, bins: BinSet, *, pool: int = 100, order: np.ndarray | None = None,
+    required: str = "ddak",
+) -> tuple[dict[str, Assignment], dict[str, str], dict[str, float]]:
+    """Run DDAK and the baselines on the same hotness and bins: (assignments, errors, seconds).
+
+    A baseline that cannot place the nodes (hash overfilling an SSD) is reported in `errors`; the
+    `required` policy (the one to be written) raises instead.
+    """
+    import time
+
+    from moment.placement.baselines import degree_placement, hash_placement
+    from moment.placement.ddak import ddak
+
+    if required not in POLICIES:
+        raise MomentError(f"unknown policy {required!r}; choose one of {', '.join(POLICIES)}")
+    order = hotness_order(hotness, order)
+    run = {
+        "ddak": lambda: ddak(hotness, bins, pool, order=order),
+        "hash": lambda: hash_placement(hotness, bins, order=order),
+        "degree": lambda: degree_placement(hotness, bins, order=order),
+    }
+    out: dict[str, Assignment] = {}
+    errors: dict[str, str] = {}
+    seconds: dict[str, float] = {}
+    for name in POLICIES:
+        t = time.perf_counter()
+        try:
+            out[name] = run[name]()
+        except MomentError as e:
+            if name == required:
+                raise
+            errors[name] = str(e)
+        seconds[name] = time.perf_counter() - t
+    return out, errors, seconds

@@ -1,0 +1,255 @@
+"""`moment place` end to end on a small synthetic graph and a tiny two-socket machine; `moment layout`."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from moment.cli import main
+from moment.errors import MomentError
+from moment.placement import open_layout
+from moment.placement import planning as pl
+from moment.workload.graph import GraphDataset
+from moment.workload.hotness import Hotness
+
+# Two sockets; both GPUs and one fast SSD under socket 0, two slower SSDs (PCIe 3.0) under socket 1.
+TINY = """\
+name: tiny2
+nodes:
+  - {id: cpu0, kind: socket, memory_gib: 1, memory_bandwidth_gbps: 100}
+  - {id: cpu1, kind: socket, memory_gib: 1, memory_bandwidth_gbps: 100}
+  - {id: rc0, kind: root_complex, parent: cpu0}
+  - {id: rc1, kind: root_complex, parent: cpu1}
+  - {id: sw0, kind: switch, parent: rc0, link: {gen: 4, width: 16}}
+  - {id: g0, kind: slot, parent: sw0, width: 16, link: {gen: 4, width: 16}}
+  - {id: g1, kind: slot, parent: sw0, width: 16, link: {gen: 4, width: 16}}
+  - {id: s0, kind: slot, parent: sw0, width: 4, accepts: [ssd], link: {gen: 4, width: 4}}
+  - {id: s1, kind: slot, parent: rc1, width: 4, accepts: [ssd], link: {gen: 3, width: 4}}
+  - {id: s2, kind: slot, parent: rc1, width: 4, accepts: [ssd], link: {gen: 3, width: 4}}
+links:
+  - {a: cpu0, b: cpu1, kind: upi, bandwidth_gbps: 10}
+"""
+INV = ["--gpus", "2", "--ssds", "3"]
+CACHE = ["--gpu-cache", "2%", "--cpu-cache", "5%"]
+
+
+def run(argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main([str(a) for a in argv])
+    return rc, out.getvalue(), " ".join(err.getvalue().split())  # stderr unwrapped (rich wraps lines)
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    """Dataset (20k nodes, 32-d), profile, a plan JSON for it, saved hotness, and one placed layout."""
+    from moment.workload.hotness import presample
+    from moment.workload.synth import synthesize
+
+    tmp = tmp_path_factory.mktemp("place")
+    ds = synthesize(tmp / "ds", 20_000, feature_dim=32, seed=3)
+    prof = tmp / "tiny2.yaml"
+    prof.write_text(TINY)
+    rc, plan_json, err = run(["plan", "--profile", prof, *INV, "--json"])
+    assert rc == 0, err
+    (tmp / "plan.json").write_text(plan_json)
+    presample(ds, [25, 10], 64, seed=0).save(tmp / "hot")
+    rc, out, err = run(["place", "--dataset", tmp / "ds", "--profile", prof, *INV, *CACHE, "--out", tmp / "L",
+                        "--batch-size", "64", "--json"])
+    assert rc == 0, err
+    return {"tmp": tmp, "ds": ds, "prof": prof, "result": json.loads(out)}
+
+
+def place(env, out: Path, *extra) -> tuple[int, str, str]:
+    """A fast `moment place` (saved hotness, given plan)."""
+    t = env["tmp"]
+    return run(["place", "--dataset", t / "ds", "--profile", env["prof"], *INV, *CACHE, "--plan", t / "plan.json",
+                "--hotness", t / "hot", "--out", out, "--json", *extra])
+
+
+def test_json_structure(env):
+    r = env["result"]
+    assert {"layout", "plan", "skew", "policies", "workload"} <= set(r)
+    assert r["plan"]["machine"] == "tiny2" and r["plan"]["epoch_read_s"] > 0 and r["plan"]["placement"]
+    assert set(r["policies"]) == {"ddak", "hash", "degree"}
+    for pol in r["policies"].values():
+        names = [b["name"] for b in pol["bins"]]
+        assert names == ["hbm:gpu0", "hbm:gpu1", "mem:cpu0", "mem:cpu1", "ssd0", "ssd1", "ssd2"]
+        assert [b["kind"] for b in pol["bins"]] == ["gpu"] * 2 + ["cpu"] * 2 + ["ssd"] * 3
+        assert sum(b["target_share"] for b in pol["bins"]) == pytest.approx(1.0)
+        assert sum(b["achieved_share"] for b in pol["bins"]) == pytest.approx(1.0)
+        assert sum(b["rows"] for b in pol["bins"]) == 20_000
+        assert all(b["bytes"] >= 0 for b in pol["bins"])
+    shares = r["plan"]["predicted"]["storage_shares"]
+    for b in r["policies"]["ddak"]["bins"]:
+        assert b["target_share"] == pytest.approx(shares.get(b["name"], 0.0) / sum(shares.values()))
+    # the caches were sized to 2% / 5% of the rows; the workload's shares come from the hotness curve
+    assert r["cache"]["gpu_rows_per_gpu"] == 400 and r["cache"]["cpu_rows_per_socket"] == 1000
+    assert 0 < r["workload"]["gpu_cache_share"] < r["workload"]["gpu_cache_share"] + r["workload"]["cpu_cache_share"] < 1
+    assert r["skew"]["top_0.01"] > 0.01  # skewed access
+
+
+def test_ddak_tracks_targets_at_least_as_well_as_hash(env):
+    pols = env["result"]["policies"]
+    assert pols["ddak"]["l1_error"] <= pols["hash"]["l1_error"] + 1e-12
+
+
+def test_layout_verifies_and_reads_bit_exact(env):
+    r = env["result"]
+    rc, out, err = run(["layout", "verify", r["layout"], "--json"])
+    assert rc == 0, err
+    assert json.loads(out)["ok"] is True
+    reader = open_layout(r["layout"], expected_machine="tiny2")
+    ids = np.arange(20_000)
+    feats = np.asarray(env["ds"].features_memmap())
+    assert np.array_equal(reader.rows(ids).view(np.uint8), feats.view(np.uint8))
+    perm = np.random.default_rng(0).permutation(20_000)[:777]
+    assert np.array_equal(reader.rows(perm), feats[perm])
+    rc, out, _ = run(["layout", "info", r["layout"], "--json"])
+    info = json.loads(out)
+    assert rc == 0 and info["plan"]["machine"] == "tiny2" and len(info["bins"]) == 7
+    ddak_bins = r["policies"]["ddak"]["bins"]
+    assert [b["achieved_share"] for b in info["bins"]] == pytest.approx([b["achieved_share"] for b in ddak_bins])
+    assert [b["bytes"] for b in info["bins"]][:4] == [b["bytes"] for b in ddak_bins][:4]  # unpadded caches
+
+
+def test_flipped_byte_fails_verify_naming_the_shard(env):
+    out = env["tmp"] / "Lflip"
+    rc, _, err = place(env, out, "--ssd-path", f"ssd1={env['tmp']}")
+    assert rc == 0, err
+    m = json.loads((out / "manifest.json").read_text())
+    shard = next(s for s in m["shards"] if s["bin"] == "ssd1")
+    assert Path(shard["path"]).is_absolute() and Path(shard["path"]).parent.parent == env["tmp"]
+    assert run(["layout", "verify", out])[0] == 0
+    f = Path(shard["path"])
+    data = bytearray(f.read_bytes())
+    data[1000] ^= 0xFF
+    f.write_bytes(bytes(data))
+    rc, _, err = run(["layout", "verify", out])
+    assert rc == 1
+    assert "ssd1" in err and "offset 0" in err
+    rc, o, _ = run(["layout", "verify", out, "--json"])
+    rep = json.loads(o)
+    assert rc == 1 and rep["first_bad_shard"] == "ssd1" and rep["first_bad_offset"] == 0
+
+
+def test_plan_reuse_is_deterministic_and_other_policies(env):
+    t = env["tmp"]
+    rc1, o1, e1 = place(env, t / "La")
+    rc2, o2, _ = place(env, t / "Lb", "--policy", "hash")
+    assert rc1 == 0 and rc2 == 0, e1
+    a, b = json.loads(o1), json.loads(o2)
+    for r in (a, b):
+        r["policies"]["ddak"].pop("seconds")
+    assert a["plan"]["source"].endswith("plan.json") and a["policies"]["ddak"] == b["policies"]["ddak"]
+    assert json.loads((t / "Lb" / "manifest.json").read_text())["plan"]["policy"] == "hash"
+    ia, ib = np.load(t / "La" / "index.npy"), np.load(t / "Lb" / "index.npy")
+    assert not np.array_equal(ia, ib)
+
+
+def _no_output(out: Path) -> None:
+    assert not out.exists() and not out.with_name(out.name + ".partial").exists()
+
+
+@pytest.mark.parametrize("case", ["not_dataset", "policy", "machine", "inventory", "garbage_plan", "ssd_missing",
+                                  "ssd_name", "cache"])
+def test_bad_input(env, case):
+    t = env["tmp"]
+    out = t / f"bad-{case}"
+    plan = json.loads((t / "plan.json").read_text())
+    extra: list = []
+    if case == "not_dataset":
+        rc, _, err = run(["place", "--dataset", t, "--profile", env["prof"], *INV, "--out", out])
+        assert rc == 2 and "no manifest.json" in err
+        return _no_output(out)
+    if case == "policy":
+        extra, want = ["--policy", "random"], "--policy"
+    elif case == "machine":
+        plan["machine"] = "paper-machine-b"
+        (t / "p-machine.json").write_text(json.dumps(plan))
+        rc, _, err = run(["place", "--dataset", t / "ds", "--profile", env["prof"], *INV, "--plan",
+                          t / "p-machine.json", "--out", out])
+        assert rc == 2 and "for machine 'paper-machine-b', not 'tiny2'" in err
+        return _no_output(out)
+    elif case == "inventory":
+        rc, _, err = run(["place", "--dataset", t / "ds", "--profile", env["prof"], "--gpus", "2", "--ssds", "2",
+                          "--plan", t / "plan.json", "--out", out])
+        assert rc == 2 and "inventory" in err
+        return _no_output(out)
+    elif case == "garbage_plan":
+        (t / "p-garbage.json").write_text('{"machine": "tiny2"}')
+        rc, _, err = run(["place", "--dataset", t / "ds", "--profile", env["prof"], *INV, "--plan",
+                          t / "p-garbage.json", "--out", out])
+        assert rc == 2 and "not a plan" in err
+        return _no_output(out)
+    elif case == "ssd_missing":
+        extra, want = ["--ssd-path", f"ssd0={t / 'nowhere'}"], "not an existing directory"
+    elif case == "ssd_name":
+        extra, want = ["--ssd-path", f"ssd9={t}"], "ssd9"
+    else:
+        extra, want = ["--gpu-cache", "lots"], "--gpu-cache"
+    rc, _, err = place(env, out, *extra)
+    assert rc == 2 and want in err, err
+    _no_output(out)
+
+
+def test_full_ssd_reaches_the_user(env, monkeypatch):
+    import moment.placement.layout as layout_mod
+
+    real = shutil.disk_usage
+
+    def tiny_disk(path):
+        u = real(path)
+        return type(u)(u.total, u.total, 0)
+
+    monkeypatch.setattr(layout_mod.shutil, "disk_usage", tiny_disk)
+    out = env["tmp"] / "Lfull"
+    rc, _, err = place(env, out, "--ssd-path", f"ssd2={env['tmp']}")
+    assert rc == 2 and "not enough free space" in err
+    _no_output(out)
+    assert not list(env["tmp"].glob("moment-Lfull-*"))
+
+
+def test_existing_layout_is_not_replaced_without_overwrite(env):
+    rc, _, err = place(env, Path(env["result"]["layout"]))
+    assert rc == 2 and "already exists" in err
+
+
+# ---- the library pieces ---------------------------------------------------------------------------
+
+
+def test_workload_from_hotness_reads_the_curve(env):
+    ds: GraphDataset = env["ds"]
+    counts = np.zeros(ds.num_nodes, dtype=np.int64)
+    counts[:10] = 100  # 1000 reads on 10 nodes
+    counts[10:110] = 5  # 500 reads on the next 100
+    counts[110:610] = 1  # 500 on the next 500
+    hot = Hotness(counts, counts, num_batches=4, unique_ratio=0.5, meta={"batches_per_epoch": 2})
+    wl = pl.workload_from_hotness(ds, hot, 5, 50, n_gpus=2, n_sockets=2, fanouts=[25, 10], batch_size=64)
+    assert wl.gpu_cache_share == pytest.approx(0.5)  # the 10 hottest
+    assert wl.cpu_cache_share == pytest.approx(0.25)  # the next 100
+    # 2000 reads in 2 epochs -> 1000 reads per epoch x 128 B over 2 GPUs
+    assert wl.bytes_per_gpu_per_epoch == pytest.approx(1000 * 128 / 2)
+    assert wl.unique_ratio == 0.5 and wl.num_nodes == ds.num_nodes
+    big = pl.workload_from_hotness(ds, hot, 10**9, 10**9, n_gpus=2, n_sockets=2, fanouts=[25, 10], batch_size=64)
+    assert big.gpu_cache_share == pytest.approx(1.0) and big.cpu_cache_share == pytest.approx(0.0)
+
+
+def test_cache_sizes(env):
+    ds = env["ds"]  # 20k rows of 128 B
+    assert pl.parse_cache("10%", "--x") == ("share", 0.1)
+    assert pl.parse_cache("0.5", "--x") == ("gib", 0.5)
+    assert pl.cache_rows(("share", 0.1), 1.0, ds) == 2000
+    assert pl.cache_rows(None, 1.0, ds) == 20_000  # 1 GiB holds the whole dataset: capped
+    assert pl.cache_rows(("gib", 128 * 100 / 2**30), 1.0, ds) == 100
+    for bad in ("x", "-1", "150%"):
+        with pytest.raises(MomentError):
+            pl.parse_cache(bad, "--gpu-cache")
+    with pytest.raises(MomentError):
+        pl.parse_ssd_paths(["ssd1"])
