@@ -185,6 +185,9 @@ def _assemble(ch: _Chassis, devices: list[_Dev], workload: WorkloadSpec) -> Flow
         a, b = occupant.get(p.a, p.a), occupant.get(p.b, p.b)
         if a in ch.slots or b in ch.slots:  # an NVLink bridge on an empty slot joins nothing
             continue
+        if p.kind in ("nvlink", "xgmi") and any(end in occupant and occupant[end] not in is_gpu
+                                                for end in (p.a, p.b)):
+            continue  # a GPU bridge on a slot carries data only when the slot holds a GPU
         edges.append(Edge(tail(a), b, p.capacity, p.kind, a, b, p.label))
         edges.append(Edge(tail(b), a, p.capacity, p.kind, b, a, p.label))
 
