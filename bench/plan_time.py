@@ -1,6 +1,8 @@
-"""Plan time: paper-machine-b with 4 GPUs + 8 SSDs (target < 2 s) and hgx-a100-8gpu with 8 SSDs
-(target < 30 s). Baseline in the same run: brute force without symmetry pruning, timed on a sample
-of the raw placements and extrapolated to all of them (listing tens of millions is not possible).
+"""Plan time: paper-machine-b with 4 GPUs + 8 SSDs (target < 2 s), and the real 8-GPU servers
+asus-esc8000a-e12 (8 GPUs + 8 SSDs into its slots) and hgx-a100-8gpu (8 SSDs) (target < 30 s).
+Baselines in the same run: one LP per symmetry-distinct candidate without the capacity classes and
+the bound (measured), and brute force without any pruning, timed on a sample of the raw placements
+and extrapolated to all of them (listing millions is not possible).
 
     .venv/bin/python bench/plan_time.py [--sample 256]
 """
@@ -51,12 +53,26 @@ def bench(name: str, inventory: Inventory, sample: int) -> None:
         solve_lp_batch([tmpl.network(p, w) for p in cands[i:i + 64]])
     per_raw = (time.perf_counter() - t1) / max(len(cands), 1)
     brute = per_raw * s.raw_candidates
+    from moment.planner import search
+
+    t2 = time.perf_counter()
+    distinct = search.enumerate_placements(bare, inventory).distinct
+    exhaustive = []
+    for i in range(0, len(distinct), 64):
+        exhaustive += solve_lp_batch([tmpl.network(p, w) for p in distinct[i:i + 64]])
+    every_distinct = time.perf_counter() - t2
+    best_exhaustive = min(x.epoch_read_s for x in exhaustive)
     print(f"{name}.inventory: {inventory.describe()}")
     print(f"{name}.raw_candidates: {s.raw_candidates}")
     print(f"{name}.distinct_candidates: {s.distinct_candidates}")
     print(f"{name}.pruning_ratio: {s.raw_candidates / max(s.distinct_candidates, 1):.0f}")
+    print(f"{name}.capacity_classes: {s.capacity_classes}")
+    print(f"{name}.lps_solved: {s.solved}")
     print(f"{name}.ms_per_solve: {1e3 * s.seconds_per_solve:.3f}")
     print(f"{name}.plan_seconds_total: {total:.2f}")
+    print(f"{name}.baseline_lp_every_distinct_seconds: {every_distinct:.2f}")
+    print(f"{name}.speedup_vs_lp_every_distinct: {every_distinct / total:.1f}")
+    print(f"{name}.same_optimum_as_lp_every_distinct: {abs(best_exhaustive - plan.predicted.epoch_read_s) <= 1e-6 * best_exhaustive}")
     print(f"{name}.baseline_brute_force_ms_per_candidate: {1e3 * per_raw:.3f}")
     print(f"{name}.baseline_brute_force_seconds_extrapolated: {brute:.0f}")
     print(f"{name}.speedup_vs_brute_force: {brute / total:.0f}")
@@ -69,10 +85,12 @@ def main() -> None:
     ap.add_argument("--sample", type=int, default=256, help="raw placements timed for the brute-force baseline")
     args = ap.parse_args()
     bench("paper-machine-b", Inventory.simple(4, 8), args.sample)
-    if "hgx-a100-8gpu" in builtin_names():
-        bench("hgx-a100-8gpu", Inventory.simple(0, 8), args.sample)
-    else:
-        print("hgx-a100-8gpu: not in topology_profiles/ (skipped)")
+    bench("paper-machine-a", Inventory.simple(4, 8), args.sample)
+    for name, gpus in (("asus-esc8000a-e12", 8), ("hgx-a100-8gpu", 0)):
+        if name in builtin_names():
+            bench(name, Inventory.simple(gpus, 8), args.sample)
+        else:
+            print(f"{name}: not in topology_profiles/ (skipped)")
 
 
 if __name__ == "__main__":

@@ -107,7 +107,8 @@ def invariant_graph(topo: Topology, placement: dict[str, str]) -> nx.Graph:
 
 def classes(topo: Topology, placements: list[dict[str, str]]) -> list[int]:
     """Isomorphism class (index of its first member) of each placement."""
-    match = lambda a, b: a["l"] == b["l"]
+    def match(a, b):
+        return a["l"] == b["l"]
     buckets: dict[str, list[tuple[int, nx.Graph]]] = {}
     out = []
     for i, pl in enumerate(placements):

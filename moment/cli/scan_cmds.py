@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.table import Table
@@ -30,14 +29,14 @@ def _render_topology(topo) -> None:
 
 @app.command("scan")
 def scan_cmd(
-    from_nccl_xml: Optional[Path] = typer.Option(None, "--from-nccl-xml", help="NCCL/RCCL topology XML (NCCL_TOPO_DUMP_FILE output)"),
-    from_hwloc_xml: Optional[Path] = typer.Option(None, "--from-hwloc-xml", help="hwloc XML (lstopo --of xml)"),
-    from_lspci: Optional[Path] = typer.Option(None, "--from-lspci", help="saved `lspci -tv` output"),
-    from_lspci_vvv: Optional[Path] = typer.Option(None, "--from-lspci-vvv", help="saved `lspci -vvv` output (link speeds/widths)"),
-    from_dmidecode: Optional[Path] = typer.Option(None, "--from-dmidecode", help="saved `dmidecode` or `dmidecode -t slot` output"),
-    from_nvidia_smi: Optional[Path] = typer.Option(None, "--from-nvidia-smi", help="saved `nvidia-smi topo -m` output"),
-    name: Optional[str] = typer.Option(None, "--name", help="name of the resulting profile"),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="write the topology as a YAML profile to this file"),
+    from_nccl_xml: Path | None = typer.Option(None, "--from-nccl-xml", help="NCCL/RCCL topology XML (NCCL_TOPO_DUMP_FILE output)"),
+    from_hwloc_xml: Path | None = typer.Option(None, "--from-hwloc-xml", help="hwloc XML (lstopo --of xml)"),
+    from_lspci: Path | None = typer.Option(None, "--from-lspci", help="saved `lspci -tv` output"),
+    from_lspci_vvv: Path | None = typer.Option(None, "--from-lspci-vvv", help="saved `lspci -vvv` output (link speeds/widths)"),
+    from_dmidecode: Path | None = typer.Option(None, "--from-dmidecode", help="saved `dmidecode` or `dmidecode -t slot` output"),
+    from_nvidia_smi: Path | None = typer.Option(None, "--from-nvidia-smi", help="saved `nvidia-smi topo -m` output"),
+    name: str | None = typer.Option(None, "--name", help="name of the resulting profile"),
+    out: Path | None = typer.Option(None, "--out", "-o", help="write the topology as a YAML profile to this file"),
     json_out: bool = typer.Option(False, "--json", help="print the topology as JSON"),
 ) -> None:
     """Read a machine's topology: this machine (sysfs, lspci, dmidecode, nvidia-smi, udev) or saved files.
@@ -90,7 +89,7 @@ def scan_cmd(
 def export_cmd(
     profile: str = typer.Option(..., "--profile", "-p", help="profile name or YAML file"),
     fmt: str = typer.Option("yaml", "--format", "-f", help="yaml, json or nccl-xml (for NCCL_TOPO_FILE)"),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="write here instead of stdout"),
+    out: Path | None = typer.Option(None, "--out", "-o", help="write here instead of stdout"),
     overrides: list[str] = typer.Option([], "--set", help="what-if override PATH=VALUE, repeatable"),
 ) -> None:
     """Write a profile as YAML, JSON or NCCL topology XML (hand the XML to NCCL_TOPO_FILE)."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.table import Table
@@ -93,14 +92,14 @@ def plan_cmd(
     ssds: int = typer.Option(8, "--ssds", help="number of NVMe SSDs to place"),
     gpu_model: str = typer.Option("A100-PCIe-40GB", "--gpu-model", help="GPU model (see `moment models`)"),
     ssd_model: str = typer.Option("P5510", "--ssd-model", help="SSD model (see `moment models`)"),
-    inventory: Optional[str] = typer.Option(None, "--inventory", help="mixed inventory, e.g. '2xA100,2xH100,8xP5510'"),
+    inventory: str | None = typer.Option(None, "--inventory", help="mixed inventory, e.g. '2xA100,2xH100,8xP5510'"),
     overrides: list[str] = typer.Option([], "--set", help=_SET_HELP),
-    feature_dim: Optional[int] = typer.Option(None, "--feature-dim", help="node feature dimension (default 1024)"),
-    bytes_per_gpu: Optional[float] = typer.Option(None, "--gb-per-gpu", help="GB each GPU reads per epoch"),
-    gpu_cache_share: Optional[float] = typer.Option(None, "--gpu-cache-share", help="share of reads served by GPU caches"),
-    cpu_cache_share: Optional[float] = typer.Option(None, "--cpu-cache-share", help="share of reads served by CPU memory"),
+    feature_dim: int | None = typer.Option(None, "--feature-dim", help="node feature dimension (default 1024)"),
+    bytes_per_gpu: float | None = typer.Option(None, "--gb-per-gpu", help="GB each GPU reads per epoch"),
+    gpu_cache_share: float | None = typer.Option(None, "--gpu-cache-share", help="share of reads served by GPU caches"),
+    cpu_cache_share: float | None = typer.Option(None, "--cpu-cache-share", help="share of reads served by CPU memory"),
     backend: str = typer.Option("ortools", "--maxflow-backend", help="max-flow backend for the paper's solver: networkx or ortools"),
-    diagram: Optional[Path] = typer.Option(None, "--diagram", help="also draw the recommended machine to FILE.svg or FILE.png"),
+    diagram: Path | None = typer.Option(None, "--diagram", help="also draw the recommended machine to FILE.svg or FILE.png"),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object (for scripts) instead of tables"),
 ) -> None:
     """Recommend which slot gets which GPU and SSD, with predicted bandwidth and bottlenecks.
@@ -193,7 +192,7 @@ def compare_cmd(
 @app.command("schema")
 def schema_cmd(
     what: str = typer.Argument("topology", help="topology, plan or workload"),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="write to this file instead of stdout"),
+    out: Path | None = typer.Option(None, "--out", "-o", help="write to this file instead of stdout"),
 ) -> None:
     """Print the JSON Schema of a profile (topology), of `plan --json` output, or of the workload."""
     from moment.planner.contracts import Plan

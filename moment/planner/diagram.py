@@ -78,7 +78,7 @@ def render_svg(topo: Topology, links: list[LinkUse], title: str = "") -> str:
     util = _edge_util(links)
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" '
              f'font-family="Helvetica,Arial,sans-serif" font-size="10">',
-             f'<rect width="100%" height="100%" fill="white"/>',
+             '<rect width="100%" height="100%" fill="white"/>',
              f'<text x="{MARGIN}" y="{height - 12:.0f}" font-size="12">{_esc(title)}</text>']
     for b in boxes:
         n = topo.node(b.id)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from enum import Enum
 from functools import cached_property
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -70,7 +70,7 @@ class Link(_Strict):
         return v
 
     @model_validator(mode="after")
-    def _complete(self) -> "Link":
+    def _complete(self) -> Link:
         if self.kind == "pcie" and self.bandwidth_gbps is None and (self.gen is None or self.width is None):
             raise ValueError("a PCIe link needs gen and width, or bandwidth_gbps")
         return self
@@ -197,7 +197,7 @@ class Other(_NodeBase):
 
 
 Node = Annotated[
-    Union[Socket, RootComplex, Switch, Slot, Gpu, Ssd, Nic, NvSwitch, Other], Field(discriminator="kind")
+    Socket | RootComplex | Switch | Slot | Gpu | Ssd | Nic | NvSwitch | Other, Field(discriminator="kind")
 ]
 
 _ALLOWED_PARENTS: dict[Kind, tuple[Kind, ...]] = {
@@ -236,7 +236,7 @@ class Topology(_Strict):
     )
 
     @model_validator(mode="after")
-    def _check_structure(self) -> "Topology":
+    def _check_structure(self) -> Topology:
         seen: dict[str, _NodeBase] = {}
         for n in self.nodes:
             if n.id in seen:

@@ -31,7 +31,7 @@ class WorkloadSpec(BaseModel):
     bytes_per_gpu_per_epoch: float | None = Field(default=None, gt=0, description="overrides the estimate")
 
     @model_validator(mode="after")
-    def _shares(self) -> "WorkloadSpec":
+    def _shares(self) -> WorkloadSpec:
         if self.gpu_cache_share + self.cpu_cache_share > 1:
             raise ValueError("gpu_cache_share + cpu_cache_share must not exceed 1")
         if any(f <= 0 for f in self.fanouts):
