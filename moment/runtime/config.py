@@ -35,7 +35,8 @@ class TrainConfig:
     resume: bool = False
     cpu_cache_limit: str | None = None
     features: str = "tiered"
-    drop_page_cache: bool = False
+    drop_page_cache: str = ""
+    memmap_random: bool = False
     io_backend: str | None = None
     queue_depth: int = 128
     io_merge_gap: int = 0
@@ -126,8 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="baseline: the dataset's whole feature matrix in RAM (the correctness reference)")
     g.add_argument("--features-memmap", dest="features", action="store_const", const="memmap",
                    help="baseline: index a numpy memmap of features.npy, as plain PyG code does")
-    a("--drop-page-cache", action="store_true",
-      help="memmap baseline: drop features.npy from the page cache at every epoch start")
+    a("--drop-page-cache", nargs="?", const="epoch", default="", choices=["epoch", "batch"],
+      help="memmap baseline: drop features.npy from the page cache at every epoch start (or batch)")
+    a("--memmap-random", action="store_true", help="memmap baseline: madvise(MADV_RANDOM), no read-around")
     a("--io-backend", choices=["io_uring", "pthreads", "python"], help="default: fastest usable")
     a("--queue-depth", type=int, default=128)
     a("--io-merge-gap", type=int, default=0, metavar="BYTES",

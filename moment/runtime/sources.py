@@ -5,8 +5,10 @@ All three speak the same small protocol (`submit(ids) -> pending`, `complete(pen
 
 * `InMemoryFeatures` — the dataset's whole feature matrix in RAM: the correctness reference.
 * `MemmapFeatures`   — `np.load(mmap_mode="r")` of features.npy, indexed per batch: what PyG users do
-  when features do not fit in memory. With `drop_cache=True` the file's pages are dropped from the
-  page cache at every epoch start (POSIX_FADV_DONTNEED), so the baseline really reads the disk.
+  when features do not fit in memory. With `drop_cache=True` (or "epoch") the file's pages are dropped
+  from the page cache at every epoch start (POSIX_FADV_DONTNEED), so the baseline really reads the
+  disk; "batch" drops them before every batch and `random=True` advises MADV_RANDOM (no read-around):
+  a stand-in for a memory bound where cgroups are unavailable.
 """
 
 from __future__ import annotations
@@ -86,16 +88,36 @@ class InMemoryFeatures(_Plain):
 class MemmapFeatures(_Plain):
     tier = "memmap"
 
-    def __init__(self, features_path: str | Path, device: torch.device | str = "cpu", drop_cache: bool = False):
+    def __init__(self, features_path: str | Path, device: torch.device | str = "cpu",
+                 drop_cache: bool | str = False, random: bool = False):
         self.path = Path(features_path)
-        self.drop_cache = drop_cache
-        super().__init__(np.load(self.path, mmap_mode="r", allow_pickle=False), torch.device(device))
+        if drop_cache not in (False, True, "", "epoch", "batch"):
+            raise MomentError(f"drop_cache must be 'epoch' or 'batch', got {drop_cache!r}")
+        self.drop_cache = "epoch" if drop_cache is True else (drop_cache or "")
+        self.random = random
+        super().__init__(self._map(), torch.device(device))
+
+    def _map(self) -> np.ndarray:
+        a = np.load(self.path, mmap_mode="r", allow_pickle=False)
+        if self.random and hasattr(a, "_mmap") and hasattr(a._mmap, "madvise"):
+            import mmap
+
+            a._mmap.madvise(mmap.MADV_RANDOM)
+        return a
+
+    def _remap(self) -> None:
+        self.array = None  # unmap first: the kernel keeps pages that are still mapped
+        drop_page_cache(self.path)
+        self.array = self._map()
 
     def epoch_start(self, epoch: int) -> None:
-        if self.drop_cache:  # unmap first: the kernel keeps pages that are still mapped
-            self.array = None
-            drop_page_cache(self.path)
-            self.array = np.load(self.path, mmap_mode="r", allow_pickle=False)
+        if self.drop_cache:
+            self._remap()
+
+    def complete(self, ids: np.ndarray) -> torch.Tensor:
+        if self.drop_cache == "batch":
+            self._remap()
+        return super().complete(ids)
 
 
 def drop_page_cache(path: str | Path) -> None:

@@ -55,7 +55,8 @@ def make_source(cfg: TrainConfig, ds: GraphDataset, ctx: DistContext) -> Feature
     if cfg.features == "memory":
         return InMemoryFeatures(ds.file("features"), ctx.device)
     if cfg.features == "memmap":
-        return MemmapFeatures(ds.file("features"), ctx.device, drop_cache=cfg.drop_page_cache)
+        return MemmapFeatures(ds.file("features"), ctx.device, drop_cache=cfg.drop_page_cache,
+                              random=cfg.memmap_random)
     store = TieredFeatureStore(cfg.layout, ctx.rank, ctx.local_rank, ctx.world_size, ctx.device,
                                local_world_size=ctx.local_world_size, io_backend=cfg.io_backend,
                                queue_depth=cfg.queue_depth, direct=cfg.direct, verify=cfg.verify,
