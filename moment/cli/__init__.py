@@ -22,8 +22,9 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-console = Console()
-err_console = Console(stderr=True)
+# Piped output (logs, CI) gets 120 columns instead of rich's 80 so tables keep their names whole.
+console = Console(width=None if sys.stdout.isatty() else 120)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
 
 
 def _register() -> None:

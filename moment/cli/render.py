@@ -82,7 +82,8 @@ def render_plan(console: Console, plan: Plan, topo: Topology) -> None:
             bp = b.predicted
             ratio = bp.epoch_read_s / p.epoch_read_s if p.epoch_read_s > 0 else 1.0
             bt.add_row(b.name, f"{bp.epoch_read_s:.2f}", f"{min(bp.per_gpu_inlet_gbps):.2f}",
-                       f"{sum(bp.per_gpu_inlet_gbps) / len(bp.per_gpu_inlet_gbps):.2f}", f"{ratio:.2f}x faster")
+                       f"{sum(bp.per_gpu_inlet_gbps) / len(bp.per_gpu_inlet_gbps):.2f}",
+                       "as fast" if ratio < 1.005 else f"{ratio:.2f}x faster")
         console.print(bt)
     s = plan.search
     classes = f", {s.capacity_classes:,} distinct capacity graphs" if s.capacity_classes is not None else ""
