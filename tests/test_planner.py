@@ -201,3 +201,16 @@ def test_plan_paper_machine_b_beats_every_baseline(few_candidates):
     # no placement of 8 P5510s can beat the SSDs' aggregate read rate; the recommendation reaches it
     ssd_bound = WorkloadSpec().epoch_bytes() * WorkloadSpec().ssd_share / (8 * 6.5 * GB)
     assert plan.predicted.epoch_read_s == pytest.approx(ssd_bound, rel=1e-6)
+
+
+def test_balanced_shares_keep_the_time_and_leave_no_ssd_idle():
+    """Among equally fast LP optima the shares are spread in proportion to each SSD's read rate."""
+    topo = load_profile("paper-machine-b")
+    lay = topo.layouts["paper-c"]
+    placement = {s: "A100-PCIe-40GB" for s in lay.gpu} | {s: "P5510" for s in lay.ssd}
+    wl = WorkloadSpec(gpu_cache_share=0.3, cpu_cache_share=0.4)  # SSDs are then not the bottleneck
+    net = ChassisTemplate(topo).network(placement, wl)
+    plain, balanced = solve_lp(net, balance=False), solve_lp(net)
+    assert balanced.epoch_read_s == pytest.approx(plain.epoch_read_s, rel=1e-6)
+    ssd = [v for k, v in balanced.served_bytes.items() if k.startswith("ssd")]
+    assert min(ssd) > 0.5 * max(ssd)

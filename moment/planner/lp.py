@@ -224,9 +224,50 @@ def _stack(parts: list[_Parts]) -> dict:
             "bounds": np.concatenate([p.bounds for p in parts]), "col0": col0}
 
 
-def solve_lp(net: FlowNetwork, *, formulation: str = "auto") -> Solution:
-    """Least T in which every GPU can be fed when all GPUs read one shared data placement."""
-    return solve_lp_batch([net], formulation=formulation)[0]
+def solve_lp(net: FlowNetwork, *, formulation: str = "auto", balance: bool = True) -> Solution:
+    """Least T in which every GPU can be fed when all GPUs read one shared data placement.
+
+    With `balance`, a second LP keeps T and picks, among the equally fast share vectors, the one
+    closest to proportional within each tier (every SSD gets a share in proportion to its read rate
+    as far as the links allow): the first LP's optimum is often not unique, and DDAK realises these
+    shares, so an arbitrary vertex would leave an SSD idle for no reason."""
+    first = solve_lp_batch([net], formulation=formulation)[0]
+    if not balance:
+        return first
+    return _balanced(net, _parts(net, formulation), first)
+
+
+def _balanced(net: FlowNetwork, p: _Parts, first: Solution) -> Solution:
+    S, col_T, col_w = len(net.storage), len(net.storage), p.n_var
+    served = np.array([first.served_bytes.get(s.id, 0.0) for s in net.storage]) / net.total_demand
+    target = np.zeros(S)
+    for tier in {s.tier for s in net.storage}:
+        members = [i for i, s in enumerate(net.storage) if s.tier == tier and np.isfinite(s.limit)]
+        rates = np.array([net.storage[i].limit for i in members])
+        if members and rates.sum() > 0:
+            target[members] = served[members].sum() * rates / rates.sum()
+    rows = np.nonzero(target > 0)[0]
+    n_ub = len(p.b_ub)
+    ub = (np.concatenate([p.ub[0], n_ub + np.arange(len(rows)), n_ub + np.arange(len(rows))]),
+          np.concatenate([p.ub[1], rows, np.full(len(rows), col_w)]),
+          np.concatenate([p.ub[2], -np.ones(len(rows)), target[rows]]))
+    obj = np.append(p.obj, -1.0)
+    obj[col_T] = 0.0
+    bounds = np.vstack([p.bounds, [0.0, 1.0]])
+    bounds[col_T] = [0.0, first.epoch_read_s * (1 + 1e-7)]
+    res = linprog(obj, A_ub=csr_matrix((ub[2], (ub[0], ub[1])), shape=(n_ub + len(rows), p.n_var + 1)),
+                  b_ub=np.append(p.b_ub, np.zeros(len(rows))),
+                  A_eq=csr_matrix((p.eq[2], (p.eq[0], p.eq[1])), shape=(len(p.b_eq), p.n_var + 1)),
+                  b_eq=p.b_eq, bounds=bounds, method="highs")
+    if res.status != 0:
+        return first  # numerically tight: keep the first optimum
+    x = res.x
+    lr, lc, lv = p.load
+    total = net.total_demand
+    edge_bytes = np.bincount(lr, weights=lv * x[lc], minlength=len(net.edges)) * total
+    share = np.clip(x[:S], 0.0, None)
+    return Solution("lp", first.epoch_read_s, edge_bytes,
+                    {s.id: float(share[i]) * total for i, s in enumerate(net.storage)}, dict(net.demand), net)
 
 
 def solve_lp_batch(nets: list[FlowNetwork], *, formulation: str = "auto") -> list[Solution]:
