@@ -29,16 +29,8 @@ err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
 
 def _register() -> None:
     # Imported for their side effect of adding commands to `app`.
-    from moment.cli import scan_cmds, topology_cmds  # noqa: F401
-    try:
-        from moment.cli import data_cmds  # noqa: F401
-    except ImportError:  # pragma: no cover - module not there yet
-        pass
-    try:
-        from moment.cli import place_cmds  # noqa: F401
-    except ImportError:  # pragma: no cover
-        pass
-    from moment.cli import train_cmds  # noqa: F401  (imports torch only when a run starts)
+    # None of them imports torch at import time: planning must work without it.
+    from moment.cli import data_cmds, place_cmds, scan_cmds, topology_cmds, train_cmds  # noqa: F401
 
 
 @app.callback()

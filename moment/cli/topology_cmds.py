@@ -120,17 +120,11 @@ def plan_cmd(
         plan = make_plan(topo, inv, wl, maxflow_backend=backend, progress=cb)
     if diagram is not None:
         from moment.planner.diagram import write_diagram
-        from moment.topology.devices import populate
+        from moment.topology.devices import populate, strip
 
-        bare = topo
-        if any(topo.children(s.id) for s in topo.of_kind("slot") if topo.occupant(s.id) and
-               topo.occupant(s.id).kind.value in ("gpu", "ssd")):
-            from moment.topology.devices import strip
-
-            bare, _ = strip(topo)
         title = (f"{plan.machine}: {plan.inventory} - epoch read {plan.predicted.epoch_read_s:.1f} s, "
                  f"min per-GPU {min(plan.predicted.per_gpu_inlet_gbps):.1f} GB/s")
-        write_diagram(populate(bare, plan.placement), plan.links, diagram, title)
+        write_diagram(populate(strip(topo)[0], plan.placement), plan.links, diagram, title)
     if json_out:
         _emit_json(plan.model_dump(mode="json"))
         return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -13,8 +14,16 @@ from pydantic import ValidationError
 from moment.errors import MomentError
 from moment.topology.model import Topology
 
-#: Built-in profiles ship beside the package (repository root / topology_profiles).
-PROFILE_DIR = Path(os.environ.get("MOMENT_PROFILE_DIR", Path(__file__).resolve().parents[2] / "topology_profiles"))
+def _profile_dir() -> Path:
+    """Built-in profiles: $MOMENT_PROFILE_DIR, else the checkout's topology_profiles/, else the copy
+    a non-editable install puts under <prefix>/share/moment/."""
+    if "MOMENT_PROFILE_DIR" in os.environ:
+        return Path(os.environ["MOMENT_PROFILE_DIR"])
+    checkout = Path(__file__).resolve().parents[2] / "topology_profiles"
+    return checkout if checkout.is_dir() else Path(sys.prefix) / "share" / "moment" / "topology_profiles"
+
+
+PROFILE_DIR = _profile_dir()
 
 
 def builtin_names() -> list[str]:
