@@ -49,3 +49,16 @@ def test_branch_and_bound_finds_the_exhaustive_optimum(monkeypatch):
     plan = make_plan(topo, Inventory.simple(4, 8), wl, maxflow_backend="ortools")
     assert plan.predicted.epoch_read_s == pytest.approx(exhaustive, rel=1e-6)
     assert plan.search.solved < plan.search.capacity_classes < plan.search.distinct_candidates
+
+
+def test_nvlink_bridge_keeps_the_search_exact():
+    """An NVLink bridge bypasses tree links: only the SSD bound prunes, and the optimum must still
+    be the exhaustive one."""
+    bridge = "links+={a: sw0-x16a, b: sw0-x16b, kind: nvlink, count: 4, gen: 3}"
+    topo = load_profile("paper-machine-a", [bridge, "nodes.sw0.link.bandwidth_gbps=8"])
+    wl, inv = WorkloadSpec(), Inventory.simple(2, 4)
+    cands = search.enumerate_placements(topo, inv).distinct
+    tpl = ChassisTemplate(topo)
+    exhaustive = min(s.epoch_read_s for s in solve_lp_batch([tpl.network(p, wl) for p in cands]))
+    plan = make_plan(topo, inv, wl)
+    assert plan.predicted.epoch_read_s == pytest.approx(exhaustive, rel=1e-6)

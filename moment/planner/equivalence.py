@@ -120,15 +120,16 @@ class TreeBound:
         for d in ch.devices:
             self.fixed.setdefault(d.parent, []).append((d.kind, min(d.uplink, self.uplink.get(d.parent, d.uplink)), d.serve))
         self.sockets = [s for s, _, _ in ch.sockets]
-        self.enabled = CapacityCanon(template).enabled
+        sockets = set(self.sockets)
+        # Peer links between devices or slots (NVLink, xGMI) bypass tree edges, so the per-link
+        # bounds are then only a heuristic order; the SSDs' aggregate bound stays valid.
+        self.tree_only = all(p.a in sockets and p.b in sockets for p in ch.peers)
 
     def bound(self, placement: dict[str, str], workload) -> tuple[float, tuple[float, ...]]:
         """(lower bound on the epoch time, per-link bounds highest first).
 
         The per-link bounds say how close each link comes to limiting this placement: among equally
         fast placements the planner prefers the one whose tightest link is loosest (leximax)."""
-        if not self.enabled:
-            return 0.0, ()
         tpl = self.template
         devs: dict[str, tuple[Kind, float, float]] = {}
         for slot, model in placement.items():
@@ -184,5 +185,6 @@ class TreeBound:
             # out of X: the other GPUs need X's share, at least 1 - what the outside can hold
             a_out = sum_a - a_in
             link_bounds.append(d_out * max(0.0, 1 - a_out) / (cap + d_out * (ssd_rate_all - b_in) / total))
-        lb = max([lb, *link_bounds])
+        if self.tree_only:
+            lb = max([lb, *link_bounds])
         return lb, tuple(round(x, 6) for x in sorted(link_bounds, reverse=True))
