@@ -72,37 +72,58 @@ def _edge_util(links: list[LinkUse]) -> dict[frozenset, tuple[float, str]]:
     return out
 
 
-def render_svg(topo: Topology, links: list[LinkUse], title: str = "") -> str:
+@dataclass
+class _Stroke:
+    """One link to draw: a tree edge (straight) or a peer link (dashed, through a midpoint)."""
+
+    xs: tuple[float, ...]
+    ys: tuple[float, ...]
+    colour: str
+    width: float
+    label: str
+    dashed: bool
+
+
+def _scene(topo: Topology, links: list[LinkUse]) -> tuple[list[_Box], list[_Stroke], float, float]:
+    """Geometry shared by both renderers, so the SVG and the PNG show the same picture."""
     boxes, width, height = _layout(topo)
     pos = {b.id: b for b in boxes}
     util = _edge_util(links)
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" '
-             f'font-family="Helvetica,Arial,sans-serif" font-size="10">',
-             '<rect width="100%" height="100%" fill="white"/>',
-             f'<text x="{MARGIN}" y="{height - 12:.0f}" font-size="12">{_esc(title)}</text>']
+    strokes = []
     for b in boxes:
         n = topo.node(b.id)
         if n.parent is None:
             continue
         p = pos[n.parent]
         u, label = util.get(frozenset((b.id, n.parent)), (None, ""))
-        colour = util_colour(u) if u is not None else "#999999"
-        w = 1.5 + (4 * u if u is not None else 0)
-        x1, y1, x2, y2 = p.x + BOX_W / 2, p.y + BOX_H, b.x + BOX_W / 2, b.y
-        parts.append(f'<line x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" stroke="{colour}" '
-                     f'stroke-width="{w:.1f}"/>')
-        if label:
-            parts.append(f'<text x="{(x1 + x2) / 2 + 3:.1f}" y="{(y1 + y2) / 2:.1f}" fill="#333">{_esc(label)}</text>')
-    for lk in topo.links:  # peer links drawn as dashed arcs between the two boxes
+        strokes.append(_Stroke((p.x + BOX_W / 2, b.x + BOX_W / 2), (p.y + BOX_H, b.y),
+                               util_colour(u) if u is not None else "#999999",
+                               1.5 + (4 * u if u is not None else 0), label, False))
+    for lk in topo.links:
         if lk.a in pos and lk.b in pos:
             a, b = pos[lk.a], pos[lk.b]
             u, label = util.get(frozenset((lk.a, lk.b)), (None, lk.describe()))
-            colour = util_colour(u) if u is not None else "#7030a0"
-            parts.append(f'<path d="M{a.x + BOX_W / 2:.1f},{a.y:.1f} Q{(a.x + b.x) / 2 + BOX_W / 2:.1f},'
-                         f'{min(a.y, b.y) - 20:.1f} {b.x + BOX_W / 2:.1f},{b.y:.1f}" fill="none" '
-                         f'stroke="{colour}" stroke-dasharray="5,3" stroke-width="2"/>')
-            parts.append(f'<text x="{(a.x + b.x) / 2 + BOX_W / 2:.1f}" y="{min(a.y, b.y) - 14:.1f}" '
-                         f'text-anchor="middle">{_esc(label or lk.describe())}</text>')
+            xa, xb = a.x + BOX_W / 2, b.x + BOX_W / 2
+            strokes.append(_Stroke((xa, (xa + xb) / 2, xb), (a.y, min(a.y, b.y) - 14, b.y),
+                                   util_colour(u) if u is not None else "#7030a0", 2.0,
+                                   label or lk.describe(), True))
+    return boxes, strokes, width, height
+
+
+def render_svg(topo: Topology, links: list[LinkUse], title: str = "") -> str:
+    boxes, strokes, width, height = _scene(topo, links)
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" '
+             f'font-family="Helvetica,Arial,sans-serif" font-size="10">',
+             '<rect width="100%" height="100%" fill="white"/>',
+             f'<text x="{MARGIN}" y="{height - 12:.0f}" font-size="12">{_esc(title)}</text>']
+    for st in strokes:
+        points = " ".join(f"{x:.1f},{y:.1f}" for x, y in zip(st.xs, st.ys))
+        dash = ' stroke-dasharray="5,3"' if st.dashed else ""
+        parts.append(f'<polyline points="{points}" fill="none" stroke="{st.colour}" '
+                     f'stroke-width="{st.width:.1f}"{dash}/>')
+        if st.label:
+            mx, my = sum(st.xs) / len(st.xs), (sum(st.ys) / len(st.ys)) - (3 if st.dashed else 0)
+            parts.append(f'<text x="{mx + 3:.1f}" y="{my:.1f}" fill="#333">{_esc(st.label)}</text>')
     for b in boxes:
         parts.append(f'<rect x="{b.x:.1f}" y="{b.y:.1f}" width="{BOX_W}" height="{BOX_H}" rx="4" '
                      f'fill="{_FILL[b.kind]}" stroke="#555"/>')
@@ -120,32 +141,17 @@ def render_png(topo: Topology, links: list[LinkUse], path: Path, title: str = ""
     import matplotlib.pyplot as plt
     from matplotlib.patches import FancyBboxPatch
 
-    boxes, width, height = _layout(topo)
-    pos = {b.id: b for b in boxes}
-    util = _edge_util(links)
+    boxes, strokes, width, height = _scene(topo, links)
     fig = plt.figure(figsize=(width / 80, height / 80), dpi=100)
     ax = fig.add_axes([0, 0, 1, 1])
     ax.set_xlim(0, width)
     ax.set_ylim(height, 0)
     ax.axis("off")
-    for b in boxes:
-        n = topo.node(b.id)
-        if n.parent is None:
-            continue
-        p = pos[n.parent]
-        u, label = util.get(frozenset((b.id, n.parent)), (None, ""))
-        ax.plot([p.x + BOX_W / 2, b.x + BOX_W / 2], [p.y + BOX_H, b.y],
-                color=util_colour(u) if u is not None else "#999999", lw=1 + (3 * u if u is not None else 0))
-        if label:
-            ax.text((p.x + b.x) / 2 + BOX_W / 2 + 3, (p.y + BOX_H + b.y) / 2, label, fontsize=6)
-    for lk in topo.links:
-        if lk.a in pos and lk.b in pos:
-            a, b = pos[lk.a], pos[lk.b]
-            u, label = util.get(frozenset((lk.a, lk.b)), (None, lk.describe()))
-            xa, xb, y = a.x + BOX_W / 2, b.x + BOX_W / 2, min(a.y, b.y)
-            ax.plot([xa, (xa + xb) / 2, xb], [a.y, y - 14, b.y], ls="--", lw=2,
-                    color=util_colour(u) if u is not None else "#7030a0")
-            ax.text((xa + xb) / 2, y - 17, label or lk.describe(), ha="center", fontsize=6)
+    for st in strokes:
+        ax.plot(st.xs, st.ys, color=st.colour, lw=st.width * 0.75, ls="--" if st.dashed else "-")
+        if st.label:
+            mx, my = sum(st.xs) / len(st.xs), (sum(st.ys) / len(st.ys)) - (3 if st.dashed else 0)
+            ax.text(mx + 3, my, st.label, fontsize=6)
     for b in boxes:
         ax.add_patch(FancyBboxPatch((b.x, b.y), BOX_W, BOX_H, boxstyle="round,pad=0,rounding_size=4",
                                     fc=_FILL[b.kind], ec="#555"))
