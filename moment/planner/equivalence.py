@@ -20,6 +20,16 @@ def _round(x: float) -> float:
     return round(x / 1e6, 3)  # MB/s, enough to tell link classes apart, stable under float noise
 
 
+def _tree(template: ChassisTemplate) -> tuple[dict[str, list[str]], dict[str, float]]:
+    """Children of each fixed node and each node's uplink capacity, from the parsed chassis."""
+    children: dict[str, list[str]] = {}
+    uplink: dict[str, float] = {}
+    for child, parent, cap, _kind, _label in template.chassis.fixed:
+        children.setdefault(parent, []).append(child)
+        uplink[child] = cap
+    return children, uplink
+
+
 class CapacityCanon:
     """Canonical capacity form of placements on one bare chassis."""
 
@@ -29,11 +39,7 @@ class CapacityCanon:
         self.topo = topo
         ch = template.chassis
         self.enabled = self._symmetric_enough()
-        self.children: dict[str, list[str]] = {}
-        self.uplink: dict[str, float] = {}
-        for child, parent, cap, _kind, _label in ch.fixed:
-            self.children.setdefault(parent, []).append(child)
-            self.uplink[child] = cap
+        self.children, self.uplink = _tree(template)
         self.fixed_devices: dict[str, list[tuple]] = {}
         for d in ch.devices:
             self.fixed_devices.setdefault(d.parent, []).append(
@@ -69,7 +75,7 @@ class CapacityCanon:
     def _device(self, slot: str, model: str) -> tuple | None:
         k = (slot, model)
         if k not in self._devices:
-            kind, cap, serve, memory = self.template._model(model)
+            kind, cap, serve, memory = self.template.model_info(model)
             self._devices[k] = (("dev", kind.value, _round(serve), memory, _round(min(cap, self.uplink.get(slot, cap))))
                                 if kind in (Kind.gpu, Kind.ssd) else None)
         return self._devices[k]
@@ -111,11 +117,7 @@ class TreeBound:
     def __init__(self, template: ChassisTemplate):
         self.template = template
         ch = template.chassis
-        self.children: dict[str, list[str]] = {}
-        self.uplink: dict[str, float] = {}
-        for child, parent, cap, _kind, _label in ch.fixed:
-            self.children.setdefault(parent, []).append(child)
-            self.uplink[child] = cap
+        self.children, self.uplink = _tree(template)
         self.fixed: dict[str, list[tuple[Kind, float, float]]] = {}
         for d in ch.devices:
             self.fixed.setdefault(d.parent, []).append((d.kind, min(d.uplink, self.uplink.get(d.parent, d.uplink)), d.serve))
@@ -133,7 +135,7 @@ class TreeBound:
         tpl = self.template
         devs: dict[str, tuple[Kind, float, float]] = {}
         for slot, model in placement.items():
-            kind, cap, serve, _mem = tpl._model(model)
+            kind, cap, serve, _mem = tpl.model_info(model)
             if kind in (Kind.gpu, Kind.ssd):
                 devs[slot] = (kind, min(cap, self.uplink.get(slot, cap)), serve)
         n_gpu = sum(1 for k, _, _ in devs.values() if k == Kind.gpu) + sum(

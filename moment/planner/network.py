@@ -249,7 +249,7 @@ class ChassisTemplate:
         self._slot_order = {s: i for i, s in enumerate(self.chassis.slots)}
         self._models: dict[str, tuple[Kind, float, float, float]] = {}
 
-    def _model(self, name: str) -> tuple[Kind, float, float, float]:
+    def model_info(self, name: str) -> tuple[Kind, float, float, float]:
         """(kind, card link bytes/s, HBM or read bytes/s, memory GiB), parsed once per model name."""
         if name not in self._models:
             m = find_model(name)
@@ -262,7 +262,7 @@ class ChassisTemplate:
         counters = dict(self.chassis.counters)
         out = {}
         for slot in sorted(placement, key=self._slot_order.__getitem__):
-            kind = self._model(placement[slot])[0]
+            kind = self.model_info(placement[slot])[0]
             out[slot] = f"{kind.value}{counters[kind]}"
             counters[kind] += 1
         return out
@@ -270,7 +270,7 @@ class ChassisTemplate:
     def network(self, placement: dict[str, str], workload: WorkloadSpec) -> FlowNetwork:
         devs = list(self.chassis.devices)
         for slot, dev_id in self.device_ids(placement).items():
-            kind, cap, serve, memory = self._model(placement[slot])
+            kind, cap, serve, memory = self.model_info(placement[slot])
             if kind in (Kind.gpu, Kind.ssd):  # NICs carry no training reads
                 devs.append(_Dev(dev_id, kind, slot, cap, "pcie", None, serve, memory))
         return _assemble(self.chassis, devs, workload)

@@ -62,16 +62,14 @@ def make_plan(topo: Topology, inventory: Inventory, workload: WorkloadSpec, *,
               maxflow_backend: str = "ortools",
               progress: Callable[[int, int], None] | None = None) -> Plan:
     """Search every distinct placement of `inventory` into `topo`'s chassis; least LP epoch time wins,
-    ties go to more link headroom (leximax of utilisations), then fewer lanes of wide slots taken by
-    narrow cards, then the lexicographically first placement. Devices already in slots are taken out first; their layout becomes baseline 'current'."""
+    ties go to the loosest tightest link (leximax of the per-link bounds), then fewer lanes of wide
+    slots taken by narrow cards, then slot order. Devices already in slots are taken out first; their
+    layout becomes baseline 'current'."""
     t0 = time.perf_counter()
     bare, current = strip(topo)
     _check_inventory(bare, inventory)
     space = search.enumerate_placements(bare, inventory)
-    distinct: dict[tuple, dict[str, str]] = {}
-    for p in space.distinct:
-        distinct.setdefault(_key(p), p)
-    cands = list(distinct.values())
+    cands = space.distinct
     if not cands:
         raise MomentError(f"the inventory ({inventory.describe()}) cannot be placed in {bare.name!r}")
 

@@ -103,10 +103,6 @@ def canonical_keys(topo: Topology, placements: Iterable[dict[str, str]]) -> list
     return [merged[k] for k in keys]
 
 
-def device_kind_counts(inventory: Inventory) -> dict[Kind, int]:
-    return {k: inventory.count(k) for k in (Kind.gpu, Kind.ssd, Kind.nic)}
-
-
 # ---- internals ------------------------------------------------------------------------------------
 
 
