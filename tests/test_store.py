@@ -13,7 +13,8 @@ from moment.errors import MomentError
 from moment.placement import verify_layout
 from moment.placement.reader import load_manifest, shard_path
 from moment.runtime.sources import InMemoryFeatures, MemmapFeatures
-from moment.runtime.store import TIERS, TieredFeatureStore, parse_size
+from moment.runtime.store import TIERS, TieredFeatureStore
+from moment.sizes import parse_size
 
 
 @pytest.fixture(scope="module")
@@ -26,39 +27,39 @@ def data(tmp_path_factory):
     return root, ds, feats, {"pack": packed, "pad": padded}
 
 
-def _tier_of(store: TieredFeatureStore, ids: np.ndarray) -> np.ndarray:
-    b, slot = np.asarray(store.index[ids]).T
-    t = store._tier[b].copy()
-    t[slot >= store._limit[b]] = TIERS.index("ssd")
-    return t
+POLICIES = ("static", "lru", "belady-superbatch")
 
 
-@pytest.mark.parametrize("mode,gap,max_request", [("pack", 0, 128 << 10), ("pad", 0, 128 << 10),
-                                                  ("pack", 16384, 8192), ("pad", 2048, 1024)])
-def test_every_tier_bit_exact(data, mode, gap, max_request):
+@pytest.mark.parametrize("mode", ["pack", "pad"])
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("shape,superbatch", [("rows", 1), ("block", 4), ("rows", 3)])
+def test_every_tier_policy_and_shape_bit_exact(data, mode, policy, shape, superbatch):
     _, ds, feats, layouts = data
-    # local rank 0 of 2 owns gpu0; gpu1 is a peer's; the CPU cache is capped so some rows come from disk
+    n = ds.num_nodes
+    # local rank 0 of 2 owns gpu0 (capped), a small CPU cache, the rest from disk; batches submitted
+    # ahead of their completion, as the pipeline does
     store = TieredFeatureStore(layouts[mode], rank=0, local_rank=0, world_size=2, local_world_size=2,
-                               cpu_cache_limit=f"{ds.num_nodes // 20 * ds.row_bytes}", merge_gap=gap,
-                               max_request=max_request)
-    ids = np.arange(ds.num_nodes)
-    tiers = _tier_of(store, ids)
-    b = np.asarray(store.index[ids])[:, 0]
-    cpu_bin_on_disk = (store._tier[b] == TIERS.index("cpu")) & (tiers == TIERS.index("ssd"))
-    assert cpu_bin_on_disk.any()  # rows beyond --cpu-cache-limit
-    for t, name in enumerate(TIERS):
-        sel = np.flatnonzero(tiers == t)
-        assert sel.size, name
-        before = store.counters.rows[name]
-        got = store.gather(torch.from_numpy(sel[::-1].copy()))
-        assert got.dtype == torch.float32 and got.shape == (sel.size, ds.feature_dim)
-        assert torch.equal(got, torch.from_numpy(feats[sel[::-1]])), name
-        assert store.counters.rows[name] - before == sel.size
-    # a mixed batch with repeats, in random order
-    mixed = np.random.default_rng(3).integers(0, ds.num_nodes, 2000)
-    assert torch.equal(store.gather(mixed), torch.from_numpy(feats[mixed]))
+                               cpu_rows=n // 20, gpu_rows=n // 50, policy=policy, shape=shape,
+                               superbatch=superbatch, buffer_bytes=64 << 10)
+    rng = np.random.default_rng(7)
+    batches = [rng.choice(n, size=int(rng.integers(50, 700)), replace=False) for _ in range(12)]
+    batches.append(np.arange(n)[::-1].copy())  # every node once, in reverse
+    batches.append(rng.integers(0, n, 900))  # repeats inside a batch
+    pend = []
+    for b in batches:
+        pend.append((b, store.submit(torch.from_numpy(b))))
+        if len(pend) > store.lookahead:
+            b0, p0 = pend.pop(0)
+            assert torch.equal(store.complete(p0), torch.from_numpy(feats[b0]))
+    for b0, p0 in pend:
+        assert torch.equal(store.complete(p0), torch.from_numpy(feats[b0]))
     st = store.tier_stats()
+    assert all(st["rows"][t] > 0 for t in TIERS), st["rows"]
+    assert sum(st["rows"].values()) == sum(b.size for b in batches)
     assert st["bytes"]["ssd"] == st["rows"]["ssd"] * ds.row_bytes and st["ssd_bytes_read"] > 0
+    if policy == "lru" or (policy != "static" and superbatch > 1):  # Belady admits what it knows is reused
+        assert st["cpu_admitted_rows"] > 0
+    assert store.pool.used == 0  # every read buffer went back
     store.close()
 
 
@@ -114,9 +115,9 @@ def test_missing_and_truncated_shards(data, tmp_path):
     path = make_layout(ds, tmp_path / "L", ssd_paths=ssd)
     shards = [shard_path(path, s) for s in load_manifest(path).shards if s.kind == "ssd"]
     # short read: the shard shrinks under a running store
-    store = TieredFeatureStore(path, local_world_size=1)
+    store = TieredFeatureStore(path, local_world_size=1, cpu_rows=0)
     ids = np.arange(ds.num_nodes)
-    on = np.asarray(store.index[ids])[:, 0] == next(i for i, s in enumerate(store.manifest.shards) if s.kind == "ssd")
+    on = store._bin == next(i for i, s in enumerate(store.manifest.shards) if s.kind == "ssd")
     os.truncate(shards[0], 4096)
     with pytest.raises(MomentError, match="short read"):
         store.gather(ids[on])
@@ -131,13 +132,12 @@ def test_missing_and_truncated_shards(data, tmp_path):
 def test_checksum_mismatch_is_caught(data, tmp_path):
     _, ds, feats, _ = data
     path = make_layout(ds, tmp_path / "L")
-    probe = TieredFeatureStore(path, local_world_size=1)
+    probe = TieredFeatureStore(path, local_world_size=1, cpu_rows=0)
     ids = np.arange(ds.num_nodes)
-    b, off = probe.manifest.shards, None
-    ent = np.asarray(probe.index[ids])
-    victim = int(np.flatnonzero(probe._tier[ent[:, 0]] == TIERS.index("ssd"))[7])
-    s = b[int(ent[victim, 0])]
-    off = int(ent[victim, 1]) * s.stride + 5
+    kinds = np.array([sh.kind for sh in probe.manifest.shards])
+    victim = int(np.flatnonzero(kinds[probe._bin] == "ssd")[7])
+    s = probe.manifest.shards[int(probe._bin[victim])]
+    off = int(probe._slot[victim]) * s.stride + 5
     probe.close()
     with open(shard_path(path, s), "r+b") as f:
         f.seek(off)
@@ -145,10 +145,10 @@ def test_checksum_mismatch_is_caught(data, tmp_path):
         f.seek(off)
         f.write(bytes([byte[0] ^ 0x40]))
     assert not verify_layout(path).ok
-    plain = TieredFeatureStore(path, local_world_size=1)
+    plain = TieredFeatureStore(path, local_world_size=1, cpu_rows=0)
     assert not torch.equal(plain.gather([victim]), torch.from_numpy(feats[[victim]]))  # verify off: raw bytes
     plain.close()
-    checked = TieredFeatureStore(path, local_world_size=1, verify=True)
+    checked = TieredFeatureStore(path, local_world_size=1, verify=True, cpu_rows=0)
     good = np.setdiff1d(ids, [victim])[:10]
     with pytest.raises(MomentError, match=f"bin {s.bin}: checksum mismatch in chunk {off // s.chunk_bytes}"):
         checked.gather(np.concatenate([good, [victim]]))

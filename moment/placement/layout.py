@@ -4,6 +4,7 @@ A layout is the directory LAYOUT:
 
     LAYOUT/manifest.json        versioned; written last (see manifest.Manifest)
     LAYOUT/index.npy            int64 (num_nodes, 2): bin index, row slot in that bin's shard
+    LAYOUT/order.npy            node ids, hottest first (what a static CPU cache keeps)
     LAYOUT/lists/<bin>.nodes.npy  GPU/CPU cache bins: node ids in slot order
     LAYOUT/shards/<bin>.rows    GPU/CPU cache rows, unpadded (loaded whole into memory at start)
     LAYOUT/shards/<bin>.shard   an SSD bin without a mount path (one-disk machines, tests)
@@ -38,6 +39,7 @@ from moment.placement.manifest import (
     DEFAULT_CHUNK,
     INDEX,
     MANIFEST,
+    ORDER,
     ChunkHasher,
     DatasetRef,
     FileSum,
@@ -337,12 +339,15 @@ def _write(out, partial, ext_name, mounts, feats, rows_u8, features_path, a, fmt
         rel = f"lists/{b.name}.nodes.npy"
         lists[b.name] = _save_npy(partial / rel, nodes[starts[i] : starts[i + 1]], rel)
 
+    odt = np.int32 if n < 2**31 else np.int64
+    order_sum = _save_npy(partial / ORDER, a.order.astype(odt), ORDER)
     manifest = Manifest(
         created_by=f"moment {moment.__version__}",
         plan=plan or PlanRef(policy=a.policy, pool=a.pool),
         dataset=DatasetRef(features_path=str(Path(features_path).absolute()), sha256=dataset_checksum,
                            num_nodes=n, row_shape=list(feats.shape[1:]), dtype=feats.dtype.str),
-        row=fmt, bins=a.bins, shards=shards, index=index_sum, cache_lists=lists, extra=manifest_extra or {},
+        row=fmt, bins=a.bins, shards=shards, index=index_sum, cache_lists=lists, order_file=order_sum,
+        extra=manifest_extra or {},
     )
     tmp = partial / ("." + MANIFEST + ".tmp")
     with open(tmp, "w") as f:

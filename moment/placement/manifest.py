@@ -24,6 +24,7 @@ SCHEMA_VERSION = 1
 FORMAT = "moment-layout"
 MANIFEST = "manifest.json"
 INDEX = "index.npy"
+ORDER = "order.npy"
 DEFAULT_CHUNK = 4 << 20
 
 Progress = Callable[[int, int], None]
@@ -106,6 +107,8 @@ class Manifest(BaseModel):
     shards: list[Shard] = Field(description="one per bin; GPU/CPU cache rows are unpadded, in the layout dir")
     index: FileSum = Field(description="int64 (num_nodes, 2): bin index, row slot in that bin's shard")
     cache_lists: dict[str, FileSum] = Field(description="GPU/CPU bin name -> node ids (.npy), slot order")
+    order_file: FileSum | None = Field(None, description="node ids hottest first (pre-sampled hotness), .npy; "
+                                                         "the runtime's static CPU cache takes a prefix")
     extra: dict[str, Any] = Field(default_factory=dict)
 
 

@@ -63,7 +63,8 @@ def verify_layout(path: str | Path, progress: Progress | None = None) -> VerifyR
     root = Path(path)
     m = load_manifest(root)
     rep = VerifyReport(path=str(root), ok=True)
-    total = m.index.bytes + sum(f.bytes for f in m.cache_lists.values()) + sum(s.bytes for s in m.shards)
+    smalls = [m.index, *m.cache_lists.values(), *([m.order_file] if m.order_file else [])]
+    total = sum(f.bytes for f in smalls) + sum(s.bytes for s in m.shards)
 
     def bad(file: Path, msg: str, offset: int | None = None, shard: str | None = None) -> None:
         rep.ok = False
@@ -76,7 +77,7 @@ def verify_layout(path: str | Path, progress: Progress | None = None) -> VerifyR
         if progress:
             progress(rep.bytes_checked, total)
 
-    for f in [m.index, *m.cache_lists.values()]:
+    for f in smalls:
         fp = root / f.path
         rep.files_checked += 1
         if not fp.is_file():

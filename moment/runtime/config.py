@@ -34,13 +34,17 @@ class TrainConfig:
     checkpoint_every: int = 0
     resume: bool = False
     cpu_cache_limit: str | None = None
+    memory_budget: str | None = None
+    cache_policy: str = "static"
+    io_shape: str = "block"
+    superbatch: int | None = None
     features: str = "tiered"
     drop_page_cache: str = ""
     memmap_random: bool = False
     io_backend: str | None = None
     queue_depth: int = 128
-    io_merge_gap: int = 0
-    io_max_request: int = 128 << 10
+    io_merge_gap: int | None = None
+    io_max_request: int | None = None
     direct: bool = True
     verify: bool = False
     pipeline: bool = True
@@ -66,6 +70,12 @@ class TrainConfig:
             return self.batch_size
         return min(PAPER_BATCH, max(64, train_nodes // (world_size * 8)))
 
+    def resolved_superbatch(self) -> int:
+        """Batches decided together: a hyperbatch for block reads, Ginex's superbatch for Belady."""
+        if self.superbatch is not None:
+            return self.superbatch
+        return 8 if (self.io_shape == "block" or self.cache_policy != "static") else 1
+
     def to_dict(self) -> dict[str, Any]:
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self).items()}
 
@@ -83,6 +93,8 @@ class TrainConfig:
             raise MomentError("--checkpoint-every must be >= 0")
         if (self.checkpoint_every or self.resume) and self.checkpoint_dir is None:
             raise MomentError("--checkpoint-every/--resume need --checkpoint-dir")
+        if self.superbatch is not None and self.superbatch < 1:
+            raise MomentError(f"--superbatch must be >= 1 (got {self.superbatch})")
         if self.model not in ("sage", "gat"):
             raise MomentError(f"--model {self.model!r}: choose sage or gat")
         self.resolved_fanouts()
@@ -120,8 +132,20 @@ def build_parser() -> argparse.ArgumentParser:
     a("--checkpoint-every", type=int, default=0, metavar="STEPS")
     a("--resume", action="store_true", help="continue from the checkpoint in --checkpoint-dir "
                                             "(automatic after a torchrun restart)")
-    a("--cpu-cache-limit", help="cap the CPU cache used at run time, e.g. 2GiB or 10%% of the features; "
-                                "colder CPU-cache rows are then read from disk")
+    a("--memory-budget", metavar="BYTES|auto",
+      help="memory for the whole run on this machine (all local ranks), e.g. 3GiB; auto: the cgroup limit "
+           "or available memory, less a margin. Every large buffer is sized from it and the split is "
+           "printed at start; a budget below the run's minimum is refused (the message names it)")
+    a("--cpu-cache-limit", help="cap the CPU cache, e.g. 2GiB or 10%% of the features (default: what the "
+                                "budget leaves; without a budget, the layout's CPU bins)")
+    a("--cache-policy", default="static", choices=["static", "lru", "belady-superbatch"],
+      help="CPU cache policy: static (hottest rows by pre-sampled hotness, one copy shared by the local "
+           "ranks), lru, or belady-superbatch (Ginex: the next superbatch's accesses decide what stays)")
+    a("--io-shape", default="block", choices=["rows", "block"],
+      help="how misses are read: block (default: a hyperbatch's misses in large merged reads, AGNES) or "
+           "rows (each batch's rows, merged only within shared blocks)")
+    a("--superbatch", type=int, metavar="BATCHES",
+      help="batches decided and read together (default 8 with --io-shape block or a Belady policy, else 1)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--features-in-memory", dest="features", action="store_const", const="memory",
                    help="baseline: the dataset's whole feature matrix in RAM (the correctness reference)")
@@ -132,9 +156,10 @@ def build_parser() -> argparse.ArgumentParser:
     a("--memmap-random", action="store_true", help="memmap baseline: madvise(MADV_RANDOM), no read-around")
     a("--io-backend", choices=["io_uring", "pthreads", "python"], help="default: fastest usable")
     a("--queue-depth", type=int, default=128)
-    a("--io-merge-gap", type=int, default=0, metavar="BYTES",
-      help="also merge SSD reads across gaps this small (trades bandwidth for fewer requests)")
-    a("--io-max-request", type=int, default=128 << 10, metavar="BYTES", help="largest merged SSD read")
+    a("--io-merge-gap", type=int, metavar="BYTES",
+      help="merge SSD reads across gaps this small (default: 0 for rows, 32 KiB for block)")
+    a("--io-max-request", type=int, metavar="BYTES", help="largest merged SSD read (default: 128 KiB for "
+                                                          "rows, 1 MiB for block)")
     a("--buffered", dest="direct", action="store_false", help="read shards through the page cache")
     a("--verify", action="store_true", help="check shard chunk checksums on first use")
     a("--no-pipeline", dest="pipeline", action="store_false", help="run the stages one after another")

@@ -13,6 +13,7 @@ from (key, i) — never from a shared stream — so thread timing cannot change 
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import queue
 import threading
@@ -139,11 +140,11 @@ class Pipeline:
                       for b in blocks]
         return x, y, blocks
 
-    def _drain(self, prev) -> None:
-        """The consumer stopped early: reap the reads still in flight so the stack is clean for reuse."""
-        if prev is not None:
+    def _drain(self, pending) -> None:
+        """The consumer stopped early: finish the reads still in flight so the source is clean for reuse."""
+        for item in pending:
             with contextlib.suppress(Exception):  # the consumer is already unwinding with its own error
-                self.source.complete(prev[2])
+                self.source.complete(item[2])
 
     # -- drivers
 
@@ -186,7 +187,9 @@ class Pipeline:
                 put(q_sampled, e)
 
         def gather_loop() -> None:
-            prev = None
+            # reads of later batches go out before earlier ones are completed: up to `lookahead` ahead
+            ahead = max(1, int(getattr(self.source, "lookahead", 1)))
+            pending: collections.deque = collections.deque()
             item = None
             try:
                 while True:
@@ -194,18 +197,23 @@ class Pipeline:
                     if item is _DONE or isinstance(item, BaseException):
                         break
                     i, mb = item
-                    pending = self._submit(mb)  # reads of batch i go out before batch i-1 is completed
-                    if prev is not None and not put(q_ready, self._complete(*prev)):
-                        prev = (i, mb, pending)
+                    pending.append((i, mb, self._submit(mb)))
+                    while len(pending) > ahead:
+                        if not put(q_ready, self._complete(*pending.popleft())):
+                            break
+                    if stop.is_set():
                         break
-                    prev = (i, mb, pending)
                 if stop.is_set():
-                    self._drain(prev)
+                    self._drain(pending)
                     return
-                if prev is not None and not isinstance(item, BaseException):
-                    put(q_ready, self._complete(*prev))
+                if not isinstance(item, BaseException):
+                    while pending:
+                        if not put(q_ready, self._complete(*pending.popleft())):
+                            self._drain(pending)
+                            return
                 put(q_ready, item)
             except BaseException as e:  # noqa: BLE001 - re-raised by the consumer
+                self._drain(pending)
                 put(q_ready, e)
 
         threads = [threading.Thread(target=f, name=f"moment-{f.__name__}", daemon=True)

@@ -35,6 +35,13 @@ class Reporter:
         if self._bar is not None:
             self._bar.stop()
 
+    def lines(self, lines: list[str]) -> None:
+        if self.enabled:
+            from rich.markup import escape
+
+            for line in lines:
+                self.console.print(escape(line), highlight=False)
+
     def start_epoch(self, epoch: int, steps: int, done: int) -> None:
         if self._bar is None:
             return

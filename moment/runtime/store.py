@@ -1,37 +1,36 @@
-"""The tiered feature store: own GPU cache -> peer GPU caches -> shared CPU cache -> SSD shards.
+"""The tiered feature store: own GPU cache -> CPU cache (owned memory, a cache policy) -> SSD shards.
 
-Why this shape (Moment §3.1, Hyperion §III-A/B): every rank looks a node up in the fastest tier that
-holds it, and reads the rest from the SSD shards through *its own* I/O stack, with submission and
-completion split (`submit` / `complete`) so the reads of batch i+1 run while batch i trains.
+Why this shape (Moment §3.1, Hyperion §III-A/B, Ginex §4, AGNES §4): every rank looks a node up in the
+fastest tier that holds it and reads the rest from the layout's files through its own reader thread
+and I/O stack, with submission and completion split (`submit` / `complete`) so the reads of later
+batches run while earlier ones train.
 
-Tiers, per rank (the layout decides which node is where; `index.npy` maps node -> (bin, slot)):
+Tiers, per rank (`index.npy` maps node -> (bin, slot); every bin, cache bins included, is a file):
 
-* ``gpu``  — the GPU-cache bins this rank owns (bin j of the layout's GPU bins belongs to the local
-  rank j % local_world_size), loaded whole into a tensor on `device` (on CPU runs: this process's
-  memory, standing in for device memory).
-* ``peer`` — GPU-cache bins owned by other local ranks (NVLink/P2P on a real server). Served from the
-  shared host mapping of their rows file, like the CPU cache.
-* ``cpu``  — CPU-cache bins: the layout's unpadded ``.rows`` files memory-mapped read-only
-  (MAP_SHARED). The page cache *is* the shared segment: every rank of the machine maps the same
-  physical pages, nothing is copied per rank, and nothing outlives the processes (a /dev/shm
-  segment would need a creator, a cleanup and would leak when torchrun kills a rank). The files are
-  prefetched with POSIX_FADV_WILLNEED at open; `close()` (or process exit) unmaps them.
-  `cpu_cache_limit` keeps only the hottest rows of each CPU bin in this tier; the rest are read
-  through the I/O stack like SSD rows.
-* ``ssd``  — SSD shards, read with O_DIRECT through this rank's `IOStack`. Packed rows (several per
-  aligned block) and neighbouring rows are merged into one request (runs of up to `max_request`
-  bytes; `merge_gap` > 0 also reads across gaps that small), so hot rows, which DDAK stores
-  contiguously, cost few requests.
+* ``gpu`` — the GPU-cache bins this rank owns (bin j of the layout's GPU bins belongs to local rank
+  j % local_world_size), loaded into a tensor on `device`; on CPU runs it stands in for device memory
+  and is capped by `gpu_rows` (the budget's grant), hottest rows first.
+* ``cpu`` — `HostCache`: `cpu_rows` rows in memory the runtime owns, managed by a cache policy from
+  `moment.caching` (the same objects the simulator replays): ``static`` (the hottest rows by the
+  layout's pre-sampled hotness order; one shared segment for all local ranks), ``lru``, or
+  ``belady-superbatch`` (Ginex: the next superbatch's sampled accesses decide what stays; the rows it
+  admits are copied in from the reads that fetched them, which is Ginex's changeset).
+* ``ssd`` — everything else, read with O_DIRECT by the rank's `Reader` in the chosen I/O shape:
+  ``rows`` (each batch's misses, merged only where they share blocks) or ``block`` (the misses of a
+  hyperbatch of batches at once, merged across small gaps into large reads; see gather.py).
 
-`verify=True` checks the cache files' chunk checksums at open and each SSD chunk (manifest
-`chunk_sha256`) the first time a read touches it, so damaged data raises instead of being returned.
+Batches are decided in superbatches of `superbatch` batches (the policy is told the superbatch's
+accesses first); `complete` waits for a batch's reads, then fills its rows from the tiers in order,
+so a row admitted by batch i is in the cache before batch i+1 reads it. Bit-identical to the
+dataset's features on every tier, policy and shape (tested).
+
+`verify=True` checks each shard chunk (manifest `chunk_sha256`) the first time a read touches it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,64 +40,74 @@ import numpy as np
 import torch
 from torch_geometric.data import FeatureStore, TensorAttr
 
+from moment.caching import SlotMap, make_policy
 from moment.errors import MomentError
-from moment.io import IOStack, ReadBatch
 from moment.placement.manifest import Shard
 from moment.placement.reader import load_manifest, shard_path
+from moment.runtime.gather import SHAPES, BufferPool, Job, Reader
+from moment.runtime.hostcache import HostCache, shm_room
+from moment.sizes import parse_size
 
-TIERS = ("gpu", "peer", "cpu", "ssd")
-_GPU, _PEER, _CPU, _SSD = range(4)
+TIERS = ("gpu", "cpu", "ssd")
 GROUP, ATTR = "node", "x"  # the PyG FeatureStore key of the features
+__all__ = ["TIERS", "TieredFeatureStore", "parse_size", "hot_order"]
 
 
 @dataclass
 class TierCounters:
-    """Rows and logical bytes served per tier, plus what the I/O stack actually read."""
+    """Rows and logical bytes served per tier, plus what the reader actually read."""
 
     rows: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TIERS, 0))
     bytes: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TIERS, 0))
     ssd_requests: int = 0
     ssd_bytes_read: int = 0
+    admitted: int = 0
 
     def as_dict(self) -> dict[str, Any]:
+        looked = self.rows["cpu"] + self.rows["ssd"]
         return {"rows": dict(self.rows), "bytes": dict(self.bytes), "ssd_requests": self.ssd_requests,
-                "ssd_bytes_read": self.ssd_bytes_read}
+                "ssd_bytes_read": self.ssd_bytes_read, "cpu_admitted_rows": self.admitted,
+                "cpu_hit_rate": self.rows["cpu"] / looked if looked else 0.0}
 
 
 @dataclass
 class Pending:
-    """A gather in flight: cache rows already copied, SSD reads submitted."""
+    """A batch submitted: its tiers are decided when its superbatch closes."""
 
-    n: int
-    host: np.ndarray  # uint8 [n, row_bytes]; rows of host tiers land here
-    gpu_pos: torch.Tensor | None
-    gpu_idx: torch.Tensor | None
-    tickets: list[int]
-    blocks: tuple[np.ndarray, np.ndarray, np.ndarray] | None  # staging [k, align], positions, row in staging
+    ids: np.ndarray
+    sb: _Superbatch
+    gpu_pos: np.ndarray | None = None
+    gpu_idx: np.ndarray | None = None
+    hit_pos: np.ndarray | None = None
+    hit_slot: np.ndarray | None = None
+    miss_pos: np.ndarray | None = None
+    miss_row: np.ndarray | None = None  # row of each miss in its job's destination
+    admit_pos: np.ndarray | None = None
+    admit_slot: np.ndarray | None = None
+    ref: _JobRef | None = None
 
-
-def parse_size(text: str | int | None, total: int) -> int | None:
-    """'512MiB', '2GB', '10%' (of `total`), or a plain byte count -> bytes; None stays None."""
-    if text is None or text == "":
-        return None
-    if isinstance(text, int):
-        return text
-    m = re.fullmatch(r"\s*([0-9.]+)\s*(%|[kKmMgGtT]i?[bB]?|[bB])?\s*", str(text))
-    if not m:
-        raise MomentError(f"cannot read size {text!r}", hint="use bytes, e.g. 512MiB, 2GB, or a percentage: 10%")
-    v, unit = float(m.group(1)), (m.group(2) or "b").lower()
-    if unit == "%":
-        return int(total * v / 100)
-    scale = {"b": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}[unit[0]]
-    if "i" in unit:
-        scale = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}[unit[0]]
-    return int(v * scale)
+    @property
+    def n(self) -> int:
+        return int(self.ids.shape[0])
 
 
-def _map_rows(path: Path, rows: int, stride: int) -> np.ndarray:
-    if rows == 0:
-        return np.zeros((0, stride), dtype=np.uint8)
-    return np.memmap(path, dtype=np.uint8, mode="r", shape=(rows, stride))
+@dataclass
+class _Superbatch:
+    batches: list[Pending] = field(default_factory=list)
+    closed: bool = False
+
+
+class _JobRef:
+    """Gives a job's destination back to the pool once every batch using it has been completed."""
+
+    def __init__(self, pool: BufferPool, job: Job, users: int):
+        self.pool, self.job, self.users = pool, job, users
+
+    def release(self) -> None:
+        self.users -= 1
+        if self.users == 0 and self.job.dest is not None:
+            self.pool.give(self.job.dest.nbytes)
+            self.job.dest = None
 
 
 def _check_chunks(path: Path, s: Shard, chunks: np.ndarray | None = None) -> None:
@@ -115,18 +124,37 @@ def _check_chunks(path: Path, s: Shard, chunks: np.ndarray | None = None) -> Non
                     hint="the layout is damaged: run `moment layout verify` and rewrite it")
 
 
+def hot_order(path: Path, manifest, limit: int | None = None) -> np.ndarray:
+    """Node ids hottest first (the layout's pre-sampled order), the first `limit` of them."""
+    if manifest.order_file is not None:
+        order = np.load(path / manifest.order_file.path, mmap_mode="r")
+        return np.array(order[:limit] if limit is not None else order, dtype=np.int64)
+    # older layouts: cache bins in list order, then SSD rows by slot (each shard is hottest first)
+    idx = np.load(path / manifest.index.path, mmap_mode="r")
+    parts = [np.load(path / f.path) for f in manifest.cache_lists.values()]
+    ssd = np.array([s.kind == "ssd" for s in manifest.shards])
+    b = np.asarray(idx[:, 0])
+    on = np.flatnonzero(ssd[b])
+    parts.append(on[np.lexsort((b[on], np.asarray(idx[on, 1])))])
+    out = np.concatenate(parts).astype(np.int64)
+    return out[:limit] if limit is not None else out
+
+
 class TieredFeatureStore(FeatureStore):
     """Gathers node features from a layout, bit-exactly as stored in the dataset.
 
-    Use `gather(ids)`, or `submit(ids)` now and `complete(pending)` later from the same thread.
-    Also a read-only PyG `FeatureStore` with one tensor, ``store["node", "x", index]``.
+    Use `gather(ids)`, or `submit(ids)` now and `complete(pending)` later from the same thread
+    (completions in submission order). Also a read-only PyG `FeatureStore`: ``store["node", "x", idx]``.
+    `lookahead` is how many batches a caller may submit before completing the first.
     """
 
     def __init__(self, layout_path: str | Path, rank: int = 0, local_rank: int = 0, world_size: int = 1,
                  device: torch.device | str = "cpu", *, local_world_size: int | None = None,
                  io_backend: str | None = None, queue_depth: int = 128, direct: bool = True,
-                 verify: bool = False, cpu_cache_limit: str | int | None = None, merge_gap: int = 0,
-                 max_request: int = 128 << 10):
+                 verify: bool = False, cpu_rows: int | None = None, gpu_rows: int | None = None,
+                 policy: str = "static", shape: str = "rows", superbatch: int = 1,
+                 buffer_bytes: int | None = None, window: int = 8 << 20, merge_gap: int | None = None,
+                 max_request: int | None = None, shared_cache: bool | None = None, barrier=None):
         super().__init__()
         self.path = Path(layout_path)
         self.manifest = m = load_manifest(self.path)
@@ -136,56 +164,79 @@ class TieredFeatureStore(FeatureStore):
         self.verify = verify
         self.dtype = np.dtype(m.dataset.dtype)
         self.row_shape = tuple(m.dataset.row_shape)
-        self.row_bytes = m.row.row_bytes
-        self.num_nodes = m.dataset.num_nodes
+        self.row_bytes = rb = m.row.row_bytes
+        self.num_nodes = n = m.dataset.num_nodes
         self.counters = TierCounters()
+        if shape not in SHAPES:
+            raise MomentError(f"I/O shape {shape!r}: choose one of {', '.join(SHAPES)}")
+        sh = SHAPES[shape]
+        self.shape = type(sh)(shape, sh.merge_gap if merge_gap is None else int(merge_gap),
+                              sh.max_request if max_request is None else int(max_request))
+        self.superbatch = max(1, int(superbatch))
         self._check_files()
-        self.index = np.load(self.path / m.index.path, mmap_mode="r")  # shared page cache, not copied
+        self._load_index()
         nb = len(m.shards)
-        self._tier = np.full(nb, _SSD, dtype=np.int8)
-        self._file = np.full(nb, -1, dtype=np.int32)  # I/O stack file index of disk-read bins
         self._stride = np.array([s.stride for s in m.shards], dtype=np.int64)
-        self._limit = np.full(nb, np.iinfo(np.int64).max, dtype=np.int64)  # cached slots < limit
-        self._maps: dict[int, np.ndarray] = {}
-        self._gpu_base = np.zeros(nb, dtype=np.int64)
         self._verified: dict[int, np.ndarray] = {}
+
+        # gpu tier: this rank's GPU bins, hottest rows first, at most gpu_rows of them
         gpu_bins = [i for i, s in enumerate(m.shards) if s.kind == "gpu"]
         own = [b for j, b in enumerate(gpu_bins) if j % self.local_world_size == local_rank % self.local_world_size]
-        limit = parse_size(cpu_cache_limit, m.dataset.num_nodes * self.row_bytes)
-        paths: list[Path] = []
+        self._gpu_base = np.zeros(nb, dtype=np.int64)
+        self._gpu_limit = np.zeros(nb, dtype=np.int64)
+        left = sum(m.shards[b].rows for b in own) if gpu_rows is None else int(gpu_rows)
         parts = []
-        for i, s in enumerate(m.shards):
-            fp = shard_path(self.path, s)
-            if s.kind == "ssd":
-                self._file[i] = len(paths)
-                paths.append(fp)
-                self._verified[i] = np.zeros(len(s.chunk_sha256), dtype=bool)
-                continue
-            if verify:
-                _check_chunks(fp, s)
-            if i in own:
-                self._tier[i] = _GPU
-                self._gpu_base[i] = sum(p.shape[0] for p in parts)
-                parts.append(np.fromfile(fp, dtype=np.uint8).reshape(s.rows, s.stride))
-                continue
-            self._tier[i] = _PEER if s.kind == "gpu" else _CPU
-            self._maps[i] = _map_rows(fp, s.rows, s.stride)
-            keep = s.rows
-            if s.kind == "cpu" and limit is not None:
-                keep = min(s.rows, limit // self.row_bytes)
-                limit -= keep * self.row_bytes
-                if keep < s.rows:  # the colder rest is read from the rows file like an SSD
-                    self._limit[i] = keep
-                    self._file[i] = len(paths)
-                    paths.append(fp)
-            if keep:
-                self._advise(fp, keep * s.stride)
+        for b in own:
+            k = min(m.shards[b].rows, left)
+            left -= k
+            self._gpu_base[b] = sum(p.shape[0] for p in parts)
+            self._gpu_limit[b] = k
+            if k:
+                parts.append(self._read_file_rows(b, k))
         self._gpu = (torch.from_numpy(np.concatenate(parts)) if parts
-                     else torch.zeros((0, self.row_bytes), dtype=torch.uint8)).to(self.device)
-        self.stack = IOStack(paths, queue_depth=queue_depth, backend=io_backend, direct=direct,
-                             alignment=m.row.align) if paths else None
-        self._align = m.row.align
-        self.merge_gap, self.max_request = int(merge_gap), int(max_request)
+                     else torch.zeros((0, rb), dtype=torch.uint8)).to(self.device)
+        self.gpu_rows = int(self._gpu.shape[0])
+
+        # reader: every bin's file, in bin order
+        self.paths = [shard_path(self.path, s) for s in m.shards]
+        cap = n if cpu_rows is None else max(0, min(int(cpu_rows), n))
+        if buffer_bytes is None:
+            buffer_bytes = max(256 << 20, 4 * min(n, 1 << 18) * rb)
+        self.pool = BufferPool(buffer_bytes)
+        self.reader = Reader(self.paths, rb, m.row.align, pool=self.pool, window=window,
+                             queue_depth=queue_depth, backend=io_backend, direct=direct)
+
+        # cpu tier: the policy's contents in a HostCache; a slot map node -> slot
+        self.policy_name = policy
+        order = hot_order(self.path, m)
+        if self.gpu_rows:
+            order = order[~self._on_gpu(order)]
+        cap = min(cap, order.shape[0])
+        hotness = np.zeros(n, dtype=np.int64)
+        hotness[order] = np.arange(order.shape[0], 0, -1)
+        self.policy = make_policy(policy, cap, n, hotness=hotness)
+        initial = order[:cap]
+        del order, hotness
+        self.policy.reset(initial)
+        self.slots = SlotMap(cap, n)
+        self.slots.fill(initial)
+        shared = (shared_cache if shared_cache is not None
+                  else (not self.policy.changes and self.local_world_size > 1 and barrier is not None))
+        if shared and (why := shm_room(cap * rb)):
+            warnings.warn(f"shared CPU cache not possible ({why}); each rank keeps its own", stacklevel=2)
+            shared = False
+        self.shared_cache = bool(shared)
+        if self.shared_cache:
+            key = hashlib.sha256(f"{self.path.absolute()}|{cap}|{os.environ.get('TORCHELASTIC_RUN_ID', '')}|"
+                                 f"{os.environ.get('TORCHELASTIC_RESTART_COUNT', '')}|"
+                                 f"{os.environ.get('MASTER_PORT', '')}".encode()).hexdigest()[:16]
+            self.cache = HostCache.shared_segment(key, cap, rb, creator=self.local_rank == 0,
+                                                  fill=lambda rows: self._fill(rows, initial), barrier=barrier)
+        else:
+            self.cache = HostCache(cap, rb)
+            self._fill(self.cache.rows, initial)
+        self._open: _Superbatch = _Superbatch()
+        self.lookahead = 2 * self.superbatch if self.superbatch > 1 else 2
 
     # ------------------------------------------------------------------ setup
 
@@ -200,21 +251,74 @@ class TieredFeatureStore(FeatureStore):
                 raise MomentError(f"shard of bin {s.bin}: size {size} B, manifest says {s.bytes} B",
                                   source=str(fp), hint="the shard was truncated or replaced; rewrite the layout")
 
-    @staticmethod
-    def _advise(path: Path, nbytes: int) -> None:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.posix_fadvise(fd, 0, nbytes, os.POSIX_FADV_WILLNEED)
-        finally:
-            os.close(fd)
+    def _load_index(self) -> None:
+        """The node -> (bin, slot) index in compact arrays this process owns (6 B/node, not 16)."""
+        idx = np.load(self.path / self.manifest.index.path, mmap_mode="r")
+        n = self.num_nodes
+        if idx.shape != (n, 2):
+            raise MomentError(f"index has shape {idx.shape}, expected ({n}, 2)", source=str(self.path))
+        nb = len(self.manifest.shards)
+        self._bin = np.empty(n, np.uint8 if nb < 256 else np.int16)
+        self._slot = np.empty(n, np.int32 if max(s.rows for s in self.manifest.shards) < 2**31 else np.int64)
+        step = 1 << 20
+        for a in range(0, n, step):
+            blk = np.asarray(idx[a:a + step])
+            self._bin[a:a + step] = blk[:, 0]
+            self._slot[a:a + step] = blk[:, 1]
+        del idx
+
+    @property
+    def index_bytes(self) -> int:
+        return self._bin.nbytes + self._slot.nbytes
+
+    def _on_gpu(self, ids: np.ndarray) -> np.ndarray:
+        b = self._bin[ids]
+        return self._slot[ids] < self._gpu_limit[b]
+
+    def _gpu_mask_of(self, ids: np.ndarray) -> np.ndarray:
+        return self._on_gpu(ids) if self.gpu_rows else np.zeros(ids.shape[0], bool)
+
+    def _locate(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        b = self._bin[ids].astype(np.int32)
+        return b, self._slot[ids].astype(np.int64) * self._stride[b]
+
+    def _read_file_rows(self, b: int, k: int) -> np.ndarray:
+        """The first k rows of bin b's file (setup only)."""
+        s = self.manifest.shards[b]
+        fp = shard_path(self.path, s)
+        if self.verify:
+            _check_chunks(fp, s, np.arange(-(-k * s.stride // s.chunk_bytes)))
+        raw = np.fromfile(fp, dtype=np.uint8, count=k * s.stride).reshape(k, s.stride)
+        return np.ascontiguousarray(raw[:, : self.row_bytes])
+
+    def _fill(self, rows: np.ndarray, ids: np.ndarray) -> None:
+        """Read the rows of `ids` into `rows` (the cache at start) through the reader, in large reads."""
+        if not ids.shape[0]:
+            return
+        f, off = self._locate(ids)
+        if self.verify:
+            self._verify_chunks(f, off)
+        job = Job(f, off, SHAPES["block"], dest=rows[: ids.shape[0]])
+        self.reader.submit(job).wait()
 
     @property
     def backend(self) -> str:
-        return self.stack.backend if self.stack else "none"
+        return self.reader.backend
+
+    @property
+    def stack(self):
+        return self.reader.stack
 
     @property
     def feature_dim(self) -> int:
         return int(np.prod(self.row_shape))
+
+    def memory(self) -> dict[str, int]:
+        """Bytes this rank holds, by item (the shared cache counted here in full)."""
+        return {"gpu_cache": int(self._gpu.nelement()), "cpu_cache": self.cache.nbytes,
+                "index": self.index_bytes, "slot_map": self.slots.memory_bytes(),
+                "policy": self.policy.memory_bytes(), "read_buffers": self.pool.capacity,
+                "staging": self.reader.staging_bytes}
 
     # ------------------------------------------------------------------ gather
 
@@ -227,86 +331,83 @@ class TieredFeatureStore(FeatureStore):
         return ids
 
     def submit(self, node_ids) -> Pending:
-        """Copy cached rows, submit the SSD reads, return without waiting for them."""
-        ids = self._ids(node_ids)
-        n = ids.shape[0]
-        ent = np.asarray(self.index[ids])
-        b, slot = ent[:, 0], ent[:, 1]
-        tier = self._tier[b]
-        disk = (tier == _SSD) | (slot >= self._limit[b])
-        tier = np.where(disk, _SSD, tier)
-        host = np.empty((n, self.row_bytes), dtype=np.uint8)
-        c = self.counters
-        for t in (_GPU, _PEER, _CPU, _SSD):
-            k = int(np.count_nonzero(tier == t))
-            c.rows[TIERS[t]] += k
-            c.bytes[TIERS[t]] += k * self.row_bytes
-        gpu_pos = gpu_idx = None
-        sel = np.flatnonzero(tier == _GPU)
-        if sel.size:
-            gpu_pos = torch.from_numpy(sel)
-            gpu_idx = torch.from_numpy(self._gpu_base[b[sel]] + slot[sel])
-        hosted = np.flatnonzero((tier == _PEER) | (tier == _CPU))
-        if hosted.size:
-            hb = b[hosted]
-            for bi in np.unique(hb).tolist():
-                pos = hosted[hb == bi]
-                host[pos] = self._maps[bi][slot[pos], : self.row_bytes]
-        tickets, blocks = self._submit_disk(np.flatnonzero(tier == _SSD), b, slot, host)
-        return Pending(n, host, gpu_pos, gpu_idx, tickets, blocks)
+        """Queue a batch; its reads go out when its superbatch is complete (at once when superbatch=1)."""
+        p = Pending(self._ids(node_ids), self._open)
+        self._open.batches.append(p)
+        if len(self._open.batches) >= self.superbatch:
+            self._close()
+        return p
 
-    def _submit_disk(self, pos: np.ndarray, b: np.ndarray, slot: np.ndarray, host: np.ndarray):
-        if not pos.size:
-            return [], None
-        bb = b[pos]
-        off = slot[pos] * self._stride[bb]
-        f = self._file[bb]
-        if self.verify:
-            self._verify_chunks(bb, off)
-        ssd = self._tier[bb] == _SSD  # aligned SSD rows; the rest are CPU rows beyond the cache limit
-        tickets, blocks = [], None
-        if ssd.any():
-            staging, rows = self._plan_runs(f[ssd], off[ssd], tickets)
-            blocks = (staging, pos[ssd], rows)
-            pos, f, off = pos[~ssd], f[~ssd], off[~ssd]
-        if pos.size:  # CPU-cache rows beyond the limit (unaligned, unpadded): one request per row
-            tickets.append(self.stack.submit(ReadBatch.rows(f, off, self.row_bytes, pos), host))
-        return tickets, blocks
+    def flush(self) -> None:
+        """Decide and issue the open superbatch now (end of an epoch)."""
+        if self._open.batches:
+            self._close()
 
-    def _plan_runs(self, f: np.ndarray, off: np.ndarray, tickets: list[int]) -> tuple[np.ndarray, np.ndarray]:
-        """Reads covering the rows at (file f, byte offset off), merged into runs of aligned blocks.
+    def _close(self) -> None:
+        sb, self._open = self._open, _Superbatch()
+        sb.closed = True
+        looks = []
+        for p in sb.batches:
+            g = self._gpu_mask_of(p.ids)
+            p.gpu_pos = np.flatnonzero(g)
+            if p.gpu_pos.size:
+                ids = p.ids[p.gpu_pos]
+                b = self._bin[ids]
+                p.gpu_idx = self._gpu_base[b] + self._slot[ids]
+            looks.append(np.flatnonzero(~g))
+        if self.policy.changes:
+            self.policy.plan([p.ids[lk] for p, lk in zip(sb.batches, looks, strict=True)])
+        for p, lk in zip(sb.batches, looks, strict=True):
+            ids = p.ids[lk]
+            d = self.policy.access(ids)
+            p.hit_pos = lk[d.hit]
+            p.hit_slot = self.slots.lookup(ids[d.hit])
+            p.miss_pos = lk[~d.hit]
+            if d.admit.size:
+                admit_slot = self.slots.apply(d)
+                # each admitted id's first position among this batch's misses
+                miss_ids = ids[~d.hit]
+                srt = np.argsort(miss_ids, kind="stable")
+                at = srt[np.searchsorted(miss_ids[srt], d.admit)]
+                p.admit_pos, p.admit_slot = p.miss_pos[at], admit_slot
+            elif d.evict.size:
+                self.slots.apply(d)
+        self._issue(sb)
 
-        Rows are sorted by place; a row joins the current run when it starts within `merge_gap` bytes
-        of the run's end and the run stays under `max_request` bytes, so hot rows (stored contiguously,
-        hottest first) and rows sharing a block cost one request. Returns the staging buffer (a strided
-        view with one row per unit of `g` bytes) and each row's index into it.
-        """
-        a, rb = self._align, self.row_bytes
-        g = min(self.manifest.row.stride, a)  # every row starts at a multiple of g
-        order = np.lexsort((off, f))
-        fs, os_ = f[order], off[order]
-        first = (os_ // a)
-        last = (os_ + rb - 1) // a
-        gap_blocks = self.merge_gap // a
-        new = np.ones(fs.shape[0], dtype=bool)
-        new[1:] = (fs[1:] != fs[:-1]) | (first[1:] > last[:-1] + 1 + gap_blocks)
-        run = np.cumsum(new) - 1
-        start = first[new][run]
-        split = (first - start) // max(1, self.max_request // a)  # cap the request size
-        new[1:] |= split[1:] != split[:-1]
-        run = np.cumsum(new) - 1
-        r_first = first[new]
-        r_last = np.maximum.reduceat(last, np.flatnonzero(new))
-        r_len = (r_last - r_first + 1) * a
-        r_dst = np.zeros(r_len.shape[0], dtype=np.int64)
-        np.cumsum(r_len[:-1], out=r_dst[1:])
-        total = int(r_dst[-1] + r_len[-1])
-        buf = np.empty(total + rb, np.uint8)  # + rb: the last window of the strided view stays inside
-        tickets.append(self.stack.submit(ReadBatch(fs[new], r_first * a, r_len, r_dst), buf))
-        staging = np.lib.stride_tricks.as_strided(buf, shape=(total // g + 1, rb), strides=(g, 1), writeable=False)
-        rows = np.empty(fs.shape[0], dtype=np.int64)
-        rows[order] = (r_dst[run] + os_ - r_first[run] * a) // g
-        return staging, rows
+    def _issue(self, sb: _Superbatch) -> None:
+        """Reads for the superbatch's misses: one job per batch (rows) or per hyperbatch (block)."""
+        cap = max(1, self.pool.capacity // (2 * self.row_bytes))
+        groups: list[list[Pending]] = []
+        if self.shape.name == "rows":
+            groups = [[p] for p in sb.batches]
+        else:
+            cur, seen = [], 0
+            for p in sb.batches:
+                k = int(p.miss_pos.shape[0])
+                if cur and seen + k > cap:
+                    groups.append(cur)
+                    cur, seen = [], 0
+                cur.append(p)
+                seen += k
+            if cur:
+                groups.append(cur)
+        for grp in groups:
+            ids = [p.ids[p.miss_pos] for p in grp]
+            if len(grp) == 1:
+                u, inv = np.unique(ids[0], return_inverse=True)
+                grp[0].miss_row = inv.reshape(-1)
+            else:
+                u = np.unique(np.concatenate(ids))
+                for p, x in zip(grp, ids, strict=True):
+                    p.miss_row = np.searchsorted(u, x)
+            f, off = self._locate(u)
+            if self.verify:
+                self._verify_chunks(f, off)
+            job = Job(f, off, self.shape)
+            ref = _JobRef(self.pool, job, len(grp))
+            for p in grp:
+                p.ref = ref
+            self.reader.submit(job)
 
     def _verify_chunks(self, bb: np.ndarray, off: np.ndarray) -> None:
         for bi in np.unique(bb).tolist():
@@ -321,20 +422,30 @@ class TieredFeatureStore(FeatureStore):
 
     def complete(self, p: Pending) -> torch.Tensor:
         """Wait for the reads of `p`; the rows as a tensor [n, *row_shape] on `device`."""
-        before = self.stack.stats.bytes_read if self.stack else 0
-        for t in p.tickets:
-            done = self.stack.wait(t)
-            self.counters.ssd_requests += len(done.batch)
-        if self.stack:
-            self.counters.ssd_bytes_read += self.stack.stats.bytes_read - before
-        if p.blocks is not None:
-            staging, pos, rows = p.blocks
-            p.host[pos] = staging[rows]
-        out = torch.from_numpy(p.host)
+        if not p.sb.closed:
+            self.flush()
+        host = np.empty((p.n, self.row_bytes), dtype=np.uint8)
+        c = self.counters
+        if p.hit_pos.size:
+            host[p.hit_pos] = self.cache.rows[p.hit_slot]
+        if p.miss_pos.size:
+            host[p.miss_pos] = p.ref.job.wait()[p.miss_row]
+        if p.ref is not None:
+            if p.ref.users == 1:  # the job's last batch: count its reads once
+                c.ssd_requests += p.ref.job.requests
+                c.ssd_bytes_read += p.ref.job.bytes_read
+            p.ref.release()
+        if p.admit_pos is not None:
+            self.cache.rows[p.admit_slot] = host[p.admit_pos]
+            c.admitted += int(p.admit_pos.shape[0])
+        for name, k in (("gpu", p.gpu_pos.size), ("cpu", p.hit_pos.size), ("ssd", p.miss_pos.size)):
+            c.rows[name] += int(k)
+            c.bytes[name] += int(k) * self.row_bytes
+        out = torch.from_numpy(host)
         if self.device.type != "cpu":
             out = out.to(self.device, non_blocking=False)
-        if p.gpu_pos is not None:
-            out[p.gpu_pos.to(out.device)] = self._gpu[p.gpu_idx.to(self._gpu.device)]
+        if p.gpu_pos.size:
+            out[torch.from_numpy(p.gpu_pos).to(out.device)] = self._gpu[torch.from_numpy(p.gpu_idx).to(self._gpu.device)]
         if p.n == 0:
             return torch.empty((0, *self.row_shape), dtype=_torch_dtype(self.dtype), device=out.device)
         return out.view(_torch_dtype(self.dtype)).reshape(p.n, *self.row_shape)
@@ -349,12 +460,12 @@ class TieredFeatureStore(FeatureStore):
         pass
 
     def close(self) -> None:
-        """Stop the I/O stack and unmap the shared caches (the pages stay in the page cache)."""
-        if self.stack is not None:
-            self.stack.close()
-            self.stack = None
-        self._maps.clear()
-        self.index = None
+        """Stop the reader and free the caches (a shared segment goes with its last user)."""
+        if getattr(self, "reader", None) is not None:
+            self.reader.close()
+            self.reader = None
+        if getattr(self, "cache", None) is not None:
+            self.cache.close()
 
     # ------------------------------------------------------------------ PyG FeatureStore
 
@@ -386,7 +497,7 @@ class TieredFeatureStore(FeatureStore):
         return [TensorAttr(group_name=GROUP, attr_name=ATTR)]
 
     def __del__(self) -> None:
-        if getattr(self, "stack", None) is not None:
+        if getattr(self, "reader", None) is not None:
             self.close()
 
 

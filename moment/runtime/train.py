@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from moment.errors import MomentError
+from moment.runtime.budget import AGENT_BYTES, RunShape, Split, process_bytes, resolve_budget, split_budget, under_torchrun
 from moment.runtime.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from moment.runtime.config import TrainConfig, parse_args
 from moment.runtime.dist import DistContext, setup
@@ -30,6 +31,7 @@ from moment.runtime.pipeline import Pipeline, StageTimes, mix
 from moment.runtime.progress import Reporter
 from moment.runtime.sources import FeatureSource, InMemoryFeatures, MemmapFeatures
 from moment.runtime.store import TieredFeatureStore
+from moment.sizes import parse_size
 from moment.workload.graph import GraphDataset
 from moment.workload.sampler import CSRGraph, SeedBatches
 
@@ -51,17 +53,64 @@ def dataset_dir(cfg: TrainConfig) -> Path:
     return Path(load_manifest(cfg.layout).dataset.features_path).parent
 
 
-def make_source(cfg: TrainConfig, ds: GraphDataset, ctx: DistContext) -> FeatureSource:
+def _batch_extent(cfg: TrainConfig, graph: CSRGraph, batches: SeedBatches, fanouts: list[int]) -> tuple[int, int]:
+    """The most rows and edges one mini-batch touches: the first batches sampled for real, + 25%."""
+    from moment.workload.sampler import NeighborSampler
+
+    sampler = NeighborSampler(graph, fanouts)
+    rows = edges = 0
+    for i, seeds in enumerate(batches.epoch(0)):
+        if i == 3:
+            break
+        sampler.generator.manual_seed(mix(cfg.seed, 0, 0, i))
+        mb = sampler.sample(seeds)
+        rows, edges = max(rows, mb.num_nodes), max(edges, int(mb.edge_index.shape[1]))
+    return int(rows * 1.25) + 64, int(edges * 1.25) + 64
+
+
+def plan_memory(cfg: TrainConfig, ds: GraphDataset, ctx: DistContext, graph: CSRGraph, batches: SeedBatches,
+                fanouts: list[int], hidden: int) -> Split:
+    """Split the memory budget for a tiered run (see budget.split_budget); refuses a budget too small."""
+    from moment.placement.reader import load_manifest
+
+    total, how = resolve_budget(cfg.memory_budget)
+    m = load_manifest(cfg.layout)
+    n, rb = m.dataset.num_nodes, m.row.row_bytes
+    gpu_bins = [s for s in m.shards if s.kind == "gpu"]
+    lw = max(ctx.local_world_size, 1)
+    own_gpu = sum(s.rows for j, s in enumerate(gpu_bins) if j % lw == ctx.local_rank % lw)
+    rows_max, edges_max = _batch_extent(cfg, graph, batches, fanouts)
+    rows_max = min(rows_max, n)
+    sb = cfg.resolved_superbatch()
+    shape = RunShape(
+        num_nodes=n, row_bytes=rb,
+        graph_bytes=ds.file("indptr").stat().st_size + ds.file("indices").stat().st_size,
+        labels_bytes=ds.file("labels").stat().st_size, rows_max=rows_max, edges_max=edges_max,
+        dst_rows=batches.batch_size * (1 + fanouts[0]), hidden=hidden, depth=cfg.depth,
+        lookahead=2 * sb if sb > 1 else 2, own_gpu_rows=own_gpu,
+        layout_cpu_rows=sum(s.rows for s in m.shards if s.kind == "cpu"),
+        cpu_limit_rows=None if cfg.cpu_cache_limit is None else parse_size(cfg.cpu_cache_limit, n * rb) // rb,
+        policy_changes=cfg.cache_policy != "static", policy_bytes_per_node=16 if cfg.cache_policy != "static" else 1,
+        shape=cfg.io_shape, staging_bytes=4 * ((8 << 20) + m.row.align), process_bytes=process_bytes(),
+        agent_bytes=AGENT_BYTES if under_torchrun() else 0)
+    return split_budget(total, how, lw, shape)
+
+
+def make_source(cfg: TrainConfig, ds: GraphDataset, ctx: DistContext, split: Split | None = None) -> FeatureSource:
     if cfg.features == "memory":
         return InMemoryFeatures(ds.file("features"), ctx.device)
     if cfg.features == "memmap":
         return MemmapFeatures(ds.file("features"), ctx.device, drop_cache=cfg.drop_page_cache,
                               random=cfg.memmap_random)
+    assert split is not None
     store = TieredFeatureStore(cfg.layout, ctx.rank, ctx.local_rank, ctx.world_size, ctx.device,
                                local_world_size=ctx.local_world_size, io_backend=cfg.io_backend,
                                queue_depth=cfg.queue_depth, direct=cfg.direct, verify=cfg.verify,
-                               cpu_cache_limit=cfg.cpu_cache_limit, merge_gap=cfg.io_merge_gap,
-                               max_request=cfg.io_max_request)
+                               cpu_rows=split.cpu_rows, gpu_rows=split.gpu_rows if ctx.device.type == "cpu" else None,
+                               policy=cfg.cache_policy, shape=cfg.io_shape, superbatch=cfg.resolved_superbatch(),
+                               buffer_bytes=split.buffer_bytes, merge_gap=cfg.io_merge_gap,
+                               max_request=cfg.io_max_request, shared_cache=split.shared_cache,
+                               barrier=ctx.barrier if ctx.backend else None)
     if store.num_nodes != ds.num_nodes or store.row_bytes != ds.row_bytes:
         raise MomentError(f"layout has {store.num_nodes} nodes of {store.row_bytes} B, the dataset "
                           f"{ds.num_nodes} of {ds.row_bytes} B: they do not belong together", source=str(cfg.layout))
@@ -83,9 +132,14 @@ class Trainer:
             raise MomentError(f"{train_idx.size} training nodes are too few for {ctx.world_size} ranks",
                               source=str(self.ds.path))
         self.val = torch.from_numpy(np.array(self.ds.val_idx, dtype=np.int64))[ctx.rank :: ctx.world_size]
-        self.source = make_source(cfg, self.ds, ctx)
-        self.graph = CSRGraph.from_dataset(self.ds)
-        labels = torch.from_numpy(np.array(self.ds.labels, dtype=np.int64))
+        # the graph stays memory-mapped (its size is charged to the budget); labels in their own small dtype
+        self.graph = CSRGraph.from_dataset(self.ds, in_memory=cfg.features != "tiered")
+        self.split = None
+        if cfg.features == "tiered":
+            hidden = cfg.hidden or (256 if cfg.model == "sage" else 512)
+            self.split = plan_memory(cfg, self.ds, ctx, self.graph, self.batches, self.fanouts, hidden)
+        self.source = make_source(cfg, self.ds, ctx, self.split)
+        labels = torch.from_numpy(np.array(self.ds.labels))
         self.pipe = Pipeline(self.graph, self.fanouts, self.source, labels, ctx.device, depth=cfg.depth,
                              pipelined=cfg.pipeline)
         self.eval_pipe = Pipeline(self.graph, self.fanouts, self.source, labels, ctx.device, depth=cfg.depth,
@@ -251,6 +305,14 @@ class Trainer:
             "tier_rows": {n: int(s[8 + k + i]) for i, n in enumerate(names)},
             "tier_mb_per_s": {n: b / 1e6 / train_wall for n, b in tier_bytes.items()},
             "ssd_bytes_read": int(s[6]),
+            "cpu_hit_rate": (int(s[8 + k + names.index("cpu")]) / max(1, int(s[8 + k + names.index("cpu")])
+                                                                      + int(s[8 + k + names.index("ssd")]))
+                             if "cpu" in names and "ssd" in names else None),
+            "peak_rss_bytes": int(ctx.all_reduce(torch.tensor([_peak_rss()], dtype=torch.float64), op="max")[0]),
+            "memory": self.split.budget.as_dict() if self.split is not None else None,
+            "cache_policy": self.cfg.cache_policy if self.split is not None else None,
+            "io_shape": self.cfg.io_shape if self.split is not None else None,
+            "superbatch": self.source.superbatch if self.split is not None else None,
             "ssd_requests": int(s[7]),
             "world_size": w,
             "backend": self.source.backend,
@@ -265,8 +327,21 @@ class Trainer:
             "resumed_from_step": self.resumed_from,
         }
 
+    def store_line(self) -> str:
+        st = self.source
+        return (f"cache policy {self.cfg.cache_policy}: {st.cache.capacity} rows "
+                f"({'shared' if st.shared_cache else 'per rank'}), gpu stand-in {st.gpu_rows} rows; "
+                f"I/O shape {st.shape.name} (superbatch {st.superbatch}, merge gap {st.shape.merge_gap} B), "
+                f"reader {st.backend}")
+
     def close(self) -> None:
         self.source.close()
+
+
+def _peak_rss() -> int:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def write_json_atomic(path: Path, doc: dict[str, Any]) -> None:
@@ -293,6 +368,8 @@ def train(cfg: TrainConfig, ctx: DistContext | None = None) -> dict[str, Any]:
         trainer = Trainer(cfg, ctx)
         with Reporter(enabled=ctx.is_main and not cfg.quiet, world_size=ctx.world_size,
                       total_epochs=cfg.epochs) as rep:
+            if trainer.split is not None:
+                rep.lines(trainer.split.budget.lines() + [trainer.store_line()])
             metrics = trainer.run(rep)
             metrics["config"] = cfg.to_dict()
             if ctx.is_main and cfg.metrics_json is not None:

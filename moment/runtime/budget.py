@@ -1,0 +1,276 @@
+"""The memory budget of a training run: every large buffer is sized from it and accounted against it.
+
+Why: an out-of-core run must live inside the memory the machine (or its cgroup) gives it, with the
+features several times larger than that. Memory the kernel can take back (page cache) is not a cache
+the runtime can count on, and memory it cannot take back (anonymous pages, shared segments) is an OOM
+kill when it overflows. So the run states up front what it will hold, refuses when that does not fit,
+and gives the CPU cache and the read buffers only what is left.
+
+The budget is for the whole machine's share of the run (all local ranks and torchrun's agent), because
+that is what a cgroup bounds. Items are either per rank (each local rank holds its own copy) or
+shared (one copy on the machine: the graph structure's page cache, the static CPU cache segment).
+Every rank computes the same split from the same inputs, so the ranks agree without talking.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from moment.errors import MomentError
+from moment.sizes import parse_size
+
+MARGIN = 0.05  # of the budget, kept free for allocator slack and what we do not count
+MIN_MARGIN = 64 << 20
+AGENT_BYTES = 96 << 20  # torchrun's elastic agent (a Python process), when there is one
+
+
+def fmt_bytes(b: float) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(b) >= scale:
+            return f"{b / scale:.2f} {unit}"
+    return f"{int(b)} B"
+
+
+def _cgroup_limit() -> int | None:
+    """This process's cgroup memory limit (v1 or v2), None when unlimited or unknown."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, ctrl, path = line.split(":", 2)
+        if ctrl == "memory" or "memory" in ctrl.split(","):
+            f = Path("/sys/fs/cgroup/memory") / path.lstrip("/") / "memory.limit_in_bytes"
+        elif ctrl == "":
+            f = Path("/sys/fs/cgroup") / path.lstrip("/") / "memory.max"
+            if not f.is_file():
+                f = Path("/sys/fs/cgroup/unified") / path.lstrip("/") / "memory.max"
+        else:
+            continue
+        try:
+            text = f.read_text().strip()
+        except OSError:
+            continue
+        if text != "max" and int(text) < (1 << 60):
+            return int(text)
+    return None
+
+
+def _meminfo(key: str) -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def process_bytes() -> int:
+    """Resident memory of this process now (the interpreter, torch, the model: a rank's fixed cost)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 400 << 20
+
+
+def resolve_budget(spec: str | int | None) -> tuple[int | None, str]:
+    """The machine-wide budget in bytes and where it came from; (None, ...) when unbounded."""
+    if spec is None or spec == "":
+        return None, "none (no --memory-budget)"
+    if isinstance(spec, str) and spec.strip().lower() == "auto":
+        cg = _cgroup_limit()
+        avail = _meminfo("MemAvailable")
+        cands = [(v, w) for v, w in ((cg, "cgroup limit"), (avail, "MemAvailable")) if v]
+        if not cands:
+            raise MomentError("--memory-budget auto: cannot read a cgroup limit or /proc/meminfo",
+                              hint="give the budget in bytes, e.g. --memory-budget 3GiB")
+        v, what = min(cands)
+        margin = max(int(v * MARGIN), MIN_MARGIN)
+        return v - margin, f"auto: {what} {fmt_bytes(v)} less {fmt_bytes(margin)}"
+    total = _meminfo("MemTotal") or 0
+    b = parse_size(spec, total)
+    if b is None or b <= 0:
+        raise MomentError(f"--memory-budget must be positive, got {spec!r}")
+    return b, "given"
+
+
+@dataclass
+class Item:
+    name: str
+    bytes: int
+    shared: bool
+    note: str = ""
+
+
+@dataclass
+class MemoryBudget:
+    """The run's budget (None: unbounded, still accounted) and what is charged against it.
+
+    `charge` records a fixed need; `grant` hands out what is left (at most `want`); `check` raises when
+    the fixed needs alone exceed the budget, naming the minimum.
+    """
+
+    total: int | None
+    local_ranks: int = 1
+    source: str = ""
+    items: list[Item] = field(default_factory=list)
+
+    def _machine(self, it: Item) -> int:
+        return it.bytes if it.shared else it.bytes * self.local_ranks
+
+    @property
+    def used(self) -> int:
+        """Machine-wide bytes charged so far."""
+        return sum(self._machine(it) for it in self.items)
+
+    @property
+    def margin(self) -> int:
+        return 0 if self.total is None else max(int(self.total * MARGIN), MIN_MARGIN)
+
+    @property
+    def free(self) -> int | None:
+        return None if self.total is None else self.total - self.margin - self.used
+
+    def charge(self, name: str, nbytes: int, *, shared: bool = False, note: str = "") -> int:
+        self.items.append(Item(name, int(max(nbytes, 0)), shared, note))
+        return int(nbytes)
+
+    def check(self, what: str = "this run") -> None:
+        if self.total is not None and self.free < 0:
+            need = self.used + self.margin
+            raise MomentError(
+                f"--memory-budget {fmt_bytes(self.total)} is below the minimum {fmt_bytes(need)} {what} needs "
+                f"({self.summary(short=True)})",
+                hint=f"give at least --memory-budget {-(-need // 2**20)}MiB, or fewer ranks / a smaller batch")
+
+    def grant(self, name: str, want: int, *, shared: bool = False, share: float = 1.0, note: str = "") -> int:
+        """Charge min(want, share of what is free) and return it (per rank unless shared)."""
+        if self.total is None:
+            got = int(want)
+        else:
+            per = 1 if shared else self.local_ranks
+            got = int(min(want, max(self.free, 0) * share // per))
+        self.charge(name, got, shared=shared, note=note)
+        return got
+
+    def summary(self, short: bool = False) -> str:
+        parts = []
+        for it in self.items:
+            scope = "shared" if it.shared else (f"{self.local_ranks}x" if self.local_ranks > 1 else "")
+            s = f"{it.name} {fmt_bytes(self._machine(it))}" + (f" [{scope}]" if scope and not short else "")
+            if it.note and not short:
+                s += f" ({it.note})"
+            parts.append(s)
+        return ", ".join(parts)
+
+    def as_dict(self) -> dict:
+        return {"total": self.total, "source": self.source, "local_ranks": self.local_ranks,
+                "margin": self.margin if self.total else 0, "used": self.used,
+                "items": [{"name": it.name, "bytes": it.bytes, "shared": it.shared, "machine_bytes":
+                           self._machine(it), "note": it.note} for it in self.items]}
+
+    def lines(self) -> list[str]:
+        """How the budget is split, for people (printed at start by rank 0)."""
+        head = ("memory budget: " + (f"{fmt_bytes(self.total)} ({self.source})" if self.total is not None
+                                     else "unbounded (accounting only)")
+                + f", {self.local_ranks} local rank(s)")
+        out = [head]
+        for it in self.items:
+            scope = "shared" if it.shared else ("per rank" if self.local_ranks > 1 else "")
+            out.append(f"  {it.name:<22} {fmt_bytes(self._machine(it)):>11}  {scope:<8} {it.note}")
+        if self.total is not None:
+            out.append(f"  {'margin':<22} {fmt_bytes(self.margin):>11}")
+            out.append(f"  {'unassigned':<22} {fmt_bytes(max(self.free, 0)):>11}")
+        return out
+
+
+def under_torchrun() -> bool:
+    return "TORCHELASTIC_RUN_ID" in os.environ or "TORCHELASTIC_RESTART_COUNT" in os.environ
+
+
+@dataclass
+class RunShape:
+    """What a rank's memory needs depend on (plain numbers, so the split is testable without torch)."""
+
+    num_nodes: int
+    row_bytes: int
+    graph_bytes: int  # indptr + indices, memory-mapped, one copy per machine in the page cache
+    labels_bytes: int
+    rows_max: int  # the most rows one mini-batch touches (measured on sampled batches, with headroom)
+    edges_max: int
+    dst_rows: int  # first-layer targets of a batch (seeds x (1 + first fan-out))
+    hidden: int
+    depth: int  # prepared batches queued between gather and train
+    lookahead: int  # batches submitted before the first is completed
+    own_gpu_rows: int  # rows of this rank's GPU bins in the layout
+    layout_cpu_rows: int  # rows of the layout's CPU bins (the cache without a budget)
+    cpu_limit_rows: int | None  # --cpu-cache-limit
+    policy_changes: bool
+    policy_bytes_per_node: int
+    shape: str
+    staging_bytes: int
+    process_bytes: int
+    agent_bytes: int
+
+
+@dataclass
+class Split:
+    budget: MemoryBudget
+    gpu_rows: int
+    cpu_rows: int
+    buffer_bytes: int
+    shared_cache: bool
+
+
+def split_budget(total: int | None, source: str, local_ranks: int, r: RunShape) -> Split:
+    """Charge every fixed need, refuse if they do not fit, then size caches and read buffers.
+
+    Order of claims on what is left: the GPU-cache stand-in (CPU runs: at most a tenth), read buffers
+    (block reads: a third, at least two batches' misses), then the CPU cache takes the rest.
+    """
+    b = MemoryBudget(total, local_ranks, source)
+    rb = r.row_bytes
+    b.charge("process", r.process_bytes, note="interpreter, torch, model (measured RSS)")
+    if r.agent_bytes:
+        b.charge("torchrun agent", r.agent_bytes, shared=True)
+    b.charge("graph structure", r.graph_bytes, shared=True, note="indptr + indices, memory-mapped")
+    b.charge("labels", r.labels_bytes)
+    idx = r.num_nodes * (1 + 4)
+    b.charge("layout index", idx, note="bin + slot per node")
+    b.charge("slot map + policy", r.num_nodes * (4 + r.policy_bytes_per_node))
+    batch_ids = r.rows_max * 8 + r.edges_max * 16
+    b.charge("sampler", r.num_nodes * 8 + (r.lookahead + r.depth + 2) * batch_ids,
+             note=f"node map + {r.lookahead + r.depth + 2} sampled batches")
+    feat = r.rows_max * rb
+    b.charge("batch features", (r.depth + 2) * feat, note=f"{r.depth + 2} batches of {r.rows_max} rows")
+    b.charge("training", 2 * feat + r.dst_rows * r.hidden * 16, note="activations and gradients")
+    b.charge("staging", r.staging_bytes, note="reader windows")
+    min_buffers = 2 * feat
+    b.charge("read buffers (min)", min_buffers)
+    b.check()
+    b.items.pop()  # the minimum is granted below with the rest
+    want_gpu = r.own_gpu_rows * rb
+    gpu = b.grant("gpu cache stand-in", want_gpu, share=0.1) if want_gpu else 0
+    if r.shape == "block":
+        buffers = b.grant("read buffers", 1 << 40, share=1 / 3)
+        if buffers < min_buffers:
+            b.items.pop()
+            buffers = b.charge("read buffers", min_buffers)
+    else:
+        buffers = b.charge("read buffers", min_buffers)
+    shared = not r.policy_changes and local_ranks > 1
+    if total is None:
+        cpu_rows = r.layout_cpu_rows if r.cpu_limit_rows is None else r.cpu_limit_rows
+        b.charge("cpu cache", cpu_rows * rb, shared=shared, note="the layout's CPU bins" if
+                 r.cpu_limit_rows is None else "--cpu-cache-limit")
+    else:
+        want = r.num_nodes * rb if r.cpu_limit_rows is None else r.cpu_limit_rows * rb
+        cpu_rows = b.grant("cpu cache", want, shared=shared,
+                           note="one shared segment" if shared else "per rank") // rb
+    return Split(b, gpu // rb if rb else 0, int(cpu_rows), int(buffers), shared)

@@ -1,0 +1,70 @@
+"""Memory budget: the split is stated, fixed needs are charged, too small a budget is refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from moment.errors import MomentError
+from moment.runtime.budget import MemoryBudget, RunShape, resolve_budget, split_budget
+
+MiB = 2**20
+
+
+def _shape(**kw) -> RunShape:
+    base = dict(num_nodes=1_000_000, row_bytes=512, graph_bytes=64 * MiB, labels_bytes=MiB, rows_max=50_000,
+                edges_max=100_000, dst_rows=26_000, hidden=64, depth=2, lookahead=16, own_gpu_rows=5_000,
+                layout_cpu_rows=100_000, cpu_limit_rows=None, policy_changes=False, policy_bytes_per_node=1,
+                shape="block", staging_bytes=32 * MiB, process_bytes=300 * MiB, agent_bytes=96 * MiB)
+    base.update(kw)
+    return RunShape(**base)
+
+
+def test_split_fits_the_budget_and_fills_it():
+    total = 2048 * MiB
+    s = split_budget(total, "given", 2, _shape())
+    b = s.budget
+    assert b.used + b.margin <= total  # nothing over the budget
+    assert b.free < 2 * MiB  # the CPU cache took what was left
+    assert s.cpu_rows > 0 and s.shared_cache and s.buffer_bytes >= 2 * 50_000 * 512
+    names = [it.name for it in b.items]
+    for need in ("process", "graph structure", "layout index", "sampler", "read buffers", "cpu cache"):
+        assert need in names
+    assert "memory budget: 2.00 GiB" in b.lines()[0]
+
+
+def test_per_rank_items_count_once_per_rank():
+    one = split_budget(2048 * MiB, "given", 1, _shape(policy_changes=True))
+    two = split_budget(2048 * MiB, "given", 2, _shape(policy_changes=True))
+    assert not two.shared_cache  # a changing cache is per rank
+    assert two.cpu_rows < one.cpu_rows
+    proc = next(it for it in two.budget.items if it.name == "process")
+    assert two.budget._machine(proc) == 2 * proc.bytes
+
+
+def test_too_small_is_refused_with_the_minimum():
+    with pytest.raises(MomentError, match=r"below the minimum .* needs") as e:
+        split_budget(512 * MiB, "given", 2, _shape())
+    assert "--memory-budget" in str(e.value) and "MiB" in str(e.value)
+
+
+def test_unbounded_uses_the_layout_cpu_bins_or_the_limit():
+    assert split_budget(None, "none", 1, _shape()).cpu_rows == 100_000
+    assert split_budget(None, "none", 1, _shape(cpu_limit_rows=7)).cpu_rows == 7
+    assert split_budget(3 << 30, "given", 1, _shape(cpu_limit_rows=7)).cpu_rows == 7
+
+
+def test_resolve_budget():
+    assert resolve_budget(None)[0] is None
+    assert resolve_budget("3GiB")[0] == 3 << 30
+    v, how = resolve_budget("auto")
+    assert v > 0 and how.startswith("auto")
+    for bad in ("0", "lots", "-1GiB"):
+        with pytest.raises(MomentError):
+            resolve_budget(bad)
+
+
+def test_grant_never_exceeds_free():
+    b = MemoryBudget(1000 * MiB, 2)
+    b.charge("x", 100 * MiB)
+    got = b.grant("y", 1 << 40)
+    assert got * 2 + 200 * MiB + b.margin <= 1000 * MiB
