@@ -24,7 +24,7 @@ def test_split_fits_the_budget_and_fills_it():
     s = split_budget(total, "given", 2, _shape())
     b = s.budget
     assert b.used + b.margin <= total  # nothing over the budget
-    assert b.free < 2 * MiB  # the CPU cache took what was left
+    assert b.free < 2 * MiB or s.cpu_rows == 1_000_000  # the CPU cache took what was left (or everything)
     assert s.cpu_rows > 0 and s.shared_cache and s.buffer_bytes >= 2 * 50_000 * 512
     names = [it.name for it in b.items]
     for need in ("process", "graph structure", "layout index", "sampler", "read buffers", "cpu cache"):

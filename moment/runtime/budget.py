@@ -243,13 +243,14 @@ def split_budget(total: int | None, source: str, local_ranks: int, r: RunShape) 
     b.charge("labels", r.labels_bytes)
     idx = r.num_nodes * (1 + 4)
     b.charge("layout index", idx, note="bin + slot per node")
-    b.charge("slot map + policy", r.num_nodes * (4 + r.policy_bytes_per_node))
+    b.charge("cache policy state", r.num_nodes * r.policy_bytes_per_node + r.layout_cpu_rows * 16,
+             note="per-node state (slot map, next use) + cached ids")
     batch_ids = r.rows_max * 8 + r.edges_max * 16
     b.charge("sampler", r.num_nodes * 8 + (r.lookahead + r.depth + 2) * batch_ids,
              note=f"node map + {r.lookahead + r.depth + 2} sampled batches")
     feat = r.rows_max * rb
     b.charge("batch features", (r.depth + 2) * feat, note=f"{r.depth + 2} batches of {r.rows_max} rows")
-    b.charge("training", 2 * feat + r.dst_rows * r.hidden * 16, note="activations and gradients")
+    b.charge("training", feat + r.dst_rows * r.hidden * 8, note="activations and gradients")
     b.charge("staging", r.staging_bytes, note="reader windows")
     min_buffers = 2 * feat
     b.charge("read buffers (min)", min_buffers)
@@ -258,7 +259,7 @@ def split_budget(total: int | None, source: str, local_ranks: int, r: RunShape) 
     want_gpu = r.own_gpu_rows * rb
     gpu = b.grant("gpu cache stand-in", want_gpu, share=0.1) if want_gpu else 0
     if r.shape == "block":
-        buffers = b.grant("read buffers", 1 << 40, share=1 / 3)
+        buffers = b.grant("read buffers", 1 << 40 if total is not None else 4 * min_buffers, share=1 / 3)
         if buffers < min_buffers:
             b.items.pop()
             buffers = b.charge("read buffers", min_buffers)

@@ -74,7 +74,7 @@ class TrainConfig:
         """Batches decided together: a hyperbatch for block reads, Ginex's superbatch for Belady."""
         if self.superbatch is not None:
             return self.superbatch
-        return 8 if (self.io_shape == "block" or self.cache_policy != "static") else 1
+        return 4 if (self.io_shape == "block" or self.cache_policy != "static") else 1
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self).items()}
@@ -145,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
       help="how misses are read: block (default: a hyperbatch's misses in large merged reads, AGNES) or "
            "rows (each batch's rows, merged only within shared blocks)")
     a("--superbatch", type=int, metavar="BATCHES",
-      help="batches decided and read together (default 8 with --io-shape block or a Belady policy, else 1)")
+      help="batches decided and read together (default 4 with --io-shape block or a dynamic policy, else 1)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--features-in-memory", dest="features", action="store_const", const="memory",
                    help="baseline: the dataset's whole feature matrix in RAM (the correctness reference)")
@@ -157,7 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
     a("--io-backend", choices=["io_uring", "pthreads", "python"], help="default: fastest usable")
     a("--queue-depth", type=int, default=128)
     a("--io-merge-gap", type=int, metavar="BYTES",
-      help="merge SSD reads across gaps this small (default: 0 for rows, 32 KiB for block)")
+      help="merge SSD reads across gaps this small (default: 0 for rows; for block, per job the gap whose "
+           "reads cost least on the disk)")
     a("--io-max-request", type=int, metavar="BYTES", help="largest merged SSD read (default: 128 KiB for "
                                                           "rows, 1 MiB for block)")
     a("--buffered", dest="direct", action="store_false", help="read shards through the page cache")

@@ -6,11 +6,9 @@ Why one mechanism for every I/O shape: the shapes differ only in *which* rows ar
 * ``rows``  — each mini-batch's misses alone, merging only rows that share or touch an aligned
   block (per-row direct reads, the Hyperion/Moment path).
 * ``block`` — the misses of a whole hyperbatch (many mini-batches, AGNES) at once, merged across
-  gaps up to `merge_gap` bytes into large reads (up to `max_request`): reading a gap costs
-  gap / sequential bandwidth, a separate request costs 1 / IOPS, so a gap below their ratio
-  (1.2 GB/s / 45k IOPS ≈ 27 KB on this VM's disk) is cheaper to read through than to skip. Dense
-  regions become sequential scans and sparse tails stay row reads, with no threshold to tune per disk
-  beyond that ratio.
+  gaps into large reads (up to `max_request`): reading a gap costs gap / sequential bandwidth, a
+  separate request costs 1 / IOPS, so each job takes the merge gap whose plan costs least on the
+  disk (`Shape.cost`): dense hyperbatches become sequential scans, sparse ones stay row reads.
 
 A job's reads are grouped into windows of at most `window` bytes; the reader thread keeps `inflight`
 windows submitted to its own `IOStack` and copies the wanted rows out of each finished window into
@@ -22,6 +20,7 @@ buffers of jobs not yet consumed never exceed the pool (the memory budget's "rea
 from __future__ import annotations
 
 import collections
+import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -33,18 +32,39 @@ from moment.errors import MomentError
 from moment.io import IOStack, ReadBatch
 
 
+GAPS = (0, 4 << 10, 16 << 10, 64 << 10, 256 << 10)
+
+
 @dataclass(frozen=True)
 class Shape:
-    """How reads are grouped and merged (see the module docstring)."""
+    """How reads are grouped and merged (see the module docstring).
+
+    `merge_gap` -1 picks, per job, the gap among `GAPS` whose plan costs least on a disk that reads
+    `bandwidth` bytes/s sequentially and `iops` requests/s (defaults: this VM's disk, measured with dd
+    and bench/iostack.py; set MOMENT_IO_BANDWIDTH / MOMENT_IO_IOPS for another).
+    """
 
     name: str
     merge_gap: int
     max_request: int
+    bandwidth: float = 1.2e9
+    iops: float = 45e3
+
+    def cost(self, plan: Plan) -> float:
+        return plan.bytes / self.bandwidth + len(plan) / self.iops
+
+
+def _disk(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name, default))
+    except ValueError:
+        return default
 
 
 SHAPES = {
     "rows": Shape("rows", merge_gap=0, max_request=128 << 10),
-    "block": Shape("block", merge_gap=32 << 10, max_request=1 << 20),
+    "block": Shape("block", merge_gap=-1, max_request=1 << 20, bandwidth=_disk("MOMENT_IO_BANDWIDTH", 1.2e9),
+                   iops=_disk("MOMENT_IO_IOPS", 45e3)),
 }
 
 
@@ -247,8 +267,10 @@ class Reader:
 
     def _run(self, job: Job) -> None:
         sh = job.shape
-        plan = plan_runs(job.file, job.offset, self.row_bytes, self.align, sh.merge_gap,
-                         min(sh.max_request, self.window), self.sizes)
+        gaps = [g for g in GAPS if g <= sh.max_request] if sh.merge_gap < 0 else [sh.merge_gap]
+        plans = [plan_runs(job.file, job.offset, self.row_bytes, self.align, g, min(sh.max_request, self.window),
+                           self.sizes) for g in gaps]
+        plan = min(plans, key=sh.cost)  # first (smallest gap) on a tie
         job.requests = len(plan)
         job.bytes_read = plan.bytes
         wins = self._windows(plan)

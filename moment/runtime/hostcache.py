@@ -73,7 +73,7 @@ class HostCache:
     @classmethod
     def shared_segment(cls, key: str, capacity: int, row_bytes: int, *, creator: bool,
                        fill: Callable[[np.ndarray], None], barrier: Callable[[], None],
-                       timeout: float = 600.0) -> HostCache:
+                       timeout: float = 120.0) -> HostCache:
         """One segment for all local ranks: the creator fills it, all map it, then it is unlinked."""
         self = cls.__new__(cls)
         self.capacity, self.row_bytes, self.shared = int(capacity), int(row_bytes), True

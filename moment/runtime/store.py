@@ -29,6 +29,7 @@ dataset's features on every tier, policy and shape (tested).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import warnings
@@ -110,6 +111,21 @@ class _JobRef:
             self.job.dest = None
 
 
+class _FixedSlots:
+    """SlotMap's lookup for contents that never change: binary search over the sorted ids (8 B per
+    cached row instead of 4 B per node)."""
+
+    def __init__(self, ids: np.ndarray):
+        order = np.argsort(ids, kind="stable")
+        self.ids, self.slot = ids[order], order.astype(np.int64)
+
+    def lookup(self, ids: np.ndarray) -> np.ndarray:
+        return self.slot[np.searchsorted(self.ids, ids)]
+
+    def memory_bytes(self) -> int:
+        return self.ids.nbytes + self.slot.nbytes
+
+
 def _check_chunks(path: Path, s: Shard, chunks: np.ndarray | None = None) -> None:
     """Re-hash the given chunks (all when None) of a layout file against the manifest."""
     ks = range(len(s.chunk_sha256)) if chunks is None else chunks.tolist()
@@ -128,7 +144,7 @@ def hot_order(path: Path, manifest, limit: int | None = None) -> np.ndarray:
     """Node ids hottest first (the layout's pre-sampled order), the first `limit` of them."""
     if manifest.order_file is not None:
         order = np.load(path / manifest.order_file.path, mmap_mode="r")
-        return np.array(order[:limit] if limit is not None else order, dtype=np.int64)
+        return np.array(order[:limit] if limit is not None else order)
     # older layouts: cache bins in list order, then SSD rows by slot (each shard is hottest first)
     idx = np.load(path / manifest.index.path, mmap_mode="r")
     parts = [np.load(path / f.path) for f in manifest.cache_lists.values()]
@@ -170,8 +186,8 @@ class TieredFeatureStore(FeatureStore):
         if shape not in SHAPES:
             raise MomentError(f"I/O shape {shape!r}: choose one of {', '.join(SHAPES)}")
         sh = SHAPES[shape]
-        self.shape = type(sh)(shape, sh.merge_gap if merge_gap is None else int(merge_gap),
-                              sh.max_request if max_request is None else int(max_request))
+        self.shape = dataclasses.replace(sh, merge_gap=sh.merge_gap if merge_gap is None else int(merge_gap),
+                                         max_request=sh.max_request if max_request is None else int(max_request))
         self.superbatch = max(1, int(superbatch))
         self._check_files()
         self._load_index()
@@ -209,17 +225,23 @@ class TieredFeatureStore(FeatureStore):
         # cpu tier: the policy's contents in a HostCache; a slot map node -> slot
         self.policy_name = policy
         order = hot_order(self.path, m)
-        if self.gpu_rows:
-            order = order[~self._on_gpu(order)]
+        rank = np.empty(n, np.int32 if n < 2**31 else np.int64)
+        rank[order] = np.arange(n, dtype=rank.dtype)
+        if self.gpu_rows:  # rows on this rank's GPU tier never need the CPU cache
+            on = self._on_gpu(order)
+            rank[order[on]] = n - 1
+            order = order[~on]
         cap = min(cap, order.shape[0])
-        hotness = np.zeros(n, dtype=np.int64)
-        hotness[order] = np.arange(order.shape[0], 0, -1)
-        self.policy = make_policy(policy, cap, n, hotness=hotness)
-        initial = order[:cap]
-        del order, hotness
+        self.policy = make_policy(policy, cap, n, rank=rank)
+        initial = np.array(order[:cap], dtype=np.int64)
+        del order
         self.policy.reset(initial)
-        self.slots = SlotMap(cap, n)
-        self.slots.fill(initial)
+        del rank
+        if self.policy.changes:
+            self.slots = SlotMap(cap, n)
+            self.slots.fill(initial)
+        else:  # a fixed cache needs no node-sized map: its ids sorted, and their slots
+            self.slots = _FixedSlots(initial)
         shared = (shared_cache if shared_cache is not None
                   else (not self.policy.changes and self.local_world_size > 1 and barrier is not None))
         if shared and (why := shm_room(cap * rb)):

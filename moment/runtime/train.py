@@ -69,7 +69,7 @@ def _batch_extent(cfg: TrainConfig, graph: CSRGraph, batches: SeedBatches, fanou
 
 
 def plan_memory(cfg: TrainConfig, ds: GraphDataset, ctx: DistContext, graph: CSRGraph, batches: SeedBatches,
-                fanouts: list[int], hidden: int) -> Split:
+                fanouts: list[int], hidden: int, base_rss: int) -> Split:
     """Split the memory budget for a tiered run (see budget.split_budget); refuses a budget too small."""
     from moment.placement.reader import load_manifest
 
@@ -80,6 +80,9 @@ def plan_memory(cfg: TrainConfig, ds: GraphDataset, ctx: DistContext, graph: CSR
     lw = max(ctx.local_world_size, 1)
     own_gpu = sum(s.rows for j, s in enumerate(gpu_bins) if j % lw == ctx.local_rank % lw)
     rows_max, edges_max = _batch_extent(cfg, graph, batches, fanouts)
+    # every rank must size the same (the shared cache is one segment): agree on the largest needs
+    agreed = ctx.all_reduce(torch.tensor([rows_max, edges_max, base_rss], dtype=torch.float64), op="max")
+    rows_max, edges_max, base_rss = (int(x) for x in agreed.tolist())
     rows_max = min(rows_max, n)
     sb = cfg.resolved_superbatch()
     shape = RunShape(
@@ -90,8 +93,8 @@ def plan_memory(cfg: TrainConfig, ds: GraphDataset, ctx: DistContext, graph: CSR
         lookahead=2 * sb if sb > 1 else 2, own_gpu_rows=own_gpu,
         layout_cpu_rows=sum(s.rows for s in m.shards if s.kind == "cpu"),
         cpu_limit_rows=None if cfg.cpu_cache_limit is None else parse_size(cfg.cpu_cache_limit, n * rb) // rb,
-        policy_changes=cfg.cache_policy != "static", policy_bytes_per_node=16 if cfg.cache_policy != "static" else 1,
-        shape=cfg.io_shape, staging_bytes=4 * ((8 << 20) + m.row.align), process_bytes=process_bytes(),
+        policy_changes=cfg.cache_policy != "static", policy_bytes_per_node=14 if cfg.cache_policy != "static" else 1,
+        shape=cfg.io_shape, staging_bytes=4 * ((8 << 20) + m.row.align), process_bytes=base_rss,
         agent_bytes=AGENT_BYTES if under_torchrun() else 0)
     return split_budget(total, how, lw, shape)
 
@@ -122,6 +125,7 @@ class Trainer:
 
     def __init__(self, cfg: TrainConfig, ctx: DistContext):
         self.cfg, self.ctx = cfg, ctx
+        base_rss = process_bytes()  # interpreter + torch, before any data is touched
         self.ds = GraphDataset.open(dataset_dir(cfg))
         self.fanouts = cfg.resolved_fanouts()
         train_idx = np.asarray(self.ds.train_idx)
@@ -137,7 +141,7 @@ class Trainer:
         self.split = None
         if cfg.features == "tiered":
             hidden = cfg.hidden or (256 if cfg.model == "sage" else 512)
-            self.split = plan_memory(cfg, self.ds, ctx, self.graph, self.batches, self.fanouts, hidden)
+            self.split = plan_memory(cfg, self.ds, ctx, self.graph, self.batches, self.fanouts, hidden, base_rss)
         self.source = make_source(cfg, self.ds, ctx, self.split)
         labels = torch.from_numpy(np.array(self.ds.labels))
         self.pipe = Pipeline(self.graph, self.fanouts, self.source, labels, ctx.device, depth=cfg.depth,
@@ -331,7 +335,8 @@ class Trainer:
         st = self.source
         return (f"cache policy {self.cfg.cache_policy}: {st.cache.capacity} rows "
                 f"({'shared' if st.shared_cache else 'per rank'}), gpu stand-in {st.gpu_rows} rows; "
-                f"I/O shape {st.shape.name} (superbatch {st.superbatch}, merge gap {st.shape.merge_gap} B), "
+                f"I/O shape {st.shape.name} (superbatch {st.superbatch}, merge gap "
+                f"{'per job, by cost' if st.shape.merge_gap < 0 else f'{st.shape.merge_gap} B'}), "
                 f"reader {st.backend}")
 
     def close(self) -> None:
