@@ -14,7 +14,7 @@ from moment.caching import POLICIES, SlotMap, make_policy
 def brute_force_min_misses(batches: list[np.ndarray], capacity: int, initial: frozenset) -> int:
     """Exhaustive: after each batch choose any subset of (cache ∪ batch) of size <= capacity."""
 
-    @functools.lru_cache(maxsize=None)
+    @functools.cache
     def best(t: int, cache: frozenset) -> int:
         if t == len(batches):
             return 0
