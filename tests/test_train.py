@@ -137,6 +137,23 @@ def test_torchrun_two_ranks(two_ranks, reference):
 
 
 @pytest.mark.slow
+def test_two_ranks_every_policy_and_shape_match_the_memmap_baseline(setup, two_ranks, tmp_path):
+    """Same batches, same bytes on every rank: a shared CPU cache, a per-rank Belady cache, block and
+    row reads, and a memory budget all give the memmap baseline's loss curve exactly."""
+    root, ds, layout = setup
+    base = tmp_path / "base.json"
+    _torchrun(_args(layout, base, "--dataset", str(ds.path), "--features-memmap", "--no-pipeline"))
+    ref = json.loads(base.read_text())["loss_curve"]
+    assert two_ranks["loss_curve"] == ref
+    out = tmp_path / "b.json"
+    _torchrun(_args(layout, out, "--cache-policy", "belady-superbatch", "--io-shape", "rows",
+                    "--memory-budget", "3GiB"))
+    m = json.loads(out.read_text())
+    assert m["loss_curve"] == ref and m["cache_policy"] == "belady-superbatch"
+    assert m["memory"]["total"] == 3 << 30 and m["memory"]["used"] <= 3 << 30
+
+
+@pytest.mark.slow
 def test_torchrun_killed_rank_resumes_from_checkpoint(setup, two_ranks, tmp_path):
     _, _, layout = setup
     out = tmp_path / "m.json"

@@ -91,8 +91,7 @@ def resolve_budget(spec: str | int | None) -> tuple[int | None, str]:
             raise MomentError("--memory-budget auto: cannot read a cgroup limit or /proc/meminfo",
                               hint="give the budget in bytes, e.g. --memory-budget 3GiB")
         v, what = min(cands)
-        margin = max(int(v * MARGIN), MIN_MARGIN)
-        return v - margin, f"auto: {what} {fmt_bytes(v)} less {fmt_bytes(margin)}"
+        return v, f"auto: the {what} (the split keeps a margin of it free)"
     total = _meminfo("MemTotal") or 0
     b = parse_size(spec, total)
     if b is None or b <= 0:
@@ -275,3 +274,27 @@ def split_budget(total: int | None, source: str, local_ranks: int, r: RunShape) 
         cpu_rows = b.grant("cpu cache", want, shared=shared,
                            note="one shared segment" if shared else "per rank") // rb
     return Split(b, gpu // rb if rb else 0, int(cpu_rows), int(buffers), shared)
+
+
+def lock_resident(array) -> str:
+    """mlock a memory-mapped array's pages so reclaim cannot evict them ("" on success, else why not).
+
+    The graph structure is read at random by the sampler; under a tight cgroup the kernel would evict
+    its pages first and every sampled neighbour list would become a disk read. Its size is charged to
+    the budget, so holding it resident costs nothing the split did not count.
+    """
+    import ctypes
+    import ctypes.util
+
+    import numpy as np
+
+    a = np.asarray(array)
+    if a.nbytes == 0:
+        return ""
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    addr = a.__array_interface__["data"][0]
+    page = os.sysconf("SC_PAGE_SIZE")
+    start = addr - addr % page
+    if libc.mlock(ctypes.c_void_p(start), ctypes.c_size_t(addr + a.nbytes - start)) != 0:
+        return os.strerror(ctypes.get_errno())
+    return ""

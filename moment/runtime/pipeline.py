@@ -21,18 +21,13 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields
 
-import numpy as np
 import torch
 
 from moment.runtime.sources import FeatureSource
 from moment.workload.sampler import CSRGraph, MiniBatch, NeighborSampler
+from moment.workload.seeds import mix
 
 _DONE = object()
-
-
-def mix(*parts: int) -> int:
-    """A 63-bit seed from integers; different tuples give independent streams."""
-    return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1, dtype=np.uint64)[0] >> 1)
 
 
 @dataclass

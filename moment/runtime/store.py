@@ -41,7 +41,7 @@ import numpy as np
 import torch
 from torch_geometric.data import FeatureStore, TensorAttr
 
-from moment.caching import SlotMap, make_policy
+from moment.caching import POLICIES, SlotMap, make_policy
 from moment.errors import MomentError
 from moment.placement.manifest import Shard
 from moment.placement.reader import load_manifest, shard_path
@@ -224,11 +224,19 @@ class TieredFeatureStore(FeatureStore):
 
         # cpu tier: the policy's contents in a HostCache; a slot map node -> slot
         self.policy_name = policy
+        if policy not in POLICIES:
+            raise MomentError(f"unknown cache policy {policy!r}: choose one of {', '.join(POLICIES)}")
+        shared = (shared_cache if shared_cache is not None
+                  else (not POLICIES[policy].changes and self.local_world_size > 1 and barrier is not None))
+        if shared and (why := shm_room(cap * rb)):
+            warnings.warn(f"shared CPU cache not possible ({why}); each rank keeps its own", stacklevel=2)
+            shared = False
+        self.shared_cache = bool(shared)
         order = hot_order(self.path, m)
         rank = np.empty(n, np.int32 if n < 2**31 else np.int64)
         rank[order] = np.arange(n, dtype=rank.dtype)
-        if self.gpu_rows:  # rows on this rank's GPU tier never need the CPU cache
-            on = self._on_gpu(order)
+        if self.gpu_rows and not self.shared_cache:  # rows on this rank's GPU tier need no CPU copy
+            on = self._on_gpu(order)  # (a shared cache holds the same rows for every rank)
             rank[order[on]] = n - 1
             order = order[~on]
         cap = min(cap, order.shape[0])
@@ -242,12 +250,6 @@ class TieredFeatureStore(FeatureStore):
             self.slots.fill(initial)
         else:  # a fixed cache needs no node-sized map: its ids sorted, and their slots
             self.slots = _FixedSlots(initial)
-        shared = (shared_cache if shared_cache is not None
-                  else (not self.policy.changes and self.local_world_size > 1 and barrier is not None))
-        if shared and (why := shm_room(cap * rb)):
-            warnings.warn(f"shared CPU cache not possible ({why}); each rank keeps its own", stacklevel=2)
-            shared = False
-        self.shared_cache = bool(shared)
         if self.shared_cache:
             key = hashlib.sha256(f"{self.path.absolute()}|{cap}|{os.environ.get('TORCHELASTIC_RUN_ID', '')}|"
                                  f"{os.environ.get('TORCHELASTIC_RESTART_COUNT', '')}|"

@@ -1,0 +1,104 @@
+"""The feature-access trace of one rank: the node ids each of its mini-batches reads, in training order.
+
+Why exactly the runtime's batches: the cache simulator's prediction is compared with the training
+run's measured hit rate, so the trace is sampled the way `moment.runtime.pipeline.Pipeline` samples:
+seeds from `SeedBatches(rank, world_size)`, batch i of epoch e from a sampler re-seeded with
+mix(seed, e, rank, i).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from moment.errors import MomentError
+from moment.workload.graph import GraphDataset
+from moment.workload.seeds import mix
+
+
+@dataclass
+class Trace:
+    ids: np.ndarray  # int64, every batch's node ids concatenated
+    offsets: np.ndarray  # int64, batches + 1
+    num_nodes: int
+    row_bytes: int
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return int(self.offsets.shape[0] - 1)
+
+    def batch(self, t: int) -> np.ndarray:
+        return self.ids[self.offsets[t] : self.offsets[t + 1]]
+
+    def batches(self) -> list[np.ndarray]:
+        return [self.batch(t) for t in range(len(self))]
+
+    @property
+    def total_accesses(self) -> int:
+        return int(self.ids.shape[0])
+
+    def save(self, path: str | Path) -> Path:
+        p = Path(path)
+        tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
+        try:
+            with open(tmp, "wb") as f:
+                np.savez(f, ids=self.ids, offsets=self.offsets,
+                         info=np.array([self.num_nodes, self.row_bytes], np.int64))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, p)
+        except OSError as e:
+            tmp.unlink(missing_ok=True)
+            raise MomentError(f"cannot write the trace: {e.strerror}", source=str(p)) from None
+        return p
+
+    @classmethod
+    def load(cls, path: str | Path) -> Trace:
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                n, rb = (int(x) for x in z["info"])
+                return cls(z["ids"], z["offsets"], n, rb)
+        except (OSError, KeyError, ValueError) as e:
+            raise MomentError(f"not a Moment trace file ({e})", source=str(path)) from None
+
+
+def sample_trace(dataset: GraphDataset, fanouts: Sequence[int], batch_size: int, *, seed: int = 0, epochs: int = 1,
+                 rank: int = 0, world_size: int = 1, in_memory: bool = False,
+                 progress: Callable[[int, int], None] | None = None) -> Trace:
+    """Rank `rank`'s batches for `epochs` epochs, sampled as the training runtime samples them."""
+    import torch
+
+    from moment.workload.sampler import CSRGraph, NeighborSampler, SeedBatches
+
+    if batch_size <= 0 or epochs <= 0 or not fanouts or any(int(f) <= 0 for f in fanouts):
+        raise MomentError("batch size, epochs and fan-outs must be positive")
+    if not 0 <= rank < world_size:
+        raise MomentError(f"need 0 <= rank < ranks, got rank {rank} of {world_size}")
+    seeds = SeedBatches(np.asarray(dataset.train_idx), batch_size, seed=seed, rank=rank, world_size=world_size)
+    total = len(seeds) * epochs
+    if total == 0:
+        raise MomentError(f"the train split is too small for {world_size} ranks", source=str(dataset.path))
+    sampler = NeighborSampler(CSRGraph.from_dataset(dataset, in_memory=in_memory), [int(f) for f in fanouts])
+    parts, done = [], 0
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for e in range(epochs):
+            for i, b in enumerate(seeds.epoch(e)):
+                sampler.generator.manual_seed(mix(seed, e, rank, i))
+                parts.append(sampler.sample(b).n_id.numpy())
+                done += 1
+                if progress:
+                    progress(done, total)
+    finally:
+        torch.set_num_threads(old)
+    lens = np.array([p.shape[0] for p in parts], np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    meta = {"dataset": str(dataset.path), "fanouts": [int(f) for f in fanouts], "batch_size": int(batch_size),
+            "seed": seed, "epochs": epochs, "rank": rank, "world_size": world_size}
+    return Trace(np.concatenate(parts).astype(np.int64), offsets, dataset.num_nodes, dataset.row_bytes, meta)
