@@ -163,3 +163,22 @@ def test_torchrun_killed_rank_resumes_from_checkpoint(setup, two_ranks, tmp_path
     assert m["resumed_from_step"] == 3
     np.testing.assert_allclose(m["loss_curve"], two_ranks["loss_curve"], rtol=1e-6)
     assert m["val_accuracy"] == two_ranks["val_accuracy"]
+
+
+def test_budget_below_the_minimum_is_refused(setup, capsys):
+    _, _, layout = setup
+    with pytest.raises(MomentError, match=r"--memory-budget 50.00 MiB is below the minimum .* needs"):
+        train(_cfg(layout, memory_budget="50MiB"))
+    assert train_mod.main(["--layout", str(layout), "--memory-budget", "50MiB", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "minimum" in err and "Traceback" not in err
+
+
+def test_budget_split_is_stated_and_respected(setup):
+    _, ds, layout = setup
+    m = train(_cfg(layout, epochs=1, memory_budget="1GiB"))
+    mem = m["memory"]
+    assert mem["total"] == 1 << 30 and mem["used"] + mem["margin"] <= mem["total"]
+    names = {it["name"] for it in mem["items"]}
+    assert {"graph structure", "layout index", "cpu cache", "read buffers", "sampler"} <= names
+    assert m["cpu_hit_rate"] is not None

@@ -21,7 +21,7 @@ from pathlib import Path
 from moment.errors import MomentError
 from moment.sizes import parse_size
 
-MARGIN = 0.05  # of the budget, kept free for allocator slack and what we do not count
+MARGIN = 0.05  # of the budget, kept free for allocator slack, page tables, thread stacks and what we do not count
 MIN_MARGIN = 64 << 20
 AGENT_BYTES = 96 << 20  # torchrun's elastic agent (a Python process), when there is one
 
@@ -276,25 +276,20 @@ def split_budget(total: int | None, source: str, local_ranks: int, r: RunShape) 
     return Split(b, gpu // rb if rb else 0, int(cpu_rows), int(buffers), shared)
 
 
-def lock_resident(array) -> str:
-    """mlock a memory-mapped array's pages so reclaim cannot evict them ("" on success, else why not).
 
-    The graph structure is read at random by the sampler; under a tight cgroup the kernel would evict
-    its pages first and every sampled neighbour list would become a disk read. Its size is charged to
-    the budget, so holding it resident costs nothing the split did not count.
+def return_freed_memory() -> None:
+    """Make glibc hand large freed buffers back to the kernel at once.
+
+    Batch-sized arrays are allocated and freed by several threads; with glibc's dynamic mmap threshold
+    they end up in per-thread arenas that keep the pages after free, so the process holds more than
+    the budget counts. A fixed 1 MiB threshold (and few arenas) returns them; no effect off glibc.
     """
     import ctypes
     import ctypes.util
 
-    import numpy as np
-
-    a = np.asarray(array)
-    if a.nbytes == 0:
-        return ""
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    addr = a.__array_interface__["data"][0]
-    page = os.sysconf("SC_PAGE_SIZE")
-    start = addr - addr % page
-    if libc.mlock(ctypes.c_void_p(start), ctypes.c_size_t(addr + a.nbytes - start)) != 0:
-        return os.strerror(ctypes.get_errno())
-    return ""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.mallopt(-3, 1 << 20)  # M_MMAP_THRESHOLD
+        libc.mallopt(-8, 2)  # M_ARENA_MAX
+    except (OSError, AttributeError):
+        pass

@@ -26,8 +26,8 @@ from moment.runtime.budget import (
     AGENT_BYTES,
     RunShape,
     Split,
-    lock_resident,
     process_bytes,
+    return_freed_memory,
     resolve_budget,
     split_budget,
     under_torchrun,
@@ -148,10 +148,8 @@ class Trainer:
         # the graph stays memory-mapped (its size is charged to the budget); labels in their own small dtype
         self.graph = CSRGraph.from_dataset(self.ds, in_memory=cfg.features == "memory")
         self.split = None
-        self.graph_locked = ""
         if cfg.features == "tiered":
-            why = lock_resident(self.ds.indptr) or lock_resident(self.ds.indices)
-            self.graph_locked = "resident (mlock)" if not why else f"not locked ({why}): may be reclaimed"
+            return_freed_memory()
             hidden = cfg.hidden or (256 if cfg.model == "sage" else 512)
             self.split = plan_memory(cfg, self.ds, ctx, self.graph, self.batches, self.fanouts, hidden, base_rss)
         self.source = make_source(cfg, self.ds, ctx, self.split)
@@ -349,7 +347,7 @@ class Trainer:
                 f"({'shared' if st.shared_cache else 'per rank'}), gpu stand-in {st.gpu_rows} rows; "
                 f"I/O shape {st.shape.name} (superbatch {st.superbatch}, merge gap "
                 f"{'per job, by cost' if st.shape.merge_gap < 0 else f'{st.shape.merge_gap} B'}), "
-                f"reader {st.backend}; graph structure {self.graph_locked}")
+                f"reader {st.backend}")
 
     def close(self) -> None:
         self.source.close()
