@@ -198,7 +198,8 @@ def report(prefix: str, m: dict) -> None:
         items = {it["name"]: it["machine_bytes"] for it in m["memory"]["items"]}
         print(f"{prefix}_cpu_cache_MiB: {items.get('cpu cache', 0) / 2**20:.0f}")
         print(f"{prefix}_read_buffers_MiB: {items.get('read buffers', 0) / 2**20:.0f}")
-        print(f"{prefix}_cpu_hit_rate: {m['cpu_hit_rate']:.4f}")
+        print(f"{prefix}_cpu_hit_rate: {m['cpu_hit_rate']:.4f}  (of rows not on the GPU tier)")
+        print(f"{prefix}_hit_rate: {m['memory_hit_rate']:.4f}  (GPU stand-in or CPU cache, all ranks and epochs)")
         print(f"{prefix}_ssd_requests: {m['ssd_requests']}")
         ssd = m["tier_bytes"].get("ssd", 0)
         print(f"{prefix}_ssd_rows_MB: {ssd / 1e6:.0f}")
@@ -286,7 +287,7 @@ def main() -> int:
         report(name, m)
         pred = predicted_hit_rate(ds_dir, layout, m, a)
         if pred is not None:
-            print(f"{name}_cpu_hit_rate_simulated_rank0_epoch0: {pred:.4f}")
+            print(f"{name}_hit_rate_simulated: {pred:.4f}  (cache simulator, rank 0, epoch 0, same capacity and policy)")
         print(flush=True)
     if not a.skip_baseline:
         bl_args = ["--features-memmap", "--no-pipeline", *([] if a.baseline_readahead else ["--memmap-random"]),

@@ -322,6 +322,8 @@ class Trainer:
             "cpu_hit_rate": (int(s[8 + k + names.index("cpu")]) / max(1, int(s[8 + k + names.index("cpu")])
                                                                       + int(s[8 + k + names.index("ssd")]))
                              if "cpu" in names and "ssd" in names else None),
+            "memory_hit_rate": (1 - int(s[8 + k + names.index("ssd")]) / max(1, sum(int(s[8 + k + i]) for i in
+                                range(k))) if "ssd" in names else None),
             "peak_rss_bytes": int(ctx.all_reduce(torch.tensor([_peak_rss()], dtype=torch.float64), op="max")[0]),
             "memory": self.split.budget.as_dict() if self.split is not None else None,
             "cache_policy": self.cfg.cache_policy if self.split is not None else None,
