@@ -182,3 +182,13 @@ def test_budget_split_is_stated_and_respected(setup):
     names = {it["name"] for it in mem["items"]}
     assert {"graph structure", "layout index", "cpu cache", "read buffers", "sampler"} <= names
     assert m["cpu_hit_rate"] is not None
+
+
+def test_moment_train_refuses_a_small_budget_before_starting_ranks(setup, capsys):
+    from moment.cli import main
+
+    _, _, layout = setup
+    assert main(["train", "--nproc", "2", "--layout", str(layout), "--memory-budget", "200MiB"]) == 2
+    err = capsys.readouterr().err
+    assert "below the minimum" in err and "--memory-budget" in err and "Traceback" not in err
+    assert main(["train", "--layout", str(layout), "--memory-budget", "lots"]) == 2

@@ -34,7 +34,7 @@ def _check_torch() -> None:
                               hint="pip install -e .[train]")
 
 
-def _precheck(args: list[str]) -> None:
+def _precheck(args: list[str], nproc: int = 1) -> None:
     """Catch user errors (bad flags, missing layout or dataset) here, before torchrun starts N ranks."""
     from moment.runtime.config import parse_args
     from moment.runtime.train import dataset_dir
@@ -45,7 +45,29 @@ def _precheck(args: list[str]) -> None:
         from moment.placement.reader import load_manifest
 
         load_manifest(cfg.layout)
-    GraphDataset.open(dataset_dir(cfg))
+    ds = GraphDataset.open(dataset_dir(cfg))
+    if cfg.memory_budget and cfg.features == "tiered":
+        _check_budget(cfg, ds, nproc)
+
+
+def _check_budget(cfg, ds, nproc: int) -> None:
+    """Split the budget here as rank 0 will, so a budget below the minimum is one message, not N."""
+    import numpy as np
+    import torch
+
+    from moment.runtime.budget import process_bytes
+    from moment.runtime.dist import DistContext
+    from moment.runtime.train import plan_memory
+    from moment.workload.sampler import CSRGraph, SeedBatches
+
+    base = process_bytes()
+    ctx = DistContext(0, 0, nproc, nproc, torch.device("cpu"), None)
+    train_idx = np.asarray(ds.train_idx)
+    bs = cfg.resolved_batch_size(train_idx.size, nproc)
+    batches = SeedBatches(train_idx, bs, seed=cfg.seed, rank=0, world_size=nproc)
+    hidden = cfg.hidden or (256 if cfg.model == "sage" else 512)
+    plan_memory(cfg, ds, ctx, CSRGraph.from_dataset(ds, in_memory=False), batches, cfg.resolved_fanouts(),
+                hidden, base, agent=True)
 
 
 @app.command(
@@ -53,7 +75,8 @@ def _precheck(args: list[str]) -> None:
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
     epilog="Every other option goes to `python -m moment.train` (run `python -m moment.train --help`): "
     "--layout, --model, --epochs, --metrics-json, --dataset, --fanouts, --batch-size, --hidden, --layers, "
-    "--lr, --seed, --checkpoint-dir, --checkpoint-every, --resume, --cpu-cache-limit, --features-in-memory, "
+    "--lr, --seed, --checkpoint-dir, --checkpoint-every, --resume, --memory-budget, --cache-policy, --io-shape, "
+    "--superbatch, --cpu-cache-limit, --features-in-memory, "
     "--features-memmap, --io-backend, --verify, --no-pipeline, --device, --quiet.",
 )
 def train(
@@ -67,7 +90,7 @@ def train(
     _check_torch()
     if not ctx.args:
         raise MomentError("nothing to train: pass at least --layout LAYOUT (see --help)")
-    _precheck(list(ctx.args))
+    _precheck(list(ctx.args), nproc)
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
     code = subprocess.call(torchrun_command(nproc, list(ctx.args), max_restarts), env=env)

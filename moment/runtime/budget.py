@@ -258,7 +258,8 @@ def split_budget(total: int | None, source: str, local_ranks: int, r: RunShape) 
     want_gpu = r.own_gpu_rows * rb
     gpu = b.grant("gpu cache stand-in", want_gpu, share=0.1) if want_gpu else 0
     if r.shape == "block":
-        buffers = b.grant("read buffers", 1 << 40 if total is not None else 4 * min_buffers, share=1 / 3)
+        most = max(min_buffers, 2 * r.num_nodes * rb)  # more than twice the features buys nothing
+        buffers = b.grant("read buffers", most if total is not None else min(most, 4 * min_buffers), share=1 / 3)
         if buffers < min_buffers:
             b.items.pop()
             buffers = b.charge("read buffers", min_buffers)

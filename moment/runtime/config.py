@@ -93,6 +93,10 @@ class TrainConfig:
             raise MomentError("--checkpoint-every must be >= 0")
         if (self.checkpoint_every or self.resume) and self.checkpoint_dir is None:
             raise MomentError("--checkpoint-every/--resume need --checkpoint-dir")
+        if self.memory_budget not in (None, "", "auto"):
+            from moment.runtime.budget import resolve_budget
+
+            resolve_budget(self.memory_budget)
         if self.superbatch is not None and self.superbatch < 1:
             raise MomentError(f"--superbatch must be >= 1 (got {self.superbatch})")
         if self.model not in ("sage", "gat"):

@@ -78,7 +78,7 @@ def _batch_extent(cfg: TrainConfig, graph: CSRGraph, batches: SeedBatches, fanou
 
 
 def plan_memory(cfg: TrainConfig, ds: GraphDataset, ctx: DistContext, graph: CSRGraph, batches: SeedBatches,
-                fanouts: list[int], hidden: int, base_rss: int) -> Split:
+                fanouts: list[int], hidden: int, base_rss: int, agent: bool | None = None) -> Split:
     """Split the memory budget for a tiered run (see budget.split_budget); refuses a budget too small."""
     from moment.placement.reader import load_manifest
 
@@ -104,7 +104,7 @@ def plan_memory(cfg: TrainConfig, ds: GraphDataset, ctx: DistContext, graph: CSR
         cpu_limit_rows=None if cfg.cpu_cache_limit is None else parse_size(cfg.cpu_cache_limit, n * rb) // rb,
         policy_changes=cfg.cache_policy != "static", policy_bytes_per_node=14 if cfg.cache_policy != "static" else 1,
         shape=cfg.io_shape, staging_bytes=4 * ((8 << 20) + m.row.align), process_bytes=base_rss,
-        agent_bytes=AGENT_BYTES if under_torchrun() else 0)
+        agent_bytes=AGENT_BYTES if (under_torchrun() if agent is None else agent) else 0)
     return split_budget(total, how, lw, shape)
 
 
