@@ -172,3 +172,23 @@ def test_o_direct_is_used(data):
     assert store.stack.direct
     store.close()
 
+
+
+def test_shared_segment_is_unlinked_and_stale_ones_are_removed(tmp_path):
+    import subprocess
+    import sys
+
+    from moment.runtime import hostcache
+
+    if hostcache.shm_room(1 << 20):
+        pytest.skip(hostcache.shm_room(1 << 20))
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    stale = hostcache.SHM / f"{hostcache.PREFIX}testkey-{dead}"
+    stale.write_bytes(b"x")  # left by a creator that died before unlinking
+    filled = []
+    c = hostcache.HostCache.shared_segment("unit", 10, 16, creator=True,
+                                           fill=lambda rows: (rows.fill(7), filled.append(1)), barrier=lambda: None)
+    assert not stale.exists() and filled and (c.rows == 7).all()
+    assert not list(hostcache.SHM.glob(f"{hostcache.PREFIX}unit-*"))  # unlinked once mapped
+    c.close()
