@@ -9,6 +9,8 @@ cgroup, so no system can keep the features in memory the bound does not give it.
 * moment            `python -m moment.train --memory-budget auto` (the budget is the cgroup's limit
                     less a margin) with its default cache policy and I/O shape;
 * moment-<variant>  the same with another policy or shape (`--variants`, e.g. rows, lru, belady);
+                    `packed` first writes the DiskGNN pack (`moment data pack`) for these batches,
+                    leaving out the rows the default run's CPU cache held; its time and size print;
 * baseline          features from a numpy memmap of features.npy indexed per batch, stages one after
                     the other (what PyG code does when features do not fit), MADV_RANDOM (the plain
                     read-around memmap reads ~8x more here; `--baseline-readahead` runs it anyway).
@@ -46,6 +48,7 @@ VARIANTS = {
     "static": ["--cache-policy", "static"],
     "lru": ["--cache-policy", "lru"],
     "belady": ["--cache-policy", "belady-superbatch"],
+    "packed": ["--io-shape", "packed"],
 }
 DEFAULT = ["--cache-policy", "static", "--io-shape", "block"]
 
@@ -210,6 +213,28 @@ def report(prefix: str, m: dict) -> None:
     print(f"{prefix}_val_accuracy: {m['val_accuracy']:.4f}")
 
 
+def ensure_pack(ds_dir: Path, layout: Path, a, results: dict) -> None:
+    """The layout's pack for this run's batches (kept between runs when the parameters match)."""
+    from moment.placement.pack import load_pack, pack_summary, write_pack
+    from moment.workload.graph import GraphDataset
+
+    ds = GraphDataset.open(ds_dir)
+    m = results.get("moment")
+    cached = (next(it["bytes"] for it in m["memory"]["items"] if it["name"] == "cpu cache") // ds.row_bytes
+              if m else ds.num_nodes // 10)
+    f = [int(x) for x in a.fanouts.split(",")]
+    old = load_pack(layout)
+    if old is None or old.mismatch(world_size=a.nproc, batch_size=a.batch_size, fanouts=f, seed=0) or \
+            old.epochs < a.epochs or old.cached_rows != cached:
+        t = time.perf_counter()
+        old = write_pack(layout, ds, world_size=a.nproc, batch_size=a.batch_size, fanouts=f, seed=0,
+                         epochs=a.epochs, cached_rows=cached, overwrite=True)
+        print(f"pack_s: {time.perf_counter() - t:.1f}")
+    s = pack_summary(old)
+    print(f"pack_MiB: {s['bytes'] / 2**20:.0f}\npack_disk_overhead: {s['disk_overhead']:.2f}  (x the features)")
+    print(f"pack_cached_rows_left_out: {cached}", flush=True)
+
+
 def predicted_hit_rate(ds_dir: Path, layout: Path, m: dict, a) -> float | None:
     """The cache simulator's hit rate for rank 0's epoch 0 at the run's cache capacity and policy."""
     try:
@@ -242,7 +267,7 @@ def main() -> int:
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--memory-bound", default="3GiB", help="the cgroup limit of every system, or 'none'")
-    p.add_argument("--variants", default="rows,belady",
+    p.add_argument("--variants", default="packed,rows,belady",
                    help=f"other Moment configurations to run too ({', '.join(VARIANTS)}; '' for none)")
     p.add_argument("--moment-args", default="", help="extra flags for every Moment run")
     p.add_argument("--baseline-readahead", action="store_true",
@@ -278,6 +303,8 @@ def main() -> int:
     results: dict[str, dict] = {}
     ok = True
     for name, extra in systems:
+        if name == "moment_packed":
+            ensure_pack(ds_dir, layout, a, results)
         m = run(name, a.nproc, ["--layout", str(layout), *budget, *extra, *a.moment_args.split(), *common],
                 a.cache_dir / f"{name}.json", cold=cold, bound=bound)
         if not m:

@@ -30,7 +30,8 @@ err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
 def _register() -> None:
     # Imported for their side effect of adding commands to `app`.
     # None of them imports torch at import time: planning must work without it.
-    from moment.cli import cache_cmds, data_cmds, place_cmds, scan_cmds, topology_cmds, train_cmds  # noqa: F401
+    from moment.cli import (  # noqa: F401
+        cache_cmds, data_cmds, pack_cmds, place_cmds, scan_cmds, topology_cmds, train_cmds)
 
 
 @app.callback()

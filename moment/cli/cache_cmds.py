@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from moment.cli import app, console
-from moment.cli.data_cmds import _bar, _parse_fanouts
+from moment.cli.common import parse_fanouts, progress_bar
 from moment.errors import MomentError
 
 cache_app = typer.Typer(help="CPU-cache policies: replay the sampled training trace and compare them.",
@@ -48,7 +48,7 @@ def simulate_cmd(
     from moment.workload.hotness import Hotness, presample
     from moment.workload.trace import sample_trace
 
-    f = _parse_fanouts(fanouts)
+    f = parse_fanouts(fanouts)
     if rank >= ranks:
         raise MomentError(f"--rank {rank} must be below --ranks {ranks}")
     ds = GraphDataset.open(dataset)
@@ -60,7 +60,7 @@ def simulate_cmd(
             raise MomentError(f"--capacity {c!r}: must be more than 0 rows and at most 100% of {n} rows")
         caps.append(rows)
     bs = batch_size or TrainConfig().resolved_batch_size(int(np.asarray(ds.train_idx).size), ranks)
-    with _bar("sampling the trace", enabled=not json_out) as progress:
+    with progress_bar("sampling the trace", enabled=not json_out) as progress:
         tr = sample_trace(ds, f, bs, seed=seed, epochs=epochs, rank=rank, world_size=ranks, progress=progress)
     if trace_out is not None:
         tr.save(trace_out)
@@ -69,11 +69,11 @@ def simulate_cmd(
         if counts.shape[0] != n:
             raise MomentError(f"hotness has {counts.shape[0]} nodes, the dataset {n}", source=str(hotness))
     else:
-        with _bar("pre-sampling hotness", enabled=not json_out) as progress:
+        with progress_bar("pre-sampling hotness", enabled=not json_out) as progress:
             counts = presample(ds, f, bs, seed=seed + 1, progress=progress).feature_reads
     runs = []
     for rows in caps:
-        with _bar(f"simulating {rows:,} rows", enabled=not json_out) as progress:
+        with progress_bar(f"simulating {rows:,} rows", enabled=not json_out) as progress:
             r = simulate(tr, rows, policy or DEFAULT_POLICIES, hotness=counts, superbatch=superbatch,
                          progress=progress)
         bel = r.pop("belady")

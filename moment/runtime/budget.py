@@ -216,6 +216,7 @@ class RunShape:
     staging_bytes: int
     process_bytes: int
     agent_bytes: int
+    pack_index_bytes: int = 0
 
 
 @dataclass
@@ -251,13 +252,15 @@ def split_budget(total: int | None, source: str, local_ranks: int, r: RunShape) 
     b.charge("batch features", (r.depth + 2) * feat, note=f"{r.depth + 2} batches of {r.rows_max} rows")
     b.charge("training", feat + r.dst_rows * r.hidden * 8, note="activations and gradients")
     b.charge("staging", r.staging_bytes, note="reader windows")
+    if r.pack_index_bytes:
+        b.charge("pack index", r.pack_index_bytes, note="this rank's packed segments (moment data pack)")
     min_buffers = 2 * feat
     b.charge("read buffers (min)", min_buffers)
     b.check()
     b.items.pop()  # the minimum is granted below with the rest
     want_gpu = r.own_gpu_rows * rb
     gpu = b.grant("gpu cache stand-in", want_gpu, share=0.1) if want_gpu else 0
-    if r.shape == "block":
+    if r.shape in ("block", "packed"):
         most = max(min_buffers, 2 * r.num_nodes * rb)  # more than twice the features buys nothing
         buffers = b.grant("read buffers", most if total is not None else min(most, 4 * min_buffers), share=1 / 3)
         if buffers < min_buffers:

@@ -74,7 +74,7 @@ class TrainConfig:
         """Batches decided together: a hyperbatch for block reads, Ginex's superbatch for Belady."""
         if self.superbatch is not None:
             return self.superbatch
-        return 4 if (self.io_shape == "block" or self.cache_policy != "static") else 1
+        return 4 if (self.io_shape != "rows" or self.cache_policy != "static") else 1
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self).items()}
@@ -145,9 +145,10 @@ def build_parser() -> argparse.ArgumentParser:
     a("--cache-policy", default="static", choices=["static", "lru", "belady-superbatch"],
       help="CPU cache policy: static (hottest rows by pre-sampled hotness, one copy shared by the local "
            "ranks), lru, or belady-superbatch (Ginex: the next superbatch's accesses decide what stays)")
-    a("--io-shape", default="block", choices=["rows", "block"],
-      help="how misses are read: block (default: a hyperbatch's misses in large merged reads, AGNES) or "
-           "rows (each batch's rows, merged only within shared blocks)")
+    a("--io-shape", default="block", choices=["rows", "block", "packed"],
+      help="how misses are read: block (default: a hyperbatch's misses in large merged reads, AGNES), "
+           "rows (each batch's rows, merged only within shared blocks) or packed (DiskGNN: each batch's "
+           "misses from the contiguous segment `moment data pack` wrote for it)")
     a("--superbatch", type=int, metavar="BATCHES",
       help="batches decided and read together (default 4 with --io-shape block or a dynamic policy, else 1)")
     g = p.add_mutually_exclusive_group()

@@ -20,6 +20,7 @@ buffers of jobs not yet consumed never exceed the pool (the memory budget's "rea
 from __future__ import annotations
 
 import collections
+import dataclasses
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -66,6 +67,7 @@ SHAPES = {
     "block": Shape("block", merge_gap=-1, max_request=1 << 20, bandwidth=_disk("MOMENT_IO_BANDWIDTH", 1.2e9),
                    iops=_disk("MOMENT_IO_IOPS", 45e3)),
 }
+SHAPES["packed"] = dataclasses.replace(SHAPES["block"], name="packed")  # block reads over the pack's segments
 
 
 @dataclass

@@ -106,9 +106,9 @@ class Pipeline:
         self.times.sample += time.perf_counter() - t
         return mb
 
-    def _submit(self, mb: MiniBatch):
+    def _submit(self, mb: MiniBatch, tag: tuple):
         t = time.perf_counter()
-        p = self.source.submit(mb.n_id)
+        p = self.source.submit(mb.n_id, tag=tag)
         self.times.gather_submit += time.perf_counter() - t
         return p
 
@@ -147,7 +147,7 @@ class Pipeline:
         sampler = NeighborSampler(self.graph, self.fanouts)
         for i in range(start, len(batches)):
             mb = self._sample(sampler, batches[i], key, i)
-            yield self._complete(i, mb, self._submit(mb))
+            yield self._complete(i, mb, self._submit(mb, (tuple(key), i)))
 
     def _threaded(self, batches, key, start) -> Iterator[Prepared]:
         stop = threading.Event()
@@ -192,7 +192,7 @@ class Pipeline:
                     if item is _DONE or isinstance(item, BaseException):
                         break
                     i, mb = item
-                    pending.append((i, mb, self._submit(mb)))
+                    pending.append((i, mb, self._submit(mb, (tuple(key), i))))
                     while len(pending) > ahead:
                         if not put(q_ready, self._complete(*pending.popleft())):
                             break

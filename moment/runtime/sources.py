@@ -1,6 +1,6 @@
 """Feature sources the pipeline can train from: the tiered store, and the two baselines.
 
-All three speak the same small protocol (`submit(ids) -> pending`, `complete(pending) -> Tensor`,
+All three speak the same small protocol (`submit(ids, tag=None) -> pending`, `complete(pending) -> Tensor`,
 `tier_stats()`, `epoch_start(epoch)`, `close()`), so a run differs only in where features come from:
 
 * `InMemoryFeatures` — the dataset's whole feature matrix in RAM: the correctness reference.
@@ -28,7 +28,8 @@ class FeatureSource(Protocol):
     feature_dim: int
     backend: str
 
-    def submit(self, node_ids: torch.Tensor) -> Any: ...
+    def submit(self, node_ids: torch.Tensor, tag: tuple | None = None) -> Any:
+        """`tag` names the batch ((sampling key), index) so a source may use what was prepared for it."""
 
     def complete(self, pending: Any) -> torch.Tensor: ...
 
@@ -54,7 +55,7 @@ class _Plain:
         self.row_bytes = int(array.shape[1] * array.dtype.itemsize)
         self.rows = 0
 
-    def submit(self, node_ids: torch.Tensor) -> np.ndarray:
+    def submit(self, node_ids: torch.Tensor, tag: tuple | None = None) -> np.ndarray:
         return node_ids.detach().cpu().numpy() if isinstance(node_ids, torch.Tensor) else np.asarray(node_ids)
 
     def complete(self, ids: np.ndarray) -> torch.Tensor:

@@ -16,8 +16,11 @@ Tiers, per rank (`index.npy` maps node -> (bin, slot); every bin, cache bins inc
   ``belady-superbatch`` (Ginex: the next superbatch's sampled accesses decide what stays; the rows it
   admits are copied in from the reads that fetched them, which is Ginex's changeset).
 * ``ssd`` — everything else, read with O_DIRECT by the rank's `Reader` in the chosen I/O shape:
-  ``rows`` (each batch's misses, merged only where they share blocks) or ``block`` (the misses of a
-  hyperbatch of batches at once, merged across small gaps into large reads; see gather.py).
+  ``rows`` (each batch's misses, merged only where they share blocks), ``block`` (the misses of a
+  hyperbatch of batches at once, merged across small gaps into large reads; see gather.py) or
+  ``packed`` (DiskGNN: as block, but a batch's misses are read from the segment `moment data pack`
+  wrote for it, contiguous, when the batch is tagged with its sampling key and the pack holds them;
+  any other row comes from the layout).
 
 Batches are decided in superbatches of `superbatch` batches (the policy is told the superbatch's
 accesses first); `complete` waits for a batch's reads, then fills its rows from the tiers in order,
@@ -44,6 +47,7 @@ from torch_geometric.data import FeatureStore, TensorAttr
 from moment.caching import POLICIES, SlotMap, make_policy
 from moment.errors import MomentError
 from moment.placement.manifest import Shard
+from moment.placement.pack import Segments, check_pack, load_pack, pack_path
 from moment.placement.reader import load_manifest, shard_path
 from moment.runtime.gather import SHAPES, BufferPool, Job, Reader
 from moment.runtime.hostcache import HostCache, shm_room
@@ -63,12 +67,13 @@ class TierCounters:
     ssd_requests: int = 0
     ssd_bytes_read: int = 0
     admitted: int = 0
+    packed: int = 0  # ssd rows read from the pack
 
     def as_dict(self) -> dict[str, Any]:
         looked = self.rows["cpu"] + self.rows["ssd"]
         return {"rows": dict(self.rows), "bytes": dict(self.bytes), "ssd_requests": self.ssd_requests,
                 "ssd_bytes_read": self.ssd_bytes_read, "cpu_admitted_rows": self.admitted,
-                "cpu_hit_rate": self.rows["cpu"] / looked if looked else 0.0}
+                "cpu_hit_rate": self.rows["cpu"] / looked if looked else 0.0, "packed_rows": self.packed}
 
 
 @dataclass
@@ -77,6 +82,7 @@ class Pending:
 
     ids: np.ndarray
     sb: _Superbatch
+    segment: int | None = None  # the pack segment prepared for this batch
     gpu_pos: np.ndarray | None = None
     gpu_idx: np.ndarray | None = None
     hit_pos: np.ndarray | None = None
@@ -170,7 +176,8 @@ class TieredFeatureStore(FeatureStore):
                  verify: bool = False, cpu_rows: int | None = None, gpu_rows: int | None = None,
                  policy: str = "static", shape: str = "rows", superbatch: int = 1,
                  buffer_bytes: int | None = None, window: int = 8 << 20, merge_gap: int | None = None,
-                 max_request: int | None = None, shared_cache: bool | None = None, barrier=None):
+                 max_request: int | None = None, shared_cache: bool | None = None, barrier=None,
+                 pack_seed: int | None = None):
         super().__init__()
         self.path = Path(layout_path)
         self.manifest = m = load_manifest(self.path)
@@ -191,6 +198,7 @@ class TieredFeatureStore(FeatureStore):
         self.superbatch = max(1, int(superbatch))
         self._check_files()
         self._load_index()
+        self._load_pack(shape, pack_seed)
         nb = len(m.shards)
         self._stride = np.array([s.stride for s in m.shards], dtype=np.int64)
         self._verified: dict[int, np.ndarray] = {}
@@ -213,8 +221,10 @@ class TieredFeatureStore(FeatureStore):
                      else torch.zeros((0, rb), dtype=torch.uint8)).to(self.device)
         self.gpu_rows = int(self._gpu.shape[0])
 
-        # reader: every bin's file, in bin order
+        # reader: every bin's file, in bin order, then this rank's pack file
         self.paths = [shard_path(self.path, s) for s in m.shards]
+        if self.pack is not None:
+            self.paths.append(pack_path(self.path) / self.pack.files[rank].data)
         cap = n if cpu_rows is None else max(0, min(int(cpu_rows), n))
         if buffer_bytes is None:
             buffer_bytes = max(256 << 20, 4 * min(n, 1 << 18) * rb)
@@ -291,6 +301,25 @@ class TieredFeatureStore(FeatureStore):
             self._slot[a:a + step] = blk[:, 1]
         del idx
 
+    def _load_pack(self, shape: str, seed: int | None) -> None:
+        self.pack, self.segments, self._pack_seed = None, None, seed
+        if shape != "packed":
+            return
+        man = load_pack(self.path)
+        if man is None:
+            raise MomentError("--io-shape packed needs a pack in the layout", source=str(self.path),
+                              hint="write one with `moment data pack --layout ...`")
+        if man.layout_index_sha256 != self.manifest.index.sha256:
+            raise MomentError("the pack was made for another layout", source=str(pack_path(self.path)),
+                              hint="rewrite it with `moment data pack --overwrite`")
+        if man.world_size != self.world_size or self.rank >= len(man.files):
+            raise MomentError(f"the pack was made for {man.world_size} ranks, this run has {self.world_size}",
+                              source=str(pack_path(self.path)))
+        if self.verify:
+            check_pack(self.path, man)
+        self.pack = man
+        self.segments = Segments.load(pack_path(self.path) / man.files[self.rank].index)
+
     @property
     def index_bytes(self) -> int:
         return self._bin.nbytes + self._slot.nbytes
@@ -341,6 +370,7 @@ class TieredFeatureStore(FeatureStore):
         """Bytes this rank holds, by item (the shared cache counted here in full)."""
         return {"gpu_cache": int(self._gpu.nelement()), "cpu_cache": self.cache.nbytes,
                 "index": self.index_bytes, "slot_map": self.slots.memory_bytes(),
+                "pack_index": self.segments.memory_bytes if self.segments is not None else 0,
                 "policy": self.policy.memory_bytes(), "read_buffers": self.pool.capacity,
                 "staging": self.reader.staging_bytes}
 
@@ -354,13 +384,24 @@ class TieredFeatureStore(FeatureStore):
             raise MomentError(f"node ids must be in [0, {self.num_nodes})", source=str(self.path))
         return ids
 
-    def submit(self, node_ids) -> Pending:
-        """Queue a batch; its reads go out when its superbatch is complete (at once when superbatch=1)."""
-        p = Pending(self._ids(node_ids), self._open)
+    def submit(self, node_ids, tag: tuple | None = None) -> Pending:
+        """Queue a batch; its reads go out when its superbatch is complete (at once when superbatch=1).
+
+        `tag` is ((seed, epoch, rank), batch) for a training batch; with a pack, it finds the batch's segment.
+        """
+        p = Pending(self._ids(node_ids), self._open, self._segment(tag))
         self._open.batches.append(p)
         if len(self._open.batches) >= self.superbatch:
             self._close()
         return p
+
+    def _segment(self, tag: tuple | None) -> int | None:
+        if self.segments is None or tag is None:
+            return None
+        key, i = tag
+        if len(key) != 3 or key[0] != self._pack_seed or key[2] != self.rank:
+            return None  # evaluation batches, or another sampling key: not packed
+        return self.segments.find(int(key[1]), int(i))
 
     def flush(self) -> None:
         """Decide and issue the open superbatch now (end of an epoch)."""
@@ -427,11 +468,26 @@ class TieredFeatureStore(FeatureStore):
             f, off = self._locate(u)
             if self.verify:
                 self._verify_chunks(f, off)
+            if self.segments is not None:
+                self._from_pack(grp, u, f, off)
             job = Job(f, off, self.shape)
             ref = _JobRef(self.pool, job, len(grp))
             for p in grp:
                 p.ref = ref
             self.reader.submit(job)
+
+    def _from_pack(self, grp: list[Pending], u: np.ndarray, f: np.ndarray, off: np.ndarray) -> None:
+        """Point the rows a batch's pack segment holds at the pack file (in place; first batch wins)."""
+        todo = np.ones(u.shape[0], bool)
+        pack_file = len(self.paths) - 1
+        for p in grp:
+            if p.segment is None:
+                continue
+            found, at = self.segments.locate(p.segment, u, self.row_bytes)
+            found &= todo
+            f[found], off[found] = pack_file, at[found]
+            todo &= ~found
+            self.counters.packed += int(found.sum())
 
     def _verify_chunks(self, bb: np.ndarray, off: np.ndarray) -> None:
         for bi in np.unique(bb).tolist():

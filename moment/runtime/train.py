@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from moment.errors import MomentError
+from moment.placement.pack import load_pack, pack_path
 from moment.runtime.budget import (
     AGENT_BYTES,
     RunShape,
@@ -88,6 +89,7 @@ def plan_memory(cfg: TrainConfig, ds: GraphDataset, ctx: DistContext, graph: CSR
     gpu_bins = [s for s in m.shards if s.kind == "gpu"]
     lw = max(ctx.local_world_size, 1)
     own_gpu = sum(s.rows for j, s in enumerate(gpu_bins) if j % lw == ctx.local_rank % lw)
+    pack_index = _check_pack(cfg, ctx, batches.batch_size, fanouts)
     rows_max, edges_max = _batch_extent(cfg, graph, batches, fanouts)
     # every rank must size the same (the shared cache is one segment): agree on the largest needs
     agreed = ctx.all_reduce(torch.tensor([rows_max, edges_max, base_rss], dtype=torch.float64), op="max")
@@ -104,8 +106,25 @@ def plan_memory(cfg: TrainConfig, ds: GraphDataset, ctx: DistContext, graph: CSR
         cpu_limit_rows=None if cfg.cpu_cache_limit is None else parse_size(cfg.cpu_cache_limit, n * rb) // rb,
         policy_changes=cfg.cache_policy != "static", policy_bytes_per_node=14 if cfg.cache_policy != "static" else 1,
         shape=cfg.io_shape, staging_bytes=4 * ((8 << 20) + m.row.align), process_bytes=base_rss,
-        agent_bytes=AGENT_BYTES if (under_torchrun() if agent is None else agent) else 0)
+        agent_bytes=AGENT_BYTES if (under_torchrun() if agent is None else agent) else 0,
+        pack_index_bytes=pack_index)
     return split_budget(total, how, lw, shape)
+
+
+def _check_pack(cfg: TrainConfig, ctx: DistContext, batch_size: int, fanouts: list[int]) -> int:
+    """Refuse a pack sampled for other batches; the bytes of this rank's pack index (0 without one)."""
+    if cfg.io_shape != "packed":
+        return 0
+    man = load_pack(cfg.layout)
+    if man is None:
+        raise MomentError("--io-shape packed needs a pack in the layout", source=str(cfg.layout),
+                          hint="write one with `moment data pack --layout ...` (same ranks, batch size, "
+                               "fan-outs and seed as this run)")
+    why = man.mismatch(world_size=ctx.world_size, batch_size=batch_size, fanouts=fanouts, seed=cfg.seed)
+    if why:
+        raise MomentError(f"the pack was sampled for other batches: {why}", source=str(pack_path(cfg.layout)),
+                          hint="rewrite it with `moment data pack --overwrite` and this run's parameters")
+    return (pack_path(cfg.layout) / man.files[ctx.rank].index).stat().st_size
 
 
 def make_source(cfg: TrainConfig, ds: GraphDataset, ctx: DistContext, split: Split | None = None) -> FeatureSource:
@@ -122,7 +141,7 @@ def make_source(cfg: TrainConfig, ds: GraphDataset, ctx: DistContext, split: Spl
                                policy=cfg.cache_policy, shape=cfg.io_shape, superbatch=cfg.resolved_superbatch(),
                                buffer_bytes=split.buffer_bytes, merge_gap=cfg.io_merge_gap,
                                max_request=cfg.io_max_request, shared_cache=split.shared_cache,
-                               barrier=ctx.barrier if ctx.backend else None)
+                               barrier=ctx.barrier if ctx.backend else None, pack_seed=cfg.seed)
     if store.num_nodes != ds.num_nodes or store.row_bytes != ds.row_bytes:
         raise MomentError(f"layout has {store.num_nodes} nodes of {store.row_bytes} B, the dataset "
                           f"{ds.num_nodes} of {ds.row_bytes} B: they do not belong together", source=str(cfg.layout))
@@ -292,7 +311,8 @@ class Trainer:
         t = self.pipe.times
         vec = torch.tensor([t.sample, t.gather_submit, t.gather_wait, t.train, t.wall, self.seeds_trained,
                             tiers["ssd_bytes_read"], tiers["ssd_requests"]]
-                           + [tiers["bytes"][k] for k in names] + [tiers["rows"][k] for k in names],
+                           + [tiers["bytes"][k] for k in names] + [tiers["rows"][k] for k in names]
+                           + [tiers.get("packed_rows", 0)],
                            dtype=torch.float64)
         s = ctx.all_reduce(vec)
         wall_max = float(ctx.all_reduce(torch.tensor([t.wall], dtype=torch.float64), op="max")[0])
@@ -330,6 +350,7 @@ class Trainer:
             "io_shape": self.cfg.io_shape if self.split is not None else None,
             "superbatch": self.source.superbatch if self.split is not None else None,
             "ssd_requests": int(s[7]),
+            "packed_rows": int(s[-1]),
             "world_size": w,
             "backend": self.source.backend,
             "dist_backend": ctx.backend,
@@ -349,7 +370,16 @@ class Trainer:
                 f"({'shared' if st.shared_cache else 'per rank'}), gpu stand-in {st.gpu_rows} rows; "
                 f"I/O shape {st.shape.name} (superbatch {st.superbatch}, merge gap "
                 f"{'per job, by cost' if st.shape.merge_gap < 0 else f'{st.shape.merge_gap} B'}), "
-                f"reader {st.backend}")
+                f"reader {st.backend}" + self._pack_note())
+
+    def _pack_note(self) -> str:
+        pk = getattr(self.source, "pack", None)
+        if pk is None:
+            return ""
+        note = f"; pack: {pk.epochs} epoch(s) of segments, {pk.bytes / 2**20:,.0f} MiB on disk"
+        if self.cfg.epochs > pk.epochs:
+            note += f" (epochs {pk.epochs + 1}..{self.cfg.epochs} read from the layout)"
+        return note
 
     def close(self) -> None:
         self.source.close()

@@ -1,0 +1,40 @@
+"""Small helpers the command modules share: a progress bar on stderr and fan-out parsing."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from moment.cli import err_console
+from moment.errors import MomentError
+
+
+@contextmanager
+def progress_bar(label: str, enabled: bool = True) -> Iterator[Any]:
+    """A rich progress bar on stderr (stdout stays clean for --json); yields a progress(done, total) callback."""
+    if not enabled:
+        yield None
+        return
+    from rich.progress import BarColumn, Progress, TaskProgressColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    with Progress(
+        "[progress.description]{task.description}", BarColumn(), TaskProgressColumn(), TimeElapsedColumn(),
+        TimeRemainingColumn(), console=err_console, transient=True,
+    ) as bar:
+        task = bar.add_task(label, total=None)
+
+        def update(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield update
+
+
+def parse_fanouts(text: str) -> list[int]:
+    try:
+        f = [int(x) for x in text.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise MomentError(f"--fanouts must be comma-separated integers like 25,10 (got {text!r})") from None
+    if not f or any(x <= 0 for x in f):
+        raise MomentError(f"--fanouts must be positive integers like 25,10 (got {text!r})")
+    return f

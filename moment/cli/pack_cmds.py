@@ -1,0 +1,82 @@
+"""`moment data pack`: write each training batch's uncached feature rows contiguously (DiskGNN)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from moment.cli import console
+from moment.cli.common import parse_fanouts, progress_bar
+from moment.cli.data_cmds import data_app
+from moment.errors import MomentError
+
+
+@data_app.command("pack")
+def pack_cmd(
+    layout: Annotated[Path, typer.Option("--layout", help="layout directory written by `moment place`")],
+    dataset: Annotated[Path | None, typer.Option("--dataset", help="dataset directory (default: the layout's)")] = None,
+    ranks: Annotated[int, typer.Option("--ranks", min=1, help="training ranks (torchrun --nproc-per-node x nodes)")] = 1,
+    epochs: Annotated[int, typer.Option("--epochs", min=1, help="epochs to pack; later epochs read the layout")] = 1,
+    fanouts: Annotated[str, typer.Option("--fanouts", help="neighbours per layer, as `moment train` gets them")] = "25,10",
+    batch_size: Annotated[int | None, typer.Option("--batch-size", help="seeds per rank and batch (default: the "
+                                                   "training default)")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="the training run's --seed")] = 0,
+    cached: Annotated[str | None, typer.Option("--cached", help="hottest rows the caches will hold and the pack "
+                                               "leaves out: rows, a share (30%) or bytes (2GiB); default: the "
+                                               "layout's GPU and CPU bins")] = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="replace the layout's pack")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Sample the batches `moment train --io-shape packed` will read (same ranks, batch size, fan-outs and
+    seed) and write each batch's rows outside the caches contiguously into LAYOUT/pack, one file per rank.
+    Training then reads a batch's misses sequentially; a row read by several batches is stored once
+    per batch, so the pack costs disk space (reported). Rows the pack lacks are read from the layout.
+    """
+    import numpy as np
+
+    from moment.placement.pack import pack_path, pack_summary, write_pack
+    from moment.placement.reader import load_manifest
+    from moment.runtime.config import TrainConfig
+    from moment.workload.graph import GraphDataset
+
+    f = parse_fanouts(fanouts)
+    m = load_manifest(layout)
+    n, rb = m.dataset.num_nodes, m.row.row_bytes
+    ds = GraphDataset.open(dataset or Path(m.dataset.features_path).parent)
+    if cached is None:
+        rows = sum(s.rows for s in m.shards if s.kind in ("gpu", "cpu"))
+    else:
+        rows = cached_rows(cached, n, rb)
+    bs = batch_size or TrainConfig().resolved_batch_size(int(np.asarray(ds.train_idx).size), ranks)
+    with progress_bar("sampling and packing", enabled=not json_out) as progress:
+        man = write_pack(layout, ds, world_size=ranks, batch_size=bs, fanouts=f, seed=seed, epochs=epochs,
+                         cached_rows=rows, overwrite=overwrite, progress=progress)
+    s = pack_summary(man) | {"path": str(pack_path(layout)), "batch_size": bs, "fanouts": f, "seed": seed}
+    if json_out:
+        print(json.dumps(s))
+        return
+    console.print(
+        f"packed {s['rows']:,} rows for {ranks} rank(s) x {epochs} epoch(s) into {s['path']}: "
+        f"{s['bytes'] / 2**20:,.0f} MiB on disk ({s['disk_overhead']:.2f}x the features), leaving out the "
+        f"{rows:,} hottest rows\ntrain with: --io-shape packed --batch-size {bs} --fanouts "
+        f"{','.join(map(str, f))} --seed {seed} (torchrun --nproc-per-node {ranks})", highlight=False)
+
+
+def cached_rows(text: str, n: int, row_bytes: int) -> int:
+    """--cached: a row count, a share of the rows, or bytes."""
+    from moment.sizes import parse_size
+
+    t = text.strip()
+    if t.isdigit():
+        rows = int(t)
+    else:
+        try:
+            rows = (parse_size(t, n * row_bytes) or 0) // row_bytes
+        except MomentError as e:
+            raise MomentError(f"--cached {text!r}: {e}") from None
+    if not 0 <= rows <= n:
+        raise MomentError(f"--cached {text!r}: must be between 0 and {n} rows")
+    return rows

@@ -1,0 +1,245 @@
+"""DiskGNN-style packed features: each mini-batch's uncached rows written contiguously, ahead of training.
+
+Why (DiskGNN §4, offline sampling + packing): with the batches sampled ahead (they are deterministic:
+`moment.workload.trace.sample_trace` samples exactly what training will), each batch's rows that the
+caches will not hold can be copied, in batch order, into one file per rank. Training then reads a
+batch's misses as one or a few large sequential reads with no read amplification, at the price of
+disk space: a row read by several batches is stored once per batch. The pack is only an accelerator:
+a row not found in its batch's segment (a smaller cache at run time, an epoch not packed) is read
+from the layout, so the features stay bit-exact whatever the pack holds.
+
+On disk, inside the layout: ``pack/pack.json`` (parameters, per-file sha256) and per rank
+``rank<r>.bin`` (segments, each aligned to the layout's block) and ``rank<r>.npz`` (per segment: its
+epoch, batch, byte offset, row count, and the sorted node ids it holds).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ValidationError
+
+from moment.errors import MomentError
+from moment.placement.layout import fsync_dir
+from moment.placement.reader import load_manifest
+from moment.workload.graph import GraphDataset, sha256_file
+
+PACK_DIR = "pack"
+FORMAT = "moment-pack"
+
+
+class PackFile(BaseModel):
+    rank: int
+    data: str
+    index: str
+    bytes: int
+    rows: int
+    data_sha256: str
+    index_sha256: str
+
+
+class PackManifest(BaseModel):
+    """What the pack was made for: a run with other parameters samples other batches."""
+
+    format: str = FORMAT
+    layout_index_sha256: str
+    world_size: int
+    batch_size: int
+    fanouts: list[int]
+    seed: int
+    epochs: int
+    cached_rows: int
+    row_bytes: int
+    align: int
+    feature_bytes: int
+    files: list[PackFile]
+
+    @property
+    def bytes(self) -> int:
+        return sum(f.bytes for f in self.files)
+
+    def mismatch(self, *, world_size: int, batch_size: int, fanouts: Sequence[int], seed: int) -> str | None:
+        """Why a run with these parameters would not read the batches packed (None when it would)."""
+        want = {"ranks": self.world_size, "batch size": self.batch_size, "fan-outs": list(self.fanouts),
+                "seed": self.seed}
+        got = {"ranks": world_size, "batch size": batch_size, "fan-outs": list(fanouts), "seed": seed}
+        bad = [f"{k} {got[k]} (pack: {want[k]})" for k in want if want[k] != got[k]]
+        return ", ".join(bad) or None
+
+
+def pack_path(layout: str | Path) -> Path:
+    return Path(layout) / PACK_DIR
+
+
+def load_pack(layout: str | Path) -> PackManifest | None:
+    """The layout's pack manifest, or None when the layout has no pack."""
+    p = pack_path(layout) / "pack.json"
+    if not p.is_file():
+        return None
+    try:
+        m = PackManifest.model_validate_json(p.read_text())
+    except (OSError, ValidationError, ValueError) as e:
+        raise MomentError(f"the pack manifest is unreadable ({str(e).splitlines()[0]})", source=str(p),
+                          hint="rewrite it with `moment data pack`") from None
+    if m.format != FORMAT:
+        raise MomentError(f"not a Moment pack (format {m.format!r})", source=str(p))
+    return m
+
+
+@dataclass
+class Segments:
+    """One rank's pack index: where each (epoch, batch) segment lies and which nodes it holds."""
+
+    epoch: np.ndarray
+    batch: np.ndarray
+    offset: np.ndarray  # byte offset of the segment in the rank's data file
+    id_start: np.ndarray  # segments + 1, into `ids`
+    ids: np.ndarray  # per segment, sorted node ids
+
+    @classmethod
+    def load(cls, path: Path) -> Segments:
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                return cls(z["epoch"], z["batch"], z["offset"], z["id_start"], z["ids"])
+        except (OSError, KeyError, ValueError) as e:
+            raise MomentError(f"pack index unreadable ({e})", source=str(path),
+                              hint="rewrite it with `moment data pack`") from None
+
+    def find(self, epoch: int, batch: int) -> int | None:
+        hit = np.flatnonzero((self.epoch == epoch) & (self.batch == batch))
+        return int(hit[0]) if hit.size else None
+
+    def locate(self, seg: int, ids: np.ndarray, row_bytes: int) -> tuple[np.ndarray, np.ndarray]:
+        """For node ids: whether segment `seg` holds each, and its byte offset in the data file."""
+        have = self.ids[self.id_start[seg]: self.id_start[seg + 1]]
+        if not have.shape[0]:
+            return np.zeros(ids.shape[0], bool), np.zeros(ids.shape[0], np.int64)
+        at = np.minimum(np.searchsorted(have, ids), have.shape[0] - 1)
+        found = have[at] == ids
+        return found, int(self.offset[seg]) + at.astype(np.int64) * row_bytes
+
+    @property
+    def memory_bytes(self) -> int:
+        return sum(a.nbytes for a in (self.epoch, self.batch, self.offset, self.id_start, self.ids))
+
+
+def write_pack(layout: str | Path, dataset: GraphDataset, *, world_size: int, batch_size: int,
+               fanouts: Sequence[int], seed: int, epochs: int, cached_rows: int, overwrite: bool = False,
+               progress: Callable[[int, int], None] | None = None) -> PackManifest:
+    """Sample every rank's batches for `epochs` epochs and write each batch's rows outside the hottest
+    `cached_rows` (the rows the caches will hold) contiguously; the pack replaces any older one."""
+    from moment.workload.trace import sample_trace
+
+    layout = Path(layout)
+    m = load_manifest(layout)
+    n, rb, align = m.dataset.num_nodes, m.row.row_bytes, m.row.align
+    if dataset.num_nodes != n or dataset.row_bytes != rb:
+        raise MomentError(f"the dataset has {dataset.num_nodes} nodes of {dataset.row_bytes} B, the layout {n} "
+                          f"of {rb} B: they do not belong together", source=str(dataset.path))
+    if not 0 <= cached_rows <= n:
+        raise MomentError(f"cached rows must be in [0, {n}] (got {cached_rows})")
+    out = pack_path(layout)
+    if (out / "pack.json").exists() and not overwrite:
+        raise MomentError("the layout already has a pack", source=str(out), hint="pass --overwrite to replace it")
+    tmp = layout / f".{PACK_DIR}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    hot = np.load(layout / m.order_file.path, mmap_mode="r") if m.order_file else None
+    if hot is None:
+        raise MomentError("the layout has no hotness order (written by an older version)", source=str(layout),
+                          hint="rewrite it with `moment place`")
+    cached = np.zeros(n, bool)
+    cached[np.asarray(hot[:cached_rows])] = True
+    feats = dataset.features_memmap().reshape(n, -1).view(np.uint8).reshape(n, rb)
+    files: list[PackFile] = []
+    try:
+        for r in range(world_size):
+            step = (lambda d, t, r=r: progress(r * t + d, world_size * t)) if progress else None
+            tr = sample_trace(dataset, fanouts, batch_size, seed=seed, epochs=epochs, rank=r,
+                              world_size=world_size, progress=step)
+            files.append(_write_rank(tmp, r, tr, cached, feats, rb, align, epochs))
+        man = PackManifest(layout_index_sha256=m.index.sha256, world_size=world_size, batch_size=batch_size,
+                           fanouts=list(fanouts), seed=seed, epochs=epochs, cached_rows=cached_rows, row_bytes=rb,
+                           align=align, feature_bytes=n * rb, files=files)
+        (tmp / "pack.json").write_text(json.dumps(man.model_dump(), indent=1) + "\n")
+        fsync_dir(tmp)
+        old = layout / f".{PACK_DIR}.old-{os.getpid()}"
+        if out.exists():
+            out.rename(old)
+        tmp.rename(out)
+        fsync_dir(layout)
+        shutil.rmtree(old, ignore_errors=True)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise MomentError(f"cannot write the pack: {e.strerror or e}", source=str(out)) from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return man
+
+
+def _write_rank(dir_: Path, rank: int, tr, cached: np.ndarray, feats: np.ndarray, rb: int, align: int,
+                epochs: int) -> PackFile:
+    per_epoch = len(tr) // epochs
+    data, index = dir_ / f"rank{rank}.bin", dir_ / f"rank{rank}.npz"
+    h = hashlib.sha256()
+    offsets, id_start, kept = [], [0], []
+    pos = 0
+    with open(data, "wb") as f:
+        for t in range(len(tr)):
+            ids = np.unique(tr.batch(t))
+            ids = ids[~cached[ids]]
+            pad = -pos % align
+            if pad:
+                z = bytes(pad)
+                f.write(z)
+                h.update(z)
+                pos += pad
+            offsets.append(pos)
+            buf = np.ascontiguousarray(feats[ids]).tobytes()
+            f.write(buf)
+            h.update(buf)
+            pos += len(buf)
+            kept.append(ids)
+            id_start.append(id_start[-1] + ids.shape[0])
+        pad = -pos % align
+        if pad:
+            f.write(bytes(pad))
+            h.update(bytes(pad))
+            pos += pad
+        f.flush()
+        os.fsync(f.fileno())
+    t = np.arange(len(tr))
+    with open(index, "wb") as f:
+        np.savez(f, epoch=(t // per_epoch).astype(np.int32), batch=(t % per_epoch).astype(np.int32),
+                 offset=np.array(offsets, np.int64), id_start=np.array(id_start, np.int64),
+                 ids=np.concatenate(kept).astype(np.int32 if cached.shape[0] < 2**31 else np.int64)
+                 if kept else np.zeros(0, np.int64))
+        f.flush()
+        os.fsync(f.fileno())
+    return PackFile(rank=rank, data=data.name, index=index.name, bytes=pos, rows=id_start[-1],
+                    data_sha256=h.hexdigest(), index_sha256=sha256_file(index))
+
+
+def check_pack(layout: str | Path, man: PackManifest) -> None:
+    """Re-hash the pack's files against its manifest (the store does this with --verify)."""
+    d = pack_path(layout)
+    for f in man.files:
+        for name, want in ((f.data, f.data_sha256), (f.index, f.index_sha256)):
+            if sha256_file(d / name) != want:
+                raise MomentError("pack file does not match its checksum", source=str(d / name),
+                                  hint="rewrite the pack with `moment data pack --overwrite`")
+
+
+def pack_summary(man: PackManifest) -> dict[str, Any]:
+    return {"bytes": man.bytes, "rows": sum(f.rows for f in man.files), "epochs": man.epochs,
+            "ranks": man.world_size, "cached_rows": man.cached_rows, "feature_bytes": man.feature_bytes,
+            "disk_overhead": man.bytes / man.feature_bytes if man.feature_bytes else 0.0}

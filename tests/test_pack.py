@@ -1,0 +1,144 @@
+"""DiskGNN-style packing: each batch's uncached rows contiguous on disk, read bit-exactly by the store."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from runtime_data import make_dataset, make_layout
+
+from moment.cli import main
+from moment.errors import MomentError
+from moment.placement.pack import Segments, load_pack, pack_path, write_pack
+from moment.runtime.store import TieredFeatureStore
+from moment.workload.trace import sample_trace
+
+FAN, BS, SEED = (10, 5), 96, 3
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pack")
+    ds = make_dataset(root)
+    layout = make_layout(ds, root / "L")
+    cached = ds.num_nodes // 10
+    man = write_pack(layout, ds, world_size=2, batch_size=BS, fanouts=FAN, seed=SEED, epochs=2, cached_rows=cached)
+    return ds, layout, man, np.load(ds.file("features"))
+
+
+def _trace(ds, rank, epochs=2):
+    return sample_trace(ds, FAN, BS, seed=SEED, epochs=epochs, rank=rank, world_size=2)
+
+
+def test_segments_hold_each_batch_uncached_rows_in_order(packed):
+    ds, layout, man, feats = packed
+    hot = np.load(layout / "order.npy")[: man.cached_rows]
+    assert man.epochs == 2 and man.world_size == 2 and len(man.files) == 2
+    for r in range(2):
+        tr = _trace(ds, r)
+        seg = Segments.load(pack_path(layout) / man.files[r].index)
+        raw = np.fromfile(pack_path(layout) / man.files[r].data, np.uint8)
+        assert raw.size == man.files[r].bytes and raw.size % man.align == 0
+        assert len(seg.epoch) == len(tr)
+        for t in range(len(tr)):
+            e, i = int(seg.epoch[t]), int(seg.batch[t])
+            assert seg.find(e, i) == t
+            want = np.setdiff1d(np.unique(tr.batch(t)), hot)
+            got = seg.ids[seg.id_start[t]: seg.id_start[t + 1]]
+            assert np.array_equal(got, want)
+            assert seg.offset[t] % man.align == 0
+            rows = raw[seg.offset[t]: seg.offset[t] + got.size * ds.row_bytes].reshape(got.size, ds.row_bytes)
+            assert np.array_equal(rows, feats[got].view(np.uint8).reshape(got.size, -1))
+    assert man.bytes > 0 and man.feature_bytes == ds.num_nodes * ds.row_bytes
+
+
+@pytest.mark.parametrize("cpu_rows", ["same", "smaller"])
+def test_store_reads_tagged_batches_from_the_pack_bit_exactly(packed, cpu_rows):
+    ds, layout, man, feats = packed
+    rows = man.cached_rows if cpu_rows == "same" else man.cached_rows // 2
+    store = TieredFeatureStore(layout, rank=1, local_rank=1, world_size=2, local_world_size=2, cpu_rows=rows,
+                               gpu_rows=0, shape="packed", superbatch=3, buffer_bytes=256 << 10, pack_seed=SEED)
+    tr = _trace(ds, 1, epochs=3)  # the third epoch was not packed: read from the layout
+    per = len(tr) // 3
+    pend = []
+    for t in range(len(tr)):
+        b = tr.batch(t)
+        pend.append((b, store.submit(torch.from_numpy(b), tag=((SEED, t // per, 1), t % per))))
+        if len(pend) > store.lookahead:
+            b0, p0 = pend.pop(0)
+            assert torch.equal(store.complete(p0), torch.from_numpy(feats[b0]))
+    untagged = np.arange(0, ds.num_nodes, 7)  # an evaluation batch: not packed
+    pend.append((untagged, store.submit(untagged)))
+    for b0, p0 in pend:
+        assert torch.equal(store.complete(p0), torch.from_numpy(feats[b0]))
+    st = store.tier_stats()
+    assert st["packed_rows"] > 0 and store.memory()["pack_index"] > 0
+    # packed epochs: every miss comes from the pack when the cache is what the pack assumed
+    packed_misses = sum(np.setdiff1d(np.unique(tr.batch(t)), np.load(layout / "order.npy")[:rows]).size
+                        for t in range(2 * per))
+    if cpu_rows == "same":
+        assert st["packed_rows"] <= packed_misses
+        assert st["packed_rows"] >= 0.5 * packed_misses  # rows shared by batches of one read count once
+    store.close()
+
+
+def test_pack_read_amplification_is_low(packed):
+    ds, layout, man, feats = packed
+    store = TieredFeatureStore(layout, rank=0, local_rank=0, world_size=2, local_world_size=2,
+                               cpu_rows=man.cached_rows, gpu_rows=0, shape="packed", superbatch=1,
+                               buffer_bytes=256 << 10, pack_seed=SEED)
+    tr = _trace(ds, 0, epochs=1)
+    for t in range(len(tr)):
+        x = store.complete(store.submit(tr.batch(t), tag=((SEED, 0, 0), t)))
+        assert torch.equal(x, torch.from_numpy(feats[tr.batch(t)]))
+    st = store.tier_stats()
+    assert st["packed_rows"] * ds.row_bytes <= st["ssd_bytes_read"] <= st["packed_rows"] * ds.row_bytes + \
+        len(tr) * 2 * man.align  # one aligned run per segment: no more than its padding
+    store.close()
+
+
+def test_pack_mismatches_are_refused(packed, tmp_path):
+    ds, layout, man, _ = packed
+    with pytest.raises(MomentError, match="made for 2 ranks"):
+        TieredFeatureStore(layout, world_size=3, shape="packed", pack_seed=SEED)
+    assert man.mismatch(world_size=2, batch_size=BS, fanouts=FAN, seed=SEED) is None
+    assert "batch size 64 (pack: 96)" in man.mismatch(world_size=2, batch_size=64, fanouts=FAN, seed=SEED)
+    with pytest.raises(MomentError, match="already has a pack"):
+        write_pack(layout, ds, world_size=1, batch_size=BS, fanouts=FAN, seed=SEED, epochs=1, cached_rows=0)
+    other = make_layout(ds, tmp_path / "L2")
+    with pytest.raises(MomentError, match="needs a pack"):
+        TieredFeatureStore(other, shape="packed")
+
+
+def test_damaged_pack_is_caught_with_verify(packed, tmp_path):
+    import shutil
+
+    ds, layout, man, _ = packed
+    copy = tmp_path / "L"
+    shutil.copytree(layout, copy)
+    data = pack_path(copy) / man.files[0].data
+    raw = bytearray(data.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    data.write_bytes(bytes(raw))
+    with pytest.raises(MomentError, match="checksum"):
+        TieredFeatureStore(copy, world_size=2, shape="packed", verify=True, pack_seed=SEED)
+
+
+def test_cli_pack_json_and_overwrite(packed, tmp_path, capsys):
+    import shutil
+
+    ds, layout, man, _ = packed
+    copy = tmp_path / "L"
+    shutil.copytree(layout, copy)
+    args = ["data", "pack", "--layout", str(copy), "--ranks", "1", "--fanouts", "10,5", "--batch-size", "128",
+            "--cached", "5%", "--json"]
+    assert main(args) == 2
+    assert "already has a pack" in capsys.readouterr().err
+    assert main([*args, "--overwrite"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["ranks"] == 1 and doc["cached_rows"] == ds.num_nodes // 20 and doc["disk_overhead"] > 0
+    assert load_pack(copy).batch_size == 128 and not list(copy.glob(".pack*"))
+    assert main(["data", "pack", "--layout", str(copy), "--cached", "200%", "--overwrite"]) == 2
+    assert "--cached" in capsys.readouterr().err
