@@ -7,10 +7,11 @@ dropped from the page cache first (POSIX_FADV_DONTNEED), and cgroup v1 charges p
 cgroup, so no system can keep the features in memory the bound does not give it.
 
 * moment            `python -m moment.train --memory-budget auto` (the budget is the cgroup's limit
-                    less a margin) with its default cache policy and I/O shape;
+                    less a margin) with its default cache policy and I/O shape (auto: packed, since
+                    the DiskGNN pack for these batches is written first, as `moment data pack
+                    --memory-budget` does, leaving out the rows the run's CPU cache will hold; the
+                    pack's time and disk cost print, the time is not part of an epoch);
 * moment-<variant>  the same with another policy or shape (`--variants`, e.g. rows, lru, belady);
-                    `packed` first writes the DiskGNN pack (`moment data pack`) for these batches,
-                    leaving out the rows the default run's CPU cache held; its time and size print;
 * baseline          features from a numpy memmap of features.npy indexed per batch, stages one after
                     the other (what PyG code does when features do not fit), MADV_RANDOM (the plain
                     read-around memmap reads ~8x more here; `--baseline-readahead` runs it anyway).
@@ -50,7 +51,7 @@ VARIANTS = {
     "belady": ["--cache-policy", "belady-superbatch"],
     "packed": ["--io-shape", "packed"],
 }
-DEFAULT = ["--cache-policy", "static", "--io-shape", "block"]
+DEFAULT = ["--cache-policy", "static"]  # --io-shape auto: packed, as the pack is written first
 
 
 class MemoryBound:
@@ -204,6 +205,7 @@ def report(prefix: str, m: dict) -> None:
         print(f"{prefix}_cpu_hit_rate: {m['cpu_hit_rate']:.4f}  (of rows not on the GPU tier)")
         print(f"{prefix}_hit_rate: {m['memory_hit_rate']:.4f}  (GPU stand-in or CPU cache, all ranks and epochs)")
         print(f"{prefix}_ssd_requests: {m['ssd_requests']}")
+        print(f"{prefix}_packed_rows: {m.get('packed_rows', 0)}  (SSD rows read from the pack)")
         ssd = m["tier_bytes"].get("ssd", 0)
         print(f"{prefix}_ssd_rows_MB: {ssd / 1e6:.0f}")
         print(f"{prefix}_read_amplification: {m['ssd_bytes_read'] / max(ssd, 1):.2f}")
@@ -213,16 +215,18 @@ def report(prefix: str, m: dict) -> None:
     print(f"{prefix}_val_accuracy: {m['val_accuracy']:.4f}")
 
 
-def ensure_pack(ds_dir: Path, layout: Path, a, results: dict) -> None:
+def ensure_pack(ds_dir: Path, layout: Path, a, bound: int | None) -> None:
     """The layout's pack for this run's batches (kept between runs when the parameters match)."""
     from moment.placement.pack import load_pack, pack_summary, write_pack
+    from moment.runtime.config import TrainConfig
+    from moment.runtime.train import preview_split
     from moment.workload.graph import GraphDataset
 
     ds = GraphDataset.open(ds_dir)
-    m = results.get("moment")
-    cached = (next(it["bytes"] for it in m["memory"]["items"] if it["name"] == "cpu cache") // ds.row_bytes
-              if m else ds.num_nodes // 10)
     f = [int(x) for x in a.fanouts.split(",")]
+    cfg = TrainConfig(layout=layout, dataset=ds_dir, memory_budget=str(bound) if bound else None, fanouts=f,
+                      batch_size=a.batch_size, hidden=a.hidden, io_shape="block")
+    cached = preview_split(cfg, ds, a.nproc).cpu_rows
     old = load_pack(layout)
     if old is None or old.mismatch(world_size=a.nproc, batch_size=a.batch_size, fanouts=f, seed=0) or \
             old.epochs < a.epochs or old.cached_rows != cached:
@@ -267,7 +271,7 @@ def main() -> int:
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--memory-bound", default="3GiB", help="the cgroup limit of every system, or 'none'")
-    p.add_argument("--variants", default="packed,rows,belady",
+    p.add_argument("--variants", default="block,rows,belady",
                    help=f"other Moment configurations to run too ({', '.join(VARIANTS)}; '' for none)")
     p.add_argument("--moment-args", default="", help="extra flags for every Moment run")
     p.add_argument("--baseline-readahead", action="store_true",
@@ -302,9 +306,8 @@ def main() -> int:
         systems.append((f"moment_{v}", [*DEFAULT, *VARIANTS[v]]))
     results: dict[str, dict] = {}
     ok = True
+    ensure_pack(ds_dir, layout, a, bound)
     for name, extra in systems:
-        if name == "moment_packed":
-            ensure_pack(ds_dir, layout, a, results)
         m = run(name, a.nproc, ["--layout", str(layout), *budget, *extra, *a.moment_args.split(), *common],
                 a.cache_dir / f"{name}.json", cold=cold, bound=bound)
         if not m:

@@ -142,3 +142,9 @@ def test_cli_pack_json_and_overwrite(packed, tmp_path, capsys):
     assert load_pack(copy).batch_size == 128 and not list(copy.glob(".pack*"))
     assert main(["data", "pack", "--layout", str(copy), "--cached", "200%", "--overwrite"]) == 2
     assert "--cached" in capsys.readouterr().err
+    # --memory-budget: leave out what the run's CPU cache will hold under that budget
+    assert main(["data", "pack", "--layout", str(copy), "--ranks", "2", "--fanouts", "10,5", "--memory-budget",
+                 "3GiB", "--overwrite", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["cached_rows"] == ds.num_nodes  # everything fits in 3 GiB
+    assert main(["data", "pack", "--layout", str(copy), "--memory-budget", "1MiB", "--overwrite"]) == 2
+    assert "budget" in capsys.readouterr().err

@@ -151,12 +151,15 @@ def test_two_ranks_every_policy_and_shape_match_the_memmap_baseline(setup, two_r
     m = json.loads(out.read_text())
     assert m["loss_curve"] == ref and m["cache_policy"] == "belady-superbatch"
     assert m["memory"]["total"] == 3 << 30 and m["memory"]["used"] <= 3 << 30
-    # DiskGNN's packed batches (the pack made by the CLI for this run's batches)
+    # DiskGNN's packed batches: with a pack made by the CLI for this run's batches, auto picks it
+    import shutil
+
     from moment.cli import main
 
-    assert main(["data", "pack", "--layout", str(layout), "--ranks", "2", "--epochs", "2", "--fanouts", "10,5",
-                 "--overwrite", "--json"]) == 0
-    _torchrun(_args(layout, out, "--io-shape", "packed", "--memory-budget", "3GiB", "--cpu-cache-limit", "10%"))
+    packed = shutil.copytree(layout, tmp_path / "L")
+    assert main(["data", "pack", "--layout", str(packed), "--ranks", "2", "--epochs", "2", "--fanouts", "10,5",
+                 "--json"]) == 0
+    _torchrun(_args(packed, out, "--memory-budget", "3GiB", "--cpu-cache-limit", "10%"))
     m = json.loads(out.read_text())
     assert m["loss_curve"] == ref and m["io_shape"] == "packed" and m["packed_rows"] > 0
     assert m["memory"]["used"] <= 3 << 30

@@ -26,7 +26,9 @@ def pack_cmd(
     seed: Annotated[int, typer.Option("--seed", help="the training run's --seed")] = 0,
     cached: Annotated[str | None, typer.Option("--cached", help="hottest rows the caches will hold and the pack "
                                                "leaves out: rows, a share (30%) or bytes (2GiB); default: the "
-                                               "layout's GPU and CPU bins")] = None,
+                                               "layout's GPU and CPU bins, or --memory-budget's CPU cache")] = None,
+    memory_budget: Annotated[str | None, typer.Option("--memory-budget", help="the training run's budget: "
+                                                      "leave out the rows its CPU cache will hold (static policy)")] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="replace the layout's pack")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
@@ -46,11 +48,20 @@ def pack_cmd(
     m = load_manifest(layout)
     n, rb = m.dataset.num_nodes, m.row.row_bytes
     ds = GraphDataset.open(dataset or Path(m.dataset.features_path).parent)
-    if cached is None:
-        rows = sum(s.rows for s in m.shards if s.kind in ("gpu", "cpu"))
-    else:
-        rows = cached_rows(cached, n, rb)
     bs = batch_size or TrainConfig().resolved_batch_size(int(np.asarray(ds.train_idx).size), ranks)
+    if cached is not None and memory_budget is not None:
+        raise MomentError("give --cached or --memory-budget, not both")
+    if cached is not None:
+        rows = cached_rows(cached, n, rb)
+    elif memory_budget is not None:
+        from moment.runtime.train import preview_split
+
+        cfg = TrainConfig(layout=layout, dataset=ds.path, memory_budget=memory_budget, fanouts=f, batch_size=bs,
+                          seed=seed, io_shape="block")
+        cfg.check()
+        rows = preview_split(cfg, ds, ranks).cpu_rows
+    else:
+        rows = sum(s.rows for s in m.shards if s.kind in ("gpu", "cpu"))
     with progress_bar("sampling and packing", enabled=not json_out) as progress:
         man = write_pack(layout, ds, world_size=ranks, batch_size=bs, fanouts=f, seed=seed, epochs=epochs,
                          cached_rows=rows, overwrite=overwrite, progress=progress)

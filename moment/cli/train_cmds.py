@@ -52,22 +52,9 @@ def _precheck(args: list[str], nproc: int = 1) -> None:
 
 def _check_budget(cfg, ds, nproc: int) -> None:
     """Split the budget here as rank 0 will, so a budget below the minimum is one message, not N."""
-    import numpy as np
-    import torch
+    from moment.runtime.train import preview_split
 
-    from moment.runtime.budget import process_bytes
-    from moment.runtime.dist import DistContext
-    from moment.runtime.train import plan_memory
-    from moment.workload.sampler import CSRGraph, SeedBatches
-
-    base = process_bytes()
-    ctx = DistContext(0, 0, nproc, nproc, torch.device("cpu"), None)
-    train_idx = np.asarray(ds.train_idx)
-    bs = cfg.resolved_batch_size(train_idx.size, nproc)
-    batches = SeedBatches(train_idx, bs, seed=cfg.seed, rank=0, world_size=nproc)
-    hidden = cfg.hidden or (256 if cfg.model == "sage" else 512)
-    plan_memory(cfg, ds, ctx, CSRGraph.from_dataset(ds, in_memory=False), batches, cfg.resolved_fanouts(),
-                hidden, base, agent=True)
+    preview_split(cfg, ds, nproc)
 
 
 @app.command(

@@ -36,7 +36,7 @@ class TrainConfig:
     cpu_cache_limit: str | None = None
     memory_budget: str | None = None
     cache_policy: str = "static"
-    io_shape: str = "block"
+    io_shape: str = "auto"
     superbatch: int | None = None
     features: str = "tiered"
     drop_page_cache: str = ""
@@ -145,10 +145,11 @@ def build_parser() -> argparse.ArgumentParser:
     a("--cache-policy", default="static", choices=["static", "lru", "belady-superbatch"],
       help="CPU cache policy: static (hottest rows by pre-sampled hotness, one copy shared by the local "
            "ranks), lru, or belady-superbatch (Ginex: the next superbatch's accesses decide what stays)")
-    a("--io-shape", default="block", choices=["rows", "block", "packed"],
-      help="how misses are read: block (default: a hyperbatch's misses in large merged reads, AGNES), "
-           "rows (each batch's rows, merged only within shared blocks) or packed (DiskGNN: each batch's "
-           "misses from the contiguous segment `moment data pack` wrote for it)")
+    a("--io-shape", default="auto", choices=["auto", "rows", "block", "packed"],
+      help="how misses are read: packed (DiskGNN: each batch's misses from the contiguous segment "
+           "`moment data pack` wrote for it), block (a hyperbatch's misses in large merged reads, AGNES) or "
+           "rows (each batch's rows, merged only within shared blocks); auto (default): packed when the "
+           "layout has a pack made for this run's ranks, batch size, fan-outs and seed, else block")
     a("--superbatch", type=int, metavar="BATCHES",
       help="batches decided and read together (default 4 with --io-shape block or a dynamic policy, else 1)")
     g = p.add_mutually_exclusive_group()

@@ -111,8 +111,24 @@ def plan_memory(cfg: TrainConfig, ds: GraphDataset, ctx: DistContext, graph: CSR
     return split_budget(total, how, lw, shape)
 
 
+def preview_split(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, agent: bool = True) -> Split:
+    """The budget split rank 0 of an `nproc`-rank run will make, computed before any rank starts."""
+    ctx = DistContext(0, 0, nproc, nproc, torch.device("cpu"), None)
+    train_idx = np.asarray(ds.train_idx)
+    batches = SeedBatches(train_idx, cfg.resolved_batch_size(train_idx.size, nproc), seed=cfg.seed, rank=0,
+                          world_size=nproc)
+    hidden = cfg.hidden or (256 if cfg.model == "sage" else 512)
+    return plan_memory(cfg, ds, ctx, CSRGraph.from_dataset(ds, in_memory=False), batches, cfg.resolved_fanouts(),
+                       hidden, process_bytes(), agent=agent)
+
+
 def _check_pack(cfg: TrainConfig, ctx: DistContext, batch_size: int, fanouts: list[int]) -> int:
-    """Refuse a pack sampled for other batches; the bytes of this rank's pack index (0 without one)."""
+    """Resolve --io-shape auto; refuse a pack sampled for other batches; the pack index bytes (0: none)."""
+    if cfg.io_shape == "auto":
+        man = load_pack(cfg.layout)
+        fits = man is not None and not man.mismatch(world_size=ctx.world_size, batch_size=batch_size,
+                                                    fanouts=fanouts, seed=cfg.seed)
+        cfg.io_shape = "packed" if fits else "block"
     if cfg.io_shape != "packed":
         return 0
     man = load_pack(cfg.layout)
@@ -124,7 +140,8 @@ def _check_pack(cfg: TrainConfig, ctx: DistContext, batch_size: int, fanouts: li
     if why:
         raise MomentError(f"the pack was sampled for other batches: {why}", source=str(pack_path(cfg.layout)),
                           hint="rewrite it with `moment data pack --overwrite` and this run's parameters")
-    return (pack_path(cfg.layout) / man.files[ctx.rank].index).stat().st_size
+    # the largest rank's: every rank must size its caches alike (the shared cache is one segment)
+    return max((pack_path(cfg.layout) / f.index).stat().st_size for f in man.files)
 
 
 def make_source(cfg: TrainConfig, ds: GraphDataset, ctx: DistContext, split: Split | None = None) -> FeatureSource:
