@@ -42,10 +42,16 @@ def _root() -> None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point: user errors become one red message and exit code 2, never a traceback."""
     _register()
+    import shlex
+
+    from moment import locking
+
+    # whoever finds an output locked by this run is told which command holds it
+    locking.COMMAND = "moment " + shlex.join(str(a) for a in (sys.argv[1:] if argv is None else argv))
     try:
         app(args=argv, prog_name="moment")
     except MomentError as e:
-        err_console.print("[bold red]error:[/] " + _escape(str(e)), highlight=False)
+        err_console.print("[bold red]error:[/] " + _escape(str(e)), highlight=False, soft_wrap=True)
         return 2
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)

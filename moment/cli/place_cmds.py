@@ -15,7 +15,7 @@ from moment.errors import MomentError
 
 layout_app = typer.Typer(help="Inspect and check written layouts (the output of `moment place`).",
                          no_args_is_help=True)
-app.add_typer(layout_app, name="layout", help="Layouts: verify checksums, show what is where.")
+app.add_typer(layout_app, name="layout", help="Layouts: verify checksums, show what is where, remove.")
 
 _PROFILE_HELP = "built-in profile name (see `moment profiles`) or a YAML file describing the machine"
 _CACHE_HELP = ("{what} cache per {per}: GiB (e.g. 8) or a share of the dataset's features (e.g. 10%); "
@@ -53,7 +53,12 @@ def place_cmd(
     pool: Annotated[int, typer.Option("--pool", help="DDAK: nodes placed per step (paper: 100)")] = 100,
     policy: Annotated[str, typer.Option("--policy", help="which placement is written: ddak, hash or degree")] = "ddak",
     report: Annotated[bool, typer.Option("--report", help="print the per-bin table of every policy")] = False,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="replace an existing layout at --out")] = False,
+    overwrite: Annotated[bool, typer.Option(
+        "--overwrite", help="replace an existing layout at --out (the old one stays valid until the new one is "
+                            "complete)")] = False,
+    verify: Annotated[bool, typer.Option(
+        "--verify/--no-verify", help="check the dataset's files against its manifest checksums before placing "
+                                     "(--no-verify skips it, and says so)")] = True,
     seed: Annotated[int, typer.Option("--seed", help="pre-sampling seed (same seed = same layout)")] = 0,
     json_out: Annotated[bool, typer.Option("--json", help="print one JSON object instead of tables")] = False,
 ) -> None:
@@ -92,64 +97,85 @@ def place_cmd(
 
         batch_size = TrainConfig().resolved_batch_size(len(ds.train_idx), max(gpus, 1))
 
-    timings: dict[str, float] = {}
-    hot = _hotness(ds, hotness_dir, f, batch_size, epochs, batches, seed, json_out, timings)
+    from moment.locking import locked
 
-    from moment.placement.assignment import hotness_order
-    from moment.placement.manifest import row_format
+    # the lock on --out is held from here to the end: a second `moment place` on it is refused at once
+    with locked(out, "layout"):
+        if out.exists() and not overwrite:
+            raise MomentError("layout already exists", source=str(out), hint="pass --overwrite to replace it")
+        timings: dict[str, float] = {}
+        verified = _verify_dataset(ds, verify, json_out, timings)
+        hot = _hotness(ds, hotness_dir, f, batch_size, epochs, batches, seed, json_out, timings)
 
-    order = hotness_order(hot.feature_reads)
-    gpu_gib, cpu_gib = pl.default_cache_gib(topo, inv)
-    cache = pl.CacheRows(gpu=pl.cache_rows(gpu_spec, gpu_gib, ds), cpu=pl.cache_rows(cpu_spec, cpu_gib, ds))
-    n_gpus, n_sockets = pl.device_counts(topo, inv)
-    wl = pl.workload_from_hotness(ds, hot, cache.gpu, cache.cpu, n_gpus, n_sockets, f, batch_size, order=order)
+        from moment.placement.assignment import hotness_order
+        from moment.placement.manifest import row_format
 
-    t = time.perf_counter()
-    if plan_in is not None:
-        plan = pl.replan(plan_in, topo, wl)
-    else:
-        from moment.cli.topology_cmds import _progress_bar
-        from moment.planner.plan import make_plan
+        order = hotness_order(hot.feature_reads)
+        gpu_gib, cpu_gib = pl.default_cache_gib(topo, inv)
+        cache = pl.CacheRows(gpu=pl.cache_rows(gpu_spec, gpu_gib, ds), cpu=pl.cache_rows(cpu_spec, cpu_gib, ds))
+        n_gpus, n_sockets = pl.device_counts(topo, inv)
+        wl = pl.workload_from_hotness(ds, hot, cache.gpu, cache.cpu, n_gpus, n_sockets, f, batch_size, order=order)
 
-        with _progress_bar(not json_out) as cb:
-            plan = make_plan(topo, inv, wl, progress=cb)
-    timings["plan_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        if plan_in is not None:
+            plan = pl.replan(plan_in, topo, wl)
+        else:
+            from moment.cli.topology_cmds import _progress_bar
+            from moment.planner.plan import make_plan
 
-    fmt = row_format(ds.row_bytes)
-    bins = pl.bins_from_plan(plan, topo, cache=cache, row_bytes=ds.row_bytes, ssd_stride=fmt.stride,
-                             ssd_paths=paths)
-    assignments, errors, seconds = pl.run_policies(hot.feature_reads, bins, pool=pool, order=order, required=policy)
-    timings |= {f"{k}_s": v for k, v in seconds.items()}
+            with _progress_bar(not json_out) as cb:
+                plan = make_plan(topo, inv, wl, progress=cb)
+        timings["plan_s"] = time.perf_counter() - t
 
-    from moment.placement import PlanRef, policy_report, write_layout
-    from moment.placement.reader import load_manifest
+        fmt = row_format(ds.row_bytes)
+        bins = pl.bins_from_plan(plan, topo, cache=cache, row_bytes=ds.row_bytes, ssd_stride=fmt.stride,
+                                 ssd_paths=paths)
+        assignments, errors, seconds = pl.run_policies(hot.feature_reads, bins, pool=pool, order=order, required=policy)
+        timings |= {f"{k}_s": v for k, v in seconds.items()}
 
-    summary = _summary(ds, hot, wl, plan, plan_file, cache, timings)
-    extra = {k: summary[k] for k in ("workload", "cache", "skew", "presample")} | {
-        "predicted_epoch_read_s": plan.predicted.epoch_read_s,
-        "achieved_shares": dict(zip(bins.names, assignments[policy].achieved_shares().tolist()))}
-    t = time.perf_counter()
-    with _bar(f"writing {policy} layout", enabled=not json_out) as progress:
-        path = write_layout(
-            out, ds.file("features"), assignments[policy], overwrite=overwrite, progress=progress,
-            plan=PlanRef(machine=plan.machine, placement=plan.placement, policy=policy,
-                         pool=pool if policy == "ddak" else None),
-            dataset_checksum=ds.manifest.files["features"].sha256, manifest_extra=extra,
-        )
-    timings["write_s"] = time.perf_counter() - t
+        from moment.placement import PlanRef, policy_report, write_layout
+        from moment.placement.reader import load_manifest
 
-    # bytes on the media: the stride the writer chose (its alignment follows the devices)
-    stride = load_manifest(path).row.stride
-    gpu_sockets = [b.socket for b in bins if b.kind == "gpu"]
-    reports = {k: policy_report(a, row_stride=stride, cache_row_bytes=ds.row_bytes, gpu_sockets=gpu_sockets,
-                                seconds=seconds[k]) for k, a in assignments.items()}
-    result = {"layout": str(path), "policy": policy, **summary,
-              "policies": {k: r.model_dump(mode="json") for k, r in reports.items()}
-              | {k: {"policy": k, "error": e, "bins": []} for k, e in errors.items()}}
+        summary = _summary(ds, hot, wl, plan, plan_file, cache, timings)
+        extra = {k: summary[k] for k in ("workload", "cache", "skew", "presample")} | {
+            "predicted_epoch_read_s": plan.predicted.epoch_read_s,
+            "achieved_shares": dict(zip(bins.names, assignments[policy].achieved_shares().tolist()))}
+        t = time.perf_counter()
+        with _bar(f"writing {policy} layout", enabled=not json_out) as progress:
+            path = write_layout(
+                out, ds.file("features"), assignments[policy], overwrite=overwrite, progress=progress,
+                plan=PlanRef(machine=plan.machine, placement=plan.placement, policy=policy,
+                             pool=pool if policy == "ddak" else None),
+                dataset_checksum=ds.manifest.files["features"].sha256, dataset_id=ds.dataset_id,
+                manifest_extra=extra,
+            )
+        timings["write_s"] = time.perf_counter() - t
+
+        # bytes on the media: the stride the writer chose (its alignment follows the devices)
+        stride = load_manifest(path).row.stride
+        gpu_sockets = [b.socket for b in bins if b.kind == "gpu"]
+        reports = {k: policy_report(a, row_stride=stride, cache_row_bytes=ds.row_bytes, gpu_sockets=gpu_sockets,
+                                    seconds=seconds[k]) for k, a in assignments.items()}
+        result = {"layout": str(path), "policy": policy, "dataset_verified": verified, **summary,
+                  "policies": {k: r.model_dump(mode="json") for k, r in reports.items()}
+                  | {k: {"policy": k, "error": e, "bins": []} for k, e in errors.items()}}
     if json_out:
         _emit(result)
         return
     _render_place(result, report)
+
+
+def _verify_dataset(ds, verify: bool, quiet: bool, timings: dict[str, float]) -> bool:
+    """Re-hash the dataset against its manifest (progress bar) so corrupt data is refused, not placed."""
+    if not verify:
+        err_console.print("[yellow]dataset not verified[/] (--no-verify): its checksums were not checked",
+                          highlight=False)
+        return False
+    t = time.perf_counter()
+    with _bar("verifying dataset", enabled=not quiet) as progress:
+        ds.verify_checksums(progress=progress)
+    timings["verify_s"] = time.perf_counter() - t
+    return True
 
 
 def _hotness(ds, hotness_dir, fanouts, batch_size, epochs, batches, seed, quiet, timings):
@@ -211,6 +237,8 @@ def _render_place(r: dict[str, Any], per_bin: bool) -> None:
                   f"{wl['unique_ratio']:.3f}; hottest nodes take {skew} of feature reads; caches serve GPU "
                   f"{wl['gpu_cache_share']:.1%} / CPU {wl['cpu_cache_share']:.1%}")
     console.print(f"predicted epoch read time {p['epoch_read_s']:.4g} s (LP)")
+    console.print("dataset checksums: " + ("verified against its manifest" if r["dataset_verified"]
+                                           else "[yellow]not verified[/] (--no-verify)"))
     pols = [k for k in ("ddak", "hash", "degree") if k in r["policies"] and "error" not in r["policies"][k]]
     if per_bin:
         t = Table(title="per bin: share of reads achieved (|achieved - target| / target)", title_justify="left")
@@ -269,6 +297,33 @@ def verify_cmd(
             err_console.print(f"  {p}", highlight=False)
     if not rep.ok:
         raise typer.Exit(1)
+
+
+@layout_app.command("rm")
+def rm_cmd(
+    layout: Annotated[Path, typer.Argument(help="layout directory (written by `moment place`)")],
+    json_out: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Remove a layout: its directory and every shard directory it has on --ssd-path mounts.
+
+    Removes exactly what the layout's manifest records, and refuses anything it does not own: a
+    directory that is not a Moment layout, a file the manifest does not name (in the layout or in a
+    shard directory), or a shard directory written for a layout at another path (a copied or moved
+    layout: remove it where it was written). A layout being written by `moment place` is refused.
+    Nothing is deleted unless every check passes.
+
+    Example: moment layout rm layouts/synth1m
+    """
+    from moment.placement.layout import remove_layout
+
+    rep = remove_layout(layout)
+    if json_out:
+        _emit(rep.model_dump(mode="json"))
+        return
+    shards = rep.removed_dirs[1:]
+    where = f"; shard directories: {', '.join(shards)}" if shards else ""
+    console.print(f"removed layout [bold]{rep.layout}[/]: {rep.files} files, {_size(rep.bytes)}{where}",
+                  highlight=False)
 
 
 @layout_app.command("info")

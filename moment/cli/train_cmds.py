@@ -15,7 +15,9 @@ from typing import Annotated
 
 import typer
 
-from moment.cli import app
+from rich.markup import escape
+
+from moment.cli import app, err_console
 from moment.errors import MomentError
 
 
@@ -41,11 +43,13 @@ def _precheck(args: list[str], nproc: int = 1) -> None:
     from moment.workload.graph import GraphDataset
 
     cfg = parse_args(args)
-    if cfg.layout is not None:
-        from moment.placement.reader import load_manifest
-
-        load_manifest(cfg.layout)
     ds = GraphDataset.open(dataset_dir(cfg))
+    if cfg.layout is not None:
+        from moment.placement.reader import check_dataset, load_manifest
+
+        note = check_dataset(cfg.layout, load_manifest(cfg.layout), ds)  # refuses another dataset
+        if note:
+            err_console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
     if cfg.memory_budget and cfg.features == "tiered":
         _check_budget(cfg, ds, nproc)
 

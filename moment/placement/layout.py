@@ -12,31 +12,47 @@ A layout is the directory LAYOUT:
 
 SSD shards hold their rows hottest first (ties by node id), aligned as the row format says (see
 manifest.py), so the hottest rows of each SSD are contiguous. <key> hashes LAYOUT's absolute path,
-so two layouts with the same name in different places never share shard directories.
+so two layouts with the same name in different places never share shard directories; a rewrite
+(--overwrite) uses the next free name (`...-<key>-1.shards`, ...), so the old layout's shard
+directories stay untouched until the new layout is complete.
 
-Crash safety, start-clean (no resume): everything is written into LAYOUT.partial/ and
-<mount>/...shards.partial/ under temporary names, each file fsynced and renamed, directories fsynced;
-the manifest is written last; then the SSD directories and finally LAYOUT.partial are renamed. Only a
-directory named LAYOUT with a manifest is a layout. A rerun (or a Python exception during the run)
-removes stale .partial directories and orphaned shard directories of the same layout first.
+Crash safety (kill -9 at any instant leaves either the old layout or the new one, complete, at
+LAYOUT): writers hold the lock on LAYOUT (moment.locking). Everything is written into LAYOUT.partial/
+and <mount>/...shards.partial/ under temporary names, each file fsynced and renamed, directories
+fsynced; the manifest is written last; the SSD directories are renamed to their final (new) names;
+then LAYOUT.partial and LAYOUT are swapped in one atomic step (renameat2 RENAME_EXCHANGE; where the
+file system lacks it, LAYOUT is renamed to LAYOUT.old first and a crash between the two renames is
+repaired by the next writer, which puts LAYOUT.old back); only then are the old layout's SSD
+directories and the old layout removed. Only a directory named LAYOUT with a manifest is a layout. A
+rerun (or a Python exception during the run) removes stale .partial/.old directories and the shard
+directories of this layout that its manifest does not point to.
+
+`remove_layout` (`moment layout rm`) removes a layout and every shard directory it owns.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+from pydantic import BaseModel, Field
 
 import moment
+from moment import testpoints
 from moment.errors import MomentError
+from moment.locking import locked
 from moment.placement.assignment import Assignment
 from moment.placement.manifest import (
     DEFAULT_CHUNK,
+    FORMAT,
     INDEX,
     MANIFEST,
     ORDER,
@@ -77,9 +93,15 @@ def open_features(path: str | Path) -> np.memmap:
     return f
 
 
-def _layout_paths(out: Path) -> tuple[Path, str]:
+def _layout_paths(out: Path) -> tuple[Path, Path, str]:
+    """LAYOUT.partial, LAYOUT.old and the stem of LAYOUT's shard directory names on SSD mounts."""
     key = hashlib.sha256(str(out).encode()).hexdigest()[:10]
-    return out.with_name(out.name + ".partial"), f"moment-{out.name}-{key}.shards"
+    return out.with_name(out.name + ".partial"), out.with_name(out.name + ".old"), f"moment-{out.name}-{key}"
+
+
+def _owned(stem: str, name: str) -> bool:
+    """Whether a directory name is one of the shard directories a layout with this stem writes."""
+    return re.fullmatch(re.escape(stem) + r"(-[0-9]+)?\.shards(\.partial)?", name) is not None
 
 
 def _probe_mount(name: str, path: str) -> Path:
@@ -138,20 +160,96 @@ def _check_space(needs: list[tuple[Path, int]]) -> None:
 
 def _remove(paths: list[Path]) -> None:
     for p in paths:
-        if p.is_dir():
+        if p.is_dir() and not p.is_symlink():
             shutil.rmtree(p, ignore_errors=True)
-        elif p.exists():
+        elif p.exists() or p.is_symlink():
             p.unlink()
 
 
-def _external_dirs(layout: Path) -> list[Path]:
-    """Shard directories on SSD mounts that an existing layout's manifest points to."""
+def _referenced_dirs(layout: Path) -> set[Path]:
+    """Shard directories outside `layout` that the manifest in it points to (none without one)."""
     try:
         m = Manifest.model_validate_json((layout / MANIFEST).read_text())
     except (OSError, ValueError):
-        return []
-    dirs = {Path(s.path).parent for s in m.shards if Path(s.path).is_absolute()}
-    return sorted(d for d in dirs if d.name.startswith("moment-") and d.name.endswith(".shards"))
+        return set()
+    return {Path(s.path).parent for s in m.shards if Path(s.path).is_absolute()}
+
+
+def _recover(out: Path, mounts: list[Path]) -> None:
+    """Clean up after a killed or failed write of `out` (call holding its lock): put back an old layout
+    a crash left at LAYOUT.old, then remove LAYOUT.partial, LAYOUT.old and every shard directory of
+    this layout (in `mounts` or named by those leftovers' manifests) that LAYOUT's manifest does not
+    point to."""
+    partial, backup, stem = _layout_paths(out)
+    if not out.exists() and (backup / MANIFEST).is_file():
+        os.rename(backup, out)
+        fsync_dir(out.parent)
+    keep = _referenced_dirs(out)
+    stale: set[Path] = set()
+    for d in (partial, backup):
+        for x in _referenced_dirs(d):
+            stale |= {x, x.with_name(x.name + ".partial")}
+    for m in {*mounts, *(x.parent for x in stale)}:
+        if m.is_dir():
+            stale |= {x for x in m.iterdir() if x.is_dir()}
+    _remove(sorted(x for x in stale if _owned(stem, x.name) and x not in keep and x.is_dir()))
+    _remove([partial] + ([backup] if _is_layout(backup) else []))
+
+
+def _is_layout(d: Path) -> bool:
+    try:
+        head = json.loads((d / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(head, dict) and head.get("format") == FORMAT
+
+
+def _new_shard_dir_name(out: Path, stem: str, mounts: list[Path]) -> str:
+    """The first shard directory name of this layout that neither the current layout uses nor exists."""
+    used = {d.name for d in _referenced_dirs(out)}
+    for g in range(len(used) + 2):
+        name = stem + (f"-{g}" if g else "") + ".shards"
+        if name not in used and not any((m / name).exists() or (m / (name + ".partial")).exists() for m in mounts):
+            return name
+    raise MomentError(f"no free shard directory name for {stem}", source=str(out))  # pragma: no cover
+
+
+_RENAME_EXCHANGE = 2
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two directories atomically (renameat2 RENAME_EXCHANGE); False where unsupported."""
+    import ctypes
+
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    at_fdcwd = -100
+    if fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def _swap_in(new: Path, out: Path, backup: Path) -> Path:
+    """Put the complete layout `new` at `out` (which exists); returns where the old layout now is."""
+    if _exchange(new, out):
+        return new
+    os.rename(out, backup)  # a crash before the next rename: the next writer renames LAYOUT.old back
+    testpoints.reach("layout-old-moved")
+    os.rename(new, out)
+    return backup
+
+
+def _check_replaceable(out: Path) -> None:
+    """--overwrite replaces a Moment layout, never a directory of something else."""
+    if not out.is_dir() or not _is_layout(out):
+        raise MomentError("exists and is not a Moment layout (no layout manifest.json); refusing to replace it",
+                          source=str(out))
 
 
 def _group(a: Assignment) -> tuple[np.ndarray, np.ndarray]:
@@ -224,6 +322,7 @@ def write_layout(
     align: int | None = None,
     row_mode: Literal["auto", "pad", "pack"] = "auto",
     dataset_checksum: str | None = None,
+    dataset_id: str | None = None,
     manifest_extra: dict[str, Any] | None = None,
     progress: Progress | None = None,
     chunk_bytes: int = DEFAULT_CHUNK,
@@ -236,8 +335,11 @@ def write_layout(
     (`block_size`), so rows are no larger than O_DIRECT needs (512 B rows on a 512e disk: no read
     amplification; 4096 would read 8x the bytes).
     `dataset_checksum`: the dataset's sha256 if known (else the features file is hashed).
+    `dataset_id`: the dataset's identity (`GraphDataset.dataset_id`), recorded so training refuses other
+    data; by default that of the dataset whose features file `features_path` is, if it is one.
     `progress(done_bytes, total_bytes)`; an exception from it aborts and removes the partial output.
     Everything that can be checked (sizes, paths, free space) is checked before anything is written.
+    With `overwrite`, the old layout stays complete and valid until the new one is (see the module doc).
     """
     out = Path(out_dir).absolute()
     feats = open_features(features_path)
@@ -256,10 +358,12 @@ def write_layout(
     nodes, starts = _group(assignment)
     if int(starts[-1]) != n:
         raise MomentError("the assignment is inconsistent (its order is not a permutation of the nodes)")
-    partial, ext_name = _layout_paths(out)
+    if dataset_id is None:
+        dataset_id = _dataset_id_of(features_path)
+    partial, _, stem = _layout_paths(out)
 
     # -- plan every file and check paths and space before touching anything
-    plans = []  # (bin index, final path inside partial or mount, manifest path, stride, nbytes)
+    specs = []  # (bin index, mount or None, stride, nbytes)
     needs: list[tuple[Path, int]] = []
     home = _existing_ancestor(out.parent)
     mounts: list[Path] = []
@@ -267,43 +371,66 @@ def write_layout(
     for i, b in enumerate(bins):
         rows = int(starts[i + 1] - starts[i])
         if b.is_cache:
-            stride, nbytes = fmt.row_bytes, rows * fmt.row_bytes
-            local += nbytes + rows * 8 + 128
-            plans.append((i, partial / "shards" / f"{b.name}.rows", f"shards/{b.name}.rows", stride, nbytes))
+            local += rows * fmt.row_bytes + rows * 8 + 128
+            specs.append((i, None, fmt.row_bytes, rows * fmt.row_bytes))
             continue
-        stride = fmt.stride
-        nbytes = -(-rows * stride // fmt.align) * fmt.align
+        nbytes = -(-rows * fmt.stride // fmt.align) * fmt.align
         if b.path is None:
             local += nbytes
-            plans.append((i, partial / "shards" / f"{b.name}.shard", f"shards/{b.name}.shard", stride, nbytes))
+            specs.append((i, None, fmt.stride, nbytes))
         else:
             m = _probe_mount(b.name, b.path).absolute()
             if m not in mounts:
                 mounts.append(m)
             needs.append((m, nbytes))
-            final = m / ext_name / f"{b.name}.shard"
-            plans.append((i, m / (ext_name + ".partial") / f"{b.name}.shard", str(final), stride, nbytes))
+            specs.append((i, m, fmt.stride, nbytes))
     needs.append((home, local + n * 16 + 128))
     if out.exists() and not overwrite:
         raise MomentError("layout already exists", source=str(out), hint="pass overwrite to replace it")
-    _check_space(needs)
 
-    stale = [partial] + [m / (ext_name + s) for m in mounts for s in (".partial", "")]
-    if out.exists():
-        stale += [out, *_external_dirs(out)]
-    _remove(stale)  # start clean: old layout (overwrite), stale partial output, orphaned shard dirs
+    with locked(out, "layout"):
+        if out.exists():
+            if not overwrite:
+                raise MomentError("layout already exists", source=str(out), hint="pass overwrite to replace it")
+            _check_replaceable(out)
+        _check_space(needs)
+        _recover(out, mounts)  # start clean: stale partial output and orphaned shard dirs of this layout
+        ext_name = _new_shard_dir_name(out, stem, mounts)
+        plans = []  # (bin index, file path while written, manifest path, stride, nbytes)
+        for i, m, stride, nbytes in specs:
+            b = bins[i]
+            if m is not None:
+                plans.append((i, m / (ext_name + ".partial") / f"{b.name}.shard",
+                              str(m / ext_name / f"{b.name}.shard"), stride, nbytes))
+            else:
+                rel = f"shards/{b.name}.rows" if b.is_cache else f"shards/{b.name}.shard"
+                plans.append((i, partial / rel, rel, stride, nbytes))
+        try:
+            return _write(out, partial, ext_name, mounts, feats, rows_u8, features_path, assignment, fmt, nodes,
+                          starts, plans, plan, dataset_checksum, dataset_id, manifest_extra, progress, chunk_bytes,
+                          batch_bytes)
+        except BaseException:
+            _recover(out, mounts)
+            raise
+
+
+def _dataset_id_of(features_path: str | Path) -> str | None:
+    """The id of the dataset whose features file this is (None for a bare .npy)."""
+    from moment.workload.graph import MANIFEST as DATASET_MANIFEST
+    from moment.workload.graph import GraphDataset
+
+    p = Path(features_path).absolute()
+    if not (p.parent / DATASET_MANIFEST).is_file():
+        return None
     try:
-        return _write(out, partial, ext_name, mounts, feats, rows_u8, features_path, assignment, fmt, nodes,
-                      starts, plans, plan, dataset_checksum, manifest_extra, progress, chunk_bytes, batch_bytes)
-    except BaseException:
-        _remove([partial] + [m / (ext_name + ".partial") for m in mounts])
-        if not out.exists():
-            _remove([m / ext_name for m in mounts])
-        raise
+        ds = GraphDataset.open(p.parent)
+    except MomentError:
+        return None
+    return ds.dataset_id if ds.file("features").absolute() == p else None
 
 
 def _write(out, partial, ext_name, mounts, feats, rows_u8, features_path, a, fmt, nodes, starts, plans, plan,
-           dataset_checksum, manifest_extra, progress, chunk_bytes, batch_bytes) -> Path:
+           dataset_checksum, dataset_id, manifest_extra, progress, chunk_bytes, batch_bytes) -> Path:
     n = int(feats.shape[0])
     total = sum(p[4] for p in plans) + (0 if dataset_checksum else Path(features_path).stat().st_size)
     w = _Writer(total, progress)
@@ -345,7 +472,7 @@ def _write(out, partial, ext_name, mounts, feats, rows_u8, features_path, a, fmt
         created_by=f"moment {moment.__version__}",
         plan=plan or PlanRef(policy=a.policy, pool=a.pool),
         dataset=DatasetRef(features_path=str(Path(features_path).absolute()), sha256=dataset_checksum,
-                           num_nodes=n, row_shape=list(feats.shape[1:]), dtype=feats.dtype.str),
+                           id=dataset_id, num_nodes=n, row_shape=list(feats.shape[1:]), dtype=feats.dtype.str),
         row=fmt, bins=a.bins, shards=shards, index=index_sum, cache_lists=lists, order_file=order_sum,
         extra=manifest_extra or {},
     )
@@ -357,10 +484,116 @@ def _write(out, partial, ext_name, mounts, feats, rows_u8, features_path, a, fmt
     os.replace(tmp, partial / MANIFEST)
     for d in (partial, partial / "shards", partial / "lists"):
         fsync_dir(d)
-    for m in mounts:  # commit: SSD directories first, the layout directory last
+    testpoints.reach("layout-written")
+    # commit: the new SSD directories get their final (new) names; the old layout still points to its own
+    for m in mounts:
         fsync_dir(m / (ext_name + ".partial"))
-        os.replace(m / (ext_name + ".partial"), m / ext_name)
+        os.rename(m / (ext_name + ".partial"), m / ext_name)
         fsync_dir(m)
-    os.replace(partial, out)
+    testpoints.reach("layout-shards-renamed")
+    if not out.exists():
+        os.rename(partial, out)
+        fsync_dir(out.parent)
+        return out
+    old = _swap_in(partial, out, out.with_name(out.name + ".old"))  # the one atomic step
+    fsync_dir(out.parent)
+    testpoints.reach("layout-swapped")
+    # the new layout is in place: only now does the old one go, its SSD directories first
+    _, _, stem = _layout_paths(out)
+    keep = _referenced_dirs(out)
+    _remove(sorted(d for d in _referenced_dirs(old) if d not in keep and _owned(stem, d.name)))
+    testpoints.reach("layout-old-shards-removed")
+    _remove([old])
     fsync_dir(out.parent)
     return out
+
+
+# ---- removal ---------------------------------------------------------------------------------------
+
+
+class RemoveReport(BaseModel):
+    layout: str
+    removed_dirs: list[str] = Field(description="the layout directory, then each shard directory on an SSD mount")
+    files: int
+    bytes: int
+
+
+def remove_layout(path: str | Path) -> RemoveReport:
+    """Remove the layout at `path` and every shard directory it owns, as its manifest records.
+
+    Checks everything before deleting anything, and refuses what the layout does not own: a directory
+    that is not a Moment layout, a file in it that its manifest does not name, a shard directory that
+    was not written for a layout at this path (a copied or moved layout), or one holding files the
+    manifest does not name. Holds the layout's lock (a layout being written is refused). The layout
+    disappears first, in one rename; leftovers of a crash are removed by the next write or rm.
+    """
+    from moment.placement.reader import load_manifest
+
+    given = Path(path)
+    out = given.absolute()
+    with locked(out, "layout"):
+        m = load_manifest(given)  # refuses what is not a Moment layout
+        _recover(out, [])  # a crashed write's leftovers go too
+        files, ext = _owned_files(out, m)
+        partial, _, _ = _layout_paths(out)
+        size = sum(f.stat().st_size for f in files)
+        os.rename(out, partial)  # from here on there is no layout at `path`
+        fsync_dir(out.parent)
+        for d, names in ext.items():
+            for name in names:
+                (d / name).unlink(missing_ok=True)
+            try:
+                d.rmdir()
+            except OSError as e:
+                raise MomentError(f"cannot remove shard directory ({e.strerror})", source=str(d)) from None
+            fsync_dir(d.parent)
+        shutil.rmtree(partial)
+        fsync_dir(out.parent)
+    return RemoveReport(layout=str(given), removed_dirs=[str(given), *map(str, ext)], files=len(files), bytes=size)
+
+
+def _owned_files(out: Path, m: Manifest) -> tuple[list[Path], dict[Path, set[str]]]:
+    """Every file to delete (existing ones) and the shard directories on mounts with their file names;
+    raises MomentError for anything the layout does not own."""
+    inside = {MANIFEST, m.index.path, *(f.path for f in m.cache_lists.values())}
+    inside |= {m.order_file.path} if m.order_file else set()
+    ext: dict[Path, set[str]] = {}
+    for s in m.shards:
+        p = Path(s.path)
+        if p.is_absolute():
+            ext.setdefault(p.parent, set()).add(p.name)
+        else:
+            inside.add(s.path)
+    root = out.resolve()
+    for rel in inside:
+        q = (out / rel).resolve()
+        if Path(rel).is_absolute() or root not in q.parents:
+            raise MomentError(f"the manifest names {rel!r}, which is outside the layout: refusing to remove it",
+                              source=str(out / MANIFEST))
+    files: list[Path] = []
+    for p in sorted(out.rglob("*")):
+        rel = p.relative_to(out).as_posix()
+        if p.is_dir() and not p.is_symlink():
+            if not any(f.startswith(rel + "/") for f in inside):
+                raise MomentError(f"holds the directory {rel}, which the layout's manifest does not name: "
+                                  "refusing to remove it", source=str(out))
+            continue
+        if rel not in inside:
+            raise MomentError(f"holds {rel}, which the layout's manifest does not name: refusing to remove it",
+                              source=str(out))
+        files.append(p)
+    stems = {_layout_paths(out)[2], _layout_paths(root)[2]}
+    for d, names in ext.items():
+        if not any(_owned(stem, d.name) and not d.name.endswith(".partial") for stem in stems):
+            raise MomentError(f"shard directory {d} was not written for a layout at {out} (a copied or moved "
+                              "layout?): refusing to remove it", source=str(out / MANIFEST))
+        if not d.exists():
+            continue
+        if d.is_symlink() or not d.is_dir():
+            raise MomentError("shard path is not a directory Moment wrote: refusing to remove it", source=str(d))
+        for p in sorted(d.iterdir()):
+            if p.name not in names or not p.is_file() or p.is_symlink():
+                raise MomentError(f"shard directory holds {p.name}, which the layout's manifest does not name: "
+                                  "refusing to remove it", source=str(d))
+            files.append(p)
+    return files, {d: names for d, names in ext.items() if d.exists()}

@@ -89,7 +89,9 @@ class PlanRef(BaseModel):
 
 class DatasetRef(BaseModel):
     features_path: str
-    sha256: str
+    sha256: str = Field(description="sha256 of the features file")
+    id: str | None = Field(None, description="the dataset's identity (sha256 over all its files' checksums, "
+                                              "GraphDataset.dataset_id); absent in layouts written before it")
     num_nodes: int
     row_shape: list[int]
     dtype: str

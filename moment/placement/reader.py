@@ -11,12 +11,16 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
 from moment.errors import MomentError
 from moment.placement.manifest import FORMAT, MANIFEST, SCHEMA_VERSION, Manifest, Progress, Shard, sha256_file
+
+if TYPE_CHECKING:
+    from moment.workload.graph import GraphDataset
 
 
 class VerifyReport(BaseModel):
@@ -34,6 +38,9 @@ def load_manifest(path: str | Path) -> Manifest:
     p = Path(path)
     if not p.is_dir():
         hint = "an interrupted write leaves LAYOUT.partial; rerun the write" if p.name.endswith(".partial") else None
+        if (p.with_name(p.name + ".old") / MANIFEST).is_file():
+            hint = (f"an interrupted overwrite left the previous layout at {p.name}.old; the next "
+                    "`moment place --out` of this path puts it back")
         raise MomentError("layout directory not found", source=str(p), hint=hint)
     mf = p / MANIFEST
     if not mf.is_file():
@@ -51,6 +58,31 @@ def load_manifest(path: str | Path) -> Manifest:
         return Manifest.model_validate(head)
     except ValidationError as e:
         raise MomentError(f"manifest does not match the schema: {e.errors()[0]['msg']}", source=str(mf)) from None
+
+
+def check_dataset(layout: str | Path, m: Manifest, dataset: GraphDataset) -> str | None:
+    """Refuse to use `layout` with a dataset other than the one it was placed from.
+
+    Layouts record the dataset's id (`GraphDataset.dataset_id`: all its files' checksums); a different
+    id is refused. Layouts written before the id existed are checked by their features checksum only,
+    and a note saying so is returned (None otherwise).
+    """
+    ref = m.dataset
+    if ref.num_nodes != dataset.num_nodes:
+        raise MomentError(f"the layout was placed from a dataset of {ref.num_nodes:,} nodes, {dataset.path} has "
+                          f"{dataset.num_nodes:,}: they do not belong together", source=str(layout))
+    if ref.id is not None:
+        if ref.id != dataset.dataset_id:
+            raise MomentError(f"the layout was placed from another dataset (id {ref.id[:12]}, features "
+                              f"{ref.features_path}), not {dataset.path} (id {dataset.dataset_id[:12]}); "
+                              "pass that dataset, or place this one", source=str(layout))
+        return None
+    if ref.sha256 != dataset.manifest.files["features"].sha256:
+        raise MomentError(f"the layout was placed from other features (sha256 {ref.sha256[:12]}, "
+                          f"{ref.features_path}) than {dataset.path}'s; pass that dataset, or place this one",
+                          source=str(layout))
+    return (f"layout {layout} records no dataset id (written by an older Moment): only the features checksum "
+            "was compared with the dataset; place it again to record the id")
 
 
 def shard_path(layout: Path, s: Shard) -> Path:

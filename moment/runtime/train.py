@@ -172,6 +172,12 @@ class Trainer:
         self.cfg, self.ctx = cfg, ctx
         base_rss = process_bytes()  # interpreter + torch, before any data is touched
         self.ds = GraphDataset.open(dataset_dir(cfg))
+        self.notes: list[str] = []
+        if cfg.layout is not None:  # the layout must hold this dataset's features, not another's
+            from moment.placement.reader import check_dataset, load_manifest
+
+            note = check_dataset(cfg.layout, load_manifest(cfg.layout), self.ds)
+            self.notes += [f"note: {note}"] if note else []
         self.fanouts = cfg.resolved_fanouts()
         train_idx = np.asarray(self.ds.train_idx)
         self.batch_size = cfg.resolved_batch_size(train_idx.size, ctx.world_size)
@@ -432,6 +438,7 @@ def train(cfg: TrainConfig, ctx: DistContext | None = None) -> dict[str, Any]:
         trainer = Trainer(cfg, ctx)
         with Reporter(enabled=ctx.is_main and not cfg.quiet, world_size=ctx.world_size,
                       total_epochs=cfg.epochs) as rep:
+            rep.lines(trainer.notes)
             if trainer.split is not None:
                 rep.lines(trainer.split.budget.lines() + [trainer.store_line()])
             metrics = trainer.run(rep)

@@ -22,9 +22,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
@@ -33,6 +35,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from moment.errors import MomentError
+from moment.locking import locked
 
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
@@ -43,6 +46,7 @@ FEATURE_DTYPES = ("float32", "float16")
 LABEL_DTYPES = ("int16", "int32", "int64")
 INDEX_DTYPES = ("int32", "int64")
 CHUNK_BYTES = 64 << 20  # streaming granularity for hashing and validation
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 class FileRecord(BaseModel):
@@ -197,17 +201,25 @@ class GraphWriter:
     def __init__(self, out_dir: str | Path, *, overwrite: bool = False, name: str = ""):
         self.out_dir = Path(out_dir)
         self.name = name or self.out_dir.name
-        if self.out_dir.exists() and not overwrite:
-            raise MomentError(
-                "output directory already exists", source=str(self.out_dir), hint="choose another --out or pass --overwrite"
-            )
-        if self.out_dir.exists() and not _replaceable(self.out_dir):
-            raise MomentError(
-                "exists and is not a dataset (no manifest.json); refusing to replace it", source=str(self.out_dir)
-            )
-        self.overwrite = overwrite
-        self.out_dir.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.out_dir.name}.tmp-", dir=self.out_dir.parent))
+        # held until commit/abort: a second writer of the same directory is refused, naming this one
+        self._lock = ExitStack()
+        self._lock.enter_context(locked(self.out_dir, "dataset"))
+        try:
+            if self.out_dir.exists() and not overwrite:
+                raise MomentError(
+                    "output directory already exists", source=str(self.out_dir),
+                    hint="choose another --out or pass --overwrite"
+                )
+            if self.out_dir.exists() and not _replaceable(self.out_dir):
+                raise MomentError(
+                    "exists and is not a dataset (no manifest.json); refusing to replace it", source=str(self.out_dir)
+                )
+            self.overwrite = overwrite
+            self.out_dir.parent.mkdir(parents=True, exist_ok=True)
+            self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.out_dir.name}.tmp-", dir=self.out_dir.parent))
+        except BaseException:
+            self._lock.close()
+            raise
         self.records: dict[str, FileRecord] = {}
         self._open: dict[str, NpyStreamWriter] = {}
         self._done = False
@@ -286,7 +298,10 @@ class GraphWriter:
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
         self._done = True
-        return GraphDataset.open(self.out_dir)
+        try:
+            return GraphDataset.open(self.out_dir)
+        finally:
+            self._lock.close()
 
     def abort(self) -> None:
         for w in self._open.values():
@@ -294,6 +309,7 @@ class GraphWriter:
         self._open.clear()
         shutil.rmtree(self.tmp, ignore_errors=True)
         self._done = True
+        self._lock.close()
 
 
 def _replaceable(path: Path) -> bool:
@@ -489,6 +505,11 @@ class GraphDataset:
         for name in ARRAYS:
             if name not in m.files:
                 raise MomentError(f"manifest lists no file for {name!r}", source=str(self.path / MANIFEST))
+        for rec in m.files.values():
+            if not _SHA256.fullmatch(rec.sha256) or not rec.sha256.strip("0"):
+                what = "zeroed" if rec.sha256 and not rec.sha256.strip("0") else "malformed"
+                raise MomentError(f"the checksum of {rec.file} is {what} ({rec.sha256[:16]!r}): expected 64 hex "
+                                  "digits, as written by `moment data synth/import`", source=str(self.path / MANIFEST))
         for name, rec in m.files.items():
             f = self.path / rec.file
             if not f.is_file():
@@ -564,12 +585,30 @@ class GraphDataset:
             if idx.size and int(np.asarray(lab[np.asarray(idx)]).min()) < 0:
                 raise self._err(f"{s}_idx", "split contains unlabelled nodes (label -1)")
 
-    def verify_checksums(self) -> None:
+    def verify_checksums(self, progress: Callable[[int, int], None] | None = None) -> None:
+        """Re-hash every file (streaming) against the manifest; `progress(done_bytes, total_bytes)`.
+        The first mismatch raises, naming the file, in one line."""
+        total = sum(rec.bytes for rec in self.manifest.files.values())
+        done = 0
         for name, rec in self.manifest.files.items():
-            got = sha256_file(self.path / rec.file)
+            h = hashlib.sha256()
+            with open(self.path / rec.file, "rb") as f:
+                while b := f.read(CHUNK_BYTES):
+                    h.update(b)
+                    done += len(b)
+                    if progress:
+                        progress(done, total)
+            got = h.hexdigest()
             if got != rec.sha256:
-                raise self._err(name, f"sha256 mismatch: file {got[:16]}…, manifest {rec.sha256[:16]}…",
-                                hint="the file changed after it was written; re-create the dataset")
+                raise self._err(name, f"sha256 mismatch: file {got[:16]}…, manifest {rec.sha256[:16]}… "
+                                      "(the file changed after the dataset was written; re-create it)")
+
+    @property
+    def dataset_id(self) -> str:
+        """The dataset's identity: sha256 over its files' checksums (name=sha256 lines, sorted). Two
+        datasets have the same id exactly when every file has the same content."""
+        lines = "".join(f"{k}={r.sha256}\n" for k, r in sorted(self.manifest.files.items()))
+        return hashlib.sha256(lines.encode()).hexdigest()
 
     def verify(self) -> None:
         """Checksums plus full validation."""

@@ -1,0 +1,384 @@
+"""Data safety (issue 8): crash-safe `place --overwrite`, dataset verification, dataset identity,
+output locks, `moment layout rm`. Crashes are real: a subprocess SIGKILLs itself at a named point
+(moment.testpoints), and lock tests run two real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_place import CACHE, INV, TINY, run
+
+from moment import testpoints
+from moment.errors import MomentError
+from moment.locking import lock_path, locked
+from moment.placement import open_layout, verify_layout
+from moment.placement.reader import load_manifest
+from moment.workload.graph import GraphDataset, GraphWriter
+
+REPO = Path(__file__).resolve().parents[1]
+N = 5000
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    """A small dataset, the tiny two-socket profile, a plan for it and saved hotness (fast `place`)."""
+    from moment.workload.hotness import presample
+    from moment.workload.synth import synthesize
+
+    tmp = tmp_path_factory.mktemp("safety")
+    ds = synthesize(tmp / "ds", N, feature_dim=16, seed=5)
+    prof = tmp / "tiny2.yaml"
+    prof.write_text(TINY)
+    rc, plan_json, err = run(["plan", "--profile", prof, *INV, "--json"])
+    assert rc == 0, err
+    (tmp / "plan.json").write_text(plan_json)
+    presample(ds, [25, 10], 64, seed=0).save(tmp / "hot")
+    return {"tmp": tmp, "ds": ds, "prof": prof}
+
+
+def place_args(env, out: Path, *extra, dataset: Path | None = None) -> list:
+    t = env["tmp"]
+    return ["place", "--dataset", dataset or t / "ds", "--profile", env["prof"], *INV, *CACHE, "--plan",
+            t / "plan.json", "--hotness", t / "hot", "--out", out, "--json", *extra]
+
+
+def cli(args: list, env_vars: dict | None = None, wait: bool = True):
+    """`python -m moment ARGS` as a real process (run from the repository, so it imports this tree)."""
+    e = {**os.environ, **(env_vars or {})}
+    cmd = [sys.executable, "-m", "moment", *map(str, args)]
+    if not wait:
+        return subprocess.Popen(cmd, cwd=REPO, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.run(cmd, cwd=REPO, env=e, capture_output=True, text=True, timeout=180, check=False)
+
+
+def _mounts(tmp: Path, name: str) -> tuple[Path, Path]:
+    a, b = tmp / f"{name}-m1", tmp / f"{name}-m2"
+    a.mkdir()
+    b.mkdir()
+    return a, b
+
+
+def _policy(layout: Path) -> str:
+    return json.loads((layout / "manifest.json").read_text())["plan"]["policy"]
+
+
+def _assert_clean(layout: Path, mounts) -> None:
+    """Nothing but the layout and the shard directories its manifest points to."""
+    assert not layout.with_name(layout.name + ".partial").exists()
+    assert not layout.with_name(layout.name + ".old").exists()
+    assert not lock_path(layout).exists()
+    used = {Path(s.path).parent for s in load_manifest(layout).shards if Path(s.path).is_absolute()}
+    assert {d for m in mounts for d in m.iterdir()} == used
+
+
+def _bit_exact(env, layout: Path) -> None:
+    feats = np.asarray(env["ds"].features_memmap())
+    assert np.array_equal(open_layout(layout).rows(np.arange(N)), feats)
+
+
+# ---- 1. `place --overwrite` keeps the old layout valid until the new one is complete ------------------
+
+
+@pytest.mark.parametrize("point,survivor", [("layout-written", "ddak"), ("layout-shards-renamed", "ddak"),
+                                            ("layout-swapped", "hash"), ("layout-old-shards-removed", "hash")])
+def test_overwrite_killed_at_each_commit_step_leaves_a_valid_layout(env, point, survivor):
+    t = env["tmp"]
+    out = t / f"L-{point}"
+    m1, m2 = _mounts(t, point)
+    ssd = ["--ssd-path", f"ssd1={m1}", "--ssd-path", f"ssd2={m2}"]
+    rc, _, err = run(place_args(env, out, *ssd))
+    assert rc == 0, err
+    r = cli(place_args(env, out, *ssd, "--overwrite", "--policy", "hash"), {testpoints.CRASH_ENV: point})
+    assert r.returncode == -9, r.stderr  # SIGKILLed itself: no clean-up ran
+    rc, o, err = run(["layout", "verify", out, "--json"])
+    assert rc == 0 and json.loads(o)["ok"], err  # old or new, but complete, at LAYOUT
+    assert _policy(out) == survivor
+    _bit_exact(env, out)
+    # the next writer cleans up after the crash (and the stale lock file does not block it)
+    rc, _, err = run(place_args(env, out, *ssd, "--overwrite", "--policy", "degree"))
+    assert rc == 0, err
+    assert _policy(out) == "degree" and verify_layout(out).ok
+    _assert_clean(out, (m1, m2))
+
+
+def test_overwrite_without_atomic_exchange_restores_the_old_layout(env, monkeypatch):
+    """File systems without RENAME_EXCHANGE: LAYOUT goes to LAYOUT.old, then LAYOUT.partial to LAYOUT;
+    a crash between the two leaves the old layout at LAYOUT.old, which the next writer puts back."""
+    import moment.placement.layout as layout_mod
+
+    t = env["tmp"]
+    out = t / "L-noexchange"
+    m1, m2 = _mounts(t, "noexchange")
+    ssd = ["--ssd-path", f"ssd1={m1}", "--ssd-path", f"ssd2={m2}"]
+    assert run(place_args(env, out, *ssd))[0] == 0
+
+    class Killed(BaseException):
+        pass
+
+    def reach(point):
+        if point == "layout-old-moved":
+            raise Killed
+
+    monkeypatch.setattr(layout_mod, "_exchange", lambda a, b: False)
+    monkeypatch.setattr(layout_mod.testpoints, "reach", reach)
+    real_recover = layout_mod._recover
+    monkeypatch.setattr(layout_mod, "_recover", lambda out, mounts: None)  # as if killed: no clean-up
+    with pytest.raises(Killed):
+        run(place_args(env, out, *ssd, "--overwrite", "--policy", "hash"))
+    assert not out.exists() and verify_layout(out.with_name(out.name + ".old")).ok
+    rc, _, err = run(["layout", "verify", out])
+    assert rc == 2 and f"{out.name}.old" in err
+    monkeypatch.setattr(layout_mod, "_recover", real_recover)
+    monkeypatch.setattr(layout_mod.testpoints, "reach", lambda point: None)
+    rc, _, err = run(place_args(env, out, *ssd, "--overwrite", "--policy", "degree"))
+    assert rc == 0, err
+    assert _policy(out) == "degree" and verify_layout(out).ok
+    _assert_clean(out, (m1, m2))
+    _bit_exact(env, out)
+
+
+def test_overwrite_refuses_what_is_not_a_layout(env):
+    out = env["tmp"] / "not-a-layout"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    rc, _, err = run(place_args(env, out, "--overwrite"))
+    assert rc == 2 and "not a Moment layout" in err and "refusing to replace it" in err
+    assert (out / "notes.txt").read_text() == "mine"
+
+
+# ---- 2. `place` verifies the dataset against its manifest ---------------------------------------------
+
+
+def _copy_dataset(env, name: str) -> Path:
+    d = env["tmp"] / name
+    shutil.copytree(env["tmp"] / "ds", d)
+    return d
+
+
+def test_place_refuses_a_flipped_byte_naming_the_file(env):
+    d = _copy_dataset(env, "ds-flip")
+    f = d / "features.npy"
+    with open(f, "r+b") as fh:
+        fh.seek(f.stat().st_size - 100)
+        b = fh.read(1)
+        fh.seek(-1, os.SEEK_CUR)
+        fh.write(bytes([b[0] ^ 0x01]))
+    out = env["tmp"] / "L-flip"
+    r = cli(place_args(env, out, dataset=d))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(f) in lines[0] and "sha256 mismatch" in lines[0], r.stderr
+    assert not out.exists() and not out.with_name(out.name + ".partial").exists()
+    # --no-verify places it anyway, and says so
+    rc, o, err = run(place_args(env, out, "--no-verify", dataset=d))
+    assert rc == 0 and "not verified (--no-verify)" in err
+    assert json.loads(o)["dataset_verified"] is False
+
+
+@pytest.mark.parametrize("bad,word", [("0" * 64, "zeroed"), ("abc", "malformed"), ("Z" * 64, "malformed")])
+def test_place_refuses_a_zeroed_or_malformed_manifest_checksum(env, bad, word):
+    d = _copy_dataset(env, f"ds-{word}-{len(bad)}{bad[0]}")
+    m = json.loads((d / "manifest.json").read_text())
+    m["files"]["features"]["sha256"] = bad
+    (d / "manifest.json").write_text(json.dumps(m))
+    out = env["tmp"] / f"L-{word}"
+    for extra in ([], ["--no-verify"]):  # a bogus checksum is never copied into a layout
+        rc, _, err = run(place_args(env, out, *extra, dataset=d))
+        assert rc == 2 and f"checksum of features.npy is {word}" in err, err
+        assert not out.exists()
+
+
+def test_place_says_the_dataset_was_verified(env):
+    out = env["tmp"] / "L-verified"
+    rc, o, err = run(place_args(env, out))
+    assert rc == 0, err
+    r = json.loads(o)
+    assert r["dataset_verified"] is True and "verify_s" in r["timings"]
+    assert load_manifest(out).dataset.id == env["ds"].dataset_id
+    rc, o, err = run([a for a in place_args(env, env["tmp"] / "L-verified-text") if a != "--json"])
+    assert rc == 0 and "dataset checksums: verified against its manifest" in " ".join(o.split()), err
+
+
+# ---- 3. a layout trains only with the dataset it was placed from -------------------------------------
+
+
+def test_train_refuses_another_dataset_of_the_same_size(env, capsys):
+    pytest.importorskip("torch")
+    pytest.importorskip("torch_geometric")
+    import moment.runtime.train as train_mod
+    from moment.cli.train_cmds import _precheck
+    from moment.workload.synth import synthesize
+
+    t = env["tmp"]
+    other = synthesize(t / "ds-other", N, feature_dim=16, seed=6)
+    assert other.num_nodes == env["ds"].num_nodes and other.dataset_id != env["ds"].dataset_id
+    same = GraphDataset.open(_copy_dataset(env, "ds-same"))  # a copy is the same dataset
+    assert same.dataset_id == env["ds"].dataset_id
+    out = t / "L-train"
+    assert run(place_args(env, out))[0] == 0
+    _precheck(["--layout", str(out)])
+    _precheck(["--layout", str(out), "--dataset", str(same.path)])
+    rc, _, err = run(["train", "--layout", out, "--dataset", other.path, "--epochs", "1"])
+    assert rc == 2 and "placed from another dataset" in err and str(other.path) in err, err
+    capsys.readouterr()
+    assert train_mod.main(["--layout", str(out), "--dataset", str(other.path), "--quiet"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "placed from another dataset" in err and "Traceback" not in err
+    # a layout written before dataset ids: the features checksum decides, and a note says so
+    m = json.loads((out / "manifest.json").read_text())
+    del m["dataset"]["id"]
+    (out / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(MomentError, match="placed from other features"):
+        _precheck(["--layout", str(out), "--dataset", str(other.path)])
+    capsys.readouterr()
+    _precheck(["--layout", str(out)])
+    assert "records no dataset id" in " ".join(capsys.readouterr().err.split())
+
+
+# ---- 4. one writer per output ------------------------------------------------------------------------
+
+
+def _paused(args: list, flag: Path) -> subprocess.Popen:
+    """Start `moment ARGS` and wait until it holds its lock (it then waits for `flag` to go)."""
+    p = cli(args, {testpoints.PAUSE_ENV: "locked", testpoints.PAUSE_FILE_ENV: str(flag)}, wait=False)
+    deadline = time.monotonic() + 120
+    while not flag.exists():
+        assert p.poll() is None, p.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    return p
+
+
+def test_second_place_on_the_same_out_is_refused_naming_the_holder(env):
+    t = env["tmp"]
+    out = t / "L-locked"
+    first = _paused(place_args(env, out), t / "pause-place")
+    try:
+        second = cli(place_args(env, out))
+    finally:
+        (t / "pause-place").unlink()
+    o, e = first.communicate(timeout=180)
+    assert first.returncode == 0, e
+    assert second.returncode == 2 and "Traceback" not in second.stderr
+    lines = second.stderr.strip().splitlines()
+    assert len(lines) == 1, second.stderr
+    msg = lines[0]
+    assert f"layout is locked by pid {first.pid} on host {socket.gethostname()} since " in msg
+    assert f"(moment place --dataset {t / 'ds'}" in msg and str(out) in msg
+    assert verify_layout(out).ok and json.loads(o)["layout"] == str(out)
+    assert not lock_path(out).exists()
+
+
+def test_lock_of_a_killed_writer_does_not_block(env):
+    out = env["tmp"] / "L-stale"
+    r = cli(place_args(env, out), {testpoints.CRASH_ENV: "locked"})
+    assert r.returncode == -9 and lock_path(out).exists()  # the dead holder's lock file stays
+    rc, _, err = run(place_args(env, out))
+    assert rc == 0, err
+    assert verify_layout(out).ok and not lock_path(out).exists()
+
+
+def test_second_data_synth_on_the_same_out_is_refused(tmp_path):
+    out = tmp_path / "ds"
+    args = ["data", "synth", "-n", "2000", "-d", "4", "--out", out, "--json"]
+    first = _paused(args, tmp_path / "pause")
+    try:
+        second = cli([*args, "--overwrite"])
+    finally:
+        (tmp_path / "pause").unlink()
+    assert first.wait(timeout=180) == 0
+    assert second.returncode == 2
+    assert f"dataset is locked by pid {first.pid}" in second.stderr and "moment data synth" in second.stderr
+    GraphDataset.open(out, verify=True)
+
+
+def test_lock_is_reentrant_in_a_process_and_exclusive_across_opens(tmp_path):
+    target = tmp_path / "out"
+    with locked(target, "layout"), locked(target, "layout"):
+        assert lock_path(target).exists()
+        info = json.loads(lock_path(target).read_text())
+        assert info["pid"] == os.getpid() and info["host"] == socket.gethostname()
+    assert not lock_path(target).exists()
+    lock_path(target).write_text("{}")  # a stale lock file nobody holds
+    with GraphWriter(target) as w:
+        w.abort()
+    assert not lock_path(target).exists()
+
+
+# ---- 7. `moment layout rm` ---------------------------------------------------------------------------
+
+
+def test_layout_rm_removes_the_layout_and_its_shard_directories(env):
+    t = env["tmp"]
+    out = t / "L-rm"
+    m1, m2 = _mounts(t, "rm")
+    assert run(place_args(env, out, "--ssd-path", f"ssd1={m1}", "--ssd-path", f"ssd2={m2}"))[0] == 0
+    assert run(place_args(env, out, "--ssd-path", f"ssd0={m1}", "--overwrite"))[0] == 0  # moved shards
+    dirs = sorted({str(Path(s.path).parent) for s in load_manifest(out).shards if Path(s.path).is_absolute()})
+    assert len(dirs) == 1 and list(m2.iterdir()) == []
+    rc, o, err = run(["layout", "rm", out, "--json"])
+    assert rc == 0, err
+    rep = json.loads(o)
+    assert rep["removed_dirs"] == [str(out), *dirs] and rep["files"] > 5 and rep["bytes"] > 0
+    assert not out.exists() and list(m1.iterdir()) == [] and list(m2.iterdir()) == []
+    assert not lock_path(out).exists()
+    rc, _, err = run(["layout", "rm", out])
+    assert rc == 2 and "layout directory not found" in err
+    # text output
+    assert run(place_args(env, out))[0] == 0
+    rc, o, _ = run(["layout", "rm", out])
+    assert rc == 0 and "removed layout" in o and not out.exists()
+
+
+@pytest.mark.parametrize("case", ["foreign_shard_file", "foreign_layout_file", "not_layout", "no_manifest",
+                                  "copied", "outside"])
+def test_layout_rm_refuses_what_it_does_not_own(env, case):
+    t = env["tmp"]
+    out = t / f"L-rm-{case}"
+    m1, m2 = _mounts(t, f"rm-{case}")
+    assert run(place_args(env, out, "--ssd-path", f"ssd1={m1}"))[0] == 0
+    shard_dir = next(m1.iterdir())
+    target, want = out, None
+    if case == "foreign_shard_file":
+        (shard_dir / "photos.tar").write_text("x")
+        want = "photos.tar, which the layout's manifest does not name"
+    elif case == "foreign_layout_file":
+        (out / "lists" / "notes.txt").write_text("x")
+        want = "lists/notes.txt, which the layout's manifest does not name"
+    elif case == "not_layout":
+        m = json.loads((out / "manifest.json").read_text())
+        m["format"] = "something-else"
+        (out / "manifest.json").write_text(json.dumps(m))
+        want = "not a Moment layout"
+    elif case == "no_manifest":
+        target, want = m2, "no manifest.json"
+    elif case == "copied":
+        target = t / f"L-rm-{case}-copy"
+        shutil.copytree(out, target)
+        want = "was not written for a layout at"
+    else:
+        m = json.loads((out / "manifest.json").read_text())
+        m["shards"][0]["path"] = "../../etc/passwd"
+        (out / "manifest.json").write_text(json.dumps(m))
+        want = "outside the layout"
+    before = sorted(p for p in t.rglob("*") if f"rm-{case}" in str(p))
+    rc, _, err = run(["layout", "rm", target])
+    assert rc == 2 and want in err, err
+    assert sorted(p for p in t.rglob("*") if f"rm-{case}" in str(p)) == before  # nothing deleted
+
+
+def test_layout_rm_help_explains():
+    r = cli(["layout", "rm", "--help"])
+    text = " ".join(r.stdout.split())
+    assert r.returncode == 0
+    for words in ("every shard directory", "refuses anything it does not own", "--json"):
+        assert words in text, text
