@@ -148,3 +148,12 @@ def test_cli_pack_json_and_overwrite(packed, tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["cached_rows"] == ds.num_nodes  # everything fits in 3 GiB
     assert main(["data", "pack", "--layout", str(copy), "--memory-budget", "1MiB", "--overwrite"]) == 2
     assert "budget" in capsys.readouterr().err
+
+
+def test_layout_rm_removes_the_pack_with_the_layout(packed, tmp_path):
+    import shutil
+
+    _, layout, _, _ = packed
+    copy = shutil.copytree(layout, tmp_path / "L")
+    assert main(["layout", "rm", str(copy)]) == 0
+    assert not copy.exists()

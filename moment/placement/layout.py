@@ -47,7 +47,9 @@ from pydantic import BaseModel, Field
 
 import moment
 from moment import testpoints
+from moment.atomic import fsync_dir
 from moment.errors import MomentError
+from moment.placement.pack import pack_files
 from moment.locking import locked
 from moment.placement.assignment import Assignment
 from moment.placement.manifest import (
@@ -66,14 +68,6 @@ from moment.placement.manifest import (
     row_format,
     sha256_file,
 )
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def open_features(path: str | Path) -> np.memmap:
@@ -557,6 +551,7 @@ def _owned_files(out: Path, m: Manifest) -> tuple[list[Path], dict[Path, set[str
     raises MomentError for anything the layout does not own."""
     inside = {MANIFEST, m.index.path, *(f.path for f in m.cache_lists.values())}
     inside |= {m.order_file.path} if m.order_file else set()
+    inside |= pack_files(out)
     ext: dict[Path, set[str]] = {}
     for s in m.shards:
         p = Path(s.path)

@@ -27,9 +27,9 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
+from moment.atomic import fsync_dir
 from moment.errors import MomentError
-from moment.placement.layout import fsync_dir
-from moment.placement.reader import load_manifest
+from moment.locking import locked
 from moment.workload.graph import GraphDataset, sha256_file
 
 PACK_DIR = "pack"
@@ -94,6 +94,23 @@ def load_pack(layout: str | Path) -> PackManifest | None:
     return m
 
 
+def pack_files(layout: str | Path) -> set[str]:
+    """The layout-relative paths of the layout's pack (empty without one; an unreadable pack owns only
+    its manifest, so removing the layout refuses the rest)."""
+    p = pack_path(layout) / "pack.json"
+    if not p.is_file():
+        return set()
+    out = {f"{PACK_DIR}/pack.json"}
+    try:
+        m = PackManifest.model_validate_json(p.read_text())
+    except (OSError, ValidationError, ValueError):
+        return out
+    for f in m.files:
+        if "/" not in f.data and "/" not in f.index:
+            out |= {f"{PACK_DIR}/{f.data}", f"{PACK_DIR}/{f.index}"}
+    return out
+
+
 @dataclass
 class Segments:
     """One rank's pack index: where each (epoch, batch) segment lies and which nodes it holds."""
@@ -136,16 +153,25 @@ def write_pack(layout: str | Path, dataset: GraphDataset, *, world_size: int, ba
                progress: Callable[[int, int], None] | None = None) -> PackManifest:
     """Sample every rank's batches for `epochs` epochs and write each batch's rows outside the hottest
     `cached_rows` (the rows the caches will hold) contiguously; the pack replaces any older one."""
-    from moment.workload.trace import sample_trace
+    from moment.placement.reader import check_dataset, load_manifest
 
     layout = Path(layout)
     m = load_manifest(layout)
-    n, rb, align = m.dataset.num_nodes, m.row.row_bytes, m.row.align
-    if dataset.num_nodes != n or dataset.row_bytes != rb:
-        raise MomentError(f"the dataset has {dataset.num_nodes} nodes of {dataset.row_bytes} B, the layout {n} "
-                          f"of {rb} B: they do not belong together", source=str(dataset.path))
+    check_dataset(layout, m, dataset)
+    n = m.dataset.num_nodes
     if not 0 <= cached_rows <= n:
         raise MomentError(f"cached rows must be in [0, {n}] (got {cached_rows})")
+    with locked(layout, "layout"):
+        return _write_pack(layout, m, dataset, world_size=world_size, batch_size=batch_size, fanouts=fanouts,
+                           seed=seed, epochs=epochs, cached_rows=cached_rows, overwrite=overwrite, progress=progress)
+
+
+def _write_pack(layout: Path, m, dataset: GraphDataset, *, world_size: int, batch_size: int, fanouts: Sequence[int],
+                seed: int, epochs: int, cached_rows: int, overwrite: bool,
+                progress: Callable[[int, int], None] | None) -> PackManifest:
+    from moment.workload.trace import sample_trace
+
+    n, rb, align = m.dataset.num_nodes, m.row.row_bytes, m.row.align
     out = pack_path(layout)
     if (out / "pack.json").exists() and not overwrite:
         raise MomentError("the layout already has a pack", source=str(out), hint="pass --overwrite to replace it")
