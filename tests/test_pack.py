@@ -157,3 +157,29 @@ def test_layout_rm_removes_the_pack_with_the_layout(packed, tmp_path):
     copy = shutil.copytree(layout, tmp_path / "L")
     assert main(["layout", "rm", str(copy)]) == 0
     assert not copy.exists()
+
+
+def test_killed_pack_writer_leaves_the_old_pack_and_is_cleaned_up(packed, tmp_path):
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    ds, layout, man, _ = packed
+    copy = shutil.copytree(layout, tmp_path / "L")
+    code = ("import os, signal, sys\n"
+            "import moment.placement.pack as p\n"
+            "real = p._write_rank\n"
+            "def die(*a, **k):\n"
+            "    real(*a, **k)\n"
+            "    os.kill(os.getpid(), signal.SIGKILL)\n"
+            "p._write_rank = die\n"
+            "from moment.workload.graph import GraphDataset\n"
+            f"p.write_pack({str(copy)!r}, GraphDataset.open({str(ds.path)!r}), world_size=1, batch_size=64, "
+            "fanouts=(5,), seed=0, epochs=1, cached_rows=0, overwrite=True)\n")
+    r = subprocess.run([sys.executable, "-c", code], env={**os.environ}, capture_output=True, timeout=120, check=False)
+    assert r.returncode == -9, r.stderr[-2000:]
+    assert load_pack(copy) == man  # the old pack is whole
+    assert list(copy.glob(".pack.tmp-*"))
+    write_pack(copy, ds, world_size=1, batch_size=64, fanouts=(5,), seed=0, epochs=1, cached_rows=0, overwrite=True)
+    assert not list(copy.glob(".pack.*")) and load_pack(copy).world_size == 1

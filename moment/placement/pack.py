@@ -175,13 +175,14 @@ def _write_pack(layout: Path, m, dataset: GraphDataset, *, world_size: int, batc
     out = pack_path(layout)
     if (out / "pack.json").exists() and not overwrite:
         raise MomentError("the layout already has a pack", source=str(out), hint="pass --overwrite to replace it")
-    tmp = layout / f".{PACK_DIR}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    hot = np.load(layout / m.order_file.path, mmap_mode="r") if m.order_file else None
-    if hot is None:
+    if m.order_file is None:
         raise MomentError("the layout has no hotness order (written by an older version)", source=str(layout),
                           hint="rewrite it with `moment place`")
+    hot = np.load(layout / m.order_file.path, mmap_mode="r")
+    for stale in layout.glob(f".{PACK_DIR}.*-*"):  # left by a killed writer (we hold the layout's lock)
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = layout / f".{PACK_DIR}.tmp-{os.getpid()}"
+    tmp.mkdir()
     cached = np.zeros(n, bool)
     cached[np.asarray(hot[:cached_rows])] = True
     feats = dataset.features_memmap().reshape(n, -1).view(np.uint8).reshape(n, rb)
@@ -195,7 +196,10 @@ def _write_pack(layout: Path, m, dataset: GraphDataset, *, world_size: int, batc
         man = PackManifest(layout_index_sha256=m.index.sha256, world_size=world_size, batch_size=batch_size,
                            fanouts=list(fanouts), seed=seed, epochs=epochs, cached_rows=cached_rows, row_bytes=rb,
                            align=align, feature_bytes=n * rb, files=files)
-        (tmp / "pack.json").write_text(json.dumps(man.model_dump(), indent=1) + "\n")
+        with open(tmp / "pack.json", "w") as f:
+            f.write(json.dumps(man.model_dump(), indent=1) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
         fsync_dir(tmp)
         old = layout / f".{PACK_DIR}.old-{os.getpid()}"
         if out.exists():
