@@ -12,6 +12,7 @@ import typer
 from moment.cli import app, console, err_console
 from moment.cli.data_cmds import _bar, _parse_fanouts
 from moment.errors import MomentError
+from moment.outputs import check_output
 
 layout_app = typer.Typer(help="Inspect and check written layouts (the output of `moment place`).",
                          no_args_is_help=True)
@@ -85,6 +86,7 @@ def place_cmd(
             raise MomentError(f"--ssd-path {name}: not an existing directory", source=p)
     if out.exists() and not overwrite:
         raise MomentError("layout already exists", source=str(out), hint="pass --overwrite to replace it")
+    check_output(out, "--out", directory=True)
     f = _parse_fanouts(fanouts)
     gpu_spec, cpu_spec = pl.parse_cache(gpu_cache, "--gpu-cache"), pl.parse_cache(cpu_cache, "--cpu-cache")
     if batch_size is None:

@@ -34,6 +34,7 @@ import numpy as np
 
 import moment
 from moment.errors import MomentError
+from moment.outputs import write_error
 from moment.placement.assignment import Assignment
 from moment.placement.manifest import (
     DEFAULT_CHUNK,
@@ -295,10 +296,12 @@ def write_layout(
     try:
         return _write(out, partial, ext_name, mounts, feats, rows_u8, features_path, assignment, fmt, nodes,
                       starts, plans, plan, dataset_checksum, manifest_extra, progress, chunk_bytes, batch_bytes)
-    except BaseException:
+    except BaseException as e:
         _remove([partial] + [m / (ext_name + ".partial") for m in mounts])
         if not out.exists():
             _remove([m / ext_name for m in mounts])
+        if isinstance(e, OSError):  # a full disk or a failing device: one message, nothing left behind
+            raise write_error(e, out, doing="cannot write the layout") from None
         raise
 
 

@@ -362,14 +362,9 @@ def _peak_rss() -> int:
 
 
 def write_json_atomic(path: Path, doc: dict[str, Any]) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        json.dump(doc, f, indent=2)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    from moment.outputs import atomic_write
+
+    atomic_write(path, json.dumps(doc, indent=2), "--metrics-json")
 
 
 def train(cfg: TrainConfig, ctx: DistContext | None = None) -> dict[str, Any]:
