@@ -124,6 +124,8 @@ def test_unwritable_outputs_are_one_message(tmp_path, readonly, dataset, monkeyp
         (["export", "--profile", "paper-machine-b", "--format", "nccl-xml", "-o", readonly / "t.xml"], "--out"),
         (["schema", "topology", "--out", readonly / "s.json"], "--out"),
         (["place", "--dataset", dataset, "--out", readonly / "L"], "--out"),
+        (["cache", "simulate", "--dataset", dataset, "--capacity", "10%", "--trace-out", readonly / "t.npz"],
+         "--trace-out"),
     ]
     for argv, option in cases:
         rc, out, err = run(*argv)
@@ -144,6 +146,16 @@ def test_paths_under_a_file_and_missing_directories(tmp_path, monkeypatch):
     rc, _, err = run("plan", "--diagram", tmp_path / "p.pdf")
     one_message(rc, err, "--diagram", ".svg or .png")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+def test_moment_train_checks_metrics_json_before_starting_ranks(tmp_path, readonly, monkeypatch):
+    pytest.importorskip("torch")
+    pytest.importorskip("torch_geometric")
+    import subprocess
+
+    monkeypatch.setattr(subprocess, "call", lambda *a, **k: pytest.fail("torchrun must not start"))
+    rc, _, err = run("train", "--nproc", "2", "--layout", tmp_path, "--metrics-json", readonly / "m.json")
+    one_message(rc, err, "--metrics-json", "cannot write in")
 
 
 def test_train_outputs_are_checked_before_the_run(tmp_path, readonly):
