@@ -27,3 +27,34 @@ def parse_size(text: str | int | None, total: int) -> int | None:
     if "i" in unit:
         scale = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}[unit[0]]
     return int(v * scale)
+
+
+def fmt_size(b: float) -> str:
+    """Bytes for people: GiB/MiB/KiB, one decimal (TiB beyond 1024 GiB)."""
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if b >= scale:
+            return f"{b / scale:,.1f} {unit}"
+    return f"{int(b)} B"
+
+
+def available_memory() -> int | None:
+    """Memory this process can still take: /proc/meminfo's MemAvailable, lowered by a cgroup v2 limit
+    (memory.max less memory.current); None where neither can be read (not Linux)."""
+    from pathlib import Path
+
+    cands: list[int] = []
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                cands.append(int(line.split()[1]) * 1024)
+                break
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit != "max":
+            used = int(Path("/sys/fs/cgroup/memory.current").read_text())
+            cands.append(max(0, int(limit) - used))
+    except (OSError, ValueError):
+        pass
+    return min(cands) if cands else None

@@ -96,6 +96,10 @@ def test_deterministic_and_chunked(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         ({"power_law": 2.0}, "> 2"),
         ({"homophily": 1.5}, "homophily"),
         ({"avg_degree": -1}, "avg-degree"),
+        ({"avg_degree": 0}, "avg-degree"),  # an edgeless graph has nothing to sample
+        ({"avg_degree": 1e-6}, "no edges"),
+        ({"train_fraction": 0}, "train-fraction"),  # was silently 500 training nodes
+        ({"train_fraction": 1.5}, "train-fraction"),
     ],
 )
 def test_bad_arguments(tmp_path: Path, kw: dict, msg: str) -> None:
@@ -105,7 +109,7 @@ def test_bad_arguments(tmp_path: Path, kw: dict, msg: str) -> None:
     assert not (tmp_path / "x").exists()
 
 
-def test_no_edges_and_one_class(tmp_path: Path) -> None:
-    ds = synthesize(tmp_path / "e", 2000, feature_dim=4, avg_degree=0, num_classes=1)
+def test_one_class(tmp_path: Path) -> None:
+    ds = synthesize(tmp_path / "e", 2000, feature_dim=4, avg_degree=2, num_classes=1)
     ds.verify()
-    assert ds.num_edges == 0
+    assert ds.num_edges > 0 and ds.num_classes == 1

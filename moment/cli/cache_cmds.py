@@ -52,6 +52,10 @@ def simulate_cmd(
     if rank >= ranks:
         raise MomentError(f"--rank {rank} must be below --ranks {ranks}")
     ds = GraphDataset.open(dataset)
+    if trace_out is not None:
+        from moment.outputs import check_output
+
+        check_output(trace_out, "--trace-out")
     n = ds.num_nodes
     caps = []
     for c in capacity:

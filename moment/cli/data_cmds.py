@@ -12,6 +12,7 @@ import typer
 
 from moment.cli import app, console, err_console
 from moment.errors import MomentError
+from moment.outputs import check_output
 
 data_app = typer.Typer(
     help="Graph datasets: generate synthetic ones, import OGB/IGB/edge lists, inspect, and pre-sample "
@@ -92,6 +93,7 @@ def synth_cmd(
 
     from moment.workload.synth import synthesize
 
+    check_output(out, "--out", directory=True)
     t0 = time.perf_counter()
     with _bar("generating", enabled=not json_out) as progress:
         ds = synthesize(
@@ -126,6 +128,8 @@ def import_ogb_cmd(
     """Import an OGB node-property-prediction dataset (raw/*.csv.gz or raw/data.npz + split/<scheme>/)."""
     from moment.workload.importers import import_ogb
 
+    check_output(out, "--out", directory=True)
+
     with _bar("importing", enabled=not json_out) as progress:
         ds = import_ogb(src, out, split_name=split, undirected=undirected, overwrite=overwrite, progress=progress)
     _done(ds, json_out)
@@ -144,6 +148,8 @@ def import_igb_cmd(
     processed/paper__cites__paper/edge_index.npy). Splits: first 60% train, 20% val, rest test.
     """
     from moment.workload.importers import import_igb
+
+    check_output(out, "--out", directory=True)
 
     with _bar("importing", enabled=not json_out) as progress:
         ds = import_igb(src, out, classes=classes, undirected=not directed, overwrite=overwrite, progress=progress)
@@ -165,6 +171,8 @@ def import_edgelist_cmd(
 ) -> None:
     """Import a plain edge list (edge u v means v aggregates from u), with optional features and labels."""
     from moment.workload.importers import import_edgelist
+
+    check_output(out, "--out", directory=True)
 
     with _bar("importing", enabled=not json_out) as progress:
         ds = import_edgelist(
@@ -220,6 +228,7 @@ def presample_cmd(
 
     f = _parse_fanouts(fanouts)
     ds = GraphDataset.open(path)
+    check_output(out, "--out", directory=True)
     with _bar("pre-sampling", enabled=not json_out) as progress:
         hot = presample(ds, f, batch_size, epochs=epochs, num_batches=num_batches, seed=seed, progress=progress)
     hot.save(out)

@@ -12,6 +12,7 @@ import typer
 from moment.cli import app, console, err_console
 from moment.cli.data_cmds import _bar, _parse_fanouts
 from moment.errors import MomentError
+from moment.outputs import check_output
 
 layout_app = typer.Typer(help="Inspect and check written layouts (the output of `moment place`).",
                          no_args_is_help=True)
@@ -90,6 +91,7 @@ def place_cmd(
             raise MomentError(f"--ssd-path {name}: not an existing directory", source=p)
     if out.exists() and not overwrite:
         raise MomentError("layout already exists", source=str(out), hint="pass --overwrite to replace it")
+    check_output(out, "--out", directory=True)
     f = _parse_fanouts(fanouts)
     gpu_spec, cpu_spec = pl.parse_cache(gpu_cache, "--gpu-cache"), pl.parse_cache(cpu_cache, "--cpu-cache")
     if batch_size is None:
@@ -117,14 +119,12 @@ def place_cmd(
         wl = pl.workload_from_hotness(ds, hot, cache.gpu, cache.cpu, n_gpus, n_sockets, f, batch_size, order=order)
 
         t = time.perf_counter()
-        if plan_in is not None:
-            plan = pl.replan(plan_in, topo, wl)
-        else:
+        if plan_in is None:  # the hardware placement `moment plan` recommends, re-evaluated for this workload
             from moment.cli.topology_cmds import _progress_bar
-            from moment.planner.plan import make_plan
 
             with _progress_bar(not json_out) as cb:
-                plan = make_plan(topo, inv, wl, progress=cb)
+                plan_in = pl.recommended_plan(topo, inv, progress=cb)
+        plan = pl.replan(plan_in, topo, wl)
         timings["plan_s"] = time.perf_counter() - t
 
         fmt = row_format(ds.row_bytes)
@@ -137,7 +137,7 @@ def place_cmd(
         from moment.placement.reader import load_manifest
 
         summary = _summary(ds, hot, wl, plan, plan_file, cache, timings)
-        extra = {k: summary[k] for k in ("workload", "cache", "skew", "presample")} | {
+        extra = {k: summary[k] for k in ("workload", "cache", "skew", "presample", "hardware")} | {
             "predicted_epoch_read_s": plan.predicted.epoch_read_s,
             "achieved_shares": dict(zip(bins.names, assignments[policy].achieved_shares().tolist()))}
         t = time.perf_counter()
@@ -156,6 +156,7 @@ def place_cmd(
         gpu_sockets = [b.socket for b in bins if b.kind == "gpu"]
         reports = {k: policy_report(a, row_stride=stride, cache_row_bytes=ds.row_bytes, gpu_sockets=gpu_sockets,
                                     seconds=seconds[k]) for k, a in assignments.items()}
+        summary["notes"] = pl.cache_notes(wl, cache, hot.feature_reads, order, n_gpus, n_sockets)
         result = {"layout": str(path), "policy": policy, "dataset_verified": verified, **summary,
                   "policies": {k: r.model_dump(mode="json") for k, r in reports.items()}
                   | {k: {"policy": k, "error": e, "bins": []} for k, e in errors.items()}}
@@ -198,12 +199,14 @@ def _hotness(ds, hotness_dir, fanouts, batch_size, epochs, batches, seed, quiet,
 
 
 def _summary(ds, hot, wl, plan, plan_file, cache, timings) -> dict[str, Any]:
-    from moment.placement.planning import epochs_sampled
+    from moment.placement.planning import RECOMMENDED, epochs_sampled, hardware_record
 
+    source = f"from {plan_file}" if plan_file is not None else RECOMMENDED
     return {
         "dataset": str(ds.path),
+        "hardware": hardware_record(plan, source),
         "plan": {
-            "source": str(plan_file) if plan_file is not None else "search",
+            "source": str(plan_file) if plan_file is not None else "moment plan",
             "machine": plan.machine, "inventory": plan.inventory,
             "placement": plan.placement, "devices": plan.devices,
             "epoch_read_s": plan.predicted.epoch_read_s,
@@ -239,6 +242,9 @@ def _render_place(r: dict[str, Any], per_bin: bool) -> None:
     console.print(f"predicted epoch read time {p['epoch_read_s']:.4g} s (LP)")
     console.print("dataset checksums: " + ("verified against its manifest" if r["dataset_verified"]
                                            else "[yellow]not verified[/] (--no-verify)"))
+    from moment.cli.render import render_hardware
+
+    render_hardware(console, r["hardware"], "hardware placement assumed")
     pols = [k for k in ("ddak", "hash", "degree") if k in r["policies"] and "error" not in r["policies"][k]]
     if per_bin:
         t = Table(title="per bin: share of reads achieved (|achieved - target| / target)", title_justify="left")
@@ -265,6 +271,8 @@ def _render_place(r: dict[str, Any], per_bin: bool) -> None:
     for k, x in r["policies"].items():
         if "error" in x:
             console.print(f"[yellow]{k} could not place the nodes:[/] {x['error']}")
+    for note in r.get("notes", []):
+        console.print(f"[yellow]note:[/] {note}")
     tm = ", ".join(f"{k.removesuffix('_s')} {v:.1f} s" for k, v in r["timings"].items())
     console.print(f"layout written to [bold]{r['layout']}[/] ({tm})")
 
@@ -343,7 +351,8 @@ def info_cmd(
     info = {"layout": str(layout), "created_by": m.created_by, "plan": m.plan.model_dump(mode="json"),
             "dataset": m.dataset.model_dump(mode="json"), "row": m.row.model_dump(mode="json"),
             "bins": bins, "bytes": sum(s.bytes for s in m.shards),
-            "predicted_epoch_read_s": m.extra.get("predicted_epoch_read_s"), "skew": m.extra.get("skew")}
+            "predicted_epoch_read_s": m.extra.get("predicted_epoch_read_s"), "skew": m.extra.get("skew"),
+            "hardware": m.extra.get("hardware") or {"source": "not recorded", "placement": m.plan.placement}}
     if json_out:
         _emit(info)
         return
@@ -360,6 +369,9 @@ def info_cmd(
         t.add_row(b["name"], b["kind"], b["socket"] or "", f"{b['rows']:,}", _size(b["bytes"]),
                   f"{b['target_share']:.4f}", ach, b["path"])
     console.print(t)
+    from moment.cli.render import render_hardware
+
+    render_hardware(console, info["hardware"])
 
 
 def _achieved(m, name: str) -> float | None:

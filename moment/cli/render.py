@@ -90,3 +90,23 @@ def render_plan(console: Console, plan: Plan, topo: Topology) -> None:
     console.print(f"search: {s.raw_candidates:,} valid placements, {s.distinct_candidates:,} after symmetry pruning"
                   f"{classes}; {s.solved:,} LPs solved, the rest ruled out by a lower bound; "
                   f"{s.seconds_total:.2f} s in all")
+
+
+def render_hardware(console: Console, hardware: dict, title: str = "hardware placement") -> None:
+    """The slot each device goes in, as a layout assumed it (`moment place`, `moment layout info`):
+    one line per model, devices in order."""
+    devices = hardware.get("devices") or {}
+    by_model: dict[str, list[tuple[str, str]]] = {}
+    for slot, model in hardware.get("placement", {}).items():
+        by_model.setdefault(model, []).append((devices.get(slot, ""), slot))
+    console.print(f"{title} ({hardware.get('source', 'source not recorded')}):", highlight=False)
+    for model, items in sorted(by_model.items(), key=lambda kv: _device_key(min(kv[1])[0])):
+        slots = ", ".join(f"{d} in {s}" if d else s for d, s in sorted(items, key=lambda x: (_device_key(x[0]), x[1])))
+        console.print(f"  {len(items)} x {model}: {slots}", highlight=False)
+
+
+def _device_key(dev: str) -> tuple[str, int]:
+    """gpu0 < gpu1 < ... < gpu10 < ssd0 ..."""
+    head = dev.rstrip("0123456789")
+    tail = dev[len(head):]
+    return head, int(tail) if tail else -1

@@ -44,8 +44,11 @@ def scan_cmd(
     With no --from-* option, scans this machine and says which sources were missing (dmidecode needs
     root, nvidia-smi needs a driver). The YAML it writes is a profile for `moment plan --profile FILE`.
     """
+    from moment.outputs import check_output
     from moment.topology.profiles import save_profile
 
+    if out is not None:
+        check_output(out, "--out")
     report = None
     text_sources = (from_lspci, from_lspci_vvv, from_dmidecode, from_nvidia_smi)
     chosen = sum(x is not None for x in (from_nccl_xml, from_hwloc_xml)) + (any(text_sources) and 1 or 0)
@@ -70,7 +73,8 @@ def scan_cmd(
 
         topo, report = scan_local(name=name)
     if out:
-        save_profile(topo, out, header=f"scanned by `moment scan`\nsource: {topo.source or 'this machine'}")
+        save_profile(topo, out, header=f"scanned by `moment scan`\nsource: {topo.source or 'this machine'}",
+                     what="--out")
     if json_out:
         data = topo.model_dump(mode="json", exclude_none=True)
         if report is not None:
@@ -93,8 +97,11 @@ def export_cmd(
     overrides: list[str] = typer.Option([], "--set", help="what-if override PATH=VALUE, repeatable"),
 ) -> None:
     """Write a profile as YAML, JSON or NCCL topology XML (hand the XML to NCCL_TOPO_FILE)."""
-    from moment.topology.profiles import atomic_write, dump_yaml, load_profile
+    from moment.outputs import atomic_write, check_output
+    from moment.topology.profiles import dump_yaml, load_profile
 
+    if out is not None:
+        check_output(out, "--out")
     topo = load_profile(profile, overrides)
     if fmt == "yaml":
         text = dump_yaml(topo)
@@ -107,7 +114,7 @@ def export_cmd(
     else:
         raise MomentError(f"--format {fmt!r}: choose yaml, json or nccl-xml")
     if out:
-        atomic_write(out, text)
+        atomic_write(out, text, "--out")
         console.print(f"written to {out}")
     else:
         print(text, end="")

@@ -25,7 +25,10 @@ def parse_inventory(spec: str | None, gpus: int, ssds: int, gpu_model: str, ssd_
     """`--inventory "4xA100-PCIe-40GB,8xP5510"` or --gpus/--ssds with their models."""
     from moment.topology.devices import Inventory, InventoryItem, find_model
 
-    if spec:
+    if spec is not None:
+        if not spec.strip():
+            raise MomentError("--inventory is empty: expected COUNTxMODEL[,COUNTxMODEL...], e.g. 4xA100,8xP5510",
+                              hint="leave --inventory out to use --gpus/--ssds")
         items = []
         for part in spec.split(","):
             m = re.fullmatch(r"\s*(\d+)\s*[xX*]\s*(\S+)\s*", part)
@@ -58,8 +61,13 @@ def _workload(feature_dim: int | None, bytes_per_gpu_gb: float | None, gpu_share
     try:
         return WorkloadSpec(**fields)
     except ValidationError as e:
-        msgs = "; ".join(f"{'.'.join(map(str, x['loc'])) or 'workload'}: {x['msg']}" for x in e.errors())
+        msgs = "; ".join(f"{_WORKLOAD_OPTIONS.get('.'.join(map(str, x['loc'])), 'workload')}: {x['msg']}"
+                         for x in e.errors())
         raise MomentError(f"workload options: {msgs}") from None
+
+
+_WORKLOAD_OPTIONS = {"feature_dim": "--feature-dim", "bytes_per_gpu_per_epoch": "--gb-per-gpu",
+                     "gpu_cache_share": "--gpu-cache-share", "cpu_cache_share": "--cpu-cache-share"}
 
 
 def _progress_bar(enabled: bool):
@@ -113,6 +121,10 @@ def plan_cmd(
 
     if backend not in ("networkx", "ortools"):
         raise MomentError(f"--maxflow-backend {backend!r}: choose networkx or ortools")
+    if diagram is not None:
+        from moment.planner.diagram import check_diagram_path
+
+        check_diagram_path(diagram)
     topo = load_profile(profile, overrides)
     inv = parse_inventory(inventory, gpus, ssds, gpu_model, ssd_model)
     wl = _workload(feature_dim, bytes_per_gpu, gpu_cache_share, cpu_cache_share)
@@ -124,7 +136,7 @@ def plan_cmd(
 
         title = (f"{plan.machine}: {plan.inventory} - epoch read {plan.predicted.epoch_read_s:.1f} s, "
                  f"min per-GPU {min(plan.predicted.per_gpu_inlet_gbps):.1f} GB/s")
-        write_diagram(populate(strip(topo)[0], plan.placement), plan.links, diagram, title)
+        write_diagram(populate(strip(topo)[0], plan.placement), plan.links, diagram, title, what="--diagram")
     if json_out:
         _emit_json(plan.model_dump(mode="json"))
         return
@@ -189,17 +201,19 @@ def schema_cmd(
     out: Path | None = typer.Option(None, "--out", "-o", help="write to this file instead of stdout"),
 ) -> None:
     """Print the JSON Schema of a profile (topology), of `plan --json` output, or of the workload."""
+    from moment.outputs import atomic_write, check_output
     from moment.planner.contracts import Plan
     from moment.topology.model import Topology
-    from moment.topology.profiles import atomic_write
     from moment.workload.spec import WorkloadSpec
 
     models = {"topology": Topology, "plan": Plan, "workload": WorkloadSpec}
     if what not in models:
         raise MomentError(f"schema {what!r}: choose one of {', '.join(models)}")
+    if out:
+        check_output(out, "--out")
     text = json.dumps(models[what].model_json_schema(), indent=2)
     if out:
-        atomic_write(out, text + "\n")
+        atomic_write(out, text + "\n", "--out")
         console.print(f"schema written to {out}")
     else:
         print(text)

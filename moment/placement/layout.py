@@ -49,8 +49,9 @@ import moment
 from moment import testpoints
 from moment.atomic import fsync_dir
 from moment.errors import MomentError
-from moment.placement.pack import pack_files
 from moment.locking import locked
+from moment.outputs import write_error
+from moment.placement.pack import pack_files
 from moment.placement.assignment import Assignment
 from moment.placement.manifest import (
     DEFAULT_CHUNK,
@@ -403,8 +404,10 @@ def write_layout(
             return _write(out, partial, ext_name, mounts, feats, rows_u8, features_path, assignment, fmt, nodes,
                           starts, plans, plan, dataset_checksum, dataset_id, manifest_extra, progress, chunk_bytes,
                           batch_bytes)
-        except BaseException:
+        except BaseException as e:
             _recover(out, mounts)
+            if isinstance(e, OSError):  # a full disk or a failing device: one message, nothing left behind
+                raise write_error(e, out, doing="cannot write the layout") from None
             raise
 
 

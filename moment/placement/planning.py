@@ -141,6 +141,34 @@ def workload_from_hotness(
         raise MomentError(f"measured workload is invalid: {e.errors()[0]['msg']}") from None
 
 
+def suggest_caches(hotness: np.ndarray, order: np.ndarray, n_gpus: int, n_sockets: int,
+                   ssd_share: float = 0.5) -> tuple[float, float]:
+    """(--gpu-cache %, --cpu-cache %) of the dataset under which the SSDs serve about `ssd_share` of
+    the reads: the hottest rows serving the rest, split evenly between the GPU and the CPU caches."""
+    n = hotness.shape[0]
+    csum = np.cumsum(hotness[order], dtype=np.int64)
+    total = int(csum[-1]) if n else 0
+    k = int(np.searchsorted(csum, (1.0 - ssd_share) * total)) + 1 if total else n // 2
+    floor = 100.0 / max(n, 1)  # at least one row per cache
+    gpu = max(100.0 * k / 2 / max(n_gpus, 1) / n, floor)
+    cpu = max(100.0 * k / 2 / max(n_sockets, 1) / n, floor)
+    return float(f"{gpu:.2g}"), float(f"{cpu:.2g}")
+
+
+def cache_notes(workload: WorkloadSpec, cache: CacheRows, hotness: np.ndarray, order: np.ndarray,
+                n_gpus: int, n_sockets: int) -> list[str]:
+    """Say so when the caches hold every node training reads (training would read nothing from the
+    SSDs, which a small experiment then never exercises), with cache sizes that would."""
+    if workload.ssd_share > 1e-9:
+        return []
+    n = hotness.shape[0]
+    gpu, cpu = suggest_caches(hotness, order, n_gpus, n_sockets)
+    return [f"the caches (GPU {n_gpus} x {cache.gpu:,} rows, CPU {n_sockets} x {cache.cpu:,} rows, of {n:,}) "
+            f"hold every node training reads: training will read nothing from the SSDs. To exercise the "
+            f"SSD path, place with smaller caches, e.g. --gpu-cache {gpu:g}% --cpu-cache {cpu:g}% (the SSDs "
+            f"then serve about half the reads)"]
+
+
 # ---- plans --------------------------------------------------------------------------------------------
 
 
@@ -167,6 +195,27 @@ def load_plan(path: str, topo: Topology, inventory: Inventory) -> Plan:
         raise MomentError(f"the plan places {plan.inventory!r}, but the inventory is {inventory.describe()!r}",
                           source=str(p), hint="pass the --gpus/--ssds (and models) the plan was made with")
     return plan
+
+
+#: how a layout's hardware placement is described when no --plan was given
+RECOMMENDED = "recommended by `moment plan` for this machine and inventory"
+
+
+def recommended_plan(topo: Topology, inventory: Inventory, *, progress=None) -> Plan:
+    """The hardware placement `moment plan` recommends for `topo` and `inventory` (same search, same
+    default workload, so `moment plan` and `moment place` agree). Not searched with the measured
+    workload: a small dataset's caches serve every read, every placement then ties at ~0 s and the
+    tie-break would pick the first slots (the packed layout) -- where the cards go is decided for the
+    job the machine is built for, then re-evaluated for this dataset by `replan`."""
+    from moment.planner.plan import make_plan
+
+    return make_plan(topo, inventory, WorkloadSpec(), progress=progress)
+
+
+def hardware_record(plan: Plan, source: str) -> dict:
+    """What a layout records about the hardware it assumed (manifest extra "hardware")."""
+    return {"source": source, "machine": plan.machine, "inventory": plan.inventory,
+            "placement": dict(plan.placement), "devices": dict(plan.devices)}
 
 
 def replan(plan: Plan, topo: Topology, workload: WorkloadSpec) -> Plan:

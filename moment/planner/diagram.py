@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from moment.errors import MomentError
 from moment.planner.contracts import LinkUse
@@ -134,7 +135,7 @@ def render_svg(topo: Topology, links: list[LinkUse], title: str = "") -> str:
     return "\n".join(parts)
 
 
-def render_png(topo: Topology, links: list[LinkUse], path: Path, title: str = "") -> None:
+def render_png(topo: Topology, links: list[LinkUse], path: Path | BinaryIO, title: str = "") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -158,23 +159,38 @@ def render_png(topo: Topology, links: list[LinkUse], path: Path, title: str = ""
         ax.text(b.x + BOX_W / 2, b.y + 13, b.text[:18], ha="center", fontsize=6)
         ax.text(b.x + BOX_W / 2, b.y + 26, b.kind.value, ha="center", fontsize=5, color="#555")
     ax.text(MARGIN, height - 12, title, fontsize=8)
-    fig.savefig(path)
+    fig.savefig(path, format="png")
     plt.close(fig)
 
 
-def write_diagram(topo: Topology, links: list[LinkUse], path: str | Path, title: str = "") -> Path:
-    from moment.topology.profiles import atomic_write
+def check_diagram_path(path: str | Path, what: str = "--diagram") -> Path:
+    """Up front, before any solving: a .svg or .png name in a directory that exists and is writable."""
+    from moment.outputs import check_output
+
+    p = Path(path)
+    if p.suffix.lower() not in (".svg", ".png"):
+        raise MomentError("use a .svg or .png file name", source=f"{what} {p}")
+    return check_output(p, what)
+
+
+def write_diagram(topo: Topology, links: list[LinkUse], path: str | Path, title: str = "",
+                  what: str | None = None) -> Path:
+    """Both formats are rendered in memory and written atomically (same checks, same errors)."""
+    import io
+
+    from moment.outputs import atomic_write
 
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix == ".svg":
-        atomic_write(path, render_svg(topo, links, title))
+        data: str | bytes = render_svg(topo, links, title)
     elif suffix == ".png":
-        tmp = path.with_name(f".{path.name}.tmp.png")
-        render_png(topo, links, tmp, title)
-        tmp.replace(path)
+        buf = io.BytesIO()
+        render_png(topo, links, buf, title)
+        data = buf.getvalue()
     else:
         raise MomentError(f"--diagram {path}: use a .svg or .png file name")
+    atomic_write(path, data, what)
     return path
 
 

@@ -102,6 +102,16 @@ class TrainConfig:
         if self.model not in ("sage", "gat"):
             raise MomentError(f"--model {self.model!r}: choose sage or gat")
         self.resolved_fanouts()
+        self.check_outputs()
+
+    def check_outputs(self) -> None:
+        """Outputs that would only be written at the end (or at a checkpoint) are checked before the run."""
+        from moment.outputs import check_output
+
+        if self.metrics_json is not None:
+            check_output(self.metrics_json, "--metrics-json")
+        if self.checkpoint_dir is not None:
+            check_output(self.checkpoint_dir, "--checkpoint-dir", directory=True)
 
 
 def _fanouts(text: str) -> list[int]:

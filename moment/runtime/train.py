@@ -404,6 +404,19 @@ class Trainer:
             note += f" (epochs {pk.epochs + 1}..{self.cfg.epochs} read from the layout)"
         return note
 
+    def memory_notes(self) -> list[str]:
+        """Say so when this rank's memory tiers hold every row: the run would never read an SSD."""
+        st = self.source
+        if self.split is None:
+            return []
+        gpu = 0 if st.shared_cache else st.gpu_rows
+        if st.cache.capacity + gpu < st.num_nodes:
+            return []
+        held = f"the CPU cache ({st.cache.capacity:,} rows)" + (f" and this rank's GPU rows ({gpu:,})" if gpu else "")
+        return [f"note: {held} hold all {st.num_nodes:,} rows of the layout: nothing will be read from the SSDs. "
+                f"To exercise them, cap the cache (e.g. --cpu-cache-limit 10%) or place with smaller "
+                f"--gpu-cache/--cpu-cache"]
+
     def close(self) -> None:
         self.source.close()
 
@@ -415,14 +428,9 @@ def _peak_rss() -> int:
 
 
 def write_json_atomic(path: Path, doc: dict[str, Any]) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        json.dump(doc, f, indent=2)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    from moment.outputs import atomic_write
+
+    atomic_write(path, json.dumps(doc, indent=2), "--metrics-json")
 
 
 def train(cfg: TrainConfig, ctx: DistContext | None = None) -> dict[str, Any]:
@@ -439,13 +447,19 @@ def train(cfg: TrainConfig, ctx: DistContext | None = None) -> dict[str, Any]:
         with Reporter(enabled=ctx.is_main and not cfg.quiet, world_size=ctx.world_size,
                       total_epochs=cfg.epochs) as rep:
             rep.lines(trainer.notes)
+            notes = trainer.memory_notes()
             if trainer.split is not None:
-                rep.lines(trainer.split.budget.lines() + [trainer.store_line()])
+                rep.lines(trainer.split.budget.lines() + [trainer.store_line()] + notes)
             metrics = trainer.run(rep)
+            if trainer.split is not None and metrics["ssd_bytes_read"] == 0 and not notes:
+                notes.append("note: no feature row was read from the SSDs in this run (the caches served every "
+                             "read); cap the cache (e.g. --cpu-cache-limit 10%) to exercise them")
+            metrics["notes"] = notes
             metrics["config"] = cfg.to_dict()
             if ctx.is_main and cfg.metrics_json is not None:
                 write_json_atomic(cfg.metrics_json, metrics)
             rep.summary(metrics)
+            rep.lines(notes[-1:] if metrics["ssd_bytes_read"] == 0 else [])
         ctx.barrier()
         return metrics
     finally:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +11,7 @@ import yaml
 from pydantic import ValidationError
 
 from moment.errors import MomentError
+from moment.outputs import atomic_write
 from moment.topology.model import Topology
 
 def _profile_dir() -> Path:
@@ -100,25 +100,8 @@ def dump_yaml(topo: Topology, header: str | None = None) -> str:
     return body
 
 
-def atomic_write(path: Path, text: str) -> None:
-    """Write via a temporary file in the same directory, fsync, rename: never half-written."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def save_profile(topo: Topology, path: Path, header: str | None = None) -> None:
-    atomic_write(path, dump_yaml(topo, header))
+def save_profile(topo: Topology, path: Path, header: str | None = None, what: str | None = None) -> None:
+    atomic_write(path, dump_yaml(topo, header), what)
 
 
 # ---- what-if overrides -----------------------------------------------------------------------------

@@ -179,6 +179,19 @@ def _load(path: str | Path | None) -> tuple[str, str] | None:
     return console.read_text(path), str(path)
 
 
+def _check_dmidecode(text: str, source: str, slots: list, *, alone: bool) -> None:
+    """A dmidecode file with no slot records is a wrong file (or a machine without SMBIOS slots, which
+    is only an error when nothing else describes the machine)."""
+    if slots:
+        return
+    if not _dmi.looks_like_dmidecode(text):
+        raise MomentError("not dmidecode output: no DMI records (\"Handle 0x..., DMI type ...\") found",
+                          source=source, hint="save the output of `sudo dmidecode -t slot`")
+    if alone:
+        raise MomentError("no slots found: the dmidecode output has no \"System Slot Information\" records",
+                          source=source, hint="a VM or a BIOS without SMBIOS type 9; give lspci output too")
+
+
 def scan_files(lspci: str | Path | None = None, lspci_vvv: str | Path | None = None,
                dmidecode: str | Path | None = None, nvidia_smi: str | Path | None = None, *,
                name: str | None = None) -> tuple[Topology, ScanReport]:
@@ -202,6 +215,8 @@ def scan_files(lspci: str | Path | None = None, lspci_vvv: str | Path | None = N
     if files["dmidecode"]:
         slots = _dmi.parse_slots(*files["dmidecode"])
         sockets = _dmi.count_sockets(files["dmidecode"][0])
+        _check_dmidecode(*files["dmidecode"], slots, alone=not any(files[k] for k in ("lspci", "lspci_vvv",
+                                                                                      "nvidia_smi")))
         report.used(f"dmidecode: {files['dmidecode'][1]} ({len(slots)} slot records)")
     funcs: list[PciFunction] = []
     if files["lspci"]:

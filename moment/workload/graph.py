@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from moment.errors import MomentError
 from moment.locking import locked
+from moment.outputs import check_output, follow_umask, reason, write_error, writing
 
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
@@ -181,7 +182,10 @@ class NpyStreamWriter:
 
     def abort(self) -> None:
         if not self._f.closed:
-            self._f.close()
+            try:
+                self._f.close()
+            except OSError:  # flushing the buffer fails the same way the write did (a full disk)
+                pass
 
 
 class GraphWriter:
@@ -215,8 +219,11 @@ class GraphWriter:
                     "exists and is not a dataset (no manifest.json); refusing to replace it", source=str(self.out_dir)
                 )
             self.overwrite = overwrite
-            self.out_dir.parent.mkdir(parents=True, exist_ok=True)
-            self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.out_dir.name}.tmp-", dir=self.out_dir.parent))
+            check_output(self.out_dir, directory=True)
+            with writing(self.out_dir):
+                self.out_dir.parent.mkdir(parents=True, exist_ok=True)
+                self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.out_dir.name}.tmp-", dir=self.out_dir.parent))
+                follow_umask(self.tmp, directory=True)
         except BaseException:
             self._lock.close()
             raise
@@ -227,9 +234,19 @@ class GraphWriter:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         if not self._done:
             self.abort()
+        if isinstance(exc, OSError):  # a full disk, or an input that cannot be read: one message
+            if exc.filename is None or self._ours(Path(exc.filename)):
+                raise write_error(exc, self.out_dir, doing="cannot write the dataset") from None
+            raise MomentError(f"cannot read: {reason(exc)}", source=str(exc.filename)) from None
+
+    def _ours(self, p: Path) -> bool:
+        """Is `p` the output, its temporary directory or something in them (not an input file)?"""
+        p, out = p.absolute(), self.out_dir.absolute()
+        return p == out.parent or p.name.startswith(f".{out.name}.") or any(
+            p.is_relative_to(d) for d in (out, Path(getattr(self, "tmp", out)).absolute()))
 
     def path(self, name: str) -> Path:
         return self.tmp / f"{name}.npy"

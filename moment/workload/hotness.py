@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from moment.errors import MomentError
+from moment.outputs import check_output, follow_umask, write_error, writing
 
 if TYPE_CHECKING:
     from moment.workload.graph import GraphDataset
@@ -123,9 +124,12 @@ class Hotness:
             raise MomentError("output already exists", source=str(out))
         if out.exists() and not (out / "hotness.json").is_file():
             raise MomentError("exists and is not a hotness directory; refusing to replace it", source=str(out))
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+        check_output(out, directory=True)
+        with writing(out):
+            out.parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
         try:
+            follow_umask(tmp, directory=True)
             for name in ("feature_reads", "adjacency_reads"):
                 with open(tmp / f"{name}.npy", "wb") as f:
                     np.save(f, np.ascontiguousarray(getattr(self, name), dtype=np.int64))
@@ -150,8 +154,10 @@ class Hotness:
             os.replace(tmp, out)
             if old is not None:
                 shutil.rmtree(old, ignore_errors=True)
-        except BaseException:
+        except BaseException as e:
             shutil.rmtree(tmp, ignore_errors=True)
+            if isinstance(e, OSError):
+                raise write_error(e, out, doing="cannot write the hotness") from None
             raise
         return out
 

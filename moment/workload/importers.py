@@ -52,6 +52,35 @@ def _need(path: Path, what: str) -> Path:
     return path
 
 
+#: bytes of memory per node while the CSR is built (counts, indptr, cursor / out_ptr, labels: int64 each)
+CSR_BYTES_PER_NODE = 32
+
+
+def check_build_size(n: int, generated_row_bytes: int, out_dir: Path, source: str, why: str = "") -> None:
+    """Before allocating anything: do `n` nodes fit in the memory available (and the generated features
+    on the disk)? Ids are array indices, so one stray huge id means a huge graph."""
+    from moment.sizes import available_memory, fmt_size
+
+    need = n * CSR_BYTES_PER_NODE
+    avail = available_memory()
+    hint = "node ids must be numbered 0..N-1: renumber them, or check --num-nodes"
+    if avail is not None and need > avail:
+        raise MomentError(f"{why}the graph has {n:,} nodes: building it needs about {fmt_size(need)} "
+                          f"of memory, but {fmt_size(avail)} is available", source=source, hint=hint)
+    if generated_row_bytes:
+        import shutil
+
+        anchor = Path(out_dir).absolute().parent
+        while not anchor.exists():
+            anchor = anchor.parent
+        disk = n * generated_row_bytes
+        free = shutil.disk_usage(anchor).free
+        if disk > free:
+            raise MomentError(f"{why}the graph has {n:,} nodes: their generated features need "
+                              f"{fmt_size(disk)} on disk, but {fmt_size(free)} is free in {anchor}",
+                              source=source, hint=hint)
+
+
 def _read_csv_chunks(path: Path, chunk_rows: int, dtype: str) -> Iterator[np.ndarray]:
     """Numeric CSV (gzip or plain) in row chunks; pandas' C parser when installed, numpy otherwise."""
     try:
@@ -460,6 +489,8 @@ def import_edgelist(
                               hint="--num-nodes (or the features/labels rows) must exceed the largest id")
         if n <= 0:
             raise MomentError("no edges and no node count", source=str(path))
+        check_build_size(n, feature_dim * 4 if feat is None else 0, w.out_dir, str(path),
+                         why=f"the largest node id is {hi:,}, so " if n == hi + 1 and not num_nodes else "")
         build_csr(w, lambda: _edge_chunks(spool, "rows"), n, source=str(path), undirected=undirected,
                   progress=progress)
         spool = None

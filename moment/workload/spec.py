@@ -16,7 +16,7 @@ class WorkloadSpec(BaseModel):
     an epoch reads ~0.76 TB, which at the paper's ~60 GB/s is its ~13 s epoch on Machine B.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     name: str = "igb-hom-graphsage"
     num_nodes: int = Field(default=269_000_000, gt=0)

@@ -97,6 +97,11 @@ def synthesize(
     sets: `train_fraction` of the nodes (at least `min_train`), `val_fraction`, `test_fraction`.
     """
     _check_args(num_nodes, feature_dim, avg_degree, num_classes, dtype, homophily, power_law, snr)
+    for what, f in (("--train-fraction", train_fraction), ("validation fraction", val_fraction),
+                    ("test fraction", test_fraction)):
+        if not (0 < f <= 1):
+            raise MomentError(f"{what} must be in (0, 1] (got {f})",
+                              hint="training and evaluation need nodes; e.g. 0.01 for 1% of the nodes")
     n, d, c = int(num_nodes), int(feature_dim), int(num_classes)
     sizes = split_sizes(n, train_fraction, val_fraction, test_fraction, min_train)
     fdt = np.dtype(dtype)
@@ -182,6 +187,9 @@ def synthesize(
                 pending = nxt
                 if progress is not None:
                     progress(hi, n)
+        if total == 0:
+            raise MomentError(f"the generated graph has no edges (--avg-degree {avg_degree} on {n} nodes)",
+                              hint="raise --avg-degree")
         w.finish("indptr")
         w.finish("indices")
         w.finish("features")
@@ -205,8 +213,9 @@ def _check_args(
         raise MomentError(f"--nodes {n} is beyond what the generator supports (2**40)")
     if d < 1:
         raise MomentError(f"--feature-dim must be positive (got {d})")
-    if not (0 <= avg_degree <= 10_000):
-        raise MomentError(f"--avg-degree must be in [0, 10000] (got {avg_degree})")
+    if not (0 < avg_degree <= 10_000):
+        raise MomentError(f"--avg-degree must be in (0, 10000] (got {avg_degree})",
+                          hint="a GNN aggregates over edges: an edgeless graph has nothing to sample")
     if not (1 <= c < 2**15):
         raise MomentError(f"--classes must be in [1, 32767] (got {c})")
     if c > n:

@@ -34,6 +34,7 @@ _TYPE = re.compile(r"^(?:x(?P<dw>\d+)\s+)?(?P<rest>.*)$")
 _PCIE = re.compile(r"PCI Express(?:\s+(?P<gen>\d))?(?:\s+x(?P<pw>\d+))?", re.IGNORECASE)
 _DESIG_GEN = re.compile(r"(?:PCI-?E|PCIe|Gen)\s*(\d)(?:\.0)?\b", re.IGNORECASE)
 _CPU = re.compile(r"\bCPU\s*(\d+)", re.IGNORECASE)
+_HANDLE = re.compile(r"^Handle 0x[0-9a-fA-F]+, DMI type \d+")
 _BUS_LABEL = re.compile(r"bus ([0-9a-f]{4}):([0-9a-f]{2})")
 
 
@@ -121,6 +122,11 @@ def parse_slots(text: str, source: str = "dmidecode") -> list[SlotRecord]:
             in_use=True if usage == "in use" else False if usage == "available" else None,
             length=f.get("Length", (start, None))[1], bus_address=address, line=start))
     return out
+
+
+def looks_like_dmidecode(text: str) -> bool:
+    """Does the text hold at least one DMI record header ("Handle 0x0900, DMI type 9, 17 bytes")?"""
+    return any(_HANDLE.match(line) for _, line in console.select(text, console.is_dmidecode))
 
 
 def count_sockets(text: str) -> int | None:

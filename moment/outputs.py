@@ -1,0 +1,150 @@
+"""Output paths: checked before any work starts, written atomically, with the modes the umask asks for.
+
+Every command that writes (datasets, layouts, profiles, diagrams, metrics) checks its output path up
+front with `check_output`, so a read-only directory, a path under a regular file or a missing
+directory is one message naming the option, before minutes of sampling or solving. An OSError while
+writing (a full disk) becomes `write_error`'s one-line message; the writers remove what they had
+written. Temporary files and directories made by `tempfile` are private (0600/0700); `follow_umask`
+gives the finished output the mode every other tool would (0644/0755 under umask 022).
+
+This module sits beside `moment.errors` at the bottom of the package: everything may import it.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from moment.errors import MomentError
+
+_REASONS = {
+    errno.ENOSPC: "no space left on the device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EROFS: "read-only file system",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+    errno.ENOTDIR: "a part of the path is a file, not a directory",
+    errno.EISDIR: "is a directory",
+    errno.ENOENT: "no such file or directory",
+    errno.EFBIG: "file too large for the file system",
+}
+
+
+def _label(path: str | Path, what: str | None) -> str:
+    return f"{what} {path}" if what else str(path)
+
+
+def reason(e: OSError) -> str:
+    """A short, lower-case description of an OSError for a person."""
+    return _REASONS.get(e.errno, (e.strerror or str(e)).lower()) if e.errno else str(e)
+
+
+def write_error(e: OSError, path: str | Path, what: str | None = None, doing: str = "cannot write") -> MomentError:
+    """The one-line message for an OSError met while writing `path` (`what` names the option)."""
+    hint = None
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        hint = "free some space or choose another output location; nothing was left behind"
+    return MomentError(f"{doing}: {reason(e)}", source=_label(path, what), hint=hint)
+
+
+@contextmanager
+def writing(path: str | Path, what: str | None = None) -> Iterator[None]:
+    """Turn an OSError inside the block into `write_error` for `path` (MomentError passes through)."""
+    try:
+        yield
+    except MomentError:
+        raise
+    except OSError as e:
+        raise write_error(e, path, what) from None
+
+
+def _nearest_existing(p: Path) -> Path:
+    while not (p.exists() or p.is_symlink()) and p != p.parent:
+        p = p.parent
+    return p
+
+
+def check_output(path: str | Path, what: str | None = None, *, directory: bool = False,
+                 create_parents: bool | None = None) -> Path:
+    """Check up front that `path` can be written; returns it as a Path.
+
+    `directory`: the output is a directory (a dataset, a layout) rather than a file. Directories may
+    have missing parents created (`create_parents`, default True for directories, False for files:
+    a file's directory must exist, as with any other tool). Fails, naming `what` (the option) and the
+    path, when the path is empty, a file is where a directory must be (or the reverse), a part of the
+    path is a regular file, the directory is missing, or the directory cannot be written (permissions,
+    read-only file system: tried for real with a temporary file, so root is not fooled by the mode).
+    """
+    if str(path).strip() == "":
+        raise MomentError("empty path", source=what)
+    p = Path(path)
+    src = _label(p, what)
+    if create_parents is None:
+        create_parents = directory
+    if p.is_dir() and not directory:
+        raise MomentError("is a directory, expected a file name", source=src)
+    if (p.exists() or p.is_symlink()) and directory and not p.is_dir():
+        raise MomentError("exists and is not a directory", source=src)
+    parent = p.absolute().parent
+    anchor = _nearest_existing(parent)
+    if not anchor.is_dir():
+        raise MomentError(f"{anchor} is a file, not a directory", source=src)
+    if anchor != parent and not create_parents:
+        raise MomentError(f"directory {parent} does not exist", source=src, hint="create it first")
+    probe_writable(anchor, src)
+    return p
+
+
+def probe_writable(directory: Path, src: str) -> None:
+    """Create and remove a temporary file in `directory`; a failure is the user's error about `src`."""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".moment-probe-", dir=directory)
+    except OSError as e:
+        raise MomentError(f"cannot write in {directory}: {reason(e)}", source=src) from None
+    os.close(fd)
+    os.unlink(tmp)
+
+
+def current_umask() -> int:
+    """The process's umask (read from /proc where possible: setting it to read it is not thread-safe)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
+def follow_umask(path: str | Path, *, directory: bool = False) -> None:
+    """Give a file made by `tempfile` (0600/0700) the mode `open`/`mkdir` would have given it."""
+    os.chmod(path, (0o777 if directory else 0o666) & ~current_umask())
+
+
+def atomic_write(path: str | Path, data: str | bytes, what: str | None = None) -> None:
+    """Write via a temporary file in the same directory, fsync, rename: never half-written. The file
+    gets the umask's mode. An OSError (full disk, read-only directory) leaves nothing behind and
+    becomes one message naming `what` (the option) and the path."""
+    path = Path(path)
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        follow_umask(tmp)
+        os.replace(tmp, path)
+    except BaseException as e:
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
+        if isinstance(e, OSError):
+            raise write_error(e, path, what) from None
+        raise
