@@ -119,12 +119,9 @@ def plan_cmd(
     with _progress_bar(not json_out) as cb:
         plan = make_plan(topo, inv, wl, maxflow_backend=backend, progress=cb)
     if diagram is not None:
-        from moment.planner.diagram import write_diagram
-        from moment.topology.devices import populate, strip
+        from moment.planner.diagram import write_plan_diagram
 
-        title = (f"{plan.machine}: {plan.inventory} - epoch read {plan.predicted.epoch_read_s:.1f} s, "
-                 f"min per-GPU {min(plan.predicted.per_gpu_inlet_gbps):.1f} GB/s")
-        write_diagram(populate(strip(topo)[0], plan.placement), plan.links, diagram, title)
+        write_plan_diagram(topo, plan, diagram)
     if json_out:
         _emit_json(plan.model_dump(mode="json"))
         return

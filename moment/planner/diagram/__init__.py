@@ -1,0 +1,109 @@
+"""Draw a planned machine: the PCIe tree with devices in slots, links coloured by utilisation,
+bottlenecks marked, each GPU's inlet bandwidth, and a legend.
+
+`tree` decides what is shown, `layout` where (a renderer-neutral `Scene`), `render` writes it as
+SVG (no dependencies) or PNG (matplotlib, same geometry, one unit = one pixel).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from moment.errors import MomentError
+from moment.planner.contracts import LinkUse, Plan
+from moment.planner.diagram.layout import layout
+from moment.planner.diagram.render import to_png, to_svg
+from moment.planner.diagram.scene import Scene
+from moment.planner.diagram.style import util_colour
+from moment.planner.diagram.tree import build_tree
+from moment.topology.model import Topology
+
+#: widest picture (px) before link labels drop their capacities: fits a laptop screen and a slide
+MAX_WIDTH = 1600
+
+__all__ = ["scene", "plan_scene", "render_svg", "render_png", "write_diagram", "write_plan_diagram",
+           "util_colour"]
+
+
+def scene(topo: Topology, links: list[LinkUse], title: str = "", *, subtitle: str = "",
+          inlet: dict[str, float] | None = None) -> Scene:
+    """The picture of populated `topo` with the LP's `links`; `inlet`: GB/s per GPU id. Narrower
+    labels when the full ones would make it wider than MAX_WIDTH px."""
+    tree = build_tree(topo, links, inlet)
+    sc = layout(tree, title, subtitle)
+    return sc if sc.width <= MAX_WIDTH else layout(tree, title, subtitle, compact=True)
+
+
+def plan_scene(topo: Topology, plan: Plan) -> Scene:
+    """The picture of a plan's recommended layout on `topo` (devices already in it are replaced)."""
+    from moment.topology.devices import populate, strip
+
+    p = plan.predicted
+    title = f"{plan.machine}: {plan.inventory}"
+    lo = min(p.per_gpu_inlet_gbps) if p.per_gpu_inlet_gbps else 0.0
+    limits = _limit_summary(plan)
+    subtitle = (f"recommended layout: epoch read {p.epoch_read_s:.1f} s, every GPU gets ≥ {lo:.1f} GB/s, "
+                f"{p.aggregate_gbps:.1f} GB/s in all" + (f"; limited by {limits}" if limits else ""))
+    inlet = dict(zip(p.gpus, p.per_gpu_inlet_gbps))
+    return scene(populate(strip(topo)[0], plan.placement), plan.links, title, subtitle=subtitle, inlet=inlet)
+
+
+def _limit_summary(plan: Plan) -> str:
+    """The plan's bottlenecks in a few words: SSD reads and SSD slot links counted, others named."""
+    from moment.topology.devices import find_model
+    from moment.topology.model import Kind
+
+    ssd_slots = {s for s, m in plan.placement.items() if find_model(m).kind == Kind.ssd}
+    necks = [lu for lu in plan.links if lu.bottleneck]
+    reads = [lu for lu in necks if lu.kind == "ssd"]
+    slot_links = [lu for lu in necks if lu.kind != "ssd" and ({lu.src, lu.dst} & ssd_slots)]
+    other = [lu.id for lu in necks if lu not in reads and lu not in slot_links]
+    parts = []
+    if reads:
+        parts.append(f"{len(reads)} SSD read{'s' if len(reads) > 1 else ''} at the drive's limit")
+    if slot_links:
+        cap = max(lu.capacity_gbps for lu in slot_links)
+        parts.append(f"{len(slot_links)} SSD slot link{'s' if len(slot_links) > 1 else ''} ({cap:.1f} GB/s)")
+    parts += other[:3]
+    if len(other) > 3:
+        parts.append(f"{len(other) - 3} more links")
+    return ", ".join(parts)
+
+
+def render_svg(topo: Topology, links: list[LinkUse], title: str = "", **kw) -> str:
+    return to_svg(scene(topo, links, title, **kw))
+
+
+def render_png(topo: Topology, links: list[LinkUse], path: Path, title: str = "", **kw) -> None:
+    to_png(scene(topo, links, title, **kw), path)
+
+
+def _write(sc: Scene, path: str | Path) -> Path:
+    from moment.topology.profiles import atomic_write
+
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix == ".svg":
+        atomic_write(path, to_svg(sc))
+    elif suffix == ".png":
+        tmp = path.with_name(f".{path.name}.tmp.png")
+        to_png(sc, tmp)
+        tmp.replace(path)
+    else:
+        raise MomentError(f"--diagram {path}: use a .svg or .png file name")
+    return path
+
+
+def _check_suffix(path: str | Path) -> None:
+    if Path(path).suffix.lower() not in (".svg", ".png"):
+        raise MomentError(f"--diagram {path}: use a .svg or .png file name")
+
+
+def write_diagram(topo: Topology, links: list[LinkUse], path: str | Path, title: str = "", **kw) -> Path:
+    _check_suffix(path)
+    return _write(scene(topo, links, title, **kw), path)
+
+
+def write_plan_diagram(topo: Topology, plan: Plan, path: str | Path) -> Path:
+    _check_suffix(path)
+    return _write(plan_scene(topo, plan), path)
