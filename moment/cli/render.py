@@ -85,8 +85,25 @@ def render_plan(console: Console, plan: Plan, topo: Topology) -> None:
                        f"{sum(bp.per_gpu_inlet_gbps) / len(bp.per_gpu_inlet_gbps):.2f}",
                        "as fast" if ratio < 1.005 else f"{ratio:.2f}x faster")
         console.print(bt)
+    _render_explanation(console, plan)
     s = plan.search
     classes = f", {s.capacity_classes:,} distinct capacity graphs" if s.capacity_classes is not None else ""
     console.print(f"search: {s.raw_candidates:,} valid placements, {s.distinct_candidates:,} after symmetry pruning"
                   f"{classes}; {s.solved:,} LPs solved, the rest ruled out by a lower bound; "
                   f"{s.seconds_total:.2f} s in all")
+
+
+def _render_explanation(console: Console, plan: Plan) -> None:
+    """Why the recommendation wins, one paragraph per layout, slowest last."""
+    if not plan.explanation:
+        return
+    import textwrap
+
+    from rich.text import Text
+
+    console.print("why the recommended layout wins", style="bold", highlight=False)
+    rec, *others = plan.explanation
+    width = max(40, console.width - 1)
+    for e in [rec, *sorted(others, key=lambda e: (e.slower_by, e.layout))]:
+        para = textwrap.fill(f"{e.text}.", width, initial_indent="  - ", subsequent_indent="    ")
+        console.print(Text(para), soft_wrap=True, highlight=False)
