@@ -50,7 +50,9 @@ def place_cmd(
         "--cpu-cache", help=_CACHE_HELP.format(what="CPU", per="socket", default=10))] = None,
     ssd_path: Annotated[list[str] | None, typer.Option(
         "--ssd-path", help="ssdN=DIR: write SSD N's shard under DIR (repeatable); default: inside the layout")] = None,
-    pool: Annotated[int, typer.Option("--pool", help="DDAK: nodes placed per step (paper: 100)")] = 100,
+    pool: Annotated[int | None, typer.Option(
+        "--pool", help="DDAK: nodes placed per step; default: the largest (<= the paper's 100) whose hottest "
+                       "nodes carry <= 1% of the smallest bin's share")] = None,
     policy: Annotated[str, typer.Option("--policy", help="which placement is written: ddak, hash or degree")] = "ddak",
     report: Annotated[bool, typer.Option("--report", help="print the per-bin table of every policy")] = False,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="replace an existing layout at --out")] = False,
@@ -73,7 +75,7 @@ def place_cmd(
     # -- every check that needs no work comes first: nothing is sampled or written for bad input
     if policy not in pl.POLICIES:
         raise MomentError(f"--policy {policy!r}: choose one of {', '.join(pl.POLICIES)}")
-    if pool < 1:
+    if pool is not None and pool < 1:
         raise MomentError(f"--pool must be >= 1 (got {pool})")
     topo = load_profile(profile)
     inv = parse_inventory(None, gpus, ssds, gpu_model, ssd_model)
@@ -133,7 +135,7 @@ def place_cmd(
         path = write_layout(
             out, ds.file("features"), assignments[policy], overwrite=overwrite, progress=progress,
             plan=PlanRef(machine=plan.machine, placement=plan.placement, policy=policy,
-                         pool=pool if policy == "ddak" else None),
+                         pool=assignments[policy].pool if policy == "ddak" else None),
             dataset_checksum=ds.manifest.files["features"].sha256, manifest_extra=extra,
         )
     timings["write_s"] = time.perf_counter() - t
@@ -145,11 +147,23 @@ def place_cmd(
                                 seconds=seconds[k]) for k, a in assignments.items()}
     result = {"layout": str(path), "policy": policy, **summary,
               "policies": {k: r.model_dump(mode="json") for k, r in reports.items()}
-              | {k: {"policy": k, "error": e, "bins": []} for k, e in errors.items()}}
+              | {k: {"policy": k, "error": e, "bins": []} for k, e in errors.items()},
+              "policy_note": _ddak_note(hot.feature_reads, bins, order, assignments, reports)}
     if json_out:
         _emit(result)
         return
     _render_place(result, report)
+
+
+def _ddak_note(hotness, bins, order, assignments, reports) -> str | None:
+    """Why a baseline beats DDAK on the share error, when it does (see placement.report.ddak_note)."""
+    from moment.placement.ddak import auto_pool, pool_access
+    from moment.placement.report import ddak_note
+
+    if "ddak" not in assignments:
+        return None
+    pool = assignments["ddak"].pool or 1
+    return ddak_note(reports, pool, pool_access(hotness, pool, order), auto_pool(hotness, bins, order))
 
 
 def _hotness(ds, hotness_dir, fanouts, batch_size, epochs, batches, seed, quiet, timings):
@@ -233,7 +247,10 @@ def _render_place(r: dict[str, Any], per_bin: bool) -> None:
         s.add_row(k + mark, f"{x['mean_rel_error']:.2%}", f"{x['max_rel_error']:.2%}", f"{x['l1_error']:.4f}",
                   f"{x['cross_socket_share']:.1%}", f"{x['seconds']:.2f}")
     console.print(s)
-    console.print("* written; UPI/QPI share = share of GPU reads that cross a socket link")
+    console.print("* written; UPI/QPI share = share of GPU reads that cross a socket link; "
+                  f"DDAK pool: {r['policies'].get('ddak', {}).get('pool')} nodes")
+    if r.get("policy_note"):
+        console.print(f"[yellow]note:[/] {r['policy_note']}", highlight=False)
     for k, x in r["policies"].items():
         if "error" in x:
             console.print(f"[yellow]{k} could not place the nodes:[/] {x['error']}")
