@@ -28,7 +28,10 @@ def _where(topo: Topology, slot_id: str) -> str:
 
 def render_plan(console: Console, plan: Plan, topo: Topology) -> None:
     p = plan.predicted
-    console.print(f"[bold]Moment plan[/] for [cyan]{plan.machine}[/] with {plan.inventory}")
+    from moment.topology.devices import builtin_gpus_note
+
+    console.print(f"[bold]Moment plan[/] for [cyan]{plan.machine}[/] with {plan.inventory}"
+                  + builtin_gpus_note(topo, " and "))
     w = plan.workload
     console.print(f"workload: {w.name}, {w.feature_dim}-d features, "
                   f"{p.aggregate_gbps * p.epoch_read_s / max(len(p.gpus), 1):.0f} GB per GPU per epoch, "

@@ -102,5 +102,6 @@ class Plan(BaseModel):
     gain_vs_best_baseline: float | None = Field(
         None, description="best baseline epoch time / recommended epoch time"
     )
+    overrides: list[str] = Field(default_factory=list, description="--set what-if overrides applied to the profile")
     explanation: list[Explanation] = Field(
         default_factory=list, description="the recommended layout's limits, then why it beats each baseline")

@@ -205,3 +205,25 @@ def explain(bare: Topology, recommended: Evaluation, baselines: list[tuple[str, 
     for name, ev in baselines:
         out.append(_baseline(_Layout(name, populate(bare, ev.placement, check=False), ev), rec, rec_sigs))
     return out
+
+
+def bottleneck_summary(plan, shown: int = SHOWN) -> str:
+    """A plan's bottlenecks in a few words: SSD reads and SSD slot links counted, other links named
+    (at most `shown`, then how many more)."""
+    from moment.topology.devices import find_model
+
+    ssd_slots = {s for s, m in plan.placement.items() if find_model(m).kind == Kind.ssd}
+    necks = [lu for lu in plan.links if lu.bottleneck]
+    reads = [lu for lu in necks if lu.kind == "ssd"]
+    slot_links = [lu for lu in necks if lu.kind != "ssd" and ({lu.src, lu.dst} & ssd_slots)]
+    other = [lu.id for lu in necks if lu not in reads and lu not in slot_links]
+    parts = []
+    if reads:
+        parts.append(f"{len(reads)} SSD read{'s' if len(reads) > 1 else ''} at the drive's limit")
+    if slot_links:
+        cap = max(lu.capacity_gbps for lu in slot_links)
+        parts.append(f"{len(slot_links)} SSD slot link{'s' if len(slot_links) > 1 else ''} ({cap:.1f} GB/s)")
+    parts += other[:shown]
+    if len(other) > shown:
+        parts.append(f"+{len(other) - shown} more link{'s' if len(other) - shown > 1 else ''}")
+    return ", ".join(parts)

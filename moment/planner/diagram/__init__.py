@@ -16,6 +16,8 @@ from moment.planner.diagram.render import to_png, to_svg
 from moment.planner.diagram.scene import Scene
 from moment.planner.diagram.style import util_colour
 from moment.planner.diagram.tree import build_tree
+from moment.planner.explain import bottleneck_summary
+from moment.topology.devices import builtin_gpus_note
 from moment.topology.model import Topology
 
 #: widest picture (px) before link labels drop their capacities: fits a laptop screen and a slide
@@ -39,35 +41,15 @@ def plan_scene(topo: Topology, plan: Plan) -> Scene:
     from moment.topology.devices import populate, strip
 
     p = plan.predicted
-    title = f"{plan.machine}: {plan.inventory}"
+    title = f"{plan.machine}: {plan.inventory}" + builtin_gpus_note(topo, ", ")
     lo = min(p.per_gpu_inlet_gbps) if p.per_gpu_inlet_gbps else 0.0
-    limits = _limit_summary(plan)
+    limits = bottleneck_summary(plan)
     subtitle = (f"recommended layout: epoch read {p.epoch_read_s:.1f} s, every GPU gets ≥ {lo:.1f} GB/s, "
                 f"{p.aggregate_gbps:.1f} GB/s in all" + (f"; limited by {limits}" if limits else ""))
+    if plan.overrides:
+        subtitle += "\nwhat-if (--set): " + ", ".join(plan.overrides)
     inlet = dict(zip(p.gpus, p.per_gpu_inlet_gbps))
     return scene(populate(strip(topo)[0], plan.placement), plan.links, title, subtitle=subtitle, inlet=inlet)
-
-
-def _limit_summary(plan: Plan) -> str:
-    """The plan's bottlenecks in a few words: SSD reads and SSD slot links counted, others named."""
-    from moment.topology.devices import find_model
-    from moment.topology.model import Kind
-
-    ssd_slots = {s for s, m in plan.placement.items() if find_model(m).kind == Kind.ssd}
-    necks = [lu for lu in plan.links if lu.bottleneck]
-    reads = [lu for lu in necks if lu.kind == "ssd"]
-    slot_links = [lu for lu in necks if lu.kind != "ssd" and ({lu.src, lu.dst} & ssd_slots)]
-    other = [lu.id for lu in necks if lu not in reads and lu not in slot_links]
-    parts = []
-    if reads:
-        parts.append(f"{len(reads)} SSD read{'s' if len(reads) > 1 else ''} at the drive's limit")
-    if slot_links:
-        cap = max(lu.capacity_gbps for lu in slot_links)
-        parts.append(f"{len(slot_links)} SSD slot link{'s' if len(slot_links) > 1 else ''} ({cap:.1f} GB/s)")
-    parts += other[:3]
-    if len(other) > 3:
-        parts.append(f"{len(other) - 3} more links")
-    return ", ".join(parts)
 
 
 def render_svg(topo: Topology, links: list[LinkUse], title: str = "", **kw) -> str:

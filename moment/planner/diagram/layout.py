@@ -71,7 +71,8 @@ def layout(tree: Tree, title: str, subtitle: str = "", compact: bool = False) ->
     for c in range(ncol - 1):
         xs.append(xs[c] + widths[c] + gaps[c])
 
-    top = MARGIN + TITLE + (SUB + 10 if subtitle else 0) + 24
+    sublines = subtitle.splitlines()
+    top = MARGIN + TITLE + (SUB + 8) * len(sublines) + 26
     ys: dict[str, float] = {}
     cursor = [float(top)]
 
@@ -104,8 +105,9 @@ def layout(tree: Tree, title: str, subtitle: str = "", compact: bool = False) ->
     width = max(right + MARGIN, 760.0)
     head = Group("title")
     head.items.append(Text(MARGIN, MARGIN + TITLE, title, TITLE, bold=True, cls="title"))
-    if subtitle:
-        head.items.append(Text(MARGIN, MARGIN + TITLE + SUB + 8, subtitle, SUB, colour="#333333", cls="subtitle"))
+    for i, line in enumerate(sublines):
+        head.items.append(Text(MARGIN, MARGIN + TITLE + (SUB + 8) * (i + 1), line, SUB, colour="#333333",
+                               cls="subtitle"))
     width = max(width, *(it.bbox()[2] + MARGIN for it in head.items))
     leg, height = legend(tree, MARGIN, bottom, width - 2 * MARGIN, compact)
     return Scene(float(math.ceil(width)), float(math.ceil(height + MARGIN)), [head, links, drawn, texts, leg])
