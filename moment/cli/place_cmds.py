@@ -31,7 +31,8 @@ def place_cmd(
     dataset: Annotated[Path, typer.Option("--dataset", "-d", help="dataset directory (`moment data synth/import`)")],
     out: Annotated[Path, typer.Option("--out", "-o", help="layout directory to write (must not exist)")],
     profile: Annotated[str, typer.Option("--profile", "-p", help=_PROFILE_HELP)] = "paper-machine-b",
-    gpus: Annotated[int, typer.Option("--gpus", help="number of GPUs")] = 4,
+    gpus: Annotated[int | None, typer.Option(
+        "--gpus", help="number of GPUs (default 4; 0 on machines with built-in GPUs)", show_default=False)] = None,
     ssds: Annotated[int, typer.Option("--ssds", help="number of NVMe SSDs")] = 8,
     gpu_model: Annotated[str, typer.Option("--gpu-model", help="GPU model (see `moment models`)")] = "A100-PCIe-40GB",
     ssd_model: Annotated[str, typer.Option("--ssd-model", help="SSD model (see `moment models`)")] = "P5510",
@@ -67,7 +68,7 @@ def place_cmd(
 
     Example: moment place --dataset ds --profile paper-machine-b --gpus 4 --ssds 8 --plan plan.json --out L
     """
-    from moment.cli.topology_cmds import parse_inventory
+    from moment.cli.topology_cmds import parse_inventory, resolve_gpus
     from moment.placement import planning as pl
     from moment.topology.profiles import load_profile
     from moment.workload.graph import GraphDataset
@@ -78,6 +79,7 @@ def place_cmd(
     if pool is not None and pool < 1:
         raise MomentError(f"--pool must be >= 1 (got {pool})")
     topo = load_profile(profile)
+    gpus = resolve_gpus(topo, gpus)
     inv = parse_inventory(None, gpus, ssds, gpu_model, ssd_model)
     ds = GraphDataset.open(dataset)
     plan_in = pl.load_plan(str(plan_file), topo, inv) if plan_file is not None else None
@@ -92,7 +94,7 @@ def place_cmd(
     if batch_size is None:
         from moment.runtime.config import TrainConfig
 
-        batch_size = TrainConfig().resolved_batch_size(len(ds.train_idx), max(gpus, 1))
+        batch_size = TrainConfig().resolved_batch_size(len(ds.train_idx), max(pl.device_counts(topo, inv)[0], 1))
 
     timings: dict[str, float] = {}
     hot = _hotness(ds, hotness_dir, f, batch_size, epochs, batches, seed, json_out, timings)
