@@ -206,3 +206,38 @@ def test_fallback_without_native(monkeypatch):
     assert a.engine == "numpy"
     with pytest.raises(MomentError, match="native"):
         ddak(h, toy_bins(h), engine="native")
+
+
+def test_auto_pool_keeps_the_hottest_pool_within_the_share_budget():
+    """The paper's pool of 100 is fine on huge graphs; on a small skewed one the hottest 100 nodes carry
+    a large part of a bin's share, so one step overshoots and the one-node-at-a-time baselines win."""
+    rng = np.random.default_rng(0)
+    pools = []
+    for h in (zipf_hotness(20_000, s=1.1), rng.integers(1, 4, 1_000_000).astype(float), np.ones(400_000)):
+        bins = toy_bins(h)
+        pool = ddak_mod.auto_pool(h, bins)
+        budget = ddak_mod.POOL_QUANTUM * min(t for t in bins.target_shares() if t > 0)
+        assert pool == 1 or ddak_mod.pool_access(h, pool) <= budget  # within budget (or one node)
+        assert pool == 100 or ddak_mod.pool_access(h, pool + 1) > budget  # and the largest such
+        pools.append(pool)
+    assert pools[0] == 1 and 1 < pools[1] < 100 and 1 < pools[2] < 100
+    two = BinSet(bins=[Bin(name=f"ssd{i}", kind="ssd", capacity_rows=100_000, target_share=0.5) for i in range(2)])
+    assert ddak_mod.auto_pool(np.ones(100_000), two) == 100  # big flat graph: the paper's pool
+
+
+def test_auto_pool_beats_the_baselines_where_pool_100_loses_and_the_note_says_why():
+    from moment.placement.report import ddak_note
+
+    h = zipf_hotness(20_000, s=1.1)
+    bins = toy_bins(h)
+    base = {"hash": hash_placement(h, bins), "degree": degree_placement(h, bins)}
+    coarse = placement_report({"ddak": ddak(h, bins, 100), **base}, row_stride=4096).policies
+    auto = ddak_mod.auto_pool(h, bins)
+    fine = placement_report({"ddak": ddak(h, bins, auto), **base}, row_stride=4096).policies
+    best_base = min(coarse["hash"].mean_rel_error, coarse["degree"].mean_rel_error)
+    assert coarse["ddak"].mean_rel_error > best_base  # the reported defect, reproduced
+    assert fine["ddak"].mean_rel_error < best_base  # fixed by the pool the default picks
+    note = ddak_note(coarse, 100, ddak_mod.pool_access(h, 100), auto)
+    assert note is not None and "pools of 100" in note and f"--pool {auto}" in note
+    assert f"{ddak_mod.pool_access(h, 100):.2%} of all reads" in note
+    assert ddak_note(fine, auto, ddak_mod.pool_access(h, auto), auto) is None

@@ -32,7 +32,8 @@ def place_cmd(
     dataset: Annotated[Path, typer.Option("--dataset", "-d", help="dataset directory (`moment data synth/import`)")],
     out: Annotated[Path, typer.Option("--out", "-o", help="layout directory to write (must not exist)")],
     profile: Annotated[str, typer.Option("--profile", "-p", help=_PROFILE_HELP)] = "paper-machine-b",
-    gpus: Annotated[int, typer.Option("--gpus", help="number of GPUs")] = 4,
+    gpus: Annotated[int | None, typer.Option(
+        "--gpus", help="number of GPUs (default 4; 0 on machines with built-in GPUs)", show_default=False)] = None,
     ssds: Annotated[int, typer.Option("--ssds", help="number of NVMe SSDs")] = 8,
     gpu_model: Annotated[str, typer.Option("--gpu-model", help="GPU model (see `moment models`)")] = "A100-PCIe-40GB",
     ssd_model: Annotated[str, typer.Option("--ssd-model", help="SSD model (see `moment models`)")] = "P5510",
@@ -51,7 +52,9 @@ def place_cmd(
         "--cpu-cache", help=_CACHE_HELP.format(what="CPU", per="socket", default=10))] = None,
     ssd_path: Annotated[list[str] | None, typer.Option(
         "--ssd-path", help="ssdN=DIR: write SSD N's shard under DIR (repeatable); default: inside the layout")] = None,
-    pool: Annotated[int, typer.Option("--pool", help="DDAK: nodes placed per step (paper: 100)")] = 100,
+    pool: Annotated[int | None, typer.Option(
+        "--pool", help="DDAK: nodes placed per step; default: the largest (<= the paper's 100) whose hottest "
+                       "nodes carry <= 1% of the smallest bin's share")] = None,
     policy: Annotated[str, typer.Option("--policy", help="which placement is written: ddak, hash or degree")] = "ddak",
     report: Annotated[bool, typer.Option("--report", help="print the per-bin table of every policy")] = False,
     overwrite: Annotated[bool, typer.Option(
@@ -71,7 +74,7 @@ def place_cmd(
 
     Example: moment place --dataset ds --profile paper-machine-b --gpus 4 --ssds 8 --plan plan.json --out L
     """
-    from moment.cli.topology_cmds import parse_inventory
+    from moment.cli.topology_cmds import parse_inventory, resolve_gpus
     from moment.placement import planning as pl
     from moment.topology.profiles import load_profile
     from moment.workload.graph import GraphDataset
@@ -79,9 +82,10 @@ def place_cmd(
     # -- every check that needs no work comes first: nothing is sampled or written for bad input
     if policy not in pl.POLICIES:
         raise MomentError(f"--policy {policy!r}: choose one of {', '.join(pl.POLICIES)}")
-    if pool < 1:
+    if pool is not None and pool < 1:
         raise MomentError(f"--pool must be >= 1 (got {pool})")
     topo = load_profile(profile)
+    gpus = resolve_gpus(topo, gpus)
     inv = parse_inventory(None, gpus, ssds, gpu_model, ssd_model)
     ds = GraphDataset.open(dataset)
     plan_in = pl.load_plan(str(plan_file), topo, inv) if plan_file is not None else None
@@ -97,7 +101,7 @@ def place_cmd(
     if batch_size is None:
         from moment.runtime.config import TrainConfig
 
-        batch_size = TrainConfig().resolved_batch_size(len(ds.train_idx), max(gpus, 1))
+        batch_size = TrainConfig().resolved_batch_size(len(ds.train_idx), max(pl.device_counts(topo, inv)[0], 1))
 
     from moment.locking import locked
 
@@ -145,7 +149,7 @@ def place_cmd(
             path = write_layout(
                 out, ds.file("features"), assignments[policy], overwrite=overwrite, progress=progress,
                 plan=PlanRef(machine=plan.machine, placement=plan.placement, policy=policy,
-                             pool=pool if policy == "ddak" else None),
+                             pool=assignments[policy].pool if policy == "ddak" else None),
                 dataset_checksum=ds.manifest.files["features"].sha256, dataset_id=ds.dataset_id,
                 manifest_extra=extra,
             )
@@ -159,7 +163,8 @@ def place_cmd(
         summary["notes"] = pl.cache_notes(wl, cache, hot.feature_reads, order, n_gpus, n_sockets)
         result = {"layout": str(path), "policy": policy, "dataset_verified": verified, **summary,
                   "policies": {k: r.model_dump(mode="json") for k, r in reports.items()}
-                  | {k: {"policy": k, "error": e, "bins": []} for k, e in errors.items()}}
+                  | {k: {"policy": k, "error": e, "bins": []} for k, e in errors.items()},
+                  "policy_note": _ddak_note(hot.feature_reads, bins, order, assignments, reports)}
     if json_out:
         _emit(result)
         return
@@ -177,6 +182,17 @@ def _verify_dataset(ds, verify: bool, quiet: bool, timings: dict[str, float]) ->
         ds.verify_checksums(progress=progress)
     timings["verify_s"] = time.perf_counter() - t
     return True
+
+
+def _ddak_note(hotness, bins, order, assignments, reports) -> str | None:
+    """Why a baseline beats DDAK on the share error, when it does (see placement.report.ddak_note)."""
+    from moment.placement.ddak import auto_pool, pool_access
+    from moment.placement.report import ddak_note
+
+    if "ddak" not in assignments:
+        return None
+    pool = assignments["ddak"].pool or 1
+    return ddak_note(reports, pool, pool_access(hotness, pool, order), auto_pool(hotness, bins, order))
 
 
 def _hotness(ds, hotness_dir, fanouts, batch_size, epochs, batches, seed, quiet, timings):
@@ -267,7 +283,10 @@ def _render_place(r: dict[str, Any], per_bin: bool) -> None:
         s.add_row(k + mark, f"{x['mean_rel_error']:.2%}", f"{x['max_rel_error']:.2%}", f"{x['l1_error']:.4f}",
                   f"{x['cross_socket_share']:.1%}", f"{x['seconds']:.2f}")
     console.print(s)
-    console.print("* written; UPI/QPI share = share of GPU reads that cross a socket link")
+    console.print("* written; UPI/QPI share = share of GPU reads that cross a socket link; "
+                  f"DDAK pool: {r['policies'].get('ddak', {}).get('pool')} nodes")
+    if r.get("policy_note"):
+        console.print(f"[yellow]note:[/] {r['policy_note']}", highlight=False)
     for k, x in r["policies"].items():
         if "error" in x:
             console.print(f"[yellow]{k} could not place the nodes:[/] {x['error']}")

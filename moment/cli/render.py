@@ -28,7 +28,10 @@ def _where(topo: Topology, slot_id: str) -> str:
 
 def render_plan(console: Console, plan: Plan, topo: Topology) -> None:
     p = plan.predicted
-    console.print(f"[bold]Moment plan[/] for [cyan]{plan.machine}[/] with {plan.inventory}")
+    from moment.topology.devices import builtin_gpus_note
+
+    console.print(f"[bold]Moment plan[/] for [cyan]{plan.machine}[/] with {plan.inventory}"
+                  + builtin_gpus_note(topo, " and "))
     w = plan.workload
     console.print(f"workload: {w.name}, {w.feature_dim}-d features, "
                   f"{p.aggregate_gbps * p.epoch_read_s / max(len(p.gpus), 1):.0f} GB per GPU per epoch, "
@@ -85,6 +88,7 @@ def render_plan(console: Console, plan: Plan, topo: Topology) -> None:
                        f"{sum(bp.per_gpu_inlet_gbps) / len(bp.per_gpu_inlet_gbps):.2f}",
                        "as fast" if ratio < 1.005 else f"{ratio:.2f}x faster")
         console.print(bt)
+    _render_explanation(console, plan)
     s = plan.search
     classes = f", {s.capacity_classes:,} distinct capacity graphs" if s.capacity_classes is not None else ""
     console.print(f"search: {s.raw_candidates:,} valid placements, {s.distinct_candidates:,} after symmetry pruning"
@@ -110,3 +114,19 @@ def _device_key(dev: str) -> tuple[str, int]:
     head = dev.rstrip("0123456789")
     tail = dev[len(head):]
     return head, int(tail) if tail else -1
+
+
+def _render_explanation(console: Console, plan: Plan) -> None:
+    """Why the recommendation wins, one paragraph per layout, slowest last."""
+    if not plan.explanation:
+        return
+    import textwrap
+
+    from rich.text import Text
+
+    console.print("why the recommended layout wins", style="bold", highlight=False)
+    rec, *others = plan.explanation
+    width = max(40, console.width - 1)
+    for e in [rec, *sorted(others, key=lambda e: (e.slower_by, e.layout))]:
+        para = textwrap.fill(f"{e.text}.", width, initial_indent="  - ", subsequent_indent="    ")
+        console.print(Text(para), soft_wrap=True, highlight=False)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from moment.cli import app, console, err_console
 from moment.errors import MomentError
@@ -41,6 +42,39 @@ def parse_inventory(spec: str | None, gpus: int, ssds: int, gpu_model: str, ssd_
         raise MomentError("--gpus and --ssds must not be negative")
     find_model(gpu_model), find_model(ssd_model)
     return Inventory.simple(gpus, ssds, gpu_model, ssd_model)
+
+
+#: --gpus when left out, on a machine whose GPUs go in slots
+DEFAULT_GPUS = 4
+_GPUS_HELP = (f"number of GPUs to place (default {DEFAULT_GPUS}; on machines with built-in GPUs, e.g. dgx2 or "
+              "hgx-a100-8gpu, default 0: the planner places the SSDs around them)")
+
+
+def resolve_gpus(topo, gpus: int | None) -> int:
+    """How many GPUs to place. Left out: 0 where the machine has built-in GPUs (SXM modules the planner
+    never moves), else DEFAULT_GPUS. Given: a number the machine cannot take as extra cards is an
+    error, except the built-in count itself, which means "its own GPUs"."""
+    from moment.topology.devices import builtin_gpus, strip
+    from moment.topology.model import Kind
+
+    built = builtin_gpus(topo)
+    if gpus is None:
+        return 0 if built else DEFAULT_GPUS
+    if not built or gpus == 0:
+        return gpus
+    bare = strip(topo)[0]
+    if any(Kind.gpu in sl.accepts and sl.width >= 16 for sl in bare.empty_slots()):
+        return gpus  # extra cards next to the built-in ones
+    if gpus == len(built):
+        return 0
+    model = getattr(built[0], "model", "GPU")
+    raise MomentError(
+        f"--gpus {gpus}: {topo.name!r} has {len(built)} built-in GPUs ({model}) and no free slot for another",
+        hint="leave out --gpus (or --gpus 0) to plan the SSDs around its own GPUs")
+
+
+def _overrides_line(overrides: list[str]) -> str:
+    return "what-if overrides (--set): " + ", ".join(overrides)
 
 
 def _workload(feature_dim: int | None, bytes_per_gpu_gb: float | None, gpu_share: float | None,
@@ -96,7 +130,7 @@ def _progress_bar(enabled: bool):
 @app.command("plan")
 def plan_cmd(
     profile: str = typer.Option("paper-machine-b", "--profile", "-p", help=_PROFILE_HELP),
-    gpus: int = typer.Option(4, "--gpus", help="number of GPUs to place"),
+    gpus: int | None = typer.Option(None, "--gpus", help=_GPUS_HELP, show_default=False),
     ssds: int = typer.Option(8, "--ssds", help="number of NVMe SSDs to place"),
     gpu_model: str = typer.Option("A100-PCIe-40GB", "--gpu-model", help="GPU model (see `moment models`)"),
     ssd_model: str = typer.Option("P5510", "--ssd-model", help="SSD model (see `moment models`)"),
@@ -126,22 +160,22 @@ def plan_cmd(
 
         check_diagram_path(diagram)
     topo = load_profile(profile, overrides)
-    inv = parse_inventory(inventory, gpus, ssds, gpu_model, ssd_model)
+    inv = parse_inventory(inventory, resolve_gpus(topo, gpus) if not inventory else 0, ssds, gpu_model, ssd_model)
     wl = _workload(feature_dim, bytes_per_gpu, gpu_cache_share, cpu_cache_share)
     with _progress_bar(not json_out) as cb:
         plan = make_plan(topo, inv, wl, maxflow_backend=backend, progress=cb)
+    plan = plan.model_copy(update={"overrides": list(overrides)})
     if diagram is not None:
-        from moment.planner.diagram import write_diagram
-        from moment.topology.devices import populate, strip
+        from moment.planner.diagram import write_plan_diagram
 
-        title = (f"{plan.machine}: {plan.inventory} - epoch read {plan.predicted.epoch_read_s:.1f} s, "
-                 f"min per-GPU {min(plan.predicted.per_gpu_inlet_gbps):.1f} GB/s")
-        write_diagram(populate(strip(topo)[0], plan.placement), plan.links, diagram, title, what="--diagram")
+        write_plan_diagram(topo, plan, diagram)
     if json_out:
         _emit_json(plan.model_dump(mode="json"))
         return
     from moment.cli.render import render_plan
 
+    if overrides:
+        console.print(_overrides_line(overrides), highlight=False)
     render_plan(console, plan, topo)
     if diagram is not None:
         console.print(f"diagram written to [bold]{diagram}[/]")
@@ -150,7 +184,7 @@ def plan_cmd(
 @app.command("compare")
 def compare_cmd(
     profiles: list[str] = typer.Argument(..., help="profiles (names or YAML files) to put side by side"),
-    gpus: int = typer.Option(4, "--gpus", help="number of GPUs"),
+    gpus: int | None = typer.Option(None, "--gpus", help=_GPUS_HELP, show_default=False),
     ssds: int = typer.Option(8, "--ssds", help="number of SSDs"),
     gpu_model: str = typer.Option("A100-PCIe-40GB", "--gpu-model"),
     ssd_model: str = typer.Option("P5510", "--ssd-model"),
@@ -159,24 +193,28 @@ def compare_cmd(
     json_out: bool = typer.Option(False, "--json", help="print a JSON list"),
 ) -> None:
     """Plan several machines (or inventories) and put the best layouts side by side (what-if)."""
+    from moment.planner.explain import bottleneck_summary
     from moment.planner.plan import make_plan
+    from moment.topology.devices import builtin_gpus_note
     from moment.topology.profiles import load_profile
     from moment.workload.spec import WorkloadSpec
 
-    invs = [parse_inventory(s, 0, 0, gpu_model, ssd_model) for s in inventories] or \
-        [parse_inventory(None, gpus, ssds, gpu_model, ssd_model)]
     rows = []
     for prof in profiles:
         topo = load_profile(prof, overrides)
+        invs = [parse_inventory(s, 0, 0, gpu_model, ssd_model) for s in inventories] or \
+            [parse_inventory(None, resolve_gpus(topo, gpus), ssds, gpu_model, ssd_model)]
         for inv in invs:
             plan = make_plan(topo, inv, WorkloadSpec())
             best_base = min(plan.baselines, key=lambda b: b.predicted.epoch_read_s, default=None)
             rows.append({
-                "profile": prof, "inventory": plan.inventory,
+                "profile": prof, "inventory": plan.inventory, "built_in": builtin_gpus_note(topo, "").strip(),
+                "overrides": list(overrides),
                 "epoch_read_s": plan.predicted.epoch_read_s,
                 "per_gpu_inlet_gbps": plan.predicted.per_gpu_inlet_gbps,
                 "aggregate_gbps": plan.predicted.aggregate_gbps,
                 "bottlenecks": plan.bottlenecks,
+                "bottleneck_summary": bottleneck_summary(plan),
                 "best_baseline": best_base.name if best_base else None,
                 "gain_vs_best_baseline": plan.gain_vs_best_baseline,
                 "placement": plan.placement,
@@ -184,15 +222,59 @@ def compare_cmd(
     if json_out:
         _emit_json(rows)
         return
-    table = Table(title="best layout per machine and inventory")
-    for col in ("profile", "inventory", "epoch read s", "min GB/s per GPU", "aggregate GB/s", "bottlenecks", "vs best usual layout"):
-        table.add_column(col)
-    for r in rows:
-        gain = r["gain_vs_best_baseline"]
-        table.add_row(r["profile"], r["inventory"], f"{r['epoch_read_s']:.2f}", f"{min(r['per_gpu_inlet_gbps']):.2f}",
-                      f"{r['aggregate_gbps']:.1f}", ", ".join(r["bottlenecks"][:3]) or "-",
-                      f"{gain:.2f}x ({r['best_baseline']})" if gain else "-")
-    console.print(table)
+    if overrides:
+        console.print(_overrides_line(overrides) + " (applied to every profile)", highlight=False)
+    _render_compare(rows)
+
+
+def _compare_cells(r: dict) -> dict[str, str]:
+    gain = r["gain_vs_best_baseline"]
+    built = r["built_in"].split(" built-in ")[0] + " built-in GPUs" if r["built_in"] else ""
+    inv = r["inventory"].replace(", ", "\n") + (f"\n+ {built}" if built else "")
+    return {"profile": r["profile"], "inventory": inv, "epoch read s": f"{r['epoch_read_s']:.2f}",
+            "min GB/s per GPU": f"{min(r['per_gpu_inlet_gbps']):.2f}" if r["per_gpu_inlet_gbps"] else "-",
+            "aggregate GB/s": f"{r['aggregate_gbps']:.1f}", "bottlenecks": r["bottleneck_summary"] or "-",
+            "vs best usual layout": f"{gain:.2f}x ({r['best_baseline']})" if gain else "-"}
+
+
+#: columns that wrap between words; the others keep each line whole (names are never cut)
+_WRAP = ("bottlenecks", "vs best usual layout")
+#: headers of the columns that do not wrap, broken by hand
+_HEAD = {"epoch read s": "epoch\nread s", "min GB/s per GPU": "min GB/s\nper GPU", "aggregate GB/s": "aggregate\nGB/s"}
+
+
+def _render_compare(rows: list[dict]) -> None:
+    """A table when it fits the terminal with every name whole; else one block per machine."""
+    import textwrap
+
+    cells = [_compare_cells(r) for r in rows]
+    cols = list(cells[0])
+
+    def need(col: str) -> int:
+        if col in _WRAP:
+            return max(len(w) for w in [x for c in cells for x in c[col].split()] + col.split())
+        return max(len(line) for line in [x for c in cells for x in c[col].splitlines()]
+                   + _HEAD.get(col, col).splitlines())
+
+    widths = {c: need(c) for c in cols}
+    if sum(widths.values()) + 3 * len(cols) + 1 <= console.width:
+        table = Table(title="best layout per machine and inventory")
+        for col in cols:
+            table.add_column(_HEAD.get(col, col), no_wrap=col not in _WRAP, min_width=widths[col],
+                             justify="right" if "GB/s" in col or col == "epoch read s" else "left")
+        for c in cells:
+            table.add_row(*c.values())
+        console.print(table)
+        return
+    console.print("best layout per machine and inventory", style="italic", highlight=False)
+    width = max(40, console.width - 1)
+    for c in cells:
+        console.print(Text(f"{c['profile']}: {c['inventory'].replace(chr(10), ', ')}", style="bold"),
+                      soft_wrap=True, highlight=False)
+        for key in cols[2:]:
+            line = textwrap.fill(f"{key}: {c[key]}", width, initial_indent="  ", subsequent_indent="    ",
+                                 break_long_words=False, break_on_hyphens=False)
+            console.print(Text(line), soft_wrap=True, highlight=False)
 
 
 @app.command("schema")

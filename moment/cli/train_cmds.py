@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import subprocess
 import sys
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -36,8 +36,9 @@ def _check_torch() -> None:
                               hint="pip install -e .[train]")
 
 
-def _precheck(args: list[str], nproc: int = 1) -> None:
-    """Catch user errors (bad flags, missing layout or dataset) here, before torchrun starts N ranks."""
+def _precheck(args: list[str], nproc: int = 1):
+    """Catch user errors (bad flags, missing layout or dataset) here, before torchrun starts N ranks.
+    Returns the parsed configuration."""
     from moment.runtime.config import parse_args
     from moment.runtime.train import dataset_dir
     from moment.workload.graph import GraphDataset
@@ -52,6 +53,7 @@ def _precheck(args: list[str], nproc: int = 1) -> None:
             err_console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
     if cfg.memory_budget and cfg.features == "tiered":
         _check_budget(cfg, ds, nproc)
+    return cfg
 
 
 def _check_budget(cfg, ds, nproc: int) -> None:
@@ -74,16 +76,34 @@ def train(
     ctx: typer.Context,
     nproc: Annotated[int, typer.Option("--nproc", min=1, help="ranks (GPUs) on this machine")] = 1,
     max_restarts: Annotated[int, typer.Option("--max-restarts", min=0,
-                                              help="torchrun restarts after a failed rank (resumes from "
-                                                   "--checkpoint-dir)")] = 0,
+                                              help="torchrun restarts after a failed rank (they resume from "
+                                                   "the last checkpoint)")] = 0,
+    run_dir: Annotated[Path | None, typer.Option(
+        "--run-dir", help="where this run's checkpoints and torchrun's log go, in a new timestamped folder "
+                          "(default: LAYOUT.runs beside the layout)")] = None,
 ) -> None:
-    """Train a GNN from a layout with NPROC data-parallel ranks (torchrun --standalone)."""
+    """Train a GNN from a layout with NPROC data-parallel ranks (torchrun --standalone).
+
+    The ranks' progress and errors are shown; torchrun's own messages go to RUN_DIR/torchrun.log.
+    Checkpoints go to RUN_DIR/checkpoint unless --checkpoint-dir is given, so a restart resumes.
+    """
+    from moment.cli import err_console
+    from moment.cli.train_launch import make_run_dir, report, run
+
     _check_torch()
     if not ctx.args:
         raise MomentError("nothing to train: pass at least --layout LAYOUT (see --help)")
-    _precheck(list(ctx.args), nproc)
+    args = list(ctx.args)
+    cfg = _precheck(args, nproc)
+    run_path = make_run_dir(run_dir, Path(cfg.layout or cfg.dataset))
+    where = f"run directory {run_path}: torchrun's log"
+    if cfg.checkpoint_dir is None and cfg.checkpoint_every != 0:
+        args += ["--checkpoint-dir", str(run_path / "checkpoint")]
+        where += ", checkpoints (resume with --resume --checkpoint-dir " + str(run_path / "checkpoint") + ")"
+    if not cfg.quiet:
+        err_console.print(where, highlight=False, soft_wrap=True)
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
-    code = subprocess.call(torchrun_command(nproc, list(ctx.args), max_restarts), env=env)
+    code = report(run(torchrun_command(nproc, args, max_restarts), env, run_path / "torchrun.log", max_restarts))
     if code:
         raise typer.Exit(code)

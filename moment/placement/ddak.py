@@ -234,6 +234,37 @@ def _gallop(S, p, pool, room, npc, A, U, T, C, cl, second, sp, b):
     return m, A
 
 
+#: the paper's pool, the largest auto_pool picks
+PAPER_POOL = 100
+#: auto_pool: the hottest pool may carry at most this part of the smallest positive bin target
+POOL_QUANTUM = 0.01
+
+
+def auto_pool(hotness: np.ndarray, bins: BinSet, order: np.ndarray | None = None) -> int:
+    """The largest pool (<= the paper's 100) whose hottest nodes carry at most 1% of the smallest
+    positive bin target. A step moves a whole pool, so a bin's achieved share is off by up to one
+    pool's accesses: 100 nodes are fine on a 100M-node graph, but on a small one the hottest 100 can
+    carry more than a bin's whole error budget (then one-node-at-a-time round-robin does better)."""
+    h = validate_hotness(hotness)
+    total = float(h.sum(dtype=np.float64))
+    shares = [t for t in bins.target_shares() if t > 0]
+    if total <= 0 or not shares or h.shape[0] == 0:
+        return PAPER_POOL
+    order = hotness_order(h, order)
+    top = np.cumsum(h[order[:PAPER_POOL]], dtype=np.float64) / total  # top[k-1]: share of the hottest k
+    budget = POOL_QUANTUM * min(shares)
+    fits = np.flatnonzero(top <= budget)
+    return int(fits[-1]) + 1 if fits.size else 1
+
+
+def pool_access(hotness: np.ndarray, pool: int, order: np.ndarray | None = None) -> float:
+    """Share of all accesses the hottest pool carries (what one DDAK step can be off by, at worst)."""
+    h = validate_hotness(hotness)
+    total = float(h.sum(dtype=np.float64))
+    order = hotness_order(h, order)
+    return float(h[order[:pool]].sum(dtype=np.float64)) / total if total > 0 else 0.0
+
+
 def ddak(
     hotness: np.ndarray, bins: BinSet, pool: int = 100, *, order: np.ndarray | None = None,
     cache_fill: CacheFill = "target", engine: Engine = "auto",

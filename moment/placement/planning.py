@@ -295,22 +295,24 @@ POLICIES = ("ddak", "hash", "degree")
 
 
 def run_policies(
-    hotness: np.ndarray, bins: BinSet, *, pool: int = 100, order: np.ndarray | None = None,
+    hotness: np.ndarray, bins: BinSet, *, pool: int | None = 100, order: np.ndarray | None = None,
     required: str = "ddak",
 ) -> tuple[dict[str, Assignment], dict[str, str], dict[str, float]]:
     """Run DDAK and the baselines on the same hotness and bins: (assignments, errors, seconds).
 
     A baseline that cannot place the nodes (hash overfilling an SSD) is reported in `errors`; the
-    `required` policy (the one to be written) raises instead.
+    `required` policy (the one to be written) raises instead. `pool=None`: `auto_pool`.
     """
     import time
 
     from moment.placement.baselines import degree_placement, hash_placement
-    from moment.placement.ddak import ddak
+    from moment.placement.ddak import auto_pool, ddak
 
     if required not in POLICIES:
         raise MomentError(f"unknown policy {required!r}; choose one of {', '.join(POLICIES)}")
     order = hotness_order(hotness, order)
+    if pool is None:
+        pool = auto_pool(hotness, bins, order)
     run = {
         "ddak": lambda: ddak(hotness, bins, pool, order=order),
         "hash": lambda: hash_placement(hotness, bins, order=order),

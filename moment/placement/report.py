@@ -97,3 +97,37 @@ def placement_report(
                                    seconds=(seconds or {}).get(k), cache_row_bytes=cache_row_bytes)
                   for k, a in assignments.items()},
     )
+
+
+_HOW = {
+    "degree": "deals single nodes round-robin by hotness rank over each tier's bins (caches filled to "
+              "capacity), which hits equal targets closely but cannot follow unequal ones",
+    "hash": "deals the hottest nodes round-robin over the caches and the rest over the SSDs by node id, "
+            "which averages out to equal shares on many nodes but cannot follow unequal targets",
+}
+
+
+def ddak_note(reports: dict[str, PolicyReport], pool: int, pool_share: float, suggested_pool: int) -> str | None:
+    """Why a baseline matches the planner's shares more closely than DDAK, when it does, with numbers.
+
+    DDAK moves whole pools, so a bin's share is off by up to one pool's accesses (`pool_share` = the
+    hottest pool's share of all reads); the baselines move single nodes."""
+    d = reports.get("ddak")
+    if d is None:
+        return None
+    better = sorted((r for k, r in reports.items() if k != "ddak" and r.mean_rel_error < d.mean_rel_error),
+                    key=lambda r: (r.mean_rel_error, r.policy))
+    if not better:
+        return None
+    b = better[0]
+    targets = [x.target_share for x in d.bins if x.target_share > 0]
+    smallest = min(targets) if targets else 0.0
+    text = (f"{b.policy} matches the planner's shares more closely than DDAK here (mean error "
+            f"{b.mean_rel_error:.2%} vs {d.mean_rel_error:.2%}): DDAK moves nodes in pools of {pool}, and the "
+            f"hottest pool carries {pool_share:.2%} of all reads")
+    if smallest > 0:
+        text += f", {pool_share / smallest:.0%} of the smallest bin target ({smallest:.2%})"
+    text += f", so its shares are quantised that coarsely; {b.policy} {_HOW.get(b.policy, 'moves single nodes')}"
+    if suggested_pool < pool:
+        text += f". A smaller pool fixes it: --pool {suggested_pool} (the default picks it)"
+    return text + "."

@@ -47,6 +47,34 @@ class Baseline(BaseModel):
     placement: dict[str, str]
     predicted: Prediction
     predicted_maxflow: Prediction | None = None
+    bottlenecks: list[str] = Field(default_factory=list, description="ids of its saturated links (LP)")
+
+
+class Limit(BaseModel):
+    """One saturated link or device of a layout, and whom it holds back."""
+
+    link: str = Field(description="link id as in `links` (e.g. 'sw0->sw1', 'ssd3:read'); a group's first")
+    kind: str
+    count: int = Field(1, description="links or devices of this kind grouped here (e.g. 8 SSD reads)")
+    capacity_gbps: float = Field(description="capacity of one of them")
+    gpus: list[str] = Field(default_factory=list, description="GPUs whose reads cross it (slot, or id)")
+    gpu_gbps: float | None = Field(None, description="the least those GPUs receive in this layout")
+    recommended_utilisation: float | None = Field(
+        None, description="the same link in the recommended layout (None: carries no reads there)")
+    text: str
+
+
+class Explanation(BaseModel):
+    """Why a layout is as fast as it is, and for a usual layout, why the recommended one beats it."""
+
+    layout: str = Field(description="'recommended' or a baseline's name")
+    epoch_read_s: float
+    slower_by: float = Field(description="its epoch time / the recommended one's (1.0 = as fast)")
+    limits: list[Limit] = Field(
+        default_factory=list,
+        description="for the recommended layout everything saturated; for a baseline what saturates there "
+                    "and not in the recommended layout (else all it has saturated)")
+    text: str
 
 
 class SearchStats(BaseModel):
@@ -74,3 +102,6 @@ class Plan(BaseModel):
     gain_vs_best_baseline: float | None = Field(
         None, description="best baseline epoch time / recommended epoch time"
     )
+    overrides: list[str] = Field(default_factory=list, description="--set what-if overrides applied to the profile")
+    explanation: list[Explanation] = Field(
+        default_factory=list, description="the recommended layout's limits, then why it beats each baseline")

@@ -16,6 +16,7 @@ from moment.planner.baselines import baseline_placements
 from moment.planner.contracts import Baseline, Evaluation, Plan, SearchStats
 from moment.planner.equivalence import CapacityCanon, TreeBound
 from moment.planner.evaluate import BOTTLENECK_UTILISATION, evaluate
+from moment.planner.explain import explain
 from moment.planner.lp import solve_lp_batch
 from moment.planner.network import ChassisTemplate
 from moment.planner.solution import Solution
@@ -122,7 +123,8 @@ def make_plan(topo: Topology, inventory: Inventory, workload: WorkloadSpec, *,
 
     winner = evaluate(bare, dict(winner_key), workload, maxflow_backend=maxflow_backend)
 
-    baselines = _baselines(bare, current, inventory, workload, maxflow_backend)
+    evaluated = _baselines(bare, current, inventory, workload, maxflow_backend)
+    baselines = [b for b, _ in evaluated]
     gain = (min(b.predicted.epoch_read_s for b in baselines) / winner.predicted.epoch_read_s
             if baselines else None)
     return Plan(
@@ -141,11 +143,12 @@ def make_plan(topo: Topology, inventory: Inventory, workload: WorkloadSpec, *,
                            seconds_per_solve=solve_seconds / len(solved)),
         baselines=baselines,
         gain_vs_best_baseline=gain,
+        explanation=explain(bare, winner, [(b.name, ev) for b, ev in evaluated]),
     )
 
 
 def _baselines(bare: Topology, current: dict[str, str], inventory: Inventory, workload: WorkloadSpec,
-               backend: str) -> list[Baseline]:
+               backend: str) -> list[tuple[Baseline, Evaluation]]:
     named: list[tuple[str, str, dict[str, str]]] = []
     if current:
         named.append(("current", "the layout the machine has now", current))
@@ -158,7 +161,8 @@ def _baselines(bare: Topology, current: dict[str, str], inventory: Inventory, wo
             if name == "current":
                 continue  # e.g. a scanned device model the catalogue does not know
             raise
-        out.append(Baseline(name=name, description=desc, placement=placement, predicted=ev.predicted,
-                            predicted_maxflow=ev.predicted_maxflow))
+        out.append((Baseline(name=name, description=desc, placement=placement, predicted=ev.predicted,
+                             predicted_maxflow=ev.predicted_maxflow,
+                             bottlenecks=[u.id for u in ev.links if u.bottleneck]), ev))
     return out
 

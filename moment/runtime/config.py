@@ -31,7 +31,7 @@ class TrainConfig:
     lr: float = 3e-3
     seed: int = 0
     checkpoint_dir: Path | None = None
-    checkpoint_every: int = 0
+    checkpoint_every: int | None = None  # None: a quarter epoch when there is a checkpoint_dir
     resume: bool = False
     cpu_cache_limit: str | None = None
     memory_budget: str | None = None
@@ -70,6 +70,13 @@ class TrainConfig:
             return self.batch_size
         return min(PAPER_BATCH, max(64, train_nodes // (world_size * 8)))
 
+    def resolved_checkpoint_every(self, steps_per_epoch: int) -> int:
+        """Steps between checkpoints (0: none; checkpoints also end every epoch when > 0). Not given:
+        four per epoch when there is a --checkpoint-dir, so a restart loses at most a quarter epoch."""
+        if self.checkpoint_every is not None:
+            return self.checkpoint_every
+        return max(1, steps_per_epoch // 4) if self.checkpoint_dir is not None else 0
+
     def resolved_superbatch(self) -> int:
         """Batches decided together: a hyperbatch for block reads, Ginex's superbatch for Belady."""
         if self.superbatch is not None:
@@ -89,7 +96,7 @@ class TrainConfig:
             raise MomentError(f"--epochs must be positive (got {self.epochs})")
         if self.batch_size is not None and self.batch_size < 1:
             raise MomentError(f"--batch-size must be positive (got {self.batch_size})")
-        if self.checkpoint_every < 0:
+        if self.checkpoint_every is not None and self.checkpoint_every < 0:
             raise MomentError("--checkpoint-every must be >= 0")
         if (self.checkpoint_every or self.resume) and self.checkpoint_dir is None:
             raise MomentError("--checkpoint-every/--resume need --checkpoint-dir")
@@ -142,8 +149,10 @@ def build_parser() -> argparse.ArgumentParser:
     a("--hidden", type=int, help="hidden width (default: 256 for sage, 64x8 heads for gat)")
     a("--lr", type=float, default=3e-3)
     a("--seed", type=int, default=0)
-    a("--checkpoint-dir", type=Path)
-    a("--checkpoint-every", type=int, default=0, metavar="STEPS")
+    a("--checkpoint-dir", type=Path, help="write checkpoints here; a torchrun restart resumes from the last one "
+                                           "(`moment train` picks one in the run directory when not given)")
+    a("--checkpoint-every", type=int, metavar="STEPS",
+      help="steps between checkpoints (default: a quarter epoch with --checkpoint-dir; 0: none)")
     a("--resume", action="store_true", help="continue from the checkpoint in --checkpoint-dir "
                                             "(automatic after a torchrun restart)")
     a("--memory-budget", metavar="BYTES|auto",

@@ -35,6 +35,12 @@ class Reporter:
         if self._bar is not None:
             self._bar.stop()
 
+    def notice(self, text: str) -> None:
+        """Something the user must see even with --quiet (a restart, lost progress)."""
+        from rich.markup import escape
+
+        self.console.print("[yellow]note:[/] " + escape(text), highlight=False, soft_wrap=True)
+
     def lines(self, lines: list[str]) -> None:
         if self.enabled:
             from rich.markup import escape

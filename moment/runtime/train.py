@@ -210,7 +210,8 @@ class Trainer:
         self.epoch_seconds: list[float] = []
         self.epoch, self.next_batch, self.step = 0, 0, 0
         self.resumed_from: int | None = None
-        self._maybe_resume()
+        self.ck_every = cfg.resolved_checkpoint_every(len(self.batches))
+        self.restart_note = self._maybe_resume()
         if ctx.backend:
             from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -227,15 +228,24 @@ class Trainer:
                 "fanouts": self.fanouts, "model": self.cfg.model, "layers": len(self.fanouts),
                 "hidden": self.cfg.hidden, "lr": self.cfg.lr}
 
-    def _maybe_resume(self) -> None:
+    def _maybe_resume(self) -> str | None:
+        """Load the checkpoint on --resume or after a torchrun restart; returns what to tell the user."""
         cfg, ctx = self.cfg, self.ctx
-        if cfg.checkpoint_dir is None or not (cfg.resume or ctx.restart_count > 0):
-            return
+        restart = ctx.restart_count
+        if cfg.checkpoint_dir is None:
+            if restart > 0:
+                return (f"restart {restart}: a rank failed; there is no --checkpoint-dir, so training starts again "
+                        "from epoch 1 (the progress before the failure is lost)")
+            if int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0) > 0:
+                return "no --checkpoint-dir: a torchrun restart would start again from epoch 1"
+            return None
+        if not (cfg.resume or restart > 0):
+            return None
         ck = load_checkpoint(cfg.checkpoint_dir)
         if ck is None:
-            if cfg.resume and ctx.restart_count == 0:
+            if cfg.resume and restart == 0:
                 raise MomentError("--resume: no checkpoint here yet", source=str(cfg.checkpoint_dir))
-            return
+            return f"restart {restart}: a rank failed before the first checkpoint; training starts again from epoch 1"
         mine = self._resume_fields()
         for k in RESUME_KEYS:
             if ck["run"].get(k) != mine[k]:
@@ -250,6 +260,10 @@ class Trainer:
         if ctx.rank < len(states):
             set_rng_state(states[ctx.rank])
         self.resumed_from = self.step
+        why = f"restart {restart}: a rank failed; " if restart > 0 else ""
+        where = (f"all {cfg.epochs} epochs were done" if self.epoch >= cfg.epochs
+                 else f"epoch {self.epoch + 1}, batch {self.next_batch}")
+        return f"{why}resumed from step {self.step} ({where}) from {cfg.checkpoint_dir}"
 
     def _sync_losses(self) -> None:
         if not self.unsynced:
@@ -295,7 +309,7 @@ class Trainer:
             rep.step(self.seeds_trained, self.source.tier_stats())
             if kill and self.step == kill and ctx.rank == ctx.world_size - 1 and ctx.restart_count == 0:
                 _crash()
-            if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
+            if self.ck_every and self.step % self.ck_every == 0:
                 self._checkpoint()
         self._sync_losses()
         self.epoch_seconds.append(time.perf_counter() - t0)
@@ -323,7 +337,7 @@ class Trainer:
             self.val_curve.append(acc)
             rep.end_epoch(self.epoch, acc, self.curve[-1] if self.curve else float("nan"))
             self.epoch, self.next_batch = self.epoch + 1, 0
-            if self.cfg.checkpoint_every:
+            if self.ck_every:
                 self._checkpoint()
         return self._metrics(time.perf_counter() - t0)
 
@@ -385,6 +399,8 @@ class Trainer:
             "batch_size": self.batch_size,
             "seed": self.cfg.seed,
             "resumed_from_step": self.resumed_from,
+            "restarts": ctx.restart_count,
+            "checkpoint_dir": str(self.cfg.checkpoint_dir) if self.cfg.checkpoint_dir is not None else None,
         }
 
     def store_line(self) -> str:
@@ -448,6 +464,8 @@ def train(cfg: TrainConfig, ctx: DistContext | None = None) -> dict[str, Any]:
                       total_epochs=cfg.epochs) as rep:
             rep.lines(trainer.notes)
             notes = trainer.memory_notes()
+            if trainer.restart_note and ctx.is_main:
+                rep.notice(trainer.restart_note)
             if trainer.split is not None:
                 rep.lines(trainer.split.budget.lines() + [trainer.store_line()] + notes)
             metrics = trainer.run(rep)
@@ -474,15 +492,41 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of `python -m moment.train` / torchrun; user errors exit 2 without a traceback."""
     from rich.console import Console
 
+    from moment.runtime.console import attach_console, log_stream
+
+    attach_console()  # under `moment train`: the user's screen, not torchrun's log
+    rank = os.environ.get("RANK", "0")
     try:
         train(parse_args(argv))
     except MomentError as e:
         from rich.markup import escape
 
-        rank = os.environ.get("RANK", "0")
-        Console(stderr=True).print(f"[bold red]error[/] (rank {rank}): " + escape(str(e)), highlight=False)
+        Console(stderr=True).print(f"[bold red]error[/] (rank {rank}): " + escape(str(e)), highlight=False,
+                                  soft_wrap=True)
         return 2
+    except Exception as e:  # noqa: BLE001 - only a lost peer is turned into a message; the rest re-raised
+        if not _peer_lost(e):
+            raise
+        import traceback
+
+        with log_stream() as log:  # the traceback is torchrun's business: its log
+            traceback.print_exc(file=log)
+        Console(stderr=True).print(f"error (rank {rank}): lost the connection to another rank, which has "
+                                   "probably failed (its own message says why)", highlight=False, soft_wrap=True)
+        return 1
     return 0
+
+
+#: what gloo/NCCL say when a peer process is gone
+_PEER_GONE = ("Connection reset by peer", "Connection closed by peer", "Broken pipe", "NCCL communicator was aborted")
+
+
+def _peer_lost(e: BaseException) -> bool:
+    import torch.distributed as dist
+
+    dist_error = getattr(dist, "DistError", None)
+    text = str(e)
+    return (dist_error is not None and isinstance(e, dist_error)) or any(s in text for s in _PEER_GONE)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -167,3 +167,17 @@ def strip(topo: Topology, kinds: tuple[Kind, ...] = (Kind.gpu, Kind.ssd)) -> tup
     data["nodes"] = [n.model_dump() for n in topo.nodes if n.id not in drop]
     data["links"] = [lk.model_dump() for lk in topo.links if lk.a not in drop and lk.b not in drop]
     return Topology.model_validate(data), removed
+
+
+def builtin_gpus(topo: Topology) -> list:
+    """GPUs that are part of the machine (SXM modules, not in a slot): the planner never moves them."""
+    return [n for n in topo.of_kind(Kind.gpu) if not (n.parent and topo.node(n.parent).kind == Kind.slot)]
+
+
+def builtin_gpus_note(topo: Topology, sep: str = " ") -> str:
+    """', 8 built-in A100-SXM4-80GB GPUs' (with `sep` in front), or '' when there are none."""
+    gpus = builtin_gpus(topo)
+    if not gpus:
+        return ""
+    models = sorted({getattr(g, "model", "GPU") for g in gpus})
+    return f"{sep}{len(gpus)} built-in {' + '.join(models)} GPU{'s' if len(gpus) > 1 else ''}"

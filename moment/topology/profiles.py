@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import sys
 from pathlib import Path
@@ -82,14 +83,53 @@ def resolve_profile(name_or_path: str) -> Path:
 
 
 def load_profile(name_or_path: str, overrides: list[str] | None = None) -> Topology:
+    """A profile, with `--set` overrides applied. A profile that is invalid by itself blames its file;
+    one that only the overrides make invalid blames the first `--set` that breaks it."""
     path = resolve_profile(name_or_path)
     data = _read_yaml(path)
-    if overrides:
-        if not isinstance(data, dict):
-            raise MomentError("a profile must be a YAML mapping", source=str(path))
-        for ov in overrides:
-            apply_override(data, ov)
-    return topology_from_dict(data, str(path))
+    if not overrides:
+        return topology_from_dict(data, str(path))
+    if not isinstance(data, dict):
+        raise MomentError("a profile must be a YAML mapping", source=str(path))
+    pristine = copy.deepcopy(data)
+    topology_from_dict(copy.deepcopy(data), str(path))
+    for ov in overrides:
+        apply_override(data, ov)
+    try:
+        return Topology.model_validate(data)
+    except ValidationError:
+        raise _blame_override(pristine, overrides, path) from None
+
+
+def _blame_override(data: dict, overrides: list[str], path: Path) -> MomentError:
+    """Apply the overrides one at a time to find the first that makes the profile invalid."""
+    err: ValidationError | None = None
+    for ov in overrides:
+        apply_override(data, ov)
+        try:
+            Topology.model_validate(data)
+        except ValidationError as e:
+            err = e
+            break
+    assert err is not None
+    lines = _error_lines(err, data)
+    return MomentError(f"--set {ov}: " + ("; ".join(lines)),
+                       hint=f"the profile {path.name} is valid without this override")
+
+
+def _error_lines(err: ValidationError, data: Any = None) -> list[str]:
+    """pydantic's errors as 'path: message', list positions of nodes named by their id."""
+    lines = []
+    for e in err.errors()[:8]:
+        loc = [p for p in e["loc"] if not (isinstance(p, str) and p in _DISCRIMINATOR_TAGS)]
+        if (len(loc) >= 2 and loc[0] == "nodes" and isinstance(loc[1], int) and isinstance(data, dict)
+                and isinstance(data.get("nodes"), list) and loc[1] < len(data["nodes"])
+                and isinstance(data["nodes"][loc[1]], dict) and data["nodes"][loc[1]].get("id")):
+            loc[1] = data["nodes"][loc[1]]["id"]
+        where = ".".join(str(p) for p in loc)
+        msg = e["msg"].removeprefix("Value error, ")
+        lines.append(f"{where}: {msg}" if where else msg)
+    return lines
 
 
 def dump_yaml(topo: Topology, header: str | None = None) -> str:

@@ -1,0 +1,85 @@
+"""`moment plan` says in words why the recommended layout beats each usual layout (paper-machine-b)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from moment.cli import main
+from moment.planner.plan import make_plan
+from moment.topology.devices import Inventory
+from moment.topology.profiles import load_profile
+from moment.workload.spec import WorkloadSpec
+
+
+@pytest.fixture(scope="module")
+def plan_b():
+    return make_plan(load_profile("paper-machine-b"), Inventory.simple(4, 8), WorkloadSpec())
+
+
+def _by_name(plan):
+    return {e.layout: e for e in plan.explanation}
+
+
+def test_one_explanation_per_layout_recommended_first(plan_b):
+    assert plan_b.explanation[0].layout == "recommended"
+    assert [e.layout for e in plan_b.explanation[1:]] == [b.name for b in plan_b.baselines]
+    rec = plan_b.explanation[0]
+    assert "all 8 SSDs are read at their limit (6.50 GB/s each)" in rec.text
+    assert rec.limits[0].kind == "ssd-read" and rec.limits[0].count == 8
+
+
+def test_switch_uplink_named_with_its_numbers(plan_b):
+    """paper-b puts all 4 GPUs under sw1: the explanation names sw1's uplink, its capacity, the GPUs
+    and what they get, all from the baseline's own LP solution."""
+    e = _by_name(plan_b)["paper-b"]
+    base = next(b for b in plan_b.baselines if b.name == "paper-b")
+    assert e.slower_by == pytest.approx(base.predicted.epoch_read_s / plan_b.predicted.epoch_read_s)
+    assert f"paper-b is {e.slower_by:.2f}× slower" in e.text
+    up = next(lim for lim in e.limits if lim.link == "sw0->sw1")
+    assert up.capacity_gbps == pytest.approx(27.13, abs=0.05)
+    assert up.gpus == ["sw1-x16a", "sw1-x16b", "sw1-x16c", "sw1-x16d"]
+    assert up.gpu_gbps == pytest.approx(min(base.predicted.per_gpu_inlet_gbps))
+    assert up.recommended_utilisation is None  # the recommended layout puts nothing under sw1
+    assert "share switch sw1's uplink sw0→sw1 (PCIe 4.0 x16, 27.1 GB/s), which caps them at 7.97 GB/s" in up.text
+    assert set(e.limits[i].link for i in range(len(e.limits))) <= set(base.bottlenecks)
+
+
+def test_socket_link_limit_compared_with_the_recommended_layout(plan_b):
+    e = _by_name(plan_b)["paper-moment"]
+    upi = next(lim for lim in e.limits if lim.kind == "upi")
+    rec_upi = next(lu for lu in plan_b.links if lu.id == upi.link)
+    assert upi.recommended_utilisation == pytest.approx(rec_upi.utilisation)
+    assert f"runs at {rec_upi.utilisation:.0%}" in upi.text and "cpu1→cpu0" in upi.text
+    # the SSD reads limit both layouts, so they are not why paper-moment is slower
+    assert all(lim.kind != "ssd-read" for lim in e.limits)
+
+
+def test_equal_layouts_are_as_fast(plan_b):
+    e = _by_name(plan_b)["paper-c"]
+    assert e.slower_by == pytest.approx(1.0, abs=1e-3) and e.text.startswith("paper-c is as fast")
+
+
+def test_numbers_follow_the_machine_not_a_template():
+    """Slow sw1's uplink to 20 GB/s: the explanation's capacity and GPU rate change with it."""
+    topo = load_profile("paper-machine-b", ["nodes.sw1.link.bandwidth_gbps=20"])
+    plan = make_plan(topo, Inventory.simple(4, 8), WorkloadSpec())
+    up = next(lim for lim in _by_name(plan)["paper-b"].limits if lim.link == "sw0->sw1")
+    assert up.capacity_gbps == pytest.approx(20.0)
+    base = next(b for b in plan.baselines if b.name == "paper-b")
+    assert up.gpu_gbps == pytest.approx(min(base.predicted.per_gpu_inlet_gbps))
+    assert f"20.0 GB/s), which caps them at {up.gpu_gbps:.2f} GB/s each" in up.text
+    assert "sw1's uplink" in up.text and up.gpu_gbps < 7.9  # slower than with the 27.1 GB/s uplink
+
+
+def test_cli_prints_and_json_carries_the_explanation(capsys):
+    assert main(["plan", "-p", "paper-machine-b", "--gpus", "4", "--ssds", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "why the recommended layout wins" in out
+    assert "paper-b is 2.17× slower" in " ".join(out.split())
+    assert main(["plan", "-p", "paper-machine-b", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    names = [e["layout"] for e in plan["explanation"]]
+    assert names[0] == "recommended" and "paper-moment" in names
+    assert all(e["text"] and "limits" in e for e in plan["explanation"])
