@@ -113,3 +113,22 @@ def test_unreachable_reads_are_an_error():
     B[0, 0, 0] = 1.0
     with pytest.raises(MomentError, match="cannot reach"):
         r.run(B, 1.0, "test")
+
+
+def test_cli_simulate_json_and_plan_file(tmp_path, capsys):
+    import json
+
+    from moment.cli import main
+
+    assert main(["simulate", "--profile", "paper-machine-a", "--placement", "paper-c", "--uniform", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {"epoch_s", "per_gpu", "lp_epoch_s", "limiting_links"} <= set(out)
+    assert out["epoch_s"] == pytest.approx(out["lp_epoch_s"], rel=1e-6)
+    assert main(["plan", "--profile", "paper-machine-a", "--gpus", "4", "--ssds", "8", "--json"]) == 0
+    plan = tmp_path / "plan.json"
+    plan.write_text(capsys.readouterr().out)
+    assert main(["simulate", "--plan", str(plan), "--steps", "20", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["steps"] == 20 and len(out["per_gpu"]) == 4 and out["source"] == "synthetic"
+    assert main(["simulate", "--plan", str(plan), "--placement", "paper-c"]) == 2
+    assert main(["simulate", "--profile", "paper-machine-a", "--placement", "nope"]) == 2

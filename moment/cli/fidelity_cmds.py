@@ -288,3 +288,58 @@ def calibrate_cmd(
         console.print(f"largest leave-one-out error: {cal.loo_max_rel_err:.1%}")
     if out is not None:
         console.print(f"calibration written to [bold]{out}[/]")
+
+
+# ---- probe -------------------------------------------------------------------------------------------
+@app.command("probe")
+def probe_cmd(
+    ssd_paths: list[str] = typer.Option([], "--ssd-path", help="SSDID=DIRECTORY on that SSD's file system, repeatable (default: ssd0=.)"),
+    size_mib: int = typer.Option(1024, "--size-mib", help="scratch file per SSD, MiB (left in place for the next probe)"),
+    queue_depth: int = typer.Option(32, "--queue-depth", help="reads in flight (as fio's iodepth)"),
+    profile: str | None = typer.Option(None, "--profile", "-p", help="profile (e.g. a `moment scan` output) to write measured overrides into"),
+    out: Path | None = typer.Option(None, "--out", "-o", help="write a measurement file (`moment calibrate --measured`)"),
+    profile_out: Path | None = typer.Option(None, "--profile-out", help="write --profile with the measured SSD read rates and memory bandwidth"),
+    json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
+) -> None:
+    """Measure this machine through Moment's own I/O stack: each SSD's direct-I/O read rate and
+    random 4 KiB IOPS, memory copy bandwidth, and (only where CUDA is present) host<->GPU and
+    GPU<->GPU copy rates. Example: moment probe --ssd-path ssd0=/mnt/nvme0 --out measured.yaml"""
+    import yaml
+
+    from moment.io.probe import probe_cuda, probe_memory, probe_ssd
+    from moment.placement.planning import parse_ssd_paths
+    from moment.topology.profiles import atomic_write, dump_yaml, load_profile
+
+    targets = parse_ssd_paths(ssd_paths) if ssd_paths else {"ssd0": "."}
+    if size_mib < 16:
+        raise MomentError(f"--size-mib {size_mib}: at least 16")
+    if profile_out is not None and profile is None:
+        raise MomentError("--profile-out needs --profile (the profile to write the measurements into)")
+    ssd = {k: probe_ssd(v, file_bytes=size_mib << 20, queue_depth=queue_depth).as_dict() for k, v in targets.items()}
+    result = {"ssd": ssd, "memory_copy_gbps": probe_memory(), "cuda": probe_cuda()}
+    if out is not None:
+        doc = {"machine": profile, "measurements": [{"device": k, "read_gbps": round(v["seq_read_gbps"], 4)}
+                                                    for k, v in ssd.items()], "probe": result}
+        atomic_write(out, yaml.safe_dump(doc, sort_keys=False))
+    if profile_out is not None:
+        topo = load_profile(profile)
+        data = topo.model_dump()
+        for n in data["nodes"]:
+            if n["id"] in ssd and n["kind"] == "ssd":
+                n["read_gbps"] = ssd[n["id"]]["seq_read_gbps"]
+            if n["kind"] == "socket":
+                n["memory_bandwidth_gbps"] = result["memory_copy_gbps"] / 2  # copy = read + write
+        from moment.topology.model import Topology
+
+        atomic_write(profile_out, dump_yaml(Topology.model_validate(data), "measured by `moment probe`"))
+    if json_out:
+        _emit_json(result)
+        return
+    t = Table(title="probe (direct I/O through Moment's I/O stack)")
+    for c in ("SSD", "read GB/s", "random 4 KiB IOPS", "direct", "engine"):
+        t.add_column(c)
+    for k, v in ssd.items():
+        t.add_row(k, f"{v['seq_read_gbps']:.2f}", f"{v['rand_read_iops']:,.0f}", str(v["direct"]), v["backend"])
+    console.print(t)
+    console.print(f"memory copy: {result['memory_copy_gbps']:.1f} GB/s; CUDA: "
+                  + ("not present" if result["cuda"] is None else json.dumps(result["cuda"])))

@@ -147,6 +147,7 @@ class MeasurementFile(BaseModel):
     data: str = Field("planned", pattern="^(planned|even)$",
                       description="data placement of the measured runs unless a measurement says otherwise")
     measurements: list[Measurement] = Field(min_length=1)
+    probe: dict[str, Any] | None = Field(None, description="what `moment probe` measured besides (not fitted)")
 
 
 def _read_yaml(path: str | Path, what: str) -> Any:
