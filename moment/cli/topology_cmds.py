@@ -142,6 +142,8 @@ def plan_cmd(
     cpu_cache_share: float | None = typer.Option(None, "--cpu-cache-share", help="share of reads served by CPU memory"),
     backend: str = typer.Option("ortools", "--maxflow-backend", help="max-flow backend for the paper's solver: networkx or ortools"),
     diagram: Path | None = typer.Option(None, "--diagram", help="also draw the recommended machine to FILE.svg or FILE.png"),
+    calibration: Path | None = typer.Option(None, "--calibration", help="calibration from `moment calibrate --out`, applied to the profile"),
+    replay: bool = typer.Option(False, "--replay", help="also replay each layout's epoch step by step (`moment simulate`) next to the LP"),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object (for scripts) instead of tables"),
 ) -> None:
     """Recommend which slot gets which GPU and SSD, with predicted bandwidth and bottlenecks.
@@ -150,8 +152,8 @@ def plan_cmd(
     LP; the winner and the usual layouts are then shown with both the LP and the paper's max-flow.
     Example: moment plan --profile paper-machine-b --gpus 4 --ssds 8 --diagram plan.svg
     """
+    from moment.cli import fidelity_cmds as fid
     from moment.planner.plan import make_plan
-    from moment.topology.profiles import load_profile
 
     if backend not in ("networkx", "ortools"):
         raise MomentError(f"--maxflow-backend {backend!r}: choose networkx or ortools")
@@ -159,7 +161,7 @@ def plan_cmd(
         from moment.planner.diagram import check_diagram_path
 
         check_diagram_path(diagram)
-    topo = load_profile(profile, overrides)
+    topo, cal = fid.load_topology(profile, calibration, overrides)
     inv = parse_inventory(inventory, resolve_gpus(topo, gpus) if not inventory else 0, ssds, gpu_model, ssd_model)
     wl = _workload(feature_dim, bytes_per_gpu, gpu_cache_share, cpu_cache_share)
     with _progress_bar(not json_out) as cb:
@@ -169,14 +171,18 @@ def plan_cmd(
         from moment.planner.diagram import write_plan_diagram
 
         write_plan_diagram(topo, plan, diagram)
+    extra = {"calibration": fid.calibration_block(cal, calibration, plan)} if cal is not None else {}
+    if replay:
+        extra["replay"] = fid.replay_rows(plan, topo)
     if json_out:
-        _emit_json(plan.model_dump(mode="json"))
+        _emit_json({**plan.model_dump(mode="json"), **extra})
         return
     from moment.cli.render import render_plan
 
     if overrides:
         console.print(_overrides_line(overrides), highlight=False)
     render_plan(console, plan, topo)
+    fid.render_extra(extra)
     if diagram is not None:
         console.print(f"diagram written to [bold]{diagram}[/]")
 
@@ -190,18 +196,19 @@ def compare_cmd(
     ssd_model: str = typer.Option("P5510", "--ssd-model"),
     inventories: list[str] = typer.Option([], "--inventory", help="repeatable: compare several inventories, e.g. '4xA100,8xP5510'"),
     overrides: list[str] = typer.Option([], "--set", help=_SET_HELP + " (applied to every profile)"),
+    calibration: Path | None = typer.Option(None, "--calibration", help="calibration from `moment calibrate --out`, applied to every profile"),
     json_out: bool = typer.Option(False, "--json", help="print a JSON list"),
 ) -> None:
     """Plan several machines (or inventories) and put the best layouts side by side (what-if)."""
+    from moment.cli.fidelity_cmds import calibrated_row, load_topology
     from moment.planner.explain import bottleneck_summary
     from moment.planner.plan import make_plan
     from moment.topology.devices import builtin_gpus_note
-    from moment.topology.profiles import load_profile
     from moment.workload.spec import WorkloadSpec
 
     rows = []
     for prof in profiles:
-        topo = load_profile(prof, overrides)
+        topo, cal = load_topology(prof, calibration, overrides)
         invs = [parse_inventory(s, 0, 0, gpu_model, ssd_model) for s in inventories] or \
             [parse_inventory(None, resolve_gpus(topo, gpus), ssds, gpu_model, ssd_model)]
         for inv in invs:
@@ -218,6 +225,7 @@ def compare_cmd(
                 "best_baseline": best_base.name if best_base else None,
                 "gain_vs_best_baseline": plan.gain_vs_best_baseline,
                 "placement": plan.placement,
+                **calibrated_row(cal, plan),
             })
     if json_out:
         _emit_json(rows)

@@ -133,10 +133,12 @@ class _Chassis:
     slots: list[str]  # slot ids in topology order
     devices: list[_Dev]  # GPUs and SSDs already present
     counters: dict[Kind, int]  # existing devices per placeable kind (populate numbers after them)
+    ssd_scale: float = 1.0  # effective / rated SSD read rate (a calibration's ssd_read)
 
 
 def _extract(topo: Topology) -> _Chassis:
     fixed, devices = [], []
+    ssd_scale = topo.ssd_read_scale or 1.0
     for n in topo.nodes:
         if n.kind in (Kind.socket, Kind.nvswitch) or n.parent is None:
             continue  # an NVSwitch's PCIe uplink is for management, not data
@@ -145,14 +147,14 @@ def _extract(topo: Topology) -> _Chassis:
             if n.kind == Kind.gpu:
                 devices.append(_Dev(n.id, n.kind, n.parent, cap, kind, label, n.hbm_gbps * GB, n.memory_gib))
             else:
-                devices.append(_Dev(n.id, n.kind, n.parent, cap, kind, label, n.read_gbps * GB))
+                devices.append(_Dev(n.id, n.kind, n.parent, cap, kind, label, n.read_gbps * GB * ssd_scale))
             continue
         fixed.append((n.id, n.parent, cap, kind, label))
     sockets = [(s.id, s.memory_bandwidth_gbps * GB, s.memory_gib) for s in topo.of_kind(Kind.socket)]
     peers = [_Peer(lk.a, lk.b, lk.kind, lk.bandwidth(), lk.label) for lk in topo.links]
     slots = [s.id for s in topo.of_kind(Kind.slot)]
     counters = {k: len(topo.of_kind(k)) for k in PLACEABLE}
-    return _Chassis(fixed, sockets, peers, slots, devices, counters)
+    return _Chassis(fixed, sockets, peers, slots, devices, counters, ssd_scale)
 
 
 def _assemble(ch: _Chassis, devices: list[_Dev], workload: WorkloadSpec) -> FlowNetwork:
@@ -253,7 +255,7 @@ class ChassisTemplate:
         """(kind, card link bytes/s, HBM or read bytes/s, memory GiB), parsed once per model name."""
         if name not in self._models:
             m = find_model(name)
-            serve = (m.hbm_gbps if m.kind == Kind.gpu else m.read_gbps) * GB
+            serve = (m.hbm_gbps if m.kind == Kind.gpu else m.read_gbps * self.chassis.ssd_scale) * GB
             self._models[name] = (m.kind, Link(gen=m.gen, width=m.lanes).bandwidth(), serve, m.memory_gib)
         return self._models[name]
 

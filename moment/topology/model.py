@@ -234,6 +234,9 @@ class Topology(_Strict):
     layouts: dict[str, NamedLayout] = Field(
         default_factory=dict, description="reference placements shown as baselines (e.g. the paper's a-d)"
     )
+    ssd_read_scale: float | None = Field(
+        default=None, gt=0, le=1,
+        description="effective / rated read rate of every SSD (set by a calibration); None = rated")
 
     @model_validator(mode="after")
     def _check_structure(self) -> Topology:

@@ -1,0 +1,345 @@
+"""`moment simulate`, `moment calibrate`, `moment probe`: how far the planner's predictions can be trusted."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from moment.cli import app, console
+from moment.errors import MomentError
+
+_CAL_HELP = "calibration file from `moment calibrate --out` (link efficiencies, SSD read scale, overhead)"
+
+
+def _emit_json(obj) -> None:
+    print(json.dumps(obj, indent=2))
+
+
+def load_topology(profile: str, calibration: Path | None, overrides: list[str] | None = None):
+    """The profile, with the calibration applied when one is given: (topology, calibration or None)."""
+    from moment.planner.calibration import apply_calibration, load_calibration
+    from moment.topology.profiles import load_profile
+
+    topo = load_profile(profile, overrides)
+    if calibration is None:
+        return topo, None
+    cal = load_calibration(calibration)
+    return apply_calibration(topo, cal.params), cal
+
+
+def calibration_block(cal, path: Path, plan) -> dict:
+    """`calibration` of `plan --calibration --json`: the file, its parameters, the calibrated epochs."""
+    from moment.planner.calibration import calibrated_epoch
+
+    epochs = {"recommended": calibrated_epoch(plan.predicted.epoch_read_s, cal)}
+    epochs.update({b.name: calibrated_epoch(b.predicted.epoch_read_s, cal) for b in plan.baselines})
+    return {"file": str(path), "params": cal.params, "predicted_epoch_s": epochs}
+
+
+def calibrated_row(cal, plan) -> dict:
+    """Extra keys of a `compare --calibration` row."""
+    from moment.planner.calibration import calibrated_epoch
+
+    if cal is None:
+        return {}
+    return {"calibrated_epoch_s": calibrated_epoch(plan.predicted.epoch_read_s, cal), "calibration": cal.params}
+
+
+def render_extra(extra: dict) -> None:
+    """The calibrated epochs and replayed epochs under `moment plan`'s tables."""
+    if "calibration" in extra:
+        c = extra["calibration"]
+        console.print(f"calibrated ({c['file']}): predicted epoch " + ", ".join(
+            f"{k} {v:.2f} s" for k, v in c["predicted_epoch_s"].items()))
+    if "replay" in extra:
+        t = Table(title="per-step replay (synthetic trace from the LP's shares) vs the aggregate LP")
+        for col in ("layout", "LP epoch read s", "replayed s", "difference", "limits most steps"):
+            t.add_column(col)
+        for name, r in extra["replay"].items():
+            top = r["limiting_links"][0]["id"] if r["limiting_links"] else "-"
+            t.add_row(name, f"{r['lp_epoch_s']:.2f}", f"{r['epoch_s']:.2f}", f"{r['replay_vs_lp']:+.2%}", top)
+        console.print(t)
+
+
+# ---- simulate ----------------------------------------------------------------------------------------
+def replay_placement(topo_bare, placement: dict[str, str], workload, *, steps: int | None, seed: int,
+                     uniform: bool):
+    """Replay a placement on a synthetic trace: the LP's shares, `steps` DDP steps (default: the
+    workload's seeds / batch / GPUs), rows of the workload's row size."""
+    from moment.planner.lp import solve_lp
+    from moment.planner.network import build_network
+    from moment.planner.replay import Replayer, steps_per_epoch, synthetic_demands
+    from moment.topology.devices import populate
+
+    net = build_network(populate(topo_bare, placement), workload)
+    sol = solve_lp(net)
+    n = steps or steps_per_epoch(workload.num_nodes * workload.train_fraction, workload.batch_size, len(net.gpus))
+    B = synthetic_demands(net, sol.storage_shares(), n, workload.row_bytes, seed=seed, uniform=uniform)
+    return Replayer(net).run(B, sol.epoch_read_s, "uniform" if uniform else "synthetic")
+
+
+def replay_rows(plan, topo, steps: int | None = None, seed: int = 0) -> dict:
+    """`plan --replay`: replayed epoch next to the LP's for the recommended layout and each baseline."""
+    from moment.topology.devices import strip
+
+    bare, _ = strip(topo)
+    out = {"recommended": replay_placement(bare, plan.placement, plan.workload, steps=steps, seed=seed,
+                                           uniform=False).model_dump(mode="json")}
+    for b in plan.baselines:
+        out[b.name] = replay_placement(bare, b.placement, plan.workload, steps=steps, seed=seed,
+                                       uniform=False).model_dump(mode="json")
+    return out
+
+
+def _layout_replay(layout: Path, topo, dataset: Path | None, fanouts: str, batch_size: int | None, seed: int):
+    """Replay a real layout: each rank's batches sampled as training samples them, looked up in the
+    layout's index. Needs torch (the sampler)."""
+    import numpy as np
+
+    from moment.cli.common import parse_fanouts
+    from moment.placement.reader import load_manifest
+    from moment.planner.lp import solve_lp
+    from moment.planner.network import build_network
+    from moment.planner.replay import Replayer, layout_demands
+    from moment.topology.devices import populate, strip
+    from moment.topology.model import Kind
+    from moment.workload.graph import GraphDataset
+    from moment.workload.spec import WorkloadSpec
+    from moment.workload.trace import sample_trace
+
+    m = load_manifest(layout)
+    bare, _ = strip(topo)
+    full = populate(bare, m.plan.placement)
+    n_gpu = len(full.of_kind(Kind.gpu))
+    ds = GraphDataset.open(dataset or Path(m.dataset.features_path).parent)
+    f = parse_fanouts(fanouts)
+    bs = batch_size or min(8000, max(64, len(ds.train_idx) // (n_gpu * 8)))
+    bins = np.asarray(np.load(layout / m.index.path, mmap_mode="r")[:, 0])
+    batches = [sample_trace(ds, f, bs, seed=seed, rank=r, world_size=n_gpu).batches() for r in range(n_gpu)]
+    probe = build_network(full, WorkloadSpec(bytes_per_gpu_per_epoch=1.0))
+    B = layout_demands(probe, bins, m.bins.names(), batches, ds.row_bytes)
+    # the LP for the same bytes and the cache shares the layout realises
+    total = B.sum()
+    share = {t: B[:, :, [i for i, s in enumerate(probe.storage) if s.tier == t]].sum() / total
+             for t in ("gpu-cache", "cpu-mem")}
+    wl = WorkloadSpec(bytes_per_gpu_per_epoch=float(B.sum(axis=(0, 2)).mean()), gpu_cache_share=share["gpu-cache"],
+                      cpu_cache_share=share["cpu-mem"])
+    net = build_network(full, wl)
+    sol = solve_lp(net)
+    return Replayer(net).run(B, sol.epoch_read_s, "layout")
+
+
+@app.command("simulate")
+def simulate_cmd(
+    plan_file: Path | None = typer.Option(None, "--plan", help="a `moment plan --json` file: replay its recommended placement"),
+    profile: str | None = typer.Option(None, "--profile", "-p", help="profile (default: the plan's or layout's machine)"),
+    placement: str | None = typer.Option(None, "--placement", help="a layout named in the profile (e.g. paper-c) instead of --plan"),
+    gpus: int = typer.Option(4, "--gpus", help="GPUs, with --placement"),
+    ssds: int = typer.Option(8, "--ssds", help="SSDs, with --placement"),
+    layout: Path | None = typer.Option(None, "--layout", help="a layout from `moment place`: replay the real trace of its dataset"),
+    dataset: Path | None = typer.Option(None, "--dataset", help="with --layout: dataset directory (default: the layout's)"),
+    fanouts: str = typer.Option("25,10", "--fanouts", help="with --layout: per-hop fan-outs, as training uses them"),
+    batch_size: int | None = typer.Option(None, "--batch-size", help="with --layout: seeds per rank and step (default: as `moment train`)"),
+    steps: int | None = typer.Option(None, "--steps", help="synthetic trace: DDP steps per epoch (default: the workload's seeds / batch / GPUs)"),
+    uniform: bool = typer.Option(False, "--uniform", help="synthetic trace with every step reading exactly the planned shares (no sampling noise)"),
+    seed: int = typer.Option(0, "--seed", help="seed of the synthetic trace or of the sampler"),
+    calibration: Path | None = typer.Option(None, "--calibration", help=_CAL_HELP),
+    json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
+) -> None:
+    """Replay an epoch step by step on the capacity graph and compare it with the aggregate LP.
+
+    Each DDP step: every GPU's reads per storage node (synthetic from the plan's shares, or the real
+    sampled batches of a layout), the link sharing of that step, and the step barrier (the slowest
+    GPU sets the pace). Reports the epoch, per-GPU busy/idle time, the links that limit most steps and
+    why the replay differs from the LP. Example: moment simulate --profile paper-machine-b --placement paper-c
+    """
+    from moment.cli.topology_cmds import parse_inventory
+    from moment.planner.baselines import named_layouts
+    from moment.planner.calibration import calibrated_epoch
+    from moment.topology.devices import strip
+
+    if sum(x is not None for x in (plan_file, placement, layout)) != 1:
+        raise MomentError("give one of --plan FILE, --placement NAME (with --profile) or --layout DIR")
+    if steps is not None and steps <= 0:
+        raise MomentError(f"--steps {steps}: must be positive")
+    if layout is not None:
+        from moment.placement.reader import load_manifest
+
+        machine = profile or load_manifest(layout).plan.machine
+        if not machine:
+            raise MomentError("the layout names no machine", source=str(layout), hint="pass --profile")
+        topo, cal = load_topology(machine, calibration)
+        rep = _layout_replay(layout, topo, dataset, fanouts, batch_size, seed)
+    elif plan_file is not None:
+        from pydantic import ValidationError
+
+        from moment.planner.contracts import Plan
+
+        try:
+            plan = Plan.model_validate_json(plan_file.read_text())
+        except OSError as e:
+            raise MomentError(f"cannot read the plan: {e.strerror}", source=str(plan_file)) from None
+        except ValidationError as e:
+            raise MomentError(f"not a plan (output of `moment plan --json`): {e.errors()[0]['msg']}",
+                              source=str(plan_file)) from None
+        topo, cal = load_topology(profile or plan.machine, calibration)
+        rep = replay_placement(strip(topo)[0], plan.placement, plan.workload, steps=steps, seed=seed, uniform=uniform)
+    else:
+        from moment.workload.spec import WorkloadSpec
+
+        if profile is None:
+            raise MomentError("--placement needs --profile")
+        topo, cal = load_topology(profile, calibration)
+        bare = strip(topo)[0]
+        inv = parse_inventory(None, gpus, ssds, "A100-PCIe-40GB", "P5510")
+        lays = {b.name: b for b in named_layouts(bare, inv)}
+        if placement not in lays:
+            raise MomentError(f"--placement {placement!r}: not a layout of {bare.name!r} for {inv.describe()}",
+                              hint=f"its layouts: {', '.join(lays) or 'none'}")
+        rep = replay_placement(bare, lays[placement].placement, WorkloadSpec(), steps=steps, seed=seed, uniform=uniform)
+    out = rep.model_dump(mode="json")
+    if cal is not None:
+        out["calibrated_epoch_s"] = calibrated_epoch(rep.epoch_s, cal)
+    if json_out:
+        _emit_json(out)
+        return
+    _render_replay(rep, out.get("calibrated_epoch_s"))
+
+
+def _render_replay(rep, calibrated: float | None) -> None:
+    t = Table(title=f"per-step replay ({rep.source} trace, {rep.steps} steps)")
+    for c in ("GPU", "GB read", "busy s", "idle s", "mean GB/s"):
+        t.add_column(c)
+    for g in rep.per_gpu:
+        t.add_row(g.gpu, f"{g.bytes / 1e9:.1f}", f"{g.busy_s:.2f}", f"{g.idle_s:.2f}", f"{g.mean_gbps:.2f}")
+    console.print(t)
+    console.print(f"epoch read time: {rep.epoch_s:.2f} s replayed, {rep.lp_epoch_s:.2f} s LP "
+                  f"({rep.replay_vs_lp:+.2%})" + (f"; calibrated epoch {calibrated:.2f} s" if calibrated else ""))
+    console.print(rep.why)
+    if rep.limiting_links:
+        console.print("links that limit steps: " + ", ".join(
+            f"{x.id} ({x.share_of_steps:.0%})" for x in rep.limiting_links[:6]))
+
+
+# ---- calibrate ---------------------------------------------------------------------------------------
+@app.command("calibrate")
+def calibrate_cmd(
+    measured: Path = typer.Option(..., "--measured", "-m", help="measurement file (YAML): layouts' epoch times, device and link rates"),
+    profile: str | None = typer.Option(None, "--profile", "-p", help="profile the layouts refer to (default: the file's machine)"),
+    gpus: int | None = typer.Option(None, "--gpus", help="GPUs in the measured runs (default: the file's)"),
+    ssds: int | None = typer.Option(None, "--ssds", help="SSDs in the measured runs (default: the file's)"),
+    gpu_model: str = typer.Option("A100-PCIe-40GB", "--gpu-model"),
+    ssd_model: str = typer.Option("P5510", "--ssd-model"),
+    fit_names: str = typer.Option("switch_uplink,socket_link,overhead_s", "--fit",
+                                  help="parameters to fit (comma-separated): switch_uplink, switch_port, rc_port, "
+                                       "socket_link, ssd_read, overhead_s; the others keep their defaults"),
+    out: Path | None = typer.Option(None, "--out", "-o", help="write the calibration (YAML) here"),
+    json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
+) -> None:
+    """Fit link efficiencies and a per-epoch overhead to measured epoch times by bounded least squares.
+
+    Prints each parameter (with its meaning and bounds), each measurement's residual and the
+    leave-one-out error (each measurement predicted by a fit without it). Apply the result with
+    `moment plan|compare|simulate --calibration CAL.yaml`.
+    """
+    from moment.cli.topology_cmds import parse_inventory
+    from moment.planner.calibration import PARAMS, calibrate, dump_calibration, load_measurements
+    from moment.topology.profiles import atomic_write, load_profile
+
+    mf = load_measurements(measured)
+    machine = profile or mf.machine
+    if machine is None:
+        raise MomentError("no machine: pass --profile or put `machine:` in the measurement file", source=str(measured))
+    if profile and mf.machine and mf.machine != profile:
+        raise MomentError(f"the measurements are of {mf.machine!r}, not {profile!r} (--profile)", source=str(measured))
+    g = gpus if gpus is not None else mf.gpus
+    s = ssds if ssds is not None else mf.ssds
+    if g is None or s is None:
+        raise MomentError("how many GPUs and SSDs were measured? pass --gpus/--ssds or put them in the file",
+                          source=str(measured))
+    inv = parse_inventory(None, g, s, gpu_model, ssd_model)
+    cal = calibrate(load_profile(machine), inv, mf, [x.strip() for x in fit_names.split(",") if x.strip()])
+    if out is not None:
+        atomic_write(out, dump_calibration(cal))
+    if json_out:
+        _emit_json({"params": cal.params, "fitted": cal.fitted,
+                    "residuals": [r.model_dump(mode="json") for r in cal.residuals],
+                    "loo_max_rel_err": cal.loo_max_rel_err})
+        return
+    t = Table(title=f"calibration fitted on {cal.fitted_on} ({cal.inventory})")
+    for c in ("parameter", "value", "bounds", "fitted", "meaning"):
+        t.add_column(c)
+    for k, p in PARAMS.items():
+        t.add_row(k, f"{cal.params[k]:.3f} {p.unit}", f"[{p.lo:g}, {p.hi:g}]", "yes" if k in cal.fitted else "",
+                  p.meaning)
+    console.print(t)
+    r = Table(title="measurements")
+    for c in ("measured", "value", "predicted", "error", "left-one-out predicted", "LOO error"):
+        r.add_column(c)
+    for x in cal.residuals:
+        r.add_row(x.layout, f"{x.measured_s:.2f}", f"{x.predicted_s:.2f}", f"{x.rel_err:+.1%}",
+                  f"{x.loo_predicted:.2f}" if x.loo_predicted is not None else "-",
+                  f"{x.loo_rel_err:+.1%}" if x.loo_rel_err is not None else "-")
+    console.print(r)
+    if cal.loo_max_rel_err is not None:
+        console.print(f"largest leave-one-out error: {cal.loo_max_rel_err:.1%}")
+    if out is not None:
+        console.print(f"calibration written to [bold]{out}[/]")
+
+
+# ---- probe -------------------------------------------------------------------------------------------
+@app.command("probe")
+def probe_cmd(
+    ssd_paths: list[str] = typer.Option([], "--ssd-path", help="SSDID=DIRECTORY on that SSD's file system, repeatable (default: ssd0=.)"),
+    size_mib: int = typer.Option(1024, "--size-mib", help="scratch file per SSD, MiB (left in place for the next probe)"),
+    queue_depth: int = typer.Option(32, "--queue-depth", help="reads in flight (as fio's iodepth)"),
+    profile: str | None = typer.Option(None, "--profile", "-p", help="profile (e.g. a `moment scan` output) to write measured overrides into"),
+    out: Path | None = typer.Option(None, "--out", "-o", help="write a measurement file (`moment calibrate --measured`)"),
+    profile_out: Path | None = typer.Option(None, "--profile-out", help="write --profile with the measured SSD read rates and memory bandwidth"),
+    json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
+) -> None:
+    """Measure this machine through Moment's own I/O stack: each SSD's direct-I/O read rate and
+    random 4 KiB IOPS, memory copy bandwidth, and (only where CUDA is present) host<->GPU and
+    GPU<->GPU copy rates. Example: moment probe --ssd-path ssd0=/mnt/nvme0 --out measured.yaml"""
+    import yaml
+
+    from moment.io.probe import probe_cuda, probe_memory, probe_ssd
+    from moment.placement.planning import parse_ssd_paths
+    from moment.topology.profiles import atomic_write, dump_yaml, load_profile
+
+    targets = parse_ssd_paths(ssd_paths) if ssd_paths else {"ssd0": "."}
+    if size_mib < 16:
+        raise MomentError(f"--size-mib {size_mib}: at least 16")
+    if profile_out is not None and profile is None:
+        raise MomentError("--profile-out needs --profile (the profile to write the measurements into)")
+    ssd = {k: probe_ssd(v, file_bytes=size_mib << 20, queue_depth=queue_depth).as_dict() for k, v in targets.items()}
+    result = {"ssd": ssd, "memory_copy_gbps": probe_memory(), "cuda": probe_cuda()}
+    if out is not None:
+        doc = {"machine": profile, "measurements": [{"device": k, "read_gbps": round(v["seq_read_gbps"], 4)}
+                                                    for k, v in ssd.items()], "probe": result}
+        atomic_write(out, yaml.safe_dump(doc, sort_keys=False))
+    if profile_out is not None:
+        topo = load_profile(profile)
+        data = topo.model_dump()
+        for n in data["nodes"]:
+            if n["id"] in ssd and n["kind"] == "ssd":
+                n["read_gbps"] = ssd[n["id"]]["seq_read_gbps"]
+            if n["kind"] == "socket":
+                n["memory_bandwidth_gbps"] = result["memory_copy_gbps"] / 2  # copy = read + write
+        from moment.topology.model import Topology
+
+        atomic_write(profile_out, dump_yaml(Topology.model_validate(data), "measured by `moment probe`"))
+    if json_out:
+        _emit_json(result)
+        return
+    t = Table(title="probe (direct I/O through Moment's I/O stack)")
+    for c in ("SSD", "read GB/s", "random 4 KiB IOPS", "direct", "engine"):
+        t.add_column(c)
+    for k, v in ssd.items():
+        t.add_row(k, f"{v['seq_read_gbps']:.2f}", f"{v['rand_read_iops']:,.0f}", str(v["direct"]), v["backend"])
+    console.print(t)
+    console.print(f"memory copy: {result['memory_copy_gbps']:.1f} GB/s; CUDA: "
+                  + ("not present" if result["cuda"] is None else json.dumps(result["cuda"])))

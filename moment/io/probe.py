@@ -1,0 +1,152 @@
+"""Measure this machine with the project's own I/O stack (`moment probe`): no root, no GPU needed.
+
+* SSD: a scratch file on the SSD's file system, read with O_DIRECT through `IOStack` (the reader
+  training uses): sequential large reads (GB/s) and random 4 KiB reads (IOPS), `queue_depth` in flight.
+* memory: one-thread numpy copy bandwidth (read + write bytes / s) of a buffer well above the caches.
+* CUDA (only where torch sees a GPU): pinned host -> device and device -> device copy rates per pair.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from moment.errors import MomentError
+from moment.io.requests import ReadBatch
+from moment.io.stack import IOStack
+
+MiB = 1 << 20
+
+
+@dataclass
+class SsdProbe:
+    path: str
+    file_bytes: int
+    direct: bool
+    backend: str
+    seq_read_gbps: float
+    seq_block: int
+    rand_read_iops: float
+    rand_block: int
+    queue_depth: int
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _scratch(directory: Path, size: int) -> Path:
+    """A file of `size` random bytes (written once, fsynced, dropped from the page cache)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    p = directory / f".moment-probe-{size}.bin"
+    if not p.is_file() or p.stat().st_size != size:
+        tmp = p.with_name(p.name + f".{os.getpid()}.tmp")
+        rng = np.random.default_rng(0)
+        block = rng.integers(0, 256, 8 * MiB, dtype=np.uint8).tobytes()
+        try:
+            with open(tmp, "wb") as f:
+                for off in range(0, size, len(block)):
+                    f.write(block[:min(len(block), size - off)])
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, p)
+        except OSError as e:
+            tmp.unlink(missing_ok=True)
+            raise MomentError(f"cannot write the probe file: {e.strerror}", source=str(p)) from None
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    return p
+
+
+def _run(stack: IOStack, batches: list[ReadBatch], depth: int) -> float:
+    """Seconds to complete `batches`, keeping `depth` of them in flight."""
+    size = max(b.dest_size for b in batches)
+    bufs = [np.empty(size, np.uint8) for _ in range(depth)]
+    t0 = time.perf_counter()
+    inflight: list[int] = []
+    for i, b in enumerate(batches):
+        if len(inflight) >= depth:
+            stack.wait(inflight.pop(0))
+        inflight.append(stack.submit(b, bufs[i % depth]))
+    for t in inflight:
+        stack.wait(t)
+    return time.perf_counter() - t0
+
+
+def probe_ssd(directory: str | Path, *, file_bytes: int = 1 << 30, seq_block: int = MiB, rand_block: int = 4096,
+              rand_reads: int = 40_000, queue_depth: int = 32, repeats: int = 3, seed: int = 0) -> SsdProbe:
+    """Direct-I/O read rate (whole file in `seq_block` reads) and random-read IOPS of the file system
+    holding `directory`; `queue_depth` reads in flight (as fio's iodepth); median of `repeats`."""
+    if file_bytes < 16 * seq_block:
+        raise MomentError(f"the probe file must hold at least 16 sequential blocks ({16 * seq_block} bytes)")
+    if queue_depth < 8 or repeats < 1:
+        raise MomentError("the probe needs a queue depth of at least 8 and at least one repeat")
+    path = _scratch(Path(directory), file_bytes)
+    # large reads: small batches keep the queue full (a batch completes only when all its reads have);
+    # 4 KiB reads: two batches of queue_depth / 2, so Python's per-batch cost does not cap the IOPS
+    seq_per, rnd_per = 4, queue_depth // 2
+    rng = np.random.default_rng(seed)
+    seq_rates, iops = [], []
+    with IOStack([path], queue_depth=queue_depth, threads=queue_depth) as stack:
+        n = file_bytes // seq_block
+        offs = np.arange(n, dtype=np.int64) * seq_block
+        seq = [ReadBatch.packed(np.zeros(len(o), np.int32), o, np.full(len(o), seq_block))
+               for o in np.array_split(offs, n // seq_per)]
+        for _ in range(repeats):
+            seq_rates.append(n * seq_block / _run(stack, seq, queue_depth // seq_per) / 1e9)
+            ro = rng.integers(0, file_bytes // rand_block, rand_reads, dtype=np.int64) * rand_block
+            rnd = [ReadBatch.packed(np.zeros(len(o), np.int32), o, np.full(len(o), rand_block))
+                   for o in np.array_split(ro, max(1, rand_reads // rnd_per))]
+            iops.append(rand_reads / _run(stack, rnd, 2))
+        direct, backend = stack.direct, stack.backend
+    return SsdProbe(str(path), file_bytes, direct, backend, float(np.median(seq_rates)), seq_block,
+                    float(np.median(iops)), rand_block, queue_depth)
+
+
+def probe_memory(nbytes: int = 512 * MiB, repeats: int = 3) -> float:
+    """GB/s of a one-thread numpy copy (bytes read + bytes written), best of `repeats`."""
+    a = np.ones(nbytes // 8)
+    b = np.empty_like(a)
+    best = np.inf
+    for _ in range(repeats):
+        t = time.perf_counter()
+        np.copyto(b, a)
+        best = min(best, time.perf_counter() - t)
+    return 2 * a.nbytes / best / 1e9
+
+
+def probe_cuda(nbytes: int = 256 * MiB) -> dict | None:  # pragma: no cover - needs a GPU
+    """Host->device (pinned) per GPU and device->device per ordered pair, GB/s; None without CUDA."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    n = torch.cuda.device_count()
+    host = torch.empty(nbytes, dtype=torch.uint8).pin_memory()
+
+    def timed(fn) -> float:
+        fn()
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+        return 3 * nbytes / (time.perf_counter() - t) / 1e9
+
+    out: dict = {"h2d_gbps": {}, "d2d_gbps": {}}
+    bufs = [torch.empty(nbytes, dtype=torch.uint8, device=f"cuda:{i}") for i in range(n)]
+    for i in range(n):
+        out["h2d_gbps"][f"gpu{i}"] = timed(lambda i=i: bufs[i].copy_(host, non_blocking=True))
+    for i in range(n):
+        for j in range(n):
+            if i != j:
+                out["d2d_gbps"][f"gpu{i}->gpu{j}"] = timed(lambda i=i, j=j: bufs[j].copy_(bufs[i]))
+    return out

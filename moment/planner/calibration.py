@@ -1,0 +1,440 @@
+"""Calibration: fit a few physical efficiency parameters to measurements (`moment calibrate`).
+
+Book link rates overstate what peer-to-peer reads reach on many platforms (through a PCIe switch's
+upstream port, forwarded by a root complex, across the socket link), and a measured epoch holds
+more than reads. A calibration is data: named, bounded parameters, applied to a profile before the
+capacity graph is built (`apply_calibration`), so plan, compare and simulate honour it. The
+parameters name link *classes*, not links, so a calibration fitted on one machine applies to another
+of the same platform.
+
+Fit: bounded least squares (scipy `least_squares`, trf) on relative residuals
+(predicted - measured) / measured, from a few deterministic starting points; the predicted epoch is
+the realisable LP's read time + `overhead_s`. Leave-one-out: each measurement refitted without
+itself and predicted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from moment.errors import MomentError
+from moment.topology.bandwidth import GB
+from moment.topology.devices import Inventory, check_placement, strip
+from moment.topology.model import Kind, Topology
+from moment.workload.spec import WorkloadSpec
+
+
+@dataclass(frozen=True)
+class Param:
+    default: float
+    lo: float
+    hi: float
+    unit: str
+    meaning: str
+
+
+PARAMS: dict[str, Param] = {
+    "switch_uplink": Param(1.0, 0.2, 1.0, "x book rate",
+                           "rate reached through a PCIe switch's upstream port (peer-to-peer between the "
+                           "switch and the rest of the tree), as a share of the link's book rate"),
+    "switch_port": Param(1.0, 0.2, 1.0, "x book rate",
+                         "rate reached on a switch's downstream slot links (peer-to-peer inside a switch)"),
+    "rc_port": Param(1.0, 0.2, 1.0, "x book rate",
+                     "rate reached on a root complex's slot links (traffic the root complex forwards)"),
+    "socket_link": Param(1.0, 0.1, 1.0, "x book rate",
+                         "rate of PCIe traffic across the socket link (UPI/QPI), as a share of the profile's figure"),
+    "ssd_read": Param(1.0, 0.3, 1.0, "x rated", "effective read rate of every SSD as a share of its rated rate"),
+    "overhead_s": Param(0.0, 0.0, 120.0, "s",
+                        "per-epoch time not hidden behind reads (compute, sampling, start-up) added to the read time"),
+}
+DEFAULT_FIT = ("switch_uplink", "socket_link", "overhead_s")
+EFFICIENCY = [k for k, p in PARAMS.items() if p.unit != "s"]
+
+
+def defaults() -> dict[str, float]:
+    return {k: p.default for k, p in PARAMS.items()}
+
+
+# ---- applying a calibration ------------------------------------------------------------------------
+def link_class(topo: Topology, node_id: str) -> str | None:
+    """The calibration parameter that scales a node's uplink, or None (device card links, internal)."""
+    n = topo.node(node_id)
+    if n.link is None or n.parent is None or n.link.kind != "pcie":
+        return None
+    parent = topo.node(n.parent).kind
+    if n.kind == Kind.switch:
+        return "switch_uplink"
+    if n.kind == Kind.slot and parent == Kind.switch:
+        return "switch_port"
+    if n.kind == Kind.slot and parent == Kind.root_complex:
+        return "rc_port"
+    return None
+
+
+def apply_calibration(topo: Topology, params: dict[str, float]) -> Topology:
+    """A copy of `topo` with each classified link at `book rate x parameter` (as its bandwidth_gbps)
+    and the SSD read scale set. Missing parameters keep their defaults (no change)."""
+    p = {**defaults(), **params}
+    data = topo.model_dump()
+    for nd, n in zip(data["nodes"], topo.nodes):
+        cls = link_class(topo, n.id)
+        if cls is not None and p[cls] != 1.0:
+            nd["link"]["bandwidth_gbps"] = n.link.bandwidth() / GB * p[cls]
+    for ld, lk in zip(data["links"], topo.links):
+        if lk.kind in ("upi", "qpi") and p["socket_link"] != 1.0:
+            ld["bandwidth_gbps"] = lk.bandwidth() / GB * p["socket_link"]
+    if p["ssd_read"] != 1.0:
+        data["ssd_read_scale"] = p["ssd_read"] * (topo.ssd_read_scale or 1.0)
+    return Topology.model_validate(data)
+
+
+# ---- files -----------------------------------------------------------------------------------------
+class Measurement(BaseModel):
+    """One measured figure: a layout's epoch time, an SSD's read rate or a link's rate."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    layout: str | None = Field(None, description="a layout named in the profile")
+    gpu: list[str] | None = Field(None, description="GPU slots, in order (instead of a layout name)")
+    ssd: list[str] | None = Field(None, description="SSD slots, in order")
+    epoch_s: float | None = Field(None, gt=0)
+    device: str | None = Field(None, description="e.g. ssd0")
+    read_gbps: float | None = Field(None, gt=0)
+    data: str | None = Field(None, description="data placement of the measured run: 'planned' (DDAK realises the "
+                             "LP's shares) or 'even' (every SSD holds an equal share, e.g. hash); default: the file's")
+    link: str | None = Field(None, description="node id whose uplink was measured, or 'socket_link'")
+    gbps: float | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Measurement:
+        kinds = [self.epoch_s is not None, self.read_gbps is not None, self.gbps is not None]
+        if sum(kinds) != 1:
+            raise ValueError("give exactly one of epoch_s (with layout or gpu/ssd), read_gbps (with device), "
+                             "gbps (with link)")
+        if self.epoch_s is not None and (self.layout is None) == (self.gpu is None and self.ssd is None):
+            raise ValueError("an epoch_s needs a layout name or gpu/ssd slot lists (one of them)")
+        if self.read_gbps is not None and not self.device:
+            raise ValueError("read_gbps needs a device (e.g. ssd0)")
+        if self.data not in (None, "planned", "even"):
+            raise ValueError(f"data must be 'planned' or 'even', not {self.data!r}")
+        if self.gbps is not None and not self.link:
+            raise ValueError("gbps needs a link (a node id, or socket_link)")
+        return self
+
+    @property
+    def label(self) -> str:
+        if self.epoch_s is not None:
+            return self.layout or f"gpu={','.join(self.gpu or [])};ssd={','.join(self.ssd or [])}"
+        return f"{self.device}:read" if self.device else f"{self.link}:rate"
+
+    @property
+    def value(self) -> float:
+        return float(self.epoch_s or self.read_gbps or self.gbps or 0.0)
+
+
+class MeasurementFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    machine: str | None = Field(None, description="profile the layouts refer to")
+    gpus: int | None = Field(None, ge=0)
+    ssds: int | None = Field(None, ge=0)
+    data: str = Field("planned", pattern="^(planned|even)$",
+                      description="data placement of the measured runs unless a measurement says otherwise")
+    measurements: list[Measurement] = Field(min_length=1)
+    probe: dict[str, Any] | None = Field(None, description="what `moment probe` measured besides (not fitted)")
+
+
+def _read_yaml(path: str | Path, what: str) -> Any:
+    p = Path(path)
+    try:
+        return yaml.safe_load(p.read_text())
+    except OSError as e:
+        raise MomentError(f"cannot read the {what}: {e.strerror}", source=str(p)) from None
+    except yaml.YAMLError as e:
+        raise MomentError(f"not valid YAML: {str(e).splitlines()[0]}", source=str(p)) from None
+
+
+def _validation(e: ValidationError) -> str:
+    x = e.errors()[0]
+    return f"{'.'.join(map(str, x['loc'])) or 'file'}: {x['msg']}"
+
+
+def load_measurements(path: str | Path) -> MeasurementFile:
+    data = _read_yaml(path, "measurement file")
+    try:
+        return MeasurementFile.model_validate(data)
+    except ValidationError as e:
+        raise MomentError(f"not a measurement file: {_validation(e)}", source=str(path)) from None
+
+
+class Residual(BaseModel):
+    layout: str = Field(description="what was measured (layout name, slots, device or link)")
+    measured_s: float = Field(description="the measured figure (seconds for epochs, GB/s for rates)")
+    predicted_s: float = Field(description="the calibrated model's figure, same unit")
+    rel_err: float
+    loo_predicted: float | None = Field(None, description="predicted by a fit without this measurement")
+    loo_rel_err: float | None = None
+
+
+class Calibration(BaseModel):
+    """A calibration file (`moment calibrate --out`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format: str = "moment-calibration"
+    fitted_on: str = Field(description="the profile the measurements came from")
+    inventory: str = ""
+    params: dict[str, float]
+    fitted: list[str] = Field(description="parameters fitted; the others kept their defaults")
+    meaning: dict[str, str] = Field(default_factory=dict)
+    residuals: list[Residual] = Field(default_factory=list)
+    loo_max_rel_err: float | None = None
+
+    @model_validator(mode="after")
+    def _known(self) -> Calibration:
+        for k, v in self.params.items():
+            if k not in PARAMS:
+                raise ValueError(f"unknown parameter {k!r} (known: {', '.join(PARAMS)})")
+            if not PARAMS[k].lo <= v <= PARAMS[k].hi:
+                raise ValueError(f"{k} = {v} is outside its bounds [{PARAMS[k].lo}, {PARAMS[k].hi}]")
+        return self
+
+
+def load_calibration(path: str | Path) -> Calibration:
+    data = _read_yaml(path, "calibration")
+    try:
+        return Calibration.model_validate(data)
+    except ValidationError as e:
+        raise MomentError(f"not a calibration file (from `moment calibrate --out`): {_validation(e)}",
+                          source=str(path)) from None
+
+
+def dump_calibration(cal: Calibration) -> str:
+    head = "".join(f"# {k}: {PARAMS[k].meaning} [{PARAMS[k].lo}, {PARAMS[k].hi}] {PARAMS[k].unit}\n"
+                   for k in PARAMS)
+    return ("# Moment calibration: apply with `moment plan|compare|simulate --calibration FILE`\n" + head
+            + yaml.safe_dump(cal.model_dump(mode="json"), sort_keys=False, width=110))
+
+
+# ---- the model the fit calls ---------------------------------------------------------------------------
+class Model:
+    """Predicts every measurement of one machine for a parameter vector (one HiGHS call per vector)."""
+
+    def __init__(self, topo: Topology, inventory: Inventory, measurements: list[Measurement],
+                 workload: WorkloadSpec | None = None, data: str = "planned"):
+        self.bare, _ = strip(topo)
+        self.inventory = inventory
+        self.workload = workload or WorkloadSpec()
+        self.ms = measurements
+        self.even = [(m.data or data) == "even" for m in measurements]
+        self.placements = [self._placement(m) if m.epoch_s is not None else None for m in measurements]
+        ssd_models = [m for m, _ in inventory.models() if m.kind == Kind.ssd]
+        self.rated_ssd = ssd_models[0].read_gbps if ssd_models else None
+        for m in measurements:
+            if m.read_gbps is not None and self.rated_ssd is None:
+                raise MomentError(f"measurement {m.label}: the inventory has no SSD to compare a read rate with")
+            if m.gbps is not None:
+                self._link_book(m.link or "")
+
+    def _placement(self, m: Measurement) -> dict[str, str]:
+        gpus = [x for x, c in self.inventory.models() if x.kind == Kind.gpu for _ in range(c)]
+        ssds = [x for x, c in self.inventory.models() if x.kind == Kind.ssd for _ in range(c)]
+        if m.layout is not None:
+            if m.layout not in self.bare.layouts:
+                raise MomentError(f"layout {m.layout!r} is not in profile {self.bare.name!r}",
+                                  hint=f"its layouts: {', '.join(self.bare.layouts) or 'none'}")
+            lay = self.bare.layouts[m.layout]
+            gslots, sslots = lay.gpu[:len(gpus)], lay.ssd[:len(ssds)]
+        else:
+            gslots, sslots = m.gpu or [], m.ssd or []
+        if len(gslots) != len(gpus) or len(sslots) != len(ssds):
+            raise MomentError(f"measurement {m.label}: {len(gslots)} GPU and {len(sslots)} SSD slots for an "
+                              f"inventory of {len(gpus)} GPUs and {len(ssds)} SSDs")
+        placement = {s: d.name for s, d in zip(gslots + sslots, gpus + ssds)}
+        if len(placement) != len(gslots) + len(sslots):
+            raise MomentError(f"measurement {m.label}: a slot is named twice")
+        try:
+            check_placement(self.bare, placement)
+        except MomentError as e:
+            raise MomentError(f"measurement {m.label}: {e}") from None
+        return placement
+
+    def _link_book(self, link: str) -> tuple[float, str]:
+        if link == "socket_link":
+            peers = [lk for lk in self.bare.links if lk.kind in ("upi", "qpi")]
+            if not peers:
+                raise MomentError(f"profile {self.bare.name!r} has no socket link to compare with")
+            return peers[0].bandwidth() / GB, "socket_link"
+        if not self.bare.has(link):
+            raise MomentError(f"measured link {link!r} is not a node of {self.bare.name!r}")
+        cls = link_class(self.bare, link)
+        if cls is None:
+            raise MomentError(f"measured link {link!r}: its uplink is not one a calibration scales",
+                              hint="measure a switch uplink, a slot's link or socket_link")
+        return self.bare.node(link).link.bandwidth() / GB, cls
+
+    def predict(self, params: dict[str, float]) -> np.ndarray:
+        from moment.planner.network import ChassisTemplate
+
+        p = {**defaults(), **params}
+        out = np.zeros(len(self.ms))
+        idx = [i for i, pl in enumerate(self.placements) if pl is not None]
+        if idx:
+            tpl = ChassisTemplate(apply_calibration(self.bare, p))
+            times = epoch_read_times([tpl.network(self.placements[i], self.workload) for i in idx],
+                                     [self.even[i] for i in idx])
+            for i, t in zip(idx, times):
+                out[i] = t + p["overhead_s"]
+        for i, m in enumerate(self.ms):
+            if m.read_gbps is not None:
+                out[i] = (self.rated_ssd or 0.0) * p["ssd_read"]
+            elif m.gbps is not None:
+                book, cls = self._link_book(m.link or "")
+                out[i] = book * p[cls]
+        return out
+
+
+def epoch_read_times(nets: list, even: list[bool]) -> list[float]:
+    """The realisable LP's epoch read time of each network (one HiGHS call); where `even`, the SSD
+    shares are not chosen by the LP but fixed equal (the SSD tier's share split evenly)."""
+    from scipy.optimize import linprog
+
+    from moment.planner.lp import _parts, _stack
+    from moment.planner.network import TIER_SSD
+
+    parts = [_parts(n, "auto") for n in nets]
+    for net, part, ev in zip(nets, parts, even):
+        ssd = [i for i, s in enumerate(net.storage) if s.tier == TIER_SSD]
+        if ev and ssd:
+            share = (1.0 - net.gpu_cache_share - net.cpu_cache_share) / len(ssd)
+            part.bounds[ssd] = share
+    lp = _stack(parts)
+    col0 = lp.pop("col0")
+    res = linprog(**lp, method="highs")
+    if res.status != 0:
+        raise MomentError(f"the calibration's LP has no solution ({res.message.strip()})")
+    return [float(res.x[c + len(n.storage)]) for n, c in zip(nets, col0[:-1])]
+
+
+@dataclass
+class FitResult:
+    params: dict[str, float]
+    predicted: np.ndarray
+    cost: float
+
+
+#: grid levels per efficiency parameter for the starting point (the LP time is piecewise smooth in the
+#: efficiencies, so a local fit from one start can stop at a kink)
+GRID_LEVELS = 5
+
+
+def _grid(model: Model, names: list[str], base: dict[str, float]) -> list[tuple[dict[str, float], np.ndarray]]:
+    """Predictions on a grid over the fitted efficiencies (overhead 0): computed once per fit set,
+    reused by every leave-one-out fit (predictions do not depend on which measurements are kept)."""
+    key = (tuple(names), tuple(sorted(base.items())))
+    cache = model.__dict__.setdefault("_grid_cache", {})
+    if key not in cache:
+        import itertools
+
+        eff = [n for n in names if n != "overhead_s"]
+        levels = [np.linspace(PARAMS[n].lo, PARAMS[n].hi, GRID_LEVELS) for n in eff]
+        pts = []
+        for combo in itertools.product(*levels):
+            q = {**base, **dict(zip(eff, (float(v) for v in combo)))}
+            if "overhead_s" in names:
+                q["overhead_s"] = 0.0
+            pts.append((q, model.predict(q)))
+        cache[key] = pts
+    return cache[key]
+
+
+def _best_overhead(pred: np.ndarray, meas: np.ndarray) -> float:
+    """The overhead minimising the relative squared residuals of pred + o (closed form), in bounds."""
+    w = 1.0 / meas**2
+    o = float(np.sum(w * (meas - pred)) / np.sum(w))
+    return min(max(o, PARAMS["overhead_s"].lo), PARAMS["overhead_s"].hi)
+
+
+def fit(model: Model, names: list[str], keep: np.ndarray | None = None,
+        fixed: dict[str, float] | None = None) -> FitResult:
+    """Bounded least squares on relative residuals over the measurements in `keep` (all by default),
+    started from the best point of a coarse grid."""
+    from scipy.optimize import least_squares
+
+    meas = np.array([m.value for m in model.ms])
+    keep = np.ones(len(meas), dtype=bool) if keep is None else keep
+    base = {**defaults(), **(fixed or {})}
+    lo = np.array([PARAMS[n].lo for n in names])
+    hi = np.array([PARAMS[n].hi for n in names])
+    is_epoch = np.array([m.epoch_s is not None for m in model.ms])
+
+    def params_of(x: np.ndarray) -> dict[str, float]:
+        return {**base, **dict(zip(names, (float(v) for v in x)))}
+
+    def resid(x: np.ndarray) -> np.ndarray:
+        return (model.predict(params_of(x))[keep] - meas[keep]) / meas[keep]
+
+    best_start, best_cost = None, np.inf
+    for q, pred in _grid(model, names, base):
+        q = dict(q)
+        if "overhead_s" in names and (keep & is_epoch).any():
+            o = _best_overhead(pred[keep & is_epoch], meas[keep & is_epoch])
+            q["overhead_s"] = o
+            pred = pred + np.where(is_epoch, o, 0.0)
+        cost = float(np.sum(((pred[keep] - meas[keep]) / meas[keep]) ** 2))
+        if cost < best_cost - 1e-15:
+            best_start, best_cost = q, cost
+    assert best_start is not None
+    x0 = np.clip([best_start[n] for n in names], lo, hi)
+    res = least_squares(resid, x0, bounds=(lo, hi), method="trf", diff_step=1e-3, x_scale=hi - lo, max_nfev=200)
+    p = params_of(res.x)
+    return FitResult(p, model.predict(p), float(res.cost))
+
+
+def check_fit_names(names: list[str]) -> list[str]:
+    unknown = [n for n in names if n not in PARAMS]
+    if unknown or not names:
+        raise MomentError(f"--fit {','.join(names) or '(empty)'}: unknown parameter(s) {unknown or '(none)'}",
+                          hint=f"choose from {', '.join(PARAMS)}")
+    return sorted(set(names), key=list(PARAMS).index)
+
+
+def calibrate(topo: Topology, inventory: Inventory, mfile: MeasurementFile, names: list[str], *,
+              workload: WorkloadSpec | None = None, loo: bool = True) -> Calibration:
+    names = check_fit_names(names)
+    ms = mfile.measurements
+    if len(ms) < len(names) and loo:
+        raise MomentError(f"{len(ms)} measurements cannot pin down {len(names)} parameters ({', '.join(names)})",
+                          hint="measure more layouts or fit fewer parameters with --fit")
+    model = Model(topo, inventory, ms, workload, mfile.data)
+    full = fit(model, names)
+    meas = np.array([m.value for m in ms])
+    residuals = [Residual(layout=m.label, measured_s=float(meas[i]), predicted_s=float(full.predicted[i]),
+                          rel_err=float(full.predicted[i] / meas[i] - 1.0)) for i, m in enumerate(ms)]
+    loo_max = None
+    if loo and len(ms) > 1:
+        errs = []
+        for i in range(len(ms)):
+            keep = np.ones(len(ms), dtype=bool)
+            keep[i] = False
+            r = fit(model, names, keep)
+            residuals[i].loo_predicted = float(r.predicted[i])
+            residuals[i].loo_rel_err = float(r.predicted[i] / meas[i] - 1.0)
+            errs.append(abs(residuals[i].loo_rel_err))
+        loo_max = float(max(errs))
+    return Calibration(fitted_on=topo.name, inventory=inventory.describe(),
+                       params={k: round(v, 6) for k, v in full.params.items()}, fitted=names,
+                       meaning={k: PARAMS[k].meaning for k in PARAMS}, residuals=residuals,
+                       loo_max_rel_err=loo_max)
+
+
+def calibrated_epoch(read_s: float, cal: Calibration | None) -> float:
+    """A predicted epoch: the read time plus the calibration's per-epoch overhead."""
+    return read_s + (cal.params.get("overhead_s", 0.0) if cal else 0.0)
+

@@ -1,0 +1,108 @@
+"""Calibration: applying parameters, recovering known ones from noisy synthetic measurements, files, CLI."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import yaml
+
+from moment.cli import main
+from moment.errors import MomentError
+from moment.planner.calibration import (
+    Measurement,
+    MeasurementFile,
+    Model,
+    apply_calibration,
+    calibrate,
+    load_calibration,
+    load_measurements,
+)
+from moment.topology.bandwidth import GB
+from moment.topology.devices import Inventory
+from moment.topology.profiles import load_profile
+
+INV = Inventory.simple(4, 8, "A100-PCIe-40GB", "P5510")
+LAYOUTS = ["paper-a", "paper-b", "paper-c", "paper-d"]
+
+
+def test_apply_scales_link_classes_only():
+    topo = load_profile("paper-machine-a")
+    cal = apply_calibration(topo, {"switch_uplink": 0.5, "socket_link": 0.25, "rc_port": 0.8, "ssd_read": 0.9})
+    assert cal.node("sw0").link.bandwidth() == pytest.approx(0.5 * topo.node("sw0").link.bandwidth())
+    assert cal.node("rc0-bay0").link.bandwidth() == pytest.approx(0.8 * topo.node("rc0-bay0").link.bandwidth())
+    assert cal.node("sw0-x16a").link.bandwidth() == topo.node("sw0-x16a").link.bandwidth()  # switch_port = 1
+    assert cal.links[0].bandwidth() == pytest.approx(0.25 * 20 * GB)
+    assert cal.ssd_read_scale == 0.9
+    assert apply_calibration(topo, {}).model_dump() == topo.model_dump()
+
+
+def _synthetic(truth: dict, noise: float, seed: int = 0) -> MeasurementFile:
+    ms = [Measurement(layout=name, epoch_s=1.0) for name in LAYOUTS]
+    model = Model(load_profile("paper-machine-a"), INV, ms, data="even")
+    rng = np.random.default_rng(seed)
+    y = model.predict(truth) * (1 + noise * rng.standard_normal(len(ms)))
+    return MeasurementFile(machine="paper-machine-a", gpus=4, ssds=8, data="even",
+                           measurements=[Measurement(layout=n, epoch_s=float(v)) for n, v in zip(LAYOUTS, y)])
+
+
+def test_recovers_known_parameters_from_noisy_measurements():
+    truth = {"socket_link": 0.55, "switch_uplink": 0.8, "overhead_s": 3.0}
+    mf = _synthetic(truth, noise=0.005, seed=1)
+    cal = calibrate(load_profile("paper-machine-a"), INV, mf, ["socket_link", "switch_uplink", "overhead_s"],
+                    loo=False)
+    assert cal.params["socket_link"] == pytest.approx(0.55, abs=0.03)
+    assert cal.params["switch_uplink"] == pytest.approx(0.8, abs=0.05)
+    assert cal.params["overhead_s"] == pytest.approx(3.0, abs=1.0)
+    assert max(abs(r.rel_err) for r in cal.residuals) < 0.02
+    # untouched parameters keep their defaults
+    assert cal.params["rc_port"] == 1.0 and cal.params["ssd_read"] == 1.0
+
+
+def test_device_measurement_fits_ssd_read():
+    mf = MeasurementFile(machine="paper-machine-a", gpus=4, ssds=8,
+                         measurements=[Measurement(device="ssd0", read_gbps=5.2),
+                                       Measurement(device="ssd1", read_gbps=5.2)])
+    cal = calibrate(load_profile("paper-machine-a"), INV, mf, ["ssd_read"])
+    assert cal.params["ssd_read"] == pytest.approx(5.2 / 6.5, rel=1e-4)
+    assert cal.loo_max_rel_err == pytest.approx(0.0, abs=1e-4)
+
+
+def test_bad_inputs_name_the_input(tmp_path):
+    bad = tmp_path / "m.yaml"
+    bad.write_text("machine: paper-machine-a\nmeasurements:\n  - {layout: paper-a}\n")
+    with pytest.raises(MomentError, match="m.yaml: not a measurement file"):
+        load_measurements(bad)
+    mf = MeasurementFile(measurements=[Measurement(layout="nope", epoch_s=3.0)])
+    with pytest.raises(MomentError, match="layout 'nope' is not in profile"):
+        calibrate(load_profile("paper-machine-a"), INV, mf, ["overhead_s"])
+    with pytest.raises(MomentError, match="unknown parameter"):
+        calibrate(load_profile("paper-machine-a"), INV, mf, ["warp_drive"])
+    cal = tmp_path / "c.yaml"
+    cal.write_text("fitted_on: x\nfitted: []\nparams: {socket_link: 3.0}\n")
+    with pytest.raises(MomentError, match="outside its bounds"):
+        load_calibration(cal)
+
+
+def test_cli_calibrate_then_plan_applies_it(tmp_path, capsys):
+    mf = _synthetic({"socket_link": 0.5, "overhead_s": 2.0}, noise=0.0)
+    m = tmp_path / "m.yaml"
+    m.write_text(yaml.safe_dump(mf.model_dump(mode="json", exclude_none=True)))
+    out = tmp_path / "cal.yaml"
+    assert main(["calibrate", "--measured", str(m), "--fit", "socket_link,overhead_s", "--out", str(out),
+                 "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert set(got) >= {"params", "residuals", "loo_max_rel_err"}
+    assert {"layout", "measured_s", "predicted_s"} <= set(got["residuals"][0])
+    assert got["params"]["socket_link"] == pytest.approx(0.5, abs=0.01)
+    assert main(["plan", "--profile", "paper-machine-a", "--gpus", "4", "--ssds", "8", "--calibration", str(out),
+                 "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["calibration"]["file"] == str(out)
+    assert plan["calibration"]["params"]["socket_link"] == pytest.approx(0.5, abs=0.01)
+    # the baselines are predicted on the calibrated machine: paper-d crosses the slowed socket link
+    d = next(b for b in plan["baselines"] if b["name"] == "paper-d")
+    assert d["predicted"]["epoch_read_s"] > 12.4 * 1.2
+    assert plan["calibration"]["predicted_epoch_s"]["paper-d"] == pytest.approx(
+        d["predicted"]["epoch_read_s"] + plan["calibration"]["params"]["overhead_s"])
