@@ -32,8 +32,9 @@ def pack_cmd(
     overwrite: Annotated[bool, typer.Option("--overwrite", help="replace the layout's pack")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
-    """Sample the batches `moment train --io-shape packed` will read (same ranks, batch size, fan-outs and
-    seed) and write each batch's rows outside the caches contiguously into LAYOUT/pack, one file per rank.
+    """Sample the batches `moment train` will read (same ranks, batch size, fan-outs and seed) and write
+    each batch's rows outside the caches contiguously into LAYOUT/pack, one file per rank; training
+    then uses it (--io-shape auto, the default, or packed).
     Training then reads a batch's misses sequentially; a row read by several batches is stored once
     per batch, so the pack costs disk space (reported). Rows the pack lacks are read from the layout.
     """
