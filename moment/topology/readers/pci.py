@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
-from moment.errors import MomentError
+from moment.errors import MomentError, validation_message
 from moment.topology import bandwidth as bw
 from moment.topology.devices import CATALOG
 from moment.topology.model import Kind, Link, PeerLink, Topology
@@ -482,7 +482,7 @@ def build_topology(funcs: list[PciFunction], *, name: str, source: str | None = 
     try:
         return Topology.model_validate(data)
     except ValidationError as e:  # a bug here, or input too odd to model: say what
-        raise MomentError(f"could not build a topology from the PCI data: {e.errors()[0]['msg']}",
+        raise MomentError(f"could not build a topology from the PCI data: {validation_message(e)}",
                           source=source) from None
 
 
