@@ -7,7 +7,9 @@ from conftest import DATA
 
 from moment.topology.model import Kind
 from moment.topology.pci_ids import kind_from_ids
+from moment.topology.readers import lspci
 from moment.topology.readers.hwloc_xml import read_hwloc_xml
+from moment.topology.readers.pci import PciFunction, classify
 
 CONSTRUCTED = DATA / "constructed"
 
@@ -46,3 +48,40 @@ def test_hwloc_gpus_without_cuda_os_device():
     others = {n.pci: n.pci_ids for n in topo.of_kind(Kind.other)}
     assert others == {"0000:00:02.0": "8086:3e92", "0000:06:00.0": "1a03:2000", "0000:07:00.0": "102b:0534"}
     assert all(topo.node(g.parent).kind == Kind.slot for g in gpus.values())
+
+
+def _by_pci(topo):
+    return {n.pci: n for n in topo.nodes if n.kind in (Kind.gpu, Kind.nic, Kind.ssd, Kind.other)}
+
+
+def test_lspci_tree_every_endpoint_is_a_node():
+    topo = lspci.read_lspci(CONSTRUCTED / "lspci-tv_unrecognised.txt")
+    nodes = _by_pci(topo)
+    assert nodes["0000:17:00.0"].kind == Kind.nic  # "Mellanox Technologies MT28841": a chip name, still a NIC
+    assert nodes["0000:18:00.0"].kind == Kind.other  # an FPGA no rule names: kept, as `other`
+    assert nodes["0000:19:00.0"].kind == Kind.nic and "2 functions" in nodes["0000:19:00.0"].label
+    assert nodes["0000:1a:00.0"].kind == Kind.gpu  # Intel Arc: discrete
+    assert nodes["0000:00:02.0"].kind == Kind.other  # Intel UHD 630: integrated graphics
+    assert "0000:00:00.0" not in nodes and "0000:00:1f.4" not in nodes  # chipset registers, SMBus
+
+
+def test_lspci_tree_ids_only():
+    topo = lspci.read_lspci(CONSTRUCTED / "lspci-tvnn_unrecognised.txt")
+    nodes = _by_pci(topo)
+    assert {p: (n.kind, n.pci_ids) for p, n in nodes.items()} == {
+        "0000:17:00.0": (Kind.nic, "15b3:101d"), "0000:18:00.0": (Kind.other, "10ee:903f"),
+        "0000:1a:00.0": (Kind.gpu, "8086:56a0")}
+    assert nodes["0000:18:00.0"].label == "PCI device [10ee:903f]"
+
+
+@pytest.mark.parametrize("code, vendor, name, kind", [
+    (0x0B40, 0x8086, "Xeon Phi coprocessor", Kind.other),  # co-processor: kept
+    (0x1200, 0x1DA3, "Gaudi2 AI Training Accelerator", Kind.other),
+    (0x1180, 0x8086, "Sunrise Point-LP Serial IO I2C Controller", None),
+    (0x0300, 0x1002, "ES1000", Kind.other),
+    (0x0403, 0x10DE, "AD102 High Definition Audio Controller", None),
+    (0x0108, 0x144D, "", Kind.ssd),
+])
+def test_classify_with_class_code(code, vendor, name, kind):
+    f = PciFunction(0, 0x17, 0, 0, name=name, class_code=code, vendor_id=vendor, parent=(0, 0, 3, 0))
+    assert classify(f) == kind

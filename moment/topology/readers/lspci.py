@@ -103,6 +103,8 @@ class _TreeParser:
             f.vendor_id, f.device_id = int(ids.group(1), 16), int(ids.group(2), 16)
             name = _IDS.sub("", name, count=0)
         f.name = re.sub(r"\s*\(rev [0-9a-fA-F]+\)$", "", name).strip()
+        if f.name == "Device" and f.vendor_id is not None:
+            f.name = ""  # `-nn` with no name resolved: the ids speak (display_name shows them)
 
     def bus(self, no: int, text: str, pos: int, bus: tuple[int, int]) -> None:
         """What follows a bus opening: nothing (empty), `--dev` (one child) or `+-dev` (a list)."""
