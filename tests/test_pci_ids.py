@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from conftest import DATA
 
+from moment.errors import MomentError
 from moment.topology.model import Kind
 from moment.topology.pci_ids import kind_from_ids
 from moment.topology.readers import lspci
@@ -85,3 +86,16 @@ def test_lspci_tree_ids_only():
 def test_classify_with_class_code(code, vendor, name, kind):
     f = PciFunction(0, 0x17, 0, 0, name=name, class_code=code, vendor_id=vendor, parent=(0, 0, 3, 0))
     assert classify(f) == kind
+
+
+def test_lspci_tree_pasted_indented_with_repeated_closing_line():
+    pasted = lspci.read_lspci(CONSTRUCTED / "lspci-tv_pasted.txt")
+    plain = lspci.read_lspci(CONSTRUCTED / "lspci-tv_unrecognised.txt")
+    assert pasted.nodes == plain.nodes
+
+
+def test_lspci_tree_pasted_ambiguous_is_refused_with_line_number():
+    text = (CONSTRUCTED / "lspci-tv_pasted.txt").read_text().replace(
+        "               +-1c.4", "                 +-1c.4")  # one line shifted by two columns
+    with pytest.raises(MomentError, match=r"line 9: column 18: '\+-' continues no open list"):
+        lspci.parse_tree(text, "pasted.txt")
