@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from conftest import DATA
 
@@ -10,6 +12,7 @@ from moment.topology.model import Kind
 from moment.topology.pci_ids import kind_from_ids
 from moment.topology.readers import lspci
 from moment.topology.readers.hwloc_xml import read_hwloc_xml
+from moment.topology.readers.nccl_xml import read_nccl_xml
 from moment.topology.readers.pci import PciFunction, classify
 
 CONSTRUCTED = DATA / "constructed"
@@ -99,3 +102,26 @@ def test_lspci_tree_pasted_ambiguous_is_refused_with_line_number():
         "               +-1c.4", "                 +-1c.4")  # one line shifted by two columns
     with pytest.raises(MomentError, match=r"line 9: column 18: '\+-' continues no open list"):
         lspci.parse_tree(text, "pasted.txt")
+
+
+def test_nvme_by_class_and_ids_in_scan_json(capsys):
+    from moment.cli import main
+
+    assert main(["scan", "--from-lspci-vvv", str(CONSTRUCTED / "lspci-vvvnn_nvme_by_class.txt"), "--json"]) == 0
+    nodes = {n["pci"]: n for n in json.loads(capsys.readouterr().out)["nodes"] if n.get("pci_ids")}
+    assert {p: (n["kind"], n["pci_ids"], n["pci_class"]) for p, n in nodes.items()} == {
+        "0000:17:00.0": ("ssd", "144d:a80a", "0x0108"),  # NVMe by class; the name says only "Device"
+        "0000:18:00.0": ("other", "1b4b:1120", "0x0106"),  # SATA class, though its name says NVMe
+        "0000:00:17.0": ("other", "8086:a182", "0x0106"),
+    }
+
+
+def test_xml_nodes_carry_ids_and_class():
+    xml = """<system version="1"><cpu numaid="0" vendor="GenuineIntel" familyid="6" modelid="85">
+      <pci busid="0000:04:00.0" class="0x030000" vendor="0x10de" device="0x2684" link_speed="16 GT/s" link_width="16"/>
+      <pci busid="0000:05:00.0" class="0x010802" vendor="0x144d" device="0xa80a" link_speed="16 GT/s" link_width="4"/>
+    </cpu></system>"""
+    topo = read_nccl_xml(xml)
+    (gpu,) = topo.of_kind(Kind.gpu)  # NVIDIA VGA class with no <gpu> child: a GPU by its ids
+    (ssd,) = topo.of_kind(Kind.ssd)
+    assert (gpu.pci_ids, gpu.pci_class, ssd.pci_ids, ssd.pci_class) == ("10de:2684", "0x0300", "144d:a80a", "0x0108")

@@ -248,7 +248,8 @@ class _Reader:
             kind = Kind.nvswitch
         elif kind == Kind.other and cls >> 8 in pci_ids.DISPLAY and backends & set(_GPU_BACKENDS):
             kind = Kind.gpu  # a compute OS device (CUDA/NVML/RSMI) on a display function the ids did not know
-        elif kind == Kind.other and any((c.el.get("name") or "").startswith("nvme") for c in osdevs):
+        elif kind == Kind.other and cls >> 16 == 0x01 and any((c.el.get("name") or "").startswith("nvme")
+                                                               for c in osdevs):
             kind = Kind.ssd  # e.g. a SATA-class (0106) controller whose OS device says NVMe
         if kind is None:
             self.dropped += 1
