@@ -10,7 +10,7 @@ from conftest import DATA
 from moment.errors import MomentError
 from moment.topology.model import Kind
 from moment.topology.pci_ids import kind_from_ids
-from moment.topology.readers import lspci
+from moment.topology.readers import lspci, nvidia_smi
 from moment.topology.readers.hwloc_xml import read_hwloc_xml
 from moment.topology.readers.nccl_xml import read_nccl_xml
 from moment.topology.readers.pci import PciFunction, classify
@@ -125,3 +125,13 @@ def test_xml_nodes_carry_ids_and_class():
     (gpu,) = topo.of_kind(Kind.gpu)  # NVIDIA VGA class with no <gpu> child: a GPU by its ids
     (ssd,) = topo.of_kind(Kind.ssd)
     assert (gpu.pci_ids, gpu.pci_class, ssd.pci_ids, ssd.pci_class) == ("10de:2684", "0x0300", "144d:a80a", "0x0108")
+
+
+def test_nvidia_smi_pix_nics_stay_separate_nodes():
+    warnings: list[str] = []
+    m = nvidia_smi.read_nvidia_smi(CONSTRUCTED / "nvidia-smi-topo_pix_nics.txt")
+    topo = nvidia_smi.topology_from_matrix(m, warnings=warnings)
+    nics = topo.of_kind(Kind.nic)
+    assert [n.label.split(";")[0] for n in nics] == ["NIC0 (mlx5_0)", "NIC1 (mlx5_1)", "NIC2 (mlx5_2)"]
+    assert "PIX to NIC1" in nics[0].label and "PIX to NIC0" in nics[1].label and "PIX" not in nics[2].label
+    assert any("NIC0, NIC1 are PIX to each other" in w for w in warnings)
