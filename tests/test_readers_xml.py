@@ -32,7 +32,8 @@ EXPECTED = {
     "rccl_topo_8p_pcie.xml": (8, 0, 1, 1, 10),
     "hwloc_24em64t-2n6c2t-pci.xml": (3, 0, 2, 2, 0),  # 82576 (2 functions) + ConnectX-2 (0c06)
     "hwloc_32em64t-2n8c+dax+nvme+mic+dimms.xml": (0, 1, 2, 2, 1),  # I350 + ConnectX-3; ASPEED bridge
-    "hwloc_32em64t-2n8c2t-pci-wholeio.xml": (3, 0, 2, 2, 0),  # Radeon (OpenCL only) and Matrox: other
+    # issue 10: the OpenCL-only Radeon (1002:6798, VGA) is a GPU by its ids (was `other`); Matrox stays other
+    "hwloc_32em64t-2n8c2t-pci-wholeio.xml": (4, 0, 2, 2, 0),
     "hwloc_nvidiaDGX2.xml": (16, 0, 0, 2, 14),
     "hwloc_power8gpudistances.xml": (4, 0, 0, 2, 0),
 }
@@ -218,7 +219,10 @@ def test_hwloc_classification():
     assert es1000.node("gpu0").link.width == 16
     whole = read("hwloc_32em64t-2n8c2t-pci-wholeio.xml")
     others = {n.pci for n in whole.of_kind(Kind.other)}
-    assert {"0000:05:03.0", "0000:84:00.1"} <= others  # Matrox, OpenCL-only Radeon
+    assert "0000:05:03.0" in others  # Matrox G200eW: BMC video by its vendor id
+    radeon = next(n for n in whole.of_kind(Kind.gpu) if n.pci == "0000:84:00.1")  # OpenCL only: a GPU by ids
+    assert (radeon.pci_ids, radeon.pci_class) == ("1002:6798", "0x0300")
+    assert whole.node(radeon.parent).kind == Kind.slot  # its own card, not merged into the Tesla at 84:00.0
     nvme = read("hwloc_32em64t-2n8c+dax+nvme+mic+dimms.xml")
     (ssd,) = nvme.of_kind(Kind.ssd)
     assert ssd.pci == "0000:00:02.0" and topo_parent_kind(nvme, ssd.id) == Kind.slot

@@ -150,8 +150,14 @@ RECIPES: dict[str, Recipe] = {
 
 
 def build(name: str, fixtures_dir: Path) -> Topology:
+    """The profile from its fixture. Scan evidence (`pci_ids`, `pci_class`) is left out: a built-in
+    profile is a reference machine to plan on, not a record of one scan."""
     r = RECIPES[name]
-    return r.build(Path(fixtures_dir) / r.fixture)
+    topo = r.build(Path(fixtures_dir) / r.fixture)
+    data = topo.model_dump()
+    for n in data["nodes"]:
+        n.update(pci_ids=None, pci_class=None)
+    return Topology.model_validate(data)
 
 
 def write_builtin(name: str, fixtures_dir: Path, out_dir: Path) -> Path:

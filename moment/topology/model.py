@@ -138,6 +138,8 @@ class _NodeBase(_Strict):
     link: Link | None = None
     pci: str | None = Field(default=None, description="PCI bus address, e.g. 0000:17:00.0")
     numa: int | None = None
+    pci_ids: str | None = Field(default=None, description="vendor:device ids as scanned, e.g. 10de:2330")
+    pci_class: str | None = Field(default=None, description="PCI class (class, subclass) as scanned, e.g. 0x0302")
 
 
 class Socket(_NodeBase):

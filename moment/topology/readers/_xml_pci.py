@@ -10,35 +10,26 @@ import re
 from dataclasses import dataclass
 
 from moment.topology import bandwidth as bw
+from moment.topology import pci_ids
 from moment.topology.model import Kind
-
-NVIDIA, AMD, INTEL, MELLANOX, AMAZON = 0x10DE, 0x1002, 0x8086, 0x15B3, 0x1D0F
+from moment.topology.pci_ids import AMAZON, AMD, INTEL, MELLANOX, NVIDIA  # noqa: F401
 
 #: Lanes assumed when a file gives no usable width (noted in the node's label).
 DEFAULT_WIDTH = {Kind.gpu: 16, Kind.nic: 16, Kind.ssd: 4, Kind.switch: 16, Kind.nvswitch: 4, Kind.other: 4}
 
 
-def kind_of_class(cls: int, vendor: int | None) -> Kind:
-    """Kind of a PCI function from its 24-bit class code (class, subclass, prog-if).
+def kind_of_class(cls: int, vendor: int | None, device: int | None = None) -> Kind:
+    """Kind of a PCI function from its 24-bit class code (class, subclass, prog-if) and ids.
 
-    GPUs: 3D controllers (0302) and "other display" (0380, AMD Instinct) and processing
-    accelerators (1200, MI300X) from NVIDIA/AMD. Plain VGA (0300) is display-only here; callers
-    promote it when the file shows a compute backend (NCCL <gpu>, hwloc CUDA/NVML/RSMI osdev).
+    The decision is `pci_ids.kind_from_ids` (GPU = display/accelerator class from a GPU vendor that
+    is not BMC video, NVMe = 0108, NIC = 02xx/0c06, ...). Files that give a class without a vendor
+    (NCCL writes class for GPUs) keep 3D/other-display/accelerator as GPUs. Infrastructure classes,
+    which a file lists only on purpose, are `other`; hwloc drops them itself.
     """
-    base, sub = cls >> 16, (cls >> 8) & 0xFF
-    if base == 0x06 and sub == 0x04:
-        return Kind.switch
-    if base == 0x06 and sub == 0x80 and vendor == NVIDIA:
-        return Kind.nvswitch
-    if base == 0x03 and sub == 0x02:
+    cls16 = cls >> 8
+    if vendor is None and cls16 in (0x0302, 0x0380, pci_ids.ACCELERATOR):
         return Kind.gpu
-    if (base == 0x03 and sub == 0x80) or (base == 0x12 and sub == 0x00):
-        return Kind.gpu if vendor in (NVIDIA, AMD, None) else Kind.other
-    if base == 0x01 and sub == 0x08:
-        return Kind.ssd
-    if base == 0x02 or (base == 0x0C and sub == 0x06):  # network controllers, InfiniBand (0c06)
-        return Kind.nic
-    return Kind.other
+    return pci_ids.kind_from_ids(vendor, device, cls16) or Kind.other
 
 
 @dataclass(frozen=True)

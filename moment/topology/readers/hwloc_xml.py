@@ -7,12 +7,15 @@ hwloc shows every bridge, so the PCIe tree is read faithfully. Mapping:
   - bridges alternate port / switch, as PCIe does: a bridge under a root complex or a switch is a root
     or downstream port (no node: it *is* the link), a bridge under a port is a switch's upstream
     port -> switch;
-  - PCIDev: 0302 3D controllers, 0380 / 1200 from NVIDIA or AMD, and 0300 VGA with a CUDA, NVML or
-    RSMI osdev -> gpu (ATI ES1000, Matrox, ASPEED, an OpenCL-only Radeon stay `other`); class 0108
-    or an nvme* osdev -> ssd; 02xx and InfiniBand 0c06 -> nic; subtype NVSwitch or 0680 from NVIDIA
-    -> nvswitch. Storage controllers, display, co-processors and accelerators are kept as `other`;
-    chipset functions (host/ISA bridges, system peripherals, USB, SMBus, counters) are left out;
-  - functions of one device (bb:dd.0, bb:dd.3 of a dual-port NIC) are one node;
+  - PCIDev: kind from vendor/device ids and class first (`moment.topology.pci_ids`): display
+    (0300/0302/0380) or accelerator (1200) from NVIDIA, AMD or an Intel discrete part -> gpu, with or
+    without an OS device (an OpenCL-only Radeon, an old board with none); BMC/baseboard video (ASPEED,
+    Matrox G200, ATI ES1000) -> `other`; then refined: a CUDA/NVML/RSMI osdev makes a display function
+    a gpu; class 0108, or an nvme* osdev -> ssd; 02xx and InfiniBand 0c06 -> nic; subtype NVSwitch or
+    0680 from NVIDIA -> nvswitch. Storage controllers, other display, co-processors and accelerators
+    are kept as `other`; chipset functions (host/ISA bridges, system peripherals, USB, SMBus,
+    counters) are left out. Each node carries `pci_ids` (vendor:device) and `pci_class`;
+  - functions of one device (bb:dd.0, bb:dd.3 of a dual-port NIC; same kind and vendor) are one node;
   - `pci_link_speed` (GB/s, lanes x GT/s x encoding / 8) -> gen and width; 0 means hwloc did not
     know and the gen/width defaults of `_xml_links` apply; ambiguous figures are noted;
   - NVLinkBandwidth distances (MB/s) -> nvlink PeerLinks between GPUs, NVSwitches and CPUs, with the
@@ -28,6 +31,7 @@ from pathlib import Path
 
 from moment.errors import MomentError
 from moment.topology import bandwidth as bw
+from moment.topology import pci_ids
 from moment.topology.model import Kind, Topology
 from moment.topology.readers import _xml_cpu as cpus
 from moment.topology.readers import _xml_pci as pcidb
@@ -46,8 +50,6 @@ from moment.topology.readers._xml_links import resolve_links
 KIND = "hwloc XML"
 _PCI_TYPE = re.compile(r"^\s*([0-9a-fA-F]{4})\s+\[([0-9a-fA-F]{4}):([0-9a-fA-F]{4})\]")
 _VERSION = re.compile(r"^\d+(\.\d+)*$")
-#: PCI base classes kept as `other` (they matter to a person reading the tree); the rest is chipset.
-_KEEP_OTHER = (0x01, 0x03, 0x0B, 0x12)
 _GPU_BACKENDS = ("CUDA", "NVML", "RSMI")
 
 
@@ -212,9 +214,11 @@ class _Reader:
             d.notes.append(f"hwloc {gbs:g} GB/s is Gen{d.gen} x{d.width} or {alt}; Gen{d.gen} x{d.width} chosen")
 
     def switch(self, o: _Obj, port_gbs: float | None, parent_gen: int | None) -> DraftDev | None:
-        vendor, device, _ = self.pci_type(o, required=False)
+        vendor, device, cls = self.pci_type(o, required=False)
         d = DraftDev(Kind.switch, self._next(), pci=busid(self.doc, o.el, "pci_busid") if o.el.get("pci_busid") else None)
         d.fields["model"] = pcidb.model_name(pcidb.SWITCH_MODELS, vendor, device, "switch")
+        d.fields.update(pci_ids=pci_ids.ids_text(vendor, device),
+                        pci_class=pci_ids.class_text(cls >> 8 if cls is not None else None))
         self.link_of(o, port_gbs, parent_gen, Kind.switch, d)
         d.children = self.owner_children(o.children, d.gen or parent_gen)
         if not d.children:
@@ -239,16 +243,15 @@ class _Reader:
         osdevs = [c for c in o.children if c.type == "OSDev"]
         backends = {(c.el.get("subtype") or c.info("Backend") or "").upper() for c in osdevs}
         backends |= {re.sub(r"\d.*$", "", (c.el.get("name") or "")).upper() for c in osdevs}
-        kind = pcidb.kind_of_class(cls, vendor)
+        kind = pci_ids.kind_from_ids(vendor, device, cls >> 8)  # ids and class first
         if o.el.get("subtype") == "NVSwitch":
             kind = Kind.nvswitch
-        elif kind == Kind.other and cls >> 8 == 0x0300 and (
-            (vendor == pcidb.NVIDIA and backends & {"CUDA", "NVML"}) or "RSMI" in backends
-        ):
-            kind = Kind.gpu
-        elif kind == Kind.other and any((c.el.get("name") or "").startswith("nvme") for c in osdevs):
-            kind = Kind.ssd
-        if kind == Kind.other and cls >> 16 not in _KEEP_OTHER:
+        elif kind == Kind.other and cls >> 8 in pci_ids.DISPLAY and backends & set(_GPU_BACKENDS):
+            kind = Kind.gpu  # a compute OS device (CUDA/NVML/RSMI) on a display function the ids did not know
+        elif kind == Kind.other and cls >> 16 == 0x01 and any((c.el.get("name") or "").startswith("nvme")
+                                                               for c in osdevs):
+            kind = Kind.ssd  # e.g. a SATA-class (0106) controller whose OS device says NVMe
+        if kind is None:
             self.dropped += 1
             return None
         if kind == Kind.switch:  # a bridge class on a PCIDev: an endpoint hwloc did not expand
@@ -265,9 +268,10 @@ class _Reader:
         names = [c.el.get("name") for c in osdevs if c.el.get("name")]
         gpu_model = next((c.info("GPUModel") for c in osdevs if c.info("GPUModel")), None)
         pci_name = o.info("PCIDevice")
+        d.fields.update(pci_ids=pci_ids.ids_text(vendor, device), pci_class=pci_ids.class_text(cls >> 8))
         if d.kind == Kind.gpu:
             info = pcidb.GPU_MODELS.get((vendor, device))
-            d.fields["model"] = gpu_model or (info.model if info else f"gpu {vendor:04x}:{device:04x}")
+            d.fields["model"] = gpu_model or (info.model if info else pci_name or f"gpu {vendor:04x}:{device:04x}")
             if info:
                 d.fields.update(memory_gib=info.memory_gib, hbm_gbps=info.hbm_gbps)
             d.nvlink_gen = pcidb.nvlink_gen_from_name(gpu_model) or (info.nvlink_gen if info else None)
@@ -287,14 +291,15 @@ class _Reader:
 
     @staticmethod
     def merge_functions(devs: list[DraftDev]) -> list[DraftDev]:
-        """Functions of one device (same bus:dev, same kind) become one node: a dual-port NIC is one card."""
+        """Functions of one device (same bus:dev, kind and vendor) become one node: a dual-port NIC is one card."""
         out: list[DraftDev] = []
         seen: dict[tuple, DraftDev] = {}
         for d in devs:
             if d.pci is None or d.kind == Kind.switch:
                 out.append(d)
                 continue
-            key = (d.pci.rsplit(".", 1)[0], d.kind)
+            # one device's functions come from one vendor: a second vendor at the same bus:dev is another card
+            key = (d.pci.rsplit(".", 1)[0], d.kind, (d.fields.get("pci_ids") or "")[:4])
             first = seen.get(key)
             if first is None:
                 seen[key] = d

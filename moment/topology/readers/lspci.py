@@ -103,6 +103,8 @@ class _TreeParser:
             f.vendor_id, f.device_id = int(ids.group(1), 16), int(ids.group(2), 16)
             name = _IDS.sub("", name, count=0)
         f.name = re.sub(r"\s*\(rev [0-9a-fA-F]+\)$", "", name).strip()
+        if f.name == "Device" and f.vendor_id is not None:
+            f.name = ""  # `-nn` with no name resolved: the ids speak (display_name shows them)
 
     def bus(self, no: int, text: str, pos: int, bus: tuple[int, int]) -> None:
         """What follows a bus opening: nothing (empty), `--dev` (one child) or `+-dev` (a list)."""
@@ -120,24 +122,43 @@ class _TreeParser:
             self.item(no, text, pos, bus)
 
 
+_OPENING = re.compile(r"^-(\+-)?\[[0-9a-fA-F]{4}:[0-9a-fA-F]{2}\]")
+
+
 def parse_tree(text: str, source: str = "lspci -tv") -> list[PciFunction]:
-    """PCI functions (with parents and bridge bus ranges) from `lspci -tv` / `lspci -t` output."""
+    """PCI functions (with parents and bridge bus ranges) from `lspci -tv` / `lspci -t` output.
+
+    Pasted output is read the way a person would: a tree indented as a whole (quoted in an issue or
+    mail) is read at its indentation, a line repeated verbatim right after itself (a doubled closing
+    line) is read once, and text after the tree ends it. What stays ambiguous (a connector in a column
+    no open list is in) is refused with its line number.
+    """
     lines = console.select(text, console.is_lspci_tree)
     p = _TreeParser(source)
     started = False
+    indent = 0
+    prev: str | None = None
     for no, raw in lines:
-        line = raw.rstrip()
-        stripped = line.lstrip(" |")
+        line = raw.expandtabs().rstrip()
         if not started:
-            if not line.startswith("-"):
+            body = line.lstrip(" ")
+            if not (line.startswith("-") or _OPENING.match(body)):
                 continue  # prompt echo, headings before the tree
-            started = True
-        elif not line.strip() or not line.startswith((" ", "|", "-", "+", "\\")) or not stripped.startswith(
-                ("+-", "\\-", "-")):
-            if line.strip():
-                started = False  # the tree ended; another may follow (several captures in one file)
+            started, indent, prev = True, len(line) - len(body), None
+        elif indent and line.strip() and line[:indent].strip():
+            started = False  # less indented than the tree: the tree ended (columns stay the file's)
             continue
+        if started and prev is not None:
+            stripped = line.lstrip(" |")
+            if not line.strip() or not line.startswith((" ", "|", "-", "+", "\\")) or not stripped.startswith(
+                    ("+-", "\\-", "-")):
+                if line.strip():
+                    started = False  # the tree ended; another may follow (several captures in one file)
+                continue
+            if line == prev:
+                continue  # the same line pasted twice in a row (lspci never prints one twice)
         p.line(no, line)
+        prev = line
     if not p.funcs:
         raise MomentError("no `lspci -tv` tree found", source=source,
                           hint="the tree starts with a line like '-[0000:00]-+-00.0 ...' or '-+-[0000:00]-+-...'")

@@ -26,6 +26,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from moment.errors import MomentError
+from moment.topology import pci_ids
 from moment.topology.model import Kind, Topology
 from moment.topology.readers import _xml_cpu as cpus
 from moment.topology.readers import _xml_pci as pcidb
@@ -138,6 +139,8 @@ class _Reader:
 
     def fill_fields(self, d: DraftDev, el: ET.Element, cls, vendor, device, gpu_el, nic_el) -> None:
         doc = self.doc
+        d.fields.update(pci_ids=pci_ids.ids_text(vendor, device),
+                        pci_class=pci_ids.class_text(cls >> 8 if cls is not None else None))
         if d.kind == Kind.switch:
             d.fields["model"] = pcidb.model_name(pcidb.SWITCH_MODELS, vendor, device, "switch")
             if cls is None:

@@ -11,7 +11,8 @@ boards): the pairs share each GPU's N links rather than owning N links each, so 
 
 On its own (`topology_from_matrix`) the matrix gives a coarse machine: sockets from NUMA affinity,
 one root complex per group of devices joined by PHB/PXB/PIX (same host bridge), a switch per group
-joined by PXB/PIX, every GPU and NIC card (ports joined by PIX) in its own slot. Links are assumed
+joined by PXB/PIX, every GPU and every listed NIC in its own slot (NICs PIX to each other are
+kept apart; that they are probably ports of one card is said in their labels and a warning). Links are assumed
 PCIe 4.0 x16 (the matrix has no widths), which the returned warnings say.
 """
 
@@ -214,8 +215,9 @@ def topology_from_matrix(matrix: TopoMatrix, *, name: str = "nvidia-smi", source
     """A coarse Topology from the matrix alone (see the module docstring for the rules)."""
     rel = matrix.relation
     near = {"PIX", "PXB", "PSB"}
-    cards = _groups(matrix.nics, lambda a, b: rel(a, b) == "PIX")
-    units = [[g] for g in matrix.gpus] + cards  # a unit goes in one slot
+    # one node per listed NIC; NICs PIX to each other are probably ports of one card: said, not merged
+    cards = {n: c for c in _groups(matrix.nics, lambda a, b: rel(a, b) == "PIX") if len(c) > 1 for n in c}
+    units = [[g] for g in matrix.gpus] + [[n] for n in matrix.nics]  # a unit goes in one slot
 
     def unit_rel(u: list[str], v: list[str]) -> str:
         return min((rel(a, b) for a in u for b in v), key=lambda r: _RANK.get(r, 3) if not r.startswith("NV") else 5)
@@ -258,12 +260,18 @@ def topology_from_matrix(matrix: TopoMatrix, *, name: str = "nvidia-smi", source
                     nodes.append({"id": f"gpu{u[0][3:]}", "kind": "gpu", "parent": slot, "link": link,
                                   "label": u[0]})
                 else:
-                    ports = [matrix.nic_names.get(p, p) for p in u]
+                    label = f"{u[0]} ({matrix.nic_names[u[0]]})" if u[0] in matrix.nic_names else u[0]
+                    if u[0] in cards:
+                        others = ", ".join(n for n in cards[u[0]] if n != u[0])
+                        label += f"; PIX to {others}: probably ports of one card (inferred, kept apart)"
                     nodes.append({"id": f"nic{counters['nic']}", "kind": "nic", "parent": slot, "link": link,
-                                  "label": ", ".join(ports)})
+                                  "label": label})
                     counters["nic"] += 1
     if warnings is not None:
-        warnings.append(f"nvidia-smi alone: PCIe links assumed PCIe {DEFAULT_GEN}.0 x16; one slot per GPU/NIC card")
+        warnings.append(f"nvidia-smi alone: PCIe links assumed PCIe {DEFAULT_GEN}.0 x16; one slot per GPU and per NIC")
+        for c in sorted({tuple(c) for c in cards.values()}):
+            warnings.append(f"nvidia-smi: {', '.join(c)} are PIX to each other: probably ports of one card; "
+                            "kept as separate NIC nodes under one PCIe switch node")
     try:
         topo = Topology.model_validate({"name": name, "source": source, "nodes": nodes})
     except ValidationError as e:

@@ -23,11 +23,15 @@ sources agree. The rules, in order:
   says it implements no slot (`Slot-`): lspci cannot tell an empty slot from an unwired port, so
   review empty slots (dmidecode names real ones). Endpoints on a root bus (integrated devices, VM
   pass-through) and several cards on one bus hang directly under their parent, not in slots.
-* **Devices.** GPU: NVIDIA/AMD display or 3D or processing-accelerator class (a BMC's ASPEED/Matrox
-  VGA is `other`). SSD: class 0108 (NVMe). NIC: network classes 02xx. NVSwitch: NVIDIA class 0680.
-  Kept as `other`: other display, RAID/SATA/SAS/Fibre Channel controllers. Everything else
-  (chipset, CPU-internal functions, audio functions of a GPU card) is dropped. Without a class
-  (`lspci -tv`) the device name decides, by the same rules. Ids `gpuN`/`ssdN`/`nicN` follow bus order.
+* **Devices.** Ids and class first (`moment.topology.pci_ids`): GPU = display or accelerator class
+  from NVIDIA/AMD/an Intel discrete part, not BMC video (ASPEED/Matrox/ES1000 are `other`); SSD =
+  class 0108 (NVMe); NIC = 02xx; NVSwitch = NVIDIA 0680; storage controllers and unknown classes are
+  `other`; platform infrastructure (bridges, system peripherals, USB, SMBus, audio, signal processing)
+  is dropped. Names refine (a GPU vendor's audio/USB function is not a GPU). Without a class
+  (`lspci -tv`) the name decides by the same rules (a Mellanox chip name such as MT28841 is a NIC),
+  and an endpoint no rule names is `other` unless its name or vendor (AMD CPU, Intel, ASMedia) says
+  chipset. Nodes carry `pci_ids`/`pci_class` when the source gave them. Ids `gpuN`/`ssdN`/`nicN`
+  follow bus order.
 * **Links.** A node's uplink gen is the lowest link-capability speed of the two ends (an idle GPU
   reports 2.5 GT/s in LnkSta, so the status speed would mislead), its width the negotiated width
   (LnkSta) of the device, else the capability width. A slot's link is its port's capability.
@@ -45,6 +49,7 @@ from pydantic import ValidationError
 
 from moment.errors import MomentError, validation_message
 from moment.topology import bandwidth as bw
+from moment.topology import pci_ids
 from moment.topology.devices import CATALOG
 from moment.topology.model import Kind, Link, PeerLink, Topology
 
@@ -64,7 +69,7 @@ CLASS_NAMES: dict[str, int] = {
 
 _VENDOR_NAMES = {
     "nvidia": 0x10DE, "[amd/ati]": 0x1002, "ati technologies": 0x1002, "advanced micro devices": 0x1022,
-    "aspeed": 0x1A03, "matrox": 0x102B, "mellanox": 0x15B3, "intel corporation": 0x8086,
+    "asmedia": 0x1B21, "aspeed": 0x1A03, "matrox": 0x102B, "mellanox": 0x15B3, "intel corporation": 0x8086,
 }
 _GPU_VENDORS = (0x10DE, 0x1002)
 _NOT_A_GPU = re.compile(r"audio|usb|ucsi|serial|bridge|nvswitch|es1000|rage|hdmi", re.IGNORECASE)
@@ -147,46 +152,69 @@ def key_str(key: Key) -> str:
 
 # ---- classification ----------------------------------------------------------------------------------
 def classify(f: PciFunction) -> Kind | None:
-    """What the planner should call this endpoint function; None = not worth a node."""
+    """What the planner should call this endpoint function; None = not worth a node.
+
+    Ids and class first (`pci_ids.kind_from_ids`), refined by the name (a GPU vendor's audio, USB or
+    BMC video function is not a GPU). Without a class (`lspci -tv`) the name decides; an endpoint
+    the name does not place is `other` unless it is platform infrastructure (see `_classify_by_name`).
+    """
     if "virtual function" in f.name.lower():
         return None  # SR-IOV VFs belong to their physical function's card
     code, vendor = f.code(), f.vendor()
     if code is not None:
-        base = code >> 8
-        if code == 0x0108:
-            return Kind.ssd
-        if base == 0x03 or code == 0x1200:
-            if vendor in _GPU_VENDORS and not _NOT_A_GPU.search(f.name):
-                return Kind.gpu
-            return Kind.other if base == 0x03 else None
-        if base == 0x02:
-            return Kind.nic
-        if code == 0x0680 and vendor == 0x10DE:
-            return Kind.nvswitch
-        if code in (0x0104, 0x0106, 0x0107, 0x0c04):
+        kind = pci_ids.kind_from_ids(vendor, f.device_id, code)
+        if kind == Kind.switch:
+            return None  # a bridge class on a function with no bus below it
+        if kind == Kind.gpu and _NOT_A_GPU.search(f.name):
             return Kind.other
-        return None
-    return _classify_by_name(f.name, vendor)
+        return kind
+    return _classify_by_name(f.name, vendor, f.device_id, behind_port=f.parent is not None)
 
 
-def _classify_by_name(name: str, vendor: int | None) -> Kind | None:
+#: Names of platform infrastructure: chipset and CPU-internal functions, a GPU card's audio/USB functions.
+_INFRA = re.compile(
+    r"audio|\busb\b|usb ?[234]|xhci|ehci|ohci|smbus|\blpc\b|\bisa\b|host bridge|pci bridge|dummy|iommu|"
+    r"\bpsp\b|\bccp\b|crypt|\bdma\b|ptdma|\bi2c\b|serial io|\buart\b|serial (port|controller)|thermal|"
+    r"watchdog|performance counter|registers|\bsram\b|management engine|\bheci\b|\bmei\b|sdxi|\bras\b|"
+    r"power management|\bspi\b|gpio|reserved spp|data fabric|root complex|root port|\bntb\b|"
+    r"non-transparent|communication controller|signal processing|system peripheral|\bpmc\b|\bucsi\b|"
+    r"memory balloon|\brng\b|virtio (1\.0 )?(socket|console)",
+    re.IGNORECASE)
+#: CPU and chipset vendors: an endpoint of theirs that no rule names is a platform function.
+_PLATFORM_VENDORS = (pci_ids.AMD_CPU, pci_ids.INTEL, pci_ids.ASMEDIA)
+#: Mellanox/NVIDIA networking chip names (MT27800 ConnectX-5, MT28841, MT2910 ConnectX-7, ...).
+_MELLANOX_CHIP = re.compile(r"\bMT2[5-9]\d{2,3}\b")
+
+
+def _classify_by_name(name: str, vendor: int | None, device: int | None = None, *,
+                      behind_port: bool = True) -> Kind | None:
     low = name.lower()
     if "raid" in low or re.search(r"\bsata\b|\bsas\b|serial attached|fibre channel|\bahci\b", low):
         return Kind.other
     if re.search(r"nvme|non-volatile|\bssd\b", low):
         return Kind.ssd
-    if "nvswitch" in low and vendor == 0x10DE:
+    if "nvswitch" in low and vendor == pci_ids.NVIDIA:
         return Kind.nvswitch
     if re.search(r"ethernet|connectx|infiniband|network|omni-path|elastic fabric|bluefield|\bnic\b", low):
         return Kind.nic
-    if vendor in _GPU_VENDORS and vendor is not None:
-        if _NOT_A_GPU.search(low):
-            return None
-        if vendor == 0x10DE or "[amd/ati]" in low or "radeon" in low or "instinct" in low:
-            return Kind.gpu
+    if _INFRA.search(low) or (vendor == pci_ids.NVIDIA and _NOT_A_GPU.search(low)):
+        return None
+    if vendor == pci_ids.MELLANOX or _MELLANOX_CHIP.search(name):
+        return Kind.nic
+    if vendor in pci_ids.GPU_VENDORS and vendor is not None and not _NOT_A_GPU.search(low):
+        if vendor == pci_ids.INTEL:
+            if pci_ids.intel_discrete(device) or re.search(r"\barc\b|data center gpu|dg[12]\b", low):
+                return Kind.gpu
+        elif vendor == pci_ids.NVIDIA or "[amd/ati]" in low or "radeon" in low or "instinct" in low:
+            if not pci_ids.bmc_video(vendor, device):
+                return Kind.gpu
     if re.search(r"aspeed|matrox|graphics|\bvga\b", low):
         return Kind.other
-    return None
+    if vendor in _PLATFORM_VENDORS or (vendor in pci_ids.GPU_VENDORS and _NOT_A_GPU.search(low)):
+        return None
+    if not name.strip() and not behind_port:
+        return None  # `lspci -t` without names: a root-bus function is the platform's
+    return Kind.other  # an endpoint no rule names (an FPGA, a card shown by its chip name): keep it
 
 
 _PRIORITY = {Kind.gpu: 0, Kind.nvswitch: 1, Kind.ssd: 2, Kind.nic: 3, Kind.other: 4}
@@ -301,7 +329,9 @@ def _bus_label(f: PciFunction) -> str:
 def _device_node(ctx: _Ctx, kind: Kind, card: list[PciFunction], parent: str, link: Link | None) -> dict:
     primary = next((f for f in card if classify(f) == kind), card[0])
     label = primary.display_name()
-    node: dict = {"kind": kind.value, "parent": parent, "pci": primary.bdf, "label": label or None}
+    node: dict = {"kind": kind.value, "parent": parent, "pci": primary.bdf, "label": label or None,
+                  "pci_ids": pci_ids.ids_text(primary.vendor_id, primary.device_id),
+                  "pci_class": pci_ids.class_text(primary.code())}
     if primary.numa is not None and primary.numa >= 0:
         node["numa"] = primary.numa
     if kind in (Kind.gpu, Kind.ssd, Kind.nic):
