@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from moment.cli import app, console
-from moment.errors import MomentError, validation_message
+from moment.errors import MomentError
 
 _CAL_HELP = "calibration file from `moment calibrate --out` (link efficiencies, SSD read scale, overhead)"
 
@@ -183,7 +183,7 @@ def simulate_cmd(
         except OSError as e:
             raise MomentError(f"cannot read the plan: {e.strerror}", source=str(plan_file)) from None
         except ValidationError as e:
-            raise MomentError(f"not a plan (output of `moment plan --json`): {validation_message(e)}",
+            raise MomentError(f"not a plan (output of `moment plan --json`): {e.errors()[0]['msg']}",
                               source=str(plan_file)) from None
         topo, cal = load_topology(profile or plan.machine, calibration)
         rep = replay_placement(strip(topo)[0], plan.placement, plan.workload, steps=steps, seed=seed, uniform=uniform)

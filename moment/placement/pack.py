@@ -28,7 +28,7 @@ import numpy as np
 from pydantic import BaseModel, ValidationError
 
 from moment.outputs import fsync_dir, sha256_file
-from moment.errors import MomentError, validation_message
+from moment.errors import MomentError
 from moment.locking import locked
 from moment.workload.graph import GraphDataset
 
@@ -86,10 +86,7 @@ def load_pack(layout: str | Path) -> PackManifest | None:
         return None
     try:
         m = PackManifest.model_validate_json(p.read_text())
-    except ValidationError as e:
-        raise MomentError(f"the pack manifest does not match the schema: {validation_message(e)}", source=str(p),
-                          hint="rewrite it with `moment data pack`") from None
-    except (OSError, ValueError) as e:
+    except (OSError, ValidationError, ValueError) as e:
         raise MomentError(f"the pack manifest is unreadable ({str(e).splitlines()[0]})", source=str(p),
                           hint="rewrite it with `moment data pack`") from None
     if m.format != FORMAT:

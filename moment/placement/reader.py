@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
-from moment.errors import MomentError, validation_message
+from moment.errors import MomentError
 from moment.outputs import sha256_file
 from moment.placement.manifest import FORMAT, MANIFEST, SCHEMA_VERSION, LayoutManifest, Progress, Shard
 
@@ -58,7 +58,7 @@ def load_manifest(path: str | Path) -> LayoutManifest:
     try:
         return LayoutManifest.model_validate(head)
     except ValidationError as e:
-        raise MomentError(f"manifest does not match the schema: {validation_message(e)}", source=str(mf)) from None
+        raise MomentError(f"manifest does not match the schema: {e.errors()[0]['msg']}", source=str(mf)) from None
 
 
 def check_dataset(layout: str | Path, m: LayoutManifest, dataset: GraphDataset) -> str | None:

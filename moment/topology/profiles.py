@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from moment.errors import MomentError, validation_message
+from moment.errors import MomentError
 from moment.outputs import atomic_write
 from moment.topology.model import Topology
 
@@ -33,8 +33,13 @@ def builtin_names() -> list[str]:
 
 def format_validation_error(err: ValidationError, source: str) -> MomentError:
     """Turn pydantic's error list into one readable message naming the field paths."""
-    text = validation_message(err, limit=8, sep="\n  ", skip=_DISCRIMINATOR_TAGS)
-    return MomentError("invalid topology:\n  " + text, source=source)
+    lines = []
+    for e in err.errors()[:8]:
+        loc = ".".join(str(p) for p in e["loc"] if not (isinstance(p, str) and p in _DISCRIMINATOR_TAGS))
+        msg = e["msg"].removeprefix("Value error, ")
+        lines.append(f"{loc}: {msg}" if loc else msg)
+    more = f"\n  (and {len(err.errors()) - 8} more)" if len(err.errors()) > 8 else ""
+    return MomentError("invalid topology:\n  " + "\n  ".join(lines) + more, source=source)
 
 
 _DISCRIMINATOR_TAGS = {"socket", "root_complex", "switch", "slot", "gpu", "ssd", "nic", "nvswitch", "other"}

@@ -34,7 +34,7 @@ from typing import Any, Self
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from moment.errors import MomentError, validation_message
+from moment.errors import MomentError
 from moment.locking import locked
 from moment.outputs import check_output, follow_umask, fsync_dir, reason, sha256_file, write_error, writing
 
@@ -385,7 +385,9 @@ class GraphDataset:
         try:
             manifest = DatasetManifest.model_validate(raw)
         except ValidationError as e:
-            raise MomentError(f"invalid manifest field {validation_message(e)}", source=str(mpath)) from None
+            first = e.errors()[0]
+            where = ".".join(str(x) for x in first["loc"])
+            raise MomentError(f"invalid manifest field {where}: {first['msg']}", source=str(mpath)) from None
         ds = cls(p, manifest)
         ds.check_files()
         if verify:
