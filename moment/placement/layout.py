@@ -2,7 +2,7 @@
 
 A layout is the directory LAYOUT:
 
-    LAYOUT/manifest.json        versioned; written last (see manifest.LayoutManifest)
+    LAYOUT/manifest.json        versioned; written last (see manifest.Manifest)
     LAYOUT/index.npy            int64 (num_nodes, 2): bin index, row slot in that bin's shard
     LAYOUT/order.npy            node ids, hottest first (what a static CPU cache keeps)
     LAYOUT/lists/<bin>.nodes.npy  GPU/CPU cache bins: node ids in slot order
@@ -61,7 +61,7 @@ from moment.placement.manifest import (
     ChunkHasher,
     DatasetRef,
     FileSum,
-    LayoutManifest,
+    Manifest,
     PlanRef,
     Progress,
     Shard,
@@ -162,7 +162,7 @@ def _remove(paths: list[Path]) -> None:
 def _referenced_dirs(layout: Path) -> set[Path]:
     """Shard directories outside `layout` that the manifest in it points to (none without one)."""
     try:
-        m = LayoutManifest.model_validate_json((layout / MANIFEST).read_text())
+        m = Manifest.model_validate_json((layout / MANIFEST).read_text())
     except (OSError, ValueError):
         return set()
     return {Path(s.path).parent for s in m.shards if Path(s.path).is_absolute()}
@@ -463,7 +463,7 @@ def _write(out, partial, ext_name, mounts, feats, rows_u8, features_path, a, fmt
 
     odt = np.int32 if n < 2**31 else np.int64
     order_sum = _save_npy(partial / ORDER, a.order.astype(odt), ORDER)
-    manifest = LayoutManifest(
+    manifest = Manifest(
         created_by=f"moment {moment.__version__}",
         plan=plan or PlanRef(policy=a.policy, pool=a.pool),
         dataset=DatasetRef(features_path=str(Path(features_path).absolute()), sha256=dataset_checksum,
@@ -547,7 +547,7 @@ def remove_layout(path: str | Path) -> RemoveReport:
     return RemoveReport(layout=str(given), removed_dirs=[str(given), *map(str, ext)], files=len(files), bytes=size)
 
 
-def _owned_files(out: Path, m: LayoutManifest) -> tuple[list[Path], dict[Path, set[str]]]:
+def _owned_files(out: Path, m: Manifest) -> tuple[list[Path], dict[Path, set[str]]]:
     """Every file to delete (existing ones) and the shard directories on mounts with their file names;
     raises MomentError for anything the layout does not own."""
     inside = {MANIFEST, m.index.path, *(f.path for f in m.cache_lists.values())}

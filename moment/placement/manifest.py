@@ -97,7 +97,7 @@ class DatasetRef(BaseModel):
     dtype: str
 
 
-class LayoutManifest(BaseModel):
+class Manifest(BaseModel):
     format: Literal["moment-layout"] = FORMAT
     schema_version: int = SCHEMA_VERSION
     created_by: str

@@ -62,7 +62,7 @@ class FileRecord(BaseModel):
     sha256: str
 
 
-class DatasetManifest(BaseModel):
+class Manifest(BaseModel):
     """The contract of a dataset directory; a directory without one is not a dataset."""
 
     model_config = ConfigDict(extra="forbid")
@@ -263,7 +263,7 @@ class GraphWriter:
         if missing:
             raise ValueError(f"arrays not written: {missing}")
         r = self.records
-        manifest = DatasetManifest(
+        manifest = Manifest(
             name=self.name,
             num_nodes=r["indptr"].shape[0] - 1,
             num_edges=r["indices"].shape[0],
@@ -358,7 +358,7 @@ class GraphDataset:
     """
 
     path: Path
-    manifest: DatasetManifest
+    manifest: Manifest
 
     @classmethod
     def open(cls, path: str | Path, verify: bool = False) -> GraphDataset:
@@ -383,7 +383,7 @@ class GraphDataset:
                 source=str(mpath),
             )
         try:
-            manifest = DatasetManifest.model_validate(raw)
+            manifest = Manifest.model_validate(raw)
         except ValidationError as e:
             first = e.errors()[0]
             where = ".".join(str(x) for x in first["loc"])
