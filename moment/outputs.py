@@ -13,10 +13,9 @@ This module sits beside `moment.errors` at the bottom of the package: everything
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -149,30 +148,3 @@ def atomic_write(path: str | Path, data: str | bytes, what: str | None = None) -
         if isinstance(e, OSError):
             raise write_error(e, path, what) from None
         raise
-
-
-def fsync_dir(path: str | Path) -> None:
-    """Make a rename or a new entry in directory `path` durable (best effort where directories have no fd)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms without directory fds
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(fd)
-
-
-def sha256_file(path: str | Path, progress: Callable[[int, int], None] | None = None, done: int = 0, total: int = 0,
-                block: int = 8 << 20) -> str:
-    """The file's sha256, read in `block`-byte pieces; `progress(done, total)` after each piece."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while b := f.read(block):
-            h.update(b)
-            done += len(b)
-            if progress:
-                progress(done, total)
-    return h.hexdigest()

@@ -10,8 +10,7 @@ import pytest
 
 from moment.errors import MomentError
 from moment.workload import graph as G
-from moment.outputs import sha256_file
-from moment.workload.graph import GraphDataset, GraphWriter, write_graph
+from moment.workload.graph import GraphDataset, GraphWriter, sha256_file, write_graph
 
 
 def tiny(n: int = 6, d: int = 4) -> dict[str, np.ndarray]:

@@ -47,9 +47,10 @@ from pydantic import BaseModel, Field
 
 import moment
 from moment import testpoints
+from moment.atomic import fsync_dir
 from moment.errors import MomentError
 from moment.locking import locked
-from moment.outputs import fsync_dir, sha256_file, write_error
+from moment.outputs import write_error
 from moment.placement.pack import pack_files
 from moment.placement.assignment import Assignment
 from moment.placement.manifest import (
@@ -66,6 +67,7 @@ from moment.placement.manifest import (
     Progress,
     Shard,
     row_format,
+    sha256_file,
 )
 
 

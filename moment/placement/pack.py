@@ -27,10 +27,10 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
-from moment.outputs import fsync_dir, sha256_file
+from moment.atomic import fsync_dir
 from moment.errors import MomentError
 from moment.locking import locked
-from moment.workload.graph import GraphDataset
+from moment.workload.graph import GraphDataset, sha256_file
 
 PACK_DIR = "pack"
 FORMAT = "moment-pack"

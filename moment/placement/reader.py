@@ -17,8 +17,7 @@ import numpy as np
 from pydantic import BaseModel, ValidationError
 
 from moment.errors import MomentError
-from moment.outputs import sha256_file
-from moment.placement.manifest import FORMAT, MANIFEST, SCHEMA_VERSION, Manifest, Progress, Shard
+from moment.placement.manifest import FORMAT, MANIFEST, SCHEMA_VERSION, Manifest, Progress, Shard, sha256_file
 
 if TYPE_CHECKING:
     from moment.workload.graph import GraphDataset

@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from moment.errors import MomentError
 from moment.locking import locked
-from moment.outputs import check_output, follow_umask, fsync_dir, reason, sha256_file, write_error, writing
+from moment.outputs import check_output, follow_umask, reason, write_error, writing
 
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
@@ -91,6 +91,18 @@ def label_dtype(num_classes: int) -> np.dtype:
 # --------------------------------------------------------------------------------------------- writing
 
 
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
 
 def _npy_header(dtype: np.dtype, shape: tuple[int, ...], reserve: int = 0) -> bytes:
     """A version-1 `.npy` header; `reserve` pads it to that many bytes so it can be rewritten in place."""
@@ -102,6 +114,16 @@ def _npy_header(dtype: np.dtype, shape: tuple[int, ...], reserve: int = 0) -> by
     body = body + b" " * (target - total) + b"\n"
     return b"\x93NUMPY\x01\x00" + len(body).to_bytes(2, "little") + body
 
+
+def sha256_file(path: Path, chunk: int = CHUNK_BYTES) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while True:
+            b = f.read(chunk)
+            if not b:
+                break
+            h.update(b)
+    return h.hexdigest()
 
 
 class NpyStreamWriter:
@@ -283,13 +305,13 @@ class GraphWriter:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp_manifest, self.tmp / MANIFEST)
-        fsync_dir(self.tmp)
+        _fsync_dir(self.tmp)
         old = None
         if self.out_dir.exists():
             old = self.out_dir.parent / f".{self.out_dir.name}.old-{os.getpid()}"
             os.replace(self.out_dir, old)
         os.replace(self.tmp, self.out_dir)
-        fsync_dir(self.out_dir.parent)
+        _fsync_dir(self.out_dir.parent)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
         self._done = True
