@@ -1,4 +1,4 @@
-"""Small helpers the command modules share: progress bars on stderr and fan-out parsing."""
+"""Small helpers the command modules share: a progress bar on stderr and fan-out parsing."""
 
 from __future__ import annotations
 
@@ -38,21 +38,3 @@ def parse_fanouts(text: str) -> list[int]:
     if not f or any(x <= 0 for x in f):
         raise MomentError(f"--fanouts must be positive integers like 25,10 (got {text!r})")
     return f
-
-
-@contextmanager
-def solving_bar(enabled: bool = True) -> Iterator[Any]:
-    """The planner's search as a bar of candidates solved; yields its progress(done, total) callback."""
-    if not enabled:
-        yield None
-        return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
-    with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=err_console, transient=True) as prog:
-        task = prog.add_task("solving candidates", total=None)
-
-        def cb(done: int, total: int) -> None:
-            prog.update(task, completed=done, total=total)
-
-        yield cb

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from moment.cli import app, console, err_console
-from moment.cli.common import parse_fanouts, progress_bar, solving_bar
+from moment.cli.data_cmds import _bar, _parse_fanouts
 from moment.errors import MomentError
 from moment.outputs import check_output
 
@@ -96,7 +96,7 @@ def place_cmd(
     if out.exists() and not overwrite:
         raise MomentError("layout already exists", source=str(out), hint="pass --overwrite to replace it")
     check_output(out, "--out", directory=True)
-    f = parse_fanouts(fanouts)
+    f = _parse_fanouts(fanouts)
     gpu_spec, cpu_spec = pl.parse_cache(gpu_cache, "--gpu-cache"), pl.parse_cache(cpu_cache, "--cpu-cache")
     if batch_size is None:
         from moment.runtime.config import TrainConfig
@@ -124,7 +124,9 @@ def place_cmd(
 
         t = time.perf_counter()
         if plan_in is None:  # the hardware placement `moment plan` recommends, re-evaluated for this workload
-            with solving_bar(not json_out) as cb:
+            from moment.cli.topology_cmds import _progress_bar
+
+            with _progress_bar(not json_out) as cb:
                 plan_in = pl.recommended_plan(topo, inv, progress=cb)
         plan = pl.replan(plan_in, topo, wl)
         timings["plan_s"] = time.perf_counter() - t
@@ -143,7 +145,7 @@ def place_cmd(
             "predicted_epoch_read_s": plan.predicted.epoch_read_s,
             "achieved_shares": dict(zip(bins.names, assignments[policy].achieved_shares().tolist()))}
         t = time.perf_counter()
-        with progress_bar(f"writing {policy} layout", enabled=not json_out) as progress:
+        with _bar(f"writing {policy} layout", enabled=not json_out) as progress:
             path = write_layout(
                 out, ds.file("features"), assignments[policy], overwrite=overwrite, progress=progress,
                 plan=PlanRef(machine=plan.machine, placement=plan.placement, policy=policy,
@@ -176,7 +178,7 @@ def _verify_dataset(ds, verify: bool, quiet: bool, timings: dict[str, float]) ->
                           highlight=False)
         return False
     t = time.perf_counter()
-    with progress_bar("verifying dataset", enabled=not quiet) as progress:
+    with _bar("verifying dataset", enabled=not quiet) as progress:
         ds.verify_checksums(progress=progress)
     timings["verify_s"] = time.perf_counter() - t
     return True
@@ -205,7 +207,7 @@ def _hotness(ds, hotness_dir, fanouts, batch_size, epochs, batches, seed, quiet,
             raise MomentError("this hotness was measured on another dataset", source=str(hotness_dir),
                               hint="pre-sample this dataset, or leave out --hotness")
     else:
-        with progress_bar("pre-sampling", enabled=not quiet) as progress:
+        with _bar("pre-sampling", enabled=not quiet) as progress:
             hot = presample(ds, fanouts, batch_size, epochs=epochs, num_batches=batches, seed=seed,
                             progress=progress)
     timings["presample_s"] = time.perf_counter() - t
@@ -308,7 +310,7 @@ def verify_cmd(
     """
     from moment.placement import verify_layout
 
-    with progress_bar("verifying", enabled=not json_out) as progress:
+    with _bar("verifying", enabled=not json_out) as progress:
         rep = verify_layout(layout, progress=progress)
     if json_out:
         _emit(rep.model_dump(mode="json"))
