@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from moment.cli import app, console, err_console
-from moment.errors import MomentError
+from moment.errors import MomentError, validation_lines
 
 _PROFILE_HELP = "built-in profile name (see `moment profiles`) or a YAML file describing the machine"
 _SET_HELP = ("what-if override PATH=VALUE on the profile, repeatable: `nodes.sw1.link.gen=5`, "
@@ -95,9 +95,8 @@ def _workload(feature_dim: int | None, bytes_per_gpu_gb: float | None, gpu_share
     try:
         return WorkloadSpec(**fields)
     except ValidationError as e:
-        msgs = "; ".join(f"{_WORKLOAD_OPTIONS.get('.'.join(map(str, x['loc'])), 'workload')}: {x['msg']}"
-                         for x in e.errors())
-        raise MomentError(f"workload options: {msgs}") from None
+        lines = validation_lines(e, relabel=lambda loc: [_WORKLOAD_OPTIONS.get(".".join(map(str, loc)), "workload")])
+        raise MomentError(f"workload options: {'; '.join(lines)}") from None
 
 
 _WORKLOAD_OPTIONS = {"feature_dim": "--feature-dim", "bytes_per_gpu_per_epoch": "--gb-per-gpu",

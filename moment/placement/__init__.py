@@ -14,12 +14,12 @@ from moment.placement.baselines import degree_placement, hash_placement
 from moment.placement.bins import Bin, BinSet
 from moment.placement.ddak import ddak, ddak_reference
 from moment.placement.layout import write_layout
-from moment.placement.manifest import Manifest, PlanRef, RowFormat, row_format
+from moment.placement.manifest import LayoutManifest, PlanRef, RowFormat, row_format
 from moment.placement.reader import LayoutReader, VerifyReport, open_layout, verify_layout
 from moment.placement.report import PlacementReport, PolicyReport, placement_report, policy_report
 
 __all__ = [
-    "Assignment", "Bin", "BinSet", "LayoutReader", "Manifest", "PlacementReport", "PlanRef", "PolicyReport",
+    "Assignment", "Bin", "BinSet", "LayoutReader", "LayoutManifest", "PlacementReport", "PlanRef", "PolicyReport",
     "RowFormat", "VerifyReport", "ddak", "ddak_reference", "degree_placement", "hash_placement",
     "open_layout", "placement_report", "policy_report", "row_format", "verify_layout", "write_layout",
 ]
