@@ -108,7 +108,7 @@ def _torchrun(args: list[str], nproc: int = 2, restarts: int = 0, env: dict | No
         cmd.append(f"--max-restarts={restarts}")
     e = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
     r = subprocess.run([*cmd, "-m", "moment.train", *args], cwd=REPO, env=e, capture_output=True, text=True,
-                       timeout=240, check=False)
+                       timeout=480, check=False)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
 
 
