@@ -6,6 +6,8 @@ and where (file, field, line).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
+
 
 class MomentError(Exception):
     """A problem with the user's input or environment, described for a person."""
@@ -17,3 +19,33 @@ class MomentError(Exception):
         if hint:
             text = f"{text}\n  hint: {hint}"
         super().__init__(text)
+
+
+def validation_lines(err, *, limit: int = 8, skip: Collection[str] = (),
+                     relabel: Callable[[list], list] | None = None) -> list[str]:
+    """A pydantic ValidationError's errors as 'field.path: message' lines (the first `limit`, then
+    '(and N more)'). `skip` drops location parts (discriminator tags); `relabel` may rewrite a location
+    (e.g. a list position into the id of the node at that position)."""
+    errors = err.errors()
+    lines = []
+    for e in errors[:limit]:
+        loc = [p for p in e["loc"] if not (isinstance(p, str) and p in skip)]
+        if relabel is not None:
+            loc = relabel(loc)
+        where = ".".join(str(p) for p in loc)
+        msg = e["msg"].removeprefix("Value error, ")
+        lines.append(f"{where}: {msg}" if where else msg)
+    if len(errors) > limit:
+        lines.append(f"(and {len(errors) - limit} more)")
+    return lines
+
+
+def validation_error(err, what: str, *, source: str | None = None, hint: str | None = None,
+                     limit: int = 8, skip: Collection[str] = (),
+                     relabel: Callable[[list], list] | None = None) -> MomentError:
+    """One MomentError for a pydantic ValidationError that keeps each error's field location, e.g.
+    'manifest.json: invalid manifest: files.features.sha256: Field required' (one error on the line,
+    several one per indented line)."""
+    lines = validation_lines(err, limit=limit, skip=skip, relabel=relabel)
+    body = f" {lines[0]}" if len(lines) == 1 else "\n  " + "\n  ".join(lines)
+    return MomentError(f"{what}:{body}", source=source, hint=hint)

@@ -1,5 +1,8 @@
 """Output paths: checked before any work starts, written atomically, with the modes the umask asks for.
 
+The package's base file helpers live here, once: `atomic_write`/`atomic_file` (every single-file
+writer), `fsync_dir` (directory swaps), `sha256_file`, `check_output`, `write_error`, `follow_umask`.
+
 Every command that writes (datasets, layouts, profiles, diagrams, metrics) checks its output path up
 front with `check_output`, so a read-only directory, a path under a regular file or a missing
 directory is one message naming the option, before minutes of sampling or solving. An OSError while
@@ -13,11 +16,13 @@ This module sits beside `moment.errors` at the bottom of the package: everything
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO, Any
 
 from moment.errors import MomentError
 
@@ -127,24 +132,60 @@ def follow_umask(path: str | Path, *, directory: bool = False) -> None:
     os.chmod(path, (0o777 if directory else 0o666) & ~current_umask())
 
 
-def atomic_write(path: str | Path, data: str | bytes, what: str | None = None) -> None:
-    """Write via a temporary file in the same directory, fsync, rename: never half-written. The file
-    gets the umask's mode. An OSError (full disk, read-only directory) leaves nothing behind and
-    becomes one message naming `what` (the option) and the path."""
+def fsync_dir(path: str | Path) -> None:
+    """Make a rename or a new entry in the directory `path` durable (a no-op where directories cannot
+    be opened)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def atomic_file(path: str | Path, *, text: bool = False, private: bool = False) -> Iterator[IO[Any]]:
+    """Open a temporary file in `path`'s directory for writing; when the block ends, fsync it, give it
+    the umask's mode (0600 with `private`), rename it over `path` and fsync the directory: `path` is
+    never half-written. On any failure the temporary file is removed and the exception passes on (wrap
+    in `writing(path, what)` for an OSError as one message naming the option and the path)."""
     path = Path(path)
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as f:
-            f.write(data)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "w" if text else "wb") as f:
+            yield f
             f.flush()
             os.fsync(f.fileno())
-        follow_umask(tmp)
+        if not private:
+            follow_umask(tmp)
         os.replace(tmp, path)
-    except BaseException as e:
+        tmp = None
+        fsync_dir(path.parent)
+    except BaseException:
         if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
-        if isinstance(e, OSError):
-            raise write_error(e, path, what) from None
         raise
+
+
+def atomic_write(path: str | Path, data: str | bytes, what: str | None = None) -> None:
+    """Write `data` to `path` through `atomic_file`: never half-written, the umask's mode, nothing left
+    behind on failure, an OSError (full disk, read-only directory) as one message naming `what`."""
+    with writing(path, what), atomic_file(path, text=isinstance(data, str)) as f:
+        f.write(data)
+
+
+def sha256_file(path: str | Path, progress: Callable[[int, int], Any] | None = None, done: int = 0,
+                total: int = 0, block: int = 8 << 20) -> str:
+    """The hex sha256 of a file, read `block` bytes at a time; `progress(done, total)` after each."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while b := f.read(block):
+            h.update(b)
+            done += len(b)
+            if progress:
+                progress(done, total)
+    return h.hexdigest()

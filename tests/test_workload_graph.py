@@ -10,7 +10,8 @@ import pytest
 
 from moment.errors import MomentError
 from moment.workload import graph as G
-from moment.workload.graph import GraphDataset, GraphWriter, sha256_file, write_graph
+from moment.outputs import sha256_file
+from moment.workload.graph import GraphDataset, GraphWriter, write_graph
 
 
 def tiny(n: int = 6, d: int = 4) -> dict[str, np.ndarray]:

@@ -1,4 +1,6 @@
-"""Small helpers the command modules share: a progress bar on stderr and fan-out parsing."""
+"""Small helpers the command modules share: progress bars on stderr and fan-out parsing.
+
+Command modules import these from here, never each other's private helpers."""
 
 from __future__ import annotations
 
@@ -28,6 +30,24 @@ def progress_bar(label: str, enabled: bool = True) -> Iterator[Any]:
             bar.update(task, completed=done, total=total)
 
         yield update
+
+
+@contextmanager
+def solver_bar(enabled: bool = True, label: str = "solving candidates") -> Iterator[Any]:
+    """A rich bar counting the planner's candidates (done of total); yields its progress(done, total) callback."""
+    if not enabled:
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err_console, transient=True) as prog:
+        task = prog.add_task(label, total=None)
+
+        def cb(done: int, total: int) -> None:
+            prog.update(task, completed=done, total=total)
+
+        yield cb
 
 
 def parse_fanouts(text: str) -> list[int]:

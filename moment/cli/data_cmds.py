@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from moment.cli import app, console, err_console
-from moment.errors import MomentError
+from moment.cli import app, console
+from moment.cli.common import parse_fanouts, progress_bar
 from moment.outputs import check_output
 
 data_app = typer.Typer(
@@ -25,26 +23,6 @@ import_app = typer.Typer(
 )
 data_app.add_typer(import_app, name="import")
 app.add_typer(data_app, name="data", help="Graph datasets: synth, import, info, presample.")
-
-
-@contextmanager
-def _bar(label: str, enabled: bool = True) -> Iterator[Any]:
-    """A rich progress bar on stderr (stdout stays clean for --json); yields a progress(done, total) callback."""
-    if not enabled:
-        yield None
-        return
-    from rich.progress import BarColumn, Progress, TaskProgressColumn, TimeElapsedColumn, TimeRemainingColumn
-
-    with Progress(
-        "[progress.description]{task.description}", BarColumn(), TaskProgressColumn(), TimeElapsedColumn(),
-        TimeRemainingColumn(), console=err_console, transient=True,
-    ) as bar:
-        task = bar.add_task(label, total=None)
-
-        def update(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
-
-        yield update
 
 
 def _fmt_bytes(b: float) -> str:
@@ -95,7 +73,7 @@ def synth_cmd(
 
     check_output(out, "--out", directory=True)
     t0 = time.perf_counter()
-    with _bar("generating", enabled=not json_out) as progress:
+    with progress_bar("generating", enabled=not json_out) as progress:
         ds = synthesize(
             out, nodes, feature_dim=feature_dim, avg_degree=avg_degree, num_classes=classes, seed=seed,
             dtype=dtype, homophily=homophily, power_law=power_law, train_fraction=train_fraction,
@@ -130,7 +108,7 @@ def import_ogb_cmd(
 
     check_output(out, "--out", directory=True)
 
-    with _bar("importing", enabled=not json_out) as progress:
+    with progress_bar("importing", enabled=not json_out) as progress:
         ds = import_ogb(src, out, split_name=split, undirected=undirected, overwrite=overwrite, progress=progress)
     _done(ds, json_out)
 
@@ -151,7 +129,7 @@ def import_igb_cmd(
 
     check_output(out, "--out", directory=True)
 
-    with _bar("importing", enabled=not json_out) as progress:
+    with progress_bar("importing", enabled=not json_out) as progress:
         ds = import_igb(src, out, classes=classes, undirected=not directed, overwrite=overwrite, progress=progress)
     _done(ds, json_out)
 
@@ -174,7 +152,7 @@ def import_edgelist_cmd(
 
     check_output(out, "--out", directory=True)
 
-    with _bar("importing", enabled=not json_out) as progress:
+    with progress_bar("importing", enabled=not json_out) as progress:
         ds = import_edgelist(
             edges, out, features=features, labels=labels, num_nodes=num_nodes, feature_dim=feature_dim,
             undirected=undirected, seed=seed, overwrite=overwrite, progress=progress,
@@ -199,16 +177,6 @@ def info_cmd(
         _print_summary(s, "dataset" + (" (verified)" if verify else ""))
 
 
-def _parse_fanouts(text: str) -> list[int]:
-    try:
-        f = [int(x) for x in text.replace(" ", "").split(",") if x]
-    except ValueError:
-        raise MomentError(f"--fanouts must be comma-separated integers like 25,10 (got {text!r})") from None
-    if not f or any(x <= 0 for x in f):
-        raise MomentError(f"--fanouts must be positive integers like 25,10 (got {text!r})")
-    return f
-
-
 @data_app.command("presample")
 def presample_cmd(
     path: Annotated[Path, typer.Argument(help="dataset directory")],
@@ -226,10 +194,10 @@ def presample_cmd(
     from moment.workload.graph import GraphDataset
     from moment.workload.hotness import presample
 
-    f = _parse_fanouts(fanouts)
+    f = parse_fanouts(fanouts)
     ds = GraphDataset.open(path)
     check_output(out, "--out", directory=True)
-    with _bar("pre-sampling", enabled=not json_out) as progress:
+    with progress_bar("pre-sampling", enabled=not json_out) as progress:
         hot = presample(ds, f, batch_size, epochs=epochs, num_batches=num_batches, seed=seed, progress=progress)
     hot.save(out)
     s = hot.summary() | {"out": str(out)}

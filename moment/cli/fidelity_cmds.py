@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from moment.cli import app, console
-from moment.errors import MomentError
+from moment.errors import MomentError, validation_error
 
 _CAL_HELP = "calibration file from `moment calibrate --out` (link efficiencies, SSD read scale, overhead)"
 
@@ -183,8 +183,8 @@ def simulate_cmd(
         except OSError as e:
             raise MomentError(f"cannot read the plan: {e.strerror}", source=str(plan_file)) from None
         except ValidationError as e:
-            raise MomentError(f"not a plan (output of `moment plan --json`): {e.errors()[0]['msg']}",
-                              source=str(plan_file)) from None
+            raise validation_error(e, "not a plan (output of `moment plan --json`)",
+                                   source=str(plan_file)) from None
         topo, cal = load_topology(profile or plan.machine, calibration)
         rep = replay_placement(strip(topo)[0], plan.placement, plan.workload, steps=steps, seed=seed, uniform=uniform)
     else:
@@ -247,7 +247,8 @@ def calibrate_cmd(
     """
     from moment.cli.topology_cmds import parse_inventory
     from moment.planner.calibration import PARAMS, calibrate, dump_calibration, load_measurements
-    from moment.topology.profiles import atomic_write, load_profile
+    from moment.outputs import atomic_write
+    from moment.topology.profiles import load_profile
 
     mf = load_measurements(measured)
     machine = profile or mf.machine
@@ -308,7 +309,8 @@ def probe_cmd(
 
     from moment.io.probe import probe_cuda, probe_memory, probe_ssd
     from moment.placement.planning import parse_ssd_paths
-    from moment.topology.profiles import atomic_write, dump_yaml, load_profile
+    from moment.outputs import atomic_write
+    from moment.topology.profiles import dump_yaml, load_profile
 
     targets = parse_ssd_paths(ssd_paths) if ssd_paths else {"ssd0": "."}
     if size_mib < 16:

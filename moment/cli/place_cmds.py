@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from moment.cli import app, console, err_console
-from moment.cli.data_cmds import _bar, _parse_fanouts
-from moment.errors import MomentError
-from moment.outputs import check_output
+from moment.cli.common import parse_fanouts, progress_bar, solver_bar
 
 layout_app = typer.Typer(help="Inspect and check written layouts (the output of `moment place`).",
                          no_args_is_help=True)
@@ -75,170 +72,33 @@ def place_cmd(
     Example: moment place --dataset ds --profile paper-machine-b --gpus 4 --ssds 8 --plan plan.json --out L
     """
     from moment.cli.topology_cmds import parse_inventory, resolve_gpus
-    from moment.placement import planning as pl
+    from moment.placement.api import check_choices, place
     from moment.topology.profiles import load_profile
-    from moment.workload.graph import GraphDataset
 
-    # -- every check that needs no work comes first: nothing is sampled or written for bad input
-    if policy not in pl.POLICIES:
-        raise MomentError(f"--policy {policy!r}: choose one of {', '.join(pl.POLICIES)}")
-    if pool is not None and pool < 1:
-        raise MomentError(f"--pool must be >= 1 (got {pool})")
+    check_choices(policy, pool)  # before any work, as every other check that needs none
     topo = load_profile(profile)
-    gpus = resolve_gpus(topo, gpus)
-    inv = parse_inventory(None, gpus, ssds, gpu_model, ssd_model)
-    ds = GraphDataset.open(dataset)
-    plan_in = pl.load_plan(str(plan_file), topo, inv) if plan_file is not None else None
-    paths = pl.parse_ssd_paths(ssd_path or [])
-    for name, p in paths.items():
-        if not Path(p).is_dir():
-            raise MomentError(f"--ssd-path {name}: not an existing directory", source=p)
-    if out.exists() and not overwrite:
-        raise MomentError("layout already exists", source=str(out), hint="pass --overwrite to replace it")
-    check_output(out, "--out", directory=True)
-    f = _parse_fanouts(fanouts)
-    gpu_spec, cpu_spec = pl.parse_cache(gpu_cache, "--gpu-cache"), pl.parse_cache(cpu_cache, "--cpu-cache")
-    if batch_size is None:
-        from moment.runtime.config import TrainConfig
-
-        batch_size = TrainConfig().resolved_batch_size(len(ds.train_idx), max(pl.device_counts(topo, inv)[0], 1))
-
-    from moment.locking import locked
-
-    # the lock on --out is held from here to the end: a second `moment place` on it is refused at once
-    with locked(out, "layout"):
-        if out.exists() and not overwrite:
-            raise MomentError("layout already exists", source=str(out), hint="pass --overwrite to replace it")
-        timings: dict[str, float] = {}
-        verified = _verify_dataset(ds, verify, json_out, timings)
-        hot = _hotness(ds, hotness_dir, f, batch_size, epochs, batches, seed, json_out, timings)
-
-        from moment.placement.assignment import hotness_order
-        from moment.placement.manifest import row_format
-
-        order = hotness_order(hot.feature_reads)
-        gpu_gib, cpu_gib = pl.default_cache_gib(topo, inv)
-        cache = pl.CacheRows(gpu=pl.cache_rows(gpu_spec, gpu_gib, ds), cpu=pl.cache_rows(cpu_spec, cpu_gib, ds))
-        n_gpus, n_sockets = pl.device_counts(topo, inv)
-        wl = pl.workload_from_hotness(ds, hot, cache.gpu, cache.cpu, n_gpus, n_sockets, f, batch_size, order=order)
-
-        t = time.perf_counter()
-        if plan_in is None:  # the hardware placement `moment plan` recommends, re-evaluated for this workload
-            from moment.cli.topology_cmds import _progress_bar
-
-            with _progress_bar(not json_out) as cb:
-                plan_in = pl.recommended_plan(topo, inv, progress=cb)
-        plan = pl.replan(plan_in, topo, wl)
-        timings["plan_s"] = time.perf_counter() - t
-
-        fmt = row_format(ds.row_bytes)
-        bins = pl.bins_from_plan(plan, topo, cache=cache, row_bytes=ds.row_bytes, ssd_stride=fmt.stride,
-                                 ssd_paths=paths)
-        assignments, errors, seconds = pl.run_policies(hot.feature_reads, bins, pool=pool, order=order, required=policy)
-        timings |= {f"{k}_s": v for k, v in seconds.items()}
-
-        from moment.placement import PlanRef, policy_report, write_layout
-        from moment.placement.reader import load_manifest
-
-        summary = _summary(ds, hot, wl, plan, plan_file, cache, timings)
-        extra = {k: summary[k] for k in ("workload", "cache", "skew", "presample", "hardware")} | {
-            "predicted_epoch_read_s": plan.predicted.epoch_read_s,
-            "achieved_shares": dict(zip(bins.names, assignments[policy].achieved_shares().tolist()))}
-        t = time.perf_counter()
-        with _bar(f"writing {policy} layout", enabled=not json_out) as progress:
-            path = write_layout(
-                out, ds.file("features"), assignments[policy], overwrite=overwrite, progress=progress,
-                plan=PlanRef(machine=plan.machine, placement=plan.placement, policy=policy,
-                             pool=assignments[policy].pool if policy == "ddak" else None),
-                dataset_checksum=ds.manifest.files["features"].sha256, dataset_id=ds.dataset_id,
-                manifest_extra=extra,
-            )
-        timings["write_s"] = time.perf_counter() - t
-
-        # bytes on the media: the stride the writer chose (its alignment follows the devices)
-        stride = load_manifest(path).row.stride
-        gpu_sockets = [b.socket for b in bins if b.kind == "gpu"]
-        reports = {k: policy_report(a, row_stride=stride, cache_row_bytes=ds.row_bytes, gpu_sockets=gpu_sockets,
-                                    seconds=seconds[k]) for k, a in assignments.items()}
-        summary["notes"] = pl.cache_notes(wl, cache, hot.feature_reads, order, n_gpus, n_sockets)
-        result = {"layout": str(path), "policy": policy, "dataset_verified": verified, **summary,
-                  "policies": {k: r.model_dump(mode="json") for k, r in reports.items()}
-                  | {k: {"policy": k, "error": e, "bins": []} for k, e in errors.items()},
-                  "policy_note": _ddak_note(hot.feature_reads, bins, order, assignments, reports)}
+    inv = parse_inventory(None, resolve_gpus(topo, gpus), ssds, gpu_model, ssd_model)
+    res = place(dataset, out, topo, inv, plan=plan_file, hotness=hotness_dir, epochs=epochs, batches=batches,
+                fanouts=parse_fanouts(fanouts), batch_size=batch_size, gpu_cache=gpu_cache, cpu_cache=cpu_cache,
+                ssd_paths=ssd_path or [], pool=pool, policy=policy, overwrite=overwrite, verify=verify, seed=seed,
+                stage=_stage_bars(not json_out), notice=_notice)
     if json_out:
-        _emit(result)
+        _emit(res.model_dump())
         return
-    _render_place(result, report)
+    _render_place(res.model_dump(), report)
 
 
-def _verify_dataset(ds, verify: bool, quiet: bool, timings: dict[str, float]) -> bool:
-    """Re-hash the dataset against its manifest (progress bar) so corrupt data is refused, not placed."""
-    if not verify:
-        err_console.print("[yellow]dataset not verified[/] (--no-verify): its checksums were not checked",
-                          highlight=False)
-        return False
-    t = time.perf_counter()
-    with _bar("verifying dataset", enabled=not quiet) as progress:
-        ds.verify_checksums(progress=progress)
-    timings["verify_s"] = time.perf_counter() - t
-    return True
+def _stage_bars(enabled: bool):
+    """place()'s stage hook: the planner's candidate counter for "plan", a byte bar for the others."""
+    def stage(name: str, label: str):
+        return solver_bar(enabled, label) if name == "plan" else progress_bar(label, enabled=enabled)
+
+    return stage
 
 
-def _ddak_note(hotness, bins, order, assignments, reports) -> str | None:
-    """Why a baseline beats DDAK on the share error, when it does (see placement.report.ddak_note)."""
-    from moment.placement.ddak import auto_pool, pool_access
-    from moment.placement.report import ddak_note
-
-    if "ddak" not in assignments:
-        return None
-    pool = assignments["ddak"].pool or 1
-    return ddak_note(reports, pool, pool_access(hotness, pool, order), auto_pool(hotness, bins, order))
-
-
-def _hotness(ds, hotness_dir, fanouts, batch_size, epochs, batches, seed, quiet, timings):
-    """Pre-sample (progress bar), or load and check a saved hotness directory."""
-    from moment.workload.hotness import Hotness, presample
-
-    t = time.perf_counter()
-    if hotness_dir is not None:
-        hot = Hotness.load(hotness_dir)
-        want = ds.manifest.files["indptr"].sha256
-        if hot.num_nodes != ds.num_nodes or hot.meta.get("dataset_indptr_sha256", want) != want:
-            raise MomentError("this hotness was measured on another dataset", source=str(hotness_dir),
-                              hint="pre-sample this dataset, or leave out --hotness")
-    else:
-        with _bar("pre-sampling", enabled=not quiet) as progress:
-            hot = presample(ds, fanouts, batch_size, epochs=epochs, num_batches=batches, seed=seed,
-                            progress=progress)
-    timings["presample_s"] = time.perf_counter() - t
-    return hot
-
-
-def _summary(ds, hot, wl, plan, plan_file, cache, timings) -> dict[str, Any]:
-    from moment.placement.planning import RECOMMENDED, epochs_sampled, hardware_record
-
-    source = f"from {plan_file}" if plan_file is not None else RECOMMENDED
-    return {
-        "dataset": str(ds.path),
-        "hardware": hardware_record(plan, source),
-        "plan": {
-            "source": str(plan_file) if plan_file is not None else "moment plan",
-            "machine": plan.machine, "inventory": plan.inventory,
-            "placement": plan.placement, "devices": plan.devices,
-            "epoch_read_s": plan.predicted.epoch_read_s,
-            "predicted": plan.predicted.model_dump(mode="json"),
-            "bottlenecks": plan.bottlenecks,
-        },
-        "workload": wl.model_dump(mode="json"),
-        "cache": {"gpu_rows_per_gpu": cache.gpu, "cpu_rows_per_socket": cache.cpu,
-                  "gpu_bytes_per_gpu": cache.gpu * ds.row_bytes, "cpu_bytes_per_socket": cache.cpu * ds.row_bytes},
-        "skew": {f"top_{k:g}": v for k, v in hot.skew().items()},
-        "presample": {"batches": hot.num_batches, "epochs": epochs_sampled(hot), "unique_ratio": hot.unique_ratio,
-                      "feature_reads": hot.total_feature_reads,
-                      "batch_size": hot.meta.get("batch_size"), "fanouts": hot.meta.get("fanouts"),
-                      "seed": hot.meta.get("seed")},
-        "timings": timings,
-    }
+def _notice(text: str) -> None:
+    head, sep, rest = text.partition(" (")
+    err_console.print(f"[yellow]{head}[/]{sep}{rest}", highlight=False)
 
 
 def _size(b: float) -> str:
@@ -310,7 +170,7 @@ def verify_cmd(
     """
     from moment.placement import verify_layout
 
-    with _bar("verifying", enabled=not json_out) as progress:
+    with progress_bar("verifying", enabled=not json_out) as progress:
         rep = verify_layout(layout, progress=progress)
     if json_out:
         _emit(rep.model_dump(mode="json"))

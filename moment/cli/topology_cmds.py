@@ -10,8 +10,9 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from moment.cli import app, console, err_console
-from moment.errors import MomentError
+from moment.cli import app, console
+from moment.cli.common import solver_bar
+from moment.errors import MomentError, validation_lines
 
 _PROFILE_HELP = "built-in profile name (see `moment profiles`) or a YAML file describing the machine"
 _SET_HELP = ("what-if override PATH=VALUE on the profile, repeatable: `nodes.sw1.link.gen=5`, "
@@ -95,36 +96,12 @@ def _workload(feature_dim: int | None, bytes_per_gpu_gb: float | None, gpu_share
     try:
         return WorkloadSpec(**fields)
     except ValidationError as e:
-        msgs = "; ".join(f"{_WORKLOAD_OPTIONS.get('.'.join(map(str, x['loc'])), 'workload')}: {x['msg']}"
-                         for x in e.errors())
-        raise MomentError(f"workload options: {msgs}") from None
+        lines = validation_lines(e, relabel=lambda loc: [_WORKLOAD_OPTIONS.get(".".join(map(str, loc)), "workload")])
+        raise MomentError(f"workload options: {'; '.join(lines)}") from None
 
 
 _WORKLOAD_OPTIONS = {"feature_dim": "--feature-dim", "bytes_per_gpu_per_epoch": "--gb-per-gpu",
                      "gpu_cache_share": "--gpu-cache-share", "cpu_cache_share": "--cpu-cache-share"}
-
-
-def _progress_bar(enabled: bool):
-    """A rich progress bar driven by the planner's progress(done, total) callback."""
-    from contextlib import contextmanager
-
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
-    @contextmanager
-    def cm():
-        if not enabled:
-            yield None
-            return
-        with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), console=err_console, transient=True) as prog:
-            task = prog.add_task("solving candidates", total=None)
-
-            def cb(done: int, total: int) -> None:
-                prog.update(task, completed=done, total=total)
-
-            yield cb
-
-    return cm()
 
 
 @app.command("plan")
@@ -164,7 +141,7 @@ def plan_cmd(
     topo, cal = fid.load_topology(profile, calibration, overrides)
     inv = parse_inventory(inventory, resolve_gpus(topo, gpus) if not inventory else 0, ssds, gpu_model, ssd_model)
     wl = _workload(feature_dim, bytes_per_gpu, gpu_cache_share, cpu_cache_share)
-    with _progress_bar(not json_out) as cb:
+    with solver_bar(not json_out) as cb:
         plan = make_plan(topo, inv, wl, maxflow_backend=backend, progress=cb)
     plan = plan.model_copy(update={"overrides": list(overrides)})
     if diagram is not None:

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from moment.errors import MomentError
+from moment.outputs import atomic_file
 from moment.io.requests import ReadBatch
 from moment.io.stack import IOStack
 
@@ -43,18 +44,13 @@ def _scratch(directory: Path, size: int) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     p = directory / f".moment-probe-{size}.bin"
     if not p.is_file() or p.stat().st_size != size:
-        tmp = p.with_name(p.name + f".{os.getpid()}.tmp")
         rng = np.random.default_rng(0)
         block = rng.integers(0, 256, 8 * MiB, dtype=np.uint8).tobytes()
         try:
-            with open(tmp, "wb") as f:
+            with atomic_file(p) as f:
                 for off in range(0, size, len(block)):
                     f.write(block[:min(len(block), size - off)])
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, p)
         except OSError as e:
-            tmp.unlink(missing_ok=True)
             raise MomentError(f"cannot write the probe file: {e.strerror}", source=str(p)) from None
     fd = os.open(p, os.O_RDONLY)
     try:

@@ -18,6 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
+from moment.errors import MomentError
+from moment.outputs import atomic_write
+
 SOURCE = Path(__file__).resolve().parents[2] / "native" / "ddak.c"
 FLAGS = ["-O2", "-shared", "-fPIC", "-ffp-contract=off"]
 
@@ -36,16 +39,14 @@ def _build(src: Path) -> Path | None:
     if out.is_file():
         return out
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".ddak-", suffix=".so", dir=out.parent)
-        os.close(fd)
-        r = subprocess.run([cc, *FLAGS, str(src), "-o", tmp, "-lm"], check=False, capture_output=True,
-                           timeout=120)
-        if r.returncode != 0:
-            os.unlink(tmp)
-            return None
-        os.replace(tmp, out)
-    except (OSError, subprocess.SubprocessError):
+        with tempfile.TemporaryDirectory(prefix="moment-ddak-") as build:
+            so = Path(build) / out.name
+            r = subprocess.run([cc, *FLAGS, str(src), "-o", str(so), "-lm"], check=False, capture_output=True,
+                               timeout=120)
+            if r.returncode != 0:
+                return None
+            atomic_write(out, so.read_bytes())
+    except (OSError, MomentError, subprocess.SubprocessError):
         return None
     return out
 

@@ -2,7 +2,7 @@
 
 A layout is the directory LAYOUT:
 
-    LAYOUT/manifest.json        versioned; written last (see manifest.Manifest)
+    LAYOUT/manifest.json        versioned; written last (see manifest.LayoutManifest)
     LAYOUT/index.npy            int64 (num_nodes, 2): bin index, row slot in that bin's shard
     LAYOUT/order.npy            node ids, hottest first (what a static CPU cache keeps)
     LAYOUT/lists/<bin>.nodes.npy  GPU/CPU cache bins: node ids in slot order
@@ -47,10 +47,9 @@ from pydantic import BaseModel, Field
 
 import moment
 from moment import testpoints
-from moment.atomic import fsync_dir
 from moment.errors import MomentError
 from moment.locking import locked
-from moment.outputs import write_error
+from moment.outputs import atomic_file, fsync_dir, sha256_file, write_error
 from moment.placement.pack import pack_files
 from moment.placement.assignment import Assignment
 from moment.placement.manifest import (
@@ -62,12 +61,11 @@ from moment.placement.manifest import (
     ChunkHasher,
     DatasetRef,
     FileSum,
-    Manifest,
+    LayoutManifest,
     PlanRef,
     Progress,
     Shard,
     row_format,
-    sha256_file,
 )
 
 
@@ -164,7 +162,7 @@ def _remove(paths: list[Path]) -> None:
 def _referenced_dirs(layout: Path) -> set[Path]:
     """Shard directories outside `layout` that the manifest in it points to (none without one)."""
     try:
-        m = Manifest.model_validate_json((layout / MANIFEST).read_text())
+        m = LayoutManifest.model_validate_json((layout / MANIFEST).read_text())
     except (OSError, ValueError):
         return set()
     return {Path(s.path).parent for s in m.shards if Path(s.path).is_absolute()}
@@ -272,11 +270,11 @@ class _Writer:
         if self.progress:
             self.progress(self.done, self.total)
 
-    def shard(self, tmp: Path, final: Path, rows_u8, nodes, stride: int, nbytes: int, chunk: int,
+    def shard(self, final: Path, rows_u8, nodes, stride: int, nbytes: int, chunk: int,
               batch_rows: int) -> list[str]:
         hasher = ChunkHasher(chunk)
         row_bytes = rows_u8.shape[1]
-        with open(tmp, "wb") as f:
+        with atomic_file(final) as f:
             for s in range(0, nodes.shape[0], batch_rows):
                 data = _gather(rows_u8, nodes[s : s + batch_rows])
                 if stride != row_bytes:
@@ -292,19 +290,12 @@ class _Writer:
                 f.write(z)
                 hasher.update(z)
                 self.tick(tail)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, final)
         return hasher.finish()
 
 
 def _save_npy(path: Path, arr: np.ndarray, rel: str) -> FileSum:
-    tmp = path.with_name("." + path.name + ".tmp")
-    with open(tmp, "wb") as f:
+    with atomic_file(path) as f:
         np.save(f, arr, allow_pickle=False)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
     return FileSum(path=rel, bytes=path.stat().st_size, sha256=sha256_file(path))
 
 
@@ -444,7 +435,7 @@ def _write(out, partial, ext_name, mounts, feats, rows_u8, features_path, a, fmt
     for i, final, mpath, stride, nbytes in plans:
         b = a.bins[i]
         ids = nodes[starts[i] : starts[i + 1]]
-        sums = w.shard(final.with_name("." + final.name + ".tmp"), final, rows_u8, ids, stride, nbytes,
+        sums = w.shard(final, rows_u8, ids, stride, nbytes,
                        chunk_bytes, batch_rows)
         shards.append(Shard(bin=b.name, kind=b.kind, path=mpath, rows=int(ids.shape[0]), stride=stride,
                             bytes=nbytes, chunk_bytes=chunk_bytes, chunk_sha256=sums))
@@ -465,7 +456,7 @@ def _write(out, partial, ext_name, mounts, feats, rows_u8, features_path, a, fmt
 
     odt = np.int32 if n < 2**31 else np.int64
     order_sum = _save_npy(partial / ORDER, a.order.astype(odt), ORDER)
-    manifest = Manifest(
+    manifest = LayoutManifest(
         created_by=f"moment {moment.__version__}",
         plan=plan or PlanRef(policy=a.policy, pool=a.pool),
         dataset=DatasetRef(features_path=str(Path(features_path).absolute()), sha256=dataset_checksum,
@@ -473,12 +464,8 @@ def _write(out, partial, ext_name, mounts, feats, rows_u8, features_path, a, fmt
         row=fmt, bins=a.bins, shards=shards, index=index_sum, cache_lists=lists, order_file=order_sum,
         extra=manifest_extra or {},
     )
-    tmp = partial / ("." + MANIFEST + ".tmp")
-    with open(tmp, "w") as f:
+    with atomic_file(partial / MANIFEST, text=True) as f:
         f.write(manifest.model_dump_json(indent=1))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, partial / MANIFEST)
     for d in (partial, partial / "shards", partial / "lists"):
         fsync_dir(d)
     testpoints.reach("layout-written")
@@ -549,7 +536,7 @@ def remove_layout(path: str | Path) -> RemoveReport:
     return RemoveReport(layout=str(given), removed_dirs=[str(given), *map(str, ext)], files=len(files), bytes=size)
 
 
-def _owned_files(out: Path, m: Manifest) -> tuple[list[Path], dict[Path, set[str]]]:
+def _owned_files(out: Path, m: LayoutManifest) -> tuple[list[Path], dict[Path, set[str]]]:
     """Every file to delete (existing ones) and the shard directories on mounts with their file names;
     raises MomentError for anything the layout does not own."""
     inside = {MANIFEST, m.index.path, *(f.path for f in m.cache_lists.values())}

@@ -97,7 +97,7 @@ class DatasetRef(BaseModel):
     dtype: str
 
 
-class Manifest(BaseModel):
+class LayoutManifest(BaseModel):
     format: Literal["moment-layout"] = FORMAT
     schema_version: int = SCHEMA_VERSION
     created_by: str
@@ -139,14 +139,3 @@ class ChunkHasher:
             self.sums.append(self._h.hexdigest())
             self._h, self._fill = hashlib.sha256(), 0
         return self.sums
-
-
-def sha256_file(path, progress: Progress | None = None, done: int = 0, total: int = 0, block: int = 8 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while b := f.read(block):
-            h.update(b)
-            done += len(b)
-            if progress:
-                progress(done, total)
-    return h.hexdigest()

@@ -27,10 +27,10 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
-from moment.atomic import fsync_dir
-from moment.errors import MomentError
+from moment.errors import MomentError, validation_error
 from moment.locking import locked
-from moment.workload.graph import GraphDataset, sha256_file
+from moment.outputs import atomic_file, fsync_dir, sha256_file
+from moment.workload.graph import GraphDataset
 
 PACK_DIR = "pack"
 FORMAT = "moment-pack"
@@ -86,7 +86,10 @@ def load_pack(layout: str | Path) -> PackManifest | None:
         return None
     try:
         m = PackManifest.model_validate_json(p.read_text())
-    except (OSError, ValidationError, ValueError) as e:
+    except ValidationError as e:
+        raise validation_error(e, "the pack manifest is unreadable", source=str(p),
+                               hint="rewrite it with `moment data pack`") from None
+    except (OSError, ValueError) as e:
         raise MomentError(f"the pack manifest is unreadable ({str(e).splitlines()[0]})", source=str(p),
                           hint="rewrite it with `moment data pack`") from None
     if m.format != FORMAT:
@@ -196,11 +199,8 @@ def _write_pack(layout: Path, m, dataset: GraphDataset, *, world_size: int, batc
         man = PackManifest(layout_index_sha256=m.index.sha256, world_size=world_size, batch_size=batch_size,
                            fanouts=list(fanouts), seed=seed, epochs=epochs, cached_rows=cached_rows, row_bytes=rb,
                            align=align, feature_bytes=n * rb, files=files)
-        with open(tmp / "pack.json", "w") as f:
+        with atomic_file(tmp / "pack.json", text=True) as f:
             f.write(json.dumps(man.model_dump(), indent=1) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        fsync_dir(tmp)
         old = layout / f".{PACK_DIR}.old-{os.getpid()}"
         if out.exists():
             out.rename(old)
@@ -223,7 +223,7 @@ def _write_rank(dir_: Path, rank: int, tr, cached: np.ndarray, feats: np.ndarray
     h = hashlib.sha256()
     offsets, id_start, kept = [], [0], []
     pos = 0
-    with open(data, "wb") as f:
+    with atomic_file(data) as f:
         for t in range(len(tr)):
             ids = np.unique(tr.batch(t))
             ids = ids[~cached[ids]]
@@ -245,16 +245,12 @@ def _write_rank(dir_: Path, rank: int, tr, cached: np.ndarray, feats: np.ndarray
             f.write(bytes(pad))
             h.update(bytes(pad))
             pos += pad
-        f.flush()
-        os.fsync(f.fileno())
     t = np.arange(len(tr))
-    with open(index, "wb") as f:
+    with atomic_file(index) as f:
         np.savez(f, epoch=(t // per_epoch).astype(np.int32), batch=(t % per_epoch).astype(np.int32),
                  offset=np.array(offsets, np.int64), id_start=np.array(id_start, np.int64),
                  ids=np.concatenate(kept).astype(np.int32 if cached.shape[0] < 2**31 else np.int64)
                  if kept else np.zeros(0, np.int64))
-        f.flush()
-        os.fsync(f.fileno())
     return PackFile(rank=rank, data=data.name, index=index.name, bytes=pos, rows=id_start[-1],
                     data_sha256=h.hexdigest(), index_sha256=sha256_file(index))
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 from pydantic import ValidationError
 
-from moment.errors import MomentError
+from moment.errors import MomentError, validation_error
 from moment.placement.assignment import Assignment, hotness_order
 from moment.placement.bins import Bin, BinSet
 from moment.planner.contracts import Evaluation, Plan
@@ -138,7 +138,7 @@ def workload_from_hotness(
             bytes_per_gpu_per_epoch=reads_per_epoch * dataset.row_bytes / n_gpus,
         )
     except ValidationError as e:
-        raise MomentError(f"measured workload is invalid: {e.errors()[0]['msg']}") from None
+        raise validation_error(e, "measured workload is invalid") from None
 
 
 def suggest_caches(hotness: np.ndarray, order: np.ndarray, n_gpus: int, n_sockets: int,
@@ -184,10 +184,7 @@ def load_plan(path: str, topo: Topology, inventory: Inventory) -> Plan:
     try:
         plan = Plan.model_validate_json(text)
     except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(x) for x in first["loc"]) or "plan"
-        raise MomentError(f"not a plan (output of `moment plan --json`): {where}: {first['msg']}",
-                          source=str(p)) from None
+        raise validation_error(e, "not a plan (output of `moment plan --json`)", source=str(p)) from None
     if plan.machine != topo.name:
         raise MomentError(f"the plan is for machine {plan.machine!r}, not {topo.name!r} (--profile)",
                           source=str(p), hint=f"use --profile {plan.machine} or plan this machine again")

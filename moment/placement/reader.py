@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
-from moment.errors import MomentError
-from moment.placement.manifest import FORMAT, MANIFEST, SCHEMA_VERSION, Manifest, Progress, Shard, sha256_file
+from moment.errors import MomentError, validation_error
+from moment.outputs import sha256_file
+from moment.placement.manifest import FORMAT, MANIFEST, SCHEMA_VERSION, LayoutManifest, Progress, Shard
 
 if TYPE_CHECKING:
     from moment.workload.graph import GraphDataset
@@ -34,7 +35,7 @@ class VerifyReport(BaseModel):
     first_bad_offset: int | None = None
 
 
-def load_manifest(path: str | Path) -> Manifest:
+def load_manifest(path: str | Path) -> LayoutManifest:
     p = Path(path)
     if not p.is_dir():
         hint = "an interrupted write leaves LAYOUT.partial; rerun the write" if p.name.endswith(".partial") else None
@@ -55,12 +56,12 @@ def load_manifest(path: str | Path) -> Manifest:
         raise MomentError(f"layout schema version {head.get('schema_version')} is not supported "
                           f"(this Moment reads version {SCHEMA_VERSION})", source=str(mf))
     try:
-        return Manifest.model_validate(head)
+        return LayoutManifest.model_validate(head)
     except ValidationError as e:
-        raise MomentError(f"manifest does not match the schema: {e.errors()[0]['msg']}", source=str(mf)) from None
+        raise validation_error(e, "manifest does not match the schema", source=str(mf)) from None
 
 
-def check_dataset(layout: str | Path, m: Manifest, dataset: GraphDataset) -> str | None:
+def check_dataset(layout: str | Path, m: LayoutManifest, dataset: GraphDataset) -> str | None:
     """Refuse to use `layout` with a dataset other than the one it was placed from.
 
     Layouts record the dataset's id (`GraphDataset.dataset_id`: all its files' checksums); a different
@@ -146,7 +147,7 @@ def verify_layout(path: str | Path, progress: Progress | None = None) -> VerifyR
 class LayoutReader:
     """Read rows of a layout through its index (memory-maps the shards)."""
 
-    def __init__(self, path: Path, manifest: Manifest):
+    def __init__(self, path: Path, manifest: LayoutManifest):
         self.path, self.manifest = path, manifest
         self.index = np.load(path / manifest.index.path, mmap_mode="r")
         self.dtype = np.dtype(manifest.dataset.dtype)

@@ -23,7 +23,7 @@ import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from moment.errors import MomentError
+from moment.errors import MomentError, validation_error
 from moment.topology.bandwidth import GB
 from moment.topology.devices import Inventory, check_placement, strip
 from moment.topology.model import Kind, Topology
@@ -160,17 +160,12 @@ def _read_yaml(path: str | Path, what: str) -> Any:
         raise MomentError(f"not valid YAML: {str(e).splitlines()[0]}", source=str(p)) from None
 
 
-def _validation(e: ValidationError) -> str:
-    x = e.errors()[0]
-    return f"{'.'.join(map(str, x['loc'])) or 'file'}: {x['msg']}"
-
-
 def load_measurements(path: str | Path) -> MeasurementFile:
     data = _read_yaml(path, "measurement file")
     try:
         return MeasurementFile.model_validate(data)
     except ValidationError as e:
-        raise MomentError(f"not a measurement file: {_validation(e)}", source=str(path)) from None
+        raise validation_error(e, "not a measurement file", source=str(path)) from None
 
 
 class Residual(BaseModel):
@@ -211,8 +206,8 @@ def load_calibration(path: str | Path) -> Calibration:
     try:
         return Calibration.model_validate(data)
     except ValidationError as e:
-        raise MomentError(f"not a calibration file (from `moment calibrate --out`): {_validation(e)}",
-                          source=str(path)) from None
+        raise validation_error(e, "not a calibration file (from `moment calibrate --out`)",
+                               source=str(path)) from None
 
 
 def dump_calibration(cal: Calibration) -> str:

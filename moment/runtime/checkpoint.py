@@ -6,7 +6,6 @@ state that influences what comes next, so a resumed run draws the same batches a
 
 from __future__ import annotations
 
-import os
 import random
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from moment.errors import MomentError
+from moment.outputs import atomic_file
 
 CHECKPOINT_NAME = "checkpoint.pt"
 FORMAT_VERSION = 1
@@ -39,23 +39,12 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def save_checkpoint(directory: str | Path, payload: dict[str, Any]) -> Path:
-    """Write `payload` to DIR/checkpoint.pt via a temp file, fsync and rename (never half-written)."""
+    """Write `payload` to DIR/checkpoint.pt with `atomic_file` (never half-written)."""
     import torch
 
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    final = directory / CHECKPOINT_NAME
-    tmp = directory / f".{CHECKPOINT_NAME}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as f:
+    final = Path(directory) / CHECKPOINT_NAME
+    with atomic_file(final) as f:
         torch.save({"format": FORMAT_VERSION, **payload}, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, final)
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
     return final
 
 

@@ -11,8 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from moment.errors import MomentError
-
-PAPER_BATCH = 8000  # the paper's mini-batch size (seeds per GPU)
+from moment.workload.spec import default_batch_size
 DEFAULT_FANOUTS = {1: [10], 2: [25, 10], 3: [15, 10, 5]}
 FEATURES = ("tiered", "memory", "memmap")
 
@@ -65,10 +64,10 @@ class TrainConfig:
         return list(DEFAULT_FANOUTS[layers])
 
     def resolved_batch_size(self, train_nodes: int, world_size: int) -> int:
-        """The paper's 8000 seeds per GPU, scaled down so a small graph still gives >= 8 steps per epoch."""
+        """--batch-size, or the paper's 8000 seeds per GPU scaled down for a small graph (default_batch_size)."""
         if self.batch_size is not None:
             return self.batch_size
-        return min(PAPER_BATCH, max(64, train_nodes // (world_size * 8)))
+        return default_batch_size(train_nodes, world_size)
 
     def resolved_checkpoint_every(self, steps_per_epoch: int) -> int:
         """Steps between checkpoints (0: none; checkpoints also end every epoch when > 0). Not given:

@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from moment.errors import MomentError
+from moment.errors import MomentError, validation_error, validation_lines
 from moment.outputs import atomic_write
 from moment.topology.model import Topology
 
@@ -33,13 +33,7 @@ def builtin_names() -> list[str]:
 
 def format_validation_error(err: ValidationError, source: str) -> MomentError:
     """Turn pydantic's error list into one readable message naming the field paths."""
-    lines = []
-    for e in err.errors()[:8]:
-        loc = ".".join(str(p) for p in e["loc"] if not (isinstance(p, str) and p in _DISCRIMINATOR_TAGS))
-        msg = e["msg"].removeprefix("Value error, ")
-        lines.append(f"{loc}: {msg}" if loc else msg)
-    more = f"\n  (and {len(err.errors()) - 8} more)" if len(err.errors()) > 8 else ""
-    return MomentError("invalid topology:\n  " + "\n  ".join(lines) + more, source=source)
+    return validation_error(err, "invalid topology", source=source, skip=_DISCRIMINATOR_TAGS)
 
 
 _DISCRIMINATOR_TAGS = {"socket", "root_complex", "switch", "slot", "gpu", "ssd", "nic", "nvswitch", "other"}
@@ -119,17 +113,15 @@ def _blame_override(data: dict, overrides: list[str], path: Path) -> MomentError
 
 def _error_lines(err: ValidationError, data: Any = None) -> list[str]:
     """pydantic's errors as 'path: message', list positions of nodes named by their id."""
-    lines = []
-    for e in err.errors()[:8]:
-        loc = [p for p in e["loc"] if not (isinstance(p, str) and p in _DISCRIMINATOR_TAGS)]
+
+    def by_id(loc: list) -> list:
         if (len(loc) >= 2 and loc[0] == "nodes" and isinstance(loc[1], int) and isinstance(data, dict)
                 and isinstance(data.get("nodes"), list) and loc[1] < len(data["nodes"])
                 and isinstance(data["nodes"][loc[1]], dict) and data["nodes"][loc[1]].get("id")):
             loc[1] = data["nodes"][loc[1]]["id"]
-        where = ".".join(str(p) for p in loc)
-        msg = e["msg"].removeprefix("Value error, ")
-        lines.append(f"{where}: {msg}" if where else msg)
-    return lines
+        return loc
+
+    return validation_lines(err, skip=_DISCRIMINATOR_TAGS, relabel=by_id)
 
 
 def dump_yaml(topo: Topology, header: str | None = None) -> str:

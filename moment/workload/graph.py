@@ -34,9 +34,9 @@ from typing import Any, Self
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from moment.errors import MomentError
+from moment.errors import MomentError, validation_error
 from moment.locking import locked
-from moment.outputs import check_output, follow_umask, reason, write_error, writing
+from moment.outputs import atomic_file, check_output, follow_umask, fsync_dir, reason, sha256_file, write_error, writing
 
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
@@ -62,7 +62,7 @@ class FileRecord(BaseModel):
     sha256: str
 
 
-class Manifest(BaseModel):
+class DatasetManifest(BaseModel):
     """The contract of a dataset directory; a directory without one is not a dataset."""
 
     model_config = ConfigDict(extra="forbid")
@@ -91,19 +91,6 @@ def label_dtype(num_classes: int) -> np.dtype:
 # --------------------------------------------------------------------------------------------- writing
 
 
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms without directory fds
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(fd)
-
-
 def _npy_header(dtype: np.dtype, shape: tuple[int, ...], reserve: int = 0) -> bytes:
     """A version-1 `.npy` header; `reserve` pads it to that many bytes so it can be rewritten in place."""
     d = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": tuple(shape)}
@@ -113,17 +100,6 @@ def _npy_header(dtype: np.dtype, shape: tuple[int, ...], reserve: int = 0) -> by
     target = -(-target // 64) * 64
     body = body + b" " * (target - total) + b"\n"
     return b"\x93NUMPY\x01\x00" + len(body).to_bytes(2, "little") + body
-
-
-def sha256_file(path: Path, chunk: int = CHUNK_BYTES) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while True:
-            b = f.read(chunk)
-            if not b:
-                break
-            h.update(b)
-    return h.hexdigest()
 
 
 class NpyStreamWriter:
@@ -285,7 +261,7 @@ class GraphWriter:
         if missing:
             raise ValueError(f"arrays not written: {missing}")
         r = self.records
-        manifest = Manifest(
+        manifest = DatasetManifest(
             name=self.name,
             num_nodes=r["indptr"].shape[0] - 1,
             num_edges=r["indices"].shape[0],
@@ -299,19 +275,14 @@ class GraphWriter:
         ds.check_files()
         if validate:
             ds.validate()
-        tmp_manifest = self.tmp / (MANIFEST + ".tmp")
-        with open(tmp_manifest, "w") as f:
+        with atomic_file(self.tmp / MANIFEST, text=True) as f:
             f.write(manifest.model_dump_json(indent=2))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp_manifest, self.tmp / MANIFEST)
-        _fsync_dir(self.tmp)
         old = None
         if self.out_dir.exists():
             old = self.out_dir.parent / f".{self.out_dir.name}.old-{os.getpid()}"
             os.replace(self.out_dir, old)
         os.replace(self.tmp, self.out_dir)
-        _fsync_dir(self.out_dir.parent)
+        fsync_dir(self.out_dir.parent)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
         self._done = True
@@ -380,7 +351,7 @@ class GraphDataset:
     """
 
     path: Path
-    manifest: Manifest
+    manifest: DatasetManifest
 
     @classmethod
     def open(cls, path: str | Path, verify: bool = False) -> GraphDataset:
@@ -405,11 +376,9 @@ class GraphDataset:
                 source=str(mpath),
             )
         try:
-            manifest = Manifest.model_validate(raw)
+            manifest = DatasetManifest.model_validate(raw)
         except ValidationError as e:
-            first = e.errors()[0]
-            where = ".".join(str(x) for x in first["loc"])
-            raise MomentError(f"invalid manifest field {where}: {first['msg']}", source=str(mpath)) from None
+            raise validation_error(e, "invalid manifest field", source=str(mpath)) from None
         ds = cls(p, manifest)
         ds.check_files()
         if verify:

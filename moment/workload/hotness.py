@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from moment.errors import MomentError
-from moment.outputs import check_output, follow_umask, write_error, writing
+from moment.outputs import atomic_file, check_output, follow_umask, fsync_dir, write_error, writing
 
 if TYPE_CHECKING:
     from moment.workload.graph import GraphDataset
@@ -131,10 +131,8 @@ class Hotness:
         try:
             follow_umask(tmp, directory=True)
             for name in ("feature_reads", "adjacency_reads"):
-                with open(tmp / f"{name}.npy", "wb") as f:
+                with atomic_file(tmp / f"{name}.npy") as f:
                     np.save(f, np.ascontiguousarray(getattr(self, name), dtype=np.int64))
-                    f.flush()
-                    os.fsync(f.fileno())
             doc = {
                 "schema_version": HOTNESS_SCHEMA,
                 "num_nodes": self.num_nodes,
@@ -143,15 +141,14 @@ class Hotness:
                 "unique_ratio": self.unique_ratio,
                 "meta": self.meta,
             }
-            with open(tmp / "hotness.json", "w") as f:
+            with atomic_file(tmp / "hotness.json", text=True) as f:
                 json.dump(doc, f, indent=2)
-                f.flush()
-                os.fsync(f.fileno())
             old = None
             if out.exists():  # move the previous result aside first, so a crash never leaves neither
                 old = out.parent / f".{out.name}.old-{os.getpid()}"
                 os.replace(out, old)
             os.replace(tmp, out)
+            fsync_dir(out.parent)
             if old is not None:
                 shutil.rmtree(old, ignore_errors=True)
         except BaseException as e:

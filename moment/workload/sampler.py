@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from moment.workload.seeds import mix
+
 if TYPE_CHECKING:
     from moment.workload.graph import GraphDataset
 
@@ -269,10 +271,6 @@ def _stable_dedup(known: torch.Tensor, cand: torch.Tensor) -> tuple[torch.Tensor
     return local[inv[m:]], uniq[new_u]
 
 
-def _mix(seed: int, epoch: int) -> int:
-    return int(np.random.SeedSequence([int(seed), int(epoch)]).generate_state(1, dtype=np.uint64)[0] >> 1)
-
-
 class SeedBatches:
     """Training seeds in mini-batches: reshuffled per epoch from `seed`, split disjointly across ranks.
 
@@ -314,7 +312,7 @@ class SeedBatches:
     def share(self, epoch: int = 0) -> torch.Tensor:
         """This rank's seeds for `epoch`, in batch order."""
         if self.shuffle:
-            g = torch.Generator().manual_seed(_mix(self.seed, epoch))
+            g = torch.Generator().manual_seed(mix(self.seed, epoch))
             order = self.seeds[torch.randperm(self.seeds.numel(), generator=g)]
         else:
             order = self.seeds

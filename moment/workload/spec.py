@@ -8,6 +8,13 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+PAPER_BATCH = 8000  # the paper's mini-batch size (seeds per GPU)
+
+
+def default_batch_size(train_nodes: int, world_size: int) -> int:
+    """The paper's 8000 seeds per GPU, scaled down so a small graph still gives >= 8 steps per epoch."""
+    return min(PAPER_BATCH, max(64, train_nodes // (world_size * 8)))
+
 
 class WorkloadSpec(BaseModel):
     """Defaults follow the paper's IGB-HOM setting: 269M nodes, 1024-d float32 features, 1% training

@@ -8,7 +8,6 @@ mix(seed, e, rank, i).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from moment.errors import MomentError
+from moment.outputs import atomic_file
 from moment.workload.graph import GraphDataset
 from moment.workload.seeds import mix
 
@@ -44,16 +44,11 @@ class Trace:
 
     def save(self, path: str | Path) -> Path:
         p = Path(path)
-        tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
         try:
-            with open(tmp, "wb") as f:
+            with atomic_file(p) as f:
                 np.savez(f, ids=self.ids, offsets=self.offsets,
                          info=np.array([self.num_nodes, self.row_bytes], np.int64))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, p)
         except OSError as e:
-            tmp.unlink(missing_ok=True)
             raise MomentError(f"cannot write the trace: {e.strerror}", source=str(p)) from None
         return p
 

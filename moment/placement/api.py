@@ -1,0 +1,254 @@
+"""`place()`: data placement as one library call (what `moment place` runs, and the benches and service).
+
+    res = place("ds", "L", topology, inventory, plan=None)   # -> PlaceResult
+    res.layout, res.policies["ddak"]["mean_rel_error"], res.model_dump()   # the CLI's --json object
+
+The stages, in order: check every input that needs no work (nothing is sampled or written for bad
+input); take the layout's lock; verify the dataset's checksums; pre-sample its hotness (or load and
+check `hotness`); turn it into the planner's workload; plan (the hardware placement `moment plan`
+recommends, or the given `plan`), re-evaluated for that workload; make the bins from the plan's
+storage shares; run DDAK and the hash and degree baselines; write the chosen policy's layout; report.
+
+Progress and notices go through the caller's hooks (nothing here prints): `stage(name, label)` returns a
+context manager yielding a progress(done, total) callback or None, for the stages "verify",
+"presample", "plan" and "write"; `notice(text)` receives one-line warnings.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from moment.errors import MomentError
+from moment.outputs import check_output
+from moment.placement import planning as pl
+from moment.planner.contracts import Plan
+from moment.topology.devices import Inventory
+from moment.topology.model import Topology
+from moment.workload.graph import GraphDataset
+from moment.workload.hotness import Hotness
+
+#: stage(name, label) -> a context manager yielding progress(done, total) or None
+StageHook = Callable[[str, str], AbstractContextManager[Any]]
+
+
+class PlaceResult(BaseModel):
+    """What `place()` did; `model_dump()` is `moment place --json`'s object, key for key."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    layout: str
+    policy: str
+    dataset_verified: bool
+    dataset: str
+    hardware: dict[str, Any]
+    plan: dict[str, Any]
+    workload: dict[str, Any]
+    cache: dict[str, Any]
+    skew: dict[str, float]
+    presample: dict[str, Any]
+    timings: dict[str, float]
+    notes: list[str]
+    policies: dict[str, dict[str, Any]]
+    policy_note: str | None
+
+
+def check_choices(policy: str, pool: int | None) -> None:
+    """The checks on the policy and DDAK's pool (the CLI runs them before anything else)."""
+    if policy not in pl.POLICIES:
+        raise MomentError(f"--policy {policy!r}: choose one of {', '.join(pl.POLICIES)}")
+    if pool is not None and pool < 1:
+        raise MomentError(f"--pool must be >= 1 (got {pool})")
+
+
+def place(
+    dataset: str | Path | GraphDataset,
+    out: str | Path,
+    topology: Topology,
+    inventory: Inventory,
+    *,
+    plan: Plan | str | Path | None = None,
+    hotness: Hotness | str | Path | None = None,
+    epochs: int = 1,
+    batches: int | None = None,
+    fanouts: Sequence[int] = (25, 10),
+    batch_size: int | None = None,
+    gpu_cache: str | None = None,
+    cpu_cache: str | None = None,
+    ssd_paths: Mapping[str, str] | Sequence[str] | None = None,
+    pool: int | None = None,
+    policy: str = "ddak",
+    overwrite: bool = False,
+    verify: bool = True,
+    seed: int = 0,
+    stage: StageHook | None = None,
+    notice: Callable[[str], None] | None = None,
+) -> PlaceResult:
+    """Pre-sample, plan, place (DDAK and baselines) and write the layout at `out`; see the module doc.
+
+    `plan`: a Plan or the path of `moment plan --json` output (its hardware placement is reused);
+    None: the recommended one. `gpu_cache`/`cpu_cache`: GiB ("8") or a share of the features ("10%")
+    per GPU / per socket. `ssd_paths`: {"ssdN": DIR} or ["ssdN=DIR", ...]."""
+    from moment.locking import locked
+    from moment.placement.assignment import hotness_order
+    from moment.placement.manifest import row_format
+    from moment.workload.spec import default_batch_size
+
+    # -- every check that needs no work comes first: nothing is sampled or written for bad input
+    check_choices(policy, pool)
+    fanouts = [int(x) for x in fanouts]
+    if not fanouts or any(x <= 0 for x in fanouts):
+        raise MomentError(f"--fanouts must be positive integers like 25,10 (got {fanouts})")
+    out = Path(out)
+    ds = dataset if isinstance(dataset, GraphDataset) else GraphDataset.open(dataset)
+    plan_file: Path | str | None = None
+    if isinstance(plan, Plan):
+        plan_file = "the given plan"
+    elif plan is not None:
+        plan_file, plan = Path(plan), pl.load_plan(str(plan), topology, inventory)
+    paths = dict(ssd_paths) if isinstance(ssd_paths, Mapping) else pl.parse_ssd_paths(list(ssd_paths or []))
+    for name, p in paths.items():
+        if not Path(p).is_dir():
+            raise MomentError(f"--ssd-path {name}: not an existing directory", source=p)
+    if out.exists() and not overwrite:
+        raise MomentError("layout already exists", source=str(out), hint="pass --overwrite to replace it")
+    check_output(out, "--out", directory=True)
+    gpu_spec, cpu_spec = pl.parse_cache(gpu_cache, "--gpu-cache"), pl.parse_cache(cpu_cache, "--cpu-cache")
+    if batch_size is None:
+        batch_size = default_batch_size(len(ds.train_idx), max(pl.device_counts(topology, inventory)[0], 1))
+    stage = stage or (lambda name, label: nullcontext(None))
+
+    # the lock on `out` is held from here to the end: a second `place` on it is refused at once
+    with locked(out, "layout"):
+        if out.exists() and not overwrite:
+            raise MomentError("layout already exists", source=str(out), hint="pass --overwrite to replace it")
+        timings: dict[str, float] = {}
+        verified = _verify_dataset(ds, verify, stage, notice, timings)
+        hot = _hotness(ds, hotness, fanouts, batch_size, epochs, batches, seed, stage, timings)
+
+        order = hotness_order(hot.feature_reads)
+        gpu_gib, cpu_gib = pl.default_cache_gib(topology, inventory)
+        cache = pl.CacheRows(gpu=pl.cache_rows(gpu_spec, gpu_gib, ds), cpu=pl.cache_rows(cpu_spec, cpu_gib, ds))
+        n_gpus, n_sockets = pl.device_counts(topology, inventory)
+        wl = pl.workload_from_hotness(ds, hot, cache.gpu, cache.cpu, n_gpus, n_sockets, fanouts, batch_size,
+                                      order=order)
+
+        t = time.perf_counter()
+        if plan is None:  # the hardware placement `moment plan` recommends, re-evaluated for this workload
+            with stage("plan", "solving candidates") as cb:
+                plan = pl.recommended_plan(topology, inventory, progress=cb)
+        plan = pl.replan(plan, topology, wl)
+        timings["plan_s"] = time.perf_counter() - t
+
+        fmt = row_format(ds.row_bytes)
+        bins = pl.bins_from_plan(plan, topology, cache=cache, row_bytes=ds.row_bytes, ssd_stride=fmt.stride,
+                                 ssd_paths=paths)
+        assignments, errors, seconds = pl.run_policies(hot.feature_reads, bins, pool=pool, order=order,
+                                                       required=policy)
+        timings |= {f"{k}_s": v for k, v in seconds.items()}
+
+        from moment.placement import PlanRef, policy_report, write_layout
+        from moment.placement.reader import load_manifest
+
+        summary = _summary(ds, hot, wl, plan, plan_file, cache, timings)
+        extra = {k: summary[k] for k in ("workload", "cache", "skew", "presample", "hardware")} | {
+            "predicted_epoch_read_s": plan.predicted.epoch_read_s,
+            "achieved_shares": dict(zip(bins.names, assignments[policy].achieved_shares().tolist()))}
+        t = time.perf_counter()
+        with stage("write", f"writing {policy} layout") as progress:
+            path = write_layout(
+                out, ds.file("features"), assignments[policy], overwrite=overwrite, progress=progress,
+                plan=PlanRef(machine=plan.machine, placement=plan.placement, policy=policy,
+                             pool=assignments[policy].pool if policy == "ddak" else None),
+                dataset_checksum=ds.manifest.files["features"].sha256, dataset_id=ds.dataset_id,
+                manifest_extra=extra,
+            )
+        timings["write_s"] = time.perf_counter() - t
+
+        # bytes on the media: the stride the writer chose (its alignment follows the devices)
+        stride = load_manifest(path).row.stride
+        gpu_sockets = [b.socket for b in bins if b.kind == "gpu"]
+        reports = {k: policy_report(a, row_stride=stride, cache_row_bytes=ds.row_bytes, gpu_sockets=gpu_sockets,
+                                    seconds=seconds[k]) for k, a in assignments.items()}
+        summary["notes"] = pl.cache_notes(wl, cache, hot.feature_reads, order, n_gpus, n_sockets)
+        return PlaceResult(
+            layout=str(path), policy=policy, dataset_verified=verified, **summary,
+            policies={k: r.model_dump(mode="json") for k, r in reports.items()}
+            | {k: {"policy": k, "error": e, "bins": []} for k, e in errors.items()},
+            policy_note=_ddak_note(hot.feature_reads, bins, order, assignments, reports))
+
+
+def _verify_dataset(ds: GraphDataset, verify: bool, stage: StageHook, notice, timings: dict[str, float]) -> bool:
+    """Re-hash the dataset against its manifest so corrupt data is refused, not placed."""
+    if not verify:
+        if notice:
+            notice("dataset not verified (--no-verify): its checksums were not checked")
+        return False
+    t = time.perf_counter()
+    with stage("verify", "verifying dataset") as progress:
+        ds.verify_checksums(progress=progress)
+    timings["verify_s"] = time.perf_counter() - t
+    return True
+
+
+def _ddak_note(hotness, bins, order, assignments, reports) -> str | None:
+    """Why a baseline beats DDAK on the share error, when it does (see placement.report.ddak_note)."""
+    from moment.placement.ddak import auto_pool, pool_access
+    from moment.placement.report import ddak_note
+
+    if "ddak" not in assignments:
+        return None
+    pool = assignments["ddak"].pool or 1
+    return ddak_note(reports, pool, pool_access(hotness, pool, order), auto_pool(hotness, bins, order))
+
+
+def _hotness(ds, hotness, fanouts, batch_size, epochs, batches, seed, stage: StageHook, timings) -> Hotness:
+    """Pre-sample, or take a Hotness (or load a saved hotness directory) and check it fits the dataset."""
+    from moment.workload.hotness import presample
+
+    t = time.perf_counter()
+    if hotness is not None:
+        source = "hotness" if isinstance(hotness, Hotness) else str(hotness)
+        hot = hotness if isinstance(hotness, Hotness) else Hotness.load(hotness)
+        want = ds.manifest.files["indptr"].sha256
+        if hot.num_nodes != ds.num_nodes or hot.meta.get("dataset_indptr_sha256", want) != want:
+            raise MomentError("this hotness was measured on another dataset", source=source,
+                              hint="pre-sample this dataset, or leave out --hotness")
+    else:
+        with stage("presample", "pre-sampling") as progress:
+            hot = presample(ds, fanouts, batch_size, epochs=epochs, num_batches=batches, seed=seed,
+                            progress=progress)
+    timings["presample_s"] = time.perf_counter() - t
+    return hot
+
+
+def _summary(ds, hot, wl, plan, plan_file, cache, timings) -> dict[str, Any]:
+    from moment.placement.planning import RECOMMENDED, epochs_sampled, hardware_record
+
+    source = f"from {plan_file}" if plan_file is not None else RECOMMENDED
+    return {
+        "dataset": str(ds.path),
+        "hardware": hardware_record(plan, source),
+        "plan": {
+            "source": str(plan_file) if plan_file is not None else "moment plan",
+            "machine": plan.machine, "inventory": plan.inventory,
+            "placement": plan.placement, "devices": plan.devices,
+            "epoch_read_s": plan.predicted.epoch_read_s,
+            "predicted": plan.predicted.model_dump(mode="json"),
+            "bottlenecks": plan.bottlenecks,
+        },
+        "workload": wl.model_dump(mode="json"),
+        "cache": {"gpu_rows_per_gpu": cache.gpu, "cpu_rows_per_socket": cache.cpu,
+                  "gpu_bytes_per_gpu": cache.gpu * ds.row_bytes, "cpu_bytes_per_socket": cache.cpu * ds.row_bytes},
+        "skew": {f"top_{k:g}": v for k, v in hot.skew().items()},
+        "presample": {"batches": hot.num_batches, "epochs": epochs_sampled(hot), "unique_ratio": hot.unique_ratio,
+                      "feature_reads": hot.total_feature_reads,
+                      "batch_size": hot.meta.get("batch_size"), "fanouts": hot.meta.get("fanouts"),
+                      "seed": hot.meta.get("seed")},
+        "timings": timings,
+    }

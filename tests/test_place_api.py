@@ -1,0 +1,75 @@
+"""`moment.placement.place()`: the library call behind `moment place`, with a typed result."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from moment.errors import MomentError
+from moment.placement import PlaceResult, open_layout, place
+from moment.placement.planning import load_plan
+from moment.topology.devices import Inventory
+from moment.topology.profiles import load_profile
+from tests.test_place import CACHE, INV, TINY, run
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    from moment.workload.hotness import presample
+    from moment.workload.synth import synthesize
+
+    tmp = tmp_path_factory.mktemp("place_api")
+    ds = synthesize(tmp / "ds", 5_000, feature_dim=16, seed=5)
+    prof = tmp / "tiny2.yaml"
+    prof.write_text(TINY)
+    rc, plan_json, err = run(["plan", "--profile", prof, *INV, "--json"])
+    assert rc == 0, err
+    (tmp / "plan.json").write_text(plan_json)
+    presample(ds, [25, 10], 64, seed=0).save(tmp / "hot")
+    topo = load_profile(str(prof))
+    return {"tmp": tmp, "ds": ds, "prof": prof, "topo": topo,
+            "inv": Inventory.simple(2, 3, "A100-PCIe-40GB", "P5510")}
+
+
+def test_place_returns_the_cli_json(setup):
+    """The library's result is the CLI's --json object, key for key (timings aside)."""
+    t = setup["tmp"]
+    stages: list[str] = []
+
+    def stage(name, label):
+        import contextlib
+
+        stages.append(name)
+        return contextlib.nullcontext(None)
+
+    res = place(t / "ds", t / "A", setup["topo"], setup["inv"], plan=t / "plan.json", hotness=t / "hot",
+                gpu_cache="2%", cpu_cache="5%", stage=stage)
+    assert isinstance(res, PlaceResult) and stages == ["verify", "write"]
+    assert res.policy == "ddak" and set(res.policies) == {"ddak", "hash", "degree"}
+    assert open_layout(res.layout, expected_machine="tiny2").num_nodes == 5_000
+    rc, out, err = run(["place", "--dataset", t / "ds", "--profile", setup["prof"], *INV, *CACHE,
+                        "--plan", t / "plan.json", "--hotness", t / "hot", "--out", t / "B", "--json"])
+    assert rc == 0, err
+    cli = json.loads(out)
+    lib = json.loads(json.dumps(res.model_dump()))
+    assert list(cli) == list(lib)
+    for k in cli:
+        if k not in ("layout", "timings", "policies"):
+            assert cli[k] == lib[k], k
+    assert set(cli["timings"]) == set(lib["timings"])
+    for name, pol in cli["policies"].items():
+        assert {k: v for k, v in pol.items() if k != "seconds"} == \
+            {k: v for k, v in lib["policies"][name].items() if k != "seconds"}
+
+
+def test_place_takes_a_plan_object_and_checks_first(setup):
+    t = setup["tmp"]
+    plan = load_plan(str(t / "plan.json"), setup["topo"], setup["inv"])
+    res = place(setup["ds"], t / "C", setup["topo"], setup["inv"], plan=plan, hotness=t / "hot", policy="hash")
+    assert res.policy == "hash" and res.plan["placement"] == plan.placement
+    with pytest.raises(MomentError, match="--policy"):
+        place(setup["ds"], t / "D", setup["topo"], setup["inv"], policy="nope")
+    with pytest.raises(MomentError, match="layout already exists"):
+        place(setup["ds"], t / "C", setup["topo"], setup["inv"], plan=plan, hotness=t / "hot")
+    assert not (t / "D").exists()
