@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -107,9 +108,16 @@ def _torchrun(args: list[str], nproc: int = 2, restarts: int = 0, env: dict | No
     if restarts:
         cmd.append(f"--max-restarts={restarts}")
     e = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
-    r = subprocess.run([*cmd, "-m", "moment.train", *args], cwd=REPO, env=e, capture_output=True, text=True,
-                       timeout=480, check=False)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
+    # its own process group: on a timeout the ranks go down with torchrun instead of lingering as orphans
+    p = subprocess.Popen([*cmd, "-m", "moment.train", *args], cwd=REPO, env=e, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=480)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+        raise AssertionError("torchrun hung for 480 s:\n" + out[-3000:] + err[-5000:]) from None
+    assert p.returncode == 0, out[-3000:] + err[-5000:]
 
 
 def _args(layout: Path, out: Path, *extra: str) -> list[str]:

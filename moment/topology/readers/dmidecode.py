@@ -24,7 +24,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from moment.errors import MomentError
+from moment.errors import MomentError, validation_error
 from moment.topology.model import PLACEABLE, Kind, Topology
 from moment.topology.readers import console
 from moment.topology.readers.pci import DEFAULT_GEN
@@ -221,7 +221,7 @@ def merge_slots(topo: Topology, records: list[SlotRecord], *, warnings: list[str
     try:
         return Topology.model_validate(data)
     except ValidationError as e:
-        raise MomentError(f"could not merge dmidecode slots: {e.errors()[0]['msg']}") from None
+        raise validation_error(e, "could not merge dmidecode slots", limit=1) from None
 
 
 def _wrap(nodes: list[dict], by_id: dict, kids: dict, dev: dict, slot_id: str) -> dict:

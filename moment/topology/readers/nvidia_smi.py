@@ -23,7 +23,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from moment.errors import MomentError
+from moment.errors import MomentError, validation_error
 from moment.topology.model import Kind, Topology
 from moment.topology.readers import console
 from moment.topology.readers.pci import DEFAULT_GEN
@@ -188,7 +188,7 @@ def apply_nvlinks(topo: Topology, matrix: TopoMatrix, *, nvswitch: str = "auto",
     try:
         return Topology.model_validate(data)
     except ValidationError as e:
-        raise MomentError(f"could not add NVLinks: {e.errors()[0]['msg']}") from None
+        raise validation_error(e, "could not add NVLinks", limit=1) from None
 
 
 def _groups(items: list[str], joined) -> list[list[str]]:
@@ -275,6 +275,5 @@ def topology_from_matrix(matrix: TopoMatrix, *, name: str = "nvidia-smi", source
     try:
         topo = Topology.model_validate({"name": name, "source": source, "nodes": nodes})
     except ValidationError as e:
-        raise MomentError(f"could not build a topology from the matrix: {e.errors()[0]['msg']}",
-                          source=source) from None
+        raise validation_error(e, "could not build a topology from the matrix", source=source, limit=1) from None
     return apply_nvlinks(topo, matrix, nvswitch=nvswitch, warnings=warnings)

@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
-from moment.errors import MomentError
+from moment.errors import MomentError, validation_error
 from moment.topology import bandwidth as bw
 from moment.topology import pci_ids
 from moment.topology.devices import CATALOG
@@ -512,8 +512,7 @@ def build_topology(funcs: list[PciFunction], *, name: str, source: str | None = 
     try:
         return Topology.model_validate(data)
     except ValidationError as e:  # a bug here, or input too odd to model: say what
-        raise MomentError(f"could not build a topology from the PCI data: {e.errors()[0]['msg']}",
-                          source=source) from None
+        raise validation_error(e, "could not build a topology from the PCI data", source=source, limit=1) from None
 
 
 def _socket_links(nodes: list[dict], index: dict[Key, PciFunction]) -> list[dict]:
