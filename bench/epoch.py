@@ -343,4 +343,10 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from moment.errors import MomentError
+
+    try:
+        sys.exit(main())
+    except MomentError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
