@@ -258,10 +258,8 @@ def predicted_hit_rate(ds_dir: Path, layout: Path, m: dict, a) -> float | None:
     return float(r[m["cache_policy"]]["hit_rate"]) if m["cache_policy"] in r else None
 
 
-def main() -> int:
-    from moment.sizes import parse_size
-
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def workload_args(p: argparse.ArgumentParser) -> None:
+    """The dataset and training run this bench builds (bench/fidelity.py reuses them)."""
     p.add_argument("--nodes", type=int, default=8_000_000)
     p.add_argument("--dim", type=int, default=128)
     p.add_argument("--train-fraction", type=float, default=0.0025)
@@ -270,6 +268,13 @@ def main() -> int:
     p.add_argument("--fanouts", default="25,10")
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--hidden", type=int, default=256)
+
+
+def main() -> int:
+    from moment.sizes import parse_size
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    workload_args(p)
     p.add_argument("--memory-bound", default="3GiB", help="the cgroup limit of every system, or 'none'")
     p.add_argument("--variants", default="block,rows,belady",
                    help=f"other Moment configurations to run too ({', '.join(VARIANTS)}; '' for none)")

@@ -153,15 +153,9 @@ def main() -> int:
     from moment.runtime.train import preview_split
     from moment.workload.graph import GraphDataset
 
+    ep = _epoch_module()
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--nodes", type=int, default=8_000_000)
-    p.add_argument("--dim", type=int, default=128)
-    p.add_argument("--train-fraction", type=float, default=0.0025)
-    p.add_argument("--epochs", type=int, default=2)
-    p.add_argument("--nproc", type=int, default=2)
-    p.add_argument("--fanouts", default="25,10")
-    p.add_argument("--batch-size", type=int, default=1024)
-    p.add_argument("--hidden", type=int, default=256)
+    ep.workload_args(p)
     p.add_argument("--io-shape", default="rows", choices=["rows", "block"])
     p.add_argument("--cpu-cache-limit", default="10%")
     p.add_argument("--queue-depth", type=int, default=128, help="the run's and the probe's")
@@ -169,7 +163,6 @@ def main() -> int:
     p.add_argument("--cache-dir", type=Path, default=Path(os.environ.get(
         "MOMENT_BENCH_CACHE", Path.home() / ".cache" / "moment-bench")))
     a = p.parse_args()
-    ep = _epoch_module()
     a.cache_dir.mkdir(parents=True, exist_ok=True)
     ds_dir, layout = ep.build(a.cache_dir, a)
     ds = GraphDataset.open(ds_dir)
