@@ -1,8 +1,9 @@
-"""Build hook for the optional native I/O engine (moment.io._native, source in native/).
+"""Build hook for the optional native parts (sources in native/): the I/O engine (moment.io._native)
+and the DDAK kernel (moment.placement._ddak, loaded through ctypes).
 
-Metadata lives in pyproject.toml; this file only declares the C extension.  It is optional: if the
-compiler or Python headers are missing, `pip install -e .` still succeeds and moment.io falls back
-to its pure-Python engine.  liburing is used when a test program that includes <liburing.h> links;
+Metadata lives in pyproject.toml; this file only declares the C extensions.  Both are optional: if the
+compiler or Python headers are missing, `pip install .` still succeeds, moment.io falls back to its
+pure-Python engine and DDAK to its NumPy method (`moment version` says which are in use).  liburing is used when a test program that includes <liburing.h> links;
 the static archive is preferred so the built module does not need liburing at run time.
 """
 
@@ -24,6 +25,8 @@ class BuildExt(build_ext):
     def build_extensions(self) -> None:
         libs = self._liburing()
         for ext in self.extensions:
+            if ext.name != "moment.io._native":
+                continue
             if libs is not None and os.environ.get("MOMENT_NO_LIBURING") != "1":
                 ext.define_macros.append(("MOMENT_HAVE_LIBURING", "1"))
                 ext.extra_link_args.extend(libs)
@@ -55,7 +58,16 @@ setup(
             extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wno-missing-field-initializers"],
             libraries=["pthread"],
             optional=True,
-        )
+        ),
+        Extension(
+            "moment.placement._ddak",
+            sources=["native/ddak.c"],
+            # no fused multiply-add: bit-identical to the Python reference (see native/ddak.c)
+            extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-ffp-contract=off"],
+            define_macros=[("MOMENT_DDAK_MODULE", "1")],
+            libraries=["m"],
+            optional=True,
+        ),
     ],
     cmdclass={"build_ext": BuildExt},
 )

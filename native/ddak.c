@@ -1,6 +1,8 @@
 /* DDAK per-pool loop (moment/placement/ddak.py documents the algorithm; ddak_reference is the spec).
  *
- * Built on first use by moment/placement/_native.py with the system C compiler:
+ * Built by the package build (setup.py) as moment.placement._ddak, with MOMENT_DDAK_MODULE defined so
+ * the file is also an (empty) importable extension module; the kernel itself is called through ctypes.
+ * A source checkout without a build compiles it on first use instead (moment/placement/_native.py):
  *   cc -O2 -shared -fPIC -ffp-contract=off ddak.c -o ddak.so
  * -ffp-contract=off keeps every floating-point operation identical to the Python reference
  * (no fused multiply-add), so both produce bit-identical placements.
@@ -55,3 +57,16 @@ int64_t ddak_fill(const double *S, int64_t n, int64_t pool, int32_t nb,
     *pos_out = p;
     return ns;
 }
+
+#ifdef MOMENT_DDAK_MODULE
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+/* An empty module: importing it only proves the build; moment/placement/_native.py loads this same
+ * file with ctypes and calls ddak_fill. */
+static struct PyModuleDef ddak_module = {
+    PyModuleDef_HEAD_INIT, "_ddak", "DDAK kernel (ddak_fill), loaded through ctypes", -1, NULL,
+};
+
+PyMODINIT_FUNC PyInit__ddak(void) { return PyModule_Create(&ddak_module); }
+#endif

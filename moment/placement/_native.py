@@ -1,14 +1,17 @@
-"""Build and load the C DDAK kernel (native/ddak.c) on first use; None when it cannot be had.
+"""Load the C DDAK kernel (native/ddak.c); None when it cannot be had.
 
-The kernel is optional: DDAK falls back to an exact NumPy block method. The shared object is cached
+The package build compiles it as moment.placement._ddak (setup.py), so an installed Moment has it
+without a compiler. A source checkout that was not built compiles it on first use instead, cached
 under $MOMENT_CACHE (default ~/.cache/moment)/native, keyed by the source's hash, and written by
-rename so concurrent first uses never load a half-written file. MOMENT_NO_NATIVE=1 disables it.
+rename so concurrent first uses never load a half-written file. The kernel is optional: DDAK falls
+back to an exact NumPy block method. MOMENT_NO_NATIVE=1 disables it.
 """
 
 from __future__ import annotations
 
 import ctypes
 import hashlib
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -51,17 +54,37 @@ def _build(src: Path) -> Path | None:
     return out
 
 
+def _packaged() -> Path | None:
+    """The kernel the package build made (moment.placement._ddak), found without importing it."""
+    try:
+        spec = importlib.util.find_spec("moment.placement._ddak")
+    except (ImportError, ValueError):
+        return None
+    return Path(spec.origin) if spec is not None and spec.origin else None
+
+
+@lru_cache(maxsize=1)
+def ddak_library() -> tuple[ctypes.CDLL, str] | tuple[None, str]:
+    """(library, where it came from) or (None, why there is none)."""
+    if os.environ.get("MOMENT_NO_NATIVE"):
+        return None, "disabled by MOMENT_NO_NATIVE"
+    for origin, find in (("package build", _packaged),
+                         ("compiled at first use", lambda: _build(SOURCE) if SOURCE.is_file() else None)):
+        so = find()
+        if so is None:
+            continue
+        try:
+            return ctypes.CDLL(str(so)), f"{origin} ({so})"
+        except OSError:
+            continue
+    return None, "not built (no C compiler when installed) and no source to compile"
+
+
 @lru_cache(maxsize=1)
 def ddak_kernel():  # -> ctypes function or None
-    """The `ddak_fill` function from native/ddak.c, or None (no source, no compiler, disabled)."""
-    if os.environ.get("MOMENT_NO_NATIVE") or not SOURCE.is_file():
-        return None
-    so = _build(SOURCE)
-    if so is None:
-        return None
-    try:
-        lib = ctypes.CDLL(str(so))
-    except OSError:
+    """The `ddak_fill` function from native/ddak.c, or None (not built, no compiler, disabled)."""
+    lib, _ = ddak_library()
+    if lib is None:
         return None
     f = lib.ddak_fill
     dp = np.ctypeslib.ndpointer(np.float64, flags="C_CONTIGUOUS")

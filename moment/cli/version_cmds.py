@@ -1,0 +1,45 @@
+"""`moment version`: the version and which native parts this installation runs on."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+from moment.cli import app, console
+
+
+def native_report() -> dict:
+    """Which DDAK kernel and I/O engines this installation has, and why one is missing."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from moment.io import available_backends
+    from moment.placement._native import ddak_library
+
+    try:
+        ver = version("moment")
+    except PackageNotFoundError:  # a source tree run without installing
+        ver = "unknown (not installed)"
+    lib, where = ddak_library()
+    return {
+        "version": ver,
+        "ddak": {"engine": "native" if lib is not None else "numpy", "detail": where},
+        "io_backends": {name: ("usable" if not why else why) for name, why in available_backends().items()},
+    }
+
+
+@app.command("version")
+def version_cmd(json_out: bool = typer.Option(False, "--json", help="print one JSON object")) -> None:
+    """Print Moment's version and whether the native DDAK kernel and I/O engines are in use.
+
+    A build without a C compiler still works (NumPy DDAK, Python I/O engine) but is slower; this
+    says which one you have and why.
+    """
+    rep = native_report()
+    if json_out:
+        print(json.dumps(rep, indent=2))
+        return
+    console.print(f"moment {rep['version']}", highlight=False)
+    console.print(f"DDAK kernel: {rep['ddak']['engine']} — {rep['ddak']['detail']}", highlight=False)
+    for name, state in rep["io_backends"].items():
+        console.print(f"I/O backend {name}: {state}", highlight=False)
