@@ -63,14 +63,17 @@ def _check_budget(cfg, ds, nproc: int) -> None:
     preview_split(cfg, ds, nproc)
 
 
+def _forwarded_options() -> str:
+    from moment.runtime.config import option_names
+
+    return ", ".join(option_names())
+
+
 @app.command(
     "train",
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
     epilog="Every other option goes to `python -m moment.train` (run `python -m moment.train --help`): "
-    "--layout, --model, --epochs, --metrics-json, --dataset, --fanouts, --batch-size, --hidden, --layers, "
-    "--lr, --seed, --checkpoint-dir, --checkpoint-every, --resume, --memory-budget, --cache-policy, --io-shape, "
-    "--superbatch, --cpu-cache-limit, --features-in-memory, "
-    "--features-memmap, --io-backend, --verify, --no-pipeline, --device, --quiet.",
+    + _forwarded_options() + ".",
 )
 def train(
     ctx: typer.Context,

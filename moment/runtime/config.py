@@ -1,56 +1,122 @@
-"""Training options: one dataclass, parsed from the command line of `python -m moment.train`.
+"""Training options: one typed model, the only source of their defaults, types and help.
 
-The same flags are accepted by `moment train` (which forwards them to torchrun unchanged).
+`python -m moment.train`'s parser is derived from it (each field's `Flag` says how it is spelled on
+the command line), and `moment train` forwards every option to it unchanged, so an option added here
+is accepted everywhere at once.
 """
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict, dataclass, field
+import types
+import typing
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from moment.errors import MomentError
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from moment.errors import MomentError, validation_lines
 from moment.workload.spec import default_batch_size
+
 DEFAULT_FANOUTS = {1: [10], 2: [25, 10], 3: [15, 10, 5]}
 FEATURES = ("tiered", "memory", "memmap")
 
 
-@dataclass
-class TrainConfig:
-    layout: Path | None = None
-    dataset: Path | None = None
-    model: str = "sage"
-    epochs: int = 1
-    metrics_json: Path | None = None
-    fanouts: list[int] = field(default_factory=list)
-    layers: int | None = None
-    batch_size: int | None = None
-    hidden: int | None = None
-    lr: float = 3e-3
-    seed: int = 0
-    checkpoint_dir: Path | None = None
-    checkpoint_every: int | None = None  # None: a quarter epoch when there is a checkpoint_dir
-    resume: bool = False
-    cpu_cache_limit: str | None = None
-    memory_budget: str | None = None
-    cache_policy: str = "static"
-    io_shape: str = "auto"
-    superbatch: int | None = None
-    features: str = "tiered"
-    drop_page_cache: str = ""
-    memmap_random: bool = False
-    io_backend: str | None = None
-    queue_depth: int = 128
-    io_merge_gap: int | None = None
-    io_max_request: int | None = None
-    direct: bool = True
-    verify: bool = False
-    pipeline: bool = True
-    depth: int = 2
-    threads: int | None = None
-    device: str | None = None
-    quiet: bool = False
+@dataclass(frozen=True)
+class Flag:
+    """How a TrainConfig field is given on the command line (the default is the field's own)."""
+
+    help: str = ""
+    name: str | None = None  # default: --field-name
+    metavar: str | None = None
+    action: str | None = None  # store_true / store_false / store_const
+    const: Any = None
+    nargs: str | None = None
+    group: str | None = None  # flags of one group are mutually exclusive
+
+
+def _fanouts(text: str) -> list[int]:
+    try:
+        out = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"fan-outs must be integers like 25,10, got {text!r}") from None
+    if not out or any(f <= 0 for f in out):
+        raise argparse.ArgumentTypeError(f"fan-outs must be positive integers, got {text!r}")
+    return out
+
+
+class TrainConfig(BaseModel):
+    """Every option of a training run; defaults here and nowhere else."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+    layout: Annotated[Path | None, Flag("layout directory written by `moment place`")] = None
+    dataset: Annotated[Path | None, Flag("dataset directory (default: the one the layout was made from)")] = None
+    model: Annotated[Literal["sage", "gat"], Flag("GNN: GraphSAGE or GAT")] = "sage"
+    epochs: Annotated[int, Flag("epochs to train")] = 1
+    metrics_json: Annotated[Path | None, Flag("write the run's summary here (rank 0, atomically)")] = None
+    fanouts: Annotated[list[int], Flag("per-hop fan-outs, outermost last, e.g. 25,10")] = []
+    layers: Annotated[Literal[1, 2, 3] | None, Flag("GNN layers (default: number of fan-outs, else 2)")] = None
+    batch_size: Annotated[int | None, Flag("seeds per rank and step (default: min(8000, max(64, "
+                                           "train_nodes // (world_size * 8))))")] = None
+    hidden: Annotated[int | None, Flag("hidden width (default: 256 for sage, 64x8 heads for gat)")] = None
+    lr: Annotated[float, Flag("learning rate (Adam)")] = 3e-3
+    seed: Annotated[int, Flag("seed of sampling, shuffling and the model's initial weights")] = 0
+    checkpoint_dir: Annotated[Path | None, Flag(
+        "write checkpoints here; a torchrun restart resumes from the last one (`moment train` picks one in "
+        "the run directory when not given)")] = None
+    checkpoint_every: Annotated[int | None, Flag(
+        "steps between checkpoints (default: a quarter epoch with --checkpoint-dir; 0: none)",
+        metavar="STEPS")] = None
+    resume: Annotated[bool, Flag("continue from the checkpoint in --checkpoint-dir (automatic after a "
+                                 "torchrun restart)", action="store_true")] = False
+    memory_budget: Annotated[str | None, Flag(
+        "memory for the whole run on this machine (all local ranks), e.g. 3GiB; auto: the cgroup limit or "
+        "available memory, less a margin. Every large buffer is sized from it and the split is printed at "
+        "start; a budget below the run's minimum is refused (the message names it)",
+        metavar="BYTES|auto")] = None
+    cpu_cache_limit: Annotated[str | None, Flag(
+        "cap the CPU cache, e.g. 2GiB or 10%% of the features (default: what the budget leaves; without a "
+        "budget, the layout's CPU bins)")] = None
+    cache_policy: Annotated[Literal["static", "lru", "belady-superbatch"], Flag(
+        "CPU cache policy: static (hottest rows by pre-sampled hotness, one copy shared by the local ranks), "
+        "lru, or belady-superbatch (Ginex: the next superbatch's accesses decide what stays)")] = "static"
+    io_shape: Annotated[Literal["auto", "rows", "block", "packed"], Flag(
+        "how misses are read: packed (DiskGNN: each batch's misses from the contiguous segment `moment data "
+        "pack` wrote for it), block (a hyperbatch's misses in large merged reads, AGNES) or rows (each "
+        "batch's rows, merged only within shared blocks); auto (default): packed when the layout has a pack "
+        "made for this run's ranks, batch size, fan-outs and seed, else block")] = "auto"
+    superbatch: Annotated[int | None, Flag(
+        "batches decided and read together (default 4 with --io-shape block or a dynamic policy, else 1)",
+        metavar="BATCHES")] = None
+    features: Annotated[Literal["tiered", "memory", "memmap"], Flag(
+        "baseline: the dataset's whole feature matrix in RAM (the correctness reference)",
+        name="--features-in-memory", action="store_const", const="memory", group="features"), Flag(
+        "baseline: index a numpy memmap of features.npy, as plain PyG code does",
+        name="--features-memmap", action="store_const", const="memmap", group="features")] = "tiered"
+    drop_page_cache: Annotated[Literal["", "epoch", "batch"], Flag(
+        "memmap baseline: drop features.npy from the page cache at every epoch start (or batch)",
+        nargs="?", const="epoch")] = ""
+    memmap_random: Annotated[bool, Flag("memmap baseline: madvise(MADV_RANDOM), no read-around",
+                                        action="store_true")] = False
+    io_backend: Annotated[Literal["io_uring", "pthreads", "python"] | None, Flag(
+        "default: fastest usable")] = None
+    queue_depth: Annotated[int, Flag("I/O requests in flight per rank")] = 128
+    io_merge_gap: Annotated[int | None, Flag(
+        "merge SSD reads across gaps this small (default: 0 for rows; for block, per job the gap whose reads "
+        "cost least on the disk)", metavar="BYTES")] = None
+    io_max_request: Annotated[int | None, Flag(
+        "largest merged SSD read (default: 128 KiB for rows, 1 MiB for block)", metavar="BYTES")] = None
+    direct: Annotated[bool, Flag("read shards through the page cache", name="--buffered",
+                                 action="store_false")] = True
+    verify: Annotated[bool, Flag("check shard chunk checksums on first use", action="store_true")] = False
+    pipeline: Annotated[bool, Flag("run the stages one after another", name="--no-pipeline",
+                                   action="store_false")] = True
+    depth: Annotated[int, Flag("batches buffered between pipeline stages")] = 2
+    threads: Annotated[int | None, Flag("torch intra-op threads per rank (default: cores / local ranks)")] = None
+    device: Annotated[Literal["cpu", "cuda"] | None, Flag("default: cuda when available")] = None
+    quiet: Annotated[bool, Flag("no progress bar or summary", action="store_true")] = False
 
     def resolved_fanouts(self) -> list[int]:
         if self.fanouts:
@@ -82,8 +148,12 @@ class TrainConfig:
             return self.superbatch
         return 4 if (self.io_shape != "rows" or self.cache_policy != "static") else 1
 
+    def resolved_hidden(self) -> int:
+        """--hidden, or 256 for GraphSAGE and 64 x 8 heads = 512 for GAT."""
+        return self.hidden or (256 if self.model == "sage" else 512)
+
     def to_dict(self) -> dict[str, Any]:
-        return {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self).items()}
+        return self.model_dump(mode="json")
 
     def check(self) -> None:
         if self.features == "tiered" and self.layout is None:
@@ -105,8 +175,6 @@ class TrainConfig:
             resolve_budget(self.memory_budget)
         if self.superbatch is not None and self.superbatch < 1:
             raise MomentError(f"--superbatch must be >= 1 (got {self.superbatch})")
-        if self.model not in ("sage", "gat"):
-            raise MomentError(f"--model {self.model!r}: choose sage or gat")
         self.resolved_fanouts()
         self.check_outputs()
 
@@ -120,84 +188,65 @@ class TrainConfig:
             check_output(self.checkpoint_dir, "--checkpoint-dir", directory=True)
 
 
-def _fanouts(text: str) -> list[int]:
-    try:
-        out = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"fan-outs must be integers like 25,10, got {text!r}") from None
-    if not out or any(f <= 0 for f in out):
-        raise argparse.ArgumentTypeError(f"fan-outs must be positive integers, got {text!r}")
-    return out
+
+def _flags(name: str) -> list[Flag]:
+    return [m for m in TrainConfig.model_fields[name].metadata if isinstance(m, Flag)]
+
+
+def _value_type(annotation: Any) -> tuple[Any, list | None]:
+    """(argparse type, choices) of a field's annotation: Optional stripped, Literal → choices."""
+    base = annotation
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        base = next(a for a in typing.get_args(annotation) if a is not type(None))
+    if typing.get_origin(base) is Literal:
+        values = [v for v in typing.get_args(base) if v != ""]
+        return type(values[0]), values
+    if typing.get_origin(base) is list:
+        return _fanouts, None
+    return base, None
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The command line of `python -m moment.train`, one flag per TrainConfig field (in field order)."""
     p = argparse.ArgumentParser(
         prog="python -m moment.train",
         description="Data-parallel out-of-core GNN training from a Moment layout (launch with torchrun "
                     "for several ranks; without it, one process).")
-    a = p.add_argument
-    a("--layout", type=Path, help="layout directory written by `moment place`")
-    a("--dataset", type=Path, help="dataset directory (default: the one the layout was made from)")
-    a("--model", default="sage", choices=["sage", "gat"])
-    a("--epochs", type=int, default=1)
-    a("--metrics-json", type=Path, help="write the run's summary here (rank 0, atomically)")
-    a("--fanouts", type=_fanouts, default=[], help="per-hop fan-outs, outermost last, e.g. 25,10")
-    a("--layers", type=int, choices=[1, 2, 3], help="GNN layers (default: number of fan-outs, else 2)")
-    a("--batch-size", type=int, help="seeds per rank and step (default: min(8000, max(64, "
-                                     "train_nodes // (world_size * 8))))")
-    a("--hidden", type=int, help="hidden width (default: 256 for sage, 64x8 heads for gat)")
-    a("--lr", type=float, default=3e-3)
-    a("--seed", type=int, default=0)
-    a("--checkpoint-dir", type=Path, help="write checkpoints here; a torchrun restart resumes from the last one "
-                                           "(`moment train` picks one in the run directory when not given)")
-    a("--checkpoint-every", type=int, metavar="STEPS",
-      help="steps between checkpoints (default: a quarter epoch with --checkpoint-dir; 0: none)")
-    a("--resume", action="store_true", help="continue from the checkpoint in --checkpoint-dir "
-                                            "(automatic after a torchrun restart)")
-    a("--memory-budget", metavar="BYTES|auto",
-      help="memory for the whole run on this machine (all local ranks), e.g. 3GiB; auto: the cgroup limit "
-           "or available memory, less a margin. Every large buffer is sized from it and the split is "
-           "printed at start; a budget below the run's minimum is refused (the message names it)")
-    a("--cpu-cache-limit", help="cap the CPU cache, e.g. 2GiB or 10%% of the features (default: what the "
-                                "budget leaves; without a budget, the layout's CPU bins)")
-    a("--cache-policy", default="static", choices=["static", "lru", "belady-superbatch"],
-      help="CPU cache policy: static (hottest rows by pre-sampled hotness, one copy shared by the local "
-           "ranks), lru, or belady-superbatch (Ginex: the next superbatch's accesses decide what stays)")
-    a("--io-shape", default="auto", choices=["auto", "rows", "block", "packed"],
-      help="how misses are read: packed (DiskGNN: each batch's misses from the contiguous segment "
-           "`moment data pack` wrote for it), block (a hyperbatch's misses in large merged reads, AGNES) or "
-           "rows (each batch's rows, merged only within shared blocks); auto (default): packed when the "
-           "layout has a pack made for this run's ranks, batch size, fan-outs and seed, else block")
-    a("--superbatch", type=int, metavar="BATCHES",
-      help="batches decided and read together (default 4 with --io-shape block or a dynamic policy, else 1)")
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--features-in-memory", dest="features", action="store_const", const="memory",
-                   help="baseline: the dataset's whole feature matrix in RAM (the correctness reference)")
-    g.add_argument("--features-memmap", dest="features", action="store_const", const="memmap",
-                   help="baseline: index a numpy memmap of features.npy, as plain PyG code does")
-    a("--drop-page-cache", nargs="?", const="epoch", default="", choices=["epoch", "batch"],
-      help="memmap baseline: drop features.npy from the page cache at every epoch start (or batch)")
-    a("--memmap-random", action="store_true", help="memmap baseline: madvise(MADV_RANDOM), no read-around")
-    a("--io-backend", choices=["io_uring", "pthreads", "python"], help="default: fastest usable")
-    a("--queue-depth", type=int, default=128)
-    a("--io-merge-gap", type=int, metavar="BYTES",
-      help="merge SSD reads across gaps this small (default: 0 for rows; for block, per job the gap whose "
-           "reads cost least on the disk)")
-    a("--io-max-request", type=int, metavar="BYTES", help="largest merged SSD read (default: 128 KiB for "
-                                                          "rows, 1 MiB for block)")
-    a("--buffered", dest="direct", action="store_false", help="read shards through the page cache")
-    a("--verify", action="store_true", help="check shard chunk checksums on first use")
-    a("--no-pipeline", dest="pipeline", action="store_false", help="run the stages one after another")
-    a("--depth", type=int, default=2, help="batches buffered between pipeline stages")
-    a("--threads", type=int, help="torch intra-op threads per rank (default: cores / local ranks)")
-    a("--device", choices=["cpu", "cuda"], help="default: cuda when available")
-    a("--quiet", action="store_true", help="no progress bar or summary")
-    p.set_defaults(features="tiered")
+    groups: dict[str, Any] = {}
+    for name, info in TrainConfig.model_fields.items():
+        for flag in _flags(name):
+            target = p
+            if flag.group is not None:
+                if flag.group not in groups:
+                    groups[flag.group] = p.add_mutually_exclusive_group()
+                target = groups[flag.group]
+            kw: dict[str, Any] = {"dest": name, "help": flag.help}
+            if flag.action is not None:
+                kw["action"] = flag.action
+                if flag.action == "store_const":
+                    kw["const"] = flag.const
+            else:
+                kind, choices = _value_type(info.annotation)
+                kw.update(type=kind, choices=choices)
+                if flag.metavar:
+                    kw["metavar"] = flag.metavar
+                if flag.nargs:
+                    kw.update(nargs=flag.nargs, const=flag.const)
+            target.add_argument(flag.name or "--" + name.replace("_", "-"), **kw)
+        p.set_defaults(**{name: info.default})
     return p
+
+
+def option_names() -> list[str]:
+    """Every flag `python -m moment.train` takes (what `moment train --help` lists)."""
+    return [f.name or "--" + n.replace("_", "-") for n in TrainConfig.model_fields for f in _flags(n)]
 
 
 def parse_args(argv: list[str] | None = None) -> TrainConfig:
     ns = build_parser().parse_args(argv)
-    cfg = TrainConfig(**vars(ns))
+    try:
+        cfg = TrainConfig(**vars(ns))
+    except ValidationError as e:
+        raise MomentError("training options: " + "; ".join(validation_lines(e))) from None
     cfg.check()
     return cfg

@@ -117,7 +117,7 @@ def preview_split(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, agent: bool
     train_idx = np.asarray(ds.train_idx)
     batches = SeedBatches(train_idx, cfg.resolved_batch_size(train_idx.size, nproc), seed=cfg.seed, rank=0,
                           world_size=nproc)
-    hidden = cfg.hidden or (256 if cfg.model == "sage" else 512)
+    hidden = cfg.resolved_hidden()
     return plan_memory(cfg, ds, ctx, CSRGraph.from_dataset(ds, in_memory=False), batches, cfg.resolved_fanouts(),
                        hidden, process_bytes(), agent=agent)
 
@@ -192,7 +192,7 @@ class Trainer:
         self.split = None
         if cfg.features == "tiered":
             return_freed_memory()
-            hidden = cfg.hidden or (256 if cfg.model == "sage" else 512)
+            hidden = cfg.resolved_hidden()
             self.split = plan_memory(cfg, self.ds, ctx, self.graph, self.batches, self.fanouts, hidden, base_rss)
         self.source = make_source(cfg, self.ds, ctx, self.split)
         labels = torch.from_numpy(np.array(self.ds.labels))
