@@ -123,3 +123,19 @@ def test_train_says_when_nothing_is_read_from_the_ssds(env, tmp_path):
     ds = make_dataset(tmp_path)
     m = train(TrainConfig(layout=make_layout(ds, tmp_path / "L"), **fast))
     assert m["ssd_bytes_read"] > 0 and m["notes"] == []
+
+
+def test_layout_info_ties_each_gpu_and_ssd_bin_to_the_plans_device_and_slot(env):
+    """Issue 12's interface: `layout info --json` bins carry plan_gpu/plan_ssd and the plan's slot."""
+    plan = env["plan"]
+    bins = json.loads(run("layout", "info", env["tmp"] / "L", "--json")[1])["bins"]
+    slot_of = {dev: slot for slot, dev in plan["devices"].items()}
+    gpu_bins = [b for b in bins if b["kind"] == "gpu"]
+    ssd_bins = [b for b in bins if b["kind"] == "ssd"]
+    assert [b["plan_gpu"] for b in gpu_bins] == ["gpu0", "gpu1", "gpu2", "gpu3"]
+    assert sorted(b["plan_ssd"] for b in ssd_bins) == [f"ssd{i}" for i in range(8)]
+    for b in gpu_bins:
+        assert b["name"] == f"hbm:{b['plan_gpu']}" and b["slot"] == slot_of[b["plan_gpu"]]
+    for b in ssd_bins:
+        assert b["slot"] == slot_of[b["plan_ssd"]]
+    assert all("plan_gpu" not in b and "slot" not in b for b in bins if b["kind"] == "cpu")

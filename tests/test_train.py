@@ -142,6 +142,9 @@ def test_torchrun_two_ranks(two_ranks, reference):
     assert abs(m["val_accuracy"] - reference["val_accuracy"]) < 0.05, (m["val_accuracy"], reference["val_accuracy"])
     assert m["tier_bytes"]["gpu"] > 0 and m["tier_bytes"]["cpu"] > 0 and m["memory"]["items"]
     assert np.isfinite(m["loss_curve"]).all() and m["loss_curve"][-1] < m["loss_curve"][0]
+    # each rank serves its own plan GPU's bin (local-rank order on CPU) and reports its SSD shares
+    assert [(r["rank"], r["plan_gpus"]) for r in m["per_rank"]] == [(0, ["gpu0"]), (1, ["gpu1"])]
+    assert all(r["matched_by"].startswith("local-rank order") and r["ssd_shares"] for r in m["per_rank"])
 
 
 @pytest.mark.slow

@@ -225,8 +225,8 @@ def info_cmd(
     shards = {s.bin: s for s in m.shards}
     bins = [{"name": b.name, "kind": b.kind, "socket": b.socket, "rows": shards[b.name].rows,
              "capacity_rows": b.capacity_rows, "bytes": shards[b.name].bytes, "target_share": b.target_share,
-             "achieved_share": _achieved(m, b.name), "path": str(shard_path(layout, shards[b.name]))}
-            for b in m.bins]
+             "achieved_share": _achieved(m, b.name), "path": str(shard_path(layout, shards[b.name])),
+             **_hardware(b)} for b in m.bins]
     info = {"layout": str(layout), "created_by": m.created_by, "plan": m.plan.model_dump(mode="json"),
             "dataset": m.dataset.model_dump(mode="json"), "row": m.row.model_dump(mode="json"),
             "bins": bins, "bytes": sum(s.bytes for s in m.shards),
@@ -241,16 +241,23 @@ def info_cmd(
                   f"{m.dataset.num_nodes:,} nodes x {m.row.row_bytes} B ({m.row.mode} to {m.row.stride} B on SSDs), "
                   f"{_size(info['bytes'])}, {m.created_by}")
     t = Table(title="bins", title_justify="left")
-    for col in ("bin", "kind", "socket", "rows", "stored", "target", "achieved", "file"):
+    for col in ("bin", "kind", "socket", "slot", "rows", "stored", "target", "achieved", "file"):
         t.add_column(col, justify="right" if col in ("rows", "stored", "target", "achieved") else "left")
     for b in bins:
         ach = "" if b["achieved_share"] is None else f"{b['achieved_share']:.4f}"
-        t.add_row(b["name"], b["kind"], b["socket"] or "", f"{b['rows']:,}", _size(b["bytes"]),
+        t.add_row(b["name"], b["kind"], b["socket"] or "", b.get("slot") or "", f"{b['rows']:,}", _size(b["bytes"]),
                   f"{b['target_share']:.4f}", ach, b["path"])
     console.print(t)
     from moment.cli.render import render_hardware
 
     render_hardware(console, info["hardware"])
+
+
+def _hardware(b) -> dict:
+    """The plan's device a GPU or SSD bin lives on: `plan_gpu`/`plan_ssd`, its `slot` and `pci` address."""
+    if b.kind == "cpu":
+        return {}
+    return {f"plan_{b.kind}": b.device, "slot": b.slot, "pci": b.pci}
 
 
 def _achieved(m, name: str) -> float | None:

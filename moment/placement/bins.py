@@ -32,6 +32,10 @@ class Bin(BaseModel):
     path: str | None = Field(
         None, description="SSD mount path where its shard is written; None = inside the layout directory"
     )
+    device: str | None = Field(None, description="the plan's GPU or SSD this bin lives on, e.g. 'gpu1', 'ssd3'")
+    slot: str | None = Field(None, description="the slot the plan put that device in (None: built in, or unplanned)")
+    pci: str | None = Field(None, description="the device's PCI bus address where the topology has it; "
+                                              "ranks find their GPU by it")
 
     @property
     def tier(self) -> int:

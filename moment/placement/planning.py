@@ -252,8 +252,9 @@ def bins_from_plan(
     cpu_total = cache.cpu * len(sockets)
     cpu_share = sum(shares.get(f"mem:{s.id}", 0.0) for s in sockets)
 
+    where = _device_places(topo, full)
     out = [Bin(name=f"hbm:{g.id}", kind="gpu", capacity_rows=cache.gpu, target_share=_share(shares, f"hbm:{g.id}"),
-               socket=full.socket_of(g.id)) for g in full.of_kind(Kind.gpu)]
+               socket=full.socket_of(g.id), **where[g.id]) for g in full.of_kind(Kind.gpu)]
     for s in sockets:
         share = _share(shares, f"mem:{s.id}")
         rows = round(cpu_total * share / cpu_share) if cpu_share > 0 else cache.cpu
@@ -261,13 +262,27 @@ def bins_from_plan(
         out.append(Bin(name=f"mem:{s.id}", kind="cpu", capacity_rows=rows, target_share=share, socket=s.id))
     for d in ssds:
         out.append(Bin(name=d.id, kind="ssd", capacity_rows=int(d.capacity_gb * 1e9) // ssd_stride,
-                       target_share=_share(shares, d.id), socket=full.socket_of(d.id), path=ssd_paths.get(d.id)))
+                       target_share=_share(shares, d.id), socket=full.socket_of(d.id), path=ssd_paths.get(d.id),
+                       **where[d.id]))
     extra = sorted(set(shares) - {b.name for b in out})
     if extra:
         raise MomentError(f"the plan's storage nodes {extra} are not in machine {topo.name!r}")
     if not ssds:
         raise MomentError("the plan has no SSD: a layout needs at least one SSD to hold every node")
     return BinSet(bins=out)
+
+
+def _device_places(topo: Topology, full: Topology) -> dict[str, dict[str, str | None]]:
+    """Plan device id -> its slot and PCI address. A placed device takes the address of the card the
+    scanned machine had in that slot (or the slot's own); a built-in one keeps its own."""
+    slots = {n.id for n in full.of_kind(Kind.slot)}
+    scanned = {n.parent: n.pci for k in (Kind.gpu, Kind.ssd) for n in topo.of_kind(k) if n.pci and n.parent in slots}
+    out = {}
+    for d in [*full.of_kind(Kind.gpu), *full.of_kind(Kind.ssd)]:
+        slot = d.parent if d.parent in slots else None
+        pci = d.pci or scanned.get(slot) or (full.node(slot).pci if slot else None)
+        out[d.id] = {"device": d.id, "slot": slot, "pci": pci}
+    return out
 
 
 def _share(shares: dict[str, float], key: str) -> float:

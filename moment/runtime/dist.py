@@ -9,6 +9,7 @@ run is a plain single process and every collective is a no-op.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +17,7 @@ import torch
 import torch.distributed as dist
 
 from moment.errors import MomentError
+from moment.runtime.devices import RankDevice, assign, cuda_pci_addresses
 
 
 @dataclass
@@ -26,6 +28,7 @@ class DistContext:
     local_world_size: int
     device: torch.device
     backend: str | None  # None: single process, no process group
+    serves: RankDevice | None = None  # the plan GPUs this rank serves and how its device was chosen
 
     @property
     def is_main(self) -> bool:
@@ -80,8 +83,9 @@ def _attempt_store(rank: int, world: int) -> dist.Store:
     return dist.PrefixStore(f"moment/attempt_{attempt}", store)
 
 
-def setup(device: str | None = None) -> DistContext:
-    """Init the process group when launched with WORLD_SIZE > 1: NCCL on CUDA, gloo on CPU."""
+def setup(device: str | None = None, gpu_bins: Sequence[tuple[str, str | None]] = ()) -> DistContext:
+    """Init the process group when launched with WORLD_SIZE > 1: NCCL on CUDA, gloo on CPU. `gpu_bins`:
+    the layout's (plan GPU, PCI address) pairs; on CUDA each rank takes the device of its plan GPU."""
     env = os.environ
     world = int(env.get("WORLD_SIZE", "1"))
     rank = int(env.get("RANK", "0"))
@@ -91,9 +95,11 @@ def setup(device: str | None = None) -> DistContext:
     if want == "cuda":
         if not torch.cuda.is_available():
             raise MomentError("--device cuda requested but CUDA is not available")
-        dev = torch.device("cuda", local_rank % torch.cuda.device_count())
+        serves = assign(local_rank, local_world, gpu_bins, cuda_pci_addresses())
+        dev = torch.device("cuda", serves.device_index)
         torch.cuda.set_device(dev)
     else:
+        serves = assign(local_rank, local_world, gpu_bins, None)
         dev = torch.device("cpu")
     backend = None
     if world > 1:
@@ -102,4 +108,4 @@ def setup(device: str | None = None) -> DistContext:
             kw = {"device_id": dev} if dev.type == "cuda" else {}
             dist.init_process_group(backend=backend, store=_attempt_store(rank, world), rank=rank,
                                     world_size=world, **kw)
-    return DistContext(rank, local_rank, world, local_world, dev, backend)
+    return DistContext(rank, local_rank, world, local_world, dev, backend, serves)

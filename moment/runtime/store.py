@@ -49,6 +49,7 @@ from moment.errors import MomentError
 from moment.placement.manifest import Shard
 from moment.placement.pack import Segments, check_pack, load_pack, pack_path
 from moment.placement.reader import load_manifest, shard_path
+from moment.runtime.devices import plan_gpus_of
 from moment.runtime.gather import SHAPES, BufferPool, Job, Reader
 from moment.runtime.hostcache import HostCache, shm_room
 from moment.sizes import parse_size
@@ -202,10 +203,13 @@ class TieredFeatureStore(FeatureStore):
         nb = len(m.shards)
         self._stride = np.array([s.stride for s in m.shards], dtype=np.int64)
         self._verified: dict[int, np.ndarray] = {}
+        self._rows_by_bin = np.zeros(nb, dtype=np.int64)  # distinct rows each job read, by home bin
 
         # gpu tier: this rank's GPU bins, hottest rows first, at most gpu_rows of them
         gpu_bins = [i for i, s in enumerate(m.shards) if s.kind == "gpu"]
-        own = [b for j, b in enumerate(gpu_bins) if j % self.local_world_size == local_rank % self.local_world_size]
+        mine = plan_gpus_of(local_rank, self.local_world_size, [m.shards[i].bin for i in gpu_bins])
+        own = [b for b in gpu_bins if m.shards[b].bin in mine]
+        self.gpu_bins = [m.shards[b].bin for b in own]  # the plan GPUs' bins this rank holds
         self._gpu_base = np.zeros(nb, dtype=np.int64)
         self._gpu_limit = np.zeros(nb, dtype=np.int64)
         left = sum(m.shards[b].rows for b in own) if gpu_rows is None else int(gpu_rows)
@@ -466,6 +470,7 @@ class TieredFeatureStore(FeatureStore):
                 for p, x in zip(grp, ids, strict=True):
                     p.miss_row = np.searchsorted(u, x)
             f, off = self._locate(u)
+            self._rows_by_bin += np.bincount(self._bin[u], minlength=self._rows_by_bin.shape[0])
             if self.verify:
                 self._verify_chunks(f, off)
             if self.segments is not None:
@@ -535,6 +540,18 @@ class TieredFeatureStore(FeatureStore):
 
     def tier_stats(self) -> dict[str, Any]:
         return self.counters.as_dict()
+
+    def ssd_shares(self) -> dict[str, dict[str, float]]:
+        """Per SSD: the share of this rank's SSD rows the plan routes to it (its storage share among the
+        SSDs: every GPU samples the same distribution) and the share it actually served."""
+        ssd = [i for i, s in enumerate(self.manifest.shards) if s.kind == "ssd"]
+        target = {b.name: b.target_share for b in self.manifest.bins}
+        planned = np.array([target.get(self.manifest.shards[i].bin, 0.0) for i in ssd])
+        got = self._rows_by_bin[ssd].astype(np.float64)
+        planned = planned / planned.sum() if planned.sum() > 0 else planned
+        achieved = got / got.sum() if got.sum() > 0 else got
+        return {self.manifest.shards[i].bin: {"planned": float(p), "achieved": float(a), "rows": int(g)}
+                for i, p, a, g in zip(ssd, planned, achieved, got, strict=True)}
 
     def epoch_start(self, epoch: int) -> None:  # the FeatureSource protocol
         pass

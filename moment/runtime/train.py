@@ -195,6 +195,8 @@ class Trainer:
             hidden = cfg.resolved_hidden()
             self.split = plan_memory(cfg, self.ds, ctx, self.graph, self.batches, self.fanouts, hidden, base_rss)
         self.source = make_source(cfg, self.ds, ctx, self.split)
+        if self.split is not None and ctx.serves is not None and ctx.serves.plan_gpus:
+            self.notes += ctx.all_gather_object(ctx.serves.line(str(ctx.device)))
         labels = torch.from_numpy(np.array(self.ds.labels))
         self.pipe = Pipeline(self.graph, self.fanouts, self.source, labels, ctx.device, depth=cfg.depth,
                              pipelined=cfg.pipeline)
@@ -401,7 +403,17 @@ class Trainer:
             "resumed_from_step": self.resumed_from,
             "restarts": ctx.restart_count,
             "checkpoint_dir": str(self.cfg.checkpoint_dir) if self.cfg.checkpoint_dir is not None else None,
+            "per_rank": ctx.all_gather_object(self._rank_report()),
         }
+
+    def _rank_report(self) -> dict[str, Any]:
+        """This rank's plan GPUs, its device and how it was matched, and its planned vs achieved SSD shares."""
+        sv = self.ctx.serves
+        out: dict[str, Any] = {"rank": self.ctx.rank, "device": str(self.ctx.device),
+                               "plan_gpus": list(sv.plan_gpus) if sv else [], "matched_by": sv.how if sv else None}
+        if self.split is not None:
+            out["ssd_shares"] = self.source.ssd_shares()
+        return out
 
     def store_line(self) -> str:
         st = self.source
@@ -449,11 +461,28 @@ def write_json_atomic(path: Path, doc: dict[str, Any]) -> None:
     atomic_write(path, json.dumps(doc, indent=2), "--metrics-json")
 
 
+def layout_gpus(cfg: TrainConfig) -> list[tuple[str, str | None]]:
+    """The layout's GPU bins as (plan GPU, PCI address), in shard order: what ranks are matched to."""
+    if cfg.features != "tiered" or cfg.layout is None:
+        return []
+    from moment.placement.reader import load_manifest
+
+    m = load_manifest(cfg.layout)
+    bins = {b.name: b for b in m.bins}
+    out = []
+    for s in m.shards:
+        if s.kind == "gpu":
+            b = bins.get(s.bin)
+            out.append((b.device if b is not None and b.device else s.bin.removeprefix("hbm:"),
+                        b.pci if b is not None else None))
+    return out
+
+
 def train(cfg: TrainConfig, ctx: DistContext | None = None) -> dict[str, Any]:
     """Run training with `cfg`; returns the metrics (and writes them when `cfg.metrics_json` is set)."""
     cfg.check()
     own = ctx is None
-    ctx = ctx or setup(cfg.device)
+    ctx = ctx or setup(cfg.device, layout_gpus(cfg))
     old_threads = torch.get_num_threads()
     if ctx.device.type == "cpu":
         torch.set_num_threads(cfg.threads or max(1, (os.cpu_count() or 1) // max(ctx.local_world_size, 1)))
