@@ -56,3 +56,26 @@ class DeviceStaging:
         if self._event is not None:
             self._event.synchronize()
             self._event = None
+
+
+class StagingRing:
+    """A few pinned staging buffers used in turn, so one batch's rows are assembled on the host while
+    the previous batch's copy to the device is still in flight. A buffer grows (re-pinned, 25% spare)
+    when a batch is larger than it; reuse waits for that buffer's last copy."""
+
+    def __init__(self, device, slots: int = 2):
+        self.device = device
+        self.bufs: list[DeviceStaging | None] = [None] * max(1, slots)
+        self.next = 0
+
+    def take(self, nbytes: int) -> DeviceStaging:
+        i, self.next = self.next, (self.next + 1) % len(self.bufs)
+        buf = self.bufs[i]
+        if buf is None or buf.host.numel() < nbytes:
+            if buf is not None:
+                buf.wait_copied()
+            buf = self.bufs[i] = DeviceStaging(max(nbytes, 1 << 20) * 5 // 4, self.device)
+        return buf
+
+    def nbytes(self) -> int:
+        return sum(b.host.numel() for b in self.bufs if b is not None)

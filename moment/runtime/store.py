@@ -49,6 +49,7 @@ from moment.errors import MomentError
 from moment.placement.manifest import Shard
 from moment.placement.pack import Segments, check_pack, load_pack, pack_path
 from moment.placement.reader import load_manifest, shard_path
+from moment.io.device import StagingRing
 from moment.runtime.devices import plan_gpus_of
 from moment.runtime.gather import SHAPES, BufferPool, Job, Reader
 from moment.runtime.hostcache import HostCache, shm_room
@@ -204,6 +205,8 @@ class TieredFeatureStore(FeatureStore):
         self._stride = np.array([s.stride for s in m.shards], dtype=np.int64)
         self._verified: dict[int, np.ndarray] = {}
         self._rows_by_bin = np.zeros(nb, dtype=np.int64)  # distinct rows each job read, by home bin
+        # on CUDA, rows are assembled in pinned buffers and copied on a side stream
+        self._staging = StagingRing(self.device) if self.device.type == "cuda" else None
 
         # gpu tier: this rank's GPU bins, hottest rows first, at most gpu_rows of them
         gpu_bins = [i for i, s in enumerate(m.shards) if s.kind == "gpu"]
@@ -509,7 +512,11 @@ class TieredFeatureStore(FeatureStore):
         """Wait for the reads of `p`; the rows as a tensor [n, *row_shape] on `device`."""
         if not p.sb.closed:
             self.flush()
-        host = np.empty((p.n, self.row_bytes), dtype=np.uint8)
+        stage = self._staging.take(p.n * self.row_bytes) if self._staging is not None else None
+        if stage is not None:  # pinned, so the copy below is asynchronous (side stream)
+            host = stage.array[: p.n * self.row_bytes].reshape(p.n, self.row_bytes)
+        else:
+            host = np.empty((p.n, self.row_bytes), dtype=np.uint8)
         c = self.counters
         if p.hit_pos.size:
             host[p.hit_pos] = self.cache.rows[p.hit_slot]
@@ -526,9 +533,12 @@ class TieredFeatureStore(FeatureStore):
         for name, k in (("gpu", p.gpu_pos.size), ("cpu", p.hit_pos.size), ("ssd", p.miss_pos.size)):
             c.rows[name] += int(k)
             c.bytes[name] += int(k) * self.row_bytes
-        out = torch.from_numpy(host)
-        if self.device.type != "cpu":
-            out = out.to(self.device, non_blocking=False)
+        if stage is not None:
+            out = stage.to_device(p.n * self.row_bytes).view(p.n, self.row_bytes)
+        else:
+            out = torch.from_numpy(host)
+            if self.device.type != "cpu":
+                out = out.to(self.device, non_blocking=False)
         if p.gpu_pos.size:
             out[torch.from_numpy(p.gpu_pos).to(out.device)] = self._gpu[torch.from_numpy(p.gpu_idx).to(self._gpu.device)]
         if p.n == 0:
