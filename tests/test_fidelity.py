@@ -7,7 +7,7 @@ import pytest
 import torch
 from runtime_data import make_dataset, make_layout
 
-from moment.runtime.gather import plan_runs
+from moment.io.merge import plan_runs
 from moment.runtime.ssd_model import Disk, TierModel, shared
 from moment.runtime.store import TieredFeatureStore
 from moment.workload.trace import sample_trace

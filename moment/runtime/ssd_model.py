@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from moment.placement.reader import load_manifest, shard_path
-from moment.runtime.gather import GAPS, SHAPES, Plan, plan_runs
+from moment.io.merge import GAPS, SHAPES, Plan, plan_runs
 from moment.runtime.store import hot_order
 
 

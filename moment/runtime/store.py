@@ -51,7 +51,8 @@ from moment.placement.pack import Segments, check_pack, load_pack, pack_path
 from moment.placement.reader import load_manifest, shard_path
 from moment.io.device import StagingRing
 from moment.runtime.devices import plan_gpus_of
-from moment.runtime.gather import SHAPES, BufferPool, Job, Reader
+from moment.io.merge import SHAPES
+from moment.runtime.gather import BufferPool, Job, Reader
 from moment.runtime.hostcache import HostCache, shm_room
 from moment.sizes import parse_size
 
