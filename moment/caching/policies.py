@@ -40,6 +40,12 @@ class Decision:
         return cls(hit, z, z)
 
 
+def _distinct(ids: np.ndarray) -> np.ndarray:
+    """Each id once, in order of first appearance: a row missed twice in a batch is admitted once."""
+    _, first = np.unique(ids, return_index=True)
+    return ids[np.sort(first)] if first.shape[0] != ids.shape[0] else ids
+
+
 def hotness_rank(hotness: np.ndarray | None, num_nodes: int) -> np.ndarray:
     """rank[v] = position of v in descending hotness (0 = hottest), ties by node id."""
     dt = np.int32 if num_nodes < 2**31 else np.int64
@@ -131,7 +137,7 @@ class LRUCache(CachePolicy):
     def access(self, ids: np.ndarray) -> Decision:
         ids = np.asarray(ids, np.int64)
         hit = self.cached[ids]
-        miss = ids[~hit]
+        miss = _distinct(ids[~hit])
         self.t += 1
         self.last[ids[hit]] = self.t
         admit = miss[: self.capacity]
@@ -195,7 +201,7 @@ class BeladyCache(CachePolicy):
             nxt = np.full(ids.shape[0], self.inf, np.int64)
         self.t += 1
         hit = self.cached[ids]
-        miss = ids[~hit]
+        miss = _distinct(ids[~hit])
         self.nxt[ids] = nxt
         cand = np.concatenate([self.members, miss])
         keep = np.ones(cand.shape[0], bool)

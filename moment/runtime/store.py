@@ -45,6 +45,7 @@ import torch
 from torch_geometric.data import FeatureStore, TensorAttr
 
 from moment.caching import POLICIES, SlotMap, make_policy
+from moment.caching.tiers import FixedSlots, TierRouter, no_gpu
 from moment.errors import MomentError
 from moment.placement.manifest import Shard
 from moment.placement.pack import Segments, check_pack, load_pack, pack_path
@@ -118,21 +119,6 @@ class _JobRef:
         if self.users == 0 and self.job.dest is not None:
             self.pool.give(self.job.dest.nbytes)
             self.job.dest = None
-
-
-class _FixedSlots:
-    """SlotMap's lookup for contents that never change: binary search over the sorted ids (8 B per
-    cached row instead of 4 B per node)."""
-
-    def __init__(self, ids: np.ndarray):
-        order = np.argsort(ids, kind="stable")
-        self.ids, self.slot = ids[order], order.astype(np.int64)
-
-    def lookup(self, ids: np.ndarray) -> np.ndarray:
-        return self.slot[np.searchsorted(self.ids, ids)]
-
-    def memory_bytes(self) -> int:
-        return self.ids.nbytes + self.slot.nbytes
 
 
 def _check_chunks(path: Path, s: Shard, chunks: np.ndarray | None = None) -> None:
@@ -267,7 +253,8 @@ class TieredFeatureStore(FeatureStore):
             self.slots = SlotMap(cap, n)
             self.slots.fill(initial)
         else:  # a fixed cache needs no node-sized map: its ids sorted, and their slots
-            self.slots = _FixedSlots(initial)
+            self.slots = FixedSlots(initial)
+        self.router = TierRouter(self.policy, self.slots, self._gpu_lookup if self.gpu_rows else no_gpu)
         if self.shared_cache:
             key = hashlib.sha256(f"{self.path.absolute()}|{cap}|{os.environ.get('TORCHELASTIC_RUN_ID', '')}|"
                                  f"{os.environ.get('TORCHELASTIC_RESTART_COUNT', '')}|"
@@ -336,8 +323,11 @@ class TieredFeatureStore(FeatureStore):
         b = self._bin[ids]
         return self._slot[ids] < self._gpu_limit[b]
 
-    def _gpu_mask_of(self, ids: np.ndarray) -> np.ndarray:
-        return self._on_gpu(ids) if self.gpu_rows else np.zeros(ids.shape[0], bool)
+    def _gpu_lookup(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(mask of ids on this rank's GPU tier, their rows in it)."""
+        mask = self._on_gpu(ids)
+        on = ids[mask]
+        return mask, self._gpu_base[self._bin[on]] + self._slot[on]
 
     def _locate(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         b = self._bin[ids].astype(np.int32)
@@ -419,32 +409,9 @@ class TieredFeatureStore(FeatureStore):
     def _close(self) -> None:
         sb, self._open = self._open, _Superbatch()
         sb.closed = True
-        looks = []
-        for p in sb.batches:
-            g = self._gpu_mask_of(p.ids)
-            p.gpu_pos = np.flatnonzero(g)
-            if p.gpu_pos.size:
-                ids = p.ids[p.gpu_pos]
-                b = self._bin[ids]
-                p.gpu_idx = self._gpu_base[b] + self._slot[ids]
-            looks.append(np.flatnonzero(~g))
-        if self.policy.changes:
-            self.policy.plan([p.ids[lk] for p, lk in zip(sb.batches, looks, strict=True)])
-        for p, lk in zip(sb.batches, looks, strict=True):
-            ids = p.ids[lk]
-            d = self.policy.access(ids)
-            p.hit_pos = lk[d.hit]
-            p.hit_slot = self.slots.lookup(ids[d.hit])
-            p.miss_pos = lk[~d.hit]
-            if d.admit.size:
-                admit_slot = self.slots.apply(d)
-                # each admitted id's first position among this batch's misses
-                miss_ids = ids[~d.hit]
-                srt = np.argsort(miss_ids, kind="stable")
-                at = srt[np.searchsorted(miss_ids[srt], d.admit)]
-                p.admit_pos, p.admit_slot = p.miss_pos[at], admit_slot
-            elif d.evict.size:
-                self.slots.apply(d)
+        for p, r in zip(sb.batches, self.router.route([p.ids for p in sb.batches]), strict=True):
+            p.gpu_pos, p.gpu_idx, p.hit_pos, p.hit_slot = r.gpu_pos, r.gpu_idx, r.hit_pos, r.hit_slot
+            p.miss_pos, p.admit_pos, p.admit_slot = r.miss_pos, r.admit_pos, r.admit_slot
         self._issue(sb)
 
     def _issue(self, sb: _Superbatch) -> None:

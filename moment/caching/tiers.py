@@ -1,0 +1,83 @@
+"""Which tier serves each row of a batch: the GPU tier, the CPU cache, or a read from the layout.
+
+Separate from the feature store so the decision can be tested (and simulated) without files, threads
+or torch. A superbatch is routed at once: rows on this rank's GPU tier first; the rest go through the
+CPU cache policy, which for a dynamic policy (Belady per superbatch) first sees every batch of the
+superbatch (`plan`), then decides batch by batch what hits, what is admitted and what is evicted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from moment.caching.policies import CachePolicy, SlotMap
+
+#: ids -> (mask of ids on the GPU tier, their rows in the GPU tier)
+GpuLookup = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
+
+
+@dataclass
+class Route:
+    """Positions in one batch and where they are served from (positions index the batch's ids)."""
+
+    gpu_pos: np.ndarray
+    gpu_idx: np.ndarray  # row in the GPU tier of each gpu_pos
+    hit_pos: np.ndarray
+    hit_slot: np.ndarray  # CPU cache slot of each hit_pos
+    miss_pos: np.ndarray  # read from the layout
+    admit_pos: np.ndarray | None = None  # misses copied into the CPU cache once read
+    admit_slot: np.ndarray | None = None
+
+
+class FixedSlots:
+    """Slot lookup for a cache whose contents never change: binary search over the sorted ids (8 B per
+    cached row instead of a node-sized map)."""
+
+    def __init__(self, ids: np.ndarray):
+        order = np.argsort(ids, kind="stable")
+        self.ids, self.slot = ids[order], order.astype(np.int64)
+
+    def lookup(self, ids: np.ndarray) -> np.ndarray:
+        return self.slot[np.searchsorted(self.ids, ids)]
+
+    def memory_bytes(self) -> int:
+        return self.ids.nbytes + self.slot.nbytes
+
+
+def no_gpu(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return np.zeros(ids.shape[0], bool), np.zeros(0, np.int64)
+
+
+class TierRouter:
+    """Routes batches through the GPU tier and the CPU cache policy; keeps the slot map in step."""
+
+    def __init__(self, policy: CachePolicy, slots: SlotMap | FixedSlots, gpu: GpuLookup = no_gpu):
+        self.policy, self.slots, self.gpu = policy, slots, gpu
+
+    def route(self, batches: Sequence[np.ndarray]) -> list[Route]:
+        """One Route per batch of a superbatch, in order (the policy's state advances batch by batch)."""
+        gpu, looks = [], []
+        for ids in batches:
+            mask, idx = self.gpu(ids)
+            gpu.append((np.flatnonzero(mask), idx))
+            looks.append(np.flatnonzero(~mask))
+        if self.policy.changes:
+            self.policy.plan([ids[lk] for ids, lk in zip(batches, looks, strict=True)])
+        out = []
+        for ids_all, (gpos, gidx), lk in zip(batches, gpu, looks, strict=True):
+            ids = ids_all[lk]
+            d = self.policy.access(ids)
+            r = Route(gpos, gidx, lk[d.hit], self.slots.lookup(ids[d.hit]), lk[~d.hit])
+            if d.admit.size:
+                admit_slot = self.slots.apply(d)
+                miss_ids = ids[~d.hit]  # each admitted id's first position among the misses
+                srt = np.argsort(miss_ids, kind="stable")
+                at = srt[np.searchsorted(miss_ids[srt], d.admit)]
+                r.admit_pos, r.admit_slot = r.miss_pos[at], admit_slot
+            elif d.evict.size:
+                self.slots.apply(d)
+            out.append(r)
+        return out

@@ -1,0 +1,62 @@
+"""Tier routing alone (moment.caching.tiers): no files, threads or torch."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from moment.caching import SlotMap, make_policy
+from moment.caching.tiers import FixedSlots, TierRouter, no_gpu
+
+N = 100
+
+
+def gpu_first_ten(ids: np.ndarray):
+    mask = ids < 10
+    return mask, ids[mask] * 2  # their rows in the GPU tier: any mapping the store defines
+
+
+def test_static_cache_routes_gpu_then_cache_then_misses():
+    rank = np.arange(N)  # node v is the v-th hottest
+    policy = make_policy("static", 20, N, rank=rank)
+    cached = np.arange(10, 30)  # the store fills the cache with the hottest rows not on the GPU
+    policy.reset(cached)
+    router = TierRouter(policy, FixedSlots(cached), gpu_first_ten)
+    (r,) = router.route([np.array([50, 3, 15, 29, 7, 99])])
+    assert r.gpu_pos.tolist() == [1, 4] and r.gpu_idx.tolist() == [6, 14]
+    assert r.hit_pos.tolist() == [2, 3] and r.hit_slot.tolist() == [5, 19]
+    assert r.miss_pos.tolist() == [0, 5] and r.admit_pos is None
+
+
+def test_lru_admits_misses_into_free_slots_and_hits_them_next_batch():
+    policy = make_policy("lru", 4, N, rank=np.arange(N))
+    policy.reset(np.arange(4))
+    slots = SlotMap(4, N)
+    slots.fill(np.arange(4))
+    router = TierRouter(policy, slots)
+    first, second = router.route([np.array([1, 60, 61, 60]), np.array([60, 61, 2])])
+    assert first.hit_pos.tolist() == [0] and first.miss_pos.tolist() == [1, 2, 3]
+    assert first.admit_pos is not None and sorted(first.admit_pos.tolist()) == [1, 2]  # 60 once, 61
+    assert sorted(second.hit_pos.tolist()) == [0, 1]  # both admitted rows are hits now
+    assert set(slots.lookup(np.array([60, 61])).tolist()) == set(first.admit_slot.tolist())
+
+
+def test_every_position_is_served_exactly_once():
+    rng = np.random.default_rng(0)
+    for name in ("static", "lru", "belady-superbatch"):
+        policy = make_policy(name, 25, N, rank=rng.permutation(N))
+        init = np.arange(25)
+        policy.reset(init)
+        slots = SlotMap(25, N) if policy.changes else FixedSlots(init)
+        if policy.changes:
+            slots.fill(init)
+        router = TierRouter(policy, slots, gpu_first_ten)
+        batches = [rng.integers(0, N, 40) for _ in range(4)]
+        for ids, r in zip(batches, router.route(batches), strict=True):
+            pos = np.concatenate([r.gpu_pos, r.hit_pos, r.miss_pos])
+            assert sorted(pos.tolist()) == list(range(ids.shape[0])), name
+            assert (ids[r.gpu_pos] < 10).all()
+
+
+def test_without_a_gpu_tier_nothing_is_routed_there():
+    mask, idx = no_gpu(np.arange(5))
+    assert not mask.any() and idx.size == 0
