@@ -85,11 +85,17 @@ def test_baseline_sources_match(data):
         assert torch.equal(src.gather(ids), torch.from_numpy(feats[ids.numpy()]))
 
 
-def test_pyg_feature_store_interface(data):
+@pytest.mark.parametrize("kind", ["tiered", "memory"])
+def test_pyg_feature_store_interface(data, kind):
+    """Any feature source behind PyG's FeatureStore, through the pipeline's submit/complete calls."""
     from torch_geometric.data import FeatureStore, TensorAttr
 
+    from moment.runtime.pyg import PygFeatureStore
+
     _, ds, feats, layouts = data
-    store = TieredFeatureStore(layouts["pad"], local_world_size=1)
+    source = (TieredFeatureStore(layouts["pad"], local_world_size=1) if kind == "tiered"
+              else InMemoryFeatures(ds.file("features")))
+    store = PygFeatureStore(source)
     assert isinstance(store, FeatureStore)
     idx = torch.tensor([5, 17, 3999, 0])
     assert torch.equal(store["node", "x", idx], torch.from_numpy(feats[idx.numpy()]))
@@ -104,7 +110,9 @@ def test_pyg_feature_store_interface(data):
         store.remove_tensor(TensorAttr("node", "x", idx))
     with pytest.raises(KeyError):
         store["paper", "x", idx]
-    store.close()
+    with pytest.raises(MomentError, match="node ids"):
+        store["node", "x", torch.tensor([ds.num_nodes])]
+    source.close()
 
 
 def test_missing_and_truncated_shards(data, tmp_path):

@@ -52,6 +52,7 @@ class _Plain:
         self.array = array
         self.device = torch.device(device)
         self.feature_dim = int(array.shape[1])
+        self.num_nodes, self.row_shape = int(array.shape[0]), tuple(array.shape[1:])
         self.row_bytes = int(array.shape[1] * array.dtype.itemsize)
         self.rows = 0
 

@@ -7,9 +7,10 @@ batches run while earlier ones train.
 
 Tiers, per rank (`index.npy` maps node -> (bin, slot); every bin, cache bins included, is a file):
 
-* ``gpu`` — the GPU-cache bins this rank owns (bin j of the layout's GPU bins belongs to local rank
-  j % local_world_size), loaded into a tensor on `device`; on CPU runs it stands in for device memory
-  and is capped by `gpu_rows` (the budget's grant), hottest rows first.
+* ``gpu`` — the GPU-cache bins of the plan GPUs this rank serves (moment.runtime.devices: bin j of the
+  layout's GPU bins belongs to local rank j % local_world_size), loaded into a tensor on `device`; on
+  CPU runs it stands in for device memory and is capped by `gpu_rows` (the budget's grant), hottest
+  rows first.
 * ``cpu`` — `HostCache`: `cpu_rows` rows in memory the runtime owns, managed by a cache policy from
   `moment.caching` (the same objects the simulator replays): ``static`` (the hottest rows by the
   layout's pre-sampled hotness order; one shared segment for all local ranks), ``lru``, or
@@ -17,17 +18,18 @@ Tiers, per rank (`index.npy` maps node -> (bin, slot); every bin, cache bins inc
   admits are copied in from the reads that fetched them, which is Ginex's changeset).
 * ``ssd`` — everything else, read with O_DIRECT by the rank's `Reader` in the chosen I/O shape:
   ``rows`` (each batch's misses, merged only where they share blocks), ``block`` (the misses of a
-  hyperbatch of batches at once, merged across small gaps into large reads; see gather.py) or
+  hyperbatch of batches at once, merged across small gaps into large reads; see moment.io.merge) or
   ``packed`` (DiskGNN: as block, but a batch's misses are read from the segment `moment data pack`
   wrote for it, contiguous, when the batch is tagged with its sampling key and the pack holds them;
   any other row comes from the layout).
 
-Batches are decided in superbatches of `superbatch` batches (the policy is told the superbatch's
-accesses first); `complete` waits for a batch's reads, then fills its rows from the tiers in order,
+Batches are routed in superbatches of `superbatch` batches by `moment.caching.tiers.TierRouter` (the
+policy is told the superbatch's accesses first); `complete` waits for a batch's reads, then fills its rows from the tiers in order,
 so a row admitted by batch i is in the cache before batch i+1 reads it. Bit-identical to the
 dataset's features on every tier, policy and shape (tested).
 
 `verify=True` checks each shard chunk (manifest `chunk_sha256`) the first time a read touches it.
+PyG code reads it through `moment.runtime.pyg.PygFeatureStore(store)`, on the same submit/complete path.
 """
 
 from __future__ import annotations
@@ -42,7 +44,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch_geometric.data import FeatureStore, TensorAttr
 
 from moment.caching import POLICIES, SlotMap, make_policy
 from moment.caching.tiers import FixedSlots, TierRouter, no_gpu
@@ -58,7 +59,6 @@ from moment.runtime.hostcache import HostCache, shm_room
 from moment.sizes import parse_size
 
 TIERS = ("gpu", "cpu", "ssd")
-GROUP, ATTR = "node", "x"  # the PyG FeatureStore key of the features
 __all__ = ["TIERS", "TieredFeatureStore", "parse_size", "hot_order"]
 
 
@@ -151,12 +151,11 @@ def hot_order(path: Path, manifest, limit: int | None = None) -> np.ndarray:
     return out[:limit] if limit is not None else out
 
 
-class TieredFeatureStore(FeatureStore):
+class TieredFeatureStore:
     """Gathers node features from a layout, bit-exactly as stored in the dataset.
 
     Use `gather(ids)`, or `submit(ids)` now and `complete(pending)` later from the same thread
-    (completions in submission order). Also a read-only PyG `FeatureStore`: ``store["node", "x", idx]``.
-    `lookahead` is how many batches a caller may submit before completing the first.
+    (completions in submission order). `lookahead` is how many batches a caller may submit before completing the first.
     """
 
     def __init__(self, layout_path: str | Path, rank: int = 0, local_rank: int = 0, world_size: int = 1,
@@ -167,7 +166,6 @@ class TieredFeatureStore(FeatureStore):
                  buffer_bytes: int | None = None, window: int = 8 << 20, merge_gap: int | None = None,
                  max_request: int | None = None, shared_cache: bool | None = None, barrier=None,
                  pack_seed: int | None = None):
-        super().__init__()
         self.path = Path(layout_path)
         self.manifest = m = load_manifest(self.path)
         self.rank, self.local_rank, self.world_size = rank, local_rank, world_size
@@ -541,35 +539,6 @@ class TieredFeatureStore(FeatureStore):
             self.reader = None
         if getattr(self, "cache", None) is not None:
             self.cache.close()
-
-    # ------------------------------------------------------------------ PyG FeatureStore
-
-    def _put_tensor(self, tensor, attr: TensorAttr) -> bool:
-        raise MomentError("the tiered feature store is read-only (features come from the layout)")
-
-    def _remove_tensor(self, attr: TensorAttr) -> bool:
-        raise MomentError("the tiered feature store is read-only (features come from the layout)")
-
-    def _check_attr(self, attr: TensorAttr) -> None:
-        if (attr.group_name, attr.attr_name) != (GROUP, ATTR):
-            raise KeyError(f"no tensor ({attr.group_name!r}, {attr.attr_name!r}); this store holds "
-                           f"({GROUP!r}, {ATTR!r})")
-
-    def _get_tensor(self, attr: TensorAttr) -> torch.Tensor:
-        self._check_attr(attr)
-        idx = attr.index
-        if idx is None:
-            idx = np.arange(self.num_nodes)
-        elif isinstance(idx, slice):
-            idx = np.arange(self.num_nodes)[idx]
-        return self.gather(idx)
-
-    def _get_tensor_size(self, attr: TensorAttr) -> tuple[int, ...]:
-        self._check_attr(attr)
-        return (self.num_nodes, *self.row_shape)
-
-    def get_all_tensor_attrs(self) -> list[TensorAttr]:
-        return [TensorAttr(group_name=GROUP, attr_name=ATTR)]
 
     def __del__(self) -> None:
         if getattr(self, "reader", None) is not None:
