@@ -106,7 +106,7 @@ def execute(name: str, kernel: str, cwd: Path, probe: str) -> tuple[dict, dict]:
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
     n = len(nb.cells)
     nb.cells.append(nbformat.v4.new_code_cell("import json as _json\nprint(_json.dumps(" + probe + "))"))
-    NotebookClient(nb, kernel_name=kernel, timeout=CELL_TIMEOUT_S,
+    NotebookClient(nb, kernel_name=kernel, timeout=CELL_TIMEOUT_S, shutdown_kernel="immediate",
                    resources={"metadata": {"path": str(cwd)}}).execute()
     for i, cell in enumerate(nb.cells[:n]):
         for out in cell.get("outputs", []):
@@ -189,7 +189,8 @@ def test_an_epoch(kernel, tmp_path):
     st = m["stage_seconds"]
     assert set(st) == {"sample", "gather_submit", "gather_wait", "train"}
     assert all(v >= 0 for v in st.values()) and st["train"] > 0 and m["pipeline_wall_s"] > 0
-    assert m["limiting_stage"] in ("sample", "gather", "train")
+    assert m["limiting_stage"] == "train", "the text says training on the CPU is the slowest stage"
+    assert m["pipeline_wall_s"] >= st["train"]
     assert m["steps"] == 2 * 16  # 4,000 seeds in batches of 256, two epochs
     rows = m["tier_rows"]
     assert set(rows) == {"gpu", "cpu", "ssd"} and min(rows.values()) > 0 and m["ssd_bytes_read"] > 0
