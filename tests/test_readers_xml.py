@@ -176,6 +176,35 @@ def test_vga_without_gpu_child_is_other():
     assert topo.node(ssd.parent).width == 4 and topo.name == "nccl-topology"
 
 
+CONSTRUCTED = Path(__file__).parent / "data" / "constructed"
+
+
+def test_rccl_repeated_bus_ids_are_kept_and_named_apart():
+    """Issue 10 item 4: RCCL's topo_expl models repeat bus ids; NCCL/RCCL keep each <pci>, so do we."""
+    path = CONSTRUCTED / "rccl_repeated_busid.xml"
+    topo = read_nccl_xml(path)
+    by_pci = {n.pci: n for n in topo.nodes if n.pci}
+    assert by_pci["0000:a1:00.0"].kind == Kind.switch and uplink_parent(topo, by_pci["0000:a1:00.0"].id) == "rc1"
+    nic = by_pci["0000:a1:00.0#2"]
+    assert nic.kind == Kind.nic and uplink_parent(topo, nic.id) == by_pci["0000:8f:00.0"].id
+    twins = [by_pci["0000:c5:00.0"], by_pci["0000:c5:00.0#2"]]
+    assert [t.kind for t in twins] == [Kind.switch, Kind.switch] and twins[0].parent == twins[1].parent
+    # each twin keeps its own GPU, and the xGMI pair between them is found
+    held = {uplink_parent(topo, g.id): g.pci for g in topo.of_kind(Kind.gpu)}
+    assert held[twins[0].id] == "0000:cf:00.0" and held[twins[1].id] == "0000:d0:00.0"
+    (x,) = [lk for lk in links(topo, "xgmi") if lk.a.startswith("gpu")]
+    assert {topo.node(x.a).pci, topo.node(x.b).pci} == {"0000:cf:00.0", "0000:d0:00.0"}
+    assert topo.counts() == {"socket": 2, "root_complex": 2, "switch": 7, "gpu": 4, "slot": 3, "nic": 1}
+    assert "Bus id 0000:a1:00.0 appears 2 times" in topo.description
+    assert "0000:c5:00.0#2: a switch under 0000:c1:00.0" in topo.description
+    assert read_nccl_xml(path) == topo  # the suffixes follow file order, so they are stable
+    # written back, the file repeats the ids as RCCL wrote them, and reads the same again
+    xml = write_nccl_xml(topo)
+    assert "#2" not in xml and xml.count('busid="0000:a1:00.0"') == 2
+    again = read_nccl_xml(xml)
+    assert sorted(n.pci for n in again.nodes if n.pci) == sorted(by_pci)
+
+
 def test_write_plan_machine_with_placeholders():
     base = load_profile("paper-machine-b")
     topo = populate(base, {"sw0-x16a": "A100-PCIe-40GB", "sw1-x16a": "A100-PCIe-40GB", "rc0-bay0": "P5510"})

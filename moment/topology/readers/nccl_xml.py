@@ -16,6 +16,10 @@ steer NCCL the same way the input described it. Mapping (reader):
     that points at the GPU itself (Azure NCv4) is ignored. `<xgmi>` -> xGMI PeerLink between GPUs;
   - a GPU with NVLink/xGMI to another GPU or an NVSwitch is a soldered SXM/OAM module and gets no
     slot; every other GPU, NIC and SSD sits in a slot of its link width (see `_xml_build`);
+  - a bus id the file repeats (RCCL's topo_expl models list one under two parents, or one switch
+    several times): NCCL/RCCL create a node per `<pci>` without checking, so every repeat is kept as
+    its own device, named `<busid>#2`, `#3`, ... in file order, and the description says so; a link
+    target takes the first device of the right kind with that id, as NCCL's lookup does;
   - missing link_speed: the generation of the devices below (switches), else the parent's, else
     the CPU's; missing or 0 link_width: x16 (x4 for SSDs). Each assumption is in the link's label.
 """
@@ -39,7 +43,16 @@ from moment.topology.readers._xml_build import (
     assemble,
     merge_peer,
 )
-from moment.topology.readers._xml_doc import XmlDoc, busid, float_attr, int_attr, load
+from moment.topology.readers._xml_doc import (
+    REPEAT,
+    XmlDoc,
+    base_busid,
+    busid,
+    busid_key,
+    float_attr,
+    int_attr,
+    load,
+)
 from moment.topology.readers._xml_links import resolve_links
 
 KIND = "NCCL topology XML"
@@ -51,7 +64,8 @@ class _Reader:
     def __init__(self, doc: XmlDoc):
         self.doc = doc
         self.order = 0
-        self.by_bus: dict[str, DraftDev] = {}
+        self.by_bus: dict[str, list[DraftDev]] = {}  # bus id as written -> every device the file gives it
+        self.where: dict[int, str] = {}  # id(draft) -> "under <parent>", for the note on repeated bus ids
         self.socket_of: dict[int, DraftSocket] = {}  # id(gpu draft) -> socket
         self.gpu_links: list[tuple[DraftDev, ET.Element, int | None]] = []  # (gpu, <nvlink>/<xgmi>, sm)
         self.notes: list[str] = []
@@ -77,7 +91,7 @@ class _Reader:
         sock.rcs.append(rc)
         for child in el:
             if child.tag == "pci":
-                rc.children.append(self.pci(child, sock))
+                rc.children.append(self.pci(child, sock, f"<cpu numaid={numa}>"))
             elif child.tag == "nic":
                 rc.children.append(self.bare_nic(child))
         return sock
@@ -100,11 +114,9 @@ class _Reader:
                 names.append(net.get("name"))
         return speeds, names
 
-    def pci(self, el: ET.Element, sock: DraftSocket) -> DraftDev:
+    def pci(self, el: ET.Element, sock: DraftSocket, parent: str) -> DraftDev:
         doc = self.doc
         bus = busid(doc, el, "busid")
-        if bus in self.by_bus:
-            raise doc.error(el, f"bus id {bus} appears twice")
         cls = int_attr(doc, el, "class", base=16, lo=0, hi=0xFFFFFF)
         vendor = int_attr(doc, el, "vendor", base=16, lo=0, hi=0xFFFF)
         device = int_attr(doc, el, "device", base=16, lo=0, hi=0xFFFF)
@@ -128,14 +140,34 @@ class _Reader:
             kind = Kind.switch
         if sub_pci and kind != Kind.switch:
             raise doc.error(el, f"a {kind.value} ({bus}) cannot have <pci> children")
-        d = DraftDev(kind, self._next(), pci=bus, gen=gen, width=width)
-        self.by_bus[bus] = d
+        same = self.by_bus.setdefault(bus, [])
+        # NCCL/RCCL make one node per <pci> and never check bus ids for repeats (RCCL's topo_expl models
+        # repeat some), so a repeat is kept as another device; its id gets `#n` so ids stay unique.
+        d = DraftDev(kind, self._next(), pci=bus if not same else f"{bus}{REPEAT}{len(same) + 1}", gen=gen,
+                     width=width)
+        same.append(d)
+        self.where[id(d)] = f"a {kind.value} under {parent}"
         self.fill_fields(d, el, cls, vendor, device, gpu_el, nic_el)
         if kind == Kind.gpu:
             self.socket_of[id(d)] = sock
         for c in sub_pci:
-            d.children.append(self.pci(c, sock))
+            d.children.append(self.pci(c, sock, bus))
         return d
+
+    def find(self, bus: str, kind: Kind | None = None) -> DraftDev | None:
+        """The device a link target names: the first of that kind with the bus id (NCCL's
+        `ncclTopoGetNode` takes the first), else the first with the bus id."""
+        same = self.by_bus.get(bus, [])
+        return next((d for d in same if d.kind == kind), same[0] if same else None)
+
+    def repeat_notes(self) -> list[str]:
+        out = []
+        for bus, same in sorted(self.by_bus.items(), key=lambda kv: busid_key(kv[0])):
+            if len(same) > 1:
+                ways = "; ".join(f"{d.pci}: {self.where[id(d)]}" for d in same)
+                out.append(f"Bus id {bus} appears {len(same)} times ({ways}); NCCL/RCCL keep each <pci> as "
+                           f"its own device and so does this reading, naming the repeats {REPEAT}2, {REPEAT}3, ...")
+        return out
 
     def fill_fields(self, d: DraftDev, el: ET.Element, cls, vendor, device, gpu_el, nic_el) -> None:
         doc = self.doc
@@ -192,10 +224,10 @@ class _Reader:
                 merge_peer(merged, DraftPeer(gpu, self.socket_of[id(gpu)], "nvlink", count, gen))
                 gpu.fixed = True
                 continue
-            if target == gpu.pci:
+            if target == base_busid(gpu.pci):
                 self_links += 1
                 continue
-            other = self.by_bus.get(target)
+            other = self.find(target, Kind.nvswitch if tclass == TCLASS_NVSWITCH else Kind.gpu)
             if el.tag == "nvlink" and (tclass == TCLASS_NVSWITCH or (tclass is None and other is None)):
                 if other is None:
                     other = nvswitches.get(target)
@@ -253,6 +285,7 @@ def read_nccl_xml(path_or_text: str | bytes | Path, name: str | None = None) -> 
         notes.append("NVSwitches appear only as NVLink targets, so they hang on cpu0 without a PCIe link.")
     if assumed:
         notes.append(f"{assumed} PCIe links had no speed or width in the file; assumptions are in their labels.")
+    notes.extend(r.repeat_notes())
     notes.extend(r.notes)
     return assemble(name=name or _default_name(path_or_text, "nccl-topology"), source=doc.source,
                     description=" ".join(notes), sockets=sockets, peers=peers)
@@ -277,15 +310,16 @@ class _Writer:
     def __init__(self, topo: Topology):
         self.topo = topo
         self.gpu_index = {g.id: i for i, g in enumerate(topo.of_kind(Kind.gpu))}
-        used = {n.pci for n in topo.nodes if n.pci}
+        used = {base_busid(n.pci) for n in topo.nodes if n.pci}
         self.placeholders: dict[str, str] = {}
         self._free = (f"fffe:{i // 32:02x}:{i % 32:02x}.0" for i in range(1 << 13))
         self._used = used
 
     def bus(self, node) -> str:
-        """The node's bus id, or a placeholder in domain fffe (replace with the real one before use)."""
+        """The node's bus id as NCCL wrote it (a repeat's `#n` dropped: NCCL takes repeats), or a
+        placeholder in domain fffe (replace with the real one before use)."""
         if node.pci:
-            return node.pci
+            return base_busid(node.pci)
         if node.id not in self.placeholders:
             b = next(self._free)
             while b in self._used:
