@@ -65,6 +65,7 @@ class DraftDev:
 @dataclass(eq=False)
 class DraftRc:
     label: str | None = None
+    numa: int | None = None  # the NUMA domain it belongs to, when the file says
     children: list[DraftDev] = field(default_factory=list)
     id: str | None = None
 
@@ -78,6 +79,7 @@ class DraftSocket:
     default_gen: int = 3  # PCIe generation assumed for links the file does not describe
     rcs: list[DraftRc] = field(default_factory=list)
     loose: list[DraftDev] = field(default_factory=list)  # hung on the socket itself (no PCIe position)
+    label: str | None = None
     id: str | None = None
 
 
@@ -160,14 +162,14 @@ def assemble(*, name: str, source: str, description: str, sockets: list[DraftSoc
     assign_ids(sockets)
     nodes: list[dict] = []
     for s in sockets:
-        sock = {"id": s.id, "kind": "socket", "numa": s.numa, "model": s.model}
+        sock = {"id": s.id, "kind": "socket", "numa": s.numa, "model": s.model, "label": s.label}
         if s.memory_gib is not None:
             sock["memory_gib"] = s.memory_gib
         nodes.append(sock)
     slot_no: dict[str, int] = {}
     for s in sockets:
         for rc in s.rcs:
-            nodes.append({"id": rc.id, "kind": "root_complex", "parent": s.id, "label": rc.label})
+            nodes.append({"id": rc.id, "kind": "root_complex", "parent": s.id, "label": rc.label, "numa": rc.numa})
             for d in _sorted(rc.children):
                 _emit(d, rc.id, True, slot_no, nodes)
         for d in _sorted(s.loose):

@@ -2,8 +2,11 @@
 
 NCCL's XML is both what it detects and what it can be told, so a plan's machine written back out can
 steer NCCL the same way the input described it. Mapping (reader):
-  - `<cpu numaid>` -> a socket (one per NUMA domain) with one root complex; sockets are joined by the
-    CPU's default socket link (UPI/QPI by Intel model, xGMI for AMD; see `_xml_cpu`);
+  - `<cpu numaid>` -> a NUMA domain: one root complex (`numa` = the numaid) under its socket. Which
+    domains share a socket is inferred from the CPU's identity and `affinity` (`_xml_cpu.group_numa_domains`:
+    AMD NPS / Intel SNC splits that fit the numaids and thread counts); where the file cannot tell,
+    the description says so and domains that only might share a socket stay apart. Sockets are
+    joined by the CPU's default socket link (UPI/QPI by Intel model, xGMI for AMD; see `_xml_cpu`);
   - `<pci>` with `<pci>` children, or a bridge class 0x0604xx -> switch (one per bridge NCCL lists);
   - `<pci>` with a `<gpu>` child, or class 0x0302xx/0x0380xx/0x1200xx -> gpu; plain VGA 0x0300xx
     without `<gpu>` is display-only -> other; 0x0108xx -> ssd; 0x02xxxx or a `<nic>` child -> nic;
@@ -27,6 +30,7 @@ steer NCCL the same way the input described it. Mapping (reader):
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 from pathlib import Path
 
 from moment.errors import MomentError
@@ -69,6 +73,7 @@ class _Reader:
         self.socket_of: dict[int, DraftSocket] = {}  # id(gpu draft) -> socket
         self.gpu_links: list[tuple[DraftDev, ET.Element, int | None]] = []  # (gpu, <nvlink>/<xgmi>, sm)
         self.notes: list[str] = []
+        self.domains: dict[int, tuple[cpus.CpuId, frozenset[int] | None]] = {}  # numaid -> CPU, its threads
 
     def _next(self) -> int:
         self.order += 1
@@ -87,7 +92,8 @@ class _Reader:
         cpu = cpus.CpuId(vendor, family, model, raw_family)
         sock = DraftSocket(numa=numa, model=cpus.describe(cpu), link=cpus.socket_link(cpu),
                            default_gen=cpus.default_pcie_gen(cpu))
-        rc = DraftRc(label=f"NUMA {numa} root ports")
+        self.domains[numa] = (cpu, cpus.affinity_cpus(el.get("affinity")))
+        rc = DraftRc(label=f"NUMA {numa} root ports", numa=numa)
         sock.rcs.append(rc)
         for child in el:
             if child.tag == "pci":
@@ -267,7 +273,8 @@ def read_nccl_xml(path_or_text: str | bytes | Path, name: str | None = None) -> 
             sockets.append(s)
     if not sockets:
         raise MomentError("no <cpu> element: an NCCL topology needs at least one NUMA domain", source=doc.source)
-    sockets.sort(key=lambda s: s.numa)
+    grouping = cpus.group_numa_domains(r.domains)
+    sockets = _group_sockets(sockets, grouping, r)
     peers = r.peers(sockets)
     assumed = 0
     for s in sockets:
@@ -278,9 +285,12 @@ def read_nccl_xml(path_or_text: str | bytes | Path, name: str | None = None) -> 
             d.fields["double_width"] = False
     notes = [
         f"Read from an NCCL topology file (system version {version or 1}).",
-        (f"Each <cpu> NUMA domain is a socket with one root complex ({len(sockets)} in all); every PCI bridge "
-        "NCCL lists is a switch; GPUs with NVLink/xGMI are fixed modules, other GPUs, NICs and SSDs sit in slots."),
+        (f"Each <cpu> NUMA domain is a root complex ({len(r.domains)} in all) under its socket "
+         f"({len(sockets)} in all); every PCI bridge NCCL lists is a switch; GPUs with NVLink/xGMI are fixed "
+         "modules, other GPUs, NICs and SSDs sit in slots."),
     ]
+    if grouping.note:
+        notes.append(grouping.note)
     if any(s.loose for s in sockets):
         notes.append("NVSwitches appear only as NVLink targets, so they hang on cpu0 without a PCIe link.")
     if assumed:
@@ -289,6 +299,29 @@ def read_nccl_xml(path_or_text: str | bytes | Path, name: str | None = None) -> 
     notes.extend(r.notes)
     return assemble(name=name or _default_name(path_or_text, "nccl-topology"), source=doc.source,
                     description=" ".join(notes), sockets=sockets, peers=peers)
+
+
+def _group_sockets(domains: list[DraftSocket], grouping: cpus.Grouping, r: _Reader) -> list[DraftSocket]:
+    """One socket per group of NUMA domains, holding the domains' root complexes in numaid order."""
+    by_numa = {d.numa: d for d in domains}
+    out: list[DraftSocket] = []
+    for numas in grouping.sockets:
+        first = by_numa[numas[0]]
+        link = first.link
+        label = f"NUMA domains {', '.join(map(str, numas))}" if len(numas) > 1 else None
+        if not grouping.certain and len(grouping.sockets) > 1:
+            label = (f"{label or f'NUMA domain {numas[0]}'}; may share a CPU package with another socket node "
+                     "(not in the file)")
+            link = replace(link, label=f"{link.label}; the sockets it joins may be one CPU package")
+        sock = DraftSocket(numa=numas[0], model=first.model, link=link, default_gen=first.default_gen,
+                           label=label)
+        for n in numas:
+            sock.rcs.extend(by_numa[n].rcs)
+            for k, v in r.socket_of.items():
+                if v is by_numa[n]:
+                    r.socket_of[k] = sock
+        out.append(sock)
+    return out
 
 
 def _default_name(path_or_text, fallback: str) -> str:
@@ -383,19 +416,25 @@ def write_nccl_xml(topo: Topology) -> str:
     """
     w = _Writer(topo)
     root = ET.Element("system", {"version": "1"})
-    sockets = topo.of_kind(Kind.socket)
-    numas = [s.numa for s in sockets]
+    domains: list[tuple[int | None, object, list[str]]] = []  # (numaid, socket, root complexes): one <cpu> each
+    for s in topo.of_kind(Kind.socket):
+        rcs = [c for c in topo.children(s.id) if topo.node(c).kind == Kind.root_complex]
+        rc_numa = [topo.node(c).numa for c in rcs]
+        if rcs and None not in rc_numa and len(set(rc_numa)) > 1:  # a socket of several NUMA domains
+            domains.extend((n, s, [c for c, m in zip(rcs, rc_numa) if m == n]) for n in sorted(set(rc_numa)))
+        else:
+            domains.append((s.numa, s, rcs))
+    numas = [n for n, _, _ in domains]
     unique = len(set(numas)) == len(numas) and None not in numas
-    for i, s in enumerate(sockets):
-        attrs = {"numaid": str(s.numa if unique else i)}
+    for i, (numa, s, rcs) in enumerate(domains):
+        attrs = {"numaid": str(numa if unique else i)}
         ident = cpus.identity_from_model(s.model)
         if ident:
             attrs.update(arch="x86_64", vendor=ident[0], familyid=str(ident[1]), modelid=str(ident[2]))
         cpu = ET.SubElement(root, "cpu", attrs)
-        for child in topo.children(s.id):
-            if topo.node(child).kind == Kind.root_complex:
-                for c in topo.children(child):
-                    w.write(cpu, c)
+        for rc in rcs:
+            for c in topo.children(rc):
+                w.write(cpu, c)
     ET.indent(root, "  ")
     body = ET.tostring(root, encoding="unicode")
     name = topo.name.replace("--", "-")
