@@ -58,7 +58,7 @@ def test_esc8000a_tree_details():
     # 2 ConnectX-7 cards (2 functions each) + X710 = 3 NIC cards
     assert len(topo.of_kind(Kind.nic)) == 3
     assert topo.socket_of("gpu3") == "cpu0"  # no NUMA in -tv alone: one socket
-    assert topo.node("slot0").label.startswith("port 0000:00:01.1")
+    assert topo.node("rc0-slot0").label.startswith("port 0000:00:01.1")  # the builder's one slot id rule
 
 
 def test_tree_with_verbose_doc_gives_numa_links_and_slots():
@@ -261,11 +261,14 @@ def test_merge_slots_annotates_wraps_and_adds():
     assert merged.node(merged.node("gpu0").parent).designation == "PCIE3"
     new = next(s for s in merged.of_kind(Kind.slot) if s.designation == "CPU2 SLOT9")
     assert merged.socket_of(new.id) == "cpu1" and (new.link.gen, new.link.width) == (5, 8)
-    assert new.id == f"slot{len(topo.of_kind(Kind.slot))}"
+    # named by the builder's rule: the next free slot number under the root complex it joins
+    rc = merged.node(new.id).parent
+    assert new.id == f"{rc}-slot{sum(topo.node(s.id).parent == rc for s in topo.of_kind(Kind.slot))}"
     vm = lspci.read_lspci(HERE / "lspci-tv.txt")  # the virtio NIC sits on the root bus, in no slot
     wrapped = dmidecode.merge_slots(vm, [dmidecode.SlotRecord(designation="X", pcie=True, in_use=True,
                                                               bus_address="0000:00:03.0")])
     assert wrapped.node(wrapped.node("nic0").parent).designation == "X"
+    assert wrapped.node("nic0").parent == f"{vm.node('nic0').parent}-slot0"
 
 
 def test_dmidecode_bad_address():

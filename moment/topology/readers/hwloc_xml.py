@@ -35,7 +35,7 @@ from moment.topology import pci_ids
 from moment.topology.model import Kind, Topology
 from moment.topology.readers import _xml_cpu as cpus
 from moment.topology.readers import _xml_pci as pcidb
-from moment.topology.readers._xml_build import (
+from moment.topology.readers.build import (
     DraftDev,
     DraftPeer,
     DraftRc,

@@ -18,7 +18,7 @@ steer NCCL the same way the input described it. Mapping (reader):
     endpoint's place in the tree is unknown); links keep their per-switch lane `count`. An NVLink
     that points at the GPU itself (Azure NCv4) is ignored. `<xgmi>` -> xGMI PeerLink between GPUs;
   - a GPU with NVLink/xGMI to another GPU or an NVSwitch is a soldered SXM/OAM module and gets no
-    slot; every other GPU, NIC and SSD sits in a slot of its link width (see `_xml_build`);
+    slot; every other GPU, NIC and SSD sits in a slot of its link width (see `readers.build`);
   - a bus id the file repeats (RCCL's topo_expl models list one under two parents, or one switch
     several times): NCCL/RCCL create a node per `<pci>` without checking, so every repeat is kept as
     its own device, named `<busid>#2`, `#3`, ... in file order, and the description says so; a link
@@ -38,7 +38,7 @@ from moment.topology import pci_ids
 from moment.topology.model import Kind, Topology
 from moment.topology.readers import _xml_cpu as cpus
 from moment.topology.readers import _xml_pci as pcidb
-from moment.topology.readers._xml_build import (
+from moment.topology.readers.build import (
     DraftDev,
     DraftPeer,
     DraftRc,
