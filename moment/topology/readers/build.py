@@ -30,6 +30,7 @@ from moment.topology.profiles import format_validation_error
 from moment.topology.readers._xml_cpu import SocketLinkSpec
 from moment.topology.readers._xml_doc import busid_key
 
+
 def slot_id(parent: str, k: int) -> str:
     """The id of the k-th slot (from 0) under `parent`: the one rule for every reader."""
     return f"{parent}-slot{k}"

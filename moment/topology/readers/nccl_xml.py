@@ -141,7 +141,7 @@ class _Reader:
         elif sub_pci:
             kind = Kind.switch
         elif cls is not None:
-            kind = pcidb.kind_of_class(cls, vendor)
+            kind = pcidb.kind_of_class(cls, vendor, device)
         else:  # NCCL's own fallback for a class it does not know is a PCI bridge
             kind = Kind.switch
         if sub_pci and kind != Kind.switch:

@@ -9,7 +9,10 @@ same way for hwloc and NCCL XML. The rules, in order:
 * **Root complexes.** Every root bus (a bus no bridge leads to) is one `root_complex` (`rc0`, `rc1`,
   ... in socket order, then domain:bus order; `numa` = its NUMA node when one is known); a root bus
   with nothing kept below it is left out.
-* **Sockets.** A NUMA node is a socket (`cpu0`, `cpu1`, ... in NUMA node order; `numa` keeps the id). A root bus takes the NUMA node most of its
+* **Sockets.** A NUMA node is a socket (`cpu0`, `cpu1`, ... in NUMA node order; `numa` keeps the id),
+  unless a socket count (dmidecode) says there are fewer sockets than NUMA nodes: then the nodes are
+  grouped as Linux numbers them when every node is known, and a warning says so either way (each
+  root complex keeps its own NUMA node in `numa`). A root bus takes the NUMA node most of its
   functions report. Root buses with none: if splitting all root buses evenly, in bus order, over the
   NUMA nodes seen agrees with every root bus whose node is known, that split is used (sockets own
   contiguous bus ranges on x86); otherwise such a bus takes the node of the nearest known root bus
@@ -480,9 +483,12 @@ def build_topology(funcs: list[PciFunction], *, name: str, source: str | None = 
     amd = any(f.vendor() == pci_ids.AMD_CPU for f in index.values() if f.parent is None)
     link = (SocketLinkSpec("xgmi", 4, None, "assumed (not in the scan)") if amd
             else SocketLinkSpec("upi", 2, None, "assumed (not in the scan)"))
-    drafts = {n: DraftSocket(numa=n, model=None, link=link,
-                             memory_gib=round(memory_gib[n], 1) if memory_gib and n in memory_gib else None)
-              for n in numa_ids}
+    drafts: dict[int, DraftSocket] = {}  # NUMA node -> its socket
+    for group in _numa_sockets(numa_ids, sockets if numa else None, memory_gib, warns):
+        mem = [memory_gib[n] for n in group if memory_gib and n in memory_gib]
+        sock = DraftSocket(numa=group[0], model=None, link=link, memory_gib=round(sum(mem), 1) if mem else None,
+                           label=f"NUMA nodes {', '.join(map(str, group))}" if len(group) > 1 else None)
+        drafts.update({n: sock for n in group})
     for rc in rcs:
         drafts[rc.numa].rcs.append(rc)
         if not numa:
@@ -491,4 +497,27 @@ def build_topology(funcs: list[PciFunction], *, name: str, source: str | None = 
     if defaulted:
         warns.append(f"{defaulted} PCIe links had no speed/width in the input: assumed PCIe "
                      f"{DEFAULT_GEN}.0, x16 (x4 for NVMe)")
-    return assemble(name=name, source=source, description=description, sockets=list(drafts.values()), peers=[])
+    socks = list({id(d): d for d in drafts.values()}.values())
+    return assemble(name=name, source=source, description=description, sockets=socks, peers=[])
+
+
+def _numa_sockets(numa_ids: list[int], sockets: int | None, memory_gib: dict[int, float] | None,
+                  warns: list[str]) -> list[list[int]]:
+    """NUMA nodes grouped into sockets. Each node is its own socket unless a socket count (dmidecode)
+    is smaller than the number of nodes: then, when every NUMA node is known (numactl/sysfs memory)
+    and they split evenly, node n is on socket n // (nodes / sockets), as Linux numbers them (AMD NPS,
+    Intel SNC); otherwise the warning says the grouping is not known and each node stays apart."""
+    alone = [[n] for n in numa_ids]
+    if not sockets or len(numa_ids) <= sockets:
+        return alone
+    total = len(memory_gib or {})
+    if total and total % sockets == 0 and all(n < total for n in numa_ids):
+        per = total // sockets
+        groups: dict[int, list[int]] = {}
+        for n in numa_ids:
+            groups.setdefault(n // per, []).append(n)
+        warns.append(f"{total} NUMA nodes on {sockets} sockets: {per} nodes a socket, node n on socket n // {per}")
+        return list(groups.values())
+    warns.append(f"{len(numa_ids)} NUMA nodes but {sockets} sockets, and which nodes share a socket is not "
+                 "known (give numactl --hardware output); each NUMA node is modelled as its own socket")
+    return alone
