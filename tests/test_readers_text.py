@@ -58,7 +58,7 @@ def test_esc8000a_tree_details():
     # 2 ConnectX-7 cards (2 functions each) + X710 = 3 NIC cards
     assert len(topo.of_kind(Kind.nic)) == 3
     assert topo.socket_of("gpu3") == "cpu0"  # no NUMA in -tv alone: one socket
-    assert topo.node("slot0").label.startswith("port 0000:00:01.1")
+    assert topo.node("rc0-slot0").label.startswith("port 0000:00:01.1")  # the builder's one slot id rule
 
 
 def test_tree_with_verbose_doc_gives_numa_links_and_slots():
@@ -261,11 +261,14 @@ def test_merge_slots_annotates_wraps_and_adds():
     assert merged.node(merged.node("gpu0").parent).designation == "PCIE3"
     new = next(s for s in merged.of_kind(Kind.slot) if s.designation == "CPU2 SLOT9")
     assert merged.socket_of(new.id) == "cpu1" and (new.link.gen, new.link.width) == (5, 8)
-    assert new.id == f"slot{len(topo.of_kind(Kind.slot))}"
+    # named by the builder's rule: the next free slot number under the root complex it joins
+    rc = merged.node(new.id).parent
+    assert new.id == f"{rc}-slot{sum(topo.node(s.id).parent == rc for s in topo.of_kind(Kind.slot))}"
     vm = lspci.read_lspci(HERE / "lspci-tv.txt")  # the virtio NIC sits on the root bus, in no slot
     wrapped = dmidecode.merge_slots(vm, [dmidecode.SlotRecord(designation="X", pcie=True, in_use=True,
                                                               bus_address="0000:00:03.0")])
     assert wrapped.node(wrapped.node("nic0").parent).designation == "X"
+    assert wrapped.node("nic0").parent == f"{vm.node('nic0').parent}-slot0"
 
 
 def test_dmidecode_bad_address():
@@ -428,3 +431,32 @@ def test_profile_agrees_with_the_capture():
         assert _pcis(profile, kind) == _pcis(scanned, kind)
     assert [profile.socket_of(g.id) for g in profile.of_kind(Kind.gpu)] == [
         scanned.socket_of(g.id) for g in scanned.of_kind(Kind.gpu)]
+
+
+def _four_numa_machine() -> list[PciFunction]:
+    """4 root buses, one per NUMA node, each a root port holding an A100 (as lspci -vvv -nn would give)."""
+    funcs = []
+    for n in range(4):
+        bus = 0x40 * n
+        funcs.append(PciFunction(0, bus, 1, 0, name="Root Port", class_code=0x0604, vendor_id=0x1022, device_id=0x1483,
+                                 is_bridge=True, secondary=bus + 1, subordinate=bus + 1, numa=n))
+        funcs.append(PciFunction(0, bus + 1, 0, 0, name="NVIDIA A100 PCIe 40GB", class_code=0x0302,
+                                 vendor_id=0x10DE, device_id=0x20F1, cap_gts=16.0, cap_width=16, numa=n))
+    return funcs
+
+
+def test_numa_nodes_grouped_into_dmidecode_sockets():
+    """Issue 10 item 3 for text sources: 4 NUMA nodes (AMD NPS2) on 2 sockets are 2 sockets, not 4."""
+    warnings: list[str] = []
+    topo = build_topology(_four_numa_machine(), name="nps2", sockets=2, warnings=warnings,
+                          memory_gib={n: 128.0 for n in range(4)})
+    assert [topo.numa_domains(s.id) for s in topo.of_kind(Kind.socket)] == [[0, 1], [2, 3]]
+    assert topo.node("cpu0").memory_gib == 256 and topo.node("cpu0").label == "NUMA nodes 0, 1"
+    assert [topo.socket_of(g.id) for g in topo.of_kind(Kind.gpu)] == ["cpu0", "cpu0", "cpu1", "cpu1"]
+    assert any("2 nodes a socket" in w for w in warnings)
+    # without the full list of NUMA nodes the grouping is not known: said, not guessed
+    warnings = []
+    topo = build_topology(_four_numa_machine(), name="nps?", sockets=2, warnings=warnings)
+    assert len(topo.of_kind(Kind.socket)) == 4 and any("is not known" in w for w in warnings)
+    # no socket count: each NUMA node is a socket, as before
+    assert len(build_topology(_four_numa_machine(), name="x").of_kind(Kind.socket)) == 4

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -15,17 +16,18 @@ from moment.topology.readers.hwloc_xml import read_hwloc_xml
 from moment.topology.readers.nccl_xml import read_nccl_xml, write_nccl_xml
 
 # file: (GPUs, NVMe SSDs, NICs, sockets, switches) -- from PROVENANCE.md and reading each file.
+# Sockets are CPU packages, not NUMA domains (issue 10 item 3): the 4-domain AMD files have 2.
 EXPECTED = {
     "nccl_aws_g5.48xlarge-topo.xml": (0, 0, 0, 2, 9),  # bare <pci busid>: bridges, as NCCL assumes
     "nccl_aws_p4d.24xlarge-topo.xml": (8, 0, 4, 2, 4),
     "nccl_aws_p5.48xlarge-topo.xml": (0, 0, 0, 2, 40),  # GPUs and EFAs not tagged in the file
-    "nccl_azure_ncv4-topo.xml": (4, 0, 1, 4, 0),  # the NIC is a <nic> without a PCI device
+    "nccl_azure_ncv4-topo.xml": (4, 0, 1, 2, 0),  # the NIC is a <nic> without a PCI device
     "nccl_azure_ndv2-topo.xml": (8, 0, 1, 2, 0),
-    "nccl_azure_ndv4-topo.xml": (8, 0, 8, 4, 4),
+    "nccl_azure_ndv4-topo.xml": (8, 0, 8, 2, 4),
     "nccl_azure_ndv5-topo.xml": (8, 0, 8, 2, 8),
-    "nccl_oci_bm.gpu.b4.8-topo-flattened.xml": (8, 0, 8, 4, 4),
+    "nccl_oci_bm.gpu.b4.8-topo-flattened.xml": (8, 0, 8, 2, 4),
     "nccl_oci_bm.gpu.h100.8-topology.xml": (8, 0, 8, 2, 24),  # 8 dual-port CX-7 = 16 nets
-    "nccl_oci_bm.gpu4.8-topo-flattened.xml": (8, 0, 8, 4, 4),
+    "nccl_oci_bm.gpu4.8-topo-flattened.xml": (8, 0, 8, 2, 4),
     "nccl_simai_8xA100-4xCX6_topo.xml": (8, 0, 5, 2, 20),
     "rccl_topo_8p1h_5.xml": (8, 0, 8, 2, 22),  # 4x MI250X = 8 GCDs
     "rccl_topo_8p_940.xml": (8, 0, 8, 2, 24),  # MI300X
@@ -135,8 +137,10 @@ def test_ncv4_self_nvlink_ignored_and_bare_nic():
 
 
 def test_amd_sockets_and_xgmi():
-    ndv4 = read("nccl_azure_ndv4-topo.xml")  # 4 NUMA domains: full xGMI mesh
-    assert len(links(ndv4, "xgmi")) == 6
+    ndv4 = read("nccl_azure_ndv4-topo.xml")  # 4 NUMA domains of 24 threads: 1 socket (NPS4) or 2 (NPS2)
+    assert [ndv4.numa_domains(s.id) for s in ndv4.of_kind(Kind.socket)] == [[0, 1], [2, 3]]
+    (x,) = links(ndv4, "xgmi")
+    assert "may be one CPU package" in x.label and "not in the file" in ndv4.description
     mi300 = read("rccl_topo_8p_940.xml")
     x = links(mi300, "xgmi")
     assert len(x) == 28 and all(lk.a.startswith("gpu") and lk.b.startswith("gpu") for lk in x)
@@ -145,7 +149,9 @@ def test_amd_sockets_and_xgmi():
     counts = sorted({lk.count for lk in links(mi250, "xgmi")})
     assert counts == [1, 2, 4]
     b4 = read("nccl_oci_bm.gpu.b4.8-topo-flattened.xml")
-    assert [s.numa for s in b4.of_kind(Kind.socket)] == [1, 3, 5, 7]
+    # numaids 1, 3, 5, 7 of 32 threads each: only 2 sockets x NPS4 fits a 64-core Milan
+    assert [b4.numa_domains(s.id) for s in b4.of_kind(Kind.socket)] == [[1, 3], [5, 7]]
+    assert [s.numa for s in b4.of_kind(Kind.socket)] == [1, 5] and "not in the file" not in b4.description
     assert "Milan" in b4.node("cpu0").model
     assert "Rome" in read("nccl_oci_bm.gpu4.8-topo-flattened.xml").node("cpu0").model  # familyid 143
 
@@ -174,6 +180,102 @@ def test_vga_without_gpu_child_is_other():
     assert [n.pci for n in topo.of_kind(Kind.gpu)] == ["0000:04:00.0"]
     ssd = topo.of_kind(Kind.ssd)[0]
     assert topo.node(ssd.parent).width == 4 and topo.name == "nccl-topology"
+
+
+CONSTRUCTED = Path(__file__).parent / "data" / "constructed"
+
+
+def test_rccl_repeated_bus_ids_are_kept_and_named_apart():
+    """Issue 10 item 4: RCCL's topo_expl models repeat bus ids; NCCL/RCCL keep each <pci>, so do we."""
+    path = CONSTRUCTED / "rccl_repeated_busid.xml"
+    topo = read_nccl_xml(path)
+    by_pci = {n.pci: n for n in topo.nodes if n.pci}
+    assert by_pci["0000:a1:00.0"].kind == Kind.switch and uplink_parent(topo, by_pci["0000:a1:00.0"].id) == "rc1"
+    nic = by_pci["0000:a1:00.0#2"]
+    assert nic.kind == Kind.nic and uplink_parent(topo, nic.id) == by_pci["0000:8f:00.0"].id
+    twins = [by_pci["0000:c5:00.0"], by_pci["0000:c5:00.0#2"]]
+    assert [t.kind for t in twins] == [Kind.switch, Kind.switch] and twins[0].parent == twins[1].parent
+    # each twin keeps its own GPU, and the xGMI pair between them is found
+    held = {uplink_parent(topo, g.id): g.pci for g in topo.of_kind(Kind.gpu)}
+    assert held[twins[0].id] == "0000:cf:00.0" and held[twins[1].id] == "0000:d0:00.0"
+    (x,) = [lk for lk in links(topo, "xgmi") if lk.a.startswith("gpu")]
+    assert {topo.node(x.a).pci, topo.node(x.b).pci} == {"0000:cf:00.0", "0000:d0:00.0"}
+    assert topo.counts() == {"socket": 2, "root_complex": 2, "switch": 7, "gpu": 4, "slot": 3, "nic": 1}
+    assert "Bus id 0000:a1:00.0 appears 2 times" in topo.description
+    assert "0000:c5:00.0#2: a switch under 0000:c1:00.0" in topo.description
+    assert read_nccl_xml(path) == topo  # the suffixes follow file order, so they are stable
+    # written back, the file repeats the ids as RCCL wrote them, and reads the same again
+    xml = write_nccl_xml(topo)
+    assert "#2" not in xml and xml.count('busid="0000:a1:00.0"') == 2
+    again = read_nccl_xml(xml)
+    assert sorted(n.pci for n in again.nodes if n.pci) == sorted(by_pci)
+
+
+def _sockets(topo: Topology) -> list[list[int]]:
+    return [topo.numa_domains(s.id) for s in topo.of_kind(Kind.socket)]
+
+
+def test_numa_domains_grouped_into_sockets_when_the_file_tells():
+    """Issue 10 item 3: 4 NUMA domains of 64 threads on a 64-core Milan can only be 2 sockets x NPS2."""
+    topo = read_nccl_xml(CONSTRUCTED / "nccl_amd_4numa_2sockets.xml")
+    assert _sockets(topo) == [[0, 1], [2, 3]]
+    assert [(rc.id, rc.parent, rc.numa) for rc in topo.of_kind(Kind.root_complex)] == [
+        ("rc0", "cpu0", 0), ("rc1", "cpu0", 1), ("rc2", "cpu1", 2), ("rc3", "cpu1", 3)]
+    assert [topo.socket_of(g.id) for g in topo.of_kind(Kind.gpu)] == ["cpu0", "cpu0", "cpu1", "cpu1"]
+    (x,) = links(topo, "xgmi")
+    assert (x.a, x.b) == ("cpu0", "cpu1") and "may be" not in x.label
+    assert "fit only 2 domain(s) a socket" in topo.description and "not in the file" not in topo.description
+    assert topo.node("cpu0").label == "NUMA domains 0, 1"
+    # written back, each NUMA domain is its own <cpu> again
+    xml = write_nccl_xml(topo)
+    assert [int(n) for n in re.findall(r'<cpu numaid="(\d+)"', xml)] == [0, 1, 2, 3]
+    assert _sockets(read_nccl_xml(xml)) == [[0, 1], [2, 3]]  # no affinity: uncertain, grouped the same
+
+
+def test_numa_domains_the_file_cannot_place_are_said_so():
+    """16-thread Rome domains fit 1 socket x NPS4 and 2 sockets x NPS2: not guessed, said."""
+    topo = read_nccl_xml(CONSTRUCTED / "nccl_amd_4numa_unknown.xml")
+    assert "Which NUMA domains share a CPU socket is not in the file" in topo.description
+    assert "fit 2 or 4 or 8 domains a socket" in topo.description
+    # 0 and 1 share a socket in every fit (NPS2, NPS4, 8 per socket), 1 and 2 do not: so 2 socket nodes
+    assert _sockets(topo) == [[0, 1], [2, 3]]
+    assert all("may share a CPU package" in s.label for s in topo.of_kind(Kind.socket))
+    # without any CPU identity nothing is grouped, and the description says why
+    bare = read_nccl_xml('<system><cpu numaid="0"/><cpu numaid="1"/><cpu numaid="2"/></system>')
+    assert _sockets(bare) == [[0], [1], [2]] and "does not identify the CPU" in bare.description
+
+
+@pytest.mark.parametrize(("domains", "sockets", "certain"), [
+    # Ice Lake-SP has at most 80 threads a socket: two 64-thread domains are two sockets
+    ({0: ("GenuineIntel", 6, 106, 64), 1: ("GenuineIntel", 6, 106, 64)}, ((0,), (1,)), True),
+    # Sapphire Rapids with SNC2: 48 + 48 threads could be one socket (120 max) or two
+    ({0: ("GenuineIntel", 6, 143, 48), 1: ("GenuineIntel", 6, 143, 48)}, ((0,), (1,)), False),
+    # AMD: at most 2 sockets, so numaids 1, 3, 5, 7 need >= 4 domains a socket; 32 threads each on Milan
+    # (128 a socket) allows only NPS4
+    ({n: ("AuthenticAMD", 25, 1, 32) for n in (1, 3, 5, 7)}, ((1, 3), (5, 7)), True),
+    # mixed CPUs: nothing can be said
+    ({0: ("AuthenticAMD", 25, 1, 8), 1: ("GenuineIntel", 6, 106, 8)}, ((0,), (1,)), False),
+    ({4: ("AuthenticAMD", 25, 1, None)}, ((4,),), True),
+])
+def test_group_numa_domains(domains, sockets, certain):
+    from moment.topology.readers import _xml_cpu as cpus
+
+    arg = {}
+    start = 0
+    for n, (vendor, family, model, threads) in domains.items():
+        arg[n] = (cpus.CpuId(vendor, family, model), None if threads is None else frozenset(range(start, start + threads)))
+        start += threads or 0
+    g = cpus.group_numa_domains(arg)
+    assert (g.sockets, g.certain) == (sockets, certain)
+    assert (g.note is None) == (len(domains) == 1)
+
+
+def test_affinity_mask():
+    from moment.topology.readers._xml_cpu import affinity_cpus
+
+    assert affinity_cpus("00000000,0000ff00,00000000,0000ff00") == frozenset([*range(8, 16), *range(72, 80)])
+    assert affinity_cpus("fff0000,0") == frozenset(range(48, 60))  # OCI's short word is still a word
+    assert affinity_cpus("") is None and affinity_cpus("zz") is None and affinity_cpus(None) is None
 
 
 def test_write_plan_machine_with_placeholders():

@@ -1,5 +1,8 @@
 """The typed machine model: a PCIe forest under CPU sockets, plus peer links (UPI/QPI, NVLink, xGMI).
 
+A socket is a CPU package. A NUMA domain is not a node: a socket split into several (AMD NPS2/NPS4,
+Intel SNC) keeps one root complex per domain, each with the domain's id in `numa` (`numa_domains`).
+
 Every node except a socket has exactly one `parent` and describes its uplink to that parent in
 `link`; peer links that do not follow the tree live in `Topology.links`. This flat form is both
 what the code walks and what a person writes in a YAML profile.
@@ -330,6 +333,12 @@ class Topology(_Strict):
     def socket_of(self, node_id: str) -> str:
         n = self.node(node_id)
         return n.id if n.kind == Kind.socket else self.ancestors(node_id)[-1]
+
+    def numa_domains(self, socket_id: str) -> list[int]:
+        """The NUMA domains of a socket: its root complexes' `numa`, else the socket's own (empty if unknown)."""
+        rcs = {self.node(c).numa for c in self.children(socket_id) if self.node(c).kind == Kind.root_complex}
+        own = self.node(socket_id).numa
+        return sorted(rcs - {None}) or ([own] if own is not None else [])
 
     def root_complex_of(self, node_id: str) -> str | None:
         for a in [node_id, *self.ancestors(node_id)]:

@@ -129,6 +129,141 @@ def from_model_string(name: str | None) -> CpuId:
     return CpuId(name=name)
 
 
+# ---- NUMA domains -> sockets --------------------------------------------------------------------------
+#: Intel family 6 models: most hardware threads one socket can have (Cascade Lake-AP 9200: 56 cores).
+_INTEL_MAX_THREADS = {44: 12, 45: 16, 62: 30, 63: 36, 79: 48, 85: 112, 106: 80, 143: 120, 207: 128, 173: 256}
+#: Intel models sold for two sockets at most (the others scale to 4 or 8).
+_INTEL_TWO_SOCKET = (44, 106, 207)
+
+
+def _amd_max_threads(cpu: CpuId) -> int | None:
+    if cpu.family == 23:
+        return 64 if (cpu.model or 0) < 0x30 else 128  # Naples 32 cores, Rome 64
+    if cpu.family == 25:
+        return 128 if (cpu.model or 0) < 0x10 else 256  # Milan 64 cores; Genoa 96, Bergamo 128
+    if cpu.family == 26:
+        return 384  # Turin dense: 192 cores
+    return None
+
+
+@dataclass(frozen=True)
+class SocketLimits:
+    """What one CPU line allows: sockets per machine, NUMA domains per socket, threads per socket."""
+
+    what: str
+    max_sockets: int
+    domains_per_socket: tuple[int, ...]
+    max_threads: int | None
+
+
+def socket_limits(cpu: CpuId) -> SocketLimits | None:
+    """Limits of the CPU line, or None when the file does not identify it well enough.
+
+    AMD EPYC: 1 or 2 sockets; NPS1/2/4, or one domain per L3 cache (8-16). Intel Xeon: SNC/COD split a
+    socket in 2, 3 or 4 (Cascade Lake-AP is two dies in one package).
+    """
+    if cpu.vendor == "AuthenticAMD" and cpu.family in (23, 25, 26):
+        return SocketLimits(describe(CpuId(cpu.vendor, cpu.family, cpu.model)) or "AMD EPYC", 2,
+                            (1, 2, 4, 8, 12, 16), _amd_max_threads(cpu))
+    if cpu.vendor == "GenuineIntel" and cpu.family == 6 and cpu.model is not None:
+        return SocketLimits(describe(CpuId(cpu.vendor, cpu.family, cpu.model)) or f"Intel model {cpu.model}",
+                            2 if cpu.model in _INTEL_TWO_SOCKET else 8, (1, 2, 3, 4),
+                            _INTEL_MAX_THREADS.get(cpu.model))
+    return None
+
+
+def affinity_cpus(mask: str | None) -> frozenset[int] | None:
+    """Logical CPUs of an NCCL `affinity` mask (comma-separated 32-bit hex words, most significant
+    first); None when absent or not hex (NCCL does not check it either)."""
+    if not mask or not mask.strip():
+        return None
+    value = 0
+    for word in mask.strip().split(","):
+        w = word.strip()
+        if not w or len(w) > 8 or any(c not in "0123456789abcdefABCDEF" for c in w):
+            return None
+        value = (value << 32) | int(w, 16)
+    return frozenset(i for i in range(value.bit_length()) if value >> i & 1)
+
+
+@dataclass(frozen=True)
+class Grouping:
+    """NUMA domains grouped into socket nodes, whether the grouping is certain, and the note saying why."""
+
+    sockets: tuple[tuple[int, ...], ...]
+    certain: bool
+    note: str | None
+
+
+def _ids(xs) -> str:
+    return ", ".join(str(x) for x in xs)
+
+
+def _fits(numas: list[int], cpus: dict[int, frozenset[int] | None], lim: SocketLimits) -> list[int]:
+    """Domains-per-socket counts P the file allows. Linux numbers NUMA nodes socket by socket, so node n
+    is on socket n // P; NPS and SNC split a socket into equal domains, so no listed domain may hold more
+    than 1/P of a socket's threads, and the machine needs enough sockets for every node and thread."""
+    sizes = [len(c) for c in cpus.values() if c is not None]
+    total = len(frozenset().union(*[c for c in cpus.values() if c is not None])) if sizes else 0
+    out = []
+    for p in lim.domains_per_socket:
+        if max(numas) // p + 1 > lim.max_sockets:
+            continue
+        if lim.max_threads is not None and sizes and (
+                max(sizes) * p > lim.max_threads or total > lim.max_sockets * lim.max_threads):
+            continue
+        out.append(p)
+    return out
+
+
+def group_numa_domains(domains: dict[int, tuple[CpuId, frozenset[int] | None]]) -> Grouping:
+    """Which NUMA domains (numaid -> CPU identity, logical CPUs) share a socket, as far as the file tells.
+
+    Every split of sockets into NUMA domains the CPU line allows (`socket_limits`) and the domains' CPU
+    counts fit is tried; domains that share a socket in every fitting split become one socket node.
+    The grouping is certain when all fits group the domains alike; otherwise the note says so, and
+    domains that only might share a socket stay apart (never merged on a guess).
+    """
+    numas = sorted(domains)
+    if len(numas) == 1:
+        return Grouping(((numas[0],),), True, None)
+    idents = {(c.vendor, c.family, c.model) for c, _ in domains.values()}
+    lim = socket_limits(next(iter(domains.values()))[0]) if len(idents) == 1 else None
+    alone = tuple((n,) for n in numas)
+    if lim is None:
+        why = "does not identify the CPU" if len(idents) == 1 else "names different CPUs for them"
+        return Grouping(alone, False, f"The file {why}, so which of NUMA domains {_ids(numas)} share a CPU "
+                        "socket is not known; each is modelled as its own socket.")
+    cpus = {n: domains[n][1] for n in numas}
+    fits = _fits(numas, cpus, lim)
+    splits = ", ".join(str(p) for p in lim.domains_per_socket)
+    limits = (f"{lim.what}: up to {lim.max_sockets} sockets of {splits} equal NUMA domains"
+              + (f" and {lim.max_threads} threads" if lim.max_threads else ""))
+    if not fits:
+        return Grouping(alone, False, f"NUMA domains {_ids(numas)} fit no split of sockets the CPU allows "
+                        f"({limits}), so which share a socket is not known; each is modelled as its own socket.")
+    parts = {tuple(tuple(n for n in numas if n // p == k) for k in sorted({n // p for n in numas})) for p in fits}
+    sockets = []  # domains that share a socket in every fit; parts refine each other in order of p
+    for n in numas:
+        home = next((g for g in sockets if all(any(n in grp and g[0] in grp for grp in part) for part in parts)),
+                    None)
+        if home is None:
+            sockets.append([n])
+        else:
+            home.append(n)
+    shown = "; ".join(f"cpu{i}: {_ids(g)}" for i, g in enumerate(sockets))
+    fit_text = " or ".join(str(p) for p in fits)
+    if len(parts) == 1:
+        return Grouping(tuple(map(tuple, sockets)), True,
+                        f"NUMA domains {_ids(numas)} fit only {fit_text} domain(s) a socket ({limits}; checked "
+                        f"against the CPUs of each domain), so the sockets are {shown}.")
+    return Grouping(tuple(map(tuple, sockets)), False,
+                    f"Which NUMA domains share a CPU socket is not in the file: domains {_ids(numas)} fit "
+                    f"{fit_text} domains a socket ({limits}), which group them differently (the BIOS's "
+                    f"NUMA-per-socket setting decides). Only domains that share a socket in every fit are put "
+                    f"together ({shown}); the others are kept apart as separate socket nodes.")
+
+
 def default_pcie_gen(cpu: CpuId) -> int:
     """The PCIe generation of the CPU's root ports, 3 when unknown (the most common in the fixtures)."""
     if cpu.vendor == "GenuineIntel" and cpu.family == 6 and cpu.model in _INTEL:

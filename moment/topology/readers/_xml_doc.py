@@ -140,12 +140,22 @@ def busid(doc: XmlDoc, el: ET.Element, attr: str, value: str | None = None) -> s
 
 
 def busid_key(bus: str | None) -> tuple:
-    """Sort key in numeric bus order; ids without an address sort last."""
+    """Sort key in numeric bus order; ids without an address sort last, a repeat (`...#2`) after its first."""
     if bus is None:
-        return (1, 0, 0, 0, 0)
-    m = _BUSID.match(bus)
+        return (1, 0, 0, 0, 0, 0)
+    base, _, repeat = bus.partition(REPEAT)
+    m = _BUSID.match(base)
     assert m, bus
-    return (0, *(int(g, 16) for g in m.groups()))
+    return (0, *(int(g, 16) for g in m.groups()), int(repeat or 1))
+
+
+#: Separates a bus id a file repeats from its occurrence number: the second `0000:a1:00.0` is `0000:a1:00.0#2`.
+REPEAT = "#"
+
+
+def base_busid(bus: str) -> str:
+    """The bus id as the file wrote it (a repeat's `#n` removed)."""
+    return bus.partition(REPEAT)[0]
 
 
 def int_attr(doc: XmlDoc, el: ET.Element, attr: str, *, base: int = 10, lo: int | None = None,

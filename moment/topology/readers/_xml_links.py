@@ -8,7 +8,7 @@ CPU's; a missing width takes the usual width for the device kind (x16, SSDs x4).
 from __future__ import annotations
 
 from moment.topology.model import Kind
-from moment.topology.readers._xml_build import DraftDev
+from moment.topology.readers.build import DraftDev
 from moment.topology.readers._xml_pci import DEFAULT_WIDTH
 
 

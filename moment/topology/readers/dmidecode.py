@@ -15,6 +15,8 @@ records are parsed into typed `SlotRecord`s first and `merge_slots` matches them
    complex of the socket its designation names ("CPU2 ..." -> cpu1), else of cpu0. Its link is the
    record's data width at the record's generation (from the type or a "PCI-E 4.0" designation),
    else PCIe 4.0. Records of legacy PCI slots are skipped.
+Slots added in 2 and 4 are named by the builder's one rule (`readers.build.slot_id`: `<parent>-slot<k>`,
+the parent's next free k), like the slots every reader builds.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from moment.errors import MomentError, validation_error
 from moment.topology.model import PLACEABLE, Kind, Topology
 from moment.topology.readers import console
+from moment.topology.readers.build import next_slot_id
 from moment.topology.readers.pci import DEFAULT_GEN
 
 _ADDR = re.compile(r"^([0-9a-fA-F]{4}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
@@ -165,7 +168,6 @@ def merge_slots(topo: Topology, records: list[SlotRecord], *, warnings: list[str
         if n.get("parent"):
             kids.setdefault(n["parent"], []).append(n)
     used: set[str] = set()
-    counter = [max([int(m.group(1)) for n in nodes if (m := re.fullmatch(r"slot(\d+)", n["id"]))] + [-1]) + 1]
     skipped = [r for r in records if not r.pcie]
     if skipped:
         warns.append(f"dmidecode: skipped {len(skipped)} slot records that are not PCIe "
@@ -191,16 +193,14 @@ def merge_slots(topo: Topology, records: list[SlotRecord], *, warnings: list[str
                         and by_id[d["parent"]]["kind"] != "slot"]
                 sws = [d for d in nodes if d["kind"] == "switch" and _bus_of(d.get("pci")) == bus]
                 if devs:
-                    target = _wrap(nodes, by_id, kids, devs[0], f"slot{counter[0]}")
-                    counter[0] += 1
+                    target = _wrap(nodes, by_id, kids, devs[0], next_slot_id(devs[0]["parent"], set(by_id)))
                 elif sws:
                     warns.append(f"dmidecode slot {r.designation!r} ({r.bus_address}) holds a card with a PCIe "
                                  f"switch ({sws[0]['id']}); the model puts no switch in a slot, left as is")
                     sws[0]["label"] = f"{sws[0].get('label') or 'switch'} in {r.designation}"
                     continue
         if target is None:
-            target = _new_slot(nodes, by_id, kids, r, f"slot{counter[0]}", warns)
-            counter[0] += 1
+            target = _new_slot(nodes, by_id, kids, r, warns)
             if r.in_use and pci_scanned:
                 warns.append(f"dmidecode slot {r.designation!r} is in use"
                              f"{' at ' + r.bus_address if r.bus_address else ''} but the PCI scan shows nothing "
@@ -237,7 +237,7 @@ def _wrap(nodes: list[dict], by_id: dict, kids: dict, dev: dict, slot_id: str) -
     return slot
 
 
-def _new_slot(nodes: list[dict], by_id: dict, kids: dict, r: SlotRecord, slot_id: str, warns: list[str]) -> dict:
+def _new_slot(nodes: list[dict], by_id: dict, kids: dict, r: SlotRecord, warns: list[str]) -> dict:
     sockets = [n for n in nodes if n["kind"] == "socket"]
     want = None
     if m := _CPU.search(r.designation):
@@ -255,6 +255,7 @@ def _new_slot(nodes: list[dict], by_id: dict, kids: dict, r: SlotRecord, slot_id
         by_id[rc["id"]] = rc
         kids.setdefault(sock["id"], []).append(rc)
     width = r.data_width or r.width or 16
+    slot_id = next_slot_id(rc["id"], set(by_id))
     slot = {"id": slot_id, "kind": "slot", "parent": rc["id"], "width": r.width or width,
             "link": {"gen": r.gen or DEFAULT_GEN, "width": width}}
     nodes.append(slot)

@@ -35,7 +35,7 @@ from moment.topology import pci_ids
 from moment.topology.model import Kind, Topology
 from moment.topology.readers import _xml_cpu as cpus
 from moment.topology.readers import _xml_pci as pcidb
-from moment.topology.readers._xml_build import (
+from moment.topology.readers.build import (
     DraftDev,
     DraftPeer,
     DraftRc,
@@ -102,6 +102,7 @@ class _Reader:
         self.gp: dict[tuple[str, int], _Obj] = {}
         self.dropped = 0
         self.notes: list[str] = []
+        self.one_numa: set[int] = set()  # id() of sockets with one NUMA node: their I/O is in that node
 
     def _next(self) -> int:
         self.order += 1
@@ -136,6 +137,8 @@ class _Reader:
                             memory_gib=round(mem / bw.GIB, 1) if mem else None,
                             default_gen=cpus.default_pcie_gen(cpu))
             out.append(s)
+            if len(numas) == 1:
+                self.one_numa.add(id(s))
             by_el[id(p.el)] = s
             self.draft_of[id(p.el)] = s
         return out, by_el
@@ -384,6 +387,8 @@ def read_hwloc_xml(path_or_text: str | bytes | Path, name: str | None = None) ->
         sock = r.socket_for(root, by_el, sockets)
         if sock is sockets[0] and not any(a.type in _PACKAGE_TYPES for a in root.ancestors()) and len(sockets) > 1:
             outside += 1
+        if id(sock) in r.one_numa:
+            rc.numa = sock.numa
         sock.rcs.append(rc)
     peers = r.nvlinks(doc.root)
     assumed = 0

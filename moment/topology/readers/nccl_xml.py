@@ -2,8 +2,11 @@
 
 NCCL's XML is both what it detects and what it can be told, so a plan's machine written back out can
 steer NCCL the same way the input described it. Mapping (reader):
-  - `<cpu numaid>` -> a socket (one per NUMA domain) with one root complex; sockets are joined by the
-    CPU's default socket link (UPI/QPI by Intel model, xGMI for AMD; see `_xml_cpu`);
+  - `<cpu numaid>` -> a NUMA domain: one root complex (`numa` = the numaid) under its socket. Which
+    domains share a socket is inferred from the CPU's identity and `affinity` (`_xml_cpu.group_numa_domains`:
+    AMD NPS / Intel SNC splits that fit the numaids and thread counts); where the file cannot tell,
+    the description says so and domains that only might share a socket stay apart. Sockets are
+    joined by the CPU's default socket link (UPI/QPI by Intel model, xGMI for AMD; see `_xml_cpu`);
   - `<pci>` with `<pci>` children, or a bridge class 0x0604xx -> switch (one per bridge NCCL lists);
   - `<pci>` with a `<gpu>` child, or class 0x0302xx/0x0380xx/0x1200xx -> gpu; plain VGA 0x0300xx
     without `<gpu>` is display-only -> other; 0x0108xx -> ssd; 0x02xxxx or a `<nic>` child -> nic;
@@ -15,7 +18,11 @@ steer NCCL the same way the input described it. Mapping (reader):
     endpoint's place in the tree is unknown); links keep their per-switch lane `count`. An NVLink
     that points at the GPU itself (Azure NCv4) is ignored. `<xgmi>` -> xGMI PeerLink between GPUs;
   - a GPU with NVLink/xGMI to another GPU or an NVSwitch is a soldered SXM/OAM module and gets no
-    slot; every other GPU, NIC and SSD sits in a slot of its link width (see `_xml_build`);
+    slot; every other GPU, NIC and SSD sits in a slot of its link width (see `readers.build`);
+  - a bus id the file repeats (RCCL's topo_expl models list one under two parents, or one switch
+    several times): NCCL/RCCL create a node per `<pci>` without checking, so every repeat is kept as
+    its own device, named `<busid>#2`, `#3`, ... in file order, and the description says so; a link
+    target takes the first device of the right kind with that id, as NCCL's lookup does;
   - missing link_speed: the generation of the devices below (switches), else the parent's, else
     the CPU's; missing or 0 link_width: x16 (x4 for SSDs). Each assumption is in the link's label.
 """
@@ -23,6 +30,7 @@ steer NCCL the same way the input described it. Mapping (reader):
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 from pathlib import Path
 
 from moment.errors import MomentError
@@ -30,7 +38,7 @@ from moment.topology import pci_ids
 from moment.topology.model import Kind, Topology
 from moment.topology.readers import _xml_cpu as cpus
 from moment.topology.readers import _xml_pci as pcidb
-from moment.topology.readers._xml_build import (
+from moment.topology.readers.build import (
     DraftDev,
     DraftPeer,
     DraftRc,
@@ -39,7 +47,16 @@ from moment.topology.readers._xml_build import (
     assemble,
     merge_peer,
 )
-from moment.topology.readers._xml_doc import XmlDoc, busid, float_attr, int_attr, load
+from moment.topology.readers._xml_doc import (
+    REPEAT,
+    XmlDoc,
+    base_busid,
+    busid,
+    busid_key,
+    float_attr,
+    int_attr,
+    load,
+)
 from moment.topology.readers._xml_links import resolve_links
 
 KIND = "NCCL topology XML"
@@ -51,10 +68,12 @@ class _Reader:
     def __init__(self, doc: XmlDoc):
         self.doc = doc
         self.order = 0
-        self.by_bus: dict[str, DraftDev] = {}
+        self.by_bus: dict[str, list[DraftDev]] = {}  # bus id as written -> every device the file gives it
+        self.where: dict[int, str] = {}  # id(draft) -> "under <parent>", for the note on repeated bus ids
         self.socket_of: dict[int, DraftSocket] = {}  # id(gpu draft) -> socket
         self.gpu_links: list[tuple[DraftDev, ET.Element, int | None]] = []  # (gpu, <nvlink>/<xgmi>, sm)
         self.notes: list[str] = []
+        self.domains: dict[int, tuple[cpus.CpuId, frozenset[int] | None]] = {}  # numaid -> CPU, its threads
 
     def _next(self) -> int:
         self.order += 1
@@ -73,11 +92,12 @@ class _Reader:
         cpu = cpus.CpuId(vendor, family, model, raw_family)
         sock = DraftSocket(numa=numa, model=cpus.describe(cpu), link=cpus.socket_link(cpu),
                            default_gen=cpus.default_pcie_gen(cpu))
-        rc = DraftRc(label=f"NUMA {numa} root ports")
+        self.domains[numa] = (cpu, cpus.affinity_cpus(el.get("affinity")))
+        rc = DraftRc(label=f"NUMA {numa} root ports", numa=numa)
         sock.rcs.append(rc)
         for child in el:
             if child.tag == "pci":
-                rc.children.append(self.pci(child, sock))
+                rc.children.append(self.pci(child, sock, f"<cpu numaid={numa}>"))
             elif child.tag == "nic":
                 rc.children.append(self.bare_nic(child))
         return sock
@@ -100,11 +120,9 @@ class _Reader:
                 names.append(net.get("name"))
         return speeds, names
 
-    def pci(self, el: ET.Element, sock: DraftSocket) -> DraftDev:
+    def pci(self, el: ET.Element, sock: DraftSocket, parent: str) -> DraftDev:
         doc = self.doc
         bus = busid(doc, el, "busid")
-        if bus in self.by_bus:
-            raise doc.error(el, f"bus id {bus} appears twice")
         cls = int_attr(doc, el, "class", base=16, lo=0, hi=0xFFFFFF)
         vendor = int_attr(doc, el, "vendor", base=16, lo=0, hi=0xFFFF)
         device = int_attr(doc, el, "device", base=16, lo=0, hi=0xFFFF)
@@ -123,19 +141,39 @@ class _Reader:
         elif sub_pci:
             kind = Kind.switch
         elif cls is not None:
-            kind = pcidb.kind_of_class(cls, vendor)
+            kind = pcidb.kind_of_class(cls, vendor, device)
         else:  # NCCL's own fallback for a class it does not know is a PCI bridge
             kind = Kind.switch
         if sub_pci and kind != Kind.switch:
             raise doc.error(el, f"a {kind.value} ({bus}) cannot have <pci> children")
-        d = DraftDev(kind, self._next(), pci=bus, gen=gen, width=width)
-        self.by_bus[bus] = d
+        same = self.by_bus.setdefault(bus, [])
+        # NCCL/RCCL make one node per <pci> and never check bus ids for repeats (RCCL's topo_expl models
+        # repeat some), so a repeat is kept as another device; its id gets `#n` so ids stay unique.
+        d = DraftDev(kind, self._next(), pci=bus if not same else f"{bus}{REPEAT}{len(same) + 1}", gen=gen,
+                     width=width)
+        same.append(d)
+        self.where[id(d)] = f"a {kind.value} under {parent}"
         self.fill_fields(d, el, cls, vendor, device, gpu_el, nic_el)
         if kind == Kind.gpu:
             self.socket_of[id(d)] = sock
         for c in sub_pci:
-            d.children.append(self.pci(c, sock))
+            d.children.append(self.pci(c, sock, bus))
         return d
+
+    def find(self, bus: str, kind: Kind | None = None) -> DraftDev | None:
+        """The device a link target names: the first of that kind with the bus id (NCCL's
+        `ncclTopoGetNode` takes the first), else the first with the bus id."""
+        same = self.by_bus.get(bus, [])
+        return next((d for d in same if d.kind == kind), same[0] if same else None)
+
+    def repeat_notes(self) -> list[str]:
+        out = []
+        for bus, same in sorted(self.by_bus.items(), key=lambda kv: busid_key(kv[0])):
+            if len(same) > 1:
+                ways = "; ".join(f"{d.pci}: {self.where[id(d)]}" for d in same)
+                out.append(f"Bus id {bus} appears {len(same)} times ({ways}); NCCL/RCCL keep each <pci> as "
+                           f"its own device and so does this reading, naming the repeats {REPEAT}2, {REPEAT}3, ...")
+        return out
 
     def fill_fields(self, d: DraftDev, el: ET.Element, cls, vendor, device, gpu_el, nic_el) -> None:
         doc = self.doc
@@ -192,10 +230,10 @@ class _Reader:
                 merge_peer(merged, DraftPeer(gpu, self.socket_of[id(gpu)], "nvlink", count, gen))
                 gpu.fixed = True
                 continue
-            if target == gpu.pci:
+            if target == base_busid(gpu.pci):
                 self_links += 1
                 continue
-            other = self.by_bus.get(target)
+            other = self.find(target, Kind.nvswitch if tclass == TCLASS_NVSWITCH else Kind.gpu)
             if el.tag == "nvlink" and (tclass == TCLASS_NVSWITCH or (tclass is None and other is None)):
                 if other is None:
                     other = nvswitches.get(target)
@@ -235,7 +273,8 @@ def read_nccl_xml(path_or_text: str | bytes | Path, name: str | None = None) -> 
             sockets.append(s)
     if not sockets:
         raise MomentError("no <cpu> element: an NCCL topology needs at least one NUMA domain", source=doc.source)
-    sockets.sort(key=lambda s: s.numa)
+    grouping = cpus.group_numa_domains(r.domains)
+    sockets = _group_sockets(sockets, grouping, r)
     peers = r.peers(sockets)
     assumed = 0
     for s in sockets:
@@ -246,16 +285,43 @@ def read_nccl_xml(path_or_text: str | bytes | Path, name: str | None = None) -> 
             d.fields["double_width"] = False
     notes = [
         f"Read from an NCCL topology file (system version {version or 1}).",
-        (f"Each <cpu> NUMA domain is a socket with one root complex ({len(sockets)} in all); every PCI bridge "
-        "NCCL lists is a switch; GPUs with NVLink/xGMI are fixed modules, other GPUs, NICs and SSDs sit in slots."),
+        (f"Each <cpu> NUMA domain is a root complex ({len(r.domains)} in all) under its socket "
+         f"({len(sockets)} in all); every PCI bridge NCCL lists is a switch; GPUs with NVLink/xGMI are fixed "
+         "modules, other GPUs, NICs and SSDs sit in slots."),
     ]
+    if grouping.note:
+        notes.append(grouping.note)
     if any(s.loose for s in sockets):
         notes.append("NVSwitches appear only as NVLink targets, so they hang on cpu0 without a PCIe link.")
     if assumed:
         notes.append(f"{assumed} PCIe links had no speed or width in the file; assumptions are in their labels.")
+    notes.extend(r.repeat_notes())
     notes.extend(r.notes)
     return assemble(name=name or _default_name(path_or_text, "nccl-topology"), source=doc.source,
                     description=" ".join(notes), sockets=sockets, peers=peers)
+
+
+def _group_sockets(domains: list[DraftSocket], grouping: cpus.Grouping, r: _Reader) -> list[DraftSocket]:
+    """One socket per group of NUMA domains, holding the domains' root complexes in numaid order."""
+    by_numa = {d.numa: d for d in domains}
+    out: list[DraftSocket] = []
+    for numas in grouping.sockets:
+        first = by_numa[numas[0]]
+        link = first.link
+        label = f"NUMA domains {', '.join(map(str, numas))}" if len(numas) > 1 else None
+        if not grouping.certain and len(grouping.sockets) > 1:
+            label = (f"{label or f'NUMA domain {numas[0]}'}; may share a CPU package with another socket node "
+                     "(not in the file)")
+            link = replace(link, label=f"{link.label}; the sockets it joins may be one CPU package")
+        sock = DraftSocket(numa=numas[0], model=first.model, link=link, default_gen=first.default_gen,
+                           label=label)
+        for n in numas:
+            sock.rcs.extend(by_numa[n].rcs)
+            for k, v in r.socket_of.items():
+                if v is by_numa[n]:
+                    r.socket_of[k] = sock
+        out.append(sock)
+    return out
 
 
 def _default_name(path_or_text, fallback: str) -> str:
@@ -277,15 +343,16 @@ class _Writer:
     def __init__(self, topo: Topology):
         self.topo = topo
         self.gpu_index = {g.id: i for i, g in enumerate(topo.of_kind(Kind.gpu))}
-        used = {n.pci for n in topo.nodes if n.pci}
+        used = {base_busid(n.pci) for n in topo.nodes if n.pci}
         self.placeholders: dict[str, str] = {}
         self._free = (f"fffe:{i // 32:02x}:{i % 32:02x}.0" for i in range(1 << 13))
         self._used = used
 
     def bus(self, node) -> str:
-        """The node's bus id, or a placeholder in domain fffe (replace with the real one before use)."""
+        """The node's bus id as NCCL wrote it (a repeat's `#n` dropped: NCCL takes repeats), or a
+        placeholder in domain fffe (replace with the real one before use)."""
         if node.pci:
-            return node.pci
+            return base_busid(node.pci)
         if node.id not in self.placeholders:
             b = next(self._free)
             while b in self._used:
@@ -349,19 +416,25 @@ def write_nccl_xml(topo: Topology) -> str:
     """
     w = _Writer(topo)
     root = ET.Element("system", {"version": "1"})
-    sockets = topo.of_kind(Kind.socket)
-    numas = [s.numa for s in sockets]
+    domains: list[tuple[int | None, object, list[str]]] = []  # (numaid, socket, root complexes): one <cpu> each
+    for s in topo.of_kind(Kind.socket):
+        rcs = [c for c in topo.children(s.id) if topo.node(c).kind == Kind.root_complex]
+        rc_numa = [topo.node(c).numa for c in rcs]
+        if rcs and None not in rc_numa and len(set(rc_numa)) > 1:  # a socket of several NUMA domains
+            domains.extend((n, s, [c for c, m in zip(rcs, rc_numa) if m == n]) for n in sorted(set(rc_numa)))
+        else:
+            domains.append((s.numa, s, rcs))
+    numas = [n for n, _, _ in domains]
     unique = len(set(numas)) == len(numas) and None not in numas
-    for i, s in enumerate(sockets):
-        attrs = {"numaid": str(s.numa if unique else i)}
+    for i, (numa, s, rcs) in enumerate(domains):
+        attrs = {"numaid": str(numa if unique else i)}
         ident = cpus.identity_from_model(s.model)
         if ident:
             attrs.update(arch="x86_64", vendor=ident[0], familyid=str(ident[1]), modelid=str(ident[2]))
         cpu = ET.SubElement(root, "cpu", attrs)
-        for child in topo.children(s.id):
-            if topo.node(child).kind == Kind.root_complex:
-                for c in topo.children(child):
-                    w.write(cpu, c)
+        for rc in rcs:
+            for c in topo.children(rc):
+                w.write(cpu, c)
     ET.indent(root, "  ")
     body = ET.tostring(root, encoding="unicode")
     name = topo.name.replace("--", "-")

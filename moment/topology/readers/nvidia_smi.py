@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from moment.errors import MomentError, validation_error
 from moment.topology.model import Kind, Topology
 from moment.topology.readers import console
+from moment.topology.readers.build import next_slot_id
 from moment.topology.readers.pci import DEFAULT_GEN
 
 _REL = re.compile(r"^(X|SYS|NODE|PHB|PXB|PIX|SOC|PSB|NV\d+|N/A)$")
@@ -238,7 +239,7 @@ def topology_from_matrix(matrix: TopoMatrix, *, name: str = "nvidia-smi", source
     rc_groups = _groups(keys, lambda a, b: _RANK.get(unit_rel(by_key[a], by_key[b]), 5) <= 2)
     nodes: list[dict] = [{"id": f"cpu{i}", "kind": "socket", "numa": n} for i, n in enumerate(numas)]
     sock = {n: f"cpu{i}" for i, n in enumerate(numas)}
-    counters = {"slot": 0, "sw": 0, "nic": 0}
+    counters = {"sw": 0, "nic": 0}
     link = {"gen": DEFAULT_GEN, "width": 16}
     for r, group in enumerate(rc_groups):
         rc_id = f"rc{r}"
@@ -253,8 +254,7 @@ def topology_from_matrix(matrix: TopoMatrix, *, name: str = "nvidia-smi", source
                               "label": "PCIe switch (PIX/PXB in nvidia-smi)"})
             for key in sub:
                 u = by_key[key]
-                slot = f"slot{counters['slot']}"
-                counters["slot"] += 1
+                slot = next_slot_id(parent, {n["id"] for n in nodes})
                 nodes.append({"id": slot, "kind": "slot", "parent": parent, "width": 16, "link": link})
                 if u[0].startswith("GPU"):
                     nodes.append({"id": f"gpu{u[0][3:]}", "kind": "gpu", "parent": slot, "link": link,

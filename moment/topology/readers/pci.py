@@ -1,12 +1,18 @@
-"""PCI functions -> `Topology`: the one tree builder behind the lspci, lspci -vvv and sysfs readers.
+"""PCI functions -> `Topology`: the tree rules behind the lspci, lspci -vvv and sysfs readers.
 
 Each reader only turns its input into `PciFunction` records (address, class, names, bridge bus
 numbers, link capability/status, NUMA node); this module decides what the planner sees, so all
-sources agree. The rules, in order:
+sources agree, and hands a draft tree to the one builder every reader shares (`readers.build`),
+which names the nodes (`cpuN`, `rcN`, `swN`/`gpuN`/... in bus order, slots `<parent>-slot<k>`) the
+same way for hwloc and NCCL XML. The rules, in order:
 
 * **Root complexes.** Every root bus (a bus no bridge leads to) is one `root_complex` (`rc0`, `rc1`,
-  ... in domain:bus order); a root bus with nothing kept below it is left out.
-* **Sockets.** A NUMA node is a socket (`cpu0`, `cpu1`, ... in NUMA node order; `numa` keeps the id). A root bus takes the NUMA node most of its
+  ... in socket order, then domain:bus order; `numa` = its NUMA node when one is known); a root bus
+  with nothing kept below it is left out.
+* **Sockets.** A NUMA node is a socket (`cpu0`, `cpu1`, ... in NUMA node order; `numa` keeps the id),
+  unless a socket count (dmidecode) says there are fewer sockets than NUMA nodes: then the nodes are
+  grouped as Linux numbers them when every node is known, and a warning says so either way (each
+  root complex keeps its own NUMA node in `numa`). A root bus takes the NUMA node most of its
   functions report. Root buses with none: if splitting all root buses evenly, in bus order, over the
   NUMA nodes seen agrees with every root bus whose node is known, that split is used (sockets own
   contiguous bus ranges on x86); otherwise such a bus takes the node of the nearest known root bus
@@ -18,7 +24,7 @@ sources agree. The rules, in order:
   port: one `switch` node (`swN`), whose downstream ports are walked like root ports. A bridge with
   only endpoints below it (a PCIe-to-PCI bridge such as a BMC's) is transparent.
 * **Slots.** A root or downstream port whose bus holds exactly one card (functions sharing a device
-  number) that is a GPU, SSD or NIC becomes a `slot` (`slotN`, `pci` = the port) holding that device,
+  number) that is a GPU, SSD or NIC becomes a `slot` (`pci` = the port) holding that device,
   so the planner can move it. A port with nothing below it becomes an empty slot unless `lspci -vvv`
   says it implements no slot (`Slot-`): lspci cannot tell an empty slot from an unwired port, so
   review empty slots (dmidecode names real ones). Endpoints on a root bus (integrated devices, VM
@@ -45,13 +51,13 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from pydantic import ValidationError
-
-from moment.errors import MomentError, validation_error
+from moment.errors import MomentError
 from moment.topology import bandwidth as bw
 from moment.topology import pci_ids
 from moment.topology.devices import CATALOG
-from moment.topology.model import Kind, Link, PeerLink, Topology
+from moment.topology.model import PLACEABLE, Kind, Link, Topology
+from moment.topology.readers._xml_cpu import SocketLinkSpec
+from moment.topology.readers.build import DraftDev, DraftRc, DraftSlot, DraftSocket, assemble
 
 DEFAULT_GEN = 4
 DEFAULT_WIDTH = {Kind.gpu: 16, Kind.nic: 16, Kind.ssd: 4, Kind.switch: 16, Kind.slot: 16}
@@ -251,14 +257,12 @@ def catalog_match(name: str, kind: Kind):
 class _Ctx:
     funcs: dict[Key, PciFunction]
     children: dict[Key | None, list[Key]]
-    nodes: list[dict] = field(default_factory=list)
-    counters: Counter = field(default_factory=Counter)
-    defaulted: list[Link] = field(default_factory=list)  # links built from defaults (kept alive)
+    order: int = 0
+    defaulted: set[int] = field(default_factory=set)  # id() of links built from defaults
 
-    def new_id(self, prefix: str) -> str:
-        n = self.counters[prefix]
-        self.counters[prefix] += 1
-        return f"{prefix}{n}"
+    def next(self) -> int:
+        self.order += 1
+        return self.order
 
 
 def resolve_parents(funcs: list[PciFunction], warnings: list[str]) -> dict[Key, PciFunction]:
@@ -318,7 +322,7 @@ def _link(ctx: _Ctx, upper: PciFunction | None, lower: PciFunction | None, kind:
     link = Link(gen=min(gens) if gens else DEFAULT_GEN, width=min(widths) if widths else DEFAULT_WIDTH[kind],
                 label=f"bus {bus}")
     if not gens or not widths:
-        ctx.defaulted.append(link)
+        ctx.defaulted.add(id(link))
     return link
 
 
@@ -326,27 +330,26 @@ def _bus_label(f: PciFunction) -> str:
     return f"{f.domain:04x}:{f.bus:02x}"
 
 
-def _device_node(ctx: _Ctx, kind: Kind, card: list[PciFunction], parent: str, link: Link | None) -> dict:
+def _device(ctx: _Ctx, kind: Kind, card: list[PciFunction], link: Link | None) -> DraftDev:
     primary = next((f for f in card if classify(f) == kind), card[0])
     label = primary.display_name()
-    node: dict = {"kind": kind.value, "parent": parent, "pci": primary.bdf, "label": label or None,
-                  "pci_ids": pci_ids.ids_text(primary.vendor_id, primary.device_id),
-                  "pci_class": pci_ids.class_text(primary.code())}
+    d = DraftDev(kind, ctx.next(), pci=primary.bdf, uplink=link if kind in PLACEABLE else None,
+                 link_kind="pcie" if kind in PLACEABLE else "none", in_slot=False,
+                 label=(f"{label} ({len(card)} functions)" if len(card) > 1 else label) or None)
+    d.fields.update(pci_ids=pci_ids.ids_text(primary.vendor_id, primary.device_id),
+                    pci_class=pci_ids.class_text(primary.code()))
     if primary.numa is not None and primary.numa >= 0:
-        node["numa"] = primary.numa
-    if kind in (Kind.gpu, Kind.ssd, Kind.nic):
-        node["link"] = link
+        d.fields["numa"] = primary.numa
+    if kind in PLACEABLE:
         cat = catalog_match(label, kind)
-        node["model"] = cat.name if cat else (label or "unknown") if kind == Kind.ssd else model_name(label)
+        d.fields["model"] = cat.name if cat else (label or "unknown") if kind == Kind.ssd else model_name(label)
         if cat and kind == Kind.gpu:
-            node.update(memory_gib=cat.memory_gib, hbm_gbps=cat.hbm_gbps, double_width=cat.double_width)
+            d.fields.update(memory_gib=cat.memory_gib, hbm_gbps=cat.hbm_gbps, double_width=cat.double_width)
         if cat and kind == Kind.ssd:
-            node.update(read_gbps=cat.read_gbps, capacity_gb=cat.capacity_gb)
+            d.fields.update(read_gbps=cat.read_gbps, capacity_gb=cat.capacity_gb)
     elif kind == Kind.other:
-        node["description"] = primary.class_name or None
-    if len(card) > 1:
-        node["label"] = f"{label} ({len(card)} functions)"
-    return node
+        d.fields["description"] = primary.class_name or None
+    return d
 
 
 def _cards(funcs: list[PciFunction]) -> list[list[PciFunction]]:
@@ -356,66 +359,53 @@ def _cards(funcs: list[PciFunction]) -> list[list[PciFunction]]:
     return [groups[k] for k in sorted(groups)]
 
 
-def _endpoints(ctx: _Ctx, ends: list[PciFunction], parent: str, port: PciFunction | None) -> int:
-    """Attach the cards on one bus; a port holding one placeable card becomes a slot. Returns nodes added."""
+def _endpoints(ctx: _Ctx, ends: list[PciFunction], port: PciFunction | None) -> list[DraftDev]:
+    """The cards on one bus; a port holding one placeable card puts it in a slot (the port's facts)."""
     kept = [(c, card_kind(c)) for c in _cards(ends)]
     kept = [(c, k) for c, k in kept if k is not None]
-    if port is not None and len(kept) == 1 and kept[0][1] in (Kind.gpu, Kind.ssd, Kind.nic):
+    if port is not None and len(kept) == 1 and kept[0][1] in PLACEABLE:
         card, kind = kept[0]
-        slot_id = ctx.new_id("slot")
-        slot_link = _link(ctx, port, None, kind, _bus_label(card[0]), capability_only=True)
-        width = port.cap_width or DEFAULT_WIDTH[kind]
-        ctx.nodes.append({"id": slot_id, "kind": "slot", "parent": parent, "pci": port.bdf, "width": width,
-                          "link": slot_link, "label": f"port {port.bdf}"
-                          + (f", physical slot {port.physical_slot or card[0].physical_slot}"
-                             if (port.physical_slot or card[0].physical_slot) else ""),
-                          **({"designation": f"Slot {card[0].physical_slot or port.physical_slot}"}
-                             if (card[0].physical_slot or port.physical_slot) else {})})
-        ctx.nodes.append(_device_node(ctx, kind, card, slot_id, _link(ctx, port, card[0], kind,
-                                                                     _bus_label(card[0]))))
-        return 2
-    for card, kind in kept:
-        link = _link(ctx, port, card[0], kind, _bus_label(card[0])) if kind in DEFAULT_WIDTH else None
-        ctx.nodes.append(_device_node(ctx, kind, card, parent, link))
-    return len(kept)
+        phys = port.physical_slot or card[0].physical_slot
+        d = _device(ctx, kind, card, _link(ctx, port, card[0], kind, _bus_label(card[0])))
+        d.in_slot = True
+        d.slot = DraftSlot(pci=port.bdf, width=port.cap_width or DEFAULT_WIDTH[kind],
+                           link=_link(ctx, port, None, kind, _bus_label(card[0]), capability_only=True),
+                           label=f"port {port.bdf}" + (f", physical slot {phys}" if phys else ""),
+                           designation=f"Slot {card[0].physical_slot or port.physical_slot}" if phys else None)
+        return [d]
+    return [_device(ctx, kind, card, _link(ctx, port, card[0], kind, _bus_label(card[0]))
+                    if kind in DEFAULT_WIDTH else None) for card, kind in kept]
 
 
-def _port(ctx: _Ctx, port: PciFunction, parent: str) -> int:
+def _port(ctx: _Ctx, port: PciFunction) -> list[DraftDev]:
     kids = [ctx.funcs[k] for k in ctx.children.get(port.key, [])]
     if not kids:
         if port.slot_capable is False:
-            return 0
-        ctx.nodes.append({"id": ctx.new_id("slot"), "kind": "slot", "parent": parent, "pci": port.bdf,
-                          "width": port.cap_width or DEFAULT_WIDTH[Kind.slot],
-                          "link": _link(ctx, port, None, Kind.slot,
-                                        f"{port.domain:04x}:{port.secondary or 0:02x}", capability_only=True),
-                          "label": f"empty port {port.bdf}"})
-        return 1
-    added = 0
+            return []
+        behind = f"{port.domain:04x}:{port.secondary or 0:02x}"
+        return [DraftDev(Kind.slot, ctx.next(), at=f"{behind}:00.0", slot=DraftSlot(
+            pci=port.bdf, width=port.cap_width or DEFAULT_WIDTH[Kind.slot], label=f"empty port {port.bdf}",
+            link=_link(ctx, port, None, Kind.slot, behind, capability_only=True)))]
+    out: list[DraftDev] = []
     for b in (k for k in kids if k.is_bridge):
         grand = [ctx.funcs[k] for k in ctx.children.get(b.key, [])]
         if any(g.is_bridge for g in grand):
-            added += _switch(ctx, port, b, parent)
+            sw = _switch(ctx, port, b)
+            out.extend([sw] if sw is not None else [])
         else:
-            added += _port(ctx, b, parent)
-    return added + _endpoints(ctx, [k for k in kids if not k.is_bridge], parent, port)
+            out.extend(_port(ctx, b))
+    return out + _endpoints(ctx, [k for k in kids if not k.is_bridge], port)
 
 
-def _switch(ctx: _Ctx, port: PciFunction | None, up: PciFunction, parent: str) -> int:
-    sw_id = ctx.new_id("sw")
-    at = len(ctx.nodes)
-    node = {"id": sw_id, "kind": "switch", "parent": parent, "pci": up.bdf,
-            "link": _link(ctx, port, up, Kind.switch, _bus_label(up)),
-            "label": f"{up.name or 'PCIe switch'} (upstream port {up.bdf})"}
-    ctx.nodes.append(node)
+def _switch(ctx: _Ctx, port: PciFunction | None, up: PciFunction) -> DraftDev | None:
+    """A switch (its upstream port `up`) with what hangs below its downstream ports; None if nothing does."""
     kids = [ctx.funcs[k] for k in ctx.children.get(up.key, [])]
-    added = sum(_port(ctx, d, sw_id) for d in kids if d.is_bridge)
-    added += _endpoints(ctx, [k for k in kids if not k.is_bridge], sw_id, None)
-    if added == 0:  # nothing worth showing below: drop the switch again
-        del ctx.nodes[at]
-        ctx.counters["sw"] -= 1
-        return 0
-    return added + 1
+    below = [d for k in kids if k.is_bridge for d in _port(ctx, k)]
+    below += _endpoints(ctx, [k for k in kids if not k.is_bridge], None)
+    if not below:
+        return None
+    return DraftDev(Kind.switch, ctx.next(), pci=up.bdf, uplink=_link(ctx, port, up, Kind.switch, _bus_label(up)),
+                    label=f"{up.name or 'PCIe switch'} (upstream port {up.bdf})", children=below)
 
 
 def _socket_of_roots(roots: list[tuple[int, int]], numa: dict[tuple[int, int], int], sockets: int | None,
@@ -443,10 +433,20 @@ def _socket_of_roots(roots: list[tuple[int, int]], numa: dict[tuple[int, int], i
     return {r: 0 for r in roots}
 
 
+def _count_defaulted(ctx: _Ctx, drafts: list[DraftDev]) -> int:
+    n = 0
+    for d in drafts:
+        n += id(d.uplink) in ctx.defaulted if d.uplink is not None else 0
+        n += id(d.slot.link) in ctx.defaulted if d.slot is not None and d.slot.link is not None else 0
+        n += _count_defaulted(ctx, d.children)
+    return n
+
+
 def build_topology(funcs: list[PciFunction], *, name: str, source: str | None = None,
                    description: str | None = None, sockets: int | None = None,
                    memory_gib: dict[int, float] | None = None, warnings: list[str] | None = None) -> Topology:
-    """Build the planner's tree from PCI functions by the rules in this module's docstring."""
+    """Draft the planner's tree from PCI functions by the rules in this module's docstring; the shared
+    builder (`readers.build.assemble`) names and validates it, as it does for the XML readers."""
     warns: list[str] = [] if warnings is None else warnings
     index = resolve_parents(funcs, warns)
     children: dict[Key | None, list[Key]] = {}
@@ -467,62 +467,57 @@ def build_topology(funcs: list[PciFunction], *, name: str, source: str | None = 
     numa = {r: min(c.items(), key=lambda kv: (-kv[1], kv[0]))[0] for r, c in votes.items()}
     root_socket = _socket_of_roots(roots, numa, sockets, warns)
 
-    rc_nodes: list[tuple[dict, list[dict]]] = []
+    rcs: list[DraftRc] = []
     for dom, bus in roots:
         on_root = [index[k] for k in children.get(None, []) if index[k].domain == dom and index[k].bus == bus]
-        ctx.nodes = []
-        rc_id = f"rc{len(rc_nodes)}"
-        added = sum(_port(ctx, f, rc_id) for f in on_root if f.is_bridge)
-        added += _endpoints(ctx, [f for f in on_root if not f.is_bridge], rc_id, None)
-        if added:
-            rc = {"id": rc_id, "kind": "root_complex", "label": f"root bus {dom:04x}:{bus:02x}",
-                  "numa": root_socket[(dom, bus)]}
-            rc_nodes.append((rc, ctx.nodes))
-    if not rc_nodes and index:
+        below = [d for f in on_root if f.is_bridge for d in _port(ctx, f)]
+        below += _endpoints(ctx, [f for f in on_root if not f.is_bridge], None)
+        if below:
+            rcs.append(DraftRc(label=f"root bus {dom:04x}:{bus:02x}", numa=root_socket[(dom, bus)], children=below))
+    if not rcs and index:
         warns.append("no GPU, SSD, NIC or slot found below any root bus")
 
-    numa_ids = sorted({rc["numa"] for rc, _ in rc_nodes} | set(memory_gib or {})) or [0]
+    numa_ids = sorted({rc.numa for rc in rcs} | set(memory_gib or {})) or [0]
     if sockets and not numa and sockets > len(numa_ids):
         numa_ids = list(range(sockets))
-    sock_id = {n: f"cpu{i}" for i, n in enumerate(numa_ids)}
-    nodes: list[dict] = []
-    for n in numa_ids:
-        s = {"id": sock_id[n], "kind": "socket", "numa": n}
-        if memory_gib and n in memory_gib:
-            s["memory_gib"] = round(memory_gib[n], 1)
-        nodes.append(s)
-    body: list[dict] = []
-    for rc, sub in rc_nodes:
-        rc["parent"] = sock_id[rc.pop("numa")]
-        nodes.append(rc)
-        body.extend(sub)
-    # devices numbered per kind in bus order
-    for kind in ("gpu", "ssd", "nic", "nvswitch", "other"):
-        mine = sorted((n for n in body if n["kind"] == kind), key=lambda n: n.get("pci") or "")
-        for i, n in enumerate(mine):
-            n["id"] = f"{kind}{i}"
-    nodes.extend(body)
-    guessed = {id(lk) for lk in ctx.defaulted}
-    defaulted = sum(1 for n in body if n.get("link") is not None and id(n["link"]) in guessed)
+    amd = any(f.vendor() == pci_ids.AMD_CPU for f in index.values() if f.parent is None)
+    link = (SocketLinkSpec("xgmi", 4, None, "assumed (not in the scan)") if amd
+            else SocketLinkSpec("upi", 2, None, "assumed (not in the scan)"))
+    drafts: dict[int, DraftSocket] = {}  # NUMA node -> its socket
+    for group in _numa_sockets(numa_ids, sockets if numa else None, memory_gib, warns):
+        mem = [memory_gib[n] for n in group if memory_gib and n in memory_gib]
+        sock = DraftSocket(numa=group[0], model=None, link=link, memory_gib=round(sum(mem), 1) if mem else None,
+                           label=f"NUMA nodes {', '.join(map(str, group))}" if len(group) > 1 else None)
+        drafts.update({n: sock for n in group})
+    for rc in rcs:
+        drafts[rc.numa].rcs.append(rc)
+        if not numa:
+            rc.numa = None  # a split by socket count, not a NUMA node anyone reported
+    defaulted = sum(_count_defaulted(ctx, rc.children) for rc in rcs)
     if defaulted:
         warns.append(f"{defaulted} PCIe links had no speed/width in the input: assumed PCIe "
                      f"{DEFAULT_GEN}.0, x16 (x4 for NVMe)")
-    links = _socket_links(nodes, index)
-    data = {"name": name, "description": description, "source": source, "nodes": nodes, "links": links}
-    try:
-        return Topology.model_validate(data)
-    except ValidationError as e:  # a bug here, or input too odd to model: say what
-        raise validation_error(e, "could not build a topology from the PCI data", source=source, limit=1) from None
+    socks = list({id(d): d for d in drafts.values()}.values())
+    return assemble(name=name, source=source, description=description, sockets=socks, peers=[])
 
 
-def _socket_links(nodes: list[dict], index: dict[Key, PciFunction]) -> list[dict]:
-    socks = [n["id"] for n in nodes if n["kind"] == "socket"]
-    amd = any(f.vendor() == 0x1022 for f in index.values() if f.parent is None)
-    out = []
-    for i, a in enumerate(socks):
-        for b in socks[i + 1:]:
-            if amd:
-                out.append(PeerLink(a=a, b=b, kind="xgmi", count=4, label="assumed (not in the scan)"))
-            else:
-                out.append(PeerLink(a=a, b=b, kind="upi", count=2, label="assumed (not in the scan)"))
-    return out
+def _numa_sockets(numa_ids: list[int], sockets: int | None, memory_gib: dict[int, float] | None,
+                  warns: list[str]) -> list[list[int]]:
+    """NUMA nodes grouped into sockets. Each node is its own socket unless a socket count (dmidecode)
+    is smaller than the number of nodes: then, when every NUMA node is known (numactl/sysfs memory)
+    and they split evenly, node n is on socket n // (nodes / sockets), as Linux numbers them (AMD NPS,
+    Intel SNC); otherwise the warning says the grouping is not known and each node stays apart."""
+    alone = [[n] for n in numa_ids]
+    if not sockets or len(numa_ids) <= sockets:
+        return alone
+    total = len(memory_gib or {})
+    if total and total % sockets == 0 and all(n < total for n in numa_ids):
+        per = total // sockets
+        groups: dict[int, list[int]] = {}
+        for n in numa_ids:
+            groups.setdefault(n // per, []).append(n)
+        warns.append(f"{total} NUMA nodes on {sockets} sockets: {per} nodes a socket, node n on socket n // {per}")
+        return list(groups.values())
+    warns.append(f"{len(numa_ids)} NUMA nodes but {sockets} sockets, and which nodes share a socket is not "
+                 "known (give numactl --hardware output); each NUMA node is modelled as its own socket")
+    return alone

@@ -1,14 +1,19 @@
-"""Turn a reader's draft tree into a validated `Topology` with stable ids.
+"""The one topology builder: every reader's draft tree becomes a validated `Topology` here.
 
-Both XML readers first build plain draft objects (no ids), then call `assemble`, which is the one
+Readers (NCCL XML, hwloc XML, and lspci/sysfs via `readers.pci`) first build plain draft objects
+(no ids): sockets, root complexes, switches, devices, and the slots they found. `assemble` is the one
 place that decides:
-  - ids: `cpu0..` and `rc0..` in socket order; `sw`, `gpu`, `nic`, `ssd`, `nvsw`, `other` numbered
-    per kind in PCI bus-id order (devices without an address last, in file order);
-  - slots: every GPU, NIC or SSD whose parent is a root complex or a switch sits in a slot of its
-    link width, so the planner can move it -- except soldered modules (`fixed`: SXM/OAM GPUs that
-    have NVLink/xGMI), which stay where they are. A slot is named `<parent>-slot<k>`;
-  - socket links: every pair of sockets is joined by the CPU's default socket link (a full mesh,
-    so a 4-NUMA-domain AMD machine gets 6 xGMI links);
+  - ids: `cpu0..` in socket order and `rc0..` in socket order, then the reader's order (root bus
+    order); `sw`, `gpu`, `nic`, `ssd`, `nvsw`, `other` numbered per kind in PCI bus-id order (devices
+    without an address last, in file order);
+  - slots: a device the reader put in a slot (`in_slot=True`, with the port's facts in `slot`), an
+    empty slot the reader found (a `Kind.slot` draft), or, where the reader leaves it open
+    (`in_slot=None`), every GPU, NIC or SSD whose parent is a root complex or a switch -- except
+    soldered modules (`fixed`: SXM/OAM GPUs that have NVLink/xGMI), which stay where they are.
+    A slot is named `<parent>-slot<k>` (`slot_id`), k counting the parent's slots in bus order of
+    what they hold (an empty slot: the bus behind its port), so the same machine read from
+    different sources gets the same slot ids;
+  - socket links: every pair of sockets is joined by the CPU's default socket link (a full mesh);
   - order: nodes parents-first, children in bus order; peer links sorted.
 """
 
@@ -25,13 +30,38 @@ from moment.topology.profiles import format_validation_error
 from moment.topology.readers._xml_cpu import SocketLinkSpec
 from moment.topology.readers._xml_doc import busid_key
 
+
+def slot_id(parent: str, k: int) -> str:
+    """The id of the k-th slot (from 0) under `parent`: the one rule for every reader."""
+    return f"{parent}-slot{k}"
+
+
+def next_slot_id(parent: str, taken: set[str]) -> str:
+    """The first `slot_id(parent, k)` not in `taken` (for slots added after the build, e.g. by dmidecode)."""
+    k = 0
+    while slot_id(parent, k) in taken:
+        k += 1
+    return slot_id(parent, k)
+
+
 PREFIX = {Kind.switch: "sw", Kind.gpu: "gpu", Kind.nic: "nic", Kind.ssd: "ssd", Kind.nvswitch: "nvsw",
           Kind.other: "other"}
 
 
 @dataclass(eq=False)
+class DraftSlot:
+    """What a reader knows about a slot (the port it is wired to); unknown fields come from its occupant."""
+
+    pci: str | None = None  # the root or downstream port
+    width: int | None = None  # physical lanes
+    link: Link | None = None
+    label: str | None = None
+    designation: str | None = None
+
+
+@dataclass(eq=False)
 class DraftDev:
-    """A PCIe function (or switch) before ids are known."""
+    """A PCIe function (or switch, or an empty slot: kind `slot`) before ids are known."""
 
     kind: Kind
     order: int  # position in the file: the tie-break for devices without a bus id
@@ -46,10 +76,16 @@ class DraftDev:
     port: str | None = None  # bus id of the root/downstream port it hangs from (the slot's label)
     fields: dict = field(default_factory=dict)  # model, memory_gib, description, ...
     nvlink_gen: int | None = None  # GPUs: generation of their NVLinks
+    in_slot: bool | None = None  # the reader's decision; None = the builder's default rule
+    slot: DraftSlot | None = None  # the slot's facts, when the reader knows them (always for kind `slot`)
+    uplink: Link | None = None  # a link the reader computed itself (overrides gen/width/notes)
+    at: str | None = None  # bus id it is ordered by when it has no `pci` (an empty slot: the bus behind its port)
     children: list[DraftDev] = field(default_factory=list)
     id: str | None = None
 
     def link(self) -> Link | None:
+        if self.uplink is not None:
+            return self.uplink
         if self.link_kind == "none":
             return None
         if self.link_kind == "internal":
@@ -65,6 +101,7 @@ class DraftDev:
 @dataclass(eq=False)
 class DraftRc:
     label: str | None = None
+    numa: int | None = None  # the NUMA domain it belongs to, when the file says
     children: list[DraftDev] = field(default_factory=list)
     id: str | None = None
 
@@ -78,6 +115,7 @@ class DraftSocket:
     default_gen: int = 3  # PCIe generation assumed for links the file does not describe
     rcs: list[DraftRc] = field(default_factory=list)
     loose: list[DraftDev] = field(default_factory=list)  # hung on the socket itself (no PCIe position)
+    label: str | None = None
     id: str | None = None
 
 
@@ -112,7 +150,7 @@ def _natural(s: str) -> tuple:
 
 
 def _sorted(devs: list[DraftDev]) -> list[DraftDev]:
-    return sorted(devs, key=lambda d: (busid_key(d.pci), d.order))
+    return sorted(devs, key=lambda d: (busid_key(d.pci or d.at), d.order))
 
 
 def assign_ids(sockets: list[DraftSocket]) -> None:
@@ -122,7 +160,7 @@ def assign_ids(sockets: list[DraftSocket]) -> None:
         for rc in s.rcs:
             rc.id = f"rc{rc_no}"
             rc_no += 1
-    devs = all_devs(sockets)
+    devs = [d for d in all_devs(sockets) if d.kind != Kind.slot]  # slots are named by `slot_id`
     for kind, prefix in PREFIX.items():
         for n, d in enumerate(_sorted([d for d in devs if d.kind == kind])):
             d.id = f"{prefix}{n}"
@@ -138,36 +176,55 @@ def _device_node(d: DraftDev, parent: str, with_link: bool = True) -> dict:
     return node
 
 
+def _slot_node(slot: DraftSlot, d: DraftDev | None, parent_id: str, slot_no: dict[str, int]) -> dict:
+    k = slot_no.get(parent_id, 0)
+    slot_no[parent_id] = k + 1
+    pci = slot.pci or (d.port if d is not None else None)
+    label = slot.label or (f"port {pci}" if pci else f"found holding {d.pci}" if d is not None and d.pci else None)
+    link = slot.link
+    if link is None and d is not None and d.gen is not None and d.width is not None:
+        link = Link(gen=d.gen, width=d.width, label=d.link_label())
+    width = slot.width or (link.width if link is not None else None) or (d.width if d is not None else None)
+    return {"id": slot_id(parent_id, k), "kind": "slot", "parent": parent_id, "pci": pci, "width": width,
+            "label": label, "designation": slot.designation,
+            "link": link.model_dump() if link is not None else None}
+
+
+def _in_slot(d: DraftDev, parent_is_port_owner: bool) -> bool:
+    if d.in_slot is not None:
+        return d.in_slot
+    return parent_is_port_owner and d.kind in PLACEABLE and not d.fixed and d.link() is not None
+
+
 def _emit(d: DraftDev, parent_id: str, parent_is_port_owner: bool, slot_no: dict[str, int], out: list[dict]):
-    if parent_is_port_owner and d.kind in PLACEABLE and not d.fixed and d.link() is not None:
-        k = slot_no.get(parent_id, 0)
-        slot_no[parent_id] = k + 1
-        slot_id = f"{parent_id}-slot{k}"
-        label = f"port {d.port}" if d.port else f"found holding {d.pci}" if d.pci else None
-        out.append({"id": slot_id, "kind": "slot", "parent": parent_id, "width": d.width, "label": label,
-                    "link": Link(gen=d.gen, width=d.width, label=d.link_label()).model_dump()})
-        out.append(_device_node(d, slot_id))
+    if d.kind == Kind.slot:  # an empty slot the reader found
+        out.append(_slot_node(d.slot or DraftSlot(), None, parent_id, slot_no))
+        return
+    if _in_slot(d, parent_is_port_owner):
+        slot = _slot_node(d.slot or DraftSlot(), d, parent_id, slot_no)
+        out.append(slot)
+        out.append(_device_node(d, slot["id"]))
     else:
         out.append(_device_node(d, parent_id))
     for c in _sorted(d.children):
         _emit(c, d.id, d.kind == Kind.switch, slot_no, out)
 
 
-def assemble(*, name: str, source: str, description: str, sockets: list[DraftSocket],
+def assemble(*, name: str, source: str | None, description: str | None, sockets: list[DraftSocket],
              peers: list[DraftPeer]) -> Topology:
     if not sockets:
         raise MomentError("no CPU/socket found, so there is nothing to hang the PCIe tree on", source=source)
     assign_ids(sockets)
     nodes: list[dict] = []
     for s in sockets:
-        sock = {"id": s.id, "kind": "socket", "numa": s.numa, "model": s.model}
+        sock = {"id": s.id, "kind": "socket", "numa": s.numa, "model": s.model, "label": s.label}
         if s.memory_gib is not None:
             sock["memory_gib"] = s.memory_gib
         nodes.append(sock)
     slot_no: dict[str, int] = {}
     for s in sockets:
         for rc in s.rcs:
-            nodes.append({"id": rc.id, "kind": "root_complex", "parent": s.id, "label": rc.label})
+            nodes.append({"id": rc.id, "kind": "root_complex", "parent": s.id, "label": rc.label, "numa": rc.numa})
             for d in _sorted(rc.children):
                 _emit(d, rc.id, True, slot_no, nodes)
         for d in _sorted(s.loose):
