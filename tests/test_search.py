@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from moment.errors import MomentError
-from moment.planner import search
+from moment.planner.search import canonical
 from moment.planner.search import canonical_keys, enumerate_placements
 from moment.topology.devices import Inventory, InventoryItem, find_model, fits, populate
 from moment.topology.model import Kind, Topology
@@ -228,7 +228,7 @@ def test_three_sockets(triangle):
 @pytest.mark.parametrize("orbit_limit", [5000, 0])  # 0: pairwise isomorphism tests instead
 def test_cross_parent_blocks_and_nvlink(monkeypatch, orbit_limit):
     """Constraints and links between slots under different parents (pins, open constraint ends)."""
-    monkeypatch.setattr(search, "MAX_ORBIT", orbit_limit)
+    monkeypatch.setattr(canonical, "MAX_ORBIT", orbit_limit)
     nodes = socket(0) + socket(1)
     for c in range(2):
         nodes += [switch(f"sw{c}", f"rc{c}"), slot(f"sw{c}-a", f"sw{c}"), slot(f"sw{c}-b", f"sw{c}")]
