@@ -24,8 +24,6 @@ keys), so the representatives are deterministic.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from typing import NamedTuple
-
 from moment.planner.search.bounds import HallBound, Placed
 from moment.planner.search.canonical import CanonicalForm, Part
 from moment.planner.search.constraints import EMPTY, ROOT, EndState, Slots
@@ -34,13 +32,10 @@ Cards = tuple[tuple[str, int], ...]  # (slot id, model index) pairs: a concrete 
 Table = dict[tuple[Hashable, EndState], tuple[Placed, Cards]]  # (key, carried ends) -> (placed, cards)
 
 
-class Filling(NamedTuple):
-    """One entry of a part's table, as the combination step consumes it."""
-
-    keys: tuple[int, ...]  # canonical keys this filling contributes to its parent (one per unit)
-    ends: EndState
-    placed: Placed
-    cards: Cards
+# One entry of a part's table, as the combination step consumes it: (canonical keys it contributes
+# to its parent, one per unit; carried ends; devices placed; cards). A plain tuple, not a NamedTuple:
+# the garbage collector untracks plain tuples of immutable values, and there are many of them.
+Filling = tuple[tuple[int, ...], EndState, Placed, Cards]
 
 
 Finish = Callable[[list[int], EndState, Cards], Hashable | None]  # a combination's table key, None: invalid
@@ -112,10 +107,10 @@ class Enumeration:
         """
         if len(part.members) == 1:
             table = self.fillings(part.members[0])
-            return sorted((Filling((k,), ends, placed, cards) for (k, ends), (placed, cards) in table.items()),
+            return sorted((((k,), ends, placed, cards) for (k, ends), (placed, cards) in table.items()),
                           reverse=True)
         per_member = [
-            [Filling((k,), ends, placed, cards) for (k, ends), (placed, cards) in sorted(self.fillings(m).items())]
+            [((k,), ends, placed, cards) for (k, ends), (placed, cards) in sorted(self.fillings(m).items())]
             for m in part.members
         ]
         slots, canon = self.slots, self.canon
@@ -127,7 +122,7 @@ class Enumeration:
 
         room = tuple(map(sum, zip(*(self.bound.room[m] for m in part.members))))
         table = self._combine(per_member, [False] * len(part.members), room, finish)
-        return sorted((Filling(k, ends, placed, cards) for (k, ends), (placed, cards) in table.items()), reverse=True)
+        return sorted(((k, ends, placed, cards) for (k, ends), (placed, cards) in table.items()), reverse=True)
 
     def _combine(self, fillings: list[list[Filling]], same_as_previous: list[bool], room: tuple[int, ...],
                  finish: Finish) -> dict:
@@ -139,45 +134,46 @@ class Enumeration:
         """
         bound = self.bound
         out: dict = {}
-        k = len(fillings)
-        if not k:
+        n_parts = len(fillings)
+        if not n_parts:
             if bound.can_finish(room, bound.none):
                 out[finish([], (), ())] = (bound.none, ())
             return out
         keys: list[int] = []
         last: dict[Placed, list[tuple[int, Filling]]] = {}  # the last part's fillings by device counts
-        for position, f in enumerate(fillings[-1]):
-            last.setdefault(f.placed, []).append((position, f))
+        for position, filling in enumerate(fillings[-1]):
+            _, _, placed, _ = filling
+            last.setdefault(placed, []).append((position, filling))
         completions: dict[Placed, list[tuple[Placed, list[tuple[int, Filling]]]]] = {}
 
         def extend(i: int, lowest: int, placed: Placed, ends: EndState, cards: Cards) -> None:
-            if i == k - 1:
+            if i == n_parts - 1:
                 start = lowest if same_as_previous[i] else 0
                 options = completions.get(placed)
                 if options is None:
                     options = completions[placed] = [
-                        (total, group) for p, group in last.items()
-                        if (total := bound.add(placed, p)) is not None and bound.can_finish(room, total)
+                        (total, group) for last_placed, group in last.items()
+                        if (total := bound.add(placed, last_placed)) is not None and bound.can_finish(room, total)
                     ]
                 for total, group in options:
-                    for position, (c, e, _, r) in group:
+                    for position, (more_keys, more_ends, _, more_cards) in group:
                         if position < start:
                             continue
-                        keys.extend(c)
-                        key = finish(keys, ends + e, cards + r)
-                        del keys[len(keys) - len(c):]
+                        keys.extend(more_keys)
+                        key = finish(keys, ends + more_ends, cards + more_cards)
+                        del keys[len(keys) - len(more_keys):]
                         if key is not None and key not in out:
-                            out[key] = (total, cards + r)
+                            out[key] = (total, cards + more_cards)
                 return
             options = fillings[i]
             for position in range(lowest if same_as_previous[i] else 0, len(options)):
-                c, e, p, r = options[position]
-                total = bound.add(placed, p)
+                more_keys, more_ends, more_placed, more_cards = options[position]
+                total = bound.add(placed, more_placed)
                 if total is None:
                     continue
-                keys.extend(c)
-                extend(i + 1, position, total, ends + e, cards + r)
-                del keys[len(keys) - len(c):]
+                keys.extend(more_keys)
+                extend(i + 1, position, total, ends + more_ends, cards + more_cards)
+                del keys[len(keys) - len(more_keys):]
 
         extend(0, 0, bound.none, (), ())
         return out
@@ -203,7 +199,7 @@ class Enumeration:
                     return tuple(keys)
 
                 return self._combine(
-                    [[Filling((k,), ends, placed, cards) for (k, ends), (placed, cards) in sorted(t.items())]
+                    [[((k,), ends, placed, cards) for (k, ends), (placed, cards) in sorted(t.items())]
                      for t in tables],
                     [False] * len(tables), self.bound.room[ROOT], finish,
                 )
