@@ -18,8 +18,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from moment.errors import MomentError
-from moment.planner import search
-from moment.planner.search import canonical_keys, enumerate_placements
+from moment.planner.search import canonical, canonical_keys, enumerate_placements
+from moment.planner.search.bounds import HallBound
+from moment.planner.search.constraints import Slots
 from moment.topology.devices import Inventory, InventoryItem, find_model, fits, populate
 from moment.topology.model import Kind, Topology
 from moment.topology.profiles import load_profile
@@ -228,7 +229,7 @@ def test_three_sockets(triangle):
 @pytest.mark.parametrize("orbit_limit", [5000, 0])  # 0: pairwise isomorphism tests instead
 def test_cross_parent_blocks_and_nvlink(monkeypatch, orbit_limit):
     """Constraints and links between slots under different parents (pins, open constraint ends)."""
-    monkeypatch.setattr(search, "MAX_ORBIT", orbit_limit)
+    monkeypatch.setattr(canonical, "MAX_ORBIT", orbit_limit)
     nodes = socket(0) + socket(1)
     for c in range(2):
         nodes += [switch(f"sw{c}", f"rc{c}"), slot(f"sw{c}-a", f"sw{c}"), slot(f"sw{c}-b", f"sw{c}")]
@@ -413,3 +414,17 @@ def test_big_symmetric_machine():
             q = (*q, last)
             expected.add(tuple(sorted([tuple(sorted(q[:2])), tuple(sorted(q[2:]))])))
     assert len(space.distinct) == len(expected) == 2651
+
+
+def test_hall_bound_prunes_only_what_cannot_finish():
+    """An SSD in an x16 slot leaves too few x16 slots for the GPUs; in the bay it does not."""
+    topo = machine(socket(0) + [slot("x0", "rc0"), slot("x1", "rc0"), slot("bay", "rc0", width=4, accepts=["ssd"])])
+    models = [find_model(A100), find_model(SSD)]
+    slots = Slots(topo, models)
+    bound = HallBound(slots, (2, 1))
+    one_ssd = bound.one(1)
+    assert one_ssd == (0, 1)
+    assert not bound.can_finish(bound.room["x0"], one_ssd)  # x1 alone cannot take two GPUs
+    assert bound.can_finish(bound.room["bay"], one_ssd)
+    assert bound.can_finish(bound.room["x0"], bound.one(0))
+    assert bound.add((2, 0), (0, 1)) == (2, 1) and bound.add((2, 0), (1, 0)) is None  # only 2 GPUs

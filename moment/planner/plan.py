@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from moment.errors import MomentError
 from moment.planner import search
@@ -20,7 +21,8 @@ from moment.planner.explain import explain
 from moment.planner.lp import solve_lp_batch
 from moment.planner.network import ChassisTemplate
 from moment.planner.solution import Solution
-from moment.topology.devices import Inventory, find_model, fits, strip
+from moment.planner.tiebreak import Candidate, compare_placements, preference
+from moment.topology.devices import Inventory, fits, strip
 from moment.topology.model import Kind, Topology
 from moment.workload.spec import WorkloadSpec
 
@@ -53,19 +55,12 @@ def _key(placement: dict[str, str]) -> tuple:
     return tuple(sorted(placement.items()))
 
 
-def _wasted_lanes(placement: dict[str, str], template: ChassisTemplate) -> int:
-    """Lanes of wide slots taken by narrow cards (kept free for later GPUs)."""
-    topo = template.topo
-    return sum(topo.node(s).width - find_model(m).lanes for s, m in placement.items())
-
-
 def make_plan(topo: Topology, inventory: Inventory, workload: WorkloadSpec, *,
               maxflow_backend: str = "ortools",
               progress: Callable[[int, int], None] | None = None) -> Plan:
-    """Search every distinct placement of `inventory` into `topo`'s chassis; least LP epoch time wins,
-    ties go to the loosest tightest link (leximax of the per-link bounds), then fewer lanes of wide
-    slots taken by narrow cards, then slot order. Devices already in slots are taken out first; their
-    layout becomes baseline 'current'."""
+    """Search every distinct placement of `inventory` into `topo`'s chassis; least LP epoch time wins
+    (times within TIE_REL tie), and `tiebreak.compare_placements` decides between equally fast ones.
+    Devices already in slots are taken out first; their layout becomes baseline 'current'."""
     t0 = time.perf_counter()
     bare, current = strip(topo)
     _check_inventory(bare, inventory)
@@ -75,23 +70,24 @@ def make_plan(topo: Topology, inventory: Inventory, workload: WorkloadSpec, *,
         raise MomentError(f"the inventory ({inventory.describe()}) cannot be placed in {bare.name!r}")
 
     template = ChassisTemplate(bare)
-    # one LP per capacity-equivalence class; its representative wastes the fewest wide-slot lanes
+    # One LP per capacity-equivalence class, solved on the class's preferred member. The members
+    # share one capacity graph, hence their link bounds: those are computed for representatives only.
     canon = CapacityCanon(template)
     classes: dict = {}
     for p in cands:
         k = canon.key(p)
-        rank = (_wasted_lanes(p, template), _key(p))
-        if k not in classes or rank < classes[k][0]:
-            classes[k] = (rank, p)
+        candidate = Candidate.of(p, bare)
+        if k not in classes or compare_placements(candidate, classes[k]) < 0:
+            classes[k] = candidate
     # Branch and bound on a cheap lower bound: solve in bound order until no unsolved class can
-    # beat the best time; then, among the classes that could tie it, take the first (by link
-    # headroom of the bound, then slot order) whose LP reaches it.
+    # beat the best time; then, among the classes that could tie it, take the preferred one
+    # whose LP reaches it.
     bound = TreeBound(template)
-    ranked = []
-    for (lanes, key), p in classes.values():
-        lb, links = bound.bound(p, workload)
-        ranked.append((lb, (links, lanes, key), p))
-    ranked.sort(key=lambda r: (r[0], r[1]))
+    ranked: list[tuple[float, Candidate]] = []
+    for candidate in classes.values():
+        lb, links = bound.bound(candidate.placement, workload)
+        ranked.append((lb, replace(candidate, link_bounds=links)))
+    ranked.sort(key=lambda r: (r[0], preference(r[1])))
     t_solve = time.perf_counter()
     solved: dict[tuple, Solution] = {}
 
@@ -103,16 +99,17 @@ def make_plan(topo: Topology, inventory: Inventory, workload: WorkloadSpec, *,
 
     best_t, i, size = float("inf"), 0, 4
     while i < len(ranked) and ranked[i][0] < best_t * (1 - TIE_REL):
-        batch = [r[2] for r in ranked[i:i + size] if r[0] < best_t * (1 - TIE_REL)]
+        batch = [c.placement for lb, c in ranked[i:i + size] if lb < best_t * (1 - TIE_REL)]
         size = min(BATCH, size * 2)  # small first: the first classes often settle the optimum
         solve(batch)
         best_t = min(best_t, *(solved[_key(p)].epoch_read_s for p in batch))
         i += len(batch)
-    contenders = sorted((r for r in ranked if r[0] <= best_t * (1 + TIE_REL)), key=lambda r: r[1])
+    contenders = sorted((c for lb, c in ranked if lb <= best_t * (1 + TIE_REL)), key=preference)
     winner_key = None
-    for j, (_, _, p) in enumerate(contenders):
+    for j, candidate in enumerate(contenders):
+        p = candidate.placement
         if _key(p) not in solved:
-            solve([q for _, _, q in contenders[j:j + 8] if _key(q) not in solved])
+            solve([q.placement for q in contenders[j:j + 8] if _key(q.placement) not in solved])
         if solved[_key(p)].epoch_read_s <= best_t * (1 + TIE_REL):
             winner_key = _key(p)
             break

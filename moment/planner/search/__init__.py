@@ -1,0 +1,106 @@
+"""The placement search: every physically valid placement of an inventory into a chassis's empty
+slots, once per symmetry class, without listing the raw placements (they can number in the
+trillions).
+
+Stages, each in its own module:
+
+- `constraints`: which empty slot can take which model, and the double-width `blocks` constraints
+  still open (carried up the tree until both ends meet);
+- `bounds`: Hall's condition on the devices not yet placed, which prunes partial fillings that
+  cannot be completed and names what does not fit before any search (`check_capacity`);
+- `canonical`: the canonical form (AHU keys on the PCIe tree, units of peer-linked siblings, pins
+  and their orbit for links between subtrees) that decides when two placements are alike;
+- `enumeration`: the bottom-up pass that keeps one representative per canonical key;
+- `counting`: the raw count of valid placements, by a DP that shares nothing with the canonical form.
+
+`enumerate_placements` runs them in that order; `canonical_keys` exposes the canonical form.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from moment.errors import MomentError
+from moment.planner.search.bounds import HallBound, check_capacity
+from moment.planner.search.canonical import CanonicalForm
+from moment.planner.search.constraints import Slots
+from moment.planner.search.counting import count_placements
+from moment.planner.search.enumeration import Enumeration
+from moment.planner.symmetry import Interner, iso_classes
+from moment.topology.devices import DeviceModel, Inventory, InventoryItem
+from moment.topology.model import Topology
+
+__all__ = ["SearchSpace", "canonical_keys", "enumerate_placements"]
+
+
+@dataclass
+class SearchSpace:
+    distinct: list[dict[str, str]]  # slot id -> model name, one per distinct placement, stable order
+    raw_count: int  # physically valid placements before symmetry pruning
+
+
+def enumerate_placements(topo: Topology, inventory: Inventory, *, prune: bool = True) -> SearchSpace:
+    """All valid placements of `inventory` into `topo`'s empty slots, one per symmetry class.
+
+    With `prune=False` every valid placement is listed (only sensible on small machines).
+    `distinct` is ordered by occupant per slot in the topology's slot order (inventory order,
+    empty last). Raises MomentError when the inventory cannot be placed at all.
+    """
+    models = _merged(inventory)
+    slots, bound, canon = _build(topo, models, pin_all=not prune)
+    check_capacity(slots, bound)
+    raw = count_placements(slots, bound)
+    if raw == 0:
+        raise MomentError(
+            f"the inventory ({inventory.describe()}) cannot be placed in the free slots of {topo.name!r}: "
+            "double-width cards would cover slots that the other devices need"
+        )
+    representatives = Enumeration(slots, bound, canon).representatives()
+    if prune and canon.pinned:
+        representatives = canon.dedup(representatives, {m.name: i for i, (m, _) in enumerate(models)})
+    return SearchSpace(distinct=representatives, raw_count=raw)
+
+
+def canonical_keys(topo: Topology, placements: Iterable[dict[str, str]]) -> list[int]:
+    """A key per placement such that two keys are equal iff the placements are equivalent.
+
+    Keys are only comparable within one call. Useful to find which candidate a named layout is.
+    """
+    placements = [dict(p) for p in placements]
+    names = sorted({m for p in placements for m in p.values()})
+    models = [(Inventory(items=[InventoryItem(model=n, count=1)]).models()[0][0], 1) for n in names]
+    slots, _, canon = _build(topo, models, pin_all=False)
+    for p in placements:
+        for slot in p:
+            if slot not in slots.empty_set:
+                raise MomentError(f"{slot!r} is not an empty slot of {topo.name!r}")
+    index = {m.name: i for i, (m, _) in enumerate(models)}
+    keys = [canon.placement_key({slot: index[m] for slot, m in p.items()}) for p in placements]
+    if not canon.pinned or canon.orbit() is not None:
+        return keys
+    first: dict[int, int] = {}  # pinned key -> first placement with it
+    for i, k in enumerate(keys):
+        first.setdefault(k, i)
+    firsts = list(first.values())
+    classes = iso_classes(canon.graphs(), [placements[i] for i in firsts])
+    merged = {keys[i]: keys[firsts[c]] for i, c in zip(firsts, classes)}
+    return [merged[k] for k in keys]
+
+
+def _merged(inventory: Inventory) -> list[tuple[DeviceModel, int]]:
+    """Inventory lines per model (a model listed twice is one line), in the inventory's order."""
+    out: dict[str, list] = {}
+    for m, c in inventory.models():
+        if m.name in out:
+            out[m.name][1] += c
+        else:
+            out[m.name] = [m, c]
+    return [(m, c) for m, c in out.values()]
+
+
+def _build(topo: Topology, models: list[tuple[DeviceModel, int]], *,
+           pin_all: bool) -> tuple[Slots, HallBound, CanonicalForm]:
+    slots = Slots(topo, [m for m, _ in models])
+    bound = HallBound(slots, tuple(c for _, c in models))
+    return slots, bound, CanonicalForm(slots, Interner(), pin_all=pin_all)
