@@ -85,8 +85,9 @@ def probe_ssd(directory: str | Path, *, file_bytes: int = 1 << 30, seq_block: in
         raise MomentError("the probe needs a queue depth of at least 8 and at least one repeat")
     path = _scratch(Path(directory), file_bytes)
     # large reads: small batches keep the queue full (a batch completes only when all its reads have);
-    # 4 KiB reads: two batches of queue_depth / 2, so Python's per-batch cost does not cap the IOPS
-    seq_per, rnd_per = 4, queue_depth // 2
+    # 4 KiB reads: four batches of 1,000 in flight (the engine's ring still holds `queue_depth` reads at
+    # once, as fio's iodepth), so neither Python's per-batch cost nor a batch's tail caps the IOPS
+    seq_per, rnd_per = 4, 1000
     rng = np.random.default_rng(seed)
     seq_rates, iops = [], []
     with IOStack([path], queue_depth=queue_depth, threads=queue_depth) as stack:
@@ -99,7 +100,7 @@ def probe_ssd(directory: str | Path, *, file_bytes: int = 1 << 30, seq_block: in
             ro = rng.integers(0, file_bytes // rand_block, rand_reads, dtype=np.int64) * rand_block
             rnd = [ReadBatch.packed(np.zeros(len(o), np.int32), o, np.full(len(o), rand_block))
                    for o in np.array_split(ro, max(1, rand_reads // rnd_per))]
-            iops.append(rand_reads / _run(stack, rnd, 2))
+            iops.append(rand_reads / _run(stack, rnd, 4))
         direct, backend = stack.direct, stack.backend
     return SsdProbe(str(path), file_bytes, direct, backend, float(np.median(seq_rates)), seq_block,
                     float(np.median(iops)), rand_block, queue_depth)
