@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 
-from moment.service.errors import TooLarge
-
 
 class BodyLimit:
     """Pure ASGI middleware: a body over `limit` bytes is answered 413 before the app parses it."""
@@ -28,33 +26,36 @@ class BodyLimit:
                 await _answer(send, 413, self._message(size))
                 return
         seen = 0
-        started = False
+        over = False
 
         async def counted():
-            nonlocal seen
+            # past the limit the app is told the body ended; whatever it answers is replaced by the 413
+            nonlocal seen, over
+            if over:
+                return {"type": "http.request", "body": b"", "more_body": False}
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.limit:
-                    raise TooLarge(self._message(seen, at_least=True))
+                    over = True
+                    return {"type": "http.request", "body": b"", "more_body": False}
             return message
 
-        async def watched(message):
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
+        replaced = False
 
-        try:
-            await self.app(scope, counted, watched)
-        except TooLarge as e:
-            if started:
-                raise
-            await _answer(send, 413, str(e))
+        async def watched(message):
+            nonlocal replaced
+            if not over:
+                await send(message)
+            elif not replaced and message["type"] == "http.response.start":
+                replaced = True
+                await _answer(send, 413, self._message(seen, at_least=True))
+
+        await self.app(scope, counted, watched)
 
     def _message(self, size: int, at_least: bool = False) -> str:
-        return (f"the request body is {'more than ' if at_least else ''}{size:,} bytes; the service's limit is "
-                f"{self.limit:,}")
+        got = f"{size:,} bytes received so far" if at_least else f"{size:,} bytes"
+        return f"the request body is over the service's limit of {self.limit:,} bytes ({got})"
 
 
 async def _answer(send, status: int, detail: str) -> None:
