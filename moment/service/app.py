@@ -79,6 +79,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             raise HTTPException(401, "missing or wrong bearer token: send `Authorization: Bearer TOKEN`",
                                 headers={"WWW-Authenticate": "Bearer"})
 
+    cache: dict[str, Any] = {}
     open_routes = APIRouter(prefix="/v1")
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(authorised)])
 
@@ -92,7 +93,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         """The built-in machine profiles (`moment profiles --json`)."""
         from moment.planner.api import profiles_json
 
-        return JSON(profiles_json())
+        if "profiles" not in cache:  # built-in files: read once per process
+            cache["profiles"] = profiles_json()
+        return JSON(cache["profiles"])
 
     @v1.get("/models", tags=["machines"], response_model=list[dict[str, Any]])
     def models() -> JSON:

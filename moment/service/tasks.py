@@ -58,6 +58,8 @@ def check_probe(req: ProbeJobRequest, data_dir: Path, max_mib: int) -> dict[str,
         raise FieldError("size_mib", f"{req.size_mib} is above the service's limit of {max_mib} MiB")
     if not req.ssd_dirs:
         raise FieldError("ssd_dirs", "name at least one SSD directory")
+    if (data_dir / "probe").exists() and not (data_dir / "probe").is_dir():
+        raise FieldError("ssd_dirs", "probe/ of the data directory is not a directory")
     out = {}
     for ssd, name in req.ssd_dirs.items():
         if not re.fullmatch(r"[A-Za-z0-9_-]{1,32}", ssd):
@@ -71,7 +73,10 @@ def run_probe(request: dict[str, Any], ctx: JobContext, data_dir: Path, max_mib:
 
     req = ProbeJobRequest.model_validate(request)
     dirs = check_probe(req, data_dir, max_mib)
-    for d in dirs.values():
-        d.mkdir(parents=True, exist_ok=True)
+    for ssd, d in dirs.items():
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise FieldError(f"ssd_dirs.{ssd}", f"cannot create the directory: {e.strerror}") from None
     return probe_machine({k: str(v) for k, v in dirs.items()}, file_bytes=req.size_mib << 20,
                          queue_depth=req.queue_depth, before=lambda what, i, n: ctx.report(what, i, n, force=True))
