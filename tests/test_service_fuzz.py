@@ -30,25 +30,29 @@ def schema(tmp_path_factory):
     return schemathesis.openapi.from_asgi("/openapi.json", app)
 
 
+def _fuzz(op, mode, seen: dict[str, set[int]]) -> None:
+    label = f"{op.method.upper()} {op.path}"
+
+    @given(case=op.as_strategy(generation_mode=mode))
+    @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck))
+    def call(case):
+        response = case.call()
+        seen.setdefault(label, set()).add(response.status_code)
+        assert response.status_code < 500, f"{label}: {response.status_code} {response.text[:500]}"
+
+    call()
+
+
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
 def test_no_request_gets_a_server_error(schema, mode):
     ops = [r.ok() for r in schema.get_all_operations()]
     assert len(ops) >= 13
     seen: dict[str, set[int]] = {}
     for op in ops:
-        label = f"{op.method.upper()} {op.path}"
         if mode == GenerationMode.NEGATIVE and not (len(op.body) or len(op.path_parameters)):
             continue  # nothing to break in a request without inputs
-
-        @given(case=op.as_strategy(generation_mode=mode))
-        @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
-                  suppress_health_check=list(HealthCheck))
-        def call(case, label=label):
-            response = case.call()
-            seen.setdefault(label, set()).add(response.status_code)
-            assert response.status_code < 500, f"{label}: {response.status_code} {response.text[:500]}"
-
-        call()
+        _fuzz(op, mode, seen)
     if mode == GenerationMode.POSITIVE:  # the fuzzer reached the searches (200, or 408 past the limit)
         assert seen["POST /v1/plan"] & {200, 408}, seen
         assert seen["GET /v1/profiles"] == {200}
