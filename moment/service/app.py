@@ -8,6 +8,7 @@ Every handler calls the function the matching CLI command calls (moment.planner.
 # no `from __future__ import annotations`: FastAPI reads the handlers' annotations, which name locals
 
 import hmac
+import threading
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -19,7 +20,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from moment.errors import MomentError
 from moment.service.config import Settings
 from moment.service.deadline import run_with_deadline
-from moment.service.errors import JSON, FieldError, TimedOut, TooLarge, error, validation_detail
+from moment.service.errors import JSON, Busy, FieldError, TimedOut, TooLarge, error, validation_detail
 from moment.service.limits import BodyLimit
 from moment.service.schemas import (
     UPLOADS, CompareRequest, CompareRow, Health, Job, PlaceJobRequest, PlanRequest, PlanResponse, ProbeJobRequest,
@@ -37,6 +38,7 @@ def _field(name: str) -> str:
 _ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"description": "missing or wrong bearer token (when the service has one)"},
     408: {"description": "the search ran past the service's time limit"},
+    429: {"description": "too many searches at once: none finished within the time limit; try again later"},
     413: {"description": "the body or an upload is over the service's size limit"},
     422: {"description": "bad input; `detail` names the field"},
 }
@@ -80,6 +82,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                                 headers={"WWW-Authenticate": "Bearer"})
 
     cache: dict[str, Any] = {}
+    slots = threading.BoundedSemaphore(s.max_searches)
     open_routes = APIRouter(prefix="/v1")
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(authorised)])
 
@@ -120,7 +123,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             lambda progress: api.plan_machine(topo, inv, wl, overrides=req.overrides, calibration=req.calibration,
                                               calibration_source="request", replay=req.replay,
                                               maxflow_backend=req.maxflow_backend, progress=progress),
-            s.plan_timeout_s, "the plan search")
+            s.plan_timeout_s, "the plan search", slots)
         if req.diagram:
             out["diagram_svg"] = api.plan_svg(topo, result)
         return JSON(out)
@@ -141,7 +144,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                                               gpu_model=req.gpu_model, ssd_model=req.ssd_model,
                                               overrides=req.overrides, calibration=req.calibration, flag=_field,
                                               progress=progress),
-            s.plan_timeout_s, "the comparison")
+            s.plan_timeout_s, "the comparison", slots)
         return JSON(rows)
 
     @v1.post("/simulate", response_model=dict[str, Any], tags=["planning"])
@@ -163,7 +166,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             return api.simulate_named(topo, req.placement, req.gpus, req.ssds, steps=req.steps, seed=req.seed,
                                       uniform=req.uniform, flag=_field)
 
-        rep = run_with_deadline(work, s.plan_timeout_s, "the replay")
+        rep = run_with_deadline(work, s.plan_timeout_s, "the replay", slots)
         return JSON(api.replay_json(rep, req.calibration))
 
     @v1.post("/scan", response_model=dict[str, Any], tags=["machines"])
@@ -274,6 +277,10 @@ def _handlers(app: FastAPI) -> None:
     @app.exception_handler(TooLarge)
     async def _too_large(request: Request, exc: TooLarge) -> JSON:
         return error(413, str(exc))
+
+    @app.exception_handler(Busy)
+    async def _busy(request: Request, exc: Busy) -> JSON:
+        return JSON({"detail": str(exc)}, status_code=429, headers={"Retry-After": "5"})
 
     @app.exception_handler(TimedOut)
     async def _timed_out(request: Request, exc: TimedOut) -> JSON:

@@ -32,6 +32,8 @@ class Settings:
     #: scratch file a probe job may write per SSD directory
     probe_max_mib: int = 4096
     job_workers: int = 1
+    #: plan/compare/simulate searches running at once (more wait for a slot within their time limit)
+    max_searches: int = max(1, os.cpu_count() or 1)
 
     @property
     def db_path(self) -> Path:
@@ -46,7 +48,7 @@ class Settings:
             raise MomentError(f"cannot create the data directory: {e.strerror}", source=str(d)) from None
         if not d.is_dir():
             raise MomentError("not a directory", source=str(d))
-        for name in ("max_body_bytes", "max_upload_bytes", "plan_timeout_s", "job_workers"):
+        for name in ("max_body_bytes", "max_upload_bytes", "plan_timeout_s", "job_workers", "max_searches"):
             if getattr(self, name) <= 0:
                 raise MomentError(f"{name} must be positive (got {getattr(self, name)})")
         db = Path(self.db).expanduser().resolve() if self.db is not None else None

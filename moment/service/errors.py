@@ -1,4 +1,5 @@
-"""The service's error answers: bad input 422 (naming the field), too big 413, too slow 408, never a 500."""
+"""The service's error answers: bad input 422 (naming the field), too big 413, too slow 408, too many
+searches at once 429; never a 500."""
 
 from __future__ import annotations
 
@@ -21,6 +22,10 @@ class FieldError(MomentError):
 
 class TooLarge(Exception):
     """A body or upload over its limit (413)."""
+
+
+class Busy(Exception):
+    """No free search slot within the time limit (429: try again later)."""
 
 
 class TimedOut(Exception):
