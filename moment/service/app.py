@@ -249,6 +249,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         """The same as DELETE /v1/jobs/{job_id}, for clients that cannot send DELETE."""
         return cancel(job_id)
 
+    from moment.service import web_routes  # the page's routes: /v1/whatif/targets, /v1/advise
+    v1.include_router(web_routes.router(s, slots))
     app.include_router(open_routes)
     app.include_router(v1)
     if STATIC.is_dir():  # the web page, when shipped: after the API so /v1 and /openapi.json win
