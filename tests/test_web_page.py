@@ -160,7 +160,7 @@ def _idle(driver) -> bool:
 
 
 def _overflowing(driver) -> list[str]:
-    """Elements wider than their card (text or tables running out of the layout)."""
+    """Elements wider than their card, tables that need a sideways scroll at 1440 px."""
     return driver.execute_script("""
         const bad = [];
         if (document.documentElement.scrollWidth > window.innerWidth + 1) bad.push('page is wider than the window');
@@ -172,16 +172,23 @@ def _overflowing(driver) -> list[str]:
             if (r.width && r.right > rc.right + 1) { bad.push(e.tagName + '.' + e.className + ' in ' + (c.id || c.className)); break; }
           }
         }
+        for (const s of document.querySelectorAll('.scroll')) {
+          if (s.offsetParent !== null && s.scrollWidth > s.clientWidth + 1) bad.push('a table scrolls sideways in ' + s.parentElement.id);
+        }
         return bad;""")
 
 
 def _epoch_text(driver, side: str) -> str:
-    return _css(driver, f".head.col-{side} [data-kpi=epoch] .kpi-val").text
+    return driver.execute_script(
+        "const e = document.querySelector(arguments[0]); return e ? e.innerText.trim() : null",
+        f".head.col-{side} [data-kpi=epoch] .kpi-val")
 
 
 def _side_text(driver, side: str) -> str:
-    """All the text of one side's cards (the plan, or the what-if)."""
-    return "\n".join(c.text for c in driver.find_elements(By.CSS_SELECTOR, f"#results .col-{side}"))
+    """All the text of one side's cards (the plan, or the what-if), read in one go (the page may redraw)."""
+    return driver.execute_script(
+        "return [...document.querySelectorAll(arguments[0])].map((c) => c.innerText).join('\\n')",
+        f"#results .col-{side}")
 
 
 def test_plan_whatif_compare_in_chromium(service, browser, tmp_path):
@@ -292,4 +299,67 @@ def test_plan_whatif_compare_in_chromium(service, browser, tmp_path):
     assert not _css(d, "#error").is_displayed()
     assert _overflowing(d) == []
     shots("compare")
+
+    # ---- what to buy under a budget, then plan the best buy ----
+    for box, keep in (("#budget-gpus", "A100-PCIe-40GB"), ("#budget-ssds", "P5510")):
+        for cb in d.find_elements(By.CSS_SELECTOR, f"{box} input"):
+            if cb.is_selected() != (cb.get_attribute("value") == keep):
+                cb.click()
+    for sel, v in (("#budget", "60000"), ("#budget-max-gpus", "2"), ("#budget-max-ssds", "4")):
+        _css(d, sel).clear()
+        _css(d, sel).send_keys(v)
+    _css(d, "#advise-btn").click()
+    _wait(d, lambda d: d.find_elements(By.CSS_SELECTOR, "[data-testid=pick]") and _idle(d), "the buying advice")
+    pick = d.find_elements(By.CSS_SELECTOR, "[data-testid=pick]")[0]
+    best = pick.find_element(By.TAG_NAME, "h4").text
+    assert "A100-PCIe-40GB" in best and "P5510" in best, best
+    epoch_s = pick.find_element(By.XPATH, ".//dt[.='epoch read']/following-sibling::dd[1]").text
+    advice_rows = d.find_elements(By.CSS_SELECTOR, "[data-testid=advise] tbody tr")
+    assert advice_rows and best in advice_rows[0].text
+    assert "$" in pick.text and "samples/s" in pick.text
+    assert _overflowing(d) == []
+    shots("advise")
+    pick.find_element(By.TAG_NAME, "button").click()
+    _wait(d, lambda d: _css(d, "#inventory").get_attribute("value") and _idle(d)
+          and d.find_elements(By.CSS_SELECTOR, ".head.col-original") and not d.find_elements(By.CSS_SELECTOR, ".col-whatif"),
+          "the plan of the advised inventory")
+    # the planner's epoch for the advised inventory is the one the advice priced
+    assert _epoch_text(d, "original") == epoch_s
+    assert best in _side_text(d, "original")
+
+    # ---- an uploaded machine ----
+    prof = tmp_path / "tiny-server.yaml"
+    prof.write_text(TINY_PROFILE)
+    _css(d, "input[name=source][value=upload]").click()
+    _css(d, "#profile-file").send_keys(str(prof))
+    _wait(d, lambda d: "tiny-server.yaml" in _css(d, "#upload-desc").text, "the upload to be read")
+    _css(d, "#inventory").clear()
+    for sel, v in (("#gpus", "2"), ("#ssds", "2")):
+        _css(d, sel).clear()
+        _css(d, sel).send_keys(v)
+    _css(d, "#plan-btn").click()
+    _wait(d, lambda d: "tiny-server" in _side_text(d, "original") and _idle(d), "the uploaded machine's plan")
+    assert "2 x A100-PCIe-40GB, 2 x P5510" in _side_text(d, "original")
+    targets = [o.text for o in Select(_css(d, "#wi-target")).options]
+    assert any("sw0" in t for t in targets) and any("cpu0 ↔ cpu1" in t for t in targets), targets
+    assert not _css(d, "#error").is_displayed()
+    shots("upload")
     assert all(p.stat().st_size > 10_000 for p in shots.taken)
+
+
+TINY_PROFILE = """\
+name: tiny-server
+nodes:
+  - {id: cpu0, kind: socket}
+  - {id: cpu1, kind: socket}
+  - {id: rc0, kind: root_complex, parent: cpu0}
+  - {id: rc1, kind: root_complex, parent: cpu1}
+  - {id: sw0, kind: switch, parent: rc0, link: {gen: 4, width: 16}}
+  - {id: slot1, kind: slot, parent: sw0, width: 16, link: {gen: 4, width: 16}}
+  - {id: slot2, kind: slot, parent: sw0, width: 16, link: {gen: 4, width: 16}}
+  - {id: slot3, kind: slot, parent: rc1, width: 16, link: {gen: 4, width: 16}}
+  - {id: bay0, kind: slot, parent: rc0, width: 4, accepts: [ssd], link: {gen: 4, width: 4}}
+  - {id: bay1, kind: slot, parent: rc1, width: 4, accepts: [ssd], link: {gen: 4, width: 4}}
+links:
+  - {a: cpu0, b: cpu1, kind: upi, count: 2, gts: 16}
+"""

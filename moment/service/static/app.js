@@ -7,7 +7,7 @@ const $ = (sel, root = document) => root.querySelector(sel);
 const state = {
   profiles: [],       // GET v1/profiles
   models: [],         // GET v1/models
-  uploaded: null,     // {name, text} of an uploaded profile YAML
+  uploaded: null,     // {name, field, text}: an uploaded profile YAML, NCCL XML or hwloc XML
   targets: [],        // links a what-if can change (v1/whatif/targets)
   changes: [],        // what-if `set` overrides
   original: null,     // {req, plan}
@@ -82,14 +82,14 @@ async function busy(text, fn) {
   busyCount++;
   $("#busy-text").textContent = text;
   $("#busy").hidden = false;
-  document.querySelectorAll("button.primary, #compare-btn").forEach((b) => { b.disabled = true; });
+  document.querySelectorAll("button.primary, #compare-btn, #advise-btn").forEach((b) => { b.disabled = true; });
   try {
     return await fn();
   } finally {
     busyCount--;
     if (!busyCount) {
       $("#busy").hidden = true;
-      document.querySelectorAll("button.primary, #compare-btn").forEach((b) => { b.disabled = false; });
+      document.querySelectorAll("button.primary, #compare-btn, #advise-btn").forEach((b) => { b.disabled = false; });
     }
   }
 }
@@ -132,13 +132,7 @@ function profileLabel() {
 
 // The POST v1/plan body of the form, with what-if changes on top when given.
 function planRequest(whatif) {
-  const req = {};
-  if (source() === "upload") {
-    if (!state.uploaded) throw new Error("choose a profile YAML file to upload first");
-    req.profile_yaml = state.uploaded.text;
-  } else {
-    req.profile = $("#profile").value;
-  }
+  const req = machineFields();
   const inv = $("#inventory").value.trim();
   if (inv) {
     req.inventory = inv;
@@ -175,6 +169,16 @@ function fillModels() {
   fill($("#ssd-model"), ssds, "P5510");
   fill($("#wi-gpu-model"), gpus, null, "unchanged");
   fill($("#wi-ssd-model"), ssds, null, "unchanged");
+  const checks = (box, list, on) => {
+    box.textContent = "";
+    for (const m of list) {
+      const cb = el("input", { type: "checkbox", value: m.name });
+      cb.checked = on.includes(m.name);
+      box.append(el("label", {}, cb, " " + m.name));
+    }
+  };
+  checks($("#budget-gpus"), gpus, ["A100-PCIe-40GB"]);
+  checks($("#budget-ssds"), ssds, ["P5510"]);
 }
 
 function fillProfiles() {
@@ -202,18 +206,32 @@ function describeProfile() {
   $("#profile-desc").textContent = `${p.description || p.name} (${parts.join(", ")})`;
 }
 
+const MACHINE_FIELDS = ["profile", "profile_yaml", "nccl_xml", "hwloc_xml"];
+
+// Which request field an uploaded file goes in: an XML is NCCL's (<system>) or hwloc's (<topology>).
+function uploadField(name, text) {
+  const head = text.slice(0, 4096);
+  if (/\.xml$/i.test(name) || /^\s*<(\?xml|system|topology)/.test(head)) {
+    return /<topology[\s>]/.test(head) ? "hwloc_xml" : "nccl_xml";
+  }
+  return "profile_yaml";
+}
+
 function readUpload() {
   const f = $("#profile-file").files[0];
   state.uploaded = null;
   if (!f) return;
-  if (f.size > 1024 * 1024) {
-    showError("Upload", new Error(`${f.name} is ${(f.size / 1048576).toFixed(1)} MiB; a profile is at most 1 MiB`));
+  if (f.size > 8 * 1048576) {
+    showError("Upload", new Error(`${f.name} is ${(f.size / 1048576).toFixed(1)} MiB; the service takes at most 8 MiB`));
     return;
   }
   const reader = new FileReader();
   reader.onload = () => {
-    state.uploaded = { name: f.name, text: String(reader.result) };
-    $("#upload-desc").textContent = `${f.name} (${f.size} bytes) will be sent with the plan.`;
+    const text = String(reader.result);
+    const field = uploadField(f.name, text);
+    state.uploaded = { name: f.name, field, text };
+    const what = { profile_yaml: "a profile (YAML)", nccl_xml: "an NCCL topology XML", hwloc_xml: "an hwloc XML" }[field];
+    $("#upload-desc").textContent = `${f.name} (${f.size.toLocaleString()} bytes), read as ${what}, is sent with each request.`;
   };
   reader.onerror = () => showError("Upload", new Error(`cannot read ${f.name}`));
   reader.readAsText(f);
@@ -232,6 +250,8 @@ async function runPlan(ev) {
       state.original = { req, plan, label: profileLabel() };
       state.whatif = null;
       state.changes = [];
+      $("#wi-gpu-model").value = "";
+      $("#wi-ssd-model").value = "";
       renderChanges();
       renderResults();
       await loadTargets(req);
@@ -242,7 +262,8 @@ async function runPlan(ev) {
 }
 
 async function loadTargets(planReq) {
-  const body = planReq.profile_yaml !== undefined ? { profile_yaml: planReq.profile_yaml } : { profile: planReq.profile };
+  const body = {};
+  for (const k of MACHINE_FIELDS) if (planReq[k] !== undefined) body[k] = planReq[k];
   try {
     const res = await api("POST", "v1/whatif/targets", body);
     state.targets = res.links || [];
@@ -361,7 +382,7 @@ async function runWhatif() {
     return;
   }
   // the what-if keeps the machine and inventory of the plan it is compared with
-  for (const k of ["profile", "profile_yaml", "inventory", "gpus", "ssds"]) {
+  for (const k of [...MACHINE_FIELDS, "inventory", "gpus", "ssds"]) {
     if (state.original.req[k] === undefined) delete req[k];
     else req[k] = state.original.req[k];
   }
@@ -399,6 +420,100 @@ async function runCompare() {
       showError("Compare", e);
     }
   });
+}
+
+// The machine part of a request (a built-in name or the uploaded text), as planRequest sends it.
+function machineFields() {
+  if (source() === "upload") {
+    if (!state.uploaded) throw new Error("choose a profile YAML file to upload first");
+    return { [state.uploaded.field]: state.uploaded.text };
+  }
+  return { profile: $("#profile").value };
+}
+
+async function runAdvise() {
+  clearError();
+  let req;
+  try {
+    req = machineFields();
+  } catch (e) { showError("Advice", e); return; }
+  const num = (id) => { const v = $(id).value.trim(); return v === "" ? undefined : Number(v); };
+  req.budget = num("#budget");
+  if (!(req.budget > 0)) { showError("Advice", new Error("give a budget in USD, e.g. 60000")); return; }
+  req.years = num("#budget-years");
+  req.max_gpus = num("#budget-max-gpus");
+  req.max_ssds = num("#budget-max-ssds");
+  req.models = [...document.querySelectorAll("#budget-gpus input:checked, #budget-ssds input:checked")]
+    .map((c) => c.value);
+  for (const k of Object.keys(req)) if (req[k] === undefined) delete req[k];
+  await busy(`Pricing and placing inventories under $${req.budget.toLocaleString()}…`, async () => {
+    try {
+      renderAdvice(await api("POST", "v1/advise", req));
+    } catch (e) {
+      showError("Advice", e);
+    }
+  });
+}
+
+const usd = (x) => "$" + Math.round(x).toLocaleString("en-US");
+const invSpec = (c) => c.items.map((i) => `${i.count}x${i.model}`).join(",");
+
+function planCandidate(c) {
+  $("#inventory").value = invSpec(c);
+  window.scrollTo({ top: 0, behavior: "smooth" });
+  runPlan();
+}
+
+function renderAdvice(r) {
+  const out = $("#advise-out");
+  out.textContent = "";
+  const pick = (title, c) => {
+    const btn = el("button", { type: "button", title: `plan ${invSpec(c)} on this machine` }, "Plan this");
+    btn.addEventListener("click", () => planCandidate(c));
+    return el("div", { class: "pick", "data-testid": "pick" },
+      el("div", { class: "col-kind" }, title),
+      el("h4", {}, c.inventory),
+      el("dl", {},
+        el("dt", {}, "epoch read"), el("dd", {}, `${fmt(c.epoch_s)} s`),
+        el("dt", {}, "throughput"), el("dd", {}, `${Math.round(c.throughput_samples_per_s).toLocaleString()} samples/s`),
+        el("dt", {}, "hardware"), el("dd", {}, usd(c.hardware_usd)),
+        el("dt", {}, `TCO, ${r.params.years} years`), el("dd", {}, usd(c.tco_usd)),
+        el("dt", {}, "samples/s per TCO $"), el("dd", {}, fmt(c.tpc, 3))),
+      btn);
+  };
+  const same = r.best_per_dollar.inventory === r.best_throughput.inventory;
+  const picks = el("div", { class: "picks" },
+    pick(same ? "Best per dollar and best throughput" : "Best throughput per dollar", r.best_per_dollar),
+    same ? null : pick("Best throughput", r.best_throughput));
+  const tbody = el("tbody");
+  const rows = r.candidates.slice(0, 12);
+  for (const c of rows) {
+    const btn = el("button", { type: "button", class: "small" }, "Plan");
+    btn.addEventListener("click", () => planCandidate(c));
+    const rank = [c.rank_per_dollar ? `#${c.rank_per_dollar} per $` : "", c.rank_throughput ? `#${c.rank_throughput} speed` : ""]
+      .filter(Boolean).join(", ");
+    tbody.append(el("tr", { class: c.inventory === r.best_per_dollar.inventory ? "rec" : null },
+      el("td", {}, rank || "–"), el("td", {}, c.inventory),
+      el("td", { class: "num" }, fmt(c.epoch_s)),
+      el("td", { class: "num" }, Math.round(c.throughput_samples_per_s).toLocaleString()),
+      el("td", { class: "num" }, usd(c.hardware_usd)), el("td", { class: "num" }, usd(c.tco_usd)),
+      el("td", { class: "num" }, fmt(c.tpc, 3)), el("td", {}, btn)));
+  }
+  const prices = r.prices || {};
+  const server = prices.server || {};
+  out.append(el("h2", {}, `What to buy for ${r.machine} under ${usd(r.budget_usd)}`), picks,
+    el("div", { class: "scroll" }, el("table", { class: "tbl advise", "data-testid": "advise" },
+      el("thead", {}, el("tr", {}, ["rank", "inventory", "epoch read, s", "samples/s", "hardware", "TCO",
+        "samples/s per TCO $", ""].map((h, i) => el("th", { class: i >= 2 && i <= 6 ? "num" : null }, h)))),
+      tbody)),
+    el("p", { class: "hint" },
+      `${r.searched} inventories fit the chassis: ${r.over_budget} over budget, ${r.pruned} ruled out by a bound, `
+      + `${r.solved} placed by the planner${r.unplaceable ? ` (${r.unplaceable} could not be placed)` : ""}, `
+      + `in ${fmt(r.elapsed_s, 1)} s. ${rows.length < r.candidates.length ? `The best ${rows.length} of ${r.candidates.length} shown. ` : ""}`
+      + `Prices: ${prices.origin || "shipped"} table${server.date ? `, server price of ${server.date}` : ""}; `
+      + "the budget covers the server, GPUs and SSDs."));
+  out.hidden = false;
+  out.scrollIntoView({ behavior: "smooth", block: "start" });
 }
 
 // ---- drawing the results ---------------------------------------------------------------------------
@@ -608,7 +723,7 @@ function renderCompare(rows) {
     el("div", { class: "scroll" }, el("table", { class: "tbl compare", "data-testid": "compare" },
       el("thead", {}, el("tr", {},
         ["machine", "inventory", "epoch read, s", "vs fastest", "slowest GPU, GB/s", "all GPUs, GB/s",
-          "limited by", "gain over the best usual layout"].map((h, i) => el("th", { class: i >= 2 && i <= 5 ? "num" : null }, h)))),
+          "limited by", "gain over usual layouts"].map((h, i) => el("th", { class: i >= 2 && i <= 5 ? "num" : null }, h)))),
       tbody)),
     el("p", { class: "hint" }, "Each machine with its own recommended placement for the same inventory."));
   out.hidden = false;
@@ -636,6 +751,7 @@ async function start() {
   });
   $("#whatif-btn").addEventListener("click", runWhatif);
   $("#compare-btn").addEventListener("click", runCompare);
+  $("#advise-btn").addEventListener("click", runAdvise);
   try {
     const [profiles, models] = await Promise.all([api("GET", "v1/profiles"), api("GET", "v1/models")]);
     state.profiles = profiles;
