@@ -568,7 +568,7 @@ function columnCards(run, base, scale, side) {
   const head = el("div", { class: "card head" },
     el("div", { class: "col-kind" }, base ? "What-if" : "Recommended plan"),
     el("h2", {}, `${plan.machine}`),
-    el("p", { class: "inv" }, plan.inventory),
+    el("p", { class: "inv" }, plan.inventory, builtInNote(plan)),
   );
   if (base) {
     const list = el("ul", { class: "changes ro" });
@@ -654,8 +654,17 @@ function columnCards(run, base, scale, side) {
   for (const c of cards) {
     c.classList.add("col-" + side);
     c.dataset.col = side;
+    const h3 = c.querySelector("h3");
+    if (h3 && side === "whatif") h3.append(el("span", { class: "tag" }, "what-if"));
   }
   return cards;
+}
+
+// GPUs the planner read from but did not place: the machine's own (SXM modules).
+function builtInNote(plan) {
+  const placed = new Set(Object.values(plan.devices || {}));
+  const own = (plan.predicted.gpus || []).filter((g) => !placed.has(g)).length;
+  return own ? `, plus ${own} built-in GPU${own > 1 ? "s" : ""} (not moved)` : "";
 }
 
 function sentence(t) {
@@ -750,6 +759,13 @@ async function start() {
     if (e.key === "Enter") { e.preventDefault(); addChange($("#wi-raw").value); $("#wi-raw").value = ""; }
   });
   $("#whatif-btn").addEventListener("click", runWhatif);
+  $("#inventory").addEventListener("input", () => {
+    const mixed = $("#inventory").value.trim() !== "";
+    for (const id of ["#wi-gpu-model", "#wi-ssd-model", "#gpus", "#ssds", "#gpu-model", "#ssd-model"]) {
+      $(id).disabled = mixed;
+      $(id).title = mixed ? "the mixed inventory names the devices" : "";
+    }
+  });
   $("#compare-btn").addEventListener("click", runCompare);
   $("#advise-btn").addEventListener("click", runAdvise);
   try {
