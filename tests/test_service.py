@@ -153,6 +153,12 @@ def test_bad_plan_input_is_a_422_naming_the_field(client, body, field):
     assert field in r.json()["detail"], r.json()
 
 
+def test_hints_come_as_their_own_key(client):
+    r = client.post("/v1/plan", json={"gpu_model": "GeForce 256"})
+    assert r.json()["detail"] == "gpu_model: unknown device model 'GeForce 256'"
+    assert r.json()["hint"].startswith("known models: A100-PCIe-40GB")
+
+
 def test_uploads_are_text_never_paths(client, tmp_path):
     """An upload that looks like a file name is read as (bad) content, never opened."""
     secret = tmp_path / "secret.xml"
