@@ -248,6 +248,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app.include_router(open_routes)
     app.include_router(v1)
+
+    @app.api_route("/v1/{rest:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"], include_in_schema=False)
+    def unknown(rest: str) -> JSON:  # JSON, not the page's 404, for any other /v1 path
+        return error(404, f"no route /v1/{rest}; see /openapi.json")
+
     if STATIC.is_dir():  # the web page, when shipped: after the API so /v1 and /openapi.json win
         from fastapi.staticfiles import StaticFiles
 
