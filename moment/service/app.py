@@ -26,6 +26,7 @@ from moment.service.limits import BodyLimit
 from moment.service.schemas import (
     UPLOADS, CompareRequest, CompareRow, Health, Job, PlaceJobRequest, PlanRequest, PlanResponse, ProbeJobRequest,
     ProfileRow, SimulateRequest)
+from moment.topology.devices import DeviceModel
 
 STATIC = Path(__file__).resolve().parent / "static"
 API_VERSION = "1"
@@ -97,7 +98,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             cache["profiles"] = profiles_json()
         return JSON(cache["profiles"])
 
-    @v1.get("/models", tags=["machines"], response_model=list[dict[str, Any]])
+    @v1.get("/models", tags=["machines"], response_model=list[DeviceModel])
     def models() -> JSON:
         """The GPU, SSD and NIC models the planner knows (`moment models --json`)."""
         from moment.planner.api import models_json
