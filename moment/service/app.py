@@ -29,7 +29,6 @@ from moment.service.schemas import (
 from moment.topology.devices import DeviceModel
 
 STATIC = Path(__file__).resolve().parent / "static"
-API_VERSION = "1"
 
 
 
