@@ -120,6 +120,16 @@ def test_uploaded_machines_plan_as_their_files_do(client, tmp_path):
     assert untimed(r.json()) == untimed(json.loads(out))
 
 
+def test_scan_reads_an_uploaded_hwloc_xml_as_the_cli(client):
+    xml = fixture_file("hwloc_24em64t-2n6c2t-pci.xml")
+    rc, out = cli("scan", "--from-hwloc-xml", xml, "--name", "h", "--json")
+    r = client.post("/v1/scan", files={"hwloc_xml": ("h.xml", xml.read_bytes())}, data={"name": "h"})
+    assert rc == 0 and r.status_code == 200, r.text
+    svc, ref = r.json(), json.loads(out)
+    assert svc.pop("source") == "hwloc XML (text)" and ref.pop("source") == str(xml)
+    assert svc == ref
+
+
 def test_scan_reads_uploaded_command_outputs(client):
     lspci = fixture_file("lspci-tv_stelline_asus-esc8000a-e12.txt")
     smi = fixture_file("nvidia-smi-topo_stelline_asus-esc8000a-e12.txt")
@@ -151,6 +161,12 @@ def test_bad_plan_input_is_a_422_naming_the_field(client, body, field):
     r = client.post("/v1/plan", json=body)
     assert r.status_code == 422, r.text
     assert field in r.json()["detail"], r.json()
+
+
+def test_hints_come_as_their_own_key(client):
+    r = client.post("/v1/plan", json={"gpu_model": "GeForce 256"})
+    assert r.json()["detail"] == "gpu_model: unknown device model 'GeForce 256'"
+    assert r.json()["hint"].startswith("known models: A100-PCIe-40GB")
 
 
 def test_uploads_are_text_never_paths(client, tmp_path):
@@ -225,6 +241,8 @@ def test_static_page_is_served_when_shipped(tmp_path, monkeypatch):
     with TestClient(app_mod.create_app(Settings(data_dir=tmp_path / "d"))) as c:
         assert "moment" in c.get("/").text
         assert c.get("/v1/health").status_code == 200
+        r = c.get("/v1/nothing-here")
+        assert r.status_code == 404 and r.json()["detail"].startswith("no route /v1/nothing-here")
 
 
 def test_service_never_imports_torch():

@@ -20,19 +20,16 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from moment.errors import MomentError
 from moment.service.config import Settings
 from moment.service.deadline import run_with_deadline
-from moment.service.errors import JSON, Busy, FieldError, TimedOut, TooLarge, error, validation_detail
+from moment.service.errors import (
+    JSON, Busy, FieldError, TimedOut, TooLarge, error, request_field, validation_detail)
 from moment.service.limits import BodyLimit
 from moment.service.schemas import (
     UPLOADS, CompareRequest, CompareRow, Health, Job, PlaceJobRequest, PlanRequest, PlanResponse, ProbeJobRequest,
     ProfileRow, SimulateRequest)
+from moment.topology.devices import DeviceModel
 
 STATIC = Path(__file__).resolve().parent / "static"
-API_VERSION = "1"
 
-
-def _field(name: str) -> str:
-    """Messages name request fields as they are spelled in the body."""
-    return name
 
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
@@ -100,7 +97,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             cache["profiles"] = profiles_json()
         return JSON(cache["profiles"])
 
-    @v1.get("/models", tags=["machines"], response_model=list[dict[str, Any]])
+    @v1.get("/models", tags=["machines"], response_model=list[DeviceModel])
     def models() -> JSON:
         """The GPU, SSD and NIC models the planner knows (`moment models --json`)."""
         from moment.planner.api import models_json
@@ -115,10 +112,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         from moment.service.machines import machine
 
         topo, _ = machine(req, s.max_upload_bytes)
-        gpus = api.resolve_gpus(topo, req.gpus, flag=_field) if not req.inventory else 0
-        inv = api.parse_inventory(req.inventory, gpus, req.ssds, req.gpu_model, req.ssd_model, flag=_field)
+        gpus = api.resolve_gpus(topo, req.gpus, flag=request_field) if not req.inventory else 0
+        inv = api.parse_inventory(req.inventory, gpus, req.ssds, req.gpu_model, req.ssd_model, flag=request_field)
         wl = api.workload_spec(req.feature_dim, req.gb_per_gpu, req.gpu_cache_share, req.cpu_cache_share,
-                               flag=_field)
+                               flag=request_field)
         result, out = run_with_deadline(
             lambda progress: api.plan_machine(topo, inv, wl, overrides=req.overrides, calibration=req.calibration,
                                               calibration_source="request", replay=req.replay,
@@ -142,7 +139,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         rows = run_with_deadline(
             lambda progress: api.compare_rows(machines, inventories=req.inventories, gpus=req.gpus, ssds=req.ssds,
                                               gpu_model=req.gpu_model, ssd_model=req.ssd_model,
-                                              overrides=req.overrides, calibration=req.calibration, flag=_field,
+                                              overrides=req.overrides, calibration=req.calibration, flag=request_field,
                                               progress=progress),
             s.plan_timeout_s, "the comparison", slots)
         return JSON(rows)
@@ -164,7 +161,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             if req.plan is not None:
                 return api.simulate_plan(topo, req.plan, steps=req.steps, seed=req.seed, uniform=req.uniform)
             return api.simulate_named(topo, req.placement, req.gpus, req.ssds, steps=req.steps, seed=req.seed,
-                                      uniform=req.uniform, flag=_field)
+                                      uniform=req.uniform, flag=request_field)
 
         rep = run_with_deadline(work, s.plan_timeout_s, "the replay", slots)
         return JSON(api.replay_json(rep, req.calibration))
@@ -253,6 +250,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     v1.include_router(web_routes.router(s, slots))
     app.include_router(open_routes)
     app.include_router(v1)
+
+    @app.api_route("/v1/{rest:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"], include_in_schema=False)
+    def unknown(rest: str) -> JSON:  # JSON, not the page's 404, for any other /v1 path
+        return error(404, f"no route /v1/{rest}; see /openapi.json")
+
     if STATIC.is_dir():  # the web page, when shipped: after the API so /v1 and /openapi.json win
         from fastapi.staticfiles import StaticFiles
 
@@ -274,7 +276,10 @@ def _handlers(app: FastAPI) -> None:
 
     @app.exception_handler(MomentError)
     async def _moment_error(request: Request, exc: MomentError) -> JSON:
-        return error(422, str(exc))
+        text, tail = str(exc), f"\n  hint: {exc.hint}"
+        if exc.hint and text.endswith(tail):  # the CLI's second line, as its own key
+            return error(422, text[:-len(tail)], hint=exc.hint)
+        return error(422, text)
 
     @app.exception_handler(TooLarge)
     async def _too_large(request: Request, exc: TooLarge) -> JSON:

@@ -12,6 +12,11 @@ from starlette.responses import JSONResponse
 from moment.errors import MomentError
 
 
+def request_field(name: str) -> str:
+    """How the library's messages name an input here: the request field itself (the CLI says `--name`)."""
+    return name
+
+
 class FieldError(MomentError):
     """Bad input in one request field; the message starts with the field's name."""
 

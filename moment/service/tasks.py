@@ -7,15 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from moment.service.errors import FieldError
+from moment.service.errors import FieldError, request_field
 from moment.service.jobs import JobContext
 from moment.service.machines import builtin_profile_path
 from moment.service.paths import inside
 from moment.service.schemas import PlaceJobRequest, ProbeJobRequest
 
-
-def _field(name: str) -> str:
-    return name
 
 
 def check_place(req: PlaceJobRequest, data_dir: Path):
@@ -32,8 +29,8 @@ def check_place(req: PlaceJobRequest, data_dir: Path):
     if out.exists() and not req.overwrite:
         raise FieldError("layout", f"{req.layout!r} already exists (set overwrite to replace it)")
     topo = load_profile(str(builtin_profile_path(req.profile)))
-    inv = api.parse_inventory(None, api.resolve_gpus(topo, req.gpus, flag=_field), req.ssds, req.gpu_model,
-                              req.ssd_model, flag=_field)
+    inv = api.parse_inventory(None, api.resolve_gpus(topo, req.gpus, flag=request_field), req.ssds, req.gpu_model,
+                              req.ssd_model, flag=request_field)
     return ds, out, topo, inv
 
 
