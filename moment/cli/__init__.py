@@ -32,6 +32,7 @@ def _register() -> None:
     # None of them imports torch at import time: planning must work without it.
     from moment.cli import (  # noqa: F401
         cache_cmds, data_cmds, fidelity_cmds, pack_cmds, place_cmds, scan_cmds, topology_cmds, train_cmds)
+    from moment.cli import cost_cmds  # noqa: F401
 
 
 @app.callback()
