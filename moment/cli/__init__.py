@@ -33,6 +33,7 @@ def _register() -> None:
     from moment.cli import (  # noqa: F401
         cache_cmds, data_cmds, fidelity_cmds, pack_cmds, place_cmds, scan_cmds, topology_cmds, train_cmds)
     from moment.cli import serve_cmds  # noqa: F401  (imports the service only when `moment serve` runs)
+    from moment.cli import cost_cmds  # noqa: F401
 
 
 @app.callback()

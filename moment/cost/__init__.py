@@ -3,7 +3,7 @@
 Sits beside the planner and above it (it calls `make_plan`); never imports torch.
 """
 
-from moment.cost.advise import AdviseResult, Candidate, advise
+from moment.cost.advisor import AdviseResult, Candidate, advise
 from moment.cost.model import CostParams, CostReport, cost_report
 from moment.cost.prices import PriceTable, load_prices
 

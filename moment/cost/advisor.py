@@ -128,10 +128,10 @@ def _split_models(models: list[str] | None, prices: PriceTable) -> tuple[list[st
     ssds: list[str] = []
     for name in models or []:
         m = find_model(name)
-        prices.device(m.name)  # no price: one line naming the model
         target = gpus if m.kind == Kind.gpu else ssds if m.kind == Kind.ssd else None
         if target is None:
-            raise MomentError(f"--models: {m.name} is a {m.kind.value}; list GPU and SSD models")
+            raise MomentError(f"models: {m.name} is a {m.kind.value}; list GPU and SSD models")
+        prices.device(m.name)  # no price: one line naming the model
         if m.name not in target:
             target.append(m.name)
     return gpus or prices.models(Kind.gpu), ssds or prices.models(Kind.ssd)
