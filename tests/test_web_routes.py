@@ -1,5 +1,5 @@
 """The page's own routes, without a browser: `/v1/whatif/targets` lists `set` paths that really change the
-link they name, and `/v1/advise` answers what `moment.cost.advise` does."""
+link they name, and `/v1/advise` answers what `moment advise --json` prints."""
 
 from __future__ import annotations
 
@@ -106,17 +106,24 @@ def test_targets_errors_name_the_field(client):
     assert r.status_code == 422 and "YAML" in r.json()["detail"]
 
 
-def test_advise_is_the_library_answer(client):
-    from moment.cost import advise
-    from moment.topology.profiles import load_profile
+def test_advise_is_the_cli_json(client):
+    import contextlib
+    import io
+    import json
+
+    from moment.cli import main
 
     req = {"profile": "paper-machine-a", "budget": 60000, "models": ["A100-PCIe-40GB", "P5510"],
            "max_gpus": 2, "max_ssds": 2}
     r = client.post("/v1/advise", json=req)
     assert r.status_code == 200, r.text
     got = r.json()
-    want = advise(load_profile("paper-machine-a"), 60000, models=["A100-PCIe-40GB", "P5510"], max_gpus=2,
-                  max_ssds=2).model_dump(mode="json")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        rc = main(["advise", "--profile", "paper-machine-a", "--budget", "60000", "--models", "A100-PCIe-40GB,P5510",
+                   "--max-gpus", "2", "--max-ssds", "2", "--json"])
+    assert rc == 0
+    want = json.loads(out.getvalue())
     got.pop("elapsed_s")
     want.pop("elapsed_s")
     assert got == want
