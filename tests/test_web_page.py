@@ -282,6 +282,14 @@ def test_plan_whatif_compare_in_chromium(service, browser, tmp_path):
     shots("error")
     d.find_elements(By.CSS_SELECTOR, "#wi-changes li .x")[-1].click()
     _css(d, "#error .close").click()
+    # a 422 with a hint: both lines are shown
+    _css(d, "#inventory").send_keys("2xNoSuchGPU")
+    _css(d, "#plan-btn").click()
+    _wait(d, lambda d: _css(d, "#error").is_displayed() and _idle(d), "the inventory error")
+    err = _css(d, "#error").text
+    assert "422" in err and "NoSuchGPU" in err and "hint: known models" in err, err
+    _css(d, "#inventory").clear()
+    _css(d, "#error .close").click()
 
     # ---- compare machines with the same inventory ----
     for cb in d.find_elements(By.CSS_SELECTOR, "#compare-list input"):

@@ -36,6 +36,7 @@ function errorMessage(status, statusText, data, text) {
     msg = d.message || d.error || JSON.stringify(d);
     if (d.hint) msg += " (hint: " + d.hint + ")";
   } else msg = (text || "").trim().slice(0, 300);
+  if (data && typeof data.hint === "string" && data.hint && !msg.includes(data.hint)) msg += "\nhint: " + data.hint;
   if (status === 401 || status === 403) {
     msg += " (this service needs a token: open the page as …/#token=YOUR_TOKEN)";
   }
@@ -458,8 +459,18 @@ async function runAdvise() {
 const usd = (x) => "$" + Math.round(x).toLocaleString("en-US");
 const invSpec = (c) => c.items.map((i) => `${i.count}x${i.model}`).join(",");
 
+// A mixed inventory names the devices itself: the count and model fields are then not used.
+function syncInventory() {
+  const mixed = $("#inventory").value.trim() !== "";
+  for (const id of ["#wi-gpu-model", "#wi-ssd-model", "#gpus", "#ssds", "#gpu-model", "#ssd-model"]) {
+    $(id).disabled = mixed;
+    $(id).title = mixed ? "the mixed inventory names the devices" : "";
+  }
+}
+
 function planCandidate(c) {
   $("#inventory").value = invSpec(c);
+  syncInventory();
   window.scrollTo({ top: 0, behavior: "smooth" });
   runPlan();
 }
@@ -759,13 +770,8 @@ async function start() {
     if (e.key === "Enter") { e.preventDefault(); addChange($("#wi-raw").value); $("#wi-raw").value = ""; }
   });
   $("#whatif-btn").addEventListener("click", runWhatif);
-  $("#inventory").addEventListener("input", () => {
-    const mixed = $("#inventory").value.trim() !== "";
-    for (const id of ["#wi-gpu-model", "#wi-ssd-model", "#gpus", "#ssds", "#gpu-model", "#ssd-model"]) {
-      $(id).disabled = mixed;
-      $(id).title = mixed ? "the mixed inventory names the devices" : "";
-    }
-  });
+  $("#inventory").addEventListener("input", syncInventory);
+  $("#inventory").addEventListener("change", syncInventory);
   $("#compare-btn").addEventListener("click", runCompare);
   $("#advise-btn").addEventListener("click", runAdvise);
   try {
