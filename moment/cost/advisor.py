@@ -6,9 +6,11 @@ not searched). Each is priced exactly (cheap), dropped when its hardware costs m
 and given an optimistic throughput from a placement-free lower bound on its epoch time:
 
 - the SSDs must serve what the GPU and CPU caches cannot: (1 - gpu share - cpu share) of all bytes
-  at no more than the sum of the SSDs' read rates;
+  at no more than the sum of the SSDs' rates, each its read rate capped by its card's link and by
+  a slot's link (the m best slots it fits, one SSD per slot);
 - without peer links (NVLink) every byte a GPU reads from outside its own cache crosses its slot:
-  its bytes x (1 - its own cache's share) at no more than the best slot link it could sit in.
+  its bytes x (1 - its own cache's share) at no more than the n-th best slot link (n GPUs sit in n
+  distinct slots, the slowest of them sets the pace).
 
 Inventories are then solved exactly with the planner (`make_plan`: symmetry pruning and its own
 branch and bound over placements) in the order of their optimistic rank, alternating between the
@@ -171,15 +173,20 @@ class _Bound:
         self.builtin = builtin_gpus(bare)
         self.peers = bool(bare.links)
         self.free = bare.empty_slots()
+        self._rates: dict[str, list[float]] = {}
 
-    def _inlet(self, model) -> float:
-        """Most bytes/s a GPU of this model can take in through any slot it fits."""
-        card = Link(gen=model.gen, width=model.lanes).bandwidth()
-        best = 0.0
-        for s in self.free:
-            if fits(s, model):
-                best = max(best, min(card, s.link.bandwidth() if s.link is not None else math.inf))
-        return best
+    def _slot_rates(self, model) -> list[float]:
+        """Per free slot the model fits, the most bytes/s a card of it can move there (card link, slot
+        link and, for an SSD, its read rate), best first. n cards sit in n distinct slots, so the
+        n best of these bound what they can do together and the n-th bounds the slowest of them."""
+        if model.name not in self._rates:
+            card = Link(gen=model.gen, width=model.lanes).bandwidth()
+            if model.kind == Kind.ssd:
+                card = min(card, model.read_gbps * GB * self.scale)
+            rates = [min(card, s.link.bandwidth() if s.link is not None else math.inf)
+                     for s in self.free if fits(s, model)]
+            self._rates[model.name] = sorted(rates, reverse=True)
+        return self._rates[model.name]
 
     def epoch_s(self, inventory: Inventory) -> float:
         wl = self.workload
@@ -189,7 +196,7 @@ class _Bound:
             return math.inf
         per_gpu = wl.bytes_per_gpu(n)
         total = per_gpu * n
-        ssd_rate = self.fixed_ssd + sum(m.read_gbps * GB * self.scale * c for m, c in inventory.models()
+        ssd_rate = self.fixed_ssd + sum(sum(self._slot_rates(m)[:c]) for m, c in inventory.models()
                                         if m.kind == Kind.ssd)
         ssd_min = max(0.0, 1.0 - wl.gpu_cache_share - wl.cpu_cache_share)
         lb = 0.0
@@ -198,9 +205,10 @@ class _Bound:
         if gpus and not self.peers:
             weights = [m.memory_gib for m, c in gpus for _ in range(c)] + [g.memory_gib for g in self.builtin]
             total_w = sum(weights)
-            for m, _ in gpus:
+            for m, c in gpus:
                 own = wl.gpu_cache_share * (m.memory_gib / total_w if total_w > 0 else 1.0 / n)
-                inlet = self._inlet(m)
+                rates = self._slot_rates(m)
+                inlet = rates[c - 1] if c <= len(rates) else 0.0
                 lb = max(lb, per_gpu * (1.0 - own) / inlet if inlet > 0 else math.inf)
         return lb
 
