@@ -319,3 +319,21 @@ def test_cost_and_advise_load_no_torch():
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_an_ssd_that_buys_nothing_is_not_ranked(pruned):
+    """Ranked inventories are faster than the same inventory with one SSD fewer, which was solved."""
+    by_label = {c.inventory: c for c in pruned.candidates}
+    ranked = [c for c in pruned.candidates if c.rank_per_dollar or c.rank_throughput]
+    assert ranked and not any(c.dominated for c in ranked)
+    for c in ranked:
+        items = [i.model_copy() for i in c.items]
+        ssd = next(i for i in items if i.model in ("P5510", "990-PRO"))
+        if ssd.count == 1:
+            continue
+        ssd.count -= 1
+        fewer = by_label[Inventory(items=items).describe()]
+        assert fewer.throughput_samples_per_s < c.throughput_samples_per_s
+    for c in pruned.candidates:
+        if c.dominated:
+            assert c.rank_per_dollar is None and c.rank_throughput is None
