@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from moment.cli import main
-from moment.cost import CostParams, advise, cost_report, load_prices
+from moment.cost import CostParams, advise, cost_report, load_prices, merge_prices
 from moment.cost.advisor import _Bound, _inventories
 from moment.cost.model import HOURS_PER_YEAR, report
 from moment.errors import MomentError
@@ -337,3 +337,20 @@ def test_an_ssd_that_buys_nothing_is_not_ranked(pruned):
     for c in pruned.candidates:
         if c.dominated:
             assert c.rank_per_dollar is None and c.rank_throughput is None
+
+
+def test_merge_prices_takes_a_parsed_mapping_for_callers_without_a_file():
+    t = merge_prices({"devices": {"T4": {"price_usd": 1234}}}, "upload")
+    assert t.devices["T4"].price_usd == 1234 and t.devices["T4"].source == "user file upload"
+    assert t.origin == "shipped + upload"
+    with pytest.raises(MomentError, match="upload: invalid price table: electricity.usd_per_kwh"):
+        merge_prices({"electricity": {"usd_per_kwh": -1}}, "upload")
+
+
+def test_machines_with_built_in_gpus_are_advised_ssds_only():
+    from moment.topology.profiles import load_profile
+
+    r = advise(load_profile("hgx-a100-8gpu"), 30_000, models=["P5510", "990-PRO"], max_ssds=3, top_k=1)
+    assert r.gpu_models  # listed, but the chassis has no free GPU slot: every inventory is SSDs only
+    for c in r.candidates:
+        assert [i.model for i in c.items] in (["P5510"], ["990-PRO"])
