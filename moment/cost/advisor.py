@@ -187,7 +187,10 @@ class _Bound:
         self.scale = bare.ssd_read_scale or 1.0
         self.fixed_ssd = sum(s.read_gbps * GB * self.scale for s in bare.of_kind(Kind.ssd))
         self.builtin = builtin_gpus(bare)
-        self.peers = bool(bare.links)
+        # a peer link (NVLink bridge) on a slot or GPU lets data into a GPU past its slot; socket
+        # links (UPI) and switch links do not
+        ends = {x for lk in bare.links for x in (lk.a, lk.b)}
+        self.peers = any(bare.has(x) and bare.node(x).kind in (Kind.slot, Kind.gpu) for x in ends)
         self.free = bare.empty_slots()
         self._rates: dict[str, list[float]] = {}
 
