@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from moment.cli import main
-from moment.cost import CostParams, advise, cost_report, load_prices
+from moment.cost import CostParams, advise, cost_report, load_prices, merge_prices
 from moment.cost.advisor import _Bound, _inventories
 from moment.cost.model import HOURS_PER_YEAR, report
 from moment.errors import MomentError
@@ -171,7 +171,7 @@ def test_bound_never_exceeds_the_planners_epoch(small):
     invs = _inventories(small, ["T4", "A100-PCIe-40GB"], ["P5510", "990-PRO"], None, None, wl)
     # per GPU model: 1 GPU + 1-4 SSDs of either model (8), 2 GPUs + 1-3 SSDs (6); 5 slots in all
     assert len(invs) == 2 * (8 + 6)
-    for inv in invs[::3]:
+    for inv in invs:
         lb = bound.epoch_s(inv)
         assert 0 < lb <= make_plan(small, inv, wl).predicted.epoch_read_s * (1 + 1e-9), inv.describe()
 
@@ -319,3 +319,38 @@ def test_cost_and_advise_load_no_torch():
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_an_ssd_that_buys_nothing_is_not_ranked(pruned):
+    """Ranked inventories are faster than the same inventory with one SSD fewer, which was solved."""
+    by_label = {c.inventory: c for c in pruned.candidates}
+    ranked = [c for c in pruned.candidates if c.rank_per_dollar or c.rank_throughput]
+    assert ranked and not any(c.dominated for c in ranked)
+    for c in ranked:
+        items = [i.model_copy() for i in c.items]
+        ssd = next(i for i in items if i.model in ("P5510", "990-PRO"))
+        if ssd.count == 1:
+            continue
+        ssd.count -= 1
+        fewer = by_label[Inventory(items=items).describe()]
+        assert fewer.throughput_samples_per_s < c.throughput_samples_per_s
+    for c in pruned.candidates:
+        if c.dominated:
+            assert c.rank_per_dollar is None and c.rank_throughput is None
+
+
+def test_merge_prices_takes_a_parsed_mapping_for_callers_without_a_file():
+    t = merge_prices({"devices": {"T4": {"price_usd": 1234}}}, "upload")
+    assert t.devices["T4"].price_usd == 1234 and t.devices["T4"].source == "user file upload"
+    assert t.origin == "shipped + upload"
+    with pytest.raises(MomentError, match="upload: invalid price table: electricity.usd_per_kwh"):
+        merge_prices({"electricity": {"usd_per_kwh": -1}}, "upload")
+
+
+def test_machines_with_built_in_gpus_are_advised_ssds_only():
+    from moment.topology.profiles import load_profile
+
+    r = advise(load_profile("hgx-a100-8gpu"), 30_000, models=["P5510", "990-PRO"], max_ssds=3, top_k=1)
+    assert r.gpu_models  # listed, but the chassis has no free GPU slot: every inventory is SSDs only
+    for c in r.candidates:
+        assert [i.model for i in c.items] in (["P5510"], ["990-PRO"])

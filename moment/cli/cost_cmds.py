@@ -37,7 +37,7 @@ def advise_cmd(
     max_gpus: int | None = typer.Option(None, "--max-gpus", help="at most this many GPUs (default: as many as fit)"),
     max_ssds: int | None = typer.Option(None, "--max-ssds", help="at most this many SSDs (default: as many as fit)"),
     prices: Path | None = typer.Option(None, "--prices", help=_PRICES_HELP),
-    top: int = typer.Option(3, "--top", help="keep this many best inventories per ranking (the rest are runner-ups)"),
+    top: int = typer.Option(3, "--top", help="rank this many inventories per ranking: the best and its runner-ups"),
     years: float = typer.Option(5.0, "--years", help="TCO horizon in years (Hyperion: 5)"),
     pue: float = typer.Option(1.0, "--pue", help="power usage effectiveness of the room (Hyperion: 1.0; a data centre ~1.4)"),
     utilisation: float = typer.Option(1.0, "--utilisation", help="share of the horizon the machine runs flat out (Hyperion: 1.0)"),
@@ -52,7 +52,9 @@ def advise_cmd(
     table, dated and sourced, or --prices); those over the budget are dropped, the rest are placed by
     the planner (same search as `moment plan`) unless a cheap optimistic bound shows they cannot make
     a top list. Throughput is training samples per second from the predicted epoch time; per dollar
-    means per dollar of the 5-year TCO (hardware + electricity, Hyperion's model).
+    means per dollar of the 5-year TCO (hardware + electricity, Hyperion's model). The search grows
+    with the slots and models: on a 20-slot machine with every priced model it takes minutes, so
+    narrow it with --models, --max-gpus and --max-ssds.
     Example: moment advise --profile paper-machine-b --budget 60000 --models A100-PCIe-40GB,P5510
     """
     from pydantic import ValidationError

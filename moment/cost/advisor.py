@@ -6,14 +6,18 @@ not searched). Each is priced exactly (cheap), dropped when its hardware costs m
 and given an optimistic throughput from a placement-free lower bound on its epoch time:
 
 - the SSDs must serve what the GPU and CPU caches cannot: (1 - gpu share - cpu share) of all bytes
-  at no more than the sum of the SSDs' read rates;
+  at no more than the sum of the SSDs' rates, each its read rate capped by its card's link and by
+  a slot's link (the m best slots it fits, one SSD per slot);
 - without peer links (NVLink) every byte a GPU reads from outside its own cache crosses its slot:
-  its bytes x (1 - its own cache's share) at no more than the best slot link it could sit in.
+  its bytes x (1 - its own cache's share) at no more than the n-th best slot link (n GPUs sit in n
+  distinct slots, the slowest of them sets the pace).
 
 Inventories are then solved exactly with the planner (`make_plan`: symmetry pruning and its own
 branch and bound over placements) in the order of their optimistic rank, alternating between the
 two rankings; a ranking stops asking once its next inventory, even at its bound, cannot enter its
-top k. What neither ranking asked for is `pruned`. `prune=False` solves every inventory in the
+top k. What neither ranking asked for is `pruned`. An inventory that is no faster than the same one
+with one SSD fewer is not ranked (`dominated`: the extra SSD buys nothing); before an inventory enters
+a top list its smaller sibling is solved, so a top list never holds an entry a later solve removes. `prune=False` solves every inventory in the
 budget (the baseline of bench/advise.py, and what the tests compare against).
 """
 
@@ -63,6 +67,8 @@ class Candidate(BaseModel):
     tco_usd: float = Field(description="hardware + electricity over the horizon (Hyperion Eq. 5)")
     tpc: float = Field(description="samples/s per TCO dollar")
     tpc_hardware: float = Field(description="samples/s per hardware dollar")
+    dominated: bool = Field(False, description="as fast as the same inventory with one SSD fewer (when that was "
+                            "solved too): the extra SSD buys nothing, so it is not ranked")
     rank_per_dollar: int | None = Field(None, description="1 = best throughput per dollar (top k only)")
     rank_throughput: int | None = Field(None, description="1 = best throughput (top k only)")
 
@@ -107,6 +113,9 @@ class _Inv:
     tco_usd: float
     ub_thr: float = 0.0
     ub_tpc: float = 0.0
+    pred: str | None = None  # label of the same inventory with one SSD fewer
+    done: bool = False
+    dominated: bool = False
     exact: Candidate | None = field(default=None)
 
 
@@ -135,6 +144,15 @@ def _split_models(models: list[str] | None, prices: PriceTable) -> tuple[list[st
         if m.name not in target:
             target.append(m.name)
     return gpus or prices.models(Kind.gpu), ssds or prices.models(Kind.ssd)
+
+
+def _one_ssd_fewer(inv: Inventory) -> Inventory | None:
+    items = list(inv.items)
+    for i, it in enumerate(items):
+        if find_model(it.model).kind == Kind.ssd and it.count > 0:
+            rest = items[:i] + ([InventoryItem(model=it.model, count=it.count - 1)] if it.count > 1 else []) + items[i + 1:]
+            return Inventory(items=rest) if rest else None
+    return None
 
 
 def _inventories(bare: Topology, gpu_models: list[str], ssd_models: list[str], max_gpus: int | None,
@@ -169,17 +187,25 @@ class _Bound:
         self.scale = bare.ssd_read_scale or 1.0
         self.fixed_ssd = sum(s.read_gbps * GB * self.scale for s in bare.of_kind(Kind.ssd))
         self.builtin = builtin_gpus(bare)
-        self.peers = bool(bare.links)
+        # a peer link (NVLink bridge) on a slot or GPU lets data into a GPU past its slot; socket
+        # links (UPI) and switch links do not
+        ends = {x for lk in bare.links for x in (lk.a, lk.b)}
+        self.peers = any(bare.has(x) and bare.node(x).kind in (Kind.slot, Kind.gpu) for x in ends)
         self.free = bare.empty_slots()
+        self._rates: dict[str, list[float]] = {}
 
-    def _inlet(self, model) -> float:
-        """Most bytes/s a GPU of this model can take in through any slot it fits."""
-        card = Link(gen=model.gen, width=model.lanes).bandwidth()
-        best = 0.0
-        for s in self.free:
-            if fits(s, model):
-                best = max(best, min(card, s.link.bandwidth() if s.link is not None else math.inf))
-        return best
+    def _slot_rates(self, model) -> list[float]:
+        """Per free slot the model fits, the most bytes/s a card of it can move there (card link, slot
+        link and, for an SSD, its read rate), best first. n cards sit in n distinct slots, so the
+        n best of these bound what they can do together and the n-th bounds the slowest of them."""
+        if model.name not in self._rates:
+            card = Link(gen=model.gen, width=model.lanes).bandwidth()
+            if model.kind == Kind.ssd:
+                card = min(card, model.read_gbps * GB * self.scale)
+            rates = [min(card, s.link.bandwidth() if s.link is not None else math.inf)
+                     for s in self.free if fits(s, model)]
+            self._rates[model.name] = sorted(rates, reverse=True)
+        return self._rates[model.name]
 
     def epoch_s(self, inventory: Inventory) -> float:
         wl = self.workload
@@ -189,7 +215,7 @@ class _Bound:
             return math.inf
         per_gpu = wl.bytes_per_gpu(n)
         total = per_gpu * n
-        ssd_rate = self.fixed_ssd + sum(m.read_gbps * GB * self.scale * c for m, c in inventory.models()
+        ssd_rate = self.fixed_ssd + sum(sum(self._slot_rates(m)[:c]) for m, c in inventory.models()
                                         if m.kind == Kind.ssd)
         ssd_min = max(0.0, 1.0 - wl.gpu_cache_share - wl.cpu_cache_share)
         lb = 0.0
@@ -198,9 +224,10 @@ class _Bound:
         if gpus and not self.peers:
             weights = [m.memory_gib for m, c in gpus for _ in range(c)] + [g.memory_gib for g in self.builtin]
             total_w = sum(weights)
-            for m, _ in gpus:
+            for m, c in gpus:
                 own = wl.gpu_cache_share * (m.memory_gib / total_w if total_w > 0 else 1.0 / n)
-                inlet = self._inlet(m)
+                rates = self._slot_rates(m)
+                inlet = rates[c - 1] if c <= len(rates) else 0.0
                 lb = max(lb, per_gpu * (1.0 - own) / inlet if inlet > 0 else math.inf)
         return lb
 
@@ -243,7 +270,8 @@ def advise(topo: Topology, budget_usd: float, *, models: list[str] | None = None
             continue
         lb = bound.epoch_s(inv)
         ub = seeds / lb * (1 + BOUND_SLACK) if lb > 0 else math.inf
-        in_budget.append(_Inv(inv, label, hw, tco, ub, ub / tco))
+        fewer = _one_ssd_fewer(inv)
+        in_budget.append(_Inv(inv, label, hw, tco, ub, ub / tco, pred=fewer.describe() if fewer else None))
     if not in_budget:
         assert cheapest is not None
         raise MomentError(
@@ -252,13 +280,27 @@ def advise(topo: Topology, budget_usd: float, *, models: list[str] | None = None
             hint="raise --budget, list cheaper --models, or price the server lower with --prices")
 
     total = len(in_budget)
+    by_label = {c.label: c for c in in_budget}
     unplaceable = 0
     solved: list[_Inv] = []
     top_tpc: list[tuple] = []
     top_thr: list[tuple] = []
 
+    def enters(top: list[tuple], key: tuple) -> bool:
+        return len(top) < top_k or key < top[-1]
+
+    def check_dominated(c: _Inv, pred: _Inv | None) -> None:
+        if pred is not None and pred.exact is not None and c.exact is not None and (
+                _q(pred.exact.throughput_samples_per_s) >= _q(c.exact.throughput_samples_per_s)):
+            c.dominated = True
+            c.exact = c.exact.model_copy(update={"dominated": True})
+
     def solve(c: _Inv) -> None:
+        """Solve c. If it would enter a top list, first make sure the same inventory with one SSD fewer
+        is solved: if that is as fast, c's extra SSD buys nothing and c is not ranked. So a top list
+        only ever holds checked entries and its k-th key only improves, which the pruning relies on."""
         nonlocal unplaceable
+        c.done = True
         try:
             plan = make_plan(topo, c.inventory, workload)
         except MomentError:
@@ -274,14 +316,23 @@ def advise(topo: Topology, budget_usd: float, *, models: list[str] | None = None
                 epochs_per_hour=rep.epochs_per_hour, hardware_usd=rep.hardware_usd, cost_usd=rep.hardware_usd,
                 power_w=rep.power_w, electricity_usd=rep.electricity_usd, tco_usd=rep.tco_usd, tpc=rep.tpc,
                 tpc_hardware=rep.tpc_hardware)
-            top_tpc.append(_key_tpc(rep.tpc, c))
-            top_thr.append(_key_thr(rep.throughput_samples_per_s, c))
-            top_tpc.sort()
-            top_thr.sort()
-            del top_tpc[top_k:], top_thr[top_k:]
         solved.append(c)
         if progress is not None:
             progress(len(solved), total)
+        if c.exact is None:
+            return
+        k_tpc, k_thr = _key_tpc(c.exact.tpc, c), _key_thr(c.exact.throughput_samples_per_s, c)
+        if not (enters(top_tpc, k_tpc) or enters(top_thr, k_thr)):
+            return
+        pred = by_label.get(c.pred) if c.pred else None
+        if pred is not None and not pred.done:
+            solve(pred)
+        check_dominated(c, pred)
+        if not c.dominated:
+            for top, key in ((top_tpc, k_tpc), (top_thr, k_thr)):
+                top.append(key)
+                top.sort()
+                del top[top_k:]
 
     if prune:
         queues = [
@@ -289,32 +340,34 @@ def advise(topo: Topology, budget_usd: float, *, models: list[str] | None = None
             (sorted(in_budget, key=lambda c: _key_thr(c.ub_thr, c)), lambda c: _key_thr(c.ub_thr, c), top_thr),
         ]
         pos = [0, 0]
-        done = {id(c): False for c in in_budget}
         active = [True, True]
         while any(active):
             for i, (queue, best_key, top) in enumerate(queues):
                 if not active[i]:
                     continue
-                while pos[i] < len(queue) and done[id(queue[pos[i]])]:
+                while pos[i] < len(queue) and queue[pos[i]].done:
                     pos[i] += 1
                 if pos[i] == len(queue) or (len(top) >= top_k and best_key(queue[pos[i]]) > top[-1]):
                     active[i] = False  # nothing left in this ranking can enter its top k
                     continue
-                c = queue[pos[i]]
-                done[id(c)] = True
-                solve(c)
+                solve(queue[pos[i]])
     else:
         for c in sorted(in_budget, key=lambda c: c.label):
-            solve(c)
+            if not c.done:
+                solve(c)
     if progress is not None:
         progress(total, total)
 
+    for c in solved:  # the flag for every inventory whose smaller sibling was solved too
+        if not c.dominated and c.pred in by_label:
+            check_dominated(c, by_label[c.pred])
     exact = [c for c in solved if c.exact is not None]
     if not exact:
         raise MomentError(f"no inventory within budget {budget_usd:,.0f} USD can be placed in {topo.name!r}",
                           hint="raise --budget or lower --max-gpus (double-width cards cover neighbouring slots)")
-    by_tpc = sorted(exact, key=lambda c: _key_tpc(c.exact.tpc, c))
-    by_thr = sorted(exact, key=lambda c: _key_thr(c.exact.throughput_samples_per_s, c))
+    ranked = [c for c in exact if not c.dominated]
+    by_tpc = sorted(ranked, key=lambda c: _key_tpc(c.exact.tpc, c))
+    by_thr = sorted(ranked, key=lambda c: _key_thr(c.exact.throughput_samples_per_s, c))
     ranks: dict[str, dict] = {}
     for r, c in enumerate(by_tpc[:top_k], start=1):
         ranks.setdefault(c.label, {})["rank_per_dollar"] = r
@@ -327,7 +380,7 @@ def advise(topo: Topology, budget_usd: float, *, models: list[str] | None = None
     return AdviseResult(
         machine=topo.name, workload=workload.name, budget_usd=budget_usd, top_k=top_k, params=params,
         best_throughput_per_dollar=best_pd, best_per_dollar=best_pd, best_throughput=best_thr, runner_ups=runner,
-        candidates=[final[c.label] for c in by_tpc], gpu_models=gpu_models, ssd_models=ssd_models,
+        candidates=[final[c.label] for c in sorted(exact, key=lambda c: _key_tpc(c.exact.tpc, c))], gpu_models=gpu_models, ssd_models=ssd_models,
         searched=len(invs), over_budget=len(invs) - total, pruned=total - len(solved), solved=len(solved),
         unplaceable=unplaceable, elapsed_s=time.perf_counter() - t0,
         prices=_price_sources(prices, gpu_models + ssd_models))

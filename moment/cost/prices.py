@@ -152,18 +152,22 @@ def _merge_entry(base: dict, user: dict, source: str) -> dict:
 
 def load_prices(path: str | Path | None = None) -> PriceTable:
     """The shipped table, or the shipped table with the YAML file at `path` merged over it."""
-    base = shipped_data()
     if path is None:
-        return _validate(base, "moment/cost/prices.yaml")
+        return _validate(shipped_data(), "moment/cost/prices.yaml")
     p = Path(path)
-    user = _read(p)
+    return merge_prices(_read(p), str(p))
+
+
+def merge_prices(user: object, source: str) -> PriceTable:
+    """The shipped table with `user` (a parsed price file: a mapping, or None for nothing) merged over
+    it; `source` names where it came from in messages and in the merged entries' sources."""
     if user is None:
         user = {}
     if not isinstance(user, dict):
         raise MomentError("a price file must be a YAML mapping (currency, server, electricity, devices)",
-                          source=str(p))
+                          source=source)
     if "origin" in user:
-        raise MomentError("origin: not a field of a price file (it is set by Moment)", source=str(p))
-    data = _merge(base, user, str(p))
-    data["origin"] = f"shipped + {p}"
-    return _validate(data, str(p))
+        raise MomentError("origin: not a field of a price file (it is set by Moment)", source=source)
+    data = _merge(shipped_data(), user, source)
+    data["origin"] = f"shipped + {source}"
+    return _validate(data, source)
