@@ -130,6 +130,19 @@ def test_advise_is_the_cli_json(client):
     assert got["best_per_dollar"]["inventory"] and got["best_throughput"]["predicted"]["epoch_read_s"] > 0
 
 
+def test_advise_takes_the_users_prices(client):
+    base = {"profile": "paper-machine-a", "budget": 60000, "models": ["A100-PCIe-40GB", "P5510"], "max_gpus": 1,
+            "max_ssds": 1}
+    cheap = {"devices": {"A100-PCIe-40GB": {"price_usd": 1000, "date": "2025-01", "source": "a test quote"}}}
+    a = client.post("/v1/advise", json=base).json()
+    b = client.post("/v1/advise", json={**base, "prices": cheap}).json()
+    assert b["best_per_dollar"]["hardware_usd"] < a["best_per_dollar"]["hardware_usd"]
+    assert b["prices"]["origin"] == "shipped + prices"
+    assert b["prices"]["devices"]["A100-PCIe-40GB"]["source"].endswith("a test quote")
+    bad = client.post("/v1/advise", json={**base, "prices": {"devices": {"A100-PCIe-40GB": {"price_usd": -1}}}})
+    assert bad.status_code == 422 and "price" in bad.json()["detail"]
+
+
 @pytest.mark.parametrize("body, status, words", [
     ({"profile": "paper-machine-a", "budget": 1000, "models": ["A100-PCIe-40GB", "P5510"], "max_gpus": 1,
       "max_ssds": 1}, 422, "buys nothing"),

@@ -55,6 +55,9 @@ class AdviseRequest(MachineIn):
     gb_per_gpu: float | None = Field(None, gt=0, le=1e9, allow_inf_nan=False)
     gpu_cache_share: float | None = Field(None, ge=0, le=1, allow_inf_nan=False)
     cpu_cache_share: float | None = Field(None, ge=0, le=1, allow_inf_nan=False)
+    prices: dict[str, Any] | None = Field(
+        None, description="prices merged over the shipped table, as `moment advise --prices FILE` holds them: "
+                          "{devices: {H100-PCIe-80GB: {price_usd: 27500, date: '2025-03', source: 'our quote'}}}")
 
 
 _GROUPS = {"switch": "Switch uplinks", "root_complex": "Root complexes", "slot": "Slots and bays"}
@@ -125,6 +128,7 @@ def router(settings, slots: threading.Semaphore | None = None) -> APIRouter:
         from pydantic import ValidationError
 
         from moment.cost import CostParams, advise
+        from moment.cost.prices import merge_prices
         from moment.planner import api
         from moment.service.deadline import run_with_deadline
         from moment.service.errors import FieldError
@@ -137,12 +141,13 @@ def router(settings, slots: threading.Semaphore | None = None) -> APIRouter:
             first = e.errors()[0]
             field = {"machine_power_w": "machine_watts"}.get(str(first["loc"][0]), str(first["loc"][0]))
             raise FieldError(field, first["msg"]) from None
+        table = merge_prices(req.prices, "prices") if req.prices is not None else None
         topo, _ = machine(req, settings.max_upload_bytes)
         wl = api.workload_spec(req.feature_dim, req.gb_per_gpu, req.gpu_cache_share, req.cpu_cache_share,
                                flag=lambda name: name)
         result = run_with_deadline(
             lambda progress: advise(topo, req.budget, models=req.models or None, max_gpus=req.max_gpus,
-                                    max_ssds=req.max_ssds, workload=wl, params=params, top_k=req.top,
+                                    max_ssds=req.max_ssds, workload=wl, prices=table, params=params, top_k=req.top,
                                     progress=progress),
             settings.plan_timeout_s, "the buying advice", slots)
         return JSON(result.model_dump(mode="json"))
