@@ -142,7 +142,6 @@ def _merge(base: dict, user: dict, source: str) -> dict:
 def _merge_entry(base: dict, user: dict, source: str) -> dict:
     merged = {**base, **user}
     if set(user) - {"date", "source"}:
-        merged.setdefault("source", "")
         if "source" not in user:
             merged["source"] = f"user file {source}"
         if "date" not in user:
