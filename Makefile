@@ -19,7 +19,7 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 
 $(VENV)/.installed-dev: $(VENV)/.installed pyproject.toml
 	$(BIN)/pip install -q $(TORCH_PIN)
-	$(BIN)/pip install -q -e '.[dev,train]' $(TORCH_PIN)
+	$(BIN)/pip install -q -e '.[dev,train,serve]' $(TORCH_PIN)
 	touch $@
 
 venv: $(VENV)/.installed

@@ -31,8 +31,9 @@ def _register() -> None:
     # Imported for their side effect of adding commands to `app`.
     # None of them imports torch at import time: planning must work without it.
     from moment.cli import (  # noqa: F401
-        cache_cmds, data_cmds, fidelity_cmds, pack_cmds, place_cmds, scan_cmds, topology_cmds, train_cmds,
-        version_cmds)
+        cache_cmds, cost_cmds, data_cmds, fidelity_cmds, pack_cmds, place_cmds, scan_cmds, topology_cmds,
+        train_cmds, version_cmds)
+    from moment.cli import serve_cmds  # noqa: F401  (imports the service only when `moment serve` runs)
 
 
 @app.callback()

@@ -20,32 +20,9 @@ def _emit_json(obj) -> None:
 
 def load_topology(profile: str, calibration: Path | None, overrides: list[str] | None = None):
     """The profile, with the calibration applied when one is given: (topology, calibration or None)."""
-    from moment.planner.calibration import apply_calibration, load_calibration
-    from moment.topology.profiles import load_profile
+    from moment.planner.api import load_topology as load
 
-    topo = load_profile(profile, overrides)
-    if calibration is None:
-        return topo, None
-    cal = load_calibration(calibration)
-    return apply_calibration(topo, cal.params), cal
-
-
-def calibration_block(cal, path: Path, plan) -> dict:
-    """`calibration` of `plan --calibration --json`: the file, its parameters, the calibrated epochs."""
-    from moment.planner.calibration import calibrated_epoch
-
-    epochs = {"recommended": calibrated_epoch(plan.predicted.epoch_read_s, cal)}
-    epochs.update({b.name: calibrated_epoch(b.predicted.epoch_read_s, cal) for b in plan.baselines})
-    return {"file": str(path), "params": cal.params, "predicted_epoch_s": epochs}
-
-
-def calibrated_row(cal, plan) -> dict:
-    """Extra keys of a `compare --calibration` row."""
-    from moment.planner.calibration import calibrated_epoch
-
-    if cal is None:
-        return {}
-    return {"calibrated_epoch_s": calibrated_epoch(plan.predicted.epoch_read_s, cal), "calibration": cal.params}
+    return load(profile, calibration, overrides)
 
 
 def render_extra(extra: dict) -> None:
@@ -65,35 +42,6 @@ def render_extra(extra: dict) -> None:
 
 
 # ---- simulate ----------------------------------------------------------------------------------------
-def replay_placement(topo_bare, placement: dict[str, str], workload, *, steps: int | None, seed: int,
-                     uniform: bool):
-    """Replay a placement on a synthetic trace: the LP's shares, `steps` DDP steps (default: the
-    workload's seeds / batch / GPUs), rows of the workload's row size."""
-    from moment.planner.lp import solve_lp
-    from moment.planner.network import build_network
-    from moment.planner.replay import Replayer, steps_per_epoch, synthetic_demands
-    from moment.topology.devices import populate
-
-    net = build_network(populate(topo_bare, placement), workload)
-    sol = solve_lp(net)
-    n = steps or steps_per_epoch(workload.num_nodes * workload.train_fraction, workload.batch_size, len(net.gpus))
-    B = synthetic_demands(net, sol.storage_shares(), n, workload.row_bytes, seed=seed, uniform=uniform)
-    return Replayer(net).run(B, sol.epoch_read_s, "uniform" if uniform else "synthetic")
-
-
-def replay_rows(plan, topo, steps: int | None = None, seed: int = 0) -> dict:
-    """`plan --replay`: replayed epoch next to the LP's for the recommended layout and each baseline."""
-    from moment.topology.devices import strip
-
-    bare, _ = strip(topo)
-    out = {"recommended": replay_placement(bare, plan.placement, plan.workload, steps=steps, seed=seed,
-                                           uniform=False).model_dump(mode="json")}
-    for b in plan.baselines:
-        out[b.name] = replay_placement(bare, b.placement, plan.workload, steps=steps, seed=seed,
-                                       uniform=False).model_dump(mode="json")
-    return out
-
-
 def _layout_replay(layout: Path, topo, dataset: Path | None, fanouts: str, batch_size: int | None, seed: int):
     """Replay a real layout: each rank's batches sampled as training samples them, looked up in the
     layout's index. Needs torch (the sampler)."""
@@ -156,10 +104,7 @@ def simulate_cmd(
     GPU sets the pace). Reports the epoch, per-GPU busy/idle time, the links that limit most steps and
     why the replay differs from the LP. Example: moment simulate --profile paper-machine-b --placement paper-c
     """
-    from moment.cli.topology_cmds import parse_inventory
-    from moment.planner.baselines import named_layouts
-    from moment.planner.calibration import calibrated_epoch
-    from moment.topology.devices import strip
+    from moment.planner import api
 
     if sum(x is not None for x in (plan_file, placement, layout)) != 1:
         raise MomentError("give one of --plan FILE, --placement NAME (with --profile) or --layout DIR")
@@ -186,23 +131,13 @@ def simulate_cmd(
             raise validation_error(e, "not a plan (output of `moment plan --json`)",
                                    source=str(plan_file)) from None
         topo, cal = load_topology(profile or plan.machine, calibration)
-        rep = replay_placement(strip(topo)[0], plan.placement, plan.workload, steps=steps, seed=seed, uniform=uniform)
+        rep = api.simulate_plan(topo, plan, steps=steps, seed=seed, uniform=uniform)
     else:
-        from moment.workload.spec import WorkloadSpec
-
         if profile is None:
             raise MomentError("--placement needs --profile")
         topo, cal = load_topology(profile, calibration)
-        bare = strip(topo)[0]
-        inv = parse_inventory(None, gpus, ssds, "A100-PCIe-40GB", "P5510")
-        lays = {b.name: b for b in named_layouts(bare, inv)}
-        if placement not in lays:
-            raise MomentError(f"--placement {placement!r}: not a layout of {bare.name!r} for {inv.describe()}",
-                              hint=f"its layouts: {', '.join(lays) or 'none'}")
-        rep = replay_placement(bare, lays[placement].placement, WorkloadSpec(), steps=steps, seed=seed, uniform=uniform)
-    out = rep.model_dump(mode="json")
-    if cal is not None:
-        out["calibrated_epoch_s"] = calibrated_epoch(rep.epoch_s, cal)
+        rep = api.simulate_named(topo, placement, gpus, ssds, steps=steps, seed=seed, uniform=uniform)
+    out = api.replay_json(rep, cal)
     if json_out:
         _emit_json(out)
         return
@@ -307,7 +242,7 @@ def probe_cmd(
     GPU<->GPU copy rates. Example: moment probe --ssd-path ssd0=/mnt/nvme0 --out measured.yaml"""
     import yaml
 
-    from moment.io.probe import probe_cuda, probe_memory, probe_ssd
+    from moment.io.probe import probe_machine
     from moment.placement.planning import parse_ssd_paths
     from moment.outputs import atomic_write
     from moment.topology.profiles import dump_yaml, load_profile
@@ -317,8 +252,8 @@ def probe_cmd(
         raise MomentError(f"--size-mib {size_mib}: at least 16")
     if profile_out is not None and profile is None:
         raise MomentError("--profile-out needs --profile (the profile to write the measurements into)")
-    ssd = {k: probe_ssd(v, file_bytes=size_mib << 20, queue_depth=queue_depth).as_dict() for k, v in targets.items()}
-    result = {"ssd": ssd, "memory_copy_gbps": probe_memory(), "cuda": probe_cuda()}
+    result = probe_machine(targets, file_bytes=size_mib << 20, queue_depth=queue_depth)
+    ssd = result["ssd"]
     if out is not None:
         doc = {"machine": profile, "measurements": [{"device": k, "read_gbps": round(v["seq_read_gbps"], 4)}
                                                     for k, v in ssd.items()], "probe": result}

@@ -76,10 +76,9 @@ def scan_cmd(
         save_profile(topo, out, header=f"scanned by `moment scan`\nsource: {topo.source or 'this machine'}",
                      what="--out")
     if json_out:
-        data = topo.model_dump(mode="json", exclude_none=True)
-        if report is not None:
-            data["scan_report"] = report.model_dump(mode="json")
-        print(json.dumps(data, indent=2))
+        from moment.planner.api import topology_json
+
+        print(json.dumps(topology_json(topo, report), indent=2))
         return
     _render_topology(topo)
     if report is not None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import typer
@@ -12,7 +11,10 @@ from rich.text import Text
 
 from moment.cli import app, console
 from moment.cli.common import solver_bar
-from moment.errors import MomentError, validation_lines
+from moment.errors import MomentError
+# the inputs are parsed with the planner's JSON (the service parses the same way); re-exported for the
+# other commands
+from moment.planner.api import DEFAULT_GPUS, parse_inventory, resolve_gpus  # noqa: F401
 
 _PROFILE_HELP = "built-in profile name (see `moment profiles`) or a YAML file describing the machine"
 _SET_HELP = ("what-if override PATH=VALUE on the profile, repeatable: `nodes.sw1.link.gen=5`, "
@@ -23,85 +25,12 @@ def _emit_json(obj) -> None:
     print(json.dumps(obj, indent=2, sort_keys=False))
 
 
-def parse_inventory(spec: str | None, gpus: int, ssds: int, gpu_model: str, ssd_model: str):
-    """`--inventory "4xA100-PCIe-40GB,8xP5510"` or --gpus/--ssds with their models."""
-    from moment.topology.devices import Inventory, InventoryItem, find_model
-
-    if spec is not None:
-        if not spec.strip():
-            raise MomentError("--inventory is empty: expected COUNTxMODEL[,COUNTxMODEL...], e.g. 4xA100,8xP5510",
-                              hint="leave --inventory out to use --gpus/--ssds")
-        items = []
-        for part in spec.split(","):
-            m = re.fullmatch(r"\s*(\d+)\s*[xX*]\s*(\S+)\s*", part)
-            if not m:
-                raise MomentError(f"--inventory {spec!r}: expected COUNTxMODEL[,COUNTxMODEL...], e.g. 4xA100,8xP5510")
-            model = find_model(m.group(2))
-            items.append(InventoryItem(model=model.name, count=int(m.group(1))))
-        return Inventory(items=items)
-    if gpus < 0 or ssds < 0:
-        raise MomentError("--gpus and --ssds must not be negative")
-    find_model(gpu_model), find_model(ssd_model)
-    return Inventory.simple(gpus, ssds, gpu_model, ssd_model)
-
-
-#: --gpus when left out, on a machine whose GPUs go in slots
-DEFAULT_GPUS = 4
 _GPUS_HELP = (f"number of GPUs to place (default {DEFAULT_GPUS}; on machines with built-in GPUs, e.g. dgx2 or "
               "hgx-a100-8gpu, default 0: the planner places the SSDs around them)")
 
 
-def resolve_gpus(topo, gpus: int | None) -> int:
-    """How many GPUs to place. Left out: 0 where the machine has built-in GPUs (SXM modules the planner
-    never moves), else DEFAULT_GPUS. Given: a number the machine cannot take as extra cards is an
-    error, except the built-in count itself, which means "its own GPUs"."""
-    from moment.topology.devices import builtin_gpus, strip
-    from moment.topology.model import Kind
-
-    built = builtin_gpus(topo)
-    if gpus is None:
-        return 0 if built else DEFAULT_GPUS
-    if not built or gpus == 0:
-        return gpus
-    bare = strip(topo)[0]
-    if any(Kind.gpu in sl.accepts and sl.width >= 16 for sl in bare.empty_slots()):
-        return gpus  # extra cards next to the built-in ones
-    if gpus == len(built):
-        return 0
-    model = getattr(built[0], "model", "GPU")
-    raise MomentError(
-        f"--gpus {gpus}: {topo.name!r} has {len(built)} built-in GPUs ({model}) and no free slot for another",
-        hint="leave out --gpus (or --gpus 0) to plan the SSDs around its own GPUs")
-
-
 def _overrides_line(overrides: list[str]) -> str:
     return "what-if overrides (--set): " + ", ".join(overrides)
-
-
-def _workload(feature_dim: int | None, bytes_per_gpu_gb: float | None, gpu_share: float | None,
-              cpu_share: float | None):
-    from pydantic import ValidationError
-
-    from moment.workload.spec import WorkloadSpec
-
-    fields = {}
-    if feature_dim is not None:
-        fields["feature_dim"] = feature_dim
-    if bytes_per_gpu_gb is not None:
-        fields["bytes_per_gpu_per_epoch"] = bytes_per_gpu_gb * 1e9
-    if gpu_share is not None:
-        fields["gpu_cache_share"] = gpu_share
-    if cpu_share is not None:
-        fields["cpu_cache_share"] = cpu_share
-    try:
-        return WorkloadSpec(**fields)
-    except ValidationError as e:
-        lines = validation_lines(e, relabel=lambda loc: [_WORKLOAD_OPTIONS.get(".".join(map(str, loc)), "workload")])
-        raise MomentError(f"workload options: {'; '.join(lines)}") from None
-
-
-_WORKLOAD_OPTIONS = {"feature_dim": "--feature-dim", "bytes_per_gpu_per_epoch": "--gb-per-gpu",
-                     "gpu_cache_share": "--gpu-cache-share", "cpu_cache_share": "--cpu-cache-share"}
 
 
 @app.command("plan")
@@ -130,7 +59,7 @@ def plan_cmd(
     Example: moment plan --profile paper-machine-b --gpus 4 --ssds 8 --diagram plan.svg
     """
     from moment.cli import fidelity_cmds as fid
-    from moment.planner.plan import make_plan
+    from moment.planner import api
 
     if backend not in ("networkx", "ortools"):
         raise MomentError(f"--maxflow-backend {backend!r}: choose networkx or ortools")
@@ -138,21 +67,20 @@ def plan_cmd(
         from moment.planner.diagram import check_diagram_path
 
         check_diagram_path(diagram)
-    topo, cal = fid.load_topology(profile, calibration, overrides)
+    topo, cal = api.load_topology(profile, calibration, overrides)
     inv = parse_inventory(inventory, resolve_gpus(topo, gpus) if not inventory else 0, ssds, gpu_model, ssd_model)
-    wl = _workload(feature_dim, bytes_per_gpu, gpu_cache_share, cpu_cache_share)
+    wl = api.workload_spec(feature_dim, bytes_per_gpu, gpu_cache_share, cpu_cache_share)
     with solver_bar(not json_out) as cb:
-        plan = make_plan(topo, inv, wl, maxflow_backend=backend, progress=cb)
-    plan = plan.model_copy(update={"overrides": list(overrides)})
+        plan, out = api.plan_machine(topo, inv, wl, overrides=overrides, calibration=cal,
+                                     calibration_source=str(calibration), replay=replay, maxflow_backend=backend,
+                                     progress=cb)
     if diagram is not None:
         from moment.planner.diagram import write_plan_diagram
 
         write_plan_diagram(topo, plan, diagram)
-    extra = {"calibration": fid.calibration_block(cal, calibration, plan)} if cal is not None else {}
-    if replay:
-        extra["replay"] = fid.replay_rows(plan, topo)
+    extra = {k: out[k] for k in ("calibration", "replay") if k in out}
     if json_out:
-        _emit_json({**plan.model_dump(mode="json"), **extra})
+        _emit_json(out)
         return
     from moment.cli.render import render_plan
 
@@ -177,33 +105,14 @@ def compare_cmd(
     json_out: bool = typer.Option(False, "--json", help="print a JSON list"),
 ) -> None:
     """Plan several machines (or inventories) and put the best layouts side by side (what-if)."""
-    from moment.cli.fidelity_cmds import calibrated_row, load_topology
-    from moment.planner.explain import bottleneck_summary
-    from moment.planner.plan import make_plan
-    from moment.topology.devices import builtin_gpus_note
-    from moment.workload.spec import WorkloadSpec
+    from moment.planner import api
 
-    rows = []
+    machines, cal = [], None
     for prof in profiles:
-        topo, cal = load_topology(prof, calibration, overrides)
-        invs = [parse_inventory(s, 0, 0, gpu_model, ssd_model) for s in inventories] or \
-            [parse_inventory(None, resolve_gpus(topo, gpus), ssds, gpu_model, ssd_model)]
-        for inv in invs:
-            plan = make_plan(topo, inv, WorkloadSpec())
-            best_base = min(plan.baselines, key=lambda b: b.predicted.epoch_read_s, default=None)
-            rows.append({
-                "profile": prof, "inventory": plan.inventory, "built_in": builtin_gpus_note(topo, "").strip(),
-                "overrides": list(overrides),
-                "epoch_read_s": plan.predicted.epoch_read_s,
-                "per_gpu_inlet_gbps": plan.predicted.per_gpu_inlet_gbps,
-                "aggregate_gbps": plan.predicted.aggregate_gbps,
-                "bottlenecks": plan.bottlenecks,
-                "bottleneck_summary": bottleneck_summary(plan),
-                "best_baseline": best_base.name if best_base else None,
-                "gain_vs_best_baseline": plan.gain_vs_best_baseline,
-                "placement": plan.placement,
-                **calibrated_row(cal, plan),
-            })
+        topo, cal = api.load_topology(prof, calibration, overrides)
+        machines.append((prof, topo))
+    rows = api.compare_rows(machines, inventories=inventories, gpus=gpus, ssds=ssds, gpu_model=gpu_model,
+                            ssd_model=ssd_model, overrides=overrides, calibration=cal)
     if json_out:
         _emit_json(rows)
         return
@@ -289,10 +198,11 @@ def schema_cmd(
 @app.command("models")
 def models_cmd(json_out: bool = typer.Option(False, "--json", help="print a JSON list")) -> None:
     """List the GPU, SSD and NIC models the planner knows (use with --gpu-model/--ssd-model)."""
+    from moment.planner.api import models_json
     from moment.topology.devices import CATALOG
 
     if json_out:
-        _emit_json([m.model_dump(mode="json") for m in CATALOG])
+        _emit_json(models_json())
         return
     table = Table(title="device models")
     for col in ("name", "kind", "PCIe", "double width", "memory GiB", "read GB/s", "capacity GB"):
@@ -307,13 +217,9 @@ def models_cmd(json_out: bool = typer.Option(False, "--json", help="print a JSON
 @app.command("profiles")
 def profiles_cmd(json_out: bool = typer.Option(False, "--json", help="print a JSON list")) -> None:
     """List the built-in machine profiles (use them with --profile NAME)."""
-    from moment.topology.profiles import builtin_names, load_profile
+    from moment.planner.api import profiles_json
 
-    rows = []
-    for name in builtin_names():
-        t = load_profile(name)
-        rows.append({"name": name, "description": t.description or "", "counts": t.counts(),
-                     "empty_slots": len(t.empty_slots())})
+    rows = profiles_json()
     if json_out:
         _emit_json(rows)
         return

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -104,6 +105,24 @@ def probe_ssd(directory: str | Path, *, file_bytes: int = 1 << 30, seq_block: in
         direct, backend = stack.direct, stack.backend
     return SsdProbe(str(path), file_bytes, direct, backend, float(np.median(seq_rates)), seq_block,
                     float(np.median(iops)), rand_block, queue_depth)
+
+
+def probe_machine(targets: dict[str, str | Path], *, file_bytes: int = 1 << 30, queue_depth: int = 32,
+                  before: Callable[[str, int, int], None] | None = None) -> dict:
+    """`moment probe --json`'s object: each SSD (id -> directory on it), memory copy, CUDA. `before(what,
+    i, n)` is called before each of the n steps (progress, and a chance to stop the probe by raising)."""
+    n = len(targets) + 2
+    ssd = {}
+    for i, (k, v) in enumerate(targets.items()):
+        if before is not None:
+            before(k, i, n)
+        ssd[k] = probe_ssd(v, file_bytes=file_bytes, queue_depth=queue_depth).as_dict()
+    if before is not None:
+        before("memory", n - 2, n)
+    memory = probe_memory()
+    if before is not None:
+        before("cuda", n - 1, n)
+    return {"ssd": ssd, "memory_copy_gbps": memory, "cuda": probe_cuda()}
 
 
 def probe_memory(nbytes: int = 512 * MiB, repeats: int = 3) -> float:

@@ -23,7 +23,7 @@ from moment.topology.model import Topology
 #: widest picture (px) before link labels drop their capacities: fits a laptop screen and a slide
 MAX_WIDTH = 1600
 
-__all__ = ["scene", "plan_scene", "render_svg", "render_png", "write_diagram", "write_plan_diagram",
+__all__ = ["scene", "plan_scene", "plan_svg", "render_svg", "render_png", "write_diagram", "write_plan_diagram",
            "check_diagram_path", "util_colour"]
 
 
@@ -50,6 +50,11 @@ def plan_scene(topo: Topology, plan: Plan) -> Scene:
         subtitle += "\nwhat-if (--set): " + ", ".join(plan.overrides)
     inlet = dict(zip(p.gpus, p.per_gpu_inlet_gbps))
     return scene(populate(strip(topo)[0], plan.placement), plan.links, title, subtitle=subtitle, inlet=inlet)
+
+
+def plan_svg(topo: Topology, plan: Plan) -> str:
+    """The plan's diagram as SVG text (the service returns it; `write_plan_diagram` writes it)."""
+    return to_svg(plan_scene(topo, plan))
 
 
 def render_svg(topo: Topology, links: list[LinkUse], title: str = "", **kw) -> str:

@@ -1,0 +1,75 @@
+"""`moment serve`: the placement service over HTTP (moment.service), started with uvicorn."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import typer
+
+from moment.cli import app, err_console
+from moment.errors import MomentError
+
+
+@app.command("serve")
+def serve_cmd(
+    host: str = typer.Option("127.0.0.1", "--host", help="address to listen on; anything but loopback needs a token"),
+    port: int = typer.Option(8000, "--port", help="TCP port"),
+    data_dir: Path = typer.Option(Path("moment-data"), "--data-dir", "-d",
+                                  help="the only directory requests may touch: datasets/, layouts/, probe/ and the job database"),
+    token: str | None = typer.Option(None, "--token", envvar="MOMENT_TOKEN", show_envvar=True,
+                                     help="bearer token every /v1 route but health requires (prefer the env variable: "
+                                          "arguments show in `ps`)"),
+    db: Path | None = typer.Option(None, "--db", help="SQLite job database (default DATA_DIR/jobs.sqlite3)"),
+    workers: int = typer.Option(1, "--workers", help="worker processes (they share the job database)"),
+    root_path: str = typer.Option("", "--root-path", help="URL prefix a reverse proxy serves the app under, e.g. /moment"),
+    forwarded_allow_ips: str = typer.Option(
+        "127.0.0.1", "--forwarded-allow-ips",
+        help="proxies whose X-Forwarded-For/-Proto headers are trusted (comma-separated, or '*')"),
+    max_body_mib: float = typer.Option(16, "--max-body-mib", help="largest request body (413 above)"),
+    max_upload_mib: float = typer.Option(8, "--max-upload-mib", help="largest uploaded machine description (413 above)"),
+    plan_timeout: float = typer.Option(120, "--plan-timeout", help="seconds one plan/compare/simulate may search (408 after)"),
+    log_level: str = typer.Option("info", "--log-level", help="uvicorn's log level"),
+) -> None:
+    """Serve the planner over HTTP: JSON under /v1 (plan, compare, simulate, scan, profiles, models, and place/probe jobs), the OpenAPI schema at /openapi.json, and the web page at / when installed.
+
+    Example: moment serve --port 8000 --data-dir ./moment-data, then curl -s localhost:8000/v1/plan -H 'content-type: application/json' -d '{"profile": "paper-machine-b", "gpus": 4, "ssds": 8}'
+
+    Safe by default: it listens on 127.0.0.1 only. Listening on another address needs a token (--token or MOMENT_TOKEN); clients then send `Authorization: Bearer TOKEN`.
+
+    Behind a reverse proxy (nginx, Caddy, Traefik): keep --host 127.0.0.1 and proxy to it; set --forwarded-allow-ips to the proxy's address so its X-Forwarded-For/-Proto headers are trusted, and --root-path /PREFIX when the proxy serves the app under a path prefix (and strips it). Let the proxy terminate TLS; its own body limit should not be below --max-body-mib.
+
+    Several workers: --workers N starts N uvicorn processes. Any ASGI server can run the app from the MOMENT_DATA_DIR, MOMENT_TOKEN, MOMENT_DB, MOMENT_MAX_BODY_MIB, MOMENT_MAX_UPLOAD_MIB and MOMENT_PLAN_TIMEOUT_S variables, e.g. `MOMENT_DATA_DIR=/srv/moment uvicorn --factory moment.service.app:create_app --workers 4` or `gunicorn -k uvicorn.workers.UvicornWorker -w 4 'moment.service.app:create_app()'`. The workers share the jobs through the one SQLite file: any worker shows or cancels any job, each job runs in the worker that accepted it, and a job whose worker died is marked interrupted.
+    """
+    from moment.service.config import ENV, MiB, Settings, check_bind
+
+    check_bind(host, token)
+    if workers < 1:
+        raise MomentError(f"--workers {workers}: at least 1")
+    if not 0 < port < 65536:
+        raise MomentError(f"--port {port}: choose 1-65535")
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn
+    except ImportError as e:
+        raise MomentError(f"the service needs {e.name}: pip install 'moment[serve]'") from None
+    settings = Settings(data_dir=data_dir, db=db, token=token, max_body_bytes=int(max_body_mib * MiB),
+                        max_upload_bytes=int(max_upload_mib * MiB), plan_timeout_s=plan_timeout).checked()
+    common = dict(host=host, port=port, root_path=root_path, proxy_headers=True,
+                  forwarded_allow_ips=forwarded_allow_ips, log_level=log_level)
+    auth = "bearer token required" if settings.token else "no token: loopback only"
+    err_console.print(f"moment service on http://{host}:{port}{root_path}/ (data {settings.data_dir}; {auth})",
+                      highlight=False)
+    if workers == 1:
+        from moment.service.app import create_app
+
+        uvicorn.run(create_app(settings), **common)
+        return
+    # the workers are new processes: they build the app from the environment
+    os.environ.update({ENV["data_dir"]: str(settings.data_dir), ENV["max_body_mib"]: str(max_body_mib),
+                       ENV["max_upload_mib"]: str(max_upload_mib), ENV["plan_timeout_s"]: str(plan_timeout)})
+    if db is not None:
+        os.environ[ENV["db"]] = str(db)
+    if settings.token:
+        os.environ[ENV["token"]] = settings.token
+    uvicorn.run("moment.service.app:create_app", factory=True, workers=workers, **common)

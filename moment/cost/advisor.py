@@ -1,0 +1,396 @@
+"""What should I buy: search inventories under a budget and rank them by throughput per dollar and by
+throughput.
+
+An inventory is n GPUs of one model and m SSDs of one model (the buying decision; mixed models are
+not searched). Each is priced exactly (cheap), dropped when its hardware costs more than the budget,
+and given an optimistic throughput from a placement-free lower bound on its epoch time:
+
+- the SSDs must serve what the GPU and CPU caches cannot: (1 - gpu share - cpu share) of all bytes
+  at no more than the sum of the SSDs' rates, each its read rate capped by its card's link and by
+  a slot's link (the m best slots it fits, one SSD per slot);
+- without peer links (NVLink) every byte a GPU reads from outside its own cache crosses its slot:
+  its bytes x (1 - its own cache's share) at no more than the n-th best slot link (n GPUs sit in n
+  distinct slots, the slowest of them sets the pace).
+
+Inventories are then solved exactly with the planner (`make_plan`: symmetry pruning and its own
+branch and bound over placements) in the order of their optimistic rank, alternating between the
+two rankings; a ranking stops asking once its next inventory, even at its bound, cannot enter its
+top k. What neither ranking asked for is `pruned`. An inventory that is no faster than the same one
+with one SSD fewer is not ranked (`dominated`: the extra SSD buys nothing); before an inventory enters
+a top list its smaller sibling is solved, so a top list never holds an entry a later solve removes. `prune=False` solves every inventory in the
+budget (the baseline of bench/advise.py, and what the tests compare against).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, Field
+
+from moment.cost.model import CostParams, costs, report, samples_per_epoch
+from moment.cost.prices import PriceTable, load_prices
+from moment.errors import MomentError
+from moment.topology.bandwidth import GB
+from moment.topology.devices import Inventory, InventoryItem, builtin_gpus, find_model, fits, strip
+from moment.topology.model import Kind, Link, Topology
+from moment.workload.spec import WorkloadSpec
+
+#: optimistic bounds are inflated by this much so a solver's rounding can never beat its own bound
+BOUND_SLACK = 1e-6
+#: significant digits under which two throughputs (or TPCs) tie; ties go to the lower TCO
+TIE_DIGITS = 6
+
+
+class Predicted(BaseModel):
+    epoch_read_s: float = Field(description="the plan's predicted epoch time (LP, every GPU fed)")
+    aggregate_gbps: float
+    bottlenecks: list[str] = Field(default_factory=list)
+
+
+class Candidate(BaseModel):
+    """One inventory solved by the planner, with its best placement and its cost."""
+
+    inventory: str = Field(description="e.g. '2 x A100-PCIe-40GB, 4 x P5510'")
+    items: list[InventoryItem]
+    placement: dict[str, str] = Field(description="slot id -> device model (the planner's recommendation)")
+    predicted: Predicted
+    epoch_s: float
+    throughput_samples_per_s: float = Field(description="training samples per second (Hyperion's throughput)")
+    epochs_per_hour: float
+    hardware_usd: float = Field(description="server + devices: what the budget is compared with")
+    cost_usd: float = Field(description="the same as hardware_usd")
+    power_w: float
+    electricity_usd: float
+    tco_usd: float = Field(description="hardware + electricity over the horizon (Hyperion Eq. 5)")
+    tpc: float = Field(description="samples/s per TCO dollar")
+    tpc_hardware: float = Field(description="samples/s per hardware dollar")
+    dominated: bool = Field(False, description="as fast as the same inventory with one SSD fewer (when that was "
+                            "solved too): the extra SSD buys nothing, so it is not ranked")
+    rank_per_dollar: int | None = Field(None, description="1 = best throughput per dollar (top k only)")
+    rank_throughput: int | None = Field(None, description="1 = best throughput (top k only)")
+
+
+class PriceSource(BaseModel):
+    price_usd: float | None = None
+    usd_per_kwh: float | None = None
+    power_w: float | None = None
+    date: str
+    source: str
+
+
+class AdviseResult(BaseModel):
+    machine: str
+    workload: str
+    budget_usd: float
+    budget_basis: str = Field("hardware_usd", description="the budget caps the purchase, not the TCO")
+    top_k: int
+    params: CostParams
+    best_throughput_per_dollar: Candidate
+    best_per_dollar: Candidate = Field(description="the same as best_throughput_per_dollar")
+    best_throughput: Candidate
+    runner_ups: list[Candidate] = Field(
+        description="the other members of either top k, by per-dollar rank then throughput rank")
+    candidates: list[Candidate] = Field(description="every inventory solved, best per dollar first")
+    gpu_models: list[str]
+    ssd_models: list[str]
+    searched: int = Field(description="inventories that fit the chassis' slots (before the budget)")
+    over_budget: int
+    pruned: int = Field(description="in the budget but skipped: their optimistic bound could not enter a top k")
+    solved: int = Field(description="inventories placed and solved by the planner")
+    unplaceable: int = Field(description="solved but with no valid placement (e.g. double-width cards)")
+    elapsed_s: float
+    prices: dict[str, object] = Field(description="origin of the table and the date/source of each price used")
+
+
+@dataclass(order=False)
+class _Inv:
+    inventory: Inventory
+    label: str
+    hardware_usd: float
+    tco_usd: float
+    ub_thr: float = 0.0
+    ub_tpc: float = 0.0
+    pred: str | None = None  # label of the same inventory with one SSD fewer
+    done: bool = False
+    dominated: bool = False
+    exact: Candidate | None = field(default=None)
+
+
+def _q(x: float) -> float:
+    return float(f"{x:.{TIE_DIGITS}g}")
+
+
+def _key_tpc(tpc: float, inv: _Inv) -> tuple:
+    return (-_q(tpc), inv.tco_usd, inv.label)
+
+
+def _key_thr(thr: float, inv: _Inv) -> tuple:
+    return (-_q(thr), inv.tco_usd, inv.label)
+
+
+def _split_models(models: list[str] | None, prices: PriceTable) -> tuple[list[str], list[str]]:
+    """GPU and SSD models to search: the listed ones of each kind; a kind not listed: every priced model."""
+    gpus: list[str] = []
+    ssds: list[str] = []
+    for name in models or []:
+        m = find_model(name)
+        target = gpus if m.kind == Kind.gpu else ssds if m.kind == Kind.ssd else None
+        if target is None:
+            raise MomentError(f"models: {m.name} is a {m.kind.value}; list GPU and SSD models")
+        prices.device(m.name)  # no price: one line naming the model
+        if m.name not in target:
+            target.append(m.name)
+    return gpus or prices.models(Kind.gpu), ssds or prices.models(Kind.ssd)
+
+
+def _one_ssd_fewer(inv: Inventory) -> Inventory | None:
+    items = list(inv.items)
+    for i, it in enumerate(items):
+        if find_model(it.model).kind == Kind.ssd and it.count > 0:
+            rest = items[:i] + ([InventoryItem(model=it.model, count=it.count - 1)] if it.count > 1 else []) + items[i + 1:]
+            return Inventory(items=rest) if rest else None
+    return None
+
+
+def _inventories(bare: Topology, gpu_models: list[str], ssd_models: list[str], max_gpus: int | None,
+                 max_ssds: int | None, workload: WorkloadSpec) -> list[Inventory]:
+    """Every (n x GPU model, m x SSD model) that the free slots can take by count, in a stable order."""
+    free = bare.empty_slots()
+    builtin = builtin_gpus(bare)
+    gpu_opts: list[tuple[str | None, int]] = [(None, 0)] if builtin else []
+    for g in gpu_models:
+        room = sum(fits(s, find_model(g)) for s in free)
+        gpu_opts += [(g, n) for n in range(1, min(room, max_gpus if max_gpus is not None else room) + 1)]
+    caches_cover = workload.gpu_cache_share + workload.cpu_cache_share >= 1.0 - 1e-9
+    ssd_opts: list[tuple[str | None, int]] = [(None, 0)] if caches_cover else []
+    for s in ssd_models:
+        room = sum(fits(sl, find_model(s)) for sl in free)
+        ssd_opts += [(s, n) for n in range(1, min(room, max_ssds if max_ssds is not None else room) + 1)]
+    out = []
+    for g, ng in gpu_opts:
+        for s, ns in ssd_opts:
+            if ng + ns == 0 or ng + ns > len(free):
+                continue
+            items = ([InventoryItem(model=g, count=ng)] if g else []) + ([InventoryItem(model=s, count=ns)] if s else [])
+            out.append(Inventory(items=items))
+    return out
+
+
+class _Bound:
+    """The placement-free lower bound on an inventory's epoch time (see the module docstring)."""
+
+    def __init__(self, bare: Topology, workload: WorkloadSpec):
+        self.workload = workload
+        self.scale = bare.ssd_read_scale or 1.0
+        self.fixed_ssd = sum(s.read_gbps * GB * self.scale for s in bare.of_kind(Kind.ssd))
+        self.builtin = builtin_gpus(bare)
+        # a peer link (NVLink bridge) on a slot or GPU lets data into a GPU past its slot; socket
+        # links (UPI) and switch links do not
+        ends = {x for lk in bare.links for x in (lk.a, lk.b)}
+        self.peers = any(bare.has(x) and bare.node(x).kind in (Kind.slot, Kind.gpu) for x in ends)
+        self.free = bare.empty_slots()
+        self._rates: dict[str, list[float]] = {}
+
+    def _slot_rates(self, model) -> list[float]:
+        """Per free slot the model fits, the most bytes/s a card of it can move there (card link, slot
+        link and, for an SSD, its read rate), best first. n cards sit in n distinct slots, so the
+        n best of these bound what they can do together and the n-th bounds the slowest of them."""
+        if model.name not in self._rates:
+            card = Link(gen=model.gen, width=model.lanes).bandwidth()
+            if model.kind == Kind.ssd:
+                card = min(card, model.read_gbps * GB * self.scale)
+            rates = [min(card, s.link.bandwidth() if s.link is not None else math.inf)
+                     for s in self.free if fits(s, model)]
+            self._rates[model.name] = sorted(rates, reverse=True)
+        return self._rates[model.name]
+
+    def epoch_s(self, inventory: Inventory) -> float:
+        wl = self.workload
+        gpus = [(m, c) for m, c in inventory.models() if m.kind == Kind.gpu]
+        n = sum(c for _, c in gpus) + len(self.builtin)
+        if n == 0:
+            return math.inf
+        per_gpu = wl.bytes_per_gpu(n)
+        total = per_gpu * n
+        ssd_rate = self.fixed_ssd + sum(sum(self._slot_rates(m)[:c]) for m, c in inventory.models()
+                                        if m.kind == Kind.ssd)
+        ssd_min = max(0.0, 1.0 - wl.gpu_cache_share - wl.cpu_cache_share)
+        lb = 0.0
+        if ssd_min > 0:
+            lb = ssd_min * total / ssd_rate if ssd_rate > 0 else math.inf
+        if gpus and not self.peers:
+            weights = [m.memory_gib for m, c in gpus for _ in range(c)] + [g.memory_gib for g in self.builtin]
+            total_w = sum(weights)
+            for m, c in gpus:
+                own = wl.gpu_cache_share * (m.memory_gib / total_w if total_w > 0 else 1.0 / n)
+                rates = self._slot_rates(m)
+                inlet = rates[c - 1] if c <= len(rates) else 0.0
+                lb = max(lb, per_gpu * (1.0 - own) / inlet if inlet > 0 else math.inf)
+        return lb
+
+
+def advise(topo: Topology, budget_usd: float, *, models: list[str] | None = None, max_gpus: int | None = None,
+           max_ssds: int | None = None, workload: WorkloadSpec | None = None, prices: PriceTable | None = None,
+           params: CostParams | None = None, top_k: int = 3, prune: bool = True,
+           progress: Callable[[int, int], None] | None = None) -> AdviseResult:
+    """The best inventories for `topo`'s chassis under `budget_usd` (hardware), by throughput per TCO
+    dollar and by throughput, with their placements. `progress(done, total)` counts inventories."""
+    from moment.planner.plan import make_plan
+
+    t0 = time.perf_counter()
+    if not budget_usd > 0 or not math.isfinite(budget_usd):
+        raise MomentError(f"budget {budget_usd:g} USD: give a positive amount")
+    if top_k < 1:
+        raise MomentError(f"top k {top_k}: give 1 or more")
+    for name, v in (("max GPUs", max_gpus), ("max SSDs", max_ssds)):
+        if v is not None and v < 0:
+            raise MomentError(f"{name} {v}: must not be negative")
+    workload = workload or WorkloadSpec()
+    prices = prices or load_prices()
+    params = params or CostParams()
+    gpu_models, ssd_models = _split_models(models, prices)
+    bare = strip(topo)[0]
+    invs = _inventories(bare, gpu_models, ssd_models, max_gpus, max_ssds, workload)
+    if not invs:
+        raise MomentError(f"no inventory of {', '.join(gpu_models + ssd_models)} fits the free slots of {topo.name!r}",
+                          hint="check --max-gpus/--max-ssds and `moment profiles` for the chassis' empty slots")
+    seeds = samples_per_epoch(workload)
+    bound = _Bound(bare, workload)
+    in_budget: list[_Inv] = []
+    cheapest: tuple[float, str] | None = None
+    for inv in invs:
+        _, hw, _, tco = costs(inv, prices, params)
+        label = inv.describe()
+        if cheapest is None or (hw, label) < cheapest:
+            cheapest = (hw, label)
+        if hw > budget_usd:
+            continue
+        lb = bound.epoch_s(inv)
+        ub = seeds / lb * (1 + BOUND_SLACK) if lb > 0 else math.inf
+        fewer = _one_ssd_fewer(inv)
+        in_budget.append(_Inv(inv, label, hw, tco, ub, ub / tco, pred=fewer.describe() if fewer else None))
+    if not in_budget:
+        assert cheapest is not None
+        raise MomentError(
+            f"budget {budget_usd:,.0f} USD buys nothing for {topo.name!r}: the cheapest inventory searched "
+            f"({cheapest[1]}, with the ${prices.server.price_usd:,.0f} server) costs {cheapest[0]:,.0f} USD",
+            hint="raise --budget, list cheaper --models, or price the server lower with --prices")
+
+    total = len(in_budget)
+    by_label = {c.label: c for c in in_budget}
+    unplaceable = 0
+    solved: list[_Inv] = []
+    top_tpc: list[tuple] = []
+    top_thr: list[tuple] = []
+
+    def enters(top: list[tuple], key: tuple) -> bool:
+        return len(top) < top_k or key < top[-1]
+
+    def check_dominated(c: _Inv, pred: _Inv | None) -> None:
+        if pred is not None and pred.exact is not None and c.exact is not None and (
+                _q(pred.exact.throughput_samples_per_s) >= _q(c.exact.throughput_samples_per_s)):
+            c.dominated = True
+            c.exact = c.exact.model_copy(update={"dominated": True})
+
+    def solve(c: _Inv) -> None:
+        """Solve c. If it would enter a top list, first make sure the same inventory with one SSD fewer
+        is solved: if that is as fast, c's extra SSD buys nothing and c is not ranked. So a top list
+        only ever holds checked entries and its k-th key only improves, which the pruning relies on."""
+        nonlocal unplaceable
+        c.done = True
+        try:
+            plan = make_plan(topo, c.inventory, workload)
+        except MomentError:
+            unplaceable += 1  # e.g. double-width cards that leave too few slots
+            c.exact = None
+        else:
+            rep = report(c.inventory, plan.predicted.epoch_read_s, seeds, prices, params)
+            c.exact = Candidate(
+                inventory=c.label, items=c.inventory.items, placement=plan.placement,
+                predicted=Predicted(epoch_read_s=plan.predicted.epoch_read_s,
+                                    aggregate_gbps=plan.predicted.aggregate_gbps, bottlenecks=plan.bottlenecks),
+                epoch_s=rep.epoch_s, throughput_samples_per_s=rep.throughput_samples_per_s,
+                epochs_per_hour=rep.epochs_per_hour, hardware_usd=rep.hardware_usd, cost_usd=rep.hardware_usd,
+                power_w=rep.power_w, electricity_usd=rep.electricity_usd, tco_usd=rep.tco_usd, tpc=rep.tpc,
+                tpc_hardware=rep.tpc_hardware)
+        solved.append(c)
+        if progress is not None:
+            progress(len(solved), total)
+        if c.exact is None:
+            return
+        k_tpc, k_thr = _key_tpc(c.exact.tpc, c), _key_thr(c.exact.throughput_samples_per_s, c)
+        if not (enters(top_tpc, k_tpc) or enters(top_thr, k_thr)):
+            return
+        pred = by_label.get(c.pred) if c.pred else None
+        if pred is not None and not pred.done:
+            solve(pred)
+        check_dominated(c, pred)
+        if not c.dominated:
+            for top, key in ((top_tpc, k_tpc), (top_thr, k_thr)):
+                top.append(key)
+                top.sort()
+                del top[top_k:]
+
+    if prune:
+        queues = [
+            (sorted(in_budget, key=lambda c: _key_tpc(c.ub_tpc, c)), lambda c: _key_tpc(c.ub_tpc, c), top_tpc),
+            (sorted(in_budget, key=lambda c: _key_thr(c.ub_thr, c)), lambda c: _key_thr(c.ub_thr, c), top_thr),
+        ]
+        pos = [0, 0]
+        active = [True, True]
+        while any(active):
+            for i, (queue, best_key, top) in enumerate(queues):
+                if not active[i]:
+                    continue
+                while pos[i] < len(queue) and queue[pos[i]].done:
+                    pos[i] += 1
+                if pos[i] == len(queue) or (len(top) >= top_k and best_key(queue[pos[i]]) > top[-1]):
+                    active[i] = False  # nothing left in this ranking can enter its top k
+                    continue
+                solve(queue[pos[i]])
+    else:
+        for c in sorted(in_budget, key=lambda c: c.label):
+            if not c.done:
+                solve(c)
+    if progress is not None:
+        progress(total, total)
+
+    for c in solved:  # the flag for every inventory whose smaller sibling was solved too
+        if not c.dominated and c.pred in by_label:
+            check_dominated(c, by_label[c.pred])
+    exact = [c for c in solved if c.exact is not None]
+    if not exact:
+        raise MomentError(f"no inventory within budget {budget_usd:,.0f} USD can be placed in {topo.name!r}",
+                          hint="raise --budget or lower --max-gpus (double-width cards cover neighbouring slots)")
+    ranked = [c for c in exact if not c.dominated]
+    by_tpc = sorted(ranked, key=lambda c: _key_tpc(c.exact.tpc, c))
+    by_thr = sorted(ranked, key=lambda c: _key_thr(c.exact.throughput_samples_per_s, c))
+    ranks: dict[str, dict] = {}
+    for r, c in enumerate(by_tpc[:top_k], start=1):
+        ranks.setdefault(c.label, {})["rank_per_dollar"] = r
+    for r, c in enumerate(by_thr[:top_k], start=1):
+        ranks.setdefault(c.label, {})["rank_throughput"] = r
+    final = {c.label: c.exact.model_copy(update=ranks.get(c.label, {})) for c in exact}
+    best_pd, best_thr = final[by_tpc[0].label], final[by_thr[0].label]
+    runner = [final[label] for label in ranks if label not in (best_pd.inventory, best_thr.inventory)]
+    runner.sort(key=lambda c: (c.rank_per_dollar or top_k + 1, c.rank_throughput or top_k + 1, c.inventory))
+    return AdviseResult(
+        machine=topo.name, workload=workload.name, budget_usd=budget_usd, top_k=top_k, params=params,
+        best_throughput_per_dollar=best_pd, best_per_dollar=best_pd, best_throughput=best_thr, runner_ups=runner,
+        candidates=[final[c.label] for c in sorted(exact, key=lambda c: _key_tpc(c.exact.tpc, c))], gpu_models=gpu_models, ssd_models=ssd_models,
+        searched=len(invs), over_budget=len(invs) - total, pruned=total - len(solved), solved=len(solved),
+        unplaceable=unplaceable, elapsed_s=time.perf_counter() - t0,
+        prices=_price_sources(prices, gpu_models + ssd_models))
+
+
+def _price_sources(prices: PriceTable, used: list[str]) -> dict[str, object]:
+    devs = {m: PriceSource(**prices.device(m).model_dump()).model_dump(exclude_none=True) for m in used}
+    return {
+        "origin": prices.origin, "currency": prices.currency,
+        "server": PriceSource(**prices.server.model_dump()).model_dump(exclude_none=True),
+        "electricity": PriceSource(**prices.electricity.model_dump()).model_dump(exclude_none=True),
+        "devices": devs,
+    }

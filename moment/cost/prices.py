@@ -1,0 +1,172 @@
+"""The price table: what each device model, the server and a kWh cost, with a date and source each.
+
+The table ships as data (`prices.yaml` in this package). A user's file is merged over it entry by
+entry, so a file with one quote (`devices: {H100-PCIe-80GB: {price_usd: 27500}}`) changes only that
+price; an entry whose price or power the user changes without saying where it came from gets the
+user's file as its source, so a report never shows a shipped source next to a user's number.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from moment.errors import MomentError, validation_lines
+from moment.topology.devices import find_model
+from moment.topology.model import Kind
+
+SHIPPED = "shipped"  # PriceTable.origin of the table in this package
+
+
+class _Entry(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    date: str = Field(description="when the price was true, e.g. '2024-01'")
+    source: str = Field(min_length=1, description="where the number comes from")
+
+
+class DevicePrice(_Entry):
+    price_usd: float = Field(gt=0, description="purchase price of one card or drive")
+    power_w: float = Field(ge=0, description="maximum board power / TDP, charged by the TCO's electricity term")
+
+
+class ServerPrice(_Entry):
+    price_usd: float = Field(ge=0, description="the host without GPUs and SSDs (Hyperion's C_mac)")
+    power_w: float = Field(ge=0, description="the host's own draw, without GPUs and SSDs")
+
+
+class ElectricityPrice(_Entry):
+    usd_per_kwh: float = Field(ge=0)
+
+
+class PriceTable(BaseModel):
+    """Prices in USD. `devices` is keyed by the catalogue's model names (see `moment models`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    currency: str = "USD"
+    server: ServerPrice
+    electricity: ElectricityPrice
+    devices: dict[str, DevicePrice]
+    origin: str = Field(SHIPPED, description="'shipped', or the shipped table with the user's file merged over it")
+
+    @field_validator("currency")
+    @classmethod
+    def _usd(cls, v: str) -> str:
+        if v != "USD":
+            raise ValueError(f"only USD prices are supported, got {v!r}")
+        return v
+
+    @field_validator("devices")
+    @classmethod
+    def _known(cls, v: dict[str, DevicePrice]) -> dict[str, DevicePrice]:
+        out = {}
+        for name, entry in v.items():
+            m = find_model(name)  # MomentError naming the model when the planner does not know it
+            if m.kind not in (Kind.gpu, Kind.ssd):
+                raise ValueError(f"{name}: only GPU and SSD models are priced, {m.name} is a {m.kind.value}")
+            out[m.name] = entry  # aliases ('a100') are stored under the catalogue name
+        return out
+
+    def device(self, name: str) -> DevicePrice:
+        m = find_model(name)
+        if m.name not in self.devices:
+            raise MomentError(f"no price for device model {m.name!r}",
+                              hint="add it to a file passed with --prices, e.g. "
+                                   f"devices: {{{m.name}: {{price_usd: ..., power_w: ..., date: ..., source: ...}}}}")
+        return self.devices[m.name]
+
+    def models(self, kind: Kind) -> list[str]:
+        """Priced models of a kind, in catalogue order."""
+        return [n for n in self.devices if find_model(n).kind == kind]
+
+
+def _read(path: Path) -> object:
+    try:
+        text = path.read_text()
+    except OSError as e:
+        from moment.outputs import reason
+
+        raise MomentError(f"cannot read the price file: {reason(e)}", source=str(path)) from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        raise MomentError(f"not valid YAML{where}", source=str(path)) from None
+
+
+def shipped_data() -> dict:
+    return yaml.safe_load(resources.files("moment.cost").joinpath("prices.yaml").read_text())
+
+
+def _validate(data: dict, source: str) -> PriceTable:
+    try:
+        return PriceTable.model_validate(data)
+    except ValidationError as e:
+        lines = validation_lines(e, limit=1)
+        raise MomentError(f"invalid price table: {lines[0]}", source=source) from None
+    except MomentError as e:  # an unknown model name, from find_model
+        raise MomentError(f"devices: {str(e).splitlines()[0]}", source=source,
+                          hint="price only models `moment models` lists") from None
+
+
+def _merge(base: dict, user: dict, source: str) -> dict:
+    """The user's entries over the shipped ones, field by field; a changed number without its own
+    source or date is attributed to the user's file."""
+    out = dict(base)
+    for key, value in user.items():
+        if key in ("server", "electricity", "devices") and not isinstance(value, dict):
+            raise MomentError(f"{key}: expected a mapping, got {type(value).__name__}", source=source)
+        if key == "server" or key == "electricity":
+            out[key] = _merge_entry(base.get(key, {}), value, source)
+        elif key == "devices":
+            devices = dict(base.get("devices", {}))
+            canon = {find_model(n).name: n for n in devices}
+            for name, entry in value.items():
+                if not isinstance(entry, dict):
+                    raise MomentError(f"devices.{name}: expected a mapping, got {type(entry).__name__}", source=source)
+                try:
+                    cname = find_model(str(name)).name
+                except MomentError as e:
+                    raise MomentError(f"devices.{name}: {str(e).splitlines()[0]}", source=source,
+                                      hint="price only models `moment models` lists") from None
+                devices[cname] = _merge_entry(devices.pop(canon.get(cname, cname), {}), entry, source)
+            out["devices"] = devices
+        else:
+            out[key] = value
+    return out
+
+
+def _merge_entry(base: dict, user: dict, source: str) -> dict:
+    merged = {**base, **user}
+    if set(user) - {"date", "source"}:
+        if "source" not in user:
+            merged["source"] = f"user file {source}"
+        if "date" not in user:
+            merged["date"] = "not given"
+    return merged
+
+
+def load_prices(path: str | Path | None = None) -> PriceTable:
+    """The shipped table, or the shipped table with the YAML file at `path` merged over it."""
+    if path is None:
+        return _validate(shipped_data(), "moment/cost/prices.yaml")
+    p = Path(path)
+    return merge_prices(_read(p), str(p))
+
+
+def merge_prices(user: object, source: str) -> PriceTable:
+    """The shipped table with `user` (a parsed price file: a mapping, or None for nothing) merged over
+    it; `source` names where it came from in messages and in the merged entries' sources."""
+    if user is None:
+        user = {}
+    if not isinstance(user, dict):
+        raise MomentError("a price file must be a YAML mapping (currency, server, electricity, devices)",
+                          source=source)
+    if "origin" in user:
+        raise MomentError("origin: not a field of a price file (it is set by Moment)", source=source)
+    data = _merge(shipped_data(), user, source)
+    data["origin"] = f"shipped + {source}"
+    return _validate(data, source)

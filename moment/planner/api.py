@@ -1,0 +1,323 @@
+"""The planner's answers as JSON-ready objects: what `moment plan/compare/simulate/models/profiles --json`
+print and what the service returns, assembled in one place so both say the same thing.
+
+Inputs are already-parsed objects (a Topology, an Inventory, a WorkloadSpec, a Calibration); parsing
+helpers for the user's spellings (`4xA100,8xP5510`, a GPU count, the workload knobs) are here too.
+Messages name the input by `flag(name)`: the CLI's `--gpus` by default, a request field in the service.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from moment.errors import MomentError, validation_lines
+
+if TYPE_CHECKING:  # imported where used: the CLI imports this module at start-up, which must stay instant
+    from moment.planner.calibration import Calibration
+    from moment.planner.contracts import Plan
+    from moment.topology.devices import Inventory
+    from moment.topology.model import Topology
+    from moment.workload.spec import WorkloadSpec
+
+#: --gpus when left out, on a machine whose GPUs go in slots
+DEFAULT_GPUS = 4
+
+Flag = Callable[[str], str]
+
+
+def cli_flag(name: str) -> str:
+    """`gb_per_gpu` -> `--gb-per-gpu`: how the CLI spells an input."""
+    return "--" + name.replace("_", "-")
+
+
+# ---- inputs ------------------------------------------------------------------------------------------
+def parse_inventory(spec: str | None, gpus: int, ssds: int, gpu_model: str, ssd_model: str, *,
+                    flag: Flag = cli_flag) -> Inventory:
+    """`4xA100-PCIe-40GB,8xP5510` (spec), or `gpus` and `ssds` of the two models."""
+    from moment.topology.devices import Inventory, InventoryItem
+
+    if spec is not None:
+        if not spec.strip():
+            raise MomentError(f"{flag('inventory')} is empty: expected COUNTxMODEL[,COUNTxMODEL...], e.g. 4xA100,8xP5510",
+                              hint=f"leave {flag('inventory')} out to use {flag('gpus')}/{flag('ssds')}")
+        items = []
+        for part in spec.split(","):
+            m = re.fullmatch(r"\s*(\d+)\s*[xX*]\s*(\S+)\s*", part)
+            if not m:
+                raise MomentError(f"{flag('inventory')} {spec!r}: expected COUNTxMODEL[,COUNTxMODEL...], "
+                                  "e.g. 4xA100,8xP5510")
+            model = _model(m.group(2), "inventory", flag)
+            items.append(InventoryItem(model=model.name, count=int(m.group(1))))
+        return Inventory(items=items)
+    if gpus < 0 or ssds < 0:
+        raise MomentError(f"{flag('gpus')} and {flag('ssds')} must not be negative")
+    _model(gpu_model, "gpu_model", flag), _model(ssd_model, "ssd_model", flag)
+    return Inventory.simple(gpus, ssds, gpu_model, ssd_model)
+
+
+def _model(name: str, what: str, flag: Flag):
+    """The catalogue's model; an unknown one is an error naming the input that gave it."""
+    from moment.topology.devices import find_model
+
+    try:
+        return find_model(name)
+    except MomentError as e:
+        raise MomentError(f"{flag(what)}: unknown device model {name!r}", hint=e.hint) from None
+
+
+def resolve_gpus(topo: Topology, gpus: int | None, *, flag: Flag = cli_flag) -> int:
+    """How many GPUs to place. Left out: 0 where the machine has built-in GPUs (SXM modules the planner
+    never moves), else DEFAULT_GPUS. Given: a number the machine cannot take as extra cards is an
+    error, except the built-in count itself, which means "its own GPUs"."""
+    from moment.topology.devices import builtin_gpus, strip
+    from moment.topology.model import Kind
+
+    built = builtin_gpus(topo)
+    if gpus is None:
+        return 0 if built else DEFAULT_GPUS
+    if not built or gpus == 0:
+        return gpus
+    bare = strip(topo)[0]
+    if any(Kind.gpu in sl.accepts and sl.width >= 16 for sl in bare.empty_slots()):
+        return gpus  # extra cards next to the built-in ones
+    if gpus == len(built):
+        return 0
+    model = getattr(built[0], "model", "GPU")
+    raise MomentError(
+        f"{flag('gpus')} {gpus}: {topo.name!r} has {len(built)} built-in GPUs ({model}) and no free slot for another",
+        hint=f"leave out {flag('gpus')} (or {flag('gpus')} 0) to plan the SSDs around its own GPUs")
+
+
+#: WorkloadSpec field -> the input that sets it
+_WORKLOAD_INPUTS = {"feature_dim": "feature_dim", "bytes_per_gpu_per_epoch": "gb_per_gpu",
+                    "gpu_cache_share": "gpu_cache_share", "cpu_cache_share": "cpu_cache_share"}
+
+
+def workload_spec(feature_dim: int | None = None, gb_per_gpu: float | None = None,
+                  gpu_cache_share: float | None = None, cpu_cache_share: float | None = None, *,
+                  flag: Flag = cli_flag) -> WorkloadSpec:
+    """The planner's workload with the given knobs changed (None: the default)."""
+    from pydantic import ValidationError
+
+    from moment.workload.spec import WorkloadSpec
+
+    fields: dict[str, Any] = {}
+    if feature_dim is not None:
+        fields["feature_dim"] = feature_dim
+    if gb_per_gpu is not None:
+        fields["bytes_per_gpu_per_epoch"] = gb_per_gpu * 1e9
+    if gpu_cache_share is not None:
+        fields["gpu_cache_share"] = gpu_cache_share
+    if cpu_cache_share is not None:
+        fields["cpu_cache_share"] = cpu_cache_share
+    try:
+        return WorkloadSpec(**fields)
+    except ValidationError as e:
+        def relabel(loc: list) -> list:
+            name = _WORKLOAD_INPUTS.get(".".join(map(str, loc)))
+            return [flag(name) if name else "workload"]
+
+        raise MomentError(f"workload options: {'; '.join(validation_lines(e, relabel=relabel))}") from None
+
+
+def load_topology(profile: str, calibration: Path | None, overrides: list[str] | None = None):
+    """The profile (name or YAML file), with the calibration file applied when one is given:
+    (topology, calibration or None)."""
+    from moment.planner.calibration import load_calibration
+    from moment.topology.profiles import load_profile
+
+    topo = load_profile(profile, overrides)
+    if calibration is None:
+        return topo, None
+    cal = load_calibration(calibration)
+    return calibrated(topo, cal), cal
+
+
+def calibrated(topo: Topology, cal: Calibration | None) -> Topology:
+    """`topo` with the calibration's link efficiencies and SSD read scale applied."""
+    from moment.planner.calibration import apply_calibration
+
+    return topo if cal is None else apply_calibration(topo, cal.params)
+
+
+# ---- plan --------------------------------------------------------------------------------------------
+def calibration_block(cal: Calibration, source: str, plan: Plan) -> dict:
+    """`calibration` of `plan --calibration --json`: the source, its parameters, the calibrated epochs."""
+    from moment.planner.calibration import calibrated_epoch
+
+    epochs = {"recommended": calibrated_epoch(plan.predicted.epoch_read_s, cal)}
+    epochs.update({b.name: calibrated_epoch(b.predicted.epoch_read_s, cal) for b in plan.baselines})
+    return {"file": source, "params": cal.params, "predicted_epoch_s": epochs}
+
+
+def calibrated_row(cal: Calibration | None, plan: Plan) -> dict:
+    """Extra keys of a `compare --calibration` row."""
+    from moment.planner.calibration import calibrated_epoch
+
+    if cal is None:
+        return {}
+    return {"calibrated_epoch_s": calibrated_epoch(plan.predicted.epoch_read_s, cal), "calibration": cal.params}
+
+
+def replay_placement(topo_bare: Topology, placement: dict[str, str], workload: WorkloadSpec, *,
+                     steps: int | None, seed: int, uniform: bool):
+    """Replay a placement on a synthetic trace: the LP's shares, `steps` DDP steps (default: the
+    workload's seeds / batch / GPUs), rows of the workload's row size."""
+    from moment.planner.lp import solve_lp
+    from moment.planner.network import build_network
+    from moment.planner.replay import Replayer, steps_per_epoch, synthetic_demands
+    from moment.topology.devices import populate
+
+    net = build_network(populate(topo_bare, placement), workload)
+    sol = solve_lp(net)
+    n = steps or steps_per_epoch(workload.num_nodes * workload.train_fraction, workload.batch_size, len(net.gpus))
+    B = synthetic_demands(net, sol.storage_shares(), n, workload.row_bytes, seed=seed, uniform=uniform)
+    return Replayer(net).run(B, sol.epoch_read_s, "uniform" if uniform else "synthetic")
+
+
+def replay_rows(plan: Plan, topo: Topology, steps: int | None = None, seed: int = 0) -> dict:
+    """`plan --replay`: replayed epoch next to the LP's for the recommended layout and each baseline."""
+    from moment.topology.devices import strip
+
+    bare, _ = strip(topo)
+    out = {"recommended": replay_placement(bare, plan.placement, plan.workload, steps=steps, seed=seed,
+                                           uniform=False).model_dump(mode="json")}
+    for b in plan.baselines:
+        out[b.name] = replay_placement(bare, b.placement, plan.workload, steps=steps, seed=seed,
+                                       uniform=False).model_dump(mode="json")
+    return out
+
+
+def plan_machine(topo: Topology, inventory: Inventory, workload: WorkloadSpec, *,
+                 overrides: list[str] | None = None, calibration: Calibration | None = None,
+                 calibration_source: str = "", replay: bool = False, maxflow_backend: str = "ortools",
+                 progress: Callable[[int, int], None] | None = None) -> tuple[Plan, dict]:
+    """Plan `inventory` on `topo` (calibration already applied): the Plan and `moment plan --json`'s object
+    (the plan, plus `calibration` and `replay` when asked)."""
+    from moment.planner.plan import make_plan
+
+    if maxflow_backend not in ("networkx", "ortools"):
+        raise MomentError(f"maxflow backend {maxflow_backend!r}: choose networkx or ortools")
+    plan = make_plan(topo, inventory, workload, maxflow_backend=maxflow_backend, progress=progress)
+    plan = plan.model_copy(update={"overrides": list(overrides or [])})
+    extra: dict[str, Any] = {}
+    if calibration is not None:
+        extra["calibration"] = calibration_block(calibration, calibration_source, plan)
+    if replay:
+        extra["replay"] = replay_rows(plan, topo)
+    return plan, {**plan.model_dump(mode="json"), **extra}
+
+
+def plan_svg(topo: Topology, plan: Plan) -> str:
+    """The plan's diagram as SVG text (what `moment plan --diagram FILE.svg` writes)."""
+    from moment.planner.diagram import plan_svg as svg
+
+    return svg(topo, plan)
+
+
+# ---- compare -----------------------------------------------------------------------------------------
+def compare_row(profile: str, topo: Topology, inventory: Inventory, *, overrides: list[str] | None = None,
+                calibration: Calibration | None = None,
+                progress: Callable[[int, int], None] | None = None) -> dict:
+    """One row of `moment compare --json`: the best layout of `inventory` on `topo` (default workload)."""
+    from moment.planner.explain import bottleneck_summary
+    from moment.planner.plan import make_plan
+    from moment.topology.devices import builtin_gpus_note
+    from moment.workload.spec import WorkloadSpec
+
+    plan = make_plan(topo, inventory, WorkloadSpec(), progress=progress)
+    best_base = min(plan.baselines, key=lambda b: b.predicted.epoch_read_s, default=None)
+    return {
+        "profile": profile, "inventory": plan.inventory, "built_in": builtin_gpus_note(topo, "").strip(),
+        "overrides": list(overrides or []),
+        "epoch_read_s": plan.predicted.epoch_read_s,
+        "per_gpu_inlet_gbps": plan.predicted.per_gpu_inlet_gbps,
+        "aggregate_gbps": plan.predicted.aggregate_gbps,
+        "bottlenecks": plan.bottlenecks,
+        "bottleneck_summary": bottleneck_summary(plan),
+        "best_baseline": best_base.name if best_base else None,
+        "gain_vs_best_baseline": plan.gain_vs_best_baseline,
+        "placement": plan.placement,
+        **calibrated_row(calibration, plan),
+    }
+
+
+def compare_rows(machines: list[tuple[str, Topology]], *, inventories: list[str] | None = None,
+                 gpus: int | None = None, ssds: int = 8, gpu_model: str = "A100-PCIe-40GB",
+                 ssd_model: str = "P5510", overrides: list[str] | None = None,
+                 calibration: Calibration | None = None, flag: Flag = cli_flag,
+                 progress: Callable[[int, int], None] | None = None) -> list[dict]:
+    """`moment compare --json`: each (name, calibrated topology) with each inventory (or gpus/ssds)."""
+    rows = []
+    for name, topo in machines:
+        invs = [parse_inventory(s, 0, 0, gpu_model, ssd_model, flag=flag) for s in inventories or []] or \
+            [parse_inventory(None, resolve_gpus(topo, gpus, flag=flag), ssds, gpu_model, ssd_model, flag=flag)]
+        for inv in invs:
+            rows.append(compare_row(name, topo, inv, overrides=overrides, calibration=calibration,
+                                    progress=progress))
+    return rows
+
+
+# ---- simulate ----------------------------------------------------------------------------------------
+def simulate_named(topo: Topology, layout: str, gpus: int, ssds: int, *, steps: int | None = None,
+                   seed: int = 0, uniform: bool = False, flag: Flag = cli_flag):
+    """Replay one of the profile's named layouts (e.g. paper-c) for gpus/ssds of the default models."""
+    from moment.planner.baselines import named_layouts
+    from moment.topology.devices import strip
+    from moment.workload.spec import WorkloadSpec
+
+    bare = strip(topo)[0]
+    inv = parse_inventory(None, gpus, ssds, "A100-PCIe-40GB", "P5510", flag=flag)
+    lays = {b.name: b for b in named_layouts(bare, inv)}
+    if layout not in lays:
+        raise MomentError(f"{flag('placement')} {layout!r}: not a layout of {bare.name!r} for {inv.describe()}",
+                          hint=f"its layouts: {', '.join(lays) or 'none'}")
+    return replay_placement(bare, lays[layout].placement, WorkloadSpec(), steps=steps, seed=seed, uniform=uniform)
+
+
+def simulate_plan(topo: Topology, plan: Plan, *, steps: int | None = None, seed: int = 0, uniform: bool = False):
+    """Replay a plan's recommended placement with the plan's workload."""
+    from moment.topology.devices import strip
+
+    return replay_placement(strip(topo)[0], plan.placement, plan.workload, steps=steps, seed=seed, uniform=uniform)
+
+
+def replay_json(rep, cal: Calibration | None) -> dict:
+    """`moment simulate --json`: the replay, and the calibrated epoch when a calibration is applied."""
+    from moment.planner.calibration import calibrated_epoch
+
+    out = rep.model_dump(mode="json")
+    if cal is not None:
+        out["calibrated_epoch_s"] = calibrated_epoch(rep.epoch_s, cal)
+    return out
+
+
+# ---- machines and catalogues --------------------------------------------------------------------------------------
+def topology_json(topo: Topology, report=None) -> dict:
+    """`moment scan --json`: the topology, and the scan's report (sources used and missing) when there is one."""
+    data = topo.model_dump(mode="json", exclude_none=True)
+    if report is not None:
+        data["scan_report"] = report.model_dump(mode="json")
+    return data
+
+
+def models_json() -> list[dict]:
+    """`moment models --json`: the GPU, SSD and NIC models the planner knows."""
+    from moment.topology.devices import CATALOG
+
+    return [m.model_dump(mode="json") for m in CATALOG]
+
+
+def profiles_json() -> list[dict]:
+    """`moment profiles --json`: each built-in profile's name, description, device counts, free slots."""
+    from moment.topology.profiles import builtin_names, load_profile
+
+    rows = []
+    for name in builtin_names():
+        t = load_profile(name)
+        rows.append({"name": name, "description": t.description or "", "counts": t.counts(),
+                     "empty_slots": len(t.empty_slots())})
+    return rows

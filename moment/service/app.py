@@ -1,0 +1,294 @@
+"""The ASGI app: `create_app(settings)`, or `create_app()` reading MOMENT_* variables (the entry point
+for `uvicorn --factory moment.service.app:create_app --workers N`).
+
+Every handler calls the function the matching CLI command calls (moment.planner.api and friends), so
+`POST /v1/plan` answers what `moment plan --json` prints for the same inputs.
+"""
+
+# no `from __future__ import annotations`: FastAPI reads the handlers' annotations, which name locals
+
+import hmac
+import threading
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, FastAPI, File, Form, HTTPException, Request, UploadFile
+from fastapi.exceptions import RequestValidationError
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from moment.errors import MomentError
+from moment.service.config import Settings
+from moment.service.deadline import run_with_deadline
+from moment.service.errors import (
+    JSON, Busy, FieldError, TimedOut, TooLarge, error, request_field, validation_detail)
+from moment.service.limits import BodyLimit
+from moment.service.schemas import (
+    UPLOADS, CompareRequest, CompareRow, Health, Job, PlaceJobRequest, PlanRequest, PlanResponse, ProbeJobRequest,
+    ProfileRow, SimulateRequest)
+from moment.topology.devices import DeviceModel
+
+STATIC = Path(__file__).resolve().parent / "static"
+
+
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"description": "missing or wrong bearer token (when the service has one)"},
+    408: {"description": "the search ran past the service's time limit"},
+    429: {"description": "too many searches at once: none finished within the time limit; try again later"},
+    413: {"description": "the body or an upload is over the service's size limit"},
+    422: {"description": "bad input; `detail` names the field"},
+}
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """The service for `settings` (default: from the MOMENT_* environment variables)."""
+    from moment import __version__
+    from moment.service.jobs import JobRunner, JobStore
+    from moment.service.tasks import run_place, run_probe
+
+    s = (settings or Settings.from_env()).checked()
+    store = JobStore(s.db_path)
+    runner = JobRunner(store, {"place": lambda r, ctx: run_place(r, ctx, s.data_dir),
+                               "probe": lambda r, ctx: run_probe(r, ctx, s.data_dir, s.probe_max_mib)},
+                       workers=s.job_workers)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        yield
+        runner.close()
+
+    app = FastAPI(
+        title="Moment placement service", version=__version__, lifespan=lifespan,
+        description="Plan where GPUs and SSDs go, compare machines, replay epochs and run data placement: "
+                    "the `moment` command's answers as JSON. With a token, every /v1 route but health needs "
+                    "`Authorization: Bearer TOKEN`.",
+        responses=_ERRORS,
+    )
+    app.state.settings, app.state.jobs = s, runner
+    app.add_middleware(BodyLimit, limit=s.max_body_bytes)
+    _handlers(app)
+
+    bearer = HTTPBearer(auto_error=False, description="the token given to `moment serve --token`")
+
+    def authorised(creds: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> None:
+        if s.token is None:
+            return
+        if creds is None or not hmac.compare_digest(creds.credentials.encode(), s.token.encode()):
+            raise HTTPException(401, "missing or wrong bearer token: send `Authorization: Bearer TOKEN`",
+                                headers={"WWW-Authenticate": "Bearer"})
+
+    cache: dict[str, Any] = {}
+    slots = threading.BoundedSemaphore(s.max_searches)
+    open_routes = APIRouter(prefix="/v1")
+    v1 = APIRouter(prefix="/v1", dependencies=[Depends(authorised)])
+
+    @open_routes.get("/health", response_model=Health, tags=["service"])
+    def health() -> Health:
+        """Whether the service is up (never needs the token)."""
+        return Health(status="ok", version=__version__, auth=s.token is not None)
+
+    @v1.get("/profiles", response_model=list[ProfileRow], tags=["machines"])
+    def profiles() -> JSON:
+        """The built-in machine profiles (`moment profiles --json`)."""
+        from moment.planner.api import profiles_json
+
+        if "profiles" not in cache:  # built-in files: read once per process
+            cache["profiles"] = profiles_json()
+        return JSON(cache["profiles"])
+
+    @v1.get("/models", tags=["machines"], response_model=list[DeviceModel])
+    def models() -> JSON:
+        """The GPU, SSD and NIC models the planner knows (`moment models --json`)."""
+        from moment.planner.api import models_json
+
+        return JSON(models_json())
+
+    @v1.post("/plan", response_model=PlanResponse, tags=["planning"])
+    def plan(req: PlanRequest) -> JSON:
+        """Recommend which slot gets which GPU and SSD (`moment plan --json`); `diagram: true` adds the
+        recommended machine's picture as `diagram_svg`."""
+        from moment.planner import api
+        from moment.service.machines import machine
+
+        topo, _ = machine(req, s.max_upload_bytes)
+        gpus = api.resolve_gpus(topo, req.gpus, flag=request_field) if not req.inventory else 0
+        inv = api.parse_inventory(req.inventory, gpus, req.ssds, req.gpu_model, req.ssd_model, flag=request_field)
+        wl = api.workload_spec(req.feature_dim, req.gb_per_gpu, req.gpu_cache_share, req.cpu_cache_share,
+                               flag=request_field)
+        result, out = run_with_deadline(
+            lambda progress: api.plan_machine(topo, inv, wl, overrides=req.overrides, calibration=req.calibration,
+                                              calibration_source="request", replay=req.replay,
+                                              maxflow_backend=req.maxflow_backend, progress=progress),
+            s.plan_timeout_s, "the plan search", slots)
+        if req.diagram:
+            out["diagram_svg"] = api.plan_svg(topo, result)
+        return JSON(out)
+
+    @v1.post("/compare", response_model=list[CompareRow], tags=["planning"])
+    def compare(req: CompareRequest) -> JSON:
+        """Plan several built-in machines (or inventories) and put the best layouts side by side
+        (`moment compare --json`)."""
+        from moment.planner import api
+        from moment.service.machines import builtin_profile_path
+        from moment.topology.profiles import load_profile
+
+        machines = [(name, api.calibrated(load_profile(str(builtin_profile_path(name, f"profiles.{i}")),
+                                                       req.overrides), req.calibration))
+                    for i, name in enumerate(req.profiles)]
+        rows = run_with_deadline(
+            lambda progress: api.compare_rows(machines, inventories=req.inventories, gpus=req.gpus, ssds=req.ssds,
+                                              gpu_model=req.gpu_model, ssd_model=req.ssd_model,
+                                              overrides=req.overrides, calibration=req.calibration, flag=request_field,
+                                              progress=progress),
+            s.plan_timeout_s, "the comparison", slots)
+        return JSON(rows)
+
+    @v1.post("/simulate", response_model=dict[str, Any], tags=["planning"])
+    def simulate(req: SimulateRequest) -> JSON:
+        """Replay an epoch step by step (`moment simulate --json`): a named layout of the profile
+        (`placement`, with `gpus`/`ssds`) or a plan's recommended placement (`plan`)."""
+        from moment.planner import api
+        from moment.service.machines import machine
+
+        if (req.placement is None) == (req.plan is None):
+            raise FieldError("placement", "give one of placement (a layout named in the profile) or plan")
+        if req.plan is not None and req.profile is None and not any(getattr(req, k) for k in UPLOADS):
+            req = req.model_copy(update={"profile": req.plan.machine})
+        topo, _ = machine(req, s.max_upload_bytes)
+
+        def work(progress):
+            if req.plan is not None:
+                return api.simulate_plan(topo, req.plan, steps=req.steps, seed=req.seed, uniform=req.uniform)
+            return api.simulate_named(topo, req.placement, req.gpus, req.ssds, steps=req.steps, seed=req.seed,
+                                      uniform=req.uniform, flag=request_field)
+
+        rep = run_with_deadline(work, s.plan_timeout_s, "the replay", slots)
+        return JSON(api.replay_json(rep, req.calibration))
+
+    @v1.post("/scan", response_model=dict[str, Any], tags=["machines"])
+    async def scan(
+        nccl_xml: Annotated[UploadFile | None, File(description=UPLOADS["nccl_xml"])] = None,
+        hwloc_xml: Annotated[UploadFile | None, File(description=UPLOADS["hwloc_xml"])] = None,
+        lspci: Annotated[UploadFile | None, File(description=UPLOADS["lspci"])] = None,
+        lspci_vvv: Annotated[UploadFile | None, File(description=UPLOADS["lspci_vvv"])] = None,
+        dmidecode: Annotated[UploadFile | None, File(description=UPLOADS["dmidecode"])] = None,
+        nvidia_smi: Annotated[UploadFile | None, File(description=UPLOADS["nvidia_smi"])] = None,
+        name: Annotated[str | None, Form(max_length=200, description="name of the machine")] = None,
+    ) -> JSON:
+        """Read an uploaded machine description (multipart files) into a topology, as
+        `moment scan --from-... --json` does; use the result as `profile_yaml` (YAML or JSON) in /v1/plan."""
+        from starlette.concurrency import run_in_threadpool
+
+        from moment.planner.api import topology_json
+        from moment.service.machines import read_uploads
+
+        files = {"nccl_xml": nccl_xml, "hwloc_xml": hwloc_xml, "lspci": lspci, "lspci_vvv": lspci_vvv,
+                 "dmidecode": dmidecode, "nvidia_smi": nvidia_smi}
+        texts = {}
+        for key, f in files.items():
+            if f is None:
+                continue
+            data = await f.read(s.max_upload_bytes + 1)
+            if len(data) > s.max_upload_bytes:
+                raise TooLarge(f"{key}: the upload is more than the service's limit of {s.max_upload_bytes:,} bytes")
+            texts[key] = data.decode("utf-8", "replace")
+        if not texts:
+            raise FieldError("nccl_xml", "upload one machine description: nccl_xml, hwloc_xml, or lspci / "
+                                         "lspci_vvv / dmidecode / nvidia_smi text")
+        topo, report = await run_in_threadpool(read_uploads, texts, name)
+        return JSON(topology_json(topo, report))
+
+    # ---- jobs ----------------------------------------------------------------------------------------
+    @v1.post("/jobs/place", response_model=Job, status_code=202, tags=["jobs"])
+    def place_job(req: PlaceJobRequest) -> JSON:
+        """Start `moment place` on DATA_DIR/datasets/DATASET, writing DATA_DIR/layouts/LAYOUT; poll the job."""
+        from moment.service.tasks import check_place
+
+        check_place(req, s.data_dir)
+        return JSON(runner.submit("place", req.model_dump(mode="json", by_alias=True)).model_dump(mode="json"),
+                    status_code=202)
+
+    @v1.post("/jobs/probe", response_model=Job, status_code=202, tags=["jobs"])
+    def probe_job(req: ProbeJobRequest) -> JSON:
+        """Start `moment probe` on directories under DATA_DIR/probe/; poll the job."""
+        from moment.service.tasks import check_probe
+
+        check_probe(req, s.data_dir, s.probe_max_mib)
+        return JSON(runner.submit("probe", req.model_dump(mode="json")).model_dump(mode="json"), status_code=202)
+
+    @v1.get("/jobs", response_model=list[Job], tags=["jobs"])
+    def jobs() -> JSON:
+        """The latest jobs, newest first."""
+        return JSON([j.model_dump(mode="json") for j in store.list()])
+
+    def _job(job_id: str) -> Job:
+        job = store.get(job_id)
+        if job is None:
+            raise HTTPException(404, f"job_id: no job {job_id!r}")
+        return job
+
+    @v1.get("/jobs/{job_id}", response_model=Job, tags=["jobs"])
+    def job(job_id: str) -> JSON:
+        """A job's state, progress, and result or error."""
+        return JSON(_job(job_id).model_dump(mode="json"))
+
+    @v1.delete("/jobs/{job_id}", response_model=Job, tags=["jobs"])
+    def cancel(job_id: str) -> JSON:
+        """Cancel a job: a queued one at once, a running one at its next progress report."""
+        _job(job_id)
+        job = store.cancel(job_id)
+        assert job is not None
+        return JSON(job.model_dump(mode="json"))
+
+    @v1.post("/jobs/{job_id}/cancel", response_model=Job, tags=["jobs"])
+    def cancel_post(job_id: str) -> JSON:
+        """The same as DELETE /v1/jobs/{job_id}, for clients that cannot send DELETE."""
+        return cancel(job_id)
+
+    from moment.service import web_routes  # the page's routes: /v1/whatif/targets, /v1/advise
+    v1.include_router(web_routes.router(s, slots))
+    app.include_router(open_routes)
+    app.include_router(v1)
+
+    @app.api_route("/v1/{rest:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"], include_in_schema=False)
+    def unknown(rest: str) -> JSON:  # JSON, not the page's 404, for any other /v1 path
+        return error(404, f"no route /v1/{rest}; see /openapi.json")
+
+    if STATIC.is_dir():  # the web page, when shipped: after the API so /v1 and /openapi.json win
+        from fastapi.staticfiles import StaticFiles
+
+        app.mount("/", StaticFiles(directory=STATIC, html=True), name="static")
+    return app
+
+
+def _handlers(app: FastAPI) -> None:
+    """Every error a request can cause becomes a JSON answer with `detail`; none is a 500."""
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSON:
+        detail, errors = validation_detail(list(exc.errors()))
+        return error(422, detail, errors=errors)
+
+    @app.exception_handler(FieldError)
+    async def _field_error(request: Request, exc: FieldError) -> JSON:
+        return error(422, str(exc), errors=[{"field": exc.field, "message": str(exc)}])
+
+    @app.exception_handler(MomentError)
+    async def _moment_error(request: Request, exc: MomentError) -> JSON:
+        text, tail = str(exc), f"\n  hint: {exc.hint}"
+        if exc.hint and text.endswith(tail):  # the CLI's second line, as its own key
+            return error(422, text[:-len(tail)], hint=exc.hint)
+        return error(422, text)
+
+    @app.exception_handler(TooLarge)
+    async def _too_large(request: Request, exc: TooLarge) -> JSON:
+        return error(413, str(exc))
+
+    @app.exception_handler(Busy)
+    async def _busy(request: Request, exc: Busy) -> JSON:
+        return JSON({"detail": str(exc)}, status_code=429, headers={"Retry-After": "5"})
+
+    @app.exception_handler(TimedOut)
+    async def _timed_out(request: Request, exc: TimedOut) -> JSON:
+        return error(408, str(exc))

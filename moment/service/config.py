@@ -1,0 +1,95 @@
+"""The service's settings: where its data lives, who may call it, and how much one request may cost."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from moment.errors import MomentError
+
+MiB = 1 << 20
+
+#: environment variables the `--factory` entry point reads (what `moment serve` sets for its workers)
+ENV = {"data_dir": "MOMENT_DATA_DIR", "db": "MOMENT_DB", "token": "MOMENT_TOKEN",
+       "max_body_mib": "MOMENT_MAX_BODY_MIB", "max_upload_mib": "MOMENT_MAX_UPLOAD_MIB",
+       "plan_timeout_s": "MOMENT_PLAN_TIMEOUT_S"}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """`data_dir`: every file a request may name lives under it (datasets/, layouts/, probe/);
+    `db`: the SQLite job store (default DATA_DIR/jobs.sqlite3); `token`: when set, every /v1 route but
+    health needs `Authorization: Bearer TOKEN`."""
+
+    data_dir: Path
+    db: Path | None = None
+    token: str | None = None
+    max_body_bytes: int = 16 * MiB
+    max_upload_bytes: int = 8 * MiB
+    plan_timeout_s: float = 120.0
+    #: scratch file a probe job may write per SSD directory
+    probe_max_mib: int = 4096
+    job_workers: int = 1
+    #: plan/compare/simulate searches running at once (more wait for a slot within their time limit)
+    max_searches: int = max(1, os.cpu_count() or 1)
+
+    @property
+    def db_path(self) -> Path:
+        return self.db if self.db is not None else self.data_dir / "jobs.sqlite3"
+
+    def checked(self) -> Settings:
+        """The data directory made (and resolved), the limits sane; a bad setting is a MomentError."""
+        d = Path(self.data_dir).expanduser()
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise MomentError(f"cannot create the data directory: {e.strerror}", source=str(d)) from None
+        if not d.is_dir():
+            raise MomentError("not a directory", source=str(d))
+        for name in ("max_body_bytes", "max_upload_bytes", "plan_timeout_s", "job_workers", "max_searches"):
+            if getattr(self, name) <= 0:
+                raise MomentError(f"{name} must be positive (got {getattr(self, name)})")
+        db = Path(self.db).expanduser().resolve() if self.db is not None else None
+        return replace(self, data_dir=d.resolve(), db=db, token=self.token or None)
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        """Settings from MOMENT_* variables (the `uvicorn --factory moment.service.app:create_app` path)."""
+        env = os.environ
+
+        def num(key: str, default: float) -> float:
+            text = env.get(ENV[key])
+            if text is None:
+                return default
+            try:
+                return float(text)
+            except ValueError:
+                raise MomentError(f"{ENV[key]}={text!r}: expected a number") from None
+
+        data_dir = env.get(ENV["data_dir"])
+        if not data_dir:
+            raise MomentError(f"set {ENV['data_dir']} to the service's data directory")
+        return cls(data_dir=Path(data_dir), db=Path(env[ENV["db"]]) if env.get(ENV["db"]) else None,
+                   token=env.get(ENV["token"]) or None,
+                   max_body_bytes=int(num("max_body_mib", 16) * MiB),
+                   max_upload_bytes=int(num("max_upload_mib", 8) * MiB),
+                   plan_timeout_s=num("plan_timeout_s", 120.0)).checked()
+
+
+def is_loopback(host: str) -> bool:
+    """127.0.0.0/8, ::1 and `localhost`: the only addresses served without a token."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind(host: str, token: str | None) -> None:
+    """Refuse to listen beyond this machine without a token."""
+    if not is_loopback(host) and not token:
+        raise MomentError(f"--host {host}: refusing to listen on a non-loopback address without a token "
+                          f"(pass --token or set {ENV['token']}, or bind 127.0.0.1 behind a reverse proxy)")

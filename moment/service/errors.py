@@ -1,0 +1,77 @@
+"""The service's error answers: bad input 422 (naming the field), too big 413, too slow 408, too many
+searches at once 429; never a 500."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from starlette.responses import JSONResponse
+
+from moment.errors import MomentError
+
+
+def request_field(name: str) -> str:
+    """How the library's messages name an input here: the request field itself (the CLI says `--name`)."""
+    return name
+
+
+class FieldError(MomentError):
+    """Bad input in one request field; the message starts with the field's name."""
+
+    def __init__(self, field: str, message: str):
+        self.field = field
+        super().__init__(f"{field}: {message}")
+
+
+class TooLarge(Exception):
+    """A body or upload over its limit (413)."""
+
+
+class Busy(Exception):
+    """No free search slot within the time limit (429: try again later)."""
+
+
+class TimedOut(Exception):
+    """A search that ran past the per-request time limit (408)."""
+
+
+def _finite(x: Any) -> Any:
+    """inf/NaN (never valid JSON) as null."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_finite(v) for v in x]
+    return x
+
+
+class JSON(JSONResponse):
+    """JSONResponse that writes a non-finite float as null instead of failing with a 500."""
+
+    def render(self, content: Any) -> bytes:
+        try:
+            text = json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        except ValueError:
+            text = json.dumps(_finite(content), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        return text.encode("utf-8")
+
+
+def error(status: int, detail: str, **extra: Any) -> JSON:
+    return JSON({"detail": detail, **extra}, status_code=status)
+
+
+def validation_detail(errors: list[dict]) -> tuple[str, list[dict]]:
+    """FastAPI's request errors as one line naming each field ('gpus: Input should be ...') and a list."""
+    out = []
+    for e in errors:
+        loc = [str(p) for p in e.get("loc", ()) if p not in ("body", "query", "path", "form")]
+        field = ".".join(loc) or "body"
+        msg = str(e.get("msg", "invalid")).removeprefix("Value error, ")
+        out.append({"field": field, "message": msg})
+    lines = [f"{x['field']}: {x['message']}" for x in out[:8]]
+    if len(out) > 8:
+        lines.append(f"(and {len(out) - 8} more)")
+    return "; ".join(lines) or "invalid request", out

@@ -1,0 +1,266 @@
+"""Long work (`place`, `probe`) as jobs: an id, a state, progress, cancellation and a result, kept in
+one SQLite file so a restart loses no finished result.
+
+Each service process runs the jobs it accepted in its own worker threads; state, progress and the
+cancel flag go through the database, so with several workers sharing the file any of them can show
+or cancel any job. A process that starts marks the jobs of processes that are gone: a job that was
+running becomes `interrupted` (its side effects are unknown; submit it again), a queued one is taken
+over and run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from contextlib import closing, contextmanager
+from pathlib import Path
+from typing import Any
+
+from moment.errors import MomentError
+from moment.service.schemas import Job
+
+FINAL = ("done", "failed", "cancelled", "interrupted")
+#: seconds between progress writes of one job (and cancel-flag reads)
+PROGRESS_EVERY = 0.25
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+  id TEXT PRIMARY KEY, kind TEXT NOT NULL, state TEXT NOT NULL, request TEXT NOT NULL,
+  progress TEXT NOT NULL DEFAULT '{}', result TEXT, error TEXT, cancel INTEGER NOT NULL DEFAULT 0,
+  owner TEXT NOT NULL, created REAL NOT NULL, started REAL, finished REAL)
+"""
+
+#: runners alive in this process (an owner id of this pid that is not here belongs to a dead app)
+_LIVE: set[str] = set()
+_HOST = socket.gethostname()
+
+
+class Cancelled(Exception):
+    """Raised inside a job whose cancellation was asked for."""
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def owner_alive(owner: str) -> bool:
+    """Whether the process (and, in this process, the app) that owns a job still runs."""
+    host, _, rest = owner.partition(":")
+    pid_text, _, _ = rest.partition(":")
+    if host != _HOST or not pid_text.isdigit():
+        return True  # another machine's: not ours to judge
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return owner in _LIVE
+    return _pid_alive(pid)
+
+
+class JobStore:
+    """The jobs table. One short connection per call: safe across threads and processes."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self._db() as db:
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute(_SCHEMA)
+        except (OSError, sqlite3.Error) as e:
+            raise MomentError(f"cannot open the job database: {e}", source=str(self.path)) from None
+
+    @contextmanager
+    def _db(self):
+        with closing(sqlite3.connect(self.path, timeout=30, isolation_level=None)) as db:
+            db.row_factory = sqlite3.Row
+            yield db
+
+    @staticmethod
+    def _job(row: sqlite3.Row) -> Job:
+        return Job(id=row["id"], kind=row["kind"], state=row["state"], progress=json.loads(row["progress"]),
+                   request=json.loads(row["request"]), result=json.loads(row["result"]) if row["result"] else None,
+                   error=row["error"], created=row["created"], started=row["started"], finished=row["finished"])
+
+    def create(self, kind: str, request: dict[str, Any], owner: str) -> Job:
+        jid = uuid.uuid4().hex
+        with self._db() as db:
+            db.execute("INSERT INTO jobs (id, kind, state, request, owner, created) VALUES (?, ?, 'queued', ?, ?, ?)",
+                       (jid, kind, json.dumps(request), owner, time.time()))
+        job = self.get(jid)
+        assert job is not None
+        return job
+
+    def get(self, jid: str) -> Job | None:
+        with self._db() as db:
+            row = db.execute("SELECT * FROM jobs WHERE id = ?", (jid,)).fetchone()
+        return self._job(row) if row else None
+
+    def list(self, limit: int = 100) -> list[Job]:
+        with self._db() as db:
+            rows = db.execute("SELECT * FROM jobs ORDER BY created DESC, id LIMIT ?", (limit,)).fetchall()
+        return [self._job(r) for r in rows]
+
+    def claim(self, owner: str) -> Job | None:
+        """The oldest queued job of `owner`, now running."""
+        with self._db() as db:
+            row = db.execute(
+                "UPDATE jobs SET state = 'running', started = ? WHERE id = (SELECT id FROM jobs WHERE state = 'queued' "
+                "AND owner = ? ORDER BY created, id LIMIT 1) RETURNING *", (time.time(), owner)).fetchone()
+        return self._job(row) if row else None
+
+    def progress(self, jid: str, stage: str, done: int, total: int | None) -> bool:
+        """Record progress; whether cancellation was asked for."""
+        with self._db() as db:
+            db.execute("UPDATE jobs SET progress = ? WHERE id = ? AND state = 'running'",
+                       (json.dumps({"stage": stage, "done": done, "total": total}), jid))
+            row = db.execute("SELECT cancel FROM jobs WHERE id = ?", (jid,)).fetchone()
+        return bool(row and row["cancel"])
+
+    def end(self, jid: str, state: str, *, result: dict | None = None, error: str | None = None) -> None:
+        assert state in FINAL
+        with self._db() as db:
+            db.execute("UPDATE jobs SET state = ?, result = ?, error = ?, finished = ? WHERE id = ? "
+                       "AND state IN ('queued', 'running')",
+                       (state, json.dumps(result) if result is not None else None, error, time.time(), jid))
+
+    def cancel(self, jid: str) -> Job | None:
+        """A queued job is cancelled at once; a running one is told to stop (it ends `cancelled` at its next
+        progress report); a finished one is left as it is."""
+        with self._db() as db:
+            db.execute("UPDATE jobs SET state = 'cancelled', finished = ?, error = 'cancelled before it started' "
+                       "WHERE id = ? AND state = 'queued'", (time.time(), jid))
+            db.execute("UPDATE jobs SET cancel = 1 WHERE id = ? AND state = 'running'", (jid,))
+        return self.get(jid)
+
+    def recover(self, owner: str) -> tuple[int, int]:
+        """Jobs of owners that are gone: running -> interrupted, queued -> taken over by `owner`.
+        (interrupted, adopted)."""
+        with self._db() as db:
+            rows = db.execute("SELECT id, state, owner FROM jobs WHERE state IN ('queued', 'running')").fetchall()
+            dead = [r for r in rows if r["owner"] != owner and not owner_alive(r["owner"])]
+            now = time.time()
+            for r in dead:
+                if r["state"] == "running":
+                    db.execute("UPDATE jobs SET state = 'interrupted', finished = ?, error = ? WHERE id = ? "
+                               "AND state = 'running'",
+                               (now, "the service stopped while this job ran; submit it again", r["id"]))
+                else:
+                    db.execute("UPDATE jobs SET owner = ? WHERE id = ? AND state = 'queued'", (owner, r["id"]))
+        return sum(r["state"] == "running" for r in dead), sum(r["state"] == "queued" for r in dead)
+
+
+class JobContext:
+    """What a running job sees: progress reports that also carry the cancel check, and its notices."""
+
+    def __init__(self, store: JobStore, jid: str):
+        self.store, self.id = store, jid
+        self.notes: list[str] = []
+        self._last = 0.0
+        self._stage = ""
+
+    def report(self, stage: str, done: int, total: int | None, *, force: bool = False) -> None:
+        """Progress (written at most every PROGRESS_EVERY s unless forced); raises Cancelled when asked to stop."""
+        self._stage = stage
+        now = time.monotonic()
+        if not force and now - self._last < PROGRESS_EVERY:
+            return
+        self._last = now
+        if self.store.progress(self.id, stage, done, total):
+            raise Cancelled
+
+    @contextmanager
+    def stage(self, name: str, label: str):
+        """placement.api.place()'s stage hook: a progress(done, total) callback per stage."""
+        self.report(name, 0, None, force=True)
+        yield lambda done, total: self.report(name, done, total)
+
+    def notice(self, text: str) -> None:
+        self.notes.append(text)
+
+
+Executor = Callable[[dict[str, Any], JobContext], dict[str, Any]]
+
+
+class JobRunner:
+    """Worker threads running this process's queued jobs, oldest first."""
+
+    def __init__(self, store: JobStore, executors: dict[str, Executor], workers: int = 1):
+        self.store, self.executors = store, executors
+        self.owner = f"{_HOST}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+        _LIVE.add(self.owner)
+        self.store.recover(self.owner)
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._running: set[str] = set()
+        self._lock = threading.Lock()
+        self._threads = [threading.Thread(target=self._loop, name=f"moment-jobs-{i}", daemon=True)
+                         for i in range(workers)]
+        for t in self._threads:
+            t.start()
+
+    def submit(self, kind: str, request: dict[str, Any]) -> Job:
+        job = self.store.create(kind, request, self.owner)
+        self._wake.set()
+        return job
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            job = self.store.claim(self.owner)
+            if job is None:
+                self._wake.wait(1.0)
+                self._wake.clear()
+                continue
+            with self._lock:
+                self._running.add(job.id)
+            try:
+                self._run(job)
+            finally:
+                with self._lock:
+                    self._running.discard(job.id)
+
+    def _run(self, job: Job) -> None:
+        ctx = JobContext(self.store, job.id)
+        try:
+            result = self.executors[job.kind](job.request, ctx)
+        except Cancelled:
+            if self._stop.is_set():
+                self.store.end(job.id, "interrupted", error="the service stopped while this job ran; submit it again")
+            else:
+                self.store.end(job.id, "cancelled", error="cancelled while running")
+        except MomentError as e:
+            self.store.end(job.id, "failed", error=str(e))
+        except Exception as e:  # noqa: BLE001 - a job's crash is its result, not the service's
+            self.store.end(job.id, "failed", error=f"internal error: {type(e).__name__}: {e}")
+        else:
+            if ctx.notes:
+                result = {**result, "notices": ctx.notes}
+            self.store.end(job.id, "done", result=result)
+
+    def close(self, wait_s: float = 5.0) -> None:
+        """Stop taking jobs; ask the running ones to stop; what is still running after `wait_s` is
+        marked interrupted (queued jobs stay queued for the next start)."""
+        self._stop.set()
+        self._wake.set()
+        with self._lock:
+            running = list(self._running)
+        for jid in running:
+            self.store.cancel(jid)
+        deadline = time.monotonic() + wait_s
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        with self._lock:
+            left = list(self._running)
+        for jid in left:
+            self.store.end(jid, "interrupted", error="the service stopped while this job ran; submit it again")
+        _LIVE.discard(self.owner)

@@ -1,0 +1,65 @@
+"""A limit on request bodies (413), enforced on the declared length and on the bytes actually sent."""
+
+from __future__ import annotations
+
+import json
+
+
+class BodyLimit:
+    """Pure ASGI middleware: a body over `limit` bytes is answered 413 before the app parses it."""
+
+    def __init__(self, app, limit: int):
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None:
+            try:
+                size = int(declared)
+            except ValueError:
+                await _answer(send, 400, "Content-Length is not a number")
+                return
+            if size > self.limit:
+                await _answer(send, 413, self._message(size))
+                return
+        seen = 0
+        over = False
+
+        async def counted():
+            # past the limit the app is told the body ended; whatever it answers is replaced by the 413
+            nonlocal seen, over
+            if over:
+                return {"type": "http.request", "body": b"", "more_body": False}
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    over = True
+                    return {"type": "http.request", "body": b"", "more_body": False}
+            return message
+
+        replaced = False
+
+        async def watched(message):
+            nonlocal replaced
+            if not over:
+                await send(message)
+            elif not replaced and message["type"] == "http.response.start":
+                replaced = True
+                await _answer(send, 413, self._message(seen, at_least=True))
+
+        await self.app(scope, counted, watched)
+
+    def _message(self, size: int, at_least: bool = False) -> str:
+        got = f"{size:,} bytes received so far" if at_least else f"{size:,} bytes"
+        return f"the request body is over the service's limit of {self.limit:,} bytes ({got})"
+
+
+async def _answer(send, status: int, detail: str) -> None:
+    body = json.dumps({"detail": detail}).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,113 @@
+"""The machine a request names: a built-in profile, or an uploaded description read by the same
+readers `moment scan` and `moment plan --profile FILE` use. No request text is ever taken as a path:
+built-in profiles are looked up by name only, and uploads are written to a private temporary
+directory before the file-based readers see them."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from moment.errors import MomentError
+from moment.service.errors import FieldError, TooLarge
+from moment.service.schemas import UPLOADS, MachineIn
+from moment.topology.model import Topology
+
+DEFAULT_PROFILE = "paper-machine-b"
+_TEXT_SCANS = ("lspci", "lspci_vvv", "dmidecode", "nvidia_smi")
+
+
+def builtin_profile_path(name: str, field: str = "profile") -> Path:
+    """The built-in profile's file; anything that is not a built-in name is refused."""
+    from moment.topology.profiles import PROFILE_DIR, builtin_names
+
+    names = builtin_names()
+    if name not in names:
+        raise FieldError(field, f"unknown built-in profile {name!r} (built-in: {', '.join(names)}; "
+                                "upload another machine as profile_yaml, nccl_xml, hwloc_xml or lspci text)")
+    return PROFILE_DIR / f"{name}.yaml"
+
+
+def check_upload(field: str, text: str, limit: int) -> None:
+    size = len(text.encode("utf-8", "replace"))
+    if size > limit:
+        raise TooLarge(f"{field}: the upload is {size:,} bytes, more than the service's limit of {limit:,}")
+
+
+@contextmanager
+def _scratch() -> Iterator[Path]:
+    """A private directory for uploads; its path is cut out of error messages (they name the field)."""
+    with tempfile.TemporaryDirectory(prefix="moment-upload-") as d:
+        try:
+            yield Path(d)
+        except MomentError as e:
+            text = str(e).replace(d + "/", "")
+            if text == str(e):
+                raise
+            raise MomentError(text) from None
+
+
+def read_uploads(texts: dict[str, str], name: str | None = None, overrides: list[str] | None = None):
+    """A Topology from uploaded text (one kind: a profile, an NCCL XML, an hwloc XML, or saved command
+    outputs), with the what-if overrides; (topology, scan report or None)."""
+    from moment.topology.profiles import dump_yaml, load_profile
+
+    kinds = {"profile_yaml" if k == "profile_yaml" else "xml" if k.endswith("_xml") else "text"
+             for k in texts}
+    xmls = [k for k in texts if k.endswith("_xml")]
+    if not texts:
+        raise FieldError("profile", "no machine given")
+    if len(kinds) > 1 or len(xmls) > 1:
+        raise FieldError(", ".join(sorted(texts)), "give one kind of machine description: profile_yaml, nccl_xml, "
+                         "hwloc_xml, or the command outputs (lspci, lspci_vvv, dmidecode, nvidia_smi)")
+    report = None
+    with _scratch() as d:
+        if "profile_yaml" in texts:
+            path = d / "profile_yaml"
+            path.write_text(texts["profile_yaml"])
+            topo = load_profile(str(path), overrides)
+            return (topo.model_copy(update={"name": name}) if name else topo), None
+        if "nccl_xml" in texts:
+            from moment.topology.readers.nccl_xml import read_nccl_xml
+
+            topo = read_nccl_xml(texts["nccl_xml"].encode(), name=name or "uploaded-nccl")  # bytes: never a path
+        elif "hwloc_xml" in texts:
+            from moment.topology.readers.hwloc_xml import read_hwloc_xml
+
+            topo = read_hwloc_xml(texts["hwloc_xml"].encode(), name=name or "uploaded-hwloc")
+        else:
+            from moment.topology.scan import scan_files
+
+            paths = {}
+            for k in _TEXT_SCANS:
+                if k in texts:
+                    (d / k).write_text(texts[k])
+                    paths[k] = d / k
+            topo, report = scan_files(**paths, name=name or "uploaded")
+        if overrides:  # the overrides apply to the profile as `moment scan --out` would save it
+            path = d / "scanned.yaml"
+            path.write_text(dump_yaml(topo))
+            topo = load_profile(str(path), overrides)
+    return topo, report
+
+
+def machine(req: MachineIn, upload_limit: int) -> tuple[Topology, str]:
+    """The request's machine with its overrides and calibration applied, and its name (as the CLI names
+    it: the profile name given, or the uploaded machine's name)."""
+    from moment.planner.api import calibrated
+    from moment.topology.profiles import load_profile
+
+    texts = {k: getattr(req, k) for k in UPLOADS if getattr(req, k) is not None}
+    for k, v in texts.items():
+        check_upload(k, v, upload_limit)
+    if texts and req.profile is not None:
+        raise FieldError("profile", f"give a built-in profile or an upload ({', '.join(texts)}), not both")
+    if texts:
+        topo, _ = read_uploads(texts, req.name, req.overrides)
+        label = topo.name
+    else:
+        label = req.profile or DEFAULT_PROFILE
+        topo = load_profile(str(builtin_profile_path(label)), req.overrides)
+    return calibrated(topo, req.calibration), label

@@ -1,0 +1,197 @@
+"""Request and response bodies of the service (the OpenAPI schema is generated from these).
+
+Field names follow the CLI's options (`gpus`, `ssd_model`, `gb_per_gpu`, `set`); unknown fields are
+refused, so a typo is a 422 naming it rather than a silently ignored input.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from moment.planner.calibration import Calibration
+from moment.planner.contracts import Plan
+
+#: a machine's description uploaded as text: the field, and what it holds
+UPLOADS = {
+    "profile_yaml": "a profile (YAML, as `moment scan --out` writes it)",
+    "nccl_xml": "an NCCL/RCCL topology XML (NCCL_TOPO_DUMP_FILE output)",
+    "hwloc_xml": "an hwloc XML (`lstopo --of xml`)",
+    "lspci": "saved `lspci -tv` output",
+    "lspci_vvv": "saved `lspci -vvv` output (link speeds and widths)",
+    "dmidecode": "saved `dmidecode -t slot` output",
+    "nvidia_smi": "saved `nvidia-smi topo -m` output",
+}
+
+_Count = Field(ge=0, le=256)
+_Name = Field(min_length=1, max_length=200)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class MachineIn(_Strict):
+    """Which machine: a built-in profile by name, or one uploaded description (text), with what-if
+    overrides and a calibration. Nothing given: paper-machine-b, the CLI's default."""
+
+    profile: str | None = Field(None, max_length=200, description="built-in profile name (GET /v1/profiles)")
+    profile_yaml: str | None = Field(None, description=UPLOADS["profile_yaml"])
+    nccl_xml: str | None = Field(None, description=UPLOADS["nccl_xml"])
+    hwloc_xml: str | None = Field(None, description=UPLOADS["hwloc_xml"])
+    lspci: str | None = Field(None, description=UPLOADS["lspci"])
+    lspci_vvv: str | None = Field(None, description=UPLOADS["lspci_vvv"])
+    dmidecode: str | None = Field(None, description=UPLOADS["dmidecode"])
+    nvidia_smi: str | None = Field(None, description=UPLOADS["nvidia_smi"])
+    name: str | None = Field(None, max_length=200, description="name of an uploaded machine")
+    overrides: list[str] = Field(
+        default_factory=list, alias="set", max_length=64,
+        description="what-if overrides PATH=VALUE, as `moment plan --set`: `nodes.sw1.link.gen=5`")
+    calibration: Calibration | None = Field(
+        None, description="a calibration (`moment calibrate --out`, as JSON) applied to the machine")
+
+
+class PlanRequest(MachineIn):
+    """`moment plan`: where the inventory's GPUs and SSDs go."""
+
+    gpus: int | None = Field(None, ge=0, le=256,
+                             description="GPUs to place (default 4; 0 on machines with built-in GPUs)")
+    ssds: int = Field(8, ge=0, le=256, description="NVMe SSDs to place")
+    gpu_model: str = Field("A100-PCIe-40GB", max_length=200, description="GPU model (GET /v1/models)")
+    ssd_model: str = Field("P5510", max_length=200, description="SSD model (GET /v1/models)")
+    inventory: str | None = Field(None, max_length=1000, description="mixed inventory, e.g. '2xA100,2xH100,8xP5510'")
+    feature_dim: int | None = Field(None, ge=1, le=1 << 20, description="node feature dimension (default 1024)")
+    gb_per_gpu: float | None = Field(None, gt=0, le=1e9, allow_inf_nan=False,
+                                     description="GB each GPU reads per epoch")
+    gpu_cache_share: float | None = Field(None, ge=0, le=1, allow_inf_nan=False,
+                                          description="share of reads served by GPU caches")
+    cpu_cache_share: float | None = Field(None, ge=0, le=1, allow_inf_nan=False,
+                                          description="share of reads served by CPU memory")
+    maxflow_backend: Literal["ortools", "networkx"] = Field("ortools", description="the paper's max-flow solver")
+    replay: bool = Field(False, description="also replay each layout's epoch step by step")
+    diagram: bool = Field(False, description="also return the recommended machine's diagram as `diagram_svg`")
+
+
+class PlanResponse(Plan):
+    """`moment plan --json`'s object, plus the diagram when asked."""
+
+    calibration: dict[str, Any] | None = Field(None, description="with a calibration: its parameters and epochs")
+    replay: dict[str, Any] | None = Field(None, description="with replay: each layout's replayed epoch")
+    diagram_svg: str | None = Field(None, description="with diagram: the SVG text of the recommended machine")
+
+
+class CompareRequest(_Strict):
+    """`moment compare`: several built-in machines (or inventories) side by side, one what-if for all."""
+
+    profiles: list[str] = Field(min_length=1, max_length=16, description="built-in profile names")
+    gpus: int | None = Field(None, ge=0, le=256)
+    ssds: int = Field(8, ge=0, le=256)
+    gpu_model: str = Field("A100-PCIe-40GB", max_length=200)
+    ssd_model: str = Field("P5510", max_length=200)
+    inventories: list[str] = Field(default_factory=list, max_length=16,
+                                   description="compare several inventories, e.g. ['4xA100,8xP5510']")
+    overrides: list[str] = Field(default_factory=list, alias="set", max_length=64,
+                                 description="what-if overrides applied to every profile")
+    calibration: Calibration | None = None
+
+
+class CompareRow(BaseModel):
+    profile: str
+    inventory: str
+    built_in: str
+    overrides: list[str]
+    epoch_read_s: float
+    per_gpu_inlet_gbps: list[float]
+    aggregate_gbps: float
+    bottlenecks: list[str]
+    bottleneck_summary: str
+    best_baseline: str | None
+    gain_vs_best_baseline: float | None
+    placement: dict[str, str]
+    calibrated_epoch_s: float | None = None
+    calibration: dict[str, float] | None = None
+
+
+class SimulateRequest(MachineIn):
+    """`moment simulate`: replay an epoch step by step, of a named layout (`placement`, with gpus/ssds)
+    or of a plan's recommended placement (`plan`, a `POST /v1/plan` answer)."""
+
+    placement: str | None = Field(None, max_length=200, description="a layout named in the profile, e.g. paper-c")
+    plan: Plan | None = Field(None, description="a plan (its machine is the default profile)")
+    gpus: int = Field(4, ge=0, le=256)
+    ssds: int = Field(8, ge=0, le=256)
+    steps: int | None = Field(None, ge=1, le=100_000, description="DDP steps per epoch (default: the workload's)")
+    uniform: bool = Field(False, description="every step reads exactly the planned shares")
+    seed: int = Field(0, ge=0, le=2**32 - 1)
+
+
+class ProfileRow(BaseModel):
+    name: str
+    description: str
+    counts: dict[str, int]
+    empty_slots: int
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+    version: str
+    auth: bool = Field(description="whether /v1 routes need a bearer token")
+
+
+# ---- jobs --------------------------------------------------------------------------------------------
+class PlaceJobRequest(_Strict):
+    """`moment place` as a job: a dataset and a layout named inside the service's data directory
+    (DATA_DIR/datasets/NAME, DATA_DIR/layouts/NAME), never paths."""
+
+    dataset: str = Field(min_length=1, max_length=100, description="dataset name under DATA_DIR/datasets/")
+    layout: str = Field(min_length=1, max_length=100, description="layout name to write under DATA_DIR/layouts/")
+    profile: str = Field("paper-machine-b", max_length=200, description="built-in profile name")
+    gpus: int | None = Field(None, ge=0, le=256)
+    ssds: int = Field(8, ge=0, le=256)
+    gpu_model: str = Field("A100-PCIe-40GB", max_length=200)
+    ssd_model: str = Field("P5510", max_length=200)
+    plan: Plan | None = Field(None, description="reuse this plan's hardware placement instead of searching")
+    epochs: int = Field(1, ge=1, le=100)
+    batches: int | None = Field(None, ge=1, le=1_000_000)
+    fanouts: list[Annotated[int, Field(ge=1, le=1000)]] = Field(default_factory=lambda: [25, 10], min_length=1,
+                                                                max_length=4)
+    batch_size: int | None = Field(None, ge=1, le=1_000_000)
+    gpu_cache: str | None = Field(None, max_length=20, description="GiB ('8') or a share of the features ('10%')")
+    cpu_cache: str | None = Field(None, max_length=20)
+    pool: int | None = Field(None, ge=1, le=1_000_000)
+    policy: Literal["ddak", "hash", "degree"] = "ddak"
+    overwrite: bool = False
+    verify: bool = True
+    seed: int = Field(0, ge=0, le=2**32 - 1)
+
+
+class ProbeJobRequest(_Strict):
+    """`moment probe` as a job: each SSD's directory named inside DATA_DIR/probe/ (a scratch file is left
+    there for the next probe)."""
+
+    ssd_dirs: dict[str, str] = Field(
+        default_factory=lambda: {"ssd0": "ssd0"}, max_length=64,
+        description="SSD id -> directory name under DATA_DIR/probe/ (created if missing; mount an SSD there to "
+                    "measure it)")
+    size_mib: int = Field(256, ge=16, description="scratch file per SSD, MiB (at most the service's limit)")
+    queue_depth: int = Field(32, ge=1, le=1024)
+
+
+class Progress(BaseModel):
+    stage: str = ""
+    done: int = 0
+    total: int | None = None
+
+
+class Job(BaseModel):
+    id: str
+    kind: Literal["place", "probe"]
+    state: Literal["queued", "running", "done", "failed", "cancelled", "interrupted"]
+    progress: Progress
+    request: dict[str, Any]
+    result: dict[str, Any] | None = None
+    error: str | None = None
+    created: float
+    started: float | None = None
+    finished: float | None = None

@@ -1,0 +1,79 @@
+"""What the jobs run: `place` (moment.placement.api.place, as `moment place`) and `probe`
+(moment.io.probe.probe_machine, as `moment probe`). Each checks its request up front (`check_*`, run
+when the job is submitted, so bad input is a 422 and not a failed job) and again when it runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from moment.service.errors import FieldError, request_field
+from moment.service.jobs import JobContext
+from moment.service.machines import builtin_profile_path
+from moment.service.paths import inside
+from moment.service.schemas import PlaceJobRequest, ProbeJobRequest
+
+
+
+def check_place(req: PlaceJobRequest, data_dir: Path):
+    """(dataset dir, layout dir, topology, inventory) of a place request; FieldError when wrong."""
+    from moment.placement.api import check_choices
+    from moment.planner import api
+    from moment.topology.profiles import load_profile
+
+    check_choices(req.policy, req.pool)
+    if any(f < 1 or f > 1000 for f in req.fanouts):
+        raise FieldError("fanouts", f"each fan-out must be between 1 and 1000 (got {req.fanouts})")
+    ds = inside(data_dir, "datasets", req.dataset, "dataset", must_exist=True)
+    out = inside(data_dir, "layouts", req.layout, "layout")
+    if out.exists() and not req.overwrite:
+        raise FieldError("layout", f"{req.layout!r} already exists (set overwrite to replace it)")
+    topo = load_profile(str(builtin_profile_path(req.profile)))
+    inv = api.parse_inventory(None, api.resolve_gpus(topo, req.gpus, flag=request_field), req.ssds, req.gpu_model,
+                              req.ssd_model, flag=request_field)
+    return ds, out, topo, inv
+
+
+def run_place(request: dict[str, Any], ctx: JobContext, data_dir: Path) -> dict[str, Any]:
+    from moment.placement.api import place
+
+    req = PlaceJobRequest.model_validate(request)
+    ds, out, topo, inv = check_place(req, data_dir)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    res = place(ds, out, topo, inv, plan=req.plan, epochs=req.epochs, batches=req.batches, fanouts=req.fanouts,
+                batch_size=req.batch_size, gpu_cache=req.gpu_cache, cpu_cache=req.cpu_cache, pool=req.pool,
+                policy=req.policy, overwrite=req.overwrite, verify=req.verify, seed=req.seed,
+                stage=ctx.stage, notice=ctx.notice)
+    return res.model_dump()
+
+
+def check_probe(req: ProbeJobRequest, data_dir: Path, max_mib: int) -> dict[str, Path]:
+    """SSD id -> directory under DATA_DIR/probe/; FieldError when wrong."""
+    import re
+
+    if req.size_mib > max_mib:
+        raise FieldError("size_mib", f"{req.size_mib} is above the service's limit of {max_mib} MiB")
+    if not req.ssd_dirs:
+        raise FieldError("ssd_dirs", "name at least one SSD directory")
+    if (data_dir / "probe").exists() and not (data_dir / "probe").is_dir():
+        raise FieldError("ssd_dirs", "probe/ of the data directory is not a directory")
+    out = {}
+    for ssd, name in req.ssd_dirs.items():
+        if not re.fullmatch(r"[A-Za-z0-9_-]{1,32}", ssd):
+            raise FieldError("ssd_dirs", f"{ssd!r} is not an SSD id like ssd0")
+        out[ssd] = inside(data_dir, "probe", name, f"ssd_dirs.{ssd}")
+    return out
+
+
+def run_probe(request: dict[str, Any], ctx: JobContext, data_dir: Path, max_mib: int) -> dict[str, Any]:
+    from moment.io.probe import probe_machine
+
+    req = ProbeJobRequest.model_validate(request)
+    dirs = check_probe(req, data_dir, max_mib)
+    for ssd, d in dirs.items():
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise FieldError(f"ssd_dirs.{ssd}", f"cannot create the directory: {e.strerror}") from None
+    return probe_machine({k: str(v) for k, v in dirs.items()}, file_bytes=req.size_mib << 20,
+                         queue_depth=req.queue_depth, before=lambda what, i, n: ctx.report(what, i, n, force=True))

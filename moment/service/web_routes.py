@@ -1,0 +1,155 @@
+"""Routes the planning page needs beyond plan/compare: the links a what-if can change, and buying advice.
+
+- `POST /v1/whatif/targets`: the page cannot read YAML, so the service lists a machine's changeable
+  links (switch and slot uplinks, socket and NVLink peer links) with their current figures and the
+  `set` path of each, e.g. `nodes.sw1.link` (+ `.gen=5`) or `links.0` (+ `.bandwidth_gbps=40`): the
+  override syntax of `moment plan --set`.
+- `POST /v1/advise`: `moment advise --json` (moment.cost.advise) under the service's time limit.
+
+`router(settings, slots)` is included into the app's /v1 router, so these routes share its prefix, its
+token check, its error answers and its bound on concurrent searches.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from fastapi import APIRouter
+from pydantic import BaseModel, Field
+
+from moment.service.schemas import MachineIn
+
+
+class Target(BaseModel):
+    target: str = Field(description="`set` path of the link; append `.gen=5`, `.bandwidth_gbps=40`, ...")
+    label: str
+    group: str
+    kind: str
+    props: list[str] = Field(description="fields a what-if may set on this link, the most useful first")
+    current: dict[str, Any] = Field(description="the link's fields as the profile gives them")
+    bandwidth_gbps: float | None = Field(description="one-direction GB/s the planner uses now (null: unlimited)")
+    nodes: list[str] = Field(description="the node ids the link joins")
+
+
+class TargetsResponse(BaseModel):
+    profile: str
+    links: list[Target]
+
+
+class AdviseRequest(MachineIn):
+    """`moment advise`: what to buy for the machine's chassis under a budget."""
+
+    budget: float = Field(gt=0, le=1e9, allow_inf_nan=False, description="most USD to spend: server + GPUs + SSDs")
+    models: list[str] = Field(default_factory=list, max_length=32,
+                              description="GPU and SSD models to consider; a kind listed none of: every priced model")
+    max_gpus: int | None = Field(None, ge=0, le=256, description="at most this many GPUs (default: as many as fit)")
+    max_ssds: int | None = Field(None, ge=0, le=256, description="at most this many SSDs (default: as many as fit)")
+    top: int = Field(3, ge=1, le=20, description="best inventories kept per ranking")
+    years: float = Field(5.0, gt=0, le=100, allow_inf_nan=False, description="TCO horizon in years")
+    pue: float = Field(1.0, ge=1, le=10, allow_inf_nan=False, description="power usage effectiveness")
+    utilisation: float = Field(1.0, gt=0, le=1, allow_inf_nan=False, description="share of the horizon at full power")
+    machine_watts: float | None = Field(None, gt=0, le=1e6, allow_inf_nan=False,
+                                        description="flat machine power instead of server + device TDPs")
+    feature_dim: int | None = Field(None, ge=1, le=1 << 20, description="node feature dimension (default 1024)")
+    gb_per_gpu: float | None = Field(None, gt=0, le=1e9, allow_inf_nan=False)
+    gpu_cache_share: float | None = Field(None, ge=0, le=1, allow_inf_nan=False)
+    cpu_cache_share: float | None = Field(None, ge=0, le=1, allow_inf_nan=False)
+    prices: dict[str, Any] | None = Field(
+        None, description="prices merged over the shipped table, as `moment advise --prices FILE` holds them: "
+                          "{devices: {H100-PCIe-80GB: {price_usd: 27500, date: '2025-03', source: 'our quote'}}}")
+
+
+_GROUPS = {"switch": "Switch uplinks", "root_complex": "Root complexes", "slot": "Slots and bays"}
+_GROUP_ORDER = ["Switch uplinks", "Socket and peer links", "Root complexes", "Slots and bays", "Devices"]
+
+
+def _path_key(node_id: str, index: int) -> str:
+    """How a `set` path names a node: its id, or its list position when the id would not parse."""
+    if node_id.lstrip("-").isdigit() or any(c in node_id for c in ".[]=+ "):
+        return str(index)
+    return node_id
+
+
+def whatif_targets(topo) -> TargetsResponse:
+    """The links of `topo` a what-if can change, switch uplinks and socket links first."""
+    from moment.topology import bandwidth as bw
+
+    out: list[Target] = []
+    for i, node in enumerate(topo.nodes):
+        link = node.link
+        if link is None or node.parent is None:
+            continue
+        kind = node.kind.value
+        name = node.label if node.label and node.label != node.id else None
+        label = f"{name} ({node.id}) → {node.parent}" if name else f"{node.id} → {node.parent}"
+        if link.label:
+            label += f", {link.label}"
+        props = ["gen", "width", "bandwidth_gbps"] if link.kind == "pcie" else ["bandwidth_gbps"]
+        if link.bandwidth_gbps is not None:  # a measured figure wins over gen x width: change it first
+            props = ["bandwidth_gbps"] + [p for p in props if p != "bandwidth_gbps"]
+        cap = link.bandwidth()
+        out.append(Target(
+            target=f"nodes.{_path_key(node.id, i)}.link", label=label, group=_GROUPS.get(kind, "Devices"),
+            kind=f"{kind} uplink", props=props,
+            current={k: v for k, v in link.model_dump().items() if v is not None and k not in ("label", "kind")},
+            bandwidth_gbps=None if cap == float("inf") else round(bw.gbps(cap), 3), nodes=[node.id, node.parent]))
+    for i, pl in enumerate(topo.links):
+        props = ["bandwidth_gbps", "count"] + (["gts"] if pl.kind in ("upi", "qpi") else ["gen"])
+        out.append(Target(
+            target=f"links.{i}", label=f"{pl.a} ↔ {pl.b}, {pl.label or pl.kind.upper()}",
+            group="Socket and peer links", kind=pl.kind, props=props,
+            current={k: v for k, v in pl.model_dump().items()
+                     if v is not None and k not in ("a", "b", "label", "kind")},
+            bandwidth_gbps=round(bw.gbps(pl.bandwidth()), 3), nodes=[pl.a, pl.b]))
+    out.sort(key=lambda t: _GROUP_ORDER.index(t.group))  # stable: the profile's order within a group
+    return TargetsResponse(profile=topo.name, links=out)
+
+
+def router(settings, slots: threading.Semaphore | None = None) -> APIRouter:
+    """The page's routes for the app configured by `settings` (limits), sharing its search `slots`."""
+    from moment.service.errors import JSON
+
+    r = APIRouter()
+
+    @r.post("/whatif/targets", response_model=TargetsResponse, tags=["page"])
+    def targets(req: MachineIn) -> JSON:
+        """The links of a machine (a built-in profile or an upload) a what-if can change, with the
+        `set` path of each: the planning page's link picker."""
+        from moment.service.machines import machine
+
+        topo, _ = machine(req, settings.max_upload_bytes)
+        return JSON(whatif_targets(topo).model_dump(mode="json"))
+
+    @r.post("/advise", response_model=dict[str, Any], tags=["planning"])
+    def advise(req: AdviseRequest) -> JSON:
+        """What to buy under a budget (`moment advise --json`): inventories of one GPU and one SSD model
+        placed on the chassis, best throughput per TCO dollar and best throughput, with runner-ups."""
+        from pydantic import ValidationError
+
+        from moment.cost import CostParams, advise
+        from moment.cost.prices import merge_prices
+        from moment.planner import api
+        from moment.service.deadline import run_with_deadline
+        from moment.service.errors import FieldError
+        from moment.service.machines import machine
+
+        try:
+            params = CostParams(years=req.years, pue=req.pue, utilisation=req.utilisation,
+                                machine_power_w=req.machine_watts)
+        except ValidationError as e:
+            first = e.errors()[0]
+            field = {"machine_power_w": "machine_watts"}.get(str(first["loc"][0]), str(first["loc"][0]))
+            raise FieldError(field, first["msg"]) from None
+        table = merge_prices(req.prices, "prices") if req.prices is not None else None
+        topo, _ = machine(req, settings.max_upload_bytes)
+        wl = api.workload_spec(req.feature_dim, req.gb_per_gpu, req.gpu_cache_share, req.cpu_cache_share,
+                               flag=lambda name: name)
+        result = run_with_deadline(
+            lambda progress: advise(topo, req.budget, models=req.models or None, max_gpus=req.max_gpus,
+                                    max_ssds=req.max_ssds, workload=wl, prices=table, params=params, top_k=req.top,
+                                    progress=progress),
+            settings.plan_timeout_s, "the buying advice", slots)
+        return JSON(result.model_dump(mode="json"))
+
+    return r

@@ -1,0 +1,85 @@
+"""`moment serve` as scripts run it: a real server process on a free port."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("uvicorn", reason="the service needs the `serve` extra (fastapi, uvicorn)")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "MOMENT_TOKEN"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    return {**env, **extra}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get(url: str, body: dict | None = None, timeout: float = 60) -> tuple[int, dict]:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, headers={"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def test_serve_answers_health_openapi_and_plan(tmp_path):
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "moment", "serve", "--host", "127.0.0.1", "--port", str(port),
+                             "--data-dir", str(tmp_path / "data"), "--log-level", "warning"],
+                            env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        end = time.monotonic() + 60
+        while True:
+            try:
+                status, health = _get(base + "/v1/health", timeout=2)
+                break
+            except (urllib.error.URLError, ConnectionError):
+                assert proc.poll() is None, proc.communicate()[1][-2000:]
+                assert time.monotonic() < end, "the server did not answer within 60 s"
+                time.sleep(0.2)
+        assert status == 200 and health["status"] == "ok" and health["auth"] is False
+        status, spec = _get(base + "/openapi.json")
+        assert status == 200 and "/v1/plan" in spec["paths"]
+        status, plan = _get(base + "/v1/plan", {"profile": "paper-machine-b", "gpus": 4, "ssds": 8})
+        assert status == 200, plan
+        assert plan["machine"] == "paper-machine-b" and len(plan["predicted"]["gpus"]) == 4
+        assert plan["inventory"] == "4 x A100-PCIe-40GB, 8 x P5510"
+        status, err = _get(base + "/v1/plan", {"profile": "nope"})
+        assert status == 422 and err["detail"].startswith("profile:")
+        assert (tmp_path / "data" / "jobs.sqlite3").is_file()
+    finally:
+        proc.terminate()
+        _, stderr = proc.communicate(timeout=30)
+    # uvicorn shuts down gracefully, then re-raises the SIGTERM it caught
+    assert proc.returncode in (0, -signal.SIGTERM), stderr[-2000:]
+    assert "Traceback" not in stderr
+
+
+def test_serve_refuses_a_public_address_without_a_token(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "moment", "serve", "--host", "0.0.0.0", "--port", str(_free_port()),
+                        "--data-dir", str(tmp_path)], env=_env(), capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "without a token" in lines[0] and "MOMENT_TOKEN" in lines[0], r.stderr
+    assert not list(tmp_path.iterdir())  # refused before anything was created
