@@ -115,3 +115,14 @@ def _describe(info: dict | None) -> str:
         return "another process (which has not yet said who it is)"
     return (f"pid {info.get('pid', '?')} on host {info.get('host', '?')} since {info.get('since', '?')} "
             f"({info.get('command', '?')})")
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` exists on this host (one owned by another user counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

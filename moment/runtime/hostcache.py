@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from moment.errors import MomentError
+from moment.locking import pid_alive
 
 SHM = Path("/dev/shm")
 PREFIX = "moment-cache-"
@@ -36,15 +37,6 @@ def shm_room(nbytes: int) -> str:
     return ""
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
 
 def remove_stale() -> None:
     """Delete segments whose creator is gone (it died between creating and unlinking them)."""
@@ -53,7 +45,7 @@ def remove_stale() -> None:
             pid = int(f.name.rsplit("-", 1)[1].split(".")[0])
         except (IndexError, ValueError):
             continue
-        if not _alive(pid):
+        if not pid_alive(pid):
             f.unlink(missing_ok=True)
 
 

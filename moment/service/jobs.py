@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from moment.errors import MomentError
+from moment.locking import pid_alive
 from moment.service.schemas import Job
 
 FINAL = ("done", "failed", "cancelled", "interrupted")
@@ -45,15 +46,6 @@ class Cancelled(Exception):
     """Raised inside a job whose cancellation was asked for."""
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
 
 def owner_alive(owner: str) -> bool:
     """Whether the process (and, in this process, the app) that owns a job still runs."""
@@ -64,7 +56,7 @@ def owner_alive(owner: str) -> bool:
     pid = int(pid_text)
     if pid == os.getpid():
         return owner in _LIVE
-    return _pid_alive(pid)
+    return pid_alive(pid)
 
 
 class JobStore:
