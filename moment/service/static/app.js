@@ -132,18 +132,23 @@ function profileLabel() {
 }
 
 // The POST v1/plan body of the form, with what-if changes on top when given.
+/** The GPU/SSD counts (left out when blank) and models of the inventory form, into `req`. */
+function countsAndModels(req) {
+  const gpus = $("#gpus").value.trim();
+  if (gpus !== "") req.gpus = parseInt(gpus, 10);
+  const ssds = $("#ssds").value.trim();
+  if (ssds !== "") req.ssds = parseInt(ssds, 10);
+  req.gpu_model = $("#gpu-model").value;
+  req.ssd_model = $("#ssd-model").value;
+}
+
 function planRequest(whatif) {
   const req = machineFields();
   const inv = $("#inventory").value.trim();
   if (inv) {
     req.inventory = inv;
   } else {
-    const gpus = $("#gpus").value.trim();
-    if (gpus !== "") req.gpus = parseInt(gpus, 10);
-    const ssds = $("#ssds").value.trim();
-    if (ssds !== "") req.ssds = parseInt(ssds, 10);
-    req.gpu_model = $("#gpu-model").value;
-    req.ssd_model = $("#ssd-model").value;
+    countsAndModels(req);
     if (whatif) {
       req.gpu_model = $("#wi-gpu-model").value || req.gpu_model;
       req.ssd_model = $("#wi-ssd-model").value || req.ssd_model;
@@ -405,14 +410,7 @@ async function runCompare() {
   const req = { profiles: names };
   const inv = $("#inventory").value.trim();
   if (inv) req.inventories = [inv];
-  else {
-    const gpus = $("#gpus").value.trim();
-    if (gpus !== "") req.gpus = parseInt(gpus, 10);
-    const ssds = $("#ssds").value.trim();
-    if (ssds !== "") req.ssds = parseInt(ssds, 10);
-    req.gpu_model = $("#gpu-model").value;
-    req.ssd_model = $("#ssd-model").value;
-  }
+  else countsAndModels(req);
   await busy(`Comparing ${names.length} machines…`, async () => {
     try {
       const rows = await api("POST", "v1/compare", req);
