@@ -83,3 +83,15 @@ def test_serve_refuses_a_public_address_without_a_token(tmp_path):
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "without a token" in lines[0] and "MOMENT_TOKEN" in lines[0], r.stderr
     assert not list(tmp_path.iterdir())  # refused before anything was created
+
+
+def test_serve_on_a_taken_port_says_so_in_one_message(tmp_path):
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        r = subprocess.run([sys.executable, "-m", "moment", "serve", "--port", str(port), "--data-dir",
+                            str(tmp_path / "d")], env=_env(), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert f"--port {port}: cannot listen there" in r.stderr and "pick another --port" in r.stderr
+    assert "Traceback" not in r.stderr and "ERROR:" not in r.stderr

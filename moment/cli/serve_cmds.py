@@ -53,6 +53,7 @@ def serve_cmd(
         import uvicorn
     except ImportError as e:
         raise MomentError(f"the service needs {e.name}: pip install 'moment[serve]'") from None
+    _check_port_free(host, port)
     settings = Settings(data_dir=data_dir, db=db, token=token, max_body_bytes=int(max_body_mib * MiB),
                         max_upload_bytes=int(max_upload_mib * MiB), plan_timeout_s=plan_timeout).checked()
     common = dict(host=host, port=port, root_path=root_path, proxy_headers=True,
@@ -73,3 +74,20 @@ def serve_cmd(
     if settings.token:
         os.environ[ENV["token"]] = settings.token
     uvicorn.run("moment.service.app:create_app", factory=True, workers=workers, **common)
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """Say so in one line when the address is taken, before uvicorn logs its own error and exits 3."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            import errno
+
+            hint = ("another process holds the port: pick another --port" if e.errno == errno.EADDRINUSE
+                    else "--host must be an address of this machine")
+            raise MomentError(f"--host {host} --port {port}: cannot listen there ({e.strerror})", hint=hint) from None
