@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from moment.errors import MomentError, validation_lines
 from moment.topology.devices import find_model
 from moment.topology.model import Kind
+from moment.topology.profiles import parse_yaml
 
 SHIPPED = "shipped"  # PriceTable.origin of the table in this package
 
@@ -89,12 +90,7 @@ def _read(path: Path) -> object:
         from moment.outputs import reason
 
         raise MomentError(f"cannot read the price file: {reason(e)}", source=str(path)) from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark is not None else ""
-        raise MomentError(f"not valid YAML{where}", source=str(path)) from None
+    return parse_yaml(text, str(path))
 
 
 def shipped_data() -> dict:

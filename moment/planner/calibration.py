@@ -27,6 +27,7 @@ from moment.errors import MomentError, validation_error
 from moment.topology.bandwidth import GB
 from moment.topology.devices import Inventory, check_placement, strip
 from moment.topology.model import Kind, Topology
+from moment.topology.profiles import parse_yaml
 from moment.workload.spec import WorkloadSpec
 
 
@@ -153,11 +154,10 @@ class MeasurementFile(BaseModel):
 def _read_yaml(path: str | Path, what: str) -> Any:
     p = Path(path)
     try:
-        return yaml.safe_load(p.read_text())
+        text = p.read_text()
     except OSError as e:
         raise MomentError(f"cannot read the {what}: {e.strerror}", source=str(p)) from None
-    except yaml.YAMLError as e:
-        raise MomentError(f"not valid YAML: {str(e).splitlines()[0]}", source=str(p)) from None
+    return parse_yaml(text, str(p))
 
 
 def load_measurements(path: str | Path) -> MeasurementFile:

@@ -55,12 +55,17 @@ def _read_yaml(path: Path) -> Any:
         raise MomentError("file not found", source=str(path)) from None
     except OSError as e:
         raise MomentError(f"cannot read: {e.strerror}", source=str(path)) from None
+    return parse_yaml(text, str(path))
+
+
+def parse_yaml(text: str, source: str) -> Any:
+    """YAML text as data; a syntax error is one line naming `source` and where it is."""
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise MomentError(f"not valid YAML{where}: {getattr(e, 'problem', e)}", source=str(path)) from None
+        raise MomentError(f"not valid YAML{where}: {getattr(e, 'problem', e)}", source=source) from None
 
 
 def resolve_profile(name_or_path: str) -> Path:
