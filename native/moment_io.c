@@ -35,6 +35,7 @@
 #define MAX_QD 4096
 #define MAX_CHUNK ((int64_t)1 << 30) /* one kernel read at most; longer requests continue */
 #define WAKE_TAG UINT64_MAX
+#define SUBMIT_GROUP 4 /* io_uring: SQEs per submission at most (see issue_slot) */
 
 typedef struct {
     int fd;
@@ -226,11 +227,41 @@ static void issue_slot(Engine *e, int s) {
     struct io_uring_sqe *sqe = get_sqe(&e->ring);
     io_uring_prep_read(sqe, r->fd, base + sl->got, (unsigned)want, (uint64_t)(r->aoff + sl->got));
     sqe->user_data = (uint64_t)s;
+    /* Submit in small groups: a burst of completions refilled as one burst of submissions keeps the
+     * device in lockstep bursts (measured on a virtio disk: 58k IOPS at QD32 batched, 69-75k in
+     * groups of 4, as fio's one-at-a-time submission); four per system call costs little CPU. */
+    if (io_uring_sq_ready(&e->ring) >= SUBMIT_GROUP) io_uring_submit(&e->ring);
+}
+
+/* The ring is unusable: fail what is in flight and queued with `err`, and stop taking work. */
+static void fail_ring(Engine *e, int err) {
+    for (int s = 0; s < e->qd; s++) {
+        int used = 1;
+        for (int k = 0; k < e->nfree; k++) if (e->free_slots[k] == s) { used = 0; break; }
+        if (used) finish_req(e, e->slots[s].b, e->slots[s].idx, 0, err, 0);
+    }
+    e->stopping = 1;
+    batch_t *b; int64_t idx;
+    while (take_req(e, &b, &idx)) {}
 }
 
 static void *uring_main(void *arg) {
     Engine *e = (Engine *)arg;
     int inflight = 0;
+#ifdef IORING_SETUP_R_DISABLED
+    if ((e->ring.flags & IORING_SETUP_R_DISABLED) && io_uring_enable_rings(&e->ring) < 0) {
+        /* e.g. a seccomp filter that allows io_uring_setup but not io_uring_register: a plain ring */
+        io_uring_queue_exit(&e->ring);
+        int ret = io_uring_queue_init((unsigned)e->qd + 2, &e->ring, 0);
+        if (ret < 0) {
+            e->ring_ok = 2; /* the eventfd stays open, the ring is gone */
+            pthread_mutex_lock(&e->mu);
+            fail_ring(e, -ret);
+            pthread_mutex_unlock(&e->mu);
+            return NULL;
+        }
+    }
+#endif
     arm_wake(e);
     for (;;) {
         pthread_mutex_lock(&e->mu);
@@ -256,16 +287,8 @@ static void *uring_main(void *arg) {
         if (stop_now) break;
         int ret = io_uring_submit_and_wait(&e->ring, 1);
         if (ret < 0 && ret != -EINTR && ret != -EAGAIN && ret != -EBUSY && ret != -ETIME) {
-            /* The ring is unusable: fail what is in flight and queued, then stop. */
             pthread_mutex_lock(&e->mu);
-            for (int s = 0; s < e->qd; s++) {
-                int used = 1;
-                for (int k = 0; k < e->nfree; k++) if (e->free_slots[k] == s) { used = 0; break; }
-                if (used) finish_req(e, e->slots[s].b, e->slots[s].idx, 0, -ret, 0);
-            }
-            e->stopping = 1;
-            batch_t *b; int64_t idx;
-            while (take_req(e, &b, &idx)) {}
+            fail_ring(e, -ret);
             pthread_mutex_unlock(&e->mu);
             break;
         }
@@ -303,8 +326,29 @@ static void *uring_main(void *arg) {
     return NULL;
 }
 
+/* The ring's flags, most helpful first, as fio sets them: completions are run when the I/O thread asks
+ * for them (DEFER_TASKRUN, which needs one submitting thread: the ring starts disabled and the I/O
+ * thread enables it, becoming its single issuer) and never by interrupting it (COOP_TASKRUN).  On a
+ * small VM the interrupts cost a fifth of the 4 KiB IOPS.  Kernels without them get a plain ring. */
+static const unsigned RING_FLAGS[] = {
+#if defined(IORING_SETUP_DEFER_TASKRUN) && defined(IORING_SETUP_R_DISABLED)
+    IORING_SETUP_R_DISABLED | IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_COOP_TASKRUN,
+#endif
+#ifdef IORING_SETUP_COOP_TASKRUN
+    IORING_SETUP_COOP_TASKRUN,
+#endif
+    0,
+};
+
 static int uring_setup(Engine *e) {
-    int ret = io_uring_queue_init((unsigned)e->qd + 2, &e->ring, 0);
+    int ret = -EINVAL;
+    for (size_t i = 0; i < sizeof(RING_FLAGS) / sizeof(RING_FLAGS[0]); i++) {
+        struct io_uring_params p;
+        memset(&p, 0, sizeof(p));
+        p.flags = RING_FLAGS[i];
+        ret = io_uring_queue_init_params((unsigned)e->qd + 2, &e->ring, &p);
+        if (ret != -EINVAL) break;
+    }
     if (ret < 0) return -ret;
     struct io_uring_probe *p = io_uring_get_probe_ring(&e->ring);
     int ok = p && io_uring_opcode_supported(p, IORING_OP_READ) && io_uring_opcode_supported(p, IORING_OP_POLL_ADD);
@@ -356,7 +400,10 @@ static void Engine_dealloc(Engine *e) {
     while (b) { batch_t *nx = b->next_live; free_batch(b); b = nx; }
     free(e->threads);
 #ifdef MOMENT_HAVE_LIBURING
-    if (e->ring_ok) { io_uring_queue_exit(&e->ring); close(e->efd); }
+    if (e->ring_ok) {
+        if (e->ring_ok == 1) io_uring_queue_exit(&e->ring);
+        close(e->efd);
+    }
     if (e->slots) for (int i = 0; i < e->qd; i++) free(e->slots[i].bounce);
     free(e->slots);
     free(e->free_slots);
