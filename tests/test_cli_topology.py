@@ -107,3 +107,16 @@ def test_compare_and_listings(capsys):
     assert json.loads(run(capsys, "models", "--json")[1])
     schema = json.loads(run(capsys, "schema", "topology")[1])
     assert "nodes" in schema["properties"]
+
+
+def test_help_paragraphs_are_reflowed_not_ragged(capsys):
+    # docstrings are wrapped at the source's width; --help joins each paragraph so rich wraps it once
+    from moment.cli import _register, app
+
+    _register()
+    plan = next(c for c in app.registered_commands if c.name == "plan")
+    paragraphs = plan.help.split("\n\n")
+    assert len(paragraphs) >= 3 and all("\n" not in p for p in paragraphs)
+    assert paragraphs[-1].startswith("Example: moment plan")  # an example keeps its own paragraph
+    rc, out, _ = run(capsys, "plan", "--help")
+    assert rc == 0 and "solved with the realisable LP" in " ".join(out.split())

@@ -35,6 +35,24 @@ def _register() -> None:
         train_cmds, version_cmds)
     from moment.cli import serve_cmds  # noqa: F401  (imports the service only when `moment serve` runs)
 
+    _reflow_help(app)
+
+
+def _reflow_help(t: typer.Typer) -> None:
+    """One line per docstring paragraph: rich keeps a docstring's single line breaks, so help wrapped at
+    the source's width came out ragged in an 80-column terminal; rich wraps each paragraph to fit."""
+    import inspect
+    import re
+
+    for c in t.registered_commands:
+        doc = c.help if c.help is not None else (c.callback.__doc__ if c.callback else None)
+        if doc:  # an "Example:" line stays a paragraph of its own
+            doc = re.sub(r"\n(?=Example)", "\n\n", inspect.cleandoc(doc))
+            c.help = "\n\n".join(" ".join(ln.strip() for ln in p.splitlines()) for p in doc.split("\n\n"))
+    for g in t.registered_groups:
+        if g.typer_instance is not None:
+            _reflow_help(g.typer_instance)
+
 
 @app.callback()
 def _root() -> None:
