@@ -16,13 +16,17 @@ import torch
 import torch.distributed as dist
 
 from moment.placement.reader import load_manifest
+from moment.runtime.ssd_model import TierModel
 from moment.runtime.store import TieredFeatureStore
 
 
+def batches_of(rank: int, n: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(rank)
+    return [rng.permutation(n)[:900] for _ in range(3)] + [np.arange(n), rng.integers(0, n, 700)]
+
+
 def gather_all(store: TieredFeatureStore, feats: np.ndarray) -> None:
-    n = feats.shape[0]
-    rng = np.random.default_rng(store.rank)
-    batches = [rng.permutation(n)[:900] for _ in range(3)] + [np.arange(n), rng.integers(0, n, 700)]
+    batches = batches_of(store.rank, feats.shape[0])
     pend = []
     for b in batches:
         pend.append((b, store.submit(b)))
@@ -69,6 +73,11 @@ def main() -> int:
                             "gpu_rows": store.gpu_rows, "memory": store.memory(),
                             "gpu_bin_rows_read": int(store._rows_by_bin[gpu_shards].sum()),
                             "cache_rows": store.cache.capacity}
+            if kw["policy"] == "static":  # the read prediction (bench/fidelity.py) knows the peer tier
+                tm = TierModel(layout, local_rank=local_rank, local_world_size=lws, cpu_rows=n // 40,
+                               shared_cache=kw["shared_cache"], peers=kw["all_gather"] is not None)
+                report[name]["model_ssd_rows"] = sum(int(np.isin(b, tm.misses(b)).sum())
+                                                     for b in batches_of(rank, n))
         finally:
             store.close()
         dist.barrier()

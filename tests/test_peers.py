@@ -43,6 +43,8 @@ def _check(reports: list[dict]) -> None:
             assert run["gpu_bin_rows_read"] == 0, (name, run)  # no GPU-bin row read from the layout
             assert run["memory"]["gpu_cache"] == run["gpu_rows"] * 128  # own tier only: peers are mapped
         alone = rep["no_peers"]
+        for name in ("peers_shared", "no_peers"):  # the SSD-read model serves the same rows from the tiers
+            assert rep[name]["model_ssd_rows"] == rep[name]["tiers"]["ssd"], (name, rep[name])
         assert alone["peer_rows"] == 0 and alone["tiers"]["peer"] == 0 and alone["gpu_bin_rows_read"] > 0
         # with peers the shared cache leaves out every GPU tier of the node, not only the rows no GPU holds
         assert rep["peers_shared"]["cache_rows"] == alone["cache_rows"]
