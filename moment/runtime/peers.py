@@ -11,8 +11,10 @@ many of them it holds (`TierMap`), and a way to map the tier:
 * CUDA: the owner's tensor goes through `torch.multiprocessing.reductions.reduce_tensor`, whose
   arguments are plain values (CUDA IPC memory handle, ref-counter and event handles); a peer rebuilds
   it as a tensor in the owner's device memory. `tier[idx]` runs on the owner's device and `.to()`
-  copies device to device. The owner keeps its tensor alive as long as its store lives; a peer holds
-  a CUDA context on the owner's device (the mapping needs one).
+  copies device to device (torch enables peer access where the driver allows it, else the copy is
+  staged by the driver). The owner keeps its tensor alive as long as its store lives; a peer holds a
+  CUDA context on the owner's device (the mapping needs one). The handle names the device by index,
+  so the local ranks must see the same CUDA devices (torchrun's default).
 * CPU (the stand-in for device memory on CPU runs): each rank's tier is a POSIX shared-memory segment
   (`HostCache.shared_segment`, one per owner: the owner fills it, the node's other ranks map it
   read-only, and the name is unlinked once all have mapped it, so nothing outlives the ranks).
@@ -62,13 +64,12 @@ class Group:
 class PeerTiers:
     """The GPU tiers of the node's other ranks, mapped: which rows they hold and one gather per owner."""
 
-    def __init__(self, owners: list[int], tiers: list[torch.Tensor | np.ndarray], maps: list[TierMap],
-                 keep: list[HostCache] | None = None):
+    def __init__(self, nbins: int, owners: list[int], tiers: list[torch.Tensor | np.ndarray],
+                 maps: list[TierMap], keep: list[HostCache] | None = None):
         self.owners = owners  # local rank of each peer
         self.tiers = tiers
-        nb = maps[0].limit.shape[0] if maps else 0
-        self.owner = np.full(nb, -1, np.int64)  # bin -> index into self.tiers
-        self.base, self.limit = np.zeros(nb, np.int64), np.zeros(nb, np.int64)
+        self.owner = np.full(nbins, -1, np.int64)  # bin -> index into self.tiers
+        self.base, self.limit = np.zeros(nbins, np.int64), np.zeros(nbins, np.int64)
         for i, m in enumerate(maps):
             held = m.limit > 0
             self.owner[held], self.base[held], self.limit[held] = i, m.base[held], m.limit[held]
@@ -134,7 +135,7 @@ def share(own: TierMap, row_bytes: int, device: torch.device, fill: Callable[[np
         peers = [(m[0] % lws, m[4], TierMap(m[1], m[2])) for m in local if m[0] != group.rank]
         tiers = [rebuild_cuda_tensor(*h) if h is not None else torch.zeros((0, row_bytes), dtype=torch.uint8)
                  for _, h, _ in peers]
-        return own_t, PeerTiers([p[0] for p in peers], tiers, [p[2] for p in peers]), None
+        return own_t, PeerTiers(own.limit.shape[0], [p[0] for p in peers], tiers, [p[2] for p in peers]), None
     # CPU: one segment per local rank, in local-rank order (the same barriers on every node)
     mine: HostCache | None = None
     owners, tiers, maps, keep = [], [], [], []
@@ -152,7 +153,7 @@ def share(own: TierMap, row_bytes: int, device: torch.device, fill: Callable[[np
             maps.append(tm)
             keep.append(seg)
     assert mine is not None
-    return torch.from_numpy(mine.rows), PeerTiers(owners, tiers, maps, keep), mine
+    return torch.from_numpy(mine.rows), PeerTiers(own.limit.shape[0], owners, tiers, maps, keep), mine
 
 
 def _alone(own: TierMap, row_bytes: int, device: torch.device, fill: Callable[[np.ndarray], None]) -> torch.Tensor:
