@@ -202,8 +202,9 @@ def report(prefix: str, m: dict) -> None:
         items = {it["name"]: it["machine_bytes"] for it in m["memory"]["items"]}
         print(f"{prefix}_cpu_cache_MiB: {items.get('cpu cache', 0) / 2**20:.0f}")
         print(f"{prefix}_read_buffers_MiB: {items.get('read buffers', 0) / 2**20:.0f}")
-        print(f"{prefix}_cpu_hit_rate: {m['cpu_hit_rate']:.4f}  (of rows not on the GPU tier)")
-        print(f"{prefix}_hit_rate: {m['memory_hit_rate']:.4f}  (GPU stand-in or CPU cache, all ranks and epochs)")
+        print(f"{prefix}_cpu_hit_rate: {m['cpu_hit_rate']:.4f}  (of rows not on a GPU tier, own or peer)")
+        print(f"{prefix}_hit_rate: {m['memory_hit_rate']:.4f}  (GPU stand-ins or CPU cache, all ranks and epochs)")
+        print(f"{prefix}_peer_rows: {m['tier_rows'].get('peer', 0)}  (rows copied from another rank's GPU tier)")
         print(f"{prefix}_ssd_requests: {m['ssd_requests']}")
         print(f"{prefix}_packed_rows: {m.get('packed_rows', 0)}  (SSD rows read from the pack)")
         ssd = m["tier_bytes"].get("ssd", 0)

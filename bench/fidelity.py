@@ -9,8 +9,8 @@
    pthreads backend on a small VM one process does not reach the disk's IOPS; the one-process figure
    and the prediction it gives are printed too.)
 3. Predict, before the run: each rank's training batches are sampled as the runtime samples them
-   (`sample_trace`); `moment.runtime.ssd_model.TierModel` finds the rows that miss the GPU stand-in and
-   the CPU cache with the split the run will make (`preview_split`) and plans the reads `Reader` would
+   (`sample_trace`); `moment.runtime.ssd_model.TierModel` finds the rows that miss the GPU stand-ins
+   (the rank's own and, through the peer tier, the other ranks') and the CPU cache with the split the run will make (`preview_split`) and plans the reads `Reader` would
    issue for them (`plan_runs`, the run's I/O shape); nothing is read. The time of a batch's reads
    alone is  requests / IOPS + (bytes beyond the first `align` bytes of each request) / seq rate,
    and the ranks, which step together, share the disk fairly: rank r's reads at a step take
@@ -116,10 +116,11 @@ def predict(ds, layout: Path, split, disks: dict, a) -> dict:
 
     f = [int(x) for x in a.fanouts.split(",")]
     shared_cache = split.shared_cache and not shm_room(min(split.cpu_rows, ds.num_nodes) * ds.row_bytes)
+    peers = a.nproc > 1 and not shm_room(split.gpu_rows * ds.row_bytes * a.nproc)  # the run's peer tier
     costs, out = {k: [] for k in disks}, {"bytes": 0, "requests": 0, "eval_bytes": 0, "eval_requests": 0, "ssd_rows": 0}
     for r in range(a.nproc):
         tm = TierModel(layout, local_rank=r, local_world_size=a.nproc, cpu_rows=split.cpu_rows,
-                       gpu_rows=split.gpu_rows, shared_cache=shared_cache, shape=a.io_shape)
+                       gpu_rows=split.gpu_rows, shared_cache=shared_cache, shape=a.io_shape, peers=peers)
         tr = sample_trace(ds, f, a.batch_size, seed=0, epochs=a.epochs, rank=r, world_size=a.nproc)
         mine = {k: [] for k in disks}
         for b in tr.batches():

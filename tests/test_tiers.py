@@ -60,3 +60,40 @@ def test_every_position_is_served_exactly_once():
 def test_without_a_gpu_tier_nothing_is_routed_there():
     mask, idx = no_gpu(np.arange(5))
     assert not mask.any() and idx.size == 0
+
+
+def test_peer_rows_are_routed_after_own_gpu_and_before_the_cpu_cache():
+    """A fake node: this rank's GPU holds 0..9, peer 1 holds 10..19, peer 2 holds 20..24 (disjoint bins);
+    the CPU cache holds the next hottest rows, 25..39. Every position goes to exactly one tier."""
+    from moment.caching.tiers import no_peers
+
+    def peers(ids):
+        mask = (ids >= 10) & (ids < 25)
+        on = ids[mask]
+        return mask, np.where(on < 20, 1, 2), np.where(on < 20, on - 10, on - 20)
+
+    rng = np.random.default_rng(3)
+    for name in ("static", "lru", "belady-superbatch"):
+        policy = make_policy(name, 15, N, rank=np.arange(N))
+        init = np.arange(25, 40)
+        policy.reset(init)
+        slots = SlotMap(15, N) if policy.changes else FixedSlots(init)
+        if policy.changes:
+            slots.fill(init)
+        router = TierRouter(policy, slots, gpu_first_ten, peers)
+        batches = [np.array([3, 12, 24, 30, 99, 20, 7, 19]), *(rng.integers(0, N, 50) for _ in range(3))]
+        routes = router.route(batches)
+        first = routes[0]
+        assert first.gpu_pos.tolist() == [0, 6] and first.gpu_idx.tolist() == [6, 14]
+        assert first.peer_pos.tolist() == [1, 2, 5, 7]
+        assert first.peer_owner.tolist() == [1, 2, 2, 1] and first.peer_idx.tolist() == [2, 4, 0, 9]
+        assert first.hit_pos.tolist() == [3] and first.miss_pos.tolist() == [4]
+        for ids, r in zip(batches, routes, strict=True):
+            pos = np.concatenate([r.gpu_pos, r.peer_pos, r.hit_pos, r.miss_pos])
+            assert sorted(pos.tolist()) == list(range(ids.shape[0])), name  # no row in two tiers
+            assert (ids[r.gpu_pos] < 10).all() and ((ids[r.peer_pos] >= 10) & (ids[r.peer_pos] < 25)).all()
+            assert not ((ids[r.miss_pos] < 25).any()), name  # a GPU-held row is never read nor admitted
+            if r.admit_pos is not None:
+                assert (ids[r.admit_pos] >= 25).all()
+    mask, owner, idx = no_peers(np.arange(5))
+    assert not mask.any() and owner.size == 0 and idx.size == 0

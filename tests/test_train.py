@@ -141,6 +141,8 @@ def test_torchrun_two_ranks(two_ranks, reference):
     assert len(m["loss_curve"]) == m["steps"] == 16
     assert abs(m["val_accuracy"] - reference["val_accuracy"]) < 0.05, (m["val_accuracy"], reference["val_accuracy"])
     assert m["tier_bytes"]["gpu"] > 0 and m["tier_bytes"]["cpu"] > 0 and m["memory"]["items"]
+    # the peer tier: rows of the other rank's GPU bin come from its memory (a shared segment on CPU)
+    assert m["tier_rows"]["peer"] > 0 and m["tier_bytes"]["peer"] == m["tier_rows"]["peer"] * 128
     assert np.isfinite(m["loss_curve"]).all() and m["loss_curve"][-1] < m["loss_curve"][0]
     # each rank serves its own plan GPU's bin (local-rank order on CPU) and reports its SSD shares
     assert [(r["rank"], r["plan_gpus"]) for r in m["per_rank"]] == [(0, ["gpu0"]), (1, ["gpu1"])]
@@ -158,9 +160,10 @@ def test_two_ranks_every_policy_and_shape_match_the_memmap_baseline(setup, two_r
     assert two_ranks["loss_curve"] == ref
     out = tmp_path / "b.json"
     _torchrun(_args(layout, out, "--cache-policy", "belady-superbatch", "--io-shape", "rows",
-                    "--memory-budget", "3GiB"))
+                    "--memory-budget", "3GiB", "--no-peer-tier"))
     m = json.loads(out.read_text())
     assert m["loss_curve"] == ref and m["cache_policy"] == "belady-superbatch"
+    assert m["tier_rows"]["peer"] == 0  # --no-peer-tier: the other GPU's bin is read from the layout
     assert m["memory"]["total"] == 3 << 30 and m["memory"]["used"] <= 3 << 30
     # DiskGNN's packed batches: with a pack made by the CLI for this run's batches, auto picks it
     import shutil

@@ -30,6 +30,7 @@ def test_every_field_has_a_flag_and_every_flag_sets_its_field(tmp_path: Path) ->
         ("--memmap-random",): {"memmap_random": True}, ("--io-backend", "python"): {"io_backend": "python"},
         ("--queue-depth", "8"): {"queue_depth": 8}, ("--io-merge-gap", "4096"): {"io_merge_gap": 4096},
         ("--io-max-request", "65536"): {"io_max_request": 65536}, ("--buffered",): {"direct": False},
+        ("--no-peer-tier",): {"peer_tier": False},
         ("--verify",): {"verify": True}, ("--no-pipeline",): {"pipeline": False}, ("--depth", "3"): {"depth": 3},
         ("--threads", "1"): {"threads": 1}, ("--device", "cpu"): {"device": "cpu"}, ("--quiet",): {"quiet": True},
         ("--checkpoint-dir", str(tmp_path / "ck"), "--checkpoint-every", "5", "--resume"):

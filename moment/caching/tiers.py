@@ -1,14 +1,17 @@
-"""Which tier serves each row of a batch: the GPU tier, the CPU cache, or a read from the layout.
+"""Which tier serves each row of a batch: the GPU tier, a peer's GPU tier, the CPU cache, or a read.
 
 Separate from the feature store so the decision can be tested (and simulated) without files, threads
-or torch. A superbatch is routed at once: rows on this rank's GPU tier first; the rest go through the
-CPU cache policy, which for a dynamic policy (Belady per superbatch) first sees every batch of the
-superbatch (`plan`), then decides batch by batch what hits, what is admitted and what is evicted.
+or torch. A superbatch is routed at once: rows on this rank's GPU tier first, then rows on the GPU
+tier of another rank of the node (copied device to device); only the rest go through the CPU cache
+policy (a row a GPU of the node holds is never a CPU-cache candidate), which for a dynamic policy
+(Belady per superbatch) first sees every batch of the superbatch (`plan`), then decides batch by
+batch what hits, what is admitted and what is evicted.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,6 +20,8 @@ from moment.caching.policies import CachePolicy, SlotMap
 
 #: ids -> (mask of ids on the GPU tier, their rows in the GPU tier)
 GpuLookup = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
+#: ids -> (mask of ids on a peer's GPU tier, the owner of each, its row in the owner's tier)
+PeerLookup = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]
 
 
 @dataclass
@@ -30,6 +35,9 @@ class Route:
     miss_pos: np.ndarray  # read from the layout
     admit_pos: np.ndarray | None = None  # misses copied into the CPU cache once read
     admit_slot: np.ndarray | None = None
+    peer_pos: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
+    peer_owner: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))  # whose tier
+    peer_idx: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))  # row in it
 
 
 class FixedSlots:
@@ -51,26 +59,36 @@ def no_gpu(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.zeros(ids.shape[0], bool), np.zeros(0, np.int64)
 
 
-class TierRouter:
-    """Routes batches through the GPU tier and the CPU cache policy; keeps the slot map in step."""
+def no_peers(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return np.zeros(ids.shape[0], bool), np.zeros(0, np.int64), np.zeros(0, np.int64)
 
-    def __init__(self, policy: CachePolicy, slots: SlotMap | FixedSlots, gpu: GpuLookup = no_gpu):
-        self.policy, self.slots, self.gpu = policy, slots, gpu
+
+class TierRouter:
+    """Routes batches through the GPU tier, the peers' GPU tiers and the CPU cache policy; keeps the slot
+    map in step. `gpu` and `peers` must hold disjoint rows (each GPU bin has one owner)."""
+
+    def __init__(self, policy: CachePolicy, slots: SlotMap | FixedSlots, gpu: GpuLookup = no_gpu,
+                 peers: PeerLookup = no_peers):
+        self.policy, self.slots, self.gpu, self.peers = policy, slots, gpu, peers
 
     def route(self, batches: Sequence[np.ndarray]) -> list[Route]:
         """One Route per batch of a superbatch, in order (the policy's state advances batch by batch)."""
-        gpu, looks = [], []
+        gpu, peer, looks = [], [], []
         for ids in batches:
             mask, idx = self.gpu(ids)
+            rest = np.flatnonzero(~mask)
+            pmask, owner, pidx = self.peers(ids[rest])
             gpu.append((np.flatnonzero(mask), idx))
-            looks.append(np.flatnonzero(~mask))
+            peer.append((rest[pmask], owner, pidx))
+            looks.append(rest[~pmask])
         if self.policy.changes:
             self.policy.plan([ids[lk] for ids, lk in zip(batches, looks, strict=True)])
         out = []
-        for ids_all, (gpos, gidx), lk in zip(batches, gpu, looks, strict=True):
+        for ids_all, (gpos, gidx), (ppos, powner, pidx), lk in zip(batches, gpu, peer, looks, strict=True):
             ids = ids_all[lk]
             d = self.policy.access(ids)
-            r = Route(gpos, gidx, lk[d.hit], self.slots.lookup(ids[d.hit]), lk[~d.hit])
+            r = Route(gpos, gidx, lk[d.hit], self.slots.lookup(ids[d.hit]), lk[~d.hit],
+                      peer_pos=ppos, peer_owner=powner, peer_idx=pidx)
             if d.admit.size:
                 admit_slot = self.slots.apply(d)
                 miss_ids = ids[~d.hit]  # each admitted id's first position among the misses

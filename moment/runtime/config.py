@@ -108,6 +108,10 @@ class TrainConfig(BaseModel):
         "cost least on the disk)", metavar="BYTES")] = None
     io_max_request: Annotated[int | None, Flag(
         "largest merged SSD read (default: 128 KiB for rows, 1 MiB for block)", metavar="BYTES")] = None
+    peer_tier: Annotated[bool, Flag(
+        "read the rows of other local GPUs' cache bins from the layout's files instead of copying them from "
+        "those GPUs' memory (the peer tier: device to device on CUDA, a shared segment on CPU runs)",
+        name="--no-peer-tier", action="store_false")] = True
     direct: Annotated[bool, Flag("read shards through the page cache", name="--buffered",
                                  action="store_false")] = True
     verify: Annotated[bool, Flag("check shard chunk checksums on first use", action="store_true")] = False

@@ -2,9 +2,10 @@
 issue for them, and a disk model that turns those reads into seconds (`bench/fidelity.py`).
 
 `TierModel` decides tiers as `TieredFeatureStore` does with a fixed (``static``) cache: a row is served
-by this rank's GPU stand-in (its GPU bins, hottest rows first, `gpu_rows` of them), else by the CPU
-cache (the `cpu_rows` hottest rows of the layout's order, less this rank's GPU rows unless the cache is
-the local ranks' shared segment), else it is read from the layout's files. The misses of one job
+by this rank's GPU stand-in (its GPU bins, hottest rows first, `gpu_rows` of them) or, with `peers`, by
+the stand-in of another local rank (the peer tier), else by the CPU cache (the `cpu_rows` hottest rows
+of the layout's order, less the rows a GPU tier serves: this rank's unless the cache is the local ranks'
+shared segment, and with peers every local rank's), else it is read from the layout's files. The misses of one job
 (one batch: the serial pipeline completes each batch right after submitting it, so every superbatch
 holds one batch) become aligned runs with `plan_runs` for the I/O shape (``rows``: gap 0; ``block``:
 the gap whose plan `Shape.cost` rates cheapest), exactly as `Reader` plans them. Only the index, the
@@ -58,7 +59,8 @@ class TierModel:
 
     def __init__(self, layout: str | Path, *, local_rank: int = 0, local_world_size: int = 1,
                  cpu_rows: int, gpu_rows: int | None = None, shared_cache: bool = False, shape: str = "rows",
-                 window: int = 8 << 20, merge_gap: int | None = None, max_request: int | None = None):
+                 window: int = 8 << 20, merge_gap: int | None = None, max_request: int | None = None,
+                 peers: bool = False):
         self.path = Path(layout)
         m = self.manifest = load_manifest(self.path)
         n = self.num_nodes = m.dataset.num_nodes
@@ -73,21 +75,23 @@ class TierModel:
         self._stride = np.array([s.stride for s in m.shards], np.int64)
         self.sizes = np.array([shard_path(self.path, s).stat().st_size for s in m.shards], np.int64)
         gpu_bins = [i for i, s in enumerate(m.shards) if s.kind == "gpu"]
-        own = [b for j, b in enumerate(gpu_bins) if j % local_world_size == local_rank % local_world_size]
         limit = np.zeros(len(m.shards), np.int64)
-        left = sum(m.shards[b].rows for b in own) if gpu_rows is None else int(gpu_rows)
-        for b in own:
-            limit[b] = min(m.shards[b].rows, left)
-            left -= limit[b]
-        self.on_gpu = self._slot < limit[self._bin]
+        peers = peers and local_world_size > 1
+        for r in range(local_world_size) if peers else [local_rank]:  # each GPU tier holds its own bins
+            own = [b for j, b in enumerate(gpu_bins) if j % local_world_size == r % local_world_size]
+            left = sum(m.shards[b].rows for b in own) if gpu_rows is None else int(gpu_rows)
+            for b in own:
+                limit[b] = min(m.shards[b].rows, left)
+                left -= limit[b]
+        self.on_gpu = self._slot < limit[self._bin]  # this rank's tier, and with peers theirs
         order = hot_order(self.path, m)
-        if self.on_gpu.any() and not shared_cache:
+        if self.on_gpu.any() and (peers or not shared_cache):
             order = order[~self.on_gpu[order]]
         self.cached = np.zeros(n, bool)
         self.cached[order[:max(0, min(int(cpu_rows), order.shape[0]))]] = True
 
     def misses(self, ids: np.ndarray) -> np.ndarray:
-        """The distinct ids of a batch that neither the GPU stand-in nor the CPU cache holds."""
+        """The distinct ids of a batch that neither a GPU stand-in nor the CPU cache holds."""
         ids = np.asarray(ids, np.int64)
         return np.unique(ids[~(self.on_gpu[ids] | self.cached[ids])])
 

@@ -1,4 +1,4 @@
-"""The tiered feature store: own GPU cache -> CPU cache (owned memory, a cache policy) -> SSD shards.
+"""The tiered feature store: own GPU cache -> peers' GPU caches -> CPU cache (a cache policy) -> SSD shards.
 
 Why this shape (Moment §3.1, Hyperion §III-A/B, Ginex §4, AGNES §4): every rank looks a node up in the
 fastest tier that holds it and reads the rest from the layout's files through its own reader thread
@@ -11,6 +11,10 @@ Tiers, per rank (`index.npy` maps node -> (bin, slot); every bin, cache bins inc
   layout's GPU bins belongs to local rank j % local_world_size), loaded into a tensor on `device`; on
   CPU runs it stands in for device memory and is capped by `gpu_rows` (the budget's grant), hottest
   rows first.
+* ``peer`` — rows on the GPU tier of another rank of the same node (moment.runtime.peers): mapped
+  through CUDA IPC and copied device to device (P2P where enabled), or on CPU runs from the owner's
+  shared-memory segment; never read from the layout, never a CPU-cache candidate. Needs the process
+  group (`all_gather` and `barrier`); `moment train --no-peer-tier` goes without.
 * ``cpu`` — `HostCache`: `cpu_rows` rows in memory the runtime owns, managed by a cache policy from
   `moment.caching` (the same objects the simulator replays): ``static`` (the hottest rows by the
   layout's pre-sampled hotness order; one shared segment for all local ranks), ``lru``, or
@@ -46,7 +50,7 @@ import numpy as np
 import torch
 
 from moment.caching import POLICIES, SlotMap, make_policy
-from moment.caching.tiers import FixedSlots, TierRouter, no_gpu
+from moment.caching.tiers import FixedSlots, TierRouter, no_gpu, no_peers
 from moment.errors import MomentError
 from moment.placement.manifest import Shard
 from moment.placement.pack import Segments, check_pack, load_pack, pack_path
@@ -56,9 +60,10 @@ from moment.runtime.devices import plan_gpus_of
 from moment.io.merge import SHAPES
 from moment.runtime.gather import BufferPool, Job, Reader
 from moment.runtime.hostcache import HostCache, shm_room
+from moment.runtime.peers import Group, TierMap, share
 from moment.sizes import parse_size
 
-TIERS = ("gpu", "cpu", "ssd")
+TIERS = ("gpu", "peer", "cpu", "ssd")
 __all__ = ["TIERS", "TieredFeatureStore", "parse_size", "hot_order"]
 
 
@@ -89,6 +94,9 @@ class Pending:
     segment: int | None = None  # the pack segment prepared for this batch
     gpu_pos: np.ndarray | None = None
     gpu_idx: np.ndarray | None = None
+    peer_pos: np.ndarray | None = None
+    peer_owner: np.ndarray | None = None
+    peer_idx: np.ndarray | None = None
     hit_pos: np.ndarray | None = None
     hit_slot: np.ndarray | None = None
     miss_pos: np.ndarray | None = None
@@ -165,7 +173,7 @@ class TieredFeatureStore:
                  policy: str = "static", shape: str = "rows", superbatch: int = 1,
                  buffer_bytes: int | None = None, window: int = 8 << 20, merge_gap: int | None = None,
                  max_request: int | None = None, shared_cache: bool | None = None, barrier=None,
-                 pack_seed: int | None = None):
+                 all_gather=None, pack_seed: int | None = None):
         self.path = Path(layout_path)
         self.manifest = m = load_manifest(self.path)
         self.rank, self.local_rank, self.world_size = rank, local_rank, world_size
@@ -201,17 +209,26 @@ class TieredFeatureStore:
         self._gpu_base = np.zeros(nb, dtype=np.int64)
         self._gpu_limit = np.zeros(nb, dtype=np.int64)
         left = sum(m.shards[b].rows for b in own) if gpu_rows is None else int(gpu_rows)
-        parts = []
+        at = 0
         for b in own:
             k = min(m.shards[b].rows, left)
             left -= k
-            self._gpu_base[b] = sum(p.shape[0] for p in parts)
-            self._gpu_limit[b] = k
-            if k:
-                parts.append(self._read_file_rows(b, k))
-        self._gpu = (torch.from_numpy(np.concatenate(parts)) if parts
-                     else torch.zeros((0, rb), dtype=torch.uint8)).to(self.device)
+            self._gpu_base[b], self._gpu_limit[b] = at, k
+            at += k
+
+        def fill_gpu(rows: np.ndarray) -> None:
+            for b in own:
+                k, a = int(self._gpu_limit[b]), int(self._gpu_base[b])
+                if k:
+                    rows[a:a + k] = self._read_file_rows(b, k)
+
+        # peer tier: the GPU tiers of this node's other ranks, mapped (moment.runtime.peers)
+        group = (Group(rank, local_rank, self.local_world_size, all_gather, barrier, self._run_key("peer"))
+                 if all_gather is not None and barrier is not None else None)
+        self._gpu, self.peers, self._gpu_segment = share(TierMap(self._gpu_base, self._gpu_limit), rb,
+                                                          self.device, fill_gpu, group)
         self.gpu_rows = int(self._gpu.shape[0])
+        self.peer_rows = self.peers.rows if self.peers is not None else 0
 
         # reader: every bin's file, in bin order, then this rank's pack file
         self.paths = [shard_path(self.path, s) for s in m.shards]
@@ -237,8 +254,13 @@ class TieredFeatureStore:
         order = hot_order(self.path, m)
         rank = np.empty(n, np.int32 if n < 2**31 else np.int64)
         rank[order] = np.arange(n, dtype=rank.dtype)
-        if self.gpu_rows and not self.shared_cache:  # rows on this rank's GPU tier need no CPU copy
-            on = self._on_gpu(order)  # (a shared cache holds the same rows for every rank)
+        # rows on a GPU tier need no CPU copy: this rank's own, and its peers'; a shared cache holds the
+        # same rows for every local rank, so it leaves out only what every one of them gets from a GPU
+        # (all the node's GPU tiers, when there are peers; else nothing)
+        if self.peers is not None or (self.gpu_rows and not self.shared_cache):
+            on = self._on_gpu(order)
+            if self.peers is not None:
+                on |= self.peers.lookup(self._bin[order], self._slot[order])[0]
             rank[order[on]] = n - 1
             order = order[~on]
         cap = min(cap, order.shape[0])
@@ -252,12 +274,10 @@ class TieredFeatureStore:
             self.slots.fill(initial)
         else:  # a fixed cache needs no node-sized map: its ids sorted, and their slots
             self.slots = FixedSlots(initial)
-        self.router = TierRouter(self.policy, self.slots, self._gpu_lookup if self.gpu_rows else no_gpu)
+        self.router = TierRouter(self.policy, self.slots, self._gpu_lookup if self.gpu_rows else no_gpu,
+                                 self._peer_lookup if self.peer_rows else no_peers)
         if self.shared_cache:
-            key = hashlib.sha256(f"{self.path.absolute()}|{cap}|{os.environ.get('TORCHELASTIC_RUN_ID', '')}|"
-                                 f"{os.environ.get('TORCHELASTIC_RESTART_COUNT', '')}|"
-                                 f"{os.environ.get('MASTER_PORT', '')}".encode()).hexdigest()[:16]
-            self.cache = HostCache.shared_segment(key, cap, rb, creator=self.local_rank == 0,
+            self.cache = HostCache.shared_segment(self._run_key(str(cap)), cap, rb, creator=self.local_rank == 0,
                                                   fill=lambda rows: self._fill(rows, initial), barrier=barrier)
         else:
             self.cache = HostCache(cap, rb)
@@ -313,6 +333,13 @@ class TieredFeatureStore:
         self.pack = man
         self.segments = Segments.load(pack_path(self.path) / man.files[self.rank].index)
 
+    def _run_key(self, what: str) -> str:
+        """Names this run's shared segments: the same on every local rank, new for each (re)start."""
+        env = os.environ
+        return hashlib.sha256(f"{self.path.absolute()}|{what}|{env.get('TORCHELASTIC_RUN_ID', '')}|"
+                              f"{env.get('TORCHELASTIC_RESTART_COUNT', '')}|"
+                              f"{env.get('MASTER_PORT', '')}".encode()).hexdigest()[:16]
+
     @property
     def index_bytes(self) -> int:
         return self._bin.nbytes + self._slot.nbytes
@@ -326,6 +353,10 @@ class TieredFeatureStore:
         mask = self._on_gpu(ids)
         on = ids[mask]
         return mask, self._gpu_base[self._bin[on]] + self._slot[on]
+
+    def _peer_lookup(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(mask of ids on a peer's GPU tier, the peer of each, their rows in its tier)."""
+        return self.peers.lookup(self._bin[ids], self._slot[ids])
 
     def _locate(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         b = self._bin[ids].astype(np.int32)
@@ -363,7 +394,8 @@ class TieredFeatureStore:
         return int(np.prod(self.row_shape))
 
     def memory(self) -> dict[str, int]:
-        """Bytes this rank holds, by item (the shared cache counted here in full)."""
+        """Bytes this rank holds, by item (the shared cache counted here in full). The peers' GPU tiers are
+        mapped, not copied: their owners count them, this rank holds no byte of them."""
         return {"gpu_cache": int(self._gpu.nelement()), "cpu_cache": self.cache.nbytes,
                 "index": self.index_bytes, "slot_map": self.slots.memory_bytes(),
                 "pack_index": self.segments.memory_bytes if self.segments is not None else 0,
@@ -410,6 +442,7 @@ class TieredFeatureStore:
         for p, r in zip(sb.batches, self.router.route([p.ids for p in sb.batches]), strict=True):
             p.gpu_pos, p.gpu_idx, p.hit_pos, p.hit_slot = r.gpu_pos, r.gpu_idx, r.hit_pos, r.hit_slot
             p.miss_pos, p.admit_pos, p.admit_slot = r.miss_pos, r.admit_pos, r.admit_slot
+            p.peer_pos, p.peer_owner, p.peer_idx = r.peer_pos, r.peer_owner, r.peer_idx
         self._issue(sb)
 
     def _issue(self, sb: _Superbatch) -> None:
@@ -496,7 +529,10 @@ class TieredFeatureStore:
         if p.admit_pos is not None:
             self.cache.rows[p.admit_slot] = host[p.admit_pos]
             c.admitted += int(p.admit_pos.shape[0])
-        for name, k in (("gpu", p.gpu_pos.size), ("cpu", p.hit_pos.size), ("ssd", p.miss_pos.size)):
+        if p.peer_pos.size and self.device.type == "cpu":  # mapped segments: straight into the batch
+            self.peers.gather(p.peer_owner, p.peer_idx, host, p.peer_pos)
+        for name, k in (("gpu", p.gpu_pos.size), ("peer", p.peer_pos.size), ("cpu", p.hit_pos.size),
+                        ("ssd", p.miss_pos.size)):
             c.rows[name] += int(k)
             c.bytes[name] += int(k) * self.row_bytes
         if stage is not None:
@@ -507,6 +543,8 @@ class TieredFeatureStore:
                 out = out.to(self.device, non_blocking=False)
         if p.gpu_pos.size:
             out[torch.from_numpy(p.gpu_pos).to(out.device)] = self._gpu[torch.from_numpy(p.gpu_idx).to(self._gpu.device)]
+        if p.peer_pos.size and self.device.type != "cpu":  # device to device, one gather per peer
+            self.peers.gather(p.peer_owner, p.peer_idx, out, p.peer_pos)
         if p.n == 0:
             return torch.empty((0, *self.row_shape), dtype=_torch_dtype(self.dtype), device=out.device)
         return out.view(_torch_dtype(self.dtype)).reshape(p.n, *self.row_shape)
@@ -539,6 +577,12 @@ class TieredFeatureStore:
             self.reader = None
         if getattr(self, "cache", None) is not None:
             self.cache.close()
+        if getattr(self, "peers", None) is not None:
+            self.peers.close()
+        if getattr(self, "_gpu_segment", None) is not None:
+            self._gpu = torch.empty((0, self.row_bytes), dtype=torch.uint8)
+            self._gpu_segment.close()
+            self._gpu_segment = None
 
     def __del__(self) -> None:
         if getattr(self, "reader", None) is not None:

@@ -158,7 +158,8 @@ def make_source(cfg: TrainConfig, ds: GraphDataset, ctx: DistContext, split: Spl
                                policy=cfg.cache_policy, shape=cfg.io_shape, superbatch=cfg.resolved_superbatch(),
                                buffer_bytes=split.buffer_bytes, merge_gap=cfg.io_merge_gap,
                                max_request=cfg.io_max_request, shared_cache=split.shared_cache,
-                               barrier=ctx.barrier if ctx.backend else None, pack_seed=cfg.seed)
+                               barrier=ctx.barrier if ctx.backend else None, pack_seed=cfg.seed,
+                               all_gather=ctx.all_gather_object if ctx.backend and cfg.peer_tier else None)
     if store.num_nodes != ds.num_nodes or store.row_bytes != ds.row_bytes:
         raise MomentError(f"layout has {store.num_nodes} nodes of {store.row_bytes} B, the dataset "
                           f"{ds.num_nodes} of {ds.row_bytes} B: they do not belong together", source=str(cfg.layout))
@@ -418,7 +419,8 @@ class Trainer:
     def store_line(self) -> str:
         st = self.source
         return (f"cache policy {self.cfg.cache_policy}: {st.cache.capacity} rows "
-                f"({'shared' if st.shared_cache else 'per rank'}), gpu stand-in {st.gpu_rows} rows; "
+                f"({'shared' if st.shared_cache else 'per rank'}), gpu stand-in {st.gpu_rows} rows"
+                f"{f', peers {st.peer_rows} rows' if st.peers is not None else ''}; "
                 f"I/O shape {st.shape.name} (superbatch {st.superbatch}, merge gap "
                 f"{'per job, by cost' if st.shape.merge_gap < 0 else f'{st.shape.merge_gap} B'}), "
                 f"reader {st.backend}" + self._pack_note())
@@ -437,10 +439,11 @@ class Trainer:
         st = self.source
         if self.split is None:
             return []
-        gpu = 0 if st.shared_cache else st.gpu_rows
+        # the CPU cache leaves out the rows a GPU tier serves: this rank's, and with peers the node's
+        gpu = st.gpu_rows + st.peer_rows if st.peers is not None else 0 if st.shared_cache else st.gpu_rows
         if st.cache.capacity + gpu < st.num_nodes:
             return []
-        held = f"the CPU cache ({st.cache.capacity:,} rows)" + (f" and this rank's GPU rows ({gpu:,})" if gpu else "")
+        held = f"the CPU cache ({st.cache.capacity:,} rows)" + (f" and the GPU tiers ({gpu:,} rows)" if gpu else "")
         return [f"note: {held} hold all {st.num_nodes:,} rows of the layout: nothing will be read from the SSDs. "
                 f"To exercise them, cap the cache (e.g. --cpu-cache-limit 10%) or place with smaller "
                 f"--gpu-cache/--cpu-cache"]
