@@ -17,7 +17,7 @@ import torch.distributed as dist
 
 from moment.placement.reader import load_manifest
 from moment.runtime.ssd_model import TierModel
-from moment.runtime.store import TieredFeatureStore
+from moment.runtime.store import Collectives, RankPlace, StoreOptions, TieredFeatureStore
 
 
 def batches_of(rank: int, n: int) -> list[np.ndarray]:
@@ -65,8 +65,10 @@ def main() -> int:
             "peers_lru": dict(policy="lru", shared_cache=False, all_gather=all_gather),
             "no_peers": dict(policy="static", shared_cache=False, all_gather=None)}
     for name, kw in runs.items():
-        store = TieredFeatureStore(layout, rank, local_rank, world, device, local_world_size=lws,
-                                   cpu_rows=n // 40, barrier=dist.barrier, buffer_bytes=1 << 20, **kw)
+        store = TieredFeatureStore(layout, RankPlace(rank, local_rank, world, lws, device),
+                                   StoreOptions(cpu_rows=n // 40, buffer_bytes=1 << 20, policy=kw["policy"],
+                                                shared_cache=kw["shared_cache"]),
+                                   Collectives(barrier=dist.barrier, all_gather=kw["all_gather"]))
         try:
             gather_all(store, feats)
             report[name] = {"tiers": store.tier_stats()["rows"], "peer_rows": store.peer_rows,

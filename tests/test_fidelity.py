@@ -9,7 +9,7 @@ from runtime_data import make_dataset, make_layout
 
 from moment.io.merge import plan_runs
 from moment.runtime.ssd_model import Disk, TierModel, shared
-from moment.runtime.store import TieredFeatureStore
+from moment.runtime.store import RankPlace, StoreOptions, TieredFeatureStore
 from moment.workload.trace import sample_trace
 
 
@@ -29,8 +29,9 @@ def test_predicted_reads_are_the_stores(data, mode, shape, local_rank):
     n = ds.num_nodes
     kw = dict(cpu_rows=n // 20, gpu_rows=n // 50)
     tm = TierModel(layouts[mode], local_rank=local_rank, local_world_size=2, shape=shape, **kw)
-    store = TieredFeatureStore(layouts[mode], rank=local_rank, local_rank=local_rank, world_size=2,
-                               local_world_size=2, policy="static", shape=shape, superbatch=1, **kw)
+    store = TieredFeatureStore(layouts[mode], RankPlace(rank=local_rank, local_rank=local_rank, world_size=2,
+                                                         local_world_size=2),
+                               StoreOptions(policy="static", shape=shape, superbatch=1, **kw))
     try:
         tr = sample_trace(ds, (10, 5), 64, seed=0, rank=local_rank, world_size=2)
         want_bytes = want_req = 0

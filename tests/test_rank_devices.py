@@ -79,14 +79,15 @@ def layout(tmp_path_factory):
 def test_each_local_rank_holds_its_plan_gpus_bins(layout) -> None:
     """The CPU stand-in of the GPU tier: local rank r holds exactly the rows of the bins it serves."""
     from moment.placement.reader import load_manifest
-    from moment.runtime.store import TieredFeatureStore
+    from moment.runtime.store import RankPlace, StoreOptions, TieredFeatureStore
 
     ds, path = layout
     m = load_manifest(path)
     gpu_bins = [s.bin for s in m.shards if s.kind == "gpu"]
     held = {}
     for r in (0, 1):
-        st = TieredFeatureStore(path, rank=r, local_rank=r, world_size=2, local_world_size=2, shared_cache=False)
+        st = TieredFeatureStore(path, RankPlace(rank=r, local_rank=r, world_size=2, local_world_size=2),
+                                    StoreOptions(shared_cache=False))
         try:
             assert st.gpu_bins == [gpu_bins[r]]
             held[r] = st.gpu_rows

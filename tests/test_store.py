@@ -13,8 +13,10 @@ from moment.errors import MomentError
 from moment.placement import verify_layout
 from moment.placement.reader import load_manifest, shard_path
 from moment.runtime.sources import InMemoryFeatures, MemmapFeatures
-from moment.runtime.store import TIERS, TieredFeatureStore
+from moment.runtime.store import TIERS, RankPlace, StoreOptions, TieredFeatureStore
 from moment.sizes import parse_size
+
+ONE = RankPlace(local_world_size=1)  # a single process on its node
 
 
 @pytest.fixture(scope="module")
@@ -38,9 +40,9 @@ def test_every_tier_policy_and_shape_bit_exact(data, mode, policy, shape, superb
     n = ds.num_nodes
     # local rank 0 of 2 owns gpu0 (capped), a small CPU cache, the rest from disk; batches submitted
     # ahead of their completion, as the pipeline does
-    store = TieredFeatureStore(layouts[mode], rank=0, local_rank=0, world_size=2, local_world_size=2,
-                               cpu_rows=n // 20, gpu_rows=n // 50, policy=policy, shape=shape,
-                               superbatch=superbatch, buffer_bytes=64 << 10)
+    store = TieredFeatureStore(layouts[mode], RankPlace(rank=0, local_rank=0, world_size=2, local_world_size=2),
+                               StoreOptions(cpu_rows=n // 20, gpu_rows=n // 50, policy=policy, shape=shape,
+                                            superbatch=superbatch, buffer_bytes=64 << 10))
     rng = np.random.default_rng(7)
     batches = [rng.choice(n, size=int(rng.integers(50, 700)), replace=False) for _ in range(12)]
     batches.append(np.arange(n)[::-1].copy())  # every node once, in reverse
@@ -66,7 +68,7 @@ def test_every_tier_policy_and_shape_bit_exact(data, mode, policy, shape, superb
 
 def test_submit_complete_interleaved(data):
     _, ds, feats, layouts = data
-    store = TieredFeatureStore(layouts["pack"], local_world_size=1)
+    store = TieredFeatureStore(layouts["pack"], ONE)
     rng = np.random.default_rng(5)
     a, b = rng.permutation(ds.num_nodes)[:700], rng.permutation(ds.num_nodes)[:900]
     pa, pb = store.submit(a), store.submit(b)
@@ -94,7 +96,7 @@ def test_pyg_feature_store_interface(data, kind):
     from moment.runtime.pyg import PygFeatureStore
 
     _, ds, feats, layouts = data
-    source = (TieredFeatureStore(layouts["pad"], local_world_size=1) if kind == "tiered"
+    source = (TieredFeatureStore(layouts["pad"], ONE) if kind == "tiered"
               else InMemoryFeatures(ds.file("features")))
     store = PygFeatureStore(source)
     assert isinstance(store, FeatureStore)
@@ -124,7 +126,7 @@ def test_missing_and_truncated_shards(data, tmp_path):
     path = make_layout(ds, tmp_path / "L", ssd_paths=ssd)
     shards = [shard_path(path, s) for s in load_manifest(path).shards if s.kind == "ssd"]
     # short read: the shard shrinks under a running store
-    store = TieredFeatureStore(path, local_world_size=1, cpu_rows=0)
+    store = TieredFeatureStore(path, ONE, StoreOptions(cpu_rows=0))
     ids = np.arange(ds.num_nodes)
     on = store._bin == next(i for i, s in enumerate(store.manifest.shards) if s.kind == "ssd")
     os.truncate(shards[0], 4096)
@@ -132,16 +134,16 @@ def test_missing_and_truncated_shards(data, tmp_path):
         store.gather(ids[on])
     store.close()
     with pytest.raises(MomentError, match="size"):  # refused at open
-        TieredFeatureStore(path, local_world_size=1)
+        TieredFeatureStore(path, ONE)
     shards[1].unlink()
     with pytest.raises(MomentError, match="missing"):
-        TieredFeatureStore(path, local_world_size=1)
+        TieredFeatureStore(path, ONE)
 
 
 def test_checksum_mismatch_is_caught(data, tmp_path):
     _, ds, feats, _ = data
     path = make_layout(ds, tmp_path / "L")
-    probe = TieredFeatureStore(path, local_world_size=1, cpu_rows=0)
+    probe = TieredFeatureStore(path, ONE, StoreOptions(cpu_rows=0))
     ids = np.arange(ds.num_nodes)
     kinds = np.array([sh.kind for sh in probe.manifest.shards])
     victim = int(np.flatnonzero(kinds[probe._bin] == "ssd")[7])
@@ -154,10 +156,10 @@ def test_checksum_mismatch_is_caught(data, tmp_path):
         f.seek(off)
         f.write(bytes([byte[0] ^ 0x40]))
     assert not verify_layout(path).ok
-    plain = TieredFeatureStore(path, local_world_size=1, cpu_rows=0)
+    plain = TieredFeatureStore(path, ONE, StoreOptions(cpu_rows=0))
     assert not torch.equal(plain.gather([victim]), torch.from_numpy(feats[[victim]]))  # verify off: raw bytes
     plain.close()
-    checked = TieredFeatureStore(path, local_world_size=1, verify=True, cpu_rows=0)
+    checked = TieredFeatureStore(path, ONE, StoreOptions(verify=True, cpu_rows=0))
     good = np.setdiff1d(ids, [victim])[:10]
     with pytest.raises(MomentError, match=f"bin {s.bin}: checksum mismatch in chunk {off // s.chunk_bytes}"):
         checked.gather(np.concatenate([good, [victim]]))
@@ -174,7 +176,7 @@ def test_parse_size():
 
 def test_o_direct_is_used(data):
     _, _, _, layouts = data
-    store = TieredFeatureStore(layouts["pack"], local_world_size=1)
+    store = TieredFeatureStore(layouts["pack"], ONE)
     store.gather(np.arange(100))
     if not store.stack.direct:
         pytest.skip(f"filesystem refuses O_DIRECT: {store.stack.files.fallback_reason}")
@@ -210,8 +212,9 @@ def test_cuda_rows_arrive_bit_exact_through_pinned_staging(data, shape):
     stand-in tier lives on the device. Batches completed out of order must still be exact."""
     _, ds, feats, layouts = data
     n = ds.num_nodes
-    store = TieredFeatureStore(layouts["pack"], rank=0, local_rank=0, world_size=2, local_world_size=2,
-                               device="cuda", cpu_rows=n // 20, shape=shape, superbatch=4)
+    store = TieredFeatureStore(layouts["pack"], RankPlace(rank=0, local_rank=0, world_size=2, local_world_size=2,
+                                                          device="cuda"),
+                               StoreOptions(cpu_rows=n // 20, shape=shape, superbatch=4))
     try:
         assert store._staging is not None
         rng = np.random.default_rng(11)

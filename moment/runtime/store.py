@@ -14,7 +14,7 @@ Tiers, per rank (`index.npy` maps node -> (bin, slot); every bin, cache bins inc
 * ``peer`` — rows on the GPU tier of another rank of the same node (moment.runtime.peers): mapped
   through CUDA IPC and copied device to device (P2P where enabled), or on CPU runs from the owner's
   shared-memory segment; never read from the layout, never a CPU-cache candidate. Needs the process
-  group (`all_gather` and `barrier`); `moment train --no-peer-tier` goes without.
+  group (`Collectives` with `all_gather` and `barrier`); `moment train --no-peer-tier` goes without.
 * ``cpu`` — `HostCache`: `cpu_rows` rows in memory the runtime owns, managed by a cache policy from
   `moment.caching` (the same objects the simulator replays): ``static`` (the hottest rows by the
   layout's pre-sampled hotness order; one shared segment for all local ranks), ``lru``, or
@@ -32,7 +32,12 @@ policy is told the superbatch's accesses first); `complete` waits for a batch's 
 so a row admitted by batch i is in the cache before batch i+1 reads it. Bit-identical to the
 dataset's features on every tier, policy and shape (tested).
 
-`verify=True` checks each shard chunk (manifest `chunk_sha256`) the first time a read touches it.
+Construct it as ``TieredFeatureStore(layout, where, options, collectives)`` (moment.runtime.store_options):
+`where` is who this rank is (a `RankPlace`, or the launcher's `DistContext`), `options` a `StoreOptions`
+(the option names above are its fields; `moment.runtime.train.store_options` makes one from a run's
+configuration and budget split), `collectives` the process group's barrier and all_gather (None: one
+process, no peer tier, no shared cache). `StoreOptions(verify=True)` checks each shard chunk (manifest
+`chunk_sha256`) the first time a read touches it.
 PyG code reads it through `moment.runtime.pyg.PygFeatureStore(store)`, on the same submit/complete path.
 """
 
@@ -61,10 +66,11 @@ from moment.io.merge import SHAPES
 from moment.runtime.gather import BufferPool, Job, Reader
 from moment.runtime.hostcache import HostCache, shm_room
 from moment.runtime.peers import Group, TierMap, share
+from moment.runtime.store_options import Collectives, Place, RankPlace, StoreOptions, local_world_size
 from moment.sizes import parse_size
 
 TIERS = ("gpu", "peer", "cpu", "ssd")
-__all__ = ["TIERS", "TieredFeatureStore", "parse_size", "hot_order"]
+__all__ = ["TIERS", "Collectives", "RankPlace", "StoreOptions", "TieredFeatureStore", "parse_size", "hot_order"]
 
 
 @dataclass
@@ -166,34 +172,31 @@ class TieredFeatureStore:
     (completions in submission order). `lookahead` is how many batches a caller may submit before completing the first.
     """
 
-    def __init__(self, layout_path: str | Path, rank: int = 0, local_rank: int = 0, world_size: int = 1,
-                 device: torch.device | str = "cpu", *, local_world_size: int | None = None,
-                 io_backend: str | None = None, queue_depth: int = 128, direct: bool = True,
-                 verify: bool = False, cpu_rows: int | None = None, gpu_rows: int | None = None,
-                 policy: str = "static", shape: str = "rows", superbatch: int = 1,
-                 buffer_bytes: int | None = None, window: int = 8 << 20, merge_gap: int | None = None,
-                 max_request: int | None = None, shared_cache: bool | None = None, barrier=None,
-                 all_gather=None, pack_seed: int | None = None):
+    def __init__(self, layout_path: str | Path, where: Place = RankPlace(), options: StoreOptions = StoreOptions(),
+                 collectives: Collectives | None = None):
+        o = options
+        rank, local_rank = where.rank, where.local_rank
+        barrier = collectives.barrier if collectives is not None else None
+        all_gather = collectives.all_gather if collectives is not None else None
+        self.options = o
         self.path = Path(layout_path)
         self.manifest = m = load_manifest(self.path)
-        self.rank, self.local_rank, self.world_size = rank, local_rank, world_size
-        self.local_world_size = local_world_size or int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
-        self.device = torch.device(device)
-        self.verify = verify
+        self.rank, self.local_rank, self.world_size = rank, local_rank, where.world_size
+        self.local_world_size = local_world_size(where)
+        self.device = torch.device(where.device)
+        self.verify = o.verify
         self.dtype = np.dtype(m.dataset.dtype)
         self.row_shape = tuple(m.dataset.row_shape)
         self.row_bytes = rb = m.row.row_bytes
         self.num_nodes = n = m.dataset.num_nodes
         self.counters = TierCounters()
-        if shape not in SHAPES:
-            raise MomentError(f"I/O shape {shape!r}: choose one of {', '.join(SHAPES)}")
-        sh = SHAPES[shape]
-        self.shape = dataclasses.replace(sh, merge_gap=sh.merge_gap if merge_gap is None else int(merge_gap),
-                                         max_request=sh.max_request if max_request is None else int(max_request))
-        self.superbatch = max(1, int(superbatch))
+        sh = SHAPES[o.shape]
+        self.shape = dataclasses.replace(sh, merge_gap=sh.merge_gap if o.merge_gap is None else int(o.merge_gap),
+                                         max_request=sh.max_request if o.max_request is None else int(o.max_request))
+        self.superbatch = max(1, int(o.superbatch))
         self._check_files()
         self._load_index()
-        self._load_pack(shape, pack_seed)
+        self._load_pack(o.shape, o.pack_seed)
         nb = len(m.shards)
         self._stride = np.array([s.stride for s in m.shards], dtype=np.int64)
         self._verified: dict[int, np.ndarray] = {}
@@ -208,7 +211,7 @@ class TieredFeatureStore:
         self.gpu_bins = [m.shards[b].bin for b in own]  # the plan GPUs' bins this rank holds
         self._gpu_base = np.zeros(nb, dtype=np.int64)
         self._gpu_limit = np.zeros(nb, dtype=np.int64)
-        left = sum(m.shards[b].rows for b in own) if gpu_rows is None else int(gpu_rows)
+        left = sum(m.shards[b].rows for b in own) if o.gpu_rows is None else int(o.gpu_rows)
         at = 0
         for b in own:
             k = min(m.shards[b].rows, left)
@@ -234,18 +237,15 @@ class TieredFeatureStore:
         self.paths = [shard_path(self.path, s) for s in m.shards]
         if self.pack is not None:
             self.paths.append(pack_path(self.path) / self.pack.files[rank].data)
-        cap = n if cpu_rows is None else max(0, min(int(cpu_rows), n))
-        if buffer_bytes is None:
-            buffer_bytes = max(256 << 20, 4 * min(n, 1 << 18) * rb)
+        cap = n if o.cpu_rows is None else max(0, min(int(o.cpu_rows), n))
+        buffer_bytes = o.buffer_bytes if o.buffer_bytes is not None else max(256 << 20, 4 * min(n, 1 << 18) * rb)
         self.pool = BufferPool(buffer_bytes)
-        self.reader = Reader(self.paths, rb, m.row.align, pool=self.pool, window=window,
-                             queue_depth=queue_depth, backend=io_backend, direct=direct)
+        self.reader = Reader(self.paths, rb, m.row.align, pool=self.pool, window=o.window,
+                             queue_depth=o.queue_depth, backend=o.io_backend, direct=o.direct)
 
         # cpu tier: the policy's contents in a HostCache; a slot map node -> slot
-        self.policy_name = policy
-        if policy not in POLICIES:
-            raise MomentError(f"unknown cache policy {policy!r}: choose one of {', '.join(POLICIES)}")
-        shared = (shared_cache if shared_cache is not None
+        self.policy_name = policy = o.policy
+        shared = (o.shared_cache if o.shared_cache is not None
                   else (not POLICIES[policy].changes and self.local_world_size > 1 and barrier is not None))
         if shared and (why := shm_room(cap * rb)):
             warnings.warn(f"shared CPU cache not possible ({why}); each rank keeps its own", stacklevel=2)

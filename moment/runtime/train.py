@@ -41,6 +41,7 @@ from moment.runtime.pipeline import Pipeline, StageTimes, mix
 from moment.runtime.progress import Reporter
 from moment.runtime.sources import FeatureSource, InMemoryFeatures, MemmapFeatures
 from moment.runtime.store import TieredFeatureStore
+from moment.runtime.store_options import Collectives, StoreOptions
 from moment.sizes import parse_size
 from moment.workload.graph import GraphDataset
 from moment.workload.sampler import CSRGraph, SeedBatches
@@ -144,6 +145,22 @@ def _check_pack(cfg: TrainConfig, ctx: DistContext, batch_size: int, fanouts: li
     return max((pack_path(cfg.layout) / f.index).stat().st_size for f in man.files)
 
 
+def store_options(cfg: TrainConfig, split: Split, ctx: DistContext) -> StoreOptions:
+    """The tiered store's options for this run: the configuration's I/O choices, the budget split's sizes."""
+    return StoreOptions(io_backend=cfg.io_backend, queue_depth=cfg.queue_depth, direct=cfg.direct, verify=cfg.verify,
+                        cpu_rows=split.cpu_rows, gpu_rows=split.gpu_rows if ctx.device.type == "cpu" else None,
+                        policy=cfg.cache_policy, shape=cfg.io_shape, superbatch=cfg.resolved_superbatch(),
+                        buffer_bytes=split.buffer_bytes, merge_gap=cfg.io_merge_gap, max_request=cfg.io_max_request,
+                        shared_cache=split.shared_cache, pack_seed=cfg.seed)
+
+
+def collectives(cfg: TrainConfig, ctx: DistContext) -> Collectives | None:
+    """The process group's calls under torchrun (all_gather only with the peer tier); None in one process."""
+    if not ctx.backend:
+        return None
+    return Collectives(barrier=ctx.barrier, all_gather=ctx.all_gather_object if cfg.peer_tier else None)
+
+
 def make_source(cfg: TrainConfig, ds: GraphDataset, ctx: DistContext, split: Split | None = None) -> FeatureSource:
     if cfg.features == "memory":
         return InMemoryFeatures(ds.file("features"), ctx.device)
@@ -151,15 +168,7 @@ def make_source(cfg: TrainConfig, ds: GraphDataset, ctx: DistContext, split: Spl
         return MemmapFeatures(ds.file("features"), ctx.device, drop_cache=cfg.drop_page_cache,
                               random=cfg.memmap_random)
     assert split is not None
-    store = TieredFeatureStore(cfg.layout, ctx.rank, ctx.local_rank, ctx.world_size, ctx.device,
-                               local_world_size=ctx.local_world_size, io_backend=cfg.io_backend,
-                               queue_depth=cfg.queue_depth, direct=cfg.direct, verify=cfg.verify,
-                               cpu_rows=split.cpu_rows, gpu_rows=split.gpu_rows if ctx.device.type == "cpu" else None,
-                               policy=cfg.cache_policy, shape=cfg.io_shape, superbatch=cfg.resolved_superbatch(),
-                               buffer_bytes=split.buffer_bytes, merge_gap=cfg.io_merge_gap,
-                               max_request=cfg.io_max_request, shared_cache=split.shared_cache,
-                               barrier=ctx.barrier if ctx.backend else None, pack_seed=cfg.seed,
-                               all_gather=ctx.all_gather_object if ctx.backend and cfg.peer_tier else None)
+    store = TieredFeatureStore(cfg.layout, ctx, store_options(cfg, split, ctx), collectives(cfg, ctx))
     if store.num_nodes != ds.num_nodes or store.row_bytes != ds.row_bytes:
         raise MomentError(f"layout has {store.num_nodes} nodes of {store.row_bytes} B, the dataset "
                           f"{ds.num_nodes} of {ds.row_bytes} B: they do not belong together", source=str(cfg.layout))
