@@ -229,3 +229,25 @@ def test_cuda_rows_arrive_bit_exact_through_pinned_staging(data, shape):
             assert torch.equal(t.cpu(), torch.from_numpy(feats[b]))
     finally:
         store.close()
+
+
+def test_options_refuse_unknown_shape_and_policy():
+    with pytest.raises(MomentError, match=r"I/O shape 'bogus': choose one of rows, block"):
+        StoreOptions(shape="bogus")
+    with pytest.raises(MomentError, match=r"unknown cache policy 'mru': choose one of static, lru"):
+        StoreOptions(policy="mru")
+
+
+def test_a_dist_context_places_the_store(data):
+    from moment.runtime.dist import DistContext
+
+    _, ds, feats, layouts = data
+    ctx = DistContext(rank=0, local_rank=0, world_size=1, local_world_size=1, device=torch.device("cpu"),
+                      backend=None)
+    store = TieredFeatureStore(layouts["pack"], ctx, StoreOptions(cpu_rows=ds.num_nodes // 10))
+    try:
+        ids = np.arange(0, ds.num_nodes, 7)
+        assert torch.equal(store.gather(ids), torch.from_numpy(feats[ids]))
+        assert (store.rank, store.local_world_size, store.shared_cache) == (0, 1, False)
+    finally:
+        store.close()
