@@ -10,12 +10,12 @@
    and the prediction it gives are printed too.)
 3. Predict, before the run: each rank's training batches are sampled as the runtime samples them
    (`sample_trace`); `moment.runtime.ssd_model.TierModel` finds the rows that miss the GPU stand-ins
-   (the rank's own and, through the peer tier, the other ranks') and the CPU cache with the split the run will make (`preview_split`) and plans the reads `Reader` would
-   issue for them (`plan_runs`, the run's I/O shape); nothing is read. The time of a batch's reads
-   alone is  requests / IOPS + (bytes beyond the first `align` bytes of each request) / seq rate,
-   and the ranks, which step together, share the disk fairly: rank r's reads at a step take
-   sum_j min(c_j, c_r) (ssd_model's docstring). predicted_ssd_s = the sum over steps and epochs of
-   that, averaged over ranks.
+   (the rank's own and, through the peer tier, the other ranks') and the CPU cache with the split the
+   run will make (`preview_split`) and plans the reads `Reader` would issue for them (`plan_runs`, the
+   run's I/O shape); nothing is read. The time of a batch's reads alone is  requests / IOPS + (bytes
+   beyond the first `align` bytes of each request) / seq rate, and the ranks, which step together, share
+   the disk fairly: rank r's reads at a step take sum_j min(c_j, c_r) (ssd_model's docstring).
+   predicted_ssd_s = the sum over steps and epochs of that, averaged over ranks.
 4. Measure: `python -m moment.train` under torchrun (`--nproc` CPU ranks, `--no-pipeline` so no stage
    hides another, `--io-shape rows` by default), every file of the dataset and layout dropped from the
    page cache first. measured_ssd_s = the gather stage (gather_submit + gather_wait, averaged over

@@ -5,11 +5,11 @@ issue for them, and a disk model that turns those reads into seconds (`bench/fid
 by this rank's GPU stand-in (its GPU bins, hottest rows first, `gpu_rows` of them) or, with `peers`, by
 the stand-in of another local rank (the peer tier), else by the CPU cache (the `cpu_rows` hottest rows
 of the layout's order, less the rows a GPU tier serves: this rank's unless the cache is the local ranks'
-shared segment, and with peers every local rank's), else it is read from the layout's files. The misses of one job
-(one batch: the serial pipeline completes each batch right after submitting it, so every superbatch
-holds one batch) become aligned runs with `plan_runs` for the I/O shape (``rows``: gap 0; ``block``:
-the gap whose plan `Shape.cost` rates cheapest), exactly as `Reader` plans them. Only the index, the
-hotness order and the file sizes are read; no feature byte is.
+shared segment, and with peers every local rank's), else it is read from the layout's files. The misses
+of one job (one batch: the serial pipeline completes each batch right after submitting it, so every
+superbatch holds one batch) become aligned runs with `plan_runs` for the I/O shape (``rows``: gap 0;
+``block``: the gap whose plan `Shape.cost` rates cheapest), exactly as `Reader` plans them. Only the
+index, the hotness order and the file sizes are read; no feature byte is.
 
 `Disk` is the time model, from `moment probe`'s two figures of the same file system: a request costs
 1 / IOPS (the IOPS measured at `small`-byte reads) and the bytes of a request beyond its first `small`
