@@ -24,3 +24,25 @@ def test_probe_cli_writes_a_measurement_file_and_profile(tmp_path, capsys):
     mem = [n["memory_bandwidth_gbps"] for n in data["nodes"] if n["kind"] == "socket"]
     assert mem == pytest.approx([res["memory_copy_gbps"] / 2] * 2)
     assert main(["probe", "--ssd-path", "bad"]) == 2
+
+
+def test_cuda_copy_rates_where_cuda_exists():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA (host->GPU and GPU->GPU copy rates)")
+    from moment.io.probe import probe_cuda
+
+    got = probe_cuda(nbytes=16 << 20)
+    n = torch.cuda.device_count()
+    assert sorted(got["h2d_gbps"]) == sorted(f"gpu{i}" for i in range(n))
+    assert len(got["d2d_gbps"]) == n * (n - 1)
+    assert all(v > 0.1 for v in [*got["h2d_gbps"].values(), *got["d2d_gbps"].values()]), got
+
+
+def test_no_cuda_means_no_cuda_block():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    from moment.io.probe import probe_cuda
+
+    assert probe_cuda() is None
