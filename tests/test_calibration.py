@@ -106,3 +106,11 @@ def test_cli_calibrate_then_plan_applies_it(tmp_path, capsys):
     assert d["predicted"]["epoch_read_s"] > 12.4 * 1.2
     assert plan["calibration"]["predicted_epoch_s"]["paper-d"] == pytest.approx(
         d["predicted"]["epoch_read_s"] + plan["calibration"]["params"]["overhead_s"])
+    assert plan["calibration"]["fitted_on"] == "paper-machine-a" and not plan["calibration"]["other_machine"]
+    # applied to another machine, the plan says so (in words and in the JSON)
+    assert main(["plan", "--profile", "paper-machine-b", "--gpus", "4", "--ssds", "8", "--calibration", str(out)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "fitted on paper-machine-a" in text and "by link class only" in text
+    assert main(["plan", "--profile", "paper-machine-b", "--gpus", "4", "--ssds", "8", "--calibration", str(out),
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["calibration"]["other_machine"] is True

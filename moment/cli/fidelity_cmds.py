@@ -31,6 +31,10 @@ def render_extra(extra: dict) -> None:
         c = extra["calibration"]
         console.print(f"calibrated ({c['file']}): predicted epoch " + ", ".join(
             f"{k} {v:.2f} s" for k, v in c["predicted_epoch_s"].items()))
+        if c["other_machine"]:
+            loo = "" if c["loo_max_rel_err"] is None else f" (leave-one-out error there up to {c['loo_max_rel_err']:.0%})"
+            console.print(f"note: the calibration was fitted on {c['fitted_on']}{loo} and is applied here by link "
+                          "class only; a few measured layouts of this machine are the check")
     if "replay" in extra:
         t = Table(title="per-step replay (synthetic trace from the LP's shares) vs the aggregate LP")
         for col in ("layout", "LP epoch read s", "replayed s", "difference", "limits most steps"):

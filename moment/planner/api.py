@@ -150,7 +150,9 @@ def calibration_block(cal: Calibration, source: str, plan: Plan) -> dict:
 
     epochs = {"recommended": calibrated_epoch(plan.predicted.epoch_read_s, cal)}
     epochs.update({b.name: calibrated_epoch(b.predicted.epoch_read_s, cal) for b in plan.baselines})
-    return {"file": source, "params": cal.params, "predicted_epoch_s": epochs}
+    # a fit carries to another machine by link class only: say when it does, and how well it fitted at home
+    return {"file": source, "params": cal.params, "predicted_epoch_s": epochs, "fitted_on": cal.fitted_on,
+            "other_machine": cal.fitted_on != plan.machine, "loo_max_rel_err": cal.loo_max_rel_err}
 
 
 def calibrated_row(cal: Calibration | None, plan: Plan) -> dict:
