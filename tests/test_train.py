@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -117,7 +118,9 @@ def _torchrun(args: list[str], nproc: int = 2, restarts: int = 0, env: dict | No
         os.killpg(p.pid, signal.SIGKILL)
         out, err = p.communicate()
         raise AssertionError("torchrun hung for 480 s:\n" + out[-3000:] + err[-5000:]) from None
-    assert p.returncode == 0, out[-3000:] + err[-5000:]
+    # a rank's own last words (an abort's message, a Python error) come before torchrun's long traceback
+    said = [ln for ln in err.splitlines() if re.search(r"terminate|what\(\)|Abort|Fatal|Error|error:", ln)]
+    assert p.returncode == 0, out[-3000:] + "\n".join(said)[-4000:] + "\n...\n" + err[-3000:]
 
 
 def _args(layout: Path, out: Path, *extra: str) -> list[str]:
