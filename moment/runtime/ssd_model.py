@@ -34,6 +34,7 @@ import numpy as np
 
 from moment.placement.reader import load_manifest, shard_path
 from moment.io.merge import GAPS, SHAPES, Plan, plan_runs
+from moment.runtime.devices import plan_gpus_of
 from moment.runtime.store import hot_order
 
 
@@ -78,7 +79,8 @@ class TierModel:
         limit = np.zeros(len(m.shards), np.int64)
         peers = peers and local_world_size > 1
         for r in range(local_world_size) if peers else [local_rank]:  # each GPU tier holds its own bins
-            own = [b for j, b in enumerate(gpu_bins) if j % local_world_size == r % local_world_size]
+            mine = plan_gpus_of(r, local_world_size, [m.shards[b].bin for b in gpu_bins])
+            own = [b for b in gpu_bins if m.shards[b].bin in mine]
             left = sum(m.shards[b].rows for b in own) if gpu_rows is None else int(gpu_rows)
             for b in own:
                 limit[b] = min(m.shards[b].rows, left)
