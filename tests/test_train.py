@@ -153,6 +153,22 @@ def test_torchrun_two_ranks(two_ranks, reference):
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc to list a rank's threads")
+def test_a_finished_rank_has_torn_down_its_process_group(setup, tmp_path):
+    """After train() returns, no gloo thread is left: the group is destroyed while the interpreter is
+    alive, not at shutdown, where its threads can abort the rank (moment.runtime.dist.import_before_group)."""
+    _, _, layout = setup
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+           str(REPO / "tests" / "exit_ranks.py"), str(tmp_path), *_args(layout, tmp_path / "m.json", "--quiet")]
+    e = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    r = subprocess.run(cmd, cwd=REPO, env=e, capture_output=True, text=True, timeout=300, check=False)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    for rank in (0, 1):
+        threads = json.loads((tmp_path / f"rank{rank}.json").read_text())["threads"]
+        assert not [t for t in threads if "gloo" in t], (rank, threads)
+
+
+@pytest.mark.slow
 def test_two_ranks_every_policy_and_shape_match_the_memmap_baseline(setup, two_ranks, tmp_path):
     """Same batches, same bytes on every rank: a shared CPU cache, a per-rank Belady cache, block and
     row reads, and a memory budget all give the memmap baseline's loss curve exactly."""

@@ -83,6 +83,22 @@ def _attempt_store(rank: int, world: int) -> dist.Store:
     return dist.PrefixStore(f"moment/attempt_{attempt}", store)
 
 
+def import_before_group() -> None:
+    """Import what DDP imports before the process group exists, so `close()` can really destroy it.
+
+    Why: DDP's constructor imports torch._dynamo, which imports torch.distributed.nn.functional, whose
+    functions take `group=group.WORLD` as a default argument. Imported after init_process_group, those
+    defaults hold the default group forever: destroy_process_group then only unregisters it, and its
+    gloo threads live into interpreter shutdown. There a worker thread that drops the last barrier's
+    work (which keeps the previous all-gather's tensors, whose Python objects it now owns) must take
+    the GIL of a finalizing interpreter; CPython ends the thread with pthread_exit, whose unwinding
+    through a noexcept destructor is std::terminate: "terminate called without an active exception",
+    SIGABRT in a rank that finished (seen in ~2% of 2-rank runs on a loaded machine; core dumps showed
+    this stack). Imported first, those defaults are None (the default group, looked up at each call).
+    """
+    import torch._dynamo  # noqa: F401
+
+
 def setup(device: str | None = None, gpu_bins: Sequence[tuple[str, str | None]] = ()) -> DistContext:
     """Init the process group when launched with WORLD_SIZE > 1: NCCL on CUDA, gloo on CPU. `gpu_bins`:
     the layout's (plan GPU, PCI address) pairs; on CUDA each rank takes the device of its plan GPU."""
@@ -105,6 +121,7 @@ def setup(device: str | None = None, gpu_bins: Sequence[tuple[str, str | None]] 
     if world > 1:
         backend = "nccl" if dev.type == "cuda" else "gloo"
         if not dist.is_initialized():
+            import_before_group()
             kw = {"device_id": dev} if dev.type == "cuda" else {}
             dist.init_process_group(backend=backend, store=_attempt_store(rank, world), rank=rank,
                                     world_size=world, **kw)

@@ -458,7 +458,9 @@ class Trainer:
                 f"--gpu-cache/--cpu-cache"]
 
     def close(self) -> None:
+        """Free the store, and DDP: its reducer holds the process group, which must die at close."""
         self.source.close()
+        self.model = self.module
 
 
 def _peak_rss() -> int:
