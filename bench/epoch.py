@@ -218,7 +218,7 @@ def report(prefix: str, m: dict) -> None:
 
 def ensure_pack(ds_dir: Path, layout: Path, a, bound: int | None) -> None:
     """The layout's pack for this run's batches (kept between runs when the parameters match)."""
-    from moment.placement.pack import load_pack, pack_summary, write_pack
+    from moment.placement.pack import load_pack, pack_index_bytes, pack_summary, write_pack
     from moment.runtime.config import TrainConfig
     from moment.runtime.train import preview_split
     from moment.workload.graph import GraphDataset
@@ -227,17 +227,21 @@ def ensure_pack(ds_dir: Path, layout: Path, a, bound: int | None) -> None:
     f = [int(x) for x in a.fanouts.split(",")]
     cfg = TrainConfig(layout=layout, dataset=ds_dir, memory_budget=str(bound) if bound else None, fanouts=f,
                       batch_size=a.batch_size, hidden=a.hidden, io_shape="block")
-    cached = preview_split(cfg, ds, a.nproc).cpu_rows
+
+    def budget_rows(index_bytes: int) -> int:  # the run's CPU cache with a pack index this large
+        return preview_split(cfg, ds, a.nproc, pack_index_bytes=index_bytes).cpu_rows
+
     old = load_pack(layout)
+    # a pack is kept when the run's cache, with that pack's own index charged, is what it left out
     if old is None or old.mismatch(world_size=a.nproc, batch_size=a.batch_size, fanouts=f, seed=0) or \
-            old.epochs < a.epochs or old.cached_rows != cached:
+            old.epochs < a.epochs or old.cached_rows != budget_rows(pack_index_bytes(layout, old)):
         t = time.perf_counter()
         old = write_pack(layout, ds, world_size=a.nproc, batch_size=a.batch_size, fanouts=f, seed=0,
-                         epochs=a.epochs, cached_rows=cached, overwrite=True)
+                         epochs=a.epochs, budget_rows=budget_rows, overwrite=True)
         print(f"pack_s: {time.perf_counter() - t:.1f}")
     s = pack_summary(old)
     print(f"pack_MiB: {s['bytes'] / 2**20:.0f}\npack_disk_overhead: {s['disk_overhead']:.2f}  (x the features)")
-    print(f"pack_cached_rows_left_out: {cached}", flush=True)
+    print(f"pack_cached_rows_left_out: {old.cached_rows}", flush=True)
 
 
 def predicted_hit_rate(ds_dir: Path, layout: Path, m: dict, a) -> float | None:

@@ -184,3 +184,56 @@ def test_killed_pack_writer_leaves_the_old_pack_and_is_cleaned_up(packed, tmp_pa
     assert list(copy.glob(".pack.tmp-*"))
     write_pack(copy, ds, world_size=1, batch_size=64, fanouts=(5,), seed=0, epochs=1, cached_rows=0, overwrite=True)
     assert not list(copy.glob(".pack.*")) and load_pack(copy).world_size == 1
+
+
+def test_solve_cached_rows_climbs_to_the_fixed_point_and_keeps_the_smaller_on_oscillation():
+    from moment.placement.pack import solve_cached_rows
+
+    # the cache shrinks a row per 10 index bytes; the index shrinks 4 bytes per cached row
+    c = solve_cached_rows(lambda idx: 1000 - idx // 10, lambda c: 4000 - 4 * c, 5000)
+    assert c == 1000 - (4000 - 4 * c) // 10 == 1000
+    steps = {0: 7, 7: 3, 3: 7}  # not monotone: 3 <-> 7; the pack at 3 leaves out no more than the run caches
+    assert solve_cached_rows(lambda i: steps[i], lambda c: c, 10) == 3
+
+
+def test_pack_under_a_budget_leaves_out_exactly_what_the_run_will_cache(packed, tmp_path, capsys):
+    """The pack's cached rows are the run's CPU cache rows with this pack's own index charged."""
+    import shutil
+
+    from moment.runtime.config import TrainConfig
+    from moment.runtime.train import preview_split
+
+    ds, layout, _, _ = packed
+    copy = shutil.copytree(layout, tmp_path / "L")
+
+    def split(shape: str, budget: int, **kw):
+        cfg = TrainConfig(layout=copy, dataset=ds.path, memory_budget=str(budget), fanouts=list(FAN),
+                          batch_size=BS, seed=SEED, io_shape=shape)
+        return preview_split(cfg, ds, 2, **kw)
+
+    def rows_without_index(budget: int) -> int:
+        try:
+            return split("block", budget, pack_index_bytes=0).cpu_rows
+        except MomentError:  # below the minimum
+            return -1
+
+    # the smallest budget whose CPU cache gets half the rows when no pack index is charged
+    n = ds.num_nodes
+    lo, hi = 0, 8 << 30
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if rows_without_index(mid) < n // 2 else (lo, mid)
+    budget = hi
+    old = rows_without_index(budget)  # what the pack used to leave out
+    assert n // 2 <= old < n
+    assert main(["data", "pack", "--layout", str(copy), "--ranks", "2", "--fanouts", "10,5", "--batch-size",
+                 str(BS), "--seed", str(SEED), "--memory-budget", str(budget), "--overwrite", "--json"]) == 0
+    man = load_pack(copy)
+    assert json.loads(capsys.readouterr().out)["cached_rows"] == man.cached_rows
+    run = split("packed", budget)  # the run reads this pack: its index is charged
+    index = {it.name: it.bytes for it in run.budget.items}["pack index"]
+    assert index == max(Segments.load(pack_path(copy) / f.index).memory_bytes for f in man.files)
+    assert man.cached_rows == run.cpu_rows < old
+    seg = Segments.load(pack_path(copy) / man.files[0].index)
+    hot = np.load(copy / "order.npy")[: man.cached_rows]
+    assert not np.isin(seg.ids, hot).any() and seg.ids.size > 0

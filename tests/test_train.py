@@ -238,3 +238,26 @@ def test_moment_train_refuses_a_small_budget_before_starting_ranks(setup, capsys
     err = capsys.readouterr().err
     assert "below the minimum" in err and "--memory-budget" in err and "Traceback" not in err
     assert main(["train", "--layout", str(layout), "--memory-budget", "lots"]) == 2
+
+
+def test_a_rank_base_includes_the_model_layers(setup, tmp_path):
+    """The per-rank fixed cost is what a fresh rank holds with torch-geometric's layers loaded, both in
+    the preview (not its caller's RSS) and in a real rank (measured after the layers are imported)."""
+    _, ds, layout = setup
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    bare = subprocess.run([sys.executable, "-c", "import moment.runtime.train\nfrom moment.runtime.budget import "
+                           "process_bytes\nprint(process_bytes())"], env=env, capture_output=True, text=True,
+                          check=True, timeout=300)
+    without_layers = int(bare.stdout.split()[-1])
+    base = train_mod.rank_start_bytes()
+    assert base > without_layers + (64 << 20), (base >> 20, without_layers >> 20)  # torch_geometric.nn: ~128 MiB
+    cfg = _cfg(layout, memory_budget="2GiB", io_shape="block")
+    preview = train_mod.preview_split(cfg, ds, 1)
+    assert {it.name: it.bytes for it in preview.budget.items}["process"] == base
+    out = tmp_path / "m.json"
+    rank = subprocess.run([sys.executable, "-m", "moment.train", "--layout", str(layout), "--epochs", "1",
+                           "--fanouts", "10,5", "--hidden", "32", "--threads", "1", "--quiet", "--memory-budget",
+                           "2GiB", "--metrics-json", str(out)], env=env, capture_output=True, text=True, timeout=300)
+    assert rank.returncode == 0, rank.stderr[-3000:]
+    charged = {it["name"]: it["bytes"] for it in json.loads(out.read_text())["memory"]["items"]}["process"]
+    assert abs(charged - base) < (16 << 20), (charged >> 20, base >> 20)

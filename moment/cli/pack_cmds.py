@@ -52,6 +52,7 @@ def pack_cmd(
     bs = batch_size or TrainConfig().resolved_batch_size(int(np.asarray(ds.train_idx).size), ranks)
     if cached is not None and memory_budget is not None:
         raise MomentError("give --cached or --memory-budget, not both")
+    rows, budget_rows = None, None
     if cached is not None:
         rows = cached_rows(cached, n, rb)
     elif memory_budget is not None:
@@ -60,12 +61,15 @@ def pack_cmd(
         cfg = TrainConfig(layout=layout, dataset=ds.path, memory_budget=memory_budget, fanouts=f, batch_size=bs,
                           seed=seed, io_shape="block")
         cfg.check()
-        rows = preview_split(cfg, ds, ranks).cpu_rows
+        preview_split(cfg, ds, ranks, pack_index_bytes=0)  # a budget too small even without the pack: say so now
+
+        def budget_rows(index_bytes: int) -> int:  # the run's CPU cache with a pack index this large
+            return preview_split(cfg, ds, ranks, pack_index_bytes=index_bytes).cpu_rows
     else:
         rows = sum(s.rows for s in m.shards if s.kind in ("gpu", "cpu"))
     with progress_bar("sampling and packing", enabled=not json_out) as progress:
         man = write_pack(layout, ds, world_size=ranks, batch_size=bs, fanouts=f, seed=seed, epochs=epochs,
-                         cached_rows=rows, overwrite=overwrite, progress=progress)
+                         cached_rows=rows, budget_rows=budget_rows, overwrite=overwrite, progress=progress)
     s = pack_summary(man) | {"path": str(pack_path(layout)), "batch_size": bs, "fanouts": f, "seed": seed}
     if json_out:
         print(json.dumps(s))
@@ -73,7 +77,7 @@ def pack_cmd(
     console.print(
         f"packed {s['rows']:,} rows for {ranks} rank(s) x {epochs} epoch(s) into {s['path']}: "
         f"{s['bytes'] / 2**20:,.0f} MiB on disk ({s['disk_overhead']:.2f}x the features), leaving out the "
-        f"{rows:,} hottest rows\ntrain with: --io-shape packed --batch-size {bs} --fanouts "
+        f"{man.cached_rows:,} hottest rows\ntrain with: --io-shape packed --batch-size {bs} --fanouts "
         f"{','.join(map(str, f))} --seed {seed} (torchrun --nproc-per-node {ranks})", highlight=False)
 
 

@@ -150,28 +150,103 @@ class Segments:
     def memory_bytes(self) -> int:
         return sum(a.nbytes for a in (self.epoch, self.batch, self.offset, self.id_start, self.ids))
 
+    @staticmethod
+    def stored_bytes(path: Path) -> int:
+        """`memory_bytes` of the index at `path` once loaded, read from its arrays' headers alone."""
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                total = 0
+                for name in ("epoch", "batch", "offset", "id_start", "ids"):
+                    with z.zip.open(name + ".npy") as f:
+                        fmt = np.lib.format
+                        read = fmt.read_array_header_1_0 if fmt.read_magic(f) == (1, 0) else \
+                            fmt.read_array_header_2_0
+                        shape, _, dtype = read(f)
+                    total += int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+                return total
+        except (OSError, KeyError, ValueError) as e:
+            raise MomentError(f"pack index unreadable ({e})", source=str(path),
+                              hint="rewrite it with `moment data pack`") from None
+
+
+def index_bytes(segments: int, rows: int, num_nodes: int) -> int:
+    """`Segments.memory_bytes` of a rank's index with these many segments and ids (as `_write_rank` stores
+    them): what a run charges for the pack, known before the pack is written."""
+    id_bytes = 4 if num_nodes < 2**31 else 8
+    return segments * (4 + 4 + 8) + (segments + 1) * 8 + rows * id_bytes
+
+
+def pack_index_bytes(layout: str | Path, man: PackManifest) -> int:
+    """The pack index a rank of a run holds: the largest rank's, since every rank must size its caches
+    alike (the shared cache is one segment)."""
+    return max(Segments.stored_bytes(pack_path(layout) / f.index) for f in man.files)
+
 
 def write_pack(layout: str | Path, dataset: GraphDataset, *, world_size: int, batch_size: int,
-               fanouts: Sequence[int], seed: int, epochs: int, cached_rows: int, overwrite: bool = False,
+               fanouts: Sequence[int], seed: int, epochs: int, cached_rows: int | None = None,
+               budget_rows: Callable[[int], int] | None = None, overwrite: bool = False,
                progress: Callable[[int, int], None] | None = None) -> PackManifest:
     """Sample every rank's batches for `epochs` epochs and write each batch's rows outside the hottest
-    `cached_rows` (the rows the caches will hold) contiguously; the pack replaces any older one."""
+    cached rows (the rows the caches will hold) contiguously; the pack replaces any older one.
+
+    The cached rows: `cached_rows`, or, under a memory budget, `budget_rows(index_bytes)` (the rows the
+    run's cache gets when its pack index takes `index_bytes`) at its fixed point with this pack's own
+    index, which is known once the batches are sampled (see `solve_cached_rows`).
+    """
     from moment.placement.reader import check_dataset, load_manifest
 
+    if (cached_rows is None) == (budget_rows is None):
+        raise ValueError("write_pack: give cached_rows or budget_rows")
     layout = Path(layout)
     m = load_manifest(layout)
     check_dataset(layout, m, dataset)
     n = m.dataset.num_nodes
-    if not 0 <= cached_rows <= n:
+    if cached_rows is not None and not 0 <= cached_rows <= n:
         raise MomentError(f"cached rows must be in [0, {n}] (got {cached_rows})")
     with locked(layout, "layout"):
         return _write_pack(layout, m, dataset, world_size=world_size, batch_size=batch_size, fanouts=fanouts,
-                           seed=seed, epochs=epochs, cached_rows=cached_rows, overwrite=overwrite, progress=progress)
+                           seed=seed, epochs=epochs, cached_rows=cached_rows, budget_rows=budget_rows,
+                           overwrite=overwrite, progress=progress)
+
+
+def index_curve(traces: Sequence, hot: np.ndarray, n: int) -> Callable[[int], int]:
+    """The pack index bytes (largest rank's) as a function of the cached rows: a segment holds its
+    batch's distinct rows outside the `c` hottest, so a rank's ids are its (batch, row) pairs whose row
+    ranks c or later in the hotness order (rows not in the order are never cached)."""
+    pos = np.full(n, n, np.int32 if n < 2**31 else np.int64)
+    pos[np.asarray(hot)] = np.arange(len(hot), dtype=pos.dtype)
+    curves = []
+    for tr in traces:
+        ranks = [pos[np.unique(tr.batch(t))] for t in range(len(tr))]
+        curves.append((len(tr), np.sort(np.concatenate(ranks)) if ranks else np.zeros(0, pos.dtype)))
+    return lambda c: max((index_bytes(s, int(r.size - np.searchsorted(r, c)), n) for s, r in curves), default=0)
+
+
+def solve_cached_rows(budget_rows: Callable[[int], int], index_at: Callable[[int], int], n: int,
+                      rounds: int = 64) -> int:
+    """The cached rows c = budget_rows(index_at(c)): what the run's cache holds with the pack that leaves
+    out c rows. Both turn down as their argument grows, so c -> budget_rows(index_at(c)) is monotone:
+    iterated from 0 it climbs to the least fixed point, and every value on the way caches no more than
+    the run will (a row the pack leaves out and the run does not cache comes from neither). On a cycle
+    (oscillation) its smallest value; after `rounds`, the largest value seen that the run covers."""
+    seen: dict[int, int] = {}
+    c = 0
+    for _ in range(rounds):
+        if c in seen:  # a cycle: its smallest value leads to a larger one, so the run covers it
+            cycle = [c]
+            while seen[cycle[-1]] != c:
+                cycle.append(seen[cycle[-1]])
+            return min(cycle)
+        seen[c] = min(max(int(budget_rows(index_at(c))), 0), n)
+        if seen[c] == c:
+            return c
+        c = seen[c]
+    return max(k for k, v in seen.items() if v >= k)
 
 
 def _write_pack(layout: Path, m, dataset: GraphDataset, *, world_size: int, batch_size: int, fanouts: Sequence[int],
-                seed: int, epochs: int, cached_rows: int, overwrite: bool,
-                progress: Callable[[int, int], None] | None) -> PackManifest:
+                seed: int, epochs: int, cached_rows: int | None, budget_rows: Callable[[int], int] | None,
+                overwrite: bool, progress: Callable[[int, int], None] | None) -> PackManifest:
     from moment.workload.trace import sample_trace
 
     n, rb, align = m.dataset.num_nodes, m.row.row_bytes, m.row.align
@@ -184,6 +259,16 @@ def _write_pack(layout: Path, m, dataset: GraphDataset, *, world_size: int, batc
     hot = np.load(layout / m.order_file.path, mmap_mode="r")
     for stale in layout.glob(f".{PACK_DIR}.*-*"):  # left by a killed writer (we hold the layout's lock)
         shutil.rmtree(stale, ignore_errors=True)
+
+    def sample(r: int):
+        step = (lambda d, t: progress(r * t + d, world_size * t)) if progress else None
+        return sample_trace(dataset, fanouts, batch_size, seed=seed, epochs=epochs, rank=r, world_size=world_size,
+                            progress=step)
+
+    # under a budget the cached rows depend on every rank's index: sample all first (else one at a time)
+    traces: list = [sample(r) for r in range(world_size)] if budget_rows is not None else [None] * world_size
+    if budget_rows is not None:
+        cached_rows = solve_cached_rows(budget_rows, index_curve(traces, hot, n), n)
     tmp = layout / f".{PACK_DIR}.tmp-{os.getpid()}"
     tmp.mkdir()
     cached = np.zeros(n, bool)
@@ -192,9 +277,7 @@ def _write_pack(layout: Path, m, dataset: GraphDataset, *, world_size: int, batc
     files: list[PackFile] = []
     try:
         for r in range(world_size):
-            step = (lambda d, t, r=r: progress(r * t + d, world_size * t)) if progress else None
-            tr = sample_trace(dataset, fanouts, batch_size, seed=seed, epochs=epochs, rank=r,
-                              world_size=world_size, progress=step)
+            tr, traces[r] = traces[r] if traces[r] is not None else sample(r), None
             files.append(_write_rank(tmp, r, tr, cached, feats, rb, align, epochs))
         man = PackManifest(layout_index_sha256=m.index.sha256, world_size=world_size, batch_size=batch_size,
                            fanouts=list(fanouts), seed=seed, epochs=epochs, cached_rows=cached_rows, row_bytes=rb,

@@ -10,8 +10,10 @@ losses. Rank 0 alone prints (progress bar, summary) and writes checkpoints and t
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -22,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from moment.errors import MomentError
-from moment.placement.pack import load_pack, pack_path
+from moment.placement.pack import load_pack, pack_index_bytes, pack_path
 from moment.runtime.budget import (
     AGENT_BYTES,
     RunShape,
@@ -36,7 +38,7 @@ from moment.runtime.budget import (
 from moment.runtime.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from moment.runtime.config import TrainConfig, parse_args
 from moment.runtime.dist import DistContext, setup
-from moment.runtime.models import build_model
+from moment.runtime.models import build_model, load_layers
 from moment.runtime.pipeline import Pipeline, StageTimes, mix
 from moment.runtime.progress import Reporter
 from moment.runtime.sources import FeatureSource, InMemoryFeatures, MemmapFeatures
@@ -80,8 +82,12 @@ def _batch_extent(cfg: TrainConfig, graph: CSRGraph, batches: SeedBatches, fanou
 
 
 def plan_memory(cfg: TrainConfig, ds: GraphDataset, ctx: DistContext, graph: CSRGraph, batches: SeedBatches,
-                fanouts: list[int], hidden: int, base_rss: int, agent: bool | None = None) -> Split:
-    """Split the memory budget for a tiered run (see budget.split_budget); refuses a budget too small."""
+                fanouts: list[int], hidden: int, base_rss: int, agent: bool | None = None,
+                pack_index: int | None = None) -> Split:
+    """Split the memory budget for a tiered run (see budget.split_budget); refuses a budget too small.
+
+    `pack_index`: the index bytes of a pack about to be written (`moment data pack`), charged instead of
+    the layout's pack; None (every run): the layout's pack, when the run reads one."""
     from moment.placement.reader import load_manifest
 
     total, how = resolve_budget(cfg.memory_budget)
@@ -90,7 +96,7 @@ def plan_memory(cfg: TrainConfig, ds: GraphDataset, ctx: DistContext, graph: CSR
     gpu_bins = [s for s in m.shards if s.kind == "gpu"]
     lw = max(ctx.local_world_size, 1)
     own_gpu = sum(s.rows for j, s in enumerate(gpu_bins) if j % lw == ctx.local_rank % lw)
-    pack_index = _check_pack(cfg, ctx, batches.batch_size, fanouts)
+    pack_index = _check_pack(cfg, ctx, batches.batch_size, fanouts) if pack_index is None else pack_index
     rows_max, edges_max = _batch_extent(cfg, graph, batches, fanouts)
     # every rank must size the same (the shared cache is one segment): agree on the largest needs
     agreed = ctx.all_reduce(torch.tensor([rows_max, edges_max, base_rss], dtype=torch.float64), op="max")
@@ -112,15 +118,44 @@ def plan_memory(cfg: TrainConfig, ds: GraphDataset, ctx: DistContext, graph: CSR
     return split_budget(total, how, lw, shape)
 
 
-def preview_split(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, agent: bool = True) -> Split:
-    """The budget split rank 0 of an `nproc`-rank run will make, computed before any rank starts."""
+_RANK_START = ("from moment.runtime.models import load_layers\nimport moment.runtime.train\nload_layers()\n"
+               "from moment.runtime.budget import process_bytes\nprint(process_bytes())\n")
+
+
+@functools.cache
+def rank_start_bytes() -> int:
+    """What a rank holds before it touches data (interpreter, torch, the runtime, the model's layers).
+
+    Why a fresh interpreter: the caller of a preview (a CLI that never imports the layers, a benchmark
+    holding a dataset) is not a rank, so its own RSS is not a rank's fixed cost. Costs seconds: once per
+    process. Falls back to this process's RSS with the layers loaded when the interpreter cannot run.
+    """
+    import moment
+
+    root = str(Path(moment.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
+    try:
+        r = subprocess.run([sys.executable, "-c", _RANK_START], env=env, capture_output=True, text=True,
+                           timeout=300, check=True)
+        return int(r.stdout.split()[-1])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        load_layers()
+        return process_bytes()
+
+
+def preview_split(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, agent: bool = True,
+                  pack_index_bytes: int | None = None) -> Split:
+    """The budget split rank 0 of an `nproc`-rank run will make, computed before any rank starts.
+
+    `pack_index_bytes`: charge the index of a pack not written yet (see `plan_memory`).
+    """
     ctx = DistContext(0, 0, nproc, nproc, torch.device("cpu"), None)
     train_idx = np.asarray(ds.train_idx)
     batches = SeedBatches(train_idx, cfg.resolved_batch_size(train_idx.size, nproc), seed=cfg.seed, rank=0,
                           world_size=nproc)
     hidden = cfg.resolved_hidden()
     return plan_memory(cfg, ds, ctx, CSRGraph.from_dataset(ds, in_memory=False), batches, cfg.resolved_fanouts(),
-                       hidden, process_bytes(), agent=agent)
+                       hidden, rank_start_bytes(), agent=agent, pack_index=pack_index_bytes)
 
 
 def _check_pack(cfg: TrainConfig, ctx: DistContext, batch_size: int, fanouts: list[int]) -> int:
@@ -141,8 +176,7 @@ def _check_pack(cfg: TrainConfig, ctx: DistContext, batch_size: int, fanouts: li
     if why:
         raise MomentError(f"the pack was sampled for other batches: {why}", source=str(pack_path(cfg.layout)),
                           hint="rewrite it with `moment data pack --overwrite` and this run's parameters")
-    # the largest rank's: every rank must size its caches alike (the shared cache is one segment)
-    return max((pack_path(cfg.layout) / f.index).stat().st_size for f in man.files)
+    return pack_index_bytes(cfg.layout, man)
 
 
 def store_options(cfg: TrainConfig, split: Split, ctx: DistContext) -> StoreOptions:
@@ -180,7 +214,8 @@ class Trainer:
 
     def __init__(self, cfg: TrainConfig, ctx: DistContext):
         self.cfg, self.ctx = cfg, ctx
-        base_rss = process_bytes()  # interpreter + torch, before any data is touched
+        load_layers()  # the model's layers are a fixed cost too: measured with the rest
+        base_rss = process_bytes()  # interpreter, torch, the layers, before any data is touched
         self.ds = GraphDataset.open(dataset_dir(cfg))
         self.notes: list[str] = []
         if cfg.layout is not None:  # the layout must hold this dataset's features, not another's
