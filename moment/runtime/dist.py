@@ -84,7 +84,8 @@ def _attempt_store(rank: int, world: int) -> dist.Store:
 
 
 def import_before_group() -> None:
-    """Import what DDP imports before the process group exists, so `close()` can really destroy it.
+    """Import what DDP and torch-geometric import before the process group exists, so `close()` can really
+    destroy it.
 
     Why: DDP's constructor imports torch._dynamo, which imports torch.distributed.nn.functional, whose
     functions take `group=group.WORLD` as a default argument. Imported after init_process_group, those
