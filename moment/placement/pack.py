@@ -169,11 +169,15 @@ class Segments:
                               hint="rewrite it with `moment data pack`") from None
 
 
+def id_dtype(num_nodes: int) -> type[np.signedinteger]:
+    """The smallest integer type that holds every node id: what the index stores ids as."""
+    return np.int32 if num_nodes < 2**31 else np.int64
+
+
 def index_bytes(segments: int, rows: int, num_nodes: int) -> int:
     """`Segments.memory_bytes` of a rank's index with these many segments and ids (as `_write_rank` stores
     them): what a run charges for the pack, known before the pack is written."""
-    id_bytes = 4 if num_nodes < 2**31 else 8
-    return segments * (4 + 4 + 8) + (segments + 1) * 8 + rows * id_bytes
+    return segments * (4 + 4 + 8) + (segments + 1) * 8 + rows * np.dtype(id_dtype(num_nodes)).itemsize
 
 
 def pack_index_bytes(layout: str | Path, man: PackManifest) -> int:
@@ -213,7 +217,7 @@ def index_curve(traces: Sequence, hot: np.ndarray, n: int) -> Callable[[int], in
     """The pack index bytes (largest rank's) as a function of the cached rows: a segment holds its
     batch's distinct rows outside the `c` hottest, so a rank's ids are its (batch, row) pairs whose row
     ranks c or later in the hotness order (rows not in the order are never cached)."""
-    pos = np.full(n, n, np.int32 if n < 2**31 else np.int64)
+    pos = np.full(n, n, id_dtype(n))
     pos[np.asarray(hot)] = np.arange(len(hot), dtype=pos.dtype)
     curves = []
     for tr in traces:
@@ -332,7 +336,7 @@ def _write_rank(dir_: Path, rank: int, tr, cached: np.ndarray, feats: np.ndarray
     with atomic_file(index) as f:
         np.savez(f, epoch=(t // per_epoch).astype(np.int32), batch=(t % per_epoch).astype(np.int32),
                  offset=np.array(offsets, np.int64), id_start=np.array(id_start, np.int64),
-                 ids=np.concatenate(kept).astype(np.int32 if cached.shape[0] < 2**31 else np.int64)
+                 ids=np.concatenate(kept).astype(id_dtype(cached.shape[0]))
                  if kept else np.zeros(0, np.int64))
     return PackFile(rank=rank, data=data.name, index=index.name, bytes=pos, rows=id_start[-1],
                     data_sha256=h.hexdigest(), index_sha256=sha256_file(index))

@@ -37,6 +37,7 @@ from moment.runtime.budget import (
 )
 from moment.runtime.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from moment.runtime.config import TrainConfig, parse_args
+from moment.runtime.devices import plan_gpus_of
 from moment.runtime.dist import DistContext, setup
 from moment.runtime.models import build_model, load_layers
 from moment.runtime.pipeline import Pipeline, StageTimes, mix
@@ -95,7 +96,8 @@ def plan_memory(cfg: TrainConfig, ds: GraphDataset, ctx: DistContext, graph: CSR
     n, rb = m.dataset.num_nodes, m.row.row_bytes
     gpu_bins = [s for s in m.shards if s.kind == "gpu"]
     lw = max(ctx.local_world_size, 1)
-    own_gpu = sum(s.rows for j, s in enumerate(gpu_bins) if j % lw == ctx.local_rank % lw)
+    mine = plan_gpus_of(ctx.local_rank, lw, [s.bin for s in gpu_bins])
+    own_gpu = sum(s.rows for s in gpu_bins if s.bin in mine)
     pack_index = _check_pack(cfg, ctx, batches.batch_size, fanouts) if pack_index is None else pack_index
     rows_max, edges_max = _batch_extent(cfg, graph, batches, fanouts)
     # every rank must size the same (the shared cache is one segment): agree on the largest needs
