@@ -6,7 +6,12 @@ and where (file, field, line).
 
 from __future__ import annotations
 
+import zipfile
 from collections.abc import Callable, Collection
+
+#: what np.load raises on a missing, cut, corrupt or foreign .npy/.npz (zip members carry a CRC-32):
+#: catch these to turn a bad array file into a MomentError naming it
+NPZ_ERRORS = (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile)
 
 
 class MomentError(Exception):

@@ -11,6 +11,7 @@ from runtime_data import make_dataset
 
 from moment.caching.simulate import simulate
 from moment.cli import main
+from moment.errors import MomentError
 from moment.runtime.pipeline import Pipeline
 from moment.runtime.sources import InMemoryFeatures
 from moment.workload.sampler import CSRGraph, SeedBatches
@@ -32,6 +33,10 @@ def test_trace_is_what_the_pipeline_reads(ds, tmp_path):
     assert len(got) == len(tr) and all((a == b).all() for a, b in zip(got, tr.batches(), strict=True))
     back = Trace.load(tr.save(tmp_path / "t.npz"))
     assert (back.ids == tr.ids).all() and (back.offsets == tr.offsets).all()
+    cut = tmp_path / "cut.npz"  # a cut or foreign file is one clear error, not a zipfile traceback
+    cut.write_bytes((tmp_path / "t.npz").read_bytes()[:40])
+    with pytest.raises(MomentError, match="not a Moment trace file"):
+        Trace.load(cut)
 
 
 def test_belady_bounds_every_policy(ds):

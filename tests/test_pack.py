@@ -237,3 +237,22 @@ def test_pack_under_a_budget_leaves_out_exactly_what_the_run_will_cache(packed, 
     seg = Segments.load(pack_path(copy) / man.files[0].index)
     hot = np.load(copy / "order.npy")[: man.cached_rows]
     assert not np.isin(seg.ids, hot).any() and seg.ids.size > 0
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate"])
+def test_a_corrupt_pack_index_is_one_clear_error(packed, tmp_path, damage):
+    """A flipped byte (zip CRC) or a cut file: `pack index unreadable`, from the loader and from the
+    budget's size check alike, never a zipfile traceback."""
+    import shutil
+
+    from moment.placement.pack import pack_index_bytes
+
+    copy = shutil.copytree(packed[1], tmp_path / "L")
+    index = pack_path(copy) / load_pack(copy).files[0].index
+    raw = bytearray(index.read_bytes())
+    index.write_bytes(raw[:50] if damage == "truncate" else raw[:100] + bytes(b ^ 0xFF for b in raw[100:107])
+                      + raw[107:])
+    with pytest.raises(MomentError, match="pack index unreadable"):
+        Segments.load(index)
+    with pytest.raises(MomentError, match="pack index unreadable"):
+        pack_index_bytes(copy, load_pack(copy))

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
-from moment.errors import MomentError, validation_error
+from moment.errors import NPZ_ERRORS, MomentError, validation_error
 from moment.locking import locked
 from moment.outputs import atomic_file, fsync_dir, sha256_file
 from moment.workload.graph import GraphDataset
@@ -129,7 +129,7 @@ class Segments:
         try:
             with np.load(path, allow_pickle=False) as z:
                 return cls(z["epoch"], z["batch"], z["offset"], z["id_start"], z["ids"])
-        except (OSError, KeyError, ValueError) as e:
+        except NPZ_ERRORS as e:
             raise MomentError(f"pack index unreadable ({e})", source=str(path),
                               hint="rewrite it with `moment data pack`") from None
 
@@ -164,7 +164,7 @@ class Segments:
                         shape, _, dtype = read(f)
                     total += int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
                 return total
-        except (OSError, KeyError, ValueError) as e:
+        except NPZ_ERRORS as e:
             raise MomentError(f"pack index unreadable ({e})", source=str(path),
                               hint="rewrite it with `moment data pack`") from None
 

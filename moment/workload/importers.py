@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from moment.errors import MomentError
+from moment.errors import NPZ_ERRORS, MomentError
 from moment.workload.graph import CHUNK_BYTES, GraphDataset, GraphWriter, index_dtype, label_dtype
 
 Progress = Callable[[int, int], None]
@@ -315,12 +315,12 @@ def import_ogb(
             try:
                 data = np.load(npz, allow_pickle=False)
                 ei, feat = data["edge_index"], data["node_feat"]
-            except (OSError, ValueError, KeyError) as e:
+            except NPZ_ERRORS as e:
                 raise MomentError(f"need arrays edge_index and node_feat: {e}", source=str(npz)) from None
             lab_path = _need(raw / "node-label.npz", "node labels (node-label.npz)")
             try:
                 labels = _labels_to_int(np.load(lab_path, allow_pickle=False)["node_label"], str(lab_path))
-            except (OSError, ValueError, KeyError) as e:
+            except NPZ_ERRORS as e:
                 raise MomentError(f"need array node_label: {e}", source=str(lab_path)) from None
             if ei.ndim != 2 or ei.shape[0] != 2:
                 raise MomentError(f"edge_index must have shape [2, E], got {list(ei.shape)}", source=str(npz))

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from moment.errors import MomentError
+from moment.errors import NPZ_ERRORS, MomentError
 from moment.outputs import atomic_file
 from moment.workload.graph import GraphDataset
 from moment.workload.seeds import mix
@@ -58,7 +58,7 @@ class Trace:
             with np.load(path, allow_pickle=False) as z:
                 n, rb = (int(x) for x in z["info"])
                 return cls(z["ids"], z["offsets"], n, rb)
-        except (OSError, KeyError, ValueError) as e:
+        except NPZ_ERRORS as e:
             raise MomentError(f"not a Moment trace file ({e})", source=str(path)) from None
 
 
