@@ -96,8 +96,11 @@ def _acquire(path: Path, target: Path, what: str) -> int:
             continue
         info = {"pid": os.getpid(), "host": socket.gethostname(),
                 "command": COMMAND or shlex.join(sys.argv), "since": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(info).encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(info).encode(), 0)
+        except OSError:  # a full disk: the lock holds without saying who holds it (the work says why it fails)
+            pass
         return fd
     raise MomentError(f"cannot lock the {what}: its lock file keeps changing", source=str(path))
 

@@ -287,6 +287,23 @@ def test_lock_of_a_killed_writer_does_not_block(env):
     assert verify_layout(out).ok and not lock_path(out).exists()
 
 
+def test_a_full_disk_does_not_break_taking_a_lock(tmp_path, monkeypatch):
+    """Writing who holds the lock is a courtesy: with no room for it the lock still holds (and is freed);
+    the work that needs the room says why it fails."""
+    import errno
+
+    def full(*_a):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "pwrite", full)
+    out = tmp_path / "out"
+    with locked(out, "layout"):
+        other = subprocess.run([sys.executable, "-c", f"from moment.locking import locked\nwith locked({str(out)!r}, "
+                                "'layout'): pass"], capture_output=True, text=True, timeout=60, check=False)
+        assert other.returncode != 0 and "layout is locked by another process" in other.stderr, other.stderr
+    assert not lock_path(out).exists()
+
+
 def test_second_data_synth_on_the_same_out_is_refused(tmp_path):
     out = tmp_path / "ds"
     args = ["data", "synth", "-n", "2000", "-d", "4", "--out", out, "--json"]
