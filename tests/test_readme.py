@@ -7,7 +7,8 @@ Conventions for README code blocks:
   exit 0;
 - any other language (```text, ```console, ```json without file=): shown, not run.
 Skipped, with the reason reported: `make` lines (they build a virtual environment: `make test` runs
-this test), training lines when torch is not installed, and a whole block when a tool it calls
+this test), `source .venv/bin/activate` (checked instead: it names the environment `make` built and this
+test runs in), training lines when torch is not installed, and a whole block when a tool it calls
 (lstopo, lspci, dmidecode, nvidia-smi, sudo) is not on this machine.
 """
 
@@ -102,6 +103,16 @@ def _shims(bin_dir: Path) -> None:
         p.chmod(0o755)
 
 
+def _check_activation(cmd: str, line_no: int) -> None:
+    """`source .venv/bin/activate` must name the environment the Makefile builds, and when this test
+    runs from that environment (as under `make test`), its activate script must exist."""
+    script = Path(shlex.split(cmd, comments=True)[1])
+    venv = re.search(r"^VENV\s*:?=\s*(\S+)", (REPO / "Makefile").read_text(), re.M).group(1)
+    assert script == Path(venv) / "bin" / "activate", f"README.md:{line_no}: {cmd!r} is not {venv}/bin/activate"
+    if Path(sys.prefix).resolve() == (REPO / venv).resolve():
+        assert (REPO / script).is_file(), f"README.md:{line_no}: {REPO / script} does not exist"
+
+
 def test_readme_blocks_are_labelled_and_parse():
     blocks = parse_blocks(README.read_text())
     assert any(b.attrs.get("file") for b in blocks), "the README's profile example names its file"
@@ -138,6 +149,10 @@ def test_readme_runs_as_written(tmp_path):
         for cmd in b.commands:
             if programs(cmd)[:1] == ["make"]:
                 skipped.append(f"README.md:{b.line_no}: {cmd!r} (builds a virtual environment)")
+                continue
+            if programs(cmd)[:1] in (["source"], ["."]):
+                _check_activation(cmd, b.line_no)
+                skipped.append(f"README.md:{b.line_no}: {cmd!r} (activates the environment this test runs in)")
                 continue
             if _TORCH_LINE.search(cmd) and not has_torch:
                 skipped.append(f"README.md:{b.line_no}: {cmd!r} (torch is not installed)")
