@@ -1,4 +1,4 @@
-"""Fidelity of the SSD-read prediction (issue 9): probe + model on a real layout vs a `moment train` run.
+"""Fidelity of the SSD-read prediction: probe + model on a real layout vs a `moment train` run.
 
 1. Dataset and DDAK layout as `bench/epoch.py` builds them (reused from `--cache-dir`); features well
    above the caches (default 8M x 128 float32 = 4 GiB, CPU cache capped at `--cpu-cache-limit 10%`).
@@ -26,7 +26,7 @@
    per-epoch evaluation, all ranks) against the predicted ones (`reads_match`).
 
 Prints `name: value` lines, last `predicted_ssd_s`, `measured_ssd_s`, `ratio` (predicted / measured;
-the issue's target is within 15%). Exit 0 only when the run finished.
+the target is within 15%). Exit 0 only when the run finished.
 
     python bench/fidelity.py [--nodes 8000000] [--epochs 2] [--nproc 2] [--io-shape rows|block]
 """

@@ -1,4 +1,4 @@
-"""Data safety (issue 8): crash-safe `place --overwrite`, dataset verification, dataset identity,
+"""Data safety: crash-safe `place --overwrite`, dataset verification, dataset identity,
 output locks, `moment layout rm`. Crashes are real: a subprocess SIGKILLs itself at a named point
 (moment.testpoints), and lock tests run two real processes."""
 

@@ -1,4 +1,4 @@
-"""Inputs that used to be silently wrong (issue 8, item 6) are errors naming the input, and write nothing."""
+"""Inputs that used to be silently wrong are errors naming the input, and write nothing."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The notebooks in notebooks/ (issue 11, section 4) run as committed and show what their text says.
+"""The notebooks in notebooks/ run as committed and show what their text says.
 
 Each notebook is executed top to bottom with nbclient in a fresh ipykernel of this interpreter (a
 kernelspec written for the test, so no installed Jupyter configuration is used), in an empty working

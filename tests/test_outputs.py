@@ -1,4 +1,4 @@
-"""Outputs (issue 8, items 5 and 8): unwritable paths, a full disk and absurd sizes are one message naming
+"""Outputs: unwritable paths, a full disk and absurd sizes are one message naming
 the input, before any work and with nothing left behind; what is written follows the umask."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """`moment place` assumes the hardware placement `moment plan` recommends (or --plan's), says which, and
-records it in the layout (issue 8, item 10); when the caches hold everything, place and train say so and
+records it in the layout; when the caches hold everything, place and train say so and
 suggest sizes that exercise the SSDs (item 11)."""
 
 from __future__ import annotations

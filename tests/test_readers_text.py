@@ -169,7 +169,7 @@ def test_nvidia_smi_legend_nic_names_and_affinity():
     h = nvidia_smi.read_nvidia_smi(fixture_file("nvidia-smi-topo_mlengineering_h100-8gpu.txt"))
     assert not h.legend and h.cpu_affinity["GPU7"] == "52-103,156-207"
     topo = nvidia_smi.topology_from_matrix(m)
-    # issue 10: one node per listed NIC (was 2: PIX ports merged); the dual-port card is a stated inference
+    # one node per listed NIC (was 2: PIX ports merged); the dual-port card is a stated inference
     assert len(topo.of_kind(Kind.nic)) == 4
     assert [topo.socket_of(n.id) for n in topo.of_kind(Kind.nic)] == ["cpu0", "cpu0", "cpu1", "cpu1"]
     assert "PIX to NIC1: probably ports of one card" in topo.node("nic0").label

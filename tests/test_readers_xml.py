@@ -16,7 +16,7 @@ from moment.topology.readers.hwloc_xml import read_hwloc_xml
 from moment.topology.readers.nccl_xml import read_nccl_xml, write_nccl_xml
 
 # file: (GPUs, NVMe SSDs, NICs, sockets, switches) -- from PROVENANCE.md and reading each file.
-# Sockets are CPU packages, not NUMA domains (issue 10 item 3): the 4-domain AMD files have 2.
+# Sockets are CPU packages, not NUMA domains: the 4-domain AMD files have 2.
 EXPECTED = {
     "nccl_aws_g5.48xlarge-topo.xml": (0, 0, 0, 2, 9),  # bare <pci busid>: bridges, as NCCL assumes
     "nccl_aws_p4d.24xlarge-topo.xml": (8, 0, 4, 2, 4),
@@ -34,7 +34,7 @@ EXPECTED = {
     "rccl_topo_8p_pcie.xml": (8, 0, 1, 1, 10),
     "hwloc_24em64t-2n6c2t-pci.xml": (3, 0, 2, 2, 0),  # 82576 (2 functions) + ConnectX-2 (0c06)
     "hwloc_32em64t-2n8c+dax+nvme+mic+dimms.xml": (0, 1, 2, 2, 1),  # I350 + ConnectX-3; ASPEED bridge
-    # issue 10: the OpenCL-only Radeon (1002:6798, VGA) is a GPU by its ids (was `other`); Matrox stays other
+    # the OpenCL-only Radeon (1002:6798, VGA) is a GPU by its ids (was `other`); Matrox stays other
     "hwloc_32em64t-2n8c2t-pci-wholeio.xml": (4, 0, 2, 2, 0),
     "hwloc_nvidiaDGX2.xml": (16, 0, 0, 2, 14),
     "hwloc_power8gpudistances.xml": (4, 0, 0, 2, 0),

@@ -1,4 +1,4 @@
-"""The README runs as written (issue 8, item 9): its files are written and its commands run, in order,
+"""The README runs as written: its files are written and its commands run, in order,
 in a fresh directory.
 
 Conventions for README code blocks:
@@ -167,7 +167,7 @@ def test_readme_runs_as_written(tmp_path):
         warnings.warn("README lines not run here: " + "; ".join(skipped), stacklevel=1)
     assert ran >= 15, skipped
 
-    # the example exercises every tier, the SSDs included (issue 8, item 11)
+    # the example exercises every tier, the SSDs included
     text = " ".join(" ".join(outputs).split())
     assert "training will read nothing from the SSDs" not in text
     assert "nothing will be read from the SSDs" not in text

@@ -1,6 +1,6 @@
 """Hyperion's cost model: hardware cost, energy over the horizon, TCO and throughput per cost (TPC).
 
-From shared/papers/hyperion.txt:
+From the Hyperion paper:
 
 - Eq. 5 (section VI): TCO = (C_mac + C_gpu x N_gpu + C_ssd x N_ssd + C_ele) x N_mac, over 5 years.
   Moment prices one machine (N_mac = 1) and sums per model, so mixed inventories work.

@@ -1,7 +1,7 @@
 """What `TieredFeatureStore` is told: where this rank sits, how its tiers and reads are shaped, and the
 process group's collectives.
 
-Why three groups (issue 12 §5): the store used to take two dozen keyword arguments one by one; the
+Why three groups: the store used to take two dozen keyword arguments one by one; the
 rank placement comes from the launcher (`DistContext` already carries it), the options from the run's
 configuration and budget split, and the collectives exist only under torchrun. Keeping them apart lets
 each caller build the one it owns and lets the options be checked once, where they are made.

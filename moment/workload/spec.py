@@ -1,7 +1,7 @@
 """The planner's view of a training job: how many bytes each GPU reads per epoch and where from.
 
 No torch here: planning runs on a laptop. `moment place` replaces the cache shares with measured
-hotness (issue 3).
+hotness (Moment (SC'25), section 3.3: DDAK places by pre-sampled access counts).
 """
 
 from __future__ import annotations
