@@ -1,4 +1,4 @@
-"""Issue 10: devices are recognised by vendor/device/class ids (moment.topology.pci_ids), then refined."""
+"""Devices are recognised by vendor/device/class ids (moment.topology.pci_ids), then refined."""
 
 from __future__ import annotations
 

@@ -126,7 +126,7 @@ def test_train_says_when_nothing_is_read_from_the_ssds(env, tmp_path):
 
 
 def test_layout_info_ties_each_gpu_and_ssd_bin_to_the_plans_device_and_slot(env):
-    """Issue 12's interface: `layout info --json` bins carry plan_gpu/plan_ssd and the plan's slot."""
+    """The plan -> runtime interface: `layout info --json` bins carry plan_gpu/plan_ssd and the plan's slot."""
     plan = env["plan"]
     bins = json.loads(run("layout", "info", env["tmp"] / "L", "--json")[1])["bins"]
     slot_of = {dev: slot for slot, dev in plan["devices"].items()}

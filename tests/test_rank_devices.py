@@ -1,4 +1,4 @@
-"""Issue 12, section 1: the plan's GPUs reach the ranks. Each GPU bin records its plan GPU, slot and PCI
+"""The plan's GPUs reach the ranks. Each GPU bin records its plan GPU, slot and PCI
 address; a rank serves the bins of its plan GPU on the CUDA device with that address (local-rank
 order when nobody can tell, said so); runs report planned vs achieved SSD shares per rank."""
 

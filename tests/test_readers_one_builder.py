@@ -1,4 +1,4 @@
-"""Issue 12 section 4: one topology builder. The same machine read from hwloc XML and from `lspci -vvv`
+"""One topology builder. The same machine read from hwloc XML and from `lspci -vvv`
 gets the same ids (slots included), structure, addresses and links."""
 
 from __future__ import annotations

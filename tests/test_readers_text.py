@@ -446,7 +446,7 @@ def _four_numa_machine() -> list[PciFunction]:
 
 
 def test_numa_nodes_grouped_into_dmidecode_sockets():
-    """Issue 10 item 3 for text sources: 4 NUMA nodes (AMD NPS2) on 2 sockets are 2 sockets, not 4."""
+    """Text sources: 4 NUMA nodes (AMD NPS2) on 2 sockets are 2 sockets, not 4."""
     warnings: list[str] = []
     topo = build_topology(_four_numa_machine(), name="nps2", sockets=2, warnings=warnings,
                           memory_gib={n: 128.0 for n in range(4)})

@@ -186,7 +186,7 @@ CONSTRUCTED = Path(__file__).parent / "data" / "constructed"
 
 
 def test_rccl_repeated_bus_ids_are_kept_and_named_apart():
-    """Issue 10 item 4: RCCL's topo_expl models repeat bus ids; NCCL/RCCL keep each <pci>, so do we."""
+    """RCCL's topo_expl models repeat bus ids; NCCL/RCCL keep each <pci>, so do we."""
     path = CONSTRUCTED / "rccl_repeated_busid.xml"
     topo = read_nccl_xml(path)
     by_pci = {n.pci: n for n in topo.nodes if n.pci}
@@ -216,7 +216,7 @@ def _sockets(topo: Topology) -> list[list[int]]:
 
 
 def test_numa_domains_grouped_into_sockets_when_the_file_tells():
-    """Issue 10 item 3: 4 NUMA domains of 64 threads on a 64-core Milan can only be 2 sockets x NPS2."""
+    """4 NUMA domains of 64 threads on a 64-core Milan can only be 2 sockets x NPS2."""
     topo = read_nccl_xml(CONSTRUCTED / "nccl_amd_4numa_2sockets.xml")
     assert _sockets(topo) == [[0, 1], [2, 3]]
     assert [(rc.id, rc.parent, rc.numa) for rc in topo.of_kind(Kind.root_complex)] == [
