@@ -127,7 +127,7 @@ def test_advise_is_the_cli_json(client):
     got.pop("elapsed_s")
     want.pop("elapsed_s")
     assert got == want
-    assert got["best_per_dollar"]["inventory"] and got["best_throughput"]["predicted"]["epoch_read_s"] > 0
+    assert got["best_throughput_per_dollar"]["inventory"] and got["best_throughput"]["predicted"]["epoch_read_s"] > 0
 
 
 def test_advise_takes_the_users_prices(client):
@@ -136,7 +136,7 @@ def test_advise_takes_the_users_prices(client):
     cheap = {"devices": {"A100-PCIe-40GB": {"price_usd": 1000, "date": "2025-01", "source": "a test quote"}}}
     a = client.post("/v1/advise", json=base).json()
     b = client.post("/v1/advise", json={**base, "prices": cheap}).json()
-    assert b["best_per_dollar"]["hardware_usd"] < a["best_per_dollar"]["hardware_usd"]
+    assert b["best_throughput_per_dollar"]["hardware_usd"] < a["best_throughput_per_dollar"]["hardware_usd"]
     assert b["prices"]["origin"] == "shipped + prices"
     assert b["prices"]["devices"]["A100-PCIe-40GB"]["source"].endswith("a test quote")
     bad = client.post("/v1/advise", json={**base, "prices": {"devices": {"A100-PCIe-40GB": {"price_usd": -1}}}})

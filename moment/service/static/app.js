@@ -490,9 +490,9 @@ function renderAdvice(r) {
         el("dt", {}, "samples/s per TCO $"), el("dd", {}, fmt(c.tpc, 3))),
       btn);
   };
-  const same = r.best_per_dollar.inventory === r.best_throughput.inventory;
+  const same = r.best_throughput_per_dollar.inventory === r.best_throughput.inventory;
   const picks = el("div", { class: "picks" },
-    pick(same ? "Best per dollar and best throughput" : "Best throughput per dollar", r.best_per_dollar),
+    pick(same ? "Best per dollar and best throughput" : "Best throughput per dollar", r.best_throughput_per_dollar),
     same ? null : pick("Best throughput", r.best_throughput));
   const tbody = el("tbody");
   const rows = r.candidates.slice(0, 12);
@@ -501,7 +501,7 @@ function renderAdvice(r) {
     btn.addEventListener("click", () => planCandidate(c));
     const rank = [c.rank_per_dollar ? `#${c.rank_per_dollar} per $` : "", c.rank_throughput ? `#${c.rank_throughput} speed` : ""]
       .filter(Boolean).join(", ");
-    tbody.append(el("tr", { class: c.inventory === r.best_per_dollar.inventory ? "rec" : null },
+    tbody.append(el("tr", { class: c.inventory === r.best_throughput_per_dollar.inventory ? "rec" : null },
       el("td", {}, rank || "–"), el("td", {}, c.inventory),
       el("td", { class: "num" }, fmt(c.epoch_s)),
       el("td", { class: "num" }, Math.round(c.throughput_samples_per_s).toLocaleString()),
