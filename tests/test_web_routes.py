@@ -165,13 +165,43 @@ def test_page_routes_need_the_token_when_the_service_has_one(tmp_path):
         assert c.post("/v1/advise", json={"budget": 1}).status_code == 401
 
 
-def test_the_page_is_served_from_the_package(client):
+def test_the_page_is_served_from_the_package(client, tmp_path):
+    """`/` serves the package's own static/ files byte for byte, the page names no file that is not
+    there, and a build of the package (setuptools' build_py, what a wheel holds) ships every one."""
+    import re
+    import subprocess
+    import sys
+    from importlib.resources import files
+    from pathlib import Path
+
+    from moment.service import app as app_mod
+
+    static = Path(str(files("moment.service") / "static"))
+    assert app_mod.STATIC == static
+
+    def tree(root: Path) -> dict[str, bytes]:
+        return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+    shipped = tree(static)
+    assert {"index.html", "app.js", "style.css"} <= set(shipped)
     page = client.get("/")
-    assert page.status_code == 200 and "<script src=\"app.js\">" in page.text
-    for asset in ("app.js", "style.css"):
-        r = client.get("/" + asset)
-        assert r.status_code == 200 and len(r.text) > 1000
+    assert page.status_code == 200 and page.content == shipped["index.html"]
+    for name, data in shipped.items():
+        r = client.get("/" + name)
+        assert r.status_code == 200 and r.content == data, name
+    # every file the page loads is one of them (openapi.json is the service's own route)
+    refs = set(re.findall(r'(?:src|href)="([^"#:]+)"', shipped["index.html"].decode()))
+    assert refs and refs - {"openapi.json"} <= set(shipped), refs
     # nothing fetched from elsewhere: no absolute URLs in the page or its assets
-    for asset in ("", "app.js", "style.css"):
-        text = client.get("/" + asset).text
-        assert "http://" not in text and "https://" not in text and "//cdn" not in text
+    for name, data in shipped.items():
+        text = data.decode()
+        assert "http://" not in text and "https://" not in text and "//cdn" not in text, name
+    # what an install ships: the package data that pyproject.toml declares (a fresh egg-info, so that
+    # the checkout's own SOURCES.txt cannot add what the declaration leaves out)
+    root = Path(__file__).resolve().parents[1]
+    out, egg = tmp_path / "lib", tmp_path / "egg"
+    egg.mkdir()
+    done = subprocess.run([sys.executable, "setup.py", "-q", "egg_info", "--egg-base", str(egg),
+                           "build_py", "--build-lib", str(out)], cwd=root, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert tree(out / "moment" / "service" / "static") == shipped
