@@ -174,6 +174,9 @@ class Page:
     def shown(self, sel: str) -> bool:
         return bool(self.js("const e = document.querySelector(arguments[0]); return !!e && e.offsetParent !== null", sel))
 
+    def opacity(self, sel: str) -> float:
+        return float(self.js("return getComputedStyle(document.querySelector(arguments[0])).opacity", sel))
+
     def type(self, sel: str, value: str) -> None:
         e = self.css(sel)
         e.clear()
@@ -363,7 +366,7 @@ def test_a_person_plans_compares_and_buys_in_chromium(service, browser, tmp_path
     assert "no-such-switch" in said and not p.shown("#error"), said
     assert p.all("#wi-changes li.invalid")[0].get_attribute("data-change") == "nodes.no-such-switch.link.gen=5"
     assert "Not updated: the last what-if failed" in p.text(".head.col-whatif [data-testid=stale]")
-    assert p.js("return getComputedStyle(document.querySelector('.head.col-whatif .kpis')).opacity") < "0.5"
+    assert p.opacity(".head.col-whatif .kpis") < 0.5 and p.opacity(".head.col-whatif [data-testid=stale]") == 1
     p.all("#wi-changes li .x")[-1].click()
     assert not p.shown("#whatif-card .card-error")
 
@@ -416,6 +419,7 @@ def test_a_person_plans_compares_and_buys_in_chromium(service, browser, tmp_path
     assert err.startswith("GPUs:") and "greater than or equal to 0" in err, err
     assert p.css("#gpus").get_attribute("aria-invalid") == "true" and not p.shown("#error")
     assert "Not updated: the plan of paper-machine-b failed" in p.text("#results [data-testid=stale]")
+    assert p.opacity("#results > .head.col-original") < 0.5 and p.opacity("#results > [data-testid=stale]") == 1
     p.snapshot("field-error")
     p.type("#gpus", "2")
     assert not p.shown("#plan-form .field-error")
