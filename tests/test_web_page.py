@@ -412,7 +412,10 @@ def test_a_person_plans_compares_and_buys_in_chromium(service, browser, tmp_path
     assert pick["inventory"] in p.text(".head.col-original")
     p.type("#inventory", "")
 
-    # ---- a bad input: under its field, the last plan dimmed; fixing it takes the error away ----
+    # ---- bad inputs: under their field; what the browser cannot read as a number is not sent ----
+    p.type("#gpus", "1e")
+    p.css("#plan-btn").click()
+    assert p.text("#plan-form .field-error") == "GPUs: Enter a number." and not p.all("#results [data-testid=stale]")
     p.type("#gpus", "-1")
     p.click_and_wait("#plan-btn", lambda: p.shown("#plan-form .field-error"), "the GPUs error")
     err = p.text("#plan-form .field-error")

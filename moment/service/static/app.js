@@ -177,6 +177,7 @@ function report(kind, err) {
   if (!fields.length) box.append(sentence(message));
   else if (rest.length) box.append(sentence(rest.join("; ")));
   else box.append(placed > 1 ? "see the fields marked in red." : "see the field marked in red.");
+  box.dataset.fieldsOnly = fields.length && !rest.length && !err.hint ? "1" : "";
   if (err.hint) box.append(el("span", { class: "hint-line" }, "Hint: " + err.hint));
   box.hidden = false;
   const first = $(".field-error", card) || box;
@@ -202,6 +203,7 @@ function checkNumbers(kind, ids) {
     const box = $(".card-error", $(CARDS[kind]));
     box.textContent = "";
     box.append(el("b", {}, `${WHAT[kind]}: `), "correct the field marked in red.");
+    box.dataset.fieldsOnly = "1";
     box.hidden = false;
   }
   return ok;
@@ -614,8 +616,7 @@ function addChange(text, input) {
   if (!text) return false;
   clearErrors("whatif");
   if (!/^[^=]+=.+$/.test(text)) {
-    report("whatif", new ApiError(0, "", [{ field: "set", message: `"${text}" is not PATH=VALUE, e.g. nodes.sw1.link.gen=5` }]));
-    if (input) showFieldError(input, `"${text}" is not PATH=VALUE, e.g. nodes.sw1.link.gen=5.`);
+    showFieldError(input || $("#wi-changes"), `"${text}" is not PATH=VALUE, e.g. nodes.sw1.link.gen=5.`);
     return false;
   }
   const key = text.split("=")[0].replace(/\+$/, "");
@@ -1142,7 +1143,13 @@ async function start() {
     });
   }
   // editing a field takes back the error shown under it
-  document.addEventListener("input", (e) => { if (e.target.matches("input, select")) clearFieldError(e.target); });
+  document.addEventListener("input", (e) => {
+    if (!e.target.matches("input, select")) return;
+    clearFieldError(e.target.closest("[aria-invalid]") || e.target);
+    const card = e.target.closest(".card");
+    const box = card && $(".card-error", card);
+    if (box && box.dataset.fieldsOnly === "1" && !$(".field-error", card)) box.hidden = true;  // nothing left to see
+  });
   for (const id of ["#gpu-model", "#ssd-model"]) $(id).addEventListener("change", describeModels);
   $("#wi-target").addEventListener("change", targetChanged);
   $("#wi-prop").addEventListener("change", propChanged);
