@@ -111,6 +111,8 @@ def _path_key(node_id: str, index: int) -> str:
 
 
 def machine_summary(topo) -> MachineSummary:
+    """What `topo` holds as the planner sees it: `strip` empties the slots it will fill, and what it took
+    out is what a plan replaces."""
     from moment.planner.api import resolve_gpus
     from moment.topology.devices import builtin_gpus, strip
     from moment.topology.model import Kind
@@ -118,13 +120,14 @@ def machine_summary(topo) -> MachineSummary:
     bare, removed = strip(topo)
     in_slots: dict[str, int] = {}
     for slot in removed:
-        kind = next(k for c in topo.children(slot) if (k := topo.node(c).kind.value) in (Kind.gpu.value, Kind.ssd.value))
-        in_slots[kind] = in_slots.get(kind, 0) + 1
+        for kind in {topo.node(c).kind for c in topo.children(slot)} & {Kind.gpu, Kind.ssd}:
+            in_slots[kind.value] = in_slots.get(kind.value, 0) + 1
     built = builtin_gpus(topo)
     free = bare.empty_slots()
-    return MachineSummary(built_in_gpus=len(built), built_in_models=sorted({getattr(g, "model", "GPU") for g in built}),
-                          in_slots=in_slots, free_slots=len(free), take_gpu=sum(Kind.gpu in s.accepts for s in free),
-                          take_ssd=sum(Kind.ssd in s.accepts for s in free), default_gpus=resolve_gpus(topo, None))
+    return MachineSummary(
+        built_in_gpus=len(built), built_in_models=sorted({getattr(g, "model", "GPU") for g in built}),
+        in_slots=in_slots, free_slots=len(free), take_gpu=sum(Kind.gpu in s.accepts for s in free),
+        take_ssd=sum(Kind.ssd in s.accepts for s in free), default_gpus=resolve_gpus(topo, None))
 
 
 def whatif_targets(topo) -> TargetsResponse:
@@ -199,8 +202,7 @@ def router(settings, slots: threading.Semaphore | None = None) -> APIRouter:
                 rows += api.compare_rows([(label, topo)], inventories=[req.inventory] if req.inventory else None,
                                          gpus=req.gpus, ssds=req.ssds, gpu_model=m.gpu_model or req.gpu_model,
                                          ssd_model=m.ssd_model or req.ssd_model, overrides=m.overrides,
-                                         calibration=m.calibration,
-                                         flag=request_field, progress=progress)
+                                         calibration=m.calibration, flag=request_field, progress=progress)
             return rows
 
         return JSON(run_with_deadline(work, settings.plan_timeout_s, "the comparison", slots))
