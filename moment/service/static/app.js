@@ -124,15 +124,20 @@ function clearFieldError(input) {
   if (old) old.remove();
 }
 
-function showFieldError(input, message, cls = "field-error") {
+function showFieldError(input, message, cls = "field-error", field = "") {
   if (cls === "field-error") clearFieldError(input);
   if (cls === "field-error") input.setAttribute("aria-invalid", "true");
   const spot = messageSpot(input);
   const p = el("p", { class: cls, "data-testid": cls, "data-for": input.id }, spot.prefix + message);
   if (spot.inside) spot.inside.append(p);
   else spot.after.after(p);
-  if (input.id === "wi-changes") {  // mark the change the message names
-    for (const li of $$("li", input)) if (message.includes(li.dataset.change)) li.classList.add("invalid");
+  if (input.id === "wi-changes") {  // mark the change the error names: set.N, its text, or an id it quotes
+    const items = $$("li", input);
+    const index = /^set\.(\d+)/.exec(field);
+    const quoted = [...message.matchAll(/'([^']+)'/g)].map((m) => m[1]);
+    const named = index && items[+index[1]] ? [items[+index[1]]]
+      : items.filter((li) => message.includes(li.dataset.change) || quoted.some((q) => li.dataset.change.includes(q)));
+    for (const li of named) li.classList.add("invalid");
   }
 }
 
@@ -167,7 +172,7 @@ function report(kind, err) {
     const input = map[key] ? $(map[key]) : null;
     if (input && card.contains(input) && (visible(input) || input.id === "wi-changes")) {
       const text = String(f.message || "").replace(new RegExp("^" + String(f.field).replace(/[.*+?^${}()|[\]\\]/g, "\\$&") + ":\\s*"), "");
-      showFieldError(input, sentence(text));
+      showFieldError(input, sentence(text), "field-error", String(f.field));
       placed++;
     } else rest.push(f.field ? `${f.field}: ${String(f.message).replace(f.field + ": ", "")}` : f.message);
   }
