@@ -59,13 +59,13 @@ def main() -> None:
     print(f"solved: {r.solved}")
     print(f"pruned_by_bound: {r.pruned}")
     print(f"advise_s: {secs:.2f}" + ("  (target < 30)" if args.profile is None else ""))
-    print(f"best_per_dollar: {r.best_per_dollar.inventory}  tpc={r.best_per_dollar.tpc:.3f} samples/s/$")
+    print(f"best_throughput_per_dollar: {r.best_throughput_per_dollar.inventory}  tpc={r.best_throughput_per_dollar.tpc:.3f} samples/s/$")
     print(f"best_throughput: {r.best_throughput.inventory}  {r.best_throughput.throughput_samples_per_s:.0f} samples/s")
     if args.no_naive:
         return
     n, nsecs = run(args.budget, prune=False, profile=args.profile)
-    same = ([c.inventory for c in (n.best_per_dollar, n.best_throughput, *n.runner_ups)]
-            == [c.inventory for c in (r.best_per_dollar, r.best_throughput, *r.runner_ups)])
+    same = ([c.inventory for c in (n.best_throughput_per_dollar, n.best_throughput, *n.runner_ups)]
+            == [c.inventory for c in (r.best_throughput_per_dollar, r.best_throughput, *r.runner_ups)])
     print(f"naive_solved: {n.solved}")
     print(f"naive_s: {nsecs:.2f}")
     print(f"speedup: {nsecs / secs:.1f}x")

@@ -70,7 +70,7 @@ def test_every_target_path_changes_the_link_it_names(client, profile):
 def test_machine_b_lists_its_switch_cascade_and_socket_link(client):
     links = {t["target"]: t for t in client.post("/v1/whatif/targets", json={"profile": "paper-machine-b"}).json()["links"]}
     sw1 = links["nodes.sw1.link"]
-    assert sw1["label"] == "PCIe Switch 1 (sw1) → sw0, Bus 16"
+    assert sw1["label"] == "sw1 → sw0 (PCIe Switch 1), Bus 16"
     assert sw1["current"] == {"gen": 4, "width": 16} and sw1["props"][0] == "gen"
     qpi = links["links.0"]
     assert qpi["kind"] == "upi" and qpi["bandwidth_gbps"] == 20.0
@@ -127,7 +127,7 @@ def test_advise_is_the_cli_json(client):
     got.pop("elapsed_s")
     want.pop("elapsed_s")
     assert got == want
-    assert got["best_per_dollar"]["inventory"] and got["best_throughput"]["predicted"]["epoch_read_s"] > 0
+    assert got["best_throughput_per_dollar"]["inventory"] and got["best_throughput"]["predicted"]["epoch_read_s"] > 0
 
 
 def test_advise_takes_the_users_prices(client):
@@ -136,7 +136,7 @@ def test_advise_takes_the_users_prices(client):
     cheap = {"devices": {"A100-PCIe-40GB": {"price_usd": 1000, "date": "2025-01", "source": "a test quote"}}}
     a = client.post("/v1/advise", json=base).json()
     b = client.post("/v1/advise", json={**base, "prices": cheap}).json()
-    assert b["best_per_dollar"]["hardware_usd"] < a["best_per_dollar"]["hardware_usd"]
+    assert b["best_throughput_per_dollar"]["hardware_usd"] < a["best_throughput_per_dollar"]["hardware_usd"]
     assert b["prices"]["origin"] == "shipped + prices"
     assert b["prices"]["devices"]["A100-PCIe-40GB"]["source"].endswith("a test quote")
     bad = client.post("/v1/advise", json={**base, "prices": {"devices": {"A100-PCIe-40GB": {"price_usd": -1}}}})
@@ -165,13 +165,87 @@ def test_page_routes_need_the_token_when_the_service_has_one(tmp_path):
         assert c.post("/v1/advise", json={"budget": 1}).status_code == 401
 
 
-def test_the_page_is_served_from_the_package(client):
+def test_the_page_is_served_from_the_package(client, tmp_path):
+    """`/` serves the package's own static/ files byte for byte, the page names no file that is not
+    there, and a build of the package (setuptools' build_py, what a wheel holds) ships every one."""
+    import re
+    import subprocess
+    import sys
+    from importlib.resources import files
+    from pathlib import Path
+
+    from moment.service import app as app_mod
+
+    static = Path(str(files("moment.service") / "static"))
+    assert app_mod.STATIC == static
+
+    def tree(root: Path) -> dict[str, bytes]:
+        return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+    shipped = tree(static)
+    assert {"index.html", "app.js", "style.css"} <= set(shipped)
     page = client.get("/")
-    assert page.status_code == 200 and "<script src=\"app.js\">" in page.text
-    for asset in ("app.js", "style.css"):
-        r = client.get("/" + asset)
-        assert r.status_code == 200 and len(r.text) > 1000
+    assert page.status_code == 200 and page.content == shipped["index.html"]
+    for name, data in shipped.items():
+        r = client.get("/" + name)
+        assert r.status_code == 200 and r.content == data, name
+    # every file the page loads is one of them (openapi.json is the service's own route)
+    refs = set(re.findall(r'(?:src|href)="([^"#:]+)"', shipped["index.html"].decode()))
+    assert refs and refs - {"openapi.json"} <= set(shipped), refs
     # nothing fetched from elsewhere: no absolute URLs in the page or its assets
-    for asset in ("", "app.js", "style.css"):
-        text = client.get("/" + asset).text
-        assert "http://" not in text and "https://" not in text and "//cdn" not in text
+    for name, data in shipped.items():
+        text = data.decode()
+        assert "http://" not in text and "https://" not in text and "//cdn" not in text, name
+    # what an install ships: the package data that pyproject.toml declares (a fresh egg-info, so that
+    # the checkout's own SOURCES.txt cannot add what the declaration leaves out)
+    root = Path(__file__).resolve().parents[1]
+    out, egg = tmp_path / "lib", tmp_path / "egg"
+    egg.mkdir()
+    done = subprocess.run([sys.executable, "setup.py", "-q", "egg_info", "--egg-base", str(egg),
+                           "build_py", "--build-lib", str(out)], cwd=root, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert tree(out / "moment" / "service" / "static") == shipped
+
+
+UPLOAD = """\
+name: two-slot-box
+nodes:
+  - {id: cpu0, kind: socket}
+  - {id: rc0, kind: root_complex, parent: cpu0}
+  - {id: s1, kind: slot, parent: rc0, width: 16, accepts: [gpu], link: {gen: 4, width: 16}}
+  - {id: g1, kind: gpu, parent: s1, model: T4}
+  - {id: s2, kind: slot, parent: rc0, width: 16, accepts: [gpu], link: {gen: 4, width: 16}}
+  - {id: bay0, kind: slot, parent: rc0, width: 4, accepts: [ssd], link: {gen: 4, width: 4}}
+"""
+
+
+@pytest.mark.parametrize("body, want", [
+    ({"profile": "asus-esc8000a-e12"}, {"built_in_gpus": 0, "in_slots": {"gpu": 4, "ssd": 17}, "default_gpus": 4}),
+    ({"profile": "hgx-a100-8gpu"}, {"built_in_gpus": 8, "built_in_models": ["A100-SXM4-80GB"], "in_slots": {},
+                                    "free_slots": 8, "take_gpu": 0, "take_ssd": 8, "default_gpus": 0}),
+    ({"profile_yaml": UPLOAD}, {"built_in_gpus": 0, "in_slots": {"gpu": 1}, "free_slots": 3, "take_gpu": 2,
+                                "take_ssd": 1, "default_gpus": 4}),
+])
+def test_targets_say_what_the_machine_holds(client, body, want):
+    """The page describes a machine from this: cards in slots are replaced by a plan, SXM GPUs are kept."""
+    got = client.post("/v1/whatif/targets", json=body).json()["machine"]
+    assert {k: got[k] for k in want} == want
+
+
+def test_compare_machines_plans_uploads_and_whatifs_as_plan_does(client):
+    inv = {"gpus": 2, "ssds": 1, "ssd_model": "P5510"}
+    machines = [{"profile": "paper-machine-b"}, {"profile_yaml": UPLOAD},
+                {"profile_yaml": UPLOAD, "set": ["nodes.bay0.link.width=1"]},  # its only bay, narrowed
+                {"profile": "paper-machine-b", "ssd_model": "PM1743"}]
+    r = client.post("/v1/compare/machines", json={"machines": machines, **inv})
+    assert r.status_code == 200, r.text
+    rows = r.json()
+    assert [row["profile"] for row in rows] == ["paper-machine-b", "two-slot-box", "two-slot-box", "paper-machine-b"]
+    assert rows[2]["overrides"] == ["nodes.bay0.link.width=1"] and "PM1743" in rows[3]["inventory"]
+    for m, row in zip(machines, rows):  # each row is the plan of that machine
+        plan = client.post("/v1/plan", json={**inv, **m}).json()
+        assert row["epoch_read_s"] == plan["predicted"]["epoch_read_s"] and row["inventory"] == plan["inventory"]
+    assert rows[2]["epoch_read_s"] > rows[1]["epoch_read_s"] and rows[3]["epoch_read_s"] < rows[0]["epoch_read_s"]
+    bad = client.post("/v1/compare/machines", json={"machines": [{"profile": "paper-machine-b"}, {"profile": "nope"}]})
+    assert bad.status_code == 422
+    assert bad.json()["errors"][0]["field"] == "machines.1.profile" and "nope" in bad.json()["detail"]

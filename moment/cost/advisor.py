@@ -61,7 +61,6 @@ class Candidate(BaseModel):
     throughput_samples_per_s: float = Field(description="training samples per second (Hyperion's throughput)")
     epochs_per_hour: float
     hardware_usd: float = Field(description="server + devices: what the budget is compared with")
-    cost_usd: float = Field(description="the same as hardware_usd")
     power_w: float
     electricity_usd: float
     tco_usd: float = Field(description="hardware + electricity over the horizon (Hyperion Eq. 5)")
@@ -88,8 +87,7 @@ class AdviseResult(BaseModel):
     budget_basis: str = Field("hardware_usd", description="the budget caps the purchase, not the TCO")
     top_k: int
     params: CostParams
-    best_throughput_per_dollar: Candidate
-    best_per_dollar: Candidate = Field(description="the same as best_throughput_per_dollar")
+    best_throughput_per_dollar: Candidate = Field(description="the most samples/s per TCO dollar (`tpc`)")
     best_throughput: Candidate
     runner_ups: list[Candidate] = Field(
         description="the other members of either top k, by per-dollar rank then throughput rank")
@@ -313,7 +311,7 @@ def advise(topo: Topology, budget_usd: float, *, models: list[str] | None = None
                 predicted=Predicted(epoch_read_s=plan.predicted.epoch_read_s,
                                     aggregate_gbps=plan.predicted.aggregate_gbps, bottlenecks=plan.bottlenecks),
                 epoch_s=rep.epoch_s, throughput_samples_per_s=rep.throughput_samples_per_s,
-                epochs_per_hour=rep.epochs_per_hour, hardware_usd=rep.hardware_usd, cost_usd=rep.hardware_usd,
+                epochs_per_hour=rep.epochs_per_hour, hardware_usd=rep.hardware_usd,
                 power_w=rep.power_w, electricity_usd=rep.electricity_usd, tco_usd=rep.tco_usd, tpc=rep.tpc,
                 tpc_hardware=rep.tpc_hardware)
         solved.append(c)
@@ -379,7 +377,7 @@ def advise(topo: Topology, budget_usd: float, *, models: list[str] | None = None
     runner.sort(key=lambda c: (c.rank_per_dollar or top_k + 1, c.rank_throughput or top_k + 1, c.inventory))
     return AdviseResult(
         machine=topo.name, workload=workload.name, budget_usd=budget_usd, top_k=top_k, params=params,
-        best_throughput_per_dollar=best_pd, best_per_dollar=best_pd, best_throughput=best_thr, runner_ups=runner,
+        best_throughput_per_dollar=best_pd, best_throughput=best_thr, runner_ups=runner,
         candidates=[final[c.label] for c in sorted(exact, key=lambda c: _key_tpc(c.exact.tpc, c))], gpu_models=gpu_models, ssd_models=ssd_models,
         searched=len(invs), over_budget=len(invs) - total, pruned=total - len(solved), solved=len(solved),
         unplaceable=unplaceable, elapsed_s=time.perf_counter() - t0,

@@ -3,7 +3,10 @@
 - `POST /v1/whatif/targets`: the page cannot read YAML, so the service lists a machine's changeable
   links (switch and slot uplinks, socket and NVLink peer links) with their current figures and the
   `set` path of each, e.g. `nodes.sw1.link` (+ `.gen=5`) or `links.0` (+ `.bandwidth_gbps=40`): the
-  override syntax of `moment plan --set`.
+  override syntax of `moment plan --set`; and what the machine holds (`machine`: built-in GPUs, the
+  cards now in slots that a plan replaces, the slots a plan fills), which the page describes.
+- `POST /v1/compare/machines`: `moment compare --json` rows for any machines, uploaded ones and
+  what-ifs (`set`) included; `/v1/compare` takes built-in names only.
 - `POST /v1/advise`: `moment advise --json` (moment.cost.advise) under the service's time limit.
 
 `router(settings, slots)` is included into the app's /v1 router, so these routes share its prefix, its
@@ -18,7 +21,7 @@ from typing import Any
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
-from moment.service.schemas import MachineIn
+from moment.service.schemas import CompareRow, MachineIn
 
 
 class Target(BaseModel):
@@ -32,9 +35,45 @@ class Target(BaseModel):
     nodes: list[str] = Field(description="the node ids the link joins")
 
 
+class MachineSummary(BaseModel):
+    """What a machine holds before planning: a plan keeps its built-in GPUs and replaces the cards in
+    its slots with the inventory."""
+
+    built_in_gpus: int = Field(description="GPUs that are part of the machine (SXM modules, never moved)")
+    built_in_models: list[str]
+    in_slots: dict[str, int] = Field(description="GPUs and SSDs now in slots, by kind: the plan's inventory "
+                                                 "replaces them (they become the `current` usual layout)")
+    free_slots: int = Field(description="slots a plan fills, the ones emptied of GPUs and SSDs included")
+    take_gpu: int = Field(description="of those, the slots that take a GPU")
+    take_ssd: int = Field(description="of those, the slots that take an SSD")
+    default_gpus: int = Field(description="GPUs a plan places when the request leaves `gpus` out")
+
+
 class TargetsResponse(BaseModel):
     profile: str
     links: list[Target]
+    machine: MachineSummary
+
+
+class CompareMachine(MachineIn):
+    """One machine to compare; its own models, when given, replace the request's (a what-if's models)."""
+
+    gpu_model: str | None = Field(None, max_length=200)
+    ssd_model: str | None = Field(None, max_length=200)
+
+
+class CompareMachinesRequest(BaseModel):
+    """`moment compare` over machines given as in /v1/plan: built-in names, uploads, what-if `set`s."""
+
+    model_config = {"extra": "forbid"}
+
+    machines: list[CompareMachine] = Field(min_length=1, max_length=16)
+    gpus: int | None = Field(None, ge=0, le=256, description="GPUs to place (default 4; 0 on machines with "
+                                                               "built-in GPUs)")
+    ssds: int = Field(8, ge=0, le=256)
+    gpu_model: str = Field("A100-PCIe-40GB", max_length=200)
+    ssd_model: str = Field("P5510", max_length=200)
+    inventory: str | None = Field(None, max_length=1000, description="mixed inventory, e.g. '2xA100,8xP5510'")
 
 
 class AdviseRequest(MachineIn):
@@ -71,6 +110,26 @@ def _path_key(node_id: str, index: int) -> str:
     return node_id
 
 
+def machine_summary(topo) -> MachineSummary:
+    """What `topo` holds as the planner sees it: `strip` empties the slots it will fill, and what it took
+    out is what a plan replaces."""
+    from moment.planner.api import resolve_gpus
+    from moment.topology.devices import builtin_gpus, strip
+    from moment.topology.model import Kind
+
+    bare, removed = strip(topo)
+    in_slots: dict[str, int] = {}
+    for slot in removed:
+        for kind in {topo.node(c).kind for c in topo.children(slot)} & {Kind.gpu, Kind.ssd}:
+            in_slots[kind.value] = in_slots.get(kind.value, 0) + 1
+    built = builtin_gpus(topo)
+    free = bare.empty_slots()
+    return MachineSummary(
+        built_in_gpus=len(built), built_in_models=sorted({getattr(g, "model", "GPU") for g in built}),
+        in_slots=in_slots, free_slots=len(free), take_gpu=sum(Kind.gpu in s.accepts for s in free),
+        take_ssd=sum(Kind.ssd in s.accepts for s in free), default_gpus=resolve_gpus(topo, None))
+
+
 def whatif_targets(topo) -> TargetsResponse:
     """The links of `topo` a what-if can change, switch uplinks and socket links first."""
     from moment.topology import bandwidth as bw
@@ -82,7 +141,7 @@ def whatif_targets(topo) -> TargetsResponse:
             continue
         kind = node.kind.value
         name = node.label if node.label and node.label != node.id else None
-        label = f"{name} ({node.id}) → {node.parent}" if name else f"{node.id} → {node.parent}"
+        label = f"{node.id} → {node.parent}" + (f" ({name})" if name else "")  # ids first: a cut label keeps them
         if link.label:
             label += f", {link.label}"
         props = ["gen", "width", "bandwidth_gbps"] if link.kind == "pcie" else ["bandwidth_gbps"]
@@ -103,12 +162,12 @@ def whatif_targets(topo) -> TargetsResponse:
                      if v is not None and k not in ("a", "b", "label", "kind")},
             bandwidth_gbps=round(bw.gbps(pl.bandwidth()), 3), nodes=[pl.a, pl.b]))
     out.sort(key=lambda t: _GROUP_ORDER.index(t.group))  # stable: the profile's order within a group
-    return TargetsResponse(profile=topo.name, links=out)
+    return TargetsResponse(profile=topo.name, links=out, machine=machine_summary(topo))
 
 
 def router(settings, slots: threading.Semaphore | None = None) -> APIRouter:
     """The page's routes for the app configured by `settings` (limits), sharing its search `slots`."""
-    from moment.service.errors import JSON
+    from moment.service.errors import JSON, FieldError
 
     r = APIRouter()
 
@@ -120,6 +179,33 @@ def router(settings, slots: threading.Semaphore | None = None) -> APIRouter:
 
         topo, _ = machine(req, settings.max_upload_bytes)
         return JSON(whatif_targets(topo).model_dump(mode="json"))
+
+    @r.post("/compare/machines", response_model=list[CompareRow], tags=["planning"])
+    def compare_machines(req: CompareMachinesRequest) -> JSON:
+        """Plan several machines, each a built-in name or an upload with its own what-if `set`, and put
+        their best layouts side by side (the rows of `moment compare --json`)."""
+        from moment.planner import api
+        from moment.service.deadline import run_with_deadline
+        from moment.service.errors import request_field
+        from moment.service.machines import machine
+
+        tops = []
+        for i, m in enumerate(req.machines):
+            try:
+                tops.append((m, *machine(m, settings.max_upload_bytes)))
+            except FieldError as e:  # name the machine in the list: machines.1.profile
+                raise FieldError(f"machines.{i}.{e.field}", str(e).removeprefix(f"{e.field}: ")) from None
+
+        def work(progress):
+            rows = []
+            for m, topo, label in tops:
+                rows += api.compare_rows([(label, topo)], inventories=[req.inventory] if req.inventory else None,
+                                         gpus=req.gpus, ssds=req.ssds, gpu_model=m.gpu_model or req.gpu_model,
+                                         ssd_model=m.ssd_model or req.ssd_model, overrides=m.overrides,
+                                         calibration=m.calibration, flag=request_field, progress=progress)
+            return rows
+
+        return JSON(run_with_deadline(work, settings.plan_timeout_s, "the comparison", slots))
 
     @r.post("/advise", response_model=dict[str, Any], tags=["planning"])
     def advise(req: AdviseRequest) -> JSON:

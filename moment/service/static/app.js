@@ -3,15 +3,18 @@
 "use strict";
 
 const $ = (sel, root = document) => root.querySelector(sel);
+const $$ = (sel, root = document) => [...root.querySelectorAll(sel)];
 
 const state = {
   profiles: [],       // GET v1/profiles
   models: [],         // GET v1/models
   uploaded: null,     // {name, field, text}: an uploaded profile YAML, NCCL XML or hwloc XML
+  machine: null,      // {key, name, summary}: what the chosen machine holds (v1/whatif/targets)
+  machineSeq: 0,
   targets: [],        // links a what-if can change (v1/whatif/targets)
   changes: [],        // what-if `set` overrides
-  original: null,     // {req, plan}
-  whatif: null,       // {req, plan}
+  original: null,     // {req, plan, label}
+  whatif: null,       // {req, plan, label}
   diagramUrls: [],
 };
 
@@ -21,26 +24,33 @@ function token() {
   return new URLSearchParams(location.hash.slice(1)).get("token");
 }
 
-// A readable sentence for a failed response: FastAPI's {detail: "..."} or {detail: [{loc, msg}]},
-// {error, hint}, or the raw text.
-function errorMessage(status, statusText, data, text) {
+// A failed request: the service's words, the fields it names ({detail, errors: [{field, message}], hint}).
+class ApiError extends Error {
+  constructor(status, message, fields, hint) {
+    super(message);
+    this.status = status;
+    this.fields = fields || [];
+    this.hint = hint || "";
+  }
+}
+
+function apiError(status, statusText, data, text) {
   let msg = "";
+  let fields = [];
   const d = data && (data.detail !== undefined ? data.detail : data);
   if (typeof d === "string") msg = d;
-  else if (Array.isArray(d)) {
-    msg = d.map((e) => {
-      const loc = Array.isArray(e.loc) ? e.loc.filter((p) => p !== "body").join(".") : "";
-      return (loc ? loc + ": " : "") + (e.msg || JSON.stringify(e));
-    }).join("; ");
-  } else if (d && typeof d === "object") {
-    msg = d.message || d.error || JSON.stringify(d);
-    if (d.hint) msg += " (hint: " + d.hint + ")";
-  } else msg = (text || "").trim().slice(0, 300);
-  if (data && typeof data.hint === "string" && data.hint && !msg.includes(data.hint)) msg += "\nhint: " + data.hint;
-  if (status === 401 || status === 403) {
-    msg += " (this service needs a token: open the page as …/#token=YOUR_TOKEN)";
-  }
-  return `${status}${statusText ? " " + statusText : ""}: ${msg || "no details given"}`;
+  else if (Array.isArray(d)) {  // FastAPI's own [{loc, msg}]
+    fields = d.map((e) => ({
+      field: Array.isArray(e.loc) ? e.loc.filter((p) => p !== "body").join(".") : "",
+      message: e.msg || JSON.stringify(e),
+    }));
+    msg = fields.map((f) => (f.field ? f.field + ": " : "") + f.message).join("; ");
+  } else if (d && typeof d === "object") msg = d.message || d.error || JSON.stringify(d);
+  else msg = (text || "").trim().slice(0, 300);
+  if (data && Array.isArray(data.errors)) fields = data.errors.filter((e) => e && e.field);
+  if (status === 401 || status === 403) msg += " (this service needs a token: open the page as …/#token=YOUR_TOKEN)";
+  if (status !== 422) msg = `${status}${statusText ? " " + statusText : ""}: ${msg || "no details given"}`;
+  return new ApiError(status, msg || "the service gave no reason", fields, data && typeof data.hint === "string" ? data.hint : "");
 }
 
 async function api(method, path, body) {
@@ -57,25 +67,166 @@ async function api(method, path, body) {
   const text = await resp.text();
   let data = null;
   try { data = JSON.parse(text); } catch (_) { data = null; }
-  if (!resp.ok) throw new Error(errorMessage(resp.status, resp.statusText, data, text));
+  if (!resp.ok) throw apiError(resp.status, resp.statusText, data, text);
   if (data === null) throw new Error(`${path}: the service answered something that is not JSON`);
   return data;
 }
 
-function showError(where, err) {
-  const box = $("#error");
-  box.textContent = "";
-  const b = document.createElement("b");
-  b.textContent = where + " failed: ";
-  box.append(b, document.createTextNode(err.message || String(err)));
-  const close = el("button", { class: "close", type: "button", title: "dismiss" }, "×");
-  close.addEventListener("click", clearError);
-  box.append(close);
-  box.hidden = false;
+// ---- errors where they were caused -------------------------------------------------------------------
+// Each card has its own error box by its button; an error that names a request field is shown under
+// that field when the field is in the card the user acted on. The banner at the top is only for the
+// page failing to load.
+
+const CARDS = { plan: "#plan-form", whatif: "#whatif-card", compare: "#compare-card", advise: "#budget-card" };
+const UPLOAD_FIELDS = ["profile_yaml", "nccl_xml", "hwloc_xml", "lspci", "lspci_vvv", "dmidecode", "nvidia_smi"];
+const FIELD_INPUTS = {
+  plan: {
+    profile: "#profile", gpus: "#gpus", ssds: "#ssds", gpu_model: "#gpu-model", ssd_model: "#ssd-model",
+    inventory: "#inventory", ...Object.fromEntries(UPLOAD_FIELDS.map((f) => [f, "#profile-file"])),
+  },
+  whatif: { set: "#wi-changes", gpu_model: "#wi-gpu-model", ssd_model: "#wi-ssd-model" },
+  compare: { machines: "#compare-list", profiles: "#compare-list" },
+  advise: {
+    budget: "#budget", years: "#budget-years", max_gpus: "#budget-max-gpus", max_ssds: "#budget-max-ssds",
+    models: "#budget-gpus",
+  },
+};
+const WHAT = { plan: "Plan", whatif: "What-if", compare: "Compare", advise: "Advice" };
+
+function visible(e) {
+  return !!e && e.offsetParent !== null;
 }
 
-function clearError() {
-  $("#error").hidden = true;
+function clearErrors(kind) {
+  const card = $(CARDS[kind]);
+  for (const e of $$(".field-error", card)) e.remove();
+  for (const e of $$("[aria-invalid]", card)) e.removeAttribute("aria-invalid");
+  for (const e of $$(".invalid", card)) e.classList.remove("invalid");
+  const box = $(".card-error", card);
+  box.hidden = true;
+  box.textContent = "";
+}
+
+// Where a field's message goes: in its label, or under the row of narrow fields it sits in (the
+// counts beside the models), named by the field's label.
+function messageSpot(input) {
+  const label = input.closest("label");
+  const narrow = label && label.closest(".grid2.count");
+  if (narrow) return { after: narrow, prefix: label.firstChild.textContent.trim() + ": " };
+  return label ? { inside: label, prefix: "" } : { after: input, prefix: "" };
+}
+
+function clearFieldError(input) {
+  input.removeAttribute("aria-invalid");
+  const spot = messageSpot(input);
+  const old = spot.inside ? $(":scope > .field-error", spot.inside)
+    : $$(":scope > .field-error", spot.after.parentElement).find((e) => e.dataset.for === input.id);
+  if (old) old.remove();
+}
+
+function showFieldError(input, message, cls = "field-error", field = "") {
+  if (cls === "field-error") clearFieldError(input);
+  if (cls === "field-error") input.setAttribute("aria-invalid", "true");
+  const spot = messageSpot(input);
+  const p = el("p", { class: cls, "data-testid": cls, "data-for": input.id }, spot.prefix + message);
+  if (spot.inside) spot.inside.append(p);
+  else spot.after.after(p);
+  if (input.id === "wi-changes") {  // mark the change the error names: set.N, its text, or an id it quotes
+    const items = $$("li", input);
+    const index = /^set\.(\d+)/.exec(field);
+    const quoted = [...message.matchAll(/'([^']+)'/g)].map((m) => m[1]);
+    const named = index && items[+index[1]] ? [items[+index[1]]]
+      : items.filter((li) => message.includes(li.dataset.change) || quoted.some((q) => li.dataset.change.includes(q)));
+    for (const li of named) li.classList.add("invalid");
+  }
+}
+
+// "gpus: Input should be ..." -> the field and the rest, when the message starts with a request field
+// (or with the CLI's `--flag`, as some messages still do).
+function leadingField(message, map) {
+  const m = /^(--)?([a-z][a-z0-9_-]*)((?:\.[\w.-]*)?:)?\s+(.*)$/s.exec(message);
+  const key = m ? m[2].replace(/-/g, "_") : null;
+  if (!key || !map[key] || !(m[1] || m[3])) return [];
+  return [{ field: key, message: m[3] ? m[4] : message.replace(/^--/, "") }];
+}
+
+function sentence(t) {
+  t = String(t || "").trim();
+  if (!t) return t;
+  t = t[0].toUpperCase() + t.slice(1);
+  return /[.!?)]$/.test(t) ? t : t + ".";
+}
+
+// Show `err` in the card of `kind` (plan, whatif, compare, advise): under the fields it names when
+// they are in that card, the rest (and the hint) in the card's box by its button.
+function report(kind, err) {
+  clearErrors(kind);
+  const card = $(CARDS[kind]);
+  const map = FIELD_INPUTS[kind];
+  const message = err.message || String(err);
+  const fields = err.fields && err.fields.length ? err.fields : leadingField(message, map);
+  const rest = [];
+  let placed = 0;
+  for (const f of fields) {
+    const key = String(f.field).split(".")[0];
+    const input = map[key] ? $(map[key]) : null;
+    if (input && card.contains(input) && (visible(input) || input.id === "wi-changes")) {
+      const text = String(f.message || "").replace(new RegExp("^" + String(f.field).replace(/[.*+?^${}()|[\]\\]/g, "\\$&") + ":\\s*"), "");
+      showFieldError(input, sentence(text), "field-error", String(f.field));
+      placed++;
+    } else rest.push(f.field ? `${f.field}: ${String(f.message).replace(f.field + ": ", "")}` : f.message);
+  }
+  const box = $(".card-error", card);
+  box.textContent = "";
+  box.append(el("b", {}, `${WHAT[kind]} failed: `));
+  if (!fields.length) box.append(sentence(message));
+  else if (rest.length) box.append(sentence(rest.join("; ")));
+  else box.append(placed > 1 ? "see the fields marked in red." : "see the field marked in red.");
+  box.dataset.fieldsOnly = fields.length && !rest.length && !err.hint ? "1" : "";
+  if (err.hint) box.append(el("span", { class: "hint-line" }, "Hint: " + err.hint));
+  box.hidden = false;
+  const first = $(".field-error", card) || box;
+  if (!inView(first)) first.scrollIntoView({ block: "center" });
+}
+
+function inView(e) {
+  const r = e.getBoundingClientRect();
+  return r.top >= 0 && r.bottom <= window.innerHeight;
+}
+
+// Inputs the browser cannot read as numbers (letters in a number field): said at the field, no request.
+function checkNumbers(kind, ids) {
+  let ok = true;
+  for (const id of ids) {
+    const input = $(id);
+    if (!input.disabled && input.validity.badInput) {
+      showFieldError(input, "Enter a number.");
+      ok = false;
+    }
+  }
+  if (!ok) {
+    const box = $(".card-error", $(CARDS[kind]));
+    box.textContent = "";
+    box.append(el("b", {}, `${WHAT[kind]}: `), "correct the field marked in red.");
+    box.dataset.fieldsOnly = "1";
+    box.hidden = false;
+  }
+  return ok;
+}
+
+// A result the last request failed to replace: dimmed, with a note saying which one it is.
+function markStale(container, note) {
+  if (!container || container.hidden) return;
+  for (const n of $$(":scope > .stale-note", container)) n.remove();
+  container.classList.add("stale");
+  container.prepend(el("div", { class: "stale-note", "data-testid": "stale" }, note));
+}
+
+function showBanner(where, err) {
+  const box = $("#error");
+  box.textContent = "";
+  box.append(el("b", {}, where + " failed: "), err.message || String(err));
+  box.hidden = false;
 }
 
 let busyCount = 0;
@@ -83,14 +234,14 @@ async function busy(text, fn) {
   busyCount++;
   $("#busy-text").textContent = text;
   $("#busy").hidden = false;
-  document.querySelectorAll("button.primary, #compare-btn, #advise-btn").forEach((b) => { b.disabled = true; });
+  $$("button.primary, #compare-btn, #advise-btn").forEach((b) => { b.disabled = true; });
   try {
     return await fn();
   } finally {
     busyCount--;
     if (!busyCount) {
       $("#busy").hidden = true;
-      document.querySelectorAll("button.primary, #compare-btn, #advise-btn").forEach((b) => { b.disabled = false; });
+      $$("button.primary, #compare-btn, #advise-btn").forEach((b) => { b.disabled = false; });
     }
   }
 }
@@ -112,16 +263,17 @@ function el(tag, attrs, ...children) {
   return e;
 }
 
-function option(value, text, selected) {
-  const o = el("option", { value }, text);
+function option(value, text, selected, title) {
+  const o = el("option", { value, title }, text);
   if (selected) o.selected = true;
   return o;
 }
 
 const fmt = (x, d = 2) => (x === null || x === undefined || Number.isNaN(x) ? "–" : Number(x).toFixed(d));
 const natural = (a, b) => a.localeCompare(b, undefined, { numeric: true });
+const plural = (n, one, many) => `${n} ${n === 1 ? one : many || one + "s"}`;
 
-// ---- the form --------------------------------------------------------------------------------------
+// ---- the machine -----------------------------------------------------------------------------------
 
 function source() {
   return document.querySelector("input[name=source]:checked").value;
@@ -131,32 +283,92 @@ function profileLabel() {
   return source() === "upload" ? (state.uploaded ? state.uploaded.name : "uploaded profile") : $("#profile").value;
 }
 
-// The POST v1/plan body of the form, with what-if changes on top when given.
-/** The GPU/SSD counts (left out when blank) and models of the inventory form, into `req`. */
-function countsAndModels(req) {
-  const gpus = $("#gpus").value.trim();
-  if (gpus !== "") req.gpus = parseInt(gpus, 10);
-  const ssds = $("#ssds").value.trim();
-  if (ssds !== "") req.ssds = parseInt(ssds, 10);
-  req.gpu_model = $("#gpu-model").value;
-  req.ssd_model = $("#ssd-model").value;
+// The machine part of a request (a built-in name or the uploaded text).
+function machineFields() {
+  if (source() === "upload") {
+    if (!state.uploaded) throw new ApiError(0, "choose a machine file to upload first", [{ field: "profile_yaml", message: "choose a file first" }]);
+    return { [state.uploaded.field]: state.uploaded.text };
+  }
+  return { profile: $("#profile").value };
 }
 
-function planRequest(whatif) {
-  const req = machineFields();
-  const inv = $("#inventory").value.trim();
-  if (inv) {
-    req.inventory = inv;
-  } else {
-    countsAndModels(req);
-    if (whatif) {
-      req.gpu_model = $("#wi-gpu-model").value || req.gpu_model;
-      req.ssd_model = $("#wi-ssd-model").value || req.ssd_model;
-    }
+const MACHINE_FIELDS = ["profile", ...UPLOAD_FIELDS];
+const machineKey = (req) => JSON.stringify(MACHINE_FIELDS.map((k) => req[k] || null));
+
+function modelText(m) {
+  return m.kind === "gpu" ? `PCIe ${m.gen} x${m.lanes}, ${m.memory_gib} GiB` : `${m.read_gbps} GB/s read, PCIe ${m.gen} x${m.lanes}`;
+}
+
+function describeModels() {
+  const pick = (id) => state.models.find((m) => m.name === $(id).value);
+  const parts = [pick("#gpu-model"), pick("#ssd-model")].filter(Boolean).map((m) => `${m.name}: ${modelText(m)}`);
+  $("#model-spec").textContent = parts.join(" · ");
+}
+
+// What the chosen machine holds (asked of the service, which reads uploads too), then the inventory
+// fields made to fit it.
+async function loadMachine() {
+  let req;
+  try { req = machineFields(); } catch (_) { state.machine = null; $("#machine-desc").textContent = ""; return; }
+  const seq = ++state.machineSeq;
+  clearErrors("plan");
+  try {
+    const res = await api("POST", "v1/whatif/targets", req);
+    if (seq !== state.machineSeq) return;
+    state.machine = { key: machineKey(req), name: res.profile, summary: res.machine };
+    describeMachine();
+    fitInventory();
+  } catch (e) {
+    if (seq !== state.machineSeq) return;
+    state.machine = null;
+    $("#machine-desc").textContent = "";
+    report("plan", e);
   }
-  req.set = whatif ? state.changes.slice() : [];
-  req.diagram = true;
-  return req;
+  renderCompareList();
+}
+
+function describeMachine() {
+  const m = state.machine;
+  if (!m) return;
+  const s = m.summary;
+  const parts = [];
+  if (s.built_in_gpus) {
+    parts.push(`${s.built_in_gpus} built-in ${s.built_in_models.join(" + ")} GPU${s.built_in_gpus > 1 ? "s" : ""} (SXM: kept where they are)`);
+  }
+  const held = Object.entries(s.in_slots || {}).map(([k, n]) => plural(n, k.toUpperCase()));
+  if (held.length) parts.push(`${held.join(" and ")} in slots now, which the plan replaces with your inventory`);
+  parts.push(`${plural(s.free_slots, "slot")} to fill: ${s.take_gpu} take a GPU, ${s.take_ssd} an SSD`);
+  const emptied = Object.values(s.in_slots || {}).reduce((a, b) => a + b, 0);
+  if (emptied && emptied === s.free_slots) parts.push("no empty bay is listed (an NCCL or hwloc dump shows the cards, not free bays): SSDs share the slots the cards leave");
+  let head;
+  if (source() === "upload" && state.uploaded) {
+    const what = { profile_yaml: "a profile (YAML)", nccl_xml: "an NCCL topology XML", hwloc_xml: "an hwloc XML" }[state.uploaded.field];
+    head = `${state.uploaded.name} (${state.uploaded.size.toLocaleString("en-US")} bytes, sent with each request), read as ${what}: machine ${m.name}`;
+  } else {
+    const p = state.profiles.find((x) => x.name === $("#profile").value);
+    head = (p && p.description) || m.name;
+  }
+  $("#machine-desc").textContent = `${head.replace(/\.$/, "")}. ${sentence(parts.join("; "))}`;
+  $("#gpus-hint").textContent = `GPUs left blank: ${s.default_gpus} on this machine${s.built_in_gpus ? " (its own GPUs are built in)" : ""}.`;
+}
+
+// A new machine may hold fewer slots than the inventory asks: lower the SSD count to what is left, and
+// say so under the field (the user can change it back).
+function fitInventory() {
+  const s = state.machine && state.machine.summary;
+  clearFieldError($("#ssds"));
+  for (const n of $$(".field-note")) n.remove();
+  if (!s || $("#inventory").value.trim()) return;
+  const g = $("#gpus").value.trim() === "" ? s.default_gpus : Number($("#gpus").value);
+  const want = Number($("#ssds").value);
+  if (!Number.isFinite(g) || !Number.isFinite(want)) return;
+  const room = Math.max(0, Math.min(s.take_ssd, s.free_slots - g));
+  if (want <= room) return;
+  $("#ssds").value = String(room);
+  const why = room === 0
+    ? `${state.machine.name} has ${plural(s.free_slots, "slot")} to fill and ${plural(g, "GPU")} take them all: plan fewer GPUs to leave room for SSDs`
+    : `${state.machine.name} has ${plural(s.free_slots, "slot")} to fill; ${plural(g, "GPU")} leave room for ${plural(room, "SSD")}`;
+  showFieldError($("#ssds"), `set to ${room}: ${why}.`, "field-note");
 }
 
 function fillModels() {
@@ -165,11 +377,7 @@ function fillModels() {
   const fill = (sel, list, def, keepLabel) => {
     sel.textContent = "";
     if (keepLabel) sel.append(option("", keepLabel, true));
-    for (const m of list) {
-      const extra = m.kind === "gpu" ? `PCIe ${m.gen} x${m.lanes}, ${m.memory_gib} GiB`
-        : `${m.read_gbps} GB/s read, PCIe ${m.gen} x${m.lanes}`;
-      sel.append(option(m.name, `${m.name} (${extra})`, !keepLabel && m.name === def));
-    }
+    for (const m of list) sel.append(option(m.name, m.name, !keepLabel && m.name === def, modelText(m)));
   };
   fill($("#gpu-model"), gpus, "A100-PCIe-40GB");
   fill($("#ssd-model"), ssds, "P5510");
@@ -180,39 +388,49 @@ function fillModels() {
     for (const m of list) {
       const cb = el("input", { type: "checkbox", value: m.name });
       cb.checked = on.includes(m.name);
-      box.append(el("label", {}, cb, " " + m.name));
+      box.append(el("label", { title: modelText(m) }, cb, " " + m.name));
     }
   };
   checks($("#budget-gpus"), gpus, ["A100-PCIe-40GB"]);
   checks($("#budget-ssds"), ssds, ["P5510"]);
+  describeModels();
 }
 
 function fillProfiles() {
   const sel = $("#profile");
   sel.textContent = "";
-  for (const p of state.profiles) sel.append(option(p.name, p.name, p.name === "paper-machine-b"));
-  describeProfile();
+  for (const p of state.profiles) sel.append(option(p.name, p.name, p.name === "paper-machine-b", p.description));
+  renderCompareList();
+}
+
+// The machines Compare can take: the built-in ones, the upload, the last plan with its what-if.
+function renderCompareList() {
   const list = $("#compare-list");
+  const was = Object.fromEntries($$("input", list).map((c) => [c.value, c.checked]));
   list.textContent = "";
-  for (const p of state.profiles) {
-    const cb = el("input", { type: "checkbox", value: p.name });
-    cb.checked = p.name.startsWith("paper-machine");
-    list.append(el("label", { title: p.description || "" }, cb, " " + p.name));
+  const add = (value, text, title, on) => {
+    const cb = el("input", { type: "checkbox", value });
+    cb.checked = value in was ? was[value] : on;
+    list.append(el("label", { title: title || "" }, cb, " ", text));
+  };
+  for (const p of state.profiles) add("profile:" + p.name, p.name, p.description, p.name.startsWith("paper-machine"));
+  if (state.uploaded) add("upload", `${state.uploaded.name} (uploaded)`, "the machine you uploaded", true);
+  const wi = whatifSpec();
+  if (wi) add("whatif", `${state.original.plan.machine} with the what-if`, wi.what.join(", "), true);
+}
+
+// The what-if as a machine to compare: the planned machine with the changes and models of card 3.
+function whatifSpec() {
+  if (!state.original) return null;
+  const spec = {};
+  for (const k of MACHINE_FIELDS) if (state.original.req[k] !== undefined) spec[k] = state.original.req[k];
+  const what = [];
+  if (state.changes.length) { spec.set = state.changes.slice(); what.push(...state.changes); }
+  for (const [id, key] of [["#wi-gpu-model", "gpu_model"], ["#wi-ssd-model", "ssd_model"]]) {
+    if ($(id).value) { spec[key] = $(id).value; what.push(`${key.replace("_", " ")} ${$(id).value}`); }
   }
+  return what.length ? { spec, what } : null;
 }
-
-function describeProfile() {
-  const p = state.profiles.find((x) => x.name === $("#profile").value);
-  if (!p) { $("#profile-desc").textContent = ""; return; }
-  const c = p.counts || {};
-  const parts = [];
-  if (c.gpu) parts.push(`${c.gpu} GPU${c.gpu > 1 ? "s" : ""} built in`);
-  parts.push(`${p.empty_slots} empty slot${p.empty_slots === 1 ? "" : "s"}`);
-  if (c.switch) parts.push(`${c.switch} switch${c.switch > 1 ? "es" : ""}`);
-  $("#profile-desc").textContent = `${p.description || p.name} (${parts.join(", ")})`;
-}
-
-const MACHINE_FIELDS = ["profile", "profile_yaml", "nccl_xml", "hwloc_xml"];
 
 // Which request field an uploaded file goes in: an XML is NCCL's (<system>) or hwloc's (<topology>).
 function uploadField(name, text) {
@@ -226,48 +444,74 @@ function uploadField(name, text) {
 function readUpload() {
   const f = $("#profile-file").files[0];
   state.uploaded = null;
-  if (!f) return;
+  clearErrors("plan");
+  if (!f) { loadMachine(); return; }
   if (f.size > 8 * 1048576) {
-    showError("Upload", new Error(`${f.name} is ${(f.size / 1048576).toFixed(1)} MiB; the service takes at most 8 MiB`));
+    report("plan", new ApiError(0, "", [{ field: "profile_yaml", message: `${f.name} is ${(f.size / 1048576).toFixed(1)} MiB; the service takes at most 8 MiB` }]));
     return;
   }
   const reader = new FileReader();
   reader.onload = () => {
     const text = String(reader.result);
     const field = uploadField(f.name, text);
-    state.uploaded = { name: f.name, field, text };
-    const what = { profile_yaml: "a profile (YAML)", nccl_xml: "an NCCL topology XML", hwloc_xml: "an hwloc XML" }[field];
-    $("#upload-desc").textContent = `${f.name} (${f.size.toLocaleString()} bytes), read as ${what}, is sent with each request.`;
+    state.uploaded = { name: f.name, field, text, size: f.size };
+    loadMachine();
   };
-  reader.onerror = () => showError("Upload", new Error(`cannot read ${f.name}`));
+  reader.onerror = () => report("plan", new ApiError(0, "", [{ field: "profile_yaml", message: `cannot read ${f.name}` }]));
   reader.readAsText(f);
 }
 
 // ---- plan, what-if, compare ------------------------------------------------------------------------
 
+/** The GPU/SSD counts (left out when blank) and models of the inventory form, into `req`. */
+function countsAndModels(req) {
+  const gpus = $("#gpus").value.trim();
+  if (gpus !== "") req.gpus = Number(gpus);
+  const ssds = $("#ssds").value.trim();
+  if (ssds !== "") req.ssds = Number(ssds);
+  req.gpu_model = $("#gpu-model").value;
+  req.ssd_model = $("#ssd-model").value;
+}
+
+function inventoryFields(req) {
+  const inv = $("#inventory").value.trim();
+  if (inv) req.inventory = inv;
+  else countsAndModels(req);
+  return req;
+}
+
 async function runPlan(ev) {
   if (ev) ev.preventDefault();
-  clearError();
+  clearErrors("plan");
+  if (!checkNumbers("plan", ["#gpus", "#ssds"])) return;
   let req;
-  try { req = planRequest(false); } catch (e) { showError("Plan", e); return; }
-  await busy(`Planning ${profileLabel()}…`, async () => {
+  try { req = inventoryFields(machineFields()); } catch (e) { report("plan", e); return; }
+  req.set = [];
+  req.diagram = true;
+  const label = profileLabel();
+  await busy(`Planning ${label}…`, async () => {
     try {
       const plan = await api("POST", "v1/plan", req);
-      state.original = { req, plan, label: profileLabel() };
+      state.original = { req, plan, label };
       state.whatif = null;
       state.changes = [];
       $("#wi-gpu-model").value = "";
       $("#wi-ssd-model").value = "";
+      clearErrors("whatif");
       renderChanges();
       renderResults();
-      await loadTargets(req);
+      await loadTargets(req, plan);
     } catch (e) {
-      showError("Plan", e);
+      report("plan", e);
+      if (state.original) {
+        markStale($("#results"), `Not updated: the plan of ${label} failed (the reason is in card 1). `
+          + `Shown: the last plan, of ${state.original.label}.`);
+      }
     }
   });
 }
 
-async function loadTargets(planReq) {
+async function loadTargets(planReq, plan) {
   const body = {};
   for (const k of MACHINE_FIELDS) if (planReq[k] !== undefined) body[k] = planReq[k];
   try {
@@ -275,8 +519,9 @@ async function loadTargets(planReq) {
     state.targets = res.links || [];
   } catch (e) {
     state.targets = [];
-    showError("Listing the machine's links", e);
+    report("whatif", e);
   }
+  const hint = suggestWhatif(plan);
   const sel = $("#wi-target");
   sel.textContent = "";
   let group = null;
@@ -287,12 +532,44 @@ async function loadTargets(planReq) {
       sel.append(group);
       last = t.group;
     }
-    group.append(option(String(i), t.label, t.target === (state.targets.find((x) => x.suggested) || {}).target));
+    group.append(option(String(i), t.label, i === hint.target, t.label));
   }
+  if (hint.ssd) $("#wi-ssd-model").value = hint.ssd;
   $("#whatif-fields").disabled = false;
   $("#whatif-card").setAttribute("aria-disabled", "false");
-  $("#whatif-hint").textContent = `Change ${state.original.label}: pick a link and a new value, or other device models.`;
+  $("#whatif-hint").textContent = `Change ${state.original.label}. ${hint.why}`;
   targetChanged();
+  renderCompareList();
+}
+
+// Where a what-if is worth trying: the link that limits the plan; when the SSDs themselves are the
+// limit, a faster SSD model (and the busiest link in the picker).
+function suggestWhatif(plan) {
+  const links = plan.links || [];
+  const targetOf = (l) => state.targets.findIndex((t) => t.nodes.length === 2
+    && ((t.nodes[0] === l.src && t.nodes[1] === l.dst) || (t.nodes[0] === l.dst && t.nodes[1] === l.src)));
+  for (const l of links.filter((x) => x.bottleneck)) {
+    const i = targetOf(l);
+    if (i >= 0) return { target: i, why: `${state.targets[i].label} limits this plan: the picker starts there.` };
+  }
+  let busiest = state.targets.length ? 0 : -1;
+  let use = -1;
+  for (const l of links) {
+    const i = targetOf(l);
+    if (i >= 0 && l.utilisation > use) { busiest = i; use = l.utilisation; }
+  }
+  const ssds = Object.values(plan.placement || {}).map((n) => state.models.find((m) => m.name === n))
+    .filter((m) => m && m.kind === "ssd").sort((a, b) => a.read_gbps - b.read_gbps);
+  const cur = ssds[0];
+  if (!state.original.req.inventory && links.some((l) => l.bottleneck && l.kind === "ssd")) {
+    const faster = state.models.filter((m) => m.kind === "ssd" && (!cur || m.read_gbps > cur.read_gbps))
+      .sort((a, b) => b.read_gbps - a.read_gbps)[0];
+    if (faster) {
+      return { target: busiest, ssd: faster.name,
+        why: `Its SSDs limit this plan (each is read at its limit): the what-if starts with faster SSDs, ${faster.name}; the picker shows the busiest link.` };
+    }
+  }
+  return { target: busiest, why: "Pick a link and a new value, or other device models; the picker starts at the busiest link." };
 }
 
 const PROPS = {
@@ -311,6 +588,7 @@ function targetChanged() {
   const t = currentTarget();
   const sel = $("#wi-prop");
   sel.textContent = "";
+  $("#wi-target").title = t ? t.label : "";
   if (!t) return;
   for (const p of t.props) sel.append(option(p, PROPS[p] ? PROPS[p].text : p));
   propChanged();
@@ -338,19 +616,20 @@ function propChanged() {
   $("#wi-current").textContent = bits.length ? `Now: ${bits.join(", ")}.` : "";
 }
 
-function addChange(text) {
+function addChange(text, input) {
   text = text.trim();
-  if (!text) return;
+  if (!text) return false;
+  clearErrors("whatif");
   if (!/^[^=]+=.+$/.test(text)) {
-    showError("What-if", new Error(`"${text}" is not PATH=VALUE, e.g. nodes.sw1.link.gen=5`));
-    return;
+    showFieldError(input || $("#wi-changes"), `"${text}" is not PATH=VALUE, e.g. nodes.sw1.link.gen=5.`);
+    return false;
   }
   const key = text.split("=")[0].replace(/\+$/, "");
   // one value per path: a new value for the same field replaces the old one
   state.changes = state.changes.filter((c) => c.includes("+=") || c.split("=")[0] !== key);
   state.changes.push(text);
-  clearError();
   renderChanges();
+  return true;
 }
 
 function addPickedChange() {
@@ -358,11 +637,22 @@ function addPickedChange() {
   const p = $("#wi-prop").value;
   const v = $("#wi-value").value.trim();
   if (!t || !p) return;
+  clearErrors("whatif");
   if (v === "" || Number.isNaN(Number(v))) {
-    showError("What-if", new Error(`${PROPS[p] ? PROPS[p].text : p} of ${t.label}: give a number`));
+    showFieldError($("#wi-value"), `${PROPS[p] ? PROPS[p].text : p}: give a number.`);
     return;
   }
   addChange(`${t.target}.${p}=${v}`);
+}
+
+// What a `set` path changes, in words: "PCIe Switch 0 (sw0) → rc0: PCIe generation 4 → 5".
+function changeText(c) {
+  const m = /^(.*)\.([a-z_]+)=(.*)$/.exec(c);
+  const t = m && state.targets.find((x) => x.target === m[1]);
+  if (!t) return null;
+  const prop = PROPS[m[2]] ? PROPS[m[2]].text : m[2];
+  const now = (t.current || {})[m[2]];
+  return `${t.label}: ${prop} ${now !== undefined ? now + " → " : ""}${m[3]}`;
 }
 
 function renderChanges() {
@@ -372,84 +662,97 @@ function renderChanges() {
     const rm = el("button", { type: "button", class: "x", title: "remove this change" }, "×");
     rm.addEventListener("click", () => {
       state.changes = state.changes.filter((x) => x !== c);
+      clearErrors("whatif");
       renderChanges();
     });
-    ul.append(el("li", {}, el("code", {}, c), rm));
+    ul.append(el("li", { "data-change": c, title: changeText(c) || c }, el("code", {}, c), rm));
   }
+  renderCompareList();
 }
 
 async function runWhatif() {
-  clearError();
-  if (!state.original) { showError("What-if", new Error("plan first")); return; }
-  const req = planRequest(true);
-  const sameModels = req.gpu_model === state.original.req.gpu_model && req.ssd_model === state.original.req.ssd_model;
-  if (!state.changes.length && sameModels) {
-    showError("What-if", new Error("add a change (a link or a device model) first"));
+  clearErrors("whatif");
+  if (!state.original) { report("whatif", new Error("plan first (card 1)")); return; }
+  const wi = whatifSpec();
+  if (!wi) {
+    report("whatif", new ApiError(0, "", [{ field: "set", message: "add a change (a link or a device model) first" }]));
     return;
   }
   // the what-if keeps the machine and inventory of the plan it is compared with
-  for (const k of [...MACHINE_FIELDS, "inventory", "gpus", "ssds"]) {
-    if (state.original.req[k] === undefined) delete req[k];
-    else req[k] = state.original.req[k];
+  const req = { ...state.original.req, set: wi.spec.set || [] };
+  if (!req.inventory) {
+    if (wi.spec.gpu_model) req.gpu_model = wi.spec.gpu_model;
+    if (wi.spec.ssd_model) req.ssd_model = wi.spec.ssd_model;
   }
   await busy("Planning the what-if…", async () => {
     try {
       const plan = await api("POST", "v1/plan", req);
       state.whatif = { req, plan, label: state.original.label };
       renderResults();
+      const first = $("#results .col-whatif");
+      if (first && !inView(first)) first.scrollIntoView({ block: "start" });
     } catch (e) {
-      showError("What-if", e);
+      report("whatif", e);
+      const head = $("#results .head.col-whatif");
+      if (head) {
+        for (const c of $$("#results .col-whatif")) c.classList.add("stale");
+        head.prepend(el("div", { class: "stale-note", "data-testid": "stale" },
+          "Not updated: the last what-if failed (the reason is in card 3). Shown: the what-if before it."));
+      }
     }
   });
 }
 
 async function runCompare() {
-  clearError();
-  const names = [...document.querySelectorAll("#compare-list input:checked")].map((c) => c.value);
-  if (names.length < 1) { showError("Compare", new Error("tick at least one machine")); return; }
-  const req = { profiles: names };
-  const inv = $("#inventory").value.trim();
-  if (inv) req.inventories = [inv];
-  else countsAndModels(req);
-  await busy(`Comparing ${names.length} machines…`, async () => {
+  clearErrors("compare");
+  if (!checkNumbers("plan", ["#gpus", "#ssds"])) {
+    report("compare", new Error("the inventory in card 2 has a field marked in red"));
+    return;
+  }
+  const picked = $$("#compare-list input:checked").map((c) => c.value);
+  if (!picked.length) {
+    report("compare", new ApiError(0, "", [{ field: "machines", message: "tick at least one machine" }]));
+    return;
+  }
+  const machines = [];
+  for (const v of picked) {
+    if (v === "upload" && state.uploaded) machines.push({ [state.uploaded.field]: state.uploaded.text });
+    else if (v === "whatif" && whatifSpec()) machines.push(whatifSpec().spec);
+    else if (v.startsWith("profile:")) machines.push({ profile: v.slice(8) });
+  }
+  const req = inventoryFields({ machines });
+  await busy(`Comparing ${plural(machines.length, "machine")}…`, async () => {
     try {
-      const rows = await api("POST", "v1/compare", req);
-      renderCompare(rows);
+      renderCompare(await api("POST", "v1/compare/machines", req));
     } catch (e) {
-      showError("Compare", e);
+      report("compare", e);
+      markStale($("#compare-out"), "Not updated: the last comparison failed (the reason is in card 4). Shown: the one before.");
     }
   });
 }
 
-// The machine part of a request (a built-in name or the uploaded text), as planRequest sends it.
-function machineFields() {
-  if (source() === "upload") {
-    if (!state.uploaded) throw new Error("choose a profile YAML file to upload first");
-    return { [state.uploaded.field]: state.uploaded.text };
-  }
-  return { profile: $("#profile").value };
-}
-
 async function runAdvise() {
-  clearError();
+  clearErrors("advise");
+  if (!checkNumbers("advise", ["#budget", "#budget-years", "#budget-max-gpus", "#budget-max-ssds"])) return;
   let req;
-  try {
-    req = machineFields();
-  } catch (e) { showError("Advice", e); return; }
+  try { req = machineFields(); } catch (e) { report("advise", e); return; }
   const num = (id) => { const v = $(id).value.trim(); return v === "" ? undefined : Number(v); };
   req.budget = num("#budget");
-  if (!(req.budget > 0)) { showError("Advice", new Error("give a budget in USD, e.g. 60000")); return; }
+  if (req.budget === undefined) {
+    report("advise", new ApiError(0, "", [{ field: "budget", message: "give a budget in USD, e.g. 60000" }]));
+    return;
+  }
   req.years = num("#budget-years");
   req.max_gpus = num("#budget-max-gpus");
   req.max_ssds = num("#budget-max-ssds");
-  req.models = [...document.querySelectorAll("#budget-gpus input:checked, #budget-ssds input:checked")]
-    .map((c) => c.value);
+  req.models = $$("#budget-gpus input:checked, #budget-ssds input:checked").map((c) => c.value);
   for (const k of Object.keys(req)) if (req[k] === undefined) delete req[k];
   await busy(`Pricing and placing inventories under $${req.budget.toLocaleString()}…`, async () => {
     try {
       renderAdvice(await api("POST", "v1/advise", req));
     } catch (e) {
-      showError("Advice", e);
+      report("advise", e);
+      markStale($("#advise-out"), "Not updated: the last advice failed (the reason is in card 5). Shown: the advice before it.");
     }
   });
 }
@@ -469,13 +772,14 @@ function syncInventory() {
 function planCandidate(c) {
   $("#inventory").value = invSpec(c);
   syncInventory();
-  window.scrollTo({ top: 0, behavior: "smooth" });
+  window.scrollTo({ top: 0 });
   runPlan();
 }
 
 function renderAdvice(r) {
   const out = $("#advise-out");
   out.textContent = "";
+  out.classList.remove("stale");
   const pick = (title, c) => {
     const btn = el("button", { type: "button", title: `plan ${invSpec(c)} on this machine` }, "Plan this");
     btn.addEventListener("click", () => planCandidate(c));
@@ -484,15 +788,16 @@ function renderAdvice(r) {
       el("h4", {}, c.inventory),
       el("dl", {},
         el("dt", {}, "epoch read"), el("dd", {}, `${fmt(c.epoch_s)} s`),
-        el("dt", {}, "throughput"), el("dd", {}, `${Math.round(c.throughput_samples_per_s).toLocaleString()} samples/s`),
+        el("dt", {}, "throughput"), el("dd", {}, `${Math.round(c.throughput_samples_per_s).toLocaleString("en-US")} samples/s`),
         el("dt", {}, "hardware"), el("dd", {}, usd(c.hardware_usd)),
         el("dt", {}, `TCO, ${r.params.years} years`), el("dd", {}, usd(c.tco_usd)),
         el("dt", {}, "samples/s per TCO $"), el("dd", {}, fmt(c.tpc, 3))),
       btn);
   };
-  const same = r.best_per_dollar.inventory === r.best_throughput.inventory;
+  const best = r.best_throughput_per_dollar;
+  const same = best.inventory === r.best_throughput.inventory;
   const picks = el("div", { class: "picks" },
-    pick(same ? "Best per dollar and best throughput" : "Best throughput per dollar", r.best_per_dollar),
+    pick(same ? "Best per dollar and best throughput" : "Best throughput per dollar", best),
     same ? null : pick("Best throughput", r.best_throughput));
   const tbody = el("tbody");
   const rows = r.candidates.slice(0, 12);
@@ -501,10 +806,10 @@ function renderAdvice(r) {
     btn.addEventListener("click", () => planCandidate(c));
     const rank = [c.rank_per_dollar ? `#${c.rank_per_dollar} per $` : "", c.rank_throughput ? `#${c.rank_throughput} speed` : ""]
       .filter(Boolean).join(", ");
-    tbody.append(el("tr", { class: c.inventory === r.best_per_dollar.inventory ? "rec" : null },
+    tbody.append(el("tr", { class: c.inventory === best.inventory ? "rec" : null },
       el("td", {}, rank || "–"), el("td", {}, c.inventory),
       el("td", { class: "num" }, fmt(c.epoch_s)),
-      el("td", { class: "num" }, Math.round(c.throughput_samples_per_s).toLocaleString()),
+      el("td", { class: "num" }, Math.round(c.throughput_samples_per_s).toLocaleString("en-US")),
       el("td", { class: "num" }, usd(c.hardware_usd)), el("td", { class: "num" }, usd(c.tco_usd)),
       el("td", { class: "num" }, fmt(c.tpc, 3)), el("td", {}, btn)));
   }
@@ -522,7 +827,7 @@ function renderAdvice(r) {
       + `Prices: ${prices.origin || "shipped"} table${server.date ? `, server price of ${server.date}` : ""}; `
       + "the budget covers the server, GPUs and SSDs."));
   out.hidden = false;
-  out.scrollIntoView({ behavior: "smooth", block: "start" });
+  out.scrollIntoView({ block: "start" });
 }
 
 // ---- drawing the results ---------------------------------------------------------------------------
@@ -532,6 +837,7 @@ function renderResults() {
   const box = $("#results");
   box.hidden = false;
   box.textContent = "";
+  box.classList.remove("stale");
   for (const u of state.diagramUrls) URL.revokeObjectURL(u);
   state.diagramUrls = [];
   const both = [state.original, state.whatif].filter(Boolean);
@@ -542,10 +848,17 @@ function renderResults() {
     box.append(...left);
     return;
   }
-  // two columns, section by section, so that the same section of both plans sits on one row
+  // two columns, section by section, so that the same section of both plans sits on one row; the
+  // diagrams, too wide for half the page, one above the other across both columns
   const right = columnCards(state.whatif, state.original, scale, "whatif");
   box.classList.add("two");
-  left.forEach((card, i) => box.append(card, right[i]));
+  left.forEach((card, i) => {
+    if (card.classList.contains("diagram-card")) {
+      card.classList.add("wide");
+      right[i].classList.add("wide");
+    }
+    box.append(card, right[i]);
+  });
 }
 
 function slotsByDevice(plan) {
@@ -568,6 +881,78 @@ function deltaBanner(plan, base) {
     el("span", { class: "delta-words" }, words));
 }
 
+// The node ids a what-if's `set` changes ("nodes.sw0.link.gen=5" -> the link of sw0 to its parent).
+function changedLinks(req) {
+  const out = [];
+  for (const c of req.set || []) {
+    const path = c.split("=")[0];
+    const t = state.targets.find((x) => path.startsWith(x.target + "."));
+    if (t) out.push(t);
+  }
+  return out;
+}
+
+// The plan's diagram with the links the what-if changed drawn over in a wide halo. The diagram names
+// boxes by their title (the node id first) and draws a node's uplink as the polyline that ends at its
+// box's left edge; a socket link runs from one socket box's bottom to the other's top.
+function highlightSvg(svgText, targets) {
+  if (!targets.length) return { svg: svgText, found: 0 };
+  const doc = new DOMParser().parseFromString(svgText, "image/svg+xml");
+  const svg = doc.documentElement;
+  if (svg.querySelector("parsererror")) return { svg: svgText, found: 0 };
+  const boxes = [];
+  for (const t of svg.querySelectorAll("text.box-title")) {
+    const rect = t.previousElementSibling;
+    const detail = t.nextElementSibling;
+    if (!rect || rect.tagName !== "rect") continue;
+    const x = +rect.getAttribute("x"), y = +rect.getAttribute("y"), w = +rect.getAttribute("width"), h = +rect.getAttribute("height");
+    boxes.push({ id: t.textContent.split(/\s/)[0], detail: detail ? detail.textContent : "", rect, x, y, w, h });
+  }
+  const lines = [...svg.querySelectorAll("polyline")].map((p) => ({
+    p, pts: p.getAttribute("points").trim().split(/\s+/).map((xy) => xy.split(",").map(Number)) }));
+  const near = (a, b) => Math.abs(a - b) < 0.6;
+  const NS = svg.namespaceURI;
+  let found = 0;
+  const mark = (line, box) => {
+    const halo = doc.createElementNS(NS, "polyline");
+    halo.setAttribute("points", line.p.getAttribute("points"));
+    halo.setAttribute("fill", "none");
+    halo.setAttribute("stroke", "#f0a020");
+    halo.setAttribute("stroke-opacity", "0.7");
+    halo.setAttribute("stroke-width", String(Math.max(12, +line.p.getAttribute("stroke-width") + 10)));
+    halo.setAttribute("class", "changed-link");
+    line.p.parentNode.insertBefore(halo, line.p);
+    if (box) {
+      const ring = doc.createElementNS(NS, "rect");
+      for (const [k, v] of [["x", box.x - 4], ["y", box.y - 4], ["width", box.w + 8], ["height", box.h + 8], ["rx", 6]]) ring.setAttribute(k, v);
+      ring.setAttribute("fill", "none");
+      ring.setAttribute("stroke", "#d08a1c");
+      ring.setAttribute("stroke-width", "3");
+      ring.setAttribute("class", "changed-box");
+      box.rect.parentNode.insertBefore(ring, box.rect);
+    }
+    found++;
+  };
+  const token = (s, id) => new RegExp(`(^|[\\s·,])${id.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}($|[\\s·,])`).test(s);
+  for (const t of targets) {
+    const [a, b] = t.nodes;
+    if (t.target.startsWith("nodes.")) {
+      // the node's own box, or the box of the device in the slot (named in its detail line)
+      const box = boxes.find((x) => x.id === a) || boxes.find((x) => token(x.detail, a));
+      const line = box && lines.find((l) => { const e = l.pts[l.pts.length - 1]; return near(e[0], box.x) && near(e[1], box.y + box.h / 2); });
+      if (line) mark(line, box);
+    } else {
+      const ba = boxes.find((x) => x.id === a);
+      const bb = boxes.find((x) => x.id === b);
+      if (!ba || !bb) continue;
+      const [top, bottom] = ba.y < bb.y ? [ba, bb] : [bb, ba];
+      const line = lines.find((l) => l.pts.length === 2 && near(l.pts[0][1], top.y + top.h) && near(l.pts[1][1], bottom.y));
+      if (line) mark(line, null);
+    }
+  }
+  return { svg: new XMLSerializer().serializeToString(svg), found };
+}
+
 // The cards of one plan (head, why, placement, bandwidth, usual layouts, diagram), marked with its side.
 function columnCards(run, base, scale, side) {
   const { plan, req } = run;
@@ -580,10 +965,13 @@ function columnCards(run, base, scale, side) {
     el("p", { class: "inv" }, plan.inventory, builtInNote(plan)),
   );
   if (base) {
-    const list = el("ul", { class: "changes ro" });
-    for (const c of req.set || []) list.append(el("li", {}, el("code", {}, c)));
-    if (req.gpu_model && req.gpu_model !== base.req.gpu_model) list.append(el("li", {}, `GPU model ${req.gpu_model}`));
-    if (req.ssd_model && req.ssd_model !== base.req.ssd_model) list.append(el("li", {}, `SSD model ${req.ssd_model}`));
+    const list = el("ul", { class: "changes ro", "data-testid": "changes" });
+    for (const c of req.set || []) {
+      const words = changeText(c);
+      list.append(el("li", {}, words ? el("span", {}, words, " ", el("code", {}, c)) : el("code", {}, c)));
+    }
+    if (req.gpu_model && req.gpu_model !== base.req.gpu_model) list.append(el("li", {}, `GPU model ${base.req.gpu_model} → ${req.gpu_model}`));
+    if (req.ssd_model && req.ssd_model !== base.req.ssd_model) list.append(el("li", {}, `SSD model ${base.req.ssd_model} → ${req.ssd_model}`));
     head.append(list, deltaBanner(plan, base));
   }
   const best = bestBaseline(plan);
@@ -641,14 +1029,17 @@ function columnCards(run, base, scale, side) {
   // baselines
   col.append(baselinesCard(plan));
 
-  // diagram
-  const dia = el("div", { class: "card" }, el("h3", {}, "Diagram"));
+  // diagram, the what-if's with its changed links drawn over
+  const dia = el("div", { class: "card diagram-card" }, el("h3", {}, "Diagram"));
   if (plan.diagram_svg) {
-    const url = URL.createObjectURL(new Blob([plan.diagram_svg], { type: "image/svg+xml" }));
+    const changed = base ? changedLinks(req) : [];
+    const { svg, found } = highlightSvg(plan.diagram_svg, changed);
+    const url = URL.createObjectURL(new Blob([svg], { type: "image/svg+xml" }));
     state.diagramUrls.push(url);
     dia.append(el("a", { href: url, target: "_blank", rel: "noopener", class: "diagram-link", title: "open full size" },
-      el("img", { src: url, alt: `diagram of ${plan.machine}: ${plan.inventory}`, class: "diagram" })),
-    el("p", { class: "hint" }, "Click the diagram to open it full size."));
+      el("img", { src: url, alt: `diagram of ${plan.machine}: ${plan.inventory}`, class: "diagram", "data-changed": String(found) })),
+    el("p", { class: "hint" }, (found ? `The changed link${found > 1 ? "s are" : " is"} drawn over in orange. ` : "")
+      + "Click the diagram to open it full size."));
   } else {
     dia.append(el("p", { class: "hint" }, "The service sent no diagram."));
   }
@@ -657,7 +1048,7 @@ function columnCards(run, base, scale, side) {
   const s = plan.search;
   if (s) {
     dia.append(el("p", { class: "foot" },
-      `Searched ${s.raw_candidates.toLocaleString()} placements: ${s.distinct_candidates.toLocaleString()} distinct, `
+      `Searched ${s.raw_candidates.toLocaleString("en-US")} placements: ${s.distinct_candidates.toLocaleString("en-US")} distinct, `
       + `${s.solved} solved, in ${fmt(s.seconds_total)} s.`));
   }
   for (const c of cards) {
@@ -674,13 +1065,6 @@ function builtInNote(plan) {
   const placed = new Set(Object.values(plan.devices || {}));
   const own = (plan.predicted.gpus || []).filter((g) => !placed.has(g)).length;
   return own ? `, plus ${own} built-in GPU${own > 1 ? "s" : ""} (not moved)` : "";
-}
-
-function sentence(t) {
-  t = String(t || "").trim();
-  if (!t) return t;
-  t = t[0].toUpperCase() + t.slice(1);
-  return /[.!?]$/.test(t) ? t : t + ".";
 }
 
 function kpi(label, value, id, title) {
@@ -723,12 +1107,14 @@ function baselinesCard(plan) {
 function renderCompare(rows) {
   const out = $("#compare-out");
   out.textContent = "";
+  out.classList.remove("stale");
   const fastest = Math.min(...rows.map((r) => r.epoch_read_s));
   const tbody = el("tbody");
   for (const r of rows) {
     const per = r.per_gpu_inlet_gbps || [];
+    const what = (r.overrides || []).length ? el("div", { class: "muted" }, "what-if: " + r.overrides.join(", ")) : null;
     tbody.append(el("tr", { class: r.epoch_read_s === fastest ? "rec" : null },
-      el("td", { class: "name" }, el("b", {}, r.profile), r.built_in ? el("div", { class: "muted" }, r.built_in) : null),
+      el("td", { class: "name" }, el("b", {}, r.profile), r.built_in ? el("div", { class: "muted" }, r.built_in) : null, what),
       el("td", {}, r.inventory),
       el("td", { class: "num" }, fmt(r.epoch_read_s)),
       el("td", { class: "num" }, `${fmt(r.epoch_read_s / fastest)}×`),
@@ -745,28 +1131,38 @@ function renderCompare(rows) {
       tbody)),
     el("p", { class: "hint" }, "Each machine with its own recommended placement for the same inventory."));
   out.hidden = false;
-  out.scrollIntoView({ behavior: "smooth", block: "start" });
+  out.scrollIntoView({ block: "start" });
 }
 
 // ---- start -----------------------------------------------------------------------------------------
 
 async function start() {
   $("#plan-form").addEventListener("submit", runPlan);
-  $("#profile").addEventListener("change", describeProfile);
+  $("#profile").addEventListener("change", loadMachine);
   $("#profile-file").addEventListener("change", readUpload);
   for (const r of document.querySelectorAll("input[name=source]")) {
     r.addEventListener("change", () => {
       $("#builtin-box").hidden = source() !== "builtin";
       $("#upload-box").hidden = source() !== "upload";
+      loadMachine();
     });
   }
+  // editing a field takes back the error shown under it
+  document.addEventListener("input", (e) => {
+    if (!e.target.matches("input, select")) return;
+    clearFieldError(e.target.closest("[aria-invalid]") || e.target);
+    const card = e.target.closest(".card");
+    const box = card && $(".card-error", card);
+    if (box && box.dataset.fieldsOnly === "1" && !$(".field-error", card)) box.hidden = true;  // nothing left to see
+  });
+  for (const id of ["#gpu-model", "#ssd-model"]) $(id).addEventListener("change", describeModels);
   $("#wi-target").addEventListener("change", targetChanged);
   $("#wi-prop").addEventListener("change", propChanged);
   $("#wi-add").addEventListener("click", addPickedChange);
-  $("#wi-raw-add").addEventListener("click", () => { addChange($("#wi-raw").value); $("#wi-raw").value = ""; });
-  $("#wi-raw").addEventListener("keydown", (e) => {
-    if (e.key === "Enter") { e.preventDefault(); addChange($("#wi-raw").value); $("#wi-raw").value = ""; }
-  });
+  const addRaw = () => { if (addChange($("#wi-raw").value, $("#wi-raw"))) $("#wi-raw").value = ""; };
+  $("#wi-raw-add").addEventListener("click", addRaw);
+  $("#wi-raw").addEventListener("keydown", (e) => { if (e.key === "Enter") { e.preventDefault(); addRaw(); } });
+  for (const id of ["#wi-gpu-model", "#wi-ssd-model"]) $(id).addEventListener("change", renderCompareList);
   $("#whatif-btn").addEventListener("click", runWhatif);
   $("#inventory").addEventListener("input", syncInventory);
   $("#inventory").addEventListener("change", syncInventory);
@@ -778,9 +1174,10 @@ async function start() {
     state.models = models;
     fillProfiles();
     fillModels();
+    await loadMachine();
     document.body.dataset.ready = "1";
   } catch (e) {
-    showError("Loading the machines and models", e);
+    showBanner("Loading the machines and models", e);
   }
 }
 
