@@ -11,7 +11,6 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from moment.errors import MomentError, validation_lines
@@ -94,7 +93,7 @@ def _read(path: Path) -> object:
 
 
 def shipped_data() -> dict:
-    return yaml.safe_load(resources.files("moment.cost").joinpath("prices.yaml").read_text())
+    return parse_yaml(resources.files("moment.cost").joinpath("prices.yaml").read_text(), "moment/cost/prices.yaml")
 
 
 def _validate(data: dict, source: str) -> PriceTable:

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from moment.errors import MomentError, validation_error, validation_lines
 from moment.outputs import atomic_write
+from moment.topology.limits import MAX_DEPTH
 from moment.topology.model import Topology
 
 def _profile_dir() -> Path:
@@ -58,14 +59,46 @@ def _read_yaml(path: Path) -> Any:
     return parse_yaml(text, str(path))
 
 
+class _TooDeep(Exception):
+    def __init__(self, line: int):
+        super().__init__(line)
+        self.line = line
+
+
+class _Loader(yaml.SafeLoader):
+    """safe_load's loader, refusing nesting deeper than MAX_DEPTH (the composer recurses per level, so
+    a small hostile text would otherwise end in RecursionError)."""
+
+    _depth = 0
+
+    def compose_node(self, parent, index):
+        if not self.check_event(yaml.SequenceStartEvent, yaml.MappingStartEvent):
+            return super().compose_node(parent, index)
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise _TooDeep(self.peek_event().start_mark.line + 1)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
 def parse_yaml(text: str, source: str) -> Any:
-    """YAML text as data; a syntax error is one line naming `source` and where it is."""
+    """YAML text as data; a syntax error or nesting deeper than MAX_DEPTH is one line naming `source`
+    and where it is. Every YAML input (profiles, `--set` values, calibrations, measurements, prices)
+    is read here."""
+    loader = _Loader(text)
     try:
-        return yaml.safe_load(text)
+        return loader.get_single_data()
+    except _TooDeep as e:
+        raise MomentError(f"not valid YAML at line {e.line}: nested more than {MAX_DEPTH} deep",
+                          source=source) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise MomentError(f"not valid YAML{where}: {getattr(e, 'problem', e)}", source=source) from None
+    finally:
+        loader.dispose()
 
 
 def resolve_profile(name_or_path: str) -> Path:
@@ -180,10 +213,7 @@ def apply_override(data: dict, spec: str) -> None:
     path, value_text = spec.split("=", 1)
     append = path.endswith("+")
     path = path.rstrip("+").strip()
-    try:
-        value = yaml.safe_load(value_text)
-    except yaml.YAMLError:
-        raise MomentError(f"--set {spec!r}: value is not valid YAML") from None
+    value = parse_yaml(value_text, f"--set {spec!r}: the value")
     parts = _split_path(path)
     if not parts:
         raise MomentError(f"--set {spec!r}: empty path")
