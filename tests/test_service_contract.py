@@ -27,3 +27,40 @@ def test_deeply_nested_yaml_upload_is_a_422_naming_the_field(client, path, extra
     r = client.post(path, json={"profile_yaml": DEEP_YAML, **extra})
     assert r.status_code == 422, r.text
     assert r.json()["detail"] == "profile_yaml: not valid YAML at line 1: nested more than 200 deep"
+
+
+@pytest.mark.parametrize(("settings", "base", "health", "plan"), [
+    ({}, "http://192.0.2.7", 403, 403),  # a TCP connection to a public address, no token: refused
+    ({}, "http://[2001:db8::7]", 403, 403),
+    ({}, "http://127.0.0.1", 200, 200),  # to loopback (also on a server bound to 0.0.0.0): served
+    ({}, "http://testserver", 200, 200),  # in-process (no socket): served
+    ({"token": "s3cret"}, "http://192.0.2.7", 200, 401),  # a token: the token check decides
+    ({"allow_no_token": True}, "http://192.0.2.7", 200, 200),  # told explicitly (a proxy authenticates)
+])
+def test_the_app_itself_refuses_other_machines_without_a_token(tmp_path, settings, base, health, plan):
+    """`uvicorn --factory moment.service.app:create_app --host 0.0.0.0` is held to `moment serve`'s rule:
+    the app judges each connection by the local address it reached (the ASGI scope's `server`)."""
+    app = create_app(Settings(data_dir=tmp_path, **settings))
+    with TestClient(app, base_url=base) as c:
+        r = c.get("/v1/health")
+        assert r.status_code == health, r.text
+        assert c.post("/v1/plan", json={"gpus": 1, "ssds": 1}).status_code == plan
+        if health == 403:
+            assert "without a token" in r.json()["detail"] and "MOMENT_ALLOW_NO_TOKEN=1" in r.json()["detail"]
+            assert c.get("/").status_code == 403 and c.get("/openapi.json").status_code == 403
+
+
+def test_the_bind_rule_is_one_function_with_an_explicit_opt_in(monkeypatch):
+    from moment.errors import MomentError
+    from moment.service.config import check_bind
+
+    check_bind("0.0.0.0", None, allow_no_token=True)
+    with pytest.raises(MomentError, match="--host 0.0.0.0: refusing .* MOMENT_ALLOW_NO_TOKEN=1"):
+        check_bind("0.0.0.0", None)
+    monkeypatch.setenv("MOMENT_DATA_DIR", "/tmp/unused")
+    for text, allowed in (("1", True), ("yes", True), ("0", False), ("", False)):
+        monkeypatch.setenv("MOMENT_ALLOW_NO_TOKEN", text)
+        assert Settings.from_env().allow_no_token is allowed
+    monkeypatch.setenv("MOMENT_ALLOW_NO_TOKEN", "maybe")
+    with pytest.raises(MomentError, match="MOMENT_ALLOW_NO_TOKEN='maybe': expected 1 or 0"):
+        Settings.from_env()

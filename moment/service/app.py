@@ -18,6 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from moment.errors import MomentError
+from moment.service.access import LocalOnly
 from moment.service.config import Settings
 from moment.service.deadline import run_with_deadline
 from moment.service.errors import (
@@ -34,6 +35,7 @@ STATIC = Path(__file__).resolve().parent / "static"
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"description": "missing or wrong bearer token (when the service has one)"},
+    403: {"description": "no token, and the connection came from beyond this machine (see `moment serve --help`)"},
     408: {"description": "the search ran past the service's time limit"},
     429: {"description": "too many searches at once: none finished within the time limit; try again later"},
     413: {"description": "the body or an upload is over the service's size limit"},
@@ -67,6 +69,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings, app.state.jobs = s, runner
     app.add_middleware(BodyLimit, limit=s.max_body_bytes)
+    app.add_middleware(LocalOnly, settings=s)  # outermost: a refused connection costs nothing more
     _handlers(app)
 
     bearer = HTTPBearer(auto_error=False, description="the token given to `moment serve --token`")
