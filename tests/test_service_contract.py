@@ -64,3 +64,41 @@ def test_the_bind_rule_is_one_function_with_an_explicit_opt_in(monkeypatch):
     monkeypatch.setenv("MOMENT_ALLOW_NO_TOKEN", "maybe")
     with pytest.raises(MomentError, match="MOMENT_ALLOW_NO_TOKEN='maybe': expected 1 or 0"):
         Settings.from_env()
+
+
+def _field_error(r, field: str) -> str:
+    """The 422's message for `field` (the body names it in `errors`, for a page to place it)."""
+    assert r.status_code == 422, r.text
+    body = r.json()
+    assert [e["field"] for e in body["errors"]] == [field], body
+    assert "--" not in body["detail"], body  # request fields, not CLI flags
+    return body["detail"]
+
+
+@pytest.mark.parametrize(("body", "field", "needle"), [
+    ({"ssd_dirs": {f"ssd{i}": f"d{i}" for i in range(64)}, "size_mib": 4096}, "size_mib",
+     "64 directories x 4096 MiB = 262,144 MiB of scratch files, above the service's limit of 16,384 MiB per job"),
+    ({"queue_depth": 3}, "queue_depth", "queue_depth 3: choose 8-4096 reads in flight"),
+    ({"queue_depth": 5000}, "queue_depth", "queue_depth 5000: choose 8-4096"),
+    ({"size_mib": 4}, "size_mib", "size_mib 4: the probe file must hold at least 16"),
+])
+def test_probe_jobs_are_bounded_at_submit(tmp_path, body, field, needle):
+    """What the probe would refuse, or a job writing more scratch than the service allows, is a 422 before
+    anything is queued."""
+    with TestClient(create_app(Settings(data_dir=tmp_path))) as c:
+        assert needle in _field_error(c.post("/v1/jobs/probe", json=body), field)
+        assert c.get("/v1/jobs").json() == []
+    assert not (tmp_path / "probe").exists()
+
+
+def test_queued_jobs_are_capped_with_a_429(tmp_path):
+    from moment.service.jobs import JobStore
+
+    store = JobStore(tmp_path / "jobs.sqlite3")
+    for _ in range(2):  # waiting jobs of a service on another machine (never run here)
+        store.create("probe", {"ssd_dirs": {"ssd0": "a"}}, "elsewhere:1:x")
+    with TestClient(create_app(Settings(data_dir=tmp_path, max_queued_jobs=2))) as c:
+        r = c.post("/v1/jobs/probe", json={"size_mib": 16})
+        assert r.status_code == 429 and r.headers["retry-after"], r.text
+        assert "2 jobs are waiting to start, the service's limit" in r.json()["detail"]
+        assert len(c.get("/v1/jobs").json()) == 2

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from moment.errors import MomentError, validation_lines
+from moment.errors import Flag, MomentError, cli_flag, validation_lines
 
 if TYPE_CHECKING:  # imported where used: the CLI imports this module at start-up, which must stay instant
     from moment.planner.calibration import Calibration
@@ -24,14 +24,6 @@ if TYPE_CHECKING:  # imported where used: the CLI imports this module at start-u
 
 #: --gpus when left out, on a machine whose GPUs go in slots
 DEFAULT_GPUS = 4
-
-Flag = Callable[[str], str]
-
-
-def cli_flag(name: str) -> str:
-    """`gb_per_gpu` -> `--gb-per-gpu`: how the CLI spells an input."""
-    return "--" + name.replace("_", "-")
-
 
 # ---- inputs ------------------------------------------------------------------------------------------
 def parse_inventory(spec: str | None, gpus: int, ssds: int, gpu_model: str, ssd_model: str, *,

@@ -52,8 +52,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     s = (settings or Settings.from_env()).checked()
     store = JobStore(s.db_path)
     runner = JobRunner(store, {"place": lambda r, ctx: run_place(r, ctx, s.data_dir),
-                               "probe": lambda r, ctx: run_probe(r, ctx, s.data_dir, s.probe_max_mib)},
-                       workers=s.job_workers)
+                               "probe": lambda r, ctx: run_probe(r, ctx, s.data_dir, s.probe_max_mib,
+                                                                 s.probe_max_job_mib)},
+                       workers=s.job_workers, max_queued=s.max_queued_jobs)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -217,7 +218,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         """Start `moment probe` on directories under DATA_DIR/probe/; poll the job."""
         from moment.service.tasks import check_probe
 
-        check_probe(req, s.data_dir, s.probe_max_mib)
+        check_probe(req, s.data_dir, s.probe_max_mib, s.probe_max_job_mib)
         return JSON(runner.submit("probe", req.model_dump(mode="json")).model_dump(mode="json"), status_code=202)
 
     @v1.get("/jobs", response_model=list[Job], tags=["jobs"])
@@ -273,16 +274,13 @@ def _handlers(app: FastAPI) -> None:
         detail, errors = validation_detail(list(exc.errors()))
         return error(422, detail, errors=errors)
 
-    @app.exception_handler(FieldError)
-    async def _field_error(request: Request, exc: FieldError) -> JSON:
-        return error(422, str(exc), errors=[{"field": exc.field, "message": str(exc)}])
-
     @app.exception_handler(MomentError)
     async def _moment_error(request: Request, exc: MomentError) -> JSON:
         text, tail = str(exc), f"\n  hint: {exc.hint}"
+        hint = {}
         if exc.hint and text.endswith(tail):  # the CLI's second line, as its own key
-            return error(422, text[:-len(tail)], hint=exc.hint)
-        return error(422, text)
+            text, hint = text[:-len(tail)], {"hint": exc.hint}
+        return error(422, text, errors=[{"field": exc.field or "body", "message": text}], **hint)
 
     @app.exception_handler(TooLarge)
     async def _too_large(request: Request, exc: TooLarge) -> JSON:

@@ -31,9 +31,12 @@ class Settings:
     max_body_bytes: int = 16 * MiB
     max_upload_bytes: int = 8 * MiB
     plan_timeout_s: float = 120.0
-    #: scratch file a probe job may write per SSD directory
+    #: scratch file a probe job may write per SSD directory, and in all its directories together
     probe_max_mib: int = 4096
+    probe_max_job_mib: int = 16384
     job_workers: int = 1
+    #: jobs waiting to start, over all the service's processes (more are answered 429)
+    max_queued_jobs: int = 16
     #: plan/compare/simulate searches running at once (more wait for a slot within their time limit)
     max_searches: int = max(1, os.cpu_count() or 1)
 
@@ -50,7 +53,8 @@ class Settings:
             raise MomentError(f"cannot create the data directory: {e.strerror}", source=str(d)) from None
         if not d.is_dir():
             raise MomentError("not a directory", source=str(d))
-        for name in ("max_body_bytes", "max_upload_bytes", "plan_timeout_s", "job_workers", "max_searches"):
+        for name in ("max_body_bytes", "max_upload_bytes", "plan_timeout_s", "probe_max_mib", "probe_max_job_mib",
+                     "job_workers", "max_queued_jobs", "max_searches"):
             if getattr(self, name) <= 0:
                 raise MomentError(f"{name} must be positive (got {getattr(self, name)})")
         db = Path(self.db).expanduser().resolve() if self.db is not None else None

@@ -21,8 +21,7 @@ class FieldError(MomentError):
     """Bad input in one request field; the message starts with the field's name."""
 
     def __init__(self, field: str, message: str):
-        self.field = field
-        super().__init__(f"{field}: {message}")
+        super().__init__(f"{field}: {message}", field=field)
 
 
 class TooLarge(Exception):

@@ -24,6 +24,7 @@ from typing import Any
 
 from moment.errors import MomentError
 from moment.locking import pid_alive
+from moment.service.errors import Busy
 from moment.service.schemas import Job
 
 FINAL = ("done", "failed", "cancelled", "interrupted")
@@ -84,11 +85,22 @@ class JobStore:
                    request=json.loads(row["request"]), result=json.loads(row["result"]) if row["result"] else None,
                    error=row["error"], created=row["created"], started=row["started"], finished=row["finished"])
 
-    def create(self, kind: str, request: dict[str, Any], owner: str) -> Job:
+    def create(self, kind: str, request: dict[str, Any], owner: str, max_queued: int | None = None) -> Job:
+        """A new queued job; Busy when `max_queued` jobs (of any process) are already waiting."""
         jid = uuid.uuid4().hex
         with self._db() as db:
-            db.execute("INSERT INTO jobs (id, kind, state, request, owner, created) VALUES (?, ?, 'queued', ?, ?, ?)",
-                       (jid, kind, json.dumps(request), owner, time.time()))
+            db.execute("BEGIN IMMEDIATE")  # the count and the insert as one step for every process
+            try:
+                waiting = db.execute("SELECT COUNT(*) FROM jobs WHERE state = 'queued'").fetchone()[0]
+                if max_queued is not None and waiting >= max_queued:
+                    raise Busy(f"{waiting} jobs are waiting to start, the service's limit; try again when one has "
+                               "started (GET /v1/jobs)")
+                db.execute("INSERT INTO jobs (id, kind, state, request, owner, created) VALUES (?, ?, 'queued', ?, ?, ?)",
+                           (jid, kind, json.dumps(request), owner, time.time()))
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
         job = self.get(jid)
         assert job is not None
         return job
@@ -187,8 +199,9 @@ Executor = Callable[[dict[str, Any], JobContext], dict[str, Any]]
 class JobRunner:
     """Worker threads running this process's queued jobs, oldest first."""
 
-    def __init__(self, store: JobStore, executors: dict[str, Executor], workers: int = 1):
-        self.store, self.executors = store, executors
+    def __init__(self, store: JobStore, executors: dict[str, Executor], workers: int = 1,
+                 max_queued: int | None = None):
+        self.store, self.executors, self.max_queued = store, executors, max_queued
         self.owner = f"{_HOST}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
         _LIVE.add(self.owner)
         self.store.recover(self.owner)
@@ -202,7 +215,7 @@ class JobRunner:
             t.start()
 
     def submit(self, kind: str, request: dict[str, Any]) -> Job:
-        job = self.store.create(kind, request, self.owner)
+        job = self.store.create(kind, request, self.owner, self.max_queued)
         self._wake.set()
         return job
 

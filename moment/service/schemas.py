@@ -174,8 +174,9 @@ class ProbeJobRequest(_Strict):
         default_factory=lambda: {"ssd0": "ssd0"}, max_length=64,
         description="SSD id -> directory name under DATA_DIR/probe/ (created if missing; mount an SSD there to "
                     "measure it)")
-    size_mib: int = Field(256, ge=16, description="scratch file per SSD, MiB (at most the service's limit)")
-    queue_depth: int = Field(32, ge=1, le=1024)
+    size_mib: int = Field(256, description="scratch file per SSD, MiB: at least what `moment probe` needs, at most "
+                                           "the service's limits per directory and per job")
+    queue_depth: int = Field(32, description="reads in flight, as `moment probe --queue-depth` allows")
 
 
 class Progress(BaseModel):
