@@ -102,3 +102,48 @@ def test_queued_jobs_are_capped_with_a_429(tmp_path):
         assert r.status_code == 429 and r.headers["retry-after"], r.text
         assert "2 jobs are waiting to start, the service's limit" in r.json()["detail"]
         assert len(c.get("/v1/jobs").json()) == 2
+
+
+def test_health_needs_no_worker_and_a_flood_of_searches_is_429_at_once(tmp_path, monkeypatch):
+    """A search holds the only worker thread and the only search place: health still answers at once,
+    and another search is answered 429 at once instead of waiting for the time limit."""
+    import threading
+    import time
+
+    import anyio.to_thread
+
+    from moment.planner import api
+
+    started, release = threading.Event(), threading.Event()
+    plan_machine = api.plan_machine
+
+    def held(*a, **k):
+        started.set()
+        release.wait(30)
+        return plan_machine(*a, **k)
+
+    monkeypatch.setattr(api, "plan_machine", held)
+    app = create_app(Settings(data_dir=tmp_path, max_searches=1, max_waiting_searches=0, plan_timeout_s=60))
+    with TestClient(app) as c:
+        async def one_worker():
+            anyio.to_thread.current_default_thread_limiter().total_tokens = 1
+
+        c.portal.call(one_worker)
+        first = {}
+        busy = threading.Thread(target=lambda: first.update(r=c.post("/v1/plan", json={"gpus": 1, "ssds": 1})))
+        busy.start()
+        try:
+            assert started.wait(30)
+            answers = {}
+            health = threading.Thread(target=lambda: answers.update(r=c.get("/v1/health")))
+            health.start()
+            health.join(5)
+            assert "r" in answers and answers["r"].status_code == 200, "health waited for a worker thread"
+            t0 = time.monotonic()
+            r = c.post("/v1/plan", json={"gpus": 1, "ssds": 1})
+            assert r.status_code == 429 and "1 searches are running and 0 more are waiting" in r.json()["detail"]
+            assert time.monotonic() - t0 < 5 and r.headers["retry-after"]
+        finally:
+            release.set()
+            busy.join(60)
+        assert first["r"].status_code == 200, first["r"].text

@@ -8,7 +8,6 @@ Every handler calls the function the matching CLI command calls (moment.planner.
 # no `from __future__ import annotations`: FastAPI reads the handlers' annotations, which name locals
 
 import hmac
-import threading
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -20,7 +19,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from moment.errors import MomentError
 from moment.service.access import LocalOnly
 from moment.service.config import Settings
-from moment.service.deadline import run_with_deadline
+from moment.service.deadline import Searches, run_with_deadline
 from moment.service.errors import (
     JSON, Busy, FieldError, TimedOut, TooLarge, error, request_field, validation_detail)
 from moment.service.limits import BodyLimit
@@ -75,7 +74,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     bearer = HTTPBearer(auto_error=False, description="the token given to `moment serve --token`")
 
-    def authorised(creds: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> None:
+    async def authorised(creds: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> None:
         if s.token is None:
             return
         if creds is None or not hmac.compare_digest(creds.credentials.encode(), s.token.encode()):
@@ -83,13 +82,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                                 headers={"WWW-Authenticate": "Bearer"})
 
     cache: dict[str, Any] = {}
-    slots = threading.BoundedSemaphore(s.max_searches)
+    slots = Searches(s.max_searches, s.max_waiting_searches)
+    searching = [Depends(slots.admission)]  # the routes that search: a place among the searches, or 429
     open_routes = APIRouter(prefix="/v1")
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(authorised)])
 
     @open_routes.get("/health", response_model=Health, tags=["service"])
-    def health() -> Health:
-        """Whether the service is up (never needs the token)."""
+    async def health() -> Health:
+        """Whether the service is up (never needs the token). Answered on the event loop, never waiting
+        for a worker thread, so it stays instant while searches are busy."""
         return Health(status="ok", version=__version__, auth=s.token is not None)
 
     @v1.get("/profiles", response_model=list[ProfileRow], tags=["machines"])
@@ -108,7 +109,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
         return JSON(models_json())
 
-    @v1.post("/plan", response_model=PlanResponse, tags=["planning"])
+    @v1.post("/plan", response_model=PlanResponse, tags=["planning"], dependencies=searching)
     def plan(req: PlanRequest) -> JSON:
         """Recommend which slot gets which GPU and SSD (`moment plan --json`); `diagram: true` adds the
         recommended machine's picture as `diagram_svg`."""
@@ -129,7 +130,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             out["diagram_svg"] = api.plan_svg(topo, result)
         return JSON(out)
 
-    @v1.post("/compare", response_model=list[CompareRow], tags=["planning"])
+    @v1.post("/compare", response_model=list[CompareRow], tags=["planning"], dependencies=searching)
     def compare(req: CompareRequest) -> JSON:
         """Plan several built-in machines (or inventories) and put the best layouts side by side
         (`moment compare --json`)."""
@@ -148,7 +149,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             s.plan_timeout_s, "the comparison", slots)
         return JSON(rows)
 
-    @v1.post("/simulate", response_model=dict[str, Any], tags=["planning"])
+    @v1.post("/simulate", response_model=dict[str, Any], tags=["planning"], dependencies=searching)
     def simulate(req: SimulateRequest) -> JSON:
         """Replay an epoch step by step (`moment simulate --json`): a named layout of the profile
         (`placement`, with `gpus`/`ssds`) or a plan's recommended placement (`plan`)."""

@@ -37,8 +37,10 @@ class Settings:
     job_workers: int = 1
     #: jobs waiting to start, over all the service's processes (more are answered 429)
     max_queued_jobs: int = 16
-    #: plan/compare/simulate searches running at once (more wait for a slot within their time limit)
+    #: plan/compare/simulate/advise searches running at once, and how many more may wait for a slot
+    #: (within their time limit); past both a search is answered 429 at once
     max_searches: int = max(1, os.cpu_count() or 1)
+    max_waiting_searches: int = 2 * max(1, os.cpu_count() or 1)
 
     @property
     def db_path(self) -> Path:
@@ -53,6 +55,8 @@ class Settings:
             raise MomentError(f"cannot create the data directory: {e.strerror}", source=str(d)) from None
         if not d.is_dir():
             raise MomentError("not a directory", source=str(d))
+        if self.max_waiting_searches < 0:
+            raise MomentError(f"max_waiting_searches must not be negative (got {self.max_waiting_searches})")
         for name in ("max_body_bytes", "max_upload_bytes", "plan_timeout_s", "probe_max_mib", "probe_max_job_mib",
                      "job_workers", "max_queued_jobs", "max_searches"):
             if getattr(self, name) <= 0:

@@ -12,12 +12,12 @@ token check, its error answers and its bound on concurrent searches.
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
 
+from moment.service.deadline import Searches
 from moment.service.schemas import MachineIn
 
 
@@ -106,7 +106,7 @@ def whatif_targets(topo) -> TargetsResponse:
     return TargetsResponse(profile=topo.name, links=out)
 
 
-def router(settings, slots: threading.Semaphore | None = None) -> APIRouter:
+def router(settings, slots: Searches | None = None) -> APIRouter:
     """The page's routes for the app configured by `settings` (limits), sharing its search `slots`."""
     from moment.service.errors import JSON
 
@@ -121,7 +121,8 @@ def router(settings, slots: threading.Semaphore | None = None) -> APIRouter:
         topo, _ = machine(req, settings.max_upload_bytes)
         return JSON(whatif_targets(topo).model_dump(mode="json"))
 
-    @r.post("/advise", response_model=dict[str, Any], tags=["planning"])
+    @r.post("/advise", response_model=dict[str, Any], tags=["planning"],
+            dependencies=[Depends(slots.admission)] if slots is not None else [])
     def advise(req: AdviseRequest) -> JSON:
         """What to buy under a budget (`moment advise --json`): inventories of one GPU and one SSD model
         placed on the chassis, best throughput per TCO dollar and best throughput, with runner-ups."""
