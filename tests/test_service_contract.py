@@ -147,3 +147,70 @@ def test_health_needs_no_worker_and_a_flood_of_searches_is_429_at_once(tmp_path,
             release.set()
             busy.join(60)
         assert first["r"].status_code == 200, first["r"].text
+
+
+@pytest.mark.parametrize(("path", "body", "field", "needle"), [
+    ("/v1/plan", {"gpus": 0}, "gpus", "the inventory has no GPU and the machine holds none"),
+    ("/v1/plan", {"ssds": 100}, "ssds", "100 x P5510 need 100 free slots"),
+    ("/v1/plan", {"inventory": "30xP5510,1xA100-PCIe-40GB"}, "inventory", "30 x P5510 need 30 free slots"),
+    ("/v1/plan", {"inventory": "four"}, "inventory", "inventory 'four': expected COUNTxMODEL"),
+    ("/v1/plan", {"profile": "dgx2", "gpus": 3}, "gpus", "gpus 3: 'dgx2' has 16 built-in GPUs"),
+    ("/v1/plan", {"gpu_model": "GeForce 256"}, "gpu_model", "gpu_model: unknown device model 'GeForce 256'"),
+    ("/v1/plan", {"gpu_cache_share": 0.5, "cpu_cache_share": 0.6}, "cpu_cache_share",
+     "workload options: workload: gpu_cache_share + cpu_cache_share must not exceed 1"),
+    ("/v1/plan", {"set": ["nodes.nope.link.gen=5"]}, "set", "set nodes.nope.link.gen=5: no element with id 'nope'"),
+    ("/v1/plan", {"set": ["nodes.sw1.link.gen=99"]}, "set", "set nodes.sw1.link.gen=99: nodes.sw1.link.gen: PCIe"),
+    ("/v1/plan", {"set": ["name=" + "[" * 1000 + "]" * 1000]}, "set", "nested more than 200 deep"),
+    ("/v1/plan", {"nccl_xml": "<system"}, "nccl_xml", "not well-formed XML"),
+    ("/v1/plan", {"profile_yaml": "name: x\nnodes: [{id: a, kind: socket}]", "set": ["nodes.b.link.gen=5"]}, "set",
+     "set nodes.b.link.gen=5: no element with id 'b'"),
+    ("/v1/compare", {"profiles": ["paper-machine-b"], "gpus": 0}, "gpus", "the inventory has no GPU"),
+    ("/v1/compare", {"profiles": ["paper-machine-b"], "inventories": ["x"]}, "inventories", "inventories 'x': expected"),
+    ("/v1/compare", {"profiles": ["paper-machine-b"], "inventories": ["40xP5510,1xT4"]}, "inventories",
+     "40 x P5510 need 40 free slots"),
+    ("/v1/simulate", {"placement": "nope"}, "placement", "placement 'nope': not a layout of 'paper-machine-b'"),
+    ("/v1/advise", {"budget": 100}, "budget", "budget 100 USD buys nothing for 'paper-machine-b'"),
+    ("/v1/advise", {"budget": 50000, "models": ["CX7"]}, "models", "models: CX7 is a nic"),
+    ("/v1/advise", {"budget": 50000, "models": ["X100"]}, "models", "models: unknown device model 'X100'"),
+    ("/v1/advise", {"budget": 50000, "prices": {"devices": {"X9": {"price_usd": 1}}}}, "prices",
+     "prices: devices.X9: unknown device model 'X9'"),
+    ("/v1/whatif/targets", {"hwloc_xml": "<topology><object"}, "hwloc_xml", "not well-formed XML"),
+])
+def test_semantic_422s_name_the_request_field_not_a_cli_flag(client, path, body, field, needle):
+    """The body is {detail, errors: [{field, message}]}; the page places each error beside its field, and
+    every message (and hint) speaks of request fields, never of `--gpus` or `--set`."""
+    r = client.post(path, json=body)
+    assert needle in _field_error(r, field)
+    assert "--" not in r.json().get("hint", ""), r.json()
+
+
+def test_uploaded_command_outputs_blame_the_one_that_is_wrong(client):
+    lspci = "-[0000:00]-+-00.0  Intel Corporation Device 09a2\n"
+    r = client.post("/v1/scan", files={"lspci": ("a", lspci.encode()), "dmidecode": ("b", b"zz")})
+    assert "dmidecode: not dmidecode output" in _field_error(r, "dmidecode")
+
+
+@pytest.mark.parametrize(("content", "ctype", "needle"), [
+    (b'{"profile": "\xff\xfe"}', "application/json", "body: not UTF-8 text (byte 0xff at position 13)"),
+    (b'{"gpus": ', "application/json", "body: not valid JSON at character 9"),
+    (b'{"set": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "application/json", "body: nested too deep to read"),
+])
+def test_unreadable_json_bodies_are_422_naming_the_body(client, content, ctype, needle):
+    r = client.post("/v1/plan", content=content, headers={"content-type": ctype})
+    assert needle in _field_error(r, "body")
+
+
+def test_a_broken_multipart_form_is_a_422_naming_the_body(client):
+    r = client.post("/v1/scan", content=b"xx", headers={"content-type": "multipart/form-data"})
+    assert "body: not a valid form" in _field_error(r, "body")
+
+
+@pytest.mark.parametrize(("method", "path", "allow"), [
+    ("GET", "/v1/plan", "POST"), ("PUT", "/v1/health", "GET"), ("DELETE", "/v1/profiles", "GET"),
+    ("POST", "/v1/jobs/abc", "GET, DELETE"), ("PUT", "/v1/jobs/place", "GET, POST, DELETE"),
+])
+def test_a_wrong_method_is_405_naming_the_allowed_ones(client, method, path, allow):
+    r = client.request(method, path)
+    assert r.status_code == 405, r.text
+    assert r.headers["allow"] == allow and r.json()["detail"] == f"{method} is not allowed on {path}; use {allow}"
+    assert client.get("/v1/no-such-route").status_code == 404

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from moment.errors import MomentError, validation_lines
+from moment.errors import Flag, MomentError, cli_flag, validation_lines
 from moment.topology.devices import find_model
 from moment.topology.model import Kind
 from moment.topology.profiles import parse_yaml
@@ -69,11 +69,11 @@ class PriceTable(BaseModel):
             out[m.name] = entry  # aliases ('a100') are stored under the catalogue name
         return out
 
-    def device(self, name: str) -> DevicePrice:
+    def device(self, name: str, flag: Flag = cli_flag) -> DevicePrice:
         m = find_model(name)
         if m.name not in self.devices:
             raise MomentError(f"no price for device model {m.name!r}",
-                              hint="add it to a file passed with --prices, e.g. "
+                              hint=f"add it to the prices given with {flag('prices')}, e.g. "
                                    f"devices: {{{m.name}: {{price_usd: ..., power_w: ..., date: ..., source: ...}}}}")
         return self.devices[m.name]
 

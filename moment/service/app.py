@@ -15,13 +15,14 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, FastAPI, File, Form, HTTPException, Request, UploadFile
 from fastapi.exceptions import RequestValidationError
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from moment.errors import MomentError
 from moment.service.access import LocalOnly
 from moment.service.config import Settings
 from moment.service.deadline import Searches, run_with_deadline
 from moment.service.errors import (
-    JSON, Busy, FieldError, TimedOut, TooLarge, error, request_field, validation_detail)
+    INVENTORY_INPUTS, JSON, Busy, FieldError, TimedOut, TooLarge, blame, error, request_field, validation_detail)
 from moment.service.limits import BodyLimit
 from moment.service.schemas import (
     UPLOADS, CompareRequest, CompareRow, Health, Job, PlaceJobRequest, PlanRequest, PlanResponse, ProbeJobRequest,
@@ -46,6 +47,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     """The service for `settings` (default: from the MOMENT_* environment variables)."""
     from moment import __version__
     from moment.service.jobs import JobRunner, JobStore
+    from moment.service.paths import relative
     from moment.service.tasks import run_place, run_probe
 
     s = (settings or Settings.from_env()).checked()
@@ -53,7 +55,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     runner = JobRunner(store, {"place": lambda r, ctx: run_place(r, ctx, s.data_dir),
                                "probe": lambda r, ctx: run_probe(r, ctx, s.data_dir, s.probe_max_mib,
                                                                  s.probe_max_job_mib)},
-                       workers=s.job_workers, max_queued=s.max_queued_jobs)
+                       workers=s.job_workers, max_queued=s.max_queued_jobs,
+                       shown=lambda v: relative(v, s.data_dir))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -117,15 +120,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         from moment.service.machines import machine
 
         topo, _ = machine(req, s.max_upload_bytes)
-        gpus = api.resolve_gpus(topo, req.gpus, flag=request_field) if not req.inventory else 0
-        inv = api.parse_inventory(req.inventory, gpus, req.ssds, req.gpu_model, req.ssd_model, flag=request_field)
-        wl = api.workload_spec(req.feature_dim, req.gb_per_gpu, req.gpu_cache_share, req.cpu_cache_share,
-                               flag=request_field)
-        result, out = run_with_deadline(
-            lambda progress: api.plan_machine(topo, inv, wl, overrides=req.overrides, calibration=req.calibration,
-                                              calibration_source="request", replay=req.replay,
-                                              maxflow_backend=req.maxflow_backend, progress=progress),
-            s.plan_timeout_s, "the plan search", slots)
+        with blame("inventory" if req.inventory else None, instead_of=INVENTORY_INPUTS):
+            gpus = api.resolve_gpus(topo, req.gpus, flag=request_field) if not req.inventory else 0
+            inv = api.parse_inventory(req.inventory, gpus, req.ssds, req.gpu_model, req.ssd_model,
+                                      flag=request_field)
+            wl = api.workload_spec(req.feature_dim, req.gb_per_gpu, req.gpu_cache_share, req.cpu_cache_share,
+                                   flag=request_field)
+            result, out = run_with_deadline(
+                lambda progress: api.plan_machine(topo, inv, wl, overrides=req.overrides,
+                                                  calibration=req.calibration, calibration_source="request",
+                                                  replay=req.replay, maxflow_backend=req.maxflow_backend,
+                                                  progress=progress),
+                s.plan_timeout_s, "the plan search", slots)
         if req.diagram:
             out["diagram_svg"] = api.plan_svg(topo, result)
         return JSON(out)
@@ -138,15 +144,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         from moment.service.machines import builtin_profile_path
         from moment.topology.profiles import load_profile
 
-        machines = [(name, api.calibrated(load_profile(str(builtin_profile_path(name, f"profiles.{i}")),
-                                                       req.overrides), req.calibration))
-                    for i, name in enumerate(req.profiles)]
-        rows = run_with_deadline(
-            lambda progress: api.compare_rows(machines, inventories=req.inventories, gpus=req.gpus, ssds=req.ssds,
-                                              gpu_model=req.gpu_model, ssd_model=req.ssd_model,
-                                              overrides=req.overrides, calibration=req.calibration, flag=request_field,
-                                              progress=progress),
-            s.plan_timeout_s, "the comparison", slots)
+        machines = []
+        for i, name in enumerate(req.profiles):
+            topo = load_profile(str(builtin_profile_path(name, f"profiles.{i}")), req.overrides, flag=request_field)
+            with blame("calibration"):
+                machines.append((name, api.calibrated(topo, req.calibration)))
+
+        def flag(name: str) -> str:  # one `inventories` entry is what the CLI calls --inventory
+            return "inventories" if name == "inventory" else name
+
+        with blame("inventories" if req.inventories else None, instead_of=INVENTORY_INPUTS):
+            rows = run_with_deadline(
+                lambda progress: api.compare_rows(machines, inventories=req.inventories, gpus=req.gpus,
+                                                  ssds=req.ssds, gpu_model=req.gpu_model, ssd_model=req.ssd_model,
+                                                  overrides=req.overrides, calibration=req.calibration, flag=flag,
+                                                  progress=progress),
+                s.plan_timeout_s, "the comparison", slots)
         return JSON(rows)
 
     @v1.post("/simulate", response_model=dict[str, Any], tags=["planning"], dependencies=searching)
@@ -164,7 +177,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
         def work(progress):
             if req.plan is not None:
-                return api.simulate_plan(topo, req.plan, steps=req.steps, seed=req.seed, uniform=req.uniform)
+                with blame("plan"):
+                    return api.simulate_plan(topo, req.plan, steps=req.steps, seed=req.seed, uniform=req.uniform)
             return api.simulate_named(topo, req.placement, req.gpus, req.ssds, steps=req.steps, seed=req.seed,
                                       uniform=req.uniform, flag=request_field)
 
@@ -257,7 +271,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(v1)
 
     @app.api_route("/v1/{rest:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"], include_in_schema=False)
-    def unknown(rest: str) -> JSON:  # JSON, not the page's 404, for any other /v1 path
+    async def unknown(rest: str, request: Request) -> JSON:
+        """JSON for any other /v1 request, not the page's 404: a 405 naming the methods when the path is a
+        route's (this catch-all would otherwise hide that), else a 404."""
+        from starlette.routing import Match
+
+        routes = [r for r in app.router.routes if getattr(r, "endpoint", None) is not unknown
+                  and r.matches(request.scope)[0] == Match.PARTIAL]  # the path matches, the method not
+        allowed = [m for m in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+                   if any(r.matches({**request.scope, "method": m})[0] == Match.FULL for r in routes)]
+        if allowed:
+            return JSON({"detail": f"{request.method} is not allowed on /v1/{rest}; use {', '.join(allowed)}"},
+                        status_code=405, headers={"Allow": ", ".join(allowed)})
         return error(404, f"no route /v1/{rest}; see /openapi.json")
 
     if STATIC.is_dir():  # the web page, when shipped: after the API so /v1 and /openapi.json win
@@ -282,6 +307,22 @@ def _handlers(app: FastAPI) -> None:
         if exc.hint and text.endswith(tail):  # the CLI's second line, as its own key
             text, hint = text[:-len(tail)], {"hint": exc.hint}
         return error(422, text, errors=[{"field": exc.field or "body", "message": text}], **hint)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSON:
+        if exc.status_code != 400:  # 401, 404 and 405 as FastAPI answers them, in this JSON
+            return JSON({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+        # a body FastAPI or Starlette could not parse (bad UTF-8 in JSON, a broken multipart form): bad input
+        cause = exc.__cause__
+        if isinstance(cause, UnicodeDecodeError):
+            why = f"not UTF-8 text (byte 0x{cause.object[cause.start]:02x} at position {cause.start})"
+        elif isinstance(cause, RecursionError):
+            why = "nested too deep to read"
+        elif cause is not None:
+            why = f"cannot be read ({type(cause).__name__}: {cause})"
+        else:
+            why = f"not a valid form ({exc.detail})"
+        return error(422, f"body: {why}", errors=[{"field": "body", "message": why}])
 
     @app.exception_handler(TooLarge)
     async def _too_large(request: Request, exc: TooLarge) -> JSON:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from starlette.responses import JSONResponse
@@ -15,6 +17,23 @@ from moment.errors import MomentError
 def request_field(name: str) -> str:
     """How the library's messages name an input here: the request field itself (the CLI says `--name`)."""
     return name
+
+
+#: inputs a COUNTxMODEL inventory replaces: what the library blames on them is the inventory's
+INVENTORY_INPUTS = ("gpus", "ssds", "gpu_model", "ssd_model", "inventory")
+
+
+@contextmanager
+def blame(field: str | None, *, instead_of: Collection[str] = ()) -> Iterator[None]:
+    """A MomentError raised inside is about request field `field`: one that names no input (a reader of
+    an upload), or one that names an input of `instead_of` (the planner's `gpus` where the request gave
+    an `inventory`). `field` None: no change."""
+    try:
+        yield
+    except MomentError as e:
+        if field is not None and (e.field is None or e.field in instead_of):
+            e.field = field
+        raise
 
 
 class FieldError(MomentError):
@@ -66,6 +85,10 @@ def validation_detail(errors: list[dict]) -> tuple[str, list[dict]]:
     """FastAPI's request errors as one line naming each field ('gpus: Input should be ...') and a list."""
     out = []
     for e in errors:
+        if e.get("type") == "json_invalid":  # loc is ("body", offset)
+            out.append({"field": "body", "message": f"not valid JSON at character {e['loc'][-1]}: "
+                                                     f"{e.get('ctx', {}).get('error', 'decode error')}"})
+            continue
         loc = [str(p) for p in e.get("loc", ()) if p not in ("body", "query", "path", "form")]
         field = ".".join(loc) or "body"
         msg = str(e.get("msg", "invalid")).removeprefix("Value error, ")

@@ -200,8 +200,10 @@ class JobRunner:
     """Worker threads running this process's queued jobs, oldest first."""
 
     def __init__(self, store: JobStore, executors: dict[str, Executor], workers: int = 1,
-                 max_queued: int | None = None):
-        self.store, self.executors, self.max_queued = store, executors, max_queued
+                 max_queued: int | None = None, shown: Callable[[Any], Any] = lambda v: v):
+        """`shown` rewrites what a job reports (result, error, notices) before it is stored, e.g. to cut
+        the server's own paths out of it."""
+        self.store, self.executors, self.max_queued, self.shown = store, executors, max_queued, shown
         self.owner = f"{_HOST}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
         _LIVE.add(self.owner)
         self.store.recover(self.owner)
@@ -244,13 +246,13 @@ class JobRunner:
             else:
                 self.store.end(job.id, "cancelled", error="cancelled while running")
         except MomentError as e:
-            self.store.end(job.id, "failed", error=str(e))
+            self.store.end(job.id, "failed", error=self.shown(str(e)))
         except Exception as e:  # noqa: BLE001 - a job's crash is its result, not the service's
-            self.store.end(job.id, "failed", error=f"internal error: {type(e).__name__}: {e}")
+            self.store.end(job.id, "failed", error=self.shown(f"internal error: {type(e).__name__}: {e}"))
         else:
             if ctx.notes:
                 result = {**result, "notices": ctx.notes}
-            self.store.end(job.id, "done", result=result)
+            self.store.end(job.id, "done", result=self.shown(result))
 
     def close(self, wait_s: float = 5.0) -> None:
         """Stop taking jobs; ask the running ones to stop; what is still running after `wait_s` is

@@ -132,7 +132,7 @@ def router(settings, slots: Searches | None = None) -> APIRouter:
         from moment.cost.prices import merge_prices
         from moment.planner import api
         from moment.service.deadline import run_with_deadline
-        from moment.service.errors import FieldError
+        from moment.service.errors import FieldError, blame, request_field
         from moment.service.machines import machine
 
         try:
@@ -142,14 +142,15 @@ def router(settings, slots: Searches | None = None) -> APIRouter:
             first = e.errors()[0]
             field = {"machine_power_w": "machine_watts"}.get(str(first["loc"][0]), str(first["loc"][0]))
             raise FieldError(field, first["msg"]) from None
-        table = merge_prices(req.prices, "prices") if req.prices is not None else None
+        with blame("prices"):
+            table = merge_prices(req.prices, "prices") if req.prices is not None else None
         topo, _ = machine(req, settings.max_upload_bytes)
         wl = api.workload_spec(req.feature_dim, req.gb_per_gpu, req.gpu_cache_share, req.cpu_cache_share,
-                               flag=lambda name: name)
+                               flag=request_field)
         result = run_with_deadline(
             lambda progress: advise(topo, req.budget, models=req.models or None, max_gpus=req.max_gpus,
                                     max_ssds=req.max_ssds, workload=wl, prices=table, params=params, top_k=req.top,
-                                    progress=progress),
+                                    progress=progress, flag=request_field),
             settings.plan_timeout_s, "the buying advice", slots)
         return JSON(result.model_dump(mode="json"))
 
