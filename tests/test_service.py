@@ -261,7 +261,6 @@ def test_service_never_imports_torch():
 
 
 def test_deadline_stops_the_search_and_bounds_how_many_run():
-    import threading
     import time
 
     from moment.service.deadline import Searches, run_with_deadline

@@ -22,25 +22,20 @@ from moment.service.access import LocalOnly
 from moment.service.config import Settings
 from moment.service.deadline import Searches, run_with_deadline
 from moment.service.errors import (
-    INVENTORY_INPUTS, JSON, Busy, FieldError, TimedOut, TooLarge, blame, error, request_field, validation_detail)
+    INVENTORY_INPUTS, JSON, Busy, FieldError, TimedOut, TooLarge, blame, error, error_responses, request_field,
+    validation_detail)
 from moment.service.limits import BodyLimit
 from moment.service.schemas import (
-    UPLOADS, CompareRequest, CompareRow, Health, Job, PlaceJobRequest, PlanRequest, PlanResponse, ProbeJobRequest,
-    ProfileRow, SimulateRequest)
+    UPLOADS, CompareRequest, CompareRow, Health, Job, PlaceJobRequest, PlanRequest, PlanResponse,
+    ProbeJobRequest, ProfileRow, ScanResponse, SimulateRequest, SimulateResponse)
 from moment.topology.devices import DeviceModel
 
 STATIC = Path(__file__).resolve().parent / "static"
 
 
 
-_ERRORS: dict[int | str, dict[str, Any]] = {
-    401: {"description": "missing or wrong bearer token (when the service has one)"},
-    403: {"description": "no token, and the connection came from beyond this machine (see `moment serve --help`)"},
-    408: {"description": "the search ran past the service's time limit"},
-    429: {"description": "too many searches at once: none finished within the time limit; try again later"},
-    413: {"description": "the body or an upload is over the service's size limit"},
-    422: {"description": "bad input; `detail` names the field"},
-}
+#: what any route may answer; the searches add 408 and 429, the job submissions 429
+COMMON_ERRORS = error_responses(401, 403, 404, 405, 413, 422)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -64,11 +59,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         runner.close()
 
     app = FastAPI(
-        title="Moment placement service", version=__version__, lifespan=lifespan,
+        title="Moment placement service", version=__version__, lifespan=lifespan, default_response_class=JSON,
         description="Plan where GPUs and SSDs go, compare machines, replay epochs and run data placement: "
                     "the `moment` command's answers as JSON. With a token, every /v1 route but health needs "
                     "`Authorization: Bearer TOKEN`.",
-        responses=_ERRORS,
+        responses=COMMON_ERRORS,
     )
     app.state.settings, app.state.jobs = s, runner
     app.add_middleware(BodyLimit, limit=s.max_body_bytes)
@@ -87,6 +82,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     cache: dict[str, Any] = {}
     slots = Searches(s.max_searches, s.max_waiting_searches)
     searching = [Depends(slots.admission)]  # the routes that search: a place among the searches, or 429
+    search_errors = error_responses(408, 429)
     open_routes = APIRouter(prefix="/v1")
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(authorised)])
 
@@ -97,23 +93,25 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return Health(status="ok", version=__version__, auth=s.token is not None)
 
     @v1.get("/profiles", response_model=list[ProfileRow], tags=["machines"])
-    def profiles() -> JSON:
+    def profiles() -> list[dict]:
         """The built-in machine profiles (`moment profiles --json`)."""
         from moment.planner.api import profiles_json
 
         if "profiles" not in cache:  # built-in files: read once per process
             cache["profiles"] = profiles_json()
-        return JSON(cache["profiles"])
+        return cache["profiles"]
 
     @v1.get("/models", tags=["machines"], response_model=list[DeviceModel])
-    def models() -> JSON:
+    def models() -> list[dict]:
         """The GPU, SSD and NIC models the planner knows (`moment models --json`)."""
         from moment.planner.api import models_json
 
-        return JSON(models_json())
+        return models_json()
 
-    @v1.post("/plan", response_model=PlanResponse, tags=["planning"], dependencies=searching)
-    def plan(req: PlanRequest) -> JSON:
+    @v1.post("/plan", response_model=PlanResponse, response_model_exclude_unset=True, tags=["planning"],
+             dependencies=searching,
+             responses=search_errors)
+    def plan(req: PlanRequest) -> dict:
         """Recommend which slot gets which GPU and SSD (`moment plan --json`); `diagram: true` adds the
         recommended machine's picture as `diagram_svg`."""
         from moment.planner import api
@@ -134,10 +132,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 s.plan_timeout_s, "the plan search", slots)
         if req.diagram:
             out["diagram_svg"] = api.plan_svg(topo, result)
-        return JSON(out)
+        return out
 
-    @v1.post("/compare", response_model=list[CompareRow], tags=["planning"], dependencies=searching)
-    def compare(req: CompareRequest) -> JSON:
+    @v1.post("/compare", response_model=list[CompareRow], response_model_exclude_unset=True, tags=["planning"],
+             dependencies=searching,
+             responses=search_errors)
+    def compare(req: CompareRequest) -> list[dict]:
         """Plan several built-in machines (or inventories) and put the best layouts side by side
         (`moment compare --json`)."""
         from moment.planner import api
@@ -160,10 +160,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                                                   overrides=req.overrides, calibration=req.calibration, flag=flag,
                                                   progress=progress),
                 s.plan_timeout_s, "the comparison", slots)
-        return JSON(rows)
+        return rows
 
-    @v1.post("/simulate", response_model=dict[str, Any], tags=["planning"], dependencies=searching)
-    def simulate(req: SimulateRequest) -> JSON:
+    @v1.post("/simulate", response_model=SimulateResponse, response_model_exclude_unset=True, tags=["planning"],
+             dependencies=searching,
+             responses=search_errors)
+    def simulate(req: SimulateRequest) -> dict:
         """Replay an epoch step by step (`moment simulate --json`): a named layout of the profile
         (`placement`, with `gpus`/`ssds`) or a plan's recommended placement (`plan`)."""
         from moment.planner import api
@@ -183,9 +185,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                                       uniform=req.uniform, flag=request_field)
 
         rep = run_with_deadline(work, s.plan_timeout_s, "the replay", slots)
-        return JSON(api.replay_json(rep, req.calibration))
+        return api.replay_json(rep, req.calibration)
 
-    @v1.post("/scan", response_model=dict[str, Any], tags=["machines"])
+    @v1.post("/scan", response_model=ScanResponse, response_model_exclude_none=True, tags=["machines"])
     async def scan(
         nccl_xml: Annotated[UploadFile | None, File(description=UPLOADS["nccl_xml"])] = None,
         hwloc_xml: Annotated[UploadFile | None, File(description=UPLOADS["hwloc_xml"])] = None,
@@ -194,7 +196,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         dmidecode: Annotated[UploadFile | None, File(description=UPLOADS["dmidecode"])] = None,
         nvidia_smi: Annotated[UploadFile | None, File(description=UPLOADS["nvidia_smi"])] = None,
         name: Annotated[str | None, Form(max_length=200, description="name of the machine")] = None,
-    ) -> JSON:
+    ) -> dict:
         """Read an uploaded machine description (multipart files) into a topology, as
         `moment scan --from-... --json` does; use the result as `profile_yaml` (YAML or JSON) in /v1/plan."""
         from starlette.concurrency import run_in_threadpool
@@ -216,30 +218,29 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             raise FieldError("nccl_xml", "upload one machine description: nccl_xml, hwloc_xml, or lspci / "
                                          "lspci_vvv / dmidecode / nvidia_smi text")
         topo, report = await run_in_threadpool(read_uploads, texts, name)
-        return JSON(topology_json(topo, report))
+        return topology_json(topo, report)
 
     # ---- jobs ----------------------------------------------------------------------------------------
-    @v1.post("/jobs/place", response_model=Job, status_code=202, tags=["jobs"])
-    def place_job(req: PlaceJobRequest) -> JSON:
+    @v1.post("/jobs/place", response_model=Job, status_code=202, tags=["jobs"], responses=error_responses(429))
+    def place_job(req: PlaceJobRequest) -> Job:
         """Start `moment place` on DATA_DIR/datasets/DATASET, writing DATA_DIR/layouts/LAYOUT; poll the job."""
         from moment.service.tasks import check_place
 
         check_place(req, s.data_dir)
-        return JSON(runner.submit("place", req.model_dump(mode="json", by_alias=True)).model_dump(mode="json"),
-                    status_code=202)
+        return runner.submit("place", req.model_dump(mode="json", by_alias=True))
 
-    @v1.post("/jobs/probe", response_model=Job, status_code=202, tags=["jobs"])
-    def probe_job(req: ProbeJobRequest) -> JSON:
+    @v1.post("/jobs/probe", response_model=Job, status_code=202, tags=["jobs"], responses=error_responses(429))
+    def probe_job(req: ProbeJobRequest) -> Job:
         """Start `moment probe` on directories under DATA_DIR/probe/; poll the job."""
         from moment.service.tasks import check_probe
 
         check_probe(req, s.data_dir, s.probe_max_mib, s.probe_max_job_mib)
-        return JSON(runner.submit("probe", req.model_dump(mode="json")).model_dump(mode="json"), status_code=202)
+        return runner.submit("probe", req.model_dump(mode="json"))
 
     @v1.get("/jobs", response_model=list[Job], tags=["jobs"])
-    def jobs() -> JSON:
+    def jobs() -> list[Job]:
         """The latest jobs, newest first."""
-        return JSON([j.model_dump(mode="json") for j in store.list()])
+        return store.list()
 
     def _job(job_id: str) -> Job:
         job = store.get(job_id)
@@ -248,20 +249,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return job
 
     @v1.get("/jobs/{job_id}", response_model=Job, tags=["jobs"])
-    def job(job_id: str) -> JSON:
+    def job(job_id: str) -> Job:
         """A job's state, progress, and result or error."""
-        return JSON(_job(job_id).model_dump(mode="json"))
+        return _job(job_id)
 
     @v1.delete("/jobs/{job_id}", response_model=Job, tags=["jobs"])
-    def cancel(job_id: str) -> JSON:
+    def cancel(job_id: str) -> Job:
         """Cancel a job: a queued one at once, a running one at its next progress report."""
         _job(job_id)
         job = store.cancel(job_id)
         assert job is not None
-        return JSON(job.model_dump(mode="json"))
+        return job
 
     @v1.post("/jobs/{job_id}/cancel", response_model=Job, tags=["jobs"])
-    def cancel_post(job_id: str) -> JSON:
+    def cancel_post(job_id: str) -> Job:
         """The same as DELETE /v1/jobs/{job_id}, for clients that cannot send DELETE."""
         return cancel(job_id)
 

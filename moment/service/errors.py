@@ -12,6 +12,7 @@ from typing import Any
 from starlette.responses import JSONResponse
 
 from moment.errors import MomentError
+from moment.service.schemas import ErrorBody
 
 
 def request_field(name: str) -> str:
@@ -75,6 +76,23 @@ class JSON(JSONResponse):
         except ValueError:
             text = json.dumps(_finite(content), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
         return text.encode("utf-8")
+
+
+_ERRORS = {
+    401: "missing or wrong bearer token (when the service has one)",
+    403: "no token, and the connection came from beyond this machine (see `moment serve --help`)",
+    404: "no such route or job",
+    405: "the route does not take this method (`Allow` lists those it takes)",
+    408: "the search ran past the service's time limit",
+    413: "the body or an upload is over the service's size limit",
+    422: "bad input: `errors` names each request field (`body`: the body could not be read)",
+    429: "too many searches or waiting jobs at once; try again after `Retry-After` seconds",
+}
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses` for these error statuses, each with the ErrorBody schema."""
+    return {s: {"description": _ERRORS[s], "model": ErrorBody} for s in statuses}
 
 
 def error(status: int, detail: str, **extra: Any) -> JSON:

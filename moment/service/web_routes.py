@@ -17,6 +17,7 @@ from typing import Any
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
 
+from moment.cost.advisor import AdviseResult
 from moment.service.deadline import Searches
 from moment.service.schemas import MachineIn
 
@@ -108,22 +109,22 @@ def whatif_targets(topo) -> TargetsResponse:
 
 def router(settings, slots: Searches | None = None) -> APIRouter:
     """The page's routes for the app configured by `settings` (limits), sharing its search `slots`."""
-    from moment.service.errors import JSON
+    from moment.service.errors import error_responses
 
     r = APIRouter()
 
     @r.post("/whatif/targets", response_model=TargetsResponse, tags=["page"])
-    def targets(req: MachineIn) -> JSON:
+    def targets(req: MachineIn) -> TargetsResponse:
         """The links of a machine (a built-in profile or an upload) a what-if can change, with the
         `set` path of each: the planning page's link picker."""
         from moment.service.machines import machine
 
         topo, _ = machine(req, settings.max_upload_bytes)
-        return JSON(whatif_targets(topo).model_dump(mode="json"))
+        return whatif_targets(topo)
 
-    @r.post("/advise", response_model=dict[str, Any], tags=["planning"],
+    @r.post("/advise", response_model=AdviseResult, tags=["planning"], responses=error_responses(408, 429),
             dependencies=[Depends(slots.admission)] if slots is not None else [])
-    def advise(req: AdviseRequest) -> JSON:
+    def advise(req: AdviseRequest) -> AdviseResult:
         """What to buy under a budget (`moment advise --json`): inventories of one GPU and one SSD model
         placed on the chassis, best throughput per TCO dollar and best throughput, with runner-ups."""
         from pydantic import ValidationError
@@ -152,6 +153,6 @@ def router(settings, slots: Searches | None = None) -> APIRouter:
                                     max_ssds=req.max_ssds, workload=wl, prices=table, params=params, top_k=req.top,
                                     progress=progress, flag=request_field),
             settings.plan_timeout_s, "the buying advice", slots)
-        return JSON(result.model_dump(mode="json"))
+        return result
 
     return r
