@@ -208,9 +208,11 @@ def test_a_broken_multipart_form_is_a_422_naming_the_body(client):
 @pytest.mark.parametrize(("method", "path", "allow"), [
     ("GET", "/v1/plan", "POST"), ("PUT", "/v1/health", "GET"), ("DELETE", "/v1/profiles", "GET"),
     ("POST", "/v1/jobs/abc", "GET, DELETE"), ("PUT", "/v1/jobs/place", "GET, POST, DELETE"),
+    ("OPTIONS", "/v1/plan", "POST"),
 ])
 def test_a_wrong_method_is_405_naming_the_allowed_ones(client, method, path, allow):
     r = client.request(method, path)
     assert r.status_code == 405, r.text
     assert r.headers["allow"] == allow and r.json()["detail"] == f"{method} is not allowed on {path}; use {allow}"
+    assert client.head("/v1/health").status_code == 405
     assert client.get("/v1/no-such-route").status_code == 404

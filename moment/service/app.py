@@ -271,7 +271,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(open_routes)
     app.include_router(v1)
 
-    @app.api_route("/v1/{rest:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"], include_in_schema=False)
+    @app.api_route("/v1/{rest:path}", methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"],
+                   include_in_schema=False)
     async def unknown(rest: str, request: Request) -> JSON:
         """JSON for any other /v1 request, not the page's 404: a 405 naming the methods when the path is a
         route's (this catch-all would otherwise hide that), else a 404."""
