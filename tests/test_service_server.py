@@ -137,3 +137,17 @@ def test_uvicorn_factory_on_all_addresses_serves_only_this_machine_without_a_tok
     finally:
         proc.terminate()
         proc.communicate(timeout=30)
+
+
+def test_serve_allow_no_token_is_the_explicit_opt_in(tmp_path):
+    """With --allow-no-token (or MOMENT_ALLOW_NO_TOKEN=1) the bind rule lets 0.0.0.0 through: here the
+    next check (a taken port) is the one that answers."""
+    with socket.socket() as held:
+        held.bind(("0.0.0.0", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        for extra, env in ((["--allow-no-token"], {}), ([], {"MOMENT_ALLOW_NO_TOKEN": "1"})):
+            r = subprocess.run([sys.executable, "-m", "moment", "serve", "--host", "0.0.0.0", "--port", str(port),
+                                "--data-dir", str(tmp_path / "d"), *extra], env=_env(**env), capture_output=True,
+                               text=True, timeout=60)
+            assert r.returncode == 2 and "cannot listen there" in r.stderr and "token" not in r.stderr, r.stderr
