@@ -14,12 +14,25 @@ from collections.abc import Callable, Collection
 NPZ_ERRORS = (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile)
 
 
-class MomentError(Exception):
-    """A problem with the user's input or environment, described for a person."""
+#: how a message spells an input, given its name (`gb_per_gpu`): the CLI's option or the service's field
+Flag = Callable[[str], str]
 
-    def __init__(self, message: str, *, source: str | None = None, hint: str | None = None):
+
+def cli_flag(name: str) -> str:
+    """`gb_per_gpu` -> `--gb-per-gpu`: how the CLI spells an input."""
+    return "--" + name.replace("_", "-")
+
+
+class MomentError(Exception):
+    """A problem with the user's input or environment, described for a person. `field` names the input
+    it is about by its plain name (`gpus`, the service's request field), so a caller can show the error
+    beside that input; the message itself spells the input as the caller's `flag` does."""
+
+    def __init__(self, message: str, *, source: str | None = None, hint: str | None = None,
+                 field: str | None = None):
         self.source = source
         self.hint = hint
+        self.field = field
         text = f"{source}: {message}" if source else message
         if hint:
             text = f"{text}\n  hint: {hint}"

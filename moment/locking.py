@@ -7,8 +7,9 @@ process never blocks anyone: the next writer simply takes it. The file says who 
 deletes the file when it lets go; a taker checks that the file it locked is still the one at the
 path (else it tries again), so the deletion can never let two writers in.
 
-Locks are reentrant within a process: `moment place` takes the lock on its --out before it
-pre-samples, and the layout writer it calls takes the same lock again.
+Locks are reentrant within a thread: `moment place` takes the lock on its --out before it
+pre-samples, and the layout writer it calls takes the same lock again. Another thread of the same
+process is refused as another process would be (the service runs jobs on several threads).
 Base level: every layer may import it.
 """
 
@@ -21,6 +22,7 @@ import os
 import shlex
 import socket
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,7 +34,8 @@ from moment.errors import MomentError
 #: the command line shown to whoever finds a lock taken (the CLI sets it; else sys.argv)
 COMMAND: str | None = None
 
-_held: dict[str, list[int]] = {}  # lock file -> [fd, depth]
+_held: dict[str, list[int]] = {}  # lock file -> [fd, depth, holding thread's ident]
+_guard = threading.Lock()  # _held is shared by the process's threads
 
 
 def lock_path(target: str | Path) -> Path:
@@ -47,20 +50,28 @@ def locked(target: str | Path, what: str = "output") -> Iterator[None]:
     naming its holder. `what` names the output in that message ("layout", "dataset")."""
     path = lock_path(target)
     key = str(path)
-    if key in _held:
-        _held[key][1] += 1
+    me = threading.get_ident()
+    with _guard:
+        mine = key in _held and _held[key][2] == me
+        if mine:
+            _held[key][1] += 1
+    if mine:
         try:
             yield
         finally:
-            _held[key][1] -= 1
+            with _guard:
+                _held[key][1] -= 1
         return
+    # not held by this thread: flock on a new open file, which another thread's open file also blocks
     fd = _acquire(path, Path(target), what)
-    _held[key] = [fd, 1]
+    with _guard:
+        _held[key] = [fd, 1, me]
     try:
         testpoints.reach("locked")
         yield
     finally:
-        del _held[key]
+        with _guard:
+            del _held[key]
         try:
             os.unlink(path)  # still holding it: nobody can have locked this file meanwhile
         except OSError:

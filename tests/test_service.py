@@ -261,13 +261,12 @@ def test_service_never_imports_torch():
 
 
 def test_deadline_stops_the_search_and_bounds_how_many_run():
-    import threading
     import time
 
-    from moment.service.deadline import run_with_deadline
+    from moment.service.deadline import Searches, run_with_deadline
     from moment.service.errors import Busy, TimedOut
 
-    slots = threading.BoundedSemaphore(1)
+    searches = Searches(1, 1)
     reports = []
 
     def search(progress):
@@ -278,17 +277,17 @@ def test_deadline_stops_the_search_and_bounds_how_many_run():
         return "finished"
 
     with pytest.raises(TimedOut, match="within the service's limit of 0.1 s"):
-        run_with_deadline(search, 0.1, "the plan search", slots)
+        run_with_deadline(search, 0.1, "the plan search", searches)
     # told to stop, the search ends at its next progress report and gives its slot back
-    assert slots.acquire(timeout=5)
+    assert searches.slots.acquire(timeout=5)
     n = len(reports)
     time.sleep(0.1)
     assert len(reports) == n < 1000
     # no free slot within the limit: busy
     with pytest.raises(Busy, match="no free slot"):
-        run_with_deadline(search, 0.1, "the plan search", slots)
-    slots.release()
-    assert run_with_deadline(lambda progress: "ok", 5, "x", slots) == "ok"
+        run_with_deadline(search, 0.1, "the plan search", searches)
+    searches.slots.release()
+    assert run_with_deadline(lambda progress: "ok", 5, "x", searches) == "ok"
     with pytest.raises(ValueError, match="boom"):
-        run_with_deadline(lambda progress: (_ for _ in ()).throw(ValueError("boom")), 5, "x", slots)
-    assert slots.acquire(timeout=1)  # errors give the slot back too
+        run_with_deadline(lambda progress: (_ for _ in ()).throw(ValueError("boom")), 5, "x", searches)
+    assert searches.slots.acquire(timeout=1)  # errors give the slot back too

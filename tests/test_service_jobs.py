@@ -4,6 +4,7 @@ names that never leave the data directory."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import threading
 import time
@@ -45,6 +46,8 @@ def test_probe_job_result_survives_a_restart(tmp_path):
         assert job["state"] == "done", job
         assert set(job["result"]) == {"ssd", "memory_copy_gbps", "cuda"}  # `moment probe --json`'s keys
         assert job["result"]["ssd"]["ssd0"]["seq_read_gbps"] > 0
+        assert job["result"]["ssd"]["ssd0"]["path"] == f"probe/fast/.moment-probe-{16 << 20}.bin"
+        assert str(tmp_path) not in json.dumps(job)
         assert (tmp_path / "data" / "probe" / "fast").is_dir()
         assert job["progress"]["stage"] == "cuda" and job["finished"] >= job["started"] >= job["created"]
     with TestClient(create_app(settings)) as c:  # a new service on the same database
@@ -106,7 +109,9 @@ def test_place_job_writes_the_layout_moment_place_writes(tmp_path):
         job = wait(c, r.json()["id"])
         assert job["state"] == "done", job
         res = job["result"]
-        assert res["layout"] == str(data / "layouts" / "L") and res["plan"]["placement"] == plan["placement"]
+        # paths relative to the data directory: an answer never shows where the server keeps its data
+        assert (res["layout"], res["dataset"]) == ("layouts/L", "datasets/ds")
+        assert str(data) not in json.dumps(job) and res["plan"]["placement"] == plan["placement"]
         assert set(res["policies"]) == {"ddak", "hash", "degree"}
         assert open_layout(data / "layouts" / "L").num_nodes == 3_000
         # a second job on the same layout name is refused up front

@@ -95,3 +95,59 @@ def test_serve_on_a_taken_port_says_so_in_one_message(tmp_path):
     assert r.returncode == 2, r.stderr
     assert f"--port {port}: cannot listen there" in r.stderr and "pick another --port" in r.stderr
     assert "Traceback" not in r.stderr and "ERROR:" not in r.stderr
+
+
+def _own_public_address() -> str | None:
+    """A non-loopback IPv4 address of this machine (the one a route out would use), if it has one."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("192.0.2.1", 9))  # TEST-NET-1: nothing is sent
+            addr = s.getsockname()[0]
+        except OSError:
+            return None
+    return None if addr.startswith("127.") or addr == "0.0.0.0" else addr
+
+
+def test_uvicorn_factory_on_all_addresses_serves_only_this_machine_without_a_token(tmp_path):
+    """The factory entry point keeps `moment serve`'s rule: bound to 0.0.0.0 with no token, a connection
+    to the machine's own public address is refused (403), one to 127.0.0.1 is served."""
+    public = _own_public_address()
+    if public is None:
+        pytest.skip("this machine has no non-loopback IPv4 address to connect to")
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "--factory", "moment.service.app:create_app",
+                             "--host", "0.0.0.0", "--port", str(port), "--log-level", "warning"],
+                            env=_env(MOMENT_DATA_DIR=str(tmp_path / "data")), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        end = time.monotonic() + 60
+        while True:
+            try:
+                status, _ = _get(f"http://127.0.0.1:{port}/v1/health", timeout=2)
+                break
+            except (urllib.error.URLError, ConnectionError):
+                assert proc.poll() is None, proc.communicate()[1][-2000:]
+                assert time.monotonic() < end, "the server did not answer within 60 s"
+                time.sleep(0.2)
+        assert status == 200
+        status, body = _get(f"http://{public}:{port}/v1/health")
+        assert status == 403 and "without a token" in body["detail"], body
+        status, body = _get(f"http://{public}:{port}/v1/plan", {"gpus": 1, "ssds": 1})
+        assert status == 403, body
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
+
+
+def test_serve_allow_no_token_is_the_explicit_opt_in(tmp_path):
+    """With --allow-no-token (or MOMENT_ALLOW_NO_TOKEN=1) the bind rule lets 0.0.0.0 through: here the
+    next check (a taken port) is the one that answers."""
+    with socket.socket() as held:
+        held.bind(("0.0.0.0", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        for extra, env in ((["--allow-no-token"], {}), ([], {"MOMENT_ALLOW_NO_TOKEN": "1"})):
+            r = subprocess.run([sys.executable, "-m", "moment", "serve", "--host", "0.0.0.0", "--port", str(port),
+                                "--data-dir", str(tmp_path / "d"), *extra], env=_env(**env), capture_output=True,
+                               text=True, timeout=60)
+            assert r.returncode == 2 and "cannot listen there" in r.stderr and "token" not in r.stderr, r.stderr

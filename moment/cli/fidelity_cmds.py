@@ -246,14 +246,13 @@ def probe_cmd(
     GPU<->GPU copy rates. Example: moment probe --ssd-path ssd0=/mnt/nvme0 --out measured.yaml"""
     import yaml
 
-    from moment.io.probe import probe_machine
+    from moment.io.probe import check_probe, probe_machine
     from moment.placement.planning import parse_ssd_paths
     from moment.outputs import atomic_write
     from moment.topology.profiles import dump_yaml, load_profile
 
     targets = parse_ssd_paths(ssd_paths) if ssd_paths else {"ssd0": "."}
-    if size_mib < 16:
-        raise MomentError(f"--size-mib {size_mib}: at least 16")
+    check_probe(size_mib << 20, queue_depth)
     if profile_out is not None and profile is None:
         raise MomentError("--profile-out needs --profile (the profile to write the measurements into)")
     result = probe_machine(targets, file_bytes=size_mib << 20, queue_depth=queue_depth)

@@ -20,6 +20,9 @@ def serve_cmd(
     token: str | None = typer.Option(None, "--token", envvar="MOMENT_TOKEN", show_envvar=True,
                                      help="bearer token every /v1 route but health requires (prefer the env variable: "
                                           "arguments show in `ps`)"),
+    allow_no_token: bool = typer.Option(
+        False, "--allow-no-token", envvar="MOMENT_ALLOW_NO_TOKEN", show_envvar=True,
+        help="serve other machines without a token: only behind a reverse proxy that authenticates them"),
     db: Path | None = typer.Option(None, "--db", help="SQLite job database (default DATA_DIR/jobs.sqlite3)"),
     workers: int = typer.Option(1, "--workers", help="worker processes (they share the job database)"),
     root_path: str = typer.Option("", "--root-path", help="URL prefix a reverse proxy serves the app under, e.g. /moment"),
@@ -35,7 +38,7 @@ def serve_cmd(
 
     Example: moment serve --port 8000 --data-dir ./moment-data, then curl -s localhost:8000/v1/plan -H 'content-type: application/json' -d '{"profile": "paper-machine-b", "gpus": 4, "ssds": 8}'
 
-    Safe by default: it listens on 127.0.0.1 only. Listening on another address needs a token (--token or MOMENT_TOKEN); clients then send `Authorization: Bearer TOKEN`.
+    Safe by default: it listens on 127.0.0.1 only. Listening on another address needs a token (--token or MOMENT_TOKEN); clients then send `Authorization: Bearer TOKEN`. The app applies the same rule to every connection however it was started (uvicorn --factory, gunicorn): without a token it answers 403 to a connection that reached a non-loopback address, unless --allow-no-token (MOMENT_ALLOW_NO_TOKEN=1) says a proxy in front authenticates the clients.
 
     Behind a reverse proxy (nginx, Caddy, Traefik): keep --host 127.0.0.1 and proxy to it; set --forwarded-allow-ips to the proxy's address so its X-Forwarded-For/-Proto headers are trusted, and --root-path /PREFIX when the proxy serves the app under a path prefix (and strips it). Let the proxy terminate TLS; its own body limit should not be below --max-body-mib.
 
@@ -43,7 +46,7 @@ def serve_cmd(
     """
     from moment.service.config import ENV, MiB, Settings, check_bind
 
-    check_bind(host, token)
+    check_bind(host, token, allow_no_token)
     if workers < 1:
         raise MomentError(f"--workers {workers}: at least 1")
     if not 0 < port < 65536:
@@ -54,11 +57,13 @@ def serve_cmd(
     except ImportError as e:
         raise MomentError(f"the service needs {e.name}: pip install 'moment[serve]'") from None
     _check_port_free(host, port)
-    settings = Settings(data_dir=data_dir, db=db, token=token, max_body_bytes=int(max_body_mib * MiB),
-                        max_upload_bytes=int(max_upload_mib * MiB), plan_timeout_s=plan_timeout).checked()
+    settings = Settings(data_dir=data_dir, db=db, token=token, allow_no_token=allow_no_token,
+                        max_body_bytes=int(max_body_mib * MiB), max_upload_bytes=int(max_upload_mib * MiB),
+                        plan_timeout_s=plan_timeout).checked()
     common = dict(host=host, port=port, root_path=root_path, proxy_headers=True,
                   forwarded_allow_ips=forwarded_allow_ips, log_level=log_level)
-    auth = "bearer token required" if settings.token else "no token: loopback only"
+    auth = ("bearer token required" if settings.token else
+            "no token: other machines allowed (--allow-no-token)" if allow_no_token else "no token: loopback only")
     err_console.print(f"moment service on http://{host}:{port}{root_path}/ (data {settings.data_dir}; {auth})",
                       highlight=False)
     if workers == 1:
@@ -73,6 +78,8 @@ def serve_cmd(
         os.environ[ENV["db"]] = str(db)
     if settings.token:
         os.environ[ENV["token"]] = settings.token
+    if allow_no_token:
+        os.environ[ENV["allow_no_token"]] = "1"
     uvicorn.run("moment.service.app:create_app", factory=True, workers=workers, **common)
 
 

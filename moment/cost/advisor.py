@@ -32,7 +32,7 @@ from pydantic import BaseModel, Field
 
 from moment.cost.model import CostParams, costs, report, samples_per_epoch
 from moment.cost.prices import PriceTable, load_prices
-from moment.errors import MomentError
+from moment.errors import Flag, MomentError, cli_flag
 from moment.topology.bandwidth import GB
 from moment.topology.devices import Inventory, InventoryItem, builtin_gpus, find_model, fits, strip
 from moment.topology.model import Kind, Link, Topology
@@ -129,16 +129,25 @@ def _key_thr(thr: float, inv: _Inv) -> tuple:
     return (-_q(thr), inv.tco_usd, inv.label)
 
 
-def _split_models(models: list[str] | None, prices: PriceTable) -> tuple[list[str], list[str]]:
+def _split_models(models: list[str] | None, prices: PriceTable, flag: Flag) -> tuple[list[str], list[str]]:
     """GPU and SSD models to search: the listed ones of each kind; a kind not listed: every priced model."""
     gpus: list[str] = []
     ssds: list[str] = []
+    def named(e: MomentError) -> MomentError:
+        return MomentError(f"{flag('models')}: {str(e).splitlines()[0]}", hint=e.hint, field="models")
+
     for name in models or []:
-        m = find_model(name)
+        try:
+            m = find_model(name)
+        except MomentError as e:
+            raise named(e) from None
         target = gpus if m.kind == Kind.gpu else ssds if m.kind == Kind.ssd else None
         if target is None:
-            raise MomentError(f"models: {m.name} is a {m.kind.value}; list GPU and SSD models")
-        prices.device(m.name)  # no price: one line naming the model
+            raise MomentError(f"{flag('models')}: {m.name} is a {m.kind.value}; list GPU and SSD models", field="models")
+        try:
+            prices.device(m.name, flag)  # no price: one line naming the model
+        except MomentError as e:
+            raise named(e) from None
         if m.name not in target:
             target.append(m.name)
     return gpus or prices.models(Kind.gpu), ssds or prices.models(Kind.ssd)
@@ -233,28 +242,30 @@ class _Bound:
 def advise(topo: Topology, budget_usd: float, *, models: list[str] | None = None, max_gpus: int | None = None,
            max_ssds: int | None = None, workload: WorkloadSpec | None = None, prices: PriceTable | None = None,
            params: CostParams | None = None, top_k: int = 3, prune: bool = True,
-           progress: Callable[[int, int], None] | None = None) -> AdviseResult:
+           progress: Callable[[int, int], None] | None = None, flag: Flag = cli_flag) -> AdviseResult:
     """The best inventories for `topo`'s chassis under `budget_usd` (hardware), by throughput per TCO
-    dollar and by throughput, with their placements. `progress(done, total)` counts inventories."""
+    dollar and by throughput, with their placements. `progress(done, total)` counts inventories; messages
+    spell the inputs (budget, models, max_gpus, ...) as `flag` does."""
     from moment.planner.plan import make_plan
 
     t0 = time.perf_counter()
     if not budget_usd > 0 or not math.isfinite(budget_usd):
-        raise MomentError(f"budget {budget_usd:g} USD: give a positive amount")
+        raise MomentError(f"{flag('budget')} {budget_usd:g} USD: give a positive amount", field="budget")
     if top_k < 1:
-        raise MomentError(f"top k {top_k}: give 1 or more")
-    for name, v in (("max GPUs", max_gpus), ("max SSDs", max_ssds)):
+        raise MomentError(f"{flag('top')} {top_k}: give 1 or more", field="top")
+    for name, v in (("max_gpus", max_gpus), ("max_ssds", max_ssds)):
         if v is not None and v < 0:
-            raise MomentError(f"{name} {v}: must not be negative")
+            raise MomentError(f"{flag(name)} {v}: must not be negative", field=name)
     workload = workload or WorkloadSpec()
     prices = prices or load_prices()
     params = params or CostParams()
-    gpu_models, ssd_models = _split_models(models, prices)
+    gpu_models, ssd_models = _split_models(models, prices, flag)
     bare = strip(topo)[0]
     invs = _inventories(bare, gpu_models, ssd_models, max_gpus, max_ssds, workload)
     if not invs:
         raise MomentError(f"no inventory of {', '.join(gpu_models + ssd_models)} fits the free slots of {topo.name!r}",
-                          hint="check --max-gpus/--max-ssds and `moment profiles` for the chassis' empty slots")
+                          hint=f"check {flag('max_gpus')}/{flag('max_ssds')} and the chassis' empty slots "
+                               "(`moment profiles`)", field="models")
     seeds = samples_per_epoch(workload)
     bound = _Bound(bare, workload)
     in_budget: list[_Inv] = []
@@ -275,7 +286,8 @@ def advise(topo: Topology, budget_usd: float, *, models: list[str] | None = None
         raise MomentError(
             f"budget {budget_usd:,.0f} USD buys nothing for {topo.name!r}: the cheapest inventory searched "
             f"({cheapest[1]}, with the ${prices.server.price_usd:,.0f} server) costs {cheapest[0]:,.0f} USD",
-            hint="raise --budget, list cheaper --models, or price the server lower with --prices")
+            hint=f"raise {flag('budget')}, list cheaper {flag('models')}, or price the server lower with "
+                 f"{flag('prices')}", field="budget")
 
     total = len(in_budget)
     by_label = {c.label: c for c in in_budget}
@@ -362,7 +374,8 @@ def advise(topo: Topology, budget_usd: float, *, models: list[str] | None = None
     exact = [c for c in solved if c.exact is not None]
     if not exact:
         raise MomentError(f"no inventory within budget {budget_usd:,.0f} USD can be placed in {topo.name!r}",
-                          hint="raise --budget or lower --max-gpus (double-width cards cover neighbouring slots)")
+                          hint=f"raise {flag('budget')} or lower {flag('max_gpus')} (double-width cards cover "
+                               "neighbouring slots)", field="budget")
     ranked = [c for c in exact if not c.dominated]
     by_tpc = sorted(ranked, key=lambda c: _key_tpc(c.exact.tpc, c))
     by_thr = sorted(ranked, key=lambda c: _key_thr(c.exact.throughput_samples_per_s, c))

@@ -11,10 +11,9 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from moment.errors import MomentError, validation_lines
+from moment.errors import Flag, MomentError, cli_flag, validation_lines
 from moment.topology.devices import find_model
 from moment.topology.model import Kind
 from moment.topology.profiles import parse_yaml
@@ -70,11 +69,11 @@ class PriceTable(BaseModel):
             out[m.name] = entry  # aliases ('a100') are stored under the catalogue name
         return out
 
-    def device(self, name: str) -> DevicePrice:
+    def device(self, name: str, flag: Flag = cli_flag) -> DevicePrice:
         m = find_model(name)
         if m.name not in self.devices:
             raise MomentError(f"no price for device model {m.name!r}",
-                              hint="add it to a file passed with --prices, e.g. "
+                              hint=f"add it to the prices given with {flag('prices')}, e.g. "
                                    f"devices: {{{m.name}: {{price_usd: ..., power_w: ..., date: ..., source: ...}}}}")
         return self.devices[m.name]
 
@@ -94,7 +93,7 @@ def _read(path: Path) -> object:
 
 
 def shipped_data() -> dict:
-    return yaml.safe_load(resources.files("moment.cost").joinpath("prices.yaml").read_text())
+    return parse_yaml(resources.files("moment.cost").joinpath("prices.yaml").read_text(), "moment/cost/prices.yaml")
 
 
 def _validate(data: dict, source: str) -> PriceTable:

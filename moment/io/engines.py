@@ -37,6 +37,10 @@ class Engine(Protocol):
     def close(self) -> None: ...
 
 
+#: most reads one engine keeps in flight (the rings and thread pools are sized by it)
+MAX_QUEUE_DEPTH = 4096
+
+
 def available_backends() -> dict[str, str]:
     """Backend name → "" if usable here, else the reason it is not."""
     out = {"io_uring": "", "pthreads": "", "python": ""}
@@ -52,8 +56,8 @@ def available_backends() -> dict[str, str]:
 def make_engine(backend: str | None, queue_depth: int, threads: int | None) -> Engine:
     """Build the requested engine; "auto" (default, or $MOMENT_IO_BACKEND) takes the fastest usable."""
     backend = backend or os.environ.get("MOMENT_IO_BACKEND") or "auto"
-    if queue_depth < 1 or queue_depth > 4096:
-        raise MomentError(f"I/O queue depth must be between 1 and 4096, got {queue_depth}")
+    if queue_depth < 1 or queue_depth > MAX_QUEUE_DEPTH:
+        raise MomentError(f"I/O queue depth must be between 1 and {MAX_QUEUE_DEPTH}, got {queue_depth}")
     avail = available_backends()
     if backend == "auto":
         order = [b for b in BACKENDS if not avail[b]]

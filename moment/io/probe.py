@@ -16,12 +16,18 @@ from pathlib import Path
 
 import numpy as np
 
-from moment.errors import MomentError
+from moment.errors import Flag, MomentError, cli_flag
 from moment.outputs import atomic_file
+from moment.io.engines import MAX_QUEUE_DEPTH
 from moment.io.requests import ReadBatch
 from moment.io.stack import IOStack
 
 MiB = 1 << 20
+#: sequential reads per batch; the queue depth must keep at least two batches in flight
+SEQ_PER_BATCH = 4
+MIN_QUEUE_DEPTH = 2 * SEQ_PER_BATCH
+#: the scratch file holds at least this many sequential blocks
+MIN_SEQ_BLOCKS = 16
 
 
 @dataclass
@@ -76,19 +82,30 @@ def _run(stack: IOStack, batches: list[ReadBatch], depth: int) -> float:
     return time.perf_counter() - t0
 
 
+def check_probe(file_bytes: int, queue_depth: int, *, seq_block: int = MiB, flag: Flag = cli_flag) -> None:
+    """The probe's bounds on its scratch file and queue depth, asked before anything is written
+    (`moment probe`, the service's probe job at submit, and probe_ssd itself)."""
+    if file_bytes < MIN_SEQ_BLOCKS * seq_block:
+        raise MomentError(f"{flag('size_mib')} {file_bytes / MiB:g}: the probe file must hold at least {MIN_SEQ_BLOCKS} "
+                          f"sequential blocks ({MIN_SEQ_BLOCKS * seq_block // MiB} MiB)", field="size_mib")
+    if not MIN_QUEUE_DEPTH <= queue_depth <= MAX_QUEUE_DEPTH:
+        raise MomentError(f"{flag('queue_depth')} {queue_depth}: choose {MIN_QUEUE_DEPTH}-{MAX_QUEUE_DEPTH} reads in "
+                          f"flight (the sequential pass keeps batches of {SEQ_PER_BATCH} reads, at least two in "
+                          "flight)", field="queue_depth")
+
+
 def probe_ssd(directory: str | Path, *, file_bytes: int = 1 << 30, seq_block: int = MiB, rand_block: int = 4096,
               rand_reads: int = 40_000, queue_depth: int = 32, repeats: int = 3, seed: int = 0) -> SsdProbe:
     """Direct-I/O read rate (whole file in `seq_block` reads) and random-read IOPS of the file system
     holding `directory`; `queue_depth` reads in flight (as fio's iodepth); median of `repeats`."""
-    if file_bytes < 16 * seq_block:
-        raise MomentError(f"the probe file must hold at least 16 sequential blocks ({16 * seq_block} bytes)")
-    if queue_depth < 8 or repeats < 1:
-        raise MomentError("the probe needs a queue depth of at least 8 and at least one repeat")
+    check_probe(file_bytes, queue_depth, seq_block=seq_block)
+    if repeats < 1:
+        raise MomentError("the probe needs at least one repeat")
     path = _scratch(Path(directory), file_bytes)
     # large reads: small batches keep the queue full (a batch completes only when all its reads have);
     # 4 KiB reads: four batches of 1,000 in flight (the engine's ring still holds `queue_depth` reads at
     # once, as fio's iodepth), so neither Python's per-batch cost nor a batch's tail caps the IOPS
-    seq_per, rnd_per = 4, 1000
+    seq_per, rnd_per = SEQ_PER_BATCH, 1000
     rng = np.random.default_rng(seed)
     seq_rates, iops = [], []
     with IOStack([path], queue_depth=queue_depth, threads=queue_depth) as stack:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from moment.errors import MomentError, validation_lines
+from moment.errors import Flag, MomentError, cli_flag, validation_lines
 
 if TYPE_CHECKING:  # imported where used: the CLI imports this module at start-up, which must stay instant
     from moment.planner.calibration import Calibration
@@ -25,14 +25,6 @@ if TYPE_CHECKING:  # imported where used: the CLI imports this module at start-u
 #: --gpus when left out, on a machine whose GPUs go in slots
 DEFAULT_GPUS = 4
 
-Flag = Callable[[str], str]
-
-
-def cli_flag(name: str) -> str:
-    """`gb_per_gpu` -> `--gb-per-gpu`: how the CLI spells an input."""
-    return "--" + name.replace("_", "-")
-
-
 # ---- inputs ------------------------------------------------------------------------------------------
 def parse_inventory(spec: str | None, gpus: int, ssds: int, gpu_model: str, ssd_model: str, *,
                     flag: Flag = cli_flag) -> Inventory:
@@ -42,18 +34,18 @@ def parse_inventory(spec: str | None, gpus: int, ssds: int, gpu_model: str, ssd_
     if spec is not None:
         if not spec.strip():
             raise MomentError(f"{flag('inventory')} is empty: expected COUNTxMODEL[,COUNTxMODEL...], e.g. 4xA100,8xP5510",
-                              hint=f"leave {flag('inventory')} out to use {flag('gpus')}/{flag('ssds')}")
+                              hint=f"leave {flag('inventory')} out to use {flag('gpus')}/{flag('ssds')}", field="inventory")
         items = []
         for part in spec.split(","):
             m = re.fullmatch(r"\s*(\d+)\s*[xX*]\s*(\S+)\s*", part)
             if not m:
                 raise MomentError(f"{flag('inventory')} {spec!r}: expected COUNTxMODEL[,COUNTxMODEL...], "
-                                  "e.g. 4xA100,8xP5510")
+                                  "e.g. 4xA100,8xP5510", field="inventory")
             model = _model(m.group(2), "inventory", flag)
             items.append(InventoryItem(model=model.name, count=int(m.group(1))))
         return Inventory(items=items)
     if gpus < 0 or ssds < 0:
-        raise MomentError(f"{flag('gpus')} and {flag('ssds')} must not be negative")
+        raise MomentError(f"{flag('gpus')} and {flag('ssds')} must not be negative", field="gpus" if gpus < 0 else "ssds")
     _model(gpu_model, "gpu_model", flag), _model(ssd_model, "ssd_model", flag)
     return Inventory.simple(gpus, ssds, gpu_model, ssd_model)
 
@@ -65,7 +57,7 @@ def _model(name: str, what: str, flag: Flag):
     try:
         return find_model(name)
     except MomentError as e:
-        raise MomentError(f"{flag(what)}: unknown device model {name!r}", hint=e.hint) from None
+        raise MomentError(f"{flag(what)}: unknown device model {name!r}", hint=e.hint, field=what) from None
 
 
 def resolve_gpus(topo: Topology, gpus: int | None, *, flag: Flag = cli_flag) -> int:
@@ -88,7 +80,7 @@ def resolve_gpus(topo: Topology, gpus: int | None, *, flag: Flag = cli_flag) -> 
     model = getattr(built[0], "model", "GPU")
     raise MomentError(
         f"{flag('gpus')} {gpus}: {topo.name!r} has {len(built)} built-in GPUs ({model}) and no free slot for another",
-        hint=f"leave out {flag('gpus')} (or {flag('gpus')} 0) to plan the SSDs around its own GPUs")
+        hint=f"leave out {flag('gpus')} (or {flag('gpus')} 0) to plan the SSDs around its own GPUs", field="gpus")
 
 
 #: WorkloadSpec field -> the input that sets it
@@ -120,7 +112,10 @@ def workload_spec(feature_dim: int | None = None, gb_per_gpu: float | None = Non
             name = _WORKLOAD_INPUTS.get(".".join(map(str, loc)))
             return [flag(name) if name else "workload"]
 
-        raise MomentError(f"workload options: {'; '.join(validation_lines(e, relabel=relabel))}") from None
+        # the field of the first error; the model's own check (the shares' sum) blames the share given last
+        first = _WORKLOAD_INPUTS.get(".".join(map(str, e.errors()[0]["loc"]))) or (
+            "cpu_cache_share" if cpu_cache_share is not None else "gpu_cache_share")
+        raise MomentError(f"workload options: {'; '.join(validation_lines(e, relabel=relabel))}", field=first) from None
 
 
 def load_topology(profile: str, calibration: Path | None, overrides: list[str] | None = None):
@@ -276,7 +271,7 @@ def simulate_named(topo: Topology, layout: str, gpus: int, ssds: int, *, steps: 
     lays = {b.name: b for b in named_layouts(bare, inv)}
     if layout not in lays:
         raise MomentError(f"{flag('placement')} {layout!r}: not a layout of {bare.name!r} for {inv.describe()}",
-                          hint=f"its layouts: {', '.join(lays) or 'none'}")
+                          hint=f"its layouts: {', '.join(lays) or 'none'}", field="placement")
     return replay_placement(bare, lays[layout].placement, WorkloadSpec(), steps=steps, seed=seed, uniform=uniform)
 
 

@@ -33,22 +33,25 @@ TIE_REL = 1e-6
 
 
 def _check_inventory(bare: Topology, inventory: Inventory) -> None:
+    # `field`: the input to change, by kind (a caller that took a COUNTxMODEL list names that instead)
     models = inventory.models()
     if not models:
-        raise MomentError("the inventory is empty", hint="e.g. --gpus 4 --ssds 8")
+        raise MomentError("the inventory is empty: place at least one GPU or SSD", field="gpus")
     if not inventory.count(Kind.gpu) and not bare.of_kind(Kind.gpu):
-        raise MomentError("the inventory has no GPU and the machine holds none: there is nothing to feed")
+        raise MomentError("the inventory has no GPU and the machine holds none: there is nothing to feed",
+                          field="gpus")
     free = bare.empty_slots()
     for m, count in models:
         room = sum(fits(s, m) for s in free)
         if count > room:
             raise MomentError(
                 f"{count} x {m.name} need {count} free slots that take a {m.kind.value} "
-                f"(x{m.lanes} or wider), but {bare.name!r} has only {room}")
+                f"(x{m.lanes} or wider), but {bare.name!r} has only {room}",
+                field="gpus" if m.kind == Kind.gpu else "ssds")
     needed = sum(c for _, c in models)
     if needed > len(free):
         raise MomentError(f"the inventory ({inventory.describe()}) needs {needed} slots, "
-                          f"but {bare.name!r} has only {len(free)} free")
+                          f"but {bare.name!r} has only {len(free)} free", field="ssds")
 
 
 def _key(placement: dict[str, str]) -> tuple:

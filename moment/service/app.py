@@ -8,7 +8,6 @@ Every handler calls the function the matching CLI command calls (moment.planner.
 # no `from __future__ import annotations`: FastAPI reads the handlers' annotations, which name locals
 
 import hmac
-import threading
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -16,42 +15,43 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, FastAPI, File, Form, HTTPException, Request, UploadFile
 from fastapi.exceptions import RequestValidationError
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from moment.errors import MomentError
+from moment.service.access import LocalOnly
 from moment.service.config import Settings
-from moment.service.deadline import run_with_deadline
+from moment.service.deadline import Searches, run_with_deadline
 from moment.service.errors import (
-    JSON, Busy, FieldError, TimedOut, TooLarge, error, request_field, validation_detail)
+    INVENTORY_INPUTS, JSON, Busy, FieldError, TimedOut, TooLarge, blame, error, error_responses, request_field,
+    validation_detail)
 from moment.service.limits import BodyLimit
 from moment.service.schemas import (
-    UPLOADS, CompareRequest, CompareRow, Health, Job, PlaceJobRequest, PlanRequest, PlanResponse, ProbeJobRequest,
-    ProfileRow, SimulateRequest)
+    UPLOADS, CompareRequest, CompareRow, Health, Job, PlaceJobRequest, PlanRequest, PlanResponse,
+    ProbeJobRequest, ProfileRow, ScanResponse, SimulateRequest, SimulateResponse)
 from moment.topology.devices import DeviceModel
 
 STATIC = Path(__file__).resolve().parent / "static"
 
 
 
-_ERRORS: dict[int | str, dict[str, Any]] = {
-    401: {"description": "missing or wrong bearer token (when the service has one)"},
-    408: {"description": "the search ran past the service's time limit"},
-    429: {"description": "too many searches at once: none finished within the time limit; try again later"},
-    413: {"description": "the body or an upload is over the service's size limit"},
-    422: {"description": "bad input; `detail` names the field"},
-}
+#: what any route may answer; the searches add 408 and 429, the job submissions 429
+COMMON_ERRORS = error_responses(401, 403, 404, 405, 413, 422)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     """The service for `settings` (default: from the MOMENT_* environment variables)."""
     from moment import __version__
     from moment.service.jobs import JobRunner, JobStore
+    from moment.service.paths import relative
     from moment.service.tasks import run_place, run_probe
 
     s = (settings or Settings.from_env()).checked()
     store = JobStore(s.db_path)
     runner = JobRunner(store, {"place": lambda r, ctx: run_place(r, ctx, s.data_dir),
-                               "probe": lambda r, ctx: run_probe(r, ctx, s.data_dir, s.probe_max_mib)},
-                       workers=s.job_workers)
+                               "probe": lambda r, ctx: run_probe(r, ctx, s.data_dir, s.probe_max_mib,
+                                                                 s.probe_max_job_mib)},
+                       workers=s.job_workers, max_queued=s.max_queued_jobs,
+                       shown=lambda v: relative(v, s.data_dir))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -59,19 +59,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         runner.close()
 
     app = FastAPI(
-        title="Moment placement service", version=__version__, lifespan=lifespan,
+        title="Moment placement service", version=__version__, lifespan=lifespan, default_response_class=JSON,
         description="Plan where GPUs and SSDs go, compare machines, replay epochs and run data placement: "
                     "the `moment` command's answers as JSON. With a token, every /v1 route but health needs "
                     "`Authorization: Bearer TOKEN`.",
-        responses=_ERRORS,
+        responses=COMMON_ERRORS,
     )
     app.state.settings, app.state.jobs = s, runner
     app.add_middleware(BodyLimit, limit=s.max_body_bytes)
+    app.add_middleware(LocalOnly, settings=s)  # outermost: a refused connection costs nothing more
     _handlers(app)
 
     bearer = HTTPBearer(auto_error=False, description="the token given to `moment serve --token`")
 
-    def authorised(creds: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> None:
+    async def authorised(creds: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> None:
         if s.token is None:
             return
         if creds is None or not hmac.compare_digest(creds.credentials.encode(), s.token.encode()):
@@ -79,73 +80,92 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                                 headers={"WWW-Authenticate": "Bearer"})
 
     cache: dict[str, Any] = {}
-    slots = threading.BoundedSemaphore(s.max_searches)
+    slots = Searches(s.max_searches, s.max_waiting_searches)
+    searching = [Depends(slots.admission)]  # the routes that search: a place among the searches, or 429
+    search_errors = error_responses(408, 429)
     open_routes = APIRouter(prefix="/v1")
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(authorised)])
 
     @open_routes.get("/health", response_model=Health, tags=["service"])
-    def health() -> Health:
-        """Whether the service is up (never needs the token)."""
+    async def health() -> Health:
+        """Whether the service is up (never needs the token). Answered on the event loop, never waiting
+        for a worker thread, so it stays instant while searches are busy."""
         return Health(status="ok", version=__version__, auth=s.token is not None)
 
     @v1.get("/profiles", response_model=list[ProfileRow], tags=["machines"])
-    def profiles() -> JSON:
+    def profiles() -> list[dict]:
         """The built-in machine profiles (`moment profiles --json`)."""
         from moment.planner.api import profiles_json
 
         if "profiles" not in cache:  # built-in files: read once per process
             cache["profiles"] = profiles_json()
-        return JSON(cache["profiles"])
+        return cache["profiles"]
 
     @v1.get("/models", tags=["machines"], response_model=list[DeviceModel])
-    def models() -> JSON:
+    def models() -> list[dict]:
         """The GPU, SSD and NIC models the planner knows (`moment models --json`)."""
         from moment.planner.api import models_json
 
-        return JSON(models_json())
+        return models_json()
 
-    @v1.post("/plan", response_model=PlanResponse, tags=["planning"])
-    def plan(req: PlanRequest) -> JSON:
+    @v1.post("/plan", response_model=PlanResponse, response_model_exclude_unset=True, tags=["planning"],
+             dependencies=searching,
+             responses=search_errors)
+    def plan(req: PlanRequest) -> dict:
         """Recommend which slot gets which GPU and SSD (`moment plan --json`); `diagram: true` adds the
         recommended machine's picture as `diagram_svg`."""
         from moment.planner import api
         from moment.service.machines import machine
 
         topo, _ = machine(req, s.max_upload_bytes)
-        gpus = api.resolve_gpus(topo, req.gpus, flag=request_field) if not req.inventory else 0
-        inv = api.parse_inventory(req.inventory, gpus, req.ssds, req.gpu_model, req.ssd_model, flag=request_field)
-        wl = api.workload_spec(req.feature_dim, req.gb_per_gpu, req.gpu_cache_share, req.cpu_cache_share,
-                               flag=request_field)
-        result, out = run_with_deadline(
-            lambda progress: api.plan_machine(topo, inv, wl, overrides=req.overrides, calibration=req.calibration,
-                                              calibration_source="request", replay=req.replay,
-                                              maxflow_backend=req.maxflow_backend, progress=progress),
-            s.plan_timeout_s, "the plan search", slots)
+        with blame("inventory" if req.inventory else None, instead_of=INVENTORY_INPUTS):
+            gpus = api.resolve_gpus(topo, req.gpus, flag=request_field) if not req.inventory else 0
+            inv = api.parse_inventory(req.inventory, gpus, req.ssds, req.gpu_model, req.ssd_model,
+                                      flag=request_field)
+            wl = api.workload_spec(req.feature_dim, req.gb_per_gpu, req.gpu_cache_share, req.cpu_cache_share,
+                                   flag=request_field)
+            result, out = run_with_deadline(
+                lambda progress: api.plan_machine(topo, inv, wl, overrides=req.overrides,
+                                                  calibration=req.calibration, calibration_source="request",
+                                                  replay=req.replay, maxflow_backend=req.maxflow_backend,
+                                                  progress=progress),
+                s.plan_timeout_s, "the plan search", slots)
         if req.diagram:
             out["diagram_svg"] = api.plan_svg(topo, result)
-        return JSON(out)
+        return out
 
-    @v1.post("/compare", response_model=list[CompareRow], tags=["planning"])
-    def compare(req: CompareRequest) -> JSON:
+    @v1.post("/compare", response_model=list[CompareRow], response_model_exclude_unset=True, tags=["planning"],
+             dependencies=searching,
+             responses=search_errors)
+    def compare(req: CompareRequest) -> list[dict]:
         """Plan several built-in machines (or inventories) and put the best layouts side by side
         (`moment compare --json`)."""
         from moment.planner import api
         from moment.service.machines import builtin_profile_path
         from moment.topology.profiles import load_profile
 
-        machines = [(name, api.calibrated(load_profile(str(builtin_profile_path(name, f"profiles.{i}")),
-                                                       req.overrides), req.calibration))
-                    for i, name in enumerate(req.profiles)]
-        rows = run_with_deadline(
-            lambda progress: api.compare_rows(machines, inventories=req.inventories, gpus=req.gpus, ssds=req.ssds,
-                                              gpu_model=req.gpu_model, ssd_model=req.ssd_model,
-                                              overrides=req.overrides, calibration=req.calibration, flag=request_field,
-                                              progress=progress),
-            s.plan_timeout_s, "the comparison", slots)
-        return JSON(rows)
+        machines = []
+        for i, name in enumerate(req.profiles):
+            topo = load_profile(str(builtin_profile_path(name, f"profiles.{i}")), req.overrides, flag=request_field)
+            with blame("calibration"):
+                machines.append((name, api.calibrated(topo, req.calibration)))
 
-    @v1.post("/simulate", response_model=dict[str, Any], tags=["planning"])
-    def simulate(req: SimulateRequest) -> JSON:
+        def flag(name: str) -> str:  # one `inventories` entry is what the CLI calls --inventory
+            return "inventories" if name == "inventory" else name
+
+        with blame("inventories" if req.inventories else None, instead_of=INVENTORY_INPUTS):
+            rows = run_with_deadline(
+                lambda progress: api.compare_rows(machines, inventories=req.inventories, gpus=req.gpus,
+                                                  ssds=req.ssds, gpu_model=req.gpu_model, ssd_model=req.ssd_model,
+                                                  overrides=req.overrides, calibration=req.calibration, flag=flag,
+                                                  progress=progress),
+                s.plan_timeout_s, "the comparison", slots)
+        return rows
+
+    @v1.post("/simulate", response_model=SimulateResponse, response_model_exclude_unset=True, tags=["planning"],
+             dependencies=searching,
+             responses=search_errors)
+    def simulate(req: SimulateRequest) -> dict:
         """Replay an epoch step by step (`moment simulate --json`): a named layout of the profile
         (`placement`, with `gpus`/`ssds`) or a plan's recommended placement (`plan`)."""
         from moment.planner import api
@@ -159,14 +179,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
         def work(progress):
             if req.plan is not None:
-                return api.simulate_plan(topo, req.plan, steps=req.steps, seed=req.seed, uniform=req.uniform)
+                with blame("plan"):
+                    return api.simulate_plan(topo, req.plan, steps=req.steps, seed=req.seed, uniform=req.uniform)
             return api.simulate_named(topo, req.placement, req.gpus, req.ssds, steps=req.steps, seed=req.seed,
                                       uniform=req.uniform, flag=request_field)
 
         rep = run_with_deadline(work, s.plan_timeout_s, "the replay", slots)
-        return JSON(api.replay_json(rep, req.calibration))
+        return api.replay_json(rep, req.calibration)
 
-    @v1.post("/scan", response_model=dict[str, Any], tags=["machines"])
+    @v1.post("/scan", response_model=ScanResponse, response_model_exclude_none=True, tags=["machines"])
     async def scan(
         nccl_xml: Annotated[UploadFile | None, File(description=UPLOADS["nccl_xml"])] = None,
         hwloc_xml: Annotated[UploadFile | None, File(description=UPLOADS["hwloc_xml"])] = None,
@@ -175,7 +196,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         dmidecode: Annotated[UploadFile | None, File(description=UPLOADS["dmidecode"])] = None,
         nvidia_smi: Annotated[UploadFile | None, File(description=UPLOADS["nvidia_smi"])] = None,
         name: Annotated[str | None, Form(max_length=200, description="name of the machine")] = None,
-    ) -> JSON:
+    ) -> dict:
         """Read an uploaded machine description (multipart files) into a topology, as
         `moment scan --from-... --json` does; use the result as `profile_yaml` (YAML or JSON) in /v1/plan."""
         from starlette.concurrency import run_in_threadpool
@@ -197,30 +218,29 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             raise FieldError("nccl_xml", "upload one machine description: nccl_xml, hwloc_xml, or lspci / "
                                          "lspci_vvv / dmidecode / nvidia_smi text")
         topo, report = await run_in_threadpool(read_uploads, texts, name)
-        return JSON(topology_json(topo, report))
+        return topology_json(topo, report)
 
     # ---- jobs ----------------------------------------------------------------------------------------
-    @v1.post("/jobs/place", response_model=Job, status_code=202, tags=["jobs"])
-    def place_job(req: PlaceJobRequest) -> JSON:
+    @v1.post("/jobs/place", response_model=Job, status_code=202, tags=["jobs"], responses=error_responses(429))
+    def place_job(req: PlaceJobRequest) -> Job:
         """Start `moment place` on DATA_DIR/datasets/DATASET, writing DATA_DIR/layouts/LAYOUT; poll the job."""
         from moment.service.tasks import check_place
 
         check_place(req, s.data_dir)
-        return JSON(runner.submit("place", req.model_dump(mode="json", by_alias=True)).model_dump(mode="json"),
-                    status_code=202)
+        return runner.submit("place", req.model_dump(mode="json", by_alias=True))
 
-    @v1.post("/jobs/probe", response_model=Job, status_code=202, tags=["jobs"])
-    def probe_job(req: ProbeJobRequest) -> JSON:
+    @v1.post("/jobs/probe", response_model=Job, status_code=202, tags=["jobs"], responses=error_responses(429))
+    def probe_job(req: ProbeJobRequest) -> Job:
         """Start `moment probe` on directories under DATA_DIR/probe/; poll the job."""
         from moment.service.tasks import check_probe
 
-        check_probe(req, s.data_dir, s.probe_max_mib)
-        return JSON(runner.submit("probe", req.model_dump(mode="json")).model_dump(mode="json"), status_code=202)
+        check_probe(req, s.data_dir, s.probe_max_mib, s.probe_max_job_mib)
+        return runner.submit("probe", req.model_dump(mode="json"))
 
     @v1.get("/jobs", response_model=list[Job], tags=["jobs"])
-    def jobs() -> JSON:
+    def jobs() -> list[Job]:
         """The latest jobs, newest first."""
-        return JSON([j.model_dump(mode="json") for j in store.list()])
+        return store.list()
 
     def _job(job_id: str) -> Job:
         job = store.get(job_id)
@@ -229,20 +249,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return job
 
     @v1.get("/jobs/{job_id}", response_model=Job, tags=["jobs"])
-    def job(job_id: str) -> JSON:
+    def job(job_id: str) -> Job:
         """A job's state, progress, and result or error."""
-        return JSON(_job(job_id).model_dump(mode="json"))
+        return _job(job_id)
 
     @v1.delete("/jobs/{job_id}", response_model=Job, tags=["jobs"])
-    def cancel(job_id: str) -> JSON:
+    def cancel(job_id: str) -> Job:
         """Cancel a job: a queued one at once, a running one at its next progress report."""
         _job(job_id)
         job = store.cancel(job_id)
         assert job is not None
-        return JSON(job.model_dump(mode="json"))
+        return job
 
     @v1.post("/jobs/{job_id}/cancel", response_model=Job, tags=["jobs"])
-    def cancel_post(job_id: str) -> JSON:
+    def cancel_post(job_id: str) -> Job:
         """The same as DELETE /v1/jobs/{job_id}, for clients that cannot send DELETE."""
         return cancel(job_id)
 
@@ -251,8 +271,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(open_routes)
     app.include_router(v1)
 
-    @app.api_route("/v1/{rest:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"], include_in_schema=False)
-    def unknown(rest: str) -> JSON:  # JSON, not the page's 404, for any other /v1 path
+    @app.api_route("/v1/{rest:path}", methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"],
+                   include_in_schema=False)
+    async def unknown(rest: str, request: Request) -> JSON:
+        """JSON for any other /v1 request, not the page's 404: a 405 naming the methods when the path is a
+        route's (this catch-all would otherwise hide that), else a 404."""
+        from starlette.routing import Match
+
+        routes = [r for r in app.router.routes if getattr(r, "endpoint", None) is not unknown
+                  and r.matches(request.scope)[0] == Match.PARTIAL]  # the path matches, the method not
+        allowed = [m for m in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+                   if any(r.matches({**request.scope, "method": m})[0] == Match.FULL for r in routes)]
+        if allowed:
+            return JSON({"detail": f"{request.method} is not allowed on /v1/{rest}; use {', '.join(allowed)}"},
+                        status_code=405, headers={"Allow": ", ".join(allowed)})
         return error(404, f"no route /v1/{rest}; see /openapi.json")
 
     if STATIC.is_dir():  # the web page, when shipped: after the API so /v1 and /openapi.json win
@@ -270,16 +302,29 @@ def _handlers(app: FastAPI) -> None:
         detail, errors = validation_detail(list(exc.errors()))
         return error(422, detail, errors=errors)
 
-    @app.exception_handler(FieldError)
-    async def _field_error(request: Request, exc: FieldError) -> JSON:
-        return error(422, str(exc), errors=[{"field": exc.field, "message": str(exc)}])
-
     @app.exception_handler(MomentError)
     async def _moment_error(request: Request, exc: MomentError) -> JSON:
         text, tail = str(exc), f"\n  hint: {exc.hint}"
+        hint = {}
         if exc.hint and text.endswith(tail):  # the CLI's second line, as its own key
-            return error(422, text[:-len(tail)], hint=exc.hint)
-        return error(422, text)
+            text, hint = text[:-len(tail)], {"hint": exc.hint}
+        return error(422, text, errors=[{"field": exc.field or "body", "message": text}], **hint)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSON:
+        if exc.status_code != 400:  # 401, 404 and 405 as FastAPI answers them, in this JSON
+            return JSON({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+        # a body FastAPI or Starlette could not parse (bad UTF-8 in JSON, a broken multipart form): bad input
+        cause = exc.__cause__
+        if isinstance(cause, UnicodeDecodeError):
+            why = f"not UTF-8 text (byte 0x{cause.object[cause.start]:02x} at position {cause.start})"
+        elif isinstance(cause, RecursionError):
+            why = "nested too deep to read"
+        elif cause is not None:
+            why = f"cannot be read ({type(cause).__name__}: {cause})"
+        else:
+            why = f"not a valid form ({exc.detail})"
+        return error(422, f"body: {why}", errors=[{"field": "body", "message": why}])
 
     @app.exception_handler(TooLarge)
     async def _too_large(request: Request, exc: TooLarge) -> JSON:

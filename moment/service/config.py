@@ -13,27 +13,34 @@ MiB = 1 << 20
 
 #: environment variables the `--factory` entry point reads (what `moment serve` sets for its workers)
 ENV = {"data_dir": "MOMENT_DATA_DIR", "db": "MOMENT_DB", "token": "MOMENT_TOKEN",
-       "max_body_mib": "MOMENT_MAX_BODY_MIB", "max_upload_mib": "MOMENT_MAX_UPLOAD_MIB",
-       "plan_timeout_s": "MOMENT_PLAN_TIMEOUT_S"}
+       "allow_no_token": "MOMENT_ALLOW_NO_TOKEN", "max_body_mib": "MOMENT_MAX_BODY_MIB",
+       "max_upload_mib": "MOMENT_MAX_UPLOAD_MIB", "plan_timeout_s": "MOMENT_PLAN_TIMEOUT_S"}
 
 
 @dataclass(frozen=True)
 class Settings:
     """`data_dir`: every file a request may name lives under it (datasets/, layouts/, probe/);
     `db`: the SQLite job store (default DATA_DIR/jobs.sqlite3); `token`: when set, every /v1 route but
-    health needs `Authorization: Bearer TOKEN`."""
+    health needs `Authorization: Bearer TOKEN`; `allow_no_token`: serve other machines without a token
+    (only behind a proxy that authenticates them; see check_bind)."""
 
     data_dir: Path
     db: Path | None = None
     token: str | None = None
+    allow_no_token: bool = False
     max_body_bytes: int = 16 * MiB
     max_upload_bytes: int = 8 * MiB
     plan_timeout_s: float = 120.0
-    #: scratch file a probe job may write per SSD directory
+    #: scratch file a probe job may write per SSD directory, and in all its directories together
     probe_max_mib: int = 4096
+    probe_max_job_mib: int = 16384
     job_workers: int = 1
-    #: plan/compare/simulate searches running at once (more wait for a slot within their time limit)
+    #: jobs waiting to start, over all the service's processes (more are answered 429)
+    max_queued_jobs: int = 16
+    #: plan/compare/simulate/advise searches running at once, and how many more may wait for a slot
+    #: (within their time limit); past both a search is answered 429 at once
     max_searches: int = max(1, os.cpu_count() or 1)
+    max_waiting_searches: int = 2 * max(1, os.cpu_count() or 1)
 
     @property
     def db_path(self) -> Path:
@@ -48,7 +55,10 @@ class Settings:
             raise MomentError(f"cannot create the data directory: {e.strerror}", source=str(d)) from None
         if not d.is_dir():
             raise MomentError("not a directory", source=str(d))
-        for name in ("max_body_bytes", "max_upload_bytes", "plan_timeout_s", "job_workers", "max_searches"):
+        if self.max_waiting_searches < 0:
+            raise MomentError(f"max_waiting_searches must not be negative (got {self.max_waiting_searches})")
+        for name in ("max_body_bytes", "max_upload_bytes", "plan_timeout_s", "probe_max_mib", "probe_max_job_mib",
+                     "job_workers", "max_queued_jobs", "max_searches"):
             if getattr(self, name) <= 0:
                 raise MomentError(f"{name} must be positive (got {getattr(self, name)})")
         db = Path(self.db).expanduser().resolve() if self.db is not None else None
@@ -72,10 +82,20 @@ class Settings:
         if not data_dir:
             raise MomentError(f"set {ENV['data_dir']} to the service's data directory")
         return cls(data_dir=Path(data_dir), db=Path(env[ENV["db"]]) if env.get(ENV["db"]) else None,
-                   token=env.get(ENV["token"]) or None,
+                   token=env.get(ENV["token"]) or None, allow_no_token=env_flag(ENV["allow_no_token"]),
                    max_body_bytes=int(num("max_body_mib", 16) * MiB),
                    max_upload_bytes=int(num("max_upload_mib", 8) * MiB),
                    plan_timeout_s=num("plan_timeout_s", 120.0)).checked()
+
+
+def env_flag(name: str) -> bool:
+    """A yes/no environment variable, spelled as `moment serve`'s options read it (click's booleans)."""
+    text = os.environ.get(name, "").strip().lower()
+    if text in ("", "0", "false", "f", "no", "n", "off"):
+        return False
+    if text in ("1", "true", "t", "yes", "y", "on"):
+        return True
+    raise MomentError(f"{name}={os.environ[name]!r}: expected 1 or 0")
 
 
 def is_loopback(host: str) -> bool:
@@ -88,8 +108,15 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def check_bind(host: str, token: str | None) -> None:
-    """Refuse to listen beyond this machine without a token."""
-    if not is_loopback(host) and not token:
-        raise MomentError(f"--host {host}: refusing to listen on a non-loopback address without a token "
-                          f"(pass --token or set {ENV['token']}, or bind 127.0.0.1 behind a reverse proxy)")
+def check_bind(host: str, token: str | None, allow_no_token: bool = False, *, what: str | None = None) -> None:
+    """The one rule on who is served: without a token, only this machine (a loopback address), unless
+    `allow_no_token` says a proxy in front authenticates the others. `moment serve` asks it of --host
+    before it listens; the app asks it of every connection's local address (see access.LocalOnly), so
+    an ASGI server started on 0.0.0.0 without `moment serve` is refused too. `what` names the address
+    in the message (default: `--host HOST`)."""
+    if token or allow_no_token or is_loopback(host):
+        return
+    what = what or f"--host {host}"
+    raise MomentError(f"{what}: refusing to serve a non-loopback address without a token (pass --token or set "
+                      f"{ENV['token']}; or bind 127.0.0.1 behind a reverse proxy; or set "
+                      f"{ENV['allow_no_token']}=1 when that proxy authenticates the clients)")

@@ -1,13 +1,15 @@
 """Run a search under a time limit: past it the caller gets TimedOut at once, and the search itself
-stops at its next progress report (the planner reports after every batch of LPs). A semaphore bounds
-the searches running at once (an abandoned one keeps its slot until it has stopped), so a burst of
-requests queues for the CPU instead of overloading it; one that finds no slot within its time limit
-gets Busy."""
+stops at its next progress report (the planner reports after every batch of LPs).
+
+`Searches` bounds the searches running at once (an abandoned one keeps its slot until it has stopped),
+so a burst queues for the CPU instead of overloading it, and bounds how many more may wait for a
+slot: past that a request is Busy (429) at once instead of holding a worker thread for the whole time
+limit, so a flood of searches never starves the other routes."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
 from moment.service.errors import Busy, TimedOut
@@ -19,18 +21,45 @@ class _Abandoned(Exception):
     """Raised inside an abandoned search to unwind it."""
 
 
+class Searches:
+    """`running` searches at once, and at most `waiting` more requests waiting for one of those slots."""
+
+    def __init__(self, running: int, waiting: int):
+        self.running, self.waiting = running, waiting
+        self.slots = threading.BoundedSemaphore(running)
+        self._room = threading.BoundedSemaphore(running + waiting)
+
+    async def admission(self) -> AsyncIterator[None]:
+        """A route dependency: a place among the running or waiting searches for the whole request, taken
+        on the event loop before any worker thread is, or Busy at once."""
+        if not self._room.acquire(blocking=False):
+            raise Busy(f"the service is busy: {self.running} searches are running and {self.waiting} more are "
+                       "waiting; try again later")
+        try:
+            yield
+        finally:
+            self._room.release()
+
+
 def run_with_deadline(work: Callable[[Callable[[int, int], None]], T], seconds: float, what: str,
-                      slots: threading.Semaphore | None = None) -> T:
-    """`work(progress)` in a worker thread holding one of `slots`; TimedOut after `seconds` (the thread is
-    told to stop), Busy when no slot frees up within them."""
+                      searches: Searches | None = None) -> T:
+    """`work(progress)` in a worker thread holding one of the `searches` slots; TimedOut after `seconds`
+    (the thread is told to stop); Busy when no slot frees up within `seconds`."""
+    import time
+
+    t0 = time.monotonic()
+    if searches is not None and not searches.slots.acquire(timeout=seconds):
+        raise Busy(f"the service is busy with other searches; {what} found no free slot within {seconds:g} s, "
+                   "try again later")
+    return _run(work, seconds, what, searches.slots if searches is not None else None, t0)
+
+
+def _run(work, seconds: float, what: str, slot: threading.Semaphore | None, t0: float):
+    """`work` in its own thread, which releases `slot` (already taken) when it ends."""
     import time
 
     stop = threading.Event()
     box: dict[str, Any] = {}
-    t0 = time.monotonic()
-    if slots is not None and not slots.acquire(timeout=seconds):
-        raise Busy(f"the service is busy with other searches; {what} found no free slot within {seconds:g} s, "
-                   "try again later")
 
     def progress(done: int, total: int) -> None:
         if stop.is_set():
@@ -44,8 +73,8 @@ def run_with_deadline(work: Callable[[Callable[[int, int], None]], T], seconds: 
         except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
             box["error"] = e
         finally:
-            if slots is not None:
-                slots.release()
+            if slot is not None:
+                slot.release()
 
     t = threading.Thread(target=run, name=f"moment-{what}", daemon=True)
     t.start()

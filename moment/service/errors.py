@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from starlette.responses import JSONResponse
 
 from moment.errors import MomentError
+from moment.service.schemas import ErrorBody
 
 
 def request_field(name: str) -> str:
@@ -17,12 +20,28 @@ def request_field(name: str) -> str:
     return name
 
 
+#: inputs a COUNTxMODEL inventory replaces: what the library blames on them is the inventory's
+INVENTORY_INPUTS = ("gpus", "ssds", "gpu_model", "ssd_model", "inventory")
+
+
+@contextmanager
+def blame(field: str | None, *, instead_of: Collection[str] = ()) -> Iterator[None]:
+    """A MomentError raised inside is about request field `field`: one that names no input (a reader of
+    an upload), or one that names an input of `instead_of` (the planner's `gpus` where the request gave
+    an `inventory`). `field` None: no change."""
+    try:
+        yield
+    except MomentError as e:
+        if field is not None and (e.field is None or e.field in instead_of):
+            e.field = field
+        raise
+
+
 class FieldError(MomentError):
     """Bad input in one request field; the message starts with the field's name."""
 
     def __init__(self, field: str, message: str):
-        self.field = field
-        super().__init__(f"{field}: {message}")
+        super().__init__(f"{field}: {message}", field=field)
 
 
 class TooLarge(Exception):
@@ -59,6 +78,23 @@ class JSON(JSONResponse):
         return text.encode("utf-8")
 
 
+_ERRORS = {
+    401: "missing or wrong bearer token (when the service has one)",
+    403: "no token, and the connection came from beyond this machine (see `moment serve --help`)",
+    404: "no such route or job",
+    405: "the route does not take this method (`Allow` lists those it takes)",
+    408: "the search ran past the service's time limit",
+    413: "the body or an upload is over the service's size limit",
+    422: "bad input: `errors` names each request field (`body`: the body could not be read)",
+    429: "too many searches or waiting jobs at once; try again after `Retry-After` seconds",
+}
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses` for these error statuses, each with the ErrorBody schema."""
+    return {s: {"description": _ERRORS[s], "model": ErrorBody} for s in statuses}
+
+
 def error(status: int, detail: str, **extra: Any) -> JSON:
     return JSON({"detail": detail, **extra}, status_code=status)
 
@@ -67,6 +103,10 @@ def validation_detail(errors: list[dict]) -> tuple[str, list[dict]]:
     """FastAPI's request errors as one line naming each field ('gpus: Input should be ...') and a list."""
     out = []
     for e in errors:
+        if e.get("type") == "json_invalid":  # loc is ("body", offset)
+            out.append({"field": "body", "message": f"not valid JSON at character {e['loc'][-1]}: "
+                                                     f"{e.get('ctx', {}).get('error', 'decode error')}"})
+            continue
         loc = [str(p) for p in e.get("loc", ()) if p not in ("body", "query", "path", "form")]
         field = ".".join(loc) or "body"
         msg = str(e.get("msg", "invalid")).removeprefix("Value error, ")

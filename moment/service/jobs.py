@@ -24,6 +24,7 @@ from typing import Any
 
 from moment.errors import MomentError
 from moment.locking import pid_alive
+from moment.service.errors import Busy
 from moment.service.schemas import Job
 
 FINAL = ("done", "failed", "cancelled", "interrupted")
@@ -84,11 +85,22 @@ class JobStore:
                    request=json.loads(row["request"]), result=json.loads(row["result"]) if row["result"] else None,
                    error=row["error"], created=row["created"], started=row["started"], finished=row["finished"])
 
-    def create(self, kind: str, request: dict[str, Any], owner: str) -> Job:
+    def create(self, kind: str, request: dict[str, Any], owner: str, max_queued: int | None = None) -> Job:
+        """A new queued job; Busy when `max_queued` jobs (of any process) are already waiting."""
         jid = uuid.uuid4().hex
         with self._db() as db:
-            db.execute("INSERT INTO jobs (id, kind, state, request, owner, created) VALUES (?, ?, 'queued', ?, ?, ?)",
-                       (jid, kind, json.dumps(request), owner, time.time()))
+            db.execute("BEGIN IMMEDIATE")  # the count and the insert as one step for every process
+            try:
+                waiting = db.execute("SELECT COUNT(*) FROM jobs WHERE state = 'queued'").fetchone()[0]
+                if max_queued is not None and waiting >= max_queued:
+                    raise Busy(f"{waiting} jobs are waiting to start, the service's limit; try again when one has "
+                               "started (GET /v1/jobs)")
+                db.execute("INSERT INTO jobs (id, kind, state, request, owner, created) VALUES (?, ?, 'queued', ?, ?, ?)",
+                           (jid, kind, json.dumps(request), owner, time.time()))
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
         job = self.get(jid)
         assert job is not None
         return job
@@ -187,8 +199,11 @@ Executor = Callable[[dict[str, Any], JobContext], dict[str, Any]]
 class JobRunner:
     """Worker threads running this process's queued jobs, oldest first."""
 
-    def __init__(self, store: JobStore, executors: dict[str, Executor], workers: int = 1):
-        self.store, self.executors = store, executors
+    def __init__(self, store: JobStore, executors: dict[str, Executor], workers: int = 1,
+                 max_queued: int | None = None, shown: Callable[[Any], Any] = lambda v: v):
+        """`shown` rewrites what a job reports (result, error, notices) before it is stored, e.g. to cut
+        the server's own paths out of it."""
+        self.store, self.executors, self.max_queued, self.shown = store, executors, max_queued, shown
         self.owner = f"{_HOST}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
         _LIVE.add(self.owner)
         self.store.recover(self.owner)
@@ -202,7 +217,7 @@ class JobRunner:
             t.start()
 
     def submit(self, kind: str, request: dict[str, Any]) -> Job:
-        job = self.store.create(kind, request, self.owner)
+        job = self.store.create(kind, request, self.owner, self.max_queued)
         self._wake.set()
         return job
 
@@ -231,13 +246,13 @@ class JobRunner:
             else:
                 self.store.end(job.id, "cancelled", error="cancelled while running")
         except MomentError as e:
-            self.store.end(job.id, "failed", error=str(e))
+            self.store.end(job.id, "failed", error=self.shown(str(e)))
         except Exception as e:  # noqa: BLE001 - a job's crash is its result, not the service's
-            self.store.end(job.id, "failed", error=f"internal error: {type(e).__name__}: {e}")
+            self.store.end(job.id, "failed", error=self.shown(f"internal error: {type(e).__name__}: {e}"))
         else:
             if ctx.notes:
                 result = {**result, "notices": ctx.notes}
-            self.store.end(job.id, "done", result=result)
+            self.store.end(job.id, "done", result=self.shown(result))
 
     def close(self, wait_s: float = 5.0) -> None:
         """Stop taking jobs; ask the running ones to stop; what is still running after `wait_s` is

@@ -20,10 +20,10 @@ class BodyLimit:
             try:
                 size = int(declared)
             except ValueError:
-                await _answer(send, 400, "Content-Length is not a number")
+                await answer(send, 400, "Content-Length is not a number")
                 return
             if size > self.limit:
-                await _answer(send, 413, self._message(size))
+                await answer(send, 413, self._message(size))
                 return
         seen = 0
         over = False
@@ -49,7 +49,7 @@ class BodyLimit:
                 await send(message)
             elif not replaced and message["type"] == "http.response.start":
                 replaced = True
-                await _answer(send, 413, self._message(seen, at_least=True))
+                await answer(send, 413, self._message(seen, at_least=True))
 
         await self.app(scope, counted, watched)
 
@@ -58,7 +58,7 @@ class BodyLimit:
         return f"the request body is over the service's limit of {self.limit:,} bytes ({got})"
 
 
-async def _answer(send, status: int, detail: str) -> None:
+async def answer(send, status: int, detail: str) -> None:
     body = json.dumps({"detail": detail}).encode()
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})

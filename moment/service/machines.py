@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from moment.errors import MomentError
-from moment.service.errors import FieldError, TooLarge
+from moment.service.errors import FieldError, TooLarge, blame, request_field
 from moment.service.schemas import UPLOADS, MachineIn
 from moment.topology.model import Topology
 
@@ -37,16 +37,19 @@ def check_upload(field: str, text: str, limit: int) -> None:
 
 
 @contextmanager
-def _scratch() -> Iterator[Path]:
-    """A private directory for uploads; its path is cut out of error messages (they name the field)."""
+def _scratch(field: str) -> Iterator[Path]:
+    """A private directory for uploads, each written under its field's name. An error names the upload
+    it is about (the file it names, else `field`), and the directory's path is cut out of its message."""
     with tempfile.TemporaryDirectory(prefix="moment-upload-") as d:
         try:
             yield Path(d)
         except MomentError as e:
-            text = str(e).replace(d + "/", "")
-            if text == str(e):
-                raise
-            raise MomentError(text) from None
+            if e.field is None:
+                ours = e.source is not None and Path(e.source).parent == Path(d)
+                e.field = Path(e.source).name if ours else field
+            if d + "/" in str(e):
+                e.args = (str(e).replace(d + "/", ""),)
+            raise
 
 
 def read_uploads(texts: dict[str, str], name: str | None = None, overrides: list[str] | None = None):
@@ -63,11 +66,11 @@ def read_uploads(texts: dict[str, str], name: str | None = None, overrides: list
         raise FieldError(", ".join(sorted(texts)), "give one kind of machine description: profile_yaml, nccl_xml, "
                          "hwloc_xml, or the command outputs (lspci, lspci_vvv, dmidecode, nvidia_smi)")
     report = None
-    with _scratch() as d:
+    with _scratch(next(iter(texts))) as d:
         if "profile_yaml" in texts:
             path = d / "profile_yaml"
             path.write_text(texts["profile_yaml"])
-            topo = load_profile(str(path), overrides)
+            topo = load_profile(str(path), overrides, flag=request_field)
             return (topo.model_copy(update={"name": name}) if name else topo), None
         if "nccl_xml" in texts:
             from moment.topology.readers.nccl_xml import read_nccl_xml
@@ -89,7 +92,7 @@ def read_uploads(texts: dict[str, str], name: str | None = None, overrides: list
         if overrides:  # the overrides apply to the profile as `moment scan --out` would save it
             path = d / "scanned.yaml"
             path.write_text(dump_yaml(topo))
-            topo = load_profile(str(path), overrides)
+            topo = load_profile(str(path), overrides, flag=request_field)
     return topo, report
 
 
@@ -109,5 +112,6 @@ def machine(req: MachineIn, upload_limit: int) -> tuple[Topology, str]:
         label = topo.name
     else:
         label = req.profile or DEFAULT_PROFILE
-        topo = load_profile(str(builtin_profile_path(label)), req.overrides)
-    return calibrated(topo, req.calibration), label
+        topo = load_profile(str(builtin_profile_path(label)), req.overrides, flag=request_field)
+    with blame("calibration"):
+        return calibrated(topo, req.calibration), label

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 from moment.service.errors import FieldError
 
@@ -27,3 +28,15 @@ def inside(root: Path, folder: str, name: str, field: str, *, must_exist: bool =
     if must_exist and not path.is_dir():
         raise FieldError(field, f"no {folder.rstrip('s')} named {name!r} in {folder}/ of the data directory")
     return path
+
+
+def relative(value: Any, root: Path) -> Any:
+    """`value` (a job's result, error or notice: text, or JSON-like data) with every path inside `root`
+    written relative to it, so answers never show where the server keeps its data."""
+    if isinstance(value, str):
+        return "." if value == str(root) else value.replace(f"{root}/", "")
+    if isinstance(value, dict):
+        return {k: relative(v, root) for k, v in value.items()}
+    if isinstance(value, list):
+        return [relative(v, root) for v in value]
+    return value

@@ -12,6 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from moment.planner.calibration import Calibration
 from moment.planner.contracts import Plan
+from moment.planner.replay import ReplayReport
+from moment.topology.model import Topology
+from moment.topology.scan import ScanReport
 
 #: a machine's description uploaded as text: the field, and what it holds
 UPLOADS = {
@@ -81,6 +84,18 @@ class PlanResponse(Plan):
     diagram_svg: str | None = Field(None, description="with diagram: the SVG text of the recommended machine")
 
 
+class SimulateResponse(ReplayReport):
+    """`moment simulate --json`'s object."""
+
+    calibrated_epoch_s: float | None = Field(None, description="with a calibration: the calibrated epoch")
+
+
+class ScanResponse(Topology):
+    """`moment scan --json`'s object: the machine (usable as `profile_yaml`) and what the scan read."""
+
+    scan_report: ScanReport | None = Field(None, description="from command outputs: the sources used and missing")
+
+
 class CompareRequest(_Strict):
     """`moment compare`: several built-in machines (or inventories) side by side, one what-if for all."""
 
@@ -133,6 +148,21 @@ class ProfileRow(BaseModel):
     empty_slots: int
 
 
+class FieldMessage(BaseModel):
+    field: str = Field(description="the request field (dotted into nested ones) the message is about; `body`: "
+                                   "the body as a whole")
+    message: str
+
+
+class ErrorBody(BaseModel):
+    """Every error answer: `detail` for people; on a 422, `errors` per request field (a page shows each
+    beside its field) and a `hint` when there is one."""
+
+    detail: str
+    errors: list[FieldMessage] | None = None
+    hint: str | None = None
+
+
 class Health(BaseModel):
     status: Literal["ok"]
     version: str
@@ -174,8 +204,9 @@ class ProbeJobRequest(_Strict):
         default_factory=lambda: {"ssd0": "ssd0"}, max_length=64,
         description="SSD id -> directory name under DATA_DIR/probe/ (created if missing; mount an SSD there to "
                     "measure it)")
-    size_mib: int = Field(256, ge=16, description="scratch file per SSD, MiB (at most the service's limit)")
-    queue_depth: int = Field(32, ge=1, le=1024)
+    size_mib: int = Field(256, description="scratch file per SSD, MiB: at least what `moment probe` needs, at most "
+                                           "the service's limits per directory and per job")
+    queue_depth: int = Field(32, description="reads in flight, as `moment probe --queue-depth` allows")
 
 
 class Progress(BaseModel):

@@ -47,14 +47,22 @@ def run_place(request: dict[str, Any], ctx: JobContext, data_dir: Path) -> dict[
     return res.model_dump()
 
 
-def check_probe(req: ProbeJobRequest, data_dir: Path, max_mib: int) -> dict[str, Path]:
-    """SSD id -> directory under DATA_DIR/probe/; FieldError when wrong."""
+def check_probe(req: ProbeJobRequest, data_dir: Path, max_mib: int, max_job_mib: int) -> dict[str, Path]:
+    """SSD id -> directory under DATA_DIR/probe/; FieldError (or the probe's own MomentError naming the
+    field) when wrong."""
     import re
 
+    from moment.io.probe import check_probe as probe_bounds
+
+    probe_bounds(req.size_mib << 20, req.queue_depth, flag=request_field)
     if req.size_mib > max_mib:
         raise FieldError("size_mib", f"{req.size_mib} is above the service's limit of {max_mib} MiB")
     if not req.ssd_dirs:
         raise FieldError("ssd_dirs", "name at least one SSD directory")
+    total = req.size_mib * len(req.ssd_dirs)
+    if total > max_job_mib:
+        raise FieldError("size_mib", f"{len(req.ssd_dirs)} directories x {req.size_mib} MiB = {total:,} MiB of scratch "
+                                     f"files, above the service's limit of {max_job_mib:,} MiB per job")
     if (data_dir / "probe").exists() and not (data_dir / "probe").is_dir():
         raise FieldError("ssd_dirs", "probe/ of the data directory is not a directory")
     out = {}
@@ -65,11 +73,12 @@ def check_probe(req: ProbeJobRequest, data_dir: Path, max_mib: int) -> dict[str,
     return out
 
 
-def run_probe(request: dict[str, Any], ctx: JobContext, data_dir: Path, max_mib: int) -> dict[str, Any]:
+def run_probe(request: dict[str, Any], ctx: JobContext, data_dir: Path, max_mib: int,
+              max_job_mib: int) -> dict[str, Any]:
     from moment.io.probe import probe_machine
 
     req = ProbeJobRequest.model_validate(request)
-    dirs = check_probe(req, data_dir, max_mib)
+    dirs = check_probe(req, data_dir, max_mib, max_job_mib)
     for ssd, d in dirs.items():
         try:
             d.mkdir(parents=True, exist_ok=True)

@@ -15,12 +15,13 @@ token check, its error answers and its bound on concurrent searches.
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
 
+from moment.cost.advisor import AdviseResult
+from moment.service.deadline import Searches
 from moment.service.schemas import CompareRow, MachineIn
 
 
@@ -165,36 +166,41 @@ def whatif_targets(topo) -> TargetsResponse:
     return TargetsResponse(profile=topo.name, links=out, machine=machine_summary(topo))
 
 
-def router(settings, slots: threading.Semaphore | None = None) -> APIRouter:
+def router(settings, slots: Searches | None = None) -> APIRouter:
     """The page's routes for the app configured by `settings` (limits), sharing its search `slots`."""
-    from moment.service.errors import JSON, FieldError
+    from moment.errors import MomentError
+    from moment.service.errors import error_responses
 
     r = APIRouter()
 
     @r.post("/whatif/targets", response_model=TargetsResponse, tags=["page"])
-    def targets(req: MachineIn) -> JSON:
+    def targets(req: MachineIn) -> TargetsResponse:
         """The links of a machine (a built-in profile or an upload) a what-if can change, with the
         `set` path of each: the planning page's link picker."""
         from moment.service.machines import machine
 
         topo, _ = machine(req, settings.max_upload_bytes)
-        return JSON(whatif_targets(topo).model_dump(mode="json"))
+        return whatif_targets(topo)
 
-    @r.post("/compare/machines", response_model=list[CompareRow], tags=["planning"])
-    def compare_machines(req: CompareMachinesRequest) -> JSON:
+    @r.post("/compare/machines", response_model=list[CompareRow], response_model_exclude_unset=True,
+            tags=["planning"], responses=error_responses(408, 429),
+            dependencies=[Depends(slots.admission)] if slots is not None else [])
+    def compare_machines(req: CompareMachinesRequest) -> list[dict]:
         """Plan several machines, each a built-in name or an upload with its own what-if `set`, and put
         their best layouts side by side (the rows of `moment compare --json`)."""
         from moment.planner import api
         from moment.service.deadline import run_with_deadline
-        from moment.service.errors import request_field
+        from moment.service.errors import INVENTORY_INPUTS, blame, request_field
         from moment.service.machines import machine
 
         tops = []
         for i, m in enumerate(req.machines):
             try:
                 tops.append((m, *machine(m, settings.max_upload_bytes)))
-            except FieldError as e:  # name the machine in the list: machines.1.profile
-                raise FieldError(f"machines.{i}.{e.field}", str(e).removeprefix(f"{e.field}: ")) from None
+            except MomentError as e:  # name the machine in the list: machines.1.profile
+                if e.field is not None:
+                    e.field = f"machines.{i}.{e.field}"
+                raise
 
         def work(progress):
             rows = []
@@ -205,10 +211,12 @@ def router(settings, slots: threading.Semaphore | None = None) -> APIRouter:
                                          calibration=m.calibration, flag=request_field, progress=progress)
             return rows
 
-        return JSON(run_with_deadline(work, settings.plan_timeout_s, "the comparison", slots))
+        with blame("inventory" if req.inventory else None, instead_of=INVENTORY_INPUTS):
+            return run_with_deadline(work, settings.plan_timeout_s, "the comparison", slots)
 
-    @r.post("/advise", response_model=dict[str, Any], tags=["planning"])
-    def advise(req: AdviseRequest) -> JSON:
+    @r.post("/advise", response_model=AdviseResult, tags=["planning"], responses=error_responses(408, 429),
+            dependencies=[Depends(slots.admission)] if slots is not None else [])
+    def advise(req: AdviseRequest) -> AdviseResult:
         """What to buy under a budget (`moment advise --json`): inventories of one GPU and one SSD model
         placed on the chassis, best throughput per TCO dollar and best throughput, with runner-ups."""
         from pydantic import ValidationError
@@ -217,7 +225,7 @@ def router(settings, slots: threading.Semaphore | None = None) -> APIRouter:
         from moment.cost.prices import merge_prices
         from moment.planner import api
         from moment.service.deadline import run_with_deadline
-        from moment.service.errors import FieldError
+        from moment.service.errors import FieldError, blame, request_field
         from moment.service.machines import machine
 
         try:
@@ -227,15 +235,16 @@ def router(settings, slots: threading.Semaphore | None = None) -> APIRouter:
             first = e.errors()[0]
             field = {"machine_power_w": "machine_watts"}.get(str(first["loc"][0]), str(first["loc"][0]))
             raise FieldError(field, first["msg"]) from None
-        table = merge_prices(req.prices, "prices") if req.prices is not None else None
+        with blame("prices"):
+            table = merge_prices(req.prices, "prices") if req.prices is not None else None
         topo, _ = machine(req, settings.max_upload_bytes)
         wl = api.workload_spec(req.feature_dim, req.gb_per_gpu, req.gpu_cache_share, req.cpu_cache_share,
-                               flag=lambda name: name)
+                               flag=request_field)
         result = run_with_deadline(
             lambda progress: advise(topo, req.budget, models=req.models or None, max_gpus=req.max_gpus,
                                     max_ssds=req.max_ssds, workload=wl, prices=table, params=params, top_k=req.top,
-                                    progress=progress),
+                                    progress=progress, flag=request_field),
             settings.plan_timeout_s, "the buying advice", slots)
-        return JSON(result.model_dump(mode="json"))
+        return result
 
     return r

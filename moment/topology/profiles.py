@@ -11,8 +11,9 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from moment.errors import MomentError, validation_error, validation_lines
+from moment.errors import Flag, MomentError, cli_flag, validation_error, validation_lines
 from moment.outputs import atomic_write
+from moment.topology.limits import MAX_DEPTH
 from moment.topology.model import Topology
 
 def _profile_dir() -> Path:
@@ -58,10 +59,39 @@ def _read_yaml(path: Path) -> Any:
     return parse_yaml(text, str(path))
 
 
-def parse_yaml(text: str, source: str) -> Any:
-    """YAML text as data; a syntax error is one line naming `source` and where it is."""
+#: libyaml's loader where PyYAML has it (about 5x faster on a large upload), else the Python one
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _check_depth(text: str, source: str) -> None:
+    """Refuse nesting deeper than MAX_DEPTH before the (recursive) composer sees it: the parser's events
+    come one at a time, so a small hostile text cannot end in RecursionError or a C stack overflow."""
+    def too_deep(line: int) -> MomentError:
+        return MomentError(f"not valid YAML at line {line}: nested more than {MAX_DEPTH} deep", source=source)
+
+    depth = 0
     try:
-        return yaml.safe_load(text)
+        for event in yaml.parse(text, Loader=_LOADER):
+            if isinstance(event, yaml.SequenceStartEvent | yaml.MappingStartEvent):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    raise too_deep(event.start_mark.line + 1)
+            elif isinstance(event, yaml.SequenceEndEvent | yaml.MappingEndEvent):
+                depth -= 1
+    except yaml.YAMLError as e:  # libyaml's scanner has its own, higher limit, met while it looks ahead
+        mark = getattr(e, "problem_mark", None)
+        if mark is not None and "nesting depth" in str(getattr(e, "problem", "")):
+            raise too_deep(mark.line + 1) from None
+        raise
+
+
+def parse_yaml(text: str, source: str) -> Any:
+    """YAML text as data; a syntax error or nesting deeper than MAX_DEPTH is one line naming `source`
+    and where it is. Every YAML input (profiles, `--set` values, calibrations, measurements, prices)
+    is read here."""
+    try:
+        _check_depth(text, source)
+        return yaml.load(text, Loader=_LOADER)  # a safe loader: plain data only
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -81,9 +111,9 @@ def resolve_profile(name_or_path: str) -> Path:
     )
 
 
-def load_profile(name_or_path: str, overrides: list[str] | None = None) -> Topology:
+def load_profile(name_or_path: str, overrides: list[str] | None = None, *, flag: Flag = cli_flag) -> Topology:
     """A profile, with `--set` overrides applied. A profile that is invalid by itself blames its file;
-    one that only the overrides make invalid blames the first `--set` that breaks it."""
+    one that only the overrides make invalid blames the first `--set` that breaks it (spelled by `flag`)."""
     path = resolve_profile(name_or_path)
     data = _read_yaml(path)
     if not overrides:
@@ -93,18 +123,18 @@ def load_profile(name_or_path: str, overrides: list[str] | None = None) -> Topol
     pristine = copy.deepcopy(data)
     topology_from_dict(copy.deepcopy(data), str(path))
     for ov in overrides:
-        apply_override(data, ov)
+        apply_override(data, ov, flag=flag)
     try:
         return Topology.model_validate(data)
     except ValidationError:
-        raise _blame_override(pristine, overrides, path) from None
+        raise _blame_override(pristine, overrides, path, flag) from None
 
 
-def _blame_override(data: dict, overrides: list[str], path: Path) -> MomentError:
+def _blame_override(data: dict, overrides: list[str], path: Path, flag: Flag) -> MomentError:
     """Apply the overrides one at a time to find the first that makes the profile invalid."""
     err: ValidationError | None = None
     for ov in overrides:
-        apply_override(data, ov)
+        apply_override(data, ov, flag=flag)
         try:
             Topology.model_validate(data)
         except ValidationError as e:
@@ -112,8 +142,8 @@ def _blame_override(data: dict, overrides: list[str], path: Path) -> MomentError
             break
     assert err is not None
     lines = _error_lines(err, data)
-    return MomentError(f"--set {ov}: " + ("; ".join(lines)),
-                       hint=f"the profile {path.name} is valid without this override")
+    return MomentError(f"{flag('set')} {_shown(ov)}: " + ("; ".join(lines)),
+                       hint=f"the profile {path.name} is valid without this override", field="set")
 
 
 def _error_lines(err: ValidationError, data: Any = None) -> list[str]:
@@ -142,7 +172,12 @@ def save_profile(topo: Topology, path: Path, header: str | None = None, what: st
 
 
 # ---- what-if overrides -----------------------------------------------------------------------------
-def _step(container: Any, key: str, spec: str) -> Any:
+def _shown(spec: str, most: int = 100) -> str:
+    """An override as messages quote it: cut after `most` characters."""
+    return spec if len(spec) <= most else spec[:most] + "..."
+
+
+def _step(container: Any, key: str, spec: str, flag: Flag) -> Any:
     """One path segment: a dict key, a list index, or a list element selected by its id/name."""
     if isinstance(container, dict):
         if key not in container:
@@ -152,13 +187,15 @@ def _step(container: Any, key: str, spec: str) -> Any:
         if key.lstrip("-").isdigit():
             i = int(key)
             if not -len(container) <= i < len(container):
-                raise MomentError(f"--set {spec}: index {i} is out of range (list has {len(container)} items)")
+                raise MomentError(f"{flag('set')} {_shown(spec)}: index {i} is out of range (list has {len(container)} "
+                                  "items)", field="set")
             return container[i]
         for item in container:
             if isinstance(item, dict) and key in (item.get("id"), item.get("name")):
                 return item
-        raise MomentError(f"--set {spec}: no element with id {key!r}")
-    raise MomentError(f"--set {spec}: cannot descend into {type(container).__name__} at {key!r}")
+        raise MomentError(f"{flag('set')} {_shown(spec)}: no element with id {key!r}", field="set")
+    raise MomentError(f"{flag('set')} {_shown(spec)}: cannot descend into {type(container).__name__} at {key!r}",
+                      field="set")
 
 
 def _split_path(path: str) -> list[str]:
@@ -169,40 +206,44 @@ def _split_path(path: str) -> list[str]:
     return out
 
 
-def apply_override(data: dict, spec: str) -> None:
+def apply_override(data: dict, spec: str, *, flag: Flag = cli_flag) -> None:
     """Apply `path=value` or `path+=value` (append to a list) to the profile's raw mapping.
 
     Paths are dotted; list elements are chosen by index or by `id`: `nodes.sw1.link.gen=5`,
     `nodes[ssd_bay0].link.bandwidth_gbps=7`, `links+={a: s1, b: s2, kind: nvlink, count: 4}`.
+    Errors name the override as `flag('set')` spells it.
     """
+    def bad(problem: str) -> MomentError:
+        return MomentError(f"{flag('set')} {_shown(spec)!r}: {problem}", field="set")
+
     if "=" not in spec:
-        raise MomentError(f"--set {spec!r}: expected PATH=VALUE")
+        raise bad("expected PATH=VALUE")
     path, value_text = spec.split("=", 1)
     append = path.endswith("+")
     path = path.rstrip("+").strip()
     try:
-        value = yaml.safe_load(value_text)
-    except yaml.YAMLError:
-        raise MomentError(f"--set {spec!r}: value is not valid YAML") from None
+        value = parse_yaml(value_text, "the value")
+    except MomentError as e:
+        raise bad(str(e)) from None
     parts = _split_path(path)
     if not parts:
-        raise MomentError(f"--set {spec!r}: empty path")
+        raise bad("empty path")
     cur: Any = data
     for key in parts[:-1]:
-        cur = _step(cur, key, spec)
+        cur = _step(cur, key, spec, flag)
     last = parts[-1]
     if append:
-        target = _step(cur, last, spec) if not (isinstance(cur, dict) and last not in cur) else None
+        target = _step(cur, last, spec, flag) if not (isinstance(cur, dict) and last not in cur) else None
         if target is None:
             cur[last] = target = []
         if not isinstance(target, list):
-            raise MomentError(f"--set {spec!r}: {path} is not a list")
+            raise bad(f"{path} is not a list")
         target.append(value)
     elif isinstance(cur, dict):
         cur[last] = value
     elif isinstance(cur, list):
-        item = _step(cur, last, spec)
+        item = _step(cur, last, spec, flag)
         idx = cur.index(item)
         cur[idx] = value
     else:
-        raise MomentError(f"--set {spec!r}: cannot set a field of {type(cur).__name__}")
+        raise bad(f"cannot set a field of {type(cur).__name__}")

@@ -14,9 +14,7 @@ from pathlib import Path
 from xml.parsers import expat
 
 from moment.errors import MomentError
-
-#: Deeper nesting than this is not a machine description (NCCL trees are < 10 levels, hwloc < 30).
-MAX_DEPTH = 200
+from moment.topology.limits import MAX_DEPTH
 
 
 @dataclass

@@ -1,0 +1,218 @@
+"""The service's contract beyond the CLI's answers: hostile inputs are 4xx naming the field, the
+routes' methods, limits answered up front, and bodies that match the OpenAPI schema."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("fastapi", reason="the service needs the `serve` extra (fastapi, uvicorn)")
+
+from fastapi.testclient import TestClient  # noqa: E402
+
+from moment.service.app import create_app  # noqa: E402
+from moment.service.config import Settings  # noqa: E402
+
+DEEP_YAML = "nodes: " + "[" * 1000 + "]" * 1000
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory):
+    with TestClient(create_app(Settings(data_dir=tmp_path_factory.mktemp("svc")))) as c:
+        yield c
+
+
+@pytest.mark.parametrize(("path", "extra"), [("/v1/plan", {}), ("/v1/whatif/targets", {}),
+                                             ("/v1/advise", {"budget": 50000})])
+def test_deeply_nested_yaml_upload_is_a_422_naming_the_field(client, path, extra):
+    r = client.post(path, json={"profile_yaml": DEEP_YAML, **extra})
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"] == "profile_yaml: not valid YAML at line 1: nested more than 200 deep"
+
+
+@pytest.mark.parametrize(("settings", "base", "health", "plan"), [
+    ({}, "http://192.0.2.7", 403, 403),  # a TCP connection to a public address, no token: refused
+    ({}, "http://[2001:db8::7]", 403, 403),
+    ({}, "http://127.0.0.1", 200, 200),  # to loopback (also on a server bound to 0.0.0.0): served
+    ({}, "http://testserver", 200, 200),  # in-process (no socket): served
+    ({"token": "s3cret"}, "http://192.0.2.7", 200, 401),  # a token: the token check decides
+    ({"allow_no_token": True}, "http://192.0.2.7", 200, 200),  # told explicitly (a proxy authenticates)
+])
+def test_the_app_itself_refuses_other_machines_without_a_token(tmp_path, settings, base, health, plan):
+    """`uvicorn --factory moment.service.app:create_app --host 0.0.0.0` is held to `moment serve`'s rule:
+    the app judges each connection by the local address it reached (the ASGI scope's `server`)."""
+    app = create_app(Settings(data_dir=tmp_path, **settings))
+    with TestClient(app, base_url=base) as c:
+        r = c.get("/v1/health")
+        assert r.status_code == health, r.text
+        assert c.post("/v1/plan", json={"gpus": 1, "ssds": 1}).status_code == plan
+        if health == 403:
+            assert "without a token" in r.json()["detail"] and "MOMENT_ALLOW_NO_TOKEN=1" in r.json()["detail"]
+            assert c.get("/").status_code == 403 and c.get("/openapi.json").status_code == 403
+
+
+def test_the_bind_rule_is_one_function_with_an_explicit_opt_in(monkeypatch):
+    from moment.errors import MomentError
+    from moment.service.config import check_bind
+
+    check_bind("0.0.0.0", None, allow_no_token=True)
+    with pytest.raises(MomentError, match="--host 0.0.0.0: refusing .* MOMENT_ALLOW_NO_TOKEN=1"):
+        check_bind("0.0.0.0", None)
+    monkeypatch.setenv("MOMENT_DATA_DIR", "/tmp/unused")
+    for text, allowed in (("1", True), ("yes", True), ("0", False), ("", False)):
+        monkeypatch.setenv("MOMENT_ALLOW_NO_TOKEN", text)
+        assert Settings.from_env().allow_no_token is allowed
+    monkeypatch.setenv("MOMENT_ALLOW_NO_TOKEN", "maybe")
+    with pytest.raises(MomentError, match="MOMENT_ALLOW_NO_TOKEN='maybe': expected 1 or 0"):
+        Settings.from_env()
+
+
+def _field_error(r, field: str) -> str:
+    """The 422's message for `field` (the body names it in `errors`, for a page to place it)."""
+    assert r.status_code == 422, r.text
+    body = r.json()
+    assert [e["field"] for e in body["errors"]] == [field], body
+    assert "--" not in body["detail"], body  # request fields, not CLI flags
+    return body["detail"]
+
+
+@pytest.mark.parametrize(("body", "field", "needle"), [
+    ({"ssd_dirs": {f"ssd{i}": f"d{i}" for i in range(64)}, "size_mib": 4096}, "size_mib",
+     "64 directories x 4096 MiB = 262,144 MiB of scratch files, above the service's limit of 16,384 MiB per job"),
+    ({"queue_depth": 3}, "queue_depth", "queue_depth 3: choose 8-4096 reads in flight"),
+    ({"queue_depth": 5000}, "queue_depth", "queue_depth 5000: choose 8-4096"),
+    ({"size_mib": 4}, "size_mib", "size_mib 4: the probe file must hold at least 16"),
+])
+def test_probe_jobs_are_bounded_at_submit(tmp_path, body, field, needle):
+    """What the probe would refuse, or a job writing more scratch than the service allows, is a 422 before
+    anything is queued."""
+    with TestClient(create_app(Settings(data_dir=tmp_path))) as c:
+        assert needle in _field_error(c.post("/v1/jobs/probe", json=body), field)
+        assert c.get("/v1/jobs").json() == []
+    assert not (tmp_path / "probe").exists()
+
+
+def test_queued_jobs_are_capped_with_a_429(tmp_path):
+    from moment.service.jobs import JobStore
+
+    store = JobStore(tmp_path / "jobs.sqlite3")
+    for _ in range(2):  # waiting jobs of a service on another machine (never run here)
+        store.create("probe", {"ssd_dirs": {"ssd0": "a"}}, "elsewhere:1:x")
+    with TestClient(create_app(Settings(data_dir=tmp_path, max_queued_jobs=2))) as c:
+        r = c.post("/v1/jobs/probe", json={"size_mib": 16})
+        assert r.status_code == 429 and r.headers["retry-after"], r.text
+        assert "2 jobs are waiting to start, the service's limit" in r.json()["detail"]
+        assert len(c.get("/v1/jobs").json()) == 2
+
+
+def test_health_needs_no_worker_and_a_flood_of_searches_is_429_at_once(tmp_path, monkeypatch):
+    """A search holds the only worker thread and the only search place: health still answers at once,
+    and another search is answered 429 at once instead of waiting for the time limit."""
+    import threading
+    import time
+
+    import anyio.to_thread
+
+    from moment.planner import api
+
+    started, release = threading.Event(), threading.Event()
+    plan_machine = api.plan_machine
+
+    def held(*a, **k):
+        started.set()
+        release.wait(30)
+        return plan_machine(*a, **k)
+
+    monkeypatch.setattr(api, "plan_machine", held)
+    app = create_app(Settings(data_dir=tmp_path, max_searches=1, max_waiting_searches=0, plan_timeout_s=60))
+    with TestClient(app) as c:
+        async def one_worker():
+            anyio.to_thread.current_default_thread_limiter().total_tokens = 1
+
+        c.portal.call(one_worker)
+        first = {}
+        busy = threading.Thread(target=lambda: first.update(r=c.post("/v1/plan", json={"gpus": 1, "ssds": 1})))
+        busy.start()
+        try:
+            assert started.wait(30)
+            answers = {}
+            health = threading.Thread(target=lambda: answers.update(r=c.get("/v1/health")))
+            health.start()
+            health.join(5)
+            assert "r" in answers and answers["r"].status_code == 200, "health waited for a worker thread"
+            t0 = time.monotonic()
+            r = c.post("/v1/plan", json={"gpus": 1, "ssds": 1})
+            assert r.status_code == 429 and "1 searches are running and 0 more are waiting" in r.json()["detail"]
+            assert time.monotonic() - t0 < 5 and r.headers["retry-after"]
+        finally:
+            release.set()
+            busy.join(60)
+        assert first["r"].status_code == 200, first["r"].text
+
+
+@pytest.mark.parametrize(("path", "body", "field", "needle"), [
+    ("/v1/plan", {"gpus": 0}, "gpus", "the inventory has no GPU and the machine holds none"),
+    ("/v1/plan", {"ssds": 100}, "ssds", "100 x P5510 need 100 free slots"),
+    ("/v1/plan", {"inventory": "30xP5510,1xA100-PCIe-40GB"}, "inventory", "30 x P5510 need 30 free slots"),
+    ("/v1/plan", {"inventory": "four"}, "inventory", "inventory 'four': expected COUNTxMODEL"),
+    ("/v1/plan", {"profile": "dgx2", "gpus": 3}, "gpus", "gpus 3: 'dgx2' has 16 built-in GPUs"),
+    ("/v1/plan", {"gpu_model": "GeForce 256"}, "gpu_model", "gpu_model: unknown device model 'GeForce 256'"),
+    ("/v1/plan", {"gpu_cache_share": 0.5, "cpu_cache_share": 0.6}, "cpu_cache_share",
+     "workload options: workload: gpu_cache_share + cpu_cache_share must not exceed 1"),
+    ("/v1/plan", {"set": ["nodes.nope.link.gen=5"]}, "set", "set nodes.nope.link.gen=5: no element with id 'nope'"),
+    ("/v1/plan", {"set": ["nodes.sw1.link.gen=99"]}, "set", "set nodes.sw1.link.gen=99: nodes.sw1.link.gen: PCIe"),
+    ("/v1/plan", {"set": ["name=" + "[" * 1000 + "]" * 1000]}, "set", "nested more than 200 deep"),
+    ("/v1/plan", {"nccl_xml": "<system"}, "nccl_xml", "not well-formed XML"),
+    ("/v1/plan", {"profile_yaml": "name: x\nnodes: [{id: a, kind: socket}]", "set": ["nodes.b.link.gen=5"]}, "set",
+     "set nodes.b.link.gen=5: no element with id 'b'"),
+    ("/v1/compare", {"profiles": ["paper-machine-b"], "gpus": 0}, "gpus", "the inventory has no GPU"),
+    ("/v1/compare", {"profiles": ["paper-machine-b"], "inventories": ["x"]}, "inventories", "inventories 'x': expected"),
+    ("/v1/compare", {"profiles": ["paper-machine-b"], "inventories": ["40xP5510,1xT4"]}, "inventories",
+     "40 x P5510 need 40 free slots"),
+    ("/v1/simulate", {"placement": "nope"}, "placement", "placement 'nope': not a layout of 'paper-machine-b'"),
+    ("/v1/advise", {"budget": 100}, "budget", "budget 100 USD buys nothing for 'paper-machine-b'"),
+    ("/v1/advise", {"budget": 50000, "models": ["CX7"]}, "models", "models: CX7 is a nic"),
+    ("/v1/advise", {"budget": 50000, "models": ["X100"]}, "models", "models: unknown device model 'X100'"),
+    ("/v1/advise", {"budget": 50000, "prices": {"devices": {"X9": {"price_usd": 1}}}}, "prices",
+     "prices: devices.X9: unknown device model 'X9'"),
+    ("/v1/whatif/targets", {"hwloc_xml": "<topology><object"}, "hwloc_xml", "not well-formed XML"),
+])
+def test_semantic_422s_name_the_request_field_not_a_cli_flag(client, path, body, field, needle):
+    """The body is {detail, errors: [{field, message}]}; the page places each error beside its field, and
+    every message (and hint) speaks of request fields, never of `--gpus` or `--set`."""
+    r = client.post(path, json=body)
+    assert needle in _field_error(r, field)
+    assert "--" not in r.json().get("hint", ""), r.json()
+
+
+def test_uploaded_command_outputs_blame_the_one_that_is_wrong(client):
+    lspci = "-[0000:00]-+-00.0  Intel Corporation Device 09a2\n"
+    r = client.post("/v1/scan", files={"lspci": ("a", lspci.encode()), "dmidecode": ("b", b"zz")})
+    assert "dmidecode: not dmidecode output" in _field_error(r, "dmidecode")
+
+
+@pytest.mark.parametrize(("content", "ctype", "needle"), [
+    (b'{"profile": "\xff\xfe"}', "application/json", "body: not UTF-8 text (byte 0xff at position 13)"),
+    (b'{"gpus": ', "application/json", "body: not valid JSON at character 9"),
+    (b'{"set": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "application/json", "body: nested too deep to read"),
+])
+def test_unreadable_json_bodies_are_422_naming_the_body(client, content, ctype, needle):
+    r = client.post("/v1/plan", content=content, headers={"content-type": ctype})
+    assert needle in _field_error(r, "body")
+
+
+def test_a_broken_multipart_form_is_a_422_naming_the_body(client):
+    r = client.post("/v1/scan", content=b"xx", headers={"content-type": "multipart/form-data"})
+    assert "body: not a valid form" in _field_error(r, "body")
+
+
+@pytest.mark.parametrize(("method", "path", "allow"), [
+    ("GET", "/v1/plan", "POST"), ("PUT", "/v1/health", "GET"), ("DELETE", "/v1/profiles", "GET"),
+    ("POST", "/v1/jobs/abc", "GET, DELETE"), ("PUT", "/v1/jobs/place", "GET, POST, DELETE"),
+    ("OPTIONS", "/v1/plan", "POST"),
+])
+def test_a_wrong_method_is_405_naming_the_allowed_ones(client, method, path, allow):
+    r = client.request(method, path)
+    assert r.status_code == 405, r.text
+    assert r.headers["allow"] == allow and r.json()["detail"] == f"{method} is not allowed on {path}; use {allow}"
+    assert client.head("/v1/health").status_code == 405
+    assert client.get("/v1/no-such-route").status_code == 404
