@@ -228,6 +228,7 @@ def test_killing_moment_train_leaves_no_torchrun_or_rank_behind(layout, tmp_path
                               "--layout", str(layout), *ARGS, "--epochs", "100000", "--checkpoint-every", "1",
                               "--quiet"], cwd=REPO, env=e, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                              text=True, start_new_session=True)  # its own group: cleaned up whatever happens
+        family: set[int] = set()
         try:
             deadline = time.monotonic() + 240
             while not list(runs.glob("*/checkpoint/checkpoint.pt")):  # the ranks are training
@@ -244,9 +245,8 @@ def test_killing_moment_train_leaves_no_torchrun_or_rank_behind(layout, tmp_path
             if sig == signal.SIGTERM:
                 assert p.returncode == 128 + sig
                 assert "training stopped by SIGTERM" in " ".join(p.stderr.read().split())
-        finally:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        finally:  # torchrun starts each rank in a session of its own: end them one by one
+            for pid in [p.pid, *family]:
+                if _alive(pid):
+                    os.kill(pid, signal.SIGKILL)
             p.wait()
