@@ -51,6 +51,7 @@ from moment.workload.sampler import CSRGraph, SeedBatches
 
 EVAL_TAG, DROPOUT_TAG = 0xE7A1, 0xD80
 KILL_ENV = "MOMENT_TEST_KILL_AT_STEP"  # test hook: the last rank exits once at this step (first attempt)
+AGREED_GRACE_S = 2.0  # a rank that leaves an agreed error to rank 0 exits this much later
 BASE_ENV = "MOMENT_RANK_BASE_BYTES"  # set by `moment train`: the per-rank fixed cost its budget check charged
 #: what a checkpoint must share with the run that resumes it: the data (dataset and layout identity), the
 #: model's shape, and what decides the batches and updates (an exact resume repeats the uninterrupted run)
@@ -689,6 +690,8 @@ def main(argv: list[str] | None = None) -> int:
         if rank == "0" or not isinstance(e, AgreedError):
             Console(stderr=True).print(f"[bold red]error[/] (rank {rank}): " + escape(str(e)), highlight=False,
                                       soft_wrap=True)
+        else:  # rank 0 says it: torchrun stops every rank once one exits, so give rank 0 time to
+            time.sleep(AGREED_GRACE_S)
         return 2
     except Exception as e:  # noqa: BLE001 - only a lost peer is turned into a message; the rest re-raised
         if not _peer_lost(e):
