@@ -96,6 +96,11 @@ def test_every_numeric_option_names_its_range_in_one_line(tmp_path: Path, capsys
         assert main(["train", "--layout", str(tmp_path), *argv]) == 2, argv
         err = " ".join(capsys.readouterr().err.split())
         assert said in err and "usage" not in err.lower() and "Traceback" not in err, err
+    # `moment data pack` samples the training run's batches: the same ranges
+    for argv, said in ((["--seed", "-1"], "--seed -1: must be an integer from 0 to"),
+                       (["--batch-size", "0"], "--batch-size 0: must be an integer >= 1")):
+        assert main(["data", "pack", "--layout", str(tmp_path), *argv]) == 2, argv
+        assert said in " ".join(capsys.readouterr().err.split()), argv
 
 
 def test_sizes_are_refused_beyond_what_exists(tmp_path: Path) -> None:
