@@ -12,8 +12,8 @@ from moment.workload.synth import synthesize
 NODES, DIM, CLASSES = 4000, 32, 4
 
 
-def make_dataset(root: Path, nodes: int = NODES, dim: int = DIM) -> GraphDataset:
-    return synthesize(root / "ds", nodes, feature_dim=dim, num_classes=CLASSES, seed=1, train_fraction=0.3,
+def make_dataset(root: Path, nodes: int = NODES, dim: int = DIM, *, seed: int = 1, name: str = "ds") -> GraphDataset:
+    return synthesize(root / name, nodes, feature_dim=dim, num_classes=CLASSES, seed=seed, train_fraction=0.3,
                       val_fraction=0.1, test_fraction=0.05, overwrite=True)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -102,6 +103,94 @@ def test_config_errors(setup):
     assert cfg.features == "memmap" and cfg.resolved_fanouts() == [4, 3, 2]
     assert cfg.resolved_batch_size(100_000, 2) == 6250 and cfg.resolved_batch_size(10**8, 1) == 8000
     assert cfg.resolved_batch_size(100, 4) == 64
+
+
+NAN_BITS = 0x7FC00000  # a float32 quiet NaN: what a shard overwritten with garbage may hold
+
+
+def test_a_non_finite_loss_stops_the_run_naming_the_step_and_the_likely_cause(setup, tmp_path):
+    """Corrupt features (every shard NaN) and a diverging model (a huge learning rate) each stop the run
+    at the first step whose loss is not finite, instead of training to exit 0 with loss NaN."""
+    _, _, layout = setup
+    bad = shutil.copytree(layout, tmp_path / "L")
+    for f in (bad / "shards").iterdir():
+        f.write_bytes(np.full(f.stat().st_size // 4, NAN_BITS, np.uint32).tobytes())
+    with pytest.raises(MomentError) as e:
+        train(_cfg(bad, epochs=1))
+    msg = " ".join(str(e.value).split())
+    assert "training stopped at step 1 (epoch 1, batch 1 of 8) on rank 0" in msg, msg
+    assert "the feature rows read for the batch hold NaN or infinite values" in msg
+    assert f"check it with `moment layout verify {bad}`" in msg
+    with pytest.raises(MomentError) as e:
+        train(_cfg(layout, epochs=1, lr=1e30))
+    msg = " ".join(str(e.value).split())
+    assert re.search(r"training stopped at step [2-8] \(epoch 1, batch [2-8] of 8\) on rank 0: the loss is not "
+                     r"finite though the batch's features are: the model diverged \(learning rate 1e\+30\)", msg), msg
+    assert "lower --lr" in msg
+
+
+def test_resume_refuses_a_checkpoint_of_another_run_naming_each_difference(setup, tmp_path):
+    root, ds, layout = setup
+    ck = tmp_path / "ck"
+    first = train(_cfg(layout, epochs=1, checkpoint_dir=ck))
+    other = make_dataset(tmp_path, seed=2, name="other")  # the same shape, other values
+    with pytest.raises(MomentError) as e:
+        train(_cfg(None, dataset=other.path, features="memory", epochs=2, checkpoint_dir=ck, resume=True))
+    msg = " ".join(str(e.value).split())
+    assert msg.startswith(f"{ck}: the checkpoint is from another run (checkpoint vs this run): dataset "
+                          f"{ds.dataset_id[:12]} ({ds.path}) vs {other.dataset_id[:12]} ({other.path})"), msg
+    relaid = make_layout(ds, tmp_path / "L2", row_mode="pad")  # the same dataset placed again: another layout
+    with pytest.raises(MomentError, match=r"checkpoint vs this run\): layout [0-9a-f]{12} \(.*\) vs [0-9a-f]{12} "):
+        train(_cfg(relaid, epochs=2, checkpoint_dir=ck, resume=True))
+    with pytest.raises(MomentError) as e:
+        train(_cfg(layout, epochs=2, checkpoint_dir=ck, resume=True, hidden=64, lr=0.1))
+    assert "checkpoint vs this run): hidden 32 vs 64; lr 0.01 vs 0.1\n" in str(e.value), str(e.value)
+    # a checkpoint whose recorded settings match but whose weights do not: one line, not load_state_dict's
+    import torch
+
+    doc = torch.load(ck / "checkpoint.pt", weights_only=False)
+    name = next(iter(doc["model"]))
+    doc["model"][name] = torch.zeros(3, 3)
+    torch.save(doc, tmp_path / "odd.pt")
+    (tmp_path / "odd").mkdir()
+    (tmp_path / "odd.pt").rename(tmp_path / "odd" / "checkpoint.pt")
+    with pytest.raises(MomentError, match=f"the checkpoint's model does not fit this run's: .*{name}"):
+        train(_cfg(layout, epochs=2, checkpoint_dir=tmp_path / "odd", resume=True))
+    m = train(_cfg(layout, epochs=2, checkpoint_dir=ck, resume=True))  # its own run resumes
+    assert m["resumed_from_step"] == first["steps"]
+
+
+def test_a_full_disk_at_a_checkpoint_names_the_file_and_keeps_the_last_good_one(setup, tmp_path, monkeypatch):
+    from moment import testpoints
+    from moment.runtime.checkpoint import load_checkpoint
+
+    _, _, layout = setup
+    ck = tmp_path / "ck"
+    monkeypatch.setattr(testpoints, "_reached", {})
+    monkeypatch.setenv(testpoints.ENOSPC_ENV, "checkpoint-write:2")  # the second checkpoint meets a full disk
+    with pytest.raises(MomentError) as e:
+        train(_cfg(layout, epochs=1, checkpoint_dir=ck, checkpoint_every=3))
+    msg = " ".join(str(e.value).split())
+    assert msg.startswith(f"{ck / 'checkpoint.pt'}: cannot write the checkpoint at step 6: no space left on the "
+                          "device; the last good checkpoint (step 3) is kept"), msg
+    assert f"--resume --checkpoint-dir {ck}" in msg
+    assert load_checkpoint(ck)["step"] == 3 and [p.name for p in ck.iterdir()] == ["checkpoint.pt"]
+
+
+def test_more_ranks_than_the_layouts_gpus_are_refused_before_any_starts(setup, monkeypatch, capsys):
+    from moment.cli import main
+    from moment.runtime.dist import setup as dist_setup
+
+    _, _, layout = setup  # 2 GPU bins
+    assert main(["train", "--nproc", "3", "--layout", str(layout)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "--nproc 3: 3 ranks on this machine, but the layout was placed for 2 GPU(s) (gpu0, gpu1)" in err, err
+    # under torchrun directly, every rank refuses before the process group (no MASTER_ADDR is needed)
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "3")
+    with pytest.raises(MomentError, match=r"torchrun --nproc-per-node 3: 3 ranks on this machine, but the layout "
+                                          r"was placed for 2 GPU\(s\)"):
+        dist_setup("cpu", train_mod.layout_gpus(_cfg(layout)))
 
 
 def _torchrun(args: list[str], nproc: int = 2, restarts: int = 0, env: dict | None = None) -> None:

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -131,3 +135,118 @@ def test_killed_rank_is_announced_and_the_restart_resumes_from_the_default_check
     assert whole.returncode == 0, whole.stderr
     np.testing.assert_allclose(m["loss_curve"], json.loads((tmp_path / "w.json").read_text())["loss_curve"],
                                rtol=1e-6)
+
+
+@pytest.mark.slow
+def test_the_suggested_budget_is_accepted_and_a_full_disk_stops_every_rank_with_one_message(layout, tmp_path, capsys):
+    """The minimum `moment train` names before starting torchrun is what the ranks accept (the same rule and
+    numbers); in that run, a checkpoint meeting a full disk stops both ranks with one message naming the
+    file, and the last good checkpoint stays."""
+    from moment import testpoints
+    from moment.cli import main
+    from moment.runtime.checkpoint import load_checkpoint
+
+    assert main(["train", "--nproc", "2", "--layout", str(layout), *ARGS, "--memory-budget", "200MiB"]) == 2
+    hint = re.search(r"give at least --memory-budget (\d+MiB)", capsys.readouterr().err)
+    assert hint, "no suggested budget"
+    ck = tmp_path / "ck"
+    r = _moment_train("--nproc", "2", "--run-dir", str(tmp_path / "runs"), "--layout", str(layout), *ARGS,
+                      "--memory-budget", hint.group(1), "--checkpoint-dir", str(ck), "--checkpoint-every", "2",
+                      "--quiet", env={testpoints.ENOSPC_ENV: "checkpoint-write:2"})
+    err = " ".join(r.stderr.split())
+    assert r.returncode == 2, r.stderr
+    assert "below the minimum" not in err, r.stderr
+    said = (f"error (rank 0): {ck / 'checkpoint.pt'}: cannot write the checkpoint at step 4: no space left on the "
+            "device; the last good checkpoint (step 2) is kept")
+    assert err.count(said) == 1 and "rank 1" not in err and "lost the connection" not in err, r.stderr
+    assert "Traceback" not in err and load_checkpoint(ck)["step"] == 2
+
+
+@pytest.mark.slow
+def test_a_non_finite_loss_on_one_rank_stops_every_rank_together(layout, tmp_path):
+    """Only rank 1's first batch holds a NaN feature row: both ranks stop at that step (they agree through
+    an all-reduce), with one message naming rank 1, and rank 0 does not report a lost peer."""
+    from moment.workload.graph import GraphDataset
+    from moment.workload.sampler import CSRGraph, NeighborSampler, SeedBatches
+    from moment.workload.seeds import mix
+
+    ds = GraphDataset.open(shutil.copytree(Path(json.loads((layout / "manifest.json").read_text())["dataset"]
+                                                ["features_path"]).parent, tmp_path / "ds"))
+    train_idx = np.asarray(ds.train_idx)
+    bs = TrainConfig().resolved_batch_size(train_idx.size, 2)
+    first = [next(iter(SeedBatches(train_idx, bs, seed=0, rank=r, world_size=2).epoch(0))) for r in (0, 1)]
+    sampler = NeighborSampler(CSRGraph.from_dataset(ds), [10, 5])
+    sampler.generator.manual_seed(mix(0, 0, 0, 0))  # rank 0's first batch, as its pipeline samples it
+    read_by_rank0 = set(sampler.sample(first[0]).n_id.tolist())
+    victim = next(int(v) for v in first[1].tolist() if int(v) not in read_by_rank0)
+    feats = np.load(ds.file("features"), mmap_mode="r+")
+    feats[victim] = np.nan
+    feats.flush()
+    del feats
+    r = _moment_train("--nproc", "2", "--run-dir", str(tmp_path / "runs"), "--dataset", str(ds.path),
+                      "--features-in-memory", *ARGS, "--quiet")
+    err = " ".join(r.stderr.split())
+    assert r.returncode == 2, r.stderr
+    assert err.count("error (rank 0): training stopped at step 1 (epoch 1, batch 1 of ") == 1, r.stderr
+    assert "on rank 1: the loss is not finite because the feature rows read for the batch hold NaN" in err
+    assert f"the dataset {ds.path} (features.npy) is probably corrupt" in err
+    assert "lost the connection" not in err and "Traceback" not in err and "error (rank 1)" not in err, r.stderr
+
+
+def _family(pid: int) -> set[int]:
+    """`pid`'s descendants, from /proc."""
+    parent = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                parent[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    out, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        kids = {c for c, pp in parent.items() if pp == p}
+        todo += list(kids - out)
+        out |= kids
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds the launcher's children in Linux /proc")
+def test_killing_moment_train_leaves_no_torchrun_or_rank_behind(layout, tmp_path):
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        runs = tmp_path / sig.name
+        e = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+        p = subprocess.Popen([sys.executable, "-m", "moment", "train", "--nproc", "2", "--run-dir", str(runs),
+                              "--layout", str(layout), *ARGS, "--epochs", "100000", "--checkpoint-every", "1",
+                              "--quiet"], cwd=REPO, env=e, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             text=True, start_new_session=True)  # its own group: cleaned up whatever happens
+        family: set[int] = set()
+        try:
+            deadline = time.monotonic() + 240
+            while not list(runs.glob("*/checkpoint/checkpoint.pt")):  # the ranks are training
+                assert p.poll() is None and time.monotonic() < deadline, p.stderr.read() if p.stderr else ""
+                time.sleep(0.2)
+            family = _family(p.pid)
+            assert len(family) >= 3, family  # torchrun and two ranks
+            os.kill(p.pid, sig)
+            p.wait(timeout=60)
+            deadline = time.monotonic() + 20
+            while any(_alive(c) for c in family) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert not [c for c in family if _alive(c)], (sig.name, [c for c in family if _alive(c)])
+            if sig == signal.SIGTERM:
+                assert p.returncode == 128 + sig
+                assert "training stopped by SIGTERM" in " ".join(p.stderr.read().split())
+        finally:  # torchrun starts each rank in a session of its own: end them one by one
+            for pid in [p.pid, *family]:
+                if _alive(pid):
+                    os.kill(pid, signal.SIGKILL)
+            p.wait()

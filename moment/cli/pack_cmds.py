@@ -42,10 +42,11 @@ def pack_cmd(
 
     from moment.placement.pack import pack_path, pack_summary, write_pack
     from moment.placement.reader import load_manifest
-    from moment.runtime.config import TrainConfig
+    from moment.runtime.config import TrainConfig, make_config
     from moment.workload.graph import GraphDataset
 
     f = parse_fanouts(fanouts)
+    make_config(seed=seed, batch_size=batch_size)  # the training run's own ranges: one line naming the flag
     m = load_manifest(layout)
     n, rb = m.dataset.num_nodes, m.row.row_bytes
     ds = GraphDataset.open(dataset or Path(m.dataset.features_path).parent)
@@ -58,7 +59,7 @@ def pack_cmd(
     elif memory_budget is not None:
         from moment.runtime.train import preview_split
 
-        cfg = TrainConfig(layout=layout, dataset=ds.path, memory_budget=memory_budget, fanouts=f, batch_size=bs,
+        cfg = make_config(layout=layout, dataset=ds.path, memory_budget=memory_budget, fanouts=f, batch_size=bs,
                           seed=seed, io_shape="block")
         cfg.check()
         preview_split(cfg, ds, ranks, pack_index_bytes=0)  # a budget too small even without the pack: say so now

@@ -11,7 +11,7 @@ import importlib.util
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -36,14 +36,24 @@ def _check_torch() -> None:
                               hint="pip install -e .[train]")
 
 
-def _precheck(args: list[str], nproc: int = 1):
-    """Catch user errors (bad flags, missing layout or dataset) here, before torchrun starts N ranks.
-    Returns the parsed configuration."""
+def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None) -> tuple[Any, dict[str, str]]:
+    """Catch user errors (bad flags, missing layout or dataset, more ranks than the layout's GPUs, a budget
+    below the minimum) here, before torchrun starts N ranks. Returns the parsed configuration and what the
+    ranks' environment must add so that their own checks use the same numbers."""
+    from moment.cli.train_launch import run_root
     from moment.runtime.config import parse_args
-    from moment.runtime.train import dataset_dir
+    from moment.runtime.devices import check_local_ranks
+    from moment.runtime.train import BASE_ENV, dataset_dir, layout_gpus, preview_split, rank_start_bytes
     from moment.workload.graph import GraphDataset
 
-    cfg = parse_args(args)
+    cfg = parse_args(args, check=False)
+    anchor = cfg.layout or cfg.dataset
+    if cfg.checkpoint_dir is None and cfg.checkpoint_every != 0 and not cfg.resume and anchor is not None:
+        # checked with the checkpoint directory `train` gives the run (in its run directory, made later)
+        cfg.model_copy(update={"checkpoint_dir": run_root(run_dir, Path(anchor)) / "checkpoint"}).check()
+    else:
+        cfg.check()
+    check_local_ranks(nproc, [g for g, _ in layout_gpus(cfg)], f"--nproc {nproc}")
     ds = GraphDataset.open(dataset_dir(cfg))
     if cfg.layout is not None:
         from moment.placement.reader import check_dataset, load_manifest
@@ -52,15 +62,9 @@ def _precheck(args: list[str], nproc: int = 1):
         if note:
             err_console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
     if cfg.memory_budget and cfg.features == "tiered":
-        _check_budget(cfg, ds, nproc)
-    return cfg
-
-
-def _check_budget(cfg, ds, nproc: int) -> None:
-    """Split the budget here as rank 0 will, so a budget below the minimum is one message, not N."""
-    from moment.runtime.train import preview_split
-
-    preview_split(cfg, ds, nproc)
+        preview_split(cfg, ds, nproc)  # as rank 0 will split it: a budget below the minimum is one message
+        return cfg, {BASE_ENV: str(rank_start_bytes())}  # the ranks charge the figure this check charged
+    return cfg, {}
 
 
 def _forwarded_options() -> str:
@@ -77,8 +81,8 @@ def _forwarded_options() -> str:
 )
 def train(
     ctx: typer.Context,
-    nproc: Annotated[int, typer.Option("--nproc", min=1, help="ranks (GPUs) on this machine")] = 1,
-    max_restarts: Annotated[int, typer.Option("--max-restarts", min=0,
+    nproc: Annotated[int, typer.Option("--nproc", help="ranks (GPUs) on this machine: 1 to the layout's GPUs")] = 1,
+    max_restarts: Annotated[int, typer.Option("--max-restarts",
                                               help="torchrun restarts after a failed rank (they resume from "
                                                    "the last checkpoint)")] = 0,
     run_dir: Annotated[Path | None, typer.Option(
@@ -93,11 +97,15 @@ def train(
     from moment.cli import err_console
     from moment.cli.train_launch import make_run_dir, report, run
 
+    if nproc < 1:
+        raise MomentError(f"--nproc {nproc}: must be an integer >= 1")
+    if max_restarts < 0:
+        raise MomentError(f"--max-restarts {max_restarts}: must be an integer >= 0")
     _check_torch()
     if not ctx.args:
         raise MomentError("nothing to train: pass at least --layout LAYOUT (see --help)")
     args = list(ctx.args)
-    cfg = _precheck(args, nproc)
+    cfg, rank_env = _precheck(args, nproc, run_dir)
     run_path = make_run_dir(run_dir, Path(cfg.layout or cfg.dataset))
     where = f"run directory {run_path}: torchrun's log"
     if cfg.checkpoint_dir is None and cfg.checkpoint_every != 0:
@@ -105,7 +113,7 @@ def train(
         where += ", checkpoints (resume with --resume --checkpoint-dir " + str(run_path / "checkpoint") + ")"
     if not cfg.quiet:
         err_console.print(where, highlight=False, soft_wrap=True)
-    env = dict(os.environ)
+    env = {**os.environ, **rank_env}
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
     code = report(run(torchrun_command(nproc, args, max_restarts), env, run_path / "torchrun.log", max_restarts))
     if code:

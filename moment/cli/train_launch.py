@@ -35,16 +35,23 @@ class Outcome:
     log: Path
     failures: list[tuple[int, int]] = field(default_factory=list)  # (local rank, exit code), in order
     rank_errors: list[str] = field(default_factory=list)  # clean error lines that went to the log
+    stopped_by: str | None = None  # the signal that stopped `moment train` (passed on to torchrun)
+    log_error: str | None = None  # why torchrun's log could not be written to the end
 
     @property
     def user_error(self) -> bool:
         return bool(self.failures) and all(c == USER_ERROR for _, c in self.failures)
 
 
+def run_root(base: Path | None, anchor: Path) -> Path:
+    """Where runs' directories go: BASE, or '<layout or dataset>.runs' beside it."""
+    return base if base is not None else anchor.parent / f"{anchor.name}.runs"
+
+
 def make_run_dir(base: Path | None, anchor: Path) -> Path:
-    """A fresh directory for this run: BASE/<time> (BASE defaults to '<layout or dataset>.runs' beside
-    it), so runs never share checkpoints or logs."""
-    root = base if base is not None else anchor.parent / f"{anchor.name}.runs"
+    """A fresh directory for this run: BASE/<time> (see `run_root`), so runs never share checkpoints or
+    logs."""
+    root = run_root(base, anchor)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     for i in range(1000):
         run = root / (stamp if i == 0 else f"{stamp}-{i + 1}")
@@ -77,35 +84,93 @@ def _seek_end(fd: int) -> None:
         pass  # a terminal or a pipe: nothing to do
 
 
+class _Stopped(Exception):
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_stopped(signum: int, _frame) -> None:
+    raise _Stopped(signum)
+
+
+#: signals that stop `moment train` and are passed on to torchrun, which stops the ranks
+FORWARDED = (signal.SIGTERM, signal.SIGHUP)
+STOP_GRACE_S = 30  # torchrun's time to stop its ranks before it is killed
+
+
 def run(cmd: list[str], env: dict[str, str], log_path: Path, max_restarts: int) -> Outcome:
+    """Run torchrun; its output goes to `log_path` and is watched. torchrun dies with this process (even
+    by SIGKILL: PR_SET_PDEATHSIG), and a SIGTERM/SIGHUP/Ctrl-C here is passed on, so no rank outlives it."""
+    from moment.outputs import reason
     from moment.runtime.console import console_env
+    from moment.runtime.lifetime import die_with_parent
 
     env = {**env, **console_env()}
     sys.stdout.flush()
     sys.stderr.flush()
     out = Outcome(code=0, log=log_path)
-    with open(log_path, "w") as log:
+    me = os.getpid()
+    try:
+        log = open(log_path, "w")
         log.write("$ " + " ".join(cmd) + "\n")
         log.flush()
+    except OSError as e:
+        raise MomentError(f"cannot write torchrun's log: {reason(e)}", source=str(log_path),
+                          hint="free some space or pass --run-dir DIR") from None
+    old = {sig: signal.signal(sig, _raise_stopped) for sig in FORWARDED}
+    proc = None
+    try:
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                bufsize=1, errors="replace")
+                                bufsize=1, errors="replace", preexec_fn=lambda: die_with_parent(me))
         assert proc.stdout is not None
-        try:
-            for line in proc.stdout:
-                log.write(line)
-                log.flush()
-                _watch(line, out, max_restarts)
-            out.code = proc.wait()
-        except KeyboardInterrupt:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        for line in proc.stdout:
+            _log(log, line, out)
+            _watch(line, out, max_restarts)
+        out.code = proc.wait()
+    except (KeyboardInterrupt, _Stopped) as e:
+        sig = e.signum if isinstance(e, _Stopped) else signal.SIGINT
+        if proc is not None:
+            _stop(proc, sig)
+        if isinstance(e, KeyboardInterrupt):
             raise
+        out.code = 128 + sig
+        out.stopped_by = signal.Signals(sig).name
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        try:
+            log.close()
+        except OSError:
+            pass
     _seek_end(1)
     _seek_end(2)
     return out
+
+
+def _stop(proc: subprocess.Popen, sig: int) -> None:
+    """Pass `sig` on to torchrun and wait while it stops the ranks; kill it when it takes too long."""
+    for s in FORWARDED:  # a second SIGTERM while it stops changes nothing (SIGKILL: torchrun dies with us)
+        signal.signal(s, signal.SIG_IGN)
+    try:
+        proc.send_signal(sig)
+        proc.wait(timeout=STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()  # its ranks die with it (each set PR_SET_PDEATHSIG)
+        proc.wait()
+
+
+def _log(log, line: str, out: Outcome) -> None:
+    """Append torchrun's line to its log; a full disk stops the log, not the run (said at the end)."""
+    if out.log_error:
+        return
+    try:
+        log.write(line)
+        log.flush()
+    except OSError as e:
+        from moment.outputs import reason
+
+        out.log_error = reason(e)
 
 
 def _watch(line: str, out: Outcome, max_restarts: int) -> None:
@@ -132,6 +197,13 @@ def report(out: Outcome) -> int:
     """The one closing message and the exit status of `moment train`."""
     from rich.markup import escape
 
+    if out.log_error:
+        err_console.print(f"[yellow]torchrun's log {escape(str(out.log))} is incomplete: {out.log_error}[/]",
+                          highlight=False, soft_wrap=True)
+    if out.stopped_by:
+        err_console.print(f"[bold red]training stopped by {out.stopped_by}[/]: torchrun and the ranks were stopped; "
+                          f"torchrun's log: {escape(str(out.log))}", highlight=False, soft_wrap=True)
+        return out.code
     if out.code == 0:
         if out.failures:
             err_console.print(f"finished after {len(out.failures)} restart(s); torchrun's log: "

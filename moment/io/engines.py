@@ -55,19 +55,25 @@ def available_backends() -> dict[str, str]:
 
 def make_engine(backend: str | None, queue_depth: int, threads: int | None) -> Engine:
     """Build the requested engine; "auto" (default, or $MOMENT_IO_BACKEND) takes the fastest usable."""
+    where = "--io-backend" if backend else "MOMENT_IO_BACKEND"
     backend = backend or os.environ.get("MOMENT_IO_BACKEND") or "auto"
-    if queue_depth < 1 or queue_depth > MAX_QUEUE_DEPTH:
+    if not 1 <= queue_depth <= MAX_QUEUE_DEPTH:
         raise MomentError(f"I/O queue depth must be between 1 and {MAX_QUEUE_DEPTH}, got {queue_depth}")
     avail = available_backends()
     if backend == "auto":
         order = [b for b in BACKENDS if not avail[b]]
     elif backend in BACKENDS:
         if avail[backend]:
-            raise MomentError(f"I/O backend '{backend}' is not usable here: {avail[backend]}",
-                              hint="use backend 'auto' to take the fastest one that works")
+            usable = [b for b in BACKENDS if not avail[b]]
+            flag = where == "--io-backend"
+            other = (f", or give --io-backend {usable[0]}" if flag else f", or set MOMENT_IO_BACKEND={usable[0]}"
+                     ) if usable else ""
+            raise MomentError(f"{where} {backend}: not usable here: {avail[backend]}",
+                              hint=f"{'leave --io-backend out' if flag else 'unset MOMENT_IO_BACKEND'} to take "
+                                   f"the fastest one that works{other}")
         order = [backend]
     else:
-        raise MomentError(f"unknown I/O backend '{backend}'", hint=f"choose one of auto, {', '.join(BACKENDS)}")
+        raise MomentError(f"{where} {backend}: unknown I/O backend", hint=f"choose one of auto, {', '.join(BACKENDS)}")
     last = ""
     for name in order:
         try:

@@ -113,6 +113,16 @@ class LayoutManifest(BaseModel):
                                                          "the runtime's static CPU cache takes a prefix")
     extra: dict[str, Any] = Field(default_factory=dict)
 
+    def layout_id(self) -> str:
+        """The layout's identity: sha256 over the checksums of its index, cache lists and shards. A copied
+        or moved layout keeps it; placing again (other bins, other rows per bin) changes it."""
+        h = hashlib.sha256(f"index={self.index.sha256}\n".encode())
+        for name, f in sorted(self.cache_lists.items()):
+            h.update(f"list {name}={f.sha256}\n".encode())
+        for s in sorted(self.shards, key=lambda s: s.bin):
+            h.update(f"shard {s.bin}={','.join(s.chunk_sha256)}\n".encode())
+        return h.hexdigest()
+
 
 class ChunkHasher:
     """sha256 per `chunk` bytes of a stream fed in pieces of any size."""

@@ -24,6 +24,8 @@ from moment.sizes import parse_size
 MARGIN = 0.05  # of the budget, kept free for allocator slack, page tables, thread stacks and what we do not count
 MIN_MARGIN = 64 << 20
 AGENT_BYTES = 96 << 20  # torchrun's elastic agent (a Python process), when there is one
+#: a refusal suggests the minimum plus this (or 2% of it): a process's measured size varies a little between runs
+ROOM = 16 << 20
 
 
 def fmt_bytes(b: float) -> str:
@@ -79,9 +81,18 @@ def process_bytes() -> int:
     return 400 << 20
 
 
+def machine_limit() -> tuple[int | None, str]:
+    """The most memory a run on this machine can have: the cgroup limit or MemTotal, whichever is lower."""
+    cands = [(v, w) for v, w in ((_cgroup_limit(), "the cgroup limit"), (_meminfo("MemTotal"), "MemTotal")) if v]
+    return min(cands) if cands else (None, "")
+
+
 def resolve_budget(spec: str | int | None) -> tuple[int | None, str]:
-    """The machine-wide budget in bytes and where it came from; (None, ...) when unbounded."""
-    if spec is None or spec == "":
+    """The machine-wide budget in bytes and where it came from; (None, ...) when unbounded (no option).
+
+    A budget is refused when it is empty, not positive, or more than the machine (or its cgroup) has:
+    a run sized for memory that is not there would be killed mid-epoch instead of refused now."""
+    if spec is None:
         return None, "none (no --memory-budget)"
     if isinstance(spec, str) and spec.strip().lower() == "auto":
         cg = _cgroup_limit()
@@ -92,10 +103,20 @@ def resolve_budget(spec: str | int | None) -> tuple[int | None, str]:
                               hint="give the budget in bytes, e.g. --memory-budget 3GiB")
         v, what = min(cands)
         return v, f"auto: the {what} (the split keeps a margin of it free)"
-    total = _meminfo("MemTotal") or 0
-    b = parse_size(spec, total)
-    if b is None or b <= 0:
-        raise MomentError(f"--memory-budget must be positive, got {spec!r}")
+    limit, what = machine_limit()
+    shown = spec if str(spec).strip() else repr(spec)
+    try:
+        b = parse_size(spec, limit or 0) if str(spec).strip() else None
+    except MomentError:
+        b = None
+    if b is None:
+        raise MomentError(f"--memory-budget {shown}: give bytes (e.g. 3GiB), a share of this machine's memory "
+                          "(e.g. 50%) or auto")
+    if b <= 0:
+        raise MomentError(f"--memory-budget {shown}: must be positive")
+    if limit is not None and b > limit:
+        raise MomentError(f"--memory-budget {spec}: {fmt_bytes(b)} is more than this machine has ({what}: "
+                          f"{fmt_bytes(limit)})", hint=f"give at most {limit // 2**20}MiB, or auto")
     return b, "given"
 
 
@@ -140,13 +161,19 @@ class MemoryBudget:
         self.items.append(Item(name, int(max(nbytes, 0)), shared, note))
         return int(nbytes)
 
+    def minimum(self) -> int:
+        """The least total under which what is charged fits with its margin (which grows with the total)."""
+        return max(self.used + MIN_MARGIN, -(-self.used * 100 // round((1 - MARGIN) * 100)))
+
     def check(self, what: str = "this run") -> None:
         if self.total is not None and self.free < 0:
-            need = self.used + self.margin
+            need = self.minimum()
             raise MomentError(
                 f"--memory-budget {fmt_bytes(self.total)} is below the minimum {fmt_bytes(need)} {what} needs "
                 f"({self.summary(short=True)})",
-                hint=f"give at least --memory-budget {-(-need // 2**20)}MiB, or fewer ranks / a smaller batch")
+                hint=f"give at least --memory-budget {-(-(need + max(ROOM, need // 50)) // 2**20)}MiB (the minimum, "
+                     "with room for the processes' measured size to vary between runs), or fewer ranks / a smaller "
+                     "batch")
 
     def grant(self, name: str, want: int, *, shared: bool = False, share: float = 1.0, note: str = "") -> int:
         """Charge min(want, share of what is free) and return it (per rank unless shared)."""

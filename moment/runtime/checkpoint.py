@@ -6,12 +6,14 @@ state that influences what comes next, so a resumed run draws the same batches a
 
 from __future__ import annotations
 
+import io
 import random
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from moment import testpoints
 from moment.errors import MomentError
 from moment.outputs import atomic_file
 
@@ -39,12 +41,17 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def save_checkpoint(directory: str | Path, payload: dict[str, Any]) -> Path:
-    """Write `payload` to DIR/checkpoint.pt with `atomic_file` (never half-written)."""
+    """Write `payload` to DIR/checkpoint.pt with `atomic_file` (never half-written; the previous one stays
+    until the new one is complete). Serialised in memory first: writing to the file itself, torch turns a
+    full disk into "unexpected pos" (a RuntimeError); written here, it is the OSError (ENOSPC) it is."""
     import torch
 
+    buf = io.BytesIO()
+    torch.save({"format": FORMAT_VERSION, **payload}, buf)
     final = Path(directory) / CHECKPOINT_NAME
     with atomic_file(final) as f:
-        torch.save({"format": FORMAT_VERSION, **payload}, f)
+        testpoints.reach("checkpoint-write")
+        f.write(buf.getbuffer())
     return final
 
 

@@ -14,13 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from moment.errors import MomentError, validation_lines
+from moment.errors import MomentError
 from moment.workload.spec import default_batch_size
 
 DEFAULT_FANOUTS = {1: [10], 2: [25, 10], 3: [15, 10, 5]}
 FEATURES = ("tiered", "memory", "memmap")
+HELP_HINT = "--help describes every option"
 
 
 @dataclass(frozen=True)
@@ -54,19 +55,20 @@ class TrainConfig(BaseModel):
     layout: Annotated[Path | None, Flag("layout directory written by `moment place`")] = None
     dataset: Annotated[Path | None, Flag("dataset directory (default: the one the layout was made from)")] = None
     model: Annotated[Literal["sage", "gat"], Flag("GNN: GraphSAGE or GAT")] = "sage"
-    epochs: Annotated[int, Flag("epochs to train")] = 1
+    epochs: Annotated[int, Field(ge=1), Flag("epochs to train")] = 1
     metrics_json: Annotated[Path | None, Flag("write the run's summary here (rank 0, atomically)")] = None
     fanouts: Annotated[list[int], Flag("per-hop fan-outs, outermost last, e.g. 25,10")] = []
     layers: Annotated[Literal[1, 2, 3] | None, Flag("GNN layers (default: number of fan-outs, else 2)")] = None
-    batch_size: Annotated[int | None, Flag("seeds per rank and step (default: min(8000, max(64, "
+    batch_size: Annotated[int | None, Field(ge=1), Flag("seeds per rank and step (default: min(8000, max(64, "
                                            "train_nodes // (world_size * 8))))")] = None
-    hidden: Annotated[int | None, Flag("hidden width (default: 256 for sage, 64x8 heads for gat)")] = None
-    lr: Annotated[float, Flag("learning rate (Adam)")] = 3e-3
-    seed: Annotated[int, Flag("seed of sampling, shuffling and the model's initial weights")] = 0
+    hidden: Annotated[int | None, Field(ge=1), Flag("hidden width (default: 256 for sage; for gat the width per head, "
+                                                         "64, with 8 heads)")] = None
+    lr: Annotated[float, Field(gt=0, allow_inf_nan=False), Flag("learning rate (Adam)")] = 3e-3
+    seed: Annotated[int, Field(ge=0, le=2**63 - 1), Flag("seed of sampling, shuffling and the model's initial weights")] = 0
     checkpoint_dir: Annotated[Path | None, Flag(
         "write checkpoints here; a torchrun restart resumes from the last one (`moment train` picks one in "
         "the run directory when not given)")] = None
-    checkpoint_every: Annotated[int | None, Flag(
+    checkpoint_every: Annotated[int | None, Field(ge=0), Flag(
         "steps between checkpoints (default: a quarter epoch with --checkpoint-dir; 0: none)",
         metavar="STEPS")] = None
     resume: Annotated[bool, Flag("continue from the checkpoint in --checkpoint-dir (automatic after a "
@@ -87,7 +89,7 @@ class TrainConfig(BaseModel):
         "pack` wrote for it), block (a hyperbatch's misses in large merged reads, AGNES) or rows (each "
         "batch's rows, merged only within shared blocks); auto (default): packed when the layout has a pack "
         "made for this run's ranks, batch size, fan-outs and seed, else block")] = "auto"
-    superbatch: Annotated[int | None, Flag(
+    superbatch: Annotated[int | None, Field(ge=1), Flag(
         "batches decided and read together (default 4 with --io-shape block or a dynamic policy, else 1)",
         metavar="BATCHES")] = None
     features: Annotated[Literal["tiered", "memory", "memmap"], Flag(
@@ -103,10 +105,10 @@ class TrainConfig(BaseModel):
     io_backend: Annotated[Literal["io_uring", "pthreads", "python"] | None, Flag(
         "default: fastest usable")] = None
     queue_depth: Annotated[int, Flag("I/O requests in flight per rank")] = 128
-    io_merge_gap: Annotated[int | None, Flag(
+    io_merge_gap: Annotated[int | None, Field(ge=0), Flag(
         "merge SSD reads across gaps this small (default: 0 for rows; for block, per job the gap whose reads "
         "cost least on the disk)", metavar="BYTES")] = None
-    io_max_request: Annotated[int | None, Flag(
+    io_max_request: Annotated[int | None, Field(ge=1), Flag(
         "largest merged SSD read (default: 128 KiB for rows, 1 MiB for block)", metavar="BYTES")] = None
     peer_tier: Annotated[bool, Flag(
         "read the rows of other local GPUs' cache bins from the layout's files instead of copying them from "
@@ -117,8 +119,8 @@ class TrainConfig(BaseModel):
     verify: Annotated[bool, Flag("check shard chunk checksums on first use", action="store_true")] = False
     pipeline: Annotated[bool, Flag("run the stages one after another", name="--no-pipeline",
                                    action="store_false")] = True
-    depth: Annotated[int, Flag("batches buffered between pipeline stages")] = 2
-    threads: Annotated[int | None, Flag("torch intra-op threads per rank (default: cores / local ranks)")] = None
+    depth: Annotated[int, Field(ge=1), Flag("batches buffered between pipeline stages")] = 2
+    threads: Annotated[int | None, Field(ge=1), Flag("torch intra-op threads per rank (default: cores / local ranks)")] = None
     device: Annotated[Literal["cpu", "cuda"] | None, Flag("default: cuda when available")] = None
     quiet: Annotated[bool, Flag("no progress bar or summary", action="store_true")] = False
 
@@ -153,32 +155,54 @@ class TrainConfig(BaseModel):
         return 4 if (self.io_shape != "rows" or self.cache_policy != "static") else 1
 
     def resolved_hidden(self) -> int:
-        """--hidden, or 256 for GraphSAGE and 64 x 8 heads = 512 for GAT."""
-        return self.hidden or (256 if self.model == "sage" else 512)
+        """The hidden layers' width: --hidden (GAT: per head, x 8 heads), else 256 for GraphSAGE, 64 x 8 for GAT."""
+        if self.model == "sage":
+            return self.hidden or 256
+        return (self.hidden or 64) * 8
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
 
+    @field_validator("queue_depth")
+    @classmethod
+    def _queue_depth(cls, v: int) -> int:
+        from moment.io.engines import MAX_QUEUE_DEPTH  # the I/O layer owns the bound (imported late: numpy)
+
+        if not 1 <= v <= MAX_QUEUE_DEPTH:
+            raise ValueError(f"must be an integer from 1 to {MAX_QUEUE_DEPTH}")
+        return v
+
+    @field_validator("cpu_cache_limit")
+    @classmethod
+    def _cpu_cache_limit(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        from moment.sizes import parse_size
+
+        try:
+            millionths = parse_size(v, 10**6) if v.strip() else None  # a share: of 10**6
+        except MomentError:
+            millionths = None
+        if millionths is None:
+            raise ValueError("must be bytes (e.g. 2GiB) or a share of the features (e.g. 10%)")
+        if v.strip().endswith("%") and millionths > 10**6:
+            raise ValueError("a share of the features must be at most 100%")
+        return v
+
     def check(self) -> None:
+        """What the field types cannot say: options that need each other, the budget against the machine,
+        the outputs. Both entry points (`moment train` before torchrun starts, and every rank) call it."""
         if self.features == "tiered" and self.layout is None:
             raise MomentError("--layout is required (or use --features-in-memory / --features-memmap "
                               "with --dataset)")
         if self.features != "tiered" and self.layout is None and self.dataset is None:
             raise MomentError("--dataset is required without --layout")
-        if self.epochs < 1:
-            raise MomentError(f"--epochs must be positive (got {self.epochs})")
-        if self.batch_size is not None and self.batch_size < 1:
-            raise MomentError(f"--batch-size must be positive (got {self.batch_size})")
-        if self.checkpoint_every is not None and self.checkpoint_every < 0:
-            raise MomentError("--checkpoint-every must be >= 0")
         if (self.checkpoint_every or self.resume) and self.checkpoint_dir is None:
             raise MomentError("--checkpoint-every/--resume need --checkpoint-dir")
-        if self.memory_budget not in (None, "", "auto"):
+        if self.memory_budget is not None:
             from moment.runtime.budget import resolve_budget
 
             resolve_budget(self.memory_budget)
-        if self.superbatch is not None and self.superbatch < 1:
-            raise MomentError(f"--superbatch must be >= 1 (got {self.superbatch})")
         self.resolved_fanouts()
         self.check_outputs()
 
@@ -192,27 +216,86 @@ class TrainConfig(BaseModel):
             check_output(self.checkpoint_dir, "--checkpoint-dir", directory=True)
 
 
-
 def _flags(name: str) -> list[Flag]:
     return [m for m in TrainConfig.model_fields[name].metadata if isinstance(m, Flag)]
 
 
-def _value_type(annotation: Any) -> tuple[Any, list | None]:
-    """(argparse type, choices) of a field's annotation: Optional stripped, Literal → choices."""
-    base = annotation
+def flag_of(name: str) -> str:
+    """How field `name` is spelled on the command line (its first flag)."""
+    flags = _flags(name)
+    return (flags[0].name if flags and flags[0].name else None) or "--" + name.replace("_", "-")
+
+
+def _base(annotation: Any) -> Any:
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        base = next(a for a in typing.get_args(annotation) if a is not type(None))
+        return next(a for a in typing.get_args(annotation) if a is not type(None))
+    return annotation
+
+
+def allowed(name: str) -> str:
+    """The values field `name` takes, for people: 'an integer >= 1', 'a finite number > 0', ..."""
+    info = TrainConfig.model_fields[name]
+    base = _base(info.annotation)
+    kind = {int: "an integer", float: "a finite number"}.get(base)
+    if kind is None:
+        return "a valid value (see --help)"
+    lo = next((("", m.ge) for m in info.metadata if getattr(m, "ge", None) is not None), None) or next(
+        ((">", m.gt) for m in info.metadata if getattr(m, "gt", None) is not None), None)
+    hi = next((m.le for m in info.metadata if getattr(m, "le", None) is not None), None)
+    if lo and hi is not None and not lo[0]:
+        return f"{kind} from {lo[1]} to {hi}"
+    if lo:
+        return f"{kind} {lo[0] or '>='} {lo[1]}"
+    return kind
+
+
+def _option_error(err: ValidationError) -> MomentError:
+    """One line for the options pydantic refused: each names its flag, the value given and what is allowed."""
+    parts = []
+    for e in err.errors():
+        name = e["loc"][0] if e["loc"] else ""
+        if name not in TrainConfig.model_fields:  # e.g. a misspelt field given to TrainConfig(...)
+            parts.append(f"{name}: {e['msg']}" if name else e["msg"])
+            continue
+        given = e.get("input")
+        given = given if isinstance(given, str) and given.strip() else repr(given)
+        why = e["msg"].removeprefix("Value error, ") if e["type"] == "value_error" else f"must be {allowed(name)}"
+        parts.append(f"{flag_of(name)} {given}: {why}")
+    return MomentError("; ".join(parts), hint=HELP_HINT)
+
+
+def make_config(**values: Any) -> TrainConfig:
+    """TrainConfig(**values), with refused values as one MomentError naming each flag and its range."""
+    try:
+        return TrainConfig(**values)
+    except ValidationError as e:
+        raise _option_error(e) from None
+
+
+def _value_type(annotation: Any) -> tuple[Any, list | None]:
+    """(argparse type, choices) of a field's annotation: Optional stripped, Literal -> choices; numbers stay
+    text, so that the model checks them and says which range it takes."""
+    base = _base(annotation)
     if typing.get_origin(base) is Literal:
         values = [v for v in typing.get_args(base) if v != ""]
         return type(values[0]), values
     if typing.get_origin(base) is list:
         return _fanouts, None
+    if base in (int, float):
+        return str, None
     return base, None
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a mistake is one MomentError line instead of the usage text and exit 2."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        raise MomentError(message.removeprefix("argument "), hint=HELP_HINT)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line of `python -m moment.train`, one flag per TrainConfig field (in field order)."""
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="python -m moment.train",
         description="Data-parallel out-of-core GNN training from a Moment layout (launch with torchrun "
                     "for several ranks; without it, one process).")
@@ -234,6 +317,8 @@ def build_parser() -> argparse.ArgumentParser:
                 kw.update(type=kind, choices=choices)
                 if flag.metavar:
                     kw["metavar"] = flag.metavar
+                elif kind is str and _base(info.annotation) in (int, float):
+                    kw["metavar"] = name.upper()
                 if flag.nargs:
                     kw.update(nargs=flag.nargs, const=flag.const)
             target.add_argument(flag.name or "--" + name.replace("_", "-"), **kw)
@@ -241,16 +326,39 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _attach_values(argv: list[str], parser: argparse.ArgumentParser) -> list[str]:
+    """'--lr -1e-3' -> '--lr=-1e-3': argparse takes a value that starts with '-' for an option (unless it
+    looks like a plain negative number) and answers 'expected one argument'; the model then says which
+    range the option takes."""
+    takes_value = {s for a in parser._actions for s in a.option_strings if a.nargs is None and a.type is not None}
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        nxt = argv[i + 1] if i + 1 < len(argv) else None
+        if (a in takes_value and nxt is not None and nxt.startswith("-") and nxt != "--"
+                and nxt.split("=", 1)[0] not in parser._option_string_actions):
+            out.append(f"{a}={nxt}")
+            i += 2
+            continue
+        out.append(a)
+        i += 1
+    return out
+
+
 def option_names() -> list[str]:
     """Every flag `python -m moment.train` takes (what `moment train --help` lists)."""
     return [f.name or "--" + n.replace("_", "-") for n in TrainConfig.model_fields for f in _flags(n)]
 
 
-def parse_args(argv: list[str] | None = None) -> TrainConfig:
-    ns = build_parser().parse_args(argv)
-    try:
-        cfg = TrainConfig(**vars(ns))
-    except ValidationError as e:
-        raise MomentError("training options: " + "; ".join(validation_lines(e))) from None
-    cfg.check()
+def parse_args(argv: list[str] | None = None, *, check: bool = True) -> TrainConfig:
+    """The options of a run, validated (the one place both `moment train` and every rank validate them);
+    `check=False` leaves `TrainConfig.check` to the caller (`moment train` adds a checkpoint directory)."""
+    import sys
+
+    p = build_parser()
+    ns = p.parse_args(_attach_values(list(sys.argv[1:] if argv is None else argv), p))
+    cfg = make_config(**vars(ns))
+    if check:
+        cfg.check()
     return cfg

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from moment.errors import MomentError
+
 PCI = "pci bus id"
 ORDER = "local-rank order"
 
@@ -50,6 +52,18 @@ def plan_gpus_of(local_rank: int, local_world_size: int, gpu_bins: Sequence[str]
     """The GPU bins local rank `local_rank` serves (in layout order)."""
     lws = max(1, local_world_size)
     return tuple(b for j, b in enumerate(gpu_bins) if j % lws == local_rank % lws)
+
+
+def check_local_ranks(local_ranks: int, plan_gpus: Sequence[str], what: str) -> None:
+    """Refuse more ranks on a machine than the layout has plan GPUs (GPU bins): the bins are the plan's
+    GPUs, so a rank beyond them has no GPU of the plan to stand for. Fewer ranks than plan GPUs is fine:
+    a rank then serves several bins. `what` names where the rank count came from (a flag, torchrun's)."""
+    if plan_gpus and local_ranks > len(plan_gpus):
+        n = len(plan_gpus)
+        raise MomentError(f"{what}: {local_ranks} ranks on this machine, but the layout was placed for {n} "
+                          f"GPU(s) ({', '.join(plan_gpus)}), one rank per GPU at most",
+                          hint=f"run {n} rank(s) or fewer, or place the data again for {local_ranks} GPUs "
+                               f"(`moment place --gpus {local_ranks}`)")
 
 
 def assign(local_rank: int, local_world_size: int, gpu_bins: Sequence[tuple[str, str | None]],

@@ -9,7 +9,7 @@ run is a plain single process and every collective is a no-op.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +17,16 @@ import torch
 import torch.distributed as dist
 
 from moment.errors import MomentError
-from moment.runtime.devices import RankDevice, assign, cuda_pci_addresses
+from moment.runtime.devices import RankDevice, assign, check_local_ranks, cuda_pci_addresses
+
+
+class AgreedError(MomentError):
+    """An error every rank raises alike (the same options, or a decision the ranks took together): rank 0
+    says it for all of them, so N ranks print one message, not N."""
+
+    @classmethod
+    def of(cls, e: MomentError) -> AgreedError:
+        return e if isinstance(e, AgreedError) else cls(str(e))
 
 
 @dataclass
@@ -56,6 +65,19 @@ class DistContext:
         out: list[Any] = [None] * self.world_size
         dist.all_gather_object(out, obj)
         return out
+
+    def on_main(self, fn: Callable[[], Any]) -> None:
+        """Run `fn` on rank 0 only (a write); its MomentError is raised on every rank as an AgreedError, so
+        no rank is left waiting for one that stopped (and seeing only a lost connection)."""
+        err = None
+        if self.is_main:
+            try:
+                fn()
+            except MomentError as e:
+                err = str(e)
+        err = self.all_gather_object(err)[0]
+        if err is not None:
+            raise AgreedError(err)
 
     def close(self) -> None:
         if self.backend and dist.is_initialized():
@@ -108,6 +130,10 @@ def setup(device: str | None = None, gpu_bins: Sequence[tuple[str, str | None]] 
     rank = int(env.get("RANK", "0"))
     local_rank = int(env.get("LOCAL_RANK", "0"))
     local_world = int(env.get("LOCAL_WORLD_SIZE", str(world)))
+    try:  # before the process group: every rank refuses alone, none waits for the others
+        check_local_ranks(local_world, [g for g, _ in gpu_bins], f"torchrun --nproc-per-node {local_world}")
+    except MomentError as e:
+        raise AgreedError.of(e) from None
     want = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if want == "cuda":
         if not torch.cuda.is_available():

@@ -35,10 +35,10 @@ from moment.runtime.budget import (
     split_budget,
     under_torchrun,
 )
-from moment.runtime.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from moment.runtime.checkpoint import CHECKPOINT_NAME, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from moment.runtime.config import TrainConfig, parse_args
 from moment.runtime.devices import plan_gpus_of
-from moment.runtime.dist import DistContext, setup
+from moment.runtime.dist import AgreedError, DistContext, setup
 from moment.runtime.models import build_model, load_layers
 from moment.runtime.pipeline import Pipeline, StageTimes, mix
 from moment.runtime.progress import Reporter
@@ -51,7 +51,12 @@ from moment.workload.sampler import CSRGraph, SeedBatches
 
 EVAL_TAG, DROPOUT_TAG = 0xE7A1, 0xD80
 KILL_ENV = "MOMENT_TEST_KILL_AT_STEP"  # test hook: the last rank exits once at this step (first attempt)
-RESUME_KEYS = ("world_size", "batch_size", "seed", "fanouts", "model", "layers", "hidden", "lr")
+AGREED_GRACE_S = 2.0  # a rank that leaves an agreed error to rank 0 exits this much later
+BASE_ENV = "MOMENT_RANK_BASE_BYTES"  # set by `moment train`: the per-rank fixed cost its budget check charged
+#: what a checkpoint must share with the run that resumes it: the data (dataset and layout identity), the
+#: model's shape, and what decides the batches and updates (an exact resume repeats the uninterrupted run)
+RESUME_KEYS = ("dataset_id", "layout_id", "model", "layers", "hidden", "feature_dim", "num_classes", "world_size",
+               "batch_size", "seed", "fanouts", "lr")
 
 
 def _crash() -> None:
@@ -84,11 +89,12 @@ def _batch_extent(cfg: TrainConfig, graph: CSRGraph, batches: SeedBatches, fanou
 
 def plan_memory(cfg: TrainConfig, ds: GraphDataset, ctx: DistContext, graph: CSRGraph, batches: SeedBatches,
                 fanouts: list[int], hidden: int, base_rss: int, agent: bool | None = None,
-                pack_index: int | None = None) -> Split:
+                pack_index: int | None = None, extent: tuple[int, int] | None = None) -> Split:
     """Split the memory budget for a tiered run (see budget.split_budget); refuses a budget too small.
 
     `pack_index`: the index bytes of a pack about to be written (`moment data pack`), charged instead of
-    the layout's pack; None (every run): the layout's pack, when the run reads one."""
+    the layout's pack; None (every run): the layout's pack, when the run reads one. `extent`: the batch
+    extent of every rank, as a preview computes it (None: this rank's, agreed with the others')."""
     from moment.placement.reader import load_manifest
 
     total, how = resolve_budget(cfg.memory_budget)
@@ -99,7 +105,7 @@ def plan_memory(cfg: TrainConfig, ds: GraphDataset, ctx: DistContext, graph: CSR
     mine = plan_gpus_of(ctx.local_rank, lw, [s.bin for s in gpu_bins])
     own_gpu = sum(s.rows for s in gpu_bins if s.bin in mine)
     pack_index = _check_pack(cfg, ctx, batches.batch_size, fanouts) if pack_index is None else pack_index
-    rows_max, edges_max = _batch_extent(cfg, graph, batches, fanouts)
+    rows_max, edges_max = extent or _batch_extent(cfg, graph, batches, fanouts)
     # every rank must size the same (the shared cache is one segment): agree on the largest needs
     agreed = ctx.all_reduce(torch.tensor([rows_max, edges_max, base_rss], dtype=torch.float64), op="max")
     rows_max, edges_max, base_rss = (int(x) for x in agreed.tolist())
@@ -153,11 +159,22 @@ def preview_split(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, agent: bool
     """
     ctx = DistContext(0, 0, nproc, nproc, torch.device("cpu"), None)
     train_idx = np.asarray(ds.train_idx)
-    batches = SeedBatches(train_idx, cfg.resolved_batch_size(train_idx.size, nproc), seed=cfg.seed, rank=0,
-                          world_size=nproc)
-    hidden = cfg.resolved_hidden()
-    return plan_memory(cfg, ds, ctx, CSRGraph.from_dataset(ds, in_memory=False), batches, cfg.resolved_fanouts(),
-                       hidden, rank_start_bytes(), agent=agent, pack_index=pack_index_bytes)
+    graph, fanouts = CSRGraph.from_dataset(ds, in_memory=False), cfg.resolved_fanouts()
+    per_rank = [SeedBatches(train_idx, cfg.resolved_batch_size(train_idx.size, nproc), seed=cfg.seed, rank=r,
+                            world_size=nproc) for r in range(nproc)]
+    # the ranks agree on the largest extent of any rank's batches: so does the preview
+    extents = [_batch_extent(cfg, graph, b, fanouts) for b in per_rank]
+    extent = (max(r for r, _ in extents), max(e for _, e in extents))
+    return plan_memory(cfg, ds, ctx, graph, per_rank[0], fanouts, cfg.resolved_hidden(), rank_start_bytes(),
+                       agent=agent, pack_index=pack_index_bytes, extent=extent)
+
+
+def rank_base_bytes() -> int:
+    """A rank's fixed cost as the budget charges it: the launcher's preview figure when `moment train`
+    started this rank (so that the launcher's check and the ranks' are the same numbers, and the minimum
+    it names is accepted), else what this rank holds now."""
+    given = os.environ.get(BASE_ENV, "")
+    return int(given) if given.isdigit() else process_bytes()
 
 
 def _check_pack(cfg: TrainConfig, ctx: DistContext, batch_size: int, fanouts: list[int]) -> int:
@@ -217,7 +234,7 @@ class Trainer:
     def __init__(self, cfg: TrainConfig, ctx: DistContext):
         self.cfg, self.ctx = cfg, ctx
         load_layers()  # the model's layers are a fixed cost too: measured with the rest
-        base_rss = process_bytes()  # interpreter, torch, the layers, before any data is touched
+        base_rss = rank_base_bytes()  # interpreter, torch, the layers, before any data is touched
         self.ds = GraphDataset.open(dataset_dir(cfg))
         self.notes: list[str] = []
         if cfg.layout is not None:  # the layout must hold this dataset's features, not another's
@@ -259,6 +276,7 @@ class Trainer:
         self.epoch_seconds: list[float] = []
         self.epoch, self.next_batch, self.step = 0, 0, 0
         self.resumed_from: int | None = None
+        self.saved_step: int | None = None  # the step of the last checkpoint written (or resumed from)
         self.ck_every = cfg.resolved_checkpoint_every(len(self.batches))
         self.restart_note = self._maybe_resume()
         if ctx.backend:
@@ -273,9 +291,42 @@ class Trainer:
     # ------------------------------------------------------------------ checkpoints
 
     def _resume_fields(self) -> dict[str, Any]:
-        return {"world_size": self.ctx.world_size, "batch_size": self.batch_size, "seed": self.cfg.seed,
-                "fanouts": self.fanouts, "model": self.cfg.model, "layers": len(self.fanouts),
-                "hidden": self.cfg.hidden, "lr": self.cfg.lr}
+        """What this run's checkpoints record about it (RESUME_KEYS, and where the data was, for messages)."""
+        layout = None
+        if self.cfg.layout is not None and self.cfg.features == "tiered":
+            from moment.placement.reader import load_manifest
+
+            layout = load_manifest(self.cfg.layout).layout_id()
+        return {"dataset_id": self.ds.dataset_id, "dataset": str(self.ds.path), "layout_id": layout,
+                "layout": str(self.cfg.layout) if layout else None, "model": self.cfg.model,
+                "layers": len(self.fanouts), "hidden": self.cfg.resolved_hidden(),
+                "feature_dim": self.ds.feature_dim, "num_classes": self.ds.num_classes,
+                "world_size": self.ctx.world_size, "batch_size": self.batch_size, "seed": self.cfg.seed,
+                "fanouts": self.fanouts, "lr": self.cfg.lr}
+
+    def _check_resume(self, ck: dict[str, Any]) -> None:
+        """Refuse a checkpoint of another run, naming every difference: resuming another dataset's weights
+        would report that run's accuracy as this one's, and another shape cannot load at all."""
+        theirs, mine = ck.get("run") or {}, self._resume_fields()
+
+        def show(k: str, run: dict[str, Any]) -> str:
+            v = run.get(k)
+            if v is None:
+                return "not recorded" if k in ("dataset_id", "layout_id") and run is theirs else "none"
+            if k in ("dataset_id", "layout_id"):
+                where = run.get(k.removesuffix("_id"))
+                return f"{v[:12]}" + (f" ({where})" if where else "")
+            return repr(v)
+
+        # the layout only decides where rows are read from: compared when both runs read one
+        keys = [k for k in RESUME_KEYS if k != "layout_id" or (mine[k] and theirs.get(k))]
+        diff = [f"{k.removesuffix('_id')} {show(k, theirs)} vs {show(k, mine)}" for k in keys if theirs.get(k) != mine[k]]
+        if diff:
+            raise AgreedError(
+                f"the checkpoint is from another run (checkpoint vs this run): {'; '.join(diff)}",
+                source=str(self.cfg.checkpoint_dir),
+                hint="resume with the data and settings the checkpoint was made with, or start a new run "
+                     "(another --checkpoint-dir, without --resume)")
 
     def _maybe_resume(self) -> str | None:
         """Load the checkpoint on --resume or after a torchrun restart; returns what to tell the user."""
@@ -295,20 +346,20 @@ class Trainer:
             if cfg.resume and restart == 0:
                 raise MomentError("--resume: no checkpoint here yet", source=str(cfg.checkpoint_dir))
             return f"restart {restart}: a rank failed before the first checkpoint; training starts again from epoch 1"
-        mine = self._resume_fields()
-        for k in RESUME_KEYS:
-            if ck["run"].get(k) != mine[k]:
-                raise MomentError(f"checkpoint was made with {k}={ck['run'].get(k)!r}, this run has {mine[k]!r}; "
-                                  "an exact resume needs the same settings", source=str(cfg.checkpoint_dir))
-        self.module.load_state_dict(ck["model"])
-        self.opt.load_state_dict(ck["optimizer"])
+        self._check_resume(ck)
+        try:
+            self.module.load_state_dict(ck["model"])
+            self.opt.load_state_dict(ck["optimizer"])
+        except (RuntimeError, ValueError, KeyError) as e:  # the recorded settings matched, the weights did not
+            raise AgreedError(f"the checkpoint's model does not fit this run's: {str(e).strip().splitlines()[-1]}",
+                              source=str(cfg.checkpoint_dir), hint="start a new run (without --resume)") from None
         self.epoch, self.next_batch, self.step = ck["epoch"], ck["next_batch"], ck["step"]
         self.curve, self.val_curve = list(ck["loss_curve"]), list(ck["val_curve"])
         self.epoch_seconds = list(ck.get("epoch_seconds", []))
         states = ck.get("rng_states") or []
         if ctx.rank < len(states):
             set_rng_state(states[ctx.rank])
-        self.resumed_from = self.step
+        self.resumed_from = self.saved_step = self.step
         why = f"restart {restart}: a rank failed; " if restart > 0 else ""
         where = (f"all {cfg.epochs} epochs were done" if self.epoch >= cfg.epochs
                  else f"epoch {self.epoch + 1}, batch {self.next_batch}")
@@ -324,14 +375,30 @@ class Trainer:
     def _checkpoint(self) -> None:
         self._sync_losses()
         states = self.ctx.all_gather_object(rng_state())
-        if self.ctx.is_main:
-            save_checkpoint(self.cfg.checkpoint_dir, {
-                "model": self.module.state_dict(), "optimizer": self.opt.state_dict(),
-                "epoch": self.epoch, "next_batch": self.next_batch, "step": self.step,
-                "loss_curve": self.curve, "val_curve": self.val_curve, "epoch_seconds": self.epoch_seconds,
-                "rng_states": states, "run": self._resume_fields(), "config": self.cfg.to_dict(),
-            })
-        self.ctx.barrier()
+        payload = {
+            "model": self.module.state_dict(), "optimizer": self.opt.state_dict(),
+            "epoch": self.epoch, "next_batch": self.next_batch, "step": self.step,
+            "loss_curve": self.curve, "val_curve": self.val_curve, "epoch_seconds": self.epoch_seconds,
+            "rng_states": states, "run": self._resume_fields(), "config": self.cfg.to_dict(),
+        }
+        self.ctx.on_main(lambda: self._save(payload))
+        self.saved_step = self.step
+
+    def _save(self, payload: dict[str, Any]) -> None:
+        """Write the checkpoint (rank 0); a failure (a full disk) names the file and keeps the last good one."""
+        from moment.outputs import reason
+
+        ck = self.cfg.checkpoint_dir
+        try:
+            save_checkpoint(ck, payload)
+        except OSError as e:
+            kept = (f"the last good checkpoint (step {self.saved_step}) is kept" if self.saved_step is not None
+                    else "no checkpoint was written before")
+            raise MomentError(f"cannot write the checkpoint at step {self.step}: {reason(e)}; {kept}",
+                              source=str(Path(ck) / CHECKPOINT_NAME),
+                              hint="free some space (or give another --checkpoint-dir), then continue with "
+                                   f"--resume --checkpoint-dir {ck}" if self.saved_step is not None else
+                                   "free some space or give another --checkpoint-dir") from None
 
     # ------------------------------------------------------------------ loops
 
@@ -349,6 +416,7 @@ class Trainer:
             self.opt.zero_grad(set_to_none=True)
             out = self.model(item.x.float(), item.blocks)
             loss = F.cross_entropy(out, item.y)
+            self._stop_unless_finite(loss, item.x, item.index)  # before the step: the model stays the last good one
             loss.backward()
             self.opt.step()
             self.unsynced.append(loss.detach())
@@ -362,6 +430,36 @@ class Trainer:
                 self._checkpoint()
         self._sync_losses()
         self.epoch_seconds.append(time.perf_counter() - t0)
+
+    def _stop_unless_finite(self, loss: torch.Tensor, x: torch.Tensor, index: int) -> None:
+        """Stop every rank when any rank's loss is NaN or infinite: training on would only print NaN losses
+        and end 'successfully'. The ranks agree through one small all-reduce, so none is left waiting in a
+        collective; each says whether its batch's features were already not finite (corrupt data) or only
+        the loss (the model diverged)."""
+        ctx = self.ctx
+        code = 0 if bool(torch.isfinite(loss)) else (2 if not bool(torch.isfinite(x).all()) else 1)
+        codes = torch.zeros(ctx.world_size, dtype=torch.float64)
+        codes[ctx.rank] = code
+        codes = ctx.all_reduce(codes)
+        if not bool(codes.any()):
+            return
+        bad = [r for r, c in enumerate(codes.tolist()) if c]
+        where = (f"at step {self.step + 1} (epoch {self.epoch + 1}, batch {index + 1} of {len(self.batches)})"
+                 f" on rank{'s' if len(bad) > 1 else ''} {', '.join(map(str, bad))}")
+        src = (f"layout {self.cfg.layout}" if self.cfg.features == "tiered"
+               else f"dataset {self.ds.path} (features.npy)")
+        if 2 in codes.tolist():
+            raise AgreedError(
+                f"training stopped {where}: the loss is not finite because the feature rows read for the batch "
+                f"hold NaN or infinite values; the {src} is probably corrupt",
+                hint=(f"check it with `moment layout verify {self.cfg.layout}`" if self.cfg.features == "tiered"
+                      else "compare its files with their checksums (`moment place` does, before placing)")
+                + "; nothing was trained on these values")
+        raise AgreedError(
+            f"training stopped {where}: the loss is not finite though the batch's features are: the model "
+            f"diverged (learning rate {self.cfg.lr}), or the features hold garbage values",
+            hint=f"lower --lr, or check the {src}"
+            + (f" with `moment layout verify {self.cfg.layout}`" if self.cfg.features == "tiered" else ""))
 
     @torch.no_grad()
     def _evaluate(self) -> float:
@@ -554,8 +652,8 @@ def train(cfg: TrainConfig, ctx: DistContext | None = None) -> dict[str, Any]:
                              "read); cap the cache (e.g. --cpu-cache-limit 10%) to exercise them")
             metrics["notes"] = notes
             metrics["config"] = cfg.to_dict()
-            if ctx.is_main and cfg.metrics_json is not None:
-                write_json_atomic(cfg.metrics_json, metrics)
+            if cfg.metrics_json is not None:  # rank 0 writes; a failure stops every rank, none waits on it
+                ctx.on_main(lambda: write_json_atomic(cfg.metrics_json, metrics))
             rep.summary(metrics)
             rep.lines(notes[-1:] if metrics["ssd_bytes_read"] == 0 else [])
         ctx.barrier()
@@ -575,14 +673,25 @@ def main(argv: list[str] | None = None) -> int:
     from moment.runtime.console import attach_console, log_stream
 
     attach_console()  # under `moment train`: the user's screen, not torchrun's log
+    if under_torchrun():
+        from moment.runtime.lifetime import die_with_parent
+
+        die_with_parent(os.getppid())  # torchrun killed outright: no rank trains on as an orphan
     rank = os.environ.get("RANK", "0")
     try:
-        train(parse_args(argv))
+        try:
+            cfg = parse_args(argv)
+        except MomentError as e:  # every rank has the same options
+            raise AgreedError.of(e) from None
+        train(cfg)
     except MomentError as e:
         from rich.markup import escape
 
-        Console(stderr=True).print(f"[bold red]error[/] (rank {rank}): " + escape(str(e)), highlight=False,
-                                  soft_wrap=True)
+        if rank == "0" or not isinstance(e, AgreedError):
+            Console(stderr=True).print(f"[bold red]error[/] (rank {rank}): " + escape(str(e)), highlight=False,
+                                      soft_wrap=True)
+        else:  # rank 0 says it: torchrun stops every rank once one exits, so give rank 0 time to
+            time.sleep(AGREED_GRACE_S)
         return 2
     except Exception as e:  # noqa: BLE001 - only a lost peer is turned into a message; the rest re-raised
         if not _peer_lost(e):
