@@ -183,7 +183,8 @@ def test_two_ranks_every_policy_and_shape_match_the_memmap_baseline(setup, two_r
     m = json.loads(out.read_text())
     assert m["loss_curve"] == ref and m["cache_policy"] == "belady-superbatch"
     assert m["tier_rows"]["peer"] == 0  # --no-peer-tier: the other GPU's bin is read from the layout
-    assert m["memory"]["total"] == 3 << 30 and m["memory"]["used"] <= 3 << 30
+    assert m["memory"]["budget_bytes"] == 3 << 30
+    check_memory(m["memory"], without_agent=True)  # two ranks: their peaks summed, shared segments once
     # DiskGNN's packed batches: with a pack made by the CLI for this run's batches, auto picks it
     import shutil
 
@@ -195,8 +196,19 @@ def test_two_ranks_every_policy_and_shape_match_the_memmap_baseline(setup, two_r
     _torchrun(_args(packed, out, "--memory-budget", "3GiB", "--cpu-cache-limit", "10%"))
     m = json.loads(out.read_text())
     assert m["loss_curve"] == ref and m["io_shape"] == "packed" and m["packed_rows"] > 0
-    assert m["memory"]["used"] <= 3 << 30
     assert any(i["name"] == "pack index" for i in m["memory"]["items"])
+    check_memory(m["memory"], without_agent=True)
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="the budget charges torchrun's agent AGENT_BYTES (96 MiB); measured, it "
+                   "holds about 240 MiB at its peak (150 MiB anonymous). The budget split's owner fixes the charge "
+                   "(then this passes and the mark goes)")
+def test_torchruns_agent_is_charged_what_it_holds(two_ranks):
+    mem = two_ranks["memory"]
+    charged = next(it["machine_bytes"] for it in mem["items"] if it["name"] == "torchrun agent")
+    assert mem["measured"]["agent"] > 0 and abs(mem["measured"]["agent"] - charged) <= BUDGET_TOL * charged, \
+        (mem["measured"]["agent"] >> 20, charged >> 20)
 
 
 @pytest.mark.slow
@@ -220,14 +232,53 @@ def test_budget_below_the_minimum_is_refused(setup, capsys):
     assert "minimum" in err and "Traceback" not in err
 
 
-def test_budget_split_is_stated_and_respected(setup):
-    _, ds, layout = setup
-    m = train(_cfg(layout, epochs=1, memory_budget="1GiB"))
+# Predicted (the budget split's items, summed per machine) against measured (the ranks' peak RSS, shared
+# segments once, torchrun's agent) peak: measured here 0.99-1.04 on one CPU rank with 8-KiB rows under
+# 0.8-2 GiB, 1.02-1.03 on 200k 512-B rows under 1-1.2 GiB with every cache policy. The split grants read
+# buffers ahead of use, so with much more budget than the run needs the prediction can run 20% high.
+BUDGET_TOL = 0.10
+
+
+def check_memory(mem: dict, *, without_agent: bool = False) -> None:
+    """The run lived within its budget and its split predicted its measured peak within BUDGET_TOL.
+
+    `without_agent`: compare the ranks alone (torchrun's agent is charged a constant, checked apart)."""
+    measured, predicted = mem["measured_peak_bytes"], mem["predicted_peak_bytes"]
+    assert measured <= mem["budget_bytes"], mem["measured"]
+    if without_agent:
+        measured -= mem["measured"]["agent"]
+        predicted -= next(it["machine_bytes"] for it in mem["items"] if it["name"] == "torchrun agent")
+    assert abs(predicted - measured) <= BUDGET_TOL * measured, (predicted >> 20, measured >> 20, mem["measured"])
+
+
+@pytest.fixture(scope="module")
+def budget_run(tmp_path_factory):
+    """One fresh rank, as torchrun starts it, on 8-KiB rows (caches, read buffers and batch features weigh
+    about as much as the process itself) under a 1 GiB budget, half the rows cached: its metrics, the dataset."""
+    root = tmp_path_factory.mktemp("budget")
+    ds = make_dataset(root, nodes=6000, dim=2048)
+    layout = make_layout(ds, root / "L")
+    out = root / "m.json"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    r = subprocess.run([sys.executable, "-m", "moment.train", "--layout", str(layout), "--epochs", "1", "--fanouts",
+                        "10,5", "--hidden", "32", "--threads", "1", "--quiet", "--device", "cpu", "--memory-budget",
+                        "1GiB", "--cpu-cache-limit", "50%", "--metrics-json", str(out)], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return ds, layout, json.loads(out.read_text())
+
+
+def test_budget_split_is_stated_and_respected(budget_run):
+    """The split names every item, and the run it sized holds no more than its budget at its peak and
+    about what the split predicted (a component that takes more than it is charged breaks this)."""
+    _, _, m = budget_run
     mem = m["memory"]
-    assert mem["total"] == 1 << 30 and mem["used"] + mem["margin"] <= mem["total"]
+    assert mem["budget_bytes"] == 1 << 30 and mem["predicted_peak_bytes"] + mem["margin"] <= mem["budget_bytes"]
     names = {it["name"] for it in mem["items"]}
-    assert {"graph structure", "layout index", "cpu cache", "read buffers", "sampler"} <= names
-    assert m["cpu_hit_rate"] is not None
+    assert {"process", "graph structure", "layout index", "cpu cache", "read buffers", "sampler",
+            "batch features"} <= names
+    assert mem["measured"]["since"] == "run start" and mem["measured"]["agent"] == 0  # no torchrun here
+    check_memory(mem)
+    assert m["cpu_hit_rate"] is not None and m["ssd_bytes_read"] > 0
 
 
 def test_moment_train_refuses_a_small_budget_before_starting_ranks(setup, capsys):
@@ -240,10 +291,10 @@ def test_moment_train_refuses_a_small_budget_before_starting_ranks(setup, capsys
     assert main(["train", "--layout", str(layout), "--memory-budget", "lots"]) == 2
 
 
-def test_a_rank_base_includes_the_model_layers(setup, tmp_path):
+def test_a_rank_base_includes_the_model_layers(budget_run):
     """The per-rank fixed cost is what a fresh rank holds with torch-geometric's layers loaded, both in
     the preview (not its caller's RSS) and in a real rank (measured after the layers are imported)."""
-    _, ds, layout = setup
+    ds, layout, m = budget_run
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     bare = subprocess.run([sys.executable, "-c", "import moment.runtime.train\nfrom moment.runtime.budget import "
                            "process_bytes\nprint(process_bytes())"], env=env, capture_output=True, text=True,
@@ -254,10 +305,5 @@ def test_a_rank_base_includes_the_model_layers(setup, tmp_path):
     cfg = _cfg(layout, memory_budget="2GiB", io_shape="block")
     preview = train_mod.preview_split(cfg, ds, 1)
     assert {it.name: it.bytes for it in preview.budget.items}["process"] == base
-    out = tmp_path / "m.json"
-    rank = subprocess.run([sys.executable, "-m", "moment.train", "--layout", str(layout), "--epochs", "1",
-                           "--fanouts", "10,5", "--hidden", "32", "--threads", "1", "--quiet", "--memory-budget",
-                           "2GiB", "--metrics-json", str(out)], env=env, capture_output=True, text=True, timeout=300)
-    assert rank.returncode == 0, rank.stderr[-3000:]
-    charged = {it["name"]: it["bytes"] for it in json.loads(out.read_text())["memory"]["items"]}["process"]
+    charged = {it["name"]: it["bytes"] for it in m["memory"]["items"]}["process"]
     assert abs(charged - base) < (16 << 20), (charged >> 20, base >> 20)
