@@ -255,29 +255,36 @@ def check_memory(mem: dict, *, without_agent: bool = False) -> None:
 @pytest.fixture(scope="module")
 def budget_run(tmp_path_factory):
     """One fresh rank, as torchrun starts it, on 8-KiB rows (caches, read buffers and batch features weigh
-    about as much as the process itself) under a 1 GiB budget, half the rows cached: its metrics, the dataset."""
+    about as much as the process itself) under a 1 GiB budget, half the rows cached: the dataset, layout,
+    metrics, and the rank's peak RSS as the kernel reports it to its parent (wait4)."""
     root = tmp_path_factory.mktemp("budget")
     ds = make_dataset(root, nodes=6000, dim=2048)
     layout = make_layout(ds, root / "L")
-    out = root / "m.json"
+    out, err = root / "m.json", root / "err.txt"
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    r = subprocess.run([sys.executable, "-m", "moment.train", "--layout", str(layout), "--epochs", "1", "--fanouts",
-                        "10,5", "--hidden", "32", "--threads", "1", "--quiet", "--device", "cpu", "--memory-budget",
-                        "1GiB", "--cpu-cache-limit", "50%", "--metrics-json", str(out)], env=env, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return ds, layout, json.loads(out.read_text())
+    with open(err, "w") as log:
+        p = subprocess.Popen([sys.executable, "-m", "moment.train", "--layout", str(layout), "--epochs", "1",
+                              "--fanouts", "10,5", "--hidden", "32", "--threads", "1", "--quiet", "--device", "cpu",
+                              "--memory-budget", "1GiB", "--cpu-cache-limit", "50%", "--metrics-json", str(out)],
+                             env=env, stdout=subprocess.DEVNULL, stderr=log)
+        _, status, usage = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
+    assert p.returncode == 0, err.read_text()[-3000:]
+    return ds, layout, json.loads(out.read_text()), usage.ru_maxrss * 1024
 
 
 def test_budget_split_is_stated_and_respected(budget_run):
     """The split names every item, and the run it sized holds no more than its budget at its peak and
     about what the split predicted (a component that takes more than it is charged breaks this)."""
-    _, _, m = budget_run
+    _, _, m, kernel_peak = budget_run
     mem = m["memory"]
     assert mem["budget_bytes"] == 1 << 30 and mem["predicted_peak_bytes"] + mem["margin"] <= mem["budget_bytes"]
     names = {it["name"] for it in mem["items"]}
     assert {"process", "graph structure", "layout index", "cpu cache", "read buffers", "sampler",
             "batch features"} <= names
     assert mem["measured"]["since"] == "run start" and mem["measured"]["agent"] == 0  # no torchrun here
+    # the run measured itself as its parent sees it (the peak falls in training, after the reset)
+    assert abs(mem["measured_peak_bytes"] - kernel_peak) <= 0.02 * kernel_peak, (mem["measured"], kernel_peak)
     check_memory(mem)
     assert m["cpu_hit_rate"] is not None and m["ssd_bytes_read"] > 0
 
@@ -295,7 +302,7 @@ def test_moment_train_refuses_a_small_budget_before_starting_ranks(setup, capsys
 def test_a_rank_base_includes_the_model_layers(budget_run):
     """The per-rank fixed cost is what a fresh rank holds with torch-geometric's layers loaded, both in
     the preview (not its caller's RSS) and in a real rank (measured after the layers are imported)."""
-    ds, layout, m = budget_run
+    ds, layout, m, _ = budget_run
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     bare = subprocess.run([sys.executable, "-c", "import moment.runtime.train\nfrom moment.runtime.budget import "
                            "process_bytes\nprint(process_bytes())"], env=env, capture_output=True, text=True,
