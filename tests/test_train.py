@@ -57,6 +57,21 @@ def test_single_process_learns_and_tiers_are_exact(setup, reference, tmp_path):
     assert doc["tier_bytes"]["ssd"] > 0 and doc["tier_bytes"]["gpu"] > 0 and doc["tier_bytes"]["cpu"] > 0
     assert doc["batch_size"] == min(8000, max(64, ds.train_idx.size // 8))
     assert len(doc["loss_curve"]) == doc["steps"] == 2 * 8
+    # the rates say what they are: every training seed twice over the pipeline's wall time; a CPU-cache hit
+    # rate over the rows no GPU tier held; the memory hit rate over all rows
+    assert doc["seeds_per_s"] == pytest.approx(2 * ds.train_idx.size / doc["pipeline_wall_s"])
+    rows = doc["tier_rows"]
+    assert rows["ssd"] > 0 and rows["cpu"] > 0 and rows["gpu"] > 0
+    assert doc["cpu_hit_rate"] == pytest.approx(rows["cpu"] / (rows["cpu"] + rows["ssd"]))
+    assert doc["memory_hit_rate"] == pytest.approx(1 - rows["ssd"] / sum(rows.values()))
+
+
+def test_the_limiting_stage_is_the_busiest():
+    from moment.runtime.pipeline import StageTimes
+
+    assert StageTimes(sample=3, gather_submit=1, gather_wait=1, train=2, wall=9).limiting() == "sample"
+    assert StageTimes(sample=1, gather_submit=1.5, gather_wait=1, train=2, wall=9).limiting() == "gather"
+    assert StageTimes(sample=1, gather_submit=0.5, gather_wait=1, train=2, wall=9).limiting() == "train"
 
 
 def test_reproducible_with_fixed_seed(setup, reference):
