@@ -300,6 +300,7 @@ def test_budget_split_is_stated_and_respected(budget_run):
     assert mem["measured"]["since"] == "run start" and mem["measured"]["agent"] == 0  # no torchrun here
     # the run measured itself as its parent sees it (the peak falls in training, after the reset)
     assert abs(mem["measured_peak_bytes"] - kernel_peak) <= 0.02 * kernel_peak, (mem["measured"], kernel_peak)
+    assert abs(m["peak_rss_bytes"] - kernel_peak) <= 0.02 * kernel_peak, (m["peak_rss_bytes"], kernel_peak)
     check_memory(mem)
     assert m["cpu_hit_rate"] is not None and m["ssd_bytes_read"] > 0
 
