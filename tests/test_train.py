@@ -267,25 +267,32 @@ def check_memory(mem: dict, *, without_agent: bool = False) -> None:
     assert abs(predicted - measured) <= BUDGET_TOL * measured, (predicted >> 20, measured >> 20, mem["measured"])
 
 
+# Starts a program and prints its peak RSS as the kernel reports it to the parent (wait4). Spawned from
+# this small interpreter, not from the test process: a child forked from a large process carries that
+# process's high-water mark in its ru_maxrss.
+SPAWN_AND_WAIT = ("import os, sys\n"
+                  "pid = os.posix_spawn(sys.executable, [sys.executable, *sys.argv[1:]], os.environ)\n"
+                  "_, status, usage = os.wait4(pid, 0)\n"
+                  "print(usage.ru_maxrss)\n"
+                  "sys.exit(os.waitstatus_to_exitcode(status))\n")
+
+
 @pytest.fixture(scope="module")
 def budget_run(tmp_path_factory):
     """One fresh rank, as torchrun starts it, on 8-KiB rows (caches, read buffers and batch features weigh
     about as much as the process itself) under a 1 GiB budget, half the rows cached: the dataset, layout,
-    metrics, and the rank's peak RSS as the kernel reports it to its parent (wait4)."""
+    metrics, and the rank's peak RSS as the kernel reports it to its parent."""
     root = tmp_path_factory.mktemp("budget")
     ds = make_dataset(root, nodes=6000, dim=2048)
     layout = make_layout(ds, root / "L")
-    out, err = root / "m.json", root / "err.txt"
+    out = root / "m.json"
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    with open(err, "w") as log:
-        p = subprocess.Popen([sys.executable, "-m", "moment.train", "--layout", str(layout), "--epochs", "1",
-                              "--fanouts", "10,5", "--hidden", "32", "--threads", "1", "--quiet", "--device", "cpu",
-                              "--memory-budget", "1GiB", "--cpu-cache-limit", "50%", "--metrics-json", str(out)],
-                             env=env, stdout=subprocess.DEVNULL, stderr=log)
-        _, status, usage = os.wait4(p.pid, 0)
-        p.returncode = os.waitstatus_to_exitcode(status)
-    assert p.returncode == 0, err.read_text()[-3000:]
-    return ds, layout, json.loads(out.read_text()), usage.ru_maxrss * 1024
+    r = subprocess.run([sys.executable, "-c", SPAWN_AND_WAIT, "-m", "moment.train", "--layout", str(layout),
+                        "--epochs", "1", "--fanouts", "10,5", "--hidden", "32", "--threads", "1", "--quiet",
+                        "--device", "cpu", "--memory-budget", "1GiB", "--cpu-cache-limit", "50%",
+                        "--metrics-json", str(out)], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return ds, layout, json.loads(out.read_text()), int(r.stdout.split()[-1]) * 1024
 
 
 def test_budget_split_is_stated_and_respected(budget_run):

@@ -38,8 +38,8 @@ from moment.runtime.budget import (
 from moment.runtime.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from moment.runtime.config import TrainConfig, parse_args
 from moment.runtime.devices import plan_gpus_of
-from moment.runtime.memory_use import machine_peak, rank_sample, reset_peak
 from moment.runtime.dist import DistContext, setup
+from moment.runtime.memory_use import machine_peak, rank_sample, reset_peak
 from moment.runtime.models import build_model, load_layers
 from moment.runtime.pipeline import Pipeline, StageTimes, mix
 from moment.runtime.progress import Reporter
