@@ -193,6 +193,11 @@ def report(prefix: str, m: dict) -> None:
         print(f"{prefix}_cgroup_peak_MiB: {m['cgroup']['peak_usage'] / 2**20:.0f}")
         print(f"{prefix}_cgroup_limit_hits: {m['cgroup']['failcnt']}")
     print(f"{prefix}_peak_rss_per_rank_MiB: {m['peak_rss_bytes'] / 2**20:.0f}")
+    mem = m.get("memory") or {}
+    print(f"{prefix}_memory_measured_peak_MiB: {mem.get('measured_peak_bytes', 0) / 2**20:.0f}  (ranks, segments, agent)")
+    if mem.get("predicted_peak_bytes"):
+        print(f"{prefix}_memory_predicted_over_measured: "
+              f"{mem['predicted_peak_bytes'] / mem['measured_peak_bytes']:.3f}  (the budget split's prediction)")
     for k, v in m["stage_seconds"].items():
         print(f"{prefix}_stage_{k}_s: {v:.2f}")
     print(f"{prefix}_limiting_stage: {m['limiting_stage']}")

@@ -68,3 +68,35 @@ def test_grant_never_exceeds_free():
     b.charge("x", 100 * MiB)
     got = b.grant("y", 1 << 40)
     assert got * 2 + 200 * MiB + b.margin <= 1000 * MiB
+
+
+def test_measured_peak_counts_each_shared_segment_once(tmp_path):
+    """As a cgroup charges: each rank's private peak, a /dev/shm segment once however many ranks map it,
+    and the busiest machine of several."""
+    import mmap
+    import os
+    from pathlib import Path
+
+    from moment.runtime.memory_use import machine_peak, rank_sample
+
+    shm = Path("/dev/shm")
+    if not shm.is_dir():
+        pytest.skip("no /dev/shm on this machine")
+    seg = shm / f"moment-test-{os.getpid()}"
+    seg.write_bytes(bytes(64 << 10))
+    with open(seg, "r+b") as f:
+        m = mmap.mmap(f.fileno(), 64 << 10)
+    seg.unlink()  # mapped and unlinked, as the runtime leaves its segments
+    m[: 40 << 10] = b"\x01" * (40 << 10)  # 10 of its 16 pages touched
+    try:
+        mine = rank_sample(with_agent=False)
+    finally:
+        m.close()
+    assert list(mine["shm"].values()) == [40 << 10] and mine["agent"] == 0
+    key = next(iter(mine["shm"]))
+    a = {"peak": 100 * MiB, "shm": {key: 10 * MiB}, "agent": 30 * MiB}
+    b = {"peak": 90 * MiB, "shm": {key: 4 * MiB, "0:9": 2 * MiB}, "agent": 0}
+    assert machine_peak([a, b], 2) == {"bytes": (90 + 84) * MiB + (10 + 2) * MiB + 30 * MiB, "ranks": 174 * MiB,
+                                       "shared_segments": 12 * MiB, "agent": 30 * MiB}
+    big = {"peak": 500 * MiB, "shm": {}, "agent": 0}
+    assert machine_peak([a, b, big, big], 2)["bytes"] == 1000 * MiB  # per machine: the busiest one

@@ -147,6 +147,10 @@ def test_ddak_tracks_targets_better_than_hash():
             assert d.l1_error < 0.6 * min(hs.l1_error, dg.l1_error)
     assert set(rep.policies) == {"ddak", "hash", "degree"}
     assert rep.policies["ddak"].bins[0].bytes == rep.policies["ddak"].bins[0].rows * 4096
+    # SSD rows take the layout's padded stride; cache rows their own (unpadded) size
+    rep = placement_report({"ddak": ddak(h, bins, 100)}, row_stride=4096, cache_row_bytes=400)
+    assert [(b.kind, b.bytes) for b in rep.policies["ddak"].bins] == \
+        [(b.kind, b.rows * (4096 if b.kind == "ssd" else 400)) for b in rep.policies["ddak"].bins]
 
 
 def test_baselines():

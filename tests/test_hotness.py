@@ -29,18 +29,23 @@ def test_counts_match_a_manual_replay(ds: GraphDataset) -> None:
     feat = np.zeros(ds.num_nodes, np.int64)
     adj = np.zeros(ds.num_nodes, np.int64)
     n = 0
+    drawn = []  # ids drawn per batch before de-duplication: the seeds and one per sampled edge
+    ratios = []
     for e in range(2):
         for b in sb.epoch(e):
             mb = s.sample(b)
             feat += np.bincount(mb.n_id.numpy(), minlength=ds.num_nodes)
             adj += np.bincount(torch.cat(mb.targets_per_hop).numpy(), minlength=ds.num_nodes)
+            drawn.append(len(b) + mb.edge_index.shape[1])
+            ratios.append(mb.n_id.numel() / drawn[-1])
             n += 1
     np.testing.assert_array_equal(hot.feature_reads, feat)
     np.testing.assert_array_equal(hot.adjacency_reads, adj)
     assert hot.num_batches == n == 2 * len(sb)
     assert feat.max() <= n  # once per batch at most
     assert np.all(hot.feature_reads[np.asarray(ds.train_idx)] >= 2)  # every seed at least once per epoch
-    assert 0 < hot.unique_ratio <= 1 and hot.sampled_total >= hot.total_feature_reads
+    assert hot.sampled_total == sum(drawn) and hot.unique_ratio == pytest.approx(np.mean(ratios))
+    assert 0 < hot.unique_ratio < 1 and hot.sampled_total > hot.total_feature_reads
     assert hot.meta["sampled_per_s"] > 0 and hot.meta["epochs"] == 2
 
 

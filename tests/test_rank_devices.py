@@ -99,17 +99,27 @@ def test_each_local_rank_holds_its_plan_gpus_bins(layout) -> None:
 
 
 def test_a_run_reports_planned_and_achieved_ssd_shares_per_rank(layout) -> None:
+    """Planned: each SSD's storage share in the layout's manifest, among the SSDs; achieved: the share of
+    the rows the run read that each SSD served. With row reads (one batch per read job) and the CPU cache
+    holding the layout's CPU bin, those are every row the run's tiers counted as read from disk."""
+    from moment.placement.reader import load_manifest
     from moment.runtime.config import TrainConfig
     from moment.runtime.train import train
 
     ds, path = layout
-    m = train(TrainConfig(layout=path, fanouts=[5, 3], hidden=16, threads=1, quiet=True, cpu_cache_limit="5%"))
+    m = train(TrainConfig(layout=path, fanouts=[5, 3], hidden=16, threads=1, quiet=True, cpu_cache_limit="10%",
+                          io_shape="rows"))
     (r,) = m["per_rank"]
     assert r["rank"] == 0 and r["device"] == "cpu" and r["matched_by"].startswith(ORDER)
     shares = r["ssd_shares"]
-    assert len(shares) == 2
-    assert sum(v["planned"] for v in shares.values()) == pytest.approx(1.0)
-    assert sum(v["achieved"] for v in shares.values()) == pytest.approx(1.0)
-    assert all(v["rows"] > 0 for v in shares.values())
+    man = load_manifest(path)
+    ssd = [s.bin for s in man.shards if s.kind == "ssd"]
+    target = {b.name: b.target_share for b in man.bins}
+    assert list(shares) == ssd
+    assert [v["planned"] for v in shares.values()] == pytest.approx([target[b] / sum(target[x] for x in ssd)
+                                                                     for b in ssd])
+    rows = [v["rows"] for v in shares.values()]
+    assert sum(rows) == m["tier_rows"]["ssd"] and min(rows) > 0
+    assert [v["achieved"] for v in shares.values()] == pytest.approx([x / sum(rows) for x in rows], rel=1e-12)
     # DDAK spreads the SSD rows evenly here (equal targets): achieved follows planned
     assert np.allclose([v["achieved"] for v in shares.values()], [v["planned"] for v in shares.values()], atol=0.15)

@@ -399,7 +399,7 @@ def test_scan_files_whole_doc():
     topo, report = scan_files(lspci=doc, nvidia_smi=doc)
     assert len(topo.of_kind(Kind.gpu)) == 2 and len(topo.of_kind(Kind.ssd)) == 9
     assert any(u.startswith("lspci -vvv") for u in report.sources_used)
-    assert topo.node("cpu0").memory_gib > 0
+    assert topo.node("cpu0").memory_gib == pytest.approx(128295 / 1024, abs=0.05)  # numactl: "node 0 size: 128295 MB"
 
 
 def test_scan_files_single_sources():

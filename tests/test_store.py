@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import numpy as np
+import oscheck
 import pytest
 import torch
 from runtime_data import make_dataset, make_layout
@@ -174,15 +175,34 @@ def test_parse_size():
         parse_size("lots", 1)
 
 
-def test_o_direct_is_used(data):
-    _, _, _, layouts = data
-    store = TieredFeatureStore(layouts["pack"], ONE)
-    store.gather(np.arange(100))
-    if not store.stack.direct:
-        pytest.skip(f"filesystem refuses O_DIRECT: {store.stack.files.fallback_reason}")
-    assert store.stack.direct
-    store.close()
-
+def test_o_direct_is_used(data, tmp_path):
+    """Where the filesystem takes O_DIRECT, every shard descriptor the reader opened carries the flag
+    (the kernel's fdinfo, not the stack's own `direct` attribute) and reading every SSD row leaves none
+    of the shards' pages in the page cache."""
+    _, ds, feats, _ = data
+    if why := oscheck.direct_refused(tmp_path):
+        pytest.skip(f"the filesystem of {tmp_path} refuses O_DIRECT ({why}): the reader falls back to buffered reads")
+    path = make_layout(ds, tmp_path / "L")
+    store = TieredFeatureStore(path, ONE, StoreOptions(cpu_rows=0))  # no CPU cache: SSD rows come from disk
+    try:
+        kinds = [s.kind for s in store.manifest.shards]
+        ssd_files = [p for p, k in zip(store.paths, kinds) if k == "ssd"]
+        for f in ssd_files:
+            oscheck.drop_cached(f)
+        droppable = all(oscheck.cached_pages(f) == 0 for f in ssd_files)  # not on a memory filesystem
+        on_ssd = np.flatnonzero(np.array(kinds)[store._bin] == "ssd")
+        assert torch.equal(store.gather(on_ssd), torch.from_numpy(feats[on_ssd]))
+        assert store.tier_stats()["rows"]["ssd"] == on_ssd.size
+        files = store.stack.files
+        opened = [int(fd) for fd, k in zip(files.fds, kinds) if k == "ssd" and fd >= 0]
+        assert len(opened) == len(ssd_files), files.fds
+        assert store.stack.direct, files.fallback_reason
+        assert all(oscheck.open_flags(fd) & oscheck.O_DIRECT for fd in opened), \
+            [oct(oscheck.open_flags(fd)) for fd in opened]
+        if droppable:
+            assert [oscheck.cached_pages(f) for f in ssd_files] == [0] * len(ssd_files)
+    finally:
+        store.close()
 
 
 def test_shared_segment_is_unlinked_and_stale_ones_are_removed(tmp_path):

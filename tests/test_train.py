@@ -58,6 +58,21 @@ def test_single_process_learns_and_tiers_are_exact(setup, reference, tmp_path):
     assert doc["tier_bytes"]["ssd"] > 0 and doc["tier_bytes"]["gpu"] > 0 and doc["tier_bytes"]["cpu"] > 0
     assert doc["batch_size"] == min(8000, max(64, ds.train_idx.size // 8))
     assert len(doc["loss_curve"]) == doc["steps"] == 2 * 8
+    # the rates say what they are: every training seed twice over the pipeline's wall time; a CPU-cache hit
+    # rate over the rows no GPU tier held; the memory hit rate over all rows
+    assert doc["seeds_per_s"] == pytest.approx(2 * ds.train_idx.size / doc["pipeline_wall_s"])
+    rows = doc["tier_rows"]
+    assert rows["ssd"] > 0 and rows["cpu"] > 0 and rows["gpu"] > 0
+    assert doc["cpu_hit_rate"] == pytest.approx(rows["cpu"] / (rows["cpu"] + rows["ssd"]))
+    assert doc["memory_hit_rate"] == pytest.approx(1 - rows["ssd"] / sum(rows.values()))
+
+
+def test_the_limiting_stage_is_the_busiest():
+    from moment.runtime.pipeline import StageTimes
+
+    assert StageTimes(sample=3, gather_submit=1, gather_wait=1, train=2, wall=9).limiting() == "sample"
+    assert StageTimes(sample=1, gather_submit=1.5, gather_wait=1, train=2, wall=9).limiting() == "gather"
+    assert StageTimes(sample=1, gather_submit=0.5, gather_wait=1, train=2, wall=9).limiting() == "train"
 
 
 def test_reproducible_with_fixed_seed(setup, reference):
@@ -272,7 +287,10 @@ def test_two_ranks_every_policy_and_shape_match_the_memmap_baseline(setup, two_r
     m = json.loads(out.read_text())
     assert m["loss_curve"] == ref and m["cache_policy"] == "belady-superbatch"
     assert m["tier_rows"]["peer"] == 0  # --no-peer-tier: the other GPU's bin is read from the layout
-    assert m["memory"]["total"] == 3 << 30 and m["memory"]["used"] <= 3 << 30
+    assert m["memory"]["budget_bytes"] == 3 << 30
+    check_memory(m["memory"], without_agent=True)  # two ranks: their peaks summed, shared segments once
+    # the agent (torchrun, the ranks' parent) was measured: it imports torch, and holds less than the ranks
+    assert 64 << 20 < m["memory"]["measured"]["agent"] < m["memory"]["measured"]["ranks"], m["memory"]["measured"]
     # DiskGNN's packed batches: with a pack made by the CLI for this run's batches, auto picks it
     import shutil
 
@@ -284,8 +302,19 @@ def test_two_ranks_every_policy_and_shape_match_the_memmap_baseline(setup, two_r
     _torchrun(_args(packed, out, "--memory-budget", "3GiB", "--cpu-cache-limit", "10%"))
     m = json.loads(out.read_text())
     assert m["loss_curve"] == ref and m["io_shape"] == "packed" and m["packed_rows"] > 0
-    assert m["memory"]["used"] <= 3 << 30
     assert any(i["name"] == "pack index" for i in m["memory"]["items"])
+    check_memory(m["memory"], without_agent=True)
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="the budget charges torchrun's agent AGENT_BYTES (96 MiB); measured, it "
+                   "holds about 240 MiB at its peak (150 MiB anonymous). The budget split's owner fixes the charge "
+                   "(then this passes and the mark goes)")
+def test_torchruns_agent_is_charged_what_it_holds(two_ranks):
+    mem = two_ranks["memory"]
+    charged = next(it["machine_bytes"] for it in mem["items"] if it["name"] == "torchrun agent")
+    assert mem["measured"]["agent"] > 0 and abs(mem["measured"]["agent"] - charged) <= BUDGET_TOL * charged, \
+        (mem["measured"]["agent"] >> 20, charged >> 20)
 
 
 @pytest.mark.slow
@@ -309,14 +338,69 @@ def test_budget_below_the_minimum_is_refused(setup, capsys):
     assert "minimum" in err and "Traceback" not in err
 
 
-def test_budget_split_is_stated_and_respected(setup):
-    _, ds, layout = setup
-    m = train(_cfg(layout, epochs=1, memory_budget="1GiB"))
+# Predicted (the budget split's items, summed per machine) against measured (the ranks' peak RSS, shared
+# segments once, torchrun's agent) peak, predicted/measured as found here: 0.99-1.04 for one CPU rank on
+# 6k 8-KiB rows under 0.8-2 GiB (this fixture: 1.01), 1.02-1.03 on 200k 512-B rows under 1-1.2 GiB with
+# each cache policy, 1.03-1.08 for two ranks without the agent. Outside the tolerance (the split's to fix):
+# read buffers granted ahead of use make it 1.10-1.20 under a loose budget, and `--io-shape rows` 0.91.
+BUDGET_TOL = 0.10
+
+
+def check_memory(mem: dict, *, without_agent: bool = False) -> None:
+    """The run lived within its budget and its split predicted its measured peak within BUDGET_TOL.
+
+    `without_agent`: compare the ranks alone (torchrun's agent is charged a constant, checked apart)."""
+    measured, predicted = mem["measured_peak_bytes"], mem["predicted_peak_bytes"]
+    assert measured <= mem["budget_bytes"], mem["measured"]
+    if without_agent:
+        measured -= mem["measured"]["agent"]
+        predicted -= next(it["machine_bytes"] for it in mem["items"] if it["name"] == "torchrun agent")
+    assert abs(predicted - measured) <= BUDGET_TOL * measured, (predicted >> 20, measured >> 20, mem["measured"])
+
+
+# Starts a program and prints its peak RSS as the kernel reports it to the parent (wait4). Spawned from
+# this small interpreter, not from the test process: a child forked from a large process carries that
+# process's high-water mark in its ru_maxrss.
+SPAWN_AND_WAIT = ("import os, sys\n"
+                  "pid = os.posix_spawn(sys.executable, [sys.executable, *sys.argv[1:]], os.environ)\n"
+                  "_, status, usage = os.wait4(pid, 0)\n"
+                  "print(usage.ru_maxrss)\n"
+                  "sys.exit(os.waitstatus_to_exitcode(status))\n")
+
+
+@pytest.fixture(scope="module")
+def budget_run(tmp_path_factory):
+    """One fresh rank, as torchrun starts it, on 8-KiB rows (caches, read buffers and batch features weigh
+    about as much as the process itself) under a 1 GiB budget, half the rows cached: the dataset, layout,
+    metrics, and the rank's peak RSS as the kernel reports it to its parent."""
+    root = tmp_path_factory.mktemp("budget")
+    ds = make_dataset(root, nodes=6000, dim=2048)
+    layout = make_layout(ds, root / "L")
+    out = root / "m.json"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    r = subprocess.run([sys.executable, "-c", SPAWN_AND_WAIT, "-m", "moment.train", "--layout", str(layout),
+                        "--epochs", "1", "--fanouts", "10,5", "--hidden", "32", "--threads", "1", "--quiet",
+                        "--device", "cpu", "--memory-budget", "1GiB", "--cpu-cache-limit", "50%",
+                        "--metrics-json", str(out)], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return ds, layout, json.loads(out.read_text()), int(r.stdout.split()[-1]) * 1024
+
+
+def test_budget_split_is_stated_and_respected(budget_run):
+    """The split names every item, and the run it sized holds no more than its budget at its peak and
+    about what the split predicted (a component that takes more than it is charged breaks this)."""
+    _, _, m, kernel_peak = budget_run
     mem = m["memory"]
-    assert mem["total"] == 1 << 30 and mem["used"] + mem["margin"] <= mem["total"]
+    assert mem["budget_bytes"] == 1 << 30 and mem["predicted_peak_bytes"] + mem["margin"] <= mem["budget_bytes"]
     names = {it["name"] for it in mem["items"]}
-    assert {"graph structure", "layout index", "cpu cache", "read buffers", "sampler"} <= names
-    assert m["cpu_hit_rate"] is not None
+    assert {"process", "graph structure", "layout index", "cpu cache", "read buffers", "sampler",
+            "batch features"} <= names
+    assert mem["measured"]["since"] == "run start" and mem["measured"]["agent"] == 0  # no torchrun here
+    # the run measured itself as its parent sees it (the peak falls in training, after the reset)
+    assert abs(mem["measured_peak_bytes"] - kernel_peak) <= 0.02 * kernel_peak, (mem["measured"], kernel_peak)
+    assert abs(m["peak_rss_bytes"] - kernel_peak) <= 0.02 * kernel_peak, (m["peak_rss_bytes"], kernel_peak)
+    check_memory(mem)
+    assert m["cpu_hit_rate"] is not None and m["ssd_bytes_read"] > 0
 
 
 def test_moment_train_refuses_a_small_budget_before_starting_ranks(setup, capsys):
@@ -329,10 +413,10 @@ def test_moment_train_refuses_a_small_budget_before_starting_ranks(setup, capsys
     assert main(["train", "--layout", str(layout), "--memory-budget", "lots"]) == 2
 
 
-def test_a_rank_base_includes_the_model_layers(setup, tmp_path):
+def test_a_rank_base_includes_the_model_layers(budget_run):
     """The per-rank fixed cost is what a fresh rank holds with torch-geometric's layers loaded, both in
     the preview (not its caller's RSS) and in a real rank (measured after the layers are imported)."""
-    _, ds, layout = setup
+    ds, layout, m, _ = budget_run
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     bare = subprocess.run([sys.executable, "-c", "import moment.runtime.train\nfrom moment.runtime.budget import "
                            "process_bytes\nprint(process_bytes())"], env=env, capture_output=True, text=True,
@@ -343,10 +427,5 @@ def test_a_rank_base_includes_the_model_layers(setup, tmp_path):
     cfg = _cfg(layout, memory_budget="2GiB", io_shape="block")
     preview = train_mod.preview_split(cfg, ds, 1)
     assert {it.name: it.bytes for it in preview.budget.items}["process"] == base
-    out = tmp_path / "m.json"
-    rank = subprocess.run([sys.executable, "-m", "moment.train", "--layout", str(layout), "--epochs", "1",
-                           "--fanouts", "10,5", "--hidden", "32", "--threads", "1", "--quiet", "--memory-budget",
-                           "2GiB", "--metrics-json", str(out)], env=env, capture_output=True, text=True, timeout=300)
-    assert rank.returncode == 0, rank.stderr[-3000:]
-    charged = {it["name"]: it["bytes"] for it in json.loads(out.read_text())["memory"]["items"]}["process"]
+    charged = {it["name"]: it["bytes"] for it in m["memory"]["items"]}["process"]
     assert abs(charged - base) < (16 << 20), (charged >> 20, base >> 20)

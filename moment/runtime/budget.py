@@ -196,8 +196,10 @@ class MemoryBudget:
         return ", ".join(parts)
 
     def as_dict(self) -> dict:
-        return {"total": self.total, "source": self.source, "local_ranks": self.local_ranks,
-                "margin": self.margin if self.total else 0, "used": self.used,
+        """For the metrics JSON: the budget, the split's prediction of the run's peak (every item charged,
+        per machine) and the items."""
+        return {"budget_bytes": self.total, "source": self.source, "local_ranks": self.local_ranks,
+                "margin": self.margin if self.total else 0, "predicted_peak_bytes": self.used,
                 "items": [{"name": it.name, "bytes": it.bytes, "shared": it.shared, "machine_bytes":
                            self._machine(it), "note": it.note} for it in self.items]}
 

@@ -39,6 +39,7 @@ from moment.runtime.checkpoint import CHECKPOINT_NAME, load_checkpoint, rng_stat
 from moment.runtime.config import TrainConfig, parse_args
 from moment.runtime.devices import plan_gpus_of
 from moment.runtime.dist import AgreedError, DistContext, setup
+from moment.runtime.memory_use import machine_peak, rank_sample, reset_peak
 from moment.runtime.models import build_model, load_layers
 from moment.runtime.pipeline import Pipeline, StageTimes, mix
 from moment.runtime.progress import Reporter
@@ -233,6 +234,7 @@ class Trainer:
 
     def __init__(self, cfg: TrainConfig, ctx: DistContext):
         self.cfg, self.ctx = cfg, ctx
+        self.peak_from = "run start" if reset_peak() else "process start"  # the measured peak is this run's
         load_layers()  # the model's layers are a fixed cost too: measured with the rest
         base_rss = rank_base_bytes()  # interpreter, torch, the layers, before any data is touched
         self.ds = GraphDataset.open(dataset_dir(cfg))
@@ -529,7 +531,7 @@ class Trainer:
             "memory_hit_rate": (1 - int(s[8 + k + names.index("ssd")]) / max(1, sum(int(s[8 + k + i]) for i in
                                 range(k))) if "ssd" in names else None),
             "peak_rss_bytes": int(ctx.all_reduce(torch.tensor([_peak_rss()], dtype=torch.float64), op="max")[0]),
-            "memory": self.split.budget.as_dict() if self.split is not None else None,
+            "memory": self._memory(),
             "cache_policy": self.cfg.cache_policy if self.split is not None else None,
             "io_shape": self.cfg.io_shape if self.split is not None else None,
             "superbatch": self.source.superbatch if self.split is not None else None,
@@ -550,6 +552,17 @@ class Trainer:
             "checkpoint_dir": str(self.cfg.checkpoint_dir) if self.cfg.checkpoint_dir is not None else None,
             "per_rank": ctx.all_gather_object(self._rank_report()),
         }
+
+    def _memory(self) -> dict[str, Any]:
+        """The budget split's prediction beside the measured peak of the run (moment.runtime.memory_use)."""
+        ctx = self.ctx
+        sample = rank_sample(with_agent=ctx.local_rank == 0 and ctx.backend is not None and under_torchrun())
+        measured = machine_peak(ctx.all_gather_object(sample), ctx.local_world_size)
+        out: dict[str, Any] = ({"budget_bytes": None, "predicted_peak_bytes": None} if self.split is None
+                               else self.split.budget.as_dict())
+        out["measured_peak_bytes"] = measured.pop("bytes")
+        out["measured"] = {**measured, "since": self.peak_from}
+        return out
 
     def _rank_report(self) -> dict[str, Any]:
         """This rank's plan GPUs, its device and how it was matched, and its planned vs achieved SSD shares."""
