@@ -45,6 +45,7 @@ def _precheck(args: list[str], nproc: int = 1):
 
     cfg = parse_args(args)
     ds = GraphDataset.open(dataset_dir(cfg))
+    ds.check()  # a damaged dataset is one line here, not one per rank (rank 0 prints any note)
     if cfg.layout is not None:
         from moment.placement.reader import check_dataset, load_manifest
 

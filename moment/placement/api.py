@@ -184,14 +184,20 @@ def place(
 
 
 def _verify_dataset(ds: GraphDataset, verify: bool, stage: StageHook, notice, timings: dict[str, float]) -> bool:
-    """Re-hash the dataset against its manifest so corrupt data is refused, not placed."""
-    if not verify:
-        if notice:
-            notice("dataset not verified (--no-verify): its checksums were not checked")
-        return False
+    """Re-hash the dataset against its manifest and check its structure, so corrupt data is refused, not
+    placed; with --no-verify, only sampled blocks and the structure (cheap) are checked."""
     t = time.perf_counter()
+    if not verify:
+        notes = ds.check()
+        if notice:
+            notice("dataset not verified (--no-verify): its checksums were not checked, only sampled blocks and "
+                   "its structure")
+            for note in notes:
+                notice(note)
+        return False
     with stage("verify", "verifying dataset") as progress:
         ds.verify_checksums(progress=progress)
+    ds.validate()
     timings["verify_s"] = time.perf_counter() - t
     return True
 
