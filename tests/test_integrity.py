@@ -115,7 +115,7 @@ def _bad_ids(layout: Path) -> None:
     ("cut", "rank0.npz", "cut or replaced", "cut or replaced"),
     ("ids", "rank0.npz", "pack index is malformed: a node id is outside", "a node id is outside"),
     ("foreign", "pack.json", "made for another layout (at ", "made for another layout"),
-])
+], ids=["garbage", "cut-data", "cut-index", "index-ids", "foreign"])
 def test_layout_verify_finds_a_damaged_or_foreign_pack(env, tmp_path, capsys, damage, file, says, at_start):
     _, _, layout, other = env
     copy = shutil.copytree(layout, tmp_path / "L")
@@ -170,7 +170,7 @@ def _set(at, value):
     ("index.npy", "index", _set((3, 1), -5), "node 3 is at row -5 of bin"),
     ("index.npy", "index", lambda a: a.__setitem__(3, a[4]), "share a row"),
     ("order.npy", "order_file", _set(0, NODES + 1), "hotness order is malformed: a node id is outside"),
-])
+], ids=["bin", "slot-high", "slot-negative", "shared-row", "order"])
 def test_an_edited_layout_is_refused_by_verify_and_at_train_start(env, tmp_path, capsys, rel, key, edit, says):
     _, ds, layout, _ = env
     copy = shutil.copytree(layout, tmp_path / "L")
@@ -191,7 +191,7 @@ def test_an_edited_layout_is_refused_by_verify_and_at_train_start(env, tmp_path,
     ("indptr", 100, 1, "indptr is not monotone"),
     ("labels", slice(0, None, 5), 300, "label 300 out of range"),
     ("train_idx", 3, NODES * 3, f"node id {NODES * 3} out of range"),
-])
+], ids=["indices", "indptr", "labels", "train_idx"])
 def test_edited_graph_arrays_are_refused_before_any_sampling(env, tmp_path, capsys, name, at, value, says):
     _, ds, layout, _ = env
     bad = _edit_dataset(ds.path, tmp_path / "ds", name, at, value)
