@@ -238,3 +238,28 @@ def test_a_changed_copy_with_the_original_manifest_is_refused(env, tmp_path, cap
     assert says in capsys.readouterr().err
     assert main(["data", "info", str(bad), "--verify"]) == 2  # the full check reads every byte
     assert "sha256 mismatch" in capsys.readouterr().err
+
+
+def test_a_dataset_without_block_checksums_is_checked_by_size_and_says_so(env, tmp_path):
+    """Datasets written before the block checksums: the run still starts, with a note naming the files
+    it could only compare by size; the full check still reads every byte."""
+    _, ds, _, _ = env
+    old = shutil.copytree(ds.path, tmp_path / "ds")
+    doc = json.loads((old / "manifest.json").read_text())
+    for rec in doc["files"].values():
+        del rec["block_sha256"], rec["block_bytes"]
+    (old / "manifest.json").write_text(json.dumps(doc))
+    notes = GraphDataset.open(old).check()
+    assert len(notes) == 1 and "no block checksums" in notes[0] and "features.npy" in notes[0]
+    GraphDataset.open(old, verify=True)
+
+
+def test_block_checksums_that_disagree_with_the_file_are_found_by_the_full_check(env, tmp_path):
+    _, ds, _, _ = env
+    d = shutil.copytree(ds.path, tmp_path / "ds")
+    doc = json.loads((d / "manifest.json").read_text())
+    doc["files"]["labels"]["block_sha256"][0] = "0" * 63 + "1"
+    (d / "manifest.json").write_text(json.dumps(doc))
+    with pytest.raises(MomentError, match="block checksums do not match the file") as e:
+        GraphDataset.open(d, verify=True)
+    assert "labels.npy" in str(e.value)

@@ -61,7 +61,8 @@ def place_cmd(
                             "complete)")] = False,
     verify: Annotated[bool, typer.Option(
         "--verify/--no-verify", help="check the dataset's files against its manifest checksums before placing "
-                                     "(--no-verify skips it, and says so)")] = True,
+                                     "(--no-verify skips that full read, and says so; sampled blocks and the "
+                                     "graph's structure are still checked)")] = True,
     seed: Annotated[int, typer.Option("--seed", help="pre-sampling seed (same seed = same layout)")] = 0,
     json_out: Annotated[bool, typer.Option("--json", help="print one JSON object instead of tables")] = False,
 ) -> None:
@@ -166,9 +167,10 @@ def verify_cmd(
     layout: Annotated[Path, typer.Argument(help="layout directory (written by `moment place`)")],
     json_out: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
-    """Recompute every checksum (index, cache lists, each shard chunk).
+    """Recompute every checksum (index, cache lists, each shard chunk, the pack's files) and check the
+    structure of the index, the hotness order and the pack, and that the pack was made for this layout.
 
-    Exit 0 when all match; 1, naming the first damaged shard and byte offset, otherwise.
+    Exit 0 when all is sound; 1, naming the first damaged file (shard and byte offset), otherwise.
     """
     from moment.placement import verify_layout
 
