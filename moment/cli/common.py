@@ -67,4 +67,3 @@ def check_at_least(**flags: tuple[int | None, int]) -> None:
         if value is not None and value < least:
             what = "positive" if least == 1 else f"at least {least}"
             raise MomentError(f"--{name.replace('_', '-')} must be {what} (got {value})")
-

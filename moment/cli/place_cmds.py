@@ -82,7 +82,8 @@ def place_cmd(
     topo = load_profile(profile)
     inv = parse_inventory(None, resolve_gpus(topo, gpus), ssds, gpu_model, ssd_model)
     res = place(dataset, out, topo, inv, plan=plan_file, hotness=hotness_dir, epochs=epochs, batches=batches,
-                fanouts=None if fanouts is None else parse_fanouts(fanouts), batch_size=batch_size, gpu_cache=gpu_cache, cpu_cache=cpu_cache,
+                fanouts=None if fanouts is None else parse_fanouts(fanouts), batch_size=batch_size,
+                gpu_cache=gpu_cache, cpu_cache=cpu_cache,
                 ssd_paths=ssd_path or [], pool=pool, policy=policy, overwrite=overwrite, verify=verify, seed=seed,
                 stage=_stage_bars(not json_out), notice=_notice)
     if json_out:

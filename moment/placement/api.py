@@ -95,8 +95,8 @@ def place(
     `plan`: a Plan or the path of `moment plan --json` output (its hardware placement is reused);
     None: the recommended one. `fanouts`/`batch_size`: None takes those `hotness` was pre-sampled at
     (given ones must match them), else 25,10 and the training default. `gpu_cache`/`cpu_cache`: GiB
-    ("8") or a share of the features ("10%")
-    per GPU / per socket. `ssd_paths`: {"ssdN": DIR} or ["ssdN=DIR", ...]."""
+    ("8") or a share of the features ("10%") per GPU / per socket, at most the memory it lives in.
+    `ssd_paths`: {"ssdN": DIR} or ["ssdN=DIR", ...]."""
     from moment.locking import locked
     from moment.placement.assignment import hotness_order
     from moment.placement.manifest import row_format
@@ -131,9 +131,11 @@ def place(
     pl.check_cache_fits(gpu_spec, "--gpu-cache", gpu_cache, gpu_memory, ds)
     pl.check_cache_fits(cpu_spec, "--cpu-cache", cpu_cache, socket_memory, ds)
     if hotness is not None:  # counts sampled at other fan-outs or batch size would describe another workload
-        hotness = _load_hotness(ds, hotness)
+        source = "hotness" if isinstance(hotness, Hotness) else str(hotness)
+        hotness = hotness if isinstance(hotness, Hotness) else Hotness.load(hotness)
+        hotness.check_dataset(ds, source=source)
         given = (fanouts, batch_size)
-        fanouts, batch_size = hotness.sampled_as(fanouts, batch_size, source=_source(hotness))
+        fanouts, batch_size = hotness.sampled_as(fanouts, batch_size, source=source)
         if notice and given != (fanouts, batch_size):
             notice(f"using fan-outs {','.join(map(str, fanouts or DEFAULT_FANOUTS))} and batch size {batch_size}, "
                    "which the hotness was pre-sampled at")
@@ -232,22 +234,9 @@ def _ddak_note(hotness, bins, order, assignments, reports) -> str | None:
     return ddak_note(reports, pool, pool_access(hotness, pool, order), auto_pool(hotness, bins, order))
 
 
-def _source(hotness: Hotness) -> str:
-    return hotness.meta.get("loaded_from", "hotness")
-
-
-def _load_hotness(ds: GraphDataset, hotness: Hotness | str | Path) -> Hotness:
-    """A Hotness (or a saved hotness directory, loaded) measured on this dataset."""
-    hot = hotness if isinstance(hotness, Hotness) else Hotness.load(hotness)
-    if not isinstance(hotness, Hotness):
-        hot.meta["loaded_from"] = str(hotness)
-    hot.check_dataset(ds, source=_source(hot))
-    return hot
-
-
 def _hotness(ds, hotness: Hotness | None, fanouts, batch_size, epochs, batches, seed, stage: StageHook,
              timings) -> Hotness:
-    """Pre-sample, or take the given Hotness (`_load_hotness` checked it)."""
+    """Pre-sample, or take the given Hotness (`place` checked it fits the dataset and the run)."""
     from moment.workload.hotness import presample
 
     t = time.perf_counter()

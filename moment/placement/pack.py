@@ -8,9 +8,11 @@ disk space: a row read by several batches is stored once per batch. The pack is 
 a row not found in its batch's segment (a smaller cache at run time, an epoch not packed) is read
 from the layout, so the features stay bit-exact whatever the pack holds.
 
-On disk, inside the layout: ``pack/pack.json`` (parameters, per-file sha256) and per rank
-``rank<r>.bin`` (segments, each aligned to the layout's block) and ``rank<r>.npz`` (per segment: its
-epoch, batch, byte offset, row count, and the sorted node ids it holds).
+On disk, inside the layout: ``pack/pack.json`` (parameters, per-file sizes and sha256, the id of the
+layout it was made for) and per rank ``rank<r>.bin`` (segments, each aligned to the layout's block) and
+``rank<r>.npz`` (per segment: its epoch, batch, byte offset, row count, and the sorted node ids it
+holds). `moment layout verify` checks all of it (`pack_problems`); a run checks its rank's files'
+sizes and index structure and that the pack is this layout's (`open_pack`), hashing them with --verify.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, Field, ValidationError
@@ -30,10 +32,8 @@ from pydantic import BaseModel, Field, ValidationError
 from moment.errors import NPZ_ERRORS, MomentError, validation_error
 from moment.locking import locked
 from moment.outputs import atomic_file, fsync_dir, sha256_file
+from moment.placement.manifest import LayoutManifest, layout_id
 from moment.workload.graph import GraphDataset
-
-if TYPE_CHECKING:
-    from moment.placement.manifest import LayoutManifest
 
 PACK_DIR = "pack"
 FORMAT = "moment-pack"
@@ -290,7 +290,6 @@ def solve_cached_rows(budget_rows: Callable[[int], int], index_at: Callable[[int
 def _write_pack(layout: Path, m, dataset: GraphDataset, *, world_size: int, batch_size: int, fanouts: Sequence[int],
                 seed: int, epochs: int, cached_rows: int | None, budget_rows: Callable[[int], int] | None,
                 overwrite: bool, progress: Callable[[int, int], None] | None) -> PackManifest:
-    from moment.placement.manifest import layout_id
     from moment.workload.trace import sample_trace
 
     n, rb, align = m.dataset.num_nodes, m.row.row_bytes, m.row.align
@@ -385,8 +384,6 @@ def _write_rank(dir_: Path, rank: int, tr, cached: np.ndarray, feats: np.ndarray
 
 def foreign(man: PackManifest, m: LayoutManifest) -> str | None:
     """Why the pack was not made for the layout whose manifest is `m` (None when it was)."""
-    from moment.placement.manifest import layout_id
-
     where = f" (at {man.layout})" if man.layout else ""
     if man.layout_id is not None and man.layout_id != layout_id(m):
         return (f"the pack was made for another layout{where}, id {man.layout_id[:12]}, not this one "

@@ -1,9 +1,10 @@
 """Check and read a written layout.
 
 `verify_layout` recomputes every checksum (index, cache node lists, each shard chunk, the pack's files),
-checks the pack was made for this layout, and names the first bad file and byte offset. `open_layout` gives a reader whose `rows(node_ids)` returns the
-features bit-exactly as in the dataset (used by tests and tools; the training runtime reads the shards
-itself with O_DIRECT using `locate`).
+checks the structure of the index, the hotness order and the pack and that the pack was made for this
+layout, and names the first bad file and byte offset. `open_layout` gives a reader whose
+`rows(node_ids)` returns the features bit-exactly as in the dataset (used by tests and tools; the
+training runtime reads the shards itself with O_DIRECT using `locate`).
 """
 
 from __future__ import annotations
@@ -195,8 +196,8 @@ class IndexCheck:
     def problem(self) -> str | None:
         """What is wrong (None when the index is sound), once every row was added."""
         if self._problem is None and not self.seen.all():
-            self._problem = (f"{int((~self.seen).sum())} shard rows belong to no node: some nodes share a row "
-                             "(or rows are missing)")
+            self._problem = (f"some nodes share a row ({int((~self.seen).sum())} of the shards' rows belong to "
+                             "no node)")
         return self._problem
 
 
@@ -230,11 +231,11 @@ def _structure_problems(root: Path, m: LayoutManifest) -> list[tuple[Path, str]]
     out = []
     index = np.load(root / m.index.path, mmap_mode="r", allow_pickle=False)
     if why := index_problem(m, index):
-        return [(root / m.index.path, f"index is malformed: {why}")]
+        return [(root / m.index.path, f"the layout index is malformed: {why}")]
     if m.order_file is not None:
         order = np.load(root / m.order_file.path, mmap_mode="r", allow_pickle=False)
         if why := order_problem(order, m.dataset.num_nodes):
-            out.append((root / m.order_file.path, f"hotness order is malformed: {why}"))
+            out.append((root / m.order_file.path, f"the hotness order is malformed: {why}"))
     for i, s in enumerate(m.shards):
         f = m.cache_lists.get(s.bin)
         if f is None:

@@ -20,4 +20,3 @@ def check_seed(seed: int, flag: str = "--seed") -> int:
     if not 0 <= int(seed) < SEED_LIMIT:
         raise MomentError(f"{flag} must be an integer in [0, 2**63) (got {seed})")
     return int(seed)
-
