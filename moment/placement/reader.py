@@ -201,6 +201,12 @@ class IndexCheck:
         return self._problem
 
 
+def damaged(what: str, why: str, path: Path) -> MomentError:
+    """The error a reader of a malformed layout file (`what`: "index", "hotness order") raises."""
+    return MomentError(f"the layout {what} is malformed: {why}", source=str(path),
+                       hint="the layout is damaged: run `moment layout verify` and rewrite it")
+
+
 def index_problem(m: LayoutManifest, index: np.ndarray, step: int = 1 << 20) -> str | None:
     """`IndexCheck` over a whole (memory-mapped) index array."""
     n = m.dataset.num_nodes
@@ -235,7 +241,7 @@ def _structure_problems(root: Path, m: LayoutManifest) -> list[tuple[Path, str]]
     if m.order_file is not None:
         order = np.load(root / m.order_file.path, mmap_mode="r", allow_pickle=False)
         if why := order_problem(order, m.dataset.num_nodes):
-            out.append((root / m.order_file.path, f"the hotness order is malformed: {why}"))
+            out.append((root / m.order_file.path, f"the layout hotness order is malformed: {why}"))
     for i, s in enumerate(m.shards):
         f = m.cache_lists.get(s.bin)
         if f is None:
@@ -320,4 +326,7 @@ def open_layout(path: str | Path, *, expected_machine: str | None = None) -> Lay
         fp = shard_path(root, s)
         if not fp.is_file():
             raise MomentError(f"shard of bin {s.bin} is missing", source=str(fp))
-    return LayoutReader(root, m)
+    reader = LayoutReader(root, m)
+    if why := index_problem(m, reader.index):
+        raise damaged("index", why, root / m.index.path)
+    return reader

@@ -59,7 +59,7 @@ from moment.caching.tiers import FixedSlots, TierRouter, no_gpu, no_peers
 from moment.errors import MomentError
 from moment.placement.manifest import Shard
 from moment.placement.pack import open_pack, pack_path
-from moment.placement.reader import IndexCheck, load_manifest, order_problem, shard_path
+from moment.placement.reader import IndexCheck, damaged, load_manifest, order_problem, shard_path
 from moment.io.device import StagingRing
 from moment.runtime.devices import plan_gpus_of
 from moment.io.merge import SHAPES
@@ -155,8 +155,7 @@ def hot_order(path: Path, manifest, limit: int | None = None) -> np.ndarray:
         f = path / manifest.order_file.path
         order = np.load(f, mmap_mode="r")
         if why := order_problem(order, manifest.dataset.num_nodes):
-            raise MomentError(f"the hotness order is malformed: {why}", source=str(f),
-                              hint="the layout is damaged: run `moment layout verify` and rewrite it")
+            raise damaged("hotness order", why, f)
         return np.array(order[:limit] if limit is not None else order)
     # older layouts: cache bins in list order, then SSD rows by slot (each shard is hottest first)
     idx = np.load(path / manifest.index.path, mmap_mode="r")
@@ -321,8 +320,7 @@ class TieredFeatureStore:
             self._slot[a:a + step] = blk[:, 1]
         del idx
         if why := check.problem():
-            raise MomentError(f"the layout index is malformed: {why}", source=str(path),
-                              hint="the layout is damaged: run `moment layout verify` and rewrite it")
+            raise damaged("index", why, path)
 
     def _load_pack(self, shape: str, seed: int | None) -> None:
         self.pack, self.segments, self._pack_seed = None, None, seed
