@@ -60,7 +60,8 @@ def main() -> None:
         rng = np.random.default_rng(0)
         rows = np.full(a.bins, n // a.bins)
         rows[-1] += n - rows.sum()
-        m = SimpleNamespace(shards=[SimpleNamespace(rows=int(r), bin=f"b{i}") for i, r in enumerate(rows)],
+        m = SimpleNamespace(shards=[SimpleNamespace(rows=int(r), bin=f"b{i}", stride=512, bytes=int(r) * 512)
+                                    for i, r in enumerate(rows)],
                             dataset=SimpleNamespace(num_nodes=n))
         perm = rng.permutation(n)
         index = np.empty((n, 2), np.int64)

@@ -183,6 +183,24 @@ def test_an_edited_layout_is_refused_by_verify_and_at_train_start(env, tmp_path,
     assert str(copy / rel) in str(e.value)
 
 
+def test_a_manifest_whose_shard_rows_exceed_its_bytes_is_refused(env, tmp_path, capsys):
+    """One row moved from an SSD bin to a cache bin in the layout's manifest (the total still matches):
+    the cache bin's rows no longer fit its bytes, so a read through the index would run past its file."""
+    _, ds, layout, _ = env
+    copy = shutil.copytree(layout, tmp_path / "L")
+    shutil.rmtree(pack_path(copy))
+    doc = json.loads((copy / "manifest.json").read_text())
+    cache = next(s for s in doc["shards"] if s["kind"] == "gpu")
+    next(s for s in doc["shards"] if s["kind"] == "ssd")["rows"] -= 1
+    cache["rows"] += 1
+    (copy / "manifest.json").write_text(json.dumps(doc))
+    says = f"bin {cache['bin']} has {cache['rows']} rows of {cache['stride']} B, more than its {cache['bytes']} B"
+    code, err = _verify(copy, capsys)
+    assert code == 1 and says in err, err
+    with pytest.raises(MomentError, match=says):
+        train(TrainConfig(layout=copy, dataset=ds.path, **FAST))
+
+
 # ---- the dataset's graph arrays ------------------------------------------------------------------------
 
 

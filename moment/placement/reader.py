@@ -173,6 +173,9 @@ class IndexCheck:
         n, total = m.dataset.num_nodes, int(self.rows.sum())
         self.seen = np.zeros(total, dtype=bool)
         self._problem = None if total == n else f"the shards hold {total} rows for {n} nodes"
+        for s in m.shards:  # and each shard's rows within its bytes (a run checks the file has them)
+            if s.rows < 0 or s.rows * s.stride > s.bytes:
+                self._problem = f"bin {s.bin} has {s.rows} rows of {s.stride} B, more than its {s.bytes} B"
 
     def add(self, start: int, block: np.ndarray) -> None:
         """Index rows [start, start + len(block)) as an integer (k, 2) array."""
