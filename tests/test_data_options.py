@@ -107,4 +107,4 @@ def test_hotness_sampled_for_other_batches_is_refused_or_followed(env, capsys):
     assert main([*_place(root, ds, "--hotness", str(hot), "--json")]) == 0
     out, err = capsys.readouterr()
     assert json.loads(out)["workload"]["batch_size"] == 128
-    assert "using fan-outs 10,5 and batch size 128, which the hotness was pre-sampled at" in " ".join(err.split())
+    assert "using the hotness's fan-outs 10,5 and batch size 128, which it was pre-sampled at" in " ".join(err.split())

@@ -130,18 +130,23 @@ def place(
     gpu_memory, socket_memory = pl.smallest_memories(topology, inventory)
     pl.check_cache_fits(gpu_spec, "--gpu-cache", gpu_cache, gpu_memory, ds)
     pl.check_cache_fits(cpu_spec, "--cpu-cache", cpu_cache, socket_memory, ds)
+    defaults = (list(DEFAULT_FANOUTS),
+                default_batch_size(len(ds.train_idx), max(pl.device_counts(topology, inventory)[0], 1)))
     if hotness is not None:  # counts sampled at other fan-outs or batch size would describe another workload
         source = "hotness" if isinstance(hotness, Hotness) else str(hotness)
         hotness = hotness if isinstance(hotness, Hotness) else Hotness.load(hotness)
         hotness.check_dataset(ds, source=source)
         given = (fanouts, batch_size)
         fanouts, batch_size = hotness.sampled_as(fanouts, batch_size, source=source)
-        if notice and given != (fanouts, batch_size):
-            notice(f"using fan-outs {','.join(map(str, fanouts or DEFAULT_FANOUTS))} and batch size {batch_size}, "
-                   "which the hotness was pre-sampled at")
-    fanouts = fanouts or list(DEFAULT_FANOUTS)
-    if batch_size is None:
-        batch_size = default_batch_size(len(ds.train_idx), max(pl.device_counts(topology, inventory)[0], 1))
+        taken = []  # what the hotness decided where the default would have differed
+        if given[0] is None and fanouts is not None and fanouts != defaults[0]:
+            taken.append("fan-outs " + ",".join(map(str, fanouts)))
+        if given[1] is None and batch_size is not None and batch_size != defaults[1]:
+            taken.append(f"batch size {batch_size}")
+        if notice and taken:
+            notice(f"using the hotness's {' and '.join(taken)}, which it was pre-sampled at (not the default)")
+    fanouts = fanouts or defaults[0]
+    batch_size = batch_size if batch_size is not None else defaults[1]
     stage = stage or (lambda name, label: nullcontext(None))
 
     # the lock on `out` is held from here to the end: a second `place` on it is refused at once
