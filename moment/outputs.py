@@ -1,7 +1,8 @@
 """Output paths: checked before any work starts, written atomically, with the modes the umask asks for.
 
 The package's base file helpers live here, once: `atomic_write`/`atomic_file` (every single-file
-writer), `fsync_dir` (directory swaps), `sha256_file`, `check_output`, `write_error`, `follow_umask`.
+writer), `fsync_dir` (directory swaps), `sha256_file`, `ChunkHasher`, `check_output`, `write_error`,
+`follow_umask`.
 
 Every command that writes (datasets, layouts, profiles, diagrams, metrics) checks its output path up
 front with `check_output`, so a read-only directory, a path under a regular file or a missing
@@ -176,6 +177,34 @@ def atomic_write(path: str | Path, data: str | bytes, what: str | None = None) -
     behind on failure, an OSError (full disk, read-only directory) as one message naming `what`."""
     with writing(path, what), atomic_file(path, text=isinstance(data, str)) as f:
         f.write(data)
+
+
+class ChunkHasher:
+    """sha256 per `chunk` bytes of a stream fed in pieces of any size (layout shards, dataset blocks):
+    a later check can re-hash any one chunk alone."""
+
+    def __init__(self, chunk: int):
+        self.chunk = chunk
+        self.sums: list[str] = []
+        self._h = hashlib.sha256()
+        self._fill = 0
+
+    def update(self, data: memoryview | bytes) -> None:
+        mv = memoryview(data).cast("B")
+        while len(mv):
+            take = min(self.chunk - self._fill, len(mv))
+            self._h.update(mv[:take])
+            self._fill += take
+            mv = mv[take:]
+            if self._fill == self.chunk:
+                self.sums.append(self._h.hexdigest())
+                self._h, self._fill = hashlib.sha256(), 0
+
+    def finish(self) -> list[str]:
+        if self._fill:
+            self.sums.append(self._h.hexdigest())
+            self._h, self._fill = hashlib.sha256(), 0
+        return self.sums
 
 
 def sha256_file(path: str | Path, progress: Callable[[int, int], Any] | None = None, done: int = 0,

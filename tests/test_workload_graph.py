@@ -104,9 +104,9 @@ def _tamper(d: Path, name: str, arr: np.ndarray) -> None:
     f = d / f"{name}.npy"
     np.save(f, arr)
     m = json.loads((d / "manifest.json").read_text())
-    m["files"][name].update(
-        bytes=f.stat().st_size, sha256=sha256_file(f), shape=list(arr.shape), dtype=arr.dtype.name
-    )
+    whole, blocks, size = G.hash_blocks(f)
+    m["files"][name].update(bytes=f.stat().st_size, sha256=whole, block_sha256=blocks, block_bytes=size,
+                            shape=list(arr.shape), dtype=arr.dtype.name)
     (d / "manifest.json").write_text(json.dumps(m))
 
 

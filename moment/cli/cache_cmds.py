@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from moment.cli import app, console
-from moment.cli.common import parse_fanouts, progress_bar
+from moment.cli.common import check_at_least, parse_fanouts, progress_bar
 from moment.errors import MomentError
 
 cache_app = typer.Typer(help="CPU-cache policies: replay the sampled training trace and compare them.",
@@ -25,12 +25,13 @@ def simulate_cmd(
     policy: Annotated[list[str] | None, typer.Option("--policy", help="static, lru, belady-superbatch "
                                                      "(repeatable; default all three)")] = None,
     superbatch: Annotated[int, typer.Option("--superbatch", help="batches belady-superbatch sees ahead")] = 16,
-    fanouts: Annotated[str, typer.Option("--fanouts", help="neighbours per layer, first hop first")] = "25,10",
+    fanouts: Annotated[str | None, typer.Option("--fanouts", help="neighbours per layer, first hop first (default: "
+                                                "25,10, or --hotness's)", show_default=False)] = None,
     batch_size: Annotated[int | None, typer.Option("--batch-size", help="seeds per rank and batch (default: "
-                                                   "the training default)")] = None,
-    epochs: Annotated[int, typer.Option("--epochs", min=1)] = 1,
-    ranks: Annotated[int, typer.Option("--ranks", min=1, help="training ranks (the trace is one rank's)")] = 1,
-    rank: Annotated[int, typer.Option("--rank", min=0, help="whose trace")] = 0,
+                                                   "the training default, or --hotness's)")] = None,
+    epochs: Annotated[int, typer.Option("--epochs", help="epochs of the trace")] = 1,
+    ranks: Annotated[int, typer.Option("--ranks", help="training ranks (the trace is one rank's)")] = 1,
+    rank: Annotated[int, typer.Option("--rank", help="whose trace")] = 0,
     seed: Annotated[int, typer.Option("--seed")] = 0,
     hotness: Annotated[Path | None, typer.Option("--hotness", help="pre-sampled hotness (moment data presample "
                                                  "--out); default: pre-sample now with seed+1")] = None,
@@ -46,9 +47,14 @@ def simulate_cmd(
     from moment.sizes import parse_size
     from moment.workload.graph import GraphDataset
     from moment.workload.hotness import Hotness, presample
+    from moment.workload.sampler import DEFAULT_FANOUTS
+    from moment.workload.seeds import check_seed
     from moment.workload.trace import sample_trace
 
-    f = parse_fanouts(fanouts)
+    f = None if fanouts is None else parse_fanouts(fanouts)
+    check_at_least(batch_size=(batch_size, 1), superbatch=(superbatch, 1), epochs=(epochs, 1), ranks=(ranks, 1),
+                   rank=(rank, 0))
+    check_seed(seed)
     if rank >= ranks:
         raise MomentError(f"--rank {rank} must be below --ranks {ranks}")
     ds = GraphDataset.open(dataset)
@@ -56,6 +62,12 @@ def simulate_cmd(
         from moment.outputs import check_output
 
         check_output(trace_out, "--trace-out")
+    hot = None
+    if hotness is not None:  # counts sampled at other fan-outs or batch size rank the rows differently
+        hot = Hotness.load(hotness)
+        hot.check_dataset(ds, source=str(hotness))
+        f, batch_size = hot.sampled_as(f, batch_size, source=str(hotness))
+    f = f or list(DEFAULT_FANOUTS)
     n = ds.num_nodes
     caps = []
     for c in capacity:
@@ -63,15 +75,14 @@ def simulate_cmd(
         if rows <= 0 or rows > n:
             raise MomentError(f"--capacity {c!r}: must be more than 0 rows and at most 100% of {n} rows")
         caps.append(rows)
-    bs = batch_size or TrainConfig().resolved_batch_size(int(np.asarray(ds.train_idx).size), ranks)
+    bs = batch_size if batch_size is not None else TrainConfig().resolved_batch_size(
+        int(np.asarray(ds.train_idx).size), ranks)
     with progress_bar("sampling the trace", enabled=not json_out) as progress:
         tr = sample_trace(ds, f, bs, seed=seed, epochs=epochs, rank=rank, world_size=ranks, progress=progress)
     if trace_out is not None:
         tr.save(trace_out)
-    if hotness is not None:
-        counts = Hotness.load(hotness).feature_reads
-        if counts.shape[0] != n:
-            raise MomentError(f"hotness has {counts.shape[0]} nodes, the dataset {n}", source=str(hotness))
+    if hot is not None:
+        counts = hot.feature_reads
     else:
         with progress_bar("pre-sampling hotness", enabled=not json_out) as progress:
             counts = presample(ds, f, bs, seed=seed + 1, progress=progress).feature_reads

@@ -58,3 +58,12 @@ def parse_fanouts(text: str) -> list[int]:
     if not f or any(x <= 0 for x in f):
         raise MomentError(f"--fanouts must be positive integers like 25,10 (got {text!r})")
     return f
+
+
+def check_at_least(**flags: tuple[int | None, int]) -> None:
+    """Each `name=(value, least)` must be at least `least` (None: not given): one line naming the flag,
+    instead of click's usage text. `batch_size=(0, 1)` reads as --batch-size."""
+    for name, (value, least) in flags.items():
+        if value is not None and value < least:
+            what = "positive" if least == 1 else f"at least {least}"
+            raise MomentError(f"--{name.replace('_', '-')} must be {what} (got {value})")

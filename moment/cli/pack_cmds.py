@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from moment.cli import console
-from moment.cli.common import parse_fanouts, progress_bar
+from moment.cli.common import check_at_least, parse_fanouts, progress_bar
 from moment.cli.data_cmds import data_app
 from moment.errors import MomentError
 
@@ -18,8 +18,8 @@ from moment.errors import MomentError
 def pack_cmd(
     layout: Annotated[Path, typer.Option("--layout", help="layout directory written by `moment place`")],
     dataset: Annotated[Path | None, typer.Option("--dataset", help="dataset directory (default: the layout's)")] = None,
-    ranks: Annotated[int, typer.Option("--ranks", min=1, help="training ranks (torchrun --nproc-per-node x nodes)")] = 1,
-    epochs: Annotated[int, typer.Option("--epochs", min=1, help="epochs to pack; later epochs read the layout")] = 1,
+    ranks: Annotated[int, typer.Option("--ranks", help="training ranks (torchrun --nproc-per-node x nodes)")] = 1,
+    epochs: Annotated[int, typer.Option("--epochs", help="epochs to pack; later epochs read the layout")] = 1,
     fanouts: Annotated[str, typer.Option("--fanouts", help="neighbours per layer, as `moment train` gets them")] = "25,10",
     batch_size: Annotated[int | None, typer.Option("--batch-size", help="seeds per rank and batch (default: the "
                                                    "training default)")] = None,
@@ -46,11 +46,13 @@ def pack_cmd(
     from moment.workload.graph import GraphDataset
 
     f = parse_fanouts(fanouts)
+    check_at_least(ranks=(ranks, 1), epochs=(epochs, 1))
     make_config(seed=seed, batch_size=batch_size)  # the training run's own ranges: one line naming the flag
     m = load_manifest(layout)
     n, rb = m.dataset.num_nodes, m.row.row_bytes
     ds = GraphDataset.open(dataset or Path(m.dataset.features_path).parent)
-    bs = batch_size or TrainConfig().resolved_batch_size(int(np.asarray(ds.train_idx).size), ranks)
+    bs = batch_size if batch_size is not None else TrainConfig().resolved_batch_size(
+        int(np.asarray(ds.train_idx).size), ranks)
     if cached is not None and memory_budget is not None:
         raise MomentError("give --cached or --memory-budget, not both")
     rows, budget_rows = None, None

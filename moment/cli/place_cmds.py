@@ -40,9 +40,11 @@ def place_cmd(
         "--hotness", help="reuse `moment data presample` output instead of pre-sampling")] = None,
     epochs: Annotated[int, typer.Option("--epochs", help="epochs to pre-sample")] = 1,
     batches: Annotated[int | None, typer.Option("--batches", help="pre-sample only this many batches")] = None,
-    fanouts: Annotated[str, typer.Option("--fanouts", help="neighbours sampled per layer, first hop first")] = "25,10",
+    fanouts: Annotated[str | None, typer.Option(
+        "--fanouts", help="neighbours sampled per layer, first hop first (default: 25,10, or --hotness's)",
+        show_default=False)] = None,
     batch_size: Annotated[int | None, typer.Option(
-        "--batch-size", help="training seeds per batch (default: as `moment train`)")] = None,
+        "--batch-size", help="training seeds per batch (default: as `moment train`, or --hotness's)")] = None,
     gpu_cache: Annotated[str | None, typer.Option(
         "--gpu-cache", help=_CACHE_HELP.format(what="GPU", per="GPU", default=25))] = None,
     cpu_cache: Annotated[str | None, typer.Option(
@@ -59,7 +61,8 @@ def place_cmd(
                             "complete)")] = False,
     verify: Annotated[bool, typer.Option(
         "--verify/--no-verify", help="check the dataset's files against its manifest checksums before placing "
-                                     "(--no-verify skips it, and says so)")] = True,
+                                     "(--no-verify skips that full read, and says so; sampled blocks and the "
+                                     "graph's structure are still checked)")] = True,
     seed: Annotated[int, typer.Option("--seed", help="pre-sampling seed (same seed = same layout)")] = 0,
     json_out: Annotated[bool, typer.Option("--json", help="print one JSON object instead of tables")] = False,
 ) -> None:
@@ -79,7 +82,8 @@ def place_cmd(
     topo = load_profile(profile)
     inv = parse_inventory(None, resolve_gpus(topo, gpus), ssds, gpu_model, ssd_model)
     res = place(dataset, out, topo, inv, plan=plan_file, hotness=hotness_dir, epochs=epochs, batches=batches,
-                fanouts=parse_fanouts(fanouts), batch_size=batch_size, gpu_cache=gpu_cache, cpu_cache=cpu_cache,
+                fanouts=None if fanouts is None else parse_fanouts(fanouts), batch_size=batch_size,
+                gpu_cache=gpu_cache, cpu_cache=cpu_cache,
                 ssd_paths=ssd_path or [], pool=pool, policy=policy, overwrite=overwrite, verify=verify, seed=seed,
                 stage=_stage_bars(not json_out), notice=_notice)
     if json_out:
@@ -164,9 +168,10 @@ def verify_cmd(
     layout: Annotated[Path, typer.Argument(help="layout directory (written by `moment place`)")],
     json_out: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
-    """Recompute every checksum (index, cache lists, each shard chunk).
+    """Recompute every checksum (index, cache lists, each shard chunk, the pack's files) and check the
+    structure of the index, the hotness order and the pack, and that the pack was made for this layout.
 
-    Exit 0 when all match; 1, naming the first damaged shard and byte offset, otherwise.
+    Exit 0 when all is sound; 1, naming the first damaged file (shard and byte offset), otherwise.
     """
     from moment.placement import verify_layout
 

@@ -55,6 +55,7 @@ def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None) -> t
         cfg.check()
     check_local_ranks(nproc, [g for g, _ in layout_gpus(cfg)], f"--nproc {nproc}")
     ds = GraphDataset.open(dataset_dir(cfg))
+    ds.check()  # a damaged dataset is one line here, not one per rank (rank 0 prints any note)
     if cfg.layout is not None:
         from moment.placement.reader import check_dataset, load_manifest
 

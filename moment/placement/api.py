@@ -32,6 +32,7 @@ from moment.topology.devices import Inventory
 from moment.topology.model import Topology
 from moment.workload.graph import GraphDataset
 from moment.workload.hotness import Hotness
+from moment.workload.seeds import check_seed
 
 #: stage(name, label) -> a context manager yielding progress(done, total) or None
 StageHook = Callable[[str, str], AbstractContextManager[Any]]
@@ -76,7 +77,7 @@ def place(
     hotness: Hotness | str | Path | None = None,
     epochs: int = 1,
     batches: int | None = None,
-    fanouts: Sequence[int] = (25, 10),
+    fanouts: Sequence[int] | None = None,
     batch_size: int | None = None,
     gpu_cache: str | None = None,
     cpu_cache: str | None = None,
@@ -92,18 +93,25 @@ def place(
     """Pre-sample, plan, place (DDAK and baselines) and write the layout at `out`; see the module doc.
 
     `plan`: a Plan or the path of `moment plan --json` output (its hardware placement is reused);
-    None: the recommended one. `gpu_cache`/`cpu_cache`: GiB ("8") or a share of the features ("10%")
-    per GPU / per socket. `ssd_paths`: {"ssdN": DIR} or ["ssdN=DIR", ...]."""
+    None: the recommended one. `fanouts`/`batch_size`: None takes those `hotness` was pre-sampled at
+    (given ones must match them), else 25,10 and the training default. `gpu_cache`/`cpu_cache`: GiB
+    ("8") or a share of the features ("10%") per GPU / per socket, at most the memory it lives in.
+    `ssd_paths`: {"ssdN": DIR} or ["ssdN=DIR", ...]."""
     from moment.locking import locked
     from moment.placement.assignment import hotness_order
     from moment.placement.manifest import row_format
+    from moment.workload.sampler import DEFAULT_FANOUTS
     from moment.workload.spec import default_batch_size
 
     # -- every check that needs no work comes first: nothing is sampled or written for bad input
     check_choices(policy, pool)
-    fanouts = [int(x) for x in fanouts]
-    if not fanouts or any(x <= 0 for x in fanouts):
+    fanouts = None if fanouts is None else [int(x) for x in fanouts]
+    if fanouts is not None and (not fanouts or any(x <= 0 for x in fanouts)):
         raise MomentError(f"--fanouts must be positive integers like 25,10 (got {fanouts})")
+    for flag, value in (("--epochs", epochs), ("--batches", batches), ("--batch-size", batch_size)):
+        if value is not None and value <= 0:
+            raise MomentError(f"{flag} must be positive (got {value})")
+    check_seed(seed)
     out = Path(out)
     ds = dataset if isinstance(dataset, GraphDataset) else GraphDataset.open(dataset)
     plan_file: Path | str | None = None
@@ -119,8 +127,26 @@ def place(
         raise MomentError("layout already exists", source=str(out), hint="pass --overwrite to replace it")
     check_output(out, "--out", directory=True)
     gpu_spec, cpu_spec = pl.parse_cache(gpu_cache, "--gpu-cache"), pl.parse_cache(cpu_cache, "--cpu-cache")
-    if batch_size is None:
-        batch_size = default_batch_size(len(ds.train_idx), max(pl.device_counts(topology, inventory)[0], 1))
+    gpu_memory, socket_memory = pl.smallest_memories(topology, inventory)
+    pl.check_cache_fits(gpu_spec, "--gpu-cache", gpu_cache, gpu_memory, ds)
+    pl.check_cache_fits(cpu_spec, "--cpu-cache", cpu_cache, socket_memory, ds)
+    defaults = (list(DEFAULT_FANOUTS),
+                default_batch_size(len(ds.train_idx), max(pl.device_counts(topology, inventory)[0], 1)))
+    if hotness is not None:  # counts sampled at other fan-outs or batch size would describe another workload
+        source = "hotness" if isinstance(hotness, Hotness) else str(hotness)
+        hotness = hotness if isinstance(hotness, Hotness) else Hotness.load(hotness)
+        hotness.check_dataset(ds, source=source)
+        given = (fanouts, batch_size)
+        fanouts, batch_size = hotness.sampled_as(fanouts, batch_size, source=source)
+        taken = []  # what the hotness decided where the default would have differed
+        if given[0] is None and fanouts is not None and fanouts != defaults[0]:
+            taken.append("fan-outs " + ",".join(map(str, fanouts)))
+        if given[1] is None and batch_size is not None and batch_size != defaults[1]:
+            taken.append(f"batch size {batch_size}")
+        if notice and taken:
+            notice(f"using the hotness's {' and '.join(taken)}, which it was pre-sampled at (not the default)")
+    fanouts = fanouts or defaults[0]
+    batch_size = batch_size if batch_size is not None else defaults[1]
     stage = stage or (lambda name, label: nullcontext(None))
 
     # the lock on `out` is held from here to the end: a second `place` on it is refused at once
@@ -184,14 +210,20 @@ def place(
 
 
 def _verify_dataset(ds: GraphDataset, verify: bool, stage: StageHook, notice, timings: dict[str, float]) -> bool:
-    """Re-hash the dataset against its manifest so corrupt data is refused, not placed."""
-    if not verify:
-        if notice:
-            notice("dataset not verified (--no-verify): its checksums were not checked")
-        return False
+    """Re-hash the dataset against its manifest and check its structure, so corrupt data is refused, not
+    placed; with --no-verify, only sampled blocks and the structure (cheap) are checked."""
     t = time.perf_counter()
+    if not verify:
+        notes = ds.check()
+        if notice:
+            notice("dataset not verified (--no-verify): its checksums were not checked, only sampled blocks and "
+                   "its structure")
+            for note in notes:
+                notice(note)
+        return False
     with stage("verify", "verifying dataset") as progress:
         ds.verify_checksums(progress=progress)
+    ds.validate()
     timings["verify_s"] = time.perf_counter() - t
     return True
 
@@ -207,18 +239,14 @@ def _ddak_note(hotness, bins, order, assignments, reports) -> str | None:
     return ddak_note(reports, pool, pool_access(hotness, pool, order), auto_pool(hotness, bins, order))
 
 
-def _hotness(ds, hotness, fanouts, batch_size, epochs, batches, seed, stage: StageHook, timings) -> Hotness:
-    """Pre-sample, or take a Hotness (or load a saved hotness directory) and check it fits the dataset."""
+def _hotness(ds, hotness: Hotness | None, fanouts, batch_size, epochs, batches, seed, stage: StageHook,
+             timings) -> Hotness:
+    """Pre-sample, or take the given Hotness (`place` checked it fits the dataset and the run)."""
     from moment.workload.hotness import presample
 
     t = time.perf_counter()
     if hotness is not None:
-        source = "hotness" if isinstance(hotness, Hotness) else str(hotness)
-        hot = hotness if isinstance(hotness, Hotness) else Hotness.load(hotness)
-        want = ds.manifest.files["indptr"].sha256
-        if hot.num_nodes != ds.num_nodes or hot.meta.get("dataset_indptr_sha256", want) != want:
-            raise MomentError("this hotness was measured on another dataset", source=source,
-                              hint="pre-sample this dataset, or leave out --hotness")
+        hot = hotness
     else:
         with stage("presample", "pre-sampling") as progress:
             hot = presample(ds, fanouts, batch_size, epochs=epochs, num_batches=batches, seed=seed,

@@ -49,7 +49,7 @@ import moment
 from moment import testpoints
 from moment.errors import MomentError
 from moment.locking import locked
-from moment.outputs import atomic_file, fsync_dir, sha256_file, write_error
+from moment.outputs import ChunkHasher, atomic_file, fsync_dir, sha256_file, write_error
 from moment.placement.pack import pack_files
 from moment.placement.assignment import Assignment
 from moment.placement.manifest import (
@@ -58,7 +58,6 @@ from moment.placement.manifest import (
     INDEX,
     MANIFEST,
     ORDER,
-    ChunkHasher,
     DatasetRef,
     FileSum,
     LayoutManifest,

@@ -124,28 +124,13 @@ class LayoutManifest(BaseModel):
         return h.hexdigest()
 
 
-class ChunkHasher:
-    """sha256 per `chunk` bytes of a stream fed in pieces of any size."""
-
-    def __init__(self, chunk: int):
-        self.chunk = chunk
-        self.sums: list[str] = []
-        self._h = hashlib.sha256()
-        self._fill = 0
-
-    def update(self, data: memoryview | bytes) -> None:
-        mv = memoryview(data).cast("B")
-        while len(mv):
-            take = min(self.chunk - self._fill, len(mv))
-            self._h.update(mv[:take])
-            self._fill += take
-            mv = mv[take:]
-            if self._fill == self.chunk:
-                self.sums.append(self._h.hexdigest())
-                self._h, self._fill = hashlib.sha256(), 0
-
-    def finish(self) -> list[str]:
-        if self._fill:
-            self.sums.append(self._h.hexdigest())
-            self._h, self._fill = hashlib.sha256(), 0
-        return self.sums
+def layout_id(m: LayoutManifest) -> str:
+    """The layout's identity: sha256 over its dataset and every file's checksums. What is made for a layout
+    (its pack) records it, so a copy of another layout's pack is recognised as foreign; a layout copied
+    whole keeps its id, a layout written again gets a new one (the index or the shards change)."""
+    lines = [f"dataset={m.dataset.id or m.dataset.sha256}", f"row={m.row.row_bytes}/{m.row.stride}/{m.row.align}",
+             f"index={m.index.sha256}", f"order={m.order_file.sha256 if m.order_file else ''}"]
+    lines += [f"list {k}={f.sha256}" for k, f in sorted(m.cache_lists.items())]
+    lines += [f"shard {s.bin}={s.rows}:" + hashlib.sha256("".join(s.chunk_sha256).encode()).hexdigest()
+              for s in m.shards]
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()

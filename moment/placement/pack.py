@@ -8,9 +8,11 @@ disk space: a row read by several batches is stored once per batch. The pack is 
 a row not found in its batch's segment (a smaller cache at run time, an epoch not packed) is read
 from the layout, so the features stay bit-exact whatever the pack holds.
 
-On disk, inside the layout: ``pack/pack.json`` (parameters, per-file sha256) and per rank
-``rank<r>.bin`` (segments, each aligned to the layout's block) and ``rank<r>.npz`` (per segment: its
-epoch, batch, byte offset, row count, and the sorted node ids it holds).
+On disk, inside the layout: ``pack/pack.json`` (parameters, per-file sizes and sha256, the id of the
+layout it was made for) and per rank ``rank<r>.bin`` (segments, each aligned to the layout's block) and
+``rank<r>.npz`` (per segment: its epoch, batch, byte offset, row count, and the sorted node ids it
+holds). `moment layout verify` checks all of it (`pack_problems`); a run checks its rank's files'
+sizes and index structure and that the pack is this layout's (`open_pack`), hashing them with --verify.
 """
 
 from __future__ import annotations
@@ -25,11 +27,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from moment.errors import NPZ_ERRORS, MomentError, validation_error
 from moment.locking import locked
 from moment.outputs import atomic_file, fsync_dir, sha256_file
+from moment.placement.manifest import LayoutManifest, layout_id
 from moment.workload.graph import GraphDataset
 
 PACK_DIR = "pack"
@@ -44,6 +47,7 @@ class PackFile(BaseModel):
     rows: int
     data_sha256: str
     index_sha256: str
+    index_bytes: int | None = Field(None, description="size of the index file (absent in older packs)")
 
 
 class PackManifest(BaseModel):
@@ -51,6 +55,9 @@ class PackManifest(BaseModel):
 
     format: str = FORMAT
     layout_index_sha256: str
+    layout_id: str | None = Field(None, description="`manifest.layout_id` of the layout it was made for "
+                                                    "(absent in older packs: the index checksum decides)")
+    layout: str | None = Field(None, description="where that layout was when the pack was written")
     world_size: int
     batch_size: int
     fanouts: list[int]
@@ -133,6 +140,37 @@ class Segments:
             raise MomentError(f"pack index unreadable ({e})", source=str(path),
                               hint="rewrite it with `moment data pack`") from None
 
+    def problem(self, *, num_nodes: int, row_bytes: int, align: int, data_bytes: int, rows: int,
+                epochs: int) -> str | None:
+        """What is wrong with this index's structure, or None: every segment must lie inside the data
+        file, aligned, without overlap, and hold sorted, distinct node ids below `num_nodes` (what
+        `locate` assumes: a bad index would read other rows or past the file, not fail)."""
+        arrays = (self.epoch, self.batch, self.offset, self.id_start, self.ids)
+        if any(a.ndim != 1 or a.dtype.kind not in "iu" for a in arrays):
+            return "its arrays are not 1-d integer arrays"
+        s = self.epoch.shape[0]
+        if self.batch.shape[0] != s or self.offset.shape[0] != s or self.id_start.shape[0] != s + 1:
+            return (f"its arrays disagree on the segment count (epoch {s}, batch {self.batch.shape[0]}, offset "
+                    f"{self.offset.shape[0]}, id_start {self.id_start.shape[0]} = segments + 1)")
+        start, ids = self.id_start.astype(np.int64), self.ids
+        if start[0] != 0 or start[-1] != ids.shape[0] or ids.shape[0] != rows or (np.diff(start) < 0).any():
+            return (f"id_start must rise from 0 to the {rows} rows the pack manifest records "
+                    f"(got {int(start[0])}..{int(start[-1])} over {ids.shape[0]} ids)")
+        if s and (int(self.epoch.min()) < 0 or int(self.epoch.max()) >= epochs or int(self.batch.min()) < 0):
+            return f"a segment's epoch is outside [0, {epochs}) or its batch is negative"
+        off = self.offset.astype(np.int64)
+        end = off + np.diff(start) * row_bytes
+        if s and (int(off.min()) < 0 or (off % align).any() or (end[:-1] > off[1:]).any() or int(end[-1]) > data_bytes):
+            return (f"its segments do not lie in order, {align}-byte aligned, inside the {data_bytes}-byte "
+                    "data file")
+        if ids.shape[0] and (int(ids.min()) < 0 or int(ids.max()) >= num_nodes):
+            return f"a node id is outside [0, {num_nodes})"
+        inner = np.ones(max(ids.shape[0] - 1, 0), bool)
+        inner[start[1:-1][(start[1:-1] > 0) & (start[1:-1] < ids.shape[0])] - 1] = False  # segment boundaries
+        if (np.diff(ids.astype(np.int64))[inner] <= 0).any():
+            return "a segment's node ids are not sorted and distinct"
+        return None
+
     def find(self, epoch: int, batch: int) -> int | None:
         hit = np.flatnonzero((self.epoch == epoch) & (self.batch == batch))
         return int(hit[0]) if hit.size else None
@@ -204,6 +242,7 @@ def write_pack(layout: str | Path, dataset: GraphDataset, *, world_size: int, ba
     layout = Path(layout)
     m = load_manifest(layout)
     check_dataset(layout, m, dataset)
+    dataset.check()  # the pack copies its feature rows: a changed copy of the dataset must not pass
     n = m.dataset.num_nodes
     if cached_rows is not None and not 0 <= cached_rows <= n:
         raise MomentError(f"cached rows must be in [0, {n}] (got {cached_rows})")
@@ -283,7 +322,8 @@ def _write_pack(layout: Path, m, dataset: GraphDataset, *, world_size: int, batc
         for r in range(world_size):
             tr, traces[r] = traces[r] if traces[r] is not None else sample(r), None
             files.append(_write_rank(tmp, r, tr, cached, feats, rb, align, epochs))
-        man = PackManifest(layout_index_sha256=m.index.sha256, world_size=world_size, batch_size=batch_size,
+        man = PackManifest(layout_index_sha256=m.index.sha256, layout_id=layout_id(m), layout=str(layout.absolute()),
+                           world_size=world_size, batch_size=batch_size,
                            fanouts=list(fanouts), seed=seed, epochs=epochs, cached_rows=cached_rows, row_bytes=rb,
                            align=align, feature_bytes=n * rb, files=files)
         with atomic_file(tmp / "pack.json", text=True) as f:
@@ -339,17 +379,100 @@ def _write_rank(dir_: Path, rank: int, tr, cached: np.ndarray, feats: np.ndarray
                  ids=np.concatenate(kept).astype(id_dtype(cached.shape[0]))
                  if kept else np.zeros(0, np.int64))
     return PackFile(rank=rank, data=data.name, index=index.name, bytes=pos, rows=id_start[-1],
-                    data_sha256=h.hexdigest(), index_sha256=sha256_file(index))
+                    data_sha256=h.hexdigest(), index_sha256=sha256_file(index), index_bytes=index.stat().st_size)
 
 
-def check_pack(layout: str | Path, man: PackManifest) -> None:
-    """Re-hash the pack's files against its manifest (the store does this with --verify)."""
+def foreign(man: PackManifest, m: LayoutManifest) -> str | None:
+    """Why the pack was not made for the layout whose manifest is `m` (None when it was)."""
+    where = f" (at {man.layout})" if man.layout else ""
+    if man.layout_id is not None and man.layout_id != layout_id(m):
+        return (f"the pack was made for another layout{where}, id {man.layout_id[:12]}, not this one "
+                f"(id {layout_id(m)[:12]}): a pack copied from another layout, or a layout written again")
+    if man.layout_index_sha256 != m.index.sha256:
+        return f"the pack was made for another layout{where}: its index checksum differs from this layout's"
+    if (man.row_bytes, man.align, man.feature_bytes) != (m.row.row_bytes, m.row.align,
+                                                         m.dataset.num_nodes * m.row.row_bytes):
+        return (f"the pack's rows ({man.row_bytes} B, aligned to {man.align} B) are not this layout's "
+                f"({m.row.row_bytes} B, {m.row.align} B)")
+    if [f.rank for f in man.files] != list(range(man.world_size)):  # the runtime finds rank r's files at r
+        return f"the pack manifest lists files for ranks {[f.rank for f in man.files]}, not 0..{man.world_size - 1}"
+    return None
+
+
+def pack_problems(layout: str | Path, m: LayoutManifest, tick: Callable[[int], None] | None = None
+                  ) -> list[tuple[Path, str]]:
+    """Everything wrong with the layout's pack (none without one), as (file, what) pairs: what
+    `moment layout verify` reports. The pack must be made for this layout, and every rank's files present
+    with their sizes and checksums and their index well formed. `tick(bytes)` after each file hashed."""
     d = pack_path(layout)
+    try:
+        man = load_pack(layout)
+    except MomentError as e:
+        return [(d / "pack.json", _what(e))]
+    if man is None:
+        return []
+    if why := foreign(man, m):
+        return [(d / "pack.json", why)]
+    out: list[tuple[Path, str]] = []
     for f in man.files:
-        for name, want in ((f.data, f.data_sha256), (f.index, f.index_sha256)):
-            if sha256_file(d / name) != want:
-                raise MomentError("pack file does not match its checksum", source=str(d / name),
-                                  hint="rewrite the pack with `moment data pack --overwrite`")
+        bad, _ = _rank_problems(d, man, f, m, hashes=True, tick=tick)
+        out += bad
+    return out
+
+
+def _rank_problems(d: Path, man: PackManifest, f: PackFile, m: LayoutManifest, *, hashes: bool,
+                   tick: Callable[[int], None] | None = None) -> tuple[list[tuple[Path, str]], Segments | None]:
+    """One rank's files: present, their sizes, checksums (`hashes`) and index structure; and its index."""
+    out: list[tuple[Path, str]] = []
+    for name, size, want in ((f.data, f.bytes, f.data_sha256), (f.index, f.index_bytes, f.index_sha256)):
+        p = d / name
+        if "/" in name or not p.is_file():
+            out.append((p, "missing"))
+            continue
+        got = p.stat().st_size
+        if size is not None and got != size:
+            out.append((p, f"size {got} B, the pack manifest says {size} B (cut or replaced)"))
+        elif hashes and sha256_file(p) != want:
+            out.append((p, "checksum mismatch (the file changed after it was packed)"))
+        if tick:
+            tick(got)
+    if out:
+        return out, None
+    try:
+        seg = Segments.load(d / f.index)
+    except MomentError as e:
+        return [(d / f.index, _what(e))], None
+    why = seg.problem(num_nodes=m.dataset.num_nodes, row_bytes=man.row_bytes, align=man.align, data_bytes=f.bytes,
+                      rows=f.rows, epochs=man.epochs)
+    return ([(d / f.index, f"pack index is malformed: {why}")] if why else []), seg
+
+
+def _what(e: MomentError) -> str:
+    """A MomentError's message without its source and hint (the caller names the file)."""
+    return str(e).splitlines()[0].removeprefix(f"{e.source}: ")
+
+
+def open_pack(layout: str | Path, m: LayoutManifest, *, world_size: int, rank: int,
+              hashes: bool = False) -> tuple[PackManifest, Segments]:
+    """The layout's pack and rank `rank`'s index as a run reads them: a pack for another number of ranks,
+    a foreign pack, a cut file or a malformed index is refused in one line naming the file, before any
+    batch reads it (`hashes`: re-hash the rank's files too, as --verify does)."""
+    d = pack_path(layout)
+    man = load_pack(layout)
+    if man is None:
+        raise MomentError("--io-shape packed needs a pack in the layout", source=str(layout),
+                          hint="write one with `moment data pack --layout ...` (same ranks, batch size, "
+                               "fan-outs and seed as this run)")
+    hint = "rewrite the pack with `moment data pack --overwrite`, or remove the layout's pack/ directory"
+    if why := foreign(man, m):
+        raise MomentError(why, source=str(d), hint=hint)
+    if man.world_size != world_size or not 0 <= rank < world_size:
+        raise MomentError(f"the pack was made for {man.world_size} ranks, this run has {world_size}", source=str(d))
+    bad, seg = _rank_problems(d, man, man.files[rank], m, hashes=hashes)
+    if bad:
+        raise MomentError(bad[0][1], source=str(bad[0][0]), hint=hint)
+    assert seg is not None
+    return man, seg
 
 
 def pack_summary(man: PackManifest) -> dict[str, Any]:

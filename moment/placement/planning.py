@@ -69,14 +69,38 @@ def cache_rows(spec: tuple[str, float] | None, default_gib: float, dataset: Grap
     return min(max(rows, 0), n)
 
 
+def smallest_memories(topo: Topology, inventory: Inventory) -> tuple[tuple[float, str] | None,
+                                                                       tuple[float, str] | None]:
+    """(GiB, name) of the smallest GPU's and the smallest socket's memory (None: there is none): what
+    every cache of that tier must fit in, since each tier's caches have one size."""
+    gpus = [(m.memory_gib, f"the GPU {m.name}") for m, _ in inventory.models() if m.kind == Kind.gpu]
+    gpus += [(g.memory_gib, f"the GPU {g.model} ({g.id})") for g in strip(topo)[0].of_kind(Kind.gpu)]  # on board
+    sockets = [(s.memory_gib, f"socket {s.id}") for s in topo.of_kind(Kind.socket)]
+    return (min(gpus) if gpus else None), (min(sockets) if sockets else None)
+
+
 def default_cache_gib(topo: Topology, inventory: Inventory, gpu_fraction: float = GPU_CACHE_DEFAULT,
                       cpu_fraction: float = CPU_CACHE_DEFAULT) -> tuple[float, float]:
     """(per-GPU, per-socket) cache GiB: a fraction of the smallest GPU's / socket's memory, so every
     cache of a tier has the same size."""
-    gpus = [m.memory_gib for m, _ in inventory.models() if m.kind == Kind.gpu]
-    gpus += [g.memory_gib for g in strip(topo)[0].of_kind(Kind.gpu)]  # fixed on the board
-    sockets = [s.memory_gib for s in topo.of_kind(Kind.socket)]
-    return (gpu_fraction * min(gpus) if gpus else 0.0), (cpu_fraction * min(sockets) if sockets else 0.0)
+    gpu, socket = smallest_memories(topo, inventory)
+    return (gpu_fraction * gpu[0] if gpu else 0.0), (cpu_fraction * socket[0] if socket else 0.0)
+
+
+def check_cache_fits(spec: tuple[str, float] | None, flag: str, text: str | None, memory: tuple[float, str] | None,
+                     dataset: GraphDataset) -> None:
+    """Refuse a cache larger than the memory it lives in (a share of the dataset counts as its bytes)."""
+    if spec is None or memory is None:
+        return
+    feature_bytes = dataset.num_nodes * dataset.row_bytes
+    want = spec[1] * feature_bytes if spec[0] == "share" else spec[1] * GiB
+    gib, name = memory
+    if want > gib * GiB:
+        of = f" ({want / GiB:.2f} GiB of this dataset's features)" if spec[0] == "share" else ""
+        default = GPU_CACHE_DEFAULT if flag == "--gpu-cache" else CPU_CACHE_DEFAULT
+        raise MomentError(f"{flag} {text!r}{of} is larger than the {gib:g} GiB of memory of {name}",
+                          hint=f"give at most {gib:g} (GiB) or {min(100.0, 100 * gib * GiB / feature_bytes):.3g}%; "
+                               f"the default is {default:.0%} of that memory")
 
 
 def device_counts(topo: Topology, inventory: Inventory) -> tuple[int, int]:

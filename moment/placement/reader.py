@@ -1,9 +1,10 @@
 """Check and read a written layout.
 
-`verify_layout` recomputes every checksum (index, cache node lists, each shard chunk) and names the
-first bad file and byte offset. `open_layout` gives a reader whose `rows(node_ids)` returns the
-features bit-exactly as in the dataset (used by tests and tools; the training runtime reads the shards
-itself with O_DIRECT using `locate`).
+`verify_layout` recomputes every checksum (index, cache node lists, each shard chunk, the pack's files),
+checks the structure of the index, the hotness order and the pack and that the pack was made for this
+layout, and names the first bad file and byte offset. `open_layout` gives a reader whose
+`rows(node_ids)` returns the features bit-exactly as in the dataset (used by tests and tools; the
+training runtime reads the shards itself with O_DIRECT using `locate`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 from moment.errors import MomentError, validation_error
 from moment.outputs import sha256_file
 from moment.placement.manifest import FORMAT, MANIFEST, SCHEMA_VERSION, LayoutManifest, Progress, Shard
+from moment.placement.pack import load_pack, pack_problems
 
 if TYPE_CHECKING:
     from moment.workload.graph import GraphDataset
@@ -92,12 +94,13 @@ def shard_path(layout: Path, s: Shard) -> Path:
 
 
 def verify_layout(path: str | Path, progress: Progress | None = None) -> VerifyReport:
-    """Check every checksum of the layout at `path`; never raises for damage, only reports it."""
+    """Check every checksum of the layout at `path`, and the structure of its index, hotness order, node
+    lists and pack; never raises for damage, only reports it."""
     root = Path(path)
     m = load_manifest(root)
     rep = VerifyReport(path=str(root), ok=True)
     smalls = [m.index, *m.cache_lists.values(), *([m.order_file] if m.order_file else [])]
-    total = sum(f.bytes for f in smalls) + sum(s.bytes for s in m.shards)
+    total = sum(f.bytes for f in smalls) + sum(s.bytes for s in m.shards) + _pack_bytes(root)
 
     def bad(file: Path, msg: str, offset: int | None = None, shard: str | None = None) -> None:
         rep.ok = False
@@ -120,6 +123,12 @@ def verify_layout(path: str | Path, progress: Progress | None = None) -> VerifyR
         elif sha256_file(fp) != f.sha256:
             bad(fp, "checksum mismatch")
         tick(f.bytes)
+    if rep.ok:  # index, order and lists match their checksums: is what they protect well formed?
+        try:
+            for fp, msg in _structure_problems(root, m):
+                bad(fp, msg)
+        except (OSError, ValueError) as e:
+            bad(root / m.index.path, f"unreadable: {e}")
 
     for s in m.shards:
         fp = shard_path(root, s)
@@ -141,7 +150,120 @@ def verify_layout(path: str | Path, progress: Progress | None = None) -> VerifyR
                     tick(s.bytes - off)
                     break
                 tick(len(data))
+
+    def tick_file(n: int) -> None:
+        rep.files_checked += 1
+        tick(n)
+
+    for fp, msg in pack_problems(root, m, tick=tick_file):  # the pack is the layout's too: corrupt or foreign
+        bad(fp, msg)
     return rep
+
+
+class IndexCheck:
+    """The layout index's structure, checked as its rows stream by (`add`, then `problem`): each node's
+    (bin, slot) must point into that bin's shard and no two nodes may share a row, so the index is a
+    bijection onto the shards' rows. A bad entry would otherwise read past a shard (a rank hangs or
+    fails) or another node's row (silent garbage). Vectorised: one pass, a bit per row."""
+
+    def __init__(self, m: LayoutManifest):
+        self.m = m
+        self.rows = np.array([s.rows for s in m.shards], dtype=np.int64)
+        self.base = np.concatenate(([0], np.cumsum(self.rows)[:-1])).astype(np.int64)
+        n, total = m.dataset.num_nodes, int(self.rows.sum())
+        self.seen = np.zeros(total, dtype=bool)
+        self._problem = None if total == n else f"the shards hold {total} rows for {n} nodes"
+        for s in m.shards:  # and each shard's rows within its bytes (a run checks the file has them)
+            if s.rows < 0 or s.rows * s.stride > s.bytes:
+                self._problem = f"bin {s.bin} has {s.rows} rows of {s.stride} B, more than its {s.bytes} B"
+
+    def add(self, start: int, block: np.ndarray) -> None:
+        """Index rows [start, start + len(block)) as an integer (k, 2) array."""
+        if self._problem is not None or not block.shape[0]:
+            return
+        b, slot = block[:, 0].astype(np.int64), block[:, 1].astype(np.int64)
+        nb = self.rows.shape[0]
+        bad = (b < 0) | (b >= nb)
+        if bad.any():
+            i = int(np.argmax(bad))
+            self._problem = f"node {start + i} is in bin {int(b[i])}, but the layout has bins 0..{nb - 1}"
+            return
+        bad = (slot < 0) | (slot >= self.rows[b])
+        if bad.any():
+            i = int(np.argmax(bad))
+            s = self.m.shards[int(b[i])]
+            self._problem = f"node {start + i} is at row {int(slot[i])} of bin {s.bin}, which holds {s.rows} rows"
+            return
+        self.seen[self.base[b] + slot] = True
+
+    def problem(self) -> str | None:
+        """What is wrong (None when the index is sound), once every row was added."""
+        if self._problem is None and not self.seen.all():
+            self._problem = (f"some nodes share a row ({int((~self.seen).sum())} of the shards' rows belong to "
+                             "no node)")
+        return self._problem
+
+
+def damaged(what: str, why: str, path: Path) -> MomentError:
+    """The error a reader of a malformed layout file (`what`: "index", "hotness order") raises."""
+    return MomentError(f"the layout {what} is malformed: {why}", source=str(path),
+                       hint="the layout is damaged: run `moment layout verify` and rewrite it")
+
+
+def index_problem(m: LayoutManifest, index: np.ndarray, step: int = 1 << 20) -> str | None:
+    """`IndexCheck` over a whole (memory-mapped) index array."""
+    n = m.dataset.num_nodes
+    if index.shape != (n, 2) or index.dtype.kind not in "iu":
+        return f"expected an integer ({n}, 2) array, got {index.dtype} {index.shape}"
+    chk = IndexCheck(m)
+    for a in range(0, n, step):
+        chk.add(a, np.asarray(index[a:a + step]))
+    return chk.problem()
+
+
+def order_problem(order: np.ndarray, num_nodes: int) -> str | None:
+    """The hotness order must be every node id once (the runtime ranks rows by it)."""
+    if order.shape != (num_nodes,) or order.dtype.kind not in "iu":
+        return f"expected {num_nodes} integer node ids, got {order.dtype} {order.shape}"
+    if num_nodes and (int(order.min()) < 0 or int(order.max()) >= num_nodes):
+        return f"a node id is outside [0, {num_nodes})"
+    seen = np.zeros(num_nodes, dtype=bool)
+    seen[order] = True
+    if not seen.all():
+        return f"{int((~seen).sum())} node ids are missing (others are repeated)"
+    return None
+
+
+def _structure_problems(root: Path, m: LayoutManifest) -> list[tuple[Path, str]]:
+    """The index, the hotness order and the cache bins' node lists, checked for structure (their
+    checksums matched: a manifest edited to match an edited file, or a layout written by a bug)."""
+    out = []
+    index = np.load(root / m.index.path, mmap_mode="r", allow_pickle=False)
+    if why := index_problem(m, index):
+        return [(root / m.index.path, f"the layout index is malformed: {why}")]
+    if m.order_file is not None:
+        order = np.load(root / m.order_file.path, mmap_mode="r", allow_pickle=False)
+        if why := order_problem(order, m.dataset.num_nodes):
+            out.append((root / m.order_file.path, f"the layout hotness order is malformed: {why}"))
+    for i, s in enumerate(m.shards):
+        f = m.cache_lists.get(s.bin)
+        if f is None:
+            continue
+        nodes = np.load(root / f.path, allow_pickle=False)
+        ok = nodes.shape == (s.rows,) and nodes.dtype.kind in "iu" and (
+            not s.rows or (int(nodes.min()) >= 0 and int(nodes.max()) < m.dataset.num_nodes))
+        if not ok or not (np.asarray(index[nodes.astype(np.int64)]) == np.stack(
+                [np.full(s.rows, i), np.arange(s.rows)], axis=1)).all():
+            out.append((root / f.path, f"node list of bin {s.bin} disagrees with the index"))
+    return out
+
+
+def _pack_bytes(root: Path) -> int:
+    try:
+        pk = load_pack(root)
+    except MomentError:  # verify reports it
+        return 0
+    return sum(f.bytes + (f.index_bytes or 0) for f in pk.files) if pk else 0
 
 
 class LayoutReader:
@@ -207,4 +329,7 @@ def open_layout(path: str | Path, *, expected_machine: str | None = None) -> Lay
         fp = shard_path(root, s)
         if not fp.is_file():
             raise MomentError(f"shard of bin {s.bin} is missing", source=str(fp))
-    return LayoutReader(root, m)
+    reader = LayoutReader(root, m)
+    if why := index_problem(m, reader.index):
+        raise damaged("index", why, root / m.index.path)
+    return reader

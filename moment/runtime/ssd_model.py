@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from moment.placement.reader import load_manifest, shard_path
+from moment.placement.reader import damaged, index_problem, load_manifest, shard_path
 from moment.io.merge import GAPS, SHAPES, Plan, plan_runs
 from moment.runtime.devices import plan_gpus_of
 from moment.runtime.store import hot_order
@@ -71,6 +71,8 @@ class TierModel:
                                          max_request=sh.max_request if max_request is None else int(max_request))
         self.window = max(int(window), self.align)
         idx = np.load(self.path / m.index.path, mmap_mode="r")
+        if why := index_problem(m, idx):
+            raise damaged("index", why, self.path / m.index.path)
         self._bin = np.asarray(idx[:, 0]).astype(np.int32)
         self._slot = np.asarray(idx[:, 1]).astype(np.int64)
         self._stride = np.array([s.stride for s in m.shards], np.int64)

@@ -58,8 +58,8 @@ from moment.caching import POLICIES, SlotMap, make_policy
 from moment.caching.tiers import FixedSlots, TierRouter, no_gpu, no_peers
 from moment.errors import MomentError
 from moment.placement.manifest import Shard
-from moment.placement.pack import Segments, check_pack, load_pack, pack_path
-from moment.placement.reader import load_manifest, shard_path
+from moment.placement.pack import open_pack, pack_path
+from moment.placement.reader import IndexCheck, damaged, load_manifest, order_problem, shard_path
 from moment.io.device import StagingRing
 from moment.runtime.devices import plan_gpus_of
 from moment.io.merge import SHAPES
@@ -152,7 +152,10 @@ def _check_chunks(path: Path, s: Shard, chunks: np.ndarray | None = None) -> Non
 def hot_order(path: Path, manifest, limit: int | None = None) -> np.ndarray:
     """Node ids hottest first (the layout's pre-sampled order), the first `limit` of them."""
     if manifest.order_file is not None:
-        order = np.load(path / manifest.order_file.path, mmap_mode="r")
+        f = path / manifest.order_file.path
+        order = np.load(f, mmap_mode="r")
+        if why := order_problem(order, manifest.dataset.num_nodes):
+            raise damaged("hotness order", why, f)
         return np.array(order[:limit] if limit is not None else order)
     # older layouts: cache bins in list order, then SSD rows by slot (each shard is hottest first)
     idx = np.load(path / manifest.index.path, mmap_mode="r")
@@ -300,38 +303,31 @@ class TieredFeatureStore:
 
     def _load_index(self) -> None:
         """The node -> (bin, slot) index in compact arrays this process owns (6 B/node, not 16)."""
-        idx = np.load(self.path / self.manifest.index.path, mmap_mode="r")
+        path = self.path / self.manifest.index.path
+        idx = np.load(path, mmap_mode="r")
         n = self.num_nodes
-        if idx.shape != (n, 2):
-            raise MomentError(f"index has shape {idx.shape}, expected ({n}, 2)", source=str(self.path))
+        if idx.shape != (n, 2) or idx.dtype.kind not in "iu":
+            raise MomentError(f"index is {idx.dtype} {idx.shape}, expected an integer ({n}, 2) array", source=str(path))
         nb = len(self.manifest.shards)
         self._bin = np.empty(n, np.uint8 if nb < 256 else np.int16)
         self._slot = np.empty(n, np.int32 if max(s.rows for s in self.manifest.shards) < 2**31 else np.int64)
+        check = IndexCheck(self.manifest)  # before a row is read through it: an edited index is one clear error
         step = 1 << 20
         for a in range(0, n, step):
             blk = np.asarray(idx[a:a + step])
+            check.add(a, blk)
             self._bin[a:a + step] = blk[:, 0]
             self._slot[a:a + step] = blk[:, 1]
         del idx
+        if why := check.problem():
+            raise damaged("index", why, path)
 
     def _load_pack(self, shape: str, seed: int | None) -> None:
         self.pack, self.segments, self._pack_seed = None, None, seed
         if shape != "packed":
             return
-        man = load_pack(self.path)
-        if man is None:
-            raise MomentError("--io-shape packed needs a pack in the layout", source=str(self.path),
-                              hint="write one with `moment data pack --layout ...`")
-        if man.layout_index_sha256 != self.manifest.index.sha256:
-            raise MomentError("the pack was made for another layout", source=str(pack_path(self.path)),
-                              hint="rewrite it with `moment data pack --overwrite`")
-        if man.world_size != self.world_size or self.rank >= len(man.files):
-            raise MomentError(f"the pack was made for {man.world_size} ranks, this run has {self.world_size}",
-                              source=str(pack_path(self.path)))
-        if self.verify:
-            check_pack(self.path, man)
-        self.pack = man
-        self.segments = Segments.load(pack_path(self.path) / man.files[self.rank].index)
+        self.pack, self.segments = open_pack(self.path, self.manifest, world_size=self.world_size, rank=self.rank,
+                                             hashes=self.verify)
 
     def _run_key(self, what: str) -> str:
         """Names this run's shared segments: the same on every local rank, new for each (re)start."""

@@ -238,7 +238,8 @@ class Trainer:
         load_layers()  # the model's layers are a fixed cost too: measured with the rest
         base_rss = rank_base_bytes()  # interpreter, torch, the layers, before any data is touched
         self.ds = GraphDataset.open(dataset_dir(cfg))
-        self.notes: list[str] = []
+        # before any rank samples: sampled blocks against the manifest, the graph's structure
+        self.notes: list[str] = [f"note: {n}" for n in self.ds.check()]
         if cfg.layout is not None:  # the layout must hold this dataset's features, not another's
             from moment.placement.reader import check_dataset, load_manifest
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from moment.errors import MomentError
+from moment.workload.seeds import check_seed
 from moment.outputs import atomic_file, check_output, follow_umask, fsync_dir, write_error, writing
 
 if TYPE_CHECKING:
@@ -115,6 +116,32 @@ class Hotness:
             "adjacency_skew": {f"top_{t:g}": v for t, v in self.skew(kind="adjacency").items()},
             **{k: v for k, v in self.meta.items()},
         }
+
+    def check_dataset(self, dataset: GraphDataset, *, source: str) -> None:
+        """Refuse counts measured on another dataset (another node count or graph)."""
+        want = dataset.manifest.files["indptr"].sha256
+        if self.num_nodes != dataset.num_nodes or self.meta.get("dataset_indptr_sha256", want) != want:
+            raise MomentError("this hotness was measured on another dataset", source=source,
+                              hint="pre-sample this dataset, or leave out --hotness")
+
+    def sampled_as(self, fanouts: Sequence[int] | None, batch_size: int | None, *, source: str
+                   ) -> tuple[list[int] | None, int | None]:
+        """The fan-outs and batch size to use these counts with: the given ones, which must be those they
+        were sampled at (the counts, unique ratio and reads per epoch all change with them), or, where
+        not given (None), those. Counts saved without them (older files) take what is given. The seed
+        may differ: other batches of the same distribution are what a placement or a cache should learn
+        from."""
+        had_f, had_b = self.meta.get("fanouts"), self.meta.get("batch_size")
+        bad = []
+        if fanouts is not None and had_f is not None and [int(x) for x in fanouts] != list(had_f):
+            bad.append(f"--fanouts {','.join(map(str, fanouts))} (pre-sampled at {','.join(map(str, had_f))})")
+        if batch_size is not None and had_b is not None and int(batch_size) != int(had_b):
+            bad.append(f"--batch-size {batch_size} (pre-sampled at {had_b})")
+        if bad:
+            raise MomentError(f"this hotness was pre-sampled with other parameters: {'; '.join(bad)}", source=source,
+                              hint="pre-sample again with this run's parameters (`moment data presample --fanouts "
+                                   "... --batch-size ...`), or leave those flags out to use the hotness's")
+        return (list(fanouts) if fanouts is not None else had_f), (batch_size if batch_size is not None else had_b)
 
     # -- persistence: a directory with hotness.json + two .npy files, written atomically
 
@@ -216,6 +243,7 @@ def presample(
         raise MomentError(f"--epochs must be positive (got {epochs})")
     if any(int(f) <= 0 for f in fanouts) or not fanouts:
         raise MomentError(f"fan-outs must be positive integers (got {list(fanouts)})")
+    check_seed(seed)
     seeds = np.asarray(dataset.split(split))
     if seeds.size == 0:
         raise MomentError(f"the {split} split is empty", source=str(dataset.path))

@@ -38,6 +38,7 @@ import numpy as np
 
 from moment.errors import NPZ_ERRORS, MomentError
 from moment.workload.graph import CHUNK_BYTES, GraphDataset, GraphWriter, index_dtype, label_dtype
+from moment.workload.seeds import check_seed
 
 Progress = Callable[[int, int], None]
 EDGE_CHUNK = 1 << 22  # edges per chunk in every pass
@@ -457,6 +458,7 @@ def import_edgelist(
     progress: Progress | None = None,
 ) -> GraphDataset:
     """Imports a "src dst" text edge list, with optional features/labels `.npy` files."""
+    check_seed(seed)
     path = _need(Path(edges_file), "edge list file")
     with GraphWriter(out_dir, overwrite=overwrite) as w:
         sw = w.stream("scratch-edges", np.int64, (2,))

@@ -67,7 +67,10 @@ class CSRGraph:
 
     @classmethod
     def from_dataset(cls, ds: GraphDataset, in_memory: bool = True) -> CSRGraph:
-        """`in_memory=False` samples straight from the memory-mapped files (page cache does the rest)."""
+        """`in_memory=False` samples straight from the memory-mapped files (page cache does the rest). The
+        dataset's structure is validated first (once per opened dataset): a neighbour id beyond the node
+        count is one error naming the file, not an IndexError in the middle of sampling."""
+        ds.validate()
         return cls.from_arrays(ds.indptr, ds.indices, in_memory=in_memory)
 
     @property

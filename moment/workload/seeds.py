@@ -4,7 +4,19 @@ from __future__ import annotations
 
 import numpy as np
 
+from moment.errors import MomentError
+
+SEED_LIMIT = 2**63  # torch's generators take a signed 64-bit seed
+
 
 def mix(*parts: int) -> int:
     """A 63-bit seed from integers; different tuples give independent streams."""
     return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1, dtype=np.uint64)[0] >> 1)
+
+
+def check_seed(seed: int, flag: str = "--seed") -> int:
+    """A seed every generator accepts (numpy's refuse negatives, torch's past 64 bits): the seed, or one
+    line naming the flag."""
+    if not 0 <= int(seed) < SEED_LIMIT:
+        raise MomentError(f"{flag} must be an integer in [0, 2**63) (got {seed})")
+    return int(seed)

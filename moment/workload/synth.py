@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from moment.errors import MomentError
+from moment.workload.seeds import check_seed
 from moment.workload.graph import GraphDataset, GraphWriter, index_dtype, label_dtype
 
 CHUNK_ROWS = 1 << 17  # fixed: the output must not depend on memory or core count
@@ -97,6 +98,7 @@ def synthesize(
     sets: `train_fraction` of the nodes (at least `min_train`), `val_fraction`, `test_fraction`.
     """
     _check_args(num_nodes, feature_dim, avg_degree, num_classes, dtype, homophily, power_law, snr)
+    check_seed(seed)
     for what, f in (("--train-fraction", train_fraction), ("validation fraction", val_fraction),
                     ("test fraction", test_fraction)):
         if not (0 < f <= 1):
@@ -221,10 +223,11 @@ def _check_args(
     if c > n:
         raise MomentError(f"--classes {c} exceeds --nodes {n}")
     if dtype not in ("float32", "float16"):
-        raise MomentError(f"feature dtype must be float32 or float16 (got {dtype!r})")
+        raise MomentError(f"--dtype must be float32 or float16 (got {dtype!r})")
     if not (0.0 <= homophily <= 1.0):
-        raise MomentError(f"homophily must be in [0, 1] (got {homophily})")
-    if not (power_law > 2.0):
-        raise MomentError(f"power-law exponent must be > 2 (got {power_law})", hint="2.1-3 is typical of real graphs")
+        raise MomentError(f"--homophily must be in [0, 1] (got {homophily})")
+    if not (2.0 < power_law < math.inf):
+        raise MomentError(f"--power-law must be a finite exponent > 2 (got {power_law})",
+                          hint="2.1-3 is typical of real graphs")
     if not (snr > 0):
         raise MomentError(f"snr must be positive (got {snr})")

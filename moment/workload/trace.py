@@ -18,7 +18,7 @@ import numpy as np
 from moment.errors import NPZ_ERRORS, MomentError
 from moment.outputs import atomic_file
 from moment.workload.graph import GraphDataset
-from moment.workload.seeds import mix
+from moment.workload.seeds import check_seed, mix
 
 
 @dataclass
@@ -70,8 +70,12 @@ def sample_trace(dataset: GraphDataset, fanouts: Sequence[int], batch_size: int,
 
     from moment.workload.sampler import CSRGraph, NeighborSampler, SeedBatches
 
-    if batch_size <= 0 or epochs <= 0 or not fanouts or any(int(f) <= 0 for f in fanouts):
-        raise MomentError("batch size, epochs and fan-outs must be positive")
+    for flag, value in (("--batch-size", batch_size), ("--epochs", epochs)):
+        if value <= 0:
+            raise MomentError(f"{flag} must be positive (got {value})")
+    if not fanouts or any(int(f) <= 0 for f in fanouts):
+        raise MomentError(f"--fanouts must be positive integers (got {list(fanouts)})")
+    check_seed(seed)
     if not 0 <= rank < world_size:
         raise MomentError(f"need 0 <= rank < ranks, got rank {rank} of {world_size}")
     seeds = SeedBatches(np.asarray(dataset.train_idx), batch_size, seed=seed, rank=rank, world_size=world_size)
