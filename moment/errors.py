@@ -23,6 +23,13 @@ def cli_flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def check_at_least(flag: str, value: int | None, least: int = 1) -> None:
+    """An integer option below its least value (None: not given) is one line naming the flag, worded as
+    every range check of the project words it."""
+    if value is not None and value < least:
+        raise MomentError(f"{flag} {value}: must be an integer >= {least}")
+
+
 class MomentError(Exception):
     """A problem with the user's input or environment, described for a person. `field` names the input
     it is about by its plain name (`gpus`, the service's request field), so a caller can show the error

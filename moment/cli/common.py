@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from moment.cli import err_console
+from moment import errors
 from moment.errors import MomentError
 
 
@@ -62,8 +63,7 @@ def parse_fanouts(text: str) -> list[int]:
 
 def check_at_least(**flags: tuple[int | None, int]) -> None:
     """Each `name=(value, least)` must be at least `least` (None: not given): one line naming the flag,
-    instead of click's usage text. `batch_size=(0, 1)` reads as --batch-size."""
+    instead of click's usage text, worded as the training options' ranges. `batch_size=(0, 1)` reads as
+    --batch-size."""
     for name, (value, least) in flags.items():
-        if value is not None and value < least:
-            what = "positive" if least == 1 else f"at least {least}"
-            raise MomentError(f"--{name.replace('_', '-')} must be {what} (got {value})")
+        errors.check_at_least(f"--{name.replace('_', '-')}", value, least)

@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from moment.errors import MomentError
+from moment.errors import MomentError, check_at_least
 from moment.outputs import check_output
 from moment.placement import planning as pl
 from moment.planner.contracts import Plan
@@ -109,8 +109,7 @@ def place(
     if fanouts is not None and (not fanouts or any(x <= 0 for x in fanouts)):
         raise MomentError(f"--fanouts must be positive integers like 25,10 (got {fanouts})")
     for flag, value in (("--epochs", epochs), ("--batches", batches), ("--batch-size", batch_size)):
-        if value is not None and value <= 0:
-            raise MomentError(f"{flag} must be positive (got {value})")
+        check_at_least(flag, value)
     check_seed(seed)
     out = Path(out)
     ds = dataset if isinstance(dataset, GraphDataset) else GraphDataset.open(dataset)

@@ -65,7 +65,7 @@ class TrainConfig(BaseModel):
     hidden: Annotated[int | None, Field(ge=1), Flag("hidden width (default: 256 for sage; for gat the width per head, "
                                                          "64, with 8 heads)")] = None
     lr: Annotated[float, Field(gt=0, allow_inf_nan=False), Flag("learning rate (Adam)")] = 3e-3
-    seed: Annotated[int, Field(ge=0, lt=SEED_LIMIT), Flag("seed of sampling, shuffling and the model's initial weights")] = 0
+    seed: Annotated[int, Field(ge=0, le=SEED_LIMIT - 1), Flag("seed of sampling, shuffling and the model's initial weights")] = 0
     checkpoint_dir: Annotated[Path | None, Flag(
         "write checkpoints here; a torchrun restart resumes from the last one (`moment train` picks one in "
         "the run directory when not given)")] = None

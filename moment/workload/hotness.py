@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from moment.errors import MomentError
+from moment.errors import MomentError, check_at_least
 from moment.workload.seeds import check_seed
 from moment.outputs import atomic_file, check_output, follow_umask, fsync_dir, write_error, writing
 
@@ -237,10 +237,8 @@ def presample(
 
     from moment.workload.sampler import CSRGraph, NeighborSampler, SeedBatches
 
-    if batch_size <= 0:
-        raise MomentError(f"--batch-size must be positive (got {batch_size})")
-    if epochs <= 0:
-        raise MomentError(f"--epochs must be positive (got {epochs})")
+    check_at_least("--batch-size", batch_size)
+    check_at_least("--epochs", epochs)
     if any(int(f) <= 0 for f in fanouts) or not fanouts:
         raise MomentError(f"fan-outs must be positive integers (got {list(fanouts)})")
     check_seed(seed)
@@ -250,8 +248,7 @@ def presample(
     batches = SeedBatches(seeds, batch_size, seed=seed)
     per_epoch = len(batches)
     total = per_epoch * epochs if num_batches is None else int(num_batches)
-    if total <= 0:
-        raise MomentError(f"--num-batches must be positive (got {num_batches})")
+    check_at_least("--num-batches", total)
     graph = CSRGraph.from_dataset(dataset, in_memory=in_memory)
     sampler = NeighborSampler(graph, fanouts, seed=seed)
     n = dataset.num_nodes

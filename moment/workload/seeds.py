@@ -18,5 +18,5 @@ def check_seed(seed: int, flag: str = "--seed") -> int:
     """A seed every generator accepts (numpy's refuse negatives, torch's past 64 bits): the seed, or one
     line naming the flag."""
     if not 0 <= int(seed) < SEED_LIMIT:
-        raise MomentError(f"{flag} must be an integer in [0, 2**63) (got {seed})")
+        raise MomentError(f"{flag} {seed}: must be an integer from 0 to {SEED_LIMIT - 1}")
     return int(seed)

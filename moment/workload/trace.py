@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from moment.errors import NPZ_ERRORS, MomentError
+from moment.errors import NPZ_ERRORS, MomentError, check_at_least
 from moment.outputs import atomic_file
 from moment.workload.graph import GraphDataset
 from moment.workload.seeds import check_seed, mix
@@ -71,8 +71,7 @@ def sample_trace(dataset: GraphDataset, fanouts: Sequence[int], batch_size: int,
     from moment.workload.sampler import CSRGraph, NeighborSampler, SeedBatches
 
     for flag, value in (("--batch-size", batch_size), ("--epochs", epochs)):
-        if value <= 0:
-            raise MomentError(f"{flag} must be positive (got {value})")
+        check_at_least(flag, value)
     if not fanouts or any(int(f) <= 0 for f in fanouts):
         raise MomentError(f"--fanouts must be positive integers (got {list(fanouts)})")
     check_seed(seed)
