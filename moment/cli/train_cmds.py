@@ -91,7 +91,8 @@ def train(
     Checkpoints go to RUN_DIR/checkpoint unless --checkpoint-dir is given, so a restart resumes.
     """
     from moment.cli import err_console
-    from moment.cli.train_launch import make_run_dir, report, run
+    from moment.cli.train_launch import report, run
+    from moment.runtime.runs import CHECKPOINTS, LOG, make_run_dir
 
     _check_torch()
     if not ctx.args:
@@ -101,12 +102,12 @@ def train(
     run_path = make_run_dir(run_dir, Path(cfg.layout or cfg.dataset))
     where = f"run directory {run_path}: torchrun's log"
     if cfg.checkpoint_dir is None and cfg.checkpoint_every != 0:
-        args += ["--checkpoint-dir", str(run_path / "checkpoint")]
-        where += ", checkpoints (resume with --resume --checkpoint-dir " + str(run_path / "checkpoint") + ")"
+        args += ["--checkpoint-dir", str(run_path / CHECKPOINTS)]
+        where += ", checkpoints (resume with --resume --checkpoint-dir " + str(run_path / CHECKPOINTS) + ")"
     if not cfg.quiet:
         err_console.print(where, highlight=False, soft_wrap=True)
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
-    code = report(run(torchrun_command(nproc, args, max_restarts), env, run_path / "torchrun.log", max_restarts))
+    code = report(run(torchrun_command(nproc, args, max_restarts), env, run_path / LOG, max_restarts))
     if code:
         raise typer.Exit(code)
