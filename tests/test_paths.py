@@ -54,6 +54,7 @@ def env(tmp_path_factory):
     (t / "afile").write_text("x\n")
     (t / "nonutf8").write_bytes(bytes(range(128, 256)) * 4)
     (t / "binary").write_bytes(b"\x00\x01\x02\x03" * 64)
+    (t / "empty").write_bytes(b"")
     os.symlink(t / "nowhere", t / "dangling")
     (t / "junk").mkdir()
     (t / "junk" / "manifest.json").write_bytes(b"\xff\xfe\x00junk")
@@ -69,7 +70,7 @@ def env(tmp_path_factory):
 
 # what a hostile path stands for, per kind of option (relative to the sandbox)
 IN_FILE = {"dir": "dir", "missing": "missing.yaml", "dangling": "dangling", "long": LONG, "nonutf8": "nonutf8",
-           "binary": "binary"}
+           "binary": "binary", "empty": "empty"}
 IN_DIR = {"file": "afile", "missing": "missingdir", "dangling": "dangling", "long": LONG, "junk": "junk"}
 OUT_FILE = {"dir": "dir", "dangling": "dangling", "root": "/", "long": LONG, "under-file": "afile/x"}
 OUT_DIR = {"file": "afile", "dangling": "dangling", "root": "/", "long": LONG, "under-file": "afile/x",
@@ -90,7 +91,8 @@ OPTIONS = [
     ("export --out", "out_file", ["export", "--profile", "paper-machine-b", "--out", "{P}"], {}),
     ("schema --out", "out_file", ["schema", "topology", "--out", "{P}"], {}),
     ("advise --profile", "in_file", [*ADVISE, "--profile", "{P}"], {}),
-    ("advise --prices", "in_file", [*ADVISE, "--profile", "paper-machine-b", "--prices", "{P}"], {}),
+    ("advise --prices", "in_file", [*ADVISE, "--profile", "paper-machine-b", "--prices", "{P}"],
+     {"empty": "an empty price file changes no price"}),
     ("simulate --plan", "in_file", ["simulate", "--plan", "{P}"], {}),
     ("simulate --calibration", "in_file",
      ["simulate", "--profile", "paper-machine-b", "--placement", "paper-c", "--calibration", "{P}"], {}),
@@ -207,7 +209,7 @@ def shared_tmp():
     ["data", "synth", "--nodes", "500", "--out", "{D}/readonly/ds"],
     ["data", "synth", "--nodes", "500", "--out", "{D}/closed/ds"],
     ["place", "--dataset", "{D}/ds", "--profile", "{D}/prof.yaml", *INV, "--out", "{D}/readonly/L"],
-], ids=lambda a: " ".join(a[:2]) + " " + a[-1].split("/")[-2])
+], ids=lambda a: " ".join(a[:2]) + " " + a[-1].replace("{D}/", ""))
 def test_no_permission_is_one_message(env, shared_tmp, argv):
     """Root ignores modes: the command runs as user nobody, on paths only root may read or write."""
     cmd = _drop_privileges()
