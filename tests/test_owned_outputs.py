@@ -107,7 +107,7 @@ def test_overwrite_refuses_its_own_kind_holding_a_persons_files(env, tmp_path, w
     (out / "results" / "run1.csv").write_text("1,2")
     before = listing(out)
     rc, _, err = run(*argv)
-    assert rc == 2 and "holds notes.txt, results/, which the" in err and "refusing to replace it" in err, err
+    assert rc == 2 and "holds notes.txt, results/, which " in err and "refusing to replace it" in err, err
     assert listing(out) == before
     (out / "notes.txt").unlink()
     (out / "results" / "run1.csv").unlink()

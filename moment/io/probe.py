@@ -59,7 +59,7 @@ def check_probe_dir(directory: str | Path, size: int, what: str = "--ssd-path") 
         raise MomentError("does not exist: give a directory on the file system of the SSD to measure",
                           source=src, hint="create it (or mount the SSD there) first; a new directory would "
                                            "be made on whatever disk holds its parent, and that disk measured")
-    check_dir(p, "directory on the SSD")
+    check_dir(p, f"directory on the SSD ({what})")
     probe_writable(p, src)
     st = os.statvfs(p)
     have = st.f_bavail * st.f_frsize

@@ -53,7 +53,8 @@ def check_hotness_out(path: str | Path) -> Path:
     if exists(out):
         head = manifest_head(out, HOTNESS_JSON)
         ours = head is not None and head.get("schema_version") == HOTNESS_SCHEMA and "num_nodes" in head
-        check_replaceable(out, "hotness", {HOTNESS_JSON, *(f"{a}.npy" for a in _ARRAYS)} if ours else None)
+        check_replaceable(out, "hotness", {HOTNESS_JSON, *(f"{a}.npy" for a in _ARRAYS)} if ours else None,
+                          unnamed="which `moment data presample` did not write")
     return out
 TOPS = (0.01, 0.05, 0.10)
 

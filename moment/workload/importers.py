@@ -286,7 +286,7 @@ def _load_npy(path: Path, what: str) -> np.ndarray:
     _need(path, what)
     try:
         return np.load(path, mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError) as e:
+    except NPZ_ERRORS as e:
         raise MomentError(f"not a readable .npy file: {e}", source=str(path)) from None
 
 
