@@ -146,6 +146,16 @@ def test_atomic_write_removes_a_killed_writers_temporary(tmp_path):
     assert f.read_text() == "<svg/>" and not dead.exists() and live.exists()
 
 
+def test_atomic_write_through_a_symlink_keeps_the_link(tmp_path):
+    (tmp_path / "plans").mkdir()
+    target = tmp_path / "plans" / "v3.json"
+    target.write_text("old")
+    (tmp_path / "plan.json").symlink_to(target)
+    atomic_write(tmp_path / "plan.json", "new")
+    assert (tmp_path / "plan.json").is_symlink() and target.read_text() == "new"
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["plan.json", "plans", "v3.json"]
+
+
 def _pause(args: list, flag: Path, point: str) -> subprocess.Popen:
     p = cli(args, {testpoints.PAUSE_ENV: point, testpoints.PAUSE_FILE_ENV: str(flag)}, wait=False)
     deadline = time.monotonic() + 120
