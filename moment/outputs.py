@@ -259,26 +259,32 @@ def set_aside_name(out: Path) -> Path:
     return out.with_name(f".{out.name}.old-{os.getpid()}")
 
 
-def remove_stale(out: str | Path, *, set_aside: bool = False) -> list[Path]:
-    """Remove what writers of `out` that are no longer running left beside it: temporaries
-    (`.NAME.tmp-PID-...`) and, with `set_aside` (directory writers that swap), a previous version set
-    aside (`.NAME.old-PID`); never what a running process is writing. A previous version whose
-    replacement never arrived (killed between the two renames) is put back at `out`. Returns what was
-    removed."""
+def stale(out: str | Path, *, set_aside: bool = False) -> list[Path]:
+    """What writers of `out` that are no longer running left beside it: temporaries (`.NAME.tmp-PID-...`)
+    and, with `set_aside` (directory writers that swap), a previous version set aside (`.NAME.old-PID`);
+    never what a running process is writing."""
     out = Path(out).absolute()
     pattern = re.compile(rf"\.{re.escape(out.name)}\.(?:tmp-(?P<tmp>[0-9]+)-[A-Za-z0-9_]+|old-(?P<old>[0-9]+))")
     try:
-        entries = [e.name for e in os.scandir(out.parent)]
+        entries = sorted(e.name for e in os.scandir(out.parent))
     except OSError:
         return []
-    removed = []
-    for name in sorted(entries):
+    found = []
+    for name in entries:
         m = pattern.fullmatch(name)
-        if m is None or (m["old"] and not set_aside) or pid_alive(int(m["tmp"] or m["old"])):
-            continue
-        p = out.parent / name
+        if m is not None and (set_aside or not m["old"]) and not pid_alive(int(m["tmp"] or m["old"])):
+            found.append(out.parent / name)
+    return found
+
+
+def remove_stale(out: str | Path, *, set_aside: bool = False) -> list[Path]:
+    """Remove `stale(out)`; a previous version whose replacement never arrived (killed between the two
+    renames) is put back at `out` instead. Returns what was removed."""
+    out = Path(out).absolute()
+    removed = []
+    for p in stale(out, set_aside=set_aside):
         try:
-            if m["old"] and not exists(out):
+            if p.name.startswith(f".{out.name}.old-") and not exists(out):
                 os.rename(p, out)
                 continue
             if p.is_dir() and not p.is_symlink():

@@ -20,8 +20,7 @@ import numpy as np
 
 from moment.errors import MomentError
 from moment.inputs import check_dir, exists
-from moment import outputs
-from moment.outputs import atomic_file, probe_writable, writing
+from moment.outputs import atomic_file, name_max, probe_writable, writing
 from moment.io.requests import ReadBatch
 from moment.io.stack import IOStack
 
@@ -55,7 +54,7 @@ def check_probe_dir(directory: str | Path, size: int, what: str = "--ssd-path") 
     file system has no room for the scratch file."""
     p = Path(directory)
     src = f"{what} {p}"
-    if not exists(p) and len(os.fsencode(p.name)) <= outputs.name_max(p.parent):
+    if not exists(p) and len(os.fsencode(p.name)) <= name_max(p.parent):
         raise MomentError("does not exist: give a directory on the file system of the SSD to measure",
                           source=src, hint="create it (or mount the SSD there) first; a new directory would "
                                            "be made on whatever disk holds its parent, and that disk measured")

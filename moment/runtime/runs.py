@@ -15,7 +15,7 @@ from pathlib import Path
 
 from moment.errors import MomentError
 from moment.inputs import exists
-from moment.outputs import check_replaceable, remove_stale
+from moment.outputs import check_replaceable, stale
 from moment.runtime.checkpoint import CHECKPOINT_NAME
 
 #: torchrun's own output, in each run directory
@@ -60,8 +60,9 @@ def owned_runs(anchor: Path) -> Path | None:
     if root.is_dir() and not root.is_symlink():
         for run in root.iterdir():
             if _RUN_NAME.fullmatch(run.name) and run.is_dir() and not run.is_symlink():
-                remove_stale(run / CHECKPOINTS / CHECKPOINT_NAME)  # a killed run's half-written checkpoint
-                named |= {f"{run.name}/{LOG}", f"{run.name}/{CHECKPOINTS}/{CHECKPOINT_NAME}"}
+                ck = run / CHECKPOINTS / CHECKPOINT_NAME
+                half = {f"{run.name}/{CHECKPOINTS}/{p.name}" for p in stale(ck)}  # of a killed run
+                named |= {f"{run.name}/{LOG}", f"{run.name}/{CHECKPOINTS}/{CHECKPOINT_NAME}", *half}
     check_replaceable(root, "run", named, verb="remove", hint=None, unnamed="which no training run wrote")
     return root
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from moment.errors import MomentError
+from moment.errors import NPZ_ERRORS, MomentError
 from moment.inputs import check_dir, exists, read_text
 from moment.outputs import (
     atomic_file,
@@ -56,6 +56,8 @@ def check_hotness_out(path: str | Path) -> Path:
         check_replaceable(out, "hotness", {HOTNESS_JSON, *(f"{a}.npy" for a in _ARRAYS)} if ours else None,
                           unnamed="which `moment data presample` did not write")
     return out
+
+
 TOPS = (0.01, 0.05, 0.10)
 
 
@@ -206,7 +208,7 @@ class Hotness:
             f = p / f"{name}.npy"
             try:
                 a = np.load(f, allow_pickle=False)
-            except (OSError, ValueError) as e:
+            except NPZ_ERRORS as e:
                 raise MomentError(f"cannot read: {e}", source=str(f)) from None
             if a.shape != (doc["num_nodes"],):
                 raise MomentError(f"shape {a.shape} != ({doc['num_nodes']},) from hotness.json", source=str(f))
