@@ -23,11 +23,17 @@ from moment.errors import MomentError
 MAX_TEXT_BYTES = 64 << 20
 
 _REASONS = {
+    errno.ENOSPC: "no space left on the device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EROFS: "read-only file system",
     errno.EACCES: "permission denied",
     errno.EPERM: "operation not permitted",
+    errno.ENOTDIR: "a part of the path is a file, not a directory",
+    errno.EISDIR: "is a directory",
+    errno.ENOENT: "no such file or directory",
+    errno.EFBIG: "file too large for the file system",
     errno.ENAMETOOLONG: "file name too long for the file system",
     errno.ELOOP: "too many levels of symbolic links",
-    errno.ENOTDIR: "a part of the path is a file, not a directory",
     errno.EIO: "input/output error (a failing disk?)",
 }
 
@@ -37,7 +43,7 @@ def _a(what: str) -> str:
 
 
 def why(e: OSError) -> str:
-    """A short, lower-case description of an OSError met while reading, for a person."""
+    """A short, lower-case description of an OSError for a person (`moment.outputs.reason` too)."""
     return _REASONS.get(e.errno, (e.strerror or str(e)).lower()) if e.errno else str(e)
 
 

@@ -36,33 +36,15 @@ from typing import IO, Any
 
 from moment.errors import MomentError
 from moment.inputs import exists, read_text
+from moment.inputs import why as reason  # one description of an OSError, for readers and writers
 from moment.locking import pid_alive
 
 #: bytes the longest name Moment derives from an output's name adds to it (lock file, temporaries,
 #: a layout's `.partial`/`.old` and its shard directories `moment-NAME-KEY-N.shards.partial`)
 DERIVED_NAME_BYTES = 40
 
-_REASONS = {
-    errno.ENOSPC: "no space left on the device",
-    errno.EDQUOT: "disk quota exceeded",
-    errno.EROFS: "read-only file system",
-    errno.EACCES: "permission denied",
-    errno.EPERM: "operation not permitted",
-    errno.ENOTDIR: "a part of the path is a file, not a directory",
-    errno.EISDIR: "is a directory",
-    errno.ENOENT: "no such file or directory",
-    errno.EFBIG: "file too large for the file system",
-    errno.ENAMETOOLONG: "file name too long for the file system",
-}
-
-
 def _label(path: str | Path, what: str | None) -> str:
     return f"{what} {path}" if what else str(path)
-
-
-def reason(e: OSError) -> str:
-    """A short, lower-case description of an OSError for a person."""
-    return _REASONS.get(e.errno, (e.strerror or str(e)).lower()) if e.errno else str(e)
 
 
 def write_error(e: OSError, path: str | Path, what: str | None = None, doing: str = "cannot write") -> MomentError:
