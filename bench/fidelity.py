@@ -176,8 +176,9 @@ def main() -> int:
           flush=True)
 
     t = time.perf_counter()
-    pr = probe_ssd(a.cache_dir, file_bytes=a.probe_mib << 20, rand_block=align, queue_depth=a.queue_depth)
+    pr = probe_ssd(a.cache_dir, file_bytes=a.probe_mib << 20, rand_block=align, queue_depth=a.queue_depth, keep=True)
     iops = probe_concurrent(pr.path, pr.file_bytes, align, a.queue_depth, a.nproc)
+    Path(pr.path).unlink()
     disks = {"shared": Disk(pr.seq_read_gbps * 1e9, iops, align),
              "one_stream": Disk(pr.seq_read_gbps * 1e9, pr.rand_read_iops, align)}
     print(f"probe_s: {time.perf_counter() - t:.1f}\nprobe_backend: {pr.backend}\nprobe_direct: {pr.direct}")

@@ -15,6 +15,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+from pathlib import Path
 
 from moment.io.probe import probe_ssd
 
@@ -37,13 +38,15 @@ def main() -> int:
         return 1
     size = a.size_mib << 20
     rows = []
-    for k in range(a.pairs):
-        p = probe_ssd(a.dir, file_bytes=size, seed=k)  # as `moment probe` measures: median of 3 repeats
+    Path(a.dir).mkdir(parents=True, exist_ok=True)
+    for k in range(a.pairs):  # the scratch file is kept for fio, and removed at the end
+        p = probe_ssd(a.dir, file_bytes=size, seed=k, keep=True)  # as `moment probe` measures: median of 3
         fs = fio(p.path, "read", "1M", [f"--size={size}"])["bw_bytes"] / 1e9
         fi = fio(p.path, "randread", "4k", [f"--size={size}", "--runtime=2", "--time_based"])["iops"]
         rows.append((p.seq_read_gbps, fs, p.rand_read_iops, fi))
         print(f"pair {k}: probe {p.seq_read_gbps:.3f} GB/s {p.rand_read_iops:,.0f} IOPS; "
               f"fio {fs:.3f} GB/s {fi:,.0f} IOPS (direct={p.direct}, engine={p.backend})")
+    Path(p.path).unlink()
     med = [statistics.median(r[i] for r in rows) for i in range(4)]
     print(f"probe_seq_gbps: {med[0]:.3f}\nfio_seq_gbps: {med[1]:.3f}")
     print(f"seq_ratio: {statistics.median(r[0] / r[1] for r in rows):.3f}")

@@ -2,7 +2,9 @@
 
 The package's base file helpers live here, once: `atomic_write`/`atomic_file` (every single-file
 writer), `fsync_dir` (directory swaps), `sha256_file`, `ChunkHasher`, `check_output`, `write_error`,
-`follow_umask`.
+`follow_umask`, and the rules of what a writer may delete: `check_replaceable` (an existing output is
+replaced only when Moment wrote it and it holds nothing else) and `remove_stale` (what a killed writer
+left behind).
 
 Every command that writes (datasets, layouts, profiles, diagrams, metrics) checks its output path up
 front with `check_output`, so a read-only directory, a path under a regular file or a missing
@@ -11,6 +13,10 @@ writing (a full disk) becomes `write_error`'s one-line message; the writers remo
 written. Temporary files and directories made by `tempfile` are private (0600/0700); `follow_umask`
 gives the finished output the mode every other tool would (0644/0755 under umask 022).
 
+Temporary names carry the writer's pid (`.NAME.tmp-PID-XXXXXXXX`, `.NAME.old-PID`), so a later writer
+of the same output removes what a killed one left (`remove_stale`) and never what a running one is
+writing.
+
 This module sits beside `moment.errors` at the bottom of the package: everything may import it.
 """
 
@@ -18,7 +24,11 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import os
+import re
+import shutil
+import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -26,27 +36,16 @@ from pathlib import Path
 from typing import IO, Any
 
 from moment.errors import MomentError
+from moment.inputs import exists, read_text
+from moment.inputs import why as reason  # one description of an OSError, for readers and writers
+from moment.locking import pid_alive
 
-_REASONS = {
-    errno.ENOSPC: "no space left on the device",
-    errno.EDQUOT: "disk quota exceeded",
-    errno.EROFS: "read-only file system",
-    errno.EACCES: "permission denied",
-    errno.EPERM: "operation not permitted",
-    errno.ENOTDIR: "a part of the path is a file, not a directory",
-    errno.EISDIR: "is a directory",
-    errno.ENOENT: "no such file or directory",
-    errno.EFBIG: "file too large for the file system",
-}
-
+#: bytes the longest name Moment derives from an output's name adds to it (lock file, temporaries,
+#: a layout's `.partial`/`.old` and its shard directories `moment-NAME-KEY-N.shards.partial`)
+DERIVED_NAME_BYTES = 40
 
 def _label(path: str | Path, what: str | None) -> str:
     return f"{what} {path}" if what else str(path)
-
-
-def reason(e: OSError) -> str:
-    """A short, lower-case description of an OSError for a person."""
-    return _REASONS.get(e.errno, (e.strerror or str(e)).lower()) if e.errno else str(e)
 
 
 def write_error(e: OSError, path: str | Path, what: str | None = None, doing: str = "cannot write") -> MomentError:
@@ -69,9 +68,34 @@ def writing(path: str | Path, what: str | None = None) -> Iterator[None]:
 
 
 def _nearest_existing(p: Path) -> Path:
-    while not (p.exists() or p.is_symlink()) and p != p.parent:
+    while not exists(p) and p != p.parent:
         p = p.parent
     return p
+
+
+def name_max(directory: Path) -> int:
+    """The longest name (bytes) the file system holding `directory` allows (255 where it cannot say)."""
+    try:
+        return int(os.pathconf(directory, "PC_NAME_MAX"))
+    except (OSError, ValueError):
+        return 255
+
+
+def check_name(p: Path, src: str) -> None:
+    """Refuse an output path without a name of its own (`/`, `.`, `..`) or with a name the file system
+    cannot hold once Moment adds its temporary suffixes (`DERIVED_NAME_BYTES`)."""
+    if p.name in ("", ".", "..") or p.absolute() == p.absolute().parent:
+        raise MomentError("names no file or directory of its own (the root, `.` or `..`): give the name of "
+                          "the output to create, e.g. out/NAME", source=src)
+    limit = name_max(_nearest_existing(p.absolute().parent))
+    for part in p.absolute().parts[1:]:
+        n = len(os.fsencode(part))
+        room = limit - (DERIVED_NAME_BYTES if part == p.name else 0)
+        if n > room:
+            what = "the output's name" if part == p.name else f"the path part {part[:24]}..."
+            raise MomentError(f"{what} is {n} bytes long; this file system allows {limit} per name"
+                              + (f" and Moment adds up to {DERIVED_NAME_BYTES} for its temporary names: use at "
+                                 f"most {room}" if part == p.name else ""), source=src)
 
 
 def check_output(path: str | Path, what: str | None = None, *, directory: bool = False,
@@ -81,20 +105,31 @@ def check_output(path: str | Path, what: str | None = None, *, directory: bool =
     `directory`: the output is a directory (a dataset, a layout) rather than a file. Directories may
     have missing parents created (`create_parents`, default True for directories, False for files:
     a file's directory must exist, as with any other tool). Fails, naming `what` (the option) and the
-    path, when the path is empty, a file is where a directory must be (or the reverse), a part of the
-    path is a regular file, the directory is missing, or the directory cannot be written (permissions,
-    read-only file system: tried for real with a temporary file, so root is not fooled by the mode).
+    path, when the path is empty or names nothing of its own (`/`), a name is too long for the file
+    system, a file is where a directory must be (or the reverse), a part of the path is a regular file,
+    the directory is missing, or the directory cannot be written (permissions, read-only file system:
+    tried for real with a temporary file, so root is not fooled by the mode).
     """
     if str(path).strip() == "":
         raise MomentError("empty path", source=what)
     p = Path(path)
     src = _label(p, what)
+    check_name(p, src)
     if create_parents is None:
         create_parents = directory
-    if p.is_dir() and not directory:
+    try:
+        st = os.stat(p)
+    except (FileNotFoundError, NotADirectoryError):  # nothing there yet (a part that is a file: see below)
+        st = None
+    except OSError as e:
+        raise MomentError(f"cannot look it up: {reason(e)}", source=src) from None
+    if st is not None and stat.S_ISDIR(st.st_mode) and not directory:
         raise MomentError("is a directory, expected a file name", source=src)
-    if (p.exists() or p.is_symlink()) and directory and not p.is_dir():
-        raise MomentError("exists and is not a directory", source=src)
+    if st is None and p.is_symlink():
+        raise MomentError(f"is a symbolic link to {os.readlink(p)}, which does not exist: refusing to write "
+                          "through it", source=src)
+    if st is not None and directory and not stat.S_ISDIR(st.st_mode):
+        raise MomentError("exists and is a file, not a directory", source=src)
     parent = p.absolute().parent
     anchor = _nearest_existing(parent)
     if not anchor.is_dir():
@@ -151,12 +186,14 @@ def atomic_file(path: str | Path, *, text: bool = False, private: bool = False) 
     """Open a temporary file in `path`'s directory for writing; when the block ends, fsync it, give it
     the umask's mode (0600 with `private`), rename it over `path` and fsync the directory: `path` is
     never half-written. On any failure the temporary file is removed and the exception passes on (wrap
-    in `writing(path, what)` for an OSError as one message naming the option and the path)."""
-    path = Path(path)
+    in `writing(path, what)` for an OSError as one message naming the option and the path). A symbolic
+    link to a file is written through: its target is replaced, the link stays."""
+    path = Path(os.path.realpath(path)) if os.path.islink(path) and os.path.isfile(path) else Path(path)
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        remove_stale(path)
+        fd, tmp = tempfile.mkstemp(prefix=temp_prefix(path), dir=path.parent)
         with os.fdopen(fd, "w" if text else "wb") as f:
             yield f
             f.flush()
@@ -218,3 +255,108 @@ def sha256_file(path: str | Path, progress: Callable[[int, int], Any] | None = N
             if progress:
                 progress(done, total)
     return h.hexdigest()
+
+
+# ---- what a writer may delete --------------------------------------------------------------------------
+
+
+def temp_prefix(out: Path) -> str:
+    """The prefix of this process's temporary names for `out`: `.NAME.tmp-PID-` (tempfile adds the rest)."""
+    return f".{out.name}.tmp-{os.getpid()}-"
+
+
+def set_aside_name(out: Path) -> Path:
+    """Where this process moves the previous version of `out` while it puts the new one in place."""
+    return out.with_name(f".{out.name}.old-{os.getpid()}")
+
+
+def stale(out: str | Path, *, set_aside: bool = False) -> list[Path]:
+    """What writers of `out` that are no longer running left beside it: temporaries (`.NAME.tmp-PID-...`)
+    and, with `set_aside` (directory writers that swap), a previous version set aside (`.NAME.old-PID`);
+    never what a running process is writing."""
+    out = Path(out).absolute()
+    pattern = re.compile(rf"\.{re.escape(out.name)}\.(?:tmp-(?P<tmp>[0-9]+)-[A-Za-z0-9_]+|old-(?P<old>[0-9]+))")
+    try:
+        entries = sorted(e.name for e in os.scandir(out.parent))
+    except OSError:
+        return []
+    found = []
+    for name in entries:
+        m = pattern.fullmatch(name)
+        if m is not None and (set_aside or not m["old"]) and not pid_alive(int(m["tmp"] or m["old"])):
+            found.append(out.parent / name)
+    return found
+
+
+def remove_stale(out: str | Path, *, set_aside: bool = False) -> list[Path]:
+    """Remove `stale(out)`; a previous version whose replacement never arrived (killed between the two
+    renames) is put back at `out` instead. Returns what was removed."""
+    out = Path(out).absolute()
+    removed = []
+    for p in stale(out, set_aside=set_aside):
+        try:
+            if p.name.startswith(f".{out.name}.old-") and not exists(out):
+                os.rename(p, out)
+                continue
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            else:
+                p.unlink()
+            removed.append(p)
+        except OSError:  # not ours to remove after all (another user's): leave it
+            continue
+    return removed
+
+
+def manifest_head(directory: str | Path, name: str = "manifest.json") -> dict | None:
+    """The JSON object in `directory`/`name`, or None when there is none or it is not a readable JSON
+    object (what decides whether a directory is one a Moment writer made)."""
+    try:
+        head = json.loads(read_text(Path(directory) / name, name))
+    except (MomentError, ValueError, RecursionError):
+        return None
+    return head if isinstance(head, dict) else None
+
+
+def unnamed_entries(directory: str | Path, named: set[str]) -> list[str]:
+    """What is under `directory` that `named` (paths relative to it, '/'-separated) does not name: files
+    and links by their path, directories holding no named file by their path and a '/'. A writer that
+    owns exactly `named` may delete the directory only when this is empty."""
+    root = Path(directory)
+    extra: list[str] = []
+    unreadable: list[str] = []
+    for base, dirs, files in os.walk(root, onerror=lambda e: unreadable.append(f"{e.filename} (unreadable)")):
+        rel = Path(base).relative_to(root).as_posix()
+        pre = "" if rel == "." else rel + "/"
+        links = [d for d in dirs if (Path(base) / d).is_symlink()]
+        foreign = [d for d in dirs if d not in links and not any(n.startswith(f"{pre}{d}/") for n in named)]
+        extra += [f"{pre}{d}/" for d in foreign]
+        dirs[:] = [d for d in dirs if d not in links and d not in foreign]
+        extra += [f"{pre}{f}" for f in files + links if f"{pre}{f}" not in named]
+    return sorted(extra + unreadable)
+
+
+def check_replaceable(path: str | Path, what: str, named: set[str] | None, *, verb: str = "replace",
+                      hint: str | None = "choose another --out", unnamed: str | None = None) -> None:
+    """Refuse to delete `path` (to replace or remove it) unless Moment wrote it: it must be an empty
+    directory, or a `what` whose own manifest names `named` (None: it has no manifest Moment wrote for a
+    `what`) and that holds nothing else. The message names what would otherwise be lost (`unnamed` says
+    why it is not the writer's, by default "which the WHAT's manifest does not name")."""
+    p = Path(path)
+    if not p.is_dir() or p.is_symlink():
+        raise MomentError(f"exists and is not a {what} directory; refusing to {verb} it", source=str(p), hint=hint)
+    try:
+        empty = not any(os.scandir(p))
+    except OSError as e:
+        raise MomentError(f"cannot list it: {reason(e)}; refusing to {verb} it", source=str(p)) from None
+    if empty:
+        return
+    if named is None:
+        raise MomentError(f"exists and is not a Moment {what} (it has no manifest.json that Moment wrote for "
+                          f"one); refusing to {verb} it", source=str(p), hint=hint)
+    extra = unnamed_entries(p, named)
+    if extra:
+        more = f" and {len(extra) - 5} more" if len(extra) > 5 else ""
+        why = unnamed or f"which the {what}'s manifest does not name"
+        raise MomentError(f"holds {', '.join(extra[:5])}{more}, {why}: refusing to {verb} it (they would be lost)",
+                          source=str(p), hint="move them out of it first")

@@ -9,7 +9,9 @@
 Points: `locked` (an output lock was just taken: `moment place`, `moment data synth/import`,
 `moment layout rm`), and the commit steps of a layout write (see moment.placement.layout):
 `layout-written`, `layout-shards-renamed`, `layout-swapped`, `layout-old-shards-removed`, and
-`layout-old-moved` (only where the file system cannot swap directories atomically), and
+`layout-old-moved` (only where the file system cannot swap directories atomically); of a dataset write
+(moment.workload.graph): `dataset-written` (complete in its temporary directory) and
+`dataset-old-moved` (the dataset it replaces moved aside, the new one not yet in place); and
 `checkpoint-write` (a training checkpoint's bytes are about to be written).
 Base level: every layer may import it.
 """

@@ -88,8 +88,10 @@ def test_save_load(ds: GraphDataset, tmp_path: Path) -> None:
     with pytest.raises(MomentError, match="no hotness.json"):
         Hotness.load(tmp_path)
     (tmp_path / "plain").mkdir()
-    with pytest.raises(MomentError, match="not a hotness directory"):
+    (tmp_path / "plain" / "notes.txt").write_text("mine")
+    with pytest.raises(MomentError, match="not a Moment hotness"):
         hot.save(tmp_path / "plain")
+    assert (tmp_path / "plain" / "notes.txt").read_text() == "mine"
     np.save(out / "feature_reads.npy", np.zeros(3, np.int64))
     with pytest.raises(MomentError, match="shape") as e:
         Hotness.load(out)

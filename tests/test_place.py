@@ -189,7 +189,7 @@ def test_bad_input(env, case):
         assert rc == 2 and "not a plan" in err
         return _no_output(out)
     elif case == "ssd_missing":
-        extra, want = ["--ssd-path", f"ssd0={t / 'nowhere'}"], "not an existing directory"
+        extra, want = ["--ssd-path", f"ssd0={t / 'nowhere'}"], "--ssd-path ssd0 directory not found"
     elif case == "ssd_name":
         extra, want = ["--ssd-path", f"ssd9={t}"], "ssd9"
     else:

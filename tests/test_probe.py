@@ -24,6 +24,7 @@ def test_probe_cli_writes_a_measurement_file_and_profile(tmp_path, capsys):
     mem = [n["memory_bandwidth_gbps"] for n in data["nodes"] if n["kind"] == "socket"]
     assert mem == pytest.approx([res["memory_copy_gbps"] / 2] * 2)
     assert main(["probe", "--ssd-path", "bad"]) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.yaml", "p.yaml"]  # no scratch file left
 
 
 def test_cuda_copy_rates_where_cuda_exists():

@@ -21,6 +21,7 @@ import moment.runtime.train as train_mod
 from moment.cli import train_launch as tl
 from moment.errors import MomentError
 from moment.runtime.config import TrainConfig
+from moment.runtime.runs import make_run_dir
 from moment.runtime.train import train
 
 REPO = Path(__file__).resolve().parents[1]
@@ -75,12 +76,12 @@ def test_torchrun_lines_become_one_message_and_an_exit_status(tmp_path, capsys):
 
 
 def test_run_directories_are_fresh_and_a_bad_one_is_one_message(tmp_path):
-    a = tl.make_run_dir(None, tmp_path / "L")
-    b = tl.make_run_dir(None, tmp_path / "L")
+    a = make_run_dir(None, tmp_path / "L")
+    b = make_run_dir(None, tmp_path / "L")
     assert a != b and a.parent == b.parent == tmp_path / "L.runs" and a.is_dir() and b.is_dir()
     (tmp_path / "file").write_text("x")
     with pytest.raises(MomentError, match="--run-dir"):
-        tl.make_run_dir(tmp_path / "file" / "runs", tmp_path / "L")
+        make_run_dir(tmp_path / "file" / "runs", tmp_path / "L")
 
 
 def test_checkpoints_by_default_with_a_dir_and_restarts_say_what_they_lose(layout, tmp_path, monkeypatch, capsys):

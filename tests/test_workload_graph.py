@@ -214,6 +214,6 @@ def test_overwrite_never_replaces_user_data(tmp_path: Path) -> None:
     d = tmp_path / "mine"
     d.mkdir()
     (d / "thesis.tex").write_text("precious")
-    with pytest.raises(MomentError, match="not a dataset"):
+    with pytest.raises(MomentError, match="not a Moment dataset"):
         write_graph(d, overwrite=True, **tiny())
     assert (d / "thesis.tex").read_text() == "precious"

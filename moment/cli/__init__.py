@@ -27,15 +27,33 @@ console = Console(width=None if sys.stdout.isatty() else 120)
 err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
 
 
+_registered = False
+
+
 def _register() -> None:
     # Imported for their side effect of adding commands to `app`.
     # None of them imports torch at import time: planning must work without it.
+    global _registered
+    if _registered:  # once per process: reflowing a reflowed help text would split its paragraphs again
+        return
+    _registered = True
     from moment.cli import (  # noqa: F401
         cache_cmds, cost_cmds, data_cmds, fidelity_cmds, pack_cmds, place_cmds, scan_cmds, topology_cmds,
         train_cmds, version_cmds)
     from moment.cli import serve_cmds  # noqa: F401  (imports the service only when `moment serve` runs)
 
     _reflow_help(app)
+
+
+def _own_path_checks(command) -> None:
+    """Leave path checks to the readers (moment.inputs): typer's own check of a path argument says only
+    "is not readable" in a usage box; the readers say what the file should be, in one error line."""
+    for p in command.params:
+        info = getattr(getattr(p, "type_descriptor", None), "parameter_info", None)
+        if info is not None:
+            info.readable = False
+    for sub in getattr(command, "commands", {}).values():
+        _own_path_checks(sub)
 
 
 def _reflow_help(t: typer.Typer) -> None:
@@ -68,8 +86,10 @@ def main(argv: list[str] | None = None) -> int:
 
     # whoever finds an output locked by this run is told which command holds it
     locking.COMMAND = "moment " + shlex.join(str(a) for a in (sys.argv[1:] if argv is None else argv))
+    command = typer.main.get_command(app)
+    _own_path_checks(command)
     try:
-        app(args=argv, prog_name="moment")
+        command(args=argv, prog_name="moment")
     except MomentError as e:
         err_console.print("[bold red]error:[/] " + _escape(str(e)), highlight=False, soft_wrap=True)
         return 2

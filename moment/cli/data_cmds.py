@@ -192,11 +192,11 @@ def presample_cmd(
     is read; prints the access skew (share of reads that hit the hottest 1%/5%/10% of nodes).
     """
     from moment.workload.graph import GraphDataset
-    from moment.workload.hotness import presample
+    from moment.workload.hotness import check_hotness_out, presample
 
     f = parse_fanouts(fanouts)
     ds = GraphDataset.open(path)
-    check_output(out, "--out", directory=True)
+    check_hotness_out(out)
     with progress_bar("pre-sampling", enabled=not json_out) as progress:
         hot = presample(ds, f, batch_size, epochs=epochs, num_batches=num_batches, seed=seed, progress=progress)
     hot.save(out)

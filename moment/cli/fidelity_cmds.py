@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from moment.cli import app, console
-from moment.errors import MomentError, validation_error
+from moment.errors import MomentError
 
 _CAL_HELP = "calibration file from `moment calibrate --out` (link efficiencies, SSD read scale, overhead)"
 
@@ -123,17 +123,7 @@ def simulate_cmd(
         topo, cal = load_topology(machine, calibration)
         rep = _layout_replay(layout, topo, dataset, fanouts, batch_size, seed)
     elif plan_file is not None:
-        from pydantic import ValidationError
-
-        from moment.planner.contracts import Plan
-
-        try:
-            plan = Plan.model_validate_json(plan_file.read_text())
-        except OSError as e:
-            raise MomentError(f"cannot read the plan: {e.strerror}", source=str(plan_file)) from None
-        except ValidationError as e:
-            raise validation_error(e, "not a plan (output of `moment plan --json`)",
-                                   source=str(plan_file)) from None
+        plan = api.read_plan(plan_file)
         topo, cal = load_topology(profile or plan.machine, calibration)
         rep = api.simulate_plan(topo, plan, steps=steps, seed=seed, uniform=uniform)
     else:
@@ -186,9 +176,11 @@ def calibrate_cmd(
     """
     from moment.cli.topology_cmds import parse_inventory
     from moment.planner.calibration import PARAMS, calibrate, dump_calibration, load_measurements
-    from moment.outputs import atomic_write
+    from moment.outputs import atomic_write, check_output
     from moment.topology.profiles import load_profile
 
+    if out is not None:
+        check_output(out, "--out")  # before the fit
     mf = load_measurements(measured)
     machine = profile or mf.machine
     if machine is None:
@@ -203,7 +195,7 @@ def calibrate_cmd(
     inv = parse_inventory(None, g, s, gpu_model, ssd_model)
     cal = calibrate(load_profile(machine), inv, mf, [x.strip() for x in fit_names.split(",") if x.strip()])
     if out is not None:
-        atomic_write(out, dump_calibration(cal))
+        atomic_write(out, dump_calibration(cal), "--out")
     if json_out:
         _emit_json({"params": cal.params, "fitted": cal.fitted,
                     "residuals": [r.model_dump(mode="json") for r in cal.residuals],
@@ -234,7 +226,8 @@ def calibrate_cmd(
 @app.command("probe")
 def probe_cmd(
     ssd_paths: list[str] = typer.Option([], "--ssd-path", help="SSDID=DIRECTORY on that SSD's file system, repeatable (default: ssd0=.)"),
-    size_mib: int = typer.Option(1024, "--size-mib", help="scratch file per SSD, MiB (left in place for the next probe)"),
+    size_mib: int = typer.Option(1024, "--size-mib", help="scratch file per SSD, MiB (removed afterwards unless --keep-scratch)"),
+    keep_scratch: bool = typer.Option(False, "--keep-scratch", help="leave the scratch files for the next probe of the same size"),
     queue_depth: int = typer.Option(32, "--queue-depth", help="reads in flight (as fio's iodepth)"),
     profile: str | None = typer.Option(None, "--profile", "-p", help="profile (e.g. a `moment scan` output) to write measured overrides into"),
     out: Path | None = typer.Option(None, "--out", "-o", help="write a measurement file (`moment calibrate --measured`)"),
@@ -247,22 +240,25 @@ def probe_cmd(
     import yaml
 
     from moment.io.probe import check_probe, probe_machine
+    from moment.outputs import atomic_write, check_output
     from moment.placement.planning import parse_ssd_paths
-    from moment.outputs import atomic_write
     from moment.topology.profiles import dump_yaml, load_profile
 
     targets = parse_ssd_paths(ssd_paths) if ssd_paths else {"ssd0": "."}
     check_probe(size_mib << 20, queue_depth)
     if profile_out is not None and profile is None:
         raise MomentError("--profile-out needs --profile (the profile to write the measurements into)")
-    result = probe_machine(targets, file_bytes=size_mib << 20, queue_depth=queue_depth)
+    for path, flag in ((out, "--out"), (profile_out, "--profile-out")):  # before minutes of measuring
+        if path is not None:
+            check_output(path, flag)
+    topo = load_profile(profile) if profile_out is not None else None
+    result = probe_machine(targets, file_bytes=size_mib << 20, queue_depth=queue_depth, keep=keep_scratch)
     ssd = result["ssd"]
     if out is not None:
         doc = {"machine": profile, "measurements": [{"device": k, "read_gbps": round(v["seq_read_gbps"], 4)}
                                                     for k, v in ssd.items()], "probe": result}
-        atomic_write(out, yaml.safe_dump(doc, sort_keys=False))
-    if profile_out is not None:
-        topo = load_profile(profile)
+        atomic_write(out, yaml.safe_dump(doc, sort_keys=False), "--out")
+    if topo is not None:
         data = topo.model_dump()
         for n in data["nodes"]:
             if n["id"] in ssd and n["kind"] == "ssd":
@@ -271,7 +267,8 @@ def probe_cmd(
                 n["memory_bandwidth_gbps"] = result["memory_copy_gbps"] / 2  # copy = read + write
         from moment.topology.model import Topology
 
-        atomic_write(profile_out, dump_yaml(Topology.model_validate(data), "measured by `moment probe`"))
+        atomic_write(profile_out, dump_yaml(Topology.model_validate(data), "measured by `moment probe`"),
+                     "--profile-out")
     if json_out:
         _emit_json(result)
         return

@@ -196,24 +196,32 @@ def rm_cmd(
     layout: Annotated[Path, typer.Argument(help="layout directory (written by `moment place`)")],
     json_out: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
-    """Remove a layout: its directory and every shard directory it has on --ssd-path mounts.
+    """Remove a layout: its directory, every shard directory it has on --ssd-path mounts, and its training
+    runs (LAYOUT.runs: the torchrun logs and checkpoints of `moment train`).
 
     Removes exactly what the layout's manifest records, and refuses anything it does not own: a
     directory that is not a Moment layout, a file the manifest does not name (in the layout or in a
-    shard directory), or a shard directory written for a layout at another path (a copied or moved
-    layout: remove it where it was written). A layout being written by `moment place` is refused.
-    Nothing is deleted unless every check passes.
+    shard directory), a file in LAYOUT.runs that no training run wrote, or a shard directory written
+    for a layout at another path (a copied or moved layout: remove it where it was written). A layout
+    being written by `moment place` is refused. Nothing is deleted unless every check passes.
 
     Example: moment layout rm layouts/synth1m
     """
     from moment.placement.layout import remove_layout
+    from moment.placement.reader import load_manifest
+    from moment.runtime.runs import owned_runs, remove_runs
 
+    load_manifest(layout)  # what is not a layout is refused as such before its runs are looked at
+    runs = owned_runs(layout)
     rep = remove_layout(layout)
+    remove_runs(runs)
+    if runs is not None:
+        rep.removed_dirs.append(str(runs))
     if json_out:
         _emit(rep.model_dump(mode="json"))
         return
     shards = rep.removed_dirs[1:]
-    where = f"; shard directories: {', '.join(shards)}" if shards else ""
+    where = f"; also removed: {', '.join(shards)}" if shards else ""
     console.print(f"removed layout [bold]{rep.layout}[/]: {rep.files} files, {_size(rep.bytes)}{where}",
                   highlight=False)
 

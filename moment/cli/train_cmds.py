@@ -40,7 +40,7 @@ def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None) -> t
     """Catch user errors (bad flags, missing layout or dataset, more ranks than the layout's GPUs, a budget
     below the minimum) here, before torchrun starts N ranks. Returns the parsed configuration and what the
     ranks' environment must add so that their own checks use the same numbers."""
-    from moment.cli.train_launch import run_root
+    from moment.runtime.runs import CHECKPOINTS, run_root
     from moment.runtime.config import parse_args
     from moment.runtime.devices import check_local_ranks
     from moment.runtime.train import BASE_ENV, dataset_dir, layout_gpus, preview_split, rank_start_bytes
@@ -50,7 +50,7 @@ def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None) -> t
     anchor = cfg.layout or cfg.dataset
     if cfg.checkpoint_dir is None and cfg.checkpoint_every != 0 and not cfg.resume and anchor is not None:
         # checked with the checkpoint directory `train` gives the run (in its run directory, made later)
-        cfg.model_copy(update={"checkpoint_dir": run_root(run_dir, Path(anchor)) / "checkpoint"}).check()
+        cfg.model_copy(update={"checkpoint_dir": run_root(run_dir, Path(anchor)) / CHECKPOINTS}).check()
     else:
         cfg.check()
     check_local_ranks(nproc, [g for g, _ in layout_gpus(cfg)], f"--nproc {nproc}")
@@ -96,7 +96,8 @@ def train(
     Checkpoints go to RUN_DIR/checkpoint unless --checkpoint-dir is given, so a restart resumes.
     """
     from moment.cli import err_console
-    from moment.cli.train_launch import make_run_dir, report, run
+    from moment.cli.train_launch import report, run
+    from moment.runtime.runs import CHECKPOINTS, LOG, make_run_dir
 
     if nproc < 1:
         raise MomentError(f"--nproc {nproc}: must be an integer >= 1")
@@ -110,12 +111,12 @@ def train(
     run_path = make_run_dir(run_dir, Path(cfg.layout or cfg.dataset))
     where = f"run directory {run_path}: torchrun's log"
     if cfg.checkpoint_dir is None and cfg.checkpoint_every != 0:
-        args += ["--checkpoint-dir", str(run_path / "checkpoint")]
-        where += ", checkpoints (resume with --resume --checkpoint-dir " + str(run_path / "checkpoint") + ")"
+        args += ["--checkpoint-dir", str(run_path / CHECKPOINTS)]
+        where += ", checkpoints (resume with --resume --checkpoint-dir " + str(run_path / CHECKPOINTS) + ")"
     if not cfg.quiet:
         err_console.print(where, highlight=False, soft_wrap=True)
     env = {**os.environ, **rank_env}
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
-    code = report(run(torchrun_command(nproc, args, max_restarts), env, run_path / "torchrun.log", max_restarts))
+    code = report(run(torchrun_command(nproc, args, max_restarts), env, run_path / LOG, max_restarts))
     if code:
         raise typer.Exit(code)

@@ -14,7 +14,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,29 +40,6 @@ class Outcome:
     @property
     def user_error(self) -> bool:
         return bool(self.failures) and all(c == USER_ERROR for _, c in self.failures)
-
-
-def run_root(base: Path | None, anchor: Path) -> Path:
-    """Where runs' directories go: BASE, or '<layout or dataset>.runs' beside it."""
-    return base if base is not None else anchor.parent / f"{anchor.name}.runs"
-
-
-def make_run_dir(base: Path | None, anchor: Path) -> Path:
-    """A fresh directory for this run: BASE/<time> (see `run_root`), so runs never share checkpoints or
-    logs."""
-    root = run_root(base, anchor)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    for i in range(1000):
-        run = root / (stamp if i == 0 else f"{stamp}-{i + 1}")
-        try:
-            run.mkdir(parents=True, exist_ok=False)
-            return run
-        except FileExistsError:
-            continue
-        except OSError as e:
-            raise MomentError(f"cannot create the run directory: {e.strerror}", source=str(run),
-                              hint="pass --run-dir DIR (checkpoints and torchrun's log go there)") from None
-    raise MomentError("too many runs started this second", source=str(root))
 
 
 def _died(rank: int, code: int) -> str:

@@ -13,10 +13,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from moment.documents import mistaken
 from moment.errors import Flag, MomentError, cli_flag, validation_lines
 from moment.topology.devices import find_model
 from moment.topology.model import Kind
-from moment.topology.profiles import parse_yaml
+from moment.topology.profiles import parse_yaml, read_yaml
 
 SHIPPED = "shipped"  # PriceTable.origin of the table in this package
 
@@ -82,16 +83,6 @@ class PriceTable(BaseModel):
         return [n for n in self.devices if find_model(n).kind == kind]
 
 
-def _read(path: Path) -> object:
-    try:
-        text = path.read_text()
-    except OSError as e:
-        from moment.outputs import reason
-
-        raise MomentError(f"cannot read the price file: {reason(e)}", source=str(path)) from None
-    return parse_yaml(text, str(path))
-
-
 def shipped_data() -> dict:
     return parse_yaml(resources.files("moment.cost").joinpath("prices.yaml").read_text(), "moment/cost/prices.yaml")
 
@@ -149,7 +140,10 @@ def load_prices(path: str | Path | None = None) -> PriceTable:
     if path is None:
         return _validate(shipped_data(), "moment/cost/prices.yaml")
     p = Path(path)
-    return merge_prices(_read(p), str(p))
+    data = read_yaml(p, "price file")
+    if wrong := mistaken(data, "price file", str(p)):
+        raise wrong
+    return merge_prices(data, str(p))
 
 
 def merge_prices(user: object, source: str) -> PriceTable:

@@ -1,7 +1,9 @@
 """Measure this machine with the project's own I/O stack (`moment probe`): no root, no GPU needed.
 
-* SSD: a scratch file on the SSD's file system, read with O_DIRECT through `IOStack` (the reader
-  training uses): sequential large reads (GB/s) and random 4 KiB reads (IOPS), `queue_depth` in flight.
+* SSD: a scratch file on the SSD's file system (an existing directory: one that does not exist would be
+  created on whatever disk holds its parent, and that disk measured), read with O_DIRECT through
+  `IOStack` (the reader training uses): sequential large reads (GB/s) and random 4 KiB reads (IOPS),
+  `queue_depth` in flight. The scratch file is removed afterwards unless kept for the next probe.
 * memory: one-thread numpy copy bandwidth (read + write bytes / s) of a buffer well above the caches.
 * CUDA (only where torch sees a GPU): pinned host -> device and device -> device copy rates per pair.
 """
@@ -17,8 +19,9 @@ from pathlib import Path
 import numpy as np
 
 from moment.errors import Flag, MomentError, cli_flag
-from moment.outputs import atomic_file
+from moment.inputs import check_dir, exists
 from moment.io.engines import MAX_QUEUE_DEPTH
+from moment.outputs import atomic_file, name_max, probe_writable, writing
 from moment.io.requests import ReadBatch
 from moment.io.stack import IOStack
 
@@ -46,19 +49,40 @@ class SsdProbe:
         return asdict(self)
 
 
+def scratch_path(directory: str | Path, size: int) -> Path:
+    """The probe's scratch file of `size` bytes in `directory`."""
+    return Path(directory) / f".moment-probe-{size}.bin"
+
+
+def check_probe_dir(directory: str | Path, size: int, what: str = "--ssd-path") -> Path:
+    """Refuse, before anything is measured, a directory the probe cannot measure: a missing one (creating
+    it would measure whatever disk holds its parent), a file, one that cannot be written, or one whose
+    file system has no room for the scratch file."""
+    p = Path(directory)
+    src = f"{what} {p}"
+    if not exists(p) and len(os.fsencode(p.name)) <= name_max(p.parent):
+        raise MomentError("does not exist: give a directory on the file system of the SSD to measure",
+                          source=src, hint="create it (or mount the SSD there) first; a new directory would "
+                                           "be made on whatever disk holds its parent, and that disk measured")
+    check_dir(p, f"directory on the SSD ({what})")
+    probe_writable(p, src)
+    st = os.statvfs(p)
+    have = st.f_bavail * st.f_frsize
+    if not scratch_path(p, size).is_file() and have < size:
+        raise MomentError(f"needs {size / MiB:.0f} MiB free for the scratch file, {have / MiB:.0f} MiB free",
+                          source=src, hint="use a smaller --size-mib")
+    return p
+
+
 def _scratch(directory: Path, size: int) -> Path:
     """A file of `size` random bytes (written once, fsynced, dropped from the page cache)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    p = directory / f".moment-probe-{size}.bin"
+    p = scratch_path(directory, size)
     if not p.is_file() or p.stat().st_size != size:
         rng = np.random.default_rng(0)
         block = rng.integers(0, 256, 8 * MiB, dtype=np.uint8).tobytes()
-        try:
-            with atomic_file(p) as f:
-                for off in range(0, size, len(block)):
-                    f.write(block[:min(len(block), size - off)])
-        except OSError as e:
-            raise MomentError(f"cannot write the probe file: {e.strerror}", source=str(p)) from None
+        with writing(p, "the probe's scratch file"), atomic_file(p) as f:
+            for off in range(0, size, len(block)):
+                f.write(block[:min(len(block), size - off)])
     fd = os.open(p, os.O_RDONLY)
     try:
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
@@ -95,13 +119,24 @@ def check_probe(file_bytes: int, queue_depth: int, *, seq_block: int = MiB, flag
 
 
 def probe_ssd(directory: str | Path, *, file_bytes: int = 1 << 30, seq_block: int = MiB, rand_block: int = 4096,
-              rand_reads: int = 40_000, queue_depth: int = 32, repeats: int = 3, seed: int = 0) -> SsdProbe:
+              rand_reads: int = 40_000, queue_depth: int = 32, repeats: int = 3, seed: int = 0,
+              keep: bool = False) -> SsdProbe:
     """Direct-I/O read rate (whole file in `seq_block` reads) and random-read IOPS of the file system
-    holding `directory`; `queue_depth` reads in flight (as fio's iodepth); median of `repeats`."""
+    holding `directory`; `queue_depth` reads in flight (as fio's iodepth); median of `repeats`. The
+    scratch file is removed afterwards unless `keep` (the next probe of the same size reuses it)."""
     check_probe(file_bytes, queue_depth, seq_block=seq_block)
     if repeats < 1:
         raise MomentError("the probe needs at least one repeat")
-    path = _scratch(Path(directory), file_bytes)
+    path = _scratch(check_probe_dir(directory, file_bytes), file_bytes)
+    try:
+        return _measure(path, file_bytes, seq_block, rand_block, rand_reads, queue_depth, repeats, seed)
+    finally:
+        if not keep:
+            path.unlink(missing_ok=True)
+
+
+def _measure(path: Path, file_bytes: int, seq_block: int, rand_block: int, rand_reads: int, queue_depth: int,
+             repeats: int, seed: int) -> SsdProbe:
     # large reads: small batches keep the queue full (a batch completes only when all its reads have);
     # 4 KiB reads: four batches of 1,000 in flight (the engine's ring still holds `queue_depth` reads at
     # once, as fio's iodepth), so neither Python's per-batch cost nor a batch's tail caps the IOPS
@@ -125,15 +160,18 @@ def probe_ssd(directory: str | Path, *, file_bytes: int = 1 << 30, seq_block: in
 
 
 def probe_machine(targets: dict[str, str | Path], *, file_bytes: int = 1 << 30, queue_depth: int = 32,
-                  before: Callable[[str, int, int], None] | None = None) -> dict:
+                  before: Callable[[str, int, int], None] | None = None, keep: bool = False) -> dict:
     """`moment probe --json`'s object: each SSD (id -> directory on it), memory copy, CUDA. `before(what,
-    i, n)` is called before each of the n steps (progress, and a chance to stop the probe by raising)."""
+    i, n)` is called before each of the n steps (progress, and a chance to stop the probe by raising).
+    Every directory is checked before the first is measured; scratch files are removed unless `keep`."""
+    for k, v in targets.items():
+        check_probe_dir(v, file_bytes, f"--ssd-path {k}")
     n = len(targets) + 2
     ssd = {}
     for i, (k, v) in enumerate(targets.items()):
         if before is not None:
             before(k, i, n)
-        ssd[k] = probe_ssd(v, file_bytes=file_bytes, queue_depth=queue_depth).as_dict()
+        ssd[k] = probe_ssd(v, file_bytes=file_bytes, queue_depth=queue_depth, keep=keep).as_dict()
     if before is not None:
         before("memory", n - 2, n)
     memory = probe_memory()

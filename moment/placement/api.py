@@ -25,8 +25,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from moment.errors import MomentError, check_at_least
+from moment.inputs import check_dir
 from moment.outputs import check_output
 from moment.placement import planning as pl
+from moment.placement.layout import check_layout_out
 from moment.planner.contracts import Plan
 from moment.topology.devices import Inventory
 from moment.topology.model import Topology
@@ -120,11 +122,9 @@ def place(
         plan_file, plan = Path(plan), pl.load_plan(str(plan), topology, inventory)
     paths = dict(ssd_paths) if isinstance(ssd_paths, Mapping) else pl.parse_ssd_paths(list(ssd_paths or []))
     for name, p in paths.items():
-        if not Path(p).is_dir():
-            raise MomentError(f"--ssd-path {name}: not an existing directory", source=p)
-    if out.exists() and not overwrite:
-        raise MomentError("layout already exists", source=str(out), hint="pass --overwrite to replace it")
+        check_dir(p, f"--ssd-path {name} directory")
     check_output(out, "--out", directory=True)
+    check_layout_out(out, overwrite)
     gpu_spec, cpu_spec = pl.parse_cache(gpu_cache, "--gpu-cache"), pl.parse_cache(cpu_cache, "--cpu-cache")
     gpu_memory, socket_memory = pl.smallest_memories(topology, inventory)
     pl.check_cache_fits(gpu_spec, "--gpu-cache", gpu_cache, gpu_memory, ds)
@@ -150,8 +150,7 @@ def place(
 
     # the lock on `out` is held from here to the end: a second `place` on it is refused at once
     with locked(out, "layout"):
-        if out.exists() and not overwrite:
-            raise MomentError("layout already exists", source=str(out), hint="pass --overwrite to replace it")
+        check_layout_out(out, overwrite)
         timings: dict[str, float] = {}
         verified = _verify_dataset(ds, verify, stage, notice, timings)
         hot = _hotness(ds, hotness, fanouts, batch_size, epochs, batches, seed, stage, timings)

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -49,7 +48,17 @@ import moment
 from moment import testpoints
 from moment.errors import MomentError
 from moment.locking import locked
-from moment.outputs import ChunkHasher, atomic_file, fsync_dir, sha256_file, write_error
+from moment.inputs import exists
+from moment.outputs import (
+    ChunkHasher,
+    atomic_file,
+    check_replaceable,
+    fsync_dir,
+    manifest_head,
+    sha256_file,
+    unnamed_entries,
+    write_error,
+)
 from moment.placement.pack import pack_files
 from moment.placement.assignment import Assignment
 from moment.placement.manifest import (
@@ -189,11 +198,8 @@ def _recover(out: Path, mounts: list[Path]) -> None:
 
 
 def _is_layout(d: Path) -> bool:
-    try:
-        head = json.loads((d / MANIFEST).read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(head, dict) and head.get("format") == FORMAT
+    head = manifest_head(d, MANIFEST)
+    return head is not None and head.get("format") == FORMAT
 
 
 def _new_shard_dir_name(out: Path, stem: str, mounts: list[Path]) -> str:
@@ -237,11 +243,27 @@ def _swap_in(new: Path, out: Path, backup: Path) -> Path:
     return backup
 
 
+def check_layout_out(out: Path, overwrite: bool) -> None:
+    """An existing layout directory is replaced only with `overwrite`, and only when it is a Moment layout
+    holding nothing but what its manifest names (or an empty directory)."""
+    if not exists(out):
+        return
+    if not overwrite:
+        raise MomentError("layout already exists", source=str(out), hint="pass --overwrite to replace it")
+    _check_replaceable(out)
+
+
 def _check_replaceable(out: Path) -> None:
-    """--overwrite replaces a Moment layout, never a directory of something else."""
-    if not out.is_dir() or not _is_layout(out):
-        raise MomentError("exists and is not a Moment layout (no layout manifest.json); refusing to replace it",
-                          source=str(out))
+    """--overwrite replaces a Moment layout holding only what its manifest names, never a directory of
+    something else nor files a person put in a layout."""
+    named = None
+    if _is_layout(out):
+        try:
+            named = _inside(out, LayoutManifest.model_validate(manifest_head(out, MANIFEST)))
+        except ValueError:
+            raise MomentError("its manifest is damaged, so what the layout owns is unknown: refusing to replace "
+                              "it", source=str(out / MANIFEST), hint="choose another --out") from None
+    check_replaceable(out, "layout", named)
 
 
 def _group(a: Assignment) -> tuple[np.ndarray, np.ndarray]:
@@ -370,14 +392,10 @@ def write_layout(
             needs.append((m, nbytes))
             specs.append((i, m, fmt.stride, nbytes))
     needs.append((home, local + n * 16 + 128))
-    if out.exists() and not overwrite:
-        raise MomentError("layout already exists", source=str(out), hint="pass overwrite to replace it")
+    check_layout_out(out, overwrite)
 
     with locked(out, "layout"):
-        if out.exists():
-            if not overwrite:
-                raise MomentError("layout already exists", source=str(out), hint="pass overwrite to replace it")
-            _check_replaceable(out)
+        check_layout_out(out, overwrite)
         _check_space(needs)
         _recover(out, mounts)  # start clean: stale partial output and orphaned shard dirs of this layout
         ext_name = _new_shard_dir_name(out, stem, mounts)
@@ -496,7 +514,8 @@ def _write(out, partial, ext_name, mounts, feats, rows_u8, features_path, a, fmt
 
 class RemoveReport(BaseModel):
     layout: str
-    removed_dirs: list[str] = Field(description="the layout directory, then each shard directory on an SSD mount")
+    removed_dirs: list[str] = Field(description="the layout directory, then each shard directory on an SSD mount "
+                                                "(`moment layout rm` adds LAYOUT.runs, the layout's training runs)")
     files: int
     bytes: int
 
@@ -535,37 +554,34 @@ def remove_layout(path: str | Path) -> RemoveReport:
     return RemoveReport(layout=str(given), removed_dirs=[str(given), *map(str, ext)], files=len(files), bytes=size)
 
 
-def _owned_files(out: Path, m: LayoutManifest) -> tuple[list[Path], dict[Path, set[str]]]:
-    """Every file to delete (existing ones) and the shard directories on mounts with their file names;
-    raises MomentError for anything the layout does not own."""
+def _inside(out: Path, m: LayoutManifest) -> set[str]:
+    """The layout-relative paths of every file the manifest puts inside the layout (its pack included);
+    raises MomentError for a name that points outside it."""
     inside = {MANIFEST, m.index.path, *(f.path for f in m.cache_lists.values())}
     inside |= {m.order_file.path} if m.order_file else set()
     inside |= pack_files(out)
-    ext: dict[Path, set[str]] = {}
-    for s in m.shards:
-        p = Path(s.path)
-        if p.is_absolute():
-            ext.setdefault(p.parent, set()).add(p.name)
-        else:
-            inside.add(s.path)
+    inside |= {s.path for s in m.shards if not Path(s.path).is_absolute()}
     root = out.resolve()
     for rel in inside:
         q = (out / rel).resolve()
         if Path(rel).is_absolute() or root not in q.parents:
             raise MomentError(f"the manifest names {rel!r}, which is outside the layout: refusing to remove it",
                               source=str(out / MANIFEST))
-    files: list[Path] = []
-    for p in sorted(out.rglob("*")):
-        rel = p.relative_to(out).as_posix()
-        if p.is_dir() and not p.is_symlink():
-            if not any(f.startswith(rel + "/") for f in inside):
-                raise MomentError(f"holds the directory {rel}, which the layout's manifest does not name: "
-                                  "refusing to remove it", source=str(out))
-            continue
-        if rel not in inside:
-            raise MomentError(f"holds {rel}, which the layout's manifest does not name: refusing to remove it",
-                              source=str(out))
-        files.append(p)
+    return inside
+
+
+def _owned_files(out: Path, m: LayoutManifest) -> tuple[list[Path], dict[Path, set[str]]]:
+    """Every file to delete (existing ones) and the shard directories on mounts with their file names;
+    raises MomentError for anything the layout does not own."""
+    inside = _inside(out, m)
+    ext: dict[Path, set[str]] = {}
+    for s in m.shards:
+        p = Path(s.path)
+        if p.is_absolute():
+            ext.setdefault(p.parent, set()).add(p.name)
+    check_replaceable(out, "layout", inside, verb="remove", hint=None)
+    files = [p for p in sorted(out.rglob("*")) if not (p.is_dir() and not p.is_symlink())]
+    root = out.resolve()
     stems = {_layout_paths(out)[2], _layout_paths(root)[2]}
     for d, names in ext.items():
         if not any(_owned(stem, d.name) and not d.name.endswith(".partial") for stem in stems):
@@ -575,9 +591,9 @@ def _owned_files(out: Path, m: LayoutManifest) -> tuple[list[Path], dict[Path, s
             continue
         if d.is_symlink() or not d.is_dir():
             raise MomentError("shard path is not a directory Moment wrote: refusing to remove it", source=str(d))
-        for p in sorted(d.iterdir()):
-            if p.name not in names or not p.is_file() or p.is_symlink():
-                raise MomentError(f"shard directory holds {p.name}, which the layout's manifest does not name: "
-                                  "refusing to remove it", source=str(d))
-            files.append(p)
+        extra = unnamed_entries(d, names)
+        if extra:
+            raise MomentError(f"shard directory holds {extra[0]}, which the layout's manifest does not name: "
+                              "refusing to remove it", source=str(d))
+        files += sorted(d.iterdir())
     return files, {d: names for d, names in ext.items() if d.exists()}

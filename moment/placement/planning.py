@@ -198,23 +198,15 @@ def cache_notes(workload: WorkloadSpec, cache: CacheRows, hotness: np.ndarray, o
 
 def load_plan(path: str, topo: Topology, inventory: Inventory) -> Plan:
     """A `moment plan --json` file, checked against the machine and inventory it is used with."""
-    from pathlib import Path
+    from moment.planner.api import read_plan
 
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as e:
-        raise MomentError(f"cannot read the plan: {e.strerror}", source=str(p)) from None
-    try:
-        plan = Plan.model_validate_json(text)
-    except ValidationError as e:
-        raise validation_error(e, "not a plan (output of `moment plan --json`)", source=str(p)) from None
+    plan = read_plan(path)
     if plan.machine != topo.name:
         raise MomentError(f"the plan is for machine {plan.machine!r}, not {topo.name!r} (--profile)",
-                          source=str(p), hint=f"use --profile {plan.machine} or plan this machine again")
+                          source=str(path), hint=f"use --profile {plan.machine} or plan this machine again")
     if plan.inventory != inventory.describe():
         raise MomentError(f"the plan places {plan.inventory!r}, but the inventory is {inventory.describe()!r}",
-                          source=str(p), hint="pass the --gpus/--ssds (and models) the plan was made with")
+                          source=str(path), hint="pass the --gpus/--ssds (and models) the plan was made with")
     return plan
 
 

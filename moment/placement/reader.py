@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
+from moment.documents import mistaken
 from moment.errors import MomentError, validation_error
+from moment.inputs import check_dir, exists, read_text
 from moment.outputs import sha256_file
 from moment.placement.manifest import FORMAT, MANIFEST, SCHEMA_VERSION, LayoutManifest, Progress, Shard
 from moment.placement.pack import load_pack, pack_problems
@@ -39,21 +42,24 @@ class VerifyReport(BaseModel):
 
 def load_manifest(path: str | Path) -> LayoutManifest:
     p = Path(path)
-    if not p.is_dir():
+    if not exists(p):
         hint = "an interrupted write leaves LAYOUT.partial; rerun the write" if p.name.endswith(".partial") else None
-        if (p.with_name(p.name + ".old") / MANIFEST).is_file():
+        if os.path.isfile(p.with_name(p.name + ".old") / MANIFEST):
             hint = (f"an interrupted overwrite left the previous layout at {p.name}.old; the next "
                     "`moment place --out` of this path puts it back")
-        raise MomentError("layout directory not found", source=str(p), hint=hint)
+        if hint:
+            raise MomentError("layout directory not found", source=str(p), hint=hint)
+    check_dir(p, "layout directory")
     mf = p / MANIFEST
     if not mf.is_file():
         raise MomentError("no manifest.json: not a complete layout", source=str(p))
     try:
-        head = json.loads(mf.read_text())
-    except (OSError, ValueError) as e:
+        head = json.loads(read_text(mf, "layout manifest"))
+    except (ValueError, RecursionError) as e:
         raise MomentError(f"manifest is not readable JSON: {e}", source=str(mf)) from None
     if not isinstance(head, dict) or head.get("format") != FORMAT:
-        raise MomentError("not a Moment layout manifest (no format 'moment-layout')", source=str(mf))
+        raise mistaken(head, "layout", str(p)) or MomentError(
+            "not a Moment layout manifest (no format 'moment-layout')", source=str(mf))
     if head.get("schema_version") != SCHEMA_VERSION:
         raise MomentError(f"layout schema version {head.get('schema_version')} is not supported "
                           f"(this Moment reads version {SCHEMA_VERSION})", source=str(mf))

@@ -131,6 +131,28 @@ def load_topology(profile: str, calibration: Path | None, overrides: list[str] |
     return calibrated(topo, cal), cal
 
 
+def read_plan(path: str | Path) -> Plan:
+    """A `moment plan --json` file (another kind of document given instead is named as such)."""
+    from pydantic import ValidationError
+
+    from moment.documents import mistaken
+    from moment.errors import validation_error
+    from moment.inputs import read_text
+    from moment.planner.contracts import Plan
+    from moment.topology.profiles import parse_yaml
+
+    text = read_text(path, "plan")
+    try:
+        return Plan.model_validate_json(text)
+    except ValidationError as e:
+        try:
+            data = parse_yaml(text, str(path))  # JSON is YAML: a profile or calibration given as --plan too
+        except MomentError:
+            data = None
+        raise mistaken(data, "plan", str(path)) or validation_error(
+            e, "not a plan (output of `moment plan --json`)", source=str(path)) from None
+
+
 def calibrated(topo: Topology, cal: Calibration | None) -> Topology:
     """`topo` with the calibration's link efficiencies and SSD read scale applied."""
     from moment.planner.calibration import apply_calibration

@@ -23,11 +23,12 @@ import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from moment.documents import mistaken
 from moment.errors import MomentError, validation_error
 from moment.topology.bandwidth import GB
 from moment.topology.devices import Inventory, check_placement, strip
 from moment.topology.model import Kind, Topology
-from moment.topology.profiles import parse_yaml
+from moment.topology.profiles import read_yaml
 from moment.workload.spec import WorkloadSpec
 
 
@@ -151,21 +152,13 @@ class MeasurementFile(BaseModel):
     probe: dict[str, Any] | None = Field(None, description="what `moment probe` measured besides (not fitted)")
 
 
-def _read_yaml(path: str | Path, what: str) -> Any:
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as e:
-        raise MomentError(f"cannot read the {what}: {e.strerror}", source=str(p)) from None
-    return parse_yaml(text, str(p))
-
-
 def load_measurements(path: str | Path) -> MeasurementFile:
-    data = _read_yaml(path, "measurement file")
+    data = read_yaml(path, "measurement file")
     try:
         return MeasurementFile.model_validate(data)
     except ValidationError as e:
-        raise validation_error(e, "not a measurement file", source=str(path)) from None
+        raise mistaken(data, "measurement file", str(path)) or validation_error(
+            e, "not a measurement file", source=str(path)) from None
 
 
 class Residual(BaseModel):
@@ -202,12 +195,12 @@ class Calibration(BaseModel):
 
 
 def load_calibration(path: str | Path) -> Calibration:
-    data = _read_yaml(path, "calibration")
+    data = read_yaml(path, "calibration")
     try:
         return Calibration.model_validate(data)
     except ValidationError as e:
-        raise validation_error(e, "not a calibration file (from `moment calibrate --out`)",
-                               source=str(path)) from None
+        raise mistaken(data, "calibration", str(path)) or validation_error(
+            e, "not a calibration file (from `moment calibrate --out`)", source=str(path)) from None
 
 
 def dump_calibration(cal: Calibration) -> str:

@@ -11,7 +11,9 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from moment.documents import mistaken
 from moment.errors import Flag, MomentError, cli_flag, validation_error, validation_lines
+from moment.inputs import exists, read_text
 from moment.outputs import atomic_write
 from moment.topology.limits import MAX_DEPTH
 from moment.topology.model import Topology
@@ -42,21 +44,18 @@ _DISCRIMINATOR_TAGS = {"socket", "root_complex", "switch", "slot", "gpu", "ssd",
 
 def topology_from_dict(data: Any, source: str) -> Topology:
     if not isinstance(data, dict):
-        raise MomentError("a profile must be a YAML mapping with 'name' and 'nodes'", source=source)
+        raise mistaken(data, "profile", source) or MomentError(
+            "a profile must be a YAML mapping with 'name' and 'nodes'", source=source)
     try:
         return Topology.model_validate(data)
     except ValidationError as err:
-        raise format_validation_error(err, source) from None
+        raise mistaken(data, "profile", source) or format_validation_error(err, source) from None
 
 
-def _read_yaml(path: Path) -> Any:
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise MomentError("file not found", source=str(path)) from None
-    except OSError as e:
-        raise MomentError(f"cannot read: {e.strerror}", source=str(path)) from None
-    return parse_yaml(text, str(path))
+def read_yaml(path: str | Path, what: str) -> Any:
+    """The YAML file `what` at `path` as data: every YAML input (profiles, calibrations, measurement and
+    price files) is read here, so each says the same about a missing, unreadable or non-text file."""
+    return parse_yaml(read_text(path, what), str(path))
 
 
 #: libyaml's loader where PyYAML has it (about 5x faster on a large upload), else the Python one
@@ -100,10 +99,10 @@ def parse_yaml(text: str, source: str) -> Any:
 
 def resolve_profile(name_or_path: str) -> Path:
     p = Path(name_or_path)
-    if p.suffix in (".yaml", ".yml") or p.exists():
+    if p.suffix in (".yaml", ".yml") or exists(p):
         return p
     builtin = PROFILE_DIR / f"{name_or_path}.yaml"
-    if builtin.exists():
+    if exists(builtin):
         return builtin
     raise MomentError(
         f"unknown profile {name_or_path!r}",
@@ -115,7 +114,7 @@ def load_profile(name_or_path: str, overrides: list[str] | None = None, *, flag:
     """A profile, with `--set` overrides applied. A profile that is invalid by itself blames its file;
     one that only the overrides make invalid blames the first `--set` that breaks it (spelled by `flag`)."""
     path = resolve_profile(name_or_path)
-    data = _read_yaml(path)
+    data = read_yaml(path, "profile")
     if not overrides:
         return topology_from_dict(data, str(path))
     if not isinstance(data, dict):

@@ -34,10 +34,26 @@ from typing import Any, Self
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from moment import testpoints
+from moment.documents import mistaken
 from moment.errors import MomentError, validation_error
 from moment.locking import locked
-from moment.outputs import (ChunkHasher, atomic_file, check_output, follow_umask, fsync_dir, reason, write_error,
-                            writing)
+from moment.inputs import check_dir, read_text
+from moment.outputs import (
+    ChunkHasher,
+    atomic_file,
+    check_output,
+    check_replaceable,
+    follow_umask,
+    fsync_dir,
+    manifest_head,
+    reason,
+    remove_stale,
+    set_aside_name,
+    temp_prefix,
+    write_error,
+    writing,
+)
 
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
@@ -215,23 +231,16 @@ class GraphWriter:
         self.out_dir = Path(out_dir)
         self.name = name or self.out_dir.name
         # held until commit/abort: a second writer of the same directory is refused, naming this one
+        check_output(self.out_dir, directory=True)
         self._lock = ExitStack()
         self._lock.enter_context(locked(self.out_dir, "dataset"))
         try:
-            if self.out_dir.exists() and not overwrite:
-                raise MomentError(
-                    "output directory already exists", source=str(self.out_dir),
-                    hint="choose another --out or pass --overwrite"
-                )
-            if self.out_dir.exists() and not _replaceable(self.out_dir):
-                raise MomentError(
-                    "exists and is not a dataset (no manifest.json); refusing to replace it", source=str(self.out_dir)
-                )
+            remove_stale(self.out_dir, set_aside=True)  # a killed writer's leftovers (we hold the lock)
+            check_overwrite(self.out_dir, overwrite)
             self.overwrite = overwrite
-            check_output(self.out_dir, directory=True)
             with writing(self.out_dir):
                 self.out_dir.parent.mkdir(parents=True, exist_ok=True)
-                self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.out_dir.name}.tmp-", dir=self.out_dir.parent))
+                self.tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(self.out_dir), dir=self.out_dir.parent))
                 follow_umask(self.tmp, directory=True)
         except BaseException:
             self._lock.close()
@@ -310,10 +319,13 @@ class GraphWriter:
             ds.validate()
         with atomic_file(self.tmp / MANIFEST, text=True) as f:
             f.write(manifest.model_dump_json(indent=2))
+        testpoints.reach("dataset-written")
         old = None
         if self.out_dir.exists():
-            old = self.out_dir.parent / f".{self.out_dir.name}.old-{os.getpid()}"
+            check_overwrite(self.out_dir, self.overwrite)  # still only what was checked at the start
+            old = set_aside_name(self.out_dir)
             os.replace(self.out_dir, old)
+            testpoints.reach("dataset-old-moved")  # a crash here: the next writer puts `old` back
         os.replace(self.tmp, self.out_dir)
         fsync_dir(self.out_dir.parent)
         if old is not None:
@@ -333,9 +345,25 @@ class GraphWriter:
         self._lock.close()
 
 
-def _replaceable(path: Path) -> bool:
-    """--overwrite may only replace a dataset or an empty directory, never arbitrary user data."""
-    return path.is_dir() and ((path / MANIFEST).is_file() or not any(path.iterdir()))
+def owned_entries(path: str | Path) -> set[str] | None:
+    """The entries of the dataset directory `path` that its writer made (the manifest and the files it
+    names); None when `path` holds no manifest a dataset writer wrote."""
+    head = manifest_head(path, MANIFEST)
+    if head is None or head.get("format") != FORMAT or not isinstance(head.get("files"), dict):
+        return None
+    files = [r.get("file") for r in head["files"].values() if isinstance(r, dict)]
+    return {MANIFEST, *(f for f in files if isinstance(f, str) and "/" not in f)}
+
+
+def check_overwrite(path: Path, overwrite: bool) -> None:
+    """An existing --out is replaced only with --overwrite, and only when it is an empty directory or a
+    dataset holding nothing but its own files (never a directory that merely has a manifest.json)."""
+    if not path.exists() and not path.is_symlink():
+        return
+    if not overwrite:
+        raise MomentError("output directory already exists", source=str(path),
+                          hint="choose another --out or pass --overwrite")
+    check_replaceable(path, "dataset", owned_entries(path))
 
 
 def write_graph(
@@ -390,19 +418,19 @@ class GraphDataset:
     def open(cls, path: str | Path, verify: bool = False) -> GraphDataset:
         p = Path(path)
         mpath = p / MANIFEST
-        if not p.is_dir():
-            raise MomentError("dataset directory not found", source=str(p))
+        check_dir(p, "dataset directory")
         if not mpath.is_file():
             raise MomentError(
                 "no manifest.json: not a dataset, or an interrupted write", source=str(p),
                 hint="create datasets with `moment data synth` or `moment data import`",
             )
         try:
-            raw = json.loads(mpath.read_text())
-        except (OSError, json.JSONDecodeError) as e:
+            raw = json.loads(read_text(mpath, "dataset manifest"))
+        except (json.JSONDecodeError, RecursionError) as e:
             raise MomentError(f"unreadable manifest: {e}", source=str(mpath)) from None
         if isinstance(raw, dict) and raw.get("format", FORMAT) != FORMAT:
-            raise MomentError(f"format is {raw.get('format')!r}, expected {FORMAT!r}", source=str(mpath))
+            raise mistaken(raw, "dataset", str(p)) or MomentError(
+                f"format is {raw.get('format')!r}, expected {FORMAT!r}", source=str(mpath))
         if isinstance(raw, dict) and raw.get("schema_version", SCHEMA_VERSION) != SCHEMA_VERSION:
             raise MomentError(
                 f"schema_version {raw.get('schema_version')} is not supported (this build reads {SCHEMA_VERSION})",

@@ -22,14 +22,43 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from moment.errors import MomentError, check_at_least
+from moment.errors import NPZ_ERRORS, MomentError, check_at_least
+from moment.inputs import check_dir, exists, read_text
+from moment.outputs import (
+    atomic_file,
+    check_output,
+    check_replaceable,
+    follow_umask,
+    fsync_dir,
+    manifest_head,
+    remove_stale,
+    set_aside_name,
+    temp_prefix,
+    write_error,
+    writing,
+)
 from moment.workload.seeds import check_seed
-from moment.outputs import atomic_file, check_output, follow_umask, fsync_dir, write_error, writing
 
 if TYPE_CHECKING:
     from moment.workload.graph import GraphDataset
 
 HOTNESS_SCHEMA = 1
+HOTNESS_JSON = "hotness.json"
+_ARRAYS = ("feature_reads", "adjacency_reads")
+
+
+def check_hotness_out(path: str | Path) -> Path:
+    """Check a hotness output directory up front: writable, and when it exists, a hotness directory that
+    holds nothing but what `Hotness.save` writes (it is replaced; anything else would be lost)."""
+    out = check_output(path, "--out", directory=True)
+    if exists(out):
+        head = manifest_head(out, HOTNESS_JSON)
+        ours = head is not None and head.get("schema_version") == HOTNESS_SCHEMA and "num_nodes" in head
+        check_replaceable(out, "hotness", {HOTNESS_JSON, *(f"{a}.npy" for a in _ARRAYS)} if ours else None,
+                          unnamed="which `moment data presample` did not write")
+    return out
+
+
 TOPS = (0.01, 0.05, 0.10)
 
 
@@ -147,17 +176,16 @@ class Hotness:
 
     def save(self, path: str | Path, overwrite: bool = True) -> Path:
         out = Path(path)
-        if out.exists() and not overwrite:
+        if exists(out) and not overwrite:
             raise MomentError("output already exists", source=str(out))
-        if out.exists() and not (out / "hotness.json").is_file():
-            raise MomentError("exists and is not a hotness directory; refusing to replace it", source=str(out))
-        check_output(out, directory=True)
+        check_hotness_out(out)
+        remove_stale(out, set_aside=True)
         with writing(out):
             out.parent.mkdir(parents=True, exist_ok=True)
-            tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+            tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(out), dir=out.parent))
         try:
             follow_umask(tmp, directory=True)
-            for name in ("feature_reads", "adjacency_reads"):
+            for name in _ARRAYS:
                 with atomic_file(tmp / f"{name}.npy") as f:
                     np.save(f, np.ascontiguousarray(getattr(self, name), dtype=np.int64))
             doc = {
@@ -168,11 +196,11 @@ class Hotness:
                 "unique_ratio": self.unique_ratio,
                 "meta": self.meta,
             }
-            with atomic_file(tmp / "hotness.json", text=True) as f:
+            with atomic_file(tmp / HOTNESS_JSON, text=True) as f:
                 json.dump(doc, f, indent=2)
             old = None
             if out.exists():  # move the previous result aside first, so a crash never leaves neither
-                old = out.parent / f".{out.name}.old-{os.getpid()}"
+                old = set_aside_name(out)
                 os.replace(out, old)
             os.replace(tmp, out)
             fsync_dir(out.parent)
@@ -187,30 +215,38 @@ class Hotness:
 
     @classmethod
     def load(cls, path: str | Path) -> Hotness:
-        p = Path(path)
-        j = p / "hotness.json"
+        p = check_dir(path, "hotness directory")
+        j = p / HOTNESS_JSON
         if not j.is_file():
             raise MomentError("no hotness.json here (create it with `moment data presample`)", source=str(p))
         try:
-            doc = json.loads(j.read_text())
-        except (OSError, json.JSONDecodeError) as e:
+            doc = json.loads(read_text(j, "hotness file"))
+        except (json.JSONDecodeError, RecursionError) as e:
             raise MomentError(f"unreadable: {e}", source=str(j)) from None
+        if not isinstance(doc, dict):
+            raise MomentError("not written by `moment data presample`: not a JSON object", source=str(j))
         if doc.get("schema_version") != HOTNESS_SCHEMA:
             raise MomentError(f"schema_version {doc.get('schema_version')} not supported", source=str(j))
+        missing = [k for k in ("num_nodes", "num_batches", "sampled_total", "unique_ratio") if k not in doc]
+        if missing:
+            raise MomentError(f"not written by `moment data presample`: no {', '.join(missing)}", source=str(j))
         arrays = {}
-        for name in ("feature_reads", "adjacency_reads"):
+        for name in _ARRAYS:
             f = p / f"{name}.npy"
             try:
                 a = np.load(f, allow_pickle=False)
-            except (OSError, ValueError) as e:
+            except NPZ_ERRORS as e:
                 raise MomentError(f"cannot read: {e}", source=str(f)) from None
             if a.shape != (doc["num_nodes"],):
                 raise MomentError(f"shape {a.shape} != ({doc['num_nodes']},) from hotness.json", source=str(f))
             arrays[name] = a
-        return cls(
-            arrays["feature_reads"], arrays["adjacency_reads"], int(doc["num_batches"]), int(doc["sampled_total"]),
-            float(doc["unique_ratio"]), dict(doc.get("meta", {})),
-        )
+        try:
+            return cls(
+                arrays["feature_reads"], arrays["adjacency_reads"], int(doc["num_batches"]),
+                int(doc["sampled_total"]), float(doc["unique_ratio"]), dict(doc.get("meta", {})),
+            )
+        except (TypeError, ValueError) as e:
+            raise MomentError(f"a field has the wrong type: {e}", source=str(j)) from None
 
 
 def presample(

@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from moment.errors import NPZ_ERRORS, MomentError
+from moment.inputs import check_dir, check_file, exists
 from moment.workload.graph import CHUNK_BYTES, GraphDataset, GraphWriter, index_dtype, label_dtype
 from moment.workload.seeds import check_seed
 
@@ -48,9 +49,9 @@ EDGE_CHUNK = 1 << 22  # edges per chunk in every pass
 
 
 def _need(path: Path, what: str) -> Path:
-    if not path.is_file():
+    if not exists(path):
         raise MomentError(f"missing {what}", source=str(path))
-    return path
+    return check_file(path, what)
 
 
 #: bytes of memory per node while the CSR is built (counts, indptr, cursor / out_ptr, labels: int64 each)
@@ -286,7 +287,7 @@ def _load_npy(path: Path, what: str) -> np.ndarray:
     _need(path, what)
     try:
         return np.load(path, mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError) as e:
+    except NPZ_ERRORS as e:
         raise MomentError(f"not a readable .npy file: {e}", source=str(path)) from None
 
 
@@ -303,9 +304,7 @@ def import_ogb(
     progress: Progress | None = None,
 ) -> GraphDataset:
     """Imports an unzipped OGB node-property-prediction dataset (CSV or NPZ raw layout)."""
-    root = Path(src_dir)
-    if not root.is_dir():
-        raise MomentError("OGB dataset directory not found", source=str(root))
+    root = check_dir(src_dir, "OGB dataset directory")
     raw = root / "raw"
     npz = raw / "data.npz"
     if not npz.is_file():
@@ -405,9 +404,7 @@ def import_igb(
     progress: Progress | None = None,
 ) -> GraphDataset:
     """Imports one IGB size directory (the one holding `processed/`); see the module docstring."""
-    root = Path(src_dir)
-    if not root.is_dir():
-        raise MomentError("IGB dataset directory not found", source=str(root))
+    root = check_dir(src_dir, "IGB dataset directory")
     if classes not in IGB_LABELS:
         raise MomentError(f"classes must be 19 or 2K, got {classes!r}")
     paper = root / "processed" / "paper"
@@ -460,6 +457,9 @@ def import_edgelist(
     """Imports a "src dst" text edge list, with optional features/labels `.npy` files."""
     check_seed(seed)
     path = _need(Path(edges_file), "edge list file")
+    for given, what in ((features, "features file"), (labels, "labels file")):
+        if given:
+            _need(Path(given), what)  # before the edges are read
     with GraphWriter(out_dir, overwrite=overwrite) as w:
         sw = w.stream("scratch-edges", np.int64, (2,))
         hi = -1

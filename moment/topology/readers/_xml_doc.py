@@ -14,6 +14,7 @@ from pathlib import Path
 from xml.parsers import expat
 
 from moment.errors import MomentError
+from moment.inputs import read_bytes
 from moment.topology.limits import MAX_DEPTH
 
 
@@ -45,14 +46,7 @@ def load_text(path_or_text: str | bytes | Path, kind: str) -> tuple[str | bytes,
     if not isinstance(path_or_text, str | Path):
         raise MomentError(f"expected a file path or {kind} text, got {type(path_or_text).__name__}")
     path = Path(path_or_text)
-    try:
-        return path.read_bytes(), str(path)
-    except FileNotFoundError:
-        raise MomentError("file not found", source=str(path)) from None
-    except IsADirectoryError:
-        raise MomentError("is a directory, expected an XML file", source=str(path)) from None
-    except OSError as e:
-        raise MomentError(f"cannot read: {e.strerror}", source=str(path)) from None
+    return read_bytes(path, f"{kind} file"), str(path)
 
 
 def parse(content: str | bytes, source: str) -> XmlDoc:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from moment.errors import MomentError
+from moment import inputs
 
 #: "$ cmd", "$ user@host:~$ cmd", "user@host:~# cmd".
 _DOLLAR = re.compile(r"^\$\s+(?P<cmd>.*)$")
@@ -78,16 +78,9 @@ def select(text: str, wanted: Callable[[str], bool]) -> list[Line]:
 
 
 def read_text(path: str | Path) -> str:
-    """Read a saved output file; a missing or unreadable file is the user's error."""
-    p = Path(path)
-    try:
-        return p.read_text(errors="replace")
-    except FileNotFoundError:
-        raise MomentError("file not found", source=str(p)) from None
-    except IsADirectoryError:
-        raise MomentError("is a directory, expected a text file", source=str(p)) from None
-    except OSError as e:
-        raise MomentError(f"cannot read: {e.strerror}", source=str(p)) from None
+    """Read a saved output file; a missing or unreadable file is the user's error. A stray byte that is
+    not UTF-8 does not stop the parsers (they say when they find nothing they know)."""
+    return inputs.read_text(path, "text file (saved command output)", errors="replace")
 
 
 # ---- command predicates -----------------------------------------------------------------------------

@@ -1,0 +1,87 @@
+"""Which kind of Moment document a parsed YAML/JSON file is, recognised by its shape.
+
+A file given to the wrong option (a measurement file as --calibration, a profile as --plan) is valid
+YAML or JSON that fails validation with field errors ("Extra inputs are not permitted") that do not say
+what happened. Each reader asks `mistaken` when validation fails: when the document is recognisably
+another kind, the one message says what the file is, what makes the expected kind and what to do with
+this one. The shapes are the top-level fields each kind always has (a test checks every kind Moment
+writes against them).
+
+This module sits beside `moment.errors` at the bottom of the package: every reader may import it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from moment.errors import MomentError
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str  # how a person calls it
+    made_by: str  # where one comes from
+    use: str  # what to do with one ({path}: the file or directory)
+    test: Callable[[Any], bool]  # whether a parsed document has its shape
+
+    @property
+    def a(self) -> str:
+        return f"an {self.name}" if self.name[0] in "aeiou" else f"a {self.name}"
+
+
+def _has(*keys: str) -> Callable[[Any], bool]:
+    return lambda d: isinstance(d, dict) and all(k in d for k in keys)
+
+
+KINDS: dict[str, Kind] = {k.name: k for k in (
+    Kind("profile", "from `moment scan --out` or `moment export`, or written by hand to `moment schema topology`",
+         "pass it as --profile {path}", _has("name", "nodes")),
+    Kind("calibration", "from `moment calibrate --out`", "pass it as --calibration {path} to plan, compare or simulate",
+         _has("params", "fitted")),
+    Kind("measurement file", "from `moment probe --out`, or written by hand as the README shows",
+         "fit a calibration from it: `moment calibrate --measured {path} --out cal.yaml`, then pass "
+         "--calibration cal.yaml", _has("measurements")),
+    Kind("price file", "written by hand: `devices: {MODEL: {price_usd: ..., date: ..., source: ...}}`",
+         "pass it as `moment advise --prices {path}`",
+         lambda d: isinstance(d, dict) and bool(d) and set(d) <= {"currency", "server", "electricity", "devices"}),
+    Kind("plan", "from `moment plan --json`", "pass it as --plan {path} to place or simulate",
+         _has("machine", "inventory", "placement", "predicted")),
+    Kind("comparison", "from `moment compare --json`",
+         "it holds one row per machine; for a plan run `moment plan --profile NAME --json > plan.json`",
+         lambda d: isinstance(d, list) and bool(d) and all(_has("profile", "placement", "epoch_read_s")(r) for r in d)),
+    Kind("buying advice", "from `moment advise --json`",
+         "its best inventory's placement is a plan: run `moment plan` with that inventory and --json",
+         _has("budget_usd", "candidates")),
+    Kind("replay", "from `moment simulate --json`", "it is a report, not an input", _has("lp_epoch_s", "per_gpu")),
+    Kind("dataset", "from `moment data synth` or `moment data import`",
+         "pass its directory as --dataset (to place, train, cache simulate) or to `moment data info`",
+         _has("num_nodes", "feature_dim", "files")),
+    Kind("layout", "from `moment place --out`",
+         "pass its directory as --layout (to train, simulate, data pack) or to `moment layout info`",
+         _has("shards", "bins", "row")),
+    Kind("layout's pack", "from `moment data pack`", "it is part of a layout: pass the layout's directory",
+         _has("layout_index_sha256", "files")),
+    Kind("hotness", "from `moment data presample --out`", "pass its directory as --hotness (to place, cache simulate)",
+         _has("num_batches", "sampled_total", "unique_ratio")),
+    Kind("topology XML", "from NCCL (NCCL_TOPO_DUMP_FILE) or hwloc (`lstopo --of xml`)",
+         "turn it into a profile: `moment scan --from-nccl-xml {path} --out profile.yaml` (or --from-hwloc-xml)",
+         lambda d: isinstance(d, str) and d.lstrip().startswith("<")),
+)}
+
+
+def kind_of(data: Any) -> Kind | None:
+    """The kind of Moment document `data` (parsed YAML or JSON) has the shape of, if any."""
+    return next((k for k in KINDS.values() if k.test(data)), None)
+
+
+def mistaken(data: Any, expected: str, source: str, path: str | None = None) -> MomentError | None:
+    """The message for a document of another kind given where `expected` (a name in KINDS) was asked
+    for; None when it is of the expected kind or of none Moment knows (the reader then says what is
+    wrong with it). `path` is what the hint tells the user to pass (default `source`)."""
+    found, want = kind_of(data), KINDS[expected]
+    if found is None or found is want:
+        return None
+    return MomentError(f"this is {found.a} ({found.made_by}), not {want.a} ({want.made_by})",
+                       source=source, hint=found.use.format(path=path or source))
