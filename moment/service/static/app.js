@@ -187,6 +187,7 @@ function report(kind, err) {
   box.hidden = false;
   const first = $(".field-error", card) || box;
   if (!inView(first)) first.scrollIntoView({ block: "center" });
+  if (!inView(box)) box.scrollIntoView({ block: "nearest" });  // the reason and hint by the button, too
 }
 
 function inView(e) {
