@@ -76,6 +76,19 @@ def test_user_errors_are_one_message_and_exit_2(capsys, argv, needle):
     assert needle in " ".join(err.split()) and "Traceback" not in err
 
 
+@pytest.mark.parametrize("argv, says, where", [
+    (["plan", "--gpus", "abc"], "Invalid value for '--gpus'", "moment plan"),
+    (["plan", "--no-such-flag"], "No such option: --no-such-flag", "moment plan"),
+    (["no-such-command"], "No such command 'no-such-command'", "moment"),
+    (["layout", "rm"], "Missing argument 'layout'", "moment layout rm"),
+])
+def test_a_bad_flag_or_value_is_one_line_with_where_to_look_not_a_usage_box(capsys, argv, says, where):
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and not out, (out, err)
+    assert err.splitlines() == [f"error: {says}" + err.splitlines()[0].split(says, 1)[1], f"  hint: see {where} --help"]
+    assert "Usage:" not in err and "Traceback" not in err
+
+
 def test_bad_profile_file_names_file_and_field(capsys, tmp_path):
     p = tmp_path / "mine.yaml"
     p.write_text("name: mine\nnodes:\n  - {id: cpu0, kind: socket}\n  - {id: s0, kind: slot, parent: ghost}\n")

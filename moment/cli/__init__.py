@@ -88,14 +88,32 @@ def main(argv: list[str] | None = None) -> int:
     locking.COMMAND = "moment " + shlex.join(str(a) for a in (sys.argv[1:] if argv is None else argv))
     command = typer.main.get_command(app)
     _own_path_checks(command)
+    usage_error, click_exception = _click_errors()
     try:
-        command(args=argv, prog_name="moment")
+        code = command.main(args=argv, prog_name="moment", standalone_mode=False)
     except MomentError as e:
         err_console.print("[bold red]error:[/] " + _escape(str(e)), highlight=False, soft_wrap=True)
         return 2
+    except usage_error as e:  # a bad flag or value: one line and where to look, not a usage box
+        where = e.ctx.command_path if e.ctx is not None else "moment"
+        err_console.print("[bold red]error:[/] " + _escape(e.format_message()) + f"\n  hint: see {where} --help",
+                          highlight=False, soft_wrap=True)
+        return e.exit_code
+    except click_exception as e:
+        err_console.print("[bold red]error:[/] " + _escape(e.format_message()), highlight=False, soft_wrap=True)
+        return e.exit_code
+    except typer.Abort:
+        err_console.print("aborted", highlight=False)
+        return 1
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    return 0
+    return code if isinstance(code, int) else 0
+
+
+def _click_errors() -> tuple[type[Exception], type[Exception]]:
+    """click's UsageError and ClickException as this typer raises them (typer vendors its own click)."""
+    mro = typer.BadParameter.__mro__
+    return (next(c for c in mro if c.__name__ == "UsageError"), next(c for c in mro if c.__name__ == "ClickException"))
 
 
 def _escape(text: str) -> str:
