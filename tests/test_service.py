@@ -14,6 +14,7 @@ pytest.importorskip("fastapi", reason="the service needs the `serve` extra (fast
 
 from fastapi.testclient import TestClient  # noqa: E402
 
+from moment.errors import MomentError  # noqa: E402
 from moment.service.app import create_app  # noqa: E402
 from moment.service.config import Settings  # noqa: E402
 from tests.conftest import fixture_file  # noqa: E402
@@ -291,3 +292,10 @@ def test_deadline_stops_the_search_and_bounds_how_many_run():
     with pytest.raises(ValueError, match="boom"):
         run_with_deadline(lambda progress: (_ for _ in ()).throw(ValueError("boom")), 5, "x", searches)
     assert searches.slots.acquire(timeout=1)  # errors give the slot back too
+
+
+def test_the_data_directory_cannot_be_the_root(tmp_path):
+    """Every file a request names must lie under the data directory: `/` would let it name any file."""
+    with pytest.raises(MomentError, match="cannot be the file system's root"):
+        create_app(Settings(data_dir=Path("/")))
+    create_app(Settings(data_dir=tmp_path))  # a directory of its own is fine

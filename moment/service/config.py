@@ -55,6 +55,9 @@ class Settings:
             raise MomentError(f"cannot create the data directory: {e.strerror}", source=str(d)) from None
         if not d.is_dir():
             raise MomentError("not a directory", source=str(d))
+        if d.resolve() == Path(d.resolve().anchor):  # every file a request names must lie under it
+            raise MomentError("the data directory cannot be the file system's root: requests could name any file",
+                              source=str(d), hint="give a directory of its own, e.g. --data-dir ./moment-data")
         if self.max_waiting_searches < 0:
             raise MomentError(f"max_waiting_searches must not be negative (got {self.max_waiting_searches})")
         for name in ("max_body_bytes", "max_upload_bytes", "plan_timeout_s", "probe_max_mib", "probe_max_job_mib",

@@ -197,8 +197,8 @@ class PlaceJobRequest(_Strict):
 
 
 class ProbeJobRequest(_Strict):
-    """`moment probe` as a job: each SSD's directory named inside DATA_DIR/probe/ (a scratch file is left
-    there for the next probe)."""
+    """`moment probe` as a job: each SSD's directory named inside DATA_DIR/probe/ (its scratch file is
+    removed when the job ends)."""
 
     ssd_dirs: dict[str, str] = Field(
         default_factory=lambda: {"ssd0": "ssd0"}, max_length=64,
