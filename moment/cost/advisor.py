@@ -33,9 +33,9 @@ from pydantic import BaseModel, Field
 from moment.cost.model import CostParams, costs, report, samples_per_epoch
 from moment.cost.prices import PriceTable, load_prices
 from moment.errors import MomentError
-from moment.topology.bandwidth import GB
-from moment.topology.devices import Inventory, InventoryItem, builtin_gpus, find_model, fits, strip
-from moment.topology.model import Kind, Link, Topology
+from moment.topology.devices import (Inventory, InventoryItem, builtin_gpus, card_link, find_model, fits, ssd_read_bytes,
+                                     strip)
+from moment.topology.model import Kind, Topology
 from moment.workload.spec import WorkloadSpec
 
 #: optimistic bounds are inflated by this much so a solver's rounding can never beat its own bound
@@ -185,7 +185,7 @@ class _Bound:
     def __init__(self, bare: Topology, workload: WorkloadSpec):
         self.workload = workload
         self.scale = bare.ssd_read_scale or 1.0
-        self.fixed_ssd = sum(s.read_gbps * GB * self.scale for s in bare.of_kind(Kind.ssd))
+        self.fixed_ssd = sum(ssd_read_bytes(s.read_gbps, s.link, self.scale) for s in bare.of_kind(Kind.ssd))
         self.builtin = builtin_gpus(bare)
         # a peer link (NVLink bridge) on a slot or GPU lets data into a GPU past its slot; socket
         # links (UPI) and switch links do not
@@ -199,11 +199,13 @@ class _Bound:
         link and, for an SSD, its read rate), best first. n cards sit in n distinct slots, so the
         n best of these bound what they can do together and the n-th bounds the slowest of them."""
         if model.name not in self._rates:
-            card = Link(gen=model.gen, width=model.lanes).bandwidth()
-            if model.kind == Kind.ssd:
-                card = min(card, model.read_gbps * GB * self.scale)
-            rates = [min(card, s.link.bandwidth() if s.link is not None else math.inf)
-                     for s in self.free if fits(s, model)]
+            rates = []
+            for s in self.free:
+                if fits(s, model):
+                    link = card_link(model, s)
+                    card = (ssd_read_bytes(model.read_gbps, link, self.scale) if model.kind == Kind.ssd
+                            else link.bandwidth())
+                    rates.append(min(card, s.link.bandwidth() if s.link is not None else math.inf))
             self._rates[model.name] = sorted(rates, reverse=True)
         return self._rates[model.name]
 

@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 from moment.errors import MomentError
 from moment.topology.bandwidth import GB
-from moment.topology.devices import find_model
+from moment.topology.devices import card_link, find_model, ssd_read_bytes, trained_link
 from moment.topology.model import PLACEABLE, Kind, Link, Topology
 from moment.workload.spec import WorkloadSpec
 
@@ -142,12 +142,16 @@ def _extract(topo: Topology) -> _Chassis:
     for n in topo.nodes:
         if n.kind in (Kind.socket, Kind.nvswitch) or n.parent is None:
             continue  # an NVSwitch's PCIe uplink is for management, not data
-        cap, kind, label = _link_of(n.link)
+        link = n.link
+        if n.kind in (Kind.gpu, Kind.ssd) and topo.node(n.parent).kind == Kind.slot:
+            link = trained_link(link, topo.node(n.parent))
+        cap, kind, label = _link_of(link)
         if n.kind in (Kind.gpu, Kind.ssd):
             if n.kind == Kind.gpu:
                 devices.append(_Dev(n.id, n.kind, n.parent, cap, kind, label, n.hbm_gbps * GB, n.memory_gib))
             else:
-                devices.append(_Dev(n.id, n.kind, n.parent, cap, kind, label, n.read_gbps * GB * ssd_scale))
+                devices.append(_Dev(n.id, n.kind, n.parent, cap, kind, label,
+                                    ssd_read_bytes(n.read_gbps, link, ssd_scale)))
             continue
         fixed.append((n.id, n.parent, cap, kind, label))
     sockets = [(s.id, s.memory_bandwidth_gbps * GB, s.memory_gib) for s in topo.of_kind(Kind.socket)]
@@ -249,22 +253,26 @@ class ChassisTemplate:
         self.topo = bare
         self.chassis = _extract(bare)
         self._slot_order = {s: i for i, s in enumerate(self.chassis.slots)}
-        self._models: dict[str, tuple[Kind, float, float, float]] = {}
+        self._cards: dict[tuple[str, str], tuple[Kind, float, float, float]] = {}
 
-    def model_info(self, name: str) -> tuple[Kind, float, float, float]:
-        """(kind, card link bytes/s, HBM or read bytes/s, memory GiB), parsed once per model name."""
-        if name not in self._models:
+    def card(self, slot: str, name: str) -> tuple[Kind, float, float, float]:
+        """(kind, card link bytes/s, HBM or read bytes/s, memory GiB) of a `name` card in `slot`: its
+        link as trained there (`devices.trained_link`), parsed once per slot and model."""
+        key = (slot, name)
+        if key not in self._cards:
             m = find_model(name)
-            serve = (m.hbm_gbps if m.kind == Kind.gpu else m.read_gbps * self.chassis.ssd_scale) * GB
-            self._models[name] = (m.kind, Link(gen=m.gen, width=m.lanes).bandwidth(), serve, m.memory_gib)
-        return self._models[name]
+            link = card_link(m, self.topo.node(slot))
+            serve = (m.hbm_gbps * GB if m.kind == Kind.gpu
+                     else ssd_read_bytes(m.read_gbps, link, self.chassis.ssd_scale))
+            self._cards[key] = (m.kind, link.bandwidth(), serve, m.memory_gib)
+        return self._cards[key]
 
     def device_ids(self, placement: dict[str, str]) -> dict[str, str]:
         """slot -> device id, numbered the way `populate` numbers them."""
         counters = dict(self.chassis.counters)
         out = {}
         for slot in sorted(placement, key=self._slot_order.__getitem__):
-            kind = self.model_info(placement[slot])[0]
+            kind = find_model(placement[slot]).kind
             out[slot] = f"{kind.value}{counters[kind]}"
             counters[kind] += 1
         return out
@@ -272,7 +280,7 @@ class ChassisTemplate:
     def network(self, placement: dict[str, str], workload: WorkloadSpec) -> FlowNetwork:
         devs = list(self.chassis.devices)
         for slot, dev_id in self.device_ids(placement).items():
-            kind, cap, serve, memory = self.model_info(placement[slot])
+            kind, cap, serve, memory = self.card(slot, placement[slot])
             if kind in (Kind.gpu, Kind.ssd):  # NICs carry no training reads
                 devs.append(_Dev(dev_id, kind, slot, cap, "pcie", None, serve, memory))
         return _assemble(self.chassis, devs, workload)
