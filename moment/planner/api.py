@@ -165,19 +165,30 @@ def calibrated_row(cal: Calibration | None, plan: Plan) -> dict:
 
 
 def replay_placement(topo_bare: Topology, placement: dict[str, str], workload: WorkloadSpec, *,
-                     steps: int | None, seed: int, uniform: bool):
+                     steps: int | None, seed: int, uniform: bool, flag: Flag = cli_flag):
     """Replay a placement on a synthetic trace: the LP's shares, `steps` DDP steps (default: the
     workload's seeds / batch / GPUs), rows of the workload's row size."""
     from moment.planner.lp import solve_lp
     from moment.planner.network import build_network
-    from moment.planner.replay import Replayer, steps_per_epoch, synthetic_demands
+    from moment.planner.replay import Replayer, check_steps, steps_per_epoch, synthetic_demands
     from moment.topology.devices import populate
 
+    check_replay_inputs(steps, seed, flag=flag)
     net = build_network(populate(topo_bare, placement), workload)
+    if steps is not None:
+        check_steps(net, steps, what=f"{flag('steps')} {steps}", hint=f"leave {flag('steps')} out to replay one epoch")
     sol = solve_lp(net)
     n = steps or steps_per_epoch(workload.num_nodes * workload.train_fraction, workload.batch_size, len(net.gpus))
     B = synthetic_demands(net, sol.storage_shares(), n, workload.row_bytes, seed=seed, uniform=uniform)
     return Replayer(net).run(B, sol.epoch_read_s, "uniform" if uniform else "synthetic")
+
+
+def check_replay_inputs(steps: int | None, seed: int, *, flag: Flag = cli_flag) -> None:
+    """A replay's step count is positive and its seed is not negative (numpy takes none)."""
+    if steps is not None and steps <= 0:
+        raise MomentError(f"{flag('steps')} {steps}: must be positive")
+    if seed < 0:
+        raise MomentError(f"{flag('seed')} {seed}: must be 0 or more")
 
 
 def replay_rows(plan: Plan, topo: Topology, steps: int | None = None, seed: int = 0) -> dict:
@@ -277,14 +288,17 @@ def simulate_named(topo: Topology, layout: str, gpus: int, ssds: int, *, steps: 
     if layout not in lays:
         raise MomentError(f"{flag('placement')} {layout!r}: not a layout of {bare.name!r} for {inv.describe()}",
                           hint=f"its layouts: {', '.join(lays) or 'none'}")
-    return replay_placement(bare, lays[layout].placement, WorkloadSpec(), steps=steps, seed=seed, uniform=uniform)
+    return replay_placement(bare, lays[layout].placement, WorkloadSpec(), steps=steps, seed=seed, uniform=uniform,
+                            flag=flag)
 
 
-def simulate_plan(topo: Topology, plan: Plan, *, steps: int | None = None, seed: int = 0, uniform: bool = False):
+def simulate_plan(topo: Topology, plan: Plan, *, steps: int | None = None, seed: int = 0, uniform: bool = False,
+                  flag: Flag = cli_flag):
     """Replay a plan's recommended placement with the plan's workload."""
     from moment.topology.devices import strip
 
-    return replay_placement(strip(topo)[0], plan.placement, plan.workload, steps=steps, seed=seed, uniform=uniform)
+    return replay_placement(strip(topo)[0], plan.placement, plan.workload, steps=steps, seed=seed, uniform=uniform,
+                            flag=flag)
 
 
 def replay_json(rep, cal: Calibration | None) -> dict:
