@@ -14,7 +14,8 @@ from moment.cli.common import solver_bar
 from moment.errors import MomentError
 # the inputs are parsed with the planner's JSON (the service parses the same way); re-exported for the
 # other commands
-from moment.planner.api import DEFAULT_GPUS, parse_inventory, resolve_gpus  # noqa: F401
+from moment.planner.api import (  # noqa: F401
+    DEFAULT_GPU_MODEL, DEFAULT_GPUS, DEFAULT_SSD_MODEL, DEFAULT_SSDS, parse_inventory, resolve_gpus)
 
 _PROFILE_HELP = "built-in profile name (see `moment profiles`) or a YAML file describing the machine"
 _SET_HELP = ("what-if override PATH=VALUE on the profile, repeatable: `nodes.sw1.link.gen=5`, "
@@ -29,6 +30,13 @@ _GPUS_HELP = (f"number of GPUs to place (default {DEFAULT_GPUS}; on machines wit
               "hgx-a100-8gpu, default 0: the planner places the SSDs around them)")
 
 
+_SSDS_HELP = f"number of NVMe SSDs to place (default {DEFAULT_SSDS})"
+_GPU_MODEL_HELP = f"GPU model (see `moment models`; default {DEFAULT_GPU_MODEL})"
+_SSD_MODEL_HELP = f"SSD model (see `moment models`; default {DEFAULT_SSD_MODEL})"
+_INVENTORY_HELP = ("mixed inventory, e.g. '2xA100,2xH100,8xP5510' (instead of --gpus/--ssds/--gpu-model/--ssd-model, "
+                   "not with them)")
+
+
 def _overrides_line(overrides: list[str]) -> str:
     return "what-if overrides (--set): " + ", ".join(overrides)
 
@@ -37,10 +45,10 @@ def _overrides_line(overrides: list[str]) -> str:
 def plan_cmd(
     profile: str = typer.Option("paper-machine-b", "--profile", "-p", help=_PROFILE_HELP),
     gpus: int | None = typer.Option(None, "--gpus", help=_GPUS_HELP, show_default=False),
-    ssds: int = typer.Option(8, "--ssds", help="number of NVMe SSDs to place"),
-    gpu_model: str = typer.Option("A100-PCIe-40GB", "--gpu-model", help="GPU model (see `moment models`)"),
-    ssd_model: str = typer.Option("P5510", "--ssd-model", help="SSD model (see `moment models`)"),
-    inventory: str | None = typer.Option(None, "--inventory", help="mixed inventory, e.g. '2xA100,2xH100,8xP5510'"),
+    ssds: int | None = typer.Option(None, "--ssds", help=_SSDS_HELP, show_default=False),
+    gpu_model: str | None = typer.Option(None, "--gpu-model", help=_GPU_MODEL_HELP, show_default=False),
+    ssd_model: str | None = typer.Option(None, "--ssd-model", help=_SSD_MODEL_HELP, show_default=False),
+    inventory: str | None = typer.Option(None, "--inventory", help=_INVENTORY_HELP),
     overrides: list[str] = typer.Option([], "--set", help=_SET_HELP),
     feature_dim: int | None = typer.Option(None, "--feature-dim", help="node feature dimension (default 1024)"),
     bytes_per_gpu: float | None = typer.Option(None, "--gb-per-gpu", help="GB each GPU reads per epoch"),
@@ -67,6 +75,7 @@ def plan_cmd(
         from moment.planner.diagram import check_diagram_path
 
         check_diagram_path(diagram)
+    api.check_one_inventory(inventory is not None, gpus=gpus, ssds=ssds, gpu_model=gpu_model, ssd_model=ssd_model)
     topo, cal = api.load_topology(profile, calibration, overrides)
     inv = parse_inventory(inventory, resolve_gpus(topo, gpus) if not inventory else 0, ssds, gpu_model, ssd_model)
     wl = api.workload_spec(feature_dim, bytes_per_gpu, gpu_cache_share, cpu_cache_share)
@@ -96,10 +105,11 @@ def plan_cmd(
 def compare_cmd(
     profiles: list[str] = typer.Argument(..., help="profiles (names or YAML files) to put side by side"),
     gpus: int | None = typer.Option(None, "--gpus", help=_GPUS_HELP, show_default=False),
-    ssds: int = typer.Option(8, "--ssds", help="number of SSDs"),
-    gpu_model: str = typer.Option("A100-PCIe-40GB", "--gpu-model"),
-    ssd_model: str = typer.Option("P5510", "--ssd-model"),
-    inventories: list[str] = typer.Option([], "--inventory", help="repeatable: compare several inventories, e.g. '4xA100,8xP5510'"),
+    ssds: int | None = typer.Option(None, "--ssds", help=_SSDS_HELP, show_default=False),
+    gpu_model: str | None = typer.Option(None, "--gpu-model", help=_GPU_MODEL_HELP, show_default=False),
+    ssd_model: str | None = typer.Option(None, "--ssd-model", help=_SSD_MODEL_HELP, show_default=False),
+    inventories: list[str] = typer.Option([], "--inventory", help="repeatable: compare several inventories, e.g. "
+                                          "'4xA100,8xP5510' (instead of --gpus/--ssds/--gpu-model/--ssd-model)"),
     overrides: list[str] = typer.Option([], "--set", help=_SET_HELP + " (applied to every profile)"),
     calibration: Path | None = typer.Option(None, "--calibration", help="calibration from `moment calibrate --out`, applied to every profile"),
     json_out: bool = typer.Option(False, "--json", help="print a JSON list"),
@@ -107,6 +117,7 @@ def compare_cmd(
     """Plan several machines (or inventories) and put the best layouts side by side (what-if)."""
     from moment.planner import api
 
+    api.check_one_inventory(bool(inventories), gpus=gpus, ssds=ssds, gpu_model=gpu_model, ssd_model=ssd_model)
     machines, cal = [], None
     for prof in profiles:
         topo, cal = api.load_topology(prof, calibration, overrides)

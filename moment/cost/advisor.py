@@ -33,6 +33,7 @@ from pydantic import BaseModel, Field
 from moment.cost.model import CostParams, costs, report, samples_per_epoch
 from moment.cost.prices import PriceTable, load_prices
 from moment.errors import MomentError
+from moment.planner.api import cli_flag
 from moment.topology.devices import (Inventory, InventoryItem, builtin_gpus, card_link, find_model, fits, ssd_read_bytes,
                                      strip)
 from moment.topology.model import Kind, Topology
@@ -234,6 +235,18 @@ class _Bound:
         return lb
 
 
+def check_inputs(budget_usd: float, top_k: int, max_gpus: int | None, max_ssds: int | None, *,
+                 flag: Callable[[str], str] = cli_flag) -> None:
+    """The advisor's numbers, checked before any work (names as `flag` spells them: `--top`, ...)."""
+    if not budget_usd > 0 or not math.isfinite(budget_usd):
+        raise MomentError(f"{flag('budget')} {budget_usd:g}: give a positive amount of USD")
+    if top_k < 1:
+        raise MomentError(f"{flag('top')} {top_k}: give 1 or more")
+    for name, v in (("max_gpus", max_gpus), ("max_ssds", max_ssds)):
+        if v is not None and v < 0:
+            raise MomentError(f"{flag(name)} {v}: must not be negative")
+
+
 def advise(topo: Topology, budget_usd: float, *, models: list[str] | None = None, max_gpus: int | None = None,
            max_ssds: int | None = None, workload: WorkloadSpec | None = None, prices: PriceTable | None = None,
            params: CostParams | None = None, top_k: int = 3, prune: bool = True,
@@ -243,13 +256,7 @@ def advise(topo: Topology, budget_usd: float, *, models: list[str] | None = None
     from moment.planner.plan import make_plan
 
     t0 = time.perf_counter()
-    if not budget_usd > 0 or not math.isfinite(budget_usd):
-        raise MomentError(f"budget {budget_usd:g} USD: give a positive amount")
-    if top_k < 1:
-        raise MomentError(f"top k {top_k}: give 1 or more")
-    for name, v in (("max GPUs", max_gpus), ("max SSDs", max_ssds)):
-        if v is not None and v < 0:
-            raise MomentError(f"{name} {v}: must not be negative")
+    check_inputs(budget_usd, top_k, max_gpus, max_ssds)
     workload = workload or WorkloadSpec()
     prices = prices or load_prices()
     params = params or CostParams()

@@ -22,8 +22,11 @@ if TYPE_CHECKING:  # imported where used: the CLI imports this module at start-u
     from moment.topology.model import Topology
     from moment.workload.spec import WorkloadSpec
 
-#: --gpus when left out, on a machine whose GPUs go in slots
+#: --gpus when left out, on a machine whose GPUs go in slots; --ssds, --gpu-model, --ssd-model left out
 DEFAULT_GPUS = 4
+DEFAULT_SSDS = 8
+DEFAULT_GPU_MODEL = "A100-PCIe-40GB"
+DEFAULT_SSD_MODEL = "P5510"
 
 Flag = Callable[[str], str]
 
@@ -34,10 +37,21 @@ def cli_flag(name: str) -> str:
 
 
 # ---- inputs ------------------------------------------------------------------------------------------
-def parse_inventory(spec: str | None, gpus: int, ssds: int, gpu_model: str, ssd_model: str, *,
-                    flag: Flag = cli_flag) -> Inventory:
-    """`4xA100-PCIe-40GB,8xP5510` (spec), or `gpus` and `ssds` of the two models."""
+def check_one_inventory(inventory: bool, *, flag: Flag = cli_flag, **given: Any) -> None:
+    """An inventory names every device, so counts or models given beside it (`gpus=3`, `ssd_model=...`;
+    None: not given) would be ignored: refused, naming both."""
+    named = [flag(k) for k, v in given.items() if v is not None]
+    if inventory and named:
+        raise MomentError(f"{flag('inventory')} lists every device to place, so {', '.join(named)} would be "
+                          "ignored: give one or the other",
+                          hint=f"e.g. {flag('inventory')} 2xA100,4xP5510 alone, or {flag('gpus')} 2 {flag('ssds')} 4")
+
+
+def parse_inventory(spec: str | None, gpus: int, ssds: int | None, gpu_model: str | None = None,
+                    ssd_model: str | None = None, *, flag: Flag = cli_flag) -> Inventory:
+    """`4xA100-PCIe-40GB,8xP5510` (spec), or `gpus` and `ssds` of the two models (None: the defaults)."""
     from moment.topology.devices import Inventory, InventoryItem
+    from moment.topology.model import Kind
 
     if spec is not None:
         if not spec.strip():
@@ -52,20 +66,30 @@ def parse_inventory(spec: str | None, gpus: int, ssds: int, gpu_model: str, ssd_
             model = _model(m.group(2), "inventory", flag)
             items.append(InventoryItem(model=model.name, count=int(m.group(1))))
         return Inventory(items=items)
-    if gpus < 0 or ssds < 0:
-        raise MomentError(f"{flag('gpus')} and {flag('ssds')} must not be negative")
-    _model(gpu_model, "gpu_model", flag), _model(ssd_model, "ssd_model", flag)
-    return Inventory.simple(gpus, ssds, gpu_model, ssd_model)
+    ssds = DEFAULT_SSDS if ssds is None else ssds
+    for what, n in (("gpus", gpus), ("ssds", ssds)):
+        if n < 0:
+            raise MomentError(f"{flag(what)} {n}: must not be negative")
+    gpu = _model(gpu_model or DEFAULT_GPU_MODEL, "gpu_model", flag, Kind.gpu)
+    ssd = _model(ssd_model or DEFAULT_SSD_MODEL, "ssd_model", flag, Kind.ssd)
+    return Inventory.simple(gpus, ssds, gpu.name, ssd.name)
 
 
-def _model(name: str, what: str, flag: Flag):
-    """The catalogue's model; an unknown one is an error naming the input that gave it."""
-    from moment.topology.devices import find_model
+def _model(name: str, what: str, flag: Flag, kind=None):
+    """The catalogue's model; an unknown one, or one of another kind than `kind`, is an error naming the
+    input that gave it."""
+    from moment.topology.devices import CATALOG, find_model
 
     try:
-        return find_model(name)
+        m = find_model(name)
     except MomentError as e:
         raise MomentError(f"{flag(what)}: unknown device model {name!r}", hint=e.hint) from None
+    if kind is not None and m.kind != kind:
+        noun = {"gpu": "a GPU", "ssd": "an SSD", "nic": "a NIC"}
+        models = ", ".join(c.name for c in CATALOG if c.kind == kind)
+        raise MomentError(f"{flag(what)} {name}: {m.name} is {noun[m.kind.value]}, not {noun[kind.value]}",
+                          hint=f"{kind.value.upper()} models: {models} (`moment models` lists them all)")
+    return m
 
 
 def resolve_gpus(topo: Topology, gpus: int | None, *, flag: Flag = cli_flag) -> int:
@@ -259,8 +283,8 @@ def compare_row(profile: str, topo: Topology, inventory: Inventory, *, overrides
 
 
 def compare_rows(machines: list[tuple[str, Topology]], *, inventories: list[str] | None = None,
-                 gpus: int | None = None, ssds: int = 8, gpu_model: str = "A100-PCIe-40GB",
-                 ssd_model: str = "P5510", overrides: list[str] | None = None,
+                 gpus: int | None = None, ssds: int | None = None, gpu_model: str | None = None,
+                 ssd_model: str | None = None, overrides: list[str] | None = None,
                  calibration: Calibration | None = None, flag: Flag = cli_flag,
                  progress: Callable[[int, int], None] | None = None) -> list[dict]:
     """`moment compare --json`: each (name, calibrated topology) with each inventory (or gpus/ssds)."""
@@ -283,7 +307,7 @@ def simulate_named(topo: Topology, layout: str, gpus: int, ssds: int, *, steps: 
     from moment.workload.spec import WorkloadSpec
 
     bare = strip(topo)[0]
-    inv = parse_inventory(None, gpus, ssds, "A100-PCIe-40GB", "P5510", flag=flag)
+    inv = parse_inventory(None, gpus, ssds, flag=flag)
     lays = {b.name: b for b in named_layouts(bare, inv)}
     if layout not in lays:
         raise MomentError(f"{flag('placement')} {layout!r}: not a layout of {bare.name!r} for {inv.describe()}",
