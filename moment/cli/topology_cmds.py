@@ -58,12 +58,18 @@ def plan_cmd(
     diagram: Path | None = typer.Option(None, "--diagram", help="also draw the recommended machine to FILE.svg or FILE.png"),
     calibration: Path | None = typer.Option(None, "--calibration", help="calibration from `moment calibrate --out`, applied to the profile"),
     replay: bool = typer.Option(False, "--replay", help="also replay each layout's epoch step by step (`moment simulate`) next to the LP"),
+    timeout: float | None = typer.Option(None, "--timeout", help=(
+        "stop the search after SECONDS and recommend the best placement found so far, marked 'not proven "
+        "optimal' with the least epoch time any placement could reach (JSON: search.proven_optimal, "
+        "search.lower_bound_s); default: search to the end"), metavar="SECONDS", show_default=False),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object (for scripts) instead of tables"),
 ) -> None:
     """Recommend which slot gets which GPU and SSD, with predicted bandwidth and bottlenecks.
 
     Every distinct placement of the inventory (symmetric ones pruned) is solved with the realisable
     LP; the winner and the usual layouts are then shown with both the LP and the paper's max-flow.
+    On a machine whose distinct placements are too many to list (many slots of mixed widths and
+    generations) a branch and bound finds the optimum instead, with a progress bar on stderr.
     Example: moment plan --profile paper-machine-b --gpus 4 --ssds 8 --diagram plan.svg
     """
     from moment.cli import fidelity_cmds as fid
@@ -71,6 +77,8 @@ def plan_cmd(
 
     if backend not in ("networkx", "ortools"):
         raise MomentError(f"--maxflow-backend {backend!r}: choose networkx or ortools")
+    if timeout is not None and not (timeout > 0 and timeout < float("inf")):
+        raise MomentError(f"--timeout {timeout:g}: give a positive number of seconds")
     if diagram is not None:
         from moment.planner.diagram import check_diagram_path
 
@@ -79,10 +87,10 @@ def plan_cmd(
     topo, cal = api.load_topology(profile, calibration, overrides)
     inv = parse_inventory(inventory, resolve_gpus(topo, gpus) if not inventory else 0, ssds, gpu_model, ssd_model)
     wl = api.workload_spec(feature_dim, bytes_per_gpu, gpu_cache_share, cpu_cache_share)
-    with solver_bar(not json_out) as cb:
+    with solver_bar() as cb:  # on stderr: --json keeps stdout clean
         plan, out = api.plan_machine(topo, inv, wl, overrides=overrides, calibration=cal,
                                      calibration_source=str(calibration), replay=replay, maxflow_backend=backend,
-                                     progress=cb)
+                                     progress=cb, timeout=timeout)
     if diagram is not None:
         from moment.planner.diagram import write_plan_diagram
 

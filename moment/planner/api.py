@@ -231,14 +231,15 @@ def replay_rows(plan: Plan, topo: Topology, steps: int | None = None, seed: int 
 def plan_machine(topo: Topology, inventory: Inventory, workload: WorkloadSpec, *,
                  overrides: list[str] | None = None, calibration: Calibration | None = None,
                  calibration_source: str = "", replay: bool = False, maxflow_backend: str = "ortools",
-                 progress: Callable[[int, int], None] | None = None) -> tuple[Plan, dict]:
+                 progress: Callable[[int, int], None] | None = None,
+                 timeout: float | None = None) -> tuple[Plan, dict]:
     """Plan `inventory` on `topo` (calibration already applied): the Plan and `moment plan --json`'s object
-    (the plan, plus `calibration` and `replay` when asked)."""
+    (the plan, plus `calibration` and `replay` when asked). `timeout`: seconds for the search (`make_plan`)."""
     from moment.planner.plan import make_plan
 
     if maxflow_backend not in ("networkx", "ortools"):
         raise MomentError(f"maxflow backend {maxflow_backend!r}: choose networkx or ortools")
-    plan = make_plan(topo, inventory, workload, maxflow_backend=maxflow_backend, progress=progress)
+    plan = make_plan(topo, inventory, workload, maxflow_backend=maxflow_backend, progress=progress, timeout=timeout)
     plan = plan.model_copy(update={"overrides": list(overrides or [])})
     extra: dict[str, Any] = {}
     if calibration is not None:
