@@ -182,3 +182,36 @@ def test_plan_timeout_cli(tmp_path, capsys, clock):
 def test_nothing_complete_in_time_is_one_error(clock):
     with pytest.raises(MomentError, match="was complete within the 5 s time limit"):
         make_plan(mixed_chassis(**HARD), Inventory.simple(8, 16), WorkloadSpec(), timeout=5)
+
+
+def test_time_limit_on_the_listing_search(monkeypatch):
+    """paper-machine-b, 4 + 8, most reads from CPU memory: the listing solves its classes in batches
+    (188 LPs); stopped after the first batch, the best of it comes back with the least bound of the
+    classes left, and a limit that passes while listing is one error."""
+    import time
+
+    from moment.planner import plan as plan_module
+    from moment.topology.profiles import load_profile
+
+    topo, inv, wl = load_profile("paper-machine-b"), Inventory.simple(4, 8), WorkloadSpec(gpu_cache_share=0.0,
+                                                                                           cpu_cache_share=0.6)
+    full = make_plan(topo, inv, wl)
+    assert full.search.method == "exhaustive" and full.search.proven_optimal and full.search.solved > 4
+    now = [0.0]
+    real = plan_module.solve_lp_batch
+
+    def solve_then_late(nets, **kw):  # the clock passes the limit once the first batch is solved
+        out = real(nets, **kw)
+        now[0] = 1e9
+        return out
+
+    monkeypatch.setattr(time, "perf_counter", lambda: now[0])
+    monkeypatch.setattr(plan_module, "solve_lp_batch", solve_then_late)
+    cut = make_plan(topo, inv, wl, timeout=100)
+    s = cut.search
+    assert not s.proven_optimal and s.solved == 4
+    assert s.lower_bound_s <= full.predicted.epoch_read_s * (1 + 1e-6) <= cut.predicted.epoch_read_s * (1 + 2e-6)
+    ticks = iter(range(10**6))
+    monkeypatch.setattr(time, "perf_counter", lambda: float(next(ticks)))  # a second per look at the clock
+    with pytest.raises(MomentError, match="was complete within the 0.5 s time limit"):
+        make_plan(topo, inv, wl, timeout=0.5)

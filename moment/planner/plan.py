@@ -89,6 +89,8 @@ def make_plan(topo: Topology, inventory: Inventory, workload: WorkloadSpec, *,
         try:
             space = search.enumerate_placements(bare, inventory, limit=LIST_LIMIT if method == "auto" and bnb_ok
                                                 else None, deadline=deadline)
+            if not space.distinct:
+                raise MomentError(f"the inventory ({inventory.describe()}) cannot be placed in {bare.name!r}")
             found = _exhaustive(bare, template, space, workload, deadline, progress)
         except search.TooMany as e:
             raw = e.raw_count
@@ -145,8 +147,6 @@ def _exhaustive(bare: Topology, template: ChassisTemplate, space: search.SearchS
                 deadline: float | None, progress: Callable[[int, int], None] | None) -> _Found:
     """Every listed candidate, one LP per capacity-equivalence class, solved in lower-bound order."""
     cands = space.distinct
-    if not cands:
-        raise MomentError(f"the inventory cannot be placed in {bare.name!r}")
     # One LP per capacity-equivalence class, solved on the class's preferred member. The members
     # share one capacity graph, hence their link bounds: those are computed for representatives only.
     canon = CapacityCanon(template)
