@@ -17,7 +17,7 @@ never lists them:
   cut. When no open node is left the best placement found is optimal.
 
 Symmetry: free slots under one parent that every model of the inventory would use alike (same
-trained link, slot link and read rate, and no `blocks` or peer link on them) form a group; devices
+trained link, slot link and read rate, and no `blocks` on them) form a group; devices
 of one model take groups in non-decreasing order and a group's narrowest free slot first, so no two
 branches differ only by swapping alike slots, and a card leaves wide slots free where it can (what
 the listing search's tie-break prefers). Among placements of equal epoch time the first one found
@@ -26,6 +26,9 @@ compares all of them (`tiebreak`).
 
 A deadline stops the search early: the best placement so far is then returned with the least bound
 still open, which no placement can beat, so the caller can say how far from optimal it may be.
+
+Only for chassis without peer links on slots (`ChassisTemplate.bridged_slots`): an NVLink bridge
+between two slots would let GPUs in them past the entries the relaxation gives them.
 """
 
 from __future__ import annotations
@@ -95,7 +98,6 @@ class BranchAndBound:
         self.counts = [merged[m.name][1] for m in self.models]
         self.order = [i for i, c in enumerate(self.counts) for _ in range(c)]
         uplink = {child: cap for child, _parent, cap, _kind, _label in template.chassis.fixed}
-        linked = {x for p in template.chassis.peers for x in (p.a, p.b)}
         empty = topo.empty_slots()
         empty_ids = {s.id for s in empty}
         # a slot covered by a double-width card already in the machine takes nothing
@@ -119,7 +121,7 @@ class BranchAndBound:
         groups: dict[tuple, list[str]] = {}
         for s in empty:
             sl = self.slots[s.id]
-            alone = sl.blocks or sl.blocked_by or s.id in linked
+            alone = sl.blocks or sl.blocked_by  # (no peer link ends on a slot: `bridged_slots`)
             key = (s.id,) if alone else (sl.parent, tuple(None if r is None else round(r / 1e6, 3) for r in sl.rate))
             groups.setdefault(key, []).append(s.id)
         order = {s.id: i for i, s in enumerate(empty)}
@@ -337,10 +339,4 @@ def branch_and_bound(template: ChassisTemplate, inventory: Inventory, workload: 
     return BranchAndBound(template, inventory, workload, deadline=deadline, progress=progress).run()
 
 
-def applies(template: ChassisTemplate) -> bool:
-    """The relaxation is a lower bound only where no peer link (an NVLink bridge) joins a slot: a
-    bridge between two slots would let a GPU in them past the entries the relaxation gives it."""
-    return not template.bridged_slots
-
-
-__all__ = ["BranchResult", "applies", "branch_and_bound"]
+__all__ = ["BranchResult", "branch_and_bound"]

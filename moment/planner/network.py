@@ -330,7 +330,8 @@ class ChassisTemplate:
         self.chassis = _extract(bare)
         self._slot_order = {s: i for i, s in enumerate(self.chassis.slots)}
         self._cards: dict[tuple[str, str], tuple[Kind, float, float, float]] = {}
-        #: a peer link (an NVLink bridge) has an end on a slot
+        #: a peer link (an NVLink bridge) has an end on a slot: the branch and bound's relaxation
+        #: (`Rest`) does not bound such a chassis, the listing search plans it
         self.bridged_slots = any(p.a in self._slot_order or p.b in self._slot_order for p in self.chassis.peers)
 
     def card(self, slot: str, name: str) -> tuple[Kind, float, float, float]:
