@@ -4,7 +4,12 @@ Baselines in the same run: one LP per symmetry-distinct candidate without the ca
 the bound (measured), and brute force without any pruning, timed on a sample of the raw placements
 and extrapolated to all of them (listing millions is not possible).
 
-    .venv/bin/python bench/plan_time.py [--sample 256]
+`--mixed`: large machines of mixed slots instead (`moment.topology.generate.mixed_chassis`: 64 slots
+of widths x4-x16 and PCIe 3-5, seeds 0-4) with 2 GPUs + 4 SSDs (target: seconds) and 8 + 16
+(target: well under a minute), where the listing gives way to the branch and bound; on 12-slot
+ones the branch and bound against solving every listed placement (same optimum).
+
+    .venv/bin/python bench/plan_time.py [--sample 256] [--mixed]
 """
 
 from __future__ import annotations
@@ -80,10 +85,50 @@ def bench(name: str, inventory: Inventory, sample: int) -> None:
     print(f"{name}.gain_vs_best_baseline: {plan.gain_vs_best_baseline:.3f}")
 
 
+def bench_mixed() -> None:
+    from moment.planner import search
+    from moment.planner.branch import branch_and_bound
+    from moment.topology.generate import mixed_chassis
+
+    w = WorkloadSpec()
+    for seed in range(5):
+        topo = mixed_chassis(64, seed=seed)
+        for gpus, ssds in ((2, 4), (8, 16)):
+            name = f"mixed64-seed{seed}.{gpus}+{ssds}"
+            t0 = time.perf_counter()
+            plan = make_plan(topo, Inventory.simple(gpus, ssds), w)
+            s = plan.search
+            print(f"{name}.method: {s.method}")
+            print(f"{name}.raw_candidates: {s.raw_candidates}")
+            print(f"{name}.nodes_bounded: {s.nodes}")
+            print(f"{name}.proven_optimal: {s.proven_optimal}")
+            print(f"{name}.predicted_epoch_read_s: {plan.predicted.epoch_read_s:.4f}")
+            print(f"{name}.plan_seconds_total: {time.perf_counter() - t0:.2f}")
+    for seed in range(4):  # small enough to solve every listed placement
+        topo = mixed_chassis(12, seed=seed, root_complexes=2)
+        inv = Inventory.simple(2, 3)
+        tmpl = ChassisTemplate(topo)
+        t0 = time.perf_counter()
+        distinct = search.enumerate_placements(topo, inv).distinct
+        every = min(x.epoch_read_s for i in range(0, len(distinct), 64)
+                    for x in solve_lp_batch([tmpl.network(p, w) for p in distinct[i:i + 64]]))
+        t1 = time.perf_counter()
+        bnb = branch_and_bound(tmpl, inv, w)
+        t2 = time.perf_counter()
+        name = f"mixed12-seed{seed}.2+3"
+        print(f"{name}.baseline_lp_every_distinct_seconds: {t1 - t0:.2f}")
+        print(f"{name}.branch_and_bound_seconds: {t2 - t1:.2f}")
+        print(f"{name}.same_optimum_as_lp_every_distinct: {abs(bnb.epoch_read_s - every) <= 1e-6 * every}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sample", type=int, default=256, help="raw placements timed for the brute-force baseline")
+    ap.add_argument("--mixed", action="store_true", help="large machines of mixed slots (branch and bound)")
     args = ap.parse_args()
+    if args.mixed:
+        bench_mixed()
+        return
     bench("paper-machine-b", Inventory.simple(4, 8), args.sample)
     bench("paper-machine-a", Inventory.simple(4, 8), args.sample)
     for name, gpus in (("asus-esc8000a-e12", 8), ("hgx-a100-8gpu", 0)):

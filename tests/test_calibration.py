@@ -69,6 +69,34 @@ def test_device_measurement_fits_ssd_read():
     assert cal.loo_max_rel_err == pytest.approx(0.0, abs=1e-4)
 
 
+def test_duplicates_and_too_few_distinct_measurements_are_refused():
+    """A fit must be testable: every measurement says something new, and there is at least one more
+    of them than parameters (a layout listed four times fitted 3 parameters with a LOO error of 0.0%)."""
+    topo = load_profile("paper-machine-a")
+    fit3 = ["switch_uplink", "socket_link", "overhead_s"]
+    four_times = MeasurementFile(measurements=[Measurement(layout="paper-a", epoch_s=15.9 + i) for i in range(4)])
+    with pytest.raises(MomentError, match=r"measurements #1 \(paper-a\), #2 \(paper-a\), #3 \(paper-a\), "
+                                          r"#4 \(paper-a\) measure the same layout"):
+        calibrate(topo, INV, four_times, fit3)
+    # paper-a again, with its GPUs in the other two x16 slots of each switch: alike by symmetry
+    mirrored = MeasurementFile(measurements=[
+        Measurement(layout="paper-a", epoch_s=15.9), Measurement(layout="paper-c", epoch_s=14.9),
+        Measurement(gpu=["sw0-x16c", "sw1-x16c", "sw0-x16d", "sw1-x16d"], ssd=topo.layouts["paper-a"].ssd,
+                    epoch_s=16.0),
+        Measurement(layout="paper-d", epoch_s=24.1)])
+    with pytest.raises(MomentError, match=r"#1 \(paper-a\), #3 \(gpu=sw0-x16c.*\) measure the same layout"):
+        calibrate(topo, INV, mirrored, fit3)
+    reads = MeasurementFile(measurements=[Measurement(device="ssd0", read_gbps=5.2),
+                                          Measurement(device="ssd0", read_gbps=5.3)])
+    with pytest.raises(MomentError, match="measure the same device's read rate"):
+        calibrate(topo, INV, reads, ["ssd_read"])
+    three = MeasurementFile(measurements=[Measurement(layout=n, epoch_s=v)
+                                          for n, v in zip(LAYOUTS, (15.9, 26.7, 14.9))])
+    with pytest.raises(MomentError, match="3 distinct measurements cannot test a fit of 3 parameters"):
+        calibrate(topo, INV, three, fit3)
+    assert calibrate(topo, INV, three, ["socket_link", "overhead_s"]).loo_max_rel_err is not None
+
+
 def test_bad_inputs_name_the_input(tmp_path):
     bad = tmp_path / "m.yaml"
     bad.write_text("machine: paper-machine-a\nmeasurements:\n  - {layout: paper-a}\n")

@@ -261,8 +261,8 @@ def test_budget_too_small_is_a_clear_error(small):
     (dict(models=["X100"]), "unknown device model 'X100'"),
     (dict(models=["CX7"]), "CX7 is a nic"),
     (dict(budget_usd=-1.0), "give a positive amount"),
-    (dict(max_gpus=-1), "--max-gpus -1"),
-    (dict(top_k=0), "--top 0"),
+    (dict(max_gpus=-1), "--max-gpus -1: must not be negative"),
+    (dict(top_k=0), "--top 0: give 1 or more"),
 ])
 def test_bad_requests_are_user_errors(small, kwargs, match):
     args = dict(budget_usd=40_000, models=MODELS) | kwargs

@@ -99,8 +99,17 @@ def test_bottlenecks_are_marked(planned):
     assert svg.count('class="box ssd limit"') == len(ssd_reads)
     tree_necks = [lu for lu in plan.links if lu.bottleneck and lu.kind == "pcie"]
     lines = [ln for ln in sc.items() if getattr(ln, "cls", "").startswith("link") and "bottleneck" in ln.cls]
-    # a saturated PCIe link is drawn red with the class and a ⚠ label (both directions share one line)
-    assert len(lines) == len({frozenset((lu.src, lu.dst)) for lu in tree_necks}) or not tree_necks
+    # a saturated PCIe link is drawn red with the class and a ⚠ label (both directions share one line,
+    # and a card is drawn with its slot, so the card's link and the slot's are one line too)
+    slot_of = {dev: slot for slot, dev in plan.devices.items()}
+
+    def line_of(lu: LinkUse) -> frozenset:
+        for end in (lu.src, lu.dst):
+            if end in slot_of:
+                return frozenset((slot_of[end], topo.node(slot_of[end]).parent))
+        return frozenset((lu.src, lu.dst))
+
+    assert len(lines) == len({line_of(lu) for lu in tree_necks}) or not tree_necks
     if tree_necks:
         assert any(t.text.startswith("⚠ ") and "100% of" in t.text for t in sc.items(Text))
     assert plan.bottlenecks  # every plan is limited by something, and the picture says what

@@ -179,8 +179,8 @@ def few_candidates(monkeypatch):
     """Every 40th distinct candidate of the real search (the full search is bench/plan_time.py)."""
     real = search.enumerate_placements
 
-    def sampled(topo, inventory, *, prune=True):
-        space = real(topo, inventory, prune=prune)
+    def sampled(topo, inventory, *, prune=True, **limits):
+        space = real(topo, inventory, prune=prune, **limits)
         return search.SearchSpace(distinct=space.distinct[::40], raw_count=space.raw_count)
 
     monkeypatch.setattr(search, "enumerate_placements", sampled)

@@ -132,3 +132,23 @@ def test_cli_simulate_json_and_plan_file(tmp_path, capsys):
     assert out["steps"] == 20 and len(out["per_gpu"]) == 4 and out["source"] == "synthetic"
     assert main(["simulate", "--plan", str(plan), "--placement", "paper-c"]) == 2
     assert main(["simulate", "--profile", "paper-machine-a", "--placement", "nope"]) == 2
+
+
+def test_cli_simulate_bounds_the_work_up_front(capsys):
+    """A step count whose per-step arrays would not fit is one error line before anything is allocated
+    (it used to die in numpy with a 41.7 GiB allocation); a negative seed is one line too."""
+    import time
+
+    from moment.cli import main
+
+    t0 = time.perf_counter()
+    assert main(["simulate", "--profile", "paper-machine-b", "--placement", "paper-c", "--steps", "100000000"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "--steps 100000000: replaying 100,000,000 steps would hold about" in err and "GiB" in err
+    assert "at most" in err and time.perf_counter() - t0 < 30
+    assert main(["simulate", "--profile", "paper-machine-b", "--placement", "paper-c", "--seed", "-1"]) == 2
+    assert "--seed -1: must be 0 or more" in capsys.readouterr().err
+    # a machine with several routes per pair solves each step by LP: bounded by a step count too
+    net = build_network(load_profile("hgx-a100-8gpu"), WorkloadSpec())
+    with pytest.raises(MomentError, match="each step is an LP"):
+        synthetic_demands(net, {s.id: 1.0 for s in net.storage}, 20_500, 4096, uniform=True)

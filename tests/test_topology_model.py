@@ -65,7 +65,23 @@ def test_builtin_profiles_load_and_round_trip():
         (lambda d: d["nodes"][2].pop("link"), "needs a link"),
         (lambda d: d["nodes"][3].update(blocks=["sw0"]), "not a slot"),
         (lambda d: d.update(nodes=[n for n in d["nodes"] if n["kind"] != "socket"]), "at least one socket"),
-        (lambda d: d["nodes"][3].update(kind="warpdrive"), "nodes.3"),
+        (lambda d: d["nodes"][3].update(kind="warpdrive"), "nodes.s0:"),  # a node is named by its id
+        # rates are finite, widths are PCIe widths, and nothing is wider than its slot
+        (lambda d: d["nodes"][2]["link"].update(bandwidth_gbps=float("inf")),
+         "nodes.sw0.link.bandwidth_gbps: Input should be a finite number"),
+        (lambda d: d["nodes"][2]["link"].update(bandwidth_gbps=float("nan")), "nodes.sw0.link.bandwidth_gbps"),
+        (lambda d: d["nodes"][0].update(memory_bandwidth_gbps=float("inf")), "nodes.cpu0.memory_bandwidth_gbps"),
+        (lambda d: d["nodes"][3]["link"].update(width=3), "nodes.s0.link.width: a PCIe width is one of"),
+        (lambda d: d["nodes"][5].update(width=3), "nodes.b0.width: a PCIe width is one of"),
+        (lambda d: d["nodes"][5]["link"].update(width=8), "slot 'b0': link.width x8 is wider than the slot (width x4)"),
+        (lambda d: d["nodes"].append({"id": "ssd9", "kind": "ssd", "parent": "b0", "link": {"gen": 4, "width": 8}}),
+         "ssd 'ssd9': link.width x8 is wider than its slot 'b0' (width x4)"),
+        (lambda d: d["nodes"].append({"id": "ssd9", "kind": "ssd", "parent": "b0", "read_gbps": float("inf")}),
+         "nodes.ssd9.read_gbps: Input should be a finite number"),
+        (lambda d: d["nodes"].append({"id": "ssd9", "kind": "ssd", "parent": "b0", "read_gbps": -1}),
+         "nodes.ssd9.read_gbps: Input should be greater than 0"),
+        (lambda d: d.update(links=[{"a": "s0", "b": "s1", "kind": "nvlink", "gen": 9}]),
+         "links.0: NVLink generation must be one of"),
     ],
 )
 def test_bad_profiles_name_the_problem(mutate, needle):

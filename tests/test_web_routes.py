@@ -19,7 +19,8 @@ def client(tmp_path_factory):
         yield c
 
 
-NEW = {"gen": 5, "width": 8, "bandwidth_gbps": 12.5, "count": 3, "gts": 20}
+# width x2: narrower than every slot (a link may not be wider than its slot) and no link's own width
+NEW = {"gen": 5, "width": 2, "bandwidth_gbps": 12.5, "count": 3, "gts": 20}
 
 
 def _link_of(topo, target: str):

@@ -35,8 +35,9 @@ def progress_bar(label: str, enabled: bool = True) -> Iterator[Any]:
 
 @contextmanager
 def solver_bar(enabled: bool = True, label: str = "solving candidates") -> Iterator[Any]:
-    """A rich bar counting the planner's candidates (done of total); yields its progress(done, total) callback."""
-    if not enabled:
+    """A rich bar counting the planner's candidates (done of total); yields its progress(done, total) callback.
+    Only on a terminal: piped stderr (scripts, logs) gets nothing, not even the bar's closing newline."""
+    if not enabled or not err_console.is_terminal:
         yield None
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn

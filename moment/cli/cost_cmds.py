@@ -60,9 +60,11 @@ def advise_cmd(
     from pydantic import ValidationError
 
     from moment.cost import CostParams, advise, load_prices
+    from moment.cost.advisor import check_inputs
     from moment.errors import validation_lines
     from moment.topology.profiles import load_profile
 
+    check_inputs(budget, top, max_gpus, max_ssds)
     try:
         params = CostParams(years=years, pue=pue, utilisation=utilisation, machine_power_w=machine_power)
     except ValidationError as e:

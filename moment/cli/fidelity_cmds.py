@@ -72,7 +72,7 @@ def _layout_replay(layout: Path, topo, dataset: Path | None, fanouts: str, batch
     bins = np.asarray(np.load(layout / m.index.path, mmap_mode="r")[:, 0])
     batches = [sample_trace(ds, f, bs, seed=seed, rank=r, world_size=n_gpu).batches() for r in range(n_gpu)]
     probe = build_network(full, WorkloadSpec(bytes_per_gpu_per_epoch=1.0))
-    B = layout_demands(probe, bins, m.bins.names(), batches, ds.row_bytes)
+    B = layout_demands(probe, bins, m.bins.names, batches, ds.row_bytes)
     # the LP for the same bytes and the cache shares the layout realises
     total = B.sum()
     share = {t: B[:, :, [i for i, s in enumerate(probe.storage) if s.tier == t]].sum() / total
@@ -112,8 +112,9 @@ def simulate_cmd(
 
     if sum(x is not None for x in (plan_file, placement, layout)) != 1:
         raise MomentError("give one of --plan FILE, --placement NAME (with --profile) or --layout DIR")
-    if steps is not None and steps <= 0:
-        raise MomentError(f"--steps {steps}: must be positive")
+    api.check_replay_inputs(steps, seed)
+    if batch_size is not None and batch_size <= 0:
+        raise MomentError(f"--batch-size {batch_size}: must be positive")
     if layout is not None:
         from moment.placement.reader import load_manifest
 

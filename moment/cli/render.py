@@ -90,10 +90,19 @@ def render_plan(console: Console, plan: Plan, topo: Topology) -> None:
         console.print(bt)
     _render_explanation(console, plan)
     s = plan.search
-    classes = f", {s.capacity_classes:,} distinct capacity graphs" if s.capacity_classes is not None else ""
-    console.print(f"search: {s.raw_candidates:,} valid placements, {s.distinct_candidates:,} after symmetry pruning"
-                  f"{classes}; {s.solved:,} LPs solved, the rest ruled out by a lower bound; "
-                  f"{s.seconds_total:.2f} s in all")
+    if s.method == "branch-and-bound":
+        console.print(f"search: {s.raw_candidates:,} valid placements, too many to list: branch and bound, "
+                      f"{s.nodes or 0:,} partial placements bounded by a relaxed LP; {s.seconds_total:.2f} s in all")
+    else:
+        classes = f", {s.capacity_classes:,} distinct capacity graphs" if s.capacity_classes is not None else ""
+        console.print(f"search: {s.raw_candidates:,} valid placements, {s.distinct_candidates:,} after symmetry "
+                      f"pruning{classes}; {s.solved:,} LPs solved, the rest ruled out by a lower bound; "
+                      f"{s.seconds_total:.2f} s in all")
+    if not s.proven_optimal:
+        gap = p.epoch_read_s / s.lower_bound_s - 1 if s.lower_bound_s else float("inf")
+        console.print(f"[bold yellow]not proven optimal[/]: the time limit stopped the search; this is the best "
+                      f"placement found, and no placement reads an epoch faster than {s.lower_bound_s:.2f} s "
+                      f"(this one may be up to {gap:.1%} slower than the best)")
 
 
 def render_hardware(console: Console, hardware: dict, title: str = "hardware placement") -> None:

@@ -14,7 +14,8 @@ from moment.cli.common import solver_bar
 from moment.errors import MomentError
 # the inputs are parsed with the planner's JSON (the service parses the same way); re-exported for the
 # other commands
-from moment.planner.api import DEFAULT_GPUS, parse_inventory, resolve_gpus  # noqa: F401
+from moment.planner.api import (  # noqa: F401
+    DEFAULT_GPU_MODEL, DEFAULT_GPUS, DEFAULT_SSD_MODEL, DEFAULT_SSDS, parse_inventory, resolve_gpus)
 
 _PROFILE_HELP = "built-in profile name (see `moment profiles`) or a YAML file describing the machine"
 _SET_HELP = ("what-if override PATH=VALUE on the profile, repeatable: `nodes.sw1.link.gen=5`, "
@@ -29,6 +30,13 @@ _GPUS_HELP = (f"number of GPUs to place (default {DEFAULT_GPUS}; on machines wit
               "hgx-a100-8gpu, default 0: the planner places the SSDs around them)")
 
 
+_SSDS_HELP = f"number of NVMe SSDs to place (default {DEFAULT_SSDS})"
+_GPU_MODEL_HELP = f"GPU model (see `moment models`; default {DEFAULT_GPU_MODEL})"
+_SSD_MODEL_HELP = f"SSD model (see `moment models`; default {DEFAULT_SSD_MODEL})"
+_INVENTORY_HELP = ("mixed inventory, e.g. '2xA100,2xH100,8xP5510' (instead of --gpus/--ssds/--gpu-model/--ssd-model, "
+                   "not with them)")
+
+
 def _overrides_line(overrides: list[str]) -> str:
     return "what-if overrides (--set): " + ", ".join(overrides)
 
@@ -37,10 +45,10 @@ def _overrides_line(overrides: list[str]) -> str:
 def plan_cmd(
     profile: str = typer.Option("paper-machine-b", "--profile", "-p", help=_PROFILE_HELP),
     gpus: int | None = typer.Option(None, "--gpus", help=_GPUS_HELP, show_default=False),
-    ssds: int = typer.Option(8, "--ssds", help="number of NVMe SSDs to place"),
-    gpu_model: str = typer.Option("A100-PCIe-40GB", "--gpu-model", help="GPU model (see `moment models`)"),
-    ssd_model: str = typer.Option("P5510", "--ssd-model", help="SSD model (see `moment models`)"),
-    inventory: str | None = typer.Option(None, "--inventory", help="mixed inventory, e.g. '2xA100,2xH100,8xP5510'"),
+    ssds: int | None = typer.Option(None, "--ssds", help=_SSDS_HELP, show_default=False),
+    gpu_model: str | None = typer.Option(None, "--gpu-model", help=_GPU_MODEL_HELP, show_default=False),
+    ssd_model: str | None = typer.Option(None, "--ssd-model", help=_SSD_MODEL_HELP, show_default=False),
+    inventory: str | None = typer.Option(None, "--inventory", help=_INVENTORY_HELP),
     overrides: list[str] = typer.Option([], "--set", help=_SET_HELP),
     feature_dim: int | None = typer.Option(None, "--feature-dim", help="node feature dimension (default 1024)"),
     bytes_per_gpu: float | None = typer.Option(None, "--gb-per-gpu", help="GB each GPU reads per epoch"),
@@ -50,12 +58,18 @@ def plan_cmd(
     diagram: Path | None = typer.Option(None, "--diagram", help="also draw the recommended machine to FILE.svg or FILE.png"),
     calibration: Path | None = typer.Option(None, "--calibration", help="calibration from `moment calibrate --out`, applied to the profile"),
     replay: bool = typer.Option(False, "--replay", help="also replay each layout's epoch step by step (`moment simulate`) next to the LP"),
+    timeout: float | None = typer.Option(None, "--timeout", help=(
+        "stop the search after SECONDS and recommend the best placement found so far, marked 'not proven "
+        "optimal' with the least epoch time any placement could reach (JSON: search.proven_optimal, "
+        "search.lower_bound_s); default: search to the end"), metavar="SECONDS", show_default=False),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object (for scripts) instead of tables"),
 ) -> None:
     """Recommend which slot gets which GPU and SSD, with predicted bandwidth and bottlenecks.
 
     Every distinct placement of the inventory (symmetric ones pruned) is solved with the realisable
     LP; the winner and the usual layouts are then shown with both the LP and the paper's max-flow.
+    On a machine whose distinct placements are too many to list (many slots of mixed widths and
+    generations) a branch and bound finds the optimum instead, with a progress bar on stderr.
     Example: moment plan --profile paper-machine-b --gpus 4 --ssds 8 --diagram plan.svg
     """
     from moment.cli import fidelity_cmds as fid
@@ -63,17 +77,20 @@ def plan_cmd(
 
     if backend not in ("networkx", "ortools"):
         raise MomentError(f"--maxflow-backend {backend!r}: choose networkx or ortools")
+    if timeout is not None and not (timeout > 0 and timeout < float("inf")):
+        raise MomentError(f"--timeout {timeout:g}: give a positive number of seconds")
     if diagram is not None:
         from moment.planner.diagram import check_diagram_path
 
         check_diagram_path(diagram)
+    api.check_one_inventory(inventory is not None, gpus=gpus, ssds=ssds, gpu_model=gpu_model, ssd_model=ssd_model)
     topo, cal = api.load_topology(profile, calibration, overrides)
     inv = parse_inventory(inventory, resolve_gpus(topo, gpus) if not inventory else 0, ssds, gpu_model, ssd_model)
     wl = api.workload_spec(feature_dim, bytes_per_gpu, gpu_cache_share, cpu_cache_share)
-    with solver_bar(not json_out) as cb:
+    with solver_bar() as cb:  # on stderr: --json keeps stdout clean
         plan, out = api.plan_machine(topo, inv, wl, overrides=overrides, calibration=cal,
                                      calibration_source=str(calibration), replay=replay, maxflow_backend=backend,
-                                     progress=cb)
+                                     progress=cb, timeout=timeout)
     if diagram is not None:
         from moment.planner.diagram import write_plan_diagram
 
@@ -96,10 +113,11 @@ def plan_cmd(
 def compare_cmd(
     profiles: list[str] = typer.Argument(..., help="profiles (names or YAML files) to put side by side"),
     gpus: int | None = typer.Option(None, "--gpus", help=_GPUS_HELP, show_default=False),
-    ssds: int = typer.Option(8, "--ssds", help="number of SSDs"),
-    gpu_model: str = typer.Option("A100-PCIe-40GB", "--gpu-model"),
-    ssd_model: str = typer.Option("P5510", "--ssd-model"),
-    inventories: list[str] = typer.Option([], "--inventory", help="repeatable: compare several inventories, e.g. '4xA100,8xP5510'"),
+    ssds: int | None = typer.Option(None, "--ssds", help=_SSDS_HELP, show_default=False),
+    gpu_model: str | None = typer.Option(None, "--gpu-model", help=_GPU_MODEL_HELP, show_default=False),
+    ssd_model: str | None = typer.Option(None, "--ssd-model", help=_SSD_MODEL_HELP, show_default=False),
+    inventories: list[str] = typer.Option([], "--inventory", help="repeatable: compare several inventories, e.g. "
+                                          "'4xA100,8xP5510' (instead of --gpus/--ssds/--gpu-model/--ssd-model)"),
     overrides: list[str] = typer.Option([], "--set", help=_SET_HELP + " (applied to every profile)"),
     calibration: Path | None = typer.Option(None, "--calibration", help="calibration from `moment calibrate --out`, applied to every profile"),
     json_out: bool = typer.Option(False, "--json", help="print a JSON list"),
@@ -107,6 +125,7 @@ def compare_cmd(
     """Plan several machines (or inventories) and put the best layouts side by side (what-if)."""
     from moment.planner import api
 
+    api.check_one_inventory(bool(inventories), gpus=gpus, ssds=ssds, gpu_model=gpu_model, ssd_model=ssd_model)
     machines, cal = [], None
     for prof in profiles:
         topo, cal = api.load_topology(prof, calibration, overrides)

@@ -33,9 +33,9 @@ from pydantic import BaseModel, Field
 from moment.cost.model import CostParams, costs, report, samples_per_epoch
 from moment.cost.prices import PriceTable, load_prices
 from moment.errors import Flag, MomentError, cli_flag
-from moment.topology.bandwidth import GB
-from moment.topology.devices import Inventory, InventoryItem, builtin_gpus, find_model, fits, strip
-from moment.topology.model import Kind, Link, Topology
+from moment.topology.devices import (Inventory, InventoryItem, builtin_gpus, card_link, find_model, fits, ssd_read_bytes,
+                                     strip)
+from moment.topology.model import Kind, Topology
 from moment.workload.spec import WorkloadSpec
 
 #: optimistic bounds are inflated by this much so a solver's rounding can never beat its own bound
@@ -192,7 +192,7 @@ class _Bound:
     def __init__(self, bare: Topology, workload: WorkloadSpec):
         self.workload = workload
         self.scale = bare.ssd_read_scale or 1.0
-        self.fixed_ssd = sum(s.read_gbps * GB * self.scale for s in bare.of_kind(Kind.ssd))
+        self.fixed_ssd = sum(ssd_read_bytes(s.read_gbps, s.link, self.scale) for s in bare.of_kind(Kind.ssd))
         self.builtin = builtin_gpus(bare)
         # a peer link (NVLink bridge) on a slot or GPU lets data into a GPU past its slot; socket
         # links (UPI) and switch links do not
@@ -206,11 +206,13 @@ class _Bound:
         link and, for an SSD, its read rate), best first. n cards sit in n distinct slots, so the
         n best of these bound what they can do together and the n-th bounds the slowest of them."""
         if model.name not in self._rates:
-            card = Link(gen=model.gen, width=model.lanes).bandwidth()
-            if model.kind == Kind.ssd:
-                card = min(card, model.read_gbps * GB * self.scale)
-            rates = [min(card, s.link.bandwidth() if s.link is not None else math.inf)
-                     for s in self.free if fits(s, model)]
+            rates = []
+            for s in self.free:
+                if fits(s, model):
+                    link = card_link(model, s)
+                    card = (ssd_read_bytes(model.read_gbps, link, self.scale) if model.kind == Kind.ssd
+                            else link.bandwidth())
+                    rates.append(min(card, s.link.bandwidth() if s.link is not None else math.inf))
             self._rates[model.name] = sorted(rates, reverse=True)
         return self._rates[model.name]
 
@@ -239,6 +241,18 @@ class _Bound:
         return lb
 
 
+def check_inputs(budget_usd: float, top_k: int, max_gpus: int | None, max_ssds: int | None, *,
+                 flag: Flag = cli_flag) -> None:
+    """The advisor's numbers, checked before any work (names as `flag` spells them: `--top`, ...)."""
+    if not budget_usd > 0 or not math.isfinite(budget_usd):
+        raise MomentError(f"{flag('budget')} {budget_usd:g}: give a positive amount of USD", field="budget")
+    if top_k < 1:
+        raise MomentError(f"{flag('top')} {top_k}: give 1 or more", field="top")
+    for name, v in (("max_gpus", max_gpus), ("max_ssds", max_ssds)):
+        if v is not None and v < 0:
+            raise MomentError(f"{flag(name)} {v}: must not be negative", field=name)
+
+
 def advise(topo: Topology, budget_usd: float, *, models: list[str] | None = None, max_gpus: int | None = None,
            max_ssds: int | None = None, workload: WorkloadSpec | None = None, prices: PriceTable | None = None,
            params: CostParams | None = None, top_k: int = 3, prune: bool = True,
@@ -249,13 +263,7 @@ def advise(topo: Topology, budget_usd: float, *, models: list[str] | None = None
     from moment.planner.plan import make_plan
 
     t0 = time.perf_counter()
-    if not budget_usd > 0 or not math.isfinite(budget_usd):
-        raise MomentError(f"{flag('budget')} {budget_usd:g} USD: give a positive amount", field="budget")
-    if top_k < 1:
-        raise MomentError(f"{flag('top')} {top_k}: give 1 or more", field="top")
-    for name, v in (("max_gpus", max_gpus), ("max_ssds", max_ssds)):
-        if v is not None and v < 0:
-            raise MomentError(f"{flag(name)} {v}: must not be negative", field=name)
+    check_inputs(budget_usd, top_k, max_gpus, max_ssds, flag=flag)
     workload = workload or WorkloadSpec()
     prices = prices or load_prices()
     params = params or CostParams()

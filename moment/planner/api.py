@@ -22,14 +22,28 @@ if TYPE_CHECKING:  # imported where used: the CLI imports this module at start-u
     from moment.topology.model import Topology
     from moment.workload.spec import WorkloadSpec
 
-#: --gpus when left out, on a machine whose GPUs go in slots
+#: --gpus when left out, on a machine whose GPUs go in slots; --ssds, --gpu-model, --ssd-model left out
 DEFAULT_GPUS = 4
+DEFAULT_SSDS = 8
+DEFAULT_GPU_MODEL = "A100-PCIe-40GB"
+DEFAULT_SSD_MODEL = "P5510"
 
 # ---- inputs ------------------------------------------------------------------------------------------
-def parse_inventory(spec: str | None, gpus: int, ssds: int, gpu_model: str, ssd_model: str, *,
-                    flag: Flag = cli_flag) -> Inventory:
-    """`4xA100-PCIe-40GB,8xP5510` (spec), or `gpus` and `ssds` of the two models."""
+def check_one_inventory(inventory: bool, *, flag: Flag = cli_flag, **given: Any) -> None:
+    """An inventory names every device, so counts or models given beside it (`gpus=3`, `ssd_model=...`;
+    None: not given) would be ignored: refused, naming both."""
+    named = [flag(k) for k, v in given.items() if v is not None]
+    if inventory and named:
+        raise MomentError(f"{flag('inventory')} lists every device to place, so {', '.join(named)} would be "
+                          "ignored: give one or the other",
+                          hint=f"e.g. {flag('inventory')} 2xA100,4xP5510 alone, or {flag('gpus')} 2 {flag('ssds')} 4")
+
+
+def parse_inventory(spec: str | None, gpus: int, ssds: int | None, gpu_model: str | None = None,
+                    ssd_model: str | None = None, *, flag: Flag = cli_flag) -> Inventory:
+    """`4xA100-PCIe-40GB,8xP5510` (spec), or `gpus` and `ssds` of the two models (None: the defaults)."""
     from moment.topology.devices import Inventory, InventoryItem
+    from moment.topology.model import Kind
 
     if spec is not None:
         if not spec.strip():
@@ -44,20 +58,30 @@ def parse_inventory(spec: str | None, gpus: int, ssds: int, gpu_model: str, ssd_
             model = _model(m.group(2), "inventory", flag)
             items.append(InventoryItem(model=model.name, count=int(m.group(1))))
         return Inventory(items=items)
-    if gpus < 0 or ssds < 0:
-        raise MomentError(f"{flag('gpus')} and {flag('ssds')} must not be negative", field="gpus" if gpus < 0 else "ssds")
-    _model(gpu_model, "gpu_model", flag), _model(ssd_model, "ssd_model", flag)
-    return Inventory.simple(gpus, ssds, gpu_model, ssd_model)
+    ssds = DEFAULT_SSDS if ssds is None else ssds
+    for what, n in (("gpus", gpus), ("ssds", ssds)):
+        if n < 0:
+            raise MomentError(f"{flag(what)} {n}: must not be negative", field=what)
+    gpu = _model(gpu_model or DEFAULT_GPU_MODEL, "gpu_model", flag, Kind.gpu)
+    ssd = _model(ssd_model or DEFAULT_SSD_MODEL, "ssd_model", flag, Kind.ssd)
+    return Inventory.simple(gpus, ssds, gpu.name, ssd.name)
 
 
-def _model(name: str, what: str, flag: Flag):
-    """The catalogue's model; an unknown one is an error naming the input that gave it."""
-    from moment.topology.devices import find_model
+def _model(name: str, what: str, flag: Flag, kind=None):
+    """The catalogue's model; an unknown one, or one of another kind than `kind`, is an error naming the
+    input that gave it."""
+    from moment.topology.devices import CATALOG, find_model
 
     try:
-        return find_model(name)
+        m = find_model(name)
     except MomentError as e:
         raise MomentError(f"{flag(what)}: unknown device model {name!r}", hint=e.hint, field=what) from None
+    if kind is not None and m.kind != kind:
+        noun = {"gpu": "a GPU", "ssd": "an SSD", "nic": "a NIC"}
+        models = ", ".join(c.name for c in CATALOG if c.kind == kind)
+        raise MomentError(f"{flag(what)} {name}: {m.name} is {noun[m.kind.value]}, not {noun[kind.value]}",
+                          hint=f"{kind.value.upper()} models: {models} (`moment models` lists them all)", field=what)
+    return m
 
 
 def resolve_gpus(topo: Topology, gpus: int | None, *, flag: Flag = cli_flag) -> int:
@@ -182,19 +206,30 @@ def calibrated_row(cal: Calibration | None, plan: Plan) -> dict:
 
 
 def replay_placement(topo_bare: Topology, placement: dict[str, str], workload: WorkloadSpec, *,
-                     steps: int | None, seed: int, uniform: bool):
+                     steps: int | None, seed: int, uniform: bool, flag: Flag = cli_flag):
     """Replay a placement on a synthetic trace: the LP's shares, `steps` DDP steps (default: the
     workload's seeds / batch / GPUs), rows of the workload's row size."""
     from moment.planner.lp import solve_lp
     from moment.planner.network import build_network
-    from moment.planner.replay import Replayer, steps_per_epoch, synthetic_demands
+    from moment.planner.replay import Replayer, check_steps, steps_per_epoch, synthetic_demands
     from moment.topology.devices import populate
 
+    check_replay_inputs(steps, seed, flag=flag)
     net = build_network(populate(topo_bare, placement), workload)
+    if steps is not None:
+        check_steps(net, steps, what=f"{flag('steps')} {steps}", hint=f"leave {flag('steps')} out to replay one epoch")
     sol = solve_lp(net)
     n = steps or steps_per_epoch(workload.num_nodes * workload.train_fraction, workload.batch_size, len(net.gpus))
     B = synthetic_demands(net, sol.storage_shares(), n, workload.row_bytes, seed=seed, uniform=uniform)
     return Replayer(net).run(B, sol.epoch_read_s, "uniform" if uniform else "synthetic")
+
+
+def check_replay_inputs(steps: int | None, seed: int, *, flag: Flag = cli_flag) -> None:
+    """A replay's step count is positive and its seed is not negative (numpy takes none)."""
+    if steps is not None and steps <= 0:
+        raise MomentError(f"{flag('steps')} {steps}: must be positive")
+    if seed < 0:
+        raise MomentError(f"{flag('seed')} {seed}: must be 0 or more")
 
 
 def replay_rows(plan: Plan, topo: Topology, steps: int | None = None, seed: int = 0) -> dict:
@@ -213,14 +248,15 @@ def replay_rows(plan: Plan, topo: Topology, steps: int | None = None, seed: int 
 def plan_machine(topo: Topology, inventory: Inventory, workload: WorkloadSpec, *,
                  overrides: list[str] | None = None, calibration: Calibration | None = None,
                  calibration_source: str = "", replay: bool = False, maxflow_backend: str = "ortools",
-                 progress: Callable[[int, int], None] | None = None) -> tuple[Plan, dict]:
+                 progress: Callable[[int, int], None] | None = None,
+                 timeout: float | None = None) -> tuple[Plan, dict]:
     """Plan `inventory` on `topo` (calibration already applied): the Plan and `moment plan --json`'s object
-    (the plan, plus `calibration` and `replay` when asked)."""
+    (the plan, plus `calibration` and `replay` when asked). `timeout`: seconds for the search (`make_plan`)."""
     from moment.planner.plan import make_plan
 
     if maxflow_backend not in ("networkx", "ortools"):
         raise MomentError(f"maxflow backend {maxflow_backend!r}: choose networkx or ortools")
-    plan = make_plan(topo, inventory, workload, maxflow_backend=maxflow_backend, progress=progress)
+    plan = make_plan(topo, inventory, workload, maxflow_backend=maxflow_backend, progress=progress, timeout=timeout)
     plan = plan.model_copy(update={"overrides": list(overrides or [])})
     extra: dict[str, Any] = {}
     if calibration is not None:
@@ -265,8 +301,8 @@ def compare_row(profile: str, topo: Topology, inventory: Inventory, *, overrides
 
 
 def compare_rows(machines: list[tuple[str, Topology]], *, inventories: list[str] | None = None,
-                 gpus: int | None = None, ssds: int = 8, gpu_model: str = "A100-PCIe-40GB",
-                 ssd_model: str = "P5510", overrides: list[str] | None = None,
+                 gpus: int | None = None, ssds: int | None = None, gpu_model: str | None = None,
+                 ssd_model: str | None = None, overrides: list[str] | None = None,
                  calibration: Calibration | None = None, flag: Flag = cli_flag,
                  progress: Callable[[int, int], None] | None = None) -> list[dict]:
     """`moment compare --json`: each (name, calibrated topology) with each inventory (or gpus/ssds)."""
@@ -289,19 +325,22 @@ def simulate_named(topo: Topology, layout: str, gpus: int, ssds: int, *, steps: 
     from moment.workload.spec import WorkloadSpec
 
     bare = strip(topo)[0]
-    inv = parse_inventory(None, gpus, ssds, "A100-PCIe-40GB", "P5510", flag=flag)
+    inv = parse_inventory(None, gpus, ssds, flag=flag)
     lays = {b.name: b for b in named_layouts(bare, inv)}
     if layout not in lays:
         raise MomentError(f"{flag('placement')} {layout!r}: not a layout of {bare.name!r} for {inv.describe()}",
                           hint=f"its layouts: {', '.join(lays) or 'none'}", field="placement")
-    return replay_placement(bare, lays[layout].placement, WorkloadSpec(), steps=steps, seed=seed, uniform=uniform)
+    return replay_placement(bare, lays[layout].placement, WorkloadSpec(), steps=steps, seed=seed, uniform=uniform,
+                            flag=flag)
 
 
-def simulate_plan(topo: Topology, plan: Plan, *, steps: int | None = None, seed: int = 0, uniform: bool = False):
+def simulate_plan(topo: Topology, plan: Plan, *, steps: int | None = None, seed: int = 0, uniform: bool = False,
+                  flag: Flag = cli_flag):
     """Replay a plan's recommended placement with the plan's workload."""
     from moment.topology.devices import strip
 
-    return replay_placement(strip(topo)[0], plan.placement, plan.workload, steps=steps, seed=seed, uniform=uniform)
+    return replay_placement(strip(topo)[0], plan.placement, plan.workload, steps=steps, seed=seed, uniform=uniform,
+                            flag=flag)
 
 
 def replay_json(rep, cal: Calibration | None) -> dict:

@@ -397,10 +397,13 @@ def calibrate(topo: Topology, inventory: Inventory, mfile: MeasurementFile, name
               workload: WorkloadSpec | None = None, loo: bool = True) -> Calibration:
     names = check_fit_names(names)
     ms = mfile.measurements
-    if len(ms) < len(names) and loo:
-        raise MomentError(f"{len(ms)} measurements cannot pin down {len(names)} parameters ({', '.join(names)})",
-                          hint="measure more layouts or fit fewer parameters with --fit")
     model = Model(topo, inventory, ms, workload, mfile.data)
+    distinct = _distinct(model)
+    if len(distinct) <= len(names):
+        raise MomentError(f"{len(distinct)} distinct measurements cannot test a fit of {len(names)} parameters "
+                          f"({', '.join(names)}): it would match them exactly whatever the parameters mean",
+                          hint="measure more layouts (one more than the parameters at least) or fit fewer "
+                               "parameters with --fit")
     full = fit(model, names)
     meas = np.array([m.value for m in ms])
     residuals = [Residual(layout=m.label, measured_s=float(meas[i]), predicted_s=float(full.predicted[i]),
@@ -420,6 +423,28 @@ def calibrate(topo: Topology, inventory: Inventory, mfile: MeasurementFile, name
                        params={k: round(v, 6) for k, v in full.params.items()}, fitted=names,
                        meaning={k: PARAMS[k].meaning for k in PARAMS}, residuals=residuals,
                        loo_max_rel_err=loo_max)
+
+
+def _distinct(model: Model) -> list[list[int]]:
+    """The measurements grouped by what they measure: a layout (placements alike by symmetry are one
+    layout, and the data placement counts), a device's read rate or a link's rate. A measurement
+    listed twice adds nothing a fit can use, so more than one in a group is refused, naming them."""
+    from moment.planner.search import canonical_keys
+
+    idx = [i for i, pl in enumerate(model.placements) if pl is not None]
+    keys = dict(zip(idx, canonical_keys(model.bare, [model.placements[i] for i in idx])))
+    groups: dict[tuple, list[int]] = {}
+    for i, m in enumerate(model.ms):
+        what = (("epoch", keys[i], model.even[i]) if i in keys
+                else ("read", m.device) if m.read_gbps is not None else ("link", m.link))
+        groups.setdefault(what, []).append(i)
+    for what, members in groups.items():
+        if len(members) > 1:
+            labels = ", ".join(f"#{i + 1} ({model.ms[i].label})" for i in members)
+            same = {"epoch": "layout", "read": "device's read rate", "link": "link's rate"}[what[0]]
+            raise MomentError(f"measurements {labels} measure the same {same}",
+                              hint="give each layout, device or link once (the mean of repeated runs)")
+    return list(groups.values())
 
 
 def calibrated_epoch(read_s: float, cal: Calibration | None) -> float:

@@ -78,11 +78,21 @@ class Explanation(BaseModel):
 
 
 class SearchStats(BaseModel):
+    method: str = Field("exhaustive", description=(
+        "'exhaustive': every placement listed once per symmetry class, then solved in lower-bound order; "
+        "'branch-and-bound': too many classes to list (a large machine of mixed slots), so devices are placed "
+        "one at a time and each partial placement is bounded by the LP of a relaxation"))
     raw_candidates: int = Field(description="placements before symmetry pruning (physically valid)")
-    distinct_candidates: int = Field(description="placements left after slot-symmetry pruning")
+    distinct_candidates: int | None = Field(
+        description="placements left after slot-symmetry pruning (null: not listed, branch and bound)")
     capacity_classes: int | None = Field(
         None, description="distinct capacity graphs among them (one LP each at most)")
+    nodes: int | None = Field(None, description="partial placements bounded (branch and bound)")
     solved: int = Field(description="LPs solved; the other classes were ruled out by a lower bound")
+    proven_optimal: bool = Field(True, description=(
+        "false when the time limit stopped the search: the recommendation is the best placement found"))
+    lower_bound_s: float | None = Field(None, description=(
+        "when not proven optimal: no placement reads an epoch faster than this"))
     seconds_total: float
     seconds_per_solve: float
 

@@ -75,7 +75,7 @@ class CapacityCanon:
     def _device(self, slot: str, model: str) -> tuple | None:
         k = (slot, model)
         if k not in self._devices:
-            kind, cap, serve, memory = self.template.model_info(model)
+            kind, cap, serve, memory = self.template.card(slot, model)
             self._devices[k] = (("dev", kind.value, _round(serve), memory, _round(min(cap, self.uplink.get(slot, cap))))
                                 if kind in (Kind.gpu, Kind.ssd) else None)
         return self._devices[k]
@@ -135,7 +135,7 @@ class TreeBound:
         tpl = self.template
         devs: dict[str, tuple[Kind, float, float]] = {}
         for slot, model in placement.items():
-            kind, cap, serve, _mem = tpl.model_info(model)
+            kind, cap, serve, _mem = tpl.card(slot, model)
             if kind in (Kind.gpu, Kind.ssd):
                 devs[slot] = (kind, min(cap, self.uplink.get(slot, cap)), serve)
         n_gpu = sum(1 for k, _, _ in devs.values() if k == Kind.gpu) + sum(

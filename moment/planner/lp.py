@@ -197,6 +197,26 @@ def _finish(net: FlowNetwork, n_var: int, load: tuple, eq: tuple, b_eq: np.ndarr
             v.append(np.ones(len(members)))
             b_ub.append(np.array([share]))
             n_ub += 1
+    at = {s.id: i for i, s in enumerate(net.storage)}
+    for rates, most in net.counts:  # devices' worth served: sum of served_s / rate_s <= most * T
+        members = [at[sid] for sid in rates]
+        r.append(np.full(len(members) + 1, n_ub))
+        c.append(np.array(members + [col_T]))
+        v.append(np.array([total / rates[sid] for sid in rates] + [-most]))
+        b_ub.append(np.zeros(1))
+        n_ub += 1
+    edge_at = {e.id: i for i, e in enumerate(net.edges)}
+    for rates, most in net.edge_counts:  # devices' worth carried: sum of load_e / rate_e <= most * T
+        per = np.zeros(len(net.edges))
+        for eid, rate in rates.items():
+            if eid in edge_at:  # (an entry nothing can use is pruned from the graph)
+                per[edge_at[eid]] = total / rate
+        pick = per[lr] > 0
+        r.append(np.full(int(pick.sum()) + 1, n_ub))
+        c.append(np.append(lc[pick], col_T))
+        v.append(np.append(lv[pick] * per[lr[pick]], -most))
+        b_ub.append(np.zeros(1))
+        n_ub += 1
     bounds = np.zeros((n_var, 2))
     bounds[:, 1] = np.inf
     bounds[:S, 1] = [0.0 if i in zero_p else net.share_cap(s) for i, s in enumerate(net.storage)]

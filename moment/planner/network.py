@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 from moment.errors import MomentError
 from moment.topology.bandwidth import GB
-from moment.topology.devices import find_model
+from moment.topology.devices import card_link, find_model, ssd_read_bytes, trained_link
 from moment.topology.model import PLACEABLE, Kind, Link, Topology
 from moment.workload.spec import WorkloadSpec
 
@@ -27,6 +27,9 @@ TIER_GPU = "gpu-cache"
 TIER_CPU = "cpu-mem"
 TIER_SSD = "ssd"
 INF = math.inf
+#: the relaxed sink and sources standing for the devices a partial placement has not placed (`Rest`)
+REST_GPU = "gpu:rest"
+REST_SSD = "ssd:rest"
 
 
 class Edge(NamedTuple):
@@ -63,6 +66,12 @@ class FlowNetwork:
     demand: dict[str, float]  # bytes per epoch, per GPU
     gpu_cache_share: float
     cpu_cache_share: float
+    # ({storage id: bytes/s of one device there}, most devices): storage nodes that stand for devices
+    # not placed yet (`Rest`) serve at most that many devices' worth between them
+    counts: list[tuple[dict[str, float], float]] = field(default_factory=list)
+    # ({edge id: bytes/s of one device's link there}, most devices): the same for the edges into and
+    # out of the sink that stands for GPUs not placed yet
+    edge_counts: list[tuple[dict[str, float], float]] = field(default_factory=list)
     index: dict[str, int] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -109,6 +118,35 @@ class _Dev:
 
 
 @dataclass(frozen=True)
+class Rest:
+    """The devices a partial placement has not placed yet, relaxed so that every completion of the
+    placement is a feasible point of the network (its LP time is then a lower bound on theirs).
+
+    GPUs: one sink (`REST_GPU`) demanding `gpus` GPUs' bytes, entering the tree at each parent node
+    `gpu_entry` names, through at most (that parent's best `gpus` free slots' inlets together,
+    the best one alone) bytes/s, with their caches as one node of `hbm` bytes/s and `memory` GiB,
+    read by the others through the same entries. A count limit (`FlowNetwork.edge_counts`) keeps
+    one GPU from drawing on two entries at once: each entry's load over its best slot's inlet adds
+    up to at most `gpus`.
+
+    SSDs: the free slots they may go in, in groups `ssd_slots` of (parent, how many slots, whether
+    they could hold a GPU too), and per SSD model left `ssds` (how many, bytes/s one moves in each
+    group or None): one storage node per group and model, with count limits on them
+    (`FlowNetwork.counts`) so that a slow slot costs a whole SSD as it does in a real placement: at
+    most that many SSDs of a model, at most one SSD per slot, and, since the GPUs left need `gpus`
+    of the `gpu_slots` free slots that could hold them, at most `gpu_slots - gpus` SSDs in those.
+    """
+
+    gpus: int = 0
+    gpu_entry: dict[str, tuple[float, float]] = field(default_factory=dict)
+    hbm: float = 0.0
+    memory: float = 0.0
+    ssd_slots: tuple[tuple[str, int, bool], ...] = ()
+    ssds: tuple[tuple[int, tuple[float | None, ...]], ...] = ()
+    gpu_slots: int = 0
+
+
+@dataclass(frozen=True)
 class _Peer:
     a: str
     b: str
@@ -142,12 +180,16 @@ def _extract(topo: Topology) -> _Chassis:
     for n in topo.nodes:
         if n.kind in (Kind.socket, Kind.nvswitch) or n.parent is None:
             continue  # an NVSwitch's PCIe uplink is for management, not data
-        cap, kind, label = _link_of(n.link)
+        link = n.link
+        if n.kind in (Kind.gpu, Kind.ssd) and topo.node(n.parent).kind == Kind.slot:
+            link = trained_link(link, topo.node(n.parent))
+        cap, kind, label = _link_of(link)
         if n.kind in (Kind.gpu, Kind.ssd):
             if n.kind == Kind.gpu:
                 devices.append(_Dev(n.id, n.kind, n.parent, cap, kind, label, n.hbm_gbps * GB, n.memory_gib))
             else:
-                devices.append(_Dev(n.id, n.kind, n.parent, cap, kind, label, n.read_gbps * GB * ssd_scale))
+                devices.append(_Dev(n.id, n.kind, n.parent, cap, kind, label,
+                                    ssd_read_bytes(n.read_gbps, link, ssd_scale)))
             continue
         fixed.append((n.id, n.parent, cap, kind, label))
     sockets = [(s.id, s.memory_bandwidth_gbps * GB, s.memory_gib) for s in topo.of_kind(Kind.socket)]
@@ -157,9 +199,10 @@ def _extract(topo: Topology) -> _Chassis:
     return _Chassis(fixed, sockets, peers, slots, devices, counters, ssd_scale)
 
 
-def _assemble(ch: _Chassis, devices: list[_Dev], workload: WorkloadSpec) -> FlowNetwork:
+def _assemble(ch: _Chassis, devices: list[_Dev], workload: WorkloadSpec, rest: Rest | None = None) -> FlowNetwork:
     gpus = [d.id for d in devices if d.kind == Kind.gpu]
-    if not gpus:
+    n_gpus = len(gpus) + (rest.gpus if rest else 0)
+    if not n_gpus:
         raise MomentError("the machine has no GPU: there is nothing to feed")
     occupant = {d.parent: d.id for d in devices}
     is_gpu = set(gpus)
@@ -193,11 +236,48 @@ def _assemble(ch: _Chassis, devices: list[_Dev], workload: WorkloadSpec) -> Flow
         edges.append(Edge(tail(a), b, p.capacity, p.kind, a, b, p.label))
         edges.append(Edge(tail(b), a, p.capacity, p.kind, b, a, p.label))
 
+    D = workload.bytes_per_gpu(n_gpus)
+    demand = {g: D for g in gpus}
+    edge_counts: list[tuple[dict[str, float], float]] = []
+    if rest is not None and rest.gpus:
+        hbm = f"hbm:{REST_GPU}"
+        gpus.append(REST_GPU)
+        is_gpu.add(REST_GPU)
+        demand[REST_GPU] = rest.gpus * D
+        edges.append(Edge(hbm, REST_GPU, rest.hbm, "hbm", hbm, REST_GPU, None))
+        storage.append(StorageNode(hbm, TIER_GPU, rest.hbm, REST_GPU, rest.memory))
+        into, out = {}, {}
+        for parent, (cap, one) in rest.gpu_entry.items():
+            edges.append(Edge(parent, REST_GPU, cap, "pcie", parent, REST_GPU, None))
+            edges.append(Edge(hbm, parent, cap, "pcie", REST_GPU, parent, None))
+            into[edges[-2].id], out[edges[-1].id] = one, one
+        edge_counts = [(into, float(rest.gpus)), (out, float(rest.gpus))]
+    counts: list[tuple[dict[str, float], float]] = []
+    if rest is not None and rest.ssds and rest.ssd_slots:
+        shared: dict[str, float] = {}
+        per_slot: list[dict[str, float]] = [{} for _ in rest.ssd_slots]
+        for j, (many, rates) in enumerate(rest.ssds):
+            of_model = {}
+            for g, ((parent, n, gpu_too), rate) in enumerate(zip(rest.ssd_slots, rates)):
+                if rate is None:
+                    continue
+                sid = f"{REST_SSD}{g}.{j}"
+                storage.append(StorageNode(sid, TIER_SSD, n * rate, REST_SSD))
+                edges.append(Edge(sid, parent, n * rate, "pcie", sid, parent, None))
+                of_model[sid] = per_slot[g][sid] = rate
+                if gpu_too:
+                    shared[sid] = rate
+            counts.append((of_model, float(many)))
+        if len(rest.ssds) > 1:
+            counts += [(rates, float(n)) for rates, (_, n, _) in zip(per_slot, rest.ssd_slots) if len(rates) > 1]
+        if shared and rest.gpus:
+            counts.append((shared, float(max(0, rest.gpu_slots - rest.gpus))))
+
     edges = _useful(edges, {s.id for s in storage}, is_gpu)
     nodes = sorted({x for e in edges for x in (e.u, e.v)} | {s.id for s in storage} | is_gpu)
-    D = workload.bytes_per_gpu(len(gpus))
-    return FlowNetwork(nodes=nodes, edges=edges, storage=storage, gpus=gpus, demand={g: D for g in gpus},
-                       gpu_cache_share=workload.gpu_cache_share, cpu_cache_share=workload.cpu_cache_share)
+    return FlowNetwork(nodes=nodes, edges=edges, storage=storage, gpus=gpus, demand=demand,
+                       gpu_cache_share=workload.gpu_cache_share, cpu_cache_share=workload.cpu_cache_share,
+                       counts=counts, edge_counts=edge_counts)
 
 
 def _useful(edges: list[Edge], sources: set[str], sinks: set[str]) -> list[Edge]:
@@ -249,30 +329,38 @@ class ChassisTemplate:
         self.topo = bare
         self.chassis = _extract(bare)
         self._slot_order = {s: i for i, s in enumerate(self.chassis.slots)}
-        self._models: dict[str, tuple[Kind, float, float, float]] = {}
+        self._cards: dict[tuple[str, str], tuple[Kind, float, float, float]] = {}
+        #: a peer link (an NVLink bridge) has an end on a slot: the branch and bound's relaxation
+        #: (`Rest`) does not bound such a chassis, the listing search plans it
+        self.bridged_slots = any(p.a in self._slot_order or p.b in self._slot_order for p in self.chassis.peers)
 
-    def model_info(self, name: str) -> tuple[Kind, float, float, float]:
-        """(kind, card link bytes/s, HBM or read bytes/s, memory GiB), parsed once per model name."""
-        if name not in self._models:
+    def card(self, slot: str, name: str) -> tuple[Kind, float, float, float]:
+        """(kind, card link bytes/s, HBM or read bytes/s, memory GiB) of a `name` card in `slot`: its
+        link as trained there (`devices.trained_link`), parsed once per slot and model."""
+        key = (slot, name)
+        if key not in self._cards:
             m = find_model(name)
-            serve = (m.hbm_gbps if m.kind == Kind.gpu else m.read_gbps * self.chassis.ssd_scale) * GB
-            self._models[name] = (m.kind, Link(gen=m.gen, width=m.lanes).bandwidth(), serve, m.memory_gib)
-        return self._models[name]
+            link = card_link(m, self.topo.node(slot))
+            serve = (m.hbm_gbps * GB if m.kind == Kind.gpu
+                     else ssd_read_bytes(m.read_gbps, link, self.chassis.ssd_scale))
+            self._cards[key] = (m.kind, link.bandwidth(), serve, m.memory_gib)
+        return self._cards[key]
 
     def device_ids(self, placement: dict[str, str]) -> dict[str, str]:
         """slot -> device id, numbered the way `populate` numbers them."""
         counters = dict(self.chassis.counters)
         out = {}
         for slot in sorted(placement, key=self._slot_order.__getitem__):
-            kind = self.model_info(placement[slot])[0]
+            kind = find_model(placement[slot]).kind
             out[slot] = f"{kind.value}{counters[kind]}"
             counters[kind] += 1
         return out
 
-    def network(self, placement: dict[str, str], workload: WorkloadSpec) -> FlowNetwork:
+    def network(self, placement: dict[str, str], workload: WorkloadSpec, rest: Rest | None = None) -> FlowNetwork:
+        """The capacity graph of `placement`; with `rest`, relaxed for the devices not yet placed."""
         devs = list(self.chassis.devices)
         for slot, dev_id in self.device_ids(placement).items():
-            kind, cap, serve, memory = self.model_info(placement[slot])
+            kind, cap, serve, memory = self.card(slot, placement[slot])
             if kind in (Kind.gpu, Kind.ssd):  # NICs carry no training reads
                 devs.append(_Dev(dev_id, kind, slot, cap, "pcie", None, serve, memory))
-        return _assemble(self.chassis, devs, workload)
+        return _assemble(self.chassis, devs, workload, rest)

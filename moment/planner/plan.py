@@ -7,9 +7,10 @@ and every baseline are then evaluated with both solvers.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from moment.errors import MomentError
 from moment.planner import search
@@ -21,15 +22,17 @@ from moment.planner.explain import explain
 from moment.planner.lp import solve_lp_batch
 from moment.planner.network import ChassisTemplate
 from moment.planner.solution import Solution
-from moment.planner.tiebreak import Candidate, compare_placements, preference
+from moment.planner.tiebreak import TIE_REL, Candidate, compare_placements, preference
 from moment.topology.devices import Inventory, fits, strip
 from moment.topology.model import Kind, Topology
 from moment.workload.spec import WorkloadSpec
 
 #: candidates per HiGHS call
 BATCH = 64
-#: epoch times within this relative distance are a tie
-TIE_REL = 1e-6
+#: 'auto' lists the candidates while that takes at most this many combinations (about a second;
+#: the built-in machines take a few thousand), and otherwise branches and bounds
+LIST_LIMIT = 30_000
+METHODS = ("auto", "exhaustive", "branch-and-bound")
 
 
 def _check_inventory(bare: Topology, inventory: Inventory) -> None:
@@ -60,19 +63,93 @@ def _key(placement: dict[str, str]) -> tuple:
 
 def make_plan(topo: Topology, inventory: Inventory, workload: WorkloadSpec, *,
               maxflow_backend: str = "ortools",
-              progress: Callable[[int, int], None] | None = None) -> Plan:
+              progress: Callable[[int, int], None] | None = None,
+              method: str = "auto", timeout: float | None = None) -> Plan:
     """Search every distinct placement of `inventory` into `topo`'s chassis; least LP epoch time wins
     (times within TIE_REL tie), and `tiebreak.compare_placements` decides between equally fast ones.
-    Devices already in slots are taken out first; their layout becomes baseline 'current'."""
+    Devices already in slots are taken out first; their layout becomes baseline 'current'.
+
+    `method`: 'exhaustive' lists the placements once per symmetry class; 'branch-and-bound'
+    (`planner.branch`) never lists them, for machines where they number in the millions; 'auto'
+    lists them while that takes at most LIST_LIMIT combinations (about a second) and otherwise
+    branches and bounds. `timeout` (seconds): the search stops there and the best placement found
+    is recommended, marked not proven optimal (`SearchStats.proven_optimal`, `lower_bound_s`)."""
     t0 = time.perf_counter()
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {', '.join(METHODS)}, not {method!r}")
+    if timeout is not None and not (timeout > 0 and math.isfinite(timeout)):
+        raise MomentError(f"a time limit of {timeout:g} s: give a positive number of seconds")
+    deadline = None if timeout is None else t0 + timeout
     bare, current = strip(topo)
     _check_inventory(bare, inventory)
-    space = search.enumerate_placements(bare, inventory)
-    cands = space.distinct
-    if not cands:
-        raise MomentError(f"the inventory ({inventory.describe()}) cannot be placed in {bare.name!r}")
-
     template = ChassisTemplate(bare)
+    bnb_ok = not template.bridged_slots  # where the branch and bound's relaxation is a bound
+    if method == "branch-and-bound" and not bnb_ok:
+        raise MomentError(f"{bare.name!r} has peer links (NVLink bridges) on slots, which the branch and bound "
+                          "cannot bound", hint="plan it with the exhaustive search")
+    found = None
+    if method != "branch-and-bound":
+        try:
+            space = search.enumerate_placements(bare, inventory, limit=LIST_LIMIT if method == "auto" and bnb_ok
+                                                else None, deadline=deadline)
+            if not space.distinct:
+                raise MomentError(f"the inventory ({inventory.describe()}) cannot be placed in {bare.name!r}")
+            found = _exhaustive(bare, template, space, workload, deadline, progress)
+        except search.TooMany as e:
+            raw = e.raw_count
+        except search.Timeout:
+            raise _nothing_found(inventory, bare, timeout) from None
+    if found is None:
+        from moment.planner import branch  # only where the listing gave up: not on plain `moment plan`'s path
+
+        raw = search.count_valid(bare, inventory) if method == "branch-and-bound" else raw
+        res = branch.branch_and_bound(template, inventory, workload, deadline=deadline, progress=progress)
+        if res.placement is None:
+            raise _nothing_found(inventory, bare, timeout)
+        found = _Found(res.placement, SearchStats(
+            method="branch-and-bound", raw_candidates=raw or 0, distinct_candidates=None, nodes=res.nodes,
+            solved=res.lps, proven_optimal=res.proven_optimal,
+            lower_bound_s=None if res.proven_optimal else res.lower_bound_s, seconds_total=0.0,
+            seconds_per_solve=res.seconds / max(res.lps, 1)))
+
+    winner = evaluate(bare, found.placement, workload, maxflow_backend=maxflow_backend)
+
+    evaluated = _baselines(bare, current, inventory, workload, maxflow_backend)
+    baselines = [b for b, _ in evaluated]
+    gain = (min(b.predicted.epoch_read_s for b in baselines) / winner.predicted.epoch_read_s
+            if baselines else None)
+    return Plan(
+        machine=topo.name,
+        inventory=inventory.describe(),
+        workload=workload,
+        placement=winner.placement,
+        devices=winner.devices,
+        predicted=winner.predicted,
+        predicted_maxflow=winner.predicted_maxflow,
+        links=winner.links,
+        bottlenecks=[u.id for u in winner.links if u.utilisation >= BOTTLENECK_UTILISATION],
+        search=found.stats.model_copy(update={"seconds_total": time.perf_counter() - t0}),
+        baselines=baselines,
+        gain_vs_best_baseline=gain,
+        explanation=explain(bare, winner, [(b.name, ev) for b, ev in evaluated]),
+    )
+
+
+@dataclass
+class _Found:
+    placement: dict[str, str]
+    stats: SearchStats
+
+
+def _nothing_found(inventory: Inventory, bare: Topology, timeout: float | None) -> MomentError:
+    return MomentError(f"no placement of {inventory.describe()} in {bare.name!r} was complete within the "
+                       f"{timeout:g} s time limit", hint="allow the search more time")
+
+
+def _exhaustive(bare: Topology, template: ChassisTemplate, space: search.SearchSpace, workload: WorkloadSpec,
+                deadline: float | None, progress: Callable[[int, int], None] | None) -> _Found:
+    """Every listed candidate, one LP per capacity-equivalence class, solved in lower-bound order."""
+    cands = space.distinct
     # One LP per capacity-equivalence class, solved on the class's preferred member. The members
     # share one capacity graph, hence their link bounds: those are computed for representatives only.
     canon = CapacityCanon(template)
@@ -100,51 +177,41 @@ def make_plan(topo: Topology, inventory: Inventory, workload: WorkloadSpec, *,
         if progress is not None:
             progress(len(solved), len(ranked))
 
-    best_t, i, size = float("inf"), 0, 4
+    def late() -> bool:
+        return deadline is not None and time.perf_counter() > deadline
+
+    best_t, i, size, proven = float("inf"), 0, 4, True
     while i < len(ranked) and ranked[i][0] < best_t * (1 - TIE_REL):
+        if late() and solved:
+            proven = False
+            break
         batch = [c.placement for lb, c in ranked[i:i + size] if lb < best_t * (1 - TIE_REL)]
         size = min(BATCH, size * 2)  # small first: the first classes often settle the optimum
         solve(batch)
         best_t = min(best_t, *(solved[_key(p)].epoch_read_s for p in batch))
         i += len(batch)
-    contenders = sorted((c for lb, c in ranked if lb <= best_t * (1 + TIE_REL)), key=preference)
     winner_key = None
-    for j, candidate in enumerate(contenders):
-        p = candidate.placement
-        if _key(p) not in solved:
-            solve([q.placement for q in contenders[j:j + 8] if _key(q.placement) not in solved])
-        if solved[_key(p)].epoch_read_s <= best_t * (1 + TIE_REL):
-            winner_key = _key(p)
-            break
-    assert winner_key is not None  # the class that set best_t is among the contenders
+    if proven:
+        contenders = sorted((c for lb, c in ranked if lb <= best_t * (1 + TIE_REL)), key=preference)
+        for j, candidate in enumerate(contenders):
+            p = candidate.placement
+            if _key(p) not in solved:
+                solve([q.placement for q in contenders[j:j + 8] if _key(q.placement) not in solved])
+            if solved[_key(p)].epoch_read_s <= best_t * (1 + TIE_REL):
+                winner_key = _key(p)
+                break
+        assert winner_key is not None  # the class that set best_t is among the contenders
+        lower = None
+    else:  # stopped by the deadline: the best solved, and the least bound of the rest
+        winner_key = min(solved, key=lambda k: (solved[k].epoch_read_s, k))
+        lower = min(best_t, ranked[i][0]) if i < len(ranked) else best_t
     if progress is not None:
         progress(len(ranked), len(ranked))  # the rest are ruled out by their bound
     solve_seconds = time.perf_counter() - t_solve
-
-    winner = evaluate(bare, dict(winner_key), workload, maxflow_backend=maxflow_backend)
-
-    evaluated = _baselines(bare, current, inventory, workload, maxflow_backend)
-    baselines = [b for b, _ in evaluated]
-    gain = (min(b.predicted.epoch_read_s for b in baselines) / winner.predicted.epoch_read_s
-            if baselines else None)
-    return Plan(
-        machine=topo.name,
-        inventory=inventory.describe(),
-        workload=workload,
-        placement=winner.placement,
-        devices=winner.devices,
-        predicted=winner.predicted,
-        predicted_maxflow=winner.predicted_maxflow,
-        links=winner.links,
-        bottlenecks=[u.id for u in winner.links if u.utilisation >= BOTTLENECK_UTILISATION],
-        search=SearchStats(raw_candidates=space.raw_count, distinct_candidates=len(cands),
-                           capacity_classes=len(classes), solved=len(solved),
-                           seconds_total=time.perf_counter() - t0,
-                           seconds_per_solve=solve_seconds / len(solved)),
-        baselines=baselines,
-        gain_vs_best_baseline=gain,
-        explanation=explain(bare, winner, [(b.name, ev) for b, ev in evaluated]),
-    )
+    return _Found(dict(winner_key), SearchStats(
+        raw_candidates=space.raw_count, distinct_candidates=len(cands), capacity_classes=len(classes),
+        solved=len(solved), proven_optimal=proven, lower_bound_s=lower, seconds_total=0.0,
+        seconds_per_solve=solve_seconds / max(len(solved), 1)))
 
 
 def _baselines(bare: Topology, current: dict[str, str], inventory: Inventory, workload: WorkloadSpec,

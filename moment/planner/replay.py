@@ -41,6 +41,13 @@ from moment.planner.network import FlowNetwork
 LIMIT_UTILISATION = 0.999
 #: steps per HiGHS call when routes must be solved
 LP_BATCH = 32
+#: The replay holds every step at once: the demands (steps x GPUs x storage nodes) and a few arrays of
+#: per-GPU link loads (steps x GPUs x links), float64. Past this many bytes it is refused up front
+#: rather than dying in the middle of an allocation; an epoch of real training has far fewer steps.
+MAX_REPLAY_BYTES = 1 << 30
+#: Steps whose (storage, GPU) pairs have several routes are one small LP each: past this many the
+#: replay would run for many minutes, so it is refused up front too.
+MAX_ROUTED_STEPS = 20_000
 
 
 class GpuReplay(BaseModel):
@@ -258,6 +265,23 @@ def explain(r: ReplayReport) -> str:
     return f"replay is {r.replay_vs_lp:+.1%} vs the LP: " + "; ".join(parts)
 
 
+def check_steps(net: FlowNetwork, steps: int, *, what: str = "the replay", hint: str | None = None) -> None:
+    """Refuse a replay of `steps` steps that would not fit MAX_REPLAY_BYTES (or MAX_ROUTED_STEPS where
+    steps are solved by LP), saying how much it would need and how many steps fit."""
+    G, S, E = len(net.gpus), len(net.storage), len(net.edges)
+    per_step = 8 * (G * S * (G + 2) + 4 * G * E + 2 * E)  # B, the per-pair loads, per-GPU link loads
+    most = MAX_REPLAY_BYTES // per_step
+    if steps > most:
+        raise MomentError(
+            f"{what}: replaying {steps:,} steps would hold about {steps * per_step / 2**30:,.1f} GiB of "
+            f"per-step arrays ({G} GPUs x {S} storage nodes x {E} links per step); at most {most:,} steps fit in "
+            f"the replay's {MAX_REPLAY_BYTES / 2**30:g} GiB", hint=hint)
+    if steps > MAX_ROUTED_STEPS and any(len(r) > 1 for found in _paths(net, None) for r in found.values()):
+        raise MomentError(
+            f"{what}: {steps:,} steps, but on this machine (several routes between storage and GPUs) each step is "
+            f"an LP, and at most {MAX_ROUTED_STEPS:,} are replayed", hint=hint)
+
+
 # ---- where per-step demands come from ------------------------------------------------------------------
 def steps_per_epoch(num_seeds: float, batch_size: int, gpus: int) -> int:
     """DDP steps in one epoch: each rank takes its 1/gpus of the seeds in batches."""
@@ -271,6 +295,7 @@ def synthetic_demands(net: FlowNetwork, shares: dict[str, float], steps: int, ro
     (`uniform`) or drawn row by row (multinomial, seeded; rows = batch bytes / row_bytes)."""
     if steps <= 0 or row_bytes <= 0:
         raise MomentError("steps and row bytes must be positive")
+    check_steps(net, steps)
     p = np.array([max(0.0, shares.get(s.id, 0.0)) for s in net.storage])
     if p.sum() <= 0:
         raise MomentError("the plan's storage shares are empty: nothing to replay")
@@ -300,6 +325,7 @@ def layout_demands(net: FlowNetwork, bin_of_node: np.ndarray, bin_names: list[st
                           hint="simulate the layout with the profile and placement it was placed for")
     to_col = np.array([col[b] for b in bin_names], dtype=np.int64)
     steps = max(len(b) for b in batches_per_rank)
+    check_steps(net, steps, what="the layout's trace")
     out = np.zeros((steps, len(net.gpus), len(net.storage)))
     for g, batches in enumerate(batches_per_rank):
         for t, ids in enumerate(batches):

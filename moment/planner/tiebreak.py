@@ -14,6 +14,9 @@ from functools import cached_property, cmp_to_key
 from moment.topology.devices import find_model
 from moment.topology.model import Topology
 
+#: epoch times within this relative distance are a tie
+TIE_REL = 1e-6
+
 
 @dataclass(frozen=True)
 class Candidate:

@@ -12,6 +12,7 @@ from functools import lru_cache
 from pydantic import BaseModel, ConfigDict, Field
 
 from moment.errors import MomentError
+from moment.topology.bandwidth import GB
 from moment.topology.model import PLACEABLE, Gpu, Kind, Link, Nic, Slot, Ssd, Topology
 
 
@@ -96,6 +97,37 @@ def fits(slot: Slot, model: DeviceModel) -> bool:
     return model.kind in slot.accepts and model.lanes <= slot.width
 
 
+def trained_link(card: Link | None, slot: Slot) -> Link | None:
+    """The link a card runs at in `slot`: PCIe link training settles on the lower generation and the
+    narrower width of the card and the slot's port (a PCIe 5.0 x4 SSD in a PCIe 4.0 slot runs at
+    4.0 x4, an x16 card in a slot wired x8 at x8). Every device link of the capacity graph, the
+    planner's search and the cost advisor comes from here. A card link with a measured bandwidth, or
+    none, is kept as it is (what was measured is what it carries)."""
+    if card is None or card.kind != "pcie" or card.bandwidth_gbps is not None or card.gen is None:
+        return card
+    port = slot.link
+    gen = min(card.gen, port.gen) if port is not None and port.gen is not None else card.gen
+    lanes = port.width if port is not None and port.width is not None else slot.width
+    width = min(card.width or lanes, lanes)
+    if (gen, width) == (card.gen, card.width):
+        return card
+    return card.model_copy(update={"gen": gen, "width": width})
+
+
+def card_link(model: DeviceModel, slot: Slot) -> Link:
+    """The link a card of `model` runs at in `slot` (`trained_link`)."""
+    link = trained_link(Link(gen=model.gen, width=model.lanes), slot)
+    assert link is not None
+    return link
+
+
+def ssd_read_bytes(read_gbps: float, link: Link | None, scale: float = 1.0) -> float:
+    """bytes/s an SSD can serve: its rated read rate times a calibration's read scale, and never more
+    than its own (trained) link carries."""
+    rate = read_gbps * GB * scale
+    return min(rate, link.bandwidth()) if link is not None else rate
+
+
 def check_placement(topo: Topology, placement: dict[str, str]) -> None:
     """Raise MomentError if a slot -> model assignment is physically impossible."""
     used = set(placement)
@@ -130,7 +162,7 @@ def populate(topo: Topology, placement: dict[str, str], *, check: bool = True) -
         m = find_model(placement[slot.id])
         idx = counters[m.kind]
         counters[m.kind] += 1
-        link = Link(gen=m.gen, width=m.lanes)
+        link = card_link(m, slot)
         common = dict(id=f"{m.kind.value}{idx}", parent=slot.id, link=link, label=m.name)
         if m.kind == Kind.gpu:
             new_nodes.append(Gpu(**common, model=m.name, memory_gib=m.memory_gib, hbm_gbps=m.hbm_gbps,

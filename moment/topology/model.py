@@ -37,7 +37,14 @@ DEVICE_KINDS = (Kind.gpu, Kind.ssd, Kind.nic, Kind.nvswitch, Kind.other)
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=False, use_enum_values=False)
+    # a rate, size or share of .inf or .nan is never a figure of real hardware
+    model_config = ConfigDict(extra="forbid", frozen=False, use_enum_values=False, allow_inf_nan=False)
+
+
+def _pcie_width(v: int | None) -> int | None:
+    if v is not None and v not in bw.PCIE_WIDTHS:
+        raise ValueError(f"a PCIe width is one of {', '.join(f'x{w}' for w in bw.PCIE_WIDTHS)}, got x{v}")
+    return v
 
 
 class Link(_Strict):
@@ -61,9 +68,7 @@ class Link(_Strict):
     @field_validator("width")
     @classmethod
     def _width(cls, v: int | None) -> int | None:
-        if v is not None and v <= 0:
-            raise ValueError(f"link width must be positive, got {v}")
-        return v
+        return _pcie_width(v)
 
     @field_validator("bandwidth_gbps")
     @classmethod
@@ -116,6 +121,18 @@ class PeerLink(_Strict):
             raise ValueError(f"must be positive, got {v}")
         return v
 
+    @field_validator("width")
+    @classmethod
+    def _width(cls, v: int | None) -> int | None:
+        return _pcie_width(v)
+
+    @model_validator(mode="after")
+    def _generation(self) -> PeerLink:
+        table = {"nvlink": bw.NVLINK_PER_LINK, "pcie": bw.PCIE_GENERATIONS}.get(self.kind)
+        if self.gen is not None and table is not None and self.gen not in table:
+            raise ValueError(f"{self.describe()} generation must be one of {sorted(table)}, got {self.gen}")
+        return self
+
     def bandwidth(self) -> float:
         if self.bandwidth_gbps is not None:
             return self.bandwidth_gbps * bw.GB
@@ -164,6 +181,11 @@ class Switch(_NodeBase):
 class Slot(_NodeBase):
     kind: Literal[Kind.slot] = Kind.slot
     width: int = Field(default=16, description="physical (mechanical) lanes: 4, 8, 16")
+
+    @field_validator("width")
+    @classmethod
+    def _width(cls, v: int) -> int:
+        return _pcie_width(v)
     accepts: list[Kind] = Field(default_factory=lambda: [Kind.gpu, Kind.ssd, Kind.nic])
     blocks: list[str] = Field(
         default_factory=list, description="slots a double-width card in this slot covers"
@@ -268,6 +290,11 @@ class Topology(_Strict):
                 occupants = [m for m in self.nodes if m.parent == n.id]
                 if len(occupants) > 1:
                     raise ValueError(f"slot {n.id!r} holds {len(occupants)} devices; a slot holds one")
+                for m in (n, *occupants):  # the slot's own lanes, and the card's, fit the slot
+                    if m.link is not None and m.link.width is not None and m.link.width > n.width:
+                        slot = "the slot" if m is n else f"its slot {n.id!r}"
+                        raise ValueError(f"{m.kind.value} {m.id!r}: link.width x{m.link.width} is wider than "
+                                         f"{slot} (width x{n.width})")
                 for b in n.blocks:
                     if b not in seen or seen[b].kind != Kind.slot:
                         raise ValueError(f"slot {n.id!r} blocks {b!r}, which is not a slot")

@@ -34,9 +34,11 @@ def builtin_names() -> list[str]:
     return sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
 
 
-def format_validation_error(err: ValidationError, source: str) -> MomentError:
-    """Turn pydantic's error list into one readable message naming the field paths."""
-    return validation_error(err, "invalid topology", source=source, skip=_DISCRIMINATOR_TAGS)
+def format_validation_error(err: ValidationError, source: str, data: Any = None) -> MomentError:
+    """Turn pydantic's error list into one readable message naming the field paths (a node by its id
+    when `data`, the profile's mapping, is given)."""
+    return validation_error(err, "invalid topology", source=source, skip=_DISCRIMINATOR_TAGS,
+                            relabel=lambda loc: _by_id(loc, data))
 
 
 _DISCRIMINATOR_TAGS = {"socket", "root_complex", "switch", "slot", "gpu", "ssd", "nic", "nvswitch", "other"}
@@ -49,7 +51,7 @@ def topology_from_dict(data: Any, source: str) -> Topology:
     try:
         return Topology.model_validate(data)
     except ValidationError as err:
-        raise mistaken(data, "profile", source) or format_validation_error(err, source) from None
+        raise mistaken(data, "profile", source) or format_validation_error(err, source, data) from None
 
 
 def read_yaml(path: str | Path, what: str) -> Any:
@@ -145,17 +147,20 @@ def _blame_override(data: dict, overrides: list[str], path: Path, flag: Flag) ->
                        hint=f"the profile {path.name} is valid without this override", field="set")
 
 
+def _by_id(loc: list, data: Any) -> list:
+    """A location with the list position of a node replaced by its id (`nodes.sw0.link.width`, the
+    spelling `--set` takes), where the id can stand in a path."""
+    if (len(loc) >= 2 and loc[0] == "nodes" and isinstance(loc[1], int) and isinstance(data, dict)
+            and isinstance(data.get("nodes"), list) and loc[1] < len(data["nodes"])
+            and isinstance(data["nodes"][loc[1]], dict) and isinstance(data["nodes"][loc[1]].get("id"), str)
+            and data["nodes"][loc[1]]["id"] and "." not in data["nodes"][loc[1]]["id"]):
+        loc[1] = data["nodes"][loc[1]]["id"]
+    return loc
+
+
 def _error_lines(err: ValidationError, data: Any = None) -> list[str]:
     """pydantic's errors as 'path: message', list positions of nodes named by their id."""
-
-    def by_id(loc: list) -> list:
-        if (len(loc) >= 2 and loc[0] == "nodes" and isinstance(loc[1], int) and isinstance(data, dict)
-                and isinstance(data.get("nodes"), list) and loc[1] < len(data["nodes"])
-                and isinstance(data["nodes"][loc[1]], dict) and data["nodes"][loc[1]].get("id")):
-            loc[1] = data["nodes"][loc[1]]["id"]
-        return loc
-
-    return validation_lines(err, skip=_DISCRIMINATOR_TAGS, relabel=by_id)
+    return validation_lines(err, skip=_DISCRIMINATOR_TAGS, relabel=lambda loc: _by_id(loc, data))
 
 
 def dump_yaml(topo: Topology, header: str | None = None) -> str:

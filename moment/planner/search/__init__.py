@@ -26,12 +26,12 @@ from moment.planner.search.bounds import HallBound, check_capacity
 from moment.planner.search.canonical import CanonicalForm
 from moment.planner.search.constraints import Slots
 from moment.planner.search.counting import count_placements
-from moment.planner.search.enumeration import Enumeration
+from moment.planner.search.enumeration import Enumeration, Timeout, TooMany
 from moment.planner.symmetry import Interner, iso_classes
 from moment.topology.devices import DeviceModel, Inventory, InventoryItem
 from moment.topology.model import Topology
 
-__all__ = ["SearchSpace", "canonical_keys", "enumerate_placements"]
+__all__ = ["SearchSpace", "Timeout", "TooMany", "canonical_keys", "count_valid", "enumerate_placements"]
 
 
 @dataclass
@@ -40,15 +40,37 @@ class SearchSpace:
     raw_count: int  # physically valid placements before symmetry pruning
 
 
-def enumerate_placements(topo: Topology, inventory: Inventory, *, prune: bool = True) -> SearchSpace:
+def enumerate_placements(topo: Topology, inventory: Inventory, *, prune: bool = True,
+                         limit: int | None = None, deadline: float | None = None) -> SearchSpace:
     """All valid placements of `inventory` into `topo`'s empty slots, one per symmetry class.
 
     With `prune=False` every valid placement is listed (only sensible on small machines).
     `distinct` is ordered by occupant per slot in the topology's slot order (inventory order,
-    empty last). Raises MomentError when the inventory cannot be placed at all.
+    empty last). Raises MomentError when the inventory cannot be placed at all, TooMany (with the
+    raw count) when listing would take more than `limit` combinations and Timeout past `deadline`
+    (see `Enumeration`).
     """
     models = _merged(inventory)
     slots, bound, canon = _build(topo, models, pin_all=not prune)
+    raw = _counted(topo, inventory, slots, bound)
+    try:
+        representatives = Enumeration(slots, bound, canon, limit=limit, deadline=deadline).representatives()
+    except TooMany:
+        raise TooMany(raw) from None
+    if prune and canon.pinned:
+        representatives = canon.dedup(representatives, {m.name: i for i, (m, _) in enumerate(models)})
+    return SearchSpace(distinct=representatives, raw_count=raw)
+
+
+def count_valid(topo: Topology, inventory: Inventory) -> int:
+    """How many physically valid placements `inventory` has in `topo`'s empty slots (a dynamic
+    programme, fast however many there are); MomentError naming what does not fit when none."""
+    models = _merged(inventory)
+    slots = Slots(topo, [m for m, _ in models])
+    return _counted(topo, inventory, slots, HallBound(slots, tuple(c for _, c in models)))
+
+
+def _counted(topo: Topology, inventory: Inventory, slots: Slots, bound: HallBound) -> int:
     check_capacity(slots, bound)
     raw = count_placements(slots, bound)
     if raw == 0:
@@ -56,10 +78,7 @@ def enumerate_placements(topo: Topology, inventory: Inventory, *, prune: bool = 
             f"the inventory ({inventory.describe()}) cannot be placed in the free slots of {topo.name!r}: "
             "double-width cards would cover slots that the other devices need"
         )
-    representatives = Enumeration(slots, bound, canon).representatives()
-    if prune and canon.pinned:
-        representatives = canon.dedup(representatives, {m.name: i for i, (m, _) in enumerate(models)})
-    return SearchSpace(distinct=representatives, raw_count=raw)
+    return raw
 
 
 def canonical_keys(topo: Topology, placements: Iterable[dict[str, str]]) -> list[int]:

@@ -23,7 +23,9 @@ keys), so the representatives are deterministic.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Hashable
+
 from moment.planner.search.bounds import HallBound, Placed
 from moment.planner.search.canonical import CanonicalForm, Part
 from moment.planner.search.constraints import EMPTY, ROOT, EndState, Slots
@@ -41,12 +43,35 @@ Filling = tuple[tuple[int, ...], EndState, Placed, Cards]
 Finish = Callable[[list[int], EndState, Cards], Hashable | None]  # a combination's table key, None: invalid
 
 
+class TooMany(Exception):
+    """The distinct placements are more than the listing may hold (`Enumeration(limit=...)`);
+    `raw_count`: the valid placements before symmetry pruning, when known."""
+
+    def __init__(self, raw_count: int | None = None):
+        super().__init__(raw_count)
+        self.raw_count = raw_count
+
+
+class Timeout(Exception):
+    """The listing passed its deadline (`Enumeration(deadline=...)`)."""
+
+
 class Enumeration:
-    def __init__(self, slots: Slots, bound: HallBound, canon: CanonicalForm):
+    """`limit`: the most combinations tried before giving up with TooMany (None: no limit); the
+    work grows with the distinct placements, which a machine of few interchangeable slots has by the
+    hundred million, so a caller that has another way to search sets one. `deadline`
+    (time.perf_counter()): past it, Timeout."""
+
+    def __init__(self, slots: Slots, bound: HallBound, canon: CanonicalForm, *, limit: int | None = None,
+                 deadline: float | None = None):
         self.slots = slots
         self.bound = bound
         self.canon = canon
         self._tables: dict[str, Table] = {}
+        self.work = 0
+        self._limit = limit
+        self._deadline = deadline
+        self._next_check = 0
 
     def representatives(self) -> list[dict[str, str]]:
         """One placement of the whole inventory per class, ordered by occupant per slot in the
@@ -156,6 +181,9 @@ class Enumeration:
                         if (total := bound.add(placed, last_placed)) is not None and bound.can_finish(room, total)
                     ]
                 for total, group in options:
+                    self.work += len(group)
+                    if self.work >= self._next_check:
+                        self._check()
                     for position, (more_keys, more_ends, _, more_cards) in group:
                         if position < start:
                             continue
@@ -177,6 +205,13 @@ class Enumeration:
 
         extend(0, 0, bound.none, (), ())
         return out
+
+    def _check(self) -> None:
+        if self._limit is not None and self.work > self._limit:
+            raise TooMany
+        if self._deadline is not None and time.perf_counter() > self._deadline:
+            raise Timeout
+        self._next_check = self.work + 1000
 
     def _root_fillings(self) -> dict:
         """The root's fillings; their keys are only used to tell them apart.

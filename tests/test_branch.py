@@ -1,0 +1,217 @@
+"""The branch and bound for machines whose placements are too many to list: the same optimum as
+solving every distinct placement on small machines, a 64-slot machine of mixed slots in seconds
+(the listing search ran for minutes without a word), and a time limit that says what it stopped at."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from moment.cli import main
+from moment.errors import MomentError
+from moment.planner import branch, search
+from moment.planner.lp import solve_lp_batch
+from moment.planner.network import ChassisTemplate
+from moment.planner.plan import make_plan
+from moment.topology.devices import Inventory, InventoryItem
+from moment.topology.generate import mixed_chassis
+from moment.topology.model import Topology
+from moment.topology.profiles import save_profile
+from moment.workload.spec import WorkloadSpec
+
+MIXED = Inventory(items=[InventoryItem(model=m, count=c) for m, c in
+                         (("A100-PCIe-40GB", 1), ("T4", 1), ("P5510", 2), ("PM1743", 1))])
+WORKLOADS = [WorkloadSpec(), WorkloadSpec(gpu_cache_share=0.0, cpu_cache_share=0.6),
+             WorkloadSpec(gpu_cache_share=0.3, cpu_cache_share=0.0)]
+
+
+def exhaustive_best(topo, inventory, workload) -> float:
+    """Every placement of the listing search (one per symmetry class), each solved with the LP."""
+    template = ChassisTemplate(topo)
+    cands = search.enumerate_placements(topo, inventory).distinct
+    return min(s.epoch_read_s for i in range(0, len(cands), 64)
+               for s in solve_lp_batch([template.network(p, workload) for p in cands[i:i + 64]]))
+
+
+@pytest.mark.parametrize("seed, inventory", [(0, Inventory.simple(2, 3)), (1, Inventory.simple(2, 3)),
+                                             (3, Inventory.simple(2, 3)), (0, MIXED), (2, MIXED)],
+                         ids=["2+3-0", "2+3-1", "2+3-3", "mixed-models-0", "mixed-models-2"])
+def test_same_optimum_as_solving_every_placement(seed, inventory):
+    """Small mixed machines (12 slots, two sockets, double-width covers), three workloads (SSD-bound,
+    CPU-memory reads over the socket link, large GPU caches read by the peers)."""
+    topo = mixed_chassis(12, seed=seed, root_complexes=2)
+    for wl in WORKLOADS:
+        res = branch.branch_and_bound(ChassisTemplate(topo), inventory, wl)
+        assert res.proven_optimal and res.placement is not None
+        assert res.epoch_read_s == pytest.approx(exhaustive_best(topo, inventory, wl), rel=1e-6)
+        # the placement it names is valid and reaches that time on its own
+        assert solve_lp_batch([ChassisTemplate(topo).network(res.placement, wl)])[0].epoch_read_s == \
+            pytest.approx(res.epoch_read_s, rel=1e-9)
+
+
+def _tree(bb: branch.BranchAndBound, slots: tuple = (), low: int = 0):
+    """Every node of the search tree below (`slots`, `low`), bounds not used: (slots, taken, no_dw, low)."""
+    for kid in bb._children(slots, low):
+        yield kid
+        if len(kid[0]) < len(bb.order):
+            yield from _tree(bb, kid[0], kid[3])
+
+
+@pytest.mark.parametrize("seed", [0, 2, 5])
+def test_every_bound_is_below_every_completion(seed):
+    """The relaxation's LP never exceeds the LP time of any completion of the partial placement, and
+    the bound given the best time so far B is a bound on the completions faster than B; the tree
+    reaches the same optimum as the listing search (no placement lost to the slot groups)."""
+    topo = mixed_chassis(10, seed=seed, root_complexes=2)
+    tpl = ChassisTemplate(topo)
+    inv = Inventory(items=[InventoryItem(model="A100-PCIe-40GB", count=1), InventoryItem(model="T4", count=1),
+                           InventoryItem(model="P5510", count=1), InventoryItem(model="PM1743", count=1)])
+    for wl in WORKLOADS:
+        bb = branch.BranchAndBound(tpl, inv, wl)
+        nodes = list(_tree(bb))
+        leaves = [n for n in nodes if len(n[0]) == len(bb.order)]
+        exact = dict(zip((n[0] for n in leaves),
+                         (x.epoch_read_s for x in solve_lp_batch([tpl.network(bb._placement(n[0]), wl) for n in leaves]))))
+        assert min(exact.values()) == pytest.approx(exhaustive_best(topo, inv, wl), rel=1e-6)
+        best = sorted(exact.values())[len(exact) // 2]  # a best-so-far some completions beat
+        for slots, taken, no_dw, low in nodes[:: max(1, len(nodes) // 60)]:
+            below = min(t for leaf, t in exact.items() if leaf[:len(slots)] == slots)
+            state = (bb._placement(slots), taken, no_dw, len(slots), low)
+            bb.best_t = float("inf")
+            assert bb._bound([state])[0] <= below * (1 + 1e-6)
+            bb.best_t = best  # capped at B: B, or a bound on the completions faster than B
+            assert bb._bound([state])[0] <= below * (1 + 1e-6)
+
+
+def test_alike_slots_behind_another_parent_are_not_interchangeable():
+    """Four alike PCIe 4.0 x4 bays, the first two behind a switch with a PCIe 3.0 x4 uplink: only
+    slots under one parent are interchangeable, so the SSDs go in the two bays on the root complex."""
+    topo = Topology.model_validate({"name": "bays", "nodes": [
+        {"id": "cpu0", "kind": "socket"},
+        {"id": "rc0", "kind": "root_complex", "parent": "cpu0"},
+        {"id": "sw", "kind": "switch", "parent": "rc0", "link": {"gen": 3, "width": 4}},
+        *({"id": b, "kind": "slot", "parent": parent, "width": 4, "accepts": ["ssd"], "link": {"gen": 4, "width": 4}}
+          for b, parent in (("a1", "sw"), ("a2", "sw"), ("b1", "rc0"), ("b2", "rc0"))),
+        {"id": "g", "kind": "slot", "parent": "rc0", "width": 16, "link": {"gen": 4, "width": 16}}]})
+    wl = WORKLOADS[2]
+    res = branch.branch_and_bound(ChassisTemplate(topo), Inventory.simple(1, 2), wl)
+    assert set(res.placement) == {"g", "b1", "b2"}
+    assert res.epoch_read_s == pytest.approx(exhaustive_best(topo, Inventory.simple(1, 2), wl), rel=1e-6)
+
+
+def test_make_plan_methods_agree_and_auto_lists_small_machines():
+    topo = mixed_chassis(12, seed=1, root_complexes=2)
+    inv = Inventory.simple(2, 3)
+    auto = make_plan(topo, inv, WorkloadSpec())
+    bnb = make_plan(topo, inv, WorkloadSpec(), method="branch-and-bound")
+    assert auto.search.method == "exhaustive" and auto.search.distinct_candidates
+    assert bnb.search.method == "branch-and-bound" and bnb.search.distinct_candidates is None
+    assert bnb.search.raw_candidates == auto.search.raw_candidates and bnb.search.nodes
+    assert bnb.predicted.epoch_read_s == pytest.approx(auto.predicted.epoch_read_s, rel=1e-6)
+    assert bnb.search.proven_optimal and bnb.search.lower_bound_s is None
+
+
+def test_64_mixed_slots_plan_in_seconds():
+    """2 GPUs + 4 SSDs on 64 slots of three widths and generations: the listing gives up after its
+    limit and the branch and bound proves the optimum, which no placement of 4 P5510 can beat (the
+    SSDs' aggregate read rate)."""
+    topo = mixed_chassis(64, seed=0)
+    calls = []
+    plan = make_plan(topo, Inventory.simple(2, 4), WorkloadSpec(), progress=lambda d, t: calls.append((d, t)))
+    s = plan.search
+    assert s.method == "branch-and-bound" and s.proven_optimal and s.raw_candidates == 264_207_015
+    assert s.seconds_total < 60
+    wl = WorkloadSpec()
+    assert plan.predicted.epoch_read_s == pytest.approx(wl.epoch_bytes() * wl.ssd_share / (4 * 6.5e9), rel=1e-6)
+    assert calls[-1] == (100, 100) and [d for d, _ in calls] == sorted(d for d, _ in calls)
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    """A clock that moves only when the branch and bound bounds a batch of nodes: a second each."""
+    import time
+
+    now = [0.0]
+    real = branch.BranchAndBound._bound
+
+    def bound(self, partials):
+        now[0] += 1.0
+        return real(self, partials)
+
+    monkeypatch.setattr(time, "perf_counter", lambda: now[0])
+    monkeypatch.setattr(branch.BranchAndBound, "_bound", bound)
+    return now
+
+
+# 8 GPUs + 16 SSDs on this machine: the first dive (24 batches) finds the optimum, proving it takes
+# about 180 batches in all
+HARD = dict(slots=64, seed=4)
+
+
+def test_deadline_returns_the_best_so_far_with_a_bound(clock):
+    tpl, inv, wl = ChassisTemplate(mixed_chassis(**HARD)), Inventory.simple(8, 16), WorkloadSpec()
+    full = branch.branch_and_bound(tpl, inv, wl)
+    assert full.proven_optimal and clock[0] > 60
+    clock[0] = 0.0
+    cut = branch.branch_and_bound(tpl, inv, wl, deadline=40.0)
+    assert cut.placement is not None and not cut.proven_optimal
+    # the open nodes' least bound: below the optimum (that is why the search went on), never above it
+    assert cut.lower_bound_s < full.epoch_read_s * (1 - 1e-6) and cut.epoch_read_s >= full.epoch_read_s * (1 - 1e-6)
+    clock[0] = 0.0
+    none = branch.branch_and_bound(tpl, inv, wl, deadline=5.0)  # before any placement is complete
+    assert none.placement is None and not none.proven_optimal
+
+
+def test_plan_timeout_cli(tmp_path, capsys, clock):
+    prof = tmp_path / "mixed.yaml"
+    save_profile(mixed_chassis(**HARD), prof)
+    argv = ["plan", "--profile", str(prof), "--gpus", "8", "--ssds", "16", "--timeout", "40"]
+    assert main([*argv, "--json"]) == 0
+    s = json.loads(capsys.readouterr().out)["search"]
+    assert s["method"] == "branch-and-bound" and s["proven_optimal"] is False and 0 < s["lower_bound_s"]
+    clock[0] = 0.0
+    assert main(argv) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "not proven optimal: the time limit stopped the search" in out and "no placement reads an epoch faster" in out
+    for bad in ("0", "-1", "nan", "inf"):
+        assert main(["plan", "--timeout", bad]) == 2
+        assert f"--timeout {bad}: give a positive number of seconds" in capsys.readouterr().err
+
+
+def test_nothing_complete_in_time_is_one_error(clock):
+    with pytest.raises(MomentError, match="was complete within the 5 s time limit"):
+        make_plan(mixed_chassis(**HARD), Inventory.simple(8, 16), WorkloadSpec(), timeout=5)
+
+
+def test_time_limit_on_the_listing_search(monkeypatch):
+    """paper-machine-b, 4 + 8, most reads from CPU memory: the listing solves its classes in batches
+    (188 LPs); stopped after the first batch, the best of it comes back with the least bound of the
+    classes left, and a limit that passes while listing is one error."""
+    import time
+
+    from moment.planner import plan as plan_module
+    from moment.topology.profiles import load_profile
+
+    topo, inv, wl = load_profile("paper-machine-b"), Inventory.simple(4, 8), WorkloadSpec(gpu_cache_share=0.0,
+                                                                                           cpu_cache_share=0.6)
+    full = make_plan(topo, inv, wl)
+    assert full.search.method == "exhaustive" and full.search.proven_optimal and full.search.solved > 4
+    now = [0.0]
+    real = plan_module.solve_lp_batch
+
+    def solve_then_late(nets, **kw):  # the clock passes the limit once the first batch is solved
+        out = real(nets, **kw)
+        now[0] = 1e9
+        return out
+
+    monkeypatch.setattr(time, "perf_counter", lambda: now[0])
+    monkeypatch.setattr(plan_module, "solve_lp_batch", solve_then_late)
+    cut = make_plan(topo, inv, wl, timeout=100)
+    s = cut.search
+    assert not s.proven_optimal and s.solved == 4
+    assert s.lower_bound_s <= full.predicted.epoch_read_s * (1 + 1e-6) <= cut.predicted.epoch_read_s * (1 + 2e-6)
+    ticks = iter(range(10**6))
+    monkeypatch.setattr(time, "perf_counter", lambda: float(next(ticks)))  # a second per look at the clock
+    with pytest.raises(MomentError, match="was complete within the 0.5 s time limit"):
+        make_plan(topo, inv, wl, timeout=0.5)
