@@ -250,9 +250,10 @@ def test_train_refuses_another_dataset_of_the_same_size(env, capsys):
 # ---- 4. one writer per output ------------------------------------------------------------------------
 
 
-def _paused(args: list, flag: Path) -> subprocess.Popen:
-    """Start `moment ARGS` and wait until it holds its lock (it then waits for `flag` to go)."""
-    p = cli(args, {testpoints.PAUSE_ENV: "locked", testpoints.PAUSE_FILE_ENV: str(flag)}, wait=False)
+def paused(args: list, flag: Path, point: str = "locked") -> subprocess.Popen:
+    """Start `moment ARGS` and wait until it reaches the test point `point` (default: it holds its lock);
+    it then waits there for `flag` to go."""
+    p = cli(args, {testpoints.PAUSE_ENV: point, testpoints.PAUSE_FILE_ENV: str(flag)}, wait=False)
     deadline = time.monotonic() + 120
     while not flag.exists():
         assert p.poll() is None, p.communicate()
@@ -264,7 +265,7 @@ def _paused(args: list, flag: Path) -> subprocess.Popen:
 def test_second_place_on_the_same_out_is_refused_naming_the_holder(env):
     t = env["tmp"]
     out = t / "L-locked"
-    first = _paused(place_args(env, out), t / "pause-place")
+    first = paused(place_args(env, out), t / "pause-place")
     try:
         second = cli(place_args(env, out))
     finally:
@@ -310,7 +311,7 @@ def test_a_full_disk_does_not_break_taking_a_lock(tmp_path, monkeypatch):
 def test_second_data_synth_on_the_same_out_is_refused(tmp_path):
     out = tmp_path / "ds"
     args = ["data", "synth", "-n", "2000", "-d", "4", "--out", out, "--json"]
-    first = _paused(args, tmp_path / "pause")
+    first = paused(args, tmp_path / "pause")
     try:
         second = cli([*args, "--overwrite"])
     finally:

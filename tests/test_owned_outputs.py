@@ -13,10 +13,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from test_data_safety import cli, paused
 from test_place import CACHE, INV, TINY
 
 from moment import testpoints
@@ -33,14 +33,6 @@ def run(*argv) -> tuple[int, str, str]:
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         rc = main([str(a) for a in argv])
     return rc, out.getvalue(), " ".join(err.getvalue().split())
-
-
-def cli(args: list, env_vars: dict | None = None, wait: bool = True):
-    cmd = [sys.executable, "-m", "moment", *map(str, args)]
-    e = {**os.environ, **(env_vars or {})}
-    if not wait:
-        return subprocess.Popen(cmd, cwd=REPO, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    return subprocess.run(cmd, cwd=REPO, env=e, capture_output=True, text=True, timeout=180, check=False)
 
 
 def listing(d: Path) -> dict[str, int]:
@@ -156,20 +148,10 @@ def test_atomic_write_through_a_symlink_keeps_the_link(tmp_path):
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["plan.json", "plans", "v3.json"]
 
 
-def _pause(args: list, flag: Path, point: str) -> subprocess.Popen:
-    p = cli(args, {testpoints.PAUSE_ENV: point, testpoints.PAUSE_FILE_ENV: str(flag)}, wait=False)
-    deadline = time.monotonic() + 120
-    while not flag.exists():
-        assert p.poll() is None, p.communicate()
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
-    return p
-
-
 def test_killed_synth_leaves_a_temporary_the_next_run_removes(tmp_path):
     out = tmp_path / "ds"
     args = ["data", "synth", "--nodes", "3000", "-d", "16", "--out", out]
-    p = _pause(args, tmp_path / "pause", "dataset-written")  # all arrays written, not yet in place
+    p = paused(args, tmp_path / "pause", "dataset-written")  # all arrays written, not yet in place
     p.send_signal(signal.SIGKILL)  # kill -9
     p.wait(timeout=60)
     (tmp_path / "pause").unlink()
