@@ -299,3 +299,15 @@ def test_the_data_directory_cannot_be_the_root(tmp_path):
     with pytest.raises(MomentError, match="cannot be the file system's root"):
         create_app(Settings(data_dir=Path("/")))
     create_app(Settings(data_dir=tmp_path))  # a directory of its own is fine
+
+
+def test_the_job_database_is_checked_up_front(tmp_path):
+    """A link to nothing (an unmounted disk) or a directory as --db is one error naming it, before any
+    job is accepted; a path of its own is made."""
+    (tmp_path / "dangling").symlink_to(tmp_path / "not-mounted" / "jobs.sqlite3")
+    with pytest.raises(MomentError, match="symbolic link to nothing") as e:
+        Settings(data_dir=tmp_path / "d", db=tmp_path / "dangling").checked()
+    assert e.value.source == str(tmp_path / "dangling") and not (tmp_path / "not-mounted").exists()
+    with pytest.raises(MomentError, match="directory"):
+        Settings(data_dir=tmp_path / "d", db=tmp_path).checked()
+    assert Settings(data_dir=tmp_path / "d", db=tmp_path / "jobs.db").checked().db == tmp_path / "jobs.db"

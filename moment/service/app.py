@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, File, Form, HTTPException, Request, UploadFile
+from fastapi import APIRouter, Depends, FastAPI, File, Form, HTTPException, Request, Response, UploadFile
 from fastapi.exceptions import RequestValidationError
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -91,6 +91,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         """Whether the service is up (never needs the token). Answered on the event loop, never waiting
         for a worker thread, so it stays instant while searches are busy."""
         return Health(status="ok", version=__version__, auth=s.token is not None)
+
+    @open_routes.head("/health", include_in_schema=False)
+    async def health_head() -> Response:  # what load balancers' health checks send
+        return Response()
 
     @v1.get("/profiles", response_model=list[ProfileRow], tags=["machines"])
     def profiles() -> list[dict]:

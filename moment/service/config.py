@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from moment.errors import MomentError
+from moment.outputs import check_output
 
 MiB = 1 << 20
 
@@ -64,7 +65,13 @@ class Settings:
                      "job_workers", "max_queued_jobs", "max_searches"):
             if getattr(self, name) <= 0:
                 raise MomentError(f"{name} must be positive (got {getattr(self, name)})")
-        db = Path(self.db).expanduser().resolve() if self.db is not None else None
+        db = None
+        if self.db is not None:
+            db = Path(self.db).expanduser()
+            if db.is_symlink() and not db.exists():  # e.g. a link into a disk that is not mounted
+                raise MomentError("a symbolic link to nothing: the job database would be made at its target",
+                                  source=str(db), hint="give the database's own path, or mount what the link names")
+            db = check_output(db, "the job database").resolve()
         return replace(self, data_dir=d.resolve(), db=db, token=self.token or None)
 
     @classmethod
