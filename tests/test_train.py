@@ -425,7 +425,7 @@ def test_a_rank_base_includes_the_model_layers(budget_run):
     base = train_mod.rank_start_bytes()
     assert base > without_layers + (64 << 20), (base >> 20, without_layers >> 20)  # torch_geometric.nn: ~128 MiB
     cfg = _cfg(layout, memory_budget="2GiB", io_shape="block")
-    preview = train_mod.preview_split(cfg, ds, 1)
-    assert {it.name: it.bytes for it in preview.budget.items}["process"] == base
+    preview = train_mod.preview_plan(cfg, ds, 1)
+    assert {it.name: it.bytes for it in preview.memory.items}["process"] == base
     charged = {it["name"]: it["bytes"] for it in m["memory"]["items"]}["process"]
     assert abs(charged - base) < (16 << 20), (charged >> 20, base >> 20)
