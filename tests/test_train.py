@@ -369,27 +369,41 @@ SPAWN_AND_WAIT = ("import os, sys\n"
 
 
 @pytest.fixture(scope="module")
-def budget_run(tmp_path_factory):
-    """One fresh rank, as torchrun starts it, on 8-KiB rows (caches, read buffers and batch features weigh
-    about as much as the process itself) under a 1 GiB budget, half the rows cached: the dataset, layout,
-    metrics, and the rank's peak RSS as the kernel reports it to its parent."""
+def budget_data(tmp_path_factory):
+    """8-KiB rows (caches, read buffers and batch features weigh about as much as the process itself)."""
     root = tmp_path_factory.mktemp("budget")
     ds = make_dataset(root, nodes=6000, dim=2048)
-    layout = make_layout(ds, root / "L")
-    out = root / "m.json"
+    return root, ds, make_layout(ds, root / "L")
+
+
+def _run_under_budget(root: Path, layout: Path, policy: str) -> tuple[dict, int]:
+    """One fresh rank, as torchrun starts it, under a 1 GiB budget, half the rows cached: its metrics and
+    its peak RSS as the kernel reports it to its parent."""
+    out = root / f"m-{policy}.json"
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     r = subprocess.run([sys.executable, "-c", SPAWN_AND_WAIT, "-m", "moment.train", "--layout", str(layout),
                         "--epochs", "1", "--fanouts", "10,5", "--hidden", "32", "--threads", "1", "--quiet",
                         "--device", "cpu", "--memory-budget", "1GiB", "--cpu-cache-limit", "50%",
-                        "--metrics-json", str(out)], env=env, capture_output=True, text=True, timeout=300)
+                        "--cache-policy", policy, "--metrics-json", str(out)], env=env, capture_output=True,
+                       text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
-    return ds, layout, json.loads(out.read_text()), int(r.stdout.split()[-1]) * 1024
+    return json.loads(out.read_text()), int(r.stdout.split()[-1]) * 1024
 
 
-def test_budget_split_is_stated_and_respected(budget_run):
+@pytest.fixture(scope="module")
+def budget_run(budget_data):
+    """The default (static) cache's run: the dataset, layout, metrics and the kernel's peak."""
+    root, ds, layout = budget_data
+    return ds, layout, *_run_under_budget(root, layout, "static")
+
+
+@pytest.mark.parametrize("policy", ["static", "lru", "belady-superbatch"])
+def test_budget_split_is_stated_and_respected(budget_data, budget_run, policy):
     """The split names every item, and the run it sized holds no more than its budget at its peak and
-    about what the split predicted (a component that takes more than it is charged breaks this)."""
-    _, _, m, kernel_peak = budget_run
+    about what the split predicted (a component that takes more than it is charged breaks this), with
+    each cache policy (each states its own bookkeeping)."""
+    m, kernel_peak = budget_run[2:] if policy == "static" else _run_under_budget(budget_data[0], budget_data[2], policy)
+    assert m["cache_policy"] == policy
     mem = m["memory"]
     assert mem["budget_bytes"] == 1 << 30 and mem["predicted_peak_bytes"] + mem["margin"] <= mem["budget_bytes"]
     names = {it["name"] for it in mem["items"]}
