@@ -94,6 +94,18 @@ def test_measured_peak_counts_each_shared_segment_once(tmp_path):
     finally:
         m.close()
     assert list(mine["shm"].values()) == [40 << 10] and mine["agent"] == 0
+    # a data file every rank maps (the graph) is held once too: its pages are keyed like a segment
+    data = tmp_path / "indices.npy"
+    data.write_bytes(bytes(64 << 10))
+    with open(data, "rb") as f:
+        fm = mmap.mmap(f.fileno(), 64 << 10, access=mmap.ACCESS_READ)
+    try:
+        sum(fm[i] for i in range(0, 24 << 10, 4096))  # touched (the kernel may map pages around them too)
+        keyed = rank_sample(with_agent=False, shared_files=[data])["shm"]
+        plain = rank_sample(with_agent=False)["shm"]
+    finally:
+        fm.close()
+    assert len(keyed) == 1 and 24 << 10 <= next(iter(keyed.values())) <= 64 << 10 and plain == {}
     key = next(iter(mine["shm"]))
     a = {"peak": 100 * MiB, "shm": {key: 10 * MiB}, "agent": 30 * MiB}
     b = {"peak": 90 * MiB, "shm": {key: 4 * MiB, "0:9": 2 * MiB}, "agent": 0}

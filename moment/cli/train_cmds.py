@@ -46,7 +46,8 @@ def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
     from moment.runtime.runs import CHECKPOINTS, run_root
     from moment.runtime.config import parse_args
     from moment.runtime.devices import check_local_ranks
-    from moment.runtime.train import BASE_ENV, dataset_dir, layout_gpus, preview_plan, rank_start_bytes
+    from moment.runtime.train import AGENT_ENV, BASE_ENV, agent_start_bytes, dataset_dir, layout_gpus, preview_plan, \
+        rank_start_bytes
     from moment.workload.graph import GraphDataset
 
     cfg = parse_args(args, check=False)
@@ -72,7 +73,8 @@ def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
     if (cfg.memory_budget or plan) and cfg.features == "tiered":
         # as the ranks will resolve it: a budget below the minimum is one message, here
         run_plan = preview_plan(cfg, ds, nproc, layout=layout)
-        env = {BASE_ENV: str(rank_start_bytes())} if cfg.memory_budget else {}  # the figure this check charged
+        # the ranks charge the figures this check charged
+        env = {BASE_ENV: str(rank_start_bytes()), AGENT_ENV: str(agent_start_bytes())} if cfg.memory_budget else {}
         return cfg, env, run_plan
     return cfg, {}, None
 

@@ -24,7 +24,6 @@ from moment.sizes import parse_size
 
 MARGIN = 0.05  # of the budget, kept free for allocator slack, page tables, thread stacks and what we do not count
 MIN_MARGIN = 64 << 20
-AGENT_BYTES = 96 << 20  # torchrun's elastic agent (a Python process), when there is one
 #: a refusal suggests the minimum plus this (or 2% of it): a process's measured size varies a little between runs
 ROOM = 16 << 20
 

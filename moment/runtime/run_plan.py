@@ -28,8 +28,7 @@ from moment.errors import MomentError
 from moment.io.merge import SHAPES, Shape
 from moment.placement.opened import Layout
 from moment.placement.pack import pack_path, refuse_unusable
-from moment.runtime.budget import AGENT_BYTES, Item, MemoryBudget, RunShape, Split, fmt_bytes, resolve_budget, \
-    split_budget
+from moment.runtime.budget import Item, MemoryBudget, RunShape, Split, fmt_bytes, resolve_budget, split_budget
 from moment.runtime.devices import plan_gpus_of
 from moment.runtime.gather import staging_bytes
 from moment.runtime.store_options import Collectives, Place, StoreOptions, local_world_size
@@ -209,7 +208,7 @@ class RunInputs:
     sampler_map_bytes: int  # NeighborSampler.map_bytes(num_nodes)
     batch_ids_bytes: int  # MiniBatch.id_bytes(rows_max, edges_max)
     held_batches: int  # Pipeline.held_batches(depth)
-    agent: bool = False  # a torchrun agent runs beside the ranks (its memory is charged)
+    agent_bytes: int = 0  # torchrun's agent beside the ranks (its peak RSS, measured); 0: no agent
 
 
 def resolve_run(config: TrainConfig, layout: Layout, *, world_size: int, local_world_size: int,
@@ -241,7 +240,7 @@ def resolve_run(config: TrainConfig, layout: Layout, *, world_size: int, local_w
         layout_cpu_rows=sum(m.shards[i].rows for i in layout.shards_of("cpu")),
         cpu_limit_rows=None if cfg.cpu_cache_limit is None else parse_size(cfg.cpu_cache_limit, n * rb) // rb,
         policy=cfg.cache_policy, shape=shape, staging_bytes=staging_bytes(m.row.align),
-        process_bytes=inputs.process_bytes, agent_bytes=AGENT_BYTES if inputs.agent else 0,
+        process_bytes=inputs.process_bytes, agent_bytes=inputs.agent_bytes,
         pack_index_bytes=pack.index_bytes if shape == "packed" or pack_index_bytes is not None else 0))
     gpu_cap = split.gpu_rows if device == "cpu" else None  # device memory is not the budget's
     options = StoreOptions(io_backend=cfg.io_backend, queue_depth=cfg.queue_depth, direct=cfg.direct,

@@ -30,7 +30,7 @@ from moment.runtime.budget import process_bytes, return_freed_memory, under_torc
 from moment.runtime.checkpoint import CHECKPOINT_NAME, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from moment.runtime.config import TrainConfig, parse_args
 from moment.runtime.dist import AgreedError, DistContext, default_device, setup
-from moment.runtime.memory_use import machine_peak, rank_sample, reset_peak
+from moment.runtime.memory_use import machine_peak, parent_peak, rank_sample, reset_peak
 from moment.runtime.models import build_model, load_layers
 from moment.runtime.pipeline import Pipeline, StageTimes, mix
 from moment.runtime.progress import Reporter
@@ -45,6 +45,7 @@ EVAL_TAG, DROPOUT_TAG = 0xE7A1, 0xD80
 KILL_ENV = "MOMENT_TEST_KILL_AT_STEP"  # test hook: the last rank exits once at this step (first attempt)
 AGREED_GRACE_S = 2.0  # a rank that leaves an agreed error to rank 0 exits this much later
 BASE_ENV = "MOMENT_RANK_BASE_BYTES"  # set by `moment train`: the per-rank fixed cost its budget check charged
+AGENT_ENV = "MOMENT_AGENT_BYTES"  # set by `moment train`: torchrun's agent as its budget check charged it
 #: what a checkpoint must share with the run that resumes it: the data (dataset and layout identity), the
 #: model's shape, and what decides the batches and updates (an exact resume repeats the uninterrupted run)
 RESUME_KEYS = ("dataset_id", "layout_id", "model", "layers", "hidden", "feature_dim", "num_classes", "world_size",
@@ -80,29 +81,50 @@ def _batch_extent(cfg: TrainConfig, graph: CSRGraph, batches: SeedBatches, fanou
 
 
 def run_inputs(cfg: TrainConfig, ds: GraphDataset, graph: CSRGraph, batches: Sequence[SeedBatches],
-               fanouts: list[int], process_bytes: int, *, agent: bool, ctx: DistContext | None = None) -> RunInputs:
+               fanouts: list[int], process_bytes: int, agent_bytes: int, *,
+               ctx: DistContext | None = None) -> RunInputs:
     """What `resolve_run` is given: the largest extent of `batches` (each rank's, or a preview's of every
-    rank), the sizes torch's objects state for it, and the dataset's sizes. With `ctx`, the ranks agree on
-    their maxima first: every rank must resolve the same plan (the shared cache is one segment)."""
+    rank), the sizes torch's objects state for it, a rank's and torchrun's agent's measured sizes, and the
+    dataset's sizes. With `ctx`, the ranks agree on their maxima first: every rank must resolve the same
+    plan (the shared cache is one segment)."""
     extents = [_batch_extent(cfg, graph, b, fanouts) for b in batches]
     rows, edges = max(r for r, _ in extents), max(e for _, e in extents)
     if ctx is not None:
-        agreed = ctx.all_reduce(torch.tensor([rows, edges, process_bytes], dtype=torch.float64), op="max")
-        rows, edges, process_bytes = (int(x) for x in agreed.tolist())
+        agreed = ctx.all_reduce(torch.tensor([rows, edges, process_bytes, agent_bytes], dtype=torch.float64),
+                                op="max")
+        rows, edges, process_bytes, agent_bytes = (int(x) for x in agreed.tolist())
     rows = min(rows, ds.num_nodes)
     return RunInputs(train_nodes=int(np.asarray(ds.train_idx).size),
                      graph_bytes=ds.file("indptr").stat().st_size + ds.file("indices").stat().st_size,
                      labels_bytes=ds.file("labels").stat().st_size, rows_max=rows, edges_max=edges,
                      process_bytes=process_bytes, sampler_map_bytes=NeighborSampler.map_bytes(ds.num_nodes),
                      batch_ids_bytes=MiniBatch.id_bytes(rows, edges), held_batches=Pipeline.held_batches(cfg.depth),
-                     agent=agent)
+                     agent_bytes=agent_bytes)
 
 
-_RANK_START = ("from moment.runtime.models import load_layers\nimport moment.runtime.train\nload_layers()\n"
-               "from moment.runtime.budget import process_bytes\nprint(process_bytes())\n")
+#: a fresh interpreter: first what torchrun's agent imports, then what a rank loads before touching data
+_FRESH = ("from moment.runtime.budget import process_bytes\nimport torch.distributed.run\nprint(process_bytes())\n"
+          "from moment.runtime.models import load_layers\nimport moment.runtime.train\nload_layers()\n"
+          "print(process_bytes())\n")
 
 
 @functools.cache
+def _fresh_sizes() -> tuple[int, int]:
+    """(torchrun's agent, a rank) as a fresh interpreter holds them; see `rank_start_bytes`."""
+    import moment
+
+    root = str(Path(moment.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
+    try:
+        r = subprocess.run([sys.executable, "-c", _FRESH], env=env, capture_output=True, text=True,
+                           timeout=300, check=True)
+        agent, rank = (int(x) for x in r.stdout.split()[-2:])
+        return agent, rank
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        load_layers()
+        return process_bytes(), process_bytes()
+
+
 def rank_start_bytes() -> int:
     """What a rank holds before it touches data (interpreter, torch, the runtime, the model's layers).
 
@@ -110,27 +132,24 @@ def rank_start_bytes() -> int:
     holding a dataset) is not a rank, so its own RSS is not a rank's fixed cost. Costs seconds: once per
     process. Falls back to this process's RSS with the layers loaded when the interpreter cannot run.
     """
-    import moment
+    return _fresh_sizes()[1]
 
-    root = str(Path(moment.__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
-    try:
-        r = subprocess.run([sys.executable, "-c", _RANK_START], env=env, capture_output=True, text=True,
-                           timeout=300, check=True)
-        return int(r.stdout.split()[-1])
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-        load_layers()
-        return process_bytes()
+
+def agent_start_bytes() -> int:
+    """What torchrun's agent (a Python process that imports torch.distributed.run) holds, measured the
+    same way before it exists; the ranks, once started, measure their parent (`agent_bytes`)."""
+    return _fresh_sizes()[0]
 
 
 def preview_inputs(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, agent: bool = True) -> RunInputs:
+    """`agent`: the run is started by torchrun (`moment train`), whose agent is charged too."""
     """What rank 0 of an `nproc`-rank run will measure, measured before any rank starts: the largest
     extent of every rank's batches (the ranks agree on it), a fresh rank's fixed cost."""
     train_idx = np.asarray(ds.train_idx)
     graph, fanouts = CSRGraph.from_dataset(ds, in_memory=False), cfg.resolved_fanouts()
     per_rank = [SeedBatches(train_idx, cfg.resolved_batch_size(train_idx.size, nproc), seed=cfg.seed, rank=r,
                             world_size=nproc) for r in range(nproc)]
-    return run_inputs(cfg, ds, graph, per_rank, fanouts, rank_start_bytes(), agent=agent)
+    return run_inputs(cfg, ds, graph, per_rank, fanouts, rank_start_bytes(), agent_start_bytes() if agent else 0)
 
 
 def preview_plan(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, layout: Layout | None = None,
@@ -151,6 +170,15 @@ def rank_base_bytes() -> int:
     it names is accepted), else what this rank holds now."""
     given = os.environ.get(BASE_ENV, "")
     return int(given) if given.isdigit() else process_bytes()
+
+
+def agent_bytes() -> int:
+    """torchrun's agent as the budget charges it (0 without torchrun): the launcher's figure when `moment
+    train` started the run (as `rank_base_bytes`), else the agent's peak so far (it is this rank's parent)."""
+    if not under_torchrun():
+        return 0
+    given = os.environ.get(AGENT_ENV, "")
+    return int(given) if given.isdigit() else parent_peak()
 
 
 def collectives(cfg: TrainConfig, ctx: DistContext) -> Collectives | None:
@@ -212,8 +240,8 @@ class Trainer:
         self.plan: RunPlan | None = None  # every derived decision of a tiered run (moment.runtime.run_plan)
         if cfg.features == "tiered":
             return_freed_memory()
-            inputs = run_inputs(cfg, self.ds, self.graph, [self.batches], self.fanouts, base_rss,
-                                agent=under_torchrun(), ctx=ctx)
+            inputs = run_inputs(cfg, self.ds, self.graph, [self.batches], self.fanouts, base_rss, agent_bytes(),
+                                ctx=ctx)
             self.plan = resolve_run(cfg, self.layout, world_size=ctx.world_size,
                                     local_world_size=max(ctx.local_world_size, 1), inputs=inputs,
                                     device=ctx.device.type)
@@ -511,7 +539,9 @@ class Trainer:
     def _memory(self) -> dict[str, Any]:
         """The budget split's prediction beside the measured peak of the run (moment.runtime.memory_use)."""
         ctx = self.ctx
-        sample = rank_sample(with_agent=ctx.local_rank == 0 and ctx.backend is not None and under_torchrun())
+        # the graph's files are mapped by every rank and held once, as the budget charges them
+        sample = rank_sample(with_agent=ctx.local_rank == 0 and ctx.backend is not None and under_torchrun(),
+                             shared_files=[self.ds.file("indptr"), self.ds.file("indices")])
         measured = machine_peak(ctx.all_gather_object(sample), ctx.local_world_size)
         out: dict[str, Any] = ({"budget_bytes": None, "predicted_peak_bytes": None} if self.plan is None
                                else self.plan.memory.as_dict())
