@@ -304,10 +304,10 @@ def planned_ssd_shares(layout: Layout) -> dict[str, float]:
 
 
 def rank_plan(layout: Layout, rank: int, local_rank: int, local_world_size: int, gpu_rows: int | None) -> RankPlan:
-    carve = carve_gpu(layout, local_rank, local_world_size, gpu_rows)
-    m = layout.manifest
-    mine = plan_gpus_of(local_rank, local_world_size, [m.shards[i].bin for i in layout.shards_of("gpu")])
-    return RankPlan(rank=rank, local_rank=local_rank, plan_gpus=mine, gpu_bins=carve,
+    """One rank's part: its plan GPUs (named as the device match names them), GPU carve and SSD shares."""
+    gpus = plan_gpus_of(local_rank, local_world_size, [g for g, _ in layout.gpu_devices()])
+    return RankPlan(rank=rank, local_rank=local_rank, plan_gpus=gpus,
+                    gpu_bins=carve_gpu(layout, local_rank, local_world_size, gpu_rows),
                     ssd_shares=planned_ssd_shares(layout))
 
 

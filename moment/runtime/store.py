@@ -37,8 +37,8 @@ Construct it as ``TieredFeatureStore(layout, where, options, collectives)`` (mom
 or the launcher's `DistContext`), `options` this rank's part of a training run's plan
 (`RunPlan.store_plan(rank)`, moment.runtime.run_plan) or a `StoreOptions` (the option names above are
 its fields), resolved by the same rules (`plan_store`); `collectives` the process group's barrier and
-all_gather (None: one process, no peer tier, no shared cache). `StoreOptions(verify=True)` checks each shard chunk (manifest
-`chunk_sha256`) the first time a read touches it.
+all_gather (None: one process, no peer tier, no shared cache). `StoreOptions(verify=True)` checks each
+shard chunk (manifest `chunk_sha256`) the first time a read touches it.
 PyG code reads it through `moment.runtime.pyg.PygFeatureStore(store)`, on the same submit/complete path.
 """
 

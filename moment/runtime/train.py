@@ -142,9 +142,9 @@ def agent_start_bytes() -> int:
 
 
 def preview_inputs(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, agent: bool = True) -> RunInputs:
-    """`agent`: the run is started by torchrun (`moment train`), whose agent is charged too."""
     """What rank 0 of an `nproc`-rank run will measure, measured before any rank starts: the largest
-    extent of every rank's batches (the ranks agree on it), a fresh rank's fixed cost."""
+    extent of every rank's batches (the ranks agree on it), a fresh rank's fixed cost and, with `agent`
+    (the run is started by torchrun, as `moment train` does), a fresh torchrun agent's."""
     train_idx = np.asarray(ds.train_idx)
     graph, fanouts = CSRGraph.from_dataset(ds, in_memory=False), cfg.resolved_fanouts()
     per_rank = [SeedBatches(train_idx, cfg.resolved_batch_size(train_idx.size, nproc), seed=cfg.seed, rank=r,
