@@ -244,12 +244,12 @@ def test_dry_run_prints_the_plan_and_starts_no_rank(data, monkeypatch, capsys):
     from moment.cli import main
 
     _, _, _, packed = data
-    started: list[str] = []
+    started: list[list[str]] = []
     real = subprocess.Popen
 
     class Spy(real):  # every process started from here on (the rank-size probe is one; no torchrun may be)
         def __init__(self, args, *a, **k):
-            started.append(" ".join(map(str, args)))
+            started.append([str(a) for a in args] if isinstance(args, (list, tuple)) else [str(args)])
             super().__init__(args, *a, **k)
 
     def no_torchrun(*a, **k):
@@ -278,7 +278,8 @@ def test_dry_run_prints_the_plan_and_starts_no_rank(data, monkeypatch, capsys):
     assert main(["train", "--dry-run", *args]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "I/O shape packed (auto)" in out and "rank 1 (local 1): gpu1" in out and "memory budget: 2.00 GiB" in out
-    assert not [c for c in started if "torch.distributed.run" in c or "moment.train" in c], started
+    # neither torchrun nor a rank (`-m torch.distributed.run`, `-m moment.train`) was started
+    assert not [c for c in started if {"torch.distributed.run", "moment.train"} & set(c)], started
     assert not (packed.parent / (packed.name + ".runs")).exists()  # no run directory either
     assert main(["train", "--json", *args]) == 2
     assert "--json goes with --dry-run" in capsys.readouterr().err
