@@ -452,6 +452,9 @@ def _what(e: MomentError) -> str:
     return str(e).splitlines()[0].removeprefix(f"{e.source}: ")
 
 
+_REWRITE = "rewrite the pack with `moment data pack --overwrite`, or remove the layout's pack/ directory"
+
+
 def refuse_unusable(layout: str | Path, man: PackManifest | None, m: LayoutManifest, world_size: int) -> None:
     """Refuse, in one line naming the pack, a pack a run of `world_size` ranks cannot read: none at all, one
     made for another layout, or for another number of ranks."""
@@ -464,9 +467,6 @@ def refuse_unusable(layout: str | Path, man: PackManifest | None, m: LayoutManif
         raise MomentError(why, source=str(d), hint=_REWRITE)
     if man.world_size != world_size:
         raise MomentError(f"the pack was made for {man.world_size} ranks, this run has {world_size}", source=str(d))
-
-
-_REWRITE = "rewrite the pack with `moment data pack --overwrite`, or remove the layout's pack/ directory"
 
 
 def open_pack(layout: str | Path, m: LayoutManifest, man: PackManifest | None, *, world_size: int, rank: int,
