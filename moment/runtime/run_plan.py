@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, computed_field
 
 from moment.caching.tiers import lookahead, shared_by_local_ranks
 from moment.errors import MomentError
@@ -67,8 +67,10 @@ class RankPlan(_Frozen):
     gpu_bins: tuple[GpuRows, ...]
     ssd_shares: dict[str, float]  # per SSD bin, the share of this rank's SSD rows the plan routes to it
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def gpu_rows(self) -> int:
+        """Rows on this rank's GPU tier, all its bins together."""
         return sum(b.rows for b in self.gpu_bins)
 
 
