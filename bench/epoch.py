@@ -223,23 +223,27 @@ def report(prefix: str, m: dict) -> None:
 
 def ensure_pack(ds_dir: Path, layout: Path, a, bound: int | None) -> None:
     """The layout's pack for this run's batches (kept between runs when the parameters match)."""
-    from moment.placement.pack import load_pack, pack_index_bytes, pack_summary, write_pack
+    from moment.placement.opened import Layout
+    from moment.placement.pack import pack_summary, write_pack
     from moment.runtime.config import TrainConfig
-    from moment.runtime.train import preview_split
+    from moment.runtime.train import preview_inputs, preview_plan
     from moment.workload.graph import GraphDataset
 
     ds = GraphDataset.open(ds_dir)
     f = [int(x) for x in a.fanouts.split(",")]
     cfg = TrainConfig(layout=layout, dataset=ds_dir, memory_budget=str(bound) if bound else None, fanouts=f,
                       batch_size=a.batch_size, hidden=a.hidden, io_shape="block")
+    opened = Layout.open(layout)
+    measured = preview_inputs(cfg, ds, a.nproc)
 
     def budget_rows(index_bytes: int) -> int:  # the run's CPU cache with a pack index this large
-        return preview_split(cfg, ds, a.nproc, pack_index_bytes=index_bytes).cpu_rows
+        return preview_plan(cfg, ds, a.nproc, layout=opened, pack_index_bytes=index_bytes,
+                            inputs=measured).memory.cpu_rows
 
-    old = load_pack(layout)
+    old = opened.pack
     # a pack is kept when the run's cache, with that pack's own index charged, is what it left out
     if old is None or old.mismatch(world_size=a.nproc, batch_size=a.batch_size, fanouts=f, seed=0) or \
-            old.epochs < a.epochs or old.cached_rows != budget_rows(pack_index_bytes(layout, old)):
+            old.epochs < a.epochs or old.cached_rows != budget_rows(opened.pack_index_bytes):
         t = time.perf_counter()
         old = write_pack(layout, ds, world_size=a.nproc, batch_size=a.batch_size, fanouts=f, seed=0,
                          epochs=a.epochs, budget_rows=budget_rows, overwrite=True)

@@ -10,9 +10,9 @@
    and the prediction it gives are printed too.)
 3. Predict, before the run: each rank's training batches are sampled as the runtime samples them
    (`sample_trace`); `moment.runtime.ssd_model.TierModel` finds the rows that miss the GPU stand-ins
-   (the rank's own and, through the peer tier, the other ranks') and the CPU cache with the split the
-   run will make (`preview_split`) and plans the reads `Reader` would issue for them (`plan_runs`, the
-   run's I/O shape); nothing is read. The time of a batch's reads alone is  requests / IOPS + (bytes
+   (the rank's own and, through the peer tier, the other ranks') and the CPU cache of the run plan the
+   ranks will resolve (`preview_plan`) and plans the reads `Reader` would issue for them (`Shape.plan`,
+   the run's I/O shape); nothing is read. The time of a batch's reads alone is  requests / IOPS + (bytes
    beyond the first `align` bytes of each request) / seq rate, and the ranks, which step together, share
    the disk fairly: rank r's reads at a step take sum_j min(c_j, c_r) (ssd_model's docstring).
    predicted_ssd_s = the sum over steps and epochs of that, averaged over ranks.
@@ -107,20 +107,26 @@ def eval_batches(ds, rank: int, world: int, batch_size: int, fanouts: list[int],
     return out
 
 
-def predict(ds, layout: Path, split, disks: dict, a) -> dict:
+def predict(ds, layout, plan, disks: dict, a) -> dict:
     """Predicted reads of the run's training gathers (and its evaluation reads), and their seconds on
-    each of `disks` (name -> Disk): `seconds` (ranks sharing the disk) and `alone` per name."""
+    each of `disks` (name -> Disk): `seconds` (ranks sharing the disk) and `alone` per name. `layout`:
+    the opened layout; `plan`: the run plan the ranks will resolve (`preview_plan`)."""
     from moment.runtime.hostcache import shm_room
+    from moment.runtime.run_plan import node_ranks
     from moment.runtime.ssd_model import TierModel, shared
     from moment.workload.trace import sample_trace
 
     f = [int(x) for x in a.fanouts.split(",")]
-    shared_cache = split.shared_cache and not shm_room(min(split.cpu_rows, ds.num_nodes) * ds.row_bytes)
-    peers = a.nproc > 1 and not shm_room(split.gpu_rows * ds.row_bytes * a.nproc)  # the run's peer tier
+    t = plan.tiers
+    # what the machine allows: the store falls back to per-rank caches, and to no peer tier, without /dev/shm room
+    shared_cache = t.shared_cache and not shm_room(t.cpu_rows * ds.row_bytes)
+    peers = t.peer_tier and not shm_room(plan.memory.gpu_rows * ds.row_bytes * a.nproc)
     costs, out = {k: [] for k in disks}, {"bytes": 0, "requests": 0, "eval_bytes": 0, "eval_requests": 0, "ssd_rows": 0}
     for r in range(a.nproc):
-        tm = TierModel(layout, local_rank=r, local_world_size=a.nproc, cpu_rows=split.cpu_rows,
-                       gpu_rows=split.gpu_rows, shared_cache=shared_cache, shape=a.io_shape, peers=peers)
+        mine = plan.store_plan(r)
+        mine = mine.model_copy(update={"tiers": t.model_copy(update={"shared_cache": shared_cache})})
+        others = [p for p in node_ranks(plan, r) if p.rank != r] if peers else []
+        tm = TierModel(layout, mine, peers=others)
         tr = sample_trace(ds, f, a.batch_size, seed=0, epochs=a.epochs, rank=r, world_size=a.nproc)
         mine = {k: [] for k in disks}
         for b in tr.batches():
@@ -151,7 +157,8 @@ def main() -> int:
     from moment.io.probe import probe_ssd
     from moment.runtime.config import TrainConfig
     from moment.runtime.ssd_model import Disk
-    from moment.runtime.train import preview_split
+    from moment.placement.opened import Layout
+    from moment.runtime.train import preview_plan
     from moment.workload.graph import GraphDataset
 
     ep = _epoch_module()
@@ -167,9 +174,8 @@ def main() -> int:
     a.cache_dir.mkdir(parents=True, exist_ok=True)
     ds_dir, layout = ep.build(a.cache_dir, a)
     ds = GraphDataset.open(ds_dir)
-    from moment.placement.reader import load_manifest
-
-    align = load_manifest(layout).row.align
+    opened = Layout.open(layout)
+    align = opened.manifest.row.align
     feature_bytes = ds.num_nodes * ds.row_bytes
     print(f"nodes: {ds.num_nodes}\nfeature_MiB: {feature_bytes / 2**20:.0f}\nrow_bytes: {ds.row_bytes}\nalign: {align}")
     print(f"ranks: {a.nproc}\nepochs: {a.epochs}\nio_shape: {a.io_shape}\ncpu_cache_limit: {a.cpu_cache_limit}",
@@ -189,12 +195,12 @@ def main() -> int:
     f = [int(x) for x in a.fanouts.split(",")]
     cfg = TrainConfig(layout=layout, dataset=ds_dir, fanouts=f, batch_size=a.batch_size, hidden=a.hidden,
                       io_shape=a.io_shape, cpu_cache_limit=a.cpu_cache_limit, epochs=a.epochs)
-    split = preview_split(cfg, ds, a.nproc)
+    plan = preview_plan(cfg, ds, a.nproc, layout=opened)
     t = time.perf_counter()
-    pred = predict(ds, layout, split, disks, a)
+    pred = predict(ds, opened, plan, disks, a)
     print(f"predict_s: {time.perf_counter() - t:.1f}")
-    print(f"cpu_cache_rows: {split.cpu_rows}{' (shared)' if pred['shared_cache'] else ' (per rank)'}\n"
-          f"gpu_stand_in_rows_per_rank: {split.gpu_rows}")
+    print(f"cpu_cache_rows: {plan.tiers.cpu_rows}{' (shared)' if pred['shared_cache'] else ' (per rank)'}\n"
+          f"gpu_stand_in_rows_per_rank: {plan.memory.gpu_rows}")
     print(f"predicted_ssd_rows: {pred['ssd_rows']}\npredicted_ssd_MB: {pred['bytes'] / 1e6:.1f}\n"
           f"predicted_ssd_requests: {pred['requests']}")
     print(f"predicted_ssd_s_alone: {pred['alone']['shared']:.2f}  (per rank, as if it had the disk to itself)")

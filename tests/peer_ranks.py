@@ -16,6 +16,8 @@ import torch
 import torch.distributed as dist
 
 from moment.placement.reader import load_manifest
+from moment.placement.opened import Layout
+from moment.runtime.run_plan import rank_plan
 from moment.runtime.ssd_model import TierModel
 from moment.runtime.store import Collectives, RankPlace, StoreOptions, TieredFeatureStore
 
@@ -76,8 +78,10 @@ def main() -> int:
                             "gpu_bin_rows_read": int(store._rows_by_bin[gpu_shards].sum()),
                             "cache_rows": store.cache.capacity}
             if kw["policy"] == "static":  # the read prediction (bench/fidelity.py) knows the peer tier
-                tm = TierModel(layout, local_rank=local_rank, local_world_size=lws, cpu_rows=n // 40,
-                               shared_cache=kw["shared_cache"], peers=kw["all_gather"] is not None)
+                opened = Layout.open(layout)
+                peers = ([rank_plan(opened, r, r, lws, None) for r in range(lws) if r != local_rank]
+                         if kw["all_gather"] is not None else [])
+                tm = TierModel(opened, store.plan, peers=peers)
                 report[name]["model_ssd_rows"] = sum(int(np.isin(b, tm.misses(b)).sum())
                                                      for b in batches_of(rank, n))
         finally:

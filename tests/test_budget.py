@@ -12,9 +12,10 @@ MiB = 2**20
 
 def _shape(**kw) -> RunShape:
     base = dict(num_nodes=1_000_000, row_bytes=512, graph_bytes=64 * MiB, labels_bytes=MiB, rows_max=50_000,
-                edges_max=100_000, dst_rows=26_000, hidden=64, depth=2, lookahead=16, own_gpu_rows=5_000,
-                layout_cpu_rows=100_000, cpu_limit_rows=None, policy_changes=False, policy_bytes_per_node=1,
-                shape="block", staging_bytes=32 * MiB, process_bytes=300 * MiB, agent_bytes=96 * MiB)
+                dst_rows=26_000, hidden=64, held_batches=4, lookahead=16, sampler_map_bytes=8_000_000,
+                batch_ids_bytes=50_000 * 8 + 100_000 * 16, index_bytes=5_000_000, own_gpu_rows=5_000,
+                layout_cpu_rows=100_000, cpu_limit_rows=None, policy="static", shape="block",
+                staging_bytes=32 * MiB, process_bytes=300 * MiB, agent_bytes=96 * MiB)
     base.update(kw)
     return RunShape(**base)
 
@@ -33,8 +34,8 @@ def test_split_fits_the_budget_and_fills_it():
 
 
 def test_per_rank_items_count_once_per_rank():
-    one = split_budget(2048 * MiB, "given", 1, _shape(policy_changes=True))
-    two = split_budget(2048 * MiB, "given", 2, _shape(policy_changes=True))
+    one = split_budget(2048 * MiB, "given", 1, _shape(policy="lru"))
+    two = split_budget(2048 * MiB, "given", 2, _shape(policy="lru"))
     assert not two.shared_cache  # a changing cache is per rank
     assert two.cpu_rows < one.cpu_rows
     proc = next(it for it in two.budget.items if it.name == "process")
@@ -93,6 +94,18 @@ def test_measured_peak_counts_each_shared_segment_once(tmp_path):
     finally:
         m.close()
     assert list(mine["shm"].values()) == [40 << 10] and mine["agent"] == 0
+    # a data file every rank maps (the graph) is held once too: its pages are keyed like a segment
+    data = tmp_path / "indices.npy"
+    data.write_bytes(bytes(64 << 10))
+    with open(data, "rb") as f:
+        fm = mmap.mmap(f.fileno(), 64 << 10, access=mmap.ACCESS_READ)
+    try:
+        sum(fm[i] for i in range(0, 24 << 10, 4096))  # touched (the kernel may map pages around them too)
+        keyed = rank_sample(with_agent=False, shared_files=[data])["shm"]
+        plain = rank_sample(with_agent=False)["shm"]
+    finally:
+        fm.close()
+    assert len(keyed) == 1 and 24 << 10 <= next(iter(keyed.values())) <= 64 << 10 and plain == {}
     key = next(iter(mine["shm"]))
     a = {"peak": 100 * MiB, "shm": {key: 10 * MiB}, "agent": 30 * MiB}
     b = {"peak": 90 * MiB, "shm": {key: 4 * MiB, "0:9": 2 * MiB}, "agent": 0}

@@ -8,6 +8,8 @@ import torch
 from runtime_data import make_dataset, make_layout
 
 from moment.io.merge import plan_runs
+from moment.placement.opened import Layout
+from moment.runtime.run_plan import plan_store
 from moment.runtime.ssd_model import Disk, TierModel, shared
 from moment.runtime.store import RankPlace, StoreOptions, TieredFeatureStore
 from moment.workload.trace import sample_trace
@@ -27,11 +29,11 @@ def data(tmp_path_factory):
 def test_predicted_reads_are_the_stores(data, mode, shape, local_rank):
     ds, layouts = data
     n = ds.num_nodes
-    kw = dict(cpu_rows=n // 20, gpu_rows=n // 50)
-    tm = TierModel(layouts[mode], local_rank=local_rank, local_world_size=2, shape=shape, **kw)
-    store = TieredFeatureStore(layouts[mode], RankPlace(rank=local_rank, local_rank=local_rank, world_size=2,
-                                                         local_world_size=2),
-                               StoreOptions(policy="static", shape=shape, superbatch=1, **kw))
+    where = RankPlace(rank=local_rank, local_rank=local_rank, world_size=2, local_world_size=2)
+    options = StoreOptions(policy="static", shape=shape, superbatch=1, cpu_rows=n // 20, gpu_rows=n // 50)
+    layout = Layout.open(layouts[mode])
+    tm = TierModel(layout, plan_store(layout, where, options, None))  # the model asks the store's plan
+    store = TieredFeatureStore(layout, where, options)
     try:
         tr = sample_trace(ds, (10, 5), 64, seed=0, rank=local_rank, world_size=2)
         want_bytes = want_req = 0

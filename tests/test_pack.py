@@ -201,7 +201,7 @@ def test_pack_under_a_budget_leaves_out_exactly_what_the_run_will_cache(packed, 
     import shutil
 
     from moment.runtime.config import TrainConfig
-    from moment.runtime.train import preview_split
+    from moment.runtime.train import preview_plan
 
     ds, layout, _, _ = packed
     copy = shutil.copytree(layout, tmp_path / "L")
@@ -209,11 +209,11 @@ def test_pack_under_a_budget_leaves_out_exactly_what_the_run_will_cache(packed, 
     def split(shape: str, budget: int, **kw):
         cfg = TrainConfig(layout=copy, dataset=ds.path, memory_budget=str(budget), fanouts=list(FAN),
                           batch_size=BS, seed=SEED, io_shape=shape)
-        return preview_split(cfg, ds, 2, **kw)
+        return preview_plan(cfg, ds, 2, **kw)
 
     def rows_without_index(budget: int) -> int:
         try:
-            return split("block", budget, pack_index_bytes=0).cpu_rows
+            return split("block", budget, pack_index_bytes=0).memory.cpu_rows
         except MomentError:  # below the minimum
             return -1
 
@@ -231,9 +231,9 @@ def test_pack_under_a_budget_leaves_out_exactly_what_the_run_will_cache(packed, 
     man = load_pack(copy)
     assert json.loads(capsys.readouterr().out)["cached_rows"] == man.cached_rows
     run = split("packed", budget)  # the run reads this pack: its index is charged
-    index = {it.name: it.bytes for it in run.budget.items}["pack index"]
+    index = {it.name: it.bytes for it in run.memory.items}["pack index"]
     assert index == max(Segments.load(pack_path(copy) / f.index).memory_bytes for f in man.files)
-    assert man.cached_rows == run.cpu_rows < old
+    assert man.cached_rows == run.memory.cpu_rows < old
     seg = Segments.load(pack_path(copy) / man.files[0].index)
     hot = np.load(copy / "order.npy")[: man.cached_rows]
     assert not np.isin(seg.ids, hot).any() and seg.ids.size > 0

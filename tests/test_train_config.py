@@ -150,9 +150,10 @@ def test_every_hint_suggests_options_the_parser_takes(tmp_path: Path, monkeypatc
     hint_of(engines.make_engine, "io_uring", 8, None)
     hint_of(resolve_budget, "1000000GiB")
     shape = RunShape(num_nodes=1000, row_bytes=128, graph_bytes=1 << 20, labels_bytes=1000, rows_max=500,
-                     edges_max=5000, dst_rows=100, hidden=16, depth=2, lookahead=2, own_gpu_rows=0,
-                     layout_cpu_rows=0, cpu_limit_rows=None, policy_changes=False, policy_bytes_per_node=1,
-                     shape="block", staging_bytes=1 << 20, process_bytes=300 << 20, agent_bytes=0)
+                     dst_rows=100, hidden=16, held_batches=4, lookahead=2, sampler_map_bytes=8000,
+                     batch_ids_bytes=500 * 8 + 5000 * 16, index_bytes=5000, own_gpu_rows=0, layout_cpu_rows=0,
+                     cpu_limit_rows=None, policy="static", shape="block", staging_bytes=1 << 20,
+                     process_bytes=300 << 20, agent_bytes=0)
     hint_of(split_budget, 50 << 20, "given", 1, shape)
     hint_of(TrainConfig(layout=tmp_path, layers=3, fanouts=[5, 5]).resolved_fanouts)
     hint_of(parse_args, ["--layout", str(tmp_path), "--lr", "nan"])

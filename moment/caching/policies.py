@@ -46,9 +46,14 @@ def _distinct(ids: np.ndarray) -> np.ndarray:
     return ids[np.sort(first)] if first.shape[0] != ids.shape[0] else ids
 
 
+def rank_dtype(num_nodes: int) -> np.dtype:
+    """The dtype of a policy's hotness rank (node -> position, hottest 0)."""
+    return np.dtype(np.int32 if num_nodes < 2**31 else np.int64)
+
+
 def hotness_rank(hotness: np.ndarray | None, num_nodes: int) -> np.ndarray:
     """rank[v] = position of v in descending hotness (0 = hottest), ties by node id."""
-    dt = np.int32 if num_nodes < 2**31 else np.int64
+    dt = rank_dtype(num_nodes)
     if hotness is None:
         return np.arange(num_nodes, dtype=dt)
     h = np.asarray(hotness)
@@ -63,6 +68,16 @@ def hotness_rank(hotness: np.ndarray | None, num_nodes: int) -> np.ndarray:
 class CachePolicy:
     name = "base"
     changes = True
+    #: bytes per node of the arrays a policy keeps beside `cached` (1 B) and its hotness rank: LRU's
+    #: last use, Belady's next use (`state_bytes` says the whole)
+    extra_node_bytes = 0
+
+    @classmethod
+    def state_bytes(cls, num_nodes: int, capacity: int) -> int:
+        """What `memory_bytes` will be for a cache of `capacity` rows over `num_nodes` (after `reset`,
+        before `plan`): the memory budget charges this, no copy of the arrays' sizes elsewhere."""
+        per_node = 1 + (rank_dtype(num_nodes).itemsize if cls.changes else 0) + cls.extra_node_bytes
+        return num_nodes * per_node + min(capacity, num_nodes) * np.dtype(np.int64).itemsize  # + members
 
     def __init__(self, capacity: int, num_nodes: int, rank: np.ndarray):
         if capacity < 0:
@@ -118,10 +133,11 @@ class StaticCache(CachePolicy):
 
 class LRUCache(CachePolicy):
     name = "lru"
+    extra_node_bytes = np.dtype(np.int32).itemsize  # last
 
     def __init__(self, capacity: int, num_nodes: int, rank: np.ndarray):
         super().__init__(capacity, num_nodes, rank)
-        self.last = np.full(num_nodes, -1, np.int32)
+        self.last = np.full(num_nodes, -1, np.int32)  # extra_node_bytes
         self.t = 0
 
     def reset(self, initial: np.ndarray | None = None) -> None:
@@ -155,12 +171,13 @@ class BeladyCache(CachePolicy):
     """MIN with bypass inside the known future (`plan`); see the module docstring."""
 
     name = "belady-superbatch"
+    extra_node_bytes = np.dtype(np.int32).itemsize  # nxt
 
     def __init__(self, capacity: int, num_nodes: int, rank: np.ndarray):
         super().__init__(capacity, num_nodes, rank)
         self.t = 0  # batches seen
         self.inf = np.iinfo(np.int32).max
-        self.nxt = np.full(num_nodes, self.inf, np.int32)  # next known use of each cached node
+        self.nxt = np.full(num_nodes, self.inf, np.int32)  # next known use of each cached node (extra_node_bytes)
         self._next: list[np.ndarray] = []  # per planned batch: next use of each of its ids
         self._first = 0  # absolute time of self._next[0]
 
@@ -238,9 +255,18 @@ def make_policy(name: str, capacity: int, num_nodes: int, hotness: np.ndarray | 
 class SlotMap:
     """node -> cache slot (-1: not cached); slots freed by evictions go to the next admissions."""
 
+    @staticmethod
+    def _slot_dtype(capacity: int) -> np.dtype:
+        return np.dtype(np.int32 if capacity < 2**31 else np.int64)
+
+    @classmethod
+    def state_bytes(cls, num_nodes: int, capacity: int) -> int:
+        """`memory_bytes` of a map of `capacity` slots over `num_nodes`, at its largest (every slot free)."""
+        return num_nodes * cls._slot_dtype(capacity).itemsize + capacity * np.dtype(np.int64).itemsize
+
     def __init__(self, capacity: int, num_nodes: int):
         self.capacity = int(capacity)
-        self.slot = np.full(num_nodes, -1, np.int32 if capacity < 2**31 else np.int64)
+        self.slot = np.full(num_nodes, -1, self._slot_dtype(capacity))
         self.free = np.arange(self.capacity, dtype=np.int64)
 
     def fill(self, ids: np.ndarray) -> None:

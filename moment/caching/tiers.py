@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from moment.caching.policies import CachePolicy, SlotMap
+from moment.caching.policies import POLICIES, CachePolicy, SlotMap
 
 #: ids -> (mask of ids on the GPU tier, their rows in the GPU tier)
 GpuLookup = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
@@ -48,11 +48,46 @@ class FixedSlots:
         order = np.argsort(ids, kind="stable")
         self.ids, self.slot = ids[order], order.astype(np.int64)
 
+    @staticmethod
+    def state_bytes(num_nodes: int, capacity: int) -> int:
+        """`memory_bytes` for `capacity` cached rows (an int64 id and slot each; nothing per node)."""
+        return capacity * 2 * np.dtype(np.int64).itemsize
+
     def lookup(self, ids: np.ndarray) -> np.ndarray:
         return self.slot[np.searchsorted(self.ids, ids)]
 
     def memory_bytes(self) -> int:
         return self.ids.nbytes + self.slot.nbytes
+
+
+def slots_for(policy: CachePolicy, initial: np.ndarray, num_nodes: int) -> SlotMap | FixedSlots:
+    """The slot lookup of a cache filled with `initial` (slot i holds initial[i]): a node-sized map when
+    the policy changes the contents, else a binary search over the fixed ids."""
+    if policy.changes:
+        slots = SlotMap(policy.capacity, num_nodes)
+        slots.fill(initial)
+        return slots
+    return FixedSlots(initial)
+
+
+def cache_state_bytes(policy: str, num_nodes: int, capacity: int) -> int:
+    """Bytes a rank holds for a CPU cache's bookkeeping (the policy and its slot lookup), rows apart."""
+    cls = POLICIES[policy]
+    slots = SlotMap if cls.changes else FixedSlots
+    cap = min(capacity, num_nodes)
+    return cls.state_bytes(num_nodes, cap) + slots.state_bytes(num_nodes, cap)
+
+
+def lookahead(superbatch: int) -> int:
+    """Batches a caller submits before it completes the first: a superbatch's reads go out only when it
+    closes, so with superbatches of K > 1 two of them (2K batches) keep the reads ahead of training."""
+    return 2 * superbatch if superbatch > 1 else 2
+
+
+def shared_by_local_ranks(policy: str, local_ranks: int) -> bool:
+    """One CPU cache for all ranks of a machine: when its contents never change (each rank's policy
+    would otherwise move rows the others read) and there is more than one rank to share it."""
+    return not POLICIES[policy].changes and local_ranks > 1
 
 
 def no_gpu(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -40,15 +40,16 @@ def pack_cmd(
     """
     import numpy as np
 
+    from moment.placement.opened import Layout
     from moment.placement.pack import pack_path, pack_summary, write_pack
-    from moment.placement.reader import load_manifest
     from moment.runtime.config import TrainConfig, make_config
     from moment.workload.graph import GraphDataset
 
     f = parse_fanouts(fanouts)
     check_at_least(ranks=(ranks, 1), epochs=(epochs, 1))
     make_config(seed=seed, batch_size=batch_size)  # the training run's own ranges: one line naming the flag
-    m = load_manifest(layout)
+    opened = Layout.open(layout)
+    m = opened.manifest
     n, rb = m.dataset.num_nodes, m.row.row_bytes
     ds = GraphDataset.open(dataset or Path(m.dataset.features_path).parent)
     bs = batch_size if batch_size is not None else TrainConfig().resolved_batch_size(
@@ -59,15 +60,18 @@ def pack_cmd(
     if cached is not None:
         rows = cached_rows(cached, n, rb)
     elif memory_budget is not None:
-        from moment.runtime.train import preview_split
+        from moment.runtime.train import preview_inputs, preview_plan
 
         cfg = make_config(layout=layout, dataset=ds.path, memory_budget=memory_budget, fanouts=f, batch_size=bs,
                           seed=seed, io_shape="block")
         cfg.check()
-        preview_split(cfg, ds, ranks, pack_index_bytes=0)  # a budget too small even without the pack: say so now
+        measured = preview_inputs(cfg, ds, ranks)  # once: each preview below only resolves the plan again
 
         def budget_rows(index_bytes: int) -> int:  # the run's CPU cache with a pack index this large
-            return preview_split(cfg, ds, ranks, pack_index_bytes=index_bytes).cpu_rows
+            return preview_plan(cfg, ds, ranks, layout=opened, pack_index_bytes=index_bytes,
+                                inputs=measured).memory.cpu_rows
+
+        budget_rows(0)  # a budget too small even without the pack: say so now
     else:
         rows = sum(s.rows for s in m.shards if s.kind in ("gpu", "cpu"))
     with progress_bar("sampling and packing", enabled=not json_out) as progress:

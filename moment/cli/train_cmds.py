@@ -36,14 +36,18 @@ def _check_torch() -> None:
                               hint="pip install -e .[train]")
 
 
-def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None) -> tuple[Any, dict[str, str]]:
+def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
+              plan: bool = False) -> tuple[Any, dict[str, str], Any]:
     """Catch user errors (bad flags, missing layout or dataset, more ranks than the layout's GPUs, a budget
-    below the minimum) here, before torchrun starts N ranks. Returns the parsed configuration and what the
-    ranks' environment must add so that their own checks use the same numbers."""
+    below the minimum) here, before torchrun starts N ranks. Returns the parsed configuration, what the
+    ranks' environment must add so that their own checks use the same numbers, and the run plan the
+    ranks will resolve (when there is a budget to check, or `plan`; else None)."""
+    from moment.placement.opened import Layout
     from moment.runtime.runs import CHECKPOINTS, run_root
     from moment.runtime.config import parse_args
     from moment.runtime.devices import check_local_ranks
-    from moment.runtime.train import BASE_ENV, dataset_dir, layout_gpus, preview_split, rank_start_bytes
+    from moment.runtime.train import AGENT_ENV, BASE_ENV, agent_start_bytes, dataset_dir, layout_gpus, preview_plan, \
+        rank_start_bytes
     from moment.workload.graph import GraphDataset
 
     cfg = parse_args(args, check=False)
@@ -53,19 +57,36 @@ def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None) -> t
         cfg.model_copy(update={"checkpoint_dir": run_root(run_dir, Path(anchor)) / CHECKPOINTS}).check()
     else:
         cfg.check()
-    check_local_ranks(nproc, [g for g, _ in layout_gpus(cfg)], f"--nproc {nproc}")
-    ds = GraphDataset.open(dataset_dir(cfg))
+    if plan and cfg.features != "tiered":
+        raise MomentError("--dry-run shows the run plan of a tiered run: the --features-in-memory and "
+                          "--features-memmap baselines have no tiers, caches or memory split to plan")
+    layout = Layout.open(cfg.layout) if cfg.layout is not None else None  # its manifests are read once
+    check_local_ranks(nproc, [g for g, _ in layout_gpus(cfg, layout)], f"--nproc {nproc}")
+    ds = GraphDataset.open(dataset_dir(cfg, layout))
     ds.check()  # a damaged dataset is one line here, not one per rank (rank 0 prints any note)
-    if cfg.layout is not None:
-        from moment.placement.reader import check_dataset, load_manifest
+    if layout is not None:
+        from moment.placement.reader import check_dataset
 
-        note = check_dataset(cfg.layout, load_manifest(cfg.layout), ds)  # refuses another dataset
+        note = check_dataset(cfg.layout, layout.manifest, ds)  # refuses another dataset
         if note:
             err_console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
-    if cfg.memory_budget and cfg.features == "tiered":
-        preview_split(cfg, ds, nproc)  # as rank 0 will split it: a budget below the minimum is one message
-        return cfg, {BASE_ENV: str(rank_start_bytes())}  # the ranks charge the figure this check charged
-    return cfg, {}
+    if (cfg.memory_budget or plan) and cfg.features == "tiered":
+        # as the ranks will resolve it: a budget below the minimum is one message, here
+        run_plan = preview_plan(cfg, ds, nproc, layout=layout)
+        # the ranks charge the figures this check charged
+        env = {BASE_ENV: str(rank_start_bytes()), AGENT_ENV: str(agent_start_bytes())} if cfg.memory_budget else {}
+        return cfg, env, run_plan
+    return cfg, {}, None
+
+
+def _print_plan(plan, json_out: bool) -> None:
+    from moment.cli import console
+
+    if json_out:
+        print(plan.model_dump_json(indent=2))
+        return
+    for line in plan.lines():
+        console.print(escape(line), highlight=False, soft_wrap=True)
 
 
 def _forwarded_options() -> str:
@@ -89,11 +110,19 @@ def train(
     run_dir: Annotated[Path | None, typer.Option(
         "--run-dir", help="where this run's checkpoints and torchrun's log go, in a new timestamped folder "
                           "(default: LAYOUT.runs beside the layout)")] = None,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="resolve the run plan the ranks would (I/O shape and pack match, each rank's plan GPUs, "
+                          "GPU-tier rows and SSD shares, the CPU cache, the memory budget's split), print it "
+                          "and exit; starts neither torchrun nor any rank")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="with --dry-run: the run plan as one JSON object")] = False,
 ) -> None:
     """Train a GNN from a layout with NPROC data-parallel ranks (torchrun --standalone).
 
     The ranks' progress and errors are shown; torchrun's own messages go to RUN_DIR/torchrun.log.
     Checkpoints go to RUN_DIR/checkpoint unless --checkpoint-dir is given, so a restart resumes.
+    With --dry-run, only the run plan is printed (--json: keys io_shape, cache_policy, pack, tiers,
+    ranks [{rank, plan_gpus, gpu_bins, ssd_shares}], memory {budget_bytes, predicted_peak_bytes, items,
+    cpu_rows, ...}).
     """
     from moment.cli import err_console
     from moment.cli.train_launch import report, run
@@ -103,11 +132,16 @@ def train(
         raise MomentError(f"--nproc {nproc}: must be an integer >= 1")
     if max_restarts < 0:
         raise MomentError(f"--max-restarts {max_restarts}: must be an integer >= 0")
+    if json_out and not dry_run:
+        raise MomentError("--json goes with --dry-run (a run writes its metrics with --metrics-json FILE)")
     _check_torch()
     if not ctx.args:
         raise MomentError("nothing to train: pass at least --layout LAYOUT (see --help)")
     args = list(ctx.args)
-    cfg, rank_env = _precheck(args, nproc, run_dir)
+    cfg, rank_env, plan = _precheck(args, nproc, run_dir, plan=dry_run)
+    if dry_run:
+        _print_plan(plan, json_out)
+        return
     run_path = make_run_dir(run_dir, Path(cfg.layout or cfg.dataset))
     where = f"run directory {run_path}: torchrun's log"
     if cfg.checkpoint_dir is None and cfg.checkpoint_every != 0:

@@ -44,6 +44,20 @@ class Shape:
     def cost(self, plan: Plan) -> float:
         return plan.bytes / self.bandwidth + len(plan) / self.iops
 
+    def limited(self, merge_gap: int | None = None, max_request: int | None = None) -> Shape:
+        """This shape with a run's --io-merge-gap / --io-max-request (None: the shape's own)."""
+        return dataclasses.replace(self, merge_gap=self.merge_gap if merge_gap is None else int(merge_gap),
+                                   max_request=self.max_request if max_request is None else int(max_request))
+
+    def plan(self, f: np.ndarray, off: np.ndarray, row_bytes: int, align: int, window: int,
+             sizes: np.ndarray | None = None) -> Plan:
+        """The reads of one job: with `merge_gap` -1 the plan of the gap (among `GAPS`) that costs least,
+        the smallest gap on a tie; no read longer than `window` (the reader's staging buffer)."""
+        gaps = [g for g in GAPS if g <= self.max_request] if self.merge_gap < 0 else [self.merge_gap]
+        longest = min(self.max_request, max(int(window), int(align)))
+        plans = [plan_runs(f, off, row_bytes, align, g, longest, sizes) for g in gaps]
+        return min(plans, key=self.cost)
+
 
 def _disk(name: str, default: float) -> float:
     try:

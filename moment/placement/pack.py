@@ -452,25 +452,36 @@ def _what(e: MomentError) -> str:
     return str(e).splitlines()[0].removeprefix(f"{e.source}: ")
 
 
-def open_pack(layout: str | Path, m: LayoutManifest, *, world_size: int, rank: int,
-              hashes: bool = False) -> tuple[PackManifest, Segments]:
-    """The layout's pack and rank `rank`'s index as a run reads them: a pack for another number of ranks,
-    a foreign pack, a cut file or a malformed index is refused in one line naming the file, before any
-    batch reads it (`hashes`: re-hash the rank's files too, as --verify does)."""
+_REWRITE = "rewrite the pack with `moment data pack --overwrite`, or remove the layout's pack/ directory"
+
+
+def refuse_unusable(layout: str | Path, man: PackManifest | None, m: LayoutManifest, world_size: int) -> None:
+    """Refuse, in one line naming the pack, a pack a run of `world_size` ranks cannot read: none at all, one
+    made for another layout, or for another number of ranks."""
     d = pack_path(layout)
-    man = load_pack(layout)
     if man is None:
         raise MomentError("--io-shape packed needs a pack in the layout", source=str(layout),
                           hint="write one with `moment data pack --layout ...` (same ranks, batch size, "
                                "fan-outs and seed as this run)")
-    hint = "rewrite the pack with `moment data pack --overwrite`, or remove the layout's pack/ directory"
     if why := foreign(man, m):
-        raise MomentError(why, source=str(d), hint=hint)
-    if man.world_size != world_size or not 0 <= rank < world_size:
+        raise MomentError(why, source=str(d), hint=_REWRITE)
+    if man.world_size != world_size:
         raise MomentError(f"the pack was made for {man.world_size} ranks, this run has {world_size}", source=str(d))
-    bad, seg = _rank_problems(d, man, man.files[rank], m, hashes=hashes)
+
+
+def open_pack(layout: str | Path, m: LayoutManifest, man: PackManifest | None, *, world_size: int, rank: int,
+              hashes: bool = False) -> tuple[PackManifest, Segments]:
+    """The layout's pack (`man`, its manifest as `load_pack` read it) and rank `rank`'s index as a run reads
+    them: a pack for another number of ranks, a foreign pack, a cut file or a malformed index is refused
+    in one line naming the file, before any batch reads it (`hashes`: re-hash the rank's files too, as
+    --verify does)."""
+    refuse_unusable(layout, man, m, world_size)
+    assert man is not None
+    if not 0 <= rank < world_size:
+        raise MomentError(f"rank {rank} is not one of the pack's {world_size} ranks", source=str(pack_path(layout)))
+    bad, seg = _rank_problems(pack_path(layout), man, man.files[rank], m, hashes=hashes)
     if bad:
-        raise MomentError(bad[0][1], source=str(bad[0][0]), hint=hint)
+        raise MomentError(bad[0][1], source=str(bad[0][0]), hint=_REWRITE)
     assert seg is not None
     return man, seg
 

@@ -18,12 +18,12 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from moment.caching.tiers import cache_state_bytes, shared_by_local_ranks
 from moment.errors import MomentError
 from moment.sizes import parse_size
 
 MARGIN = 0.05  # of the budget, kept free for allocator slack, page tables, thread stacks and what we do not count
 MIN_MARGIN = 64 << 20
-AGENT_BYTES = 96 << 20  # torchrun's elastic agent (a Python process), when there is one
 #: a refusal suggests the minimum plus this (or 2% of it): a process's measured size varies a little between runs
 ROOM = 16 << 20
 
@@ -224,25 +224,27 @@ def under_torchrun() -> bool:
 
 @dataclass
 class RunShape:
-    """What a rank's memory needs depend on (plain numbers, so the split is testable without torch)."""
+    """What a rank's memory needs depend on: plain numbers, each stated by the component that holds the
+    memory (the run plan asks them: moment.runtime.run_plan), so the split is testable without torch."""
 
     num_nodes: int
     row_bytes: int
     graph_bytes: int  # indptr + indices, memory-mapped, one copy per machine in the page cache
     labels_bytes: int
     rows_max: int  # the most rows one mini-batch touches (measured on sampled batches, with headroom)
-    edges_max: int
     dst_rows: int  # first-layer targets of a batch (seeds x (1 + first fan-out))
     hidden: int
-    depth: int  # prepared batches queued between gather and train
-    lookahead: int  # batches submitted before the first is completed
+    held_batches: int  # batches the pipeline holds besides the store's lookahead (Pipeline.held_batches)
+    lookahead: int  # batches submitted before the first is completed (moment.caching.tiers.lookahead)
+    sampler_map_bytes: int  # the sampler's node table (NeighborSampler.map_bytes)
+    batch_ids_bytes: int  # one sampled batch's ids at the extent (MiniBatch.id_bytes)
+    index_bytes: int  # the compact layout index (moment.placement.opened.Layout.index_bytes)
     own_gpu_rows: int  # rows of this rank's GPU bins in the layout
     layout_cpu_rows: int  # rows of the layout's CPU bins (the cache without a budget)
     cpu_limit_rows: int | None  # --cpu-cache-limit
-    policy_changes: bool
-    policy_bytes_per_node: int
+    policy: str  # the CPU cache's policy: its bookkeeping is moment.caching.tiers.cache_state_bytes
     shape: str
-    staging_bytes: int
+    staging_bytes: int  # the reader's staging buffers (moment.runtime.gather.staging_bytes)
     process_bytes: int
     agent_bytes: int
     pack_index_bytes: int = 0
@@ -261,7 +263,8 @@ def split_budget(total: int | None, source: str, local_ranks: int, r: RunShape) 
     """Charge every fixed need, refuse if they do not fit, then size caches and read buffers.
 
     Order of claims on what is left: the GPU-cache stand-in (CPU runs: at most a tenth), read buffers
-    (block reads: a third, at least two batches' misses), then the CPU cache takes the rest.
+    (block reads: a third, at least two batches' misses), then the CPU cache takes the rest, each of its
+    rows with the policy's per-row bookkeeping.
     """
     b = MemoryBudget(total, local_ranks, source)
     rb = r.row_bytes
@@ -270,15 +273,14 @@ def split_budget(total: int | None, source: str, local_ranks: int, r: RunShape) 
         b.charge("torchrun agent", r.agent_bytes, shared=True)
     b.charge("graph structure", r.graph_bytes, shared=True, note="indptr + indices, memory-mapped")
     b.charge("labels", r.labels_bytes)
-    idx = r.num_nodes * (1 + 4)
-    b.charge("layout index", idx, note="bin + slot per node")
-    b.charge("cache policy state", r.num_nodes * r.policy_bytes_per_node + r.layout_cpu_rows * 16,
-             note="per-node state (slot map, next use) + cached ids")
-    batch_ids = r.rows_max * 8 + r.edges_max * 16
-    b.charge("sampler", r.num_nodes * 8 + (r.lookahead + r.depth + 2) * batch_ids,
-             note=f"node map + {r.lookahead + r.depth + 2} sampled batches")
+    b.charge("layout index", r.index_bytes, note="bin + slot per node")
+    state = Item("cache policy state", cache_state_bytes(r.policy, r.num_nodes, 0), False,
+                 "per-node state (slot map, next use) + cached ids")
+    b.items.append(state)
+    held = r.lookahead + r.held_batches
+    b.charge("sampler", r.sampler_map_bytes + held * r.batch_ids_bytes, note=f"node map + {held} sampled batches")
     feat = r.rows_max * rb
-    b.charge("batch features", (r.depth + 2) * feat, note=f"{r.depth + 2} batches of {r.rows_max} rows")
+    b.charge("batch features", r.held_batches * feat, note=f"{r.held_batches} batches of {r.rows_max} rows")
     b.charge("training", feat + r.dst_rows * r.hidden * 8, note="activations and gradients")
     b.charge("staging", r.staging_bytes, note="reader windows")
     if r.pack_index_bytes:
@@ -298,17 +300,19 @@ def split_budget(total: int | None, source: str, local_ranks: int, r: RunShape) 
             buffers = b.charge("read buffers", min_buffers)
     else:
         buffers = b.charge("read buffers", min_buffers)
-    shared = not r.policy_changes and local_ranks > 1
+    shared = shared_by_local_ranks(r.policy, local_ranks)
+    row_state = cache_state_bytes(r.policy, r.num_nodes, 1) - state.bytes  # per cached row, in every rank
     if total is None:
         cpu_rows = r.layout_cpu_rows if r.cpu_limit_rows is None else r.cpu_limit_rows
-        b.charge("cpu cache", cpu_rows * rb, shared=shared, note="the layout's CPU bins" if
-                 r.cpu_limit_rows is None else "--cpu-cache-limit")
+        note = "the layout's CPU bins" if r.cpu_limit_rows is None else "--cpu-cache-limit"
     else:
-        want = r.num_nodes * rb if r.cpu_limit_rows is None else r.cpu_limit_rows * rb
-        cpu_rows = b.grant("cpu cache", want, shared=shared,
-                           note="one shared segment" if shared else "per rank") // rb
+        want = r.num_nodes if r.cpu_limit_rows is None else r.cpu_limit_rows
+        per_row = rb * (1 if shared else local_ranks) + row_state * local_ranks  # machine bytes per row
+        cpu_rows = min(want, max(b.free, 0) // per_row)
+        note = "one shared segment" if shared else "per rank"
+    b.charge("cpu cache", cpu_rows * rb, shared=shared, note=note)
+    state.bytes = cache_state_bytes(r.policy, r.num_nodes, cpu_rows)
     return Split(b, gpu // rb if rb else 0, int(cpu_rows), int(buffers), shared)
-
 
 
 def return_freed_memory() -> None:

@@ -51,7 +51,7 @@ def _fanouts(text: str) -> list[int]:
 class TrainConfig(BaseModel):
     """Every option of a training run; defaults here and nowhere else."""
 
-    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+    model_config = ConfigDict(extra="forbid", protected_namespaces=(), frozen=True)  # derived: the RunPlan
 
     layout: Annotated[Path | None, Flag("layout directory written by `moment place`")] = None
     dataset: Annotated[Path | None, Flag("dataset directory (default: the one the layout was made from)")] = None
@@ -149,11 +149,12 @@ class TrainConfig(BaseModel):
             return self.checkpoint_every
         return max(1, steps_per_epoch // 4) if self.checkpoint_dir is not None else 0
 
-    def resolved_superbatch(self) -> int:
-        """Batches decided together: a hyperbatch for block reads, Ginex's superbatch for Belady."""
+    def resolved_superbatch(self, io_shape: str | None = None) -> int:
+        """Batches decided together: a hyperbatch for block reads, Ginex's superbatch for Belady.
+        `io_shape`: the shape the run plan resolved --io-shape to (default: --io-shape as given)."""
         if self.superbatch is not None:
             return self.superbatch
-        return 4 if (self.io_shape != "rows" or self.cache_policy != "static") else 1
+        return 4 if ((io_shape or self.io_shape) != "rows" or self.cache_policy != "static") else 1
 
     def resolved_hidden(self) -> int:
         """The hidden layers' width: --hidden (GAT: per head, x 8 heads), else 256 for GraphSAGE, 64 x 8 for GAT."""

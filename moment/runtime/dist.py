@@ -122,6 +122,11 @@ def import_before_group() -> None:
     import torch._dynamo  # noqa: F401
 
 
+def default_device(device: str | None) -> str:
+    """--device, else cuda where torch sees a CUDA device, else cpu."""
+    return device or ("cuda" if torch.cuda.is_available() else "cpu")
+
+
 def setup(device: str | None = None, gpu_bins: Sequence[tuple[str, str | None]] = ()) -> DistContext:
     """Init the process group when launched with WORLD_SIZE > 1: NCCL on CUDA, gloo on CPU. `gpu_bins`:
     the layout's (plan GPU, PCI address) pairs; on CUDA each rank takes the device of its plan GPU."""
@@ -134,7 +139,7 @@ def setup(device: str | None = None, gpu_bins: Sequence[tuple[str, str | None]] 
         check_local_ranks(local_world, [g for g, _ in gpu_bins], f"torchrun --nproc-per-node {local_world}")
     except MomentError as e:
         raise AgreedError.of(e) from None
-    want = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    want = default_device(device)
     if want == "cuda":
         if not torch.cuda.is_available():
             raise MomentError("--device cuda requested but CUDA is not available")

@@ -20,7 +20,15 @@ import numpy as np
 
 from moment.errors import MomentError
 from moment.io import IOStack, ReadBatch
-from moment.io.merge import GAPS, Plan, Shape, plan_runs
+from moment.io.merge import Plan, Shape
+
+WINDOW = 8 << 20  # bytes a reader job's reads may span at once: one staging buffer
+INFLIGHT = 4  # staging buffers (windows) a reader keeps submitted
+
+
+def staging_bytes(align: int, window: int = WINDOW, inflight: int = INFLIGHT) -> int:
+    """What a `Reader` holds for its staging buffers (the memory budget charges this)."""
+    return max(1, int(inflight)) * (max(int(window), int(align)) + int(align))
 
 
 class BufferPool:
@@ -81,7 +89,7 @@ class Reader:
     """One rank's reader thread over the layout's files; jobs run in submission order."""
 
     def __init__(self, paths: Sequence[str | Path], row_bytes: int, align: int, *, pool: BufferPool,
-                 window: int = 8 << 20, inflight: int = 4, queue_depth: int = 128, backend: str | None = None,
+                 window: int = WINDOW, inflight: int = INFLIGHT, queue_depth: int = 128, backend: str | None = None,
                  direct: bool = True):
         self.row_bytes, self.align = int(row_bytes), int(align)
         self.window = max(int(window), self.align)
@@ -163,11 +171,7 @@ class Reader:
         return out
 
     def _run(self, job: Job) -> None:
-        sh = job.shape
-        gaps = [g for g in GAPS if g <= sh.max_request] if sh.merge_gap < 0 else [sh.merge_gap]
-        plans = [plan_runs(job.file, job.offset, self.row_bytes, self.align, g, min(sh.max_request, self.window),
-                           self.sizes) for g in gaps]
-        plan = min(plans, key=sh.cost)  # first (smallest gap) on a tie
+        plan = job.shape.plan(job.file, job.offset, self.row_bytes, self.align, self.window, self.sizes)
         job.requests = len(plan)
         job.bytes_read = plan.bytes
         wins = self._windows(plan)

@@ -2,14 +2,17 @@
 
 Why measured and not added up: the budget (moment.runtime.budget) is a prediction; only the kernel
 knows what the processes held. A cgroup charges a run's processes their resident pages, and a
-shared-memory segment once however many processes map it. So the run's peak on one machine is
+shared-memory segment or a file's page once however many processes map it. So the run's peak on one
+machine is
 
-    sum over its ranks of (peak RSS - the rank's /dev/shm pages)  +  each /dev/shm segment once
-    + the peak RSS of torchrun's agent (the ranks' parent), when there is one.
+    sum over its ranks of (peak RSS - the rank's pages of shared segments and shared files)
+    + each /dev/shm segment and each shared file once  + the peak RSS of torchrun's agent (the ranks'
+    parent), when there is one.
 
-Per-rank peaks are the kernel's high-water mark (VmHWM), reset when a run starts, so a run inside a
-longer-lived process (a test, a notebook) is measured from its own start. Pages of files mapped by
-several ranks (the libraries, the memory-mapped graph) are counted in each rank, as the budget's
+"Shared files" are the data files every rank memory-maps and the budget charges once (the graph
+structure: `rank_sample(shared_files=...)`). Per-rank peaks are the kernel's high-water mark (VmHWM),
+reset when a run starts, so a run inside a longer-lived process (a test, a notebook) is measured from
+its own start. Pages of the libraries every rank maps are counted in each rank, as the budget's
 per-rank `process` item counts them. Page cache that reads leave behind is not counted: the kernel
 takes it back under pressure. Linux only; elsewhere the peak is getrusage's, since the process started.
 """
@@ -17,6 +20,7 @@ takes it back under pressure. Linux only; elsewhere the peak is getrusage's, sin
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 SHM_PREFIX = "/dev/shm/"
@@ -41,25 +45,34 @@ def _status_kib(pid: int | str, key: str) -> int | None:
     return None
 
 
-def _shm_pages() -> dict[str, int]:
-    """Resident bytes of each /dev/shm segment this process maps, by device:inode (one key per segment)."""
+def _shared_pages(files: Sequence[str | Path] = ()) -> dict[str, int]:
+    """Resident bytes of each /dev/shm segment, and of each of `files`, this process maps, by
+    device:inode (one key per segment or file, the same in every process)."""
     out: dict[str, int] = {}
     key = None
     try:
         lines = Path("/proc/self/smaps").read_text().splitlines()
     except OSError:
         return out
+    named = {os.path.realpath(f) for f in files}
     for line in lines:
         head = line.split(None, 5)
         if len(head) >= 5 and "-" in head[0] and ":" in head[3]:  # a mapping's header line
-            key = f"{head[3]}:{head[4]}" if len(head) == 6 and head[5].startswith(SHM_PREFIX) else None
+            path = head[5].strip() if len(head) == 6 else ""
+            key = f"{head[3]}:{head[4]}" if path.startswith(SHM_PREFIX) or (path and path in named) else None
         elif key is not None and line.startswith("Rss:"):
             out[key] = out.get(key, 0) + int(line.split()[1]) * 1024
     return out
 
 
-def rank_sample(*, with_agent: bool) -> dict:
-    """This rank's share of the measurement (a plain dict: it travels through all_gather_object)."""
+def parent_peak() -> int:
+    """The peak RSS of this process's parent (under torchrun: its agent), 0 when unknown."""
+    return (_status_kib(os.getppid(), "VmHWM") or 0) * 1024
+
+
+def rank_sample(*, with_agent: bool, shared_files: Sequence[str | Path] = ()) -> dict:
+    """This rank's share of the measurement (a plain dict: it travels through all_gather_object).
+    `shared_files`: files every rank maps whose pages the machine holds once (see the module docstring)."""
     hwm = _status_kib("self", "VmHWM")
     if hwm is None:  # no /proc: the process's lifetime peak (kilobytes on Linux and BSD)
         import resource
@@ -67,8 +80,8 @@ def rank_sample(*, with_agent: bool) -> dict:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     else:
         peak = hwm * 1024
-    agent = (_status_kib(os.getppid(), "VmHWM") or 0) * 1024 if with_agent else 0
-    return {"peak": peak, "shm": _shm_pages(), "agent": agent}
+    agent = parent_peak() if with_agent else 0
+    return {"peak": peak, "shm": _shared_pages(shared_files), "agent": agent}
 
 
 def machine_peak(samples: list[dict], local_world_size: int) -> dict:

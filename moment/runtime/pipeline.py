@@ -74,6 +74,12 @@ class Pipeline:
     between items is counted as `train`.
     """
 
+    @staticmethod
+    def held_batches(depth: int) -> int:
+        """Batches a pipeline of this `depth` holds besides those its source has submitted (`lookahead`):
+        the queued ones, one being assembled and one being trained (the memory budget charges this)."""
+        return max(1, depth) + 2
+
     def __init__(self, graph: CSRGraph, fanouts: Sequence[int], source: FeatureSource, labels: torch.Tensor,
                  device: torch.device, *, depth: int = 2, pipelined: bool = True):
         self.graph, self.fanouts, self.source = graph, list(fanouts), source

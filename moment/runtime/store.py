@@ -33,17 +33,17 @@ so a row admitted by batch i is in the cache before batch i+1 reads it. Bit-iden
 dataset's features on every tier, policy and shape (tested).
 
 Construct it as ``TieredFeatureStore(layout, where, options, collectives)`` (moment.runtime.store_options):
-`where` is who this rank is (a `RankPlace`, or the launcher's `DistContext`), `options` a `StoreOptions`
-(the option names above are its fields; `moment.runtime.train.store_options` makes one from a run's
-configuration and budget split), `collectives` the process group's barrier and all_gather (None: one
-process, no peer tier, no shared cache). `StoreOptions(verify=True)` checks each shard chunk (manifest
-`chunk_sha256`) the first time a read touches it.
+`layout` a path or an opened `moment.placement.opened.Layout`, `where` who this rank is (a `RankPlace`,
+or the launcher's `DistContext`), `options` this rank's part of a training run's plan
+(`RunPlan.store_plan(rank)`, moment.runtime.run_plan) or a `StoreOptions` (the option names above are
+its fields), resolved by the same rules (`plan_store`); `collectives` the process group's barrier and
+all_gather (None: one process, no peer tier, no shared cache). `StoreOptions(verify=True)` checks each
+shard chunk (manifest `chunk_sha256`) the first time a read touches it.
 PyG code reads it through `moment.runtime.pyg.PygFeatureStore(store)`, on the same submit/complete path.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import os
 import warnings
@@ -54,23 +54,25 @@ from typing import Any
 import numpy as np
 import torch
 
-from moment.caching import POLICIES, SlotMap, make_policy
-from moment.caching.tiers import FixedSlots, TierRouter, no_gpu, no_peers
+from moment.caching import make_policy
+from moment.caching.policies import rank_dtype
+from moment.caching.tiers import TierRouter, no_gpu, no_peers, slots_for
 from moment.errors import MomentError
 from moment.placement.manifest import Shard
+from moment.placement.opened import Layout
 from moment.placement.pack import open_pack, pack_path
-from moment.placement.reader import IndexCheck, damaged, load_manifest, order_problem, shard_path
+from moment.placement.reader import shard_path
 from moment.io.device import StagingRing
-from moment.runtime.devices import plan_gpus_of
 from moment.io.merge import SHAPES
 from moment.runtime.gather import BufferPool, Job, Reader
 from moment.runtime.hostcache import HostCache, shm_room
 from moment.runtime.peers import Group, TierMap, share
-from moment.runtime.store_options import Collectives, Place, RankPlace, StoreOptions, local_world_size
+from moment.runtime.run_plan import StorePlan, TierPlan, plan_store
+from moment.runtime.store_options import Collectives, Place, RankPlace, StoreOptions
 from moment.sizes import parse_size
 
 TIERS = ("gpu", "peer", "cpu", "ssd")
-__all__ = ["TIERS", "Collectives", "RankPlace", "StoreOptions", "TieredFeatureStore", "parse_size", "hot_order"]
+__all__ = ["TIERS", "Collectives", "RankPlace", "StoreOptions", "StorePlan", "TieredFeatureStore", "parse_size"]
 
 
 @dataclass
@@ -149,25 +151,6 @@ def _check_chunks(path: Path, s: Shard, chunks: np.ndarray | None = None) -> Non
                     hint="the layout is damaged: run `moment layout verify` and rewrite it")
 
 
-def hot_order(path: Path, manifest, limit: int | None = None) -> np.ndarray:
-    """Node ids hottest first (the layout's pre-sampled order), the first `limit` of them."""
-    if manifest.order_file is not None:
-        f = path / manifest.order_file.path
-        order = np.load(f, mmap_mode="r")
-        if why := order_problem(order, manifest.dataset.num_nodes):
-            raise damaged("hotness order", why, f)
-        return np.array(order[:limit] if limit is not None else order)
-    # older layouts: cache bins in list order, then SSD rows by slot (each shard is hottest first)
-    idx = np.load(path / manifest.index.path, mmap_mode="r")
-    parts = [np.load(path / f.path) for f in manifest.cache_lists.values()]
-    ssd = np.array([s.kind == "ssd" for s in manifest.shards])
-    b = np.asarray(idx[:, 0])
-    on = np.flatnonzero(ssd[b])
-    parts.append(on[np.lexsort((b[on], np.asarray(idx[on, 1])))])
-    out = np.concatenate(parts).astype(np.int64)
-    return out[:limit] if limit is not None else out
-
-
 class TieredFeatureStore:
     """Gathers node features from a layout, bit-exactly as stored in the dataset.
 
@@ -175,31 +158,31 @@ class TieredFeatureStore:
     (completions in submission order). `lookahead` is how many batches a caller may submit before completing the first.
     """
 
-    def __init__(self, layout_path: str | Path, where: Place = RankPlace(), options: StoreOptions = StoreOptions(),
-                 collectives: Collectives | None = None):
-        o = options
+    def __init__(self, layout: str | Path | Layout, where: Place = RankPlace(),
+                 options: StoreOptions | StorePlan = StoreOptions(), collectives: Collectives | None = None):
+        lay = layout if isinstance(layout, Layout) else Layout.open(layout)
+        # a training run hands over its RunPlan's part; options given directly are resolved by the same rules
+        self.plan = plan = options if isinstance(options, StorePlan) else plan_store(lay, where, options, collectives)
+        t = plan.tiers
         rank, local_rank = where.rank, where.local_rank
         barrier = collectives.barrier if collectives is not None else None
         all_gather = collectives.all_gather if collectives is not None else None
-        self.options = o
-        self.path = Path(layout_path)
-        self.manifest = m = load_manifest(self.path)
+        self.path = lay.path
+        self.manifest = m = lay.manifest
         self.rank, self.local_rank, self.world_size = rank, local_rank, where.world_size
-        self.local_world_size = local_world_size(where)
+        self.local_world_size = plan.local_world_size
         self.device = torch.device(where.device)
-        self.verify = o.verify
+        self.verify = t.verify
         self.dtype = np.dtype(m.dataset.dtype)
         self.row_shape = tuple(m.dataset.row_shape)
         self.row_bytes = rb = m.row.row_bytes
         self.num_nodes = n = m.dataset.num_nodes
         self.counters = TierCounters()
-        sh = SHAPES[o.shape]
-        self.shape = dataclasses.replace(sh, merge_gap=sh.merge_gap if o.merge_gap is None else int(o.merge_gap),
-                                         max_request=sh.max_request if o.max_request is None else int(o.max_request))
-        self.superbatch = max(1, int(o.superbatch))
+        self.shape = t.io_shape
+        self.superbatch = t.superbatch
         self._check_files()
-        self._load_index()
-        self._load_pack(o.shape, o.pack_seed)
+        self._bin, self._slot = lay.load_index()
+        self._load_pack(lay, t)
         nb = len(m.shards)
         self._stride = np.array([s.stride for s in m.shards], dtype=np.int64)
         self._verified: dict[int, np.ndarray] = {}
@@ -207,20 +190,15 @@ class TieredFeatureStore:
         # on CUDA, rows are assembled in pinned buffers and copied on a side stream
         self._staging = StagingRing(self.device) if self.device.type == "cuda" else None
 
-        # gpu tier: this rank's GPU bins, hottest rows first, at most gpu_rows of them
-        gpu_bins = [i for i, s in enumerate(m.shards) if s.kind == "gpu"]
-        mine = plan_gpus_of(local_rank, self.local_world_size, [m.shards[i].bin for i in gpu_bins])
-        own = [b for b in gpu_bins if m.shards[b].bin in mine]
-        self.gpu_bins = [m.shards[b].bin for b in own]  # the plan GPUs' bins this rank holds
+        # gpu tier: this rank's GPU bins, hottest rows first, as the plan carved them (run_plan.carve_gpu)
+        own = [g.shard for g in plan.rank.gpu_bins]
+        self.gpu_bins = [g.bin for g in plan.rank.gpu_bins]  # the plan GPUs' bins this rank holds
         self._gpu_base = np.zeros(nb, dtype=np.int64)
         self._gpu_limit = np.zeros(nb, dtype=np.int64)
-        left = sum(m.shards[b].rows for b in own) if o.gpu_rows is None else int(o.gpu_rows)
         at = 0
-        for b in own:
-            k = min(m.shards[b].rows, left)
-            left -= k
-            self._gpu_base[b], self._gpu_limit[b] = at, k
-            at += k
+        for g in plan.rank.gpu_bins:
+            self._gpu_base[g.shard], self._gpu_limit[g.shard] = at, g.rows
+            at += g.rows
 
         def fill_gpu(rows: np.ndarray) -> None:
             for b in own:
@@ -240,22 +218,20 @@ class TieredFeatureStore:
         self.paths = [shard_path(self.path, s) for s in m.shards]
         if self.pack is not None:
             self.paths.append(pack_path(self.path) / self.pack.files[rank].data)
-        cap = n if o.cpu_rows is None else max(0, min(int(o.cpu_rows), n))
-        buffer_bytes = o.buffer_bytes if o.buffer_bytes is not None else max(256 << 20, 4 * min(n, 1 << 18) * rb)
-        self.pool = BufferPool(buffer_bytes)
-        self.reader = Reader(self.paths, rb, m.row.align, pool=self.pool, window=o.window,
-                             queue_depth=o.queue_depth, backend=o.io_backend, direct=o.direct)
+        cap = t.cpu_rows
+        self.pool = BufferPool(t.buffer_bytes)
+        self.reader = Reader(self.paths, rb, m.row.align, pool=self.pool, window=t.window,
+                             queue_depth=t.queue_depth, backend=t.io_backend, direct=t.direct)
 
         # cpu tier: the policy's contents in a HostCache; a slot map node -> slot
-        self.policy_name = policy = o.policy
-        shared = (o.shared_cache if o.shared_cache is not None
-                  else (not POLICIES[policy].changes and self.local_world_size > 1 and barrier is not None))
+        self.policy_name = policy = t.policy
+        shared = t.shared_cache
         if shared and (why := shm_room(cap * rb)):
             warnings.warn(f"shared CPU cache not possible ({why}); each rank keeps its own", stacklevel=2)
             shared = False
         self.shared_cache = bool(shared)
-        order = hot_order(self.path, m)
-        rank = np.empty(n, np.int32 if n < 2**31 else np.int64)
+        order = lay.hot_order()
+        rank = np.empty(n, rank_dtype(n))
         rank[order] = np.arange(n, dtype=rank.dtype)
         # rows on a GPU tier need no CPU copy: this rank's own, and its peers'; a shared cache holds the
         # same rows for every local rank, so it leaves out only what every one of them gets from a GPU
@@ -272,11 +248,7 @@ class TieredFeatureStore:
         del order
         self.policy.reset(initial)
         del rank
-        if self.policy.changes:
-            self.slots = SlotMap(cap, n)
-            self.slots.fill(initial)
-        else:  # a fixed cache needs no node-sized map: its ids sorted, and their slots
-            self.slots = FixedSlots(initial)
+        self.slots = slots_for(self.policy, initial, n)
         self.router = TierRouter(self.policy, self.slots, self._gpu_lookup if self.gpu_rows else no_gpu,
                                  self._peer_lookup if self.peer_rows else no_peers)
         if self.shared_cache:
@@ -286,7 +258,7 @@ class TieredFeatureStore:
             self.cache = HostCache(cap, rb)
             self._fill(self.cache.rows, initial)
         self._open: _Superbatch = _Superbatch()
-        self.lookahead = 2 * self.superbatch if self.superbatch > 1 else 2
+        self.lookahead = t.lookahead
 
     # ------------------------------------------------------------------ setup
 
@@ -301,33 +273,12 @@ class TieredFeatureStore:
                 raise MomentError(f"shard of bin {s.bin}: size {size} B, manifest says {s.bytes} B",
                                   source=str(fp), hint="the shard was truncated or replaced; rewrite the layout")
 
-    def _load_index(self) -> None:
-        """The node -> (bin, slot) index in compact arrays this process owns (6 B/node, not 16)."""
-        path = self.path / self.manifest.index.path
-        idx = np.load(path, mmap_mode="r")
-        n = self.num_nodes
-        if idx.shape != (n, 2) or idx.dtype.kind not in "iu":
-            raise MomentError(f"index is {idx.dtype} {idx.shape}, expected an integer ({n}, 2) array", source=str(path))
-        nb = len(self.manifest.shards)
-        self._bin = np.empty(n, np.uint8 if nb < 256 else np.int16)
-        self._slot = np.empty(n, np.int32 if max(s.rows for s in self.manifest.shards) < 2**31 else np.int64)
-        check = IndexCheck(self.manifest)  # before a row is read through it: an edited index is one clear error
-        step = 1 << 20
-        for a in range(0, n, step):
-            blk = np.asarray(idx[a:a + step])
-            check.add(a, blk)
-            self._bin[a:a + step] = blk[:, 0]
-            self._slot[a:a + step] = blk[:, 1]
-        del idx
-        if why := check.problem():
-            raise damaged("index", why, path)
-
-    def _load_pack(self, shape: str, seed: int | None) -> None:
-        self.pack, self.segments, self._pack_seed = None, None, seed
-        if shape != "packed":
+    def _load_pack(self, lay: Layout, t: TierPlan) -> None:
+        self.pack, self.segments, self._pack_seed = None, None, t.pack_seed
+        if t.shape != "packed":
             return
-        self.pack, self.segments = open_pack(self.path, self.manifest, world_size=self.world_size, rank=self.rank,
-                                             hashes=self.verify)
+        self.pack, self.segments = open_pack(self.path, self.manifest, lay.pack, world_size=self.world_size,
+                                             rank=self.rank, hashes=self.verify)
 
     def _run_key(self, what: str) -> str:
         """Names this run's shared segments: the same on every local rank, new for each (re)start."""
@@ -552,16 +503,15 @@ class TieredFeatureStore:
         return self.counters.as_dict()
 
     def ssd_shares(self) -> dict[str, dict[str, float]]:
-        """Per SSD: the share of this rank's SSD rows the plan routes to it (its storage share among the
-        SSDs: every GPU samples the same distribution) and the share it actually served."""
+        """Per SSD: the share of this rank's SSD rows the plan routes to it (the run plan's
+        `ssd_shares`) and the share it actually served."""
         ssd = [i for i, s in enumerate(self.manifest.shards) if s.kind == "ssd"]
-        target = {b.name: b.target_share for b in self.manifest.bins}
-        planned = np.array([target.get(self.manifest.shards[i].bin, 0.0) for i in ssd])
         got = self._rows_by_bin[ssd].astype(np.float64)
-        planned = planned / planned.sum() if planned.sum() > 0 else planned
         achieved = got / got.sum() if got.sum() > 0 else got
-        return {self.manifest.shards[i].bin: {"planned": float(p), "achieved": float(a), "rows": int(g)}
-                for i, p, a, g in zip(ssd, planned, achieved, got, strict=True)}
+        planned = self.plan.rank.ssd_shares
+        return {self.manifest.shards[i].bin: {"planned": planned[self.manifest.shards[i].bin], "achieved": float(a),
+                                              "rows": int(g)}
+                for i, a, g in zip(ssd, achieved, got, strict=True)}
 
     def epoch_start(self, epoch: int) -> None:  # the FeatureSource protocol
         pass

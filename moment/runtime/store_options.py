@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from collections.abc import Callable
-
-import torch
 
 from moment.caching import POLICIES
 from moment.errors import MomentError
 from moment.io.merge import SHAPES
+from moment.runtime.gather import WINDOW
+
+if TYPE_CHECKING:  # no torch at run time: the run plan (moment.runtime.run_plan) resolves these without it
+    import torch
 
 __all__ = ["Collectives", "Place", "RankPlace", "StoreOptions"]
 
@@ -70,8 +72,8 @@ class StoreOptions:
     policy: str = "static"  # CPU-cache policy, one of moment.caching.POLICIES
     shape: str = "rows"  # I/O shape, one of moment.io.merge.SHAPES
     superbatch: int = 1  # batches routed together (belady-superbatch looks this far ahead)
-    buffer_bytes: int | None = None  # read-buffer pool; None: max(256 MiB, 4 x min(nodes, 2^18) rows)
-    window: int = 8 << 20  # bytes a reader job may span
+    buffer_bytes: int | None = None  # read-buffer pool; None: moment.runtime.run_plan.default_buffer_bytes
+    window: int = WINDOW  # bytes a reader job may span
     merge_gap: int | None = None  # merge reads across gaps up to this many bytes; None: the shape's own
     max_request: int | None = None  # largest single read in bytes; None: the shape's own
     shared_cache: bool | None = None  # one CPU cache for all local ranks; None: when the policy is static,

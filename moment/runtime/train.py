@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,36 +25,27 @@ import torch
 import torch.nn.functional as F
 
 from moment.errors import MomentError
-from moment.placement.pack import load_pack, pack_index_bytes, pack_path
-from moment.runtime.budget import (
-    AGENT_BYTES,
-    RunShape,
-    Split,
-    process_bytes,
-    return_freed_memory,
-    resolve_budget,
-    split_budget,
-    under_torchrun,
-)
+from moment.placement.opened import Layout
+from moment.runtime.budget import process_bytes, return_freed_memory, under_torchrun
 from moment.runtime.checkpoint import CHECKPOINT_NAME, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from moment.runtime.config import TrainConfig, parse_args
-from moment.runtime.devices import plan_gpus_of
-from moment.runtime.dist import AgreedError, DistContext, setup
-from moment.runtime.memory_use import machine_peak, rank_sample, reset_peak
+from moment.runtime.dist import AgreedError, DistContext, default_device, setup
+from moment.runtime.memory_use import machine_peak, parent_peak, rank_sample, reset_peak
 from moment.runtime.models import build_model, load_layers
 from moment.runtime.pipeline import Pipeline, StageTimes, mix
 from moment.runtime.progress import Reporter
+from moment.runtime.run_plan import RunInputs, RunPlan, resolve_run
 from moment.runtime.sources import FeatureSource, InMemoryFeatures, MemmapFeatures
 from moment.runtime.store import TieredFeatureStore
-from moment.runtime.store_options import Collectives, StoreOptions
-from moment.sizes import parse_size
+from moment.runtime.store_options import Collectives
 from moment.workload.graph import GraphDataset
-from moment.workload.sampler import CSRGraph, SeedBatches
+from moment.workload.sampler import CSRGraph, MiniBatch, NeighborSampler, SeedBatches
 
 EVAL_TAG, DROPOUT_TAG = 0xE7A1, 0xD80
 KILL_ENV = "MOMENT_TEST_KILL_AT_STEP"  # test hook: the last rank exits once at this step (first attempt)
 AGREED_GRACE_S = 2.0  # a rank that leaves an agreed error to rank 0 exits this much later
 BASE_ENV = "MOMENT_RANK_BASE_BYTES"  # set by `moment train`: the per-rank fixed cost its budget check charged
+AGENT_ENV = "MOMENT_AGENT_BYTES"  # set by `moment train`: torchrun's agent as its budget check charged it
 #: what a checkpoint must share with the run that resumes it: the data (dataset and layout identity), the
 #: model's shape, and what decides the batches and updates (an exact resume repeats the uninterrupted run)
 RESUME_KEYS = ("dataset_id", "layout_id", "model", "layers", "hidden", "feature_dim", "num_classes", "world_size",
@@ -65,12 +57,12 @@ def _crash() -> None:
     os._exit(1)
 
 
-def dataset_dir(cfg: TrainConfig) -> Path:
+def dataset_dir(cfg: TrainConfig, layout: Layout | None = None) -> Path:
+    """--dataset, else the dataset the layout was placed from."""
     if cfg.dataset is not None:
         return cfg.dataset
-    from moment.placement.reader import load_manifest
-
-    return Path(load_manifest(cfg.layout).dataset.features_path).parent
+    layout = layout or Layout.open(cfg.layout)
+    return Path(layout.manifest.dataset.features_path).parent
 
 
 def _batch_extent(cfg: TrainConfig, graph: CSRGraph, batches: SeedBatches, fanouts: list[int]) -> tuple[int, int]:
@@ -88,50 +80,51 @@ def _batch_extent(cfg: TrainConfig, graph: CSRGraph, batches: SeedBatches, fanou
     return int(rows * 1.25) + 64, int(edges * 1.25) + 64
 
 
-def plan_memory(cfg: TrainConfig, ds: GraphDataset, ctx: DistContext, graph: CSRGraph, batches: SeedBatches,
-                fanouts: list[int], hidden: int, base_rss: int, agent: bool | None = None,
-                pack_index: int | None = None, extent: tuple[int, int] | None = None) -> Split:
-    """Split the memory budget for a tiered run (see budget.split_budget); refuses a budget too small.
-
-    `pack_index`: the index bytes of a pack about to be written (`moment data pack`), charged instead of
-    the layout's pack; None (every run): the layout's pack, when the run reads one. `extent`: the batch
-    extent of every rank, as a preview computes it (None: this rank's, agreed with the others')."""
-    from moment.placement.reader import load_manifest
-
-    total, how = resolve_budget(cfg.memory_budget)
-    m = load_manifest(cfg.layout)
-    n, rb = m.dataset.num_nodes, m.row.row_bytes
-    gpu_bins = [s for s in m.shards if s.kind == "gpu"]
-    lw = max(ctx.local_world_size, 1)
-    mine = plan_gpus_of(ctx.local_rank, lw, [s.bin for s in gpu_bins])
-    own_gpu = sum(s.rows for s in gpu_bins if s.bin in mine)
-    pack_index = _check_pack(cfg, ctx, batches.batch_size, fanouts) if pack_index is None else pack_index
-    rows_max, edges_max = extent or _batch_extent(cfg, graph, batches, fanouts)
-    # every rank must size the same (the shared cache is one segment): agree on the largest needs
-    agreed = ctx.all_reduce(torch.tensor([rows_max, edges_max, base_rss], dtype=torch.float64), op="max")
-    rows_max, edges_max, base_rss = (int(x) for x in agreed.tolist())
-    rows_max = min(rows_max, n)
-    sb = cfg.resolved_superbatch()
-    shape = RunShape(
-        num_nodes=n, row_bytes=rb,
-        graph_bytes=ds.file("indptr").stat().st_size + ds.file("indices").stat().st_size,
-        labels_bytes=ds.file("labels").stat().st_size, rows_max=rows_max, edges_max=edges_max,
-        dst_rows=batches.batch_size * (1 + fanouts[0]), hidden=hidden, depth=cfg.depth,
-        lookahead=2 * sb if sb > 1 else 2, own_gpu_rows=own_gpu,
-        layout_cpu_rows=sum(s.rows for s in m.shards if s.kind == "cpu"),
-        cpu_limit_rows=None if cfg.cpu_cache_limit is None else parse_size(cfg.cpu_cache_limit, n * rb) // rb,
-        policy_changes=cfg.cache_policy != "static", policy_bytes_per_node=14 if cfg.cache_policy != "static" else 1,
-        shape=cfg.io_shape, staging_bytes=4 * ((8 << 20) + m.row.align), process_bytes=base_rss,
-        agent_bytes=AGENT_BYTES if (under_torchrun() if agent is None else agent) else 0,
-        pack_index_bytes=pack_index)
-    return split_budget(total, how, lw, shape)
+def run_inputs(cfg: TrainConfig, ds: GraphDataset, graph: CSRGraph, batches: Sequence[SeedBatches],
+               fanouts: list[int], process_bytes: int, agent_bytes: int, *,
+               ctx: DistContext | None = None) -> RunInputs:
+    """What `resolve_run` is given: the largest extent of `batches` (each rank's, or a preview's of every
+    rank), the sizes torch's objects state for it, a rank's and torchrun's agent's measured sizes, and the
+    dataset's sizes. With `ctx`, the ranks agree on their maxima first: every rank must resolve the same
+    plan (the shared cache is one segment)."""
+    extents = [_batch_extent(cfg, graph, b, fanouts) for b in batches]
+    rows, edges = max(r for r, _ in extents), max(e for _, e in extents)
+    if ctx is not None:
+        agreed = ctx.all_reduce(torch.tensor([rows, edges, process_bytes, agent_bytes], dtype=torch.float64),
+                                op="max")
+        rows, edges, process_bytes, agent_bytes = (int(x) for x in agreed.tolist())
+    rows = min(rows, ds.num_nodes)
+    return RunInputs(train_nodes=int(np.asarray(ds.train_idx).size),
+                     graph_bytes=ds.file("indptr").stat().st_size + ds.file("indices").stat().st_size,
+                     labels_bytes=ds.file("labels").stat().st_size, rows_max=rows, edges_max=edges,
+                     process_bytes=process_bytes, sampler_map_bytes=NeighborSampler.map_bytes(ds.num_nodes),
+                     batch_ids_bytes=MiniBatch.id_bytes(rows, edges), held_batches=Pipeline.held_batches(cfg.depth),
+                     agent_bytes=agent_bytes)
 
 
-_RANK_START = ("from moment.runtime.models import load_layers\nimport moment.runtime.train\nload_layers()\n"
-               "from moment.runtime.budget import process_bytes\nprint(process_bytes())\n")
+#: a fresh interpreter: first what torchrun's agent imports, then what a rank loads before touching data
+_FRESH = ("from moment.runtime.budget import process_bytes\nimport torch.distributed.run\nprint(process_bytes())\n"
+          "from moment.runtime.models import load_layers\nimport moment.runtime.train\nload_layers()\n"
+          "print(process_bytes())\n")
 
 
 @functools.cache
+def _fresh_sizes() -> tuple[int, int]:
+    """(torchrun's agent, a rank) as a fresh interpreter holds them; see `rank_start_bytes`."""
+    import moment
+
+    root = str(Path(moment.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
+    try:
+        r = subprocess.run([sys.executable, "-c", _FRESH], env=env, capture_output=True, text=True,
+                           timeout=300, check=True)
+        agent, rank = (int(x) for x in r.stdout.split()[-2:])
+        return agent, rank
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        load_layers()
+        return process_bytes(), process_bytes()
+
+
 def rank_start_bytes() -> int:
     """What a rank holds before it touches data (interpreter, torch, the runtime, the model's layers).
 
@@ -139,35 +132,36 @@ def rank_start_bytes() -> int:
     holding a dataset) is not a rank, so its own RSS is not a rank's fixed cost. Costs seconds: once per
     process. Falls back to this process's RSS with the layers loaded when the interpreter cannot run.
     """
-    import moment
-
-    root = str(Path(moment.__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
-    try:
-        r = subprocess.run([sys.executable, "-c", _RANK_START], env=env, capture_output=True, text=True,
-                           timeout=300, check=True)
-        return int(r.stdout.split()[-1])
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-        load_layers()
-        return process_bytes()
+    return _fresh_sizes()[1]
 
 
-def preview_split(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, agent: bool = True,
-                  pack_index_bytes: int | None = None) -> Split:
-    """The budget split rank 0 of an `nproc`-rank run will make, computed before any rank starts.
+def agent_start_bytes() -> int:
+    """What torchrun's agent (a Python process that imports torch.distributed.run) holds, measured the
+    same way before it exists; the ranks, once started, measure their parent (`agent_bytes`)."""
+    return _fresh_sizes()[0]
 
-    `pack_index_bytes`: charge the index of a pack not written yet (see `plan_memory`).
-    """
-    ctx = DistContext(0, 0, nproc, nproc, torch.device("cpu"), None)
+
+def preview_inputs(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, agent: bool = True) -> RunInputs:
+    """What rank 0 of an `nproc`-rank run will measure, measured before any rank starts: the largest
+    extent of every rank's batches (the ranks agree on it), a fresh rank's fixed cost and, with `agent`
+    (the run is started by torchrun, as `moment train` does), a fresh torchrun agent's."""
     train_idx = np.asarray(ds.train_idx)
     graph, fanouts = CSRGraph.from_dataset(ds, in_memory=False), cfg.resolved_fanouts()
     per_rank = [SeedBatches(train_idx, cfg.resolved_batch_size(train_idx.size, nproc), seed=cfg.seed, rank=r,
                             world_size=nproc) for r in range(nproc)]
-    # the ranks agree on the largest extent of any rank's batches: so does the preview
-    extents = [_batch_extent(cfg, graph, b, fanouts) for b in per_rank]
-    extent = (max(r for r, _ in extents), max(e for _, e in extents))
-    return plan_memory(cfg, ds, ctx, graph, per_rank[0], fanouts, cfg.resolved_hidden(), rank_start_bytes(),
-                       agent=agent, pack_index=pack_index_bytes, extent=extent)
+    return run_inputs(cfg, ds, graph, per_rank, fanouts, rank_start_bytes(), agent_start_bytes() if agent else 0)
+
+
+def preview_plan(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, layout: Layout | None = None,
+                 agent: bool = True, pack_index_bytes: int | None = None, inputs: RunInputs | None = None) -> RunPlan:
+    """The run plan the ranks of an `nproc`-rank run on this machine will resolve, before any starts.
+
+    `pack_index_bytes`: charge the index of a pack not written yet (`moment data pack`); `inputs`: reuse a
+    measurement (`preview_inputs`) when previewing several budgets or packs of one run."""
+    layout = layout or Layout.open(cfg.layout)
+    inputs = inputs or preview_inputs(cfg, ds, nproc, agent=agent)
+    return resolve_run(cfg, layout, world_size=nproc, local_world_size=nproc, inputs=inputs,
+                       device=default_device(cfg.device), pack_index_bytes=pack_index_bytes)
 
 
 def rank_base_bytes() -> int:
@@ -178,34 +172,13 @@ def rank_base_bytes() -> int:
     return int(given) if given.isdigit() else process_bytes()
 
 
-def _check_pack(cfg: TrainConfig, ctx: DistContext, batch_size: int, fanouts: list[int]) -> int:
-    """Resolve --io-shape auto; refuse a pack sampled for other batches; the pack index bytes (0: none)."""
-    if cfg.io_shape == "auto":
-        man = load_pack(cfg.layout)
-        fits = man is not None and not man.mismatch(world_size=ctx.world_size, batch_size=batch_size,
-                                                    fanouts=fanouts, seed=cfg.seed)
-        cfg.io_shape = "packed" if fits else "block"
-    if cfg.io_shape != "packed":
+def agent_bytes() -> int:
+    """torchrun's agent as the budget charges it (0 without torchrun): the launcher's figure when `moment
+    train` started the run (as `rank_base_bytes`), else the agent's peak so far (it is this rank's parent)."""
+    if not under_torchrun():
         return 0
-    man = load_pack(cfg.layout)
-    if man is None:
-        raise MomentError("--io-shape packed needs a pack in the layout", source=str(cfg.layout),
-                          hint="write one with `moment data pack --layout ...` (same ranks, batch size, "
-                               "fan-outs and seed as this run)")
-    why = man.mismatch(world_size=ctx.world_size, batch_size=batch_size, fanouts=fanouts, seed=cfg.seed)
-    if why:
-        raise MomentError(f"the pack was sampled for other batches: {why}", source=str(pack_path(cfg.layout)),
-                          hint="rewrite it with `moment data pack --overwrite` and this run's parameters")
-    return pack_index_bytes(cfg.layout, man)
-
-
-def store_options(cfg: TrainConfig, split: Split, ctx: DistContext) -> StoreOptions:
-    """The tiered store's options for this run: the configuration's I/O choices, the budget split's sizes."""
-    return StoreOptions(io_backend=cfg.io_backend, queue_depth=cfg.queue_depth, direct=cfg.direct, verify=cfg.verify,
-                        cpu_rows=split.cpu_rows, gpu_rows=split.gpu_rows if ctx.device.type == "cpu" else None,
-                        policy=cfg.cache_policy, shape=cfg.io_shape, superbatch=cfg.resolved_superbatch(),
-                        buffer_bytes=split.buffer_bytes, merge_gap=cfg.io_merge_gap, max_request=cfg.io_max_request,
-                        shared_cache=split.shared_cache, pack_seed=cfg.seed)
+    given = os.environ.get(AGENT_ENV, "")
+    return int(given) if given.isdigit() else parent_peak()
 
 
 def collectives(cfg: TrainConfig, ctx: DistContext) -> Collectives | None:
@@ -215,14 +188,20 @@ def collectives(cfg: TrainConfig, ctx: DistContext) -> Collectives | None:
     return Collectives(barrier=ctx.barrier, all_gather=ctx.all_gather_object if cfg.peer_tier else None)
 
 
-def make_source(cfg: TrainConfig, ds: GraphDataset, ctx: DistContext, split: Split | None = None) -> FeatureSource:
+def make_source(cfg: TrainConfig, ds: GraphDataset, ctx: DistContext, layout: Layout | None = None,
+                plan: RunPlan | None = None) -> FeatureSource:
     if cfg.features == "memory":
         return InMemoryFeatures(ds.file("features"), ctx.device)
     if cfg.features == "memmap":
         return MemmapFeatures(ds.file("features"), ctx.device, drop_cache=cfg.drop_page_cache,
                               random=cfg.memmap_random)
-    assert split is not None
-    store = TieredFeatureStore(cfg.layout, ctx, store_options(cfg, split, ctx), collectives(cfg, ctx))
+    assert layout is not None and plan is not None
+    mine = plan.store_plan(ctx.rank)
+    if mine.rank.local_rank != ctx.local_rank:
+        raise MomentError(f"rank {ctx.rank} is local rank {ctx.local_rank}, where the run plan expected local rank "
+                          f"{mine.rank.local_rank}: the ranks of a machine must be numbered consecutively, as "
+                          "torchrun numbers them")
+    store = TieredFeatureStore(layout, ctx, mine, collectives(cfg, ctx))
     if store.num_nodes != ds.num_nodes or store.row_bytes != ds.row_bytes:
         raise MomentError(f"layout has {store.num_nodes} nodes of {store.row_bytes} B, the dataset "
                           f"{ds.num_nodes} of {ds.row_bytes} B: they do not belong together", source=str(cfg.layout))
@@ -232,18 +211,20 @@ def make_source(cfg: TrainConfig, ds: GraphDataset, ctx: DistContext, split: Spl
 class Trainer:
     """One rank's training run; `run()` returns the metrics (identical on every rank)."""
 
-    def __init__(self, cfg: TrainConfig, ctx: DistContext):
+    def __init__(self, cfg: TrainConfig, ctx: DistContext, layout: Layout | None = None):
+        """`layout`: the run's layout opened once (None: opened here when --layout is given)."""
         self.cfg, self.ctx = cfg, ctx
         self.peak_from = "run start" if reset_peak() else "process start"  # the measured peak is this run's
         load_layers()  # the model's layers are a fixed cost too: measured with the rest
         base_rss = rank_base_bytes()  # interpreter, torch, the layers, before any data is touched
-        self.ds = GraphDataset.open(dataset_dir(cfg))
+        self.layout = layout if layout is not None or cfg.layout is None else Layout.open(cfg.layout)
+        self.ds = GraphDataset.open(dataset_dir(cfg, self.layout))
         # before any rank samples: sampled blocks against the manifest, the graph's structure
         self.notes: list[str] = [f"note: {n}" for n in self.ds.check()]
-        if cfg.layout is not None:  # the layout must hold this dataset's features, not another's
-            from moment.placement.reader import check_dataset, load_manifest
+        if self.layout is not None:  # the layout must hold this dataset's features, not another's
+            from moment.placement.reader import check_dataset
 
-            note = check_dataset(cfg.layout, load_manifest(cfg.layout), self.ds)
+            note = check_dataset(cfg.layout, self.layout.manifest, self.ds)
             self.notes += [f"note: {note}"] if note else []
         self.fanouts = cfg.resolved_fanouts()
         train_idx = np.asarray(self.ds.train_idx)
@@ -256,13 +237,16 @@ class Trainer:
         self.val = torch.from_numpy(np.array(self.ds.val_idx, dtype=np.int64))[ctx.rank :: ctx.world_size]
         # the graph stays memory-mapped (its size is charged to the budget); labels in their own small dtype
         self.graph = CSRGraph.from_dataset(self.ds, in_memory=cfg.features == "memory")
-        self.split = None
+        self.plan: RunPlan | None = None  # every derived decision of a tiered run (moment.runtime.run_plan)
         if cfg.features == "tiered":
             return_freed_memory()
-            hidden = cfg.resolved_hidden()
-            self.split = plan_memory(cfg, self.ds, ctx, self.graph, self.batches, self.fanouts, hidden, base_rss)
-        self.source = make_source(cfg, self.ds, ctx, self.split)
-        if self.split is not None and ctx.serves is not None and ctx.serves.plan_gpus:
+            inputs = run_inputs(cfg, self.ds, self.graph, [self.batches], self.fanouts, base_rss, agent_bytes(),
+                                ctx=ctx)
+            self.plan = resolve_run(cfg, self.layout, world_size=ctx.world_size,
+                                    local_world_size=max(ctx.local_world_size, 1), inputs=inputs,
+                                    device=ctx.device.type)
+        self.source = make_source(cfg, self.ds, ctx, self.layout, self.plan)
+        if self.plan is not None and ctx.serves is not None and ctx.serves.plan_gpus:
             self.notes += ctx.all_gather_object(ctx.serves.line(str(ctx.device)))
         labels = torch.from_numpy(np.array(self.ds.labels))
         self.pipe = Pipeline(self.graph, self.fanouts, self.source, labels, ctx.device, depth=cfg.depth,
@@ -296,10 +280,8 @@ class Trainer:
     def _resume_fields(self) -> dict[str, Any]:
         """What this run's checkpoints record about it (RESUME_KEYS, and where the data was, for messages)."""
         layout = None
-        if self.cfg.layout is not None and self.cfg.features == "tiered":
-            from moment.placement.reader import load_manifest
-
-            layout = load_manifest(self.cfg.layout).layout_id()
+        if self.layout is not None and self.cfg.features == "tiered":
+            layout = self.layout.manifest.layout_id()
         return {"dataset_id": self.ds.dataset_id, "dataset": str(self.ds.path), "layout_id": layout,
                 "layout": str(self.cfg.layout) if layout else None, "model": self.cfg.model,
                 "layers": len(self.fanouts), "hidden": self.cfg.resolved_hidden(),
@@ -533,9 +515,9 @@ class Trainer:
                                 range(k))) if "ssd" in names else None),
             "peak_rss_bytes": int(ctx.all_reduce(torch.tensor([_peak_rss()], dtype=torch.float64), op="max")[0]),
             "memory": self._memory(),
-            "cache_policy": self.cfg.cache_policy if self.split is not None else None,
-            "io_shape": self.cfg.io_shape if self.split is not None else None,
-            "superbatch": self.source.superbatch if self.split is not None else None,
+            "cache_policy": self.plan.cache_policy if self.plan is not None else None,
+            "io_shape": self.plan.io_shape if self.plan is not None else None,
+            "superbatch": self.plan.tiers.superbatch if self.plan is not None else None,
             "ssd_requests": int(s[7]),
             "packed_rows": int(s[-1]),
             "world_size": w,
@@ -557,10 +539,12 @@ class Trainer:
     def _memory(self) -> dict[str, Any]:
         """The budget split's prediction beside the measured peak of the run (moment.runtime.memory_use)."""
         ctx = self.ctx
-        sample = rank_sample(with_agent=ctx.local_rank == 0 and ctx.backend is not None and under_torchrun())
+        # the graph's files are mapped by every rank and held once, as the budget charges them
+        sample = rank_sample(with_agent=ctx.local_rank == 0 and ctx.backend is not None and under_torchrun(),
+                             shared_files=[self.ds.file("indptr"), self.ds.file("indices")])
         measured = machine_peak(ctx.all_gather_object(sample), ctx.local_world_size)
-        out: dict[str, Any] = ({"budget_bytes": None, "predicted_peak_bytes": None} if self.split is None
-                               else self.split.budget.as_dict())
+        out: dict[str, Any] = ({"budget_bytes": None, "predicted_peak_bytes": None} if self.plan is None
+                               else self.plan.memory.as_dict())
         out["measured_peak_bytes"] = measured.pop("bytes")
         out["measured"] = {**measured, "since": self.peak_from}
         return out
@@ -570,7 +554,7 @@ class Trainer:
         sv = self.ctx.serves
         out: dict[str, Any] = {"rank": self.ctx.rank, "device": str(self.ctx.device),
                                "plan_gpus": list(sv.plan_gpus) if sv else [], "matched_by": sv.how if sv else None}
-        if self.split is not None:
+        if self.plan is not None:
             out["ssd_shares"] = self.source.ssd_shares()
         return out
 
@@ -595,7 +579,7 @@ class Trainer:
     def memory_notes(self) -> list[str]:
         """Say so when this rank's memory tiers hold every row: the run would never read an SSD."""
         st = self.source
-        if self.split is None:
+        if self.plan is None:
             return []
         # the CPU cache leaves out the rows a GPU tier serves: this rank's, and with peers the node's
         gpu = st.gpu_rows + st.peer_rows if st.peers is not None else 0 if st.shared_cache else st.gpu_rows
@@ -624,44 +608,35 @@ def write_json_atomic(path: Path, doc: dict[str, Any]) -> None:
     atomic_write(path, json.dumps(doc, indent=2), "--metrics-json")
 
 
-def layout_gpus(cfg: TrainConfig) -> list[tuple[str, str | None]]:
+def layout_gpus(cfg: TrainConfig, layout: Layout | None = None) -> list[tuple[str, str | None]]:
     """The layout's GPU bins as (plan GPU, PCI address), in shard order: what ranks are matched to."""
     if cfg.features != "tiered" or cfg.layout is None:
         return []
-    from moment.placement.reader import load_manifest
-
-    m = load_manifest(cfg.layout)
-    bins = {b.name: b for b in m.bins}
-    out = []
-    for s in m.shards:
-        if s.kind == "gpu":
-            b = bins.get(s.bin)
-            out.append((b.device if b is not None and b.device else s.bin.removeprefix("hbm:"),
-                        b.pci if b is not None else None))
-    return out
+    return (layout or Layout.open(cfg.layout)).gpu_devices()
 
 
 def train(cfg: TrainConfig, ctx: DistContext | None = None) -> dict[str, Any]:
     """Run training with `cfg`; returns the metrics (and writes them when `cfg.metrics_json` is set)."""
     cfg.check()
     own = ctx is None
-    ctx = ctx or setup(cfg.device, layout_gpus(cfg))
+    layout = Layout.open(cfg.layout) if cfg.layout is not None else None  # its manifests are read once
+    ctx = ctx or setup(cfg.device, layout_gpus(cfg, layout))
     old_threads = torch.get_num_threads()
     if ctx.device.type == "cpu":
         torch.set_num_threads(cfg.threads or max(1, (os.cpu_count() or 1) // max(ctx.local_world_size, 1)))
     trainer = None
     try:
-        trainer = Trainer(cfg, ctx)
+        trainer = Trainer(cfg, ctx, layout)
         with Reporter(enabled=ctx.is_main and not cfg.quiet, world_size=ctx.world_size,
                       total_epochs=cfg.epochs) as rep:
             rep.lines(trainer.notes)
             notes = trainer.memory_notes()
             if trainer.restart_note and ctx.is_main:
                 rep.notice(trainer.restart_note)
-            if trainer.split is not None:
-                rep.lines(trainer.split.budget.lines() + [trainer.store_line()] + notes)
+            if trainer.plan is not None:
+                rep.lines(trainer.plan.memory.lines() + [trainer.store_line()] + notes)
             metrics = trainer.run(rep)
-            if trainer.split is not None and metrics["ssd_bytes_read"] == 0 and not notes:
+            if trainer.plan is not None and metrics["ssd_bytes_read"] == 0 and not notes:
                 notes.append("note: no feature row was read from the SSDs in this run (the caches served every "
                              "read); cap the cache (e.g. --cpu-cache-limit 10%) to exercise them")
             metrics["notes"] = notes

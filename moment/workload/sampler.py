@@ -102,6 +102,11 @@ class MiniBatch:
     num_sampled: int = 0  # ids drawn before de-duplication, seeds included
     targets_per_hop: list[torch.Tensor] = field(default_factory=list)  # global ids whose rows were read
 
+    @staticmethod
+    def id_bytes(num_nodes: int, num_edges: int) -> int:
+        """What a batch of this many nodes and edges holds in ids: `n_id` and `edge_index`, int64."""
+        return (num_nodes + 2 * num_edges) * torch.int64.itemsize
+
     @property
     def batch_size(self) -> int:
         return self.num_sampled_nodes[0]
@@ -136,6 +141,11 @@ class MiniBatch:
 
 class NeighborSampler:
     """Uniform neighbour sampler; see the module docstring for the exact semantics."""
+
+    @staticmethod
+    def map_bytes(num_nodes: int) -> int:
+        """The node-sized table one sampler keeps (the default de-duplication, `_DenseMap`)."""
+        return _DenseMap.bytes_for(num_nodes)
 
     def __init__(
         self, graph: CSRGraph, fanouts: Sequence[int] = DEFAULT_FANOUTS, seed: int = 0, dedup: str = "map"
@@ -227,9 +237,13 @@ class _DenseMap:
     """Node -> local id table of size num_nodes, reused across batches (reset touches only the batch).
 
     O(K) per hop instead of the O(K log K) sort in `torch.unique`: its cost does not grow with the
-    batch's sort, which matters for large batches (bench/presample.py prints both); costs 8 bytes per
-    node. Not thread-safe: one sampler per worker.
+    batch's sort, which matters for large batches (bench/presample.py prints both); costs `bytes_for`
+    (8 bytes per node). Not thread-safe: one sampler per worker.
     """
+
+    @staticmethod
+    def bytes_for(n: int) -> int:
+        return 2 * n * torch.int32.itemsize  # local and first
 
     def __init__(self, n: int):
         self.local = torch.full((n,), -1, dtype=torch.int32)

@@ -1,0 +1,128 @@
+"""A layout opened once for a run: its manifest, its pack's manifest, and the sizes a run plan needs.
+
+Why one object: a run's start used to read the layout manifest in five places and the pack manifest in
+three (the launcher, the device match, the dataset check, the memory split, the store). Each read is
+a chance to see another version of a layout being rewritten, and each caller re-derived what the
+others had. `Layout.open` reads the manifest once; the pack manifest is read once, the first time
+it is asked for (a run that never reads the pack never parses it). Also the owner of the compact
+node -> (bin, slot) index the runtime keeps in memory, so the memory budget asks it for its size.
+No torch here: the run plan (moment.runtime.run_plan) is resolved from this object on a laptop.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from moment.placement.manifest import LayoutManifest, Shard
+from moment.placement.pack import PackManifest, load_pack, pack_index_bytes
+from moment.placement.reader import IndexCheck, damaged, load_manifest, order_problem, shard_path
+
+
+@dataclass(frozen=True, eq=False)
+class Layout:
+    path: Path
+    manifest: LayoutManifest
+
+    @classmethod
+    def open(cls, path: str | Path) -> Layout:
+        return cls(Path(path), load_manifest(path))
+
+    # ------------------------------------------------------------------ the pack
+
+    @functools.cached_property
+    def pack(self) -> PackManifest | None:
+        """The pack's manifest (None: the layout has none), read once."""
+        return load_pack(self.path)
+
+    @functools.cached_property
+    def pack_index_bytes(self) -> int:
+        """What one rank holds of the pack's index (the largest rank's: every rank sizes its caches alike)."""
+        return 0 if self.pack is None else pack_index_bytes(self.path, self.pack)
+
+    # ------------------------------------------------------------------ shapes
+
+    @property
+    def num_nodes(self) -> int:
+        return self.manifest.dataset.num_nodes
+
+    @property
+    def row_bytes(self) -> int:
+        return self.manifest.row.row_bytes
+
+    def shards_of(self, kind: str) -> list[int]:
+        """Indices of the shards of one kind ("gpu", "cpu", "ssd"), in layout order."""
+        return [i for i, s in enumerate(self.manifest.shards) if s.kind == kind]
+
+    def shard_file(self, s: Shard) -> Path:
+        return shard_path(self.path, s)
+
+    def gpu_devices(self) -> list[tuple[str, str | None]]:
+        """The layout's GPU bins as (plan GPU, PCI address), in shard order: what ranks are matched to."""
+        m = self.manifest
+        bins = {b.name: b for b in m.bins}
+        out = []
+        for i in self.shards_of("gpu"):
+            s = m.shards[i]
+            b = bins.get(s.bin)
+            out.append((b.device if b is not None and b.device else s.bin.removeprefix("hbm:"),
+                        b.pci if b is not None else None))
+        return out
+
+    # ------------------------------------------------------------------ the compact index
+
+    def index_dtypes(self) -> tuple[np.dtype, np.dtype]:
+        """(bin, slot) dtypes of the in-memory index: the smallest that hold every bin and slot."""
+        shards = self.manifest.shards
+        return (np.dtype(np.uint8 if len(shards) < 256 else np.int16),
+                np.dtype(np.int32 if max((s.rows for s in shards), default=0) < 2**31 else np.int64))
+
+    @property
+    def index_bytes(self) -> int:
+        """Bytes `load_index` holds: what the memory budget charges for the index."""
+        b, s = self.index_dtypes()
+        return self.num_nodes * (b.itemsize + s.itemsize)
+
+    def load_index(self) -> tuple[np.ndarray, np.ndarray]:
+        """The node -> (bin, slot) index as two compact arrays this process owns (6 B/node, not 16),
+        checked as it streams in: an edited index is one clear error before a row is read through it."""
+        path = self.path / self.manifest.index.path
+        idx = np.load(path, mmap_mode="r")
+        n = self.num_nodes
+        if idx.shape != (n, 2) or idx.dtype.kind not in "iu":
+            raise damaged("index", f"expected an integer ({n}, 2) array, got {idx.dtype} {idx.shape}", path)
+        bd, sd = self.index_dtypes()
+        bins, slots = np.empty(n, bd), np.empty(n, sd)
+        check = IndexCheck(self.manifest)
+        step = 1 << 20
+        for a in range(0, n, step):
+            blk = np.asarray(idx[a:a + step])
+            check.add(a, blk)
+            bins[a:a + step] = blk[:, 0]
+            slots[a:a + step] = blk[:, 1]
+        del idx
+        if why := check.problem():
+            raise damaged("index", why, path)
+        return bins, slots
+
+    def hot_order(self, limit: int | None = None) -> np.ndarray:
+        """Node ids hottest first (the layout's pre-sampled order), the first `limit` of them."""
+        m = self.manifest
+        if m.order_file is not None:
+            f = self.path / m.order_file.path
+            order = np.load(f, mmap_mode="r")
+            if why := order_problem(order, m.dataset.num_nodes):
+                raise damaged("hotness order", why, f)
+            return np.array(order[:limit] if limit is not None else order)
+        # older layouts: cache bins in list order, then SSD rows by slot (each shard is hottest first)
+        idx = np.load(self.path / m.index.path, mmap_mode="r")
+        parts = [np.load(self.path / f.path) for f in m.cache_lists.values()]
+        ssd = np.array([s.kind == "ssd" for s in m.shards])
+        b = np.asarray(idx[:, 0])
+        on = np.flatnonzero(ssd[b])
+        parts.append(on[np.lexsort((b[on], np.asarray(idx[on, 1])))])
+        out = np.concatenate(parts).astype(np.int64)
+        return out[:limit] if limit is not None else out

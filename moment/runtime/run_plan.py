@@ -1,0 +1,355 @@
+"""One run's derived decisions, made once: `resolve_run(config, layout, ...) -> RunPlan`.
+
+Why: what a run's options imply (`--io-shape auto` -> packed or block, whether the layout's pack was
+sampled for this run, which plan GPUs' bins each rank holds and how many of their rows, how the
+memory budget splits into CPU cache and read buffers, how far reads run ahead) used to be worked out
+in several places: the trainer, the store, the launcher's preview, the SSD-read model, each from the
+manifests again and some by rewriting the configuration in place. Here it is worked out once, from
+the configuration (never changed) and one opened `Layout`; the store, the trainer, the SSD-read model,
+`moment data pack` and the benches read the result, and `moment train --dry-run --json` prints it.
+
+Pure: no torch (a test imports it with torch made unimportable). What needs torch or sampling, the
+batch extent measured on sampled batches and the sizes torch's objects state (the sampler's node
+table, a batch's ids, the pipeline's batches in flight), and what the ranks agree on (their maxima,
+through an all-reduce), the caller measures and passes in as `RunInputs`. Each component states its
+own memory (the layout index, the cache policies, the reader's staging); the budget asks them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, computed_field
+
+from moment.caching.tiers import lookahead, shared_by_local_ranks
+from moment.errors import MomentError
+from moment.io.merge import SHAPES, Shape
+from moment.placement.opened import Layout
+from moment.placement.pack import pack_path, refuse_unusable
+from moment.runtime.budget import Item, MemoryBudget, RunShape, Split, fmt_bytes, resolve_budget, split_budget
+from moment.runtime.devices import plan_gpus_of
+from moment.runtime.gather import staging_bytes
+from moment.runtime.store_options import Collectives, Place, StoreOptions, local_world_size
+from moment.sizes import parse_size
+
+if TYPE_CHECKING:
+    from moment.runtime.config import TrainConfig
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class PackMatch(_Frozen):
+    """The layout's pack against this run: looked at only when --io-shape is auto or packed."""
+
+    checked: bool  # --io-shape auto or packed: the pack was looked at
+    present: bool | None = None  # the layout has a pack (None: not looked at)
+    matches: bool | None = None  # made for this run's ranks, batch size, fan-outs and seed
+    why: str | None = None  # why it is not read (none, other batches, or --io-shape rows/block)
+    index_bytes: int = 0  # what one rank holds of its index when the run reads it
+
+
+class GpuRows(_Frozen):
+    """Rows of one GPU bin (its hottest first) on a rank's GPU tier."""
+
+    bin: str
+    shard: int  # the bin's shard in the layout
+    rows: int
+
+
+class RankPlan(_Frozen):
+    rank: int
+    local_rank: int
+    plan_gpus: tuple[str, ...]  # the plan GPUs whose bins this rank holds (moment.runtime.devices)
+    gpu_bins: tuple[GpuRows, ...]
+    ssd_shares: dict[str, float]  # per SSD bin, the share of this rank's SSD rows the plan routes to it
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def gpu_rows(self) -> int:
+        """Rows on this rank's GPU tier, all its bins together."""
+        return sum(b.rows for b in self.gpu_bins)
+
+
+class TierPlan(_Frozen):
+    """How every rank's tiers and reads are shaped (the same on every rank)."""
+
+    policy: str
+    shape: str
+    merge_gap: int  # -1: per job, the gap whose reads cost least (moment.io.merge)
+    max_request: int
+    superbatch: int
+    lookahead: int  # batches submitted before the first is completed
+    cpu_rows: int
+    shared_cache: bool  # one CPU cache for the machine's ranks
+    buffer_bytes: int  # read buffers per rank
+    window: int
+    peer_tier: bool
+    io_backend: str | None
+    queue_depth: int
+    direct: bool
+    verify: bool
+    pack_seed: int | None
+
+    @property
+    def io_shape(self) -> Shape:
+        return SHAPES[self.shape].limited(self.merge_gap, self.max_request)
+
+
+class StorePlan(_Frozen):
+    """What one rank's store builds: the tiers, and this rank's part."""
+
+    tiers: TierPlan
+    rank: RankPlan
+    world_size: int
+    local_world_size: int
+
+
+class MemoryItem(_Frozen):
+    name: str
+    bytes: int
+    shared: bool
+    machine_bytes: int
+    note: str = ""
+
+
+class MemoryPlan(_Frozen):
+    """The budget's split (moment.runtime.budget): every item charged, and what it granted."""
+
+    budget_bytes: int | None
+    source: str
+    local_ranks: int
+    margin: int
+    predicted_peak_bytes: int
+    items: tuple[MemoryItem, ...]
+    gpu_rows: int
+    cpu_rows: int
+    buffer_bytes: int
+    shared_cache: bool
+
+    @classmethod
+    def of(cls, s: Split) -> MemoryPlan:
+        b = s.budget
+        return cls(budget_bytes=b.total, source=b.source, local_ranks=b.local_ranks,
+                   margin=b.margin if b.total else 0, predicted_peak_bytes=b.used,
+                   items=tuple(MemoryItem(name=i.name, bytes=i.bytes, shared=i.shared, machine_bytes=b._machine(i),
+                                          note=i.note) for i in b.items),
+                   gpu_rows=s.gpu_rows, cpu_rows=s.cpu_rows, buffer_bytes=s.buffer_bytes, shared_cache=s.shared_cache)
+
+    def budget(self) -> MemoryBudget:
+        return MemoryBudget(self.budget_bytes, self.local_ranks, self.source,
+                            [Item(i.name, i.bytes, i.shared, i.note) for i in self.items])
+
+    def lines(self) -> list[str]:
+        return self.budget().lines()
+
+    def as_dict(self) -> dict:
+        """The metrics JSON's `memory`: the budget, the predicted peak and the items."""
+        return self.budget().as_dict()
+
+
+class RunPlan(_Frozen):
+    layout: str
+    world_size: int
+    local_world_size: int
+    device: str  # "cpu" or "cuda": on CUDA the GPU tier holds all of a rank's GPU bins (device memory)
+    io_shape: str  # rows, block or packed (never auto)
+    io_shape_requested: str
+    pack: PackMatch
+    cache_policy: str
+    batch_size: int
+    fanouts: tuple[int, ...]
+    seed: int
+    tiers: TierPlan
+    ranks: tuple[RankPlan, ...]
+    memory: MemoryPlan
+
+    def store_plan(self, rank: int) -> StorePlan:
+        return StorePlan(tiers=self.tiers, rank=self.ranks[rank], world_size=self.world_size,
+                         local_world_size=self.local_world_size)
+
+    def lines(self) -> list[str]:
+        """A short summary for people (`moment train --dry-run`)."""
+        t = self.tiers
+        how = {"packed": "reads the layout's pack (made for these ranks, batch size, fan-outs and seed)",
+               "block": "a hyperbatch's misses in large merged reads", "rows": "each batch's rows"}[self.io_shape]
+        why = f"; not packed: {self.pack.why}" if self.io_shape_requested == "auto" and self.pack.why else ""
+        gap = "per job, by cost" if t.merge_gap < 0 else f"{t.merge_gap} B"
+        out = [f"run plan: layout {self.layout}, {self.world_size} rank(s), {self.local_world_size} on this "
+               f"machine, device {self.device}",
+               f"I/O shape {self.io_shape} ({self.io_shape_requested}): {how}{why}",
+               f"  superbatch {t.superbatch}, lookahead {t.lookahead} batches, merge gap {gap}, largest read "
+               f"{fmt_bytes(t.max_request)}, read buffers {fmt_bytes(t.buffer_bytes)} per rank",
+               f"cache policy {t.policy}: {t.cpu_rows:,} CPU-cache rows "
+               f"({'one shared segment' if t.shared_cache else 'per rank'}); peer tier "
+               f"{'on' if t.peer_tier else 'off'}",
+               f"batches: {self.batch_size} seeds per rank, fan-outs {','.join(map(str, self.fanouts))}, "
+               f"seed {self.seed}"]
+        for r in self.ranks:
+            gpus = ", ".join(r.plan_gpus) or "no GPU bin"
+            shares = ", ".join(f"{k} {v:.0%}" for k, v in r.ssd_shares.items()) or "no SSD bin"
+            out.append(f"rank {r.rank} (local {r.local_rank}): {gpus}, {r.gpu_rows:,} GPU-tier rows; "
+                       f"SSD shares {shares}")
+        return out + self.memory.lines()
+
+
+@dataclass(frozen=True)
+class RunInputs:
+    """What `resolve_run` is given rather than derives: facts of the dataset, and what is measured with
+    torch or by sampling (under torchrun, the ranks' maxima: every rank resolves the same plan)."""
+
+    train_nodes: int  # the dataset's training seeds (the batch size follows from them)
+    graph_bytes: int  # indptr + indices files
+    labels_bytes: int
+    rows_max: int  # the most rows one batch touches (sampled, with headroom; at most the graph's nodes)
+    edges_max: int
+    process_bytes: int  # a rank's fixed cost: interpreter, torch, the model's layers
+    sampler_map_bytes: int  # NeighborSampler.map_bytes(num_nodes)
+    batch_ids_bytes: int  # MiniBatch.id_bytes(rows_max, edges_max)
+    held_batches: int  # Pipeline.held_batches(depth)
+    agent_bytes: int = 0  # torchrun's agent beside the ranks (its peak RSS, measured); 0: no agent
+
+
+def resolve_run(config: TrainConfig, layout: Layout, *, world_size: int, local_world_size: int,
+                inputs: RunInputs, device: str = "cpu", pack_index_bytes: int | None = None) -> RunPlan:
+    """Every derived decision of a tiered run, once. `pack_index_bytes`: charge the index of a pack about
+    to be written (`moment data pack` under a budget: the run that will read it) instead of the layout's."""
+    cfg = config
+    if cfg.features != "tiered":
+        raise MomentError("a run plan describes a tiered run (--layout); the --features-in-memory and "
+                          "--features-memmap baselines have no tiers to plan")
+    m = layout.manifest
+    n, rb = m.dataset.num_nodes, m.row.row_bytes
+    lws = max(1, local_world_size)
+    fanouts = cfg.resolved_fanouts()
+    batch_size = cfg.resolved_batch_size(inputs.train_nodes, world_size)
+    shape, pack = _io_shape(cfg, layout, world_size, batch_size, fanouts)
+    if pack_index_bytes is not None:  # the pack the run will read is not written yet
+        pack = pack.model_copy(update={"index_bytes": int(pack_index_bytes)})
+    superbatch = cfg.resolved_superbatch(shape)
+    ahead = lookahead(superbatch)
+    gpu_shards = layout.shards_of("gpu")
+    own_rows = max(sum(b.rows for b in carve_gpu(layout, lr, lws, None)) for lr in range(lws)) if gpu_shards else 0
+    total, how = resolve_budget(cfg.memory_budget)
+    split = split_budget(total, how, lws, RunShape(
+        num_nodes=n, row_bytes=rb, graph_bytes=inputs.graph_bytes, labels_bytes=inputs.labels_bytes,
+        rows_max=inputs.rows_max, dst_rows=batch_size * (1 + fanouts[0]), hidden=cfg.resolved_hidden(),
+        held_batches=inputs.held_batches, lookahead=ahead, sampler_map_bytes=inputs.sampler_map_bytes,
+        batch_ids_bytes=inputs.batch_ids_bytes, index_bytes=layout.index_bytes, own_gpu_rows=own_rows,
+        layout_cpu_rows=sum(m.shards[i].rows for i in layout.shards_of("cpu")),
+        cpu_limit_rows=None if cfg.cpu_cache_limit is None else parse_size(cfg.cpu_cache_limit, n * rb) // rb,
+        policy=cfg.cache_policy, shape=shape, staging_bytes=staging_bytes(m.row.align),
+        process_bytes=inputs.process_bytes, agent_bytes=inputs.agent_bytes,
+        pack_index_bytes=pack.index_bytes if shape == "packed" or pack_index_bytes is not None else 0))
+    gpu_cap = split.gpu_rows if device == "cpu" else None  # device memory is not the budget's
+    options = StoreOptions(io_backend=cfg.io_backend, queue_depth=cfg.queue_depth, direct=cfg.direct,
+                           verify=cfg.verify, cpu_rows=split.cpu_rows, gpu_rows=gpu_cap, policy=cfg.cache_policy,
+                           shape=shape, superbatch=superbatch, buffer_bytes=split.buffer_bytes,
+                           merge_gap=cfg.io_merge_gap, max_request=cfg.io_max_request, shared_cache=split.shared_cache,
+                           pack_seed=cfg.seed)
+    tiers = tier_plan(layout, options, shared_cache=split.shared_cache, peer_tier=cfg.peer_tier and world_size > 1)
+    ranks = tuple(rank_plan(layout, r, r % lws, lws, gpu_cap) for r in range(world_size))
+    return RunPlan(layout=str(layout.path), world_size=world_size, local_world_size=lws, device=device,
+                   io_shape=shape, io_shape_requested=cfg.io_shape, pack=pack, cache_policy=cfg.cache_policy,
+                   batch_size=batch_size, fanouts=tuple(fanouts), seed=cfg.seed, tiers=tiers, ranks=ranks,
+                   memory=MemoryPlan.of(split))
+
+
+def _io_shape(cfg: TrainConfig, layout: Layout, world_size: int, batch_size: int,
+              fanouts: list[int]) -> tuple[str, PackMatch]:
+    """--io-shape resolved (auto: packed when the layout's pack was sampled for this run, else block);
+    --io-shape packed without a pack for this run is refused, naming the difference."""
+    if cfg.io_shape not in ("auto", "packed"):
+        return cfg.io_shape, PackMatch(checked=False, why=f"--io-shape {cfg.io_shape}")
+    man = layout.pack
+    why = (man.mismatch(world_size=world_size, batch_size=batch_size, fanouts=fanouts, seed=cfg.seed)
+           if man is not None else "the layout has no pack")
+    shape = "packed" if cfg.io_shape == "packed" or why is None else "block"
+    match = PackMatch(checked=True, present=man is not None, matches=man is not None and why is None, why=why)
+    if shape != "packed":
+        return shape, match
+    if man is not None and why:
+        raise MomentError(f"the pack was sampled for other batches: {why}", source=str(pack_path(layout.path)),
+                          hint="rewrite it with `moment data pack --overwrite` and this run's parameters")
+    refuse_unusable(layout.path, man, layout.manifest, world_size)  # none at all, or another layout's
+    return shape, match.model_copy(update={"index_bytes": layout.pack_index_bytes})
+
+
+def carve_gpu(layout: Layout, local_rank: int, local_world_size: int, gpu_rows: int | None) -> tuple[GpuRows, ...]:
+    """A rank's GPU tier: the bins of the plan GPUs it serves, in layout order, hottest rows first, at
+    most `gpu_rows` rows in all (None: every row of its bins)."""
+    m = layout.manifest
+    gpu = layout.shards_of("gpu")
+    mine = plan_gpus_of(local_rank, local_world_size, [m.shards[i].bin for i in gpu])
+    own = [i for i in gpu if m.shards[i].bin in mine]
+    left = sum(m.shards[i].rows for i in own) if gpu_rows is None else int(gpu_rows)
+    out = []
+    for i in own:
+        k = min(m.shards[i].rows, max(left, 0))
+        left -= k
+        out.append(GpuRows(bin=m.shards[i].bin, shard=i, rows=k))
+    return tuple(out)
+
+
+def planned_ssd_shares(layout: Layout) -> dict[str, float]:
+    """Per SSD bin, its share of the SSD rows a rank reads: its storage share among the SSDs, since
+    every GPU samples the same distribution (Moment, section 3.2)."""
+    m = layout.manifest
+    ssd = layout.shards_of("ssd")
+    target = {b.name: b.target_share for b in m.bins}
+    planned = np.array([target.get(m.shards[i].bin, 0.0) for i in ssd], np.float64)
+    planned = planned / planned.sum() if planned.sum() > 0 else planned
+    return {m.shards[i].bin: float(p) for i, p in zip(ssd, planned, strict=True)}
+
+
+def rank_plan(layout: Layout, rank: int, local_rank: int, local_world_size: int, gpu_rows: int | None) -> RankPlan:
+    """One rank's part: its plan GPUs (named as the device match names them), GPU carve and SSD shares."""
+    gpus = plan_gpus_of(local_rank, local_world_size, [g for g, _ in layout.gpu_devices()])
+    return RankPlan(rank=rank, local_rank=local_rank, plan_gpus=gpus,
+                    gpu_bins=carve_gpu(layout, local_rank, local_world_size, gpu_rows),
+                    ssd_shares=planned_ssd_shares(layout))
+
+
+def default_buffer_bytes(num_nodes: int, row_bytes: int) -> int:
+    """Read buffers of a store given no budget: four batches of up to 2^18 rows, at least 256 MiB."""
+    return max(256 << 20, 4 * min(num_nodes, 1 << 18) * row_bytes)
+
+
+def tier_plan(layout: Layout, o: StoreOptions, *, shared_cache: bool, peer_tier: bool) -> TierPlan:
+    """`StoreOptions` resolved against the layout: the shape's merge limits, the cache capped at the
+    graph, the read buffers' default, the lookahead of the superbatch."""
+    n, rb = layout.num_nodes, layout.row_bytes
+    shape = SHAPES[o.shape].limited(o.merge_gap, o.max_request)
+    superbatch = max(1, int(o.superbatch))
+    return TierPlan(policy=o.policy, shape=o.shape, merge_gap=shape.merge_gap, max_request=shape.max_request,
+                    superbatch=superbatch, lookahead=lookahead(superbatch),
+                    cpu_rows=n if o.cpu_rows is None else max(0, min(int(o.cpu_rows), n)), shared_cache=shared_cache,
+                    buffer_bytes=default_buffer_bytes(n, rb) if o.buffer_bytes is None else int(o.buffer_bytes),
+                    window=int(o.window), peer_tier=peer_tier, io_backend=o.io_backend, queue_depth=o.queue_depth,
+                    direct=o.direct, verify=o.verify, pack_seed=o.pack_seed)
+
+
+def plan_store(layout: Layout, where: Place, options: StoreOptions, collectives: Collectives | None) -> StorePlan:
+    """A store's plan outside a training run (tests, benchmarks, notebooks): its options as given, the rest
+    by the rules a run plan uses. A shared cache by default when the policy allows and there is a barrier."""
+    lws = local_world_size(where)
+    shared = options.shared_cache if options.shared_cache is not None else (
+        shared_by_local_ranks(options.policy, lws) and collectives is not None)
+    peers = collectives is not None and collectives.all_gather is not None
+    return StorePlan(tiers=tier_plan(layout, options, shared_cache=bool(shared), peer_tier=peers),
+                     rank=rank_plan(layout, where.rank, where.local_rank, lws, options.gpu_rows),
+                     world_size=where.world_size, local_world_size=lws)
+
+
+def node_ranks(plan: RunPlan, rank: int) -> list[RankPlan]:
+    """The ranks on `rank`'s machine (torchrun numbers a machine's ranks consecutively)."""
+    first = rank - rank % plan.local_world_size
+    return list(plan.ranks[first:first + plan.local_world_size])
+
+
+__all__ = ["GpuRows", "MemoryPlan", "PackMatch", "RankPlan", "RunInputs", "RunPlan", "StorePlan", "TierPlan",
+           "carve_gpu", "default_buffer_bytes", "node_ranks", "plan_store", "planned_ssd_shares", "rank_plan",
+           "resolve_run", "tier_plan"]

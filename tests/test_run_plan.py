@@ -1,0 +1,285 @@
+"""The run plan: every derived decision of a run made once (moment.runtime.run_plan), without torch, from
+a layout opened once; the components state their own memory; nothing rewrites the configuration."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+from runtime_data import make_dataset, make_layout
+
+from moment.caching import POLICIES, make_policy
+from moment.caching.policies import SlotMap
+from moment.caching.tiers import FixedSlots, cache_state_bytes
+from moment.errors import MomentError
+from moment.placement.manifest import LayoutManifest
+from moment.placement.opened import Layout
+from moment.placement.pack import PackManifest, write_pack
+from moment.runtime.config import TrainConfig
+from moment.runtime.gather import BufferPool, Reader, staging_bytes
+from moment.runtime.run_plan import RunInputs, planned_ssd_shares, resolve_run
+
+REPO = Path(__file__).resolve().parents[1]
+FAN, BS, SEED = (10, 5), 96, 3
+RUN_POLICIES = ("static", "lru", "belady-superbatch")
+MiB = 2**20
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """A layout without a pack, and one with a pack made for 2 ranks at (FAN, BS, SEED)."""
+    root = tmp_path_factory.mktemp("runplan")
+    ds = make_dataset(root)
+    plain = make_layout(ds, root / "plain")
+    packed = make_layout(ds, root / "packed")
+    write_pack(packed, ds, world_size=2, batch_size=BS, fanouts=FAN, seed=SEED, epochs=1,
+               cached_rows=ds.num_nodes // 10)
+    return root, ds, plain, packed
+
+
+def _inputs(ds) -> RunInputs:
+    """Inputs as a caller would measure them (plain numbers here: resolve_run takes them as given)."""
+    n = ds.num_nodes
+    return RunInputs(train_nodes=int(np.asarray(ds.train_idx).size), graph_bytes=MiB, labels_bytes=n,
+                     rows_max=3000, edges_max=20_000, process_bytes=300 * MiB, sampler_map_bytes=8 * n,
+                     batch_ids_bytes=3000 * 8 + 20_000 * 16, held_batches=4)
+
+
+def _plan(ds, layout: Path, world: int = 2, device: str = "cpu", **kw):
+    cfg = TrainConfig(**{"layout": layout, "fanouts": list(FAN), "batch_size": BS, "seed": SEED, **kw})
+    return resolve_run(cfg, Layout.open(layout), world_size=world, local_world_size=world, inputs=_inputs(ds),
+                       device=device)
+
+
+@pytest.mark.parametrize("which,shape,kw,why", [
+    ("plain", "rows", {"io_shape": "rows"}, "--io-shape rows"),
+    ("plain", "block", {"io_shape": "block"}, "--io-shape block"),
+    ("plain", "block", {}, "the layout has no pack"),  # auto without a pack
+    ("packed", "packed", {}, None),  # auto with a pack made for this run
+    ("packed", "packed", {"io_shape": "packed"}, None),
+    ("packed", "block", {"seed": SEED + 1}, f"seed {SEED + 1} (pack: {SEED})"),  # auto, a pack for other batches
+])
+def test_each_io_shape_and_the_pack_match(data, which, shape, kw, why):
+    _, ds, plain, packed = data
+    layout = {"plain": plain, "packed": packed}[which]
+    plan = _plan(ds, layout, **{"memory_budget": "2GiB", **kw})
+    assert plan.io_shape == plan.tiers.shape == shape
+    assert plan.io_shape_requested == kw.get("io_shape", "auto")
+    assert plan.pack.why == why
+    assert plan.pack.checked == (kw.get("io_shape", "auto") in ("auto", "packed"))
+    items = {i.name: i.bytes for i in plan.memory.items}
+    if shape == "packed":  # the pack's index is charged, as large as the largest rank's
+        assert plan.pack.matches and plan.pack.index_bytes == Layout.open(packed).pack_index_bytes > 0
+        assert items["pack index"] == plan.pack.index_bytes
+    else:
+        assert "pack index" not in items
+    # a hyperbatch for block and packed reads, one batch for row reads (static cache), and twice that ahead
+    assert (plan.tiers.superbatch, plan.tiers.lookahead) == ((1, 2) if shape == "rows" else (4, 8))
+    assert plan.tiers.merge_gap == (0 if shape == "rows" else -1)
+
+
+def test_a_packed_run_without_a_pack_for_it_is_refused(data):
+    _, ds, plain, packed = data
+    with pytest.raises(MomentError, match="needs a pack in the layout"):
+        _plan(ds, plain, io_shape="packed")
+    with pytest.raises(MomentError, match=r"the pack was sampled for other batches: batch size 64 \(pack: 96\)"):
+        _plan(ds, packed, io_shape="packed", batch_size=64)
+    with pytest.raises(MomentError, match=r"sampled for other batches: ranks 3 \(pack: 2\)"):
+        _plan(ds, packed, world=3, io_shape="packed")
+
+
+@pytest.mark.parametrize("policy", RUN_POLICIES)
+def test_each_cache_policy(data, policy):
+    _, ds, plain, _ = data
+    n = ds.num_nodes
+    two = _plan(ds, plain, memory_budget="2GiB", cache_policy=policy, io_shape="rows")
+    one = _plan(ds, plain, world=1, memory_budget="2GiB", cache_policy=policy, io_shape="rows")
+    assert two.cache_policy == two.tiers.policy == policy
+    # a static cache is one segment for the machine's ranks; a changing one each rank's own
+    assert two.tiers.shared_cache == two.memory.shared_cache == (policy == "static")
+    assert not one.tiers.shared_cache
+    cpu = next(i for i in two.memory.items if i.name == "cpu cache")
+    assert cpu.shared == (policy == "static") and cpu.bytes == two.tiers.cpu_rows * ds.row_bytes
+    # the policy's bookkeeping is what the policy says it holds for the rows the plan gives it
+    state = next(i for i in two.memory.items if i.name == "cache policy state")
+    assert state.bytes == cache_state_bytes(policy, n, two.tiers.cpu_rows) > n
+    # Belady decides a superbatch at a time, LRU is batch-granular like it: rows reads still route 4
+    assert two.tiers.superbatch == (1 if policy == "static" else 4)
+
+
+def test_each_rank_its_plan_gpus_gpu_rows_and_ssd_shares(data):
+    _, ds, plain, _ = data
+    lay = Layout.open(plain)
+    rows = {s.bin: s.rows for s in lay.manifest.shards}
+    cpu = _plan(ds, plain, memory_budget="2GiB")
+    assert [(r.rank, r.local_rank, r.plan_gpus) for r in cpu.ranks] == [(0, 0, ("gpu0",)), (1, 1, ("gpu1",))]
+    assert all(r.gpu_rows == cpu.memory.gpu_rows for r in cpu.ranks)  # CPU runs: the budget's grant
+    cuda = _plan(ds, plain, device="cuda", memory_budget="2GiB")  # device memory: all of the rank's bins
+    assert [r.gpu_rows for r in cuda.ranks] == [rows["gpu0"], rows["gpu1"]]
+    shares = planned_ssd_shares(lay)
+    assert set(shares) == {s.bin for s in lay.manifest.shards if s.kind == "ssd"}
+    assert sum(shares.values()) == pytest.approx(1.0)
+    assert all(r.ssd_shares == shares for r in cpu.ranks)
+    doc = json.loads(cpu.model_dump_json())
+    assert {"io_shape", "cache_policy", "ranks", "memory", "pack", "tiers"} <= set(doc)
+    assert {"rank", "plan_gpus", "ssd_shares"} <= set(doc["ranks"][0])
+    assert {"budget_bytes", "predicted_peak_bytes", "items", "cpu_rows"} <= set(doc["memory"])
+
+
+def test_the_components_state_their_own_memory(data):
+    """What the budget charges is what each component holds (a stated size that drifted from its
+    arrays would break the measured-peak check only by luck)."""
+    import torch
+
+    from moment.runtime.pipeline import Pipeline
+    from moment.workload.sampler import CSRGraph, MiniBatch, NeighborSampler
+
+    _, ds, plain, _ = data
+    lay = Layout.open(plain)
+    n, cap = ds.num_nodes, 300
+    rank = np.arange(n, dtype=np.int32)
+    for name in RUN_POLICIES:
+        p = make_policy(name, cap, n, rank=rank.copy())
+        assert p.memory_bytes() == POLICIES[name].state_bytes(n, cap), name
+    assert SlotMap(cap, n).memory_bytes() == SlotMap.state_bytes(n, cap)
+    assert FixedSlots(np.arange(cap, dtype=np.int64)).memory_bytes() == FixedSlots.state_bytes(n, cap)
+    assert sum(a.nbytes for a in lay.load_index()) == lay.index_bytes
+    reader = Reader([lay.shard_file(s) for s in lay.manifest.shards], lay.row_bytes, lay.manifest.row.align,
+                    pool=BufferPool(MiB))
+    try:
+        assert reader.staging_bytes == staging_bytes(lay.manifest.row.align)
+    finally:
+        reader.close()
+    sampler = NeighborSampler(CSRGraph.from_dataset(ds), list(FAN))
+    mb = sampler.sample(torch.arange(50))
+    assert sampler._map.local.nbytes + sampler._map.first.nbytes == NeighborSampler.map_bytes(n)
+    assert mb.n_id.nbytes + mb.edge_index.nbytes == MiniBatch.id_bytes(mb.num_nodes, mb.edge_index.shape[1])
+    assert Pipeline.held_batches(2) == 4
+
+
+NO_TORCH = """
+import importlib.abc, sys
+
+class NoTorch(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" or name.startswith("torch."):
+            raise ImportError("torch is not installed (this test hides it)")
+
+sys.meta_path.insert(0, NoTorch())
+from moment.placement.opened import Layout
+from moment.runtime.config import TrainConfig
+from moment.runtime.run_plan import RunInputs, resolve_run
+
+cfg = TrainConfig(layout=sys.argv[1], fanouts=[10, 5], batch_size=96, seed=3, memory_budget="2GiB")
+inputs = RunInputs(train_nodes=1200, graph_bytes=1 << 20, labels_bytes=4000, rows_max=3000, edges_max=20000,
+                   process_bytes=300 << 20, sampler_map_bytes=32000, batch_ids_bytes=344000, held_batches=4)
+plan = resolve_run(cfg, Layout.open(sys.argv[1]), world_size=2, local_world_size=2, inputs=inputs)
+assert not [m for m in sys.modules if m == "torch" or m.startswith("torch.")]
+print(plan.model_dump_json())
+"""
+
+
+def test_resolve_run_needs_no_torch(data):
+    _, _, _, packed = data
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    r = subprocess.run([sys.executable, "-c", NO_TORCH, str(packed)], capture_output=True, text=True, env=env,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout)["io_shape"] == "packed"
+
+
+@pytest.fixture(scope="module")
+def one_rank_run(data):
+    """A one-process run on a layout whose pack was made for it (--io-shape auto finds it), its manifests'
+    reads counted: the metrics, the config before and after, and the counts."""
+    from moment.runtime.train import train
+
+    root, ds, _, packed = data
+    layout = shutil.copytree(packed, root / "one")
+    write_pack(layout, ds, world_size=1, batch_size=BS, fanouts=FAN, seed=SEED, epochs=1, cached_rows=0,
+               overwrite=True)
+    counts = {"layout": 0, "pack": 0}
+    by_layout, by_pack = LayoutManifest.model_validate.__func__, PackManifest.model_validate_json.__func__
+
+    def layout_read(cls, *a, **k):
+        counts["layout"] += 1
+        return by_layout(cls, *a, **k)
+
+    def pack_read(cls, *a, **k):
+        counts["pack"] += 1
+        return by_pack(cls, *a, **k)
+
+    cfg = TrainConfig(layout=layout, fanouts=list(FAN), batch_size=BS, seed=SEED, hidden=16, threads=1, quiet=True)
+    before = cfg.model_dump()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(LayoutManifest, "model_validate", classmethod(layout_read))
+        mp.setattr(PackManifest, "model_validate_json", classmethod(pack_read))
+        m = train(cfg)
+    return layout, cfg, before, m, counts
+
+
+def test_a_run_reads_each_manifest_once(one_rank_run):
+    *_, m, counts = one_rank_run
+    assert m["io_shape"] == "packed" and m["packed_rows"] > 0  # the pack was found, opened and read from
+    assert counts == {"layout": 1, "pack": 1}
+
+
+def test_nothing_rewrites_the_configuration(one_rank_run):
+    _, cfg, before, m, _ = one_rank_run
+    assert cfg.model_dump() == before and cfg.io_shape == "auto"  # what the user asked, after the run
+    assert m["config"]["io_shape"] == "auto" and m["io_shape"] == "packed"  # what it resolved to: the plan's
+    with pytest.raises(ValidationError, match="frozen"):
+        cfg.io_shape = "block"
+
+
+def test_dry_run_prints_the_plan_and_starts_no_rank(data, monkeypatch, capsys):
+    import moment.cli.train_launch as launch
+    from moment.cli import main
+
+    _, _, _, packed = data
+    started: list[list[str]] = []
+    real = subprocess.Popen
+
+    class Spy(real):  # every process started from here on (the rank-size probe is one; no torchrun may be)
+        def __init__(self, args, *a, **k):
+            started.append([str(a) for a in args] if isinstance(args, (list, tuple)) else [str(args)])
+            super().__init__(args, *a, **k)
+
+    def no_torchrun(*a, **k):
+        raise AssertionError("--dry-run started torchrun")
+
+    monkeypatch.setattr(subprocess, "Popen", Spy)
+    monkeypatch.setattr(launch, "run", no_torchrun)
+    counts = {"layout": 0, "pack": 0}
+    by_layout, by_pack = LayoutManifest.model_validate.__func__, PackManifest.model_validate_json.__func__
+    monkeypatch.setattr(LayoutManifest, "model_validate",
+                        classmethod(lambda cls, *a, **k: counts.__setitem__("layout", counts["layout"] + 1)
+                                    or by_layout(cls, *a, **k)))
+    monkeypatch.setattr(PackManifest, "model_validate_json",
+                        classmethod(lambda cls, *a, **k: counts.__setitem__("pack", counts["pack"] + 1)
+                                    or by_pack(cls, *a, **k)))
+    args = ["--layout", str(packed), "--nproc", "2", "--fanouts", "10,5", "--batch-size", str(BS), "--seed",
+            str(SEED), "--memory-budget", "2GiB"]
+    assert main(["train", "--dry-run", "--json", *args]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["io_shape"] == "packed" and doc["cache_policy"] == "static"
+    assert [(r["rank"], r["plan_gpus"]) for r in doc["ranks"]] == [(0, ["gpu0"]), (1, ["gpu1"])]
+    assert all(sum(r["ssd_shares"].values()) == pytest.approx(1.0) for r in doc["ranks"])
+    assert doc["memory"]["budget_bytes"] == 2 << 30 and doc["memory"]["predicted_peak_bytes"] > 0
+    assert {i["name"] for i in doc["memory"]["items"]} >= {"process", "cpu cache", "pack index"}
+    assert counts == {"layout": 1, "pack": 1}  # the launcher opens the layout once too
+    assert main(["train", "--dry-run", *args]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "I/O shape packed (auto)" in out and "rank 1 (local 1): gpu1" in out and "memory budget: 2.00 GiB" in out
+    # neither torchrun nor a rank (`-m torch.distributed.run`, `-m moment.train`) was started
+    assert not [c for c in started if {"torch.distributed.run", "moment.train"} & set(c)], started
+    assert not (packed.parent / (packed.name + ".runs")).exists()  # no run directory either
+    assert main(["train", "--json", *args]) == 2
+    assert "--json goes with --dry-run" in capsys.readouterr().err
