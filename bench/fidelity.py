@@ -116,7 +116,7 @@ def predict(ds, layout: Path, split, disks: dict, a) -> dict:
 
     f = [int(x) for x in a.fanouts.split(",")]
     shared_cache = split.shared_cache and not shm_room(min(split.cpu_rows, ds.num_nodes) * ds.row_bytes)
-    peers = a.nproc > 1 and not shm_room(split.gpu_rows * ds.row_bytes * a.nproc)  # the run's peer tier
+    peers = a.nproc > 1  # the run's peer tier (the exchange needs no shared memory)
     costs, out = {k: [] for k in disks}, {"bytes": 0, "requests": 0, "eval_bytes": 0, "eval_requests": 0, "ssd_rows": 0}
     for r in range(a.nproc):
         tm = TierModel(layout, local_rank=r, local_world_size=a.nproc, cpu_rows=split.cpu_rows,

@@ -134,11 +134,19 @@ class Pipeline:
         blocks = [type(b)(to(b.edge_index), b.num_src, b.num_dst) for b in mb.blocks()]
         return x, y, blocks
 
+    def _finish(self) -> None:
+        """Every batch is completed: the source takes part in the other ranks' last exchanges (a
+        collective source is keyed to each rank's batch sequence, whatever its length)."""
+        t = time.perf_counter()
+        with self.dev.on(self._stream):
+            self.source.finish()
+        self.times.gather_wait += time.perf_counter() - t
+
     def _drain(self, pending) -> None:
         """The consumer stopped early: finish the reads still in flight so the source is clean for reuse."""
         for item in pending:
             with contextlib.suppress(Exception):  # the consumer is already unwinding with its own error
-                self.source.complete(item[2])
+                self.source.cancel(item[2])
 
     # -- drivers
 
@@ -147,6 +155,7 @@ class Pipeline:
         for i in range(start, len(batches)):
             mb = self._sample(sampler, batches[i], key, i)
             yield self._complete(i, mb, self._submit(mb, (tuple(key), i)))
+        self._finish()
 
     def _threaded(self, batches, key, start) -> Iterator[Prepared]:
         stop = threading.Event()
@@ -205,6 +214,7 @@ class Pipeline:
                         if not put(q_ready, self._complete(*pending.popleft())):
                             self._drain(pending)
                             return
+                    self._finish()
                 put(q_ready, item)
             except BaseException as e:  # noqa: BLE001 - re-raised by the consumer
                 self._drain(pending)

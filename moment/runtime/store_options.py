@@ -19,6 +19,7 @@ import torch
 from moment.caching import POLICIES
 from moment.errors import MomentError
 from moment.io.merge import SHAPES
+from moment.runtime.exchange import ExchangeGroup
 
 __all__ = ["Collectives", "Place", "RankPlace", "StoreOptions"]
 
@@ -54,7 +55,7 @@ class Collectives:
     """The process group's calls the store needs; absent (None) in a single process."""
 
     barrier: Callable[[], Any]  # all local ranks wait here (shared segments are made before they are mapped)
-    all_gather: Callable[[Any], list[Any]] | None = None  # every rank's object; None: no peer tier
+    peers: ExchangeGroup | None = None  # the node's ranks, the peer tier's exchange; None: no peer tier
 
 
 @dataclass(frozen=True)

@@ -209,10 +209,11 @@ def store_options(cfg: TrainConfig, split: Split, ctx: DistContext) -> StoreOpti
 
 
 def collectives(cfg: TrainConfig, ctx: DistContext) -> Collectives | None:
-    """The process group's calls under torchrun (all_gather only with the peer tier); None in one process."""
+    """The process group's calls under torchrun (the node's group only with the peer tier); None in one
+    process. Collective: every rank calls it at the same point of start-up."""
     if not ctx.backend:
         return None
-    return Collectives(barrier=ctx.barrier, all_gather=ctx.all_gather_object if cfg.peer_tier else None)
+    return Collectives(barrier=ctx.barrier, peers=ctx.peer_group() if cfg.peer_tier else None)
 
 
 def make_source(cfg: TrainConfig, ds: GraphDataset, ctx: DistContext, split: Split | None = None) -> FeatureSource:
