@@ -4,6 +4,9 @@ layout's own rows, and writes what it saw as JSON.
 
 The ranks have different numbers of batches (rank 1 has more), and each run is two sequences of
 batches, the second through the training pipeline: the exchange must keep the ranks in step anyway.
+After each of the batches both ranks have, the consumer waits for the other rank (`step`), as DDP's
+all-reduce does: a rank that skipped a round because its own batch needed no peer row would leave
+the other waiting in that round while it waits in the barrier.
 
     python -m torch.distributed.run --standalone --nproc-per-node=2 tests/peer_ranks.py LAYOUT OUT DEVICE
 """
@@ -11,6 +14,7 @@ batches, the second through the training pipeline: the exchange must keep the ra
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -19,11 +23,15 @@ import torch
 
 from moment.placement.reader import load_manifest, open_layout
 from moment.runtime.dist import setup
+from moment.runtime.lifetime import die_with_parent
 from moment.runtime.pipeline import Pipeline
 from moment.runtime.ssd_model import TierModel
 from moment.runtime.store import Collectives, RankPlace, StoreOptions, TieredFeatureStore
 from moment.workload.graph import GraphDataset
 from moment.workload.sampler import CSRGraph
+
+
+COMMON = 5  # batches every rank has in the first sequence; 4 in the pipelined one
 
 
 def batches_of(rank: int, n: int) -> list[np.ndarray]:
@@ -32,20 +40,22 @@ def batches_of(rank: int, n: int) -> list[np.ndarray]:
     return [rng.permutation(n)[:900] for _ in range(3)] + [np.arange(n), rng.integers(0, n, 700)] + extra
 
 
-def gather_all(store: TieredFeatureStore, want, seen: dict) -> None:
+def gather_all(store: TieredFeatureStore, want, seen: dict, step) -> None:
     """Submit ahead and complete in order, as the pipeline does; check each batch; finish the sequence."""
     pend = []
-    for b in batches_of(store.rank, store.num_nodes):
-        pend.append((b, store.submit(b)))
+    for i, b in enumerate(batches_of(store.rank, store.num_nodes)):
+        pend.append((i, b, store.submit(b)))
         if len(pend) > store.lookahead:
-            _check(store, *pend.pop(0), want, seen)
-    for b, p in pend:
-        _check(store, b, p, want, seen)
+            _check(store, *pend.pop(0), want, seen, step)
+    for i, b, p in pend:
+        _check(store, i, b, p, want, seen, step)
     store.finish()
 
 
-def _check(store: TieredFeatureStore, b: np.ndarray, p, want, seen: dict) -> None:
+def _check(store: TieredFeatureStore, i: int, b: np.ndarray, p, want, seen: dict, step) -> None:
     got = store.complete(p).cpu()
+    if i < COMMON:
+        step()
     if not torch.equal(got, want(b)):
         raise SystemExit("a gathered row differs from the layout's")
     at = p.peer_pos  # the rows the peer tier served, on their own
@@ -54,7 +64,7 @@ def _check(store: TieredFeatureStore, b: np.ndarray, p, want, seen: dict) -> Non
     seen["peer_rows_checked"] += int(at.size)
 
 
-def through_pipeline(store: TieredFeatureStore, graph: CSRGraph, labels: torch.Tensor, want, device) -> int:
+def through_pipeline(store: TieredFeatureStore, graph: CSRGraph, labels: torch.Tensor, want, device, step) -> int:
     """A second sequence: the training pipeline (threads, lookahead, `finish` at its end), uneven batch counts."""
     rng = np.random.default_rng(100 + store.rank)
     seeds = [torch.from_numpy(rng.permutation(store.num_nodes)[:64]) for _ in range(4 + 2 * store.rank)]
@@ -64,11 +74,14 @@ def through_pipeline(store: TieredFeatureStore, graph: CSRGraph, labels: torch.T
         item.wait()
         if not torch.equal(item.x.cpu(), want(item.batch.n_id.numpy())):
             raise SystemExit("a pipelined batch differs from the layout's rows")
+        if item.index < COMMON - 1:
+            step()
         done += 1
     return done
 
 
 def main() -> int:
+    die_with_parent(os.getppid())  # a hung rank goes down with torchrun (the test kills it on a timeout)
     layout, out, device = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
     ctx = setup(device)  # gloo on CPU, NCCL on CUDA: the runtime's own start-up
     rank, local_rank, world, lws = ctx.rank, ctx.local_rank, ctx.world_size, ctx.local_world_size
@@ -97,7 +110,7 @@ def main() -> int:
                                    Collectives(barrier=ctx.barrier, peers=kw["peers"]))
         try:
             seen = {"peer_rows_checked": 0}
-            gather_all(store, want, seen)
+            gather_all(store, want, seen, ctx.barrier)
             report[name] = {"tiers": store.tier_stats()["rows"], "peer_rows": store.peer_rows,
                             "gpu_rows": store.gpu_rows, "memory": store.memory(),
                             "gpu_bin_rows_read": int(store._rows_by_bin[gpu_shards].sum()),
@@ -107,7 +120,7 @@ def main() -> int:
                                shared_cache=kw["shared_cache"], peers=kw["peers"] is not None)
                 report[name]["model_ssd_rows"] = sum(int(np.isin(b, tm.misses(b)).sum())
                                                      for b in batches_of(rank, n))
-            report[name]["pipelined_batches"] = through_pipeline(store, graph, labels, want, ctx.device)
+            report[name]["pipelined_batches"] = through_pipeline(store, graph, labels, want, ctx.device, ctx.barrier)
             report[name]["rounds"] = store.peers.exchange.rounds if store.peers is not None else 0
             report[name]["received_rows"] = store.tier_stats()["rows"]["peer"]  # both sequences
             report[name]["served_rows"] = store.peers.served_rows if store.peers is not None else 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -29,10 +30,18 @@ def layout(tmp_path_factory):
 def _ranks(layout: Path, out: Path, device: str) -> list[dict]:
     out.mkdir()
     e = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                        str(REPO / "tests" / "peer_ranks.py"), str(layout), str(out), device],
-                       cwd=REPO, env=e, capture_output=True, text=True, timeout=300, check=False)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
+    # its own process group: ranks that hang (out of step) go down with torchrun on the timeout
+    p = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                          str(REPO / "tests" / "peer_ranks.py"), str(layout), str(out), device],
+                         cwd=REPO, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        stdout, stderr = p.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        stdout, stderr = p.communicate()
+        raise AssertionError("the ranks hung for 300 s (out of step?):\n" + stderr[-5000:]) from None
+    assert p.returncode == 0, stdout[-3000:] + stderr[-5000:]
     return [json.loads((out / f"rank{i}.json").read_text()) for i in (0, 1)]
 
 
