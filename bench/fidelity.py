@@ -118,9 +118,10 @@ def predict(ds, layout, plan, disks: dict, a) -> dict:
 
     f = [int(x) for x in a.fanouts.split(",")]
     t = plan.tiers
-    # what the machine allows: the store falls back to per-rank caches, and to no peer tier, without /dev/shm room
+    # what the machine allows: the store falls back to per-rank caches without /dev/shm room (the peer
+    # tier's exchange needs none)
     shared_cache = t.shared_cache and not shm_room(t.cpu_rows * ds.row_bytes)
-    peers = t.peer_tier and not shm_room(plan.memory.gpu_rows * ds.row_bytes * a.nproc)
+    peers = t.peer_tier
     costs, out = {k: [] for k in disks}, {"bytes": 0, "requests": 0, "eval_bytes": 0, "eval_requests": 0, "ssd_rows": 0}
     for r in range(a.nproc):
         mine = plan.store_plan(r)

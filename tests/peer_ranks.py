@@ -1,5 +1,12 @@
-"""One rank of tests/test_peers.py, run under torchrun (gloo): gathers every node through the tiered
-store with and without the peer tier, checks each row against the dataset, writes what it saw as JSON.
+"""One rank of tests/test_peers.py, run under torchrun: gathers nodes through the tiered store with and
+without the peer tier, checks every row (and separately the rows the peer tier served) against the
+layout's own rows, and writes what it saw as JSON.
+
+The ranks have different numbers of batches (rank 1 has more), and each run is two sequences of
+batches, the second through the training pipeline: the exchange must keep the ranks in step anyway.
+After each of the batches both ranks have, the consumer waits for the other rank (`step`), as DDP's
+all-reduce does: a rank that skipped a round because its own batch needed no peer row would leave
+the other waiting in that round while it waits in the barrier.
 
     python -m torch.distributed.run --standalone --nproc-per-node=2 tests/peer_ranks.py LAYOUT OUT DEVICE
 """
@@ -13,82 +20,119 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
-from moment.placement.reader import load_manifest
 from moment.placement.opened import Layout
+from moment.placement.reader import load_manifest, open_layout
+from moment.runtime.dist import setup
+from moment.runtime.lifetime import die_with_parent
+from moment.runtime.pipeline import Pipeline
 from moment.runtime.run_plan import rank_plan
 from moment.runtime.ssd_model import TierModel
 from moment.runtime.store import Collectives, RankPlace, StoreOptions, TieredFeatureStore
+from moment.workload.graph import GraphDataset
+from moment.workload.sampler import CSRGraph
+
+
+COMMON = 5  # batches every rank has in the first sequence; 4 in the pipelined one
 
 
 def batches_of(rank: int, n: int) -> list[np.ndarray]:
     rng = np.random.default_rng(rank)
-    return [rng.permutation(n)[:900] for _ in range(3)] + [np.arange(n), rng.integers(0, n, 700)]
+    extra = [rng.permutation(n)[:300] for _ in range(3 * rank)]  # rank 1: three batches more
+    return [rng.permutation(n)[:900] for _ in range(3)] + [np.arange(n), rng.integers(0, n, 700)] + extra
 
 
-def gather_all(store: TieredFeatureStore, feats: np.ndarray) -> None:
-    batches = batches_of(store.rank, feats.shape[0])
+def gather_all(store: TieredFeatureStore, want, seen: dict, step) -> None:
+    """Submit ahead and complete in order, as the pipeline does; check each batch; finish the sequence."""
     pend = []
-    for b in batches:
-        pend.append((b, store.submit(b)))
+    for i, b in enumerate(batches_of(store.rank, store.num_nodes)):
+        pend.append((i, b, store.submit(b)))
         if len(pend) > store.lookahead:
-            b0, p0 = pend.pop(0)
-            _check(store.complete(p0), feats[b0])
-    for b0, p0 in pend:
-        _check(store.complete(p0), feats[b0])
+            _check(store, *pend.pop(0), want, seen, step)
+    for i, b, p in pend:
+        _check(store, i, b, p, want, seen, step)
+    store.finish()
 
 
-def _check(got: torch.Tensor, want: np.ndarray) -> None:
-    if not torch.equal(got.cpu(), torch.from_numpy(want)):
-        raise SystemExit("a gathered row differs from the dataset's features")
+def _check(store: TieredFeatureStore, i: int, b: np.ndarray, p, want, seen: dict, step) -> None:
+    got = store.complete(p).cpu()
+    if i < COMMON:
+        step()
+    if not torch.equal(got, want(b)):
+        raise SystemExit("a gathered row differs from the layout's")
+    at = p.peer_pos  # the rows the peer tier served, on their own
+    if not torch.equal(got[torch.from_numpy(at)], want(b[at])):
+        raise SystemExit("a row served by the peer tier differs from the layout's")
+    seen["peer_rows_checked"] += int(at.size)
+
+
+def through_pipeline(store: TieredFeatureStore, graph: CSRGraph, labels: torch.Tensor, want, device, step) -> int:
+    """A second sequence: the training pipeline (threads, lookahead, `finish` at its end), uneven batch counts."""
+    rng = np.random.default_rng(100 + store.rank)
+    seeds = [torch.from_numpy(rng.permutation(store.num_nodes)[:64]) for _ in range(4 + 2 * store.rank)]
+    pipe = Pipeline(graph, [5, 3], store, labels, device)
+    done = 0
+    for item in pipe.run(seeds, (7, 0, store.rank)):
+        item.wait()
+        if not torch.equal(item.x.cpu(), want(item.batch.n_id.numpy())):
+            raise SystemExit("a pipelined batch differs from the layout's rows")
+        if item.index < COMMON - 1:
+            step()
+        done += 1
+    return done
 
 
 def main() -> int:
+    die_with_parent(os.getppid())  # a hung rank goes down with torchrun (the test kills it on a timeout)
     layout, out, device = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
-    dist.init_process_group("gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
-    local_rank, lws = int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
-    if device == "cuda":  # one device per rank where there are enough, else both ranks on one (IPC still maps)
-        device = f"cuda:{local_rank % torch.cuda.device_count()}"
-        torch.cuda.set_device(torch.device(device))
+    ctx = setup(device)  # gloo on CPU, NCCL on CUDA: the runtime's own start-up
+    rank, local_rank, world, lws = ctx.rank, ctx.local_rank, ctx.world_size, ctx.local_world_size
     m = load_manifest(layout)
-    feats = np.load(Path(m.dataset.features_path))
+    rows = open_layout(layout)
+    dtype = torch.from_numpy(np.zeros(1, m.dataset.dtype)).dtype
+
+    def want(ids: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(rows.rows(ids)).view(dtype).reshape(len(ids), *m.dataset.row_shape)
+
+    ds = GraphDataset.open(Path(m.dataset.features_path).parent)
+    graph, labels = CSRGraph.from_dataset(ds), torch.from_numpy(np.array(ds.labels))
     gpu_shards = [i for i, s in enumerate(m.shards) if s.kind == "gpu"]
-
-    def all_gather(obj):
-        got = [None] * world
-        dist.all_gather_object(got, obj)
-        return got
-
+    group = ctx.peer_group()  # every rank makes it at start-up, once
     report = {}
     n = m.dataset.num_nodes
-    runs = {"peers_shared": dict(policy="static", shared_cache=True, all_gather=all_gather),
-            "peers_lru": dict(policy="lru", shared_cache=False, all_gather=all_gather),
-            "no_peers": dict(policy="static", shared_cache=False, all_gather=None)}
+    runs = {"peers_shared": dict(policy="static", shared_cache=True, peers=group),
+            "peers_lru": dict(policy="lru", shared_cache=False, peers=group),
+            "no_peers": dict(policy="static", shared_cache=False, peers=None),
+            # rank 1's GPU tier is empty: rank 0 never needs a peer's row, yet serves rank 1 every batch
+            "one_sided": dict(policy="lru", shared_cache=False, peers=group, gpu_rows=0 if rank == 1 else None)}
     for name, kw in runs.items():
-        store = TieredFeatureStore(layout, RankPlace(rank, local_rank, world, lws, device),
+        store = TieredFeatureStore(layout, RankPlace(rank, local_rank, world, lws, ctx.device),
                                    StoreOptions(cpu_rows=n // 40, buffer_bytes=1 << 20, policy=kw["policy"],
-                                                shared_cache=kw["shared_cache"]),
-                                   Collectives(barrier=dist.barrier, all_gather=kw["all_gather"]))
+                                                shared_cache=kw["shared_cache"], gpu_rows=kw.get("gpu_rows")),
+                                   Collectives(barrier=ctx.barrier, peers=kw["peers"]))
         try:
-            gather_all(store, feats)
+            seen = {"peer_rows_checked": 0}
+            gather_all(store, want, seen, ctx.barrier)
             report[name] = {"tiers": store.tier_stats()["rows"], "peer_rows": store.peer_rows,
                             "gpu_rows": store.gpu_rows, "memory": store.memory(),
                             "gpu_bin_rows_read": int(store._rows_by_bin[gpu_shards].sum()),
-                            "cache_rows": store.cache.capacity}
+                            "cache_rows": store.cache.capacity, **seen}
             if kw["policy"] == "static":  # the read prediction (bench/fidelity.py) knows the peer tier
                 opened = Layout.open(layout)
                 peers = ([rank_plan(opened, r, r, lws, None) for r in range(lws) if r != local_rank]
-                         if kw["all_gather"] is not None else [])
+                         if kw["peers"] is not None else [])
                 tm = TierModel(opened, store.plan, peers=peers)
                 report[name]["model_ssd_rows"] = sum(int(np.isin(b, tm.misses(b)).sum())
                                                      for b in batches_of(rank, n))
+            report[name]["pipelined_batches"] = through_pipeline(store, graph, labels, want, ctx.device, ctx.barrier)
+            report[name]["rounds"] = store.peers.exchange.rounds if store.peers is not None else 0
+            report[name]["received_rows"] = store.tier_stats()["rows"]["peer"]  # both sequences
+            report[name]["served_rows"] = store.peers.served_rows if store.peers is not None else 0
         finally:
             store.close()
-        dist.barrier()
+        ctx.barrier()
     (out / f"rank{rank}.json").write_text(json.dumps(report))
-    dist.destroy_process_group()
+    ctx.close()
     return 0
 
 

@@ -265,20 +265,6 @@ def test_device_staging_cpu(shards):
             DeviceStaging(16, "cuda")
 
 
-def test_staging_ring_alternates_and_grows():
-    torch = pytest.importorskip("torch")
-    from moment.io.device import StagingRing
-
-    ring = StagingRing("cpu", slots=2)
-    a, b = ring.take(100), ring.take(100)
-    assert a is not b and ring.take(100) is a and ring.take(10) is b
-    big = ring.take(3 << 20)  # larger than slot 0: replaced by a bigger buffer, 25% spare
-    assert big is not a and big.host.numel() >= 3 << 20 and ring.bufs[0] is big
-    big.array[:5] = np.arange(5, dtype=np.uint8)
-    assert torch.equal(big.to_device(5), torch.arange(5, dtype=torch.uint8))
-    assert ring.nbytes() == big.host.numel() + b.host.numel()
-
-
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_close_with_reads_in_flight(shards, backend):
     rng = np.random.default_rng(4)

@@ -1,10 +1,12 @@
-"""The peer tier under torchrun (2 ranks, gloo): rows on the other rank's GPU tier come from its memory
-(a shared segment on CPU, CUDA IPC on GPUs), bit-exact, and are no longer read from the layout."""
+"""The peer tier under torchrun (2 ranks): rows on the other rank's GPU tier come from it through the
+collective exchange (gloo on CPU, NCCL on GPUs: the same code), bit-exact against the layout, and are
+no longer read from the layout; the ranks stay in step when their numbers of batches differ."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -28,20 +30,34 @@ def layout(tmp_path_factory):
 def _ranks(layout: Path, out: Path, device: str) -> list[dict]:
     out.mkdir()
     e = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                        str(REPO / "tests" / "peer_ranks.py"), str(layout), str(out), device],
-                       cwd=REPO, env=e, capture_output=True, text=True, timeout=300, check=False)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
+    # its own process group: ranks that hang (out of step) go down with torchrun on the timeout
+    p = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                          str(REPO / "tests" / "peer_ranks.py"), str(layout), str(out), device],
+                         cwd=REPO, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        stdout, stderr = p.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        stdout, stderr = p.communicate()
+        raise AssertionError("the ranks hung for 300 s (out of step?):\n" + stderr[-5000:]) from None
+    assert p.returncode == 0, stdout[-3000:] + stderr[-5000:]
     return [json.loads((out / f"rank{i}.json").read_text()) for i in (0, 1)]
 
 
 def _check(reports: list[dict]) -> None:
-    for rep in reports:
+    for rank, rep in enumerate(reports):
+        other = reports[1 - rank]
         for name in ("peers_shared", "peers_lru"):
             run = rep[name]
             assert run["peer_rows"] > 0 and run["tiers"]["peer"] > 0, (name, run)
+            assert run["peer_rows_checked"] == run["tiers"]["peer"], (name, run)  # each one checked
             assert run["gpu_bin_rows_read"] == 0, (name, run)  # no GPU-bin row read from the layout
-            assert run["memory"]["gpu_cache"] == run["gpu_rows"] * 128  # own tier only: peers are mapped
+            assert run["memory"]["gpu_cache"] == run["gpu_rows"] * 128  # own tier only
+            # what this rank received, the other served (the pipelined sequence included)
+            assert other[name]["served_rows"] == run["received_rows"] > run["tiers"]["peer"], (name, run, other[name])
+            assert run["rounds"] == other[name]["rounds"], (name, run["rounds"], other[name]["rounds"])
+            assert run["pipelined_batches"] == 4 + 2 * rank
         alone = rep["no_peers"]
         for name in ("peers_shared", "no_peers"):  # the SSD-read model serves the same rows from the tiers
             assert rep[name]["model_ssd_rows"] == rep[name]["tiers"]["ssd"], (name, rep[name])
@@ -49,19 +65,20 @@ def _check(reports: list[dict]) -> None:
         # with peers the shared cache leaves out every GPU tier of the node, not only the rows no GPU holds
         assert rep["peers_shared"]["cache_rows"] == alone["cache_rows"]
         assert rep["peers_shared"]["tiers"]["ssd"] < alone["tiers"]["ssd"]
+    # only rank 1 asks (rank 1's tier is empty), and rank 0 took part in every one of its rounds
+    zero, one = reports[0]["one_sided"], reports[1]["one_sided"]
+    assert zero["peer_rows"] == zero["received_rows"] == 0 and zero["served_rows"] == one["received_rows"] > 0
+    assert one["gpu_rows"] == 0 and one["peer_rows"] > 0 and zero["rounds"] == one["rounds"]
     # the two ranks sized the shared cache alike
     assert reports[0]["peers_shared"]["cache_rows"] == reports[1]["peers_shared"]["cache_rows"]
 
 
-def test_two_ranks_on_cpu_copy_peer_rows_from_shared_segments(layout, tmp_path):
-    if why := hostcache.shm_room(8 << 20):
+def test_two_gloo_ranks_exchange_peer_rows_bit_exact(layout, tmp_path):
+    if why := hostcache.shm_room(8 << 20):  # the static policy's shared CPU cache (not the peer tier)
         pytest.skip(why)
     _check(_ranks(layout, tmp_path / "cpu", "cpu"))
-    assert not list(hostcache.SHM.glob(hostcache.PREFIX + "*-gpu*"))  # every segment unlinked
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (the CUDA IPC path of the peer tier)")
-def test_two_ranks_on_cuda_copy_peer_rows_device_to_device(layout, tmp_path):
-    """Runs with one GPU too: two processes on one device still map each other's memory through CUDA IPC
-    (with two or more GPUs each rank has its own device and the copy is peer to peer)."""
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs (NCCL runs one rank per GPU)")
+def test_two_nccl_ranks_exchange_peer_rows_bit_exact(layout, tmp_path):
     _check(_ranks(layout, tmp_path / "cuda", "cuda"))

@@ -113,7 +113,7 @@ class TrainConfig(BaseModel):
         "largest merged SSD read (default: 128 KiB for rows, 1 MiB for block)", metavar="BYTES")] = None
     peer_tier: Annotated[bool, Flag(
         "read the rows of other local GPUs' cache bins from the layout's files instead of copying them from "
-        "those GPUs' memory (the peer tier: device to device on CUDA, a shared segment on CPU runs)",
+        "those GPUs' memory (the peer tier: a collective exchange per batch, NCCL on GPUs, gloo on CPU runs)",
         name="--no-peer-tier", action="store_false")] = True
     direct: Annotated[bool, Flag("read shards through the page cache", name="--buffered",
                                  action="store_false")] = True

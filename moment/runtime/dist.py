@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -18,6 +18,7 @@ import torch.distributed as dist
 
 from moment.errors import MomentError
 from moment.runtime.devices import RankDevice, assign, check_local_ranks, cuda_pci_addresses
+from moment.runtime.exchange import ExchangeGroup
 
 
 class AgreedError(MomentError):
@@ -38,6 +39,7 @@ class DistContext:
     device: torch.device
     backend: str | None  # None: single process, no process group
     serves: RankDevice | None = None  # the plan GPUs this rank serves and how its device was chosen
+    groups: list[ExchangeGroup] = field(default_factory=list, repr=False)  # made by peer_group, released at close
 
     @property
     def is_main(self) -> bool:
@@ -66,6 +68,19 @@ class DistContext:
         dist.all_gather_object(out, obj)
         return out
 
+    def peer_group(self) -> ExchangeGroup | None:
+        """The ranks of this node (node = rank // local_world_size, as torchrun numbers them) as their own
+        process group, for the peer tier's exchange; None without a process group or peers. Collective:
+        every rank of the world calls it (each makes every node's group), at the same point of start-up."""
+        if not self.backend or self.local_world_size < 2:
+            return None
+        lws = self.local_world_size
+        nodes = [list(range(a, min(a + lws, self.world_size))) for a in range(0, self.world_size, lws)]
+        mine, _ = dist.new_subgroups_by_enumeration(nodes)
+        dev = self.device if self.backend == "nccl" else torch.device("cpu")
+        self.groups.append(ExchangeGroup(mine, tuple(nodes[self.rank // lws]), self.rank, dev))
+        return self.groups[-1]
+
     def on_main(self, fn: Callable[[], Any]) -> None:
         """Run `fn` on rank 0 only (a write); its MomentError is raised on every rank as an AgreedError, so
         no rank is left waiting for one that stopped (and seeing only a lost connection)."""
@@ -80,6 +95,8 @@ class DistContext:
             raise AgreedError(err)
 
     def close(self) -> None:
+        for g in self.groups:
+            g.release()
         if self.backend and dist.is_initialized():
             dist.destroy_process_group()
 

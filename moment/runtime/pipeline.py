@@ -4,7 +4,8 @@ Why threads (Moment §3.1, Hyperion Fig. 6): the stages use different resources 
 the SSDs through the rank's I/O stack, which waits without the GIL; training: the GPU, or torch's
 GIL-free kernels on CPU), so overlapping them makes the slowest stage set the pace. Bounded queues
 between the stages keep memory flat. On CUDA the gather thread copies to the device on its own stream
-and the trainer waits on an event, so copies overlap kernels too.
+and the trainer waits on an event (`Prepared.wait`, through moment.io.device), so copies overlap kernels
+too; on CPU the same calls are no-ops.
 
 Determinism: batches come out in the order given, and batch i is sampled with a generator seeded
 from (key, i) — never from a shared stream — so thread timing cannot change any result.
@@ -23,6 +24,7 @@ from dataclasses import dataclass, fields
 
 import torch
 
+from moment.io.device import DeviceLayer
 from moment.runtime.sources import FeatureSource
 from moment.workload.sampler import CSRGraph, MiniBatch, NeighborSampler
 from moment.workload.seeds import mix
@@ -61,10 +63,14 @@ class Prepared:
     y: torch.Tensor
     blocks: list
     ready: object | None = None  # CUDA event the consumer waits on
+    dev: DeviceLayer | None = None
 
     def wait(self) -> None:
-        if self.ready is not None:
-            torch.cuda.current_stream().wait_event(self.ready)
+        """Call before using the batch, on the stream that uses it: it waits for the batch's copies and
+        records that stream on its tensors (they were made on the pipeline's stream; without the record
+        the allocator could give their memory to the next batch while this one's kernels still read it)."""
+        if self.dev is not None:
+            self.dev.consume(self.ready, self.x, self.y, *(b.edge_index for b in self.blocks))
 
 
 class Pipeline:
@@ -86,7 +92,8 @@ class Pipeline:
         self.labels, self.device = labels, torch.device(device)
         self.depth, self.pipelined = max(1, depth), pipelined
         self.times = StageTimes()
-        self._stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        self.dev = DeviceLayer(self.device)
+        self._stream = self.dev.new_stream()
 
     def run(self, batches: Sequence[torch.Tensor], key: Sequence[int], start: int = 0) -> Iterator[Prepared]:
         t0 = time.perf_counter()
@@ -120,32 +127,32 @@ class Pipeline:
 
     def _complete(self, i: int, mb: MiniBatch, pending) -> Prepared:
         t = time.perf_counter()
-        ev = None
-        if self._stream is not None:
-            with torch.cuda.stream(self._stream):
-                x, y, blocks = self._assemble(mb, pending)
-                ev = torch.cuda.Event()
-                ev.record(self._stream)
-        else:
+        with self.dev.on(self._stream):
             x, y, blocks = self._assemble(mb, pending)
+            ev = self.dev.event(self._stream)
         self.times.gather_wait += time.perf_counter() - t
-        return Prepared(i, mb, x, y, blocks, ev)
+        return Prepared(i, mb, x, y, blocks, ev, self.dev)
 
     def _assemble(self, mb: MiniBatch, pending):
-        x = self.source.complete(pending)
-        y = self.labels[mb.seeds].to(torch.int64)
-        blocks = mb.blocks()
-        if self.device.type != "cpu":
-            x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
-            blocks = [type(b)(b.edge_index.to(self.device, non_blocking=True), b.num_src, b.num_dst)
-                      for b in blocks]
+        to = self.dev.to_device
+        x = to(self.source.complete(pending))
+        y = to(self.labels[mb.seeds].to(torch.int64))
+        blocks = [type(b)(to(b.edge_index), b.num_src, b.num_dst) for b in mb.blocks()]
         return x, y, blocks
+
+    def _finish(self) -> None:
+        """Every batch is completed: the source takes part in the other ranks' last exchanges (a
+        collective source is keyed to each rank's batch sequence, whatever its length)."""
+        t = time.perf_counter()
+        with self.dev.on(self._stream):
+            self.source.finish()
+        self.times.gather_wait += time.perf_counter() - t
 
     def _drain(self, pending) -> None:
         """The consumer stopped early: finish the reads still in flight so the source is clean for reuse."""
         for item in pending:
             with contextlib.suppress(Exception):  # the consumer is already unwinding with its own error
-                self.source.complete(item[2])
+                self.source.cancel(item[2])
 
     # -- drivers
 
@@ -154,6 +161,7 @@ class Pipeline:
         for i in range(start, len(batches)):
             mb = self._sample(sampler, batches[i], key, i)
             yield self._complete(i, mb, self._submit(mb, (tuple(key), i)))
+        self._finish()
 
     def _threaded(self, batches, key, start) -> Iterator[Prepared]:
         stop = threading.Event()
@@ -212,6 +220,7 @@ class Pipeline:
                         if not put(q_ready, self._complete(*pending.popleft())):
                             self._drain(pending)
                             return
+                    self._finish()
                 put(q_ready, item)
             except BaseException as e:  # noqa: BLE001 - re-raised by the consumer
                 self._drain(pending)

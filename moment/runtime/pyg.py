@@ -2,6 +2,9 @@
 
 It reads through the same `submit`/`complete` calls the training pipeline uses, so a PyG user's
 `store["node", "x", idx]` takes exactly the path a training batch takes (tiers, checksums, I/O shape).
+Under torchrun with the tiered store's peer tier, each lookup is a round of the ranks' collective
+exchange: every rank makes its lookups and then calls `source.finish()` (as the pipeline does after
+each epoch), or all make as many.
 """
 
 from __future__ import annotations

@@ -250,7 +250,7 @@ def resolve_run(config: TrainConfig, layout: Layout, *, world_size: int, local_w
                            shape=shape, superbatch=superbatch, buffer_bytes=split.buffer_bytes,
                            merge_gap=cfg.io_merge_gap, max_request=cfg.io_max_request, shared_cache=split.shared_cache,
                            pack_seed=cfg.seed)
-    tiers = tier_plan(layout, options, shared_cache=split.shared_cache, peer_tier=cfg.peer_tier and world_size > 1)
+    tiers = tier_plan(layout, options, shared_cache=split.shared_cache, peer_tier=cfg.peer_tier and lws > 1)
     ranks = tuple(rank_plan(layout, r, r % lws, lws, gpu_cap) for r in range(world_size))
     return RunPlan(layout=str(layout.path), world_size=world_size, local_world_size=lws, device=device,
                    io_shape=shape, io_shape_requested=cfg.io_shape, pack=pack, cache_policy=cfg.cache_policy,
@@ -338,7 +338,7 @@ def plan_store(layout: Layout, where: Place, options: StoreOptions, collectives:
     lws = local_world_size(where)
     shared = options.shared_cache if options.shared_cache is not None else (
         shared_by_local_ranks(options.policy, lws) and collectives is not None)
-    peers = collectives is not None and collectives.all_gather is not None
+    peers = collectives is not None and collectives.peers is not None
     return StorePlan(tiers=tier_plan(layout, options, shared_cache=bool(shared), peer_tier=peers),
                      rank=rank_plan(layout, where.rank, where.local_rank, lws, options.gpu_rows),
                      world_size=where.world_size, local_world_size=lws)

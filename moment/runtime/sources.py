@@ -1,7 +1,8 @@
 """Feature sources the pipeline can train from: the tiered store, and the two baselines.
 
 All three speak the same small protocol (`submit(ids, tag=None) -> pending`, `complete(pending) -> Tensor`,
-`tier_stats()`, `epoch_start(epoch)`, `close()`), so a run differs only in where features come from:
+`cancel(pending)`, `finish()`, `tier_stats()`, `epoch_start(epoch)`, `close()`), so a run differs only in
+where features come from:
 
 * `InMemoryFeatures` — the dataset's whole feature matrix in RAM: the correctness reference.
 * `MemmapFeatures`   — `np.load(mmap_mode="r")` of features.npy, indexed per batch: what PyG users do
@@ -32,6 +33,14 @@ class FeatureSource(Protocol):
         """`tag` names the batch ((sampling key), index) so a source may use what was prepared for it."""
 
     def complete(self, pending: Any) -> torch.Tensor: ...
+
+    def cancel(self, pending: Any) -> None:
+        """Drop a submitted batch whose rows are no longer wanted (the consumer stopped early)."""
+
+    def finish(self) -> None:
+        """The caller has completed the last batch of a sequence (an epoch, an evaluation). A source that
+        exchanges rows with other ranks (the tiered store's peer tier) serves their remaining batches
+        here: every rank calls it at the end of each sequence, whatever its own number of batches."""
 
     def tier_stats(self) -> dict[str, Any]: ...
 
@@ -64,10 +73,16 @@ class _Plain:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
             x = torch.from_numpy(np.ascontiguousarray(self.array[ids]))
-        return x.to(self.device) if self.device.type != "cpu" else x
+        return x.to(self.device)
 
     def gather(self, node_ids) -> torch.Tensor:
         return self.complete(self.submit(node_ids))
+
+    def cancel(self, ids: np.ndarray) -> None:
+        pass
+
+    def finish(self) -> None:
+        pass
 
     def tier_stats(self) -> dict[str, Any]:
         return {"rows": {self.tier: self.rows}, "bytes": {self.tier: self.rows * self.row_bytes},

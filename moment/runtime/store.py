@@ -11,10 +11,12 @@ Tiers, per rank (`index.npy` maps node -> (bin, slot); every bin, cache bins inc
   layout's GPU bins belongs to local rank j % local_world_size), loaded into a tensor on `device`; on
   CPU runs it stands in for device memory and is capped by `gpu_rows` (the budget's grant), hottest
   rows first.
-* ``peer`` — rows on the GPU tier of another rank of the same node (moment.runtime.peers): mapped
-  through CUDA IPC and copied device to device (P2P where enabled), or on CPU runs from the owner's
-  shared-memory segment; never read from the layout, never a CPU-cache candidate. Needs the process
-  group (`Collectives` with `all_gather` and `barrier`); `moment train --no-peer-tier` goes without.
+* ``peer`` — rows on the GPU tier of another rank of the same node (moment.runtime.peers): fetched
+  from their owner by a collective exchange per batch (NCCL device to device on GPUs, gloo on CPU);
+  never read from the layout, never a CPU-cache candidate. Needs the node's group (`Collectives.peers`,
+  made by `DistContext.peer_group`); `moment train --no-peer-tier` goes without. With it, every rank
+  completes its batches in rounds with the others: call `finish()` after the last batch of each
+  sequence (the pipeline does), or have every rank complete as many batches.
 * ``cpu`` — `HostCache`: `cpu_rows` rows in memory the runtime owns, managed by a cache policy from
   `moment.caching` (the same objects the simulator replays): ``static`` (the hottest rows by the
   layout's pre-sampled hotness order; one shared segment for all local ranks), ``lru``, or
@@ -37,7 +39,7 @@ Construct it as ``TieredFeatureStore(layout, where, options, collectives)`` (mom
 or the launcher's `DistContext`), `options` this rank's part of a training run's plan
 (`RunPlan.store_plan(rank)`, moment.runtime.run_plan) or a `StoreOptions` (the option names above are
 its fields), resolved by the same rules (`plan_store`); `collectives` the process group's barrier and
-all_gather (None: one process, no peer tier, no shared cache). `StoreOptions(verify=True)` checks each
+the peer tier's group (None: one process, no peer tier, no shared cache). `StoreOptions(verify=True)` checks each
 shard chunk (manifest `chunk_sha256`) the first time a read touches it.
 PyG code reads it through `moment.runtime.pyg.PygFeatureStore(store)`, on the same submit/complete path.
 """
@@ -62,11 +64,11 @@ from moment.placement.manifest import Shard
 from moment.placement.opened import Layout
 from moment.placement.pack import open_pack, pack_path
 from moment.placement.reader import shard_path
-from moment.io.device import StagingRing
+from moment.io.device import DeviceLayer, StagingRing
 from moment.io.merge import SHAPES
 from moment.runtime.gather import BufferPool, Job, Reader
 from moment.runtime.hostcache import HostCache, shm_room
-from moment.runtime.peers import Group, TierMap, share
+from moment.runtime.peers import TierMap, open_peers
 from moment.runtime.run_plan import StorePlan, TierPlan, plan_store
 from moment.runtime.store_options import Collectives, Place, RankPlace, StoreOptions
 from moment.sizes import parse_size
@@ -166,7 +168,6 @@ class TieredFeatureStore:
         t = plan.tiers
         rank, local_rank = where.rank, where.local_rank
         barrier = collectives.barrier if collectives is not None else None
-        all_gather = collectives.all_gather if collectives is not None else None
         self.path = lay.path
         self.manifest = m = lay.manifest
         self.rank, self.local_rank, self.world_size = rank, local_rank, where.world_size
@@ -187,8 +188,8 @@ class TieredFeatureStore:
         self._stride = np.array([s.stride for s in m.shards], dtype=np.int64)
         self._verified: dict[int, np.ndarray] = {}
         self._rows_by_bin = np.zeros(nb, dtype=np.int64)  # distinct rows each job read, by home bin
-        # on CUDA, rows are assembled in pinned buffers and copied on a side stream
-        self._staging = StagingRing(self.device) if self.device.type == "cuda" else None
+        # rows are assembled in host buffers (pinned on CUDA, and copied to the device on a side stream)
+        self._staging = StagingRing(DeviceLayer(self.device))
 
         # gpu tier: this rank's GPU bins, hottest rows first, as the plan carved them (run_plan.carve_gpu)
         own = [g.shard for g in plan.rank.gpu_bins]
@@ -199,18 +200,17 @@ class TieredFeatureStore:
         for g in plan.rank.gpu_bins:
             self._gpu_base[g.shard], self._gpu_limit[g.shard] = at, g.rows
             at += g.rows
-
-        def fill_gpu(rows: np.ndarray) -> None:
-            for b in own:
-                k, a = int(self._gpu_limit[b]), int(self._gpu_base[b])
-                if k:
-                    rows[a:a + k] = self._read_file_rows(b, k)
-
-        # peer tier: the GPU tiers of this node's other ranks, mapped (moment.runtime.peers)
-        group = (Group(rank, local_rank, self.local_world_size, all_gather, barrier, self._run_key("peer"))
-                 if all_gather is not None and barrier is not None else None)
-        self._gpu, self.peers, self._gpu_segment = share(TierMap(self._gpu_base, self._gpu_limit), rb,
-                                                          self.device, fill_gpu, group)
+        gpu = np.empty((at, rb), np.uint8)
+        for b in own:
+            k, a = int(self._gpu_limit[b]), int(self._gpu_base[b])
+            if k:
+                gpu[a:a + k] = self._read_file_rows(b, k)
+        self._gpu = torch.from_numpy(gpu).to(self.device)
+        del gpu
+        # peer tier: the GPU tiers of this node's other ranks, through the exchange (moment.runtime.peers)
+        group = collectives.peers if collectives is not None else None
+        self.peers = (open_peers(TierMap(self._gpu_base, self._gpu_limit), self._gpu, group)
+                      if group is not None else None)
         self.gpu_rows = int(self._gpu.shape[0])
         self.peer_rows = self.peers.rows if self.peers is not None else 0
 
@@ -342,7 +342,7 @@ class TieredFeatureStore:
 
     def memory(self) -> dict[str, int]:
         """Bytes this rank holds, by item (the shared cache counted here in full). The peers' GPU tiers are
-        mapped, not copied: their owners count them, this rank holds no byte of them."""
+        their owners': this rank holds only the rows of the batch in flight that they sent."""
         return {"gpu_cache": int(self._gpu.nelement()), "cpu_cache": self.cache.nbytes,
                 "index": self.index_bytes, "slot_map": self.slots.memory_bytes(),
                 "pack_index": self.segments.memory_bytes if self.segments is not None else 0,
@@ -455,14 +455,28 @@ class TieredFeatureStore:
                 done[todo] = True
 
     def complete(self, p: Pending) -> torch.Tensor:
-        """Wait for the reads of `p`; the rows as a tensor [n, *row_shape] on `device`."""
+        """Wait for the reads of `p`; the rows as a tensor [n, *row_shape] on `device`. With a peer tier,
+        one round of the exchange with the node's other ranks (they complete in step; see `finish`)."""
+        stage = self._staging.take(p.n * self.row_bytes)  # pinned on CUDA: the copy below is asynchronous
+        self._to_host(p, stage.array[: p.n * self.row_bytes].reshape(p.n, self.row_bytes))
+        c = self.counters
+        for name, k in (("gpu", p.gpu_pos.size), ("peer", p.peer_pos.size), ("cpu", p.hit_pos.size),
+                        ("ssd", p.miss_pos.size)):
+            c.rows[name] += int(k)
+            c.bytes[name] += int(k) * self.row_bytes
+        out = stage.to_device(p.n * self.row_bytes).view(p.n, self.row_bytes)
+        if p.gpu_pos.size:
+            out[torch.from_numpy(p.gpu_pos).to(out.device)] = self._gpu[torch.from_numpy(p.gpu_idx).to(self._gpu.device)]
+        if self.peers is not None:  # a round for every batch, whether or not it needs a peer's rows
+            self.peers.gather(p.peer_owner, p.peer_idx, out, p.peer_pos)
+        if p.n == 0:
+            return torch.empty((0, *self.row_shape), dtype=_torch_dtype(self.dtype), device=out.device)
+        return out.view(_torch_dtype(self.dtype)).reshape(p.n, *self.row_shape)
+
+    def _to_host(self, p: Pending, host: np.ndarray) -> None:
+        """The rows of `p` that the CPU cache and the reads serve, into `host`; the admissions they make."""
         if not p.sb.closed:
             self.flush()
-        stage = self._staging.take(p.n * self.row_bytes) if self._staging is not None else None
-        if stage is not None:  # pinned, so the copy below is asynchronous (side stream)
-            host = stage.array[: p.n * self.row_bytes].reshape(p.n, self.row_bytes)
-        else:
-            host = np.empty((p.n, self.row_bytes), dtype=np.uint8)
         c = self.counters
         if p.hit_pos.size:
             host[p.hit_pos] = self.cache.rows[p.hit_slot]
@@ -476,25 +490,17 @@ class TieredFeatureStore:
         if p.admit_pos is not None:
             self.cache.rows[p.admit_slot] = host[p.admit_pos]
             c.admitted += int(p.admit_pos.shape[0])
-        if p.peer_pos.size and self.device.type == "cpu":  # mapped segments: straight into the batch
-            self.peers.gather(p.peer_owner, p.peer_idx, host, p.peer_pos)
-        for name, k in (("gpu", p.gpu_pos.size), ("peer", p.peer_pos.size), ("cpu", p.hit_pos.size),
-                        ("ssd", p.miss_pos.size)):
-            c.rows[name] += int(k)
-            c.bytes[name] += int(k) * self.row_bytes
-        if stage is not None:
-            out = stage.to_device(p.n * self.row_bytes).view(p.n, self.row_bytes)
-        else:
-            out = torch.from_numpy(host)
-            if self.device.type != "cpu":
-                out = out.to(self.device, non_blocking=False)
-        if p.gpu_pos.size:
-            out[torch.from_numpy(p.gpu_pos).to(out.device)] = self._gpu[torch.from_numpy(p.gpu_idx).to(self._gpu.device)]
-        if p.peer_pos.size and self.device.type != "cpu":  # device to device, one gather per peer
-            self.peers.gather(p.peer_owner, p.peer_idx, out, p.peer_pos)
-        if p.n == 0:
-            return torch.empty((0, *self.row_shape), dtype=_torch_dtype(self.dtype), device=out.device)
-        return out.view(_torch_dtype(self.dtype)).reshape(p.n, *self.row_shape)
+
+    def cancel(self, p: Pending) -> None:
+        """Drop `p` unread by the caller (it stopped early): its reads are waited for and its admissions to
+        the CPU cache made, so the store stays consistent; no exchange round."""
+        self._to_host(p, np.empty((p.n, self.row_bytes), dtype=np.uint8))
+
+    def finish(self) -> None:
+        """The last batch of a sequence is completed: with a peer tier, serve the node's other ranks until
+        they have completed theirs (collective; every rank calls it at the end of each sequence)."""
+        if self.peers is not None:
+            self.peers.finish()
 
     def gather(self, node_ids) -> torch.Tensor:
         return self.complete(self.submit(node_ids))
@@ -525,10 +531,6 @@ class TieredFeatureStore:
             self.cache.close()
         if getattr(self, "peers", None) is not None:
             self.peers.close()
-        if getattr(self, "_gpu_segment", None) is not None:
-            self._gpu = torch.empty((0, self.row_bytes), dtype=torch.uint8)
-            self._gpu_segment.close()
-            self._gpu_segment = None
 
     def __del__(self) -> None:
         if getattr(self, "reader", None) is not None:

@@ -22,6 +22,8 @@ from moment.runtime.gather import WINDOW
 if TYPE_CHECKING:  # no torch at run time: the run plan (moment.runtime.run_plan) resolves these without it
     import torch
 
+    from moment.runtime.exchange import ExchangeGroup
+
 __all__ = ["Collectives", "Place", "RankPlace", "StoreOptions"]
 
 
@@ -56,7 +58,7 @@ class Collectives:
     """The process group's calls the store needs; absent (None) in a single process."""
 
     barrier: Callable[[], Any]  # all local ranks wait here (shared segments are made before they are mapped)
-    all_gather: Callable[[Any], list[Any]] | None = None  # every rank's object; None: no peer tier
+    peers: ExchangeGroup | None = None  # the node's ranks, the peer tier's exchange; None: no peer tier
 
 
 @dataclass(frozen=True)

@@ -182,10 +182,11 @@ def agent_bytes() -> int:
 
 
 def collectives(cfg: TrainConfig, ctx: DistContext) -> Collectives | None:
-    """The process group's calls under torchrun (all_gather only with the peer tier); None in one process."""
+    """The process group's calls under torchrun (the node's group only with the peer tier); None in one
+    process. Collective: every rank calls it at the same point of start-up."""
     if not ctx.backend:
         return None
-    return Collectives(barrier=ctx.barrier, all_gather=ctx.all_gather_object if cfg.peer_tier else None)
+    return Collectives(barrier=ctx.barrier, peers=ctx.peer_group() if cfg.peer_tier else None)
 
 
 def make_source(cfg: TrainConfig, ds: GraphDataset, ctx: DistContext, layout: Layout | None = None,

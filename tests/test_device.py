@@ -1,0 +1,133 @@
+"""The device layer (moment.io.device): its CUDA side where CUDA exists, and the same calls as no-ops on CPU.
+
+The CUDA tests check the stream rules the runtime depends on and no CPU run can see: a batch made on the
+pipeline's stream and used on the trainer's must not have its memory handed out again while the trainer's
+kernels still read it (`Prepared.wait` records the consumer's stream), and a staging buffer is refilled
+only after its copy to the device is done.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from moment.errors import MomentError
+from moment.io.device import DeviceLayer, DeviceStaging, StagingRing
+from moment.runtime.pipeline import Prepared
+from moment.workload.sampler import Block
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the device layer's CUDA side)")
+SLEEP_CYCLES = 2_000_000_000  # torch.cuda._sleep: about a second of GPU time, far longer than the host's next steps
+
+
+def _prepared(dev: DeviceLayer, made_on, n: int = 1 << 20) -> Prepared:
+    """A batch as the pipeline makes it: its tensors allocated on `made_on`, an event recorded after them."""
+    with dev.on(made_on):
+        x = torch.ones(n, device=dev.device)
+        y = torch.zeros(4, dtype=torch.int64, device=dev.device)
+        blocks = [Block(torch.zeros(2, 3, dtype=torch.int64, device=dev.device), 3, 2)]
+        ready = dev.event(made_on)
+    return Prepared(0, None, x, y, blocks, ready, dev)
+
+
+# ---------------------------------------------------------------- CPU: the same calls, no-ops
+
+
+def test_cpu_layer_calls_are_no_ops():
+    dev = DeviceLayer("cpu")
+    assert not dev.cuda and not dev.copies
+    assert dev.new_stream() is None and dev.event() is None
+    t = torch.arange(5)
+    assert dev.to_device(t) is t  # the batch is the host buffer itself
+    with dev.on(None):
+        dev.wait_event(None)
+        dev.wait_stream(None)
+        dev.used_here(t)
+        dev.synchronize(None)
+    assert not dev.host_buffer(16).is_pinned()
+    item = _prepared(dev, None)
+    item.wait()  # what the trainer calls before every step: nothing to wait for on CPU
+    assert item.x.sum() == 1 << 20
+
+
+def test_cpu_staging_never_hands_out_a_buffer_a_batch_still_uses():
+    """On CPU the batch is its staging buffer (no copy), so the ring gives every batch its own buffer."""
+    ring = StagingRing("cpu", slots=2)
+    batches = []
+    for k in range(3):  # one more than the ring's slots
+        stage = ring.take(64)
+        stage.array[:64] = k
+        batches.append(stage.to_device(64))
+    assert [int(b[0]) for b in batches] == [0, 1, 2] and all(int(b.sum()) == 64 * k for k, b in enumerate(batches))
+
+
+def test_cuda_device_without_cuda_is_one_error():
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here")
+    with pytest.raises(MomentError, match="CUDA is not available"):
+        DeviceLayer("cuda")
+
+
+# ---------------------------------------------------------------- CUDA
+
+
+@cuda
+def test_cuda_consumer_stream_is_recorded_before_a_batch_is_freed():
+    """Freed while the trainer's stream still has work reading it, the batch's memory must not go to the
+    next allocation on the pipeline's stream (before the fix, `Prepared.wait` did not record the trainer's
+    stream, and the allocator handed the same block out at once)."""
+    dev = DeviceLayer("cuda")
+    side = dev.new_stream()
+    item = _prepared(dev, side)
+    ptrs = {item.x.data_ptr(), item.y.data_ptr(), item.blocks[0].edge_index.data_ptr()}
+    item.wait()
+    torch.cuda._sleep(SLEEP_CYCLES)  # the trainer's stream is busy ...
+    total = item.x.sum()  # ... and then reads the batch
+    del item  # the trainer drops the batch (the host runs ahead of the GPU)
+    with dev.on(side):  # the next batch is allocated on the pipeline's stream
+        nxt = [torch.empty(1 << 20, device=dev.device), torch.empty(4, dtype=torch.int64, device=dev.device),
+               torch.empty(2, 3, dtype=torch.int64, device=dev.device)]
+    assert not ptrs & {t.data_ptr() for t in nxt}, "a batch's memory was reused while the trainer still read it"
+    assert float(total) == 1 << 20
+    torch.cuda.synchronize()
+
+
+@cuda
+def test_cuda_staging_copies_on_a_side_stream_and_waits_before_refill():
+    dev = DeviceLayer("cuda")
+    assert dev.copies and dev.host_buffer(16).is_pinned()
+    stage = DeviceStaging(1 << 20, dev)
+    stage.array[:] = 7
+    out = stage.to_device()
+    assert out.device.type == "cuda" and stage._event is not None
+    host = stage.array  # waits for the copy: the buffer may be refilled now
+    assert stage._event is None
+    host[:] = 1
+    assert int(out.sum()) == 7 * (1 << 20)  # the device copy kept the bytes staged before the refill
+
+
+@cuda
+def test_cuda_staging_ring_alternates_and_grows():
+    ring = StagingRing("cuda", slots=2)
+    a, b = ring.take(100), ring.take(100)
+    assert a is not b and ring.take(100) is a and ring.take(10) is b
+    big = ring.take(3 << 20)  # larger than slot 0: replaced by a bigger buffer, 25% spare
+    assert big is not a and big.host.numel() >= 3 << 20 and ring.bufs[0] is big
+    big.array[:5] = np.arange(5, dtype=np.uint8)
+    assert torch.equal(big.to_device(5).cpu(), torch.arange(5, dtype=torch.uint8))
+    assert ring.nbytes() == big.host.numel() + b.host.numel()
+
+
+@cuda
+def test_cuda_events_order_streams():
+    dev = DeviceLayer("cuda")
+    side = dev.new_stream()
+    with dev.on(side):
+        torch.cuda._sleep(SLEEP_CYCLES // 4)
+        x = torch.full((1 << 20,), 3.0, device=dev.device)
+        ev = dev.event(side)
+    dev.wait_event(ev)  # the current stream now sees x filled
+    assert float(x.sum()) == 3.0 * (1 << 20)
+    dev.synchronize(ev)
+    assert ev.query()
