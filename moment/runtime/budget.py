@@ -290,7 +290,8 @@ def split_budget(total: int | None, source: str, local_ranks: int, r: RunShape) 
     b.check()
     b.items.pop()  # the minimum is granted below with the rest
     want_gpu = r.own_gpu_rows * rb
-    # the other local ranks map a rank's stand-in (the peer tier) and hold no copy: charged once, here
+    # on CPU runs a rank's GPU tier lives in its own memory; the other local ranks get its rows through the
+    # peer exchange, one batch's worth at a time, and hold no copy
     gpu = b.grant("gpu cache stand-in", want_gpu, share=0.1, note="this rank's GPU bins") if want_gpu else 0
     if r.shape in ("block", "packed"):
         most = max(min_buffers, 2 * r.num_nodes * rb)  # more than twice the features buys nothing
