@@ -30,6 +30,27 @@ def _tree(template: ChassisTemplate) -> tuple[dict[str, list[str]], dict[str, fl
     return children, uplink
 
 
+def _slot_spans(children: dict[str, list[str]], kind: dict[str, Kind],
+                roots: list[str]) -> tuple[tuple[str, ...], dict[str, tuple[int, int]]]:
+    """The slots under `roots` in depth-first order, and for each node the range of them below it:
+    a subtree's slots are one slice of that order, so a placement's occupants are listed once and
+    each subtree reads its own by slicing."""
+    order: list[str] = []
+    span: dict[str, tuple[int, int]] = {}
+
+    def walk(nid: str) -> None:
+        lo = len(order)
+        if kind.get(nid) == Kind.slot:
+            order.append(nid)
+        for k in children.get(nid, ()):  # (below a slot: a built-in card, no slot)
+            walk(k)
+        span[nid] = (lo, len(order))
+
+    for r in roots:
+        walk(r)
+    return tuple(order), span
+
+
 class CapacityCanon:
     """Canonical capacity form of placements on one bare chassis."""
 
@@ -47,7 +68,7 @@ class CapacityCanon:
         self.kind = {n.id: n.kind for n in topo.nodes}
         self.sockets = {sid: (_round(bw), mem) for sid, bw, mem in ch.sockets}
         self._peer_caps = tuple(sorted(_round(p.capacity) for p in ch.peers))
-        self._below: dict[str, tuple[str, ...]] = {}
+        self.slots, self.span = _slot_spans(self.children, self.kind, list(self.sockets))
         self._devices: dict[tuple[str, str], tuple | None] = {}
         self._memo: dict[tuple, tuple | None] = {}
 
@@ -64,14 +85,6 @@ class CapacityCanon:
         want = len(sockets) * (len(sockets) - 1) // 2
         return len(pairs) == want and len(set(pairs.values())) == 1 and len(ch.peers) == want
 
-    def _slots_below(self, nid: str) -> tuple[str, ...]:
-        if nid not in self._below:
-            if self.kind.get(nid) == Kind.slot:
-                self._below[nid] = (nid,)
-            else:
-                self._below[nid] = tuple(s for k in self.children.get(nid, ()) for s in self._slots_below(k))
-        return self._below[nid]
-
     def _device(self, slot: str, model: str) -> tuple | None:
         k = (slot, model)
         if k not in self._devices:
@@ -80,15 +93,17 @@ class CapacityCanon:
                                 if kind in (Kind.gpu, Kind.ssd) else None)
         return self._devices[k]
 
-    def _canon(self, nid: str, placement: dict[str, str]) -> tuple | None:
-        """Memoised on the models in the subtree's slots: most subtrees repeat across candidates."""
-        sig = (nid, tuple(placement.get(s) for s in self._slots_below(nid)))
+    def _canon(self, nid: str, occupants: tuple[str | None, ...]) -> tuple | None:
+        """Memoised on the models in the subtree's slots (`occupants`: the model in each of
+        `self.slots`, None when empty): most subtrees repeat across candidates."""
+        lo, hi = self.span[nid]
+        sig = (nid, occupants[lo:hi])
         if sig in self._memo:
             return self._memo[sig]
         if self.kind.get(nid) == Kind.slot:
-            out = self._device(nid, placement[nid]) if nid in placement else None
+            out = self._device(nid, occupants[lo]) if occupants[lo] is not None else None
         else:
-            parts = [c for c in (self._canon(k, placement) for k in self.children.get(nid, ())) if c is not None]
+            parts = [c for c in (self._canon(k, occupants) for k in self.children.get(nid, ())) if c is not None]
             parts += self.fixed_devices.get(nid, [])
             if not parts and self.kind.get(nid) != Kind.socket:
                 out = None  # nothing below: the network drops it
@@ -101,7 +116,8 @@ class CapacityCanon:
     def key(self, placement: dict[str, str]) -> Hashable:
         if not self.enabled:
             return tuple(sorted(placement.items()))
-        return (tuple(sorted(self._canon(s, placement) for s in self.sockets)), self._peer_caps)
+        occupants = tuple(placement.get(s) for s in self.slots)
+        return (tuple(sorted(self._canon(s, occupants) for s in self.sockets)), self._peer_caps)
 
 
 class TreeBound:
@@ -126,6 +142,9 @@ class TreeBound:
         # Peer links between devices or slots (NVLink, xGMI) bypass tree edges, so the per-link
         # bounds are then only a heuristic order; the SSDs' aggregate bound stays valid.
         self.tree_only = all(p.a in sockets and p.b in sockets for p in ch.peers)
+        kind = {n.id: n.kind for n in template.topo.nodes}
+        self.slots, self.span = _slot_spans(self.children, kind, self.sockets)
+        self._memo: dict[tuple, tuple] = {}
 
     def bound(self, placement: dict[str, str], workload) -> tuple[float, tuple[float, ...]]:
         """(lower bound on the epoch time, per-link bounds highest first).
@@ -147,37 +166,18 @@ class TreeBound:
         f_gpu, f_cpu = workload.gpu_cache_share, workload.cpu_cache_share
         g_share = f_gpu / n_gpu
         lb = 0.0
+        occupants = tuple(placement.get(s) for s in self.slots)
+        per_socket = [self._walk(s, occupants, devs, g_share) for s in self.sockets]
+        # (capacity, gpus inside, cache share inside, ssd rate inside) per tree edge, in walk order
+        edges = [e for _, _, _, sub_edges, _ in per_socket for e in sub_edges]
         ssd_rate_all = 0.0
-        edges: list[tuple[float, int, float, float]] = []  # (capacity, gpus inside, cache share inside, ssd rate inside)
-
-        def leaf(kind: Kind, cap: float, serve: float) -> tuple[int, float, float]:
-            nonlocal ssd_rate_all
-            if kind == Kind.gpu:
-                edges.append((cap, 1, g_share, 0.0))
-                return 1, g_share, 0.0
-            rate = min(cap, serve)
-            ssd_rate_all += rate
-            return 0, 0.0, rate
-
-        def walk(nid: str) -> tuple[int, float, float]:
-            if nid in devs:
-                return leaf(*devs[nid])
-            g = a = b = 0.0
-            for k in self.children.get(nid, ()):
-                kg, ka, kb = walk(k)
-                g, a, b = g + kg, a + ka, b + kb
-            for kind, cap, serve in self.fixed.get(nid, ()):
-                kg, ka, kb = leaf(kind, cap, serve)
-                g, a, b = g + kg, a + ka, b + kb
-            if nid in self.uplink and (g or b):
-                edges.append((self.uplink[nid], int(g), a, b))
-            return int(g), a, b
-
-        per_socket = [walk(s) for s in self.sockets]
+        for _, _, _, _, rates in per_socket:
+            for rate in rates:  # one at a time, in walk order: the same float sum however it is memoised
+                ssd_rate_all += rate
         if ssd_rate_all > 0:
             lb = max(lb, (1 - f_gpu - f_cpu) * total / ssd_rate_all)
         link_bounds: list[float] = []
-        sum_a = sum(a for _, a, _ in per_socket) + f_cpu  # everything cacheable, anywhere
+        sum_a = sum(a for _, a, _, _, _ in per_socket) + f_cpu  # everything cacheable, anywhere
         for cap, g_in, a_in, b_in in edges:
             if cap == float("inf"):
                 continue
@@ -190,3 +190,42 @@ class TreeBound:
         if self.tree_only:
             lb = max([lb, *link_bounds])
         return lb, tuple(round(x, 6) for x in sorted(link_bounds, reverse=True))
+
+    def _walk(self, nid: str, occupants: tuple[str | None, ...], devs: dict[str, tuple[Kind, float, float]],
+              g_share: float) -> tuple[int, float, float, list, list]:
+        """(GPUs, cache share, SSD rate) below `nid`, its tree edges (capacity, GPUs, cache share, SSD
+        rate inside) and its SSDs' rates, both in walk order. Memoised on the models in its slots: a
+        subtree's figures depend on nothing else (and on the GPU cache share each GPU holds)."""
+        lo, hi = self.span[nid]
+        sig = (nid, occupants[lo:hi], g_share)
+        found = self._memo.get(sig)
+        if found is not None:
+            return found
+        edges: list[tuple[float, int, float, float]] = []
+        rates: list[float] = []
+
+        def leaf(kind: Kind, cap: float, serve: float) -> tuple[int, float, float]:
+            if kind == Kind.gpu:
+                edges.append((cap, 1, g_share, 0.0))
+                return 1, g_share, 0.0
+            rate = min(cap, serve)
+            rates.append(rate)
+            return 0, 0.0, rate
+
+        if nid in devs:
+            g, a, b = leaf(*devs[nid])
+        else:
+            g = a = b = 0.0
+            for k in self.children.get(nid, ()):
+                kg, ka, kb, k_edges, k_rates = self._walk(k, occupants, devs, g_share)
+                edges += k_edges
+                rates += k_rates
+                g, a, b = g + kg, a + ka, b + kb
+            for kind, cap, serve in self.fixed.get(nid, ()):
+                kg, ka, kb = leaf(kind, cap, serve)
+                g, a, b = g + kg, a + ka, b + kb
+            if nid in self.uplink and (g or b):
+                edges.append((self.uplink[nid], int(g), a, b))
+            g = int(g)
+        found = self._memo[sig] = (g, a, b, edges, rates)
+        return found

@@ -9,7 +9,7 @@ criterion is in `compare_placements`, in order, as NCCL's `ncclTopoCompareGraphs
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property, cmp_to_key
+from functools import cached_property
 
 from moment.topology.devices import find_model
 from moment.topology.model import Topology
@@ -30,6 +30,11 @@ class Candidate:
     def slot_order(self) -> tuple[tuple[str, str], ...]:
         """(slot id, model) pairs sorted by slot id: also the placement's identity in the search."""
         return tuple(sorted(self.placement.items()))
+
+    @cached_property
+    def key(self) -> tuple:
+        """The criteria of `compare_placements`, in order, as one tuple: the smaller is preferred."""
+        return self.link_bounds, self.wasted_lanes, self.slot_order
 
     @classmethod
     def of(cls, placement: dict[str, str], topo: Topology) -> Candidate:
@@ -61,10 +66,9 @@ def compare_placements(a: Candidate, b: Candidate) -> int:
     3. Slot order: the (slot id, model) pairs sorted by slot id, compared as strings; the smaller
        wins. Arbitrary but total, so the recommendation is deterministic.
     """
-    return (_cmp(a.link_bounds, b.link_bounds)
-            or _cmp(a.wasted_lanes, b.wasted_lanes)
-            or _cmp(a.slot_order, b.slot_order))
+    return _cmp(a.key, b.key)
 
 
-#: sort key that puts the preferred placement first
-preference = cmp_to_key(compare_placements)
+def preference(c: Candidate) -> tuple:
+    """Sort key that puts the preferred placement first (`compare_placements`'s order)."""
+    return c.key
