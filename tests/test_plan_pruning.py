@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 
 from moment.planner import search
@@ -62,3 +63,26 @@ def test_nvlink_bridge_keeps_the_search_exact():
     exhaustive = min(s.epoch_read_s for s in solve_lp_batch([tpl.network(p, wl) for p in cands]))
     plan = make_plan(topo, inv, wl)
     assert plan.predicted.epoch_read_s == pytest.approx(exhaustive, rel=1e-6)
+
+
+@pytest.mark.parametrize("profile, inventory", [
+    ("paper-machine-b", Inventory.simple(4, 8)),
+    ("paper-machine-a", Inventory.simple(3, 5, "H100-PCIe-80GB", "PM1743")),
+    ("hgx-a100-8gpu", Inventory.simple(0, 6)),  # built-in GPUs, NVLink: no capacity classes
+])
+def test_classes_and_bounds_over_a_whole_space_are_those_of_each_placement(profile, inventory):
+    """What the planner computes over every placement at once (`classes`, `bounds`) is what `key` and
+    `bound` say of each placement: the same partition, and the same floats to the bit."""
+    topo = load_profile(profile)
+    space = search.enumerate_placements(topo, inventory)
+    tpl = ChassisTemplate(topo)
+    labels = CapacityCanon(tpl).classes(space)
+    canon = CapacityCanon(tpl)
+    keys = [canon.key(p) for p in space.distinct]
+    assert len(set(zip(labels.tolist(), keys))) == len(set(keys)) == len(set(labels.tolist())) > 1
+    for wl in (WorkloadSpec(), WorkloadSpec(gpu_cache_share=0.3, cpu_cache_share=0.2)):
+        every = np.arange(len(space.rows))[::3]
+        at_once, one = TreeBound(tpl).bounds(space, every, wl), TreeBound(tpl)
+        for j, i in enumerate(every):
+            lb, links = one.bound(space.distinct[i], wl)
+            assert at_once.lb[j] == lb and at_once.links(j) == links

@@ -11,9 +11,16 @@ class.
 from __future__ import annotations
 
 from collections.abc import Hashable
+from typing import TYPE_CHECKING
+
+import numpy as np
 
 from moment.planner.network import ChassisTemplate
+from moment.topology.devices import find_model
 from moment.topology.model import Kind
+
+if TYPE_CHECKING:
+    from moment.planner.search import SearchSpace
 
 
 def _round(x: float) -> float:
@@ -51,6 +58,41 @@ def _slot_spans(children: dict[str, list[str]], kind: dict[str, Kind],
     return tuple(order), span
 
 
+def _unique_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct rows of a non-negative integer matrix, each row's index among them). A row is
+    packed into one integer when it fits (np.unique on rows sorts them as bytes, far slower)."""
+    a = np.asarray(a, dtype=np.int64)
+    base = int(a.max()) + 1 if a.size else 1
+    if a.shape[1] * np.log2(max(base, 2)) < 62:
+        packed = a @ (base ** np.arange(a.shape[1] - 1, -1, -1, dtype=np.int64))
+        _, first, inverse = np.unique(packed, return_index=True, return_inverse=True)
+        return a[first], inverse.reshape(-1)
+    unique, inverse = np.unique(a, axis=0, return_inverse=True)
+    return unique, inverse.reshape(-1)
+
+
+def _fillings(space: SearchSpace, rows: np.ndarray, slots: tuple[str, ...], span: tuple[int, int]
+              ) -> tuple[list[tuple[str | None, ...]], np.ndarray]:
+    """The distinct fillings of one subtree (the slots `slots[span[0]:span[1]]`) among `rows` of
+    `space`: (each as the occupants of every slot in `slots`, None outside the subtree and where
+    empty; for each row, the index of its filling)."""
+    col = {sid: j for j, sid in enumerate(space.slots)}
+    lo, hi = span
+    inside = [(i, col[sid]) for i, sid in enumerate(slots[lo:hi], start=lo) if sid in col]
+    names = [*space.models, None]
+    sub = rows[:, [j for _, j in inside]]
+    if not len(rows):
+        return [], np.zeros(0, dtype=np.int64)
+    unique, inverse = _unique_rows(sub)
+    out = []
+    for u in unique.tolist():
+        occupants: list[str | None] = [None] * len(slots)
+        for (i, _), m in zip(inside, u):
+            occupants[i] = names[m]
+        out.append(tuple(occupants))
+    return out, inverse
+
+
 class CapacityCanon:
     """Canonical capacity form of placements on one bare chassis."""
 
@@ -61,16 +103,22 @@ class CapacityCanon:
         ch = template.chassis
         self.enabled = self._symmetric_enough()
         self.children, self.uplink = _tree(template)
-        self.fixed_devices: dict[str, list[tuple]] = {}
+        # Canonical forms are interned: a subtree's form holds its children's numbers, sorted (a
+        # multiset), so equal numbers mean alike subtrees and sorting compares small integers
+        self._forms: dict[tuple, int] = {}
+        self.fixed_devices: dict[str, list[int]] = {}
         for d in ch.devices:
-            self.fixed_devices.setdefault(d.parent, []).append(
-                ("dev", d.kind.value, _round(d.serve), d.memory, _round(min(d.uplink, self.uplink.get(d.parent, d.uplink)))))
+            self.fixed_devices.setdefault(d.parent, []).append(self._intern(
+                ("dev", d.kind.value, _round(d.serve), d.memory, _round(min(d.uplink, self.uplink.get(d.parent, d.uplink))))))
         self.kind = {n.id: n.kind for n in topo.nodes}
         self.sockets = {sid: (_round(bw), mem) for sid, bw, mem in ch.sockets}
         self._peer_caps = tuple(sorted(_round(p.capacity) for p in ch.peers))
         self.slots, self.span = _slot_spans(self.children, self.kind, list(self.sockets))
-        self._devices: dict[tuple[str, str], tuple | None] = {}
-        self._memo: dict[tuple, tuple | None] = {}
+        self._devices: dict[tuple[str, str], int | None] = {}
+        self._memo: dict[tuple, int | None] = {}
+
+    def _intern(self, form: tuple) -> int:
+        return self._forms.setdefault(form, len(self._forms))
 
     def _symmetric_enough(self) -> bool:
         ch = self.template.chassis
@@ -85,16 +133,18 @@ class CapacityCanon:
         want = len(sockets) * (len(sockets) - 1) // 2
         return len(pairs) == want and len(set(pairs.values())) == 1 and len(ch.peers) == want
 
-    def _device(self, slot: str, model: str) -> tuple | None:
+    def _device(self, slot: str, model: str) -> int | None:
         k = (slot, model)
         if k not in self._devices:
             kind, cap, serve, memory = self.template.card(slot, model)
-            self._devices[k] = (("dev", kind.value, _round(serve), memory, _round(min(cap, self.uplink.get(slot, cap))))
+            self._devices[k] = (self._intern(("dev", kind.value, _round(serve), memory,
+                                              _round(min(cap, self.uplink.get(slot, cap)))))
                                 if kind in (Kind.gpu, Kind.ssd) else None)
         return self._devices[k]
 
-    def _canon(self, nid: str, occupants: tuple[str | None, ...]) -> tuple | None:
-        """Memoised on the models in the subtree's slots (`occupants`: the model in each of
+    def _canon(self, nid: str, occupants: tuple[str | None, ...]) -> int | None:
+        """The number of the subtree's canonical form (None: nothing below, the network drops it).
+        Memoised on the models in the subtree's slots (`occupants`: the model in each of
         `self.slots`, None when empty): most subtrees repeat across candidates."""
         lo, hi = self.span[nid]
         sig = (nid, occupants[lo:hi])
@@ -109,7 +159,7 @@ class CapacityCanon:
                 out = None  # nothing below: the network drops it
             else:
                 up = _round(self.uplink[nid]) if nid in self.uplink else None
-                out = (self.sockets.get(nid, self.kind[nid].value), up, tuple(sorted(parts)))
+                out = self._intern((self.sockets.get(nid, self.kind[nid].value), up, tuple(sorted(parts))))
         self._memo[sig] = out
         return out
 
@@ -118,6 +168,19 @@ class CapacityCanon:
             return tuple(sorted(placement.items()))
         occupants = tuple(placement.get(s) for s in self.slots)
         return (tuple(sorted(self._canon(s, occupants) for s in self.sockets)), self._peer_caps)
+
+    def classes(self, space: SearchSpace) -> np.ndarray:
+        """A class number for each placement of `space`, equal where `key` is equal: each socket's
+        distinct fillings are canonised once, not once per placement."""
+        n = len(space.rows)
+        if not self.enabled or not n:
+            return np.arange(n)
+        per_socket = []
+        for sock in self.sockets:
+            fillings, inverse = _fillings(space, space.rows, self.slots, self.span[sock])
+            per_socket.append(np.array([self._canon(sock, occ) for occ in fillings])[inverse])
+        keys = np.sort(np.stack(per_socket, axis=1), axis=1)  # the sockets' forms as a multiset
+        return _unique_rows(keys)[1]
 
 
 class TreeBound:
@@ -191,6 +254,79 @@ class TreeBound:
             lb = max([lb, *link_bounds])
         return lb, tuple(round(x, 6) for x in sorted(link_bounds, reverse=True))
 
+    def bounds(self, space: SearchSpace, which: np.ndarray, workload) -> Bounds:
+        """`bound` for the placements `which` (indices) of `space`, with the same floats to the bit:
+        each socket's distinct fillings are walked once and the per-link formulas run on arrays (the
+        same operations in the same order). The per-link bounds are only made into tuples when asked
+        for (`Bounds.links`): the planner compares them only between placements whose bounds tie."""
+        rows = space.rows[which]
+        k = len(rows)
+        is_gpu = np.array([find_model(m).kind == Kind.gpu for m in space.models] + [False])
+        fixed_gpus = sum(1 for lst in self.fixed.values() for kd, _, _ in lst if kd == Kind.gpu)
+        n_gpu_all = is_gpu[rows].sum(axis=1) + fixed_gpus
+        out = Bounds(np.zeros(k), [None] * k)
+        for n_gpu in sorted(set(n_gpu_all.tolist())):
+            at = np.flatnonzero(n_gpu_all == n_gpu)
+            if n_gpu == 0:
+                for j in at:
+                    out.lb[j], out._links[j] = 0.0, ()
+                continue
+            self._bounds_with(space, rows[at], at, int(n_gpu), workload, out)
+        return out
+
+    def _bounds_with(self, space: SearchSpace, rows: np.ndarray, at: np.ndarray, n_gpu: int, workload,
+                     out: Bounds) -> None:
+        tpl = self.template
+        D = workload.bytes_per_gpu(n_gpu)
+        total = D * n_gpu
+        f_gpu, f_cpu = workload.gpu_cache_share, workload.cpu_cache_share
+        g_share = f_gpu / n_gpu
+        cols: dict[str, list[np.ndarray]] = {"cap": [], "g": [], "a": [], "b": [], "rate": []}
+        sum_a = None
+        for sock in self.sockets:
+            fillings, inverse = _fillings(space, rows, self.slots, self.span[sock])
+            walked = []
+            for occ in fillings:
+                devs: dict[str, tuple[Kind, float, float]] = {}
+                for slot, model in zip(self.slots, occ):
+                    if model is not None:
+                        kind, cap, serve, _mem = tpl.card(slot, model)
+                        if kind in (Kind.gpu, Kind.ssd):
+                            devs[slot] = (kind, min(cap, self.uplink.get(slot, cap)), serve)
+                walked.append(self._walk(sock, occ, devs, g_share))
+            n_edges = max((len(w[3]) for w in walked), default=0)
+            n_rates = max((len(w[4]) for w in walked), default=0)
+            edge = np.zeros((len(walked), n_edges, 4))
+            edge[:, :, 0] = np.inf  # padding: an unlimited link, which gives no bound
+            rate = np.zeros((len(walked), n_rates))
+            for u, (_g, _a, _b, edges, rates) in enumerate(walked):
+                if edges:
+                    edge[u, :len(edges)] = edges
+                rate[u, :len(rates)] = rates
+            a = np.array([w[1] for w in walked], dtype=float)[inverse]
+            sum_a = a if sum_a is None else sum_a + a  # sockets in order, as `sum` adds them
+            for name, j in (("cap", 0), ("g", 1), ("a", 2), ("b", 3)):
+                cols[name].append(edge[inverse, :, j])
+            cols["rate"].append(rate[inverse])
+        cap, g_in, a_in, b_in = (np.concatenate(cols[c], axis=1) for c in ("cap", "g", "a", "b"))
+        rates = np.concatenate(cols["rate"], axis=1)
+        # one rate after the other, as `bound` adds them (a zero of the padding changes no sum)
+        ssd_rate_all = np.add.accumulate(rates, axis=1)[:, -1] if rates.shape[1] else np.zeros(len(rows))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lb = np.where(ssd_rate_all > 0, np.maximum(0.0, (1 - f_gpu - f_cpu) * total / ssd_rate_all), 0.0)
+        sum_a = sum_a + f_cpu
+        d_in, d_out = g_in * D, (n_gpu - g_in) * D
+        into = d_in * np.maximum(0.0, 1 - a_in) / (cap + d_in * b_in / total)
+        a_out = sum_a[:, None] - a_in
+        out_of = d_out * np.maximum(0.0, 1 - a_out) / (cap + d_out * (ssd_rate_all[:, None] - b_in) / total)
+        valid = np.isfinite(cap)
+        links = np.concatenate([np.where(valid, into, -np.inf), np.where(valid, out_of, -np.inf)], axis=1)
+        if self.tree_only and links.shape[1]:
+            lb = np.maximum(lb, links.max(axis=1))
+        for r, j in enumerate(at.tolist()):
+            out.lb[j] = lb[r]
+            out._rows[j] = links[r]
+
     def _walk(self, nid: str, occupants: tuple[str | None, ...], devs: dict[str, tuple[Kind, float, float]],
               g_share: float) -> tuple[int, float, float, list, list]:
         """(GPUs, cache share, SSD rate) below `nid`, its tree edges (capacity, GPUs, cache share, SSD
@@ -229,3 +365,18 @@ class TreeBound:
             g = int(g)
         found = self._memo[sig] = (g, a, b, edges, rates)
         return found
+
+
+class Bounds:
+    """`TreeBound.bounds`' answer: `lb[j]` is `bound(...)[0]` of placement j, `links(j)` its [1]."""
+
+    def __init__(self, lb: np.ndarray, links: list):
+        self.lb = lb
+        self._rows: list = [None] * len(lb)  # per placement: its per-link bounds, -inf for none
+        self._links = links
+
+    def links(self, j: int) -> tuple[float, ...]:
+        if self._links[j] is None:
+            row = self._rows[j]
+            self._links[j] = tuple(round(x, 6) for x in sorted(row[np.isfinite(row)].tolist(), reverse=True))
+        return self._links[j]

@@ -10,7 +10,9 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+
+import numpy as np
 
 from moment.errors import MomentError
 from moment.planner import search
@@ -22,7 +24,7 @@ from moment.planner.explain import explain
 from moment.planner.lp import solve_lp_batch
 from moment.planner.network import ChassisTemplate
 from moment.planner.solution import Solution
-from moment.planner.tiebreak import TIE_REL, Candidate, compare_placements, preference
+from moment.planner.tiebreak import TIE_REL, preference_arrays, sort_key
 from moment.topology.devices import Inventory, fits, strip
 from moment.topology.model import Kind, Topology
 from moment.workload.spec import WorkloadSpec
@@ -92,7 +94,7 @@ def make_plan(topo: Topology, inventory: Inventory, workload: WorkloadSpec, *,
         try:
             space = search.enumerate_placements(bare, inventory, limit=LIST_LIMIT if method == "auto" and bnb_ok
                                                 else None, deadline=deadline)
-            if not space.distinct:
+            if not len(space.rows):
                 raise MomentError(f"the inventory ({inventory.describe()}) cannot be placed in {bare.name!r}")
             found = _exhaustive(bare, template, space, workload, deadline, progress)
         except search.TooMany as e:
@@ -149,31 +151,44 @@ def _nothing_found(inventory: Inventory, bare: Topology, timeout: float | None) 
 def _exhaustive(bare: Topology, template: ChassisTemplate, space: search.SearchSpace, workload: WorkloadSpec,
                 deadline: float | None, progress: Callable[[int, int], None] | None) -> _Found:
     """Every listed candidate, one LP per capacity-equivalence class, solved in lower-bound order."""
-    cands = space.distinct
     # One LP per capacity-equivalence class, solved on the class's preferred member. The members
     # share one capacity graph, hence their link bounds: those are computed for representatives only.
-    canon = CapacityCanon(template)
-    classes: dict = {}
-    for p in cands:
-        k = canon.key(p)
-        candidate = Candidate.of(p, bare)
-        if k not in classes or compare_placements(candidate, classes[k]) < 0:
-            classes[k] = candidate
+    labels = CapacityCanon(template).classes(space)
+    wasted, order = preference_arrays(space, bare)
+    by_preference = np.lexsort((*order.T[::-1], wasted, labels))
+    first = np.ones(len(by_preference), dtype=bool)
+    first[1:] = labels[by_preference][1:] != labels[by_preference][:-1]
+    reps = by_preference[first]  # each class's preferred member
+    bounds = TreeBound(template).bounds(space, reps, workload)
+    lbs = bounds.lb.tolist()
+
+    def key(j: int) -> tuple:
+        return sort_key(bounds.links(j), int(wasted[reps[j]]), tuple(order[reps[j]].tolist()))
+
     # Branch and bound on a cheap lower bound: solve in bound order until no unsolved class can
     # beat the best time; then, among the classes that could tie it, take the preferred one
-    # whose LP reaches it.
-    bound = TreeBound(template)
-    ranked: list[tuple[float, Candidate]] = []
-    for candidate in classes.values():
-        lb, links = bound.bound(candidate.placement, workload)
-        ranked.append((lb, replace(candidate, link_bounds=links)))
-    ranked.sort(key=lambda r: (r[0], preference(r[1])))
-    t_solve = time.perf_counter()
-    solved: dict[tuple, Solution] = {}
+    # whose LP reaches it. Equal bounds are ordered by preference (only they need their link bounds).
+    ranked = sorted(range(len(reps)), key=lbs.__getitem__)
+    start = 0
+    for end in range(1, len(ranked) + 1):
+        if end == len(ranked) or lbs[ranked[end]] != lbs[ranked[start]]:
+            if end - start > 1:
+                ranked[start:end] = sorted(ranked[start:end], key=key)
+            start = end
+    ranked_lb = [lbs[j] for j in ranked]
+    placements: dict[int, dict[str, str]] = {}
 
-    def solve(batch: list[dict[str, str]]) -> None:
-        sols = solve_lp_batch([template.network(p, workload) for p in batch])
-        solved.update((_key(p), s) for p, s in zip(batch, sols))
+    def placement(j: int) -> dict[str, str]:
+        if j not in placements:
+            placements[j] = space.placement(int(reps[j]))
+        return placements[j]
+
+    t_solve = time.perf_counter()
+    solved: dict[int, Solution] = {}  # class (index into reps) -> its LP
+
+    def solve(batch: list[int]) -> None:
+        sols = solve_lp_batch([template.network(placement(j), workload) for j in batch])
+        solved.update(zip(batch, sols))
         if progress is not None:
             progress(len(solved), len(ranked))
 
@@ -181,35 +196,34 @@ def _exhaustive(bare: Topology, template: ChassisTemplate, space: search.SearchS
         return deadline is not None and time.perf_counter() > deadline
 
     best_t, i, size, proven = float("inf"), 0, 4, True
-    while i < len(ranked) and ranked[i][0] < best_t * (1 - TIE_REL):
+    while i < len(ranked) and ranked_lb[i] < best_t * (1 - TIE_REL):
         if late() and solved:
             proven = False
             break
-        batch = [c.placement for lb, c in ranked[i:i + size] if lb < best_t * (1 - TIE_REL)]
+        batch = [j for j, lb in zip(ranked[i:i + size], ranked_lb[i:i + size]) if lb < best_t * (1 - TIE_REL)]
         size = min(BATCH, size * 2)  # small first: the first classes often settle the optimum
         solve(batch)
-        best_t = min(best_t, *(solved[_key(p)].epoch_read_s for p in batch))
+        best_t = min(best_t, *(solved[j].epoch_read_s for j in batch))
         i += len(batch)
-    winner_key = None
+    winner = None
     if proven:
-        contenders = sorted((c for lb, c in ranked if lb <= best_t * (1 + TIE_REL)), key=preference)
-        for j, candidate in enumerate(contenders):
-            p = candidate.placement
-            if _key(p) not in solved:
-                solve([q.placement for q in contenders[j:j + 8] if _key(q.placement) not in solved])
-            if solved[_key(p)].epoch_read_s <= best_t * (1 + TIE_REL):
-                winner_key = _key(p)
+        contenders = sorted((j for j, lb in zip(ranked, ranked_lb) if lb <= best_t * (1 + TIE_REL)), key=key)
+        for n, j in enumerate(contenders):
+            if j not in solved:
+                solve([q for q in contenders[n:n + 8] if q not in solved])
+            if solved[j].epoch_read_s <= best_t * (1 + TIE_REL):
+                winner = placement(j)
                 break
-        assert winner_key is not None  # the class that set best_t is among the contenders
+        assert winner is not None  # the class that set best_t is among the contenders
         lower = None
     else:  # stopped by the deadline: the best solved, and the least bound of the rest
-        winner_key = min(solved, key=lambda k: (solved[k].epoch_read_s, k))
-        lower = min(best_t, ranked[i][0]) if i < len(ranked) else best_t
+        winner = dict(min((solved[j].epoch_read_s, _key(placement(j))) for j in solved)[1])
+        lower = min(best_t, ranked_lb[i]) if i < len(ranked) else best_t
     if progress is not None:
         progress(len(ranked), len(ranked))  # the rest are ruled out by their bound
     solve_seconds = time.perf_counter() - t_solve
-    return _Found(dict(winner_key), SearchStats(
-        raw_candidates=space.raw_count, distinct_candidates=len(cands), capacity_classes=len(classes),
+    return _Found(winner, SearchStats(
+        raw_candidates=space.raw_count, distinct_candidates=len(space.rows), capacity_classes=len(reps),
         solved=len(solved), proven_optimal=proven, lower_bound_s=lower, seconds_total=0.0,
         seconds_per_solve=solve_seconds / max(len(solved), 1)))
 

@@ -20,6 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
 
 from moment.errors import MomentError
 from moment.planner.search.bounds import HallBound, check_capacity
@@ -36,8 +39,23 @@ __all__ = ["SearchSpace", "Timeout", "TooMany", "canonical_keys", "count_valid",
 
 @dataclass
 class SearchSpace:
-    distinct: list[dict[str, str]]  # slot id -> model name, one per distinct placement, stable order
+    """The distinct placements as rows of model indices: the planner ranks them by array operations
+    and turns only the few it solves into dicts."""
+
+    slots: tuple[str, ...]  # the empty slots, in topology order
+    models: tuple[str, ...]  # model names, in inventory order (a model listed twice once)
+    rows: np.ndarray  # per distinct placement, per slot: the model's index, len(models) where empty
     raw_count: int  # physically valid placements before symmetry pruning
+
+    def placement(self, i: int) -> dict[str, str]:
+        """Distinct placement `i`: slot id -> model name."""
+        none = len(self.models)
+        return {s: self.models[m] for s, m in zip(self.slots, self.rows[i].tolist()) if m != none}
+
+    @cached_property
+    def distinct(self) -> list[dict[str, str]]:
+        """slot id -> model name, one per distinct placement, in a stable order."""
+        return [self.placement(i) for i in range(len(self.rows))]
 
 
 def enumerate_placements(topo: Topology, inventory: Inventory, *, prune: bool = True,
@@ -54,12 +72,15 @@ def enumerate_placements(topo: Topology, inventory: Inventory, *, prune: bool = 
     slots, bound, canon = _build(topo, models, pin_all=not prune)
     raw = _counted(topo, inventory, slots, bound)
     try:
-        representatives = Enumeration(slots, bound, canon, limit=limit, deadline=deadline).representatives()
+        rows = Enumeration(slots, bound, canon, limit=limit, deadline=deadline).representatives()
     except TooMany:
         raise TooMany(raw) from None
+    space = SearchSpace(tuple(slots.empty), tuple(m.name for m, _ in models), rows, raw)
     if prune and canon.pinned:
-        representatives = canon.dedup(representatives, {m.name: i for i, (m, _) in enumerate(models)})
-    return SearchSpace(distinct=representatives, raw_count=raw)
+        kept = {id(p) for p in canon.dedup(space.distinct, {m.name: i for i, (m, _) in enumerate(models)})}
+        space = SearchSpace(space.slots, space.models,
+                            rows[[i for i, p in enumerate(space.distinct) if id(p) in kept]], raw)
+    return space
 
 
 def count_valid(topo: Topology, inventory: Inventory) -> int:
