@@ -25,10 +25,12 @@ def _scipy(lp: dict):
                          method="highs")
 
 
-# paper-machine-b: a PCIe tree (path form, with entries summed where GPUs share a route); dgx2: NVLink
-# (several routes per pair, and the edge form)
+# paper-machine-b: a PCIe tree (path form, with entries summed where GPUs share a route: nine GPUs'
+# shares of 1/9 add up to 1 only one after the other); dgx2: NVLink (several routes per pair, and the
+# edge form)
 @pytest.mark.parametrize("profile, inventory, formulation", [
     ("paper-machine-b", Inventory.simple(4, 8), "auto"),
+    ("paper-machine-b", Inventory.simple(9, 11, "T4", "990-PRO"), "auto"),
     ("dgx2", Inventory.simple(0, 8), "auto"),
     ("dgx2", Inventory.simple(0, 8), "edges"),
 ])

@@ -33,7 +33,10 @@ class Result:
 
 def _csc(blocks: list[tuple[Coo, int]], n_col: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Stack the COO blocks (each with its row count) into one compressed-column matrix: entries sorted
-    by column then row, duplicates summed (explicit zeros kept, as scipy keeps them)."""
+    by column then row, duplicates summed one after the other in the order given (explicit zeros kept,
+    as scipy keeps them). scipy adds duplicates in an order its sort leaves unspecified: the same sum
+    where they are equal, which is where the planner's LPs have them (a GPU's share of a route, the
+    same for every GPU)."""
     rows, cols, vals, off = [], [], [], 0
     for (r, c, v), n in blocks:
         rows.append(np.asarray(r, dtype=np.int64) + off)
@@ -47,8 +50,12 @@ def _csc(blocks: list[tuple[Coo, int]], n_col: int) -> tuple[np.ndarray, np.ndar
         new = np.ones(len(r), dtype=bool)
         new[1:] = (r[1:] != r[:-1]) | (c[1:] != c[:-1])
         starts = np.flatnonzero(new)
-        v = np.add.reduceat(v, starts)
-        r, c = r[starts], c[starts]
+        sizes = np.diff(np.append(starts, len(r)))
+        total = v[starts]
+        for k in range(1, int(sizes.max())):  # one addend at a time, as scipy adds duplicates (not pairwise)
+            more = sizes > k
+            total[more] += v[starts[more] + k]
+        r, c, v = r[starts], c[starts], total
     start = np.zeros(n_col + 1, dtype=np.int64)
     np.cumsum(np.bincount(c, minlength=n_col), out=start[1:])
     return start, r, v
