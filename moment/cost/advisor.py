@@ -12,8 +12,9 @@ and given an optimistic throughput from a placement-free lower bound on its epoc
   its bytes x (1 - its own cache's share) at no more than the n-th best slot link (n GPUs sit in n
   distinct slots, the slowest of them sets the pace).
 
-Inventories are then solved exactly with the planner (`make_plan`: symmetry pruning and its own
-branch and bound over placements) in the order of their optimistic rank, alternating between the
+Inventories are then solved exactly with the planner (`best_placement`, the search of `make_plan`
+without its usual layouts and max-flow: symmetry pruning and its own branch and bound over
+placements) in the order of their optimistic rank, alternating between the
 two rankings; a ranking stops asking once its next inventory, even at its bound, cannot enter its
 top k. What neither ranking asked for is `pruned`. An inventory that is no faster than the same one
 with one SSD fewer is not ranked (`dominated`: the extra SSD buys nothing); before an inventory enters
@@ -260,7 +261,7 @@ def advise(topo: Topology, budget_usd: float, *, models: list[str] | None = None
     """The best inventories for `topo`'s chassis under `budget_usd` (hardware), by throughput per TCO
     dollar and by throughput, with their placements. `progress(done, total)` counts inventories; messages
     spell the inputs (budget, models, max_gpus, ...) as `flag` does."""
-    from moment.planner.plan import make_plan
+    from moment.planner.plan import best_placement
 
     t0 = time.perf_counter()
     check_inputs(budget_usd, top_k, max_gpus, max_ssds, flag=flag)
@@ -320,16 +321,17 @@ def advise(topo: Topology, budget_usd: float, *, models: list[str] | None = None
         nonlocal unplaceable
         c.done = True
         try:
-            plan = make_plan(topo, c.inventory, workload)
+            best = best_placement(topo, c.inventory, workload)
         except MomentError:
             unplaceable += 1  # e.g. double-width cards that leave too few slots
             c.exact = None
         else:
-            rep = report(c.inventory, plan.predicted.epoch_read_s, seeds, prices, params)
+            predicted = best.evaluation.predicted
+            rep = report(c.inventory, predicted.epoch_read_s, seeds, prices, params)
             c.exact = Candidate(
-                inventory=c.label, items=c.inventory.items, placement=plan.placement,
-                predicted=Predicted(epoch_read_s=plan.predicted.epoch_read_s,
-                                    aggregate_gbps=plan.predicted.aggregate_gbps, bottlenecks=plan.bottlenecks),
+                inventory=c.label, items=c.inventory.items, placement=best.placement,
+                predicted=Predicted(epoch_read_s=predicted.epoch_read_s,
+                                    aggregate_gbps=predicted.aggregate_gbps, bottlenecks=best.bottlenecks),
                 epoch_s=rep.epoch_s, throughput_samples_per_s=rep.throughput_samples_per_s,
                 epochs_per_hour=rep.epochs_per_hour, hardware_usd=rep.hardware_usd,
                 power_w=rep.power_w, electricity_usd=rep.electricity_usd, tco_usd=rep.tco_usd, tpc=rep.tpc,

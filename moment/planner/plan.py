@@ -77,6 +77,56 @@ def make_plan(topo: Topology, inventory: Inventory, workload: WorkloadSpec, *,
     branches and bounds. `timeout` (seconds): the search stops there and the best placement found
     is recommended, marked not proven optimal (`SearchStats.proven_optimal`, `lower_bound_s`)."""
     t0 = time.perf_counter()
+    bare, current, found = _search(topo, inventory, workload, progress, method, timeout)
+    winner = evaluate(bare, found.placement, workload, maxflow_backend=maxflow_backend)
+
+    evaluated = _baselines(bare, current, inventory, workload, maxflow_backend)
+    baselines = [b for b, _ in evaluated]
+    gain = (min(b.predicted.epoch_read_s for b in baselines) / winner.predicted.epoch_read_s
+            if baselines else None)
+    return Plan(
+        machine=topo.name,
+        inventory=inventory.describe(),
+        workload=workload,
+        placement=winner.placement,
+        devices=winner.devices,
+        predicted=winner.predicted,
+        predicted_maxflow=winner.predicted_maxflow,
+        links=winner.links,
+        bottlenecks=[u.id for u in winner.links if u.utilisation >= BOTTLENECK_UTILISATION],
+        search=found.stats.model_copy(update={"seconds_total": time.perf_counter() - t0}),
+        baselines=baselines,
+        gain_vs_best_baseline=gain,
+        explanation=explain(bare, winner, [(b.name, ev) for b, ev in evaluated]),
+    )
+
+
+@dataclass
+class Best:
+    """`best_placement`'s answer: what `make_plan` recommends, without the baselines and max-flow."""
+
+    placement: dict[str, str]
+    evaluation: Evaluation  # the realisable LP's prediction and link loads
+    bottlenecks: list[str]
+    stats: SearchStats
+
+
+def best_placement(topo: Topology, inventory: Inventory, workload: WorkloadSpec, *,
+                   progress: Callable[[int, int], None] | None = None) -> Best:
+    """The placement `make_plan` recommends and its LP prediction, for callers that compare many
+    inventories (`moment advise`): the usual layouts and the paper's max-flow are left out."""
+    t0 = time.perf_counter()
+    bare, _current, found = _search(topo, inventory, workload, progress, "auto", None)
+    ev = evaluate(bare, found.placement, workload, solvers=("lp",))
+    return Best(found.placement, ev, [u.id for u in ev.links if u.utilisation >= BOTTLENECK_UTILISATION],
+                found.stats.model_copy(update={"seconds_total": time.perf_counter() - t0}))
+
+
+def _search(topo: Topology, inventory: Inventory, workload: WorkloadSpec,
+            progress: Callable[[int, int], None] | None, method: str,
+            timeout: float | None) -> tuple[Topology, dict[str, str], _Found]:
+    """(the bare chassis, the devices that were in its slots, the best placement found)."""
+    t0 = time.perf_counter()
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(METHODS)}, not {method!r}")
     if timeout is not None and not (timeout > 0 and math.isfinite(timeout)):
@@ -114,27 +164,7 @@ def make_plan(topo: Topology, inventory: Inventory, workload: WorkloadSpec, *,
             lower_bound_s=None if res.proven_optimal else res.lower_bound_s, seconds_total=0.0,
             seconds_per_solve=res.seconds / max(res.lps, 1)))
 
-    winner = evaluate(bare, found.placement, workload, maxflow_backend=maxflow_backend)
-
-    evaluated = _baselines(bare, current, inventory, workload, maxflow_backend)
-    baselines = [b for b, _ in evaluated]
-    gain = (min(b.predicted.epoch_read_s for b in baselines) / winner.predicted.epoch_read_s
-            if baselines else None)
-    return Plan(
-        machine=topo.name,
-        inventory=inventory.describe(),
-        workload=workload,
-        placement=winner.placement,
-        devices=winner.devices,
-        predicted=winner.predicted,
-        predicted_maxflow=winner.predicted_maxflow,
-        links=winner.links,
-        bottlenecks=[u.id for u in winner.links if u.utilisation >= BOTTLENECK_UTILISATION],
-        search=found.stats.model_copy(update={"seconds_total": time.perf_counter() - t0}),
-        baselines=baselines,
-        gain_vs_best_baseline=gain,
-        explanation=explain(bare, winner, [(b.name, ev) for b, ev in evaluated]),
-    )
+    return bare, current, found
 
 
 @dataclass
