@@ -86,3 +86,8 @@ def test_classes_and_bounds_over_a_whole_space_are_those_of_each_placement(profi
         for j, i in enumerate(every):
             lb, links = one.bound(space.distinct[i], wl)
             assert at_once.lb[j] == lb and at_once.links(j) == links
+        # the per-link bounds as rows of one matrix sort as the tuples do
+        rows = at_once.link_rows()
+        tuples = [at_once.links(j) for j in range(len(every))]
+        assert [tuple(x for x in r if x != -np.inf) for r in rows.tolist()] == tuples
+        assert [tuples[j] for j in np.lexsort(rows.T[::-1])] == sorted(tuples)

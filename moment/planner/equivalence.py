@@ -285,12 +285,12 @@ class TreeBound:
         is_gpu = np.array([find_model(m).kind == Kind.gpu for m in space.models] + [False])
         fixed_gpus = sum(1 for lst in self.fixed.values() for kd, _, _ in lst if kd == Kind.gpu)
         n_gpu_all = is_gpu[rows].sum(axis=1) + fixed_gpus
-        out = Bounds(np.zeros(k), [None] * k)
+        out = Bounds(np.zeros(k))
         for n_gpu in sorted(set(n_gpu_all.tolist())):
             at = np.flatnonzero(n_gpu_all == n_gpu)
             if n_gpu == 0:
                 for j in at:
-                    out.lb[j], out._links[j] = 0.0, ()
+                    out.lb[j], out._rows[j] = 0.0, np.zeros(0)
                 continue
             self._bounds_with(space, rows[at], at, int(n_gpu), workload, out)
         return out
@@ -391,13 +391,26 @@ class TreeBound:
 class Bounds:
     """`TreeBound.bounds`' answer: `lb[j]` is `bound(...)[0]` of placement j, `links(j)` its [1]."""
 
-    def __init__(self, lb: np.ndarray, links: list):
+    def __init__(self, lb: np.ndarray):
         self.lb = lb
         self._rows: list = [None] * len(lb)  # per placement: its per-link bounds, -inf for none
-        self._links = links
 
     def links(self, j: int) -> tuple[float, ...]:
-        if self._links[j] is None:
-            row = self._rows[j]
-            self._links[j] = tuple(round(x, 6) for x in sorted(row[np.isfinite(row)].tolist(), reverse=True))
-        return self._links[j]
+        row = self._rows[j]
+        return tuple(round(x, 6) for x in sorted(row[np.isfinite(row)].tolist(), reverse=True))
+
+    def link_rows(self) -> np.ndarray:
+        """Every `links(j)` as a row of one matrix, padded with -inf (which sorts before every bound,
+        as a shorter tuple does before a longer one it begins): comparing rows lexicographically
+        compares the tuples. Each distinct bound is rounded once, by Python's `round` (numpy's rounds
+        otherwise in the last digit)."""
+        width = max((len(r) for r in self._rows), default=0)
+        m = np.full((len(self._rows), width), -np.inf)
+        for j, r in enumerate(self._rows):
+            m[j, :len(r)] = r
+        m = -np.sort(-m, axis=1)  # highest first, -inf last
+        finite = np.isfinite(m)
+        values = np.unique(m[finite])
+        rounded = np.array([round(x, 6) for x in values.tolist()])
+        m[finite] = rounded[np.searchsorted(values, m[finite])]
+        return m

@@ -24,7 +24,7 @@ from moment.planner.explain import explain
 from moment.planner.lp import solve_lp_batch
 from moment.planner.network import ChassisTemplate
 from moment.planner.solution import Solution
-from moment.planner.tiebreak import TIE_REL, preference_arrays, sort_key
+from moment.planner.tiebreak import TIE_REL, preference_arrays
 from moment.topology.devices import Inventory, fits, strip
 from moment.topology.model import Kind, Topology
 from moment.workload.spec import WorkloadSpec
@@ -191,20 +191,15 @@ def _exhaustive(bare: Topology, template: ChassisTemplate, space: search.SearchS
     reps = by_preference[first]  # each class's preferred member
     bounds = TreeBound(template).bounds(space, reps, workload)
     lbs = bounds.lb.tolist()
+    # `compare_placements`' order of the representatives (link bounds, wasted lanes, slot order)
+    preferred = np.lexsort((*order[reps].T[::-1], wasted[reps], *bounds.link_rows().T[::-1]))
+    rank = np.empty(len(reps), dtype=np.int64)
+    rank[preferred] = np.arange(len(reps))
 
-    def key(j: int) -> tuple:
-        return sort_key(bounds.links(j), int(wasted[reps[j]]), tuple(order[reps[j]].tolist()))
-
-    # Branch and bound on a cheap lower bound: solve in bound order until no unsolved class can
-    # beat the best time; then, among the classes that could tie it, take the preferred one
-    # whose LP reaches it. Equal bounds are ordered by preference (only they need their link bounds).
-    ranked = sorted(range(len(reps)), key=lbs.__getitem__)
-    start = 0
-    for end in range(1, len(ranked) + 1):
-        if end == len(ranked) or lbs[ranked[end]] != lbs[ranked[start]]:
-            if end - start > 1:
-                ranked[start:end] = sorted(ranked[start:end], key=key)
-            start = end
+    # Branch and bound on a cheap lower bound: solve in bound order (the preferred first among equal
+    # bounds) until no unsolved class can beat the best time; then, among the classes that could tie
+    # it, take the preferred one whose LP reaches it.
+    ranked = np.lexsort((rank, bounds.lb)).tolist()
     ranked_lb = [lbs[j] for j in ranked]
     placements: dict[int, dict[str, str]] = {}
 
@@ -237,7 +232,8 @@ def _exhaustive(bare: Topology, template: ChassisTemplate, space: search.SearchS
         i += len(batch)
     winner = None
     if proven:
-        contenders = sorted((j for j, lb in zip(ranked, ranked_lb) if lb <= best_t * (1 + TIE_REL)), key=key)
+        contenders = sorted((j for j, lb in zip(ranked, ranked_lb) if lb <= best_t * (1 + TIE_REL)),
+                            key=rank.__getitem__)
         for n, j in enumerate(contenders):
             if j not in solved:
                 solve([q for q in contenders[n:n + 8] if q not in solved])
