@@ -261,7 +261,7 @@ def advise(topo: Topology, budget_usd: float, *, models: list[str] | None = None
     """The best inventories for `topo`'s chassis under `budget_usd` (hardware), by throughput per TCO
     dollar and by throughput, with their placements. `progress(done, total)` counts inventories; messages
     spell the inputs (budget, models, max_gpus, ...) as `flag` does."""
-    from moment.planner.plan import best_placement
+    from moment.planner.plan import SearchCache, best_placement
 
     t0 = time.perf_counter()
     check_inputs(budget_usd, top_k, max_gpus, max_ssds, flag=flag)
@@ -300,6 +300,9 @@ def advise(topo: Topology, budget_usd: float, *, models: list[str] | None = None
 
     total = len(in_budget)
     by_label = {c.label: c for c in in_budget}
+    # inventories of one shape share their listing of placements, and a faster one's epoch times bound a
+    # slower one's (the unpruned baseline plans each on its own)
+    cache = SearchCache(topo) if prune else None
     unplaceable = 0
     solved: list[_Inv] = []
     top_tpc: list[tuple] = []
@@ -321,7 +324,7 @@ def advise(topo: Topology, budget_usd: float, *, models: list[str] | None = None
         nonlocal unplaceable
         c.done = True
         try:
-            best = best_placement(topo, c.inventory, workload)
+            best = best_placement(topo, c.inventory, workload, cache=cache)
         except MomentError:
             unplaceable += 1  # e.g. double-width cards that leave too few slots
             c.exact = None
