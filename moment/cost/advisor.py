@@ -24,11 +24,13 @@ budget (the baseline of bench/advise.py, and what the tests compare against).
 
 from __future__ import annotations
 
+import bisect
 import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
 from pydantic import BaseModel, Field
 
 from moment.cost.model import CostParams, costs, report, samples_per_epoch
@@ -340,10 +342,12 @@ def advise(topo: Topology, budget_usd: float, *, models: list[str] | None = None
                 power_w=rep.power_w, electricity_usd=rep.electricity_usd, tco_usd=rep.tco_usd, tpc=rep.tpc,
                 tpc_hardware=rep.tpc_hardware)
         solved.append(c)
+        if c.exact is not None:
+            rank(c)
         if progress is not None:
-            progress(len(solved), total)
-        if c.exact is None:
-            return
+            progress(decided(), total)
+
+    def rank(c: _Inv) -> None:
         k_tpc, k_thr = _key_tpc(c.exact.tpc, c), _key_thr(c.exact.throughput_samples_per_s, c)
         if not (enters(top_tpc, k_tpc) or enters(top_thr, k_thr)):
             return
@@ -357,11 +361,26 @@ def advise(topo: Topology, budget_usd: float, *, models: list[str] | None = None
                 top.sort()
                 del top[top_k:]
 
+    ruled_out: list[tuple[list, np.ndarray, list]] = []  # per ranking: (its top, queue position, queue keys)
+
+    def decided() -> int:
+        """Inventories solved, or that neither ranking can take any more: what the progress counts."""
+        out = np.array([c.done for c in in_budget])
+        if len(ruled_out) < 2 or any(len(top) < top_k for top, _, _ in ruled_out):
+            return int(out.sum())
+        both = np.ones(len(in_budget), dtype=bool)
+        for top, at, keys in ruled_out:  # from the first key that cannot enter the top k on (keys only grow)
+            both &= at >= bisect.bisect_right(keys, top[-1])
+        return int((out | both).sum())
+
     if prune:
         queues = [
             (sorted(in_budget, key=lambda c: _key_tpc(c.ub_tpc, c)), lambda c: _key_tpc(c.ub_tpc, c), top_tpc),
             (sorted(in_budget, key=lambda c: _key_thr(c.ub_thr, c)), lambda c: _key_thr(c.ub_thr, c), top_thr),
         ]
+        for queue, best_key, top in queues:
+            where = {id(c): i for i, c in enumerate(queue)}
+            ruled_out.append((top, np.array([where[id(c)] for c in in_budget]), [best_key(c) for c in queue]))
         pos = [0, 0]
         active = [True, True]
         while any(active):
