@@ -261,8 +261,9 @@ def advise(topo: Topology, budget_usd: float, *, models: list[str] | None = None
            params: CostParams | None = None, top_k: int = 3, prune: bool = True,
            progress: Callable[[int, int], None] | None = None, flag: Flag = cli_flag) -> AdviseResult:
     """The best inventories for `topo`'s chassis under `budget_usd` (hardware), by throughput per TCO
-    dollar and by throughput, with their placements. `progress(done, total)` counts inventories; messages
-    spell the inputs (budget, models, max_gpus, ...) as `flag` does."""
+    dollar and by throughput, with their placements. `progress(done, total)` counts the inventories in the
+    budget that are solved or ruled out of both rankings; messages spell the inputs (budget, models,
+    max_gpus, ...) as `flag` does."""
     from moment.planner.plan import SearchCache, best_placement
 
     t0 = time.perf_counter()
