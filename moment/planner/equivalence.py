@@ -211,7 +211,10 @@ class TreeBound:
     not stored on their side. The share a side can hold is at most its caches' shares plus what
     its SSDs can serve in time T (rate * T / total demand), which gives T >= D(1 - A) / (c + D B)
     per edge. With the SSD aggregate bound this is a relaxation of the LP, so LB <= LP time always;
-    only a class whose bound beats the best time found so far needs its LP solved.
+    only a class whose bound beats the best time found so far needs its LP solved. The aggregate
+    bound counts the SSDs of a subtree without GPUs at no more than its uplink carries (every byte
+    they serve leaves through it): SSD carriers behind one x16 link bound what their drives add.
+    That only prunes; the per-link bounds, which also order equally fast placements, are as above.
     """
 
     def __init__(self, template: ChassisTemplate):
@@ -253,15 +256,18 @@ class TreeBound:
         occupants = tuple(placement.get(s) for s in self.slots)
         per_socket = [self._walk(s, occupants, devs, g_share) for s in self.sockets]
         # (capacity, gpus inside, cache share inside, ssd rate inside) per tree edge, in walk order
-        edges = [e for _, _, _, sub_edges, _ in per_socket for e in sub_edges]
-        ssd_rate_all = 0.0
-        for _, _, _, _, rates in per_socket:
+        edges = [e for _, _, _, sub_edges, _, _ in per_socket for e in sub_edges]
+        ssd_rate_all = deliver = 0.0
+        for _, _, _, _, rates, reach in per_socket:
             for rate in rates:  # one at a time, in walk order: the same float sum however it is memoised
                 ssd_rate_all += rate
+            deliver += reach
         if ssd_rate_all > 0:
             lb = max(lb, (1 - f_gpu - f_cpu) * total / ssd_rate_all)
+        if self.tree_only and deliver > 0:
+            lb = max(lb, (1 - f_gpu - f_cpu) * total / deliver)
         link_bounds: list[float] = []
-        sum_a = sum(a for _, a, _, _, _ in per_socket) + f_cpu  # everything cacheable, anywhere
+        sum_a = sum(a for _, a, _, _, _, _ in per_socket) + f_cpu  # everything cacheable, anywhere
         for cap, g_in, a_in, b_in in edges:
             if cap == float("inf"):
                 continue
@@ -303,7 +309,7 @@ class TreeBound:
         f_gpu, f_cpu = workload.gpu_cache_share, workload.cpu_cache_share
         g_share = f_gpu / n_gpu
         cols: dict[str, list[np.ndarray]] = {"cap": [], "g": [], "a": [], "b": [], "rate": []}
-        sum_a = None
+        sum_a = deliver = None
         for sock in self.sockets:
             fillings, inverse = _fillings(space, rows, self.slots, self.span[sock])
             walked = []
@@ -320,12 +326,14 @@ class TreeBound:
             edge = np.zeros((len(walked), n_edges, 4))
             edge[:, :, 0] = np.inf  # padding: an unlimited link, which gives no bound
             rate = np.zeros((len(walked), n_rates))
-            for u, (_g, _a, _b, edges, rates) in enumerate(walked):
+            for u, (_g, _a, _b, edges, rates, _reach) in enumerate(walked):
                 if edges:
                     edge[u, :len(edges)] = edges
                 rate[u, :len(rates)] = rates
             a = np.array([w[1] for w in walked], dtype=float)[inverse]
             sum_a = a if sum_a is None else sum_a + a  # sockets in order, as `sum` adds them
+            reach = np.array([w[5] for w in walked], dtype=float)[inverse]
+            deliver = reach if deliver is None else deliver + reach
             for name, j in (("cap", 0), ("g", 1), ("a", 2), ("b", 3)):
                 cols[name].append(edge[inverse, :, j])
             cols["rate"].append(rate[inverse])
@@ -335,6 +343,8 @@ class TreeBound:
         ssd_rate_all = np.add.accumulate(rates, axis=1)[:, -1] if rates.shape[1] else np.zeros(len(rows))
         with np.errstate(divide="ignore", invalid="ignore"):
             lb = np.where(ssd_rate_all > 0, np.maximum(0.0, (1 - f_gpu - f_cpu) * total / ssd_rate_all), 0.0)
+            if self.tree_only:
+                lb = np.where(deliver > 0, np.maximum(lb, (1 - f_gpu - f_cpu) * total / deliver), lb)
         sum_a = sum_a + f_cpu
         d_in, d_out = g_in * D, (n_gpu - g_in) * D
         into = d_in * np.maximum(0.0, 1 - a_in) / (cap + d_in * b_in / total)
@@ -349,10 +359,11 @@ class TreeBound:
             out._rows[j] = links[r]
 
     def _walk(self, nid: str, occupants: tuple[str | None, ...], devs: dict[str, tuple[Kind, float, float]],
-              g_share: float) -> tuple[int, float, float, list, list]:
+              g_share: float) -> tuple[int, float, float, list, list, float]:
         """(GPUs, cache share, SSD rate) below `nid`, its tree edges (capacity, GPUs, cache share, SSD
-        rate inside) and its SSDs' rates, both in walk order. Memoised on the models in its slots: a
-        subtree's figures depend on nothing else (and on the GPU cache share each GPU holds)."""
+        rate inside) and its SSDs' rates, both in walk order, and the SSD rate it can deliver to GPUs
+        (without GPUs: no more than its uplink). Memoised on the models in its slots: a subtree's
+        figures depend on nothing else (and on the GPU cache share each GPU holds)."""
         lo, hi = self.span[nid]
         sig = (nid, occupants[lo:hi], g_share)
         found = self._memo.get(sig)
@@ -371,20 +382,23 @@ class TreeBound:
 
         if nid in devs:
             g, a, b = leaf(*devs[nid])
+            reach = b
         else:
-            g = a = b = 0.0
+            g = a = b = reach = 0.0
             for k in self.children.get(nid, ()):
-                kg, ka, kb, k_edges, k_rates = self._walk(k, occupants, devs, g_share)
+                kg, ka, kb, k_edges, k_rates, k_reach = self._walk(k, occupants, devs, g_share)
                 edges += k_edges
                 rates += k_rates
-                g, a, b = g + kg, a + ka, b + kb
+                g, a, b, reach = g + kg, a + ka, b + kb, reach + k_reach
             for kind, cap, serve in self.fixed.get(nid, ()):
                 kg, ka, kb = leaf(kind, cap, serve)
-                g, a, b = g + kg, a + ka, b + kb
+                g, a, b, reach = g + kg, a + ka, b + kb, reach + kb
             if nid in self.uplink and (g or b):
                 edges.append((self.uplink[nid], int(g), a, b))
+            if not g and nid in self.uplink:
+                reach = min(reach, self.uplink[nid])
             g = int(g)
-        found = self._memo[sig] = (g, a, b, edges, rates)
+        found = self._memo[sig] = (g, a, b, edges, rates, reach)
         return found
 
 
