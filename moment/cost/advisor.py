@@ -303,8 +303,7 @@ def advise(topo: Topology, budget_usd: float, *, models: list[str] | None = None
 
     total = len(in_budget)
     by_label = {c.label: c for c in in_budget}
-    # inventories of one shape share their listing of placements, and a faster one's epoch times bound a
-    # slower one's (the unpruned baseline plans each on its own)
+    # inventories of one shape share their listing of placements (the unpruned baseline plans each alone)
     cache = SearchCache(topo) if prune else None
     unplaceable = 0
     solved: list[_Inv] = []

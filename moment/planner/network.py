@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 from moment.errors import MomentError
 from moment.topology.bandwidth import GB
-from moment.topology.devices import DeviceModel, card_link, find_model, ssd_read_bytes, trained_link
+from moment.topology.devices import card_link, find_model, ssd_read_bytes, trained_link
 from moment.topology.model import PLACEABLE, Kind, Link, Topology
 from moment.workload.spec import WorkloadSpec
 
@@ -341,24 +341,6 @@ class ChassisTemplate:
                      else ssd_read_bytes(m.read_gbps, link, self.chassis.ssd_scale))
             self._cards[key] = (m.kind, link.bandwidth(), serve, m.memory_gib)
         return self._cards[key]
-
-    def nowhere_faster(self, models: list[DeviceModel], than: list[DeviceModel]) -> bool:
-        """Whether every capacity of a placement of `models` is at most that of the same placement of
-        `than` (model i in model i's slots), so its LP time is no less: the same kinds, generations and
-        widths (the same links), read and HBM rates no higher, and the GPU caches' shares the same
-        (the same memory, or one GPU model alone in a machine without GPUs: each its 1/n)."""
-        if len(models) != len(than):
-            return False
-        gpu_models = sum(m.kind == Kind.gpu for m in models)
-        alone = gpu_models == 1 and not any(d.kind == Kind.gpu for d in self.chassis.devices)
-        for a, b in zip(models, than):
-            if (a.kind, a.gen, a.lanes, a.double_width) != (b.kind, b.gen, b.lanes, b.double_width):
-                return False
-            if a.kind == Kind.ssd and not a.read_gbps <= b.read_gbps:
-                return False
-            if a.kind == Kind.gpu and not (a.hbm_gbps <= b.hbm_gbps and (alone or a.memory_gib == b.memory_gib)):
-                return False
-        return True
 
     def device_ids(self, placement: dict[str, str]) -> dict[str, str]:
         """slot -> device id, numbered the way `populate` numbers them."""

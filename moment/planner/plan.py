@@ -21,11 +21,11 @@ from moment.planner.contracts import Baseline, Evaluation, Plan, SearchStats
 from moment.planner.equivalence import CapacityCanon, TreeBound
 from moment.planner.evaluate import BOTTLENECK_UTILISATION, evaluate
 from moment.planner.explain import explain
-from moment.planner.lp import FLOW_PENALTY, solve_lp_batch
+from moment.planner.lp import solve_lp_batch
 from moment.planner.network import ChassisTemplate
 from moment.planner.solution import Solution
 from moment.planner.tiebreak import TIE_REL, preference_arrays
-from moment.topology.devices import Inventory, find_model, fits, strip
+from moment.topology.devices import Inventory, fits, strip
 from moment.topology.model import Kind, Topology
 from moment.workload.spec import WorkloadSpec
 
@@ -111,42 +111,16 @@ class Best:
     stats: SearchStats
 
 
-#: A solved LP's epoch time exceeds the least one by at most the flow penalty's share (lp.FLOW_PENALTY
-#: per edge of a route, taken here for routes of up to a hundred edges), so a time divided by this
-#: is a lower bound on the least time
-LP_EXCESS = 1 + 100 * FLOW_PENALTY
-
-
 class SearchCache:
     """What `best_placement` reuses between the inventories it places on one machine (`moment advise`
-    places hundreds): the stripped and parsed chassis; one listing of distinct placements per
-    inventory shape (`search.Listings`); and, per listing and workload, lower bounds on each listed
-    placement's epoch time from the inventories solved on it, which hold for every inventory whose
-    devices are nowhere faster (`ChassisTemplate.nowhere_faster`): where a faster inventory's time
-    already loses, a slower one's LP need not be solved."""
+    places hundreds): the stripped and parsed chassis, and one listing of distinct placements per
+    inventory shape (`search.Listings`)."""
 
     def __init__(self, topo: Topology):
         self.topo = topo
         self.bare, self.current = strip(topo)
         self.template = ChassisTemplate(self.bare)
         self.listings = search.Listings(self.bare)
-        self._floors: dict[tuple, list[tuple[list, np.ndarray]]] = {}  # (shape, workload) -> [(models, floor)]
-
-    def floor(self, space: search.SearchSpace, workload: WorkloadSpec) -> np.ndarray | None:
-        """Per listed placement, the most that the inventories solved before say of its epoch time."""
-        if space.shape is None:
-            return None
-        models = [find_model(m) for m in space.models]
-        out = None
-        for faster, floor in self._floors.get((space.shape, workload.model_dump_json()), []):
-            if self.template.nowhere_faster(models, faster):
-                out = floor if out is None else np.maximum(out, floor)
-        return out
-
-    def record(self, space: search.SearchSpace, workload: WorkloadSpec, floor: np.ndarray) -> None:
-        if space.shape is not None:
-            self._floors.setdefault((space.shape, workload.model_dump_json()), []).append(
-                ([find_model(m) for m in space.models], floor))
 
 
 def best_placement(topo: Topology, inventory: Inventory, workload: WorkloadSpec, *,
@@ -190,10 +164,7 @@ def _search(topo: Topology, inventory: Inventory, workload: WorkloadSpec,
                                                 shared=cache.listings if cache is not None else None)
             if not len(space.rows):
                 raise MomentError(f"the inventory ({inventory.describe()}) cannot be placed in {bare.name!r}")
-            found = _exhaustive(bare, template, space, workload, deadline, progress,
-                                cache.floor(space, workload) if cache is not None else None)
-            if cache is not None:
-                cache.record(space, workload, found.floor)
+            found = _exhaustive(bare, template, space, workload, deadline, progress)
         except search.TooMany as e:
             raw = e.raw_count
         except search.Timeout:
@@ -218,7 +189,6 @@ def _search(topo: Topology, inventory: Inventory, workload: WorkloadSpec,
 class _Found:
     placement: dict[str, str]
     stats: SearchStats
-    floor: np.ndarray | None = None  # per listed placement: a lower bound on its least epoch time
 
 
 def _nothing_found(inventory: Inventory, bare: Topology, timeout: float | None) -> MomentError:
@@ -227,11 +197,8 @@ def _nothing_found(inventory: Inventory, bare: Topology, timeout: float | None) 
 
 
 def _exhaustive(bare: Topology, template: ChassisTemplate, space: search.SearchSpace, workload: WorkloadSpec,
-                deadline: float | None, progress: Callable[[int, int], None] | None,
-                floor: np.ndarray | None = None) -> _Found:
-    """Every listed candidate, one LP per capacity-equivalence class, solved in lower-bound order.
-    `floor`: per listed placement, a lower bound on its epoch time known from elsewhere (`SearchCache`);
-    the answer's `floor` is this search's own, for the next."""
+                deadline: float | None, progress: Callable[[int, int], None] | None) -> _Found:
+    """Every listed candidate, one LP per capacity-equivalence class, solved in lower-bound order."""
     # One LP per capacity-equivalence class, solved on the class's preferred member. The members
     # share one capacity graph, hence their link bounds: those are computed for representatives only.
     labels = CapacityCanon(template).classes(space)
@@ -239,10 +206,9 @@ def _exhaustive(bare: Topology, template: ChassisTemplate, space: search.SearchS
     by_preference = np.lexsort((*order.T[::-1], wasted, labels))
     first = np.ones(len(by_preference), dtype=bool)
     first[1:] = labels[by_preference][1:] != labels[by_preference][:-1]
-    reps = by_preference[first]  # each class's preferred member, in the order of the class numbers
+    reps = by_preference[first]  # each class's preferred member
     bounds = TreeBound(template).bounds(space, reps, workload)
-    least = bounds.lb.copy() if floor is None else np.maximum(bounds.lb, floor[reps])  # lower bounds on the classes
-    lbs = least.tolist()
+    lbs = bounds.lb.tolist()
     # `compare_placements`' order of the representatives (link bounds, wasted lanes, slot order)
     preferred = np.lexsort((*order[reps].T[::-1], wasted[reps], *bounds.link_rows().T[::-1]))
     rank = np.empty(len(reps), dtype=np.int64)
@@ -251,7 +217,7 @@ def _exhaustive(bare: Topology, template: ChassisTemplate, space: search.SearchS
     # Branch and bound on a cheap lower bound: solve in bound order (the preferred first among equal
     # bounds) until no unsolved class can beat the best time; then, among the classes that could tie
     # it, take the preferred one whose LP reaches it.
-    ranked = np.lexsort((rank, least)).tolist()
+    ranked = np.lexsort((rank, bounds.lb)).tolist()
     ranked_lb = [lbs[j] for j in ranked]
     placements: dict[int, dict[str, str]] = {}
 
@@ -300,12 +266,10 @@ def _exhaustive(bare: Topology, template: ChassisTemplate, space: search.SearchS
     if progress is not None:
         progress(len(ranked), len(ranked))  # the rest are ruled out by their bound
     solve_seconds = time.perf_counter() - t_solve
-    for j, sol in solved.items():  # (an LP's time, less what the flow penalty may add, bounds it too)
-        least[j] = max(least[j], sol.epoch_read_s / LP_EXCESS)
     return _Found(winner, SearchStats(
         raw_candidates=space.raw_count, distinct_candidates=len(space.rows), capacity_classes=len(reps),
         solved=len(solved), proven_optimal=proven, lower_bound_s=lower, seconds_total=0.0,
-        seconds_per_solve=solve_seconds / max(len(solved), 1)), least[labels])
+        seconds_per_solve=solve_seconds / max(len(solved), 1)))
 
 
 def _baselines(bare: Topology, current: dict[str, str], inventory: Inventory, workload: WorkloadSpec,
