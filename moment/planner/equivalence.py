@@ -312,10 +312,11 @@ class TreeBound:
         sum_a = deliver = None
         for sock in self.sockets:
             fillings, inverse = _fillings(space, rows, self.slots, self.span[sock])
+            lo, hi = self.span[sock]
             walked = []
             for occ in fillings:
                 devs: dict[str, tuple[Kind, float, float]] = {}
-                for slot, model in zip(self.slots, occ):
+                for slot, model in zip(self.slots[lo:hi], occ[lo:hi]):
                     if model is not None:
                         kind, cap, serve, _mem = tpl.card(slot, model)
                         if kind in (Kind.gpu, Kind.ssd):

@@ -113,14 +113,16 @@ class Best:
 
 class SearchCache:
     """What `best_placement` reuses between the inventories it places on one machine (`moment advise`
-    places hundreds): the stripped and parsed chassis, and one listing of distinct placements per
-    inventory shape (`search.Listings`)."""
+    places hundreds): the stripped and parsed chassis, its capacity classes and tree bounds with what
+    they memoised, and one listing of distinct placements per inventory shape (`search.Listings`)."""
 
     def __init__(self, topo: Topology):
         self.topo = topo
         self.bare, self.current = strip(topo)
         self.template = ChassisTemplate(self.bare)
         self.listings = search.Listings(self.bare)
+        # their memos hold per subtree filling (the models named): valid for every inventory
+        self.canon, self.bound = CapacityCanon(self.template), TreeBound(self.template)
 
 
 def best_placement(topo: Topology, inventory: Inventory, workload: WorkloadSpec, *,
@@ -164,7 +166,8 @@ def _search(topo: Topology, inventory: Inventory, workload: WorkloadSpec,
                                                 shared=cache.listings if cache is not None else None)
             if not len(space.rows):
                 raise MomentError(f"the inventory ({inventory.describe()}) cannot be placed in {bare.name!r}")
-            found = _exhaustive(bare, template, space, workload, deadline, progress)
+            found = _exhaustive(bare, template, space, workload, deadline, progress,
+                                *((cache.canon, cache.bound) if cache is not None else ()))
         except search.TooMany as e:
             raw = e.raw_count
         except search.Timeout:
@@ -197,17 +200,19 @@ def _nothing_found(inventory: Inventory, bare: Topology, timeout: float | None) 
 
 
 def _exhaustive(bare: Topology, template: ChassisTemplate, space: search.SearchSpace, workload: WorkloadSpec,
-                deadline: float | None, progress: Callable[[int, int], None] | None) -> _Found:
-    """Every listed candidate, one LP per capacity-equivalence class, solved in lower-bound order."""
+                deadline: float | None, progress: Callable[[int, int], None] | None,
+                canon: CapacityCanon | None = None, tree: TreeBound | None = None) -> _Found:
+    """Every listed candidate, one LP per capacity-equivalence class, solved in lower-bound order
+    (`canon`, `tree`: the chassis' own, from a `SearchCache`)."""
     # One LP per capacity-equivalence class, solved on the class's preferred member. The members
     # share one capacity graph, hence their link bounds: those are computed for representatives only.
-    labels = CapacityCanon(template).classes(space)
+    labels = (canon or CapacityCanon(template)).classes(space)
     wasted, order = preference_arrays(space, bare)
     by_preference = np.lexsort((*order.T[::-1], wasted, labels))
     first = np.ones(len(by_preference), dtype=bool)
     first[1:] = labels[by_preference][1:] != labels[by_preference][:-1]
     reps = by_preference[first]  # each class's preferred member
-    bounds = TreeBound(template).bounds(space, reps, workload)
+    bounds = (tree or TreeBound(template)).bounds(space, reps, workload)
     lbs = bounds.lb.tolist()
     # `compare_placements`' order of the representatives (link bounds, wasted lanes, slot order)
     preferred = np.lexsort((*order[reps].T[::-1], wasted[reps], *bounds.link_rows().T[::-1]))
