@@ -46,7 +46,6 @@ class SearchSpace:
     models: tuple[str, ...]  # model names, in inventory order (a model listed twice once)
     rows: np.ndarray  # per distinct placement, per slot: the model's index, len(models) where empty
     raw_count: int  # physically valid placements before symmetry pruning
-    shape: Hashable = None  # the listing's key in a `Listings` (None: listed on its own)
 
     def placement(self, i: int) -> dict[str, str]:
         """Distinct placement `i`: slot id -> model name."""
@@ -105,7 +104,7 @@ def enumerate_placements(topo: Topology, inventory: Inventory, *, prune: bool = 
         if isinstance(found, TooMany):
             raise TooMany(found.raw_count)
         if found is not None:
-            return SearchSpace(tuple(slots.empty), names, found[0], found[1], key)
+            return SearchSpace(tuple(slots.empty), names, found[0], found[1])
     raw = _counted(topo, inventory, slots, bound)
     try:
         rows = Enumeration(slots, bound, canon, limit=limit, deadline=deadline).representatives()
@@ -120,7 +119,6 @@ def enumerate_placements(topo: Topology, inventory: Inventory, *, prune: bool = 
                             rows[[i for i, p in enumerate(space.distinct) if id(p) in kept]], raw)
     if key is not None:
         shared._found[key] = (space.rows, raw)
-        space.shape = key
     return space
 
 
