@@ -6,13 +6,21 @@ switch with three x16 slots (8 slots, each takes a GPU or an SSD). Prints `name:
 the pruned search's time (the target is < 30 s on a 2-core machine), the naive one's, their ratio,
 the inventory counts, and whether both recommend the same inventories.
 
+`--process`: the whole `moment advise --profile asus-esc8000a-e12 --budget 60000 --json` process (every
+shipped model; target < 30 s), the median of `--runs` fresh processes, beside the same command from
+commit `--against` (default: the commit before the advise work), with whether the JSON is the same
+(the elapsed time aside).
+
     .venv/bin/python bench/advise.py [--budget 150000] [--no-naive] [--profile paper-machine-b]
+    .venv/bin/python bench/advise.py --process [--runs 3] [--against REF]
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+
+from processes import BEFORE, compare
 
 from moment.cost import advise
 from moment.topology.model import Topology
@@ -45,12 +53,31 @@ def run(budget: float, prune: bool, profile: str | None = None):
     return r, time.perf_counter() - t
 
 
+def same_advice(a: str, b: str) -> bool:
+    """Two `advise --json` outputs alike but for the elapsed time."""
+    import json
+
+    def strip(text: str) -> dict:
+        d = json.loads(text)
+        d.pop("elapsed_s", None)
+        return d
+
+    return strip(a) == strip(b)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--budget", type=float, default=150_000)
     ap.add_argument("--no-naive", action="store_true", help="skip the baseline without bound pruning")
     ap.add_argument("--profile", help="a built-in profile or YAML file instead of the 8-slot chassis")
+    ap.add_argument("--process", action="store_true", help="the whole moment advise process over every model")
+    ap.add_argument("--runs", type=int, default=3, help="fresh processes per figure (--process)")
+    ap.add_argument("--against", default=BEFORE, help="commit to compare the process with (--process; '' for none)")
     args = ap.parse_args()
+    if args.process:
+        compare("advise_process", ["advise", "--profile", "asus-esc8000a-e12", "--budget", "60000", "--json"],
+                args.runs, args.against or None, target="< 30", same=same_advice)
+        return
     r, secs = run(args.budget, prune=True, profile=args.profile)
     print(f"chassis: {r.machine}, GPU models: {', '.join(r.gpu_models)}, SSD models: {', '.join(r.ssd_models)}")
     print(f"budget_usd: {args.budget:.0f}")

@@ -4,12 +4,17 @@ Baselines in the same run: one LP per symmetry-distinct candidate without the ca
 the bound (measured), and brute force without any pruning, timed on a sample of the raw placements
 and extrapolated to all of them (listing millions is not possible).
 
+`--process`: the whole `moment plan --profile paper-machine-b --gpus 4 --ssds 8 --json` process
+(start-up included; target < 0.8 s), the median of `--runs` fresh processes, beside the same command
+from commit `--against` (default: the commit before the start-up work), with whether the JSON is the
+same (search timings aside).
+
 `--mixed`: large machines of mixed slots instead (`moment.topology.generate.mixed_chassis`: 64 slots
 of widths x4-x16 and PCIe 3-5, seeds 0-4) with 2 GPUs + 4 SSDs (target: seconds) and 8 + 16
 (target: well under a minute), where the listing gives way to the branch and bound; on 12-slot
 ones the branch and bound against solving every listed placement (same optimum).
 
-    .venv/bin/python bench/plan_time.py [--sample 256] [--mixed]
+    .venv/bin/python bench/plan_time.py [--sample 256] [--mixed] [--process [--runs 7] [--against REF]]
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from __future__ import annotations
 import argparse
 import itertools
 import time
+
+from processes import BEFORE, compare
 
 from moment.planner.lp import solve_lp_batch
 from moment.planner.network import ChassisTemplate
@@ -121,13 +128,33 @@ def bench_mixed() -> None:
         print(f"{name}.same_optimum_as_lp_every_distinct: {abs(bnb.epoch_read_s - every) <= 1e-6 * every}")
 
 
+def same_plan(a: str, b: str) -> bool:
+    """Two `plan --json` outputs alike but for the search's own timings."""
+    import json
+
+    def strip(text: str) -> dict:
+        d = json.loads(text)
+        for k in ("seconds_total", "seconds_per_solve"):
+            d["search"].pop(k, None)
+        return d
+
+    return strip(a) == strip(b)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sample", type=int, default=256, help="raw placements timed for the brute-force baseline")
     ap.add_argument("--mixed", action="store_true", help="large machines of mixed slots (branch and bound)")
+    ap.add_argument("--process", action="store_true", help="the whole moment plan process, start-up included")
+    ap.add_argument("--runs", type=int, default=7, help="fresh processes per figure (--process)")
+    ap.add_argument("--against", default=BEFORE, help="commit to compare the process with (--process; '' for none)")
     args = ap.parse_args()
     if args.mixed:
         bench_mixed()
+        return
+    if args.process:
+        compare("plan_process", ["plan", "--profile", "paper-machine-b", "--gpus", "4", "--ssds", "8", "--json"],
+                args.runs, args.against or None, target="< 0.8", same=same_plan)
         return
     bench("paper-machine-b", Inventory.simple(4, 8), args.sample)
     bench("paper-machine-a", Inventory.simple(4, 8), args.sample)

@@ -241,6 +241,18 @@ def test_progress_counts_inventories(small):
     assert [d for d, _ in seen] == sorted(d for d, _ in seen)
 
 
+def test_progress_counts_inventories_ruled_out_as_they_are(small):
+    """Most inventories are never solved (their bound cannot enter a top list): the progress counts
+    them done once both rankings have ruled them out, so it reaches the total with the last solve."""
+    seen: list[tuple[int, int]] = []
+    r = advise(small, 40_000, models=MODELS, top_k=2, progress=lambda d, t: seen.append((d, t)))
+    total = r.searched - r.over_budget
+    assert r.pruned > 0 and seen[-1] == seen[-2] == (total, total)
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+    assert any(d > solves for solves, (d, _) in enumerate(seen[:-1], start=1))  # beyond the solves
+    assert max(d for d, _ in seen[:-2]) < total  # (and not before the rankings are settled)
+
+
 def test_a_cheaper_price_changes_the_advice(small, tmp_path):
     base = advise(small, 60_000, models=["T4", "A100-PCIe-40GB", "P5510"], top_k=1)
     assert base.best_throughput_per_dollar.items[0].model == "T4"

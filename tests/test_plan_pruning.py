@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 
 from moment.planner import search
@@ -11,7 +12,7 @@ from moment.planner.equivalence import CapacityCanon, TreeBound
 from moment.planner.lp import solve_lp_batch
 from moment.planner.network import ChassisTemplate
 from moment.planner.plan import make_plan
-from moment.topology.devices import Inventory
+from moment.topology.devices import Inventory, strip
 from moment.topology.profiles import load_profile
 from moment.workload.spec import WorkloadSpec
 
@@ -62,3 +63,48 @@ def test_nvlink_bridge_keeps_the_search_exact():
     exhaustive = min(s.epoch_read_s for s in solve_lp_batch([tpl.network(p, wl) for p in cands]))
     plan = make_plan(topo, inv, wl)
     assert plan.predicted.epoch_read_s == pytest.approx(exhaustive, rel=1e-6)
+
+
+@pytest.mark.parametrize("profile, inventory", [
+    ("paper-machine-b", Inventory.simple(4, 8)),
+    ("paper-machine-a", Inventory.simple(3, 5, "H100-PCIe-80GB", "PM1743")),
+    ("hgx-a100-8gpu", Inventory.simple(0, 6)),  # built-in GPUs, NVLink: no capacity classes
+])
+def test_classes_and_bounds_over_a_whole_space_are_those_of_each_placement(profile, inventory):
+    """What the planner computes over every placement at once (`classes`, `bounds`) is what `key` and
+    `bound` say of each placement: the same partition, and the same floats to the bit."""
+    topo = load_profile(profile)
+    space = search.enumerate_placements(topo, inventory)
+    tpl = ChassisTemplate(topo)
+    labels = CapacityCanon(tpl).classes(space)
+    canon = CapacityCanon(tpl)
+    keys = [canon.key(p) for p in space.distinct]
+    assert len(set(zip(labels.tolist(), keys))) == len(set(keys)) == len(set(labels.tolist())) > 1
+    for wl in (WorkloadSpec(), WorkloadSpec(gpu_cache_share=0.3, cpu_cache_share=0.2)):
+        every = np.arange(len(space.rows))[::3]
+        at_once, one = TreeBound(tpl).bounds(space, every, wl), TreeBound(tpl)
+        for j, i in enumerate(every):
+            lb, links = one.bound(space.distinct[i], wl)
+            assert at_once.lb[j] == lb and at_once.links(j) == links
+        # the per-link bounds as rows of one matrix sort as the tuples do
+        rows = at_once.link_rows()
+        tuples = [at_once.links(j) for j in range(len(every))]
+        assert [tuple(x for x in r if x != -np.inf) for r in rows.tolist()] == tuples
+        assert [tuples[j] for j in np.lexsort(rows.T[::-1])] == sorted(tuples)
+
+
+def test_the_ssd_bound_counts_a_carrier_at_what_its_link_carries():
+    """asus-esc8000a-e12 keeps 16 of its NVMe bays on two carriers behind one PCIe 4.0 x16 link each:
+    their drives serve the GPUs no faster than those links. Counted so, the SSD bound stays below every
+    class's LP time and rules out every class that cannot tie the best (counted at the drives' own
+    rates, it ruled out none of the 562 classes of 5 GPUs and 17 SSDs)."""
+    topo, wl = strip(load_profile("asus-esc8000a-e12"))[0], WorkloadSpec()  # (its own cards taken out)
+    space = search.enumerate_placements(topo, Inventory.simple(5, 17, "RTX-6000-Ada", "990-PRO"))
+    tpl = ChassisTemplate(topo)
+    labels = CapacityCanon(tpl).classes(space)
+    _, reps = np.unique(labels, return_index=True)
+    times = np.array([s.epoch_read_s for i in range(0, len(reps), 64)
+                      for s in solve_lp_batch([tpl.network(space.placement(j), wl) for j in reps[i:i + 64]])])
+    lb = TreeBound(tpl).bounds(space, reps, wl).lb
+    assert len(reps) == 562 and (lb <= times * (1 + 1e-7)).all()
+    assert not (lb < times.min() * (1 - 1e-6)).any()

@@ -181,7 +181,7 @@ def few_candidates(monkeypatch):
 
     def sampled(topo, inventory, *, prune=True, **limits):
         space = real(topo, inventory, prune=prune, **limits)
-        return search.SearchSpace(distinct=space.distinct[::40], raw_count=space.raw_count)
+        return search.SearchSpace(space.slots, space.models, space.rows[::40], space.raw_count)
 
     monkeypatch.setattr(search, "enumerate_placements", sampled)
 

@@ -9,7 +9,7 @@ from moment.planner.lp import solve_lp_batch
 from moment.planner.network import ChassisTemplate
 from moment.planner.plan import TIE_REL, make_plan
 from moment.planner.search import enumerate_placements
-from moment.planner.tiebreak import Candidate, compare_placements, preference, wasted_lanes
+from moment.planner.tiebreak import Candidate, compare_placements, preference, preference_arrays, sort_key, wasted_lanes
 from moment.topology.devices import Inventory
 from moment.topology.profiles import load_profile
 from moment.workload.spec import WorkloadSpec
@@ -89,3 +89,20 @@ def test_plan_takes_the_preferred_of_the_fastest():
 
 def replace_links(c: Candidate, links: tuple[float, ...]) -> Candidate:
     return Candidate(placement=c.placement, wasted_lanes=c.wasted_lanes, link_bounds=links)
+
+
+@pytest.mark.parametrize("profile, inventory", [
+    ("paper-machine-b", Inventory.simple(4, 8)),
+    ("paper-machine-a", Inventory.simple(2, 3, "H100-PCIe-80GB", "PM1743")),
+])
+def test_preference_arrays_order_placements_as_preference_does(profile, inventory):
+    """The planner ranks thousands of placements by `preference_arrays` (wasted lanes, slot order as
+    integers) instead of a Candidate each: the same order, the same wasted lanes."""
+    topo = load_profile(profile)
+    space = enumerate_placements(topo, inventory)
+    wasted, order = preference_arrays(space, topo)
+    cands = [Candidate.of(p, topo) for p in space.distinct]
+    assert wasted.tolist() == [c.wasted_lanes for c in cands]
+    by_arrays = sorted(range(len(cands)), key=lambda i: sort_key((), int(wasted[i]), tuple(order[i].tolist())))
+    assert by_arrays == sorted(range(len(cands)), key=lambda i: preference(cands[i]))
+    assert len(set(wasted.tolist())) > 1  # (the slot order alone does not decide)

@@ -27,21 +27,44 @@ console = Console(width=None if sys.stdout.isatty() else 120)
 err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
 
 
-_registered = False
+#: The command modules, in the order their commands are listed in `moment --help`. Each registers its
+#: commands on `app` when imported; none imports torch at import time (planning must work without it).
+MODULES = ("cache_cmds", "cost_cmds", "data_cmds", "fidelity_cmds", "pack_cmds", "place_cmds", "scan_cmds",
+           "topology_cmds", "train_cmds", "version_cmds", "serve_cmds")
+#: The modules that define each top-level command or group: a command line naming one imports only
+#: those (`moment plan` does not import the training, data or service commands; tests/test_cli_imports.py
+#: checks this table against what the modules register).
+COMMANDS = {
+    "advise": ("cost_cmds",), "cache": ("cache_cmds",), "calibrate": ("fidelity_cmds",), "compare": ("topology_cmds",),
+    "data": ("data_cmds", "pack_cmds"), "export": ("scan_cmds",), "layout": ("place_cmds",), "models": ("topology_cmds",),
+    "place": ("place_cmds",), "plan": ("topology_cmds",), "probe": ("fidelity_cmds",), "profiles": ("topology_cmds",),
+    "scan": ("scan_cmds",), "schema": ("topology_cmds",), "serve": ("serve_cmds",), "simulate": ("fidelity_cmds",),
+    "train": ("train_cmds",), "version": ("version_cmds",),
+}
+_reflowed: set[int] = set()  # help texts already reflowed: reflowing one again would split its paragraphs
 
 
-def _register() -> None:
-    # Imported for their side effect of adding commands to `app`.
-    # None of them imports torch at import time: planning must work without it.
-    global _registered
-    if _registered:  # once per process: reflowing a reflowed help text would split its paragraphs again
-        return
-    _registered = True
-    from moment.cli import (  # noqa: F401
-        cache_cmds, cost_cmds, data_cmds, fidelity_cmds, pack_cmds, place_cmds, scan_cmds, topology_cmds,
-        train_cmds, version_cmds)
-    from moment.cli import serve_cmds  # noqa: F401  (imports the service only when `moment serve` runs)
+def _register(argv: list[str] | None = None) -> None:
+    """Import the modules of the command `argv` names (every module when it names none it knows: the
+    root's help, a typo), reflow the new help texts, and keep `moment --help`'s order whatever was
+    imported first."""
+    import importlib
 
+    args = sys.argv[1:] if argv is None else argv
+    first = args[0] if args and not args[0].startswith("-") else ""  # (`moment --help plan`: the root's help)
+    for name in COMMANDS.get(first, MODULES):
+        importlib.import_module(f"moment.cli.{name}")
+    rank = {m: i for i, m in enumerate(MODULES)}
+
+    def module_rank(callback) -> int:
+        return rank.get(getattr(callback, "__module__", "").rsplit(".", 1)[-1], len(rank))
+
+    def group_rank(g) -> int:
+        infos = g.typer_instance.registered_commands if g.typer_instance is not None else []
+        return min((module_rank(c.callback) for c in infos), default=len(rank))
+
+    app.registered_commands.sort(key=lambda c: module_rank(c.callback))
+    app.registered_groups.sort(key=group_rank)
     _reflow_help(app)
 
 
@@ -63,6 +86,9 @@ def _reflow_help(t: typer.Typer) -> None:
     import re
 
     for c in t.registered_commands:
+        if id(c) in _reflowed:
+            continue
+        _reflowed.add(id(c))
         doc = c.help if c.help is not None else (c.callback.__doc__ if c.callback else None)
         if doc:  # an "Example:" line stays a paragraph of its own
             doc = re.sub(r"\n(?=Example)", "\n\n", inspect.cleandoc(doc))
@@ -79,7 +105,7 @@ def _root() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: user errors become one red message and exit code 2, never a traceback."""
-    _register()
+    _register(argv)
     import shlex
 
     from moment import locking

@@ -72,7 +72,6 @@ def plan_cmd(
     generations) a branch and bound finds the optimum instead, with a progress bar on stderr.
     Example: moment plan --profile paper-machine-b --gpus 4 --ssds 8 --diagram plan.svg
     """
-    from moment.cli import fidelity_cmds as fid
     from moment.planner import api
 
     if backend not in ("networkx", "ortools"):
@@ -99,12 +98,13 @@ def plan_cmd(
     if json_out:
         _emit_json(out)
         return
+    from moment.cli.fidelity_cmds import render_extra
     from moment.cli.render import render_plan
 
     if overrides:
         console.print(_overrides_line(overrides), highlight=False)
     render_plan(console, plan, topo)
-    fid.render_extra(extra)
+    render_extra(extra)
     if diagram is not None:
         console.print(f"diagram written to [bold]{diagram}[/]")
 

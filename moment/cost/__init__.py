@@ -1,6 +1,6 @@
 """Cost: a price table, Hyperion's TCO and throughput-per-cost model, and `advise` (what to buy).
 
-Sits beside the planner and above it (it calls `make_plan`); never imports torch.
+Sits beside the planner and above it (it calls `best_placement`); never imports torch.
 """
 
 from moment.cost.advisor import AdviseResult, Candidate, advise

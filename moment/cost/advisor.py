@@ -12,22 +12,26 @@ and given an optimistic throughput from a placement-free lower bound on its epoc
   its bytes x (1 - its own cache's share) at no more than the n-th best slot link (n GPUs sit in n
   distinct slots, the slowest of them sets the pace).
 
-Inventories are then solved exactly with the planner (`make_plan`: symmetry pruning and its own
-branch and bound over placements) in the order of their optimistic rank, alternating between the
-two rankings; a ranking stops asking once its next inventory, even at its bound, cannot enter its
-top k. What neither ranking asked for is `pruned`. An inventory that is no faster than the same one
-with one SSD fewer is not ranked (`dominated`: the extra SSD buys nothing); before an inventory enters
-a top list its smaller sibling is solved, so a top list never holds an entry a later solve removes. `prune=False` solves every inventory in the
+Inventories are then solved exactly with the planner (`best_placement`, the search of `make_plan`
+without its usual layouts and max-flow: symmetry pruning and its own branch and bound over
+placements; inventories of one shape share its listing of placements) in the order of their
+optimistic rank, alternating between the two rankings; a ranking stops asking once its next
+inventory, even at its bound, cannot enter its top k. What neither ranking asked for is `pruned`. An
+inventory that is no faster than the same one with one SSD fewer is not ranked (`dominated`: the
+extra SSD buys nothing); before an inventory enters a top list its smaller sibling is solved, so a
+top list never holds an entry a later solve removes. `prune=False` solves every inventory in the
 budget (the baseline of bench/advise.py, and what the tests compare against).
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
 from pydantic import BaseModel, Field
 
 from moment.cost.model import CostParams, costs, report, samples_per_epoch
@@ -258,9 +262,10 @@ def advise(topo: Topology, budget_usd: float, *, models: list[str] | None = None
            params: CostParams | None = None, top_k: int = 3, prune: bool = True,
            progress: Callable[[int, int], None] | None = None, flag: Flag = cli_flag) -> AdviseResult:
     """The best inventories for `topo`'s chassis under `budget_usd` (hardware), by throughput per TCO
-    dollar and by throughput, with their placements. `progress(done, total)` counts inventories; messages
-    spell the inputs (budget, models, max_gpus, ...) as `flag` does."""
-    from moment.planner.plan import make_plan
+    dollar and by throughput, with their placements. `progress(done, total)` counts the inventories in the
+    budget that are solved or ruled out of both rankings; messages spell the inputs (budget, models,
+    max_gpus, ...) as `flag` does."""
+    from moment.planner.plan import SearchCache, best_placement
 
     t0 = time.perf_counter()
     check_inputs(budget_usd, top_k, max_gpus, max_ssds, flag=flag)
@@ -299,6 +304,8 @@ def advise(topo: Topology, budget_usd: float, *, models: list[str] | None = None
 
     total = len(in_budget)
     by_label = {c.label: c for c in in_budget}
+    # inventories of one shape share their listing of placements (the unpruned baseline plans each alone)
+    cache = SearchCache(topo) if prune else None
     unplaceable = 0
     solved: list[_Inv] = []
     top_tpc: list[tuple] = []
@@ -320,25 +327,28 @@ def advise(topo: Topology, budget_usd: float, *, models: list[str] | None = None
         nonlocal unplaceable
         c.done = True
         try:
-            plan = make_plan(topo, c.inventory, workload)
+            best = best_placement(topo, c.inventory, workload, cache=cache)
         except MomentError:
             unplaceable += 1  # e.g. double-width cards that leave too few slots
             c.exact = None
         else:
-            rep = report(c.inventory, plan.predicted.epoch_read_s, seeds, prices, params)
+            predicted = best.evaluation.predicted
+            rep = report(c.inventory, predicted.epoch_read_s, seeds, prices, params)
             c.exact = Candidate(
-                inventory=c.label, items=c.inventory.items, placement=plan.placement,
-                predicted=Predicted(epoch_read_s=plan.predicted.epoch_read_s,
-                                    aggregate_gbps=plan.predicted.aggregate_gbps, bottlenecks=plan.bottlenecks),
+                inventory=c.label, items=c.inventory.items, placement=best.placement,
+                predicted=Predicted(epoch_read_s=predicted.epoch_read_s,
+                                    aggregate_gbps=predicted.aggregate_gbps, bottlenecks=best.bottlenecks),
                 epoch_s=rep.epoch_s, throughput_samples_per_s=rep.throughput_samples_per_s,
                 epochs_per_hour=rep.epochs_per_hour, hardware_usd=rep.hardware_usd,
                 power_w=rep.power_w, electricity_usd=rep.electricity_usd, tco_usd=rep.tco_usd, tpc=rep.tpc,
                 tpc_hardware=rep.tpc_hardware)
         solved.append(c)
+        if c.exact is not None:
+            rank(c)
         if progress is not None:
-            progress(len(solved), total)
-        if c.exact is None:
-            return
+            progress(decided(), total)
+
+    def rank(c: _Inv) -> None:
         k_tpc, k_thr = _key_tpc(c.exact.tpc, c), _key_thr(c.exact.throughput_samples_per_s, c)
         if not (enters(top_tpc, k_tpc) or enters(top_thr, k_thr)):
             return
@@ -352,11 +362,26 @@ def advise(topo: Topology, budget_usd: float, *, models: list[str] | None = None
                 top.sort()
                 del top[top_k:]
 
+    ruled_out: list[tuple[list, np.ndarray, list]] = []  # per ranking: (its top, queue position, queue keys)
+
+    def decided() -> int:
+        """Inventories solved, or that neither ranking can take any more: what the progress counts."""
+        out = np.array([c.done for c in in_budget])
+        if len(ruled_out) < 2 or any(len(top) < top_k for top, _, _ in ruled_out):
+            return int(out.sum())
+        both = np.ones(len(in_budget), dtype=bool)
+        for top, at, keys in ruled_out:  # from the first key that cannot enter the top k on (keys only grow)
+            both &= at >= bisect.bisect_right(keys, top[-1])
+        return int((out | both).sum())
+
     if prune:
         queues = [
             (sorted(in_budget, key=lambda c: _key_tpc(c.ub_tpc, c)), lambda c: _key_tpc(c.ub_tpc, c), top_tpc),
             (sorted(in_budget, key=lambda c: _key_thr(c.ub_thr, c)), lambda c: _key_thr(c.ub_thr, c), top_thr),
         ]
+        for queue, best_key, top in queues:
+            where = {id(c): i for i, c in enumerate(queue)}
+            ruled_out.append((top, np.array([where[id(c)] for c in in_budget]), [best_key(c) for c in queue]))
         pos = [0, 0]
         active = [True, True]
         while any(active):

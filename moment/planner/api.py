@@ -145,12 +145,13 @@ def workload_spec(feature_dim: int | None = None, gb_per_gpu: float | None = Non
 def load_topology(profile: str, calibration: Path | None, overrides: list[str] | None = None):
     """The profile (name or YAML file), with the calibration file applied when one is given:
     (topology, calibration or None)."""
-    from moment.planner.calibration import load_calibration
     from moment.topology.profiles import load_profile
 
     topo = load_profile(profile, overrides)
     if calibration is None:
         return topo, None
+    from moment.planner.calibration import load_calibration
+
     cal = load_calibration(calibration)
     return calibrated(topo, cal), cal
 

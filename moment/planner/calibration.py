@@ -291,8 +291,7 @@ class Model:
 def epoch_read_times(nets: list, even: list[bool]) -> list[float]:
     """The realisable LP's epoch read time of each network (one HiGHS call); where `even`, the SSD
     shares are not chosen by the LP but fixed equal (the SSD tier's share split evenly)."""
-    from scipy.optimize import linprog
-
+    from moment.planner.highs import linprog
     from moment.planner.lp import _parts, _stack
     from moment.planner.network import TIER_SSD
 
@@ -304,8 +303,8 @@ def epoch_read_times(nets: list, even: list[bool]) -> list[float]:
             part.bounds[ssd] = share
     lp = _stack(parts)
     col0 = lp.pop("col0")
-    res = linprog(**lp, method="highs")
-    if res.status != 0:
+    res = linprog(**lp)
+    if not res.ok:
         raise MomentError(f"the calibration's LP has no solution ({res.message.strip()})")
     return [float(res.x[c + len(n.storage)]) for n, c in zip(nets, col0[:-1])]
 

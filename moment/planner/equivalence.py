@@ -11,9 +11,16 @@ class.
 from __future__ import annotations
 
 from collections.abc import Hashable
+from typing import TYPE_CHECKING
+
+import numpy as np
 
 from moment.planner.network import ChassisTemplate
+from moment.topology.devices import find_model
 from moment.topology.model import Kind
+
+if TYPE_CHECKING:
+    from moment.planner.search import SearchSpace
 
 
 def _round(x: float) -> float:
@@ -30,6 +37,62 @@ def _tree(template: ChassisTemplate) -> tuple[dict[str, list[str]], dict[str, fl
     return children, uplink
 
 
+def _slot_spans(children: dict[str, list[str]], kind: dict[str, Kind],
+                roots: list[str]) -> tuple[tuple[str, ...], dict[str, tuple[int, int]]]:
+    """The slots under `roots` in depth-first order, and for each node the range of them below it:
+    a subtree's slots are one slice of that order, so a placement's occupants are listed once and
+    each subtree reads its own by slicing."""
+    order: list[str] = []
+    span: dict[str, tuple[int, int]] = {}
+
+    def walk(nid: str) -> None:
+        lo = len(order)
+        if kind.get(nid) == Kind.slot:
+            order.append(nid)
+        for k in children.get(nid, ()):  # (below a slot: a built-in card, no slot)
+            walk(k)
+        span[nid] = (lo, len(order))
+
+    for r in roots:
+        walk(r)
+    return tuple(order), span
+
+
+def _unique_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct rows of a non-negative integer matrix, each row's index among them). A row is
+    packed into one integer when it fits (np.unique on rows sorts them as bytes, far slower)."""
+    a = np.asarray(a, dtype=np.int64)
+    base = int(a.max()) + 1 if a.size else 1
+    if a.shape[1] * np.log2(max(base, 2)) < 62:
+        packed = a @ (base ** np.arange(a.shape[1] - 1, -1, -1, dtype=np.int64))
+        _, first, inverse = np.unique(packed, return_index=True, return_inverse=True)
+        return a[first], inverse.reshape(-1)
+    unique, inverse = np.unique(a, axis=0, return_inverse=True)
+    return unique, inverse.reshape(-1)
+
+
+def _fillings(space: SearchSpace, rows: np.ndarray, slots: tuple[str, ...], span: tuple[int, int]
+              ) -> tuple[list[tuple[str | None, ...]], np.ndarray]:
+    """The distinct fillings of one subtree (the slots `slots[span[0]:span[1]]`) among `rows` of
+    `space`: (each as the occupants of every slot in `slots`, None outside the subtree and where
+    empty; for each row, the index of its filling)."""
+    col = {sid: j for j, sid in enumerate(space.slots)}
+    lo, hi = span
+    inside = [(i, col[sid]) for i, sid in enumerate(slots[lo:hi], start=lo) if sid in col]
+    names = [*space.models, None]
+    sub = rows[:, [j for _, j in inside]]
+    if not len(rows):
+        return [], np.zeros(0, dtype=np.int64)
+    unique, inverse = _unique_rows(sub)
+    out = []
+    for u in unique.tolist():
+        occupants: list[str | None] = [None] * len(slots)
+        for (i, _), m in zip(inside, u):
+            occupants[i] = names[m]
+        out.append(tuple(occupants))
+    return out, inverse
+
+
 class CapacityCanon:
     """Canonical capacity form of placements on one bare chassis."""
 
@@ -40,16 +103,22 @@ class CapacityCanon:
         ch = template.chassis
         self.enabled = self._symmetric_enough()
         self.children, self.uplink = _tree(template)
-        self.fixed_devices: dict[str, list[tuple]] = {}
+        # Canonical forms are interned: a subtree's form holds its children's numbers, sorted (a
+        # multiset), so equal numbers mean alike subtrees and sorting compares small integers
+        self._forms: dict[tuple, int] = {}
+        self.fixed_devices: dict[str, list[int]] = {}
         for d in ch.devices:
-            self.fixed_devices.setdefault(d.parent, []).append(
-                ("dev", d.kind.value, _round(d.serve), d.memory, _round(min(d.uplink, self.uplink.get(d.parent, d.uplink)))))
+            self.fixed_devices.setdefault(d.parent, []).append(self._intern(
+                ("dev", d.kind.value, _round(d.serve), d.memory, _round(min(d.uplink, self.uplink.get(d.parent, d.uplink))))))
         self.kind = {n.id: n.kind for n in topo.nodes}
         self.sockets = {sid: (_round(bw), mem) for sid, bw, mem in ch.sockets}
         self._peer_caps = tuple(sorted(_round(p.capacity) for p in ch.peers))
-        self._below: dict[str, tuple[str, ...]] = {}
-        self._devices: dict[tuple[str, str], tuple | None] = {}
-        self._memo: dict[tuple, tuple | None] = {}
+        self.slots, self.span = _slot_spans(self.children, self.kind, list(self.sockets))
+        self._devices: dict[tuple[str, str], int | None] = {}
+        self._memo: dict[tuple, int | None] = {}
+
+    def _intern(self, form: tuple) -> int:
+        return self._forms.setdefault(form, len(self._forms))
 
     def _symmetric_enough(self) -> bool:
         ch = self.template.chassis
@@ -64,44 +133,75 @@ class CapacityCanon:
         want = len(sockets) * (len(sockets) - 1) // 2
         return len(pairs) == want and len(set(pairs.values())) == 1 and len(ch.peers) == want
 
-    def _slots_below(self, nid: str) -> tuple[str, ...]:
-        if nid not in self._below:
-            if self.kind.get(nid) == Kind.slot:
-                self._below[nid] = (nid,)
-            else:
-                self._below[nid] = tuple(s for k in self.children.get(nid, ()) for s in self._slots_below(k))
-        return self._below[nid]
-
-    def _device(self, slot: str, model: str) -> tuple | None:
+    def _device(self, slot: str, model: str) -> int | None:
         k = (slot, model)
         if k not in self._devices:
             kind, cap, serve, memory = self.template.card(slot, model)
-            self._devices[k] = (("dev", kind.value, _round(serve), memory, _round(min(cap, self.uplink.get(slot, cap))))
+            self._devices[k] = (self._intern(("dev", kind.value, _round(serve), memory,
+                                              _round(min(cap, self.uplink.get(slot, cap)))))
                                 if kind in (Kind.gpu, Kind.ssd) else None)
         return self._devices[k]
 
-    def _canon(self, nid: str, placement: dict[str, str]) -> tuple | None:
-        """Memoised on the models in the subtree's slots: most subtrees repeat across candidates."""
-        sig = (nid, tuple(placement.get(s) for s in self._slots_below(nid)))
+    def _canon(self, nid: str, occupants: tuple[str | None, ...]) -> int | None:
+        """The number of the subtree's canonical form (None: nothing below, the network drops it).
+        Memoised on the models in the subtree's slots (`occupants`: the model in each of
+        `self.slots`, None when empty): most subtrees repeat across candidates."""
+        lo, hi = self.span[nid]
+        sig = (nid, occupants[lo:hi])
         if sig in self._memo:
             return self._memo[sig]
         if self.kind.get(nid) == Kind.slot:
-            out = self._device(nid, placement[nid]) if nid in placement else None
+            out = self._device(nid, occupants[lo]) if occupants[lo] is not None else None
         else:
-            parts = [c for c in (self._canon(k, placement) for k in self.children.get(nid, ())) if c is not None]
+            parts = [c for c in (self._canon(k, occupants) for k in self.children.get(nid, ())) if c is not None]
             parts += self.fixed_devices.get(nid, [])
             if not parts and self.kind.get(nid) != Kind.socket:
                 out = None  # nothing below: the network drops it
             else:
                 up = _round(self.uplink[nid]) if nid in self.uplink else None
-                out = (self.sockets.get(nid, self.kind[nid].value), up, tuple(sorted(parts)))
+                out = self._intern((self.sockets.get(nid, self.kind[nid].value), up, tuple(sorted(parts))))
         self._memo[sig] = out
         return out
 
     def key(self, placement: dict[str, str]) -> Hashable:
         if not self.enabled:
             return tuple(sorted(placement.items()))
-        return (tuple(sorted(self._canon(s, placement) for s in self.sockets)), self._peer_caps)
+        occupants = tuple(placement.get(s) for s in self.slots)
+        return (tuple(sorted(self._canon(s, occupants) for s in self.sockets)), self._peer_caps)
+
+    def classes(self, space: SearchSpace) -> np.ndarray:
+        """A class number for each placement of `space`, equal where `key` is equal: each socket's
+        distinct fillings are canonised once, not once per placement."""
+        n = len(space.rows)
+        if not self.enabled or not n:
+            return np.arange(n)
+        keys = np.sort(np.stack([self._forms_of(sock, space) for sock in self.sockets], axis=1), axis=1)
+        return _unique_rows(keys)[1]  # (sorted: the sockets' forms as a multiset)
+
+    def _forms_of(self, nid: str, space: SearchSpace) -> np.ndarray:
+        """`_canon(nid, ...)` for every placement of `space` (-1 for None), bottom up: a node's
+        children's numbers, sorted, are a row; each distinct row is made a form once."""
+        col = {sid: j for j, sid in enumerate(space.slots)}
+        rows = space.rows
+        if self.kind.get(nid) == Kind.slot:
+            if nid not in col:
+                return np.full(len(rows), -1)
+            table = [self._device(nid, m) for m in space.models] + [None]
+            return np.array([-1 if d is None else d for d in table])[rows[:, col[nid]]]
+        kids = [self._forms_of(k, space) for k in self.children.get(nid, ())]
+        fixed = self.fixed_devices.get(nid, [])
+        label = self.sockets.get(nid, self.kind[nid].value)
+        up = _round(self.uplink[nid]) if nid in self.uplink else None
+        if not kids:
+            return np.full(len(rows), -1 if not fixed and self.kind.get(nid) != Kind.socket
+                           else self._intern((label, up, tuple(sorted(fixed)))))
+        unique, inverse = _unique_rows(np.sort(np.stack(kids, axis=1), axis=1) + 1)  # (+1: None is 0)
+        forms = []
+        for u in unique.tolist():
+            parts = [x - 1 for x in u if x] + fixed
+            forms.append(-1 if not parts and self.kind.get(nid) != Kind.socket
+                         else self._intern((label, up, tuple(sorted(parts)))))
+        return np.array(forms)[inverse]
 
 
 class TreeBound:
@@ -111,7 +211,10 @@ class TreeBound:
     not stored on their side. The share a side can hold is at most its caches' shares plus what
     its SSDs can serve in time T (rate * T / total demand), which gives T >= D(1 - A) / (c + D B)
     per edge. With the SSD aggregate bound this is a relaxation of the LP, so LB <= LP time always;
-    only a class whose bound beats the best time found so far needs its LP solved.
+    only a class whose bound beats the best time found so far needs its LP solved. The aggregate
+    bound counts the SSDs of a subtree without GPUs at no more than its uplink carries (every byte
+    they serve leaves through it): SSD carriers behind one x16 link bound what their drives add.
+    That only prunes; the per-link bounds, which also order equally fast placements, are as above.
     """
 
     def __init__(self, template: ChassisTemplate):
@@ -126,6 +229,9 @@ class TreeBound:
         # Peer links between devices or slots (NVLink, xGMI) bypass tree edges, so the per-link
         # bounds are then only a heuristic order; the SSDs' aggregate bound stays valid.
         self.tree_only = all(p.a in sockets and p.b in sockets for p in ch.peers)
+        kind = {n.id: n.kind for n in template.topo.nodes}
+        self.slots, self.span = _slot_spans(self.children, kind, self.sockets)
+        self._memo: dict[tuple, tuple] = {}
 
     def bound(self, placement: dict[str, str], workload) -> tuple[float, tuple[float, ...]]:
         """(lower bound on the epoch time, per-link bounds highest first).
@@ -147,37 +253,21 @@ class TreeBound:
         f_gpu, f_cpu = workload.gpu_cache_share, workload.cpu_cache_share
         g_share = f_gpu / n_gpu
         lb = 0.0
-        ssd_rate_all = 0.0
-        edges: list[tuple[float, int, float, float]] = []  # (capacity, gpus inside, cache share inside, ssd rate inside)
-
-        def leaf(kind: Kind, cap: float, serve: float) -> tuple[int, float, float]:
-            nonlocal ssd_rate_all
-            if kind == Kind.gpu:
-                edges.append((cap, 1, g_share, 0.0))
-                return 1, g_share, 0.0
-            rate = min(cap, serve)
-            ssd_rate_all += rate
-            return 0, 0.0, rate
-
-        def walk(nid: str) -> tuple[int, float, float]:
-            if nid in devs:
-                return leaf(*devs[nid])
-            g = a = b = 0.0
-            for k in self.children.get(nid, ()):
-                kg, ka, kb = walk(k)
-                g, a, b = g + kg, a + ka, b + kb
-            for kind, cap, serve in self.fixed.get(nid, ()):
-                kg, ka, kb = leaf(kind, cap, serve)
-                g, a, b = g + kg, a + ka, b + kb
-            if nid in self.uplink and (g or b):
-                edges.append((self.uplink[nid], int(g), a, b))
-            return int(g), a, b
-
-        per_socket = [walk(s) for s in self.sockets]
+        occupants = tuple(placement.get(s) for s in self.slots)
+        per_socket = [self._walk(s, occupants, devs, g_share) for s in self.sockets]
+        # (capacity, gpus inside, cache share inside, ssd rate inside) per tree edge, in walk order
+        edges = [e for _, _, _, sub_edges, _, _ in per_socket for e in sub_edges]
+        ssd_rate_all = deliver = 0.0
+        for _, _, _, _, rates, reach in per_socket:
+            for rate in rates:  # one at a time, in walk order: the same float sum however it is memoised
+                ssd_rate_all += rate
+            deliver += reach
         if ssd_rate_all > 0:
             lb = max(lb, (1 - f_gpu - f_cpu) * total / ssd_rate_all)
+        if self.tree_only and deliver > 0:
+            lb = max(lb, (1 - f_gpu - f_cpu) * total / deliver)
         link_bounds: list[float] = []
-        sum_a = sum(a for _, a, _ in per_socket) + f_cpu  # everything cacheable, anywhere
+        sum_a = sum(a for _, a, _, _, _, _ in per_socket) + f_cpu  # everything cacheable, anywhere
         for cap, g_in, a_in, b_in in edges:
             if cap == float("inf"):
                 continue
@@ -190,3 +280,152 @@ class TreeBound:
         if self.tree_only:
             lb = max([lb, *link_bounds])
         return lb, tuple(round(x, 6) for x in sorted(link_bounds, reverse=True))
+
+    def bounds(self, space: SearchSpace, which: np.ndarray, workload) -> Bounds:
+        """`bound` for the placements `which` (indices) of `space`, with the same floats to the bit:
+        each socket's distinct fillings are walked once and the per-link formulas run on arrays (the
+        same operations in the same order). The per-link bounds are only made into tuples when asked
+        for (`Bounds.links`): the planner compares them only between placements whose bounds tie."""
+        rows = space.rows[which]
+        k = len(rows)
+        is_gpu = np.array([find_model(m).kind == Kind.gpu for m in space.models] + [False])
+        fixed_gpus = sum(1 for lst in self.fixed.values() for kd, _, _ in lst if kd == Kind.gpu)
+        n_gpu_all = is_gpu[rows].sum(axis=1) + fixed_gpus
+        out = Bounds(np.zeros(k))
+        for n_gpu in sorted(set(n_gpu_all.tolist())):
+            at = np.flatnonzero(n_gpu_all == n_gpu)
+            if n_gpu == 0:
+                for j in at:
+                    out.lb[j], out._rows[j] = 0.0, np.zeros(0)
+                continue
+            self._bounds_with(space, rows[at], at, int(n_gpu), workload, out)
+        return out
+
+    def _bounds_with(self, space: SearchSpace, rows: np.ndarray, at: np.ndarray, n_gpu: int, workload,
+                     out: Bounds) -> None:
+        tpl = self.template
+        D = workload.bytes_per_gpu(n_gpu)
+        total = D * n_gpu
+        f_gpu, f_cpu = workload.gpu_cache_share, workload.cpu_cache_share
+        g_share = f_gpu / n_gpu
+        cols: dict[str, list[np.ndarray]] = {"cap": [], "g": [], "a": [], "b": [], "rate": []}
+        sum_a = deliver = None
+        for sock in self.sockets:
+            fillings, inverse = _fillings(space, rows, self.slots, self.span[sock])
+            lo, hi = self.span[sock]
+            walked = []
+            for occ in fillings:
+                devs: dict[str, tuple[Kind, float, float]] = {}
+                for slot, model in zip(self.slots[lo:hi], occ[lo:hi]):
+                    if model is not None:
+                        kind, cap, serve, _mem = tpl.card(slot, model)
+                        if kind in (Kind.gpu, Kind.ssd):
+                            devs[slot] = (kind, min(cap, self.uplink.get(slot, cap)), serve)
+                walked.append(self._walk(sock, occ, devs, g_share))
+            n_edges = max((len(w[3]) for w in walked), default=0)
+            n_rates = max((len(w[4]) for w in walked), default=0)
+            edge = np.zeros((len(walked), n_edges, 4))
+            edge[:, :, 0] = np.inf  # padding: an unlimited link, which gives no bound
+            rate = np.zeros((len(walked), n_rates))
+            for u, (_g, _a, _b, edges, rates, _reach) in enumerate(walked):
+                if edges:
+                    edge[u, :len(edges)] = edges
+                rate[u, :len(rates)] = rates
+            a = np.array([w[1] for w in walked], dtype=float)[inverse]
+            sum_a = a if sum_a is None else sum_a + a  # sockets in order, as `sum` adds them
+            reach = np.array([w[5] for w in walked], dtype=float)[inverse]
+            deliver = reach if deliver is None else deliver + reach
+            for name, j in (("cap", 0), ("g", 1), ("a", 2), ("b", 3)):
+                cols[name].append(edge[inverse, :, j])
+            cols["rate"].append(rate[inverse])
+        cap, g_in, a_in, b_in = (np.concatenate(cols[c], axis=1) for c in ("cap", "g", "a", "b"))
+        rates = np.concatenate(cols["rate"], axis=1)
+        # one rate after the other, as `bound` adds them (a zero of the padding changes no sum)
+        ssd_rate_all = np.add.accumulate(rates, axis=1)[:, -1] if rates.shape[1] else np.zeros(len(rows))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lb = np.where(ssd_rate_all > 0, np.maximum(0.0, (1 - f_gpu - f_cpu) * total / ssd_rate_all), 0.0)
+            if self.tree_only:
+                lb = np.where(deliver > 0, np.maximum(lb, (1 - f_gpu - f_cpu) * total / deliver), lb)
+        sum_a = sum_a + f_cpu
+        d_in, d_out = g_in * D, (n_gpu - g_in) * D
+        into = d_in * np.maximum(0.0, 1 - a_in) / (cap + d_in * b_in / total)
+        a_out = sum_a[:, None] - a_in
+        out_of = d_out * np.maximum(0.0, 1 - a_out) / (cap + d_out * (ssd_rate_all[:, None] - b_in) / total)
+        valid = np.isfinite(cap)
+        links = np.concatenate([np.where(valid, into, -np.inf), np.where(valid, out_of, -np.inf)], axis=1)
+        if self.tree_only and links.shape[1]:
+            lb = np.maximum(lb, links.max(axis=1))
+        for r, j in enumerate(at.tolist()):
+            out.lb[j] = lb[r]
+            out._rows[j] = links[r]
+
+    def _walk(self, nid: str, occupants: tuple[str | None, ...], devs: dict[str, tuple[Kind, float, float]],
+              g_share: float) -> tuple[int, float, float, list, list, float]:
+        """(GPUs, cache share, SSD rate) below `nid`, its tree edges (capacity, GPUs, cache share, SSD
+        rate inside) and its SSDs' rates, both in walk order, and the SSD rate it can deliver to GPUs
+        (without GPUs: no more than its uplink). Memoised on the models in its slots: a subtree's
+        figures depend on nothing else (and on the GPU cache share each GPU holds)."""
+        lo, hi = self.span[nid]
+        sig = (nid, occupants[lo:hi], g_share)
+        found = self._memo.get(sig)
+        if found is not None:
+            return found
+        edges: list[tuple[float, int, float, float]] = []
+        rates: list[float] = []
+
+        def leaf(kind: Kind, cap: float, serve: float) -> tuple[int, float, float]:
+            if kind == Kind.gpu:
+                edges.append((cap, 1, g_share, 0.0))
+                return 1, g_share, 0.0
+            rate = min(cap, serve)
+            rates.append(rate)
+            return 0, 0.0, rate
+
+        if nid in devs:
+            g, a, b = leaf(*devs[nid])
+            reach = b
+        else:
+            g = a = b = reach = 0.0
+            for k in self.children.get(nid, ()):
+                kg, ka, kb, k_edges, k_rates, k_reach = self._walk(k, occupants, devs, g_share)
+                edges += k_edges
+                rates += k_rates
+                g, a, b, reach = g + kg, a + ka, b + kb, reach + k_reach
+            for kind, cap, serve in self.fixed.get(nid, ()):
+                kg, ka, kb = leaf(kind, cap, serve)
+                g, a, b, reach = g + kg, a + ka, b + kb, reach + kb
+            if nid in self.uplink and (g or b):
+                edges.append((self.uplink[nid], int(g), a, b))
+            if not g and nid in self.uplink:
+                reach = min(reach, self.uplink[nid])
+            g = int(g)
+        found = self._memo[sig] = (g, a, b, edges, rates, reach)
+        return found
+
+
+class Bounds:
+    """`TreeBound.bounds`' answer: `lb[j]` is `bound(...)[0]` of placement j, `links(j)` its [1]."""
+
+    def __init__(self, lb: np.ndarray):
+        self.lb = lb
+        self._rows: list = [None] * len(lb)  # per placement: its per-link bounds, -inf for none
+
+    def links(self, j: int) -> tuple[float, ...]:
+        row = self._rows[j]
+        return tuple(round(x, 6) for x in sorted(row[np.isfinite(row)].tolist(), reverse=True))
+
+    def link_rows(self) -> np.ndarray:
+        """Every `links(j)` as a row of one matrix, padded with -inf (which sorts before every bound,
+        as a shorter tuple does before a longer one it begins): comparing rows lexicographically
+        compares the tuples. Each distinct bound is rounded once, by Python's `round` (numpy's rounds
+        otherwise in the last digit)."""
+        width = max((len(r) for r in self._rows), default=0)
+        m = np.full((len(self._rows), width), -np.inf)
+        for j, r in enumerate(self._rows):
+            m[j, :len(r)] = r
+        m = -np.sort(-m, axis=1)  # highest first, -inf last
+        finite = np.isfinite(m)
+        values = np.unique(m[finite])
+        rounded = np.array([round(x, 6) for x in values.tolist()])
+        m[finite] = rounded[np.searchsorted(values, m[finite])]
+        return m

@@ -9,8 +9,8 @@ CPU memory at most the CPU share; SSDs take the rest. Minimise T.
 Free max-flow (the paper's solver) drops "every GPU reads from every node in proportion" and so
 is a relaxation of this LP: its T is never larger.
 
-Backend: scipy's HiGHS (`linprog(method="highs")`) with sparse matrices. The model is built as
-NumPy index arrays in one go, so building costs far less than solving; OR-Tools GLOP would need a
+Backend: HiGHS (`planner.highs`, called as scipy's `linprog(method="highs")` calls it) with sparse
+matrices. The model is built as NumPy index arrays in one go, so building costs far less than solving; OR-Tools GLOP would need a
 Python call per variable and constraint, which costs more than the solve at these sizes.
 
 Units inside: bytes divided by the total epoch demand (flows are O(1)), seconds for T.
@@ -21,10 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import linprog
-from scipy.sparse import csr_matrix
-
 from moment.errors import MomentError
+from moment.planner.highs import linprog
 from moment.planner.network import TIER_CPU, TIER_GPU, FlowNetwork
 from moment.planner.solution import Solution
 
@@ -232,11 +230,11 @@ def _stack(parts: list[_Parts]) -> dict:
     eq0 = np.cumsum([0] + [len(p.b_eq) for p in parts])
     ub0 = np.cumsum([0] + [len(p.b_ub) for p in parts])
 
-    def block(which: str, offs: np.ndarray) -> csr_matrix:
+    def block(which: str, offs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         r = np.concatenate([getattr(p, which)[0] + offs[i] for i, p in enumerate(parts)])
         c = np.concatenate([getattr(p, which)[1] + col0[i] for i, p in enumerate(parts)])
         v = np.concatenate([getattr(p, which)[2] for p in parts])
-        return csr_matrix((v, (r, c)), shape=(offs[-1], col0[-1]))
+        return r, c, v
 
     return {"c": np.concatenate([p.obj for p in parts]), "A_ub": block("ub", ub0),
             "b_ub": np.concatenate([p.b_ub for p in parts]), "A_eq": block("eq", eq0),
@@ -275,11 +273,9 @@ def _balanced(net: FlowNetwork, p: _Parts, first: Solution) -> Solution:
     obj[col_T] = 0.0
     bounds = np.vstack([p.bounds, [0.0, 1.0]])
     bounds[col_T] = [0.0, first.epoch_read_s * (1 + 1e-7)]
-    res = linprog(obj, A_ub=csr_matrix((ub[2], (ub[0], ub[1])), shape=(n_ub + len(rows), p.n_var + 1)),
-                  b_ub=np.append(p.b_ub, np.zeros(len(rows))),
-                  A_eq=csr_matrix((p.eq[2], (p.eq[0], p.eq[1])), shape=(len(p.b_eq), p.n_var + 1)),
-                  b_eq=p.b_eq, bounds=bounds, method="highs")
-    if res.status != 0:
+    res = linprog(obj, A_ub=ub, b_ub=np.append(p.b_ub, np.zeros(len(rows))), A_eq=p.eq, b_eq=p.b_eq,
+                  bounds=bounds)
+    if not res.ok:
         return first  # numerically tight: keep the first optimum
     x = res.x
     lr, lc, lv = p.load
@@ -295,8 +291,8 @@ def solve_lp_batch(nets: list[FlowNetwork], *, formulation: str = "auto") -> lis
     parts = [_parts(n, formulation) for n in nets]
     lp = _stack(parts)
     col0 = lp.pop("col0")
-    res = linprog(**lp, method="highs")
-    if res.status != 0:
+    res = linprog(**lp)
+    if not res.ok:
         if len(nets) > 1:  # find the culprit and report it alone
             return [s for n in nets for s in solve_lp_batch([n], formulation=formulation)]
         raise MomentError(f"the placement LP has no solution ({res.message.strip()})",

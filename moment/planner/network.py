@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+
+import numpy as np
 from typing import NamedTuple
 
 from moment.errors import MomentError
@@ -283,37 +285,31 @@ def _assemble(ch: _Chassis, devices: list[_Dev], workload: WorkloadSpec, rest: R
 def _useful(edges: list[Edge], sources: set[str], sinks: set[str]) -> list[Edge]:
     """Drop edges no simple storage -> GPU path can use: an edge into a node whose only way on is
     straight back (a dead end, e.g. the downlink of an SSD's slot), or out of a node whose only way
-    in came from there. Repeated until nothing changes, so whole empty subtrees go."""
-    alive = [i for i, e in enumerate(edges) if e.v not in sources and e.u not in sinks]
-    outs: dict[str, dict[str, int]] = {}  # node -> {neighbour: live edges to it}
-    ins: dict[str, dict[str, int]] = {}
-    by_node: dict[str, list[int]] = {}
-    for i in alive:
-        e = edges[i]
-        o, n = outs.setdefault(e.u, {}), ins.setdefault(e.v, {})
-        o[e.v] = o.get(e.v, 0) + 1
-        n[e.u] = n.get(e.u, 0) + 1
-        by_node.setdefault(e.u, []).append(i)
-        by_node.setdefault(e.v, []).append(i)
+    in came from there. Repeated until nothing changes, so whole empty subtrees go.
 
-    def only(counts: dict[str, int], x: str) -> bool:
-        return not counts or (len(counts) == 1 and x in counts)
-
-    live = set(alive)
-    work = list(alive)
-    while work:
-        i = work.pop()
-        if i not in live:
-            continue
-        e = edges[i]
-        if (e.v not in sinks and only(outs.get(e.v, {}), e.u)) or (e.u not in sources and only(ins.get(e.u, {}), e.v)):
-            live.discard(i)
-            for counts, key in ((outs[e.u], e.v), (ins[e.v], e.u)):
-                counts[key] -= 1
-                if not counts[key]:
-                    del counts[key]
-            work += by_node[e.u] + by_node[e.v]
-    return [edges[i] for i in alive if i in live]
+    Removing an edge only ever makes others removable, so what is left is the same whatever the
+    order: every removable edge goes at once, on arrays, each round."""
+    index: dict[str, int] = {}
+    u = np.array([index.setdefault(e.u, len(index)) for e in edges], dtype=np.int64)
+    v = np.array([index.setdefault(e.v, len(index)) for e in edges], dtype=np.int64)
+    n = len(index)
+    source, sink = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
+    source[[index[x] for x in sources if x in index]] = True
+    sink[[index[x] for x in sinks if x in index]] = True
+    live = ~source[v] & ~sink[u]
+    while live.any():
+        pairs = np.unique(u[live] * n + v[live])  # live (tail, head) pairs, parallel edges once
+        tail, head = pairs // n, pairs % n
+        outs, ins = np.bincount(tail, minlength=n), np.bincount(head, minlength=n)
+        only_out, only_in = np.full(n, -1), np.full(n, -1)  # the one neighbour, where there is one
+        only_out[tail], only_in[head] = head, tail
+        dead_end = ~sink[v] & ((outs[v] == 0) | ((outs[v] == 1) & (only_out[v] == u)))
+        no_way_in = ~source[u] & ((ins[u] == 0) | ((ins[u] == 1) & (only_in[u] == v)))
+        drop = live & (dead_end | no_way_in)
+        if not drop.any():
+            break
+        live &= ~drop
+    return [e for e, keep in zip(edges, live.tolist()) if keep]
 
 
 def build_network(topo: Topology, workload: WorkloadSpec) -> FlowNetwork:

@@ -10,7 +10,9 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+
+import numpy as np
 
 from moment.errors import MomentError
 from moment.planner import search
@@ -22,7 +24,7 @@ from moment.planner.explain import explain
 from moment.planner.lp import solve_lp_batch
 from moment.planner.network import ChassisTemplate
 from moment.planner.solution import Solution
-from moment.planner.tiebreak import TIE_REL, Candidate, compare_placements, preference
+from moment.planner.tiebreak import TIE_REL, preference_arrays
 from moment.topology.devices import Inventory, fits, strip
 from moment.topology.model import Kind, Topology
 from moment.workload.spec import WorkloadSpec
@@ -75,43 +77,7 @@ def make_plan(topo: Topology, inventory: Inventory, workload: WorkloadSpec, *,
     branches and bounds. `timeout` (seconds): the search stops there and the best placement found
     is recommended, marked not proven optimal (`SearchStats.proven_optimal`, `lower_bound_s`)."""
     t0 = time.perf_counter()
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {', '.join(METHODS)}, not {method!r}")
-    if timeout is not None and not (timeout > 0 and math.isfinite(timeout)):
-        raise MomentError(f"a time limit of {timeout:g} s: give a positive number of seconds")
-    deadline = None if timeout is None else t0 + timeout
-    bare, current = strip(topo)
-    _check_inventory(bare, inventory)
-    template = ChassisTemplate(bare)
-    bnb_ok = not template.bridged_slots  # where the branch and bound's relaxation is a bound
-    if method == "branch-and-bound" and not bnb_ok:
-        raise MomentError(f"{bare.name!r} has peer links (NVLink bridges) on slots, which the branch and bound "
-                          "cannot bound", hint="plan it with the exhaustive search")
-    found = None
-    if method != "branch-and-bound":
-        try:
-            space = search.enumerate_placements(bare, inventory, limit=LIST_LIMIT if method == "auto" and bnb_ok
-                                                else None, deadline=deadline)
-            if not space.distinct:
-                raise MomentError(f"the inventory ({inventory.describe()}) cannot be placed in {bare.name!r}")
-            found = _exhaustive(bare, template, space, workload, deadline, progress)
-        except search.TooMany as e:
-            raw = e.raw_count
-        except search.Timeout:
-            raise _nothing_found(inventory, bare, timeout) from None
-    if found is None:
-        from moment.planner import branch  # only where the listing gave up: not on plain `moment plan`'s path
-
-        raw = search.count_valid(bare, inventory) if method == "branch-and-bound" else raw
-        res = branch.branch_and_bound(template, inventory, workload, deadline=deadline, progress=progress)
-        if res.placement is None:
-            raise _nothing_found(inventory, bare, timeout)
-        found = _Found(res.placement, SearchStats(
-            method="branch-and-bound", raw_candidates=raw or 0, distinct_candidates=None, nodes=res.nodes,
-            solved=res.lps, proven_optimal=res.proven_optimal,
-            lower_bound_s=None if res.proven_optimal else res.lower_bound_s, seconds_total=0.0,
-            seconds_per_solve=res.seconds / max(res.lps, 1)))
-
+    bare, current, found = _search(topo, inventory, workload, progress, method, timeout)
     winner = evaluate(bare, found.placement, workload, maxflow_backend=maxflow_backend)
 
     evaluated = _baselines(bare, current, inventory, workload, maxflow_backend)
@@ -136,6 +102,93 @@ def make_plan(topo: Topology, inventory: Inventory, workload: WorkloadSpec, *,
 
 
 @dataclass
+class Best:
+    """`best_placement`'s answer: what `make_plan` recommends, without the baselines and max-flow."""
+
+    placement: dict[str, str]
+    evaluation: Evaluation  # the realisable LP's prediction and link loads
+    bottlenecks: list[str]
+    stats: SearchStats
+
+
+class SearchCache:
+    """What `best_placement` reuses between the inventories it places on one machine (`moment advise`
+    places hundreds): the stripped and parsed chassis, its capacity classes and tree bounds with what
+    they memoised, and one listing of distinct placements per inventory shape (`search.Listings`)."""
+
+    def __init__(self, topo: Topology):
+        self.topo = topo
+        self.bare, self.current = strip(topo)
+        self.template = ChassisTemplate(self.bare)
+        self.listings = search.Listings(self.bare)
+        # their memos hold per subtree filling (the models named): valid for every inventory
+        self.canon, self.bound = CapacityCanon(self.template), TreeBound(self.template)
+
+
+def best_placement(topo: Topology, inventory: Inventory, workload: WorkloadSpec, *,
+                   progress: Callable[[int, int], None] | None = None, cache: SearchCache | None = None) -> Best:
+    """The placement `make_plan` recommends and its LP prediction, for callers that compare many
+    inventories (`moment advise`): the usual layouts and the paper's max-flow are left out. `cache`:
+    what other inventories on `topo` found (`SearchCache`)."""
+    t0 = time.perf_counter()
+    bare, _current, found = _search(topo, inventory, workload, progress, "auto", None, cache)
+    ev = evaluate(bare, found.placement, workload, solvers=("lp",))
+    return Best(found.placement, ev, [u.id for u in ev.links if u.utilisation >= BOTTLENECK_UTILISATION],
+                found.stats.model_copy(update={"seconds_total": time.perf_counter() - t0}))
+
+
+def _search(topo: Topology, inventory: Inventory, workload: WorkloadSpec,
+            progress: Callable[[int, int], None] | None, method: str,
+            timeout: float | None, cache: SearchCache | None = None) -> tuple[Topology, dict[str, str], _Found]:
+    """(the bare chassis, the devices that were in its slots, the best placement found)."""
+    t0 = time.perf_counter()
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {', '.join(METHODS)}, not {method!r}")
+    if timeout is not None and not (timeout > 0 and math.isfinite(timeout)):
+        raise MomentError(f"a time limit of {timeout:g} s: give a positive number of seconds")
+    deadline = None if timeout is None else t0 + timeout
+    if cache is not None:
+        assert cache.topo is topo, "a search cache serves one machine"
+        bare, current, template = cache.bare, cache.current, cache.template
+    else:
+        bare, current = strip(topo)
+        template = ChassisTemplate(bare)
+    _check_inventory(bare, inventory)
+    bnb_ok = not template.bridged_slots  # where the branch and bound's relaxation is a bound
+    if method == "branch-and-bound" and not bnb_ok:
+        raise MomentError(f"{bare.name!r} has peer links (NVLink bridges) on slots, which the branch and bound "
+                          "cannot bound", hint="plan it with the exhaustive search")
+    found = None
+    if method != "branch-and-bound":
+        try:
+            space = search.enumerate_placements(bare, inventory, limit=LIST_LIMIT if method == "auto" and bnb_ok
+                                                else None, deadline=deadline,
+                                                shared=cache.listings if cache is not None else None)
+            if not len(space.rows):
+                raise MomentError(f"the inventory ({inventory.describe()}) cannot be placed in {bare.name!r}")
+            found = _exhaustive(bare, template, space, workload, deadline, progress,
+                                *((cache.canon, cache.bound) if cache is not None else ()))
+        except search.TooMany as e:
+            raw = e.raw_count
+        except search.Timeout:
+            raise _nothing_found(inventory, bare, timeout) from None
+    if found is None:
+        from moment.planner import branch  # only where the listing gave up: not on plain `moment plan`'s path
+
+        raw = search.count_valid(bare, inventory) if method == "branch-and-bound" else raw
+        res = branch.branch_and_bound(template, inventory, workload, deadline=deadline, progress=progress)
+        if res.placement is None:
+            raise _nothing_found(inventory, bare, timeout)
+        found = _Found(res.placement, SearchStats(
+            method="branch-and-bound", raw_candidates=raw or 0, distinct_candidates=None, nodes=res.nodes,
+            solved=res.lps, proven_optimal=res.proven_optimal,
+            lower_bound_s=None if res.proven_optimal else res.lower_bound_s, seconds_total=0.0,
+            seconds_per_solve=res.seconds / max(res.lps, 1)))
+
+    return bare, current, found
+
+
+@dataclass
 class _Found:
     placement: dict[str, str]
     stats: SearchStats
@@ -147,33 +200,43 @@ def _nothing_found(inventory: Inventory, bare: Topology, timeout: float | None) 
 
 
 def _exhaustive(bare: Topology, template: ChassisTemplate, space: search.SearchSpace, workload: WorkloadSpec,
-                deadline: float | None, progress: Callable[[int, int], None] | None) -> _Found:
-    """Every listed candidate, one LP per capacity-equivalence class, solved in lower-bound order."""
-    cands = space.distinct
+                deadline: float | None, progress: Callable[[int, int], None] | None,
+                canon: CapacityCanon | None = None, tree: TreeBound | None = None) -> _Found:
+    """Every listed candidate, one LP per capacity-equivalence class, solved in lower-bound order
+    (`canon`, `tree`: the chassis' own, from a `SearchCache`)."""
     # One LP per capacity-equivalence class, solved on the class's preferred member. The members
     # share one capacity graph, hence their link bounds: those are computed for representatives only.
-    canon = CapacityCanon(template)
-    classes: dict = {}
-    for p in cands:
-        k = canon.key(p)
-        candidate = Candidate.of(p, bare)
-        if k not in classes or compare_placements(candidate, classes[k]) < 0:
-            classes[k] = candidate
-    # Branch and bound on a cheap lower bound: solve in bound order until no unsolved class can
-    # beat the best time; then, among the classes that could tie it, take the preferred one
-    # whose LP reaches it.
-    bound = TreeBound(template)
-    ranked: list[tuple[float, Candidate]] = []
-    for candidate in classes.values():
-        lb, links = bound.bound(candidate.placement, workload)
-        ranked.append((lb, replace(candidate, link_bounds=links)))
-    ranked.sort(key=lambda r: (r[0], preference(r[1])))
-    t_solve = time.perf_counter()
-    solved: dict[tuple, Solution] = {}
+    labels = (canon or CapacityCanon(template)).classes(space)
+    wasted, order = preference_arrays(space, bare)
+    by_preference = np.lexsort((*order.T[::-1], wasted, labels))
+    first = np.ones(len(by_preference), dtype=bool)
+    first[1:] = labels[by_preference][1:] != labels[by_preference][:-1]
+    reps = by_preference[first]  # each class's preferred member
+    bounds = (tree or TreeBound(template)).bounds(space, reps, workload)
+    lbs = bounds.lb.tolist()
+    # `compare_placements`' order of the representatives (link bounds, wasted lanes, slot order)
+    preferred = np.lexsort((*order[reps].T[::-1], wasted[reps], *bounds.link_rows().T[::-1]))
+    rank = np.empty(len(reps), dtype=np.int64)
+    rank[preferred] = np.arange(len(reps))
 
-    def solve(batch: list[dict[str, str]]) -> None:
-        sols = solve_lp_batch([template.network(p, workload) for p in batch])
-        solved.update((_key(p), s) for p, s in zip(batch, sols))
+    # Branch and bound on a cheap lower bound: solve in bound order (the preferred first among equal
+    # bounds) until no unsolved class can beat the best time; then, among the classes that could tie
+    # it, take the preferred one whose LP reaches it.
+    ranked = np.lexsort((rank, bounds.lb)).tolist()
+    ranked_lb = [lbs[j] for j in ranked]
+    placements: dict[int, dict[str, str]] = {}
+
+    def placement(j: int) -> dict[str, str]:
+        if j not in placements:
+            placements[j] = space.placement(int(reps[j]))
+        return placements[j]
+
+    t_solve = time.perf_counter()
+    solved: dict[int, Solution] = {}  # class (index into reps) -> its LP
+
+    def solve(batch: list[int]) -> None:
+        sols = solve_lp_batch([template.network(placement(j), workload) for j in batch])
+        solved.update(zip(batch, sols))
         if progress is not None:
             progress(len(solved), len(ranked))
 
@@ -181,35 +244,35 @@ def _exhaustive(bare: Topology, template: ChassisTemplate, space: search.SearchS
         return deadline is not None and time.perf_counter() > deadline
 
     best_t, i, size, proven = float("inf"), 0, 4, True
-    while i < len(ranked) and ranked[i][0] < best_t * (1 - TIE_REL):
+    while i < len(ranked) and ranked_lb[i] < best_t * (1 - TIE_REL):
         if late() and solved:
             proven = False
             break
-        batch = [c.placement for lb, c in ranked[i:i + size] if lb < best_t * (1 - TIE_REL)]
+        batch = [j for j, lb in zip(ranked[i:i + size], ranked_lb[i:i + size]) if lb < best_t * (1 - TIE_REL)]
         size = min(BATCH, size * 2)  # small first: the first classes often settle the optimum
         solve(batch)
-        best_t = min(best_t, *(solved[_key(p)].epoch_read_s for p in batch))
+        best_t = min(best_t, *(solved[j].epoch_read_s for j in batch))
         i += len(batch)
-    winner_key = None
+    winner = None
     if proven:
-        contenders = sorted((c for lb, c in ranked if lb <= best_t * (1 + TIE_REL)), key=preference)
-        for j, candidate in enumerate(contenders):
-            p = candidate.placement
-            if _key(p) not in solved:
-                solve([q.placement for q in contenders[j:j + 8] if _key(q.placement) not in solved])
-            if solved[_key(p)].epoch_read_s <= best_t * (1 + TIE_REL):
-                winner_key = _key(p)
+        contenders = sorted((j for j, lb in zip(ranked, ranked_lb) if lb <= best_t * (1 + TIE_REL)),
+                            key=rank.__getitem__)
+        for n, j in enumerate(contenders):
+            if j not in solved:
+                solve([q for q in contenders[n:n + 8] if q not in solved])
+            if solved[j].epoch_read_s <= best_t * (1 + TIE_REL):
+                winner = placement(j)
                 break
-        assert winner_key is not None  # the class that set best_t is among the contenders
+        assert winner is not None  # the class that set best_t is among the contenders
         lower = None
     else:  # stopped by the deadline: the best solved, and the least bound of the rest
-        winner_key = min(solved, key=lambda k: (solved[k].epoch_read_s, k))
-        lower = min(best_t, ranked[i][0]) if i < len(ranked) else best_t
+        winner = dict(min((solved[j].epoch_read_s, _key(placement(j))) for j in solved)[1])
+        lower = min(best_t, ranked_lb[i]) if i < len(ranked) else best_t
     if progress is not None:
         progress(len(ranked), len(ranked))  # the rest are ruled out by their bound
     solve_seconds = time.perf_counter() - t_solve
-    return _Found(dict(winner_key), SearchStats(
-        raw_candidates=space.raw_count, distinct_candidates=len(cands), capacity_classes=len(classes),
+    return _Found(winner, SearchStats(
+        raw_candidates=space.raw_count, distinct_candidates=len(space.rows), capacity_classes=len(reps),
         solved=len(solved), proven_optimal=proven, lower_bound_s=lower, seconds_total=0.0,
         seconds_per_solve=solve_seconds / max(len(solved), 1)))
 

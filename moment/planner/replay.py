@@ -30,10 +30,9 @@ import math
 
 import numpy as np
 from pydantic import BaseModel, Field
-from scipy.optimize import linprog
-from scipy.sparse import csr_matrix
 
 from moment.errors import MomentError
+from moment.planner.highs import linprog
 from moment.planner.lp import _paths
 from moment.planner.network import FlowNetwork
 
@@ -155,12 +154,11 @@ class Replayer:
                 b_eq.append(np.array([B[t, g, s] / scale for g, s, _ in self.multi]))
                 bounds.append(np.vstack([[t_floor[t], np.inf], np.tile([0.0, np.inf], (R, 1))]))
                 obj.append(np.concatenate([[1.0], 1e-9 * lengths]))
-            A_ub = csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
-                              shape=(k * F, k * nv))
-            A_eq = csr_matrix((np.ones(k * R), (np.concatenate(erow), np.concatenate(ecol))), shape=(k * P, k * nv))
+            A_ub = (np.concatenate(rows), np.concatenate(cols), np.concatenate(vals))
+            A_eq = (np.concatenate(erow), np.concatenate(ecol), np.ones(k * R))
             res = linprog(np.concatenate(obj), A_ub=A_ub, b_ub=np.concatenate(b_ub), A_eq=A_eq,
-                          b_eq=np.concatenate(b_eq), bounds=np.vstack(bounds), method="highs")
-            if res.status != 0:
+                          b_eq=np.concatenate(b_eq), bounds=np.vstack(bounds))
+            if not res.ok:
                 raise MomentError(f"the replay's step LP has no solution ({res.message.strip()})")
             for i, t in enumerate(idx):
                 x = res.x[i * nv:(i + 1) * nv]

@@ -20,10 +20,12 @@ from __future__ import annotations
 import json
 from collections.abc import Hashable, Iterable, Sequence
 from itertools import chain, groupby, permutations, product
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from moment.topology.model import PeerLink, Topology
+
+if TYPE_CHECKING:  # networkx is imported where a graph is built: only the fallbacks need it
+    import networkx as nx
 
 #: Fields that name a node rather than describe it (`blocks` is no link; `link` is labelled apart).
 COSMETIC = frozenset({"id", "label", "parent", "pci", "numa", "designation", "blocks", "link"})
@@ -90,6 +92,8 @@ class StructureGraphs:
     """
 
     def __init__(self, topo: Topology, model_labels: dict[str, str], drop: frozenset[str] = frozenset()):
+        import networkx as nx
+
         self.model_labels = model_labels
         g = nx.Graph()
         for n in topo.nodes:
@@ -126,6 +130,8 @@ def _refine(g: nx.Graph, iterations: int) -> str:
     Any isomorphism maps nodes to nodes of the same colour, so matching colours (not just labels)
     keeps VF2 from wandering through the many equal empty slots of a symmetric machine.
     """
+    import networkx as nx
+
     colours = nx.weisfeiler_lehman_subgraph_hashes(g, node_attr="l", edge_attr="l", iterations=iterations)
     for n, hs in colours.items():
         g.nodes[n]["c"] = hs[-1]
@@ -138,6 +144,8 @@ def _same_colour(a: dict, b: dict) -> bool:
 
 def iso_classes(graphs: StructureGraphs, placements: Sequence[dict[str, str]]) -> list[int]:
     """For each placement, the index of the first placement isomorphic to it."""
+    import networkx as nx
+
     out: list[int] = []
     buckets: dict[str, list[tuple[int, nx.Graph]]] = {}
     for i, pl in enumerate(placements):
@@ -159,6 +167,8 @@ def pin_images(graphs: StructureGraphs, pins: Sequence[Hashable], limit: int) ->
     Pinned canonical keys are exact up to automorphisms that fix the pins; taking the least key
     over these automorphisms makes them exact up to all of them (None: more than `limit` images).
     """
+    import networkx as nx
+
     g1 = graphs.base.copy()
     _refine(g1, graphs.iterations)
     by_colour: dict[str, list] = {}

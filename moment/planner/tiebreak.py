@@ -9,10 +9,16 @@ criterion is in `compare_placements`, in order, as NCCL's `ncclTopoCompareGraphs
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property, cmp_to_key
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+import numpy as np
 
 from moment.topology.devices import find_model
 from moment.topology.model import Topology
+
+if TYPE_CHECKING:
+    from moment.planner.search import SearchSpace
 
 #: epoch times within this relative distance are a tie
 TIE_REL = 1e-6
@@ -31,9 +37,42 @@ class Candidate:
         """(slot id, model) pairs sorted by slot id: also the placement's identity in the search."""
         return tuple(sorted(self.placement.items()))
 
+    @cached_property
+    def key(self) -> tuple:
+        """The criteria of `compare_placements`, in order, as one tuple: the smaller is preferred."""
+        return sort_key(self.link_bounds, self.wasted_lanes, self.slot_order)
+
     @classmethod
     def of(cls, placement: dict[str, str], topo: Topology) -> Candidate:
         return cls(placement, wasted_lanes(placement, topo))
+
+
+def sort_key(link_bounds: tuple[float, ...], wasted: int, slot_order: tuple) -> tuple:
+    """`compare_placements`'s criteria in order, as one tuple: the smaller is preferred. `slot_order` may
+    be a row of `preference_arrays` instead of the pairs (it orders placements the same way)."""
+    return link_bounds, wasted, slot_order
+
+
+def preference_arrays(space: SearchSpace, topo: Topology) -> tuple[np.ndarray, np.ndarray]:
+    """Criteria 2 and 3 of `compare_placements` for every placement of a search space at once, for
+    ranking thousands of them without a dict each: (wasted lanes per placement, slot orders as rows
+    of integers). A placement's (slot id, model) pairs, in slot id order, become rank(slot id) *
+    (models + 1) + rank(model name), so comparing two rows lexicographically compares the slot
+    orders (every placement of one inventory places as many devices: the rows are equally long)."""
+    rows, none = space.rows, len(space.models)
+    n = len(rows)
+    width = np.array([topo.node(s).width for s in space.slots], dtype=np.int64)
+    lanes = np.array([find_model(m).lanes for m in space.models] + [0], dtype=np.int64)
+    placed = rows != none
+    wasted = np.where(placed, width[None, :] - lanes[rows], 0).sum(axis=1)
+    by_id = np.argsort(np.array(space.slots, dtype=object), kind="stable")  # slot ids as strings
+    name_rank = np.empty(none + 1, dtype=np.int64)
+    name_rank[np.argsort(np.array(list(space.models), dtype=object), kind="stable")] = np.arange(none)
+    name_rank[none] = none
+    codes = np.arange(len(space.slots), dtype=np.int64)[None, :] * (none + 1) + name_rank[rows[:, by_id]]
+    devices = int(placed[0].sum()) if n else 0
+    assert (placed.sum(axis=1) == devices).all(), "placements of one inventory place as many devices"
+    return wasted, codes[placed[:, by_id]].reshape(n, devices)
 
 
 def wasted_lanes(placement: dict[str, str], topo: Topology) -> int:
@@ -61,10 +100,9 @@ def compare_placements(a: Candidate, b: Candidate) -> int:
     3. Slot order: the (slot id, model) pairs sorted by slot id, compared as strings; the smaller
        wins. Arbitrary but total, so the recommendation is deterministic.
     """
-    return (_cmp(a.link_bounds, b.link_bounds)
-            or _cmp(a.wasted_lanes, b.wasted_lanes)
-            or _cmp(a.slot_order, b.slot_order))
+    return _cmp(a.key, b.key)
 
 
-#: sort key that puts the preferred placement first
-preference = cmp_to_key(compare_placements)
+def preference(c: Candidate) -> tuple:
+    """Sort key that puts the preferred placement first (`compare_placements`'s order)."""
+    return c.key

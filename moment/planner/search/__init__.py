@@ -18,8 +18,11 @@ Stages, each in its own module:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
 
 from moment.errors import MomentError
 from moment.planner.search.bounds import HallBound, check_capacity
@@ -31,35 +34,92 @@ from moment.planner.symmetry import Interner, iso_classes
 from moment.topology.devices import DeviceModel, Inventory, InventoryItem
 from moment.topology.model import Topology
 
-__all__ = ["SearchSpace", "Timeout", "TooMany", "canonical_keys", "count_valid", "enumerate_placements"]
+__all__ = ["Listings", "SearchSpace", "Timeout", "TooMany", "canonical_keys", "count_valid", "enumerate_placements"]
 
 
 @dataclass
 class SearchSpace:
-    distinct: list[dict[str, str]]  # slot id -> model name, one per distinct placement, stable order
+    """The distinct placements as rows of model indices: the planner ranks them by array operations
+    and turns only the few it solves into dicts."""
+
+    slots: tuple[str, ...]  # the empty slots, in topology order
+    models: tuple[str, ...]  # model names, in inventory order (a model listed twice once)
+    rows: np.ndarray  # per distinct placement, per slot: the model's index, len(models) where empty
     raw_count: int  # physically valid placements before symmetry pruning
+
+    def placement(self, i: int) -> dict[str, str]:
+        """Distinct placement `i`: slot id -> model name."""
+        none = len(self.models)
+        return {s: self.models[m] for s, m in zip(self.slots, self.rows[i].tolist()) if m != none}
+
+    @cached_property
+    def distinct(self) -> list[dict[str, str]]:
+        """slot id -> model name, one per distinct placement, in a stable order."""
+        return [self.placement(i) for i in range(len(self.rows))]
+
+
+class Listings:
+    """Listings of distinct placements shared by the inventories placed on one machine (`moment
+    advise` places hundreds): inventories whose models take the same slots alike, in the same
+    numbers, have the same listing with the model names changed, so each shape is listed once.
+
+    The listing depends on the models only through the slots each may take, which are double-width,
+    how many there are of each, and the canonical form's numbers for them (`CanonicalForm.model_key`,
+    and a card already in the machine that a model would be alike with): that is the key. Machines
+    whose canonical form pins nodes (NVLink between subtrees), and listings with a deadline, are
+    listed each time."""
+
+    def __init__(self, topo: Topology):
+        self.topo = topo
+        self._found: dict[Hashable, tuple[np.ndarray, int] | TooMany] = {}
+
+    def key(self, slots: Slots, bound: HallBound, canon: CanonicalForm, limit: int | None) -> Hashable | None:
+        if canon.pinned:
+            return None
+        return (tuple(tuple(slots.options[s]) for s in slots.empty), bound.counts,
+                tuple(m.double_width for m in slots.models), tuple(canon.model_key),
+                tuple(sorted(canon.fixed_cards.items())), limit)
 
 
 def enumerate_placements(topo: Topology, inventory: Inventory, *, prune: bool = True,
-                         limit: int | None = None, deadline: float | None = None) -> SearchSpace:
+                         limit: int | None = None, deadline: float | None = None,
+                         shared: Listings | None = None) -> SearchSpace:
     """All valid placements of `inventory` into `topo`'s empty slots, one per symmetry class.
 
     With `prune=False` every valid placement is listed (only sensible on small machines).
     `distinct` is ordered by occupant per slot in the topology's slot order (inventory order,
     empty last). Raises MomentError when the inventory cannot be placed at all, TooMany (with the
     raw count) when listing would take more than `limit` combinations and Timeout past `deadline`
-    (see `Enumeration`).
+    (see `Enumeration`). `shared`: listings of other inventories on `topo` to take this one's from
+    where it has the same shape (and to add it to).
     """
     models = _merged(inventory)
     slots, bound, canon = _build(topo, models, pin_all=not prune)
+    names = tuple(m.name for m, _ in models)
+    key = None
+    if shared is not None and prune and deadline is None:
+        assert shared.topo is topo, "listings are shared on one machine"
+        key = shared.key(slots, bound, canon, limit)
+        found = shared._found.get(key) if key is not None else None
+        if isinstance(found, TooMany):
+            raise TooMany(found.raw_count)
+        if found is not None:
+            return SearchSpace(tuple(slots.empty), names, found[0], found[1])
     raw = _counted(topo, inventory, slots, bound)
     try:
-        representatives = Enumeration(slots, bound, canon, limit=limit, deadline=deadline).representatives()
+        rows = Enumeration(slots, bound, canon, limit=limit, deadline=deadline).representatives()
     except TooMany:
+        if key is not None:
+            shared._found[key] = TooMany(raw)
         raise TooMany(raw) from None
+    space = SearchSpace(tuple(slots.empty), names, rows, raw)
     if prune and canon.pinned:
-        representatives = canon.dedup(representatives, {m.name: i for i, (m, _) in enumerate(models)})
-    return SearchSpace(distinct=representatives, raw_count=raw)
+        kept = {id(p) for p in canon.dedup(space.distinct, {m.name: i for i, (m, _) in enumerate(models)})}
+        space = SearchSpace(space.slots, space.models,
+                            rows[[i for i, p in enumerate(space.distinct) if id(p) in kept]], raw)
+    if key is not None:
+        shared._found[key] = (space.rows, raw)
+    return space
 
 
 def count_valid(topo: Topology, inventory: Inventory) -> int:

@@ -19,10 +19,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-import networkx as nx
-
 from moment.errors import MomentError
 from moment.planner.search.constraints import ROOT, Slots
+from moment.planner.search.graph import components, independent_set_size
 
 Placed = tuple[int, ...]  # devices placed per inventory model, in inventory order
 
@@ -100,14 +99,13 @@ def check_capacity(slots: Slots, bound: HallBound) -> None:
     if not want:
         return
     candidates = [s for s in slots.empty if any(i in slots.options[s] for i in double)]
-    g = nx.Graph()
-    g.add_nodes_from(candidates)
-    g.add_edges_from((a, b) for a, b in slots.open_blocks if a in g and b in g)
+    inside = set(candidates)
+    edges = [(a, b) for a, b in slots.open_blocks if a in inside and b in inside]
     best = 0
-    for comp in nx.connected_components(g):
+    for comp in components(candidates, edges):
         if len(comp) > 40:
             return  # too big to solve exactly here; the search will say whether it fits
-        best += len(nx.max_weight_clique(nx.complement(g.subgraph(comp)), weight=None)[0])
+        best += independent_set_size(comp, [(a, b) for a, b in edges if a in comp])
     if best < want:
         kinds = {models[i].kind for i in double}
         noun = f"{kinds.pop().value.upper()}s" if len(kinds) == 1 else "cards"

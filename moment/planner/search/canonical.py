@@ -29,9 +29,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-import networkx as nx
-
 from moment.planner.search.constraints import ROOT, Constraint, Slots
+from moment.planner.search.graph import components
 from moment.planner.symmetry import (
     MAX_UNIT,
     Interner,
@@ -169,21 +168,18 @@ class CanonicalForm:
         kids = self.slots.children[p]
         at = {k: i for i, k in enumerate(kids)}
         sibling_links = links.between_siblings.get(p, [])
-        linked = nx.Graph()  # peer links: what the canonical form sees
-        linked.add_nodes_from(kids)
-        linked.add_edges_from((x, y) for x, y, _, _ in sibling_links)
-        for c in nx.connected_components(linked):
+        linked = [(x, y) for x, y, _, _ in sibling_links]  # peer links: what the canonical form sees
+        for c in components(kids, linked):
             if len(c) > MAX_UNIT:
                 links.pins.update(c)
-        together = linked.copy()  # plus `blocks`: what has to be filled together
-        together.add_edges_from(blocks)
-        parts = []
-        for members in sorted((sorted(c, key=at.__getitem__) for c in nx.connected_components(together)),
+        parts = []  # linked plus `blocks`: what has to be filled together
+        for members in sorted((sorted(c, key=at.__getitem__) for c in components(kids, linked + list(blocks))),
                               key=lambda c: at[c[0]]):
             pos = {m: i for i, m in enumerate(members)}
             edges = [(pos[x], pos[y], label, d) for x, y, label, d in sibling_links if x in pos]
             units = []
-            for unit in sorted((sorted(pos[m] for m in c) for c in nx.connected_components(linked.subgraph(members))),
+            inside = [(x, y) for x, y in linked if x in pos]
+            for unit in sorted((sorted(pos[m] for m in c) for c in components(members, inside)),
                                key=lambda c: c[0]):
                 if len(unit) > MAX_UNIT:  # pinned: its members stand alone in the canonical form
                     units += [Unit((i,), []) for i in unit]

@@ -26,6 +26,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Hashable
 
+import numpy as np
+
 from moment.planner.search.bounds import HallBound, Placed
 from moment.planner.search.canonical import CanonicalForm, Part
 from moment.planner.search.constraints import EMPTY, ROOT, EndState, Slots
@@ -73,11 +75,11 @@ class Enumeration:
         self._deadline = deadline
         self._next_check = 0
 
-    def representatives(self) -> list[dict[str, str]]:
-        """One placement of the whole inventory per class, ordered by occupant per slot in the
-        topology's slot order (inventory order, empty last)."""
+    def representatives(self) -> np.ndarray:
+        """One placement of the whole inventory per class, as a row per placement of the model index
+        in each empty slot (`slots.empty` order; len(models): empty), ordered by occupant per slot in
+        the topology's slot order (inventory order, empty last)."""
         slots = self.slots
-        names = [m.name for m in slots.models]
         none = len(slots.models)
         rows = []
         for placed, cards in self._root_fillings().values():
@@ -87,7 +89,7 @@ class Enumeration:
                     row[slots.order[s]] = i
                 rows.append(row)
         rows.sort()
-        return [{slots.empty[j]: names[i] for j, i in enumerate(row) if i != none} for row in rows]
+        return np.array(rows, dtype=np.int16).reshape(len(rows), len(slots.empty))
 
     def fillings(self, n: str) -> Table:
         """One representative per (canonical key, carried ends) of the subtree under `n`."""

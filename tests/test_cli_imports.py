@@ -1,0 +1,79 @@
+"""`moment plan` imports what it runs and nothing else: start-up is most of a small plan's time.
+
+Each command line imports only the command module(s) that define the command it names
+(`moment.cli.COMMANDS`); the planner loads no torch, no scipy (its LPs go to HiGHS through highspy), no
+networkx unless asked for (`--maxflow-backend networkx`) and nothing of the training runtime."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import moment.cli as cli
+
+ROOT = Path(__file__).resolve().parents[1]
+PLAN = ["plan", "--profile", "paper-machine-b", "--gpus", "4", "--ssds", "8", "--json"]
+
+
+#: runs `python -m moment ARGS` and writes the names in sys.modules at exit to the file in argv[1]
+_RUN = """
+import atexit, runpy, sys
+out = sys.argv.pop(1)
+atexit.register(lambda: open(out, "w").write("\\n".join(sorted(sys.modules))))
+sys.argv[0] = "moment"
+runpy.run_module("moment", run_name="__main__", alter_sys=True)
+"""
+
+
+def _imported(args: list[str], tmp_path: Path) -> set[str]:
+    """The modules a real `moment ARGS` process had imported when it exited (it must succeed)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    out = tmp_path / "modules.txt"
+    r = subprocess.run([sys.executable, "-c", _RUN, str(out), *args], capture_output=True, text=True, env=env,
+                       cwd=tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.lstrip().startswith("{")
+    return set(out.read_text().split())
+
+
+def _under(mods: set[str], *packages: str) -> list[str]:
+    return sorted(m for m in mods if any(m == p or m.startswith(p + ".") for p in packages))
+
+
+def test_plan_imports_no_torch_scipy_networkx_or_runtime(tmp_path):
+    mods = _imported(PLAN, tmp_path)
+    assert "moment.planner.plan" in mods and "highspy" in mods  # (the list is real)
+    assert _under(mods, "torch", "scipy", "networkx", "moment.runtime", "moment.io", "moment.service") == []
+    # of the command modules, only the one that defines `plan`
+    assert _under(mods, *(f"moment.cli.{m}" for m in cli.MODULES)) == ["moment.cli.topology_cmds"]
+
+
+def test_networkx_only_when_its_max_flow_is_asked_for(tmp_path):
+    mods = _imported([*PLAN, "--maxflow-backend", "networkx"], tmp_path)
+    assert "networkx" in mods
+    assert _under(mods, "torch", "scipy", "moment.runtime") == []
+
+
+def _modules(typer_app) -> set[str]:
+    """The command modules whose commands make up a command group."""
+    out = {c.callback.__module__.rsplit(".", 1)[1] for c in typer_app.registered_commands}
+    for g in typer_app.registered_groups:
+        out |= _modules(g.typer_instance)
+    return out
+
+
+@pytest.fixture(scope="module")
+def every_command():
+    cli._register([])  # no command named: every module
+    return cli.app
+
+
+def test_the_command_table_names_the_modules_that_define_each_command(every_command):
+    found = {c.name: {c.callback.__module__.rsplit(".", 1)[1]} for c in every_command.registered_commands}
+    found.update({g.name: _modules(g.typer_instance) for g in every_command.registered_groups})
+    assert found == {name: set(mods) for name, mods in cli.COMMANDS.items()}
+    assert {m for mods in cli.COMMANDS.values() for m in mods} == set(cli.MODULES)
