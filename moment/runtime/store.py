@@ -192,19 +192,16 @@ class TieredFeatureStore:
         self._staging = StagingRing(DeviceLayer(self.device))
 
         # gpu tier: this rank's GPU bins, hottest rows first, as the plan carved them (run_plan.carve_gpu)
-        own = [g.shard for g in plan.rank.gpu_bins]
         self.gpu_bins = [g.bin for g in plan.rank.gpu_bins]  # the plan GPUs' bins this rank holds
         self._gpu_base = np.zeros(nb, dtype=np.int64)
         self._gpu_limit = np.zeros(nb, dtype=np.int64)
+        gpu = np.empty((plan.rank.gpu_rows, rb), np.uint8)
         at = 0
         for g in plan.rank.gpu_bins:
             self._gpu_base[g.shard], self._gpu_limit[g.shard] = at, g.rows
+            if g.rows:
+                gpu[at:at + g.rows] = self._read_file_rows(g.shard, g.rows)
             at += g.rows
-        gpu = np.empty((at, rb), np.uint8)
-        for b in own:
-            k, a = int(self._gpu_limit[b]), int(self._gpu_base[b])
-            if k:
-                gpu[a:a + k] = self._read_file_rows(b, k)
         self._gpu = torch.from_numpy(gpu).to(self.device)
         del gpu
         # peer tier: the GPU tiers of this node's other ranks, through the exchange (moment.runtime.peers)
