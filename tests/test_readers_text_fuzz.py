@@ -3,6 +3,8 @@ raises MomentError — never another exception (the CLI turns MomentError into a
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from conftest import DATA, FIXTURES
 from hypothesis import HealthCheck, given, settings
@@ -26,7 +28,7 @@ DMI = _texts("dmidecode_*.txt") + [(DATA / "this-machine/dmidecode-t-slot.txt").
 SMI = _texts("nvidia-smi-topo_*.txt")
 VERBOSE = DOCS + [(DATA / "this-machine/lspci-vvv.txt").read_text()]
 
-FUZZ = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=int(os.environ.get("MOMENT_FUZZ_EXAMPLES", 50)), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @st.composite

@@ -182,6 +182,15 @@ def test_vga_without_gpu_child_is_other():
     assert topo.node(ssd.parent).width == 4 and topo.name == "nccl-topology"
 
 
+def test_link_width_that_pcie_has_not_is_the_files_error():
+    """x3 is no PCIe width: one line naming the element, not a validation traceback from the model."""
+    xml = """<system version="1"><cpu numaid="0" vendor="GenuineIntel" familyid="6" modelid="85">
+      <pci busid="0000:05:00.0" class="0x010802" link_speed="16 GT/s" link_width="3"/>
+    </cpu></system>"""
+    with pytest.raises(MomentError, match=r"link_width=3 is not a PCIe width"):
+        read_nccl_xml(xml)
+
+
 CONSTRUCTED = Path(__file__).parent / "data" / "constructed"
 
 

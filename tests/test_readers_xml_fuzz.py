@@ -6,6 +6,7 @@ corrupted or one attribute value replaced, plus plain random bytes.
 
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
@@ -21,7 +22,7 @@ from moment.topology.readers.nccl_xml import read_nccl_xml, write_nccl_xml
 TEXTS = {p.name: p.read_text() for p in sorted(FIXTURES.glob("*.xml"))} if FIXTURES.is_dir() else {}
 needs_fixtures = pytest.mark.skipif(not TEXTS, reason=f"real-server fixtures not found at {FIXTURES}")
 NAMES = sorted(TEXTS) or ["none"]
-FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=int(os.environ.get("MOMENT_FUZZ_EXAMPLES", 60)), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 _ATTR = re.compile(r'\s[\w:.-]+="[^"]*"')
 _NUMBER = re.compile(r"(?<==\")[^\"]*\d[^\"]*(?=\")|(?<=>)[\d ]+(?=<)")

@@ -222,13 +222,17 @@ def assemble(*, name: str, source: str | None, description: str | None, sockets:
             sock["memory_gib"] = s.memory_gib
         nodes.append(sock)
     slot_no: dict[str, int] = {}
-    for s in sockets:
-        for rc in s.rcs:
-            nodes.append({"id": rc.id, "kind": "root_complex", "parent": s.id, "label": rc.label, "numa": rc.numa})
-            for d in _sorted(rc.children):
-                _emit(d, rc.id, True, slot_no, nodes)
-        for d in _sorted(s.loose):
-            _emit(d, s.id, False, slot_no, nodes)
+    try:  # a reader's figure a Link refuses (width x3) is the file's error, like the Topology's own checks
+        for s in sockets:
+            for rc in s.rcs:
+                nodes.append({"id": rc.id, "kind": "root_complex", "parent": s.id, "label": rc.label,
+                              "numa": rc.numa})
+                for d in _sorted(rc.children):
+                    _emit(d, rc.id, True, slot_no, nodes)
+            for d in _sorted(s.loose):
+                _emit(d, s.id, False, slot_no, nodes)
+    except ValidationError as err:
+        raise format_validation_error(err, source) from None
     links = []
     for i, a in enumerate(sockets):
         for b in sockets[i + 1:]:

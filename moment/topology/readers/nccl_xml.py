@@ -34,6 +34,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from moment.errors import MomentError
+from moment.topology import bandwidth as bw
 from moment.topology import pci_ids
 from moment.topology.model import Kind, Topology
 from moment.topology.readers import _xml_cpu as cpus
@@ -131,6 +132,9 @@ class _Reader:
         except ValueError as e:
             raise doc.error(el, str(e)) from None
         width = int_attr(doc, el, "link_width", lo=0, hi=32) or None
+        if width is not None and width not in bw.PCIE_WIDTHS:
+            raise doc.error(el, f"link_width={width} is not a PCIe width "
+                                f"({', '.join(str(w) for w in bw.PCIE_WIDTHS)})")
         sub_pci = [c for c in el if c.tag == "pci"]
         gpu_el = next((c for c in el if c.tag == "gpu"), None)
         nic_el = next((c for c in el if c.tag == "nic"), None)
