@@ -26,9 +26,12 @@ from moment.placement.reader import load_manifest, open_layout
 from moment.runtime.dist import setup
 from moment.runtime.lifetime import die_with_parent
 from moment.runtime.pipeline import Pipeline
-from moment.runtime.run_plan import rank_plan
+from moment.runtime.run_plan import plan_store, rank_plan
 from moment.runtime.ssd_model import TierModel
-from moment.runtime.store import Collectives, RankPlace, StoreOptions, TieredFeatureStore
+from moment.runtime.disk_tier import DiskTier
+from moment.runtime.peers import PeerTier
+from moment.runtime.store import Collectives, RankPlace, StoreInfo, StoreOptions, open_tiers
+from moment.runtime.tier import Tier
 from moment.workload.graph import GraphDataset
 from moment.workload.sampler import CSRGraph
 
@@ -42,10 +45,10 @@ def batches_of(rank: int, n: int) -> list[np.ndarray]:
     return [rng.permutation(n)[:900] for _ in range(3)] + [np.arange(n), rng.integers(0, n, 700)] + extra
 
 
-def gather_all(store: TieredFeatureStore, want, seen: dict, step) -> None:
+def gather_all(store: Tier, want, seen: dict, step) -> None:
     """Submit ahead and complete in order, as the pipeline does; check each batch; finish the sequence."""
     pend = []
-    for i, b in enumerate(batches_of(store.rank, store.num_nodes)):
+    for i, b in enumerate(batches_of(store.find(DiskTier).rank, store.num_nodes)):
         pend.append((i, b, store.submit(b)))
         if len(pend) > store.lookahead:
             _check(store, *pend.pop(0), want, seen, step)
@@ -54,25 +57,34 @@ def gather_all(store: TieredFeatureStore, want, seen: dict, step) -> None:
     store.finish()
 
 
-def _check(store: TieredFeatureStore, i: int, b: np.ndarray, p, want, seen: dict, step) -> None:
+def _check(store: Tier, i: int, b: np.ndarray, p, want, seen: dict, step) -> None:
     got = store.complete(p).cpu()
     if i < COMMON:
         step()
     if not torch.equal(got, want(b)):
         raise SystemExit("a gathered row differs from the layout's")
-    at = p.peer_pos  # the rows the peer tier served, on their own
+    # the rows the peer tier served, on their own
+    at = next((part.pos for part in _parts(store, p.part) if hasattr(part, "owner")), np.zeros(0, np.int64))
     if not torch.equal(got[torch.from_numpy(at)], want(b[at])):
         raise SystemExit("a row served by the peer tier differs from the layout's")
     seen["peer_rows_checked"] += int(at.size)
 
 
-def through_pipeline(store: TieredFeatureStore, graph: CSRGraph, labels: torch.Tensor, want, device, step) -> int:
+def _parts(store: Tier, part):
+    """The pending part of each tier of the chain, fastest first."""
+    for _ in store.chain():
+        yield part
+        part = getattr(part, "inner", None)
+
+
+def through_pipeline(store: Tier, graph: CSRGraph, labels: torch.Tensor, want, device, step) -> int:
     """A second sequence: the training pipeline (threads, lookahead, `finish` at its end), uneven batch counts."""
-    rng = np.random.default_rng(100 + store.rank)
-    seeds = [torch.from_numpy(rng.permutation(store.num_nodes)[:64]) for _ in range(4 + 2 * store.rank)]
+    rank = store.find(DiskTier).rank
+    rng = np.random.default_rng(100 + rank)
+    seeds = [torch.from_numpy(rng.permutation(store.num_nodes)[:64]) for _ in range(4 + 2 * rank)]
     pipe = Pipeline(graph, [5, 3], store, labels, device)
     done = 0
-    for item in pipe.run(seeds, (7, 0, store.rank)):
+    for item in pipe.run(seeds, (7, 0, rank)):
         item.wait()
         if not torch.equal(item.x.cpu(), want(item.batch.n_id.numpy())):
             raise SystemExit("a pipelined batch differs from the layout's rows")
@@ -106,28 +118,32 @@ def main() -> int:
             # rank 1's GPU tier is empty: rank 0 never needs a peer's row, yet serves rank 1 every batch
             "one_sided": dict(policy="lru", shared_cache=False, peers=group, gpu_rows=0 if rank == 1 else None)}
     for name, kw in runs.items():
-        store = TieredFeatureStore(layout, RankPlace(rank, local_rank, world, lws, ctx.device),
-                                   StoreOptions(cpu_rows=n // 40, buffer_bytes=1 << 20, policy=kw["policy"],
-                                                shared_cache=kw["shared_cache"], gpu_rows=kw.get("gpu_rows")),
-                                   Collectives(barrier=ctx.barrier, peers=kw["peers"]))
+        where = RankPlace(rank, local_rank, world, lws, ctx.device)
+        coll = Collectives(barrier=ctx.barrier, peers=kw["peers"])
+        plan = plan_store(Layout.open(layout), where, StoreOptions(
+            cpu_rows=n // 40, buffer_bytes=1 << 20, policy=kw["policy"], shared_cache=kw["shared_cache"],
+            gpu_rows=kw.get("gpu_rows")), coll)
+        store = open_tiers(layout, where, plan, coll)
         try:
             seen = {"peer_rows_checked": 0}
             gather_all(store, want, seen, ctx.barrier)
-            report[name] = {"tiers": store.tier_stats()["rows"], "peer_rows": store.peer_rows,
-                            "gpu_rows": store.gpu_rows, "memory": store.memory(),
-                            "gpu_bin_rows_read": int(store._rows_by_bin[gpu_shards].sum()),
-                            "cache_rows": store.cache.capacity, **seen}
+            info = StoreInfo.of(store)
+            report[name] = {"tiers": store.tier_stats()["rows"], "peer_rows": info.peer_rows,
+                            "gpu_rows": info.gpu_rows, "memory": store.memory(),
+                            "gpu_bin_rows_read": int(store.find(DiskTier)._rows_by_bin[gpu_shards].sum()),
+                            "cache_rows": info.cpu_rows, **seen}
             if kw["policy"] == "static":  # the read prediction (bench/fidelity.py) knows the peer tier
                 opened = Layout.open(layout)
                 peers = ([rank_plan(opened, r, r, lws, None) for r in range(lws) if r != local_rank]
                          if kw["peers"] is not None else [])
-                tm = TierModel(opened, store.plan, peers=peers)
+                tm = TierModel(opened, plan, peers=peers)
                 report[name]["model_ssd_rows"] = sum(int(np.isin(b, tm.misses(b)).sum())
                                                      for b in batches_of(rank, n))
             report[name]["pipelined_batches"] = through_pipeline(store, graph, labels, want, ctx.device, ctx.barrier)
-            report[name]["rounds"] = store.peers.exchange.rounds if store.peers is not None else 0
+            peer = store.find(PeerTier)
+            report[name]["rounds"] = peer.exchange.rounds if peer is not None else 0
             report[name]["received_rows"] = store.tier_stats()["rows"]["peer"]  # both sequences
-            report[name]["served_rows"] = store.peers.served_rows if store.peers is not None else 0
+            report[name]["served_rows"] = peer.served_rows if peer is not None else 0
         finally:
             store.close()
         ctx.barrier()

@@ -11,7 +11,7 @@ from moment.io.merge import plan_runs
 from moment.placement.opened import Layout
 from moment.runtime.run_plan import plan_store
 from moment.runtime.ssd_model import Disk, TierModel, shared
-from moment.runtime.store import RankPlace, StoreOptions, TieredFeatureStore
+from moment.runtime.store import RankPlace, StoreOptions, open_tiers
 from moment.workload.trace import sample_trace
 
 
@@ -33,7 +33,7 @@ def test_predicted_reads_are_the_stores(data, mode, shape, local_rank):
     options = StoreOptions(policy="static", shape=shape, superbatch=1, cpu_rows=n // 20, gpu_rows=n // 50)
     layout = Layout.open(layouts[mode])
     tm = TierModel(layout, plan_store(layout, where, options, None))  # the model asks the store's plan
-    store = TieredFeatureStore(layout, where, options)
+    store = open_tiers(layout, where, options)
     try:
         tr = sample_trace(ds, (10, 5), 64, seed=0, rank=local_rank, world_size=2)
         want_bytes = want_req = 0

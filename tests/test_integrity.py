@@ -19,7 +19,7 @@ from moment.cli import main
 from moment.errors import MomentError
 from moment.placement.pack import load_pack, pack_path, write_pack
 from moment.runtime.config import TrainConfig
-from moment.runtime.store import RankPlace, StoreOptions, TieredFeatureStore
+from moment.runtime.store import RankPlace, StoreOptions, open_tiers
 from moment.runtime.train import train
 from moment.workload.graph import GraphDataset, hash_blocks
 from moment.workload.synth import synthesize
@@ -78,8 +78,8 @@ def _verify(layout: Path, capsys) -> tuple[int, str]:
     return code, "\n".join(json.loads(capsys.readouterr().out)["problems"])
 
 
-def _store(layout: Path, **kw) -> TieredFeatureStore:
-    return TieredFeatureStore(layout, RankPlace(world_size=1), StoreOptions(shape="packed", pack_seed=0, **kw))
+def _store(layout: Path, **kw) -> Tier:
+    return open_tiers(layout, RankPlace(world_size=1), StoreOptions(shape="packed", pack_seed=0, **kw))
 
 
 # ---- the pack ------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from runtime_data import make_dataset, make_layout
 from moment.cli import main
 from moment.errors import MomentError
 from moment.placement.pack import Segments, load_pack, pack_path, write_pack
-from moment.runtime.store import RankPlace, StoreOptions, TieredFeatureStore
+from moment.runtime.store import RankPlace, StoreOptions, open_tiers
 from moment.workload.trace import sample_trace
 
 FAN, BS, SEED = (10, 5), 96, 3
@@ -58,9 +58,9 @@ def test_segments_hold_each_batch_uncached_rows_in_order(packed):
 def test_store_reads_tagged_batches_from_the_pack_bit_exactly(packed, cpu_rows):
     ds, layout, man, feats = packed
     rows = man.cached_rows if cpu_rows == "same" else man.cached_rows // 2
-    store = TieredFeatureStore(layout, RankPlace(rank=1, local_rank=1, world_size=2, local_world_size=2),
-                               StoreOptions(cpu_rows=rows, gpu_rows=0, shape="packed", superbatch=3,
-                                            buffer_bytes=256 << 10, pack_seed=SEED))
+    store = open_tiers(layout, RankPlace(rank=1, local_rank=1, world_size=2, local_world_size=2),
+                       StoreOptions(cpu_rows=rows, gpu_rows=0, shape="packed", superbatch=3,
+                                    buffer_bytes=256 << 10, pack_seed=SEED))
     tr = _trace(ds, 1, epochs=3)  # the third epoch was not packed: read from the layout
     per = len(tr) // 3
     pend = []
@@ -87,9 +87,9 @@ def test_store_reads_tagged_batches_from_the_pack_bit_exactly(packed, cpu_rows):
 
 def test_pack_read_amplification_is_low(packed):
     ds, layout, man, feats = packed
-    store = TieredFeatureStore(layout, RankPlace(rank=0, local_rank=0, world_size=2, local_world_size=2),
-                               StoreOptions(cpu_rows=man.cached_rows, gpu_rows=0, shape="packed", superbatch=1,
-                                            buffer_bytes=256 << 10, pack_seed=SEED))
+    store = open_tiers(layout, RankPlace(rank=0, local_rank=0, world_size=2, local_world_size=2),
+                       StoreOptions(cpu_rows=man.cached_rows, gpu_rows=0, shape="packed", superbatch=1,
+                                    buffer_bytes=256 << 10, pack_seed=SEED))
     tr = _trace(ds, 0, epochs=1)
     for t in range(len(tr)):
         x = store.complete(store.submit(tr.batch(t), tag=((SEED, 0, 0), t)))
@@ -103,14 +103,14 @@ def test_pack_read_amplification_is_low(packed):
 def test_pack_mismatches_are_refused(packed, tmp_path):
     ds, layout, man, _ = packed
     with pytest.raises(MomentError, match="made for 2 ranks"):
-        TieredFeatureStore(layout, RankPlace(world_size=3), StoreOptions(shape="packed", pack_seed=SEED))
+        open_tiers(layout, RankPlace(world_size=3), StoreOptions(shape="packed", pack_seed=SEED))
     assert man.mismatch(world_size=2, batch_size=BS, fanouts=FAN, seed=SEED) is None
     assert "batch size 64 (pack: 96)" in man.mismatch(world_size=2, batch_size=64, fanouts=FAN, seed=SEED)
     with pytest.raises(MomentError, match="already has a pack"):
         write_pack(layout, ds, world_size=1, batch_size=BS, fanouts=FAN, seed=SEED, epochs=1, cached_rows=0)
     other = make_layout(ds, tmp_path / "L2")
     with pytest.raises(MomentError, match="needs a pack"):
-        TieredFeatureStore(other, options=StoreOptions(shape="packed"))
+        open_tiers(other, options=StoreOptions(shape="packed"))
 
 
 def test_damaged_pack_is_caught_with_verify(packed, tmp_path):
@@ -124,7 +124,7 @@ def test_damaged_pack_is_caught_with_verify(packed, tmp_path):
     raw[len(raw) // 2] ^= 0xFF
     data.write_bytes(bytes(raw))
     with pytest.raises(MomentError, match="checksum"):
-        TieredFeatureStore(copy, RankPlace(world_size=2), StoreOptions(shape="packed", verify=True, pack_seed=SEED))
+        open_tiers(copy, RankPlace(world_size=2), StoreOptions(shape="packed", verify=True, pack_seed=SEED))
 
 
 def test_cli_pack_json_and_overwrite(packed, tmp_path, capsys):

@@ -79,20 +79,22 @@ def layout(tmp_path_factory):
 def test_each_local_rank_holds_its_plan_gpus_bins(layout) -> None:
     """The CPU stand-in of the GPU tier: local rank r holds exactly the rows of the bins it serves."""
     from moment.placement.reader import load_manifest
-    from moment.runtime.store import RankPlace, StoreOptions, TieredFeatureStore
+    from moment.runtime.gpu_tier import GpuTier
+    from moment.runtime.store import RankPlace, StoreOptions, open_tiers
 
     ds, path = layout
     m = load_manifest(path)
     gpu_bins = [s.bin for s in m.shards if s.kind == "gpu"]
     held = {}
     for r in (0, 1):
-        st = TieredFeatureStore(path, RankPlace(rank=r, local_rank=r, world_size=2, local_world_size=2),
-                                    StoreOptions(shared_cache=False))
+        st = open_tiers(path, RankPlace(rank=r, local_rank=r, world_size=2, local_world_size=2),
+                            StoreOptions(shared_cache=False))
         try:
-            assert st.gpu_bins == [gpu_bins[r]]
-            held[r] = st.gpu_rows
+            gpu = st.find(GpuTier)
+            assert [s.bin for s, k in zip(m.shards, gpu.held.limit) if k > 0] == [gpu_bins[r]]
+            held[r] = gpu.rows
             want = next(s.rows for s in m.shards if s.bin == gpu_bins[r])
-            assert st.gpu_rows == want
+            assert gpu.rows == want
         finally:
             st.close()
     assert held[0] > 0 and held[1] > 0

@@ -14,7 +14,9 @@ from moment.errors import MomentError
 from moment.placement import verify_layout
 from moment.placement.reader import load_manifest, shard_path
 from moment.runtime.sources import InMemoryFeatures, MemmapFeatures
-from moment.runtime.store import TIERS, RankPlace, StoreOptions, TieredFeatureStore
+from moment.runtime.cpu_tier import CpuTier
+from moment.runtime.disk_tier import DiskTier
+from moment.runtime.store import TIERS, RankPlace, StoreOptions, open_tiers
 from moment.sizes import parse_size
 
 ONE = RankPlace(local_world_size=1)  # a single process on its node
@@ -41,9 +43,9 @@ def test_every_tier_policy_and_shape_bit_exact(data, mode, policy, shape, superb
     n = ds.num_nodes
     # local rank 0 of 2 owns gpu0 (capped), a small CPU cache, the rest from disk; batches submitted
     # ahead of their completion, as the pipeline does
-    store = TieredFeatureStore(layouts[mode], RankPlace(rank=0, local_rank=0, world_size=2, local_world_size=2),
-                               StoreOptions(cpu_rows=n // 20, gpu_rows=n // 50, policy=policy, shape=shape,
-                                            superbatch=superbatch, buffer_bytes=64 << 10))
+    store = open_tiers(layouts[mode], RankPlace(rank=0, local_rank=0, world_size=2, local_world_size=2),
+                       StoreOptions(cpu_rows=n // 20, gpu_rows=n // 50, policy=policy, shape=shape,
+                                    superbatch=superbatch, buffer_bytes=64 << 10))
     rng = np.random.default_rng(7)
     batches = [rng.choice(n, size=int(rng.integers(50, 700)), replace=False) for _ in range(12)]
     batches.append(np.arange(n)[::-1].copy())  # every node once, in reverse
@@ -63,13 +65,13 @@ def test_every_tier_policy_and_shape_bit_exact(data, mode, policy, shape, superb
     assert st["bytes"]["ssd"] == st["rows"]["ssd"] * ds.row_bytes and st["ssd_bytes_read"] > 0
     if policy == "lru" or (policy != "static" and superbatch > 1):  # Belady admits what it knows is reused
         assert st["cpu_admitted_rows"] > 0
-    assert store.pool.used == 0  # every read buffer went back
+    assert store.find(DiskTier).pool.used == 0  # every read buffer went back
     store.close()
 
 
 def test_submit_complete_interleaved(data):
     _, ds, feats, layouts = data
-    store = TieredFeatureStore(layouts["pack"], ONE)
+    store = open_tiers(layouts["pack"], ONE)
     rng = np.random.default_rng(5)
     a, b = rng.permutation(ds.num_nodes)[:700], rng.permutation(ds.num_nodes)[:900]
     pa, pb = store.submit(a), store.submit(b)
@@ -97,7 +99,7 @@ def test_pyg_feature_store_interface(data, kind):
     from moment.runtime.pyg import PygFeatureStore
 
     _, ds, feats, layouts = data
-    source = (TieredFeatureStore(layouts["pad"], ONE) if kind == "tiered"
+    source = (open_tiers(layouts["pad"], ONE) if kind == "tiered"
               else InMemoryFeatures(ds.file("features")))
     store = PygFeatureStore(source)
     assert isinstance(store, FeatureStore)
@@ -127,29 +129,31 @@ def test_missing_and_truncated_shards(data, tmp_path):
     path = make_layout(ds, tmp_path / "L", ssd_paths=ssd)
     shards = [shard_path(path, s) for s in load_manifest(path).shards if s.kind == "ssd"]
     # short read: the shard shrinks under a running store
-    store = TieredFeatureStore(path, ONE, StoreOptions(cpu_rows=0))
+    store = open_tiers(path, ONE, StoreOptions(cpu_rows=0))
     ids = np.arange(ds.num_nodes)
-    on = store._bin == next(i for i, s in enumerate(store.manifest.shards) if s.kind == "ssd")
+    rows = store.layout_rows
+    on = rows.bin == next(i for i, s in enumerate(rows.manifest.shards) if s.kind == "ssd")
     os.truncate(shards[0], 4096)
     with pytest.raises(MomentError, match="short read"):
         store.gather(ids[on])
     store.close()
     with pytest.raises(MomentError, match="size"):  # refused at open
-        TieredFeatureStore(path, ONE)
+        open_tiers(path, ONE)
     shards[1].unlink()
     with pytest.raises(MomentError, match="missing"):
-        TieredFeatureStore(path, ONE)
+        open_tiers(path, ONE)
 
 
 def test_checksum_mismatch_is_caught(data, tmp_path):
     _, ds, feats, _ = data
     path = make_layout(ds, tmp_path / "L")
-    probe = TieredFeatureStore(path, ONE, StoreOptions(cpu_rows=0))
+    probe = open_tiers(path, ONE, StoreOptions(cpu_rows=0))
     ids = np.arange(ds.num_nodes)
-    kinds = np.array([sh.kind for sh in probe.manifest.shards])
-    victim = int(np.flatnonzero(kinds[probe._bin] == "ssd")[7])
-    s = probe.manifest.shards[int(probe._bin[victim])]
-    off = int(probe._slot[victim]) * s.stride + 5
+    rows = probe.layout_rows
+    kinds = np.array([sh.kind for sh in rows.manifest.shards])
+    victim = int(np.flatnonzero(kinds[rows.bin] == "ssd")[7])
+    s = rows.manifest.shards[int(rows.bin[victim])]
+    off = int(rows.slot[victim]) * s.stride + 5
     probe.close()
     with open(shard_path(path, s), "r+b") as f:
         f.seek(off)
@@ -157,10 +161,10 @@ def test_checksum_mismatch_is_caught(data, tmp_path):
         f.seek(off)
         f.write(bytes([byte[0] ^ 0x40]))
     assert not verify_layout(path).ok
-    plain = TieredFeatureStore(path, ONE, StoreOptions(cpu_rows=0))
+    plain = open_tiers(path, ONE, StoreOptions(cpu_rows=0))
     assert not torch.equal(plain.gather([victim]), torch.from_numpy(feats[[victim]]))  # verify off: raw bytes
     plain.close()
-    checked = TieredFeatureStore(path, ONE, StoreOptions(verify=True, cpu_rows=0))
+    checked = open_tiers(path, ONE, StoreOptions(verify=True, cpu_rows=0))
     good = np.setdiff1d(ids, [victim])[:10]
     with pytest.raises(MomentError, match=f"bin {s.bin}: checksum mismatch in chunk {off // s.chunk_bytes}"):
         checked.gather(np.concatenate([good, [victim]]))
@@ -183,20 +187,21 @@ def test_o_direct_is_used(data, tmp_path):
     if why := oscheck.direct_refused(tmp_path):
         pytest.skip(f"the filesystem of {tmp_path} refuses O_DIRECT ({why}): the reader falls back to buffered reads")
     path = make_layout(ds, tmp_path / "L")
-    store = TieredFeatureStore(path, ONE, StoreOptions(cpu_rows=0))  # no CPU cache: SSD rows come from disk
+    store = open_tiers(path, ONE, StoreOptions(cpu_rows=0))  # no CPU cache: SSD rows come from disk
     try:
-        kinds = [s.kind for s in store.manifest.shards]
-        ssd_files = [p for p, k in zip(store.paths, kinds) if k == "ssd"]
+        disk = store.find(DiskTier)
+        kinds = [s.kind for s in disk.manifest.shards]
+        ssd_files = [p for p, k in zip(disk.paths, kinds) if k == "ssd"]
         for f in ssd_files:
             oscheck.drop_cached(f)
         droppable = all(oscheck.cached_pages(f) == 0 for f in ssd_files)  # not on a memory filesystem
-        on_ssd = np.flatnonzero(np.array(kinds)[store._bin] == "ssd")
+        on_ssd = np.flatnonzero(np.array(kinds)[store.layout_rows.bin] == "ssd")
         assert torch.equal(store.gather(on_ssd), torch.from_numpy(feats[on_ssd]))
         assert store.tier_stats()["rows"]["ssd"] == on_ssd.size
-        files = store.stack.files
+        files = disk.stack.files
         opened = [int(fd) for fd, k in zip(files.fds, kinds) if k == "ssd" and fd >= 0]
         assert len(opened) == len(ssd_files), files.fds
-        assert store.stack.direct, files.fallback_reason
+        assert disk.stack.direct, files.fallback_reason
         assert all(oscheck.open_flags(fd) & oscheck.O_DIRECT for fd in opened), \
             [oct(oscheck.open_flags(fd)) for fd in opened]
         if droppable:
@@ -232,11 +237,10 @@ def test_cuda_rows_arrive_bit_exact_through_pinned_staging(data, shape):
     stand-in tier lives on the device. Batches completed out of order must still be exact."""
     _, ds, feats, layouts = data
     n = ds.num_nodes
-    store = TieredFeatureStore(layouts["pack"], RankPlace(rank=0, local_rank=0, world_size=2, local_world_size=2,
-                                                          device="cuda"),
-                               StoreOptions(cpu_rows=n // 20, shape=shape, superbatch=4))
+    store = open_tiers(layouts["pack"], RankPlace(rank=0, local_rank=0, world_size=2, local_world_size=2,
+                                                  device="cuda"),
+                       StoreOptions(cpu_rows=n // 20, shape=shape, superbatch=4))
     try:
-        assert store._staging is not None
         rng = np.random.default_rng(11)
         batches = [rng.choice(n, size=int(rng.integers(50, 900)), replace=False) for _ in range(8)]
         pend = [(b, store.submit(torch.from_numpy(b))) for b in batches[: store.lookahead]]
@@ -264,10 +268,10 @@ def test_a_dist_context_places_the_store(data):
     _, ds, feats, layouts = data
     ctx = DistContext(rank=0, local_rank=0, world_size=1, local_world_size=1, device=torch.device("cpu"),
                       backend=None)
-    store = TieredFeatureStore(layouts["pack"], ctx, StoreOptions(cpu_rows=ds.num_nodes // 10))
+    store = open_tiers(layouts["pack"], ctx, StoreOptions(cpu_rows=ds.num_nodes // 10))
     try:
         ids = np.arange(0, ds.num_nodes, 7)
         assert torch.equal(store.gather(ids), torch.from_numpy(feats[ids]))
-        assert (store.rank, store.local_world_size, store.shared_cache) == (0, 1, False)
+        assert store.find(DiskTier).rank == 0 and not store.find(CpuTier).shared
     finally:
         store.close()

@@ -248,6 +248,7 @@ class RunShape:
     process_bytes: int
     agent_bytes: int
     pack_index_bytes: int = 0
+    exchange_bytes: int = 0  # one round of the peer exchange (RowExchange.round_bytes); 0: no peer tier
 
 
 @dataclass
@@ -283,6 +284,8 @@ def split_budget(total: int | None, source: str, local_ranks: int, r: RunShape) 
     b.charge("batch features", r.held_batches * feat, note=f"{r.held_batches} batches of {r.rows_max} rows")
     b.charge("training", feat + r.dst_rows * r.hidden * 8, note="activations and gradients")
     b.charge("staging", r.staging_bytes, note="reader windows")
+    if r.exchange_bytes:
+        b.charge("peer exchange", r.exchange_bytes, note="one round's keys and rows, asked and served")
     if r.pack_index_bytes:
         b.charge("pack index", r.pack_index_bytes, note="this rank's packed segments (moment data pack)")
     min_buffers = 2 * feat

@@ -86,6 +86,14 @@ class RowExchange:
         self.group = group
         self.rounds = 0
         self.served_rows = 0  # rows this rank sent to others
+        self.peak_bytes = 0  # the most one round held: keys and rows, asked and served
+
+    @staticmethod
+    def round_bytes(rows: int, row_bytes: int, members: int) -> int:
+        """The most one round holds on a member that asks for at most `rows` rows of `row_bytes` each
+        while every other member does the same of it: the keys and rows it asks (`rows`) and those it
+        serves (up to `rows` for each other member), each row with its int64 key."""
+        return max(int(members), 1) * int(rows) * (int(row_bytes) + np.dtype(np.int64).itemsize)
 
     def round(self, want: Sequence[np.ndarray], serve: Serve, active: bool = True) -> tuple[torch.Tensor, bool]:
         """Ask member j for the keys `want[j]`; serve what the others ask. Returns (the rows asked for,
@@ -112,6 +120,8 @@ class RowExchange:
         rows = out.new_empty((sum(send), *out.shape[1:]))
         dist.all_to_all_single(rows, out, send, recv, group=pg)
         self.served_rows += int(out.shape[0])
+        held = keys.nbytes + asked.nbytes + out.nbytes + rows.nbytes
+        self.peak_bytes = max(self.peak_bytes, int(held))
         return rows, running
 
     def finish(self, serve: Serve) -> None:

@@ -9,41 +9,29 @@ many it holds); then every completed batch is one round of the collective exchan
 (moment.runtime.exchange): this rank asks each owner for rows of its tier, and serves what the others
 ask of its own. NCCL on GPUs, gloo on CPU: the same code.
 
-A rank takes part in every round, whether or not its batch needs a peer's row (the others may need
-its rows), so the store calls `gather` for every batch it completes and `finish` at the end of each
-sequence of batches.
+`PeerTier` is the chain's tier (moment.runtime.tier) over the CPU cache: it takes part in a round for
+every batch it completes, whether or not the batch needs a peer's row (the others may need its rows),
+and serves the others in `finish` at the end of each sequence of batches. One round's buffers are
+what the exchange states (`RowExchange.round_bytes`); the memory budget charges them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
 from moment.runtime.exchange import ExchangeGroup, RowExchange
+from moment.runtime.gpu_tier import TierMap
+from moment.runtime.tier import LayoutRows, Tier, at
 
 
-@dataclass
-class TierMap:
-    """What one rank's GPU tier holds: bin b's first `limit[b]` slots, from row `base[b]` of the tier."""
+class PeerMap:
+    """Which rows the group's other members hold on their GPU tiers, from every member's `TierMap`."""
 
-    base: np.ndarray
-    limit: np.ndarray
-
-    @property
-    def rows(self) -> int:
-        return int(self.limit.sum())
-
-
-class PeerTier:
-    """The GPU tiers of the group's other members: which rows they hold, and a round of the exchange per
-    batch that fetches them (and serves this rank's own tier, `own`, to the others)."""
-
-    def __init__(self, group: ExchangeGroup, maps: list[TierMap], own: torch.Tensor):
-        self.exchange = RowExchange(group)
-        self._own = own
-        me = group.index
+    def __init__(self, maps: list[TierMap], me: int):
         nbins = maps[me].limit.shape[0]
         self.owner = np.full(nbins, -1, np.int64)  # bin -> member whose tier holds it
         self.base, self.limit = np.zeros(nbins, np.int64), np.zeros(nbins, np.int64)
@@ -57,18 +45,64 @@ class PeerTier:
         """Rows the other members hold."""
         return int(self.limit.sum())
 
-    @property
-    def served_rows(self) -> int:
-        """Rows this rank's tier sent to the others."""
-        return self.exchange.served_rows
-
     def lookup(self, bins: np.ndarray, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(mask of rows a peer holds, the member holding each, its row in that member's tier)."""
         mask = slots < self.limit[bins]
         b = bins[mask]
         return mask, self.owner[b], self.base[b] + slots[mask]
 
-    def gather(self, owner: np.ndarray, idx: np.ndarray, out: torch.Tensor, pos: np.ndarray) -> None:
+
+def gather_peer_map(own: TierMap, group: ExchangeGroup) -> PeerMap:
+    """What the group's other members hold, told by each (collective: every member calls it at start-up)."""
+    maps = group.all_gather_object((own.base, own.limit))
+    return PeerMap([TierMap(b, lim) for b, lim in maps], group.index)
+
+
+@dataclass
+class _Part:
+    pos: np.ndarray  # positions in the batch a peer serves
+    owner: np.ndarray  # the member holding each
+    idx: np.ndarray  # its row in that member's tier
+    inner: Any
+
+
+class PeerTier(Tier):
+    """The GPU tiers of the group's other members over `next`: a round of the exchange per completed batch
+    fetches their rows (and serves this rank's own tier, `own`, to the others)."""
+
+    name = "peer"
+
+    def __init__(self, rows: LayoutRows, next: Tier, device: torch.device | str, group: ExchangeGroup,
+                 peers: PeerMap, own: torch.Tensor):
+        super().__init__(rows, next, device)
+        self.exchange = RowExchange(group)
+        self.peers, self._own = peers, own
+
+    @property
+    def rows(self) -> int:
+        """Rows the other members hold."""
+        return self.peers.rows
+
+    @property
+    def served_rows(self) -> int:
+        """Rows this rank's tier sent to the others."""
+        return self.exchange.served_rows
+
+    def take(self, ids: np.ndarray, pos: np.ndarray | None, tag: tuple | None) -> _Part:
+        none = np.zeros(0, np.int64)
+        if not self.peers.rows:
+            return _Part(none, none, none, self.next.take(ids, pos, tag))
+        r = self.layout_rows
+        mask, owner, idx = self.peers.lookup(r.bin[ids], r.slot[ids])
+        rest = np.flatnonzero(~mask)
+        return _Part(at(pos, np.flatnonzero(mask)), owner, idx, self.next.take(ids[rest], at(pos, rest), tag))
+
+    def device_rows(self, part: _Part, out: torch.Tensor) -> None:
+        self.next.device_rows(part.inner, out)
+        self.fetch(part.owner, part.idx, out, part.pos)  # a round for every batch, whether or not it needs a row
+        self.served += int(part.pos.size)
+
+    def fetch(self, owner: np.ndarray, idx: np.ndarray, out: torch.Tensor, pos: np.ndarray) -> None:
         """out[pos] = row idx of member owner's tier; one round of the exchange (collective: every member
         calls it once per batch, with nothing to ask as well)."""
         order = np.argsort(owner, kind="stable")
@@ -81,16 +115,13 @@ class PeerTier:
     def finish(self) -> None:
         """This rank's sequence of batches is done: serve the others until theirs are."""
         self.exchange.finish(self._serve)
+        self.next.finish()
 
     def _serve(self, idx: torch.Tensor) -> torch.Tensor:
         return self._own[idx.to(self._own.device)]
 
-    def close(self) -> None:
+    def own_memory(self) -> dict[str, int]:
+        return {"exchange": self.exchange.peak_bytes}
+
+    def release(self) -> None:
         self._own = None  # not a view of it: close may run in the garbage collector, at interpreter shutdown
-
-
-def open_peers(own_map: TierMap, own: torch.Tensor, group: ExchangeGroup) -> PeerTier:
-    """The peer tier of this rank, whose GPU tier is `own` (laid out as `own_map`). Collective: every
-    member of `group` calls it."""
-    maps = group.all_gather_object((own_map.base, own_map.limit))
-    return PeerTier(group, [TierMap(b, lim) for b, lim in maps], own)

@@ -197,7 +197,7 @@ class Pipeline:
 
         def gather_loop() -> None:
             # reads of later batches go out before earlier ones are completed: up to `lookahead` ahead
-            ahead = max(1, int(getattr(self.source, "lookahead", 1)))
+            ahead = max(1, int(self.source.lookahead))
             pending: collections.deque = collections.deque()
             item = None
             try:

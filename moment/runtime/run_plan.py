@@ -211,6 +211,7 @@ class RunInputs:
     batch_ids_bytes: int  # MiniBatch.id_bytes(rows_max, edges_max)
     held_batches: int  # Pipeline.held_batches(depth)
     agent_bytes: int = 0  # torchrun's agent beside the ranks (its peak RSS, measured); 0: no agent
+    exchange_bytes: int = 0  # one round of the peer exchange at the extent (RowExchange.round_bytes)
 
 
 def resolve_run(config: TrainConfig, layout: Layout, *, world_size: int, local_world_size: int,
@@ -233,6 +234,7 @@ def resolve_run(config: TrainConfig, layout: Layout, *, world_size: int, local_w
     ahead = lookahead(superbatch)
     gpu_shards = layout.shards_of("gpu")
     own_rows = max(sum(b.rows for b in carve_gpu(layout, lr, lws, None)) for lr in range(lws)) if gpu_shards else 0
+    peer_tier = cfg.peer_tier and lws > 1
     total, how = resolve_budget(cfg.memory_budget)
     split = split_budget(total, how, lws, RunShape(
         num_nodes=n, row_bytes=rb, graph_bytes=inputs.graph_bytes, labels_bytes=inputs.labels_bytes,
@@ -243,6 +245,7 @@ def resolve_run(config: TrainConfig, layout: Layout, *, world_size: int, local_w
         cpu_limit_rows=None if cfg.cpu_cache_limit is None else parse_size(cfg.cpu_cache_limit, n * rb) // rb,
         policy=cfg.cache_policy, shape=shape, staging_bytes=staging_bytes(m.row.align),
         process_bytes=inputs.process_bytes, agent_bytes=inputs.agent_bytes,
+        exchange_bytes=inputs.exchange_bytes if peer_tier and gpu_shards else 0,
         pack_index_bytes=pack.index_bytes if shape == "packed" or pack_index_bytes is not None else 0))
     gpu_cap = split.gpu_rows if device == "cpu" else None  # device memory is not the budget's
     options = StoreOptions(io_backend=cfg.io_backend, queue_depth=cfg.queue_depth, direct=cfg.direct,
@@ -250,7 +253,7 @@ def resolve_run(config: TrainConfig, layout: Layout, *, world_size: int, local_w
                            shape=shape, superbatch=superbatch, buffer_bytes=split.buffer_bytes,
                            merge_gap=cfg.io_merge_gap, max_request=cfg.io_max_request, shared_cache=split.shared_cache,
                            pack_seed=cfg.seed)
-    tiers = tier_plan(layout, options, shared_cache=split.shared_cache, peer_tier=cfg.peer_tier and lws > 1)
+    tiers = tier_plan(layout, options, shared_cache=split.shared_cache, peer_tier=peer_tier)
     ranks = tuple(rank_plan(layout, r, r % lws, lws, gpu_cap) for r in range(world_size))
     return RunPlan(layout=str(layout.path), world_size=world_size, local_world_size=lws, device=device,
                    io_shape=shape, io_shape_requested=cfg.io_shape, pack=pack, cache_policy=cfg.cache_policy,

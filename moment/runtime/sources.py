@@ -1,9 +1,12 @@
-"""Feature sources the pipeline can train from: the tiered store, and the two baselines.
+"""The feature-source contract, and the two baselines that speak it beside the tiered store.
 
-All three speak the same small protocol (`submit(ids, tag=None) -> pending`, `complete(pending) -> Tensor`,
-`cancel(pending)`, `finish()`, `tier_stats()`, `epoch_start(epoch)`, `close()`), so a run differs only in
-where features come from:
+Every source speaks the same small contract (`FeatureSource`: `submit(ids, tag=None) -> pending`,
+`complete(pending) -> Tensor`, `cancel(pending)`, `finish()`, `tier_stats()`, `epoch_start(epoch)`,
+`close()`, and what a batch's rows look like), as DGL GraphBolt's wrapped features do: the pipeline,
+the trainer and PyG's adapter use nothing else, so a run differs only in where features come from:
 
+* the tiered store — a chain of tiers, each a source over the next (moment.runtime.tier, built by
+  moment.runtime.store.open_store);
 * `InMemoryFeatures` — the dataset's whole feature matrix in RAM: the correctness reference.
 * `MemmapFeatures`   — `np.load(mmap_mode="r")` of features.npy, indexed per batch: what PyG users do
   when features do not fit in memory. With `drop_cache=True` (or "epoch") the file's pages are dropped
@@ -26,8 +29,11 @@ from moment.errors import MomentError
 
 
 class FeatureSource(Protocol):
+    num_nodes: int
+    row_shape: tuple[int, ...]
     feature_dim: int
     backend: str
+    lookahead: int  # batches a caller may submit before it completes the first
 
     def submit(self, node_ids: torch.Tensor, tag: tuple | None = None) -> Any:
         """`tag` names the batch ((sampling key), index) so a source may use what was prepared for it."""
@@ -54,6 +60,7 @@ class _Plain:
 
     tier = "memory"
     backend = "none"
+    lookahead = 1
 
     def __init__(self, array: np.ndarray, device: torch.device):
         if array.ndim != 2:

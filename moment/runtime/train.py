@@ -36,8 +36,8 @@ from moment.runtime.pipeline import Pipeline, StageTimes, mix
 from moment.runtime.progress import Reporter
 from moment.runtime.run_plan import RunInputs, RunPlan, resolve_run
 from moment.runtime.sources import FeatureSource, InMemoryFeatures, MemmapFeatures
-from moment.runtime.store import TieredFeatureStore
-from moment.runtime.store_options import Collectives
+from moment.runtime.exchange import RowExchange
+from moment.runtime.store import StoreInfo, open_store
 from moment.workload.graph import GraphDataset
 from moment.workload.sampler import CSRGraph, MiniBatch, NeighborSampler, SeedBatches
 
@@ -81,12 +81,13 @@ def _batch_extent(cfg: TrainConfig, graph: CSRGraph, batches: SeedBatches, fanou
 
 
 def run_inputs(cfg: TrainConfig, ds: GraphDataset, graph: CSRGraph, batches: Sequence[SeedBatches],
-               fanouts: list[int], process_bytes: int, agent_bytes: int, *,
+               fanouts: list[int], process_bytes: int, agent_bytes: int, local_ranks: int, *,
                ctx: DistContext | None = None) -> RunInputs:
     """What `resolve_run` is given: the largest extent of `batches` (each rank's, or a preview's of every
-    rank), the sizes torch's objects state for it, a rank's and torchrun's agent's measured sizes, and the
-    dataset's sizes. With `ctx`, the ranks agree on their maxima first: every rank must resolve the same
-    plan (the shared cache is one segment)."""
+    rank), the sizes torch's objects state for it (a round of the peer exchange among `local_ranks`
+    included), a rank's and torchrun's agent's measured sizes, and the dataset's sizes. With `ctx`, the
+    ranks agree on their maxima first: every rank must resolve the same plan (the shared cache is one
+    segment)."""
     extents = [_batch_extent(cfg, graph, b, fanouts) for b in batches]
     rows, edges = max(r for r, _ in extents), max(e for _, e in extents)
     if ctx is not None:
@@ -99,7 +100,7 @@ def run_inputs(cfg: TrainConfig, ds: GraphDataset, graph: CSRGraph, batches: Seq
                      labels_bytes=ds.file("labels").stat().st_size, rows_max=rows, edges_max=edges,
                      process_bytes=process_bytes, sampler_map_bytes=NeighborSampler.map_bytes(ds.num_nodes),
                      batch_ids_bytes=MiniBatch.id_bytes(rows, edges), held_batches=Pipeline.held_batches(cfg.depth),
-                     agent_bytes=agent_bytes)
+                     agent_bytes=agent_bytes, exchange_bytes=RowExchange.round_bytes(rows, ds.row_bytes, local_ranks))
 
 
 #: a fresh interpreter: first what torchrun's agent imports, then what a rank loads before touching data
@@ -149,7 +150,8 @@ def preview_inputs(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, agent: boo
     graph, fanouts = CSRGraph.from_dataset(ds, in_memory=False), cfg.resolved_fanouts()
     per_rank = [SeedBatches(train_idx, cfg.resolved_batch_size(train_idx.size, nproc), seed=cfg.seed, rank=r,
                             world_size=nproc) for r in range(nproc)]
-    return run_inputs(cfg, ds, graph, per_rank, fanouts, rank_start_bytes(), agent_start_bytes() if agent else 0)
+    return run_inputs(cfg, ds, graph, per_rank, fanouts, rank_start_bytes(), agent_start_bytes() if agent else 0,
+                      nproc)
 
 
 def preview_plan(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, layout: Layout | None = None,
@@ -181,32 +183,19 @@ def agent_bytes() -> int:
     return int(given) if given.isdigit() else parent_peak()
 
 
-def collectives(cfg: TrainConfig, ctx: DistContext) -> Collectives | None:
-    """The process group's calls under torchrun (the node's group only with the peer tier); None in one
-    process. Collective: every rank calls it at the same point of start-up."""
-    if not ctx.backend:
-        return None
-    return Collectives(barrier=ctx.barrier, peers=ctx.peer_group() if cfg.peer_tier else None)
-
-
 def make_source(cfg: TrainConfig, ds: GraphDataset, ctx: DistContext, layout: Layout | None = None,
-                plan: RunPlan | None = None) -> FeatureSource:
+                plan: RunPlan | None = None) -> tuple[FeatureSource, StoreInfo | None]:
+    """The run's feature source, and for the tiered store what its chain holds."""
     if cfg.features == "memory":
-        return InMemoryFeatures(ds.file("features"), ctx.device)
+        return InMemoryFeatures(ds.file("features"), ctx.device), None
     if cfg.features == "memmap":
         return MemmapFeatures(ds.file("features"), ctx.device, drop_cache=cfg.drop_page_cache,
-                              random=cfg.memmap_random)
+                              random=cfg.memmap_random), None
     assert layout is not None and plan is not None
-    mine = plan.store_plan(ctx.rank)
-    if mine.rank.local_rank != ctx.local_rank:
-        raise MomentError(f"rank {ctx.rank} is local rank {ctx.local_rank}, where the run plan expected local rank "
-                          f"{mine.rank.local_rank}: the ranks of a machine must be numbered consecutively, as "
-                          "torchrun numbers them")
-    store = TieredFeatureStore(layout, ctx, mine, collectives(cfg, ctx))
-    if store.num_nodes != ds.num_nodes or store.row_bytes != ds.row_bytes:
-        raise MomentError(f"layout has {store.num_nodes} nodes of {store.row_bytes} B, the dataset "
+    if layout.num_nodes != ds.num_nodes or layout.row_bytes != ds.row_bytes:
+        raise MomentError(f"layout has {layout.num_nodes} nodes of {layout.row_bytes} B, the dataset "
                           f"{ds.num_nodes} of {ds.row_bytes} B: they do not belong together", source=str(cfg.layout))
-    return store
+    return open_store(plan, ctx, layout)
 
 
 class Trainer:
@@ -242,11 +231,11 @@ class Trainer:
         if cfg.features == "tiered":
             return_freed_memory()
             inputs = run_inputs(cfg, self.ds, self.graph, [self.batches], self.fanouts, base_rss, agent_bytes(),
-                                ctx=ctx)
+                                max(ctx.local_world_size, 1), ctx=ctx)
             self.plan = resolve_run(cfg, self.layout, world_size=ctx.world_size,
                                     local_world_size=max(ctx.local_world_size, 1), inputs=inputs,
                                     device=ctx.device.type)
-        self.source = make_source(cfg, self.ds, ctx, self.layout, self.plan)
+        self.source, self.store_info = make_source(cfg, self.ds, ctx, self.layout, self.plan)
         if self.plan is not None and ctx.serves is not None and ctx.serves.plan_gpus:
             self.notes += ctx.all_gather_object(ctx.serves.line(str(ctx.device)))
         labels = torch.from_numpy(np.array(self.ds.labels))
@@ -556,20 +545,18 @@ class Trainer:
         out: dict[str, Any] = {"rank": self.ctx.rank, "device": str(self.ctx.device),
                                "plan_gpus": list(sv.plan_gpus) if sv else [], "matched_by": sv.how if sv else None}
         if self.plan is not None:
-            out["ssd_shares"] = self.source.ssd_shares()
+            out["ssd_shares"] = self.source.tier_stats().get("ssd_shares", {})
         return out
 
     def store_line(self) -> str:
-        st = self.source
-        return (f"cache policy {self.cfg.cache_policy}: {st.cache.capacity} rows "
-                f"({'shared' if st.shared_cache else 'per rank'}), gpu stand-in {st.gpu_rows} rows"
-                f"{f', peers {st.peer_rows} rows' if st.peers is not None else ''}; "
-                f"I/O shape {st.shape.name} (superbatch {st.superbatch}, merge gap "
-                f"{'per job, by cost' if st.shape.merge_gap < 0 else f'{st.shape.merge_gap} B'}), "
-                f"reader {st.backend}" + self._pack_note())
+        t, info = self.plan.tiers, self.store_info
+        return (f"cache policy {t.policy}: {info.lines()}; "
+                f"I/O shape {t.shape} (superbatch {t.superbatch}, merge gap "
+                f"{'per job, by cost' if t.merge_gap < 0 else f'{t.merge_gap} B'}), "
+                f"reader {info.backend}" + self._pack_note())
 
     def _pack_note(self) -> str:
-        pk = getattr(self.source, "pack", None)
+        pk = self.layout.pack if self.plan.io_shape == "packed" else None
         if pk is None:
             return ""
         note = f"; pack: {pk.epochs} epoch(s) of segments, {pk.bytes / 2**20:,.0f} MiB on disk"
@@ -579,15 +566,15 @@ class Trainer:
 
     def memory_notes(self) -> list[str]:
         """Say so when this rank's memory tiers hold every row: the run would never read an SSD."""
-        st = self.source
+        st, n = self.store_info, self.source.num_nodes
         if self.plan is None:
             return []
         # the CPU cache leaves out the rows a GPU tier serves: this rank's, and with peers the node's
-        gpu = st.gpu_rows + st.peer_rows if st.peers is not None else 0 if st.shared_cache else st.gpu_rows
-        if st.cache.capacity + gpu < st.num_nodes:
+        gpu = st.gpu_rows + st.peer_rows if st.peers else 0 if st.shared_cache else st.gpu_rows
+        if st.cpu_rows + gpu < n:
             return []
-        held = f"the CPU cache ({st.cache.capacity:,} rows)" + (f" and the GPU tiers ({gpu:,} rows)" if gpu else "")
-        return [f"note: {held} hold all {st.num_nodes:,} rows of the layout: nothing will be read from the SSDs. "
+        held = f"the CPU cache ({st.cpu_rows:,} rows)" + (f" and the GPU tiers ({gpu:,} rows)" if gpu else "")
+        return [f"note: {held} hold all {n:,} rows of the layout: nothing will be read from the SSDs. "
                 f"To exercise them, cap the cache (e.g. --cpu-cache-limit 10%) or place with smaller "
                 f"--gpu-cache/--cpu-cache"]
 

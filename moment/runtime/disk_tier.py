@@ -1,0 +1,275 @@
+"""The last tier: rows read from the layout's files (and the pack's) by the rank's own reader.
+
+Why (Moment (SC'25), section 3.1; Hyperion, section III-B; AGNES, section 4; DiskGNN): every rank reads
+the rows no memory tier holds with O_DIRECT through its own reader thread and I/O stack, with
+submission and completion apart so the reads of later batches run while earlier ones train. The I/O
+shape decides the reads: ``rows`` (each batch's rows, merged only where they share blocks), ``block``
+(the rows of a hyperbatch of batches at once, merged across small gaps into large reads; see
+moment.io.merge) or ``packed`` (as block, but a batch's rows are read from the segment `moment data
+pack` wrote for it, contiguous, when the batch is tagged with its sampling key and the pack holds them;
+any other row comes from the layout). Batches are issued in superbatches of `superbatch` (or when the
+tier above flushes). With `verify`, each shard chunk is checked against the manifest's `chunk_sha256`
+the first time a read touches it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from moment.caching.tiers import lookahead as lookahead_of
+from moment.errors import MomentError
+from moment.io.merge import SHAPES
+from moment.placement.manifest import Shard
+from moment.placement.opened import Layout
+from moment.placement.pack import open_pack, pack_path
+from moment.placement.reader import shard_path
+from moment.runtime.gather import BufferPool, Job, Reader
+from moment.runtime.run_plan import TierPlan
+from moment.runtime.tier import LayoutRows, Tier, put
+
+
+class _JobRef:
+    """Gives a job's destination back to the pool once every batch using it has been completed."""
+
+    def __init__(self, pool: BufferPool, job: Job, users: int):
+        self.pool, self.job, self.users = pool, job, users
+
+    def release(self) -> None:
+        self.users -= 1
+        if self.users == 0 and self.job.dest is not None:
+            self.pool.give(self.job.dest.nbytes)
+            self.job.dest = None
+
+
+@dataclass
+class _Part:
+    ids: np.ndarray  # the rows to read
+    pos: np.ndarray | None  # their positions in the batch
+    segment: int | None  # the pack segment prepared for this batch
+    row: np.ndarray | None = None  # row of each id in its job's destination
+    ref: _JobRef | None = None  # its job, once issued
+
+
+def _check_chunks(path: Path, s: Shard, chunks: np.ndarray | None = None) -> None:
+    """Re-hash the given chunks (all when None) of a layout file against the manifest."""
+    ks = range(len(s.chunk_sha256)) if chunks is None else chunks.tolist()
+    with open(path, "rb") as f:
+        for k in ks:
+            data = os.pread(f.fileno(), s.chunk_bytes, k * s.chunk_bytes)
+            if hashlib.sha256(data).hexdigest() != s.chunk_sha256[k]:
+                off = k * s.chunk_bytes
+                raise MomentError(
+                    f"bin {s.bin}: checksum mismatch in chunk {k} (bytes {off}..{off + s.chunk_bytes}); "
+                    "refusing to return its rows", source=str(path),
+                    hint="the layout is damaged: run `moment layout verify` and rewrite it")
+
+
+class DiskTier(Tier):
+    """Reads rows from the layout's files (rank `rank` of `world_size`: its pack file) as `t` shapes them."""
+
+    name = "ssd"
+
+    def __init__(self, layout: Layout, rows: LayoutRows, device: Any, t: TierPlan, *, rank: int = 0,
+                 world_size: int = 1, planned_shares: dict[str, float] | None = None):
+        super().__init__(rows, None, device)
+        self.path, self.manifest = layout.path, layout.manifest
+        self.rank, self.verify = rank, t.verify
+        self.shape, self.superbatch = t.io_shape, t.superbatch
+        self.planned_shares = planned_shares or {}
+        self._check_files()
+        self.pack, self.segments, self._pack_seed = None, None, t.pack_seed
+        if t.shape == "packed":
+            self.pack, self.segments = open_pack(self.path, self.manifest, layout.pack, world_size=world_size,
+                                                 rank=rank, hashes=self.verify)
+        self._verified: dict[int, np.ndarray] = {}
+        self._rows_by_bin = np.zeros(len(self.manifest.shards), dtype=np.int64)  # distinct rows read, by bin
+        self.requests = self.bytes_read = self.packed = 0
+        # every bin's file, in bin order, then this rank's pack file
+        self.paths = [shard_path(self.path, s) for s in self.manifest.shards]
+        if self.pack is not None:
+            self.paths.append(pack_path(self.path) / self.pack.files[rank].data)
+        self.pool = BufferPool(t.buffer_bytes)
+        self.reader: Reader | None = Reader(self.paths, rows.row_bytes, self.manifest.row.align, pool=self.pool,
+                                            window=t.window, queue_depth=t.queue_depth, backend=t.io_backend,
+                                            direct=t.direct)
+        self._open: list[_Part] = []
+
+    def _check_files(self) -> None:
+        for s in self.manifest.shards:
+            fp = shard_path(self.path, s)
+            if not fp.is_file():
+                raise MomentError(f"{s.kind} shard of bin {s.bin} is missing", source=str(fp),
+                                  hint="the layout is incomplete or its SSD is not mounted")
+            size = fp.stat().st_size
+            if size != s.bytes:
+                raise MomentError(f"shard of bin {s.bin}: size {size} B, manifest says {s.bytes} B",
+                                  source=str(fp), hint="the shard was truncated or replaced; rewrite the layout")
+
+    @property
+    def backend(self) -> str:
+        return self.reader.backend
+
+    @property
+    def stack(self):
+        return self.reader.stack
+
+    @property
+    def lookahead(self) -> int:
+        return lookahead_of(self.superbatch)
+
+    # ------------------------------------------------------------------ set-up reads
+
+    def file_rows(self, b: int, k: int) -> np.ndarray:
+        """The first k rows of bin b's file (set-up of the GPU tier)."""
+        s = self.manifest.shards[b]
+        fp = shard_path(self.path, s)
+        if self.verify:
+            _check_chunks(fp, s, np.arange(-(-k * s.stride // s.chunk_bytes)))
+        raw = np.fromfile(fp, dtype=np.uint8, count=k * s.stride).reshape(k, s.stride)
+        return np.ascontiguousarray(raw[:, : self.layout_rows.row_bytes])
+
+    def fill(self, dest: np.ndarray, ids: np.ndarray) -> None:
+        """Read the rows of `ids` into `dest` (a cache at start) through the reader, in large reads."""
+        if not ids.shape[0]:
+            return
+        f, off = self.layout_rows.locate(ids)
+        if self.verify:
+            self._verify_chunks(f, off)
+        job = Job(f, off, SHAPES["block"], dest=dest[: ids.shape[0]])
+        self.reader.submit(job).wait()
+
+    # ------------------------------------------------------------------ the chain's calls
+
+    def take(self, ids: np.ndarray, pos: np.ndarray | None, tag: tuple | None) -> _Part:
+        p = _Part(ids, pos, self._segment(tag))
+        self._open.append(p)
+        if len(self._open) >= self.superbatch:
+            self.flush()
+        return p
+
+    def _segment(self, tag: tuple | None) -> int | None:
+        if self.segments is None or tag is None:
+            return None
+        key, i = tag
+        if len(key) != 3 or key[0] != self._pack_seed or key[2] != self.rank:
+            return None  # evaluation batches, or another sampling key: not packed
+        return self.segments.find(int(key[1]), int(i))
+
+    def flush(self) -> None:
+        if self._open:
+            batches, self._open = self._open, []
+            self._issue(batches)
+
+    def _issue(self, batches: list[_Part]) -> None:
+        """Reads for a superbatch: one job per batch (rows) or per hyperbatch (block, packed)."""
+        rb = self.layout_rows.row_bytes
+        cap = max(1, self.pool.capacity // (2 * rb))
+        groups: list[list[_Part]] = []
+        if self.shape.name == "rows":
+            groups = [[p] for p in batches]
+        else:
+            cur, seen = [], 0
+            for p in batches:
+                k = int(p.ids.shape[0])
+                if cur and seen + k > cap:
+                    groups.append(cur)
+                    cur, seen = [], 0
+                cur.append(p)
+                seen += k
+            if cur:
+                groups.append(cur)
+        for grp in groups:
+            if len(grp) == 1:
+                u, inv = np.unique(grp[0].ids, return_inverse=True)
+                grp[0].row = inv.reshape(-1)
+            else:
+                u = np.unique(np.concatenate([p.ids for p in grp]))
+                for p in grp:
+                    p.row = np.searchsorted(u, p.ids)
+            f, off = self.layout_rows.locate(u)
+            self._rows_by_bin += np.bincount(self.layout_rows.bin[u], minlength=self._rows_by_bin.shape[0])
+            if self.verify:
+                self._verify_chunks(f, off)
+            if self.segments is not None:
+                self._from_pack(grp, u, f, off)
+            job = Job(f, off, self.shape)
+            ref = _JobRef(self.pool, job, len(grp))
+            for p in grp:
+                p.ref = ref
+            self.reader.submit(job)
+
+    def _from_pack(self, grp: list[_Part], u: np.ndarray, f: np.ndarray, off: np.ndarray) -> None:
+        """Point the rows a batch's pack segment holds at the pack file (in place; first batch wins)."""
+        todo = np.ones(u.shape[0], bool)
+        pack_file = len(self.paths) - 1
+        for p in grp:
+            if p.segment is None:
+                continue
+            found, at = self.segments.locate(p.segment, u, self.layout_rows.row_bytes)
+            found &= todo
+            f[found], off[found] = pack_file, at[found]
+            todo &= ~found
+            self.packed += int(found.sum())
+
+    def _verify_chunks(self, bb: np.ndarray, off: np.ndarray) -> None:
+        for bi in np.unique(bb).tolist():
+            s = self.manifest.shards[bi]
+            done = self._verified.setdefault(bi, np.zeros(len(s.chunk_sha256), dtype=bool))
+            o = off[bb == bi]
+            ks = np.unique(np.concatenate([o // s.chunk_bytes, (o + self.layout_rows.row_bytes - 1) // s.chunk_bytes]))
+            todo = ks[~done[ks]]
+            if todo.size:
+                _check_chunks(shard_path(self.path, s), s, todo)
+                done[todo] = True
+
+    def host(self, p: _Part, out: np.ndarray, count: bool) -> None:
+        if p.ref is None:  # its superbatch is still open: issue it now
+            self.flush()
+        if p.ids.size:
+            put(out, p.pos, p.ref.job.wait()[p.row])
+        if p.ref.users == 1:  # the job's last batch: count its reads once
+            self.requests += p.ref.job.requests
+            self.bytes_read += p.ref.job.bytes_read
+        p.ref.release()
+        if count:
+            self.served += int(p.ids.size)
+
+    def device_rows(self, part: _Part, out: Any) -> None:
+        pass
+
+    # ------------------------------------------------------------------ reports
+
+    def ssd_shares(self) -> dict[str, dict[str, float]]:
+        """Per SSD: the share of this rank's SSD rows the plan routes to it (`planned_shares`) and the share
+        it actually served."""
+        ssd = [i for i, s in enumerate(self.manifest.shards) if s.kind == "ssd"]
+        got = self._rows_by_bin[ssd].astype(np.float64)
+        achieved = got / got.sum() if got.sum() > 0 else got
+        names = [self.manifest.shards[i].bin for i in ssd]
+        return {b: {"planned": self.planned_shares.get(b, 0.0), "achieved": float(a), "rows": int(g)}
+                for b, a, g in zip(names, achieved, got, strict=True)}
+
+    def add_stats(self, out: dict[str, Any]) -> None:
+        out["ssd_requests"] += self.requests
+        out["ssd_bytes_read"] += self.bytes_read
+        out["packed_rows"] += self.packed
+        out["ssd_shares"] = self.ssd_shares()
+
+    def own_memory(self) -> dict[str, int]:
+        return {"pack_index": self.segments.memory_bytes if self.segments is not None else 0,
+                "read_buffers": self.pool.capacity, "staging": self.reader.staging_bytes if self.reader else 0}
+
+    def release(self) -> None:
+        if self.reader is not None:
+            self.reader.close()
+            self.reader = None
+
+    def __del__(self) -> None:
+        if getattr(self, "reader", None) is not None:
+            self.release()

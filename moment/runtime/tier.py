@@ -1,0 +1,244 @@
+"""One tier of the feature store, wrapping the next: the contract every tier speaks, and what they share.
+
+Why tiers that compose (DGL GraphBolt's wrapped features; Moment (SC'25), section 3.1): each tier
+(own GPU cache -> the peers' GPU caches -> the CPU cache -> the layout's files) is a small object that
+serves the rows it holds and hands the rest to the tier it wraps; a run without a GPU cache or peers
+simply has no such tier in its chain. `moment.runtime.store.open_store` builds the chain from the run
+plan.
+
+Every tier speaks the feature-source contract (moment.runtime.sources.FeatureSource) on its own:
+`submit(ids, tag) -> Batch`, `complete(batch) -> Tensor`, `cancel(batch)`, `finish()`, so a tier can be
+used alone over its next (the tests do). Inside the chain the tiers talk through four calls that carry
+the positions of their rows in the batch, so that each writes straight into the one output buffer:
+
+* `take(ids, pos, tag)`: decide what this tier serves of `ids` (at positions `pos` of the batch; None:
+  0..n-1) and pass the rest to the next tier's `take`; returns this tier's pending part;
+* `host(part, out, count)`: fill the rows served from host memory into the host buffer `out` (the CPU
+  cache, the reads), deeper tiers first where a tier needs their rows (admissions);
+* `device(part, out)`: after the host buffer went to the device, fill the rows served there (the GPU
+  tiers; a peer round is a collective, so it runs for every completed batch);
+* `flush()`: issue what is held back for a superbatch now.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+import torch
+
+from moment.caching.tiers import lookahead as lookahead_of
+from moment.errors import MomentError
+from moment.io.device import DeviceLayer, StagingRing
+from moment.placement.opened import Layout
+
+TIERS = ("gpu", "peer", "cpu", "ssd")  # the tiers' names, fastest first (the keys of `tier_stats`)
+
+T = TypeVar("T", bound="Tier")
+
+
+class LayoutRows:
+    """What every tier of one chain shares about the layout's rows: their format and where each node lives
+    (`index.npy`: node -> (bin, slot), loaded once per chain)."""
+
+    def __init__(self, layout: Layout):
+        m = layout.manifest
+        self.path: Path = layout.path
+        self.manifest = m
+        self.num_nodes = int(m.dataset.num_nodes)
+        self.row_bytes = int(m.row.row_bytes)
+        self.row_shape = tuple(m.dataset.row_shape)
+        self.dtype = np.dtype(m.dataset.dtype)
+        self.torch_dtype = _torch_dtype(self.dtype)
+        self.bin, self.slot = layout.load_index()
+        self.stride = np.array([s.stride for s in m.shards], dtype=np.int64)
+
+    @property
+    def index_bytes(self) -> int:
+        return self.bin.nbytes + self.slot.nbytes
+
+    def ids(self, node_ids: Any) -> np.ndarray:
+        """`node_ids` as int64 node ids, refused when one is not a node of the layout."""
+        if isinstance(node_ids, torch.Tensor):
+            node_ids = node_ids.detach().cpu().numpy()
+        ids = np.asarray(node_ids, dtype=np.int64).reshape(-1)
+        if ids.size and (ids.min() < 0 or ids.max() >= self.num_nodes):
+            raise MomentError(f"node ids must be in [0, {self.num_nodes})", source=str(self.path))
+        return ids
+
+    def locate(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(bin, byte offset in its file) of each id."""
+        b = self.bin[ids].astype(np.int32)
+        return b, self.slot[ids].astype(np.int64) * self.stride[b]
+
+
+def at(pos: np.ndarray | None, local: np.ndarray) -> np.ndarray:
+    """Positions in the batch of a tier's rows `local` (positions among the ids it was given)."""
+    return local if pos is None else pos[local]
+
+
+def put(out: np.ndarray, pos: np.ndarray | None, rows: np.ndarray) -> None:
+    """out[pos] = rows (pos None: the ids given were the whole batch, in order)."""
+    if pos is None:
+        out[: rows.shape[0]] = rows
+    else:
+        out[pos] = rows
+
+
+@dataclass
+class Batch:
+    """A batch submitted to a tier's contract: its size and the tier's pending part."""
+
+    n: int
+    part: Any
+
+
+def empty_stats() -> dict[str, Any]:
+    return {"rows": dict.fromkeys(TIERS, 0), "bytes": dict.fromkeys(TIERS, 0), "ssd_requests": 0,
+            "ssd_bytes_read": 0, "cpu_admitted_rows": 0, "cpu_hit_rate": 0.0, "packed_rows": 0}
+
+
+class Tier:
+    """A tier over `next` (None: the last). Subclasses implement take/host/device (and stats, memory,
+    finish and close of what they hold); this class turns them into the feature-source contract."""
+
+    name = ""  # the key of the rows this tier serves in `tier_stats`
+
+    def __init__(self, rows: LayoutRows, next: Tier | None, device: torch.device | str = "cpu"):
+        self.layout_rows, self.next = rows, next
+        self.device = torch.device(device)
+        self.served = 0  # rows served by this tier (completed batches only)
+        self._staging: StagingRing | None = None
+
+    # ---------------------------------------------------------------- the contract
+
+    @property
+    def num_nodes(self) -> int:
+        return self.layout_rows.num_nodes
+
+    @property
+    def row_shape(self) -> tuple[int, ...]:
+        return self.layout_rows.row_shape
+
+    @property
+    def feature_dim(self) -> int:
+        return int(np.prod(self.row_shape))
+
+    @property
+    def backend(self) -> str:
+        return self.next.backend if self.next is not None else "none"
+
+    @property
+    def lookahead(self) -> int:
+        """Batches a caller may submit before it completes the first."""
+        return self.next.lookahead if self.next is not None else lookahead_of(1)
+
+    def submit(self, node_ids: Any, tag: tuple | None = None) -> Batch:
+        """Queue a batch; `tag` is ((seed, epoch, rank), batch) for a training batch (the pack uses it)."""
+        ids = self.layout_rows.ids(node_ids)
+        return Batch(int(ids.shape[0]), self.take(ids, None, tag))
+
+    def complete(self, b: Batch) -> torch.Tensor:
+        """The batch's rows as a tensor [n, *row_shape] on `device` (batches complete in submission order).
+        With a peer tier, one round of the exchange with the node's other ranks (see `finish`)."""
+        n, rb = b.n, self.layout_rows.row_bytes
+        if self._staging is None:
+            self._staging = StagingRing(DeviceLayer(self.device))
+        stage = self._staging.take(n * rb)  # pinned on CUDA: the copy below is asynchronous
+        self.host(b.part, stage.array[: n * rb].reshape(n, rb), True)
+        out = stage.to_device(n * rb).view(n, rb)
+        self.device_rows(b.part, out)
+        if n == 0:
+            return torch.empty((0, *self.row_shape), dtype=self.layout_rows.torch_dtype, device=out.device)
+        return out.view(self.layout_rows.torch_dtype).reshape(n, *self.row_shape)
+
+    def gather(self, node_ids: Any) -> torch.Tensor:
+        return self.complete(self.submit(node_ids))
+
+    def cancel(self, b: Batch) -> None:
+        """Drop `b` unread by the caller (it stopped early): its reads are waited for and its admissions to
+        the CPU cache made, so the tiers stay consistent; no exchange round."""
+        self.host(b.part, np.empty((b.n, self.layout_rows.row_bytes), np.uint8), False)
+
+    def finish(self) -> None:
+        """The caller completed the last batch of a sequence (collective with a peer tier: every rank
+        calls it at the end of each sequence)."""
+        if self.next is not None:
+            self.next.finish()
+
+    def flush(self) -> None:
+        """Decide and issue a superbatch held back now (end of an epoch)."""
+        if self.next is not None:
+            self.next.flush()
+
+    def epoch_start(self, epoch: int) -> None:
+        pass
+
+    def tier_stats(self) -> dict[str, Any]:
+        """Rows and bytes served per tier, the reads, admissions and packed rows: every tier's together."""
+        out = empty_stats()
+        for t in self.chain():
+            out["rows"][t.name] += t.served
+            out["bytes"][t.name] += t.served * self.layout_rows.row_bytes
+            t.add_stats(out)
+        looked = out["rows"]["cpu"] + out["rows"]["ssd"]
+        out["cpu_hit_rate"] = out["rows"]["cpu"] / looked if looked else 0.0
+        return out
+
+    def memory(self) -> dict[str, int]:
+        """Bytes this rank holds, by item, every tier's together (the layout index once)."""
+        out = {"index": self.layout_rows.index_bytes}
+        for t in self.chain():
+            out.update(t.own_memory())
+        return out
+
+    def close(self) -> None:
+        """Close every tier of the chain (a shared cache goes with its last user)."""
+        for t in self.chain():
+            t.release()
+
+    # ---------------------------------------------------------------- the chain
+
+    def chain(self) -> Iterator[Tier]:
+        """This tier and the ones it wraps, fastest first."""
+        t: Tier | None = self
+        while t is not None:
+            yield t
+            t = t.next
+
+    def find(self, kind: type[T]) -> T | None:
+        """The tier of class `kind` in this chain, if the chain has one."""
+        return next((t for t in self.chain() if isinstance(t, kind)), None)
+
+    # ---------------------------------------------------------------- what tiers implement
+
+    def take(self, ids: np.ndarray, pos: np.ndarray | None, tag: tuple | None) -> Any:
+        raise NotImplementedError
+
+    def host(self, part: Any, out: np.ndarray, count: bool) -> None:
+        """A tier that serves on the device passes the host phase on (a part's `inner` is its next's)."""
+        if self.next is not None:
+            self.next.host(part.inner, out, count)
+
+    def device_rows(self, part: Any, out: torch.Tensor) -> None:
+        if self.next is not None:
+            self.next.device_rows(part.inner, out)
+
+    def add_stats(self, out: dict[str, Any]) -> None:
+        pass
+
+    def own_memory(self) -> dict[str, int]:
+        return {}
+
+    def release(self) -> None:
+        pass
+
+
+def _torch_dtype(dt: np.dtype) -> torch.dtype:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return torch.from_numpy(np.zeros(1, dtype=dt)).dtype
