@@ -29,9 +29,11 @@ from moment.runtime.pipeline import Pipeline
 from moment.runtime.run_plan import plan_store, rank_plan
 from moment.runtime.ssd_model import TierModel
 from moment.runtime.disk_tier import DiskTier
-from moment.runtime.peers import PeerTier
+from moment.runtime.exchange import RowExchange
+from moment.runtime.gpu_tier import load_gpu_rows
+from moment.runtime.peers import PeerTier, gather_peer_map
 from moment.runtime.store import Collectives, RankPlace, StoreInfo, StoreOptions, open_tiers
-from moment.runtime.tier import Tier
+from moment.runtime.tier import LayoutRows, Tier
 from moment.workload.graph import GraphDataset
 from moment.workload.sampler import CSRGraph
 
@@ -94,6 +96,35 @@ def through_pipeline(store: Tier, graph: CSRGraph, labels: torch.Tensor, want, d
     return done
 
 
+def peer_alone(layout: Path, where: RankPlace, group, want, step) -> dict:
+    """The peer tier alone over the disk tier (no GPU-tier object, no CPU cache): this rank's own GPU bins
+    are read from the layout, the peers' rows come through the exchange."""
+    lay = Layout.open(layout)
+    plan = plan_store(lay, where, StoreOptions(buffer_bytes=1 << 20), None)
+    rows = LayoutRows(lay)
+    disk = DiskTier(lay, rows, where.device, plan.tiers, rank=where.rank, world_size=where.world_size)
+    held, table = load_gpu_rows(rows, plan.rank.gpu_bins, disk.file_rows)
+    peer = PeerTier(rows, disk, where.device, group, gather_peer_map(held, group),
+                    torch.from_numpy(table).to(where.device))
+    try:
+        # first a batch of k rows that all sit on the peer's tier, on both ranks: the round the exchange's
+        # stated size is for (each asks k rows and serves k)
+        k = min(held.rows, peer.rows)
+        ids = np.arange(rows.num_nodes)
+        ids = ids[peer.peers.lookup(rows.bin[ids], rows.slot[ids])[0]][:k]
+        if not torch.equal(peer.complete(peer.submit(ids)).cpu(), want(ids)):
+            raise SystemExit("a row served by the peer tier differs from the layout's")
+        full = peer.exchange.peak_bytes
+        seen = {"peer_rows_checked": k}
+        gather_all(peer, want, seen, step)
+        return {"tiers": peer.tier_stats()["rows"], "chain": [t.name for t in peer.chain()], **seen,
+                "full_round": full, "full_round_stated": RowExchange.round_bytes(k, rows.row_bytes, group.size),
+                "exchange_peak": peer.exchange.peak_bytes, "memory": peer.memory(),
+                "round_bytes": RowExchange.round_bytes(rows.num_nodes, rows.row_bytes, group.size)}
+    finally:
+        peer.close()
+
+
 def main() -> int:
     die_with_parent(os.getppid())  # a hung rank goes down with torchrun (the test kills it on a timeout)
     layout, out, device = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
@@ -147,6 +178,8 @@ def main() -> int:
         finally:
             store.close()
         ctx.barrier()
+    report["peer_alone"] = peer_alone(layout, RankPlace(rank, local_rank, world, lws, ctx.device), group, want,
+                                      ctx.barrier)
     (out / f"rank{rank}.json").write_text(json.dumps(report))
     ctx.close()
     return 0

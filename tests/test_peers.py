@@ -65,6 +65,12 @@ def _check(reports: list[dict]) -> None:
         # with peers the shared cache leaves out every GPU tier of the node, not only the rows no GPU holds
         assert rep["peers_shared"]["cache_rows"] == alone["cache_rows"]
         assert rep["peers_shared"]["tiers"]["ssd"] < alone["tiers"]["ssd"]
+        # the peer tier alone over the disk tier: bit-exact (checked by the ranks), one round's buffers
+        # within what the exchange states for the memory budget
+        solo = rep["peer_alone"]
+        assert solo["chain"] == ["peer", "ssd"] and solo["tiers"]["peer"] == solo["peer_rows_checked"] > 0, solo
+        assert solo["full_round"] == solo["full_round_stated"] > 0, solo  # a round of k peer rows each way
+        assert solo["exchange_peak"] == solo["memory"]["exchange"] <= solo["round_bytes"], solo
     # only rank 1 asks (rank 1's tier is empty), and rank 0 took part in every one of its rounds
     zero, one = reports[0]["one_sided"], reports[1]["one_sided"]
     assert zero["peer_rows"] == zero["received_rows"] == 0 and zero["served_rows"] == one["received_rows"] > 0
