@@ -1,7 +1,7 @@
 """An epoch's SSD reads predicted without reading: which rows miss the caches, the reads the store would
 issue for them, and a disk model that turns those reads into seconds (`bench/fidelity.py`).
 
-`TierModel` decides tiers as `TieredFeatureStore` does with a fixed (``static``) cache, from the same
+`TierModel` decides tiers as the store's chain (moment.runtime.store) does with a fixed (``static``) cache, from the same
 plan (moment.runtime.run_plan: the rank's GPU carve, the CPU cache's rows and whether it is shared,
 the I/O shape): a row is served by this rank's GPU stand-in or, with `peers`, by the stand-in of
 another local rank (the peer tier), else by the CPU cache (the `cpu_rows` hottest rows of the

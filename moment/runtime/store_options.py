@@ -1,5 +1,5 @@
-"""What `TieredFeatureStore` is told: where this rank sits, how its tiers and reads are shaped, and the
-process group's collectives.
+"""What a store is told (`moment.runtime.store.open_tiers`): where this rank sits, how its tiers and reads
+are shaped, and the process group's collectives.
 
 Why three groups: the store used to take two dozen keyword arguments one by one; the
 rank placement comes from the launcher (`DistContext` already carries it), the options from the run's
