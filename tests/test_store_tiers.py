@@ -187,8 +187,10 @@ def _inputs(ds, exchange_bytes: int) -> RunInputs:
 @pytest.mark.parametrize("ranks,peer_tier,charged", [(2, True, True), (2, False, False), (1, True, False)])
 def test_the_budget_charges_a_round_of_the_peer_exchange(data, ranks, peer_tier, charged):
     ds, path, _ = data
-    stated = RowExchange.round_bytes(3000, ds.row_bytes, ranks)
-    assert stated == ranks * 3000 * (ds.row_bytes + 8)
+    stated = RowExchange.round_bytes(3000, ds.row_bytes, 2)
+    assert stated == 2 * 3000 * (ds.row_bytes + 8)  # asks 3000 rows, serves as many to the other rank
+    # no member is asked more than its tier holds: 4 members holding 20 rows each ask 60 and serve 60
+    assert RowExchange.round_bytes(100, 10, 4, held=20) == (60 + 60) * 18
     cfg = TrainConfig(layout=path, fanouts=[10, 5], batch_size=96, memory_budget="2GiB", peer_tier=peer_tier)
     plans = [resolve_run(cfg, Layout.open(path), world_size=ranks, local_world_size=ranks,
                          inputs=_inputs(ds, e)) for e in (stated, 0)]

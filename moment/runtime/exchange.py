@@ -89,11 +89,14 @@ class RowExchange:
         self.peak_bytes = 0  # the most one round held: keys and rows, asked and served
 
     @staticmethod
-    def round_bytes(rows: int, row_bytes: int, members: int) -> int:
-        """The most one round holds on a member that asks for at most `rows` rows of `row_bytes` each
-        while every other member does the same of it: the keys and rows it asks (`rows`) and those it
-        serves (up to `rows` for each other member), each row with its int64 key."""
-        return max(int(members), 1) * int(rows) * (int(row_bytes) + np.dtype(np.int64).itemsize)
+    def round_bytes(rows: int, row_bytes: int, members: int, held: int | None = None) -> int:
+        """The most one round holds on a member when every member asks for at most `rows` rows of
+        `row_bytes` each, and at most `held` of any one member (what a member holds; None: no limit): the
+        keys and rows it asks and those it serves the others, each row with its int64 key."""
+        others = max(int(members), 1) - 1
+        each = int(rows) if held is None else min(int(rows), int(held))
+        asked, served = min(int(rows), others * each), others * each
+        return (asked + served) * (int(row_bytes) + np.dtype(np.int64).itemsize)
 
     def round(self, want: Sequence[np.ndarray], serve: Serve, active: bool = True) -> tuple[torch.Tensor, bool]:
         """Ask member j for the keys `want[j]`; serve what the others ask. Returns (the rows asked for,

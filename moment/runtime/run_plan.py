@@ -211,7 +211,8 @@ class RunInputs:
     batch_ids_bytes: int  # MiniBatch.id_bytes(rows_max, edges_max)
     held_batches: int  # Pipeline.held_batches(depth)
     agent_bytes: int = 0  # torchrun's agent beside the ranks (its peak RSS, measured); 0: no agent
-    exchange_bytes: int = 0  # one round of the peer exchange at the extent (RowExchange.round_bytes)
+    exchange_bytes: int = 0  # one round of the peer exchange at the extent (RowExchange.round_bytes, with
+    #                          what a rank's GPU tier holds: gpu_tier_rows)
 
 
 def resolve_run(config: TrainConfig, layout: Layout, *, world_size: int, local_world_size: int,
@@ -233,7 +234,7 @@ def resolve_run(config: TrainConfig, layout: Layout, *, world_size: int, local_w
     superbatch = cfg.resolved_superbatch(shape)
     ahead = lookahead(superbatch)
     gpu_shards = layout.shards_of("gpu")
-    own_rows = max(sum(b.rows for b in carve_gpu(layout, lr, lws, None)) for lr in range(lws)) if gpu_shards else 0
+    own_rows = gpu_tier_rows(layout, lws)
     peer_tier = cfg.peer_tier and lws > 1
     total, how = resolve_budget(cfg.memory_budget)
     split = split_budget(total, how, lws, RunShape(
@@ -297,6 +298,14 @@ def carve_gpu(layout: Layout, local_rank: int, local_world_size: int, gpu_rows: 
     return tuple(out)
 
 
+def gpu_tier_rows(layout: Layout, local_world_size: int) -> int:
+    """The most rows one rank's GPU tier holds (all of its bins; a CPU run's budget may grant fewer)."""
+    if not layout.shards_of("gpu"):
+        return 0
+    lws = max(1, local_world_size)
+    return max(sum(b.rows for b in carve_gpu(layout, lr, lws, None)) for lr in range(lws))
+
+
 def planned_ssd_shares(layout: Layout) -> dict[str, float]:
     """Per SSD bin, its share of the SSD rows a rank reads: its storage share among the SSDs, since
     every GPU samples the same distribution (Moment, section 3.2)."""
@@ -354,5 +363,5 @@ def node_ranks(plan: RunPlan, rank: int) -> list[RankPlan]:
 
 
 __all__ = ["GpuRows", "MemoryPlan", "PackMatch", "RankPlan", "RunInputs", "RunPlan", "StorePlan", "TierPlan",
-           "carve_gpu", "default_buffer_bytes", "node_ranks", "plan_store", "planned_ssd_shares", "rank_plan",
+           "carve_gpu", "default_buffer_bytes", "gpu_tier_rows", "node_ranks", "plan_store", "planned_ssd_shares", "rank_plan",
            "resolve_run", "tier_plan"]

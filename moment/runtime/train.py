@@ -34,7 +34,7 @@ from moment.runtime.memory_use import machine_peak, parent_peak, rank_sample, re
 from moment.runtime.models import build_model, load_layers
 from moment.runtime.pipeline import Pipeline, StageTimes, mix
 from moment.runtime.progress import Reporter
-from moment.runtime.run_plan import RunInputs, RunPlan, resolve_run
+from moment.runtime.run_plan import RunInputs, RunPlan, gpu_tier_rows, resolve_run
 from moment.runtime.sources import FeatureSource, InMemoryFeatures, MemmapFeatures
 from moment.runtime.exchange import RowExchange
 from moment.runtime.store import StoreInfo, open_store
@@ -81,11 +81,12 @@ def _batch_extent(cfg: TrainConfig, graph: CSRGraph, batches: SeedBatches, fanou
 
 
 def run_inputs(cfg: TrainConfig, ds: GraphDataset, graph: CSRGraph, batches: Sequence[SeedBatches],
-               fanouts: list[int], process_bytes: int, agent_bytes: int, local_ranks: int, *,
+               fanouts: list[int], process_bytes: int, agent_bytes: int, local_ranks: int, layout: Layout | None, *,
                ctx: DistContext | None = None) -> RunInputs:
     """What `resolve_run` is given: the largest extent of `batches` (each rank's, or a preview's of every
-    rank), the sizes torch's objects state for it (a round of the peer exchange among `local_ranks`
-    included), a rank's and torchrun's agent's measured sizes, and the dataset's sizes. With `ctx`, the
+    rank), the sizes torch's objects state for it (a round of the peer exchange among `local_ranks`, whose
+    GPU tiers hold what `layout` gives them, included), a rank's and torchrun's agent's measured sizes, and
+    the dataset's sizes. With `ctx`, the
     ranks agree on their maxima first: every rank must resolve the same plan (the shared cache is one
     segment)."""
     extents = [_batch_extent(cfg, graph, b, fanouts) for b in batches]
@@ -100,7 +101,8 @@ def run_inputs(cfg: TrainConfig, ds: GraphDataset, graph: CSRGraph, batches: Seq
                      labels_bytes=ds.file("labels").stat().st_size, rows_max=rows, edges_max=edges,
                      process_bytes=process_bytes, sampler_map_bytes=NeighborSampler.map_bytes(ds.num_nodes),
                      batch_ids_bytes=MiniBatch.id_bytes(rows, edges), held_batches=Pipeline.held_batches(cfg.depth),
-                     agent_bytes=agent_bytes, exchange_bytes=RowExchange.round_bytes(rows, ds.row_bytes, local_ranks))
+                     agent_bytes=agent_bytes, exchange_bytes=RowExchange.round_bytes(
+                         rows, ds.row_bytes, local_ranks, gpu_tier_rows(layout, local_ranks) if layout else 0))
 
 
 #: a fresh interpreter: first what torchrun's agent imports, then what a rank loads before touching data
@@ -142,7 +144,8 @@ def agent_start_bytes() -> int:
     return _fresh_sizes()[0]
 
 
-def preview_inputs(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, agent: bool = True) -> RunInputs:
+def preview_inputs(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, agent: bool = True,
+                   layout: Layout | None = None) -> RunInputs:
     """What rank 0 of an `nproc`-rank run will measure, measured before any rank starts: the largest
     extent of every rank's batches (the ranks agree on it), a fresh rank's fixed cost and, with `agent`
     (the run is started by torchrun, as `moment train` does), a fresh torchrun agent's."""
@@ -150,8 +153,10 @@ def preview_inputs(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, agent: boo
     graph, fanouts = CSRGraph.from_dataset(ds, in_memory=False), cfg.resolved_fanouts()
     per_rank = [SeedBatches(train_idx, cfg.resolved_batch_size(train_idx.size, nproc), seed=cfg.seed, rank=r,
                             world_size=nproc) for r in range(nproc)]
+    if layout is None and cfg.layout is not None:
+        layout = Layout.open(cfg.layout)
     return run_inputs(cfg, ds, graph, per_rank, fanouts, rank_start_bytes(), agent_start_bytes() if agent else 0,
-                      nproc)
+                      nproc, layout)
 
 
 def preview_plan(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, layout: Layout | None = None,
@@ -161,7 +166,7 @@ def preview_plan(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, layout: Layo
     `pack_index_bytes`: charge the index of a pack not written yet (`moment data pack`); `inputs`: reuse a
     measurement (`preview_inputs`) when previewing several budgets or packs of one run."""
     layout = layout or Layout.open(cfg.layout)
-    inputs = inputs or preview_inputs(cfg, ds, nproc, agent=agent)
+    inputs = inputs or preview_inputs(cfg, ds, nproc, agent=agent, layout=layout)
     return resolve_run(cfg, layout, world_size=nproc, local_world_size=nproc, inputs=inputs,
                        device=default_device(cfg.device), pack_index_bytes=pack_index_bytes)
 
@@ -231,7 +236,7 @@ class Trainer:
         if cfg.features == "tiered":
             return_freed_memory()
             inputs = run_inputs(cfg, self.ds, self.graph, [self.batches], self.fanouts, base_rss, agent_bytes(),
-                                max(ctx.local_world_size, 1), ctx=ctx)
+                                max(ctx.local_world_size, 1), self.layout, ctx=ctx)
             self.plan = resolve_run(cfg, self.layout, world_size=ctx.world_size,
                                     local_world_size=max(ctx.local_world_size, 1), inputs=inputs,
                                     device=ctx.device.type)
