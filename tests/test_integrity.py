@@ -20,6 +20,7 @@ from moment.errors import MomentError
 from moment.placement.pack import load_pack, pack_path, write_pack
 from moment.runtime.config import TrainConfig
 from moment.runtime.store import RankPlace, StoreOptions, open_tiers
+from moment.runtime.tier import Tier
 from moment.runtime.train import train
 from moment.workload.graph import GraphDataset, hash_blocks
 from moment.workload.synth import synthesize

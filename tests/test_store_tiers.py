@@ -11,7 +11,7 @@ from runtime_data import make_dataset, make_layout
 from moment.placement.opened import Layout
 from moment.placement.reader import open_layout
 from moment.runtime.config import TrainConfig
-from moment.runtime.cpu_tier import CpuTier, open_cpu_tier
+from moment.runtime.cpu_tier import open_cpu_tier
 from moment.runtime.disk_tier import DiskTier
 from moment.runtime.exchange import RowExchange
 from moment.runtime.gpu_tier import GpuTier, load_gpu_rows

@@ -197,10 +197,10 @@ class Pipeline:
 
         def gather_loop() -> None:
             # reads of later batches go out before earlier ones are completed: up to `lookahead` ahead
-            ahead = max(1, int(self.source.lookahead))
             pending: collections.deque = collections.deque()
             item = None
             try:
+                ahead = max(1, int(self.source.lookahead))
                 while True:
                     item = get(q_sampled)
                     if item is _DONE or isinstance(item, BaseException):

@@ -57,7 +57,7 @@ class StoreInfo:
                    peer_rows=peer.rows if peer else 0, peers=peer is not None,
                    cpu_rows=cpu.capacity if cpu else 0, shared_cache=bool(cpu and cpu.shared), backend=top.backend)
 
-    def lines(self) -> str:
+    def summary(self) -> str:
         """Cache and peer figures for the run's start-up summary."""
         return (f"{self.cpu_rows} rows ({'shared' if self.shared_cache else 'per rank'}), gpu stand-in "
                 f"{self.gpu_rows} rows{f', peers {self.peer_rows} rows' if self.peers else ''}")

@@ -30,13 +30,13 @@ from moment.runtime.budget import process_bytes, return_freed_memory, under_torc
 from moment.runtime.checkpoint import CHECKPOINT_NAME, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from moment.runtime.config import TrainConfig, parse_args
 from moment.runtime.dist import AgreedError, DistContext, default_device, setup
+from moment.runtime.exchange import RowExchange
 from moment.runtime.memory_use import machine_peak, parent_peak, rank_sample, reset_peak
 from moment.runtime.models import build_model, load_layers
 from moment.runtime.pipeline import Pipeline, StageTimes, mix
 from moment.runtime.progress import Reporter
 from moment.runtime.run_plan import RunInputs, RunPlan, gpu_tier_rows, resolve_run
 from moment.runtime.sources import FeatureSource, InMemoryFeatures, MemmapFeatures
-from moment.runtime.exchange import RowExchange
 from moment.runtime.store import StoreInfo, open_store
 from moment.workload.graph import GraphDataset
 from moment.workload.sampler import CSRGraph, MiniBatch, NeighborSampler, SeedBatches
@@ -86,9 +86,8 @@ def run_inputs(cfg: TrainConfig, ds: GraphDataset, graph: CSRGraph, batches: Seq
     """What `resolve_run` is given: the largest extent of `batches` (each rank's, or a preview's of every
     rank), the sizes torch's objects state for it (a round of the peer exchange among `local_ranks`, whose
     GPU tiers hold what `layout` gives them, included), a rank's and torchrun's agent's measured sizes, and
-    the dataset's sizes. With `ctx`, the
-    ranks agree on their maxima first: every rank must resolve the same plan (the shared cache is one
-    segment)."""
+    the dataset's sizes. With `ctx`, the ranks agree on their maxima first: every rank must resolve the
+    same plan (the shared cache is one segment)."""
     extents = [_batch_extent(cfg, graph, b, fanouts) for b in batches]
     rows, edges = max(r for r, _ in extents), max(e for _, e in extents)
     if ctx is not None:
@@ -555,7 +554,7 @@ class Trainer:
 
     def store_line(self) -> str:
         t, info = self.plan.tiers, self.store_info
-        return (f"cache policy {t.policy}: {info.lines()}; "
+        return (f"cache policy {t.policy}: {info.summary()}; "
                 f"I/O shape {t.shape} (superbatch {t.superbatch}, merge gap "
                 f"{'per job, by cost' if t.merge_gap < 0 else f'{t.merge_gap} B'}), "
                 f"reader {info.backend}" + self._pack_note())
