@@ -60,6 +60,7 @@ from moment.caching import make_policy
 from moment.caching.policies import rank_dtype
 from moment.caching.tiers import TierRouter, no_gpu, no_peers, slots_for
 from moment.errors import MomentError
+from moment.outputs import bad_chunk
 from moment.placement.manifest import Shard
 from moment.placement.opened import Layout
 from moment.placement.pack import open_pack, pack_path
@@ -141,16 +142,13 @@ class _JobRef:
 
 def _check_chunks(path: Path, s: Shard, chunks: np.ndarray | None = None) -> None:
     """Re-hash the given chunks (all when None) of a layout file against the manifest."""
-    ks = range(len(s.chunk_sha256)) if chunks is None else chunks.tolist()
-    with open(path, "rb") as f:
-        for k in ks:
-            data = os.pread(f.fileno(), s.chunk_bytes, k * s.chunk_bytes)
-            if hashlib.sha256(data).hexdigest() != s.chunk_sha256[k]:
-                off = k * s.chunk_bytes
-                raise MomentError(
-                    f"bin {s.bin}: checksum mismatch in chunk {k} (bytes {off}..{off + s.chunk_bytes}); "
-                    "refusing to return its rows", source=str(path),
-                    hint="the layout is damaged: run `moment layout verify` and rewrite it")
+    k = bad_chunk(path, s.chunk_bytes, s.chunk_sha256, None if chunks is None else chunks.tolist())
+    if k is not None:
+        off = k * s.chunk_bytes
+        raise MomentError(
+            f"bin {s.bin}: checksum mismatch in chunk {k} (bytes {off}..{off + s.chunk_bytes}); "
+            "refusing to return its rows", source=str(path),
+            hint="the layout is damaged: run `moment layout verify` and rewrite it")
 
 
 class TieredFeatureStore:
