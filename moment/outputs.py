@@ -1,10 +1,11 @@
 """Output paths: checked before any work starts, written atomically, with the modes the umask asks for.
 
 The package's base file helpers live here, once: `atomic_write`/`atomic_file` (every single-file
-writer), `fsync_dir` (directory swaps), `sha256_file`, `ChunkHasher` and its reader `bad_chunk`, `check_output`, `write_error`,
-`follow_umask`, and the rules of what a writer may delete: `check_replaceable` (an existing output is
-replaced only when Moment wrote it and it holds nothing else) and `remove_stale` (what a killed writer
-left behind).
+writer), `publish_dir` (every directory writer: dataset, hotness, pack, layout), `fsync_dir`,
+`sha256_file`, `ChunkHasher` and its reader `bad_chunk`, `check_output`, `write_error`, `follow_umask`,
+and the rules of what a writer may delete: `check_replaceable` (an existing output is replaced only when
+Moment wrote it and it holds nothing else) and `remove_stale` (what a killed writer left behind; a
+previous version it had set aside is put back).
 
 Every command that writes (datasets, layouts, profiles, diagrams, metrics) checks its output path up
 front with `check_output`, so a read-only directory, a path under a regular file or a missing

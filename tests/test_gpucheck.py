@@ -92,3 +92,15 @@ def test_the_ring_check_finds_a_batch_that_arrives_changed(monkeypatch):
     monkeypatch.setattr(DeviceStaging, "to_device", flip_third)
     c = gc.staging_ring("cpu")
     assert c.status == "failed" and c.data["mismatched"] == [2] and "batch 2 arrived changed" in c.detail
+
+
+def test_a_check_that_breaks_is_reported_failed_the_others_still_run_and_the_command_exits_1(monkeypatch, capsys):
+    def pipelined_epoch(device, work, ranks):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(gc, "pipelined_epoch", pipelined_epoch)
+    code, out, err = _doctor(capsys, "--gpu", "--device", "cpu")
+    lines = out.splitlines()
+    assert code == 1 and "Traceback" not in out + err
+    assert any(ln.split()[:3] == ["failed", "pipelined", "epoch"] and "RuntimeError: CUDA error" in ln for ln in lines)
+    assert any(ln.split()[:3] == ["ok", "staging", "ring"] for ln in lines) and lines[-1].startswith("some checks FAILED")

@@ -5,8 +5,8 @@ Why: CI has no GPU, so the runtime's CUDA side (the device layer's streams, pinn
 `record_stream`; NCCL; the CUDA RNG state in checkpoints; DDP's device_ids) first runs on a user's
 machine. These checks run it there in a few minutes, before hours of training:
 
-- `cuda tests`: the repository's tests of the CUDA-only lines (`CUDA_LAYER` names them), which skip
-  on a machine without CUDA;
+- `cuda tests`: the repository's tests of the CUDA-only lines (`CUDA_LAYER` names them) and of the
+  CUDA side of code shared by both devices (`CUDA_TOO`), which skip on a machine without CUDA;
 - `pipelined epoch`: a small layout trained for one epoch with the tiered, pipelined store and with
   the features in memory, both on the device with the same ranks (2 where there are 2 GPUs): the
   same batches, so the loss curves agree to `TOLERANCE` (bit for bit on CPU);
@@ -54,6 +54,9 @@ CUDA_LAYER: dict[str, tuple[str, ...]] = {
     "moment/runtime/gpucheck.py": (SELF_TEST,),
     "moment/runtime/train.py": ("tests/test_cuda_layer.py",),
 }
+#: tests with a CUDA side for code that has no CUDA-only line (it runs on both devices): the store's rows
+#: through pinned staging, the row exchange on NCCL
+CUDA_TOO = ("tests/test_exchange.py", "tests/test_store.py")
 REPO = Path(__file__).resolve().parents[2]
 RING_BATCHES = (3000, 70_000, 1 << 20, (1 << 20) + 7, 3 << 20, 100, 2 << 20, 4096)  # grows twice, then reuses
 
@@ -132,8 +135,9 @@ def _timed(fn, *args) -> Check:
     t0 = time.perf_counter()
     try:
         c = fn(*args)
-    except MomentError as e:  # a check that cannot run says why; the others still run
-        c = Check(fn.__name__.replace("_", " "), "failed", str(e))
+    except Exception as e:  # noqa: BLE001 - a check that breaks is reported as failed; the others still run
+        c = Check(fn.__name__.replace("_", " "), "failed", str(e) if isinstance(e, MomentError) else
+                  f"{type(e).__name__}: {e}")
     c.seconds = round(time.perf_counter() - t0, 2)
     return c
 
@@ -144,7 +148,7 @@ def _timed(fn, *args) -> Check:
 def cuda_tests() -> Check:
     """The tests that run the CUDA-only lines, from this repository's tests/ (a clone has them; an
     installed wheel does not)."""
-    files = sorted({t for ts in CUDA_LAYER.values() for t in ts} - {SELF_TEST})
+    files = sorted({t for ts in CUDA_LAYER.values() for t in ts} - {SELF_TEST} | set(CUDA_TOO))
     missing = [f for f in files if not (REPO / f).is_file()]
     if missing:
         return Check("cuda tests", "skipped", f"{missing[0]} is not here: run from a clone of the repository")
@@ -192,9 +196,10 @@ def launch(ranks: int, args: list[str], metrics: Path) -> dict[str, Any]:
            "-m", "moment.train"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     r = subprocess.run([*run, *args], env=env, capture_output=True, text=True, timeout=900, check=False)
-    if r.returncode != 0:
-        said = [ln for ln in (r.stdout + r.stderr).splitlines() if "error" in ln.lower()]
-        raise MomentError(f"training exited with {r.returncode}: {(said or ['no error line'])[0].strip()}")
+    if r.returncode != 0:  # a rank's own error line (moment.runtime.train.main), else torchrun's last words
+        lines = [ln.strip() for ln in r.stderr.splitlines() if ln.strip()]
+        said = [ln for ln in lines if ln.startswith("error (rank")] or lines[-1:] or ["no output"]
+        raise MomentError(f"training under torchrun exited with {r.returncode}: {said[0]}")
     return json.loads(metrics.read_text())
 
 
