@@ -1,10 +1,11 @@
 """Output paths: checked before any work starts, written atomically, with the modes the umask asks for.
 
 The package's base file helpers live here, once: `atomic_write`/`atomic_file` (every single-file
-writer), `fsync_dir` (directory swaps), `sha256_file`, `ChunkHasher`, `check_output`, `write_error`,
-`follow_umask`, and the rules of what a writer may delete: `check_replaceable` (an existing output is
-replaced only when Moment wrote it and it holds nothing else) and `remove_stale` (what a killed writer
-left behind).
+writer), `publish_dir` (every directory writer: dataset, hotness, pack, layout), `fsync_dir`,
+`sha256_file`, `ChunkHasher` and its reader `bad_chunk`, `check_output`, `write_error`, `follow_umask`,
+and the rules of what a writer may delete: `check_replaceable` (an existing output is replaced only when
+Moment wrote it and it holds nothing else) and `remove_stale` (what a killed writer left behind; a
+previous version it had set aside is put back).
 
 Every command that writes (datasets, layouts, profiles, diagrams, metrics) checks its output path up
 front with `check_output`, so a read-only directory, a path under a regular file or a missing
@@ -30,11 +31,12 @@ import re
 import shutil
 import stat
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
+from moment import testpoints
 from moment.errors import MomentError
 from moment.inputs import exists, read_text
 from moment.inputs import why as reason  # one description of an OSError, for readers and writers
@@ -244,6 +246,23 @@ class ChunkHasher:
         return self.sums
 
 
+def bad_chunk(path: str | Path, chunk: int, sums: list[str], which: Iterable[int] | None = None,
+              progress: Callable[[int], Any] | None = None) -> int | None:
+    """The first of the chunks `which` (all when None, in order) of the file at `path` whose sha256 is not
+    the one a `ChunkHasher` of `chunk` bytes recorded in `sums`; None when all match. `progress(n)`
+    after each chunk read. One rule for every reader of chunked checksums (layout verify, the runtime's
+    first-touch check, a dataset's spot check): a short or missing tail hashes differently, so a
+    truncated file is found at its first short chunk."""
+    with open(path, "rb") as f:
+        for k in range(len(sums)) if which is None else which:
+            data = os.pread(f.fileno(), chunk, k * chunk)
+            if progress:
+                progress(len(data))
+            if hashlib.sha256(data).hexdigest() != sums[k]:
+                return int(k)
+    return None
+
+
 def sha256_file(path: str | Path, progress: Callable[[int, int], Any] | None = None, done: int = 0,
                 total: int = 0, block: int = 8 << 20) -> str:
     """The hex sha256 of a file, read `block` bytes at a time; `progress(done, total)` after each."""
@@ -295,8 +314,7 @@ def remove_stale(out: str | Path, *, set_aside: bool = False) -> list[Path]:
     removed = []
     for p in stale(out, set_aside=set_aside):
         try:
-            if p.name.startswith(f".{out.name}.old-") and not exists(out):
-                os.rename(p, out)
+            if p.name.startswith(f".{out.name}.old-") and put_back(out, p):
                 continue
             if p.is_dir() and not p.is_symlink():
                 shutil.rmtree(p)
@@ -306,6 +324,68 @@ def remove_stale(out: str | Path, *, set_aside: bool = False) -> list[Path]:
         except OSError:  # not ours to remove after all (another user's): leave it
             continue
     return removed
+
+
+# ---- putting a finished directory in place -------------------------------------------------------------
+
+_RENAME_EXCHANGE = 2
+
+
+def exchange(a: str | Path, b: str | Path) -> bool:
+    """Swap two paths in one atomic step (Linux renameat2 RENAME_EXCHANGE); False where the file system or
+    the platform lacks it."""
+    import ctypes
+
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    at_fdcwd = -100
+    if fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def publish_dir(new: str | Path, out: str | Path, point: str, aside: str | Path | None = None) -> Path | None:
+    """Put the complete directory `new` at `out` so that a kill -9 at any instant leaves the old version or
+    the new one at `out` (or, on a file system without an atomic swap, the old one at `aside`, which the
+    next writer puts back); returns where the previous version now is, for the caller to delete once
+    nothing refers to it (None: there was none). Call it holding the output's lock.
+
+    Where the file system swaps atomically (renameat2 RENAME_EXCHANGE) `new` and `out` trade places in
+    one step; elsewhere `out` is renamed to `aside` (default `set_aside_name(out)`, which `remove_stale`
+    puts back) and then `new` to `out`. Test points `POINT-old-moved` (between those two renames) and
+    `POINT-swapped` (the new version in place, the old one not yet removed)."""
+    new, out = Path(new), Path(out)
+    if not exists(out):
+        os.rename(new, out)
+        fsync_dir(out.parent)
+        return None
+    if exchange(new, out):
+        old = new
+    else:
+        old = Path(aside) if aside is not None else set_aside_name(out)
+        os.rename(out, old)
+        testpoints.reach(f"{point}-old-moved")
+        os.rename(new, out)
+    fsync_dir(out.parent)
+    testpoints.reach(f"{point}-swapped")
+    return old
+
+
+def put_back(out: str | Path, aside: str | Path) -> bool:
+    """Undo a `publish_dir` killed between its two renames: the previous version at `aside` goes back to
+    `out` when nothing is there. Returns whether it did."""
+    out, aside = Path(out), Path(aside)
+    if exists(out) or not aside.is_dir() or aside.is_symlink():
+        return False
+    os.rename(aside, out)
+    fsync_dir(out.parent)
+    return True
 
 
 def manifest_head(directory: str | Path, name: str = "manifest.json") -> dict | None:

@@ -77,3 +77,22 @@ def test_the_command_table_names_the_modules_that_define_each_command(every_comm
     found.update({g.name: _modules(g.typer_instance) for g in every_command.registered_groups})
     assert found == {name: set(mods) for name, mods in cli.COMMANDS.items()}
     assert {m for mods in cli.COMMANDS.values() for m in mods} == set(cli.MODULES)
+
+
+def test_the_command_modules_import_no_circle():
+    """What two command modules share lives in a module both import (common, render), never in one of
+    them: an import circle between command modules breaks as soon as one imports the other at the top."""
+    import ast
+
+    edges: dict[str, set[str]] = {}
+    for name in cli.MODULES:
+        tree = ast.parse((ROOT / "moment" / "cli" / f"{name}.py").read_text())
+        for node in ast.walk(tree):
+            mods = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                    [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            edges.setdefault(name, set()).update(m.rsplit(".", 1)[-1] for m in mods if m.startswith("moment.cli."))
+
+    def reaches(a: str, b: str, seen: set[str]) -> bool:
+        return any(n == b or (n not in seen and reaches(n, b, seen | {n})) for n in edges.get(a, ()))
+
+    assert [m for m in cli.MODULES if reaches(m, m, {m})] == []

@@ -51,10 +51,16 @@ def place_args(env, out: Path, *extra, dataset: Path | None = None) -> list:
             t / "plan.json", "--hotness", t / "hot", "--out", out, "--json", *extra]
 
 
-def cli(args: list, env_vars: dict | None = None, wait: bool = True):
-    """`python -m moment ARGS` as a real process (run from the repository, so it imports this tree)."""
+#: `moment ARGS` on a file system without an atomic directory swap (renameat2 RENAME_EXCHANGE)
+_NO_EXCHANGE = ("import sys\nimport moment.outputs as o\no.exchange = lambda a, b: False\n"
+                "from moment.cli import main\nsys.exit(main(sys.argv[1:]))")
+
+
+def cli(args: list, env_vars: dict | None = None, wait: bool = True, exchange: bool = True):
+    """`python -m moment ARGS` as a real process (run from the repository, so it imports this tree);
+    `exchange=False`: as on a file system that cannot swap directories atomically."""
     e = {**os.environ, **(env_vars or {})}
-    cmd = [sys.executable, "-m", "moment", *map(str, args)]
+    cmd = [sys.executable, *(["-m", "moment"] if exchange else ["-c", _NO_EXCHANGE]), *map(str, args)]
     if not wait:
         return subprocess.Popen(cmd, cwd=REPO, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return subprocess.run(cmd, cwd=REPO, env=e, capture_output=True, text=True, timeout=180, check=False)
@@ -128,7 +134,9 @@ def test_overwrite_without_atomic_exchange_restores_the_old_layout(env, monkeypa
         if point == "layout-old-moved":
             raise Killed
 
-    monkeypatch.setattr(layout_mod, "_exchange", lambda a, b: False)
+    import moment.outputs
+
+    monkeypatch.setattr(moment.outputs, "exchange", lambda a, b: False)
     monkeypatch.setattr(layout_mod.testpoints, "reach", reach)
     real_recover = layout_mod._recover
     monkeypatch.setattr(layout_mod, "_recover", lambda out, mounts: None)  # as if killed: no clean-up

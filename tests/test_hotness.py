@@ -105,3 +105,31 @@ def test_bad_arguments(ds: GraphDataset) -> None:
         presample(ds, [5, 0], 10)
     with pytest.raises(MomentError, match="num-batches"):
         presample(ds, [5], 10, num_batches=0)
+
+
+@pytest.mark.parametrize("point,exchange,survivor", [
+    ("hotness-written", True, 1), ("hotness-swapped", True, 2),
+    ("hotness-old-moved", False, 1), ("hotness-swapped", False, 2)])
+def test_a_killed_save_leaves_the_old_or_the_new_hotness_and_the_next_save_cleans_up(ds, tmp_path, point, exchange,
+                                                                                       survivor):
+    """kill -9 at each step of putting the new hotness in place (with the file system's atomic swap, and
+    with two renames where it has none): the next writer finds the old or the new one whole."""
+    from test_data_safety import cli
+
+    from moment import testpoints
+    from moment.outputs import remove_stale
+
+    out = tmp_path / "hot"
+    presample(ds, [5], 200, num_batches=1).save(out)
+    args = ["data", "presample", ds.path, "--fanouts", "5", "--batch-size", "200", "--num-batches", "2", "--out", out]
+    r = cli(args, {testpoints.CRASH_ENV: point}, exchange=exchange)
+    assert r.returncode == -9, r.stderr
+    left = [p.name for p in tmp_path.iterdir() if p.name != ".hot.lock"]  # (a dead holder's lock blocks no one)
+    assert len(left) == 2, left  # versions: at the path, under a temporary name, or set aside
+    if point != "hotness-old-moved":  # with two renames, the moment between them has no hotness at the path
+        assert Hotness.load(out).num_batches == survivor
+    remove_stale(out, set_aside=True)  # what the next save does first, holding the lock
+    assert Hotness.load(out).num_batches == survivor
+    presample(ds, [5], 200, num_batches=3).save(out)
+    assert Hotness.load(out).num_batches == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hot"]

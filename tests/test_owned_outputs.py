@@ -168,12 +168,26 @@ def test_crash_between_the_renames_puts_the_old_dataset_back(tmp_path):
     assert run("data", "synth", "--nodes", "1000", "-d", "4", "--seed", "1", "--out", out)[0] == 0
     first = GraphDataset.open(out).dataset_id
     r = cli(["data", "synth", "--nodes", "1000", "-d", "4", "--seed", "2", "--out", out, "--overwrite"],
-            {testpoints.CRASH_ENV: "dataset-old-moved"})
+            {testpoints.CRASH_ENV: "dataset-old-moved"}, exchange=False)
     assert r.returncode == -signal.SIGKILL
     assert not out.exists() and any(x.name.startswith(".ds.old-") for x in tmp_path.iterdir())
     rc, _, err = run("data", "synth", "--nodes", "1000", "-d", "4", "--seed", "3", "--out", out)
     assert rc == 2 and "already exists" in err  # the next writer put the old dataset back first
     assert GraphDataset.open(out, verify=True).dataset_id == first
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["ds"]
+
+
+@pytest.mark.parametrize("exchange", [True, False], ids=["swap", "two-renames"])
+def test_crash_after_the_new_dataset_is_in_place_keeps_it_and_the_next_writer_removes_the_old(tmp_path, exchange):
+    out = tmp_path / "ds"
+    assert run("data", "synth", "--nodes", "1000", "-d", "4", "--seed", "1", "--out", out)[0] == 0
+    first = GraphDataset.open(out).dataset_id
+    r = cli(["data", "synth", "--nodes", "1000", "-d", "4", "--seed", "2", "--out", out, "--overwrite"],
+            {testpoints.CRASH_ENV: "dataset-swapped"}, exchange=exchange)
+    assert r.returncode == -signal.SIGKILL
+    second = GraphDataset.open(out, verify=True).dataset_id
+    assert second != first and len(list(tmp_path.glob(".ds.[ot]*-*"))) == 1  # the old one, set aside
+    assert run("data", "synth", "--nodes", "1000", "-d", "4", "--seed", "3", "--out", out, "--overwrite")[0] == 0
     assert sorted(x.name for x in tmp_path.iterdir()) == ["ds"]
 
 

@@ -11,6 +11,7 @@ from runtime_data import make_dataset, make_layout
 
 from moment.cli import main
 from moment.errors import MomentError
+from moment.placement import verify_layout
 from moment.placement.pack import Segments, load_pack, pack_path, write_pack
 from moment.runtime.store import RankPlace, StoreOptions, open_tiers
 from moment.workload.trace import sample_trace
@@ -184,6 +185,40 @@ def test_killed_pack_writer_leaves_the_old_pack_and_is_cleaned_up(packed, tmp_pa
     assert list(copy.glob(".pack.tmp-*"))
     write_pack(copy, ds, world_size=1, batch_size=64, fanouts=(5,), seed=0, epochs=1, cached_rows=0, overwrite=True)
     assert not list(copy.glob(".pack.*")) and load_pack(copy).world_size == 1
+
+
+@pytest.mark.parametrize("point,exchange,new", [
+    ("pack-written", True, False), ("pack-swapped", True, True),
+    ("pack-old-moved", False, False), ("pack-swapped", False, True)])
+def test_killed_at_each_commit_step_the_old_or_the_new_pack_is_whole(packed, tmp_path, point, exchange, new):
+    """kill -9 while the new pack goes in place (an atomic swap, or two renames where the file system has
+    none): after the next writer's recovery the layout has the old pack or the new one, whole."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from moment import testpoints
+    from moment.outputs import remove_stale
+
+    ds, layout, man, _ = packed
+    copy = shutil.copytree(layout, tmp_path / "L")
+    code = ("import moment.outputs as o\n"
+            + ("" if exchange else "o.exchange = lambda a, b: False\n")
+            + "import moment.placement.pack as p\nfrom moment.workload.graph import GraphDataset\n"
+            f"p.write_pack({str(copy)!r}, GraphDataset.open({str(ds.path)!r}), world_size=1, batch_size=64, "
+            "fanouts=(5,), seed=0, epochs=1, cached_rows=0, overwrite=True)\n")
+    r = subprocess.run([sys.executable, "-c", code], env={**os.environ, testpoints.CRASH_ENV: point},
+                       capture_output=True, text=True, timeout=120, check=False)
+    assert r.returncode == -9, r.stderr[-2000:]
+    at_path = (copy / "pack").exists()
+    assert at_path == (point != "pack-old-moved")  # two renames: the moment between them has no pack there
+    assert len(list(copy.glob(".pack.*"))) + at_path == 2  # the other version: temporary or set aside
+    remove_stale(copy / "pack", set_aside=True)  # what the next writer does first, holding the lock
+    assert not list(copy.glob(".pack.*"))
+    got = load_pack(copy)
+    assert (got.world_size == 1) if new else (got == man)
+    assert verify_layout(copy).ok
 
 
 def test_solve_cached_rows_climbs_to_the_fixed_point_and_keeps_the_smaller_on_oscillation():

@@ -8,8 +8,9 @@ Conventions for README code blocks:
 - any other language (```text, ```console, ```json without file=): shown, not run.
 Skipped, with the reason reported: `make` lines (they build a virtual environment: `make test` runs
 this test), `source .venv/bin/activate` (checked instead: it names the environment `make` built and this
-test runs in), training lines when torch is not installed, and a whole block when a tool it calls
-(lstopo, lspci, dmidecode, nvidia-smi, sudo) is not on this machine.
+test runs in), training lines when torch is not installed, `moment doctor --gpu` where CUDA exists
+(there it runs the GPU checks, for minutes; tests/test_gpucheck.py runs them on CPU), and a whole block
+when a tool it calls (lstopo, lspci, dmidecode, nvidia-smi, sudo) is not on this machine.
 """
 
 from __future__ import annotations
@@ -33,6 +34,13 @@ README = REPO / "README.md"
 _FENCE = re.compile(r"^```\s*(?P<lang>[\w+-]*)(?P<attrs>.*)$")
 _OPERATORS = {"&&", "||", "|", ";", "&", "(", ")"}
 _TORCH_LINE = re.compile(r"\btorchrun\b|\bmoment train\b|\bmoment\.train\b")
+_DOCTOR_LINE = re.compile(r"\bmoment doctor\b.*--gpu")
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 @dataclass
@@ -135,6 +143,7 @@ def test_readme_runs_as_written(tmp_path):
             (work / b.attrs["file"]).write_text("\n".join(b.lines) + "\n")
 
     has_torch = all(importlib.util.find_spec(m) is not None for m in ("torch", "torch_geometric"))
+    has_cuda = has_torch and _cuda_available()
     skipped, ran, outputs = [], 0, []
     for b in blocks:
         if not b.commands:
@@ -153,6 +162,9 @@ def test_readme_runs_as_written(tmp_path):
             if programs(cmd)[:1] in (["source"], ["."]):
                 _check_activation(cmd, b.line_no)
                 skipped.append(f"README.md:{b.line_no}: {cmd!r} (activates the environment this test runs in)")
+                continue
+            if _DOCTOR_LINE.search(cmd) and has_cuda:
+                skipped.append(f"README.md:{b.line_no}: {cmd!r} (CUDA exists: the GPU checks take minutes)")
                 continue
             if _TORCH_LINE.search(cmd) and not has_torch:
                 skipped.append(f"README.md:{b.line_no}: {cmd!r} (torch is not installed)")

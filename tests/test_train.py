@@ -16,6 +16,7 @@ import pytest
 from runtime_data import CLASSES, make_dataset, make_layout
 
 import moment.runtime.train as train_mod
+from moment import testpoints
 from moment.errors import MomentError
 from moment.runtime.config import TrainConfig, parse_args
 from moment.runtime.train import train
@@ -92,12 +93,12 @@ def test_checkpoint_resume_continues_exactly(setup, reference, tmp_path, monkeyp
     def crash():
         raise Crash
 
-    monkeypatch.setattr(train_mod, "_crash", crash)
-    monkeypatch.setenv(train_mod.KILL_ENV, "11")
+    monkeypatch.setattr(testpoints, "_exit", crash)
+    monkeypatch.setenv(testpoints.EXIT_ENV, "train-step:11")
     ck = tmp_path / "ck"
     with pytest.raises(Crash):
         train(_cfg(layout, epochs=2, checkpoint_dir=ck, checkpoint_every=4))
-    monkeypatch.delenv(train_mod.KILL_ENV)
+    monkeypatch.delenv(testpoints.EXIT_ENV)
     m = train(_cfg(layout, epochs=2, checkpoint_dir=ck, checkpoint_every=4, resume=True))
     assert m["resumed_from_step"] == 8
     assert m["loss_curve"] == reference["loss_curve"]
@@ -320,7 +321,7 @@ def test_torchrun_killed_rank_resumes_from_checkpoint(setup, two_ranks, tmp_path
     _, _, layout = setup
     out = tmp_path / "m.json"
     _torchrun(_args(layout, out, "--checkpoint-dir", str(tmp_path / "ck"), "--checkpoint-every", "3"),
-              restarts=1, env={train_mod.KILL_ENV: "5"})
+              restarts=1, env={testpoints.EXIT_ENV: "train-step:5"})
     m = json.loads(out.read_text())
     assert m["resumed_from_step"] == 3
     np.testing.assert_allclose(m["loss_curve"], two_ranks["loss_curve"], rtol=1e-6)

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from runtime_data import make_dataset, make_layout
 
-import moment.runtime.train as train_mod
+from moment import testpoints
 from moment.cli import train_launch as tl
 from moment.errors import MomentError
 from moment.runtime.config import TrainConfig
@@ -120,7 +120,7 @@ def test_killed_rank_is_announced_and_the_restart_resumes_from_the_default_check
     out = tmp_path / "m.json"
     r = _moment_train("--nproc", "2", "--max-restarts", "1", "--run-dir", str(tmp_path / "runs"),
                       "--layout", str(layout), *ARGS, "--metrics-json", str(out), "--quiet",
-                      env={train_mod.KILL_ENV: "5"})
+                      env={testpoints.EXIT_ENV: "train-step:5"})
     assert r.returncode == 0, r.stderr
     err = " ".join(r.stderr.split())
     assert "Traceback" not in err, r.stderr  # rank 0 may lose its peer first: one line, not a traceback

@@ -29,17 +29,17 @@ err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
 
 #: The command modules, in the order their commands are listed in `moment --help`. Each registers its
 #: commands on `app` when imported; none imports torch at import time (planning must work without it).
-MODULES = ("cache_cmds", "cost_cmds", "data_cmds", "fidelity_cmds", "pack_cmds", "place_cmds", "scan_cmds",
-           "topology_cmds", "train_cmds", "version_cmds", "serve_cmds")
+MODULES = ("cache_cmds", "cost_cmds", "data_cmds", "doctor_cmds", "fidelity_cmds", "pack_cmds", "place_cmds",
+           "scan_cmds", "topology_cmds", "train_cmds", "version_cmds", "serve_cmds")
 #: The modules that define each top-level command or group: a command line naming one imports only
 #: those (`moment plan` does not import the training, data or service commands; tests/test_cli_imports.py
 #: checks this table against what the modules register).
 COMMANDS = {
     "advise": ("cost_cmds",), "cache": ("cache_cmds",), "calibrate": ("fidelity_cmds",), "compare": ("topology_cmds",),
-    "data": ("data_cmds", "pack_cmds"), "export": ("scan_cmds",), "layout": ("place_cmds",), "models": ("topology_cmds",),
-    "place": ("place_cmds",), "plan": ("topology_cmds",), "probe": ("fidelity_cmds",), "profiles": ("topology_cmds",),
-    "scan": ("scan_cmds",), "schema": ("topology_cmds",), "serve": ("serve_cmds",), "simulate": ("fidelity_cmds",),
-    "train": ("train_cmds",), "version": ("version_cmds",),
+    "data": ("data_cmds", "pack_cmds"), "doctor": ("doctor_cmds",), "export": ("scan_cmds",),
+    "layout": ("place_cmds",), "models": ("topology_cmds",), "place": ("place_cmds",), "plan": ("topology_cmds",),
+    "probe": ("fidelity_cmds",), "profiles": ("topology_cmds",), "scan": ("scan_cmds",), "schema": ("topology_cmds",),
+    "serve": ("serve_cmds",), "simulate": ("fidelity_cmds",), "train": ("train_cmds",), "version": ("version_cmds",),
 }
 _reflowed: set[int] = set()  # help texts already reflowed: reflowing one again would split its paragraphs
 

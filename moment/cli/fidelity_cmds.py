@@ -25,26 +25,6 @@ def load_topology(profile: str, calibration: Path | None, overrides: list[str] |
     return load(profile, calibration, overrides)
 
 
-def render_extra(extra: dict) -> None:
-    """The calibrated epochs and replayed epochs under `moment plan`'s tables."""
-    if "calibration" in extra:
-        c = extra["calibration"]
-        console.print(f"calibrated ({c['file']}): predicted epoch " + ", ".join(
-            f"{k} {v:.2f} s" for k, v in c["predicted_epoch_s"].items()))
-        if c["other_machine"]:
-            loo = "" if c["loo_max_rel_err"] is None else f" (leave-one-out error there up to {c['loo_max_rel_err']:.0%})"
-            console.print(f"note: the calibration was fitted on {c['fitted_on']}{loo} and is applied here by link "
-                          "class only; a few measured layouts of this machine are the check")
-    if "replay" in extra:
-        t = Table(title="per-step replay (synthetic trace from the LP's shares) vs the aggregate LP")
-        for col in ("layout", "LP epoch read s", "replayed s", "difference", "limits most steps"):
-            t.add_column(col)
-        for name, r in extra["replay"].items():
-            top = r["limiting_links"][0]["id"] if r["limiting_links"] else "-"
-            t.add_row(name, f"{r['lp_epoch_s']:.2f}", f"{r['epoch_s']:.2f}", f"{r['replay_vs_lp']:+.2%}", top)
-        console.print(t)
-
-
 # ---- simulate ----------------------------------------------------------------------------------------
 def _layout_replay(layout: Path, topo, dataset: Path | None, fanouts: str, batch_size: int | None, seed: int):
     """Replay a real layout: each rank's batches sampled as training samples them, looked up in the
@@ -175,7 +155,7 @@ def calibrate_cmd(
     leave-one-out error (each measurement predicted by a fit without it). Apply the result with
     `moment plan|compare|simulate --calibration CAL.yaml`.
     """
-    from moment.cli.topology_cmds import parse_inventory
+    from moment.planner.api import parse_inventory
     from moment.planner.calibration import PARAMS, calibrate, dump_calibration, load_measurements
     from moment.outputs import atomic_write, check_output
     from moment.topology.profiles import load_profile

@@ -74,7 +74,7 @@ def place_cmd(
 
     Example: moment place --dataset ds --profile paper-machine-b --gpus 4 --ssds 8 --plan plan.json --out L
     """
-    from moment.cli.topology_cmds import parse_inventory, resolve_gpus
+    from moment.planner.api import parse_inventory, resolve_gpus
     from moment.placement.api import check_choices, place
     from moment.topology.profiles import load_profile
 

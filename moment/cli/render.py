@@ -139,3 +139,23 @@ def _render_explanation(console: Console, plan: Plan) -> None:
     for e in [rec, *sorted(others, key=lambda e: (e.slower_by, e.layout))]:
         para = textwrap.fill(f"{e.text}.", width, initial_indent="  - ", subsequent_indent="    ")
         console.print(Text(para), soft_wrap=True, highlight=False)
+
+
+def render_extra(console: Console, extra: dict) -> None:
+    """The calibrated epochs and replayed epochs under `moment plan`'s tables."""
+    if "calibration" in extra:
+        c = extra["calibration"]
+        console.print(f"calibrated ({c['file']}): predicted epoch " + ", ".join(
+            f"{k} {v:.2f} s" for k, v in c["predicted_epoch_s"].items()))
+        if c["other_machine"]:
+            loo = "" if c["loo_max_rel_err"] is None else f" (leave-one-out error there up to {c['loo_max_rel_err']:.0%})"
+            console.print(f"note: the calibration was fitted on {c['fitted_on']}{loo} and is applied here by link "
+                          "class only; a few measured layouts of this machine are the check")
+    if "replay" in extra:
+        t = Table(title="per-step replay (synthetic trace from the LP's shares) vs the aggregate LP")
+        for col in ("layout", "LP epoch read s", "replayed s", "difference", "limits most steps"):
+            t.add_column(col)
+        for name, r in extra["replay"].items():
+            top = r["limiting_links"][0]["id"] if r["limiting_links"] else "-"
+            t.add_row(name, f"{r['lp_epoch_s']:.2f}", f"{r['epoch_s']:.2f}", f"{r['replay_vs_lp']:+.2%}", top)
+        console.print(t)

@@ -12,9 +12,8 @@ from rich.text import Text
 from moment.cli import app, console
 from moment.cli.common import solver_bar
 from moment.errors import MomentError
-# the inputs are parsed with the planner's JSON (the service parses the same way); re-exported for the
-# other commands
-from moment.planner.api import (  # noqa: F401
+# the inputs are parsed with the planner's JSON (the service parses the same way)
+from moment.planner.api import (
     DEFAULT_GPU_MODEL, DEFAULT_GPUS, DEFAULT_SSD_MODEL, DEFAULT_SSDS, parse_inventory, resolve_gpus)
 
 _PROFILE_HELP = "built-in profile name (see `moment profiles`) or a YAML file describing the machine"
@@ -98,13 +97,12 @@ def plan_cmd(
     if json_out:
         _emit_json(out)
         return
-    from moment.cli.fidelity_cmds import render_extra
-    from moment.cli.render import render_plan
+    from moment.cli.render import render_extra, render_plan
 
     if overrides:
         console.print(_overrides_line(overrides), highlight=False)
     render_plan(console, plan, topo)
-    render_extra(extra)
+    render_extra(console, extra)
     if diagram is not None:
         console.print(f"diagram written to [bold]{diagram}[/]")
 

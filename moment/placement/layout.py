@@ -32,7 +32,6 @@ directories of this layout that its manifest does not point to.
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import os
 import re
@@ -55,6 +54,8 @@ from moment.outputs import (
     check_replaceable,
     fsync_dir,
     manifest_head,
+    publish_dir,
+    put_back,
     sha256_file,
     unnamed_entries,
     write_error,
@@ -182,9 +183,8 @@ def _recover(out: Path, mounts: list[Path]) -> None:
     this layout (in `mounts` or named by those leftovers' manifests) that LAYOUT's manifest does not
     point to."""
     partial, backup, stem = _layout_paths(out)
-    if not out.exists() and (backup / MANIFEST).is_file():
-        os.rename(backup, out)
-        fsync_dir(out.parent)
+    if (backup / MANIFEST).is_file():
+        put_back(out, backup)
     keep = _referenced_dirs(out)
     stale: set[Path] = set()
     for d in (partial, backup):
@@ -210,37 +210,6 @@ def _new_shard_dir_name(out: Path, stem: str, mounts: list[Path]) -> str:
         if name not in used and not any((m / name).exists() or (m / (name + ".partial")).exists() for m in mounts):
             return name
     raise MomentError(f"no free shard directory name for {stem}", source=str(out))  # pragma: no cover
-
-
-_RENAME_EXCHANGE = 2
-
-
-def _exchange(a: Path, b: Path) -> bool:
-    """Swap two directories atomically (renameat2 RENAME_EXCHANGE); False where unsupported."""
-    import ctypes
-
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).renameat2
-    except (AttributeError, OSError):
-        return False
-    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    at_fdcwd = -100
-    if fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), _RENAME_EXCHANGE) == 0:
-        return True
-    err = ctypes.get_errno()
-    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP):
-        return False
-    raise OSError(err, os.strerror(err), str(b))
-
-
-def _swap_in(new: Path, out: Path, backup: Path) -> Path:
-    """Put the complete layout `new` at `out` (which exists); returns where the old layout now is."""
-    if _exchange(new, out):
-        return new
-    os.rename(out, backup)  # a crash before the next rename: the next writer renames LAYOUT.old back
-    testpoints.reach("layout-old-moved")
-    os.rename(new, out)
-    return backup
 
 
 def check_layout_out(out: Path, overwrite: bool) -> None:
@@ -492,13 +461,9 @@ def _write(out, partial, ext_name, mounts, feats, rows_u8, features_path, a, fmt
         os.rename(m / (ext_name + ".partial"), m / ext_name)
         fsync_dir(m)
     testpoints.reach("layout-shards-renamed")
-    if not out.exists():
-        os.rename(partial, out)
-        fsync_dir(out.parent)
+    old = publish_dir(partial, out, "layout", aside=out.with_name(out.name + ".old"))  # the one atomic step
+    if old is None:
         return out
-    old = _swap_in(partial, out, out.with_name(out.name + ".old"))  # the one atomic step
-    fsync_dir(out.parent)
-    testpoints.reach("layout-swapped")
     # the new layout is in place: only now does the old one go, its SSD directories first
     _, _, stem = _layout_paths(out)
     keep = _referenced_dirs(out)

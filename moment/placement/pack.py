@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,9 +29,11 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, Field, ValidationError
 
+from moment import testpoints
 from moment.errors import NPZ_ERRORS, MomentError, validation_error
 from moment.locking import locked
-from moment.outputs import atomic_file, fsync_dir, sha256_file
+from moment.outputs import (atomic_file, follow_umask, publish_dir, remove_stale, sha256_file,
+                             temp_prefix)
 from moment.placement.manifest import LayoutManifest, layout_id
 from moment.workload.graph import GraphDataset
 
@@ -294,14 +296,13 @@ def _write_pack(layout: Path, m, dataset: GraphDataset, *, world_size: int, batc
 
     n, rb, align = m.dataset.num_nodes, m.row.row_bytes, m.row.align
     out = pack_path(layout)
+    remove_stale(out, set_aside=True)  # a killed writer's leftovers, its previous pack put back (we hold the lock)
     if (out / "pack.json").exists() and not overwrite:
         raise MomentError("the layout already has a pack", source=str(out), hint="pass --overwrite to replace it")
     if m.order_file is None:
         raise MomentError("the layout has no hotness order (written by an older version)", source=str(layout),
                           hint="rewrite it with `moment place`")
     hot = np.load(layout / m.order_file.path, mmap_mode="r")
-    for stale in layout.glob(f".{PACK_DIR}.*-*"):  # left by a killed writer (we hold the layout's lock)
-        shutil.rmtree(stale, ignore_errors=True)
 
     def sample(r: int):
         step = (lambda d, t: progress(r * t + d, world_size * t)) if progress else None
@@ -312,8 +313,8 @@ def _write_pack(layout: Path, m, dataset: GraphDataset, *, world_size: int, batc
     traces: list = [sample(r) for r in range(world_size)] if budget_rows is not None else [None] * world_size
     if budget_rows is not None:
         cached_rows = solve_cached_rows(budget_rows, index_curve(traces, hot, n), n)
-    tmp = layout / f".{PACK_DIR}.tmp-{os.getpid()}"
-    tmp.mkdir()
+    tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(out), dir=layout))
+    follow_umask(tmp, directory=True)
     cached = np.zeros(n, bool)
     cached[np.asarray(hot[:cached_rows])] = True
     feats = dataset.features_memmap().reshape(n, -1).view(np.uint8).reshape(n, rb)
@@ -328,12 +329,10 @@ def _write_pack(layout: Path, m, dataset: GraphDataset, *, world_size: int, batc
                            align=align, feature_bytes=n * rb, files=files)
         with atomic_file(tmp / "pack.json", text=True) as f:
             f.write(json.dumps(man.model_dump(), indent=1) + "\n")
-        old = layout / f".{PACK_DIR}.old-{os.getpid()}"
-        if out.exists():
-            out.rename(old)
-        tmp.rename(out)
-        fsync_dir(layout)
-        shutil.rmtree(old, ignore_errors=True)
+        testpoints.reach("pack-written")
+        old = publish_dir(tmp, out, "pack")
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
         raise MomentError(f"cannot write the pack: {e.strerror or e}", source=str(out)) from None

@@ -9,7 +9,6 @@ training runtime reads the shards itself with O_DIRECT using `locate`).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -21,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 from moment.documents import mistaken
 from moment.errors import MomentError, validation_error
 from moment.inputs import check_dir, exists, read_text
-from moment.outputs import sha256_file
+from moment.outputs import bad_chunk, sha256_file
 from moment.placement.manifest import FORMAT, MANIFEST, SCHEMA_VERSION, LayoutManifest, Progress, Shard
 from moment.placement.pack import load_pack, pack_problems
 
@@ -146,16 +145,13 @@ def verify_layout(path: str | Path, progress: Progress | None = None) -> VerifyR
         size = fp.stat().st_size
         if size != s.bytes:
             bad(fp, f"shard of bin {s.bin}: size {size} B, manifest says {s.bytes} B", shard=s.bin)
-        with open(fp, "rb") as f:
-            for k, want in enumerate(s.chunk_sha256):
-                data = f.read(s.chunk_bytes)
-                if hashlib.sha256(data).hexdigest() != want:
-                    off = k * s.chunk_bytes
-                    bad(fp, f"shard of bin {s.bin}: checksum mismatch in chunk {k} "
-                            f"(bytes {off}..{off + s.chunk_bytes})", offset=off, shard=s.bin)
-                    tick(s.bytes - off)
-                    break
-                tick(len(data))
+        start = rep.bytes_checked
+        k = bad_chunk(fp, s.chunk_bytes, s.chunk_sha256, progress=tick)
+        if k is not None:
+            off = k * s.chunk_bytes
+            bad(fp, f"shard of bin {s.bin}: checksum mismatch in chunk {k} "
+                    f"(bytes {off}..{off + s.chunk_bytes})", offset=off, shard=s.bin)
+        tick(max(0, start + s.bytes - rep.bytes_checked))  # the rest of a shard not read to its end
 
     def tick_file(n: int) -> None:
         rep.files_checked += 1

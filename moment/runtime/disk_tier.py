@@ -14,8 +14,6 @@ the first time a read touches it.
 
 from __future__ import annotations
 
-import hashlib
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +23,7 @@ import numpy as np
 from moment.caching.tiers import lookahead as lookahead_of
 from moment.errors import MomentError
 from moment.io.merge import SHAPES
+from moment.outputs import bad_chunk
 from moment.placement.manifest import Shard
 from moment.placement.opened import Layout
 from moment.placement.pack import open_pack, pack_path
@@ -58,16 +57,13 @@ class _Part:
 
 def _check_chunks(path: Path, s: Shard, chunks: np.ndarray | None = None) -> None:
     """Re-hash the given chunks (all when None) of a layout file against the manifest."""
-    ks = range(len(s.chunk_sha256)) if chunks is None else chunks.tolist()
-    with open(path, "rb") as f:
-        for k in ks:
-            data = os.pread(f.fileno(), s.chunk_bytes, k * s.chunk_bytes)
-            if hashlib.sha256(data).hexdigest() != s.chunk_sha256[k]:
-                off = k * s.chunk_bytes
-                raise MomentError(
-                    f"bin {s.bin}: checksum mismatch in chunk {k} (bytes {off}..{off + s.chunk_bytes}); "
-                    "refusing to return its rows", source=str(path),
-                    hint="the layout is damaged: run `moment layout verify` and rewrite it")
+    k = bad_chunk(path, s.chunk_bytes, s.chunk_sha256, None if chunks is None else chunks.tolist())
+    if k is not None:
+        off = k * s.chunk_bytes
+        raise MomentError(
+            f"bin {s.bin}: checksum mismatch in chunk {k} (bytes {off}..{off + s.chunk_bytes}); "
+            "refusing to return its rows", source=str(path),
+            hint="the layout is damaged: run `moment layout verify` and rewrite it")
 
 
 class DiskTier(Tier):

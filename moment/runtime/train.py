@@ -24,6 +24,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from moment import testpoints
 from moment.errors import MomentError
 from moment.placement.opened import Layout
 from moment.runtime.budget import process_bytes, return_freed_memory, under_torchrun
@@ -42,7 +43,6 @@ from moment.workload.graph import GraphDataset
 from moment.workload.sampler import CSRGraph, MiniBatch, NeighborSampler, SeedBatches
 
 EVAL_TAG, DROPOUT_TAG = 0xE7A1, 0xD80
-KILL_ENV = "MOMENT_TEST_KILL_AT_STEP"  # test hook: the last rank exits once at this step (first attempt)
 AGREED_GRACE_S = 2.0  # a rank that leaves an agreed error to rank 0 exits this much later
 BASE_ENV = "MOMENT_RANK_BASE_BYTES"  # set by `moment train`: the per-rank fixed cost its budget check charged
 AGENT_ENV = "MOMENT_AGENT_BYTES"  # set by `moment train`: torchrun's agent as its budget check charged it
@@ -50,11 +50,6 @@ AGENT_ENV = "MOMENT_AGENT_BYTES"  # set by `moment train`: torchrun's agent as i
 #: model's shape, and what decides the batches and updates (an exact resume repeats the uninterrupted run)
 RESUME_KEYS = ("dataset_id", "layout_id", "model", "layers", "hidden", "feature_dim", "num_classes", "world_size",
                "batch_size", "seed", "fanouts", "lr")
-
-
-def _crash() -> None:
-    """Test hook ($MOMENT_TEST_KILL_AT_STEP): die like a crashed rank, with no clean-up at all."""
-    os._exit(1)
 
 
 def dataset_dir(cfg: TrainConfig, layout: Layout | None = None) -> Path:
@@ -387,7 +382,7 @@ class Trainer:
         self.source.epoch_start(e)
         self.model.train()
         t0 = time.perf_counter()
-        kill = int(os.environ.get(KILL_ENV, "0") or 0)
+        last = ctx.rank == ctx.world_size - 1 and ctx.restart_count == 0  # the rank a test may kill
         rep.start_epoch(e, len(batches), self.next_batch)
         for item in self.pipe.run(batches, (cfg.seed, e, ctx.rank), start=self.next_batch):
             item.wait()
@@ -403,8 +398,8 @@ class Trainer:
             self.next_batch = item.index + 1
             self.seeds_trained += int(item.y.numel())
             rep.step(self.seeds_trained, self.source.tier_stats())
-            if kill and self.step == kill and ctx.rank == ctx.world_size - 1 and ctx.restart_count == 0:
-                _crash()
+            if last:
+                testpoints.reach("train-step", self.step)
             if self.ck_every and self.step % self.ck_every == 0:
                 self._checkpoint()
         self._sync_losses()

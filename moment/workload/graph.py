@@ -41,15 +41,15 @@ from moment.locking import locked
 from moment.inputs import check_dir, read_text
 from moment.outputs import (
     ChunkHasher,
+    bad_chunk,
     atomic_file,
     check_output,
     check_replaceable,
     follow_umask,
-    fsync_dir,
     manifest_head,
+    publish_dir,
     reason,
     remove_stale,
-    set_aside_name,
     temp_prefix,
     write_error,
     writing,
@@ -320,14 +320,9 @@ class GraphWriter:
         with atomic_file(self.tmp / MANIFEST, text=True) as f:
             f.write(manifest.model_dump_json(indent=2))
         testpoints.reach("dataset-written")
-        old = None
         if self.out_dir.exists():
             check_overwrite(self.out_dir, self.overwrite)  # still only what was checked at the start
-            old = set_aside_name(self.out_dir)
-            os.replace(self.out_dir, old)
-            testpoints.reach("dataset-old-moved")  # a crash here: the next writer puts `old` back
-        os.replace(self.tmp, self.out_dir)
-        fsync_dir(self.out_dir.parent)
+        old = publish_dir(self.tmp, self.out_dir, "dataset")  # a crash: the next writer's remove_stale cleans up
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
         self._done = True
@@ -659,15 +654,13 @@ class GraphDataset:
                 continue
             k = len(rec.block_sha256)
             picks = sorted({int(round(x)) for x in np.linspace(0, k - 1, min(SPOT_CHECKED, k))}) if k else []
-            with open(self.path / rec.file, "rb") as f:
-                for b in picks:
-                    got = hashlib.sha256(os.pread(f.fileno(), rec.block_bytes, b * rec.block_bytes)).hexdigest()
-                    if got != rec.block_sha256[b]:
-                        off = b * rec.block_bytes
-                        end = min(off + rec.block_bytes, rec.bytes)
-                        raise self._err(name, f"bytes {off}..{end} do not match the manifest's "
-                                              "block checksum: the file changed after the dataset was written",
-                                        hint="re-create the dataset, or copy it again from the original")
+            b = bad_chunk(self.path / rec.file, rec.block_bytes, rec.block_sha256, picks)
+            if b is not None:
+                off = b * rec.block_bytes
+                end = min(off + rec.block_bytes, rec.bytes)
+                raise self._err(name, f"bytes {off}..{end} do not match the manifest's "
+                                      "block checksum: the file changed after the dataset was written",
+                                hint="re-create the dataset, or copy it again from the original")
         return unchecked
 
     def check(self) -> list[str]:

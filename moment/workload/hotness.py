@@ -11,7 +11,6 @@ imports torch lazily.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 import time
@@ -22,17 +21,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from moment import testpoints
 from moment.errors import NPZ_ERRORS, MomentError, check_at_least
 from moment.inputs import check_dir, exists, read_text
+from moment.locking import locked
 from moment.outputs import (
     atomic_file,
     check_output,
     check_replaceable,
     follow_umask,
-    fsync_dir,
     manifest_head,
+    publish_dir,
     remove_stale,
-    set_aside_name,
     temp_prefix,
     write_error,
     writing,
@@ -175,11 +175,15 @@ class Hotness:
     # -- persistence: a directory with hotness.json + two .npy files, written atomically
 
     def save(self, path: str | Path, overwrite: bool = True) -> Path:
-        out = Path(path)
-        if exists(out) and not overwrite:
-            raise MomentError("output already exists", source=str(out))
-        check_hotness_out(out)
-        remove_stale(out, set_aside=True)
+        out = check_hotness_out(path)
+        with locked(out, "hotness"):
+            remove_stale(out, set_aside=True)  # a killed writer's leftovers; its previous version put back
+            if exists(out) and not overwrite:
+                raise MomentError("output already exists", source=str(out))
+            check_hotness_out(out)  # what a killed writer's recovery put back is checked too
+            return self._save(out)
+
+    def _save(self, out: Path) -> Path:
         with writing(out):
             out.parent.mkdir(parents=True, exist_ok=True)
             tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(out), dir=out.parent))
@@ -198,12 +202,8 @@ class Hotness:
             }
             with atomic_file(tmp / HOTNESS_JSON, text=True) as f:
                 json.dump(doc, f, indent=2)
-            old = None
-            if out.exists():  # move the previous result aside first, so a crash never leaves neither
-                old = set_aside_name(out)
-                os.replace(out, old)
-            os.replace(tmp, out)
-            fsync_dir(out.parent)
+            testpoints.reach("hotness-written")
+            old = publish_dir(tmp, out, "hotness")  # a crash: the next writer's remove_stale cleans up
             if old is not None:
                 shutil.rmtree(old, ignore_errors=True)
         except BaseException as e:

@@ -1,0 +1,45 @@
+"""`moment doctor --gpu`: is this machine ready to train on its GPUs (moment.runtime.gpucheck)."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+from moment.cli import app, console
+from moment.errors import MomentError
+
+
+@app.command("doctor")
+def doctor_cmd(
+    gpu: bool = typer.Option(False, "--gpu", help="run the GPU checks: the CUDA tests, a pipelined epoch against "
+                             "the in-memory one, the staging ring under torch's sync debug mode"),
+    device: str | None = typer.Option(None, "--device", help="cuda or cpu (default: cuda where there is one; "
+                                      "cpu runs the same comparisons without CUDA)"),
+    ranks: int | None = typer.Option(None, "--ranks", help="ranks of the pipelined epoch (default: 2 on CPU, one "
+                                     "per CUDA device up to 2)"),
+    no_tests: bool = typer.Option(False, "--no-tests", help="leave out the repository's CUDA tests"),
+    json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
+) -> None:
+    """Check that this machine is ready to train: run it first on a GPU machine.
+
+    With --gpu, where CUDA exists: the repository's CUDA tests, one epoch of a small layout trained with the
+    tiered pipelined store compared with the features-in-memory run on the same device (2 ranks where there
+    are 2 GPUs), and the pinned staging ring under torch.cuda.set_sync_debug_mode("warn"). Without CUDA it
+    says so in one line and exits 0. Exits 1 when a check fails.
+
+    Example: moment doctor --gpu
+    """
+    if not gpu:
+        raise MomentError("say what to check: --gpu (the GPU checks are the only ones so far)",
+                          hint="moment doctor --gpu")
+    from moment.runtime.gpucheck import check_machine, render
+
+    rep = check_machine(device, tests=not no_tests, ranks=ranks)
+    if json_out:
+        print(json.dumps(rep.to_json(), indent=2))
+    else:
+        for line in render(rep):
+            console.print(line, highlight=False, markup=False)
+    if not rep.ok:
+        raise typer.Exit(1)
