@@ -25,8 +25,16 @@
 5. Check the reads themselves: the run's `ssd_bytes_read` / `ssd_requests` (training and the
    per-epoch evaluation, all ranks) against the predicted ones (`reads_match`).
 
-Prints `name: value` lines, last `predicted_ssd_s`, `measured_ssd_s`, `ratio` (predicted / measured;
-the target is within 15%). Exit 0 only when the run finished.
+A disturbed probe is refused, not reported (`moment.io.quiet`): the probe is taken in rounds, and it
+is disturbed when other processes kept more than a quarter of a core busy meanwhile, when its rounds
+spread by more than 10%, or when it is more than 15% off the last quiet probe of the same disk and
+settings (kept in the cache dir, `probe-quiet.json`). It is retried `--probe-tries` times; if every
+try was disturbed the bench prints why and exits 3 without running. The run is judged the same way
+(other processes' CPU during it): `run_disturbed` says so beside the ratio.
+
+Prints `name: value` lines, last `probe_disturbed`, `run_disturbed`, `predicted_ssd_s`, `measured_ssd_s`,
+`ratio` (predicted / measured; the target is within 15%). Exit 0 only when the run finished on a quiet
+probe.
 
     python bench/fidelity.py [--nodes 8000000] [--epochs 2] [--nproc 2] [--io-shape rows|block]
 """
@@ -69,10 +77,10 @@ def _reader(path: str, file_bytes: int, block: int, depth: int, reads: int, seed
 
 
 def probe_concurrent(path: str, file_bytes: int, block: int, depth: int, procs: int, *, reads: int = 40_000,
-                     repeats: int = 3) -> float:
+                     repeats: int = 3) -> list[float]:
     """Random-read IOPS of the disk with `procs` processes reading at once (each as `probe_ssd` reads:
     its own IOStack, `depth` in flight): all their reads / the time from the first start to the last
-    end, median of `repeats`. The ranks of a run read the disk this way."""
+    end, each of `repeats` rounds. The ranks of a run read the disk this way."""
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")
@@ -87,7 +95,31 @@ def probe_concurrent(path: str, file_bytes: int, block: int, depth: int, procs: 
         for pr in ps:
             pr.join()
         out.append(sum(r[2] for r in res) / (max(r[1] for r in res) - min(r[0] for r in res)))
-    return float(np.median(out))
+    return out
+
+
+def probe_rounds(a, align: int, earlier: dict | None):
+    """One probe of the cache dir's disk in three rounds (sequential GB/s and one process's IOPS, then the
+    IOPS of `a.nproc` processes), judged by `moment.io.quiet`: (figures, verdict)."""
+    from moment.io.probe import probe_ssd
+    from moment.io.quiet import judge, median, others_cores, snapshot
+
+    before = snapshot()
+    rounds = [probe_ssd(a.cache_dir, file_bytes=a.probe_mib << 20, rand_block=align, queue_depth=a.queue_depth,
+                        keep=True, repeats=1) for _ in range(3)]
+    pr = rounds[0]
+    shared = probe_concurrent(pr.path, pr.file_bytes, align, a.queue_depth, a.nproc)
+    Path(pr.path).unlink()
+    after = snapshot()
+    got = {"seq_GBps": [r.seq_read_gbps for r in rounds], "iops_one_process": [r.rand_read_iops for r in rounds],
+           f"iops_{a.nproc}_processes": shared}
+    verdict = judge(got, others_cores(before, after), quiet=earlier)
+    figures = {k: median(v) for k, v in got.items()}
+    return pr, figures, got, verdict
+
+
+def _quiet_key(a, align: int) -> str:
+    return f"{a.probe_mib}MiB/align{align}/qd{a.queue_depth}/nproc{a.nproc}"
 
 
 def eval_batches(ds, rank: int, world: int, batch_size: int, fanouts: list[int], seed: int, epoch: int):
@@ -155,7 +187,6 @@ def predict(ds, layout, plan, disks: dict, a) -> dict:
 
 
 def main() -> int:
-    from moment.io.probe import probe_ssd
     from moment.runtime.config import TrainConfig
     from moment.runtime.ssd_model import Disk
     from moment.placement.opened import Layout
@@ -169,9 +200,14 @@ def main() -> int:
     p.add_argument("--cpu-cache-limit", default="10%")
     p.add_argument("--queue-depth", type=int, default=128, help="the run's and the probe's")
     p.add_argument("--probe-mib", type=int, default=1024, help="size of the probe's scratch file")
+    p.add_argument("--probe-tries", type=int, default=3, help="probes before a disturbed one is refused")
+    p.add_argument("--forget-quiet-probe", action="store_true",
+                   help="do not compare with the last quiet probe (the disk or its settings changed)")
     p.add_argument("--cache-dir", type=Path, default=Path(os.environ.get(
         "MOMENT_BENCH_CACHE", Path.home() / ".cache" / "moment-bench")))
     a = p.parse_args()
+    if a.probe_tries < 1:
+        p.error("--probe-tries must be at least 1")
     a.cache_dir.mkdir(parents=True, exist_ok=True)
     ds_dir, layout = ep.build(a.cache_dir, a)
     ds = GraphDataset.open(ds_dir)
@@ -182,14 +218,35 @@ def main() -> int:
     print(f"ranks: {a.nproc}\nepochs: {a.epochs}\nio_shape: {a.io_shape}\ncpu_cache_limit: {a.cpu_cache_limit}",
           flush=True)
 
+    import json
+
+    from moment.io.quiet import judge, others_cores, snapshot
+    from moment.outputs import atomic_write
+
     t = time.perf_counter()
-    pr = probe_ssd(a.cache_dir, file_bytes=a.probe_mib << 20, rand_block=align, queue_depth=a.queue_depth, keep=True)
-    iops = probe_concurrent(pr.path, pr.file_bytes, align, a.queue_depth, a.nproc)
-    Path(pr.path).unlink()
-    disks = {"shared": Disk(pr.seq_read_gbps * 1e9, iops, align),
-             "one_stream": Disk(pr.seq_read_gbps * 1e9, pr.rand_read_iops, align)}
+    quiet_file, key = a.cache_dir / "probe-quiet.json", _quiet_key(a, align)
+    known = json.loads(quiet_file.read_text()) if quiet_file.exists() else {}
+    earlier = None if a.forget_quiet_probe else known.get(key)
+    for attempt in range(1, a.probe_tries + 1):
+        pr, fig, got, verdict = probe_rounds(a, align, earlier)
+        print(f"probe_try_{attempt}: " + ", ".join(f"{k} {' '.join(f'{x:.4g}' for x in v)}" for k, v in got.items())
+              + (f"; others' CPU {verdict.others_cores:.2f} cores" if verdict.others_cores is not None else ""),
+              flush=True)
+        if not verdict.disturbed:
+            break
+        print(f"probe_try_{attempt}_disturbed: {verdict.line()}", flush=True)
+    if verdict.disturbed:
+        print(f"probe_disturbed: {verdict.line()}")
+        print("refused: every probe was disturbed, so no prediction is made from it; run again on a quiet machine "
+              "(or --forget-quiet-probe if the disk itself changed)")
+        return 3
+    print("probe_disturbed: no" + (" (matches the earlier quiet probe)" if earlier else " (no earlier quiet probe)"))
+    atomic_write(quiet_file, json.dumps({**known, key: fig}, indent=1) + "\n", "probe-quiet.json")
+    iops = fig[f"iops_{a.nproc}_processes"]
+    disks = {"shared": Disk(fig["seq_GBps"] * 1e9, iops, align),
+             "one_stream": Disk(fig["seq_GBps"] * 1e9, fig["iops_one_process"], align)}
     print(f"probe_s: {time.perf_counter() - t:.1f}\nprobe_backend: {pr.backend}\nprobe_direct: {pr.direct}")
-    print(f"probed_seq_GBps: {pr.seq_read_gbps:.3f}\nprobed_iops_one_process: {pr.rand_read_iops:.0f}  "
+    print(f"probed_seq_GBps: {fig['seq_GBps']:.3f}\nprobed_iops_one_process: {fig['iops_one_process']:.0f}  "
           f"({align}-B reads, queue depth {pr.queue_depth})")
     print(f"probed_iops_{a.nproc}_processes: {iops:.0f}  (all processes' reads together)", flush=True)
 
@@ -212,7 +269,9 @@ def main() -> int:
             "--hidden", str(a.hidden), "--batch-size", str(a.batch_size), "--io-shape", a.io_shape,
             "--cache-policy", "static", "--cpu-cache-limit", a.cpu_cache_limit, "--queue-depth",
             str(a.queue_depth), "--no-pipeline", "--device", "cpu"]
+    before = snapshot()
     m = ep.run("fidelity", a.nproc, args, a.cache_dir / "fidelity.json", cold=[ds_dir, layout], bound=None)
+    run_verdict = judge({}, others_cores(before, snapshot()))
     if not m:
         return 1
     st = m["stage_seconds"]
@@ -224,10 +283,14 @@ def main() -> int:
     print(f"run_ssd_MB_incl_eval: {m['ssd_bytes_read'] / 1e6:.1f}  (predicted {want_b / 1e6:.1f})")
     print(f"run_ssd_requests_incl_eval: {m['ssd_requests']}  (predicted {want_r})")
     print(f"reads_match: {m['ssd_bytes_read'] == want_b and m['ssd_requests'] == want_r}")
-    print(f"probed_seq_GBps: {pr.seq_read_gbps:.3f}\nprobed_iops: {iops:.0f}")
+    print(f"probed_seq_GBps: {fig['seq_GBps']:.3f}\nprobed_iops: {iops:.0f}")
+    print("probe_disturbed: no")
+    print(f"run_disturbed: {run_verdict.line()}"
+          + (f"  (others' CPU {run_verdict.others_cores:.2f} cores)" if run_verdict.others_cores is not None else ""))
     print(f"ssd_bytes: {pred['bytes']}\nssd_requests: {pred['requests']}")
     sec = pred["seconds"]["shared"]
-    print(f"predicted_ssd_s: {sec:.2f}\nmeasured_ssd_s: {measured:.2f}\nratio: {sec / measured:.3f}")
+    print(f"predicted_ssd_s: {sec:.2f}\nmeasured_ssd_s: {measured:.2f}\nratio: {sec / measured:.3f}"
+          + ("  (the run was disturbed: not a figure of the model)" if run_verdict.disturbed else ""))
     return 0
 
 

@@ -43,6 +43,10 @@ def advise_cmd(
     utilisation: float = typer.Option(1.0, "--utilisation", help="share of the horizon the machine runs flat out (Hyperion: 1.0)"),
     machine_power: float | None = typer.Option(None, "--machine-watts", help="flat machine power for the electricity instead of server + TDPs (Hyperion: 4000)"),
     overrides: list[str] = typer.Option([], "--set", help="what-if override PATH=VALUE on the profile, as in `moment plan`"),
+    data: str | None = typer.Option(None, "--data", help=(
+        "where the rows will be on the SSDs, which each inventory's epoch assumes: 'planned' (default: the "
+        "shares the planner chooses, as `moment place` with DDAK writes them) or 'even' (an equal share per SSD, "
+        "as hash placement gives)"), metavar="planned|even", show_default=False),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object (for scripts) instead of tables"),
 ) -> None:
     """Recommend what to buy: how many of which GPU and SSD, and where they go, for the best throughput
@@ -62,9 +66,11 @@ def advise_cmd(
     from moment.cost import CostParams, advise, load_prices
     from moment.cost.advisor import check_inputs
     from moment.errors import validation_lines
+    from moment.planner.api import check_data
     from moment.topology.profiles import load_profile
 
     check_inputs(budget, top, max_gpus, max_ssds)
+    data = check_data(data)
     try:
         params = CostParams(years=years, pue=pue, utilisation=utilisation, machine_power_w=machine_power)
     except ValidationError as e:
@@ -75,7 +81,7 @@ def advise_cmd(
     topo = load_profile(profile, overrides)
     with solver_bar(not json_out, label="solving inventories") as cb:
         result = advise(topo, budget, models=_models(models), max_gpus=max_gpus, max_ssds=max_ssds,
-                        prices=table, params=params, top_k=top, progress=cb)
+                        prices=table, params=params, top_k=top, progress=cb, data=data)
     if json_out:
         print(json.dumps(result.model_dump(mode="json"), indent=2))
         return
@@ -84,7 +90,8 @@ def advise_cmd(
 
 def _render(r) -> None:
     console.print(f"[bold]Buying advice[/] for [cyan]{r.machine}[/] under {r.budget_usd:,.0f} USD "
-                  f"(workload {r.workload}; TCO over {r.params.years:g} years)")
+                  f"(workload {r.workload}{'; data spread evenly over the SSDs' if r.data == 'even' else ''}; "
+                  f"TCO over {r.params.years:g} years)")
     t = Table(title="best inventories (#per $: rank by samples/s per TCO dollar, #thr: by samples/s)",
               title_justify="left")
     for col in ("#per $", "#thr", "inventory", "epoch s", "samples/s", "hardware $", "TCO $", "samples/s/TCO $"):

@@ -79,6 +79,10 @@ def simulate_cmd(
     uniform: bool = typer.Option(False, "--uniform", help="synthetic trace with every step reading exactly the planned shares (no sampling noise)"),
     seed: int = typer.Option(0, "--seed", help="seed of the synthetic trace or of the sampler"),
     calibration: Path | None = typer.Option(None, "--calibration", help=_CAL_HELP),
+    data: str | None = typer.Option(None, "--data", help=(
+        "with --placement or --plan, where the rows are on the SSDs: 'planned' (the LP's shares, as DDAK writes "
+        "them) or 'even' (an equal share per SSD, as hash placement gives); default: planned, with --plan the "
+        "plan's (a --layout's rows are where the layout put them)"), metavar="planned|even", show_default=False),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
     """Replay an epoch step by step on the capacity graph and compare it with the aggregate LP.
@@ -93,6 +97,11 @@ def simulate_cmd(
     if sum(x is not None for x in (plan_file, placement, layout)) != 1:
         raise MomentError("give one of --plan FILE, --placement NAME (with --profile) or --layout DIR")
     api.check_replay_inputs(steps, seed)
+    if data is not None:
+        api.check_data(data)
+        if layout is not None:
+            raise MomentError("--data does not go with --layout: the layout's rows are where `moment place` put "
+                              "them", hint="leave --data out, or replay --placement NAME / --plan FILE instead")
     if batch_size is not None and batch_size <= 0:
         raise MomentError(f"--batch-size {batch_size}: must be positive")
     if layout is not None:
@@ -105,14 +114,16 @@ def simulate_cmd(
         rep = _layout_replay(layout, topo, dataset, fanouts, batch_size, seed)
     elif plan_file is not None:
         plan = api.read_plan(plan_file)
+        data = data or plan.data
         topo, cal = load_topology(profile or plan.machine, calibration)
-        rep = api.simulate_plan(topo, plan, steps=steps, seed=seed, uniform=uniform)
+        rep = api.simulate_plan(topo, plan, steps=steps, seed=seed, uniform=uniform, data=data)
     else:
         if profile is None:
             raise MomentError("--placement needs --profile")
+        data = api.check_data(data)
         topo, cal = load_topology(profile, calibration)
-        rep = api.simulate_named(topo, placement, gpus, ssds, steps=steps, seed=seed, uniform=uniform)
-    out = api.replay_json(rep, cal)
+        rep = api.simulate_named(topo, placement, gpus, ssds, steps=steps, seed=seed, uniform=uniform, data=data)
+    out = api.replay_json(rep, cal, data)
     if json_out:
         _emit_json(out)
         return

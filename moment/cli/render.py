@@ -27,7 +27,7 @@ def _where(topo: Topology, slot_id: str) -> str:
 
 
 def render_plan(console: Console, plan: Plan, topo: Topology) -> None:
-    p = plan.predicted
+    p = plan.under(plan.data)
     from moment.topology.devices import builtin_gpus_note
 
     console.print(f"[bold]Moment plan[/] for [cyan]{plan.machine}[/] with {plan.inventory}"
@@ -49,7 +49,7 @@ def render_plan(console: Console, plan: Plan, topo: Topology) -> None:
 
     g = Table(title="predicted per-GPU inlet bandwidth", title_justify="left")
     g.add_column("GPU")
-    g.add_column("LP (realisable) GB/s", justify="right")
+    g.add_column("LP (realisable) GB/s" if plan.data == "planned" else "LP, data even GB/s", justify="right")
     if plan.predicted_maxflow:
         g.add_column("max-flow (paper) GB/s", justify="right")
     for i, gpu in enumerate(p.gpus):
@@ -59,7 +59,9 @@ def render_plan(console: Console, plan: Plan, topo: Topology) -> None:
         g.add_row(*row)
     console.print(g)
     mf = plan.predicted_maxflow
-    console.print(f"epoch read time: [bold]{p.epoch_read_s:.2f} s[/] (LP)"
+    other = plan.predicted_even if plan.data == "planned" else plan.predicted
+    console.print(f"epoch read time: [bold]{p.epoch_read_s:.2f} s[/] ({_DATA_NOTE[plan.data]})"
+                  + (f", {other.epoch_read_s:.2f} s ({_SECOND[plan.data]})" if other else "")
                   + (f", {mf.epoch_read_s:.2f} s (paper's max-flow, {mf.solver})" if mf else "")
                   + f"; aggregate {p.aggregate_gbps:.1f} GB/s; imbalance {p.imbalance:.1%}")
 
@@ -76,18 +78,7 @@ def render_plan(console: Console, plan: Plan, topo: Topology) -> None:
         console.print("bottlenecks: [red]" + ", ".join(plan.bottlenecks) + "[/]")
 
     if plan.baselines:
-        bt = Table(title="compared with the usual layouts", title_justify="left")
-        for col in ("layout", "epoch read s", "min GB/s per GPU", "mean GB/s per GPU", "recommended is"):
-            bt.add_column(col)
-        bt.add_row("[bold]recommended[/]", f"{p.epoch_read_s:.2f}", f"{min(p.per_gpu_inlet_gbps):.2f}",
-                   f"{sum(p.per_gpu_inlet_gbps) / len(p.per_gpu_inlet_gbps):.2f}", "")
-        for b in sorted(plan.baselines, key=lambda b: (b.predicted.epoch_read_s, b.name)):
-            bp = b.predicted
-            ratio = bp.epoch_read_s / p.epoch_read_s if p.epoch_read_s > 0 else 1.0
-            bt.add_row(b.name, f"{bp.epoch_read_s:.2f}", f"{min(bp.per_gpu_inlet_gbps):.2f}",
-                       f"{sum(bp.per_gpu_inlet_gbps) / len(bp.per_gpu_inlet_gbps):.2f}",
-                       "as fast" if ratio < 1.005 else f"{ratio:.2f}x faster")
-        console.print(bt)
+        _render_baselines(console, plan)
     _render_explanation(console, plan)
     s = plan.search
     if s.method == "branch-and-bound":
@@ -103,6 +94,47 @@ def render_plan(console: Console, plan: Plan, topo: Topology) -> None:
         console.print(f"[bold yellow]not proven optimal[/]: the time limit stopped the search; this is the best "
                       f"placement found, and no placement reads an epoch faster than {s.lower_bound_s:.2f} s "
                       f"(this one may be up to {gap:.1%} slower than the best)")
+
+
+#: how the epoch line names the plan's data placement, and then the other one
+_DATA_NOTE = {"planned": "LP", "even": "LP, data spread evenly"}
+_SECOND = {"planned": "LP, data spread evenly", "even": "LP, planned data"}
+
+
+def _render_baselines(console: Console, plan: Plan) -> None:
+    """The usual layouts under both data placements (planned shares, equal shares), ranked and compared
+    under the plan's, and how the gain over the best of them splits into slots and data placement."""
+    data = plan.data
+    p = plan.under(data)
+    both = plan.predicted_even is not None and all(b.predicted_even is not None for b in plan.baselines)
+    bt = Table(title="compared with the usual layouts", title_justify="left")
+    bt.add_column("layout", no_wrap=True, min_width=max(len(b.name) for b in plan.baselines))
+    cols = ["epoch read s\nplanned data", "epoch read s\neven data"] if both else ["epoch read s"]
+    for col in cols + ["min GB/s\nper GPU", "mean GB/s\nper GPU", "recommended is"]:
+        bt.add_column(col, justify="right" if col != "recommended is" else "left")
+
+    def times(x) -> list[str]:
+        return [f"{x.predicted.epoch_read_s:.2f}", f"{x.predicted_even.epoch_read_s:.2f}"] if both \
+            else [f"{x.predicted.epoch_read_s:.2f}"]
+
+    bt.add_row("[bold]recommended[/]", *times(plan), f"{min(p.per_gpu_inlet_gbps):.2f}",
+               f"{sum(p.per_gpu_inlet_gbps) / len(p.per_gpu_inlet_gbps):.2f}", "")
+    for b in sorted(plan.baselines, key=lambda b: (b.under(data).epoch_read_s, b.name)):
+        bp = b.under(data)
+        ratio = bp.epoch_read_s / p.epoch_read_s if p.epoch_read_s > 0 else 1.0
+        bt.add_row(b.name, *times(b), f"{min(bp.per_gpu_inlet_gbps):.2f}",
+                   f"{sum(bp.per_gpu_inlet_gbps) / len(bp.per_gpu_inlet_gbps):.2f}",
+                   "as fast" if ratio < 1.005 else f"{ratio:.2f}x faster")
+    console.print(bt)
+    if both:
+        best = min(plan.baselines, key=lambda b: (b.predicted_even.epoch_read_s, b.name))
+        t_base, t_even, t_planned = (best.predicted_even.epoch_read_s, plan.predicted_even.epoch_read_s,
+                                     plan.predicted.epoch_read_s)
+        if min(t_even, t_planned) > 0:
+            console.print(f"planned data: the SSD shares the LP chooses (`moment place` with DDAK writes them); even "
+                          f"data: an equal share per SSD (hash). Against the best usual layout with even data "
+                          f"({best.name}, {t_base:.2f} s): the recommended slots {t_base / t_even:.2f}x, the planned "
+                          f"data placement {t_even / t_planned:.2f}x more", highlight=False)
 
 
 def render_hardware(console: Console, hardware: dict, title: str = "hardware placement") -> None:

@@ -14,7 +14,7 @@ from moment.cli.common import solver_bar
 from moment.errors import MomentError
 # the inputs are parsed with the planner's JSON (the service parses the same way)
 from moment.planner.api import (
-    DEFAULT_GPU_MODEL, DEFAULT_GPUS, DEFAULT_SSD_MODEL, DEFAULT_SSDS, parse_inventory, resolve_gpus)
+    DATA_HELP, DEFAULT_GPU_MODEL, DEFAULT_GPUS, DEFAULT_SSD_MODEL, DEFAULT_SSDS, parse_inventory, resolve_gpus)
 
 _PROFILE_HELP = "built-in profile name (see `moment profiles`) or a YAML file describing the machine"
 _SET_HELP = ("what-if override PATH=VALUE on the profile, repeatable: `nodes.sw1.link.gen=5`, "
@@ -57,6 +57,9 @@ def plan_cmd(
     diagram: Path | None = typer.Option(None, "--diagram", help="also draw the recommended machine to FILE.svg or FILE.png"),
     calibration: Path | None = typer.Option(None, "--calibration", help="calibration from `moment calibrate --out`, applied to the profile"),
     replay: bool = typer.Option(False, "--replay", help="also replay each layout's epoch step by step (`moment simulate`) next to the LP"),
+    data: str | None = typer.Option(None, "--data", help=(
+        f"{DATA_HELP}. The search ranks the placements under it; every layout is shown under both"),
+        metavar="planned|even", show_default=False),
     timeout: float | None = typer.Option(None, "--timeout", help=(
         "stop the search after SECONDS and recommend the best placement found so far, marked 'not proven "
         "optimal' with the least epoch time any placement could reach (JSON: search.proven_optimal, "
@@ -77,6 +80,7 @@ def plan_cmd(
         raise MomentError(f"--maxflow-backend {backend!r}: choose networkx or ortools")
     if timeout is not None and not (timeout > 0 and timeout < float("inf")):
         raise MomentError(f"--timeout {timeout:g}: give a positive number of seconds")
+    data = api.check_data(data)
     if diagram is not None:
         from moment.planner.diagram import check_diagram_path
 
@@ -88,7 +92,7 @@ def plan_cmd(
     with solver_bar() as cb:  # on stderr: --json keeps stdout clean
         plan, out = api.plan_machine(topo, inv, wl, overrides=overrides, calibration=cal,
                                      calibration_source=str(calibration), replay=replay, maxflow_backend=backend,
-                                     progress=cb, timeout=timeout)
+                                     progress=cb, timeout=timeout, data=data)
     if diagram is not None:
         from moment.planner.diagram import write_plan_diagram
 
@@ -118,23 +122,28 @@ def compare_cmd(
                                           "'4xA100,8xP5510' (instead of --gpus/--ssds/--gpu-model/--ssd-model)"),
     overrides: list[str] = typer.Option([], "--set", help=_SET_HELP + " (applied to every profile)"),
     calibration: Path | None = typer.Option(None, "--calibration", help="calibration from `moment calibrate --out`, applied to every profile"),
+    data: str | None = typer.Option(None, "--data", help=f"{DATA_HELP}; each machine's best layout is found and "
+                                    "shown under it", metavar="planned|even", show_default=False),
     json_out: bool = typer.Option(False, "--json", help="print a JSON list"),
 ) -> None:
     """Plan several machines (or inventories) and put the best layouts side by side (what-if)."""
     from moment.planner import api
 
+    data = api.check_data(data)
     api.check_one_inventory(bool(inventories), gpus=gpus, ssds=ssds, gpu_model=gpu_model, ssd_model=ssd_model)
     machines, cal = [], None
     for prof in profiles:
         topo, cal = api.load_topology(prof, calibration, overrides)
         machines.append((prof, topo))
     rows = api.compare_rows(machines, inventories=inventories, gpus=gpus, ssds=ssds, gpu_model=gpu_model,
-                            ssd_model=ssd_model, overrides=overrides, calibration=cal)
+                            ssd_model=ssd_model, overrides=overrides, calibration=cal, data=data)
     if json_out:
         _emit_json(rows)
         return
     if overrides:
         console.print(_overrides_line(overrides) + " (applied to every profile)", highlight=False)
+    if data != api.DEFAULT_DATA:
+        console.print("predicted with the data spread evenly over the SSDs (--data even)", highlight=False)
     _render_compare(rows)
 
 

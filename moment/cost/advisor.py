@@ -37,6 +37,7 @@ from pydantic import BaseModel, Field
 from moment.cost.model import CostParams, costs, report, samples_per_epoch
 from moment.cost.prices import PriceTable, load_prices
 from moment.errors import Flag, MomentError, cli_flag
+from moment.planner.contracts import DataPlacement
 from moment.topology.devices import (Inventory, InventoryItem, builtin_gpus, card_link, find_model, fits, ssd_read_bytes,
                                      strip)
 from moment.topology.model import Kind, Topology
@@ -87,6 +88,8 @@ class PriceSource(BaseModel):
 class AdviseResult(BaseModel):
     machine: str
     workload: str
+    data: DataPlacement = Field("planned", description="the data placement the epochs are predicted under: "
+                                "'planned' (the LP's SSD shares, DDAK) or 'even' (equal SSD shares, hash)")
     budget_usd: float
     budget_basis: str = Field("hardware_usd", description="the budget caps the purchase, not the TCO")
     top_k: int
@@ -260,11 +263,13 @@ def check_inputs(budget_usd: float, top_k: int, max_gpus: int | None, max_ssds: 
 def advise(topo: Topology, budget_usd: float, *, models: list[str] | None = None, max_gpus: int | None = None,
            max_ssds: int | None = None, workload: WorkloadSpec | None = None, prices: PriceTable | None = None,
            params: CostParams | None = None, top_k: int = 3, prune: bool = True,
-           progress: Callable[[int, int], None] | None = None, flag: Flag = cli_flag) -> AdviseResult:
+           progress: Callable[[int, int], None] | None = None, flag: Flag = cli_flag,
+           data: str = "planned") -> AdviseResult:
     """The best inventories for `topo`'s chassis under `budget_usd` (hardware), by throughput per TCO
     dollar and by throughput, with their placements. `progress(done, total)` counts the inventories in the
     budget that are solved or ruled out of both rankings; messages spell the inputs (budget, models,
-    max_gpus, ...) as `flag` does."""
+    max_gpus, ...) as `flag` does. `data`: the data placement each inventory's epoch is predicted under
+    ('planned' or 'even', as `moment plan --data`); the throughput bound holds for both."""
     from moment.planner.plan import SearchCache, best_placement
 
     t0 = time.perf_counter()
@@ -327,12 +332,12 @@ def advise(topo: Topology, budget_usd: float, *, models: list[str] | None = None
         nonlocal unplaceable
         c.done = True
         try:
-            best = best_placement(topo, c.inventory, workload, cache=cache)
+            best = best_placement(topo, c.inventory, workload, cache=cache, data=data)
         except MomentError:
             unplaceable += 1  # e.g. double-width cards that leave too few slots
             c.exact = None
         else:
-            predicted = best.evaluation.predicted
+            predicted = best.evaluation.under(data)
             rep = report(c.inventory, predicted.epoch_read_s, seeds, prices, params)
             c.exact = Candidate(
                 inventory=c.label, items=c.inventory.items, placement=best.placement,
@@ -422,7 +427,7 @@ def advise(topo: Topology, budget_usd: float, *, models: list[str] | None = None
     runner = [final[label] for label in ranks if label not in (best_pd.inventory, best_thr.inventory)]
     runner.sort(key=lambda c: (c.rank_per_dollar or top_k + 1, c.rank_throughput or top_k + 1, c.inventory))
     return AdviseResult(
-        machine=topo.name, workload=workload.name, budget_usd=budget_usd, top_k=top_k, params=params,
+        machine=topo.name, workload=workload.name, data=data, budget_usd=budget_usd, top_k=top_k, params=params,
         best_throughput_per_dollar=best_pd, best_throughput=best_thr, runner_ups=runner,
         candidates=[final[c.label] for c in sorted(exact, key=lambda c: _key_tpc(c.exact.tpc, c))], gpu_models=gpu_models, ssd_models=ssd_models,
         searched=len(invs), over_budget=len(invs) - total, pruned=total - len(solved), solved=len(solved),

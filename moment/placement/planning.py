@@ -237,10 +237,10 @@ def replan(plan: Plan, topo: Topology, workload: WorkloadSpec) -> Plan:
     from moment.planner.evaluate import BOTTLENECK_UTILISATION, evaluate
 
     bare, _ = strip(topo)
-    ev = evaluate(bare, plan.placement, workload)
+    ev = evaluate(bare, plan.placement, workload, data=plan.data)
     return plan.model_copy(update={
         "workload": workload, "placement": ev.placement, "devices": ev.devices, "predicted": ev.predicted,
-        "predicted_maxflow": ev.predicted_maxflow, "links": ev.links,
+        "predicted_even": ev.predicted_even, "predicted_maxflow": ev.predicted_maxflow, "links": ev.links,
         "bottlenecks": [u.id for u in ev.links if u.utilisation >= BOTTLENECK_UTILISATION],
         "baselines": [], "gain_vs_best_baseline": None,
     })

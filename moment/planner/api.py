@@ -28,7 +28,27 @@ DEFAULT_SSDS = 8
 DEFAULT_GPU_MODEL = "A100-PCIe-40GB"
 DEFAULT_SSD_MODEL = "P5510"
 
+#: --data left out: the LP chooses the SSD shares (what `moment place` with DDAK realises)
+DEFAULT_DATA = "planned"
+DATA_HELP = ("where the rows will be on the SSDs, which the prediction assumes: 'planned' (default: in the shares "
+             "the LP chooses, as `moment place` with DDAK writes them) or 'even' (an equal share on every SSD, as "
+             "hash or round-robin placement gives)")
+
+
 # ---- inputs ------------------------------------------------------------------------------------------
+def check_data(data: str | None, *, flag: Flag = cli_flag) -> str:
+    """The data placement a prediction assumes (None: DEFAULT_DATA); another word is an error naming the input."""
+    from moment.planner.contracts import DATA_PLACEMENTS
+
+    if data is None:
+        return DEFAULT_DATA
+    if data not in DATA_PLACEMENTS:
+        raise MomentError(f"{flag('data')} {data!r}: choose {' or '.join(DATA_PLACEMENTS)}",
+                          hint="planned: the SSD shares the planner chooses (DDAK); even: equal shares (hash)",
+                          field="data")
+    return data
+
+
 def check_one_inventory(inventory: bool, *, flag: Flag = cli_flag, **given: Any) -> None:
     """An inventory names every device, so counts or models given beside it (`gpus=3`, `ssd_model=...`;
     None: not given) would be ignored: refused, naming both."""
@@ -190,8 +210,8 @@ def calibration_block(cal: Calibration, source: str, plan: Plan) -> dict:
     """`calibration` of `plan --calibration --json`: the source, its parameters, the calibrated epochs."""
     from moment.planner.calibration import calibrated_epoch
 
-    epochs = {"recommended": calibrated_epoch(plan.predicted.epoch_read_s, cal)}
-    epochs.update({b.name: calibrated_epoch(b.predicted.epoch_read_s, cal) for b in plan.baselines})
+    epochs = {"recommended": calibrated_epoch(plan.under(plan.data).epoch_read_s, cal)}
+    epochs.update({b.name: calibrated_epoch(b.under(plan.data).epoch_read_s, cal) for b in plan.baselines})
     # a fit carries to another machine by link class only: say when it does, and how well it fitted at home
     return {"file": source, "params": cal.params, "predicted_epoch_s": epochs, "fitted_on": cal.fitted_on,
             "other_machine": cal.fitted_on != plan.machine, "loo_max_rel_err": cal.loo_max_rel_err}
@@ -203,13 +223,14 @@ def calibrated_row(cal: Calibration | None, plan: Plan) -> dict:
 
     if cal is None:
         return {}
-    return {"calibrated_epoch_s": calibrated_epoch(plan.predicted.epoch_read_s, cal), "calibration": cal.params}
+    return {"calibrated_epoch_s": calibrated_epoch(plan.under(plan.data).epoch_read_s, cal), "calibration": cal.params}
 
 
 def replay_placement(topo_bare: Topology, placement: dict[str, str], workload: WorkloadSpec, *,
-                     steps: int | None, seed: int, uniform: bool, flag: Flag = cli_flag):
-    """Replay a placement on a synthetic trace: the LP's shares, `steps` DDP steps (default: the
-    workload's seeds / batch / GPUs), rows of the workload's row size."""
+                     steps: int | None, seed: int, uniform: bool, flag: Flag = cli_flag, data: str = "planned"):
+    """Replay a placement on a synthetic trace: the LP's shares under `data` (equal SSD shares with
+    'even'), `steps` DDP steps (default: the workload's seeds / batch / GPUs), rows of the workload's
+    row size."""
     from moment.planner.lp import solve_lp
     from moment.planner.network import build_network
     from moment.planner.replay import Replayer, check_steps, steps_per_epoch, synthetic_demands
@@ -219,7 +240,7 @@ def replay_placement(topo_bare: Topology, placement: dict[str, str], workload: W
     net = build_network(populate(topo_bare, placement), workload)
     if steps is not None:
         check_steps(net, steps, what=f"{flag('steps')} {steps}", hint=f"leave {flag('steps')} out to replay one epoch")
-    sol = solve_lp(net)
+    sol = solve_lp(net, data=data)
     n = steps or steps_per_epoch(workload.num_nodes * workload.train_fraction, workload.batch_size, len(net.gpus))
     B = synthetic_demands(net, sol.storage_shares(), n, workload.row_bytes, seed=seed, uniform=uniform)
     return Replayer(net).run(B, sol.epoch_read_s, "uniform" if uniform else "synthetic")
@@ -239,10 +260,10 @@ def replay_rows(plan: Plan, topo: Topology, steps: int | None = None, seed: int 
 
     bare, _ = strip(topo)
     out = {"recommended": replay_placement(bare, plan.placement, plan.workload, steps=steps, seed=seed,
-                                           uniform=False).model_dump(mode="json")}
+                                           uniform=False, data=plan.data).model_dump(mode="json")}
     for b in plan.baselines:
         out[b.name] = replay_placement(bare, b.placement, plan.workload, steps=steps, seed=seed,
-                                       uniform=False).model_dump(mode="json")
+                                       uniform=False, data=plan.data).model_dump(mode="json")
     return out
 
 
@@ -250,14 +271,16 @@ def plan_machine(topo: Topology, inventory: Inventory, workload: WorkloadSpec, *
                  overrides: list[str] | None = None, calibration: Calibration | None = None,
                  calibration_source: str = "", replay: bool = False, maxflow_backend: str = "ortools",
                  progress: Callable[[int, int], None] | None = None,
-                 timeout: float | None = None) -> tuple[Plan, dict]:
+                 timeout: float | None = None, data: str = DEFAULT_DATA) -> tuple[Plan, dict]:
     """Plan `inventory` on `topo` (calibration already applied): the Plan and `moment plan --json`'s object
-    (the plan, plus `calibration` and `replay` when asked). `timeout`: seconds for the search (`make_plan`)."""
+    (the plan, plus `calibration` and `replay` when asked). `timeout`: seconds for the search (`make_plan`);
+    `data`: the data placement the search ranks by (`make_plan`)."""
     from moment.planner.plan import make_plan
 
     if maxflow_backend not in ("networkx", "ortools"):
         raise MomentError(f"maxflow backend {maxflow_backend!r}: choose networkx or ortools")
-    plan = make_plan(topo, inventory, workload, maxflow_backend=maxflow_backend, progress=progress, timeout=timeout)
+    plan = make_plan(topo, inventory, workload, maxflow_backend=maxflow_backend, progress=progress, timeout=timeout,
+                     data=data)
     plan = plan.model_copy(update={"overrides": list(overrides or [])})
     extra: dict[str, Any] = {}
     if calibration is not None:
@@ -277,21 +300,23 @@ def plan_svg(topo: Topology, plan: Plan) -> str:
 # ---- compare -----------------------------------------------------------------------------------------
 def compare_row(profile: str, topo: Topology, inventory: Inventory, *, overrides: list[str] | None = None,
                 calibration: Calibration | None = None,
-                progress: Callable[[int, int], None] | None = None) -> dict:
-    """One row of `moment compare --json`: the best layout of `inventory` on `topo` (default workload)."""
+                progress: Callable[[int, int], None] | None = None, data: str = DEFAULT_DATA) -> dict:
+    """One row of `moment compare --json`: the best layout of `inventory` on `topo` (default workload),
+    its figures under the data placement `data`."""
     from moment.planner.explain import bottleneck_summary
     from moment.planner.plan import make_plan
     from moment.topology.devices import builtin_gpus_note
     from moment.workload.spec import WorkloadSpec
 
-    plan = make_plan(topo, inventory, WorkloadSpec(), progress=progress)
-    best_base = min(plan.baselines, key=lambda b: b.predicted.epoch_read_s, default=None)
+    plan = make_plan(topo, inventory, WorkloadSpec(), progress=progress, data=data)
+    best_base = min(plan.baselines, key=lambda b: b.under(data).epoch_read_s, default=None)
+    p = plan.under(data)
     return {
         "profile": profile, "inventory": plan.inventory, "built_in": builtin_gpus_note(topo, "").strip(),
-        "overrides": list(overrides or []),
-        "epoch_read_s": plan.predicted.epoch_read_s,
-        "per_gpu_inlet_gbps": plan.predicted.per_gpu_inlet_gbps,
-        "aggregate_gbps": plan.predicted.aggregate_gbps,
+        "overrides": list(overrides or []), "data": data,
+        "epoch_read_s": p.epoch_read_s,
+        "per_gpu_inlet_gbps": p.per_gpu_inlet_gbps,
+        "aggregate_gbps": p.aggregate_gbps,
         "bottlenecks": plan.bottlenecks,
         "bottleneck_summary": bottleneck_summary(plan),
         "best_baseline": best_base.name if best_base else None,
@@ -305,7 +330,7 @@ def compare_rows(machines: list[tuple[str, Topology]], *, inventories: list[str]
                  gpus: int | None = None, ssds: int | None = None, gpu_model: str | None = None,
                  ssd_model: str | None = None, overrides: list[str] | None = None,
                  calibration: Calibration | None = None, flag: Flag = cli_flag,
-                 progress: Callable[[int, int], None] | None = None) -> list[dict]:
+                 progress: Callable[[int, int], None] | None = None, data: str = DEFAULT_DATA) -> list[dict]:
     """`moment compare --json`: each (name, calibrated topology) with each inventory (or gpus/ssds)."""
     rows = []
     for name, topo in machines:
@@ -313,14 +338,15 @@ def compare_rows(machines: list[tuple[str, Topology]], *, inventories: list[str]
             [parse_inventory(None, resolve_gpus(topo, gpus, flag=flag), ssds, gpu_model, ssd_model, flag=flag)]
         for inv in invs:
             rows.append(compare_row(name, topo, inv, overrides=overrides, calibration=calibration,
-                                    progress=progress))
+                                    progress=progress, data=data))
     return rows
 
 
 # ---- simulate ----------------------------------------------------------------------------------------
 def simulate_named(topo: Topology, layout: str, gpus: int, ssds: int, *, steps: int | None = None,
-                   seed: int = 0, uniform: bool = False, flag: Flag = cli_flag):
-    """Replay one of the profile's named layouts (e.g. paper-c) for gpus/ssds of the default models."""
+                   seed: int = 0, uniform: bool = False, flag: Flag = cli_flag, data: str = DEFAULT_DATA):
+    """Replay one of the profile's named layouts (e.g. paper-c) for gpus/ssds of the default models,
+    its data placed as `data` says."""
     from moment.planner.baselines import named_layouts
     from moment.topology.devices import strip
     from moment.workload.spec import WorkloadSpec
@@ -332,23 +358,27 @@ def simulate_named(topo: Topology, layout: str, gpus: int, ssds: int, *, steps: 
         raise MomentError(f"{flag('placement')} {layout!r}: not a layout of {bare.name!r} for {inv.describe()}",
                           hint=f"its layouts: {', '.join(lays) or 'none'}", field="placement")
     return replay_placement(bare, lays[layout].placement, WorkloadSpec(), steps=steps, seed=seed, uniform=uniform,
-                            flag=flag)
+                            flag=flag, data=data)
 
 
 def simulate_plan(topo: Topology, plan: Plan, *, steps: int | None = None, seed: int = 0, uniform: bool = False,
-                  flag: Flag = cli_flag):
-    """Replay a plan's recommended placement with the plan's workload."""
+                  flag: Flag = cli_flag, data: str | None = None):
+    """Replay a plan's recommended placement with the plan's workload, its data placed as `data` says
+    (None: as the plan was made for)."""
     from moment.topology.devices import strip
 
     return replay_placement(strip(topo)[0], plan.placement, plan.workload, steps=steps, seed=seed, uniform=uniform,
-                            flag=flag)
+                            flag=flag, data=data or plan.data)
 
 
-def replay_json(rep, cal: Calibration | None) -> dict:
-    """`moment simulate --json`: the replay, and the calibrated epoch when a calibration is applied."""
+def replay_json(rep, cal: Calibration | None, data: str | None = DEFAULT_DATA) -> dict:
+    """`moment simulate --json`: the replay (of data placed as `data` says; None: a real layout's), and the
+    calibrated epoch when a calibration is applied."""
     from moment.planner.calibration import calibrated_epoch
 
     out = rep.model_dump(mode="json")
+    if data is not None:
+        out["data"] = data
     if cal is not None:
         out["calibrated_epoch_s"] = calibrated_epoch(rep.epoch_s, cal)
     return out

@@ -83,9 +83,11 @@ class BranchAndBound:
     """One search of `inventory` on a bare chassis (`template`); `run()` does it."""
 
     def __init__(self, template: ChassisTemplate, inventory: Inventory, workload: WorkloadSpec, *,
-                 deadline: float | None = None, progress: Callable[[int, int], None] | None = None):
+                 deadline: float | None = None, progress: Callable[[int, int], None] | None = None,
+                 data: str = "planned"):
         self.template = template
         self.workload = workload
+        self.data = data
         self.deadline = deadline
         self.progress = progress
         topo = template.topo
@@ -263,17 +265,20 @@ class BranchAndBound:
             raise _Timeout
         cap = self.best_t
         out: list[float | None] = []
-        nets = []
+        nets, datas = [], []
         for p, *state in partials:
             rest = self._rest(*state, cap)
             if rest is None:  # the GPUs left cannot all be fed fast enough to beat the best time
                 out.append(cap)
                 continue
             nets.append(self.template.network(p, self.workload, rest))
+            # a complete placement is solved under the data placement asked for; a partial one's planned
+            # LP bounds every completion's under either (equal SSD shares only narrow the LP)
+            datas.append(self.data if rest == Rest() else "planned")
             out.append(None)
         self.nodes += len(partials)
         self.lps += len(nets)
-        times = iter(s.epoch_read_s for s in solve_lp_batch(nets)) if nets else iter(())
+        times = iter(s.epoch_read_s for s in solve_lp_batch(nets, data=datas)) if nets else iter(())
         return [min(cap, next(times)) if b is None else b for b in out]
 
     def _rest(self, taken: frozenset, no_dw: frozenset, step: int, low: int, best: float) -> Rest | None:
@@ -333,10 +338,10 @@ class BranchAndBound:
 
 def branch_and_bound(template: ChassisTemplate, inventory: Inventory, workload: WorkloadSpec, *,
                      deadline: float | None = None,
-                     progress: Callable[[int, int], None] | None = None) -> BranchResult:
+                     progress: Callable[[int, int], None] | None = None, data: str = "planned") -> BranchResult:
     """The placement of `inventory` on `template`'s chassis with the least realisable-LP epoch time
-    (see the module docstring); `progress(done, 100)` reports the share of the search covered."""
-    return BranchAndBound(template, inventory, workload, deadline=deadline, progress=progress).run()
+    under `data` (see the module docstring); `progress(done, 100)` reports the share of the search covered."""
+    return BranchAndBound(template, inventory, workload, deadline=deadline, progress=progress, data=data).run()
 
 
 __all__ = ["BranchResult", "branch_and_bound"]

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from moment.documents import mistaken
 from moment.errors import MomentError, validation_error
+from moment.planner.contracts import DataPlacement
 from moment.topology.bandwidth import GB
 from moment.topology.devices import Inventory, check_placement, strip
 from moment.topology.model import Kind, Topology
@@ -108,8 +109,9 @@ class Measurement(BaseModel):
     epoch_s: float | None = Field(None, gt=0)
     device: str | None = Field(None, description="e.g. ssd0")
     read_gbps: float | None = Field(None, gt=0)
-    data: str | None = Field(None, description="data placement of the measured run: 'planned' (DDAK realises the "
-                             "LP's shares) or 'even' (every SSD holds an equal share, e.g. hash); default: the file's")
+    data: DataPlacement | None = Field(None, description="data placement of the measured run: 'planned' (DDAK "
+                                       "realises the LP's shares) or 'even' (every SSD holds an equal share, e.g. "
+                                       "hash); default: the file's")
     link: str | None = Field(None, description="node id whose uplink was measured, or 'socket_link'")
     gbps: float | None = Field(None, gt=0)
 
@@ -123,8 +125,9 @@ class Measurement(BaseModel):
             raise ValueError("an epoch_s needs a layout name or gpu/ssd slot lists (one of them)")
         if self.read_gbps is not None and not self.device:
             raise ValueError("read_gbps needs a device (e.g. ssd0)")
-        if self.data not in (None, "planned", "even"):
-            raise ValueError(f"data must be 'planned' or 'even', not {self.data!r}")
+        if self.data is not None and self.epoch_s is None:
+            raise ValueError("data (where the rows were placed) belongs to an epoch_s measurement, not to a "
+                             "device's or link's rate")
         if self.gbps is not None and not self.link:
             raise ValueError("gbps needs a link (a node id, or socket_link)")
         return self
@@ -146,8 +149,8 @@ class MeasurementFile(BaseModel):
     machine: str | None = Field(None, description="profile the layouts refer to")
     gpus: int | None = Field(None, ge=0)
     ssds: int | None = Field(None, ge=0)
-    data: str = Field("planned", pattern="^(planned|even)$",
-                      description="data placement of the measured runs unless a measurement says otherwise")
+    data: DataPlacement = Field("planned", description="data placement of the measured runs unless a "
+                                "measurement says otherwise")
     measurements: list[Measurement] = Field(min_length=1)
     probe: dict[str, Any] | None = Field(None, description="what `moment probe` measured besides (not fitted)")
 
@@ -290,17 +293,11 @@ class Model:
 
 def epoch_read_times(nets: list, even: list[bool]) -> list[float]:
     """The realisable LP's epoch read time of each network (one HiGHS call); where `even`, the SSD
-    shares are not chosen by the LP but fixed equal (the SSD tier's share split evenly)."""
+    shares are not chosen by the LP but fixed equal (`lp._fix_even`)."""
     from moment.planner.highs import linprog
     from moment.planner.lp import _parts, _stack
-    from moment.planner.network import TIER_SSD
 
-    parts = [_parts(n, "auto") for n in nets]
-    for net, part, ev in zip(nets, parts, even):
-        ssd = [i for i, s in enumerate(net.storage) if s.tier == TIER_SSD]
-        if ev and ssd:
-            share = (1.0 - net.gpu_cache_share - net.cpu_cache_share) / len(ssd)
-            part.bounds[ssd] = share
+    parts = [_parts(n, "auto", "even" if ev else "planned") for n, ev in zip(nets, even)]
     lp = _stack(parts)
     col0 = lp.pop("col0")
     res = linprog(**lp)

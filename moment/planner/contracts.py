@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, Field
 
 from moment.workload.spec import WorkloadSpec
+
+#: how the rows are spread over the SSDs: 'planned' in the shares the LP chooses (what `moment place`
+#: with DDAK realises), 'even' in equal shares (hash or round-robin placement)
+DATA_PLACEMENTS = ("planned", "even")
+DataPlacement = Literal["planned", "even"]
+_EVEN_HELP = ("the realisable LP with the data spread evenly over the SSDs (hash or round-robin placement: "
+              "equal SSD shares); `predicted` lets the LP choose the shares (DDAK)")
 
 
 class LinkUse(BaseModel):
@@ -33,19 +42,33 @@ class Prediction(BaseModel):
     )
 
 
-class Evaluation(BaseModel):
+class _Under:
+    """`under(data)` for a model with `predicted` and `predicted_even`."""
+
+    def under(self, data: str) -> Prediction:
+        """The prediction under the data placement `data` ('planned' or 'even')."""
+        if data == "even":
+            if self.predicted_even is None:  # type: ignore[attr-defined]
+                raise ValueError("no prediction with the data spread evenly was made")
+            return self.predicted_even  # type: ignore[attr-defined]
+        return self.predicted  # type: ignore[attr-defined]
+
+
+class Evaluation(BaseModel, _Under):
     placement: dict[str, str] = Field(description="slot id -> device model")
     devices: dict[str, str] = Field(default_factory=dict, description="slot id -> device id (gpu0, ssd3, ...)")
     predicted: Prediction
+    predicted_even: Prediction | None = Field(None, description=_EVEN_HELP)
     predicted_maxflow: Prediction | None = None
     links: list[LinkUse] = Field(default_factory=list)
 
 
-class Baseline(BaseModel):
+class Baseline(BaseModel, _Under):
     name: str
     description: str = ""
     placement: dict[str, str]
     predicted: Prediction
+    predicted_even: Prediction | None = Field(None, description=_EVEN_HELP)
     predicted_maxflow: Prediction | None = None
     bottlenecks: list[str] = Field(default_factory=list, description="ids of its saturated links (LP)")
 
@@ -97,20 +120,24 @@ class SearchStats(BaseModel):
     seconds_per_solve: float
 
 
-class Plan(BaseModel):
+class Plan(BaseModel, _Under):
     machine: str
     inventory: str
     workload: WorkloadSpec
+    data: DataPlacement = Field("planned", description=(
+        "the data placement the recommendation is chosen for, which sets its links, bottlenecks, gain and "
+        "explanation: 'planned' (the LP's shares, `predicted`) or 'even' (equal SSD shares, `predicted_even`)"))
     placement: dict[str, str]
     devices: dict[str, str] = Field(default_factory=dict)
     predicted: Prediction
+    predicted_even: Prediction | None = Field(None, description=_EVEN_HELP)
     predicted_maxflow: Prediction | None = None
     links: list[LinkUse]
     bottlenecks: list[str] = Field(default_factory=list, description="ids of saturated links")
     search: SearchStats
     baselines: list[Baseline] = Field(default_factory=list)
     gain_vs_best_baseline: float | None = Field(
-        None, description="best baseline epoch time / recommended epoch time"
+        None, description="best baseline epoch time / recommended epoch time, both under `data`"
     )
     overrides: list[str] = Field(default_factory=list, description="--set what-if overrides applied to the profile")
     explanation: list[Explanation] = Field(

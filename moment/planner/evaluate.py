@@ -74,30 +74,38 @@ def _use(lid, src, dst, kind, label, cap, load, tiny, seen) -> LinkUse | None:
 
 
 def solve(net: FlowNetwork, solvers: Sequence[str], maxflow_backend: str) -> dict[str, Solution]:
-    unknown = set(solvers) - {"lp", "maxflow"}
+    """`solvers`: 'lp' (the realisable LP, shares chosen by it), 'even' (the same LP with the data
+    spread evenly over the SSDs) and 'maxflow' (the paper's)."""
+    unknown = set(solvers) - {"lp", "even", "maxflow"}
     if unknown or not solvers:
-        raise MomentError(f"unknown solver(s) {sorted(unknown) or '(none)'}", hint="use 'lp' and/or 'maxflow'")
+        raise MomentError(f"unknown solver(s) {sorted(unknown) or '(none)'}", hint="use 'lp', 'even' and/or 'maxflow'")
     out = {}
     if "lp" in solvers:
         out["lp"] = solve_lp(net)
+    if "even" in solvers:
+        out["even"] = solve_lp(net, data="even")
     if "maxflow" in solvers:
         out["maxflow"] = solve_maxflow(net, maxflow_backend)
     return out
 
 
 def evaluate(topo_bare: Topology, placement: dict[str, str], workload: WorkloadSpec, *,
-             solvers: Sequence[str] = ("lp", "maxflow"), maxflow_backend: str = "networkx") -> Evaluation:
-    """Predict a placement with each solver; links and bottlenecks come from the LP (the realisable
-    one) when it ran, else from max-flow."""
+             solvers: Sequence[str] = ("lp", "even", "maxflow"), maxflow_backend: str = "networkx",
+             data: str = "planned") -> Evaluation:
+    """Predict a placement with each solver; links and bottlenecks come from the LP under `data` (the
+    realisable one: 'planned' or 'even', which must be among `solvers`) when it ran, else from max-flow."""
+    if ("even" in solvers and "lp" not in solvers) or (data == "even" and "even" not in solvers):
+        raise ValueError("the even-data LP comes with the planned one ('lp'), and data 'even' needs it")
     topo = populate(topo_bare, placement)
     net = build_network(topo, workload)
     sols = solve(net, solvers, maxflow_backend)
-    main = sols.get("lp") or sols["maxflow"]
+    main = sols["even"] if data == "even" else sols.get("lp") or sols["maxflow"]
     devices = {slot: topo.occupant(slot).id for slot in placement}
     return Evaluation(
         placement=dict(placement),
         devices=devices,
-        predicted=prediction(main),
+        predicted=prediction(sols.get("lp") or main),
+        predicted_even=prediction(sols["even"]) if "even" in sols else None,
         predicted_maxflow=prediction(sols["maxflow"]) if "maxflow" in sols and "lp" in sols else None,
         links=link_uses(main),
     )

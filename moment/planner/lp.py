@@ -13,17 +13,23 @@ Backend: HiGHS (`planner.highs`, called as scipy's `linprog(method="highs")` cal
 matrices. The model is built as NumPy index arrays in one go, so building costs far less than solving; OR-Tools GLOP would need a
 Python call per variable and constraint, which costs more than the solve at these sizes.
 
+With the data spread evenly (`data="even"`: hash or round-robin placement of the rows over the
+SSDs) the SSD shares are not the LP's to choose: each SSD serves an equal part of what the caches
+leave, and the LP finds the least T for that placement (`_fix_even`).
+
 Units inside: bytes divided by the total epoch demand (flows are O(1)), seconds for T.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from moment.errors import MomentError
+from moment.planner.contracts import DATA_PLACEMENTS
 from moment.planner.highs import linprog
-from moment.planner.network import TIER_CPU, TIER_GPU, FlowNetwork
+from moment.planner.network import TIER_CPU, TIER_GPU, TIER_SSD, FlowNetwork
 from moment.planner.solution import Solution
 
 #: Weight of total flow in the objective (relative to T's scale): picks, among the solutions with
@@ -49,15 +55,36 @@ class _Parts:
 MAX_PATHS_PER_GPU = 256
 
 
-def _parts(net: FlowNetwork, formulation: str) -> _Parts:
+def _parts(net: FlowNetwork, formulation: str, data: str = "planned") -> _Parts:
     net.check_servable()
     if formulation not in ("auto", "paths", "edges"):
         raise ValueError(f"formulation must be auto, paths or edges, not {formulation!r}")
+    if data not in DATA_PLACEMENTS:
+        raise ValueError(f"data must be one of {', '.join(DATA_PLACEMENTS)}, not {data!r}")
+    part = None
     if formulation != "edges":
         paths = _paths(net, None if formulation == "paths" else MAX_PATHS_PER_GPU)
         if paths is not None:
-            return _parts_paths(net, paths)
-    return _parts_edges(net)
+            part = _parts_paths(net, paths)
+    part = part or _parts_edges(net)
+    if data == "even":
+        _fix_even(net, part)
+    return part
+
+
+def _fix_even(net: FlowNetwork, part: _Parts) -> None:
+    """Data spread evenly over the SSDs: every SSD serves the same share of the accesses, and the
+    SSDs together what the GPU and CPU caches do not (the caches hold the hot rows either way)."""
+    ssd = [i for i, s in enumerate(net.storage) if s.tier == TIER_SSD]
+    if not ssd:
+        return
+    unreachable = [net.storage[i].id for i in ssd if part.bounds[i, 1] == 0.0]
+    if unreachable:  # the path form found no route from it to some GPU
+        raise MomentError(f"the data cannot be spread evenly: {', '.join(unreachable)} cannot reach every GPU",
+                          hint="plan with the data placed by the planner (data 'planned')")
+    tiers = {s.tier for s in net.storage}
+    cached = (net.gpu_cache_share if TIER_GPU in tiers else 0.0) + (net.cpu_cache_share if TIER_CPU in tiers else 0.0)
+    part.bounds[ssd] = (1.0 - cached) / len(ssd)
 
 
 def _paths(net: FlowNetwork, cap: int | None) -> list[dict[int, list[list[int]]]] | None:
@@ -242,17 +269,18 @@ def _stack(parts: list[_Parts]) -> dict:
             "bounds": np.concatenate([p.bounds for p in parts]), "col0": col0}
 
 
-def solve_lp(net: FlowNetwork, *, formulation: str = "auto", balance: bool = True) -> Solution:
-    """Least T in which every GPU can be fed when all GPUs read one shared data placement.
+def solve_lp(net: FlowNetwork, *, formulation: str = "auto", balance: bool = True, data: str = "planned") -> Solution:
+    """Least T in which every GPU can be fed when all GPUs read one shared data placement: the shares
+    the LP chooses (`data="planned"`, what DDAK realises) or equal SSD shares (`data="even"`).
 
     With `balance`, a second LP keeps T and picks, among the equally fast share vectors, the one
     closest to proportional within each tier (every SSD gets a share in proportion to its read rate
     as far as the links allow): the first LP's optimum is often not unique, and DDAK realises these
     shares, so an arbitrary vertex would leave an SSD idle for no reason."""
-    first = solve_lp_batch([net], formulation=formulation)[0]
+    first = solve_lp_batch([net], formulation=formulation, data=data)[0]
     if not balance:
         return first
-    return _balanced(net, _parts(net, formulation), first)
+    return _balanced(net, _parts(net, formulation, data), first)
 
 
 def _balanced(net: FlowNetwork, p: _Parts, first: Solution) -> Solution:
@@ -286,15 +314,18 @@ def _balanced(net: FlowNetwork, p: _Parts, first: Solution) -> Solution:
                     {s.id: float(share[i]) * total for i, s in enumerate(net.storage)}, dict(net.demand), net)
 
 
-def solve_lp_batch(nets: list[FlowNetwork], *, formulation: str = "auto") -> list[Solution]:
-    """Solve several networks' LPs in one HiGHS call (the call overhead dominates small LPs)."""
-    parts = [_parts(n, formulation) for n in nets]
+def solve_lp_batch(nets: list[FlowNetwork], *, formulation: str = "auto",
+                   data: str | Sequence[str] = "planned") -> list[Solution]:
+    """Solve several networks' LPs in one HiGHS call (the call overhead dominates small LPs). `data`:
+    the data placement of every network, or of each (see `solve_lp`)."""
+    datas = [data] * len(nets) if isinstance(data, str) else list(data)
+    parts = [_parts(n, formulation, d) for n, d in zip(nets, datas, strict=True)]
     lp = _stack(parts)
     col0 = lp.pop("col0")
     res = linprog(**lp)
     if not res.ok:
         if len(nets) > 1:  # find the culprit and report it alone
-            return [s for n in nets for s in solve_lp_batch([n], formulation=formulation)]
+            return [s for n, d in zip(nets, datas) for s in solve_lp_batch([n], formulation=formulation, data=d)]
         raise MomentError(f"the placement LP has no solution ({res.message.strip()})",
                           hint="is every GPU reachable from the storage (check links and slots)?")
     out = []

@@ -66,7 +66,7 @@ def _key(placement: dict[str, str]) -> tuple:
 def make_plan(topo: Topology, inventory: Inventory, workload: WorkloadSpec, *,
               maxflow_backend: str = "ortools",
               progress: Callable[[int, int], None] | None = None,
-              method: str = "auto", timeout: float | None = None) -> Plan:
+              method: str = "auto", timeout: float | None = None, data: str = "planned") -> Plan:
     """Search every distinct placement of `inventory` into `topo`'s chassis; least LP epoch time wins
     (times within TIE_REL tie), and `tiebreak.compare_placements` decides between equally fast ones.
     Devices already in slots are taken out first; their layout becomes baseline 'current'.
@@ -75,29 +75,40 @@ def make_plan(topo: Topology, inventory: Inventory, workload: WorkloadSpec, *,
     (`planner.branch`) never lists them, for machines where they number in the millions; 'auto'
     lists them while that takes at most LIST_LIMIT combinations (about a second) and otherwise
     branches and bounds. `timeout` (seconds): the search stops there and the best placement found
-    is recommended, marked not proven optimal (`SearchStats.proven_optimal`, `lower_bound_s`)."""
-    t0 = time.perf_counter()
-    bare, current, found = _search(topo, inventory, workload, progress, method, timeout)
-    winner = evaluate(bare, found.placement, workload, maxflow_backend=maxflow_backend)
+    is recommended, marked not proven optimal (`SearchStats.proven_optimal`, `lower_bound_s`).
 
-    evaluated = _baselines(bare, current, inventory, workload, maxflow_backend)
+    `data`: the data placement the search ranks by ('planned': the LP chooses the SSD shares, which
+    DDAK realises; 'even': equal SSD shares, as hash placement gives). The winner and every baseline
+    are predicted under both (`predicted`, `predicted_even`); links, bottlenecks, gain and explanation
+    are under `data`."""
+    t0 = time.perf_counter()
+    bare, current, found = _search(topo, inventory, workload, progress, method, timeout, data=data)
+    winner = evaluate(bare, found.placement, workload, maxflow_backend=maxflow_backend, data=data)
+
+    evaluated = _baselines(bare, current, inventory, workload, maxflow_backend, data)
     baselines = [b for b, _ in evaluated]
-    gain = (min(b.predicted.epoch_read_s for b in baselines) / winner.predicted.epoch_read_s
+    gain = (min(b.under(data).epoch_read_s for b in baselines) / winner.under(data).epoch_read_s
             if baselines else None)
+
+    def seen(ev: Evaluation) -> Evaluation:  # the explanation speaks of the prediction under `data`
+        return ev if data == "planned" else ev.model_copy(update={"predicted": ev.under(data)})
+
     return Plan(
         machine=topo.name,
         inventory=inventory.describe(),
         workload=workload,
+        data=data,
         placement=winner.placement,
         devices=winner.devices,
         predicted=winner.predicted,
+        predicted_even=winner.predicted_even,
         predicted_maxflow=winner.predicted_maxflow,
         links=winner.links,
         bottlenecks=[u.id for u in winner.links if u.utilisation >= BOTTLENECK_UTILISATION],
         search=found.stats.model_copy(update={"seconds_total": time.perf_counter() - t0}),
         baselines=baselines,
         gain_vs_best_baseline=gain,
-        explanation=explain(bare, winner, [(b.name, ev) for b, ev in evaluated]),
+        explanation=explain(bare, seen(winner), [(b.name, seen(ev)) for b, ev in evaluated]),
     )
 
 
@@ -126,21 +137,26 @@ class SearchCache:
 
 
 def best_placement(topo: Topology, inventory: Inventory, workload: WorkloadSpec, *,
-                   progress: Callable[[int, int], None] | None = None, cache: SearchCache | None = None) -> Best:
+                   progress: Callable[[int, int], None] | None = None, cache: SearchCache | None = None,
+                   data: str = "planned") -> Best:
     """The placement `make_plan` recommends and its LP prediction, for callers that compare many
     inventories (`moment advise`): the usual layouts and the paper's max-flow are left out. `cache`:
-    what other inventories on `topo` found (`SearchCache`)."""
+    what other inventories on `topo` found (`SearchCache`); `data`: as `make_plan`'s (the even-data
+    prediction is made only under 'even')."""
     t0 = time.perf_counter()
-    bare, _current, found = _search(topo, inventory, workload, progress, "auto", None, cache)
-    ev = evaluate(bare, found.placement, workload, solvers=("lp",))
+    bare, _current, found = _search(topo, inventory, workload, progress, "auto", None, cache, data=data)
+    ev = evaluate(bare, found.placement, workload, solvers=("lp", "even") if data == "even" else ("lp",), data=data)
     return Best(found.placement, ev, [u.id for u in ev.links if u.utilisation >= BOTTLENECK_UTILISATION],
                 found.stats.model_copy(update={"seconds_total": time.perf_counter() - t0}))
 
 
 def _search(topo: Topology, inventory: Inventory, workload: WorkloadSpec,
             progress: Callable[[int, int], None] | None, method: str,
-            timeout: float | None, cache: SearchCache | None = None) -> tuple[Topology, dict[str, str], _Found]:
-    """(the bare chassis, the devices that were in its slots, the best placement found)."""
+            timeout: float | None, cache: SearchCache | None = None,
+            data: str = "planned") -> tuple[Topology, dict[str, str], _Found]:
+    """(the bare chassis, the devices that were in its slots, the best placement found). The lower
+    bounds (tree bounds, the branch and bound's relaxations) are the planned LP's: with the data
+    spread evenly the SSD shares are fixed, a narrower LP, so they bound its time as well."""
     t0 = time.perf_counter()
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(METHODS)}, not {method!r}")
@@ -167,7 +183,7 @@ def _search(topo: Topology, inventory: Inventory, workload: WorkloadSpec,
             if not len(space.rows):
                 raise MomentError(f"the inventory ({inventory.describe()}) cannot be placed in {bare.name!r}")
             found = _exhaustive(bare, template, space, workload, deadline, progress,
-                                *((cache.canon, cache.bound) if cache is not None else ()))
+                                *((cache.canon, cache.bound) if cache is not None else (None, None)), data=data)
         except search.TooMany as e:
             raw = e.raw_count
         except search.Timeout:
@@ -176,7 +192,7 @@ def _search(topo: Topology, inventory: Inventory, workload: WorkloadSpec,
         from moment.planner import branch  # only where the listing gave up: not on plain `moment plan`'s path
 
         raw = search.count_valid(bare, inventory) if method == "branch-and-bound" else raw
-        res = branch.branch_and_bound(template, inventory, workload, deadline=deadline, progress=progress)
+        res = branch.branch_and_bound(template, inventory, workload, deadline=deadline, progress=progress, data=data)
         if res.placement is None:
             raise _nothing_found(inventory, bare, timeout)
         found = _Found(res.placement, SearchStats(
@@ -201,7 +217,7 @@ def _nothing_found(inventory: Inventory, bare: Topology, timeout: float | None) 
 
 def _exhaustive(bare: Topology, template: ChassisTemplate, space: search.SearchSpace, workload: WorkloadSpec,
                 deadline: float | None, progress: Callable[[int, int], None] | None,
-                canon: CapacityCanon | None = None, tree: TreeBound | None = None) -> _Found:
+                canon: CapacityCanon | None = None, tree: TreeBound | None = None, data: str = "planned") -> _Found:
     """Every listed candidate, one LP per capacity-equivalence class, solved in lower-bound order
     (`canon`, `tree`: the chassis' own, from a `SearchCache`)."""
     # One LP per capacity-equivalence class, solved on the class's preferred member. The members
@@ -235,7 +251,7 @@ def _exhaustive(bare: Topology, template: ChassisTemplate, space: search.SearchS
     solved: dict[int, Solution] = {}  # class (index into reps) -> its LP
 
     def solve(batch: list[int]) -> None:
-        sols = solve_lp_batch([template.network(placement(j), workload) for j in batch])
+        sols = solve_lp_batch([template.network(placement(j), workload) for j in batch], data=data)
         solved.update(zip(batch, sols))
         if progress is not None:
             progress(len(solved), len(ranked))
@@ -278,7 +294,7 @@ def _exhaustive(bare: Topology, template: ChassisTemplate, space: search.SearchS
 
 
 def _baselines(bare: Topology, current: dict[str, str], inventory: Inventory, workload: WorkloadSpec,
-               backend: str) -> list[tuple[Baseline, Evaluation]]:
+               backend: str, data: str = "planned") -> list[tuple[Baseline, Evaluation]]:
     named: list[tuple[str, str, dict[str, str]]] = []
     if current:
         named.append(("current", "the layout the machine has now", current))
@@ -286,13 +302,13 @@ def _baselines(bare: Topology, current: dict[str, str], inventory: Inventory, wo
     out = []
     for name, desc, placement in named:
         try:
-            ev: Evaluation = evaluate(bare, placement, workload, maxflow_backend=backend)
+            ev: Evaluation = evaluate(bare, placement, workload, maxflow_backend=backend, data=data)
         except MomentError:
             if name == "current":
                 continue  # e.g. a scanned device model the catalogue does not know
             raise
         out.append((Baseline(name=name, description=desc, placement=placement, predicted=ev.predicted,
-                             predicted_maxflow=ev.predicted_maxflow,
+                             predicted_even=ev.predicted_even, predicted_maxflow=ev.predicted_maxflow,
                              bottlenecks=[u.id for u in ev.links if u.bottleneck]), ev))
     return out
 

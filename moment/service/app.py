@@ -132,7 +132,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 lambda progress: api.plan_machine(topo, inv, wl, overrides=req.overrides,
                                                   calibration=req.calibration, calibration_source="request",
                                                   replay=req.replay, maxflow_backend=req.maxflow_backend,
-                                                  progress=progress),
+                                                  progress=progress, data=req.data),
                 s.plan_timeout_s, "the plan search", slots)
         if req.diagram:
             out["diagram_svg"] = api.plan_svg(topo, result)
@@ -162,7 +162,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 lambda progress: api.compare_rows(machines, inventories=req.inventories, gpus=req.gpus,
                                                   ssds=req.ssds, gpu_model=req.gpu_model, ssd_model=req.ssd_model,
                                                   overrides=req.overrides, calibration=req.calibration, flag=flag,
-                                                  progress=progress),
+                                                  progress=progress, data=req.data),
                 s.plan_timeout_s, "the comparison", slots)
         return rows
 
@@ -181,15 +181,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             req = req.model_copy(update={"profile": req.plan.machine})
         topo, _ = machine(req, s.max_upload_bytes)
 
+        data = req.data or (req.plan.data if req.plan is not None else api.DEFAULT_DATA)
+
         def work(progress):
             if req.plan is not None:
                 with blame("plan"):
-                    return api.simulate_plan(topo, req.plan, steps=req.steps, seed=req.seed, uniform=req.uniform)
+                    return api.simulate_plan(topo, req.plan, steps=req.steps, seed=req.seed, uniform=req.uniform,
+                                             data=data)
             return api.simulate_named(topo, req.placement, req.gpus, req.ssds, steps=req.steps, seed=req.seed,
-                                      uniform=req.uniform, flag=request_field)
+                                      uniform=req.uniform, flag=request_field, data=data)
 
         rep = run_with_deadline(work, s.plan_timeout_s, "the replay", slots)
-        return api.replay_json(rep, req.calibration)
+        return api.replay_json(rep, req.calibration, data)
 
     @v1.post("/scan", response_model=ScanResponse, response_model_exclude_none=True, tags=["machines"])
     async def scan(

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from moment.planner.calibration import Calibration
-from moment.planner.contracts import Plan
+from moment.planner.contracts import DataPlacement, Plan
 from moment.planner.replay import ReplayReport
 from moment.topology.model import Topology
 from moment.topology.scan import ScanReport
@@ -28,6 +28,8 @@ UPLOADS = {
 }
 
 _Count = Field(ge=0, le=256)
+_DATA = ("where the rows will be on the SSDs, which the prediction assumes: 'planned' (the shares the LP "
+         "chooses, as `moment place` with DDAK writes them) or 'even' (an equal share per SSD, hash placement)")
 _Name = Field(min_length=1, max_length=200)
 
 
@@ -72,6 +74,8 @@ class PlanRequest(MachineIn):
     cpu_cache_share: float | None = Field(None, ge=0, le=1, allow_inf_nan=False,
                                           description="share of reads served by CPU memory")
     maxflow_backend: Literal["ortools", "networkx"] = Field("ortools", description="the paper's max-flow solver")
+    data: DataPlacement = Field("planned", description=_DATA + "; the search ranks the placements under it, "
+                                "every layout is predicted under both (`predicted`, `predicted_even`)")
     replay: bool = Field(False, description="also replay each layout's epoch step by step")
     diagram: bool = Field(False, description="also return the recommended machine's diagram as `diagram_svg`")
 
@@ -88,6 +92,7 @@ class SimulateResponse(ReplayReport):
     """`moment simulate --json`'s object."""
 
     calibrated_epoch_s: float | None = Field(None, description="with a calibration: the calibrated epoch")
+    data: DataPlacement | None = Field(None, description="the data placement the replayed reads follow")
 
 
 class ScanResponse(Topology):
@@ -109,6 +114,7 @@ class CompareRequest(_Strict):
     overrides: list[str] = Field(default_factory=list, alias="set", max_length=64,
                                  description="what-if overrides applied to every profile")
     calibration: Calibration | None = None
+    data: DataPlacement = Field("planned", description=_DATA)
 
 
 class CompareRow(BaseModel):
@@ -116,6 +122,7 @@ class CompareRow(BaseModel):
     inventory: str
     built_in: str
     overrides: list[str]
+    data: DataPlacement = Field("planned", description="the data placement the row's figures assume")
     epoch_read_s: float
     per_gpu_inlet_gbps: list[float]
     aggregate_gbps: float
@@ -139,6 +146,7 @@ class SimulateRequest(MachineIn):
     steps: int | None = Field(None, ge=1, le=100_000, description="DDP steps per epoch (default: the workload's)")
     uniform: bool = Field(False, description="every step reads exactly the planned shares")
     seed: int = Field(0, ge=0, le=2**32 - 1)
+    data: DataPlacement | None = Field(None, description=_DATA + "; default: planned, with a plan the plan's")
 
 
 class ProfileRow(BaseModel):

@@ -21,6 +21,7 @@ from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
 
 from moment.cost.advisor import AdviseResult
+from moment.planner.contracts import DataPlacement
 from moment.service.deadline import Searches
 from moment.service.schemas import CompareRow, MachineIn
 
@@ -75,6 +76,8 @@ class CompareMachinesRequest(BaseModel):
     gpu_model: str = Field("A100-PCIe-40GB", max_length=200)
     ssd_model: str = Field("P5510", max_length=200)
     inventory: str | None = Field(None, max_length=1000, description="mixed inventory, e.g. '2xA100,8xP5510'")
+    data: DataPlacement = Field("planned", description="where the rows will be on the SSDs: 'planned' (the LP's "
+                                "shares, DDAK) or 'even' (an equal share per SSD, hash)")
 
 
 class AdviseRequest(MachineIn):
@@ -95,6 +98,8 @@ class AdviseRequest(MachineIn):
     gb_per_gpu: float | None = Field(None, gt=0, le=1e9, allow_inf_nan=False)
     gpu_cache_share: float | None = Field(None, ge=0, le=1, allow_inf_nan=False)
     cpu_cache_share: float | None = Field(None, ge=0, le=1, allow_inf_nan=False)
+    data: DataPlacement = Field("planned", description="where the rows will be on the SSDs, which each epoch "
+                                "assumes: 'planned' (the LP's shares, DDAK) or 'even' (an equal share per SSD, hash)")
     prices: dict[str, Any] | None = Field(
         None, description="prices merged over the shipped table, as `moment advise --prices FILE` holds them: "
                           "{devices: {H100-PCIe-80GB: {price_usd: 27500, date: '2025-03', source: 'our quote'}}}")
@@ -208,7 +213,8 @@ def router(settings, slots: Searches | None = None) -> APIRouter:
                 rows += api.compare_rows([(label, topo)], inventories=[req.inventory] if req.inventory else None,
                                          gpus=req.gpus, ssds=req.ssds, gpu_model=m.gpu_model or req.gpu_model,
                                          ssd_model=m.ssd_model or req.ssd_model, overrides=m.overrides,
-                                         calibration=m.calibration, flag=request_field, progress=progress)
+                                         calibration=m.calibration, flag=request_field, progress=progress,
+                                         data=req.data)
             return rows
 
         with blame("inventory" if req.inventory else None, instead_of=INVENTORY_INPUTS):
@@ -243,7 +249,7 @@ def router(settings, slots: Searches | None = None) -> APIRouter:
         result = run_with_deadline(
             lambda progress: advise(topo, req.budget, models=req.models or None, max_gpus=req.max_gpus,
                                     max_ssds=req.max_ssds, workload=wl, prices=table, params=params, top_k=req.top,
-                                    progress=progress, flag=request_field),
+                                    progress=progress, flag=request_field, data=req.data),
             settings.plan_timeout_s, "the buying advice", slots)
         return result
 
