@@ -19,6 +19,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from moment.errors import MomentError
 from moment.planner.calibration import calibrate, check_fit_names, load_measurements
 from moment.planner.crosscheck import CROSS_FIT, RANK_MARGIN, RATIO_TOLERANCE, cross_check
 from moment.topology.devices import Inventory
@@ -33,7 +34,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--fit", default=FIT, help=f"parameters to fit (default {FIT})")
     args = ap.parse_args()
-    names = check_fit_names([x.strip() for x in args.fit.split(",") if x.strip()])
+    try:
+        return run(check_fit_names([x.strip() for x in args.fit.split(",") if x.strip()]))
+    except MomentError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def run(names: list[str]) -> int:
     inv = Inventory.simple(4, 8, "A100-PCIe-40GB", "P5510")
     machines = {k: (load_profile(f"paper-machine-{k}"), load_measurements(DATA / f"paper-machine-{k}-measured.yaml"))
                 for k in "ab"}

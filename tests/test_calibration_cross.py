@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from moment.errors import MomentError
 from moment.planner.calibration import Measurement, calibrate, load_measurements
 from moment.planner.crosscheck import CROSS_FIT, cross_check
 from moment.topology.devices import Inventory
@@ -74,3 +75,10 @@ def test_misranked_pairs_and_ratio_misses_are_found(machines):
     # paper-a and paper-c (now 29.7 s) are predicted in the other order, but 4.6% apart: within the margin
     assert frozenset(("paper-a", "paper-c")) not in pairs
     assert {r.layout for r in cc.ratio_misses} >= {"paper-b", "paper-c"}
+
+
+def test_no_epoch_to_rank_is_an_error(machines):
+    topo, mf, cal = machines["b"]
+    rates = mf.model_copy(update={"measurements": [Measurement(device="ssd0", read_gbps=5.2)]})
+    with pytest.raises(MomentError, match="paper-machine-b hold no layout's epoch time"):
+        cross_check(cal, topo, INV, rates)

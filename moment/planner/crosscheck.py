@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from moment.errors import MomentError
 from moment.planner.calibration import Calibration, MeasurementFile, Model
 from moment.topology.devices import Inventory
 from moment.topology.model import Topology
@@ -69,6 +70,9 @@ def cross_check(cal: Calibration, topo: Topology, inventory: Inventory, mfile: M
     """`cal` applied to `topo`, whose epoch measurements are `mfile`'s (device and link rates are
     not layouts, and are left out)."""
     ms = [m for m in mfile.measurements if m.epoch_s is not None]
+    if not ms:
+        raise MomentError(f"the measurements of {topo.name} hold no layout's epoch time to rank",
+                          hint="measure epochs (layout and epoch_s), not only device or link rates")
     model = Model(topo, inventory, ms, workload, mfile.data)
     pred = model.predict(cal.params)
     meas = np.array([m.value for m in ms])
