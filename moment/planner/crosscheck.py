@@ -8,7 +8,8 @@ relative to the fastest. Two tests of that, on every layout of the other machine
 - order: every pair whose measured times differ by more than `RANK_MARGIN` is predicted in the same
   order (closer pairs are within the noise of a measured epoch and may go either way);
 - ratio: each layout's time over the machine's fastest, predicted vs measured, within `RATIO_TOLERANCE`
-  (the overhead the calibration carries over cancels in neither, so both are compared as ratios).
+  (ratios, not seconds: what carries over is a layout's place among that machine's layouts, not the
+  machine's absolute speed, which its CPUs and clocks also set).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ RATIO_TOLERANCE = 0.25
 #: the socket link's. The per-epoch overhead is left out: the paper's GraphSAGE epochs are read-bound
 #: (machine A's own fit puts the overhead at 0 s), and machine B's bus-bound layouts a-d cannot tell
 #: an overhead from a slower switch port (fitted without paper-moment, B's a-d put 5.3 s of overhead
-#: on a book-rate switch and miss paper-moment by 37%)
+#: on a book-rate switch and miss paper-moment by 36%)
 CROSS_FIT = ("switch_uplink", "socket_link")
 
 
