@@ -185,16 +185,16 @@ def test_nothing_complete_in_time_is_one_error(clock):
 
 
 def test_time_limit_on_the_listing_search(monkeypatch):
-    """paper-machine-b, 4 + 8, most reads from CPU memory: the listing solves its classes in batches
-    (188 LPs); stopped after the first batch, the best of it comes back with the least bound of the
-    classes left, and a limit that passes while listing is one error."""
+    """paper-machine-b with a 20 GB/s socket link, 4 + 8, most reads from CPU memory: the listing
+    solves its classes in batches (188 LPs); stopped after the first batch, the best of it comes back
+    with the least bound of the classes left, and a limit that passes while listing is one error."""
     import time
 
     from moment.planner import plan as plan_module
     from moment.topology.profiles import load_profile
 
-    topo, inv, wl = load_profile("paper-machine-b"), Inventory.simple(4, 8), WorkloadSpec(gpu_cache_share=0.0,
-                                                                                           cpu_cache_share=0.6)
+    topo = load_profile("paper-machine-b", ["links.0.bandwidth_gbps=20"])
+    inv, wl = Inventory.simple(4, 8), WorkloadSpec(gpu_cache_share=0.0, cpu_cache_share=0.6)
     full = make_plan(topo, inv, wl)
     assert full.search.method == "exhaustive" and full.search.proven_optimal and full.search.solved > 4
     now = [0.0]

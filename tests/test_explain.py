@@ -46,10 +46,14 @@ def test_switch_uplink_named_with_its_numbers(plan_b):
     assert set(e.limits[i].link for i in range(len(e.limits))) <= set(base.bottlenecks)
 
 
-def test_socket_link_limit_compared_with_the_recommended_layout(plan_b):
-    e = _by_name(plan_b)["paper-moment"]
+def test_socket_link_limit_compared_with_the_recommended_layout():
+    """At its book rates paper-moment's reads are SSD-bound (as the paper measured it); with the socket
+    link slowed to 20 GB/s the socket link is what holds it back, and the explanation says so."""
+    slow = make_plan(load_profile("paper-machine-b", ["links.0.bandwidth_gbps=20"]), Inventory.simple(4, 8),
+                     WorkloadSpec())
+    e = _by_name(slow)["paper-moment"]
     upi = next(lim for lim in e.limits if lim.kind == "upi")
-    rec_upi = next(lu for lu in plan_b.links if lu.id == upi.link)
+    rec_upi = next(lu for lu in slow.links if lu.id == upi.link)
     assert upi.recommended_utilisation == pytest.approx(rec_upi.utilisation)
     assert f"runs at {rec_upi.utilisation:.0%}" in upi.text and "cpu1→cpu0" in upi.text
     # the SSD reads limit both layouts, so they are not why paper-moment is slower
@@ -57,8 +61,8 @@ def test_socket_link_limit_compared_with_the_recommended_layout(plan_b):
 
 
 def test_equal_layouts_are_as_fast(plan_b):
-    e = _by_name(plan_b)["paper-c"]
-    assert e.slower_by == pytest.approx(1.0, abs=1e-3) and e.text.startswith("paper-c is as fast")
+    e = _by_name(plan_b)["paper-moment"]
+    assert e.slower_by == pytest.approx(1.0, abs=1e-3) and e.text.startswith("paper-moment is as fast")
 
 
 def test_numbers_follow_the_machine_not_a_template():

@@ -339,7 +339,7 @@ def test_a_person_plans_compares_and_buys_in_chromium(service, browser, tmp_path
     both = _post(service + "v1/plan", {"profile": "paper-machine-b", "ssd_model": fastest["name"],
                                        "set": ["links.0.bandwidth_gbps=40"]})
     assert p.text(".col-whatif [data-kpi=epoch] .kpi-val") == f"{both['predicted']['epoch_read_s']:.2f} s"
-    assert f"{targets[upi]['label']}: bandwidth, GB/s 20 → 40" in p.text(".col-whatif [data-testid=changes]")
+    assert f"{targets[upi]['label']}: bandwidth, GB/s 28.6 → 40" in p.text(".col-whatif [data-testid=changes]")
     assert _rows(p, ".col-whatif [data-testid=placement]") == _placement(both)
     # the two plans side by side, card by card; the diagrams one above the other at full width, the
     # changed link drawn over in the what-if's

@@ -74,7 +74,7 @@ def test_machine_b_lists_its_switch_cascade_and_socket_link(client):
     assert sw1["label"] == "sw1 → sw0 (PCIe Switch 1), Bus 16"
     assert sw1["current"] == {"gen": 4, "width": 16} and sw1["props"][0] == "gen"
     qpi = links["links.0"]
-    assert qpi["kind"] == "upi" and qpi["bandwidth_gbps"] == 20.0
+    assert qpi["kind"] == "upi" and qpi["bandwidth_gbps"] == 28.6
     assert qpi["props"][0] == "bandwidth_gbps"  # a measured figure wins over the link table: change it first
 
 
