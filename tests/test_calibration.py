@@ -142,3 +142,17 @@ def test_cli_calibrate_then_plan_applies_it(tmp_path, capsys):
     assert main(["plan", "--profile", "paper-machine-b", "--gpus", "4", "--ssds", "8", "--calibration", str(out),
                  "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["calibration"]["other_machine"] is True
+
+
+def test_calibrate_fits_the_default_parameters_its_help_names(capsys):
+    """Without --fit, the CLI fits calibration.DEFAULT_FIT, and its --help says which ones."""
+    import re
+
+    from moment.planner.calibration import DEFAULT_FIT
+
+    assert main(["calibrate", "--measured", "tests/data/paper-machine-b-measured.yaml", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["fitted"] == list(DEFAULT_FIT)
+    assert got["loo_max_rel_err"] <= 0.15  # the paper's machine B under the default fit
+    assert main(["calibrate", "--help"]) == 0
+    assert f"(default:{','.join(DEFAULT_FIT)})" in re.sub(r"[\s│]", "", capsys.readouterr().out)

@@ -154,9 +154,10 @@ def calibrate_cmd(
     ssds: int | None = typer.Option(None, "--ssds", help="SSDs in the measured runs (default: the file's)"),
     gpu_model: str = typer.Option("A100-PCIe-40GB", "--gpu-model"),
     ssd_model: str = typer.Option("P5510", "--ssd-model"),
-    fit_names: str = typer.Option("switch_uplink,socket_link,overhead_s", "--fit",
-                                  help="parameters to fit (comma-separated): switch_uplink, switch_port, rc_port, "
-                                       "socket_link, ssd_read, overhead_s; the others keep their defaults"),
+    fit_names: str | None = typer.Option(None, "--fit",
+                                         help="parameters to fit (comma-separated): switch_uplink, switch_port, "
+                                              "rc_port, socket_link, ssd_read, overhead_s; the others keep their "
+                                              "defaults (default: switch_uplink,socket_link)"),
     out: Path | None = typer.Option(None, "--out", "-o", help="write the calibration (YAML) here"),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
@@ -167,7 +168,7 @@ def calibrate_cmd(
     `moment plan|compare|simulate --calibration CAL.yaml`.
     """
     from moment.planner.api import parse_inventory
-    from moment.planner.calibration import PARAMS, calibrate, dump_calibration, load_measurements
+    from moment.planner.calibration import DEFAULT_FIT, PARAMS, calibrate, dump_calibration, load_measurements
     from moment.outputs import atomic_write, check_output
     from moment.topology.profiles import load_profile
 
@@ -185,7 +186,8 @@ def calibrate_cmd(
         raise MomentError("how many GPUs and SSDs were measured? pass --gpus/--ssds or put them in the file",
                           source=str(measured))
     inv = parse_inventory(None, g, s, gpu_model, ssd_model)
-    cal = calibrate(load_profile(machine), inv, mf, [x.strip() for x in fit_names.split(",") if x.strip()])
+    cal = calibrate(load_profile(machine), inv, mf, list(DEFAULT_FIT) if fit_names is None else
+                    [x.strip() for x in fit_names.split(",") if x.strip()])
     if out is not None:
         atomic_write(out, dump_calibration(cal), "--out")
     if json_out:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from moment.errors import MomentError
-from moment.planner.calibration import Calibration, MeasurementFile, Model
+from moment.planner.calibration import DEFAULT_FIT, Calibration, MeasurementFile, Model
 from moment.topology.devices import Inventory
 from moment.topology.model import Topology
 from moment.workload.spec import WorkloadSpec
@@ -28,12 +28,8 @@ from moment.workload.spec import WorkloadSpec
 RANK_MARGIN = 0.10
 #: most relative error of a layout's time over the fastest's, predicted against measured
 RATIO_TOLERANCE = 0.25
-#: the fit the paper's two machines are checked with: the rate through a switch's upstream port and
-#: the socket link's. The per-epoch overhead is left out: the paper's GraphSAGE epochs are read-bound
-#: (machine A's own fit puts the overhead at 0 s), and machine B's bus-bound layouts a-d cannot tell
-#: an overhead from a slower switch port (fitted without paper-moment, B's a-d put 5.3 s of overhead
-#: on a book-rate switch and miss paper-moment by 36%)
-CROSS_FIT = ("switch_uplink", "socket_link")
+#: the paper's two machines are checked with the fit `moment calibrate` makes by default
+CROSS_FIT = DEFAULT_FIT
 
 
 @dataclass
