@@ -15,7 +15,7 @@ import oscheck
 import pytest
 
 from moment.errors import MomentError
-from moment.io import IOStack, ReadBatch, available_backends
+from moment.io import IOStack, ReadBatch, aligned_buffer, available_backends
 from moment.io import files as io_files
 
 REPO = Path(__file__).resolve().parents[1]
@@ -72,10 +72,16 @@ def _expected(shards, batch: ReadBatch) -> np.ndarray:
     return out
 
 
-def _aligned_buffer(nbytes: int, align: int = 4096) -> np.ndarray:
-    raw = np.empty(nbytes + align, np.uint8)
-    start = (-raw.ctypes.data) % align
-    return raw[start:start + nbytes]
+def test_aligned_buffer_starts_on_the_boundary_zeroed():
+    for align in (512, 4096, 1 << 16):
+        for n in (1, 4096, 3 * 4096 + 5, 5 << 20):
+            b = aligned_buffer(n, align)
+            assert (b.ctypes.data % align, b.nbytes, b.dtype, b.flags.writeable) == (0, n, np.uint8, True)
+            assert not b.any()
+    with pytest.raises(MomentError, match="power of two"):
+        aligned_buffer(4096, 3000)
+    with pytest.raises(MomentError, match="negative"):
+        aligned_buffer(-1)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -85,7 +91,7 @@ def test_bit_exact_random_reads(shards, backend, aligned):
     with IOStack([p for p, _ in shards], backend=backend, queue_depth=32) as s:
         assert s.backend == backend
         batch = _random_batch(rng, shards, 600, aligned=aligned)
-        dest = _aligned_buffer(batch.dest_size)
+        dest = aligned_buffer(batch.dest_size)
         got = s.wait(s.submit(batch, dest)).dest
         assert np.array_equal(got, _expected(shards, batch))
         # every file was opened O_DIRECT, as the kernel says (not only the stack's own flag)
