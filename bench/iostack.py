@@ -142,7 +142,6 @@ def main() -> None:
                 if name == backend:
                     amp = a
         med = {k: float(np.median(v)) for k, v in runs.items() if v}
-
         if "fio" in med:
             print(f"fio_iops_qd{qd}: {med['fio']:.0f}")
         print(f"iostack_iops_qd{qd}: {med[backend]:.0f}")
