@@ -155,6 +155,30 @@ def test_every_byte_at_odd_queue_depths(shards, backend, depth):
             assert np.array_equal(s.wait(t).dest, _expected(shards, b))
 
 
+def test_runtime_reader_reads_in_place(shards, monkeypatch):
+    """The training reader's staging buffers are block-aligned, so its aligned runs need no bounce copy."""
+    from moment.io.merge import SHAPES
+    from moment.runtime.gather import BufferPool, Job, Reader
+
+    seen = []
+    submit = IOStack.submit
+
+    def watch(self, batch, dest, **kw):
+        seen.append(np.asarray(dest).ctypes.data % 4096)
+        return submit(self, batch, dest, **kw)
+
+    monkeypatch.setattr(IOStack, "submit", watch)
+    path, data = shards[0]
+    rows = np.random.default_rng(3).choice(len(data) // 512, 300, replace=False)
+    reader = Reader([path], 512, 4096, pool=BufferPool(1 << 22), window=64 << 10)
+    try:
+        got = reader.submit(Job(np.zeros(300, np.int32), rows * 512, SHAPES["rows"])).wait()
+    finally:
+        reader.close()
+    assert np.array_equal(got, data[:len(data) // 512 * 512].reshape(-1, 512)[rows])
+    assert len(seen) > 1 and set(seen) == {0}
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_read_amplification_accounting(shards, backend):
     path, data = shards[0]
