@@ -7,15 +7,27 @@ PROFILE ?= paper-machine-b
 GPUS ?= 4
 SSDS ?= 8
 
-.PHONY: run test venv install install-dev browser lint bench clean
+.PHONY: run test venv install install-dev browser liburing lint bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-$(VENV)/.installed: $(BIN)/python pyproject.toml
+$(VENV)/.installed: $(BIN)/python pyproject.toml | liburing
 	$(BIN)/pip install -q -e .
 	touch $@
+
+# The io_uring read engine is compiled only where liburing's headers are (else a thread pool reads, at
+# a lower 4 KiB IOPS). Installed here when missing and we are root with apt (CI is); anyone else is told.
+liburing:
+	@if [ -e /usr/include/liburing.h ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "make: installing liburing-dev from Debian for the io_uring read engine"; \
+	  apt-get -o DPkg::Lock::Timeout=600 update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends \
+	    liburing-dev >/dev/null || echo "make: could not install liburing-dev: reads use the thread-pool engine"; \
+	else echo "make: no liburing headers and not root: reads use the thread-pool engine" \
+	  "(as root: apt-get install liburing-dev, then pip install -e . again)"; fi
 
 $(VENV)/.installed-dev: $(VENV)/.installed pyproject.toml
 	$(BIN)/pip install -q $(TORCH_PIN)

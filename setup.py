@@ -17,6 +17,8 @@ from setuptools.command.build_ext import build_ext
 from setuptools.errors import CompileError, LinkError
 
 _PROBE = "#include <liburing.h>\nint main(void){struct io_uring r; return io_uring_queue_init(2,&r,0) < 0;}\n"
+# liburing >= 2.3: submit and run deferred completions in one call (older ones submit only)
+_PROBE_GET_EVENTS = "#include <liburing.h>\nint main(void){struct io_uring r; return io_uring_submit_and_get_events(&r);}\n"
 
 
 class BuildExt(build_ext):
@@ -29,25 +31,29 @@ class BuildExt(build_ext):
                 continue
             if libs is not None and os.environ.get("MOMENT_NO_LIBURING") != "1":
                 ext.define_macros.append(("MOMENT_HAVE_LIBURING", "1"))
+                if self._links(_PROBE_GET_EVENTS, libs):
+                    ext.define_macros.append(("MOMENT_HAVE_SUBMIT_GET_EVENTS", "1"))
                 ext.extra_link_args.extend(libs)
         super().build_extensions()
 
     def _liburing(self) -> list[str] | None:
+        for libs in (["-l:liburing.a"], ["-luring"]):
+            if self._links(_PROBE, libs):
+                return libs
+        return None
+
+    def _links(self, program: str, libs: list[str]) -> bool:
+        """Whether `program` compiles and links against `libs` with this compiler."""
         with tempfile.TemporaryDirectory() as tmp:
             src = os.path.join(tmp, "probe.c")
             with open(src, "w") as f:
-                f.write(_PROBE)
+                f.write(program)
             try:
                 objs = self.compiler.compile([src], output_dir=tmp)
-            except CompileError:
-                return None
-            for libs in (["-l:liburing.a"], ["-luring"]):
-                try:
-                    self.compiler.link_shared_object(objs, os.path.join(tmp, "probe.so"), extra_postargs=libs)
-                    return libs
-                except LinkError:
-                    continue
-        return None
+                self.compiler.link_shared_object(objs, os.path.join(tmp, "probe.so"), extra_postargs=libs)
+            except (CompileError, LinkError):
+                return False
+        return True
 
 
 setup(

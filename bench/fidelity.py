@@ -62,6 +62,7 @@ def _epoch_module():
 
 def _reader(path: str, file_bytes: int, block: int, depth: int, reads: int, seed: int, barrier, q) -> None:
     """One of `probe_concurrent`'s processes: `reads` random `block`-byte reads, as probe_ssd makes them."""
+    from moment.io.buffers import aligned_buffer
     from moment.io.probe import _run
     from moment.io.requests import ReadBatch
     from moment.io.stack import IOStack
@@ -69,10 +70,11 @@ def _reader(path: str, file_bytes: int, block: int, depth: int, reads: int, seed
     ro = np.random.default_rng(seed).integers(0, file_bytes // block, reads, dtype=np.int64) * block
     rnd = [ReadBatch.packed(np.zeros(len(o), np.int32), o, np.full(len(o), block))
            for o in np.array_split(ro, max(1, reads // (depth // 2)))]
+    bufs = [aligned_buffer(max(b.dest_size for b in rnd)) for _ in range(2)]
     with IOStack([path], queue_depth=depth, threads=depth) as stack:
         barrier.wait()
         t0 = time.time()
-        _run(stack, rnd, 2)
+        _run(stack, rnd, bufs)
         q.put((t0, time.time(), reads))
 
 

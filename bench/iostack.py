@@ -4,9 +4,10 @@ Both sides use O_DIRECT, so the page cache plays no part (the file is also dropp
 posix_fadvise(DONTNEED) after it is written).  Prints `name: value` lines; the baseline is fio with
 --ioengine=io_uring (libaio, then psync, if io_uring is refused here; `fio_engine` says which).
 Shared virtual disks drift by tens of percent between runs seconds apart, so each depth runs
-`--rounds` interleaved fio/stack pairs (alternating which goes first) and reports medians.
+`--rounds` interleaved fio/stack pairs (alternating which goes first): `ratio_vs_fio_qdN` is the median
+of the per-round ratios (each stack run over the fio run beside it), `rounds_qdN` lists every round.
 
-    python bench/iostack.py [--file PATH] [--size-gib 4] [--runtime 3] [--rounds 3] [--depths 1,32,128]
+    python bench/iostack.py [--file PATH] [--size-gib 4] [--runtime 2] [--rounds 7] [--depths 1,32,128]
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from moment.io import IOStack, ReadBatch, available_backends
+from moment.io import IOStack, ReadBatch, aligned_buffer, available_backends
 
 BS = 4096
 
@@ -61,18 +62,12 @@ def pick_fio_engine(path: Path, size: int) -> str | None:
     return None
 
 
-def aligned(nbytes: int) -> np.ndarray:
-    raw = np.empty(nbytes + BS, np.uint8)
-    start = (-raw.ctypes.data) % BS
-    return raw[start:start + nbytes]
-
-
 def stack_iops(path: Path, size: int, depth: int, runtime: float, backend: str, seed: int) -> tuple[float, float]:
     """Random aligned 4 KiB reads for `runtime` s; two batches queued so the engine never drains."""
     rng = np.random.default_rng(seed)
     per_batch = max(256, depth * 64)
     blocks = size // BS
-    dests = [aligned(per_batch * BS) for _ in range(2)]
+    dests = [aligned_buffer(per_batch * BS) for _ in range(2)]
     zeros = np.zeros(per_batch, np.int32)
 
     def batch() -> ReadBatch:
@@ -96,6 +91,11 @@ def stack_iops(path: Path, size: int, depth: int, runtime: float, backend: str, 
         return done / elapsed, s.stats.read_amplification
 
 
+def paired_ratio(ours: list[float], fio: list[float]) -> float:
+    """Median over rounds of our IOPS / fio's IOPS in the same round (drift between rounds cancels)."""
+    return float(np.median([x / f for x, f in zip(ours, fio)]))
+
+
 def unaligned_amplification(path: Path, size: int, backend: str) -> float:
     """Feature rows of 4000 bytes at arbitrary offsets: what alignment costs on a realistic layout."""
     rng = np.random.default_rng(1)
@@ -110,8 +110,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--file", type=Path, default=Path("/var/tmp/moment-bench/iostack.bin"))
     ap.add_argument("--size-gib", type=float, default=4.0)
-    ap.add_argument("--runtime", type=float, default=3.0, help="seconds per measurement")
-    ap.add_argument("--rounds", type=int, default=3, help="interleaved fio/stack pairs per depth")
+    ap.add_argument("--runtime", type=float, default=2.0, help="seconds per measurement")
+    ap.add_argument("--rounds", type=int, default=7, help="interleaved fio/stack pairs per depth")
     ap.add_argument("--depths", default="1,32,128")
     ap.add_argument("--backend", default="auto")
     ap.add_argument("--all-backends", action="store_true", help="also measure every other usable backend")
@@ -146,13 +146,15 @@ def main() -> None:
             print(f"fio_iops_qd{qd}: {med['fio']:.0f}")
         print(f"iostack_iops_qd{qd}: {med[backend]:.0f}")
         if "fio" in med:
-            print(f"ratio_vs_fio_qd{qd}: {med[backend] / med['fio']:.3f}")
+            print(f"ratio_vs_fio_qd{qd}: {paired_ratio(runs[backend], runs['fio']):.3f}")
         for other in others:
             print(f"iostack_{other}_iops_qd{qd}: {med[other]:.0f}")
             if "fio" in med:
-                print(f"ratio_vs_fio_{other}_qd{qd}: {med[other] / med['fio']:.3f}")
+                print(f"ratio_vs_fio_{other}_qd{qd}: {paired_ratio(runs[other], runs['fio']):.3f}")
         spread = ", ".join(f"{k}=" + "/".join(f"{x / 1000:.1f}k" for x in v) for k, v in runs.items() if v)
         print(f"rounds_qd{qd}: {spread}")
+        if "fio" in med:
+            print(f"ratio_per_round_qd{qd}: " + " ".join(f"{x / f:.2f}" for x, f in zip(runs[backend], runs["fio"])))
     print(f"read_amplification: {amp:.3f}")
     print(f"read_amplification_unaligned_4000B_rows: {unaligned_amplification(args.file, size, backend):.3f}")
     print(f"backend: {backend}")

@@ -7,8 +7,8 @@
  *
  * One Engine = one submission queue (FIFO of batches) + one completion queue (FIFO of finished
  * batches).  Two kinds share that front end:
- *   - "io_uring": one I/O thread owns a ring of `qd` entries, keeps it full from the pending
- *     batches, reaps CQEs; Python submitters wake it through an eventfd polled in the ring.
+ *   - "io_uring": two I/O threads each own a ring of half the `qd` entries, keep it full from the
+ *     pending batches, reap CQEs; Python submitters wake them through eventfds polled in the rings.
  *   - "pthreads": `threads` workers each pull one request at a time and pread() it.
  * Unaligned requests are read, rounded outward to `align`, into per-slot bounce buffers and the
  * wanted bytes copied to the destination; aligned requests into aligned memory are read in place.
@@ -69,7 +69,18 @@ typedef struct {
     int64_t got;
 } slot_t;
 
+#ifdef MOMENT_HAVE_LIBURING
+/* One ring and the I/O thread that owns it: its share of the engine's queue depth in slots. */
 typedef struct {
+    struct engine *e;
+    struct io_uring ring;
+    int ok, efd, qd; /* ok: 1 ring and eventfd open, 2 the eventfd only (the ring is gone) */
+    slot_t *slots;
+    int *free_slots, nfree;
+} uring_t;
+#endif
+
+typedef struct engine {
     PyObject_HEAD int kind;
     int qd, nthreads, started, stopping;
     pthread_mutex_t mu;
@@ -78,10 +89,8 @@ typedef struct {
     int64_t next_id;
     pthread_t *threads;
 #ifdef MOMENT_HAVE_LIBURING
-    struct io_uring ring;
-    int ring_ok, efd;
-    slot_t *slots;
-    int *free_slots, nfree;
+    uring_t *rings;
+    int nrings;
 #endif
 } Engine;
 
@@ -212,33 +221,45 @@ static struct io_uring_sqe *get_sqe(struct io_uring *ring) {
     return sqe;
 }
 
-static void arm_wake(Engine *e) {
-    struct io_uring_sqe *sqe = get_sqe(&e->ring);
-    io_uring_prep_poll_add(sqe, e->efd, POLLIN);
+static void arm_wake(uring_t *u) {
+    struct io_uring_sqe *sqe = get_sqe(&u->ring);
+    io_uring_prep_poll_add(sqe, u->efd, POLLIN);
     sqe->user_data = WAKE_TAG;
 }
 
-static void issue_slot(Engine *e, int s) {
-    slot_t *sl = &e->slots[s];
+/* Each group's system call also runs the completions deferred to this thread (GETEVENTS, as fio's
+ * io_uring engine enters): with DEFER_TASKRUN a CQE is otherwise posted only at the next wait, so the
+ * loop would see finished reads, and refill their slots, one wait later. */
+static void submit_group(struct io_uring *ring) {
+#ifdef MOMENT_HAVE_SUBMIT_GET_EVENTS
+    io_uring_submit_and_get_events(ring);
+#else
+    io_uring_submit(ring);
+#endif
+}
+
+static void issue_slot(uring_t *u, int s) {
+    slot_t *sl = &u->slots[s];
     req_t *r = sl->r;
     int64_t want = r->alen - sl->got;
     if (want > MAX_CHUNK) want = MAX_CHUNK;
     char *base = r->inplace ? r->dst : sl->bounce;
-    struct io_uring_sqe *sqe = get_sqe(&e->ring);
+    struct io_uring_sqe *sqe = get_sqe(&u->ring);
     io_uring_prep_read(sqe, r->fd, base + sl->got, (unsigned)want, (uint64_t)(r->aoff + sl->got));
     sqe->user_data = (uint64_t)s;
     /* Submit in small groups: a burst of completions refilled as one burst of submissions keeps the
      * device in lockstep bursts (measured on a virtio disk: 58k IOPS at QD32 batched, 69-75k in
      * groups of 4, as fio's one-at-a-time submission); four per system call costs little CPU. */
-    if (io_uring_sq_ready(&e->ring) >= SUBMIT_GROUP) io_uring_submit(&e->ring);
+    if (io_uring_sq_ready(&u->ring) >= SUBMIT_GROUP) submit_group(&u->ring);
 }
 
 /* The ring is unusable: fail what is in flight and queued with `err`, and stop taking work. */
-static void fail_ring(Engine *e, int err) {
-    for (int s = 0; s < e->qd; s++) {
+static void fail_ring(uring_t *u, int err) {
+    Engine *e = u->e;
+    for (int s = 0; s < u->qd; s++) {
         int used = 1;
-        for (int k = 0; k < e->nfree; k++) if (e->free_slots[k] == s) { used = 0; break; }
-        if (used) finish_req(e, e->slots[s].b, e->slots[s].idx, 0, err, 0);
+        for (int k = 0; k < u->nfree; k++) if (u->free_slots[k] == s) { used = 0; break; }
+        if (used) finish_req(e, u->slots[s].b, u->slots[s].idx, 0, err, 0);
     }
     e->stopping = 1;
     batch_t *b; int64_t idx;
@@ -246,49 +267,50 @@ static void fail_ring(Engine *e, int err) {
 }
 
 static void *uring_main(void *arg) {
-    Engine *e = (Engine *)arg;
+    uring_t *u = (uring_t *)arg;
+    Engine *e = u->e;
     int inflight = 0;
 #ifdef IORING_SETUP_R_DISABLED
-    if ((e->ring.flags & IORING_SETUP_R_DISABLED) && io_uring_enable_rings(&e->ring) < 0) {
+    if ((u->ring.flags & IORING_SETUP_R_DISABLED) && io_uring_enable_rings(&u->ring) < 0) {
         /* e.g. a seccomp filter that allows io_uring_setup but not io_uring_register: a plain ring */
-        io_uring_queue_exit(&e->ring);
-        int ret = io_uring_queue_init((unsigned)e->qd + 2, &e->ring, 0);
+        io_uring_queue_exit(&u->ring);
+        int ret = io_uring_queue_init((unsigned)u->qd + 2, &u->ring, 0);
         if (ret < 0) {
-            e->ring_ok = 2; /* the eventfd stays open, the ring is gone */
+            u->ok = 2; /* the eventfd stays open, the ring is gone */
             pthread_mutex_lock(&e->mu);
-            fail_ring(e, -ret);
+            fail_ring(u, -ret);
             pthread_mutex_unlock(&e->mu);
             return NULL;
         }
     }
 #endif
-    arm_wake(e);
+    arm_wake(u);
     for (;;) {
         pthread_mutex_lock(&e->mu);
         if (e->stopping && inflight == 0 && !e->pend_head) { pthread_mutex_unlock(&e->mu); break; }
-        while (e->nfree > 0) {
+        while (u->nfree > 0) {
             batch_t *b;
             int64_t idx;
             req_t *r = take_req(e, &b, &idx);
             if (!r) break;
-            int s = e->free_slots[--e->nfree];
-            slot_t *sl = &e->slots[s];
+            int s = u->free_slots[--u->nfree];
+            slot_t *sl = &u->slots[s];
             sl->r = r; sl->b = b; sl->idx = idx; sl->got = 0;
             if (!r->inplace && ensure_bounce(&sl->bounce, &sl->cap, (size_t)r->alen) != 0) {
-                e->free_slots[e->nfree++] = s;
+                u->free_slots[u->nfree++] = s;
                 finish_req(e, b, idx, 0, ENOMEM, 0);
                 continue;
             }
-            issue_slot(e, s);
+            issue_slot(u, s);
             inflight++;
         }
         int stop_now = e->stopping && inflight == 0 && !e->pend_head;
         pthread_mutex_unlock(&e->mu);
         if (stop_now) break;
-        int ret = io_uring_submit_and_wait(&e->ring, 1);
+        int ret = io_uring_submit_and_wait(&u->ring, 1);
         if (ret < 0 && ret != -EINTR && ret != -EAGAIN && ret != -EBUSY && ret != -ETIME) {
             pthread_mutex_lock(&e->mu);
-            fail_ring(e, -ret);
+            fail_ring(u, -ret);
             pthread_mutex_unlock(&e->mu);
             break;
         }
@@ -296,32 +318,32 @@ static void *uring_main(void *arg) {
         unsigned head, seen = 0;
         int rearm = 0;
         pthread_mutex_lock(&e->mu);
-        io_uring_for_each_cqe(&e->ring, head, cqe) {
+        io_uring_for_each_cqe(&u->ring, head, cqe) {
             seen++;
             if (cqe->user_data == WAKE_TAG) {
                 eventfd_t v;
-                (void)eventfd_read(e->efd, &v);
+                (void)eventfd_read(u->efd, &v);
                 rearm = 1;
                 continue;
             }
             int s = (int)cqe->user_data;
-            slot_t *sl = &e->slots[s];
+            slot_t *sl = &u->slots[s];
             int res = cqe->res;
-            if (res == -EAGAIN || res == -EINTR) { issue_slot(e, s); continue; }
+            if (res == -EAGAIN || res == -EINTR) { issue_slot(u, s); continue; }
             int err = res < 0 ? -res : 0, st = 0;
             if (!err) {
                 sl->got += res;
                 st = progress(sl->r, sl->got, res, sl->b->align);
-                if (st == 0) { issue_slot(e, s); continue; }
+                if (st == 0) { issue_slot(u, s); continue; }
                 if (st == 1) deliver(sl->r, sl->bounce);
             }
             finish_req(e, sl->b, sl->idx, sl->got, err, !err && st < 0);
-            e->free_slots[e->nfree++] = s;
+            u->free_slots[u->nfree++] = s;
             inflight--;
         }
-        io_uring_cq_advance(&e->ring, seen);
+        io_uring_cq_advance(&u->ring, seen);
         pthread_mutex_unlock(&e->mu);
-        if (rearm) arm_wake(e);
+        if (rearm) arm_wake(u);
     }
     return NULL;
 }
@@ -340,28 +362,47 @@ static const unsigned RING_FLAGS[] = {
     0,
 };
 
-static int uring_setup(Engine *e) {
+static int ring_setup(uring_t *u) {
     int ret = -EINVAL;
     for (size_t i = 0; i < sizeof(RING_FLAGS) / sizeof(RING_FLAGS[0]); i++) {
         struct io_uring_params p;
         memset(&p, 0, sizeof(p));
         p.flags = RING_FLAGS[i];
-        ret = io_uring_queue_init_params((unsigned)e->qd + 2, &e->ring, &p);
+        ret = io_uring_queue_init_params((unsigned)u->qd + 2, &u->ring, &p);
         if (ret != -EINVAL) break;
     }
     if (ret < 0) return -ret;
-    struct io_uring_probe *p = io_uring_get_probe_ring(&e->ring);
+    struct io_uring_probe *p = io_uring_get_probe_ring(&u->ring);
     int ok = p && io_uring_opcode_supported(p, IORING_OP_READ) && io_uring_opcode_supported(p, IORING_OP_POLL_ADD);
     if (p) io_uring_free_probe(p);
-    if (!ok) { io_uring_queue_exit(&e->ring); return ENOTSUP; }
-    e->efd = eventfd(0, EFD_CLOEXEC);
-    if (e->efd < 0) { int er = errno; io_uring_queue_exit(&e->ring); return er; }
-    e->ring_ok = 1;
-    e->slots = calloc((size_t)e->qd, sizeof(slot_t));
-    e->free_slots = calloc((size_t)e->qd, sizeof(int));
-    if (!e->slots || !e->free_slots) return ENOMEM;
-    for (int i = 0; i < e->qd; i++) e->free_slots[i] = e->qd - 1 - i;
-    e->nfree = e->qd;
+    if (!ok) { io_uring_queue_exit(&u->ring); return ENOTSUP; }
+    u->efd = eventfd(0, EFD_CLOEXEC);
+    if (u->efd < 0) { int er = errno; io_uring_queue_exit(&u->ring); return er; }
+    u->ok = 1;
+    u->slots = calloc((size_t)u->qd, sizeof(slot_t));
+    u->free_slots = calloc((size_t)u->qd, sizeof(int));
+    if (!u->slots || !u->free_slots) return ENOMEM;
+    for (int i = 0; i < u->qd; i++) u->free_slots[i] = u->qd - 1 - i;
+    u->nfree = u->qd;
+    return 0;
+}
+
+/* Two rings, each with its own thread and half the queue depth: on a CPU shared with other work one
+ * thread waiting for its turn to run no longer stalls every read in flight (measured on a 2-core VM
+ * under load: 1.1-1.4x the IOPS of one ring of the same total depth, as fio gains with two jobs). */
+#define URING_RINGS 2
+
+static int uring_setup(Engine *e) {
+    e->nrings = e->qd < URING_RINGS ? e->qd : URING_RINGS;
+    e->rings = calloc((size_t)e->nrings, sizeof(uring_t));
+    if (!e->rings) return ENOMEM;
+    for (int i = 0; i < e->nrings; i++) {
+        uring_t *u = &e->rings[i];
+        u->e = e;
+        u->qd = e->qd / e->nrings + (i < e->qd % e->nrings);
+        int err = ring_setup(u);
+        if (err) return err;
+    }
     return 0;
 }
 #endif
@@ -377,7 +418,10 @@ static void free_batch(batch_t *b) {
 
 static void wake(Engine *e) {
 #ifdef MOMENT_HAVE_LIBURING
-    if (e->kind == KIND_URING) { (void)eventfd_write(e->efd, 1); return; }
+    if (e->kind == KIND_URING) {
+        for (int i = 0; i < e->nrings; i++) (void)eventfd_write(e->rings[i].efd, 1);
+        return;
+    }
 #endif
     pthread_cond_broadcast(&e->work_cv);
 }
@@ -400,13 +444,17 @@ static void Engine_dealloc(Engine *e) {
     while (b) { batch_t *nx = b->next_live; free_batch(b); b = nx; }
     free(e->threads);
 #ifdef MOMENT_HAVE_LIBURING
-    if (e->ring_ok) {
-        if (e->ring_ok == 1) io_uring_queue_exit(&e->ring);
-        close(e->efd);
+    for (int r = 0; e->rings && r < e->nrings; r++) {
+        uring_t *u = &e->rings[r];
+        if (u->ok) {
+            if (u->ok == 1) io_uring_queue_exit(&u->ring);
+            close(u->efd);
+        }
+        if (u->slots) for (int i = 0; i < u->qd; i++) free(u->slots[i].bounce);
+        free(u->slots);
+        free(u->free_slots);
     }
-    if (e->slots) for (int i = 0; i < e->qd; i++) free(e->slots[i].bounce);
-    free(e->slots);
-    free(e->free_slots);
+    free(e->rings);
 #endif
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->work_cv);
@@ -431,9 +479,9 @@ static int Engine_init(Engine *e, PyObject *args, PyObject *kw) {
     } else if (strcmp(kind, "io_uring") == 0) {
 #ifdef MOMENT_HAVE_LIBURING
         e->kind = KIND_URING;
-        e->nthreads = 1;
         int err = uring_setup(e);
         if (err) { errno = err; PyErr_SetFromErrno(PyExc_OSError); return -1; }
+        e->nthreads = e->nrings;
 #else
         PyErr_SetString(PyExc_OSError, "built without liburing");
         return -1;
@@ -446,10 +494,11 @@ static int Engine_init(Engine *e, PyObject *args, PyObject *kw) {
     if (!e->threads) { PyErr_NoMemory(); return -1; }
     for (int i = 0; i < e->nthreads; i++) {
         void *(*fn)(void *) = worker_main;
+        void *arg = e;
 #ifdef MOMENT_HAVE_LIBURING
-        if (e->kind == KIND_URING) fn = uring_main;
+        if (e->kind == KIND_URING) { fn = uring_main; arg = &e->rings[i]; }
 #endif
-        int rc = pthread_create(&e->threads[i], NULL, fn, e);
+        int rc = pthread_create(&e->threads[i], NULL, fn, arg);
         if (rc) {
             e->nthreads = i;
             e->started = 1;

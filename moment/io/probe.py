@@ -20,6 +20,7 @@ import numpy as np
 
 from moment.errors import Flag, MomentError, cli_flag
 from moment.inputs import check_dir, exists
+from moment.io.buffers import aligned_buffer
 from moment.io.engines import MAX_QUEUE_DEPTH
 from moment.outputs import atomic_file, name_max, probe_writable, writing
 from moment.io.requests import ReadBatch
@@ -91,10 +92,10 @@ def _scratch(directory: Path, size: int) -> Path:
     return p
 
 
-def _run(stack: IOStack, batches: list[ReadBatch], depth: int) -> float:
-    """Seconds to complete `batches`, keeping `depth` of them in flight."""
-    size = max(b.dest_size for b in batches)
-    bufs = [np.empty(size, np.uint8) for _ in range(depth)]
+def _run(stack: IOStack, batches: list[ReadBatch], bufs: list[np.ndarray]) -> float:
+    """Seconds to complete `batches`, keeping one in flight per buffer in `bufs` (each large enough for
+    any batch, aligned and already faulted in, so the reads land in place as fio's do)."""
+    depth = len(bufs)
     t0 = time.perf_counter()
     inflight: list[int] = []
     for i, b in enumerate(batches):
@@ -148,12 +149,15 @@ def _measure(path: Path, file_bytes: int, seq_block: int, rand_block: int, rand_
         offs = np.arange(n, dtype=np.int64) * seq_block
         seq = [ReadBatch.packed(np.zeros(len(o), np.int32), o, np.full(len(o), seq_block))
                for o in np.array_split(offs, n // seq_per)]
+        rnd_batches = max(1, rand_reads // rnd_per)
+        seq_bufs = [aligned_buffer(max(b.dest_size for b in seq)) for _ in range(queue_depth // seq_per)]
+        rnd_bufs = [aligned_buffer(-(-rand_reads // rnd_batches) * rand_block) for _ in range(4)]
         for _ in range(repeats):
-            seq_rates.append(n * seq_block / _run(stack, seq, queue_depth // seq_per) / 1e9)
+            seq_rates.append(n * seq_block / _run(stack, seq, seq_bufs) / 1e9)
             ro = rng.integers(0, file_bytes // rand_block, rand_reads, dtype=np.int64) * rand_block
             rnd = [ReadBatch.packed(np.zeros(len(o), np.int32), o, np.full(len(o), rand_block))
-                   for o in np.array_split(ro, max(1, rand_reads // rnd_per))]
-            iops.append(rand_reads / _run(stack, rnd, 4))
+                   for o in np.array_split(ro, rnd_batches)]
+            iops.append(rand_reads / _run(stack, rnd, rnd_bufs))
         direct, backend = stack.direct, stack.backend
     return SsdProbe(str(path), file_bytes, direct, backend, float(np.median(seq_rates)), seq_block,
                     float(np.median(iops)), rand_block, queue_depth)

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from moment.errors import MomentError
-from moment.io import IOStack, ReadBatch
+from moment.io import IOStack, ReadBatch, aligned_buffer
 from moment.io.merge import Plan, Shape
 
 WINDOW = 8 << 20  # bytes a reader job's reads may span at once: one staging buffer
@@ -100,7 +100,8 @@ class Reader:
         self._jobs: collections.deque[Job] = collections.deque()
         self._cv = threading.Condition()
         self._stop = threading.Event()
-        self._staging = [np.empty(self.window + self.align, np.uint8) for _ in range(self.inflight)]
+        # aligned, so the block-aligned runs are read in place (no bounce copy per read)
+        self._staging = [aligned_buffer(self.window + self.align, self.align) for _ in range(self.inflight)]
         self._thread = threading.Thread(target=self._loop, name="moment-reader", daemon=True)
         self._thread.start()
 
