@@ -42,8 +42,8 @@ def test_sizes_default_to_nodes_and_bound_and_are_read_as_pairs(bench):
 
 def test_the_default_baseline_is_the_dataloader_with_both_readahead_settings(bench):
     runs = bench.baseline_runs(_args(bench))
-    assert [name for name, _, _ in runs] == ["baseline_readahead_on", "baseline_readahead_off"]
-    (_, on_mode, on), (_, off_mode, off) = runs
+    assert [name for name, _, _ in runs] == ["baseline_readahead_off", "baseline_readahead_on"]
+    (_, off_mode, off), (_, on_mode, on) = runs
     assert "DataLoader, 4 worker processes per rank" in on_mode and "kernel readahead" in on_mode
     assert "MADV_RANDOM" in off_mode
     assert on == ["--features-memmap", "--loader-workers", "4"]
@@ -85,3 +85,27 @@ def test_the_bench_baselines_train_the_same_batches_on_a_tiny_graph(bench, tmp_p
     assert len(curves[0]) > 1 and all(c == curves[0] for c in curves[1:])
     assert [m["loader_workers"] for m in out.values()] == [2, 2, 0]
     assert len({m["tier_rows"]["memmap"] for m in out.values()}) == 1
+
+
+def test_a_run_past_its_deadline_is_stopped_with_its_dataloader_workers(bench, tmp_path):
+    """The slower readahead setting is cut short: torchrun, its rank and the rank's DataLoader workers
+    (each rank leads its own process group) are all gone when `run` returns."""
+    ds = make_dataset(tmp_path, 1500, 16)
+    out = tmp_path / "m.json"
+    args = ["--features-memmap", "--loader-workers", "2", "--dataset", str(ds.path), "--epochs", "50",
+            "--fanouts", "5,3", "--hidden", "16", "--batch-size", "64", "--threads", "1"]
+    m = bench.run("deadline", 1, args, out, cold=[], bound=None, deadline=8)
+    assert m == {"stopped_after_s": 8}
+    assert not _running_with(str(ds.path))
+
+
+def _running_with(arg: str) -> list[str]:
+    out = []
+    for p in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            cmd = p.read_bytes()
+        except OSError:  # it exited meanwhile
+            continue
+        if arg.encode() in cmd:
+            out.append(cmd.decode(errors="replace"))
+    return out
