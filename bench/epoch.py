@@ -17,8 +17,9 @@ cgroup, so no system can keep the features in memory the bound does not give it.
                     processes (`--loader-workers`, 4 per rank) sample and read while the rank trains, so
                     several page faults are in flight; with MADV_RANDOM and with the kernel's readahead
                     on, each cold, and the faster of the two is the baseline (the second is stopped once
-                    it has taken 1.1x the first's whole run; `--baseline-readahead on|off` runs one). `--baseline serial` is the older baseline: the stages one after the other
-                    in the rank. `baseline_mode` names the one compared with.
+                    it has taken 1.1x the first's whole run; `--baseline-readahead on|off` runs one).
+                    `--baseline serial` is the older baseline: the stages one after the other in the
+                    rank. `baseline_mode` names the one compared with.
 
 Prints `name: value` lines: per system its epoch seconds (each epoch), SSD bytes read, CPU-cache hit
 rate (with the cache simulator's prediction for Moment's policy), per-stage seconds (a loader baseline's
