@@ -32,7 +32,7 @@ The datasets and layouts are generated into `--cache-dir` once and reused.
     python bench/epoch.py [--nodes 8000000] [--dim 128] [--memory-bound 3GiB] [--epochs 2] [--nproc 2]
                           [--variants rows,lru,belady] [--baseline loader|serial] [--loader-workers 4]
                           [--baseline-readahead auto|on|off] [--skip-baseline]
-    python bench/epoch.py --sizes 8000000:3GiB,16000000:2.5GiB   # features 1.3x and 3.2x the bound
+    python bench/epoch.py --sizes 8000000:3GiB,NODES:BOUND   # each size's features over its own bound
 """
 
 from __future__ import annotations
@@ -337,7 +337,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--memory-bound", default="3GiB", help="the cgroup limit of every system, or 'none'")
     p.add_argument("--sizes", default="",
                    help="several graph sizes in one run, NODES:BOUND[,NODES:BOUND...] (e.g. "
-                        "8000000:3GiB,16000000:2.5GiB); overrides --nodes and --memory-bound; `speedup` is the "
+                        "8000000:3GiB,24000000:4GiB); overrides --nodes and --memory-bound; `speedup` is the "
                         "smallest of them, each prints as speedup_NODES")
     p.add_argument("--variants", default="block,rows,belady",
                    help=f"other Moment configurations to run too ({', '.join(VARIANTS)}; '' for none)")
