@@ -12,22 +12,33 @@ cgroup, so no system can keep the features in memory the bound does not give it.
                     --memory-budget` does, leaving out the rows the run's CPU cache will hold; the
                     pack's time and disk cost print, the time is not part of an epoch);
 * moment-<variant>  the same with another policy or shape (`--variants`, e.g. rows, lru, belady);
-* baseline          features from a numpy memmap of features.npy indexed per batch, stages one after
-                    the other (what PyG code does when features do not fit), MADV_RANDOM (the plain
-                    read-around memmap reads ~8x more here; `--baseline-readahead` runs it anyway).
+* baseline          what a PyG user whose features do not fit in memory runs: features from a numpy
+                    memmap of features.npy indexed per batch inside a torch DataLoader whose worker
+                    processes (`--loader-workers`, 4 per rank) sample and read while the rank trains, so
+                    several page faults are in flight; with MADV_RANDOM and with the kernel's readahead
+                    on, each cold, and the faster of the two is the baseline (the second is stopped once
+                    it has taken 1.1x the first's whole run; `--baseline-readahead on|off` runs one).
+                    `--baseline serial` is the older baseline: the stages one after the other in the
+                    rank. `baseline_mode` names the one compared with.
 
 Prints `name: value` lines: per system its epoch seconds (each epoch), SSD bytes read, CPU-cache hit
-rate (with the cache simulator's prediction for Moment's policy), per-stage seconds, cgroup peak and
-limit hits; then `speedup` = baseline epoch s / Moment default epoch s, last. Exit 0 only when every
-system finished. The dataset and layout are generated into `--cache-dir` once and reused.
+rate (with the cache simulator's prediction for Moment's policy), per-stage seconds (a loader baseline's
+sample and gather seconds are its workers' summed), cgroup peak and limit hits; then `speedup` = baseline
+epoch s / Moment default epoch s, last. `--sizes` runs several graph sizes, each with its own bound, one
+after the other (a `size:` line starts each block); each block ends with `speedup_NODES`, and the run
+with every `speedup_NODES` again and `speedup`, the smallest. Exit 0 only when every system finished.
+The datasets and layouts are generated into `--cache-dir` once and reused.
 
     python bench/epoch.py [--nodes 8000000] [--dim 128] [--memory-bound 3GiB] [--epochs 2] [--nproc 2]
-                          [--variants rows,lru,belady] [--skip-baseline]
+                          [--variants rows,lru,belady] [--baseline loader|serial] [--loader-workers 4]
+                          [--baseline-readahead auto|on|off] [--skip-baseline]
+    python bench/epoch.py --sizes 8000000:3GiB,NODES:BOUND   # each size's features over its own bound
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -39,6 +50,7 @@ from pathlib import Path
 import numpy as np
 
 from moment.cli.train_cmds import torchrun_command
+from moment.errors import MomentError
 
 CGROUP_MEMORY = Path("/sys/fs/cgroup/memory")
 # The launcher: joins the cgroup (its pid into cgroup.procs), then becomes torchrun; children inherit it.
@@ -51,6 +63,7 @@ VARIANTS = {
     "belady": ["--cache-policy", "belady-superbatch"],
     "packed": ["--io-shape", "packed"],
 }
+READAHEAD = ("auto", "on", "off")
 DEFAULT = ["--cache-policy", "static"]  # --io-shape auto: packed, as the pack is written first
 
 
@@ -78,7 +91,19 @@ class MemoryBound:
         except OSError:
             return False
 
+    def kill(self) -> None:
+        """SIGKILL every process in the cgroup: the ranks' DataLoader workers are in their ranks' process
+        groups, not torchrun's, so only the cgroup knows them all."""
+        try:
+            pids = [int(x) for x in (self.path / "cgroup.procs").read_text().split()]
+        except OSError:
+            return
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
     def close(self) -> None:
+        self.kill()  # normally no one is left; after an interruption, stragglers
         for _ in range(100):  # the last rank may still be exiting
             try:
                 self.path.rmdir()
@@ -88,6 +113,24 @@ class MemoryBound:
             except OSError:
                 time.sleep(0.1)
         print(f"warning: could not remove {self.path}", file=sys.stderr)
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL `pid` and every process below it (torchrun's ranks and their DataLoader workers each lead
+    their own process group, so killing torchrun's group alone would leave them running)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    todo, tree = [pid], []
+    while todo:
+        p = todo.pop()
+        tree.append(p)
+        todo += children.get(p, [])
+    for p in tree:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(p, signal.SIGKILL)
 
 
 def cgroup_problem() -> str:
@@ -144,8 +187,10 @@ def build(cache: Path, a) -> tuple[Path, Path]:
     return ds_dir, layout
 
 
-def run(name: str, nproc: int, args: list[str], out: Path, *, cold: list[Path], bound: int | None) -> dict:
-    """One torchrun, started cold, in its own memory cgroup limited to `bound` bytes."""
+def run(name: str, nproc: int, args: list[str], out: Path, *, cold: list[Path], bound: int | None,
+        deadline: float | None = None) -> dict:
+    """One torchrun, started cold, in its own memory cgroup limited to `bound` bytes; stopped after
+    `deadline` seconds ({"stopped_after_s": deadline})."""
     env = {**os.environ, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // nproc))}
     cmd = torchrun_command(nproc, [*args, "--metrics-json", str(out), "--quiet"])
     out.unlink(missing_ok=True)
@@ -158,10 +203,12 @@ def run(name: str, nproc: int, args: list[str], out: Path, *, cold: list[Path], 
             proc = subprocess.Popen(cg.wrap(cmd) if cg else cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True)
             try:
-                proc.wait()
+                proc.wait(deadline)
+            except subprocess.TimeoutExpired:
+                return {"stopped_after_s": deadline}
             finally:
-                if proc.poll() is None:  # interrupted: take torchrun and its ranks down before the rmdir
-                    os.killpg(proc.pid, signal.SIGKILL)
+                if proc.poll() is None:  # interrupted: take torchrun, its ranks and their workers down
+                    kill_tree(proc.pid)
                     proc.wait()
         if proc.returncode:
             sys.stderr.write(logs.read_text()[-6000:])
@@ -284,45 +331,88 @@ def workload_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hidden", type=int, default=256)
 
 
-def main() -> int:
-    from moment.sizes import parse_size
-
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     workload_args(p)
     p.add_argument("--memory-bound", default="3GiB", help="the cgroup limit of every system, or 'none'")
+    p.add_argument("--sizes", default="",
+                   help="several graph sizes in one run, NODES:BOUND[,NODES:BOUND...] (e.g. "
+                        "8000000:3GiB,24000000:4GiB); overrides --nodes and --memory-bound; `speedup` is the "
+                        "smallest of them, each prints as speedup_NODES")
     p.add_argument("--variants", default="block,rows,belady",
                    help=f"other Moment configurations to run too ({', '.join(VARIANTS)}; '' for none)")
     p.add_argument("--moment-args", default="", help="extra flags for every Moment run")
-    p.add_argument("--baseline-readahead", action="store_true",
-                   help="baseline: plain memmap with the kernel's read-around (no MADV_RANDOM)")
+    p.add_argument("--baseline", choices=("loader", "serial"), default="loader",
+                   help="loader (default): a torch DataLoader whose worker processes sample and read the memmap "
+                        "while the rank trains, as PyG's NeighborLoader(num_workers=N) runs; serial: sample, "
+                        "read and train one after the other in the rank")
+    p.add_argument("--loader-workers", type=int, default=4, metavar="N",
+                   help="DataLoader worker processes per rank of the loader baseline")
+    p.add_argument("--baseline-readahead", nargs="?", const="on", choices=READAHEAD, default="auto",
+                   help="the baseline's memmap: on (the kernel's read-around), off (MADV_RANDOM), or auto "
+                        "(default: run both, each cold, and compare Moment with the faster)")
     p.add_argument("--skip-baseline", action="store_true")
     p.add_argument("--cache-dir", type=Path, default=Path(os.environ.get(
         "MOMENT_BENCH_CACHE", Path.home() / ".cache" / "moment-bench")))
-    a = p.parse_args()
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the clean-up (cgroup rmdir) on kill
-    a.cache_dir.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+def parse_sizes(a) -> list[tuple[int, str]]:
+    """(nodes, memory bound) per size: --sizes, else --nodes and --memory-bound."""
+    if not a.sizes.strip():
+        return [(a.nodes, a.memory_bound)]
+    out = []
+    for item in a.sizes.split(","):
+        nodes, sep, bound = item.strip().partition(":")
+        try:
+            n = int(nodes)
+        except ValueError:
+            n = 0
+        if not sep or n < 1 or not bound.strip():
+            raise MomentError(f"--sizes: cannot read {item.strip()!r}", hint="give NODES:BOUND pairs, e.g. "
+                              "--sizes 8000000:3GiB,16000000:2.5GiB (BOUND may be 'none')")
+        out.append((n, bound.strip()))
+    if len({n for n, _ in out}) < len(out):
+        raise MomentError(f"--sizes: {a.sizes!r} names a node count twice", hint="give each size once")
+    return out
+
+
+def baseline_runs(a) -> list[tuple[str, str, list[str]]]:
+    """(name, mode, train flags) of each baseline run: both readahead settings under auto."""
+    if a.loader_workers < 1:
+        raise MomentError(f"--loader-workers must be at least 1, got {a.loader_workers}",
+                          hint="use --baseline serial for a baseline without worker processes")
+    stages = (["--loader-workers", str(a.loader_workers)] if a.baseline == "loader" else ["--no-pipeline"])
+    how = (f"torch DataLoader, {a.loader_workers} worker processes per rank sample and read while the rank trains"
+           if a.baseline == "loader" else "serial stages (sample, read, train one after the other)")
+    runs = []
+    for ra in (("off", "on") if a.baseline_readahead == "auto" else (a.baseline_readahead,)):
+        mode = f"memmap {'+ kernel readahead' if ra == 'on' else '+ MADV_RANDOM'}, {how}"
+        name = "baseline" if a.baseline_readahead != "auto" else f"baseline_readahead_{ra}"
+        runs.append((name, mode, ["--features-memmap", *stages, *([] if ra == "on" else ["--memmap-random"])]))
+    return runs
+
+
+def run_size(a, nodes: int, memory_bound: str, key: str = "speedup") -> tuple[bool, float | None]:
+    """Every system on one graph size; (all finished, speedup of Moment's default over the baseline),
+    printed as `key`."""
+    from moment.sizes import parse_size
+
+    a = argparse.Namespace(**{**vars(a), "nodes": nodes})
     ds_dir, layout = build(a.cache_dir, a)
     cold = [ds_dir, layout]
     feature_bytes = int(np.load(ds_dir / "features.npy", mmap_mode="r").nbytes)
-    bound = None if a.memory_bound == "none" else parse_size(a.memory_bound, feature_bytes)
-    why = cgroup_problem() if bound is not None else ""
-    if why:
-        print(f"error: cannot bound memory: {why} (run as root on a cgroup v1 machine, or --memory-bound none)",
-              file=sys.stderr)
-        return 2
+    bound = None if memory_bound == "none" else parse_size(memory_bound, feature_bytes)
     print(f"nodes: {a.nodes}\nfeature_dim: {a.dim}\nranks: {a.nproc}\nepochs: {a.epochs}\nfanouts: {a.fanouts}")
     print(f"batch_size_per_rank: {a.batch_size}")
     print(f"feature_MiB: {feature_bytes / 2**20:.0f}")
     print(f"memory_bound_MiB: {bound / 2**20:.0f}" if bound else "memory_bound_MiB: none")
+    if bound:
+        print(f"features_over_bound: {feature_bytes / bound:.2f}")
     common = ["--dataset", str(ds_dir), "--epochs", str(a.epochs), "--fanouts", a.fanouts, "--hidden", str(a.hidden),
               "--batch-size", str(a.batch_size)]
     budget = ["--memory-budget", "auto"] if bound else []
-    systems = [("moment", [*DEFAULT])]
-    for v in [v for v in a.variants.split(",") if v]:
-        if v not in VARIANTS:
-            print(f"error: unknown variant {v!r} (choose from {', '.join(VARIANTS)})", file=sys.stderr)
-            return 2
-        systems.append((f"moment_{v}", [*DEFAULT, *VARIANTS[v]]))
+    systems = [("moment", [*DEFAULT])] + [(f"moment_{v}", [*DEFAULT, *VARIANTS[v]]) for v in a.variants.split(",") if v]
     results: dict[str, dict] = {}
     ok = True
     ensure_pack(ds_dir, layout, a, bound)
@@ -339,17 +429,29 @@ def main() -> int:
             print(f"{name}_hit_rate_simulated: {pred:.4f}  (cache simulator, rank 0, epoch 0, same capacity and policy)")
         print(flush=True)
     if not a.skip_baseline:
-        bl_args = ["--features-memmap", "--no-pipeline", *([] if a.baseline_readahead else ["--memmap-random"]),
-                   *common]
-        print(f"baseline_mode: memmap{'' if a.baseline_readahead else ' + MADV_RANDOM'}, serial stages")
-        bl = run("baseline", a.nproc, bl_args, a.cache_dir / "baseline.json", cold=cold, bound=bound)
-        if bl:
-            results["baseline"] = bl
-            report("baseline", bl)
-        else:
-            ok = False
+        tried: dict[str, dict] = {}
+        for name, mode, flags in baseline_runs(a):
+            print(f"{name}_mode: {mode}", flush=True)
+            # a later setting that takes longer than the faster one so far, whole process, is no faster
+            limit = 1.1 * min(m["process_s"] for m in tried.values()) if tried else None
+            bl = run(name, a.nproc, [*flags, *common], a.cache_dir / f"{name}.json", cold=cold, bound=bound,
+                     deadline=limit)
+            if "stopped_after_s" in bl:
+                print(f"{name}_stopped_after_s: {limit:.0f}  (slower than the faster setting's whole run x 1.1)")
+                continue
+            if not bl:
+                ok = False
+                continue
+            report(name, bl)
+            print(flush=True)
+            tried[mode] = bl
+        if tried:  # the faster setting is the baseline
+            mode = min(tried, key=lambda k: epoch_s(tried[k]))
+            results["baseline"] = tried[mode]
+            print(f"baseline_mode: {mode}" + ("  (the faster of the two readahead settings)" if len(tried) > 1 else ""))
     if "moment" in results:
         print(f"moment_epoch_s: {epoch_s(results['moment']):.2f}")
+    speedup = None
     if "baseline" in results:
         print(f"baseline_epoch_s: {epoch_s(results['baseline']):.2f}")
         for name, m in results.items():
@@ -357,13 +459,43 @@ def main() -> int:
                 print(f"{name}_speedup: {epoch_s(results['baseline']) / epoch_s(m):.2f}")
         if "moment" in results:
             print(f"same_loss_curve: {np.allclose(results['moment']['loss_curve'], results['baseline']['loss_curve'], rtol=1e-5)}")
-            print(f"speedup: {epoch_s(results['baseline']) / epoch_s(results['moment']):.2f}")
+            speedup = epoch_s(results["baseline"]) / epoch_s(results["moment"])
+            print(f"{key}: {speedup:.2f}")
+    return ok, speedup
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parser().parse_args(argv)
+    sizes = parse_sizes(a)
+    unknown = [v for v in a.variants.split(",") if v and v not in VARIANTS]
+    if unknown:
+        raise MomentError(f"--variants: unknown variant {unknown[0]!r}", hint=f"choose from {', '.join(VARIANTS)}")
+    if not a.skip_baseline:
+        baseline_runs(a)  # its flags are checked before hours of building
+    why = cgroup_problem() if any(b != "none" for _, b in sizes) else ""
+    if why:
+        raise MomentError(f"cannot bound memory: {why}",
+                          hint="run as root on a cgroup v1 machine, or --memory-bound none")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the clean-up (cgroup rmdir) on kill
+    a.cache_dir.mkdir(parents=True, exist_ok=True)
+    ok, speedups = True, {}
+    for nodes, bound in sizes:
+        if len(sizes) > 1:
+            print(f"size: {nodes} nodes, memory bound {bound}", flush=True)
+        done, sp = run_size(a, nodes, bound, key=f"speedup_{nodes}" if len(sizes) > 1 else "speedup")
+        ok = ok and done
+        if sp is not None:
+            speedups[nodes] = sp
+        print(flush=True)
+    if len(sizes) > 1:
+        for nodes, sp in speedups.items():
+            print(f"speedup_{nodes}: {sp:.2f}")
+        if len(speedups) == len(sizes):
+            print(f"speedup: {min(speedups.values()):.2f}  (the smallest over the sizes)")
     return 0 if ok else 1
 
 
 if __name__ == "__main__":
-    from moment.errors import MomentError
-
     try:
         sys.exit(main())
     except MomentError as e:

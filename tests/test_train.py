@@ -442,3 +442,18 @@ def test_a_rank_base_includes_the_model_layers(budget_run):
     assert {it.name: it.bytes for it in preview.memory.items}["process"] == base
     charged = {it["name"]: it["bytes"] for it in m["memory"]["items"]}["process"]
     assert abs(charged - base) < (16 << 20), (charged >> 20, base >> 20)
+
+
+def test_dataloader_workers_baseline_trains_the_same_batches(setup, reference):
+    """The PyG-style baseline (sampling and memmap reads in DataLoader worker processes) trains on the
+    same batches as every other run: the reference's loss curve bit for bit, every row counted."""
+    _, _, layout = setup
+    m = train(_cfg(layout, epochs=2, features="memmap", memmap_random=True, loader_workers=2))
+    assert m["loss_curve"] == reference["loss_curve"]
+    assert m["val_accuracy_curve"] == reference["val_accuracy_curve"]
+    assert m["loader_workers"] == 2 and m["tier_rows"] == {"memmap": reference["tier_rows"]["memory"]}
+    assert m["stage_seconds"]["sample"] > 0 and m["stage_seconds"]["gather_wait"] > 0
+    with pytest.raises(MomentError, match="--loader-workers 2 is for the --features-memmap baseline"):
+        parse_args(["--layout", str(layout), "--loader-workers", "2"])
+    with pytest.raises(MomentError, match="--drop-page-cache batch cannot be combined with --loader-workers"):
+        parse_args(["--layout", str(layout), "--features-memmap", "--loader-workers", "2", "--drop-page-cache", "batch"])

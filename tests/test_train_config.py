@@ -29,7 +29,8 @@ def test_every_field_has_a_flag_and_every_flag_sets_its_field(tmp_path: Path) ->
         ("--io-shape", "rows"): {"io_shape": "rows"}, ("--superbatch", "2"): {"superbatch": 2},
         ("--features-in-memory",): {"features": "memory"}, ("--features-memmap",): {"features": "memmap"},
         ("--drop-page-cache",): {"drop_page_cache": "epoch"}, ("--drop-page-cache", "batch"): {"drop_page_cache": "batch"},
-        ("--memmap-random",): {"memmap_random": True}, ("--io-backend", "python"): {"io_backend": "python"},
+        ("--memmap-random",): {"memmap_random": True},
+        ("--features-memmap", "--loader-workers", "3"): {"features": "memmap", "loader_workers": 3}, ("--io-backend", "python"): {"io_backend": "python"},
         ("--queue-depth", "8"): {"queue_depth": 8}, ("--io-merge-gap", "4096"): {"io_merge_gap": 4096},
         ("--io-max-request", "65536"): {"io_max_request": 65536}, ("--buffered",): {"direct": False},
         ("--no-peer-tier",): {"peer_tier": False},
@@ -73,6 +74,7 @@ RANGES = {
     "--io-merge-gap": (["-1"], "an integer >= 0"),
     "--io-max-request": (["0", "-4096"], "an integer >= 1"),
     "--depth": (["0"], "an integer >= 1"),
+    "--loader-workers": (["-1"], "an integer >= 0"),
     "--threads": (["0", "-2"], "an integer >= 1"),
 }
 

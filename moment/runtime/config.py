@@ -103,6 +103,10 @@ class TrainConfig(BaseModel):
         nargs="?", const="epoch")] = ""
     memmap_random: Annotated[bool, Flag("memmap baseline: madvise(MADV_RANDOM), no read-around",
                                         action="store_true")] = False
+    loader_workers: Annotated[int, Field(ge=0), Flag(
+        "memmap baseline: sample and gather in this many torch DataLoader worker processes per rank, "
+        "overlapping training, as PyG's NeighborLoader(num_workers=N) does (0: in the rank's own pipeline)",
+        metavar="N")] = 0
     io_backend: Annotated[Literal["io_uring", "pthreads", "python"] | None, Flag(
         "default: fastest usable")] = None
     queue_depth: Annotated[int, Flag("I/O requests in flight per rank")] = 128
@@ -199,6 +203,14 @@ class TrainConfig(BaseModel):
                               "with --dataset)")
         if self.features != "tiered" and self.layout is None and self.dataset is None:
             raise MomentError("--dataset is required without --layout")
+        if self.loader_workers and self.features != "memmap":
+            raise MomentError(f"--loader-workers {self.loader_workers} is for the --features-memmap baseline "
+                              "(Moment's own runs overlap their stages in the rank's pipeline)",
+                              hint="add --features-memmap --dataset DIR, or leave --loader-workers out")
+        if self.loader_workers and self.drop_page_cache == "batch":
+            raise MomentError("--drop-page-cache batch cannot be combined with --loader-workers: the workers "
+                              "read several batches at once, so no batch starts cold",
+                              hint="use --drop-page-cache epoch, or --loader-workers 0")
         if (self.checkpoint_every or self.resume) and self.checkpoint_dir is None:
             raise MomentError("--checkpoint-every/--resume need --checkpoint-dir")
         if self.memory_budget is not None:

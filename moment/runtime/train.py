@@ -32,6 +32,7 @@ from moment.runtime.checkpoint import CHECKPOINT_NAME, load_checkpoint, rng_stat
 from moment.runtime.config import TrainConfig, parse_args
 from moment.runtime.dist import AgreedError, DistContext, default_device, setup
 from moment.runtime.exchange import RowExchange
+from moment.runtime.loader import LoaderPipeline
 from moment.runtime.memory_use import machine_peak, parent_peak, rank_sample, reset_peak
 from moment.runtime.models import build_model, load_layers
 from moment.runtime.pipeline import Pipeline, StageTimes, mix
@@ -238,10 +239,7 @@ class Trainer:
         if self.plan is not None and ctx.serves is not None and ctx.serves.plan_gpus:
             self.notes += ctx.all_gather_object(ctx.serves.line(str(ctx.device)))
         labels = torch.from_numpy(np.array(self.ds.labels))
-        self.pipe = Pipeline(self.graph, self.fanouts, self.source, labels, ctx.device, depth=cfg.depth,
-                             pipelined=cfg.pipeline)
-        self.eval_pipe = Pipeline(self.graph, self.fanouts, self.source, labels, ctx.device, depth=cfg.depth,
-                                  pipelined=cfg.pipeline)
+        self.pipe, self.eval_pipe = (self._pipeline(labels) for _ in range(2))
         torch.manual_seed(cfg.seed)  # same initial weights on every rank (DDP also broadcasts rank 0's)
         model = build_model(cfg.model, self.ds.feature_dim, self.ds.num_classes, len(self.fanouts), cfg.hidden)
         self.module = model.to(ctx.device)
@@ -263,6 +261,14 @@ class Trainer:
         else:
             self.model = self.module
         self.seeds_trained = 0
+
+    def _pipeline(self, labels: torch.Tensor) -> Pipeline | LoaderPipeline:
+        cfg = self.cfg
+        if cfg.loader_workers:
+            return LoaderPipeline(self.graph, self.fanouts, self.source, labels, self.ctx.device,
+                                  workers=cfg.loader_workers, depth=cfg.depth)
+        return Pipeline(self.graph, self.fanouts, self.source, labels, self.ctx.device, depth=cfg.depth,
+                        pipelined=cfg.pipeline)
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -515,6 +521,7 @@ class Trainer:
             "device": str(ctx.device),
             "features": self.cfg.features,
             "pipelined": self.cfg.pipeline,
+            "loader_workers": self.cfg.loader_workers,
             "model": self.cfg.model,
             "fanouts": self.fanouts,
             "batch_size": self.batch_size,

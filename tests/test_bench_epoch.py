@@ -1,0 +1,111 @@
+"""bench/epoch.py's arguments and its baselines, on a tiny graph (the measurement itself is the bench)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from runtime_data import make_dataset
+
+from moment.errors import MomentError
+from moment.runtime.config import parse_args
+from moment.runtime.train import train
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_epoch", REPO / "bench" / "epoch.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _args(bench, *argv: str):
+    return bench.parser().parse_args(list(argv))
+
+
+def test_sizes_default_to_nodes_and_bound_and_are_read_as_pairs(bench):
+    assert bench.parse_sizes(_args(bench)) == [(8_000_000, "3GiB")]
+    assert bench.parse_sizes(_args(bench, "--nodes", "5000", "--memory-bound", "none")) == [(5000, "none")]
+    assert bench.parse_sizes(_args(bench, "--sizes", "8000000:3GiB, 16000000:2.5GiB")) == \
+        [(8_000_000, "3GiB"), (16_000_000, "2.5GiB")]
+    for bad in ("8000000", "x:3GiB", "0:3GiB", "8000000:", "8000000:3GiB,8000000:2GiB"):
+        with pytest.raises(MomentError, match="^--sizes: "):
+            bench.parse_sizes(_args(bench, "--sizes", bad))
+
+
+def test_the_default_baseline_is_the_dataloader_with_both_readahead_settings(bench):
+    runs = bench.baseline_runs(_args(bench))
+    assert [name for name, _, _ in runs] == ["baseline_readahead_off", "baseline_readahead_on"]
+    (_, off_mode, off), (_, on_mode, on) = runs
+    assert "DataLoader, 4 worker processes per rank" in on_mode and "kernel readahead" in on_mode
+    assert "MADV_RANDOM" in off_mode
+    assert on == ["--features-memmap", "--loader-workers", "4"]
+    assert off == ["--features-memmap", "--loader-workers", "4", "--memmap-random"]
+    # one setting: one run named `baseline`; the old spelling `--baseline-readahead` still means "on"
+    [(name, mode, flags)] = bench.baseline_runs(_args(bench, "--baseline-readahead", "--loader-workers", "2"))
+    assert name == "baseline" and "2 worker processes" in mode and "--memmap-random" not in flags
+    [(_, mode, flags)] = bench.baseline_runs(_args(bench, "--baseline", "serial", "--baseline-readahead", "off"))
+    assert "serial stages" in mode and flags == ["--features-memmap", "--no-pipeline", "--memmap-random"]
+    with pytest.raises(MomentError, match="--loader-workers must be at least 1"):
+        bench.baseline_runs(_args(bench, "--loader-workers", "0"))
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--sizes", "8000000"], "error: --sizes: cannot read '8000000'"),
+    (["--variants", "rows,bogus"], "error: --variants: unknown variant 'bogus'"),
+    (["--loader-workers", "-1"], "error: --loader-workers must be at least 1, got -1"),
+])
+def test_bad_arguments_are_one_line_before_anything_is_built(tmp_path, argv, said):
+    cache = tmp_path / "cache"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    r = subprocess.run([sys.executable, str(REPO / "bench" / "epoch.py"), *argv, "--cache-dir", str(cache)],
+                       capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith(said) and "Traceback" not in r.stderr, r.stderr
+    assert not cache.exists()  # nothing built for a run that cannot start
+
+
+def test_the_bench_baselines_train_the_same_batches_on_a_tiny_graph(bench, tmp_path):
+    """Each baseline run the bench starts (DataLoader workers with and without readahead, the serial one)
+    trains the same batches: equal loss curves, every row read from the memmap."""
+    ds = make_dataset(tmp_path, 1500, 16)
+    common = ["--dataset", str(ds.path), "--epochs", "1", "--fanouts", "5,3", "--hidden", "16", "--batch-size", "64",
+              "--threads", "1", "--quiet"]
+    runs = bench.baseline_runs(_args(bench, "--loader-workers", "2")) + \
+        bench.baseline_runs(_args(bench, "--baseline", "serial", "--baseline-readahead", "off"))
+    out = {name + str(i): train(parse_args([*flags, *common])) for i, (name, _, flags) in enumerate(runs)}
+    curves = [m["loss_curve"] for m in out.values()]
+    assert len(curves[0]) > 1 and all(c == curves[0] for c in curves[1:])
+    assert [m["loader_workers"] for m in out.values()] == [2, 2, 0]
+    assert len({m["tier_rows"]["memmap"] for m in out.values()}) == 1
+
+
+def test_a_run_past_its_deadline_is_stopped_with_its_dataloader_workers(bench, tmp_path):
+    """The slower readahead setting is cut short: torchrun, its rank and the rank's DataLoader workers
+    (each rank leads its own process group) are all gone when `run` returns."""
+    ds = make_dataset(tmp_path, 1500, 16)
+    out = tmp_path / "m.json"
+    args = ["--features-memmap", "--loader-workers", "2", "--dataset", str(ds.path), "--epochs", "50",
+            "--fanouts", "5,3", "--hidden", "16", "--batch-size", "64", "--threads", "1"]
+    m = bench.run("deadline", 1, args, out, cold=[], bound=None, deadline=8)
+    assert m == {"stopped_after_s": 8}
+    assert not _running_with(str(ds.path))
+
+
+def _running_with(arg: str) -> list[str]:
+    out = []
+    for p in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            cmd = p.read_bytes()
+        except OSError:  # it exited meanwhile
+            continue
+        if arg.encode() in cmd:
+            out.append(cmd.decode(errors="replace"))
+    return out
