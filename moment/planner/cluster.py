@@ -257,7 +257,11 @@ def plan_cluster(spec: ClusterSpec, workload: WorkloadSpec | None = None, *,
             topo = load(s.profile)
         except MomentError as e:
             raise MomentError(f"{where}.profile: {str(e).splitlines()[0]}", hint=e.hint, field="cluster") from None
-        inv = parse_inventory(s.inventory, 0, 0, flag=lambda name, w=where: f"{w}.{name}")
+        try:
+            inv = parse_inventory(s.inventory, 0, 0, flag=lambda name, w=where: f"{w}.{name}")
+        except MomentError as e:
+            e.field = "cluster"  # one input: the cluster, its field path in the message
+            raise
         if inv.count(Kind.nic):
             raise MomentError(f"{where}.inventory {s.inventory!r}: list GPUs and SSDs only; NICs are "
                               f"network.nic, {where}.nics of them", field="cluster")
