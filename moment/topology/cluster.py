@@ -44,7 +44,8 @@ class NetworkSpec(BaseModel):
 class ServerSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str | None = Field(None, min_length=1, description="default: server0, server1, ... in file order")
+    name: str | None = Field(None, min_length=1, description="default: server0, server1, ... in file order; "
+                             "with count N, NAME0 ... NAME(N-1)")
     profile: str = Field(min_length=1, description="built-in profile name or YAML file (relative to the cluster file)")
     inventory: str = Field(min_length=1, description="GPUs and SSDs as `moment plan --inventory`: 4xA100,8xP5510")
     nics: int = Field(1, ge=1, description="NICs of network.nic in this server")
@@ -77,11 +78,17 @@ class ClusterSpec(BaseModel):
         return v
 
     def machines(self) -> list[tuple[str, ServerSpec]]:
-        """One (name, server) per machine, `count` expanded: 'b' with count 2 is b0 and b1."""
-        out = []
-        for i, s in enumerate(self.servers):
-            base = s.name or f"server{i}"
-            out += [(base if s.count == 1 else f"{base}{k}", s) for k in range(s.count)]
+        """One (name, server) per machine, `count` expanded: 'b' with count 2 is b0 and b1; machines of
+        unnamed entries are server0, server1, ... in file order."""
+        out: list[tuple[str, ServerSpec]] = []
+        unnamed = 0
+        for s in self.servers:
+            for k in range(s.count):
+                if s.name is None:
+                    out.append((f"server{unnamed}", s))
+                    unnamed += 1
+                else:
+                    out.append((s.name if s.count == 1 else f"{s.name}{k}", s))
         return out
 
     def nic_model(self) -> DeviceModel:
