@@ -47,7 +47,8 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          "--calibration cal.yaml", _has("measurements")),
     Kind("price file", "written by hand: `devices: {MODEL: {price_usd: ..., date: ..., source: ...}}`",
          "pass it as `moment advise --prices {path}`",
-         lambda d: isinstance(d, dict) and bool(d) and set(d) <= {"currency", "server", "electricity", "devices"}),
+         lambda d: isinstance(d, dict) and bool(d)
+         and set(d) <= {"currency", "server", "electricity", "devices", "switch_ports"}),
     Kind("plan", "from `moment plan --json`", "pass it as --plan {path} to place or simulate",
          _has("machine", "inventory", "placement", "predicted")),
     Kind("comparison", "from `moment compare --json`",
