@@ -281,12 +281,13 @@ def models_cmd(json_out: bool = typer.Option(False, "--json", help="print a JSON
         _emit_json(models_json())
         return
     table = Table(title="device models")
-    for col in ("name", "kind", "PCIe", "double width", "memory GiB", "read GB/s", "capacity GB"):
+    for col in ("name", "kind", "PCIe", "double width", "memory GiB", "read GB/s", "capacity GB", "network ports"):
         table.add_column(col)
     for m in CATALOG:
         table.add_row(m.name, m.kind.value, f"{m.gen}.0 x{m.lanes}", "yes" if m.double_width else "",
                       f"{m.memory_gib:g}" if m.memory_gib else "", f"{m.read_gbps:g}" if m.read_gbps else "",
-                      f"{m.capacity_gb:g}" if m.capacity_gb else "")
+                      f"{m.capacity_gb:g}" if m.capacity_gb else "",
+                      f"{m.ports} x {m.port_gbit:g} Gb/s" if m.ports else "")
     console.print(table)
 
 
