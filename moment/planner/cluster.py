@@ -109,6 +109,7 @@ class _Server:
     name: str
     spec: ServerSpec
     topo: Topology
+    index: int  # of its entry in the file's servers
 
 
 def _path(topo: Topology, a: str, b: str) -> tuple[str, float]:
@@ -234,18 +235,16 @@ def check_remote_fraction(value: float | None, what: str = "--remote-fraction") 
 
 def plan_cluster(spec: ClusterSpec, workload: WorkloadSpec | None = None, *,
                  remote_fraction: float | None = None, remote_source: str = "--remote-fraction",
-                 load: Callable[[str], Topology] | None = None, flag: Callable[[str], str] | None = None,
-                 plan_one: Callable[[Topology, object, WorkloadSpec], Plan] | None = None) -> ClusterPlan:
+                 load: Callable[[str], Topology] | None = None) -> ClusterPlan:
     """Plan every machine of `spec` and add the network (module docstring). `remote_fraction` given
-    here wins over the file's; `load` reads a profile (default: load_profile); `plan_one` plans one
-    server (default: make_plan); `flag` spells an input in messages."""
+    here (as `remote_source` spells it) wins over the file's; `load` reads a profile (default:
+    load_profile; the service reads built-in ones only)."""
     from moment.planner.api import parse_inventory
     from moment.planner.plan import make_plan
     from moment.planner.replay import steps_per_epoch
     from moment.topology.profiles import load_profile
 
     load = load or load_profile
-    plan_one = plan_one or (lambda topo, inv, wl: make_plan(topo, inv, wl))
     wl = workload or WorkloadSpec()
     machines = spec.machines()
     n = len(machines)
@@ -266,7 +265,7 @@ def plan_cluster(spec: ClusterSpec, workload: WorkloadSpec | None = None, *,
             raise MomentError(f"{where}.inventory {s.inventory!r}: list GPUs and SSDs only; NICs are "
                               f"network.nic, {where}.nics of them", field="cluster")
         invs[id(s)] = inv
-        servers += [_Server(name, s, topo) for name, sv in machines if sv is s]
+        servers += [_Server(name, s, topo, i) for name, sv in machines if sv is s]
     gpus_of = {sv.name: invs[id(sv.spec)].count(Kind.gpu) + _builtin(sv.topo) for sv in servers}
     total_gpus = sum(gpus_of.values())
     if total_gpus == 0:
@@ -290,10 +289,10 @@ def plan_cluster(spec: ClusterSpec, workload: WorkloadSpec | None = None, *,
     out = []
     for sv in servers:
         key = (sv.spec.profile, sv.spec.inventory)
-        idx = spec.servers.index(sv.spec)
+        idx = sv.index
         if key not in plans:
             try:
-                plans[key] = plan_one(sv.topo, invs[id(sv.spec)], wl_machine)
+                plans[key] = make_plan(sv.topo, invs[id(sv.spec)], wl_machine)
             except MomentError as e:
                 raise MomentError(f"servers[{idx}] ({sv.topo.name}, {sv.spec.inventory}): {str(e).splitlines()[0]}",
                                   hint=e.hint, field="cluster") from None

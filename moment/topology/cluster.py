@@ -131,7 +131,7 @@ def cluster_from_dict(data: object, source: str, base: Path | None = None) -> Cl
         raise MomentError(f"network.ports {spec.network.ports}: {nic.name} has {nic.ports} port"
                           f"{'s' if nic.ports > 1 else ''}", source=source)
     servers = []
-    for i, s in enumerate(spec.servers):
+    for s in spec.servers:
         p = Path(s.profile)
         if base is not None and not p.is_absolute() and (p.suffix in (".yaml", ".yml") or exists(base / p)):
             s = s.model_copy(update={"profile": str(base / p)})
