@@ -215,6 +215,7 @@ def test_cli_names_the_server_that_cannot_be_planned(servers, want, tmp_path, ca
     (["--gpus", "3"], "--cluster: the cluster file names each server's profile and inventory, so --gpus would be"),
     (["--profile", "dgx2", "--set", "x=1"], "so --profile, --set would be ignored"),
     (["--remote-fraction", "1.5"], "--remote-fraction 1.5: a share of the rows, from 0 to 1"),
+    (["--maxflow-backend", "networkx", "--replay"], "so --replay, --maxflow-backend would be ignored"),
 ])
 def test_cli_refuses_options_the_cluster_file_makes_meaningless(argv, want, tmp_path, capsys):
     path = tmp_path / "c.yaml"

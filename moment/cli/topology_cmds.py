@@ -90,7 +90,7 @@ def plan_cmd(
     if cluster is not None:
         given = dict(profile=profile, gpus=gpus, ssds=ssds, gpu_model=gpu_model, ssd_model=ssd_model,
                      inventory=inventory, set=overrides or None, calibration=calibration, replay=replay or None,
-                     timeout=timeout)
+                     timeout=timeout, maxflow_backend=None if backend == "ortools" else backend)
         named = [f"--{k.replace('_', '-')}" for k, v in given.items() if v is not None]
         if named:
             raise MomentError(f"--cluster: the cluster file names each server's profile and inventory, so "
