@@ -38,6 +38,8 @@ def _has(*keys: str) -> Callable[[Any], bool]:
 KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("profile", "from `moment scan --out` or `moment export`, or written by hand to `moment schema topology`",
          "pass it as --profile {path}", _has("name", "nodes")),
+    Kind("cluster file", "written by hand: servers (profile, inventory, nics) and the network (nic, switch_gbit)",
+         "pass it as `moment plan --cluster {path}`", _has("servers", "network")),
     Kind("calibration", "from `moment calibrate --out`", "pass it as --calibration {path} to plan, compare or simulate",
          _has("params", "fitted")),
     Kind("measurement file", "from `moment probe --out`, or written by hand as the README shows",
@@ -45,7 +47,8 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          "--calibration cal.yaml", _has("measurements")),
     Kind("price file", "written by hand: `devices: {MODEL: {price_usd: ..., date: ..., source: ...}}`",
          "pass it as `moment advise --prices {path}`",
-         lambda d: isinstance(d, dict) and bool(d) and set(d) <= {"currency", "server", "electricity", "devices"}),
+         lambda d: isinstance(d, dict) and bool(d)
+         and set(d) <= {"currency", "server", "electricity", "devices", "switch_ports"}),
     Kind("plan", "from `moment plan --json`", "pass it as --plan {path} to place or simulate",
          _has("machine", "inventory", "placement", "predicted")),
     Kind("comparison", "from `moment compare --json`",

@@ -60,10 +60,13 @@ def _ranked(r) -> list[str]:
 # ---- the price table -------------------------------------------------------------------------------
 
 
-def test_shipped_table_prices_every_gpu_and_ssd_the_planner_knows_with_date_and_source():
+def test_shipped_table_prices_every_device_the_planner_knows_with_date_and_source():
     t = load_prices()
-    known = {m.name for m in CATALOG if m.kind in (Kind.gpu, Kind.ssd)}
-    assert set(t.devices) == known
+    assert set(t.devices) == {m.name for m in CATALOG}  # GPUs, SSDs and NICs
+    # a switch port for each NIC's line rate: a cluster of any catalogue NIC can be priced
+    assert {m.port_gbit for m in CATALOG if m.kind == Kind.nic} <= set(t.switch_ports)
+    for rate, e in t.switch_ports.items():
+        assert e.price_usd > 0 and e.power_w > 0 and e.date and e.source, rate
     for name, e in t.devices.items():
         assert e.price_usd > 0 and e.power_w > 0 and e.date and e.source, name
     # the numbers taken from Hyperion section VI
@@ -92,7 +95,8 @@ def test_price_override_merges_entry_by_entry(tmp_path):
     ("devices:\n  X100: {price_usd: 5}\n", "devices.X100: unknown device model 'X100'"),
     ("devices:\n  T4: {price_usd: -5}\n", "devices.T4.price_usd: Input should be greater than 0"),
     ("devices:\n  T4: {price: 5}\n", "devices.T4.price: Extra inputs are not permitted"),
-    ("devices:\n  CX7: {price_usd: 5, power_w: 20, date: x, source: y}\n", "only GPU and SSD models are priced"),
+    ("switch_ports:\n  fast: {price_usd: 5}\n", "switch_ports.fast: key must be the port rate in Gb/s"),
+    ("switch_ports:\n  100: {price_usd: -5}\n", "switch_ports.100.0.price_usd: Input should be greater than 0"),
     ("server: {price_usd: cheap}\n", "server.price_usd: Input should be a valid number"),
     ("currency: EUR\n", "only USD prices are supported"),
     ("- a list\n", "must be a YAML mapping"),

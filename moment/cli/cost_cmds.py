@@ -47,6 +47,14 @@ def advise_cmd(
         "where the rows will be on the SSDs, which each inventory's epoch assumes: 'planned' (default: the "
         "shares the planner chooses, as `moment place` with DDAK writes them) or 'even' (an equal share per SSD, "
         "as hash placement gives)"), metavar="planned|even", show_default=False),
+    machines_max: int | None = typer.Option(None, "--machines-max", help=(
+        "also compare 1..K servers of this chassis under the same budget (each with the advice for its share, "
+        "joined by --nic NICs and switch ports, planned as `moment plan --cluster`) by samples/s per TCO dollar; "
+        "JSON: `machines`"), metavar="K", show_default=False),
+    nic: str = typer.Option("CX6-Dx-100GbE", "--nic", help="with --machines-max: the NIC model of each server"),
+    nics: int = typer.Option(1, "--nics", help="with --machines-max: NICs per server"),
+    switch_gbit: float | None = typer.Option(None, "--switch-gbit", help=(
+        "with --machines-max: the switch's port rate in Gb/s (default: the NIC's port rate)"), show_default=False),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object (for scripts) instead of tables"),
 ) -> None:
     """Recommend what to buy: how many of which GPU and SSD, and where they go, for the best throughput
@@ -71,6 +79,14 @@ def advise_cmd(
 
     check_inputs(budget, top, max_gpus, max_ssds)
     data = check_data(data)
+    if machines_max is not None:
+        from moment.cost.machines import check_machines_max
+
+        check_machines_max(machines_max)
+        if nics < 1:
+            raise MomentError(f"--nics {nics}: give 1 or more NICs per server")
+        if switch_gbit is not None and not (0 < switch_gbit < float("inf")):
+            raise MomentError(f"--switch-gbit {switch_gbit:g}: give the switch's port rate in Gb/s, e.g. 100")
     try:
         params = CostParams(years=years, pue=pue, utilisation=utilisation, machine_power_w=machine_power)
     except ValidationError as e:
@@ -82,10 +98,24 @@ def advise_cmd(
     with solver_bar(not json_out, label="solving inventories") as cb:
         result = advise(topo, budget, models=_models(models), max_gpus=max_gpus, max_ssds=max_ssds,
                         prices=table, params=params, top_k=top, progress=cb, data=data)
+    options = None
+    if machines_max is not None:
+        from moment.cost.machines import compare_machines
+
+        with solver_bar(not json_out, label="planning clusters") as cb:
+            options = compare_machines(topo, budget, machines_max, result, nic=nic, nics=nics, switch_gbit=switch_gbit,
+                                       prices=table, params=params, progress=cb,
+                                       advise_args=dict(models=_models(models), max_gpus=max_gpus, max_ssds=max_ssds,
+                                                        top_k=top, data=data))
     if json_out:
-        print(json.dumps(result.model_dump(mode="json"), indent=2))
+        out = result.model_dump(mode="json")
+        if options is not None:
+            out["machines"] = [o.model_dump(mode="json") for o in options]
+        print(json.dumps(out, indent=2))
         return
     _render(result)
+    if options is not None:
+        _render_machines(options, budget)
 
 
 def _render(r) -> None:
@@ -121,3 +151,20 @@ def _render(r) -> None:
     dates = sorted({e["date"] for e in [r.prices["server"], *r.prices["devices"].values()]})
     console.print(f"prices: {r.prices['origin']} table, dated {', '.join(dates)} "
                   "(`--json` gives each price's date and source)", highlight=False)
+
+
+def _render_machines(options, budget: float) -> None:
+    t = Table(title=f"one server or several, {budget:,.0f} USD in all (best by samples/s per TCO dollar marked *)",
+              title_justify="left")
+    for col in ("servers", "each server", "epoch s", "network", "samples/s", "hardware $", "of it network $",
+                "TCO $", "samples/s/TCO $"):
+        t.add_column(col, justify="left" if col == "each server" else "right")
+    for o in options:
+        if o.inventory is None:
+            t.add_row(str(o.machines), o.note, *["-"] * 7)
+            continue
+        nic = f"\n+ {o.nics_per_server} x {o.nic}" if o.nic else ""
+        t.add_row(f"{o.machines}{' *' if o.best else ''}", o.inventory + nic, f"{o.epoch_s:.2f}",
+                  f"{o.network_share:.0%}", f"{o.throughput_samples_per_s:,.0f}", f"{o.hardware_usd:,.0f}",
+                  f"{o.network_usd:,.0f}", f"{o.tco_usd:,.0f}", f"{o.tpc:.3f}")
+    console.print(t)

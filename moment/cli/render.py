@@ -137,6 +137,33 @@ def _render_baselines(console: Console, plan: Plan) -> None:
                           f"data placement {t_even / t_planned:.2f}x more", highlight=False)
 
 
+def render_cluster(console: Console, cp) -> None:
+    """`moment plan --cluster`: per machine, where its devices go and its epoch; then the cluster's."""
+    net = cp.network
+    console.print(f"[bold]Moment cluster plan[/] [cyan]{cp.cluster}[/]: {len(cp.machines)} machines, {cp.gpus} GPUs, "
+                  f"{net['nic']} x {net['ports']} port(s) per NIC into a {net['switch_gbit']:g} Gb/s switch")
+    console.print(f"each GPU reads {cp.bytes_per_gpu_per_epoch / 1e9:.1f} GB per epoch; a machine reads "
+                  f"{cp.remote_fraction:.0%} of the non-replicated rows from the others ({cp.remote_fraction_source}); "
+                  f"all-reduce of {cp.model_bytes / 1e6:.2f} MB x {cp.steps_per_epoch} steps", highlight=False)
+    for m in cp.machines:
+        t = Table(title=f"{m.name} ({m.profile}): {m.plan.inventory} + {len(m.nics)} x {net['nic']}",
+                  title_justify="left")
+        for col in ("slot", "device", "NIC path"):
+            t.add_column(col)
+        for slot in sorted(m.placement, key=lambda s: (_device_key(m.devices.get(s, "")), s)):
+            dev = m.devices.get(slot, "")
+            t.add_row(slot, f"{dev} {m.placement[slot]}".strip(), m.gpu_paths.get(dev, ""))
+        console.print(t)
+        for n in m.nics:
+            console.print(f"  {n.nic} in {n.slot}: {n.rate_gbps:.1f} GB/s, serves {', '.join(n.gpus) or 'no GPU'}; "
+                          f"GPUDirect RDMA (same PCIe switch): {', '.join(n.gdr_gpus) or 'none'}", highlight=False)
+        console.print(f"  epoch [bold]{m.epoch_s:.2f} s[/] = read {m.read_s:.2f} s + remote features "
+                      f"{m.remote_feature_s:.2f} s ({m.remote_feature_gb:.1f} GB in) + all-reduce {m.allreduce_s:.3f} s; "
+                      f"network {m.network_share:.0%} of the epoch; {m.gdr_paths} GPUDirect RDMA path(s)")
+    console.print(f"cluster epoch: [bold]{cp.epoch_s:.2f} s[/] (slowest machine {cp.slowest}); the network is "
+                  f"{cp.network_share:.0%} of it ({cp.network_s:.2f} s); times add up, no overlap assumed")
+
+
 def render_hardware(console: Console, hardware: dict, title: str = "hardware placement") -> None:
     """The slot each device goes in, as a layout assumed it (`moment place`, `moment layout info`):
     one line per model, devices in order."""

@@ -40,9 +40,18 @@ def _overrides_line(overrides: list[str]) -> str:
     return "what-if overrides (--set): " + ", ".join(overrides)
 
 
+_CLUSTER_HELP = ("plan a cluster from a YAML file instead of one server: servers (profile, inventory, nics, count) "
+                 "and the network (nic, ports, switch_gbit); each server's GPUs and SSDs as `moment plan` places "
+                 "them, its NICs beside the GPUs they serve, and the epoch with remote feature reads and the "
+                 "gradient all-reduce added (README: 'Plan a cluster')")
+_REMOTE_HELP = ("with --cluster: share of the non-replicated (SSD-served) rows a machine reads from the others, 0-1 "
+                "(default: the cluster file's remote_fraction, else (N-1)/N: the rows split evenly over N machines)")
+
+
 @app.command("plan")
 def plan_cmd(
-    profile: str = typer.Option("paper-machine-b", "--profile", "-p", help=_PROFILE_HELP),
+    profile: str | None = typer.Option(None, "--profile", "-p", help=_PROFILE_HELP + " (default paper-machine-b)",
+                                       show_default=False),
     gpus: int | None = typer.Option(None, "--gpus", help=_GPUS_HELP, show_default=False),
     ssds: int | None = typer.Option(None, "--ssds", help=_SSDS_HELP, show_default=False),
     gpu_model: str | None = typer.Option(None, "--gpu-model", help=_GPU_MODEL_HELP, show_default=False),
@@ -64,6 +73,8 @@ def plan_cmd(
         "stop the search after SECONDS and recommend the best placement found so far, marked 'not proven "
         "optimal' with the least epoch time any placement could reach (JSON: search.proven_optimal, "
         "search.lower_bound_s); default: search to the end"), metavar="SECONDS", show_default=False),
+    cluster: Path | None = typer.Option(None, "--cluster", help=_CLUSTER_HELP, show_default=False),
+    remote_fraction: float | None = typer.Option(None, "--remote-fraction", help=_REMOTE_HELP, show_default=False),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object (for scripts) instead of tables"),
 ) -> None:
     """Recommend which slot gets which GPU and SSD, with predicted bandwidth and bottlenecks.
@@ -72,10 +83,26 @@ def plan_cmd(
     LP; the winner and the usual layouts are then shown with both the LP and the paper's max-flow.
     On a machine whose distinct placements are too many to list (many slots of mixed widths and
     generations) a branch and bound finds the optimum instead, with a progress bar on stderr.
+    With --cluster FILE, every server of a cluster is planned and its NICs placed (--json, tables,
+    --diagram FILE.svg draws one picture per machine: FILE-NAME.svg).
     Example: moment plan --profile paper-machine-b --gpus 4 --ssds 8 --diagram plan.svg
     """
     from moment.planner import api
 
+    if cluster is not None:
+        given = dict(profile=profile, gpus=gpus, ssds=ssds, gpu_model=gpu_model, ssd_model=ssd_model,
+                     inventory=inventory, set=overrides or None, calibration=calibration, replay=replay or None,
+                     timeout=timeout, maxflow_backend=None if backend == "ortools" else backend)
+        named = [f"--{k.replace('_', '-')}" for k, v in given.items() if v is not None]
+        if named:
+            raise MomentError(f"--cluster: the cluster file names each server's profile and inventory, so "
+                              f"{', '.join(named)} would be ignored", hint="put them in the cluster file, or leave out --cluster")
+        _plan_cluster(cluster, remote_fraction, api.workload_spec(feature_dim, bytes_per_gpu, gpu_cache_share,
+                                                                  cpu_cache_share), diagram, json_out)
+        return
+    if remote_fraction is not None:
+        raise MomentError("--remote-fraction: only with --cluster (one server reads nothing over the network)")
+    profile = profile or "paper-machine-b"
     if backend not in ("networkx", "ortools"):
         raise MomentError(f"--maxflow-backend {backend!r}: choose networkx or ortools")
     if timeout is not None and not (timeout > 0 and timeout < float("inf")):
@@ -109,6 +136,36 @@ def plan_cmd(
     render_extra(console, extra)
     if diagram is not None:
         console.print(f"diagram written to [bold]{diagram}[/]")
+
+
+def _plan_cluster(path: Path, remote_fraction: float | None, workload, diagram: Path | None, json_out: bool) -> None:
+    from moment.planner.cluster import check_remote_fraction, plan_cluster
+    from moment.topology.cluster import load_cluster
+
+    check_remote_fraction(remote_fraction)
+    if diagram is not None:
+        from moment.planner.diagram import check_diagram_path
+
+        check_diagram_path(diagram)
+    spec = load_cluster(path)
+    result = plan_cluster(spec, workload, remote_fraction=remote_fraction)
+    written = []
+    if diagram is not None:
+        from moment.planner.diagram import write_plan_diagram
+        from moment.topology.profiles import load_profile
+
+        for m in result.machines:
+            out = diagram.with_name(f"{diagram.stem}-{m.name}{diagram.suffix}")
+            write_plan_diagram(load_profile(m.profile), m.plan.model_copy(update={"placement": m.placement}), out)
+            written.append(out)
+    if json_out:
+        _emit_json(result.model_dump(mode="json"))
+        return
+    from moment.cli.render import render_cluster
+
+    render_cluster(console, result)
+    for out in written:
+        console.print(f"diagram written to [bold]{out}[/]")
 
 
 @app.command("compare")
@@ -231,12 +288,13 @@ def models_cmd(json_out: bool = typer.Option(False, "--json", help="print a JSON
         _emit_json(models_json())
         return
     table = Table(title="device models")
-    for col in ("name", "kind", "PCIe", "double width", "memory GiB", "read GB/s", "capacity GB"):
+    for col in ("name", "kind", "PCIe", "double width", "memory GiB", "read GB/s", "capacity GB", "network ports"):
         table.add_column(col)
     for m in CATALOG:
         table.add_row(m.name, m.kind.value, f"{m.gen}.0 x{m.lanes}", "yes" if m.double_width else "",
                       f"{m.memory_gib:g}" if m.memory_gib else "", f"{m.read_gbps:g}" if m.read_gbps else "",
-                      f"{m.capacity_gb:g}" if m.capacity_gb else "")
+                      f"{m.capacity_gb:g}" if m.capacity_gb else "",
+                      f"{m.ports} x {m.port_gbit:g} Gb/s" if m.ports else "")
     console.print(table)
 
 

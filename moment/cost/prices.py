@@ -50,6 +50,8 @@ class PriceTable(BaseModel):
     server: ServerPrice
     electricity: ElectricityPrice
     devices: dict[str, DevicePrice]
+    switch_ports: dict[float, DevicePrice] = Field(
+        default_factory=dict, description="one switch port (its share of the switch, and its cable), by port rate in Gb/s")
     origin: str = Field(SHIPPED, description="'shipped', or the shipped table with the user's file merged over it")
 
     @field_validator("currency")
@@ -65,8 +67,6 @@ class PriceTable(BaseModel):
         out = {}
         for name, entry in v.items():
             m = find_model(name)  # MomentError naming the model when the planner does not know it
-            if m.kind not in (Kind.gpu, Kind.ssd):
-                raise ValueError(f"{name}: only GPU and SSD models are priced, {m.name} is a {m.kind.value}")
             out[m.name] = entry  # aliases ('a100') are stored under the catalogue name
         return out
 
@@ -77,6 +77,15 @@ class PriceTable(BaseModel):
                               hint=f"add it to the prices given with {flag('prices')}, e.g. "
                                    f"devices: {{{m.name}: {{price_usd: ..., power_w: ..., date: ..., source: ...}}}}")
         return self.devices[m.name]
+
+    def switch_port(self, gbit: float, flag: Flag = cli_flag) -> DevicePrice:
+        """The price of one switch port of `gbit` Gb/s."""
+        if gbit not in self.switch_ports:
+            known = ", ".join(f"{g:g}" for g in sorted(self.switch_ports)) or "none"
+            raise MomentError(f"no price for a {gbit:g} Gb/s switch port (priced: {known})",
+                              hint=f"add it to the prices given with {flag('prices')}, e.g. switch_ports: "
+                                   f"{{{gbit:g}: {{price_usd: ..., power_w: ..., date: ..., source: ...}}}}")
+        return self.switch_ports[gbit]
 
     def models(self, kind: Kind) -> list[str]:
         """Priced models of a kind, in catalogue order."""
@@ -103,7 +112,7 @@ def _merge(base: dict, user: dict, source: str) -> dict:
     source or date is attributed to the user's file."""
     out = dict(base)
     for key, value in user.items():
-        if key in ("server", "electricity", "devices") and not isinstance(value, dict):
+        if key in ("server", "electricity", "devices", "switch_ports") and not isinstance(value, dict):
             raise MomentError(f"{key}: expected a mapping, got {type(value).__name__}", source=source)
         if key == "server" or key == "electricity":
             out[key] = _merge_entry(base.get(key, {}), value, source)
@@ -120,6 +129,18 @@ def _merge(base: dict, user: dict, source: str) -> dict:
                                       hint="price only models `moment models` lists") from None
                 devices[cname] = _merge_entry(devices.pop(canon.get(cname, cname), {}), entry, source)
             out["devices"] = devices
+        elif key == "switch_ports":
+            ports = {float(g): e for g, e in base.get("switch_ports", {}).items()}
+            for gbit, entry in value.items():
+                if not isinstance(entry, dict):
+                    raise MomentError(f"switch_ports.{gbit}: expected a mapping, got {type(entry).__name__}", source=source)
+                try:
+                    rate = float(gbit)
+                except (TypeError, ValueError):
+                    raise MomentError(f"switch_ports.{gbit}: key must be the port rate in Gb/s, e.g. 100",
+                                      source=source) from None
+                ports[rate] = _merge_entry(ports.get(rate, {}), entry, source)
+            out["switch_ports"] = ports
         else:
             out[key] = value
     return out
@@ -152,7 +173,7 @@ def merge_prices(user: object, source: str) -> PriceTable:
     if user is None:
         user = {}
     if not isinstance(user, dict):
-        raise MomentError("a price file must be a YAML mapping (currency, server, electricity, devices)",
+        raise MomentError("a price file must be a YAML mapping (currency, server, electricity, devices, switch_ports)",
                           source=source)
     if "origin" in user:
         raise MomentError("origin: not a field of a price file (it is set by Moment)", source=source)

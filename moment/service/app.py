@@ -26,7 +26,7 @@ from moment.service.errors import (
     validation_detail)
 from moment.service.limits import BodyLimit
 from moment.service.schemas import (
-    UPLOADS, CompareRequest, CompareRow, Health, Job, PlaceJobRequest, PlanRequest, PlanResponse,
+    UPLOADS, ClusterPlanRequest, ClusterPlanResponse, CompareRequest, CompareRow, Health, Job, PlaceJobRequest, PlanRequest, PlanResponse,
     ProbeJobRequest, ProfileRow, ScanResponse, SimulateRequest, SimulateResponse)
 from moment.topology.devices import DeviceModel
 
@@ -136,6 +136,30 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 s.plan_timeout_s, "the plan search", slots)
         if req.diagram:
             out["diagram_svg"] = api.plan_svg(topo, result)
+        return out
+
+    @v1.post("/plan/cluster", response_model=ClusterPlanResponse, response_model_exclude_unset=True,
+             tags=["planning"], dependencies=searching, responses=search_errors)
+    def plan_cluster(req: ClusterPlanRequest) -> dict:
+        """Plan a cluster (`moment plan --cluster FILE --json`): each server's GPUs, SSDs and NICs, and the
+        epoch with the network's part; servers name built-in profiles (GET /v1/profiles)."""
+        from moment.planner import api
+        from moment.planner.cluster import plan_cluster as plan
+        from moment.service.machines import cluster_spec
+
+        spec, load = cluster_spec(req.cluster)
+        with blame("cluster"):
+            wl = api.workload_spec(req.feature_dim, req.gb_per_gpu, req.gpu_cache_share, req.cpu_cache_share,
+                                   flag=request_field)
+            result = run_with_deadline(
+                lambda progress: plan(spec, wl, remote_fraction=req.remote_fraction, remote_source="remote_fraction",
+                                      load=load),
+                s.plan_timeout_s, "the cluster plan", slots)
+        out = result.model_dump(mode="json")
+        if req.diagram:
+            out["diagrams_svg"] = {m.name: api.plan_svg(load(m.profile),
+                                                        m.plan.model_copy(update={"placement": m.placement}))
+                                   for m in result.machines}
         return out
 
     @v1.post("/compare", response_model=list[CompareRow], response_model_exclude_unset=True, tags=["planning"],

@@ -115,3 +115,16 @@ def machine(req: MachineIn, upload_limit: int) -> tuple[Topology, str]:
         topo = load_profile(str(builtin_profile_path(label)), req.overrides, flag=request_field)
     with blame("calibration"):
         return calibrated(topo, req.calibration), label
+
+
+def cluster_spec(spec):
+    """The request's cluster, checked as a cluster file is (NIC model, ports), its servers naming
+    built-in profiles only: (spec, load), `load` reading a server's profile by that name."""
+    from moment.topology.cluster import cluster_from_dict
+    from moment.topology.profiles import load_profile
+
+    for i, server in enumerate(spec.servers):
+        builtin_profile_path(server.profile, f"cluster.servers[{i}].profile")
+    with blame("cluster"):
+        spec = cluster_from_dict(spec.model_dump(), "cluster")
+    return spec, lambda name: load_profile(str(builtin_profile_path(name)))

@@ -11,8 +11,10 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from moment.planner.calibration import Calibration
+from moment.planner.cluster import ClusterPlan
 from moment.planner.contracts import DataPlacement, Plan
 from moment.planner.replay import ReplayReport
+from moment.topology.cluster import ClusterSpec
 from moment.topology.model import Topology
 from moment.topology.scan import ScanReport
 
@@ -78,6 +80,30 @@ class PlanRequest(MachineIn):
                                 "every layout is predicted under both (`predicted`, `predicted_even`)")
     replay: bool = Field(False, description="also replay each layout's epoch step by step")
     diagram: bool = Field(False, description="also return the recommended machine's diagram as `diagram_svg`")
+
+
+class ClusterPlanRequest(_Strict):
+    """`moment plan --cluster`: a cluster file's content (servers name built-in profiles here) and the
+    workload knobs of /v1/plan."""
+
+    cluster: ClusterSpec = Field(description="as the cluster YAML file: servers (profile, inventory, nics, count), "
+                                 "network (nic, ports, switch_gbit), remote_fraction, model_mb")
+    remote_fraction: float | None = Field(None, ge=0, le=1, allow_inf_nan=False,
+                                          description="overrides the cluster's remote_fraction")
+    feature_dim: int | None = Field(None, ge=1, le=1 << 20, description="node feature dimension (default 1024)")
+    gb_per_gpu: float | None = Field(None, gt=0, le=1e9, allow_inf_nan=False,
+                                     description="GB each GPU reads per epoch")
+    gpu_cache_share: float | None = Field(None, ge=0, le=1, allow_inf_nan=False,
+                                          description="share of reads served by GPU caches")
+    cpu_cache_share: float | None = Field(None, ge=0, le=1, allow_inf_nan=False,
+                                          description="share of reads served by CPU memory")
+    diagram: bool = Field(False, description="also return each machine's diagram in `diagrams_svg` (name -> SVG)")
+
+
+class ClusterPlanResponse(ClusterPlan):
+    """`moment plan --cluster --json`'s object, plus the machines' diagrams when asked."""
+
+    diagrams_svg: dict[str, str] | None = None
 
 
 class PlanResponse(Plan):

@@ -28,6 +28,8 @@ class DeviceModel(BaseModel):
     hbm_gbps: float = 0.0
     read_gbps: float = 0.0
     capacity_gb: float = 0.0
+    port_gbit: float = Field(0.0, description="NIC: line rate of one network port, Gb/s")
+    ports: int = Field(0, description="NIC: network ports on the card")
     aliases: tuple[str, ...] = ()
 
 
@@ -52,7 +54,15 @@ CATALOG: tuple[DeviceModel, ...] = (
                 aliases=("samsung-990-pro",)),
     DeviceModel(name="PM1743", kind=Kind.ssd, gen=5, lanes=4, read_gbps=13.0, capacity_gb=3840),
     DeviceModel(name="P4510", kind=Kind.ssd, gen=3, lanes=4, read_gbps=3.2, capacity_gb=4000),
-    DeviceModel(name="CX7", kind=Kind.nic, gen=5, lanes=16, aliases=("connectx-7",)),
+    # NICs: NVIDIA (Mellanox) product briefs. ConnectX-6 Dx MCX623106AN-CDAT: 2 x 100 GbE, PCIe 4.0 x16;
+    # ConnectX-6 VPI MCX653105A-HDAT: 1 x HDR 200 Gb/s InfiniBand or 200 GbE, PCIe 4.0 x16; ConnectX-7
+    # MCX75310AAS-NEAT: 1 x NDR 400 Gb/s InfiniBand, PCIe 5.0 x16.
+    DeviceModel(name="CX6-Dx-100GbE", kind=Kind.nic, gen=4, lanes=16, port_gbit=100, ports=2,
+                aliases=("connectx-6-dx", "cx6dx", "mcx623106an-cdat")),
+    DeviceModel(name="CX6-HDR-200", kind=Kind.nic, gen=4, lanes=16, port_gbit=200, ports=1,
+                aliases=("connectx-6", "cx6", "mcx653105a-hdat")),
+    DeviceModel(name="CX7", kind=Kind.nic, gen=5, lanes=16, port_gbit=400, ports=1,
+                aliases=("connectx-7", "cx7-ndr-400", "mcx75310aas-neat")),
 )
 
 

@@ -77,7 +77,9 @@ async function api(method, path, body) {
 // that field when the field is in the card the user acted on. The banner at the top is only for the
 // page failing to load.
 
-const CARDS = { plan: "#plan-form", whatif: "#whatif-card", compare: "#compare-card", advise: "#budget-card" };
+const CARDS = {
+  plan: "#plan-form", whatif: "#whatif-card", compare: "#compare-card", advise: "#budget-card", cluster: "#cluster-card",
+};
 const UPLOAD_FIELDS = ["profile_yaml", "nccl_xml", "hwloc_xml", "lspci", "lspci_vvv", "dmidecode", "nvidia_smi"];
 const FIELD_INPUTS = {
   plan: {
@@ -90,8 +92,9 @@ const FIELD_INPUTS = {
     budget: "#budget", years: "#budget-years", max_gpus: "#budget-max-gpus", max_ssds: "#budget-max-ssds",
     models: "#budget-gpus",
   },
+  cluster: { remote_fraction: "#cl-remote", servers: "#cl-servers", nics: "#cl-nics", switch_gbit: "#cl-switch", nic: "#cl-nic" },
 };
-const WHAT = { plan: "Plan", whatif: "What-if", compare: "Compare", advise: "Advice" };
+const WHAT = { plan: "Plan", whatif: "What-if", compare: "Compare", advise: "Advice", cluster: "Cluster plan" };
 
 function visible(e) {
   return !!e && e.offsetParent !== null;
@@ -235,14 +238,14 @@ async function busy(text, fn) {
   busyCount++;
   $("#busy-text").textContent = text;
   $("#busy").hidden = false;
-  $$("button.primary, #compare-btn, #advise-btn").forEach((b) => { b.disabled = true; });
+  $$("button.primary, #compare-btn, #advise-btn, #cluster-btn").forEach((b) => { b.disabled = true; });
   try {
     return await fn();
   } finally {
     busyCount--;
     if (!busyCount) {
       $("#busy").hidden = true;
-      $$("button.primary, #compare-btn, #advise-btn").forEach((b) => { b.disabled = false; });
+      $$("button.primary, #compare-btn, #advise-btn, #cluster-btn").forEach((b) => { b.disabled = false; });
     }
   }
 }
@@ -392,6 +395,11 @@ function fillModels() {
       box.append(el("label", { title: modelText(m) }, cb, " " + m.name));
     }
   };
+  $("#cl-nic").textContent = "";
+  for (const m of state.models.filter((x) => x.kind === "nic")) {
+    $("#cl-nic").append(option(m.name, m.name, m.name === "CX6-Dx-100GbE",
+      `${m.ports} x ${m.port_gbit} Gb/s, PCIe ${m.gen} x${m.lanes}`));
+  }
   checks($("#budget-gpus"), gpus, ["A100-PCIe-40GB"]);
   checks($("#budget-ssds"), ssds, ["P5510"]);
   describeModels();
@@ -1135,6 +1143,105 @@ function renderCompare(rows) {
   out.scrollIntoView({ block: "start" });
 }
 
+// ---- several servers -------------------------------------------------------------------------------
+
+// The cluster of card 6: card 1's built-in machine with card 2's inventory, `servers` times.
+function clusterRequest() {
+  const bad = (field, message) => new ApiError(0, "", [{ field, message }]);
+  if (source() !== "builtin") throw bad("cluster", "a cluster is planned from a built-in machine: pick one in card 1");
+  let inv = $("#inventory").value.trim();
+  if (!inv) {
+    const g = $("#gpus").value.trim();
+    const gpus = g === "" ? (state.machine ? state.machine.summary.default_gpus : 4) : Number(g);
+    inv = `${gpus}x${$("#gpu-model").value},${Number($("#ssds").value.trim() || 0)}x${$("#ssd-model").value}`;
+  }
+  const num = (id) => { const v = $(id).value.trim(); return v === "" ? undefined : Number(v); };
+  const req = {
+    cluster: {
+      name: `${num("#cl-servers")} x ${$("#profile").value}`,
+      servers: [{ name: "server", profile: $("#profile").value, inventory: inv, nics: num("#cl-nics"), count: num("#cl-servers") }],
+      network: { nic: $("#cl-nic").value, switch_gbit: num("#cl-switch") },
+    },
+    remote_fraction: num("#cl-remote"),
+  };
+  if (req.remote_fraction === undefined) delete req.remote_fraction;
+  return req;
+}
+
+// The service names the cluster's fields by their path (cluster.servers.0.count, or servers[0].nics at
+// the start of a planner's message): the inputs of card 6 that set them.
+const CLUSTER_FIELDS = { count: "servers", nics: "nics", switch_gbit: "switch_gbit", nic: "nic" };
+
+function clusterError(e) {
+  const fields = (e.fields || []).map((f) => {
+    const path = /^cluster\.(?:servers\.0|network)\.(\w+)$/.exec(f.field || "");
+    const lead = /^(?:servers\[0\]|network)\.(\w+)[\s:]/.exec(f.message || "");
+    const key = CLUSTER_FIELDS[(path || lead || [])[1]];
+    return key ? { field: key, message: lead ? f.message.replace(/^\S+:?\s*/, "") : f.message } : f;
+  });
+  return new ApiError(e.status, e.message, fields, e.hint);
+}
+
+async function runCluster() {
+  clearErrors("cluster");
+  if (!checkNumbers("cluster", ["#cl-servers", "#cl-nics", "#cl-switch", "#cl-remote"])) return;
+  let req;
+  try { req = clusterRequest(); } catch (e) { report("cluster", e); return; }
+  await busy(`Planning ${req.cluster.name}…`, async () => {
+    try {
+      renderCluster(await api("POST", "v1/plan/cluster", req));
+    } catch (e) {
+      report("cluster", clusterError(e));
+      markStale($("#cluster-out"), "Not updated: the last cluster plan failed (the reason is in card 6). Shown: the one before.");
+    }
+  });
+}
+
+// One machine's epoch as a bar: local reads, remote feature reads, the gradient all-reduce.
+function epochSplit(m) {
+  const parts = [["read", m.read_s, "local reads"], ["remote", m.remote_feature_s, "remote features"],
+    ["allreduce", m.allreduce_s, "all-reduce"]];
+  const bar = el("div", { class: "split-bar", "data-testid": "epoch-split" },
+    parts.map(([cls, s, label]) => el("span", { class: "seg-" + cls, style: `width:${(100 * s / m.epoch_s).toFixed(2)}%`,
+      title: `${label}: ${fmt(s, 3)} s` })));
+  const legend = el("p", { class: "split-legend" },
+    parts.map(([cls, s, label]) => el("span", {}, el("i", { class: "seg-" + cls }), `${label} ${fmt(s, s < 0.1 ? 3 : 2)} s`)));
+  return [bar, legend];
+}
+
+function renderCluster(cp) {
+  const out = $("#cluster-out");
+  out.textContent = "";
+  out.classList.remove("stale");
+  const gdr = cp.machines.reduce((n, m) => n + m.gdr_paths, 0);
+  out.append(el("h2", {}, `Cluster plan: ${cp.cluster}`),
+    el("p", { class: "hint" }, `${plural(cp.machines.length, "server")}, ${plural(cp.gpus, "GPU")}; ${cp.network.nic} on a `
+      + `${cp.network.switch_gbit} Gb/s switch; each server reads ${Math.round(cp.remote_fraction * 100)}% of the `
+      + `non-replicated rows from the others (${cp.remote_fraction_source}).`),
+    el("div", { class: "kpis" },
+      kpi("cluster epoch", `${fmt(cp.epoch_s)} s`, "cl-epoch", `the slowest server, ${cp.slowest}`),
+      kpi("network's share", `${Math.round(cp.network_share * 100)}%`, "cl-network", `${fmt(cp.network_s)} s of the epoch`),
+      kpi("GPUDirect RDMA paths", String(gdr), "cl-gdr", "GPUs with a NIC under the same PCIe switch")));
+  for (const m of cp.machines) {
+    const rows = Object.entries(m.devices).sort((a, b) => natural(a[1], b[1])).map(([slot, dev]) =>
+      el("tr", { class: dev.startsWith("nic") ? "rec" : null }, el("td", {}, dev), el("td", {}, slot),
+        el("td", {}, m.placement[slot]), el("td", {}, m.gpu_paths[dev] || "")));
+    const nics = m.nics.map((n) => el("li", {}, `${n.nic} in ${n.slot}: ${fmt(n.rate_gbps, 1)} GB/s, serves ${n.gpus.join(", ") || "no GPU"}; `
+      + `GPUDirect RDMA: ${n.gdr_gpus.join(", ") || "none"}`));
+    out.append(el("div", { class: "machine", "data-testid": "cluster-machine", "data-name": m.name },
+      el("p", { class: "machine-head" }, el("b", {}, m.name), `: epoch ${fmt(m.epoch_s)} s, network ${Math.round(m.network_share * 100)}%`),
+      epochSplit(m),
+      el("ul", { class: "nics", "data-testid": "nics" }, nics),
+      el("div", { class: "scroll" }, el("table", { class: "tbl", "data-testid": "cluster-placement" },
+        el("thead", {}, el("tr", {}, ["device", "slot", "model", "path to its NIC"].map((h) => el("th", {}, h)))),
+        el("tbody", {}, rows)))));
+  }
+  out.append(el("p", { class: "hint" }, "Times add up (no overlap assumed): an upper bound where training overlaps "
+    + "the network with local reads."));
+  out.hidden = false;
+  out.scrollIntoView({ block: "start" });
+}
+
 // ---- start -----------------------------------------------------------------------------------------
 
 async function start() {
@@ -1169,6 +1276,7 @@ async function start() {
   $("#inventory").addEventListener("change", syncInventory);
   $("#compare-btn").addEventListener("click", runCompare);
   $("#advise-btn").addEventListener("click", runAdvise);
+  $("#cluster-btn").addEventListener("click", runCluster);
   try {
     const [profiles, models] = await Promise.all([api("GET", "v1/profiles"), api("GET", "v1/models")]);
     state.profiles = profiles;

@@ -1,0 +1,157 @@
+"""A cluster description: several servers, each a profile and an inventory, joined by a network.
+
+The file is hardware only (what is racked and cabled), so the planner (`moment plan --cluster`), the
+cost advisor and a later split of the data over the machines all read the same description:
+
+    name: two-b                       # optional
+    servers:
+      - name: b                       # optional (default server0, server1, ...)
+        profile: paper-machine-b      # built-in name, or a YAML file (relative to this file)
+        inventory: 4xA100,8xP5510     # GPUs and SSDs, as `moment plan --inventory`
+        nics: 1                       # cards of network.nic in this server (default 1)
+        count: 2                      # this many identical servers (default 1)
+    network:
+      nic: CX6-Dx-100GbE              # NIC model (`moment models`)
+      ports: 1                        # ports cabled per NIC (default 1)
+      switch_gbit: 100                # the switch's port rate, Gb/s
+    remote_fraction: 0.5              # optional: share of the non-replicated rows a machine reads from
+                                      # the others (default (N-1)/N: the rows split evenly over N machines)
+    model_mb: 2.1                     # optional: gradient bytes all-reduced per step, MB
+
+Validation errors name the field as `servers[0].profile`, `network.switch_gbit`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from moment.errors import MomentError, validation_lines
+from moment.inputs import exists
+from moment.topology.devices import DeviceModel, find_model
+from moment.topology.model import Kind
+
+
+class NetworkSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    nic: str = Field(description="NIC model of the catalogue (`moment models`), e.g. CX6-Dx-100GbE")
+    ports: int = Field(1, ge=1, description="ports of each NIC cabled to the switch")
+    switch_gbit: float = Field(gt=0, description="the switch's rate per port, Gb/s")
+
+
+class ServerSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = Field(None, min_length=1, description="default: server0, server1, ... in file order; "
+                             "with count N, NAME0 ... NAME(N-1)")
+    profile: str = Field(min_length=1, description="built-in profile name or YAML file (relative to the cluster file)")
+    inventory: str = Field(min_length=1, description="GPUs and SSDs as `moment plan --inventory`: 4xA100,8xP5510")
+    nics: int = Field(1, ge=1, description="NICs of network.nic in this server")
+    count: int = Field(1, ge=1, description="identical servers this entry stands for")
+
+
+class ClusterSpec(BaseModel):
+    """The cluster file's contract (see the module docstring)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    name: str = "cluster"
+    servers: list[ServerSpec] = Field(min_length=1)
+    network: NetworkSpec
+    remote_fraction: float | None = Field(
+        None, ge=0, le=1, description="share of the non-replicated (SSD-served) rows a machine reads from "
+        "other machines; default (N-1)/N, the rows split evenly over the N machines")
+    model_mb: float | None = Field(None, gt=0, description="gradient MB all-reduced per step (default: the "
+                                   "planner's estimate for a 2-layer GraphSAGE over the workload's features)")
+
+    @field_validator("servers")
+    @classmethod
+    def _names(cls, v: list[ServerSpec]) -> list[ServerSpec]:
+        seen: set[str] = set()
+        for s in v:
+            if s.name is not None:
+                if s.name in seen:
+                    raise ValueError(f"two servers are named {s.name!r}: give each a name of its own")
+                seen.add(s.name)
+        return v
+
+    def machines(self) -> list[tuple[str, ServerSpec]]:
+        """One (name, server) per machine, `count` expanded: 'b' with count 2 is b0 and b1; machines of
+        unnamed entries are server0, server1, ... in file order."""
+        out: list[tuple[str, ServerSpec]] = []
+        unnamed = 0
+        for s in self.servers:
+            for k in range(s.count):
+                if s.name is None:
+                    out.append((f"server{unnamed}", s))
+                    unnamed += 1
+                else:
+                    out.append((s.name if s.count == 1 else f"{s.name}{k}", s))
+        return out
+
+    def nic_model(self) -> DeviceModel:
+        return find_model(self.network.nic)
+
+
+def nic_rate(nic: DeviceModel, ports: int, switch_gbit: float) -> float:
+    """bytes/s one NIC moves in one direction over the network: its cabled ports at the lower of the
+    port's and the switch's line rate (the PCIe side is the NIC's link, which the planner adds)."""
+    return ports * min(nic.port_gbit, switch_gbit) * 1e9 / 8
+
+
+def _where(loc: tuple) -> str:
+    """('servers', 0, 'profile') -> 'servers[0].profile'."""
+    out = ""
+    for p in loc:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out
+
+
+def cluster_from_dict(data: object, source: str, base: Path | None = None) -> ClusterSpec:
+    """Validate a parsed cluster file; profiles given as files are made relative to `base` (the file's
+    folder). Every error names the field, e.g. 'servers[1].inventory'."""
+    if not isinstance(data, dict):
+        raise MomentError("a cluster file must be a YAML mapping with servers and network", source=source,
+                          hint="see `moment plan --help` for the cluster file's fields")
+    try:
+        spec = ClusterSpec.model_validate(data)
+    except ValidationError as e:
+        lines = validation_lines(e, limit=1, relabel=lambda loc: [_where(tuple(loc))] if loc else loc)
+        raise MomentError(f"invalid cluster file: {lines[0]}", source=source) from None
+    try:
+        nic = spec.nic_model()
+    except MomentError as e:
+        raise MomentError(f"network.nic: {str(e).splitlines()[0]}", source=source, hint=e.hint) from None
+    if nic.kind != Kind.nic:
+        raise MomentError(f"network.nic: {nic.name} is a {nic.kind.value}, not a NIC", source=source,
+                          hint="NIC models: " + ", ".join(m.name for m in _nics()))
+    if spec.network.ports > nic.ports:
+        raise MomentError(f"network.ports {spec.network.ports}: {nic.name} has {nic.ports} port"
+                          f"{'s' if nic.ports > 1 else ''}", source=source)
+    servers = []
+    for s in spec.servers:
+        p = Path(s.profile)
+        if base is not None and not p.is_absolute() and (p.suffix in (".yaml", ".yml") or exists(base / p)):
+            s = s.model_copy(update={"profile": str(base / p)})
+        servers.append(s)
+    return spec.model_copy(update={"servers": servers})
+
+
+def _nics() -> list[DeviceModel]:
+    from moment.topology.devices import CATALOG
+
+    return [m for m in CATALOG if m.kind == Kind.nic]
+
+
+def load_cluster(path: str | Path) -> ClusterSpec:
+    """A cluster YAML file (another Moment document given instead is named as such)."""
+    from moment.documents import mistaken
+    from moment.topology.profiles import read_yaml
+
+    p = Path(path)
+    data = read_yaml(p, "cluster file")
+    if wrong := mistaken(data, "cluster file", str(p)):
+        raise wrong
+    return cluster_from_dict(data, str(p), p.parent)
