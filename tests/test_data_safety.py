@@ -88,6 +88,7 @@ def _bit_exact(env, layout: Path) -> None:
 # ---- 1. `place --overwrite` keeps the old layout valid until the new one is complete ------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point,survivor", [("layout-written", "ddak"), ("layout-shards-renamed", "ddak"),
                                             ("layout-swapped", "hash"), ("layout-old-shards-removed", "hash")])
 def test_overwrite_killed_at_each_commit_step_leaves_a_valid_layout(env, point, survivor):
@@ -164,6 +165,7 @@ def _copy_dataset(env, name: str) -> Path:
     return d
 
 
+@pytest.mark.slow
 def test_place_refuses_a_flipped_byte_naming_the_file(env):
     d = _copy_dataset(env, "ds-flip")
     f = d / "features.npy"
@@ -214,6 +216,7 @@ def test_place_says_the_dataset_was_verified(env):
 # ---- 3. a layout trains only with the dataset it was placed from -------------------------------------
 
 
+@pytest.mark.slow
 def test_train_refuses_another_dataset_of_the_same_size(env, capsys):
     pytest.importorskip("torch")
     pytest.importorskip("torch_geometric")
@@ -262,6 +265,7 @@ def paused(args: list, flag: Path, point: str = "locked") -> subprocess.Popen:
     return p
 
 
+@pytest.mark.slow
 def test_second_place_on_the_same_out_is_refused_naming_the_holder(env):
     t = env["tmp"]
     out = t / "L-locked"
@@ -282,6 +286,7 @@ def test_second_place_on_the_same_out_is_refused_naming_the_holder(env):
     assert not lock_path(out).exists()
 
 
+@pytest.mark.slow
 def test_lock_of_a_killed_writer_does_not_block(env):
     out = env["tmp"] / "L-stale"
     r = cli(place_args(env, out), {testpoints.CRASH_ENV: "locked"})

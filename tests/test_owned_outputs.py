@@ -231,6 +231,7 @@ def test_layout_rm_refuses_runs_it_did_not_write(layout, what):
 # ---- a file of another kind given where one kind is expected ------------------------------------------
 
 
+@pytest.mark.slow
 def test_every_kind_moment_writes_is_recognised(env, tmp_path):
     import yaml
 
