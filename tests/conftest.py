@@ -13,7 +13,6 @@ settings.register_profile("fuzz", derandomize=False, database=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "moment"))
 
 REPO = Path(__file__).resolve().parents[1]
-
 FIXTURES = Path(os.environ.get("MOMENT_FIXTURES", REPO.parent / "shared" / "fixtures"))
 DATA = Path(__file__).resolve().parent / "data"
 

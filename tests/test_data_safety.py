@@ -365,6 +365,7 @@ def test_layout_rm_removes_the_layout_and_its_shard_directories(env):
     assert rc == 0 and "removed layout" in o and not out.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["foreign_shard_file", "foreign_layout_file", "not_layout", "no_manifest",
                                   "copied", "outside"])
 def test_layout_rm_refuses_what_it_does_not_own(env, case):

@@ -57,6 +57,7 @@ def test_probe_job_result_survives_a_restart(tmp_path):
         assert [j["id"] for j in c.get("/v1/jobs").json()] == [job["id"]]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("body", "field"), [
     ({"dataset": "../ds", "layout": "L"}, "dataset"),
     ({"dataset": "/etc", "layout": "L"}, "dataset"),
