@@ -7,7 +7,7 @@ PROFILE ?= paper-machine-b
 GPUS ?= 4
 SSDS ?= 8
 
-.PHONY: run test venv install install-dev browser liburing lint bench clean
+.PHONY: run test test-fast venv install install-dev browser liburing lint bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -56,6 +56,11 @@ browser:
 
 test: $(VENV)/.installed-dev browser
 	$(BIN)/python -m pytest
+
+# the edit loop: every test but those marked slow (torchrun launches, the README, the browser, exhaustive
+# searches), in under a minute; `make test` runs them all
+test-fast: $(VENV)/.installed-dev
+	$(BIN)/python -m pytest -m "not slow"
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check moment tests bench

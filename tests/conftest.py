@@ -17,6 +17,13 @@ FIXTURES = Path(os.environ.get("MOMENT_FIXTURES", REPO.parent / "shared" / "fixt
 DATA = Path(__file__).resolve().parent / "data"
 
 
+def pytest_collection_modifyitems(config, items):
+    """A test that needs the session's torchrun launch is slow (`make test-fast` leaves it out)."""
+    for item in items:
+        if "two_rank_dir" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture
 def fixtures_dir() -> Path:
     """Real topology files of real servers (../shared/fixtures); never copied into the repo."""
@@ -30,3 +37,44 @@ def fixture_file(name: str) -> Path:
     if not p.is_file():
         pytest.skip(f"fixture {name} not found in {FIXTURES}")
     return p
+
+
+# ---- shared runtime data ------------------------------------------------------------------------------
+# Built once per session and shared by every module that asks: READ-ONLY. A test that changes a file
+# copies first (shutil.copytree(runtime_layout, tmp_path / "L")); a run writes its outputs (metrics,
+# checkpoints, --run-dir) under its own tmp_path. In-process training of runtime_layout is fine (it
+# writes nothing beside the layout); `moment train` without --run-dir would add LAYOUT.runs: pass one.
+@pytest.fixture(scope="session")
+def runtime_dataset(tmp_path_factory):
+    """tests/runtime_data.py's 4000-node, 32-dim, 4-class graph (a GraphDataset)."""
+    from runtime_data import make_dataset
+
+    return make_dataset(tmp_path_factory.mktemp("runtime"))
+
+
+@pytest.fixture(scope="session")
+def runtime_layout(runtime_dataset) -> Path:
+    """runtime_dataset placed by runtime_data.make_layout: 2 GPU bins, 1 CPU bin, 2 SSDs, 4-KiB aligned."""
+    from runtime_data import make_layout
+
+    return make_layout(runtime_dataset, runtime_dataset.path.parent / "L")
+
+
+@pytest.fixture(scope="session")
+def two_rank_dir(runtime_layout, tmp_path_factory) -> Path:
+    """One torchrun launch, 2 ranks on gloo, `runtime_data.train_args(runtime_layout, ...)` (2 epochs): its
+    metrics (`m.json`) and each rank's threads after training (`rank0.json`, `rank1.json`)."""
+    from runtime_data import run_two_ranks
+
+    out = tmp_path_factory.mktemp("two-ranks")
+    run_two_ranks(runtime_layout, out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def two_rank_run(two_rank_dir) -> dict:
+    """two_rank_dir's metrics: the reference a 2-rank test compares its own run with (same layout and
+    `runtime_data.train_args`), instead of launching that run again. Any test using it is slow."""
+    import json
+
+    return json.loads((two_rank_dir / "m.json").read_text())

@@ -1,7 +1,17 @@
-"""Tiny learnable graphs and their layouts for the runtime tests (built with the real placement API)."""
+"""Tiny learnable graphs and their layouts for the runtime tests (built with the real placement API),
+and the torchrun launch the 2-rank tests share.
+
+Most tests should not build these themselves: tests/conftest.py's session fixtures `runtime_dataset`,
+`runtime_layout` and `two_rank_run` build them once per session (read them; copy before changing)."""
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 from moment.placement import BinSet, ddak, write_layout
@@ -10,6 +20,10 @@ from moment.workload.hotness import presample
 from moment.workload.synth import synthesize
 
 NODES, DIM, CLASSES = 4000, 32, 4
+REPO = Path(__file__).resolve().parents[1]
+# the pre-sampled hotness of each dataset, by its id (a hash of its files: equal content, equal hotness):
+# several layouts of one dataset, or equal datasets in several modules, sample once
+_HOTNESS: dict[str, object] = {}
 
 
 def make_dataset(root: Path, nodes: int = NODES, dim: int = DIM, *, seed: int = 1, name: str = "ds") -> GraphDataset:
@@ -21,9 +35,50 @@ def make_layout(ds: GraphDataset, out: Path, *, align: int = 4096, row_mode: str
                 ssd_paths: list[str] | None = None) -> Path:
     """2 GPU bins (5% each), 1 CPU bin (10%), 2 SSDs; DDAK on pre-sampled hotness, caches filled."""
     n = ds.num_nodes
-    h = presample(ds, (10, 5), 64)
+    h = _HOTNESS.get(ds.dataset_id)
+    if h is None:
+        h = _HOTNESS[ds.dataset_id] = presample(ds, (10, 5), 64)
     bins = BinSet.uniform(gpus=2, cpus=1, ssds=2, gpu_rows=n // 20, cpu_rows=n // 10, ssd_rows=n,
                           gpu_share=0.2, cpu_share=0.2, ssd_paths=ssd_paths)
     a = ddak(h.feature_reads, bins, pool=10, cache_fill="capacity")
     return write_layout(out, ds.file("features"), a, align=align, row_mode=row_mode, chunk_bytes=8192,
                         overwrite=True)
+
+
+def torchrun(args: list[str], nproc: int = 2, restarts: int = 0, env: dict | None = None,
+             script: Path | None = None) -> None:
+    """`python -m moment.train ARGS` (or `script ARGS`) under torchrun (gloo on CPU); fails the test with the
+    ranks' own words."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
+    if restarts:
+        cmd.append(f"--max-restarts={restarts}")
+    e = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), **(env or {})}
+    # its own process group: on a timeout the ranks go down with torchrun instead of lingering as orphans
+    entry = [str(script)] if script else ["-m", "moment.train"]
+    p = subprocess.Popen([*cmd, *entry, *args], cwd=REPO, env=e, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=480)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+        raise AssertionError("torchrun hung for 480 s:\n" + out[-3000:] + err[-5000:]) from None
+    # a rank's own last words (an abort's message, a Python error) come before torchrun's long traceback
+    said = [ln for ln in err.splitlines() if re.search(r"terminate|what\(\)|Abort|Fatal|Error|error:", ln)]
+    assert p.returncode == 0, out[-3000:] + "\n".join(said)[-4000:] + "\n...\n" + err[-3000:]
+
+
+# the 2-rank runs' settings: small and quick, the same in every test that compares loss curves
+TRAIN_ARGS = ["--fanouts", "10,5", "--hidden", "32", "--lr", "0.01", "--threads", "1"]
+
+
+def train_args(layout: Path, out: Path, *extra: str) -> list[str]:
+    """Two epochs of TRAIN_ARGS on `layout`, metrics to `out`: `two_rank_run`'s arguments plus `extra`."""
+    return ["--layout", str(layout), "--epochs", "2", *TRAIN_ARGS, "--metrics-json", str(out), *extra]
+
+
+def run_two_ranks(layout: Path, out_dir: Path) -> dict:
+    """`two_rank_run`: through tests/exit_ranks.py (the real `moment.train` entry's `train()`), so the same
+    launch also records each rank's threads once training has returned (`rank0.json`, `rank1.json`)."""
+    torchrun([str(out_dir), *train_args(layout, out_dir / "m.json")], script=REPO / "tests" / "exit_ranks.py")
+    return json.loads((out_dir / "m.json").read_text())

@@ -34,6 +34,7 @@ def exhaustive_best(topo, inventory, workload) -> float:
                for s in solve_lp_batch([template.network(p, workload) for p in cands[i:i + 64]]))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed, inventory", [(0, Inventory.simple(2, 3)), (1, Inventory.simple(2, 3)),
                                              (3, Inventory.simple(2, 3)), (0, MIXED), (2, MIXED)],
                          ids=["2+3-0", "2+3-1", "2+3-3", "mixed-models-0", "mixed-models-2"])
@@ -58,6 +59,7 @@ def _tree(bb: branch.BranchAndBound, slots: tuple = (), low: int = 0):
             yield from _tree(bb, kid[0], kid[3])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 2, 5])
 def test_every_bound_is_below_every_completion(seed):
     """The relaxation's LP never exceeds the LP time of any completion of the partial placement, and
@@ -149,6 +151,7 @@ def clock(monkeypatch):
 HARD = dict(slots=64, seed=4)
 
 
+@pytest.mark.slow
 def test_deadline_returns_the_best_so_far_with_a_bound(clock):
     tpl, inv, wl = ChassisTemplate(mixed_chassis(**HARD)), Inventory.simple(8, 16), WorkloadSpec()
     full = branch.branch_and_bound(tpl, inv, wl)
@@ -163,6 +166,7 @@ def test_deadline_returns_the_best_so_far_with_a_bound(clock):
     assert none.placement is None and not none.proven_optimal
 
 
+@pytest.mark.slow
 def test_plan_timeout_cli(tmp_path, capsys, clock):
     prof = tmp_path / "mixed.yaml"
     save_profile(mixed_chassis(**HARD), prof)

@@ -94,6 +94,7 @@ def _bit_exact(env, layout: Path) -> None:
 # ---- 1. `place --overwrite` keeps the old layout valid until the new one is complete ------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point,survivor", [("layout-written", "ddak"), ("layout-shards-renamed", "ddak"),
                                             ("layout-swapped", "hash"), ("layout-old-shards-removed", "hash")])
 def test_overwrite_killed_at_each_commit_step_leaves_a_valid_layout(env, point, survivor):
@@ -172,6 +173,7 @@ def _copy_dataset(env, name: str) -> Path:
     return d
 
 
+@pytest.mark.slow
 def test_place_refuses_a_flipped_byte_naming_the_file(env):
     d = _copy_dataset(env, "ds-flip")
     f = d / "features.npy"
@@ -222,6 +224,7 @@ def test_place_says_the_dataset_was_verified(env):
 # ---- 3. a layout trains only with the dataset it was placed from -------------------------------------
 
 
+@pytest.mark.slow
 def test_train_refuses_another_dataset_of_the_same_size(env, capsys):
     pytest.importorskip("torch")
     pytest.importorskip("torch_geometric")
@@ -270,6 +273,7 @@ def paused(args: list, flag: Path, point: str = "locked") -> subprocess.Popen:
     return p
 
 
+@pytest.mark.slow
 def test_second_place_on_the_same_out_is_refused_naming_the_holder(env):
     t = env["tmp"]
     out = t / "L-locked"
@@ -290,6 +294,7 @@ def test_second_place_on_the_same_out_is_refused_naming_the_holder(env):
     assert not lock_path(out).exists()
 
 
+@pytest.mark.slow
 def test_lock_of_a_killed_writer_does_not_block(env):
     out = env["tmp"] / "L-stale"
     r = cli(place_args(env, out), {testpoints.CRASH_ENV: "locked"})
@@ -368,6 +373,7 @@ def test_layout_rm_removes_the_layout_and_its_shard_directories(env):
     assert rc == 0 and "removed layout" in o and not out.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["foreign_shard_file", "foreign_layout_file", "not_layout", "no_manifest",
                                   "copied", "outside"])
 def test_layout_rm_refuses_what_it_does_not_own(env, case):

@@ -76,6 +76,7 @@ def test_no_label_overprints_another_or_leaves_its_box(planned):
             assert any(r.x <= tb[0] and tb[2] <= r.x + r.w and r.y <= tb[1] and tb[3] <= r.y + r.h for r in rects)
 
 
+@pytest.mark.slow
 def test_width_estimate_is_never_short_of_the_real_font(planned):
     matplotlib = pytest.importorskip("matplotlib")
     from matplotlib.font_manager import FontProperties
@@ -116,6 +117,7 @@ def test_bottlenecks_are_marked(planned):
     assert "limited by" in next(t.text for t in sc.items(Text) if t.cls == "subtitle")
 
 
+@pytest.mark.slow
 def test_png_is_drawn_at_the_scene_size(planned, tmp_path):
     _, _, sc = planned
     out = tmp_path / "p.png"

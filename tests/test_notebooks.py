@@ -129,6 +129,7 @@ def _faster_or_tie(times: dict[str, float]) -> None:
         assert rec <= t * (1 + 1e-6), f"baseline {name} ({t:.3f} s) beats the recommended layout ({rec:.3f} s)"
 
 
+@pytest.mark.slow
 def test_plan_a_machine(kernel, tmp_path):
     nb, r = execute(NAMES[0], kernel, tmp_path, """{
         "base": {"recommended": plan.predicted.epoch_read_s} | {b.name: b.predicted.epoch_read_s for b in plan.baselines},
@@ -159,6 +160,7 @@ def test_plan_a_machine(kernel, tmp_path):
     assert outputs_of(nb, "text/html") >= 1  # the side-by-side table
 
 
+@pytest.mark.slow
 def test_place_a_dataset(kernel, tmp_path):
     nb, r = execute(NAMES[1], kernel, tmp_path, """{
         "policies": {k: {"mean": v["mean_rel_error"], "bins": v["bins"]} for k, v in res.policies.items()},
@@ -181,6 +183,7 @@ def test_place_a_dataset(kernel, tmp_path):
     assert outputs_of(nb, "image/png") == 2
 
 
+@pytest.mark.slow
 def test_an_epoch(kernel, tmp_path):
     if importlib.util.find_spec("torch") is None:
         pytest.skip("torch not installed: notebook 03 trains (pip install -e '.[train]' with torch==2.13.0)")

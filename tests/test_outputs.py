@@ -253,6 +253,7 @@ def _mode(p: Path) -> int:
     return stat.S_IMODE(p.stat().st_mode)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mask", [0o022, 0o027])
 def test_outputs_follow_the_umask(tmp_path, umask, mask, dataset):
     umask(mask)

@@ -88,6 +88,7 @@ def test_overwrite_refuses_a_folder_that_merely_has_a_manifest(env, tmp_path, wr
     assert listing(out) == before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("writer", ["data synth", "data import edgelist", "data presample", "place"])
 def test_overwrite_refuses_its_own_kind_holding_a_persons_files(env, tmp_path, writer):
     """A real dataset / hotness / layout with files its manifest does not name: refused, naming them."""
@@ -148,6 +149,7 @@ def test_atomic_write_through_a_symlink_keeps_the_link(tmp_path):
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["plan.json", "plans", "v3.json"]
 
 
+@pytest.mark.slow
 def test_killed_synth_leaves_a_temporary_the_next_run_removes(tmp_path):
     out = tmp_path / "ds"
     args = ["data", "synth", "--nodes", "3000", "-d", "16", "--out", out]
@@ -229,6 +231,7 @@ def test_layout_rm_removes_the_layouts_runs(layout):
     assert sorted(x.name for x in layout.parent.iterdir()) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("what", ["notes.txt", "20250101-120000/plot.png", "20250101-120000/checkpoint/best.pt",
                                   "my-experiment/"])
 def test_layout_rm_refuses_runs_it_did_not_write(layout, what):
@@ -245,6 +248,7 @@ def test_layout_rm_refuses_runs_it_did_not_write(layout, what):
 # ---- a file of another kind given where one kind is expected ------------------------------------------
 
 
+@pytest.mark.slow
 def test_every_kind_moment_writes_is_recognised(env, tmp_path):
     import yaml
 
@@ -268,6 +272,7 @@ def test_every_kind_moment_writes_is_recognised(env, tmp_path):
         assert kind_of(yaml.safe_load((t / f).read_text())).name == kind, f
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("argv", "found", "hint"), [
     (["plan", "--calibration", "{measured}"], "a measurement file", "moment calibrate --measured {measured}"),
     (["calibrate", "--measured", "{cal}"], "a calibration", "pass it as --calibration {cal}"),

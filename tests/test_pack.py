@@ -128,6 +128,7 @@ def test_damaged_pack_is_caught_with_verify(packed, tmp_path):
         open_tiers(copy, RankPlace(world_size=2), StoreOptions(shape="packed", verify=True, pack_seed=SEED))
 
 
+@pytest.mark.slow
 def test_cli_pack_json_and_overwrite(packed, tmp_path, capsys):
     import shutil
 
@@ -161,6 +162,7 @@ def test_layout_rm_removes_the_pack_with_the_layout(packed, tmp_path):
     assert not copy.exists()
 
 
+@pytest.mark.slow
 def test_killed_pack_writer_leaves_the_old_pack_and_is_cleaned_up(packed, tmp_path):
     import os
     import shutil

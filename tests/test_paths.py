@@ -162,6 +162,7 @@ def _tree(root: Path) -> dict[str, object]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("argv", "kind", "case"), CASES)
 def test_hostile_path(env, argv, kind, case, monkeypatch):
     monkeypatch.chdir(env)  # the cases name paths relative to the sandbox
@@ -199,6 +200,7 @@ def shared_tmp():
     shutil.rmtree(d)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv", [
     ["plan", "--profile", "{D}/secret.yaml"],
     ["calibrate", "--measured", "{D}/secret.yaml"],

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from runtime_data import make_dataset, make_layout
 
 from moment.runtime import hostcache
 
@@ -21,10 +20,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def layout(tmp_path_factory):
-    root = tmp_path_factory.mktemp("peers")
-    ds = make_dataset(root)
-    return make_layout(ds, root / "L")  # 2 GPU bins: rank r holds gpu r, its peer the other
+def layout(runtime_layout):
+    return runtime_layout  # 2 GPU bins: rank r holds gpu r, its peer the other (the session's, read-only)
 
 
 def _ranks(layout: Path, out: Path, device: str) -> list[dict]:
@@ -79,12 +76,14 @@ def _check(reports: list[dict]) -> None:
     assert reports[0]["peers_shared"]["cache_rows"] == reports[1]["peers_shared"]["cache_rows"]
 
 
+@pytest.mark.slow
 def test_two_gloo_ranks_exchange_peer_rows_bit_exact(layout, tmp_path):
     if why := hostcache.shm_room(8 << 20):  # the static policy's shared CPU cache (not the peer tier)
         pytest.skip(why)
     _check(_ranks(layout, tmp_path / "cpu", "cpu"))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs (NCCL runs one rank per GPU)")
 def test_two_nccl_ranks_exchange_peer_rows_bit_exact(layout, tmp_path):
     _check(_ranks(layout, tmp_path / "cuda", "cuda"))

@@ -39,6 +39,7 @@ def test_bound_never_exceeds_lp_and_classes_share_their_time(profile):
         assert max(ts) == pytest.approx(min(ts), rel=1e-7)
 
 
+@pytest.mark.slow
 def test_branch_and_bound_finds_the_exhaustive_optimum(monkeypatch):
     """A narrow switch uplink makes most placements link-bound: the pruned search must still find
     the best of all of them."""
@@ -52,6 +53,7 @@ def test_branch_and_bound_finds_the_exhaustive_optimum(monkeypatch):
     assert plan.search.solved < plan.search.capacity_classes < plan.search.distinct_candidates
 
 
+@pytest.mark.slow
 def test_nvlink_bridge_keeps_the_search_exact():
     """An NVLink bridge bypasses tree links: only the SSD bound prunes, and the optimum must still
     be the exhaustive one."""
@@ -65,6 +67,7 @@ def test_nvlink_bridge_keeps_the_search_exact():
     assert plan.predicted.epoch_read_s == pytest.approx(exhaustive, rel=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("profile, inventory", [
     ("paper-machine-b", Inventory.simple(4, 8)),
     ("paper-machine-a", Inventory.simple(3, 5, "H100-PCIe-80GB", "PM1743")),
@@ -93,6 +96,7 @@ def test_classes_and_bounds_over_a_whole_space_are_those_of_each_placement(profi
         assert [tuples[j] for j in np.lexsort(rows.T[::-1])] == sorted(tuples)
 
 
+@pytest.mark.slow
 def test_the_ssd_bound_counts_a_carrier_at_what_its_link_carries():
     """asus-esc8000a-e12 keeps 16 of its NVMe bays on two carriers behind one PCIe 4.0 x16 link each:
     their drives serve the GPUs no faster than those links. Counted so, the SSD bound stays below every

@@ -125,6 +125,7 @@ def _cases(topo: Topology, n: int = 3) -> list[tuple[Topology, dict[str, str]]]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", builtin_names())
 def test_backends_agree_and_lp_is_never_faster(name):
     cases = _cases(load_profile(name))

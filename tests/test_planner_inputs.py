@@ -41,6 +41,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv, want", CASES, ids=[" ".join(a) for a, _ in CASES])
 def test_one_line_naming_the_flag(argv, want, tmp_path, capsys):
     m = tmp_path / "measured.yaml"

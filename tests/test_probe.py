@@ -13,6 +13,7 @@ from moment.io import IOStack
 from moment.planner.calibration import load_measurements
 
 
+@pytest.mark.slow
 def test_probe_cli_writes_a_measurement_file_and_profile(tmp_path, capsys):
     out, prof = tmp_path / "m.yaml", tmp_path / "p.yaml"
     assert main(["probe", "--ssd-path", f"ssd0={tmp_path}", "--size-mib", "16", "--profile", "paper-machine-a",

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from runtime_data import make_dataset, make_layout
 
 from moment.placement.planning import CacheRows, bins_from_plan
 from moment.planner.evaluate import evaluate
@@ -70,10 +69,8 @@ def test_bins_record_the_plan_gpu_its_slot_and_the_scanned_cards_address() -> No
 
 
 @pytest.fixture(scope="module")
-def layout(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ranks")
-    ds = make_dataset(root)
-    return ds, make_layout(ds, root / "L")
+def layout(runtime_dataset, runtime_layout):
+    return runtime_dataset, runtime_layout  # the session's, read-only
 
 
 def test_each_local_rank_holds_its_plan_gpus_bins(layout) -> None:

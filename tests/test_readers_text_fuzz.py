@@ -73,6 +73,7 @@ def _ok_or_moment_error(fn, *args, **kwargs):
         return None
 
 
+@pytest.mark.slow
 @FUZZ
 @given(st.one_of(mangled(TREES + DOCS), st.text(max_size=400)))
 def test_lspci_tree_never_crashes(text):

@@ -129,6 +129,7 @@ def test_readme_blocks_are_labelled_and_parse():
         ["lspci", "sudo", "head", "moment"]
 
 
+@pytest.mark.slow
 def test_readme_runs_as_written(tmp_path):
     blocks = parse_blocks(README.read_text())
     work = tmp_path / "work"

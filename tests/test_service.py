@@ -246,6 +246,7 @@ def test_static_page_is_served_when_shipped(tmp_path, monkeypatch):
         assert r.status_code == 404 and r.json()["detail"].startswith("no route /v1/nothing-here")
 
 
+@pytest.mark.slow
 def test_service_never_imports_torch():
     import subprocess
     import sys

@@ -29,6 +29,7 @@ def test_deeply_nested_yaml_upload_is_a_422_naming_the_field(client, path, extra
     assert r.json()["detail"] == "profile_yaml: not valid YAML at line 1: nested more than 200 deep"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("settings", "base", "health", "plan"), [
     ({}, "http://192.0.2.7", 403, 403),  # a TCP connection to a public address, no token: refused
     ({}, "http://[2001:db8::7]", 403, 403),

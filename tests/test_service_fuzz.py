@@ -46,6 +46,7 @@ def _fuzz(op, mode, seen: dict[str, set[int]]) -> None:
     call()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
 def test_no_request_gets_a_server_error(schema, mode):
     ops = [r.ok() for r in schema.get_all_operations()]

@@ -37,6 +37,7 @@ def until(cond, timeout: float = 30) -> None:
         time.sleep(0.02)
 
 
+@pytest.mark.slow
 def test_probe_job_result_survives_a_restart(tmp_path):
     settings = Settings(data_dir=tmp_path / "data", probe_max_mib=64)
     with TestClient(create_app(settings)) as c:
@@ -56,6 +57,7 @@ def test_probe_job_result_survives_a_restart(tmp_path):
         assert [j["id"] for j in c.get("/v1/jobs").json()] == [job["id"]]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("body", "field"), [
     ({"dataset": "../ds", "layout": "L"}, "dataset"),
     ({"dataset": "/etc", "layout": "L"}, "dataset"),

@@ -42,6 +42,7 @@ def _get(url: str, body: dict | None = None, timeout: float = 60) -> tuple[int, 
         return e.code, json.loads(e.read())
 
 
+@pytest.mark.slow
 def test_serve_answers_health_openapi_and_plan(tmp_path):
     port = _free_port()
     proc = subprocess.Popen([sys.executable, "-m", "moment", "serve", "--host", "127.0.0.1", "--port", str(port),

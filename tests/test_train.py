@@ -6,14 +6,13 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from runtime_data import CLASSES, make_dataset, make_layout
+from runtime_data import CLASSES, make_dataset, make_layout, torchrun, train_args
 
 import moment.runtime.train as train_mod
 from moment import testpoints
@@ -26,10 +25,9 @@ FAST = {"fanouts": [10, 5], "hidden": 32, "threads": 1, "quiet": True, "lr": 0.0
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory):
-    root = tmp_path_factory.mktemp("train")
-    ds = make_dataset(root)
-    return root, ds, make_layout(ds, root / "L")
+def setup(tmp_path_factory, runtime_dataset, runtime_layout):
+    """A directory of this module's own, the session's shared dataset and layout (read-only)."""
+    return tmp_path_factory.mktemp("train"), runtime_dataset, runtime_layout
 
 
 def _cfg(layout: Path, **kw) -> TrainConfig:
@@ -209,36 +207,9 @@ def test_more_ranks_than_the_layouts_gpus_are_refused_before_any_starts(setup, m
         dist_setup("cpu", train_mod.layout_gpus(_cfg(layout)))
 
 
-def _torchrun(args: list[str], nproc: int = 2, restarts: int = 0, env: dict | None = None) -> None:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
-    if restarts:
-        cmd.append(f"--max-restarts={restarts}")
-    e = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
-    # its own process group: on a timeout the ranks go down with torchrun instead of lingering as orphans
-    p = subprocess.Popen([*cmd, "-m", "moment.train", *args], cwd=REPO, env=e, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = p.communicate(timeout=480)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        out, err = p.communicate()
-        raise AssertionError("torchrun hung for 480 s:\n" + out[-3000:] + err[-5000:]) from None
-    # a rank's own last words (an abort's message, a Python error) come before torchrun's long traceback
-    said = [ln for ln in err.splitlines() if re.search(r"terminate|what\(\)|Abort|Fatal|Error|error:", ln)]
-    assert p.returncode == 0, out[-3000:] + "\n".join(said)[-4000:] + "\n...\n" + err[-3000:]
-
-
-def _args(layout: Path, out: Path, *extra: str) -> list[str]:
-    return ["--layout", str(layout), "--epochs", "2", "--fanouts", "10,5", "--hidden", "32", "--lr", "0.01",
-            "--threads", "1", "--metrics-json", str(out), *extra]
-
-
 @pytest.fixture(scope="module")
-def two_ranks(setup):
-    root, _, layout = setup
-    out = root / "m2.json"
-    _torchrun(_args(layout, out))
-    return json.loads(out.read_text())
+def two_ranks(two_rank_run):
+    return two_rank_run
 
 
 @pytest.mark.slow
@@ -259,18 +230,13 @@ def test_torchrun_two_ranks(two_ranks, reference):
 
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc to list a rank's threads")
-def test_a_finished_rank_has_torn_down_its_process_group(setup, tmp_path):
+def test_a_finished_rank_has_torn_down_its_process_group(two_rank_dir):
     """After train() returns, no gloo thread is left: the group is destroyed while the interpreter is
-    alive, not at shutdown, where its threads can abort the rank (moment.runtime.dist.import_before_group)."""
-    _, _, layout = setup
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-           str(REPO / "tests" / "exit_ranks.py"), str(tmp_path), *_args(layout, tmp_path / "m.json", "--quiet")]
-    e = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    r = subprocess.run(cmd, cwd=REPO, env=e, capture_output=True, text=True, timeout=300, check=False)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    alive, not at shutdown, where its threads can abort the rank (moment.runtime.dist.import_before_group).
+    The shared 2-rank launch runs through tests/exit_ranks.py, which records the threads."""
     for rank in (0, 1):
-        threads = json.loads((tmp_path / f"rank{rank}.json").read_text())["threads"]
-        assert not [t for t in threads if "gloo" in t], (rank, threads)
+        threads = json.loads((two_rank_dir / f"rank{rank}.json").read_text())["threads"]
+        assert threads and not [t for t in threads if "gloo" in t], (rank, threads)
 
 
 @pytest.mark.slow
@@ -279,11 +245,11 @@ def test_two_ranks_every_policy_and_shape_match_the_memmap_baseline(setup, two_r
     row reads, and a memory budget all give the memmap baseline's loss curve exactly."""
     root, ds, layout = setup
     base = tmp_path / "base.json"
-    _torchrun(_args(layout, base, "--dataset", str(ds.path), "--features-memmap", "--no-pipeline"))
+    torchrun(train_args(layout, base, "--dataset", str(ds.path), "--features-memmap", "--no-pipeline"))
     ref = json.loads(base.read_text())["loss_curve"]
     assert two_ranks["loss_curve"] == ref
     out = tmp_path / "b.json"
-    _torchrun(_args(layout, out, "--cache-policy", "belady-superbatch", "--io-shape", "rows",
+    torchrun(train_args(layout, out, "--cache-policy", "belady-superbatch", "--io-shape", "rows",
                     "--memory-budget", "3GiB", "--no-peer-tier"))
     m = json.loads(out.read_text())
     assert m["loss_curve"] == ref and m["cache_policy"] == "belady-superbatch"
@@ -300,7 +266,7 @@ def test_two_ranks_every_policy_and_shape_match_the_memmap_baseline(setup, two_r
     packed = shutil.copytree(layout, tmp_path / "L")
     assert main(["data", "pack", "--layout", str(packed), "--ranks", "2", "--epochs", "2", "--fanouts", "10,5",
                  "--json"]) == 0
-    _torchrun(_args(packed, out, "--memory-budget", "3GiB", "--cpu-cache-limit", "10%"))
+    torchrun(train_args(packed, out, "--memory-budget", "3GiB", "--cpu-cache-limit", "10%"))
     m = json.loads(out.read_text())
     assert m["loss_curve"] == ref and m["io_shape"] == "packed" and m["packed_rows"] > 0
     assert any(i["name"] == "pack index" for i in m["memory"]["items"])
@@ -320,8 +286,8 @@ def test_torchruns_agent_is_charged_what_it_holds(two_ranks):
 def test_torchrun_killed_rank_resumes_from_checkpoint(setup, two_ranks, tmp_path):
     _, _, layout = setup
     out = tmp_path / "m.json"
-    _torchrun(_args(layout, out, "--checkpoint-dir", str(tmp_path / "ck"), "--checkpoint-every", "3"),
-              restarts=1, env={testpoints.EXIT_ENV: "train-step:5"})
+    torchrun(train_args(layout, out, "--checkpoint-dir", str(tmp_path / "ck"), "--checkpoint-every", "3"),
+             restarts=1, env={testpoints.EXIT_ENV: "train-step:5"})
     m = json.loads(out.read_text())
     assert m["resumed_from_step"] == 3
     np.testing.assert_allclose(m["loss_curve"], two_ranks["loss_curve"], rtol=1e-6)
@@ -396,6 +362,7 @@ def budget_run(budget_data):
     return ds, layout, *_run_under_budget(root, layout, "static")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["static", "lru", "belady-superbatch"])
 def test_budget_split_is_stated_and_respected(budget_data, budget_run, policy):
     """The split names every item, and the run it sized holds no more than its budget at its peak and
@@ -426,6 +393,7 @@ def test_moment_train_refuses_a_small_budget_before_starting_ranks(setup, capsys
     assert main(["train", "--layout", str(layout), "--memory-budget", "lots"]) == 2
 
 
+@pytest.mark.slow
 def test_a_rank_base_includes_the_model_layers(budget_run):
     """The per-rank fixed cost is what a fresh rank holds with torch-geometric's layers loaded, both in
     the preview (not its caller's RSS) and in a real rank (measured after the layers are imported)."""

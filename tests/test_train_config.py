@@ -166,6 +166,7 @@ def test_every_hint_suggests_options_the_parser_takes(tmp_path: Path, monkeypatc
     assert any(a[0] == "--memory-budget" for a in suggested)
 
 
+@pytest.mark.slow
 def test_moment_train_help_lists_every_forwarded_option(capsys) -> None:
     assert main(["train", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from runtime_data import make_dataset, make_layout
+from runtime_data import TRAIN_ARGS
 
 from moment import testpoints
 from moment.cli import train_launch as tl
@@ -26,13 +26,13 @@ from moment.runtime.train import train
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = {"fanouts": [10, 5], "hidden": 32, "threads": 1, "lr": 0.01}
-ARGS = ["--fanouts", "10,5", "--hidden", "32", "--lr", "0.01", "--threads", "1"]
+ARGS = TRAIN_ARGS
 
 
 @pytest.fixture(scope="module")
-def layout(tmp_path_factory):
-    root = tmp_path_factory.mktemp("launch")
-    return make_layout(make_dataset(root), root / "L")
+def layout(runtime_layout):
+    """The session's shared layout (read-only: every run here writes under its own --run-dir)."""
+    return runtime_layout
 
 
 def _moment_train(*argv: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -116,10 +116,12 @@ def test_failing_ranks_show_their_errors_not_torchruns_traceback(layout, tmp_pat
 
 
 @pytest.mark.slow
-def test_killed_rank_is_announced_and_the_restart_resumes_from_the_default_checkpoint(layout, tmp_path):
+def test_killed_rank_is_announced_and_the_restart_resumes_from_the_default_checkpoint(layout, two_rank_run,
+                                                                                      tmp_path):
+    """Compared with the session's uninterrupted 2-rank run of the same layout and settings (two epochs)."""
     out = tmp_path / "m.json"
     r = _moment_train("--nproc", "2", "--max-restarts", "1", "--run-dir", str(tmp_path / "runs"),
-                      "--layout", str(layout), *ARGS, "--metrics-json", str(out), "--quiet",
+                      "--layout", str(layout), *ARGS, "--epochs", "2", "--metrics-json", str(out), "--quiet",
                       env={testpoints.EXIT_ENV: "train-step:5"})
     assert r.returncode == 0, r.stderr
     err = " ".join(r.stderr.split())
@@ -131,11 +133,8 @@ def test_killed_rank_is_announced_and_the_restart_resumes_from_the_default_check
     ck = Path(m["checkpoint_dir"])
     assert ck.parent.parent == tmp_path / "runs" and (ck / "checkpoint.pt").exists()
     assert "finished after 1 restart(s)" in err
-    whole = _moment_train("--nproc", "2", "--run-dir", str(tmp_path / "runs"), "--layout", str(layout), *ARGS,
-                          "--metrics-json", str(tmp_path / "w.json"), "--quiet")
-    assert whole.returncode == 0, whole.stderr
-    np.testing.assert_allclose(m["loss_curve"], json.loads((tmp_path / "w.json").read_text())["loss_curve"],
-                               rtol=1e-6)
+    assert len(m["loss_curve"]) == len(two_rank_run["loss_curve"]) == 16
+    np.testing.assert_allclose(m["loss_curve"], two_rank_run["loss_curve"], rtol=1e-6)
 
 
 @pytest.mark.slow

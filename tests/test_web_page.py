@@ -283,6 +283,7 @@ def _placement(plan: dict) -> list[list[str]]:
     return sorted(rows, key=lambda r: (r[0].rstrip("0123456789"), int(r[0][len(r[0].rstrip("0123456789")):] or 0)))
 
 
+@pytest.mark.slow
 def test_a_person_plans_compares_and_buys_in_chromium(service, browser, tmp_path):
     p = Page(browser, service)
     d = browser
