@@ -27,7 +27,7 @@
 
 A disturbed probe is refused, not reported (`moment.io.quiet`): the probe is taken in rounds, and it
 is disturbed when other processes kept more than a quarter of a core busy meanwhile, when its rounds
-spread by more than 10%, or when it is more than 15% off the last quiet probe of the same disk and
+spread by more than 10%, or when it is more than 15% slower than the last quiet probe of the same disk and
 settings (kept in the cache dir, `probe-quiet.json`). It is retried `--probe-tries` times; if every
 try was disturbed the bench prints why and exits 3 without running. The run is judged the same way
 (other processes' CPU during it): `run_disturbed` says so beside the ratio.

@@ -33,6 +33,8 @@ def test_a_probe_far_from_the_earlier_quiet_one_disturbs():
     v = judge({"iops": [7_000, 7_050, 7_020], "seq_GBps": [2.0, 2.0, 2.0]}, 0.0,
               quiet={"iops": 10_000, "other": 1.0})
     assert v.disturbed and len(v.reasons) == 1 and "-30% off the earlier quiet probe's 1e+04" in v.reasons[0]
+    # faster than the quiet probe, with tight rounds and an idle machine: the disk changed, nothing disturbed it
+    assert not judge({"iops": [13_000, 13_050, 13_020]}, 0.0, quiet={"iops": 10_000}).disturbed
 
 
 def test_others_cores_is_the_machines_cpu_less_ours():
