@@ -59,7 +59,19 @@ class MachineIn(_Strict):
         None, description="a calibration (`moment calibrate --out`, as JSON) applied to the machine")
 
 
-class PlanRequest(MachineIn):
+class WorkloadIn(_Strict):
+    """The workload knobs of `moment plan` (its `--feature-dim`, `--gb-per-gpu` and cache shares)."""
+
+    feature_dim: int | None = Field(None, ge=1, le=1 << 20, description="node feature dimension (default 1024)")
+    gb_per_gpu: float | None = Field(None, gt=0, le=1e9, allow_inf_nan=False,
+                                     description="GB each GPU reads per epoch")
+    gpu_cache_share: float | None = Field(None, ge=0, le=1, allow_inf_nan=False,
+                                          description="share of reads served by GPU caches")
+    cpu_cache_share: float | None = Field(None, ge=0, le=1, allow_inf_nan=False,
+                                          description="share of reads served by CPU memory")
+
+
+class PlanRequest(MachineIn, WorkloadIn):
     """`moment plan`: where the inventory's GPUs and SSDs go."""
 
     gpus: int | None = Field(None, ge=0, le=256,
@@ -68,13 +80,6 @@ class PlanRequest(MachineIn):
     gpu_model: str = Field("A100-PCIe-40GB", max_length=200, description="GPU model (GET /v1/models)")
     ssd_model: str = Field("P5510", max_length=200, description="SSD model (GET /v1/models)")
     inventory: str | None = Field(None, max_length=1000, description="mixed inventory, e.g. '2xA100,2xH100,8xP5510'")
-    feature_dim: int | None = Field(None, ge=1, le=1 << 20, description="node feature dimension (default 1024)")
-    gb_per_gpu: float | None = Field(None, gt=0, le=1e9, allow_inf_nan=False,
-                                     description="GB each GPU reads per epoch")
-    gpu_cache_share: float | None = Field(None, ge=0, le=1, allow_inf_nan=False,
-                                          description="share of reads served by GPU caches")
-    cpu_cache_share: float | None = Field(None, ge=0, le=1, allow_inf_nan=False,
-                                          description="share of reads served by CPU memory")
     maxflow_backend: Literal["ortools", "networkx"] = Field("ortools", description="the paper's max-flow solver")
     data: DataPlacement = Field("planned", description=_DATA + "; the search ranks the placements under it, "
                                 "every layout is predicted under both (`predicted`, `predicted_even`)")
@@ -82,7 +87,7 @@ class PlanRequest(MachineIn):
     diagram: bool = Field(False, description="also return the recommended machine's diagram as `diagram_svg`")
 
 
-class ClusterPlanRequest(_Strict):
+class ClusterPlanRequest(WorkloadIn):
     """`moment plan --cluster`: a cluster file's content (servers name built-in profiles here) and the
     workload knobs of /v1/plan."""
 
@@ -90,13 +95,6 @@ class ClusterPlanRequest(_Strict):
                                  "network (nic, ports, switch_gbit), remote_fraction, model_mb")
     remote_fraction: float | None = Field(None, ge=0, le=1, allow_inf_nan=False,
                                           description="overrides the cluster's remote_fraction")
-    feature_dim: int | None = Field(None, ge=1, le=1 << 20, description="node feature dimension (default 1024)")
-    gb_per_gpu: float | None = Field(None, gt=0, le=1e9, allow_inf_nan=False,
-                                     description="GB each GPU reads per epoch")
-    gpu_cache_share: float | None = Field(None, ge=0, le=1, allow_inf_nan=False,
-                                          description="share of reads served by GPU caches")
-    cpu_cache_share: float | None = Field(None, ge=0, le=1, allow_inf_nan=False,
-                                          description="share of reads served by CPU memory")
     diagram: bool = Field(False, description="also return each machine's diagram in `diagrams_svg` (name -> SVG)")
 
 
