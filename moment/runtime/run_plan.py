@@ -26,9 +26,10 @@ from pydantic import BaseModel, ConfigDict, computed_field
 from moment.caching.tiers import lookahead, shared_by_local_ranks
 from moment.errors import MomentError
 from moment.io.merge import SHAPES, Shape
-from moment.placement.opened import Layout
+from moment.placement.opened import Layout, index_dtypes
 from moment.placement.pack import pack_path, refuse_unusable
-from moment.runtime.budget import Item, MemoryBudget, RunShape, Split, fmt_bytes, resolve_budget, split_budget
+from moment.runtime.budget import (Item, MemoryBudget, RunShape, Split, fmt_bytes, minimum_budget, resolve_budget,
+                                   split_budget)
 from moment.runtime.devices import plan_gpus_of
 from moment.runtime.gather import staging_bytes
 from moment.runtime.store_options import Collectives, Place, StoreOptions, local_world_size
@@ -237,15 +238,9 @@ def resolve_run(config: TrainConfig, layout: Layout, *, world_size: int, local_w
     own_rows = gpu_tier_rows(layout, lws)
     peer_tier = cfg.peer_tier and lws > 1
     total, how = resolve_budget(cfg.memory_budget)
-    split = split_budget(total, how, lws, RunShape(
-        num_nodes=n, row_bytes=rb, graph_bytes=inputs.graph_bytes, labels_bytes=inputs.labels_bytes,
-        rows_max=inputs.rows_max, dst_rows=batch_size * (1 + fanouts[0]), hidden=cfg.resolved_hidden(),
-        held_batches=inputs.held_batches, lookahead=ahead, sampler_map_bytes=inputs.sampler_map_bytes,
-        batch_ids_bytes=inputs.batch_ids_bytes, index_bytes=layout.index_bytes, own_gpu_rows=own_rows,
-        layout_cpu_rows=sum(m.shards[i].rows for i in layout.shards_of("cpu")),
-        cpu_limit_rows=None if cfg.cpu_cache_limit is None else parse_size(cfg.cpu_cache_limit, n * rb) // rb,
-        policy=cfg.cache_policy, shape=shape, staging_bytes=staging_bytes(m.row.align),
-        process_bytes=inputs.process_bytes, agent_bytes=inputs.agent_bytes,
+    split = split_budget(total, how, lws, _run_shape(
+        cfg, inputs, n, rb, batch_size, shape, ahead, index_bytes=layout.index_bytes, own_gpu_rows=own_rows,
+        layout_cpu_rows=sum(m.shards[i].rows for i in layout.shards_of("cpu")), align=m.row.align,
         exchange_bytes=inputs.exchange_bytes if peer_tier and gpu_shards else 0,
         pack_index_bytes=pack.index_bytes if shape == "packed" or pack_index_bytes is not None else 0))
     gpu_cap = split.gpu_rows if device == "cpu" else None  # device memory is not the budget's
@@ -260,6 +255,37 @@ def resolve_run(config: TrainConfig, layout: Layout, *, world_size: int, local_w
                    io_shape=shape, io_shape_requested=cfg.io_shape, pack=pack, cache_policy=cfg.cache_policy,
                    batch_size=batch_size, fanouts=tuple(fanouts), seed=cfg.seed, tiers=tiers, ranks=ranks,
                    memory=MemoryPlan.of(split))
+
+
+def _run_shape(cfg: TrainConfig, inputs: RunInputs, n: int, rb: int, batch_size: int, shape: str, ahead: int, *,
+               index_bytes: int, own_gpu_rows: int, layout_cpu_rows: int, align: int, exchange_bytes: int,
+               pack_index_bytes: int) -> RunShape:
+    return RunShape(
+        num_nodes=n, row_bytes=rb, graph_bytes=inputs.graph_bytes, labels_bytes=inputs.labels_bytes,
+        rows_max=inputs.rows_max, dst_rows=batch_size * (1 + cfg.resolved_fanouts()[0]), hidden=cfg.resolved_hidden(),
+        held_batches=inputs.held_batches, lookahead=ahead, sampler_map_bytes=inputs.sampler_map_bytes,
+        batch_ids_bytes=inputs.batch_ids_bytes, index_bytes=index_bytes, own_gpu_rows=own_gpu_rows,
+        layout_cpu_rows=layout_cpu_rows,
+        cpu_limit_rows=None if cfg.cpu_cache_limit is None else parse_size(cfg.cpu_cache_limit, n * rb) // rb,
+        policy=cfg.cache_policy, shape=shape, staging_bytes=staging_bytes(align),
+        process_bytes=inputs.process_bytes, agent_bytes=inputs.agent_bytes, exchange_bytes=exchange_bytes,
+        pack_index_bytes=pack_index_bytes)
+
+
+def planned_minimum(cfg: TrainConfig, inputs: RunInputs, *, num_nodes: int, row_bytes: int, nproc: int,
+                    shards: int, gpu_rows: int, align: int) -> MemoryBudget:
+    """The fixed needs `resolve_run` charges an `nproc`-rank run on one machine whose layout is not
+    written yet (`shards` bins, `gpu_rows` in each rank's GPU tier), by the same rule: `.minimum()` is the
+    least --memory-budget it accepts. `inputs` as `run_inputs` measures them (the batch extent sampled
+    on the graph, a round of the peer exchange at `row_bytes` with `gpu_rows` held). --io-shape auto/packed plans as block: a
+    pack's index is known only once its batches are sampled, and is not charged here."""
+    batch_size = cfg.resolved_batch_size(inputs.train_nodes, nproc)
+    shape = "block" if cfg.io_shape in ("auto", "packed") else cfg.io_shape
+    peer = cfg.peer_tier and nproc > 1 and gpu_rows > 0
+    return minimum_budget(nproc, _run_shape(
+        cfg, inputs, num_nodes, row_bytes, batch_size, shape, lookahead(cfg.resolved_superbatch(shape)),
+        index_bytes=num_nodes * sum(d.itemsize for d in index_dtypes(shards, num_nodes)), own_gpu_rows=gpu_rows,
+        layout_cpu_rows=0, align=align, exchange_bytes=inputs.exchange_bytes if peer else 0, pack_index_bytes=0))
 
 
 def _io_shape(cfg: TrainConfig, layout: Layout, world_size: int, batch_size: int,

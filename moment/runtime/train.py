@@ -10,10 +10,9 @@ losses. Rank 0 alone prints (progress bar, summary) and writes checkpoints and t
 
 from __future__ import annotations
 
-import functools
+import dataclasses
 import json
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -39,6 +38,7 @@ from moment.runtime.pipeline import Pipeline, StageTimes, mix
 from moment.runtime.progress import Reporter
 from moment.runtime.run_plan import RunInputs, RunPlan, gpu_tier_rows, resolve_run
 from moment.runtime.sources import FeatureSource, InMemoryFeatures, MemmapFeatures
+from moment.runtime.start_sizes import agent_start_bytes, rank_start_bytes
 from moment.runtime.store import StoreInfo, open_store
 from moment.workload.graph import GraphDataset
 from moment.workload.sampler import CSRGraph, MiniBatch, NeighborSampler, SeedBatches
@@ -100,45 +100,6 @@ def run_inputs(cfg: TrainConfig, ds: GraphDataset, graph: CSRGraph, batches: Seq
                          rows, ds.row_bytes, local_ranks, gpu_tier_rows(layout, local_ranks) if layout else 0))
 
 
-#: a fresh interpreter: first what torchrun's agent imports, then what a rank loads before touching data
-_FRESH = ("from moment.runtime.budget import process_bytes\nimport torch.distributed.run\nprint(process_bytes())\n"
-          "from moment.runtime.models import load_layers\nimport moment.runtime.train\nload_layers()\n"
-          "print(process_bytes())\n")
-
-
-@functools.cache
-def _fresh_sizes() -> tuple[int, int]:
-    """(torchrun's agent, a rank) as a fresh interpreter holds them; see `rank_start_bytes`."""
-    import moment
-
-    root = str(Path(moment.__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
-    try:
-        r = subprocess.run([sys.executable, "-c", _FRESH], env=env, capture_output=True, text=True,
-                           timeout=300, check=True)
-        agent, rank = (int(x) for x in r.stdout.split()[-2:])
-        return agent, rank
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-        load_layers()
-        return process_bytes(), process_bytes()
-
-
-def rank_start_bytes() -> int:
-    """What a rank holds before it touches data (interpreter, torch, the runtime, the model's layers).
-
-    Why a fresh interpreter: the caller of a preview (a CLI that never imports the layers, a benchmark
-    holding a dataset) is not a rank, so its own RSS is not a rank's fixed cost. Costs seconds: once per
-    process. Falls back to this process's RSS with the layers loaded when the interpreter cannot run.
-    """
-    return _fresh_sizes()[1]
-
-
-def agent_start_bytes() -> int:
-    """What torchrun's agent (a Python process that imports torch.distributed.run) holds, measured the
-    same way before it exists; the ranks, once started, measure their parent (`agent_bytes`)."""
-    return _fresh_sizes()[0]
-
-
 def preview_inputs(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, agent: bool = True,
                    layout: Layout | None = None) -> RunInputs:
     """What rank 0 of an `nproc`-rank run will measure, measured before any rank starts: the largest
@@ -152,6 +113,15 @@ def preview_inputs(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, agent: boo
         layout = Layout.open(cfg.layout)
     return run_inputs(cfg, ds, graph, per_rank, fanouts, rank_start_bytes(), agent_start_bytes() if agent else 0,
                       nproc, layout)
+
+
+def planned_inputs(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, row_bytes: int, gpu_rows: int) -> RunInputs:
+    """`preview_inputs` of a run whose features and layout are not written yet (`run_plan.planned_minimum`):
+    the batch extent sampled on `ds`'s graph (any dataset with the run's graph: bench/epoch.py synthesizes
+    the graph with one-wide features first), a round of the peer exchange of `row_bytes` rows with
+    `gpu_rows` held by each rank."""
+    got = preview_inputs(cfg, ds, nproc)
+    return dataclasses.replace(got, exchange_bytes=RowExchange.round_bytes(got.rows_max, row_bytes, nproc, gpu_rows))
 
 
 def preview_plan(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, layout: Layout | None = None,
