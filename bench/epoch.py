@@ -216,21 +216,21 @@ def check_feasible(a, nodes: int, dim: int, memory_bound: str) -> None:
     a = argparse.Namespace(**{**vars(a), "nodes": nodes})
     feature_bytes = nodes * dim * 4
     bound = parse_size(memory_bound, feature_bytes)
-    need = minimum_bound(a, dim)
-    print(f"size_check_{nodes}x{dim}: bound {fmt_bytes(bound)}, Moment's least {fmt_bytes(need)}, features "
+    least, need = planned_budget(a, dim).minimum(), minimum_bound(a, dim)
+    print(f"size_check_{nodes}x{dim}: bound {fmt_bytes(bound)}, Moment's least {fmt_bytes(least)}, features "
           f"{feature_bytes / max(bound, 1):.2f}x the bound", flush=True)
-    if bound >= need:
+    if bound >= least:
         return
-    fixes = [f"{nodes}x{dim}:{-(-need // 2**20)}MiB (features {feature_bytes / need:.2f}x that bound)"]
+    fixes = [f"{nodes}x{dim}:{need // 2**20}MiB (features {feature_bytes / need:.2f}x that bound)"]
     if feature_bytes / need < TARGET_RATIO:
         for wider in (dim * k for k in (2, 3, 4, 6, 8)):
             n2 = minimum_bound(a, wider)
             if nodes * wider * 4 >= TARGET_RATIO * n2:
-                fixes.append(f"{nodes}x{wider}:{-(-n2 // 2**20)}MiB (features "
+                fixes.append(f"{nodes}x{wider}:{n2 // 2**20}MiB (features "
                              f"{nodes * wider * 4 / n2:.2f}x that bound)")
                 break
     raise MomentError(f"--sizes {nodes}x{dim}:{memory_bound}: a {fmt_bytes(bound)} bound is below the "
-                      f"{fmt_bytes(need)} Moment's runtime needs for {nodes} nodes x {dim} features, "
+                      f"{fmt_bytes(least)} Moment's runtime needs for {nodes} nodes x {dim} features, "
                       f"{a.nproc} ranks, batch {a.batch_size}, fan-outs {a.fanouts} (it would refuse the run "
                       "after the dataset and layout were built)", hint="a size that runs: " + " or ".join(fixes))
 
