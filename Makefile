@@ -58,12 +58,12 @@ browser:
 
 # every test, on JOBS cores (pytest-xdist; `python -m pytest` alone still runs them all in one process)
 test: $(VENV)/.installed-dev browser
-	$(BIN)/python -m pytest -n $(JOBS)
+	$(BIN)/python -m pytest -n $(JOBS) --dist worksteal
 
 # the edit loop: every test but those marked slow (torchrun launches, the README, the browser, exhaustive
 # searches), in under a minute; `make test` runs them all
 test-fast: $(VENV)/.installed-dev
-	$(BIN)/python -m pytest -n $(JOBS) -m "not slow"
+	$(BIN)/python -m pytest -n $(JOBS) --dist worksteal -m "not slow"
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check moment tests bench

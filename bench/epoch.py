@@ -35,7 +35,7 @@ The datasets and layouts are generated into `--cache-dir` once and reused.
     python bench/epoch.py [--nodes 8000000] [--dim 128] [--memory-bound 3GiB] [--epochs 2] [--nproc 2]
                           [--variants rows,lru,belady] [--baseline loader|serial] [--loader-workers 4]
                           [--baseline-readahead auto|on|off] [--skip-baseline]
-    python bench/epoch.py --sizes 8000000:3GiB,13000000x256:4GiB   # features 1.2x and 3.1x their bounds
+    python bench/epoch.py --sizes 8000000:3GiB,16000000x256:5GiB   # features 1.2x and 3.05x their bounds
 """
 
 from __future__ import annotations
@@ -414,7 +414,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--memory-bound", default="3GiB", help="the cgroup limit of every system, or 'none'")
     p.add_argument("--sizes", default="",
                    help="several graph sizes in one run, NODES[xDIM]:BOUND[,...] (DIM: --dim), e.g. "
-                        "8000000:3GiB,13000000x256:4GiB (features 3.8 GB under 3 GiB, 13.3 GB under 4 GiB: 3.1x); "
+                        "8000000:3GiB,16000000x256:5GiB (features 4.1 GB under 3 GiB, 16.4 GB under 5 GiB: 3.05x); "
                         "overrides --nodes, --dim and --memory-bound. Each size is checked against the least "
                         "bound Moment's runtime accepts before anything is built (a refusal names a size that "
                         "runs). `speedup` is the smallest of them, each prints as speedup_NODES[xDIM]")
@@ -451,7 +451,7 @@ def parse_sizes(a) -> list[tuple[int, int, str]]:
             n = d = 0
         if not sep or n < 1 or d < 1 or not bound.strip():
             raise MomentError(f"--sizes: cannot read {item.strip()!r}", hint="give NODES[xDIM]:BOUND pairs, e.g. "
-                              "--sizes 8000000:3GiB,13000000x256:4GiB (BOUND may be 'none')")
+                              "--sizes 8000000:3GiB,16000000x256:5GiB (BOUND may be 'none')")
         out.append((n, d, bound.strip()))
     if len({(n, d) for n, d, _ in out}) < len(out):
         raise MomentError(f"--sizes: {a.sizes!r} names a size twice", hint="give each size once")
