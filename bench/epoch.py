@@ -69,7 +69,7 @@ VARIANTS = {
 READAHEAD = ("auto", "on", "off")
 DEFAULT = ["--cache-policy", "static"]  # --io-shape auto: packed, as the pack is written first
 GPU_BINS, GPU_ROWS_DIV = 2, 200  # the layout's GPU bins, each of nodes // GPU_ROWS_DIV rows (see build)
-TARGET_RATIO = 3.0  # a second size's features over its bound, at least (issue 21)
+TARGET_RATIO = 3.0  # a second size's features over its bound, at least: a size the bound cannot hide
 
 
 class MemoryBound:
