@@ -43,6 +43,7 @@ def test_sizes_default_to_nodes_and_bound_and_are_read_as_pairs(bench):
     assert len(bench.parse_sizes(_args(bench, "--sizes", "1000:1GiB,1000x64:1GiB"))) == 2  # other widths
 
 
+@pytest.mark.slow
 def test_a_size_below_moments_minimum_is_refused_before_anything_is_built(bench, tmp_path):
     """The bench asks the runtime's budget rule on the graph alone: a bound below it is refused naming
     this size's least bound, nothing but the graph written; that least bound is the one the runtime's
@@ -107,6 +108,7 @@ def test_bad_arguments_are_one_line_before_anything_is_built(tmp_path, argv, sai
     assert not cache.exists()  # nothing built for a run that cannot start
 
 
+@pytest.mark.slow
 def test_the_bench_baselines_train_the_same_batches_on_a_tiny_graph(bench, tmp_path):
     """Each baseline run the bench starts (DataLoader workers with and without readahead, the serial one)
     trains the same batches: equal loss curves, every row read from the memmap."""
@@ -122,6 +124,7 @@ def test_the_bench_baselines_train_the_same_batches_on_a_tiny_graph(bench, tmp_p
     assert len({m["tier_rows"]["memmap"] for m in out.values()}) == 1
 
 
+@pytest.mark.slow
 def test_a_run_past_its_deadline_is_stopped_with_its_dataloader_workers(bench, tmp_path):
     """The slower readahead setting is cut short: torchrun, its rank and the rank's DataLoader workers
     (each rank leads its own process group) are all gone when `run` returns."""
