@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from moment.runtime import exchange
@@ -93,6 +93,7 @@ def _matrix(n: int, draw) -> np.ndarray:
     return np.array([[draw() for _ in range(n)] for _ in range(n)], np.int64)
 
 
+@settings(max_examples=40)
 @given(st.integers(1, 5), st.integers(1, 40), st.data())
 def test_the_chunk_plan_moves_every_key_once_within_the_bound_in_the_fewest_chunks(n, cap, data):
     asks = _matrix(n, lambda: data.draw(st.integers(0, 300)))

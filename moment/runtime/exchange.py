@@ -202,7 +202,7 @@ class RowExchange:
             dist.all_to_all_single(rows, out, send, recv, group=pg)
             self.served_rows += int(out.shape[0])
             self.chunks += 1
-            held = keys.nbytes + asked.nbytes + out.nbytes + rows.nbytes
+            held = keys.nbytes + asked.nbytes + out.nbytes + buf.nbytes  # the round's buffer, not this chunk's part
             self.peak_bytes = max(self.peak_bytes, int(held))
             del out
             if sum(send):
