@@ -210,6 +210,7 @@ class RunInputs:
     sampler_map_bytes: int  # NeighborSampler.map_bytes(num_nodes)
     batch_ids_bytes: int  # MiniBatch.id_bytes(rows_max, edges_max)
     held_batches: int  # Pipeline.held_batches(depth)
+    training_bytes: int  # one training step of the model at the extent (moment.runtime.models.step_bytes)
     agent_bytes: int = 0  # torchrun's agent beside the ranks (its peak RSS, measured); 0: no agent
     exchange_bytes: int = 0  # one round of the peer exchange at the extent (RowExchange.round_bytes, with
     #                          what a rank's GPU tier holds: gpu_tier_rows)
@@ -239,8 +240,7 @@ def resolve_run(config: TrainConfig, layout: Layout, *, world_size: int, local_w
     total, how = resolve_budget(cfg.memory_budget)
     split = split_budget(total, how, lws, RunShape(
         num_nodes=n, row_bytes=rb, graph_bytes=inputs.graph_bytes, labels_bytes=inputs.labels_bytes,
-        rows_max=inputs.rows_max, dst_rows=batch_size * (1 + fanouts[0]), hidden=cfg.resolved_hidden(),
-        held_batches=inputs.held_batches, lookahead=ahead, sampler_map_bytes=inputs.sampler_map_bytes,
+        rows_max=inputs.rows_max, training_bytes=inputs.training_bytes, held_batches=inputs.held_batches, lookahead=ahead, sampler_map_bytes=inputs.sampler_map_bytes,
         batch_ids_bytes=inputs.batch_ids_bytes, index_bytes=layout.index_bytes, own_gpu_rows=own_rows,
         layout_cpu_rows=sum(m.shards[i].rows for i in layout.shards_of("cpu")),
         cpu_limit_rows=None if cfg.cpu_cache_limit is None else parse_size(cfg.cpu_cache_limit, n * rb) // rb,

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ from moment.runtime.dist import AgreedError, DistContext, default_device, setup
 from moment.runtime.exchange import RowExchange
 from moment.runtime.loader import LoaderPipeline
 from moment.runtime.memory_use import machine_peak, parent_peak, rank_sample, reset_peak
-from moment.runtime.models import build_model, load_layers
+from moment.runtime.models import LayerExtent, build_model, load_layers, step_bytes
 from moment.runtime.pipeline import Pipeline, StageTimes, mix
 from moment.runtime.progress import Reporter
 from moment.runtime.run_plan import RunInputs, RunPlan, gpu_tier_rows, resolve_run
@@ -61,19 +62,58 @@ def dataset_dir(cfg: TrainConfig, layout: Layout | None = None) -> Path:
     return Path(layout.manifest.dataset.features_path).parent
 
 
-def _batch_extent(cfg: TrainConfig, graph: CSRGraph, batches: SeedBatches, fanouts: list[int]) -> tuple[int, int]:
-    """The most rows and edges one mini-batch touches: the first batches sampled for real, + 25%."""
+@dataclass(frozen=True)
+class Extent:
+    """The most rows and edges one mini-batch touches, and each layer's block at its largest (input layer
+    first): stated from sampled batches (`_batch_extent`)."""
+
+    rows: int
+    edges: int
+    layers: tuple[LayerExtent, ...]
+
+    def most(self, other: Extent) -> Extent:
+        return Extent(max(self.rows, other.rows), max(self.edges, other.edges),
+                      tuple(LayerExtent(max(a.src, b.src), max(a.dst, b.dst), max(a.edges, b.edges))
+                            for a, b in zip(self.layers, other.layers, strict=True)))
+
+
+#: batches sampled at start-up to state the extent of a batch (the first of epoch 0)
+EXTENT_BATCHES = 8
+#: the extent of a batch: the sampled batches' mean plus this many standard deviations of theirs
+EXTENT_SPREAD = 5
+
+
+def _bound(values: Sequence[int]) -> int:
+    """The most one batch holds of a quantity, from the sampled batches' values: their mean plus EXTENT_SPREAD
+    standard deviations (a batch's rows and edges are sums of many sampled neighbours, near normal: a run
+    exceeds it in about one batch of three million), at least the largest seen, plus 64. The spread taken is
+    at least a Poisson count's (the square root of the mean), so that a few alike samples do not state none."""
+    v = np.asarray(values, np.float64)
+    sd = max(float(v.std(ddof=1)) if v.size > 1 else 0.0, float(np.sqrt(v.mean())))
+    return int(max(v.max(), np.ceil(v.mean() + EXTENT_SPREAD * sd))) + 64
+
+
+def _batch_extent(cfg: TrainConfig, graph: CSRGraph, batches: SeedBatches, fanouts: list[int]) -> Extent:
+    """The most rows and edges one mini-batch touches, and each layer's block at its largest: the first
+    EXTENT_BATCHES batches sampled for real, bounded from their spread (`_bound`)."""
     from moment.workload.sampler import NeighborSampler
 
     sampler = NeighborSampler(graph, fanouts)
-    rows = edges = 0
+    hops = len(fanouts)
+    seen: list[list[int]] = []  # per batch: rows, edges, then each layer's src, dst and edges
     for i, seeds in enumerate(batches.epoch(0)):
-        if i == 3:
+        if i == EXTENT_BATCHES:
             break
         sampler.generator.manual_seed(mix(cfg.seed, 0, 0, i))
         mb = sampler.sample(seeds)
-        rows, edges = max(rows, mb.num_nodes), max(edges, int(mb.edge_index.shape[1]))
-    return int(rows * 1.25) + 64, int(edges * 1.25) + 64
+        nodes, edges = np.cumsum(mb.num_sampled_nodes).tolist(), np.cumsum([0, *mb.num_sampled_edges]).tolist()
+        # layer i of L: the edges of hops 1..L-i, as MiniBatch.blocks() cuts them
+        seen.append([mb.num_nodes, int(mb.edge_index.shape[1]),
+                     *(v for h in range(hops) for v in (nodes[hops - h], nodes[hops - h - 1], edges[hops - h]))])
+    if not seen:
+        seen = [[0] * (2 + 3 * hops)]
+    b = [_bound(col) for col in zip(*seen, strict=True)]
+    return Extent(b[0], b[1], tuple(LayerExtent(*b[2 + 3 * i: 5 + 3 * i]) for i in range(hops)))
 
 
 def run_inputs(cfg: TrainConfig, ds: GraphDataset, graph: CSRGraph, batches: Sequence[SeedBatches],
@@ -81,22 +121,27 @@ def run_inputs(cfg: TrainConfig, ds: GraphDataset, graph: CSRGraph, batches: Seq
                ctx: DistContext | None = None) -> RunInputs:
     """What `resolve_run` is given: the largest extent of `batches` (each rank's, or a preview's of every
     rank), the sizes torch's objects state for it (a round of the peer exchange among `local_ranks`, whose
-    GPU tiers hold what `layout` gives them, included), a rank's and torchrun's agent's measured sizes, and
-    the dataset's sizes. With `ctx`, the ranks agree on their maxima first: every rank must resolve the
-    same plan (the shared cache is one segment)."""
-    extents = [_batch_extent(cfg, graph, b, fanouts) for b in batches]
-    rows, edges = max(r for r, _ in extents), max(e for _, e in extents)
+    GPU tiers hold what `layout` gives them, and a training step of the model, included), a rank's and
+    torchrun's agent's measured sizes, and the dataset's sizes. With `ctx`, the ranks agree on their maxima
+    first: every rank must resolve the same plan (the shared cache is one segment)."""
+    ext = functools.reduce(Extent.most, [_batch_extent(cfg, graph, b, fanouts) for b in batches])
     if ctx is not None:
-        agreed = ctx.all_reduce(torch.tensor([rows, edges, process_bytes, agent_bytes], dtype=torch.float64),
-                                op="max")
-        rows, edges, process_bytes, agent_bytes = (int(x) for x in agreed.tolist())
-    rows = min(rows, ds.num_nodes)
+        flat = [ext.rows, ext.edges, *(v for x in ext.layers for v in (x.src, x.dst, x.edges)), process_bytes,
+                agent_bytes]
+        agreed = [int(x) for x in ctx.all_reduce(torch.tensor(flat, dtype=torch.float64), op="max").tolist()]
+        *sizes, process_bytes, agent_bytes = agreed
+        ext = Extent(sizes[0], sizes[1], tuple(LayerExtent(*sizes[2 + 3 * i: 5 + 3 * i])
+                                               for i in range(len(ext.layers))))
+    rows = min(ext.rows, ds.num_nodes)
+    training = step_bytes(cfg.model, ds.feature_dim, ds.num_classes, cfg.hidden,
+                          [LayerExtent(min(x.src, rows), min(x.dst, rows), x.edges) for x in ext.layers], rows=rows,
+                          float_copy=ds.feature_dtype != np.float32)
     return RunInputs(train_nodes=int(np.asarray(ds.train_idx).size),
                      graph_bytes=ds.file("indptr").stat().st_size + ds.file("indices").stat().st_size,
-                     labels_bytes=ds.file("labels").stat().st_size, rows_max=rows, edges_max=edges,
+                     labels_bytes=ds.file("labels").stat().st_size, rows_max=rows, edges_max=ext.edges,
                      process_bytes=process_bytes, sampler_map_bytes=NeighborSampler.map_bytes(ds.num_nodes),
-                     batch_ids_bytes=MiniBatch.id_bytes(rows, edges), held_batches=Pipeline.held_batches(cfg.depth),
-                     agent_bytes=agent_bytes, exchange_bytes=RowExchange.round_bytes(
+                     batch_ids_bytes=MiniBatch.id_bytes(rows, ext.edges), held_batches=Pipeline.held_batches(cfg.depth),
+                     training_bytes=training, agent_bytes=agent_bytes, exchange_bytes=RowExchange.round_bytes(
                          rows, ds.row_bytes, local_ranks, gpu_tier_rows(layout, local_ranks) if layout else 0))
 
 
