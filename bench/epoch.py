@@ -120,9 +120,8 @@ class MemoryBound:
         print(f"warning: could not remove {self.path}", file=sys.stderr)
 
 
-def kill_tree(pid: int) -> None:
-    """SIGKILL `pid` and every process below it (torchrun's ranks and their DataLoader workers each lead
-    their own process group, so killing torchrun's group alone would leave them running)."""
+def _descendants(pid: int) -> list[int]:
+    """`pid` and every process below it, from /proc."""
     children: dict[int, list[int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         with contextlib.suppress(OSError, ValueError, IndexError):
@@ -133,9 +132,36 @@ def kill_tree(pid: int) -> None:
         p = todo.pop()
         tree.append(p)
         todo += children.get(p, [])
-    for p in tree:
+    return tree
+
+
+def _exited(pid: int) -> bool:
+    """Gone from /proc, or a zombie (its memory and files released, only its exit status left)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def kill_tree(pid: int, wait_s: float = 30.0) -> None:
+    """SIGKILL `pid` and every process below it (torchrun's ranks and their DataLoader workers each lead
+    their own process group, so killing torchrun's group alone would leave them running), and return
+    once they have exited. Each is stopped first, top down, until no new one appears: a stopped process
+    starts no child that the kill would miss, and a child whose parent died first would no longer be
+    found below `pid`. A SIGKILLed process is still in /proc, its command line readable, until the
+    kernel has torn it down (milliseconds for a rank that mapped torch): hence the wait."""
+    seen: list[int] = []
+    while new := [p for p in _descendants(pid) if p not in seen]:
+        for p in new:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, signal.SIGSTOP)
+        seen += new
+    for p in seen:
         with contextlib.suppress(ProcessLookupError):
             os.kill(p, signal.SIGKILL)
+    deadline = time.monotonic() + wait_s
+    while not all(_exited(p) for p in seen) and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def cgroup_problem() -> str:
@@ -189,7 +215,7 @@ def planned_budget(a, dim: int):
         cfg = TrainConfig(dataset=g, fanouts=[int(x) for x in a.fanouts.split(",")], batch_size=a.batch_size,
                           hidden=a.hidden, cache_policy="static")
         gpu_rows = -(-GPU_BINS // a.nproc) * (a.nodes // GPU_ROWS_DIV)  # one rank's bins
-        inputs = planned_inputs(cfg, ds, a.nproc, row_bytes=dim * 4, gpu_rows=gpu_rows)
+        inputs = planned_inputs(cfg, ds, a.nproc, feature_dim=dim, gpu_rows=gpu_rows)
         _PLANNED[key] = planned_minimum(cfg, inputs, num_nodes=a.nodes, row_bytes=dim * 4, nproc=a.nproc,
                                         shards=GPU_BINS + 3, gpu_rows=gpu_rows, align=block_size(a.cache_dir))
     return _PLANNED[key]

@@ -6,7 +6,8 @@ The ranks have different numbers of batches (rank 1 has more), and each run is t
 batches, the second through the training pipeline: the exchange must keep the ranks in step anyway.
 After each of the batches both ranks have, the consumer waits for the other rank (`step`), as DDP's
 all-reduce does: a rank that skipped a round because its own batch needed no peer row would leave
-the other waiting in that round while it waits in the barrier.
+the other waiting in that round while it waits in the barrier. The exchange's chunks are made small
+(CHUNK_ROWS rows) so that a batch's round takes several, each written straight into the batch.
 
     python -m torch.distributed.run --standalone --nproc-per-node=2 tests/peer_ranks.py LAYOUT OUT DEVICE
 """
@@ -29,6 +30,7 @@ from moment.runtime.pipeline import Pipeline
 from moment.runtime.run_plan import plan_store, rank_plan
 from moment.runtime.ssd_model import TierModel
 from moment.runtime.disk_tier import DiskTier
+from moment.runtime import exchange
 from moment.runtime.exchange import RowExchange
 from moment.runtime.gpu_tier import load_gpu_rows
 from moment.runtime.peers import PeerTier, gather_peer_map
@@ -39,6 +41,7 @@ from moment.workload.sampler import CSRGraph
 
 
 COMMON = 5  # batches every rank has in the first sequence; 4 in the pipelined one
+CHUNK_ROWS = 64  # rows of one chunk of the exchange here (a batch's round: several)
 
 
 def batches_of(rank: int, n: int) -> list[np.ndarray]:
@@ -133,6 +136,7 @@ def main() -> int:
     m = load_manifest(layout)
     rows = open_layout(layout)
     dtype = torch.from_numpy(np.zeros(1, m.dataset.dtype)).dtype
+    exchange.CHUNK_BYTES = CHUNK_ROWS * m.row.row_bytes
 
     def want(ids: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(rows.rows(ids)).view(dtype).reshape(len(ids), *m.dataset.row_shape)
@@ -173,6 +177,7 @@ def main() -> int:
             report[name]["pipelined_batches"] = through_pipeline(store, graph, labels, want, ctx.device, ctx.barrier)
             peer = store.find(PeerTier)
             report[name]["rounds"] = peer.exchange.rounds if peer is not None else 0
+            report[name]["chunks"] = peer.exchange.chunks if peer is not None else 0
             report[name]["received_rows"] = store.tier_stats()["rows"]["peer"]  # both sequences
             report[name]["served_rows"] = peer.served_rows if peer is not None else 0
         finally:

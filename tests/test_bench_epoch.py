@@ -145,5 +145,7 @@ def _running_with(arg: str) -> list[str]:
         except OSError:  # it exited meanwhile
             continue
         if arg.encode() in cmd:
-            out.append(cmd.decode(errors="replace"))
+            st = (p.parent / "status").read_text() if (p.parent / "status").exists() else ""
+            out.append(f"{p.parent.name} " + " ".join(ln for ln in st.splitlines() if ln.startswith(("State", "PPid")))
+                       + " " + cmd.decode(errors="replace")[:80])
     return out

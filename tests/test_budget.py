@@ -12,7 +12,7 @@ MiB = 2**20
 
 def _shape(**kw) -> RunShape:
     base = dict(num_nodes=1_000_000, row_bytes=512, graph_bytes=64 * MiB, labels_bytes=MiB, rows_max=50_000,
-                dst_rows=26_000, hidden=64, held_batches=4, lookahead=16, sampler_map_bytes=8_000_000,
+                training_bytes=40 * MiB, held_batches=4, lookahead=16, sampler_map_bytes=8_000_000,
                 batch_ids_bytes=50_000 * 8 + 100_000 * 16, index_bytes=5_000_000, own_gpu_rows=5_000,
                 layout_cpu_rows=100_000, cpu_limit_rows=None, policy="static", shape="block",
                 staging_bytes=32 * MiB, process_bytes=300 * MiB, agent_bytes=96 * MiB)

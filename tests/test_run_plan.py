@@ -49,7 +49,8 @@ def _inputs(ds) -> RunInputs:
     n = ds.num_nodes
     return RunInputs(train_nodes=int(np.asarray(ds.train_idx).size), graph_bytes=MiB, labels_bytes=n,
                      rows_max=3000, edges_max=20_000, process_bytes=300 * MiB, sampler_map_bytes=8 * n,
-                     batch_ids_bytes=3000 * 8 + 20_000 * 16, held_batches=4)
+                     batch_ids_bytes=3000 * 8 + 20_000 * 16, held_batches=4,
+                     training_bytes=16 * MiB)
 
 
 def _plan(ds, layout: Path, world: int = 2, device: str = "cpu", **kw):
@@ -179,7 +180,8 @@ from moment.runtime.run_plan import RunInputs, resolve_run
 
 cfg = TrainConfig(layout=sys.argv[1], fanouts=[10, 5], batch_size=96, seed=3, memory_budget="2GiB")
 inputs = RunInputs(train_nodes=1200, graph_bytes=1 << 20, labels_bytes=4000, rows_max=3000, edges_max=20000,
-                   process_bytes=300 << 20, sampler_map_bytes=32000, batch_ids_bytes=344000, held_batches=4)
+                   process_bytes=300 << 20, sampler_map_bytes=32000, batch_ids_bytes=344000, held_batches=4,
+                   training_bytes=16 << 20)
 plan = resolve_run(cfg, Layout.open(sys.argv[1]), world_size=2, local_world_size=2, inputs=inputs)
 assert not [m for m in sys.modules if m == "torch" or m.startswith("torch.")]
 print(plan.model_dump_json())

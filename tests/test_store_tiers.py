@@ -181,7 +181,8 @@ def _inputs(ds, exchange_bytes: int) -> RunInputs:
     n = ds.num_nodes
     return RunInputs(train_nodes=int(np.asarray(ds.train_idx).size), graph_bytes=1 << 20, labels_bytes=n,
                      rows_max=3000, edges_max=20_000, process_bytes=300 << 20, sampler_map_bytes=8 * n,
-                     batch_ids_bytes=3000 * 8 + 20_000 * 16, held_batches=4, exchange_bytes=exchange_bytes)
+                     batch_ids_bytes=3000 * 8 + 20_000 * 16, held_batches=4, training_bytes=16 << 20,
+                     exchange_bytes=exchange_bytes)
 
 
 @pytest.mark.parametrize("ranks,peer_tier,charged", [(2, True, True), (2, False, False), (1, True, False)])

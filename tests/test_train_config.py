@@ -152,7 +152,7 @@ def test_every_hint_suggests_options_the_parser_takes(tmp_path: Path, monkeypatc
     hint_of(engines.make_engine, "io_uring", 8, None)
     hint_of(resolve_budget, "1000000GiB")
     shape = RunShape(num_nodes=1000, row_bytes=128, graph_bytes=1 << 20, labels_bytes=1000, rows_max=500,
-                     dst_rows=100, hidden=16, held_batches=4, lookahead=2, sampler_map_bytes=8000,
+                     training_bytes=76_800, held_batches=4, lookahead=2, sampler_map_bytes=8000,
                      batch_ids_bytes=500 * 8 + 5000 * 16, index_bytes=5000, own_gpu_rows=0, layout_cpu_rows=0,
                      cpu_limit_rows=None, policy="static", shape="block", staging_bytes=1 << 20,
                      process_bytes=300 << 20, agent_bytes=0)

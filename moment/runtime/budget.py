@@ -238,8 +238,7 @@ class RunShape:
     graph_bytes: int  # indptr + indices, memory-mapped, one copy per machine in the page cache
     labels_bytes: int
     rows_max: int  # the most rows one mini-batch touches (measured on sampled batches, with headroom)
-    dst_rows: int  # first-layer targets of a batch (seeds x (1 + first fan-out))
-    hidden: int
+    training_bytes: int  # one training step: activations, gradients, optimizer (moment.runtime.models.step_bytes)
     held_batches: int  # batches the pipeline holds besides the store's lookahead (Pipeline.held_batches)
     lookahead: int  # batches submitted before the first is completed (moment.caching.tiers.lookahead)
     sampler_map_bytes: int  # the sampler's node table (NeighborSampler.map_bytes)
@@ -283,7 +282,7 @@ def _charge_fixed(b: MemoryBudget, r: RunShape) -> tuple[MemoryBudget, Item, int
     b.charge("sampler", r.sampler_map_bytes + held * r.batch_ids_bytes, note=f"node map + {held} sampled batches")
     feat = r.rows_max * rb
     b.charge("batch features", r.held_batches * feat, note=f"{r.held_batches} batches of {r.rows_max} rows")
-    b.charge("training", feat + r.dst_rows * r.hidden * 8, note="activations and gradients")
+    b.charge("training", r.training_bytes, note="one step's activations, gradients and optimizer state")
     b.charge("staging", r.staging_bytes, note="reader windows")
     if r.exchange_bytes:
         b.charge("peer exchange", r.exchange_bytes, note="one round's keys and rows, asked and served")
@@ -316,7 +315,9 @@ def split_budget(total: int | None, source: str, local_ranks: int, r: RunShape) 
     # peer exchange, one batch's worth at a time, and hold no copy
     gpu = b.grant("gpu cache stand-in", want_gpu, share=0.1, note="this rank's GPU bins") if want_gpu else 0
     if r.shape in ("block", "packed"):
-        most = max(min_buffers, 2 * r.num_nodes * rb)  # more than twice the features buys nothing
+        # the reads in flight are those of the lookahead's batches (two superbatches, each read into one
+        # destination at most as large as the features): a pool larger than either never fills
+        most = max(min_buffers, min(2 * r.num_nodes, r.lookahead * r.rows_max) * rb)
         buffers = b.grant("read buffers", most if total is not None else min(most, 4 * min_buffers), share=1 / 3)
         if buffers < min_buffers:
             b.items.pop()

@@ -9,10 +9,19 @@ One round, collective over the group (members in group order; every member takes
 
 1. counts: each member sends one row to every member: how many keys it asks of each member, and
    whether it still has batches of its own (`all_to_all_single` of that row, so every member learns
-   the whole matrix: all know whether any row moves this round and whether anyone still runs);
-2. keys: the keys each member asks of each other (`all_to_all_single`, split sizes from the matrix);
-3. rows: each owner serves the keys it was asked from its own rows (`serve`) and sends them back
-   (`all_to_all_single`); the asker gets them grouped by owner, in the order it asked.
+   the whole matrix: all know whether any row moves this round, whether anyone still runs, and how
+   many chunks the round takes);
+2. then, chunk by chunk (`chunks`: every member derives the same number from the matrix, so all issue
+   the same collectives): the keys each member asks of each other in this chunk (`all_to_all_single`),
+   then the rows each owner serves for them from its own rows (`serve`, called per chunk) sent back
+   (`all_to_all_single`); the asker hands each chunk's rows to its `sink`, which writes them where they
+   belong (the batch's buffer), so no round-sized tensor exists on either side.
+
+A chunk moves at most `chunk_rows` rows (CHUNK_BYTES of rows) into and at most as many out of any
+member: every pair's keys are split evenly over the round's chunks, and the round takes the fewest
+chunks for which that split stays within the bound. So a round holds, per member, at most two chunks
+of rows and their keys (`RowExchange.round_bytes`), whatever the batch asks; a round costs 1 + 2 x
+chunks collectives (1 when nothing is asked).
 
 Ordering: collectives on a group must be issued in the same order on every member. The exchange has
 its own group (made at start-up on every rank: `moment.runtime.dist.DistContext.peer_group`), so
@@ -25,6 +34,7 @@ batch more than another).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -73,34 +83,94 @@ class ExchangeGroup:
         self.group = None
 
 
+#: the most bytes of rows one chunk of a round moves into a member, and out of it (`chunk_rows`)
+CHUNK_BYTES = 4 << 20
+_KEY_BYTES = np.dtype(np.int64).itemsize
+
 #: keys this rank is asked for -> its rows for them (a tensor [len(keys), ...], one dtype and row shape
 #: on every member)
 Serve = Callable[[torch.Tensor], torch.Tensor]
+#: (positions among the round's asked keys, `want` concatenated in member order; their rows, on the group's
+#: device) -> None: put the rows where they belong. The rows are the exchange's buffer, reused by the next
+#: chunk: copy them, do not keep them.
+Sink = Callable[[np.ndarray, torch.Tensor], None]
+
+
+def chunk_rows(row_bytes: int, members: int) -> int:
+    """Rows one chunk moves into a member and out of it at most: CHUNK_BYTES of rows, and at least one row
+    of each member (a pair's keys are split evenly over the chunks, so each pair moves at least one)."""
+    return max(CHUNK_BYTES // max(int(row_bytes), 1), int(members), 1)
+
+
+def chunks(asks: np.ndarray, cap: int) -> int:
+    """The fewest chunks K such that every pair's keys (asks[i, j]: keys member i asks of member j), split
+    evenly over K (`chunk_bounds`), move at most `cap` rows into and out of every member per chunk; 0 when
+    nothing is asked. Every member computes it from the same matrix: the same number of collectives."""
+    a = np.asarray(asks, np.int64)
+    if not a.any():
+        return 0
+    if cap < np.count_nonzero(a, axis=0).max() or cap < np.count_nonzero(a, axis=1).max():
+        raise ValueError(f"a chunk of {cap} rows cannot hold one row of each of {a.shape[0]} members")
+
+    def fits(k: int) -> bool:
+        part = -(-a // k)  # the most any chunk moves of each pair
+        return bool(part.sum(0).max() <= cap and part.sum(1).max() <= cap)
+
+    lo, hi = -(-int(max(a.sum(0).max(), a.sum(1).max())) // cap), int(a.max())  # at hi every part is <= 1 row
+    while lo < hi:  # fits is monotone in k
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if fits(mid) else (mid + 1, hi)
+    return lo
+
+
+def chunk_bounds(asks: np.ndarray, k: int, total: int) -> tuple[np.ndarray, np.ndarray]:
+    """Where chunk k of `total` starts and ends in each pair's keys: [lo[i, j], hi[i, j])."""
+    a = np.asarray(asks, np.int64)
+    return a * k // total, a * (k + 1) // total
+
+
+def into(out: torch.Tensor, pos: np.ndarray | None = None) -> Sink:
+    """A sink that writes the row asked at position p of the round into out[pos[p]] (pos None: out[p])."""
+    def sink(at: np.ndarray, rows: torch.Tensor) -> None:
+        where = at if pos is None else pos[at]
+        out[torch.from_numpy(np.ascontiguousarray(where)).to(out.device)] = rows.to(out.device)
+
+    return sink
+
+
+def _nothing(at: np.ndarray, rows: torch.Tensor) -> None:
+    if at.size:
+        raise RuntimeError("rows arrived for a round that asked for none")
 
 
 class RowExchange:
-    """Rounds of the exchange over `group`. It moves rows and holds none: each round is given what this
-    rank serves (`serve`)."""
+    """Rounds of the exchange over `group`. It moves rows and holds none between rounds: each round is
+    given what this rank serves (`serve`) and where the rows it asked for go (`sink`)."""
 
     def __init__(self, group: ExchangeGroup):
         self.group = group
         self.rounds = 0
+        self.chunks = 0  # chunks moved, all rounds together (each: two all_to_all_single)
         self.served_rows = 0  # rows this rank sent to others
-        self.peak_bytes = 0  # the most one round held: keys and rows, asked and served
+        self.peak_bytes = 0  # the most one chunk held: keys and rows, asked and served
+        self._rows_bytes: int | None = None  # bytes of one row `serve` gives (the same on every member)
 
     @staticmethod
     def round_bytes(rows: int, row_bytes: int, members: int, held: int | None = None) -> int:
         """The most one round holds on a member when every member asks for at most `rows` rows of
         `row_bytes` each, and at most `held` of any one member (what a member holds; None: no limit): the
-        keys and rows it asks and those it serves the others, each row with its int64 key."""
+        keys and rows of one chunk it asks and of one it serves the others, each row with its int64 key.
+        At most `chunk_rows` each way, whatever `rows` is."""
         others = max(int(members), 1) - 1
         each = int(rows) if held is None else min(int(rows), int(held))
-        asked, served = min(int(rows), others * each), others * each
-        return (asked + served) * (int(row_bytes) + np.dtype(np.int64).itemsize)
+        cap = chunk_rows(row_bytes, members)
+        asked, served = min(int(rows), others * each, cap), min(others * each, cap)
+        return (asked + served) * (int(row_bytes) + _KEY_BYTES)
 
-    def round(self, want: Sequence[np.ndarray], serve: Serve, active: bool = True) -> tuple[torch.Tensor, bool]:
-        """Ask member j for the keys `want[j]`; serve what the others ask. Returns (the rows asked for,
-        grouped by member in member order, each group in the order asked; whether any member was active)."""
+    def round(self, want: Sequence[np.ndarray], serve: Serve, sink: Sink, active: bool = True) -> bool:
+        """Ask member j for the keys `want[j]`; serve what the others ask. The rows asked for reach `sink`
+        chunk by chunk (see `Sink`: positions among want[0], want[1], ... concatenated). Returns whether any
+        member was active."""
         g = self.group
         n, me, dev = g.size, g.index, g.device
         if len(want) != n:
@@ -112,24 +182,44 @@ class RowExchange:
         matrix = counts.view(n, n + 1).cpu().numpy()  # matrix[i, j]: keys member i asks of member j
         self.rounds += 1
         asks, running = matrix[:, :n], bool(matrix[:, n].any())
-        send, recv = asks[me].tolist(), asks[:, me].tolist()  # keys I ask of each; keys each asks of me
-        if not asks.any():  # every member knows it: no key and no row moves this round
-            rows = serve(torch.empty(0, dtype=torch.int64, device=dev))
-            return rows, running
-        keys = torch.from_numpy(np.concatenate([np.asarray(w, np.int64) for w in want])).to(dev)
-        asked = torch.empty(sum(recv), dtype=torch.int64, device=dev)
-        dist.all_to_all_single(asked, keys, recv, send, group=pg)
-        out = serve(asked).to(dev).contiguous()
-        rows = out.new_empty((sum(send), *out.shape[1:]))
-        dist.all_to_all_single(rows, out, send, recv, group=pg)
-        self.served_rows += int(out.shape[0])
-        held = keys.nbytes + asked.nbytes + out.nbytes + rows.nbytes
-        self.peak_bytes = max(self.peak_bytes, int(held))
-        return rows, running
+        total = chunks(asks, chunk_rows(self._row_bytes(serve), n)) if asks.any() else 0
+        if not total:  # every member knows it: no key and no row moves this round
+            return running
+        start = np.concatenate([[0], np.cumsum(asks[me])[:-1]])  # where each owner's keys start among mine
+        buf: torch.Tensor | None = None
+        for k in range(total):
+            lo, hi = chunk_bounds(asks, k, total)
+            send, recv = (hi - lo)[me].tolist(), (hi - lo)[:, me].tolist()  # keys I ask of each; each asks of me
+            keys = torch.from_numpy(np.concatenate([np.asarray(w[a:b], np.int64) for w, a, b in
+                                                    zip(want, lo[me], hi[me], strict=True)])).to(dev)
+            asked = torch.empty(sum(recv), dtype=torch.int64, device=dev)
+            dist.all_to_all_single(asked, keys, recv, send, group=pg)
+            out = serve(asked).to(dev).contiguous()
+            if buf is None:  # one buffer for the round's received rows, chunk after chunk
+                most = int(max((b - a)[me].sum() for a, b in (chunk_bounds(asks, i, total) for i in range(total))))
+                buf = out.new_empty((most, *out.shape[1:]))
+            rows = buf[: sum(send)]
+            dist.all_to_all_single(rows, out, send, recv, group=pg)
+            self.served_rows += int(out.shape[0])
+            self.chunks += 1
+            held = keys.nbytes + asked.nbytes + out.nbytes + buf.nbytes  # the round's buffer, not this chunk's part
+            self.peak_bytes = max(self.peak_bytes, int(held))
+            del out
+            if sum(send):
+                sink(np.concatenate([np.arange(s + a, s + b) for s, a, b in zip(start, lo[me], hi[me], strict=True)]),
+                     rows)
+        return running
+
+    def _row_bytes(self, serve: Serve) -> int:
+        """Bytes of one served row, from what `serve` gives for no key (once): the chunk's size in rows."""
+        if self._rows_bytes is None:
+            none = serve(torch.empty(0, dtype=torch.int64, device=self.group.device))
+            self._rows_bytes = none.element_size() * math.prod(none.shape[1:])
+        return self._rows_bytes
 
     def finish(self, serve: Serve) -> None:
         """Serve the other members until every one has finished its sequence (each calls this once its
         own batches are done; all return after the same round)."""
         nothing = [np.zeros(0, np.int64)] * self.group.size
-        while self.round(nothing, serve, active=False)[1]:
+        while self.round(nothing, serve, _nothing, active=False):
             pass

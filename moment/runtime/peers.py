@@ -11,8 +11,9 @@ ask of its own. NCCL on GPUs, gloo on CPU: the same code.
 
 `PeerTier` is the chain's tier (moment.runtime.tier) over the CPU cache: it takes part in a round for
 every batch it completes, whether or not the batch needs a peer's row (the others may need its rows),
-and serves the others in `finish` at the end of each sequence of batches. One round's buffers are
-what the exchange states (`RowExchange.round_bytes`); the memory budget charges them.
+and serves the others in `finish` at the end of each sequence of batches. A round's rows move in
+bounded chunks and are written straight into the batch; what a round holds is what the exchange
+states (`RowExchange.round_bytes`), and the memory budget charges it.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from moment.runtime.exchange import ExchangeGroup, RowExchange
+from moment.runtime.exchange import ExchangeGroup, RowExchange, into
 from moment.runtime.gpu_tier import TierMap
 from moment.runtime.tier import LayoutRows, Tier, at
 
@@ -104,13 +105,12 @@ class PeerTier(Tier):
 
     def fetch(self, owner: np.ndarray, idx: np.ndarray, out: torch.Tensor, pos: np.ndarray) -> None:
         """out[pos] = row idx of member owner's tier; one round of the exchange (collective: every member
-        calls it once per batch, with nothing to ask as well)."""
+        calls it once per batch, with nothing to ask as well), whose rows go straight to their positions."""
         order = np.argsort(owner, kind="stable")
         owner, idx, pos = owner[order], idx[order], pos[order]
         cuts = np.searchsorted(owner, np.arange(self.exchange.group.size + 1))
-        rows, _ = self.exchange.round([idx[a:b] for a, b in zip(cuts[:-1], cuts[1:], strict=True)], self._serve)
-        if pos.size:
-            out[torch.from_numpy(pos).to(out.device)] = rows.to(out.device)
+        self.exchange.round([idx[a:b] for a, b in zip(cuts[:-1], cuts[1:], strict=True)], self._serve,
+                            into(out, pos))
 
     def finish(self) -> None:
         """This rank's sequence of batches is done: serve the others until theirs are."""

@@ -211,6 +211,7 @@ class RunInputs:
     sampler_map_bytes: int  # NeighborSampler.map_bytes(num_nodes)
     batch_ids_bytes: int  # MiniBatch.id_bytes(rows_max, edges_max)
     held_batches: int  # Pipeline.held_batches(depth)
+    training_bytes: int  # one training step of the model at the extent (moment.runtime.models.step_bytes)
     agent_bytes: int = 0  # torchrun's agent beside the ranks (its peak RSS, measured); 0: no agent
     exchange_bytes: int = 0  # one round of the peer exchange at the extent (RowExchange.round_bytes, with
     #                          what a rank's GPU tier holds: gpu_tier_rows)
@@ -239,7 +240,7 @@ def resolve_run(config: TrainConfig, layout: Layout, *, world_size: int, local_w
     peer_tier = cfg.peer_tier and lws > 1
     total, how = resolve_budget(cfg.memory_budget)
     split = split_budget(total, how, lws, _run_shape(
-        cfg, inputs, n, rb, batch_size, shape, ahead, index_bytes=layout.index_bytes, own_gpu_rows=own_rows,
+        cfg, inputs, n, rb, shape, ahead, index_bytes=layout.index_bytes, own_gpu_rows=own_rows,
         layout_cpu_rows=sum(m.shards[i].rows for i in layout.shards_of("cpu")), align=m.row.align,
         exchange_bytes=inputs.exchange_bytes if peer_tier and gpu_shards else 0,
         pack_index_bytes=pack.index_bytes if shape == "packed" or pack_index_bytes is not None else 0))
@@ -257,14 +258,14 @@ def resolve_run(config: TrainConfig, layout: Layout, *, world_size: int, local_w
                    memory=MemoryPlan.of(split))
 
 
-def _run_shape(cfg: TrainConfig, inputs: RunInputs, n: int, rb: int, batch_size: int, shape: str, ahead: int, *,
+def _run_shape(cfg: TrainConfig, inputs: RunInputs, n: int, rb: int, shape: str, ahead: int, *,
                index_bytes: int, own_gpu_rows: int, layout_cpu_rows: int, align: int, exchange_bytes: int,
                pack_index_bytes: int) -> RunShape:
     return RunShape(
         num_nodes=n, row_bytes=rb, graph_bytes=inputs.graph_bytes, labels_bytes=inputs.labels_bytes,
-        rows_max=inputs.rows_max, dst_rows=batch_size * (1 + cfg.resolved_fanouts()[0]), hidden=cfg.resolved_hidden(),
-        held_batches=inputs.held_batches, lookahead=ahead, sampler_map_bytes=inputs.sampler_map_bytes,
-        batch_ids_bytes=inputs.batch_ids_bytes, index_bytes=index_bytes, own_gpu_rows=own_gpu_rows,
+        rows_max=inputs.rows_max, training_bytes=inputs.training_bytes, held_batches=inputs.held_batches,
+        lookahead=ahead, sampler_map_bytes=inputs.sampler_map_bytes, batch_ids_bytes=inputs.batch_ids_bytes,
+        index_bytes=index_bytes, own_gpu_rows=own_gpu_rows,
         layout_cpu_rows=layout_cpu_rows,
         cpu_limit_rows=None if cfg.cpu_cache_limit is None else parse_size(cfg.cpu_cache_limit, n * rb) // rb,
         policy=cfg.cache_policy, shape=shape, staging_bytes=staging_bytes(align),
@@ -279,11 +280,10 @@ def planned_minimum(cfg: TrainConfig, inputs: RunInputs, *, num_nodes: int, row_
     least --memory-budget it accepts. `inputs` as `run_inputs` measures them (the batch extent sampled
     on the graph, a round of the peer exchange at `row_bytes` with `gpu_rows` held). --io-shape auto/packed plans as block: a
     pack's index is known only once its batches are sampled, and is not charged here."""
-    batch_size = cfg.resolved_batch_size(inputs.train_nodes, nproc)
     shape = "block" if cfg.io_shape in ("auto", "packed") else cfg.io_shape
     peer = cfg.peer_tier and nproc > 1 and gpu_rows > 0
     return minimum_budget(nproc, _run_shape(
-        cfg, inputs, num_nodes, row_bytes, batch_size, shape, lookahead(cfg.resolved_superbatch(shape)),
+        cfg, inputs, num_nodes, row_bytes, shape, lookahead(cfg.resolved_superbatch(shape)),
         index_bytes=num_nodes * sum(d.itemsize for d in index_dtypes(shards, num_nodes)), own_gpu_rows=gpu_rows,
         layout_cpu_rows=0, align=align, exchange_bytes=inputs.exchange_bytes if peer else 0, pack_index_bytes=0))
 

@@ -11,11 +11,13 @@ losses. Rank 0 alone prints (progress bar, summary) and writes checkpoints and t
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +35,7 @@ from moment.runtime.dist import AgreedError, DistContext, default_device, setup
 from moment.runtime.exchange import RowExchange
 from moment.runtime.loader import LoaderPipeline
 from moment.runtime.memory_use import machine_peak, parent_peak, rank_sample, reset_peak
-from moment.runtime.models import build_model, load_layers
+from moment.runtime.models import LayerExtent, build_model, load_layers, step_bytes
 from moment.runtime.pipeline import Pipeline, StageTimes, mix
 from moment.runtime.progress import Reporter
 from moment.runtime.run_plan import RunInputs, RunPlan, gpu_tier_rows, resolve_run
@@ -61,47 +63,94 @@ def dataset_dir(cfg: TrainConfig, layout: Layout | None = None) -> Path:
     return Path(layout.manifest.dataset.features_path).parent
 
 
-def _batch_extent(cfg: TrainConfig, graph: CSRGraph, batches: SeedBatches, fanouts: list[int]) -> tuple[int, int]:
-    """The most rows and edges one mini-batch touches: the first batches sampled for real, + 25%."""
+@dataclass(frozen=True)
+class Extent:
+    """The most rows and edges one mini-batch touches, and each layer's block at its largest (input layer
+    first): stated from sampled batches (`_batch_extent`)."""
+
+    rows: int
+    edges: int
+    layers: tuple[LayerExtent, ...]
+
+    def most(self, other: Extent) -> Extent:
+        return Extent(max(self.rows, other.rows), max(self.edges, other.edges),
+                      tuple(LayerExtent(max(a.src, b.src), max(a.dst, b.dst), max(a.edges, b.edges))
+                            for a, b in zip(self.layers, other.layers, strict=True)))
+
+
+#: batches sampled at start-up to state the extent of a batch (the first of epoch 0)
+EXTENT_BATCHES = 8
+#: the extent of a batch: the sampled batches' mean plus this many standard deviations of theirs
+EXTENT_SPREAD = 5
+
+
+def _bound(values: Sequence[int]) -> int:
+    """The most one batch holds of a quantity, from the sampled batches' values: their mean plus EXTENT_SPREAD
+    standard deviations (a batch's rows and edges are sums of many sampled neighbours, near normal: a run
+    exceeds it in about one batch of three million), at least the largest seen, plus 64. The spread taken is
+    at least a Poisson count's (the square root of the mean), so that a few alike samples do not state none."""
+    v = np.asarray(values, np.float64)
+    sd = max(float(v.std(ddof=1)) if v.size > 1 else 0.0, float(np.sqrt(v.mean())))
+    return int(max(v.max(), np.ceil(v.mean() + EXTENT_SPREAD * sd))) + 64
+
+
+def _batch_extent(cfg: TrainConfig, graph: CSRGraph, batches: SeedBatches, fanouts: list[int]) -> Extent:
+    """The most rows and edges one mini-batch touches, and each layer's block at its largest: the first
+    EXTENT_BATCHES batches sampled for real, bounded from their spread (`_bound`)."""
     from moment.workload.sampler import NeighborSampler
 
     sampler = NeighborSampler(graph, fanouts)
-    rows = edges = 0
+    hops = len(fanouts)
+    seen: list[list[int]] = []  # per batch: rows, edges, then each layer's src, dst and edges
     for i, seeds in enumerate(batches.epoch(0)):
-        if i == 3:
+        if i == EXTENT_BATCHES:
             break
         sampler.generator.manual_seed(mix(cfg.seed, 0, 0, i))
         mb = sampler.sample(seeds)
-        rows, edges = max(rows, mb.num_nodes), max(edges, int(mb.edge_index.shape[1]))
-    return int(rows * 1.25) + 64, int(edges * 1.25) + 64
+        nodes, edges = np.cumsum(mb.num_sampled_nodes).tolist(), np.cumsum([0, *mb.num_sampled_edges]).tolist()
+        # layer i of L: the edges of hops 1..L-i, as MiniBatch.blocks() cuts them
+        seen.append([mb.num_nodes, int(mb.edge_index.shape[1]),
+                     *(v for h in range(hops) for v in (nodes[hops - h], nodes[hops - h - 1], edges[hops - h]))])
+    if not seen:
+        seen = [[0] * (2 + 3 * hops)]
+    b = [_bound(col) for col in zip(*seen, strict=True)]
+    return Extent(b[0], b[1], tuple(LayerExtent(*b[2 + 3 * i: 5 + 3 * i]) for i in range(hops)))
 
 
 def run_inputs(cfg: TrainConfig, ds: GraphDataset, graph: CSRGraph, batches: Sequence[SeedBatches],
                fanouts: list[int], process_bytes: int, agent_bytes: int, local_ranks: int, layout: Layout | None, *,
-               ctx: DistContext | None = None) -> RunInputs:
+               ctx: DistContext | None = None, feature_dim: int | None = None) -> RunInputs:
     """What `resolve_run` is given: the largest extent of `batches` (each rank's, or a preview's of every
     rank), the sizes torch's objects state for it (a round of the peer exchange among `local_ranks`, whose
-    GPU tiers hold what `layout` gives them, included), a rank's and torchrun's agent's measured sizes, and
-    the dataset's sizes. With `ctx`, the ranks agree on their maxima first: every rank must resolve the
-    same plan (the shared cache is one segment)."""
-    extents = [_batch_extent(cfg, graph, b, fanouts) for b in batches]
-    rows, edges = max(r for r, _ in extents), max(e for _, e in extents)
+    GPU tiers hold what `layout` gives them, and a training step of the model, included), a rank's and
+    torchrun's agent's measured sizes, and the dataset's sizes. With `ctx`, the ranks agree on their maxima
+    first: every rank must resolve the same plan (the shared cache is one segment). `feature_dim`: the
+    run's features are that wide (float32), not `ds`'s (a run planned on its graph alone)."""
+    ext = functools.reduce(Extent.most, [_batch_extent(cfg, graph, b, fanouts) for b in batches])
     if ctx is not None:
-        agreed = ctx.all_reduce(torch.tensor([rows, edges, process_bytes, agent_bytes], dtype=torch.float64),
-                                op="max")
-        rows, edges, process_bytes, agent_bytes = (int(x) for x in agreed.tolist())
-    rows = min(rows, ds.num_nodes)
+        flat = [ext.rows, ext.edges, *(v for x in ext.layers for v in (x.src, x.dst, x.edges)), process_bytes,
+                agent_bytes]
+        agreed = [int(x) for x in ctx.all_reduce(torch.tensor(flat, dtype=torch.float64), op="max").tolist()]
+        *sizes, process_bytes, agent_bytes = agreed
+        ext = Extent(sizes[0], sizes[1], tuple(LayerExtent(*sizes[2 + 3 * i: 5 + 3 * i])
+                                               for i in range(len(ext.layers))))
+    rows = min(ext.rows, ds.num_nodes)
+    dim = ds.feature_dim if feature_dim is None else int(feature_dim)
+    row_bytes = ds.row_bytes if feature_dim is None else dim * np.dtype(np.float32).itemsize
+    training = step_bytes(cfg.model, dim, ds.num_classes, cfg.hidden,
+                          [LayerExtent(min(x.src, rows), min(x.dst, rows), x.edges) for x in ext.layers], rows=rows,
+                          float_copy=feature_dim is None and ds.feature_dtype != np.float32)
     return RunInputs(train_nodes=int(np.asarray(ds.train_idx).size),
                      graph_bytes=ds.file("indptr").stat().st_size + ds.file("indices").stat().st_size,
-                     labels_bytes=ds.file("labels").stat().st_size, rows_max=rows, edges_max=edges,
+                     labels_bytes=ds.file("labels").stat().st_size, rows_max=rows, edges_max=ext.edges,
                      process_bytes=process_bytes, sampler_map_bytes=NeighborSampler.map_bytes(ds.num_nodes),
-                     batch_ids_bytes=MiniBatch.id_bytes(rows, edges), held_batches=Pipeline.held_batches(cfg.depth),
-                     agent_bytes=agent_bytes, exchange_bytes=RowExchange.round_bytes(
-                         rows, ds.row_bytes, local_ranks, gpu_tier_rows(layout, local_ranks) if layout else 0))
+                     batch_ids_bytes=MiniBatch.id_bytes(rows, ext.edges), held_batches=Pipeline.held_batches(cfg.depth),
+                     training_bytes=training, agent_bytes=agent_bytes, exchange_bytes=RowExchange.round_bytes(
+                         rows, row_bytes, local_ranks, gpu_tier_rows(layout, local_ranks) if layout else 0))
 
 
 def preview_inputs(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, agent: bool = True,
-                   layout: Layout | None = None) -> RunInputs:
+                   layout: Layout | None = None, feature_dim: int | None = None) -> RunInputs:
     """What rank 0 of an `nproc`-rank run will measure, measured before any rank starts: the largest
     extent of every rank's batches (the ranks agree on it), a fresh rank's fixed cost and, with `agent`
     (the run is started by torchrun, as `moment train` does), a fresh torchrun agent's."""
@@ -112,16 +161,17 @@ def preview_inputs(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, agent: boo
     if layout is None and cfg.layout is not None:
         layout = Layout.open(cfg.layout)
     return run_inputs(cfg, ds, graph, per_rank, fanouts, rank_start_bytes(), agent_start_bytes() if agent else 0,
-                      nproc, layout)
+                      nproc, layout, feature_dim=feature_dim)
 
 
-def planned_inputs(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, row_bytes: int, gpu_rows: int) -> RunInputs:
+def planned_inputs(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, feature_dim: int, gpu_rows: int) -> RunInputs:
     """`preview_inputs` of a run whose features and layout are not written yet (`run_plan.planned_minimum`):
     the batch extent sampled on `ds`'s graph (any dataset with the run's graph: bench/epoch.py synthesizes
-    the graph with one-wide features first), a round of the peer exchange of `row_bytes` rows with
-    `gpu_rows` held by each rank."""
-    got = preview_inputs(cfg, ds, nproc)
-    return dataclasses.replace(got, exchange_bytes=RowExchange.round_bytes(got.rows_max, row_bytes, nproc, gpu_rows))
+    the graph with one-wide features first), the model's step and a round of the peer exchange for
+    `feature_dim`-wide float32 rows, `gpu_rows` held by each rank."""
+    got = preview_inputs(cfg, ds, nproc, feature_dim=feature_dim)
+    rb = feature_dim * np.dtype(np.float32).itemsize
+    return dataclasses.replace(got, exchange_bytes=RowExchange.round_bytes(got.rows_max, rb, nproc, gpu_rows))
 
 
 def preview_plan(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, layout: Layout | None = None,
