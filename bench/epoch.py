@@ -135,33 +135,40 @@ def _descendants(pid: int) -> list[int]:
     return tree
 
 
-def _exited(pid: int) -> bool:
-    """Gone from /proc, or a zombie (its memory and files released, only its exit status left)."""
+def _state(pid: int) -> str:
+    """The process's state letter (R, S, D, T, Z, ...), "" when it is gone."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
-        return True
+        return ""
+
+
+def _until(done, wait_s: float) -> None:
+    deadline = time.monotonic() + wait_s
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.005)
 
 
 def kill_tree(pid: int, wait_s: float = 30.0) -> None:
     """SIGKILL `pid` and every process below it (torchrun's ranks and their DataLoader workers each lead
     their own process group, so killing torchrun's group alone would leave them running), and return
-    once they have exited. Each is stopped first, top down, until no new one appears: a stopped process
-    starts no child that the kill would miss, and a child whose parent died first would no longer be
-    found below `pid`. A SIGKILLed process is still in /proc, its command line readable, until the
-    kernel has torn it down (milliseconds for a rank that mapped torch): hence the wait."""
+    once they have exited. Each is stopped first, top down, until a look at the tree, taken once every
+    process in it has stopped, finds no new one: a stopped process starts no child the kill would miss
+    (a fork under way when SIGSTOP arrives finishes first, and its child shows up below a parent that is
+    still there), and a child whose parent was killed first would no longer be found below `pid`. A
+    SIGKILLed process stays in /proc, its command line readable, until the kernel has torn it down
+    (milliseconds for a rank that mapped torch): hence the wait for each to exit (or be a zombie)."""
     seen: list[int] = []
     while new := [p for p in _descendants(pid) if p not in seen]:
         for p in new:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(p, signal.SIGSTOP)
         seen += new
+        _until(lambda pids=tuple(seen): all(_state(p) in ("", "T", "t", "Z", "X") for p in pids), wait_s)
     for p in seen:
         with contextlib.suppress(ProcessLookupError):
             os.kill(p, signal.SIGKILL)
-    deadline = time.monotonic() + wait_s
-    while not all(_exited(p) for p in seen) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    _until(lambda: all(_state(p) in ("", "Z", "X") for p in seen), wait_s)
 
 
 def cgroup_problem() -> str:
