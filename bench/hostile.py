@@ -253,6 +253,8 @@ CASES = [
     Case("POST /v1/jobs/probe @probe-huge.json", "above the service's limit of 16,384 MiB per job", code=422,
          via="serve"),
     Case("POST /v1/jobs/probe @probe-qd3.json", "queue_depth 3: choose 8-", code=422, via="serve"),
+    Case("POST /v1/jobs/place @place-bigcache.json", '"field":"gpu_cache"', code=422, via="serve",
+         absent=("--gpu-cache",)),
     Case("JOB /v1/jobs/probe @probe-small.json", '"path":"probe/a/.moment-probe-', code=200, via="serve"),
     Case("JOB /v1/jobs/place @place-job.json", '"layout":"layouts/L1"', code=200, via="serve"),
     Case("FLOOD 60 /v1/plan @plan-b.json", "health within 2 s", code=200, via="serve", timeout=300),
@@ -391,6 +393,7 @@ SERVICE_BODIES = {  # the service cases' request bodies
     "probe-qd3.json": {"queue_depth": 3},
     "probe-small.json": {"ssd_dirs": {"ssd0": "a"}, "size_mib": 16},
     "place-job.json": {"dataset": "ds", "layout": "L1", "gpu_cache": "2%", "cpu_cache": "5%"},
+    "place-bigcache.json": {"dataset": "ds", "layout": "L2", "gpu_cache": "100"},
     "plan-b.json": {"profile": "paper-machine-b", "gpus": 4, "ssds": 8},
 }
 

@@ -92,6 +92,23 @@ def test_probe_jobs_are_bounded_at_submit(tmp_path, body, field, needle):
     assert not (tmp_path / "probe").exists()
 
 
+@pytest.mark.parametrize(("body", "field", "needle"), [
+    ({"gpu_cache": "100"}, "gpu_cache", "gpu_cache '100' is larger than the 40 GiB of memory of the GPU"),
+    ({"cpu_cache": "150%"}, "cpu_cache", "cpu_cache '150%': a share of the dataset must be at most 100%"),
+    ({"cpu_cache": "lots"}, "cpu_cache", "cpu_cache 'lots': expected GiB"),
+])
+def test_place_jobs_check_their_caches_at_submit(tmp_path, body, field, needle):
+    """What `moment place` refuses before any work is a 422 naming the request field, not a job that fails
+    later saying `--gpu-cache`."""
+    from moment.workload.synth import synthesize
+
+    synthesize(tmp_path / "datasets" / "ds", 500, feature_dim=4, seed=0)
+    with TestClient(create_app(Settings(data_dir=tmp_path))) as c:
+        r = c.post("/v1/jobs/place", json={"dataset": "ds", "layout": "L", **body})
+        assert needle in _field_error(r, field)
+        assert c.get("/v1/jobs").json() == []
+
+
 def test_queued_jobs_are_capped_with_a_429(tmp_path):
     from moment.service.jobs import JobStore
 
