@@ -12,8 +12,10 @@ This module sits beside `moment.errors` at the bottom of the package: every read
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from moment.errors import MomentError
@@ -88,3 +90,25 @@ def mistaken(data: Any, expected: str, source: str, path: str | None = None) -> 
         return None
     return MomentError(f"this is {found.a} ({found.made_by}), not {want.a} ({want.made_by})",
                        source=source, hint=found.use.format(path=path or source))
+
+
+#: the files Moment's directories describe themselves in (datasets and layouts: manifest.json; a
+#: hotness: hotness.json), small enough to read whole
+HEADS = ("manifest.json", "hotness.json")
+_HEAD_LIMIT = 1 << 20
+
+
+def mistaken_dir(path: str | Path, expected: str) -> MomentError | None:
+    """`mistaken` for a directory that lacks the file of the `expected` kind: the message when it is
+    recognisably another kind of Moment directory (a hotness given as a layout), else None."""
+    for name in HEADS:
+        f = Path(path) / name
+        try:
+            if f.stat().st_size > _HEAD_LIMIT:
+                continue
+            data = json.loads(f.read_text(encoding="utf-8"))
+        except (OSError, ValueError, RecursionError):
+            continue
+        if (wrong := mistaken(data, expected, str(path))) is not None:
+            return wrong
+    return None

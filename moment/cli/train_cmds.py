@@ -43,7 +43,7 @@ def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
     ranks' environment must add so that their own checks use the same numbers, and the run plan the
     ranks will resolve (when there is a budget to check, or `plan`; else None)."""
     from moment.placement.opened import Layout
-    from moment.runtime.runs import CHECKPOINTS, run_root
+    from moment.runtime.runs import CHECKPOINTS, check_run_dir, run_root
     from moment.runtime.config import parse_args
     from moment.runtime.devices import check_local_ranks
     from moment.runtime.train import AGENT_ENV, BASE_ENV, agent_start_bytes, dataset_dir, layout_gpus, preview_plan, \
@@ -51,6 +51,7 @@ def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
     from moment.workload.graph import GraphDataset
 
     cfg = parse_args(args, check=False)
+    check_run_dir(run_dir)
     anchor = cfg.layout or cfg.dataset
     if cfg.checkpoint_dir is None and cfg.checkpoint_every != 0 and not cfg.resume and anchor is not None:
         # checked with the checkpoint directory `train` gives the run (in its run directory, made later)

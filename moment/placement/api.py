@@ -125,10 +125,7 @@ def place(
         check_dir(p, f"--ssd-path {name} directory")
     check_output(out, "--out", directory=True)
     check_layout_out(out, overwrite)
-    gpu_spec, cpu_spec = pl.parse_cache(gpu_cache, "--gpu-cache"), pl.parse_cache(cpu_cache, "--cpu-cache")
-    gpu_memory, socket_memory = pl.smallest_memories(topology, inventory)
-    pl.check_cache_fits(gpu_spec, "--gpu-cache", gpu_cache, gpu_memory, ds)
-    pl.check_cache_fits(cpu_spec, "--cpu-cache", cpu_cache, socket_memory, ds)
+    gpu_spec, cpu_spec = pl.check_caches(ds, topology, inventory, gpu_cache, cpu_cache)
     defaults = (list(DEFAULT_FANOUTS),
                 default_batch_size(len(ds.train_idx), max(pl.device_counts(topology, inventory)[0], 1)))
     if hotness is not None:  # counts sampled at other fan-outs or batch size would describe another workload

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
-from moment.documents import mistaken
+from moment.documents import mistaken, mistaken_dir
 from moment.errors import MomentError, validation_error
 from moment.inputs import check_dir, exists, read_text
 from moment.outputs import bad_chunk, sha256_file
@@ -51,7 +51,7 @@ def load_manifest(path: str | Path) -> LayoutManifest:
     check_dir(p, "layout directory")
     mf = p / MANIFEST
     if not mf.is_file():
-        raise MomentError("no manifest.json: not a complete layout", source=str(p))
+        raise mistaken_dir(p, "layout") or MomentError("no manifest.json: not a complete layout", source=str(p))
     try:
         head = json.loads(read_text(mf, "layout manifest"))
     except (ValueError, RecursionError) as e:
