@@ -27,6 +27,8 @@ _FAILED = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)")
 _RANK_ERROR = re.compile(r"^error \(rank \d+\): ")
 #: torchrun's agent, when the rendezvous of a run across machines fails (its traceback's last line)
 _RDZV_ERROR = re.compile(r"\bRendezvous(Timeout|Connection|Closed|)Error\b")
+#: torchrun's agent stopping its ranks (they had started)
+_STOPPING = re.compile(r"Sending process \d+ closing signal")
 #: a rank exits with this after printing a user error (MomentError)
 USER_ERROR = 2
 
@@ -39,7 +41,9 @@ class Outcome:
     rank_errors: list[str] = field(default_factory=list)  # clean error lines that went to the log
     stopped_by: str | None = None  # the signal that stopped `moment train` (passed on to torchrun)
     log_error: str | None = None  # why torchrun's log could not be written to the end
+    rank_base: int = 0  # the global rank of this machine's local rank 0 (node rank x ranks per machine)
     rendezvous: str | None = None  # how the rendezvous failed: Timeout, Connection, Closed or "" (other)
+    ranks_ran: bool = False  # torchrun stopped ranks of ours that were running (so they had started)
     rdzv: Any = None  # the run's rendezvous (moment.runtime.rendezvous.Rendezvous), for the message
 
     @property
@@ -91,7 +95,8 @@ def run(cmd: list[str], env: dict[str, str], log_path: Path, max_restarts: int, 
     env = {**env, **console_env()}
     sys.stdout.flush()
     sys.stderr.flush()
-    out = Outcome(code=0, log=log_path, rdzv=rdzv)
+    out = Outcome(code=0, log=log_path, rdzv=rdzv,
+                  rank_base=rdzv.node_rank * _nproc(cmd) if rdzv is not None else 0)
     me = os.getpid()
     try:
         log = open(log_path, "w")
@@ -130,6 +135,11 @@ def run(cmd: list[str], env: dict[str, str], log_path: Path, max_restarts: int, 
     return out
 
 
+def _nproc(cmd: list[str]) -> int:
+    """torchrun's --nproc-per-node in `cmd`."""
+    return next(int(a.split("=", 1)[1]) for a in cmd if a.startswith("--nproc-per-node="))
+
+
 def _stop(proc: subprocess.Popen, sig: int) -> None:
     """Pass `sig` on to torchrun and wait while it stops the ranks; kill it when it takes too long."""
     for s in FORWARDED:  # a second SIGTERM while it stops changes nothing (SIGKILL: torchrun dies with us)
@@ -160,10 +170,12 @@ def _watch(line: str, out: Outcome, max_restarts: int) -> None:
         out.rank_errors.append(line.rstrip())
     if (r := _RDZV_ERROR.search(line)) and out.rendezvous is None:
         out.rendezvous = r.group(1)
+    if _STOPPING.search(line):
+        out.ranks_ran = True
     m = _FAILED.search(line)
     if not m:
         return
-    code, rank = int(m.group(1)), int(m.group(2))
+    code, rank = int(m.group(1)), out.rank_base + int(m.group(2))
     out.failures.append((rank, code))
     if code == USER_ERROR:
         return  # the rank has said what was wrong
@@ -181,8 +193,12 @@ def _rendezvous_failed(out: Outcome) -> str:
     r = out.rdzv
     start = (f"start `moment train --nnodes {r.nnodes} --node-rank K --rdzv-endpoint {r.endpoint}` on every machine "
              f"(K = 0 to {r.nnodes - 1})")
+    if out.ranks_ran and out.rendezvous != "Timeout":
+        return (f"the rendezvous at {r.endpoint} ended while the ranks ran: the machine hosting it (machine 0, or "
+                "the first to start) stopped or cannot be reached; its own messages say why")
     if out.rendezvous == "Timeout":
-        return (f"not all {r.nnodes} machines joined the rendezvous at {r.endpoint} within {r.timeout_s} s "
+        again = " again after a restart" if out.ranks_ran else ""
+        return (f"not all {r.nnodes} machines joined the rendezvous at {r.endpoint}{again} within {r.timeout_s} s "
                 f"(--rdzv-timeout): {start}, or see why a machine stopped (its own message)")
     if out.rendezvous == "Connection":
         return (f"cannot reach the rendezvous at {r.endpoint}: is it machine 0's address, and is the port open? "
@@ -208,7 +224,7 @@ def report(out: Outcome) -> int:
         return 0
     for line in out.rank_errors:  # ranks that could not reach the screen
         err_console.print(escape(line), highlight=False, soft_wrap=True)
-    if out.rendezvous is not None and out.rdzv is not None:
+    if out.rendezvous is not None and out.rdzv is not None and not out.failures:  # no rank of ours ever failed
         err_console.print(f"[bold red]training stopped[/]: {escape(_rendezvous_failed(out))}; torchrun's log: "
                           f"{escape(str(out.log))}", highlight=False, soft_wrap=True)
         return out.code or 1

@@ -41,7 +41,7 @@ from pydantic import BaseModel, Field, ValidationError
 import moment
 from moment.errors import MomentError, validation_error
 from moment.inputs import check_dir, exists, read_text
-from moment.outputs import atomic_file, check_replaceable, fsync_dir, manifest_head, sha256_file
+from moment.outputs import atomic_file, check_replaceable, fsync_dir, sha256_file
 from moment.placement.manifest import MANIFEST, DatasetRef, FileSum, LayoutManifest, Progress
 from moment.placement.reader import CLUSTER_MANIFEST, VerifyReport, load_manifest, verify_layout
 
@@ -146,9 +146,10 @@ def write_cluster_manifest(directory: Path, m: ClusterManifest) -> None:
 
 
 def is_split(path: str | Path) -> bool:
-    """Whether `path` is a split directory Moment wrote (it has a cluster manifest of this format)."""
-    head = manifest_head(path, CLUSTER_MANIFEST)
-    return head is not None and head.get("format") == FORMAT
+    """Whether `path` is (or claims to be) a split directory: it has a cluster manifest and no layout manifest
+    (`load_split` then says whether the cluster manifest is sound)."""
+    p = Path(path)
+    return (p / CLUSTER_MANIFEST).is_file() and not (p / MANIFEST).is_file()
 
 
 def load_split(path: str | Path) -> ClusterManifest:

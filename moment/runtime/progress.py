@@ -83,7 +83,7 @@ class Reporter:
             f"done: {m['epochs']} epochs, val accuracy {m['val_accuracy']:.4f}, {m['seeds_per_s']:,.0f} seeds/s "
             f"on {m['world_size']} rank(s)\n  stages (mean per rank): {stages}; limiting: {m['limiting_stage']}\n"
             f"  read: {tiers}; I/O backend {m['backend']}")
-        if len(m.get("machines") or []) > 1:
+        if any(x["remote_rows"] or x["remote_served_rows"] for x in m.get("machines") or []):
             self.console.print("  machines: " + "; ".join(map(_machine_line, m["machines"])), highlight=False,
                                soft_wrap=True)
 

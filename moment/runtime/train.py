@@ -735,7 +735,6 @@ def main(argv: list[str] | None = None) -> int:
         from moment.runtime.lifetime import die_with_parent
 
         die_with_parent(os.getppid())  # torchrun killed outright: no rank trains on as an orphan
-    rank = os.environ.get("RANK", "0")
     try:
         try:
             cfg = parse_args(argv)
@@ -745,6 +744,7 @@ def main(argv: list[str] | None = None) -> int:
     except MomentError as e:
         from rich.markup import escape
 
+        rank = os.environ.get("RANK", "0")  # as set-up renumbered it (moment.runtime.dist: by machine)
         if rank == "0" or not isinstance(e, AgreedError):
             Console(stderr=True).print(f"[bold red]error[/] (rank {rank}): " + escape(str(e)), highlight=False,
                                       soft_wrap=True)
@@ -758,6 +758,7 @@ def main(argv: list[str] | None = None) -> int:
 
         with log_stream() as log:  # the traceback is torchrun's business: its log
             traceback.print_exc(file=log)
+        rank = os.environ.get("RANK", "0")
         Console(stderr=True).print(f"error (rank {rank}): lost the connection to another rank, which has "
                                    "probably failed (its own message says why)", highlight=False, soft_wrap=True)
         return 1
