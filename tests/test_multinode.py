@@ -88,8 +88,9 @@ def test_two_agents_train_a_split_layout_with_the_curve_of_the_whole_one(split_l
     """Each machine holds its part; the rows it lacks come from the other: the first epoch's curve is the
     whole layout's (two_rank_run: 2 ranks on one machine), and each machine reports its remote rows and bytes."""
     out = tmp_path / "m.json"
+    # each machine its own options where they may differ: only machine 0 asks for the metrics, machine 1 is quiet
     (a, _, ea), (b, _, eb) = agents([split_layout / "m0", split_layout / "m1"], tmp_path, *TRAIN_ARGS, "--epochs",
-                                    "1", "--metrics-json", str(out))
+                                    "1", extra=[["--metrics-json", str(out)], ["--quiet"]])
     assert a == 0 and b == 0, ea + eb
     m = json.loads(out.read_text())
     np.testing.assert_allclose(m["loss_curve"], two_rank_run["loss_curve"][:8], rtol=1e-6)

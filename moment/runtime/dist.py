@@ -44,6 +44,7 @@ class DistContext:
     groups: list[ExchangeGroup] = field(default_factory=list, repr=False)  # made by peer_group, released at close
     nnodes: int = 1  # machines in the run
     node_rank: int = 0  # this rank's machine (rank // local_world_size)
+    node_group: Any = field(default=None, repr=False)  # this machine's ranks (several machines, several ranks each)
 
     @property
     def is_main(self) -> bool:
@@ -56,6 +57,16 @@ class DistContext:
     def barrier(self) -> None:
         if self.backend:
             dist.barrier()
+
+    def local_barrier(self) -> None:
+        """This machine's ranks wait for each other (a shared segment is made before they map it). Not the
+        world's barrier: whether a machine's ranks share a segment is that machine's own decision."""
+        if not self.backend or self.local_world_size < 2:
+            return
+        if self.nnodes == 1:
+            dist.barrier()
+        else:
+            dist.barrier(group=self.node_group)
 
     def all_reduce(self, t: torch.Tensor, op: str = "sum") -> torch.Tensor:
         if not self.backend:
@@ -122,6 +133,7 @@ class DistContext:
     def close(self) -> None:
         for g in self.groups:
             g.release()
+        self.node_group = None
         if self.backend and dist.is_initialized():
             dist.destroy_process_group()
 
@@ -228,5 +240,8 @@ def setup(device: str | None = None, gpu_bins: Sequence[tuple[str, str | None]] 
         else:
             rank = dist.get_rank()
     lws = max(local_world, 1)
-    return DistContext(rank, local_rank, world, local_world, dev, backend, serves, nnodes=max(world // lws, 1),
-                       node_rank=rank // lws)
+    ctx = DistContext(rank, local_rank, world, local_world, dev, backend, serves, nnodes=max(world // lws, 1),
+                      node_rank=rank // lws)
+    if backend and ctx.nnodes > 1 and lws > 1:  # every rank makes every machine's group, at set-up
+        ctx.node_group, _ = dist.new_subgroups_by_enumeration([list(range(a, a + lws)) for a in range(0, world, lws)])
+    return ctx

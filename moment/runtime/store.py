@@ -77,7 +77,7 @@ def open_store(run_plan: RunPlan, dist: Any, layout: Layout | None = None) -> tu
                           "torchrun numbers them")
     coll = None
     if dist.backend:
-        coll = Collectives(barrier=dist.barrier, peers=dist.peer_group() if run_plan.tiers.peer_tier else None,
+        coll = Collectives(barrier=dist.local_barrier, peers=dist.peer_group() if run_plan.tiers.peer_tier else None,
                            remote=dist.remote_group() if run_plan.tiers.remote_tier else None)
     top = _chain(lay, mine, dist, coll)
     return top, StoreInfo.of(top)

@@ -248,8 +248,10 @@ class Trainer:
                                     local_world_size=max(ctx.local_world_size, 1), inputs=inputs,
                                     device=ctx.device.type)
         self.source, self.store_info = make_source(cfg, self.ds, ctx, self.layout, self.plan)
-        if self.plan is not None and ctx.serves is not None and ctx.serves.plan_gpus:
-            self.notes += ctx.all_gather_object(ctx.serves.line(str(ctx.device)))
+        if self.plan is not None:  # collective: every rank (a machine's layout may have no GPU bin)
+            lines = ctx.all_gather_object(ctx.serves.line(str(ctx.device)) if ctx.serves and ctx.serves.plan_gpus
+                                          else None)
+            self.notes += [x for x in lines if x]
         labels = torch.from_numpy(np.array(self.ds.labels))
         self.pipe, self.eval_pipe = (self._pipeline(labels) for _ in range(2))
         torch.manual_seed(cfg.seed)  # same initial weights on every rank (DDP also broadcasts rank 0's)
@@ -291,7 +293,7 @@ class Trainer:
         values = {"model": cfg.model, "epochs": cfg.epochs, "fanouts": self.fanouts, "layers": len(self.fanouts),
                   "batch_size": self.batch_size, "hidden": cfg.resolved_hidden(), "lr": cfg.lr, "seed": cfg.seed,
                   "features": cfg.features, "checkpoints": cfg.checkpoint_dir is not None,
-                  "checkpoint_every": self.ck_every, "resume": cfg.resume}
+                  "checkpoint_every": self.ck_every, "resume": cfg.resume, "peer_tier": cfg.peer_tier}
         facts = RunFacts(node_rank=self.ctx.node_rank, host=socket.gethostname(), dataset_id=self.ds.dataset_id,
                          dataset=str(self.ds.path), layout=str(cfg.layout) if cfg.layout is not None else None,
                          split_id=split.id if split else None, split_machine=split.machine if split else None,
@@ -710,8 +712,9 @@ def train(cfg: TrainConfig, ctx: DistContext | None = None) -> dict[str, Any]:
                              "read); cap the cache (e.g. --cpu-cache-limit 10%) to exercise them")
             metrics["notes"] = notes
             metrics["config"] = cfg.to_dict()
-            if cfg.metrics_json is not None:  # rank 0 writes; a failure stops every rank, none waits on it
-                ctx.on_main(lambda: write_json_atomic(cfg.metrics_json, metrics))
+            # rank 0 writes (as its options say: on several machines each gave its own); a failure stops every
+            # rank, none waits on it
+            ctx.on_main(lambda: cfg.metrics_json is not None and write_json_atomic(cfg.metrics_json, metrics))
             rep.summary(metrics)
             rep.lines(notes[-1:] if metrics["ssd_bytes_read"] == 0 else [])
         ctx.barrier()
