@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -286,3 +287,47 @@ def test_a_machines_layout_records_its_split(split_layout):
     assert m0.split.id == m1.split.id == sp.load_split(split_layout).id
     assert (m0.split.machine, m1.split.machine) == (0, 1) and m0.split.remote[0].name == "m1"
     assert m0.layout_id() != m1.layout_id()
+
+
+@pytest.mark.slow
+def test_a_split_killed_while_it_is_written_leaves_the_old_one_whole(split_layout, runtime_dataset, tmp_path):
+    """kill -9 while machine m1's layout is written, then after the new split is swapped in: the old split, or the
+    new one, complete at SPLIT; the next write cleans up what the killed one left."""
+    import os
+    import subprocess
+    import sys
+
+    from moment import testpoints
+
+    s = shutil.copytree(split_layout, tmp_path / "S")
+    old = sp.load_split(s).id
+    argv = [sys.executable, "-m", "moment", "place", "--dataset", str(runtime_dataset.path), "--profile",
+            "paper-machine-b", "--gpus", "2", "--ssds", "2", "--gpu-cache", "2%", "--cpu-cache", "5%", "--machines",
+            "2", "--replicate", "30%", "--out", str(s), "--overwrite", "--no-verify", "--json"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    for point in ("layout-written", "split-swapped"):
+        r = subprocess.run(argv, env={**env, testpoints.CRASH_ENV: point}, capture_output=True, text=True, timeout=300)
+        assert r.returncode == -9, r.stderr
+        assert sp.verify_split(s).ok
+        assert (sp.load_split(s).id == old) == (point == "layout-written")
+    r = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert sp.verify_split(s).ok and not (tmp_path / "S.partial").exists() and not (tmp_path / "S.old").exists()
+
+
+@pytest.mark.slow
+def test_place_with_a_cluster_file_writes_one_layout_per_server(runtime_dataset, tmp_path, capsys):
+    cluster = tmp_path / "two.yaml"
+    cluster.write_text("servers:\n  - {name: b, profile: paper-machine-b, inventory: '2xA100-PCIe-40GB,2xP5510', "
+                       "count: 2}\nnetwork: {nic: CX6-Dx-100GbE, switch_gbit: 100}\n")
+    out = tmp_path / "S"
+    base = ["place", "--dataset", str(runtime_dataset.path), "--gpu-cache", "2%", "--cpu-cache", "5%", "--no-verify",
+            "--out", str(out), "--cluster"]
+    assert main([*base, str(cluster), "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert [m["name"] for m in res["machines"]] == ["b0", "b1"] and sp.verify_split(out).ok
+    assert res["replicated_rows"] == 560 and all(m["inventory"] == "2 x A100-PCIe-40GB, 2 x P5510" for m in res["machines"])
+    cluster.write_text(cluster.read_text().replace("paper-machine-b", "no-such-machine"))
+    assert main([*base, str(cluster), "--overwrite"]) == 2
+    err = _err(capsys)
+    assert "servers[0].profile" in err and "Traceback" not in err and sp.verify_split(out).ok

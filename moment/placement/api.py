@@ -16,6 +16,7 @@ context manager yielding a progress(done, total) callback or None, for the stage
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -388,6 +389,7 @@ def place_split(
     partial, old_aside = sp.split_paths(out.absolute())
 
     with locked(out, "layout"):
+        sp.recover(out)  # what a killed write left
         if exists(out):
             sp.check_split_replaceable(out)
         timings: dict[str, float] = {}
@@ -425,13 +427,6 @@ def place_split(
             notes.append("every row is replicated on every machine: no machine reads rows from another "
                          "(a smaller --replicate splits them)")
 
-        from moment.outputs import remove_stale
-
-        if exists(partial):
-            import shutil
-
-            shutil.rmtree(partial)
-        remove_stale(out, set_aside=True)
         partial.mkdir(parents=True)
         try:
             owners_sum = sp.write_owners(partial / sp.OWNERS, owners)
@@ -471,14 +466,14 @@ def place_split(
             sp.write_cluster_manifest(partial, sp.ClusterManifest(
                 created_by="", id=sid, dataset=ref_ds, replicated_rows=replicated, machines=parts, owners=owners_sum))
             old = publish_dir(partial, out, "split", aside=old_aside)
-        except BaseException:
-            import shutil
-
+        except BaseException as e:
             shutil.rmtree(partial, ignore_errors=True)
+            if isinstance(e, OSError):  # a full disk: one message, nothing left behind
+                from moment.outputs import write_error
+
+                raise write_error(e, out, "--out", doing="cannot write the split") from None
             raise
         if old is not None:
-            import shutil
-
             shutil.rmtree(old, ignore_errors=True)
     return SplitResult(
         split=str(out), cluster_manifest=str(out / sp.CLUSTER_MANIFEST), id=sid, policy=policy, dataset=str(ds.path),

@@ -149,7 +149,10 @@ def is_split(path: str | Path) -> bool:
     """Whether `path` is (or claims to be) a split directory: it has a cluster manifest and no layout manifest
     (`load_split` then says whether the cluster manifest is sound)."""
     p = Path(path)
-    return (p / CLUSTER_MANIFEST).is_file() and not (p / MANIFEST).is_file()
+    try:
+        return (p / CLUSTER_MANIFEST).is_file() and not (p / MANIFEST).is_file()
+    except OSError:  # a name too long, a loop: not a split (the caller's own checks say what it is)
+        return False
 
 
 def load_split(path: str | Path) -> ClusterManifest:
@@ -292,6 +295,19 @@ def split_paths(out: Path) -> tuple[Path, Path]:
     return out.with_name(out.name + ".partial"), out.with_name(out.name + ".old")
 
 
+def recover(out: Path) -> None:
+    """After a write of the split at `out` was killed (call holding its lock): a previous split left at
+    SPLIT.old by a crash between two renames goes back to `out`; SPLIT.partial and any other SPLIT.old go."""
+    from moment.outputs import put_back
+
+    partial, aside = split_paths(out.absolute())
+    if (aside / CLUSTER_MANIFEST).is_file():
+        put_back(out, aside)
+    for d in (partial, aside):
+        if exists(d):
+            shutil.rmtree(d)
+
+
 def owned_entries(root: Path, m: ClusterManifest, runs: list[Path] = ()) -> set[str]:
     """What a split directory Moment wrote holds (paths relative to it): the manifest, the owners file, what
     the manifest of each machine's layout still there names, and every file under `runs` (the training runs
@@ -334,11 +350,10 @@ def remove_split(path: str | Path, runs: list[Path] = ()) -> list[str]:
 
     out = Path(path).absolute()
     with locked(out, "layout"):
+        recover(out)
         m = check_split_replaceable(out, "remove", [Path(r).absolute() for r in runs])
         assert m is not None
         partial, _ = split_paths(out)
-        if exists(partial):
-            shutil.rmtree(partial)
         os.rename(out, partial)
         fsync_dir(out.parent)
         gone = [x.name for x in m.machines if (partial / x.layout / MANIFEST).is_file()]
