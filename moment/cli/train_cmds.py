@@ -179,7 +179,8 @@ def train(
     several machines, machine 0's).
     With --dry-run, only the run plan is printed (--json: keys io_shape, cache_policy, pack, tiers,
     ranks [{rank, plan_gpus, gpu_bins, ssd_shares}], memory {budget_bytes, predicted_peak_bytes, items,
-    cpu_rows, ...}).
+    cpu_rows, ...}, split {id, machine, name, machines, held_rows, remote_rows} for a machine's part of a
+    split layout, else null).
     """
     from moment.cli import err_console
     from moment.cli.train_launch import report, run
