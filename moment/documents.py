@@ -68,6 +68,9 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          _has("shards", "bins", "row")),
     Kind("layout's pack", "from `moment data pack`", "it is part of a layout: pass the layout's directory",
          _has("layout_index_sha256", "files")),
+    Kind("split layout's cluster manifest", "from `moment place --machines` or `--cluster`",
+         "it is part of a split layout: pass its directory to `moment layout verify/info/rm`, and train each "
+         "machine with --layout DIR/MACHINE", _has("machines", "owners", "replicated_rows")),
     Kind("hotness", "from `moment data presample --out`", "pass its directory as --hotness (to place, cache simulate)",
          _has("num_batches", "sampled_total", "unique_ratio")),
     Kind("topology XML", "from NCCL (NCCL_TOPO_DUMP_FILE) or hwloc (`lstopo --of xml`)",
