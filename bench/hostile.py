@@ -9,13 +9,17 @@ Each case runs as a real subprocess of the CLI (`python -m moment ...`) with a t
 temporary directory holding what the cases need (small synthetic datasets, a plan, layouts, a pack, a
 checkpoint, hand-written and damaged input files). A refusal must exit non-zero with the expected
 words in its message and no traceback; a data-safety case must also leave the user's files in place;
-a case that must work must exit 0. The service cases go over HTTP (urllib) to `moment serve` on
-127.0.0.1 and to uvicorn's factory on 0.0.0.0 without a token. The output column shows the first
-`error` line, else the first line of stderr, else of stdout.
+a case that must work must exit 0. Training runs are stopped by SIGTERM and SIGKILL once they have
+written a checkpoint, and none of their processes (torchrun, the ranks) may outlive them; a checkpoint
+meets a full disk on a small tmpfs (mounting one needs root: elsewhere that case is skipped and counted
+apart). The service cases go over HTTP (urllib) to `moment serve` on 127.0.0.1 and to uvicorn's factory
+on 0.0.0.0 without a token, jobs are polled to their end, and 60 concurrent plans flood the service
+while /v1/health is timed. The output column shows the first `error` line, else the first line of
+stderr, else of stdout.
 
     .venv/bin/python bench/hostile.py [--only SUBSTRING] [--keep DIR]
 
-About two minutes on two cores; exits non-zero when any case fails.
+About four minutes on two cores; exits non-zero when any case fails.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import argparse
 import contextlib
 import copy
 import glob
+import hashlib
 import json
 import os
 import re
@@ -34,6 +39,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -48,19 +54,26 @@ from moment.topology.profiles import save_profile
 from moment.workload.graph import hash_blocks
 
 SYNTH = "--nodes 20000 --feature-dim 16"
+FAST = "--fanouts 10,5 --hidden 32 --threads 1"  # training options that keep each run short
 CACHES = "--plan plan.json --gpu-cache 2% --cpu-cache 5%"
 TRAIN = "moment train --layout layouts/L --epochs 1"
 NESTED_YAML = "nodes: " + "[" * 1000 + "]" * 1000
 TIMEOUT_S = 60
+FLOOD_HEALTH_S = 2.0  # the slowest /v1/health answer allowed while searches flood the service
 OUTPUT_CHARS = 110
 
 
 @dataclass(frozen=True)
 class Case:
     """One hostile input. `cmd` is what a user types in the work directory: a `moment` command line, or
-    `METHOD /path [@body.json]` sent to the server `via` names. `code` is the exit status (HTTP status)
-    expected, None for a refusal (any non-zero exit); `expect` must be in the output; `keep` must still
-    exist afterwards (the user's files) and nothing may match the globs in `gone`."""
+    `METHOD /path [@body]` sent to the server `via` names (`JOB`: POST a job and poll it to its end;
+    `FLOOD N`: N concurrent POSTs while /v1/health is timed). `code` is the exit status (HTTP status)
+    expected, None for a refusal (any non-zero exit); `expect` must be in the output and none of `absent`;
+    `keep` must still exist afterwards (the user's files) and nothing may match the globs in `gone`.
+    `ctype`: the request's content type. `capture`: (NAME, regex) whose first group later commands use as
+    {NAME}. `kill`: (signal, glob): once the glob matches (the run is training), the signal goes to the
+    command, and no process it started may outlive it. `needs`: a facility of the work directory
+    (`full-disk`: a small tmpfs at full/, which needs root); without it the case is skipped."""
 
     cmd: str
     expect: str
@@ -69,6 +82,11 @@ class Case:
     gone: tuple[str, ...] = ()
     via: str | None = None
     timeout: float = TIMEOUT_S
+    absent: tuple[str, ...] = ()
+    ctype: str = "application/json"
+    capture: tuple[str, str] | None = None
+    kill: tuple[str, str] | None = None
+    needs: str | None = None
 
 
 @dataclass(frozen=True)
@@ -156,13 +174,93 @@ CASES = [
     Case("moment plan --gpus -1", "must not be negative"),
     Case("moment layout rm afile", "is a file, not a layout directory", keep=("afile",)),
     Case("moment plan --frobnicate", "No such option: --frobnicate hint:"),
-    Case("moment layout rm layouts/L", "also removed", code=0,
-         gone=("layouts/L", "layouts/L.runs", "mnt/*/moment-L-*")),
     # the service
     Case("moment serve --host 0.0.0.0 --data-dir served", "without a token", timeout=20),
     Case("GET /v1/profiles", "without a token", code=403, via="uvicorn"),
     Case("POST /v1/plan @nested-plan.json", "nested more than", code=422, via="serve"),
     Case("GET /v1/plan", "use POST", code=405, via="serve"),
+    # ---- the rest of the review's cases, and those found closing it ----
+    # wrong predictions: a card's link is the lower generation of card and slot (a 5.0 SSD in a 4.0 bay)
+    Case("moment plan --profile server.yaml --gpus 2 --ssds 2 --ssd-model PM1743", "ssd0->bay0 │ pcie │ 6.77 │ 6.77",
+         code=0),
+    Case("moment plan --profile server.yaml --gpus 2 --ssds 2 --gpu-model H100-PCIe-80GB --json",
+         '"id": "gpu0->slot1", "src": "gpu0", "dst": "slot1", "kind": "pcie", "label": null, "capacity_gbps": 27.09',
+         code=0, absent=('"capacity_gbps": 54.19',)),
+    # corrupt or foreign data is found; training never goes on with NaN
+    Case(f"moment train --layout layouts/garbage --epochs 1 {FAST}", "the loss is not finite",
+         gone=("layouts/garbage.runs/*/checkpoint/checkpoint.pt",)),
+    Case("moment layout verify layouts/garbage", "checksum mismatch in chunk 0"),
+    Case(f"moment train --dataset data/nanfeat --features-in-memory --epochs 1 {FAST}",
+         "the loss is not finite because the feature rows read for the batch hold NaN"),
+    Case("moment layout verify layouts/foreignpack", "the pack was made for another layout"),
+    Case("moment train --layout layouts/foreignpack --epochs 1", "the pack was made for another layout"),
+    Case(f"{TRAIN} --dataset data/changed", "do not match the manifest's block checksum"),
+    Case(f"moment train --layout layouts/edited --epochs 1 {FAST}", "node 3 is in bin 99"),
+    Case("moment layout verify layouts/edited", "node 3 is in bin 99"),
+    Case(f"{TRAIN} --checkpoint-dir ckpt --resume --hidden 64", "hidden 256 vs 64", keep=("ckpt/checkpoint.pt",)),
+    Case(f"{TRAIN} --nproc 64", "placed for 4 GPU"),
+    Case("moment plan --profile mixed64.yaml --gpus 8 --ssds 16", "recommended placement", code=0),
+    Case("moment plan --profile mixed64.yaml --gpus 8 --ssds 16 --timeout 0.01", "within the 0.01 s time limit"),
+    Case("moment simulate --layout layouts/L --dataset data/ds", "layout trace", code=0),
+    # a disk that fills up at a checkpoint: said with the file, the last good checkpoint kept
+    Case("moment train --layout layouts/L --epochs 2 --nproc 2 --checkpoint-dir full/ck --checkpoint-every 2 "
+         "--run-dir runs-full", "no space left on the device; the last good checkpoint (step 2) is kept",
+         keep=("full/ck/checkpoint.pt",), needs="full-disk", absent=("lost the connection", "unexpected pos")),
+    # stopping the launcher stops torchrun and every rank
+    Case(f"moment train --layout layouts/L --epochs 100000 --nproc 2 {FAST} --checkpoint-every 1 --run-dir runs-term",
+         "training stopped by SIGTERM", code=128 + signal.SIGTERM, kill=("SIGTERM", "runs-term/*/checkpoint/checkpoint.pt"),
+         timeout=120),
+    Case(f"moment train --layout layouts/L --epochs 100000 --nproc 2 {FAST} --checkpoint-every 1 --run-dir runs-kill",
+         "", code=-signal.SIGKILL, kill=("SIGKILL", "runs-kill/*/checkpoint/checkpoint.pt"), timeout=120),
+    # the budget's suggested minimum is what the ranks accept
+    Case(f"moment train --nproc 2 --layout layouts/L --epochs 1 {FAST} --memory-budget 200MiB", "give at least",
+         capture=("budget", r"give at least --memory-budget (\d+MiB)")),
+    Case(f"moment train --nproc 2 --layout layouts/L --epochs 1 {FAST} --memory-budget {{budget}} --run-dir runs-budget",
+         "", code=0, timeout=120),
+    # every file of a kind given where another kind is asked for says what it is
+    Case("moment place --dataset data/ds --plan server.yaml --out layouts/x", "this is a profile",
+         gone=("layouts/x",)),
+    Case("moment plan --profile plan.json", "this is a plan"),
+    Case("moment calibrate --measured calibration.yaml", "this is a calibration"),
+    Case("moment plan --profile prices.yaml", "this is a price file"),
+    Case("moment plan --profile cluster.yaml", "this is a cluster file"),
+    Case("moment plan --cluster server.yaml", "this is a profile"),
+    Case("moment layout verify hot128", "this is a hotness"),
+    Case("moment cache simulate --dataset data/ds --capacity 10% --hotness layouts/L", "this is a layout"),
+    # path options found closing the review
+    Case(f"{TRAIN} --run-dir /", "--run-dir /: names no file or directory of its own"),
+    Case(f"{TRAIN} --run-dir afile", "--run-dir afile: exists and is a file", absent=("--checkpoint-dir",)),
+    Case(f"moment serve --port 1 --data-dir served --db data/{'y' * 300}", "is 300 bytes long"),
+    Case("moment serve --port 1 --data-dir dangling", "is a symbolic link to nowhere"),
+    Case("moment calibrate --measured measured.yaml --profile paper-machine-a.yaml", "largest leave-one-out",
+         code=0),
+    # messages that misled
+    Case("moment calibrate --measured measured-dup.yaml --out afile/cal.yaml", "--out afile/cal.yaml"),
+    Case("moment probe --ssd-path ssd0=mnt/nvme0 --size-mib 16 --out probe.yaml", "memory copy:", code=0,
+         gone=("mnt/nvme0/.moment-probe-*",)),
+    Case("moment advise --profile paper-machine-b --budget 60000 --models A100-PCIe-40GB,P5510 --max-gpus 2 "
+         "--max-ssds 2 --json", "best_throughput_per_dollar", code=0, absent=('"best_per_dollar"', '"cost_usd"')),
+    # the service
+    Case("POST /v1/whatif/targets @nested-targets.json", "nested more than", code=422, via="serve"),
+    Case("POST /v1/advise @nested-advise.json", "nested more than", code=422, via="serve"),
+    Case("POST /v1/plan @badutf.json", "body: not UTF-8 text", code=422, via="serve"),
+    Case("POST /v1/scan @broken.form", "body: not a valid form", code=422, via="serve", ctype="multipart/form-data"),
+    Case("OPTIONS /v1/plan", "use POST", code=405, via="serve"),
+    Case("POST /v1/plan @zero-gpus.json", '"field":"gpus"', code=422, via="serve", absent=("--gpus",)),
+    Case("POST /v1/plan @many-ssds.json", '"field":"ssds"', code=422, via="serve", absent=("--ssds",)),
+    Case("POST /v1/advise @small-budget.json", '"field":"budget"', code=422, via="serve", absent=("--budget",)),
+    Case("POST /v1/plan @inventory-and-model.json", "so ssd_model would be ignored", code=422, via="serve"),
+    Case("POST /v1/jobs/probe @probe-huge.json", "above the service's limit of 16,384 MiB per job", code=422,
+         via="serve"),
+    Case("POST /v1/jobs/probe @probe-qd3.json", "queue_depth 3: choose 8-", code=422, via="serve"),
+    Case("POST /v1/jobs/place @place-bigcache.json", '"field":"gpu_cache"', code=422, via="serve",
+         absent=("--gpu-cache",)),
+    Case("JOB /v1/jobs/probe @probe-small.json", '"path":"probe/a/.moment-probe-', code=200, via="serve"),
+    Case("JOB /v1/jobs/place @place-job.json", '"layout":"layouts/L1"', code=200, via="serve"),
+    Case("FLOOD 60 /v1/plan @plan-b.json", "health within 2 s", code=200, via="serve", timeout=300),
+    # last: the other cases read this layout
+    Case("moment layout rm layouts/L", "also removed", code=0,
+         gone=("layouts/L", "layouts/L.runs", "mnt/*/moment-L-*")),
 ]
 
 
@@ -177,8 +275,15 @@ SETUP = [  # `> FILE`: stdout goes there
     "--out layouts/L",
     f"moment place --dataset data/other {CACHES} --out layouts/other",
     f"moment place --dataset data/ds {CACHES} --out layouts/packed",
+    f"moment place --dataset data/other {CACHES} --out layouts/foreign",
     "moment data pack --layout layouts/packed",
     f"{TRAIN} --checkpoint-dir ckpt",
+    "moment export --profile paper-machine-a --out paper-machine-a.yaml",
+]
+#: after write_inputs: what reads the files it writes
+AFTER_INPUTS = [
+    "moment calibrate --measured measured.yaml --out calibration.yaml",
+    "moment data pack --layout layouts/foreign",
 ]
 
 #: a small machine as a person writes one, and the one-link changes that must be refused
@@ -250,6 +355,49 @@ def flip_bit(path: Path, offset: int) -> None:
     path.write_bytes(data)
 
 
+def set_nan_features(d: Path) -> None:
+    """Every feature NaN, the manifest's checksums made to match (a bad import): only the loss can tell."""
+    features = np.load(d / "features.npy", mmap_mode="r+")
+    features[:] = np.nan
+    features.flush()
+    del features
+    manifest = json.loads((d / "manifest.json").read_text())
+    rec = manifest["files"]["features"]
+    rec["sha256"], rec["block_sha256"], rec["block_bytes"] = hash_blocks(d / "features.npy")
+    (d / "manifest.json").write_text(json.dumps(manifest, indent=1))
+
+
+def edit_layout_index(layout: Path) -> None:
+    """Node 3 moved to a bin the layout does not have, the manifest's checksum of the index made to match."""
+    f = layout / "index.npy"
+    index = np.load(f)
+    index[3, 0] = 99
+    np.save(f, index)
+    manifest = json.loads((layout / "manifest.json").read_text())
+    manifest["index"] |= {"sha256": hashlib.sha256(f.read_bytes()).hexdigest(), "bytes": f.stat().st_size}
+    (layout / "manifest.json").write_text(json.dumps(manifest))
+
+
+def copy_layout(src: str, name: str) -> Path:
+    return Path(shutil.copytree(src, f"layouts/{name}"))
+
+
+SERVICE_BODIES = {  # the service cases' request bodies
+    "nested-targets.json": {"profile_yaml": NESTED_YAML},
+    "nested-advise.json": {"profile_yaml": NESTED_YAML, "budget": 60000},
+    "zero-gpus.json": {"profile": "paper-machine-b", "gpus": 0},
+    "many-ssds.json": {"profile": "paper-machine-b", "ssds": 100},
+    "small-budget.json": {"profile": "paper-machine-b", "budget": 100},
+    "inventory-and-model.json": {"inventory": "2xA100-PCIe-40GB,2xP5510", "ssd_model": "PM1743"},
+    "probe-huge.json": {"ssd_dirs": {f"ssd{i}": f"d{i}" for i in range(64)}, "size_mib": 4096},
+    "probe-qd3.json": {"queue_depth": 3},
+    "probe-small.json": {"ssd_dirs": {"ssd0": "a"}, "size_mib": 16},
+    "place-job.json": {"dataset": "ds", "layout": "L1", "gpu_cache": "2%", "cpu_cache": "5%"},
+    "place-bigcache.json": {"dataset": "ds", "layout": "L2", "gpu_cache": "100"},
+    "plan-b.json": {"profile": "paper-machine-b", "gpus": 4, "ssds": 8},
+}
+
+
 def write_inputs() -> None:
     """The files the cases hand to Moment, beside what SETUP built."""
     Path("ext/icons").mkdir(parents=True)
@@ -276,19 +424,62 @@ def write_inputs() -> None:
     write_yaml("measured-dup.yaml", {**MEASURED, "measurements": [{"layout": "paper-a", "epoch_s": 15.9 + i}
                                                                  for i in range(4)]})
     save_profile(mixed_chassis(64, seed=0), Path("mixed64.yaml"))
+    set_nan_features(copy_dataset("nanfeat"))
+    garbage = copy_layout("layouts/other", "garbage") / "shards" / "ssd0.shard"
+    garbage.write_bytes(b"\xff" * garbage.stat().st_size)  # every float NaN
+    edit_layout_index(copy_layout("layouts/other", "edited"))
+    copy_layout("layouts/packed", "foreignpack")  # its pack/ is replaced by layouts/foreign's (AFTER_INPUTS)
+    Path("prices.yaml").write_text("devices:\n  P5510: {price_usd: 1000, date: 2025-01, source: me}\n")
+    write_yaml("cluster.yaml", {"servers": [{"profile": "paper-machine-b", "inventory": "4xA100-PCIe-40GB,8xP5510",
+                                             "count": 2}], "network": {"nic": "CX6-Dx-100GbE", "switch_gbit": 100}})
+    os.symlink("nowhere", "dangling")
+    Path("badutf.json").write_bytes(b'{"profile": "paper-machine-b\xff"}')
+    Path("broken.form").write_bytes(b"xx")  # a form without its boundary
+    for name, body in SERVICE_BODIES.items():
+        Path(name).write_text(json.dumps(body))
+    shutil.copytree("data/ds", "served/datasets/ds")
 
 
-def build() -> None:
-    for d in ("mnt/nvme0", "mnt/nvme1", "served"):
-        Path(d).mkdir(parents=True)
-    for step in SETUP:
+def setup(steps: list[str]) -> None:
+    for step in steps:
         cmd, _, into = step.partition(" > ")
         code, out, err = run(cmd, TIMEOUT_S)
         if code != 0:
             sys.exit(f"setup failed: {cmd} (exit {code})\n{err}{out}")
         if into:
             Path(into).write_text(out)
+
+
+def build() -> None:
+    for d in ("mnt/nvme0", "mnt/nvme1", "served"):
+        Path(d).mkdir(parents=True)
+    setup(SETUP)
     write_inputs()
+    setup(AFTER_INPUTS)
+    shutil.rmtree("layouts/foreignpack/pack")
+    shutil.copytree("layouts/foreign/pack", "layouts/foreignpack/pack")
+
+
+#: facilities some cases need: name -> why it is missing ("" when present)
+FACILITIES: dict[str, str] = {}
+
+
+@contextlib.contextmanager
+def full_disk():
+    """A tmpfs at full/ that holds one training checkpoint and a half (the next write fills it), for the
+    full-disk case; mounting needs root. Unmounted afterwards."""
+    ckpt = Path("ckpt/checkpoint.pt").stat().st_size
+    Path("full").mkdir()
+    size_kib = ckpt * 3 // 2 // 1024
+    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kib}k", "tmpfs", "full"],
+                           capture_output=True, text=True)
+    FACILITIES["full-disk"] = "" if mount.returncode == 0 else (
+        f"cannot mount a small tmpfs ({mount.stderr.strip() or 'needs root'})")
+    try:
+        yield
+    finally:
+        if mount.returncode == 0:
+            subprocess.run(["umount", "full"], check=False)
 
 
 # ---- running a case ------------------------------------------------------------------------------------
@@ -341,8 +532,9 @@ def lan_address() -> str | None:
     return None if address.startswith("127.") else address
 
 
-def request(method: str, url: str, body: bytes | None = None, timeout: float = TIMEOUT_S) -> tuple[int, str]:
-    req = urllib.request.Request(url, data=body, method=method, headers={"content-type": "application/json"})
+def request(method: str, url: str, body: bytes | None = None, timeout: float = TIMEOUT_S,
+            ctype: str = "application/json") -> tuple[int, str]:
+    req = urllib.request.Request(url, data=body, method=method, headers={"content-type": ctype})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             return r.status, r.read().decode(errors="replace")
@@ -395,28 +587,166 @@ class Services:
         self.running.clear()
 
 
-def execute(case: Case, services: Services) -> tuple[int | None, str, str]:
-    """(exit status or HTTP status, all output, the output's first line) of one case."""
+def descendants(pid: int) -> set[int]:
+    """`pid`'s descendants, from /proc (torchrun starts each rank in a session of its own)."""
+    parent = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                parent[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    out, todo = set(), [pid]
+    while todo:
+        of = todo.pop()
+        kids = {c for c, pp in parent.items() if pp == of} - out
+        out |= kids
+        todo += list(kids)
+    return out
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def run_killed(cmd: str, sig: str, ready: str, timeout: float) -> tuple[int | None, str, str, list[int]]:
+    """Run `cmd`; once `ready` matches a file, send it `sig`: (exit status, stdout, stderr, the pids of
+    the processes it started that outlived it, which are then killed)."""
+    args, env = argv(cmd)
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        p = subprocess.Popen(args, env=env, stdout=out, stderr=err, text=True, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        family: set[int] = set()
+        try:
+            while not glob.glob(ready) and p.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.2)
+            if p.poll() is None and glob.glob(ready):
+                family = descendants(p.pid)
+                os.kill(p.pid, getattr(signal, sig))
+                p.wait(timeout=60)
+                end = time.monotonic() + 20
+                while any(alive(c) for c in family) and time.monotonic() < end:
+                    time.sleep(0.2)
+            left = [c for c in family if alive(c)]
+        finally:
+            for pid in [p.pid, *family]:
+                if alive(pid):
+                    os.kill(pid, signal.SIGKILL)
+            code = p.wait()
+        out.seek(0)
+        err.seek(0)
+        return (code if family else None), out.read(), err.read(), left
+
+
+def flood(base: str, n: int, path: str, body: bytes) -> tuple[int, str]:
+    """`n` concurrent POSTs of `body` to `path` while /v1/health is asked every 0.1 s: (200 when every
+    health answer came within FLOOD_HEALTH_S, else 0; what happened, in words)."""
+    codes: list[int] = []
+    health: list[float] = []
+    done = threading.Event()
+
+    def post() -> None:
+        try:
+            codes.append(request("POST", base + path, body, timeout=600)[0])
+        except OSError:
+            codes.append(0)
+
+    def probe() -> None:
+        while not done.is_set():
+            t0 = time.monotonic()
+            try:
+                request("GET", base + "/v1/health", timeout=30)
+            except OSError:
+                pass
+            health.append(time.monotonic() - t0)
+            time.sleep(0.1)
+
+    prober = threading.Thread(target=probe)
+    prober.start()
+    posts = [threading.Thread(target=post) for _ in range(n)]
+    for t in posts:
+        t.start()
+    for t in posts:
+        t.join()
+    done.set()
+    prober.join()
+    worst = max(health, default=float("inf"))
+    within = f"within {FLOOD_HEALTH_S:g} s" if worst <= FLOOD_HEALTH_S else f"NOT within {FLOOD_HEALTH_S:g} s"
+    counts = ", ".join(f"{c} x{codes.count(c)}" for c in sorted(set(codes)))
+    return (200 if worst <= FLOOD_HEALTH_S else 0), f"health {within} (slowest {worst:.2f} s); plans: {counts}"
+
+
+def poll_job(base: str, path: str, body: bytes, timeout: float) -> tuple[int, str]:
+    """POST a job, then GET it until it ends: (200 when it finished, its status otherwise; the last answer)."""
+    code, text = request("POST", base + path, body)
+    if code != 202:
+        return code, text
+    job = json.loads(text)["id"]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        code, text = request("GET", f"{base}/v1/jobs/{job}")
+        if json.loads(text)["state"] in ("done", "failed", "cancelled", "interrupted"):
+            return (200 if json.loads(text)["state"] == "done" else 500), text
+        time.sleep(0.5)
+    return 0, f"job {job} did not end within {timeout:.0f} s: {text}"
+
+
+@dataclass
+class Outcome:
+    code: int | None  # exit status or HTTP status (None: no answer)
+    output: str
+    first: str  # the output's first line worth showing
+    left: tuple[int, ...] = ()  # processes that outlived a killed command
+    skipped: str = ""  # why the case could not run here
+
+
+def execute(case: Case, services: Services, captured: dict[str, str]) -> Outcome:
+    """Run one case."""
+    if case.needs and FACILITIES.get(case.needs, "unknown facility"):
+        return Outcome(None, "", "", skipped=FACILITIES.get(case.needs, "unknown facility"))
+    cmd = case.cmd
+    for name, value in captured.items():
+        cmd = cmd.replace("{" + name + "}", value)
     if case.via is None:
-        code, out, err = run(case.cmd, case.timeout)
+        left: list[int] = []
+        if case.kill:
+            code, out, err, left = run_killed(cmd, *case.kill, case.timeout)
+        else:
+            code, out, err = run(cmd, case.timeout)
         errors = [line for line in (err + "\n" + out).splitlines() if line.startswith("error")]
         lines = [line.strip() for line in err.splitlines() + out.splitlines() if line.strip()]
-        return code, out + err, (errors or lines or [""])[0]
-    method, path, *rest = case.cmd.split()
+        if case.capture and (m := re.search(case.capture[1], out + err)):
+            captured[case.capture[0]] = m.group(1)
+        return Outcome(code, out + err, (errors or lines or [""])[0], tuple(left))
+    method, *words = cmd.split()
+    count = int(words.pop(0)) if method == "FLOOD" else 0
+    path, *rest = words
     body = Path(rest[0].removeprefix("@")).read_bytes() if rest else None
     try:
-        code, text = request(method, services.url(case.via) + path, body)
+        base = services.url(case.via)
+        if method == "JOB":
+            code, text = poll_job(base, path, body, case.timeout)
+        elif method == "FLOOD":
+            code, text = flood(base, count, path, body or b"")
+        else:
+            code, text = request(method, base + path, body, ctype=case.ctype)
     except (OSError, RuntimeError) as e:
-        return None, str(e), str(e)
-    return code, text, text.strip().splitlines()[0] if text.strip() else ""
+        return Outcome(None, str(e), str(e))
+    return Outcome(code, text, text.strip().splitlines()[0] if text.strip() else "")
 
 
 def flat(text: str) -> str:
     return " ".join(text.split())
 
 
-def judge(case: Case, code: int | None, output: str) -> tuple[str, bool, bool]:
+def judge(case: Case, res: Outcome) -> tuple[str, bool, bool]:
     """(verdict, whether a traceback showed, whether the user's files were lost)."""
+    if res.skipped:
+        return f"skipped: {res.skipped}", False, False
+    code, output = res.code, res.output
     traceback = "Traceback" in output
     lost = [p for p in case.keep if not os.path.lexists(p)]
     left = [p for p in case.gone if glob.glob(p)]
@@ -431,6 +761,9 @@ def judge(case: Case, code: int | None, output: str) -> tuple[str, bool, bool]:
         why.append("traceback")
     if flat(case.expect) not in flat(output):
         why.append(f"no {case.expect!r} in the output")
+    why += [f"{a!r} in the output" for a in case.absent if flat(a) in flat(output)]
+    if res.left:
+        why.append(f"{len(res.left)} of its processes outlived it")
     if lost:
         why.append(f"lost {', '.join(lost)}")
     if left:
@@ -465,8 +798,9 @@ def main() -> int:
     workdir = (contextlib.nullcontext(os.path.abspath(args.keep)) if args.keep
                else tempfile.TemporaryDirectory(prefix="moment-hostile-"))
     start = time.monotonic()
-    ok = tracebacks = lost = 0
+    ok = tracebacks = lost = skipped = 0
     services = Services()
+    captured: dict[str, str] = {}
     with workdir as work:
         Path(work).mkdir(parents=True, exist_ok=True)
         with contextlib.chdir(work):
@@ -474,21 +808,24 @@ def main() -> int:
             build()
             setup_s = time.monotonic() - start
             print("| # | command | exit | first line of output | verdict |\n|---|---|---|---|---|")
-            try:
-                for i, case in enumerate(cases, 1):
-                    code, output, first = execute(case, services)
-                    verdict, traceback, data_lost = judge(case, code, output)
-                    ok += verdict == "ok"
-                    tracebacks += traceback
-                    lost += data_lost
-                    shown_code = "-" if code is None else code
-                    print(f"| {i} | `{cell(shown(case))}` | {shown_code} | {cell(first, OUTPUT_CHARS)} "
-                          f"| {cell(verdict)} |", flush=True)
-            finally:
-                services.stop()
+            with full_disk():
+                try:
+                    for i, case in enumerate(cases, 1):
+                        res = execute(case, services, captured)
+                        verdict, traceback, data_lost = judge(case, res)
+                        ok += verdict == "ok"
+                        skipped += bool(res.skipped)
+                        tracebacks += traceback
+                        lost += data_lost
+                        shown_code = "-" if res.code is None else res.code
+                        print(f"| {i} | `{cell(shown(case))}` | {shown_code} | {cell(res.first, OUTPUT_CHARS)} "
+                              f"| {cell(verdict)} |", flush=True)
+                finally:
+                    services.stop()
     print(f"\nsetup {setup_s:.0f} s, cases {time.monotonic() - start - setup_s:.0f} s")
-    print(f"cases: {len(cases)}  ok: {ok}  tracebacks: {tracebacks}  data_lost: {lost}")
-    return 0 if ok == len(cases) else 1
+    print(f"cases: {len(cases)}  ok: {ok}  tracebacks: {tracebacks}  data_lost: {lost}"
+          + (f"  skipped: {skipped}" if skipped else ""))
+    return 0 if ok + skipped == len(cases) else 1
 
 
 if __name__ == "__main__":

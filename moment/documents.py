@@ -12,8 +12,10 @@ This module sits beside `moment.errors` at the bottom of the package: every read
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from moment.errors import MomentError
@@ -66,6 +68,9 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          _has("shards", "bins", "row")),
     Kind("layout's pack", "from `moment data pack`", "it is part of a layout: pass the layout's directory",
          _has("layout_index_sha256", "files")),
+    Kind("split layout's cluster manifest", "from `moment place --machines` or `--cluster`",
+         "it is part of a split layout: pass its directory to `moment layout verify/info/rm`, and train each "
+         "machine with --layout DIR/MACHINE", _has("machines", "owners", "replicated_rows")),
     Kind("hotness", "from `moment data presample --out`", "pass its directory as --hotness (to place, cache simulate)",
          _has("num_batches", "sampled_total", "unique_ratio")),
     Kind("topology XML", "from NCCL (NCCL_TOPO_DUMP_FILE) or hwloc (`lstopo --of xml`)",
@@ -88,3 +93,25 @@ def mistaken(data: Any, expected: str, source: str, path: str | None = None) -> 
         return None
     return MomentError(f"this is {found.a} ({found.made_by}), not {want.a} ({want.made_by})",
                        source=source, hint=found.use.format(path=path or source))
+
+
+#: the files Moment's directories describe themselves in (datasets and layouts: manifest.json; a
+#: hotness: hotness.json), small enough to read whole
+HEADS = ("manifest.json", "hotness.json")
+_HEAD_LIMIT = 1 << 20
+
+
+def mistaken_dir(path: str | Path, expected: str) -> MomentError | None:
+    """`mistaken` for a directory that lacks the file of the `expected` kind: the message when it is
+    recognisably another kind of Moment directory (a hotness given as a layout), else None."""
+    for name in HEADS:
+        f = Path(path) / name
+        try:
+            if f.stat().st_size > _HEAD_LIMIT:
+                continue
+            data = json.loads(f.read_text(encoding="utf-8"))
+        except (OSError, ValueError, RecursionError):
+            continue
+        if (wrong := mistaken(data, expected, str(path))) is not None:
+            return wrong
+    return None

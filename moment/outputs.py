@@ -134,6 +134,8 @@ def check_output(path: str | Path, what: str | None = None, *, directory: bool =
         raise MomentError("exists and is a file, not a directory", source=src)
     parent = p.absolute().parent
     anchor = _nearest_existing(parent)
+    if anchor.is_symlink() and not anchor.exists():
+        raise MomentError(f"{anchor} is a symbolic link to {os.readlink(anchor)}, which does not exist", source=src)
     if not anchor.is_dir():
         raise MomentError(f"{anchor} is a file, not a directory", source=src)
     if anchor != parent and not create_parents:

@@ -10,7 +10,8 @@
 
 Points: `locked` (an output lock was just taken: `moment place`, `moment data synth/import`,
 `moment layout rm`, a hotness save); the steps of putting a finished directory in place
-(moment.outputs.publish_dir) for each writer W of `dataset`, `hotness`, `pack` and `layout`:
+(moment.outputs.publish_dir) for each writer W of `dataset`, `hotness`, `pack`, `layout` and `split` (a layout
+split over machines, moment.placement.split):
 `W-written` (complete under its temporary name), `W-old-moved` (only where the file system cannot swap
 directories atomically: the previous version moved aside, the new one not yet in place) and `W-swapped`
 (the new version in place, the previous one not yet removed); a layout's own steps

@@ -88,6 +88,14 @@ def runtime_layout(runtime_dataset, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def split_layout(runtime_dataset) -> Path:
+    """runtime_dataset split over two machines by runtime_data.make_split (SPLIT/m0, SPLIT/m1, cluster.json)."""
+    from runtime_data import make_split
+
+    return make_split(runtime_dataset, runtime_dataset.path.parent / "S")
+
+
+@pytest.fixture(scope="session")
 def two_rank_dir(runtime_layout, tmp_path_factory) -> Path:
     """One torchrun launch, 2 ranks on gloo, `runtime_data.train_args(runtime_layout, ...)` (2 epochs): its
     metrics (`m.json`) and each rank's threads after training (`rank0.json`, `rank1.json`)."""

@@ -157,3 +157,20 @@ def test_calibrate_fits_the_default_parameters_its_help_names(capsys):
     assert got["loo_max_rel_err"] <= 0.15  # the paper's machine B under the default fit
     assert main(["calibrate", "--help"]) == 0
     assert f"(default:{','.join(DEFAULT_FIT)})" in re.sub(r"[\s│]", "", capsys.readouterr().out)
+
+
+def test_calibrate_profile_is_a_machine_by_its_name_not_its_path(tmp_path, capsys):
+    """--profile FILE names the machine its `name:` says: a copy of the measured machine's profile fits as the
+    built-in does (it was refused, its path compared with the file's machine), and another machine's
+    profile is refused by that machine's name."""
+    measured = "tests/data/paper-machine-b-measured.yaml"
+    assert main(["calibrate", "--measured", measured, "--json"]) == 0
+    builtin = json.loads(capsys.readouterr().out)
+    for name in ("paper-machine-b", "paper-machine-a"):
+        assert main(["export", "--profile", name, "--out", str(tmp_path / f"{name}.yaml")]) == 0
+    assert main(["calibrate", "--measured", measured, "--profile", str(tmp_path / "paper-machine-b.yaml"),
+                 "--json"]) == 0
+    out = capsys.readouterr().out
+    assert json.loads(out[out.index("{"):])["params"] == builtin["params"]
+    assert main(["calibrate", "--measured", measured, "--profile", str(tmp_path / "paper-machine-a.yaml")]) == 2
+    assert "the measurements are of 'paper-machine-b', not 'paper-machine-a'" in capsys.readouterr().err

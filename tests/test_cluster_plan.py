@@ -163,7 +163,7 @@ BAD = [
     ("servers: [{profile: paper-machine-b, inventory: 4xA100}]\nnetwork: {nic: FOO, switch_gbit: 100}",
      "network.nic: unknown device model 'FOO'"),
     ("servers: [{profile: paper-machine-b, inventory: 4xA100}]\nnetwork: {nic: P5510, switch_gbit: 100}",
-     "network.nic: P5510 is a ssd, not a NIC"),
+     "network.nic: P5510 is an SSD, not a NIC"),
     ("servers: [{profile: paper-machine-b, inventory: 4xA100}]\nnetwork: {nic: CX7, ports: 2, switch_gbit: 100}",
      "network.ports 2: CX7 has 1 port"),
     ("servers: [{profile: paper-machine-b, inventory: 4xA100}]\nnetwork: {nic: CX7, switch_gbit: 0}",

@@ -65,7 +65,8 @@ _TRACKER = re.compile(r"\bissue\s*#?\d+|shared/papers", re.I)
 def test_comments_cite_papers_not_the_tracker():
     """'issue 12' or a shared/papers path means nothing outside this project's tracker and checkout:
     cite the paper by name and section."""
-    roots = [PACKAGE, REPO / "bench", REPO / "tests", REPO / "notebooks", REPO / "native"]
+    roots = [PACKAGE, REPO / "bench", REPO / "tests", REPO / "notebooks", REPO / "native", REPO / "docs",
+             REPO / "topology_profiles"]
     files = [p for r in roots if r.exists() for p in r.rglob("*")
              if p.is_file() and p.suffix in {".py", ".c", ".h", ".yaml", ".md", ".ipynb", ".xml", ".js", ".html"}]
     files += [REPO / "README.md"]

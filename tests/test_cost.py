@@ -275,7 +275,7 @@ def test_budget_too_small_is_a_clear_error(small):
 
 @pytest.mark.parametrize("kwargs, match", [
     (dict(models=["X100"]), "unknown device model 'X100'"),
-    (dict(models=["CX7"]), "CX7 is a nic"),
+    (dict(models=["CX7"]), "CX7 is a NIC"),
     (dict(budget_usd=-1.0), "give a positive amount"),
     (dict(max_gpus=-1), "--max-gpus -1: must not be negative"),
     (dict(top_k=0), "--top 0: give 1 or more"),

@@ -121,7 +121,7 @@ def test_cli_json_carries_the_options(profile, capsys):
 
 @pytest.mark.parametrize("extra, want", [
     (["--machines-max", "0"], "--machines-max 0: give 1 or more servers"),
-    (["--machines-max", "2", "--nic", "P5510"], "--nic P5510: P5510 is a ssd, not a NIC"),
+    (["--machines-max", "2", "--nic", "P5510"], "--nic P5510: P5510 is an SSD, not a NIC"),
     (["--machines-max", "2", "--nic", "nope"], "unknown device model 'nope'"),
     (["--machines-max", "2", "--switch-gbit", "0"], "--switch-gbit 0: give the switch's port rate in Gb/s"),
     (["--machines-max", "2", "--switch-gbit", "25"], "no price for a 25 Gb/s switch port (priced: 100, 200, 400)"),

@@ -11,7 +11,10 @@ from runtime_data import make_dataset, make_layout
 
 from moment.cli import main
 from moment.errors import MomentError
-from moment.placement.planning import check_cache_fits, parse_cache
+from moment.placement import planning
+from moment.placement.planning import check_caches
+from moment.topology.devices import Inventory
+from moment.topology.profiles import load_profile
 from moment.workload.hotness import presample
 
 
@@ -46,13 +49,15 @@ def test_place_refuses_a_cache_larger_than_its_memory(env, capsys, extra, says):
     assert not (root / "Lx").exists()
 
 
-def test_a_share_of_the_dataset_larger_than_the_memory_is_refused(env):
+def test_a_share_of_the_dataset_larger_than_the_memory_is_refused(env, monkeypatch):
     """A percentage is the dataset's bytes: 100% of these features does not fit in 100 KiB."""
     _, ds, _, _ = env
     tiny = (100 / 2**20, "the GPU X")
+    monkeypatch.setattr(planning, "smallest_memories", lambda topo, inv: (tiny, None))
+    topo, inv = load_profile("paper-machine-b"), Inventory.simple(1, 1)
     with pytest.raises(MomentError, match=r"--gpu-cache '100%' \(0.00 GiB of this dataset's features\) is larger"):
-        check_cache_fits(parse_cache("100%", "--gpu-cache"), "--gpu-cache", "100%", tiny, ds)
-    check_cache_fits(parse_cache("1%", "--gpu-cache"), "--gpu-cache", "1%", tiny, ds)  # 1% fits: no error
+        check_caches(ds, topo, inv, "100%", None)
+    assert check_caches(ds, topo, inv, "1%", None) == (("share", 0.01), None)  # 1% fits: no error
 
 
 def _cases(root: Path, ds, layout: Path) -> list[tuple[list[str], str]]:

@@ -199,8 +199,10 @@ def test_an_epoch(kernel, tmp_path):
     assert m["pipeline_wall_s"] >= st["train"]
     assert m["steps"] == 2 * 16  # 4,000 seeds in batches of 256, two epochs
     rows = m["tier_rows"]
-    assert set(rows) == {"gpu", "peer", "cpu", "ssd"} and rows["peer"] == 0, "the text says one rank has no peer"
+    assert set(rows) == {"gpu", "peer", "remote", "cpu", "ssd"} and rows["peer"] == rows["remote"] == 0, \
+        "the text says one rank has neither peers nor other machines"
     rows.pop("peer")
+    rows.pop("remote")
     assert min(rows.values()) > 0 and m["ssd_bytes_read"] > 0
     assert 0 < m["memory_hit_rate"] < 1 and 0 < m["cpu_hit_rate"] < 1
     assert m["memory_hit_rate"] == pytest.approx((rows["gpu"] + rows["cpu"]) / sum(rows.values()))

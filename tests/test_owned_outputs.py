@@ -248,8 +248,15 @@ def test_layout_rm_refuses_runs_it_did_not_write(layout, what):
 # ---- a file of another kind given where one kind is expected ------------------------------------------
 
 
+CLUSTER = """\
+servers:
+  - {profile: paper-machine-b, inventory: "4xA100-PCIe-40GB,8xP5510", count: 2}
+network: {nic: CX6-Dx-100GbE, switch_gbit: 100}
+"""
+
+
 @pytest.mark.slow
-def test_every_kind_moment_writes_is_recognised(env, tmp_path):
+def test_every_kind_moment_writes_is_recognised(env, layout, tmp_path):
     import yaml
 
     from moment.documents import kind_of
@@ -264,7 +271,10 @@ def test_every_kind_moment_writes_is_recognised(env, tmp_path):
         rc, out, _ = run(*argv, "--json")
         (t / name).write_text(out)
     (t / "prices.yaml").write_text("devices:\n  P5510: {price_usd: 1000, date: 2025-01, source: me}\n")
+    (t / "cluster.yaml").write_text(CLUSTER)
+    assert run("plan", "--cluster", t / "cluster.yaml")[0] == 0  # a cluster file as `plan --cluster` reads one
     want = {"prof.yaml": "profile", "cal.yaml": "calibration", "prices.yaml": "price file",
+            "cluster.yaml": "cluster file", str(layout / "manifest.json"): "layout",
             "cmp.json": "comparison", "sim.json": "replay", "hot/hotness.json": "hotness",
             str(REPO / "tests/data/paper-machine-b-measured.yaml"): "measurement file",
             str(env / "plan.json"): "plan", str(env / "ds/manifest.json"): "dataset"}
@@ -282,13 +292,26 @@ def test_every_kind_moment_writes_is_recognised(env, tmp_path):
     (["plan", "--calibration", "{plan}"], "a plan", "--plan"),
     (["data", "info", "{layout}"], "a layout", "--layout"),
     (["layout", "info", "{ds}"], "a dataset", "--dataset"),
+    (["plan", "--profile", "{cluster}"], "a cluster file", "moment plan --cluster {cluster}"),
+    (["plan", "--cluster", "{prof}"], "a profile", "pass it as --profile {prof}"),
+    # directories: a hotness has no manifest.json, and none of the others has a hotness.json
+    (["layout", "verify", "{hot}"], "a hotness", "--hotness"),
+    (["data", "info", "{hot}"], "a hotness", "--hotness"),
+    (["cache", "simulate", "--dataset", "{ds}", "--capacity", "10%", "--hotness", "{layout}"], "a layout", "--layout"),
+    (["place", "--dataset", "{ds}", "--profile", "{t}/prof.yaml", *INV, "--plan", "{plan}", "--hotness", "{ds}", "--out",
+      "{t}/never"], "a dataset",
+     "--dataset"),
 ])
 def test_a_file_of_another_kind_says_what_it_is(env, layout, argv, found, hint):
     t = env
     names = {"measured": REPO / "tests/data/paper-machine-b-measured.yaml", "cal": t / "cal.yaml",
-             "plan": t / "plan.json", "prof": t / "prof.yaml", "layout": layout, "ds": t / "ds"}
+             "plan": t / "plan.json", "prof": t / "prof.yaml", "layout": layout, "ds": t / "ds",
+             "cluster": t / "cluster.yaml", "hot": t / "hot", "t": t}
     if not (t / "cal.yaml").exists():
         assert run("calibrate", "--measured", names["measured"], "--out", t / "cal.yaml")[0] == 0
+    if not (t / "hot").exists():
+        assert run("data", "presample", t / "ds", "--out", t / "hot", "--num-batches", "2")[0] == 0
+    (t / "cluster.yaml").write_text(CLUSTER)
     rc, _, err = run(*(a.format(**names) for a in argv))
     assert rc == 2 and f"this is {found} (" in err and "Extra inputs" not in err, err
     assert hint.format(**names) in err.split("hint:")[1]

@@ -9,6 +9,7 @@ import contextlib
 import io
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from test_place import CACHE, INV, TINY
+from test_workload_import import write_igb, write_ogb_csv
 
 from moment.cli import main
 
@@ -63,6 +65,9 @@ def env(tmp_path_factory):
     (t / "foreign" / "background.js").write_text("x")
     (t / "foreign" / "icons").mkdir()
     (t / "foreign" / "icons" / "a.png").write_bytes(b"png")
+    write_ogb_csv(t / "ogbsrc")
+    write_igb(t / "igbsrc")
+    (t / "cluster.yaml").write_text("servers:\n  - {profile: paper-machine-a, gpus: 2, ssds: 2, count: 2}\n")
     shutil.copytree(t / "ds", t / "dsextra")  # a real dataset with the user's notes in it
     (t / "dsextra" / "notes.txt").write_text("mine")
     return t
@@ -79,11 +84,14 @@ KINDS = {"in_file": IN_FILE, "in_dir": IN_DIR, "out_file": OUT_FILE, "out_dir": 
 PLACE = ["place", "--dataset", "ds", "--profile", "prof.yaml", *INV, *CACHE, "--hotness", "hot"]
 ADVISE = ["advise", "--budget", "30000", "--models", "T4,P5510", "--max-gpus", "1", "--max-ssds", "1"]
 TRAIN = ["train", "--epochs", "1", "--quiet"]
+RUNS_GO_UNDER = "each run is a new folder under --run-dir: what the directory holds is not touched"
+ONE_CHECKPOINT_FILE = "a checkpoint directory gets one file of its own (checkpoint.pt), written atomically"
 
 # (option, kind, argv with {P} for the hostile path, cases left out with the reason)
 OPTIONS = [
     ("plan --profile", "in_file", ["plan", "--profile", "{P}"], {}),
     ("plan --calibration", "in_file", ["plan", "--calibration", "{P}"], {}),
+    ("plan --cluster", "in_file", ["plan", "--cluster", "{P}"], {}),
     ("plan --diagram", "out_file", ["plan", "--diagram", "{P}"], {}),
     ("compare PROFILE", "in_file", ["compare", "{P}", "paper-machine-a"], {}),
     ("compare --calibration", "in_file", ["compare", "paper-machine-a", "--calibration", "{P}"], {}),
@@ -97,7 +105,10 @@ OPTIONS = [
     ("simulate --calibration", "in_file",
      ["simulate", "--profile", "paper-machine-b", "--placement", "paper-c", "--calibration", "{P}"], {}),
     ("simulate --layout", "in_dir", ["simulate", "--layout", "{P}"], {}),
+    ("simulate --dataset", "in_dir", ["simulate", "--layout", "L", "--profile", "prof.yaml", "--dataset", "{P}"], {}),
+    ("simulate --profile", "in_file", ["simulate", "--placement", "paper-c", "--profile", "{P}"], {}),
     ("calibrate --measured", "in_file", ["calibrate", "--measured", "{P}"], {}),
+    ("calibrate --profile", "in_file", ["calibrate", "--measured", "measured.yaml", "--profile", "{P}"], {}),
     ("calibrate --out", "out_file", ["calibrate", "--measured", "measured.yaml", "--out", "{P}"], {}),
     ("probe --ssd-path", "in_dir", ["probe", "--size-mib", "16", "--ssd-path", "ssd0={P}"],
      {"junk": "a directory with any content is a place to measure"}),
@@ -124,12 +135,18 @@ OPTIONS = [
      {}),
     ("train --layout", "in_dir", [*TRAIN, "--layout", "{P}"], {}),
     ("train --dataset", "in_dir", [*TRAIN, "--layout", "L", "--dataset", "{P}"], {}),
+    ("train --run-dir", "out_dir", [*TRAIN, "--layout", "L", "--run-dir", "{P}"],
+     {"foreign": RUNS_GO_UNDER, "dataset+extra": RUNS_GO_UNDER}),
+    ("train --checkpoint-dir", "out_dir", [*TRAIN, "--layout", "L", "--checkpoint-dir", "{P}"],
+     {"foreign": ONE_CHECKPOINT_FILE, "dataset+extra": ONE_CHECKPOINT_FILE}),
     ("train --metrics-json", "out_file", [*TRAIN, "--layout", "L", "--metrics-json", "{P}"], {}),
     ("cache simulate --dataset", "in_dir", ["cache", "simulate", "--capacity", "10%", "--dataset", "{P}"], {}),
     ("cache simulate --hotness", "in_dir", ["cache", "simulate", "--capacity", "10%", "--dataset", "ds", "--hotness", "{P}"], {}),
     ("cache simulate --trace-out", "out_file", ["cache", "simulate", "--capacity", "10%", "--dataset", "ds", "--trace-out", "{P}"], {}),
     ("data synth --out", "out_dir", ["data", "synth", "--nodes", "1000", "--out", "{P}", "--overwrite"], {}),
     ("data import ogb SRC", "in_dir", ["data", "import", "ogb", "{P}", "--out", "newds"], {}),
+    ("data import ogb --out", "out_dir", ["data", "import", "ogb", "ogbsrc", "--out", "{P}", "--overwrite"], {}),
+    ("data import igb --out", "out_dir", ["data", "import", "igb", "igbsrc", "--out", "{P}", "--overwrite"], {}),
     ("data import igb SRC", "in_dir", ["data", "import", "igb", "{P}", "--out", "newds"], {}),
     ("data import edgelist EDGES", "in_file", ["data", "import", "edgelist", "{P}", "--out", "newds"],
      {"binary": "bytes that are not digits are an edge list with no edges: covered by test_workload_import"}),
@@ -144,12 +161,21 @@ OPTIONS = [
     ("data presample --out", "out_dir", ["data", "presample", "ds", "--out", "{P}"], {}),
     ("data pack --layout", "in_dir", ["data", "pack", "--layout", "{P}"], {}),
     ("data pack --dataset", "in_dir", ["data", "pack", "--layout", "L", "--dataset", "{P}", "--overwrite"], {}),
+    ("serve --data-dir", "in_dir", ["serve", "--port", "{PORT}", "--data-dir", "{P}"],
+     {"missing": "a missing data directory is made", "junk": "any directory of its own may hold the service's data"}),
+    ("serve --db", "out_file", ["serve", "--port", "{PORT}", "--data-dir", "dir", "--db", "{P}"], {}),
     ("layout verify", "in_dir", ["layout", "verify", "{P}"], {}),
     ("layout rm", "in_dir", ["layout", "rm", "{P}"], {}),
     ("layout info", "in_dir", ["layout", "info", "{P}"], {}),
 ]
 CASES = [pytest.param(argv, kind, case, id=f"{opt} [{case}]")
          for opt, kind, argv, skip in OPTIONS for case in KINDS[kind] if case not in skip]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _tree(root: Path) -> dict[str, object]:
@@ -166,9 +192,16 @@ def _tree(root: Path) -> dict[str, object]:
 @pytest.mark.parametrize(("argv", "kind", "case"), CASES)
 def test_hostile_path(env, argv, kind, case, monkeypatch):
     monkeypatch.chdir(env)  # the cases name paths relative to the sandbox
+    import uvicorn
+
+    def serving(*_a, **_k):
+        raise AssertionError("moment serve accepted the path and started serving")
+
+    monkeypatch.setattr(uvicorn, "run", serving)
     path = KINDS[kind][case]
     before = _tree(env)
-    rc, _, err = run([a.replace("{P}", path) if isinstance(a, str) else a for a in argv])
+    port = str(_free_port())
+    rc, _, err = run([a.replace("{P}", path).replace("{PORT}", port) if isinstance(a, str) else a for a in argv])
     after = _tree(env)
     assert "Traceback" not in err
     lines = [ln for ln in err.strip().splitlines() if ln.strip()]

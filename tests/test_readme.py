@@ -4,7 +4,8 @@ in a fresh directory.
 Conventions for README code blocks:
 - ```yaml file=NAME (any language with `file=NAME`): written to NAME before any command runs;
 - ```bash or an unlabelled block: every command runs (a trailing backslash continues a line) and must
-  exit 0;
+  exit 0; a line may start processes in the background and wait for them (`A & B && wait $!`: two training
+  agents on 127.0.0.1);
 - any other language (```text, ```console, ```json without file=): shown, not run.
 Skipped, with the reason reported: `make` lines (they build a virtual environment: `make test` runs
 this test), `source .venv/bin/activate` (checked instead: it names the environment `make` built and this
@@ -33,6 +34,8 @@ REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 _FENCE = re.compile(r"^```\s*(?P<lang>[\w+-]*)(?P<attrs>.*)$")
 _OPERATORS = {"&&", "||", "|", ";", "&", "(", ")"}
+#: bash builtins a README line may use (two agents started in one line: `A & B && wait $!`): not programs to find
+_BUILTINS = {"wait", "cd", "export", "set", "true"}
 _TORCH_LINE = re.compile(r"\btorchrun\b|\bmoment train\b|\bmoment\.train\b")
 _DOCTOR_LINE = re.compile(r"\bmoment doctor\b.*--gpu")
 
@@ -149,7 +152,7 @@ def test_readme_runs_as_written(tmp_path):
     for b in blocks:
         if not b.commands:
             continue
-        progs = {p for c in b.commands for p in programs(c)} - {"make"}
+        progs = {p for c in b.commands for p in programs(c)} - {"make"} - _BUILTINS
         missing = sorted(p for p in progs if shutil.which(p, path=env["PATH"]) is None)
         if "sudo" in progs and os.geteuid() != 0:
             missing.append("sudo (needs a password)")

@@ -308,9 +308,9 @@ def test_the_job_database_is_checked_up_front(tmp_path):
     """A link to nothing (an unmounted disk) or a directory as --db is one error naming it, before any
     job is accepted; a path of its own is made."""
     (tmp_path / "dangling").symlink_to(tmp_path / "not-mounted" / "jobs.sqlite3")
-    with pytest.raises(MomentError, match="symbolic link to nothing") as e:
+    with pytest.raises(MomentError, match="symbolic link to .*not-mounted.*, which does not exist") as e:
         Settings(data_dir=tmp_path / "d", db=tmp_path / "dangling").checked()
-    assert e.value.source == str(tmp_path / "dangling") and not (tmp_path / "not-mounted").exists()
+    assert str(tmp_path / "dangling") in e.value.source and not (tmp_path / "not-mounted").exists()
     with pytest.raises(MomentError, match="directory"):
         Settings(data_dir=tmp_path / "d", db=tmp_path).checked()
     assert Settings(data_dir=tmp_path / "d", db=tmp_path / "jobs.db").checked().db == tmp_path / "jobs.db"

@@ -47,7 +47,7 @@ def test_cluster_plan_is_the_cli_json_with_a_diagram_per_machine(client, tmp_pat
 @pytest.mark.parametrize("body, field, want", [
     ({"cluster": {**CLUSTER, "servers": [{"profile": "/etc/passwd", "inventory": "4xA100"}]}},
      "cluster.servers[0].profile", "unknown built-in profile '/etc/passwd'"),
-    ({"cluster": {**CLUSTER, "network": {"nic": "P5510", "switch_gbit": 100}}}, "cluster", "P5510 is a ssd, not a NIC"),
+    ({"cluster": {**CLUSTER, "network": {"nic": "P5510", "switch_gbit": 100}}}, "cluster", "P5510 is an SSD, not a NIC"),
     ({"cluster": {**CLUSTER, "servers": [{"profile": "paper-machine-b", "inventory": "4xFOO"}]}}, "cluster",
      "servers[0].inventory: unknown device model 'FOO'"),
     ({"cluster": CLUSTER, "remote_fraction": 2}, "remote_fraction", "less than or equal to 1"),

@@ -92,6 +92,23 @@ def test_probe_jobs_are_bounded_at_submit(tmp_path, body, field, needle):
     assert not (tmp_path / "probe").exists()
 
 
+@pytest.mark.parametrize(("body", "field", "needle"), [
+    ({"gpu_cache": "100"}, "gpu_cache", "gpu_cache '100' is larger than the 40 GiB of memory of the GPU"),
+    ({"cpu_cache": "150%"}, "cpu_cache", "cpu_cache '150%': a share of the dataset must be at most 100%"),
+    ({"cpu_cache": "lots"}, "cpu_cache", "cpu_cache 'lots': expected GiB"),
+])
+def test_place_jobs_check_their_caches_at_submit(tmp_path, body, field, needle):
+    """What `moment place` refuses before any work is a 422 naming the request field, not a job that fails
+    later saying `--gpu-cache`."""
+    from moment.workload.synth import synthesize
+
+    synthesize(tmp_path / "datasets" / "ds", 500, feature_dim=4, seed=0)
+    with TestClient(create_app(Settings(data_dir=tmp_path))) as c:
+        r = c.post("/v1/jobs/place", json={"dataset": "ds", "layout": "L", **body})
+        assert needle in _field_error(r, field)
+        assert c.get("/v1/jobs").json() == []
+
+
 def test_queued_jobs_are_capped_with_a_429(tmp_path):
     from moment.service.jobs import JobStore
 
@@ -171,11 +188,22 @@ def test_health_needs_no_worker_and_a_flood_of_searches_is_429_at_once(tmp_path,
      "40 x P5510 need 40 free slots"),
     ("/v1/simulate", {"placement": "nope"}, "placement", "placement 'nope': not a layout of 'paper-machine-b'"),
     ("/v1/advise", {"budget": 100}, "budget", "budget 100 USD buys nothing for 'paper-machine-b'"),
-    ("/v1/advise", {"budget": 50000, "models": ["CX7"]}, "models", "models: CX7 is a nic"),
+    ("/v1/advise", {"budget": 50000, "models": ["CX7"]}, "models", "models: CX7 is a NIC"),
     ("/v1/advise", {"budget": 50000, "models": ["X100"]}, "models", "models: unknown device model 'X100'"),
     ("/v1/advise", {"budget": 50000, "prices": {"devices": {"X9": {"price_usd": 1}}}}, "prices",
      "prices: devices.X9: unknown device model 'X9'"),
     ("/v1/whatif/targets", {"hwloc_xml": "<topology><object"}, "hwloc_xml", "not well-formed XML"),
+    # an inventory names every device: counts or models beside it were silently ignored
+    ("/v1/plan", {"inventory": "2xA100-PCIe-40GB,2xP5510", "ssd_model": "PM1743"}, "ssd_model",
+     "inventory lists every device to place, so ssd_model would be ignored"),
+    ("/v1/plan", {"inventory": "2xA100-PCIe-40GB,2xP5510", "gpus": 3}, "gpus", "so gpus would be ignored"),
+    ("/v1/compare", {"profiles": ["paper-machine-b"], "inventories": ["2xT4,2xP5510"], "ssds": 3}, "ssds",
+     "inventories lists every device to place, so ssds would be ignored"),
+    ("/v1/compare/machines", {"machines": [{"profile": "paper-machine-b", "ssd_model": "PM1743"}],
+                              "inventory": "2xA100-PCIe-40GB,2xP5510"}, "machines.0.ssd_model",
+     "inventory lists every device to place, so ssd_model would be ignored"),
+    ("/v1/compare/machines", {"machines": [{"profile": "paper-machine-b", "inventory": "1xT4,40xP5510"}]},
+     "machines.0.inventory", "40 x P5510 need 40 free slots that take an SSD"),
 ])
 def test_semantic_422s_name_the_request_field_not_a_cli_flag(client, path, body, field, needle):
     """The body is {detail, errors: [{field, message}]}; the page places each error beside its field, and
@@ -218,3 +246,17 @@ def test_a_wrong_method_is_405_naming_the_allowed_ones(client, method, path, all
     head = client.head("/v1/health")  # what load balancers' health checks send
     assert head.status_code == 200 and head.content == b""
     assert client.get("/v1/no-such-route").status_code == 404
+
+
+def test_a_compared_machine_s_own_inventory_replaces_the_request_s(client):
+    """The page's what-if of a plan made with an inventory sends that inventory with its devices changed,
+    per machine: each row is what /v1/plan answers for its own inventory."""
+    inv, own = "2xA100-PCIe-40GB,2xP5510", "2xA100-PCIe-40GB,2xPM1743"
+    rows = client.post("/v1/compare/machines", json={"machines": [{"profile": "paper-machine-b"},
+                                                                  {"profile": "paper-machine-b", "inventory": own}],
+                                                     "inventory": inv}).json()
+    plans = [client.post("/v1/plan", json={"inventory": i}).json() for i in (inv, own)]
+    assert [r["inventory"] for r in rows] == [p["inventory"] for p in plans] == ["2 x A100-PCIe-40GB, 2 x P5510",
+                                                                                 "2 x A100-PCIe-40GB, 2 x PM1743"]
+    assert [r["epoch_read_s"] for r in rows] == [p["predicted"]["epoch_read_s"] for p in plans]
+    assert rows[1]["epoch_read_s"] < rows[0]["epoch_read_s"]

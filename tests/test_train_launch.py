@@ -84,6 +84,26 @@ def test_run_directories_are_fresh_and_a_bad_one_is_one_message(tmp_path):
         make_run_dir(tmp_path / "file" / "runs", tmp_path / "L")
 
 
+@pytest.mark.parametrize(("run_dir", "says"), [
+    ("/", "--run-dir /: names no file or directory of its own"),  # a run once went to /<time>
+    ("{t}/file", "--run-dir {t}/file: exists and is a file, not a directory"),
+    ("{t}/dangling/runs", "--run-dir {t}/dangling/runs: {t}/dangling is a symbolic link to {t}/nowhere, which does "
+                          "not exist"),
+])
+def test_a_bad_run_dir_is_named_as_itself_before_anything_starts(layout, tmp_path, monkeypatch, capsys,
+                                                                  run_dir, says):
+    """--run-dir is the parent of each run's folder: a file, a dangling link or `/` is one line naming
+    --run-dir (the derived checkpoint directory was named instead, and `/` was trained into)."""
+    from moment.cli import main
+
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    monkeypatch.setattr(tl, "run", lambda *a, **k: pytest.fail("torchrun must not start"))
+    assert main(["train", "--run-dir", run_dir.format(t=tmp_path), "--layout", str(layout), *ARGS]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert says.format(t=tmp_path) in err and "--checkpoint-dir" not in err, err
+
+
 def test_checkpoints_by_default_with_a_dir_and_restarts_say_what_they_lose(layout, tmp_path, monkeypatch, capsys):
     cfg = TrainConfig(layout=layout, checkpoint_dir=tmp_path / "ck", **FAST)
     assert cfg.resolved_checkpoint_every(8) == 2 and TrainConfig(layout=layout).resolved_checkpoint_every(8) == 0

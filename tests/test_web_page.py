@@ -411,6 +411,26 @@ def test_a_person_plans_compares_and_buys_in_chromium(service, browser, tmp_path
            "the plan of the pick")
     assert p.text(".col-original [data-kpi=epoch] .kpi-val") == f"{pick['epoch_s']:.2f} s"
     assert pick["inventory"] in p.text(".head.col-original")
+    # its SSDs limit it too, and its inventory names every device: the what-if's faster SSD model
+    # replaces the inventory's SSDs (it was silently left out), in the plan and in the comparison
+    assert f"faster SSDs, {fastest['name']}" in p.text("#whatif-hint")
+    p.click_and_wait("#whatif-btn", lambda: p.shown(".head.col-whatif"), "the what-if of the pick")
+    picked = ",".join(f"{i['count']}x{i['model']}" for i in pick["items"])
+    ssds = sum(i["count"] for i in pick["items"] if i["model"] == "P5510")
+    swapped = ",".join([f"{i['count']}x{i['model']}" for i in pick["items"] if i["model"] != "P5510"]
+                       + [f"{ssds}x{fastest['name']}"])
+    swap = _post(service + "v1/plan", {"profile": "paper-machine-b", "inventory": swapped})
+    assert swap["predicted"]["epoch_read_s"] < pick["epoch_s"] * 0.995
+    assert p.text(".col-whatif [data-kpi=epoch] .kpi-val") == f"{swap['predicted']['epoch_read_s']:.2f} s"
+    assert f"inventory {picked} → {swapped}" in p.text(".col-whatif [data-testid=changes]")
+    p.tick("#compare-list", {"profile:paper-machine-b", "whatif"})
+    p.click_and_wait("#compare-btn", lambda: f"what-if: ssd model {fastest['name']}" in p.text("[data-testid=compare]"),
+                     "the pick's comparison")
+    rows = _rows(p, "[data-testid=compare]")
+    assert [r[1] for r in rows] == [pick["inventory"], swap["inventory"]], rows
+    assert [r[2] for r in rows] == [f"{pick['epoch_s']:.2f}", f"{swap['predicted']['epoch_read_s']:.2f}"]
+    assert not p.shown("#compare-card .card-error")
+    p.snapshot("whatif-inventory")
     p.type("#inventory", "")
 
     # ---- bad inputs: under their field; what the browser cannot read as a number is not sent ----
@@ -429,6 +449,20 @@ def test_a_person_plans_compares_and_buys_in_chromium(service, browser, tmp_path
     assert not p.shown("#plan-form .field-error")
     p.click_and_wait("#plan-btn", lambda: "2 x A100-PCIe-40GB" in p.text(".head.col-original"), "the fixed plan")
     assert not p.all("#results [data-testid=stale]") and not p.shown("#plan-form .card-error")
+
+    # ---- a large built-in machine: its GPUs sit in slots (the plan replaces them), and its placements are
+    # too many to list, so the search is a branch and bound (whose statistics once broke the page) ----
+    p.select("#profile", "asus-esc8000a-e12")
+    p.wait(lambda: "17 SSDs in slots now" in p.text("#machine-desc"), "the ASUS machine's description")
+    desc = p.text("#machine-desc")
+    assert "4 GPUs and 17 SSDs in slots now, which the plan replaces" in desc and "built-in" not in desc, desc
+    p.click_and_wait("#plan-btn", lambda: "asus-esc8000a-e12" in p.text(".head.col-original"), "the ASUS plan")
+    asus = _cli("plan", "--profile", "asus-esc8000a-e12", "--gpus", "2")
+    assert asus["search"]["method"] == "branch-and-bound"
+    assert p.text(".col-original [data-kpi=epoch] .kpi-val") == f"{asus['predicted']['epoch_read_s']:.2f} s"
+    assert "too many to list: branch and bound" in p.text(".diagram-card.col-original")
+    assert not p.shown(".card-error") and not p.shown("#error")
+    p.select("#profile", "paper-machine-b")
 
     # ---- an uploaded machine whose slots all hold cards, as an NCCL dump gives them ----
     prof = tmp_path / "tiny-server.yaml"

@@ -178,15 +178,17 @@ def calibrate_cmd(
     machine = profile or mf.machine
     if machine is None:
         raise MomentError("no machine: pass --profile or put `machine:` in the measurement file", source=str(measured))
-    if profile and mf.machine and mf.machine != profile:
-        raise MomentError(f"the measurements are of {mf.machine!r}, not {profile!r} (--profile)", source=str(measured))
+    topo = load_profile(machine)  # a file's name is its `name:`, not its path
+    if profile and mf.machine and mf.machine not in (profile, topo.name):
+        raise MomentError(f"the measurements are of {mf.machine!r}, not {topo.name!r} (--profile {profile})",
+                          source=str(measured))
     g = gpus if gpus is not None else mf.gpus
     s = ssds if ssds is not None else mf.ssds
     if g is None or s is None:
         raise MomentError("how many GPUs and SSDs were measured? pass --gpus/--ssds or put them in the file",
                           source=str(measured))
     inv = parse_inventory(None, g, s, gpu_model, ssd_model)
-    cal = calibrate(load_profile(machine), inv, mf, list(DEFAULT_FIT) if fit_names is None else
+    cal = calibrate(topo, inv, mf, list(DEFAULT_FIT) if fit_names is None else
                     [x.strip() for x in fit_names.split(",") if x.strip()])
     if out is not None:
         atomic_write(out, dump_calibration(cal), "--out")

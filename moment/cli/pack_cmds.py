@@ -41,7 +41,7 @@ def pack_cmd(
     import numpy as np
 
     from moment.placement.opened import Layout
-    from moment.placement.pack import pack_path, pack_summary, write_pack
+    from moment.placement.pack import pack_path, pack_summary, refuse_split, write_pack
     from moment.runtime.config import TrainConfig, make_config
     from moment.workload.graph import GraphDataset
 
@@ -50,6 +50,7 @@ def pack_cmd(
     make_config(seed=seed, batch_size=batch_size)  # the training run's own ranges: one line naming the flag
     opened = Layout.open(layout)
     m = opened.manifest
+    refuse_split(layout, m)
     n, rb = m.dataset.num_nodes, m.row.row_bytes
     ds = GraphDataset.open(dataset or Path(m.dataset.features_path).parent)
     bs = batch_size if batch_size is not None else TrainConfig().resolved_batch_size(

@@ -10,6 +10,7 @@ import typer
 
 from moment.cli import app, console, err_console
 from moment.cli.common import parse_fanouts, progress_bar, solver_bar
+from moment.errors import MomentError
 
 layout_app = typer.Typer(help="Inspect and check written layouts (the output of `moment place`).",
                          no_args_is_help=True)
@@ -64,6 +65,15 @@ def place_cmd(
                                      "(--no-verify skips that full read, and says so; sampled blocks and the "
                                      "graph's structure are still checked)")] = True,
     seed: Annotated[int, typer.Option("--seed", help="pre-sampling seed (same seed = same layout)")] = 0,
+    machines: Annotated[int | None, typer.Option(
+        "--machines", help="split the rows over N machines of this --profile and inventory: --out gets one layout "
+                           "per machine (OUT/m0, OUT/m1, ...) and the cluster manifest", show_default=False)] = None,
+    cluster: Annotated[Path | None, typer.Option(
+        "--cluster", help="split the rows over the servers of a cluster file (`moment plan --cluster`'s): one "
+                          "layout per server, named as the file names them")] = None,
+    replicate: Annotated[str | None, typer.Option(
+        "--replicate", help="with --machines/--cluster: the hottest rows every machine holds, GiB or a share of "
+                            "the features (default: what the smallest machine's GPU and CPU caches hold)")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print one JSON object instead of tables")] = False,
 ) -> None:
     """Place every node embedding in a GPU cache, CPU memory or SSD (DDAK) and write the layout.
@@ -72,6 +82,11 @@ def place_cmd(
     re-evaluates --plan's hardware placement), runs DDAK and the hash and degree baselines on the
     plan's storage shares, and writes the chosen placement as a checksummed layout.
 
+    With --machines N (or --cluster FILE) the rows are split over several machines: the hottest
+    (--replicate) are on every machine, the others each on one, dealt out by hotness; --out gets one
+    layout per machine and the cluster manifest (cluster.json) saying which machine owns which rows.
+    Train it with `moment train --nnodes N --node-rank K --layout OUT/<machine K>` on each machine.
+
     Example: moment place --dataset ds --profile paper-machine-b --gpus 4 --ssds 8 --plan plan.json --out L
     """
     from moment.planner.api import parse_inventory, resolve_gpus
@@ -79,6 +94,16 @@ def place_cmd(
     from moment.topology.profiles import load_profile
 
     check_choices(policy, pool)  # before any work, as every other check that needs none
+    if machines is not None or cluster is not None:
+        _place_split(dataset, out, profile, gpus, ssds, gpu_model, ssd_model, machines, cluster, replicate,
+                     dict(plan=plan_file, ssd_path=ssd_path, report=report), hotness=hotness_dir, epochs=epochs,
+                     batches=batches, fanouts=None if fanouts is None else parse_fanouts(fanouts),
+                     batch_size=batch_size, gpu_cache=gpu_cache, cpu_cache=cpu_cache, pool=pool, policy=policy,
+                     overwrite=overwrite, verify=verify, seed=seed, json_out=json_out)
+        return
+    if replicate is not None:
+        raise MomentError("--replicate goes with --machines N or --cluster FILE (it sizes the rows every machine "
+                          "holds)")
     topo = load_profile(profile)
     inv = parse_inventory(None, resolve_gpus(topo, gpus), ssds, gpu_model, ssd_model)
     res = place(dataset, out, topo, inv, plan=plan_file, hotness=hotness_dir, epochs=epochs, batches=batches,
@@ -90,6 +115,74 @@ def place_cmd(
         _emit(res.model_dump())
         return
     _render_place(res.model_dump(), report)
+
+
+def _place_split(dataset, out, profile, gpus, ssds, gpu_model, ssd_model, machines, cluster, replicate,
+                 single: dict, *, json_out: bool, **kw) -> None:
+    """`moment place --machines N` / `--cluster FILE`: the machines, then `place_split`."""
+    from moment.planner.api import parse_inventory, resolve_gpus
+    from moment.placement.api import SplitMachine, place_split
+    from moment.topology.profiles import load_profile
+
+    if machines is not None and cluster is not None:
+        raise MomentError("--machines and --cluster both say how many machines: give one")
+    given = {"--plan": single["plan"] is not None, "--ssd-path": bool(single["ssd_path"]), "--report": single["report"]}
+    for flag, on in given.items():
+        if on:
+            why = {"--plan": "each machine is planned for its own hardware",
+                   "--ssd-path": "each machine's layout is written inside it, to be copied to that machine",
+                   "--report": "each machine's placement is its own"}[flag]
+            raise MomentError(f"{flag} does not go with --machines/--cluster: {why}")
+    if cluster is not None:
+        from moment.topology.cluster import load_cluster
+
+        spec = load_cluster(cluster)
+        topos, invs = {}, {}
+        for i, sv in enumerate(spec.servers):
+            try:
+                topos[id(sv)] = load_profile(sv.profile)
+            except MomentError as e:
+                raise MomentError(f"servers[{i}].profile: {str(e).splitlines()[0]}", source=str(cluster),
+                                  hint=e.hint) from None
+            invs[id(sv)] = parse_inventory(sv.inventory, 0, 0, flag=lambda name, w=f"servers[{i}]": f"{w}.{name}")
+        group = [SplitMachine(name, topos[id(sv)], invs[id(sv)]) for name, sv in spec.machines()]
+    else:
+        if machines < 2:
+            raise MomentError(f"--machines {machines}: a split needs at least 2 machines",
+                              hint="leave --machines out to place the whole dataset on one machine")
+        topo = load_profile(profile)
+        inv = parse_inventory(None, resolve_gpus(topo, gpus), ssds, gpu_model, ssd_model)
+        group = [SplitMachine(f"m{k}", topo, inv) for k in range(machines)]
+    res = place_split(dataset, out, group, replicate=replicate, stage=_stage_bars(not json_out), notice=_notice, **kw)
+    if json_out:
+        _emit(res.model_dump())
+        return
+    _render_split(res.model_dump())
+
+
+def _render_split(r: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    n = r["num_nodes"]
+    console.print(f"[bold]Moment split[/] of {r['dataset']} over {len(r['machines'])} machines: {r['replicated_rows']:,} "
+                  f"of {n:,} rows on every machine ({r['replicated_source']}), the others dealt out by hotness")
+    console.print("dataset checksums: " + ("verified against its manifest" if r["dataset_verified"]
+                                           else "[yellow]not verified[/] (--no-verify)"))
+    t = Table(title="machines", title_justify="left")
+    for col in ("machine", "hardware", "rows held", "owned", "stored", "reads of other machines' rows", "layout"):
+        t.add_column(col, justify="right" if col in ("rows held", "owned", "stored") else "left")
+    for m in r["machines"]:
+        t.add_row(m["name"], f"{m['machine']} ({m['inventory']})", f"{m['held_rows']:,}", f"{m['owned_rows']:,}",
+                  _size(m["bytes"]), f"{m['remote_read_share']:.1%} (pre-sampled)", m["layout"])
+    console.print(t)
+    for note in r.get("notes", []):
+        console.print(f"[yellow]note:[/] {note}")
+    first = r["machines"][0]
+    tm = ", ".join(f"{k.removesuffix('_s')} {v:.1f} s" for k, v in r["timings"].items())
+    console.print(f"split written to [bold]{r['split']}[/] (cluster manifest {r['cluster_manifest']}; {tm}); on "
+                  f"machine K: moment train --nnodes {len(r['machines'])} --node-rank K --rdzv-endpoint HOST:PORT "
+                  f"--layout {r['split']}/<machine K> (e.g. --node-rank 0 --layout {first['layout']})",
+                  highlight=False, soft_wrap=True)
 
 
 def _stage_bars(enabled: bool):
@@ -171,12 +264,18 @@ def verify_cmd(
     """Recompute every checksum (index, cache lists, each shard chunk, the pack's files) and check the
     structure of the index, the hotness order and the pack, and that the pack was made for this layout.
 
+    A split layout's directory (`moment place --machines`) is checked whole: its cluster manifest's own
+    checksum, the owners file, and every machine's layout (present, the one the manifest names, holding
+    exactly the rows the owners file gives it, and sound).
+
     Exit 0 when all is sound; 1, naming the first damaged file (shard and byte offset), otherwise.
     """
     from moment.placement import verify_layout
+    from moment.placement.split import is_split, verify_split
 
+    check = verify_split if is_split(layout) else verify_layout
     with progress_bar("verifying", enabled=not json_out) as progress:
-        rep = verify_layout(layout, progress=progress)
+        rep = check(layout, progress=progress)
     if json_out:
         _emit(rep.model_dump(mode="json"))
     elif rep.ok:
@@ -205,12 +304,19 @@ def rm_cmd(
     for a layout at another path (a copied or moved layout: remove it where it was written). A layout
     being written by `moment place` is refused. Nothing is deleted unless every check passes.
 
+    A split layout's directory is removed whole (every machine's layout still there, with its runs); one
+    machine's layout (SPLIT/NAME) alone, like any layout.
+
     Example: moment layout rm layouts/synth1m
     """
     from moment.placement.layout import remove_layout
     from moment.placement.reader import load_manifest
+    from moment.placement.split import is_split
     from moment.runtime.runs import owned_runs, remove_runs
 
+    if is_split(layout):
+        _rm_split(layout, json_out)
+        return
     load_manifest(layout)  # what is not a layout is refused as such before its runs are looked at
     runs = owned_runs(layout)
     rep = remove_layout(layout)
@@ -226,13 +332,61 @@ def rm_cmd(
                   highlight=False)
 
 
+def _rm_split(layout: Path, json_out: bool) -> None:
+    from moment.placement.split import load_split, remove_split
+    from moment.runtime.runs import owned_runs
+
+    try:
+        m = load_split(layout)
+    except MomentError:
+        runs = []  # remove_split names what is wrong (a damaged manifest: what the split owns is unknown)
+    else:
+        runs = [r for x in m.machines if (r := owned_runs(layout / x.layout)) is not None]
+    gone = remove_split(layout, runs)
+    if json_out:
+        _emit({"layout": str(layout), "split": True, "machines_removed": gone, "runs_removed": [str(r) for r in runs]})
+        return
+    console.print(f"removed split layout [bold]{layout}[/] (machine layouts: {', '.join(gone) or 'none left'})",
+                  highlight=False)
+
+
+def _info_split(layout: Path, json_out: bool) -> None:
+    from moment.placement.split import load_split
+
+    m = load_split(layout)
+    machines = [x.model_dump(mode="json") | {"present": (layout / x.layout / "manifest.json").is_file(),
+                                             "path": str(layout / x.layout)} for x in m.machines]
+    info = {"layout": str(layout), "split": True, "id": m.id, "created_by": m.created_by,
+            "dataset": m.dataset.model_dump(mode="json"), "replicated_rows": m.replicated_rows, "machines": machines}
+    if json_out:
+        _emit(info)
+        return
+    from rich.table import Table
+
+    console.print(f"[bold]split layout[/] {layout}: {m.dataset.num_nodes:,} nodes over {len(m.machines)} machines, "
+                  f"{m.replicated_rows:,} hottest rows on every machine, {m.created_by}", highlight=False)
+    t = Table(title="machines", title_justify="left")
+    for col in ("machine", "hardware", "rows held", "owned", "stored", "remote reads", "layout"):
+        t.add_column(col, justify="right" if col in ("rows held", "owned", "stored", "remote reads") else "left")
+    for x in machines:
+        t.add_row(x["name"], f"{x['machine']} ({x['inventory']})", f"{x['held_rows']:,}", f"{x['owned_rows']:,}",
+                  _size(x["bytes"]), f"{x['remote_read_share']:.1%}", x["path"] + ("" if x["present"] else " (missing)"))
+    console.print(t)
+
+
 @layout_app.command("info")
 def info_cmd(
     layout: Annotated[Path, typer.Argument(help="layout directory")],
     json_out: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
-    """Show where a layout came from (machine, plan, policy, dataset) and what each bin holds."""
+    """Show where a layout came from (machine, plan, policy, dataset) and what each bin holds (a split
+    layout's directory: its machines, the rows each holds and owns)."""
     from moment.placement.reader import load_manifest, shard_path
+    from moment.placement.split import is_split
+
+    if is_split(layout):
+        _info_split(layout, json_out)
+        return
 
     m = load_manifest(layout)
     shards = {s.bin: s for s in m.shards}
@@ -244,7 +398,8 @@ def info_cmd(
             "dataset": m.dataset.model_dump(mode="json"), "row": m.row.model_dump(mode="json"),
             "bins": bins, "bytes": sum(s.bytes for s in m.shards),
             "predicted_epoch_read_s": m.extra.get("predicted_epoch_read_s"), "skew": m.extra.get("skew"),
-            "hardware": m.extra.get("hardware") or {"source": "not recorded", "placement": m.plan.placement}}
+            "hardware": m.extra.get("hardware") or {"source": "not recorded", "placement": m.plan.placement},
+            "split": m.split.model_dump(mode="json") if m.split else None}
     if json_out:
         _emit(info)
         return
@@ -253,6 +408,12 @@ def info_cmd(
     console.print(f"[bold]layout[/] {layout}: {m.plan.policy} placement for [cyan]{m.plan.machine}[/], "
                   f"{m.dataset.num_nodes:,} nodes x {m.row.row_bytes} B ({m.row.mode} to {m.row.stride} B on SSDs), "
                   f"{_size(info['bytes'])}, {m.created_by}")
+    if m.split is not None:
+        sp = m.split
+        console.print(f"machine [bold]{sp.name}[/] (node rank {sp.machine}) of a split over {len(sp.machines)} "
+                      f"machines ({', '.join(sp.machines)}): {m.dataset.num_nodes - sp.remote_rows:,} rows here "
+                      f"({sp.replicated_rows:,} on every machine), "
+                      + ", ".join(f"{r.rows:,} on {r.name}" for r in sp.remote), highlight=False)
     t = Table(title="bins", title_justify="left")
     for col in ("bin", "kind", "socket", "slot", "rows", "stored", "target", "achieved", "file"):
         t.add_column(col, justify="right" if col in ("rows", "stored", "target", "achieved") else "left")

@@ -56,10 +56,10 @@ def serve_cmd(
         import uvicorn
     except ImportError as e:
         raise MomentError(f"the service needs {e.name}: pip install 'moment[serve]'") from None
-    _check_port_free(host, port)
     settings = Settings(data_dir=data_dir, db=db, token=token, allow_no_token=allow_no_token,
                         max_body_bytes=int(max_body_mib * MiB), max_upload_bytes=int(max_upload_mib * MiB),
-                        plan_timeout_s=plan_timeout).checked()
+                        plan_timeout_s=plan_timeout).checked()  # the paths first: a busy port hides nothing
+    _check_port_free(host, port)
     common = dict(host=host, port=port, root_path=root_path, proxy_headers=True,
                   forwarded_allow_ips=forwarded_allow_ips, log_level=log_level)
     auth = ("bearer token required" if settings.token else

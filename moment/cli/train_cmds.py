@@ -1,8 +1,9 @@
 """`moment train`: a thin wrapper that launches `python -m moment.train` under torchrun on this machine.
 
 Why a wrapper and not the training loop itself: torchrun owns process creation, rendezvous and
-restarts (`--max-restarts`), so one-machine runs and multi-machine runs (`torchrun --nnodes ...
---rdzv-endpoint ...` directly) go through the same entry point.
+restarts (`--max-restarts`), so one-machine runs and multi-machine runs (`--nnodes N --node-rank K
+--rdzv-endpoint HOST:PORT`: torchrun's c10d rendezvous, see moment.runtime.rendezvous) go through the
+same entry point.
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ from moment.cli import app, err_console
 from moment.errors import MomentError
 
 
-def torchrun_command(nproc: int, args: list[str], max_restarts: int = 0) -> list[str]:
-    """The command line `moment train` runs (uses this interpreter's torch.distributed.run)."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
+def torchrun_command(nproc: int, args: list[str], max_restarts: int = 0, rdzv: Any = None) -> list[str]:
+    """The command line `moment train` runs (uses this interpreter's torch.distributed.run); `rdzv`: the
+    rendezvous of a run across machines (moment.runtime.rendezvous.Rendezvous), else --standalone."""
+    where = rdzv.torchrun_args() if rdzv is not None else ["--standalone"]
+    cmd = [sys.executable, "-m", "torch.distributed.run", *where, f"--nproc-per-node={nproc}"]
     if max_restarts:
         cmd.append(f"--max-restarts={max_restarts}")
     return [*cmd, "-m", "moment.train", *args]
@@ -37,13 +40,13 @@ def _check_torch() -> None:
 
 
 def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
-              plan: bool = False) -> tuple[Any, dict[str, str], Any]:
+              plan: bool = False, rdzv: Any = None) -> tuple[Any, dict[str, str], Any]:
     """Catch user errors (bad flags, missing layout or dataset, more ranks than the layout's GPUs, a budget
     below the minimum) here, before torchrun starts N ranks. Returns the parsed configuration, what the
     ranks' environment must add so that their own checks use the same numbers, and the run plan the
     ranks will resolve (when there is a budget to check, or `plan`; else None)."""
     from moment.placement.opened import Layout
-    from moment.runtime.runs import CHECKPOINTS, run_root
+    from moment.runtime.runs import CHECKPOINTS, check_run_dir, run_root
     from moment.runtime.config import parse_args
     from moment.runtime.devices import check_local_ranks
     from moment.runtime.train import AGENT_ENV, BASE_ENV, agent_start_bytes, dataset_dir, layout_gpus, preview_plan, \
@@ -51,6 +54,11 @@ def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
     from moment.workload.graph import GraphDataset
 
     cfg = parse_args(args, check=False)
+    check_run_dir(run_dir)
+    if cfg.layout is not None:
+        from moment.placement.split import refuse_split_dir
+
+        refuse_split_dir(cfg.layout)
     anchor = cfg.layout or cfg.dataset
     if cfg.checkpoint_dir is None and cfg.checkpoint_every != 0 and not cfg.resume and anchor is not None:
         # checked with the checkpoint directory `train` gives the run (in its run directory, made later)
@@ -61,6 +69,8 @@ def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
         raise MomentError("--dry-run shows the run plan of a tiered run: the --features-in-memory and "
                           "--features-memmap baselines have no tiers, caches or memory split to plan")
     layout = Layout.open(cfg.layout) if cfg.layout is not None else None  # its manifests are read once
+    if layout is not None and cfg.features == "tiered":
+        _check_split(cfg.layout, layout, rdzv)
     check_local_ranks(nproc, [g for g, _ in layout_gpus(cfg, layout)], f"--nproc {nproc}")
     ds = GraphDataset.open(dataset_dir(cfg, layout))
     ds.check()  # a damaged dataset is one line here, not one per rank (rank 0 prints any note)
@@ -72,11 +82,32 @@ def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
             err_console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
     if (cfg.memory_budget or plan) and cfg.features == "tiered":
         # as the ranks will resolve it: a budget below the minimum is one message, here
-        run_plan = preview_plan(cfg, ds, nproc, layout=layout)
+        run_plan = preview_plan(cfg, ds, nproc, layout=layout, nnodes=rdzv.nnodes if rdzv is not None else 1)
         # the ranks charge the figures this check charged
         env = {BASE_ENV: str(rank_start_bytes()), AGENT_ENV: str(agent_start_bytes())} if cfg.memory_budget else {}
         return cfg, env, run_plan
     return cfg, {}, None
+
+
+def _check_split(path: Path, layout: Any, rdzv: Any) -> None:
+    """A machine's part of a split layout trains on its own machine of the split: --nnodes is the split's
+    machine count and --node-rank its index (the other machines own the rows it lacks)."""
+    s = layout.split
+    if s is None:
+        return
+    n = len(s.machines)
+    if rdzv is None:
+        raise MomentError(f"this is machine {s.name}'s part of a layout split over {n} machines ({', '.join(s.machines)}): "
+                          "its other rows are on the others, which train with it", source=str(path),
+                          hint=f"start every machine with its own part: moment train --nnodes {n} --node-rank "
+                               f"{s.machine} --rdzv-endpoint HOST:PORT --layout {path} on {s.name}, and so on")
+    if rdzv.nnodes != n:
+        raise MomentError(f"--nnodes {rdzv.nnodes}, but the layout is split over {n} machines ({', '.join(s.machines)})",
+                          source=str(path), hint=f"give --nnodes {n}")
+    if rdzv.node_rank != s.machine:
+        raise MomentError(f"--node-rank {rdzv.node_rank}, but this is machine {s.name}'s layout, node rank {s.machine}",
+                          source=str(path), hint=f"give --node-rank {s.machine} with this layout, or machine "
+                                                 f"{s.machines[rdzv.node_rank]}'s layout with --node-rank {rdzv.node_rank}")
 
 
 def _print_plan(plan, json_out: bool) -> None:
@@ -117,6 +148,18 @@ class _TrainCommand(TyperCommand):
 def train(
     ctx: typer.Context,
     nproc: Annotated[int, typer.Option("--nproc", help="ranks (GPUs) on this machine: 1 to the layout's GPUs")] = 1,
+    nnodes: Annotated[int, typer.Option("--nnodes", help="machines training together (torchrun's c10d rendezvous); "
+                                                         "start `moment train` on each")] = 1,
+    node_rank: Annotated[int | None, typer.Option(
+        "--node-rank", help="with --nnodes: this machine's number, 0 to N-1 (machine 0 prints, writes the metrics "
+                            "and the checkpoints; a split layout's machine K trains with --node-rank K)",
+        show_default=False)] = None,
+    rdzv_endpoint: Annotated[str | None, typer.Option(
+        "--rdzv-endpoint", help="with --nnodes: HOST:PORT of the rendezvous, the same on every machine (machine 0's "
+                                "address or hostname)", show_default=False)] = None,
+    rdzv_timeout: Annotated[int | None, typer.Option(
+        "--rdzv-timeout", help="with --nnodes: seconds to wait for every machine to join (also after a restart); "
+                               "default 600", show_default=False)] = None,
     max_restarts: Annotated[int, typer.Option("--max-restarts",
                                               help="torchrun restarts after a failed rank (they resume from "
                                                    "the last checkpoint)")] = 0,
@@ -129,18 +172,23 @@ def train(
                           "and exit; starts neither torchrun nor any rank")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="with --dry-run: the run plan as one JSON object")] = False,
 ) -> None:
-    """Train a GNN from a layout with NPROC data-parallel ranks (torchrun --standalone).
+    """Train a GNN from a layout with NPROC data-parallel ranks (torchrun --standalone), or on several
+    machines: `--nnodes N --node-rank K --rdzv-endpoint HOST:PORT` on each, with its own --layout.
 
     The ranks' progress and errors are shown; torchrun's own messages go to RUN_DIR/torchrun.log.
-    Checkpoints go to RUN_DIR/checkpoint unless --checkpoint-dir is given, so a restart resumes.
+    Checkpoints go to RUN_DIR/checkpoint unless --checkpoint-dir is given, so a restart resumes (on
+    several machines, machine 0's).
     With --dry-run, only the run plan is printed (--json: keys io_shape, cache_policy, pack, tiers,
     ranks [{rank, plan_gpus, gpu_bins, ssd_shares}], memory {budget_bytes, predicted_peak_bytes, items,
-    cpu_rows, ...}).
+    cpu_rows, ...}, split {id, machine, name, machines, held_rows, remote_rows} for a machine's part of a
+    split layout, else null).
     """
     from moment.cli import err_console
     from moment.cli.train_launch import report, run
+    from moment.runtime.rendezvous import parse_rendezvous
     from moment.runtime.runs import CHECKPOINTS, LOG, make_run_dir
 
+    rdzv = parse_rendezvous(nnodes, node_rank, rdzv_endpoint, rdzv_timeout)
     if nproc < 1:
         raise MomentError(f"--nproc {nproc}: must be an integer >= 1")
     if max_restarts < 0:
@@ -151,7 +199,7 @@ def train(
     if not ctx.args:
         raise MomentError("nothing to train: pass at least --layout LAYOUT (see --help)")
     args = list(ctx.args)
-    cfg, rank_env, plan = _precheck(args, nproc, run_dir, plan=dry_run)
+    cfg, rank_env, plan = _precheck(args, nproc, run_dir, plan=dry_run, rdzv=rdzv)
     if dry_run:
         _print_plan(plan, json_out)
         return
@@ -162,8 +210,8 @@ def train(
         where += ", checkpoints (resume with --resume --checkpoint-dir " + str(run_path / CHECKPOINTS) + ")"
     if not cfg.quiet:
         err_console.print(where, highlight=False, soft_wrap=True)
-    env = {**os.environ, **rank_env}
+    env = {**os.environ, **rank_env, **(rdzv.env() if rdzv is not None else {})}
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
-    code = report(run(torchrun_command(nproc, args, max_restarts), env, run_path / LOG, max_restarts))
+    code = report(run(torchrun_command(nproc, args, max_restarts, rdzv), env, run_path / LOG, max_restarts, rdzv))
     if code:
         raise typer.Exit(code)

@@ -16,6 +16,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from moment.cli import err_console
 from moment.errors import MomentError
@@ -24,6 +25,10 @@ from moment.errors import MomentError
 _FAILED = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)")
 #: the rank's own clean error line (moment.runtime.train.main), for when it ended up in the log
 _RANK_ERROR = re.compile(r"^error \(rank \d+\): ")
+#: torchrun's agent, when the rendezvous of a run across machines fails (its traceback's last line)
+_RDZV_ERROR = re.compile(r"\bRendezvous(Timeout|Connection|Closed|)Error\b")
+#: torchrun's agent stopping its ranks (they had started)
+_STOPPING = re.compile(r"Sending process \d+ closing signal")
 #: a rank exits with this after printing a user error (MomentError)
 USER_ERROR = 2
 
@@ -36,6 +41,10 @@ class Outcome:
     rank_errors: list[str] = field(default_factory=list)  # clean error lines that went to the log
     stopped_by: str | None = None  # the signal that stopped `moment train` (passed on to torchrun)
     log_error: str | None = None  # why torchrun's log could not be written to the end
+    rank_base: int = 0  # the global rank of this machine's local rank 0 (node rank x ranks per machine)
+    rendezvous: str | None = None  # how the rendezvous failed: Timeout, Connection, Closed or "" (other)
+    ranks_ran: bool = False  # torchrun stopped ranks of ours that were running (so they had started)
+    rdzv: Any = None  # the run's rendezvous (moment.runtime.rendezvous.Rendezvous), for the message
 
     @property
     def user_error(self) -> bool:
@@ -75,9 +84,10 @@ FORWARDED = (signal.SIGTERM, signal.SIGHUP)
 STOP_GRACE_S = 30  # torchrun's time to stop its ranks before it is killed
 
 
-def run(cmd: list[str], env: dict[str, str], log_path: Path, max_restarts: int) -> Outcome:
+def run(cmd: list[str], env: dict[str, str], log_path: Path, max_restarts: int, rdzv: Any = None) -> Outcome:
     """Run torchrun; its output goes to `log_path` and is watched. torchrun dies with this process (even
-    by SIGKILL: PR_SET_PDEATHSIG), and a SIGTERM/SIGHUP/Ctrl-C here is passed on, so no rank outlives it."""
+    by SIGKILL: PR_SET_PDEATHSIG), and a SIGTERM/SIGHUP/Ctrl-C here is passed on, so no rank outlives it.
+    `rdzv`: the rendezvous of a run across machines, named when it fails."""
     from moment.outputs import reason
     from moment.runtime.console import console_env
     from moment.runtime.lifetime import die_with_parent
@@ -85,7 +95,8 @@ def run(cmd: list[str], env: dict[str, str], log_path: Path, max_restarts: int) 
     env = {**env, **console_env()}
     sys.stdout.flush()
     sys.stderr.flush()
-    out = Outcome(code=0, log=log_path)
+    out = Outcome(code=0, log=log_path, rdzv=rdzv,
+                  rank_base=rdzv.node_rank * _nproc(cmd) if rdzv is not None else 0)
     me = os.getpid()
     try:
         log = open(log_path, "w")
@@ -124,6 +135,11 @@ def run(cmd: list[str], env: dict[str, str], log_path: Path, max_restarts: int) 
     return out
 
 
+def _nproc(cmd: list[str]) -> int:
+    """torchrun's --nproc-per-node in `cmd`."""
+    return next(int(a.split("=", 1)[1]) for a in cmd if a.startswith("--nproc-per-node="))
+
+
 def _stop(proc: subprocess.Popen, sig: int) -> None:
     """Pass `sig` on to torchrun and wait while it stops the ranks; kill it when it takes too long."""
     for s in FORWARDED:  # a second SIGTERM while it stops changes nothing (SIGKILL: torchrun dies with us)
@@ -152,10 +168,14 @@ def _log(log, line: str, out: Outcome) -> None:
 def _watch(line: str, out: Outcome, max_restarts: int) -> None:
     if _RANK_ERROR.match(line):
         out.rank_errors.append(line.rstrip())
+    if (r := _RDZV_ERROR.search(line)) and out.rendezvous is None:
+        out.rendezvous = r.group(1)
+    if _STOPPING.search(line):
+        out.ranks_ran = True
     m = _FAILED.search(line)
     if not m:
         return
-    code, rank = int(m.group(1)), int(m.group(2))
+    code, rank = int(m.group(1)), out.rank_base + int(m.group(2))
     out.failures.append((rank, code))
     if code == USER_ERROR:
         return  # the rank has said what was wrong
@@ -167,6 +187,23 @@ def _watch(line: str, out: Outcome, max_restarts: int) -> None:
     else:
         err_console.print(f"[red]{_died(rank, code)}[/]" + ("; no restarts left" if max_restarts else ""),
                           highlight=False, soft_wrap=True)
+
+
+def _rendezvous_failed(out: Outcome) -> str:
+    r = out.rdzv
+    start = (f"start `moment train --nnodes {r.nnodes} --node-rank K --rdzv-endpoint {r.endpoint}` on every machine "
+             f"(K = 0 to {r.nnodes - 1})")
+    if out.ranks_ran and out.rendezvous != "Timeout":
+        return (f"the rendezvous at {r.endpoint} ended while the ranks ran: the machine hosting it (machine 0, or "
+                "the first to start) stopped or cannot be reached; its own messages say why")
+    if out.rendezvous == "Timeout":
+        again = " again after a restart" if out.ranks_ran else ""
+        return (f"not all {r.nnodes} machines joined the rendezvous at {r.endpoint}{again} within {r.timeout_s} s "
+                f"(--rdzv-timeout): {start}, or see why a machine stopped (its own message)")
+    if out.rendezvous == "Connection":
+        return (f"cannot reach the rendezvous at {r.endpoint}: is it machine 0's address, and is the port open? "
+                f"{start[0].upper()}{start[1:]}")
+    return f"the rendezvous at {r.endpoint} failed"
 
 
 def report(out: Outcome) -> int:
@@ -187,6 +224,10 @@ def report(out: Outcome) -> int:
         return 0
     for line in out.rank_errors:  # ranks that could not reach the screen
         err_console.print(escape(line), highlight=False, soft_wrap=True)
+    if out.rendezvous is not None and out.rdzv is not None and not out.failures:  # no rank of ours ever failed
+        err_console.print(f"[bold red]training stopped[/]: {escape(_rendezvous_failed(out))}; torchrun's log: "
+                          f"{escape(str(out.log))}", highlight=False, soft_wrap=True)
+        return out.code or 1
     what = "stopped: a rank reported an error" if out.user_error else "failed"
     err_console.print(f"[bold red]training {what}[/]; torchrun's log: {escape(str(out.log))}", highlight=False, soft_wrap=True)
     return USER_ERROR if out.user_error else out.code

@@ -40,7 +40,7 @@ from moment.errors import Flag, MomentError, cli_flag
 from moment.planner.contracts import DataPlacement
 from moment.topology.devices import (Inventory, InventoryItem, builtin_gpus, card_link, find_model, fits, ssd_read_bytes,
                                      strip)
-from moment.topology.model import Kind, Topology
+from moment.topology.model import A_KIND, Kind, Topology
 from moment.workload.spec import WorkloadSpec
 
 #: optimistic bounds are inflated by this much so a solver's rounding can never beat its own bound
@@ -150,7 +150,7 @@ def _split_models(models: list[str] | None, prices: PriceTable, flag: Flag) -> t
             raise named(e) from None
         target = gpus if m.kind == Kind.gpu else ssds if m.kind == Kind.ssd else None
         if target is None:
-            raise MomentError(f"{flag('models')}: {m.name} is a {m.kind.value}; list GPU and SSD models", field="models")
+            raise MomentError(f"{flag('models')}: {m.name} is {A_KIND[m.kind]}; list GPU and SSD models", field="models")
         try:
             prices.device(m.name, flag)  # no price: one line naming the model
         except MomentError as e:

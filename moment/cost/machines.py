@@ -20,7 +20,7 @@ from moment.cost.advisor import AdviseResult, Candidate, advise
 from moment.cost.model import CostParams, energy_kwh, samples_per_epoch
 from moment.cost.prices import PriceTable
 from moment.errors import Flag, MomentError, cli_flag
-from moment.topology.model import Kind, Topology
+from moment.topology.model import A_KIND, Kind, Topology
 from moment.workload.spec import WorkloadSpec
 
 
@@ -72,7 +72,7 @@ def compare_machines(topo: Topology, budget_usd: float, machines_max: int, singl
     wl = workload or WorkloadSpec()
     model = find_model(nic)
     if model.kind != Kind.nic:
-        raise MomentError(f"{flag('nic')} {nic}: {model.name} is a {model.kind.value}, not a NIC", field="nic")
+        raise MomentError(f"{flag('nic')} {nic}: {model.name} is {A_KIND[model.kind]}, not a NIC", field="nic")
     rate = switch_gbit if switch_gbit is not None else model.port_gbit
     best1 = single.best_throughput_per_dollar
     out = [MachinesOption(machines=1, inventory=best1.inventory, epoch_s=best1.epoch_s,

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from moment.cost.prices import PriceTable
 from moment.errors import MomentError
 from moment.topology.devices import Inventory
-from moment.topology.model import Kind
+from moment.topology.model import A_KIND, Kind
 
 HOURS_PER_YEAR = 365 * 24  # 8,760, as Hyperion's 5-year continuous running implies
 
@@ -78,7 +78,7 @@ def line_items(inventory: Inventory, prices: PriceTable) -> list[LineItem]:
     merged: dict[str, list] = {}
     for m, c in inventory.models():
         if m.kind not in (Kind.gpu, Kind.ssd):
-            raise MomentError(f"{m.name} is a {m.kind.value}: the cost model prices GPUs and SSDs only")
+            raise MomentError(f"{m.name} is {A_KIND[m.kind]}: the cost model prices GPUs and SSDs only")
         merged.setdefault(m.name, [m, 0])[1] += c
     out = []
     for name, (m, c) in merged.items():

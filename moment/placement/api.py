@@ -16,16 +16,20 @@ context manager yielding a progress(done, total) callback or None, for the stage
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+import numpy as np
+
 from moment.errors import MomentError, check_at_least
-from moment.inputs import check_dir
+from moment.inputs import check_dir, exists
 from moment.outputs import check_output
 from moment.placement import planning as pl
 from moment.placement.layout import check_layout_out
@@ -125,10 +129,7 @@ def place(
         check_dir(p, f"--ssd-path {name} directory")
     check_output(out, "--out", directory=True)
     check_layout_out(out, overwrite)
-    gpu_spec, cpu_spec = pl.parse_cache(gpu_cache, "--gpu-cache"), pl.parse_cache(cpu_cache, "--cpu-cache")
-    gpu_memory, socket_memory = pl.smallest_memories(topology, inventory)
-    pl.check_cache_fits(gpu_spec, "--gpu-cache", gpu_cache, gpu_memory, ds)
-    pl.check_cache_fits(cpu_spec, "--cpu-cache", cpu_cache, socket_memory, ds)
+    gpu_spec, cpu_spec = pl.check_caches(ds, topology, inventory, gpu_cache, cpu_cache)
     defaults = (list(DEFAULT_FANOUTS),
                 default_batch_size(len(ds.train_idx), max(pl.device_counts(topology, inventory)[0], 1)))
     if hotness is not None:  # counts sampled at other fan-outs or batch size would describe another workload
@@ -278,3 +279,200 @@ def _summary(ds, hot, wl, plan, plan_file, cache, timings) -> dict[str, Any]:
                       "seed": hot.meta.get("seed")},
         "timings": timings,
     }
+
+
+# ---- a split across machines ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SplitMachine:
+    """One machine of a split: its name (its layout's directory), hardware and how to name that hardware."""
+
+    name: str
+    topology: Topology
+    inventory: Inventory
+
+
+class SplitResult(BaseModel):
+    """What `place_split()` did; `model_dump()` is `moment place --machines/--cluster --json`'s object."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    split: str  # the split directory
+    cluster_manifest: str
+    id: str
+    policy: str
+    dataset: str
+    dataset_verified: bool
+    num_nodes: int
+    replicated_rows: int
+    replicated_source: str
+    machines: list[dict[str, Any]]
+    presample: dict[str, Any]
+    timings: dict[str, float]
+    notes: list[str]
+
+
+def place_split(
+    dataset: str | Path | GraphDataset,
+    out: str | Path,
+    machines: Sequence[SplitMachine],
+    *,
+    replicate: str | None = None,
+    hotness: Hotness | str | Path | None = None,
+    epochs: int = 1,
+    batches: int | None = None,
+    fanouts: Sequence[int] | None = None,
+    batch_size: int | None = None,
+    gpu_cache: str | None = None,
+    cpu_cache: str | None = None,
+    pool: int | None = None,
+    policy: str = "ddak",
+    overwrite: bool = False,
+    verify: bool = True,
+    seed: int = 0,
+    stage: StageHook | None = None,
+    notice: Callable[[str], None] | None = None,
+) -> SplitResult:
+    """Split the dataset's rows over `machines` and write one layout per machine plus the cluster manifest
+    at `out` (moment.placement.split). The hottest rows go to every machine: `replicate` of them (GiB or a
+    share of the features, as --gpu-cache), by default as many as the smallest machine's GPU and CPU caches
+    hold; the rest are dealt out by hotness. Each machine's rows are placed on its own hardware as `place`
+    places a whole dataset (the plan `moment plan` recommends for it, re-evaluated, and `policy`)."""
+    from moment.locking import locked
+    from moment.outputs import publish_dir
+    from moment.placement import PlanRef, write_layout
+    from moment.placement import split as sp
+    from moment.placement.assignment import hotness_order
+    from moment.placement.layout import SplitPart
+    from moment.placement.manifest import RemoteBin, SplitRef, row_format
+    from moment.placement.reader import load_manifest
+    from moment.workload.sampler import DEFAULT_FANOUTS
+    from moment.workload.spec import default_batch_size
+
+    check_choices(policy, pool)
+    fanouts = None if fanouts is None else [int(x) for x in fanouts]
+    if fanouts is not None and (not fanouts or any(x <= 0 for x in fanouts)):
+        raise MomentError(f"--fanouts must be positive integers like 25,10 (got {fanouts})")
+    for flag, value in (("--epochs", epochs), ("--batches", batches), ("--batch-size", batch_size)):
+        check_at_least(flag, value)
+    check_seed(seed)
+    if len(machines) < 2:
+        raise MomentError(f"a split needs at least 2 machines, got {len(machines)}",
+                          hint="for one machine, `moment place` without --machines writes its layout")
+    names = [m.name for m in machines]
+    sp.check_names(names)
+    out = Path(out)
+    ds = dataset if isinstance(dataset, GraphDataset) else GraphDataset.open(dataset)
+    check_output(out, "--out", directory=True)
+    if exists(out) and not overwrite:
+        raise MomentError("layout already exists", source=str(out), hint="pass --overwrite to replace it")
+    for m in machines:  # every machine's caches must fit its memories
+        gpu_spec, cpu_spec = pl.check_caches(ds, m.topology, m.inventory, gpu_cache, cpu_cache)
+    rep_spec = pl.parse_cache(replicate, "--replicate")
+    gpus_total = sum(max(pl.device_counts(m.topology, m.inventory)[0], 1) for m in machines)
+    defaults = (list(DEFAULT_FANOUTS), default_batch_size(len(ds.train_idx), gpus_total))
+    if hotness is not None:
+        source = "hotness" if isinstance(hotness, Hotness) else str(hotness)
+        hotness = hotness if isinstance(hotness, Hotness) else Hotness.load(hotness)
+        hotness.check_dataset(ds, source=source)
+        fanouts, batch_size = hotness.sampled_as(fanouts, batch_size, source=source)
+    fanouts = fanouts or defaults[0]
+    batch_size = batch_size if batch_size is not None else defaults[1]
+    stage = stage or (lambda name, label: nullcontext(None))
+    partial, old_aside = sp.split_paths(out.absolute())
+
+    with locked(out, "layout"):
+        sp.recover(out)  # what a killed write left
+        if exists(out):
+            sp.check_split_replaceable(out)
+        timings: dict[str, float] = {}
+        verified = _verify_dataset(ds, verify, stage, notice, timings)
+        hot = _hotness(ds, hotness, fanouts, batch_size, epochs, batches, seed, stage, timings)
+        reads = hot.feature_reads
+        order = hotness_order(reads)
+        n = ds.num_nodes
+        fmt = row_format(ds.row_bytes)
+
+        t = time.perf_counter()
+        plans: dict[tuple[str, str], Plan] = {}  # equal machines are planned once
+        per: list[tuple[Plan, pl.CacheRows, int, int]] = []
+        for m in machines:
+            gpu_gib, cpu_gib = pl.default_cache_gib(m.topology, m.inventory)
+            cache = pl.CacheRows(gpu=pl.cache_rows(gpu_spec, gpu_gib, ds), cpu=pl.cache_rows(cpu_spec, cpu_gib, ds))
+            n_gpus, n_sockets = pl.device_counts(m.topology, m.inventory)
+            key = (m.topology.model_dump_json(), m.inventory.describe())
+            if key not in plans:
+                with stage("plan", f"solving candidates ({m.name})") as cb:
+                    plans[key] = pl.recommended_plan(m.topology, m.inventory, progress=cb)
+            wl = pl.workload_from_hotness(ds, hot, cache.gpu, cache.cpu, n_gpus, n_sockets, fanouts, batch_size,
+                                          order=order)
+            per.append((pl.replan(plans[key], m.topology, wl), cache, n_gpus, n_sockets))
+        timings["plan_s"] = time.perf_counter() - t
+        if rep_spec is not None:
+            replicated, rep_source = pl.cache_rows(rep_spec, 0.0, ds), f"--replicate {replicate}"
+        else:
+            replicated = min(c.gpu * g + c.cpu * k for _, c, g, k in per)
+            rep_source = "the rows the smallest machine's GPU and CPU caches hold"
+        replicated = min(replicated, n)
+        owners = sp.split_rows(order, len(machines), replicated)
+        notes = []
+        if replicated >= n:
+            notes.append("every row is replicated on every machine: no machine reads rows from another "
+                         "(a smaller --replicate splits them)")
+
+        partial.mkdir(parents=True)
+        try:
+            owners_sum = sp.write_owners(partial / sp.OWNERS, owners)
+            sid = sp.split_id(ds.dataset_id, owners_sum.sha256, names)
+            parts = []
+            t = time.perf_counter()
+            for k, (m, (plan, cache, _, _)) in enumerate(zip(machines, per, strict=True)):
+                held = sp.held_by(owners, k)
+                pos = np.full(n, -1, np.int64)
+                pos[held] = np.arange(held.shape[0])
+                local_order = pos[order]
+                local_order = local_order[local_order >= 0]
+                bins = pl.bins_from_plan(plan, m.topology, cache=cache, row_bytes=ds.row_bytes, ssd_stride=fmt.stride)
+                a, _, _ = pl.run_policies(reads[held], bins, pool=pool, order=local_order, required=policy,
+                                          only=True)
+                remote = [(j, np.flatnonzero(owners == j).astype(np.int64)) for j in range(len(machines)) if j != k]
+                ref = SplitRef(id=sid, machine=k, machines=names, replicated_rows=replicated,
+                               remote=[RemoteBin(machine=j, name=names[j], rows=int(r.shape[0])) for j, r in remote])
+                extra = {"hardware": pl.hardware_record(plan, pl.RECOMMENDED),
+                         "predicted_epoch_read_s": plan.predicted.epoch_read_s,
+                         "achieved_shares": dict(zip(bins.names, a[policy].achieved_shares().tolist()))}
+                with stage("write", f"writing {m.name}'s layout") as progress:
+                    path = write_layout(
+                        partial / m.name, ds.file("features"), a[policy], progress=progress,
+                        plan=PlanRef(machine=plan.machine, placement=plan.placement, policy=policy,
+                                     pool=a[policy].pool if policy == "ddak" else None),
+                        dataset_checksum=ds.manifest.files["features"].sha256, dataset_id=ds.dataset_id,
+                        manifest_extra=extra, split=SplitPart(held, order, ref, [r for _, r in remote]))
+                lm = load_manifest(path)
+                parts.append(sp.MachinePart(
+                    index=k, name=m.name, layout=m.name, layout_id=lm.layout_id(), machine=plan.machine,
+                    inventory=plan.inventory, owned_rows=int((owners == k).sum()), held_rows=int(held.shape[0]),
+                    bytes=sum(x.bytes for x in lm.shards),
+                    remote_read_share=sp.remote_read_share(owners, reads, k)))
+            timings["write_s"] = time.perf_counter() - t
+            ref_ds = lm.dataset
+            sp.write_cluster_manifest(partial, sp.ClusterManifest(
+                created_by="", id=sid, dataset=ref_ds, replicated_rows=replicated, machines=parts, owners=owners_sum))
+            old = publish_dir(partial, out, "split", aside=old_aside)
+        except BaseException as e:
+            shutil.rmtree(partial, ignore_errors=True)
+            if isinstance(e, OSError):  # a full disk: one message, nothing left behind
+                from moment.outputs import write_error
+
+                raise write_error(e, out, "--out", doing="cannot write the split") from None
+            raise
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    return SplitResult(
+        split=str(out), cluster_manifest=str(out / sp.CLUSTER_MANIFEST), id=sid, policy=policy, dataset=str(ds.path),
+        dataset_verified=verified, num_nodes=n, replicated_rows=replicated, replicated_source=rep_source,
+        machines=[x.model_dump(mode="json") | {"layout": str(out / x.layout)} for x in parts],
+        presample={"batches": hot.num_batches, "unique_ratio": hot.unique_ratio, "batch_size": batch_size,
+                   "fanouts": fanouts, "seed": seed},
+        timings=timings, notes=notes)

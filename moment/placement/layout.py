@@ -37,6 +37,7 @@ import os
 import re
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -74,6 +75,7 @@ from moment.placement.manifest import (
     PlanRef,
     Progress,
     Shard,
+    SplitRef,
     row_format,
 )
 
@@ -289,6 +291,18 @@ def _save_npy(path: Path, arr: np.ndarray, rel: str) -> FileSum:
     return FileSum(path=rel, bytes=path.stat().st_size, sha256=sha256_file(path))
 
 
+@dataclass(frozen=True)
+class SplitPart:
+    """One machine's part of a split layout, as `write_layout` writes it: the assignment places the rows the
+    machine holds (its local node i is node `held[i]`), every other row goes to the remote bin of the
+    machine that owns it (`remote[j]`: node ids of `ref.remote[j]`, in slot order)."""
+
+    held: np.ndarray
+    order: np.ndarray  # every node id, hottest first: the layout's hotness order
+    ref: SplitRef
+    remote: list[np.ndarray]
+
+
 def write_layout(
     out_dir: str | Path,
     features_path: str | Path,
@@ -304,6 +318,7 @@ def write_layout(
     chunk_bytes: int = DEFAULT_CHUNK,
     batch_bytes: int = 32 << 20,
     overwrite: bool = False,
+    split: SplitPart | None = None,
 ) -> Path:
     """Write `assignment`'s layout of the features at `features_path` to `out_dir`; returns its path.
 
@@ -316,14 +331,17 @@ def write_layout(
     `progress(done_bytes, total_bytes)`; an exception from it aborts and removes the partial output.
     Everything that can be checked (sizes, paths, free space) is checked before anything is written.
     With `overwrite`, the old layout stays complete and valid until the new one is (see the module doc).
+    `split`: the layout is one machine's part of a split (`moment.placement.split`): `assignment` places
+    only the rows it holds.
     """
     out = Path(out_dir).absolute()
     feats = open_features(features_path)
     n = int(feats.shape[0])
     rows_u8 = feats.reshape(n, -1).view(np.uint8) if feats.ndim > 1 else feats.reshape(n, 1).view(np.uint8)
-    if assignment.num_nodes != n:
-        raise MomentError(f"the assignment places {assignment.num_nodes} nodes but the dataset has {n}",
-                          source=str(features_path))
+    placed = n if split is None else int(split.held.shape[0])
+    if assignment.num_nodes != placed:
+        raise MomentError(f"the assignment places {assignment.num_nodes} nodes but the "
+                          f"{'dataset' if split is None else 'machine'} has {placed}", source=str(features_path))
     if align is None:
         targets = [out.parent] + [Path(b.path) for b in assignment.bins if not b.is_cache and b.path is not None]
         align = max(block_size(t) for t in targets)
@@ -332,8 +350,14 @@ def write_layout(
         raise MomentError(f"checksum chunk ({chunk_bytes} B) must be a positive multiple of the alignment {align}")
     bins = assignment.bins
     nodes, starts = _group(assignment)
-    if int(starts[-1]) != n:
+    if int(starts[-1]) != placed:
         raise MomentError("the assignment is inconsistent (its order is not a permutation of the nodes)")
+    if split is not None:  # local ids -> node ids, then the remote bins' rows after the shards'
+        nodes = np.concatenate([split.held[nodes], *split.remote]).astype(np.int64)
+        starts = np.concatenate([starts, starts[-1] + np.cumsum([r.shape[0] for r in split.remote],
+                                                                dtype=np.int64)]).astype(np.int64)
+        if nodes.shape[0] != n or not (np.bincount(nodes, minlength=n) == 1).all():
+            raise MomentError("the split is inconsistent: the held and remote rows are not every node once")
     if dataset_id is None:
         dataset_id = _dataset_id_of(features_path)
     partial, _, stem = _layout_paths(out)
@@ -380,7 +404,7 @@ def write_layout(
         try:
             return _write(out, partial, ext_name, mounts, feats, rows_u8, features_path, assignment, fmt, nodes,
                           starts, plans, plan, dataset_checksum, dataset_id, manifest_extra, progress, chunk_bytes,
-                          batch_bytes)
+                          batch_bytes, split)
         except BaseException as e:
             _recover(out, mounts)
             if isinstance(e, OSError):  # a full disk or a failing device: one message, nothing left behind
@@ -404,7 +428,7 @@ def _dataset_id_of(features_path: str | Path) -> str | None:
 
 
 def _write(out, partial, ext_name, mounts, feats, rows_u8, features_path, a, fmt, nodes, starts, plans, plan,
-           dataset_checksum, dataset_id, manifest_extra, progress, chunk_bytes, batch_bytes) -> Path:
+           dataset_checksum, dataset_id, manifest_extra, progress, chunk_bytes, batch_bytes, split) -> Path:
     n = int(feats.shape[0])
     total = sum(p[4] for p in plans) + (0 if dataset_checksum else Path(features_path).stat().st_size)
     w = _Writer(total, progress)
@@ -428,7 +452,7 @@ def _write(out, partial, ext_name, mounts, feats, rows_u8, features_path, a, fmt
 
     index = np.full((n, 2), -1, dtype=np.int64)
     counts = np.diff(starts)
-    index[nodes, 0] = np.repeat(np.arange(len(a.bins), dtype=np.int64), counts)
+    index[nodes, 0] = np.repeat(np.arange(len(counts), dtype=np.int64), counts)  # a split's remote bins last
     index[nodes, 1] = np.arange(n, dtype=np.int64) - np.repeat(starts[:-1], counts)
     if (index[:, 0] < 0).any():
         raise MomentError("the assignment is inconsistent (some nodes have no bin)")
@@ -441,14 +465,14 @@ def _write(out, partial, ext_name, mounts, feats, rows_u8, features_path, a, fmt
         lists[b.name] = _save_npy(partial / rel, nodes[starts[i] : starts[i + 1]], rel)
 
     odt = np.int32 if n < 2**31 else np.int64
-    order_sum = _save_npy(partial / ORDER, a.order.astype(odt), ORDER)
+    order_sum = _save_npy(partial / ORDER, (a.order if split is None else split.order).astype(odt), ORDER)
     manifest = LayoutManifest(
         created_by=f"moment {moment.__version__}",
         plan=plan or PlanRef(policy=a.policy, pool=a.pool),
         dataset=DatasetRef(features_path=str(Path(features_path).absolute()), sha256=dataset_checksum,
                            id=dataset_id, num_nodes=n, row_shape=list(feats.shape[1:]), dtype=feats.dtype.str),
         row=fmt, bins=a.bins, shards=shards, index=index_sum, cache_lists=lists, order_file=order_sum,
-        extra=manifest_extra or {},
+        extra=manifest_extra or {}, split=split.ref if split is not None else None,
     )
     with atomic_file(partial / MANIFEST, text=True) as f:
         f.write(manifest.model_dump_json(indent=1))
@@ -517,6 +541,11 @@ def remove_layout(path: str | Path) -> RemoveReport:
         shutil.rmtree(partial)
         fsync_dir(out.parent)
     return RemoveReport(layout=str(given), removed_dirs=[str(given), *map(str, ext)], files=len(files), bytes=size)
+
+
+def layout_files(out: Path, m: LayoutManifest) -> set[str]:
+    """The paths (relative to the layout) of every file the manifest puts inside the layout at `out`."""
+    return _inside(out, m)
 
 
 def _inside(out: Path, m: LayoutManifest) -> set[str]:

@@ -15,7 +15,7 @@ import hashlib
 from collections.abc import Callable
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from moment.errors import MomentError
 from moment.placement.bins import BinSet
@@ -97,6 +97,47 @@ class DatasetRef(BaseModel):
     dtype: str
 
 
+class RemoteBin(BaseModel):
+    """Rows of a split layout that another machine owns (`moment place --machines`): they have index
+    entries (bin len(shards) + i, a slot among that machine's rows here) but no file on this machine."""
+
+    machine: int = Field(ge=0, description="the owning machine's index in the split")
+    name: str = Field(description="the owning machine's name")
+    rows: int = Field(ge=0)
+
+
+class SplitRef(BaseModel):
+    """What a machine's layout records of the split it belongs to (the cluster manifest says the rest)."""
+
+    id: str = Field(description="the split's identity: the same in every machine's layout and the cluster manifest")
+    machine: int = Field(ge=0, description="this machine's index in the split (its `moment train --node-rank`)")
+    machines: list[str] = Field(min_length=1, description="every machine's name, by index")
+    replicated_rows: int = Field(ge=0, description="the hottest rows, held by every machine")
+    remote: list[RemoteBin] = Field(description="the rows other machines own, one bin per other machine")
+
+    @model_validator(mode="after")
+    def _check(self) -> SplitRef:
+        n = len(self.machines)
+        if self.machine >= n:
+            raise ValueError(f"machine {self.machine} of a split of {n} machines")
+        owners = sorted(r.machine for r in self.remote)
+        if owners != [k for k in range(n) if k != self.machine]:
+            raise ValueError(f"the remote bins name machines {owners}, not every other machine of the {n}")
+        for r in self.remote:
+            if r.name != self.machines[r.machine]:
+                raise ValueError(f"remote bin of machine {r.machine} is named {r.name!r}, the split names it "
+                                 f"{self.machines[r.machine]!r}")
+        return self
+
+    @property
+    def name(self) -> str:
+        return self.machines[self.machine]
+
+    @property
+    def remote_rows(self) -> int:
+        return sum(r.rows for r in self.remote)
+
+
 class LayoutManifest(BaseModel):
     format: Literal["moment-layout"] = FORMAT
     schema_version: int = SCHEMA_VERSION
@@ -112,6 +153,7 @@ class LayoutManifest(BaseModel):
     order_file: FileSum | None = Field(None, description="node ids hottest first (pre-sampled hotness), .npy; "
                                                          "the runtime's static CPU cache takes a prefix")
     extra: dict[str, Any] = Field(default_factory=dict)
+    split: SplitRef | None = Field(None, description="a machine's part of a split layout; None: every row is here")
 
     def layout_id(self) -> str:
         """The layout's identity: sha256 over the checksums of its index, cache lists and shards. A copied
@@ -121,6 +163,8 @@ class LayoutManifest(BaseModel):
             h.update(f"list {name}={f.sha256}\n".encode())
         for s in sorted(self.shards, key=lambda s: s.bin):
             h.update(f"shard {s.bin}={','.join(s.chunk_sha256)}\n".encode())
+        if self.split is not None:
+            h.update(f"split {self.split.id} machine {self.split.machine}\n".encode())
         return h.hexdigest()
 
 
@@ -133,4 +177,6 @@ def layout_id(m: LayoutManifest) -> str:
     lines += [f"list {k}={f.sha256}" for k, f in sorted(m.cache_lists.items())]
     lines += [f"shard {s.bin}={s.rows}:" + hashlib.sha256("".join(s.chunk_sha256).encode()).hexdigest()
               for s in m.shards]
+    if m.split is not None:
+        lines.append(f"split={m.split.id}/{m.split.machine}")
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()

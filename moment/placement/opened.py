@@ -17,9 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
-from moment.placement.manifest import LayoutManifest, Shard
+from moment.placement.manifest import LayoutManifest, Shard, SplitRef
 from moment.placement.pack import PackManifest, load_pack, pack_index_bytes
-from moment.placement.reader import IndexCheck, damaged, load_manifest, order_problem, shard_path
+from moment.placement.reader import IndexCheck, bin_rows, damaged, load_manifest, order_problem, shard_path
 
 
 def index_dtypes(shards: int, most_rows: int) -> tuple[np.dtype, np.dtype]:
@@ -58,6 +58,16 @@ class Layout:
     def row_bytes(self) -> int:
         return self.manifest.row.row_bytes
 
+    @property
+    def split(self) -> SplitRef | None:
+        """This machine's part of a split layout (None: every row is here)."""
+        return self.manifest.split
+
+    @property
+    def nbins(self) -> int:
+        """Bins the index numbers: the shards, then a split layout's remote bins (one per other machine)."""
+        return len(self.manifest.shards) + (len(self.split.remote) if self.split else 0)
+
     def shards_of(self, kind: str) -> list[int]:
         """Indices of the shards of one kind ("gpu", "cpu", "ssd"), in layout order."""
         return [i for i, s in enumerate(self.manifest.shards) if s.kind == kind]
@@ -81,8 +91,8 @@ class Layout:
 
     def index_dtypes(self) -> tuple[np.dtype, np.dtype]:
         """(bin, slot) dtypes of the in-memory index: the smallest that hold every bin and slot."""
-        shards = self.manifest.shards
-        return index_dtypes(len(shards), max((s.rows for s in shards), default=0))
+        rows = bin_rows(self.manifest)
+        return index_dtypes(len(rows), max(rows, default=0))
 
     @property
     def index_bytes(self) -> int:

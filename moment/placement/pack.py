@@ -226,6 +226,14 @@ def pack_index_bytes(layout: str | Path, man: PackManifest) -> int:
     return max(Segments.stored_bytes(pack_path(layout) / f.index) for f in man.files)
 
 
+def refuse_split(layout: str | Path, m: LayoutManifest) -> None:
+    """A machine's part of a split layout gets no pack: its batches read rows that other machines own."""
+    if m.split is not None:
+        raise MomentError(f"this is machine {m.split.name}'s part of a layout split over {len(m.split.machines)} "
+                          "machines: its batches read rows other machines own, which a pack on this machine cannot "
+                          "hold", source=str(layout), hint="train it without a pack (--io-shape block, the default)")
+
+
 def write_pack(layout: str | Path, dataset: GraphDataset, *, world_size: int, batch_size: int,
                fanouts: Sequence[int], seed: int, epochs: int, cached_rows: int | None = None,
                budget_rows: Callable[[int], int] | None = None, overwrite: bool = False,
@@ -243,6 +251,7 @@ def write_pack(layout: str | Path, dataset: GraphDataset, *, world_size: int, ba
         raise ValueError("write_pack: give cached_rows or budget_rows")
     layout = Path(layout)
     m = load_manifest(layout)
+    refuse_split(layout, m)
     check_dataset(layout, m, dataset)
     dataset.check()  # the pack copies its feature rows: a changed copy of the dataset must not pass
     n = m.dataset.num_nodes

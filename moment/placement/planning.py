@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 from pydantic import ValidationError
 
-from moment.errors import MomentError, validation_error
+from moment.errors import Flag, MomentError, cli_flag, validation_error
 from moment.placement.assignment import Assignment, hotness_order
 from moment.placement.bins import Bin, BinSet
 from moment.planner.contracts import Evaluation, Plan
@@ -42,17 +42,19 @@ class CacheRows:
     cpu: int
 
 
-def parse_cache(text: str | None, what: str) -> tuple[str, float] | None:
-    """`--gpu-cache 8` (GiB) or `--gpu-cache 10%` (of the dataset's feature bytes) -> (unit, value)."""
+def parse_cache(text: str | None, what: str, field: str | None = None) -> tuple[str, float] | None:
+    """`--gpu-cache 8` (GiB) or `--gpu-cache 10%` (of the dataset's feature bytes) -> (unit, value).
+    `what`: the input as the caller spells it; `field`: its name (for the service)."""
     if text is None:
         return None
     m = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(%|gib|GiB|g|G)?\s*", text)
     if not m:
-        raise MomentError(f"{what} {text!r}: expected GiB (e.g. 8 or 0.5) or a share of the dataset (e.g. 10%)")
+        raise MomentError(f"{what} {text!r}: expected GiB (e.g. 8 or 0.5) or a share of the dataset (e.g. 10%)",
+                          field=field)
     value = float(m.group(1))
     if m.group(2) == "%":
         if value > 100:
-            raise MomentError(f"{what} {text!r}: a share of the dataset must be at most 100%")
+            raise MomentError(f"{what} {text!r}: a share of the dataset must be at most 100%", field=field)
         return "share", value / 100
     return "gib", value
 
@@ -87,20 +89,27 @@ def default_cache_gib(topo: Topology, inventory: Inventory, gpu_fraction: float 
     return (gpu_fraction * gpu[0] if gpu else 0.0), (cpu_fraction * socket[0] if socket else 0.0)
 
 
-def check_cache_fits(spec: tuple[str, float] | None, flag: str, text: str | None, memory: tuple[float, str] | None,
-                     dataset: GraphDataset) -> None:
-    """Refuse a cache larger than the memory it lives in (a share of the dataset counts as its bytes)."""
-    if spec is None or memory is None:
-        return
-    feature_bytes = dataset.num_nodes * dataset.row_bytes
-    want = spec[1] * feature_bytes if spec[0] == "share" else spec[1] * GiB
-    gib, name = memory
-    if want > gib * GiB:
-        of = f" ({want / GiB:.2f} GiB of this dataset's features)" if spec[0] == "share" else ""
-        default = GPU_CACHE_DEFAULT if flag == "--gpu-cache" else CPU_CACHE_DEFAULT
-        raise MomentError(f"{flag} {text!r}{of} is larger than the {gib:g} GiB of memory of {name}",
-                          hint=f"give at most {gib:g} (GiB) or {min(100.0, 100 * gib * GiB / feature_bytes):.3g}%; "
-                               f"the default is {default:.0%} of that memory")
+def check_caches(dataset: GraphDataset, topology: Topology, inventory: Inventory, gpu_cache: str | None,
+                 cpu_cache: str | None, *, flag: Flag = cli_flag) -> tuple[tuple[str, float] | None, ...]:
+    """The GPU and CPU caches' sizes (`parse_cache`), each refused when larger than the memory it lives in
+    (a share of the dataset counts as its bytes): checked before any work, by `place` and the service."""
+    specs = []
+    gpu_memory, socket_memory = smallest_memories(topology, inventory)
+    for key, text, memory, default in (("gpu_cache", gpu_cache, gpu_memory, GPU_CACHE_DEFAULT),
+                                       ("cpu_cache", cpu_cache, socket_memory, CPU_CACHE_DEFAULT)):
+        spec = parse_cache(text, flag(key), key)
+        specs.append(spec)
+        if spec is None or memory is None:
+            continue
+        feature_bytes = dataset.num_nodes * dataset.row_bytes
+        want = spec[1] * feature_bytes if spec[0] == "share" else spec[1] * GiB
+        gib, name = memory
+        if want > gib * GiB:
+            of = f" ({want / GiB:.2f} GiB of this dataset's features)" if spec[0] == "share" else ""
+            raise MomentError(f"{flag(key)} {text!r}{of} is larger than the {gib:g} GiB of memory of {name}",
+                              hint=f"give at most {gib:g} (GiB) or {min(100.0, 100 * gib * GiB / feature_bytes):.3g}%;"
+                                   f" the default is {default:.0%} of that memory", field=key)
+    return tuple(specs)
 
 
 def device_counts(topo: Topology, inventory: Inventory) -> tuple[int, int]:
@@ -324,12 +333,13 @@ POLICIES = ("ddak", "hash", "degree")
 
 def run_policies(
     hotness: np.ndarray, bins: BinSet, *, pool: int | None = 100, order: np.ndarray | None = None,
-    required: str = "ddak",
+    required: str = "ddak", only: bool = False,
 ) -> tuple[dict[str, Assignment], dict[str, str], dict[str, float]]:
     """Run DDAK and the baselines on the same hotness and bins: (assignments, errors, seconds).
 
     A baseline that cannot place the nodes (hash overfilling an SSD) is reported in `errors`; the
-    `required` policy (the one to be written) raises instead. `pool=None`: `auto_pool`.
+    `required` policy (the one to be written) raises instead. `pool=None`: `auto_pool`. `only`: run the
+    required policy alone (no comparison wanted).
     """
     import time
 
@@ -349,7 +359,7 @@ def run_policies(
     out: dict[str, Assignment] = {}
     errors: dict[str, str] = {}
     seconds: dict[str, float] = {}
-    for name in POLICIES:
+    for name in (required,) if only else POLICIES:
         t = time.perf_counter()
         try:
             out[name] = run[name]()

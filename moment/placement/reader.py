@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
-from moment.documents import mistaken
+from moment.documents import mistaken, mistaken_dir
 from moment.errors import MomentError, validation_error
 from moment.inputs import check_dir, exists, read_text
 from moment.outputs import bad_chunk, sha256_file
@@ -26,6 +26,10 @@ from moment.placement.pack import load_pack, pack_problems
 
 if TYPE_CHECKING:
     from moment.workload.graph import GraphDataset
+
+
+#: the cluster manifest of a split layout (moment.placement.split owns the format)
+CLUSTER_MANIFEST = "cluster.json"
 
 
 class VerifyReport(BaseModel):
@@ -51,7 +55,12 @@ def load_manifest(path: str | Path) -> LayoutManifest:
     check_dir(p, "layout directory")
     mf = p / MANIFEST
     if not mf.is_file():
-        raise MomentError("no manifest.json: not a complete layout", source=str(p))
+        if (p / CLUSTER_MANIFEST).is_file():  # moment.placement.split's directory
+            raise MomentError(f"this is a layout split over several machines ({CLUSTER_MANIFEST}), not one machine's "
+                              "layout", source=str(p),
+                              hint=f"train (or pack) with one machine's layout, --layout {p}/NAME (the machines are in "
+                                   f"{CLUSTER_MANIFEST}); `moment layout verify/info/rm` take the split directory")
+        raise mistaken_dir(p, "layout") or MomentError("no manifest.json: not a complete layout", source=str(p))
     try:
         head = json.loads(read_text(mf, "layout manifest"))
     except (ValueError, RecursionError) as e:
@@ -170,11 +179,13 @@ class IndexCheck:
 
     def __init__(self, m: LayoutManifest):
         self.m = m
-        self.rows = np.array([s.rows for s in m.shards], dtype=np.int64)
+        self.names = bin_names(m)
+        self.rows = np.array(bin_rows(m), dtype=np.int64)
         self.base = np.concatenate(([0], np.cumsum(self.rows)[:-1])).astype(np.int64)
         n, total = m.dataset.num_nodes, int(self.rows.sum())
         self.seen = np.zeros(total, dtype=bool)
-        self._problem = None if total == n else f"the shards hold {total} rows for {n} nodes"
+        self._problem = None if total == n else (f"the shards{' and remote bins' if m.split else ''} hold {total} "
+                                                 f"rows for {n} nodes")
         for s in m.shards:  # and each shard's rows within its bytes (a run checks the file has them)
             if s.rows < 0 or s.rows * s.stride > s.bytes:
                 self._problem = f"bin {s.bin} has {s.rows} rows of {s.stride} B, more than its {s.bytes} B"
@@ -193,8 +204,9 @@ class IndexCheck:
         bad = (slot < 0) | (slot >= self.rows[b])
         if bad.any():
             i = int(np.argmax(bad))
-            s = self.m.shards[int(b[i])]
-            self._problem = f"node {start + i} is at row {int(slot[i])} of bin {s.bin}, which holds {s.rows} rows"
+            k = int(b[i])
+            self._problem = (f"node {start + i} is at row {int(slot[i])} of bin {self.names[k]}, which holds "
+                             f"{int(self.rows[k])} rows")
             return
         self.seen[self.base[b] + slot] = True
 
@@ -204,6 +216,16 @@ class IndexCheck:
             self._problem = (f"some nodes share a row ({int((~self.seen).sum())} of the shards' rows belong to "
                              "no node)")
         return self._problem
+
+
+def bin_names(m: LayoutManifest) -> list[str]:
+    """The names of the bins the index numbers: the shards, then (a split layout) the remote bins."""
+    return [s.bin for s in m.shards] + [f"remote:{r.name}" for r in (m.split.remote if m.split else [])]
+
+
+def bin_rows(m: LayoutManifest) -> list[int]:
+    """Rows of each bin the index numbers (`bin_names` order)."""
+    return [s.rows for s in m.shards] + [r.rows for r in (m.split.remote if m.split else [])]
 
 
 def damaged(what: str, why: str, path: Path) -> MomentError:
@@ -289,19 +311,30 @@ class LayoutReader:
         """(bin index, byte offset in that bin's shard file) of each node."""
         ids = self._ids(node_ids)
         ent = np.asarray(self.index[ids])
+        self._refuse_remote(ids, ent[:, 0])
         strides = np.array([s.stride for s in self.manifest.shards], dtype=np.int64)
         return ent[:, 0], ent[:, 1] * strides[ent[:, 0]]
 
     def rows(self, node_ids) -> np.ndarray:
-        """Features of `node_ids`, shape (len, *row_shape), bit-exact with the dataset."""
+        """Features of `node_ids`, shape (len, *row_shape), bit-exact with the dataset (a split layout: only
+        of the rows this machine holds)."""
         ids = self._ids(node_ids)
         ent = np.asarray(self.index[ids])
+        self._refuse_remote(ids, ent[:, 0])
         rb = self.manifest.row.row_bytes
         out = np.empty((ids.shape[0], rb), dtype=np.uint8)
         for b in np.unique(ent[:, 0]).tolist():
             sel = ent[:, 0] == b
             out[sel] = self._map(b)[ent[sel, 1], :rb]
         return out.view(self.dtype).reshape((ids.shape[0], *self.row_shape))
+
+    def _refuse_remote(self, ids: np.ndarray, bins: np.ndarray) -> None:
+        far = bins >= len(self.manifest.shards)
+        if far.any():
+            i = int(np.argmax(far))
+            owner = bin_names(self.manifest)[int(bins[i])].removeprefix("remote:")
+            raise MomentError(f"node {int(ids[i])} is on machine {owner}: this is machine "
+                              f"{self.manifest.split.name}'s part of a split layout", source=str(self.path))
 
     def _ids(self, node_ids) -> np.ndarray:
         ids = np.asarray(node_ids, dtype=np.int64).reshape(-1)

@@ -52,11 +52,12 @@ def check_data(data: str | None, *, flag: Flag = cli_flag) -> str:
 def check_one_inventory(inventory: bool, *, flag: Flag = cli_flag, **given: Any) -> None:
     """An inventory names every device, so counts or models given beside it (`gpus=3`, `ssd_model=...`;
     None: not given) would be ignored: refused, naming both."""
-    named = [flag(k) for k, v in given.items() if v is not None]
+    named = [k for k, v in given.items() if v is not None]
     if inventory and named:
-        raise MomentError(f"{flag('inventory')} lists every device to place, so {', '.join(named)} would be "
-                          "ignored: give one or the other",
-                          hint=f"e.g. {flag('inventory')} 2xA100,4xP5510 alone, or {flag('gpus')} 2 {flag('ssds')} 4")
+        raise MomentError(f"{flag('inventory')} lists every device to place, so {', '.join(map(flag, named))} would "
+                          "be ignored: give one or the other",
+                          hint=f"e.g. {flag('inventory')} 2xA100,4xP5510 alone, or {flag('gpus')} 2 {flag('ssds')} 4",
+                          field=named[0])
 
 
 def parse_inventory(spec: str | None, gpus: int, ssds: int | None, gpu_model: str | None = None,
@@ -91,15 +92,15 @@ def _model(name: str, what: str, flag: Flag, kind=None):
     """The catalogue's model; an unknown one, or one of another kind than `kind`, is an error naming the
     input that gave it."""
     from moment.topology.devices import CATALOG, find_model
+    from moment.topology.model import A_KIND
 
     try:
         m = find_model(name)
     except MomentError as e:
         raise MomentError(f"{flag(what)}: unknown device model {name!r}", hint=e.hint, field=what) from None
     if kind is not None and m.kind != kind:
-        noun = {"gpu": "a GPU", "ssd": "an SSD", "nic": "a NIC"}
         models = ", ".join(c.name for c in CATALOG if c.kind == kind)
-        raise MomentError(f"{flag(what)} {name}: {m.name} is {noun[m.kind.value]}, not {noun[kind.value]}",
+        raise MomentError(f"{flag(what)} {name}: {m.name} is {A_KIND[m.kind]}, not {A_KIND[kind]}",
                           hint=f"{kind.value.upper()} models: {models} (`moment models` lists them all)", field=what)
     return m
 

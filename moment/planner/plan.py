@@ -26,7 +26,7 @@ from moment.planner.network import ChassisTemplate
 from moment.planner.solution import Solution
 from moment.planner.tiebreak import TIE_REL, preference_arrays
 from moment.topology.devices import Inventory, fits, strip
-from moment.topology.model import Kind, Topology
+from moment.topology.model import A_KIND, Kind, Topology
 from moment.workload.spec import WorkloadSpec
 
 #: candidates per HiGHS call
@@ -50,7 +50,7 @@ def _check_inventory(bare: Topology, inventory: Inventory) -> None:
         room = sum(fits(s, m) for s in free)
         if count > room:
             raise MomentError(
-                f"{count} x {m.name} need {count} free slots that take a {m.kind.value} "
+                f"{count} x {m.name} need {count} free slots that take {A_KIND[m.kind]} "
                 f"(x{m.lanes} or wider), but {bare.name!r} has only {room}",
                 field="gpus" if m.kind == Kind.gpu else "ssds")
     needed = sum(c for _, c in models)

@@ -254,6 +254,8 @@ class RunShape:
     agent_bytes: int
     pack_index_bytes: int = 0
     exchange_bytes: int = 0  # one round of the peer exchange (RowExchange.round_bytes); 0: no peer tier
+    remote_exchange_bytes: int = 0  # one round of the remote exchange (remote_tier.round_bytes); 0: no remote tier
+    remote_reader_bytes: int = 0  # the remote tier's serving reader (remote_tier.reader_bytes)
 
 
 @dataclass
@@ -286,6 +288,10 @@ def _charge_fixed(b: MemoryBudget, r: RunShape) -> tuple[MemoryBudget, Item, int
     b.charge("staging", r.staging_bytes, note="reader windows")
     if r.exchange_bytes:
         b.charge("peer exchange", r.exchange_bytes, note="one round's keys and rows, asked and served")
+    if r.remote_exchange_bytes:
+        b.charge("remote exchange", r.remote_exchange_bytes, note="one round with the other machines, asked and served")
+    if r.remote_reader_bytes:
+        b.charge("remote reader", r.remote_reader_bytes, note="staging of the rows served to other machines")
     if r.pack_index_bytes:
         b.charge("pack index", r.pack_index_bytes, note="this rank's packed segments (moment data pack)")
     min_buffers = 2 * feat

@@ -136,7 +136,7 @@ class DiskTier(Tier):
             return
         f, off = self.layout_rows.locate(ids)
         if self.verify:
-            self._verify_chunks(f, off)
+            self.verify_chunks(f, off)
         job = Job(f, off, SHAPES["block"], dest=dest[: ids.shape[0]])
         self.reader.submit(job).wait()
 
@@ -191,7 +191,7 @@ class DiskTier(Tier):
             f, off = self.layout_rows.locate(u)
             self._rows_by_bin += np.bincount(self.layout_rows.bin[u], minlength=self._rows_by_bin.shape[0])
             if self.verify:
-                self._verify_chunks(f, off)
+                self.verify_chunks(f, off)
             if self.segments is not None:
                 self._from_pack(grp, u, f, off)
             job = Job(f, off, self.shape)
@@ -213,7 +213,8 @@ class DiskTier(Tier):
             todo &= ~found
             self.packed += int(found.sum())
 
-    def _verify_chunks(self, bb: np.ndarray, off: np.ndarray) -> None:
+    def verify_chunks(self, bb: np.ndarray, off: np.ndarray) -> None:
+        """Check the shard chunks rows at (bin, offset) touch, each the first time (--verify)."""
         for bi in np.unique(bb).tolist():
             s = self.manifest.shards[bi]
             done = self._verified.setdefault(bi, np.zeros(len(s.chunk_sha256), dtype=bool))

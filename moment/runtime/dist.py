@@ -2,8 +2,9 @@
 
 Why the environment: torchrun (standalone or with --nnodes/--rdzv-endpoint) hands every rank its
 RANK, WORLD_SIZE, MASTER_ADDR/PORT; nothing here picks a port (see `_attempt_store` for the one
-thing added on top of env://). Without torchrun (no WORLD_SIZE, or 1) the
-run is a plain single process and every collective is a no-op.
+thing added on top of env://). Under `moment train --nnodes N` the ranks number themselves by machine
+(moment.runtime.rendezvous: rank = node rank x ranks per machine + local rank). Without torchrun (no
+WORLD_SIZE, or 1) the run is a plain single process and every collective is a no-op.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import torch.distributed as dist
 from moment.errors import MomentError
 from moment.runtime.devices import RankDevice, assign, check_local_ranks, cuda_pci_addresses
 from moment.runtime.exchange import ExchangeGroup
+from moment.runtime.rendezvous import NNODES_ENV, NODE_RANK_ENV, RankFacts, machine_ranks
 
 
 class AgreedError(MomentError):
@@ -40,6 +42,9 @@ class DistContext:
     backend: str | None  # None: single process, no process group
     serves: RankDevice | None = None  # the plan GPUs this rank serves and how its device was chosen
     groups: list[ExchangeGroup] = field(default_factory=list, repr=False)  # made by peer_group, released at close
+    nnodes: int = 1  # machines in the run
+    node_rank: int = 0  # this rank's machine (rank // local_world_size)
+    node_group: Any = field(default=None, repr=False)  # this machine's ranks (several machines, several ranks each)
 
     @property
     def is_main(self) -> bool:
@@ -53,6 +58,16 @@ class DistContext:
         if self.backend:
             dist.barrier()
 
+    def local_barrier(self) -> None:
+        """This machine's ranks wait for each other (a shared segment is made before they map it). Not the
+        world's barrier: whether a machine's ranks share a segment is that machine's own decision."""
+        if not self.backend or self.local_world_size < 2:
+            return
+        if self.nnodes == 1:
+            dist.barrier()
+        else:
+            dist.barrier(group=self.node_group)
+
     def all_reduce(self, t: torch.Tensor, op: str = "sum") -> torch.Tensor:
         if not self.backend:
             return t
@@ -60,6 +75,14 @@ class DistContext:
         x = t.to(dev)
         dist.all_reduce(x, op={"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}[op])
         return x.to(t.device)
+
+    def broadcast_object(self, obj: Any) -> Any:
+        """Rank 0's `obj` on every rank (the others' are ignored)."""
+        if not self.backend:
+            return obj
+        box = [obj if self.is_main else None]
+        dist.broadcast_object_list(box, src=0, device=self.device if self.backend == "nccl" else None)
+        return box[0]
 
     def all_gather_object(self, obj: Any) -> list[Any]:
         if not self.backend:
@@ -81,6 +104,19 @@ class DistContext:
         self.groups.append(ExchangeGroup(mine, tuple(nodes[self.rank // lws]), self.rank, dev))
         return self.groups[-1]
 
+    def remote_group(self) -> ExchangeGroup | None:
+        """The ranks with this rank's local rank on every machine, in machine order, as their own process group:
+        the remote tier's exchange (member j is machine j); None on one machine. Collective: every rank of the
+        world calls it (each makes every local rank's group), at the same point of start-up."""
+        if not self.backend or self.nnodes < 2:
+            return None
+        lws = self.local_world_size
+        groups = [[m * lws + lr for m in range(self.nnodes)] for lr in range(lws)]
+        mine, _ = dist.new_subgroups_by_enumeration(groups)
+        dev = self.device if self.backend == "nccl" else torch.device("cpu")
+        self.groups.append(ExchangeGroup(mine, tuple(groups[self.local_rank]), self.rank, dev))
+        return self.groups[-1]
+
     def on_main(self, fn: Callable[[], Any]) -> None:
         """Run `fn` on rank 0 only (a write); its MomentError is raised on every rank as an AgreedError, so
         no rank is left waiting for one that stopped (and seeing only a lost connection)."""
@@ -97,6 +133,7 @@ class DistContext:
     def close(self) -> None:
         for g in self.groups:
             g.release()
+        self.node_group = None
         if self.backend and dist.is_initialized():
             dist.destroy_process_group()
 
@@ -106,7 +143,10 @@ def _attempt_store(rank: int, world: int) -> dist.Store:
 
     Why not plain env://: after a `--max-restarts` restart the agent's store still holds the previous
     attempt's gloo addresses under the same keys, and a fast new rank connects to a dead peer
-    (observed with torch 2.13 + gloo). A per-attempt prefix keeps attempts apart.
+    (observed with torch 2.13 + gloo). A per-attempt prefix keeps attempts apart. Where the agents do not
+    share their store (`moment train --nnodes`: TORCH_DISABLE_SHARE_RDZV_TCP_STORE, see
+    moment.runtime.rendezvous), rank 0 hosts a new one for each round and no prefix is needed: the
+    agents' attempt counts differ there (a restart caused by another machine is not counted).
     """
     import datetime
 
@@ -118,8 +158,23 @@ def _attempt_store(rank: int, world: int) -> dist.Store:
     agent = env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
     store = dist.TCPStore(host, port, world, is_master=(rank == 0 and not agent),
                           timeout=datetime.timedelta(minutes=10), wait_for_workers=False)
-    attempt = env.get("TORCHELASTIC_RESTART_COUNT", "0")
+    attempt = env.get("TORCHELASTIC_RESTART_COUNT", "0") if agent else "new"
     return dist.PrefixStore(f"moment/attempt_{attempt}", store)
+
+
+def _machine_rank(store: dist.Store, rank: int, world: int, facts: RankFacts) -> int:
+    """This rank's number by machine (moment.runtime.rendezvous.machine_ranks), agreed through the store before
+    the process group exists; the machines' disagreeing flags are one AgreedError on every rank."""
+    import datetime
+
+    store.set(f"machine/{rank}", facts.encode())
+    keys = [f"machine/{r}" for r in range(world)]
+    store.wait(keys, datetime.timedelta(minutes=10))
+    table = [RankFacts.decode(store.get(k).decode()) for k in keys]
+    try:
+        return machine_ranks(table)[rank]
+    except MomentError as e:
+        raise AgreedError.of(e) from None
 
 
 def import_before_group() -> None:
@@ -172,6 +227,21 @@ def setup(device: str | None = None, gpu_bins: Sequence[tuple[str, str | None]] 
         if not dist.is_initialized():
             import_before_group()
             kw = {"device_id": dev} if dev.type == "cuda" else {}
-            dist.init_process_group(backend=backend, store=_attempt_store(rank, world), rank=rank,
-                                    world_size=world, **kw)
-    return DistContext(rank, local_rank, world, local_world, dev, backend, serves)
+            store = _attempt_store(rank, world)
+            node = env.get(NODE_RANK_ENV, "")
+            if node.isdigit():  # `moment train --nnodes`: number the ranks by machine
+                import socket
+
+                rank = _machine_rank(store, rank, world, RankFacts(int(node), int(env.get(NNODES_ENV, "1")),
+                                                                   local_rank, local_world, backend,
+                                                                   socket.gethostname()))
+                env["RANK"] = str(rank)  # what this rank is called in its messages
+            dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world, **kw)
+        else:
+            rank = dist.get_rank()
+    lws = max(local_world, 1)
+    ctx = DistContext(rank, local_rank, world, local_world, dev, backend, serves, nnodes=max(world // lws, 1),
+                      node_rank=rank // lws)
+    if backend and ctx.nnodes > 1 and lws > 1:  # every rank makes every machine's group, at set-up
+        ctx.node_group, _ = dist.new_subgroups_by_enumeration([list(range(a, a + lws)) for a in range(0, world, lws)])
+    return ctx

@@ -40,7 +40,7 @@ def load_gpu_rows(rows: LayoutRows, bins: Sequence[GpuRows],
                   read: Callable[[int, int], np.ndarray]) -> tuple[TierMap, np.ndarray]:
     """The tier's map and rows (host memory): each bin's first rows as the plan carved them, read by
     `read(shard, k)` (the layout's first k rows of a shard's file)."""
-    nb = len(rows.manifest.shards)
+    nb = rows.nbins  # a split layout's remote bins too: the tier holds none of their rows
     base, limit = np.zeros(nb, np.int64), np.zeros(nb, np.int64)
     table = np.empty((sum(g.rows for g in bins), rows.row_bytes), np.uint8)
     start = 0

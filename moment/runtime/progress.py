@@ -83,3 +83,13 @@ class Reporter:
             f"done: {m['epochs']} epochs, val accuracy {m['val_accuracy']:.4f}, {m['seeds_per_s']:,.0f} seeds/s "
             f"on {m['world_size']} rank(s)\n  stages (mean per rank): {stages}; limiting: {m['limiting_stage']}\n"
             f"  read: {tiers}; I/O backend {m['backend']}")
+        if any(x["remote_rows"] or x["remote_served_rows"] for x in m.get("machines") or []):
+            self.console.print("  machines: " + "; ".join(map(_machine_line, m["machines"])), highlight=False,
+                               soft_wrap=True)
+
+
+def _machine_line(x: dict[str, Any]) -> str:
+    """One machine's remote reads in the summary (`moment.runtime.train.machines_of`)."""
+    name = f"node {x['node_rank']}" + (f" ({x['machine']})" if x["machine"] else "")
+    return (f"{name}: {x['remote_rows']:,} rows ({x['remote_bytes'] / 1e6:,.1f} MB, {x['remote_share']:.1%}) from the "
+            f"others, {x['remote_served_rows']:,} served to them")

@@ -89,6 +89,7 @@ class TierPlan(_Frozen):
     buffer_bytes: int  # read buffers per rank
     window: int
     peer_tier: bool
+    remote_tier: bool = False  # a split layout: other machines' rows come from their owners
     io_backend: str | None
     queue_depth: int
     direct: bool
@@ -98,6 +99,19 @@ class TierPlan(_Frozen):
     @property
     def io_shape(self) -> Shape:
         return SHAPES[self.shape].limited(self.merge_gap, self.max_request)
+
+
+class SplitPlan(_Frozen):
+    """This machine's part of a layout split over machines (moment.placement.split): what its remote tier
+    fetches from whom."""
+
+    id: str
+    machine: int  # this machine's index: its --node-rank
+    name: str
+    machines: tuple[str, ...]
+    replicated_rows: int  # held by every machine
+    held_rows: int  # in this machine's layout
+    remote_rows: dict[str, int]  # per other machine, the rows it owns
 
 
 class StorePlan(_Frozen):
@@ -167,6 +181,7 @@ class RunPlan(_Frozen):
     tiers: TierPlan
     ranks: tuple[RankPlan, ...]
     memory: MemoryPlan
+    split: SplitPlan | None = None  # a split layout: this machine's part (None: every row is here)
 
     def store_plan(self, rank: int) -> StorePlan:
         return StorePlan(tiers=self.tiers, rank=self.ranks[rank], world_size=self.world_size,
@@ -187,6 +202,7 @@ class RunPlan(_Frozen):
                f"cache policy {t.policy}: {t.cpu_rows:,} CPU-cache rows "
                f"({'one shared segment' if t.shared_cache else 'per rank'}); peer tier "
                f"{'on' if t.peer_tier else 'off'}",
+               *self._split_lines(),
                f"batches: {self.batch_size} seeds per rank, fan-outs {','.join(map(str, self.fanouts))}, "
                f"seed {self.seed}"]
         for r in self.ranks:
@@ -195,6 +211,15 @@ class RunPlan(_Frozen):
             out.append(f"rank {r.rank} (local {r.local_rank}): {gpus}, {r.gpu_rows:,} GPU-tier rows; "
                        f"SSD shares {shares}")
         return out + self.memory.lines()
+
+    def _split_lines(self) -> list[str]:
+        s = self.split
+        if s is None:
+            return []
+        far = ", ".join(f"{v:,} on {k}" for k, v in s.remote_rows.items())
+        return [f"remote tier on: machine {s.name} (node rank {s.machine}) of a split over {len(s.machines)} machines "
+                f"holds {s.held_rows:,} rows ({s.replicated_rows:,} on every machine); {far}, fetched from their "
+                "owners each batch"]
 
 
 @dataclass(frozen=True)
@@ -215,6 +240,8 @@ class RunInputs:
     agent_bytes: int = 0  # torchrun's agent beside the ranks (its peak RSS, measured); 0: no agent
     exchange_bytes: int = 0  # one round of the peer exchange at the extent (RowExchange.round_bytes, with
     #                          what a rank's GPU tier holds: gpu_tier_rows)
+    remote_exchange_bytes: int = 0  # a split layout: one round of the remote exchange (remote_tier.round_bytes)
+    remote_reader_bytes: int = 0  # a split layout: the remote tier's serving reader (remote_tier.reader_bytes)
 
 
 def resolve_run(config: TrainConfig, layout: Layout, *, world_size: int, local_world_size: int,
@@ -238,11 +265,14 @@ def resolve_run(config: TrainConfig, layout: Layout, *, world_size: int, local_w
     gpu_shards = layout.shards_of("gpu")
     own_rows = gpu_tier_rows(layout, lws)
     peer_tier = cfg.peer_tier and lws > 1
+    remote_tier = layout.split is not None
     total, how = resolve_budget(cfg.memory_budget)
     split = split_budget(total, how, lws, _run_shape(
         cfg, inputs, n, rb, shape, ahead, index_bytes=layout.index_bytes, own_gpu_rows=own_rows,
         layout_cpu_rows=sum(m.shards[i].rows for i in layout.shards_of("cpu")), align=m.row.align,
         exchange_bytes=inputs.exchange_bytes if peer_tier and gpu_shards else 0,
+        remote_exchange_bytes=inputs.remote_exchange_bytes if remote_tier else 0,
+        remote_reader_bytes=inputs.remote_reader_bytes if remote_tier else 0,
         pack_index_bytes=pack.index_bytes if shape == "packed" or pack_index_bytes is not None else 0))
     gpu_cap = split.gpu_rows if device == "cpu" else None  # device memory is not the budget's
     options = StoreOptions(io_backend=cfg.io_backend, queue_depth=cfg.queue_depth, direct=cfg.direct,
@@ -250,17 +280,27 @@ def resolve_run(config: TrainConfig, layout: Layout, *, world_size: int, local_w
                            shape=shape, superbatch=superbatch, buffer_bytes=split.buffer_bytes,
                            merge_gap=cfg.io_merge_gap, max_request=cfg.io_max_request, shared_cache=split.shared_cache,
                            pack_seed=cfg.seed)
-    tiers = tier_plan(layout, options, shared_cache=split.shared_cache, peer_tier=peer_tier)
+    tiers = tier_plan(layout, options, shared_cache=split.shared_cache, peer_tier=peer_tier, remote_tier=remote_tier)
     ranks = tuple(rank_plan(layout, r, r % lws, lws, gpu_cap) for r in range(world_size))
     return RunPlan(layout=str(layout.path), world_size=world_size, local_world_size=lws, device=device,
                    io_shape=shape, io_shape_requested=cfg.io_shape, pack=pack, cache_policy=cfg.cache_policy,
                    batch_size=batch_size, fanouts=tuple(fanouts), seed=cfg.seed, tiers=tiers, ranks=ranks,
-                   memory=MemoryPlan.of(split))
+                   memory=MemoryPlan.of(split), split=split_plan(layout))
+
+
+def split_plan(layout: Layout) -> SplitPlan | None:
+    """A split layout's part of the run plan (None for a layout holding every row)."""
+    s = layout.split
+    if s is None:
+        return None
+    return SplitPlan(id=s.id, machine=s.machine, name=s.name, machines=tuple(s.machines),
+                     replicated_rows=s.replicated_rows, held_rows=layout.num_nodes - s.remote_rows,
+                     remote_rows={r.name: r.rows for r in s.remote})
 
 
 def _run_shape(cfg: TrainConfig, inputs: RunInputs, n: int, rb: int, shape: str, ahead: int, *,
                index_bytes: int, own_gpu_rows: int, layout_cpu_rows: int, align: int, exchange_bytes: int,
-               pack_index_bytes: int) -> RunShape:
+               pack_index_bytes: int, remote_exchange_bytes: int = 0, remote_reader_bytes: int = 0) -> RunShape:
     return RunShape(
         num_nodes=n, row_bytes=rb, graph_bytes=inputs.graph_bytes, labels_bytes=inputs.labels_bytes,
         rows_max=inputs.rows_max, training_bytes=inputs.training_bytes, held_batches=inputs.held_batches,
@@ -270,7 +310,8 @@ def _run_shape(cfg: TrainConfig, inputs: RunInputs, n: int, rb: int, shape: str,
         cpu_limit_rows=None if cfg.cpu_cache_limit is None else parse_size(cfg.cpu_cache_limit, n * rb) // rb,
         policy=cfg.cache_policy, shape=shape, staging_bytes=staging_bytes(align),
         process_bytes=inputs.process_bytes, agent_bytes=inputs.agent_bytes, exchange_bytes=exchange_bytes,
-        pack_index_bytes=pack_index_bytes)
+        pack_index_bytes=pack_index_bytes, remote_exchange_bytes=remote_exchange_bytes,
+        remote_reader_bytes=remote_reader_bytes)
 
 
 def planned_minimum(cfg: TrainConfig, inputs: RunInputs, *, num_nodes: int, row_bytes: int, nproc: int,
@@ -356,7 +397,8 @@ def default_buffer_bytes(num_nodes: int, row_bytes: int) -> int:
     return max(256 << 20, 4 * min(num_nodes, 1 << 18) * row_bytes)
 
 
-def tier_plan(layout: Layout, o: StoreOptions, *, shared_cache: bool, peer_tier: bool) -> TierPlan:
+def tier_plan(layout: Layout, o: StoreOptions, *, shared_cache: bool, peer_tier: bool,
+              remote_tier: bool = False) -> TierPlan:
     """`StoreOptions` resolved against the layout: the shape's merge limits, the cache capped at the
     graph, the read buffers' default, the lookahead of the superbatch."""
     n, rb = layout.num_nodes, layout.row_bytes
@@ -366,7 +408,8 @@ def tier_plan(layout: Layout, o: StoreOptions, *, shared_cache: bool, peer_tier:
                     superbatch=superbatch, lookahead=lookahead(superbatch),
                     cpu_rows=n if o.cpu_rows is None else max(0, min(int(o.cpu_rows), n)), shared_cache=shared_cache,
                     buffer_bytes=default_buffer_bytes(n, rb) if o.buffer_bytes is None else int(o.buffer_bytes),
-                    window=int(o.window), peer_tier=peer_tier, io_backend=o.io_backend, queue_depth=o.queue_depth,
+                    window=int(o.window), peer_tier=peer_tier, remote_tier=remote_tier, io_backend=o.io_backend,
+                    queue_depth=o.queue_depth,
                     direct=o.direct, verify=o.verify, pack_seed=o.pack_seed)
 
 
@@ -377,7 +420,8 @@ def plan_store(layout: Layout, where: Place, options: StoreOptions, collectives:
     shared = options.shared_cache if options.shared_cache is not None else (
         shared_by_local_ranks(options.policy, lws) and collectives is not None)
     peers = collectives is not None and collectives.peers is not None
-    return StorePlan(tiers=tier_plan(layout, options, shared_cache=bool(shared), peer_tier=peers),
+    remote = collectives is not None and collectives.remote is not None
+    return StorePlan(tiers=tier_plan(layout, options, shared_cache=bool(shared), peer_tier=peers, remote_tier=remote),
                      rank=rank_plan(layout, where.rank, where.local_rank, lws, options.gpu_rows),
                      world_size=where.world_size, local_world_size=lws)
 
@@ -388,6 +432,7 @@ def node_ranks(plan: RunPlan, rank: int) -> list[RankPlan]:
     return list(plan.ranks[first:first + plan.local_world_size])
 
 
-__all__ = ["GpuRows", "MemoryPlan", "PackMatch", "RankPlan", "RunInputs", "RunPlan", "StorePlan", "TierPlan",
+__all__ = ["GpuRows", "MemoryPlan", "PackMatch", "RankPlan", "RunInputs", "RunPlan", "SplitPlan", "StorePlan",
+           "TierPlan", "split_plan",
            "carve_gpu", "default_buffer_bytes", "gpu_tier_rows", "node_ranks", "plan_store", "planned_ssd_shares", "rank_plan",
            "resolve_run", "tier_plan"]

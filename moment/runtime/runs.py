@@ -15,7 +15,7 @@ from pathlib import Path
 
 from moment.errors import MomentError
 from moment.inputs import exists
-from moment.outputs import check_replaceable, stale
+from moment.outputs import check_output, check_replaceable, stale
 from moment.runtime.checkpoint import CHECKPOINT_NAME
 
 #: torchrun's own output, in each run directory
@@ -34,6 +34,14 @@ def runs_dir(anchor: Path) -> Path:
 def run_root(base: Path | None, anchor: Path) -> Path:
     """Where runs' directories go: BASE (--run-dir), else `runs_dir(anchor)`."""
     return base if base is not None else runs_dir(anchor)
+
+
+def check_run_dir(base: Path | None) -> None:
+    """Refuse a --run-dir that cannot hold run folders (a file, a dangling link, `/`, a name too long)
+    before anything is derived from it: each run is a new folder under it, so an existing directory,
+    whatever it holds, is fine."""
+    if base is not None:
+        check_output(base, "--run-dir", directory=True)
 
 
 def make_run_dir(base: Path | None, anchor: Path) -> Path:

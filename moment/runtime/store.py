@@ -30,6 +30,7 @@ from moment.runtime.cpu_tier import CpuTier, cache_shared, open_cpu_tier
 from moment.runtime.disk_tier import DiskTier
 from moment.runtime.gpu_tier import GpuTier, TierMap, load_gpu_rows
 from moment.runtime.peers import PeerTier, gather_peer_map
+from moment.runtime.remote_tier import RemoteTier
 from moment.runtime.run_plan import RunPlan, StorePlan, plan_store
 from moment.runtime.store_options import Collectives, Place, RankPlace, StoreOptions
 from moment.runtime.tier import TIERS, LayoutRows, Tier
@@ -46,21 +47,23 @@ class StoreInfo:
     gpu_rows: int  # rows on this rank's GPU tier
     peer_rows: int  # rows on the other local ranks' GPU tiers (0 without a peer tier)
     peers: bool  # a peer tier is in the chain
+    remote_rows: int  # rows other machines own (a split layout's remote tier; 0 without one)
     cpu_rows: int  # CPU-cache rows
     shared_cache: bool  # the CPU cache is one segment for the machine's ranks
     backend: str  # the reader's I/O backend
 
     @classmethod
     def of(cls, top: Tier) -> StoreInfo:
-        gpu, peer, cpu = top.find(GpuTier), top.find(PeerTier), top.find(CpuTier)
+        gpu, peer, cpu, far = top.find(GpuTier), top.find(PeerTier), top.find(CpuTier), top.find(RemoteTier)
         return cls(tiers=tuple(t.name for t in top.chain()), gpu_rows=gpu.rows if gpu else 0,
-                   peer_rows=peer.rows if peer else 0, peers=peer is not None,
+                   peer_rows=peer.rows if peer else 0, peers=peer is not None, remote_rows=far.rows if far else 0,
                    cpu_rows=cpu.capacity if cpu else 0, shared_cache=bool(cpu and cpu.shared), backend=top.backend)
 
     def summary(self) -> str:
         """Cache and peer figures for the run's start-up summary."""
         return (f"{self.cpu_rows} rows ({'shared' if self.shared_cache else 'per rank'}), gpu stand-in "
-                f"{self.gpu_rows} rows{f', peers {self.peer_rows} rows' if self.peers else ''}")
+                f"{self.gpu_rows} rows{f', peers {self.peer_rows} rows' if self.peers else ''}"
+                f"{f', other machines {self.remote_rows} rows' if self.remote_rows else ''}")
 
 
 def open_store(run_plan: RunPlan, dist: Any, layout: Layout | None = None) -> tuple[Tier, StoreInfo]:
@@ -74,7 +77,8 @@ def open_store(run_plan: RunPlan, dist: Any, layout: Layout | None = None) -> tu
                           "torchrun numbers them")
     coll = None
     if dist.backend:
-        coll = Collectives(barrier=dist.barrier, peers=dist.peer_group() if run_plan.tiers.peer_tier else None)
+        coll = Collectives(barrier=dist.local_barrier, peers=dist.peer_group() if run_plan.tiers.peer_tier else None,
+                           remote=dist.remote_group() if run_plan.tiers.remote_tier else None)
     top = _chain(lay, mine, dist, coll)
     return top, StoreInfo.of(top)
 
@@ -90,11 +94,20 @@ def open_tiers(layout: str | Path | Layout, where: Place = RankPlace(), options:
 
 def _chain(lay: Layout, plan: StorePlan, where: Place, coll: Collectives | None) -> Tier:
     """Bottom up: the disk tier, the GPU tier's rows (read through it), the peers' maps (all_gather), the
-    CPU cache without what the GPU tiers serve (a shared one behind the local ranks' barrier), then the
-    tiers that wrap it."""
+    CPU cache without what the GPU tiers serve or other machines own (a shared one behind the local ranks'
+    barrier), then the tiers that wrap it: other machines' rows (a split layout), the peers', this rank's
+    GPU tier."""
     t = plan.tiers
     device = torch.device(where.device)
     rows = LayoutRows(lay)
+    far = coll.remote if coll is not None else None
+    if rows.split is not None and far is None:
+        s = rows.split
+        raise MomentError(f"this is machine {s.name}'s part of a layout split over {len(s.machines)} machines: "
+                          f"{s.remote_rows:,} of its rows are on the others, which only a run on all of them can "
+                          "fetch", source=str(lay.path),
+                          hint=f"start it on each machine: moment train --nnodes {len(s.machines)} --node-rank K "
+                               "--rdzv-endpoint HOST:PORT --layout <machine K's layout>")
     disk = DiskTier(lay, rows, device, t, rank=where.rank, world_size=where.world_size,
                     planned_shares=plan.rank.ssd_shares)
     try:
@@ -107,6 +120,8 @@ def _chain(lay: Layout, plan: StorePlan, where: Place, coll: Collectives | None)
         cpu = open_cpu_tier(lay, rows, disk, device, t, shared=shared, held=_gpu_held(rows, held, peers, shared),
                             creator=where.local_rank == 0, barrier=coll.barrier if coll is not None else None)
         top: Tier = cpu if cpu is not None else disk
+        if far is not None:
+            top = RemoteTier(rows, top, device, far, lay, t, disk)
         if peers is not None:
             top = PeerTier(rows, top, device, group, peers, own)
         if held.rows:
@@ -118,13 +133,17 @@ def _chain(lay: Layout, plan: StorePlan, where: Place, coll: Collectives | None)
 
 
 def _gpu_held(rows: LayoutRows, own: TierMap, peers: Any, shared: bool):
-    """The rows the CPU cache leaves out: those a GPU tier serves, this rank's and with peers the node's;
-    a shared cache holds the same rows for every local rank, so without peers it leaves out nothing."""
-    if peers is None and (not own.rows or shared):
+    """The rows the CPU cache leaves out: those a GPU tier serves, this rank's and with peers the node's,
+    and those other machines own (a split layout); a shared cache holds the same rows for every local
+    rank, so without peers it leaves out no GPU tier's rows."""
+    split = rows.split is not None
+    if peers is None and not split and (not own.rows or shared):
         return None
 
     def held(ids: np.ndarray) -> np.ndarray:
-        on = own.holds(rows, ids)
+        on = rows.remote(ids)
+        if peers is not None or not shared:
+            on |= own.holds(rows, ids)
         if peers is not None:
             on |= peers.lookup(rows.bin[ids], rows.slot[ids])[0]
         return on

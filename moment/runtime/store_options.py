@@ -59,6 +59,8 @@ class Collectives:
 
     barrier: Callable[[], Any]  # all local ranks wait here (shared segments are made before they are mapped)
     peers: ExchangeGroup | None = None  # the node's ranks, the peer tier's exchange; None: no peer tier
+    remote: ExchangeGroup | None = None  # this local rank on every machine, the remote tier's exchange (a split
+    #                                      layout); None: no remote tier
 
 
 @dataclass(frozen=True)

@@ -36,14 +36,15 @@ from moment.errors import MomentError
 from moment.io.device import DeviceLayer, StagingRing
 from moment.placement.opened import Layout
 
-TIERS = ("gpu", "peer", "cpu", "ssd")  # the tiers' names, fastest first (the keys of `tier_stats`)
+TIERS = ("gpu", "peer", "remote", "cpu", "ssd")  # the tiers' names, fastest first (the keys of `tier_stats`)
 
 T = TypeVar("T", bound="Tier")
 
 
 class LayoutRows:
     """What every tier of one chain shares about the layout's rows: their format and where each node lives
-    (`index.npy`: node -> (bin, slot), loaded once per chain)."""
+    (`index.npy`: node -> (bin, slot), loaded once per chain). In a machine's part of a split layout the
+    bins after the shards are remote: their rows are on the machine `machine_of[bin]` (-1: a shard here)."""
 
     def __init__(self, layout: Layout):
         m = layout.manifest
@@ -56,6 +57,19 @@ class LayoutRows:
         self.torch_dtype = _torch_dtype(self.dtype)
         self.bin, self.slot = layout.load_index()
         self.stride = np.array([s.stride for s in m.shards], dtype=np.int64)
+        self.nbins = layout.nbins
+        self.machine_of = np.full(self.nbins, -1, np.int64)
+        if m.split is not None:
+            self.machine_of[len(m.shards):] = [r.machine for r in m.split.remote]
+
+    @property
+    def split(self):
+        """This machine's part of a split layout (`SplitRef`), or None."""
+        return self.manifest.split
+
+    def remote(self, ids: np.ndarray) -> np.ndarray:
+        """Mask of the ids whose rows are on another machine (none outside a split layout)."""
+        return self.machine_of[self.bin[ids]] >= 0
 
     @property
     def index_bytes(self) -> int:
@@ -99,7 +113,8 @@ class Batch:
 
 def empty_stats() -> dict[str, Any]:
     return {"rows": dict.fromkeys(TIERS, 0), "bytes": dict.fromkeys(TIERS, 0), "ssd_requests": 0,
-            "ssd_bytes_read": 0, "cpu_admitted_rows": 0, "cpu_hit_rate": 0.0, "packed_rows": 0}
+            "ssd_bytes_read": 0, "cpu_admitted_rows": 0, "cpu_hit_rate": 0.0, "packed_rows": 0,
+            "remote_served_rows": 0, "remote_served_bytes": 0}
 
 
 class Tier:

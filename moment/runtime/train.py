@@ -32,6 +32,7 @@ from moment.runtime.budget import process_bytes, return_freed_memory, under_torc
 from moment.runtime.checkpoint import CHECKPOINT_NAME, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from moment.runtime.config import TrainConfig, parse_args
 from moment.runtime.dist import AgreedError, DistContext, default_device, setup
+from moment.runtime import remote_tier
 from moment.runtime.exchange import RowExchange
 from moment.runtime.loader import LoaderPipeline
 from moment.runtime.memory_use import machine_peak, parent_peak, rank_sample, reset_peak
@@ -140,24 +141,29 @@ def run_inputs(cfg: TrainConfig, ds: GraphDataset, graph: CSRGraph, batches: Seq
     training = step_bytes(cfg.model, dim, ds.num_classes, cfg.hidden,
                           [LayerExtent(min(x.src, rows), min(x.dst, rows), x.edges) for x in ext.layers], rows=rows,
                           float_copy=feature_dim is None and ds.feature_dtype != np.float32)
+    split = layout.split if layout is not None else None
     return RunInputs(train_nodes=int(np.asarray(ds.train_idx).size),
                      graph_bytes=ds.file("indptr").stat().st_size + ds.file("indices").stat().st_size,
                      labels_bytes=ds.file("labels").stat().st_size, rows_max=rows, edges_max=ext.edges,
                      process_bytes=process_bytes, sampler_map_bytes=NeighborSampler.map_bytes(ds.num_nodes),
                      batch_ids_bytes=MiniBatch.id_bytes(rows, ext.edges), held_batches=Pipeline.held_batches(cfg.depth),
                      training_bytes=training, agent_bytes=agent_bytes, exchange_bytes=RowExchange.round_bytes(
-                         rows, row_bytes, local_ranks, gpu_tier_rows(layout, local_ranks) if layout else 0))
+                         rows, row_bytes, local_ranks, gpu_tier_rows(layout, local_ranks) if layout else 0),
+                     remote_exchange_bytes=remote_tier.round_bytes(rows, row_bytes, len(split.machines)) if split else 0,
+                     remote_reader_bytes=remote_tier.reader_bytes(layout.manifest.row.align) if split else 0)
 
 
 def preview_inputs(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, agent: bool = True,
-                   layout: Layout | None = None, feature_dim: int | None = None) -> RunInputs:
-    """What rank 0 of an `nproc`-rank run will measure, measured before any rank starts: the largest
-    extent of every rank's batches (the ranks agree on it), a fresh rank's fixed cost and, with `agent`
-    (the run is started by torchrun, as `moment train` does), a fresh torchrun agent's."""
+                   layout: Layout | None = None, nnodes: int = 1,
+                   feature_dim: int | None = None) -> RunInputs:
+    """What rank 0 of an `nproc`-rank run (on each of `nnodes` machines) will measure, measured before any rank
+    starts: the largest extent of every rank's batches (the ranks agree on it), a fresh rank's fixed cost
+    and, with `agent` (the run is started by torchrun, as `moment train` does), a fresh torchrun agent's."""
     train_idx = np.asarray(ds.train_idx)
     graph, fanouts = CSRGraph.from_dataset(ds, in_memory=False), cfg.resolved_fanouts()
-    per_rank = [SeedBatches(train_idx, cfg.resolved_batch_size(train_idx.size, nproc), seed=cfg.seed, rank=r,
-                            world_size=nproc) for r in range(nproc)]
+    world = nproc * max(nnodes, 1)
+    per_rank = [SeedBatches(train_idx, cfg.resolved_batch_size(train_idx.size, world), seed=cfg.seed, rank=r,
+                            world_size=world) for r in range(world)]
     if layout is None and cfg.layout is not None:
         layout = Layout.open(cfg.layout)
     return run_inputs(cfg, ds, graph, per_rank, fanouts, rank_start_bytes(), agent_start_bytes() if agent else 0,
@@ -175,14 +181,16 @@ def planned_inputs(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, feature_di
 
 
 def preview_plan(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, layout: Layout | None = None,
-                 agent: bool = True, pack_index_bytes: int | None = None, inputs: RunInputs | None = None) -> RunPlan:
-    """The run plan the ranks of an `nproc`-rank run on this machine will resolve, before any starts.
+                 agent: bool = True, pack_index_bytes: int | None = None, inputs: RunInputs | None = None,
+                 nnodes: int = 1) -> RunPlan:
+    """The run plan the ranks of an `nproc`-rank run on this machine (one of `nnodes`) will resolve, before any
+    starts.
 
     `pack_index_bytes`: charge the index of a pack not written yet (`moment data pack`); `inputs`: reuse a
     measurement (`preview_inputs`) when previewing several budgets or packs of one run."""
     layout = layout or Layout.open(cfg.layout)
-    inputs = inputs or preview_inputs(cfg, ds, nproc, agent=agent, layout=layout)
-    return resolve_run(cfg, layout, world_size=nproc, local_world_size=nproc, inputs=inputs,
+    inputs = inputs or preview_inputs(cfg, ds, nproc, agent=agent, layout=layout, nnodes=nnodes)
+    return resolve_run(cfg, layout, world_size=nproc * max(nnodes, 1), local_world_size=nproc, inputs=inputs,
                        device=default_device(cfg.device), pack_index_bytes=pack_index_bytes)
 
 
@@ -244,6 +252,11 @@ class Trainer:
         if len(self.batches) == 0:
             raise MomentError(f"{train_idx.size} training nodes are too few for {ctx.world_size} ranks",
                               source=str(self.ds.path))
+        self.ck_every = cfg.resolved_checkpoint_every(len(self.batches))
+        if ctx.nnodes > 1:  # every machine gave its own options and layout: they must train the same thing
+            self._check_machines()
+        # torchrun counts restarts per machine, and a machine restarted by another's failure does not count it
+        self.restarts = int(ctx.all_reduce(torch.tensor([float(ctx.restart_count)], dtype=torch.float64), "max")[0])
         self.val = torch.from_numpy(np.array(self.ds.val_idx, dtype=np.int64))[ctx.rank :: ctx.world_size]
         # the graph stays memory-mapped (its size is charged to the budget); labels in their own small dtype
         self.graph = CSRGraph.from_dataset(self.ds, in_memory=cfg.features == "memory")
@@ -256,8 +269,10 @@ class Trainer:
                                     local_world_size=max(ctx.local_world_size, 1), inputs=inputs,
                                     device=ctx.device.type)
         self.source, self.store_info = make_source(cfg, self.ds, ctx, self.layout, self.plan)
-        if self.plan is not None and ctx.serves is not None and ctx.serves.plan_gpus:
-            self.notes += ctx.all_gather_object(ctx.serves.line(str(ctx.device)))
+        if self.plan is not None:  # collective: every rank (a machine's layout may have no GPU bin)
+            lines = ctx.all_gather_object(ctx.serves.line(str(ctx.device)) if ctx.serves and ctx.serves.plan_gpus
+                                          else None)
+            self.notes += [x for x in lines if x]
         labels = torch.from_numpy(np.array(self.ds.labels))
         self.pipe, self.eval_pipe = (self._pipeline(labels) for _ in range(2))
         torch.manual_seed(cfg.seed)  # same initial weights on every rank (DDP also broadcasts rank 0's)
@@ -271,7 +286,6 @@ class Trainer:
         self.epoch, self.next_batch, self.step = 0, 0, 0
         self.resumed_from: int | None = None
         self.saved_step: int | None = None  # the step of the last checkpoint written (or resumed from)
-        self.ck_every = cfg.resolved_checkpoint_every(len(self.batches))
         self.restart_note = self._maybe_resume()
         if ctx.backend:
             from torch.nn.parallel import DistributedDataParallel as DDP
@@ -289,6 +303,27 @@ class Trainer:
                                   workers=cfg.loader_workers, depth=cfg.depth)
         return Pipeline(self.graph, self.fanouts, self.source, labels, self.ctx.device, depth=cfg.depth,
                         pipelined=cfg.pipeline)
+
+    def _check_machines(self) -> None:
+        """Refuse, on every rank alike, machines that would not train one run (moment.runtime.rendezvous)."""
+        import socket
+
+        from moment.runtime.rendezvous import SHARED_SETTINGS, RunFacts, check_agents
+
+        cfg, split = self.cfg, self.layout.split if self.layout is not None else None
+        values = {"model": cfg.model, "epochs": cfg.epochs, "fanouts": self.fanouts, "layers": len(self.fanouts),
+                  "batch_size": self.batch_size, "hidden": cfg.resolved_hidden(), "lr": cfg.lr, "seed": cfg.seed,
+                  "features": cfg.features, "checkpoints": cfg.checkpoint_dir is not None,
+                  "checkpoint_every": self.ck_every, "resume": cfg.resume, "peer_tier": cfg.peer_tier}
+        facts = RunFacts(node_rank=self.ctx.node_rank, host=socket.gethostname(), dataset_id=self.ds.dataset_id,
+                         dataset=str(self.ds.path), layout=str(cfg.layout) if cfg.layout is not None else None,
+                         split_id=split.id if split else None, split_machine=split.machine if split else None,
+                         split_machines=tuple(split.machines) if split else (),
+                         settings=tuple((k, repr(values[k])) for k in SHARED_SETTINGS))
+        try:
+            check_agents(self.ctx.all_gather_object(facts))
+        except MomentError as e:
+            raise AgreedError.of(e) from None
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -330,8 +365,8 @@ class Trainer:
 
     def _maybe_resume(self) -> str | None:
         """Load the checkpoint on --resume or after a torchrun restart; returns what to tell the user."""
-        cfg, ctx = self.cfg, self.ctx
-        restart = ctx.restart_count
+        cfg = self.cfg
+        restart = self.restarts
         if cfg.checkpoint_dir is None:
             if restart > 0:
                 return (f"restart {restart}: a rank failed; there is no --checkpoint-dir, so training starts again "
@@ -341,12 +376,11 @@ class Trainer:
             return None
         if not (cfg.resume or restart > 0):
             return None
-        ck = load_checkpoint(cfg.checkpoint_dir)
+        ck = self._shared_checkpoint()
         if ck is None:
             if cfg.resume and restart == 0:
                 raise MomentError("--resume: no checkpoint here yet", source=str(cfg.checkpoint_dir))
             return f"restart {restart}: a rank failed before the first checkpoint; training starts again from epoch 1"
-        self._check_resume(ck)
         try:
             self.module.load_state_dict(ck["model"])
             self.opt.load_state_dict(ck["optimizer"])
@@ -357,13 +391,30 @@ class Trainer:
         self.curve, self.val_curve = list(ck["loss_curve"]), list(ck["val_curve"])
         self.epoch_seconds = list(ck.get("epoch_seconds", []))
         states = ck.get("rng_states") or []
-        if ctx.rank < len(states):
-            set_rng_state(states[ctx.rank])
+        if self.ctx.rank < len(states):
+            set_rng_state(states[self.ctx.rank])
         self.resumed_from = self.saved_step = self.step
         why = f"restart {restart}: a rank failed; " if restart > 0 else ""
         where = (f"all {cfg.epochs} epochs were done" if self.epoch >= cfg.epochs
                  else f"epoch {self.epoch + 1}, batch {self.next_batch}")
         return f"{why}resumed from step {self.step} ({where}) from {cfg.checkpoint_dir}"
+
+    def _shared_checkpoint(self) -> dict[str, Any] | None:
+        """Rank 0's last checkpoint (None: none yet), checked against this run there, on every rank: under
+        `moment train --nnodes` only machine 0 has it (its run directory), and every rank must resume alike."""
+        got: tuple[str, Any] | None = None
+        if self.ctx.is_main:
+            try:
+                ck = load_checkpoint(self.cfg.checkpoint_dir)
+                if ck is not None:
+                    self._check_resume(ck)
+                got = ("ok", ck)
+            except MomentError as e:
+                got = ("error", str(e))
+        got = self.ctx.broadcast_object(got)
+        if got[0] == "error":
+            raise AgreedError(got[1])
+        return got[1]
 
     def _sync_losses(self) -> None:
         if not self.unsynced:
@@ -408,7 +459,7 @@ class Trainer:
         self.source.epoch_start(e)
         self.model.train()
         t0 = time.perf_counter()
-        last = ctx.rank == ctx.world_size - 1 and ctx.restart_count == 0  # the rank a test may kill
+        last = ctx.rank == ctx.world_size - 1 and self.restarts == 0  # the rank a test may kill
         rep.start_epoch(e, len(batches), self.next_batch)
         for item in self.pipe.run(batches, (cfg.seed, e, ctx.rank), start=self.next_batch):
             item.wait()
@@ -547,9 +598,11 @@ class Trainer:
             "batch_size": self.batch_size,
             "seed": self.cfg.seed,
             "resumed_from_step": self.resumed_from,
-            "restarts": ctx.restart_count,
+            "restarts": self.restarts,
             "checkpoint_dir": str(self.cfg.checkpoint_dir) if self.cfg.checkpoint_dir is not None else None,
-            "per_rank": ctx.all_gather_object(self._rank_report()),
+            "per_rank": (per_rank := ctx.all_gather_object(self._rank_report())),
+            "nnodes": ctx.nnodes,
+            "machines": machines_of(per_rank),
         }
 
     def _memory(self) -> dict[str, Any]:
@@ -567,11 +620,20 @@ class Trainer:
 
     def _rank_report(self) -> dict[str, Any]:
         """This rank's plan GPUs, its device and how it was matched, and its planned vs achieved SSD shares."""
+        import socket
+
         sv = self.ctx.serves
-        out: dict[str, Any] = {"rank": self.ctx.rank, "device": str(self.ctx.device),
+        out: dict[str, Any] = {"rank": self.ctx.rank, "node_rank": self.ctx.node_rank, "host": socket.gethostname(),
+                               "device": str(self.ctx.device),
                                "plan_gpus": list(sv.plan_gpus) if sv else [], "matched_by": sv.how if sv else None}
+        st = self.source.tier_stats()
+        split = self.layout.split if self.layout is not None and self.cfg.features == "tiered" else None
+        out |= {"machine": split.name if split else None, "rows": int(sum(st["rows"].values())),
+                "remote_rows": int(st["rows"].get("remote", 0)), "remote_bytes": int(st["bytes"].get("remote", 0)),
+                "remote_served_rows": int(st.get("remote_served_rows", 0)),
+                "remote_served_bytes": int(st.get("remote_served_bytes", 0))}
         if self.plan is not None:
-            out["ssd_shares"] = self.source.tier_stats().get("ssd_shares", {})
+            out["ssd_shares"] = st.get("ssd_shares", {})
         return out
 
     def store_line(self) -> str:
@@ -608,6 +670,22 @@ class Trainer:
         """Free the store, and DDP: its reducer holds the process group, which must die at close."""
         self.source.close()
         self.model = self.module
+
+
+def machines_of(per_rank: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ranks' reports (`Trainer._rank_report`) summed per machine: the rows each machine's ranks read, how
+    many of them (and bytes) came from other machines, and what it served to the others."""
+    out: dict[int, dict[str, Any]] = {}
+    for r in per_rank:
+        m = out.setdefault(r["node_rank"], {"node_rank": r["node_rank"], "machine": r.get("machine"), "host": r["host"],
+                                            "ranks": [], "rows": 0, "remote_rows": 0, "remote_bytes": 0,
+                                            "remote_served_rows": 0, "remote_served_bytes": 0})
+        m["ranks"].append(r["rank"])
+        for k in ("rows", "remote_rows", "remote_bytes", "remote_served_rows", "remote_served_bytes"):
+            m[k] += r[k]
+    for m in out.values():
+        m["remote_share"] = m["remote_rows"] / m["rows"] if m["rows"] else 0.0
+    return [out[k] for k in sorted(out)]
 
 
 def _peak_rss() -> int:
@@ -655,8 +733,9 @@ def train(cfg: TrainConfig, ctx: DistContext | None = None) -> dict[str, Any]:
                              "read); cap the cache (e.g. --cpu-cache-limit 10%) to exercise them")
             metrics["notes"] = notes
             metrics["config"] = cfg.to_dict()
-            if cfg.metrics_json is not None:  # rank 0 writes; a failure stops every rank, none waits on it
-                ctx.on_main(lambda: write_json_atomic(cfg.metrics_json, metrics))
+            # rank 0 writes (as its options say: on several machines each gave its own); a failure stops every
+            # rank, none waits on it
+            ctx.on_main(lambda: cfg.metrics_json is not None and write_json_atomic(cfg.metrics_json, metrics))
             rep.summary(metrics)
             rep.lines(notes[-1:] if metrics["ssd_bytes_read"] == 0 else [])
         ctx.barrier()
@@ -680,7 +759,6 @@ def main(argv: list[str] | None = None) -> int:
         from moment.runtime.lifetime import die_with_parent
 
         die_with_parent(os.getppid())  # torchrun killed outright: no rank trains on as an orphan
-    rank = os.environ.get("RANK", "0")
     try:
         try:
             cfg = parse_args(argv)
@@ -690,6 +768,7 @@ def main(argv: list[str] | None = None) -> int:
     except MomentError as e:
         from rich.markup import escape
 
+        rank = os.environ.get("RANK", "0")  # as set-up renumbered it (moment.runtime.dist: by machine)
         if rank == "0" or not isinstance(e, AgreedError):
             Console(stderr=True).print(f"[bold red]error[/] (rank {rank}): " + escape(str(e)), highlight=False,
                                       soft_wrap=True)
@@ -703,6 +782,7 @@ def main(argv: list[str] | None = None) -> int:
 
         with log_stream() as log:  # the traceback is torchrun's business: its log
             traceback.print_exc(file=log)
+        rank = os.environ.get("RANK", "0")
         Console(stderr=True).print(f"error (rank {rank}): lost the connection to another rank, which has "
                                    "probably failed (its own message says why)", highlight=False, soft_wrap=True)
         return 1

@@ -22,8 +22,8 @@ from moment.service.access import LocalOnly
 from moment.service.config import Settings
 from moment.service.deadline import Searches, run_with_deadline
 from moment.service.errors import (
-    INVENTORY_INPUTS, JSON, Busy, FieldError, TimedOut, TooLarge, blame, error, error_responses, request_field,
-    validation_detail)
+    INVENTORY_INPUTS, JSON, Busy, FieldError, TimedOut, TooLarge, blame, error, error_responses, given_beside_inventory,
+    request_field, validation_detail)
 from moment.service.limits import BodyLimit
 from moment.service.schemas import (
     UPLOADS, ClusterPlanRequest, ClusterPlanResponse, CompareRequest, CompareRow, Health, Job, PlaceJobRequest, PlanRequest, PlanResponse,
@@ -122,6 +122,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         from moment.service.machines import machine
 
         topo, _ = machine(req, s.max_upload_bytes)
+        api.check_one_inventory(req.inventory is not None, flag=request_field, **given_beside_inventory(req))
         with blame("inventory" if req.inventory else None, instead_of=INVENTORY_INPUTS):
             gpus = api.resolve_gpus(topo, req.gpus, flag=request_field) if not req.inventory else 0
             inv = api.parse_inventory(req.inventory, gpus, req.ssds, req.gpu_model, req.ssd_model,
@@ -181,6 +182,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         def flag(name: str) -> str:  # one `inventories` entry is what the CLI calls --inventory
             return "inventories" if name == "inventory" else name
 
+        api.check_one_inventory(bool(req.inventories), flag=flag, **given_beside_inventory(req))
         with blame("inventories" if req.inventories else None, instead_of=INVENTORY_INPUTS):
             rows = run_with_deadline(
                 lambda progress: api.compare_rows(machines, inventories=req.inventories, gpus=req.gpus,

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from moment.errors import MomentError
-from moment.outputs import check_output
+from moment.outputs import check_output, reason
 
 MiB = 1 << 20
 
@@ -50,15 +50,14 @@ class Settings:
     def checked(self) -> Settings:
         """The data directory made (and resolved), the limits sane; a bad setting is a MomentError."""
         d = Path(self.data_dir).expanduser()
-        try:
-            d.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise MomentError(f"cannot create the data directory: {e.strerror}", source=str(d)) from None
-        if not d.is_dir():
-            raise MomentError("not a directory", source=str(d))
         if d.resolve() == Path(d.resolve().anchor):  # every file a request names must lie under it
             raise MomentError("the data directory cannot be the file system's root: requests could name any file",
                               source=str(d), hint="give a directory of its own, e.g. --data-dir ./moment-data")
+        check_output(d, "the data directory", directory=True)  # a file, a dangling link, a name too long
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise MomentError(f"cannot create the data directory: {reason(e)}", source=str(d)) from None
         if self.max_waiting_searches < 0:
             raise MomentError(f"max_waiting_searches must not be negative (got {self.max_waiting_searches})")
         for name in ("max_body_bytes", "max_upload_bytes", "plan_timeout_s", "probe_max_mib", "probe_max_job_mib",
@@ -67,11 +66,7 @@ class Settings:
                 raise MomentError(f"{name} must be positive (got {getattr(self, name)})")
         db = None
         if self.db is not None:
-            db = Path(self.db).expanduser()
-            if db.is_symlink() and not db.exists():  # e.g. a link into a disk that is not mounted
-                raise MomentError("a symbolic link to nothing: the job database would be made at its target",
-                                  source=str(db), hint="give the database's own path, or mount what the link names")
-            db = check_output(db, "the job database").resolve()
+            db = check_output(Path(self.db).expanduser(), "the job database").resolve()
         return replace(self, data_dir=d.resolve(), db=db, token=self.token or None)
 
     @classmethod

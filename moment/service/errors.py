@@ -24,6 +24,12 @@ def request_field(name: str) -> str:
 INVENTORY_INPUTS = ("gpus", "ssds", "gpu_model", "ssd_model", "inventory")
 
 
+def given_beside_inventory(req, names: tuple[str, ...] = INVENTORY_INPUTS[:-1]) -> dict[str, object]:
+    """The counts and models a request set itself (not left at their defaults), for
+    `check_one_inventory`: with an inventory they would be ignored, as `moment plan --inventory` says."""
+    return {k: getattr(req, k) if k in req.model_fields_set else None for k in names}
+
+
 @contextmanager
 def blame(field: str | None, *, instead_of: Collection[str] = ()) -> Iterator[None]:
     """A MomentError raised inside is about request field `field`: one that names no input (a reader of

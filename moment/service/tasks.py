@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from moment.service.errors import FieldError, request_field
+from moment.service.errors import FieldError, blame, request_field
 from moment.service.jobs import JobContext
 from moment.service.machines import builtin_profile_path
 from moment.service.paths import inside
@@ -18,7 +18,9 @@ from moment.service.schemas import PlaceJobRequest, ProbeJobRequest
 def check_place(req: PlaceJobRequest, data_dir: Path):
     """(dataset dir, layout dir, topology, inventory) of a place request; FieldError when wrong."""
     from moment.placement.api import check_choices
+    from moment.placement.planning import check_caches
     from moment.planner import api
+    from moment.workload.graph import GraphDataset
     from moment.topology.profiles import load_profile
 
     check_choices(req.policy, req.pool)
@@ -31,6 +33,8 @@ def check_place(req: PlaceJobRequest, data_dir: Path):
     topo = load_profile(str(builtin_profile_path(req.profile)))
     inv = api.parse_inventory(None, api.resolve_gpus(topo, req.gpus, flag=request_field), req.ssds, req.gpu_model,
                               req.ssd_model, flag=request_field)
+    with blame("dataset"):  # the caches' sizes at submit: a job would refuse them only once it ran
+        check_caches(GraphDataset.open(ds), topo, inv, req.gpu_cache, req.cpu_cache, flag=request_field)
     return ds, out, topo, inv
 
 

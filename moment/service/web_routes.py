@@ -58,10 +58,12 @@ class TargetsResponse(BaseModel):
 
 
 class CompareMachine(MachineIn):
-    """One machine to compare; its own models, when given, replace the request's (a what-if's models)."""
+    """One machine to compare; its own inventory or models, when given, replace the request's (a
+    what-if's devices)."""
 
     gpu_model: str | None = Field(None, max_length=200)
     ssd_model: str | None = Field(None, max_length=200)
+    inventory: str | None = Field(None, max_length=1000, description="this machine's own mixed inventory")
 
 
 class CompareMachinesRequest(BaseModel):
@@ -195,12 +197,15 @@ def router(settings, slots: Searches | None = None) -> APIRouter:
         their best layouts side by side (the rows of `moment compare --json`)."""
         from moment.planner import api
         from moment.service.deadline import run_with_deadline
-        from moment.service.errors import INVENTORY_INPUTS, blame, request_field
+        from moment.service.errors import INVENTORY_INPUTS, blame, given_beside_inventory, request_field
         from moment.service.machines import machine
 
+        api.check_one_inventory(req.inventory is not None, flag=request_field, **given_beside_inventory(req))
         tops = []
         for i, m in enumerate(req.machines):
-            try:
+            try:  # a machine's own models with an inventory (its own or the request's) would be ignored
+                api.check_one_inventory((m.inventory or req.inventory) is not None, flag=request_field,
+                                        gpu_model=m.gpu_model, ssd_model=m.ssd_model)
                 tops.append((m, *machine(m, settings.max_upload_bytes)))
             except MomentError as e:  # name the machine in the list: machines.1.profile
                 if e.field is not None:
@@ -209,16 +214,18 @@ def router(settings, slots: Searches | None = None) -> APIRouter:
 
         def work(progress):
             rows = []
-            for m, topo, label in tops:
-                rows += api.compare_rows([(label, topo)], inventories=[req.inventory] if req.inventory else None,
-                                         gpus=req.gpus, ssds=req.ssds, gpu_model=m.gpu_model or req.gpu_model,
-                                         ssd_model=m.ssd_model or req.ssd_model, overrides=m.overrides,
-                                         calibration=m.calibration, flag=request_field, progress=progress,
-                                         data=req.data)
+            for i, (m, topo, label) in enumerate(tops):
+                inventory = m.inventory or req.inventory
+                with blame(("inventory" if m.inventory is None else f"machines.{i}.inventory") if inventory else None,
+                           instead_of=INVENTORY_INPUTS):
+                    rows += api.compare_rows([(label, topo)], inventories=[inventory] if inventory else None,
+                                             gpus=req.gpus, ssds=req.ssds, gpu_model=m.gpu_model or req.gpu_model,
+                                             ssd_model=m.ssd_model or req.ssd_model, overrides=m.overrides,
+                                             calibration=m.calibration, flag=request_field, progress=progress,
+                                             data=req.data)
             return rows
 
-        with blame("inventory" if req.inventory else None, instead_of=INVENTORY_INPUTS):
-            return run_with_deadline(work, settings.plan_timeout_s, "the comparison", slots)
+        return run_with_deadline(work, settings.plan_timeout_s, "the comparison", slots)
 
     @r.post("/advise", response_model=AdviseResult, tags=["planning"], responses=error_responses(408, 429),
             dependencies=[Depends(slots.admission)] if slots is not None else [])

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from moment.errors import MomentError, validation_lines
 from moment.inputs import exists
 from moment.topology.devices import DeviceModel, find_model
-from moment.topology.model import Kind
+from moment.topology.model import A_KIND, Kind
 
 
 class NetworkSpec(BaseModel):
@@ -125,7 +125,7 @@ def cluster_from_dict(data: object, source: str, base: Path | None = None) -> Cl
     except MomentError as e:
         raise MomentError(f"network.nic: {str(e).splitlines()[0]}", source=source, hint=e.hint) from None
     if nic.kind != Kind.nic:
-        raise MomentError(f"network.nic: {nic.name} is a {nic.kind.value}, not a NIC", source=source,
+        raise MomentError(f"network.nic: {nic.name} is {A_KIND.get(nic.kind, nic.kind.value)}, not a NIC", source=source,
                           hint="NIC models: " + ", ".join(m.name for m in _nics()))
     if spec.network.ports > nic.ports:
         raise MomentError(f"network.ports {spec.network.ports}: {nic.name} has {nic.ports} port"

@@ -33,6 +33,8 @@ class Kind(str, Enum):
 
 #: Kinds that can sit in a slot and be moved by the planner.
 PLACEABLE = (Kind.gpu, Kind.ssd, Kind.nic)
+#: each of them as a sentence names one ("an SSD")
+A_KIND = {Kind.gpu: "a GPU", Kind.ssd: "an SSD", Kind.nic: "a NIC"}
 DEVICE_KINDS = (Kind.gpu, Kind.ssd, Kind.nic, Kind.nvswitch, Kind.other)
 
 

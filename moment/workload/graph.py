@@ -35,7 +35,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from moment import testpoints
-from moment.documents import mistaken
+from moment.documents import mistaken, mistaken_dir
 from moment.errors import MomentError, validation_error
 from moment.locking import locked
 from moment.inputs import check_dir, read_text
@@ -415,7 +415,7 @@ class GraphDataset:
         mpath = p / MANIFEST
         check_dir(p, "dataset directory")
         if not mpath.is_file():
-            raise MomentError(
+            raise mistaken_dir(p, "dataset") or MomentError(
                 "no manifest.json: not a dataset, or an interrupted write", source=str(p),
                 hint="create datasets with `moment data synth` or `moment data import`",
             )

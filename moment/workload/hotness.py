@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from moment import testpoints
+from moment.documents import mistaken_dir
 from moment.errors import NPZ_ERRORS, MomentError, check_at_least
 from moment.inputs import check_dir, exists, read_text
 from moment.locking import locked
@@ -218,7 +219,8 @@ class Hotness:
         p = check_dir(path, "hotness directory")
         j = p / HOTNESS_JSON
         if not j.is_file():
-            raise MomentError("no hotness.json here (create it with `moment data presample`)", source=str(p))
+            raise mistaken_dir(p, "hotness") or MomentError(
+                "no hotness.json here (create it with `moment data presample`)", source=str(p))
         try:
             doc = json.loads(read_text(j, "hotness file"))
         except (json.JSONDecodeError, RecursionError) as e:

@@ -435,10 +435,35 @@ function whatifSpec() {
   for (const k of MACHINE_FIELDS) if (state.original.req[k] !== undefined) spec[k] = state.original.req[k];
   const what = [];
   if (state.changes.length) { spec.set = state.changes.slice(); what.push(...state.changes); }
-  for (const [id, key] of [["#wi-gpu-model", "gpu_model"], ["#wi-ssd-model", "ssd_model"]]) {
-    if ($(id).value) { spec[key] = $(id).value; what.push(`${key.replace("_", " ")} ${$(id).value}`); }
+  const inventory = state.original.req.inventory;
+  for (const [id, key, kind] of [["#wi-gpu-model", "gpu_model", "gpu"], ["#wi-ssd-model", "ssd_model", "ssd"]]) {
+    const model = $(id).value;
+    if (!model) continue;
+    what.push(`${key.replace("_", " ")} ${model}`);
+    // a mixed inventory names every device: the model replaces its devices of that kind
+    if (inventory) spec.inventory = withModel(spec.inventory || inventory, kind, model);
+    else spec[key] = model;
   }
   return what.length ? { spec, what } : null;
+}
+
+// The catalogue's model named in an inventory (by name or alias, as the service reads it), or undefined.
+function findModel(name) {
+  const key = name.trim().toLowerCase();
+  return state.models.find((m) => m.name.toLowerCase() === key || (m.aliases || []).includes(key));
+}
+
+// `inventory` (COUNTxMODEL,...) with every device of `kind` made `model`: 2xA100,2xP5510 -> 2xA100,2xPM1743.
+function withModel(inventory, kind, model) {
+  const kept = [];
+  let count = 0;
+  for (const part of inventory.split(",").map((p) => p.trim()).filter(Boolean)) {
+    const m = /^(\d+)\s*[xX*]\s*(\S+)$/.exec(part);
+    const found = m && findModel(m[2]);
+    if (found && found.kind === kind) count += parseInt(m[1], 10);
+    else kept.push(part);
+  }
+  return count ? [...kept, `${count}x${model}`].join(",") : inventory;
 }
 
 // Which request field an uploaded file goes in: an XML is NCCL's (<system>) or hwloc's (<topology>).
@@ -570,7 +595,7 @@ function suggestWhatif(plan) {
   const ssds = Object.values(plan.placement || {}).map((n) => state.models.find((m) => m.name === n))
     .filter((m) => m && m.kind === "ssd").sort((a, b) => a.read_gbps - b.read_gbps);
   const cur = ssds[0];
-  if (!state.original.req.inventory && links.some((l) => l.bottleneck && l.kind === "ssd")) {
+  if (links.some((l) => l.bottleneck && l.kind === "ssd")) {
     const faster = state.models.filter((m) => m.kind === "ssd" && (!cur || m.read_gbps > cur.read_gbps))
       .sort((a, b) => b.read_gbps - a.read_gbps)[0];
     if (faster) {
@@ -687,12 +712,9 @@ async function runWhatif() {
     report("whatif", new ApiError(0, "", [{ field: "set", message: "add a change (a link or a device model) first" }]));
     return;
   }
-  // the what-if keeps the machine and inventory of the plan it is compared with
+  // the what-if keeps the machine and inventory of the plan it is compared with, but for its models
   const req = { ...state.original.req, set: wi.spec.set || [] };
-  if (!req.inventory) {
-    if (wi.spec.gpu_model) req.gpu_model = wi.spec.gpu_model;
-    if (wi.spec.ssd_model) req.ssd_model = wi.spec.ssd_model;
-  }
+  for (const key of ["inventory", "gpu_model", "ssd_model"]) if (wi.spec[key]) req[key] = wi.spec[key];
   await busy("Planning the what-if…", async () => {
     try {
       const plan = await api("POST", "v1/plan", req);
@@ -724,15 +746,19 @@ async function runCompare() {
     return;
   }
   const machines = [];
+  const notes = [];  // what marks a row beside its machine's name: the what-if's changes
   for (const v of picked) {
+    const wi = v === "whatif" ? whatifSpec() : null;
     if (v === "upload" && state.uploaded) machines.push({ [state.uploaded.field]: state.uploaded.text });
-    else if (v === "whatif" && whatifSpec()) machines.push(whatifSpec().spec);
+    else if (wi) machines.push(wi.spec);
     else if (v.startsWith("profile:")) machines.push({ profile: v.slice(8) });
+    else continue;
+    notes.push(wi ? "what-if: " + wi.what.join(", ") : null);
   }
   const req = inventoryFields({ machines });
   await busy(`Comparing ${plural(machines.length, "machine")}…`, async () => {
     try {
-      renderCompare(await api("POST", "v1/compare/machines", req));
+      renderCompare(await api("POST", "v1/compare/machines", req), notes);
     } catch (e) {
       report("compare", e);
       markStale($("#compare-out"), "Not updated: the last comparison failed (the reason is in card 4). Shown: the one before.");
@@ -981,6 +1007,7 @@ function columnCards(run, base, scale, side) {
     }
     if (req.gpu_model && req.gpu_model !== base.req.gpu_model) list.append(el("li", {}, `GPU model ${base.req.gpu_model} → ${req.gpu_model}`));
     if (req.ssd_model && req.ssd_model !== base.req.ssd_model) list.append(el("li", {}, `SSD model ${base.req.ssd_model} → ${req.ssd_model}`));
+    if (req.inventory !== base.req.inventory) list.append(el("li", {}, `inventory ${base.req.inventory} → ${req.inventory}`));
     head.append(list, deltaBanner(plan, base));
   }
   const best = bestBaseline(plan);
@@ -1056,9 +1083,17 @@ function columnCards(run, base, scale, side) {
 
   const s = plan.search;
   if (s) {
+    const n = (x) => (x ?? 0).toLocaleString("en-US");
+    // a large machine of mixed slots has too many placements to list: they were searched by branch and bound
+    const how = s.method === "branch-and-bound"
+      ? `too many to list: branch and bound, ${n(s.nodes)} partial placements bounded`
+      : `${n(s.distinct_candidates)} distinct`;
     dia.append(el("p", { class: "foot" },
-      `Searched ${s.raw_candidates.toLocaleString("en-US")} placements: ${s.distinct_candidates.toLocaleString("en-US")} distinct, `
-      + `${s.solved} solved, in ${fmt(s.seconds_total)} s.`));
+      `Searched ${n(s.raw_candidates)} placements: ${how}, ${n(s.solved)} solved, in ${fmt(s.seconds_total)} s.`));
+    if (s.proven_optimal === false) {
+      dia.append(el("p", { class: "foot" }, `Not proven optimal: the time limit stopped the search; this is the best `
+        + `placement found, and no placement reads an epoch faster than ${fmt(s.lower_bound_s)} s.`));
+    }
   }
   for (const c of cards) {
     c.classList.add("col-" + side);
@@ -1113,15 +1148,17 @@ function baselinesCard(plan) {
         el("th", { class: "num" }, "vs recommended"))), tbody));
 }
 
-function renderCompare(rows) {
+// One row per machine compared, in the order asked; `notes[i]` marks row i (the what-if says what it changed).
+function renderCompare(rows, notes) {
   const out = $("#compare-out");
   out.textContent = "";
   out.classList.remove("stale");
   const fastest = Math.min(...rows.map((r) => r.epoch_read_s));
   const tbody = el("tbody");
-  for (const r of rows) {
+  for (const [i, r] of rows.entries()) {
     const per = r.per_gpu_inlet_gbps || [];
-    const what = (r.overrides || []).length ? el("div", { class: "muted" }, "what-if: " + r.overrides.join(", ")) : null;
+    const note = notes[i] || ((r.overrides || []).length ? "what-if: " + r.overrides.join(", ") : null);
+    const what = note ? el("div", { class: "muted" }, note) : null;
     tbody.append(el("tr", { class: r.epoch_read_s === fastest ? "rec" : null },
       el("td", { class: "name" }, el("b", {}, r.profile), r.built_in ? el("div", { class: "muted" }, r.built_in) : null, what),
       el("td", {}, r.inventory),

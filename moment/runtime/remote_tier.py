@@ -1,0 +1,151 @@
+"""The remote tier: the rows of a split layout that another machine owns come from that machine.
+
+Why (moment.placement.split; DistDGL's KVStore pull): when the features are split over machines, a
+row that no tier of this machine holds lives in the layout of the machine that owns it, and that
+machine reads it for us. The transport is the peer tier's (moment.runtime.exchange): NCCL on GPUs,
+gloo on CPU, one round of collectives per completed batch. Each rank exchanges with the ranks that
+have its local rank on the other machines (`DistContext.remote_group`: one group per local rank,
+members in machine order, so member j is machine j and a machine's ranks share the serving): it asks
+each owner for the node ids it lacks and serves what the others ask of it.
+
+A rank serves from its own layout's files with a reader of its own (`SERVE_WINDOW`, `SERVE_INFLIGHT`):
+not the chain's disk tier, whose reader runs ahead of the batches and may be waiting for buffer
+memory that the consumer frees only after this round. The memory budget charges one round of the
+exchange and that reader (`round_bytes`, `reader_bytes`).
+
+The exchange is used here only, through `RowExchange(group)`, `round(want, serve, sink)`, `finish(serve)`,
+`RowExchange.round_bytes(rows, row_bytes, members)`, `peak_bytes` and `served_rows`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from moment.errors import MomentError
+from moment.io.merge import SHAPES
+from moment.placement.opened import Layout
+from moment.placement.reader import shard_path
+from moment.runtime.disk_tier import DiskTier
+from moment.runtime.exchange import ExchangeGroup, RowExchange, into
+from moment.runtime.gather import BufferPool, Job, Reader, staging_bytes
+from moment.runtime.run_plan import TierPlan
+from moment.runtime.tier import LayoutRows, Tier, at
+
+#: the serving reader's staging: a round's asked rows are read in windows of this many bytes, this many at once
+SERVE_WINDOW = 1 << 20
+SERVE_INFLIGHT = 2
+
+
+def round_bytes(rows: int, row_bytes: int, machines: int) -> int:
+    """The most one round of the remote exchange holds on a rank when every rank asks at most `rows` rows
+    (a batch's) of the others: what the exchange states for `machines` members."""
+    return RowExchange.round_bytes(rows, row_bytes, machines)
+
+
+def reader_bytes(align: int) -> int:
+    """The serving reader's staging buffers."""
+    return staging_bytes(align, SERVE_WINDOW, SERVE_INFLIGHT)
+
+
+@dataclass
+class _Part:
+    pos: np.ndarray  # positions in the batch another machine serves
+    owner: np.ndarray  # the machine owning each
+    ids: np.ndarray  # their node ids (the keys asked)
+    inner: Any
+
+
+class RemoteTier(Tier):
+    """Rows the machines of `group` own, over `next` (this machine's own tiers): a round of the exchange per
+    completed batch fetches them, and serves the rows this machine owns to the others from `layout`."""
+
+    name = "remote"
+
+    def __init__(self, rows: LayoutRows, next: Tier, device: torch.device | str, group: ExchangeGroup,
+                 layout: Layout, t: TierPlan, disk: DiskTier | None = None):
+        super().__init__(rows, next, device)
+        split = rows.split
+        if split is None:
+            raise ValueError("a remote tier needs a split layout")
+        if group.size != len(split.machines) or group.index != split.machine:
+            raise MomentError(f"this rank is member {group.index} of {group.size} machines' exchange, but its layout is "
+                              f"machine {split.name} (index {split.machine}) of {len(split.machines)}",
+                              source=str(layout.path),
+                              hint="start machine K with `moment train --nnodes N --node-rank K` and its own layout")
+        self.exchange = RowExchange(group)
+        self.disk = disk  # its chunk checks, with --verify
+        m = layout.manifest
+        self.reader: Reader | None = Reader([shard_path(layout.path, s) for s in m.shards], rows.row_bytes,
+                                            m.row.align, pool=BufferPool(0), window=SERVE_WINDOW,
+                                            inflight=SERVE_INFLIGHT, queue_depth=t.queue_depth, backend=t.io_backend,
+                                            direct=t.direct)
+        self.served_bytes = 0
+
+    @property
+    def rows(self) -> int:
+        """Rows other machines own."""
+        return int(self.layout_rows.split.remote_rows)
+
+    def take(self, ids: np.ndarray, pos: np.ndarray | None, tag: tuple | None) -> _Part:
+        r = self.layout_rows
+        far = r.remote(ids)
+        if not far.any():
+            none = np.zeros(0, np.int64)
+            return _Part(none, none, none, self.next.take(ids, pos, tag))
+        rest = np.flatnonzero(~far)
+        mine = ids[far]
+        return _Part(at(pos, np.flatnonzero(far)), r.machine_of[r.bin[mine]], mine,
+                     self.next.take(ids[rest], at(pos, rest), tag))
+
+    def device_rows(self, part: _Part, out: torch.Tensor) -> None:
+        self.next.device_rows(part.inner, out)
+        self.fetch(part.owner, part.ids, out, part.pos)  # a round for every batch, whether or not it needs a row
+        self.served += int(part.pos.size)
+
+    def fetch(self, owner: np.ndarray, ids: np.ndarray, out: torch.Tensor, pos: np.ndarray) -> None:
+        """out[pos] = the rows of `ids` from their `owner` machines; one round of the exchange (collective:
+        every member calls it once per batch, with nothing to ask as well)."""
+        order = np.argsort(owner, kind="stable")
+        owner, ids, pos = owner[order], ids[order], pos[order]
+        cuts = np.searchsorted(owner, np.arange(self.exchange.group.size + 1))
+        self.exchange.round([ids[a:b] for a, b in zip(cuts[:-1], cuts[1:], strict=True)], self._serve,
+                            into(out, pos))
+
+    def finish(self) -> None:
+        """This rank's sequence of batches is done: serve the other machines until theirs are."""
+        self.exchange.finish(self._serve)
+        self.next.finish()
+
+    def _serve(self, keys: torch.Tensor) -> torch.Tensor:
+        """The rows of node ids `keys` (asked by another machine), read from this machine's layout."""
+        r = self.layout_rows
+        ids = keys.detach().cpu().numpy().astype(np.int64, copy=False)
+        out = np.empty((ids.shape[0], r.row_bytes), np.uint8)
+        if ids.size:
+            if ids.min() < 0 or ids.max() >= r.num_nodes or r.remote(ids).any():
+                raise MomentError(f"another machine asked machine {r.split.name} for rows it does not own: the "
+                                  "machines' layouts are not of one split", source=str(r.path))
+            f, off = r.locate(ids)
+            if self.disk is not None and self.disk.verify:
+                self.disk.verify_chunks(f, off)
+            assert self.reader is not None
+            self.reader.submit(Job(f, off, SHAPES["rows"], dest=out)).wait()
+            self.served_bytes += int(out.nbytes)
+        return torch.from_numpy(out)
+
+    def add_stats(self, out: dict[str, Any]) -> None:
+        out["remote_served_rows"] += self.exchange.served_rows
+        out["remote_served_bytes"] += self.served_bytes
+
+    def own_memory(self) -> dict[str, int]:
+        return {"remote_exchange": self.exchange.peak_bytes,
+                "remote_reader": self.reader.staging_bytes if self.reader is not None else 0}
+
+    def release(self) -> None:
+        if self.reader is not None:
+            self.reader.close()
+            self.reader = None

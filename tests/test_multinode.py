@@ -1,0 +1,142 @@
+"""Training across machines, as two torchrun agents on 127.0.0.1 (never another address), each with its own
+layout directory: the same loss curve as one agent with the same number of ranks, restarts across agents,
+a split layout's rows fetched from their owner bit for bit, and machines that do not belong together
+stopped with one message and no hang. Every test here launches agents: all slow."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from runtime_data import TRAIN_ARGS, make_split
+
+from moment import testpoints
+from moment.runtime.rendezvous import Rendezvous
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(argv: list[str], env: dict | None = None) -> subprocess.Popen:
+    e = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), **(env or {})}
+    return subprocess.Popen(argv, cwd=REPO, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def finish(procs: list[subprocess.Popen], timeout: float = 240) -> list[tuple[int, str, str]]:
+    """Wait for every agent; on a timeout kill them all and fail (a hang is a failure)."""
+    out = []
+    for p in procs:
+        try:
+            o, e = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                os.killpg(q.pid, signal.SIGKILL)
+            raise AssertionError("an agent hung") from None
+        out.append((p.returncode, o, e))
+    return out
+
+
+def agents(layouts: list[Path], tmp: Path, *args: str, timeout_s: int = 120, env: dict | None = None,
+           extra: list[list[str]] | None = None) -> list[tuple[int, str, str]]:
+    """`moment train --nnodes N --node-rank K` for each layout K (its own run directory), machine 0 first (as on a
+    cluster, where the endpoint is machine 0's: its agent hosts the rendezvous)."""
+    port = free_port()
+    procs = []
+    for k in range(len(layouts)):
+        procs.append(start([sys.executable, "-m", "moment", "train", "--nnodes", str(len(layouts)), "--node-rank",
+                            str(k), "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-timeout", str(timeout_s),
+                            "--run-dir", str(tmp / f"runs{k}"), "--layout", str(layouts[k]), *args,
+                            *((extra or [[]] * len(layouts))[k])], env))
+    return finish(procs)
+
+
+def test_two_agents_train_as_one_agent_with_two_ranks_and_restart_together(runtime_layout, two_rank_run, tmp_path):
+    """Machine 1's rank is killed after its fifth step: both agents restart their ranks (torchrun's rendezvous),
+    every rank resumes from machine 0's checkpoint, and the curve is the uninterrupted one-agent run's."""
+    own = shutil.copytree(runtime_layout, tmp_path / "L1")  # machine 1's own layout directory
+    out = tmp_path / "m.json"
+    (a, oa, ea), (b, ob, eb) = agents([runtime_layout, own], tmp_path, *TRAIN_ARGS, "--epochs", "2", "--quiet",
+                                      "--max-restarts", "1", "--metrics-json", str(out),
+                                      env={testpoints.EXIT_ENV: "train-step:5"})
+    assert a == 0 and b == 0, ea + eb
+    assert "Traceback" not in ea + eb
+    assert "rank 1 died (exit code 1); torchrun restarts the ranks (restart 1 of 1)" in " ".join(eb.split())
+    m = json.loads(out.read_text())  # written by rank 0, on machine 0
+    assert m["world_size"] == 2 and m["nnodes"] == 2 and m["restarts"] == 1 and 0 < m["resumed_from_step"] < 5
+    assert f"resumed from step {m['resumed_from_step']}" in " ".join(ea.split())
+    assert [x["ranks"] for x in m["machines"]] == [[0], [1]]
+    assert Path(m["checkpoint_dir"]).parent.parent == tmp_path / "runs0"
+    np.testing.assert_allclose(m["loss_curve"], two_rank_run["loss_curve"], rtol=1e-6)
+
+
+def test_two_agents_train_a_split_layout_with_the_curve_of_the_whole_one(split_layout, two_rank_run, tmp_path):
+    """Each machine holds its part; the rows it lacks come from the other: the first epoch's curve is the
+    whole layout's (two_rank_run: 2 ranks on one machine), and each machine reports its remote rows and bytes."""
+    out = tmp_path / "m.json"
+    # each machine its own options where they may differ: only machine 0 asks for the metrics, machine 1 is quiet
+    (a, _, ea), (b, _, eb) = agents([split_layout / "m0", split_layout / "m1"], tmp_path, *TRAIN_ARGS, "--epochs",
+                                    "1", extra=[["--metrics-json", str(out)], ["--quiet"]])
+    assert a == 0 and b == 0, ea + eb
+    m = json.loads(out.read_text())
+    np.testing.assert_allclose(m["loss_curve"], two_rank_run["loss_curve"][:8], rtol=1e-6)
+    m0, m1 = m["machines"]
+    rb = json.loads((split_layout / "m0" / "manifest.json").read_text())["row"]["row_bytes"]
+    assert (m0["machine"], m1["machine"]) == ("m0", "m1")
+    for x, other in ((m0, m1), (m1, m0)):
+        assert 0.1 < x["remote_share"] < 0.6 and x["remote_bytes"] == x["remote_rows"] * rb
+        assert x["remote_served_rows"] == other["remote_rows"]  # what one fetched, the other served
+    assert m["tier_rows"]["remote"] == m0["remote_rows"] + m1["remote_rows"]
+    assert "machines: node 0 (m0): " in " ".join(ea.split())  # rank 0's summary
+
+
+def test_two_agents_fetch_a_split_layouts_rows_bit_exact(split_layout, tmp_path):
+    port = free_port()
+    procs = []
+    for k in (1, 0):
+        r = Rendezvous(2, k, "127.0.0.1", port, 120)
+        procs.append(start([sys.executable, "-m", "torch.distributed.run", *r.torchrun_args(), "--nproc-per-node=1",
+                            str(REPO / "tests" / "split_ranks.py"), str(split_layout), str(tmp_path)], r.env()))
+    for code, o, e in finish(procs):
+        assert code == 0, o[-2000:] + e[-4000:]
+    seen = [json.loads((tmp_path / f"machine{k}.json").read_text()) for k in (0, 1)]
+    n = 4000
+    for k, s in enumerate(seen):
+        assert s["rows_checked"] >= n and s["remote_rows_checked"] == s["remote_rows"] > 0
+        assert s["served"] == seen[1 - k]["remote_rows"]
+        assert 0 < s["exchange_peak"] <= s["exchange_charged"]  # the budget's charge bounds what a round held
+
+
+def test_machines_of_two_splits_stop_with_one_message(split_layout, runtime_dataset, tmp_path):
+    """Machine 1 gives its part of another split of the same dataset: every rank refuses, rank 0 says why once,
+    and both agents end (no rank waits for a peer that left)."""
+    other = make_split(runtime_dataset, tmp_path / "S2", replicate="30%")
+    (a, _, ea), (b, _, eb) = agents([split_layout / "m0", other / "m1"], tmp_path, *TRAIN_ARGS)
+    assert a == 2 and b != 0, ea + eb
+    said = " ".join(ea.split())
+    assert said.count("the machines' layouts are not of one split") == 1 and "Traceback" not in ea + eb, ea + eb
+
+
+def test_a_machine_that_cannot_start_leaves_the_others_waiting_only_until_the_rendezvous_timeout(split_layout,
+                                                                                               tmp_path):
+    (a, _, ea), (b, _, eb) = agents([split_layout / "m0", tmp_path / "missing"], tmp_path, *TRAIN_ARGS,
+                                    timeout_s=5)
+    assert b == 2 and "layout directory not found" in eb and "Traceback" not in eb, eb
+    assert a != 0, ea
+    said = " ".join(ea.split())
+    assert "not all 2 machines joined the rendezvous at 127.0.0.1:" in said and "within 5 s" in said, ea
+    assert "Traceback" not in ea

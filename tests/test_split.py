@@ -1,0 +1,333 @@
+"""A graph split across machines (moment.placement.split) and the checks of a run across machines
+(moment.runtime.rendezvous), without starting agents: tests/test_multinode.py starts them."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from moment.cli import main
+from moment.errors import MomentError
+from moment.placement import split as sp
+from moment.placement.reader import load_manifest, open_layout, verify_layout
+from moment.runtime.exchange import ExchangeGroup
+from moment.runtime.remote_tier import RemoteTier
+from moment.runtime.rendezvous import RankFacts, RunFacts, check_agents, machine_ranks, parse_rendezvous
+from moment.runtime.store import Collectives, RankPlace, StoreOptions, open_tiers
+
+
+def _err(capsys) -> str:
+    return " ".join(capsys.readouterr().err.split())
+
+
+# ---- the split of the rows ---------------------------------------------------------------------------
+def test_the_hottest_rows_go_everywhere_and_the_rest_is_dealt_out_snake_fashion():
+    order = np.array([7, 3, 9, 0, 1, 2, 4, 5, 6, 8], np.int64)  # hottest first
+    owners = sp.split_rows(order, 3, 2)
+    assert owners[[7, 3]].tolist() == [-1, -1]
+    assert owners[order[2:]].tolist() == [0, 1, 2, 2, 1, 0, 0, 1]  # snake: 0 1 2 | 2 1 0 | 0 1
+    rng = np.random.default_rng(0)
+    reads = rng.zipf(1.6, 100_000).astype(np.float64)
+    order = np.argsort(-reads, kind="stable")
+    owners = sp.split_rows(order, 4, 1000)
+    counts = np.bincount(owners[owners >= 0], minlength=4)
+    assert counts.max() - counts.min() <= 1 and (owners == -1).sum() == 1000
+    shares = [sp.remote_read_share(owners, reads, k) for k in range(4)]
+    assert max(shares) - min(shares) < 0.01  # each machine reads about as much of the others
+    assert np.array_equal(owners, sp.split_rows(order, 4, 1000))  # deterministic
+    assert (sp.split_rows(order, 2, 10**9) == -1).all()  # everything replicated: nothing split
+
+
+def test_a_split_layout_holds_each_machines_rows_bit_exact_and_refuses_the_others(split_layout, runtime_dataset):
+    m = sp.load_split(split_layout)
+    assert sp.verify_split(split_layout).ok
+    owners = np.load(split_layout / sp.OWNERS)
+    feats = np.load(runtime_dataset.file("features"))
+    assert (owners == -1).sum() == m.replicated_rows == 560
+    for x in m.machines:
+        r = open_layout(split_layout / x.layout)
+        held = sp.held_by(owners, x.index)
+        assert held.size == x.held_rows and r.manifest.split.machine == x.index
+        assert np.array_equal(r.rows(held), feats[held])  # bit for bit
+        far = np.flatnonzero((owners != x.index) & (owners != -1))
+        with pytest.raises(MomentError, match=f"node {far[0]} is on machine m{1 - x.index}"):
+            r.rows(far[:3])
+        assert verify_layout(split_layout / x.layout).ok  # a machine's layout on its own
+    assert m.machines[0].owned_rows + m.machines[1].owned_rows + m.replicated_rows == runtime_dataset.num_nodes
+
+
+@pytest.mark.slow
+def test_layout_rm_of_one_machine_keeps_working_and_verify_names_it_missing(split_layout, tmp_path, capsys):
+    s = shutil.copytree(split_layout, tmp_path / "S")
+    assert main(["layout", "rm", str(s / "m0")]) == 0
+    assert not (s / "m0").exists() and (s / "m1").is_dir()
+    capsys.readouterr()
+    assert main(["layout", "verify", str(s)]) == 1
+    assert "machine m0's layout is missing" in _err(capsys)
+    assert main(["layout", "info", str(s), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert [x["present"] for x in info["machines"]] == [False, True]
+    run = s / "m1.runs" / "20260101-000000"  # a training run of machine m1's layout
+    run.mkdir(parents=True)
+    (run / "torchrun.log").write_text("$ torchrun\n")
+    (s / "notes.txt").write_text("mine")
+    assert main(["layout", "rm", str(s)]) == 2
+    assert "notes.txt" in _err(capsys) and (s / "m1").is_dir()  # nothing deleted
+    (s / "notes.txt").unlink()
+    assert main(["layout", "rm", str(s)]) == 0 and not s.exists()
+
+
+def test_a_damaged_cluster_manifest_or_owners_file_is_one_message(split_layout, tmp_path, capsys):
+    s = shutil.copytree(split_layout, tmp_path / "S")
+    mf = s / sp.CLUSTER_MANIFEST
+    text = mf.read_text()
+    mf.write_text(text.replace('"replicated_rows": 560', '"replicated_rows": 561'))
+    for argv in (["layout", "verify", str(s)], ["layout", "rm", str(s)], ["layout", "info", str(s)]):
+        assert main(argv) == 2
+        err = _err(capsys)
+        assert "the cluster manifest is damaged: its checksum does not match its content" in err, argv
+        assert "Traceback" not in err
+    assert (s / "m0").is_dir()
+    mf.write_text("{not json")
+    assert main(["layout", "verify", str(s)]) == 2 and "not readable JSON" in _err(capsys)
+    mf.write_text(text)
+    owners = np.load(s / sp.OWNERS)
+    owners[:5] = 1 - owners[:5].clip(0, 1)
+    np.save(s / sp.OWNERS, owners)
+    assert main(["layout", "verify", str(s)]) == 1 and f"{s / sp.OWNERS}: checksum mismatch" in _err(capsys)
+
+
+@pytest.mark.slow
+def test_verify_refuses_a_machine_layout_of_another_split(split_layout, runtime_dataset, tmp_path, capsys):
+    from runtime_data import make_split
+
+    s = shutil.copytree(split_layout, tmp_path / "S")
+    other = make_split(runtime_dataset, tmp_path / "S2", replicate="30%")
+    shutil.rmtree(s / "m1")
+    shutil.copytree(other / "m1", s / "m1")
+    assert main(["layout", "verify", str(s)]) == 1
+    assert "machine m1's layout: it belongs to another split" in _err(capsys)
+
+
+def test_a_machines_layout_alone_trains_only_with_the_others(split_layout, tmp_path, capsys):
+    m0 = split_layout / "m0"
+    with pytest.raises(MomentError, match="which only a run on all of them can fetch"):
+        open_tiers(m0)  # one process: no other machine to ask
+    base = ["train", "--run-dir", str(tmp_path / "runs"), "--layout"]
+    cases = [
+        (base + [str(m0)], "this is machine m0's part of a layout split over 2 machines"),
+        (["train", "--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint", "127.0.0.1:29999", *base[1:], str(m0)],
+         "--node-rank 1, but this is machine m0's layout, node rank 0"),
+        (["train", "--nnodes", "3", "--node-rank", "0", "--rdzv-endpoint", "127.0.0.1:29999", *base[1:], str(m0)],
+         "--nnodes 3, but the layout is split over 2 machines"),
+        (base + [str(split_layout)], "this is a split layout of 2 machines, not one machine's layout"),
+        (["data", "pack", "--layout", str(m0), "--ranks", "2"], "its batches read rows other machines own"),
+    ]
+    for argv, said in cases:
+        assert main(argv) == 2, argv
+        err = _err(capsys)
+        assert said in err and "Traceback" not in err, (argv, err)
+    assert not (tmp_path / "runs").exists()  # refused before a run directory or torchrun
+
+
+@pytest.mark.slow
+def test_the_remote_tier_serves_only_the_rows_its_machine_holds(split_layout, runtime_dataset):
+    """A remote tier's serving side alone (its exchange unused): the rows another machine asks for, bit for bit
+    from this machine's files; a row it does not hold is refused, not read from the wrong place."""
+    owners = np.load(split_layout / sp.OWNERS)
+    feats = torch.from_numpy(np.load(runtime_dataset.file("features")))
+    group = ExchangeGroup(None, (0, 1), 0, torch.device("cpu"))  # machine 0 of 2; no round is run here
+    store = open_tiers(split_layout / "m0", RankPlace(), StoreOptions(cpu_rows=100, shape="block"),
+                       Collectives(barrier=lambda: None, remote=group))
+    try:
+        far = store.find(RemoteTier)
+        assert store.chain().__next__().name in ("gpu", "remote") and far is not None
+        mine = np.flatnonzero(owners != 1)
+        rows = far._serve(torch.from_numpy(mine[::7]))
+        assert torch.equal(rows.view(feats.dtype).reshape(-1, feats.shape[1]), feats[mine[::7]])
+        with pytest.raises(MomentError, match="asked machine m0 for rows it does not own"):
+            far._serve(torch.from_numpy(np.flatnonzero(owners == 1)[:4]))
+        part = far.take(np.arange(runtime_dataset.num_nodes), None, None)
+        assert np.array_equal(np.sort(part.ids), np.flatnonzero(owners == 1)) and (part.owner == 1).all()
+    finally:
+        store.close()
+
+
+def test_the_budget_charges_what_the_remote_tier_states(split_layout, runtime_layout, runtime_dataset):
+    from moment.runtime import remote_tier
+    from moment.runtime.config import TrainConfig
+    from moment.runtime.run_plan import resolve_run
+    from moment.runtime.train import run_inputs
+    from moment.placement.opened import Layout
+    from moment.workload.sampler import CSRGraph, SeedBatches
+
+    lay = Layout.open(split_layout / "m1")
+    cfg = TrainConfig(layout=lay.path, fanouts=[10, 5], batch_size=64, memory_budget="2GiB")
+    batches = SeedBatches(np.asarray(runtime_dataset.train_idx), 64, seed=0, rank=0, world_size=2)
+    inputs = run_inputs(cfg, runtime_dataset, CSRGraph.from_dataset(runtime_dataset), [batches], [10, 5],
+                        400 << 20, 0, 1, lay)
+    plan = resolve_run(cfg, lay, world_size=2, local_world_size=1, inputs=inputs)
+    items = {i.name: i.bytes for i in plan.memory.items}
+    rb = runtime_dataset.row_bytes
+    assert items["remote exchange"] == remote_tier.round_bytes(inputs.rows_max, rb, 2) > 0
+    assert items["remote reader"] == remote_tier.reader_bytes(lay.manifest.row.align) > 0
+    assert plan.tiers.remote_tier and plan.split.name == "m1" and plan.split.machine == 1
+    assert plan.split.remote_rows == {"m0": lay.split.remote[0].rows}
+    assert any("remote tier on: machine m1 (node rank 1)" in line for line in plan.lines())
+    whole = resolve_run(cfg, Layout.open(runtime_layout), world_size=2, local_world_size=1, inputs=inputs)
+    assert "remote exchange" not in {i.name for i in whole.memory.items} and not whole.tiers.remote_tier
+
+
+# ---- the flags and the machines of a run across machines ------------------------------------------------
+@pytest.mark.parametrize("args,said", [
+    ((0, None, None), "--nnodes 0: must be an integer >= 1"),
+    ((1, 0, None), "--node-rank go"),
+    ((1, None, "127.0.0.1:29500"), "--rdzv-endpoint go"),
+    ((2, None, "127.0.0.1:29500"), "give this machine's --node-rank (0 to 1)"),
+    ((2, 2, "127.0.0.1:29500"), "--node-rank 2: must be 0 to 1"),
+    ((2, -1, "127.0.0.1:29500"), "--node-rank -1: must be 0 to 1"),
+    ((2, 0, None), "give --rdzv-endpoint HOST:PORT"),
+    ((2, 0, "127.0.0.1"), "expected HOST:PORT"),
+    ((2, 0, ":29500"), "expected HOST:PORT"),
+    ((2, 0, "127.0.0.1:0"), "the port must be an integer from 1 to 65535"),
+    ((2, 0, "127.0.0.1:70000"), "the port must be an integer from 1 to 65535"),
+    ((2, 0, "127.0.0.1:http"), "the port must be an integer from 1 to 65535"),
+    ((2, 0, "0.0.0.0:29500"), "0.0.0.0 is not an address an agent can connect to"),
+    ((2, 0, "http://node0:29500"), "is neither an IP address nor a hostname"),
+    ((2, 0, "node 0:29500"), "is neither an IP address nor a hostname"),
+    ((2, 0, "no-such-host.invalid:29500"), "cannot resolve no-such-host.invalid"),
+])
+def test_the_rendezvous_flags_are_one_message_each(args, said):
+    with pytest.raises(MomentError) as e:
+        parse_rendezvous(*args)
+    assert said in str(e.value)
+
+
+def test_the_rendezvous_torchrun_gets():
+    assert parse_rendezvous(1, None, None) is None
+    r = parse_rendezvous(2, 1, "127.0.0.1:29500", 30)
+    assert r.loopback and r.endpoint == "127.0.0.1:29500"
+    assert r.torchrun_args() == ["--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:29500",
+                                 "--rdzv-id=moment", "--rdzv-conf=join_timeout=30", "--local-addr=127.0.0.1"]
+    assert r.env() == {"MOMENT_NODE_RANK": "1", "MOMENT_NNODES": "2", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+    assert parse_rendezvous(2, 0, "localhost:29500").loopback
+    import socket
+
+    host = parse_rendezvous(3, 2, f"{socket.gethostname()}:29500")
+    assert host.host == socket.gethostname() and host.timeout_s == 600  # a hostname as given
+
+
+def test_ranks_are_numbered_by_machine_and_disagreeing_machines_are_refused():
+    def facts(*nodes, lws=1, nnodes=2, backend="gloo"):
+        return [RankFacts(n, nnodes, lr, lws, backend, f"h{n}") for n in nodes for lr in range(lws)]
+
+    assert machine_ranks(facts(1, 0)) == [1, 0]  # torchrun's order is not the machines'
+    assert machine_ranks(facts(1, 0, lws=2)) == [2, 3, 0, 1]
+    with pytest.raises(MomentError, match="two machines gave --node-rank 0"):
+        machine_ranks(facts(0, 0))
+    bad = facts(0, 1)
+    bad[1] = RankFacts(1, 2, 0, 2, "gloo", "h1")
+    with pytest.raises(MomentError, match="--nproc 1 on node 0 .h0., 2 on node 1"):
+        machine_ranks(bad)
+    bad = facts(0, 1)
+    bad[1] = RankFacts(1, 3, 0, 1, "gloo", "h1")
+    with pytest.raises(MomentError, match="different --nnodes: 2 on node 0"):
+        machine_ranks(bad)
+    bad[1] = RankFacts(1, 2, 0, 1, "nccl", "h1")
+    with pytest.raises(MomentError, match="CPU and GPU machines cannot train together"):
+        machine_ranks(bad)
+    assert RankFacts.decode(bad[1].encode()) == bad[1]
+
+
+def test_machines_training_different_things_are_refused():
+    s = (("epochs", "1"), ("seed", "0"))
+
+    def f(node, **kw):
+        base = dict(node_rank=node, host="h", dataset_id="d" * 64, dataset="ds", layout=f"L{node}", split_id=None,
+                    split_machine=None, split_machines=(), settings=s)
+        return RunFacts(**(base | kw))
+
+    check_agents([f(0), f(1)])  # two whole layouts of one dataset
+    with pytest.raises(MomentError, match="different datasets"):
+        check_agents([f(0), f(1, dataset_id="e" * 64)])
+    split = dict(split_id="a" * 64, split_machines=("m0", "m1"))
+    check_agents([f(0, split_machine=0, **split), f(1, split_machine=1, **split)])
+    with pytest.raises(MomentError, match="not of one split"):
+        check_agents([f(0, split_machine=0, **split), f(1)])
+    with pytest.raises(MomentError, match="not of one split"):
+        check_agents([f(0, split_machine=0, **split), f(1, split_machine=1, **(split | {"split_id": "b" * 64}))])
+    with pytest.raises(MomentError, match=r"node 1 \(h\) has machine m0's layout"):
+        check_agents([f(0, split_machine=0, **split), f(1, split_machine=0, **split)])
+    with pytest.raises(MomentError, match="split over 2 machines .m0, m1., but 1 machines train"):
+        check_agents([f(0, split_machine=0, **split)])
+    with pytest.raises(MomentError, match="different settings .node 0 .h. vs node 1 .h..: epochs 1 vs 2"):
+        check_agents([f(0), f(1, settings=(("epochs", "2"), ("seed", "0")))])
+
+
+def test_place_with_machines_refuses_what_does_not_go_with_a_split(runtime_dataset, tmp_path, capsys):
+    base = ["place", "--dataset", str(runtime_dataset.path), "--out", str(tmp_path / "S")]
+    for extra, said in [(["--machines", "1"], "--machines 1: a split needs at least 2 machines"),
+                        (["--machines", "2", "--ssd-path", f"ssd0={tmp_path}"], "--ssd-path does not go with"),
+                        (["--machines", "2", "--cluster", "c.yaml"], "give one"),
+                        (["--replicate", "10%"], "--replicate goes with --machines"),
+                        (["--machines", "2", "--replicate", "120%"], "at most 100%")]:
+        assert main(base + extra) == 2, extra
+        err = _err(capsys)
+        assert said in err and "Traceback" not in err, (extra, err)
+    assert not (tmp_path / "S").exists()
+
+
+def test_a_machines_layout_records_its_split(split_layout):
+    m0, m1 = (load_manifest(split_layout / n) for n in ("m0", "m1"))
+    assert m0.split.id == m1.split.id == sp.load_split(split_layout).id
+    assert (m0.split.machine, m1.split.machine) == (0, 1) and m0.split.remote[0].name == "m1"
+    assert m0.layout_id() != m1.layout_id()
+
+
+@pytest.mark.slow
+def test_a_split_killed_while_it_is_written_leaves_the_old_one_whole(split_layout, runtime_dataset, tmp_path):
+    """kill -9 while machine m1's layout is written, then after the new split is swapped in: the old split, or the
+    new one, complete at SPLIT; the next write cleans up what the killed one left."""
+    import os
+    import subprocess
+    import sys
+
+    from moment import testpoints
+
+    s = shutil.copytree(split_layout, tmp_path / "S")
+    old = sp.load_split(s).id
+    argv = [sys.executable, "-m", "moment", "place", "--dataset", str(runtime_dataset.path), "--profile",
+            "paper-machine-b", "--gpus", "2", "--ssds", "2", "--gpu-cache", "2%", "--cpu-cache", "5%", "--machines",
+            "2", "--replicate", "30%", "--out", str(s), "--overwrite", "--no-verify", "--json"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    for point in ("layout-written", "split-swapped"):
+        r = subprocess.run(argv, env={**env, testpoints.CRASH_ENV: point}, capture_output=True, text=True, timeout=300)
+        assert r.returncode == -9, r.stderr
+        assert sp.verify_split(s).ok
+        assert (sp.load_split(s).id == old) == (point == "layout-written")
+    r = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert sp.verify_split(s).ok and not (tmp_path / "S.partial").exists() and not (tmp_path / "S.old").exists()
+
+
+@pytest.mark.slow
+def test_place_with_a_cluster_file_writes_one_layout_per_server(runtime_dataset, tmp_path, capsys):
+    cluster = tmp_path / "two.yaml"
+    cluster.write_text("servers:\n  - {name: b, profile: paper-machine-b, inventory: '2xA100-PCIe-40GB,2xP5510', "
+                       "count: 2}\nnetwork: {nic: CX6-Dx-100GbE, switch_gbit: 100}\n")
+    out = tmp_path / "S"
+    base = ["place", "--dataset", str(runtime_dataset.path), "--gpu-cache", "2%", "--cpu-cache", "5%", "--no-verify",
+            "--out", str(out), "--cluster"]
+    assert main([*base, str(cluster), "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert [m["name"] for m in res["machines"]] == ["b0", "b1"] and sp.verify_split(out).ok
+    assert res["replicated_rows"] == 560 and all(m["inventory"] == "2 x A100-PCIe-40GB, 2 x P5510" for m in res["machines"])
+    cluster.write_text(cluster.read_text().replace("paper-machine-b", "no-such-machine"))
+    assert main([*base, str(cluster), "--overwrite"]) == 2
+    err = _err(capsys)
+    assert "servers[0].profile" in err and "Traceback" not in err and sp.verify_split(out).ok
