@@ -88,11 +88,12 @@ def runtime_layout(runtime_dataset, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def split_layout(runtime_dataset) -> Path:
+def split_layout(runtime_dataset, tmp_path_factory) -> Path:
     """runtime_dataset split over two machines by runtime_data.make_split (SPLIT/m0, SPLIT/m1, cluster.json)."""
     from runtime_data import make_split
 
-    return make_split(runtime_dataset, runtime_dataset.path.parent / "S")
+    out = shared_dir(tmp_path_factory, "runtime-split", lambda d: make_split(runtime_dataset, d / "S"))
+    return out / "S"
 
 
 @pytest.fixture(scope="session")
