@@ -24,15 +24,18 @@ cgroup, so no system can keep the features in memory the bound does not give it.
 Prints `name: value` lines: per system its epoch seconds (each epoch), SSD bytes read, CPU-cache hit
 rate (with the cache simulator's prediction for Moment's policy), per-stage seconds (a loader baseline's
 sample and gather seconds are its workers' summed), cgroup peak and limit hits; then `speedup` = baseline
-epoch s / Moment default epoch s, last. `--sizes` runs several graph sizes, each with its own bound, one
-after the other (a `size:` line starts each block); each block ends with `speedup_NODES`, and the run
-with every `speedup_NODES` again and `speedup`, the smallest. Exit 0 only when every system finished.
+epoch s / Moment default epoch s, last. `--sizes` runs several graph sizes (nodes, and a feature width
+when not --dim), each with its own bound, one after the other (a `size:` line starts each block); each
+block ends with `speedup_NODES[xDIM]`, and the run with every one of them again and `speedup`, the
+smallest. Before anything is built, every bounded size is checked against the least bound Moment's
+runtime accepts for it (its own budget rule, on the graph alone: `size_check_` lines); a size below it is
+refused, naming a size that runs. Exit 0 only when every system finished.
 The datasets and layouts are generated into `--cache-dir` once and reused.
 
     python bench/epoch.py [--nodes 8000000] [--dim 128] [--memory-bound 3GiB] [--epochs 2] [--nproc 2]
                           [--variants rows,lru,belady] [--baseline loader|serial] [--loader-workers 4]
                           [--baseline-readahead auto|on|off] [--skip-baseline]
-    python bench/epoch.py --sizes 8000000:3GiB,NODES:BOUND   # each size's features over its own bound
+    python bench/epoch.py --sizes 8000000:3GiB,16000000x256:5GiB   # features 1.2x and 3.05x their bounds
 """
 
 from __future__ import annotations
@@ -65,6 +68,8 @@ VARIANTS = {
 }
 READAHEAD = ("auto", "on", "off")
 DEFAULT = ["--cache-policy", "static"]  # --io-shape auto: packed, as the pack is written first
+GPU_BINS, GPU_ROWS_DIV = 2, 200  # the layout's GPU bins, each of nodes // GPU_ROWS_DIV rows (see build)
+TARGET_RATIO = 3.0  # a second size's features over its bound, at least: a size the bound cannot hide
 
 
 class MemoryBound:
@@ -115,9 +120,8 @@ class MemoryBound:
         print(f"warning: could not remove {self.path}", file=sys.stderr)
 
 
-def kill_tree(pid: int) -> None:
-    """SIGKILL `pid` and every process below it (torchrun's ranks and their DataLoader workers each lead
-    their own process group, so killing torchrun's group alone would leave them running)."""
+def _descendants(pid: int) -> list[int]:
+    """`pid` and every process below it, from /proc."""
     children: dict[int, list[int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         with contextlib.suppress(OSError, ValueError, IndexError):
@@ -128,9 +132,43 @@ def kill_tree(pid: int) -> None:
         p = todo.pop()
         tree.append(p)
         todo += children.get(p, [])
-    for p in tree:
+    return tree
+
+
+def _state(pid: int) -> str:
+    """The process's state letter (R, S, D, T, Z, ...), "" when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
+def _until(done, wait_s: float) -> None:
+    deadline = time.monotonic() + wait_s
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
+def kill_tree(pid: int, wait_s: float = 30.0) -> None:
+    """SIGKILL `pid` and every process below it (torchrun's ranks and their DataLoader workers each lead
+    their own process group, so killing torchrun's group alone would leave them running), and return
+    once they have exited. Each is stopped first, top down, until a look at the tree, taken once every
+    process in it has stopped, finds no new one: a stopped process starts no child the kill would miss
+    (a fork under way when SIGSTOP arrives finishes first, and its child shows up below a parent that is
+    still there), and a child whose parent was killed first would no longer be found below `pid`. A
+    SIGKILLed process stays in /proc, its command line readable, until the kernel has torn it down
+    (milliseconds for a rank that mapped torch): hence the wait for each to exit (or be a zombie)."""
+    seen: list[int] = []
+    while new := [p for p in _descendants(pid) if p not in seen]:
+        for p in new:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, signal.SIGSTOP)
+        seen += new
+        _until(lambda pids=tuple(seen): all(_state(p) in ("", "T", "t", "Z", "X") for p in pids), wait_s)
+    for p in seen:
         with contextlib.suppress(ProcessLookupError):
             os.kill(p, signal.SIGKILL)
+    _until(lambda: all(_state(p) in ("", "Z", "X") for p in seen), wait_s)
 
 
 def cgroup_problem() -> str:
@@ -156,21 +194,93 @@ def drop_files(*dirs: Path) -> None:
                     os.close(fd)
 
 
+def synth(out: Path, a, dim: int):
+    """The bench's synthetic dataset of a.nodes nodes (its graph does not depend on `dim`)."""
+    from moment.workload.synth import synthesize
+
+    return synthesize(out, a.nodes, feature_dim=dim, seed=0, train_fraction=a.train_fraction,
+                      val_fraction=a.train_fraction / 5, test_fraction=a.train_fraction / 5, overwrite=True)
+
+
+def planned_budget(a, dim: int):
+    """The fixed needs Moment's runtime charges this bench's run on a.nodes x `dim` (a MemoryBudget whose
+    `suggested()` is the least bound it accepts), asked of the runtime's own budget rule
+    (run_plan.planned_minimum) before the dataset and layout are built: the batch extent is sampled on
+    the graph alone (synthesized with one-wide features, kept in --cache-dir: seconds to a minute where
+    the full build takes many). The pack's index is not charged: a bound within a few MiB of the least
+    may still be refused once the pack is written."""
+    from moment.placement.layout import block_size
+    from moment.runtime.config import TrainConfig
+    from moment.runtime.run_plan import planned_minimum
+    from moment.runtime.train import planned_inputs
+    from moment.workload.graph import GraphDataset
+
+    key = (a.nodes, dim, a.nproc, a.batch_size, a.fanouts, a.hidden, a.train_fraction)
+    if key not in _PLANNED:
+        g = a.cache_dir / f"graph-{a.nodes}-tf{a.train_fraction}"
+        ds = GraphDataset.open(g) if (g / "manifest.json").is_file() else synth(g, a, 1)
+        cfg = TrainConfig(dataset=g, fanouts=[int(x) for x in a.fanouts.split(",")], batch_size=a.batch_size,
+                          hidden=a.hidden, cache_policy="static")
+        gpu_rows = -(-GPU_BINS // a.nproc) * (a.nodes // GPU_ROWS_DIV)  # one rank's bins
+        inputs = planned_inputs(cfg, ds, a.nproc, feature_dim=dim, gpu_rows=gpu_rows)
+        _PLANNED[key] = planned_minimum(cfg, inputs, num_nodes=a.nodes, row_bytes=dim * 4, nproc=a.nproc,
+                                        shards=GPU_BINS + 3, gpu_rows=gpu_rows, align=block_size(a.cache_dir))
+    return _PLANNED[key]
+
+
+def minimum_bound(a, dim: int) -> int:
+    """The least memory bound Moment's runtime accepts for this bench's run on a.nodes x `dim`, with the
+    room its own refusal adds (`planned_budget`)."""
+    return planned_budget(a, dim).suggested()
+
+
+_PLANNED: dict[tuple, object] = {}
+
+
+def check_feasible(a, nodes: int, dim: int, memory_bound: str) -> None:
+    """Refuse, before anything is built, a size whose bound is below what Moment's runtime accepts, naming
+    what would run: this size's least bound, and where that leaves the features under TARGET_RATIO x the
+    bound, the narrowest wider --dim whose features are that far over a bound the runtime accepts."""
+    from moment.runtime.budget import fmt_bytes
+    from moment.sizes import parse_size
+
+    if memory_bound == "none":
+        return
+    a = argparse.Namespace(**{**vars(a), "nodes": nodes})
+    feature_bytes = nodes * dim * 4
+    bound = parse_size(memory_bound, feature_bytes)
+    least, need = planned_budget(a, dim).minimum(), minimum_bound(a, dim)
+    print(f"size_check_{nodes}x{dim}: bound {fmt_bytes(bound)}, Moment's least {fmt_bytes(least)}, features "
+          f"{feature_bytes / max(bound, 1):.2f}x the bound", flush=True)
+    if bound >= least:
+        return
+    fixes = [f"{nodes}x{dim}:{need // 2**20}MiB (features {feature_bytes / need:.2f}x that bound)"]
+    if feature_bytes / need < TARGET_RATIO:
+        for wider in (dim * k for k in (2, 3, 4, 6, 8)):
+            n2 = minimum_bound(a, wider)
+            if nodes * wider * 4 >= TARGET_RATIO * n2:
+                fixes.append(f"{nodes}x{wider}:{n2 // 2**20}MiB (features "
+                             f"{nodes * wider * 4 / n2:.2f}x that bound)")
+                break
+    raise MomentError(f"--sizes {nodes}x{dim}:{memory_bound}: a {fmt_bytes(bound)} bound is below the "
+                      f"{fmt_bytes(least)} Moment's runtime needs for {nodes} nodes x {dim} features, "
+                      f"{a.nproc} ranks, batch {a.batch_size}, fan-outs {a.fanouts} (it would refuse the run "
+                      "after the dataset and layout were built)", hint="a size that runs: " + " or ".join(fixes))
+
+
 def build(cache: Path, a) -> tuple[Path, Path]:
     """Dataset and DDAK layout, made once per parameters and reused."""
     from moment.placement import BinSet, ddak, write_layout
     from moment.placement.layout import block_size
     from moment.workload.graph import GraphDataset
     from moment.workload.hotness import presample
-    from moment.workload.synth import synthesize
 
     ds_dir = cache / f"synth-{a.nodes}-{a.dim}"
     if (ds_dir / "manifest.json").is_file():
         ds = GraphDataset.open(ds_dir)
     else:
         t = time.perf_counter()
-        ds = synthesize(ds_dir, a.nodes, feature_dim=a.dim, seed=0, train_fraction=a.train_fraction,
-                        val_fraction=a.train_fraction / 5, test_fraction=a.train_fraction / 5, overwrite=True)
+        ds = synth(ds_dir, a, a.dim)
         print(f"synth_s: {time.perf_counter() - t:.1f}", flush=True)
     align = block_size(cache)
     layout = cache / f"layout-{a.nodes}-{a.dim}-a{align}"
@@ -178,7 +288,7 @@ def build(cache: Path, a) -> tuple[Path, Path]:
         t = time.perf_counter()
         h = presample(ds, [int(x) for x in a.fanouts.split(",")], a.batch_size, seed=1)
         n = ds.num_nodes
-        bins = BinSet.uniform(gpus=2, cpus=1, ssds=2, gpu_rows=n // 200, cpu_rows=n // 10, ssd_rows=n,
+        bins = BinSet.uniform(gpus=GPU_BINS, cpus=1, ssds=2, gpu_rows=n // GPU_ROWS_DIV, cpu_rows=n // 10, ssd_rows=n,
                               gpu_share=0.05, cpu_share=0.3)
         asg = ddak(h.feature_reads, bins, pool=100, cache_fill="capacity")
         write_layout(layout, ds.file("features"), asg, align=align,
@@ -336,9 +446,11 @@ def parser() -> argparse.ArgumentParser:
     workload_args(p)
     p.add_argument("--memory-bound", default="3GiB", help="the cgroup limit of every system, or 'none'")
     p.add_argument("--sizes", default="",
-                   help="several graph sizes in one run, NODES:BOUND[,NODES:BOUND...] (e.g. "
-                        "8000000:3GiB,24000000:4GiB); overrides --nodes and --memory-bound; `speedup` is the "
-                        "smallest of them, each prints as speedup_NODES")
+                   help="several graph sizes in one run, NODES[xDIM]:BOUND[,...] (DIM: --dim), e.g. "
+                        "8000000:3GiB,16000000x256:5GiB (features 4.1 GB under 3 GiB, 16.4 GB under 5 GiB: 3.05x); "
+                        "overrides --nodes, --dim and --memory-bound. Each size is checked against the least "
+                        "bound Moment's runtime accepts before anything is built (a refusal names a size that "
+                        "runs). `speedup` is the smallest of them, each prints as speedup_NODES[xDIM]")
     p.add_argument("--variants", default="block,rows,belady",
                    help=f"other Moment configurations to run too ({', '.join(VARIANTS)}; '' for none)")
     p.add_argument("--moment-args", default="", help="extra flags for every Moment run")
@@ -357,23 +469,25 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def parse_sizes(a) -> list[tuple[int, str]]:
-    """(nodes, memory bound) per size: --sizes, else --nodes and --memory-bound."""
+def parse_sizes(a) -> list[tuple[int, int, str]]:
+    """(nodes, feature dim, memory bound) per size: --sizes (NODES[xDIM]:BOUND, DIM defaulting to --dim),
+    else --nodes, --dim and --memory-bound."""
     if not a.sizes.strip():
-        return [(a.nodes, a.memory_bound)]
+        return [(a.nodes, a.dim, a.memory_bound)]
     out = []
     for item in a.sizes.split(","):
-        nodes, sep, bound = item.strip().partition(":")
+        size, sep, bound = item.strip().partition(":")
+        nodes, x, dim = size.lower().partition("x")
         try:
-            n = int(nodes)
+            n, d = int(nodes), int(dim) if x else a.dim
         except ValueError:
-            n = 0
-        if not sep or n < 1 or not bound.strip():
-            raise MomentError(f"--sizes: cannot read {item.strip()!r}", hint="give NODES:BOUND pairs, e.g. "
-                              "--sizes 8000000:3GiB,16000000:2.5GiB (BOUND may be 'none')")
-        out.append((n, bound.strip()))
-    if len({n for n, _ in out}) < len(out):
-        raise MomentError(f"--sizes: {a.sizes!r} names a node count twice", hint="give each size once")
+            n = d = 0
+        if not sep or n < 1 or d < 1 or not bound.strip():
+            raise MomentError(f"--sizes: cannot read {item.strip()!r}", hint="give NODES[xDIM]:BOUND pairs, e.g. "
+                              "--sizes 8000000:3GiB,16000000x256:5GiB (BOUND may be 'none')")
+        out.append((n, d, bound.strip()))
+    if len({(n, d) for n, d, _ in out}) < len(out):
+        raise MomentError(f"--sizes: {a.sizes!r} names a size twice", hint="give each size once")
     return out
 
 
@@ -393,12 +507,12 @@ def baseline_runs(a) -> list[tuple[str, str, list[str]]]:
     return runs
 
 
-def run_size(a, nodes: int, memory_bound: str, key: str = "speedup") -> tuple[bool, float | None]:
+def run_size(a, nodes: int, dim: int, memory_bound: str, key: str = "speedup") -> tuple[bool, float | None]:
     """Every system on one graph size; (all finished, speedup of Moment's default over the baseline),
     printed as `key`."""
     from moment.sizes import parse_size
 
-    a = argparse.Namespace(**{**vars(a), "nodes": nodes})
+    a = argparse.Namespace(**{**vars(a), "nodes": nodes, "dim": dim})
     ds_dir, layout = build(a.cache_dir, a)
     cold = [ds_dir, layout]
     feature_bytes = int(np.load(ds_dir / "features.npy", mmap_mode="r").nbytes)
@@ -472,24 +586,27 @@ def main(argv: list[str] | None = None) -> int:
         raise MomentError(f"--variants: unknown variant {unknown[0]!r}", hint=f"choose from {', '.join(VARIANTS)}")
     if not a.skip_baseline:
         baseline_runs(a)  # its flags are checked before hours of building
-    why = cgroup_problem() if any(b != "none" for _, b in sizes) else ""
+    why = cgroup_problem() if any(b != "none" for _, _, b in sizes) else ""
     if why:
         raise MomentError(f"cannot bound memory: {why}",
                           hint="run as root on a cgroup v1 machine, or --memory-bound none")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the clean-up (cgroup rmdir) on kill
     a.cache_dir.mkdir(parents=True, exist_ok=True)
+    for nodes, dim, bound in sizes:  # every size the runtime would refuse, before hours of building
+        check_feasible(a, nodes, dim, bound)
     ok, speedups = True, {}
-    for nodes, bound in sizes:
+    for nodes, dim, bound in sizes:
+        name = f"{nodes}" if dim == a.dim else f"{nodes}x{dim}"
         if len(sizes) > 1:
-            print(f"size: {nodes} nodes, memory bound {bound}", flush=True)
-        done, sp = run_size(a, nodes, bound, key=f"speedup_{nodes}" if len(sizes) > 1 else "speedup")
+            print(f"size: {nodes} nodes x {dim} features, memory bound {bound}", flush=True)
+        done, sp = run_size(a, nodes, dim, bound, key=f"speedup_{name}" if len(sizes) > 1 else "speedup")
         ok = ok and done
         if sp is not None:
-            speedups[nodes] = sp
+            speedups[name] = sp
         print(flush=True)
     if len(sizes) > 1:
-        for nodes, sp in speedups.items():
-            print(f"speedup_{nodes}: {sp:.2f}")
+        for name, sp in speedups.items():
+            print(f"speedup_{name}: {sp:.2f}")
         if len(speedups) == len(sizes):
             print(f"speedup: {min(speedups.values()):.2f}  (the smallest over the sizes)")
     return 0 if ok else 1

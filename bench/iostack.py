@@ -6,6 +6,8 @@ posix_fadvise(DONTNEED) after it is written).  Prints `name: value` lines; the b
 Shared virtual disks drift by tens of percent between runs seconds apart, so each depth runs
 `--rounds` interleaved fio/stack pairs (alternating which goes first): `ratio_vs_fio_qdN` is the median
 of the per-round ratios (each stack run over the fio run beside it), `rounds_qdN` lists every round.
+`cpu_us_per_read_qdN` is each side's CPU time (user + system, every thread) per read, median over the
+rounds: on a shared machine the IOPS drift with other work, the CPU a read costs much less.
 
     python bench/iostack.py [--file PATH] [--size-gib 4] [--runtime 2] [--rounds 7] [--depths 1,32,128]
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import time
@@ -45,6 +48,14 @@ def ensure_file(path: Path, size: int) -> None:
     os.close(fd)
 
 
+CPU: dict[str, list[float]] = {}  # side -> CPU microseconds per read, one entry per run
+
+
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
 def fio_iops(path: Path, size: int, depth: int, runtime: float, engine: str) -> float | None:
     cmd = ["fio", "--name=randread", f"--filename={path}", "--direct=1", f"--ioengine={engine}",
            "--rw=randread", f"--bs={BS}", f"--iodepth={depth}", f"--size={size}", f"--runtime={runtime}",
@@ -52,7 +63,11 @@ def fio_iops(path: Path, size: int, depth: int, runtime: float, engine: str) -> 
     r = subprocess.run(cmd, check=False, capture_output=True, text=True)
     if r.returncode != 0:
         return None
-    return float(json.loads(r.stdout[r.stdout.index("{"):])["jobs"][0]["read"]["iops"])
+    job = json.loads(r.stdout[r.stdout.index("{"):])["jobs"][0]
+    if job["read"]["total_ios"]:  # fio's own CPU figures cover its reading, not its start-up
+        cpu_s = (job["usr_cpu"] + job["sys_cpu"]) / 100 * job["job_runtime"] / 1000
+        CPU.setdefault("fio", []).append(cpu_s * 1e6 / job["read"]["total_ios"])
+    return float(job["read"]["iops"])
 
 
 def pick_fio_engine(path: Path, size: int) -> str | None:
@@ -75,6 +90,7 @@ def stack_iops(path: Path, size: int, depth: int, runtime: float, backend: str, 
 
     with IOStack([path], backend=backend, queue_depth=depth) as s:
         done = 0
+        c0 = _cpu()
         t0 = time.perf_counter()
         queued = [s.submit(batch(), dests[0]), s.submit(batch(), dests[1])]
         i = 0
@@ -88,6 +104,7 @@ def stack_iops(path: Path, size: int, depth: int, runtime: float, backend: str, 
             queued = [queued[1], s.submit(batch(), dests[i % 2])]
             i += 1
         elapsed = time.perf_counter() - t0
+        CPU.setdefault(backend, []).append((_cpu() - c0) * 1e6 / done)
         return done / elapsed, s.stats.read_amplification
 
 
@@ -130,6 +147,7 @@ def main() -> None:
     amp = 1.0
     for qd in depths:
         runs: dict[str, list[float]] = {"fio": [], backend: [], **{o: [] for o in others}}
+        CPU.clear()
         for r in range(args.rounds):
             order = ["fio", backend, *others] if r % 2 == 0 else [backend, *others, "fio"]
             for name in order:
@@ -151,6 +169,7 @@ def main() -> None:
             print(f"iostack_{other}_iops_qd{qd}: {med[other]:.0f}")
             if "fio" in med:
                 print(f"ratio_vs_fio_{other}_qd{qd}: {paired_ratio(runs[other], runs['fio']):.3f}")
+        print(f"cpu_us_per_read_qd{qd}: " + ", ".join(f"{k} {np.median(v):.2f}" for k, v in CPU.items()))
         spread = ", ".join(f"{k}=" + "/".join(f"{x / 1000:.1f}k" for x in v) for k, v in runs.items() if v)
         print(f"rounds_qd{qd}: {spread}")
         if "fio" in med:

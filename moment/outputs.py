@@ -213,6 +213,12 @@ def atomic_file(path: str | Path, *, text: bool = False, private: bool = False) 
         raise
 
 
+def cache_root() -> Path:
+    """Where Moment keeps what it can rebuild (compiled kernels, measured start-up sizes): $MOMENT_CACHE,
+    else ~/.cache/moment. Anything there may be deleted at any time."""
+    return Path(os.environ.get("MOMENT_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "moment"))
+
+
 def atomic_write(path: str | Path, data: str | bytes, what: str | None = None) -> None:
     """Write `data` to `path` through `atomic_file`: never half-written, the umask's mode, nothing left
     behind on failure, an OSError (full disk, read-only directory) as one message naming `what`."""

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import fcntl
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -44,28 +46,54 @@ def fixture_file(name: str) -> Path:
 # copies first (shutil.copytree(runtime_layout, tmp_path / "L")); a run writes its outputs (metrics,
 # checkpoints, --run-dir) under its own tmp_path. In-process training of runtime_layout is fine (it
 # writes nothing beside the layout); `moment train` without --run-dir would add LAYOUT.runs: pass one.
+def shared_dir(tmp_path_factory, name: str, build) -> Path:
+    """A directory `build(path)` fills once for the whole test session. Under pytest-xdist each worker is
+    its own process with its own session fixtures, so the first worker to ask builds it under the run's
+    common base directory (tmp_path_factory.getbasetemp().parent) while holding a lock, and the others
+    wait for that lock and reuse it; a build that failed leaves no mark and the next asker tries again."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        out = tmp_path_factory.mktemp(name)
+        build(out)
+        return out
+    root = tmp_path_factory.getbasetemp().parent / "shared"
+    root.mkdir(exist_ok=True)
+    out, done = root / name, root / f"{name}.done"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(out, ignore_errors=True)
+            out.mkdir()
+            build(out)
+            done.touch()
+    return out
+
+
 @pytest.fixture(scope="session")
 def runtime_dataset(tmp_path_factory):
     """tests/runtime_data.py's 4000-node, 32-dim, 4-class graph (a GraphDataset)."""
     from runtime_data import make_dataset
 
-    return make_dataset(tmp_path_factory.mktemp("runtime"))
+    from moment.workload.graph import GraphDataset
+
+    root = shared_dir(tmp_path_factory, "runtime", make_dataset)
+    return GraphDataset.open(root / "ds")
 
 
 @pytest.fixture(scope="session")
-def runtime_layout(runtime_dataset) -> Path:
+def runtime_layout(runtime_dataset, tmp_path_factory) -> Path:
     """runtime_dataset placed by runtime_data.make_layout: 2 GPU bins, 1 CPU bin, 2 SSDs, 4-KiB aligned."""
     from runtime_data import make_layout
 
-    return make_layout(runtime_dataset, runtime_dataset.path.parent / "L")
+    return shared_dir(tmp_path_factory, "runtime-layout", lambda d: make_layout(runtime_dataset, d / "L")) / "L"
 
 
 @pytest.fixture(scope="session")
-def split_layout(runtime_dataset) -> Path:
+def split_layout(runtime_dataset, tmp_path_factory) -> Path:
     """runtime_dataset split over two machines by runtime_data.make_split (SPLIT/m0, SPLIT/m1, cluster.json)."""
     from runtime_data import make_split
 
-    return make_split(runtime_dataset, runtime_dataset.path.parent / "S")
+    out = shared_dir(tmp_path_factory, "runtime-split", lambda d: make_split(runtime_dataset, d / "S"))
+    return out / "S"
 
 
 @pytest.fixture(scope="session")
@@ -74,9 +102,7 @@ def two_rank_dir(runtime_layout, tmp_path_factory) -> Path:
     metrics (`m.json`) and each rank's threads after training (`rank0.json`, `rank1.json`)."""
     from runtime_data import run_two_ranks
 
-    out = tmp_path_factory.mktemp("two-ranks")
-    run_two_ranks(runtime_layout, out)
-    return out
+    return shared_dir(tmp_path_factory, "two-ranks", lambda d: run_two_ranks(runtime_layout, d))
 
 
 @pytest.fixture(scope="session")

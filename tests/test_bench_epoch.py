@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import os
 import subprocess
@@ -12,7 +13,7 @@ import pytest
 from runtime_data import make_dataset
 
 from moment.errors import MomentError
-from moment.runtime.config import parse_args
+from moment.runtime.config import TrainConfig, parse_args
 from moment.runtime.train import train
 
 REPO = Path(__file__).resolve().parents[1]
@@ -31,13 +32,48 @@ def _args(bench, *argv: str):
 
 
 def test_sizes_default_to_nodes_and_bound_and_are_read_as_pairs(bench):
-    assert bench.parse_sizes(_args(bench)) == [(8_000_000, "3GiB")]
-    assert bench.parse_sizes(_args(bench, "--nodes", "5000", "--memory-bound", "none")) == [(5000, "none")]
-    assert bench.parse_sizes(_args(bench, "--sizes", "8000000:3GiB, 16000000:2.5GiB")) == \
-        [(8_000_000, "3GiB"), (16_000_000, "2.5GiB")]
-    for bad in ("8000000", "x:3GiB", "0:3GiB", "8000000:", "8000000:3GiB,8000000:2GiB"):
+    assert bench.parse_sizes(_args(bench)) == [(8_000_000, 128, "3GiB")]
+    assert bench.parse_sizes(_args(bench, "--nodes", "5000", "--memory-bound", "none")) == [(5000, 128, "none")]
+    assert bench.parse_sizes(_args(bench, "--sizes", "8000000:3GiB, 13000000x256:4GiB", "--dim", "64")) == \
+        [(8_000_000, 64, "3GiB"), (13_000_000, 256, "4GiB")]
+    for bad in ("8000000", "x:3GiB", "0:3GiB", "8000000:", "8000000:3GiB,8000000:2GiB", "1000x:1GiB", "1000x0:1GiB",
+                "1000xy:1GiB"):
         with pytest.raises(MomentError, match="^--sizes: "):
             bench.parse_sizes(_args(bench, "--sizes", bad))
+    assert len(bench.parse_sizes(_args(bench, "--sizes", "1000:1GiB,1000x64:1GiB"))) == 2  # other widths
+
+
+@pytest.mark.slow
+def test_a_size_below_moments_minimum_is_refused_before_anything_is_built(bench, tmp_path):
+    """The bench asks the runtime's budget rule on the graph alone: a bound below it is refused naming
+    this size's least bound, nothing but the graph written; that least bound is the one the runtime's
+    own refusal names once the dataset and layout exist."""
+    from moment.runtime.train import preview_plan
+    from moment.workload.graph import GraphDataset
+
+    a = _args(bench, "--cache-dir", str(tmp_path), "--fanouts", "5,3", "--batch-size", "64", "--hidden", "16",
+              "--train-fraction", "0.05")
+    with pytest.raises(MomentError) as e:
+        bench.check_feasible(a, 3000, 8, "1MiB")
+    need = bench.minimum_bound(argparse.Namespace(**{**vars(a), "nodes": 3000}), 8)
+    assert "a 1.00 MiB bound is below the" in str(e.value) and "Moment's runtime needs for 3000 nodes x 8" in str(e.value)
+    assert e.value.hint.startswith(f"a size that runs: 3000x8:{need // 2**20}MiB (features ")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["graph-3000-tf0.05"]  # the graph alone
+    bench.check_feasible(a, 3000, 8, f"{need // 2**20}MiB")  # accepted
+    bench.check_feasible(a, 3000, 8, "none")
+
+    a.nodes, a.dim = 3000, 8
+    ds_dir, layout = bench.build(tmp_path, a)
+    cfg = TrainConfig(layout=layout, dataset=ds_dir, memory_budget="1MiB", fanouts=[5, 3], batch_size=64, hidden=16,
+                      io_shape="block", cache_policy="static")
+    ds = GraphDataset.open(ds_dir)
+    with pytest.raises(MomentError) as e:
+        preview_plan(cfg, ds, a.nproc)
+    assert f"give at least --memory-budget {need // 2**20}MiB" in e.value.hint
+    least = bench.planned_budget(a, 8).minimum()  # to the byte: accepted, one byte less refused
+    preview_plan(cfg.model_copy(update={"memory_budget": str(least)}), ds, a.nproc)
+    with pytest.raises(MomentError, match="is below the minimum"):
+        preview_plan(cfg.model_copy(update={"memory_budget": str(least - 1)}), ds, a.nproc)
 
 
 def test_the_default_baseline_is_the_dataloader_with_both_readahead_settings(bench):
@@ -72,6 +108,7 @@ def test_bad_arguments_are_one_line_before_anything_is_built(tmp_path, argv, sai
     assert not cache.exists()  # nothing built for a run that cannot start
 
 
+@pytest.mark.slow
 def test_the_bench_baselines_train_the_same_batches_on_a_tiny_graph(bench, tmp_path):
     """Each baseline run the bench starts (DataLoader workers with and without readahead, the serial one)
     trains the same batches: equal loss curves, every row read from the memmap."""
@@ -87,6 +124,7 @@ def test_the_bench_baselines_train_the_same_batches_on_a_tiny_graph(bench, tmp_p
     assert len({m["tier_rows"]["memmap"] for m in out.values()}) == 1
 
 
+@pytest.mark.slow
 def test_a_run_past_its_deadline_is_stopped_with_its_dataloader_workers(bench, tmp_path):
     """The slower readahead setting is cut short: torchrun, its rank and the rank's DataLoader workers
     (each rank leads its own process group) are all gone when `run` returns."""
@@ -107,5 +145,7 @@ def _running_with(arg: str) -> list[str]:
         except OSError:  # it exited meanwhile
             continue
         if arg.encode() in cmd:
-            out.append(cmd.decode(errors="replace"))
+            st = (p.parent / "status").read_text() if (p.parent / "status").exists() else ""
+            out.append(f"{p.parent.name} " + " ".join(ln for ln in st.splitlines() if ln.startswith(("State", "PPid")))
+                       + " " + cmd.decode(errors="replace")[:80])
     return out

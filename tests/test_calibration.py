@@ -113,6 +113,7 @@ def test_bad_inputs_name_the_input(tmp_path):
         load_calibration(cal)
 
 
+@pytest.mark.slow
 def test_cli_calibrate_then_plan_applies_it(tmp_path, capsys):
     mf = _synthetic({"socket_link": 0.5, "overhead_s": 2.0}, noise=0.0)
     m = tmp_path / "m.yaml"

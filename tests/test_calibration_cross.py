@@ -31,6 +31,7 @@ def _report(cc) -> str:
     return "; ".join(f"{r.layout}: measured x{r.measured_ratio:.2f}, predicted x{r.predicted_ratio:.2f}" for r in cc.rows)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("src,dst", [("a", "b"), ("b", "a")])
 def test_fit_on_one_machine_ranks_the_other_as_measured(machines, src, dst):
     topo, mf, _ = machines[dst]

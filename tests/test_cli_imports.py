@@ -44,6 +44,7 @@ def _under(mods: set[str], *packages: str) -> list[str]:
     return sorted(m for m in mods if any(m == p or m.startswith(p + ".") for p in packages))
 
 
+@pytest.mark.slow
 def test_plan_imports_no_torch_scipy_networkx_or_runtime(tmp_path):
     mods = _imported(PLAN, tmp_path)
     assert "moment.planner.plan" in mods and "highspy" in mods  # (the list is real)
@@ -52,6 +53,7 @@ def test_plan_imports_no_torch_scipy_networkx_or_runtime(tmp_path):
     assert _under(mods, *(f"moment.cli.{m}" for m in cli.MODULES)) == ["moment.cli.topology_cmds"]
 
 
+@pytest.mark.slow
 def test_networkx_only_when_its_max_flow_is_asked_for(tmp_path):
     mods = _imported([*PLAN, "--maxflow-backend", "networkx"], tmp_path)
     assert "networkx" in mods

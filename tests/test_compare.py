@@ -43,6 +43,7 @@ def test_compare_counts_the_bottlenecks_it_does_not_list(capsys):
     assert "8 SSD reads" in text and "ssd0:read" not in text
 
 
+@pytest.mark.slow
 def test_set_overrides_are_echoed_in_text_and_json(capsys):
     code, out, _ = run(capsys, "compare", "paper-machine-b", "--set", SET)
     assert code == 0 and f"what-if overrides (--set): {SET}" in out
@@ -67,6 +68,7 @@ def test_bad_set_value_blames_the_override_not_the_shipped_file(capsys, override
     assert "topology_profiles/paper-machine-b.yaml:" not in msg
 
 
+@pytest.mark.slow
 def test_builtin_gpus_are_planned_without_gpus_option(capsys):
     for prof, n in (("hgx-a100-8gpu", 8), ("dgx2", 16)):
         code, out, err = run(capsys, "plan", "-p", prof, "--json")

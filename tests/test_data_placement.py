@@ -226,6 +226,7 @@ def test_simulate_a_plan_follows_the_plans_data(capsys, tmp_path):
     assert rep["lp_epoch_s"] == pytest.approx(plan["predicted"]["epoch_read_s"], rel=1e-6)
 
 
+@pytest.mark.slow
 def test_advise_predicts_under_the_data_asked_for():
     from moment.cost import advise
 

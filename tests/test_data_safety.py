@@ -321,6 +321,7 @@ def test_a_full_disk_does_not_break_taking_a_lock(tmp_path, monkeypatch):
     assert not lock_path(out).exists()
 
 
+@pytest.mark.slow
 def test_second_data_synth_on_the_same_out_is_refused(tmp_path):
     out = tmp_path / "ds"
     args = ["data", "synth", "-n", "2000", "-d", "4", "--out", out, "--json"]

@@ -45,6 +45,7 @@ def test_what_cannot_run_is_one_error(capsys):
     assert code == 2 and "--gpu" in err
 
 
+@pytest.mark.slow
 def test_on_cpu_the_pipelined_epoch_equals_the_in_memory_run_and_the_ring_delivers_every_byte(capsys):
     """The same comparison a GPU runs, here on the CPU with one rank (the 2-rank tiered run against the
     in-memory baseline is tests/test_train.py's): every tier is read, and the loss curves agree bit for bit."""

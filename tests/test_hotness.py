@@ -110,6 +110,7 @@ def test_bad_arguments(ds: GraphDataset) -> None:
 @pytest.mark.parametrize("point,exchange,survivor", [
     ("hotness-written", True, 1), ("hotness-swapped", True, 2),
     ("hotness-old-moved", False, 1), ("hotness-swapped", False, 2)])
+@pytest.mark.slow
 def test_a_killed_save_leaves_the_old_or_the_new_hotness_and_the_next_save_cleans_up(ds, tmp_path, point, exchange,
                                                                                        survivor):
     """kill -9 at each step of putting the new hotness in place (with the file system's atomic swap, and

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import pytest
 from moment.errors import MomentError
 from moment.io import IOStack, ReadBatch, aligned_buffer, available_backends
 from moment.io import files as io_files
+from moment.io.buffers import HUGE_PAGE
 
 REPO = Path(__file__).resolve().parents[1]
 BACKENDS = [b for b, why in available_backends().items() if not why]
@@ -78,10 +80,35 @@ def test_aligned_buffer_starts_on_the_boundary_zeroed():
             b = aligned_buffer(n, align)
             assert (b.ctypes.data % align, b.nbytes, b.dtype, b.flags.writeable) == (0, n, np.uint8, True)
             assert not b.any()
+    assert aligned_buffer(5 << 20).ctypes.data % HUGE_PAGE == 0  # large: on a huge-page boundary
     with pytest.raises(MomentError, match="power of two"):
         aligned_buffer(4096, 3000)
     with pytest.raises(MomentError, match="negative"):
         aligned_buffer(-1)
+
+
+def _vma_field(addr: int, field: str) -> str:
+    """`field` of the mapping holding `addr`, from /proc/self/smaps."""
+    inside = False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        if re.match(r"^[0-9a-f]+-[0-9a-f]+ ", line):
+            lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+            inside = lo <= addr < hi
+        elif inside and line.startswith(field + ":"):
+            return line.split(":", 1)[1].strip()
+    return ""
+
+
+def test_a_large_buffer_is_advised_huge_pages():
+    """A large read into 4 KiB pages is split by the block layer (a 1 MiB read is 256 memory segments);
+    a buffer from a huge page up asks for huge pages (THPeligible: the kernel may back it with them)."""
+    mode = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    if not mode.is_file() or "[never]" in mode.read_text():
+        pytest.skip("transparent huge pages are off on this machine")
+    big, small = aligned_buffer(4 << 20), aligned_buffer(HUGE_PAGE // 2)
+    assert _vma_field(big.ctypes.data, "THPeligible") == "1"
+    assert big.ctypes.data % HUGE_PAGE == 0 and not big.any() and big.flags.writeable
+    assert small.ctypes.data % 4096 == 0
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -192,6 +192,7 @@ def test_killed_pack_writer_leaves_the_old_pack_and_is_cleaned_up(packed, tmp_pa
 @pytest.mark.parametrize("point,exchange,new", [
     ("pack-written", True, False), ("pack-swapped", True, True),
     ("pack-old-moved", False, False), ("pack-swapped", False, True)])
+@pytest.mark.slow
 def test_killed_at_each_commit_step_the_old_or_the_new_pack_is_whole(packed, tmp_path, point, exchange, new):
     """kill -9 while the new pack goes in place (an atomic swap, or two renames where the file system has
     none): after the next writer's recovery the layout has the old pack or the new one, whole."""

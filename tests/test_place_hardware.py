@@ -47,6 +47,7 @@ def _packed(plan: dict) -> dict[str, str]:
     return next(b["placement"] for b in plan["baselines"] if b["name"] == "gpus-packed/ssds-spread")
 
 
+@pytest.mark.slow
 def test_place_uses_the_placement_moment_plan_recommends(env):
     plan, r = env["plan"], env["placed"]
     assert plan["placement"] != _packed(plan)  # the packed layout is rated slower

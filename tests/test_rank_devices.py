@@ -97,6 +97,7 @@ def test_each_local_rank_holds_its_plan_gpus_bins(layout) -> None:
     assert held[0] > 0 and held[1] > 0
 
 
+@pytest.mark.slow
 def test_a_run_reports_planned_and_achieved_ssd_shares_per_rank(layout) -> None:
     """Planned: each SSD's storage share in the layout's manifest, among the SSDs; achieved: the share of
     the rows the run read that each SSD served. With row reads (one batch per read job) and the CPU cache

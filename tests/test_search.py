@@ -344,6 +344,7 @@ def small_machines(draw):
 
 @settings(max_examples=150, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@pytest.mark.slow
 @given(small_machines())
 def test_random_machines_against_brute_force(case):
     topo, inventory = case

@@ -43,6 +43,7 @@ def client(tmp_path_factory):
         yield c
 
 
+@pytest.mark.slow
 def test_plan_is_the_cli_json_and_draws_the_diagram(client, tmp_path):
     r = client.post("/v1/plan", json={"profile": "paper-machine-b", "gpus": 4, "ssds": 8, "diagram": True})
     assert r.status_code == 200, r.text
@@ -199,6 +200,7 @@ def test_limits_answer_413_and_408(tmp_path):
         assert r.status_code == 413
 
 
+@pytest.mark.slow
 def test_token_guards_every_route_but_health(tmp_path):
     app = create_app(Settings(data_dir=tmp_path, token="s3cret"))
     with TestClient(app) as c:

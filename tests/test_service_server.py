@@ -109,6 +109,7 @@ def _own_public_address() -> str | None:
     return None if addr.startswith("127.") or addr == "0.0.0.0" else addr
 
 
+@pytest.mark.slow
 def test_uvicorn_factory_on_all_addresses_serves_only_this_machine_without_a_token(tmp_path):
     """The factory entry point keeps `moment serve`'s rule: bound to 0.0.0.0 with no token, a connection
     to the machine's own public address is refused (403), one to 127.0.0.1 is served."""
@@ -140,6 +141,7 @@ def test_uvicorn_factory_on_all_addresses_serves_only_this_machine_without_a_tok
         proc.communicate(timeout=30)
 
 
+@pytest.mark.slow
 def test_serve_allow_no_token_is_the_explicit_opt_in(tmp_path):
     """With --allow-no-token (or MOMENT_ALLOW_NO_TOKEN=1) the bind rule lets 0.0.0.0 through: here the
     next check (a taken port) is the one that answers."""

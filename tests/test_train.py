@@ -428,6 +428,7 @@ def test_a_rank_base_includes_the_model_layers(budget_run):
     assert abs(charged - base) < (16 << 20), (charged >> 20, base >> 20)
 
 
+@pytest.mark.slow
 def test_dataloader_workers_baseline_trains_the_same_batches(setup, reference):
     """The PyG-style baseline (sampling and memmap reads in DataLoader worker processes) trains on the
     same batches as every other run: the reference's loss curve bit for bit, every row counted."""

@@ -4,6 +4,8 @@ a bad count is said under its field. Same browser set-up (and skips) as test_web
 
 from __future__ import annotations
 
+import pytest
+
 from tests.test_web_page import Page, _post, browser, service  # noqa: F401 - fixtures
 
 CLUSTER = {"name": "2 x paper-machine-b",
@@ -17,6 +19,7 @@ def _rows(p: Page, sel: str) -> list[list[str]]:
                 ".map((tr) => [...tr.cells].map((td) => td.innerText.trim()))", sel)
 
 
+@pytest.mark.slow
 def test_a_person_plans_two_servers_and_sees_the_network_share(service, browser):  # noqa: F811
     p = Page(browser, service)
     browser.get(service)

@@ -113,3 +113,12 @@ def test_one_class(tmp_path: Path) -> None:
     ds = synthesize(tmp_path / "e", 2000, feature_dim=4, avg_degree=2, num_classes=1)
     ds.verify()
     assert ds.num_edges > 0 and ds.num_classes == 1
+
+
+def test_the_graph_does_not_depend_on_the_feature_width(tmp_path):
+    """bench/epoch.py samples a size's batches on its graph synthesized with one-wide features, before
+    the real dataset is built: the same seed gives the same graph, labels and splits at any width."""
+    one = synthesize(tmp_path / "one", 3000, feature_dim=1, seed=4)
+    wide = synthesize(tmp_path / "wide", 3000, feature_dim=48, seed=4)
+    for name in ("indptr", "indices", "labels", "train_idx", "val_idx", "test_idx"):
+        assert np.array_equal(np.load(one.file(name)), np.load(wide.file(name))), name

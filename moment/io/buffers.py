@@ -5,24 +5,46 @@ size; otherwise the engine reads into a bounce buffer and copies the bytes over.
 start 16 or 320 bytes past a page boundary, so a plain `np.empty` destination costs every read a copy
 (measured on this project's probe: 4 KiB random reads at 0.71 of fio's IOPS into `np.empty` buffers,
 0.89 into aligned ones).
+
+A buffer of a huge page or more starts on a huge-page boundary and is advised to be backed by huge
+pages: a large read into 4 KiB pages is one memory segment per page, and a 1 MiB read (256 segments)
+is more than a virtio disk takes in one request (max_segments 254 here), so the block layer splits it;
+into huge pages it is one segment. Measured with fio on this machine: 1 MiB reads at qd32 0.9-2.0 GB/s
+into 4 KiB pages, 2.9-3.2 GB/s into huge pages. A 4 MiB buffer that merely starts page-aligned
+straddles three huge pages and holds one whole.
 """
 
 from __future__ import annotations
+
+import mmap
 
 import numpy as np
 
 from moment.errors import MomentError
 
+HUGE_PAGE = 2 << 20  # x86-64 and arm64 (4 KiB base pages) transparent huge pages
+
 
 def aligned_buffer(nbytes: int, alignment: int = 4096) -> np.ndarray:
-    """`nbytes` zeroed bytes starting at a multiple of `alignment`. The pages are written here, so the
-    first reads into them do not also pay the page faults."""
+    """`nbytes` zeroed bytes starting at a multiple of `alignment` (of a huge page too, and advised to be
+    backed by huge pages, from one huge page up). The pages are written here, so the first reads into
+    them do not also pay the page faults."""
     if alignment < 1 or alignment & (alignment - 1):
         raise MomentError(f"buffer alignment must be a power of two, got {alignment}")
     if nbytes < 0:
         raise MomentError(f"buffer size must not be negative, got {nbytes}")
-    raw = np.empty(nbytes + alignment, np.uint8)
-    start = -raw.ctypes.data % alignment
-    out = raw[start:start + nbytes]
+    if nbytes >= HUGE_PAGE:
+        align = max(alignment, HUGE_PAGE)
+        # private anonymous memory (a shared one is shmem, which THP leaves alone): page-aligned, zeroed
+        region = mmap.mmap(-1, nbytes + align, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        raw = np.frombuffer(region, np.uint8)  # keeps `region` alive as long as any view of it
+        start = -raw.ctypes.data % align
+        if hasattr(mmap, "MADV_HUGEPAGE"):  # advice only: where THP is off the buffer is plain pages
+            region.madvise(mmap.MADV_HUGEPAGE, start, nbytes)
+        out = raw[start:start + nbytes]
+    else:
+        raw = np.empty(nbytes + alignment, np.uint8)
+        start = -raw.ctypes.data % alignment
+        out = raw[start:start + nbytes]
     out.fill(0)  # not np.zeros: calloc'd pages stay unmapped until first written
     return out

@@ -22,15 +22,14 @@ from pathlib import Path
 import numpy as np
 
 from moment.errors import MomentError
-from moment.outputs import atomic_write
+from moment.outputs import atomic_write, cache_root
 
 SOURCE = Path(__file__).resolve().parents[2] / "native" / "ddak.c"
 FLAGS = ["-O2", "-shared", "-fPIC", "-ffp-contract=off"]
 
 
 def _cache_dir() -> Path:
-    base = os.environ.get("MOMENT_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "moment")
-    return Path(base) / "native"
+    return cache_root() / "native"
 
 
 def _build(src: Path) -> Path | None:

@@ -22,6 +22,11 @@ from moment.placement.pack import PackManifest, load_pack, pack_index_bytes
 from moment.placement.reader import IndexCheck, bin_rows, damaged, load_manifest, order_problem, shard_path
 
 
+def index_dtypes(shards: int, most_rows: int) -> tuple[np.dtype, np.dtype]:
+    """(bin, slot) dtypes of a layout's in-memory index with `shards` bins, the largest of `most_rows` rows."""
+    return (np.dtype(np.uint8 if shards < 256 else np.int16), np.dtype(np.int32 if most_rows < 2**31 else np.int64))
+
+
 @dataclass(frozen=True, eq=False)
 class Layout:
     path: Path
@@ -87,8 +92,7 @@ class Layout:
     def index_dtypes(self) -> tuple[np.dtype, np.dtype]:
         """(bin, slot) dtypes of the in-memory index: the smallest that hold every bin and slot."""
         rows = bin_rows(self.manifest)
-        return (np.dtype(np.uint8 if len(rows) < 256 else np.int16),
-                np.dtype(np.int32 if max(rows, default=0) < 2**31 else np.int64))
+        return index_dtypes(len(rows), max(rows, default=0))
 
     @property
     def index_bytes(self) -> int:

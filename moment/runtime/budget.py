@@ -165,13 +165,19 @@ class MemoryBudget:
         """The least total under which what is charged fits with its margin (which grows with the total)."""
         return max(self.used + MIN_MARGIN, -(-self.used * 100 // round((1 - MARGIN) * 100)))
 
+    def suggested(self) -> int:
+        """The budget a refusal names: the minimum with room for the processes' measured size to vary
+        between runs, in whole MiB."""
+        need = self.minimum()
+        return -(-(need + max(ROOM, need // 50)) // 2**20) * 2**20
+
     def check(self, what: str = "this run") -> None:
         if self.total is not None and self.free < 0:
             need = self.minimum()
             raise MomentError(
                 f"--memory-budget {fmt_bytes(self.total)} is below the minimum {fmt_bytes(need)} {what} needs "
                 f"({self.summary(short=True)})",
-                hint=f"give at least --memory-budget {-(-(need + max(ROOM, need // 50)) // 2**20)}MiB (the minimum, "
+                hint=f"give at least --memory-budget {self.suggested() // 2**20}MiB (the minimum, "
                      "with room for the processes' measured size to vary between runs), or fewer ranks / a smaller "
                      "batch")
 
@@ -261,14 +267,9 @@ class Split:
     shared_cache: bool
 
 
-def split_budget(total: int | None, source: str, local_ranks: int, r: RunShape) -> Split:
-    """Charge every fixed need, refuse if they do not fit, then size caches and read buffers.
-
-    Order of claims on what is left: the GPU-cache stand-in (CPU runs: at most a tenth), read buffers
-    (block reads: a third, at least two batches' misses), then the CPU cache takes the rest, each of its
-    rows with the policy's per-row bookkeeping.
-    """
-    b = MemoryBudget(total, local_ranks, source)
+def _charge_fixed(b: MemoryBudget, r: RunShape) -> tuple[MemoryBudget, Item, int]:
+    """Charge every need that does not shrink with the budget, the least read buffers included last
+    (`split_budget` grants them again with the rest); (budget, the cache policy state item, least buffers)."""
     rb = r.row_bytes
     b.charge("process", r.process_bytes, note="interpreter, torch, model (measured RSS)")
     if r.agent_bytes:
@@ -295,8 +296,26 @@ def split_budget(total: int | None, source: str, local_ranks: int, r: RunShape) 
         b.charge("pack index", r.pack_index_bytes, note="this rank's packed segments (moment data pack)")
     min_buffers = 2 * feat
     b.charge("read buffers (min)", min_buffers)
+    return b, state, min_buffers
+
+
+def minimum_budget(local_ranks: int, r: RunShape) -> MemoryBudget:
+    """The fixed needs of a run of this shape, charged as `split_budget` charges them: `.minimum()` is
+    the least budget it accepts (a run planned before its data exists asks this: bench/epoch.py)."""
+    return _charge_fixed(MemoryBudget(None, local_ranks), r)[0]
+
+
+def split_budget(total: int | None, source: str, local_ranks: int, r: RunShape) -> Split:
+    """Charge every fixed need, refuse if they do not fit, then size caches and read buffers.
+
+    Order of claims on what is left: the GPU-cache stand-in (CPU runs: at most a tenth), read buffers
+    (block reads: a third, at least two batches' misses), then the CPU cache takes the rest, each of its
+    rows with the policy's per-row bookkeeping.
+    """
+    b, state, min_buffers = _charge_fixed(MemoryBudget(total, local_ranks, source), r)
     b.check()
     b.items.pop()  # the minimum is granted below with the rest
+    rb = r.row_bytes
     want_gpu = r.own_gpu_rows * rb
     # on CPU runs a rank's GPU tier lives in its own memory; the other local ranks get its rows through the
     # peer exchange, one batch's worth at a time, and hold no copy

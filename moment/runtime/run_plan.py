@@ -26,9 +26,10 @@ from pydantic import BaseModel, ConfigDict, computed_field
 from moment.caching.tiers import lookahead, shared_by_local_ranks
 from moment.errors import MomentError
 from moment.io.merge import SHAPES, Shape
-from moment.placement.opened import Layout
+from moment.placement.opened import Layout, index_dtypes
 from moment.placement.pack import pack_path, refuse_unusable
-from moment.runtime.budget import Item, MemoryBudget, RunShape, Split, fmt_bytes, resolve_budget, split_budget
+from moment.runtime.budget import (Item, MemoryBudget, RunShape, Split, fmt_bytes, minimum_budget, resolve_budget,
+                                   split_budget)
 from moment.runtime.devices import plan_gpus_of
 from moment.runtime.gather import staging_bytes
 from moment.runtime.store_options import Collectives, Place, StoreOptions, local_world_size
@@ -266,14 +267,9 @@ def resolve_run(config: TrainConfig, layout: Layout, *, world_size: int, local_w
     peer_tier = cfg.peer_tier and lws > 1
     remote_tier = layout.split is not None
     total, how = resolve_budget(cfg.memory_budget)
-    split = split_budget(total, how, lws, RunShape(
-        num_nodes=n, row_bytes=rb, graph_bytes=inputs.graph_bytes, labels_bytes=inputs.labels_bytes,
-        rows_max=inputs.rows_max, training_bytes=inputs.training_bytes, held_batches=inputs.held_batches, lookahead=ahead, sampler_map_bytes=inputs.sampler_map_bytes,
-        batch_ids_bytes=inputs.batch_ids_bytes, index_bytes=layout.index_bytes, own_gpu_rows=own_rows,
-        layout_cpu_rows=sum(m.shards[i].rows for i in layout.shards_of("cpu")),
-        cpu_limit_rows=None if cfg.cpu_cache_limit is None else parse_size(cfg.cpu_cache_limit, n * rb) // rb,
-        policy=cfg.cache_policy, shape=shape, staging_bytes=staging_bytes(m.row.align),
-        process_bytes=inputs.process_bytes, agent_bytes=inputs.agent_bytes,
+    split = split_budget(total, how, lws, _run_shape(
+        cfg, inputs, n, rb, shape, ahead, index_bytes=layout.index_bytes, own_gpu_rows=own_rows,
+        layout_cpu_rows=sum(m.shards[i].rows for i in layout.shards_of("cpu")), align=m.row.align,
         exchange_bytes=inputs.exchange_bytes if peer_tier and gpu_shards else 0,
         remote_exchange_bytes=inputs.remote_exchange_bytes if remote_tier else 0,
         remote_reader_bytes=inputs.remote_reader_bytes if remote_tier else 0,
@@ -300,6 +296,37 @@ def split_plan(layout: Layout) -> SplitPlan | None:
     return SplitPlan(id=s.id, machine=s.machine, name=s.name, machines=tuple(s.machines),
                      replicated_rows=s.replicated_rows, held_rows=layout.num_nodes - s.remote_rows,
                      remote_rows={r.name: r.rows for r in s.remote})
+
+
+def _run_shape(cfg: TrainConfig, inputs: RunInputs, n: int, rb: int, shape: str, ahead: int, *,
+               index_bytes: int, own_gpu_rows: int, layout_cpu_rows: int, align: int, exchange_bytes: int,
+               pack_index_bytes: int, remote_exchange_bytes: int = 0, remote_reader_bytes: int = 0) -> RunShape:
+    return RunShape(
+        num_nodes=n, row_bytes=rb, graph_bytes=inputs.graph_bytes, labels_bytes=inputs.labels_bytes,
+        rows_max=inputs.rows_max, training_bytes=inputs.training_bytes, held_batches=inputs.held_batches,
+        lookahead=ahead, sampler_map_bytes=inputs.sampler_map_bytes, batch_ids_bytes=inputs.batch_ids_bytes,
+        index_bytes=index_bytes, own_gpu_rows=own_gpu_rows,
+        layout_cpu_rows=layout_cpu_rows,
+        cpu_limit_rows=None if cfg.cpu_cache_limit is None else parse_size(cfg.cpu_cache_limit, n * rb) // rb,
+        policy=cfg.cache_policy, shape=shape, staging_bytes=staging_bytes(align),
+        process_bytes=inputs.process_bytes, agent_bytes=inputs.agent_bytes, exchange_bytes=exchange_bytes,
+        pack_index_bytes=pack_index_bytes, remote_exchange_bytes=remote_exchange_bytes,
+        remote_reader_bytes=remote_reader_bytes)
+
+
+def planned_minimum(cfg: TrainConfig, inputs: RunInputs, *, num_nodes: int, row_bytes: int, nproc: int,
+                    shards: int, gpu_rows: int, align: int) -> MemoryBudget:
+    """The fixed needs `resolve_run` charges an `nproc`-rank run on one machine whose layout is not
+    written yet (`shards` bins, `gpu_rows` in each rank's GPU tier), by the same rule: `.minimum()` is the
+    least --memory-budget it accepts. `inputs` as `run_inputs` measures them (the batch extent sampled
+    on the graph, a round of the peer exchange at `row_bytes` with `gpu_rows` held). --io-shape auto/packed plans as block: a
+    pack's index is known only once its batches are sampled, and is not charged here."""
+    shape = "block" if cfg.io_shape in ("auto", "packed") else cfg.io_shape
+    peer = cfg.peer_tier and nproc > 1 and gpu_rows > 0
+    return minimum_budget(nproc, _run_shape(
+        cfg, inputs, num_nodes, row_bytes, shape, lookahead(cfg.resolved_superbatch(shape)),
+        index_bytes=num_nodes * sum(d.itemsize for d in index_dtypes(shards, num_nodes)), own_gpu_rows=gpu_rows,
+        layout_cpu_rows=0, align=align, exchange_bytes=inputs.exchange_bytes if peer else 0, pack_index_bytes=0))
 
 
 def _io_shape(cfg: TrainConfig, layout: Layout, world_size: int, batch_size: int,

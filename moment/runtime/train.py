@@ -10,10 +10,10 @@ losses. Rank 0 alone prints (progress bar, summary) and writes checkpoints and t
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -41,6 +41,7 @@ from moment.runtime.pipeline import Pipeline, StageTimes, mix
 from moment.runtime.progress import Reporter
 from moment.runtime.run_plan import RunInputs, RunPlan, gpu_tier_rows, resolve_run
 from moment.runtime.sources import FeatureSource, InMemoryFeatures, MemmapFeatures
+from moment.runtime.start_sizes import agent_start_bytes, rank_start_bytes
 from moment.runtime.store import StoreInfo, open_store
 from moment.workload.graph import GraphDataset
 from moment.workload.sampler import CSRGraph, MiniBatch, NeighborSampler, SeedBatches
@@ -119,12 +120,13 @@ def _batch_extent(cfg: TrainConfig, graph: CSRGraph, batches: SeedBatches, fanou
 
 def run_inputs(cfg: TrainConfig, ds: GraphDataset, graph: CSRGraph, batches: Sequence[SeedBatches],
                fanouts: list[int], process_bytes: int, agent_bytes: int, local_ranks: int, layout: Layout | None, *,
-               ctx: DistContext | None = None) -> RunInputs:
+               ctx: DistContext | None = None, feature_dim: int | None = None) -> RunInputs:
     """What `resolve_run` is given: the largest extent of `batches` (each rank's, or a preview's of every
     rank), the sizes torch's objects state for it (a round of the peer exchange among `local_ranks`, whose
     GPU tiers hold what `layout` gives them, and a training step of the model, included), a rank's and
     torchrun's agent's measured sizes, and the dataset's sizes. With `ctx`, the ranks agree on their maxima
-    first: every rank must resolve the same plan (the shared cache is one segment)."""
+    first: every rank must resolve the same plan (the shared cache is one segment). `feature_dim`: the
+    run's features are that wide (float32), not `ds`'s (a run planned on its graph alone)."""
     ext = functools.reduce(Extent.most, [_batch_extent(cfg, graph, b, fanouts) for b in batches])
     if ctx is not None:
         flat = [ext.rows, ext.edges, *(v for x in ext.layers for v in (x.src, x.dst, x.edges)), process_bytes,
@@ -134,9 +136,11 @@ def run_inputs(cfg: TrainConfig, ds: GraphDataset, graph: CSRGraph, batches: Seq
         ext = Extent(sizes[0], sizes[1], tuple(LayerExtent(*sizes[2 + 3 * i: 5 + 3 * i])
                                                for i in range(len(ext.layers))))
     rows = min(ext.rows, ds.num_nodes)
-    training = step_bytes(cfg.model, ds.feature_dim, ds.num_classes, cfg.hidden,
+    dim = ds.feature_dim if feature_dim is None else int(feature_dim)
+    row_bytes = ds.row_bytes if feature_dim is None else dim * np.dtype(np.float32).itemsize
+    training = step_bytes(cfg.model, dim, ds.num_classes, cfg.hidden,
                           [LayerExtent(min(x.src, rows), min(x.dst, rows), x.edges) for x in ext.layers], rows=rows,
-                          float_copy=ds.feature_dtype != np.float32)
+                          float_copy=feature_dim is None and ds.feature_dtype != np.float32)
     split = layout.split if layout is not None else None
     return RunInputs(train_nodes=int(np.asarray(ds.train_idx).size),
                      graph_bytes=ds.file("indptr").stat().st_size + ds.file("indices").stat().st_size,
@@ -144,52 +148,14 @@ def run_inputs(cfg: TrainConfig, ds: GraphDataset, graph: CSRGraph, batches: Seq
                      process_bytes=process_bytes, sampler_map_bytes=NeighborSampler.map_bytes(ds.num_nodes),
                      batch_ids_bytes=MiniBatch.id_bytes(rows, ext.edges), held_batches=Pipeline.held_batches(cfg.depth),
                      training_bytes=training, agent_bytes=agent_bytes, exchange_bytes=RowExchange.round_bytes(
-                         rows, ds.row_bytes, local_ranks, gpu_tier_rows(layout, local_ranks) if layout else 0),
-                     remote_exchange_bytes=remote_tier.round_bytes(rows, ds.row_bytes, len(split.machines)) if split else 0,
+                         rows, row_bytes, local_ranks, gpu_tier_rows(layout, local_ranks) if layout else 0),
+                     remote_exchange_bytes=remote_tier.round_bytes(rows, row_bytes, len(split.machines)) if split else 0,
                      remote_reader_bytes=remote_tier.reader_bytes(layout.manifest.row.align) if split else 0)
 
 
-#: a fresh interpreter: first what torchrun's agent imports, then what a rank loads before touching data
-_FRESH = ("from moment.runtime.budget import process_bytes\nimport torch.distributed.run\nprint(process_bytes())\n"
-          "from moment.runtime.models import load_layers\nimport moment.runtime.train\nload_layers()\n"
-          "print(process_bytes())\n")
-
-
-@functools.cache
-def _fresh_sizes() -> tuple[int, int]:
-    """(torchrun's agent, a rank) as a fresh interpreter holds them; see `rank_start_bytes`."""
-    import moment
-
-    root = str(Path(moment.__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
-    try:
-        r = subprocess.run([sys.executable, "-c", _FRESH], env=env, capture_output=True, text=True,
-                           timeout=300, check=True)
-        agent, rank = (int(x) for x in r.stdout.split()[-2:])
-        return agent, rank
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-        load_layers()
-        return process_bytes(), process_bytes()
-
-
-def rank_start_bytes() -> int:
-    """What a rank holds before it touches data (interpreter, torch, the runtime, the model's layers).
-
-    Why a fresh interpreter: the caller of a preview (a CLI that never imports the layers, a benchmark
-    holding a dataset) is not a rank, so its own RSS is not a rank's fixed cost. Costs seconds: once per
-    process. Falls back to this process's RSS with the layers loaded when the interpreter cannot run.
-    """
-    return _fresh_sizes()[1]
-
-
-def agent_start_bytes() -> int:
-    """What torchrun's agent (a Python process that imports torch.distributed.run) holds, measured the
-    same way before it exists; the ranks, once started, measure their parent (`agent_bytes`)."""
-    return _fresh_sizes()[0]
-
-
 def preview_inputs(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, agent: bool = True,
-                   layout: Layout | None = None, nnodes: int = 1) -> RunInputs:
+                   layout: Layout | None = None, nnodes: int = 1,
+                   feature_dim: int | None = None) -> RunInputs:
     """What rank 0 of an `nproc`-rank run (on each of `nnodes` machines) will measure, measured before any rank
     starts: the largest extent of every rank's batches (the ranks agree on it), a fresh rank's fixed cost
     and, with `agent` (the run is started by torchrun, as `moment train` does), a fresh torchrun agent's."""
@@ -201,7 +167,17 @@ def preview_inputs(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, agent: boo
     if layout is None and cfg.layout is not None:
         layout = Layout.open(cfg.layout)
     return run_inputs(cfg, ds, graph, per_rank, fanouts, rank_start_bytes(), agent_start_bytes() if agent else 0,
-                      nproc, layout)
+                      nproc, layout, feature_dim=feature_dim)
+
+
+def planned_inputs(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, feature_dim: int, gpu_rows: int) -> RunInputs:
+    """`preview_inputs` of a run whose features and layout are not written yet (`run_plan.planned_minimum`):
+    the batch extent sampled on `ds`'s graph (any dataset with the run's graph: bench/epoch.py synthesizes
+    the graph with one-wide features first), the model's step and a round of the peer exchange for
+    `feature_dim`-wide float32 rows, `gpu_rows` held by each rank."""
+    got = preview_inputs(cfg, ds, nproc, feature_dim=feature_dim)
+    rb = feature_dim * np.dtype(np.float32).itemsize
+    return dataclasses.replace(got, exchange_bytes=RowExchange.round_bytes(got.rows_max, rb, nproc, gpu_rows))
 
 
 def preview_plan(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, layout: Layout | None = None,
