@@ -214,7 +214,7 @@ def atomic_file(path: str | Path, *, text: bool = False, private: bool = False) 
 
 
 def cache_root() -> Path:
-    """Where Moment keeps what it can rebuild (compiled kernels, measured start-up sizes): $MOMENT_CACHE,
+    """Where Moment keeps what it can rebuild (compiled kernels): $MOMENT_CACHE,
     else ~/.cache/moment. Anything there may be deleted at any time."""
     return Path(os.environ.get("MOMENT_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "moment"))
 
