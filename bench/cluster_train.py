@@ -10,7 +10,7 @@ with it) with the same ranks, seeds and batches:
 
 On one machine the two agents share its cores and disk: the ratio is the split's overhead (the exchange, the
 serving reads), not a cluster's speed. Every run starts with the layouts' and dataset's files dropped from the
-page cache. Prints `name: value` lines: the split's replicated rows and predicted remote share (pre-sampled),
+page cache. Prints `name: value` lines: the split's replicated rows and predicted remote share (a held-out sample),
 each machine's measured remote share, rows and MB fetched and served, both runs' epoch seconds, and last
 `ratio_split_vs_one_agent` (split epoch s / one agent's) and `loss_curves_equal`. Exit 0 only when both ran
 and their loss curves agree (the split must train exactly what the whole layout trains).

@@ -173,7 +173,7 @@ def _render_split(r: dict[str, Any]) -> None:
         t.add_column(col, justify="right" if col in ("rows held", "owned", "stored") else "left")
     for m in r["machines"]:
         t.add_row(m["name"], f"{m['machine']} ({m['inventory']})", f"{m['held_rows']:,}", f"{m['owned_rows']:,}",
-                  _size(m["bytes"]), f"{m['remote_read_share']:.1%} (pre-sampled)", m["layout"])
+                  _size(m["bytes"]), f"{m['remote_read_share']:.1%} (held-out sample)", m["layout"])
     console.print(t)
     for note in r.get("notes", []):
         console.print(f"[yellow]note:[/] {note}")

@@ -392,6 +392,10 @@ def place_split(
         reads = hot.feature_reads
         order = hotness_order(reads)
         n = ds.num_nodes
+        t = time.perf_counter()
+        with stage("presample", "pre-sampling a held-out sample (the remote read shares)") as progress:
+            heldout = sp.heldout_reads(ds, fanouts, batch_size, int(hot.meta.get("seed", seed)), progress)
+        timings["heldout_s"] = time.perf_counter() - t
         fmt = row_format(ds.row_bytes)
 
         t = time.perf_counter()
@@ -454,7 +458,7 @@ def place_split(
                     index=k, name=m.name, layout=m.name, layout_id=lm.layout_id(), machine=plan.machine,
                     inventory=plan.inventory, owned_rows=int((owners == k).sum()), held_rows=int(held.shape[0]),
                     bytes=sum(x.bytes for x in lm.shards),
-                    remote_read_share=sp.remote_read_share(owners, reads, k)))
+                    remote_read_share=sp.remote_read_share(owners, heldout, k)))
             timings["write_s"] = time.perf_counter() - t
             ref_ds = lm.dataset
             sp.write_cluster_manifest(partial, sp.ClusterManifest(
