@@ -144,26 +144,28 @@ class RankFacts:
         return cls(int(node), int(nn), int(lr), int(lws), backend, host)
 
 
+def _machine(f: RankFacts | RunFacts) -> str:
+    """How a message names a machine."""
+    return f"node {f.node_rank} ({f.host})"
+
+
 def machine_ranks(facts: list[RankFacts]) -> list[int]:
     """Each rank's number (facts in torchrun's rank order): node_rank x ranks per machine + local rank.
     Raises MomentError, the same on every rank, when the machines' flags disagree."""
-    def where(f: RankFacts) -> str:
-        return f"node {f.node_rank} ({f.host})"
-
     first = facts[0]
     for f in facts:
         if f.nnodes != first.nnodes:
-            raise MomentError(f"the machines give different --nnodes: {first.nnodes} on {where(first)}, {f.nnodes} on "
-                              f"{where(f)}", hint="give every machine the same --nnodes")
+            raise MomentError(f"the machines give different --nnodes: {first.nnodes} on {_machine(first)}, "
+                              f"{f.nnodes} on {_machine(f)}", hint="give every machine the same --nnodes")
     for f in facts:
         if f.local_world_size != first.local_world_size:
             raise MomentError(f"the machines run different numbers of ranks: --nproc {first.local_world_size} on "
-                              f"{where(first)}, {f.local_world_size} on {where(f)}",
+                              f"{_machine(first)}, {f.local_world_size} on {_machine(f)}",
                               hint="give every machine the same --nproc")
     for f in facts:
         if f.backend != first.backend:
-            raise MomentError(f"{where(first)} trains with {first.backend}, {where(f)} with {f.backend}: CPU and GPU "
-                              "machines cannot train together", hint="give every machine the same --device")
+            raise MomentError(f"{_machine(first)} trains with {first.backend}, {_machine(f)} with {f.backend}: CPU "
+                              "and GPU machines cannot train together", hint="give every machine the same --device")
     seen: dict[tuple[int, int], RankFacts] = {}
     for f in facts:
         if (f.node_rank, f.local_rank) in seen:
@@ -205,20 +207,17 @@ def check_agents(facts: list[RunFacts]) -> None:
     or on two, other settings. One MomentError, the same on every rank."""
     first = facts[0]
 
-    def who(f: RunFacts) -> str:
-        return f"node {f.node_rank} ({f.host})"
-
     for f in facts:
         if f.dataset_id != first.dataset_id:
             raise MomentError(f"the machines train different datasets: {first.dataset} (id {first.dataset_id[:12]}) on "
-                              f"{who(first)}, {f.dataset} (id {f.dataset_id[:12]}) on {who(f)}",
+                              f"{_machine(first)}, {f.dataset} (id {f.dataset_id[:12]}) on {_machine(f)}",
                               hint="every machine's layout must be placed from the same dataset")
     for f in facts:
         if f.split_id != first.split_id:
             def what(x: RunFacts) -> str:
                 return f"layout {x.layout} of split {x.split_id[:12]}" if x.split_id else f"layout {x.layout} (every row)"
-            raise MomentError(f"the machines' layouts are not of one split: {what(first)} on {who(first)}, {what(f)} on "
-                              f"{who(f)}", hint="give every machine its own layout of the same `moment place "
+            raise MomentError(f"the machines' layouts are not of one split: {what(first)} on {_machine(first)}, "
+                              f"{what(f)} on {_machine(f)}", hint="give every machine its own layout of the same `moment place "
                                                 "--machines` output, or every machine a whole layout")
     if first.split_id is not None:
         n = len(first.split_machines)
@@ -228,12 +227,12 @@ def check_agents(facts: list[RunFacts]) -> None:
                               f"{len(nodes)} machines train", hint=f"start {n} machines, --nnodes {n}")
         for f in facts:
             if f.split_machine != f.node_rank:
-                raise MomentError(f"{who(f)} has machine {f.split_machines[f.split_machine]}'s layout ({f.layout}), "
-                                  f"which is node rank {f.split_machine}",
+                raise MomentError(f"{_machine(f)} has machine {f.split_machines[f.split_machine]}'s layout "
+                                  f"({f.layout}), which is node rank {f.split_machine}",
                                   hint="give machine K the layout of the split's machine K (`moment layout info` says "
                                        "which), or its --node-rank")
     for f in facts:
         if f.settings != first.settings:
             diff = [f"{k} {a} vs {b}" for (k, a), (_, b) in zip(first.settings, f.settings, strict=True) if a != b]
-            raise MomentError(f"the machines train with different settings ({who(first)} vs {who(f)}): "
+            raise MomentError(f"the machines train with different settings ({_machine(first)} vs {_machine(f)}): "
                               + "; ".join(diff), hint="give every machine the same training options")
