@@ -241,3 +241,23 @@ def test_the_switch_port_rate_caps_a_faster_nic():
                               "network": {"nic": "CX7", "switch_gbit": 100}}, "c.yaml")
     (nic,) = plan_cluster(spec, load=_load).machines[0].nics
     assert nic.rate_gbps == pytest.approx(12.5)
+
+
+def test_a_plan_that_takes_every_nic_slot_holds_one_for_the_nic_first():
+    """7 x T4 + 10 x 990-PRO on paper-machine-b: the plan alone puts SSDs in the x16 slots the GPUs leave,
+    so no slot is left for the NIC; the cluster plan holds one for it and plans the rest around it."""
+    from moment.planner.api import parse_inventory
+    from moment.topology.devices import find_model, fits, populate, strip
+
+    topo, inv = load_profile("paper-machine-b"), parse_inventory("7xT4,10x990-PRO", 0, 0)
+    alone = make_plan(topo, inv, WorkloadSpec())
+    nic = find_model("CX6-Dx-100GbE")
+    assert not [s for s in populate(strip(topo)[0], alone.placement).empty_slots() if fits(s, nic)]
+    cp = plan_cluster(cluster_from_dict({"servers": [{"profile": "paper-machine-b", "inventory": "7xT4,10x990-PRO",
+                                                      "count": 2}],
+                                         "network": {"nic": "CX6-Dx-100GbE", "switch_gbit": 100}}, "c.yaml"))
+    m = cp.machines[0]
+    models = sorted(m.placement.values())
+    assert models.count("T4") == 7 and models.count("990-PRO") == 10 and models.count("CX6-Dx-100GbE") == 1
+    (n,) = m.nics
+    assert fits(topo.node(n.slot), nic) and len(n.gpus) == 7 and cp.epoch_s > m.read_s > 0

@@ -47,7 +47,8 @@ def _network(prices) -> tuple[float, float]:
 
 def _half(topo):
     """What advise recommends for one of two servers: half the budget less its NIC and switch port."""
-    half = advise(topo, 30_000 - _network(load_prices())[0], models=MODELS, top_k=2)
+    half = advise(topo, 30_000 - _network(load_prices())[0], models=MODELS, top_k=2,
+                  reserve=(("CX6-Dx-100GbE", 1),))
     return {c.inventory: c for c in (half.best_throughput_per_dollar, half.best_throughput, *half.runner_ups)}
 
 
@@ -145,3 +146,22 @@ def test_a_price_file_prices_switch_ports(tmp_path):
     assert t.switch_port(400) == load_prices().switch_port(400)
     with pytest.raises(MomentError, match="no price for a 50 Gb/s switch port"):
         t.switch_port(50)
+
+
+def test_each_server_s_inventory_leaves_a_slot_for_its_nic():
+    """paper-machine-b's x16 slots take GPUs and NICs alike: an inventory that fills them all cannot
+    be a cluster's server, so the advice for k >= 2 servers searches only inventories that leave room."""
+    from moment.cost.advisor import _inventories
+    from moment.topology.devices import find_model, fits, strip
+    from moment.topology.profiles import load_profile
+
+    bare = strip(load_profile("paper-machine-b"))[0]
+    nic = find_model("CX6-Dx-100GbE")
+    x16 = sum(fits(s, nic) for s in bare.empty_slots())
+    args = (bare, ["T4"], ["990-PRO"], None, None, WorkloadSpec())
+    gpus_alone = max(i.count for inv in _inventories(*args) for i in inv.items if i.model == "T4")
+    beside = _inventories(*args, reserve=(("CX6-Dx-100GbE", 1),))
+    gpus_beside = max(i.count for inv in beside for i in inv.items if i.model == "T4")
+    assert gpus_alone == x16 and gpus_beside == x16 - 1
+    most = max(sum(i.count for i in inv.items) for inv in beside)
+    assert most == len(bare.empty_slots()) - 1  # every other slot may still be filled

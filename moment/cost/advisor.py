@@ -169,9 +169,23 @@ def _one_ssd_fewer(inv: Inventory) -> Inventory | None:
     return None
 
 
+def _room(free: list, models: list) -> list[int]:
+    """Per subset of `models` (bit i: models[i]), the free slots that take some model of it: Hall's
+    condition says `counts` of the models fit the slots exactly when no subset needs more."""
+    takes = [sum(1 << i for i, m in enumerate(models) if m is not None and fits(s, m)) for s in free]
+    return [sum(1 for t in takes if t & mask) for mask in range(1 << len(models))]
+
+
+def _fit_beside(room: list[int], counts: list[int]) -> bool:
+    return all(sum(c for i, c in enumerate(counts) if mask >> i & 1) <= room[mask] for mask in range(1, len(room)))
+
+
 def _inventories(bare: Topology, gpu_models: list[str], ssd_models: list[str], max_gpus: int | None,
-                 max_ssds: int | None, workload: WorkloadSpec) -> list[Inventory]:
-    """Every (n x GPU model, m x SSD model) that the free slots can take by count, in a stable order."""
+                 max_ssds: int | None, workload: WorkloadSpec,
+                 reserve: tuple[tuple[str, int], ...] = ()) -> list[Inventory]:
+    """Every (n x GPU model, m x SSD model) that the free slots can take by count, in a stable order;
+    with `reserve` ((model, count) pairs: a cluster server's NICs), only those the slots take beside
+    them (Hall's condition over the three kinds of card, `_room`)."""
     free = bare.empty_slots()
     builtin = builtin_gpus(bare)
     gpu_opts: list[tuple[str | None, int]] = [(None, 0)] if builtin else []
@@ -183,11 +197,20 @@ def _inventories(bare: Topology, gpu_models: list[str], ssd_models: list[str], m
     for s in ssd_models:
         room = sum(fits(sl, find_model(s)) for sl in free)
         ssd_opts += [(s, n) for n in range(1, min(room, max_ssds if max_ssds is not None else room) + 1)]
+    kept = [(find_model(m), c) for m, c in reserve if c > 0]
+    rooms: dict[tuple[str | None, str | None], list[int]] = {}
     out = []
     for g, ng in gpu_opts:
         for s, ns in ssd_opts:
             if ng + ns == 0 or ng + ns > len(free):
                 continue
+            if kept:
+                key = (g, s)
+                if key not in rooms:
+                    rooms[key] = _room(free, [find_model(g) if g else None, find_model(s) if s else None,
+                                              *(m for m, _ in kept)])
+                if not _fit_beside(rooms[key], [ng, ns, *(c for _, c in kept)]):
+                    continue
             items = ([InventoryItem(model=g, count=ng)] if g else []) + ([InventoryItem(model=s, count=ns)] if s else [])
             out.append(Inventory(items=items))
     return out
@@ -264,12 +287,13 @@ def advise(topo: Topology, budget_usd: float, *, models: list[str] | None = None
            max_ssds: int | None = None, workload: WorkloadSpec | None = None, prices: PriceTable | None = None,
            params: CostParams | None = None, top_k: int = 3, prune: bool = True,
            progress: Callable[[int, int], None] | None = None, flag: Flag = cli_flag,
-           data: str = "planned") -> AdviseResult:
+           data: str = "planned", reserve: tuple[tuple[str, int], ...] = ()) -> AdviseResult:
     """The best inventories for `topo`'s chassis under `budget_usd` (hardware), by throughput per TCO
     dollar and by throughput, with their placements. `progress(done, total)` counts the inventories in the
     budget that are solved or ruled out of both rankings; messages spell the inputs (budget, models,
     max_gpus, ...) as `flag` does. `data`: the data placement each inventory's epoch is predicted under
-    ('planned' or 'even', as `moment plan --data`); the throughput bound holds for both."""
+    ('planned' or 'even', as `moment plan --data`); the throughput bound holds for both. `reserve`: (model,
+    count) cards every inventory must leave slots for (a cluster server's NICs, `--machines-max`)."""
     from moment.planner.plan import SearchCache, best_placement
 
     t0 = time.perf_counter()
@@ -279,9 +303,11 @@ def advise(topo: Topology, budget_usd: float, *, models: list[str] | None = None
     params = params or CostParams()
     gpu_models, ssd_models = _split_models(models, prices, flag)
     bare = strip(topo)[0]
-    invs = _inventories(bare, gpu_models, ssd_models, max_gpus, max_ssds, workload)
+    invs = _inventories(bare, gpu_models, ssd_models, max_gpus, max_ssds, workload, reserve)
     if not invs:
-        raise MomentError(f"no inventory of {', '.join(gpu_models + ssd_models)} fits the free slots of {topo.name!r}",
+        beside = "".join(f" beside {c} x {m}" for m, c in reserve if c > 0)
+        raise MomentError(f"no inventory of {', '.join(gpu_models + ssd_models)} fits the free slots of {topo.name!r}"
+                          f"{beside}",
                           hint=f"check {flag('max_gpus')}/{flag('max_ssds')} and the chassis' empty slots "
                                "(`moment profiles`)", field="models")
     seeds = samples_per_epoch(workload)

@@ -1,7 +1,8 @@
 """One large server or several smaller ones: `moment advise --machines-max K`.
 
 For k = 1..K servers of the same chassis under the same total budget, each server gets what
-`advise` recommends for its share of the budget (the budget / k, less its NICs and switch ports),
+`advise` recommends for its share of the budget (the budget / k, less its NICs and switch ports)
+among the inventories that leave slots for its NICs (`advise(reserve=...)`),
 and the k servers are planned as a cluster (`moment.planner.cluster`: NICs beside the GPUs they
 serve, the epoch with remote feature reads and the all-reduce added). The cluster's TCO is k
 servers' TCO plus their NICs and switch ports (price and power, Hyperion's TCO terms); its
@@ -85,7 +86,8 @@ def compare_machines(topo: Topology, budget_usd: float, machines_max: int, singl
             progress(k - 2, machines_max - 1)
         share = budget_usd / k - net_hw
         try:
-            res = advise(topo, share, prices=prices, params=params, workload=wl, flag=flag, **(advise_args or {}))
+            res = advise(topo, share, prices=prices, params=params, workload=wl, flag=flag,
+                         reserve=((model.name, nics),), **(advise_args or {}))
         except MomentError as e:
             out.append(MachinesOption(machines=k, inventory=None, nic=model.name, nics_per_server=nics,
                                       note=f"{share:,.0f} USD per server: {str(e).splitlines()[0]}"))

@@ -22,7 +22,8 @@ The model, per machine (every input is in the answer, so a reader can redo the a
 
 NICs go in the slots the plan left free: every choice of slots is tried (a few dozen on a usual
 server) and the one with the least network time wins, then the most GPUDirect paths, then slot
-order (stable). NICs a profile already holds (a scanned machine's) keep their slots and are not
+order (stable). Where the plan took every slot a NIC fits, slots are held for the NICs first and the
+GPUs and SSDs planned around them (`reserve_nics`). NICs a profile already holds (a scanned machine's) keep their slots and are not
 used: the cluster's NICs are the ones the cluster file names.
 """
 
@@ -48,6 +49,7 @@ DEFAULT_HIDDEN = 256
 DEFAULT_CLASSES = 19
 #: NIC slot choices tried exhaustively up to this many; beyond, NICs go one at a time (greedy)
 NIC_CHOICES_LIMIT = 5000
+NIC_RESERVE_LIMIT = 64  # choices of slots held for the NICs when a plan leaves them none (each a plan)
 #: how a GPU reaches its NIC: under one PCIe switch (GPUDirect RDMA), through one CPU, across CPUs
 PATH_SWITCH, PATH_CPU, PATH_SOCKETS = "switch", "cpu", "sockets"
 
@@ -227,6 +229,29 @@ def place_nics(topo: Topology, plan: Plan, nic: DeviceModel, count: int, inbound
     return min(found, key=key)
 
 
+def reserve_nics(topo: Topology, inventory, workload: WorkloadSpec, nic: DeviceModel, count: int,
+                 inbound_per_gpu: float, outbound: float, wire: float, *, what: str) -> tuple[Plan, _NicChoice] | None:
+    """The plan and NIC slots of a server whose plan alone leaves no slot its NICs take: each choice of
+    slots the NICs fit (in slot order, the first NIC_RESERVE_LIMIT) is held for them, the GPUs and SSDs are
+    planned around it, and the least read plus network time wins (then the most GPUDirect paths). None:
+    the inventory fits beside no such choice."""
+    from moment.planner.plan import make_plan
+
+    bare = strip(topo)[0]
+    slots = [s.id for s in bare.empty_slots() if fits(s, nic)]
+    best: tuple[tuple, Plan, _NicChoice] | None = None
+    for held in itertools.islice(itertools.combinations(slots, count), NIC_RESERVE_LIMIT):
+        try:
+            plan = make_plan(populate(bare, dict.fromkeys(held, nic.name)), inventory, workload)
+            choice = place_nics(topo, plan, nic, count, inbound_per_gpu, outbound, wire, what=what)
+        except MomentError:
+            continue  # the inventory does not fit beside these slots
+        key = (round(plan.predicted.epoch_read_s + choice.remote_s, 9), -choice.gdr)
+        if best is None or key < best[0]:
+            best = (key, plan, choice)
+    return None if best is None else (best[1], best[2])
+
+
 def check_remote_fraction(value: float | None, what: str = "--remote-fraction") -> None:
     """A share of rows: 0 to 1 (None: not given)."""
     if value is not None and not 0 <= value <= 1:
@@ -298,8 +323,16 @@ def plan_cluster(spec: ClusterSpec, workload: WorkloadSpec | None = None, *,
                 raise MomentError(f"servers[{idx}] ({sv.topo.name}, {sv.spec.inventory}): {str(e).splitlines()[0]}",
                                   hint=e.hint, field="cluster") from None
         plan = plans[key]
-        choice = place_nics(sv.topo, plan, nic, sv.spec.nics, remote_per_gpu, sent[sv.name], wire,
-                            what=f"servers[{idx}].nics")
+        nic_args = (nic, sv.spec.nics, remote_per_gpu, sent[sv.name], wire)
+        try:
+            choice = place_nics(sv.topo, plan, *nic_args, what=f"servers[{idx}].nics")
+        except MomentError as e:  # the plan took every slot the NICs fit: hold slots for them first
+            got = reserve_nics(sv.topo, invs[id(sv.spec)], wl_machine, *nic_args, what=f"servers[{idx}].nics")
+            if got is None:
+                first = str(e).split("\n  hint: ")[0]
+                raise MomentError(f"{first}, nor does the inventory fit beside slots held for them", hint=e.hint,
+                                  field="cluster") from None
+            plan, choice = got
         rates = {}
         nics = []
         for nid, slot in zip(choice.nic_ids, choice.slots):
