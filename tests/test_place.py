@@ -259,6 +259,21 @@ def test_workload_from_hotness_reads_the_curve(env):
     assert big.gpu_cache_share == pytest.approx(1.0) and big.cpu_cache_share == pytest.approx(0.0)
 
 
+def test_the_cache_shares_are_read_off_a_held_out_sample(env):
+    """The rows are chosen by the hotness; their share of the reads is the held-out sample's."""
+    ds: GraphDataset = env["ds"]
+    counts = np.zeros(ds.num_nodes, dtype=np.int64)
+    counts[:10] = 100
+    counts[10:110] = 5
+    hot = Hotness(counts, counts, num_batches=2, unique_ratio=0.5, meta={"batches_per_epoch": 2})
+    other = np.ones(ds.num_nodes, dtype=np.int64)  # the next epoch reads every row alike
+    wl = pl.workload_from_hotness(ds, hot, 5, 50, n_gpus=2, n_sockets=2, fanouts=[25, 10], batch_size=64,
+                                  heldout=other)
+    assert wl.gpu_cache_share == pytest.approx(10 / ds.num_nodes)  # the hotness's 10 hottest rows
+    assert wl.cpu_cache_share == pytest.approx(100 / ds.num_nodes)
+    assert wl.bytes_per_gpu_per_epoch == pytest.approx(1500 * 128 / 2)  # the volume stays the hotness's
+
+
 def test_cache_sizes(env):
     ds = env["ds"]  # 20k rows of 128 B
     assert pl.parse_cache("10%", "--x") == ("share", 0.1)

@@ -73,3 +73,25 @@ def test_place_takes_a_plan_object_and_checks_first(setup):
     with pytest.raises(MomentError, match="layout already exists"):
         place(setup["ds"], t / "C", setup["topo"], setup["inv"], plan=plan, hotness=t / "hot")
     assert not (t / "D").exists()
+
+
+def test_place_predicts_its_cache_shares_on_a_held_out_sample(setup):
+    """`place`'s workload (and so its predicted epoch) takes the cache shares of a sample the cached rows were
+    not chosen from."""
+    import numpy as np
+
+    from moment.placement import planning as pl
+    from moment.workload.hotness import Hotness, heldout_reads
+
+    t = setup["tmp"]
+    r = place(setup["ds"], t / "held", setup["topo"], setup["inv"], hotness=t / "hot", gpu_cache="5%",
+              cpu_cache="10%")
+    hot = Hotness.load(t / "hot")
+    held = heldout_reads(setup["ds"], [25, 10], 64, seed=0)
+    order = np.argsort(-hot.feature_reads, kind="stable")
+    gpus, sockets = pl.device_counts(setup["topo"], setup["inv"])
+    g = gpus * pl.cache_rows(("share", 0.05), 0.0, setup["ds"])
+    c = g + sockets * pl.cache_rows(("share", 0.10), 0.0, setup["ds"])
+    assert r.workload["gpu_cache_share"] == pytest.approx(held[order[:g]].sum() / held.sum())
+    assert r.workload["cpu_cache_share"] == pytest.approx(held[order[g:c]].sum() / held.sum())
+    assert r.workload["gpu_cache_share"] < hot.feature_reads[order[:g]].sum() / hot.feature_reads.sum()

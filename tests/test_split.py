@@ -47,7 +47,7 @@ def test_the_remote_read_share_is_stated_from_a_sample_the_split_was_not_chosen_
     """The hottest rows of a sample are replicated, so that same sample under-states the reads of the other
     machines' rows; a held-out sample states what another epoch reads."""
     from moment.placement.assignment import hotness_order
-    from moment.workload.hotness import presample
+    from moment.workload.hotness import heldout_reads, presample
     from moment.workload.synth import synthesize
 
     ds = synthesize(tmp_path / "ds", 200_000, feature_dim=4, train_fraction=0.0025, seed=3)
@@ -55,15 +55,17 @@ def test_the_remote_read_share_is_stated_from_a_sample_the_split_was_not_chosen_
     owners = sp.split_rows(hotness_order(hot.feature_reads), 2, 20_000)
     epoch = presample(ds, (25, 10), 1024, seed=777).feature_reads  # another epoch of training
     truth = sp.remote_read_share(owners, epoch, 0)
-    stated = sp.remote_read_share(owners, sp.heldout_reads(ds, (25, 10), 1024, seed=0), 0)
+    stated = sp.remote_read_share(owners, heldout_reads(ds, (25, 10), 1024, seed=0), 0)
     assert abs(stated - truth) < 0.1 * truth
     assert sp.remote_read_share(owners, hot.feature_reads, 0) < 0.7 * truth  # the bias this guards against
 
 
 def test_a_split_states_each_machines_remote_share_from_the_held_out_sample(split_layout, runtime_dataset):
+    from moment.workload.hotness import heldout_reads
+
     m = sp.load_split(split_layout)
     owners = np.load(split_layout / sp.OWNERS)
-    held = sp.heldout_reads(runtime_dataset, (10, 5), 64, seed=0)  # runtime_data.make_split's hotness
+    held = heldout_reads(runtime_dataset, (10, 5), 64, seed=0)  # runtime_data.make_split's hotness
     assert [x.remote_read_share for x in m.machines] == pytest.approx(
         [sp.remote_read_share(owners, held, k) for k in range(2)], abs=1e-12)
     assert 0 < m.machines[0].remote_read_share < 1

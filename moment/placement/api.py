@@ -157,11 +157,12 @@ def place(
         hot = _hotness(ds, hotness, fanouts, batch_size, epochs, batches, seed, stage, timings)
 
         order = hotness_order(hot.feature_reads)
+        heldout = _heldout(ds, hot, fanouts, batch_size, seed, stage, timings)
         gpu_gib, cpu_gib = pl.default_cache_gib(topology, inventory)
         cache = pl.CacheRows(gpu=pl.cache_rows(gpu_spec, gpu_gib, ds), cpu=pl.cache_rows(cpu_spec, cpu_gib, ds))
         n_gpus, n_sockets = pl.device_counts(topology, inventory)
         wl = pl.workload_from_hotness(ds, hot, cache.gpu, cache.cpu, n_gpus, n_sockets, fanouts, batch_size,
-                                      order=order)
+                                      order=order, heldout=heldout)
 
         t = time.perf_counter()
         if plan is None:  # the hardware placement `moment plan` recommends, re-evaluated for this workload
@@ -252,6 +253,18 @@ def _hotness(ds, hotness: Hotness | None, fanouts, batch_size, epochs, batches, 
                             progress=progress)
     timings["presample_s"] = time.perf_counter() - t
     return hot
+
+
+def _heldout(ds, hot: Hotness, fanouts, batch_size, seed, stage: StageHook, timings) -> np.ndarray:
+    """A held-out sample's reads per node, what the choices made from `hot` are judged on
+    (moment.workload.hotness.heldout_reads)."""
+    from moment.workload.hotness import heldout_reads
+
+    t = time.perf_counter()
+    with stage("presample", "pre-sampling a held-out sample (the predictions)") as progress:
+        got = heldout_reads(ds, fanouts, batch_size, int(hot.meta.get("seed", seed)), progress)
+    timings["heldout_s"] = time.perf_counter() - t
+    return got
 
 
 def _summary(ds, hot, wl, plan, plan_file, cache, timings) -> dict[str, Any]:
@@ -392,10 +405,7 @@ def place_split(
         reads = hot.feature_reads
         order = hotness_order(reads)
         n = ds.num_nodes
-        t = time.perf_counter()
-        with stage("presample", "pre-sampling a held-out sample (the remote read shares)") as progress:
-            heldout = sp.heldout_reads(ds, fanouts, batch_size, int(hot.meta.get("seed", seed)), progress)
-        timings["heldout_s"] = time.perf_counter() - t
+        heldout = _heldout(ds, hot, fanouts, batch_size, seed, stage, timings)
         fmt = row_format(ds.row_bytes)
 
         t = time.perf_counter()
@@ -410,7 +420,7 @@ def place_split(
                 with stage("plan", f"solving candidates ({m.name})") as cb:
                     plans[key] = pl.recommended_plan(m.topology, m.inventory, progress=cb)
             wl = pl.workload_from_hotness(ds, hot, cache.gpu, cache.cpu, n_gpus, n_sockets, fanouts, batch_size,
-                                          order=order)
+                                          order=order, heldout=heldout)
             per.append((pl.replan(plans[key], m.topology, wl), cache, n_gpus, n_sockets))
         timings["plan_s"] = time.perf_counter() - t
         if rep_spec is not None:

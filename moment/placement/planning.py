@@ -130,13 +130,15 @@ def epochs_sampled(hotness: Hotness) -> float:
 def workload_from_hotness(
     dataset: GraphDataset, hotness: Hotness, gpu_cache_rows_per_gpu: int, cpu_cache_rows_per_socket: int,
     n_gpus: int, n_sockets: int, fanouts: list[int], batch_size: int, *, order: np.ndarray | None = None,
-    name: str | None = None,
+    name: str | None = None, heldout: np.ndarray | None = None,
 ) -> WorkloadSpec:
     """The planner's workload measured by pre-sampling.
 
     GPU caches hold the n_gpus x rows hottest nodes, CPU caches the next n_sockets x rows; their shares
-    are read off the hotness curve. Bytes per GPU per epoch = feature reads per epoch x row bytes / GPUs.
-    `order` (node ids hottest first) saves a sort when the caller has it.
+    are the part of `heldout`'s reads (moment.workload.hotness.heldout_reads: another sample than the one
+    that chose the rows; None: the hotness's own, which over-states them) those rows take. Bytes per GPU
+    per epoch = feature reads per epoch x row bytes / GPUs. `order` (node ids hottest first) saves a sort
+    when the caller has it.
     """
     n = dataset.num_nodes
     if hotness.num_nodes != n:
@@ -153,8 +155,12 @@ def workload_from_hotness(
                           hint="check the train split and --batches")
     g = min(n, n_gpus * max(gpu_cache_rows_per_gpu, 0))
     c = min(n, g + n_sockets * max(cpu_cache_rows_per_socket, 0))
-    gpu_share = float(csum[g]) / total
-    cpu_share = min(float(csum[c] - csum[g]) / total, 1.0 - gpu_share)
+    if heldout is not None and float(np.sum(heldout, dtype=np.float64)) > 0:
+        judged = np.concatenate(([0], np.cumsum(np.asarray(heldout)[order], dtype=np.int64)))
+    else:
+        judged = csum
+    gpu_share = float(judged[g]) / float(judged[-1])
+    cpu_share = min(float(judged[c] - judged[g]) / float(judged[-1]), 1.0 - gpu_share)
     reads_per_epoch = total / epochs_sampled(hotness)
     try:
         return WorkloadSpec(

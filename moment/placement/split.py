@@ -65,7 +65,7 @@ class MachinePart(BaseModel):
     held_rows: int = Field(ge=0, description="owned + replicated")
     bytes: int = Field(ge=0, description="its layout's shard bytes")
     remote_read_share: float = Field(description="share of this machine's feature reads that are of rows other "
-                                                 "machines own, in a held-out sample (`heldout_reads`)")
+                                                 "machines own, in a held-out sample (moment.workload.hotness.heldout_reads)")
 
 
 class ClusterManifest(BaseModel):
@@ -124,28 +124,9 @@ def held_by(owners: np.ndarray, machine: int) -> np.ndarray:
     return np.flatnonzero((owners == machine) | (owners == REPLICATED)).astype(np.int64)
 
 
-#: batches of the held-out sample a split's remote read share is stated from (at most one epoch's)
-HELDOUT_BATCHES = 256
-
-
-def heldout_reads(dataset, fanouts, batch_size: int, seed: int, progress=None) -> np.ndarray:
-    """Feature reads per node of batches sampled with another seed than the hotness that chose the split.
-
-    Why: the replicated rows are the hottest of the hotness's own sample, and rows that sample happened to
-    draw often are drawn about as often as any other by the next epoch, so that sample over-states the
-    replicated rows' share of the reads (on bench/epoch.py's 8M graph it stated 6.7% remote reads where a
-    run read 22.4%). A fresh sample is what an epoch of training draws."""
-    from moment.workload.hotness import presample
-    from moment.workload.seeds import SEED_LIMIT
-
-    per_epoch = -(-int(np.asarray(dataset.train_idx).size) // int(batch_size))
-    return presample(dataset, fanouts, batch_size, num_batches=max(min(per_epoch, HELDOUT_BATCHES), 1),
-                     seed=(int(seed) + 1) % SEED_LIMIT, progress=progress).feature_reads
-
-
 def remote_read_share(owners: np.ndarray, reads: np.ndarray, machine: int) -> float:
-    """Share of the reads (counts per node, from a sample the split was not chosen from: `heldout_reads`)
-    that are of rows another machine owns."""
+    """Share of the reads (counts per node, from a sample the split was not chosen from:
+    moment.workload.hotness.heldout_reads) that are of rows another machine owns."""
     total = float(np.sum(reads, dtype=np.float64))
     far = (owners != machine) & (owners != REPLICATED)
     return float(np.sum(reads[far], dtype=np.float64)) / total if total > 0 else 0.0
