@@ -45,7 +45,7 @@ def test_place_returns_the_cli_json(setup):
 
     res = place(t / "ds", t / "A", setup["topo"], setup["inv"], plan=t / "plan.json", hotness=t / "hot",
                 gpu_cache="2%", cpu_cache="5%", stage=stage)
-    assert isinstance(res, PlaceResult) and stages == ["verify", "write"]
+    assert isinstance(res, PlaceResult) and stages == ["verify", "presample", "write"]  # the held-out sample
     assert res.policy == "ddak" and set(res.policies) == {"ddak", "hash", "degree"}
     assert open_layout(res.layout, expected_machine="tiny2").num_nodes == 5_000
     rc, out, err = run(["place", "--dataset", t / "ds", "--profile", setup["prof"], *INV, *CACHE,
