@@ -65,7 +65,8 @@ class MachinePart(BaseModel):
     held_rows: int = Field(ge=0, description="owned + replicated")
     bytes: int = Field(ge=0, description="its layout's shard bytes")
     remote_read_share: float = Field(description="share of this machine's feature reads that are of rows other "
-                                                 "machines own, in a held-out sample (moment.workload.hotness.heldout_reads)")
+                                                 "machines own, in a held-out sample "
+                                                 "(moment.workload.hotness.heldout_reads)")
 
 
 class ClusterManifest(BaseModel):

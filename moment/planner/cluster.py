@@ -23,8 +23,8 @@ The model, per machine (every input is in the answer, so a reader can redo the a
 NICs go in the slots the plan left free: every choice of slots is tried (a few dozen on a usual
 server) and the one with the least network time wins, then the most GPUDirect paths, then slot
 order (stable). Where the plan took every slot a NIC fits, slots are held for the NICs first and the
-GPUs and SSDs planned around them (`reserve_nics`). NICs a profile already holds (a scanned machine's) keep their slots and are not
-used: the cluster's NICs are the ones the cluster file names.
+GPUs and SSDs planned around them (`reserve_nics`). NICs a profile already holds (a scanned
+machine's) keep their slots and are not used: the cluster's NICs are the ones the cluster file names.
 """
 
 from __future__ import annotations

@@ -330,7 +330,6 @@ def presample(
     return Hotness(feat.numpy(), adj.numpy(), done, drawn, ratio_sum / max(done, 1), meta)
 
 
-
 #: batches of a held-out sample (at most one epoch's): what predictions from a hotness are read off
 HELDOUT_BATCHES = 256
 
