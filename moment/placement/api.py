@@ -201,7 +201,7 @@ def place(
         gpu_sockets = [b.socket for b in bins if b.kind == "gpu"]
         reports = {k: policy_report(a, row_stride=stride, cache_row_bytes=ds.row_bytes, gpu_sockets=gpu_sockets,
                                     seconds=seconds[k]) for k, a in assignments.items()}
-        summary["notes"] = pl.cache_notes(wl, cache, hot.feature_reads, order, n_gpus, n_sockets)
+        summary["notes"] = pl.cache_notes(wl, cache, heldout, order, n_gpus, n_sockets)
         return PlaceResult(
             layout=str(path), policy=policy, dataset_verified=verified, **summary,
             policies={k: r.model_dump(mode="json") for k, r in reports.items()}

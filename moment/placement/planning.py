@@ -183,7 +183,8 @@ def workload_from_hotness(
 def suggest_caches(hotness: np.ndarray, order: np.ndarray, n_gpus: int, n_sockets: int,
                    ssd_share: float = 0.5) -> tuple[float, float]:
     """(--gpu-cache %, --cpu-cache %) of the dataset under which the SSDs serve about `ssd_share` of
-    the reads: the hottest rows serving the rest, split evenly between the GPU and the CPU caches."""
+    the reads: the hottest rows (`order`) serving the rest, split evenly between the GPU and the CPU
+    caches. `hotness`: the reads to judge by (a held-out sample's, as `workload_from_hotness` does)."""
     n = hotness.shape[0]
     csum = np.cumsum(hotness[order], dtype=np.int64)
     total = int(csum[-1]) if n else 0
@@ -197,7 +198,8 @@ def suggest_caches(hotness: np.ndarray, order: np.ndarray, n_gpus: int, n_socket
 def cache_notes(workload: WorkloadSpec, cache: CacheRows, hotness: np.ndarray, order: np.ndarray,
                 n_gpus: int, n_sockets: int) -> list[str]:
     """Say so when the caches hold every node training reads (training would read nothing from the
-    SSDs, which a small experiment then never exercises), with cache sizes that would."""
+    SSDs, which a small experiment then never exercises), with cache sizes that would. `hotness`: the
+    reads to judge by, `order`: the rows hottest first (see `suggest_caches`)."""
     if workload.ssd_share > 1e-9:
         return []
     n = hotness.shape[0]
