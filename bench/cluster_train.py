@@ -22,7 +22,6 @@ and their loss curves agree (the split must train exactly what the whole layout 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import socket
@@ -32,15 +31,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
-HERE = Path(__file__).resolve().parent
-
-
-def _epoch_bench():
-    spec = importlib.util.spec_from_file_location("bench_epoch", HERE / "epoch.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _moment(*args: str) -> list[str]:
@@ -108,7 +98,7 @@ def split(layout: Path, a, out: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ep = _epoch_bench()
+    import epoch as ep
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ep.workload_args(p)
     p.add_argument("--replicate", default=None, help="`moment place --replicate` of the split (default: its own)")

@@ -120,7 +120,7 @@ class MemoryBound:
         print(f"warning: could not remove {self.path}", file=sys.stderr)
 
 
-def _descendants(pid: int) -> list[int]:
+def descendants(pid: int) -> list[int]:
     """`pid` and every process below it, from /proc."""
     children: dict[int, list[int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
@@ -135,12 +135,17 @@ def _descendants(pid: int) -> list[int]:
     return tree
 
 
-def _state(pid: int) -> str:
+def state(pid: int) -> str:
     """The process's state letter (R, S, D, T, Z, ...), "" when it is gone."""
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
         return ""
+
+
+def alive(pid: int) -> bool:
+    """The process exists and has not exited (a zombie has)."""
+    return state(pid) not in ("", "Z", "X")
 
 
 def _until(done, wait_s: float) -> None:
@@ -159,16 +164,16 @@ def kill_tree(pid: int, wait_s: float = 30.0) -> None:
     SIGKILLed process stays in /proc, its command line readable, until the kernel has torn it down
     (milliseconds for a rank that mapped torch): hence the wait for each to exit (or be a zombie)."""
     seen: list[int] = []
-    while new := [p for p in _descendants(pid) if p not in seen]:
+    while new := [p for p in descendants(pid) if p not in seen]:
         for p in new:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(p, signal.SIGSTOP)
         seen += new
-        _until(lambda pids=tuple(seen): all(_state(p) in ("", "T", "t", "Z", "X") for p in pids), wait_s)
+        _until(lambda pids=tuple(seen): all(state(p) in ("", "T", "t", "Z", "X") for p in pids), wait_s)
     for p in seen:
         with contextlib.suppress(ProcessLookupError):
             os.kill(p, signal.SIGKILL)
-    _until(lambda: all(_state(p) in ("", "Z", "X") for p in seen), wait_s)
+    _until(lambda: not any(alive(p) for p in seen), wait_s)
 
 
 def cgroup_problem() -> str:

@@ -42,22 +42,12 @@ probe.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
-
-HERE = Path(__file__).resolve().parent
-
-
-def _epoch_module():
-    spec = importlib.util.spec_from_file_location("bench_epoch", HERE / "epoch.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _reader(path: str, file_bytes: int, block: int, depth: int, reads: int, seed: int, barrier, q) -> None:
@@ -195,7 +185,7 @@ def main() -> int:
     from moment.runtime.train import preview_plan
     from moment.workload.graph import GraphDataset
 
-    ep = _epoch_module()
+    import epoch as ep
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ep.workload_args(p)
     p.add_argument("--io-shape", default="rows", choices=["rows", "block"])

@@ -49,6 +49,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from epoch import alive, descendants
+
 from moment.topology.generate import mixed_chassis
 from moment.topology.profiles import save_profile
 from moment.workload.graph import hash_blocks
@@ -330,6 +332,14 @@ def copy_dataset(name: str) -> Path:
     return Path(shutil.copytree("data/ds", f"data/{name}"))
 
 
+def resign(d: Path, name: str) -> None:
+    """Make the dataset manifest's checksums of `name`.npy match its edited content."""
+    manifest = json.loads((d / "manifest.json").read_text())
+    rec = manifest["files"][name]
+    rec["sha256"], rec["block_sha256"], rec["block_bytes"] = hash_blocks(d / f"{name}.npy")
+    (d / "manifest.json").write_text(json.dumps(manifest, indent=1))
+
+
 def corrupt_graph(d: Path) -> None:
     """A neighbour id past the node count, with the manifest's checksums made to match: only the
     structure check can tell."""
@@ -337,10 +347,7 @@ def corrupt_graph(d: Path) -> None:
     indices[5] = 10**6
     indices.flush()
     del indices
-    manifest = json.loads((d / "manifest.json").read_text())
-    rec = manifest["files"]["indices"]
-    rec["sha256"], rec["block_sha256"], rec["block_bytes"] = hash_blocks(d / "indices.npy")
-    (d / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    resign(d, "indices")
 
 
 def overwrite(path: str | Path, offset: int, data: bytes) -> None:
@@ -361,10 +368,7 @@ def set_nan_features(d: Path) -> None:
     features[:] = np.nan
     features.flush()
     del features
-    manifest = json.loads((d / "manifest.json").read_text())
-    rec = manifest["files"]["features"]
-    rec["sha256"], rec["block_sha256"], rec["block_bytes"] = hash_blocks(d / "features.npy")
-    (d / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    resign(d, "features")
 
 
 def edit_layout_index(layout: Path) -> None:
@@ -587,31 +591,6 @@ class Services:
         self.running.clear()
 
 
-def descendants(pid: int) -> set[int]:
-    """`pid`'s descendants, from /proc (torchrun starts each rank in a session of its own)."""
-    parent = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                parent[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                pass
-    out, todo = set(), [pid]
-    while todo:
-        of = todo.pop()
-        kids = {c for c, pp in parent.items() if pp == of} - out
-        out |= kids
-        todo += list(kids)
-    return out
-
-
-def alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def run_killed(cmd: str, sig: str, ready: str, timeout: float) -> tuple[int | None, str, str, list[int]]:
     """Run `cmd`; once `ready` matches a file, send it `sig`: (exit status, stdout, stderr, the pids of
     the processes it started that outlived it, which are then killed)."""
@@ -624,7 +603,7 @@ def run_killed(cmd: str, sig: str, ready: str, timeout: float) -> tuple[int | No
             while not glob.glob(ready) and p.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.2)
             if p.poll() is None and glob.glob(ready):
-                family = descendants(p.pid)
+                family = set(descendants(p.pid)) - {p.pid}
                 os.kill(p.pid, getattr(signal, sig))
                 p.wait(timeout=60)
                 end = time.monotonic() + 20

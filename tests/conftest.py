@@ -34,6 +34,18 @@ def fixtures_dir() -> Path:
     return FIXTURES
 
 
+@pytest.fixture(scope="session")
+def bench_epoch():
+    """bench/epoch.py as a module: its arguments and size check, and its process-tree helpers
+    (`descendants`, `alive`, `kill_tree`) that tests of killed launches use too."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_epoch", REPO / "bench" / "epoch.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def fixture_file(name: str) -> Path:
     p = FIXTURES / name
     if not p.is_file():

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import subprocess
 import sys
@@ -19,65 +18,57 @@ from moment.runtime.train import train
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("bench_epoch", REPO / "bench" / "epoch.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def _args(bench_epoch, *argv: str):
+    return bench_epoch.parser().parse_args(list(argv))
 
 
-def _args(bench, *argv: str):
-    return bench.parser().parse_args(list(argv))
-
-
-def test_sizes_default_to_nodes_and_bound_and_are_read_as_pairs(bench):
-    assert bench.parse_sizes(_args(bench)) == [(8_000_000, 128, "3GiB")]
-    assert bench.parse_sizes(_args(bench, "--nodes", "5000", "--memory-bound", "none")) == [(5000, 128, "none")]
-    assert bench.parse_sizes(_args(bench, "--sizes", "8000000:3GiB, 13000000x256:4GiB", "--dim", "64")) == \
+def test_sizes_default_to_nodes_and_bound_and_are_read_as_pairs(bench_epoch):
+    assert bench_epoch.parse_sizes(_args(bench_epoch)) == [(8_000_000, 128, "3GiB")]
+    assert bench_epoch.parse_sizes(_args(bench_epoch, "--nodes", "5000", "--memory-bound", "none")) == [(5000, 128, "none")]
+    assert bench_epoch.parse_sizes(_args(bench_epoch, "--sizes", "8000000:3GiB, 13000000x256:4GiB", "--dim", "64")) == \
         [(8_000_000, 64, "3GiB"), (13_000_000, 256, "4GiB")]
     for bad in ("8000000", "x:3GiB", "0:3GiB", "8000000:", "8000000:3GiB,8000000:2GiB", "1000x:1GiB", "1000x0:1GiB",
                 "1000xy:1GiB"):
         with pytest.raises(MomentError, match="^--sizes: "):
-            bench.parse_sizes(_args(bench, "--sizes", bad))
-    assert len(bench.parse_sizes(_args(bench, "--sizes", "1000:1GiB,1000x64:1GiB"))) == 2  # other widths
+            bench_epoch.parse_sizes(_args(bench_epoch, "--sizes", bad))
+    assert len(bench_epoch.parse_sizes(_args(bench_epoch, "--sizes", "1000:1GiB,1000x64:1GiB"))) == 2  # other widths
 
 
 @pytest.mark.slow
-def test_a_size_below_moments_minimum_is_refused_before_anything_is_built(bench, tmp_path):
+def test_a_size_below_moments_minimum_is_refused_before_anything_is_built(bench_epoch, tmp_path):
     """The bench asks the runtime's budget rule on the graph alone: a bound below it is refused naming
     this size's least bound, nothing but the graph written; that least bound is the one the runtime's
     own refusal names once the dataset and layout exist."""
     from moment.runtime.train import preview_plan
     from moment.workload.graph import GraphDataset
 
-    a = _args(bench, "--cache-dir", str(tmp_path), "--fanouts", "5,3", "--batch-size", "64", "--hidden", "16",
+    a = _args(bench_epoch, "--cache-dir", str(tmp_path), "--fanouts", "5,3", "--batch-size", "64", "--hidden", "16",
               "--train-fraction", "0.05")
     with pytest.raises(MomentError) as e:
-        bench.check_feasible(a, 3000, 8, "1MiB")
-    need = bench.minimum_bound(argparse.Namespace(**{**vars(a), "nodes": 3000}), 8)
+        bench_epoch.check_feasible(a, 3000, 8, "1MiB")
+    need = bench_epoch.minimum_bound(argparse.Namespace(**{**vars(a), "nodes": 3000}), 8)
     assert "a 1.00 MiB bound is below the" in str(e.value) and "Moment's runtime needs for 3000 nodes x 8" in str(e.value)
     assert e.value.hint.startswith(f"a size that runs: 3000x8:{need // 2**20}MiB (features ")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["graph-3000-tf0.05"]  # the graph alone
-    bench.check_feasible(a, 3000, 8, f"{need // 2**20}MiB")  # accepted
-    bench.check_feasible(a, 3000, 8, "none")
+    bench_epoch.check_feasible(a, 3000, 8, f"{need // 2**20}MiB")  # accepted
+    bench_epoch.check_feasible(a, 3000, 8, "none")
 
     a.nodes, a.dim = 3000, 8
-    ds_dir, layout = bench.build(tmp_path, a)
+    ds_dir, layout = bench_epoch.build(tmp_path, a)
     cfg = TrainConfig(layout=layout, dataset=ds_dir, memory_budget="1MiB", fanouts=[5, 3], batch_size=64, hidden=16,
                       io_shape="block", cache_policy="static")
     ds = GraphDataset.open(ds_dir)
     with pytest.raises(MomentError) as e:
         preview_plan(cfg, ds, a.nproc)
     assert f"give at least --memory-budget {need // 2**20}MiB" in e.value.hint
-    least = bench.planned_budget(a, 8).minimum()  # to the byte: accepted, one byte less refused
+    least = bench_epoch.planned_budget(a, 8).minimum()  # to the byte: accepted, one byte less refused
     preview_plan(cfg.model_copy(update={"memory_budget": str(least)}), ds, a.nproc)
     with pytest.raises(MomentError, match="is below the minimum"):
         preview_plan(cfg.model_copy(update={"memory_budget": str(least - 1)}), ds, a.nproc)
 
 
-def test_the_default_baseline_is_the_dataloader_with_both_readahead_settings(bench):
-    runs = bench.baseline_runs(_args(bench))
+def test_the_default_baseline_is_the_dataloader_with_both_readahead_settings(bench_epoch):
+    runs = bench_epoch.baseline_runs(_args(bench_epoch))
     assert [name for name, _, _ in runs] == ["baseline_readahead_off", "baseline_readahead_on"]
     (_, off_mode, off), (_, on_mode, on) = runs
     assert "DataLoader, 4 worker processes per rank" in on_mode and "kernel readahead" in on_mode
@@ -85,12 +76,12 @@ def test_the_default_baseline_is_the_dataloader_with_both_readahead_settings(ben
     assert on == ["--features-memmap", "--loader-workers", "4"]
     assert off == ["--features-memmap", "--loader-workers", "4", "--memmap-random"]
     # one setting: one run named `baseline`; the old spelling `--baseline-readahead` still means "on"
-    [(name, mode, flags)] = bench.baseline_runs(_args(bench, "--baseline-readahead", "--loader-workers", "2"))
+    [(name, mode, flags)] = bench_epoch.baseline_runs(_args(bench_epoch, "--baseline-readahead", "--loader-workers", "2"))
     assert name == "baseline" and "2 worker processes" in mode and "--memmap-random" not in flags
-    [(_, mode, flags)] = bench.baseline_runs(_args(bench, "--baseline", "serial", "--baseline-readahead", "off"))
+    [(_, mode, flags)] = bench_epoch.baseline_runs(_args(bench_epoch, "--baseline", "serial", "--baseline-readahead", "off"))
     assert "serial stages" in mode and flags == ["--features-memmap", "--no-pipeline", "--memmap-random"]
     with pytest.raises(MomentError, match="--loader-workers must be at least 1"):
-        bench.baseline_runs(_args(bench, "--loader-workers", "0"))
+        bench_epoch.baseline_runs(_args(bench_epoch, "--loader-workers", "0"))
 
 
 @pytest.mark.parametrize("argv, said", [
@@ -109,14 +100,14 @@ def test_bad_arguments_are_one_line_before_anything_is_built(tmp_path, argv, sai
 
 
 @pytest.mark.slow
-def test_the_bench_baselines_train_the_same_batches_on_a_tiny_graph(bench, tmp_path):
+def test_the_bench_baselines_train_the_same_batches_on_a_tiny_graph(bench_epoch, tmp_path):
     """Each baseline run the bench starts (DataLoader workers with and without readahead, the serial one)
     trains the same batches: equal loss curves, every row read from the memmap."""
     ds = make_dataset(tmp_path, 1500, 16)
     common = ["--dataset", str(ds.path), "--epochs", "1", "--fanouts", "5,3", "--hidden", "16", "--batch-size", "64",
               "--threads", "1", "--quiet"]
-    runs = bench.baseline_runs(_args(bench, "--loader-workers", "2")) + \
-        bench.baseline_runs(_args(bench, "--baseline", "serial", "--baseline-readahead", "off"))
+    runs = bench_epoch.baseline_runs(_args(bench_epoch, "--loader-workers", "2")) + \
+        bench_epoch.baseline_runs(_args(bench_epoch, "--baseline", "serial", "--baseline-readahead", "off"))
     out = {name + str(i): train(parse_args([*flags, *common])) for i, (name, _, flags) in enumerate(runs)}
     curves = [m["loss_curve"] for m in out.values()]
     assert len(curves[0]) > 1 and all(c == curves[0] for c in curves[1:])
@@ -125,14 +116,14 @@ def test_the_bench_baselines_train_the_same_batches_on_a_tiny_graph(bench, tmp_p
 
 
 @pytest.mark.slow
-def test_a_run_past_its_deadline_is_stopped_with_its_dataloader_workers(bench, tmp_path):
+def test_a_run_past_its_deadline_is_stopped_with_its_dataloader_workers(bench_epoch, tmp_path):
     """The slower readahead setting is cut short: torchrun, its rank and the rank's DataLoader workers
     (each rank leads its own process group) are all gone when `run` returns."""
     ds = make_dataset(tmp_path, 1500, 16)
     out = tmp_path / "m.json"
     args = ["--features-memmap", "--loader-workers", "2", "--dataset", str(ds.path), "--epochs", "50",
             "--fanouts", "5,3", "--hidden", "16", "--batch-size", "64", "--threads", "1"]
-    m = bench.run("deadline", 1, args, out, cold=[], bound=None, deadline=8)
+    m = bench_epoch.run("deadline", 1, args, out, cold=[], bound=None, deadline=8)
     assert m == {"stopped_after_s": 8}
     assert not _running_with(str(ds.path))
 

@@ -219,34 +219,10 @@ def test_a_non_finite_loss_on_one_rank_stops_every_rank_together(layout, tmp_pat
     assert "lost the connection" not in err and "Traceback" not in err and "error (rank 1)" not in err, r.stderr
 
 
-def _family(pid: int) -> set[int]:
-    """`pid`'s descendants, from /proc."""
-    parent = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                parent[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                pass
-    out, todo = set(), [pid]
-    while todo:
-        p = todo.pop()
-        kids = {c for c, pp in parent.items() if pp == p}
-        todo += list(kids - out)
-        out |= kids
-    return out
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds the launcher's children in Linux /proc")
-def test_killing_moment_train_leaves_no_torchrun_or_rank_behind(layout, tmp_path):
+def test_killing_moment_train_leaves_no_torchrun_or_rank_behind(layout, tmp_path, bench_epoch):
+    alive = bench_epoch.alive
     for sig in (signal.SIGTERM, signal.SIGKILL):
         runs = tmp_path / sig.name
         e = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
@@ -260,19 +236,19 @@ def test_killing_moment_train_leaves_no_torchrun_or_rank_behind(layout, tmp_path
             while not list(runs.glob("*/checkpoint/checkpoint.pt")):  # the ranks are training
                 assert p.poll() is None and time.monotonic() < deadline, p.stderr.read() if p.stderr else ""
                 time.sleep(0.2)
-            family = _family(p.pid)
+            family = set(bench_epoch.descendants(p.pid)) - {p.pid}
             assert len(family) >= 3, family  # torchrun and two ranks
             os.kill(p.pid, sig)
             p.wait(timeout=60)
             deadline = time.monotonic() + 20
-            while any(_alive(c) for c in family) and time.monotonic() < deadline:
+            while any(alive(c) for c in family) and time.monotonic() < deadline:
                 time.sleep(0.2)
-            assert not [c for c in family if _alive(c)], (sig.name, [c for c in family if _alive(c)])
+            assert not [c for c in family if alive(c)], (sig.name, [c for c in family if alive(c)])
             if sig == signal.SIGTERM:
                 assert p.returncode == 128 + sig
                 assert "training stopped by SIGTERM" in " ".join(p.stderr.read().split())
         finally:  # torchrun starts each rank in a session of its own: end them one by one
             for pid in [p.pid, *family]:
-                if _alive(pid):
+                if alive(pid):
                     os.kill(pid, signal.SIGKILL)
             p.wait()
