@@ -186,6 +186,7 @@ def main() -> int:
     from moment.workload.graph import GraphDataset
 
     import epoch as ep
+
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ep.workload_args(p)
     p.add_argument("--io-shape", default="rows", choices=["rows", "block"])
