@@ -141,7 +141,7 @@ def test_a_tier_the_run_does_not_have_is_not_in_the_chain(data, options, chain):
 class ContractOnly:
     """A real source seen through the feature-source contract only: any other attribute is an error."""
 
-    NAMES = {"submit", "complete", "cancel", "finish", "tier_stats", "epoch_start", "close"} | set(
+    NAMES = {"submit", "complete", "complete_local", "idle", "cancel", "finish", "tier_stats", "epoch_start", "close"} | set(
         FeatureSource.__annotations__)
 
     def __init__(self, source):

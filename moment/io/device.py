@@ -32,6 +32,12 @@ class DeviceLayer:
         if self.cuda and not torch.cuda.is_available():
             raise MomentError(f"device {self.device} requested but CUDA is not available")
 
+    def bind(self) -> None:
+        """Make the device the calling thread's current CUDA device (each thread has its own, device 0 at
+        first): call first in every thread that may touch the device."""
+        if self.cuda:
+            self._torch.cuda.set_device(self.device)
+
     @property
     def copies(self) -> bool:
         """Whether a batch on the device is a copy of its host staging (else it *is* the host buffer)."""

@@ -93,7 +93,7 @@ class DiskTier(Tier):
         self.pool = BufferPool(t.buffer_bytes)
         self.reader: Reader | None = Reader(self.paths, rows.row_bytes, self.manifest.row.align, pool=self.pool,
                                             window=t.window, queue_depth=t.queue_depth, backend=t.io_backend,
-                                            direct=t.direct)
+                                            direct=t.direct, device=self.device)
         self._open: list[_Part] = []
 
     def _check_files(self) -> None:
