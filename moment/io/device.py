@@ -31,6 +31,13 @@ class DeviceLayer:
         self.cuda = self.device.type == "cuda"
         if self.cuda and not torch.cuda.is_available():
             raise MomentError(f"device {self.device} requested but CUDA is not available")
+        self.copy_delay = 0  # GPU cycles each staging copy first waits on its stream (`moment doctor`'s race check)
+
+    def delay(self) -> None:
+        """Hold the current stream `copy_delay` cycles (CUDA; none on CPU): a copy queued after it runs late,
+        so a buffer refilled without waiting for its copy sends the new bytes, and a check can see it."""
+        if self.cuda and self.copy_delay:
+            self._torch.cuda._sleep(int(self.copy_delay))
 
     def bind(self) -> None:
         """Make the device the calling thread's current CUDA device (each thread has its own, device 0 at
@@ -99,6 +106,33 @@ class DeviceLayer:
         return t.to(self.device, non_blocking=True)
 
 
+def process_gpus(pid: int) -> list[str] | None:
+    """PCI bus ids (as NVML spells them) of the GPUs on which process `pid` holds a context, from NVML
+    (nvidia-ml-py); None where NVML cannot tell (not installed, no driver). NVML sees every GPU whatever
+    CUDA_VISIBLE_DEVICES says, so a context a stray thread made on another GPU shows here."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return None
+    try:
+        out = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            procs = pynvml.nvmlDeviceGetComputeRunningProcesses(h)
+            if any(p.pid == pid for p in procs):
+                bus = pynvml.nvmlDeviceGetPciInfo(h).busId
+                out.append(bus.decode() if isinstance(bus, bytes) else str(bus))
+        return out
+    except pynvml.NVMLError:
+        return None
+    finally:
+        pynvml.nvmlShutdown()
+
+
 def layer(device: Any) -> DeviceLayer:
     return device if isinstance(device, DeviceLayer) else DeviceLayer(device)
 
@@ -129,6 +163,7 @@ class DeviceStaging:
         """
         src = self.host[: self.host.numel() if nbytes is None else nbytes]
         with self.dev.on(self.stream):
+            self.dev.delay()
             dst = self.dev.to_device(src)
             self._event = self.dev.event(self.stream)
         self.dev.wait_stream(self.stream)

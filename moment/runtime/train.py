@@ -40,6 +40,7 @@ from moment.runtime.memory_use import machine_peak, parent_peak, rank_sample, re
 from moment.runtime.models import LayerExtent, build_model, load_layers, step_bytes
 from moment.runtime.pipeline import Pipeline, StageTimes, mix
 from moment.runtime.progress import Reporter
+from moment.runtime.run_record import RunRecord
 from moment.runtime.run_plan import RunInputs, RunPlan, gpu_tier_rows, resolve_run
 from moment.runtime.sources import FeatureSource, InMemoryFeatures, MemmapFeatures
 from moment.runtime.start_sizes import agent_start_bytes, rank_start_bytes
@@ -282,6 +283,7 @@ class Trainer:
         self.opt = torch.optim.Adam(self.module.parameters(), lr=cfg.lr)
         self.curve: list[float] = []  # mean loss over ranks, per step, synced
         self.steps = StepLog(ctx.rank, ctx.world_size)  # losses and their finiteness since the last check
+        self.record = RunRecord.of_env()  # `moment doctor --gpu`'s record of the batches (off in real runs)
         self.val_curve: list[float] = []
         self.epoch_seconds: list[float] = []
         self.epoch, self.next_batch, self.step = 0, 0, 0
@@ -465,6 +467,8 @@ class Trainer:
         rep.start_epoch(e, len(batches), self.next_batch)
         for item in self.pipe.run(batches, (cfg.seed, e, ctx.rank), start=self.next_batch):
             item.wait()
+            if self.record is not None:
+                self.record.add(e, item)
             torch.manual_seed(mix(cfg.seed, e, ctx.rank, item.index, DROPOUT_TAG))
             self.opt.zero_grad(set_to_none=True)
             out = self.model(item.x.float(), item.blocks)
@@ -534,6 +538,9 @@ class Trainer:
             self.epoch, self.next_batch = self.epoch + 1, 0
             if self.ck_every:
                 self._checkpoint()
+        if self.record is not None:
+            sv = self.ctx.serves
+            self.record.write(self.ctx.rank, self.ctx.device, sv.pci if sv is not None else None)
         return self._metrics(time.perf_counter() - t0)
 
     def _metrics(self, wall: float) -> dict[str, Any]:
