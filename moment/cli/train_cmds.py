@@ -41,14 +41,15 @@ def _check_torch() -> None:
 
 def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
               plan: bool = False, rdzv: Any = None) -> tuple[Any, dict[str, str], Any]:
-    """Catch user errors (bad flags, missing layout or dataset, more ranks than the layout's GPUs, a budget
-    below the minimum) here, before torchrun starts N ranks. Returns the parsed configuration, what the
-    ranks' environment must add so that their own checks use the same numbers, and the run plan the
-    ranks will resolve (when there is a budget to check, or `plan`; else None)."""
+    """Catch user errors (bad flags, missing layout or dataset, more ranks than the layout's GPUs or than the
+    visible CUDA devices, a budget below the minimum) here, before torchrun starts N ranks. Returns the
+    parsed configuration, what the ranks' environment must add so that their own checks use the same
+    numbers, and the run plan the ranks will resolve (when there is a budget to check, or `plan`; else None)."""
     from moment.placement.opened import Layout
     from moment.runtime.runs import CHECKPOINTS, check_run_dir, run_root
     from moment.runtime.config import parse_args
-    from moment.runtime.devices import check_local_ranks
+    from moment.runtime.devices import local_devices
+    from moment.runtime.dist import default_device
     from moment.runtime.train import AGENT_ENV, BASE_ENV, agent_start_bytes, dataset_dir, layout_gpus, preview_plan, \
         rank_start_bytes
     from moment.workload.graph import GraphDataset
@@ -71,7 +72,7 @@ def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
     layout = Layout.open(cfg.layout) if cfg.layout is not None else None  # its manifests are read once
     if layout is not None and cfg.features == "tiered":
         _check_split(cfg.layout, layout, rdzv)
-    check_local_ranks(nproc, [g for g, _ in layout_gpus(cfg, layout)], f"--nproc {nproc}")
+    local_devices(default_device(cfg.device), nproc, layout_gpus(cfg, layout), f"--nproc {nproc}")
     ds = GraphDataset.open(dataset_dir(cfg, layout))
     ds.check()  # a damaged dataset is one line here, not one per rank (rank 0 prints any note)
     if layout is not None:
@@ -147,7 +148,8 @@ class _TrainCommand(TyperCommand):
 )
 def train(
     ctx: typer.Context,
-    nproc: Annotated[int, typer.Option("--nproc", help="ranks (GPUs) on this machine: 1 to the layout's GPUs")] = 1,
+    nproc: Annotated[int, typer.Option("--nproc", help="ranks (GPUs) on this machine: 1 to the layout's GPUs "
+                                                        "and the visible CUDA devices")] = 1,
     nnodes: Annotated[int, typer.Option("--nnodes", help="machines training together (torchrun's c10d rendezvous); "
                                                          "start `moment train` on each")] = 1,
     node_rank: Annotated[int | None, typer.Option(

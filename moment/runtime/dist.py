@@ -19,7 +19,7 @@ import torch.distributed as dist
 
 from moment.errors import MomentError
 from moment.runtime import collective_trace
-from moment.runtime.devices import RankDevice, assign, check_local_ranks, cuda_pci_addresses
+from moment.runtime.devices import RankDevice, local_devices
 from moment.runtime.exchange import ExchangeGroup
 from moment.runtime.rendezvous import NNODES_ENV, NODE_RANK_ENV, RankFacts, machine_ranks
 
@@ -207,18 +207,14 @@ def setup(device: str | None = None, gpu_bins: Sequence[tuple[str, str | None]] 
     local_rank = int(env.get("LOCAL_RANK", "0"))
     local_world = int(env.get("LOCAL_WORLD_SIZE", str(world)))
     try:  # before the process group: every rank refuses alone, none waits for the others
-        check_local_ranks(local_world, [g for g, _ in gpu_bins], f"torchrun --nproc-per-node {local_world}")
+        serves = local_devices(default_device(device), local_world, gpu_bins,
+                               f"torchrun --nproc-per-node {local_world}")[local_rank]
     except MomentError as e:
         raise AgreedError.of(e) from None
-    want = default_device(device)
-    if want == "cuda":
-        if not torch.cuda.is_available():
-            raise MomentError("--device cuda requested but CUDA is not available")
-        serves = assign(local_rank, local_world, gpu_bins, cuda_pci_addresses())
+    if serves.device_index is not None:
         dev = torch.device("cuda", serves.device_index)
         torch.cuda.set_device(dev)
     else:
-        serves = assign(local_rank, local_world, gpu_bins, None)
         dev = torch.device("cpu")
     backend = None
     if world > 1:

@@ -141,9 +141,10 @@ def check_machine(device: str | None = None, *, tests: bool = True, ranks: int |
         ranks = min(MAX_RANKS, len(cuda["devices"])) if device == "cuda" else 2
     if ranks < 1:
         raise MomentError(f"--ranks {ranks}: must be at least 1")
-    if device == "cuda" and ranks > len(cuda["devices"]):
-        raise MomentError(f"--ranks {ranks}: this machine has {len(cuda['devices'])} CUDA device(s), and NCCL runs "
-                          "one rank per device")
+    if device == "cuda":  # one rank per GPU: the runtime's own rank -> device map refuses more
+        from moment.runtime.devices import local_devices
+
+        local_devices(device, ranks, [], f"--ranks {ranks}")
     rep = Report(device, version, cuda)
     if device == "cuda" and tests:
         rep.checks.append(_timed("cuda tests", cuda_tests))

@@ -395,7 +395,7 @@ class Trainer:
         self.epoch_seconds = list(ck.get("epoch_seconds", []))
         states = ck.get("rng_states") or []
         if self.ctx.rank < len(states):
-            set_rng_state(states[self.ctx.rank])
+            set_rng_state(states[self.ctx.rank], self.ctx.device)
         self.resumed_from = self.saved_step = self.step
         why = f"restart {restart}: a rank failed; " if restart > 0 else ""
         where = (f"all {cfg.epochs} epochs were done" if self.epoch >= cfg.epochs
@@ -429,7 +429,7 @@ class Trainer:
 
     def _checkpoint(self) -> None:
         self._sync_losses()
-        states = self.ctx.all_gather_object(rng_state())
+        states = self.ctx.all_gather_object(rng_state(self.ctx.device))
         payload = {
             "model": self.module.state_dict(), "optimizer": self.opt.state_dict(),
             "epoch": self.epoch, "next_batch": self.next_batch, "step": self.step,
