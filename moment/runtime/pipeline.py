@@ -97,8 +97,9 @@ class Pipeline:
     @staticmethod
     def held_batches(depth: int) -> int:
         """Batches a pipeline of this `depth` holds besides those its source has submitted (`lookahead`):
-        the queued ones, one being assembled and one being trained (the memory budget charges this)."""
-        return max(1, depth) + 2
+        the queued ones, one being assembled, one being trained and the one after it, whose exchange
+        rounds the training thread has started (the memory budget charges this)."""
+        return max(1, depth) + 3
 
     def __init__(self, graph: CSRGraph, fanouts: Sequence[int], source: FeatureSource, labels: torch.Tensor,
                  device: torch.device, *, depth: int = 2, pipelined: bool = True):
