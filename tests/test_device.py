@@ -131,3 +131,26 @@ def test_cuda_events_order_streams():
     assert float(x.sum()) == 3.0 * (1 << 20)
     dev.synchronize(ev)
     assert ev.query()
+
+
+@cuda
+def test_cuda_delayed_copies_show_a_refill_that_does_not_wait(monkeypatch):
+    """With every copy held on its stream and the batches read late, the ring's wait before a refill is all that
+    keeps the bytes: the doctor's race check passes with it and fails without it (so it can catch the bug)."""
+    from moment.runtime import gpucheck
+
+    assert gpucheck.staging_ring("cuda").status == "ok"
+    monkeypatch.setattr(DeviceStaging, "wait_copied", lambda self: None)
+    c = gpucheck.staging_ring("cuda")
+    assert c.status == "failed" and "arrived changed" in c.detail, c.detail
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs (a thread bound to the second)")
+def test_cuda_a_runtime_thread_works_on_the_device_it_was_started_for():
+    """A new thread's current device is 0; the runtime's helper binds it first, so its work lands on its own."""
+    from moment.runtime.threads import start_thread
+
+    seen = []
+    start_thread(lambda: seen.append((torch.cuda.current_device(), torch.ones(1, device="cuda").device.index)),
+                 "moment-test", torch.device("cuda", 1)).join()
+    assert seen == [(1, 1)]
