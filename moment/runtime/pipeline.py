@@ -97,9 +97,10 @@ class Pipeline:
     @staticmethod
     def held_batches(depth: int) -> int:
         """Batches a pipeline of this `depth` holds besides those its source has submitted (`lookahead`):
-        the queued ones, one being assembled, one being trained and the one after it, whose exchange
-        rounds the training thread has started (the memory budget charges this)."""
-        return max(1, depth) + 3
+        `depth` ready ones (the next, whose exchange rounds the training thread has started, and the queued
+        ones; at least those two), one being assembled and one being trained (the memory budget charges
+        this)."""
+        return max(2, depth) + 2
 
     def __init__(self, graph: CSRGraph, fanouts: Sequence[int], source: FeatureSource, labels: torch.Tensor,
                  device: torch.device, *, depth: int = 2, pipelined: bool = True):
@@ -214,7 +215,7 @@ class Pipeline:
     def _threaded(self, batches, key, start) -> Iterator[Prepared]:
         stop = threading.Event()
         q_sampled: queue.Queue = queue.Queue(self.depth)
-        q_ready: queue.Queue = queue.Queue(self.depth)
+        q_ready: queue.Queue = queue.Queue(max(1, self.depth - 1))  # and one ahead in the training thread
 
         def put(q: queue.Queue, item) -> bool:
             while not stop.is_set():
