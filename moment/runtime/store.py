@@ -124,6 +124,7 @@ def _chain(lay: Layout, plan: StorePlan, where: Place, coll: Collectives | None)
             top = PeerTier(rows, top, device, group, peers, own)
         if held.rows:
             top = GpuTier(rows, top, device, held, own)
+        top.batch_bytes = t.batch_bytes  # the staging ring's slots (the tier that completes batches makes it)
         return top
     except BaseException:
         disk.release()
