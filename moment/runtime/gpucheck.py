@@ -265,8 +265,8 @@ def staging_ring(device: str) -> Check:
             got.append(stage.to_device(n))
             sent.append(src)
     bad = [i for i, (s, g) in enumerate(zip(sent, got, strict=True)) if not np.array_equal(s, g.cpu().numpy())]
-    what = (f"{len(RING_BATCHES)} batches ({sum(RING_BATCHES) >> 20} MiB) through {len(ring.bufs)} "
-            f"{'pinned ' if dev.cuda else ''}buffers")
+    what = (f"{len(RING_BATCHES)} batches ({sum(RING_BATCHES) >> 20} MiB) through "
+            + (f"{len(ring.bufs)} pinned slots" if dev.copies else "their own buffers"))
     data = {"batches": len(RING_BATCHES), "mismatched": bad, "synchronizing_calls": syncs}
     if bad:
         return Check("staging ring", "failed", f"{what}: batch {bad[0]} arrived changed", data=data)
