@@ -146,9 +146,11 @@ def test_on_cuda_the_host_budget_charges_no_gpu_stand_in_and_exactly_the_ring(ru
     ring = StagingRing(dev, plan.tiers.batch_bytes)
     assert cuda["staging ring"] == ring.nbytes() == dev.pinned_bytes() == ring_bytes(3000 * ds.row_bytes)
     assert cuda["staging ring"] == 2 * slot_bytes(3000 * ds.row_bytes)
-    rows, chunk = upload_chunk(ds.row_bytes)
+    table = plan.memory.device.gpu_rows_wanted
+    rows, chunk = upload_chunk(ds.row_bytes, table)
     stride = max(s.stride for s in Layout.open(runtime_layout).manifest.shards if s.kind == "gpu")
-    assert cuda["gpu table upload"] == chunk + min(rows, plan.memory.device.gpu_rows_wanted) * stride
+    assert cuda["gpu table upload"] == chunk + rows * stride and rows == table  # a small table: one chunk of it
+    assert chunk == slot_bytes(table * ds.row_bytes) < 1 * MiB
     # the CPU cache gets what the stand-in and the batches no longer take
     assert plan.tiers.cpu_rows >= _plan(ds, runtime_layout, device="cpu", memory_budget="2GiB").tiers.cpu_rows
 

@@ -139,7 +139,7 @@ def test_the_gpu_table_goes_to_the_device_a_bounded_chunk_at_a_time(data, monkey
     try:
         total = sum(g.rows for g in plan.rank.gpu_bins)
         assert table.shape == (total, rb) and held.rows == total > 7 * 3
-        assert len(dev.pinned) == 1 and dev.pinned_bytes() == device.upload_chunk(rb)[1] == device.slot_bytes(7 * rb)
+        assert len(dev.pinned) == 1 and dev.pinned_bytes() == device.upload_chunk(rb, total)[1] == device.slot_bytes(7 * rb)
         assert all(k <= 7 and at == dev.pinned[0].data_ptr() for k, _, at in reads)  # the one pinned chunk
         assert sum(k for k, _, _ in reads) == total and max(start for _, start, _ in reads) > 0
         _run(gpu, reader, _batches(ds.num_nodes))

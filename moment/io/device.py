@@ -46,11 +46,11 @@ def ring_bytes(extent: int, slots: int = RING_SLOTS) -> int:
     return max(1, slots) * slot_bytes(extent)
 
 
-def upload_chunk(row_bytes: int) -> tuple[int, int]:
-    """(rows, pinned bytes) of one chunk of a table's upload to the device: the rows UPLOAD_CHUNK_BYTES holds
-    (at least one), in a buffer of `slot_bytes` of them."""
-    rows = max(1, UPLOAD_CHUNK_BYTES // max(int(row_bytes), 1))
-    return rows, slot_bytes(rows * int(row_bytes))
+def upload_chunk(row_bytes: int, rows: int) -> tuple[int, int]:
+    """(rows, pinned bytes) of one chunk of the upload of a table of `rows` rows to the device: the rows
+    UPLOAD_CHUNK_BYTES holds (at least one, at most the table's), in a buffer of `slot_bytes` of them."""
+    k = max(1, min(UPLOAD_CHUNK_BYTES // max(int(row_bytes), 1), int(rows)))
+    return k, slot_bytes(k * int(row_bytes))
 
 
 class DeviceLayer:

@@ -73,7 +73,7 @@ def load_gpu_table(rows: LayoutRows, bins: Sequence[GpuRows], read: Callable[[in
     rb = rows.row_bytes
     dev = layer(device)
     table = dev.empty(held.rows * rb).view(held.rows, rb)
-    chunk_rows, chunk_bytes = upload_chunk(rb)
+    chunk_rows, chunk_bytes = upload_chunk(rb, held.rows)
     host = dev.host_buffer(chunk_bytes) if dev.copies and held.rows else None
     for shard, first, k, row in table_chunks(bins, chunk_rows):
         if host is None:

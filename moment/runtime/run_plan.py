@@ -360,7 +360,7 @@ def _run_shape(cfg: TrainConfig, inputs: RunInputs, n: int, rb: int, shape: str,
     """The host budget's inputs; on CUDA with the pinned staging ring at the batch extent and, when the rank
     has GPU-tier rows, the upload's pinned chunk and that chunk's rows as read at the GPU bins' `stride`."""
     cuda = device == "cuda"
-    chunk_rows, chunk = upload_chunk(rb)
+    chunk_rows, chunk = upload_chunk(rb, own_gpu_rows)
     return RunShape(
         num_nodes=n, row_bytes=rb, graph_bytes=inputs.graph_bytes, labels_bytes=inputs.labels_bytes,
         rows_max=inputs.rows_max, training_bytes=inputs.training_bytes, held_batches=inputs.held_batches,
@@ -373,7 +373,7 @@ def _run_shape(cfg: TrainConfig, inputs: RunInputs, n: int, rb: int, shape: str,
         pack_index_bytes=pack_index_bytes, remote_exchange_bytes=remote_exchange_bytes,
         remote_reader_bytes=remote_reader_bytes, device=device,
         ring_bytes=ring_bytes(inputs.rows_max * rb) if cuda else 0,
-        upload_bytes=chunk + min(chunk_rows, own_gpu_rows) * max(stride, rb) if cuda and own_gpu_rows else 0)
+        upload_bytes=chunk + chunk_rows * max(stride, rb) if cuda and own_gpu_rows else 0)
 
 
 def planned_minimum(cfg: TrainConfig, inputs: RunInputs, *, num_nodes: int, row_bytes: int, nproc: int,
