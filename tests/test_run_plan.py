@@ -233,6 +233,13 @@ def test_a_run_reads_each_manifest_once(one_rank_run):
     assert counts == {"layout": 1, "pack": 1}
 
 
+def test_a_cpu_runs_metrics_state_no_device_budget(one_rank_run):
+    """`memory.device` has the keys of a CUDA run's, null: a CPU run holds nothing on a device."""
+    *_, m, _ = one_rank_run
+    assert m["memory"]["device"] == {"budget_bytes": None, "predicted_peak_bytes": None, "items": [],
+                                     "measured_peak_bytes": None}
+
+
 def test_nothing_rewrites_the_configuration(one_rank_run):
     _, cfg, before, m, _ = one_rank_run
     assert cfg.model_dump() == before and cfg.io_shape == "auto"  # what the user asked, after the run

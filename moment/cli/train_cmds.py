@@ -81,7 +81,7 @@ def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
         note = check_dataset(cfg.layout, layout.manifest, ds)  # refuses another dataset
         if note:
             err_console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
-    if (cfg.memory_budget or plan) and cfg.features == "tiered":
+    if (cfg.memory_budget or cfg.device_memory_budget or plan) and cfg.features == "tiered":
         # as the ranks will resolve it: a budget below the minimum is one message, here
         run_plan = preview_plan(cfg, ds, nproc, layout=layout, nnodes=rdzv.nnodes if rdzv is not None else 1)
         # the ranks charge the figures this check charged
@@ -182,8 +182,9 @@ def train(
     several machines, machine 0's).
     With --dry-run, only the run plan is printed (--json: keys io_shape, cache_policy, pack, tiers,
     ranks [{rank, plan_gpus, gpu_bins, ssd_shares}], memory {budget_bytes, predicted_peak_bytes, items,
-    cpu_rows, ...}, split {id, machine, name, machines, held_rows, remote_rows} for a machine's part of a
-    split layout, else null).
+    cpu_rows, ..., device}, device: a CUDA run's device budget per rank {budget_bytes, predicted_peak_bytes,
+    items, gpu_rows, gpu_rows_wanted, source}, null on CPU; split {id, machine, name, machines, held_rows,
+    remote_rows} for a machine's part of a split layout, else null).
     """
     from moment.cli import err_console
     from moment.cli.train_launch import report, run

@@ -70,7 +70,7 @@ CUDA_LAYER: dict[str, tuple[str, ...]] = {
 #: through pinned staging, the row exchange on NCCL, the NaN guard without a host sync
 CUDA_TOO = ("tests/test_exchange.py", "tests/test_store.py", "tests/test_finite.py")
 REPO = Path(__file__).resolve().parents[2]
-RING_BATCHES = (3000, 70_000, 1 << 20, (1 << 20) + 7, 3 << 20, 100, 2 << 20, 4096)
+RING_BATCHES = (3000, 70_000, 1 << 20, (1 << 20) + 7, 3 << 20, 100, 2 << 20, 4096)  # varying, through fixed slots
 RING_DELAY_CYCLES = 50_000_000  # each copy waits this long on its stream first (tens of ms of GPU time)
 
 
@@ -426,7 +426,7 @@ def staging_ring(device: str) -> Check:
 
     dev = DeviceLayer(device)
     dev.copy_delay = RING_DELAY_CYCLES
-    ring = StagingRing(dev, slots=2)
+    ring = StagingRing(dev, max(RING_BATCHES), slots=2)
     rng = np.random.default_rng(0)
     sent, got = [], []
     with _sync_debug(dev.cuda) as syncs:
@@ -437,8 +437,8 @@ def staging_ring(device: str) -> Check:
             got.append(stage.to_device(n))
             sent.append(src)
     bad = [i for i, (s, g) in enumerate(zip(sent, got, strict=True)) if not np.array_equal(s, g.cpu().numpy())]
-    what = (f"{len(RING_BATCHES)} batches ({sum(RING_BATCHES) >> 20} MiB) through {len(ring.bufs)} "
-            f"{'pinned ' if dev.cuda else ''}buffers, each copy delayed")
+    what = (f"{len(RING_BATCHES)} batches ({sum(RING_BATCHES) >> 20} MiB) through "
+            + (f"{len(ring.bufs)} pinned slots, each copy delayed" if dev.copies else "their own buffers"))
     data = {"batches": len(RING_BATCHES), "mismatched": bad, "synchronizing_calls": syncs}
     if bad:
         return Check("staging ring", "failed", f"{what}: batch {bad[0]} arrived changed", data=data)

@@ -127,6 +127,9 @@ class Tier:
     finish and close of what they hold); this class turns them into the feature-source contract."""
 
     name = ""  # the key of the rows this tier serves in `tier_stats`
+    #: the most bytes of rows a batch holds (the plan's batch extent): the staging ring's slot size, set by
+    #: moment.runtime.store on the chain's top tier (0: a tier used alone: every row of the layout)
+    batch_bytes = 0
 
     def __init__(self, rows: LayoutRows, next: Tier | None, device: torch.device | str = "cpu"):
         self.layout_rows, self.next = rows, next
@@ -175,7 +178,7 @@ class Tier:
         and finishes on the rank's collective thread (moment.runtime.pipeline)."""
         n, rb = b.n, self.layout_rows.row_bytes
         if self._staging is None:
-            self._staging = StagingRing(DeviceLayer(self.device))
+            self._staging = StagingRing(DeviceLayer(self.device), self.batch_bytes or self.num_nodes * rb)
         stage = self._staging.take(n * rb)  # pinned on CUDA: the copy below is asynchronous
         self.host(b.part, stage.array[: n * rb].reshape(n, rb), True)
         out = stage.to_device(n * rb).view(n, rb)

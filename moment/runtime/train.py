@@ -27,6 +27,7 @@ import torch.nn.functional as F
 
 from moment import testpoints
 from moment.errors import MomentError
+from moment.io.device import DeviceLayer, DeviceMemory
 from moment.placement.opened import Layout
 from moment.runtime.budget import process_bytes, return_freed_memory, under_torchrun
 from moment.runtime.checkpoint import CHECKPOINT_NAME, load_checkpoint, rng_state, save_checkpoint, set_rng_state
@@ -122,18 +123,24 @@ def _batch_extent(cfg: TrainConfig, graph: CSRGraph, batches: SeedBatches, fanou
 
 def run_inputs(cfg: TrainConfig, ds: GraphDataset, graph: CSRGraph, batches: Sequence[SeedBatches],
                fanouts: list[int], process_bytes: int, agent_bytes: int, local_ranks: int, layout: Layout | None, *,
-               ctx: DistContext | None = None, feature_dim: int | None = None) -> RunInputs:
+               ctx: DistContext | None = None, feature_dim: int | None = None,
+               device_memory: DeviceMemory | None = None) -> RunInputs:
     """What `resolve_run` is given: the largest extent of `batches` (each rank's, or a preview's of every
     rank), the sizes torch's objects state for it (a round of the peer exchange among `local_ranks`, whose
     GPU tiers hold what `layout` gives them, and a training step of the model, included), a rank's and
     torchrun's agent's measured sizes, and the dataset's sizes. With `ctx`, the ranks agree on their maxima
     first: every rank must resolve the same plan (the shared cache is one segment). `feature_dim`: the
-    run's features are that wide (float32), not `ds`'s (a run planned on its graph alone)."""
+    run's features are that wide (float32), not `ds`'s (a run planned on its graph alone). `device_memory`:
+    this rank's device's free and total bytes (a CUDA rank), agreed as the least of the ranks'."""
     ext = functools.reduce(Extent.most, [_batch_extent(cfg, graph, b, fanouts) for b in batches])
     if ctx is not None:
+        least = [-v for v in device_memory] if device_memory is not None else []  # the max of the negated: the least
         flat = [ext.rows, ext.edges, *(v for x in ext.layers for v in (x.src, x.dst, x.edges)), process_bytes,
-                agent_bytes]
+                agent_bytes, *least]
         agreed = [int(x) for x in ctx.all_reduce(torch.tensor(flat, dtype=torch.float64), op="max").tolist()]
+        if device_memory is not None:
+            device_memory = DeviceMemory(*(-v for v in agreed[-2:]))
+            agreed = agreed[:-2]
         *sizes, process_bytes, agent_bytes = agreed
         ext = Extent(sizes[0], sizes[1], tuple(LayerExtent(*sizes[2 + 3 * i: 5 + 3 * i])
                                                for i in range(len(ext.layers))))
@@ -152,7 +159,8 @@ def run_inputs(cfg: TrainConfig, ds: GraphDataset, graph: CSRGraph, batches: Seq
                      training_bytes=training, agent_bytes=agent_bytes, exchange_bytes=RowExchange.round_bytes(
                          rows, row_bytes, local_ranks, gpu_tier_rows(layout, local_ranks) if layout else 0),
                      remote_exchange_bytes=remote_tier.round_bytes(rows, row_bytes, len(split.machines)) if split else 0,
-                     remote_reader_bytes=remote_tier.reader_bytes(layout.manifest.row.align) if split else 0)
+                     remote_reader_bytes=remote_tier.reader_bytes(layout.manifest.row.align) if split else 0,
+                     device_memory=device_memory)
 
 
 def preview_inputs(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, agent: bool = True,
@@ -235,6 +243,8 @@ class Trainer:
         """`layout`: the run's layout opened once (None: opened here when --layout is given)."""
         self.cfg, self.ctx = cfg, ctx
         self.peak_from = "run start" if reset_peak() else "process start"  # the measured peak is this run's
+        self.dev = DeviceLayer(ctx.device)
+        self.dev.reset_peak()  # the device's too
         load_layers()  # the model's layers are a fixed cost too: measured with the rest
         base_rss = rank_base_bytes()  # interpreter, torch, the layers, before any data is touched
         self.layout = layout if layout is not None or cfg.layout is None else Layout.open(cfg.layout)
@@ -266,7 +276,7 @@ class Trainer:
         if cfg.features == "tiered":
             return_freed_memory()
             inputs = run_inputs(cfg, self.ds, self.graph, [self.batches], self.fanouts, base_rss, agent_bytes(),
-                                max(ctx.local_world_size, 1), self.layout, ctx=ctx)
+                                max(ctx.local_world_size, 1), self.layout, ctx=ctx, device_memory=self.dev.memory())
             self.plan = resolve_run(cfg, self.layout, world_size=ctx.world_size,
                                     local_world_size=max(ctx.local_world_size, 1), inputs=inputs,
                                     device=ctx.device.type)
@@ -612,11 +622,14 @@ class Trainer:
         # the graph's files are mapped by every rank and held once, as the budget charges them
         sample = rank_sample(with_agent=ctx.local_rank == 0 and ctx.backend is not None and under_torchrun(),
                              shared_files=[self.ds.file("indptr"), self.ds.file("indices")])
-        measured = machine_peak(ctx.all_gather_object(sample), ctx.local_world_size)
-        out: dict[str, Any] = ({"budget_bytes": None, "predicted_peak_bytes": None} if self.plan is None
+        # each rank's device peak rides with its host sample (one collective); the busiest rank's is the measure
+        samples = ctx.all_gather_object([sample, self.dev.peak_reserved()])
+        measured = machine_peak([s for s, _ in samples], ctx.local_world_size)
+        out: dict[str, Any] = ({"budget_bytes": None, "predicted_peak_bytes": None, "device": None} if self.plan is None
                                else self.plan.memory.as_dict())
         out["measured_peak_bytes"] = measured.pop("bytes")
         out["measured"] = {**measured, "since": self.peak_from}
+        out["device"] = _device_memory(out["device"], [p for _, p in samples if p is not None])
         return out
 
     def _rank_report(self) -> dict[str, Any]:
@@ -687,6 +700,14 @@ def machines_of(per_rank: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for m in out.values():
         m["remote_share"] = m["remote_rows"] / m["rows"] if m["rows"] else 0.0
     return [out[k] for k in sorted(out)]
+
+
+def _device_memory(planned: dict[str, Any] | None, peaks: list[int]) -> dict[str, Any]:
+    """The metrics' `memory.device`: a CUDA run's device budget per rank beside the busiest rank's measured peak
+    (torch's caching allocator's most reserved); the same keys, null, on CPU runs."""
+    out = dict(planned) if planned is not None else {"budget_bytes": None, "predicted_peak_bytes": None, "items": []}
+    out["measured_peak_bytes"] = max(peaks) if peaks else None
+    return out
 
 
 def _peak_rss() -> int:
