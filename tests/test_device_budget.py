@@ -105,7 +105,7 @@ def test_a_cuda_plan_carries_the_device_budget_and_caps_each_ranks_gpu_tier(runt
     names = [i.name for i in whole.items]
     assert names == ["cuda context", "nccl buffers", "training", "batches", "gpu tier gather", "peer exchange",
                      "gpu tier"]
-    assert whole.items[1].bytes == 2 * NCCL_COMM_BYTES  # the default group's and the peer tier's communicators
+    assert whole.items[1].bytes == NCCL_COMM_BYTES  # one communicator: the world group carries the exchange too
     fixed = whole.predicted_peak_bytes - whole.items[-1].bytes
     # the device's free memory as the ranks agreed it: the default budget is it less headroom
     mem = DeviceMemory(free=fixed + MIN_HEADROOM + 150 * rb, total=4 * GiB)

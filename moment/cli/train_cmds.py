@@ -48,7 +48,7 @@ def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
     from moment.placement.opened import Layout
     from moment.runtime.runs import CHECKPOINTS, check_run_dir, run_root
     from moment.runtime.config import parse_args
-    from moment.runtime.devices import local_devices
+    from moment.runtime.devices import check_local_ranks, cuda_pci_addresses, local_devices
     from moment.runtime.dist import default_device
     from moment.runtime.train import AGENT_ENV, BASE_ENV, agent_start_bytes, dataset_dir, layout_gpus, preview_plan, \
         rank_start_bytes
@@ -72,7 +72,11 @@ def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
     layout = Layout.open(cfg.layout) if cfg.layout is not None else None  # its manifests are read once
     if layout is not None and cfg.features == "tiered":
         _check_split(cfg.layout, layout, rdzv)
-    local_devices(default_device(cfg.device), nproc, layout_gpus(cfg, layout), f"--nproc {nproc}")
+    device, gpus = default_device(cfg.device), layout_gpus(cfg, layout)
+    if plan and device == "cuda" and cuda_pci_addresses() is None:  # a dry run may plan a GPU machine elsewhere
+        check_local_ranks(nproc, [g for g, _ in gpus], f"--nproc {nproc}")
+    else:
+        local_devices(device, nproc, gpus, f"--nproc {nproc}")
     ds = GraphDataset.open(dataset_dir(cfg, layout))
     ds.check()  # a damaged dataset is one line here, not one per rank (rank 0 prints any note)
     if layout is not None:

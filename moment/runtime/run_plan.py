@@ -316,11 +316,12 @@ def resolve_run(config: TrainConfig, layout: Layout, *, world_size: int, local_w
         _no_device_budget(cfg)
         dev, gpu_cap = None, split.gpu_rows  # the GPU tier's stand-in, granted by the host budget
     else:  # --device-memory-budget against the ranks' least free device memory; NCCL communicators: the
-        #    default group's (world > 1), the peer and remote tiers' groups
+        #    world group's (every collective, the exchanges' too: moment.runtime.exchange), and with several
+        #    machines of several ranks each the machine's own group (its barrier: DistContext.node_group)
         dev = device_budget(*resolve_device_budget(cfg.device_memory_budget, inputs.device_memory), DeviceShape(
             row_bytes=rb, own_gpu_rows=own_rows, rows_max=inputs.rows_max, batch_ids_bytes=inputs.batch_ids_bytes,
             held_batches=inputs.held_batches, training_bytes=inputs.training_bytes, exchange_bytes=exchange,
-            remote_exchange_bytes=remote_exchange, communicators=(1 + peer_tier + remote_tier) if world_size > 1 else 0))
+            remote_exchange_bytes=remote_exchange, communicators=(1 + (world_size > lws > 1)) if world_size > 1 else 0))
         gpu_cap = dev.gpu_rows if dev.capped else None  # None: every row of the rank's bins
     options = StoreOptions(io_backend=cfg.io_backend, queue_depth=cfg.queue_depth, direct=cfg.direct,
                            verify=cfg.verify, cpu_rows=split.cpu_rows, gpu_rows=gpu_cap, policy=cfg.cache_policy,
