@@ -176,3 +176,37 @@ def test_members_of_one_exchange_and_a_rank_of_another_take_part_in_every_round_
     assert r[0]["rounds"] == r[1]["rounds"] == r[2]["rounds"] == 6  # rank 2's 5 batches, then the last idle round
     assert r[1]["rows"] == r[1]["served_rows"] == 0
     assert r[0]["served_rows"] == r[2]["rows"] > 0 and r[2]["served_rows"] == r[0]["rows"] > 0
+
+
+@pytest.mark.parametrize("group", BACKENDS[:1], indirect=True)
+def test_rows_still_being_read_are_sent_when_the_round_is_finished(group, monkeypatch):
+    """A serving rank's disk reads (the remote tier's) come back as a Deferred: the last chunk's are waited for
+    only when the round is finished (they run during the caller's training step); earlier chunks' at once."""
+    rb = 16
+    monkeypatch.setattr(exchange, "CHUNK_BYTES", 4 * rb)  # chunks of 4 rows
+    tier = torch.from_numpy(np.random.default_rng(4).integers(0, 256, (40, rb), dtype=np.uint8))
+    waited = []
+
+    class Reading:
+        def __init__(self, keys):
+            self.keys = keys
+
+        def wait(self):
+            waited.append(int(self.keys.numel()))
+            return tier[self.keys]
+
+    def serve(keys: torch.Tensor):
+        return tier[keys] if keys.numel() == 0 else Reading(keys)
+
+    ex = RowExchange(group)
+    keys = np.array([3, 9, 1], np.int64)
+    got = torch.zeros(3, rb, dtype=torch.uint8)
+    r = ex.start([keys], serve, into(got))
+    assert waited == [] and r.pending and not got.any()  # nothing read yet, nothing sent
+    assert r.finish() and waited == [3] and torch.equal(got, tier[keys]) and not r.pending
+    keys = np.arange(10, 20)
+    got = torch.zeros(10, rb, dtype=torch.uint8)
+    r = ex.start([keys], serve, into(got))
+    assert waited == [3, 3, 3]  # chunks of 3, 3 and 4 rows (split evenly): the first two at once
+    r.finish()
+    assert waited == [3, 3, 3, 4] and torch.equal(got, tier[keys])  # the last one at finish

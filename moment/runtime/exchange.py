@@ -46,7 +46,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -104,9 +104,32 @@ class ExchangeGroup:
 CHUNK_BYTES = 4 << 20
 _KEY_BYTES = np.dtype(np.int64).itemsize
 
+class Deferred(Protocol):
+    """Rows still being read (a serving rank's disk reads): `wait()` gives them."""
+
+    def wait(self) -> torch.Tensor: ...
+
+
 #: keys this rank is asked for -> its rows for them (a tensor [len(keys), ...], one dtype and row shape
-#: on every member)
-Serve = Callable[[torch.Tensor], torch.Tensor]
+#: on every member), or a `Deferred` of them: the last chunk's are then sent when the round is finished, so
+#: the reads run while the caller goes on
+Serve = Callable[[torch.Tensor], "torch.Tensor | Deferred"]
+
+
+def ready(rows: torch.Tensor | Deferred) -> torch.Tensor:
+    return rows if isinstance(rows, torch.Tensor) else rows.wait()
+
+
+@dataclass
+class _Sent:
+    """The last chunk's rows on their way: the collective, and the served rows it reads until it is done."""
+
+    work: Any
+    out: torch.Tensor
+
+    def wait(self) -> None:
+        self.work.wait()
+        self.out = None
 #: (positions among the round's asked keys, `want` concatenated in member order; their rows, on the group's
 #: device) -> None: put the rows where they belong. The rows are the exchange's buffer, reused by the next
 #: chunk: copy them, do not keep them.
@@ -162,24 +185,31 @@ def nothing(at: np.ndarray, rows: torch.Tensor) -> None:
 
 
 class Round:
-    """A round started by `RowExchange.start`: its last chunk's rows may still be moving. `finish` (on the
-    thread that started it, before that thread's next round of the exchange) waits for them and hands
-    them to the sink; it returns whether any rank was active."""
+    """A round started by `RowExchange.start`: its last chunk's rows may still be moving, or still be read by
+    this rank for the others (`serve` gave a `Deferred`). `finish` (on the thread that started it, before that
+    thread's next round of the exchange) sends what it serves if it had not yet, waits for the rows it asked
+    for and hands them to the sink; it returns whether any rank was active."""
 
-    def __init__(self, running: bool, sink: Sink, work: Any = None, at: np.ndarray | None = None,
-                 rows: torch.Tensor | None = None, sent: torch.Tensor | None = None):
-        self.running, self._sink = running, sink
-        self._work, self._at, self._rows, self._sent = work, at, rows, sent  # `sent`: kept alive until done
+    def __init__(self, running: bool, sink: Sink, issue: Callable[[], Any] | None = None,
+                 at: np.ndarray | None = None, rows: torch.Tensor | None = None):
+        self.running, self._sink, self._at, self._rows = running, sink, at, rows
+        self._issue, self._work = issue, None
+
+    def send(self) -> None:
+        """Put the last chunk's rows on their way (the served ones ready or not: a read is waited for here)."""
+        if self._issue is not None:
+            self._work, self._issue = self._issue(), None
 
     @property
     def pending(self) -> bool:
-        return self._work is not None
+        return self._issue is not None or self._work is not None
 
     def finish(self) -> bool:
+        self.send()
         if self._work is not None:
             self._work.wait()
             at, rows = self._at, self._rows
-            self._work = self._at = self._rows = self._sent = None
+            self._work = self._at = self._rows = None
             if at is not None and at.size:
                 self._sink(at, rows)
         return self.running
@@ -196,6 +226,7 @@ class RowExchange:
         self.served_rows = 0  # rows this rank sent to others
         self.peak_bytes = 0  # the most one chunk held: keys and rows, asked and served
         self._rows_bytes: int | None = None  # bytes of one row `serve` gives (the same on every member)
+        self._template: torch.Tensor | None = None  # what `serve` gives for no key: the rows' dtype and shape
         self._open: Round | None = None
 
     @staticmethod
@@ -252,21 +283,27 @@ class RowExchange:
             keys = keys.to(dev)
             asked = torch.empty(sum(recv), dtype=torch.int64, device=dev)
             dist.all_to_all_single(asked, keys, recv, send, group=pg)
-            out = serve(asked).to(dev).contiguous()
             if buf is None:  # one buffer for the round's received rows, chunk after chunk
-                buf = out.new_empty((most, *out.shape[1:]))
+                buf = self._template.to(dev).new_empty((most, *self._template.shape[1:]))
             rows = buf[: sum(send)]
             at = np.concatenate([np.arange(s + a, s + b) for s, a, b in zip(start, lo[me], hi[me], strict=True)])
-            self.served_rows += int(out.shape[0])
             self.chunks += 1
-            held = keys.nbytes + asked.nbytes + out.nbytes + buf.nbytes  # the round's buffer, not this chunk's part
-            self.peak_bytes = max(self.peak_bytes, int(held))
-            if k == total - 1:  # the last chunk's rows move while the caller goes on
-                work = dist.all_to_all_single(rows, out, send, recv, group=pg, async_op=True)
-                self._open = Round(running, sink, work, at, rows, out)
+            got = serve(asked)
+
+            def issue(got=got, keys=keys, asked=asked, rows=rows, buf=buf, send=send, recv=recv, last=k == total - 1):
+                out = ready(got).to(dev).contiguous()
+                self.served_rows += int(out.shape[0])
+                held = keys.nbytes + asked.nbytes + out.nbytes + buf.nbytes  # the round's buffer, not this part
+                self.peak_bytes = max(self.peak_bytes, int(held))
+                work = dist.all_to_all_single(rows, out, send, recv, group=pg, async_op=last)
+                return _Sent(work, out) if last else None
+
+            if k == total - 1:  # the last chunk's rows move while the caller goes on (once its reads are done)
+                self._open = Round(running, sink, issue, at, rows)
+                if isinstance(got, torch.Tensor):
+                    self._open.send()
                 return self._open
-            dist.all_to_all_single(rows, out, send, recv, group=pg)
-            del out
+            issue()
             if at.size:
                 sink(at, rows)
         raise AssertionError("unreachable: the last chunk returns")
@@ -274,8 +311,8 @@ class RowExchange:
     def _row_bytes(self, serve: Serve) -> int:
         """Bytes of one served row, from what `serve` gives for no key (once): the chunk's size in rows."""
         if self._rows_bytes is None:
-            none = serve(torch.empty(0, dtype=torch.int64, device=self.group.device))
-            self._rows_bytes = none.element_size() * math.prod(none.shape[1:])
+            self._template = ready(serve(torch.empty(0, dtype=torch.int64, device=self.group.device)))
+            self._rows_bytes = self._template.element_size() * math.prod(self._template.shape[1:])
         return self._rows_bytes
 
     def finish(self, serve: Serve) -> None:

@@ -60,6 +60,16 @@ class _Part:
     inner: Any
 
 
+@dataclass
+class _Reading:
+    """Rows another machine asked for, still being read (moment.runtime.exchange.Deferred)."""
+
+    job: Job
+
+    def wait(self) -> torch.Tensor:
+        return torch.from_numpy(self.job.wait())
+
+
 class RemoteTier(Tier):
     """Rows the machines of `group` own, over `next` (this machine's own tiers): a round of the exchange per
     completed batch fetches them, and serves the rows this machine owns to the others from `layout`."""
@@ -116,22 +126,24 @@ class RemoteTier(Tier):
         self.exchange.finish(self._serve)
         self.next.finish()
 
-    def _serve(self, keys: torch.Tensor) -> torch.Tensor:
-        """The rows of node ids `keys` (asked by another machine), read from this machine's layout."""
+    def _serve(self, keys: torch.Tensor) -> torch.Tensor | _Reading:
+        """The rows of node ids `keys` (asked by another machine), read from this machine's layout: the reads
+        are submitted here and waited for when the exchange sends the rows (for a batch's last chunk, when its
+        round is finished: the reads run during the training step before it)."""
         r = self.layout_rows
         ids = keys.detach().cpu().numpy().astype(np.int64, copy=False)
         out = np.empty((ids.shape[0], r.row_bytes), np.uint8)
-        if ids.size:
-            if ids.min() < 0 or ids.max() >= r.num_nodes or r.remote(ids).any():
-                raise MomentError(f"another machine asked machine {r.split.name} for rows it does not own: the "
-                                  "machines' layouts are not of one split", source=str(r.path))
-            f, off = r.locate(ids)
-            if self.disk is not None and self.disk.verify:
-                self.disk.verify_chunks(f, off)
-            assert self.reader is not None
-            self.reader.submit(Job(f, off, SHAPES["rows"], dest=out)).wait()
-            self.served_bytes += int(out.nbytes)
-        return torch.from_numpy(out)
+        if not ids.size:
+            return torch.from_numpy(out)
+        if ids.min() < 0 or ids.max() >= r.num_nodes or r.remote(ids).any():
+            raise MomentError(f"another machine asked machine {r.split.name} for rows it does not own: the "
+                              "machines' layouts are not of one split", source=str(r.path))
+        f, off = r.locate(ids)
+        if self.disk is not None and self.disk.verify:
+            self.disk.verify_chunks(f, off)
+        assert self.reader is not None
+        self.served_bytes += int(out.nbytes)
+        return _Reading(self.reader.submit(Job(f, off, SHAPES["rows"], dest=out)))
 
     def add_stats(self, out: dict[str, Any]) -> None:
         out["remote_served_rows"] += self.exchange.served_rows
