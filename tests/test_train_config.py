@@ -177,7 +177,7 @@ def test_every_hint_suggests_options_the_parser_takes(tmp_path: Path, monkeypatc
         parse_args(["--layout", str(tmp_path), *argv])  # raises if the parser refuses what the hint suggests
     assert ["--io-backend", "pthreads"] in suggested and ["--fanouts", "15,10,5"] in suggested
     assert any(a[0] == "--memory-budget" for a in suggested)
-    assert ["--device-memory-budget", "8192MiB"] in suggested and ["--depth", "1"] in suggested
+    assert ["--device-memory-budget", "8192MiB"] in suggested and ["--device-memory-budget", "769MiB"] in suggested
     assert any(a[0] == "--device-memory-budget" and a[1] != "8192MiB" for a in suggested)
 
 

@@ -128,7 +128,7 @@ class DeviceBudget:
                 f"{FLAG} {fmt_bytes(self.total)} ({self.source}) is below the minimum {fmt_bytes(self.used)} a rank "
                 f"needs on its device ({self.summary()})",
                 hint=f"give at least {FLAG} {need}MiB (on a device with that much free), or fewer rows in flight "
-                     "(a smaller --batch-size)")
+                     "(lower the --batch-size or the fan-outs)")
 
     def summary(self) -> str:
         return ", ".join(f"{it.name} {fmt_bytes(it.bytes)}" for it in self.items)
