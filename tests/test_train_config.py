@@ -125,7 +125,7 @@ def test_sizes_are_refused_beyond_what_exists(tmp_path: Path) -> None:
         assert str(e.value).startswith(said), str(e.value)
     assert parse_args(["--layout", str(tmp_path), "--cpu-cache-limit", "100%"]).cpu_cache_limit == "100%"
     for value, said in (("150%", "--device-memory-budget 150%: a share of the device's memory must be at most 100%"),
-                        ("lots", "--device-memory-budget 'lots': give bytes"), ("0", "--device-memory-budget 0: must "
+                        ("lots", "--device-memory-budget lots: give bytes"), ("0", "--device-memory-budget 0: must "
                                                                                      "be positive")):
         with pytest.raises(MomentError) as e:  # its form at parse time; its size against the device in each rank
             parse_args(["--layout", str(tmp_path), "--device-memory-budget", value])

@@ -104,20 +104,26 @@ def resolve_budget(spec: str | int | None) -> tuple[int | None, str]:
         v, what = min(cands)
         return v, f"auto: the {what} (the split keeps a margin of it free)"
     limit, what = machine_limit()
-    shown = spec if str(spec).strip() else repr(spec)
-    try:
-        b = parse_size(spec, limit or 0) if str(spec).strip() else None
-    except MomentError:
-        b = None
-    if b is None:
-        raise MomentError(f"--memory-budget {shown}: give bytes (e.g. 3GiB), a share of this machine's memory "
-                          "(e.g. 50%) or auto")
-    if b <= 0:
-        raise MomentError(f"--memory-budget {shown}: must be positive")
+    b = parse_budget("--memory-budget", spec, limit or 0, "this machine's memory (e.g. 50%)", "3GiB")
     if limit is not None and b > limit:
         raise MomentError(f"--memory-budget {spec}: {fmt_bytes(b)} is more than this machine has ({what}: "
                           f"{fmt_bytes(limit)})", hint=f"give at most {limit // 2**20}MiB, or auto")
     return b, "given"
+
+
+def parse_budget(flag: str, spec: str | int, whole: int, share: str, example: str) -> int:
+    """`spec` in bytes (a share: of `whole`), refused unless it is a positive size; `share` and `example` say
+    in the message what a share is of and what bytes look like. The host and device budgets' one rule."""
+    shown = spec if str(spec).strip() else repr(spec)
+    try:
+        b = parse_size(spec, whole) if str(spec).strip() else None
+    except MomentError:
+        b = None
+    if b is None:
+        raise MomentError(f"{flag} {shown}: give bytes (e.g. {example}), a share of {share} or auto")
+    if b <= 0:
+        raise MomentError(f"{flag} {shown}: must be positive")
+    return b
 
 
 @dataclass

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from moment.errors import MomentError
 from moment.io.device import DeviceMemory
-from moment.runtime.budget import Item, fmt_bytes
+from moment.runtime.budget import Item, fmt_bytes, parse_budget
 from moment.sizes import parse_size
 
 FLAG = "--device-memory-budget"
@@ -67,15 +67,8 @@ def resolve_device_budget(spec: str | None, memory: DeviceMemory | None) -> tupl
 def _size(spec: str | None, text: str, memory: DeviceMemory | None) -> int:
     """`text` in bytes (a share: of the device's total; without `memory`, in millionths), refused unless it is
     a positive size and a share at most 100%."""
-    try:
-        b = parse_size(text, 10**6 if memory is None else memory.total) if text else None
-    except MomentError:
-        b = None
-    if b is None:
-        raise MomentError(f"{FLAG} {spec!r}: give bytes (e.g. 40GiB), a share of the device's memory (e.g. 80%) "
-                          "or auto")
-    if b <= 0:
-        raise MomentError(f"{FLAG} {spec}: must be positive")
+    b = parse_budget(FLAG, text, 10**6 if memory is None else memory.total,
+                     "the device's memory (e.g. 80%)", "40GiB")
     if text.endswith("%") and parse_size(text, 10**6) > 10**6:
         raise MomentError(f"{FLAG} {spec}: a share of the device's memory must be at most 100%")
     return b
