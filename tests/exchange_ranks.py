@@ -2,7 +2,11 @@
 a round takes several: every row the sink receives is checked against the owner's rows, and what the
 member saw is written as JSON.
 
-    python tests/exchange_ranks.py RANK WORLD STORE_FILE OUT_DIR CHUNK_ROWS
+    python tests/exchange_ranks.py RANK WORLD STORE_FILE OUT_DIR CHUNK_ROWS [BACKEND]
+
+BACKEND is gloo (the default, on CPU) or nccl (rank r on cuda:r). The rounds run on the world group, as the
+runtime's do. With WORLD 3, ranks 0 and 2 exchange as members of one exchange while rank 1 is the only
+member of its own (a machine of one rank): it asks nothing, serves nothing, and takes part in every round.
 
 Each member's rows are a function of (member, key), so the asker knows what every owner must send. The
 scenarios: uneven counts both ways (and a member asking itself), a member that asks nothing while the
@@ -32,11 +36,12 @@ def rows_of(member: int, keys: np.ndarray) -> torch.Tensor:
     return (member * 1_000_000 + k[:, None, None] * 100 + torch.arange(15, dtype=torch.int32).view(1, *ROW))
 
 
-def check(ex: RowExchange, want: list[np.ndarray], serve, active: bool = True) -> tuple[bool, int]:
-    """One round into a destination in shuffled order; returns (running, rows received), raising on a wrong row."""
+def check(ex: RowExchange, want: list[np.ndarray], serve, active: bool = True,
+          device: torch.device = torch.device("cpu")) -> tuple[bool, int]:
+    """One round into a destination in shuffled order; returns (running, sink calls), raising on a wrong row."""
     n = sum(len(w) for w in want)
     pos = np.random.default_rng(n).permutation(n)  # where each asked row goes
-    out = torch.full((n, *ROW), -1, dtype=torch.int32)
+    out = torch.full((n, *ROW), -1, dtype=torch.int32, device=device)
     calls = []
 
     def sink(at: np.ndarray, rows: torch.Tensor) -> None:
@@ -45,7 +50,7 @@ def check(ex: RowExchange, want: list[np.ndarray], serve, active: bool = True) -
 
     running = ex.round(want, serve, sink, active)
     expect = torch.cat([rows_of(j, w) for j, w in enumerate(want)])
-    if not torch.equal(out[torch.from_numpy(pos)], expect):
+    if not torch.equal(out.cpu()[torch.from_numpy(pos)], expect):
         raise SystemExit("a received row differs from its owner's")
     cap = exchange.chunk_rows(int(np.prod(ROW)) * 4, ex.group.size)
     if any(c > cap for c in calls):
@@ -56,16 +61,22 @@ def check(ex: RowExchange, want: list[np.ndarray], serve, active: bool = True) -
 def main() -> int:
     rank, world, store_file, out, chunk = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], Path(sys.argv[4]), \
         int(sys.argv[5])
+    backend = sys.argv[6] if len(sys.argv) > 6 else "gloo"
     exchange.CHUNK_BYTES = chunk * int(np.prod(ROW)) * 4  # chunks of `chunk` rows
-    dist.init_process_group("gloo", store=dist.FileStore(store_file, world), rank=rank, world_size=world)
-    group = ExchangeGroup(dist.new_group(list(range(world))), tuple(range(world)), rank, torch.device("cpu"))
+    device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
+    if backend == "nccl":
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend, store=dist.FileStore(store_file, world), rank=rank, world_size=world)
+    if world == 3:
+        return subset(rank, out, device)
+    group = ExchangeGroup(dist.group.WORLD, tuple(range(world)), rank, device, world)
     served = []
 
     def serve(keys: torch.Tensor) -> torch.Tensor:
         served.append(int(keys.numel()))
         if keys.numel() and (int(keys.min()) < 0 or int(keys.max()) >= TIER):
             raise SystemExit("asked for a key this member does not hold")
-        return rows_of(rank, keys.numpy())
+        return rows_of(rank, keys.cpu().numpy()).to(device)
 
     rng = np.random.default_rng(rank)
     ex = RowExchange(group)
@@ -73,23 +84,55 @@ def main() -> int:
     # uneven counts: rank 0 asks 23 of rank 1 and 4 of itself, rank 1 asks 5 of rank 0 and 9 of itself
     counts = {0: [4, 23], 1: [5, 9]}[rank]
     before = ex.chunks
-    _, sunk = check(ex, [rng.integers(0, TIER, c) for c in counts], serve)
+    _, sunk = check(ex, [rng.integers(0, TIER, c) for c in counts], serve, device=device)
     report["uneven"] = {"chunks": ex.chunks - before, "sink_calls": sunk, "peak": ex.peak_bytes}
     # one member asks nothing, the other 41 rows of it
     before, served_before = ex.chunks, sum(served)
     want = [np.zeros(0, np.int64)] * world if rank == 0 else [rng.integers(0, TIER, 41), np.zeros(0, np.int64)]
-    _, sunk = check(ex, want, serve)
+    _, sunk = check(ex, want, serve, device=device)
     report["one_sided"] = {"chunks": ex.chunks - before, "sink_calls": sunk, "served": sum(served) - served_before}
+    # zero-size: nobody asks anything (one collective, no chunk)
+    before = ex.chunks
+    check(ex, [np.zeros(0, np.int64)] * world, serve, device=device)
+    report["nothing"] = {"chunks": ex.chunks - before}
     # different numbers of batches: rank 1 has three more, rank 0 serves them from finish()
     rounds_before = ex.rounds
     for i in range(2 + 3 * rank):
         check(ex, [rng.integers(0, TIER, 7 * i + rank) if j != rank else np.zeros(0, np.int64)
-                   for j in range(world)], serve)
+                   for j in range(world)], serve, device=device)
     ex.finish(serve)
     report["uneven_batches"] = {"rounds": ex.rounds - rounds_before}
     report.update(rounds=ex.rounds, chunks=ex.chunks, served_rows=ex.served_rows, peak_bytes=ex.peak_bytes,
                   round_bytes=RowExchange.round_bytes(10_000, int(np.prod(ROW)) * 4, world))
     (out / f"rank{rank}.json").write_text(json.dumps(report))
+    group.release()
+    dist.destroy_process_group()
+    return 0
+
+
+def subset(rank: int, out: Path, device: torch.device) -> int:
+    """Ranks 0 and 2 one exchange, rank 1 alone in its own: rows between 0 and 2 only, every round together."""
+    members = (0, 2) if rank != 1 else (1,)
+    group = ExchangeGroup(dist.group.WORLD, members, rank, device, 3)
+
+    def serve(keys: torch.Tensor) -> torch.Tensor:
+        if rank == 1 and keys.numel():
+            raise SystemExit("rank 1 was asked for rows though no exchange has it as an owner")
+        return rows_of(group.index, keys.cpu().numpy()).to(device)
+
+    ex = RowExchange(group)
+    rng = np.random.default_rng(rank)
+    rows = 0
+    for i in range(3 + rank):  # rank 2 has two batches more than rank 0, rank 1 one more
+        if rank == 1:
+            want = [np.zeros(0, np.int64)]
+        else:
+            want = [rng.integers(0, TIER, 5 + i) if m != rank else np.zeros(0, np.int64) for m in members]
+        check(ex, want, serve, device=device)
+        rows += sum(len(w) for w in want)
+    ex.finish(serve)
+    (out / f"rank{rank}.json").write_text(json.dumps({"rounds": ex.rounds, "chunks": ex.chunks, "rows": rows,
+                                                      "served_rows": ex.served_rows}))
     group.release()
     dist.destroy_process_group()
     return 0

@@ -32,7 +32,7 @@ from moment.runtime.ssd_model import TierModel
 from moment.runtime.disk_tier import DiskTier
 from moment.runtime import exchange
 from moment.runtime.exchange import RowExchange
-from moment.runtime.gpu_tier import load_gpu_rows
+from moment.runtime.gpu_tier import load_gpu_table
 from moment.runtime.peers import PeerTier, gather_peer_map
 from moment.runtime.store import Collectives, RankPlace, StoreInfo, StoreOptions, open_tiers
 from moment.runtime.tier import LayoutRows, Tier
@@ -106,9 +106,8 @@ def peer_alone(layout: Path, where: RankPlace, group, want, step) -> dict:
     plan = plan_store(lay, where, StoreOptions(buffer_bytes=1 << 20), None)
     rows = LayoutRows(lay)
     disk = DiskTier(lay, rows, where.device, plan.tiers, rank=where.rank, world_size=where.world_size)
-    held, table = load_gpu_rows(rows, plan.rank.gpu_bins, disk.file_rows)
-    peer = PeerTier(rows, disk, where.device, group, gather_peer_map(held, group),
-                    torch.from_numpy(table).to(where.device))
+    held, table = load_gpu_table(rows, plan.rank.gpu_bins, disk.file_rows, where.device)
+    peer = PeerTier(rows, disk, where.device, group, gather_peer_map(held, group), table)
     try:
         # first a batch of k rows that all sit on the peer's tier, on both ranks: the round the exchange's
         # stated size is for (each asks k rows and serves k)

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from moment.placement import BinSet, ddak, write_layout
+from moment.runtime.collective_trace import TRACE_ENV
 from moment.workload.graph import GraphDataset
 from moment.workload.hotness import presample
 from moment.workload.synth import synthesize
@@ -79,8 +80,10 @@ def train_args(layout: Path, out: Path, *extra: str) -> list[str]:
 
 def run_two_ranks(layout: Path, out_dir: Path) -> dict:
     """`two_rank_run`: through tests/exit_ranks.py (the real `moment.train` entry's `train()`), so the same
-    launch also records each rank's threads once training has returned (`rank0.json`, `rank1.json`)."""
-    torchrun([str(out_dir), *train_args(layout, out_dir / "m.json")], script=REPO / "tests" / "exit_ranks.py")
+    launch also records each rank's threads once training has returned (`rank0.json`, `rank1.json`), and
+    every collective each rank issued (`trace/`, moment.runtime.collective_trace)."""
+    torchrun([str(out_dir), *train_args(layout, out_dir / "m.json")], script=REPO / "tests" / "exit_ranks.py",
+             env={TRACE_ENV: str(out_dir / "trace")})
     return json.loads((out_dir / "m.json").read_text())
 
 

@@ -33,6 +33,17 @@ def test_split_fits_the_budget_and_fills_it():
     assert "memory budget: 2.00 GiB" in b.lines()[0]
 
 
+def test_on_cuda_the_gpu_tier_the_batches_and_the_step_are_not_charged_to_the_host():
+    """They are in device memory (moment.runtime.device_budget); the host holds the pinned ring and upload chunk."""
+    cpu = split_budget(2048 * MiB, "given", 2, _shape())
+    cuda = split_budget(2048 * MiB, "given", 2, _shape(device="cuda", ring_bytes=64 * MiB, upload_bytes=24 * MiB))
+    on_cpu, on_cuda = ({it.name: it.bytes for it in s.budget.items} for s in (cpu, cuda))
+    assert cpu.gpu_rows > 0 and on_cpu["gpu cache stand-in"] == cpu.gpu_rows * 512
+    assert cuda.gpu_rows == 0 and not {"gpu cache stand-in", "batch features", "training"} & set(on_cuda)
+    assert on_cuda["staging ring"] == 64 * MiB and on_cuda["gpu table upload"] == 24 * MiB
+    assert cuda.cpu_rows > cpu.cpu_rows  # what they took goes to the CPU cache
+
+
 def test_per_rank_items_count_once_per_rank():
     one = split_budget(2048 * MiB, "given", 1, _shape(policy="lru"))
     two = split_budget(2048 * MiB, "given", 2, _shape(policy="lru"))

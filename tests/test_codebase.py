@@ -75,3 +75,26 @@ def test_comments_cite_papers_not_the_tracker():
             for no, line in enumerate(p.read_text(encoding="utf-8", errors="replace").splitlines(), 1)
             if _TRACKER.search(line)]
     assert not hits, "\n".join(hits)
+
+
+def _thread_starts(path: Path) -> list[int]:
+    """Lines of `path` that make a thread directly (`threading.Thread(...)` or `Thread(...)`)."""
+    hits = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+            if name == "Thread":
+                hits.append(node.lineno)
+    return hits
+
+
+def test_the_runtime_starts_threads_only_through_the_helper_that_binds_the_device():
+    """A runtime thread that touches CUDA unbound runs on GPU 0 (and makes a context there in every rank):
+    moment.runtime.threads.start_thread binds the rank's device first, and is the only maker of threads."""
+    helper = PACKAGE / "runtime" / "threads.py"
+    bare = [f"{p.relative_to(REPO)}:{no}" for p in sorted((PACKAGE / "runtime").rglob("*.py")) if p != helper
+            for no in _thread_starts(p)]
+    assert not bare, f"start these through moment.runtime.threads.start_thread: {bare}"
+    assert _thread_starts(helper), "the helper no longer makes the thread: the check above sees nothing"
+    assert _thread_starts(PACKAGE / "service" / "jobs.py"), "the pattern no longer finds a thread it should"

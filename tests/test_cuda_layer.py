@@ -85,17 +85,19 @@ def test_without_cuda_no_device_has_an_address():
 
 @cuda
 def test_a_checkpoint_restores_the_cuda_generators(tmp_path):
-    """moment.runtime.checkpoint: an exact resume on a GPU repeats the CUDA random draws (dropout) too."""
+    """moment.runtime.checkpoint: an exact resume on a GPU repeats the CUDA random draws (dropout) too; the
+    checkpoint holds the rank's own device's generator only (the last device: not the current one)."""
     from moment.runtime.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 
+    dev = torch.device("cuda", torch.cuda.device_count() - 1)
     torch.cuda.manual_seed_all(7)
-    save_checkpoint(tmp_path, {"rng": rng_state()})
-    first = torch.rand(8, device="cuda")
+    save_checkpoint(tmp_path, {"rng": rng_state(dev)})
+    first = torch.rand(8, device=dev)
     torch.cuda.manual_seed_all(8)
     state = load_checkpoint(tmp_path)["rng"]
-    assert len(state["cuda"]) == torch.cuda.device_count()
-    set_rng_state(state)
-    assert torch.equal(torch.rand(8, device="cuda"), first)
+    assert isinstance(state["cuda"], torch.Tensor)  # one generator's state, not a list of every GPU's
+    set_rng_state(state, dev)
+    assert torch.equal(torch.rand(8, device=dev), first)
 
 
 @cuda

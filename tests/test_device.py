@@ -12,8 +12,10 @@ import numpy as np
 import pytest
 import torch
 
+from fake_device import FakeCudaLayer
+
 from moment.errors import MomentError
-from moment.io.device import DeviceLayer, DeviceStaging, StagingRing
+from moment.io.device import DeviceLayer, DeviceStaging, StagingRing, ring_bytes, slot_bytes
 from moment.runtime.pipeline import Prepared
 from moment.workload.sampler import Block
 
@@ -46,6 +48,8 @@ def test_cpu_layer_calls_are_no_ops():
         dev.used_here(t)
         dev.synchronize(None)
     assert not dev.host_buffer(16).is_pinned()
+    assert dev.memory() is None and dev.peak_reserved() is None  # no device memory to budget or measure
+    dev.reset_peak()
     item = _prepared(dev, None)
     item.wait()  # what the trainer calls before every step: nothing to wait for on CPU
     assert item.x.sum() == 1 << 20
@@ -53,13 +57,62 @@ def test_cpu_layer_calls_are_no_ops():
 
 def test_cpu_staging_never_hands_out_a_buffer_a_batch_still_uses():
     """On CPU the batch is its staging buffer (no copy), so the ring gives every batch its own buffer."""
-    ring = StagingRing("cpu", slots=2)
+    ring = StagingRing("cpu", 64, slots=2)
     batches = []
     for k in range(3):  # one more than the ring's slots
         stage = ring.take(64)
         stage.array[:64] = k
         batches.append(stage.to_device(64))
     assert [int(b[0]) for b in batches] == [0, 1, 2] and all(int(b.sum()) == 64 * k for k, b in enumerate(batches))
+    assert ring.nbytes() == 0 and ring.stream is None  # no slots, no copy stream
+
+
+def test_a_slot_is_the_power_of_two_at_or_above_the_extent():
+    """What PyTorch's pinned allocator hands out for a request anyway: asking it exactly, the charge is the block."""
+    assert [slot_bytes(x) for x in (0, 1, 2, 3, 1000, 1024, 1025, (3 << 20) + 1)] == [1, 1, 2, 4, 1024, 1024, 2048, 4 << 20]
+    rng = np.random.default_rng(0)
+    for x in rng.integers(1, 1 << 40, 200).tolist():
+        s = slot_bytes(x)
+        assert s & (s - 1) == 0 and x <= s < 2 * x
+    assert ring_bytes(3000) == 2 * 4096 and ring_bytes(3000, slots=3) == 3 * 4096
+
+
+def test_the_ring_allocates_its_slots_once_and_never_again():
+    """Batches of every size up to the slot go through the same slots (no slot grows and strands a pinned
+    block), what the ring holds is what `ring_bytes` charges, and a batch larger than a slot is refused."""
+    dev = FakeCudaLayer()
+    ring = StagingRing(dev, 3000, slots=2)
+    slots = [b.host for b in ring.bufs]
+    assert [t.numel() for t in dev.pinned] == [4096, 4096] and dev.pinned_bytes() == ring.nbytes() == ring_bytes(3000)
+    rng = np.random.default_rng(1)
+    for i, n in enumerate([100, 3000, 1, 4096, 2500, 7, 4096, 3999]):
+        stage = ring.take(n)
+        assert stage.host is slots[i % 2]
+        data = torch.from_numpy(rng.integers(0, 256, n, dtype=np.uint8))
+        stage.array[:n] = data.numpy()
+        assert torch.equal(stage.to_device(n), data)
+    assert len(dev.pinned) == 2 and [b.host for b in ring.bufs] == slots
+    with pytest.raises(MomentError, match=r"a batch of 4,097 B does not fit the staging slots of 4,096 B"):
+        ring.take(4097)
+
+
+def test_one_copy_stream_per_ring_and_batches_allocated_on_the_callers_stream():
+    """The slots share the ring's one copy stream (a stream per buffer strands the device blocks freed on it);
+    each device batch is allocated on the caller's stream (the pipeline's: its memory returns to that
+    stream's pool), the copy stream waits for the caller's work before copying into it, the copy runs on
+    the copy stream and the caller waits for it before using the batch."""
+    dev = FakeCudaLayer()
+    ring = StagingRing(dev, 1 << 12, slots=3)
+    assert dev.streams == ["stream 0"] and {b.stream for b in ring.bufs} == {"stream 0"}
+    for n in (10, 4096, 5):
+        with dev.on("pipeline"):
+            stage = ring.take(n)
+            stage.array[:n] = 1
+            dev.log.clear()
+            stage.to_device(n)
+        assert dev.log == [("alloc", "pipeline"), ("wait", "stream 0", "pipeline"), ("copy", "stream 0"),
+                           ("wait", "pipeline", "stream 0")]
+    assert dev.streams == ["stream 0"]
 
 
 def test_cuda_device_without_cuda_is_one_error():
@@ -108,15 +161,26 @@ def test_cuda_staging_copies_on_a_side_stream_and_waits_before_refill():
 
 
 @cuda
-def test_cuda_staging_ring_alternates_and_grows():
-    ring = StagingRing("cuda", slots=2)
-    a, b = ring.take(100), ring.take(100)
+def test_cuda_staging_ring_alternates_through_fixed_pinned_slots():
+    ring = StagingRing("cuda", 3 << 20, slots=2)
+    a, b = ring.take(100), ring.take(3 << 20)
     assert a is not b and ring.take(100) is a and ring.take(10) is b
-    big = ring.take(3 << 20)  # larger than slot 0: replaced by a bigger buffer, 25% spare
-    assert big is not a and big.host.numel() >= 3 << 20 and ring.bufs[0] is big
-    big.array[:5] = np.arange(5, dtype=np.uint8)
-    assert torch.equal(big.to_device(5).cpu(), torch.arange(5, dtype=torch.uint8))
-    assert ring.nbytes() == big.host.numel() + b.host.numel()
+    assert a.host.is_pinned() and a.stream is b.stream is ring.stream is not None
+    assert ring.nbytes() == ring_bytes(3 << 20) == 2 * (4 << 20)
+    a.array[:5] = np.arange(5, dtype=np.uint8)
+    assert torch.equal(a.to_device(5).cpu(), torch.arange(5, dtype=torch.uint8))
+
+
+@cuda
+def test_cuda_device_memory_and_its_peak():
+    """What the device budget is resolved against (free and total) and what the metrics measure (the peak)."""
+    dev = DeviceLayer("cuda")
+    mem = dev.memory()
+    assert 0 < mem.free <= mem.total
+    dev.reset_peak()
+    x = torch.empty(64 << 20, dtype=torch.uint8, device=dev.device)
+    assert dev.peak_reserved() >= 64 << 20
+    del x
 
 
 @cuda
@@ -131,3 +195,26 @@ def test_cuda_events_order_streams():
     assert float(x.sum()) == 3.0 * (1 << 20)
     dev.synchronize(ev)
     assert ev.query()
+
+
+@cuda
+def test_cuda_delayed_copies_show_a_refill_that_does_not_wait(monkeypatch):
+    """With every copy held on its stream and the batches read late, the ring's wait before a refill is all that
+    keeps the bytes: the doctor's race check passes with it and fails without it (so it can catch the bug)."""
+    from moment.runtime import gpucheck
+
+    assert gpucheck.staging_ring("cuda").status == "ok"
+    monkeypatch.setattr(DeviceStaging, "wait_copied", lambda self: None)
+    c = gpucheck.staging_ring("cuda")
+    assert c.status == "failed" and "arrived changed" in c.detail, c.detail
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs (a thread bound to the second)")
+def test_cuda_a_runtime_thread_works_on_the_device_it_was_started_for():
+    """A new thread's current device is 0; the runtime's helper binds it first, so its work lands on its own."""
+    from moment.runtime.threads import start_thread
+
+    seen = []
+    start_thread(lambda: seen.append((torch.cuda.current_device(), torch.ones(1, device="cuda").device.index)),
+                 "moment-test", torch.device("cuda", 1)).join()
+    assert seen == [(1, 1)]

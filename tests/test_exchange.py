@@ -126,22 +126,30 @@ def test_a_round_holds_at_most_two_chunks_whatever_the_batch_asks():
     assert RowExchange.round_bytes(80_000, rb, 1) == 0  # nobody to ask
 
 
-@pytest.mark.slow
-def test_two_gloo_members_exchange_in_chunks_bit_exact(tmp_path, chunk=4):
-    """Uneven counts, a member asking itself, one asking nothing, different numbers of batches: every row
-    checked by the members (tests/exchange_ranks.py), chunks of `chunk` rows."""
+def _members(tmp_path: Path, world: int, chunk: int, backend: str = "gloo") -> list[dict]:
+    """tests/exchange_ranks.py on `world` processes (a FileStore); each one's report."""
     store = tmp_path / "store"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    procs = [subprocess.Popen([sys.executable, str(REPO / "tests" / "exchange_ranks.py"), str(r), "2", str(store),
-                               str(tmp_path), str(chunk)], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for r in (0, 1)]
+    procs = [subprocess.Popen([sys.executable, str(REPO / "tests" / "exchange_ranks.py"), str(r), str(world),
+                               str(store), str(tmp_path), str(chunk), backend], cwd=REPO, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(world)]
     try:
         outs = [p.communicate(timeout=120) for p in procs]
     finally:
         for p in procs:
             p.kill()
     assert all(p.returncode == 0 for p in procs), [o[1][-3000:] for o in outs]
-    r = [json.loads((tmp_path / f"rank{i}.json").read_text()) for i in (0, 1)]
+    return [json.loads((tmp_path / f"rank{i}.json").read_text()) for i in range(world)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["gloo", pytest.param("nccl", marks=pytest.mark.skipif(
+    torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs (the exchange on NCCL between two ranks)"))])
+def test_two_members_exchange_in_chunks_bit_exact(tmp_path, backend, chunk=4):
+    """Uneven counts, a member asking itself, one asking nothing, nobody asking, different numbers of batches:
+    every row checked by the members (tests/exchange_ranks.py), chunks of `chunk` rows; gloo on CPU, NCCL on
+    two GPUs (where they exist)."""
+    r = _members(tmp_path, 2, chunk, backend)
     assert r[0]["chunk_rows"] == chunk
     # uneven: the matrix [[4, 23], [5, 9]]: 32 rows asked of rank 1, so at least 32 / chunk chunks, on both
     u = [x["uneven"] for x in r]
@@ -156,3 +164,49 @@ def test_two_gloo_members_exchange_in_chunks_bit_exact(tmp_path, chunk=4):
     assert r[0]["rounds"] == r[1]["rounds"] and r[0]["chunks"] == r[1]["chunks"]
     # one chunk's keys and rows, asked and served: within what the exchange states for any round
     assert all(0 < x["peak_bytes"] <= x["round_bytes"] == 2 * chunk * (60 + 8) for x in r)
+    assert [x["nothing"]["chunks"] for x in r] == [0, 0]  # nobody asked: the counts alone, on both
+
+
+@pytest.mark.slow
+def test_members_of_one_exchange_and_a_rank_of_another_take_part_in_every_round_on_the_world_group(tmp_path):
+    """The runtime's exchanges run on the world group (one communicator): ranks 0 and 2 exchange rows while
+    rank 1, the only member of its own exchange, asks and serves nothing, yet every rank runs every round
+    until the last one is done (rank 2 has the most batches)."""
+    r = _members(tmp_path, 3, 4)
+    assert r[0]["rounds"] == r[1]["rounds"] == r[2]["rounds"] == 6  # rank 2's 5 batches, then the last idle round
+    assert r[1]["rows"] == r[1]["served_rows"] == 0
+    assert r[0]["served_rows"] == r[2]["rows"] > 0 and r[2]["served_rows"] == r[0]["rows"] > 0
+
+
+@pytest.mark.parametrize("group", BACKENDS[:1], indirect=True)
+def test_rows_still_being_read_are_sent_when_the_round_is_finished(group, monkeypatch):
+    """A serving rank's disk reads (the remote tier's) come back as a Deferred: the last chunk's are waited for
+    only when the round is finished (they run during the caller's training step); earlier chunks' at once."""
+    rb = 16
+    monkeypatch.setattr(exchange, "CHUNK_BYTES", 4 * rb)  # chunks of 4 rows
+    tier = torch.from_numpy(np.random.default_rng(4).integers(0, 256, (40, rb), dtype=np.uint8))
+    waited = []
+
+    class Reading:
+        def __init__(self, keys):
+            self.keys = keys
+
+        def wait(self):
+            waited.append(int(self.keys.numel()))
+            return tier[self.keys]
+
+    def serve(keys: torch.Tensor):
+        return tier[keys] if keys.numel() == 0 else Reading(keys)
+
+    ex = RowExchange(group)
+    keys = np.array([3, 9, 1], np.int64)
+    got = torch.zeros(3, rb, dtype=torch.uint8)
+    r = ex.start([keys], serve, into(got))
+    assert waited == [] and r.pending and not got.any()  # nothing read yet, nothing sent
+    assert r.finish() and waited == [3] and torch.equal(got, tier[keys]) and not r.pending
+    keys = np.arange(10, 20)
+    got = torch.zeros(10, rb, dtype=torch.uint8)
+    r = ex.start([keys], serve, into(got))
+    assert waited == [3, 3, 3]  # chunks of 3, 3 and 4 rows (split evenly): the first two at once
+    r.finish()
+    assert waited == [3, 3, 3, 4] and torch.equal(got, tier[keys])  # the last one at finish

@@ -4,6 +4,7 @@ through the same code (`--device cpu`); without CUDA the plain command says so i
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -47,33 +48,133 @@ def test_what_cannot_run_is_one_error(capsys):
 
 @pytest.mark.slow
 def test_on_cpu_the_pipelined_epoch_equals_the_in_memory_run_and_the_ring_delivers_every_byte(capsys):
-    """The same comparison a GPU runs, here on the CPU with one rank (the 2-rank tiered run against the
-    in-memory baseline is tests/test_train.py's): every tier is read, and the loss curves agree bit for bit."""
-    code, out, err = _doctor(capsys, "--gpu", "--device", "cpu", "--ranks", "1", "--json")
+    """The same comparisons a GPU runs, here on the CPU with two ranks: every batch bit for bit and the loss
+    curves equal, every tier read, every collective from the training thread; no GPU to check ranks on."""
+    code, out, err = _doctor(capsys, "--gpu", "--device", "cpu", "--json")
     assert code == 0, err
     doc = json.loads(out)
     assert doc["ok"] and doc["device"] == "cpu"
     checks = {c["name"]: c for c in doc["checks"]}
-    assert list(checks) == ["pipelined epoch", "staging ring"]  # no CUDA tests on the CPU
+    assert list(checks) == ["pipelined epoch", "collectives", "rank devices", "staging ring"]  # no CUDA tests on CPU
     epoch = checks["pipelined epoch"]
     assert epoch["status"] == "ok" and epoch["data"]["bit_exact"] and epoch["data"]["steps"] == 8
-    assert {"gpu", "cpu", "ssd"} <= set(epoch["data"]["tier_rows"])  # the tiered store really read its tiers
+    assert epoch["data"]["batch_differences"] == [] and "feature bytes equal" in epoch["detail"]
+    assert {"gpu", "peer", "cpu", "ssd"} <= set(epoch["data"]["tier_rows"])  # the tiered store read every tier
+    coll = checks["collectives"]
+    assert coll["status"] == "ok" and coll["data"]["problems"] == [] and min(coll["data"]["calls"]) > 10
+    assert checks["rank devices"]["status"] == "skipped"
     ring = checks["staging ring"]
     assert ring["status"] == "ok" and ring["data"]["mismatched"] == [] and ring["data"]["batches"] == len(gc.RING_BATCHES)
+    assert doc["counts"] == {"ok": 3, "skipped": 1, "failed": 0}
+    assert doc["summary"] == "3 passed, 1 skipped (rank devices: no GPU: the ranks run on the CPU)"
 
 
-@pytest.mark.parametrize("device,off,status", [("cpu", 0.0, "ok"), ("cpu", 1e-9, "failed"), ("cuda", 5e-7, "ok"),
-                                               ("cuda", 2e-6, "failed")])
+def _fake_runs(monkeypatch, curves: dict[str, list[float]], features: dict[str, str] | None = None):
+    """make_layout and launch without training: each run's metrics and per-rank records as given."""
+    def launch(ranks, args, metrics, env):
+        from moment.runtime.run_record import RECORD_ENV
+
+        where = Path(env[RECORD_ENV])
+        where.mkdir(parents=True, exist_ok=True)
+        for r in range(ranks):
+            b = [{"epoch": 0, "batch": i, "ids": "i", "blocks": "b", "labels": "l",
+                  "features": (features or {}).get(f"{metrics.name}:{r}:{i}", "f")} for i in range(3)]
+            (where / f"run-rank{r}.json").write_text(json.dumps({"rank": r, "batches": b}))
+        return {"loss_curve": curves[metrics.name], "tier_rows": {"ssd": 3}}
+
+    monkeypatch.setattr(gc, "make_layout", lambda root, gpus, pci=None: root / "L")
+    monkeypatch.setattr(gc, "launch", launch)
+
+
+@pytest.mark.parametrize("device,off,status", [("cpu", 0.0, "ok"), ("cpu", 1e-9, "failed"), ("cuda", 5e-3, "ok"),
+                                               ("cuda", 2e-2, "failed")])
 def test_a_loss_curve_further_than_the_tolerance_from_the_in_memory_run_fails(monkeypatch, tmp_path, device, off,
                                                                               status):
-    """On CPU the two runs read the same bytes in the same order: any difference fails; on CUDA, 1e-6."""
-    curves = {"memory.json": [1.25, 0.75, 0.5], "tiered.json": [1.25, 0.75 + off, 0.5]}
-    monkeypatch.setattr(gc, "make_layout", lambda root, gpus: root / "L")
-    monkeypatch.setattr(gc, "launch", lambda ranks, args, metrics: {"loss_curve": curves[metrics.name],
-                                                                   "tier_rows": {"ssd": 3}})
+    """On CPU the two runs compute the same bytes in the same order: any difference fails; on CUDA 1e-3 + 1%."""
+    _fake_runs(monkeypatch, {"memory.json": [1.25, 0.75, 0.5], "tiered.json": [1.25, 0.75 + off, 0.5]})
+    monkeypatch.setattr(gc, "plan_addresses", lambda device, ranks: None)
     c = gc.pipelined_epoch(device, tmp_path, 2)
     assert c.status == status and c.data["bit_exact"] == (off == 0.0) and c.data["max_abs_diff"] == pytest.approx(off)
     assert ("bit for bit" in c.detail) == (off == 0.0)
+    if status == "failed":
+        assert "the loss of step 2 differs from the in-memory run's" in c.detail
+
+
+def test_one_batch_whose_feature_bytes_differ_fails_though_the_losses_agree(monkeypatch, tmp_path):
+    _fake_runs(monkeypatch, {"memory.json": [1.0, 0.5, 0.25], "tiered.json": [1.0, 0.5, 0.25]},
+               features={"tiered.json:1:2": "other"})
+    c = gc.pipelined_epoch("cuda", tmp_path, 2)
+    assert c.status == "failed" and c.data["batch_differences"] == ["rank 1 batch 2 of epoch 1: features"]
+    assert "1 batch(es) differ from the in-memory run's: rank 1 batch 2 of epoch 1: features" in c.detail
+
+
+def _runs_check(tmp_path: Path, ranks: int, recs: list[dict], per_rank: list[dict]) -> gc.Check:
+    (tmp_path / "tiered").mkdir(exist_ok=True)
+    for r, rec in enumerate(recs):
+        (tmp_path / "tiered" / f"run-rank{r}.json").write_text(json.dumps({"rank": r, "batches": [], **rec}))
+    return gc.Check("pipelined epoch", "ok", "", data={"work": str(tmp_path), "ranks": ranks, "per_rank": per_rank})
+
+
+def test_rank_devices_names_a_rank_off_its_gpu_a_context_on_another_and_a_shared_device(tmp_path):
+    a, b = "0000:17:00.0", "0000:65:00.0"
+    pci = [{"rank": r, "matched_by": "pci bus id"} for r in (0, 1)]
+    ok = _runs_check(tmp_path, 2, [{"device": "cuda:1", "pci": a, "gpu_contexts": ["00000000:17:00.0"]},
+                                   {"device": "cuda:0", "pci": b, "gpu_contexts": ["00000000:65:00.0"]}], pci)
+    c = gc.rank_devices(ok, "cuda")
+    assert c.status == "ok" and "matched by PCI address; each holds a CUDA context on its own GPU only" in c.detail
+    stray = _runs_check(tmp_path, 2, [{"device": "cuda:1", "pci": a, "gpu_contexts": ["00000000:17:00.0"]},
+                                      {"device": "cuda:0", "pci": b, "gpu_contexts": ["00000000:65:00.0",
+                                                                                      "00000000:17:00.0"]}], pci)
+    c = gc.rank_devices(stray, "cuda")
+    assert c.status == "failed" and c.detail == (f"rank 1 (on cuda:0 at {b}) holds CUDA contexts on {a}, {b}")
+    shared = _runs_check(tmp_path, 2, [{"device": "cuda:0", "pci": a, "gpu_contexts": None},
+                                       {"device": "cuda:0", "pci": a, "gpu_contexts": None}],
+                         [{"rank": 0, "matched_by": "pci bus id"}, {"rank": 1, "matched_by": "local-rank order"}])
+    c = gc.rank_devices(shared, "cuda")
+    assert c.status == "failed" and c.data["problems"] == [
+        "two ranks on one device: ['cuda:0', 'cuda:0']",
+        "rank 1 took cuda:0 by local-rank order, not by its plan GPU's PCI address"]
+    assert gc.rank_devices(ok, "cpu").status == "skipped"
+    assert gc.rank_devices(gc.Check("pipelined epoch", "failed", "x"), "cuda").detail == \
+        "needs the pipelined epoch's runs, which failed"
+
+
+def test_collectives_fails_on_a_second_thread(tmp_path):
+    runs = _runs_check(tmp_path, 2, [{}, {}], [])
+    (tmp_path / "trace").mkdir()
+    one = [{"op": "all_reduce", "group": None, "thread": "MainThread"}]
+    two = one + [{"op": "all_to_all_single", "group": None, "thread": "moment-gather_loop"}]
+    for r, calls in enumerate((two, two)):
+        (tmp_path / "trace" / f"collectives-rank{r}.json").write_text(json.dumps({"calls": calls}))
+    c = gc.collectives(runs)
+    assert c.status == "failed" and c.detail.startswith("rank 0 issued collectives from 2 threads")
+
+
+def test_a_check_that_hangs_fails_at_its_deadline_and_a_hung_subprocess_is_killed(monkeypatch, tmp_path):
+    import time
+
+    monkeypatch.setitem(gc.DEADLINE, "staging ring", 1)
+    t0 = time.perf_counter()
+    c = gc._timed("staging ring", lambda: time.sleep(30))
+    assert c.status == "failed" and c.detail == "did not finish within 1 s: it hangs" and time.perf_counter() - t0 < 5
+    marker = tmp_path / "child-alive"
+    t0 = time.perf_counter()
+    with pytest.raises(gc.MomentError, match="did not finish within 1 s: it hangs"):
+        gc.run_bounded(["bash", "-c", f"(sleep 3; touch {marker}) & sleep 60"], 1)
+    time.sleep(3)
+    assert time.perf_counter() - t0 < 10 and not marker.exists()  # the whole group went, its child too
+
+
+def test_the_summary_counts_skips_and_never_calls_them_a_pass():
+    rep = gc.Report("cuda", "2.13", {"version": "12", "devices": ["H100"]},
+                    [gc.Check("cuda tests", "ok", "12 passed"), gc.Check("rank devices", "skipped", "why not")])
+    assert rep.ok and rep.summary() == "1 passed, 1 skipped (rank devices: why not)"
+    assert "all" not in " ".join(gc.render(rep)).lower()
+    rep.checks.append(gc.Check("staging ring", "failed", "batch 2 arrived changed"))
+    assert not rep.ok and rep.summary() == "1 passed, 1 skipped (rank devices: why not), 1 FAILED: see above"
+    c = gc.tests_check(0, "SKIPPED [1] tests/test_peers.py:9: needs 2 GPUs\n=== 30 passed, 1 skipped in 9.1s ===",
+                       ["tests/test_peers.py"])
+    assert c.status == "ok" and c.detail.startswith("30 passed, 1 skipped in 9.1s") and len(c.data["skipped"]) == 1
 
 
 def test_the_ring_check_finds_a_batch_that_arrives_changed(monkeypatch):
@@ -104,4 +205,6 @@ def test_a_check_that_breaks_is_reported_failed_the_others_still_run_and_the_com
     lines = out.splitlines()
     assert code == 1 and "Traceback" not in out + err
     assert any(ln.split()[:3] == ["failed", "pipelined", "epoch"] and "RuntimeError: CUDA error" in ln for ln in lines)
-    assert any(ln.split()[:3] == ["ok", "staging", "ring"] for ln in lines) and lines[-1].startswith("some checks FAILED")
+    assert any(ln.split()[:3] == ["ok", "staging", "ring"] for ln in lines)
+    assert lines[-1] == ("1 passed, 2 skipped (collectives: needs the pipelined epoch's runs, which failed; rank devices: "
+                         "needs the pipelined epoch's runs, which failed), 1 FAILED: see above")

@@ -19,6 +19,7 @@ import pytest
 from runtime_data import TRAIN_ARGS, make_split
 
 from moment import testpoints
+from moment.runtime.collective_trace import TRACE_ENV, check
 from moment.runtime.rendezvous import Rendezvous
 
 pytestmark = pytest.mark.slow
@@ -90,8 +91,13 @@ def test_two_agents_train_a_split_layout_with_the_curve_of_the_whole_one(split_l
     out = tmp_path / "m.json"
     # each machine its own options where they may differ: only machine 0 asks for the metrics, machine 1 is quiet
     (a, _, ea), (b, _, eb) = agents([split_layout / "m0", split_layout / "m1"], tmp_path, *TRAIN_ARGS, "--epochs",
-                                    "1", extra=[["--metrics-json", str(out)], ["--quiet"]])
+                                    "1", extra=[["--metrics-json", str(out)], ["--quiet"]],
+                                    env={TRACE_ENV: str(tmp_path / "trace")})
     assert a == 0 and b == 0, ea + eb
+    # every collective of each rank from its training thread, in one order: the remote tier's rounds too
+    calls = [json.loads((tmp_path / "trace" / f"collectives-rank{r}.json").read_text())["calls"] for r in (0, 1)]
+    assert check(calls) == []
+    assert all(sum(c["op"] == "all_to_all_single" and c["async"] for c in cs) > 5 for cs in calls), calls
     m = json.loads(out.read_text())
     np.testing.assert_allclose(m["loss_curve"], two_rank_run["loss_curve"][:8], rtol=1e-6)
     m0, m1 = m["machines"]

@@ -193,7 +193,7 @@ def test_an_epoch(kernel, tmp_path):
         "planned_memory": planned_memory, "root_exists": root.exists()}""")
     m = r["m"]
     st = m["stage_seconds"]
-    assert set(st) == {"sample", "gather_submit", "gather_wait", "train"}
+    assert set(st) == {"sample", "gather_submit", "gather_wait", "train", "exchange", "exchange_wait"}
     assert all(v >= 0 for v in st.values()) and st["train"] > 0 and m["pipeline_wall_s"] > 0
     assert m["limiting_stage"] == "train", "the text says training on the CPU is the slowest stage"
     assert m["pipeline_wall_s"] >= st["train"]

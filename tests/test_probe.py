@@ -68,3 +68,45 @@ def test_no_cuda_means_no_cuda_block():
     from moment.io.probe import probe_cuda
 
     assert probe_cuda() is None
+
+
+class FakeGpus:
+    """`n` GPUs whose copies are asynchronous: a copy queues `seconds` of work on every GPU it involves, and
+    only waiting on a GPU moves the host's clock past its queued work."""
+
+    def __init__(self, n: int, seconds: float) -> None:
+        self.now, self.seconds, self.busy_until = 0.0, seconds, [0.0] * n
+
+    def copy(self, src: int | None, dst: int) -> None:
+        for d in {dst} if src is None else {src, dst}:
+            self.busy_until[d] = max(self.busy_until[d], self.now) + self.seconds
+
+    def sync(self, devices: tuple[int, ...]) -> None:
+        self.now = max([self.now, *(self.busy_until[d] for d in devices)])
+
+    def clock(self) -> float:
+        return self.now
+
+
+def test_every_gpus_copies_are_timed_until_that_gpu_is_done():
+    """Waiting on GPU 0 alone stopped the clock while copies to GPUs 1 and 2 were still running: they
+    reported absurd rates. Each copy now waits on every GPU it involves: 1 GB in 0.1 s is 10 GB/s, on every
+    GPU and between every pair."""
+    from moment.io.probe import copy_rates
+
+    gpus = FakeGpus(3, 0.1)
+    got = copy_rates(3, 10**9, gpus.copy, gpus.sync, repeats=3, clock=gpus.clock)
+    assert sorted(got["h2d_gbps"]) == ["gpu0", "gpu1", "gpu2"] and len(got["d2d_gbps"]) == 6
+    assert all(v == pytest.approx(10.0) for v in [*got["h2d_gbps"].values(), *got["d2d_gbps"].values()]), got
+
+
+def test_copy_rates_are_the_best_of_the_timings():
+    from moment.io.probe import copy_gbps, timed_copies
+
+    assert copy_gbps(3 * 10**9, [0.5, 0.3, 0.4]) == pytest.approx(10.0)
+    ticks = iter([0.0, 0.5, 1.0, 1.2, 2.0, 2.4])
+    seen = []
+    got = timed_copies(lambda: seen.append("copy"), lambda: seen.append("wait"), 3, clock=lambda: next(ticks))
+    assert got == pytest.approx([0.5, 0.2, 0.4]) and seen == ["copy", "wait"] * 4  # a warm-up, then 3 timed
+    with pytest.raises(ValueError, match="the clock stopped before the copy ended"):
+        copy_gbps(10**9, [0.0])

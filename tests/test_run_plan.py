@@ -162,7 +162,7 @@ def test_the_components_state_their_own_memory(data):
     mb = sampler.sample(torch.arange(50))
     assert sampler._map.local.nbytes + sampler._map.first.nbytes == NeighborSampler.map_bytes(n)
     assert mb.n_id.nbytes + mb.edge_index.nbytes == MiniBatch.id_bytes(mb.num_nodes, mb.edge_index.shape[1])
-    assert Pipeline.held_batches(2) == 4
+    assert Pipeline.held_batches(2) == Pipeline.held_batches(1) == 4  # 1 queued, 1 ahead, 1 assembled, 1 trained
 
 
 NO_TORCH = """
@@ -231,6 +231,13 @@ def test_a_run_reads_each_manifest_once(one_rank_run):
     *_, m, counts = one_rank_run
     assert m["io_shape"] == "packed" and m["packed_rows"] > 0  # the pack was found, opened and read from
     assert counts == {"layout": 1, "pack": 1}
+
+
+def test_a_cpu_runs_metrics_state_no_device_budget(one_rank_run):
+    """`memory.device` has the keys of a CUDA run's, null: a CPU run holds nothing on a device."""
+    *_, m, _ = one_rank_run
+    assert m["memory"]["device"] == {"budget_bytes": None, "predicted_peak_bytes": None, "items": [],
+                                     "measured_peak_bytes": None}
 
 
 def test_nothing_rewrites_the_configuration(one_rank_run):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from fake_device import FakeCudaLayer
 from runtime_data import make_dataset, make_layout
 
 from moment.placement.opened import Layout
@@ -14,7 +15,7 @@ from moment.runtime.config import TrainConfig
 from moment.runtime.cpu_tier import open_cpu_tier
 from moment.runtime.disk_tier import DiskTier
 from moment.runtime.exchange import RowExchange
-from moment.runtime.gpu_tier import GpuTier, load_gpu_rows
+from moment.runtime.gpu_tier import GpuTier, load_gpu_table
 from moment.runtime.pipeline import Pipeline
 from moment.runtime.run_plan import RunInputs, plan_store, resolve_run
 from moment.runtime.sources import FeatureSource
@@ -105,8 +106,8 @@ def test_the_gpu_tier_alone_over_the_disk_tier(data):
     ds, path, reader = data
     n = ds.num_nodes
     _, plan, rows, disk = _parts(path, StoreOptions(gpu_rows=n // 50))
-    held, table = load_gpu_rows(rows, plan.rank.gpu_bins, disk.file_rows)
-    gpu = GpuTier(rows, disk, "cpu", held, torch.from_numpy(table))
+    held, table = load_gpu_table(rows, plan.rank.gpu_bins, disk.file_rows, "cpu")
+    gpu = GpuTier(rows, disk, "cpu", held, table)
     try:
         assert gpu.rows == n // 50 > 0
         batches = _batches(n)
@@ -115,6 +116,46 @@ def test_the_gpu_tier_alone_over_the_disk_tier(data):
         assert st["rows"]["gpu"] > 0 and st["rows"]["gpu"] + st["rows"]["ssd"] == sum(b.size for b in batches)
     finally:
         gpu.close()
+
+
+def test_the_gpu_table_goes_to_the_device_a_bounded_chunk_at_a_time(data, monkeypatch):
+    """On CUDA (here a layer that copies as CUDA does, recorded) every read of the GPU tier's rows lands in one
+    reused pinned buffer of one chunk, never more rows than a chunk holds, so no rank holds its table in
+    host memory; the table on the device serves every row bit-exactly."""
+    import moment.io.device as device
+
+    ds, path, reader = data
+    _, plan, rows, disk = _parts(path, StoreOptions())  # every row of rank 0's GPU bins
+    rb = rows.row_bytes
+    monkeypatch.setattr(device, "UPLOAD_CHUNK_BYTES", 7 * rb)  # 7 rows a chunk
+    dev, reads = FakeCudaLayer(), []
+
+    def read(shard: int, k: int, start: int, out: np.ndarray) -> np.ndarray:
+        reads.append((k, start, out.__array_interface__["data"][0]))
+        return disk.file_rows(shard, k, start, out)
+
+    held, table = load_gpu_table(rows, plan.rank.gpu_bins, read, dev)
+    gpu = GpuTier(rows, disk, "cpu", held, table)
+    try:
+        total = sum(g.rows for g in plan.rank.gpu_bins)
+        assert table.shape == (total, rb) and held.rows == total > 7 * 3
+        assert len(dev.pinned) == 1 and dev.pinned_bytes() == device.upload_chunk(rb, total)[1] == device.slot_bytes(7 * rb)
+        assert all(k <= 7 and at == dev.pinned[0].data_ptr() for k, _, at in reads)  # the one pinned chunk
+        assert sum(k for k, _, _ in reads) == total and max(start for _, start, _ in reads) > 0
+        _run(gpu, reader, _batches(ds.num_nodes))
+        assert gpu.tier_stats()["rows"]["gpu"] > 0
+    finally:
+        gpu.close()
+
+
+def test_a_closed_gpu_tier_keeps_none_of_its_table(data):
+    """A `[:0]` view of the table kept all of its memory alive after close; an empty tensor of its own does not."""
+    ds, path, _ = data
+    _, plan, rows, disk = _parts(path, StoreOptions(gpu_rows=ds.num_nodes // 50))
+    gpu = GpuTier(rows, disk, "cpu", *load_gpu_table(rows, plan.rank.gpu_bins, disk.file_rows, "cpu"))
+    assert gpu.table.untyped_storage().nbytes() == gpu.rows * rows.row_bytes > 0
+    gpu.close()
+    assert gpu.rows == 0 and gpu.table.untyped_storage().nbytes() == 0 and gpu.own_memory() == {"gpu_cache": 0}
 
 
 @pytest.mark.parametrize("options,chain", [
@@ -141,7 +182,7 @@ def test_a_tier_the_run_does_not_have_is_not_in_the_chain(data, options, chain):
 class ContractOnly:
     """A real source seen through the feature-source contract only: any other attribute is an error."""
 
-    NAMES = {"submit", "complete", "cancel", "finish", "tier_stats", "epoch_start", "close"} | set(
+    NAMES = {"submit", "complete", "complete_local", "idle", "cancel", "finish", "tier_stats", "epoch_start", "close"} | set(
         FeatureSource.__annotations__)
 
     def __init__(self, source):

@@ -52,7 +52,7 @@ def test_single_process_learns_and_tiers_are_exact(setup, reference, tmp_path):
     for k in ("epochs", "val_accuracy", "num_classes", "seeds_per_s", "stage_seconds", "loss_curve",
               "tier_bytes", "world_size", "backend"):
         assert k in doc, k
-    assert set(doc["stage_seconds"]) == {"sample", "gather_submit", "gather_wait", "train"}
+    assert set(doc["stage_seconds"]) == {"sample", "gather_submit", "gather_wait", "train", "exchange", "exchange_wait"}
     assert doc["world_size"] == 1 and doc["num_classes"] == CLASSES and doc["epochs"] == 2
     assert doc["tier_bytes"]["ssd"] > 0 and doc["tier_bytes"]["gpu"] > 0 and doc["tier_bytes"]["cpu"] > 0
     assert doc["batch_size"] == min(8000, max(64, ds.train_idx.size // 8))

@@ -25,6 +25,7 @@ def test_every_field_has_a_flag_and_every_flag_sets_its_field(tmp_path: Path) ->
         ("--fanouts", "5,4"): {"fanouts": [5, 4]}, ("--layers", "2"): {"layers": 2},
         ("--batch-size", "9"): {"batch_size": 9}, ("--hidden", "16"): {"hidden": 16}, ("--lr", "0.5"): {"lr": 0.5},
         ("--seed", "7"): {"seed": 7}, ("--memory-budget", "3GiB"): {"memory_budget": "3GiB"},
+        ("--device-memory-budget", "80%"): {"device_memory_budget": "80%"},
         ("--cpu-cache-limit", "1GiB"): {"cpu_cache_limit": "1GiB"}, ("--cache-policy", "lru"): {"cache_policy": "lru"},
         ("--io-shape", "rows"): {"io_shape": "rows"}, ("--superbatch", "2"): {"superbatch": 2},
         ("--features-in-memory",): {"features": "memory"}, ("--features-memmap",): {"features": "memmap"},
@@ -123,6 +124,13 @@ def test_sizes_are_refused_beyond_what_exists(tmp_path: Path) -> None:
             parse_args(["--layout", str(tmp_path), "--cpu-cache-limit", value])
         assert str(e.value).startswith(said), str(e.value)
     assert parse_args(["--layout", str(tmp_path), "--cpu-cache-limit", "100%"]).cpu_cache_limit == "100%"
+    for value, said in (("150%", "--device-memory-budget 150%: a share of the device's memory must be at most 100%"),
+                        ("lots", "--device-memory-budget lots: give bytes"), ("0", "--device-memory-budget 0: must "
+                                                                                     "be positive")):
+        with pytest.raises(MomentError) as e:  # its form at parse time; its size against the device in each rank
+            parse_args(["--layout", str(tmp_path), "--device-memory-budget", value])
+        assert str(e.value).startswith(said), str(e.value)
+    assert parse_args(["--layout", str(tmp_path), "--device-memory-budget", "auto"]).device_memory_budget == "auto"
 
 
 def _hint_options(hint: str) -> list[list[str]]:
@@ -137,7 +145,9 @@ def _hint_options(hint: str) -> list[list[str]]:
 
 def test_every_hint_suggests_options_the_parser_takes(tmp_path: Path, monkeypatch) -> None:
     from moment.io import engines
+    from moment.io.device import DeviceMemory
     from moment.runtime.budget import RunShape, resolve_budget, split_budget
+    from moment.runtime.device_budget import DeviceShape, device_budget, resolve_device_budget
 
     hints = []
 
@@ -157,6 +167,9 @@ def test_every_hint_suggests_options_the_parser_takes(tmp_path: Path, monkeypatc
                      cpu_limit_rows=None, policy="static", shape="block", staging_bytes=1 << 20,
                      process_bytes=300 << 20, agent_bytes=0)
     hint_of(split_budget, 50 << 20, "given", 1, shape)
+    hint_of(resolve_device_budget, "100GiB", DeviceMemory(8 << 30, 16 << 30))
+    hint_of(device_budget, 256 << 20, "given", DeviceShape(row_bytes=128, own_gpu_rows=0, rows_max=500,
+                                                          batch_ids_bytes=84_000, held_batches=4, training_bytes=76_800))
     hint_of(TrainConfig(layout=tmp_path, layers=3, fanouts=[5, 5]).resolved_fanouts)
     hint_of(parse_args, ["--layout", str(tmp_path), "--lr", "nan"])
     suggested = [argv for h in hints for argv in _hint_options(h)]
@@ -164,6 +177,8 @@ def test_every_hint_suggests_options_the_parser_takes(tmp_path: Path, monkeypatc
         parse_args(["--layout", str(tmp_path), *argv])  # raises if the parser refuses what the hint suggests
     assert ["--io-backend", "pthreads"] in suggested and ["--fanouts", "15,10,5"] in suggested
     assert any(a[0] == "--memory-budget" for a in suggested)
+    assert ["--device-memory-budget", "8192MiB"] in suggested and ["--device-memory-budget", "769MiB"] in suggested
+    assert any(a[0] == "--device-memory-budget" and a[1] != "8192MiB" for a in suggested)
 
 
 @pytest.mark.slow

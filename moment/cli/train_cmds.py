@@ -41,14 +41,15 @@ def _check_torch() -> None:
 
 def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
               plan: bool = False, rdzv: Any = None) -> tuple[Any, dict[str, str], Any]:
-    """Catch user errors (bad flags, missing layout or dataset, more ranks than the layout's GPUs, a budget
-    below the minimum) here, before torchrun starts N ranks. Returns the parsed configuration, what the
-    ranks' environment must add so that their own checks use the same numbers, and the run plan the
-    ranks will resolve (when there is a budget to check, or `plan`; else None)."""
+    """Catch user errors (bad flags, missing layout or dataset, more ranks than the layout's GPUs or than the
+    visible CUDA devices, a budget below the minimum) here, before torchrun starts N ranks. Returns the
+    parsed configuration, what the ranks' environment must add so that their own checks use the same
+    numbers, and the run plan the ranks will resolve (when there is a budget to check, or `plan`; else None)."""
     from moment.placement.opened import Layout
     from moment.runtime.runs import CHECKPOINTS, check_run_dir, run_root
     from moment.runtime.config import parse_args
-    from moment.runtime.devices import check_local_ranks
+    from moment.runtime.devices import check_local_ranks, cuda_pci_addresses, local_devices
+    from moment.runtime.dist import default_device
     from moment.runtime.train import AGENT_ENV, BASE_ENV, agent_start_bytes, dataset_dir, layout_gpus, preview_plan, \
         rank_start_bytes
     from moment.workload.graph import GraphDataset
@@ -71,7 +72,11 @@ def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
     layout = Layout.open(cfg.layout) if cfg.layout is not None else None  # its manifests are read once
     if layout is not None and cfg.features == "tiered":
         _check_split(cfg.layout, layout, rdzv)
-    check_local_ranks(nproc, [g for g, _ in layout_gpus(cfg, layout)], f"--nproc {nproc}")
+    device, gpus = default_device(cfg.device), layout_gpus(cfg, layout)
+    if plan and device == "cuda" and cuda_pci_addresses() is None:  # a dry run may plan a GPU machine elsewhere
+        check_local_ranks(nproc, [g for g, _ in gpus], f"--nproc {nproc}")
+    else:
+        local_devices(device, nproc, gpus, f"--nproc {nproc}")
     ds = GraphDataset.open(dataset_dir(cfg, layout))
     ds.check()  # a damaged dataset is one line here, not one per rank (rank 0 prints any note)
     if layout is not None:
@@ -80,7 +85,7 @@ def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
         note = check_dataset(cfg.layout, layout.manifest, ds)  # refuses another dataset
         if note:
             err_console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
-    if (cfg.memory_budget or plan) and cfg.features == "tiered":
+    if (cfg.memory_budget or cfg.device_memory_budget or plan) and cfg.features == "tiered":
         # as the ranks will resolve it: a budget below the minimum is one message, here
         run_plan = preview_plan(cfg, ds, nproc, layout=layout, nnodes=rdzv.nnodes if rdzv is not None else 1)
         # the ranks charge the figures this check charged
@@ -147,7 +152,8 @@ class _TrainCommand(TyperCommand):
 )
 def train(
     ctx: typer.Context,
-    nproc: Annotated[int, typer.Option("--nproc", help="ranks (GPUs) on this machine: 1 to the layout's GPUs")] = 1,
+    nproc: Annotated[int, typer.Option("--nproc", help="ranks (GPUs) on this machine: 1 to the layout's GPUs "
+                                                        "and the visible CUDA devices")] = 1,
     nnodes: Annotated[int, typer.Option("--nnodes", help="machines training together (torchrun's c10d rendezvous); "
                                                          "start `moment train` on each")] = 1,
     node_rank: Annotated[int | None, typer.Option(
@@ -180,8 +186,9 @@ def train(
     several machines, machine 0's).
     With --dry-run, only the run plan is printed (--json: keys io_shape, cache_policy, pack, tiers,
     ranks [{rank, plan_gpus, gpu_bins, ssd_shares}], memory {budget_bytes, predicted_peak_bytes, items,
-    cpu_rows, ...}, split {id, machine, name, machines, held_rows, remote_rows} for a machine's part of a
-    split layout, else null).
+    cpu_rows, ..., device}, device: a CUDA run's device budget per rank {budget_bytes, predicted_peak_bytes,
+    items, gpu_rows, gpu_rows_wanted, source}, null on CPU; split {id, machine, name, machines, held_rows,
+    remote_rows} for a machine's part of a split layout, else null).
     """
     from moment.cli import err_console
     from moment.cli.train_launch import report, run

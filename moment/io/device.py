@@ -13,11 +13,44 @@ torch is imported here only when a `DeviceLayer` is made, so planning and plain 
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from moment.errors import MomentError
+
+#: staging slots of a ring: one batch is assembled on the host while the previous one's copy is in flight
+RING_SLOTS = 2
+#: a table goes to the device in chunks of about this many bytes through one reused pinned host buffer, so no
+#: process holds the whole table in host memory (moment.runtime.gpu_tier.load_gpu_table)
+UPLOAD_CHUNK_BYTES = 16 << 20
+
+
+class DeviceMemory(NamedTuple):
+    """A device's memory as CUDA reports it (`torch.cuda.mem_get_info`), in bytes."""
+
+    free: int
+    total: int
+
+
+def slot_bytes(extent: int) -> int:
+    """The size of a staging slot for batches of at most `extent` bytes: the power of two at or above it.
+
+    Why a power of two: PyTorch's pinned host allocator rounds every block up to one and keeps it, so
+    that is what a slot costs whatever is asked; asking it exactly makes the charge the allocation."""
+    return 1 << max(int(extent) - 1, 0).bit_length()
+
+
+def ring_bytes(extent: int, slots: int = RING_SLOTS) -> int:
+    """Pinned host bytes a ring for batches of at most `extent` bytes holds (what the host budget charges)."""
+    return max(1, slots) * slot_bytes(extent)
+
+
+def upload_chunk(row_bytes: int, rows: int) -> tuple[int, int]:
+    """(rows, pinned bytes) of one chunk of the upload of a table of `rows` rows to the device: the rows
+    UPLOAD_CHUNK_BYTES holds (at least one, at most the table's), in a buffer of `slot_bytes` of them."""
+    k = max(1, min(UPLOAD_CHUNK_BYTES // max(int(row_bytes), 1), int(rows)))
+    return k, slot_bytes(k * int(row_bytes))
 
 
 class DeviceLayer:
@@ -31,6 +64,19 @@ class DeviceLayer:
         self.cuda = self.device.type == "cuda"
         if self.cuda and not torch.cuda.is_available():
             raise MomentError(f"device {self.device} requested but CUDA is not available")
+        self.copy_delay = 0  # GPU cycles each staging copy first waits on its stream (`moment doctor`'s race check)
+
+    def delay(self) -> None:
+        """Hold the current stream `copy_delay` cycles (CUDA; none on CPU): a copy queued after it runs late,
+        so a buffer refilled without waiting for its copy sends the new bytes, and a check can see it."""
+        if self.cuda and self.copy_delay:
+            self._torch.cuda._sleep(int(self.copy_delay))
+
+    def bind(self) -> None:
+        """Make the device the calling thread's current CUDA device (each thread has its own, device 0 at
+        first): call first in every thread that may touch the device."""
+        if self.cuda:
+            self._torch.cuda.set_device(self.device)
 
     @property
     def copies(self) -> bool:
@@ -84,13 +130,71 @@ class DeviceLayer:
         self.wait_event(ready)
         self.used_here(*tensors)
 
+    def follow(self, stream: Any) -> None:
+        """Make `stream` wait for everything queued on the current stream so far (memory allocated on the
+        current stream may still be read by that work)."""
+        if stream is not None:
+            stream.wait_stream(self._torch.cuda.current_stream(self.device))
+
     def host_buffer(self, nbytes: int) -> Any:
         """A uint8 host buffer the device copies from asynchronously (page-locked on CUDA)."""
         return self._torch.empty(nbytes, dtype=self._torch.uint8, pin_memory=self.cuda)
 
+    def copy_async(self, dst: Any, src: Any) -> None:
+        """Queue the copy of `src` (pinned host memory) into `dst` on the current stream."""
+        dst.copy_(src, non_blocking=True)
+
+    def empty(self, nbytes: int) -> Any:
+        """A uint8 tensor of `nbytes` on the device, allocated on the current stream."""
+        return self._torch.empty(nbytes, dtype=self._torch.uint8, device=self.device)
+
+    def memory(self) -> DeviceMemory | None:
+        """The device's free and total bytes (`torch.cuda.mem_get_info`); None on CPU."""
+        if not self.cuda:
+            return None
+        free, total = self._torch.cuda.mem_get_info(self.device)
+        return DeviceMemory(int(free), int(total))
+
+    def reset_peak(self) -> None:
+        """Start the device's peak (`peak_reserved`) from now."""
+        if self.cuda:
+            self._torch.cuda.reset_peak_memory_stats(self.device)
+
+    def peak_reserved(self) -> int | None:
+        """The most bytes torch's caching allocator has held on the device (`torch.cuda.max_memory_reserved`):
+        what the device budget predicts; None on CPU."""
+        return int(self._torch.cuda.max_memory_reserved(self.device)) if self.cuda else None
+
     def to_device(self, t: Any) -> Any:
         """`t` on the device, asynchronously where it can be (the same tensor when already there)."""
         return t.to(self.device, non_blocking=True)
+
+
+def process_gpus(pid: int) -> list[str] | None:
+    """PCI bus ids (as NVML spells them) of the GPUs on which process `pid` holds a context, from NVML
+    (nvidia-ml-py); None where NVML cannot tell (not installed, no driver). NVML sees every GPU whatever
+    CUDA_VISIBLE_DEVICES says, so a context a stray thread made on another GPU shows here."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return None
+    try:
+        out = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            procs = pynvml.nvmlDeviceGetComputeRunningProcesses(h)
+            if any(p.pid == pid for p in procs):
+                bus = pynvml.nvmlDeviceGetPciInfo(h).busId
+                out.append(bus.decode() if isinstance(bus, bytes) else str(bus))
+        return out
+    except pynvml.NVMLError:
+        return None
+    finally:
+        pynvml.nvmlShutdown()
 
 
 def layer(device: Any) -> DeviceLayer:
@@ -98,14 +202,14 @@ def layer(device: Any) -> DeviceLayer:
 
 
 class DeviceStaging:
-    """A host buffer of `nbytes` (the IOStack destination) and its copy to the device on a side stream,
-    overlapping the next reads; on CPU the "copy" is the buffer itself."""
+    """A host buffer of `nbytes` (the IOStack destination) and its copy to the device on `stream` (a ring's
+    copy stream; None: its own), overlapping the next reads; on CPU the "copy" is the buffer itself."""
 
-    def __init__(self, nbytes: int, device: Any = "cuda"):
+    def __init__(self, nbytes: int, device: Any = "cuda", stream: Any = None):
         self.dev = layer(device)
         self.device = self.dev.device
         self.host = self.dev.host_buffer(nbytes)
-        self.stream = self.dev.new_stream()
+        self.stream = stream if stream is not None else self.dev.new_stream()
         self._event = None
 
     @property
@@ -117,16 +221,22 @@ class DeviceStaging:
     def to_device(self, nbytes: int | None = None):
         """Start copying the first `nbytes` staged bytes to the device; returns the device tensor.
 
-        The copy runs on the side stream; the current stream waits for it and is recorded as a user of
-        the result, so kernels queued afterwards see the data. Refill the staging buffer only through
-        `array`, which waits for the copy to finish first.
+        The device tensor is allocated on the current stream (the pipeline's), so its memory returns to
+        that stream's pool, not to the copy stream's; the copy stream waits for the current stream's work
+        so far (that memory may have been freed by it), copies, and the current stream waits for the copy,
+        so kernels queued afterwards see the data. Refill the staging buffer only through `array`, which
+        waits for the copy to finish first.
         """
         src = self.host[: self.host.numel() if nbytes is None else nbytes]
+        if not self.dev.copies:
+            return src
+        dst = self.dev.empty(src.numel())
+        self.dev.follow(self.stream)
         with self.dev.on(self.stream):
-            dst = self.dev.to_device(src)
+            self.dev.delay()
+            self.dev.copy_async(dst, src)
             self._event = self.dev.event(self.stream)
         self.dev.wait_stream(self.stream)
-        self.dev.used_here(dst)
         return dst
 
     def wait_copied(self) -> None:
@@ -136,27 +246,36 @@ class DeviceStaging:
 
 class StagingRing:
     """A few staging buffers used in turn, so one batch's rows are assembled on the host while the
-    previous batch's copy to the device is still in flight. A buffer grows (25% spare) when a batch is
-    larger than it; reuse waits for that buffer's last copy. Where the device batch is the host buffer
-    itself (CPU), a buffer is never reused: every batch gets its own."""
+    previous batch's copy to the device is still in flight; reuse waits for that buffer's last copy.
 
-    def __init__(self, device: Any, slots: int = 2):
+    The slots are allocated once, at `slot_bytes(extent)` each (`extent`: the most bytes of rows a batch
+    holds, the run plan's batch extent), and share one copy stream: no slot grows (a grown pinned block
+    would stay with the allocator, and a block freed on a stream that is gone stays with that stream), so
+    the ring holds exactly what the host budget charges (`ring_bytes`). A batch larger than a slot is
+    refused, naming both: the extent is a bound on every batch, so it means the bound was wrong (a split
+    batch would need a second copy and a second assembly pass for a case that should not occur).
+    Where the device batch is the host buffer itself (CPU), there are no slots: every batch gets its own
+    buffer (the batch's memory, charged as the batch's)."""
+
+    def __init__(self, device: Any, extent: int, slots: int = RING_SLOTS):
         self.dev = layer(device)
         self.device = self.dev.device
-        self.bufs: list[DeviceStaging | None] = [None] * max(1, slots)
+        self.slot = slot_bytes(extent)
+        self.stream = self.dev.new_stream() if self.dev.copies else None
+        self.bufs = ([DeviceStaging(self.slot, self.dev, self.stream) for _ in range(max(1, slots))]
+                     if self.dev.copies else [])
         self.next = 0
 
     def take(self, nbytes: int) -> DeviceStaging:
         if not self.dev.copies:
             return DeviceStaging(nbytes, self.dev)
-        i, self.next = self.next, (self.next + 1) % len(self.bufs)
-        buf = self.bufs[i]
-        if buf is None or buf.host.numel() < nbytes:
-            if buf is not None:
-                buf.wait_copied()
-            buf = self.bufs[i] = DeviceStaging(max(nbytes, 1 << 20) * 5 // 4, self.dev)
+        if nbytes > self.slot:
+            raise MomentError(f"a batch of {nbytes:,} B does not fit the staging slots of {self.slot:,} B, sized from "
+                              "the run plan's batch extent (the most bytes of rows a batch was bounded to at start)",
+                              hint="the bound sampled at start was exceeded: please report it with the run's options")
+        buf = self.bufs[self.next]
+        self.next = (self.next + 1) % len(self.bufs)
         return buf
 
     def nbytes(self) -> int:
-        return sum(b.host.numel() for b in self.bufs if b is not None)
-
+        return sum(b.host.numel() for b in self.bufs)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -188,12 +188,46 @@ def probe_memory(nbytes: int = 512 * MiB, repeats: int = 3) -> float:
     """GB/s of a one-thread numpy copy (bytes read + bytes written), best of `repeats`."""
     a = np.ones(nbytes // 8)
     b = np.empty_like(a)
-    best = np.inf
+    return copy_gbps(2 * a.nbytes, timed_copies(lambda: np.copyto(b, a), lambda: None, repeats))
+
+
+def copy_gbps(nbytes: int, seconds: Sequence[float]) -> float:
+    """GB/s of the fastest of several timings of one `nbytes` copy: the slower ones measured the
+    machine's other work, not the link."""
+    best = min(seconds)
+    if best <= 0:
+        raise ValueError(f"a copy of {nbytes} bytes timed at {best} s: the clock stopped before the copy ended")
+    return nbytes / best / 1e9
+
+
+def timed_copies(copy: Callable[[], object], wait: Callable[[], object], repeats: int,
+                 clock: Callable[[], float] = time.perf_counter) -> list[float]:
+    """Seconds of each of `repeats` copies after one untimed warm-up (first touch, lazy set-up). `wait`
+    returns once the copy is done (a GPU copy is asynchronous: without it the clock times the launch)."""
+    copy()
+    wait()
+    out = []
     for _ in range(repeats):
-        t = time.perf_counter()
-        np.copyto(b, a)
-        best = min(best, time.perf_counter() - t)
-    return 2 * a.nbytes / best / 1e9
+        t = clock()
+        copy()
+        wait()
+        out.append(clock() - t)
+    return out
+
+
+def copy_rates(n: int, nbytes: int, copy: Callable[[int | None, int], object],
+               sync: Callable[[tuple[int, ...]], object], repeats: int = 3,
+               clock: Callable[[], float] = time.perf_counter) -> dict:
+    """Host -> GPU i for each of `n` GPUs and GPU i -> GPU j per ordered pair, GB/s. `copy(src, dst)` starts
+    one copy (src None: the host); `sync(devices)` waits for those GPUs. Each copy is timed until every GPU
+    it involves is done: waiting on the current GPU alone stops the clock while a copy to another one still
+    runs (GPUs other than 0 reported absurd rates)."""
+    def rate(src: int | None, dst: int) -> float:
+        involved = (dst,) if src is None else (src, dst)
+        return copy_gbps(nbytes, timed_copies(lambda: copy(src, dst), lambda: sync(involved), repeats, clock))
+
+    return {"h2d_gbps": {f"gpu{i}": rate(None, i) for i in range(n)},
+            "d2d_gbps": {f"gpu{i}->gpu{j}": rate(i, j) for i in range(n) for j in range(n) if i != j}}
 
 
 def probe_cuda(nbytes: int = 256 * MiB) -> dict | None:  # pragma: no cover - needs a GPU
@@ -206,22 +240,13 @@ def probe_cuda(nbytes: int = 256 * MiB) -> dict | None:  # pragma: no cover - ne
         return None
     n = torch.cuda.device_count()
     host = torch.empty(nbytes, dtype=torch.uint8).pin_memory()
-
-    def timed(fn) -> float:
-        fn()
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        for _ in range(3):
-            fn()
-        torch.cuda.synchronize()
-        return 3 * nbytes / (time.perf_counter() - t) / 1e9
-
-    out: dict = {"h2d_gbps": {}, "d2d_gbps": {}}
     bufs = [torch.empty(nbytes, dtype=torch.uint8, device=f"cuda:{i}") for i in range(n)]
-    for i in range(n):
-        out["h2d_gbps"][f"gpu{i}"] = timed(lambda i=i: bufs[i].copy_(host, non_blocking=True))
-    for i in range(n):
-        for j in range(n):
-            if i != j:
-                out["d2d_gbps"][f"gpu{i}->gpu{j}"] = timed(lambda i=i, j=j: bufs[j].copy_(bufs[i]))
-    return out
+
+    def copy(src: int | None, dst: int) -> None:
+        bufs[dst].copy_(host if src is None else bufs[src], non_blocking=True)
+
+    def sync(devices: tuple[int, ...]) -> None:
+        for d in devices:
+            torch.cuda.synchronize(d)
+
+    return copy_rates(n, nbytes, copy, sync)

@@ -104,20 +104,26 @@ def resolve_budget(spec: str | int | None) -> tuple[int | None, str]:
         v, what = min(cands)
         return v, f"auto: the {what} (the split keeps a margin of it free)"
     limit, what = machine_limit()
-    shown = spec if str(spec).strip() else repr(spec)
-    try:
-        b = parse_size(spec, limit or 0) if str(spec).strip() else None
-    except MomentError:
-        b = None
-    if b is None:
-        raise MomentError(f"--memory-budget {shown}: give bytes (e.g. 3GiB), a share of this machine's memory "
-                          "(e.g. 50%) or auto")
-    if b <= 0:
-        raise MomentError(f"--memory-budget {shown}: must be positive")
+    b = parse_budget("--memory-budget", spec, limit or 0, "this machine's memory (e.g. 50%)", "3GiB")
     if limit is not None and b > limit:
         raise MomentError(f"--memory-budget {spec}: {fmt_bytes(b)} is more than this machine has ({what}: "
                           f"{fmt_bytes(limit)})", hint=f"give at most {limit // 2**20}MiB, or auto")
     return b, "given"
+
+
+def parse_budget(flag: str, spec: str | int, whole: int, share: str, example: str) -> int:
+    """`spec` in bytes (a share: of `whole`), refused unless it is a positive size; `share` and `example` say
+    in the message what a share is of and what bytes look like. The host and device budgets' one rule."""
+    shown = spec if str(spec).strip() else repr(spec)
+    try:
+        b = parse_size(spec, whole) if str(spec).strip() else None
+    except MomentError:
+        b = None
+    if b is None:
+        raise MomentError(f"{flag} {shown}: give bytes (e.g. {example}), a share of {share} or auto")
+    if b <= 0:
+        raise MomentError(f"{flag} {shown}: must be positive")
+    return b
 
 
 @dataclass
@@ -256,6 +262,9 @@ class RunShape:
     exchange_bytes: int = 0  # one round of the peer exchange (RowExchange.round_bytes); 0: no peer tier
     remote_exchange_bytes: int = 0  # one round of the remote exchange (remote_tier.round_bytes); 0: no remote tier
     remote_reader_bytes: int = 0  # the remote tier's serving reader (remote_tier.reader_bytes)
+    device: str = "cpu"  # cuda: the batches, the training step and the GPU tier are in device memory (its own budget)
+    ring_bytes: int = 0  # cuda: the pinned staging ring batches go to the device through (moment.io.device.ring_bytes)
+    upload_bytes: int = 0  # cuda: the GPU tier's table upload, one pinned chunk and its read (moment.io.device.upload_chunk)
 
 
 @dataclass
@@ -283,8 +292,13 @@ def _charge_fixed(b: MemoryBudget, r: RunShape) -> tuple[MemoryBudget, Item, int
     held = r.lookahead + r.held_batches
     b.charge("sampler", r.sampler_map_bytes + held * r.batch_ids_bytes, note=f"node map + {held} sampled batches")
     feat = r.rows_max * rb
-    b.charge("batch features", r.held_batches * feat, note=f"{r.held_batches} batches of {r.rows_max} rows")
-    b.charge("training", r.training_bytes, note="one step's activations, gradients and optimizer state")
+    if r.device == "cuda":  # the batches and the step are on the device; its budget charges them
+        b.charge("staging ring", r.ring_bytes, note="pinned slots the batches go to the device through")
+        if r.upload_bytes:
+            b.charge("gpu table upload", r.upload_bytes, note="pinned chunk the GPU tier's rows go to the device through")
+    else:
+        b.charge("batch features", r.held_batches * feat, note=f"{r.held_batches} batches of {r.rows_max} rows")
+        b.charge("training", r.training_bytes, note="one step's activations, gradients and optimizer state")
     b.charge("staging", r.staging_bytes, note="reader windows")
     if r.exchange_bytes:
         b.charge("peer exchange", r.exchange_bytes, note="one round's keys and rows, asked and served")
@@ -308,15 +322,16 @@ def minimum_budget(local_ranks: int, r: RunShape) -> MemoryBudget:
 def split_budget(total: int | None, source: str, local_ranks: int, r: RunShape) -> Split:
     """Charge every fixed need, refuse if they do not fit, then size caches and read buffers.
 
-    Order of claims on what is left: the GPU-cache stand-in (CPU runs: at most a tenth), read buffers
-    (block reads: a third, at least two batches' misses), then the CPU cache takes the rest, each of its
-    rows with the policy's per-row bookkeeping.
+    Order of claims on what is left: the GPU-cache stand-in (CPU runs: at most a tenth; on CUDA the GPU
+    tier is in device memory, which moment.runtime.device_budget budgets), read buffers (block reads: a
+    third, at least two batches' misses), then the CPU cache takes the rest, each of its rows with the
+    policy's per-row bookkeeping.
     """
     b, state, min_buffers = _charge_fixed(MemoryBudget(total, local_ranks, source), r)
     b.check()
     b.items.pop()  # the minimum is granted below with the rest
     rb = r.row_bytes
-    want_gpu = r.own_gpu_rows * rb
+    want_gpu = r.own_gpu_rows * rb if r.device == "cpu" else 0
     # on CPU runs a rank's GPU tier lives in its own memory; the other local ranks get its rows through the
     # peer exchange, one batch's worth at a time, and hold no copy
     gpu = b.grant("gpu cache stand-in", want_gpu, share=0.1, note="this rank's GPU bins") if want_gpu else 0

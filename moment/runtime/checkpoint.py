@@ -9,7 +9,7 @@ from __future__ import annotations
 import io
 import random
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -17,27 +17,55 @@ from moment import testpoints
 from moment.errors import MomentError
 from moment.outputs import atomic_file
 
+if TYPE_CHECKING:
+    import torch
+
 CHECKPOINT_NAME = "checkpoint.pt"
 FORMAT_VERSION = 1
 
 
-def rng_state() -> dict[str, Any]:
+def rng_state(device: torch.device | None = None) -> dict[str, Any]:
+    """Every generator this rank draws from; of CUDA's, only its own `device`'s (a torch.device; None or CPU:
+    none), so a resume on a machine that sees fewer GPUs still finds each rank's state."""
     import torch
 
     state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+    if device is not None and device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
     return state
 
 
-def set_rng_state(state: dict[str, Any]) -> None:
+def own_cuda_state(saved: Any, device_index: int | None) -> Any | None:
+    """The CUDA generator state a rank restores on its device `device_index` (None: the rank runs on CPU,
+    nothing to restore). `saved`: the rank's own device's state, or, in older checkpoints, a list of every
+    GPU's that the rank saw when it saved (by device index: the rank's device's entry, when there is one)."""
+    if device_index is None or saved is None:
+        return None
+    if isinstance(saved, (list, tuple)):
+        return saved[device_index] if device_index < len(saved) else None
+    return saved
+
+
+def set_rng_state(state: dict[str, Any], device: torch.device | None = None) -> None:
+    """Restore what `rng_state` saved; CUDA's generator on this rank's own `device` only."""
     import torch
 
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    index = _cuda_index(device)
+    cuda = own_cuda_state(state.get("cuda"), index)
+    if cuda is not None:
+        torch.cuda.set_rng_state(cuda, torch.device("cuda", index))
+
+
+def _cuda_index(device: torch.device | None) -> int | None:
+    """`device`'s CUDA index (None: not a CUDA device; "cuda" alone is the current one)."""
+    import torch
+
+    if device is None or device.type != "cuda":
+        return None
+    return torch.cuda.current_device() if device.index is None else device.index
 
 
 def save_checkpoint(directory: str | Path, payload: dict[str, Any]) -> Path:

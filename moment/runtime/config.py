@@ -79,6 +79,12 @@ class TrainConfig(BaseModel):
         "available memory, less a margin. Every large buffer is sized from it and the split is printed at "
         "start; a budget below the run's minimum is refused (the message names it)",
         metavar="BYTES|auto")] = None
+    device_memory_budget: Annotated[str | None, Flag(
+        "device memory per rank on a CUDA run, e.g. 40GiB or 80%% of the device; auto (default): the device's "
+        "free memory less headroom. What a rank holds on its GPU is stated item by item at start (CUDA context, "
+        "NCCL buffers, a training step, the batches in flight, exchange rounds); the GPU tier gets the rest, at "
+        "most its GPU bins' rows. Fixed needs above the budget are refused (the message names the minimum)",
+        metavar="BYTES|SHARE|auto")] = None
     cpu_cache_limit: Annotated[str | None, Flag(
         "cap the CPU cache, e.g. 2GiB or 10%% of the features (default: what the budget leaves; without a "
         "budget, the layout's CPU bins)")] = None
@@ -217,6 +223,10 @@ class TrainConfig(BaseModel):
             from moment.runtime.budget import resolve_budget
 
             resolve_budget(self.memory_budget)
+        if self.device_memory_budget is not None:  # its form here; its size against the device in each rank
+            from moment.runtime.device_budget import resolve_device_budget
+
+            resolve_device_budget(self.device_memory_budget, None)
         self.resolved_fanouts()
         self.check_outputs()
 

@@ -93,7 +93,7 @@ class DiskTier(Tier):
         self.pool = BufferPool(t.buffer_bytes)
         self.reader: Reader | None = Reader(self.paths, rows.row_bytes, self.manifest.row.align, pool=self.pool,
                                             window=t.window, queue_depth=t.queue_depth, backend=t.io_backend,
-                                            direct=t.direct)
+                                            direct=t.direct, device=self.device)
         self._open: list[_Part] = []
 
     def _check_files(self) -> None:
@@ -121,14 +121,19 @@ class DiskTier(Tier):
 
     # ------------------------------------------------------------------ set-up reads
 
-    def file_rows(self, b: int, k: int) -> np.ndarray:
-        """The first k rows of bin b's file (set-up of the GPU tier)."""
+    def file_rows(self, b: int, k: int, start: int = 0, out: np.ndarray | None = None) -> np.ndarray:
+        """Rows start..start+k of bin b's file (set-up of the GPU tier, a chunk at a time), into `out` when
+        given (k x row_bytes): what is held besides it is the k rows as read, at the file's stride."""
         s = self.manifest.shards[b]
         fp = shard_path(self.path, s)
         if self.verify:
-            _check_chunks(fp, s, np.arange(-(-k * s.stride // s.chunk_bytes)))
-        raw = np.fromfile(fp, dtype=np.uint8, count=k * s.stride).reshape(k, s.stride)
-        return np.ascontiguousarray(raw[:, : self.layout_rows.row_bytes])
+            _check_chunks(fp, s, np.arange(start * s.stride // s.chunk_bytes, -(-(start + k) * s.stride // s.chunk_bytes)))
+        raw = np.fromfile(fp, dtype=np.uint8, count=k * s.stride, offset=start * s.stride).reshape(k, s.stride)
+        rows = raw[:, : self.layout_rows.row_bytes]
+        if out is None:
+            return np.ascontiguousarray(rows)
+        out[:] = rows
+        return out
 
     def fill(self, dest: np.ndarray, ids: np.ndarray) -> None:
         """Read the rows of `ids` into `dest` (a cache at start) through the reader, in large reads."""

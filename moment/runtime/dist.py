@@ -18,7 +18,8 @@ import torch
 import torch.distributed as dist
 
 from moment.errors import MomentError
-from moment.runtime.devices import RankDevice, assign, check_local_ranks, cuda_pci_addresses
+from moment.runtime import collective_trace
+from moment.runtime.devices import RankDevice, local_devices
 from moment.runtime.exchange import ExchangeGroup
 from moment.runtime.rendezvous import NNODES_ENV, NODE_RANK_ENV, RankFacts, machine_ranks
 
@@ -92,29 +93,26 @@ class DistContext:
         return out
 
     def peer_group(self) -> ExchangeGroup | None:
-        """The ranks of this node (node = rank // local_world_size, as torchrun numbers them) as their own
-        process group, for the peer tier's exchange; None without a process group or peers. Collective:
-        every rank of the world calls it (each makes every node's group), at the same point of start-up."""
+        """The ranks of this node (node = rank // local_world_size, as torchrun numbers them): the peer tier's
+        exchange; None without a process group or peers. Its rounds run on the world group (one communicator
+        for every collective of a rank: moment.runtime.exchange), so nothing is created here."""
         if not self.backend or self.local_world_size < 2:
             return None
         lws = self.local_world_size
-        nodes = [list(range(a, min(a + lws, self.world_size))) for a in range(0, self.world_size, lws)]
-        mine, _ = dist.new_subgroups_by_enumeration(nodes)
-        dev = self.device if self.backend == "nccl" else torch.device("cpu")
-        self.groups.append(ExchangeGroup(mine, tuple(nodes[self.rank // lws]), self.rank, dev))
-        return self.groups[-1]
+        node = self.rank // lws
+        return self._exchange(tuple(range(node * lws, min(node * lws + lws, self.world_size))))
 
     def remote_group(self) -> ExchangeGroup | None:
-        """The ranks with this rank's local rank on every machine, in machine order, as their own process group:
-        the remote tier's exchange (member j is machine j); None on one machine. Collective: every rank of the
-        world calls it (each makes every local rank's group), at the same point of start-up."""
+        """The ranks with this rank's local rank on every machine, in machine order: the remote tier's exchange
+        (member j is machine j); None on one machine. Its rounds run on the world group, as the peers'."""
         if not self.backend or self.nnodes < 2:
             return None
         lws = self.local_world_size
-        groups = [[m * lws + lr for m in range(self.nnodes)] for lr in range(lws)]
-        mine, _ = dist.new_subgroups_by_enumeration(groups)
+        return self._exchange(tuple(m * lws + self.local_rank for m in range(self.nnodes)))
+
+    def _exchange(self, members: tuple[int, ...]) -> ExchangeGroup:
         dev = self.device if self.backend == "nccl" else torch.device("cpu")
-        self.groups.append(ExchangeGroup(mine, tuple(groups[self.local_rank]), self.rank, dev))
+        self.groups.append(ExchangeGroup(dist.group.WORLD, members, self.rank, dev, self.world_size))
         return self.groups[-1]
 
     def on_main(self, fn: Callable[[], Any]) -> None:
@@ -131,6 +129,7 @@ class DistContext:
             raise AgreedError(err)
 
     def close(self) -> None:
+        collective_trace.write(self.rank)
         for g in self.groups:
             g.release()
         self.node_group = None
@@ -208,24 +207,21 @@ def setup(device: str | None = None, gpu_bins: Sequence[tuple[str, str | None]] 
     local_rank = int(env.get("LOCAL_RANK", "0"))
     local_world = int(env.get("LOCAL_WORLD_SIZE", str(world)))
     try:  # before the process group: every rank refuses alone, none waits for the others
-        check_local_ranks(local_world, [g for g, _ in gpu_bins], f"torchrun --nproc-per-node {local_world}")
+        serves = local_devices(default_device(device), local_world, gpu_bins,
+                               f"torchrun --nproc-per-node {local_world}")[local_rank]
     except MomentError as e:
         raise AgreedError.of(e) from None
-    want = default_device(device)
-    if want == "cuda":
-        if not torch.cuda.is_available():
-            raise MomentError("--device cuda requested but CUDA is not available")
-        serves = assign(local_rank, local_world, gpu_bins, cuda_pci_addresses())
+    if serves.device_index is not None:
         dev = torch.device("cuda", serves.device_index)
         torch.cuda.set_device(dev)
     else:
-        serves = assign(local_rank, local_world, gpu_bins, None)
         dev = torch.device("cpu")
     backend = None
     if world > 1:
         backend = "nccl" if dev.type == "cuda" else "gloo"
         if not dist.is_initialized():
             import_before_group()
+            collective_trace.install()
             kw = {"device_id": dev} if dev.type == "cuda" else {}
             store = _attempt_store(rank, world)
             node = env.get(NODE_RANK_ENV, "")

@@ -1,21 +1,34 @@
 """Rows that other ranks hold, fetched through torch.distributed collectives: the peer tier's transport,
-and the one remote rows between machines can use (the group is any explicit list of ranks).
+and the one remote rows between machines use (the members are any explicit list of ranks).
 
 Why collectives: NCCL moves the rows GPU to GPU (NVLink or PCIe peer to peer where the machine has
 them) and gloo does the same on CPU, so the code that runs on a CPU-only CI machine is the code a GPU
 run executes; nothing maps another process's memory.
 
-One round, collective over the group (members in group order; every member takes part):
+Why every round runs on the run's one process group (the world's), whatever its members: NCCL's
+communicators are not safe to use concurrently (an operation of one must complete before another's is
+enqueued, in the same order on every rank), and a round of the next batch is in flight while the step's
+all-reduces are issued. On one communicator, issued from one thread in one order, NCCL and gloo queue
+them in that order on every rank, so the round overlaps the step and nothing can deadlock. A member
+asks only members; every other rank of the group takes part with nothing to ask or serve (an
+all_to_all with zero counts moves nothing between them).
 
-1. counts: each member sends one row to every member: how many keys it asks of each member, and
-   whether it still has batches of its own (`all_to_all_single` of that row, so every member learns
-   the whole matrix: all know whether any row moves this round, whether anyone still runs, and how
-   many chunks the round takes);
-2. then, chunk by chunk (`chunks`: every member derives the same number from the matrix, so all issue
-   the same collectives): the keys each member asks of each other in this chunk (`all_to_all_single`),
-   then the rows each owner serves for them from its own rows (`serve`, called per chunk) sent back
+One round (every rank of the group takes part, in the same order on every rank):
+
+1. counts: each rank sends one row to every rank: how many keys it asks of each, and whether it still
+   has batches of its own (`all_to_all_single` of that row, so every rank learns the whole matrix: all
+   know whether any row moves this round, whether anyone still runs, and how many chunks it takes);
+2. then, chunk by chunk (`chunks`: every rank derives the same number from the matrix, so all issue the
+   same collectives): the keys each rank asks of each other in this chunk (`all_to_all_single`), then
+   the rows each owner serves for them from its own rows (`serve`, called per chunk) sent back
    (`all_to_all_single`); the asker hands each chunk's rows to its `sink`, which writes them where they
    belong (the batch's buffer), so no round-sized tensor exists on either side.
+
+A round is started (`start`: the counts, every chunk but the last's rows, and the last chunk's rows
+issued without waiting) and finished (`Round.finish`: wait for those rows, hand them to the sink), so a
+caller can start the next batch's round before a training step and finish it after: its last chunk's
+rows move while the step computes. Between the two, only collectives issued later on the same thread
+may run (they queue behind it).
 
 A chunk moves at most `chunk_rows` rows (CHUNK_BYTES of rows) into and at most as many out of any
 member: every pair's keys are split evenly over the round's chunks, and the round takes the fewest
@@ -23,13 +36,9 @@ chunks for which that split stays within the bound. So a round holds, per member
 of rows and their keys (`RowExchange.round_bytes`), whatever the batch asks; a round costs 1 + 2 x
 chunks collectives (1 when nothing is asked).
 
-Ordering: collectives on a group must be issued in the same order on every member. The exchange has
-its own group (made at start-up on every rank: `moment.runtime.dist.DistContext.peer_group`), so
-the all-reduces of training on the default group, issued from another thread, cannot interleave
-with its rounds. A rank takes part in one round per batch it completes, whether or not it needs
-rows, and `finish` keeps serving until every member has finished its sequence, so all ranks run the
-same number of rounds even when their numbers of batches differ (evaluation can give one rank a
-batch more than another).
+A rank takes part in one round per batch it completes, whether or not it needs rows, and `finish`
+keeps serving until every rank has finished its sequence, so all ranks run the same number of rounds
+even when their numbers of batches differ (evaluation can give one rank a batch more than another).
 """
 
 from __future__ import annotations
@@ -37,7 +46,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -46,7 +55,8 @@ import torch.distributed as dist
 
 @dataclass
 class ExchangeGroup:
-    """A process group of explicit ranks, and where its tensors live (NCCL: the rank's GPU; gloo: CPU).
+    """The members of an exchange (ranks of `group`, the process group its rounds run on: the run's world
+    group) and where their tensors live (NCCL: the rank's GPU; gloo: CPU).
 
     Its maker releases it before destroying the process groups (`release`): this object is the only
     reference to the group outside torch's registry, so whatever still holds an exchange (a store
@@ -54,10 +64,11 @@ class ExchangeGroup:
     shutdown (see moment.runtime.dist.import_before_group).
     """
 
-    group: Any  # torch.distributed ProcessGroup with exactly `ranks`; None once released
-    ranks: tuple[int, ...]  # global ranks of the members, in group order
-    rank: int  # this rank (global)
+    group: Any  # torch.distributed ProcessGroup the rounds run on; None once released
+    ranks: tuple[int, ...]  # the members: ranks of `group`, in member order
+    rank: int  # this rank (its rank in `group`)
     device: torch.device
+    size_all: int = 0  # ranks in `group` (0: the members are the whole group)
 
     @property
     def index(self) -> int:
@@ -66,13 +77,19 @@ class ExchangeGroup:
 
     @property
     def size(self) -> int:
+        """Members."""
         return len(self.ranks)
 
+    @property
+    def everyone(self) -> int:
+        """Ranks that take part in every round: the whole group."""
+        return self.size_all or self.size
+
     def all_gather_object(self, obj: Any) -> list[Any]:
-        """Every member's `obj`, in member order (set-up only)."""
-        out: list[Any] = [None] * self.size
+        """Every member's `obj`, in member order (set-up only; every rank of the group calls it)."""
+        out: list[Any] = [None] * self.everyone
         dist.all_gather_object(out, obj, group=self.pg())
-        return out
+        return [out[r] for r in self.ranks]
 
     def pg(self) -> Any:
         if self.group is None:  # never fall back to the default group (None means it to torch)
@@ -87,9 +104,32 @@ class ExchangeGroup:
 CHUNK_BYTES = 4 << 20
 _KEY_BYTES = np.dtype(np.int64).itemsize
 
+class Deferred(Protocol):
+    """Rows still being read (a serving rank's disk reads): `wait()` gives them."""
+
+    def wait(self) -> torch.Tensor: ...
+
+
 #: keys this rank is asked for -> its rows for them (a tensor [len(keys), ...], one dtype and row shape
-#: on every member)
-Serve = Callable[[torch.Tensor], torch.Tensor]
+#: on every member), or a `Deferred` of them: the last chunk's are then sent when the round is finished, so
+#: the reads run while the caller goes on
+Serve = Callable[[torch.Tensor], "torch.Tensor | Deferred"]
+
+
+def ready(rows: torch.Tensor | Deferred) -> torch.Tensor:
+    return rows if isinstance(rows, torch.Tensor) else rows.wait()
+
+
+@dataclass
+class _Sent:
+    """The last chunk's rows on their way: the collective, and the served rows it reads until it is done."""
+
+    work: Any
+    out: torch.Tensor
+
+    def wait(self) -> None:
+        self.work.wait()
+        self.out = None
 #: (positions among the round's asked keys, `want` concatenated in member order; their rows, on the group's
 #: device) -> None: put the rows where they belong. The rows are the exchange's buffer, reused by the next
 #: chunk: copy them, do not keep them.
@@ -103,9 +143,9 @@ def chunk_rows(row_bytes: int, members: int) -> int:
 
 
 def chunks(asks: np.ndarray, cap: int) -> int:
-    """The fewest chunks K such that every pair's keys (asks[i, j]: keys member i asks of member j), split
-    evenly over K (`chunk_bounds`), move at most `cap` rows into and out of every member per chunk; 0 when
-    nothing is asked. Every member computes it from the same matrix: the same number of collectives."""
+    """The fewest chunks K such that every pair's keys (asks[i, j]: keys rank i asks of rank j), split
+    evenly over K (`chunk_bounds`), move at most `cap` rows into and out of every rank per chunk; 0 when
+    nothing is asked. Every rank computes it from the same matrix: the same number of collectives."""
     a = np.asarray(asks, np.int64)
     if not a.any():
         return 0
@@ -138,14 +178,46 @@ def into(out: torch.Tensor, pos: np.ndarray | None = None) -> Sink:
     return sink
 
 
-def _nothing(at: np.ndarray, rows: torch.Tensor) -> None:
+def nothing(at: np.ndarray, rows: torch.Tensor) -> None:
+    """The sink of a round that asks nothing."""
     if at.size:
         raise RuntimeError("rows arrived for a round that asked for none")
 
 
+class Round:
+    """A round started by `RowExchange.start`: its last chunk's rows may still be moving, or still be read by
+    this rank for the others (`serve` gave a `Deferred`). `finish` (on the thread that started it, before that
+    thread's next round of the exchange) sends what it serves if it had not yet, waits for the rows it asked
+    for and hands them to the sink; it returns whether any rank was active."""
+
+    def __init__(self, running: bool, sink: Sink, issue: Callable[[], Any] | None = None,
+                 at: np.ndarray | None = None, rows: torch.Tensor | None = None):
+        self.running, self._sink, self._at, self._rows = running, sink, at, rows
+        self._issue, self._work = issue, None
+
+    def send(self) -> None:
+        """Put the last chunk's rows on their way (the served ones ready or not: a read is waited for here)."""
+        if self._issue is not None:
+            self._work, self._issue = self._issue(), None
+
+    @property
+    def pending(self) -> bool:
+        return self._issue is not None or self._work is not None
+
+    def finish(self) -> bool:
+        self.send()
+        if self._work is not None:
+            self._work.wait()
+            at, rows = self._at, self._rows
+            self._work = self._at = self._rows = None
+            if at is not None and at.size:
+                self._sink(at, rows)
+        return self.running
+
+
 class RowExchange:
-    """Rounds of the exchange over `group`. It moves rows and holds none between rounds: each round is
-    given what this rank serves (`serve`) and where the rows it asked for go (`sink`)."""
+    """Rounds of the exchange among `group`'s members. It moves rows and holds none between rounds: each
+    round is given what this rank serves (`serve`) and where the rows it asked for go (`sink`)."""
 
     def __init__(self, group: ExchangeGroup):
         self.group = group
@@ -154,6 +226,8 @@ class RowExchange:
         self.served_rows = 0  # rows this rank sent to others
         self.peak_bytes = 0  # the most one chunk held: keys and rows, asked and served
         self._rows_bytes: int | None = None  # bytes of one row `serve` gives (the same on every member)
+        self._template: torch.Tensor | None = None  # what `serve` gives for no key: the rows' dtype and shape
+        self._open: Round | None = None
 
     @staticmethod
     def round_bytes(rows: int, row_bytes: int, members: int, held: int | None = None) -> int:
@@ -168,58 +242,82 @@ class RowExchange:
         return (asked + served) * (int(row_bytes) + _KEY_BYTES)
 
     def round(self, want: Sequence[np.ndarray], serve: Serve, sink: Sink, active: bool = True) -> bool:
+        """A whole round: `start` then `finish`. Returns whether any rank was active."""
+        return self.start(want, serve, sink, active).finish()
+
+    def start(self, want: Sequence[np.ndarray], serve: Serve, sink: Sink, active: bool = True) -> Round:
         """Ask member j for the keys `want[j]`; serve what the others ask. The rows asked for reach `sink`
-        chunk by chunk (see `Sink`: positions among want[0], want[1], ... concatenated). Returns whether any
-        member was active."""
+        chunk by chunk (see `Sink`: positions among want[0], want[1], ... concatenated), the last chunk's when
+        the returned round is finished. The previous round must be finished first."""
         g = self.group
-        n, me, dev = g.size, g.index, g.device
-        if len(want) != n:
-            raise ValueError(f"want has {len(want)} entries, the group {n} members")
-        row = np.array([len(w) for w in want] + [int(active)], np.int64)
+        if self._open is not None and self._open.pending:
+            raise RuntimeError("the previous round of the exchange is not finished")
+        if len(want) != g.size:
+            raise ValueError(f"want has {len(want)} entries, the group {g.size} members")
+        n, me, dev = g.everyone, g.rank, g.device
+        asks_row = np.zeros(n, np.int64)
+        asks_row[list(g.ranks)] = [len(w) for w in want]
+        row = np.append(asks_row, int(active))
         counts = torch.empty(n * (n + 1), dtype=torch.int64, device=dev)
         pg = g.pg()
         dist.all_to_all_single(counts, torch.from_numpy(np.tile(row, n)).to(dev), group=pg)
-        matrix = counts.view(n, n + 1).cpu().numpy()  # matrix[i, j]: keys member i asks of member j
+        matrix = counts.view(n, n + 1).cpu().numpy()  # matrix[i, j]: keys rank i asks of rank j
         self.rounds += 1
         asks, running = matrix[:, :n], bool(matrix[:, n].any())
-        total = chunks(asks, chunk_rows(self._row_bytes(serve), n)) if asks.any() else 0
-        if not total:  # every member knows it: no key and no row moves this round
-            return running
-        start = np.concatenate([[0], np.cumsum(asks[me])[:-1]])  # where each owner's keys start among mine
+        total = chunks(asks, chunk_rows(self._row_bytes(serve), g.size)) if asks.any() else 0
+        self._open = Round(running, sink)
+        if not total:  # every rank knows it: no key and no row moves this round
+            return self._open
+        # where each owner's keys start among mine, in member order (the order `want` is given in)
+        mine = [np.asarray(want[g.ranks.index(r)], np.int64) if r in g.ranks else np.zeros(0, np.int64)
+                for r in range(n)]
+        first = dict(zip(g.ranks, np.concatenate([[0], np.cumsum([len(w) for w in want])[:-1]]).tolist(),
+                         strict=True))
+        start = np.array([first.get(r, 0) for r in range(n)], np.int64)
+        most = int(max((b - a)[me].sum() for a, b in (chunk_bounds(asks, i, total) for i in range(total))))
         buf: torch.Tensor | None = None
         for k in range(total):
             lo, hi = chunk_bounds(asks, k, total)
             send, recv = (hi - lo)[me].tolist(), (hi - lo)[:, me].tolist()  # keys I ask of each; each asks of me
-            keys = torch.from_numpy(np.concatenate([np.asarray(w[a:b], np.int64) for w, a, b in
-                                                    zip(want, lo[me], hi[me], strict=True)])).to(dev)
+            keys = torch.from_numpy(np.concatenate([w[a:b] for w, a, b in zip(mine, lo[me], hi[me], strict=True)]))
+            keys = keys.to(dev)
             asked = torch.empty(sum(recv), dtype=torch.int64, device=dev)
             dist.all_to_all_single(asked, keys, recv, send, group=pg)
-            out = serve(asked).to(dev).contiguous()
             if buf is None:  # one buffer for the round's received rows, chunk after chunk
-                most = int(max((b - a)[me].sum() for a, b in (chunk_bounds(asks, i, total) for i in range(total))))
-                buf = out.new_empty((most, *out.shape[1:]))
+                buf = self._template.to(dev).new_empty((most, *self._template.shape[1:]))
             rows = buf[: sum(send)]
-            dist.all_to_all_single(rows, out, send, recv, group=pg)
-            self.served_rows += int(out.shape[0])
+            at = np.concatenate([np.arange(s + a, s + b) for s, a, b in zip(start, lo[me], hi[me], strict=True)])
             self.chunks += 1
-            held = keys.nbytes + asked.nbytes + out.nbytes + buf.nbytes  # the round's buffer, not this chunk's part
-            self.peak_bytes = max(self.peak_bytes, int(held))
-            del out
-            if sum(send):
-                sink(np.concatenate([np.arange(s + a, s + b) for s, a, b in zip(start, lo[me], hi[me], strict=True)]),
-                     rows)
-        return running
+            got = serve(asked)
+
+            def issue(got=got, keys=keys, asked=asked, rows=rows, buf=buf, send=send, recv=recv, last=k == total - 1):
+                out = ready(got).to(dev).contiguous()
+                self.served_rows += int(out.shape[0])
+                held = keys.nbytes + asked.nbytes + out.nbytes + buf.nbytes  # the round's buffer, not this part
+                self.peak_bytes = max(self.peak_bytes, int(held))
+                work = dist.all_to_all_single(rows, out, send, recv, group=pg, async_op=last)
+                return _Sent(work, out) if last else None
+
+            if k == total - 1:  # the last chunk's rows move while the caller goes on (once its reads are done)
+                self._open = Round(running, sink, issue, at, rows)
+                if isinstance(got, torch.Tensor):
+                    self._open.send()
+                return self._open
+            issue()
+            if at.size:
+                sink(at, rows)
+        raise AssertionError("unreachable: the last chunk returns")
 
     def _row_bytes(self, serve: Serve) -> int:
         """Bytes of one served row, from what `serve` gives for no key (once): the chunk's size in rows."""
         if self._rows_bytes is None:
-            none = serve(torch.empty(0, dtype=torch.int64, device=self.group.device))
-            self._rows_bytes = none.element_size() * math.prod(none.shape[1:])
+            self._template = ready(serve(torch.empty(0, dtype=torch.int64, device=self.group.device)))
+            self._rows_bytes = self._template.element_size() * math.prod(self._template.shape[1:])
         return self._rows_bytes
 
     def finish(self, serve: Serve) -> None:
-        """Serve the other members until every one has finished its sequence (each calls this once its
-        own batches are done; all return after the same round)."""
-        nothing = [np.zeros(0, np.int64)] * self.group.size
-        while self.round(nothing, serve, _nothing, active=False):
+        """Serve the other ranks until every one has finished its sequence (each calls this once its own
+        batches are done, and its last round is finished; all return after the same round)."""
+        asks = [np.zeros(0, np.int64)] * self.group.size
+        while self.round(asks, serve, nothing, active=False):
             pass

@@ -15,12 +15,14 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from moment.errors import MomentError
 from moment.io import IOStack, ReadBatch, aligned_buffer
 from moment.io.merge import Plan, Shape
+from moment.runtime.threads import start_thread
 
 WINDOW = 8 << 20  # bytes a reader job's reads may span at once: one staging buffer
 INFLIGHT = 4  # staging buffers (windows) a reader keeps submitted
@@ -90,7 +92,7 @@ class Reader:
 
     def __init__(self, paths: Sequence[str | Path], row_bytes: int, align: int, *, pool: BufferPool,
                  window: int = WINDOW, inflight: int = INFLIGHT, queue_depth: int = 128, backend: str | None = None,
-                 direct: bool = True):
+                 direct: bool = True, device: Any = "cpu"):
         self.row_bytes, self.align = int(row_bytes), int(align)
         self.window = max(int(window), self.align)
         self.inflight = max(1, int(inflight))
@@ -102,8 +104,7 @@ class Reader:
         self._stop = threading.Event()
         # aligned, so the block-aligned runs are read in place (no bounce copy per read)
         self._staging = [aligned_buffer(self.window + self.align, self.align) for _ in range(self.inflight)]
-        self._thread = threading.Thread(target=self._loop, name="moment-reader", daemon=True)
-        self._thread.start()
+        self._thread = start_thread(self._loop, "moment-reader", device)
 
     @property
     def backend(self) -> str:

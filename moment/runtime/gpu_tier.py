@@ -3,19 +3,21 @@
 Why (Moment (SC'25), section 3.1; Hyperion's static GPU cache): the hottest rows live in the memory of
 the GPU that trains on them. Bin j of the layout's GPU bins belongs to local rank j % local_world_size
 (moment.runtime.devices); the run plan carves how many of each bin's rows (hottest first) the tier
-holds (`moment.runtime.run_plan.carve_gpu`: on CPU runs the tier stands in for device memory and is
-capped by the budget's grant). Its rows are written into the batch once it is on the device.
+holds (`moment.runtime.run_plan.carve_gpu`: on CUDA as many as the rank's device budget leaves,
+moment.runtime.device_budget; on CPU runs the tier stands in for device memory and is capped by the host
+budget's grant). Its rows are written into the batch once it is on the device.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
+from moment.io.device import layer, upload_chunk
 from moment.runtime.run_plan import GpuRows
 from moment.runtime.tier import LayoutRows, Tier, at
 
@@ -36,20 +38,51 @@ class TierMap:
         return rows.slot[ids] < self.limit[rows.bin[ids]]
 
 
-def load_gpu_rows(rows: LayoutRows, bins: Sequence[GpuRows],
-                  read: Callable[[int, int], np.ndarray]) -> tuple[TierMap, np.ndarray]:
-    """The tier's map and rows (host memory): each bin's first rows as the plan carved them, read by
-    `read(shard, k)` (the layout's first k rows of a shard's file)."""
+def tier_map(rows: LayoutRows, bins: Sequence[GpuRows]) -> TierMap:
+    """Where each bin's carved rows sit in the tier's table: the bins in order, each from its first slot."""
     nb = rows.nbins  # a split layout's remote bins too: the tier holds none of their rows
     base, limit = np.zeros(nb, np.int64), np.zeros(nb, np.int64)
-    table = np.empty((sum(g.rows for g in bins), rows.row_bytes), np.uint8)
     start = 0
     for g in bins:
         base[g.shard], limit[g.shard] = start, g.rows
-        if g.rows:
-            table[start:start + g.rows] = read(g.shard, g.rows)
         start += g.rows
-    return TierMap(base, limit), table
+    return TierMap(base, limit)
+
+
+def table_chunks(bins: Sequence[GpuRows], chunk_rows: int) -> Iterator[tuple[int, int, int, int]]:
+    """(shard, first row in its file, rows, first row in the table) of each chunk the table is loaded in: each
+    bin's carved rows in order, at most `chunk_rows` at a time."""
+    at = 0
+    for g in bins:
+        for first in range(0, g.rows, chunk_rows):
+            yield g.shard, first, min(chunk_rows, g.rows - first), at + first
+        at += g.rows
+
+
+def load_gpu_table(rows: LayoutRows, bins: Sequence[GpuRows], read: Callable[[int, int, int, np.ndarray], Any],
+                   device: Any) -> tuple[TierMap, torch.Tensor]:
+    """The tier's map and its table on `device`, the rows read chunk by chunk by `read(shard, k, start, out)`
+    (rows start..start+k of a shard's file into `out`: moment.runtime.disk_tier.DiskTier.file_rows).
+
+    Why chunks: the table can be most of a GPU's memory, and built whole in host memory it was that much
+    again on every local rank at once (and a second copy on its way to the device). On CUDA each chunk is read
+    into one reused pinned buffer (moment.io.device.upload_chunk, charged by the host budget) and copied to
+    its slice of the table, the copy waited for before the buffer is refilled; on CPU the table is the tier's
+    host stand-in and the rows are read straight into it."""
+    held = tier_map(rows, bins)
+    rb = rows.row_bytes
+    dev = layer(device)
+    table = dev.empty(held.rows * rb).view(held.rows, rb)
+    chunk_rows, chunk_bytes = upload_chunk(rb, held.rows)
+    host = dev.host_buffer(chunk_bytes) if dev.copies and held.rows else None
+    for shard, first, k, row in table_chunks(bins, chunk_rows):
+        if host is None:
+            read(shard, k, first, table[row:row + k].numpy())
+        else:
+            stage = host[: k * rb]
+            read(shard, k, first, stage.numpy().reshape(k, rb))
+            table[row:row + k].copy_(stage.view(k, rb))  # a blocking copy: the buffer is refilled next
+    return held, table
 
 
 @dataclass
@@ -93,4 +126,5 @@ class GpuTier(Tier):
         return {"gpu_cache": int(self.table.nelement())}
 
     def release(self) -> None:
-        self.table = self.table[:0]
+        """Drop the table: an empty tensor of its own, not a view that would keep the table's memory alive."""
+        self.table = self.table.new_empty((0, self.layout_rows.row_bytes))

@@ -7,7 +7,8 @@ members of the node's group (node = rank // local_world_size, as torchrun number
 other what their GPU tier holds (`TierMap`: where each bin's rows start in the owner's tier and how
 many it holds); then every completed batch is one round of the collective exchange
 (moment.runtime.exchange): this rank asks each owner for rows of its tier, and serves what the others
-ask of its own. NCCL on GPUs, gloo on CPU: the same code.
+ask of its own. NCCL on GPUs, gloo on CPU: the same code. The rounds are the batch's `fetches`, which the
+rank's collective thread starts and finishes (moment.runtime.sources.Staged).
 
 `PeerTier` is the chain's tier (moment.runtime.tier) over the CPU cache: it takes part in a round for
 every batch it completes, whether or not the batch needs a peer's row (the others may need its rows),
@@ -24,9 +25,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from moment.runtime.exchange import ExchangeGroup, RowExchange, into
+from moment.runtime.exchange import ExchangeGroup, RowExchange
 from moment.runtime.gpu_tier import TierMap
-from moment.runtime.tier import LayoutRows, Tier, at
+from moment.runtime.tier import ExchangeFetch, LayoutRows, Tier, at
 
 
 class PeerMap:
@@ -98,19 +99,14 @@ class PeerTier(Tier):
         rest = np.flatnonzero(~mask)
         return _Part(at(pos, np.flatnonzero(mask)), owner, idx, self.next.take(ids[rest], at(pos, rest), tag))
 
-    def device_rows(self, part: _Part, out: torch.Tensor) -> None:
-        self.next.device_rows(part.inner, out)
-        self.fetch(part.owner, part.idx, out, part.pos)  # a round for every batch, whether or not it needs a row
-        self.served += int(part.pos.size)
+    def fetches(self, part: _Part, out: torch.Tensor) -> list[ExchangeFetch]:
+        """out[pos] = row idx of member owner's tier: one round of the exchange per batch, whether or not it
+        needs a row (the others may need this rank's), its rows written straight to their positions."""
+        return [ExchangeFetch(self, self.exchange, self._serve, part.owner, part.idx, part.pos, out),
+                *self.next.fetches(part.inner, out)]
 
-    def fetch(self, owner: np.ndarray, idx: np.ndarray, out: torch.Tensor, pos: np.ndarray) -> None:
-        """out[pos] = row idx of member owner's tier; one round of the exchange (collective: every member
-        calls it once per batch, with nothing to ask as well), whose rows go straight to their positions."""
-        order = np.argsort(owner, kind="stable")
-        owner, idx, pos = owner[order], idx[order], pos[order]
-        cuts = np.searchsorted(owner, np.arange(self.exchange.group.size + 1))
-        self.exchange.round([idx[a:b] for a, b in zip(cuts[:-1], cuts[1:], strict=True)], self._serve,
-                            into(out, pos))
+    def idle_fetches(self) -> list[ExchangeFetch]:
+        return [ExchangeFetch.idle(self, self.exchange, self._serve), *self.next.idle_fetches()]
 
     def finish(self) -> None:
         """This rank's sequence of batches is done: serve the others until theirs are."""

@@ -5,7 +5,16 @@ the SSDs through the rank's I/O stack, which waits without the GIL; training: th
 GIL-free kernels on CPU), so overlapping them makes the slowest stage set the pace. Bounded queues
 between the stages keep memory flat. On CUDA the gather thread copies to the device on its own stream
 and the trainer waits on an event (`Prepared.wait`, through moment.io.device), so copies overlap kernels
-too; on CPU the same calls are no-ops.
+too; on CPU the same calls are no-ops. Every thread is started bound to the rank's device
+(moment.runtime.threads).
+
+Collectives from one thread: the rows other ranks serve (the peer and remote tiers' exchange rounds) are
+collectives, and a rank issues every collective from its training thread, in the same order on every
+rank (NCCL deadlocks when two threads of a rank issue them). So the gather thread completes a batch only
+as far as the rank alone can (`complete_local`), and the training thread, before it hands out batch i,
+finishes batch i's rounds and starts batch i+1's (`Staged.start`): i+1's last chunk of rows moves while
+step i computes, and its collectives come before step i's on every rank. At the end of a sequence the
+training thread serves the other ranks until every one is done (`source.finish()`).
 
 Determinism: batches come out in the order given, and batch i is sampled with a generator seeded
 from (key, i) — never from a shared stream — so thread timing cannot change any result.
@@ -25,7 +34,8 @@ from dataclasses import dataclass, fields
 import torch
 
 from moment.io.device import DeviceLayer
-from moment.runtime.sources import FeatureSource
+from moment.runtime.sources import FeatureSource, Staged
+from moment.runtime.threads import start_thread
 from moment.workload.sampler import CSRGraph, MiniBatch, NeighborSampler
 from moment.workload.seeds import mix
 
@@ -38,6 +48,8 @@ class StageTimes:
     gather_submit: float = 0.0
     gather_wait: float = 0.0
     train: float = 0.0
+    exchange: float = 0.0  # the training thread starting batches' exchange rounds and serving at the end
+    exchange_wait: float = 0.0  # the training thread finishing a round started a batch earlier (its rows' wait)
     wall: float = 0.0
 
     def add(self, other: StageTimes) -> None:
@@ -52,6 +64,7 @@ class StageTimes:
         d = self.as_dict()
         d.pop("wall")
         d["gather"] = d.pop("gather_submit") + d.pop("gather_wait")
+        d["exchange"] += d.pop("exchange_wait")
         return max(d, key=d.__getitem__)
 
 
@@ -64,6 +77,7 @@ class Prepared:
     blocks: list
     ready: object | None = None  # CUDA event the consumer waits on
     dev: DeviceLayer | None = None
+    staged: Staged | None = None  # its exchange rounds, run by the training thread before it is handed out
 
     def wait(self) -> None:
         """Call before using the batch, on the stream that uses it: it waits for the batch's copies and
@@ -83,8 +97,10 @@ class Pipeline:
     @staticmethod
     def held_batches(depth: int) -> int:
         """Batches a pipeline of this `depth` holds besides those its source has submitted (`lookahead`):
-        the queued ones, one being assembled and one being trained (the memory budget charges this)."""
-        return max(1, depth) + 2
+        `depth` ready ones (the next, whose exchange rounds the training thread has started, and the queued
+        ones; at least those two), one being assembled and one being trained (the memory budget charges
+        this)."""
+        return max(2, depth) + 2
 
     def __init__(self, graph: CSRGraph, fanouts: Sequence[int], source: FeatureSource, labels: torch.Tensor,
                  device: torch.device, *, depth: int = 2, pipelined: bool = True):
@@ -93,21 +109,21 @@ class Pipeline:
         self.depth, self.pipelined = max(1, depth), pipelined
         self.times = StageTimes()
         self.dev = DeviceLayer(self.device)
-        self._stream = self.dev.new_stream()
+        self._stream = self.dev.new_stream()  # the gather thread's copies and assembly
+        self._xstream = self.dev.new_stream()  # the training thread's exchange rounds
 
     def run(self, batches: Sequence[torch.Tensor], key: Sequence[int], start: int = 0) -> Iterator[Prepared]:
         t0 = time.perf_counter()
-        it = self._threaded(batches, key, start) if self.pipelined else self._serial(batches, key, start)
-        last = time.perf_counter()
+        local = self._threaded(batches, key, start) if self.pipelined else self._serial(batches, key, start)
+        it = self._exchanged(local)
         try:
             for item in it:
                 now = time.perf_counter()
                 yield item
-                last = time.perf_counter()
-                self.times.train += last - now
+                self.times.train += time.perf_counter() - now
         finally:
-            if hasattr(it, "close"):
-                it.close()
+            it.close()
+            local.close()
             self.times.wall += time.perf_counter() - t0
 
     # -- stages
@@ -128,25 +144,14 @@ class Pipeline:
     def _complete(self, i: int, mb: MiniBatch, pending) -> Prepared:
         t = time.perf_counter()
         with self.dev.on(self._stream):
-            x, y, blocks = self._assemble(mb, pending)
+            staged = self.source.complete_local(pending)
+            to = self.dev.to_device
+            y = to(self.labels[mb.seeds].to(torch.int64))
+            blocks = [type(b)(to(b.edge_index), b.num_src, b.num_dst) for b in mb.blocks()]
             ev = self.dev.event(self._stream)
         self.times.gather_wait += time.perf_counter() - t
-        return Prepared(i, mb, x, y, blocks, ev, self.dev)
-
-    def _assemble(self, mb: MiniBatch, pending):
-        to = self.dev.to_device
-        x = to(self.source.complete(pending))
-        y = to(self.labels[mb.seeds].to(torch.int64))
-        blocks = [type(b)(to(b.edge_index), b.num_src, b.num_dst) for b in mb.blocks()]
-        return x, y, blocks
-
-    def _finish(self) -> None:
-        """Every batch is completed: the source takes part in the other ranks' last exchanges (a
-        collective source is keyed to each rank's batch sequence, whatever its length)."""
-        t = time.perf_counter()
-        with self.dev.on(self._stream):
-            self.source.finish()
-        self.times.gather_wait += time.perf_counter() - t
+        x = staged.x if staged.fetches else to(staged.x)  # a round writes into staged.x: never a copy of it
+        return Prepared(i, mb, x, y, blocks, ev, self.dev, staged if staged.fetches else None)
 
     def _drain(self, pending) -> None:
         """The consumer stopped early: finish the reads still in flight so the source is clean for reuse."""
@@ -154,19 +159,63 @@ class Pipeline:
             with contextlib.suppress(Exception):  # the consumer is already unwinding with its own error
                 self.source.cancel(item[2])
 
-    # -- drivers
+    # -- the training thread's exchange rounds
+
+    def _exchanged(self, local: Iterator[Prepared]) -> Iterator[Prepared]:
+        """`local`'s batches with the rows other ranks serve: batch i is handed out once its rounds are
+        finished and the next rounds started (batch i+1's, or after the last batch rounds that serve the
+        others): one round ahead, in the same order on every rank, whatever their numbers of batches; a
+        rank's collectives all come from this thread. At the end, serve until every rank is done."""
+        ahead = next(local, None)
+        rounds = self._start(ahead)
+        while ahead is not None:
+            item = ahead
+            self._finish(item.staged, item)
+            ahead = next(local, None)
+            rounds = self._start(ahead)
+            yield item
+        while self._finish(rounds, None):
+            rounds = self._start(None)
+
+    def _start(self, item: Prepared | None) -> Staged | None:
+        """Start `item`'s rounds (None: the source's idle rounds), on the exchange stream after the batch's
+        rows were copied (CUDA)."""
+        rounds = item.staged if item is not None else self.source.idle()
+        if rounds is None or not rounds.fetches:
+            return rounds
+        t = time.perf_counter()
+        with self.dev.on(self._xstream):
+            if item is not None:
+                self.dev.consume(item.ready, item.x)
+            rounds.start()
+        self.times.exchange += time.perf_counter() - t
+        return rounds
+
+    def _finish(self, rounds: Staged | None, item: Prepared | None) -> bool:
+        """Finish rounds started a batch earlier; `item` is ready for the training stream once the rows they
+        wrote are. Returns whether any rank was still active (idle rounds: whether to serve on)."""
+        if rounds is None or not rounds.fetches:
+            return False
+        t = time.perf_counter()
+        with self.dev.on(self._xstream):
+            rounds.finish()
+            if item is not None:
+                item.ready = self.dev.event(self._xstream)
+        self.times.exchange_wait += time.perf_counter() - t
+        return rounds.running
+
+    # -- drivers: batches completed as far as this rank alone can, in order
 
     def _serial(self, batches, key, start) -> Iterator[Prepared]:
         sampler = NeighborSampler(self.graph, self.fanouts)
         for i in range(start, len(batches)):
             mb = self._sample(sampler, batches[i], key, i)
             yield self._complete(i, mb, self._submit(mb, (tuple(key), i)))
-        self._finish()
 
     def _threaded(self, batches, key, start) -> Iterator[Prepared]:
         stop = threading.Event()
         q_sampled: queue.Queue = queue.Queue(self.depth)
-        q_ready: queue.Queue = queue.Queue(self.depth)
+        q_ready: queue.Queue = queue.Queue(max(1, self.depth - 1))  # and one ahead in the training thread
 
         def put(q: queue.Queue, item) -> bool:
             while not stop.is_set():
@@ -220,16 +269,12 @@ class Pipeline:
                         if not put(q_ready, self._complete(*pending.popleft())):
                             self._drain(pending)
                             return
-                    self._finish()
                 put(q_ready, item)
             except BaseException as e:  # noqa: BLE001 - re-raised by the consumer
                 self._drain(pending)
                 put(q_ready, e)
 
-        threads = [threading.Thread(target=f, name=f"moment-{f.__name__}", daemon=True)
-                   for f in (sampler_loop, gather_loop)]
-        for t in threads:
-            t.start()
+        threads = [start_thread(f, f"moment-{f.__name__}", self.device) for f in (sampler_loop, gather_loop)]
         try:
             while True:
                 item = get(q_ready)

@@ -13,8 +13,9 @@ not the chain's disk tier, whose reader runs ahead of the batches and may be wai
 memory that the consumer frees only after this round. The memory budget charges one round of the
 exchange and that reader (`round_bytes`, `reader_bytes`).
 
-The exchange is used here only, through `RowExchange(group)`, `round(want, serve, sink)`, `finish(serve)`,
-`RowExchange.round_bytes(rows, row_bytes, members)`, `peak_bytes` and `served_rows`.
+A batch's round is one of its `fetches` (moment.runtime.tier.ExchangeFetch), started by the rank's
+collective thread before the step of the batch before it and finished after that step (the pipeline's
+one-batch-ahead prefetch), as the peer tier's.
 """
 
 from __future__ import annotations
@@ -30,10 +31,10 @@ from moment.io.merge import SHAPES
 from moment.placement.opened import Layout
 from moment.placement.reader import shard_path
 from moment.runtime.disk_tier import DiskTier
-from moment.runtime.exchange import ExchangeGroup, RowExchange, into
+from moment.runtime.exchange import ExchangeGroup, RowExchange
 from moment.runtime.gather import BufferPool, Job, Reader, staging_bytes
 from moment.runtime.run_plan import TierPlan
-from moment.runtime.tier import LayoutRows, Tier, at
+from moment.runtime.tier import ExchangeFetch, LayoutRows, Tier, at
 
 #: the serving reader's staging: a round's asked rows are read in windows of this many bytes, this many at once
 SERVE_WINDOW = 1 << 20
@@ -59,6 +60,16 @@ class _Part:
     inner: Any
 
 
+@dataclass
+class _Reading:
+    """Rows another machine asked for, still being read (moment.runtime.exchange.Deferred)."""
+
+    job: Job
+
+    def wait(self) -> torch.Tensor:
+        return torch.from_numpy(self.job.wait())
+
+
 class RemoteTier(Tier):
     """Rows the machines of `group` own, over `next` (this machine's own tiers): a round of the exchange per
     completed batch fetches them, and serves the rows this machine owns to the others from `layout`."""
@@ -82,7 +93,7 @@ class RemoteTier(Tier):
         self.reader: Reader | None = Reader([shard_path(layout.path, s) for s in m.shards], rows.row_bytes,
                                             m.row.align, pool=BufferPool(0), window=SERVE_WINDOW,
                                             inflight=SERVE_INFLIGHT, queue_depth=t.queue_depth, backend=t.io_backend,
-                                            direct=t.direct)
+                                            direct=t.direct, device=self.device)
         self.served_bytes = 0
 
     @property
@@ -101,41 +112,38 @@ class RemoteTier(Tier):
         return _Part(at(pos, np.flatnonzero(far)), r.machine_of[r.bin[mine]], mine,
                      self.next.take(ids[rest], at(pos, rest), tag))
 
-    def device_rows(self, part: _Part, out: torch.Tensor) -> None:
-        self.next.device_rows(part.inner, out)
-        self.fetch(part.owner, part.ids, out, part.pos)  # a round for every batch, whether or not it needs a row
-        self.served += int(part.pos.size)
+    def fetches(self, part: _Part, out: torch.Tensor) -> list[ExchangeFetch]:
+        """out[pos] = the rows of `ids` from their `owner` machines: one round of the exchange per batch,
+        whether or not it needs a row (the other machines may need this one's)."""
+        return [ExchangeFetch(self, self.exchange, self._serve, part.owner, part.ids, part.pos, out),
+                *self.next.fetches(part.inner, out)]
 
-    def fetch(self, owner: np.ndarray, ids: np.ndarray, out: torch.Tensor, pos: np.ndarray) -> None:
-        """out[pos] = the rows of `ids` from their `owner` machines; one round of the exchange (collective:
-        every member calls it once per batch, with nothing to ask as well)."""
-        order = np.argsort(owner, kind="stable")
-        owner, ids, pos = owner[order], ids[order], pos[order]
-        cuts = np.searchsorted(owner, np.arange(self.exchange.group.size + 1))
-        self.exchange.round([ids[a:b] for a, b in zip(cuts[:-1], cuts[1:], strict=True)], self._serve,
-                            into(out, pos))
+    def idle_fetches(self) -> list[ExchangeFetch]:
+        return [ExchangeFetch.idle(self, self.exchange, self._serve), *self.next.idle_fetches()]
 
     def finish(self) -> None:
         """This rank's sequence of batches is done: serve the other machines until theirs are."""
         self.exchange.finish(self._serve)
         self.next.finish()
 
-    def _serve(self, keys: torch.Tensor) -> torch.Tensor:
-        """The rows of node ids `keys` (asked by another machine), read from this machine's layout."""
+    def _serve(self, keys: torch.Tensor) -> torch.Tensor | _Reading:
+        """The rows of node ids `keys` (asked by another machine), read from this machine's layout: the reads
+        are submitted here and waited for when the exchange sends the rows (for a batch's last chunk, when its
+        round is finished: the reads run during the training step before it)."""
         r = self.layout_rows
         ids = keys.detach().cpu().numpy().astype(np.int64, copy=False)
         out = np.empty((ids.shape[0], r.row_bytes), np.uint8)
-        if ids.size:
-            if ids.min() < 0 or ids.max() >= r.num_nodes or r.remote(ids).any():
-                raise MomentError(f"another machine asked machine {r.split.name} for rows it does not own: the "
-                                  "machines' layouts are not of one split", source=str(r.path))
-            f, off = r.locate(ids)
-            if self.disk is not None and self.disk.verify:
-                self.disk.verify_chunks(f, off)
-            assert self.reader is not None
-            self.reader.submit(Job(f, off, SHAPES["rows"], dest=out)).wait()
-            self.served_bytes += int(out.nbytes)
-        return torch.from_numpy(out)
+        if not ids.size:
+            return torch.from_numpy(out)
+        if ids.min() < 0 or ids.max() >= r.num_nodes or r.remote(ids).any():
+            raise MomentError(f"another machine asked machine {r.split.name} for rows it does not own: the "
+                              "machines' layouts are not of one split", source=str(r.path))
+        f, off = r.locate(ids)
+        if self.disk is not None and self.disk.verify:
+            self.disk.verify_chunks(f, off)
+        assert self.reader is not None
+        self.served_bytes += int(out.nbytes)
+        return _Reading(self.reader.submit(Job(f, off, SHAPES["rows"], dest=out)))
 
     def add_stats(self, out: dict[str, Any]) -> None:
         out["remote_served_rows"] += self.exchange.served_rows

@@ -25,11 +25,13 @@ from pydantic import BaseModel, ConfigDict, computed_field
 
 from moment.caching.tiers import lookahead, shared_by_local_ranks
 from moment.errors import MomentError
+from moment.io.device import DeviceMemory, ring_bytes, upload_chunk
 from moment.io.merge import SHAPES, Shape
 from moment.placement.opened import Layout, index_dtypes
 from moment.placement.pack import pack_path, refuse_unusable
 from moment.runtime.budget import (Item, MemoryBudget, RunShape, Split, fmt_bytes, minimum_budget, resolve_budget,
                                    split_budget)
+from moment.runtime.device_budget import DeviceBudget, DeviceShape, device_budget, resolve_device_budget
 from moment.runtime.devices import plan_gpus_of
 from moment.runtime.gather import staging_bytes
 from moment.runtime.store_options import Collectives, Place, StoreOptions, local_world_size
@@ -87,6 +89,7 @@ class TierPlan(_Frozen):
     cpu_rows: int
     shared_cache: bool  # one CPU cache for the machine's ranks
     buffer_bytes: int  # read buffers per rank
+    batch_bytes: int  # the most bytes of rows one batch holds (the batch extent): sizes the staging ring's slots
     window: int
     peer_tier: bool
     remote_tier: bool = False  # a split layout: other machines' rows come from their owners
@@ -131,8 +134,36 @@ class MemoryItem(_Frozen):
     note: str = ""
 
 
+class DeviceItem(_Frozen):
+    name: str
+    bytes: int
+    note: str = ""
+
+
+class DevicePlan(_Frozen):
+    """A rank's device budget (moment.runtime.device_budget): every item charged, and the GPU tier it allows."""
+
+    budget_bytes: int | None  # None: not known where the plan was resolved (the launcher reads no device)
+    source: str
+    predicted_peak_bytes: int
+    items: tuple[DeviceItem, ...]
+    gpu_rows: int  # rows each rank's GPU tier may hold (at most gpu_rows_wanted)
+    gpu_rows_wanted: int  # rows of a rank's GPU bins
+
+    @classmethod
+    def of(cls, b: DeviceBudget) -> DevicePlan:
+        return cls(budget_bytes=b.total, source=b.source, predicted_peak_bytes=b.used,
+                   items=tuple(DeviceItem(name=i.name, bytes=i.bytes, note=i.note) for i in b.items),
+                   gpu_rows=b.gpu_rows, gpu_rows_wanted=b.wanted_rows)
+
+    def budget(self) -> DeviceBudget:
+        return DeviceBudget(self.budget_bytes, self.source, [Item(i.name, i.bytes, False, i.note) for i in self.items],
+                            self.gpu_rows, self.gpu_rows_wanted)
+
+
 class MemoryPlan(_Frozen):
-    """The budget's split (moment.runtime.budget): every item charged, and what it granted."""
+    """The budget's split (moment.runtime.budget): every item charged, and what it granted; on CUDA, beside
+    it, each rank's device budget."""
 
     budget_bytes: int | None
     source: str
@@ -144,33 +175,36 @@ class MemoryPlan(_Frozen):
     cpu_rows: int
     buffer_bytes: int
     shared_cache: bool
+    device: DevicePlan | None = None  # a CUDA run's device budget per rank (None: a CPU run)
 
     @classmethod
-    def of(cls, s: Split) -> MemoryPlan:
+    def of(cls, s: Split, device: DeviceBudget | None = None) -> MemoryPlan:
         b = s.budget
         return cls(budget_bytes=b.total, source=b.source, local_ranks=b.local_ranks,
                    margin=b.margin if b.total else 0, predicted_peak_bytes=b.used,
                    items=tuple(MemoryItem(name=i.name, bytes=i.bytes, shared=i.shared, machine_bytes=b._machine(i),
                                           note=i.note) for i in b.items),
-                   gpu_rows=s.gpu_rows, cpu_rows=s.cpu_rows, buffer_bytes=s.buffer_bytes, shared_cache=s.shared_cache)
+                   gpu_rows=s.gpu_rows, cpu_rows=s.cpu_rows, buffer_bytes=s.buffer_bytes, shared_cache=s.shared_cache,
+                   device=DevicePlan.of(device) if device is not None else None)
 
     def budget(self) -> MemoryBudget:
         return MemoryBudget(self.budget_bytes, self.local_ranks, self.source,
                             [Item(i.name, i.bytes, i.shared, i.note) for i in self.items])
 
     def lines(self) -> list[str]:
-        return self.budget().lines()
+        return self.budget().lines() + (self.device.budget().lines() if self.device is not None else [])
 
     def as_dict(self) -> dict:
-        """The metrics JSON's `memory`: the budget, the predicted peak and the items."""
-        return self.budget().as_dict()
+        """The metrics JSON's `memory`: the budget, the predicted peak and the items; `device`: a CUDA run's
+        device budget per rank, the same keys (None on CPU runs)."""
+        return {**self.budget().as_dict(), "device": self.device.budget().as_dict() if self.device is not None else None}
 
 
 class RunPlan(_Frozen):
     layout: str
     world_size: int
     local_world_size: int
-    device: str  # "cpu" or "cuda": on CUDA the GPU tier holds all of a rank's GPU bins (device memory)
+    device: str  # "cpu" or "cuda": on CUDA the GPU tier is in device memory, as much as memory.device allows
     io_shape: str  # rows, block or packed (never auto)
     io_shape_requested: str
     pack: PackMatch
@@ -242,6 +276,8 @@ class RunInputs:
     #                          what a rank's GPU tier holds: gpu_tier_rows)
     remote_exchange_bytes: int = 0  # a split layout: one round of the remote exchange (remote_tier.round_bytes)
     remote_reader_bytes: int = 0  # a split layout: the remote tier's serving reader (remote_tier.reader_bytes)
+    device_memory: DeviceMemory | None = None  # a CUDA run: the least free and total memory of the ranks' devices
+    #                                            (None: not read here; moment.io.device.DeviceLayer.memory)
 
 
 def resolve_run(config: TrainConfig, layout: Layout, *, world_size: int, local_world_size: int,
@@ -267,25 +303,45 @@ def resolve_run(config: TrainConfig, layout: Layout, *, world_size: int, local_w
     peer_tier = cfg.peer_tier and lws > 1
     remote_tier = layout.split is not None
     total, how = resolve_budget(cfg.memory_budget)
+    exchange = inputs.exchange_bytes if peer_tier and gpu_shards else 0
+    remote_exchange = inputs.remote_exchange_bytes if remote_tier else 0
     split = split_budget(total, how, lws, _run_shape(
         cfg, inputs, n, rb, shape, ahead, index_bytes=layout.index_bytes, own_gpu_rows=own_rows,
         layout_cpu_rows=sum(m.shards[i].rows for i in layout.shards_of("cpu")), align=m.row.align,
-        exchange_bytes=inputs.exchange_bytes if peer_tier and gpu_shards else 0,
-        remote_exchange_bytes=inputs.remote_exchange_bytes if remote_tier else 0,
+        exchange_bytes=exchange, remote_exchange_bytes=remote_exchange,
         remote_reader_bytes=inputs.remote_reader_bytes if remote_tier else 0,
-        pack_index_bytes=pack.index_bytes if shape == "packed" or pack_index_bytes is not None else 0))
-    gpu_cap = split.gpu_rows if device == "cpu" else None  # device memory is not the budget's
+        pack_index_bytes=pack.index_bytes if shape == "packed" or pack_index_bytes is not None else 0,
+        device=device, stride=max((m.shards[i].stride for i in gpu_shards), default=rb)))
+    if device == "cpu":
+        _no_device_budget(cfg)
+        dev, gpu_cap = None, split.gpu_rows  # the GPU tier's stand-in, granted by the host budget
+    else:  # --device-memory-budget against the ranks' least free device memory; NCCL communicators: the
+        #    world group's (every collective, the exchanges' too: moment.runtime.exchange), and with several
+        #    machines of several ranks each the machine's own group (its barrier: DistContext.node_group)
+        dev = device_budget(*resolve_device_budget(cfg.device_memory_budget, inputs.device_memory), DeviceShape(
+            row_bytes=rb, own_gpu_rows=own_rows, rows_max=inputs.rows_max, batch_ids_bytes=inputs.batch_ids_bytes,
+            held_batches=inputs.held_batches, training_bytes=inputs.training_bytes, exchange_bytes=exchange,
+            remote_exchange_bytes=remote_exchange, communicators=(1 + (world_size > lws > 1)) if world_size > 1 else 0))
+        gpu_cap = dev.gpu_rows if dev.capped else None  # None: every row of the rank's bins
     options = StoreOptions(io_backend=cfg.io_backend, queue_depth=cfg.queue_depth, direct=cfg.direct,
                            verify=cfg.verify, cpu_rows=split.cpu_rows, gpu_rows=gpu_cap, policy=cfg.cache_policy,
                            shape=shape, superbatch=superbatch, buffer_bytes=split.buffer_bytes,
                            merge_gap=cfg.io_merge_gap, max_request=cfg.io_max_request, shared_cache=split.shared_cache,
-                           pack_seed=cfg.seed)
+                           pack_seed=cfg.seed, batch_rows=inputs.rows_max)
     tiers = tier_plan(layout, options, shared_cache=split.shared_cache, peer_tier=peer_tier, remote_tier=remote_tier)
     ranks = tuple(rank_plan(layout, r, r % lws, lws, gpu_cap) for r in range(world_size))
     return RunPlan(layout=str(layout.path), world_size=world_size, local_world_size=lws, device=device,
                    io_shape=shape, io_shape_requested=cfg.io_shape, pack=pack, cache_policy=cfg.cache_policy,
                    batch_size=batch_size, fanouts=tuple(fanouts), seed=cfg.seed, tiers=tiers, ranks=ranks,
-                   memory=MemoryPlan.of(split), split=split_plan(layout))
+                   memory=MemoryPlan.of(split, dev), split=split_plan(layout))
+
+
+def _no_device_budget(cfg: TrainConfig) -> None:
+    """A CPU run has no device memory: --device-memory-budget there is a mistake, said so."""
+    if cfg.device_memory_budget is not None:
+        raise MomentError(f"--device-memory-budget {cfg.device_memory_budget}: this run is on the CPU (--device cpu, "
+                          "or no CUDA device), where the GPU tier is a stand-in in host memory, sized by "
+                          "--memory-budget", hint="leave --device-memory-budget out, or train with --device cuda")
 
 
 def split_plan(layout: Layout) -> SplitPlan | None:
@@ -300,7 +356,12 @@ def split_plan(layout: Layout) -> SplitPlan | None:
 
 def _run_shape(cfg: TrainConfig, inputs: RunInputs, n: int, rb: int, shape: str, ahead: int, *,
                index_bytes: int, own_gpu_rows: int, layout_cpu_rows: int, align: int, exchange_bytes: int,
-               pack_index_bytes: int, remote_exchange_bytes: int = 0, remote_reader_bytes: int = 0) -> RunShape:
+               pack_index_bytes: int, remote_exchange_bytes: int = 0, remote_reader_bytes: int = 0,
+               device: str = "cpu", stride: int = 0) -> RunShape:
+    """The host budget's inputs; on CUDA with the pinned staging ring at the batch extent and, when the rank
+    has GPU-tier rows, the upload's pinned chunk and that chunk's rows as read at the GPU bins' `stride`."""
+    cuda = device == "cuda"
+    chunk_rows, chunk = upload_chunk(rb, own_gpu_rows)
     return RunShape(
         num_nodes=n, row_bytes=rb, graph_bytes=inputs.graph_bytes, labels_bytes=inputs.labels_bytes,
         rows_max=inputs.rows_max, training_bytes=inputs.training_bytes, held_batches=inputs.held_batches,
@@ -311,7 +372,9 @@ def _run_shape(cfg: TrainConfig, inputs: RunInputs, n: int, rb: int, shape: str,
         policy=cfg.cache_policy, shape=shape, staging_bytes=staging_bytes(align),
         process_bytes=inputs.process_bytes, agent_bytes=inputs.agent_bytes, exchange_bytes=exchange_bytes,
         pack_index_bytes=pack_index_bytes, remote_exchange_bytes=remote_exchange_bytes,
-        remote_reader_bytes=remote_reader_bytes)
+        remote_reader_bytes=remote_reader_bytes, device=device,
+        ring_bytes=ring_bytes(inputs.rows_max * rb) if cuda else 0,
+        upload_bytes=chunk + chunk_rows * max(stride, rb) if cuda and own_gpu_rows else 0)
 
 
 def planned_minimum(cfg: TrainConfig, inputs: RunInputs, *, num_nodes: int, row_bytes: int, nproc: int,
@@ -392,9 +455,14 @@ def rank_plan(layout: Layout, rank: int, local_rank: int, local_world_size: int,
                     ssd_shares=planned_ssd_shares(layout))
 
 
+def default_batch_rows(num_nodes: int) -> int:
+    """The most rows a batch of a store outside a run asks (no batch extent was sampled): up to 2^18."""
+    return min(num_nodes, 1 << 18)
+
+
 def default_buffer_bytes(num_nodes: int, row_bytes: int) -> int:
-    """Read buffers of a store given no budget: four batches of up to 2^18 rows, at least 256 MiB."""
-    return max(256 << 20, 4 * min(num_nodes, 1 << 18) * row_bytes)
+    """Read buffers of a store given no budget: four batches of `default_batch_rows`, at least 256 MiB."""
+    return max(256 << 20, 4 * default_batch_rows(num_nodes) * row_bytes)
 
 
 def tier_plan(layout: Layout, o: StoreOptions, *, shared_cache: bool, peer_tier: bool,
@@ -408,6 +476,7 @@ def tier_plan(layout: Layout, o: StoreOptions, *, shared_cache: bool, peer_tier:
                     superbatch=superbatch, lookahead=lookahead(superbatch),
                     cpu_rows=n if o.cpu_rows is None else max(0, min(int(o.cpu_rows), n)), shared_cache=shared_cache,
                     buffer_bytes=default_buffer_bytes(n, rb) if o.buffer_bytes is None else int(o.buffer_bytes),
+                    batch_bytes=(default_batch_rows(n) if o.batch_rows is None else int(o.batch_rows)) * rb,
                     window=int(o.window), peer_tier=peer_tier, remote_tier=remote_tier, io_backend=o.io_backend,
                     queue_depth=o.queue_depth,
                     direct=o.direct, verify=o.verify, pack_seed=o.pack_seed)
@@ -432,7 +501,7 @@ def node_ranks(plan: RunPlan, rank: int) -> list[RankPlan]:
     return list(plan.ranks[first:first + plan.local_world_size])
 
 
-__all__ = ["GpuRows", "MemoryPlan", "PackMatch", "RankPlan", "RunInputs", "RunPlan", "SplitPlan", "StorePlan",
+__all__ = ["DevicePlan", "GpuRows", "MemoryPlan", "PackMatch", "RankPlan", "RunInputs", "RunPlan", "SplitPlan", "StorePlan",
            "TierPlan", "split_plan",
-           "carve_gpu", "default_buffer_bytes", "gpu_tier_rows", "node_ranks", "plan_store", "planned_ssd_shares", "rank_plan",
+           "carve_gpu", "default_batch_rows", "default_buffer_bytes", "gpu_tier_rows", "node_ranks", "plan_store", "planned_ssd_shares", "rank_plan",
            "resolve_run", "tier_plan"]

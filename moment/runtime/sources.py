@@ -1,9 +1,11 @@
 """The feature-source contract, and the two baselines that speak it beside the tiered store.
 
 Every source speaks the same small contract (`FeatureSource`: `submit(ids, tag=None) -> pending`,
-`complete(pending) -> Tensor`, `cancel(pending)`, `finish()`, `tier_stats()`, `epoch_start(epoch)`,
-`close()`, and what a batch's rows look like), as DGL GraphBolt's wrapped features do: the pipeline,
-the trainer and PyG's adapter use nothing else, so a run differs only in where features come from:
+`complete(pending) -> Tensor`, `complete_local(pending) -> Staged`, `cancel(pending)`, `finish()`,
+`tier_stats()`, `epoch_start(epoch)`, `close()`, and what a batch's rows look like), as DGL GraphBolt's
+wrapped features do: the pipeline, the trainer and PyG's adapter use nothing else, so a run differs only
+in where features come from. `complete_local` is `complete` without the exchange rounds (collectives),
+which the rank's collective thread runs (`Staged`); a source without rounds returns its rows whole.
 
 * the tiered store — a chain of tiers, each a source over the next (moment.runtime.tier, built by
   moment.runtime.store.open_store);
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -26,6 +29,33 @@ import numpy as np
 import torch
 
 from moment.errors import MomentError
+
+
+@dataclass
+class Staged:
+    """A batch completed as far as its rank alone can: `x` holds the rows of its own tiers, on the device;
+    the rows other ranks serve arrive through `fetches` (exchange rounds: collectives), which the rank's
+    collective thread starts and finishes (`start`, `finish`), in the same order on every rank. Why apart:
+    the rank's other threads read disks and fill buffers, never a collective (NCCL deadlocks when two
+    threads of a rank issue them). A source's `idle()` gives rounds with no batch (x None): this rank's
+    sequence is over, it serves the others, and `running` says whether any rank still had a batch."""
+
+    x: torch.Tensor | None
+    fetches: tuple = ()
+
+    def start(self) -> None:
+        for f in self.fetches:
+            f.start()
+
+    def finish(self) -> torch.Tensor | None:
+        for f in self.fetches:
+            f.finish()
+        return self.x
+
+    @property
+    def running(self) -> bool:
+        """After `finish`: whether any rank was still active in these rounds."""
+        return any(f.running for f in self.fetches)
 
 
 class FeatureSource(Protocol):
@@ -38,7 +68,14 @@ class FeatureSource(Protocol):
     def submit(self, node_ids: torch.Tensor, tag: tuple | None = None) -> Any:
         """`tag` names the batch ((sampling key), index) so a source may use what was prepared for it."""
 
-    def complete(self, pending: Any) -> torch.Tensor: ...
+    def complete(self, pending: Any) -> torch.Tensor:
+        """The batch's rows, exchange rounds included (on the calling thread)."""
+
+    def complete_local(self, pending: Any) -> Staged:
+        """The batch's rows this rank holds; the exchange rounds are the caller's (`Staged`)."""
+
+    def idle(self) -> Staged:
+        """Exchange rounds without a batch of this rank's (its sequence is over): see `Staged`."""
 
     def cancel(self, pending: Any) -> None:
         """Drop a submitted batch whose rows are no longer wanted (the consumer stopped early)."""
@@ -81,6 +118,12 @@ class _Plain:
             warnings.simplefilter("ignore", UserWarning)
             x = torch.from_numpy(np.ascontiguousarray(self.array[ids]))
         return x.to(self.device)
+
+    def complete_local(self, ids: np.ndarray) -> Staged:
+        return Staged(self.complete(ids))
+
+    def idle(self) -> Staged:
+        return Staged(None)
 
     def gather(self, node_ids) -> torch.Tensor:
         return self.complete(self.submit(node_ids))

@@ -28,7 +28,7 @@ from moment.errors import MomentError
 from moment.placement.opened import Layout
 from moment.runtime.cpu_tier import CpuTier, cache_shared, open_cpu_tier
 from moment.runtime.disk_tier import DiskTier
-from moment.runtime.gpu_tier import GpuTier, TierMap, load_gpu_rows
+from moment.runtime.gpu_tier import GpuTier, TierMap, load_gpu_table
 from moment.runtime.peers import PeerTier, gather_peer_map
 from moment.runtime.remote_tier import RemoteTier
 from moment.runtime.run_plan import RunPlan, StorePlan, plan_store
@@ -111,9 +111,7 @@ def _chain(lay: Layout, plan: StorePlan, where: Place, coll: Collectives | None)
     disk = DiskTier(lay, rows, device, t, rank=where.rank, world_size=where.world_size,
                     planned_shares=plan.rank.ssd_shares)
     try:
-        held, table = load_gpu_rows(rows, plan.rank.gpu_bins, disk.file_rows)
-        own = torch.from_numpy(table).to(device)
-        del table
+        held, own = load_gpu_table(rows, plan.rank.gpu_bins, disk.file_rows, device)  # chunk by chunk
         group = coll.peers if coll is not None else None
         peers = gather_peer_map(held, group) if group is not None else None
         shared = cache_shared(t, rows.row_bytes)
@@ -126,6 +124,7 @@ def _chain(lay: Layout, plan: StorePlan, where: Place, coll: Collectives | None)
             top = PeerTier(rows, top, device, group, peers, own)
         if held.rows:
             top = GpuTier(rows, top, device, held, own)
+        top.batch_bytes = t.batch_bytes  # the staging ring's slots (the tier that completes batches makes it)
         return top
     except BaseException:
         disk.release()

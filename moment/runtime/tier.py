@@ -15,8 +15,11 @@ the positions of their rows in the batch, so that each writes straight into the 
   0..n-1) and pass the rest to the next tier's `take`; returns this tier's pending part;
 * `host(part, out, count)`: fill the rows served from host memory into the host buffer `out` (the CPU
   cache, the reads), deeper tiers first where a tier needs their rows (admissions);
-* `device(part, out)`: after the host buffer went to the device, fill the rows served there (the GPU
-  tiers; a peer round is a collective, so it runs for every completed batch);
+* `device_rows(part, out)`: after the host buffer went to the device, fill the rows served there (the
+  own GPU tier);
+* `fetches(part, out)`: the rows other ranks serve (the peer and remote tiers): one exchange round each
+  per completed batch, collectives that the caller starts and finishes on the rank's one collective
+  thread (`complete_local` returns them in a `Staged`; `complete` runs them at once);
 * `flush()`: issue what is held back for a superbatch now.
 """
 
@@ -35,6 +38,8 @@ from moment.caching.tiers import lookahead as lookahead_of
 from moment.errors import MomentError
 from moment.io.device import DeviceLayer, StagingRing
 from moment.placement.opened import Layout
+from moment.runtime.exchange import Round, RowExchange, Serve, into, nothing
+from moment.runtime.sources import Staged
 
 TIERS = ("gpu", "peer", "remote", "cpu", "ssd")  # the tiers' names, fastest first (the keys of `tier_stats`)
 
@@ -122,6 +127,9 @@ class Tier:
     finish and close of what they hold); this class turns them into the feature-source contract."""
 
     name = ""  # the key of the rows this tier serves in `tier_stats`
+    #: the most bytes of rows a batch holds (the plan's batch extent): the staging ring's slot size, set by
+    #: moment.runtime.store on the chain's top tier (0: a tier used alone: every row of the layout)
+    batch_bytes = 0
 
     def __init__(self, rows: LayoutRows, next: Tier | None, device: torch.device | str = "cpu"):
         self.layout_rows, self.next = rows, next
@@ -159,17 +167,27 @@ class Tier:
 
     def complete(self, b: Batch) -> torch.Tensor:
         """The batch's rows as a tensor [n, *row_shape] on `device` (batches complete in submission order).
-        With a peer tier, one round of the exchange with the node's other ranks (see `finish`)."""
+        With a peer or remote tier, one round of each exchange (see `finish`), on this thread."""
+        staged = self.complete_local(b)
+        staged.start()
+        return staged.finish()
+
+    def complete_local(self, b: Batch) -> Staged:
+        """The batch as far as this rank alone completes it: the rows its own tiers hold, on the device; the
+        rows other ranks serve come through the returned batch's exchange rounds, which the caller starts
+        and finishes on the rank's collective thread (moment.runtime.pipeline)."""
         n, rb = b.n, self.layout_rows.row_bytes
         if self._staging is None:
-            self._staging = StagingRing(DeviceLayer(self.device))
+            self._staging = StagingRing(DeviceLayer(self.device), self.batch_bytes or self.num_nodes * rb)
         stage = self._staging.take(n * rb)  # pinned on CUDA: the copy below is asynchronous
         self.host(b.part, stage.array[: n * rb].reshape(n, rb), True)
         out = stage.to_device(n * rb).view(n, rb)
         self.device_rows(b.part, out)
+        fetches = tuple(self.fetches(b.part, out))
         if n == 0:
-            return torch.empty((0, *self.row_shape), dtype=self.layout_rows.torch_dtype, device=out.device)
-        return out.view(self.layout_rows.torch_dtype).reshape(n, *self.row_shape)
+            return Staged(torch.empty((0, *self.row_shape), dtype=self.layout_rows.torch_dtype, device=out.device),
+                          fetches)
+        return Staged(out.view(self.layout_rows.torch_dtype).reshape(n, *self.row_shape), fetches)
 
     def gather(self, node_ids: Any) -> torch.Tensor:
         return self.complete(self.submit(node_ids))
@@ -243,6 +261,18 @@ class Tier:
         if self.next is not None:
             self.next.device_rows(part.inner, out)
 
+    def fetches(self, part: Any, out: torch.Tensor) -> list[ExchangeFetch]:
+        """The batch's exchange rounds (rows other ranks serve into `out`), one per exchanging tier of the
+        chain, fastest first: the same tiers, so the same rounds in the same order, on every rank."""
+        return self.next.fetches(part.inner, out) if self.next is not None else []
+
+    def idle(self) -> Staged:
+        """One round of each exchange without a batch (this rank's sequence is over): it serves the others."""
+        return Staged(None, tuple(self.idle_fetches()))
+
+    def idle_fetches(self) -> list[ExchangeFetch]:
+        return self.next.idle_fetches() if self.next is not None else []
+
     def add_stats(self, out: dict[str, Any]) -> None:
         pass
 
@@ -251,6 +281,41 @@ class Tier:
 
     def release(self) -> None:
         pass
+
+
+class ExchangeFetch:
+    """One exchanging tier's round for one batch: the rows `owner` members hold at `keys` go to positions
+    `pos` of `out` (the batch's rows). Started and finished on the rank's collective thread; every rank
+    runs one per batch, asking nothing as well. Without `out`: an idle round (`ExchangeFetch.idle`)."""
+
+    def __init__(self, tier: Tier, exchange: RowExchange, serve: Serve, owner: np.ndarray, keys: np.ndarray,
+                 pos: np.ndarray, out: torch.Tensor | None):
+        order = np.argsort(owner, kind="stable")
+        cuts = np.searchsorted(owner[order], np.arange(exchange.group.size + 1))
+        keys = keys[order]
+        self.want = [keys[a:b] for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+        self.tier, self.exchange, self.serve = tier, exchange, serve
+        self.sink = into(out, pos[order]) if out is not None else None
+        self.round: Round | None = None
+        self.running = False  # after `finish`: whether any rank was active in the round
+
+    @classmethod
+    def idle(cls, tier: Tier, exchange: RowExchange, serve: Serve) -> ExchangeFetch:
+        """A round that asks nothing, for a rank whose sequence is over: it serves the others."""
+        none = np.zeros(0, np.int64)
+        return cls(tier, exchange, serve, none, none, none, None)
+
+    def start(self) -> None:
+        if self.sink is None:
+            self.round = self.exchange.start(self.want, self.serve, nothing, active=False)
+        else:
+            self.round = self.exchange.start(self.want, self.serve, self.sink)
+
+    def finish(self) -> None:
+        if self.round is None:
+            self.start()
+        self.running = self.round.finish()
+        self.tier.served += int(sum(w.size for w in self.want))
 
 
 def _torch_dtype(dt: np.dtype) -> torch.dtype:

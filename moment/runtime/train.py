@@ -27,6 +27,7 @@ import torch.nn.functional as F
 
 from moment import testpoints
 from moment.errors import MomentError
+from moment.io.device import DeviceLayer, DeviceMemory
 from moment.placement.opened import Layout
 from moment.runtime.budget import process_bytes, return_freed_memory, under_torchrun
 from moment.runtime.checkpoint import CHECKPOINT_NAME, load_checkpoint, rng_state, save_checkpoint, set_rng_state
@@ -34,11 +35,13 @@ from moment.runtime.config import TrainConfig, parse_args
 from moment.runtime.dist import AgreedError, DistContext, default_device, setup
 from moment.runtime import remote_tier
 from moment.runtime.exchange import RowExchange
+from moment.runtime.finite import BadStep, StepLog
 from moment.runtime.loader import LoaderPipeline
 from moment.runtime.memory_use import machine_peak, parent_peak, rank_sample, reset_peak
 from moment.runtime.models import LayerExtent, build_model, load_layers, step_bytes
 from moment.runtime.pipeline import Pipeline, StageTimes, mix
 from moment.runtime.progress import Reporter
+from moment.runtime.run_record import RunRecord
 from moment.runtime.run_plan import RunInputs, RunPlan, gpu_tier_rows, resolve_run
 from moment.runtime.sources import FeatureSource, InMemoryFeatures, MemmapFeatures
 from moment.runtime.start_sizes import agent_start_bytes, rank_start_bytes
@@ -120,18 +123,24 @@ def _batch_extent(cfg: TrainConfig, graph: CSRGraph, batches: SeedBatches, fanou
 
 def run_inputs(cfg: TrainConfig, ds: GraphDataset, graph: CSRGraph, batches: Sequence[SeedBatches],
                fanouts: list[int], process_bytes: int, agent_bytes: int, local_ranks: int, layout: Layout | None, *,
-               ctx: DistContext | None = None, feature_dim: int | None = None) -> RunInputs:
+               ctx: DistContext | None = None, feature_dim: int | None = None,
+               device_memory: DeviceMemory | None = None) -> RunInputs:
     """What `resolve_run` is given: the largest extent of `batches` (each rank's, or a preview's of every
     rank), the sizes torch's objects state for it (a round of the peer exchange among `local_ranks`, whose
     GPU tiers hold what `layout` gives them, and a training step of the model, included), a rank's and
     torchrun's agent's measured sizes, and the dataset's sizes. With `ctx`, the ranks agree on their maxima
     first: every rank must resolve the same plan (the shared cache is one segment). `feature_dim`: the
-    run's features are that wide (float32), not `ds`'s (a run planned on its graph alone)."""
+    run's features are that wide (float32), not `ds`'s (a run planned on its graph alone). `device_memory`:
+    this rank's device's free and total bytes (a CUDA rank), agreed as the least of the ranks'."""
     ext = functools.reduce(Extent.most, [_batch_extent(cfg, graph, b, fanouts) for b in batches])
     if ctx is not None:
+        least = [-v for v in device_memory] if device_memory is not None else []  # the max of the negated: the least
         flat = [ext.rows, ext.edges, *(v for x in ext.layers for v in (x.src, x.dst, x.edges)), process_bytes,
-                agent_bytes]
+                agent_bytes, *least]
         agreed = [int(x) for x in ctx.all_reduce(torch.tensor(flat, dtype=torch.float64), op="max").tolist()]
+        if device_memory is not None:
+            device_memory = DeviceMemory(*(-v for v in agreed[-2:]))
+            agreed = agreed[:-2]
         *sizes, process_bytes, agent_bytes = agreed
         ext = Extent(sizes[0], sizes[1], tuple(LayerExtent(*sizes[2 + 3 * i: 5 + 3 * i])
                                                for i in range(len(ext.layers))))
@@ -150,7 +159,8 @@ def run_inputs(cfg: TrainConfig, ds: GraphDataset, graph: CSRGraph, batches: Seq
                      training_bytes=training, agent_bytes=agent_bytes, exchange_bytes=RowExchange.round_bytes(
                          rows, row_bytes, local_ranks, gpu_tier_rows(layout, local_ranks) if layout else 0),
                      remote_exchange_bytes=remote_tier.round_bytes(rows, row_bytes, len(split.machines)) if split else 0,
-                     remote_reader_bytes=remote_tier.reader_bytes(layout.manifest.row.align) if split else 0)
+                     remote_reader_bytes=remote_tier.reader_bytes(layout.manifest.row.align) if split else 0,
+                     device_memory=device_memory)
 
 
 def preview_inputs(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, agent: bool = True,
@@ -233,6 +243,8 @@ class Trainer:
         """`layout`: the run's layout opened once (None: opened here when --layout is given)."""
         self.cfg, self.ctx = cfg, ctx
         self.peak_from = "run start" if reset_peak() else "process start"  # the measured peak is this run's
+        self.dev = DeviceLayer(ctx.device)
+        self.dev.reset_peak()  # the device's too
         load_layers()  # the model's layers are a fixed cost too: measured with the rest
         base_rss = rank_base_bytes()  # interpreter, torch, the layers, before any data is touched
         self.layout = layout if layout is not None or cfg.layout is None else Layout.open(cfg.layout)
@@ -264,7 +276,7 @@ class Trainer:
         if cfg.features == "tiered":
             return_freed_memory()
             inputs = run_inputs(cfg, self.ds, self.graph, [self.batches], self.fanouts, base_rss, agent_bytes(),
-                                max(ctx.local_world_size, 1), self.layout, ctx=ctx)
+                                max(ctx.local_world_size, 1), self.layout, ctx=ctx, device_memory=self.dev.memory())
             self.plan = resolve_run(cfg, self.layout, world_size=ctx.world_size,
                                     local_world_size=max(ctx.local_world_size, 1), inputs=inputs,
                                     device=ctx.device.type)
@@ -280,7 +292,8 @@ class Trainer:
         self.module = model.to(ctx.device)
         self.opt = torch.optim.Adam(self.module.parameters(), lr=cfg.lr)
         self.curve: list[float] = []  # mean loss over ranks, per step, synced
-        self.unsynced: list[torch.Tensor] = []
+        self.steps = StepLog(ctx.rank, ctx.world_size)  # losses and their finiteness since the last check
+        self.record = RunRecord.of_env()  # `moment doctor --gpu`'s record of the batches (off in real runs)
         self.val_curve: list[float] = []
         self.epoch_seconds: list[float] = []
         self.epoch, self.next_batch, self.step = 0, 0, 0
@@ -392,7 +405,7 @@ class Trainer:
         self.epoch_seconds = list(ck.get("epoch_seconds", []))
         states = ck.get("rng_states") or []
         if self.ctx.rank < len(states):
-            set_rng_state(states[self.ctx.rank])
+            set_rng_state(states[self.ctx.rank], self.ctx.device)
         self.resumed_from = self.saved_step = self.step
         why = f"restart {restart}: a rank failed; " if restart > 0 else ""
         where = (f"all {cfg.epochs} epochs were done" if self.epoch >= cfg.epochs
@@ -417,15 +430,16 @@ class Trainer:
         return got[1]
 
     def _sync_losses(self) -> None:
-        if not self.unsynced:
-            return
-        local = torch.stack(self.unsynced).to(torch.float64).cpu()
-        self.curve += (self.ctx.all_reduce(local) / self.ctx.world_size).tolist()
-        self.unsynced = []
+        """Check the steps since the last check (moment.runtime.finite): their mean losses join the curve, and
+        every rank stops at the first step whose loss was not finite on any rank."""
+        losses, bad = self.steps.check(self.ctx.all_reduce)
+        if bad is not None:
+            self._stop_at(bad)
+        self.curve += losses
 
     def _checkpoint(self) -> None:
         self._sync_losses()
-        states = self.ctx.all_gather_object(rng_state())
+        states = self.ctx.all_gather_object(rng_state(self.ctx.device))
         payload = {
             "model": self.module.state_dict(), "optimizer": self.opt.state_dict(),
             "epoch": self.epoch, "next_batch": self.next_batch, "step": self.step,
@@ -463,14 +477,15 @@ class Trainer:
         rep.start_epoch(e, len(batches), self.next_batch)
         for item in self.pipe.run(batches, (cfg.seed, e, ctx.rank), start=self.next_batch):
             item.wait()
+            if self.record is not None:
+                self.record.add(e, item)
             torch.manual_seed(mix(cfg.seed, e, ctx.rank, item.index, DROPOUT_TAG))
             self.opt.zero_grad(set_to_none=True)
             out = self.model(item.x.float(), item.blocks)
             loss = F.cross_entropy(out, item.y)
-            self._stop_unless_finite(loss, item.x, item.index)  # before the step: the model stays the last good one
+            self.steps.record(loss, item.x, self.step + 1, e, item.index)  # on the device: no host sync
             loss.backward()
             self.opt.step()
-            self.unsynced.append(loss.detach())
             self.step += 1
             self.next_batch = item.index + 1
             self.seeds_trained += int(item.y.numel())
@@ -479,51 +494,47 @@ class Trainer:
                 testpoints.reach("train-step", self.step)
             if self.ck_every and self.step % self.ck_every == 0:
                 self._checkpoint()
+            elif self.steps.due:
+                self._sync_losses()
         self._sync_losses()
         self.epoch_seconds.append(time.perf_counter() - t0)
 
-    def _stop_unless_finite(self, loss: torch.Tensor, x: torch.Tensor, index: int) -> None:
-        """Stop every rank when any rank's loss is NaN or infinite: training on would only print NaN losses
-        and end 'successfully'. The ranks agree through one small all-reduce, so none is left waiting in a
-        collective; each says whether its batch's features were already not finite (corrupt data) or only
-        the loss (the model diverged)."""
-        ctx = self.ctx
-        code = 0 if bool(torch.isfinite(loss)) else (2 if not bool(torch.isfinite(x).all()) else 1)
-        codes = torch.zeros(ctx.world_size, dtype=torch.float64)
-        codes[ctx.rank] = code
-        codes = ctx.all_reduce(codes)
-        if not bool(codes.any()):
-            return
-        bad = [r for r, c in enumerate(codes.tolist()) if c]
-        where = (f"at step {self.step + 1} (epoch {self.epoch + 1}, batch {index + 1} of {len(self.batches)})"
-                 f" on rank{'s' if len(bad) > 1 else ''} {', '.join(map(str, bad))}")
+    def _stop_at(self, bad: BadStep) -> None:
+        """Stop every rank at the first step whose loss was not finite (training on would only print NaN
+        losses and end 'successfully'), saying whether its features were already not finite (corrupt data)
+        or only the loss (the model diverged). Every rank raises it alike; rank 0 prints it."""
+        where = (f"at step {bad.step} (epoch {bad.epoch + 1}, batch {bad.batch + 1} of {len(self.batches)})"
+                 f" on rank{'s' if len(bad.ranks) > 1 else ''} {', '.join(map(str, bad.ranks))}")
         src = (f"layout {self.cfg.layout}" if self.cfg.features == "tiered"
                else f"dataset {self.ds.path} (features.npy)")
-        if 2 in codes.tolist():
+        kept = ("" if self.saved_step is None else
+                f"; the last checkpoint (step {self.saved_step}) is from before it")
+        if bad.bad_features:
             raise AgreedError(
                 f"training stopped {where}: the loss is not finite because the feature rows read for the batch "
                 f"hold NaN or infinite values; the {src} is probably corrupt",
                 hint=(f"check it with `moment layout verify {self.cfg.layout}`" if self.cfg.features == "tiered"
                       else "compare its files with their checksums (`moment place` does, before placing)")
-                + "; nothing was trained on these values")
+                + f"; nothing trained on these values was saved{kept}")
         raise AgreedError(
             f"training stopped {where}: the loss is not finite though the batch's features are: the model "
             f"diverged (learning rate {self.cfg.lr}), or the features hold garbage values",
             hint=f"lower --lr, or check the {src}"
-            + (f" with `moment layout verify {self.cfg.layout}`" if self.cfg.features == "tiered" else ""))
+            + (f" with `moment layout verify {self.cfg.layout}`" if self.cfg.features == "tiered" else "") + kept)
 
     @torch.no_grad()
     def _evaluate(self) -> float:
         self.module.eval()
         cfg, ctx = self.cfg, self.ctx
         batches = list(torch.split(self.val, self.batch_size))
-        correct = total = 0
+        correct, total = torch.zeros((), dtype=torch.int64, device=ctx.device), 0  # on the device: no sync a batch
         for item in self.eval_pipe.run(batches, (cfg.seed, self.epoch, ctx.rank, EVAL_TAG)):
             item.wait()
             pred = self.module(item.x.float(), item.blocks).argmax(-1)
-            correct += int((pred == item.y).sum())
+            correct += (pred == item.y).sum()
             total += int(item.y.numel())
-        t = self.ctx.all_reduce(torch.tensor([correct, total], dtype=torch.float64))
+        t = self.ctx.all_reduce(torch.stack([correct.to(torch.float64).cpu(), torch.tensor(float(total),
+                                                                                          dtype=torch.float64)]))
         return float(t[0] / t[1]) if t[1] > 0 else 0.0
 
     def run(self, rep: Reporter) -> dict[str, Any]:
@@ -537,24 +548,27 @@ class Trainer:
             self.epoch, self.next_batch = self.epoch + 1, 0
             if self.ck_every:
                 self._checkpoint()
+        if self.record is not None:
+            sv = self.ctx.serves
+            self.record.write(self.ctx.rank, self.ctx.device, sv.pci if sv is not None else None)
         return self._metrics(time.perf_counter() - t0)
 
     def _metrics(self, wall: float) -> dict[str, Any]:
         ctx = self.ctx
         tiers = self.source.tier_stats()
         names = sorted(tiers["bytes"])
-        t = self.pipe.times
-        vec = torch.tensor([t.sample, t.gather_submit, t.gather_wait, t.train, t.wall, self.seeds_trained,
-                            tiers["ssd_bytes_read"], tiers["ssd_requests"]]
-                           + [tiers["bytes"][k] for k in names] + [tiers["rows"][k] for k in names]
-                           + [tiers.get("packed_rows", 0)],
-                           dtype=torch.float64)
-        s = ctx.all_reduce(vec)
-        wall_max = float(ctx.all_reduce(torch.tensor([t.wall], dtype=torch.float64), op="max")[0])
-        w = ctx.world_size
-        stage = StageTimes(*(float(x) / w for x in s[:5]))
+        t = self.pipe.times.as_dict()
         k = len(names)
-        tier_bytes = {n: int(s[8 + i]) for i, n in enumerate(names)}
+        vec = torch.tensor([self.seeds_trained, tiers["ssd_bytes_read"], tiers["ssd_requests"],
+                            tiers.get("packed_rows", 0)] + [tiers["bytes"][n] for n in names]
+                           + [tiers["rows"][n] for n in names] + list(t.values()), dtype=torch.float64)
+        s = ctx.all_reduce(vec).tolist()
+        seeds, ssd_bytes, ssd_requests, packed = s[:4]
+        tier_bytes = {n: int(b) for n, b in zip(names, s[4:4 + k], strict=True)}
+        rows = {n: int(r) for n, r in zip(names, s[4 + k:4 + 2 * k], strict=True)}
+        w = ctx.world_size
+        stage = StageTimes(*(x / w for x in s[4 + 2 * k:]))
+        wall_max = float(ctx.all_reduce(torch.tensor([t["wall"]], dtype=torch.float64), op="max")[0])
         train_wall = max(wall_max, 1e-9)
         return {
             "epochs": self.cfg.epochs,
@@ -562,30 +576,27 @@ class Trainer:
             "val_accuracy": self.val_curve[-1] if self.val_curve else None,
             "val_accuracy_curve": self.val_curve,
             "num_classes": self.ds.num_classes,
-            "seeds_per_s": float(s[5]) / train_wall,
-            "stage_seconds": {"sample": stage.sample, "gather_submit": stage.gather_submit,
-                              "gather_wait": stage.gather_wait, "train": stage.train},
+            "seeds_per_s": seeds / train_wall,
+            "stage_seconds": {n: v for n, v in stage.as_dict().items() if n != "wall"},
             "pipeline_wall_s": stage.wall,
             "limiting_stage": stage.limiting(),
             "epoch_seconds": self.epoch_seconds,
             "wall_s": wall,
             "loss_curve": self.curve,
             "tier_bytes": tier_bytes,
-            "tier_rows": {n: int(s[8 + k + i]) for i, n in enumerate(names)},
+            "tier_rows": rows,
             "tier_mb_per_s": {n: b / 1e6 / train_wall for n, b in tier_bytes.items()},
-            "ssd_bytes_read": int(s[6]),
-            "cpu_hit_rate": (int(s[8 + k + names.index("cpu")]) / max(1, int(s[8 + k + names.index("cpu")])
-                                                                      + int(s[8 + k + names.index("ssd")]))
-                             if "cpu" in names and "ssd" in names else None),
-            "memory_hit_rate": (1 - int(s[8 + k + names.index("ssd")]) / max(1, sum(int(s[8 + k + i]) for i in
-                                range(k))) if "ssd" in names else None),
+            "ssd_bytes_read": int(ssd_bytes),
+            "cpu_hit_rate": (rows["cpu"] / max(1, rows["cpu"] + rows["ssd"]) if "cpu" in rows and "ssd" in rows
+                             else None),
+            "memory_hit_rate": 1 - rows["ssd"] / max(1, sum(rows.values())) if "ssd" in rows else None,
             "peak_rss_bytes": int(ctx.all_reduce(torch.tensor([_peak_rss()], dtype=torch.float64), op="max")[0]),
             "memory": self._memory(),
             "cache_policy": self.plan.cache_policy if self.plan is not None else None,
             "io_shape": self.plan.io_shape if self.plan is not None else None,
             "superbatch": self.plan.tiers.superbatch if self.plan is not None else None,
-            "ssd_requests": int(s[7]),
-            "packed_rows": int(s[-1]),
+            "ssd_requests": int(ssd_requests),
+            "packed_rows": int(packed),
             "world_size": w,
             "backend": self.source.backend,
             "dist_backend": ctx.backend,
@@ -611,11 +622,14 @@ class Trainer:
         # the graph's files are mapped by every rank and held once, as the budget charges them
         sample = rank_sample(with_agent=ctx.local_rank == 0 and ctx.backend is not None and under_torchrun(),
                              shared_files=[self.ds.file("indptr"), self.ds.file("indices")])
-        measured = machine_peak(ctx.all_gather_object(sample), ctx.local_world_size)
-        out: dict[str, Any] = ({"budget_bytes": None, "predicted_peak_bytes": None} if self.plan is None
+        # each rank's device peak rides with its host sample (one collective); the busiest rank's is the measure
+        samples = ctx.all_gather_object([sample, self.dev.peak_reserved()])
+        measured = machine_peak([s for s, _ in samples], ctx.local_world_size)
+        out: dict[str, Any] = ({"budget_bytes": None, "predicted_peak_bytes": None, "device": None} if self.plan is None
                                else self.plan.memory.as_dict())
         out["measured_peak_bytes"] = measured.pop("bytes")
         out["measured"] = {**measured, "since": self.peak_from}
+        out["device"] = _device_memory(out["device"], [p for _, p in samples if p is not None])
         return out
 
     def _rank_report(self) -> dict[str, Any]:
@@ -686,6 +700,14 @@ def machines_of(per_rank: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for m in out.values():
         m["remote_share"] = m["remote_rows"] / m["rows"] if m["rows"] else 0.0
     return [out[k] for k in sorted(out)]
+
+
+def _device_memory(planned: dict[str, Any] | None, peaks: list[int]) -> dict[str, Any]:
+    """The metrics' `memory.device`: a CUDA run's device budget per rank beside the busiest rank's measured peak
+    (torch's caching allocator's most reserved); the same keys, null, on CPU runs."""
+    out = dict(planned) if planned is not None else {"budget_bytes": None, "predicted_peak_bytes": None, "items": []}
+    out["measured_peak_bytes"] = max(peaks) if peaks else None
+    return out
 
 
 def _peak_rss() -> int:

@@ -1,0 +1,86 @@
+"""The training steps' losses and whether they were finite, kept on the device and checked every few steps.
+
+Why not every step: reading a loss on the host waits for the device to finish the step (a host sync that
+stalls the queue of kernels on a GPU), and agreeing across ranks costs a collective. So each step only
+records, on the device, its loss and a code (0: finite; 1: the loss is not, the batch's features are; 2:
+the features are not, so neither is the loss), and every `CHECK_EVERY` steps, before every checkpoint and
+at the end of an epoch, one all-reduce (the loss curve's, which the run does anyway) carries the losses
+and every rank's codes: every rank then knows the first bad step and stops there together, with one
+message. Training runs on at most `CHECK_EVERY - 1` steps past a bad one, and nothing after it is saved.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+#: steps between checks of the losses (each: one all-reduce and one host sync)
+CHECK_EVERY = 32
+
+FINE, DIVERGED, BAD_FEATURES = 0, 1, 2
+
+
+def step_code(loss: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """The step's code, on the device, without a host sync: the sum of the features is not finite exactly
+    when one of them is not (or they are so large that it overflows: garbage as well), and costs one pass."""
+    ok_x = torch.isfinite(x.sum())
+    return torch.where(torch.isfinite(loss), FINE, torch.where(ok_x, DIVERGED, BAD_FEATURES))
+
+
+@dataclass(frozen=True)
+class BadStep:
+    """The first step whose loss was not finite on some rank."""
+
+    step: int  # the run's step number (1-based)
+    epoch: int  # 0-based
+    batch: int  # 0-based index in the epoch
+    ranks: tuple[int, ...]
+    bad_features: bool  # a rank's features for it were not finite
+
+
+def first_bad(codes: list[list[float]], where: list[tuple[int, int, int]]) -> BadStep | None:
+    """The first step (column) with a nonzero code on any rank (row), from every rank's codes; `where`
+    names each column's (step, epoch, batch)."""
+    for j, w in enumerate(where):
+        bad = tuple(r for r, row in enumerate(codes) if row[j])
+        if bad:
+            return BadStep(*w, ranks=bad, bad_features=any(codes[r][j] == BAD_FEATURES for r in bad))
+    return None
+
+
+class StepLog:
+    """The steps since the last check: their losses and codes on the device, where each was."""
+
+    def __init__(self, rank: int, world_size: int):
+        self.rank, self.world_size = rank, world_size
+        self._losses: list[torch.Tensor] = []
+        self._codes: list[torch.Tensor] = []
+        self._where: list[tuple[int, int, int]] = []
+
+    def __len__(self) -> int:
+        return len(self._losses)
+
+    @property
+    def due(self) -> bool:
+        return len(self) >= CHECK_EVERY
+
+    def record(self, loss: torch.Tensor, x: torch.Tensor, step: int, epoch: int, batch: int) -> None:
+        self._losses.append(loss.detach())
+        self._codes.append(step_code(loss.detach(), x))
+        self._where.append((step, epoch, batch))
+
+    def check(self, all_reduce: Callable[[torch.Tensor], torch.Tensor]) -> tuple[list[float], BadStep | None]:
+        """One all-reduce (collective: every rank calls it after the same steps): the mean loss of each step
+        over the ranks, and the first bad step of any rank (None: all were finite)."""
+        k = len(self)
+        if not k:
+            return [], None
+        mine = torch.stack(self._losses).to(torch.float64)
+        codes = torch.zeros(self.world_size, k, dtype=torch.float64, device=mine.device)
+        codes[self.rank] = torch.stack(self._codes).to(torch.float64)
+        got = all_reduce(torch.cat([mine, codes.flatten()])).cpu().tolist()
+        where, self._losses, self._codes, self._where = self._where, [], [], []
+        rows = [got[k + r * k: k + (r + 1) * k] for r in range(self.world_size)]
+        return [v / self.world_size for v in got[:k]], first_bad(rows, where)
