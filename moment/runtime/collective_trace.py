@@ -18,6 +18,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from moment.errors import MomentError
+
 TRACE_ENV = "MOMENT_TRACE_COLLECTIVES"
 
 #: the functions of torch.distributed that talk to other ranks (and make groups: a collective too)
@@ -88,11 +90,14 @@ def write(rank: int) -> Path | None:
     where = os.environ.get(TRACE_ENV)
     if not _installed or not where:
         return None
+    from moment.outputs import atomic_write
+
     out = Path(where) / f"collectives-rank{rank}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".partial")
-    tmp.write_text(json.dumps({"rank": rank, "calls": _calls}))
-    tmp.replace(out)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise MomentError(f"{TRACE_ENV}={where}: cannot make the directory: {e.strerror}") from None
+    atomic_write(out, json.dumps({"rank": rank, "calls": _calls}), TRACE_ENV)
     return out
 
 

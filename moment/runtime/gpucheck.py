@@ -259,14 +259,9 @@ def plan_addresses(device: str, ranks: int) -> list[str | None] | None:
 
 
 def launch(ranks: int, args: list[str], metrics: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
-    """`moment.train ARGS` under torchrun (in this process for one rank without records), within the pipelined
-    epoch's deadline; its metrics."""
+    """`moment.train ARGS` under torchrun, within the pipelined epoch's deadline (its own processes: the records
+    are written by each rank); its metrics."""
     args = [*args, "--metrics-json", str(metrics)]
-    if ranks == 1 and not env:
-        from moment.runtime.config import parse_args
-        from moment.runtime.train import train
-
-        return train(parse_args(args))
     run = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}",
            "-m", "moment.train"]
     full = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}

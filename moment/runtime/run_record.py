@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from moment.errors import MomentError
 from moment.io.device import process_gpus
 
 RECORD_ENV = "MOMENT_RECORD_RUN"
@@ -52,11 +53,14 @@ class RunRecord:
     def write(self, rank: int, device: torch.device, pci: str | None) -> Path:
         """DIR/run-rank<R>.json: the batches, the rank's device and its PCI address (as matched), and the GPUs
         NVML says its process holds a context on (None: NVML cannot tell)."""
-        self.where.mkdir(parents=True, exist_ok=True)
+        from moment.outputs import atomic_write
+
+        try:
+            self.where.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise MomentError(f"{RECORD_ENV}={self.where}: cannot make the directory: {e.strerror}") from None
         out = self.where / f"run-rank{rank}.json"
         doc = {"rank": rank, "pid": os.getpid(), "device": str(device), "pci": pci, "batches": self.batches,
                "gpu_contexts": process_gpus(os.getpid())}
-        tmp = out.with_name(out.name + ".partial")
-        tmp.write_text(json.dumps(doc))
-        tmp.replace(out)
+        atomic_write(out, json.dumps(doc), RECORD_ENV)
         return out

@@ -312,8 +312,6 @@ class ExchangeFetch:
             self.round = self.exchange.start(self.want, self.serve, self.sink)
 
     def finish(self) -> None:
-        if self.round is None:
-            self.start()
         self.running = self.round.finish()
         self.tier.served += int(sum(w.size for w in self.want))
 

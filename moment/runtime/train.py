@@ -533,8 +533,7 @@ class Trainer:
             pred = self.module(item.x.float(), item.blocks).argmax(-1)
             correct += (pred == item.y).sum()
             total += int(item.y.numel())
-        t = self.ctx.all_reduce(torch.stack([correct.to(torch.float64).cpu(), torch.tensor(float(total),
-                                                                                          dtype=torch.float64)]))
+        t = self.ctx.all_reduce(torch.tensor([float(correct), float(total)], dtype=torch.float64))
         return float(t[0] / t[1]) if t[1] > 0 else 0.0
 
     def run(self, rep: Reporter) -> dict[str, Any]:
