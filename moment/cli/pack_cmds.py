@@ -61,7 +61,7 @@ def pack_cmd(
     if cached is not None:
         rows = cached_rows(cached, n, rb)
     elif memory_budget is not None:
-        from moment.runtime.train import preview_inputs, preview_plan
+        from moment.runtime.sizing import preview_inputs, preview_plan
 
         cfg = make_config(layout=layout, dataset=ds.path, memory_budget=memory_budget, fanouts=f, batch_size=bs,
                           seed=seed, io_shape="block")

@@ -50,7 +50,8 @@ def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
     from moment.runtime.config import parse_args
     from moment.runtime.devices import check_local_ranks, cuda_pci_addresses, local_devices
     from moment.runtime.dist import default_device
-    from moment.runtime.train import AGENT_ENV, BASE_ENV, agent_start_bytes, dataset_dir, layout_gpus, preview_plan, \
+    from moment.runtime.run import dataset_dir, layout_gpus
+    from moment.runtime.sizing import AGENT_ENV, BASE_ENV, agent_start_bytes, preview_plan, \
         rank_start_bytes
     from moment.workload.graph import GraphDataset
 

@@ -72,6 +72,10 @@ class DeviceLayer:
         if self.cuda and self.copy_delay:
             self._torch.cuda._sleep(int(self.copy_delay))
 
+    def ddp_device_ids(self) -> list[int] | None:
+        """What DistributedDataParallel is given as `device_ids`: the rank's CUDA device; None on CPU."""
+        return [self.device.index] if self.cuda else None
+
     def bind(self) -> None:
         """Make the device the calling thread's current CUDA device (each thread has its own, device 0 at
         first): call first in every thread that may touch the device."""

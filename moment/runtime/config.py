@@ -273,27 +273,33 @@ def allowed(name: str) -> str:
     return kind
 
 
-def _option_error(err: ValidationError) -> MomentError:
-    """One line for the options pydantic refused: each names its flag, the value given and what is allowed."""
+def _option_error(err: ValidationError, keywords: bool = False) -> MomentError:
+    """One line for the options pydantic refused: each names its flag (`keywords`: its keyword argument, for
+    a Python caller), the value given and what is allowed."""
+    spell = (lambda n: f"{n}=") if keywords else flag_of
     parts = []
     for e in err.errors():
         name = e["loc"][0] if e["loc"] else ""
-        if name not in TrainConfig.model_fields:  # e.g. a misspelt field given to TrainConfig(...)
+        if name not in TrainConfig.model_fields and e["type"] == "extra_forbidden":  # a misspelt option
+            parts.append(f"unknown option {spell(name) if keywords else name}")
+            continue
+        if name not in TrainConfig.model_fields:
             parts.append(f"{name}: {e['msg']}" if name else e["msg"])
             continue
         given = e.get("input")
         given = given if isinstance(given, str) and given.strip() else repr(given)
         why = e["msg"].removeprefix("Value error, ") if e["type"] == "value_error" else f"must be {allowed(name)}"
-        parts.append(f"{flag_of(name)} {given}: {why}")
+        parts.append(f"{spell(name)}{'' if keywords else ' '}{given}: {why}")
     return MomentError("; ".join(parts), hint=HELP_HINT)
 
 
-def make_config(**values: Any) -> TrainConfig:
-    """TrainConfig(**values), with refused values as one MomentError naming each flag and its range."""
+def make_config(*, keywords: bool = False, **values: Any) -> TrainConfig:
+    """TrainConfig(**values), with refused values as one MomentError naming each flag (`keywords`: each keyword
+    argument) and its range."""
     try:
         return TrainConfig(**values)
     except ValidationError as e:
-        raise _option_error(e) from None
+        raise _option_error(e, keywords) from None
 
 
 def _value_type(annotation: Any) -> tuple[Any, list | None]:

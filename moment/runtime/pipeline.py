@@ -168,14 +168,23 @@ class Pipeline:
         rank's collectives all come from this thread. At the end, serve until every rank is done."""
         ahead = next(local, None)
         rounds = self._start(ahead)
-        while ahead is not None:
-            item = ahead
-            self._finish(item.staged, item)
-            ahead = next(local, None)
-            rounds = self._start(ahead)
-            yield item
-        while self._finish(rounds, None):
-            rounds = self._start(None)
+        failed = False
+        try:
+            while ahead is not None:
+                item = ahead
+                self._finish(item.staged, item)
+                ahead = next(local, None)
+                rounds = self._start(ahead)
+                yield item
+        except GeneratorExit:  # the consumer stopped early (every rank alike, or DDP's own steps would not match)
+            pass
+        except BaseException:  # this rank's own failure: no more collectives, its peers learn it from its exit
+            failed = True
+            raise
+        finally:
+            if not failed:  # the round started ahead is finished, then the others are served until all are done
+                while self._finish(rounds, None):
+                    rounds = self._start(None)
 
     def _start(self, item: Prepared | None) -> Staged | None:
         """Start `item`'s rounds (None: the source's idle rounds), on the exchange stream after the batch's

@@ -1,0 +1,94 @@
+"""`moment.open_run`: the public loader a user's own loop runs on, in process and under torchrun (2 gloo ranks)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import moment
+from moment.errors import MomentError
+from runtime_data import REPO, torchrun
+
+
+def test_importing_moment_imports_no_torch():
+    code = "import sys, moment; assert 'open_run' in moment.__all__; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert out.stdout.strip() == "False"
+
+
+def test_a_loader_yields_pyg_style_batches_with_the_right_rows_and_labels(runtime_layout, runtime_dataset):
+    ds = runtime_dataset
+    feats, labels = np.load(ds.file("features"), mmap_mode="r"), np.asarray(ds.labels)
+    with moment.open_run(runtime_layout, fanouts=[10, 5], batch_size=128, seed=5, cpu_cache_limit="10%") as run:
+        assert (run.rank, run.world_size, run.device) == (0, 1, torch.device("cpu"))
+        assert (run.feature_dim, run.num_classes, run.num_nodes) == (ds.feature_dim, ds.num_classes, ds.num_nodes)
+        loader = run.loader("train", 0)
+        assert len(loader) == int(np.ceil(np.asarray(ds.train_idx).size / 128))
+        seen = 0
+        for b in loader:
+            assert b.x.shape == (b.n_id.numel(), ds.feature_dim) and b.batch_size == b.num_sampled_nodes[0]
+            assert torch.equal(b.x, torch.from_numpy(np.asarray(feats[b.n_id.numpy()])))
+            assert torch.equal(b.y.cpu(), torch.from_numpy(labels[b.n_id[: b.batch_size].numpy()]).long())
+            assert b.edge_index.shape == (2, sum(b.num_sampled_edges))
+            assert int(b.edge_index.max()) < b.n_id.numel() and b.index == seen
+            run.track(torch.tensor(1.0 / (seen + 1)))
+            seen += 1
+        assert run.step == seen and run.loss_curve == pytest.approx([1.0 / (i + 1) for i in range(seen)])
+        val = [b.n_id[: b.batch_size] for b in run.loader("valid", 0)]
+        assert torch.equal(torch.cat(val), torch.from_numpy(np.asarray(ds.val_idx, dtype=np.int64)))
+        ids = np.array([3, 1, 4, 1, 5])
+        assert torch.equal(run.feature_store["node", "x", torch.from_numpy(ids)],
+                           torch.from_numpy(np.asarray(feats[ids])))
+    summary = run.summary()
+    assert summary["steps"] == seen and summary["epoch_seconds"] and summary["tier_rows"]["ssd"] > 0
+    with pytest.raises(MomentError, match="the run is closed"):
+        run.loader("train", 1)
+
+
+def test_batches_and_dropout_repeat_for_the_same_seed(runtime_layout):
+    def first(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+        with moment.open_run(runtime_layout, fanouts=[5], batch_size=64, seed=seed) as run:
+            b = next(iter(run.loader("train", 1)))
+            return b.n_id, torch.rand(3)  # after a train batch: the dropout seed of (seed, epoch, rank, batch)
+
+    a, b, c = first(1), first(1), first(2)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    assert not torch.equal(a[0], c[0])
+
+
+def test_options_are_checked_and_named_as_keywords(runtime_layout):
+    with pytest.raises(MomentError, match=r"unknown option fanout="):
+        moment.open_run(runtime_layout, fanout=[10])
+    with pytest.raises(MomentError, match=r"batch_size=0"):
+        moment.open_run(runtime_layout, batch_size=0)
+    with moment.open_run(runtime_layout, fanouts=[5]) as run:
+        with pytest.raises(MomentError, match="no split 'tain'"):
+            run.loader("tain")
+        with pytest.raises(MomentError, match="follows a batch"):
+            run.track(torch.tensor(0.0))
+
+
+def _ranks(scenario: str, layout, tmp_path) -> list[dict]:
+    torchrun([scenario, str(layout), str(tmp_path)], script=REPO / "tests" / "open_run_ranks.py")
+    return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+
+
+def test_a_rank_that_stops_early_or_looks_up_less_still_serves_the_others(runtime_layout, tmp_path):
+    """Rank 1 breaks out of its train loader after one batch and makes 2 lookups to rank 0's 5: the exchange
+    serves rank 0 to its end (every row exact), and close() waits for every rank."""
+    r0, r1 = _ranks("uneven", runtime_layout, tmp_path)
+    assert r0["batches"] > 1 and r1["batches"] == 1
+    assert r0["bad_rows"] == r1["bad_rows"] == 0 and "error" not in r0 and "error" not in r1
+    assert r0["summary"]["tier_rows"]["peer"] > 0  # rows did come from the other rank
+
+
+def test_a_rank_that_exits_without_closing_is_a_moment_error_on_the_others(runtime_layout, tmp_path):
+    torchrun(["vanish", str(runtime_layout), str(tmp_path)], script=REPO / "tests" / "open_run_ranks.py")
+    r0 = json.loads((tmp_path / "rank0.json").read_text())
+    assert "another rank left the run" in r0["error"] and "run.close()" in r0["error"]
+    assert "gloo" not in r0["error"].lower() and "Connection" not in r0["error"]
