@@ -92,3 +92,22 @@ def test_a_rank_that_exits_without_closing_is_a_moment_error_on_the_others(runti
     r0 = json.loads((tmp_path / "rank0.json").read_text())
     assert "another rank left the run" in r0["error"] and "run.close()" in r0["error"]
     assert "gloo" not in r0["error"].lower() and "Connection" not in r0["error"]
+
+
+def test_link_batches_hold_real_positive_edges_and_train_end_to_end(runtime_layout, runtime_dataset, tmp_path):
+    from moment.runtime.config import make_config
+    from moment.runtime.train import train
+
+    indptr, indices = np.asarray(runtime_dataset.indptr), np.asarray(runtime_dataset.indices)
+    with moment.open_run(runtime_layout, task="link", negatives=2, fanouts=[5, 5], batch_size=64) as run:
+        b = next(iter(run.loader("train", 0)))
+        n = b.edge_label.numel()
+        pos = int(b.edge_label.sum())
+        assert n == 3 * pos and pos == 64 and torch.equal(b.edge_label[:pos], torch.ones(pos))
+        src, dst = (b.n_id[b.edge_label_index[k, :pos]].numpy() for k in (0, 1))
+        assert all(s in indices[indptr[d]:indptr[d + 1]] for s, d in zip(src, dst))  # u -> v is in row v
+        assert b.batch_size == b.n_id.numel() - sum(b.num_sampled_nodes[1:])
+    m = train(make_config(layout=runtime_layout, task="link", fanouts=[5, 5], epochs=2, hidden=16, lr=0.01,
+                          quiet=True, metrics_json=tmp_path / "m.json"))
+    assert m["task"] == "link" and m["val_metric"] == "auc" and 0.0 <= m["val_auc"] <= 1.0
+    assert len(m["val_auc_curve"]) == 2 and all(np.isfinite(m["loss_curve"]))

@@ -56,6 +56,12 @@ class TrainConfig(BaseModel):
     layout: Annotated[Path | None, Flag("layout directory written by `moment place`")] = None
     dataset: Annotated[Path | None, Flag("dataset directory (default: the one the layout was made from)")] = None
     model: Annotated[Literal["sage", "gat"], Flag("GNN: GraphSAGE or GAT")] = "sage"
+    task: Annotated[Literal["node", "link"], Flag(
+        "node: classify the training nodes (cross-entropy on their labels); link: link prediction, as PyG's "
+        "LinkNeighborLoader trains it (each training node's in-edge from a random neighbour is a positive, "
+        "--negatives random destinations per positive; the model embeds the endpoints, a dot product scores "
+        "an edge, binary cross-entropy; validated by ROC AUC on the validation nodes' edges)")] = "node"
+    negatives: Annotated[int, Field(ge=1, le=100), Flag("link prediction: negative edges per positive")] = 1
     epochs: Annotated[int, Field(ge=1), Flag("epochs to train")] = 1
     metrics_json: Annotated[Path | None, Flag("write the run's summary here (rank 0, atomically)")] = None
     fanouts: Annotated[list[int], Flag("per-hop fan-outs, outermost last, e.g. 25,10")] = []

@@ -7,10 +7,16 @@ embeddings (PyG's standard link decoder), trained with binary cross-entropy agai
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from moment.errors import MomentError
+from moment.workload.links import LinkNeighborSampler, with_in_edges
+from moment.workload.sampler import CSRGraph, NeighborSampler
 from moment.runtime.models import hidden_width
 
 TASKS = ("node", "link")
@@ -25,6 +31,21 @@ def out_dim(task: str, model: str, hidden: int | None, num_classes: int) -> int:
     if task == "link":
         return hidden_width(model, hidden)
     raise MomentError(f"--task {task!r}: choose {' or '.join(TASKS)}")
+
+
+def sampler_for(task: str, graph: CSRGraph, fanouts: Sequence[int], negatives: int = 1) -> Any:
+    """The sampler a run of `task` draws its batches with: node classification's NeighborSampler, or link
+    prediction's LinkNeighborSampler (positives and `negatives` negatives per positive, then the endpoints'
+    neighbourhoods). Picklable with functools.partial (the memmap baseline's workers make their own)."""
+    if task == "link":
+        return LinkNeighborSampler(graph, fanouts, negatives)
+    return NeighborSampler(graph, fanouts)
+
+
+def train_seeds(task: str, graph: CSRGraph, train_idx: np.ndarray) -> np.ndarray:
+    """The nodes a run's batches are drawn from: the training nodes; for link prediction those with an in-edge
+    (a node without one gives no positive, so every batch is full)."""
+    return with_in_edges(graph, train_idx).numpy() if task == "link" else train_idx
 
 
 def link_logits(h: torch.Tensor, edge_label_index: torch.Tensor) -> torch.Tensor:

@@ -28,8 +28,9 @@ import contextlib
 import queue
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields
+from typing import Any
 
 import torch
 
@@ -78,13 +79,23 @@ class Prepared:
     ready: object | None = None  # CUDA event the consumer waits on
     dev: DeviceLayer | None = None
     staged: Staged | None = None  # its exchange rounds, run by the training thread before it is handed out
+    edge_label_index: torch.Tensor | None = None  # a link batch's label edges and labels, on the device
+    edge_label: torch.Tensor | None = None
 
     def wait(self) -> None:
         """Call before using the batch, on the stream that uses it: it waits for the batch's copies and
         records that stream on its tensors (they were made on the pipeline's stream; without the record
         the allocator could give their memory to the next batch while this one's kernels still read it)."""
         if self.dev is not None:
-            self.dev.consume(self.ready, self.x, self.y, *(b.edge_index for b in self.blocks))
+            links = [t for t in (self.edge_label_index, self.edge_label) if t is not None]
+            self.dev.consume(self.ready, self.x, self.y, *(b.edge_index for b in self.blocks), *links)
+
+
+def link_labels(mb: MiniBatch, to: Callable[[torch.Tensor], torch.Tensor]) -> tuple:
+    """A link batch's (edge_label_index, edge_label) moved by `to` (the device copy); (None, None) for a node batch."""
+    if mb.edge_label_index is None:
+        return None, None
+    return to(mb.edge_label_index), to(mb.edge_label)
 
 
 class Pipeline:
@@ -103,8 +114,12 @@ class Pipeline:
         return max(2, depth) + 2
 
     def __init__(self, graph: CSRGraph, fanouts: Sequence[int], source: FeatureSource, labels: torch.Tensor,
-                 device: torch.device, *, depth: int = 2, pipelined: bool = True):
+                 device: torch.device, *, depth: int = 2, pipelined: bool = True,
+                 sampler: Callable[[CSRGraph, list[int]], Any] = NeighborSampler):
+        """`sampler(graph, fanouts)` makes a sampler (one per sampling thread): NeighborSampler's node batches,
+        or link prediction's (moment.runtime.link_task.sampler_for)."""
         self.graph, self.fanouts, self.source = graph, list(fanouts), source
+        self.make_sampler = sampler
         self.labels, self.device = labels, torch.device(device)
         self.depth, self.pipelined = max(1, depth), pipelined
         self.times = StageTimes()
@@ -128,7 +143,7 @@ class Pipeline:
 
     # -- stages
 
-    def _sample(self, sampler: NeighborSampler, seeds: torch.Tensor, key: Sequence[int], i: int) -> MiniBatch:
+    def _sample(self, sampler: Any, seeds: torch.Tensor, key: Sequence[int], i: int) -> MiniBatch:
         t = time.perf_counter()
         sampler.generator.manual_seed(mix(*key, i))
         mb = sampler.sample(seeds)
@@ -148,10 +163,11 @@ class Pipeline:
             to = self.dev.to_device
             y = to(self.labels[mb.seeds].to(torch.int64))
             blocks = [type(b)(to(b.edge_index), b.num_src, b.num_dst) for b in mb.blocks()]
+            links = link_labels(mb, to)
             ev = self.dev.event(self._stream)
         self.times.gather_wait += time.perf_counter() - t
         x = staged.x if staged.fetches else to(staged.x)  # a round writes into staged.x: never a copy of it
-        return Prepared(i, mb, x, y, blocks, ev, self.dev, staged if staged.fetches else None)
+        return Prepared(i, mb, x, y, blocks, ev, self.dev, staged if staged.fetches else None, *links)
 
     def _drain(self, pending) -> None:
         """The consumer stopped early: finish the reads still in flight so the source is clean for reuse."""
@@ -216,7 +232,7 @@ class Pipeline:
     # -- drivers: batches completed as far as this rank alone can, in order
 
     def _serial(self, batches, key, start) -> Iterator[Prepared]:
-        sampler = NeighborSampler(self.graph, self.fanouts)
+        sampler = self.make_sampler(self.graph, self.fanouts)
         for i in range(start, len(batches)):
             mb = self._sample(sampler, batches[i], key, i)
             yield self._complete(i, mb, self._submit(mb, (tuple(key), i)))
@@ -245,7 +261,7 @@ class Pipeline:
 
         def sampler_loop() -> None:
             try:
-                sampler = NeighborSampler(self.graph, self.fanouts)
+                sampler = self.make_sampler(self.graph, self.fanouts)
                 for i in range(start, len(batches)):
                     if not put(q_sampled, (i, self._sample(sampler, batches[i], key, i))):
                         return

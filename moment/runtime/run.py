@@ -15,6 +15,7 @@ A rank whose process is gone is a Moment error on the others that says so (momen
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Iterator
@@ -32,6 +33,7 @@ from moment.runtime.budget import return_freed_memory
 from moment.runtime.config import TrainConfig
 from moment.runtime.dist import AgreedError, DistContext, setup
 from moment.runtime.finite import BadStep, StepLog
+from moment.runtime.link_task import sampler_for, train_seeds
 from moment.runtime.loader import LoaderPipeline
 from moment.runtime.memory_use import reset_peak
 from moment.runtime.models import load_layers
@@ -57,7 +59,8 @@ class Batch:
     `x` holds the rows of `n_id` on the run's device, in the layout's dtype (`x.float()` for a model);
     `edge_index` runs from neighbour (row 0) to target (row 1); `y` holds the seeds' labels (so PyG's
     `y[:batch_size]` idiom works as written); `blocks` are the per-layer views Moment's own models use
-    (moment.workload.sampler.MiniBatch.blocks)."""
+    (moment.workload.sampler.MiniBatch.blocks). A link batch (`task="link"`), as PyG's `LinkNeighborLoader`
+    yields it: its seeds are the label edges' endpoints, `edge_label_index` and `edge_label` the edges."""
 
     x: torch.Tensor
     edge_index: torch.Tensor
@@ -69,13 +72,16 @@ class Batch:
     blocks: list[Block] = field(repr=False)
     index: int = 0  # the batch's position in its loader's sequence
     epoch: int = 0
+    edge_label_index: torch.Tensor | None = None  # link batches: [2, L] local ids, positives first
+    edge_label: torch.Tensor | None = None  # link batches: 1. for a positive edge, 0. for a negative
 
     @classmethod
     def of(cls, p: Prepared, epoch: int) -> Batch:
         mb = p.batch
         return cls(x=p.x, edge_index=p.blocks[0].edge_index if p.blocks else mb.edge_index, y=p.y, n_id=mb.n_id,
                    batch_size=mb.batch_size, num_sampled_nodes=mb.num_sampled_nodes,
-                   num_sampled_edges=mb.num_sampled_edges, blocks=p.blocks, index=p.index, epoch=epoch)
+                   num_sampled_edges=mb.num_sampled_edges, blocks=p.blocks, index=p.index, epoch=epoch,
+                   edge_label_index=p.edge_label_index, edge_label=p.edge_label)
 
 
 class Loader:
@@ -130,7 +136,9 @@ class Run:
             note = check_dataset(cfg.layout, self.layout.manifest, ds)
             self.notes += [f"note: {note}"] if note else []
         self.fanouts = cfg.resolved_fanouts()
-        train_idx = np.asarray(ds.train_idx)
+        # the graph stays memory-mapped (its size is charged to the budget); labels in their own small dtype
+        self.graph = CSRGraph.from_dataset(ds, in_memory=cfg.features == "memory")
+        train_idx = train_seeds(cfg.task, self.graph, np.asarray(ds.train_idx))
         self.batch_size = cfg.resolved_batch_size(train_idx.size, ctx.world_size)
         self.batches = SeedBatches(train_idx, self.batch_size, seed=cfg.seed, rank=ctx.rank, world_size=ctx.world_size)
         if len(self.batches) == 0:
@@ -140,8 +148,6 @@ class Run:
             self._check_machines()
         # torchrun counts restarts per machine, and a machine restarted by another's failure does not count it
         self.restarts = int(ctx.all_reduce(torch.tensor([float(ctx.restart_count)], dtype=torch.float64), "max")[0])
-        # the graph stays memory-mapped (its size is charged to the budget); labels in their own small dtype
-        self.graph = CSRGraph.from_dataset(ds, in_memory=cfg.features == "memory")
         self.plan: RunPlan | None = None  # every derived decision of a tiered run (moment.runtime.run_plan)
         if cfg.features == "tiered":
             return_freed_memory()
@@ -318,12 +324,13 @@ class Run:
         kind = "train" if split == "train" else "eval"  # a pipeline's times are its split's
         if kind not in self._pipes:
             cfg, dev = self.cfg, self.ctx.device
+            sampler = functools.partial(sampler_for, cfg.task, negatives=cfg.negatives)
             if cfg.loader_workers:
                 self._pipes[kind] = LoaderPipeline(self.graph, self.fanouts, self.source, self.labels, dev,
-                                                   workers=cfg.loader_workers, depth=cfg.depth)
+                                                   workers=cfg.loader_workers, depth=cfg.depth, sampler=sampler)
             else:
                 self._pipes[kind] = Pipeline(self.graph, self.fanouts, self.source, self.labels, dev,
-                                             depth=cfg.depth, pipelined=cfg.pipeline)
+                                             depth=cfg.depth, pipelined=cfg.pipeline, sampler=sampler)
         return self._pipes[kind]
 
     def _batches(self, loader: Loader) -> Iterator[Batch]:

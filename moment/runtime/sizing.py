@@ -25,6 +25,7 @@ from moment.runtime.config import TrainConfig
 from moment.runtime.dist import DistContext, default_device
 from moment.runtime.exchange import RowExchange
 from moment.runtime.memory_use import parent_peak
+from moment.runtime.link_task import decoder_bytes, out_dim, sampler_for, train_seeds
 from moment.runtime.models import LayerExtent, step_bytes
 from moment.runtime.pipeline import Pipeline
 from moment.runtime.run_plan import RunInputs, RunPlan, gpu_tier_rows, resolve_run
@@ -71,9 +72,7 @@ def _bound(values: Sequence[int]) -> int:
 def _batch_extent(cfg: TrainConfig, graph: CSRGraph, batches: SeedBatches, fanouts: list[int]) -> Extent:
     """The most rows and edges one mini-batch touches, and each layer's block at its largest: the first
     EXTENT_BATCHES batches sampled for real, bounded from their spread (`_bound`)."""
-    from moment.workload.sampler import NeighborSampler
-
-    sampler = NeighborSampler(graph, fanouts)
+    sampler = sampler_for(cfg.task, graph, fanouts, cfg.negatives)
     hops = len(fanouts)
     seen: list[list[int]] = []  # per batch: rows, edges, then each layer's src, dst and edges
     for i, seeds in enumerate(batches.epoch(0)):
@@ -117,15 +116,18 @@ def run_inputs(cfg: TrainConfig, ds: GraphDataset, graph: CSRGraph, batches: Seq
     rows = min(ext.rows, ds.num_nodes)
     dim = ds.feature_dim if feature_dim is None else int(feature_dim)
     row_bytes = ds.row_bytes if feature_dim is None else dim * np.dtype(np.float32).itemsize
-    training = step_bytes(cfg.model, dim, ds.num_classes, cfg.hidden,
-                          [LayerExtent(min(x.src, rows), min(x.dst, rows), x.edges) for x in ext.layers], rows=rows,
-                          float_copy=feature_dim is None and ds.feature_dtype != np.float32)
+    labels = max(b.batch_size for b in batches) * (1 + cfg.negatives) if cfg.task == "link" else 0  # label edges
+    width = out_dim(cfg.task, cfg.model, cfg.hidden, ds.num_classes)
+    layers = [LayerExtent(min(x.src, rows), min(x.dst, rows), x.edges) for x in ext.layers]
+    training = step_bytes(cfg.model, dim, width, cfg.hidden, layers, rows=rows,
+                          float_copy=feature_dim is None and ds.feature_dtype != np.float32,
+                          head_bytes=decoder_bytes(labels, layers[-1].dst, width) if labels else 0)
     split = layout.split if layout is not None else None
     return RunInputs(train_nodes=int(np.asarray(ds.train_idx).size),
                      graph_bytes=ds.file("indptr").stat().st_size + ds.file("indices").stat().st_size,
                      labels_bytes=ds.file("labels").stat().st_size, rows_max=rows, edges_max=ext.edges,
                      process_bytes=process_bytes, sampler_map_bytes=NeighborSampler.map_bytes(ds.num_nodes),
-                     batch_ids_bytes=MiniBatch.id_bytes(rows, ext.edges), held_batches=Pipeline.held_batches(cfg.depth),
+                     batch_ids_bytes=MiniBatch.id_bytes(rows, ext.edges, labels), held_batches=Pipeline.held_batches(cfg.depth),
                      training_bytes=training, agent_bytes=agent_bytes, exchange_bytes=RowExchange.round_bytes(
                          rows, row_bytes, local_ranks, gpu_tier_rows(layout, local_ranks) if layout else 0),
                      remote_exchange_bytes=remote_tier.round_bytes(rows, row_bytes, len(split.machines)) if split else 0,
@@ -139,8 +141,8 @@ def preview_inputs(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, agent: boo
     """What rank 0 of an `nproc`-rank run (on each of `nnodes` machines) will measure, measured before any rank
     starts: the largest extent of every rank's batches (the ranks agree on it), a fresh rank's fixed cost
     and, with `agent` (the run is started by torchrun, as `moment train` does), a fresh torchrun agent's."""
-    train_idx = np.asarray(ds.train_idx)
     graph, fanouts = CSRGraph.from_dataset(ds, in_memory=False), cfg.resolved_fanouts()
+    train_idx = train_seeds(cfg.task, graph, np.asarray(ds.train_idx))
     world = nproc * max(nnodes, 1)
     per_rank = [SeedBatches(train_idx, cfg.resolved_batch_size(train_idx.size, world), seed=cfg.seed, rank=r,
                             world_size=world) for r in range(world)]

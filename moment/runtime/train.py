@@ -30,17 +30,18 @@ from moment.runtime.config import TrainConfig, parse_args
 from moment.runtime.dist import AgreedError, DistContext
 from moment.runtime.lost import peer_lost
 from moment.runtime.memory_use import machine_peak, rank_sample
+from moment.runtime.link_task import link_logits, link_loss, out_dim, roc_auc
 from moment.runtime.models import build_model
 from moment.runtime.pipeline import StageTimes
 from moment.runtime.progress import Reporter
-from moment.runtime.run import Run, start
+from moment.runtime.run import Batch, Run, start
 from moment.runtime.run_record import RunRecord
 
 AGREED_GRACE_S = 2.0  # a rank that leaves an agreed error to rank 0 exits this much later
 #: what a checkpoint must share with the run that resumes it: the data (dataset and layout identity), the
 #: model's shape, and what decides the batches and updates (an exact resume repeats the uninterrupted run)
 RESUME_KEYS = ("dataset_id", "layout_id", "model", "layers", "hidden", "feature_dim", "num_classes", "world_size",
-               "batch_size", "seed", "fanouts", "lr")
+               "batch_size", "seed", "fanouts", "lr", "task", "negatives")
 
 
 class Trainer:
@@ -56,7 +57,9 @@ class Trainer:
         self.restarts = run.restarts
         self.ck_every = cfg.resolved_checkpoint_every(len(self.batches))
         torch.manual_seed(cfg.seed)  # same initial weights on every rank (DDP also broadcasts rank 0's)
-        model = build_model(cfg.model, self.ds.feature_dim, self.ds.num_classes, len(self.fanouts), cfg.hidden)
+        self.metric = "auc" if cfg.task == "link" else "accuracy"  # what validation reports
+        width = out_dim(cfg.task, cfg.model, cfg.hidden, self.ds.num_classes)
+        model = build_model(cfg.model, self.ds.feature_dim, width, len(self.fanouts), cfg.hidden)
         self.module = model.to(ctx.device)
         self.opt = torch.optim.Adam(self.module.parameters(), lr=cfg.lr)
         self.record = RunRecord.of_env()  # `moment doctor --gpu`'s record of the batches (off in real runs)
@@ -92,7 +95,7 @@ class Trainer:
                 "layers": len(self.fanouts), "hidden": self.cfg.resolved_hidden(),
                 "feature_dim": self.ds.feature_dim, "num_classes": self.ds.num_classes,
                 "world_size": self.ctx.world_size, "batch_size": self.batch_size, "seed": self.cfg.seed,
-                "fanouts": self.fanouts, "lr": self.cfg.lr}
+                "fanouts": self.fanouts, "lr": self.cfg.lr, "task": self.cfg.task, "negatives": self.cfg.negatives}
 
     def _check_resume(self, ck: dict[str, Any]) -> None:
         """Refuse a checkpoint of another run, naming every difference: resuming another dataset's weights
@@ -212,8 +215,7 @@ class Trainer:
             if self.record is not None:
                 self.record.add(e, batch)
             self.opt.zero_grad(set_to_none=True)
-            out = self.model(batch.x.float(), batch.blocks)
-            loss = F.cross_entropy(out, batch.y)
+            loss = self._loss(self.model(batch.x.float(), batch.blocks), batch)
             loss.backward()
             self.opt.step()
             self.run_.track(loss)  # on the device: no host sync (checked every few steps, and at the end)
@@ -226,9 +228,16 @@ class Trainer:
                 self._checkpoint()
         self.epoch_seconds.append(time.perf_counter() - t0)
 
+    def _loss(self, out: torch.Tensor, batch: Batch) -> torch.Tensor:
+        if self.cfg.task == "link":
+            return link_loss(link_logits(out, batch.edge_label_index), batch.edge_label)
+        return F.cross_entropy(out, batch.y)
+
     @torch.no_grad()
     def _evaluate(self) -> float:
         self.module.eval()
+        if self.cfg.task == "link":
+            return self._evaluate_links()
         ctx = self.ctx
         correct, total = torch.zeros((), dtype=torch.int64, device=ctx.device), 0  # on the device: no sync a batch
         for batch in self.run_.loader("val", self.epoch):
@@ -238,6 +247,18 @@ class Trainer:
         t = self.ctx.all_reduce(torch.tensor([float(correct), float(total)], dtype=torch.float64))
         return float(t[0] / t[1]) if t[1] > 0 else 0.0
 
+    def _evaluate_links(self) -> float:
+        """ROC AUC of the validation nodes' link batches (positives and as many negatives), every rank's
+        scores gathered first: an AUC does not add up over the ranks' shares."""
+        scores, labels = [], []
+        for batch in self.run_.loader("val", self.epoch):
+            scores.append(link_logits(self.module(batch.x.float(), batch.blocks), batch.edge_label_index).cpu())
+            labels.append(batch.edge_label.cpu())
+        got = self.ctx.all_gather_object((torch.cat(scores) if scores else torch.zeros(0),
+                                          torch.cat(labels) if labels else torch.zeros(0)))
+        s, y = torch.cat([g[0] for g in got]), torch.cat([g[1] for g in got])
+        return roc_auc(s, y) if 0 < int(y.sum()) < y.numel() else float("nan")
+
     def run(self, rep: Reporter) -> dict[str, Any]:
         t0 = time.perf_counter()
         while self.epoch < self.cfg.epochs:
@@ -245,7 +266,7 @@ class Trainer:
                 self._train_epoch(rep)
             acc = self._evaluate()
             self.val_curve.append(acc)
-            rep.end_epoch(self.epoch, acc, self.curve[-1] if self.curve else float("nan"))
+            rep.end_epoch(self.epoch, acc, self.curve[-1] if self.curve else float("nan"), self.metric)
             self.epoch, self.next_batch = self.epoch + 1, 0
             if self.ck_every:
                 self._checkpoint()
@@ -274,8 +295,10 @@ class Trainer:
         return {
             "epochs": self.cfg.epochs,
             "steps": self.step,
-            "val_accuracy": self.val_curve[-1] if self.val_curve else None,
-            "val_accuracy_curve": self.val_curve,
+            "task": self.cfg.task,
+            "val_metric": self.metric,
+            f"val_{self.metric}": self.val_curve[-1] if self.val_curve else None,
+            f"val_{self.metric}_curve": self.val_curve,
             "num_classes": self.ds.num_classes,
             "seeds_per_s": seeds / train_wall,
             "stage_seconds": {n: v for n, v in stage.as_dict().items() if n != "wall"},
