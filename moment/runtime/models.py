@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from moment.runtime.config import DEFAULT_HIDDEN
 from moment.workload.sampler import Block  # the sampler's `MiniBatch.blocks()` items
 
 __all__ = ["GAT", "SAGE", "Block", "LayerExtent", "build_model", "load_layers", "step_bytes", "weights"]
@@ -131,14 +132,15 @@ _MODELS = {"sage": SAGE, "gat": GAT}
 
 def _hidden(name: str, hidden: int | None) -> int:
     """The paper's settings: GraphSAGE hidden 256; GAT hidden 64 (per head)."""
-    return hidden or (256 if name == "sage" else 64)
+    return hidden or (DEFAULT_HIDDEN if name == "sage" else 64)
 
 
 def step_bytes(name: str, in_dim: int, num_classes: int, hidden: int | None, layers: Sequence[LayerExtent], *,
-               rows: int, float_copy: bool) -> int:
+               rows: int, float_copy: bool, optimizer_slots: int = 2) -> int:
     """What one training step of `name` holds beyond the batch's features: the most any layer holds while it
     runs (forward or backward) beside what the layers before it saved, and the model's weights with their
-    gradients, DDP's gradient buckets and Adam's two moments.
+    gradients, DDP's gradient buckets and the optimizer's state (`optimizer_slots` weight-sized tensors: Adam's
+    two moments, SGD's momentum; moment.runtime.model_spec.OPTIMIZERS).
     `layers`: the batch's blocks at its extent, input layer first; `rows`: its input rows; `float_copy`: the
     features are not float32, so the step holds a float32 copy of them (`x.float()`).
 
@@ -152,7 +154,7 @@ def step_bytes(name: str, in_dim: int, num_classes: int, hidden: int | None, lay
         most = max(most, saved + run)
         saved += keep
     return (most + (rows * in_dim * _F32 if float_copy else 0)
-            + 5 * weights(name, in_dim, num_classes, hidden, len(layers)) * _F32)
+            + (3 + optimizer_slots) * weights(name, in_dim, num_classes, hidden, len(layers)) * _F32)
 
 
 def weights(name: str, in_dim: int, num_classes: int, hidden: int | None, num_layers: int) -> int:
