@@ -249,6 +249,39 @@ def test_the_options_parse(tmp_path: Path):
     assert (base.model, base.loss, base.optimizer, base.weight_decay) == ("sage", None, "adam", 0.0)
 
 
+def test_run_inputs_measure_a_model_of_ones_own_and_say_so(runtime_dataset):
+    from moment.runtime.train import run_inputs
+    from moment.workload.sampler import CSRGraph, SeedBatches
+
+    ds = runtime_dataset
+    batches = SeedBatches(np.asarray(ds.train_idx), 64, seed=0)
+    graph = CSRGraph.from_dataset(ds)
+    mine = run_inputs(_cfg(hidden=32, fanouts=[10, 5]), ds, graph, [batches], [10, 5], 0, 0, 1, None)
+    sage = run_inputs(TrainConfig(hidden=32, fanouts=[10, 5]), ds, graph, [batches], [10, 5], 0, 0, 1, None)
+    assert mine.training_note.startswith(f"measured one step of {GOOD} at start") and sage.training_note is None
+    assert mine.training_bytes > sage.training_bytes > 0  # all its layers run over the whole subgraph
+
+
+def test_a_run_trains_a_model_and_loss_of_ones_own(runtime_dataset, tmp_path):
+    from moment.runtime.train import train
+
+    cfg = TrainConfig(dataset=runtime_dataset.path, features="memory", model=GOOD, loss="tests.user_models:smooth_loss",
+                      optimizer="adamw", weight_decay=1e-4, fanouts=[10, 5, 3], hidden=32, lr=0.01, epochs=2,
+                      threads=1, quiet=True, checkpoint_dir=tmp_path / "ck")
+    m = train(cfg)
+    curve = m["loss_curve"]
+    assert m["model"] == GOOD and len(curve) == m["steps"] >= 8
+    assert np.mean(curve[-4:]) < 0.8 * np.mean(curve[:4]), curve
+    assert m["val_accuracy"] > 1.0 / CLASSES + 0.2, m["val_accuracy_curve"]
+    # its checkpoint records the loss and optimizer: resuming with another is refused, naming it
+    with pytest.raises(MomentError, match="optimizer 'adamw' vs 'sgd'"):
+        train(cfg.model_copy(update={"optimizer": "sgd", "resume": True}))
+    # a wrong factory stops the run in one line before it trains
+    with pytest.raises(MomentError) as e:
+        train(cfg.model_copy(update={"model": "tests.user_models:wrong_width", "checkpoint_dir": None}))
+    assert "gave shape" in _one_line(e, "--model tests.user_models:wrong_width")
+
+
 def test_a_factory_is_imported_from_the_current_directory_as_python_m_would(tmp_path, monkeypatch):
     """`moment train` is a script elsewhere: its sys.path does not start with the directory it runs in."""
     from moment.runtime.model_spec import load_callable

@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from moment import testpoints
 from moment.errors import MomentError
@@ -38,7 +37,8 @@ from moment.runtime.exchange import RowExchange
 from moment.runtime.finite import BadStep, StepLog
 from moment.runtime.loader import LoaderPipeline
 from moment.runtime.memory_use import machine_peak, parent_peak, rank_sample, reset_peak
-from moment.runtime.models import LayerExtent, build_model, load_layers, step_bytes
+from moment.runtime.model_spec import forward, load_loss, make_model, make_optimizer, training_bytes
+from moment.runtime.models import LayerExtent, load_layers
 from moment.runtime.pipeline import Pipeline, StageTimes, mix
 from moment.runtime.progress import Reporter
 from moment.runtime.run_record import RunRecord
@@ -56,7 +56,7 @@ AGENT_ENV = "MOMENT_AGENT_BYTES"  # set by `moment train`: torchrun's agent as i
 #: what a checkpoint must share with the run that resumes it: the data (dataset and layout identity), the
 #: model's shape, and what decides the batches and updates (an exact resume repeats the uninterrupted run)
 RESUME_KEYS = ("dataset_id", "layout_id", "model", "layers", "hidden", "feature_dim", "num_classes", "world_size",
-               "batch_size", "seed", "fanouts", "lr")
+               "batch_size", "seed", "fanouts", "lr", "loss", "optimizer", "weight_decay")
 
 
 def dataset_dir(cfg: TrainConfig, layout: Layout | None = None) -> Path:
@@ -124,14 +124,15 @@ def _batch_extent(cfg: TrainConfig, graph: CSRGraph, batches: SeedBatches, fanou
 def run_inputs(cfg: TrainConfig, ds: GraphDataset, graph: CSRGraph, batches: Sequence[SeedBatches],
                fanouts: list[int], process_bytes: int, agent_bytes: int, local_ranks: int, layout: Layout | None, *,
                ctx: DistContext | None = None, feature_dim: int | None = None,
-               device_memory: DeviceMemory | None = None) -> RunInputs:
+               device_memory: DeviceMemory | None = None, device: torch.device | str = "cpu") -> RunInputs:
     """What `resolve_run` is given: the largest extent of `batches` (each rank's, or a preview's of every
     rank), the sizes torch's objects state for it (a round of the peer exchange among `local_ranks`, whose
     GPU tiers hold what `layout` gives them, and a training step of the model, included), a rank's and
     torchrun's agent's measured sizes, and the dataset's sizes. With `ctx`, the ranks agree on their maxima
     first: every rank must resolve the same plan (the shared cache is one segment). `feature_dim`: the
     run's features are that wide (float32), not `ds`'s (a run planned on its graph alone). `device_memory`:
-    this rank's device's free and total bytes (a CUDA rank), agreed as the least of the ranks'."""
+    this rank's device's free and total bytes (a CUDA rank), agreed as the least of the ranks'. `device`: where
+    a model of the user's own that states no step is measured (the rank's; a preview measures on the CPU)."""
     ext = functools.reduce(Extent.most, [_batch_extent(cfg, graph, b, fanouts) for b in batches])
     if ctx is not None:
         least = [-v for v in device_memory] if device_memory is not None else []  # the max of the negated: the least
@@ -147,16 +148,19 @@ def run_inputs(cfg: TrainConfig, ds: GraphDataset, graph: CSRGraph, batches: Seq
     rows = min(ext.rows, ds.num_nodes)
     dim = ds.feature_dim if feature_dim is None else int(feature_dim)
     row_bytes = ds.row_bytes if feature_dim is None else dim * np.dtype(np.float32).itemsize
-    training = step_bytes(cfg.model, dim, ds.num_classes, cfg.hidden,
-                          [LayerExtent(min(x.src, rows), min(x.dst, rows), x.edges) for x in ext.layers], rows=rows,
-                          float_copy=feature_dim is None and ds.feature_dtype != np.float32)
+    # the model's step: stated (built-ins, or a model's own step_bytes) or measured on this rank's device
+    training, training_note = training_bytes(
+        cfg, dim, ds.num_classes, [LayerExtent(min(x.src, rows), min(x.dst, rows), x.edges) for x in ext.layers],
+        rows=rows, float_copy=feature_dim is None and ds.feature_dtype != np.float32,
+        device=device)
     split = layout.split if layout is not None else None
     return RunInputs(train_nodes=int(np.asarray(ds.train_idx).size),
                      graph_bytes=ds.file("indptr").stat().st_size + ds.file("indices").stat().st_size,
                      labels_bytes=ds.file("labels").stat().st_size, rows_max=rows, edges_max=ext.edges,
                      process_bytes=process_bytes, sampler_map_bytes=NeighborSampler.map_bytes(ds.num_nodes),
                      batch_ids_bytes=MiniBatch.id_bytes(rows, ext.edges), held_batches=Pipeline.held_batches(cfg.depth),
-                     training_bytes=training, agent_bytes=agent_bytes, exchange_bytes=RowExchange.round_bytes(
+                     training_bytes=training, training_note=training_note, agent_bytes=agent_bytes,
+                     exchange_bytes=RowExchange.round_bytes(
                          rows, row_bytes, local_ranks, gpu_tier_rows(layout, local_ranks) if layout else 0),
                      remote_exchange_bytes=remote_tier.round_bytes(rows, row_bytes, len(split.machines)) if split else 0,
                      remote_reader_bytes=remote_tier.reader_bytes(layout.manifest.row.align) if split else 0,
@@ -276,7 +280,9 @@ class Trainer:
         if cfg.features == "tiered":
             return_freed_memory()
             inputs = run_inputs(cfg, self.ds, self.graph, [self.batches], self.fanouts, base_rss, agent_bytes(),
-                                max(ctx.local_world_size, 1), self.layout, ctx=ctx, device_memory=self.dev.memory())
+                                max(ctx.local_world_size, 1), self.layout, ctx=ctx, device_memory=self.dev.memory(),
+                                device=ctx.device)
+            self.notes += [f"note: {inputs.training_note}"] if inputs.training_note else []
             self.plan = resolve_run(cfg, self.layout, world_size=ctx.world_size,
                                     local_world_size=max(ctx.local_world_size, 1), inputs=inputs,
                                     device=ctx.device.type)
@@ -288,9 +294,11 @@ class Trainer:
         labels = torch.from_numpy(np.array(self.ds.labels))
         self.pipe, self.eval_pipe = (self._pipeline(labels) for _ in range(2))
         torch.manual_seed(cfg.seed)  # same initial weights on every rank (DDP also broadcasts rank 0's)
-        model = build_model(cfg.model, self.ds.feature_dim, self.ds.num_classes, len(self.fanouts), cfg.hidden)
+        # --model, --optimizer, --loss (moment.runtime.model_spec): a wrong model or loss is one line, here
+        model = make_model(cfg, self.ds.feature_dim, self.ds.num_classes, len(self.fanouts))
         self.module = model.to(ctx.device)
-        self.opt = torch.optim.Adam(self.module.parameters(), lr=cfg.lr)
+        self.opt = make_optimizer(self.module.parameters(), cfg)
+        self.loss_fn = load_loss(cfg.loss, self.ds.num_classes)
         self.curve: list[float] = []  # mean loss over ranks, per step, synced
         self.steps = StepLog(ctx.rank, ctx.world_size)  # losses and their finiteness since the last check
         self.record = RunRecord.of_env()  # `moment doctor --gpu`'s record of the batches (off in real runs)
@@ -326,6 +334,7 @@ class Trainer:
         cfg, split = self.cfg, self.layout.split if self.layout is not None else None
         values = {"model": cfg.model, "epochs": cfg.epochs, "fanouts": self.fanouts, "layers": len(self.fanouts),
                   "batch_size": self.batch_size, "hidden": cfg.resolved_hidden(), "lr": cfg.lr, "seed": cfg.seed,
+                  "loss": cfg.loss, "optimizer": cfg.optimizer, "weight_decay": cfg.weight_decay,
                   "features": cfg.features, "checkpoints": cfg.checkpoint_dir is not None,
                   "checkpoint_every": self.ck_every, "resume": cfg.resume, "peer_tier": cfg.peer_tier}
         facts = RunFacts(node_rank=self.ctx.node_rank, host=socket.gethostname(), dataset_id=self.ds.dataset_id,
@@ -350,7 +359,8 @@ class Trainer:
                 "layers": len(self.fanouts), "hidden": self.cfg.resolved_hidden(),
                 "feature_dim": self.ds.feature_dim, "num_classes": self.ds.num_classes,
                 "world_size": self.ctx.world_size, "batch_size": self.batch_size, "seed": self.cfg.seed,
-                "fanouts": self.fanouts, "lr": self.cfg.lr}
+                "fanouts": self.fanouts, "lr": self.cfg.lr, "loss": self.cfg.loss, "optimizer": self.cfg.optimizer,
+                "weight_decay": self.cfg.weight_decay}
 
     def _check_resume(self, ck: dict[str, Any]) -> None:
         """Refuse a checkpoint of another run, naming every difference: resuming another dataset's weights
@@ -481,8 +491,7 @@ class Trainer:
                 self.record.add(e, item)
             torch.manual_seed(mix(cfg.seed, e, ctx.rank, item.index, DROPOUT_TAG))
             self.opt.zero_grad(set_to_none=True)
-            out = self.model(item.x.float(), item.blocks)
-            loss = F.cross_entropy(out, item.y)
+            loss = self.loss_fn(forward(self.model, cfg.model, item.x.float(), item.blocks), item.y)
             self.steps.record(loss, item.x, self.step + 1, e, item.index)  # on the device: no host sync
             loss.backward()
             self.opt.step()
@@ -530,7 +539,7 @@ class Trainer:
         correct, total = torch.zeros((), dtype=torch.int64, device=ctx.device), 0  # on the device: no sync a batch
         for item in self.eval_pipe.run(batches, (cfg.seed, self.epoch, ctx.rank, EVAL_TAG)):
             item.wait()
-            pred = self.module(item.x.float(), item.blocks).argmax(-1)
+            pred = forward(self.module, cfg.model, item.x.float(), item.blocks).argmax(-1)
             correct += (pred == item.y).sum()
             total += int(item.y.numel())
         t = self.ctx.all_reduce(torch.tensor([float(correct), float(total)], dtype=torch.float64))
