@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from moment.runtime.config import DEFAULT_HIDDEN
 from moment.workload.sampler import Block  # the sampler's `MiniBatch.blocks()` items
 
 __all__ = ["GAT", "SAGE", "Block", "LayerExtent", "build_model", "hidden_width", "load_layers", "step_bytes", "weights"]
@@ -131,14 +132,15 @@ _MODELS = {"sage": SAGE, "gat": GAT}
 
 def hidden_width(name: str, hidden: int | None) -> int:
     """A hidden layer's width (GAT: per head): `hidden`, else the paper's settings: GraphSAGE 256, GAT 64."""
-    return hidden or (256 if name == "sage" else 64)
+    return hidden or (DEFAULT_HIDDEN if name == "sage" else 64)
 
 
 def step_bytes(name: str, in_dim: int, num_classes: int, hidden: int | None, layers: Sequence[LayerExtent], *,
-               rows: int, float_copy: bool, head_bytes: int = 0) -> int:
+               rows: int, float_copy: bool, head_bytes: int = 0, optimizer_slots: int = 2) -> int:
     """What one training step of `name` holds beyond the batch's features: the most any layer holds while it
     runs (forward or backward) beside what the layers before it saved, and the model's weights with their
-    gradients, DDP's gradient buckets and Adam's two moments.
+    gradients, DDP's gradient buckets and the optimizer's state (`optimizer_slots` weight-sized tensors: Adam's
+    two moments, SGD's momentum; moment.runtime.model_spec.OPTIMIZERS).
     `num_classes`: the model's output width (a link model's: its embeddings', moment.runtime.link_task.out_dim);
     `layers`: the batch's blocks at its extent, input layer first; `rows`: its input rows; `float_copy`: the
     features are not float32, so the step holds a float32 copy of them (`x.float()`); `head_bytes`: the most
@@ -156,7 +158,7 @@ def step_bytes(name: str, in_dim: int, num_classes: int, hidden: int | None, lay
         saved += keep
     most = max(most, saved + head_bytes)
     return (most + (rows * in_dim * _F32 if float_copy else 0)
-            + 5 * weights(name, in_dim, num_classes, hidden, len(layers)) * _F32)
+            + (3 + optimizer_slots) * weights(name, in_dim, num_classes, hidden, len(layers)) * _F32)
 
 
 def weights(name: str, in_dim: int, num_classes: int, hidden: int | None, num_layers: int) -> int:

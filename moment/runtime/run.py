@@ -152,7 +152,9 @@ class Run:
         if cfg.features == "tiered":
             return_freed_memory()
             inputs = run_inputs(cfg, ds, self.graph, [self.batches], self.fanouts, base_rss, agent_bytes(),
-                                max(ctx.local_world_size, 1), self.layout, ctx=ctx, device_memory=self.dev.memory())
+                                max(ctx.local_world_size, 1), self.layout, ctx=ctx, device_memory=self.dev.memory(),
+                                device=ctx.device)
+            self.notes += [f"note: {inputs.training_note}"] if inputs.training_note else []
             self.plan = resolve_run(cfg, self.layout, world_size=ctx.world_size,
                                     local_world_size=max(ctx.local_world_size, 1), inputs=inputs,
                                     device=ctx.device.type)
@@ -362,7 +364,8 @@ class Run:
                   "batch_size": self.batch_size, "hidden": cfg.resolved_hidden(), "lr": cfg.lr, "seed": cfg.seed,
                   "features": cfg.features, "checkpoints": cfg.checkpoint_dir is not None,
                   "checkpoint_every": cfg.resolved_checkpoint_every(len(self.batches)), "resume": cfg.resume,
-                  "peer_tier": cfg.peer_tier}
+                  "peer_tier": cfg.peer_tier, "task": cfg.task, "negatives": cfg.negatives, "loss": cfg.loss, "optimizer": cfg.optimizer,
+                  "weight_decay": cfg.weight_decay}
         facts = RunFacts(node_rank=self.ctx.node_rank, host=socket.gethostname(), dataset_id=self.dataset.dataset_id,
                          dataset=str(self.dataset.path), layout=str(cfg.layout) if cfg.layout is not None else None,
                          split_id=split.id if split else None, split_machine=split.machine if split else None,

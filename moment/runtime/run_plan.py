@@ -270,7 +270,8 @@ class RunInputs:
     sampler_map_bytes: int  # NeighborSampler.map_bytes(num_nodes)
     batch_ids_bytes: int  # MiniBatch.id_bytes(rows_max, edges_max)
     held_batches: int  # Pipeline.held_batches(depth)
-    training_bytes: int  # one training step of the model at the extent (moment.runtime.models.step_bytes)
+    training_bytes: int  # one training step of the model at the extent (moment.runtime.model_spec.training_bytes)
+    training_note: str | None = None  # how a model of the user's own was sized, when measured at start
     agent_bytes: int = 0  # torchrun's agent beside the ranks (its peak RSS, measured); 0: no agent
     exchange_bytes: int = 0  # one round of the peer exchange at the extent (RowExchange.round_bytes, with
     #                          what a rank's GPU tier holds: gpu_tier_rows)

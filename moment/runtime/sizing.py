@@ -26,7 +26,8 @@ from moment.runtime.dist import DistContext, default_device
 from moment.runtime.exchange import RowExchange
 from moment.runtime.memory_use import parent_peak
 from moment.runtime.link_task import decoder_bytes, out_dim, sampler_for, train_seeds
-from moment.runtime.models import LayerExtent, step_bytes
+from moment.runtime.model_spec import training_bytes
+from moment.runtime.models import LayerExtent
 from moment.runtime.pipeline import Pipeline
 from moment.runtime.run_plan import RunInputs, RunPlan, gpu_tier_rows, resolve_run
 from moment.runtime.start_sizes import agent_start_bytes, rank_start_bytes
@@ -93,14 +94,15 @@ def _batch_extent(cfg: TrainConfig, graph: CSRGraph, batches: SeedBatches, fanou
 def run_inputs(cfg: TrainConfig, ds: GraphDataset, graph: CSRGraph, batches: Sequence[SeedBatches],
                fanouts: list[int], process_bytes: int, agent_bytes: int, local_ranks: int, layout: Layout | None, *,
                ctx: DistContext | None = None, feature_dim: int | None = None,
-               device_memory: DeviceMemory | None = None) -> RunInputs:
+               device_memory: DeviceMemory | None = None, device: torch.device | str = "cpu") -> RunInputs:
     """What `resolve_run` is given: the largest extent of `batches` (each rank's, or a preview's of every
     rank), the sizes torch's objects state for it (a round of the peer exchange among `local_ranks`, whose
     GPU tiers hold what `layout` gives them, and a training step of the model, included), a rank's and
     torchrun's agent's measured sizes, and the dataset's sizes. With `ctx`, the ranks agree on their maxima
     first: every rank must resolve the same plan (the shared cache is one segment). `feature_dim`: the
     run's features are that wide (float32), not `ds`'s (a run planned on its graph alone). `device_memory`:
-    this rank's device's free and total bytes (a CUDA rank), agreed as the least of the ranks'."""
+    this rank's device's free and total bytes (a CUDA rank), agreed as the least of the ranks'. `device`: where a
+    model of the user's own that states no step memory is measured (moment.runtime.model_spec)."""
     ext = functools.reduce(Extent.most, [_batch_extent(cfg, graph, b, fanouts) for b in batches])
     if ctx is not None:
         least = [-v for v in device_memory] if device_memory is not None else []  # the max of the negated: the least
@@ -119,16 +121,16 @@ def run_inputs(cfg: TrainConfig, ds: GraphDataset, graph: CSRGraph, batches: Seq
     labels = max(b.batch_size for b in batches) * (1 + cfg.negatives) if cfg.task == "link" else 0  # label edges
     width = out_dim(cfg.task, cfg.model, cfg.hidden, ds.num_classes)
     layers = [LayerExtent(min(x.src, rows), min(x.dst, rows), x.edges) for x in ext.layers]
-    training = step_bytes(cfg.model, dim, width, cfg.hidden, layers, rows=rows,
-                          float_copy=feature_dim is None and ds.feature_dtype != np.float32,
-                          head_bytes=decoder_bytes(labels, layers[-1].dst, width) if labels else 0)
+    training, note = training_bytes(cfg, dim, width, layers, rows=rows, device=device,
+                                    float_copy=feature_dim is None and ds.feature_dtype != np.float32,
+                                    head_bytes=decoder_bytes(labels, layers[-1].dst, width) if labels else 0)
     split = layout.split if layout is not None else None
     return RunInputs(train_nodes=int(np.asarray(ds.train_idx).size),
                      graph_bytes=ds.file("indptr").stat().st_size + ds.file("indices").stat().st_size,
                      labels_bytes=ds.file("labels").stat().st_size, rows_max=rows, edges_max=ext.edges,
                      process_bytes=process_bytes, sampler_map_bytes=NeighborSampler.map_bytes(ds.num_nodes),
                      batch_ids_bytes=MiniBatch.id_bytes(rows, ext.edges, labels), held_batches=Pipeline.held_batches(cfg.depth),
-                     training_bytes=training, agent_bytes=agent_bytes, exchange_bytes=RowExchange.round_bytes(
+                     training_bytes=training, training_note=note, agent_bytes=agent_bytes, exchange_bytes=RowExchange.round_bytes(
                          rows, row_bytes, local_ranks, gpu_tier_rows(layout, local_ranks) if layout else 0),
                      remote_exchange_bytes=remote_tier.round_bytes(rows, row_bytes, len(split.machines)) if split else 0,
                      remote_reader_bytes=remote_tier.reader_bytes(layout.manifest.row.align) if split else 0,

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from moment import testpoints
 from moment.errors import MomentError
@@ -31,17 +30,19 @@ from moment.runtime.dist import AgreedError, DistContext
 from moment.runtime.lost import peer_lost
 from moment.runtime.memory_use import machine_peak, rank_sample
 from moment.runtime.link_task import link_logits, link_loss, out_dim, roc_auc
-from moment.runtime.models import build_model
+from moment.runtime.model_spec import forward, load_loss, make_model, make_optimizer
 from moment.runtime.pipeline import StageTimes
 from moment.runtime.progress import Reporter
 from moment.runtime.run import Batch, Run, start
 from moment.runtime.run_record import RunRecord
 
+#: what a checkpoint written before a setting existed trained with (it records no value for it)
+OLDER_RUNS = {"task": "node", "negatives": 1, "loss": None, "optimizer": "adam", "weight_decay": 0.0}
 AGREED_GRACE_S = 2.0  # a rank that leaves an agreed error to rank 0 exits this much later
 #: what a checkpoint must share with the run that resumes it: the data (dataset and layout identity), the
 #: model's shape, and what decides the batches and updates (an exact resume repeats the uninterrupted run)
 RESUME_KEYS = ("dataset_id", "layout_id", "model", "layers", "hidden", "feature_dim", "num_classes", "world_size",
-               "batch_size", "seed", "fanouts", "lr", "task", "negatives")
+               "batch_size", "seed", "fanouts", "lr", "task", "negatives", "loss", "optimizer", "weight_decay")
 
 
 class Trainer:
@@ -59,9 +60,9 @@ class Trainer:
         torch.manual_seed(cfg.seed)  # same initial weights on every rank (DDP also broadcasts rank 0's)
         self.metric = "auc" if cfg.task == "link" else "accuracy"  # what validation reports
         width = out_dim(cfg.task, cfg.model, cfg.hidden, self.ds.num_classes)
-        model = build_model(cfg.model, self.ds.feature_dim, width, len(self.fanouts), cfg.hidden)
-        self.module = model.to(ctx.device)
-        self.opt = torch.optim.Adam(self.module.parameters(), lr=cfg.lr)
+        self.module = make_model(cfg, self.ds.feature_dim, width, len(self.fanouts)).to(ctx.device)
+        self.opt = make_optimizer(self.module.parameters(), cfg)
+        self.loss_fn = load_loss(cfg.loss, width)
         self.record = RunRecord.of_env()  # `moment doctor --gpu`'s record of the batches (off in real runs)
         self.val_curve: list[float] = []
         self.epoch_seconds: list[float] = []
@@ -95,12 +96,13 @@ class Trainer:
                 "layers": len(self.fanouts), "hidden": self.cfg.resolved_hidden(),
                 "feature_dim": self.ds.feature_dim, "num_classes": self.ds.num_classes,
                 "world_size": self.ctx.world_size, "batch_size": self.batch_size, "seed": self.cfg.seed,
-                "fanouts": self.fanouts, "lr": self.cfg.lr, "task": self.cfg.task, "negatives": self.cfg.negatives}
+                "fanouts": self.fanouts, "lr": self.cfg.lr, "task": self.cfg.task, "negatives": self.cfg.negatives,
+                "loss": self.cfg.loss, "optimizer": self.cfg.optimizer, "weight_decay": self.cfg.weight_decay}
 
     def _check_resume(self, ck: dict[str, Any]) -> None:
         """Refuse a checkpoint of another run, naming every difference: resuming another dataset's weights
         would report that run's accuracy as this one's, and another shape cannot load at all."""
-        theirs, mine = ck.get("run") or {}, self._resume_fields()
+        theirs, mine = {**OLDER_RUNS, **(ck.get("run") or {})}, self._resume_fields()
 
         def show(k: str, run: dict[str, Any]) -> str:
             v = run.get(k)
@@ -215,7 +217,7 @@ class Trainer:
             if self.record is not None:
                 self.record.add(e, batch)
             self.opt.zero_grad(set_to_none=True)
-            loss = self._loss(self.model(batch.x.float(), batch.blocks), batch)
+            loss = self._loss(forward(self.model, self.cfg.model, batch.x.float(), batch.blocks), batch)
             loss.backward()
             self.opt.step()
             self.run_.track(loss)  # on the device: no host sync (checked every few steps, and at the end)
@@ -231,7 +233,7 @@ class Trainer:
     def _loss(self, out: torch.Tensor, batch: Batch) -> torch.Tensor:
         if self.cfg.task == "link":
             return link_loss(link_logits(out, batch.edge_label_index), batch.edge_label)
-        return F.cross_entropy(out, batch.y)
+        return self.loss_fn(out, batch.y)
 
     @torch.no_grad()
     def _evaluate(self) -> float:
@@ -241,7 +243,7 @@ class Trainer:
         ctx = self.ctx
         correct, total = torch.zeros((), dtype=torch.int64, device=ctx.device), 0  # on the device: no sync a batch
         for batch in self.run_.loader("val", self.epoch):
-            pred = self.module(batch.x.float(), batch.blocks).argmax(-1)
+            pred = forward(self.module, self.cfg.model, batch.x.float(), batch.blocks).argmax(-1)
             correct += (pred == batch.y).sum()
             total += int(batch.y.numel())
         t = self.ctx.all_reduce(torch.tensor([float(correct), float(total)], dtype=torch.float64))
@@ -252,7 +254,8 @@ class Trainer:
         scores gathered first: an AUC does not add up over the ranks' shares."""
         scores, labels = [], []
         for batch in self.run_.loader("val", self.epoch):
-            scores.append(link_logits(self.module(batch.x.float(), batch.blocks), batch.edge_label_index).cpu())
+            out = forward(self.module, self.cfg.model, batch.x.float(), batch.blocks)
+            scores.append(link_logits(out, batch.edge_label_index).cpu())
             labels.append(batch.edge_label.cpu())
         got = self.ctx.all_gather_object((torch.cat(scores) if scores else torch.zeros(0),
                                           torch.cat(labels) if labels else torch.zeros(0)))
