@@ -250,7 +250,7 @@ def test_the_options_parse(tmp_path: Path):
 
 
 def test_run_inputs_measure_a_model_of_ones_own_and_say_so(runtime_dataset):
-    from moment.runtime.train import run_inputs
+    from moment.runtime.sizing import run_inputs
     from moment.workload.sampler import CSRGraph, SeedBatches
 
     ds = runtime_dataset
