@@ -265,6 +265,7 @@ class RunShape:
     device: str = "cpu"  # cuda: the batches, the training step and the GPU tier are in device memory (its own budget)
     ring_bytes: int = 0  # cuda: the pinned staging ring batches go to the device through (moment.io.device.ring_bytes)
     upload_bytes: int = 0  # cuda: the GPU tier's table upload, one pinned chunk and its read (moment.io.device.upload_chunk)
+    training_note: str | None = None  # how `training_bytes` was sized when not stated (a model of one's own)
 
 
 @dataclass
@@ -298,7 +299,8 @@ def _charge_fixed(b: MemoryBudget, r: RunShape) -> tuple[MemoryBudget, Item, int
             b.charge("gpu table upload", r.upload_bytes, note="pinned chunk the GPU tier's rows go to the device through")
     else:
         b.charge("batch features", r.held_batches * feat, note=f"{r.held_batches} batches of {r.rows_max} rows")
-        b.charge("training", r.training_bytes, note="one step's activations, gradients and optimizer state")
+        b.charge("training", r.training_bytes,
+                 note=r.training_note or "one step's activations, gradients and optimizer state")
     b.charge("staging", r.staging_bytes, note="reader windows")
     if r.exchange_bytes:
         b.charge("peer exchange", r.exchange_bytes, note="one round's keys and rows, asked and served")

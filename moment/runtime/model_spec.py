@@ -43,6 +43,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from moment.errors import MomentError
+from moment.io.device import DeviceLayer
 from moment.runtime.config import BUILT_IN_MODELS, TrainConfig, callable_spec
 from moment.runtime.models import LayerExtent, build_model, step_bytes
 from moment.runtime.step_memory import LiveStorage, storage_bytes, synthetic_blocks
@@ -239,7 +240,7 @@ def training_bytes(cfg: TrainConfig, in_dim: int, num_classes: int, layers: Sequ
                           optimizer_slots=slots, head_bytes=head_bytes), None
     device = torch.device(device)
     copy = rows * in_dim * torch.float32.itemsize if float_copy else 0
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+    with DeviceLayer(device).fork_rng():
         torch.manual_seed(0)
         module = make_model(cfg, in_dim, num_classes, len(layers))
         stated = getattr(module, "step_bytes", None)
@@ -307,6 +308,5 @@ def measure_step_bytes(module: nn.Module, cfg: TrainConfig, in_dim: int, num_cla
         raise MomentError(f"one training step on a synthetic batch failed: {_last_line(e)}", source=source) from None
     finally:
         opt.zero_grad(set_to_none=True)
-        if device.type == "cuda":
-            torch.cuda.empty_cache()  # the device budget reads the free memory: give back what the step took
+        DeviceLayer(device).release_cached()  # the device budget reads the free memory: give back the step's
     return held + bucket + peaks[-1]

@@ -365,7 +365,8 @@ def _run_shape(cfg: TrainConfig, inputs: RunInputs, n: int, rb: int, shape: str,
     chunk_rows, chunk = upload_chunk(rb, own_gpu_rows)
     return RunShape(
         num_nodes=n, row_bytes=rb, graph_bytes=inputs.graph_bytes, labels_bytes=inputs.labels_bytes,
-        rows_max=inputs.rows_max, training_bytes=inputs.training_bytes, held_batches=inputs.held_batches,
+        rows_max=inputs.rows_max, training_bytes=inputs.training_bytes, training_note=inputs.training_note,
+        held_batches=inputs.held_batches,
         lookahead=ahead, sampler_map_bytes=inputs.sampler_map_bytes, batch_ids_bytes=inputs.batch_ids_bytes,
         index_bytes=index_bytes, own_gpu_rows=own_gpu_rows,
         layout_cpu_rows=layout_cpu_rows,

@@ -12,7 +12,6 @@ is why the built-in models state their step from their autograd graphs instead.
 
 from __future__ import annotations
 
-import math
 import threading
 import weakref
 from collections.abc import Iterable, Sequence
@@ -22,17 +21,15 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from moment.io.device import allocation_bytes
 from moment.runtime.models import LayerExtent
 from moment.workload.sampler import Block
 
 __all__ = ["LiveStorage", "storage_bytes", "synthetic_blocks"]
 
-CUDA_BLOCK = 512  # the CUDA caching allocator's smallest block: every allocation is a multiple of it
-
 
 def _bytes(st: torch.UntypedStorage) -> int:
-    n = st.nbytes()
-    return math.ceil(n / CUDA_BLOCK) * CUDA_BLOCK if st.device.type == "cuda" else n
+    return allocation_bytes(st.nbytes(), st.device)
 
 
 def _tensors(tree: Any) -> list[torch.Tensor]:
