@@ -68,6 +68,12 @@ class Layout:
         """Bins the index numbers: the shards, then a split layout's remote bins (one per other machine)."""
         return len(self.manifest.shards) + (len(self.split.remote) if self.split else 0)
 
+    @property
+    def cpu_bin_rows(self) -> int:
+        """Rows of the layout's CPU bins: the CPU cache its placement planned, which a store or run given no
+        memory budget holds (never every row: a layout is out of core by design)."""
+        return sum(self.manifest.shards[i].rows for i in self.shards_of("cpu"))
+
     def shards_of(self, kind: str) -> list[int]:
         """Indices of the shards of one kind ("gpu", "cpu", "ssd"), in layout order."""
         return [i for i, s in enumerate(self.manifest.shards) if s.kind == kind]
