@@ -52,7 +52,7 @@ def pack_cmd(
     m = opened.manifest
     refuse_split(layout, m)
     n, rb = m.dataset.num_nodes, m.row.row_bytes
-    ds = GraphDataset.open(dataset or Path(m.dataset.features_path).parent)
+    ds = GraphDataset.open(dataset) if dataset is not None else opened.dataset
     bs = batch_size if batch_size is not None else TrainConfig().resolved_batch_size(
         int(np.asarray(ds.train_idx).size), ranks)
     if cached is not None and memory_budget is not None:

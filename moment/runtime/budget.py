@@ -321,8 +321,10 @@ def minimum_budget(local_ranks: int, r: RunShape) -> MemoryBudget:
     return _charge_fixed(MemoryBudget(None, local_ranks), r)[0]
 
 
-def split_budget(total: int | None, source: str, local_ranks: int, r: RunShape) -> Split:
-    """Charge every fixed need, refuse if they do not fit, then size caches and read buffers.
+def split_budget(total: int | None, source: str, local_ranks: int, r: RunShape, *, shared: bool | None = None,
+                 what: str = "this run") -> Split:
+    """Charge every fixed need, refuse if they do not fit, then size caches and read buffers. `shared`: the
+    CPU cache is one segment for the local ranks (None: when the policy allows it); `what` the refusal names.
 
     Order of claims on what is left: the GPU-cache stand-in (CPU runs: at most a tenth; on CUDA the GPU
     tier is in device memory, which moment.runtime.device_budget budgets), read buffers (block reads: a
@@ -330,7 +332,7 @@ def split_budget(total: int | None, source: str, local_ranks: int, r: RunShape) 
     policy's per-row bookkeeping.
     """
     b, state, min_buffers = _charge_fixed(MemoryBudget(total, local_ranks, source), r)
-    b.check()
+    b.check(what)
     b.items.pop()  # the minimum is granted below with the rest
     rb = r.row_bytes
     want_gpu = r.own_gpu_rows * rb if r.device == "cpu" else 0
@@ -347,7 +349,7 @@ def split_budget(total: int | None, source: str, local_ranks: int, r: RunShape) 
             buffers = b.charge("read buffers", min_buffers)
     else:
         buffers = b.charge("read buffers", min_buffers)
-    shared = shared_by_local_ranks(r.policy, local_ranks)
+    shared = shared_by_local_ranks(r.policy, local_ranks) if shared is None else shared
     row_state = cache_state_bytes(r.policy, r.num_nodes, 1) - state.bytes  # per cached row, in every rank
     if total is None:
         cpu_rows = r.layout_cpu_rows if r.cpu_limit_rows is None else r.cpu_limit_rows

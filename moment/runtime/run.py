@@ -405,8 +405,7 @@ def dataset_dir(cfg: TrainConfig, layout: Layout | None = None) -> Path:
     """--dataset, else the dataset the layout was placed from."""
     if cfg.dataset is not None:
         return cfg.dataset
-    layout = layout or Layout.open(cfg.layout)
-    return Path(layout.manifest.dataset.features_path).parent
+    return (layout or Layout.open(cfg.layout)).dataset_dir
 
 
 def make_source(cfg: TrainConfig, ds: GraphDataset, ctx: DistContext, layout: Layout | None = None,
