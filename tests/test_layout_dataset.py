@@ -30,7 +30,7 @@ def test_the_layout_finds_and_checks_its_dataset(placed, tmp_path):
     assert lay.dataset.dataset_id == ds.dataset_id == lay.manifest.dataset.id
     assert lay.dataset is lay.dataset  # opened once
     from moment.runtime.config import make_config
-    from moment.runtime.train import dataset_dir
+    from moment.runtime.run import dataset_dir
 
     assert dataset_dir(make_config(layout=path)) == ds.path  # the trainer asks the layout
     assert dataset_dir(make_config(layout=path, dataset=tmp_path)) == tmp_path  # --dataset wins

@@ -44,8 +44,9 @@ def test_a_loader_yields_pyg_style_batches_with_the_right_rows_and_labels(runtim
         val = [b.n_id[: b.batch_size] for b in run.loader("valid", 0)]
         assert torch.equal(torch.cat(val), torch.from_numpy(np.asarray(ds.val_idx, dtype=np.int64)))
         ids = np.array([3, 1, 4, 1, 5])
-        assert torch.equal(run.feature_store["node", "x", torch.from_numpy(ids)],
-                           torch.from_numpy(np.asarray(feats[ids])))
+        assert torch.equal(run.feature_store["node", "x", ids], torch.from_numpy(np.asarray(feats[ids])))
+        col, ptr = run.graph_store.get_edge_index(("node", "to", "node"), layout="csc")
+        assert torch.equal(ptr, torch.from_numpy(np.asarray(ds.indptr)).long()) and col.numel() == ds.num_edges
     summary = run.summary()
     assert summary["steps"] == seen and summary["epoch_seconds"] and summary["tier_rows"]["ssd"] > 0
     with pytest.raises(MomentError, match="the run is closed"):
