@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -463,4 +464,8 @@ def open_run(layout: str | Path | None = None, *, dataset: str | Path | None = N
 
     values = {k: v for k, v in dict(layout=layout, dataset=dataset).items() if v is not None}
     cfg = make_config(keywords=True, **values, **options)
-    return start(cfg)
+    run = start(cfg)
+    if run.ctx.is_main and not cfg.quiet:  # what `moment train` says at start too (quiet=True: nothing)
+        for line in run.notes:
+            print(f"moment: {line}", file=sys.stderr)
+    return run
