@@ -5,7 +5,8 @@
 
 uneven: rank 1 breaks out of its train loader after one batch and makes 2 feature-store lookups where rank 0
 makes 5; every row either reads is checked against the dataset. vanish: rank 1 exits after its first batch
-without closing the run; rank 0 records the error it gets. Each rank writes OUT/rank<R>.json.
+without closing the run; rank 0 records the error it gets. own-group: as uneven, in a process group the
+script made itself, which must outlive the run. Each rank writes OUT/rank<R>.json.
 """
 
 from __future__ import annotations
@@ -23,7 +24,11 @@ from moment.errors import MomentError
 
 
 def main(scenario: str, layout: str, out: Path) -> int:
-    run = moment.open_run(layout, fanouts=[10, 5], batch_size=64, seed=3)
+    if scenario == "own-group":  # the script made the process group: the run uses it and leaves it alive
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+    run = moment.open_run(layout, fanouts=[10, 5], batch_size=64, seed=3, quiet=True)
     rank = run.rank
     feats = np.load(run.dataset.file("features"), mmap_mode="r")
     seen = {"rank": rank, "world_size": run.world_size, "batches": 0, "bad_rows": 0}
@@ -48,6 +53,12 @@ def main(scenario: str, layout: str, out: Path) -> int:
             ids = torch.randint(0, run.num_nodes, (300,), generator=g)
             check(ids, store["node", "x", ids])
         seen["summary"] = run.close()
+        if scenario == "own-group":
+            import torch.distributed as dist
+
+            seen["group_alive"] = dist.is_initialized()
+            dist.barrier()
+            dist.destroy_process_group()
     except MomentError as e:
         seen["error"] = str(e)
         run.abandon()

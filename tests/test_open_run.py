@@ -126,13 +126,16 @@ def _ranks(scenario: str, layout, tmp_path) -> list[dict]:
     return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
 
 
-def test_a_rank_that_stops_early_or_looks_up_less_still_serves_the_others(runtime_layout, tmp_path):
+@pytest.mark.parametrize("scenario", ["uneven", "own-group"])
+def test_a_rank_that_stops_early_or_looks_up_less_still_serves_the_others(runtime_layout, tmp_path, scenario):
     """Rank 1 breaks out of its train loader after one batch and makes 2 lookups to rank 0's 5: the exchange
-    serves rank 0 to its end (every row exact), and close() waits for every rank."""
-    r0, r1 = _ranks("uneven", runtime_layout, tmp_path)
+    serves rank 0 to its end (every row exact), and close() waits for every rank. In a process group the script
+    made (own-group) the run uses it and leaves it to the script."""
+    r0, r1 = _ranks(scenario, runtime_layout, tmp_path)
     assert r0["batches"] > 1 and r1["batches"] == 1
     assert r0["bad_rows"] == r1["bad_rows"] == 0 and "error" not in r0 and "error" not in r1
     assert r0["summary"]["tier_rows"]["peer"] > 0  # rows did come from the other rank
+    assert r0.get("group_alive", True) and r1.get("group_alive", True)
 
 
 def test_a_rank_that_exits_without_closing_is_a_moment_error_on_the_others(runtime_layout, tmp_path):
@@ -159,3 +162,12 @@ def test_link_batches_hold_real_positive_edges_and_train_end_to_end(runtime_layo
                           quiet=True, metrics_json=tmp_path / "m.json"))
     assert m["task"] == "link" and m["val_metric"] == "auc" and 0.0 <= m["val_auc"] <= 1.0
     assert len(m["val_auc_curve"]) == 2 and all(np.isfinite(m["loss_curve"]))
+
+
+def test_the_readme_links_the_page_and_the_page_shows_the_example():
+    readme, page = (REPO / "README.md").read_text(), (REPO / "docs" / "your-model-loop-data.md").read_text()
+    top = readme[: readme.index("## Quick start")]
+    assert "docs/your-model-loop-data.md" in top and "examples/own_loop.py" in page
+    for cmd in ("moment data import pyg", "moment data import npy", "moment data import ogb", "--model",
+                "moment.open_run", "feature_store", "graph_store", "pyg-lib"):
+        assert cmd in page, cmd
