@@ -13,7 +13,6 @@ moment train (1.0: the public loader costs nothing), and `loss_curves_equal`.
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import os
 import subprocess
@@ -41,7 +40,10 @@ def own_loop(lay: Path, epochs: int, nproc: int) -> dict:
            str(REPO / "examples" / "own_loop.py"), str(lay), str(epochs)]
     out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=True,
                          env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)})
-    return ast.literal_eval(next(ln for ln in out.stdout.splitlines() if ln.startswith("{")))
+    from moment.runtime.run import SUMMARY_PREFIX
+
+    line = next(ln for ln in out.stdout.splitlines() if ln.startswith(SUMMARY_PREFIX))
+    return json.loads(line.removeprefix(SUMMARY_PREFIX))
 
 
 def moment_train(lay: Path, epochs: int, nproc: int, work: Path) -> dict:

@@ -36,4 +36,4 @@ if __name__ == "__main__":
             step.backward()
             opt.step()
             run.track(step)
-    print(run.close())
+    run.close()  # on every rank; rank 0 prints the run's summary

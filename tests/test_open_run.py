@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import subprocess
@@ -14,6 +13,7 @@ import torch
 
 import moment
 from moment.errors import MomentError
+from moment.runtime.run import SUMMARY_PREFIX
 from runtime_data import REPO, make_dataset, make_layout, torchrun
 
 
@@ -89,7 +89,9 @@ def _example(layout, epochs: int) -> dict:
     out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=480,
                          env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)})
     assert out.returncode == 0, out.stderr[-3000:]
-    return ast.literal_eval(next(ln for ln in out.stdout.splitlines() if ln.startswith("{")))
+    summary = [ln for ln in out.stdout.splitlines() if ln.startswith(SUMMARY_PREFIX)]
+    assert len(summary) == 1, out.stdout[-2000:]  # rank 0's alone
+    return json.loads(summary[0].removeprefix(SUMMARY_PREFIX))
 
 
 def _moment_train(layout, epochs: int, tmp_path) -> dict:

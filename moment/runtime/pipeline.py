@@ -14,7 +14,9 @@ rank (NCCL deadlocks when two threads of a rank issue them). So the gather threa
 as far as the rank alone can (`complete_local`), and the training thread, before it hands out batch i,
 finishes batch i's rounds and starts batch i+1's (`Staged.start`): i+1's last chunk of rows moves while
 step i computes, and its collectives come before step i's on every rank. At the end of a sequence the
-training thread serves the other ranks until every one is done (`source.finish()`).
+training thread serves the other ranks until every one is done (the source's idle rounds), and so it does
+when the consumer stops early (it breaks out of the loop): the round started for the next batch is finished
+first, so a rank that stops is never a rank the others wait for.
 
 Determinism: batches come out in the order given, and batch i is sampled with a generator seeded
 from (key, i) — never from a shared stream — so thread timing cannot change any result.

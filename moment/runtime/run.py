@@ -16,6 +16,7 @@ A rank whose process is gone is a Moment error on the others that says so (momen
 from __future__ import annotations
 
 import functools
+import json
 import os
 import sys
 import time
@@ -51,6 +52,7 @@ from moment.workload.seeds import mix
 SPLIT_TAGS = {"val": 0xE7A1, "test": 0x7E57}
 DROPOUT_TAG = 0xD80
 SPLITS = ("train", "val", "test")
+SUMMARY_PREFIX = "moment: summary "  # the line `Run.close` prints on rank 0
 
 
 @dataclass
@@ -278,15 +280,19 @@ class Run:
     def close(self) -> dict[str, Any]:
         """Leave the run: serve the other ranks' remaining batches until every rank has closed (collective:
         every rank calls it once), then release the store, and the process group when the run joined it.
-        Returns `summary()`."""
-        if not self._closed:
-            self._closed = True
-            try:
-                if self.source is not None:
-                    self.source.leave()
-            finally:
-                self._release()
-        return self.summary()
+        Returns `summary()`, which rank 0 also prints as one line (`moment: summary {JSON}`) unless quiet."""
+        if self._closed:
+            return self.summary()
+        self._closed = True
+        try:
+            if self.source is not None:
+                self.source.leave()
+        finally:
+            self._release()
+        out = self.summary()
+        if self.ctx.is_main and not self.cfg.quiet:
+            print(f"{SUMMARY_PREFIX}{json.dumps(out)}", flush=True)
+        return out
 
     def __enter__(self) -> Run:
         return self
