@@ -217,7 +217,7 @@ def planned_budget(a, dim: int):
     from moment.placement.layout import block_size
     from moment.runtime.config import TrainConfig
     from moment.runtime.run_plan import planned_minimum
-    from moment.runtime.train import planned_inputs
+    from moment.runtime.sizing import planned_inputs
     from moment.workload.graph import GraphDataset
 
     key = (a.nodes, dim, a.nproc, a.batch_size, a.fanouts, a.hidden, a.train_fraction)
@@ -388,7 +388,7 @@ def ensure_pack(ds_dir: Path, layout: Path, a, bound: int | None) -> None:
     from moment.placement.opened import Layout
     from moment.placement.pack import pack_summary, write_pack
     from moment.runtime.config import TrainConfig
-    from moment.runtime.train import preview_inputs, preview_plan
+    from moment.runtime.sizing import preview_inputs, preview_plan
     from moment.workload.graph import GraphDataset
 
     ds = GraphDataset.open(ds_dir)

@@ -115,10 +115,10 @@ def _quiet_key(a, align: int) -> str:
 
 
 def eval_batches(ds, rank: int, world: int, batch_size: int, fanouts: list[int], seed: int, epoch: int):
-    """The n_id of each evaluation batch `Trainer._evaluate` gathers after `epoch` on `rank`."""
+    """The n_id of each evaluation batch the validation loader (`Run.loader("val")`) gathers after `epoch` on `rank`."""
     import torch
 
-    from moment.runtime.train import EVAL_TAG
+    from moment.runtime.run import SPLIT_TAGS
     from moment.workload.sampler import CSRGraph, NeighborSampler
     from moment.workload.seeds import mix
 
@@ -126,7 +126,7 @@ def eval_batches(ds, rank: int, world: int, batch_size: int, fanouts: list[int],
     sampler = NeighborSampler(CSRGraph.from_dataset(ds, in_memory=False), fanouts)
     out = []
     for i, seeds in enumerate(torch.split(val, batch_size)):
-        sampler.generator.manual_seed(mix(seed, epoch, rank, EVAL_TAG, i))
+        sampler.generator.manual_seed(mix(seed, epoch, rank, SPLIT_TAGS["val"], i))
         out.append(sampler.sample(seeds).n_id.numpy())
     return out
 

@@ -24,7 +24,16 @@ import torch
 import torch.distributed as dist
 
 from moment.runtime import exchange
-from moment.runtime.exchange import ExchangeGroup, RowExchange, into
+from moment.runtime.exchange import ACTIVE, SERVING, ExchangeGroup, RowExchange, into, nothing
+
+
+
+def serve_until_done(ex: RowExchange, serve) -> None:
+    """A member whose batches are done serves the others until every member's are (as a tier's `finish`)."""
+    none = [np.zeros(0, np.int64)] * ex.group.size
+    while ex.round(none, serve, nothing, SERVING):
+        pass
+
 
 ROW = (3, 5)  # a row: 3 x 5 int32, 60 B
 TIER = 500  # rows each member holds
@@ -36,7 +45,7 @@ def rows_of(member: int, keys: np.ndarray) -> torch.Tensor:
     return (member * 1_000_000 + k[:, None, None] * 100 + torch.arange(15, dtype=torch.int32).view(1, *ROW))
 
 
-def check(ex: RowExchange, want: list[np.ndarray], serve, active: bool = True,
+def check(ex: RowExchange, want: list[np.ndarray], serve, state: int = ACTIVE,
           device: torch.device = torch.device("cpu")) -> tuple[bool, int]:
     """One round into a destination in shuffled order; returns (running, sink calls), raising on a wrong row."""
     n = sum(len(w) for w in want)
@@ -48,7 +57,7 @@ def check(ex: RowExchange, want: list[np.ndarray], serve, active: bool = True,
         calls.append(int(at.size))
         into(out, pos)(at, rows)
 
-    running = ex.round(want, serve, sink, active)
+    running = ex.round(want, serve, sink, state)
     expect = torch.cat([rows_of(j, w) for j, w in enumerate(want)])
     if not torch.equal(out.cpu()[torch.from_numpy(pos)], expect):
         raise SystemExit("a received row differs from its owner's")
@@ -100,7 +109,7 @@ def main() -> int:
     for i in range(2 + 3 * rank):
         check(ex, [rng.integers(0, TIER, 7 * i + rank) if j != rank else np.zeros(0, np.int64)
                    for j in range(world)], serve, device=device)
-    ex.finish(serve)
+    serve_until_done(ex, serve)
     report["uneven_batches"] = {"rounds": ex.rounds - rounds_before}
     report.update(rounds=ex.rounds, chunks=ex.chunks, served_rows=ex.served_rows, peak_bytes=ex.peak_bytes,
                   round_bytes=RowExchange.round_bytes(10_000, int(np.prod(ROW)) * 4, world))
@@ -130,7 +139,7 @@ def subset(rank: int, out: Path, device: torch.device) -> int:
             want = [rng.integers(0, TIER, 5 + i) if m != rank else np.zeros(0, np.int64) for m in members]
         check(ex, want, serve, device=device)
         rows += sum(len(w) for w in want)
-    ex.finish(serve)
+    serve_until_done(ex, serve)
     (out / f"rank{rank}.json").write_text(json.dumps({"rounds": ex.rounds, "chunks": ex.chunks, "rows": rows,
                                                       "served_rows": ex.served_rows}))
     group.release()

@@ -4,6 +4,9 @@ three steps each, and the kernel's high-water mark over a step beyond what the p
 later steps: the first also makes what persists).
 
     python tests/model_step.py OUT.json '[[model, in_dim, hidden, classes, [seeds, hop1, ...], [edges1, ...]], ...]'
+
+A configuration with a seventh item, a number of label edges, is a link step (moment.runtime.link_task): the
+model's output (`classes` wide) decoded for that many random label edges between the seeds.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from moment.runtime.budget import return_freed_memory
+from moment.runtime.link_task import decoder_bytes, link_logits, link_loss
 from moment.runtime.memory_use import reset_peak
 from moment.runtime.models import LayerExtent, build_model, load_layers, step_bytes, weights
 from moment.workload.sampler import Block
@@ -48,27 +52,34 @@ def main() -> int:
     return_freed_memory()
     load_layers()
     out = []
-    for name, in_dim, hidden, classes, new, edges in json.loads(sys.argv[2]):
+    for name, in_dim, hidden, classes, new, edges, *link in json.loads(sys.argv[2]):
         rows, blocks = batch(new, edges)
         model = build_model(name, in_dim, classes, len(edges), hidden)
         opt = torch.optim.Adam(model.parameters())
         x = torch.randn(rows, in_dim)
         y = torch.randint(0, classes, (new[0],))
+        if link:
+            g = torch.Generator().manual_seed(1)
+            label_index = torch.randint(0, new[0], (2, link[0]), generator=g)
+            label = (torch.arange(link[0]) % 2).float()
         held = []
         for _ in range(3):
             if not reset_peak():
                 raise SystemExit("cannot reset the high-water mark here")
             before = status("VmRSS")
             opt.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(model(x, blocks), y)
+            h = model(x, blocks)
+            loss = link_loss(link_logits(h, label_index), label) if link else F.cross_entropy(h, y)
+            del h
             loss.backward()
             opt.step()
             del loss
             held.append(status("VmHWM") - before)
         layers = [LayerExtent(b.num_src, b.num_dst, int(b.edge_index.shape[1])) for b in blocks]
         # the first step also makes what persists (Adam's state, lazily set-up kernels): the later ones'
-        out.append({"model": name, "measured": max(held[1:]), "stated": step_bytes(
-            name, in_dim, classes, hidden, layers, rows=rows, float_copy=False),
+        head = decoder_bytes(link[0], new[0], classes) if link else 0
+        out.append({"model": name, "link": bool(link), "measured": max(held[1:]), "stated": step_bytes(
+            name, in_dim, classes, hidden, layers, rows=rows, float_copy=False, head_bytes=head), "head": head,
                     "weights": sum(p.numel() for p in model.parameters()),
                     "weights_stated": weights(name, in_dim, classes, hidden, len(edges))})
         del model, opt, x, blocks

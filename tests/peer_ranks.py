@@ -36,7 +36,6 @@ from moment.runtime.gpu_tier import load_gpu_table
 from moment.runtime.peers import PeerTier, gather_peer_map
 from moment.runtime.store import Collectives, RankPlace, StoreInfo, StoreOptions, open_tiers
 from moment.runtime.tier import LayoutRows, Tier
-from moment.workload.graph import GraphDataset
 from moment.workload.sampler import CSRGraph
 
 
@@ -140,7 +139,7 @@ def main() -> int:
     def want(ids: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(rows.rows(ids)).view(dtype).reshape(len(ids), *m.dataset.row_shape)
 
-    ds = GraphDataset.open(Path(m.dataset.features_path).parent)
+    ds = Layout.open(layout).dataset
     graph, labels = CSRGraph.from_dataset(ds), torch.from_numpy(np.array(ds.labels))
     gpu_shards = [i for i, s in enumerate(m.shards) if s.kind == "gpu"]
     group = ctx.peer_group()  # every rank makes it at start-up, once

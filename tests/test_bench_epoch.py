@@ -39,7 +39,7 @@ def test_a_size_below_moments_minimum_is_refused_before_anything_is_built(bench_
     """The bench asks the runtime's budget rule on the graph alone: a bound below it is refused naming
     this size's least bound, nothing but the graph written; that least bound is the one the runtime's
     own refusal names once the dataset and layout exist."""
-    from moment.runtime.train import preview_plan
+    from moment.runtime.sizing import preview_plan
     from moment.workload.graph import GraphDataset
 
     a = _args(bench_epoch, "--cache-dir", str(tmp_path), "--fanouts", "5,3", "--batch-size", "64", "--hidden", "16",

@@ -81,3 +81,47 @@ def test_bad_fanouts_and_corrupt_dataset(tmp_path: Path, capsys: pytest.CaptureF
     assert run(capsys, "data", "info", g)[0] == 0
     code, _, err = run(capsys, "data", "info", g, "--verify")
     assert code == 2 and "sha256 mismatch" in err and "features.npy" in err.replace("\n", "")
+
+
+def test_import_npy_and_pyg_report_counts_and_notices(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    np.save(tmp_path / "e.npy", np.array([[0, 1, 1, 2], [1, 2, 2, 2]]))  # one duplicate, one self-loop
+    np.save(tmp_path / "x.npy", np.ones((3, 2), np.float32))
+    code, out, err = run(capsys, "data", "import", "npy", "--out", tmp_path / "g", "--edge-index", tmp_path / "e.npy",
+                         "--x", tmp_path / "x.npy", "--self-loops", "drop", "--json")
+    assert code == 0, err
+    s = json.loads(out)
+    assert (s["num_edges"], s["source"]["duplicate_edges_dropped"], s["source"]["self_loops_dropped"]) == (2, 1, 1)
+    assert any("labels were generated" in n for n in s["notices"])
+    code, out, err = run(capsys, "data", "import", "npy", "--out", tmp_path / "t", "--edge-index", tmp_path / "e.npy")
+    assert code == 0, err
+    assert "source.duplicate_edges_found" in out and "note:" in out and "1 duplicate edges dropped" in out
+    torch = pytest.importorskip("torch")
+    data = pytest.importorskip("torch_geometric.data")
+    g = data.Data(edge_index=torch.tensor([[0, 1], [1, 2]]), x=torch.ones(3, 2), y=torch.tensor([0, 1, 1]),
+                  train_mask=torch.tensor([True, False, False]), val_mask=torch.tensor([False, True, False]),
+                  test_mask=torch.tensor([False, False, True]))
+    torch.save(g, tmp_path / "data.pt")
+    code, out, err = run(capsys, "data", "import", "pyg", tmp_path / "data.pt", "--out", tmp_path / "p", "--json")
+    assert code == 0, err
+    s = json.loads(out)
+    assert s["source"]["split"] == "given" and s["train"] == 1 and s["notices"] == []
+
+
+@pytest.mark.parametrize(
+    ("args", "msg"),
+    [
+        (["data", "import", "npy", "--out", "{tmp}/o", "--edge-index", "{tmp}/none.npy"], "missing edge index file"),
+        (["data", "import", "npy", "--out", "{tmp}/o", "--edge-index", "{tmp}/e.npy", "--duplicates", "maybe"],
+         "--duplicates 'maybe': must be one of keep, drop"),
+        (["data", "import", "pyg", "{tmp}/bad.pt", "--out", "{tmp}/o"], "bad.pt: not a readable torch file"),
+        (["data", "import", "ogb", "{tmp}", "--out", "{tmp}/o", "--layout", "processed"], "no processed dataset"),
+        (["data", "import", "edgelist", "{tmp}/e.txt", "--out", "{tmp}/o", "--splits", "{tmp}"], "no train split file"),
+    ],
+)
+def test_import_user_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], msg: str) -> None:
+    np.save(tmp_path / "e.npy", np.array([[0, 1], [1, 2]]))
+    (tmp_path / "bad.pt").write_bytes(b"PK\x03\x04 not really")
+    (tmp_path / "e.txt").write_text("0 1\n")
+    code, out, err = run(capsys, *[a.format(tmp=tmp_path) for a in args])
+    assert code == 2 and "error:" in err and msg in " ".join(err.split())
+    assert "Traceback" not in err + out and not (tmp_path / "o").exists()

@@ -116,7 +116,8 @@ def test_every_cuda_device_has_a_pci_address_and_a_rank_takes_one():
 
 @cuda
 def test_ddp_wraps_the_model_on_the_ranks_cuda_device(tmp_path):
-    """moment.runtime.train gives DDP the rank's CUDA device (device_ids): one NCCL rank runs that line."""
+    """`Run.ddp` (what moment.runtime.train uses) gives DDP the rank's CUDA device (DeviceLayer.ddp_device_ids): one
+    NCCL rank runs that line."""
     import torch.distributed as dist
 
     from moment.runtime.config import TrainConfig

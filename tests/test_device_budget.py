@@ -157,7 +157,7 @@ def test_on_cuda_the_host_budget_charges_no_gpu_stand_in_and_exactly_the_ring(ru
 
 def test_the_ranks_agree_on_the_least_free_device_memory(runtime_dataset):
     """Every rank resolves the same plan: the device memory is agreed, as the least of the ranks' devices."""
-    from moment.runtime.train import run_inputs
+    from moment.runtime.sizing import run_inputs
     from moment.workload.sampler import CSRGraph, SeedBatches
 
     ds = runtime_dataset

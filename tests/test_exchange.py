@@ -19,7 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from moment.runtime import exchange
-from moment.runtime.exchange import ExchangeGroup, RowExchange, chunk_bounds, chunk_rows, chunks, into
+from moment.runtime.exchange import SERVING, ExchangeGroup, RowExchange, chunk_bounds, chunk_rows, chunks, into
+from tests.exchange_ranks import serve_until_done
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -57,9 +58,9 @@ def test_a_round_returns_the_owner_rows_in_the_order_asked(group):
     running = ex.round([keys], serve, into(got))
     assert torch.equal(got.cpu(), tier.cpu()[keys])
     assert running and ex.served_rows == 5 and asked[-1] == 5 and ex.chunks == 1
-    running = ex.round([np.zeros(0, np.int64)], serve, into(got), active=False)  # nothing asked: no key moves
+    running = ex.round([np.zeros(0, np.int64)], serve, into(got), state=SERVING)  # nothing asked: no key moves
     assert not running and ex.rounds == 2 and ex.chunks == 1
-    ex.finish(serve)  # alone and done: one round, then it returns
+    serve_until_done(ex, serve)  # alone and done: one round, then it returns
     assert ex.rounds == 3 and ex.served_rows == 5
     with pytest.raises(ValueError, match="the group 1 members"):
         ex.round([keys, keys], serve, into(got))

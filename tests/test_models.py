@@ -17,12 +17,15 @@ from moment.runtime.models import LayerExtent, step_bytes
 REPO = Path(__file__).resolve().parents[1]
 
 # [model, in_dim, hidden, classes, [seeds, new nodes of hop 1, ...], [edges of hop 1, ...]]: batches shaped as
-# the bench's (1024 seeds, fan-outs 25,10), a three-layer one, wide hidden layers over narrow features, and GAT
+# the bench's (1024 seeds, fan-outs 25,10), a three-layer one, wide hidden layers over narrow features, GAT, and
+# link steps (a seventh item: label edges; the output as wide as a hidden layer), one whose decoder holds the most
 CONFIGS = [["sage", 128, 256, 4, [1024, 9000, 68000], [9300, 78000]],
            ["sage", 64, 128, 4, [512, 4000, 30000, 60000], [4000, 32000, 70000]],
            ["sage", 16, 512, 4, [512, 4300, 34000], [4400, 38000]],
            ["gat", 128, 64, 4, [512, 4300, 34000], [4400, 38000]],
-           ["gat", 32, 16, 4, [256, 1300, 5000, 23000], [1100, 6400, 24000]]]
+           ["gat", 32, 16, 4, [256, 1300, 5000, 23000], [1100, 6400, 24000]],
+           ["sage", 16, 512, 512, [1536, 12000, 60000], [13000, 70000], 16384],
+           ["gat", 128, 64, 64, [1536, 12000, 60000], [13000, 70000], 2048]]
 
 
 @pytest.mark.slow

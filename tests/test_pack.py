@@ -239,7 +239,7 @@ def test_pack_under_a_budget_leaves_out_exactly_what_the_run_will_cache(packed, 
     import shutil
 
     from moment.runtime.config import TrainConfig
-    from moment.runtime.train import preview_plan
+    from moment.runtime.sizing import preview_plan
 
     ds, layout, _, _ = packed
     copy = shutil.copytree(layout, tmp_path / "L")

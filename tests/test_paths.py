@@ -15,6 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 from test_place import CACHE, INV, TINY
 from test_workload_import import write_igb, write_ogb_csv
@@ -67,6 +68,13 @@ def env(tmp_path_factory):
     (t / "foreign" / "icons" / "a.png").write_bytes(b"png")
     write_ogb_csv(t / "ogbsrc")
     write_igb(t / "igbsrc")
+    np.save(t / "e.npy", np.array([[0, 1], [1, 2]]))
+    try:
+        import torch
+
+        torch.save({"edge_index": torch.tensor([[0, 1], [1, 2]])}, t / "g.pt")
+    except ImportError:
+        pass
     (t / "cluster.yaml").write_text("servers:\n  - {profile: paper-machine-a, gpus: 2, ssds: 2, count: 2}\n")
     shutil.copytree(t / "ds", t / "dsextra")  # a real dataset with the user's notes in it
     (t / "dsextra" / "notes.txt").write_text("mine")
@@ -156,6 +164,17 @@ OPTIONS = [
                                                     "--features", "{P}"], {}),
     ("data import edgelist --labels", "in_file", ["data", "import", "edgelist", "edges.txt", "--out", "newds",
                                                   "--labels", "{P}"], {}),
+    ("data import edgelist --splits", "in_dir", ["data", "import", "edgelist", "edges.txt", "--out", "newds",
+                                                 "--splits", "{P}"], {}),
+    ("data import pyg FILE", "in_file", ["data", "import", "pyg", "{P}", "--out", "newds"], {}),
+    ("data import pyg --out", "out_dir", ["data", "import", "pyg", "g.pt", "--out", "{P}", "--overwrite"], {}),
+    ("data import npy --edge-index", "in_file", ["data", "import", "npy", "--out", "newds", "--edge-index", "{P}"], {}),
+    ("data import npy --x", "in_file", ["data", "import", "npy", "--out", "newds", "--edge-index", "e.npy",
+                                        "--x", "{P}"], {}),
+    ("data import npy --train-idx", "in_file", ["data", "import", "npy", "--out", "newds", "--edge-index", "e.npy",
+                                                "--train-idx", "{P}", "--val-idx", "e.npy", "--test-idx", "e.npy"], {}),
+    ("data import npy --out", "out_dir", ["data", "import", "npy", "--edge-index", "e.npy", "--out", "{P}",
+                                          "--overwrite"], {}),
     ("data info PATH", "in_dir", ["data", "info", "{P}"], {}),
     ("data presample PATH", "in_dir", ["data", "presample", "{P}", "--out", "newhot"], {}),
     ("data presample --out", "out_dir", ["data", "presample", "ds", "--out", "{P}"], {}),

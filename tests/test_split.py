@@ -190,7 +190,7 @@ def test_the_budget_charges_what_the_remote_tier_states(split_layout, runtime_la
     from moment.runtime import remote_tier
     from moment.runtime.config import TrainConfig
     from moment.runtime.run_plan import resolve_run
-    from moment.runtime.train import run_inputs
+    from moment.runtime.sizing import run_inputs
     from moment.placement.opened import Layout
     from moment.workload.sampler import CSRGraph, SeedBatches
 

@@ -16,6 +16,8 @@ from moment.placement.reader import load_manifest, shard_path
 from moment.runtime.sources import InMemoryFeatures, MemmapFeatures
 from moment.runtime.cpu_tier import CpuTier
 from moment.runtime.disk_tier import DiskTier
+from moment.runtime.gpu_tier import GpuTier
+from moment.runtime.run_plan import plan_store
 from moment.runtime.store import TIERS, RankPlace, StoreOptions, open_tiers
 from moment.sizes import parse_size
 
@@ -275,3 +277,63 @@ def test_a_dist_context_places_the_store(data):
         assert store.find(DiskTier).rank == 0 and not store.find(CpuTier).shared
     finally:
         store.close()
+
+
+def test_a_store_given_no_sizes_is_out_of_core_as_the_layout_planned(data):
+    """`open_tiers(layout)` holds the layout's CPU bins in RAM (here a tenth of the rows), never every row:
+    one pass over every node finds each of them once on its planned tier, the rest on the SSDs."""
+    from moment.placement.opened import Layout
+
+    _, ds, feats, layouts = data
+    n, lay = ds.num_nodes, Layout.open(layouts["pack"])
+    assert 0 < lay.cpu_bin_rows == n // 10
+    store = open_tiers(lay)  # one process: both GPU bins on its GPU tier
+    try:
+        cpu, gpu = store.find(CpuTier), store.find(GpuTier)
+        assert cpu.capacity == lay.cpu_bin_rows and store.memory()["cpu_cache"] == lay.cpu_bin_rows * lay.row_bytes
+        ids = np.random.default_rng(3).permutation(n)
+        assert torch.equal(store.gather(ids), torch.from_numpy(feats[ids]))
+        rows = store.tier_stats()["rows"]
+        assert (rows["gpu"], rows["cpu"], rows["ssd"]) == (gpu.rows, lay.cpu_bin_rows, n - gpu.rows - lay.cpu_bin_rows)
+    finally:
+        store.close()
+    assert plan_store(lay, ONE, StoreOptions(), None).tiers.cpu_rows == lay.cpu_bin_rows
+    assert plan_store(lay, ONE, StoreOptions(cpu_rows=n), None).tiers.cpu_rows == n  # every row, when asked
+
+
+def test_a_memory_budget_sizes_the_store_as_a_run_sizes_its_cache(data, monkeypatch):
+    """`StoreOptions(memory_budget=...)` is split by the trainer's rule: this process (measured; fixed here)
+    and the store's fixed needs first, the GPU stand-in at most a tenth of the rest, the CPU cache what is
+    left; a larger budget caches more, up to every row, and one below the fixed needs is refused."""
+    import moment.runtime.run_plan as rp
+    from moment.placement.opened import Layout
+    from moment.runtime.gather import staging_bytes
+
+    _, ds, feats, layouts = data
+    n, lay = ds.num_nodes, Layout.open(layouts["pack"])
+    budget = 512 << 20  # its margin is 64 MiB
+    fixed = staging_bytes(lay.manifest.row.align) + 2 * rp.default_batch_rows(n) * lay.row_bytes + lay.index_bytes
+    monkeypatch.setattr(rp, "process_bytes", lambda: budget - (64 << 20) - fixed - (200 << 10))  # ~200 KiB left
+    tight = plan_store(lay, ONE, StoreOptions(memory_budget=budget), None)
+    mem = tight.memory
+    assert mem.budget_bytes == budget and mem.predicted_peak_bytes <= budget - mem.margin
+    assert 0 < tight.tiers.cpu_rows == mem.cpu_rows < n and tight.rank.gpu_rows == mem.gpu_rows
+    assert tight.tiers.buffer_bytes == mem.buffer_bytes
+    store = open_tiers(lay, ONE, tight)
+    try:
+        assert store.find(CpuTier).capacity == tight.tiers.cpu_rows
+        ids = np.arange(n)
+        assert torch.equal(store.gather(ids), torch.from_numpy(feats[ids]))
+        assert store.tier_stats()["rows"]["ssd"] == n - tight.tiers.cpu_rows - tight.rank.gpu_rows
+    finally:
+        store.close()
+    roomy = plan_store(lay, ONE, StoreOptions(memory_budget=budget + (1 << 20)), None)
+    assert roomy.tiers.cpu_rows > tight.tiers.cpu_rows
+    capped = plan_store(lay, ONE, StoreOptions(memory_budget=budget + (1 << 20), cpu_rows=100), None)
+    assert capped.tiers.cpu_rows == 100  # cpu_rows: the most the budget may grant
+    monkeypatch.setattr(rp, "process_bytes", lambda: 100 << 20)
+    assert plan_store(lay, ONE, StoreOptions(memory_budget=budget), None).tiers.cpu_rows == n
+    with pytest.raises(MomentError, match="is below the minimum .* this store needs"):
+        open_tiers(lay, ONE, StoreOptions(memory_budget=budget // 4))
+    with pytest.raises(MomentError, match="--memory-budget lots"):
+        open_tiers(lay, ONE, StoreOptions(memory_budget="lots"))

@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 from runtime_data import CLASSES, make_dataset, make_layout, torchrun, train_args
 
+import moment.runtime.run as run_mod
+import moment.runtime.sizing as sizing_mod
 import moment.runtime.train as train_mod
 from moment import testpoints
 from moment.errors import MomentError
@@ -140,7 +142,7 @@ def test_a_non_finite_loss_stops_the_run_naming_the_step_and_the_likely_cause(se
     msg = " ".join(str(e.value).split())
     assert re.search(r"training stopped at step [2-8] \(epoch 1, batch [2-8] of 8\) on rank 0: the loss is not "
                      r"finite though the batch's features are: the model diverged \(learning rate 1e\+30\)", msg), msg
-    assert "lower --lr" in msg
+    assert "lower the learning rate (--lr)" in msg
 
 
 def test_resume_refuses_a_checkpoint_of_another_run_naming_each_difference(setup, tmp_path):
@@ -204,7 +206,7 @@ def test_more_ranks_than_the_layouts_gpus_are_refused_before_any_starts(setup, m
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "3")
     with pytest.raises(MomentError, match=r"torchrun --nproc-per-node 3: 3 ranks on this machine, but the layout "
                                           r"was placed for 2 GPU\(s\)"):
-        dist_setup("cpu", train_mod.layout_gpus(_cfg(layout)))
+        dist_setup("cpu", run_mod.layout_gpus(_cfg(layout)))
 
 
 @pytest.fixture(scope="module")
@@ -350,7 +352,7 @@ def _tight_budget(ds, layout: Path, policy: str) -> int:
     cfg = TrainConfig(layout=layout, epochs=1, fanouts=[10, 5], hidden=32, device="cpu", cache_policy=policy,
                       memory_budget="1MiB")
     with pytest.raises(MomentError, match="below the minimum") as e:
-        train_mod.preview_plan(cfg, GraphDataset.open(ds.path), 1, agent=False)
+        sizing_mod.preview_plan(cfg, GraphDataset.open(ds.path), 1, agent=False)
     least = int(re.search(r"--memory-budget (\d+)MiB", e.value.hint).group(1)) << 20
     return least + ds.num_nodes * ds.row_bytes // 3
 
@@ -419,10 +421,10 @@ def test_a_rank_base_includes_the_model_layers(budget_run):
                            "process_bytes\nprint(process_bytes())"], env=env, capture_output=True, text=True,
                           check=True, timeout=300)
     without_layers = int(bare.stdout.split()[-1])
-    base = train_mod.rank_start_bytes()
+    base = sizing_mod.rank_start_bytes()
     assert base > without_layers + (64 << 20), (base >> 20, without_layers >> 20)  # torch_geometric.nn: ~128 MiB
     cfg = _cfg(layout, memory_budget="2GiB", io_shape="block")
-    preview = train_mod.preview_plan(cfg, ds, 1)
+    preview = sizing_mod.preview_plan(cfg, ds, 1)
     assert {it.name: it.bytes for it in preview.memory.items}["process"] == base
     charged = {it["name"]: it["bytes"] for it in m["memory"]["items"]}["process"]
     assert abs(charged - base) < (16 << 20), (charged >> 20, base >> 20)

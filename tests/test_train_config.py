@@ -21,6 +21,10 @@ def test_parsed_defaults_are_the_models_defaults(tmp_path: Path) -> None:
 def test_every_field_has_a_flag_and_every_flag_sets_its_field(tmp_path: Path) -> None:
     argv_and_fields = {
         ("--dataset", "d"): {"dataset": Path("d")}, ("--model", "gat"): {"model": "gat"},
+        ("--model", "tests.user_models:factory"): {"model": "tests.user_models:factory"},
+        ("--loss", "pkg.losses:focal"): {"loss": "pkg.losses:focal"}, ("--optimizer", "sgd"): {"optimizer": "sgd"},
+        ("--weight-decay", "0.01"): {"weight_decay": 0.01},
+        ("--task", "link"): {"task": "link"}, ("--negatives", "3"): {"negatives": 3},
         ("--epochs", "3"): {"epochs": 3}, ("--metrics-json", "m.json"): {"metrics_json": Path("m.json")},
         ("--fanouts", "5,4"): {"fanouts": [5, 4]}, ("--layers", "2"): {"layers": 2},
         ("--batch-size", "9"): {"batch_size": 9}, ("--hidden", "16"): {"hidden": 16}, ("--lr", "0.5"): {"lr": 0.5},
@@ -50,7 +54,11 @@ def test_every_field_has_a_flag_and_every_flag_sets_its_field(tmp_path: Path) ->
 
 
 def test_bad_values_are_refused(tmp_path: Path) -> None:
-    for argv, said in ((["--model", "gcn"], "--model: invalid choice: 'gcn'"),
+    for argv, said in ((["--model", "gcn"], "--model gcn: choose sage or gat, or give your model's factory as "
+                                             "MODULE:FACTORY"),
+                       (["--model", "my-models.py:make"], "--model my-models.py:make: choose sage or gat"),
+                       (["--loss", "focal"], "--loss focal: give your loss function as MODULE:FUNCTION"),
+                       (["--optimizer", "lamb"], "--optimizer: invalid choice: 'lamb'"),
                        (["--features-memmap", "--features-in-memory"], "--features-in-memory: not allowed with"),
                        (["--lr"], "--lr: expected one argument"), (["--nonsense", "3"], "unrecognized arguments")):
         with pytest.raises(MomentError) as e:  # one line, not argparse's usage text and SystemExit
@@ -68,6 +76,7 @@ RANGES = {
     "--batch-size": (["0", "-5"], "an integer >= 1"),
     "--hidden": (["0", "-3"], "an integer >= 1"),
     "--lr": (["0", "-1e-3", "nan", "inf", "-inf"], "a finite number > 0"),
+    "--weight-decay": (["-1", "-1e-4", "nan", "inf"], "a finite number >= 0"),
     "--seed": (["-1", str(2**63)], f"an integer from 0 to {2**63 - 1}"),
     "--checkpoint-every": (["-2"], "an integer >= 0"),
     "--superbatch": (["0"], "an integer >= 1"),
@@ -77,6 +86,7 @@ RANGES = {
     "--depth": (["0"], "an integer >= 1"),
     "--loader-workers": (["-1"], "an integer >= 0"),
     "--threads": (["0", "-2"], "an integer >= 1"),
+    "--negatives": (["0", "101"], "an integer from 1 to 100"),
 }
 
 

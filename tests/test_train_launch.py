@@ -186,12 +186,12 @@ def test_the_suggested_budget_is_accepted_and_a_full_disk_stops_every_rank_with_
 def test_a_non_finite_loss_on_one_rank_stops_every_rank_together(layout, tmp_path):
     """Only rank 1's first batch holds a NaN feature row: both ranks stop at that step (they agree through
     an all-reduce), with one message naming rank 1, and rank 0 does not report a lost peer."""
+    from moment.placement.opened import Layout
     from moment.workload.graph import GraphDataset
     from moment.workload.sampler import CSRGraph, NeighborSampler, SeedBatches
     from moment.workload.seeds import mix
 
-    ds = GraphDataset.open(shutil.copytree(Path(json.loads((layout / "manifest.json").read_text())["dataset"]
-                                                ["features_path"]).parent, tmp_path / "ds"))
+    ds = GraphDataset.open(shutil.copytree(Layout.open(layout).dataset_dir, tmp_path / "ds"))
     train_idx = np.asarray(ds.train_idx)
     bs = TrainConfig().resolved_batch_size(train_idx.size, 2)
     first = [next(iter(SeedBatches(train_idx, bs, seed=0, rank=r, world_size=2).epoch(0))) for r in (0, 1)]

@@ -205,6 +205,7 @@ def test_planner_side_modules_do_not_import_torch() -> None:
 
     code = (
         "import sys; import moment.workload.graph, moment.workload.synth, moment.workload.importers, "
+        "moment.workload.import_npy, moment.workload.import_pyg, moment.workload.import_ogb_processed, "
         "moment.workload.hotness, moment.cli.data_cmds; assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -10,7 +10,7 @@ import pytest
 
 from moment.errors import MomentError
 from moment.workload.graph import GraphDataset
-from moment.workload.importers import import_edgelist, import_igb, import_ogb
+from moment.workload.importers import EdgePolicy, import_edgelist, import_igb, import_ogb
 
 N, D = 40, 5
 RNG = np.random.default_rng(7)
@@ -204,3 +204,57 @@ def test_edgelist_errors(tmp_path: Path) -> None:
         import_edgelist(f, tmp_path / "out", features=tmp_path / "bad.npy")
     assert "bad.npy" in str(e.value)
     assert not (tmp_path / "out").exists()
+
+
+def test_edgelist_keeps_the_users_split(tmp_path: Path) -> None:
+    f = tmp_path / "e.txt"
+    f.write_text("\n".join(f"{s} {d}" for s, d in EDGES) + "\n")
+    sp = tmp_path / "splits"
+    sp.mkdir()
+    train = np.zeros(N, bool)
+    train[[5, 1, 9]] = True
+    np.save(sp / "train.npy", train)  # a boolean mask
+    _gz(sp / "valid.csv.gz", ["12", "11"])  # OGB's way
+    (sp / "test.txt").write_text("30\n31\n2\n")
+    ds = import_edgelist(f, tmp_path / "out", splits_dir=sp, num_nodes=N)
+    np.testing.assert_array_equal(ds.train_idx, [1, 5, 9])
+    np.testing.assert_array_equal(ds.val_idx, [12, 11])
+    np.testing.assert_array_equal(ds.test_idx, [30, 31, 2])
+    assert ds.manifest.source["split"] == "given" and ds.manifest.source["generated_labels"]
+    random = import_edgelist(f, tmp_path / "r", num_nodes=N)  # (without one: seeded random, as before)
+    assert random.manifest.source["split"] == "random"
+    (sp / "val.npy").write_bytes(b"")
+    with pytest.raises(MomentError, match=r"several val split files \(valid.csv.gz, val.npy\)"):
+        import_edgelist(f, tmp_path / "o2", splits_dir=sp)
+    (sp / "val.npy").unlink()
+    (sp / "test.txt").write_text("30\n5\n")
+    with pytest.raises(MomentError, match="node id 5 is in both the train split") as e:
+        import_edgelist(f, tmp_path / "o2", splits_dir=sp, num_nodes=N)
+    assert "test.txt" in str(e.value)
+    (sp / "test.txt").write_text("30\n41\n")
+    with pytest.raises(MomentError, match="node id 41 out of range") as e:
+        import_edgelist(f, tmp_path / "o2", splits_dir=sp, num_nodes=N)
+    assert "test.txt" in str(e.value)
+    (sp / "test.txt").unlink()
+    with pytest.raises(MomentError, match="no test split file"):
+        import_edgelist(f, tmp_path / "o2", splits_dir=sp)
+    assert not (tmp_path / "o2").exists()
+
+
+def test_duplicates_and_self_loops_are_counted_and_kept_or_dropped(tmp_path: Path) -> None:
+    f = tmp_path / "e.txt"
+    f.write_text("0 1\n0 1\n0 1\n2 2\n1 2\n")
+    ds = import_edgelist(f, tmp_path / "a", feature_dim=2)  # defaults: duplicates dropped, self-loops kept
+    s = ds.manifest.source
+    assert (s["input_edges"], s["duplicate_edges_found"], s["duplicate_edges_dropped"]) == (5, 2, 2)
+    assert (s["self_loops_found"], s["self_loops_dropped"], ds.num_edges) == (1, 0, 3)
+    keep = import_edgelist(f, tmp_path / "b", feature_dim=2, policy=EdgePolicy("keep", "drop"))
+    assert rows_of(keep)[1] == [0, 0, 0] and rows_of(keep)[2] == [1]
+    assert (keep.manifest.source["self_loops_dropped"], keep.manifest.source["duplicate_edges_dropped"]) == (1, 0)
+    # the same rule in the OGB and IGB importers
+    src = write_ogb_csv(tmp_path / "o")
+    _gz(src / "raw" / "edge.csv.gz", ["0,1", "0,1", "3,3"])
+    o = import_ogb(src, tmp_path / "og", policy=EdgePolicy(self_loops="drop"))
+    assert (o.num_edges, o.manifest.source["duplicate_edges_found"], o.manifest.source["self_loops_dropped"]) == (1, 1, 1)
+    i = import_igb(write_igb(tmp_path / "igb"), tmp_path / "ig", policy=EdgePolicy(duplicates="keep"))
+    assert i.manifest.source["duplicate_edges_dropped"] == 0

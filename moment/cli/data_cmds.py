@@ -11,6 +11,7 @@ import typer
 from moment.cli import app, console
 from moment.cli.common import parse_fanouts, progress_bar
 from moment.outputs import check_output
+from moment.workload.import_options import EDGE_CHOICES, OGB_LAYOUTS, EdgePolicy
 
 data_app = typer.Typer(
     help="Graph datasets: generate synthetic ones, import OGB/IGB/edge lists, inspect, and pre-sample "
@@ -18,7 +19,10 @@ data_app = typer.Typer(
     no_args_is_help=True,
 )
 import_app = typer.Typer(
-    help="Convert a downloaded dataset into Moment's on-disk format (CSR + features as .npy + manifest).",
+    help="Convert a dataset into Moment's on-disk format (CSR + features as .npy + manifest): OGB, IGB, a PyG "
+    "Data file, loose .npy arrays or an edge list. A split that comes with the data is kept as given; "
+    "duplicate edges and self-loops are counted and kept or dropped (--duplicates, --self-loops). The output "
+    "appears only when complete.",
     no_args_is_help=True,
 )
 data_app.add_typer(import_app, name="import")
@@ -87,29 +91,75 @@ def synth_cmd(
 
 
 def _done(ds: Any, json_out: bool) -> None:
-    s = ds.summary()
+    from rich.markup import escape
+
+    from moment.workload.importers import import_notices
+
+    notes = import_notices(ds.manifest.source)
+    s = ds.summary() | {"notices": notes}
     if json_out:
         print(json.dumps(s))
-    else:
-        _print_summary(s, "dataset imported")
+        return
+    _print_summary(s, "dataset imported")
+    for note in notes:
+        console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
+
+
+_CHOICES = " or ".join(EDGE_CHOICES)
+#: the options every importer shares (the defaults are EdgePolicy's)
+Duplicates = Annotated[str | None, typer.Option(
+    "--duplicates", help=f"repeated edges (the same u -> v twice): {_CHOICES} (default {EdgePolicy.duplicates}); "
+    "the report counts them either way")]
+SelfLoops = Annotated[str | None, typer.Option(
+    "--self-loops", help=f"edges u -> u: {_CHOICES} (default {EdgePolicy.self_loops}); the report counts them "
+    "either way")]
+TrustPickle = Annotated[bool, typer.Option(
+    "--trust-pickle", help="load the torch file with torch.load(weights_only=False), which runs any code "
+    "pickled in it: only for files you made or trust. Without it only tensors, numpy arrays and PyG's Data "
+    "classes are unpickled, and a file holding anything else is refused, naming it")]
+Out = Annotated[Path, typer.Option("--out", "-o", help="dataset directory to create")]
+Overwrite = Annotated[bool, typer.Option("--overwrite", help="replace an existing dataset at --out")]
+JsonOut = Annotated[bool, typer.Option("--json", help="print one JSON object (the summary, the edge counts "
+                                                      "under source, and notices)")]
+FeatureDim = Annotated[int, typer.Option("--feature-dim", help="length of generated features (when the input "
+                                                                "has none)")]
+Seed = Annotated[int, typer.Option("--seed", help="seed for generated features/labels and a random split")]
+
+
+def _policy(duplicates: str | None, self_loops: str | None) -> EdgePolicy:
+    return EdgePolicy(**{k: v for k, v in (("duplicates", duplicates), ("self_loops", self_loops)) if v})
 
 
 @import_app.command("ogb")
 def import_ogb_cmd(
-    src: Annotated[Path, typer.Argument(help="unzipped OGB dataset directory, e.g. ./ogbn_arxiv (holds raw/ and split/)")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="dataset directory to create")],
+    src: Annotated[Path, typer.Argument(help="unzipped OGB dataset directory, e.g. ./ogbn_arxiv (holds raw/ or "
+                                             "processed/, and split/)")],
+    out: Out,
     split: Annotated[str | None, typer.Option("--split", help="split scheme under split/ (default: the only one)")] = None,
-    undirected: Annotated[bool, typer.Option("--undirected", help="add reverse edges (needed for ogbn-products)")] = False,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="replace an existing dataset at --out")] = False,
-    json_out: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    layout: Annotated[str, typer.Option("--layout", help=f"{', '.join(OGB_LAYOUTS)}: auto reads raw/ when it "
+                                        "holds the edge list, else processed/")] = OGB_LAYOUTS[0],
+    undirected: Annotated[bool, typer.Option("--undirected", help="add reverse edges (raw/ of ogbn-products, "
+                                             "ogbn-proteins; processed/ already has them)")] = False,
+    duplicates: Duplicates = None,
+    self_loops: SelfLoops = None,
+    trust_pickle: TrustPickle = False,
+    overwrite: Overwrite = False,
+    json_out: JsonOut = False,
 ) -> None:
-    """Import an OGB node-property-prediction dataset (raw/*.csv.gz or raw/data.npz + split/<scheme>/)."""
+    """Import an OGB node-property-prediction dataset, with the split of split/<scheme>/{train,valid,test}.csv.gz.
+
+    raw/: edge.csv.gz, node-feat.csv.gz, node-label.csv.gz, or data.npz + node-label.npz (streamed).
+    processed/: what ogb's loaders write there, geometric_data_processed.pt (PygNodePropPredDataset,
+    memory-mapped) or data_processed (NodePropPredDataset, read whole into memory); both are pickles,
+    unpickled without running code unless --trust-pickle.
+    """
     from moment.workload.importers import import_ogb
 
     check_output(out, "--out", directory=True)
-
+    policy = _policy(duplicates, self_loops)
     with progress_bar("importing", enabled=not json_out) as progress:
-        ds = import_ogb(src, out, split_name=split, undirected=undirected, overwrite=overwrite, progress=progress)
+        ds = import_ogb(src, out, split_name=split, layout=layout, undirected=undirected, policy=policy,
+                        trust_pickle=trust_pickle, overwrite=overwrite, progress=progress)
     _done(ds, json_out)
 
 
@@ -119,8 +169,10 @@ def import_igb_cmd(
     out: Annotated[Path, typer.Option("--out", "-o", help="dataset directory to create")],
     classes: Annotated[str, typer.Option("--classes", help="label set: 19 or 2K")] = "19",
     directed: Annotated[bool, typer.Option("--directed", help="keep citations one-way (default adds reverse edges)")] = False,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="replace an existing dataset at --out")] = False,
-    json_out: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    duplicates: Duplicates = None,
+    self_loops: SelfLoops = None,
+    overwrite: Overwrite = False,
+    json_out: JsonOut = False,
 ) -> None:
     """Import an IGB dataset (processed/paper/node_feat.npy, node_label_19|2K.npy,
     processed/paper__cites__paper/edge_index.npy). Splits: first 60% train, 20% val, rest test.
@@ -130,33 +182,108 @@ def import_igb_cmd(
     check_output(out, "--out", directory=True)
 
     with progress_bar("importing", enabled=not json_out) as progress:
-        ds = import_igb(src, out, classes=classes, undirected=not directed, overwrite=overwrite, progress=progress)
+        ds = import_igb(src, out, classes=classes, undirected=not directed, policy=_policy(duplicates, self_loops),
+                        overwrite=overwrite, progress=progress)
     _done(ds, json_out)
 
 
 @import_app.command("edgelist")
 def import_edgelist_cmd(
     edges: Annotated[Path, typer.Argument(help='text file with one "src dst" pair per line (# comments allowed)')],
-    out: Annotated[Path, typer.Option("--out", "-o", help="dataset directory to create")],
+    out: Out,
     features: Annotated[Path | None, typer.Option("--features", help=".npy matrix [N, D] (default: random N(0,1))")] = None,
     labels: Annotated[Path | None, typer.Option("--labels", help=".npy vector [N] (default: random labels)")] = None,
+    splits: Annotated[Path | None, typer.Option("--splits", help="directory with your split: train, valid (or val) "
+                                                "and test files, each .npy (ids or a boolean mask) or text/.csv(.gz) "
+                                                "with one id a line (default: a seeded random split)")] = None,
     num_nodes: Annotated[int | None, typer.Option("--num-nodes", help="node count (default: largest id + 1)")] = None,
-    feature_dim: Annotated[int, typer.Option("--feature-dim", help="length of generated features")] = 128,
+    feature_dim: FeatureDim = 128,
     undirected: Annotated[bool, typer.Option("--undirected", help="add reverse edges")] = False,
-    seed: Annotated[int, typer.Option("--seed", help="seed for generated features/labels and the random splits")] = 0,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="replace an existing dataset at --out")] = False,
-    json_out: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    duplicates: Duplicates = None,
+    self_loops: SelfLoops = None,
+    seed: Seed = 0,
+    overwrite: Overwrite = False,
+    json_out: JsonOut = False,
 ) -> None:
-    """Import a plain edge list (edge u v means v aggregates from u), with optional features and labels."""
+    """Import a plain edge list (edge u v means v aggregates from u), with optional features, labels and split."""
     from moment.workload.importers import import_edgelist
 
     check_output(out, "--out", directory=True)
-
+    policy = _policy(duplicates, self_loops)
     with progress_bar("importing", enabled=not json_out) as progress:
         ds = import_edgelist(
-            edges, out, features=features, labels=labels, num_nodes=num_nodes, feature_dim=feature_dim,
-            undirected=undirected, seed=seed, overwrite=overwrite, progress=progress,
+            edges, out, features=features, labels=labels, splits_dir=splits, num_nodes=num_nodes,
+            feature_dim=feature_dim, undirected=undirected, policy=policy, seed=seed, overwrite=overwrite,
+            progress=progress,
         )
+    _done(ds, json_out)
+
+
+@import_app.command("pyg")
+def import_pyg_cmd(
+    file: Annotated[Path, typer.Argument(help="a torch.save'd torch_geometric Data (data.pt), or the processed file "
+                                              "of an InMemoryDataset with one graph (processed/data.pt)")],
+    out: Out,
+    undirected: Annotated[bool, typer.Option("--undirected", help="add reverse edges (PyG graphs usually have them)")] = False,
+    duplicates: Duplicates = None,
+    self_loops: SelfLoops = None,
+    trust_pickle: TrustPickle = False,
+    feature_dim: FeatureDim = 128,
+    seed: Seed = 0,
+    overwrite: Overwrite = False,
+    json_out: JsonOut = False,
+) -> None:
+    """Import a PyG graph: edge_index [2, E], x [N, D], y [N] or [N, 1], and a split as boolean masks
+    (train_mask, val_mask, test_mask) or index tensors (train_idx, val_idx or valid_idx, test_idx), kept as given.
+
+    Without x or y, seeded features/labels are generated; without any split, a seeded random one (each said
+    in the report). The file is a pickle: it is unpickled without running code (tensors, numpy arrays and
+    PyG's Data classes only) unless --trust-pickle; its tensors are memory-mapped, so x may exceed memory.
+    """
+    from moment.workload.import_pyg import import_pyg
+
+    check_output(out, "--out", directory=True)
+    policy = _policy(duplicates, self_loops)
+    with progress_bar("importing", enabled=not json_out) as progress:
+        ds = import_pyg(file, out, trust_pickle=trust_pickle, undirected=undirected, policy=policy,
+                        feature_dim=feature_dim, seed=seed, overwrite=overwrite, progress=progress)
+    _done(ds, json_out)
+
+
+@import_app.command("npy")
+def import_npy_cmd(
+    out: Out,
+    edge_index: Annotated[Path, typer.Option("--edge-index", help="integer .npy [2, E] (PyG's layout) or [E, 2]; "
+                                             "edge u v means v aggregates from u")],
+    x: Annotated[Path | None, typer.Option("--x", help="features .npy [N, D], memory-mapped and copied in chunks "
+                                           "(float16/float32 kept, other numbers become float32; default: random)")] = None,
+    y: Annotated[Path | None, typer.Option("--y", help="labels .npy [N] or [N, 1], integers (-1 or NaN: unlabelled; "
+                                           "default: random)")] = None,
+    train_idx: Annotated[Path | None, typer.Option("--train-idx", help="train node ids .npy (integers) or a "
+                                                   "boolean mask [N]")] = None,
+    val_idx: Annotated[Path | None, typer.Option("--val-idx", help="validation ids or mask .npy")] = None,
+    test_idx: Annotated[Path | None, typer.Option("--test-idx", help="test ids or mask .npy (the three together; "
+                                                  "none: a seeded random split)")] = None,
+    num_nodes: Annotated[int | None, typer.Option("--num-nodes", help="node count (default: rows of --x or --y, "
+                                                  "else the largest id + 1)")] = None,
+    undirected: Annotated[bool, typer.Option("--undirected", help="add reverse edges")] = False,
+    duplicates: Duplicates = None,
+    self_loops: SelfLoops = None,
+    feature_dim: FeatureDim = 128,
+    seed: Seed = 0,
+    overwrite: Overwrite = False,
+    json_out: JsonOut = False,
+) -> None:
+    """Import a graph held as .npy arrays (e.g. saved from a PyG Data's tensors); every array is memory-mapped,
+    so features larger than memory import in bounded memory."""
+    from moment.workload.import_npy import import_npy
+
+    check_output(out, "--out", directory=True)
+    policy = _policy(duplicates, self_loops)
+    with progress_bar("importing", enabled=not json_out) as progress:
+        ds = import_npy(out, edge_index=edge_index, x=x, y=y, train_idx=train_idx, val_idx=val_idx,
+                        test_idx=test_idx, num_nodes=num_nodes, undirected=undirected, policy=policy,
+                        feature_dim=feature_dim, seed=seed, overwrite=overwrite, progress=progress)
     _done(ds, json_out)
 
 

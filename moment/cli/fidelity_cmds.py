@@ -32,7 +32,7 @@ def _layout_replay(layout: Path, topo, dataset: Path | None, fanouts: str, batch
     import numpy as np
 
     from moment.cli.common import parse_fanouts
-    from moment.placement.reader import load_manifest
+    from moment.placement.opened import Layout
     from moment.planner.lp import solve_lp
     from moment.planner.network import build_network
     from moment.planner.replay import Replayer, layout_demands
@@ -42,11 +42,12 @@ def _layout_replay(layout: Path, topo, dataset: Path | None, fanouts: str, batch
     from moment.workload.spec import WorkloadSpec
     from moment.workload.trace import sample_trace
 
-    m = load_manifest(layout)
+    opened = Layout.open(layout)
+    m = opened.manifest
     bare, _ = strip(topo)
     full = populate(bare, m.plan.placement)
     n_gpu = len(full.of_kind(Kind.gpu))
-    ds = GraphDataset.open(dataset or Path(m.dataset.features_path).parent)
+    ds = GraphDataset.open(dataset) if dataset is not None else opened.dataset
     f = parse_fanouts(fanouts)
     bs = batch_size or min(8000, max(64, len(ds.train_idx) // (n_gpu * 8)))
     bins = np.asarray(np.load(layout / m.index.path, mmap_mode="r")[:, 0])

@@ -52,7 +52,7 @@ def pack_cmd(
     m = opened.manifest
     refuse_split(layout, m)
     n, rb = m.dataset.num_nodes, m.row.row_bytes
-    ds = GraphDataset.open(dataset or Path(m.dataset.features_path).parent)
+    ds = GraphDataset.open(dataset) if dataset is not None else opened.dataset
     bs = batch_size if batch_size is not None else TrainConfig().resolved_batch_size(
         int(np.asarray(ds.train_idx).size), ranks)
     if cached is not None and memory_budget is not None:
@@ -61,7 +61,7 @@ def pack_cmd(
     if cached is not None:
         rows = cached_rows(cached, n, rb)
     elif memory_budget is not None:
-        from moment.runtime.train import preview_inputs, preview_plan
+        from moment.runtime.sizing import preview_inputs, preview_plan
 
         cfg = make_config(layout=layout, dataset=ds.path, memory_budget=memory_budget, fanouts=f, batch_size=bs,
                           seed=seed, io_shape="block")

@@ -47,10 +47,11 @@ def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
     numbers, and the run plan the ranks will resolve (when there is a budget to check, or `plan`; else None)."""
     from moment.placement.opened import Layout
     from moment.runtime.runs import CHECKPOINTS, check_run_dir, run_root
-    from moment.runtime.config import parse_args
+    from moment.runtime.config import BUILT_IN_MODELS, parse_args
     from moment.runtime.devices import check_local_ranks, cuda_pci_addresses, local_devices
     from moment.runtime.dist import default_device
-    from moment.runtime.train import AGENT_ENV, BASE_ENV, agent_start_bytes, dataset_dir, layout_gpus, preview_plan, \
+    from moment.runtime.run import dataset_dir, layout_gpus
+    from moment.runtime.sizing import AGENT_ENV, BASE_ENV, agent_start_bytes, preview_plan, \
         rank_start_bytes
     from moment.workload.graph import GraphDataset
 
@@ -85,6 +86,13 @@ def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
         note = check_dataset(cfg.layout, layout.manifest, ds)  # refuses another dataset
         if note:
             err_console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
+    if cfg.model not in BUILT_IN_MODELS or cfg.loss is not None:  # a wrong one is one line here, not one per rank
+        from moment.runtime.link_task import out_dim
+        from moment.runtime.model_spec import load_loss, make_model
+
+        width = out_dim(cfg.task, cfg.model, cfg.hidden, ds.num_classes)
+        make_model(cfg, ds.feature_dim, width, len(cfg.resolved_fanouts()))
+        load_loss(cfg.loss, width)
     if (cfg.memory_budget or cfg.device_memory_budget or plan) and cfg.features == "tiered":
         # as the ranks will resolve it: a budget below the minimum is one message, here
         run_plan = preview_plan(cfg, ds, nproc, layout=layout, nnodes=rdzv.nnodes if rdzv is not None else 1)

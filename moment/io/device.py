@@ -33,6 +33,17 @@ class DeviceMemory(NamedTuple):
     total: int
 
 
+#: the CUDA caching allocator's smallest block: every device allocation is a multiple of it
+CUDA_BLOCK = 512
+
+
+def allocation_bytes(nbytes: int, device: Any) -> int:
+    """What a storage of `nbytes` takes on `device` (a device's type or a torch.device): CUDA rounds it up to
+    the caching allocator's block; host memory is taken as asked."""
+    cuda = getattr(device, "type", device) == "cuda"
+    return -(-int(nbytes) // CUDA_BLOCK) * CUDA_BLOCK if cuda else int(nbytes)
+
+
 def slot_bytes(extent: int) -> int:
     """The size of a staging slot for batches of at most `extent` bytes: the power of two at or above it.
 
@@ -71,6 +82,20 @@ class DeviceLayer:
         so a buffer refilled without waiting for its copy sends the new bytes, and a check can see it."""
         if self.cuda and self.copy_delay:
             self._torch.cuda._sleep(int(self.copy_delay))
+
+    def fork_rng(self) -> Any:
+        """torch's RNG state forked for a block (the host's, and on CUDA the device's): restored after it."""
+        return self._torch.random.fork_rng(devices=[self.device] if self.cuda else [])
+
+    def release_cached(self) -> None:
+        """Give the caching allocator's free blocks back to the device (CUDA), so that its free memory, which a
+        device budget reads, counts them; nothing on CPU."""
+        if self.cuda:
+            self._torch.cuda.empty_cache()
+
+    def ddp_device_ids(self) -> list[int] | None:
+        """What DistributedDataParallel is given as `device_ids`: the rank's CUDA device; None on CPU."""
+        return [self.device.index] if self.cuda else None
 
     def bind(self) -> None:
         """Make the device the calling thread's current CUDA device (each thread has its own, device 0 at

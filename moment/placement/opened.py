@@ -7,6 +7,9 @@ others had. `Layout.open` reads the manifest once; the pack manifest is read onc
 it is asked for (a run that never reads the pack never parses it). Also the owner of the compact
 node -> (bin, slot) index the runtime keeps in memory, so the memory budget asks it for its size.
 No torch here: the run plan (moment.runtime.run_plan) is resolved from this object on a laptop.
+
+It also knows the dataset it was placed from (`dataset_dir`, `dataset`): the one rule by which a command
+given no --dataset finds it, and refuses one that was moved, deleted or replaced by another.
 """
 
 from __future__ import annotations
@@ -17,9 +20,12 @@ from pathlib import Path
 
 import numpy as np
 
+from moment.errors import MomentError
 from moment.placement.manifest import LayoutManifest, Shard, SplitRef
 from moment.placement.pack import PackManifest, load_pack, pack_index_bytes
-from moment.placement.reader import IndexCheck, bin_rows, damaged, load_manifest, order_problem, shard_path
+from moment.placement.reader import IndexCheck, bin_rows, check_dataset, damaged, load_manifest, order_problem, shard_path
+from moment.workload.graph import MANIFEST as DATASET_MANIFEST
+from moment.workload.graph import GraphDataset
 
 
 def index_dtypes(shards: int, most_rows: int) -> tuple[np.dtype, np.dtype]:
@@ -48,6 +54,39 @@ class Layout:
         """What one rank holds of the pack's index (the largest rank's: every rank sizes its caches alike)."""
         return 0 if self.pack is None else pack_index_bytes(self.path, self.pack)
 
+    # ------------------------------------------------------------------ the dataset
+
+    @property
+    def dataset_dir(self) -> Path:
+        """The directory of the dataset this layout was placed from (its features file's), refused when no
+        dataset is there any more: a command given no --dataset says so instead of failing on a missing file."""
+        ref = self.manifest.dataset
+        feats = Path(ref.features_path)
+        d = feats.parent
+        if (d / DATASET_MANIFEST).is_file():
+            return d
+        if feats.is_file():
+            why = f"it was placed from the features file {feats}, which is not in a dataset directory"
+        else:
+            why = f"the dataset it was placed from is no longer at {d} (moved or deleted)"
+        raise MomentError(f"{why}: the layout cannot find its dataset", source=str(self.path),
+                          hint="give the dataset's directory where it is now (--dataset DIR), or place the layout "
+                               "again")
+
+    @functools.cached_property
+    def dataset(self) -> GraphDataset:
+        """The dataset this layout was placed from, opened once and checked to be that dataset (its id, or
+        for older layouts its features checksum: `check_dataset`): another dataset written to the same
+        directory is refused, not read beside rows that are not its own."""
+        ds = GraphDataset.open(self.dataset_dir)
+        feats = Path(self.manifest.dataset.features_path)
+        if ds.file("features").resolve() != feats.resolve():
+            raise MomentError(f"it was placed from {feats}, which is not the features file of the dataset at "
+                              f"{ds.path} ({ds.file('features')})", source=str(self.path),
+                              hint="give the dataset's directory (--dataset DIR), or place the layout again")
+        check_dataset(self.path, self.manifest, ds)
+        return ds
+
     # ------------------------------------------------------------------ shapes
 
     @property
@@ -67,6 +106,12 @@ class Layout:
     def nbins(self) -> int:
         """Bins the index numbers: the shards, then a split layout's remote bins (one per other machine)."""
         return len(self.manifest.shards) + (len(self.split.remote) if self.split else 0)
+
+    @property
+    def cpu_bin_rows(self) -> int:
+        """Rows of the layout's CPU bins: the CPU cache its placement planned, which a store or run given no
+        memory budget holds (never every row: a layout is out of core by design)."""
+        return sum(self.manifest.shards[i].rows for i in self.shards_of("cpu"))
 
     def shards_of(self, kind: str) -> list[int]:
         """Indices of the shards of one kind ("gpu", "cpu", "ssd"), in layout order."""

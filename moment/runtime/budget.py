@@ -265,6 +265,7 @@ class RunShape:
     device: str = "cpu"  # cuda: the batches, the training step and the GPU tier are in device memory (its own budget)
     ring_bytes: int = 0  # cuda: the pinned staging ring batches go to the device through (moment.io.device.ring_bytes)
     upload_bytes: int = 0  # cuda: the GPU tier's table upload, one pinned chunk and its read (moment.io.device.upload_chunk)
+    training_note: str | None = None  # how `training_bytes` was sized when not stated (a model of one's own)
 
 
 @dataclass
@@ -298,7 +299,8 @@ def _charge_fixed(b: MemoryBudget, r: RunShape) -> tuple[MemoryBudget, Item, int
             b.charge("gpu table upload", r.upload_bytes, note="pinned chunk the GPU tier's rows go to the device through")
     else:
         b.charge("batch features", r.held_batches * feat, note=f"{r.held_batches} batches of {r.rows_max} rows")
-        b.charge("training", r.training_bytes, note="one step's activations, gradients and optimizer state")
+        b.charge("training", r.training_bytes,
+                 note=r.training_note or "one step's activations, gradients and optimizer state")
     b.charge("staging", r.staging_bytes, note="reader windows")
     if r.exchange_bytes:
         b.charge("peer exchange", r.exchange_bytes, note="one round's keys and rows, asked and served")
@@ -319,8 +321,10 @@ def minimum_budget(local_ranks: int, r: RunShape) -> MemoryBudget:
     return _charge_fixed(MemoryBudget(None, local_ranks), r)[0]
 
 
-def split_budget(total: int | None, source: str, local_ranks: int, r: RunShape) -> Split:
-    """Charge every fixed need, refuse if they do not fit, then size caches and read buffers.
+def split_budget(total: int | None, source: str, local_ranks: int, r: RunShape, *, shared: bool | None = None,
+                 what: str = "this run") -> Split:
+    """Charge every fixed need, refuse if they do not fit, then size caches and read buffers. `shared`: the
+    CPU cache is one segment for the local ranks (None: when the policy allows it); `what` the refusal names.
 
     Order of claims on what is left: the GPU-cache stand-in (CPU runs: at most a tenth; on CUDA the GPU
     tier is in device memory, which moment.runtime.device_budget budgets), read buffers (block reads: a
@@ -328,7 +332,7 @@ def split_budget(total: int | None, source: str, local_ranks: int, r: RunShape) 
     policy's per-row bookkeeping.
     """
     b, state, min_buffers = _charge_fixed(MemoryBudget(total, local_ranks, source), r)
-    b.check()
+    b.check(what)
     b.items.pop()  # the minimum is granted below with the rest
     rb = r.row_bytes
     want_gpu = r.own_gpu_rows * rb if r.device == "cpu" else 0
@@ -345,7 +349,7 @@ def split_budget(total: int | None, source: str, local_ranks: int, r: RunShape) 
             buffers = b.charge("read buffers", min_buffers)
     else:
         buffers = b.charge("read buffers", min_buffers)
-    shared = shared_by_local_ranks(r.policy, local_ranks)
+    shared = shared_by_local_ranks(r.policy, local_ranks) if shared is None else shared
     row_state = cache_state_bytes(r.policy, r.num_nodes, 1) - state.bytes  # per cached row, in every rank
     if total is None:
         cpu_rows = r.layout_cpu_rows if r.cpu_limit_rows is None else r.cpu_limit_rows

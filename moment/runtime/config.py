@@ -8,6 +8,7 @@ is accepted everywhere at once.
 from __future__ import annotations
 
 import argparse
+import re
 import types
 import typing
 from dataclasses import dataclass
@@ -21,6 +22,10 @@ from moment.workload.seeds import SEED_LIMIT
 from moment.workload.spec import default_batch_size
 
 DEFAULT_FANOUTS = {1: [10], 2: [25, 10], 3: [15, 10, 5]}
+BUILT_IN_MODELS = ("sage", "gat")  # moment.runtime.models builds them; anything else is MODULE:ATTR
+DEFAULT_HIDDEN = 256  # GraphSAGE's hidden width in the paper, and a model of the user's own
+_DOTTED = r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*"
+_CALLABLE = re.compile(rf"({_DOTTED}):({_DOTTED})")
 FEATURES = ("tiered", "memory", "memmap")
 HELP_HINT = "--help describes every option"
 
@@ -48,6 +53,13 @@ def _fanouts(text: str) -> list[int]:
     return out
 
 
+def callable_spec(text: str) -> tuple[str, str] | None:
+    """'pkg.module:attr' -> ('pkg.module', 'attr') (attr may be dotted: 'pkg.mod:Class.make'); None when
+    `text` is not of that form. Its form only: moment.runtime.model_spec imports it."""
+    m = _CALLABLE.fullmatch(text.strip())
+    return (m.group(1), m.group(2)) if m else None
+
+
 class TrainConfig(BaseModel):
     """Every option of a training run; defaults here and nowhere else."""
 
@@ -55,7 +67,19 @@ class TrainConfig(BaseModel):
 
     layout: Annotated[Path | None, Flag("layout directory written by `moment place`")] = None
     dataset: Annotated[Path | None, Flag("dataset directory (default: the one the layout was made from)")] = None
-    model: Annotated[Literal["sage", "gat"], Flag("GNN: GraphSAGE or GAT")] = "sage"
+    model: Annotated[str, Flag(
+        "GNN: sage (GraphSAGE), gat, or your own as MODULE:FACTORY (imported with the current directory on the "
+        "path, e.g. mypkg.models:make): called with the keywords in_dim, num_classes, num_layers and hidden, it "
+        "returns a torch.nn.Module that takes (x, edge_index) of the whole sampled subgraph (local ids, seeds "
+        "first, as PyG's models do); the first batch-size rows of its output are the seeds' logits. A method "
+        "step_bytes(layers, rows, in_dim) states one step's activations for the memory budget; without it one "
+        "step is measured at start", metavar="sage|gat|MODULE:FACTORY")] = "sage"
+    task: Annotated[Literal["node", "link"], Flag(
+        "node: classify the training nodes (cross-entropy on their labels); link: link prediction, as PyG's "
+        "LinkNeighborLoader trains it (each training node's in-edge from a random neighbour is a positive, "
+        "--negatives random destinations per positive; the model embeds the endpoints, a dot product scores "
+        "an edge, binary cross-entropy; validated by ROC AUC on the validation nodes' edges)")] = "node"
+    negatives: Annotated[int, Field(ge=1, le=100), Flag("link prediction: negative edges per positive")] = 1
     epochs: Annotated[int, Field(ge=1), Flag("epochs to train")] = 1
     metrics_json: Annotated[Path | None, Flag("write the run's summary here (rank 0, atomically)")] = None
     fanouts: Annotated[list[int], Flag("per-hop fan-outs, outermost last, e.g. 25,10")] = []
@@ -64,7 +88,15 @@ class TrainConfig(BaseModel):
                                            "train_nodes // (world_size * 8))))")] = None
     hidden: Annotated[int | None, Field(ge=1), Flag("hidden width (default: 256 for sage; for gat the width per head, "
                                                          "64, with 8 heads)")] = None
-    lr: Annotated[float, Field(gt=0, allow_inf_nan=False), Flag("learning rate (Adam)")] = 3e-3
+    lr: Annotated[float, Field(gt=0, allow_inf_nan=False), Flag("learning rate (of --optimizer)")] = 3e-3
+    loss: Annotated[str | None, Flag(
+        "loss as MODULE:FUNCTION, called as fn(logits, labels) with the seeds' logits and int64 labels; it returns "
+        "a scalar tensor (default: cross entropy)", metavar="MODULE:FUNCTION")] = None
+    optimizer: Annotated[Literal["adam", "adamw", "sgd"], Flag(
+        "adam, adamw (weight decay decoupled from the gradient) or sgd (momentum 0.9)")] = "adam"
+    weight_decay: Annotated[float, Field(ge=0, allow_inf_nan=False), Flag(
+        "the optimizer's weight decay (adam and sgd: an L2 term added to the gradient; adamw: decoupled; "
+        "default 0 for each, AdamW's own 0.01 included)")] = 0.0
     seed: Annotated[int, Field(ge=0, le=SEED_LIMIT - 1), Flag("seed of sampling, shuffling and the model's initial weights")] = 0
     checkpoint_dir: Annotated[Path | None, Flag(
         "write checkpoints here; a torchrun restart resumes from the last one (`moment train` picks one in "
@@ -167,13 +199,30 @@ class TrainConfig(BaseModel):
         return 4 if ((io_shape or self.io_shape) != "rows" or self.cache_policy != "static") else 1
 
     def resolved_hidden(self) -> int:
-        """The hidden layers' width: --hidden (GAT: per head, x 8 heads), else 256 for GraphSAGE, 64 x 8 for GAT."""
-        if self.model == "sage":
-            return self.hidden or 256
-        return (self.hidden or 64) * 8
+        """The hidden layers' width: --hidden (GAT: per head, x 8 heads), else 256 for GraphSAGE and a model of
+        the user's own (its factory's `hidden`), 64 x 8 for GAT."""
+        if self.model == "gat":
+            return (self.hidden or 64) * 8
+        return self.hidden or DEFAULT_HIDDEN
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, v: str) -> str:
+        if v in BUILT_IN_MODELS or callable_spec(v):
+            return v
+        raise ValueError(f"choose {' or '.join(BUILT_IN_MODELS)}, or give your model's factory as MODULE:FACTORY "
+                         "(e.g. mypkg.models:make)")
+
+    @field_validator("loss")
+    @classmethod
+    def _loss(cls, v: str | None) -> str | None:
+        if v is None or callable_spec(v):
+            return v
+        raise ValueError("give your loss function as MODULE:FUNCTION (e.g. mypkg.losses:focal), or leave "
+                         "--loss out for cross entropy")
 
     @field_validator("queue_depth")
     @classmethod
@@ -217,6 +266,9 @@ class TrainConfig(BaseModel):
             raise MomentError("--drop-page-cache batch cannot be combined with --loader-workers: the workers "
                               "read several batches at once, so no batch starts cold",
                               hint="use --drop-page-cache epoch, or --loader-workers 0")
+        if self.task == "link" and self.loss is not None:
+            raise MomentError(f"--loss {self.loss} is for node classification: --task link trains with binary "
+                              "cross-entropy on the edges' dot-product scores", hint="leave --loss out with --task link")
         if (self.checkpoint_every or self.resume) and self.checkpoint_dir is None:
             raise MomentError("--checkpoint-every/--resume need --checkpoint-dir")
         if self.memory_budget is not None:
@@ -273,27 +325,33 @@ def allowed(name: str) -> str:
     return kind
 
 
-def _option_error(err: ValidationError) -> MomentError:
-    """One line for the options pydantic refused: each names its flag, the value given and what is allowed."""
+def _option_error(err: ValidationError, keywords: bool = False) -> MomentError:
+    """One line for the options pydantic refused: each names its flag (`keywords`: its keyword argument, for
+    a Python caller), the value given and what is allowed."""
+    spell = (lambda n: f"{n}=") if keywords else flag_of
     parts = []
     for e in err.errors():
         name = e["loc"][0] if e["loc"] else ""
-        if name not in TrainConfig.model_fields:  # e.g. a misspelt field given to TrainConfig(...)
+        if name not in TrainConfig.model_fields and e["type"] == "extra_forbidden":  # a misspelt option
+            parts.append(f"unknown option {spell(name) if keywords else name}")
+            continue
+        if name not in TrainConfig.model_fields:
             parts.append(f"{name}: {e['msg']}" if name else e["msg"])
             continue
         given = e.get("input")
         given = given if isinstance(given, str) and given.strip() else repr(given)
         why = e["msg"].removeprefix("Value error, ") if e["type"] == "value_error" else f"must be {allowed(name)}"
-        parts.append(f"{flag_of(name)} {given}: {why}")
+        parts.append(f"{spell(name)}{'' if keywords else ' '}{given}: {why}")
     return MomentError("; ".join(parts), hint=HELP_HINT)
 
 
-def make_config(**values: Any) -> TrainConfig:
-    """TrainConfig(**values), with refused values as one MomentError naming each flag and its range."""
+def make_config(*, keywords: bool = False, **values: Any) -> TrainConfig:
+    """TrainConfig(**values), with refused values as one MomentError naming each flag (`keywords`: each keyword
+    argument) and its range."""
     try:
         return TrainConfig(**values)
     except ValidationError as e:
-        raise _option_error(e) from None
+        raise _option_error(e, keywords) from None
 
 
 def _value_type(annotation: Any) -> tuple[Any, list | None]:

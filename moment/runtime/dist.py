@@ -46,6 +46,7 @@ class DistContext:
     nnodes: int = 1  # machines in the run
     node_rank: int = 0  # this rank's machine (rank // local_world_size)
     node_group: Any = field(default=None, repr=False)  # this machine's ranks (several machines, several ranks each)
+    owns_group: bool = True  # made the process group (False: the caller's script had, and destroys it)
 
     @property
     def is_main(self) -> bool:
@@ -133,7 +134,7 @@ class DistContext:
         for g in self.groups:
             g.release()
         self.node_group = None
-        if self.backend and dist.is_initialized():
+        if self.backend and dist.is_initialized() and self.owns_group:
             dist.destroy_process_group()
 
 

@@ -15,9 +15,11 @@ all_to_all with zero counts moves nothing between them).
 
 One round (every rank of the group takes part, in the same order on every rank):
 
-1. counts: each rank sends one row to every rank: how many keys it asks of each, and whether it still
-   has batches of its own (`all_to_all_single` of that row, so every rank learns the whole matrix: all
-   know whether any row moves this round, whether anyone still runs, and how many chunks it takes);
+1. counts: each rank sends one row to every rank: how many keys it asks of each, and its state (ACTIVE:
+   the round is one of its batches'; SERVING: its sequence is over, it serves the others'; LEFT: it takes
+   no more batches at all, `Run.close`) (`all_to_all_single` of that row, so every rank learns the whole
+   matrix: all know whether any row moves this round, whether anyone still runs or stays, and how many
+   chunks it takes);
 2. then, chunk by chunk (`chunks`: every rank derives the same number from the matrix, so all issue the
    same collectives): the keys each rank asks of each other in this chunk (`all_to_all_single`), then
    the rows each owner serves for them from its own rows (`serve`, called per chunk) sent back
@@ -51,6 +53,8 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 import torch.distributed as dist
+
+from moment.runtime.lost import peer_loss
 
 
 @dataclass
@@ -99,6 +103,10 @@ class ExchangeGroup:
     def release(self) -> None:
         self.group = None
 
+
+#: a rank's state in a round (its counts row's last entry): the round is one of its batches'; its sequence is
+#: over and it serves the others until theirs are; it takes no more batches and serves until every rank has left
+ACTIVE, SERVING, LEFT = 2, 1, 0
 
 #: the most bytes of rows one chunk of a round moves into a member, and out of it (`chunk_rows`)
 CHUNK_BYTES = 4 << 20
@@ -188,11 +196,13 @@ class Round:
     """A round started by `RowExchange.start`: its last chunk's rows may still be moving, or still be read by
     this rank for the others (`serve` gave a `Deferred`). `finish` (on the thread that started it, before that
     thread's next round of the exchange) sends what it serves if it had not yet, waits for the rows it asked
-    for and hands them to the sink; it returns whether any rank was active."""
+    for and hands them to the sink; it returns whether any rank was active. `staying`: whether any rank had
+    not left."""
 
     def __init__(self, running: bool, sink: Sink, issue: Callable[[], Any] | None = None,
-                 at: np.ndarray | None = None, rows: torch.Tensor | None = None):
+                 at: np.ndarray | None = None, rows: torch.Tensor | None = None, staying: bool = True):
         self.running, self._sink, self._at, self._rows = running, sink, at, rows
+        self.staying = staying
         self._issue, self._work = issue, None
 
     def send(self) -> None:
@@ -207,7 +217,8 @@ class Round:
     def finish(self) -> bool:
         self.send()
         if self._work is not None:
-            self._work.wait()
+            with peer_loss():
+                self._work.wait()
             at, rows = self._at, self._rows
             self._work = self._at = self._rows = None
             if at is not None and at.size:
@@ -241,11 +252,16 @@ class RowExchange:
         asked, served = min(int(rows), others * each, cap), min(others * each, cap)
         return (asked + served) * (int(row_bytes) + _KEY_BYTES)
 
-    def round(self, want: Sequence[np.ndarray], serve: Serve, sink: Sink, active: bool = True) -> bool:
+    def round(self, want: Sequence[np.ndarray], serve: Serve, sink: Sink, state: int = ACTIVE) -> bool:
         """A whole round: `start` then `finish`. Returns whether any rank was active."""
-        return self.start(want, serve, sink, active).finish()
+        return self.start(want, serve, sink, state).finish()
 
-    def start(self, want: Sequence[np.ndarray], serve: Serve, sink: Sink, active: bool = True) -> Round:
+    def start(self, want: Sequence[np.ndarray], serve: Serve, sink: Sink, state: int = ACTIVE) -> Round:
+        """As `_start`; a rank that left the run (its process is gone) is a MomentError that says so."""
+        with peer_loss():
+            return self._start(want, serve, sink, state)
+
+    def _start(self, want: Sequence[np.ndarray], serve: Serve, sink: Sink, state: int) -> Round:
         """Ask member j for the keys `want[j]`; serve what the others ask. The rows asked for reach `sink`
         chunk by chunk (see `Sink`: positions among want[0], want[1], ... concatenated), the last chunk's when
         the returned round is finished. The previous round must be finished first."""
@@ -257,15 +273,15 @@ class RowExchange:
         n, me, dev = g.everyone, g.rank, g.device
         asks_row = np.zeros(n, np.int64)
         asks_row[list(g.ranks)] = [len(w) for w in want]
-        row = np.append(asks_row, int(active))
+        row = np.append(asks_row, int(state))
         counts = torch.empty(n * (n + 1), dtype=torch.int64, device=dev)
         pg = g.pg()
         dist.all_to_all_single(counts, torch.from_numpy(np.tile(row, n)).to(dev), group=pg)
         matrix = counts.view(n, n + 1).cpu().numpy()  # matrix[i, j]: keys rank i asks of rank j
         self.rounds += 1
-        asks, running = matrix[:, :n], bool(matrix[:, n].any())
+        asks, running, staying = matrix[:, :n], bool((matrix[:, n] == ACTIVE).any()), bool(matrix[:, n].any())
         total = chunks(asks, chunk_rows(self._row_bytes(serve), g.size)) if asks.any() else 0
-        self._open = Round(running, sink)
+        self._open = Round(running, sink, staying=staying)
         if not total:  # every rank knows it: no key and no row moves this round
             return self._open
         # where each owner's keys start among mine, in member order (the order `want` is given in)
@@ -299,7 +315,7 @@ class RowExchange:
                 return _Sent(work, out) if last else None
 
             if k == total - 1:  # the last chunk's rows move while the caller goes on (once its reads are done)
-                self._open = Round(running, sink, issue, at, rows)
+                self._open = Round(running, sink, issue, at, rows, staying)
                 if isinstance(got, torch.Tensor):
                     self._open.send()
                 return self._open
@@ -315,9 +331,3 @@ class RowExchange:
             self._rows_bytes = self._template.element_size() * math.prod(self._template.shape[1:])
         return self._rows_bytes
 
-    def finish(self, serve: Serve) -> None:
-        """Serve the other ranks until every one has finished its sequence (each calls this once its own
-        batches are done, and its last round is finished; all return after the same round)."""
-        asks = [np.zeros(0, np.int64)] * self.group.size
-        while self.round(asks, serve, nothing, active=False):
-            pass

@@ -64,7 +64,6 @@ CUDA_LAYER: dict[str, tuple[str, ...]] = {
     "moment/runtime/devices.py": ("tests/test_cuda_layer.py",),
     "moment/runtime/dist.py": ("tests/test_cuda_layer.py", "tests/test_peers.py"),
     "moment/runtime/gpucheck.py": (SELF_TEST,),
-    "moment/runtime/train.py": ("tests/test_cuda_layer.py",),
 }
 #: tests with a CUDA side for code that has no CUDA-only line (it runs on both devices): the store's rows
 #: through pinned staging, the row exchange on NCCL, the NaN guard without a host sync

@@ -14,13 +14,14 @@ at the same time, so they may exceed the wall time); `train` is the rank's time 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset
 
 from moment.io.device import DeviceLayer
-from moment.runtime.pipeline import Prepared, StageTimes
+from moment.runtime.pipeline import Prepared, StageTimes, link_labels
 from moment.runtime.sources import MemmapFeatures
 from moment.workload.sampler import CSRGraph, NeighborSampler
 from moment.workload.seeds import mix
@@ -30,12 +31,12 @@ class _Batches(Dataset):
     """Item j: batch `start + j` sampled and its feature rows read from the memmap, in a worker."""
 
     def __init__(self, graph: CSRGraph, fanouts: Sequence[int], source: MemmapFeatures, labels: torch.Tensor,
-                 batches: Sequence[torch.Tensor], key: Sequence[int], start: int):
-        self.graph, self.fanouts, self.labels = graph, list(fanouts), labels
+                 batches: Sequence[torch.Tensor], key: Sequence[int], start: int, sampler: Callable):
+        self.graph, self.fanouts, self.labels, self.make_sampler = graph, list(fanouts), labels, sampler
         self.path, self.random = source.path, source.random
         self.batches, self.key, self.start = batches, tuple(key), start
         self.features: MemmapFeatures | None = None  # mapped in the worker that reads it
-        self.sampler: NeighborSampler | None = None
+        self.sampler: Any = None
 
     def __len__(self) -> int:
         return max(0, len(self.batches) - self.start)
@@ -43,7 +44,7 @@ class _Batches(Dataset):
     def __getitem__(self, j: int):
         if self.features is None:
             self.features = MemmapFeatures(self.path, "cpu", random=self.random)
-            self.sampler = NeighborSampler(self.graph, self.fanouts)
+            self.sampler = self.make_sampler(self.graph, self.fanouts)
         i = self.start + j
         t0 = time.perf_counter()
         self.sampler.generator.manual_seed(mix(*self.key, i))
@@ -62,17 +63,18 @@ class LoaderPipeline:
     each worker prepares up to `depth` batches ahead (DataLoader's prefetch_factor)."""
 
     def __init__(self, graph: CSRGraph, fanouts: Sequence[int], source: MemmapFeatures, labels: torch.Tensor,
-                 device: torch.device, *, workers: int, depth: int = 2):
+                 device: torch.device, *, workers: int, depth: int = 2, sampler: Callable = NeighborSampler):
         if workers < 1:
             raise ValueError("LoaderPipeline needs at least one worker")
         self.graph, self.fanouts, self.source, self.labels = graph, list(fanouts), source, labels
         self.device, self.workers, self.depth = torch.device(device), workers, max(1, depth)
         self.times = StageTimes()
         self.dev = DeviceLayer(self.device)
+        self.make_sampler = sampler
 
     def run(self, batches: Sequence[torch.Tensor], key: Sequence[int], start: int = 0) -> Iterator[Prepared]:
         t0 = time.perf_counter()
-        data = _Batches(self.graph, self.fanouts, self.source, self.labels, batches, key, start)
+        data = _Batches(self.graph, self.fanouts, self.source, self.labels, batches, key, start, self.make_sampler)
         loader = DataLoader(data, batch_size=None, shuffle=False, num_workers=self.workers,
                             prefetch_factor=self.depth, persistent_workers=False)
         it = iter(loader)
@@ -83,7 +85,7 @@ class LoaderPipeline:
                 self.source.rows += int(x.shape[0])
                 to = self.dev.to_device
                 blocks = [type(b)(to(b.edge_index), b.num_src, b.num_dst) for b in mb.blocks()]
-                item = Prepared(i, mb, to(x), to(y), blocks)
+                item = Prepared(i, mb, to(x), to(y), blocks, None, None, None, *link_labels(mb, to))
                 now = time.perf_counter()
                 yield item
                 self.times.train += time.perf_counter() - now

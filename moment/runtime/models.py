@@ -14,9 +14,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from moment.runtime.config import DEFAULT_HIDDEN
 from moment.workload.sampler import Block  # the sampler's `MiniBatch.blocks()` items
 
-__all__ = ["GAT", "SAGE", "Block", "LayerExtent", "build_model", "load_layers", "step_bytes", "weights"]
+__all__ = ["GAT", "SAGE", "Block", "LayerExtent", "build_model", "hidden_width", "load_layers", "step_bytes", "weights"]
 
 GAT_HEADS = 8  # the paper's GAT: 8 heads of `hidden` each in every layer but the last
 _F32 = 4  # bytes of a float32: the models compute in float32 (`item.x.float()`)
@@ -129,36 +130,41 @@ class LayerExtent:
 _MODELS = {"sage": SAGE, "gat": GAT}
 
 
-def _hidden(name: str, hidden: int | None) -> int:
-    """The paper's settings: GraphSAGE hidden 256; GAT hidden 64 (per head)."""
-    return hidden or (256 if name == "sage" else 64)
+def hidden_width(name: str, hidden: int | None) -> int:
+    """A hidden layer's width (GAT: per head): `hidden`, else the paper's settings: GraphSAGE 256, GAT 64."""
+    return hidden or (DEFAULT_HIDDEN if name == "sage" else 64)
 
 
 def step_bytes(name: str, in_dim: int, num_classes: int, hidden: int | None, layers: Sequence[LayerExtent], *,
-               rows: int, float_copy: bool) -> int:
+               rows: int, float_copy: bool, head_bytes: int = 0, optimizer_slots: int = 2) -> int:
     """What one training step of `name` holds beyond the batch's features: the most any layer holds while it
     runs (forward or backward) beside what the layers before it saved, and the model's weights with their
-    gradients, DDP's gradient buckets and Adam's two moments.
+    gradients, DDP's gradient buckets and the optimizer's state (`optimizer_slots` weight-sized tensors: Adam's
+    two moments, SGD's momentum; moment.runtime.model_spec.OPTIMIZERS).
+    `num_classes`: the model's output width (a link model's: its embeddings', moment.runtime.link_task.out_dim);
     `layers`: the batch's blocks at its extent, input layer first; `rows`: its input rows; `float_copy`: the
-    features are not float32, so the step holds a float32 copy of them (`x.float()`).
+    features are not float32, so the step holds a float32 copy of them (`x.float()`); `head_bytes`: the most
+    what runs on the model's output holds, beside every layer's saved tensors (the link decoder:
+    moment.runtime.link_task.decoder_bytes).
 
     Stated from the layers' autograd graphs (torch 2.13, torch-geometric 2.x), checked against measured
     steps (tests/test_models.py): the memory budget charges it as the run's "training" item."""
     cls = _model(name)
-    dims = cls.dims(in_dim, _hidden(name, hidden), num_classes, len(layers))
+    dims = cls.dims(in_dim, hidden_width(name, hidden), num_classes, len(layers))
     most = saved = 0
     for i, e in enumerate(layers):
         run, keep = cls.layer_bytes(e, dims[i], dims[i + 1], i == len(layers) - 1)
         most = max(most, saved + run)
         saved += keep
+    most = max(most, saved + head_bytes)
     return (most + (rows * in_dim * _F32 if float_copy else 0)
-            + 5 * weights(name, in_dim, num_classes, hidden, len(layers)) * _F32)
+            + (3 + optimizer_slots) * weights(name, in_dim, num_classes, hidden, len(layers)) * _F32)
 
 
 def weights(name: str, in_dim: int, num_classes: int, hidden: int | None, num_layers: int) -> int:
     """Parameters of `build_model(name, in_dim, num_classes, num_layers, hidden)`, without building it."""
     cls = _model(name)
-    dims = cls.dims(in_dim, _hidden(name, hidden), num_classes, num_layers)
+    dims = cls.dims(in_dim, hidden_width(name, hidden), num_classes, num_layers)
     return sum(cls.layer_weights(dims[i], dims[i + 1]) for i in range(num_layers))
 
 
@@ -172,4 +178,4 @@ def _model(name: str) -> type[SAGE] | type[GAT]:
 
 def build_model(name: str, in_dim: int, num_classes: int, num_layers: int = 2, hidden: int | None = None) -> nn.Module:
     """The paper's settings: GraphSAGE hidden 256; GAT hidden 64 with 8 heads."""
-    return _model(name)(in_dim, _hidden(name, hidden), num_classes, num_layers)
+    return _model(name)(in_dim, hidden_width(name, hidden), num_classes, num_layers)

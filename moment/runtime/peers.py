@@ -105,13 +105,8 @@ class PeerTier(Tier):
         return [ExchangeFetch(self, self.exchange, self._serve, part.owner, part.idx, part.pos, out),
                 *self.next.fetches(part.inner, out)]
 
-    def idle_fetches(self) -> list[ExchangeFetch]:
-        return [ExchangeFetch.idle(self, self.exchange, self._serve), *self.next.idle_fetches()]
-
-    def finish(self) -> None:
-        """This rank's sequence of batches is done: serve the others until theirs are."""
-        self.exchange.finish(self._serve)
-        self.next.finish()
+    def idle_fetches(self, left: bool = False) -> list[ExchangeFetch]:
+        return [ExchangeFetch.idle(self, self.exchange, self._serve, left), *self.next.idle_fetches(left)]
 
     def _serve(self, idx: torch.Tensor) -> torch.Tensor:
         return self._own[idx.to(self._own.device)]

@@ -14,7 +14,9 @@ rank (NCCL deadlocks when two threads of a rank issue them). So the gather threa
 as far as the rank alone can (`complete_local`), and the training thread, before it hands out batch i,
 finishes batch i's rounds and starts batch i+1's (`Staged.start`): i+1's last chunk of rows moves while
 step i computes, and its collectives come before step i's on every rank. At the end of a sequence the
-training thread serves the other ranks until every one is done (`source.finish()`).
+training thread serves the other ranks until every one is done (the source's idle rounds), and so it does
+when the consumer stops early (it breaks out of the loop): the round started for the next batch is finished
+first, so a rank that stops is never a rank the others wait for.
 
 Determinism: batches come out in the order given, and batch i is sampled with a generator seeded
 from (key, i) — never from a shared stream — so thread timing cannot change any result.
@@ -28,8 +30,9 @@ import contextlib
 import queue
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields
+from typing import Any
 
 import torch
 
@@ -78,13 +81,23 @@ class Prepared:
     ready: object | None = None  # CUDA event the consumer waits on
     dev: DeviceLayer | None = None
     staged: Staged | None = None  # its exchange rounds, run by the training thread before it is handed out
+    edge_label_index: torch.Tensor | None = None  # a link batch's label edges and labels, on the device
+    edge_label: torch.Tensor | None = None
 
     def wait(self) -> None:
         """Call before using the batch, on the stream that uses it: it waits for the batch's copies and
         records that stream on its tensors (they were made on the pipeline's stream; without the record
         the allocator could give their memory to the next batch while this one's kernels still read it)."""
         if self.dev is not None:
-            self.dev.consume(self.ready, self.x, self.y, *(b.edge_index for b in self.blocks))
+            links = [t for t in (self.edge_label_index, self.edge_label) if t is not None]
+            self.dev.consume(self.ready, self.x, self.y, *(b.edge_index for b in self.blocks), *links)
+
+
+def link_labels(mb: MiniBatch, to: Callable[[torch.Tensor], torch.Tensor]) -> tuple:
+    """A link batch's (edge_label_index, edge_label) moved by `to` (the device copy); (None, None) for a node batch."""
+    if mb.edge_label_index is None:
+        return None, None
+    return to(mb.edge_label_index), to(mb.edge_label)
 
 
 class Pipeline:
@@ -103,8 +116,12 @@ class Pipeline:
         return max(2, depth) + 2
 
     def __init__(self, graph: CSRGraph, fanouts: Sequence[int], source: FeatureSource, labels: torch.Tensor,
-                 device: torch.device, *, depth: int = 2, pipelined: bool = True):
+                 device: torch.device, *, depth: int = 2, pipelined: bool = True,
+                 sampler: Callable[[CSRGraph, list[int]], Any] = NeighborSampler):
+        """`sampler(graph, fanouts)` makes a sampler (one per sampling thread): NeighborSampler's node batches,
+        or link prediction's (moment.runtime.link_task.sampler_for)."""
         self.graph, self.fanouts, self.source = graph, list(fanouts), source
+        self.make_sampler = sampler
         self.labels, self.device = labels, torch.device(device)
         self.depth, self.pipelined = max(1, depth), pipelined
         self.times = StageTimes()
@@ -128,7 +145,7 @@ class Pipeline:
 
     # -- stages
 
-    def _sample(self, sampler: NeighborSampler, seeds: torch.Tensor, key: Sequence[int], i: int) -> MiniBatch:
+    def _sample(self, sampler: Any, seeds: torch.Tensor, key: Sequence[int], i: int) -> MiniBatch:
         t = time.perf_counter()
         sampler.generator.manual_seed(mix(*key, i))
         mb = sampler.sample(seeds)
@@ -148,10 +165,11 @@ class Pipeline:
             to = self.dev.to_device
             y = to(self.labels[mb.seeds].to(torch.int64))
             blocks = [type(b)(to(b.edge_index), b.num_src, b.num_dst) for b in mb.blocks()]
+            links = link_labels(mb, to)
             ev = self.dev.event(self._stream)
         self.times.gather_wait += time.perf_counter() - t
         x = staged.x if staged.fetches else to(staged.x)  # a round writes into staged.x: never a copy of it
-        return Prepared(i, mb, x, y, blocks, ev, self.dev, staged if staged.fetches else None)
+        return Prepared(i, mb, x, y, blocks, ev, self.dev, staged if staged.fetches else None, *links)
 
     def _drain(self, pending) -> None:
         """The consumer stopped early: finish the reads still in flight so the source is clean for reuse."""
@@ -168,14 +186,23 @@ class Pipeline:
         rank's collectives all come from this thread. At the end, serve until every rank is done."""
         ahead = next(local, None)
         rounds = self._start(ahead)
-        while ahead is not None:
-            item = ahead
-            self._finish(item.staged, item)
-            ahead = next(local, None)
-            rounds = self._start(ahead)
-            yield item
-        while self._finish(rounds, None):
-            rounds = self._start(None)
+        failed = False
+        try:
+            while ahead is not None:
+                item = ahead
+                self._finish(item.staged, item)
+                ahead = next(local, None)
+                rounds = self._start(ahead)
+                yield item
+        except GeneratorExit:  # the consumer stopped early (every rank alike, or DDP's own steps would not match)
+            pass
+        except BaseException:  # this rank's own failure: no more collectives, its peers learn it from its exit
+            failed = True
+            raise
+        finally:
+            if not failed:  # the round started ahead is finished, then the others are served until all are done
+                while self._finish(rounds, None):
+                    rounds = self._start(None)
 
     def _start(self, item: Prepared | None) -> Staged | None:
         """Start `item`'s rounds (None: the source's idle rounds), on the exchange stream after the batch's
@@ -207,7 +234,7 @@ class Pipeline:
     # -- drivers: batches completed as far as this rank alone can, in order
 
     def _serial(self, batches, key, start) -> Iterator[Prepared]:
-        sampler = NeighborSampler(self.graph, self.fanouts)
+        sampler = self.make_sampler(self.graph, self.fanouts)
         for i in range(start, len(batches)):
             mb = self._sample(sampler, batches[i], key, i)
             yield self._complete(i, mb, self._submit(mb, (tuple(key), i)))
@@ -236,7 +263,7 @@ class Pipeline:
 
         def sampler_loop() -> None:
             try:
-                sampler = NeighborSampler(self.graph, self.fanouts)
+                sampler = self.make_sampler(self.graph, self.fanouts)
                 for i in range(start, len(batches)):
                     if not put(q_sampled, (i, self._sample(sampler, batches[i], key, i))):
                         return

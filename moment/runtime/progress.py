@@ -69,9 +69,9 @@ class Reporter:
         mb = "  ".join(f"{k} {v * w / 1e6 / dt:,.0f}" for k, v in tiers["bytes"].items() if v)
         self._bar.update(self._task, rates=f"{seeds * w / dt:,.0f} seeds/s | MB/s {mb}")
 
-    def end_epoch(self, epoch: int, acc: float, loss: float) -> None:
+    def end_epoch(self, epoch: int, acc: float, loss: float, metric: str = "accuracy") -> None:
         if self.enabled:
-            self.console.print(f"epoch {epoch + 1}: loss {loss:.4f}  val accuracy {acc:.4f}")
+            self.console.print(f"epoch {epoch + 1}: loss {loss:.4f}  val {metric} {acc:.4f}")
 
     def summary(self, m: dict[str, Any]) -> None:
         if not self.enabled:
@@ -80,7 +80,8 @@ class Reporter:
         stages = "  ".join(f"{k} {v:.2f}s" for k, v in st.items())
         tiers = "  ".join(f"{k} {v / 1e6:,.1f} MB" for k, v in m["tier_bytes"].items() if v)
         self.console.print(
-            f"done: {m['epochs']} epochs, val accuracy {m['val_accuracy']:.4f}, {m['seeds_per_s']:,.0f} seeds/s "
+            f"done: {m['epochs']} epochs, val {m['val_metric']} {m['val_' + m['val_metric']]:.4f}, "
+            f"{m['seeds_per_s']:,.0f} seeds/s "
             f"on {m['world_size']} rank(s)\n  stages (mean per rank): {stages}; limiting: {m['limiting_stage']}\n"
             f"  read: {tiers}; I/O backend {m['backend']}")
         if any(x["remote_rows"] or x["remote_served_rows"] for x in m.get("machines") or []):

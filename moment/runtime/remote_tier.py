@@ -118,13 +118,8 @@ class RemoteTier(Tier):
         return [ExchangeFetch(self, self.exchange, self._serve, part.owner, part.ids, part.pos, out),
                 *self.next.fetches(part.inner, out)]
 
-    def idle_fetches(self) -> list[ExchangeFetch]:
-        return [ExchangeFetch.idle(self, self.exchange, self._serve), *self.next.idle_fetches()]
-
-    def finish(self) -> None:
-        """This rank's sequence of batches is done: serve the other machines until theirs are."""
-        self.exchange.finish(self._serve)
-        self.next.finish()
+    def idle_fetches(self, left: bool = False) -> list[ExchangeFetch]:
+        return [ExchangeFetch.idle(self, self.exchange, self._serve, left), *self.next.idle_fetches(left)]
 
     def _serve(self, keys: torch.Tensor) -> torch.Tensor | _Reading:
         """The rows of node ids `keys` (asked by another machine), read from this machine's layout: the reads

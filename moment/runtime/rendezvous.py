@@ -183,7 +183,8 @@ def machine_ranks(facts: list[RankFacts]) -> list[int]:
 #: settings every machine's ranks must share: they decide the batches, the model and when the ranks meet
 #: (a checkpoint is a collective); the rest (the layout, caches, budget, I/O) is each machine's own
 SHARED_SETTINGS = ("model", "epochs", "fanouts", "layers", "batch_size", "hidden", "lr", "seed", "features",
-                   "checkpoints", "checkpoint_every", "resume", "peer_tier")
+                   "checkpoints", "checkpoint_every", "resume", "peer_tier", "task", "negatives", "loss", "optimizer",
+                   "weight_decay")
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ own memory (the layout index, the cache policies, the reader's staging); the bud
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -29,8 +29,8 @@ from moment.io.device import DeviceMemory, ring_bytes, upload_chunk
 from moment.io.merge import SHAPES, Shape
 from moment.placement.opened import Layout, index_dtypes
 from moment.placement.pack import pack_path, refuse_unusable
-from moment.runtime.budget import (Item, MemoryBudget, RunShape, Split, fmt_bytes, minimum_budget, resolve_budget,
-                                   split_budget)
+from moment.runtime.budget import (Item, MemoryBudget, RunShape, Split, fmt_bytes, minimum_budget, process_bytes,
+                                   resolve_budget, split_budget)
 from moment.runtime.device_budget import DeviceBudget, DeviceShape, device_budget, resolve_device_budget
 from moment.runtime.devices import plan_gpus_of
 from moment.runtime.gather import staging_bytes
@@ -117,15 +117,6 @@ class SplitPlan(_Frozen):
     remote_rows: dict[str, int]  # per other machine, the rows it owns
 
 
-class StorePlan(_Frozen):
-    """What one rank's store builds: the tiers, and this rank's part."""
-
-    tiers: TierPlan
-    rank: RankPlan
-    world_size: int
-    local_world_size: int
-
-
 class MemoryItem(_Frozen):
     name: str
     bytes: int
@@ -200,6 +191,18 @@ class MemoryPlan(_Frozen):
         return {**self.budget().as_dict(), "device": self.device.budget().as_dict() if self.device is not None else None}
 
 
+class StorePlan(_Frozen):
+    """What one rank's store builds: the tiers, and this rank's part; `memory`: how a store opened outside a
+    run under a memory budget split it (`plan_store`; None: no budget, or a training run's, which its
+    RunPlan holds)."""
+
+    tiers: TierPlan
+    rank: RankPlan
+    world_size: int
+    local_world_size: int
+    memory: MemoryPlan | None = None
+
+
 class RunPlan(_Frozen):
     layout: str
     world_size: int
@@ -270,7 +273,8 @@ class RunInputs:
     sampler_map_bytes: int  # NeighborSampler.map_bytes(num_nodes)
     batch_ids_bytes: int  # MiniBatch.id_bytes(rows_max, edges_max)
     held_batches: int  # Pipeline.held_batches(depth)
-    training_bytes: int  # one training step of the model at the extent (moment.runtime.models.step_bytes)
+    training_bytes: int  # one training step of the model at the extent (moment.runtime.model_spec.training_bytes)
+    training_note: str | None = None  # how a model of the user's own was sized, when measured at start
     agent_bytes: int = 0  # torchrun's agent beside the ranks (its peak RSS, measured); 0: no agent
     exchange_bytes: int = 0  # one round of the peer exchange at the extent (RowExchange.round_bytes, with
     #                          what a rank's GPU tier holds: gpu_tier_rows)
@@ -306,12 +310,12 @@ def resolve_run(config: TrainConfig, layout: Layout, *, world_size: int, local_w
     exchange = inputs.exchange_bytes if peer_tier and gpu_shards else 0
     remote_exchange = inputs.remote_exchange_bytes if remote_tier else 0
     split = split_budget(total, how, lws, _run_shape(
-        cfg, inputs, n, rb, shape, ahead, index_bytes=layout.index_bytes, own_gpu_rows=own_rows,
-        layout_cpu_rows=sum(m.shards[i].rows for i in layout.shards_of("cpu")), align=m.row.align,
+        inputs, n, rb, shape, ahead, policy=cfg.cache_policy, cpu_limit_rows=_cpu_limit_rows(cfg, n, rb),
+        index_bytes=layout.index_bytes, own_gpu_rows=own_rows, layout_cpu_rows=layout.cpu_bin_rows, align=m.row.align,
         exchange_bytes=exchange, remote_exchange_bytes=remote_exchange,
         remote_reader_bytes=inputs.remote_reader_bytes if remote_tier else 0,
         pack_index_bytes=pack.index_bytes if shape == "packed" or pack_index_bytes is not None else 0,
-        device=device, stride=max((m.shards[i].stride for i in gpu_shards), default=rb)))
+        device=device, stride=_gpu_stride(layout)))
     if device == "cpu":
         _no_device_budget(cfg)
         dev, gpu_cap = None, split.gpu_rows  # the GPU tier's stand-in, granted by the host budget
@@ -354,27 +358,39 @@ def split_plan(layout: Layout) -> SplitPlan | None:
                      remote_rows={r.name: r.rows for r in s.remote})
 
 
-def _run_shape(cfg: TrainConfig, inputs: RunInputs, n: int, rb: int, shape: str, ahead: int, *,
-               index_bytes: int, own_gpu_rows: int, layout_cpu_rows: int, align: int, exchange_bytes: int,
-               pack_index_bytes: int, remote_exchange_bytes: int = 0, remote_reader_bytes: int = 0,
-               device: str = "cpu", stride: int = 0) -> RunShape:
+def _run_shape(inputs: RunInputs, n: int, rb: int, shape: str, ahead: int, *, policy: str,
+               cpu_limit_rows: int | None, index_bytes: int, own_gpu_rows: int, layout_cpu_rows: int, align: int,
+               exchange_bytes: int, pack_index_bytes: int, remote_exchange_bytes: int = 0,
+               remote_reader_bytes: int = 0, device: str = "cpu", stride: int = 0) -> RunShape:
     """The host budget's inputs; on CUDA with the pinned staging ring at the batch extent and, when the rank
-    has GPU-tier rows, the upload's pinned chunk and that chunk's rows as read at the GPU bins' `stride`."""
+    has GPU-tier rows, the upload's pinned chunk and that chunk's rows as read at the GPU bins' `stride`.
+    `cpu_limit_rows`: the most CPU-cache rows asked (--cpu-cache-limit; None: as many as fit)."""
     cuda = device == "cuda"
     chunk_rows, chunk = upload_chunk(rb, own_gpu_rows)
     return RunShape(
         num_nodes=n, row_bytes=rb, graph_bytes=inputs.graph_bytes, labels_bytes=inputs.labels_bytes,
-        rows_max=inputs.rows_max, training_bytes=inputs.training_bytes, held_batches=inputs.held_batches,
+        rows_max=inputs.rows_max, training_bytes=inputs.training_bytes, training_note=inputs.training_note,
+        held_batches=inputs.held_batches,
         lookahead=ahead, sampler_map_bytes=inputs.sampler_map_bytes, batch_ids_bytes=inputs.batch_ids_bytes,
         index_bytes=index_bytes, own_gpu_rows=own_gpu_rows,
-        layout_cpu_rows=layout_cpu_rows,
-        cpu_limit_rows=None if cfg.cpu_cache_limit is None else parse_size(cfg.cpu_cache_limit, n * rb) // rb,
-        policy=cfg.cache_policy, shape=shape, staging_bytes=staging_bytes(align),
+        layout_cpu_rows=layout_cpu_rows, cpu_limit_rows=cpu_limit_rows,
+        policy=policy, shape=shape, staging_bytes=staging_bytes(align),
         process_bytes=inputs.process_bytes, agent_bytes=inputs.agent_bytes, exchange_bytes=exchange_bytes,
         pack_index_bytes=pack_index_bytes, remote_exchange_bytes=remote_exchange_bytes,
         remote_reader_bytes=remote_reader_bytes, device=device,
         ring_bytes=ring_bytes(inputs.rows_max * rb) if cuda else 0,
         upload_bytes=chunk + chunk_rows * max(stride, rb) if cuda and own_gpu_rows else 0)
+
+
+def _cpu_limit_rows(cfg: TrainConfig, n: int, rb: int) -> int | None:
+    """--cpu-cache-limit in rows (None: not given)."""
+    return None if cfg.cpu_cache_limit is None else parse_size(cfg.cpu_cache_limit, n * rb) // rb
+
+
+def _gpu_stride(layout: Layout) -> int:
+    """The widest slot of the layout's GPU bins (the upload reads the GPU tier's rows at it)."""
+    m = layout.manifest
+    return max((m.shards[i].stride for i in layout.shards_of("gpu")), default=m.row.row_bytes)
 
 
 def planned_minimum(cfg: TrainConfig, inputs: RunInputs, *, num_nodes: int, row_bytes: int, nproc: int,
@@ -387,7 +403,8 @@ def planned_minimum(cfg: TrainConfig, inputs: RunInputs, *, num_nodes: int, row_
     shape = "block" if cfg.io_shape in ("auto", "packed") else cfg.io_shape
     peer = cfg.peer_tier and nproc > 1 and gpu_rows > 0
     return minimum_budget(nproc, _run_shape(
-        cfg, inputs, num_nodes, row_bytes, shape, lookahead(cfg.resolved_superbatch(shape)),
+        inputs, num_nodes, row_bytes, shape, lookahead(cfg.resolved_superbatch(shape)), policy=cfg.cache_policy,
+        cpu_limit_rows=_cpu_limit_rows(cfg, num_nodes, row_bytes),
         index_bytes=num_nodes * sum(d.itemsize for d in index_dtypes(shards, num_nodes)), own_gpu_rows=gpu_rows,
         layout_cpu_rows=0, align=align, exchange_bytes=inputs.exchange_bytes if peer else 0, pack_index_bytes=0))
 
@@ -468,31 +485,77 @@ def default_buffer_bytes(num_nodes: int, row_bytes: int) -> int:
 def tier_plan(layout: Layout, o: StoreOptions, *, shared_cache: bool, peer_tier: bool,
               remote_tier: bool = False) -> TierPlan:
     """`StoreOptions` resolved against the layout: the shape's merge limits, the cache capped at the
-    graph, the read buffers' default, the lookahead of the superbatch."""
+    graph (not given: the layout's CPU bins, as a run without a budget holds), the read buffers' default,
+    the lookahead of the superbatch."""
     n, rb = layout.num_nodes, layout.row_bytes
     shape = SHAPES[o.shape].limited(o.merge_gap, o.max_request)
     superbatch = max(1, int(o.superbatch))
+    cpu_rows = layout.cpu_bin_rows if o.cpu_rows is None else int(o.cpu_rows)
     return TierPlan(policy=o.policy, shape=o.shape, merge_gap=shape.merge_gap, max_request=shape.max_request,
                     superbatch=superbatch, lookahead=lookahead(superbatch),
-                    cpu_rows=n if o.cpu_rows is None else max(0, min(int(o.cpu_rows), n)), shared_cache=shared_cache,
+                    cpu_rows=max(0, min(cpu_rows, n)), shared_cache=shared_cache,
                     buffer_bytes=default_buffer_bytes(n, rb) if o.buffer_bytes is None else int(o.buffer_bytes),
-                    batch_bytes=(default_batch_rows(n) if o.batch_rows is None else int(o.batch_rows)) * rb,
+                    batch_bytes=_batch_rows(n, o) * rb,
                     window=int(o.window), peer_tier=peer_tier, remote_tier=remote_tier, io_backend=o.io_backend,
                     queue_depth=o.queue_depth,
                     direct=o.direct, verify=o.verify, pack_seed=o.pack_seed)
 
 
+def _batch_rows(n: int, o: StoreOptions) -> int:
+    return default_batch_rows(n) if o.batch_rows is None else int(o.batch_rows)
+
+
 def plan_store(layout: Layout, where: Place, options: StoreOptions, collectives: Collectives | None) -> StorePlan:
     """A store's plan outside a training run (tests, benchmarks, notebooks): its options as given, the rest
-    by the rules a run plan uses. A shared cache by default when the policy allows and there is a barrier."""
+    by the rules a run plan uses. A shared cache by default when the policy allows and there is a barrier.
+    Sizes not given: the layout's CPU bins and every row of the rank's GPU bins, or with
+    `options.memory_budget` what that budget grants (`store_budget`)."""
     lws = local_world_size(where)
-    shared = options.shared_cache if options.shared_cache is not None else (
-        shared_by_local_ranks(options.policy, lws) and collectives is not None)
+    shared = bool(options.shared_cache if options.shared_cache is not None else (
+        shared_by_local_ranks(options.policy, lws) and collectives is not None))
     peers = collectives is not None and collectives.peers is not None
     remote = collectives is not None and collectives.remote is not None
-    return StorePlan(tiers=tier_plan(layout, options, shared_cache=bool(shared), peer_tier=peers, remote_tier=remote),
+    memory = None
+    if options.memory_budget is not None:
+        device = _device_kind(where.device)
+        split = store_budget(layout, options, local_ranks=lws, shared=shared, device=device)
+        memory = MemoryPlan.of(split)
+        # on CUDA the GPU tier is in device memory, which this budget does not cover
+        options = replace(options, cpu_rows=split.cpu_rows, gpu_rows=split.gpu_rows if device == "cpu" else
+                          options.gpu_rows, buffer_bytes=split.buffer_bytes if options.buffer_bytes is None
+                          else options.buffer_bytes)
+    return StorePlan(tiers=tier_plan(layout, options, shared_cache=shared, peer_tier=peers, remote_tier=remote),
                      rank=rank_plan(layout, where.rank, where.local_rank, lws, options.gpu_rows),
-                     world_size=where.world_size, local_world_size=lws)
+                     world_size=where.world_size, local_world_size=lws, memory=memory)
+
+
+def _device_kind(device: object) -> str:
+    """"cuda" or "cpu" of a torch device or its name, without importing torch."""
+    return "cuda" if str(device).startswith("cuda") else "cpu"
+
+
+def store_budget(layout: Layout, options: StoreOptions, *, local_ranks: int, shared: bool,
+                 device: str = "cpu") -> Split:
+    """`options.memory_budget` split for a store outside a run, by the rule `moment train` splits its budget
+    (moment.runtime.budget.split_budget): this process as measured now, the layout index, the reader's
+    staging and at least two batches' read buffers are charged first (refused when they do not fit); on
+    CPU the GPU tier's stand-in gets at most a tenth of the rest, then the CPU cache takes what is left, up
+    to every row (at most `options.cpu_rows`). Nothing of a training step, sampler or graph is charged:
+    none is open. `options.batch_rows` (default: `default_batch_rows`) is the largest batch asked."""
+    total, how = resolve_budget(options.memory_budget)
+    n, rb = layout.num_nodes, layout.row_bytes
+    own = gpu_tier_rows(layout, local_ranks)
+    if options.gpu_rows is not None:
+        own = min(own, max(0, int(options.gpu_rows)))
+    inputs = RunInputs(train_nodes=0, graph_bytes=0, labels_bytes=0, rows_max=_batch_rows(n, options), edges_max=0,
+                       process_bytes=process_bytes(), sampler_map_bytes=0, batch_ids_bytes=0, held_batches=0,
+                       training_bytes=0)
+    shape = _run_shape(inputs, n, rb, options.shape, lookahead(max(1, int(options.superbatch))),
+                       policy=options.policy, cpu_limit_rows=options.cpu_rows, index_bytes=layout.index_bytes,
+                       own_gpu_rows=own, layout_cpu_rows=layout.cpu_bin_rows, align=layout.manifest.row.align,
+                       exchange_bytes=0, pack_index_bytes=layout.pack_index_bytes if options.shape == "packed" else 0,
+                       device=device, stride=_gpu_stride(layout))
+    return split_budget(total, how, local_ranks, shape, shared=shared, what="this store")
 
 
 def node_ranks(plan: RunPlan, rank: int) -> list[RankPlan]:
@@ -504,4 +567,4 @@ def node_ranks(plan: RunPlan, rank: int) -> list[RankPlan]:
 __all__ = ["DevicePlan", "GpuRows", "MemoryPlan", "PackMatch", "RankPlan", "RunInputs", "RunPlan", "SplitPlan", "StorePlan",
            "TierPlan", "split_plan",
            "carve_gpu", "default_batch_rows", "default_buffer_bytes", "gpu_tier_rows", "node_ranks", "plan_store", "planned_ssd_shares", "rank_plan",
-           "resolve_run", "tier_plan"]
+           "resolve_run", "store_budget", "tier_plan"]

@@ -45,8 +45,8 @@ class RunRecord:
         return cls(Path(where)) if where else None
 
     def add(self, epoch: int, item: Any) -> None:
-        """A training batch as the model sees it (moment.runtime.pipeline.Prepared, after `wait`)."""
-        self.batches.append({"epoch": epoch, "batch": item.index, "ids": digest(item.batch.n_id),
+        """A training batch as the model sees it (moment.runtime.run.Batch)."""
+        self.batches.append({"epoch": epoch, "batch": item.index, "ids": digest(item.n_id),
                              "blocks": digest(*(b.edge_index for b in item.blocks)), "labels": digest(item.y),
                              "features": digest(item.x)})
 

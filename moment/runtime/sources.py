@@ -57,6 +57,17 @@ class Staged:
         """After `finish`: whether any rank was still active in these rounds."""
         return any(f.running for f in self.fetches)
 
+    @property
+    def staying(self) -> bool:
+        """After `finish`: whether any rank had not left the run (`FeatureSource.leave`)."""
+        return any(f.staying for f in self.fetches)
+
+    def run(self) -> bool:
+        """Start and finish at once (a caller with nothing to overlap); returns `running`."""
+        self.start()
+        self.finish()
+        return self.running
+
 
 class FeatureSource(Protocol):
     num_nodes: int
@@ -84,6 +95,10 @@ class FeatureSource(Protocol):
         """The caller has completed the last batch of a sequence (an epoch, an evaluation). A source that
         exchanges rows with other ranks (the tiered store's peer tier) serves their remaining batches
         here: every rank calls it at the end of each sequence, whatever its own number of batches."""
+
+    def leave(self) -> None:
+        """This rank takes no more batches (the run is closed): a source that exchanges rows serves the
+        others until every rank has left (collective: every rank calls it once, at its end)."""
 
     def tier_stats(self) -> dict[str, Any]: ...
 
@@ -132,6 +147,9 @@ class _Plain:
         pass
 
     def finish(self) -> None:
+        pass
+
+    def leave(self) -> None:
         pass
 
     def tier_stats(self) -> dict[str, Any]:

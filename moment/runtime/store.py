@@ -86,7 +86,9 @@ def open_store(run_plan: RunPlan, dist: Any, layout: Layout | None = None) -> tu
 def open_tiers(layout: str | Path | Layout, where: Place = RankPlace(), options: StoreOptions | StorePlan = StoreOptions(),
                collectives: Collectives | None = None) -> Tier:
     """A store outside a training run: `where` this rank is, its `options` (or a rank's part of a run
-    plan), the process group's `collectives` (None: one process, no peer tier, no shared cache)."""
+    plan), the process group's `collectives` (None: one process, no peer tier, no shared cache). Given no
+    sizes it is as out of core as the layout planned: the CPU cache holds the layout's CPU bins and the rest
+    is read from the SSDs; `StoreOptions(memory_budget=...)` sizes it as `moment train --memory-budget` does."""
     lay = layout if isinstance(layout, Layout) else Layout.open(layout)
     plan = options if isinstance(options, StorePlan) else plan_store(lay, where, options, collectives)
     return _chain(lay, plan, where, collectives)

@@ -65,13 +65,19 @@ class Collectives:
 
 @dataclass(frozen=True)
 class StoreOptions:
-    """The store's tier and I/O options; the defaults are a plain single-rank store."""
+    """The store's tier and I/O options; the defaults are a plain single-rank store that is out of core as
+    its layout planned: the CPU cache holds the layout's CPU bins, never silently every row."""
 
     io_backend: str | None = None  # reader backend (moment.runtime.gather); None: the best one available
     queue_depth: int = 128  # reads in flight per rank
     direct: bool = True  # O_DIRECT reads (bypass the page cache)
     verify: bool = False  # re-hash each shard chunk the first time a read touches it
-    cpu_rows: int | None = None  # CPU-cache rows; None: every node
+    cpu_rows: int | None = None  # CPU-cache rows; None: the layout's CPU bins (Layout.cpu_bin_rows), or under a
+    #                              memory_budget what it grants (then cpu_rows is the most it may grant)
+    memory_budget: str | int | None = None  # bytes, a share ("50%") of the machine, or "auto", read as
+    #                                         `moment train --memory-budget` reads it: the CPU cache, the
+    #                                         GPU tier's stand-in (CPU) and the read buffers get what this
+    #                                         process and the store's fixed needs leave (run_plan.store_budget)
     gpu_rows: int | None = None  # GPU-tier rows (the budget's grant on CPU runs); None: all this rank's GPU bins
     policy: str = "static"  # CPU-cache policy, one of moment.caching.POLICIES
     shape: str = "rows"  # I/O shape, one of moment.io.merge.SHAPES

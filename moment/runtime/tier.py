@@ -38,7 +38,7 @@ from moment.caching.tiers import lookahead as lookahead_of
 from moment.errors import MomentError
 from moment.io.device import DeviceLayer, StagingRing
 from moment.placement.opened import Layout
-from moment.runtime.exchange import Round, RowExchange, Serve, into, nothing
+from moment.runtime.exchange import ACTIVE, LEFT, SERVING, Round, RowExchange, Serve, into, nothing
 from moment.runtime.sources import Staged
 
 TIERS = ("gpu", "peer", "remote", "cpu", "ssd")  # the tiers' names, fastest first (the keys of `tier_stats`)
@@ -198,10 +198,20 @@ class Tier:
         self.host(b.part, np.empty((b.n, self.layout_rows.row_bytes), np.uint8), False)
 
     def finish(self) -> None:
-        """The caller completed the last batch of a sequence (collective with a peer tier: every rank
-        calls it at the end of each sequence)."""
-        if self.next is not None:
-            self.next.finish()
+        """The caller completed the last batch of a sequence (collective with an exchanging tier: every rank
+        calls it at the end of each sequence): serve the others until every rank's sequence is over, one
+        round of each exchange at a time, as a batch's rounds run (never one exchange's rounds against
+        another's)."""
+        while self.idle().run():
+            pass
+
+    def leave(self) -> None:
+        """This rank takes no more batches at all (the run is closed): serve the others until every rank has
+        left, so that a rank that made fewer lookups or batches than another never leaves it waiting."""
+        while (s := Staged(None, tuple(self.idle_fetches(left=True)))).fetches:
+            s.run()
+            if not s.staying:
+                return
 
     def flush(self) -> None:
         """Decide and issue a superbatch held back now (end of an epoch)."""
@@ -270,8 +280,8 @@ class Tier:
         """One round of each exchange without a batch (this rank's sequence is over): it serves the others."""
         return Staged(None, tuple(self.idle_fetches()))
 
-    def idle_fetches(self) -> list[ExchangeFetch]:
-        return self.next.idle_fetches() if self.next is not None else []
+    def idle_fetches(self, left: bool = False) -> list[ExchangeFetch]:
+        return self.next.idle_fetches(left) if self.next is not None else []
 
     def add_stats(self, out: dict[str, Any]) -> None:
         pass
@@ -297,22 +307,25 @@ class ExchangeFetch:
         self.tier, self.exchange, self.serve = tier, exchange, serve
         self.sink = into(out, pos[order]) if out is not None else None
         self.round: Round | None = None
+        self.state = ACTIVE
         self.running = False  # after `finish`: whether any rank was active in the round
+        self.staying = True  # after `finish`: whether any rank had not left
 
     @classmethod
-    def idle(cls, tier: Tier, exchange: RowExchange, serve: Serve) -> ExchangeFetch:
-        """A round that asks nothing, for a rank whose sequence is over: it serves the others."""
+    def idle(cls, tier: Tier, exchange: RowExchange, serve: Serve, left: bool = False) -> ExchangeFetch:
+        """A round that asks nothing, for a rank whose sequence is over (`left`: that takes no more batches):
+        it serves the others."""
         none = np.zeros(0, np.int64)
-        return cls(tier, exchange, serve, none, none, none, None)
+        f = cls(tier, exchange, serve, none, none, none, None)
+        f.state = LEFT if left else SERVING
+        return f
 
     def start(self) -> None:
-        if self.sink is None:
-            self.round = self.exchange.start(self.want, self.serve, nothing, active=False)
-        else:
-            self.round = self.exchange.start(self.want, self.serve, self.sink)
+        self.round = self.exchange.start(self.want, self.serve, self.sink or nothing, self.state)
 
     def finish(self) -> None:
         self.running = self.round.finish()
+        self.staying = self.round.staying
         self.tier.served += int(sum(w.size for w in self.want))
 
 

@@ -1,342 +1,88 @@
 """`python -m moment.train`: data-parallel GNN training over the tiered store, under torchrun or alone.
 
-Each rank trains on its equal share of the training seeds (`SeedBatches`), reads its features
-through its own store and I/O stack, and runs the sample -> gather -> train pipeline; DDP averages
-gradients. Exact resumption: batch i of epoch e is sampled from a generator seeded by (seed, e, rank,
-i) and dropout is reseeded from the same tuple before each step, so a run restarted from a checkpoint
-(`--resume`, or automatically after a torchrun restart) repeats the uninterrupted run's batches and
-losses. Rank 0 alone prints (progress bar, summary) and writes checkpoints and the metrics JSON.
+The trainer is a loop over the public loader (moment.runtime.run: what a user's own script gets from
+`moment.open_run`) with the model, the optimizer, checkpoints and metrics around it. Each rank trains on
+its equal share of the training seeds, reads its features through its own store and I/O stack, and
+the loader pipelines sampling and reading with the step; DDP averages gradients. Exact resumption:
+batch i of epoch e is sampled from a generator seeded by (seed, e, rank, i) and dropout is reseeded
+from the same tuple before each step, so a run restarted from a checkpoint (`--resume`, or
+automatically after a torchrun restart) repeats the uninterrupted run's batches and losses. Rank 0
+alone prints (progress bar, summary) and writes checkpoints and the metrics JSON.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import json
 import os
 import sys
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
-import torch.nn.functional as F
 
 from moment import testpoints
 from moment.errors import MomentError
-from moment.io.device import DeviceLayer, DeviceMemory
-from moment.placement.opened import Layout
-from moment.runtime.budget import process_bytes, return_freed_memory, under_torchrun
+from moment.runtime.budget import under_torchrun
 from moment.runtime.checkpoint import CHECKPOINT_NAME, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from moment.runtime.config import TrainConfig, parse_args
-from moment.runtime.dist import AgreedError, DistContext, default_device, setup
-from moment.runtime import remote_tier
-from moment.runtime.exchange import RowExchange
-from moment.runtime.finite import BadStep, StepLog
-from moment.runtime.loader import LoaderPipeline
-from moment.runtime.memory_use import machine_peak, parent_peak, rank_sample, reset_peak
-from moment.runtime.models import LayerExtent, build_model, load_layers, step_bytes
-from moment.runtime.pipeline import Pipeline, StageTimes, mix
+from moment.runtime.dist import AgreedError, DistContext
+from moment.runtime.lost import peer_lost
+from moment.runtime.memory_use import machine_peak, rank_sample
+from moment.runtime.link_task import link_logits, link_loss, out_dim, roc_auc
+from moment.runtime.model_spec import forward, load_loss, make_model, make_optimizer
+from moment.runtime.pipeline import StageTimes
 from moment.runtime.progress import Reporter
+from moment.runtime.run import Batch, Run, start
 from moment.runtime.run_record import RunRecord
-from moment.runtime.run_plan import RunInputs, RunPlan, gpu_tier_rows, resolve_run
-from moment.runtime.sources import FeatureSource, InMemoryFeatures, MemmapFeatures
-from moment.runtime.start_sizes import agent_start_bytes, rank_start_bytes
-from moment.runtime.store import StoreInfo, open_store
-from moment.workload.graph import GraphDataset
-from moment.workload.sampler import CSRGraph, MiniBatch, NeighborSampler, SeedBatches
 
-EVAL_TAG, DROPOUT_TAG = 0xE7A1, 0xD80
+#: what a checkpoint written before a setting existed trained with (it records no value for it)
+OLDER_RUNS = {"task": "node", "negatives": 1, "loss": None, "optimizer": "adam", "weight_decay": 0.0}
 AGREED_GRACE_S = 2.0  # a rank that leaves an agreed error to rank 0 exits this much later
-BASE_ENV = "MOMENT_RANK_BASE_BYTES"  # set by `moment train`: the per-rank fixed cost its budget check charged
-AGENT_ENV = "MOMENT_AGENT_BYTES"  # set by `moment train`: torchrun's agent as its budget check charged it
 #: what a checkpoint must share with the run that resumes it: the data (dataset and layout identity), the
 #: model's shape, and what decides the batches and updates (an exact resume repeats the uninterrupted run)
 RESUME_KEYS = ("dataset_id", "layout_id", "model", "layers", "hidden", "feature_dim", "num_classes", "world_size",
-               "batch_size", "seed", "fanouts", "lr")
-
-
-def dataset_dir(cfg: TrainConfig, layout: Layout | None = None) -> Path:
-    """--dataset, else the dataset the layout was placed from."""
-    if cfg.dataset is not None:
-        return cfg.dataset
-    layout = layout or Layout.open(cfg.layout)
-    return Path(layout.manifest.dataset.features_path).parent
-
-
-@dataclass(frozen=True)
-class Extent:
-    """The most rows and edges one mini-batch touches, and each layer's block at its largest (input layer
-    first): stated from sampled batches (`_batch_extent`)."""
-
-    rows: int
-    edges: int
-    layers: tuple[LayerExtent, ...]
-
-    def most(self, other: Extent) -> Extent:
-        return Extent(max(self.rows, other.rows), max(self.edges, other.edges),
-                      tuple(LayerExtent(max(a.src, b.src), max(a.dst, b.dst), max(a.edges, b.edges))
-                            for a, b in zip(self.layers, other.layers, strict=True)))
-
-
-#: batches sampled at start-up to state the extent of a batch (the first of epoch 0)
-EXTENT_BATCHES = 8
-#: the extent of a batch: the sampled batches' mean plus this many standard deviations of theirs
-EXTENT_SPREAD = 5
-
-
-def _bound(values: Sequence[int]) -> int:
-    """The most one batch holds of a quantity, from the sampled batches' values: their mean plus EXTENT_SPREAD
-    standard deviations (a batch's rows and edges are sums of many sampled neighbours, near normal: a run
-    exceeds it in about one batch of three million), at least the largest seen, plus 64. The spread taken is
-    at least a Poisson count's (the square root of the mean), so that a few alike samples do not state none."""
-    v = np.asarray(values, np.float64)
-    sd = max(float(v.std(ddof=1)) if v.size > 1 else 0.0, float(np.sqrt(v.mean())))
-    return int(max(v.max(), np.ceil(v.mean() + EXTENT_SPREAD * sd))) + 64
-
-
-def _batch_extent(cfg: TrainConfig, graph: CSRGraph, batches: SeedBatches, fanouts: list[int]) -> Extent:
-    """The most rows and edges one mini-batch touches, and each layer's block at its largest: the first
-    EXTENT_BATCHES batches sampled for real, bounded from their spread (`_bound`)."""
-    from moment.workload.sampler import NeighborSampler
-
-    sampler = NeighborSampler(graph, fanouts)
-    hops = len(fanouts)
-    seen: list[list[int]] = []  # per batch: rows, edges, then each layer's src, dst and edges
-    for i, seeds in enumerate(batches.epoch(0)):
-        if i == EXTENT_BATCHES:
-            break
-        sampler.generator.manual_seed(mix(cfg.seed, 0, 0, i))
-        mb = sampler.sample(seeds)
-        nodes, edges = np.cumsum(mb.num_sampled_nodes).tolist(), np.cumsum([0, *mb.num_sampled_edges]).tolist()
-        # layer i of L: the edges of hops 1..L-i, as MiniBatch.blocks() cuts them
-        seen.append([mb.num_nodes, int(mb.edge_index.shape[1]),
-                     *(v for h in range(hops) for v in (nodes[hops - h], nodes[hops - h - 1], edges[hops - h]))])
-    if not seen:
-        seen = [[0] * (2 + 3 * hops)]
-    b = [_bound(col) for col in zip(*seen, strict=True)]
-    return Extent(b[0], b[1], tuple(LayerExtent(*b[2 + 3 * i: 5 + 3 * i]) for i in range(hops)))
-
-
-def run_inputs(cfg: TrainConfig, ds: GraphDataset, graph: CSRGraph, batches: Sequence[SeedBatches],
-               fanouts: list[int], process_bytes: int, agent_bytes: int, local_ranks: int, layout: Layout | None, *,
-               ctx: DistContext | None = None, feature_dim: int | None = None,
-               device_memory: DeviceMemory | None = None) -> RunInputs:
-    """What `resolve_run` is given: the largest extent of `batches` (each rank's, or a preview's of every
-    rank), the sizes torch's objects state for it (a round of the peer exchange among `local_ranks`, whose
-    GPU tiers hold what `layout` gives them, and a training step of the model, included), a rank's and
-    torchrun's agent's measured sizes, and the dataset's sizes. With `ctx`, the ranks agree on their maxima
-    first: every rank must resolve the same plan (the shared cache is one segment). `feature_dim`: the
-    run's features are that wide (float32), not `ds`'s (a run planned on its graph alone). `device_memory`:
-    this rank's device's free and total bytes (a CUDA rank), agreed as the least of the ranks'."""
-    ext = functools.reduce(Extent.most, [_batch_extent(cfg, graph, b, fanouts) for b in batches])
-    if ctx is not None:
-        least = [-v for v in device_memory] if device_memory is not None else []  # the max of the negated: the least
-        flat = [ext.rows, ext.edges, *(v for x in ext.layers for v in (x.src, x.dst, x.edges)), process_bytes,
-                agent_bytes, *least]
-        agreed = [int(x) for x in ctx.all_reduce(torch.tensor(flat, dtype=torch.float64), op="max").tolist()]
-        if device_memory is not None:
-            device_memory = DeviceMemory(*(-v for v in agreed[-2:]))
-            agreed = agreed[:-2]
-        *sizes, process_bytes, agent_bytes = agreed
-        ext = Extent(sizes[0], sizes[1], tuple(LayerExtent(*sizes[2 + 3 * i: 5 + 3 * i])
-                                               for i in range(len(ext.layers))))
-    rows = min(ext.rows, ds.num_nodes)
-    dim = ds.feature_dim if feature_dim is None else int(feature_dim)
-    row_bytes = ds.row_bytes if feature_dim is None else dim * np.dtype(np.float32).itemsize
-    training = step_bytes(cfg.model, dim, ds.num_classes, cfg.hidden,
-                          [LayerExtent(min(x.src, rows), min(x.dst, rows), x.edges) for x in ext.layers], rows=rows,
-                          float_copy=feature_dim is None and ds.feature_dtype != np.float32)
-    split = layout.split if layout is not None else None
-    return RunInputs(train_nodes=int(np.asarray(ds.train_idx).size),
-                     graph_bytes=ds.file("indptr").stat().st_size + ds.file("indices").stat().st_size,
-                     labels_bytes=ds.file("labels").stat().st_size, rows_max=rows, edges_max=ext.edges,
-                     process_bytes=process_bytes, sampler_map_bytes=NeighborSampler.map_bytes(ds.num_nodes),
-                     batch_ids_bytes=MiniBatch.id_bytes(rows, ext.edges), held_batches=Pipeline.held_batches(cfg.depth),
-                     training_bytes=training, agent_bytes=agent_bytes, exchange_bytes=RowExchange.round_bytes(
-                         rows, row_bytes, local_ranks, gpu_tier_rows(layout, local_ranks) if layout else 0),
-                     remote_exchange_bytes=remote_tier.round_bytes(rows, row_bytes, len(split.machines)) if split else 0,
-                     remote_reader_bytes=remote_tier.reader_bytes(layout.manifest.row.align) if split else 0,
-                     device_memory=device_memory)
-
-
-def preview_inputs(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, agent: bool = True,
-                   layout: Layout | None = None, nnodes: int = 1,
-                   feature_dim: int | None = None) -> RunInputs:
-    """What rank 0 of an `nproc`-rank run (on each of `nnodes` machines) will measure, measured before any rank
-    starts: the largest extent of every rank's batches (the ranks agree on it), a fresh rank's fixed cost
-    and, with `agent` (the run is started by torchrun, as `moment train` does), a fresh torchrun agent's."""
-    train_idx = np.asarray(ds.train_idx)
-    graph, fanouts = CSRGraph.from_dataset(ds, in_memory=False), cfg.resolved_fanouts()
-    world = nproc * max(nnodes, 1)
-    per_rank = [SeedBatches(train_idx, cfg.resolved_batch_size(train_idx.size, world), seed=cfg.seed, rank=r,
-                            world_size=world) for r in range(world)]
-    if layout is None and cfg.layout is not None:
-        layout = Layout.open(cfg.layout)
-    return run_inputs(cfg, ds, graph, per_rank, fanouts, rank_start_bytes(), agent_start_bytes() if agent else 0,
-                      nproc, layout, feature_dim=feature_dim)
-
-
-def planned_inputs(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, feature_dim: int, gpu_rows: int) -> RunInputs:
-    """`preview_inputs` of a run whose features and layout are not written yet (`run_plan.planned_minimum`):
-    the batch extent sampled on `ds`'s graph (any dataset with the run's graph: bench/epoch.py synthesizes
-    the graph with one-wide features first), the model's step and a round of the peer exchange for
-    `feature_dim`-wide float32 rows, `gpu_rows` held by each rank."""
-    got = preview_inputs(cfg, ds, nproc, feature_dim=feature_dim)
-    rb = feature_dim * np.dtype(np.float32).itemsize
-    return dataclasses.replace(got, exchange_bytes=RowExchange.round_bytes(got.rows_max, rb, nproc, gpu_rows))
-
-
-def preview_plan(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, layout: Layout | None = None,
-                 agent: bool = True, pack_index_bytes: int | None = None, inputs: RunInputs | None = None,
-                 nnodes: int = 1) -> RunPlan:
-    """The run plan the ranks of an `nproc`-rank run on this machine (one of `nnodes`) will resolve, before any
-    starts.
-
-    `pack_index_bytes`: charge the index of a pack not written yet (`moment data pack`); `inputs`: reuse a
-    measurement (`preview_inputs`) when previewing several budgets or packs of one run."""
-    layout = layout or Layout.open(cfg.layout)
-    inputs = inputs or preview_inputs(cfg, ds, nproc, agent=agent, layout=layout, nnodes=nnodes)
-    return resolve_run(cfg, layout, world_size=nproc * max(nnodes, 1), local_world_size=nproc, inputs=inputs,
-                       device=default_device(cfg.device), pack_index_bytes=pack_index_bytes)
-
-
-def rank_base_bytes() -> int:
-    """A rank's fixed cost as the budget charges it: the launcher's preview figure when `moment train`
-    started this rank (so that the launcher's check and the ranks' are the same numbers, and the minimum
-    it names is accepted), else what this rank holds now."""
-    given = os.environ.get(BASE_ENV, "")
-    return int(given) if given.isdigit() else process_bytes()
-
-
-def agent_bytes() -> int:
-    """torchrun's agent as the budget charges it (0 without torchrun): the launcher's figure when `moment
-    train` started the run (as `rank_base_bytes`), else the agent's peak so far (it is this rank's parent)."""
-    if not under_torchrun():
-        return 0
-    given = os.environ.get(AGENT_ENV, "")
-    return int(given) if given.isdigit() else parent_peak()
-
-
-def make_source(cfg: TrainConfig, ds: GraphDataset, ctx: DistContext, layout: Layout | None = None,
-                plan: RunPlan | None = None) -> tuple[FeatureSource, StoreInfo | None]:
-    """The run's feature source, and for the tiered store what its chain holds."""
-    if cfg.features == "memory":
-        return InMemoryFeatures(ds.file("features"), ctx.device), None
-    if cfg.features == "memmap":
-        return MemmapFeatures(ds.file("features"), ctx.device, drop_cache=cfg.drop_page_cache,
-                              random=cfg.memmap_random), None
-    assert layout is not None and plan is not None
-    if layout.num_nodes != ds.num_nodes or layout.row_bytes != ds.row_bytes:
-        raise MomentError(f"layout has {layout.num_nodes} nodes of {layout.row_bytes} B, the dataset "
-                          f"{ds.num_nodes} of {ds.row_bytes} B: they do not belong together", source=str(cfg.layout))
-    return open_store(plan, ctx, layout)
+               "batch_size", "seed", "fanouts", "lr", "task", "negatives", "loss", "optimizer", "weight_decay")
 
 
 class Trainer:
-    """One rank's training run; `run()` returns the metrics (identical on every rank)."""
+    """One rank's training run on `run` (its loader, store and plan); `run()` returns the metrics (identical on
+    every rank)."""
 
-    def __init__(self, cfg: TrainConfig, ctx: DistContext, layout: Layout | None = None):
-        """`layout`: the run's layout opened once (None: opened here when --layout is given)."""
-        self.cfg, self.ctx = cfg, ctx
-        self.peak_from = "run start" if reset_peak() else "process start"  # the measured peak is this run's
-        self.dev = DeviceLayer(ctx.device)
-        self.dev.reset_peak()  # the device's too
-        load_layers()  # the model's layers are a fixed cost too: measured with the rest
-        base_rss = rank_base_bytes()  # interpreter, torch, the layers, before any data is touched
-        self.layout = layout if layout is not None or cfg.layout is None else Layout.open(cfg.layout)
-        self.ds = GraphDataset.open(dataset_dir(cfg, self.layout))
-        # before any rank samples: sampled blocks against the manifest, the graph's structure
-        self.notes: list[str] = [f"note: {n}" for n in self.ds.check()]
-        if self.layout is not None:  # the layout must hold this dataset's features, not another's
-            from moment.placement.reader import check_dataset
-
-            note = check_dataset(cfg.layout, self.layout.manifest, self.ds)
-            self.notes += [f"note: {note}"] if note else []
-        self.fanouts = cfg.resolved_fanouts()
-        train_idx = np.asarray(self.ds.train_idx)
-        self.batch_size = cfg.resolved_batch_size(train_idx.size, ctx.world_size)
-        self.batches = SeedBatches(train_idx, self.batch_size, seed=cfg.seed, rank=ctx.rank,
-                                   world_size=ctx.world_size)
-        if len(self.batches) == 0:
-            raise MomentError(f"{train_idx.size} training nodes are too few for {ctx.world_size} ranks",
-                              source=str(self.ds.path))
+    def __init__(self, run: Run):
+        self.run_, self.cfg, self.ctx = run, run.cfg, run.ctx
+        cfg, ctx = self.cfg, self.ctx
+        self.ds, self.layout, self.plan = run.dataset, run.layout, run.plan
+        self.source, self.store_info, self.notes = run.source, run.store_info, run.notes
+        self.fanouts, self.batch_size, self.batches = run.fanouts, run.batch_size, run.batches
+        self.restarts = run.restarts
         self.ck_every = cfg.resolved_checkpoint_every(len(self.batches))
-        if ctx.nnodes > 1:  # every machine gave its own options and layout: they must train the same thing
-            self._check_machines()
-        # torchrun counts restarts per machine, and a machine restarted by another's failure does not count it
-        self.restarts = int(ctx.all_reduce(torch.tensor([float(ctx.restart_count)], dtype=torch.float64), "max")[0])
-        self.val = torch.from_numpy(np.array(self.ds.val_idx, dtype=np.int64))[ctx.rank :: ctx.world_size]
-        # the graph stays memory-mapped (its size is charged to the budget); labels in their own small dtype
-        self.graph = CSRGraph.from_dataset(self.ds, in_memory=cfg.features == "memory")
-        self.plan: RunPlan | None = None  # every derived decision of a tiered run (moment.runtime.run_plan)
-        if cfg.features == "tiered":
-            return_freed_memory()
-            inputs = run_inputs(cfg, self.ds, self.graph, [self.batches], self.fanouts, base_rss, agent_bytes(),
-                                max(ctx.local_world_size, 1), self.layout, ctx=ctx, device_memory=self.dev.memory())
-            self.plan = resolve_run(cfg, self.layout, world_size=ctx.world_size,
-                                    local_world_size=max(ctx.local_world_size, 1), inputs=inputs,
-                                    device=ctx.device.type)
-        self.source, self.store_info = make_source(cfg, self.ds, ctx, self.layout, self.plan)
-        if self.plan is not None:  # collective: every rank (a machine's layout may have no GPU bin)
-            lines = ctx.all_gather_object(ctx.serves.line(str(ctx.device)) if ctx.serves and ctx.serves.plan_gpus
-                                          else None)
-            self.notes += [x for x in lines if x]
-        labels = torch.from_numpy(np.array(self.ds.labels))
-        self.pipe, self.eval_pipe = (self._pipeline(labels) for _ in range(2))
         torch.manual_seed(cfg.seed)  # same initial weights on every rank (DDP also broadcasts rank 0's)
-        model = build_model(cfg.model, self.ds.feature_dim, self.ds.num_classes, len(self.fanouts), cfg.hidden)
-        self.module = model.to(ctx.device)
-        self.opt = torch.optim.Adam(self.module.parameters(), lr=cfg.lr)
-        self.curve: list[float] = []  # mean loss over ranks, per step, synced
-        self.steps = StepLog(ctx.rank, ctx.world_size)  # losses and their finiteness since the last check
+        self.metric = "auc" if cfg.task == "link" else "accuracy"  # what validation reports
+        width = out_dim(cfg.task, cfg.model, cfg.hidden, self.ds.num_classes)
+        self.module = make_model(cfg, self.ds.feature_dim, width, len(self.fanouts)).to(ctx.device)
+        self.opt = make_optimizer(self.module.parameters(), cfg)
+        self.loss_fn = load_loss(cfg.loss, width)
         self.record = RunRecord.of_env()  # `moment doctor --gpu`'s record of the batches (off in real runs)
         self.val_curve: list[float] = []
         self.epoch_seconds: list[float] = []
-        self.epoch, self.next_batch, self.step = 0, 0, 0
+        self.epoch, self.next_batch = 0, 0
         self.resumed_from: int | None = None
-        self.saved_step: int | None = None  # the step of the last checkpoint written (or resumed from)
         self.restart_note = self._maybe_resume()
-        if ctx.backend:
-            from torch.nn.parallel import DistributedDataParallel as DDP
-
-            ids = [ctx.device.index] if ctx.device.type == "cuda" else None
-            self.model = DDP(self.module, device_ids=ids)
-        else:
-            self.model = self.module
+        self.model = run.ddp(self.module)
         self.seeds_trained = 0
 
-    def _pipeline(self, labels: torch.Tensor) -> Pipeline | LoaderPipeline:
-        cfg = self.cfg
-        if cfg.loader_workers:
-            return LoaderPipeline(self.graph, self.fanouts, self.source, labels, self.ctx.device,
-                                  workers=cfg.loader_workers, depth=cfg.depth)
-        return Pipeline(self.graph, self.fanouts, self.source, labels, self.ctx.device, depth=cfg.depth,
-                        pipelined=cfg.pipeline)
+    @property
+    def step(self) -> int:
+        return self.run_.step
 
-    def _check_machines(self) -> None:
-        """Refuse, on every rank alike, machines that would not train one run (moment.runtime.rendezvous)."""
-        import socket
+    @property
+    def curve(self) -> list[float]:
+        return self.run_.loss_curve
 
-        from moment.runtime.rendezvous import SHARED_SETTINGS, RunFacts, check_agents
-
-        cfg, split = self.cfg, self.layout.split if self.layout is not None else None
-        values = {"model": cfg.model, "epochs": cfg.epochs, "fanouts": self.fanouts, "layers": len(self.fanouts),
-                  "batch_size": self.batch_size, "hidden": cfg.resolved_hidden(), "lr": cfg.lr, "seed": cfg.seed,
-                  "features": cfg.features, "checkpoints": cfg.checkpoint_dir is not None,
-                  "checkpoint_every": self.ck_every, "resume": cfg.resume, "peer_tier": cfg.peer_tier}
-        facts = RunFacts(node_rank=self.ctx.node_rank, host=socket.gethostname(), dataset_id=self.ds.dataset_id,
-                         dataset=str(self.ds.path), layout=str(cfg.layout) if cfg.layout is not None else None,
-                         split_id=split.id if split else None, split_machine=split.machine if split else None,
-                         split_machines=tuple(split.machines) if split else (),
-                         settings=tuple((k, repr(values[k])) for k in SHARED_SETTINGS))
-        try:
-            check_agents(self.ctx.all_gather_object(facts))
-        except MomentError as e:
-            raise AgreedError.of(e) from None
+    @property
+    def saved_step(self) -> int | None:
+        return self.run_.saved_step
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -350,12 +96,13 @@ class Trainer:
                 "layers": len(self.fanouts), "hidden": self.cfg.resolved_hidden(),
                 "feature_dim": self.ds.feature_dim, "num_classes": self.ds.num_classes,
                 "world_size": self.ctx.world_size, "batch_size": self.batch_size, "seed": self.cfg.seed,
-                "fanouts": self.fanouts, "lr": self.cfg.lr}
+                "fanouts": self.fanouts, "lr": self.cfg.lr, "task": self.cfg.task, "negatives": self.cfg.negatives,
+                "loss": self.cfg.loss, "optimizer": self.cfg.optimizer, "weight_decay": self.cfg.weight_decay}
 
     def _check_resume(self, ck: dict[str, Any]) -> None:
         """Refuse a checkpoint of another run, naming every difference: resuming another dataset's weights
         would report that run's accuracy as this one's, and another shape cannot load at all."""
-        theirs, mine = ck.get("run") or {}, self._resume_fields()
+        theirs, mine = {**OLDER_RUNS, **(ck.get("run") or {})}, self._resume_fields()
 
         def show(k: str, run: dict[str, Any]) -> str:
             v = run.get(k)
@@ -400,13 +147,13 @@ class Trainer:
         except (RuntimeError, ValueError, KeyError) as e:  # the recorded settings matched, the weights did not
             raise AgreedError(f"the checkpoint's model does not fit this run's: {str(e).strip().splitlines()[-1]}",
                               source=str(cfg.checkpoint_dir), hint="start a new run (without --resume)") from None
-        self.epoch, self.next_batch, self.step = ck["epoch"], ck["next_batch"], ck["step"]
-        self.curve, self.val_curve = list(ck["loss_curve"]), list(ck["val_curve"])
+        self.epoch, self.next_batch, self.run_.step = ck["epoch"], ck["next_batch"], ck["step"]
+        self.run_.loss_curve, self.val_curve = list(ck["loss_curve"]), list(ck["val_curve"])
         self.epoch_seconds = list(ck.get("epoch_seconds", []))
         states = ck.get("rng_states") or []
         if self.ctx.rank < len(states):
             set_rng_state(states[self.ctx.rank], self.ctx.device)
-        self.resumed_from = self.saved_step = self.step
+        self.resumed_from = self.run_.saved_step = self.step
         why = f"restart {restart}: a rank failed; " if restart > 0 else ""
         where = (f"all {cfg.epochs} epochs were done" if self.epoch >= cfg.epochs
                  else f"epoch {self.epoch + 1}, batch {self.next_batch}")
@@ -429,16 +176,8 @@ class Trainer:
             raise AgreedError(got[1])
         return got[1]
 
-    def _sync_losses(self) -> None:
-        """Check the steps since the last check (moment.runtime.finite): their mean losses join the curve, and
-        every rank stops at the first step whose loss was not finite on any rank."""
-        losses, bad = self.steps.check(self.ctx.all_reduce)
-        if bad is not None:
-            self._stop_at(bad)
-        self.curve += losses
-
     def _checkpoint(self) -> None:
-        self._sync_losses()
+        self.run_.sync_losses()
         states = self.ctx.all_gather_object(rng_state(self.ctx.device))
         payload = {
             "model": self.module.state_dict(), "optimizer": self.opt.state_dict(),
@@ -447,7 +186,7 @@ class Trainer:
             "rng_states": states, "run": self._resume_fields(), "config": self.cfg.to_dict(),
         }
         self.ctx.on_main(lambda: self._save(payload))
-        self.saved_step = self.step
+        self.run_.saved_step = self.step
 
     def _save(self, payload: dict[str, Any]) -> None:
         """Write the checkpoint (rank 0); a failure (a full disk) names the file and keeps the last good one."""
@@ -468,73 +207,60 @@ class Trainer:
     # ------------------------------------------------------------------ loops
 
     def _train_epoch(self, rep: Reporter) -> None:
-        cfg, ctx, e = self.cfg, self.ctx, self.epoch
-        batches = list(self.batches.epoch(e))
-        self.source.epoch_start(e)
+        ctx, e = self.ctx, self.epoch
+        loader = self.run_.loader("train", e, start=self.next_batch)
         self.model.train()
         t0 = time.perf_counter()
         last = ctx.rank == ctx.world_size - 1 and self.restarts == 0  # the rank a test may kill
-        rep.start_epoch(e, len(batches), self.next_batch)
-        for item in self.pipe.run(batches, (cfg.seed, e, ctx.rank), start=self.next_batch):
-            item.wait()
+        rep.start_epoch(e, len(loader.seeds), self.next_batch)
+        for batch in loader:
             if self.record is not None:
-                self.record.add(e, item)
-            torch.manual_seed(mix(cfg.seed, e, ctx.rank, item.index, DROPOUT_TAG))
+                self.record.add(e, batch)
             self.opt.zero_grad(set_to_none=True)
-            out = self.model(item.x.float(), item.blocks)
-            loss = F.cross_entropy(out, item.y)
-            self.steps.record(loss, item.x, self.step + 1, e, item.index)  # on the device: no host sync
+            loss = self._loss(forward(self.model, self.cfg.model, batch.x.float(), batch.blocks), batch)
             loss.backward()
             self.opt.step()
-            self.step += 1
-            self.next_batch = item.index + 1
-            self.seeds_trained += int(item.y.numel())
+            self.run_.track(loss)  # on the device: no host sync (checked every few steps, and at the end)
+            self.next_batch = batch.index + 1
+            self.seeds_trained += int(batch.y.numel())
             rep.step(self.seeds_trained, self.source.tier_stats())
             if last:
                 testpoints.reach("train-step", self.step)
             if self.ck_every and self.step % self.ck_every == 0:
                 self._checkpoint()
-            elif self.steps.due:
-                self._sync_losses()
-        self._sync_losses()
         self.epoch_seconds.append(time.perf_counter() - t0)
 
-    def _stop_at(self, bad: BadStep) -> None:
-        """Stop every rank at the first step whose loss was not finite (training on would only print NaN
-        losses and end 'successfully'), saying whether its features were already not finite (corrupt data)
-        or only the loss (the model diverged). Every rank raises it alike; rank 0 prints it."""
-        where = (f"at step {bad.step} (epoch {bad.epoch + 1}, batch {bad.batch + 1} of {len(self.batches)})"
-                 f" on rank{'s' if len(bad.ranks) > 1 else ''} {', '.join(map(str, bad.ranks))}")
-        src = (f"layout {self.cfg.layout}" if self.cfg.features == "tiered"
-               else f"dataset {self.ds.path} (features.npy)")
-        kept = ("" if self.saved_step is None else
-                f"; the last checkpoint (step {self.saved_step}) is from before it")
-        if bad.bad_features:
-            raise AgreedError(
-                f"training stopped {where}: the loss is not finite because the feature rows read for the batch "
-                f"hold NaN or infinite values; the {src} is probably corrupt",
-                hint=(f"check it with `moment layout verify {self.cfg.layout}`" if self.cfg.features == "tiered"
-                      else "compare its files with their checksums (`moment place` does, before placing)")
-                + f"; nothing trained on these values was saved{kept}")
-        raise AgreedError(
-            f"training stopped {where}: the loss is not finite though the batch's features are: the model "
-            f"diverged (learning rate {self.cfg.lr}), or the features hold garbage values",
-            hint=f"lower --lr, or check the {src}"
-            + (f" with `moment layout verify {self.cfg.layout}`" if self.cfg.features == "tiered" else "") + kept)
+    def _loss(self, out: torch.Tensor, batch: Batch) -> torch.Tensor:
+        if self.cfg.task == "link":
+            return link_loss(link_logits(out, batch.edge_label_index), batch.edge_label)
+        return self.loss_fn(out, batch.y)
 
     @torch.no_grad()
     def _evaluate(self) -> float:
         self.module.eval()
-        cfg, ctx = self.cfg, self.ctx
-        batches = list(torch.split(self.val, self.batch_size))
+        if self.cfg.task == "link":
+            return self._evaluate_links()
+        ctx = self.ctx
         correct, total = torch.zeros((), dtype=torch.int64, device=ctx.device), 0  # on the device: no sync a batch
-        for item in self.eval_pipe.run(batches, (cfg.seed, self.epoch, ctx.rank, EVAL_TAG)):
-            item.wait()
-            pred = self.module(item.x.float(), item.blocks).argmax(-1)
-            correct += (pred == item.y).sum()
-            total += int(item.y.numel())
+        for batch in self.run_.loader("val", self.epoch):
+            pred = forward(self.module, self.cfg.model, batch.x.float(), batch.blocks).argmax(-1)
+            correct += (pred == batch.y).sum()
+            total += int(batch.y.numel())
         t = self.ctx.all_reduce(torch.tensor([float(correct), float(total)], dtype=torch.float64))
         return float(t[0] / t[1]) if t[1] > 0 else 0.0
+
+    def _evaluate_links(self) -> float:
+        """ROC AUC of the validation nodes' link batches (positives and as many negatives), every rank's
+        scores gathered first: an AUC does not add up over the ranks' shares."""
+        scores, labels = [], []
+        for batch in self.run_.loader("val", self.epoch):
+            out = forward(self.module, self.cfg.model, batch.x.float(), batch.blocks)
+            scores.append(link_logits(out, batch.edge_label_index).cpu())
+            labels.append(batch.edge_label.cpu())
+        got = self.ctx.all_gather_object((torch.cat(scores) if scores else torch.zeros(0),
+                                          torch.cat(labels) if labels else torch.zeros(0)))
+        s, y = torch.cat([g[0] for g in got]), torch.cat([g[1] for g in got])
+        return roc_auc(s, y) if 0 < int(y.sum()) < y.numel() else float("nan")
 
     def run(self, rep: Reporter) -> dict[str, Any]:
         t0 = time.perf_counter()
@@ -543,7 +269,7 @@ class Trainer:
                 self._train_epoch(rep)
             acc = self._evaluate()
             self.val_curve.append(acc)
-            rep.end_epoch(self.epoch, acc, self.curve[-1] if self.curve else float("nan"))
+            rep.end_epoch(self.epoch, acc, self.curve[-1] if self.curve else float("nan"), self.metric)
             self.epoch, self.next_batch = self.epoch + 1, 0
             if self.ck_every:
                 self._checkpoint()
@@ -556,7 +282,7 @@ class Trainer:
         ctx = self.ctx
         tiers = self.source.tier_stats()
         names = sorted(tiers["bytes"])
-        t = self.pipe.times.as_dict()
+        t = self.run_.stage_times("train").as_dict()
         k = len(names)
         vec = torch.tensor([self.seeds_trained, tiers["ssd_bytes_read"], tiers["ssd_requests"],
                             tiers.get("packed_rows", 0)] + [tiers["bytes"][n] for n in names]
@@ -572,8 +298,10 @@ class Trainer:
         return {
             "epochs": self.cfg.epochs,
             "steps": self.step,
-            "val_accuracy": self.val_curve[-1] if self.val_curve else None,
-            "val_accuracy_curve": self.val_curve,
+            "task": self.cfg.task,
+            "val_metric": self.metric,
+            f"val_{self.metric}": self.val_curve[-1] if self.val_curve else None,
+            f"val_{self.metric}_curve": self.val_curve,
             "num_classes": self.ds.num_classes,
             "seeds_per_s": seeds / train_wall,
             "stage_seconds": {n: v for n, v in stage.as_dict().items() if n != "wall"},
@@ -622,12 +350,12 @@ class Trainer:
         sample = rank_sample(with_agent=ctx.local_rank == 0 and ctx.backend is not None and under_torchrun(),
                              shared_files=[self.ds.file("indptr"), self.ds.file("indices")])
         # each rank's device peak rides with its host sample (one collective); the busiest rank's is the measure
-        samples = ctx.all_gather_object([sample, self.dev.peak_reserved()])
+        samples = ctx.all_gather_object([sample, self.run_.dev.peak_reserved()])
         measured = machine_peak([s for s, _ in samples], ctx.local_world_size)
         out: dict[str, Any] = ({"budget_bytes": None, "predicted_peak_bytes": None, "device": None} if self.plan is None
                                else self.plan.memory.as_dict())
         out["measured_peak_bytes"] = measured.pop("bytes")
-        out["measured"] = {**measured, "since": self.peak_from}
+        out["measured"] = {**measured, "since": self.run_.peak_from}
         out["device"] = _device_memory(out["device"], [p for _, p in samples if p is not None])
         return out
 
@@ -680,8 +408,7 @@ class Trainer:
                 f"--gpu-cache/--cpu-cache"]
 
     def close(self) -> None:
-        """Free the store, and DDP: its reducer holds the process group, which must die at close."""
-        self.source.close()
+        """Drop DDP: its reducer holds the process group, which must die at close (the run frees the store)."""
         self.model = self.module
 
 
@@ -721,30 +448,18 @@ def write_json_atomic(path: Path, doc: dict[str, Any]) -> None:
     atomic_write(path, json.dumps(doc, indent=2), "--metrics-json")
 
 
-def layout_gpus(cfg: TrainConfig, layout: Layout | None = None) -> list[tuple[str, str | None]]:
-    """The layout's GPU bins as (plan GPU, PCI address), in shard order: what ranks are matched to."""
-    if cfg.features != "tiered" or cfg.layout is None:
-        return []
-    return (layout or Layout.open(cfg.layout)).gpu_devices()
-
 
 def train(cfg: TrainConfig, ctx: DistContext | None = None) -> dict[str, Any]:
     """Run training with `cfg`; returns the metrics (and writes them when `cfg.metrics_json` is set)."""
-    cfg.check()
-    own = ctx is None
-    layout = Layout.open(cfg.layout) if cfg.layout is not None else None  # its manifests are read once
-    ctx = ctx or setup(cfg.device, layout_gpus(cfg, layout))
-    old_threads = torch.get_num_threads()
-    if ctx.device.type == "cpu":
-        torch.set_num_threads(cfg.threads or max(1, (os.cpu_count() or 1) // max(ctx.local_world_size, 1)))
-    trainer = None
+    run = start(cfg, ctx)
+    trainer, done = None, False
     try:
-        trainer = Trainer(cfg, ctx, layout)
-        with Reporter(enabled=ctx.is_main and not cfg.quiet, world_size=ctx.world_size,
+        trainer = Trainer(run)
+        with Reporter(enabled=run.ctx.is_main and not cfg.quiet, world_size=run.world_size,
                       total_epochs=cfg.epochs) as rep:
             rep.lines(trainer.notes)
             notes = trainer.memory_notes()
-            if trainer.restart_note and ctx.is_main:
+            if trainer.restart_note and run.ctx.is_main:
                 rep.notice(trainer.restart_note)
             if trainer.plan is not None:
                 rep.lines(trainer.plan.memory.lines() + [trainer.store_line()] + notes)
@@ -756,17 +471,19 @@ def train(cfg: TrainConfig, ctx: DistContext | None = None) -> dict[str, Any]:
             metrics["config"] = cfg.to_dict()
             # rank 0 writes (as its options say: on several machines each gave its own); a failure stops every
             # rank, none waits on it
-            ctx.on_main(lambda: cfg.metrics_json is not None and write_json_atomic(cfg.metrics_json, metrics))
+            run.ctx.on_main(lambda: cfg.metrics_json is not None and write_json_atomic(cfg.metrics_json, metrics))
             rep.summary(metrics)
             rep.lines(notes[-1:] if metrics["ssd_bytes_read"] == 0 else [])
-        ctx.barrier()
+        run.ctx.barrier()
+        done = True
         return metrics
     finally:
         if trainer is not None:
             trainer.close()
-        torch.set_num_threads(old_threads)
-        if own:
-            ctx.close()
+        if done:
+            run.close()
+        else:  # this rank failed: no more collectives (its peers learn it from its exit)
+            run.abandon()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -797,7 +514,7 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(AGREED_GRACE_S)
         return 2
     except Exception as e:  # noqa: BLE001 - only a lost peer is turned into a message; the rest re-raised
-        if not _peer_lost(e):
+        if not peer_lost(e):
             raise
         import traceback
 
@@ -808,18 +525,6 @@ def main(argv: list[str] | None = None) -> int:
                                    "probably failed (its own message says why)", highlight=False, soft_wrap=True)
         return 1
     return 0
-
-
-#: what gloo/NCCL say when a peer process is gone
-_PEER_GONE = ("Connection reset by peer", "Connection closed by peer", "Broken pipe", "NCCL communicator was aborted")
-
-
-def _peer_lost(e: BaseException) -> bool:
-    import torch.distributed as dist
-
-    dist_error = getattr(dist, "DistError", None)
-    text = str(e)
-    return (dist_error is not None and isinstance(e, dist_error)) or any(s in text for s in _PEER_GONE)
 
 
 if __name__ == "__main__":  # pragma: no cover

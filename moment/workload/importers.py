@@ -21,10 +21,20 @@ Supported layouts (paths relative to the directory given on the command line):
 * **Edge list**: a text file with "src dst" (whitespace or comma separated, `#` comments) per line;
   optional features `.npy` [N, D] and labels `.npy` [N]. Without features, seeded N(0,1) features of
   `feature_dim` are generated; without labels, seeded random labels (DiskGNN does the same for
-  Friendster), so such a dataset measures systems, not accuracy.
+  Friendster), so such a dataset measures systems, not accuracy. A split of the user's own
+  (`splits_dir`: train, valid|val, test files) is kept; without one, a seeded random split.
+* **OGB `processed/`** (what `NodePropPredDataset` / `PygNodePropPredDataset` write), when `raw/` holds
+  no edge list or `layout="processed"`: see `moment.workload.import_ogb_processed`.
+* **PyG** `Data` / one-graph `InMemoryDataset` files: `moment.workload.import_pyg`; **loose `.npy`
+  arrays**: `moment.workload.import_npy`. Both write through `write_parts` below.
+
+Whatever the source, a split that comes with the data is kept as given (ids in range, no id twice, the
+three disjoint, every id labelled), and the edges' duplicates and self-loops are counted, then kept or
+dropped as `EdgePolicy` says; the counts land in the dataset's `source` (the import's report).
 
 Edges u -> v land in row v (v aggregates from u). The CSR is built in two passes over chunks
-(count rows, then scatter into a scratch file) and a third pass sorts and de-duplicates each row.
+(count rows, then scatter into a scratch file) and a third pass sorts each row, counting (and dropping,
+by the policy) repeated neighbours and self-loops.
 """
 
 from __future__ import annotations
@@ -32,13 +42,17 @@ from __future__ import annotations
 import gzip
 import itertools
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from moment.errors import NPZ_ERRORS, MomentError
-from moment.inputs import check_dir, check_file, exists
-from moment.workload.graph import CHUNK_BYTES, GraphDataset, GraphWriter, index_dtype, label_dtype
+from moment.inputs import check_dir, exists
+from moment.workload.graph import CHUNK_BYTES, SPLITS, GraphDataset, GraphWriter, index_dtype, label_dtype
+from moment.workload.import_files import load_npy, need, node_ids, read_csv_chunks, read_node_ids, split_files
+from moment.workload.import_options import OGB_LAYOUTS, EdgePolicy, check_choice
 from moment.workload.seeds import check_seed
 
 Progress = Callable[[int, int], None]
@@ -46,12 +60,6 @@ EDGE_CHUNK = 1 << 22  # edges per chunk in every pass
 
 
 # --------------------------------------------------------------------------------------------- helpers
-
-
-def _need(path: Path, what: str) -> Path:
-    if not exists(path):
-        raise MomentError(f"missing {what}", source=str(path))
-    return check_file(path, what)
 
 
 #: bytes of memory per node while the CSR is built (counts, indptr, cursor / out_ptr, labels: int64 each)
@@ -83,39 +91,14 @@ def check_build_size(n: int, generated_row_bytes: int, out_dir: Path, source: st
                               source=source, hint=hint)
 
 
-def _read_csv_chunks(path: Path, chunk_rows: int, dtype: str) -> Iterator[np.ndarray]:
-    """Numeric CSV (gzip or plain) in row chunks; pandas' C parser when installed, numpy otherwise."""
-    try:
-        import pandas as pd
-    except ImportError:  # pragma: no cover - pandas is optional
-        pd = None
-    try:
-        if pd is not None:
-            reader = pd.read_csv(path, header=None, chunksize=chunk_rows, dtype=dtype, comment="#",
-                                 na_values=["nan", "NaN", ""], keep_default_na=True)
-            for df in reader:
-                yield df.to_numpy()
-        else:  # pragma: no cover
-            opener = gzip.open if path.suffix == ".gz" else open
-            with opener(path, "rt") as f:
-                while True:
-                    lines = [ln for _, ln in zip(range(chunk_rows), f)]
-                    if not lines:
-                        break
-                    yield np.loadtxt(lines, delimiter=",", dtype=dtype, ndmin=2)
-    except MomentError:
-        raise
-    except (ValueError, OSError, EOFError) as e:
-        raise MomentError(f"cannot parse: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
-                          source=str(path)) from None
-    except Exception as e:  # noqa: BLE001 - pandas' ParserError and friends, reported with the file name
-        raise MomentError(f"cannot parse: {type(e).__name__}: {str(e).splitlines()[0]}", source=str(path)) from None
-
-
 def _labels_to_int(raw: np.ndarray, source: str) -> np.ndarray:
     a = np.asarray(raw)
     if a.ndim == 2 and a.shape[1] == 1:
         a = a[:, 0]
+    if a.ndim == 2 and a.shape[1] > 1:
+        raise MomentError(f"labels have shape {list(a.shape)}: {a.shape[1]} targets a node (multi-label or "
+                          "multi-task) are not supported; Moment imports one class a node ([N] or [N, 1])",
+                          source=source)
     if a.ndim != 1:
         raise MomentError(f"labels must be a vector [N] or [N, 1], got shape {list(a.shape)}", source=source)
     if a.dtype.kind == "f":
@@ -152,6 +135,28 @@ def _edge_chunks(edges: np.ndarray, layout: str) -> Iterator[tuple[np.ndarray, n
             ).astype(np.int64)
 
 
+@dataclass
+class EdgeReport:
+    """What `build_csr` found among the edges and what it did with them (the import's report).
+
+    `self_loops_found` counts input edges u -> u. `duplicate_edges_found` counts adjacency entries that repeat
+    one already in their row, after `undirected` added reverse edges: an input listing both u -> v and
+    v -> u shows one duplicate per such pair when made undirected."""
+
+    input_edges: int = 0
+    self_loops_found: int = 0
+    self_loops_dropped: int = 0
+    duplicate_edges_found: int = 0
+    duplicate_edges_dropped: int = 0
+    edges: int = 0
+
+    def as_source(self, policy: EdgePolicy) -> dict[str, Any]:
+        return {"input_edges": self.input_edges, "self_loops": policy.self_loops,
+                "self_loops_found": self.self_loops_found, "self_loops_dropped": self.self_loops_dropped,
+                "duplicates": policy.duplicates, "duplicate_edges_found": self.duplicate_edges_found,
+                "duplicate_edges_dropped": self.duplicate_edges_dropped}
+
+
 def build_csr(
     w: GraphWriter,
     edges: Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]],
@@ -159,15 +164,16 @@ def build_csr(
     *,
     source: str,
     undirected: bool = False,
-    dedupe: bool = True,
-    drop_self_loops: bool = False,
+    policy: EdgePolicy = EdgePolicy(),
     progress: Progress | None = None,
-) -> int:
-    """Writes `indptr` and `indices` from (src, dst) chunks (called twice); returns the edge count.
+) -> EdgeReport:
+    """Writes `indptr` and `indices` from (src, dst) chunks (called twice); returns what it found and did.
 
-    Memory: three int64 arrays of num_nodes plus one chunk; the scatter goes to a scratch memmap.
+    Memory: three int64 arrays of num_nodes plus one chunk; the scatter goes to a scratch memmap. A self-loop
+    gets no reverse edge (it is its own).
     """
     n = num_nodes
+    rep = EdgeReport()
     counts = np.zeros(n, dtype=np.int64)
     total = 0
     for src, dst in edges():
@@ -177,16 +183,23 @@ def build_csr(
                 raise MomentError(f"{name} node id {bad} out of range [0, {n})", source=source)
         counts += np.bincount(dst, minlength=n)
         total += dst.size
+        rep.input_edges += dst.size
+        loop = src == dst
+        rep.self_loops_found += int(loop.sum())
         if undirected:
-            counts += np.bincount(src, minlength=n)
-            total += src.size
+            counts += np.bincount(src[~loop], minlength=n)
+            total += int(dst.size - loop.sum())
     indptr = np.concatenate([[0], np.cumsum(counts)])
     scratch_path = w.tmp / "scratch-indices.bin"
     scratch = np.lib.format.open_memmap(scratch_path, mode="w+", dtype=np.int64, shape=(max(total, 1),))
     cursor = indptr[:-1].copy()
     done = 0
     for src, dst in edges():
-        rows, vals = (np.concatenate([dst, src]), np.concatenate([src, dst])) if undirected else (dst, src)
+        if undirected:
+            fwd = src != dst
+            rows, vals = np.concatenate([dst, src[fwd]]), np.concatenate([src, dst[fwd]])
+        else:
+            rows, vals = dst, src
         order = np.argsort(rows, kind="stable")
         rows, vals = rows[order], vals[order]
         first = np.searchsorted(rows, rows, side="left")
@@ -197,7 +210,9 @@ def build_csr(
         if progress is not None:
             progress(done, 2 * total)
     del cursor
-    # third pass: sort (and de-duplicate) each row, in row chunks of ~EDGE_CHUNK edges
+    # third pass: sort each row (counting and, by the policy, dropping repeats and self-loops), in row
+    # chunks of ~EDGE_CHUNK edges
+    drop_loops, dedupe = policy.self_loops == "drop", policy.duplicates == "drop"
     out_ptr = np.zeros(n + 1, dtype=np.int64)
     ix = w.stream("indices", index_dtype(n), ())
     written = 0
@@ -207,22 +222,27 @@ def build_csr(
         a, b = int(a), int(b)
         seg = np.asarray(scratch[indptr[a] : indptr[b]])
         rows = np.repeat(np.arange(a, b, dtype=np.int64), counts[a:b])
-        if drop_self_loops:
+        if drop_loops:
             keep = seg != rows
+            rep.self_loops_dropped += int(keep.size - keep.sum())
             seg, rows = seg[keep], rows[keep]
         if n < 2**31:
             key = (rows - a) * n + seg
             key.sort()
+            repeat = key[1:] == key[:-1]
+            rep.duplicate_edges_found += int(repeat.sum())
             if dedupe and key.size:
-                key = key[np.concatenate([[True], key[1:] != key[:-1]])]
+                key = key[np.concatenate([[True], ~repeat])]
             rows = key // n
             seg = key - rows * n
             rows += a
         else:  # pragma: no cover - ids beyond 2**31 need a two-key sort
             o = np.lexsort((seg, rows))
             rows, seg = rows[o], seg[o]
+            repeat = (rows[1:] == rows[:-1]) & (seg[1:] == seg[:-1])
+            rep.duplicate_edges_found += int(repeat.sum())
             if dedupe and seg.size:
-                keep = np.concatenate([[True], (rows[1:] != rows[:-1]) | (seg[1:] != seg[:-1])])
+                keep = np.concatenate([[True], ~repeat])
                 rows, seg = rows[keep], seg[keep]
         out_ptr[a + 1 : b + 1] = written + np.cumsum(np.bincount(rows - a, minlength=b - a))
         ix.write(seg)
@@ -233,15 +253,22 @@ def build_csr(
     scratch_path.unlink()
     w.finish("indices")
     w.write_array("indptr", out_ptr)
-    return written
+    if dedupe:
+        rep.duplicate_edges_dropped = rep.duplicate_edges_found
+    rep.edges = written
+    return rep
 
 
 def _write_features(w: GraphWriter, chunks: Iterator[np.ndarray], n: int, source: str) -> None:
+    """Streams feature rows into `features.npy`: float16/float32 kept, other numbers become float32."""
     fw = None
     for c in chunks:
         c = np.asarray(c)
         if c.ndim != 2:
             raise MomentError(f"features must be a matrix [N, D], got shape {list(c.shape)}", source=source)
+        if c.dtype.kind not in "fiub":
+            raise MomentError(f"features have dtype {c.dtype}: expected numbers (float16 and float32 are kept, "
+                              "other numbers become float32)", source=source)
         if fw is None:
             dt = c.dtype if c.dtype.name in ("float32", "float16") else np.float32
             fw = w.stream("features", dt, (c.shape[1],), rows=n)
@@ -249,7 +276,8 @@ def _write_features(w: GraphWriter, chunks: Iterator[np.ndarray], n: int, source
             raise MomentError(f"rows have {c.shape[1]} values, earlier rows {fw.row_shape[0]}", source=source)
         if fw.written + c.shape[0] > n:
             raise MomentError(f"more feature rows than the graph's {n} nodes", source=source)
-        if c.dtype.kind == "f" and not np.isfinite(c).all():
+        c = c.astype(fw.dtype, copy=False)  # (a float64 beyond float32's range becomes infinity: found below)
+        if not np.isfinite(c).all():
             raise MomentError("features contain NaN or infinity", source=source)
         fw.write(c)
     if fw is None or fw.written != n:
@@ -264,34 +292,201 @@ def _matrix_chunks(a: np.ndarray) -> Iterator[np.ndarray]:
         yield np.asarray(a[s : s + step])
 
 
-def _finish(
-    w: GraphWriter, labels: np.ndarray, splits: list[np.ndarray], num_classes: int | None, source: dict, names: list[str]
-) -> GraphDataset:
+def _check_splits(splits: list[np.ndarray], labels: np.ndarray, names: list[str]) -> list[np.ndarray]:
+    """The user's split as given, or one error naming the file: ids in range, none listed twice, the three
+    disjoint (a node in train and test would be evaluated on what it was trained on), all labelled."""
     n = labels.shape[0]
-    k = int(num_classes) if num_classes else (int(labels.max()) + 1 if labels.size and labels.max() >= 0 else 1)
-    if labels.size and labels.max() >= k:
-        raise MomentError(f"label {int(labels.max())} >= number of classes {k}", source=names[0])
-    w.write_array("labels", labels, label_dtype(k))
-    for name, idx, src in zip(("train_idx", "val_idx", "test_idx"), splits, names[1:]):
+    owner = np.zeros(n, dtype=np.int8)  # 1 + the split holding each node, 0 = none
+    out = []
+    for i, (idx, src) in enumerate(zip(splits, names)):
         idx = np.asarray(idx).astype(np.int64).reshape(-1)
         if idx.size and (idx.min() < 0 or idx.max() >= n):
             bad = int(idx.min()) if idx.min() < 0 else int(idx.max())
             raise MomentError(f"node id {bad} out of range [0, {n})", source=src)
+        s = np.sort(idx)
+        twice = s[1:][s[1:] == s[:-1]]
+        if twice.size:
+            raise MomentError(f"node id {int(twice[0])} is listed more than once in the {SPLITS[i]} split "
+                              f"({twice.size} repeats)", source=src)
+        held = owner[idx]
+        if held.any():
+            j = int(np.flatnonzero(held)[0])
+            o = int(held[j]) - 1
+            raise MomentError(f"node id {int(idx[j])} is in both the {SPLITS[o]} split ({names[o]}) and the "
+                              f"{SPLITS[i]} split ({int((held > 0).sum())} such nodes): the splits must be disjoint",
+                              source=src)
+        owner[idx] = i + 1
         if idx.size and (labels[idx] < 0).any():
             raise MomentError("split contains unlabelled nodes", source=src)
-        w.write_array(name, idx)
-    return w.commit(num_classes=k, source=source)
+        out.append(idx)
+    return out
 
 
-def _load_npy(path: Path, what: str) -> np.ndarray:
-    _need(path, what)
-    try:
-        return np.load(path, mmap_mode="r", allow_pickle=False)
-    except NPZ_ERRORS as e:
-        raise MomentError(f"not a readable .npy file: {e}", source=str(path)) from None
+def _finish(
+    w: GraphWriter, labels: np.ndarray, splits: list[np.ndarray], num_classes: int | None, source: dict, names: list[str],
+    edges: EdgeReport, policy: EdgePolicy,
+) -> GraphDataset:
+    k = int(num_classes) if num_classes else (int(labels.max()) + 1 if labels.size and labels.max() >= 0 else 1)
+    if labels.size and labels.max() >= k:
+        raise MomentError(f"label {int(labels.max())} >= number of classes {k}", source=names[0])
+    splits = _check_splits(splits, labels, names[1:])
+    w.write_array("labels", labels, label_dtype(k))
+    for name, idx in zip(SPLITS, splits):
+        w.write_array(f"{name}_idx", idx)
+    return w.commit(num_classes=k, source=source | edges.as_source(policy))
+
+
+def import_notices(source: dict[str, Any]) -> list[str]:
+    """What a person should know about an imported dataset (from its manifest's `source`): parts that were
+    generated rather than imported, and edges the import dropped."""
+    out = []
+    if source.get("generated_features"):
+        out.append("the input has no node features: seeded N(0,1) features were generated, so the dataset "
+                   "measures the system, not accuracy")
+    if source.get("generated_labels"):
+        out.append("the input has no labels: seeded random labels were generated")
+    if source.get("split") == "random":
+        out.append("no split came with the input: a seeded random train/val/test split was drawn")
+    for key, what, flag in (("duplicate_edges_dropped", "duplicate edges", "--duplicates keep"),
+                            ("self_loops_dropped", "self-loops", "--self-loops keep")):
+        if source.get(key):
+            out.append(f"{source[key]:,} {what} dropped ({flag} keeps them)")
+    return out
+
+
+# --------------------------------------------------------------------------------------------- arrays
+
+
+@dataclass
+class GraphParts:
+    """An imported graph's arrays before they are written. Each may be memory-mapped (read in chunks, never
+    whole). None = not in the input: features and labels are then generated (seeded) and the split drawn at
+    random, and the dataset's `source` says so (`import_notices`)."""
+
+    edges: np.ndarray  # integer [2, E] (PyG's edge_index) or [E, 2]
+    edges_source: str
+    num_nodes: int | None = None
+    num_nodes_source: str = ""
+    features: np.ndarray | None = None
+    features_source: str = ""
+    labels: np.ndarray | None = None
+    labels_source: str = ""
+    #: train, val, test: node ids or boolean masks (arrays), or files `read_node_ids` reads
+    splits: list[np.ndarray | Path] | None = None
+    split_sources: list[str] | None = None
+
+
+def edge_layout(edges: np.ndarray, source: str) -> str:
+    """"cols" for [2, E] (PyG's edge_index; also a [2, 2] array), "rows" for [E, 2]; integer ids only."""
+    if edges.dtype.kind not in "iu":
+        raise MomentError(f"edges have dtype {edges.dtype}: expected integer node ids", source=source)
+    if edges.ndim == 2 and edges.shape[0] == 2:
+        return "cols"
+    if edges.ndim == 2 and edges.shape[1] == 2:
+        return "rows"
+    raise MomentError(f"edges must have shape [2, E] or [E, 2], got {list(edges.shape)}", source=source)
+
+
+def _largest_id(edges: np.ndarray, layout: str) -> int:
+    hi = -1
+    for src, dst in _edge_chunks(edges, layout):
+        if src.size:
+            hi = max(hi, int(src.max()), int(dst.max()))
+    return hi
+
+
+def write_parts(
+    parts: GraphParts,
+    out_dir: str | Path,
+    *,
+    source: dict[str, Any],
+    undirected: bool = False,
+    policy: EdgePolicy = EdgePolicy(),
+    feature_dim: int = 128,
+    num_classes: int = 2,
+    seed: int = 0,
+    fractions: tuple[float, float, float] = (0.01, 0.005, 0.005),
+    overwrite: bool = False,
+    progress: Progress | None = None,
+) -> GraphDataset:
+    """Checks `parts` against each other (shapes, dtypes, node count) and writes them as a dataset.
+
+    The node count is `num_nodes`, else the features' or labels' rows, else the largest edge id + 1; every
+    array that has one row a node must agree with it, or the error names that array's source."""
+    check_seed(seed)
+    layout = edge_layout(parts.edges, parts.edges_source)
+    feat = parts.features
+    if feat is not None and feat.ndim != 2:
+        raise MomentError(f"features must be a matrix [N, D], got shape {list(feat.shape)}",
+                          source=parts.features_source)
+    lab = None if parts.labels is None else _labels_to_int(parts.labels, parts.labels_source)
+    given = [(k, what, src) for k, what, src in (
+        (parts.num_nodes, "num_nodes", parts.num_nodes_source),
+        (None if feat is None else feat.shape[0], "feature rows", parts.features_source),
+        (None if lab is None else lab.shape[0], "labels", parts.labels_source)) if k is not None]
+    n = int(given[0][0]) if given else _largest_id(parts.edges, layout) + 1
+    for k, what, src in given:
+        if k != n:
+            raise MomentError(f"wrong row count: {k} {what} for {n} nodes ({given[0][1]} of {given[0][2]})",
+                              source=src)
+    if n <= 0:
+        raise MomentError("no edges and no node count", source=parts.edges_source)
+    check_build_size(n, feature_dim * 4 if feat is None else 0, Path(out_dir), parts.edges_source)
+    with GraphWriter(out_dir, overwrite=overwrite) as w:
+        return _fill(w, parts, n, layout, lab, source=source, undirected=undirected, policy=policy,
+                     feature_dim=feature_dim, num_classes=num_classes, seed=seed, fractions=fractions,
+                     progress=progress)
+
+
+def _fill(
+    w: GraphWriter, parts: GraphParts, n: int, layout: str, labels: np.ndarray | None, *, source: dict[str, Any],
+    undirected: bool, policy: EdgePolicy, progress: Progress | None, **rest: Any,
+) -> GraphDataset:
+    """Writes checked parts into an open writer, generating what the input lacks (seeded)."""
+    rep = build_csr(w, lambda: _edge_chunks(parts.edges, layout), n, source=parts.edges_source,
+                    undirected=undirected, policy=policy, progress=progress)
+    return _rest(w, parts, n, labels, rep, source=source, policy=policy, **rest)
+
+
+def _rest(
+    w: GraphWriter, parts: GraphParts, n: int, labels: np.ndarray | None, rep: EdgeReport, *, source: dict[str, Any],
+    policy: EdgePolicy, feature_dim: int, num_classes: int, seed: int, fractions: tuple[float, float, float],
+) -> GraphDataset:
+    """After the CSR: features, labels and split, each the input's or generated (seeded, said in `source`)."""
+    if parts.features is None:
+        _write_features(w, _random_features(n, feature_dim, seed), n, "generated")
+    else:
+        _write_features(w, _matrix_chunks(parts.features), n, parts.features_source)
+    if labels is None:
+        labels, k = np.random.default_rng([seed, 4]).integers(0, num_classes, size=n), num_classes
+    else:
+        k = max(int(labels.max()) + 1, 1)
+    if parts.splits is None:
+        splits, names = _random_splits(labels, fractions, seed), [parts.edges_source] * 3
+    else:
+        names = list(parts.split_sources or [str(x) for x in parts.splits])
+        splits = [read_node_ids(x, n, f"{part} split") if isinstance(x, Path) else node_ids(x, n, src, f"{part} split")
+                  for x, part, src in zip(parts.splits, SPLITS, names)]
+    made = {"generated_features": parts.features is None, "generated_labels": parts.labels is None,
+            "split": "random" if parts.splits is None else "given"}
+    source = source | {k: v for k, v in made.items() if k not in source}  # (OGB's split: its scheme's name)
+    return _finish(w, labels, splits, k, source, [parts.labels_source or parts.edges_source, *names], rep, policy)
 
 
 # --------------------------------------------------------------------------------------------- OGB
+
+
+def ogb_layout(root: Path, layout: str = "auto") -> str:
+    """"raw" or "processed": `auto` reads raw/ when it holds the edge list (streamed, the download's own
+    files), else processed/ when ogb's loaders left a file there."""
+    if check_choice("layout", layout, OGB_LAYOUTS) != "auto":
+        return layout
+    raw = root / "raw"
+    if (raw / "data.npz").is_file() or (raw / "edge.csv.gz").is_file():
+        return "raw"
+    from moment.workload.import_ogb_processed import PROCESSED_FILES
+
+    return "processed" if any((root / "processed" / f).is_file() for f in PROCESSED_FILES) else "raw"
 
 
 def import_ogb(
@@ -299,17 +494,30 @@ def import_ogb(
     out_dir: str | Path,
     *,
     split_name: str | None = None,
+    layout: str = "auto",
     undirected: bool = False,
+    policy: EdgePolicy = EdgePolicy(),
+    trust_pickle: bool = False,
     overwrite: bool = False,
     progress: Progress | None = None,
 ) -> GraphDataset:
-    """Imports an unzipped OGB node-property-prediction dataset (CSV or NPZ raw layout)."""
+    """Imports an unzipped OGB node-property-prediction dataset: the raw CSV or NPZ layout, or processed/
+    (see `ogb_layout`); the split from split/<scheme>/ as given."""
     root = check_dir(src_dir, "OGB dataset directory")
+    if ogb_layout(root, layout) == "processed":
+        from moment.workload.import_ogb_processed import import_ogb_processed
+
+        return import_ogb_processed(root, out_dir, split_name=split_name, undirected=undirected, policy=policy,
+                                    trust_pickle=trust_pickle, overwrite=overwrite, progress=progress)
     raw = root / "raw"
     npz = raw / "data.npz"
     if not npz.is_file():
-        _need(raw / "edge.csv.gz", "edge list (raw/edge.csv.gz or raw/data.npz)")
-    split_dir = _ogb_split_dir(root, split_name)
+        if not exists(raw / "edge.csv.gz"):
+            raise MomentError("missing edge list (raw/edge.csv.gz or raw/data.npz)", source=str(raw / "edge.csv.gz"),
+                              hint="a dataset ogb's loaders already processed is read from processed/ "
+                                   "(--layout processed)")
+        need(raw / "edge.csv.gz", "edge list (raw/edge.csv.gz or raw/data.npz)")
+    split_dir = ogb_split_dir(root, split_name)
     with GraphWriter(out_dir, overwrite=overwrite) as w:
         if npz.is_file():
             try:
@@ -317,7 +525,7 @@ def import_ogb(
                 ei, feat = data["edge_index"], data["node_feat"]
             except NPZ_ERRORS as e:
                 raise MomentError(f"need arrays edge_index and node_feat: {e}", source=str(npz)) from None
-            lab_path = _need(raw / "node-label.npz", "node labels (node-label.npz)")
+            lab_path = need(raw / "node-label.npz", "node labels (node-label.npz)")
             try:
                 labels = _labels_to_int(np.load(lab_path, allow_pickle=False)["node_label"], str(lab_path))
             except NPZ_ERRORS as e:
@@ -329,39 +537,41 @@ def import_ogb(
             n = feat.shape[0]
             if labels.shape[0] != n:
                 raise MomentError(f"{labels.shape[0]} labels for {n} nodes", source=str(lab_path))
-            build_csr(w, lambda: _edge_chunks(ei, "cols"), n, source=f"{npz}:edge_index", undirected=undirected,
-                      progress=progress)
+            rep = build_csr(w, lambda: _edge_chunks(ei, "cols"), n, source=f"{npz}:edge_index",
+                            undirected=undirected, policy=policy, progress=progress)
             _write_features(w, _matrix_chunks(feat), n, f"{npz}:node_feat")
             kind = "ogb-npz"
         else:
-            edge_csv = _need(raw / "edge.csv.gz", "edge list (raw/edge.csv.gz or raw/data.npz)")
-            lab_csv = _need(raw / "node-label.csv.gz", "node labels")
-            feat_csv = _need(raw / "node-feat.csv.gz", "node features")
-            labels = _labels_to_int(np.concatenate(list(_read_csv_chunks(lab_csv, 1 << 22, "float64"))), str(lab_csv))
+            edge_csv = need(raw / "edge.csv.gz", "edge list (raw/edge.csv.gz or raw/data.npz)")
+            lab_csv = need(raw / "node-label.csv.gz", "node labels")
+            feat_csv = need(raw / "node-feat.csv.gz", "node features")
+            labels = _labels_to_int(np.concatenate(list(read_csv_chunks(lab_csv, 1 << 22, "float64"))), str(lab_csv))
             n = labels.shape[0]
             nn_file = raw / "num-node-list.csv.gz"
             if nn_file.is_file():
-                declared = int(next(_read_csv_chunks(nn_file, 16, "int64"))[0, 0])
+                declared = int(next(read_csv_chunks(nn_file, 16, "int64"))[0, 0])
                 if declared != n:
                     raise MomentError(f"says {declared} nodes but node-label.csv.gz has {n} rows", source=str(nn_file))
             spool = _spool_csv_edges(w, edge_csv)
-            build_csr(w, lambda: _edge_chunks(spool, "rows"), n, source=str(edge_csv), undirected=undirected,
-                      progress=progress)
+            rep = build_csr(w, lambda: _edge_chunks(spool, "rows"), n, source=str(edge_csv), undirected=undirected,
+                            policy=policy, progress=progress)
             spool = None
             (w.tmp / "scratch-edges.npy").unlink()
-            _write_features(w, _read_csv_chunks(feat_csv, 1 << 16, "float32"), n, str(feat_csv))
+            _write_features(w, read_csv_chunks(feat_csv, 1 << 16, "float32"), n, str(feat_csv))
             kind = "ogb-csv"
-        names = [str(raw / "node-label")]
-        splits = []
-        for part in ("train", "valid", "test"):
-            f = _need(split_dir / f"{part}.csv.gz", f"{part} split")
-            splits.append(np.concatenate(list(_read_csv_chunks(f, 1 << 22, "int64"))).reshape(-1))
-            names.append(str(f))
+        files = ogb_split_files(split_dir)
+        splits = [read_node_ids(f, n, f"{part} split") for f, part in zip(files, SPLITS)]
         src = {"importer": kind, "from": str(root.resolve()), "split": split_dir.name, "undirected": undirected}
-        return _finish(w, labels, splits, None, src, names)
+        return _finish(w, labels, splits, None, src, [str(raw / "node-label"), *map(str, files)], rep, policy)
 
 
-def _ogb_split_dir(root: Path, split_name: str | None) -> Path:
+def ogb_split_files(split_dir: Path) -> list[Path]:
+    """split/<scheme>/{train,valid,test}.csv.gz, as ogb's `get_idx_split` reads them."""
+    return [need(split_dir / f"{part}.csv.gz", f"{part} split") for part in ("train", "valid", "test")]
+
+
+def ogb_split_dir(root: Path, split_name: str | None) -> Path:
+    """split/<split_name>, or the only scheme under split/."""
     base = root / "split"
     if split_name:
         return base / split_name
@@ -377,7 +587,7 @@ def _ogb_split_dir(root: Path, split_name: str | None) -> Path:
 def _spool_csv_edges(w: GraphWriter, path: Path) -> np.ndarray:
     """Parses the edge CSV once into a scratch [E, 2] int64 .npy so the CSR passes can re-read it fast."""
     sw = w.stream("scratch-edges", np.int64, (2,))
-    for c in _read_csv_chunks(path, EDGE_CHUNK, "int64"):
+    for c in read_csv_chunks(path, EDGE_CHUNK, "int64"):
         if c.ndim != 2 or c.shape[1] != 2:
             sw.abort()
             raise MomentError(f"expected two columns (src,dst), got {c.shape[1] if c.ndim == 2 else 1}", source=str(path))
@@ -400,6 +610,7 @@ def import_igb(
     classes: str = "19",
     undirected: bool = True,
     fractions: tuple[float, float, float] = (0.6, 0.2, 0.2),
+    policy: EdgePolicy = EdgePolicy(),
     overwrite: bool = False,
     progress: Progress | None = None,
 ) -> GraphDataset:
@@ -408,11 +619,11 @@ def import_igb(
     if classes not in IGB_LABELS:
         raise MomentError(f"classes must be 19 or 2K, got {classes!r}")
     paper = root / "processed" / "paper"
-    feat = _load_npy(paper / "node_feat.npy", "node features")
+    feat = load_npy(paper / "node_feat.npy", "node features")
     lab_path = paper / IGB_LABELS[classes]
-    labels = _labels_to_int(np.asarray(_load_npy(lab_path, f"labels ({IGB_LABELS[classes]})")), str(lab_path))
+    labels = _labels_to_int(np.asarray(load_npy(lab_path, f"labels ({IGB_LABELS[classes]})")), str(lab_path))
     ei_path = root / "processed" / "paper__cites__paper" / "edge_index.npy"
-    ei = _load_npy(ei_path, "edge index")
+    ei = load_npy(ei_path, "edge index")
     if feat.ndim != 2:
         raise MomentError(f"expected [N, D], got shape {list(feat.shape)}", source=str(paper / "node_feat.npy"))
     n = feat.shape[0]
@@ -427,13 +638,13 @@ def import_igb(
     splits = [ids[:a], ids[a:b], ids[b:]]
     splits = [s[labels[s] >= 0] for s in splits]
     with GraphWriter(out_dir, overwrite=overwrite) as w:
-        build_csr(w, lambda: _edge_chunks(ei, layout), n, source=str(ei_path), undirected=undirected,
-                  progress=progress)
+        rep = build_csr(w, lambda: _edge_chunks(ei, layout), n, source=str(ei_path), undirected=undirected,
+                        policy=policy, progress=progress)
         _write_features(w, _matrix_chunks(feat), n, str(paper / "node_feat.npy"))
         num_classes = 19 if classes == "19" else 2983
         src = {"importer": "igb", "from": str(root.resolve()), "classes": classes, "undirected": undirected}
         return _finish(w, labels, splits, max(num_classes, int(labels.max()) + 1), src,
-                       [str(lab_path), str(root), str(root), str(root)])
+                       [str(lab_path), str(root), str(root), str(root)], rep, policy)
 
 
 # --------------------------------------------------------------------------------------------- edge list
@@ -445,21 +656,25 @@ def import_edgelist(
     *,
     features: str | Path | None = None,
     labels: str | Path | None = None,
+    splits_dir: str | Path | None = None,
     num_nodes: int | None = None,
     feature_dim: int = 128,
     num_classes: int = 2,
     undirected: bool = False,
+    policy: EdgePolicy = EdgePolicy(),
     fractions: tuple[float, float, float] = (0.01, 0.005, 0.005),
     seed: int = 0,
     overwrite: bool = False,
     progress: Progress | None = None,
 ) -> GraphDataset:
-    """Imports a "src dst" text edge list, with optional features/labels `.npy` files."""
+    """Imports a "src dst" text edge list, with optional features/labels `.npy` files and the user's split
+    (`splits_dir`, see `split_files`); without a split, a seeded random one."""
     check_seed(seed)
-    path = _need(Path(edges_file), "edge list file")
+    path = need(Path(edges_file), "edge list file")
     for given, what in ((features, "features file"), (labels, "labels file")):
         if given:
-            _need(Path(given), what)  # before the edges are read
+            need(Path(given), what)  # before the edges are read
+    split_paths = split_files(splits_dir) if splits_dir is not None else None
     with GraphWriter(out_dir, overwrite=overwrite) as w:
         sw = w.stream("scratch-edges", np.int64, (2,))
         hi = -1
@@ -472,11 +687,11 @@ def import_edgelist(
         sw.close()
         w._open.pop("scratch-edges")
         spool = np.load(w.tmp / "scratch-edges.npy", mmap_mode="r")
-        feat = _load_npy(Path(features), "features file") if features else None
+        feat = load_npy(Path(features), "features file") if features else None
         lab = None
         if labels:
             lp = Path(labels)
-            lab = _labels_to_int(np.asarray(_load_npy(lp, "labels file")), str(lp))
+            lab = _labels_to_int(np.asarray(load_npy(lp, "labels file")), str(lp))
         sizes = [x for x in (num_nodes, None if feat is None else feat.shape[0], None if lab is None else lab.shape[0])
                  if x is not None]
         n = sizes[0] if sizes else hi + 1
@@ -493,23 +708,16 @@ def import_edgelist(
             raise MomentError("no edges and no node count", source=str(path))
         check_build_size(n, feature_dim * 4 if feat is None else 0, w.out_dir, str(path),
                          why=f"the largest node id is {hi:,}, so " if n == hi + 1 and not num_nodes else "")
-        build_csr(w, lambda: _edge_chunks(spool, "rows"), n, source=str(path), undirected=undirected,
-                  progress=progress)
+        rep = build_csr(w, lambda: _edge_chunks(spool, "rows"), n, source=str(path), undirected=undirected,
+                        policy=policy, progress=progress)
         spool = None
         (w.tmp / "scratch-edges.npy").unlink()
-        if feat is None:
-            _write_features(w, _random_features(n, feature_dim, seed), n, "generated")
-        else:
-            _write_features(w, _matrix_chunks(feat), n, str(features))
-        if lab is None:
-            lab = np.random.default_rng([seed, 4]).integers(0, num_classes, size=n)
-            k = num_classes
-        else:
-            k = max(int(lab.max()) + 1, 1)
-        splits = _random_splits(lab, fractions, seed)
-        src = {"importer": "edgelist", "from": str(path.resolve()), "undirected": undirected,
-               "generated_features": features is None, "generated_labels": labels is None}
-        return _finish(w, lab, splits, k, src, [str(labels or path), str(path), str(path), str(path)])
+        parts = GraphParts(np.zeros((0, 2), np.int64), str(path), features=feat, features_source=str(features),
+                           labels=lab, labels_source=str(labels) if labels else "", splits=split_paths,
+                           split_sources=None if split_paths is None else [str(f) for f in split_paths])
+        src = {"importer": "edgelist", "from": str(path.resolve()), "undirected": undirected}
+        return _rest(w, parts, n, lab, rep, source=src, policy=policy, feature_dim=feature_dim,
+                     num_classes=num_classes, seed=seed, fractions=fractions)
 
 
 def _read_edge_text(path: Path) -> Iterator[np.ndarray]:

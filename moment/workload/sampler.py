@@ -101,11 +101,16 @@ class MiniBatch:
     num_sampled_edges: list[int]  # [edges of hop 1, edges of hop 2, ...]
     num_sampled: int = 0  # ids drawn before de-duplication, seeds included
     targets_per_hop: list[torch.Tensor] = field(default_factory=list)  # global ids whose rows were read
+    # link batches only (moment.workload.links), None for node batches, as PyG's LinkNeighborLoader's:
+    edge_label_index: torch.Tensor | None = None  # int64 [2, L] local ids (row 0 source, row 1 destination)
+    edge_label: torch.Tensor | None = None  # float32 [L]: 1 for a positive edge, 0 for a negative one
 
     @staticmethod
-    def id_bytes(num_nodes: int, num_edges: int) -> int:
-        """What a batch of this many nodes and edges holds in ids: `n_id` and `edge_index`, int64."""
-        return (num_nodes + 2 * num_edges) * torch.int64.itemsize
+    def id_bytes(num_nodes: int, num_edges: int, num_labels: int = 0) -> int:
+        """What a batch of this many nodes and edges (and, a link batch, label edges) holds in ids: `n_id` and
+        `edge_index`, int64, and `edge_label_index` (int64) with `edge_label` (float32)."""
+        return ((num_nodes + 2 * num_edges + 2 * num_labels) * torch.int64.itemsize
+                + num_labels * torch.float32.itemsize)
 
     @property
     def batch_size(self) -> int:

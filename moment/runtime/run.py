@@ -1,0 +1,477 @@
+"""`moment.open_run`: Moment's out-of-core store and pipeline for your own training loop (and `moment train`'s).
+
+A `Run` is one rank's side of a run: it resolves the same run plan `moment train` resolves (the memory
+budget's split, the tiers, the I/O shape, the cache policy, the peer and remote tiers, the rank's
+device), opens the tiered store, and hands out pipelined, PyG-style mini-batches
+(`run.loader("train", epoch)`): batch i+1 is sampled and read while the caller trains on batch i, and
+the collective rounds that fetch rows other ranks hold run on the caller's thread, between its batches,
+in the same order on every rank. `moment train` (moment.runtime.train) is built on this object, so a
+script's loop gets exactly its batches, its dropout and its loss checks.
+
+What the caller owes the other ranks: every rank iterates each loader it opens (its own share of the
+split) to the end, or breaks out of it at the same batch, and calls `close()` once before it exits.
+A rank whose process is gone is a Moment error on the others that says so (moment.runtime.lost).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from moment.errors import MomentError
+from moment.io.device import DeviceLayer
+from moment.placement.opened import Layout
+from moment.runtime.budget import return_freed_memory
+from moment.runtime.config import TrainConfig
+from moment.runtime.dist import AgreedError, DistContext, setup
+from moment.runtime.finite import BadStep, StepLog
+from moment.runtime.link_task import sampler_for, train_seeds
+from moment.runtime.loader import LoaderPipeline
+from moment.runtime.memory_use import reset_peak
+from moment.runtime.models import load_layers
+from moment.runtime.pipeline import Pipeline, Prepared
+from moment.runtime.run_plan import RunPlan, resolve_run
+from moment.runtime.sizing import agent_bytes, rank_base_bytes, run_inputs
+from moment.runtime.sources import FeatureSource, InMemoryFeatures, MemmapFeatures
+from moment.runtime.store import StoreInfo, open_store
+from moment.workload.graph import GraphDataset
+from moment.workload.sampler import Block, CSRGraph, SeedBatches
+from moment.workload.seeds import mix
+
+#: the sampling keys' tags of the splits other than train (train's key is (seed, epoch, rank))
+SPLIT_TAGS = {"val": 0xE7A1, "test": 0x7E57}
+DROPOUT_TAG = 0xD80
+SPLITS = ("train", "val", "test")
+SUMMARY_PREFIX = "moment: summary "  # the line `Run.close` prints on rank 0
+
+
+@dataclass
+class Batch:
+    """One mini-batch, as PyG's `NeighborLoader` yields it: the sampled subgraph in local ids, seeds first.
+
+    `x` holds the rows of `n_id` on the run's device, in the layout's dtype (`x.float()` for a model);
+    `edge_index` runs from neighbour (row 0) to target (row 1); `y` holds the seeds' labels (so PyG's
+    `y[:batch_size]` idiom works as written); `blocks` are the per-layer views Moment's own models use
+    (moment.workload.sampler.MiniBatch.blocks). A link batch (`task="link"`), as PyG's `LinkNeighborLoader`
+    yields it: its seeds are the label edges' endpoints, `edge_label_index` and `edge_label` the edges."""
+
+    x: torch.Tensor
+    edge_index: torch.Tensor
+    y: torch.Tensor
+    n_id: torch.Tensor
+    batch_size: int
+    num_sampled_nodes: list[int]
+    num_sampled_edges: list[int]
+    blocks: list[Block] = field(repr=False)
+    index: int = 0  # the batch's position in its loader's sequence
+    epoch: int = 0
+    edge_label_index: torch.Tensor | None = None  # link batches: [2, L] local ids, positives first
+    edge_label: torch.Tensor | None = None  # link batches: 1. for a positive edge, 0. for a negative
+
+    @classmethod
+    def of(cls, p: Prepared, epoch: int) -> Batch:
+        mb = p.batch
+        return cls(x=p.x, edge_index=p.blocks[0].edge_index if p.blocks else mb.edge_index, y=p.y, n_id=mb.n_id,
+                   batch_size=mb.batch_size, num_sampled_nodes=mb.num_sampled_nodes,
+                   num_sampled_edges=mb.num_sampled_edges, blocks=p.blocks, index=p.index, epoch=epoch,
+                   edge_label_index=p.edge_label_index, edge_label=p.edge_label)
+
+
+class Loader:
+    """One split's batches of one epoch for this rank (`Run.loader`): iterate it once, to the end or out of
+    it at the same batch on every rank."""
+
+    def __init__(self, run: Run, split: str, epoch: int, start: int):
+        self.run, self.split, self.epoch, self.start = run, split, epoch, start
+        self.seeds = run._split_batches(split, epoch)
+
+    def __len__(self) -> int:
+        return max(0, len(self.seeds) - self.start)
+
+    def __iter__(self) -> Iterator[Batch]:
+        return self.run._batches(self)
+
+
+class Run:
+    """One rank's run: its plan, store and loaders (see the module's docstring; made by `open_run`)."""
+
+    def __init__(self, cfg: TrainConfig, ctx: DistContext, layout: Layout | None = None, *, own_ctx: bool = False):
+        """`layout`: the run's layout opened once (None: opened here when `cfg.layout` is given); `own_ctx`:
+        close `ctx` (and the process group it made) with the run."""
+        self.cfg, self.ctx, self._own_ctx = cfg, ctx, own_ctx
+        self.source: FeatureSource | None = None
+        self._pipes: dict[str, Pipeline | LoaderPipeline] = {}
+        self._final_stats: dict[str, Any] = {"rows": {}, "bytes": {}, "ssd_bytes_read": 0}
+        self._threads = torch.get_num_threads()  # restored at close
+        if not DeviceLayer(ctx.device).cuda:  # the machine's cores shared among its ranks, not each rank taking all
+            torch.set_num_threads(cfg.threads or max(1, (os.cpu_count() or 1) // max(ctx.local_world_size, 1)))
+        try:
+            self._open(layout)
+        except BaseException:
+            self.abandon()
+            raise
+
+    def _open(self, layout: Layout | None) -> None:
+        cfg, ctx = self.cfg, self.ctx
+        self.peak_from = "run start" if reset_peak() else "process start"  # the measured peak is this run's
+        self.dev = DeviceLayer(ctx.device)
+        self.dev.reset_peak()  # the device's too
+        load_layers()  # the model's layers are a fixed cost too: measured with the rest
+        base_rss = rank_base_bytes()  # interpreter, torch, the layers, before any data is touched
+        self.layout = layout if layout is not None or cfg.layout is None else Layout.open(cfg.layout)
+        self.dataset = GraphDataset.open(dataset_dir(cfg, self.layout))
+        ds = self.dataset
+        # before any rank samples: sampled blocks against the manifest, the graph's structure
+        self.notes: list[str] = [f"note: {n}" for n in ds.check()]
+        if self.layout is not None:  # the layout must hold this dataset's features, not another's
+            from moment.placement.reader import check_dataset
+
+            note = check_dataset(cfg.layout, self.layout.manifest, ds)
+            self.notes += [f"note: {note}"] if note else []
+        self.fanouts = cfg.resolved_fanouts()
+        # the graph stays memory-mapped (its size is charged to the budget); labels in their own small dtype
+        self.graph = CSRGraph.from_dataset(ds, in_memory=cfg.features == "memory")
+        train_idx = train_seeds(cfg.task, self.graph, np.asarray(ds.train_idx))
+        self.batch_size = cfg.resolved_batch_size(train_idx.size, ctx.world_size)
+        self.batches = SeedBatches(train_idx, self.batch_size, seed=cfg.seed, rank=ctx.rank, world_size=ctx.world_size)
+        if len(self.batches) == 0:
+            raise MomentError(f"{train_idx.size} training nodes are too few for {ctx.world_size} ranks",
+                              source=str(ds.path))
+        if ctx.nnodes > 1:  # every machine gave its own options and layout: they must train the same thing
+            self._check_machines()
+        # torchrun counts restarts per machine, and a machine restarted by another's failure does not count it
+        self.restarts = int(ctx.all_reduce(torch.tensor([float(ctx.restart_count)], dtype=torch.float64), "max")[0])
+        self.plan: RunPlan | None = None  # every derived decision of a tiered run (moment.runtime.run_plan)
+        if cfg.features == "tiered":
+            return_freed_memory()
+            inputs = run_inputs(cfg, ds, self.graph, [self.batches], self.fanouts, base_rss, agent_bytes(),
+                                max(ctx.local_world_size, 1), self.layout, ctx=ctx, device_memory=self.dev.memory(),
+                                device=ctx.device)
+            self.notes += [f"note: {inputs.training_note}"] if inputs.training_note else []
+            self.plan = resolve_run(cfg, self.layout, world_size=ctx.world_size,
+                                    local_world_size=max(ctx.local_world_size, 1), inputs=inputs,
+                                    device=ctx.device.type)
+        self.source, self.store_info = make_source(cfg, ds, ctx, self.layout, self.plan)
+        if self.plan is not None:  # collective: every rank (a machine's layout may have no GPU bin)
+            lines = ctx.all_gather_object(ctx.serves.line(str(ctx.device)) if ctx.serves and ctx.serves.plan_gpus
+                                          else None)
+            self.notes += [x for x in lines if x]
+        self.labels = torch.from_numpy(np.array(ds.labels))
+        self.loss_curve: list[float] = []  # mean loss over ranks, per step (`track`), synced
+        self._steps = StepLog(ctx.rank, ctx.world_size)  # losses and their finiteness since the last check
+        self.step = 0  # steps tracked (a resumed run starts from its checkpoint's)
+        self.saved_step: int | None = None  # the last checkpoint's step (its caller's: named when a loss is bad)
+        self._current: Batch | None = None
+        self.epoch_seconds: list[float] = []  # each train loader's, from its first batch asked to its end
+        self._closed = False
+        torch.manual_seed(cfg.seed)  # the same initial weights on every rank, for a model built next
+
+    # ------------------------------------------------------------------ what a loop asks
+
+    @property
+    def device(self) -> torch.device:
+        return self.ctx.device
+
+    @property
+    def rank(self) -> int:
+        return self.ctx.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.ctx.world_size
+
+    @property
+    def local_rank(self) -> int:
+        return self.ctx.local_rank
+
+    @property
+    def feature_dim(self) -> int:
+        return self.dataset.feature_dim
+
+    @property
+    def num_classes(self) -> int:
+        return self.dataset.num_classes
+
+    @property
+    def num_nodes(self) -> int:
+        return self.dataset.num_nodes
+
+    def loader(self, split: str = "train", epoch: int = 0, *, start: int = 0) -> Loader:
+        """This rank's batches of `split` ("train", "val" or "test") for `epoch`, pipelined. Train: the
+        rank's equal share of the training nodes, reshuffled per epoch, dropout reseeded before each batch
+        from (seed, epoch, rank, batch) so a resumed or re-run loop repeats it; `start`: the first batch
+        (a resumed epoch). Val and test: every rank's slice of the split, in order."""
+        if self._closed:
+            raise MomentError("the run is closed: open a new one (moment.open_run) to read more batches")
+        split = "val" if split == "valid" else split
+        if split not in SPLITS:
+            raise MomentError(f"no split {split!r}: a loader reads one of {', '.join(SPLITS)}")
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise MomentError(f"epoch must be an integer >= 0, got {epoch!r}")
+        return Loader(self, split, epoch, int(start))
+
+    def ddp(self, module: torch.nn.Module) -> torch.nn.Module:
+        """`module` on the rank's device, wrapped in DistributedDataParallel when the run has several ranks (on
+        CUDA given the rank's device): gradients averaged over the ranks, rank 0's weights broadcast first."""
+        module = module.to(self.device)
+        if not self.ctx.backend:
+            return module
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        return DDP(module, device_ids=self.dev.ddp_device_ids())
+
+    def track(self, loss: torch.Tensor) -> None:
+        """Record the loss of the step just taken on the last batch handed out: it joins `loss_curve` (the
+        mean over ranks) and every rank stops at the first step whose loss is not finite on any rank,
+        saying whether that batch's features were (a corrupt layout) or only the loss (a diverging model).
+        No host sync per step: checked every few steps, collectively (every rank tracks every step)."""
+        b = self._current
+        if b is None:
+            raise MomentError("run.track(loss) follows a batch of a train loader: no batch was handed out yet")
+        self.step += 1
+        self._steps.record(loss.detach(), b.x, self.step, b.epoch, b.index)
+        if self._steps.due:
+            self.sync_losses()
+
+    def sync_losses(self) -> None:
+        """Check the steps tracked since the last check (collective); the train loader does at its end."""
+        losses, bad = self._steps.check(self.ctx.all_reduce)
+        if bad is not None:
+            self._stop_at(bad)
+        self.loss_curve += losses
+
+    def stage_times(self, split: str = "train"):
+        """The `split` pipeline's StageTimes (moment.runtime.pipeline), summed over its loaders so far."""
+        return self._pipe(split).times
+
+    @property
+    def feature_store(self) -> Any:
+        """The features as PyG's `FeatureStore` (group "node", attribute "x"), read through the tiers."""
+        from moment.runtime.pyg import PygFeatureStore
+
+        return PygFeatureStore(self.source)
+
+    @property
+    def graph_store(self) -> Any:
+        """The graph as PyG's `GraphStore` (edge type ("node", "to", "node"), CSC without a copy)."""
+        from moment.runtime.pyg import PygGraphStore
+
+        return PygGraphStore(self.graph)
+
+    def summary(self) -> dict[str, Any]:
+        """What this rank's run did so far: steps, the loss curve (the mean over ranks), each train loader's
+        seconds, the rows and bytes each tier served, the SSD reads and the pipelines' busy seconds."""
+        st = self.source.tier_stats() if self.source is not None else self._final_stats
+        return {"rank": self.rank, "world_size": self.world_size, "steps": self.step, "loss_curve": self.loss_curve,
+                "epoch_seconds": self.epoch_seconds, "tier_rows": dict(st["rows"]), "tier_bytes": dict(st["bytes"]),
+                "ssd_bytes_read": int(st["ssd_bytes_read"]),
+                "stage_seconds": {s: p.times.as_dict() for s, p in self._pipes.items()}}
+
+    def close(self) -> dict[str, Any]:
+        """Leave the run: serve the other ranks' remaining batches until every rank has closed (collective:
+        every rank calls it once), then release the store, and the process group when the run joined it.
+        Returns `summary()`, which rank 0 also prints as one line (`moment: summary {JSON}`) unless quiet."""
+        if self._closed:
+            return self.summary()
+        self._closed = True
+        try:
+            if self.source is not None:
+                self.source.leave()
+        finally:
+            self._release()
+        out = self.summary()
+        if self.ctx.is_main and not self.cfg.quiet:
+            print(f"{SUMMARY_PREFIX}{json.dumps(out)}", flush=True)
+        return out
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        if exc is None:
+            self.close()
+        else:  # this rank failed: no more collectives (its peers learn it from its exit)
+            self.abandon()
+
+    def abandon(self) -> None:
+        """Release what this rank holds without a collective (it failed; the others learn it from its exit)."""
+        self._closed = True
+        self._release()
+
+    # ------------------------------------------------------------------ inside
+
+    def _release(self) -> None:
+        source, self.source = self.source, None
+        try:
+            if source is not None:
+                self._final_stats = source.tier_stats()
+                source.close()
+        finally:
+            torch.set_num_threads(self._threads)
+            if self._own_ctx:
+                self._own_ctx = False
+                self.ctx.close()
+
+    def _split_batches(self, split: str, epoch: int) -> list[torch.Tensor]:
+        if split == "train":
+            return list(self.batches.epoch(epoch))
+        ids = getattr(self.dataset, f"{split}_idx")
+        mine = torch.from_numpy(np.array(ids, dtype=np.int64))[self.rank :: self.world_size]
+        return list(torch.split(mine, self.batch_size))
+
+    def _pipe(self, split: str) -> Pipeline | LoaderPipeline:
+        kind = "train" if split == "train" else "eval"  # a pipeline's times are its split's
+        if kind not in self._pipes:
+            cfg, dev = self.cfg, self.ctx.device
+            sampler = functools.partial(sampler_for, cfg.task, negatives=cfg.negatives)
+            if cfg.loader_workers:
+                self._pipes[kind] = LoaderPipeline(self.graph, self.fanouts, self.source, self.labels, dev,
+                                                   workers=cfg.loader_workers, depth=cfg.depth, sampler=sampler)
+            else:
+                self._pipes[kind] = Pipeline(self.graph, self.fanouts, self.source, self.labels, dev,
+                                             depth=cfg.depth, pipelined=cfg.pipeline, sampler=sampler)
+        return self._pipes[kind]
+
+    def _batches(self, loader: Loader) -> Iterator[Batch]:
+        cfg, rank, e = self.cfg, self.rank, loader.epoch
+        train = loader.split == "train"
+        key = (cfg.seed, e, rank) if train else (cfg.seed, e, rank, SPLIT_TAGS[loader.split])
+        t0 = time.perf_counter()
+        if train:
+            self.source.epoch_start(e)
+        for item in self._pipe(loader.split).run(loader.seeds, key, start=loader.start):
+            item.wait()
+            batch = Batch.of(item, e)
+            if train:
+                torch.manual_seed(mix(cfg.seed, e, rank, item.index, DROPOUT_TAG))
+                self._current = batch
+            yield batch
+        if train:
+            self.sync_losses()
+            self.epoch_seconds.append(time.perf_counter() - t0)
+
+    def _check_machines(self) -> None:
+        """Refuse, on every rank alike, machines that would not train one run (moment.runtime.rendezvous)."""
+        import socket
+
+        from moment.runtime.rendezvous import SHARED_SETTINGS, RunFacts, check_agents
+
+        cfg, split = self.cfg, self.layout.split if self.layout is not None else None
+        values = {"model": cfg.model, "epochs": cfg.epochs, "fanouts": self.fanouts, "layers": len(self.fanouts),
+                  "batch_size": self.batch_size, "hidden": cfg.resolved_hidden(), "lr": cfg.lr, "seed": cfg.seed,
+                  "features": cfg.features, "checkpoints": cfg.checkpoint_dir is not None,
+                  "checkpoint_every": cfg.resolved_checkpoint_every(len(self.batches)), "resume": cfg.resume,
+                  "peer_tier": cfg.peer_tier, "task": cfg.task, "negatives": cfg.negatives, "loss": cfg.loss, "optimizer": cfg.optimizer,
+                  "weight_decay": cfg.weight_decay}
+        facts = RunFacts(node_rank=self.ctx.node_rank, host=socket.gethostname(), dataset_id=self.dataset.dataset_id,
+                         dataset=str(self.dataset.path), layout=str(cfg.layout) if cfg.layout is not None else None,
+                         split_id=split.id if split else None, split_machine=split.machine if split else None,
+                         split_machines=tuple(split.machines) if split else (),
+                         settings=tuple((k, repr(values[k])) for k in SHARED_SETTINGS))
+        try:
+            check_agents(self.ctx.all_gather_object(facts))
+        except MomentError as e:
+            raise AgreedError.of(e) from None
+
+    def _stop_at(self, bad: BadStep) -> None:
+        """Stop every rank at the first step whose loss was not finite (training on would only print NaN
+        losses and end 'successfully'), saying whether its features were already not finite (corrupt data)
+        or only the loss (the model diverged). Every rank raises it alike; rank 0 prints it."""
+        cfg = self.cfg
+        where = (f"at step {bad.step} (epoch {bad.epoch + 1}, batch {bad.batch + 1} of {len(self.batches)})"
+                 f" on rank{'s' if len(bad.ranks) > 1 else ''} {', '.join(map(str, bad.ranks))}")
+        src = (f"layout {cfg.layout}" if cfg.features == "tiered"
+               else f"dataset {self.dataset.path} (features.npy)")
+        kept = ("" if self.saved_step is None else
+                f"; the last checkpoint (step {self.saved_step}) is from before it")
+        if bad.bad_features:
+            raise AgreedError(
+                f"training stopped {where}: the loss is not finite because the feature rows read for the batch "
+                f"hold NaN or infinite values; the {src} is probably corrupt",
+                hint=(f"check it with `moment layout verify {cfg.layout}`" if cfg.features == "tiered"
+                      else "compare its files with their checksums (`moment place` does, before placing)")
+                + f"; nothing trained on these values was saved{kept}")
+        raise AgreedError(
+            f"training stopped {where}: the loss is not finite though the batch's features are: the model "
+            f"diverged (learning rate {cfg.lr}), or the features hold garbage values",
+            hint=f"lower the learning rate (--lr), or check the {src}"
+            + (f" with `moment layout verify {cfg.layout}`" if cfg.features == "tiered" else "") + kept)
+
+
+def dataset_dir(cfg: TrainConfig, layout: Layout | None = None) -> Path:
+    """--dataset, else the dataset the layout was placed from."""
+    if cfg.dataset is not None:
+        return cfg.dataset
+    return (layout or Layout.open(cfg.layout)).dataset_dir
+
+
+def make_source(cfg: TrainConfig, ds: GraphDataset, ctx: DistContext, layout: Layout | None = None,
+                plan: RunPlan | None = None) -> tuple[FeatureSource, StoreInfo | None]:
+    """The run's feature source, and for the tiered store what its chain holds."""
+    if cfg.features == "memory":
+        return InMemoryFeatures(ds.file("features"), ctx.device), None
+    if cfg.features == "memmap":
+        return MemmapFeatures(ds.file("features"), ctx.device, drop_cache=cfg.drop_page_cache,
+                              random=cfg.memmap_random), None
+    assert layout is not None and plan is not None
+    if layout.num_nodes != ds.num_nodes or layout.row_bytes != ds.row_bytes:
+        raise MomentError(f"layout has {layout.num_nodes} nodes of {layout.row_bytes} B, the dataset "
+                          f"{ds.num_nodes} of {ds.row_bytes} B: they do not belong together", source=str(cfg.layout))
+    return open_store(plan, ctx, layout)
+
+
+def layout_gpus(cfg: TrainConfig, layout: Layout | None = None) -> list[tuple[str, str | None]]:
+    """The layout's GPU bins as (plan GPU, PCI address), in shard order: what ranks are matched to."""
+    if cfg.features != "tiered" or cfg.layout is None:
+        return []
+    return (layout or Layout.open(cfg.layout)).gpu_devices()
+
+
+def start(cfg: TrainConfig, ctx: DistContext | None = None) -> Run:
+    """A run of `cfg` (checked): on `ctx`, else on the process group torchrun's environment describes (joined
+    here when the script has not, the one it made when it has)."""
+    cfg.check()
+    layout = Layout.open(cfg.layout) if cfg.layout is not None else None  # its manifests are read once
+    own = ctx is None
+    if ctx is None:
+        import torch.distributed as dist
+
+        joined = dist.is_available() and dist.is_initialized()
+        ctx = setup(cfg.device, layout_gpus(cfg, layout))
+        ctx.owns_group = not joined
+    try:
+        return Run(cfg, ctx, layout, own_ctx=own)
+    except BaseException:
+        if own:
+            ctx.close()
+        raise
+
+
+def open_run(layout: str | Path | None = None, *, dataset: str | Path | None = None, **options: Any) -> Run:
+    """Open this rank's side of a run for your own loop: `run.loader("train", epoch)` yields its batches.
+
+    `layout`: a directory `moment place` wrote (the tiered, out-of-core store); or `dataset` with
+    `features="memory"` / `"memmap"` for the baselines. `options`: any of `moment train`'s options as
+    keywords (`memory_budget="auto"`, `fanouts=[15, 10]`, `batch_size=1024`, `seed`, `device`, `depth`,
+    `cpu_cache_limit`, `cache_policy`, `io_shape`, ...; `python -m moment.train --help` lists them), checked
+    as the command line checks them. Under torchrun it joins the process group (or uses the script's).
+    Close it (or use `with`) on every rank."""
+    from moment.runtime.config import make_config
+
+    values = {k: v for k, v in dict(layout=layout, dataset=dataset).items() if v is not None}
+    cfg = make_config(keywords=True, **values, **options)
+    run = start(cfg)
+    if run.ctx.is_main and not cfg.quiet:  # what `moment train` says at start too (quiet=True: nothing)
+        for line in run.notes:
+            print(f"moment: {line}", file=sys.stderr)
+    return run

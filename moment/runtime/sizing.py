@@ -1,0 +1,195 @@
+"""What a run's memory budget is resolved from: the extent of a mini-batch (sampled for real at start-up),
+the sizes torch's objects state for it, and the rank's and torchrun agent's measured fixed costs.
+
+Every rank of a run measures them (`run_inputs`, the ranks agreeing on their maxima) and `moment train`
+measures them before any rank starts (`preview_inputs`), so the launcher's budget check and the ranks'
+are the same numbers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from moment.io.device import DeviceMemory
+from moment.placement.opened import Layout
+from moment.runtime import remote_tier
+from moment.runtime.budget import process_bytes, under_torchrun
+from moment.runtime.config import TrainConfig
+from moment.runtime.dist import DistContext, default_device
+from moment.runtime.exchange import RowExchange
+from moment.runtime.memory_use import parent_peak
+from moment.runtime.link_task import decoder_bytes, out_dim, sampler_for, train_seeds
+from moment.runtime.model_spec import training_bytes
+from moment.runtime.models import LayerExtent
+from moment.runtime.pipeline import Pipeline
+from moment.runtime.run_plan import RunInputs, RunPlan, gpu_tier_rows, resolve_run
+from moment.runtime.start_sizes import agent_start_bytes, rank_start_bytes
+from moment.workload.graph import GraphDataset
+from moment.workload.sampler import CSRGraph, MiniBatch, NeighborSampler, SeedBatches
+from moment.workload.seeds import mix
+
+BASE_ENV = "MOMENT_RANK_BASE_BYTES"  # set by `moment train`: the per-rank fixed cost its budget check charged
+AGENT_ENV = "MOMENT_AGENT_BYTES"  # set by `moment train`: torchrun's agent as its budget check charged it
+
+
+@dataclass(frozen=True)
+class Extent:
+    """The most rows and edges one mini-batch touches, and each layer's block at its largest (input layer
+    first): stated from sampled batches (`_batch_extent`)."""
+
+    rows: int
+    edges: int
+    layers: tuple[LayerExtent, ...]
+
+    def most(self, other: Extent) -> Extent:
+        return Extent(max(self.rows, other.rows), max(self.edges, other.edges),
+                      tuple(LayerExtent(max(a.src, b.src), max(a.dst, b.dst), max(a.edges, b.edges))
+                            for a, b in zip(self.layers, other.layers, strict=True)))
+
+
+#: batches sampled at start-up to state the extent of a batch (the first of epoch 0)
+EXTENT_BATCHES = 8
+#: the extent of a batch: the sampled batches' mean plus this many standard deviations of theirs
+EXTENT_SPREAD = 5
+
+
+def _bound(values: Sequence[int]) -> int:
+    """The most one batch holds of a quantity, from the sampled batches' values: their mean plus EXTENT_SPREAD
+    standard deviations (a batch's rows and edges are sums of many sampled neighbours, near normal: a run
+    exceeds it in about one batch of three million), at least the largest seen, plus 64. The spread taken is
+    at least a Poisson count's (the square root of the mean), so that a few alike samples do not state none."""
+    v = np.asarray(values, np.float64)
+    sd = max(float(v.std(ddof=1)) if v.size > 1 else 0.0, float(np.sqrt(v.mean())))
+    return int(max(v.max(), np.ceil(v.mean() + EXTENT_SPREAD * sd))) + 64
+
+
+def _batch_extent(cfg: TrainConfig, graph: CSRGraph, batches: SeedBatches, fanouts: list[int]) -> Extent:
+    """The most rows and edges one mini-batch touches, and each layer's block at its largest: the first
+    EXTENT_BATCHES batches sampled for real, bounded from their spread (`_bound`)."""
+    sampler = sampler_for(cfg.task, graph, fanouts, cfg.negatives)
+    hops = len(fanouts)
+    seen: list[list[int]] = []  # per batch: rows, edges, then each layer's src, dst and edges
+    for i, seeds in enumerate(batches.epoch(0)):
+        if i == EXTENT_BATCHES:
+            break
+        sampler.generator.manual_seed(mix(cfg.seed, 0, 0, i))
+        mb = sampler.sample(seeds)
+        nodes, edges = np.cumsum(mb.num_sampled_nodes).tolist(), np.cumsum([0, *mb.num_sampled_edges]).tolist()
+        # layer i of L: the edges of hops 1..L-i, as MiniBatch.blocks() cuts them
+        seen.append([mb.num_nodes, int(mb.edge_index.shape[1]),
+                     *(v for h in range(hops) for v in (nodes[hops - h], nodes[hops - h - 1], edges[hops - h]))])
+    if not seen:
+        seen = [[0] * (2 + 3 * hops)]
+    b = [_bound(col) for col in zip(*seen, strict=True)]
+    return Extent(b[0], b[1], tuple(LayerExtent(*b[2 + 3 * i: 5 + 3 * i]) for i in range(hops)))
+
+
+def run_inputs(cfg: TrainConfig, ds: GraphDataset, graph: CSRGraph, batches: Sequence[SeedBatches],
+               fanouts: list[int], process_bytes: int, agent_bytes: int, local_ranks: int, layout: Layout | None, *,
+               ctx: DistContext | None = None, feature_dim: int | None = None,
+               device_memory: DeviceMemory | None = None, device: torch.device | str = "cpu") -> RunInputs:
+    """What `resolve_run` is given: the largest extent of `batches` (each rank's, or a preview's of every
+    rank), the sizes torch's objects state for it (a round of the peer exchange among `local_ranks`, whose
+    GPU tiers hold what `layout` gives them, and a training step of the model, included), a rank's and
+    torchrun's agent's measured sizes, and the dataset's sizes. With `ctx`, the ranks agree on their maxima
+    first: every rank must resolve the same plan (the shared cache is one segment). `feature_dim`: the
+    run's features are that wide (float32), not `ds`'s (a run planned on its graph alone). `device_memory`:
+    this rank's device's free and total bytes (a CUDA rank), agreed as the least of the ranks'. `device`: where a
+    model of the user's own that states no step memory is measured (moment.runtime.model_spec)."""
+    ext = functools.reduce(Extent.most, [_batch_extent(cfg, graph, b, fanouts) for b in batches])
+    if ctx is not None:
+        least = [-v for v in device_memory] if device_memory is not None else []  # the max of the negated: the least
+        flat = [ext.rows, ext.edges, *(v for x in ext.layers for v in (x.src, x.dst, x.edges)), process_bytes,
+                agent_bytes, *least]
+        agreed = [int(x) for x in ctx.all_reduce(torch.tensor(flat, dtype=torch.float64), op="max").tolist()]
+        if device_memory is not None:
+            device_memory = DeviceMemory(*(-v for v in agreed[-2:]))
+            agreed = agreed[:-2]
+        *sizes, process_bytes, agent_bytes = agreed
+        ext = Extent(sizes[0], sizes[1], tuple(LayerExtent(*sizes[2 + 3 * i: 5 + 3 * i])
+                                               for i in range(len(ext.layers))))
+    rows = min(ext.rows, ds.num_nodes)
+    dim = ds.feature_dim if feature_dim is None else int(feature_dim)
+    row_bytes = ds.row_bytes if feature_dim is None else dim * np.dtype(np.float32).itemsize
+    labels = max(b.batch_size for b in batches) * (1 + cfg.negatives) if cfg.task == "link" else 0  # label edges
+    width = out_dim(cfg.task, cfg.model, cfg.hidden, ds.num_classes)
+    layers = [LayerExtent(min(x.src, rows), min(x.dst, rows), x.edges) for x in ext.layers]
+    training, note = training_bytes(cfg, dim, width, layers, rows=rows, device=device,
+                                    float_copy=feature_dim is None and ds.feature_dtype != np.float32,
+                                    head_bytes=decoder_bytes(labels, layers[-1].dst, width) if labels else 0)
+    split = layout.split if layout is not None else None
+    return RunInputs(train_nodes=int(np.asarray(ds.train_idx).size),
+                     graph_bytes=ds.file("indptr").stat().st_size + ds.file("indices").stat().st_size,
+                     labels_bytes=ds.file("labels").stat().st_size, rows_max=rows, edges_max=ext.edges,
+                     process_bytes=process_bytes, sampler_map_bytes=NeighborSampler.map_bytes(ds.num_nodes),
+                     batch_ids_bytes=MiniBatch.id_bytes(rows, ext.edges, labels), held_batches=Pipeline.held_batches(cfg.depth),
+                     training_bytes=training, training_note=note, agent_bytes=agent_bytes, exchange_bytes=RowExchange.round_bytes(
+                         rows, row_bytes, local_ranks, gpu_tier_rows(layout, local_ranks) if layout else 0),
+                     remote_exchange_bytes=remote_tier.round_bytes(rows, row_bytes, len(split.machines)) if split else 0,
+                     remote_reader_bytes=remote_tier.reader_bytes(layout.manifest.row.align) if split else 0,
+                     device_memory=device_memory)
+
+
+def preview_inputs(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, agent: bool = True,
+                   layout: Layout | None = None, nnodes: int = 1,
+                   feature_dim: int | None = None) -> RunInputs:
+    """What rank 0 of an `nproc`-rank run (on each of `nnodes` machines) will measure, measured before any rank
+    starts: the largest extent of every rank's batches (the ranks agree on it), a fresh rank's fixed cost
+    and, with `agent` (the run is started by torchrun, as `moment train` does), a fresh torchrun agent's."""
+    graph, fanouts = CSRGraph.from_dataset(ds, in_memory=False), cfg.resolved_fanouts()
+    train_idx = train_seeds(cfg.task, graph, np.asarray(ds.train_idx))
+    world = nproc * max(nnodes, 1)
+    per_rank = [SeedBatches(train_idx, cfg.resolved_batch_size(train_idx.size, world), seed=cfg.seed, rank=r,
+                            world_size=world) for r in range(world)]
+    if layout is None and cfg.layout is not None:
+        layout = Layout.open(cfg.layout)
+    return run_inputs(cfg, ds, graph, per_rank, fanouts, rank_start_bytes(), agent_start_bytes() if agent else 0,
+                      nproc, layout, feature_dim=feature_dim)
+
+
+def planned_inputs(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, feature_dim: int, gpu_rows: int) -> RunInputs:
+    """`preview_inputs` of a run whose features and layout are not written yet (`run_plan.planned_minimum`):
+    the batch extent sampled on `ds`'s graph (any dataset with the run's graph: bench/epoch.py synthesizes
+    the graph with one-wide features first), the model's step and a round of the peer exchange for
+    `feature_dim`-wide float32 rows, `gpu_rows` held by each rank."""
+    got = preview_inputs(cfg, ds, nproc, feature_dim=feature_dim)
+    rb = feature_dim * np.dtype(np.float32).itemsize
+    return dataclasses.replace(got, exchange_bytes=RowExchange.round_bytes(got.rows_max, rb, nproc, gpu_rows))
+
+
+def preview_plan(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, layout: Layout | None = None,
+                 agent: bool = True, pack_index_bytes: int | None = None, inputs: RunInputs | None = None,
+                 nnodes: int = 1) -> RunPlan:
+    """The run plan the ranks of an `nproc`-rank run on this machine (one of `nnodes`) will resolve, before any
+    starts.
+
+    `pack_index_bytes`: charge the index of a pack not written yet (`moment data pack`); `inputs`: reuse a
+    measurement (`preview_inputs`) when previewing several budgets or packs of one run."""
+    layout = layout or Layout.open(cfg.layout)
+    inputs = inputs or preview_inputs(cfg, ds, nproc, agent=agent, layout=layout, nnodes=nnodes)
+    return resolve_run(cfg, layout, world_size=nproc * max(nnodes, 1), local_world_size=nproc, inputs=inputs,
+                       device=default_device(cfg.device), pack_index_bytes=pack_index_bytes)
+
+
+def rank_base_bytes() -> int:
+    """A rank's fixed cost as the budget charges it: the launcher's preview figure when `moment train`
+    started this rank (so that the launcher's check and the ranks' are the same numbers, and the minimum
+    it names is accepted), else what this rank holds now."""
+    given = os.environ.get(BASE_ENV, "")
+    return int(given) if given.isdigit() else process_bytes()
+
+
+def agent_bytes() -> int:
+    """torchrun's agent as the budget charges it (0 without torchrun): the launcher's figure when `moment
+    train` started the run (as `rank_base_bytes`), else the agent's peak so far (it is this rank's parent)."""
+    if not under_torchrun():
+        return 0
+    given = os.environ.get(AGENT_ENV, "")
+    return int(given) if given.isdigit() else parent_peak()

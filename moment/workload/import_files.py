@@ -1,0 +1,124 @@
+"""Reading the files an import is given: `.npy` arrays, numeric CSV/text, and node-id lists (splits).
+
+Why one module: every importer reads the same kinds of file, and each failure must be the same one-line
+MomentError naming the file, whichever importer met it. numpy (pandas when installed) only.
+"""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from moment.errors import NPZ_ERRORS, MomentError
+from moment.inputs import check_dir, check_file, exists
+
+#: the file names a split may have in a splits directory (OGB writes valid, PyG users often val)
+SPLIT_STEMS = {"train": ("train",), "val": ("valid", "val"), "test": ("test",)}
+#: the endings a split file may have, in the order they are looked for (none: one id per line)
+SPLIT_SUFFIXES = (".npy", ".csv.gz", ".csv", ".txt.gz", ".txt", "")
+
+
+def need(path: Path, what: str) -> Path:
+    """`path` as a readable file, or a MomentError saying which input is missing."""
+    if not exists(path):
+        raise MomentError(f"missing {what}", source=str(path))
+    return check_file(path, what)
+
+
+def load_npy(path: Path, what: str) -> np.ndarray:
+    """A `.npy` array memory-mapped read-only (never read whole here), pickled objects refused."""
+    need(path, what)
+    try:
+        return np.load(path, mmap_mode="r", allow_pickle=False)
+    except NPZ_ERRORS as e:
+        raise MomentError(f"not a readable .npy file: {e}", source=str(path)) from None
+
+
+def read_csv_chunks(path: Path, chunk_rows: int, dtype: str) -> Iterator[np.ndarray]:
+    """Numeric CSV (gzip or plain) in row chunks; pandas' C parser when installed, numpy otherwise."""
+    try:
+        import pandas as pd
+    except ImportError:  # pragma: no cover - pandas is optional
+        pd = None
+    try:
+        if pd is not None:
+            reader = pd.read_csv(path, header=None, chunksize=chunk_rows, dtype=dtype, comment="#",
+                                 na_values=["nan", "NaN", ""], keep_default_na=True)
+            for df in reader:
+                yield df.to_numpy()
+        else:  # pragma: no cover
+            opener = gzip.open if path.suffix == ".gz" else open
+            with opener(path, "rt") as f:
+                while True:
+                    lines = [ln for _, ln in zip(range(chunk_rows), f)]
+                    if not lines:
+                        break
+                    yield np.loadtxt(lines, delimiter=",", dtype=dtype, ndmin=2)
+    except MomentError:
+        raise
+    except (ValueError, OSError, EOFError) as e:
+        raise MomentError(f"cannot parse: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
+                          source=str(path)) from None
+    except Exception as e:  # noqa: BLE001 - pandas' ParserError and friends, reported with the file name
+        raise MomentError(f"cannot parse: {type(e).__name__}: {str(e).splitlines()[0]}", source=str(path)) from None
+
+
+def node_ids(a: np.ndarray, num_nodes: int, source: str, what: str) -> np.ndarray:
+    """A split given as node ids [K] (or [K, 1]) or as a boolean mask [N] -> int64 node ids.
+
+    Integer arrays are always ids (a 0/1 integer vector is ambiguous; masks are boolean, as PyG's are)."""
+    a = np.asarray(a)
+    if a.ndim == 2 and a.shape[1] == 1:
+        a = a[:, 0]
+    if a.dtype == np.bool_:
+        if a.ndim != 1:
+            raise MomentError(f"{what} is a boolean mask of shape {list(a.shape)}: expected one entry per node [N]"
+                              + (" (a mask with several columns holds several splits: keep one)" if a.ndim == 2
+                                 else ""), source=source)
+        if a.shape[0] != num_nodes:
+            raise MomentError(f"{what} is a boolean mask of {a.shape[0]} entries for {num_nodes} nodes",
+                              source=source)
+        return np.flatnonzero(a).astype(np.int64)
+    if a.dtype.kind not in "iu":
+        raise MomentError(f"{what} has dtype {a.dtype}: expected integer node ids or a boolean mask",
+                          source=source)
+    if a.ndim != 1:
+        raise MomentError(f"{what} has shape {list(a.shape)}: expected node ids [K]", source=source)
+    ids = a.astype(np.int64)
+    if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= num_nodes):
+        bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
+        raise MomentError(f"node id {bad} out of range [0, {num_nodes})", source=source)
+    return ids
+
+
+def read_node_ids(path: Path, num_nodes: int, what: str) -> np.ndarray:
+    """A split file -> int64 node ids: `.npy` ids or boolean mask, else text/CSV (gzip or not), one id a line."""
+    need(path, what)
+    if path.suffix == ".npy":
+        return node_ids(load_npy(path, what), num_nodes, str(path), what)
+    chunks = list(read_csv_chunks(path, 1 << 22, "int64"))
+    for c in chunks:
+        if c.ndim == 2 and c.shape[1] != 1:
+            raise MomentError(f"{what}: expected one node id a line, got {c.shape[1]} columns", source=str(path))
+    ids = np.concatenate([c.reshape(-1) for c in chunks]) if chunks else np.zeros(0, np.int64)
+    return node_ids(ids, num_nodes, str(path), what)
+
+
+def split_files(directory: str | Path) -> list[Path]:
+    """The train, val and test files of a splits directory (`train`, `valid` or `val`, `test`, each `.npy`,
+    `.csv(.gz)`, `.txt(.gz)` or no ending); exactly one file a split."""
+    d = check_dir(directory, "splits directory")
+    out = []
+    for part, stems in SPLIT_STEMS.items():
+        found = [d / f"{s}{x}" for s in stems for x in SPLIT_SUFFIXES if (d / f"{s}{x}").is_file()]
+        if not found:
+            names = " or ".join(f"{s}.npy/.csv(.gz)/.txt" for s in stems)
+            raise MomentError(f"no {part} split file ({names})", source=str(d))
+        if len(found) > 1:
+            raise MomentError(f"several {part} split files ({', '.join(p.name for p in found)}): keep one",
+                              source=str(d))
+        out.append(found[0])
+    return out

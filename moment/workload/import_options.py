@@ -1,0 +1,33 @@
+"""The choices an import offers and their defaults, in one place that imports nothing heavy (no numpy), so
+the command line can spell them in its help without loading the importers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from moment.errors import MomentError, cli_flag
+
+#: what an import may do with repeated edges and with self-loops
+EDGE_CHOICES = ("keep", "drop")
+#: where `import_ogb` reads a dataset from: raw/ (the download), processed/ (what ogb's loaders wrote)
+OGB_LAYOUTS = ("auto", "raw", "processed")
+
+
+def check_choice(name: str, value: str, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise MomentError(f"{cli_flag(name)} {value!r}: must be one of {', '.join(choices)}")
+    return value
+
+
+@dataclass(frozen=True)
+class EdgePolicy:
+    """Keep or drop repeated edges and self-loops. Defaults are what imports always did: duplicates dropped
+    (a repeated neighbour would be sampled twice as often), self-loops kept (GNN layers often add them
+    anyway). Either way the import counts them (`EdgeReport`)."""
+
+    duplicates: str = "drop"
+    self_loops: str = "keep"
+
+    def __post_init__(self) -> None:
+        for name in ("duplicates", "self_loops"):
+            check_choice(name, getattr(self, name), EDGE_CHOICES)

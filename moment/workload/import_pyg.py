@@ -1,0 +1,142 @@
+"""Importing a graph the way PyG users hold it: a `torch_geometric.data.Data` saved with `torch.save`, or the
+processed file of an `InMemoryDataset` with one graph (`processed/data.pt`, ogb's
+`geometric_data_processed.pt`).
+
+Why: a PyG user's graph is already one object with `edge_index` [2, E], `x` [N, D], `y` [N] (or [N, 1])
+and a split as boolean masks (`train_mask`, `val_mask`, `test_mask`) or index tensors (`train_idx`,
+`val_idx`/`valid_idx`, `test_idx`); asking them to export loose arrays first loses the split. The file is
+unpickled safely (`moment.workload.torch_files`) and memory-mapped, so `x` is read in chunks.
+
+Missing `x` or `y`: generated (seeded), as for an edge list, and said in the report; no split at all: a
+seeded random one. A split given in part, a multi-label `y` [N, C], several graphs or a HeteroData are
+refused, naming the file and the attribute.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from moment.errors import MomentError
+from moment.workload.graph import SPLITS, GraphDataset
+from moment.workload.import_files import need
+from moment.workload.import_options import EdgePolicy
+from moment.workload.importers import GraphParts, Progress, write_parts
+from moment.workload.torch_files import load_torch
+
+#: the attribute names a split may have in a PyG graph, masks first (PyG's own datasets use masks)
+SPLIT_ATTRS = {
+    "train": ("train_mask", "train_idx"),
+    "val": ("val_mask", "valid_mask", "val_idx", "valid_idx"),
+    "test": ("test_mask", "test_idx"),
+}
+
+
+def pyg_store(obj: Any, source: str) -> dict[str, Any]:
+    """The attributes of the one graph a PyG file holds: a `Data`, an `InMemoryDataset`'s processed tuple
+    ((data or its dict, slices) or (dict, slices, class)), or a plain dict with `edge_index`."""
+    slices = None
+    cls_name = type(obj).__name__
+    if isinstance(obj, tuple) and len(obj) in (2, 3):
+        data, slices = obj[0], obj[1]
+        if len(obj) == 3:
+            cls_name = getattr(obj[2], "__name__", str(obj[2]))
+        else:
+            cls_name = type(data).__name__
+        obj = data
+    if cls_name == "HeteroData" or type(obj).__name__ == "HeteroData":
+        raise MomentError("holds a HeteroData (several node types): Moment imports one node type; save "
+                          "data.to_homogeneous() or one type's tensors as a Data", source=source)
+    if isinstance(slices, dict) and slices:
+        counts = {int(len(v)) - 1 for v in slices.values() if hasattr(v, "__len__")}
+        if counts and max(counts) > 1:
+            raise MomentError(f"an InMemoryDataset with {max(counts)} graphs: Moment imports one graph "
+                              "(node classification); save the one to import: torch.save(dataset[i], path)",
+                              source=source)
+    if hasattr(obj, "to_dict") and not isinstance(obj, dict):
+        store = dict(obj.to_dict())
+        if "num_nodes" not in store and getattr(obj, "__num_nodes__", None) is not None:  # PyG 1.x's Data
+            store["num_nodes"] = obj.__num_nodes__
+        return store
+    if isinstance(obj, dict) and ("edge_index" in obj or "adj_t" in obj):
+        return dict(obj)
+    raise MomentError(f"holds a {type(obj).__name__}: expected a torch_geometric Data, an InMemoryDataset's "
+                      "processed file, or a dict with edge_index", source=source)
+
+
+def as_array(value: Any, source: str, name: str) -> np.ndarray:
+    """A tensor (or array) attribute as a numpy array sharing its memory (a memory-mapped tensor stays mapped)."""
+    if isinstance(value, np.ndarray):
+        return value
+    import torch
+
+    if not isinstance(value, torch.Tensor):
+        raise MomentError(f"{name} is a {type(value).__name__}: expected a tensor", source=source)
+    if value.layout != torch.strided:
+        raise MomentError(f"{name} is a sparse tensor ({value.layout}): expected a dense one", source=source)
+    t = value.detach().cpu().as_subclass(torch.Tensor)
+    try:
+        return t.numpy()
+    except (TypeError, RuntimeError) as e:  # bfloat16 and other types numpy has not
+        raise MomentError(f"{name} has dtype {t.dtype}, which numpy cannot hold ({e}): save it as float32 "
+                          "or float16", source=source) from None
+
+
+def pyg_parts(store: dict[str, Any], path: str) -> GraphParts:
+    """`GraphParts` from a PyG graph's attributes; sources name the file and the attribute (`data.pt:x`)."""
+    if "edge_index" not in store:
+        hint = " (it has adj_t: save the graph before ToSparseTensor)" if "adj_t" in store else ""
+        raise MomentError(f"no attribute edge_index{hint}", source=path)
+
+    def get(name: str) -> np.ndarray | None:
+        v = store.get(name)
+        return None if v is None else as_array(v, f"{path}:{name}", name)
+
+    nn = store.get("num_nodes")
+    if nn is not None and not isinstance(nn, int | np.integer):
+        nn = int(as_array(nn, f"{path}:num_nodes", "num_nodes").reshape(-1)[0])
+    found: list[tuple[str, np.ndarray]] = []
+    for part in SPLITS:
+        there = [a for a in SPLIT_ATTRS[part] if store.get(a) is not None]
+        if len(there) > 1:
+            raise MomentError(f"the {part} split is given twice ({' and '.join(there)}): keep one", source=path)
+        if there:
+            found.append((there[0], get(there[0])))
+    if found and len(found) < len(SPLITS):
+        have = {n for n, _ in found}
+        missing = [f"no {p} split ({', '.join(SPLIT_ATTRS[p])})" for p in SPLITS if not have & set(SPLIT_ATTRS[p])]
+        raise MomentError(f"has {', '.join(sorted(have))} but {' and '.join(missing)}: give all three splits or "
+                          "none (none: a seeded random split)", source=path)
+    return GraphParts(
+        edges=get("edge_index"), edges_source=f"{path}:edge_index",
+        num_nodes=None if nn is None else int(nn), num_nodes_source=f"{path}:num_nodes",
+        features=get("x"), features_source=f"{path}:x",
+        labels=get("y"), labels_source=f"{path}:y",
+        splits=[a for _, a in found] or None, split_sources=[f"{path}:{n}" for n, _ in found] or None,
+    )
+
+
+def import_pyg(
+    path: str | Path,
+    out_dir: str | Path,
+    *,
+    trust_pickle: bool = False,
+    undirected: bool = False,
+    policy: EdgePolicy = EdgePolicy(),
+    feature_dim: int = 128,
+    num_classes: int = 2,
+    seed: int = 0,
+    fractions: tuple[float, float, float] = (0.01, 0.005, 0.005),
+    overwrite: bool = False,
+    progress: Progress | None = None,
+) -> GraphDataset:
+    """Imports a PyG `Data` file or a one-graph `InMemoryDataset` processed file (see the module docstring);
+    `feature_dim`, `num_classes`, `seed` and `fractions` only shape what the file lacks."""
+    f = need(Path(path), "PyG data file")
+    store = pyg_store(load_torch(f, "the PyG data file", trust=trust_pickle), str(f))
+    src = {"importer": "pyg", "from": str(f.resolve()), "undirected": undirected}
+    return write_parts(pyg_parts(store, str(f)), out_dir, source=src, undirected=undirected, policy=policy,
+                       feature_dim=feature_dim, num_classes=num_classes, seed=seed, fractions=fractions,
+                       overwrite=overwrite, progress=progress)

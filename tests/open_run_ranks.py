@@ -1,0 +1,70 @@
+"""One rank of tests/test_open_run.py's 2-rank runs of a user's own loop (`moment.open_run`), under torchrun
+(gloo on CPU, the peer tier on: rows of the other rank's GPU bin come through the exchange rounds).
+
+    python -m torch.distributed.run --standalone --nproc-per-node=2 tests/open_run_ranks.py SCENARIO LAYOUT OUT
+
+uneven: rank 1 breaks out of its train loader after one batch and makes 2 feature-store lookups where rank 0
+makes 5; every row either reads is checked against the dataset. vanish: rank 1 exits after its first batch
+without closing the run; rank 0 records the error it gets. own-group: as uneven, in a process group the
+script made itself, which must outlive the run. Each rank writes OUT/rank<R>.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import moment
+from moment.errors import MomentError
+
+
+def main(scenario: str, layout: str, out: Path) -> int:
+    if scenario == "own-group":  # the script made the process group: the run uses it and leaves it alive
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+    run = moment.open_run(layout, fanouts=[10, 5], batch_size=64, seed=3, quiet=True)
+    rank = run.rank
+    feats = np.load(run.dataset.file("features"), mmap_mode="r")
+    seen = {"rank": rank, "world_size": run.world_size, "batches": 0, "bad_rows": 0}
+
+    def check(ids: torch.Tensor, x: torch.Tensor) -> None:
+        want = torch.from_numpy(np.asarray(feats[ids.numpy()]))
+        seen["bad_rows"] += int((x.cpu() != want).any(dim=1).sum())
+
+    try:
+        for batch in run.loader("train", 0):
+            check(batch.n_id, batch.x)
+            seen["batches"] += 1
+            if rank == 1:
+                if scenario == "vanish":
+                    os._exit(0)  # no close: the other rank must hear it as Moment's error, not gloo's
+                break
+        for batch in run.loader("val", 0):
+            check(batch.n_id, batch.x)
+        store = run.feature_store
+        g = torch.Generator().manual_seed(rank)
+        for _ in range(5 if rank == 0 else 2):
+            ids = torch.randint(0, run.num_nodes, (300,), generator=g)
+            check(ids, store["node", "x", ids])
+        seen["summary"] = run.close()
+        if scenario == "own-group":
+            import torch.distributed as dist
+
+            seen["group_alive"] = dist.is_initialized()
+            dist.barrier()
+            dist.destroy_process_group()
+    except MomentError as e:
+        seen["error"] = str(e)
+        run.abandon()
+    (out / f"rank{rank}.json").write_text(json.dumps(seen))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], sys.argv[2], Path(sys.argv[3])))
