@@ -313,6 +313,8 @@ def allowed(name: str) -> str:
     info = TrainConfig.model_fields[name]
     base = _base(info.annotation)
     kind = {int: "an integer", float: "a finite number"}.get(base)
+    if typing.get_origin(base) is Literal:
+        return "one of " + ", ".join(map(str, typing.get_args(base)))
     if kind is None:
         return "a valid value (see --help)"
     lo = next((("", m.ge) for m in info.metadata if getattr(m, "ge", None) is not None), None) or next(
