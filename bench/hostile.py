@@ -110,6 +110,33 @@ SERVERS = {
                       "--host 0.0.0.0 --port {port}", lan=True),
 }
 
+#: a user's module of models and losses, each wrong in its own way
+MY_MODELS = """
+def wrong(**kw):
+    return 3
+
+
+def boom(**kw):
+    raise RuntimeError("no GPU here")
+
+
+def nonscalar(logits, y):
+    return logits
+"""
+
+
+def _npy(a: list, dtype: str) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    np.save(buf, np.array(a, dtype=dtype))
+    return buf.getvalue()
+
+
+NPY_3X5 = _npy([[0, 1, 2, 3, 4]] * 3, "int64")
+NPY_EDGES = _npy([[0, 1, 2, 3], [1, 2, 3, 9]], "int64")
+NPY_X_SHORT = _npy([[0.5] * 4] * 3, "float32")
+
 FOREIGN = ("ext/manifest.json", "ext/background.js", "ext/icons/logo.png")
 REFUSED_NAME = "names no file or directory of its own"
 
@@ -130,6 +157,18 @@ CASES = [
     Case("moment train --layout layouts/other --epochs 1 --checkpoint-dir ckpt --resume",
          "checkpoint is from another run", keep=("ckpt/checkpoint.pt",)),
     Case(f"{TRAIN} --nproc 5", "placed for 4 GPU"),
+    # your own data, model and loss (issue 30): one line naming the input, nothing half-written
+    Case("moment data import pyg corrupt.pt --out data/pt", "corrupt.pt", gone=("data/pt", "data/.pt.tmp-*")),
+    Case("moment data import npy --out data/np --edge-index e-bad.npy", "e-bad.npy",
+         gone=("data/np", "data/.np.tmp-*")),
+    Case("moment data import npy --out data/np --edge-index e.npy --x x-short.npy", "x-short.npy",
+         gone=("data/np", "data/.np.tmp-*")),
+    Case(f"{TRAIN} --model mymodels:wrong", "--model mymodels:wrong"),
+    Case(f"{TRAIN} --model mymodels:boom", "no GPU here"),
+    Case(f"{TRAIN} --model nosuchpkg.models:make", "nosuchpkg"),
+    Case(f"{TRAIN} --model os:getcwd", "--model os:getcwd"),
+    Case(f"{TRAIN} --loss mymodels:nonscalar", "--loss mymodels:nonscalar"),
+    Case(f"{TRAIN} --task link --loss mymodels:nonscalar", "is for node classification"),
     # values that must be refused
     Case("moment calibrate --measured measured-dup.yaml --out cal.yaml", "measure the same layout",
          gone=("cal.yaml",)),
@@ -409,6 +448,11 @@ def write_inputs() -> None:
     Path("ext/background.js").write_text("chrome.runtime.onInstalled.addListener(() => {});\n")
     Path("ext/icons/logo.png").write_bytes(b"\x89PNG\r\n\x1a\n")
     Path("edges.txt").write_text("0 1\n1 2\n2 0\n")
+    Path("corrupt.pt").write_bytes(b"PK\x03\x04 not really a torch file")
+    Path("e-bad.npy").write_bytes(NPY_3X5)  # an edge index of 3 rows
+    Path("e.npy").write_bytes(NPY_EDGES)
+    Path("x-short.npy").write_bytes(NPY_X_SHORT)  # features of fewer rows than the edges name
+    Path("mymodels.py").write_text(MY_MODELS)
     (copy_dataset("noted") / "notes.txt").write_text("my notes\n")
     overwrite(copy_dataset("changed") / "features.npy", 1000, b"\xff" * 64)
     corrupt_graph(copy_dataset("badgraph"))

@@ -23,8 +23,8 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 # Piped output (logs, CI) gets 120 columns instead of rich's 80 so tables keep their names whole.
-console = Console(width=None if sys.stdout.isatty() else 120)
-err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
+console = Console(width=None if sys.stdout.isatty() else 120, emoji=False)  # a user's ":boom:" stays text
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 120, emoji=False)
 
 
 #: The command modules, in the order their commands are listed in `moment --help`. Each registers its

@@ -15,7 +15,7 @@ from rich.console import Console
 class Reporter:
     def __init__(self, *, enabled: bool, world_size: int, total_epochs: int):
         self.enabled, self.world_size, self.total_epochs = enabled, world_size, total_epochs
-        self.console = Console(stderr=True)
+        self.console = Console(stderr=True, emoji=False)
         self._bar = None
         self._task = None
         self._t0 = time.perf_counter()

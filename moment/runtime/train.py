@@ -508,7 +508,7 @@ def main(argv: list[str] | None = None) -> int:
 
         rank = os.environ.get("RANK", "0")  # as set-up renumbered it (moment.runtime.dist: by machine)
         if rank == "0" or not isinstance(e, AgreedError):
-            Console(stderr=True).print(f"[bold red]error[/] (rank {rank}): " + escape(str(e)), highlight=False,
+            Console(stderr=True, emoji=False).print(f"[bold red]error[/] (rank {rank}): " + escape(str(e)), highlight=False,
                                       soft_wrap=True)
         else:  # rank 0 says it: torchrun stops every rank once one exits, so give rank 0 time to
             time.sleep(AGREED_GRACE_S)
@@ -521,7 +521,7 @@ def main(argv: list[str] | None = None) -> int:
         with log_stream() as log:  # the traceback is torchrun's business: its log
             traceback.print_exc(file=log)
         rank = os.environ.get("RANK", "0")
-        Console(stderr=True).print(f"error (rank {rank}): lost the connection to another rank, which has "
+        Console(stderr=True, emoji=False).print(f"error (rank {rank}): lost the connection to another rank, which has "
                                    "probably failed (its own message says why)", highlight=False, soft_wrap=True)
         return 1
     return 0

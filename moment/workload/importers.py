@@ -166,6 +166,7 @@ def build_csr(
     undirected: bool = False,
     policy: EdgePolicy = EdgePolicy(),
     progress: Progress | None = None,
+    nodes_from: str = "",
 ) -> EdgeReport:
     """Writes `indptr` and `indices` from (src, dst) chunks (called twice); returns what it found and did.
 
@@ -180,7 +181,8 @@ def build_csr(
         for name, a in (("source", src), ("destination", dst)):
             if a.size and (int(a.min()) < 0 or int(a.max()) >= n):
                 bad = int(a.min()) if int(a.min()) < 0 else int(a.max())
-                raise MomentError(f"{name} node id {bad} out of range [0, {n})", source=source)
+                raise MomentError(f"{name} node id {bad} out of range [0, {n})"
+                                  + (f": {n} nodes, {nodes_from}" if nodes_from else ""), source=source)
         counts += np.bincount(dst, minlength=n)
         total += dst.size
         rep.input_edges += dst.size
@@ -367,6 +369,7 @@ class GraphParts:
     edges_source: str
     num_nodes: int | None = None
     num_nodes_source: str = ""
+    nodes_from: str = ""  # what set the node count (write_parts: for a message naming it)
     features: np.ndarray | None = None
     features_source: str = ""
     labels: np.ndarray | None = None
@@ -425,6 +428,8 @@ def write_parts(
         (None if feat is None else feat.shape[0], "feature rows", parts.features_source),
         (None if lab is None else lab.shape[0], "labels", parts.labels_source)) if k is not None]
     n = int(given[0][0]) if given else _largest_id(parts.edges, layout) + 1
+    if given:
+        parts.nodes_from = f"the {given[0][1]} of {given[0][2]}"
     for k, what, src in given:
         if k != n:
             raise MomentError(f"wrong row count: {k} {what} for {n} nodes ({given[0][1]} of {given[0][2]})",
@@ -444,7 +449,7 @@ def _fill(
 ) -> GraphDataset:
     """Writes checked parts into an open writer, generating what the input lacks (seeded)."""
     rep = build_csr(w, lambda: _edge_chunks(parts.edges, layout), n, source=parts.edges_source,
-                    undirected=undirected, policy=policy, progress=progress)
+                    undirected=undirected, policy=policy, progress=progress, nodes_from=parts.nodes_from)
     return _rest(w, parts, n, labels, rep, source=source, policy=policy, **rest)
 
 
