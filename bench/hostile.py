@@ -157,7 +157,7 @@ CASES = [
     Case("moment train --layout layouts/other --epochs 1 --checkpoint-dir ckpt --resume",
          "checkpoint is from another run", keep=("ckpt/checkpoint.pt",)),
     Case(f"{TRAIN} --nproc 5", "placed for 4 GPU"),
-    # your own data, model and loss (issue 30): one line naming the input, nothing half-written
+    # your own data, model and loss: one line naming the input, nothing half-written
     Case("moment data import pyg corrupt.pt --out data/pt", "corrupt.pt", gone=("data/pt", "data/.pt.tmp-*")),
     Case("moment data import npy --out data/np --edge-index e-bad.npy", "e-bad.npy",
          gone=("data/np", "data/.np.tmp-*")),
