@@ -765,10 +765,21 @@ def flat(text: str) -> str:
     return " ".join(text.split())
 
 
-def judge(case: Case, res: Outcome) -> tuple[str, bool, bool]:
-    """(verdict, whether a traceback showed, whether the user's files were lost)."""
+@dataclass(frozen=True)
+class Verdict:
+    """A case's verdict ("ok", or "FAIL: why") and the kinds of failure the summary counts: a traceback shown,
+    the user's files lost, a refusal expected but the input accepted (silently wrong), no answer in time."""
+
+    text: str
+    traceback: bool = False
+    lost: bool = False
+    silent: bool = False
+    hang: bool = False
+
+
+def judge(case: Case, res: Outcome) -> Verdict:
     if res.skipped:
-        return f"skipped: {res.skipped}", False, False
+        return Verdict(f"skipped: {res.skipped}")
     code, output = res.code, res.output
     traceback = "Traceback" in output
     lost = [p for p in case.keep if not os.path.lexists(p)]
@@ -791,7 +802,8 @@ def judge(case: Case, res: Outcome) -> tuple[str, bool, bool]:
         why.append(f"lost {', '.join(lost)}")
     if left:
         why.append(f"left {', '.join(left)}")
-    return ("FAIL: " + "; ".join(why) if why else "ok"), traceback, bool(lost)
+    return Verdict("FAIL: " + "; ".join(why) if why else "ok", traceback, bool(lost),
+                   silent=case.code is None and code == 0, hang=code is None and case.via is None)
 
 
 def shown(case: Case) -> str:
@@ -821,7 +833,7 @@ def main() -> int:
     workdir = (contextlib.nullcontext(os.path.abspath(args.keep)) if args.keep
                else tempfile.TemporaryDirectory(prefix="moment-hostile-"))
     start = time.monotonic()
-    ok = tracebacks = lost = skipped = 0
+    ok = tracebacks = lost = skipped = silent = hangs = 0
     services = Services()
     captured: dict[str, str] = {}
     with workdir as work:
@@ -835,18 +847,22 @@ def main() -> int:
                 try:
                     for i, case in enumerate(cases, 1):
                         res = execute(case, services, captured)
-                        verdict, traceback, data_lost = judge(case, res)
+                        v = judge(case, res)
+                        verdict = v.text
                         ok += verdict == "ok"
                         skipped += bool(res.skipped)
-                        tracebacks += traceback
-                        lost += data_lost
+                        tracebacks += v.traceback
+                        lost += v.lost
+                        silent += v.silent
+                        hangs += v.hang
                         shown_code = "-" if res.code is None else res.code
                         print(f"| {i} | `{cell(shown(case))}` | {shown_code} | {cell(res.first, OUTPUT_CHARS)} "
                               f"| {cell(verdict)} |", flush=True)
                 finally:
                     services.stop()
     print(f"\nsetup {setup_s:.0f} s, cases {time.monotonic() - start - setup_s:.0f} s")
-    print(f"cases: {len(cases)}  ok: {ok}  tracebacks: {tracebacks}  data_lost: {lost}"
+    print(f"cases: {len(cases)}  ok: {ok}  tracebacks: {tracebacks}  silent_wrong: {silent}  data_lost: {lost}  "
+          f"hangs: {hangs}"
           + (f"  skipped: {skipped}" if skipped else ""))
     return 0 if ok + skipped == len(cases) else 1
 
