@@ -154,13 +154,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                                    flag=request_field)
             result = run_with_deadline(
                 lambda progress: plan(spec, wl, remote_fraction=req.remote_fraction, remote_source="remote_fraction",
-                                      load=load),
+                                      load=load, progress=progress),
                 s.plan_timeout_s, "the cluster plan", slots)
         out = result.model_dump(mode="json")
         if req.diagram:
-            out["diagrams_svg"] = {m.name: api.plan_svg(load(m.profile),
-                                                        m.plan.model_copy(update={"placement": m.placement}))
-                                   for m in result.machines}
+            svgs: dict[int, str] = {}  # one per server entry: its machines are equal
+            for m in result.machines:
+                if m.server not in svgs:
+                    svgs[m.server] = api.plan_svg(load(m.profile), m.plan.model_copy(update={"placement": m.placement}))
+            out["diagrams_svg"] = {m.name: svgs[m.server] for m in result.machines}
         return out
 
     @v1.post("/compare", response_model=list[CompareRow], response_model_exclude_unset=True, tags=["planning"],
