@@ -1,0 +1,55 @@
+"""Issue 31, the service: a body over the limit is answered 413 (not a reset connection), on every
+route, however it is sent."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+pytest.importorskip("uvicorn", reason="the service needs the `serve` extra (fastapi, uvicorn)")
+
+import uvicorn  # noqa: E402
+
+from moment.service.app import create_app  # noqa: E402
+from moment.service.config import Settings  # noqa: E402
+
+LIMIT = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def port(tmp_path_factory):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        free = s.getsockname()[1]
+    app = create_app(Settings(data_dir=tmp_path_factory.mktemp("svc"), max_body_bytes=LIMIT))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free, log_level="warning"))
+    t = threading.Thread(target=server.run, daemon=True)
+    t.start()
+    end = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < end, "the server did not start"
+        time.sleep(0.05)
+    yield free
+    server.should_exit = True
+    t.join(10)
+
+
+@pytest.mark.parametrize("route", ["/v1/plan/cluster", "/v1/plan", "/v1/jobs/place"])
+@pytest.mark.parametrize("chunked", [False, True])
+def test_a_body_over_the_limit_is_answered_413_naming_the_limit(port, route, chunked):
+    body = b'{"cluster": "' + b"x" * (64 * LIMIT) + b'"}'
+    data = iter([body[i:i + 65536] for i in range(0, len(body), 65536)]) if chunked else body
+    # urllib asks for Connection: close, as most one-shot clients do: the server closes after answering
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{route}", data=data, method="POST",
+                                 headers={"content-type": "application/json",
+                                          **({"transfer-encoding": "chunked"} if chunked else {})})
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req, timeout=30)
+    detail = json.loads(e.value.read())["detail"]
+    assert e.value.code == 413 and f"{LIMIT:,} bytes" in detail
