@@ -53,3 +53,33 @@ def test_a_body_over_the_limit_is_answered_413_naming_the_limit(port, route, chu
         urllib.request.urlopen(req, timeout=30)
     detail = json.loads(e.value.read())["detail"]
     assert e.value.code == 413 and f"{LIMIT:,} bytes" in detail
+
+
+def test_a_request_past_its_memory_cap_is_refused_not_the_service_killed():
+    from moment.service.errors import TooLarge
+    from moment.service.worker import run_capped
+
+    with pytest.raises(TooLarge, match="memory limit of 256 MiB"):  # a small cap: it cannot hurt the machine
+        run_capped(bytearray, (8 << 30,), 60, "the test", 256 << 20)
+
+
+def test_the_deadline_kills_the_work():
+    import multiprocessing
+
+    from moment.service.errors import TimedOut
+    from moment.service.worker import run_capped
+
+    t0 = time.monotonic()
+    with pytest.raises(TimedOut, match="within the service's limit of 1 s"):
+        run_capped(time.sleep, (120,), 1, "the test", 1 << 30)
+    assert time.monotonic() - t0 < 20 and not multiprocessing.active_children()
+
+
+def test_the_cluster_plan_runs_under_the_request_memory_cap(tmp_path):
+    from fastapi.testclient import TestClient
+
+    from tests.test_service_cluster import CLUSTER
+
+    with TestClient(create_app(Settings(data_dir=tmp_path, request_max_mib=64))) as c:
+        r = c.post("/v1/plan/cluster", json={"cluster": CLUSTER})
+    assert r.status_code == 413 and "memory limit of 64 MiB" in r.json()["detail"]
