@@ -167,13 +167,13 @@ BAD = [
     ("servers: [{profile: paper-machine-b, inventory: 4xA100}]\nnetwork: {nic: CX7, ports: 2, switch_gbit: 100}",
      "network.ports 2: CX7 has 1 port"),
     ("servers: [{profile: paper-machine-b, inventory: 4xA100}]\nnetwork: {nic: CX7, switch_gbit: 0}",
-     "network.switch_gbit: Input should be greater than 0"),
+     "network.switch_gbit: 0.0 is out of range: above 0, at most 3200 Gb/s"),
     ("servers: [{profile: paper-machine-b, inventory: 4xA100, gpus: 2}]\nnetwork: {nic: CX7, switch_gbit: 100}",
      "servers[0].gpus: Extra inputs are not permitted"),
     ("servers: [{profile: paper-machine-b, inventory: 4xA100, nics: 0}]\nnetwork: {nic: CX7, switch_gbit: 100}",
-     "servers[0].nics: Input should be greater than or equal to 1"),
+     "servers[0].nics: 0 is out of range: from 1 to 16 NICs"),
     ("servers: [{profile: paper-machine-b, inventory: 4xA100}]\nnetwork: {nic: CX7, switch_gbit: 100}\n"
-     "remote_fraction: 1.5", "remote_fraction: Input should be less than or equal to 1"),
+     "remote_fraction: 1.5", "remote_fraction: 1.5 is out of range: from 0 to 1"),
     ("servers: [{name: a, profile: paper-machine-b, inventory: 4xA100}, {name: a, profile: paper-machine-b, "
      "inventory: 4xA100}]\nnetwork: {nic: CX7, switch_gbit: 100}", "two machines are named 'a'"),
 ]

@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, ValidationError, model_validator
 
 from moment.errors import MomentError, validation_lines
 from moment.inputs import exists
@@ -66,12 +67,32 @@ def check_machine_names(names: list[str]) -> None:
         seen.add(n)
 
 
+def _within(lo: float, hi: float, unit: str, *, above: bool = False):
+    """A field's physical range, checked with a message that states it (and the value, shortened)."""
+
+    def check(v):
+        if (v <= lo if above else v < lo) or v > hi:
+            shown = str(v) if len(str(v)) <= 24 else f"{str(v)[:20]}... ({len(str(v))} digits)"
+            span = f"above {lo:g}, at most {hi:g}" if above else f"from {lo:g} to {hi:g}"
+            raise ValueError(f"{shown} is out of range: {span} {unit}")
+        return v
+
+    return AfterValidator(check)
+
+
+def _range(lo: float, hi: float, above: bool = False) -> dict:
+    """The same range in the JSON schema (OpenAPI) as the check states it."""
+    return {"exclusiveMinimum" if above else "minimum": lo, "maximum": hi}
+
+
 class NetworkSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     nic: str = Field(description="NIC model of the catalogue (`moment models`), e.g. CX6-Dx-100GbE")
-    ports: StrictInt = Field(1, ge=1, le=MAX_PORTS, description="ports of each NIC cabled to the switch")
-    switch_gbit: float = Field(gt=0, le=MAX_SWITCH_GBIT, description="the switch's rate per port, Gb/s")
+    ports: Annotated[StrictInt, _within(1, MAX_PORTS, "ports")] = Field(
+        1, json_schema_extra=_range(1, MAX_PORTS), description="ports of each NIC cabled to the switch")
+    switch_gbit: Annotated[float, _within(0, MAX_SWITCH_GBIT, "Gb/s", above=True)] = Field(
+        json_schema_extra=_range(0, MAX_SWITCH_GBIT, above=True), description="the switch's rate per port, Gb/s")
 
 
 class ServerSpec(BaseModel):
@@ -81,8 +102,10 @@ class ServerSpec(BaseModel):
                              "with count N, NAME0 ... NAME(N-1)")
     profile: str = Field(min_length=1, description="built-in profile name or YAML file (relative to the cluster file)")
     inventory: str = Field(min_length=1, description="GPUs and SSDs as `moment plan --inventory`: 4xA100,8xP5510")
-    nics: StrictInt = Field(1, ge=1, le=MAX_NICS, description="NICs of network.nic in this server")
-    count: StrictInt = Field(1, ge=1, le=MAX_MACHINES, description="identical servers this entry stands for")
+    nics: Annotated[StrictInt, _within(1, MAX_NICS, "NICs")] = Field(
+        1, json_schema_extra=_range(1, MAX_NICS), description="NICs of network.nic in this server")
+    count: Annotated[StrictInt, _within(1, MAX_MACHINES, "machines (the largest single switch's ports)")] = Field(
+        1, json_schema_extra=_range(1, MAX_MACHINES), description="identical servers this entry stands for")
 
 
 class ClusterSpec(BaseModel):
@@ -93,10 +116,11 @@ class ClusterSpec(BaseModel):
     name: str = "cluster"
     servers: list[ServerSpec] = Field(min_length=1, max_length=MAX_MACHINES)
     network: NetworkSpec
-    remote_fraction: float | None = Field(
-        None, ge=0, le=1, description="share of the non-replicated (SSD-served) rows a machine reads from "
+    remote_fraction: Annotated[float, _within(0, 1, "(a share of the rows)")] | None = Field(
+        None, json_schema_extra=_range(0, 1), description="share of the non-replicated (SSD-served) rows a machine reads from "
         "other machines; default (N-1)/N, the rows split evenly over the N machines")
-    model_mb: float | None = Field(None, gt=0, le=MAX_MODEL_MB, description="gradient MB all-reduced per step (default: the "
+    model_mb: Annotated[float, _within(0, MAX_MODEL_MB, "MB", above=True)] | None = Field(
+        None, json_schema_extra=_range(0, MAX_MODEL_MB, above=True), description="gradient MB all-reduced per step (default: the "
                                    "planner's estimate for a 2-layer GraphSAGE over the workload's features)")
 
     @model_validator(mode="after")
