@@ -302,7 +302,7 @@ CASES = [
     # last: the other cases read this layout
     Case("moment layout rm layouts/L", "also removed", code=0,
          gone=("layouts/L", "layouts/L.runs", "mnt/*/moment-L-*")),
-    # issue 31: cluster files and the service
+    # cluster files and the service: every number bounded, one name check, the body limit answered
     Case("moment plan --cluster c31-count.yaml", "servers[0].count: 100000000000000000000 is out of range: from 1 to 512"),
     Case("moment plan --cluster c31-digits.yaml", "(400 digits) is out of range: from 1 to 512 machines"),
     Case("moment plan --cluster c31-total.yaml", "add up to 600 machines: at most 512"),
@@ -328,7 +328,7 @@ CASES = [
 
 _B = {"profile": "paper-machine-b", "inventory": "4xA100-PCIe-40GB,8xP5510"}
 _NET = {"nic": "CX6-Dx-100GbE", "switch_gbit": 100}
-#: issue 31's cluster files: NAME.yaml for the CLI, NAME-req.json ({"cluster": ...}) for the service
+#: the cluster files of the block above: NAME.yaml for the CLI, NAME-req.json ({"cluster": ...}) for the service
 CLUSTERS_31 = {
     "c31-count": {"servers": [{**_B, "count": 10**20}], "network": _NET},
     "c31-digits": {"servers": [{**_B, "count": int("9" * 400)}], "network": _NET},

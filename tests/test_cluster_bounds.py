@@ -1,4 +1,4 @@
-"""Issue 31: every number of a cluster file has a physical bound, equal servers are planned once,
+"""Every number of a cluster file has a physical bound, equal servers are planned once,
 machine names are checked in one place, and the messages name the real cause."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Issue 31, the service: a body over the limit is answered 413 (not a reset connection), on every
-route, however it is sent."""
+"""The service's bounds: a body over the limit is answered 413 (not a reset connection) on every
+route; the cluster plan runs where its deadline kills it and its memory is capped."""
 
 from __future__ import annotations
 

@@ -18,7 +18,9 @@ cost advisor and a later split of the data over the machines all read the same d
                                       # the others (default (N-1)/N: the rows split evenly over N machines)
     model_mb: 2.1                     # optional: gradient bytes all-reduced per step, MB
 
-Validation errors name the field as `servers[0].profile`, `network.switch_gbit`.
+Validation errors name the field as `servers[0].profile`, `network.switch_gbit`. Every number has a
+physical range (MAX_* below, stated in the refusal), integers are strict (`count: true` is refused), and
+the machine names a file expands to are checked once for every command (`check_machine_names`).
 """
 
 from __future__ import annotations
