@@ -302,7 +302,52 @@ CASES = [
     # last: the other cases read this layout
     Case("moment layout rm layouts/L", "also removed", code=0,
          gone=("layouts/L", "layouts/L.runs", "mnt/*/moment-L-*")),
+    # cluster files and the service: every number bounded, one name check, the body limit answered
+    Case("moment plan --cluster c31-count.yaml", "servers[0].count: 100000000000000000000 is out of range: from 1 to 512"),
+    Case("moment plan --cluster c31-digits.yaml", "(400 digits) is out of range: from 1 to 512 machines"),
+    Case("moment plan --cluster c31-total.yaml", "add up to 600 machines: at most 512"),
+    Case("moment plan --cluster c31-max.yaml", "b0 ... b511 (512 machines, each)", code=0, timeout=60),
+    Case("moment plan --cluster c31-model.yaml", "model_mb: 1e+300 is out of range: above 0, at most 1e+06 MB"),
+    Case("moment plan --cluster c31-switch.yaml", "network.switch_gbit: 1e+300 is out of range: above 0, at most 3200 Gb/s"),
+    Case("moment plan --cluster c31-bool.yaml", "servers[0].count: Input should be a valid integer"),
+    Case("moment plan --cluster c31-names.yaml", "two machines are named 'b0'"),
+    Case("moment place --dataset data/ds --cluster c31-names.yaml --out layouts/c31", "two machines are named 'b0'",
+         gone=("layouts/c31",)),
+    Case("moment plan --cluster c31-long.yaml", "is 400 characters: at most 64", absent=("use letters",)),
+    Case("moment plan --cluster cluster.yaml --calibration calibration.yaml", "a cluster plan takes no --calibration",
+         absent=("put them in the cluster file",)),
+    Case("POST /v1/plan/cluster @c31-count-req.json", "is out of range: from 1 to 512", code=422, via="serve"),
+    Case("POST /v1/plan/cluster @c31-digits-req.json", "is out of range: from 1 to 512", code=422, via="serve"),
+    Case("POST /v1/plan/cluster @c31-model-req.json", '"field":"cluster.model_mb"', code=422, via="serve"),
+    Case("POST /v1/plan/cluster @c31-bool-req.json", "cluster.servers.0.count", code=422, via="serve"),
+    Case("POST /v1/plan/cluster @c31-names-req.json", "two machines are named 'b0'", code=422, via="serve"),
+    Case("POST /v1/plan/cluster @c31-max-req.json", '"name":"b511"', code=200, via="serve", timeout=60),
+    Case("POST /v1/plan/cluster @c31-50mb.json", "over the service's limit of 16,777,216 bytes", code=413,
+         via="serve"),
 ]
+
+_B = {"profile": "paper-machine-b", "inventory": "4xA100-PCIe-40GB,8xP5510"}
+_NET = {"nic": "CX6-Dx-100GbE", "switch_gbit": 100}
+#: the cluster files of the block above: NAME.yaml for the CLI, NAME-req.json ({"cluster": ...}) for the service
+CLUSTERS_31 = {
+    "c31-count": {"servers": [{**_B, "count": 10**20}], "network": _NET},
+    "c31-digits": {"servers": [{**_B, "count": int("9" * 400)}], "network": _NET},
+    "c31-total": {"servers": [{**_B, "name": "a", "count": 300}, {**_B, "name": "b", "count": 300}], "network": _NET},
+    "c31-max": {"servers": [{**_B, "name": "b", "count": 512}], "network": _NET},
+    "c31-model": {"servers": [_B], "network": _NET, "model_mb": 1e300},
+    "c31-switch": {"servers": [_B], "network": {**_NET, "switch_gbit": 1e300}},
+    "c31-bool": {"servers": [{**_B, "count": True}], "network": _NET},
+    "c31-names": {"servers": [{**_B, "name": "b", "count": 2}, {**_B, "name": "b0"}], "network": _NET},
+    "c31-long": {"servers": [{**_B, "name": "x" * 400}], "network": _NET},
+}
+
+
+def write_clusters_31() -> None:
+    for name, data in CLUSTERS_31.items():
+        write_yaml(f"{name}.yaml", data)
+        Path(f"{name}-req.json").write_text(json.dumps({"cluster": data}))
+    with open("c31-50mb.json", "wb") as f:  # a 50 MB body
+        f.write(b'{"cluster": "' + b"x" * 50_000_000 + b'"}')
 
 
 # ---- the work directory --------------------------------------------------------------------------------
@@ -485,6 +530,7 @@ def write_inputs() -> None:
     Path("broken.form").write_bytes(b"xx")  # a form without its boundary
     for name, body in SERVICE_BODIES.items():
         Path(name).write_text(json.dumps(body))
+    write_clusters_31()
     shutil.copytree("data/ds", "served/datasets/ds")
 
 

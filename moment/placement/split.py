@@ -30,7 +30,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shutil
 from pathlib import Path
 from typing import Literal
@@ -49,7 +48,6 @@ FORMAT = "moment-split"
 SCHEMA_VERSION = 1
 OWNERS = "owners.npy"
 REPLICATED = -1  # owners.npy's value of a row every machine holds
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
 class MachinePart(BaseModel):
@@ -95,14 +93,10 @@ def split_id(dataset_id: str, owners_sha256: str, names: list[str]) -> str:
 
 
 def check_names(names: list[str]) -> None:
-    """Machine names become directory names: letters, digits, `.`, `_`, `-`; unique."""
-    for n in names:
-        if not _NAME.fullmatch(n):
-            raise MomentError(f"machine name {n!r}: use letters, digits, '.', '_' and '-' (it names the machine's "
-                              "layout directory)")
-    dup = sorted({n for n in names if names.count(n) > 1})
-    if dup:
-        raise MomentError(f"two machines are named {dup[0]!r}")
+    """Machine names become directory names: the cluster file's one check (`check_machine_names`)."""
+    from moment.topology.cluster import check_machine_names
+
+    check_machine_names(names)
 
 
 def split_rows(order: np.ndarray, machines: int, replicated: int) -> np.ndarray:
