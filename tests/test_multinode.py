@@ -146,3 +146,54 @@ def test_a_machine_that_cannot_start_leaves_the_others_waiting_only_until_the_re
     said = " ".join(ea.split())
     assert "not all 2 machines joined the rendezvous at 127.0.0.1:" in said and "within 5 s" in said, ea
     assert "Traceback" not in ea
+
+
+def train_at(endpoint: str, layout: Path, tmp: Path, timeout_s: int = 3) -> subprocess.Popen:
+    """One agent, machine 1 of 2, joining the rendezvous at `endpoint`."""
+    return start([sys.executable, "-m", "moment", "train", "--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint",
+                  endpoint, "--rdzv-timeout", str(timeout_s), "--run-dir", str(tmp / "runs"), "--layout", str(layout),
+                  *TRAIN_ARGS])
+
+
+def test_an_endpoint_held_by_another_program_stops_the_agent_at_the_rdzv_timeout(runtime_layout, tmp_path):
+    """A listener that never speaks (not a torch store) holds the port: torchrun would wait on it for minutes;
+    --rdzv-timeout bounds the whole join, and the message says what answered at HOST:PORT."""
+    import time
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen(8)
+        endpoint = f"127.0.0.1:{held.getsockname()[1]}"
+        t0 = time.monotonic()
+        p = train_at(endpoint, runtime_layout, tmp_path)
+        [(code, _, err)] = finish([p], timeout=60)
+    said = " ".join(err.split())
+    assert code != 0 and time.monotonic() - t0 < 45, err
+    assert f"the rendezvous endpoint {endpoint} answered but is not a rendezvous" in said, err
+    assert "within 3 s (--rdzv-timeout)" in said and "Traceback" not in err, err
+    assert not running_with(endpoint)  # torchrun did not outlive the agent
+
+
+def running_with(word: str) -> list[int]:
+    """The processes whose command line holds `word`."""
+    out = []
+    for d in Path("/proc").iterdir():
+        try:
+            if d.name.isdigit() and word.encode() in (d / "cmdline").read_bytes():
+                out.append(int(d.name))
+        except OSError:
+            pass
+    return out
+
+
+def test_the_rendezvous_probe_names_what_is_at_the_endpoint():
+    """At the deadline the launcher says whether HOST:PORT refused, answered as something else, or is a store."""
+    from moment.cli.train_launch import probe_endpoint
+
+    port = free_port()
+    assert "cannot be reached (connection refused)" in probe_endpoint(Rendezvous(2, 1, "127.0.0.1", port, 3))
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen(8)
+        r = Rendezvous(2, 1, "127.0.0.1", held.getsockname()[1], 3)
+        assert "answered but is not a rendezvous" in probe_endpoint(r)
