@@ -197,3 +197,24 @@ def test_the_rendezvous_probe_names_what_is_at_the_endpoint():
         held.listen(8)
         r = Rendezvous(2, 1, "127.0.0.1", held.getsockname()[1], 3)
         assert "answered but is not a rendezvous" in probe_endpoint(r)
+
+
+def test_a_machine_killed_mid_run_is_the_one_the_other_names(runtime_layout, tmp_path):
+    """Agent 1 dies (SIGKILL) once training runs: machine 0 names machine 1 as gone, never itself."""
+    import time
+
+    own = shutil.copytree(runtime_layout, tmp_path / "L1")
+    port = free_port()
+    procs = [start([sys.executable, "-m", "moment", "train", "--nnodes", "2", "--node-rank", str(k), "--rdzv-endpoint",
+                    f"127.0.0.1:{port}", "--rdzv-timeout", "30", "--run-dir", str(tmp_path / f"runs{k}"), "--layout",
+                    str(layout), *TRAIN_ARGS, "--epochs", "100000", "--quiet"])
+             for k, layout in enumerate([runtime_layout, own])]
+    end = time.monotonic() + 90
+    while not list(tmp_path.glob("runs0/*/checkpoint/*")) and time.monotonic() < end:
+        time.sleep(0.2)
+    os.kill(procs[1].pid, signal.SIGKILL)
+    [(a, _, ea)] = finish(procs[:1], timeout=90)
+    finish(procs[1:], timeout=10)
+    said = " ".join(ea.split())
+    assert a != 0 and "machine 1 stopped or cannot be reached" in said, ea
+    assert "machine 0" not in said and "Traceback" not in ea, ea

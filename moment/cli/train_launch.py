@@ -263,8 +263,10 @@ def _rendezvous_failed(out: Outcome) -> str:
     start = (f"start `moment train --nnodes {r.nnodes} --node-rank K --rdzv-endpoint {r.endpoint}` on every machine "
              f"(K = 0 to {r.nnodes - 1})")
     if out.ranks_ran and out.rendezvous != "Timeout":
-        return (f"the rendezvous at {r.endpoint} ended while the ranks ran: the machine hosting it (machine 0, or "
-                "the first to start) stopped or cannot be reached; its own messages say why")
+        from moment.runtime.rendezvous import others_gone
+
+        return (f"the rendezvous at {r.endpoint} ended while the ranks ran: {others_gone(r.node_rank, r.nnodes)}; "
+                "its own messages say why")
     if out.rendezvous == "Timeout":
         again = " again after a restart" if out.ranks_ran else ""
         return (f"not all {r.nnodes} machines joined the rendezvous at {r.endpoint}{again} within {r.timeout_s} s "

@@ -153,6 +153,17 @@ def parse_rendezvous(nnodes: int, node_rank: int | None, endpoint: str | None,
     return Rendezvous(nnodes, node_rank, host, int(port), timeout_s)
 
 
+def others_gone(node_rank: int, nnodes: int) -> str:
+    """Which machine went away, as machine `node_rank` can say it: not itself (it is here to say so). Why: a
+    machine that lost its peers used to name the rendezvous host (machine 0), often itself."""
+    others = [k for k in range(nnodes) if k != node_rank]
+    if len(others) == 1:
+        return f"machine {others[0]} stopped or cannot be reached"
+    if len(others) <= 6:
+        return f"one of machines {', '.join(map(str, others))} stopped or cannot be reached"
+    return f"another machine (not this one, machine {node_rank}) stopped or cannot be reached"
+
+
 @dataclass(frozen=True)
 class RankFacts:
     """What a rank tells the others before the process group exists (through torchrun's store)."""

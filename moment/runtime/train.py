@@ -521,10 +521,21 @@ def main(argv: list[str] | None = None) -> int:
         with log_stream() as log:  # the traceback is torchrun's business: its log
             traceback.print_exc(file=log)
         rank = os.environ.get("RANK", "0")
-        Console(stderr=True, emoji=False).print(f"error (rank {rank}): lost the connection to another rank, which has "
-                                   "probably failed (its own message says why)", highlight=False, soft_wrap=True)
+        Console(stderr=True, emoji=False).print(f"error (rank {rank}): lost the connection to another rank, " + _who_lost(),
+                                                highlight=False, soft_wrap=True)
         return 1
     return 0
+
+
+def _who_lost() -> str:
+    """Which peer a lost connection points at: on a run across machines with one rank per machine, another
+    machine (named: never this one); else a rank that has probably failed."""
+    from moment.runtime.rendezvous import NNODES_ENV, NODE_RANK_ENV, others_gone
+
+    env = os.environ
+    if int(env.get(NNODES_ENV, "1") or 1) > 1 and env.get("LOCAL_WORLD_SIZE") == "1":
+        return f"{others_gone(int(env.get(NODE_RANK_ENV, '0')), int(env[NNODES_ENV]))} (its own messages say why)"
+    return "which has probably failed (its own message says why)"
 
 
 if __name__ == "__main__":  # pragma: no cover
