@@ -135,6 +135,19 @@ def test_machines_of_two_splits_stop_with_one_message(split_layout, runtime_data
     assert a == 2 and b != 0, ea + eb
     said = " ".join(ea.split())
     assert said.count("the machines' layouts are not of one split") == 1 and "Traceback" not in ea + eb, ea + eb
+    # machine 1 says the reason too: its user reads its own screen, not machine 0's (issue 31)
+    assert b == 2 and " ".join(eb.split()).count("the machines' layouts are not of one split") == 1, eb
+
+
+def test_two_machines_giving_one_node_rank_both_say_so(runtime_layout, tmp_path):
+    own = shutil.copytree(runtime_layout, tmp_path / "L1")
+    port = free_port()
+    procs = [start([sys.executable, "-m", "moment", "train", "--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint",
+                    f"127.0.0.1:{port}", "--rdzv-timeout", "30", "--run-dir", str(tmp_path / f"runs{k}"), "--layout",
+                    str(layout), *TRAIN_ARGS]) for k, layout in enumerate([runtime_layout, own])]
+    for code, _, e in finish(procs, timeout=120):
+        assert code == 2 and " ".join(e.split()).count("two machines gave --node-rank 0") == 1, e
+        assert "Traceback" not in e and "its own messages say why" not in e, e
 
 
 def test_a_machine_that_cannot_start_leaves_the_others_waiting_only_until_the_rendezvous_timeout(split_layout,

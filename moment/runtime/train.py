@@ -27,6 +27,7 @@ from moment.runtime.budget import under_torchrun
 from moment.runtime.checkpoint import CHECKPOINT_NAME, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from moment.runtime.config import TrainConfig, parse_args
 from moment.runtime.dist import AgreedError, DistContext
+from moment.runtime.rendezvous import NNODES_ENV
 from moment.runtime.lost import peer_lost
 from moment.runtime.memory_use import machine_peak, rank_sample
 from moment.runtime.link_task import link_logits, link_loss, out_dim, roc_auc
@@ -507,7 +508,10 @@ def main(argv: list[str] | None = None) -> int:
         from rich.markup import escape
 
         rank = os.environ.get("RANK", "0")  # as set-up renumbered it (moment.runtime.dist: by machine)
-        if rank == "0" or not isinstance(e, AgreedError):
+        # an agreed error is said once per machine: by rank 0, and by each other machine's first rank, whose user
+        # reads that machine's screen (the error is computed from facts every rank shares, so it is the same one)
+        first_here = os.environ.get("LOCAL_RANK") == "0" and int(os.environ.get(NNODES_ENV, "1") or 1) > 1
+        if rank == "0" or first_here or not isinstance(e, AgreedError):
             Console(stderr=True, emoji=False).print(f"[bold red]error[/] (rank {rank}): " + escape(str(e)), highlight=False,
                                       soft_wrap=True)
         else:  # rank 0 says it: torchrun stops every rank once one exits, so give rank 0 time to
