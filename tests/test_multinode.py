@@ -210,6 +210,12 @@ def test_the_rendezvous_probe_names_what_is_at_the_endpoint():
         held.listen(8)
         r = Rendezvous(2, 1, "127.0.0.1", held.getsockname()[1], 3)
         assert "answered but is not a rendezvous" in probe_endpoint(r)
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+
+    store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=5))
+    assert "not all 2 machines joined the rendezvous" in probe_endpoint(Rendezvous(2, 1, "127.0.0.1", store.port, 3))
 
 
 def test_a_machine_killed_mid_run_is_the_one_the_other_names(runtime_layout, tmp_path):

@@ -105,13 +105,17 @@ def probe_endpoint(rdzv: Any) -> str:
         return f"the rendezvous endpoint {where} cannot be reached ({why})"
     # a torch store answers a client's handshake; another program does not (or closes). In a process of its own:
     # torch's C++ client prints its failures to stderr, which is the user's screen here
+    from moment.runtime.lifetime import die_with_parent
+
+    me = os.getpid()
     ask = ("import sys; from datetime import timedelta; from torch.distributed import TCPStore; "
            f"TCPStore(sys.argv[1], int(sys.argv[2]), is_master=False, timeout=timedelta(seconds={PROBE_S}))"
            ".check(['moment'])")
     try:
         answer = subprocess.run([sys.executable, "-c", ask, rdzv.host, str(rdzv.port)], stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=PROBE_S + 8,
-                                env={**os.environ, "TORCH_CPP_LOG_LEVEL": "FATAL"}).returncode
+                                env={**os.environ, "TORCH_CPP_LOG_LEVEL": "FATAL"},
+                                preexec_fn=lambda: die_with_parent(me)).returncode
     except (OSError, subprocess.TimeoutExpired):
         answer = 1
     if answer == 0:
