@@ -135,7 +135,7 @@ def test_machines_of_two_splits_stop_with_one_message(split_layout, runtime_data
     assert a == 2 and b != 0, ea + eb
     said = " ".join(ea.split())
     assert said.count("the machines' layouts are not of one split") == 1 and "Traceback" not in ea + eb, ea + eb
-    # machine 1 says the reason too: its user reads its own screen, not machine 0's (issue 31)
+    # machine 1 says the reason too: its user reads its own screen, not machine 0's
     assert b == 2 and " ".join(eb.split()).count("the machines' layouts are not of one split") == 1, eb
 
 

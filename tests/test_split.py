@@ -229,7 +229,7 @@ def test_the_budget_charges_what_the_remote_tier_states(split_layout, runtime_la
     ((2, 0, "http://node0:29500"), "is neither an IP address nor a hostname"),
     ((2, 0, "node 0:29500"), "is neither an IP address nor a hostname"),
     ((2, 0, "no-such-host.invalid:29500"), "cannot resolve no-such-host.invalid"),
-    # the part that is wrong is the one quoted (issue 31)
+    # the part that is wrong is the one quoted
     ((2, 0, "127.0.0.1:29400:1"), "the port '29400:1' is not an integer"),
     ((2, 0, "[::1"), "'[::1' opens '[' without its ']'"),
     ((2, 0, "[::1]29500"), "'29500' after '[::1]' is not ':PORT'"),
