@@ -75,7 +75,10 @@ class Case:
     `ctype`: the request's content type. `capture`: (NAME, regex) whose first group later commands use as
     {NAME}. `kill`: (signal, glob): once the glob matches (the run is training), the signal goes to the
     command, and no process it started may outlive it. `needs`: a facility of the work directory
-    (`full-disk`: a small tmpfs at full/, which needs root); without it the case is skipped."""
+    (`full-disk`: a small tmpfs at full/, which needs root); without it the case is skipped. Rendezvous
+    cases: `{rdzv}` is a free 127.0.0.1:PORT, `{held}` one where a socket listens and never speaks, `{http}`
+    `moment serve`'s; `beside` is another machine's agent started with the command (killed afterwards),
+    SIGKILLed once the glob `beside_kill` matches."""
 
     cmd: str
     expect: str
@@ -89,6 +92,8 @@ class Case:
     capture: tuple[str, str] | None = None
     kill: tuple[str, str] | None = None
     needs: str | None = None
+    beside: str | None = None
+    beside_kill: str | None = None
 
 
 @dataclass(frozen=True)
@@ -299,6 +304,28 @@ CASES = [
     Case("JOB /v1/jobs/probe @probe-small.json", '"path":"probe/a/.moment-probe-', code=200, via="serve"),
     Case("JOB /v1/jobs/place @place-job.json", '"layout":"layouts/L1"', code=200, via="serve"),
     Case("FLOOD 60 /v1/plan @plan-b.json", "health within 2 s", code=200, via="serve", timeout=300),
+    # issue 31: rendezvous
+    Case(f"{TRAIN} {FAST} --nnodes 2 --node-rank 1 --rdzv-endpoint 127.0.0.1:29400:1", "the port '29400:1'"),
+    Case(f"{TRAIN} {FAST} --nnodes 2 --node-rank 1 --rdzv-endpoint [::1", "'[::1' opens '[' without its ']'"),
+    Case(f"{TRAIN} {FAST} --nnodes 2 --node-rank 1 --rdzv-endpoint {{held}} --rdzv-timeout 3 --run-dir runs31",
+         "answered but is not a rendezvous", timeout=45, absent=("Traceback",)),
+    Case(f"{TRAIN} {FAST} --nnodes 2 --node-rank 1 --rdzv-endpoint {{http}} --rdzv-timeout 3 --run-dir runs31",
+         "answered but is not a rendezvous", timeout=45, absent=("Traceback",)),
+    Case(f"{TRAIN} {FAST} --nnodes 2 --node-rank 1 --rdzv-endpoint {{rdzv}} --rdzv-timeout 3 --run-dir runs31",
+         "not all 2 machines joined the rendezvous", timeout=45, absent=("Traceback",)),
+    Case(f"{TRAIN} {FAST} --nnodes 2 --node-rank 1 --rdzv-endpoint {{rdzv}} --rdzv-timeout 30 --run-dir runs31",
+         "the machines train different datasets", timeout=120, absent=("its own messages say why",),
+         beside=f"moment train --layout layouts/other --epochs 1 {FAST} --nnodes 2 --node-rank 0 --rdzv-endpoint "
+                "{rdzv} --rdzv-timeout 30 --run-dir runs31b"),
+    Case(f"{TRAIN} {FAST} --nnodes 2 --node-rank 0 --rdzv-endpoint {{rdzv}} --rdzv-timeout 30 --run-dir runs31",
+         "two machines gave --node-rank 0", timeout=120, absent=("its own messages say why",),
+         beside=f"moment train --layout layouts/packed --epochs 1 {FAST} --nnodes 2 --node-rank 0 --rdzv-endpoint "
+                "{rdzv} --rdzv-timeout 30 --run-dir runs31b"),
+    Case(f"moment train --layout layouts/L --epochs 100000 {FAST} --quiet --nnodes 2 --node-rank 0 --rdzv-endpoint "
+         "{rdzv} --rdzv-timeout 30 --run-dir runs31k", "machine 1 stopped or cannot be reached", timeout=120,
+         absent=("machine 0", "Traceback"),
+         beside=f"moment train --layout layouts/packed --epochs 100000 {FAST} --quiet --nnodes 2 --node-rank 1 "
+                "--rdzv-endpoint {rdzv} --rdzv-timeout 30 --run-dir runs31k1", beside_kill="runs31k/*/checkpoint/*"),
     # last: the other cases read this layout
     Case("moment layout rm layouts/L", "also removed", code=0,
          gone=("layouts/L", "layouts/L.runs", "mnt/*/moment-L-*")),
@@ -772,6 +799,46 @@ class Outcome:
     skipped: str = ""  # why the case could not run here
 
 
+@contextlib.contextmanager
+def rendezvous_around(case: Case, cmd: str, services: Services):
+    """`cmd` with its rendezvous placeholders filled in, and what they need running meanwhile (see Case)."""
+    held = socket.socket()
+    beside = None
+    stop = threading.Event()
+    try:
+        if "{held}" in cmd + (case.beside or ""):
+            held.bind(("127.0.0.1", 0))
+            held.listen(8)
+        fill = {"{rdzv}": f"127.0.0.1:{free_port('127.0.0.1')}", "{held}": f"127.0.0.1:{held.getsockname()[1]}"}
+        if "{http}" in cmd:
+            fill["{http}"] = services.url("serve").removeprefix("http://")
+        for k, v in fill.items():
+            cmd = cmd.replace(k, v)
+        if case.beside:
+            other = case.beside
+            for k, v in fill.items():
+                other = other.replace(k, v)
+            args, env = argv(other)
+            beside = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                      start_new_session=True)
+            if case.beside_kill:
+                def kill_when_ready() -> None:
+                    while not stop.wait(0.2):
+                        if glob.glob(case.beside_kill):
+                            os.kill(beside.pid, signal.SIGKILL)
+                            return
+
+                threading.Thread(target=kill_when_ready, daemon=True).start()
+        yield cmd
+    finally:
+        stop.set()
+        held.close()
+        if beside is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(beside.pid, signal.SIGKILL)
+            beside.wait()
+
+
 def execute(case: Case, services: Services, captured: dict[str, str]) -> Outcome:
     """Run one case."""
     if case.needs and FACILITIES.get(case.needs, "unknown facility"):
@@ -781,10 +848,11 @@ def execute(case: Case, services: Services, captured: dict[str, str]) -> Outcome
         cmd = cmd.replace("{" + name + "}", value)
     if case.via is None:
         left: list[int] = []
-        if case.kill:
-            code, out, err, left = run_killed(cmd, *case.kill, case.timeout)
-        else:
-            code, out, err = run(cmd, case.timeout)
+        with rendezvous_around(case, cmd, services) as cmd:
+            if case.kill:
+                code, out, err, left = run_killed(cmd, *case.kill, case.timeout)
+            else:
+                code, out, err = run(cmd, case.timeout)
         errors = [line for line in (err + "\n" + out).splitlines() if line.startswith("error")]
         lines = [line.strip() for line in err.splitlines() + out.splitlines() if line.strip()]
         if case.capture and (m := re.search(case.capture[1], out + err)):
