@@ -304,7 +304,7 @@ CASES = [
     Case("JOB /v1/jobs/probe @probe-small.json", '"path":"probe/a/.moment-probe-', code=200, via="serve"),
     Case("JOB /v1/jobs/place @place-job.json", '"layout":"layouts/L1"', code=200, via="serve"),
     Case("FLOOD 60 /v1/plan @plan-b.json", "health within 2 s", code=200, via="serve", timeout=300),
-    # issue 31: rendezvous
+    # rendezvous: the join bounded by --rdzv-timeout, every machine told why, the right machine named
     Case(f"{TRAIN} {FAST} --nnodes 2 --node-rank 1 --rdzv-endpoint 127.0.0.1:29400:1", "the port '29400:1'"),
     Case(f"{TRAIN} {FAST} --nnodes 2 --node-rank 1 --rdzv-endpoint [::1", "'[::1' opens '[' without its ']'"),
     Case(f"{TRAIN} {FAST} --nnodes 2 --node-rank 1 --rdzv-endpoint {{held}} --rdzv-timeout 3 --run-dir runs31",
