@@ -1,4 +1,4 @@
-"""Issue 31: each refusal names its real cause (the missing file, the other kind of layout, the invalid
+"""Each refusal names its real cause (the missing file, the other kind of layout, the invalid
 value, a binary file given as text), a missing torch is one line with the install command, and piped
 tables are not wrapped at a fixed width."""
 
