@@ -125,3 +125,11 @@ def test_the_install_hint_pins_the_makefiles_torch():
 
     pin = re.search(r"^TORCH_PIN := (\S+)", (ROOT / "Makefile").read_text(), re.M).group(1)
     assert pin in INSTALL_TRAIN and "make install-dev" in INSTALL_TRAIN
+
+
+def test_the_readme_says_what_make_installs_and_places_on_ssds():
+    readme = (ROOT / "README.md").read_text()
+    quick = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    assert "make install-dev" in quick and "torch" in quick
+    place = readme.split("## Placing data and training", 1)[1].split("```", 2)[1]
+    assert "moment place" in place and "--ssd-path ssd0=" in place
