@@ -351,6 +351,17 @@ CASES = [
     Case("POST /v1/plan/cluster @c31-max-req.json", '"name":"b511"', code=200, via="serve", timeout=60),
     Case("POST /v1/plan/cluster @c31-50mb.json", "over the service's limit of 16,777,216 bytes", code=413,
          via="serve"),
+    # messages that name the real cause
+    Case("moment layout info layouts/split-nocluster", "no cluster.json: this is a split layout's top directory"),
+    Case("moment place --dataset data/ds --machines 2 --out layouts/other --overwrite",
+         "is one machine's layout, not a split layout", keep=("layouts/other/manifest.json",)),
+    Case("moment place --dataset data/ds --out layouts/split --overwrite", "is a split layout, not one machine's",
+         keep=("layouts/split/cluster.json", "layouts/split/m0/manifest.json")),
+    Case("moment layout info layouts/split-cut", "owners.npy: the owners file is truncated"),
+    Case("moment doctor --device tpu", "--device tpu: not a device the checks run on; choose cuda or cpu"),
+    Case("moment data import edgelist edge_index.npy --out data/ei", "this is a NumPy .npy file",
+         gone=("data/ei",), absent=("codec",)),
+    Case("moment data import edgelist corrupt.pt --out data/ei", "moment data import pyg", gone=("data/ei",)),
 ]
 
 _B = {"profile": "paper-machine-b", "inventory": "4xA100-PCIe-40GB,8xP5510"}
@@ -392,6 +403,7 @@ SETUP = [  # `> FILE`: stdout goes there
     "moment data pack --layout layouts/packed",
     f"{TRAIN} --checkpoint-dir ckpt",
     "moment export --profile paper-machine-a --out paper-machine-a.yaml",
+    "moment place --dataset data/ds --machines 2 --out layouts/split",
 ]
 #: after write_inputs: what reads the files it writes
 AFTER_INPUTS = [
@@ -534,6 +546,10 @@ def write_inputs() -> None:
     (stale / "features.npy").write_bytes(b"\0" * 4096)
     overwrite("layouts/packed/pack/rank0.bin", 100, b"garbage!" * 8)
     Path("rand.yaml").write_bytes(bytes(range(128, 256)) * 16)
+    np.save("edge_index.npy", np.array([[0, 1], [1, 2]]))
+    (Path(shutil.copytree("layouts/split", "layouts/split-nocluster")) / "cluster.json").unlink()
+    owners = Path(shutil.copytree("layouts/split", "layouts/split-cut")) / "owners.npy"
+    owners.write_bytes(owners.read_bytes()[:100])
     Path("afile").write_text("not a directory\n")
     Path("nested.yaml").write_text(NESTED_YAML + "\n")
     Path("nested-plan.json").write_text(json.dumps({"profile_yaml": NESTED_YAML, "gpus": 2, "ssds": 4}))

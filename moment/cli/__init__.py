@@ -11,7 +11,8 @@ import sys
 import typer
 from rich.console import Console
 
-from moment.errors import MomentError
+from moment.errors import MomentError, missing_torch
+from moment.outputs import console_width
 
 app = typer.Typer(
     name="moment",
@@ -22,9 +23,9 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-# Piped output (logs, CI) gets 120 columns instead of rich's 80 so tables keep their names whole.
-console = Console(width=None if sys.stdout.isatty() else 120, emoji=False)  # a user's ":boom:" stays text
-err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 120, emoji=False)
+# Piped output (logs, CI) is not wrapped at rich's 80 columns, or any fixed width (outputs.console_width)
+console = Console(width=console_width(sys.stdout), emoji=False)  # a user's ":boom:" stays text
+err_console = Console(stderr=True, width=console_width(sys.stderr), emoji=False)
 
 
 #: The command modules, in the order their commands are listed in `moment --help`. Each registers its
@@ -119,6 +120,11 @@ def main(argv: list[str] | None = None) -> int:
         code = command.main(args=argv, prog_name="moment", standalone_mode=False)
     except MomentError as e:
         err_console.print("[bold red]error:[/] " + _escape(str(e)), highlight=False, soft_wrap=True)
+        return 2
+    except ModuleNotFoundError as e:  # a command (or what it imports) needs torch: one line, not a traceback
+        if (err := missing_torch(e)) is None:
+            raise
+        err_console.print("[bold red]error:[/] " + _escape(str(err)), highlight=False, soft_wrap=True)
         return 2
     except usage_error as e:  # a bad flag or value: one line and where to look, not a usage box
         where = e.ctx.command_path if e.ctx is not None else "moment"

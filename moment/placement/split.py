@@ -324,6 +324,10 @@ def check_split_replaceable(out: Path, verb: str = "replace", runs: list[Path] =
     """An existing split is replaced or removed only when Moment wrote it and it holds nothing its manifests do
     not name; a damaged cluster manifest is refused (what the split owns is unknown)."""
     if not is_split(out):
+        if (out / MANIFEST).is_file():  # the other kind: `place --machines` over one machine's layout
+            raise MomentError(f"is one machine's layout, not a split layout: refusing to {verb} it with a split",
+                              source=str(out), hint=f"choose another --out, or remove it first with "
+                                                    f"`moment layout rm {out}`")
         check_replaceable(out, "split layout", None, verb=verb)
         return None
     try:
