@@ -299,6 +299,11 @@ CASES = [
     Case("JOB /v1/jobs/probe @probe-small.json", '"path":"probe/a/.moment-probe-', code=200, via="serve"),
     Case("JOB /v1/jobs/place @place-job.json", '"layout":"layouts/L1"', code=200, via="serve"),
     Case("FLOOD 60 /v1/plan @plan-b.json", "health within 2 s", code=200, via="serve", timeout=300),
+    # issue 31: bounds and flags
+    Case("moment place --dataset data/ds --machines 20001 --out layouts/many", "at most 20,000 machines",
+         gone=("layouts/many", "layouts/.many.lock")),
+    Case("moment place --dataset data/ds --machines 100000 --out layouts/many", "at most 20,000 machines",
+         gone=("layouts/many", "layouts/.many.lock")),
     # last: the other cases read this layout
     Case("moment layout rm layouts/L", "also removed", code=0,
          gone=("layouts/L", "layouts/L.runs", "mnt/*/moment-L-*")),
