@@ -157,7 +157,7 @@ CASES = [
     Case("moment train --layout layouts/other --epochs 1 --checkpoint-dir ckpt --resume",
          "checkpoint is from another run", keep=("ckpt/checkpoint.pt",)),
     Case(f"{TRAIN} --nproc 5", "placed for 4 GPU"),
-    # your own data, model and loss (issue 30): one line naming the input, nothing half-written
+    # your own data, model and loss: one line naming the input, nothing half-written
     Case("moment data import pyg corrupt.pt --out data/pt", "corrupt.pt", gone=("data/pt", "data/.pt.tmp-*")),
     Case("moment data import npy --out data/np --edge-index e-bad.npy", "e-bad.npy",
          gone=("data/np", "data/.np.tmp-*")),
@@ -299,7 +299,7 @@ CASES = [
     Case("JOB /v1/jobs/probe @probe-small.json", '"path":"probe/a/.moment-probe-', code=200, via="serve"),
     Case("JOB /v1/jobs/place @place-job.json", '"layout":"layouts/L1"', code=200, via="serve"),
     Case("FLOOD 60 /v1/plan @plan-b.json", "health within 2 s", code=200, via="serve", timeout=300),
-    # issue 31: bounds and flags
+    # bounds and flags: every count is bounded by the data before work starts
     Case("moment place --dataset data/ds --machines 20001 --out layouts/many", "at most 20,000 machines",
          gone=("layouts/many", "layouts/.many.lock")),
     Case("moment place --dataset data/ds --machines 100000 --out layouts/many", "at most 20,000 machines",

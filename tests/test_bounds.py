@@ -1,4 +1,4 @@
-"""Issue 31: every number a user gives has a bound stated in one place, and a flag that does nothing in
+"""Every number a user gives has a bound stated in one place, and a flag that does nothing in
 its combination is refused."""
 
 from __future__ import annotations
