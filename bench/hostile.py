@@ -326,6 +326,11 @@ CASES = [
          absent=("machine 0", "Traceback"),
          beside=f"moment train --layout layouts/packed --epochs 100000 {FAST} --quiet --nnodes 2 --node-rank 1 "
                 "--rdzv-endpoint {rdzv} --rdzv-timeout 30 --run-dir runs31k1", beside_kill="runs31k/*/checkpoint/*"),
+    # bounds and flags: every count is bounded by the data before work starts
+    Case("moment place --dataset data/ds --machines 20001 --out layouts/many", "at most 20,000 machines",
+         gone=("layouts/many", "layouts/.many.lock")),
+    Case("moment place --dataset data/ds --machines 100000 --out layouts/many", "at most 20,000 machines",
+         gone=("layouts/many", "layouts/.many.lock")),
     # last: the other cases read this layout
     Case("moment layout rm layouts/L", "also removed", code=0,
          gone=("layouts/L", "layouts/L.runs", "mnt/*/moment-L-*")),

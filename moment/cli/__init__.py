@@ -113,6 +113,17 @@ def main(argv: list[str] | None = None) -> int:
 
     # whoever finds an output locked by this run is told which command holds it
     locking.COMMAND = "moment " + shlex.join(str(a) for a in (sys.argv[1:] if argv is None else argv))
+    old = _stop_cleanly_on_sigterm()
+    try:
+        return _main(argv)
+    finally:
+        import signal
+
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+def _main(argv: list[str] | None) -> int:
     command = typer.main.get_command(app)
     _own_path_checks(command)
     usage_error, click_exception = _click_errors()
@@ -137,9 +148,35 @@ def main(argv: list[str] | None = None) -> int:
     except typer.Abort:
         err_console.print("aborted", highlight=False)
         return 1
+    except Terminated as e:
+        err_console.print(f"stopped by a signal: exit {e.code}", highlight=False)
+        return int(e.code)
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     return code if isinstance(code, int) else 0
+
+
+class Terminated(SystemExit):
+    """SIGTERM/SIGHUP (`timeout`, a closed terminal): raised where the command is, so its `finally`
+    blocks run (output locks released, half-written outputs removed) before it exits 128+signal."""
+
+
+def _stop_cleanly_on_sigterm() -> dict:
+    """Python's default SIGTERM ends the process at once, leaving a lock file and temporary outputs
+    behind; turn it into an exception instead (code that forwards signals, e.g. train, sets its own)."""
+    import signal
+
+    import threading
+
+    def stop(signum, frame):
+        raise Terminated(128 + signum)
+
+    old = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            if signal.getsignal(sig) == signal.SIG_DFL:
+                old[sig] = signal.signal(sig, stop)
+    return old
 
 
 def _click_errors() -> tuple[type[Exception], type[Exception]]:

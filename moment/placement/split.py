@@ -99,6 +99,26 @@ def check_names(names: list[str]) -> None:
     check_machine_names(names)
 
 
+#: owners.npy holds int16 machine indices: no split has more machines than this
+MAX_MACHINES = int(np.iinfo(np.int16).max)
+
+
+def max_machines(num_nodes: int) -> int:
+    """The most machines a graph of `num_nodes` rows can be split over: every machine must own at least
+    one row (a machine owning none holds nothing of its own and only adds a rendezvous), and owners.npy
+    indexes machines in int16. The one place this bound is stated."""
+    return max(min(int(num_nodes), MAX_MACHINES), 0)
+
+
+def check_machine_count(machines: int, num_nodes: int, source: str | None = None) -> None:
+    """Refuse, before any work, a split over more machines than `max_machines(num_nodes)`."""
+    most = max_machines(num_nodes)
+    if machines > most:
+        raise MomentError(f"--machines {machines}: this graph of {num_nodes:,} rows can be split over at most "
+                          f"{most:,} machines (every machine must own rows)", source=source,
+                          hint=f"pass --machines {min(most, machines)} or fewer")
+
+
 def split_rows(order: np.ndarray, machines: int, replicated: int) -> np.ndarray:
     """Owner of each node: the `replicated` hottest (`order`: node ids hottest first) are held by every
     machine (REPLICATED); the others are dealt out in hotness order, snake fashion, so each machine owns
