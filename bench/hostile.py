@@ -75,7 +75,10 @@ class Case:
     `ctype`: the request's content type. `capture`: (NAME, regex) whose first group later commands use as
     {NAME}. `kill`: (signal, glob): once the glob matches (the run is training), the signal goes to the
     command, and no process it started may outlive it. `needs`: a facility of the work directory
-    (`full-disk`: a small tmpfs at full/, which needs root); without it the case is skipped."""
+    (`full-disk`: a small tmpfs at full/, which needs root); without it the case is skipped. Rendezvous
+    cases: `{rdzv}` is a free 127.0.0.1:PORT, `{held}` one where a socket listens and never speaks, `{http}`
+    `moment serve`'s; `beside` is another machine's agent started with the command (killed afterwards),
+    SIGKILLed once the glob `beside_kill` matches."""
 
     cmd: str
     expect: str
@@ -89,6 +92,8 @@ class Case:
     capture: tuple[str, str] | None = None
     kill: tuple[str, str] | None = None
     needs: str | None = None
+    beside: str | None = None
+    beside_kill: str | None = None
 
 
 @dataclass(frozen=True)
@@ -299,10 +304,93 @@ CASES = [
     Case("JOB /v1/jobs/probe @probe-small.json", '"path":"probe/a/.moment-probe-', code=200, via="serve"),
     Case("JOB /v1/jobs/place @place-job.json", '"layout":"layouts/L1"', code=200, via="serve"),
     Case("FLOOD 60 /v1/plan @plan-b.json", "health within 2 s", code=200, via="serve", timeout=300),
+    # rendezvous: the join bounded by --rdzv-timeout, every machine told why, the right machine named
+    Case(f"{TRAIN} {FAST} --nnodes 2 --node-rank 1 --rdzv-endpoint 127.0.0.1:29400:1", "the port '29400:1'"),
+    Case(f"{TRAIN} {FAST} --nnodes 2 --node-rank 1 --rdzv-endpoint [::1", "'[::1' opens '[' without its ']'"),
+    Case(f"{TRAIN} {FAST} --nnodes 2 --node-rank 1 --rdzv-endpoint {{held}} --rdzv-timeout 3 --run-dir runs31",
+         "answered but is not a rendezvous", timeout=45, absent=("Traceback",)),
+    Case(f"{TRAIN} {FAST} --nnodes 2 --node-rank 1 --rdzv-endpoint {{http}} --rdzv-timeout 3 --run-dir runs31",
+         "answered but is not a rendezvous", timeout=45, absent=("Traceback",)),
+    Case(f"{TRAIN} {FAST} --nnodes 2 --node-rank 1 --rdzv-endpoint {{rdzv}} --rdzv-timeout 3 --run-dir runs31",
+         "not all 2 machines joined the rendezvous", timeout=45, absent=("Traceback",)),
+    Case(f"{TRAIN} {FAST} --nnodes 2 --node-rank 1 --rdzv-endpoint {{rdzv}} --rdzv-timeout 30 --run-dir runs31",
+         "the machines train different datasets", timeout=120, absent=("its own messages say why",),
+         beside=f"moment train --layout layouts/other --epochs 1 {FAST} --nnodes 2 --node-rank 0 --rdzv-endpoint "
+                "{rdzv} --rdzv-timeout 30 --run-dir runs31b"),
+    Case(f"{TRAIN} {FAST} --nnodes 2 --node-rank 0 --rdzv-endpoint {{rdzv}} --rdzv-timeout 30 --run-dir runs31",
+         "two machines gave --node-rank 0", timeout=120, absent=("its own messages say why",),
+         beside=f"moment train --layout layouts/packed --epochs 1 {FAST} --nnodes 2 --node-rank 0 --rdzv-endpoint "
+                "{rdzv} --rdzv-timeout 30 --run-dir runs31b"),
+    Case(f"moment train --layout layouts/L --epochs 100000 {FAST} --quiet --nnodes 2 --node-rank 0 --rdzv-endpoint "
+         "{rdzv} --rdzv-timeout 30 --run-dir runs31k", "machine 1 stopped or cannot be reached", timeout=120,
+         absent=("machine 0", "Traceback"),
+         beside=f"moment train --layout layouts/packed --epochs 100000 {FAST} --quiet --nnodes 2 --node-rank 1 "
+                "--rdzv-endpoint {rdzv} --rdzv-timeout 30 --run-dir runs31k1", beside_kill="runs31k/*/checkpoint/*"),
+    # bounds and flags: every count is bounded by the data before work starts
+    Case("moment place --dataset data/ds --machines 20001 --out layouts/many", "at most 20,000 machines",
+         gone=("layouts/many", "layouts/.many.lock")),
+    Case("moment place --dataset data/ds --machines 100000 --out layouts/many", "at most 20,000 machines",
+         gone=("layouts/many", "layouts/.many.lock")),
     # last: the other cases read this layout
     Case("moment layout rm layouts/L", "also removed", code=0,
          gone=("layouts/L", "layouts/L.runs", "mnt/*/moment-L-*")),
+    # cluster files and the service: every number bounded, one name check, the body limit answered
+    Case("moment plan --cluster c31-count.yaml", "servers[0].count: 100000000000000000000 is out of range: from 1 to 512"),
+    Case("moment plan --cluster c31-digits.yaml", "(400 digits) is out of range: from 1 to 512 machines"),
+    Case("moment plan --cluster c31-total.yaml", "add up to 600 machines: at most 512"),
+    Case("moment plan --cluster c31-max.yaml", "b0 ... b511 (512 machines, each)", code=0, timeout=60),
+    Case("moment plan --cluster c31-model.yaml", "model_mb: 1e+300 is out of range: above 0, at most 1e+06 MB"),
+    Case("moment plan --cluster c31-switch.yaml", "network.switch_gbit: 1e+300 is out of range: above 0, at most 3200 Gb/s"),
+    Case("moment plan --cluster c31-bool.yaml", "servers[0].count: Input should be a valid integer"),
+    Case("moment plan --cluster c31-names.yaml", "two machines are named 'b0'"),
+    Case("moment place --dataset data/ds --cluster c31-names.yaml --out layouts/c31", "two machines are named 'b0'",
+         gone=("layouts/c31",)),
+    Case("moment plan --cluster c31-long.yaml", "is 400 characters: at most 64", absent=("use letters",)),
+    Case("moment plan --cluster cluster.yaml --calibration calibration.yaml", "a cluster plan takes no --calibration",
+         absent=("put them in the cluster file",)),
+    Case("POST /v1/plan/cluster @c31-count-req.json", "is out of range: from 1 to 512", code=422, via="serve"),
+    Case("POST /v1/plan/cluster @c31-digits-req.json", "is out of range: from 1 to 512", code=422, via="serve"),
+    Case("POST /v1/plan/cluster @c31-model-req.json", '"field":"cluster.model_mb"', code=422, via="serve"),
+    Case("POST /v1/plan/cluster @c31-bool-req.json", "cluster.servers.0.count", code=422, via="serve"),
+    Case("POST /v1/plan/cluster @c31-names-req.json", "two machines are named 'b0'", code=422, via="serve"),
+    Case("POST /v1/plan/cluster @c31-max-req.json", '"name":"b511"', code=200, via="serve", timeout=60),
+    Case("POST /v1/plan/cluster @c31-50mb.json", "over the service's limit of 16,777,216 bytes", code=413,
+         via="serve"),
+    # messages that name the real cause
+    Case("moment layout info layouts/split-nocluster", "no cluster.json: this is a split layout's top directory"),
+    Case("moment place --dataset data/ds --machines 2 --out layouts/other --overwrite",
+         "is one machine's layout, not a split layout", keep=("layouts/other/manifest.json",)),
+    Case("moment place --dataset data/ds --out layouts/split --overwrite", "is a split layout, not one machine's",
+         keep=("layouts/split/cluster.json", "layouts/split/m0/manifest.json")),
+    Case("moment layout info layouts/split-cut", "owners.npy: the owners file is truncated"),
+    Case("moment doctor --device tpu", "--device tpu: not a device the checks run on; choose cuda or cpu"),
+    Case("moment data import edgelist edge_index.npy --out data/ei", "this is a NumPy .npy file",
+         gone=("data/ei",), absent=("codec",)),
+    Case("moment data import edgelist corrupt.pt --out data/ei", "moment data import pyg", gone=("data/ei",)),
 ]
+
+_B = {"profile": "paper-machine-b", "inventory": "4xA100-PCIe-40GB,8xP5510"}
+_NET = {"nic": "CX6-Dx-100GbE", "switch_gbit": 100}
+#: the cluster files of the block above: NAME.yaml for the CLI, NAME-req.json ({"cluster": ...}) for the service
+CLUSTERS_31 = {
+    "c31-count": {"servers": [{**_B, "count": 10**20}], "network": _NET},
+    "c31-digits": {"servers": [{**_B, "count": int("9" * 400)}], "network": _NET},
+    "c31-total": {"servers": [{**_B, "name": "a", "count": 300}, {**_B, "name": "b", "count": 300}], "network": _NET},
+    "c31-max": {"servers": [{**_B, "name": "b", "count": 512}], "network": _NET},
+    "c31-model": {"servers": [_B], "network": _NET, "model_mb": 1e300},
+    "c31-switch": {"servers": [_B], "network": {**_NET, "switch_gbit": 1e300}},
+    "c31-bool": {"servers": [{**_B, "count": True}], "network": _NET},
+    "c31-names": {"servers": [{**_B, "name": "b", "count": 2}, {**_B, "name": "b0"}], "network": _NET},
+    "c31-long": {"servers": [{**_B, "name": "x" * 400}], "network": _NET},
+}
+
+
+def write_clusters_31() -> None:
+    for name, data in CLUSTERS_31.items():
+        write_yaml(f"{name}.yaml", data)
+        Path(f"{name}-req.json").write_text(json.dumps({"cluster": data}))
+    with open("c31-50mb.json", "wb") as f:  # a 50 MB body
+        f.write(b'{"cluster": "' + b"x" * 50_000_000 + b'"}')
 
 
 # ---- the work directory --------------------------------------------------------------------------------
@@ -320,6 +408,7 @@ SETUP = [  # `> FILE`: stdout goes there
     "moment data pack --layout layouts/packed",
     f"{TRAIN} --checkpoint-dir ckpt",
     "moment export --profile paper-machine-a --out paper-machine-a.yaml",
+    "moment place --dataset data/ds --machines 2 --out layouts/split",
 ]
 #: after write_inputs: what reads the files it writes
 AFTER_INPUTS = [
@@ -462,6 +551,10 @@ def write_inputs() -> None:
     (stale / "features.npy").write_bytes(b"\0" * 4096)
     overwrite("layouts/packed/pack/rank0.bin", 100, b"garbage!" * 8)
     Path("rand.yaml").write_bytes(bytes(range(128, 256)) * 16)
+    np.save("edge_index.npy", np.array([[0, 1], [1, 2]]))
+    (Path(shutil.copytree("layouts/split", "layouts/split-nocluster")) / "cluster.json").unlink()
+    owners = Path(shutil.copytree("layouts/split", "layouts/split-cut")) / "owners.npy"
+    owners.write_bytes(owners.read_bytes()[:100])
     Path("afile").write_text("not a directory\n")
     Path("nested.yaml").write_text(NESTED_YAML + "\n")
     Path("nested-plan.json").write_text(json.dumps({"profile_yaml": NESTED_YAML, "gpus": 2, "ssds": 4}))
@@ -485,6 +578,7 @@ def write_inputs() -> None:
     Path("broken.form").write_bytes(b"xx")  # a form without its boundary
     for name, body in SERVICE_BODIES.items():
         Path(name).write_text(json.dumps(body))
+    write_clusters_31()
     shutil.copytree("data/ds", "served/datasets/ds")
 
 
@@ -726,6 +820,46 @@ class Outcome:
     skipped: str = ""  # why the case could not run here
 
 
+@contextlib.contextmanager
+def rendezvous_around(case: Case, cmd: str, services: Services):
+    """`cmd` with its rendezvous placeholders filled in, and what they need running meanwhile (see Case)."""
+    held = socket.socket()
+    beside = None
+    stop = threading.Event()
+    try:
+        if "{held}" in cmd + (case.beside or ""):
+            held.bind(("127.0.0.1", 0))
+            held.listen(8)
+        fill = {"{rdzv}": f"127.0.0.1:{free_port('127.0.0.1')}", "{held}": f"127.0.0.1:{held.getsockname()[1]}"}
+        if "{http}" in cmd:
+            fill["{http}"] = services.url("serve").removeprefix("http://")
+        for k, v in fill.items():
+            cmd = cmd.replace(k, v)
+        if case.beside:
+            other = case.beside
+            for k, v in fill.items():
+                other = other.replace(k, v)
+            args, env = argv(other)
+            beside = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                      start_new_session=True)
+            if case.beside_kill:
+                def kill_when_ready() -> None:
+                    while not stop.wait(0.2):
+                        if glob.glob(case.beside_kill):
+                            os.kill(beside.pid, signal.SIGKILL)
+                            return
+
+                threading.Thread(target=kill_when_ready, daemon=True).start()
+        yield cmd
+    finally:
+        stop.set()
+        held.close()
+        if beside is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(beside.pid, signal.SIGKILL)
+            beside.wait()
+
+
 def execute(case: Case, services: Services, captured: dict[str, str]) -> Outcome:
     """Run one case."""
     if case.needs and FACILITIES.get(case.needs, "unknown facility"):
@@ -735,10 +869,11 @@ def execute(case: Case, services: Services, captured: dict[str, str]) -> Outcome
         cmd = cmd.replace("{" + name + "}", value)
     if case.via is None:
         left: list[int] = []
-        if case.kill:
-            code, out, err, left = run_killed(cmd, *case.kill, case.timeout)
-        else:
-            code, out, err = run(cmd, case.timeout)
+        with rendezvous_around(case, cmd, services) as cmd:
+            if case.kill:
+                code, out, err, left = run_killed(cmd, *case.kill, case.timeout)
+            else:
+                code, out, err = run(cmd, case.timeout)
         errors = [line for line in (err + "\n" + out).splitlines() if line.startswith("error")]
         lines = [line.strip() for line in err.splitlines() + out.splitlines() if line.strip()]
         if case.capture and (m := re.search(case.capture[1], out + err)):

@@ -30,6 +30,18 @@ def check_at_least(flag: str, value: int | None, least: int = 1) -> None:
         raise MomentError(f"{flag} {value}: must be an integer >= {least}")
 
 
+#: how to install the training extra (torch pinned as the Makefile's TORCH_PIN; tests/test_messages.py checks)
+INSTALL_TRAIN = "make install-dev, or pip install -e '.[train]' torch==2.13.0"
+
+
+def missing_torch(e: ModuleNotFoundError) -> MomentError | None:
+    """A missing torch (or torch_geometric) as one line with the install command; None for another module."""
+    top = (e.name or "").split(".")[0]
+    if top not in ("torch", "torch_geometric"):
+        return None
+    return MomentError(f"this command needs {top} (the training extra), which is not installed", hint=INSTALL_TRAIN)
+
+
 class MomentError(Exception):
     """A problem with the user's input or environment, described for a person. `field` names the input
     it is about by its plain name (`gpus`, the service's request field), so a caller can show the error

@@ -45,6 +45,18 @@ from moment.locking import pid_alive
 #: bytes the longest name Moment derives from an output's name adds to it (lock file, temporaries,
 #: a layout's `.partial`/`.old` and its shard directories `moment-NAME-KEY-N.shards.partial`)
 DERIVED_NAME_BYTES = 40
+#: rich's width for output that is not a terminal and has no COLUMNS: in practice no wrapping at all
+UNWRAPPED = 10_000
+
+
+def console_width(stream: IO[str]) -> int | None:
+    """rich's width for `stream`. A terminal's own width, or COLUMNS where set (None: rich reads both);
+    else none at all (UNWRAPPED): piped output goes to logs and tools, which a fixed width would cut
+    mid-name and mid-row."""
+    if stream.isatty() or os.environ.get("COLUMNS", "").strip().isdigit():
+        return None
+    return UNWRAPPED
+
 
 def _label(path: str | Path, what: str | None) -> str:
     return f"{what} {path}" if what else str(path)

@@ -12,6 +12,9 @@ from hypothesis import settings
 # is `HYPOTHESIS_PROFILE=fuzz`, with each test's own example count.
 settings.register_profile("moment", derandomize=True, database=None)
 settings.register_profile("fuzz", derandomize=False, database=None)
+# pytest-xdist's workers export COLUMNS=80, which the CLI's piped output honours (outputs.console_width):
+# the tests read the CLI's output as a pipe without COLUMNS gives it, unwrapped
+os.environ.pop("COLUMNS", None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "moment"))
 
 REPO = Path(__file__).resolve().parents[1]

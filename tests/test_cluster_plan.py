@@ -79,7 +79,7 @@ def test_cluster_plan_prints_the_machines_and_the_network_share(tmp_path, capsys
     path.write_text(TWO_B)
     assert main(["plan", "--cluster", str(path), "--diagram", str(tmp_path / "p.svg")]) == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert "b0 (paper-machine-b)" in out and "b1 (paper-machine-b)" in out
+    assert "b0, b1 (each) (paper-machine-b)" in out  # equal machines: one block
     assert "nic0 CX6-Dx-100GbE" in out and "GPUDirect RDMA (same PCIe switch): gpu1" in out
     assert "network" in out and "cluster epoch:" in out
     for name in ("b0", "b1"):
@@ -167,15 +167,15 @@ BAD = [
     ("servers: [{profile: paper-machine-b, inventory: 4xA100}]\nnetwork: {nic: CX7, ports: 2, switch_gbit: 100}",
      "network.ports 2: CX7 has 1 port"),
     ("servers: [{profile: paper-machine-b, inventory: 4xA100}]\nnetwork: {nic: CX7, switch_gbit: 0}",
-     "network.switch_gbit: Input should be greater than 0"),
+     "network.switch_gbit: 0.0 is out of range: above 0, at most 3200 Gb/s"),
     ("servers: [{profile: paper-machine-b, inventory: 4xA100, gpus: 2}]\nnetwork: {nic: CX7, switch_gbit: 100}",
      "servers[0].gpus: Extra inputs are not permitted"),
     ("servers: [{profile: paper-machine-b, inventory: 4xA100, nics: 0}]\nnetwork: {nic: CX7, switch_gbit: 100}",
-     "servers[0].nics: Input should be greater than or equal to 1"),
+     "servers[0].nics: 0 is out of range: from 1 to 16 NICs"),
     ("servers: [{profile: paper-machine-b, inventory: 4xA100}]\nnetwork: {nic: CX7, switch_gbit: 100}\n"
-     "remote_fraction: 1.5", "remote_fraction: Input should be less than or equal to 1"),
+     "remote_fraction: 1.5", "remote_fraction: 1.5 is out of range: from 0 to 1"),
     ("servers: [{name: a, profile: paper-machine-b, inventory: 4xA100}, {name: a, profile: paper-machine-b, "
-     "inventory: 4xA100}]\nnetwork: {nic: CX7, switch_gbit: 100}", "two servers are named 'a'"),
+     "inventory: 4xA100}]\nnetwork: {nic: CX7, switch_gbit: 100}", "two machines are named 'a'"),
 ]
 
 

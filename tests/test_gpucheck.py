@@ -39,7 +39,7 @@ def test_what_cannot_run_is_one_error(capsys):
     code, _, err = _doctor(capsys, "--gpu", "--device", "cuda")
     assert code == 2 and "--device cuda: torch" in err and "sees no CUDA device" in err and "Traceback" not in err
     code, _, err = _doctor(capsys, "--gpu", "--device", "tpu")
-    assert code == 2 and "--device 'tpu': choose cpu or cuda" in err
+    assert code == 2 and "--device tpu: not a device the checks run on; choose cuda or cpu" in err
     code, _, err = _doctor(capsys, "--gpu", "--device", "cpu", "--ranks", "0")
     assert code == 2 and "--ranks 0: must be at least 1" in err
     code, _, err = _doctor(capsys)

@@ -37,12 +37,24 @@ def test_a_step_holds_what_its_model_states(tmp_path):
     once in a parallel suite, 0.99-1.05 alone), hence -5%."""
     out = tmp_path / "steps.json"
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    r = subprocess.run([sys.executable, str(REPO / "tests" / "model_step.py"), str(out), json.dumps(CONFIGS)],
-                       env=env, capture_output=True, text=True, timeout=300)
-    if r.returncode and "cannot reset" in r.stderr + r.stdout:
-        pytest.skip("the kernel does not let a process reset its high-water mark")
-    assert r.returncode == 0, r.stderr[-3000:]
-    for got in json.loads(out.read_text()):
+
+    def measure(configs: list) -> list[dict]:
+        r = subprocess.run([sys.executable, str(REPO / "tests" / "model_step.py"), str(out), json.dumps(configs)],
+                           env=env, capture_output=True, text=True, timeout=300)
+        if r.returncode and "cannot reset" in r.stderr + r.stdout:
+            pytest.skip("the kernel does not let a process reset its high-water mark")
+        assert r.returncode == 0, r.stderr[-3000:]
+        return json.loads(out.read_text())
+
+    steps = measure(CONFIGS)
+    # pages beyond the tensors only ever add to a high-water mark: a step measured high under load is measured
+    # again, and the lower figure kept
+    again = [c for c, got in zip(CONFIGS, steps) if got["stated"] / got["measured"] < 0.95]
+    if again:
+        redo = iter(measure(again))
+        steps = [min(got, next(redo), key=lambda g: g["measured"]) if got["stated"] / got["measured"] < 0.95
+                 else got for got in steps]
+    for got in steps:
         ratio = got["stated"] / got["measured"]
         assert 0.95 <= ratio <= 1.15, (got, ratio)
         assert got["weights_stated"] == got["weights"]  # the parameters the model states, without building it

@@ -135,6 +135,19 @@ def test_machines_of_two_splits_stop_with_one_message(split_layout, runtime_data
     assert a == 2 and b != 0, ea + eb
     said = " ".join(ea.split())
     assert said.count("the machines' layouts are not of one split") == 1 and "Traceback" not in ea + eb, ea + eb
+    # machine 1 says the reason too: its user reads its own screen, not machine 0's
+    assert b == 2 and " ".join(eb.split()).count("the machines' layouts are not of one split") == 1, eb
+
+
+def test_two_machines_giving_one_node_rank_both_say_so(runtime_layout, tmp_path):
+    own = shutil.copytree(runtime_layout, tmp_path / "L1")
+    port = free_port()
+    procs = [start([sys.executable, "-m", "moment", "train", "--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint",
+                    f"127.0.0.1:{port}", "--rdzv-timeout", "30", "--run-dir", str(tmp_path / f"runs{k}"), "--layout",
+                    str(layout), *TRAIN_ARGS]) for k, layout in enumerate([runtime_layout, own])]
+    for code, _, e in finish(procs, timeout=120):
+        assert code == 2 and " ".join(e.split()).count("two machines gave --node-rank 0") == 1, e
+        assert "Traceback" not in e and "its own messages say why" not in e, e
 
 
 def test_a_machine_that_cannot_start_leaves_the_others_waiting_only_until_the_rendezvous_timeout(split_layout,
@@ -146,3 +159,81 @@ def test_a_machine_that_cannot_start_leaves_the_others_waiting_only_until_the_re
     said = " ".join(ea.split())
     assert "not all 2 machines joined the rendezvous at 127.0.0.1:" in said and "within 5 s" in said, ea
     assert "Traceback" not in ea
+
+
+def train_at(endpoint: str, layout: Path, tmp: Path, timeout_s: int = 3) -> subprocess.Popen:
+    """One agent, machine 1 of 2, joining the rendezvous at `endpoint`."""
+    return start([sys.executable, "-m", "moment", "train", "--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint",
+                  endpoint, "--rdzv-timeout", str(timeout_s), "--run-dir", str(tmp / "runs"), "--layout", str(layout),
+                  *TRAIN_ARGS])
+
+
+def test_an_endpoint_held_by_another_program_stops_the_agent_at_the_rdzv_timeout(runtime_layout, tmp_path):
+    """A listener that never speaks (not a torch store) holds the port: torchrun would wait on it for minutes;
+    --rdzv-timeout bounds the whole join, and the message says what answered at HOST:PORT."""
+    import time
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen(8)
+        endpoint = f"127.0.0.1:{held.getsockname()[1]}"
+        t0 = time.monotonic()
+        p = train_at(endpoint, runtime_layout, tmp_path)
+        [(code, _, err)] = finish([p], timeout=60)
+    said = " ".join(err.split())
+    assert code != 0 and time.monotonic() - t0 < 45, err
+    assert f"the rendezvous endpoint {endpoint} answered but is not a rendezvous" in said, err
+    assert "within 3 s (--rdzv-timeout)" in said and "Traceback" not in err, err
+    assert not running_with(endpoint)  # torchrun did not outlive the agent
+
+
+def running_with(word: str) -> list[int]:
+    """The processes whose command line holds `word`."""
+    out = []
+    for d in Path("/proc").iterdir():
+        try:
+            if d.name.isdigit() and word.encode() in (d / "cmdline").read_bytes():
+                out.append(int(d.name))
+        except OSError:
+            pass
+    return out
+
+
+def test_the_rendezvous_probe_names_what_is_at_the_endpoint():
+    """At the deadline the launcher says whether HOST:PORT refused, answered as something else, or is a store."""
+    from moment.cli.train_launch import probe_endpoint
+
+    port = free_port()
+    assert "cannot be reached (connection refused)" in probe_endpoint(Rendezvous(2, 1, "127.0.0.1", port, 3))
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen(8)
+        r = Rendezvous(2, 1, "127.0.0.1", held.getsockname()[1], 3)
+        assert "answered but is not a rendezvous" in probe_endpoint(r)
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+
+    store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=5))
+    assert "not all 2 machines joined the rendezvous" in probe_endpoint(Rendezvous(2, 1, "127.0.0.1", store.port, 3))
+
+
+def test_a_machine_killed_mid_run_is_the_one_the_other_names(runtime_layout, tmp_path):
+    """Agent 1 dies (SIGKILL) once training runs: machine 0 names machine 1 as gone, never itself."""
+    import time
+
+    own = shutil.copytree(runtime_layout, tmp_path / "L1")
+    port = free_port()
+    procs = [start([sys.executable, "-m", "moment", "train", "--nnodes", "2", "--node-rank", str(k), "--rdzv-endpoint",
+                    f"127.0.0.1:{port}", "--rdzv-timeout", "30", "--run-dir", str(tmp_path / f"runs{k}"), "--layout",
+                    str(layout), *TRAIN_ARGS, "--epochs", "100000", "--quiet"])
+             for k, layout in enumerate([runtime_layout, own])]
+    end = time.monotonic() + 90
+    while not list(tmp_path.glob("runs0/*/checkpoint/*")) and time.monotonic() < end:
+        time.sleep(0.2)
+    os.kill(procs[1].pid, signal.SIGKILL)
+    [(a, _, ea)] = finish(procs[:1], timeout=90)
+    finish(procs[1:], timeout=10)
+    said = " ".join(ea.split())
+    assert a != 0 and "machine 1 stopped or cannot be reached" in said, ea
+    assert "machine 0" not in said and "Traceback" not in ea, ea

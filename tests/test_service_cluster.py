@@ -52,7 +52,7 @@ def test_cluster_plan_is_the_cli_json_with_a_diagram_per_machine(client, tmp_pat
      "servers[0].inventory: unknown device model 'FOO'"),
     ({"cluster": CLUSTER, "remote_fraction": 2}, "remote_fraction", "less than or equal to 1"),
     ({"cluster": {**CLUSTER, "network": {"nic": "CX7", "switch_gbit": -1}}}, "cluster.network.switch_gbit",
-     "greater than 0"),
+     "-1.0 is out of range: above 0, at most 3200 Gb/s"),
 ])
 def test_a_bad_cluster_request_names_the_field(client, body, field, want):
     r = client.post("/v1/plan/cluster", json=body)

@@ -222,13 +222,19 @@ def test_the_budget_charges_what_the_remote_tier_states(split_layout, runtime_la
     ((2, 0, None), "give --rdzv-endpoint HOST:PORT"),
     ((2, 0, "127.0.0.1"), "expected HOST:PORT"),
     ((2, 0, ":29500"), "expected HOST:PORT"),
-    ((2, 0, "127.0.0.1:0"), "the port must be an integer from 1 to 65535"),
-    ((2, 0, "127.0.0.1:70000"), "the port must be an integer from 1 to 65535"),
-    ((2, 0, "127.0.0.1:http"), "the port must be an integer from 1 to 65535"),
+    ((2, 0, "127.0.0.1:0"), "is not an integer from 1 to 65535"),
+    ((2, 0, "127.0.0.1:70000"), "is not an integer from 1 to 65535"),
+    ((2, 0, "127.0.0.1:http"), "is not an integer from 1 to 65535"),
     ((2, 0, "0.0.0.0:29500"), "0.0.0.0 is not an address an agent can connect to"),
     ((2, 0, "http://node0:29500"), "is neither an IP address nor a hostname"),
     ((2, 0, "node 0:29500"), "is neither an IP address nor a hostname"),
     ((2, 0, "no-such-host.invalid:29500"), "cannot resolve no-such-host.invalid"),
+    # the part that is wrong is the one quoted
+    ((2, 0, "127.0.0.1:29400:1"), "the port '29400:1' is not an integer"),
+    ((2, 0, "[::1"), "'[::1' opens '[' without its ']'"),
+    ((2, 0, "[::1]29500"), "'29500' after '[::1]' is not ':PORT'"),
+    ((2, 0, "[::1]"), "no ':PORT' after '[::1]'"),
+    ((2, 0, "[::1]:0"), "the port '0' is not an integer"),
 ])
 def test_the_rendezvous_flags_are_one_message_each(args, said):
     with pytest.raises(MomentError) as e:

@@ -57,7 +57,8 @@ def test_a_person_plans_two_servers_and_sees_the_network_share(service, browser)
     # a count the service refuses is said under its field, and the last plan is marked not updated
     p.type("#cl-servers", "0")
     p.click_and_wait("#cluster-btn", lambda: p.shown("#cluster-card .field-error"), "the servers error")
-    assert p.text("#cluster-card .field-error") == "Input should be greater than or equal to 1."
+    assert p.text("#cluster-card .field-error") == ("0 is out of range: from 1 to 512 machines (the largest single "
+                                                   "switch's ports)")
     assert p.js("return document.querySelector('#cluster-card .field-error').closest('label').innerText")\
         .startswith("Servers") and p.css("#cl-servers").get_attribute("aria-invalid") == "true"
     assert "Not updated: the last cluster plan failed" in p.text("#cluster-out [data-testid=stale]")

@@ -11,7 +11,8 @@ import sys
 import typer
 from rich.console import Console
 
-from moment.errors import MomentError
+from moment.errors import MomentError, missing_torch
+from moment.outputs import console_width
 
 app = typer.Typer(
     name="moment",
@@ -22,9 +23,9 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-# Piped output (logs, CI) gets 120 columns instead of rich's 80 so tables keep their names whole.
-console = Console(width=None if sys.stdout.isatty() else 120, emoji=False)  # a user's ":boom:" stays text
-err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 120, emoji=False)
+# Piped output (logs, CI) is not wrapped at rich's 80 columns, or any fixed width (outputs.console_width)
+console = Console(width=console_width(sys.stdout), emoji=False)  # a user's ":boom:" stays text
+err_console = Console(stderr=True, width=console_width(sys.stderr), emoji=False)
 
 
 #: The command modules, in the order their commands are listed in `moment --help`. Each registers its
@@ -112,6 +113,17 @@ def main(argv: list[str] | None = None) -> int:
 
     # whoever finds an output locked by this run is told which command holds it
     locking.COMMAND = "moment " + shlex.join(str(a) for a in (sys.argv[1:] if argv is None else argv))
+    old = _stop_cleanly_on_sigterm()
+    try:
+        return _main(argv)
+    finally:
+        import signal
+
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+def _main(argv: list[str] | None) -> int:
     command = typer.main.get_command(app)
     _own_path_checks(command)
     usage_error, click_exception = _click_errors()
@@ -119,6 +131,11 @@ def main(argv: list[str] | None = None) -> int:
         code = command.main(args=argv, prog_name="moment", standalone_mode=False)
     except MomentError as e:
         err_console.print("[bold red]error:[/] " + _escape(str(e)), highlight=False, soft_wrap=True)
+        return 2
+    except ModuleNotFoundError as e:  # a command (or what it imports) needs torch: one line, not a traceback
+        if (err := missing_torch(e)) is None:
+            raise
+        err_console.print("[bold red]error:[/] " + _escape(str(err)), highlight=False, soft_wrap=True)
         return 2
     except usage_error as e:  # a bad flag or value: one line and where to look, not a usage box
         where = e.ctx.command_path if e.ctx is not None else "moment"
@@ -131,9 +148,35 @@ def main(argv: list[str] | None = None) -> int:
     except typer.Abort:
         err_console.print("aborted", highlight=False)
         return 1
+    except Terminated as e:
+        err_console.print(f"stopped by a signal: exit {e.code}", highlight=False)
+        return int(e.code)
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     return code if isinstance(code, int) else 0
+
+
+class Terminated(SystemExit):
+    """SIGTERM/SIGHUP (`timeout`, a closed terminal): raised where the command is, so its `finally`
+    blocks run (output locks released, half-written outputs removed) before it exits 128+signal."""
+
+
+def _stop_cleanly_on_sigterm() -> dict:
+    """Python's default SIGTERM ends the process at once, leaving a lock file and temporary outputs
+    behind; turn it into an exception instead (code that forwards signals, e.g. train, sets its own)."""
+    import signal
+
+    import threading
+
+    def stop(signum, frame):
+        raise Terminated(128 + signum)
+
+    old = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            if signal.getsignal(sig) == signal.SIG_DFL:
+                old[sig] = signal.signal(sig, stop)
+    return old
 
 
 def _click_errors() -> tuple[type[Exception], type[Exception]]:

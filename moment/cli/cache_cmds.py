@@ -11,6 +11,7 @@ import typer
 from moment.cli import app, console
 from moment.cli.common import check_at_least, parse_fanouts, progress_bar
 from moment.errors import MomentError
+from moment.workload.spec import FANOUTS_HELP
 
 cache_app = typer.Typer(help="CPU-cache policies: replay the sampled training trace and compare them.",
                         no_args_is_help=True)
@@ -25,7 +26,7 @@ def simulate_cmd(
     policy: Annotated[list[str] | None, typer.Option("--policy", help="static, lru, belady-superbatch "
                                                      "(repeatable; default all three)")] = None,
     superbatch: Annotated[int, typer.Option("--superbatch", help="batches belady-superbatch sees ahead")] = 16,
-    fanouts: Annotated[str | None, typer.Option("--fanouts", help="neighbours per layer, first hop first (default: "
+    fanouts: Annotated[str | None, typer.Option("--fanouts", help=f"{FANOUTS_HELP} (default: "
                                                 "25,10, or --hotness's)", show_default=False)] = None,
     batch_size: Annotated[int | None, typer.Option("--batch-size", help="seeds per rank and batch (default: "
                                                    "the training default, or --hotness's)")] = None,

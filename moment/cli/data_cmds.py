@@ -11,6 +11,7 @@ import typer
 from moment.cli import app, console
 from moment.cli.common import parse_fanouts, progress_bar
 from moment.outputs import check_output
+from moment.workload.spec import FANOUTS_HELP
 from moment.workload.import_options import EDGE_CHOICES, OGB_LAYOUTS, EdgePolicy
 
 data_app = typer.Typer(
@@ -308,7 +309,7 @@ def info_cmd(
 def presample_cmd(
     path: Annotated[Path, typer.Argument(help="dataset directory")],
     out: Annotated[Path, typer.Option("--out", "-o", help="hotness directory to write (hotness.json + .npy counts)")],
-    fanouts: Annotated[str, typer.Option("--fanouts", help="neighbours sampled per layer, first hop first")] = "25,10",
+    fanouts: Annotated[str, typer.Option("--fanouts", help=FANOUTS_HELP)] = "25,10",
     batch_size: Annotated[int, typer.Option("--batch-size", help="training seeds per mini-batch")] = 1024,
     epochs: Annotated[int, typer.Option("--epochs", help="epochs to sample")] = 1,
     num_batches: Annotated[int | None, typer.Option("--num-batches", help="stop after this many batches instead")] = None,

@@ -9,6 +9,8 @@ import typer
 from moment.cli import app, console
 from moment.errors import MomentError
 
+DEVICES = ("cuda", "cpu")  # what --device may name (moment.runtime.gpucheck.check_machine)
+
 
 @app.command("doctor")
 def doctor_cmd(
@@ -34,6 +36,9 @@ def doctor_cmd(
 
     Example: moment doctor --gpu
     """
+    if device is not None and device not in DEVICES:
+        raise MomentError(f"--device {device}: not a device the checks run on; choose {' or '.join(DEVICES)}",
+                          hint="moment doctor --gpu --device cpu")
     if not gpu:
         raise MomentError("say what to check: --gpu (the GPU checks are the only ones so far)",
                           hint="moment doctor --gpu")

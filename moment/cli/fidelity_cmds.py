@@ -10,6 +10,7 @@ from rich.table import Table
 
 from moment.cli import app, console
 from moment.errors import MomentError
+from moment.workload.spec import FANOUTS_HELP
 
 _CAL_HELP = "calibration file from `moment calibrate --out` (link efficiencies, SSD read scale, overhead)"
 
@@ -74,7 +75,7 @@ def simulate_cmd(
     ssds: int = typer.Option(8, "--ssds", help="SSDs, with --placement"),
     layout: Path | None = typer.Option(None, "--layout", help="a layout from `moment place`: replay the real trace of its dataset"),
     dataset: Path | None = typer.Option(None, "--dataset", help="with --layout: dataset directory (default: the layout's)"),
-    fanouts: str = typer.Option("25,10", "--fanouts", help="with --layout: per-hop fan-outs, as training uses them"),
+    fanouts: str = typer.Option("25,10", "--fanouts", help=f"with --layout: {FANOUTS_HELP}"),
     batch_size: int | None = typer.Option(None, "--batch-size", help="with --layout: seeds per rank and step (default: as `moment train`)"),
     steps: int | None = typer.Option(None, "--steps", help="synthetic trace: DDP steps per epoch (default: the workload's seeds / batch / GPUs)"),
     uniform: bool = typer.Option(False, "--uniform", help="synthetic trace with every step reading exactly the planned shares (no sampling noise)"),

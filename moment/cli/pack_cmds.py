@@ -11,6 +11,7 @@ import typer
 from moment.cli import console
 from moment.cli.common import check_at_least, parse_fanouts, progress_bar
 from moment.cli.data_cmds import data_app
+from moment.workload.spec import FANOUTS_HELP
 from moment.errors import MomentError
 
 
@@ -20,7 +21,7 @@ def pack_cmd(
     dataset: Annotated[Path | None, typer.Option("--dataset", help="dataset directory (default: the layout's)")] = None,
     ranks: Annotated[int, typer.Option("--ranks", help="training ranks (torchrun --nproc-per-node x nodes)")] = 1,
     epochs: Annotated[int, typer.Option("--epochs", help="epochs to pack; later epochs read the layout")] = 1,
-    fanouts: Annotated[str, typer.Option("--fanouts", help="neighbours per layer, as `moment train` gets them")] = "25,10",
+    fanouts: Annotated[str, typer.Option("--fanouts", help=FANOUTS_HELP)] = "25,10",
     batch_size: Annotated[int | None, typer.Option("--batch-size", help="seeds per rank and batch (default: the "
                                                    "training default)")] = None,
     seed: Annotated[int, typer.Option("--seed", help="the training run's --seed")] = 0,

@@ -11,6 +11,7 @@ import typer
 from moment.cli import app, console, err_console
 from moment.cli.common import parse_fanouts, progress_bar, solver_bar
 from moment.errors import MomentError
+from moment.workload.spec import FANOUTS_HELP
 
 layout_app = typer.Typer(help="Inspect and check written layouts (the output of `moment place`).",
                          no_args_is_help=True)
@@ -42,7 +43,7 @@ def place_cmd(
     epochs: Annotated[int, typer.Option("--epochs", help="epochs to pre-sample")] = 1,
     batches: Annotated[int | None, typer.Option("--batches", help="pre-sample only this many batches")] = None,
     fanouts: Annotated[str | None, typer.Option(
-        "--fanouts", help="neighbours sampled per layer, first hop first (default: 25,10, or --hotness's)",
+        "--fanouts", help=f"{FANOUTS_HELP} (default: 25,10, or --hotness's)",
         show_default=False)] = None,
     batch_size: Annotated[int | None, typer.Option(
         "--batch-size", help="training seeds per batch (default: as `moment train`, or --hotness's)")] = None,
@@ -354,6 +355,7 @@ def _info_split(layout: Path, json_out: bool) -> None:
     from moment.placement.split import load_split
 
     m = load_split(layout)
+    _check_owners_size(layout / m.owners.path, m.owners.bytes)
     machines = [x.model_dump(mode="json") | {"present": (layout / x.layout / "manifest.json").is_file(),
                                              "path": str(layout / x.layout)} for x in m.machines]
     info = {"layout": str(layout), "split": True, "id": m.id, "created_by": m.created_by,
@@ -372,6 +374,19 @@ def _info_split(layout: Path, json_out: bool) -> None:
         t.add_row(x["name"], f"{x['machine']} ({x['inventory']})", f"{x['held_rows']:,}", f"{x['owned_rows']:,}",
                   _size(x["bytes"]), f"{x['remote_read_share']:.1%}", x["path"] + ("" if x["present"] else " (missing)"))
     console.print(t)
+
+
+def _check_owners_size(path: Path, want: int) -> None:
+    """`layout info` reads no shard, but a missing or cut owners file is refused here rather than shown as
+    a sound split (its checksum is `layout verify`'s)."""
+    if not path.is_file():
+        raise MomentError("the split's owners file is missing", source=str(path),
+                          hint=f"`moment layout verify {path.parent}` checks the rest")
+    size = path.stat().st_size
+    if size != want:
+        raise MomentError(f"the owners file is {'truncated' if size < want else 'damaged'}: {size:,} bytes, the "
+                          f"cluster manifest records {want:,}", source=str(path),
+                          hint="write the split again with `moment place --machines N --overwrite`")
 
 
 @layout_app.command("info")

@@ -145,8 +145,18 @@ def render_cluster(console: Console, cp) -> None:
     console.print(f"each GPU reads {cp.bytes_per_gpu_per_epoch / 1e9:.1f} GB per epoch; a machine reads "
                   f"{cp.remote_fraction:.0%} of the non-replicated rows from the others ({cp.remote_fraction_source}); "
                   f"all-reduce of {cp.model_bytes / 1e6:.2f} MB x {cp.steps_per_epoch} steps", highlight=False)
+    kinds: dict[int, list[str]] = {}  # machines of one server entry are equal: one block for them all
     for m in cp.machines:
-        t = Table(title=f"{m.name} ({m.profile}): {m.plan.inventory} + {len(m.nics)} x {net['nic']}",
+        kinds.setdefault(m.server, []).append(m.name)
+    shown: set[int] = set()
+    for m in cp.machines:
+        if m.server in shown:
+            continue
+        shown.add(m.server)
+        names = kinds[m.server]
+        who = (m.name if len(names) == 1 else f"{', '.join(names)} (each)" if len(names) <= 3 else
+               f"{names[0]} ... {names[-1]} ({len(names)} machines, each)")
+        t = Table(title=f"{who} ({m.profile}): {m.plan.inventory} + {len(m.nics)} x {net['nic']}",
                   title_justify="left")
         for col in ("slot", "device", "NIC path"):
             t.add_column(col)

@@ -32,6 +32,8 @@ def serve_cmd(
     max_body_mib: float = typer.Option(16, "--max-body-mib", help="largest request body (413 above)"),
     max_upload_mib: float = typer.Option(8, "--max-upload-mib", help="largest uploaded machine description (413 above)"),
     plan_timeout: float = typer.Option(120, "--plan-timeout", help="seconds one plan/compare/simulate may search (408 after)"),
+    request_max_mib: int = typer.Option(4096, "--request-max-mib",
+                                        help="memory of one request's worker process (the cluster plan; 413 above)"),
     log_level: str = typer.Option("info", "--log-level", help="uvicorn's log level"),
 ) -> None:
     """Serve the planner over HTTP: JSON under /v1 (plan, compare, simulate, scan, profiles, models, and place/probe jobs), the OpenAPI schema at /openapi.json, and the web page at / when installed.
@@ -42,7 +44,7 @@ def serve_cmd(
 
     Behind a reverse proxy (nginx, Caddy, Traefik): keep --host 127.0.0.1 and proxy to it; set --forwarded-allow-ips to the proxy's address so its X-Forwarded-For/-Proto headers are trusted, and --root-path /PREFIX when the proxy serves the app under a path prefix (and strips it). Let the proxy terminate TLS; its own body limit should not be below --max-body-mib.
 
-    Several workers: --workers N starts N uvicorn processes. Any ASGI server can run the app from the MOMENT_DATA_DIR, MOMENT_TOKEN, MOMENT_DB, MOMENT_MAX_BODY_MIB, MOMENT_MAX_UPLOAD_MIB and MOMENT_PLAN_TIMEOUT_S variables, e.g. `MOMENT_DATA_DIR=/srv/moment uvicorn --factory moment.service.app:create_app --workers 4` or `gunicorn -k uvicorn.workers.UvicornWorker -w 4 'moment.service.app:create_app()'`. The workers share the jobs through the one SQLite file: any worker shows or cancels any job, each job runs in the worker that accepted it, and a job whose worker died is marked interrupted.
+    Several workers: --workers N starts N uvicorn processes. Any ASGI server can run the app from the MOMENT_DATA_DIR, MOMENT_TOKEN, MOMENT_DB, MOMENT_MAX_BODY_MIB, MOMENT_MAX_UPLOAD_MIB, MOMENT_PLAN_TIMEOUT_S and MOMENT_REQUEST_MAX_MIB variables, e.g. `MOMENT_DATA_DIR=/srv/moment uvicorn --factory moment.service.app:create_app --workers 4` or `gunicorn -k uvicorn.workers.UvicornWorker -w 4 'moment.service.app:create_app()'`. The workers share the jobs through the one SQLite file: any worker shows or cancels any job, each job runs in the worker that accepted it, and a job whose worker died is marked interrupted.
     """
     from moment.service.config import ENV, MiB, Settings, check_bind
 
@@ -58,7 +60,7 @@ def serve_cmd(
         raise MomentError(f"the service needs {e.name}: pip install 'moment[serve]'") from None
     settings = Settings(data_dir=data_dir, db=db, token=token, allow_no_token=allow_no_token,
                         max_body_bytes=int(max_body_mib * MiB), max_upload_bytes=int(max_upload_mib * MiB),
-                        plan_timeout_s=plan_timeout).checked()  # the paths first: a busy port hides nothing
+                        plan_timeout_s=plan_timeout, request_max_mib=request_max_mib).checked()  # the paths first: a busy port hides nothing
     _check_port_free(host, port)
     common = dict(host=host, port=port, root_path=root_path, proxy_headers=True,
                   forwarded_allow_ips=forwarded_allow_ips, log_level=log_level)
@@ -73,7 +75,8 @@ def serve_cmd(
         return
     # the workers are new processes: they build the app from the environment
     os.environ.update({ENV["data_dir"]: str(settings.data_dir), ENV["max_body_mib"]: str(max_body_mib),
-                       ENV["max_upload_mib"]: str(max_upload_mib), ENV["plan_timeout_s"]: str(plan_timeout)})
+                       ENV["max_upload_mib"]: str(max_upload_mib), ENV["plan_timeout_s"]: str(plan_timeout),
+                       ENV["request_max_mib"]: str(request_max_mib)})
     if db is not None:
         os.environ[ENV["db"]] = str(db)
     if settings.token:

@@ -94,9 +94,15 @@ def plan_cmd(
                      inventory=inventory, set=overrides or None, calibration=calibration, replay=replay or None,
                      timeout=timeout, maxflow_backend=None if backend == "ortools" else backend)
         named = [f"--{k.replace('_', '-')}" for k, v in given.items() if v is not None]
+        hardware = {"--profile", "--gpus", "--ssds", "--gpu-model", "--ssd-model", "--inventory"}
         if named:
+            # only the hardware flags have a place in the cluster file (servers[].profile and .inventory)
+            hint = ("give each server's profile and inventory in the cluster file (servers[].profile, "
+                    "servers[].inventory), or leave out --cluster" if set(named) <= hardware else
+                    f"a cluster plan takes no {', '.join(n for n in named if n not in hardware)}: plan one "
+                    "server with them (leave out --cluster)")
             raise MomentError(f"--cluster: the cluster file names each server's profile and inventory, so "
-                              f"{', '.join(named)} would be ignored", hint="put them in the cluster file, or leave out --cluster")
+                              f"{', '.join(named)} would be ignored", hint=hint)
         _plan_cluster(cluster, remote_fraction, api.workload_spec(feature_dim, bytes_per_gpu, gpu_cache_share,
                                                                   cpu_cache_share), diagram, json_out)
         return
@@ -139,6 +145,8 @@ def plan_cmd(
 
 
 def _plan_cluster(path: Path, remote_fraction: float | None, workload, diagram: Path | None, json_out: bool) -> None:
+    import shutil
+
     from moment.planner.cluster import check_remote_fraction, plan_cluster
     from moment.topology.cluster import load_cluster
 
@@ -154,9 +162,14 @@ def _plan_cluster(path: Path, remote_fraction: float | None, workload, diagram: 
         from moment.planner.diagram import write_plan_diagram
         from moment.topology.profiles import load_profile
 
+        first: dict[int, Path] = {}  # machines of one server entry are equal: drawn once, copied
         for m in result.machines:
             out = diagram.with_name(f"{diagram.stem}-{m.name}{diagram.suffix}")
-            write_plan_diagram(load_profile(m.profile), m.plan.model_copy(update={"placement": m.placement}), out)
+            if m.server in first:
+                shutil.copyfile(first[m.server], out)
+            else:
+                write_plan_diagram(load_profile(m.profile), m.plan.model_copy(update={"placement": m.placement}), out)
+                first[m.server] = out
             written.append(out)
     if json_out:
         _emit_json(result.model_dump(mode="json"))

@@ -19,7 +19,7 @@ from rich.markup import escape
 from typer.core import TyperCommand
 
 from moment.cli import app, err_console
-from moment.errors import MomentError
+from moment.errors import INSTALL_TRAIN, MomentError
 
 
 def torchrun_command(nproc: int, args: list[str], max_restarts: int = 0, rdzv: Any = None) -> list[str]:
@@ -36,7 +36,7 @@ def _check_torch() -> None:
     for mod in ("torch", "torch_geometric"):
         if importlib.util.find_spec(mod) is None:
             raise MomentError(f"training needs {mod}, which is not installed",
-                              hint="pip install -e .[train]")
+                              hint=INSTALL_TRAIN)
 
 
 def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,

@@ -12,8 +12,11 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +48,7 @@ class Outcome:
     rendezvous: str | None = None  # how the rendezvous failed: Timeout, Connection, Closed or "" (other)
     ranks_ran: bool = False  # torchrun stopped ranks of ours that were running (so they had started)
     rdzv: Any = None  # the run's rendezvous (moment.runtime.rendezvous.Rendezvous), for the message
+    deadline: str | None = None  # why the join was stopped at --rdzv-timeout (what answered at the endpoint)
 
     @property
     def user_error(self) -> bool:
@@ -79,6 +83,71 @@ def _raise_stopped(signum: int, _frame) -> None:
     raise _Stopped(signum)
 
 
+#: torchrun's start (imports, its agent) before its own join timeout begins: the launcher's deadline is later by this
+JOIN_GRACE_S = 5
+PROBE_S = 3  # how long the endpoint may take to answer as a torch store, at the deadline
+
+
+def probe_endpoint(rdzv: Any) -> str:
+    """What is at the rendezvous endpoint, in words, when the join did not end by --rdzv-timeout. Why: torchrun
+    waits on a port held by another program (or on an address that drops packets) far longer than its join
+    timeout, and its own messages do not say which it was."""
+    where = rdzv.endpoint
+    try:
+        with socket.create_connection((rdzv.host, rdzv.port), timeout=PROBE_S):
+            pass
+    except TimeoutError:
+        return f"the rendezvous endpoint {where} cannot be reached (no answer within {PROBE_S} s)"
+    except OSError as e:
+        from moment.outputs import reason
+
+        why = "connection refused" if isinstance(e, ConnectionRefusedError) else reason(e)
+        return f"the rendezvous endpoint {where} cannot be reached ({why})"
+    # a torch store answers a client's handshake; another program does not (or closes). In a process of its own:
+    # torch's C++ client prints its failures to stderr, which is the user's screen here
+    from moment.runtime.lifetime import die_with_parent
+
+    me = os.getpid()
+    ask = ("import sys; from datetime import timedelta; from torch.distributed import TCPStore; "
+           f"TCPStore(sys.argv[1], int(sys.argv[2]), is_master=False, timeout=timedelta(seconds={PROBE_S}))"
+           ".check(['moment'])")
+    try:
+        answer = subprocess.run([sys.executable, "-c", ask, rdzv.host, str(rdzv.port)], stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=PROBE_S + 8,
+                                env={**os.environ, "TORCH_CPP_LOG_LEVEL": "FATAL"},
+                                preexec_fn=lambda: die_with_parent(me)).returncode
+    except (OSError, subprocess.TimeoutExpired):
+        answer = 1
+    if answer == 0:
+        return (f"not all {rdzv.nnodes} machines joined the rendezvous at {where}: a store answered there, "
+                "but the join did not complete")
+    return (f"the rendezvous endpoint {where} answered but is not a rendezvous (another program holds the port?)")
+
+
+def _children(pid: int) -> bool:
+    """Whether process `pid` has started a child (torchrun starts its ranks once the rendezvous completes)."""
+    try:
+        return bool(Path(f"/proc/{pid}/task/{pid}/children").read_text().strip())
+    except OSError:
+        return True  # cannot tell (not Linux): leave the bound to torchrun
+
+
+def _join_deadline(proc: subprocess.Popen, rdzv: Any, out: Outcome, done: threading.Event) -> None:
+    """Stop torchrun when its ranks have not started --rdzv-timeout (+ its start-up) after it began: a held or
+    silent endpoint would keep its agent waiting. Before the rendezvous there are no ranks to stop."""
+    end = time.monotonic() + rdzv.timeout_s + JOIN_GRACE_S
+    while not done.wait(0.2):
+        if proc.poll() is not None or _children(proc.pid):
+            return
+        if time.monotonic() >= end:
+            what = probe_endpoint(rdzv)
+            if proc.poll() is not None or _children(proc.pid) or done.is_set():
+                return
+            out.deadline = f"{what}; the join did not complete within {rdzv.timeout_s} s (--rdzv-timeout)"
+            proc.kill()
+            return
+
+
 #: signals that stop `moment train` and are passed on to torchrun, which stops the ranks
 FORWARDED = (signal.SIGTERM, signal.SIGHUP)
 STOP_GRACE_S = 30  # torchrun's time to stop its ranks before it is killed
@@ -107,10 +176,13 @@ def run(cmd: list[str], env: dict[str, str], log_path: Path, max_restarts: int, 
                           hint="free some space or pass --run-dir DIR") from None
     old = {sig: signal.signal(sig, _raise_stopped) for sig in FORWARDED}
     proc = None
+    done = threading.Event()
     try:
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 bufsize=1, errors="replace", preexec_fn=lambda: die_with_parent(me))
         assert proc.stdout is not None
+        if rdzv is not None:
+            threading.Thread(target=_join_deadline, args=(proc, rdzv, out, done), daemon=True).start()
         for line in proc.stdout:
             _log(log, line, out)
             _watch(line, out, max_restarts)
@@ -124,6 +196,7 @@ def run(cmd: list[str], env: dict[str, str], log_path: Path, max_restarts: int, 
         out.code = 128 + sig
         out.stopped_by = signal.Signals(sig).name
     finally:
+        done.set()
         for sig, handler in old.items():
             signal.signal(sig, handler)
         try:
@@ -194,8 +267,10 @@ def _rendezvous_failed(out: Outcome) -> str:
     start = (f"start `moment train --nnodes {r.nnodes} --node-rank K --rdzv-endpoint {r.endpoint}` on every machine "
              f"(K = 0 to {r.nnodes - 1})")
     if out.ranks_ran and out.rendezvous != "Timeout":
-        return (f"the rendezvous at {r.endpoint} ended while the ranks ran: the machine hosting it (machine 0, or "
-                "the first to start) stopped or cannot be reached; its own messages say why")
+        from moment.runtime.rendezvous import others_gone
+
+        return (f"the rendezvous at {r.endpoint} ended while the ranks ran: {others_gone(r.node_rank, r.nnodes)}; "
+                "its own messages say why")
     if out.rendezvous == "Timeout":
         again = " again after a restart" if out.ranks_ran else ""
         return (f"not all {r.nnodes} machines joined the rendezvous at {r.endpoint}{again} within {r.timeout_s} s "
@@ -222,6 +297,11 @@ def report(out: Outcome) -> int:
             err_console.print(f"finished after {len(out.failures)} restart(s); torchrun's log: "
                               f"{escape(str(out.log))}", highlight=False, soft_wrap=True)
         return 0
+    if out.deadline:
+        err_console.print(f"[bold red]training stopped[/]: {escape(out.deadline)}; start `moment train` on every "
+                          f"machine with machine 0's address as --rdzv-endpoint; torchrun's log: {escape(str(out.log))}",
+                          highlight=False, soft_wrap=True)
+        return 1
     for line in out.rank_errors:  # ranks that could not reach the screen
         err_console.print(escape(line), highlight=False, soft_wrap=True)
     if out.rendezvous is not None and out.rdzv is not None and not out.failures:  # no rank of ours ever failed

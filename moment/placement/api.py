@@ -373,10 +373,11 @@ def place_split(
     if len(machines) < 2:
         raise MomentError(f"a split needs at least 2 machines, got {len(machines)}",
                           hint="for one machine, `moment place` without --machines writes its layout")
+    ds = dataset if isinstance(dataset, GraphDataset) else GraphDataset.open(dataset)
+    sp.check_machine_count(len(machines), ds.num_nodes, source=str(ds.path))
     names = [m.name for m in machines]
     sp.check_names(names)
     out = Path(out)
-    ds = dataset if isinstance(dataset, GraphDataset) else GraphDataset.open(dataset)
     check_output(out, "--out", directory=True)
     if exists(out) and not overwrite:
         raise MomentError("layout already exists", source=str(out), hint="pass --overwrite to replace it")
@@ -428,7 +429,13 @@ def place_split(
         else:
             replicated = min(c.gpu * g + c.cpu * k for _, c, g, k in per)
             rep_source = "the rows the smallest machine's GPU and CPU caches hold"
+            if replicated < n:  # leave every machine rows of its own
+                replicated = min(replicated, n - len(machines))
         replicated = min(replicated, n)
+        if 0 < n - replicated < len(machines):
+            raise MomentError(f"--replicate {replicate} leaves {n - replicated:,} rows to split over "
+                              f"{len(machines)} machines: every machine must own rows",
+                              hint=f"replicate at most {n - len(machines):,} rows, or use fewer machines")
         owners = sp.split_rows(order, len(machines), replicated)
         notes = []
         if replicated >= n:

@@ -227,7 +227,12 @@ def check_layout_out(out: Path, overwrite: bool) -> None:
 def _check_replaceable(out: Path) -> None:
     """--overwrite replaces a Moment layout holding only what its manifest names, never a directory of
     something else nor files a person put in a layout."""
+    from moment.placement.reader import CLUSTER_MANIFEST
+
     named = None
+    if (out / CLUSTER_MANIFEST).is_file() and not (out / MANIFEST).is_file():  # the other kind of layout
+        raise MomentError("is a split layout, not one machine's layout: refusing to replace it with one",
+                          source=str(out), hint=f"choose another --out, or remove it first with `moment layout rm {out}`")
     if _is_layout(out):
         try:
             named = _inside(out, LayoutManifest.model_validate(manifest_head(out, MANIFEST)))

@@ -43,6 +43,16 @@ class VerifyReport(BaseModel):
     first_bad_offset: int | None = None
 
 
+def _split_parts(p: Path) -> list[str] | None:
+    """The machines' layouts in `p` when `p` looks like a split's top directory (its owners.npy, or
+    subdirectories holding a layout manifest), else None."""
+    try:
+        parts = sorted(d.name for d in p.iterdir() if d.is_dir() and (d / MANIFEST).is_file())
+    except OSError:
+        return None
+    return parts if parts or (p / "owners.npy").is_file() else None
+
+
 def load_manifest(path: str | Path) -> LayoutManifest:
     p = Path(path)
     if not exists(p):
@@ -60,6 +70,12 @@ def load_manifest(path: str | Path) -> LayoutManifest:
                               "layout", source=str(p),
                               hint=f"train (or pack) with one machine's layout, --layout {p}/NAME (the machines are in "
                                    f"{CLUSTER_MANIFEST}); `moment layout verify/info/rm` take the split directory")
+        if (parts := _split_parts(p)) is not None:  # a split's top directory whose cluster manifest is gone
+            held = f" (machines' layouts {', '.join(parts)})" if parts else ""
+            raise MomentError(f"no {CLUSTER_MANIFEST}: this is a split layout's top directory{held} without its "
+                              "cluster manifest", source=str(p),
+                              hint="its machines cannot train without it: write the split again with "
+                                   "`moment place --machines N --out NEW`")
         raise mistaken_dir(p, "layout") or MomentError("no manifest.json: not a complete layout", source=str(p))
     try:
         head = json.loads(read_text(mf, "layout manifest"))

@@ -30,7 +30,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shutil
 from pathlib import Path
 from typing import Literal
@@ -49,7 +48,6 @@ FORMAT = "moment-split"
 SCHEMA_VERSION = 1
 OWNERS = "owners.npy"
 REPLICATED = -1  # owners.npy's value of a row every machine holds
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
 class MachinePart(BaseModel):
@@ -95,14 +93,30 @@ def split_id(dataset_id: str, owners_sha256: str, names: list[str]) -> str:
 
 
 def check_names(names: list[str]) -> None:
-    """Machine names become directory names: letters, digits, `.`, `_`, `-`; unique."""
-    for n in names:
-        if not _NAME.fullmatch(n):
-            raise MomentError(f"machine name {n!r}: use letters, digits, '.', '_' and '-' (it names the machine's "
-                              "layout directory)")
-    dup = sorted({n for n in names if names.count(n) > 1})
-    if dup:
-        raise MomentError(f"two machines are named {dup[0]!r}")
+    """Machine names become directory names: the cluster file's one check (`check_machine_names`)."""
+    from moment.topology.cluster import check_machine_names
+
+    check_machine_names(names)
+
+
+#: owners.npy holds int16 machine indices: no split has more machines than this
+MAX_MACHINES = int(np.iinfo(np.int16).max)
+
+
+def max_machines(num_nodes: int) -> int:
+    """The most machines a graph of `num_nodes` rows can be split over: every machine must own at least
+    one row (a machine owning none holds nothing of its own and only adds a rendezvous), and owners.npy
+    indexes machines in int16. The one place this bound is stated."""
+    return max(min(int(num_nodes), MAX_MACHINES), 0)
+
+
+def check_machine_count(machines: int, num_nodes: int, source: str | None = None) -> None:
+    """Refuse, before any work, a split over more machines than `max_machines(num_nodes)`."""
+    most = max_machines(num_nodes)
+    if machines > most:
+        raise MomentError(f"--machines {machines}: this graph of {num_nodes:,} rows can be split over at most "
+                          f"{most:,} machines (every machine must own rows)", source=source,
+                          hint=f"pass --machines {min(most, machines)} or fewer")
 
 
 def split_rows(order: np.ndarray, machines: int, replicated: int) -> np.ndarray:
@@ -330,6 +344,10 @@ def check_split_replaceable(out: Path, verb: str = "replace", runs: list[Path] =
     """An existing split is replaced or removed only when Moment wrote it and it holds nothing its manifests do
     not name; a damaged cluster manifest is refused (what the split owns is unknown)."""
     if not is_split(out):
+        if (out / MANIFEST).is_file():  # the other kind: `place --machines` over one machine's layout
+            raise MomentError(f"is one machine's layout, not a split layout: refusing to {verb} it with a split",
+                              source=str(out), hint=f"choose another --out, or remove it first with "
+                                                    f"`moment layout rm {out}`")
         check_replaceable(out, "split layout", None, verb=verb)
         return None
     try:

@@ -75,6 +75,8 @@ class NicUse(BaseModel):
 
 class MachinePlan(BaseModel):
     name: str
+    server: int = Field(0, description="its entry in the cluster file's servers (machines of one entry are "
+                        "equal: planned once)")
     profile: str
     plan: Plan = Field(description="the single-server plan of its GPUs and SSDs (`moment plan --json`)")
     placement: dict[str, str] = Field(description="slot -> model: the plan's GPUs and SSDs, and the NICs")
@@ -230,7 +232,8 @@ def place_nics(topo: Topology, plan: Plan, nic: DeviceModel, count: int, inbound
 
 
 def reserve_nics(topo: Topology, inventory, workload: WorkloadSpec, nic: DeviceModel, count: int,
-                 inbound_per_gpu: float, outbound: float, wire: float, *, what: str) -> tuple[Plan, _NicChoice] | None:
+                 inbound_per_gpu: float, outbound: float, wire: float, *, what: str,
+                 progress: Callable[[int, int], None] | None = None) -> tuple[Plan, _NicChoice] | None:
     """The plan and NIC slots of a server whose plan alone leaves no slot its NICs take: each choice of
     slots the NICs fit (in slot order, the first NIC_RESERVE_LIMIT) is held for them, the GPUs and SSDs are
     planned around it, and the least read plus network time wins (then the most GPUDirect paths). None:
@@ -242,7 +245,7 @@ def reserve_nics(topo: Topology, inventory, workload: WorkloadSpec, nic: DeviceM
     best: tuple[tuple, Plan, _NicChoice] | None = None
     for held in itertools.islice(itertools.combinations(slots, count), NIC_RESERVE_LIMIT):
         try:
-            plan = make_plan(populate(bare, dict.fromkeys(held, nic.name)), inventory, workload)
+            plan = make_plan(populate(bare, dict.fromkeys(held, nic.name)), inventory, workload, progress=progress)
             choice = place_nics(topo, plan, nic, count, inbound_per_gpu, outbound, wire, what=what)
         except MomentError:
             continue  # the inventory does not fit beside these slots
@@ -261,10 +264,12 @@ def check_remote_fraction(value: float | None, what: str = "--remote-fraction") 
 
 def plan_cluster(spec: ClusterSpec, workload: WorkloadSpec | None = None, *,
                  remote_fraction: float | None = None, remote_source: str = "--remote-fraction",
-                 load: Callable[[str], Topology] | None = None) -> ClusterPlan:
+                 load: Callable[[str], Topology] | None = None,
+                 progress: Callable[[int, int], None] | None = None) -> ClusterPlan:
     """Plan every machine of `spec` and add the network (module docstring). `remote_fraction` given
     here (as `remote_source` spells it) wins over the file's; `load` reads a profile (default:
-    load_profile; the service reads built-in ones only)."""
+    load_profile; the service reads built-in ones only). `progress` is called between machines and
+    inside each search: a deadline raises from it to stop the work."""
     from moment.planner.api import parse_inventory
     from moment.planner.plan import make_plan
     from moment.planner.replay import steps_per_epoch
@@ -310,15 +315,20 @@ def plan_cluster(spec: ClusterSpec, workload: WorkloadSpec | None = None, *,
 
     plans: dict[tuple, Plan] = {}
     # bytes each machine sends: what the others read remotely, spread evenly over the owners
-    sent = {sv.name: sum(gpus_of[o.name] * remote_per_gpu for o in servers if o is not sv) / max(n - 1, 1)
-            for sv in servers}
+    sent = {sv.name: (total_gpus - gpus_of[sv.name]) * remote_per_gpu / max(n - 1, 1) for sv in servers}
     out = []
+    planned: dict[int, MachinePlan] = {}  # an entry's machines are equal: planned once, copied per name
     for sv in servers:
+        if progress is not None:
+            progress(len(out), n)  # a deadline stops the work here as well as inside each search
+        if sv.index in planned:
+            out.append(planned[sv.index].model_copy(update={"name": sv.name}))
+            continue
         key = (sv.spec.profile, sv.spec.inventory)
         idx = sv.index
         if key not in plans:
             try:
-                plans[key] = make_plan(sv.topo, invs[id(sv.spec)], wl_machine)
+                plans[key] = make_plan(sv.topo, invs[id(sv.spec)], wl_machine, progress=progress)
             except MomentError as e:
                 raise MomentError(f"servers[{idx}] ({sv.topo.name}, {sv.spec.inventory}): {str(e).splitlines()[0]}",
                                   hint=e.hint, field="cluster") from None
@@ -327,7 +337,8 @@ def plan_cluster(spec: ClusterSpec, workload: WorkloadSpec | None = None, *,
         try:
             choice = place_nics(sv.topo, plan, *nic_args, what=f"servers[{idx}].nics")
         except MomentError as e:  # the plan took every slot the NICs fit: hold slots for them first
-            got = reserve_nics(sv.topo, invs[id(sv.spec)], wl_machine, *nic_args, what=f"servers[{idx}].nics")
+            got = reserve_nics(sv.topo, invs[id(sv.spec)], wl_machine, *nic_args, what=f"servers[{idx}].nics",
+                               progress=progress)
             if got is None:
                 first = str(e).split("\n  hint: ")[0]
                 raise MomentError(f"{first}, nor does the inventory fit beside slots held for them", hint=e.hint,
@@ -351,13 +362,14 @@ def plan_cluster(spec: ClusterSpec, workload: WorkloadSpec | None = None, *,
         devices = dict(plan.devices)
         devices.update({slot: nid for nid, slot in zip(choice.nic_ids, choice.slots)})
         out.append(MachinePlan(
-            name=sv.name, profile=sv.spec.profile, plan=plan,
+            name=sv.name, server=sv.index, profile=sv.spec.profile, plan=plan,
             placement={**plan.placement, **{s: nic.name for s in choice.slots}}, devices=devices, nics=nics,
             gpu_paths={g: _path(choice.topo, g, m)[0] for g, m in sorted(choice.pairing.items(), key=lambda x: _num(x[0]))},
             gdr_paths=choice.gdr, read_s=read, remote_feature_gb=remote_per_gpu * gpus_of[sv.name] / GB,
             remote_feature_s=choice.remote_s, allreduce_s=allreduce, network_s=network, epoch_s=epoch,
             network_share=network / epoch if epoch > 0 else 0.0))
-    slowest = max(out, key=lambda m: (m.epoch_s, -out.index(m)))
+        planned[sv.index] = out[-1]
+    slowest = out[max(range(len(out)), key=lambda i: (out[i].epoch_s, -i))]
     return ClusterPlan(
         cluster=spec.name, machines=out, gpus=total_gpus, network=spec.network.model_dump(),
         remote_fraction=frac, remote_fraction_source=source, bytes_per_gpu_per_epoch=per_gpu,

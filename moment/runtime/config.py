@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from moment.errors import MomentError
 from moment.workload.seeds import SEED_LIMIT
-from moment.workload.spec import default_batch_size
+from moment.workload.spec import FANOUTS_HELP, default_batch_size
 
 DEFAULT_FANOUTS = {1: [10], 2: [25, 10], 3: [15, 10, 5]}
 BUILT_IN_MODELS = ("sage", "gat")  # moment.runtime.models builds them; anything else is MODULE:ATTR
@@ -82,7 +82,7 @@ class TrainConfig(BaseModel):
     negatives: Annotated[int, Field(ge=1, le=100), Flag("link prediction: negative edges per positive")] = 1
     epochs: Annotated[int, Field(ge=1), Flag("epochs to train")] = 1
     metrics_json: Annotated[Path | None, Flag("write the run's summary here (rank 0, atomically)")] = None
-    fanouts: Annotated[list[int], Flag("per-hop fan-outs, outermost last, e.g. 25,10")] = []
+    fanouts: Annotated[list[int], Flag(FANOUTS_HELP)] = []
     layers: Annotated[Literal[1, 2, 3] | None, Flag("GNN layers (default: number of fan-outs, else 2)")] = None
     batch_size: Annotated[int | None, Field(ge=1), Flag("seeds per rank and step (default: min(8000, max(64, "
                                            "train_nodes // (world_size * 8))))")] = None

@@ -174,7 +174,26 @@ def _machine_rank(store: dist.Store, rank: int, world: int, facts: RankFacts) ->
     try:
         return machine_ranks(table)[rank]
     except MomentError as e:
+        _leave_together(store, rank, world)
         raise AgreedError.of(e) from None
+
+
+READ_ALL_S = 10  # how long the store's host waits for the other ranks to have read the facts, on a refusal
+
+
+def _leave_together(store: dist.Store, rank: int, world: int) -> None:
+    """On a refusal every rank leaves, but rank 0 hosts the store: leaving first, it would cut off a rank still
+    reading the facts, whose machine would then say "lost the connection" instead of the reason. Each rank
+    says it has read them; rank 0 leaves once all have (or after READ_ALL_S)."""
+    import time
+
+    try:
+        store.add("machine/read", 1)
+        end = time.monotonic() + READ_ALL_S
+        while rank == 0 and store.add("machine/read", 0) < world and time.monotonic() < end:
+            time.sleep(0.05)
+    except Exception:  # noqa: BLE001 - the reason is still said on this rank; the store is only a courtesy
+        pass
 
 
 def import_before_group() -> None:

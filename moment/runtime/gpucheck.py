@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from moment.errors import MomentError
+from moment.errors import INSTALL_TRAIN, MomentError
 
 #: how far the loss curves of the pipelined and the in-memory run may be apart on each device, as (absolute,
 #: relative): on CPU nothing (the same bytes in the same order); on CUDA the atomic adds of scatter
@@ -125,14 +125,14 @@ def check_machine(device: str | None = None, *, tests: bool = True, ranks: int |
     """Run the checks on `device` ("cuda", "cpu"; None: cuda where there is one, else nothing runs)."""
     version, cuda = cuda_info()
     if device is None and cuda is None:
-        why = "torch is not installed (pip install 'moment[train]')" if version is None else \
+        why = f"torch is not installed ({INSTALL_TRAIN})" if version is None else \
             f"torch {version} sees no CUDA device"
         return Report(None, version, None, note=f"no CUDA here: {why}; nothing to check on a GPU")
     device = device or "cuda"
     if device not in ("cpu", "cuda"):
         raise MomentError(f"--device {device!r}: choose cpu or cuda")
     if version is None:
-        raise MomentError("torch is not installed", hint="pip install 'moment[train]'")
+        raise MomentError("torch is not installed", hint=INSTALL_TRAIN)
     if device == "cuda" and cuda is None:
         raise MomentError(f"--device cuda: torch {version} sees no CUDA device", hint="leave --device out, or "
                           "--device cpu to run the same checks on the CPU")

@@ -6,16 +6,19 @@ Rates are rank 0's, scaled by the world size (every rank reads its equal share).
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any, Self
 
 from rich.console import Console
 
+from moment.outputs import console_width
+
 
 class Reporter:
     def __init__(self, *, enabled: bool, world_size: int, total_epochs: int):
         self.enabled, self.world_size, self.total_epochs = enabled, world_size, total_epochs
-        self.console = Console(stderr=True, emoji=False)
+        self.console = Console(stderr=True, width=console_width(sys.stderr), emoji=False)
         self._bar = None
         self._task = None
         self._t0 = time.perf_counter()

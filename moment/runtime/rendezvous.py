@@ -89,6 +89,39 @@ def parse_host(host: str) -> str:
     return host
 
 
+def split_endpoint(endpoint: str) -> tuple[str, str]:
+    """HOST and PORT of `endpoint`, its port checked. Why not split at the last ':': in '127.0.0.1:29400:1' the
+    wrong part is the port ('29400:1'), not the host; only a bare IPv6 address ('::1:29500') has colons in it."""
+    value = endpoint.strip()
+    if value.startswith("["):
+        close = value.find("]")
+        if close < 0:
+            raise MomentError(f"--rdzv-endpoint {endpoint!r}: {value!r} opens '[' without its ']'",
+                              hint=f"write an IPv6 address as [ADDRESS]:PORT, e.g. [::1]:29500 ({_EXAMPLE})")
+        host, rest = value[1:close], value[close + 1:]
+        if not rest.startswith(":"):
+            raise MomentError(f"--rdzv-endpoint {endpoint!r}: {rest!r} after {value[:close + 1]!r} is not ':PORT'"
+                              if rest else f"--rdzv-endpoint {endpoint!r}: no ':PORT' after {value[:close + 1]!r}",
+                              hint=f"give [ADDRESS]:PORT, e.g. [::1]:29500 ({_EXAMPLE})")
+        port = rest[1:]
+    else:
+        head, _, tail = value.rpartition(":")
+        try:
+            bare_ipv6 = ipaddress.ip_address(head).version == 6
+        except ValueError:
+            bare_ipv6 = False
+        # a URL's scheme is part of its (wrong) host: 'http://node0' is what is quoted
+        host, sep, port = (head, ":", tail) if bare_ipv6 or "/" in head else value.partition(":")
+        if not sep:
+            raise MomentError(f"--rdzv-endpoint {endpoint!r}: no ':PORT' (expected HOST:PORT, {_EXAMPLE})")
+    if not host:
+        raise MomentError(f"--rdzv-endpoint {endpoint!r}: no HOST before ':{port}' (expected HOST:PORT, {_EXAMPLE})")
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise MomentError(f"--rdzv-endpoint {endpoint!r}: the port {port!r} is not an integer from 1 to 65535",
+                          hint=f"give HOST:PORT ({_EXAMPLE})")
+    return host, port
+
+
 def parse_rendezvous(nnodes: int, node_rank: int | None, endpoint: str | None,
                      timeout_s: int | None = None) -> Rendezvous | None:
     """The rendezvous `moment train` starts (None: one machine, torchrun --standalone), its flags checked."""
@@ -110,11 +143,7 @@ def parse_rendezvous(nnodes: int, node_rank: int | None, endpoint: str | None,
     timeout_s = DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s
     if timeout_s < 1:
         raise MomentError(f"--rdzv-timeout {timeout_s}: must be an integer >= 1 (seconds)")
-    host, sep, port = endpoint.strip().rpartition(":")
-    if not sep or not host:
-        raise MomentError(f"--rdzv-endpoint {endpoint!r}: expected HOST:PORT ({_EXAMPLE})")
-    if not port.isdigit() or not 1 <= int(port) <= 65535:
-        raise MomentError(f"--rdzv-endpoint {endpoint!r}: the port must be an integer from 1 to 65535")
+    host, port = split_endpoint(endpoint)
     host = parse_host(host)
     try:
         socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
@@ -122,6 +151,17 @@ def parse_rendezvous(nnodes: int, node_rank: int | None, endpoint: str | None,
         raise MomentError(f"--rdzv-endpoint {endpoint!r}: cannot resolve {host} ({getattr(e, 'strerror', None) or e})",
                           hint="give machine 0's address, or a hostname every machine resolves") from None
     return Rendezvous(nnodes, node_rank, host, int(port), timeout_s)
+
+
+def others_gone(node_rank: int, nnodes: int) -> str:
+    """Which machine went away, as machine `node_rank` can say it: not itself (it is here to say so). Why: a
+    machine that lost its peers used to name the rendezvous host (machine 0), often itself."""
+    others = [k for k in range(nnodes) if k != node_rank]
+    if len(others) == 1:
+        return f"machine {others[0]} stopped or cannot be reached"
+    if len(others) <= 6:
+        return f"one of machines {', '.join(map(str, others))} stopped or cannot be reached"
+    return f"another machine (not this one, machine {node_rank}) stopped or cannot be reached"
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from moment.runtime.budget import under_torchrun
 from moment.runtime.checkpoint import CHECKPOINT_NAME, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from moment.runtime.config import TrainConfig, parse_args
 from moment.runtime.dist import AgreedError, DistContext
+from moment.runtime.rendezvous import NNODES_ENV
 from moment.runtime.lost import peer_lost
 from moment.runtime.memory_use import machine_peak, rank_sample
 from moment.runtime.link_task import link_logits, link_loss, out_dim, roc_auc
@@ -507,7 +508,10 @@ def main(argv: list[str] | None = None) -> int:
         from rich.markup import escape
 
         rank = os.environ.get("RANK", "0")  # as set-up renumbered it (moment.runtime.dist: by machine)
-        if rank == "0" or not isinstance(e, AgreedError):
+        # an agreed error is said once per machine: by rank 0, and by each other machine's first rank, whose user
+        # reads that machine's screen (the error is computed from facts every rank shares, so it is the same one)
+        first_here = os.environ.get("LOCAL_RANK") == "0" and int(os.environ.get(NNODES_ENV, "1") or 1) > 1
+        if rank == "0" or first_here or not isinstance(e, AgreedError):
             Console(stderr=True, emoji=False).print(f"[bold red]error[/] (rank {rank}): " + escape(str(e)), highlight=False,
                                       soft_wrap=True)
         else:  # rank 0 says it: torchrun stops every rank once one exits, so give rank 0 time to
@@ -521,10 +525,21 @@ def main(argv: list[str] | None = None) -> int:
         with log_stream() as log:  # the traceback is torchrun's business: its log
             traceback.print_exc(file=log)
         rank = os.environ.get("RANK", "0")
-        Console(stderr=True, emoji=False).print(f"error (rank {rank}): lost the connection to another rank, which has "
-                                   "probably failed (its own message says why)", highlight=False, soft_wrap=True)
+        Console(stderr=True, emoji=False).print(f"error (rank {rank}): lost the connection to another rank, " + _who_lost(),
+                                                highlight=False, soft_wrap=True)
         return 1
     return 0
+
+
+def _who_lost() -> str:
+    """Which peer a lost connection points at: on a run across machines with one rank per machine, another
+    machine (named: never this one); else a rank that has probably failed."""
+    from moment.runtime.rendezvous import NNODES_ENV, NODE_RANK_ENV, others_gone
+
+    env = os.environ
+    if int(env.get(NNODES_ENV, "1") or 1) > 1 and env.get("LOCAL_WORLD_SIZE") == "1":
+        return f"{others_gone(int(env.get(NODE_RANK_ENV, '0')), int(env[NNODES_ENV]))} (its own messages say why)"
+    return "which has probably failed (its own message says why)"
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from moment.errors import MomentError
 from moment.service.access import LocalOnly
-from moment.service.config import Settings
+from moment.service.config import MiB, Settings
 from moment.service.deadline import Searches, run_with_deadline
 from moment.service.errors import (
     INVENTORY_INPUTS, JSON, Busy, FieldError, TimedOut, TooLarge, blame, error, error_responses, given_beside_inventory,
@@ -145,22 +145,24 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         """Plan a cluster (`moment plan --cluster FILE --json`): each server's GPUs, SSDs and NICs, and the
         epoch with the network's part; servers name built-in profiles (GET /v1/profiles)."""
         from moment.planner import api
-        from moment.planner.cluster import plan_cluster as plan
+        from moment.planner.cluster import ClusterPlan
         from moment.service.machines import cluster_spec
+        from moment.service.worker import plan_cluster_json, run_capped
 
         spec, load = cluster_spec(req.cluster)
         with blame("cluster"):
             wl = api.workload_spec(req.feature_dim, req.gb_per_gpu, req.gpu_cache_share, req.cpu_cache_share,
                                    flag=request_field)
-            result = run_with_deadline(
-                lambda progress: plan(spec, wl, remote_fraction=req.remote_fraction, remote_source="remote_fraction",
-                                      load=load),
-                s.plan_timeout_s, "the cluster plan", slots)
-        out = result.model_dump(mode="json")
+            # in a worker process: the deadline kills it, its memory is capped (moment.service.worker)
+            out = run_capped(plan_cluster_json, (spec.model_dump(), wl.model_dump(), req.remote_fraction),
+                             s.plan_timeout_s, "the cluster plan", s.request_max_mib * MiB, slots)
         if req.diagram:
-            out["diagrams_svg"] = {m.name: api.plan_svg(load(m.profile),
-                                                        m.plan.model_copy(update={"placement": m.placement}))
-                                   for m in result.machines}
+            result = ClusterPlan.model_validate(out)
+            svgs: dict[int, str] = {}  # one per server entry: its machines are equal
+            for m in result.machines:
+                if m.server not in svgs:
+                    svgs[m.server] = api.plan_svg(load(m.profile), m.plan.model_copy(update={"placement": m.placement}))
+            out["diagrams_svg"] = {m.name: svgs[m.server] for m in result.machines}
         return out
 
     @v1.post("/compare", response_model=list[CompareRow], response_model_exclude_unset=True, tags=["planning"],

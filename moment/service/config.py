@@ -15,7 +15,8 @@ MiB = 1 << 20
 #: environment variables the `--factory` entry point reads (what `moment serve` sets for its workers)
 ENV = {"data_dir": "MOMENT_DATA_DIR", "db": "MOMENT_DB", "token": "MOMENT_TOKEN",
        "allow_no_token": "MOMENT_ALLOW_NO_TOKEN", "max_body_mib": "MOMENT_MAX_BODY_MIB",
-       "max_upload_mib": "MOMENT_MAX_UPLOAD_MIB", "plan_timeout_s": "MOMENT_PLAN_TIMEOUT_S"}
+       "max_upload_mib": "MOMENT_MAX_UPLOAD_MIB", "plan_timeout_s": "MOMENT_PLAN_TIMEOUT_S",
+       "request_max_mib": "MOMENT_REQUEST_MAX_MIB"}
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,8 @@ class Settings:
     max_body_bytes: int = 16 * MiB
     max_upload_bytes: int = 8 * MiB
     plan_timeout_s: float = 120.0
+    #: address space of a request's worker process (the cluster plan runs in one): past it, 413
+    request_max_mib: int = 4096
     #: scratch file a probe job may write per SSD directory, and in all its directories together
     probe_max_mib: int = 4096
     probe_max_job_mib: int = 16384
@@ -61,7 +64,7 @@ class Settings:
         if self.max_waiting_searches < 0:
             raise MomentError(f"max_waiting_searches must not be negative (got {self.max_waiting_searches})")
         for name in ("max_body_bytes", "max_upload_bytes", "plan_timeout_s", "probe_max_mib", "probe_max_job_mib",
-                     "job_workers", "max_queued_jobs", "max_searches"):
+                     "request_max_mib", "job_workers", "max_queued_jobs", "max_searches"):
             if getattr(self, name) <= 0:
                 raise MomentError(f"{name} must be positive (got {getattr(self, name)})")
         db = None
@@ -90,7 +93,8 @@ class Settings:
                    token=env.get(ENV["token"]) or None, allow_no_token=env_flag(ENV["allow_no_token"]),
                    max_body_bytes=int(num("max_body_mib", 16) * MiB),
                    max_upload_bytes=int(num("max_upload_mib", 8) * MiB),
-                   plan_timeout_s=num("plan_timeout_s", 120.0)).checked()
+                   plan_timeout_s=num("plan_timeout_s", 120.0),
+                   request_max_mib=int(num("request_max_mib", 4096))).checked()
 
 
 def env_flag(name: str) -> bool:

@@ -1,8 +1,18 @@
-"""A limit on request bodies (413), enforced on the declared length and on the bytes actually sent."""
+"""A limit on request bodies (413), enforced on the declared length and on the bytes actually sent.
+
+A client sends its whole body before it reads the answer (urllib, requests, curl): closing on unread
+bytes resets its connection, so it never sees the 413. The rest of the body is read and dropped
+first, within DRAIN_S seconds and DRAIN_BYTES bytes (past those the connection is closed: a body that
+large or that slow is not a client waiting for an answer)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
+
+DRAIN_S = 10.0
+DRAIN_BYTES = 1 << 30
 
 
 class BodyLimit:
@@ -23,6 +33,7 @@ class BodyLimit:
                 await answer(send, 400, "Content-Length is not a number")
                 return
             if size > self.limit:
+                await drain(receive)
                 await answer(send, 413, self._message(size))
                 return
         seen = 0
@@ -49,6 +60,7 @@ class BodyLimit:
                 await send(message)
             elif not replaced and message["type"] == "http.response.start":
                 replaced = True
+                await drain(receive)
                 await answer(send, 413, self._message(seen, at_least=True))
 
         await self.app(scope, counted, watched)
@@ -58,8 +70,28 @@ class BodyLimit:
         return f"the request body is over the service's limit of {self.limit:,} bytes ({got})"
 
 
+async def drain(receive) -> None:
+    """Read and drop what is left of the request body (module docstring), so the answer reaches the client."""
+    end = time.monotonic() + DRAIN_S
+    got = 0
+    while got <= DRAIN_BYTES:
+        left = end - time.monotonic()
+        if left <= 0:
+            return
+        try:
+            message = await asyncio.wait_for(receive(), left)
+        except TimeoutError:
+            return
+        if message["type"] != "http.request":
+            return  # the client went away
+        got += len(message.get("body", b""))
+        if not message.get("more_body", False):
+            return
+
+
 async def answer(send, status: int, detail: str) -> None:
     body = json.dumps({"detail": detail}).encode()
     await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                            (b"connection", b"close")]})
     await send({"type": "http.response.body", "body": body})

@@ -18,14 +18,18 @@ cost advisor and a later split of the data over the machines all read the same d
                                       # the others (default (N-1)/N: the rows split evenly over N machines)
     model_mb: 2.1                     # optional: gradient bytes all-reduced per step, MB
 
-Validation errors name the field as `servers[0].profile`, `network.switch_gbit`.
+Validation errors name the field as `servers[0].profile`, `network.switch_gbit`. Every number has a
+physical range (MAX_* below, stated in the refusal), integers are strict (`count: true` is refused), and
+the machine names a file expands to are checked once for every command (`check_machine_names`).
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, ValidationError, model_validator
 
 from moment.errors import MomentError, validation_lines
 from moment.inputs import exists
@@ -33,12 +37,64 @@ from moment.topology.devices import DeviceModel, find_model
 from moment.topology.model import A_KIND, Kind
 
 
+# The bounds of a cluster file, in one place (the schema below checks them before any work starts).
+#: machines one cluster file may expand to: the plan models one switch, and the largest single switch
+#: (51.2 Tb/s) has 512 ports (of 100 Gb/s); it also bounds the work and the answer of a plan
+MAX_MACHINES = 512
+MAX_NICS = 16  # NICs of one server: more than a chassis has slots for
+MAX_PORTS = 8  # ports of one NIC (catalogue NICs have 1 or 2)
+MAX_SWITCH_GBIT = 3200.0  # a switch port's rate, Gb/s (today's fastest is 800)
+MAX_MODEL_MB = 1e6  # gradient MB all-reduced per step: 1 TB, past any model a GPU trains
+MAX_NAME = 64  # characters of a machine name: it names a directory (a split's layout)
+#: what a machine name may hold (it names the machine's layout directory)
+MACHINE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def check_machine_names(names: list[str]) -> None:
+    """The names a cluster's machines get (a file's servers expanded, `--machines N`): each a
+    directory name of at most MAX_NAME characters, no two alike. `plan --cluster`, `place --cluster`
+    and the service all ask this one check, so they accept and refuse the same files."""
+    for n in names:
+        if len(n) > MAX_NAME:
+            raise MomentError(f"machine name {n[:20]!r}... is {len(n)} characters: at most {MAX_NAME} (it names "
+                              "the machine's layout directory)")
+        if not MACHINE_NAME.fullmatch(n):
+            raise MomentError(f"machine name {n!r}: use letters, digits, '.', '_' and '-' (it names the machine's "
+                              "layout directory)")
+    seen: set[str] = set()
+    for n in names:
+        if n in seen:
+            raise MomentError(f"two machines are named {n!r}",
+                              hint="a server NAME with count N is NAME0 ... NAME(N-1): rename one of them")
+        seen.add(n)
+
+
+def _within(lo: float, hi: float, unit: str, *, above: bool = False):
+    """A field's physical range, checked with a message that states it (and the value, shortened)."""
+
+    def check(v):
+        if (v <= lo if above else v < lo) or v > hi:
+            shown = str(v) if len(str(v)) <= 24 else f"{str(v)[:20]}... ({len(str(v))} digits)"
+            span = f"above {lo:g}, at most {hi:g}" if above else f"from {lo:g} to {hi:g}"
+            raise ValueError(f"{shown} is out of range: {span} {unit}")
+        return v
+
+    return AfterValidator(check)
+
+
+def _range(lo: float, hi: float, above: bool = False) -> dict:
+    """The same range in the JSON schema (OpenAPI) as the check states it."""
+    return {"exclusiveMinimum" if above else "minimum": lo, "maximum": hi}
+
+
 class NetworkSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     nic: str = Field(description="NIC model of the catalogue (`moment models`), e.g. CX6-Dx-100GbE")
-    ports: int = Field(1, ge=1, description="ports of each NIC cabled to the switch")
-    switch_gbit: float = Field(gt=0, description="the switch's rate per port, Gb/s")
+    ports: Annotated[StrictInt, _within(1, MAX_PORTS, "ports")] = Field(
+        1, json_schema_extra=_range(1, MAX_PORTS), description="ports of each NIC cabled to the switch")
+    switch_gbit: Annotated[float, _within(0, MAX_SWITCH_GBIT, "Gb/s", above=True)] = Field(
+        json_schema_extra=_range(0, MAX_SWITCH_GBIT, above=True), description="the switch's rate per port, Gb/s")
 
 
 class ServerSpec(BaseModel):
@@ -48,8 +104,10 @@ class ServerSpec(BaseModel):
                              "with count N, NAME0 ... NAME(N-1)")
     profile: str = Field(min_length=1, description="built-in profile name or YAML file (relative to the cluster file)")
     inventory: str = Field(min_length=1, description="GPUs and SSDs as `moment plan --inventory`: 4xA100,8xP5510")
-    nics: int = Field(1, ge=1, description="NICs of network.nic in this server")
-    count: int = Field(1, ge=1, description="identical servers this entry stands for")
+    nics: Annotated[StrictInt, _within(1, MAX_NICS, "NICs")] = Field(
+        1, json_schema_extra=_range(1, MAX_NICS), description="NICs of network.nic in this server")
+    count: Annotated[StrictInt, _within(1, MAX_MACHINES, "machines (the largest single switch's ports)")] = Field(
+        1, json_schema_extra=_range(1, MAX_MACHINES), description="identical servers this entry stands for")
 
 
 class ClusterSpec(BaseModel):
@@ -58,24 +116,26 @@ class ClusterSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     name: str = "cluster"
-    servers: list[ServerSpec] = Field(min_length=1)
+    servers: list[ServerSpec] = Field(min_length=1, max_length=MAX_MACHINES)
     network: NetworkSpec
-    remote_fraction: float | None = Field(
-        None, ge=0, le=1, description="share of the non-replicated (SSD-served) rows a machine reads from "
+    remote_fraction: Annotated[float, _within(0, 1, "(a share of the rows)")] | None = Field(
+        None, json_schema_extra=_range(0, 1), description="share of the non-replicated (SSD-served) rows a machine reads from "
         "other machines; default (N-1)/N, the rows split evenly over the N machines")
-    model_mb: float | None = Field(None, gt=0, description="gradient MB all-reduced per step (default: the "
+    model_mb: Annotated[float, _within(0, MAX_MODEL_MB, "MB", above=True)] | None = Field(
+        None, json_schema_extra=_range(0, MAX_MODEL_MB, above=True), description="gradient MB all-reduced per step (default: the "
                                    "planner's estimate for a 2-layer GraphSAGE over the workload's features)")
 
-    @field_validator("servers")
-    @classmethod
-    def _names(cls, v: list[ServerSpec]) -> list[ServerSpec]:
-        seen: set[str] = set()
-        for s in v:
-            if s.name is not None:
-                if s.name in seen:
-                    raise ValueError(f"two servers are named {s.name!r}: give each a name of its own")
-                seen.add(s.name)
-        return v
+    @model_validator(mode="after")
+    def _machines(self) -> ClusterSpec:
+        total = sum(s.count for s in self.servers)
+        if total > MAX_MACHINES:
+            raise ValueError(f"the servers' counts add up to {total:,} machines: at most {MAX_MACHINES} (the "
+                             "largest single switch's ports)")
+        try:
+            check_machine_names([name for name, _ in self.machines()])
+        except MomentError as e:
+            raise ValueError(str(e).split("\n  hint: ")[0]) from None
+        return self
 
     def machines(self) -> list[tuple[str, ServerSpec]]:
         """One (name, server) per machine, `count` expanded: 'b' with count 2 is b0 and b1; machines of

@@ -725,8 +725,29 @@ def import_edgelist(
                      num_classes=num_classes, seed=seed, fractions=fractions)
 
 
+#: the first bytes of binary files people give `import edgelist`, and the importer each should go to
+BINARY_MAGIC = ((b"\x93NUMPY", "a NumPy .npy file", "moment data import npy --edge-index {path}"),
+                (b"PK\x03\x04", "a zip archive (a torch.save file, or an .npz)",
+                 "moment data import pyg {path} (for a torch.save of a PyG Data)"),
+                (b"\x80", "a Python pickle (an old torch.save file)", "moment data import pyg {path}"))
+
+
+def _refuse_binary(path: Path) -> None:
+    """A binary file is not an edge list: name what it is and its importer instead of a codec error."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+    except OSError:
+        return  # the text reader says why
+    for magic, what, cmd in BINARY_MAGIC:
+        if head.startswith(magic):
+            raise MomentError(f"this is {what}, not a text edge list", source=str(path), hint=f"use `{cmd.format(path=path)}`")
+
+
 def _read_edge_text(path: Path) -> Iterator[np.ndarray]:
     opener = gzip.open if path.suffix == ".gz" else open
+    if path.suffix != ".gz":
+        _refuse_binary(path)
     try:
         with opener(path, "rt") as f:
             sample = next((ln for ln in f if ln.strip() and not ln.lstrip().startswith("#")), "")

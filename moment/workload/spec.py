@@ -16,6 +16,10 @@ def default_batch_size(train_nodes: int, world_size: int) -> int:
     return min(PAPER_BATCH, max(64, train_nodes // (world_size * 8)))
 
 
+#: what --fanouts means, in every command that takes it: the hop from the seeds comes first
+FANOUTS_HELP = "neighbours sampled per hop, the seeds' own hop first (25,10: 25 of each seed, 10 of each of those)"
+
+
 class WorkloadSpec(BaseModel):
     """Defaults follow the paper's IGB-HOM setting: 269M nodes, 1024-d float32 features, 1% training
     seeds, fan-out 25,10, batch 8000. `unique_ratio` is the share of sampled ids left after de-duplicating

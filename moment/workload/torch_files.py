@@ -24,7 +24,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from moment.errors import MomentError
+from moment.errors import INSTALL_TRAIN, MomentError
 
 TRUST_HINT = ("if you made this file or trust its source, --trust-pickle loads it with "
               "torch.load(weights_only=False), which runs any code pickled in it")
@@ -68,8 +68,8 @@ def load_torch(path: Path, what: str, *, trust: bool = False) -> Any:
     try:
         import torch
     except ImportError:
-        raise MomentError(f"reading {what} needs torch (and torch_geometric for PyG's Data): "
-                          "pip install 'moment[train]'", source=str(path)) from None
+        raise MomentError(f"reading {what} needs torch (and torch_geometric for PyG's Data)", source=str(path),
+                          hint=INSTALL_TRAIN) from None
     try:
         with open(path, "rb") as f:
             head = f.read(2)
