@@ -26,6 +26,7 @@ from moment.errors import MomentError
 def main(scenario: str, layout: str, out: Path) -> int:
     if scenario == "own-group":  # the script made the process group: the run uses it and leaves it alive
         import torch.distributed as dist
+        import torch_geometric.nn  # noqa: F401 - as a PyG script does, before its group (see dist.import_before_group)
 
         dist.init_process_group("gloo")
     run = moment.open_run(layout, fanouts=[10, 5], batch_size=64, seed=3, quiet=True)
