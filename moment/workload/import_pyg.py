@@ -23,7 +23,7 @@ from moment.errors import MomentError
 from moment.workload.graph import SPLITS, GraphDataset
 from moment.workload.import_files import need
 from moment.workload.import_options import EdgePolicy
-from moment.workload.importers import GraphParts, Progress, write_parts
+from moment.workload.importers import RANDOM_SPLIT, GraphParts, Progress, write_parts
 from moment.workload.torch_files import load_torch
 
 #: the attribute names a split may have in a PyG graph, masks first (PyG's own datasets use masks)
@@ -128,7 +128,7 @@ def import_pyg(
     feature_dim: int = 128,
     num_classes: int = 2,
     seed: int = 0,
-    fractions: tuple[float, float, float] = (0.01, 0.005, 0.005),
+    fractions: tuple[float, float, float] = RANDOM_SPLIT,
     overwrite: bool = False,
     progress: Progress | None = None,
 ) -> GraphDataset:

@@ -57,6 +57,8 @@ from moment.workload.seeds import check_seed
 
 Progress = Callable[[int, int], None]
 EDGE_CHUNK = 1 << 22  # edges per chunk in every pass
+#: train, validation and test shares of the seeded random split an import draws when the input has none
+RANDOM_SPLIT = (0.01, 0.005, 0.005)
 
 
 # --------------------------------------------------------------------------------------------- helpers
@@ -408,7 +410,7 @@ def write_parts(
     feature_dim: int = 128,
     num_classes: int = 2,
     seed: int = 0,
-    fractions: tuple[float, float, float] = (0.01, 0.005, 0.005),
+    fractions: tuple[float, float, float] = RANDOM_SPLIT,
     overwrite: bool = False,
     progress: Progress | None = None,
 ) -> GraphDataset:
@@ -667,7 +669,7 @@ def import_edgelist(
     num_classes: int = 2,
     undirected: bool = False,
     policy: EdgePolicy = EdgePolicy(),
-    fractions: tuple[float, float, float] = (0.01, 0.005, 0.005),
+    fractions: tuple[float, float, float] = RANDOM_SPLIT,
     seed: int = 0,
     overwrite: bool = False,
     progress: Progress | None = None,
