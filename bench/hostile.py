@@ -57,6 +57,7 @@ from moment.workload.graph import hash_blocks
 
 SYNTH = "--nodes 20000 --feature-dim 16"
 FAST = "--fanouts 10,5 --hidden 32 --threads 1"  # training options that keep each run short
+ADVISE = "moment advise --profile paper-machine-b --budget 60000 --models A100-PCIe-40GB,P5510"
 CACHES = "--plan plan.json --gpu-cache 2% --cpu-cache 5%"
 TRAIN = "moment train --layout layouts/L --epochs 1"
 NESTED_YAML = "nodes: " + "[" * 1000 + "]" * 1000
@@ -331,6 +332,12 @@ CASES = [
          gone=("layouts/many", "layouts/.many.lock")),
     Case("moment place --dataset data/ds --machines 100000 --out layouts/many", "at most 20,000 machines",
          gone=("layouts/many", "layouts/.many.lock")),
+    Case(f"{ADVISE} --machines-max 1000000", "--machines-max 1000000: give 1 to 512 servers"),
+    Case(f"{ADVISE} --machines-max 3 --nics 1000", "--nics 1000: give 1 to 16 NICs per server"),
+    Case(f"{ADVISE} --machines-max 512 --nics 16", "costs more than its share of the budget", code=0, timeout=120,
+         absent=("budget -",)),
+    Case(f"{ADVISE} --nic CX7", "--nic prices the network between servers, which only --machines-max compares"),
+    Case(f"{TRAIN} --dry-run --metrics-json m.json", "--metrics-json: a dry run trains nothing", gone=("m.json",)),
     # last: the other cases read this layout
     Case("moment layout rm layouts/L", "also removed", code=0,
          gone=("layouts/L", "layouts/L.runs", "mnt/*/moment-L-*")),

@@ -4,6 +4,7 @@ priced, each k of servers planned as a cluster."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import yaml
@@ -99,7 +100,31 @@ def test_the_network_comes_out_of_each_server_s_share_of_the_budget(topo):
                             advise_args=dict(models=MODELS, top_k=1))
     assert [o.machines for o in opts] == [1, 2] and opts[0].best and opts[1].inventory is None
     share = cheapest + 1000 - _network(prices)[0]
-    assert opts[1].note.startswith(f"{share:,.0f} USD per server: budget {share:,.0f} USD buys nothing")
+    assert opts[1].note.startswith(f"2 servers, {share:,.0f} USD each: budget {share:,.0f} USD buys nothing")
+
+
+def test_the_search_ends_where_a_share_of_the_budget_buys_nothing(topo):
+    # every larger count buys less: one row says so, not one row (and one search) per count up to the bound
+    prices, params = load_prices(), CostParams()
+    cheapest = prices.server.price_usd + prices.devices["T4"].price_usd + prices.devices["990-PRO"].price_usd
+    budget = 2 * (cheapest + 1000)
+    single = advise(topo, budget, models=MODELS, top_k=1, prices=prices, params=params)
+    opts = compare_machines(topo, budget, 512, single, prices=prices, params=params,
+                            advise_args=dict(models=MODELS, top_k=1))
+    assert [o.machines for o in opts] == [1, 2] and opts[1].note.startswith("2 servers or more, ")
+
+
+def test_a_network_dearer_than_the_share_is_said_not_priced_negative(topo):
+    prices, params = load_prices(), CostParams()
+    net = _network(prices)[0] * 16
+    budget = 2.5 * net  # three servers' share is less than their network
+    single = advise(topo, budget, models=MODELS, top_k=1, prices=prices, params=params)
+    opts = compare_machines(topo, budget, 50, single, nics=16, prices=prices, params=params,
+                            advise_args=dict(models=MODELS, top_k=1))
+    assert [o.machines for o in opts] == [1, 2, 3]
+    assert opts[2].note.startswith(f"3 servers or more: each one's network (16 x CX6-Dx-100GbE and its switch ports, "
+                                   f"{net:,.0f} USD) costs more than its share of the budget ({budget / 3:,.0f} USD)")
+    assert not any(re.search(r"(^|[\s(])-\d", o.note) for o in opts)  # no negative amounts
 
 
 @pytest.fixture
@@ -121,12 +146,18 @@ def test_cli_json_carries_the_options(profile, capsys):
 
 
 @pytest.mark.parametrize("extra, want", [
-    (["--machines-max", "0"], "--machines-max 0: give 1 or more servers"),
+    (["--machines-max", "0"], "--machines-max 0: give 1 to 512 servers"),
+    (["--machines-max", "1000000"], "--machines-max 1000000: give 1 to 512 servers"),
+    (["--machines-max", "2", "--nics", "1000"], "--nics 1000: give 1 to 16 NICs per server"),
+    (["--machines-max", "2", "--switch-gbit", "1e9"], "--switch-gbit 1e+09: give the switch's port rate in Gb/s"),
+    (["--nic", "CX7"], "--nic prices the network between servers, which only --machines-max compares"),
+    (["--nics", "2"], "--nics prices the network between servers, which only --machines-max compares"),
+    (["--switch-gbit", "100"], "--switch-gbit prices the network between servers"),
     (["--machines-max", "2", "--nic", "P5510"], "--nic P5510: P5510 is an SSD, not a NIC"),
     (["--machines-max", "2", "--nic", "nope"], "unknown device model 'nope'"),
     (["--machines-max", "2", "--switch-gbit", "0"], "--switch-gbit 0: give the switch's port rate in Gb/s"),
     (["--machines-max", "2", "--switch-gbit", "25"], "no price for a 25 Gb/s switch port (priced: 100, 200, 400)"),
-    (["--machines-max", "2", "--nics", "0"], "--nics 0: give 1 or more NICs per server"),
+    (["--machines-max", "2", "--nics", "0"], "--nics 0: give 1 to 16 NICs per server"),
 ])
 def test_cli_errors_name_the_flag(profile, capsys, extra, want):
     argv = ["advise", "--profile", str(profile), "--budget", "60000", "--models", ",".join(MODELS), "--top", "1"]

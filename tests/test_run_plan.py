@@ -292,3 +292,9 @@ def test_dry_run_prints_the_plan_and_starts_no_rank(data, monkeypatch, capsys):
     assert not (packed.parent / (packed.name + ".runs")).exists()  # no run directory either
     assert main(["train", "--json", *args]) == 2
     assert "--json goes with --dry-run" in capsys.readouterr().err
+    for flag, value in (("--metrics-json", "m.json"), ("--checkpoint-dir", "ck"), ("--run-dir", "runs")):
+        # a flag naming where a run writes does nothing in a dry run: refused, and nothing is written
+        target = packed.parent / value
+        assert main(["train", "--dry-run", *args, flag, str(target)]) == 2
+        err = " ".join(capsys.readouterr().err.split())
+        assert err.startswith(f"error: {flag}: a dry run trains nothing") and not target.exists(), err

@@ -11,6 +11,7 @@ from rich.table import Table
 from moment.cli import app, console
 from moment.cli.common import solver_bar
 from moment.errors import MomentError
+from moment.topology.cluster import DEFAULT_NIC
 
 _PROFILE_HELP = "built-in profile name (see `moment profiles`) or a YAML file describing the chassis"
 _MODELS_HELP = ("comma-separated GPU and SSD models to consider, e.g. A100-PCIe-40GB,H100-PCIe,P5510 "
@@ -51,8 +52,10 @@ def advise_cmd(
         "also compare 1..K servers of this chassis under the same budget (each with the advice for its share, "
         "joined by --nic NICs and switch ports, planned as `moment plan --cluster`) by samples/s per TCO dollar; "
         "JSON: `machines`"), metavar="K", show_default=False),
-    nic: str = typer.Option("CX6-Dx-100GbE", "--nic", help="with --machines-max: the NIC model of each server"),
-    nics: int = typer.Option(1, "--nics", help="with --machines-max: NICs per server"),
+    nic: str | None = typer.Option(None, "--nic", help=f"with --machines-max: the NIC model of each server (default: "
+                                                        f"{DEFAULT_NIC})", show_default=False),
+    nics: int | None = typer.Option(None, "--nics", help="with --machines-max: NICs per server (default: 1)",
+                                    show_default=False),
     switch_gbit: float | None = typer.Option(None, "--switch-gbit", help=(
         "with --machines-max: the switch's port rate in Gb/s (default: the NIC's port rate)"), show_default=False),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object (for scripts) instead of tables"),
@@ -73,20 +76,14 @@ def advise_cmd(
 
     from moment.cost import CostParams, advise, load_prices
     from moment.cost.advisor import check_inputs
+    from moment.cost.machines import check_network
     from moment.errors import validation_lines
     from moment.planner.api import check_data
     from moment.topology.profiles import load_profile
 
     check_inputs(budget, top, max_gpus, max_ssds)
     data = check_data(data)
-    if machines_max is not None:
-        from moment.cost.machines import check_machines_max
-
-        check_machines_max(machines_max)
-        if nics < 1:
-            raise MomentError(f"--nics {nics}: give 1 or more NICs per server")
-        if switch_gbit is not None and not (0 < switch_gbit < float("inf")):
-            raise MomentError(f"--switch-gbit {switch_gbit:g}: give the switch's port rate in Gb/s, e.g. 100")
+    check_network(machines_max, nic, nics, switch_gbit)
     try:
         params = CostParams(years=years, pue=pue, utilisation=utilisation, machine_power_w=machine_power)
     except ValidationError as e:
@@ -103,7 +100,8 @@ def advise_cmd(
         from moment.cost.machines import compare_machines
 
         with solver_bar(not json_out, label="planning clusters") as cb:
-            options = compare_machines(topo, budget, machines_max, result, nic=nic, nics=nics, switch_gbit=switch_gbit,
+            options = compare_machines(topo, budget, machines_max, result, nic=nic or DEFAULT_NIC, nics=nics or 1,
+                                       switch_gbit=switch_gbit,
                                        prices=table, params=params, progress=cb,
                                        advise_args=dict(models=_models(models), max_gpus=max_gpus, max_ssds=max_ssds,
                                                         top_k=top, data=data))

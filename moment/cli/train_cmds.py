@@ -39,6 +39,15 @@ def _check_torch() -> None:
                               hint=INSTALL_TRAIN)
 
 
+def _refuse_run_outputs(cfg: Any, run_dir: Path | None) -> None:
+    """A dry run writes nothing, so a flag naming where a run writes would silently do nothing: refused."""
+    given = [flag for flag, v in (("--metrics-json", cfg.metrics_json), ("--checkpoint-dir", cfg.checkpoint_dir),
+                                  ("--run-dir", run_dir)) if v is not None]
+    if given:
+        raise MomentError(f"{given[0]}: a dry run trains nothing, so it writes nothing there; drop {given[0]} "
+                          "or --dry-run")
+
+
 def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
               plan: bool = False, rdzv: Any = None) -> tuple[Any, dict[str, str], Any]:
     """Catch user errors (bad flags, missing layout or dataset, more ranks than the layout's GPUs or than the
@@ -67,6 +76,8 @@ def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
         cfg.model_copy(update={"checkpoint_dir": run_root(run_dir, Path(anchor)) / CHECKPOINTS}).check()
     else:
         cfg.check()
+    if plan:
+        _refuse_run_outputs(cfg, run_dir)
     if plan and cfg.features != "tiered":
         raise MomentError("--dry-run shows the run plan of a tiered run: the --features-in-memory and "
                           "--features-memmap baselines have no tiers, caches or memory split to plan")

@@ -21,6 +21,7 @@ from moment.cost.advisor import AdviseResult, Candidate, advise
 from moment.cost.model import CostParams, energy_kwh, samples_per_epoch
 from moment.cost.prices import PriceTable
 from moment.errors import Flag, MomentError, cli_flag
+from moment.topology.cluster import DEFAULT_NIC, MAX_MACHINES, MAX_NICS, MAX_SWITCH_GBIT
 from moment.topology.model import A_KIND, Kind, Topology
 from moment.workload.spec import WorkloadSpec
 
@@ -46,8 +47,29 @@ class MachinesOption(BaseModel):
 
 
 def check_machines_max(k: int | None, flag: Flag = cli_flag) -> None:
-    if k is not None and k < 1:
-        raise MomentError(f"{flag('machines_max')} {k}: give 1 or more servers", field="machines_max")
+    """1..MAX_MACHINES servers: the cluster file's bound (the largest single switch), since each k is a cluster."""
+    if k is not None and not 1 <= k <= MAX_MACHINES:
+        raise MomentError(f"{flag('machines_max')} {k}: give 1 to {MAX_MACHINES} servers (the most one switch's "
+                          "ports join, as in a cluster file)", field="machines_max")
+
+
+def check_network(machines_max: int | None, nic: str | None, nics: int | None, switch_gbit: float | None,
+                  flag: Flag = cli_flag) -> None:
+    """The network options mean something only with machines_max (a flag that does nothing is refused), and are
+    in the cluster file's ranges."""
+    given = [name for name, v in (("nic", nic), ("nics", nics), ("switch_gbit", switch_gbit)) if v is not None]
+    if machines_max is None:
+        if given:
+            raise MomentError(f"{flag(given[0])} prices the network between servers, which only "
+                              f"{flag('machines_max')} compares: add {flag('machines_max')} K or drop "
+                              f"{flag(given[0])}", field=given[0])
+        return
+    check_machines_max(machines_max, flag)
+    if nics is not None and not 1 <= nics <= MAX_NICS:
+        raise MomentError(f"{flag('nics')} {nics}: give 1 to {MAX_NICS} NICs per server", field="nics")
+    if switch_gbit is not None and not 0 < switch_gbit <= MAX_SWITCH_GBIT:
+        raise MomentError(f"{flag('switch_gbit')} {switch_gbit:g}: give the switch's port rate in Gb/s, above 0 "
+                          f"and at most {MAX_SWITCH_GBIT:g} (e.g. 100)", field="switch_gbit")
 
 
 def _network_cost(prices: PriceTable, nic: str, nics: int, ports: int, switch_gbit: float, params: CostParams,
@@ -61,7 +83,7 @@ def _network_cost(prices: PriceTable, nic: str, nics: int, ports: int, switch_gb
 
 
 def compare_machines(topo: Topology, budget_usd: float, machines_max: int, single: AdviseResult, *,
-                     nic: str, switch_gbit: float | None = None, ports: int = 1, nics: int = 1,
+                     nic: str = DEFAULT_NIC, switch_gbit: float | None = None, ports: int = 1, nics: int = 1,
                      prices: PriceTable, params: CostParams, workload: WorkloadSpec | None = None,
                      advise_args: dict | None = None, flag: Flag = cli_flag,
                      progress: Callable[[int, int], None] | None = None) -> list[MachinesOption]:
@@ -85,12 +107,21 @@ def compare_machines(topo: Topology, budget_usd: float, machines_max: int, singl
         if progress is not None:
             progress(k - 2, machines_max - 1)
         share = budget_usd / k - net_hw
+        if share <= 0:  # so for every larger k: one row says so, and the search ends
+            out.append(MachinesOption(machines=k, inventory=None, nic=model.name, nics_per_server=nics, note=(
+                f"{k} servers or more: each one's network ({nics} x {model.name} and its switch ports, "
+                f"{net_hw:,.0f} USD) costs more than its share of the budget ({budget_usd / k:,.0f} USD)")))
+            break
         try:
             res = advise(topo, share, prices=prices, params=params, workload=wl, flag=flag,
                          reserve=((model.name, nics),), **(advise_args or {}))
         except MomentError as e:
+            more = e.field == "budget" and k < machines_max  # a smaller share buys no more: the search ends
             out.append(MachinesOption(machines=k, inventory=None, nic=model.name, nics_per_server=nics,
-                                      note=f"{share:,.0f} USD per server: {str(e).splitlines()[0]}"))
+                                      note=f"{k} servers{' or more' if more else ''}, {share:,.0f} USD each: "
+                                           f"{str(e).splitlines()[0]}"))
+            if more:
+                break
             continue
         best: MachinesOption | None = None
         seen: set[str] = set()

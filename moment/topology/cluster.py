@@ -41,6 +41,7 @@ from moment.topology.model import A_KIND, Kind
 #: machines one cluster file may expand to: the plan models one switch, and the largest single switch
 #: (51.2 Tb/s) has 512 ports (of 100 Gb/s); it also bounds the work and the answer of a plan
 MAX_MACHINES = 512
+DEFAULT_NIC = "CX6-Dx-100GbE"  # the NIC of each server where a caller (`advise --machines-max`) names none
 MAX_NICS = 16  # NICs of one server: more than a chassis has slots for
 MAX_PORTS = 8  # ports of one NIC (catalogue NICs have 1 or 2)
 MAX_SWITCH_GBIT = 3200.0  # a switch port's rate, Gb/s (today's fastest is 800)
