@@ -17,9 +17,12 @@ directories atomically: the previous version moved aside, the new one not yet in
 (the new version in place, the previous one not yet removed); a layout's own steps
 `layout-shards-renamed` and `layout-old-shards-removed` (see moment.placement.layout);
 `checkpoint-write` (a training checkpoint's bytes are about to be written); and `train-step` (a
-training step is done; reached by the last rank of a run's first attempt only, counted by the run's
-own step number, so `MOMENT_TEST_EXIT_AT=train-step:5` stops one rank after its fifth step and
-torchrun's restart resumes from a checkpoint).
+training step is done; counted by the run's own step number, so `MOMENT_TEST_EXIT_AT=train-step:5` stops
+one rank after its fifth step and torchrun's restart resumes from a checkpoint).
+A point that every rank of a run reaches (`reach_rank`) fires on one of them only, on the run's first
+attempt (a restart must get past it):
+
+    MOMENT_TEST_RANK=<r>           the rank it fires on (default: the last rank, RANK = WORLD_SIZE - 1)
 Base level: every layer may import it.
 """
 
@@ -36,6 +39,7 @@ PAUSE_ENV = "MOMENT_TEST_PAUSE_AT"
 PAUSE_FILE_ENV = "MOMENT_TEST_PAUSE_FILE"
 ENOSPC_ENV = "MOMENT_TEST_ENOSPC_AT"
 EXIT_ENV = "MOMENT_TEST_EXIT_AT"
+RANK_ENV = "MOMENT_TEST_RANK"
 
 _reached: dict[str, int] = {}
 
@@ -63,3 +67,13 @@ def reach(point: str, count: int | None = None) -> None:
         deadline = time.monotonic() + 120
         while flag.exists() and time.monotonic() < deadline:
             time.sleep(0.01)
+
+
+def reach_rank(point: str, count: int | None = None) -> None:
+    """`reach` on the rank MOMENT_TEST_RANK names (default: the last) of a run's first attempt; elsewhere nothing."""
+    env = os.environ
+    if int(env.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0:
+        return
+    last = int(env.get("WORLD_SIZE", "1") or 1) - 1
+    if int(env.get("RANK", "0") or 0) == int(env.get(RANK_ENV, "") or last):
+        reach(point, count)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from moment import testpoints
 from moment.runtime.checkpoint import load_checkpoint, own_cuda_state, rng_state, save_checkpoint, set_rng_state
 
 OLD = ["s0", "s1", "s2", "s3"]  # a checkpoint from before: every GPU's state the rank saw (4 GPUs)
@@ -97,3 +98,24 @@ def test_a_cpu_rank_saves_and_restores_no_cuda_state(monkeypatch) -> None:
     assert "cuda" not in state and "cuda" not in rng_state()
     set_rng_state({**state, "cuda": torch.tensor([9])}, torch.device("cpu"))  # a GPU run resumed on CPU
     assert [cuda.states[i].item() for i in range(2)] == [0, 1]
+
+
+@pytest.mark.parametrize("env, fires", [
+    ({"RANK": "1", "WORLD_SIZE": "2"}, True),  # the last rank by default
+    ({"RANK": "0", "WORLD_SIZE": "2"}, False),
+    ({"RANK": "0", "WORLD_SIZE": "2", testpoints.RANK_ENV: "0"}, True),  # the rank the point's own setting names
+    ({"RANK": "1", "WORLD_SIZE": "2", "TORCHELASTIC_RESTART_COUNT": "1"}, False),  # a restart gets past it
+    ({}, True),  # one process, no torchrun: rank 0 of 1
+])
+def test_a_point_every_rank_reaches_fires_on_the_rank_its_setting_names(monkeypatch, env, fires):
+    for k in ("RANK", "WORLD_SIZE", "TORCHELASTIC_RESTART_COUNT", testpoints.RANK_ENV):
+        monkeypatch.delenv(k, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv(testpoints.ENOSPC_ENV, "train-step:3")
+    testpoints.reach_rank("train-step", 2)  # before the count: nothing anywhere
+    if fires:
+        with pytest.raises(OSError):
+            testpoints.reach_rank("train-step", 3)
+    else:
+        testpoints.reach_rank("train-step", 3)

@@ -1,4 +1,4 @@
-"""The CUDA layer stays thin and listed: only the modules `moment.runtime.gpucheck.CUDA_LAYER` names have
+"""The CUDA layer stays thin and listed: only the modules `tools/cuda_tests.py`'s CUDA_LAYER names have
 CUDA-only lines, each names the tests that run those lines where CUDA exists, and docs/cuda.md lists them.
 Below, the CUDA tests of lines no other test reaches (they skip without CUDA; `moment doctor --gpu` runs them
 on a GPU machine)."""
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from moment.runtime.gpucheck import CUDA_LAYER
+from tools.cuda_tests import CUDA_LAYER
 
 REPO = Path(__file__).resolve().parents[1]
 #: what makes a line CUDA-only: a call into torch.cuda, a branch on the device type or on NCCL, pinned host
@@ -49,7 +49,7 @@ def test_only_the_listed_modules_have_cuda_only_lines():
     found = _cuda_modules()
     unlisted = {m: lines for m, lines in found.items() if m not in CUDA_LAYER}
     assert not unlisted, (f"CUDA-only lines outside the CUDA layer: {unlisted}; move them into moment/io/device.py "
-                          "(or list the module in gpucheck.CUDA_LAYER with the tests that run them, and in docs/cuda.md)")
+                          "(or list the module in tools/cuda_tests.py's CUDA_LAYER with the tests that run them, and in docs/cuda.md)")
     assert sorted(CUDA_LAYER) == sorted(found), "a listed module has no CUDA-only line any more: drop it from the list"
 
 

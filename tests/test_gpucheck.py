@@ -177,6 +177,20 @@ def test_the_summary_counts_skips_and_never_calls_them_a_pass():
     assert c.status == "ok" and c.detail.startswith("30 passed, 1 skipped in 9.1s") and len(c.data["skipped"]) == 1
 
 
+def test_the_cuda_tests_are_the_clone_s_list_and_a_wheel_says_it_has_none(monkeypatch, tmp_path):
+    from tools.cuda_tests import files
+
+    ran = []
+    monkeypatch.setattr(gc, "run_bounded", lambda cmd, limit, cwd: ran.append(cmd) or
+                        __import__("subprocess").CompletedProcess(cmd, 0, "=== 9 passed in 1.0s ===", ""))
+    c = gc.cuda_tests()
+    assert c.status == "ok" and ran[0][-len(files()):] == files() and "tests/test_device.py" in files()
+    assert "tests/test_gpucheck.py" not in files()  # the checks' own test runs them: not among the tests they run
+    monkeypatch.setattr(gc, "CUDA_TESTS", tmp_path / "tools" / "cuda_tests.py")  # an installed wheel: no tools/
+    c = gc.cuda_tests()
+    assert c.status == "skipped" and "run from a clone of the repository" in c.detail
+
+
 def test_the_ring_check_finds_a_batch_that_arrives_changed(monkeypatch):
     from moment.io.device import DeviceStaging
 

@@ -176,12 +176,12 @@ def test_the_remote_tier_serves_only_the_rows_its_machine_holds(split_layout, ru
         far = store.find(RemoteTier)
         assert store.chain().__next__().name in ("gpu", "remote") and far is not None
         mine = np.flatnonzero(owners != 1)
-        rows = far._serve(torch.from_numpy(mine[::7])).wait()  # read while the exchange goes on: waited for here
+        rows = far.serve(torch.from_numpy(mine[::7])).wait()  # read while the exchange goes on: waited for here
         assert torch.equal(rows.view(feats.dtype).reshape(-1, feats.shape[1]), feats[mine[::7]])
         with pytest.raises(MomentError, match="asked machine m0 for rows it does not own"):
-            far._serve(torch.from_numpy(np.flatnonzero(owners == 1)[:4]))
+            far.serve(torch.from_numpy(np.flatnonzero(owners == 1)[:4]))
         part = far.take(np.arange(runtime_dataset.num_nodes), None, None)
-        assert np.array_equal(np.sort(part.ids), np.flatnonzero(owners == 1)) and (part.owner == 1).all()
+        assert np.array_equal(np.sort(part.key), np.flatnonzero(owners == 1)) and (part.owner == 1).all()
     finally:
         store.close()
 

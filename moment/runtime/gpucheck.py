@@ -6,8 +6,8 @@ Why: CI has no GPU, so the runtime's CUDA side (the device layer's streams, pinn
 runs on a user's machine. These checks run it there in a few minutes, before hours of training, each
 under a deadline (a hang is a failure, not a hung doctor):
 
-- `cuda tests`: the repository's tests of the CUDA-only lines (`CUDA_LAYER` names them) and of the
-  CUDA side of code shared by both devices (`CUDA_TOO`), which skip on a machine without CUDA;
+- `cuda tests`: the repository's tests of the CUDA-only lines and of the CUDA side of code shared by both
+  devices, which skip on a machine without CUDA (tools/cuda_tests.py in a clone lists them);
 - `pipelined epoch`: a small layout trained for one epoch with the tiered, pipelined store and with the
   features in memory, on the device with the same ranks (up to `MAX_RANKS`, one per GPU, each matched to
   its plan GPU by PCI address): every batch's sampled ids, blocks, labels and feature bytes agree bit for
@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import runpy
 import signal
 import subprocess
 import sys
@@ -52,23 +53,9 @@ TOLERANCE = {"cpu": (0.0, 0.0), "cuda": (1e-3, 1e-2)}
 MAX_RANKS = 4  # ranks of the pipelined epoch at most: one per GPU
 #: seconds each check may take before it counts as hung (and fails)
 DEADLINE = {"cuda tests": 900, "pipelined epoch": 900, "staging ring": 120}
-SELF_TEST = "tests/test_gpucheck.py"  # runs these checks: not among the tests they run
-#: Every module of the package with CUDA-only lines (a call to `torch.cuda`, a branch on the device type
-#: or the NCCL backend, pinned memory, `record_stream`), and the tests that run those lines where CUDA
-#: exists. tests/test_cuda_layer.py fails when another module gains such a line, so the CUDA layer
-#: stays thin and listed; docs/cuda.md says line by line what each one does.
-CUDA_LAYER: dict[str, tuple[str, ...]] = {
-    "moment/io/device.py": ("tests/test_device.py",),
-    "moment/io/probe.py": ("tests/test_probe.py",),
-    "moment/runtime/checkpoint.py": ("tests/test_cuda_layer.py",),
-    "moment/runtime/devices.py": ("tests/test_cuda_layer.py",),
-    "moment/runtime/dist.py": ("tests/test_cuda_layer.py", "tests/test_peers.py"),
-    "moment/runtime/gpucheck.py": (SELF_TEST,),
-}
-#: tests with a CUDA side for code that has no CUDA-only line (it runs on both devices): the store's rows
-#: through pinned staging, the row exchange on NCCL, the NaN guard without a host sync
-CUDA_TOO = ("tests/test_exchange.py", "tests/test_store.py", "tests/test_finite.py")
 REPO = Path(__file__).resolve().parents[2]
+#: the developer script that lists the CUDA layer and its tests (a clone has it; an installed wheel does not)
+CUDA_TESTS = REPO / "tools" / "cuda_tests.py"
 RING_BATCHES = (3000, 70_000, 1 << 20, (1 << 20) + 7, 3 << 20, 100, 2 << 20, 4096)  # varying, through fixed slots
 RING_DELAY_CYCLES = 50_000_000  # each copy waits this long on its stream first (tens of ms of GPU time)
 
@@ -197,9 +184,12 @@ def run_bounded(cmd: list[str], limit: float, env: dict[str, str] | None = None,
 
 
 def cuda_tests() -> Check:
-    """The tests that run the CUDA-only lines, from this repository's tests/ (a clone has them; an
-    installed wheel does not)."""
-    files = sorted({t for ts in CUDA_LAYER.values() for t in ts} - {SELF_TEST} | set(CUDA_TOO))
+    """The tests that run the CUDA-only lines, as a clone's tools/cuda_tests.py lists them (an installed
+    wheel has neither the list nor the tests)."""
+    if not CUDA_TESTS.is_file():
+        return Check("cuda tests", "skipped", "tools/cuda_tests.py is not here: run from a clone of the repository")
+    listed = runpy.run_path(str(CUDA_TESTS))
+    files = listed["files"]()
     missing = [f for f in files if not (REPO / f).is_file()]
     if missing:
         return Check("cuda tests", "skipped", f"{missing[0]} is not here: run from a clone of the repository")
@@ -207,8 +197,7 @@ def cuda_tests() -> Check:
         import pytest  # noqa: F401
     except ImportError:
         return Check("cuda tests", "skipped", "pytest is not installed (pip install 'moment[dev]')")
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "-rs", *files]
-    r = run_bounded(cmd, DEADLINE["cuda tests"] - 30, cwd=REPO)
+    r = run_bounded(listed["command"](sys.executable), DEADLINE["cuda tests"] - 30, cwd=REPO)
     return tests_check(r.returncode, r.stdout, files)
 
 

@@ -19,15 +19,13 @@ states (`RowExchange.round_bytes`), and the memory budget charges it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 import numpy as np
 import torch
 
-from moment.runtime.exchange import ExchangeGroup, RowExchange
+from moment.runtime.exchange import ExchangeGroup
+from moment.runtime.exchange_tier import ExchangeTier
 from moment.runtime.gpu_tier import TierMap
-from moment.runtime.tier import ExchangeFetch, LayoutRows, Tier, at
+from moment.runtime.tier import LayoutRows, Tier
 
 
 class PeerMap:
@@ -60,15 +58,7 @@ def gather_peer_map(own: TierMap, group: ExchangeGroup) -> PeerMap:
     return PeerMap([TierMap(b, lim) for b, lim in maps], group.index)
 
 
-@dataclass
-class _Part:
-    pos: np.ndarray  # positions in the batch a peer serves
-    owner: np.ndarray  # the member holding each
-    idx: np.ndarray  # its row in that member's tier
-    inner: Any
-
-
-class PeerTier(Tier):
+class PeerTier(ExchangeTier):
     """The GPU tiers of the group's other members over `next`: a round of the exchange per completed batch
     fetches their rows (and serves this rank's own tier, `own`, to the others)."""
 
@@ -76,8 +66,7 @@ class PeerTier(Tier):
 
     def __init__(self, rows: LayoutRows, next: Tier, device: torch.device | str, group: ExchangeGroup,
                  peers: PeerMap, own: torch.Tensor):
-        super().__init__(rows, next, device)
-        self.exchange = RowExchange(group)
+        super().__init__(rows, next, device, group)
         self.peers, self._own = peers, own
 
     @property
@@ -85,30 +74,13 @@ class PeerTier(Tier):
         """Rows the other members hold."""
         return self.peers.rows
 
-    @property
-    def served_rows(self) -> int:
-        """Rows this rank's tier sent to the others."""
-        return self.exchange.served_rows
-
-    def take(self, ids: np.ndarray, pos: np.ndarray | None, tag: tuple | None) -> _Part:
-        none = np.zeros(0, np.int64)
+    def locate(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         if not self.peers.rows:
-            return _Part(none, none, none, self.next.take(ids, pos, tag))
+            return None
         r = self.layout_rows
-        mask, owner, idx = self.peers.lookup(r.bin[ids], r.slot[ids])
-        rest = np.flatnonzero(~mask)
-        return _Part(at(pos, np.flatnonzero(mask)), owner, idx, self.next.take(ids[rest], at(pos, rest), tag))
+        return self.peers.lookup(r.bin[ids], r.slot[ids])
 
-    def fetches(self, part: _Part, out: torch.Tensor) -> list[ExchangeFetch]:
-        """out[pos] = row idx of member owner's tier: one round of the exchange per batch, whether or not it
-        needs a row (the others may need this rank's), its rows written straight to their positions."""
-        return [ExchangeFetch(self, self.exchange, self._serve, part.owner, part.idx, part.pos, out),
-                *self.next.fetches(part.inner, out)]
-
-    def idle_fetches(self, left: bool = False) -> list[ExchangeFetch]:
-        return [ExchangeFetch.idle(self, self.exchange, self._serve, left), *self.next.idle_fetches(left)]
-
-    def _serve(self, idx: torch.Tensor) -> torch.Tensor:
+    def serve(self, idx: torch.Tensor) -> torch.Tensor:
         return self._own[idx.to(self._own.device)]
 
     def own_memory(self) -> dict[str, int]:

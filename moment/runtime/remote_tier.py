@@ -32,9 +32,10 @@ from moment.placement.opened import Layout
 from moment.placement.reader import shard_path
 from moment.runtime.disk_tier import DiskTier
 from moment.runtime.exchange import ExchangeGroup, RowExchange
+from moment.runtime.exchange_tier import ExchangeTier
 from moment.runtime.gather import BufferPool, Job, Reader, staging_bytes
 from moment.runtime.run_plan import TierPlan
-from moment.runtime.tier import ExchangeFetch, LayoutRows, Tier, at
+from moment.runtime.tier import LayoutRows, Tier
 
 #: the serving reader's staging: a round's asked rows are read in windows of this many bytes, this many at once
 SERVE_WINDOW = 1 << 20
@@ -53,14 +54,6 @@ def reader_bytes(align: int) -> int:
 
 
 @dataclass
-class _Part:
-    pos: np.ndarray  # positions in the batch another machine serves
-    owner: np.ndarray  # the machine owning each
-    ids: np.ndarray  # their node ids (the keys asked)
-    inner: Any
-
-
-@dataclass
 class _Reading:
     """Rows another machine asked for, still being read (moment.runtime.exchange.Deferred)."""
 
@@ -70,7 +63,7 @@ class _Reading:
         return torch.from_numpy(self.job.wait())
 
 
-class RemoteTier(Tier):
+class RemoteTier(ExchangeTier):
     """Rows the machines of `group` own, over `next` (this machine's own tiers): a round of the exchange per
     completed batch fetches them, and serves the rows this machine owns to the others from `layout`."""
 
@@ -78,7 +71,7 @@ class RemoteTier(Tier):
 
     def __init__(self, rows: LayoutRows, next: Tier, device: torch.device | str, group: ExchangeGroup,
                  layout: Layout, t: TierPlan, disk: DiskTier | None = None):
-        super().__init__(rows, next, device)
+        super().__init__(rows, next, device, group)
         split = rows.split
         if split is None:
             raise ValueError("a remote tier needs a split layout")
@@ -87,7 +80,6 @@ class RemoteTier(Tier):
                               f"machine {split.name} (index {split.machine}) of {len(split.machines)}",
                               source=str(layout.path),
                               hint="start machine K with `moment train --nnodes N --node-rank K` and its own layout")
-        self.exchange = RowExchange(group)
         self.disk = disk  # its chunk checks, with --verify
         m = layout.manifest
         self.reader: Reader | None = Reader([shard_path(layout.path, s) for s in m.shards], rows.row_bytes,
@@ -101,27 +93,15 @@ class RemoteTier(Tier):
         """Rows other machines own."""
         return int(self.layout_rows.split.remote_rows)
 
-    def take(self, ids: np.ndarray, pos: np.ndarray | None, tag: tuple | None) -> _Part:
+    def locate(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         r = self.layout_rows
         far = r.remote(ids)
         if not far.any():
-            none = np.zeros(0, np.int64)
-            return _Part(none, none, none, self.next.take(ids, pos, tag))
-        rest = np.flatnonzero(~far)
+            return None
         mine = ids[far]
-        return _Part(at(pos, np.flatnonzero(far)), r.machine_of[r.bin[mine]], mine,
-                     self.next.take(ids[rest], at(pos, rest), tag))
+        return far, r.machine_of[r.bin[mine]], mine
 
-    def fetches(self, part: _Part, out: torch.Tensor) -> list[ExchangeFetch]:
-        """out[pos] = the rows of `ids` from their `owner` machines: one round of the exchange per batch,
-        whether or not it needs a row (the other machines may need this one's)."""
-        return [ExchangeFetch(self, self.exchange, self._serve, part.owner, part.ids, part.pos, out),
-                *self.next.fetches(part.inner, out)]
-
-    def idle_fetches(self, left: bool = False) -> list[ExchangeFetch]:
-        return [ExchangeFetch.idle(self, self.exchange, self._serve, left), *self.next.idle_fetches(left)]
-
-    def _serve(self, keys: torch.Tensor) -> torch.Tensor | _Reading:
+    def serve(self, keys: torch.Tensor) -> torch.Tensor | _Reading:
         """The rows of node ids `keys` (asked by another machine), read from this machine's layout: the reads
         are submitted here and waited for when the exchange sends the rows (for a batch's last chunk, when its
         round is finished: the reads run during the training step before it)."""

@@ -24,7 +24,6 @@ import torch
 from moment import testpoints
 from moment.errors import MomentError
 from moment.runtime.budget import under_torchrun
-from moment.runtime.checkpoint import CHECKPOINT_NAME, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from moment.runtime.config import TrainConfig, parse_args
 from moment.runtime.dist import AgreedError, DistContext
 from moment.runtime.rendezvous import NNODES_ENV
@@ -32,18 +31,13 @@ from moment.runtime.lost import peer_lost
 from moment.runtime.memory_use import machine_peak, rank_sample
 from moment.runtime.link_task import link_logits, link_loss, out_dim, roc_auc
 from moment.runtime.model_spec import forward, load_loss, make_model, make_optimizer
-from moment.runtime.pipeline import StageTimes
 from moment.runtime.progress import Reporter
+from moment.runtime.resume import Checkpoints, Position
 from moment.runtime.run import Batch, Run, start
 from moment.runtime.run_record import RunRecord
+from moment.runtime.totals import Totals
 
-#: what a checkpoint written before a setting existed trained with (it records no value for it)
-OLDER_RUNS = {"task": "node", "negatives": 1, "loss": None, "optimizer": "adam", "weight_decay": 0.0}
 AGREED_GRACE_S = 2.0  # a rank that leaves an agreed error to rank 0 exits this much later
-#: what a checkpoint must share with the run that resumes it: the data (dataset and layout identity), the
-#: model's shape, and what decides the batches and updates (an exact resume repeats the uninterrupted run)
-RESUME_KEYS = ("dataset_id", "layout_id", "model", "layers", "hidden", "feature_dim", "num_classes", "world_size",
-               "batch_size", "seed", "fanouts", "lr", "task", "negatives", "loss", "optimizer", "weight_decay")
 
 
 class Trainer:
@@ -65,11 +59,9 @@ class Trainer:
         self.opt = make_optimizer(self.module.parameters(), cfg)
         self.loss_fn = load_loss(cfg.loss, width)
         self.record = RunRecord.of_env()  # `moment doctor --gpu`'s record of the batches (off in real runs)
-        self.val_curve: list[float] = []
-        self.epoch_seconds: list[float] = []
-        self.epoch, self.next_batch = 0, 0
-        self.resumed_from: int | None = None
-        self.restart_note = self._maybe_resume()
+        self.at = Position()
+        self.checkpoints = Checkpoints(run, self.module, self.opt)
+        self.restart_note = self.checkpoints.resume(self.at)
         self.model = run.ddp(self.module)
         self.seeds_trained = 0
 
@@ -81,139 +73,15 @@ class Trainer:
     def curve(self) -> list[float]:
         return self.run_.loss_curve
 
-    @property
-    def saved_step(self) -> int | None:
-        return self.run_.saved_step
-
-    # ------------------------------------------------------------------ checkpoints
-
-    def _resume_fields(self) -> dict[str, Any]:
-        """What this run's checkpoints record about it (RESUME_KEYS, and where the data was, for messages)."""
-        layout = None
-        if self.layout is not None and self.cfg.features == "tiered":
-            layout = self.layout.manifest.layout_id()
-        return {"dataset_id": self.ds.dataset_id, "dataset": str(self.ds.path), "layout_id": layout,
-                "layout": str(self.cfg.layout) if layout else None, "model": self.cfg.model,
-                "layers": len(self.fanouts), "hidden": self.cfg.resolved_hidden(),
-                "feature_dim": self.ds.feature_dim, "num_classes": self.ds.num_classes,
-                "world_size": self.ctx.world_size, "batch_size": self.batch_size, "seed": self.cfg.seed,
-                "fanouts": self.fanouts, "lr": self.cfg.lr, "task": self.cfg.task, "negatives": self.cfg.negatives,
-                "loss": self.cfg.loss, "optimizer": self.cfg.optimizer, "weight_decay": self.cfg.weight_decay}
-
-    def _check_resume(self, ck: dict[str, Any]) -> None:
-        """Refuse a checkpoint of another run, naming every difference: resuming another dataset's weights
-        would report that run's accuracy as this one's, and another shape cannot load at all."""
-        theirs, mine = {**OLDER_RUNS, **(ck.get("run") or {})}, self._resume_fields()
-
-        def show(k: str, run: dict[str, Any]) -> str:
-            v = run.get(k)
-            if v is None:
-                return "not recorded" if k in ("dataset_id", "layout_id") and run is theirs else "none"
-            if k in ("dataset_id", "layout_id"):
-                where = run.get(k.removesuffix("_id"))
-                return f"{v[:12]}" + (f" ({where})" if where else "")
-            return repr(v)
-
-        # the layout only decides where rows are read from: compared when both runs read one
-        keys = [k for k in RESUME_KEYS if k != "layout_id" or (mine[k] and theirs.get(k))]
-        diff = [f"{k.removesuffix('_id')} {show(k, theirs)} vs {show(k, mine)}" for k in keys if theirs.get(k) != mine[k]]
-        if diff:
-            raise AgreedError(
-                f"the checkpoint is from another run (checkpoint vs this run): {'; '.join(diff)}",
-                source=str(self.cfg.checkpoint_dir),
-                hint="resume with the data and settings the checkpoint was made with, or start a new run "
-                     "(another --checkpoint-dir, without --resume)")
-
-    def _maybe_resume(self) -> str | None:
-        """Load the checkpoint on --resume or after a torchrun restart; returns what to tell the user."""
-        cfg = self.cfg
-        restart = self.restarts
-        if cfg.checkpoint_dir is None:
-            if restart > 0:
-                return (f"restart {restart}: a rank failed; there is no --checkpoint-dir, so training starts again "
-                        "from epoch 1 (the progress before the failure is lost)")
-            if int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0) > 0:
-                return "no --checkpoint-dir: a torchrun restart would start again from epoch 1"
-            return None
-        if not (cfg.resume or restart > 0):
-            return None
-        ck = self._shared_checkpoint()
-        if ck is None:
-            if cfg.resume and restart == 0:
-                raise MomentError("--resume: no checkpoint here yet", source=str(cfg.checkpoint_dir))
-            return f"restart {restart}: a rank failed before the first checkpoint; training starts again from epoch 1"
-        try:
-            self.module.load_state_dict(ck["model"])
-            self.opt.load_state_dict(ck["optimizer"])
-        except (RuntimeError, ValueError, KeyError) as e:  # the recorded settings matched, the weights did not
-            raise AgreedError(f"the checkpoint's model does not fit this run's: {str(e).strip().splitlines()[-1]}",
-                              source=str(cfg.checkpoint_dir), hint="start a new run (without --resume)") from None
-        self.epoch, self.next_batch, self.run_.step = ck["epoch"], ck["next_batch"], ck["step"]
-        self.run_.loss_curve, self.val_curve = list(ck["loss_curve"]), list(ck["val_curve"])
-        self.epoch_seconds = list(ck.get("epoch_seconds", []))
-        states = ck.get("rng_states") or []
-        if self.ctx.rank < len(states):
-            set_rng_state(states[self.ctx.rank], self.ctx.device)
-        self.resumed_from = self.run_.saved_step = self.step
-        why = f"restart {restart}: a rank failed; " if restart > 0 else ""
-        where = (f"all {cfg.epochs} epochs were done" if self.epoch >= cfg.epochs
-                 else f"epoch {self.epoch + 1}, batch {self.next_batch}")
-        return f"{why}resumed from step {self.step} ({where}) from {cfg.checkpoint_dir}"
-
-    def _shared_checkpoint(self) -> dict[str, Any] | None:
-        """Rank 0's last checkpoint (None: none yet), checked against this run there, on every rank: under
-        `moment train --nnodes` only machine 0 has it (its run directory), and every rank must resume alike."""
-        got: tuple[str, Any] | None = None
-        if self.ctx.is_main:
-            try:
-                ck = load_checkpoint(self.cfg.checkpoint_dir)
-                if ck is not None:
-                    self._check_resume(ck)
-                got = ("ok", ck)
-            except MomentError as e:
-                got = ("error", str(e))
-        got = self.ctx.broadcast_object(got)
-        if got[0] == "error":
-            raise AgreedError(got[1])
-        return got[1]
-
-    def _checkpoint(self) -> None:
-        self.run_.sync_losses()
-        states = self.ctx.all_gather_object(rng_state(self.ctx.device))
-        payload = {
-            "model": self.module.state_dict(), "optimizer": self.opt.state_dict(),
-            "epoch": self.epoch, "next_batch": self.next_batch, "step": self.step,
-            "loss_curve": self.curve, "val_curve": self.val_curve, "epoch_seconds": self.epoch_seconds,
-            "rng_states": states, "run": self._resume_fields(), "config": self.cfg.to_dict(),
-        }
-        self.ctx.on_main(lambda: self._save(payload))
-        self.run_.saved_step = self.step
-
-    def _save(self, payload: dict[str, Any]) -> None:
-        """Write the checkpoint (rank 0); a failure (a full disk) names the file and keeps the last good one."""
-        from moment.outputs import reason
-
-        ck = self.cfg.checkpoint_dir
-        try:
-            save_checkpoint(ck, payload)
-        except OSError as e:
-            kept = (f"the last good checkpoint (step {self.saved_step}) is kept" if self.saved_step is not None
-                    else "no checkpoint was written before")
-            raise MomentError(f"cannot write the checkpoint at step {self.step}: {reason(e)}; {kept}",
-                              source=str(Path(ck) / CHECKPOINT_NAME),
-                              hint="free some space (or give another --checkpoint-dir), then continue with "
-                                   f"--resume --checkpoint-dir {ck}" if self.saved_step is not None else
-                                   "free some space or give another --checkpoint-dir") from None
-
     # ------------------------------------------------------------------ loops
 
     def _train_epoch(self, rep: Reporter) -> None:
-        ctx, e = self.ctx, self.epoch
-        loader = self.run_.loader("train", e, start=self.next_batch)
+        at = self.at
+        e = at.epoch
+        loader = self.run_.loader("train", e, start=at.next_batch)
         self.model.train()
         t0 = time.perf_counter()
-        last = ctx.rank == ctx.world_size - 1 and self.restarts == 0  # the rank a test may kill
-        rep.start_epoch(e, len(loader.seeds), self.next_batch)
+        rep.start_epoch(e, len(loader.seeds), at.next_batch)
         for batch in loader:
             if self.record is not None:
                 self.record.add(e, batch)
@@ -222,14 +90,13 @@ class Trainer:
             loss.backward()
             self.opt.step()
             self.run_.track(loss)  # on the device: no host sync (checked every few steps, and at the end)
-            self.next_batch = batch.index + 1
+            at.next_batch = batch.index + 1
             self.seeds_trained += int(batch.y.numel())
             rep.step(self.seeds_trained, self.source.tier_stats())
-            if last:
-                testpoints.reach("train-step", self.step)
+            testpoints.reach_rank("train-step", self.step)
             if self.ck_every and self.step % self.ck_every == 0:
-                self._checkpoint()
-        self.epoch_seconds.append(time.perf_counter() - t0)
+                self.checkpoints.save(at)
+        at.epoch_seconds.append(time.perf_counter() - t0)
 
     def _loss(self, out: torch.Tensor, batch: Batch) -> torch.Tensor:
         if self.cfg.task == "link":
@@ -243,7 +110,7 @@ class Trainer:
             return self._evaluate_links()
         ctx = self.ctx
         correct, total = torch.zeros((), dtype=torch.int64, device=ctx.device), 0  # on the device: no sync a batch
-        for batch in self.run_.loader("val", self.epoch):
+        for batch in self.run_.loader("val", self.at.epoch):
             pred = forward(self.module, self.cfg.model, batch.x.float(), batch.blocks).argmax(-1)
             correct += (pred == batch.y).sum()
             total += int(batch.y.numel())
@@ -254,7 +121,7 @@ class Trainer:
         """ROC AUC of the validation nodes' link batches (positives and as many negatives), every rank's
         scores gathered first: an AUC does not add up over the ranks' shares."""
         scores, labels = [], []
-        for batch in self.run_.loader("val", self.epoch):
+        for batch in self.run_.loader("val", self.at.epoch):
             out = forward(self.module, self.cfg.model, batch.x.float(), batch.blocks)
             scores.append(link_logits(out, batch.edge_label_index).cpu())
             labels.append(batch.edge_label.cpu())
@@ -264,57 +131,50 @@ class Trainer:
         return roc_auc(s, y) if 0 < int(y.sum()) < y.numel() else float("nan")
 
     def run(self, rep: Reporter) -> dict[str, Any]:
-        t0 = time.perf_counter()
-        while self.epoch < self.cfg.epochs:
-            if self.next_batch < len(self.batches):
+        t0, at = time.perf_counter(), self.at
+        while at.epoch < self.cfg.epochs:
+            if at.next_batch < len(self.batches):
                 self._train_epoch(rep)
             acc = self._evaluate()
-            self.val_curve.append(acc)
-            rep.end_epoch(self.epoch, acc, self.curve[-1] if self.curve else float("nan"), self.metric)
-            self.epoch, self.next_batch = self.epoch + 1, 0
+            at.val_curve.append(acc)
+            rep.end_epoch(at.epoch, acc, self.curve[-1] if self.curve else float("nan"), self.metric)
+            at.epoch, at.next_batch = at.epoch + 1, 0
             if self.ck_every:
-                self._checkpoint()
+                self.checkpoints.save(at)
         if self.record is not None:
             sv = self.ctx.serves
             self.record.write(self.ctx.rank, self.ctx.device, sv.pci if sv is not None else None)
         return self._metrics(time.perf_counter() - t0)
 
     def _metrics(self, wall: float) -> dict[str, Any]:
-        ctx = self.ctx
-        tiers = self.source.tier_stats()
-        names = sorted(tiers["bytes"])
-        t = self.run_.stage_times("train").as_dict()
-        k = len(names)
-        vec = torch.tensor([self.seeds_trained, tiers["ssd_bytes_read"], tiers["ssd_requests"],
-                            tiers.get("packed_rows", 0)] + [tiers["bytes"][n] for n in names]
-                           + [tiers["rows"][n] for n in names] + list(t.values()), dtype=torch.float64)
-        s = ctx.all_reduce(vec).tolist()
-        seeds, ssd_bytes, ssd_requests, packed = s[:4]
-        tier_bytes = {n: int(b) for n, b in zip(names, s[4:4 + k], strict=True)}
-        rows = {n: int(r) for n, r in zip(names, s[4 + k:4 + 2 * k], strict=True)}
+        ctx, at = self.ctx, self.at
+        mine = self.run_.stage_times("train")
+        total = Totals.of(self.seeds_trained, self.source.tier_stats(), mine).summed(ctx.all_reduce)
+        tier_bytes = {n: int(b) for n, b in total.tier_bytes.items()}
+        rows = {n: int(r) for n, r in total.tier_rows.items()}
         w = ctx.world_size
-        stage = StageTimes(*(x / w for x in s[4 + 2 * k:]))
-        wall_max = float(ctx.all_reduce(torch.tensor([t["wall"]], dtype=torch.float64), op="max")[0])
+        stage = total.mean_stages(w)
+        wall_max = float(ctx.all_reduce(torch.tensor([mine.wall], dtype=torch.float64), op="max")[0])
         train_wall = max(wall_max, 1e-9)
         return {
             "epochs": self.cfg.epochs,
             "steps": self.step,
             "task": self.cfg.task,
             "val_metric": self.metric,
-            f"val_{self.metric}": self.val_curve[-1] if self.val_curve else None,
-            f"val_{self.metric}_curve": self.val_curve,
+            f"val_{self.metric}": at.val_curve[-1] if at.val_curve else None,
+            f"val_{self.metric}_curve": at.val_curve,
             "num_classes": self.ds.num_classes,
-            "seeds_per_s": seeds / train_wall,
+            "seeds_per_s": total.seeds / train_wall,
             "stage_seconds": {n: v for n, v in stage.as_dict().items() if n != "wall"},
             "pipeline_wall_s": stage.wall,
             "limiting_stage": stage.limiting(),
-            "epoch_seconds": self.epoch_seconds,
+            "epoch_seconds": at.epoch_seconds,
             "wall_s": wall,
             "loss_curve": self.curve,
             "tier_bytes": tier_bytes,
             "tier_rows": rows,
             "tier_mb_per_s": {n: b / 1e6 / train_wall for n, b in tier_bytes.items()},
-            "ssd_bytes_read": int(ssd_bytes),
+            "ssd_bytes_read": int(total.ssd_bytes),
             "cpu_hit_rate": (rows["cpu"] / max(1, rows["cpu"] + rows["ssd"]) if "cpu" in rows and "ssd" in rows
                              else None),
             "memory_hit_rate": 1 - rows["ssd"] / max(1, sum(rows.values())) if "ssd" in rows else None,
@@ -323,8 +183,8 @@ class Trainer:
             "cache_policy": self.plan.cache_policy if self.plan is not None else None,
             "io_shape": self.plan.io_shape if self.plan is not None else None,
             "superbatch": self.plan.tiers.superbatch if self.plan is not None else None,
-            "ssd_requests": int(ssd_requests),
-            "packed_rows": int(packed),
+            "ssd_requests": int(total.ssd_requests),
+            "packed_rows": int(total.packed_rows),
             "world_size": w,
             "backend": self.source.backend,
             "dist_backend": ctx.backend,
@@ -336,7 +196,7 @@ class Trainer:
             "fanouts": self.fanouts,
             "batch_size": self.batch_size,
             "seed": self.cfg.seed,
-            "resumed_from_step": self.resumed_from,
+            "resumed_from_step": self.checkpoints.resumed_from,
             "restarts": self.restarts,
             "checkpoint_dir": str(self.cfg.checkpoint_dir) if self.cfg.checkpoint_dir is not None else None,
             "per_rank": (per_rank := ctx.all_gather_object(self._rank_report())),

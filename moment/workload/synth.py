@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -104,59 +105,9 @@ def synthesize(
         if not (0 < f <= 1):
             raise MomentError(f"{what} must be in (0, 1] (got {f})",
                               hint="training and evaluation need nodes; e.g. 0.01 for 1% of the nodes")
-    n, d, c = int(num_nodes), int(feature_dim), int(num_classes)
+    n, c = int(num_nodes), int(num_classes)
     sizes = split_sizes(n, train_fraction, val_fraction, test_fraction, min_train)
-    fdt = np.dtype(dtype)
-    beta = 1.0 / (power_law - 1.0)
-    law = _PowerLaw(beta)
-
-    # Global structure: classes, popularity ranks, class-major member table (all O(N) numpy).
-    rng = np.random.default_rng([seed, 0])
-    labels = rng.integers(0, c, size=n).astype(label_dtype(c))
-    order = rng.permutation(n)  # popularity rank -> node
-    by_class = np.argsort(labels[order], kind="stable")
-    members = order[by_class].astype(index_dtype(n))  # class-major, most popular first
-    del order, by_class
-    cls_count = np.bincount(labels, minlength=c).astype(np.int64)
-    cls_start = np.concatenate([[0], np.cumsum(cls_count)[:-1]]).astype(np.int64)
-    rank = np.empty(n, dtype=np.int64)
-    rank[members] = np.arange(n, dtype=np.int64) - np.repeat(cls_start, cls_count)
-    weight = law.weight(rank) / law.cdf_top(cls_count)[labels]  # in-class probability of each node
-    lam = weight * (avg_degree * n / weight.sum())  # expected row length
-    del rank, weight
-    centroids = rng.standard_normal((c, d)).astype(np.float32)
-    sigma = math.sqrt(2.0 * d) / (2.0 * snr)
-    scale = np.float32(1.0 / math.sqrt(1.0 + sigma * sigma))
-
-    def features(chunk: int, lo: int, hi: int) -> np.ndarray:
-        r = np.random.default_rng([seed, 2, chunk])
-        x = r.standard_normal((hi - lo, d), dtype=np.float32)
-        x *= np.float32(sigma)
-        x += centroids[labels[lo:hi]]
-        x *= scale
-        return x.astype(fdt, copy=False)
-
-    def edges(chunk: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
-        r = np.random.default_rng([seed, 1, chunk])
-        deg = r.poisson(lam[lo:hi])
-        src = np.repeat(np.arange(lo, hi, dtype=np.int64), deg)
-        own = labels[src].astype(np.int64)
-        if c > 1:
-            other = (own + 1 + r.integers(0, c - 1, size=src.size)) % c
-            cls = np.where(r.random(src.size) < homophily, own, other)
-        else:
-            cls = own
-        j = law.sample(r.random(src.size), cls_count[cls])
-        dst = members[cls_start[cls] + j].astype(np.int64)
-        keep = dst != src
-        key = (src[keep] - lo) * n + dst[keep]
-        key.sort()  # by row, then neighbour (np.unique's hash path is far slower here)
-        if key.size:
-            key = key[np.concatenate([[True], key[1:] != key[:-1]])]  # no multi-edges
-        rows = key // n
-        counts = np.bincount(rows, minlength=hi - lo)
-        return counts, (key - rows * n).astype(index_dtype(n))
-
+    m = _Model.draw(n, int(feature_dim), avg_degree, c, seed, np.dtype(dtype), homophily, power_law, snr)
     source: dict[str, Any] = {
         "generator": "moment.synth/dcsbm-chung-lu",
         "seed": seed,
@@ -167,35 +118,11 @@ def synthesize(
         "splits": {"train": sizes[0], "val": sizes[1], "test": sizes[2]},
     }
     with GraphWriter(out_dir, overwrite=overwrite, name=Path(out_dir).name) as w:
-        ip = w.stream("indptr", np.int64, (), rows=n + 1)
-        ix = w.stream("indices", index_dtype(n), ())
-        fx = w.stream("features", fdt, (d,), rows=n)
-        ip.write(np.zeros(1, dtype=np.int64))
-        total = 0
-        same = 0
-        bounds = [(k, lo, min(lo + CHUNK_ROWS, n)) for k, lo in enumerate(range(0, n, CHUNK_ROWS))]
-        # Features (the big array) are made on a second thread; numpy's RNG and arithmetic release the GIL.
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            pending = pool.submit(features, *bounds[0])
-            for i, (k, lo, hi) in enumerate(bounds):
-                counts, nbrs = edges(k, lo, hi)
-                nxt = pool.submit(features, *bounds[i + 1]) if i + 1 < len(bounds) else None
-                ip.write(total + np.cumsum(counts))
-                total += int(nbrs.size)
-                rows = np.repeat(np.arange(lo, hi), counts)
-                same += int(np.count_nonzero(labels[rows] == labels[nbrs]))
-                ix.write(nbrs)
-                fx.write(pending.result())
-                pending = nxt
-                if progress is not None:
-                    progress(hi, n)
+        total, same = _write_rows(w, m, progress)
         if total == 0:
             raise MomentError(f"the generated graph has no edges (--avg-degree {avg_degree} on {n} nodes)",
                               hint="raise --avg-degree")
-        w.finish("indptr")
-        w.finish("indices")
-        w.finish("features")
-        w.write_array("labels", labels)
+        w.write_array("labels", m.labels)
         srng = np.random.default_rng([seed, 3])
         pick = srng.choice(n, size=sum(sizes), replace=False)
         a, b = sizes[0], sizes[0] + sizes[1]
@@ -204,6 +131,111 @@ def synthesize(
         source["avg_degree"] = total / n
         source["homophily"] = same / total if total else 0.0
         return w.commit(num_classes=c, source=source, validate=False)
+
+
+@dataclass
+class _Model:
+    """The graph's global structure (classes, popularity ranks, a class-major member table: all O(N)), from
+    which each chunk of rows is drawn on its own (its own generator: chunks can be made in any order)."""
+
+    n: int
+    d: int
+    seed: int
+    dtype: np.dtype
+    homophily: float
+    law: _PowerLaw
+    labels: np.ndarray
+    members: np.ndarray  # class-major, most popular first
+    cls_count: np.ndarray
+    cls_start: np.ndarray
+    lam: np.ndarray  # expected row length of each node
+    centroids: np.ndarray
+    sigma: float
+    scale: np.float32
+
+    @classmethod
+    def draw(cls, n: int, d: int, avg_degree: float, c: int, seed: int, dtype: np.dtype, homophily: float,
+             power_law: float, snr: float) -> _Model:
+        law = _PowerLaw(1.0 / (power_law - 1.0))
+        rng = np.random.default_rng([seed, 0])
+        labels = rng.integers(0, c, size=n).astype(label_dtype(c))
+        order = rng.permutation(n)  # popularity rank -> node
+        by_class = np.argsort(labels[order], kind="stable")
+        members = order[by_class].astype(index_dtype(n))
+        del order, by_class
+        cls_count = np.bincount(labels, minlength=c).astype(np.int64)
+        cls_start = np.concatenate([[0], np.cumsum(cls_count)[:-1]]).astype(np.int64)
+        rank = np.empty(n, dtype=np.int64)
+        rank[members] = np.arange(n, dtype=np.int64) - np.repeat(cls_start, cls_count)
+        weight = law.weight(rank) / law.cdf_top(cls_count)[labels]  # in-class probability of each node
+        lam = weight * (avg_degree * n / weight.sum())
+        del rank, weight
+        centroids = rng.standard_normal((c, d)).astype(np.float32)
+        sigma = math.sqrt(2.0 * d) / (2.0 * snr)
+        scale = np.float32(1.0 / math.sqrt(1.0 + sigma * sigma))
+        return cls(n, d, seed, dtype, homophily, law, labels, members, cls_count, cls_start, lam, centroids,
+                   sigma, scale)
+
+    def features(self, chunk: int, lo: int, hi: int) -> np.ndarray:
+        r = np.random.default_rng([self.seed, 2, chunk])
+        x = r.standard_normal((hi - lo, self.d), dtype=np.float32)
+        x *= np.float32(self.sigma)
+        x += self.centroids[self.labels[lo:hi]]
+        x *= self.scale
+        return x.astype(self.dtype, copy=False)
+
+    def edges(self, chunk: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        """Rows lo..hi: each row's length and the neighbours, sorted, without self-loops or multi-edges."""
+        n, c = self.n, len(self.cls_count)
+        r = np.random.default_rng([self.seed, 1, chunk])
+        deg = r.poisson(self.lam[lo:hi])
+        src = np.repeat(np.arange(lo, hi, dtype=np.int64), deg)
+        own = self.labels[src].astype(np.int64)
+        if c > 1:
+            other = (own + 1 + r.integers(0, c - 1, size=src.size)) % c
+            cls = np.where(r.random(src.size) < self.homophily, own, other)
+        else:
+            cls = own
+        j = self.law.sample(r.random(src.size), self.cls_count[cls])
+        dst = self.members[self.cls_start[cls] + j].astype(np.int64)
+        keep = dst != src
+        key = (src[keep] - lo) * n + dst[keep]
+        key.sort()  # by row, then neighbour (np.unique's hash path is far slower here)
+        if key.size:
+            key = key[np.concatenate([[True], key[1:] != key[:-1]])]  # no multi-edges
+        rows = key // n
+        counts = np.bincount(rows, minlength=hi - lo)
+        return counts, (key - rows * n).astype(index_dtype(n))
+
+
+def _write_rows(w: GraphWriter, m: _Model, progress: Progress | None) -> tuple[int, int]:
+    """Stream the CSR and the features, chunk by chunk; returns (edges, edges within a class)."""
+    n = m.n
+    ip = w.stream("indptr", np.int64, (), rows=n + 1)
+    ix = w.stream("indices", index_dtype(n), ())
+    fx = w.stream("features", m.dtype, (m.d,), rows=n)
+    ip.write(np.zeros(1, dtype=np.int64))
+    total = same = 0
+    bounds = [(k, lo, min(lo + CHUNK_ROWS, n)) for k, lo in enumerate(range(0, n, CHUNK_ROWS))]
+    # Features (the big array) are made on a second thread; numpy's RNG and arithmetic release the GIL.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pending = pool.submit(m.features, *bounds[0])
+        for i, (k, lo, hi) in enumerate(bounds):
+            counts, nbrs = m.edges(k, lo, hi)
+            nxt = pool.submit(m.features, *bounds[i + 1]) if i + 1 < len(bounds) else None
+            ip.write(total + np.cumsum(counts))
+            total += int(nbrs.size)
+            rows = np.repeat(np.arange(lo, hi), counts)
+            same += int(np.count_nonzero(m.labels[rows] == m.labels[nbrs]))
+            ix.write(nbrs)
+            fx.write(pending.result())
+            pending = nxt
+            if progress is not None:
+                progress(hi, n)
+    if total:
+        for name in ("indptr", "indices", "features"):
+            w.finish(name)
+    return total, same
 
 
 def _check_args(

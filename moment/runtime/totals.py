@@ -1,0 +1,57 @@
+"""What every rank counts in a run and the metrics sum over the ranks, in one all-reduce.
+
+Why a dataclass: the sum travels as one flat vector (one collective, not one per number), and reading such a
+vector back by position breaks silently when a counter is added. Here the vector is made and read by the same
+walk over the named fields (a dict field in its sorted keys, the same on every rank), so a field is a name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, fields
+from typing import Any
+
+import torch
+
+from moment.runtime.pipeline import StageTimes
+
+
+@dataclass
+class Totals:
+    """One rank's counts (or, from `summed`, the run's)."""
+
+    seeds: float
+    ssd_bytes: float
+    ssd_requests: float
+    packed_rows: float
+    tier_bytes: dict[str, float]  # by tier name: every rank has the same tiers
+    tier_rows: dict[str, float]
+    stage_seconds: dict[str, float]  # StageTimes' fields, `wall` among them
+
+    @classmethod
+    def of(cls, seeds: int, tiers: dict[str, Any], stages: StageTimes) -> Totals:
+        """From a rank's seeds trained, its store's `tier_stats()` and its training loop's stage times."""
+        return cls(seeds=seeds, ssd_bytes=tiers["ssd_bytes_read"], ssd_requests=tiers["ssd_requests"],
+                   packed_rows=tiers.get("packed_rows", 0), tier_bytes=dict(tiers["bytes"]),
+                   tier_rows=dict(tiers["rows"]), stage_seconds=stages.as_dict())
+
+    def _values(self) -> Iterator[float]:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            yield from (v[k] for k in sorted(v)) if isinstance(v, dict) else (v,)
+
+    def _read(self, values: list[float]) -> Totals:
+        it = iter(values)
+        out = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            out[f.name] = {k: next(it) for k in sorted(v)} if isinstance(v, dict) else next(it)
+        return Totals(**out)
+
+    def summed(self, all_reduce: Callable[[torch.Tensor], torch.Tensor]) -> Totals:
+        """Collective: the sum over the ranks (every rank calls it at the same point)."""
+        return self._read(all_reduce(torch.tensor(list(self._values()), dtype=torch.float64)).tolist())
+
+    def mean_stages(self, ranks: int) -> StageTimes:
+        """Each stage's seconds per rank, from the run's sum."""
+        return StageTimes(**{k: v / ranks for k, v in self.stage_seconds.items()})
