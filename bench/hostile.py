@@ -331,6 +331,10 @@ CASES = [
          gone=("layouts/many", "layouts/.many.lock")),
     Case("moment place --dataset data/ds --machines 100000 --out layouts/many", "at most 20,000 machines",
          gone=("layouts/many", "layouts/.many.lock")),
+    # fan-outs: bounded by the graph's largest degree, the dry run in bounded time and memory, beyond any graph refused
+    Case("moment train --layout layouts/L --dry-run --json --fanouts 1000000,1000000",
+         "neighbours (the graph's largest degree); using", code=0, timeout=30),
+    Case("moment train --layout layouts/L --dry-run --fanouts 3000000000,5", "--fanouts", absent=("Traceback",)),
     # last: the other cases read this layout
     Case("moment layout rm layouts/L", "also removed", code=0,
          gone=("layouts/L", "layouts/L.runs", "mnt/*/moment-L-*")),
