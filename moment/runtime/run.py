@@ -141,8 +141,9 @@ class Run:
         self.fanouts = cfg.resolved_fanouts()
         # the graph stays memory-mapped (its size is charged to the budget); labels in their own small dtype
         self.graph = CSRGraph.from_dataset(ds, in_memory=cfg.features == "memory")
-        _, note = effective_fanouts(self.fanouts, self.graph.max_degree(), given=bool(cfg.fanouts))
-        self.notes += [f"note: {note}"] if note else []  # the sampler takes every neighbour past that degree
+        if cfg.fanouts:  # the sampler takes every neighbour past the largest degree: say which fan-outs it used
+            _, note = effective_fanouts(self.fanouts, self.graph.max_degree())
+            self.notes += [f"note: {note}"] if note else []
         train_idx = train_seeds(cfg.task, self.graph, np.asarray(ds.train_idx))
         self.batch_size = cfg.resolved_batch_size(train_idx.size, ctx.world_size)
         self.batches = SeedBatches(train_idx, self.batch_size, seed=cfg.seed, rank=ctx.rank, world_size=ctx.world_size)

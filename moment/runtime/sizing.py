@@ -111,11 +111,11 @@ def _sampled_seeds(cfg: TrainConfig, batch_size: int, num_nodes: int) -> int:
 
 
 def _hop_bounds(seeds: int, fanouts: Sequence[int], degrees: np.ndarray) -> list[tuple[int, int, int, int]]:
-    """Per hop, (targets, slots, edges, new nodes) at most: a hop's targets are the nodes the previous hop added (the
-    seeds first), distinct and never expanded twice, so each hop's edges are at most its targets' largest
-    degrees capped at the fan-out, all hops' at most the graph's edges, and its new nodes at most its
-    edges and the nodes not yet in the batch. Slots: the sampler's [targets, fan-out] matrix, whose width is
-    the fan-out capped at the largest degree (NeighborSampler.sample_neighbors)."""
+    """Per hop, (targets, slots, edges, new nodes) at most. A hop's targets are the nodes the previous hop
+    added (the seeds first), distinct and never expanded twice, so each hop's edges are at most its targets'
+    largest degrees capped at the fan-out, all hops' at most the graph's edges, and its new nodes at most
+    its edges and the nodes not yet in the batch. Slots: the sampler's [targets, fan-out] matrix, whose
+    width is the fan-out capped at the largest degree (NeighborSampler.sample_neighbors)."""
     n, top = int(degrees.sum()), degrees.size - 1
     edges_left = int(np.dot(degrees, np.arange(degrees.size, dtype=np.int64)))
     by_degree = degrees[::-1]  # node counts, the largest degree first

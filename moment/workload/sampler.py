@@ -85,7 +85,13 @@ class CSRGraph:
 
     def degree_histogram(self) -> np.ndarray:
         """How many nodes have each in-degree (entry d: nodes of degree d; the last entry is the largest
-        degree's). Read in chunks, so that a memory-mapped graph of any size costs O(largest degree)."""
+        degree's). Read in chunks, so that a memory-mapped graph of any size costs O(largest degree); kept,
+        as a rank asks for it more than once (the fan-outs' note, the batch extent)."""
+        if "_degrees" not in self.__dict__:  # frozen: cached beside the fields, not through __setattr__
+            self.__dict__["_degrees"] = self._count_degrees()
+        return self.__dict__["_degrees"]
+
+    def _count_degrees(self) -> np.ndarray:
         ip = self.indptr
         hist = np.zeros(1, np.int64)
         for lo in range(0, self.num_nodes, DEGREE_CHUNK):
