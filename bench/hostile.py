@@ -338,6 +338,10 @@ CASES = [
          absent=("budget -",)),
     Case(f"{ADVISE} --nic CX7", "--nic prices the network between servers, which only --machines-max compares"),
     Case(f"{TRAIN} --dry-run --metrics-json m.json", "--metrics-json: a dry run trains nothing", gone=("m.json",)),
+    # fan-outs: bounded by the graph's largest degree, the dry run in bounded time and memory, beyond any graph refused
+    Case("moment train --layout layouts/L --dry-run --json --fanouts 1000000,1000000",
+         "neighbours (the graph's largest degree); using", code=0, timeout=30),
+    Case("moment train --layout layouts/L --dry-run --fanouts 3000000000,5", "--fanouts", absent=("Traceback",)),
     # last: the other cases read this layout
     Case("moment layout rm layouts/L", "also removed", code=0,
          gone=("layouts/L", "layouts/L.runs", "mnt/*/moment-L-*")),

@@ -32,7 +32,7 @@ from moment.errors import MomentError
 from moment.io.device import DeviceLayer
 from moment.placement.opened import Layout
 from moment.runtime.budget import return_freed_memory
-from moment.runtime.config import TrainConfig
+from moment.runtime.config import TrainConfig, effective_fanouts
 from moment.runtime.dist import AgreedError, DistContext, setup
 from moment.runtime.finite import BadStep, StepLog
 from moment.runtime.link_task import sampler_for, train_seeds
@@ -141,6 +141,9 @@ class Run:
         self.fanouts = cfg.resolved_fanouts()
         # the graph stays memory-mapped (its size is charged to the budget); labels in their own small dtype
         self.graph = CSRGraph.from_dataset(ds, in_memory=cfg.features == "memory")
+        if cfg.fanouts:  # the sampler takes every neighbour past the largest degree: say which fan-outs it used
+            _, note = effective_fanouts(self.fanouts, self.graph.max_degree())
+            self.notes += [f"note: {note}"] if note else []
         train_idx = train_seeds(cfg.task, self.graph, np.asarray(ds.train_idx))
         self.batch_size = cfg.resolved_batch_size(train_idx.size, ctx.world_size)
         self.batches = SeedBatches(train_idx, self.batch_size, seed=cfg.seed, rank=ctx.rank, world_size=ctx.world_size)
