@@ -233,9 +233,11 @@ CASES = [
     Case("moment plan --profile server.yaml --gpus 2 --ssds 2 --gpu-model H100-PCIe-80GB --json",
          '"id": "gpu0->slot1", "src": "gpu0", "dst": "slot1", "kind": "pcie", "label": null, "capacity_gbps": 27.09',
          code=0, absent=('"capacity_gbps": 54.19',)),
-    # corrupt or foreign data is found; training never goes on with NaN
+    # corrupt or foreign data is found; training never goes on with NaN, nor with a finite loss that diverged
     Case(f"moment train --layout layouts/garbage --epochs 1 {FAST}", "the loss is not finite",
          gone=("layouts/garbage.runs/*/checkpoint/checkpoint.pt",)),
+    Case(f"{TRAIN} {FAST} --lr 1e6 --run-dir runs-diverged", "the loss diverged (learning rate 1e+06)",
+         absent=("not finite",)),
     Case("moment layout verify layouts/garbage", "checksum mismatch in chunk 0"),
     Case(f"moment train --dataset data/nanfeat --features-in-memory --epochs 1 {FAST}",
          "the loss is not finite because the feature rows read for the batch hold NaN"),

@@ -76,6 +76,22 @@ def test_options_are_checked_and_named_as_keywords(runtime_layout):
             run.track(torch.tensor(0.0))
 
 
+def test_a_loops_diverging_loss_stops_it_naming_its_optimizers_rate_when_told(runtime_layout):
+    """A loop's own optimizer is not Moment's: the stop names no rate unless the loop sets `run.optimizer`."""
+    losses = [1.5, 3e6, 2e7, 9e8, 5e9]
+    for opt in (None, torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.25)):
+        with moment.open_run(runtime_layout, fanouts=[5], batch_size=64, quiet=True) as run:
+            run.optimizer = opt
+            with pytest.raises(MomentError) as e:
+                for i, _ in enumerate(run.loader("train", 0)):
+                    run.track(torch.tensor(losses[min(i, 4)]))
+        msg = " ".join(str(e.value).split())
+        rate = " (learning rate 0.25)" if opt else ""
+        assert "training stopped at step 4 (epoch 1, batch 4 of " in msg, msg
+        assert f"the loss diverged{rate}: 9e+08 at this step" in msg, msg
+        assert "hint: lower the learning rate and start again" in msg, msg
+
+
 @pytest.fixture(scope="module")
 def example_layout(tmp_path_factory):
     """A graph large enough that an epoch of the example takes about a second: 20,000 nodes of 64 features."""

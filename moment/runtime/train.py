@@ -57,6 +57,7 @@ class Trainer:
         width = out_dim(cfg.task, cfg.model, cfg.hidden, self.ds.num_classes)
         self.module = make_model(cfg, self.ds.feature_dim, width, len(self.fanouts)).to(ctx.device)
         self.opt = make_optimizer(self.module.parameters(), cfg)
+        run.optimizer, run.lr_option = self.opt, "--lr"  # a diverging loss's message names its rate
         self.loss_fn = load_loss(cfg.loss, width)
         self.record = RunRecord.of_env()  # `moment doctor --gpu`'s record of the batches (off in real runs)
         self.at = Position()
