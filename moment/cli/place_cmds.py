@@ -37,7 +37,8 @@ def place_cmd(
     gpu_model: Annotated[str, typer.Option("--gpu-model", help="GPU model (see `moment models`)")] = "A100-PCIe-40GB",
     ssd_model: Annotated[str, typer.Option("--ssd-model", help="SSD model (see `moment models`)")] = "P5510",
     plan_file: Annotated[Path | None, typer.Option(
-        "--plan", help="`moment plan --json` output: reuse its hardware placement instead of searching")] = None,
+        "--plan", help="`moment plan --json` output: reuse its hardware placement instead of searching (with "
+                       "--machines, on every machine)")] = None,
     hotness_dir: Annotated[Path | None, typer.Option(
         "--hotness", help="reuse `moment data presample` output instead of pre-sampling")] = None,
     epochs: Annotated[int, typer.Option("--epochs", help="epochs to pre-sample")] = 1,
@@ -52,7 +53,8 @@ def place_cmd(
     cpu_cache: Annotated[str | None, typer.Option(
         "--cpu-cache", help=_CACHE_HELP.format(what="CPU", per="socket", default=10))] = None,
     ssd_path: Annotated[list[str] | None, typer.Option(
-        "--ssd-path", help="ssdN=DIR: write SSD N's shard under DIR (repeatable); default: inside the layout")] = None,
+        "--ssd-path", help="ssdN=DIR: write SSD N's shard under DIR (repeatable; with --machines, every machine's); "
+                             "default: inside the layout")] = None,
     pool: Annotated[int | None, typer.Option(
         "--pool", help="DDAK: nodes placed per step; default: the largest (<= the paper's 100) whose hottest "
                        "nodes carry <= 1% of the smallest bin's share")] = None,

@@ -163,10 +163,12 @@ class _Prepared:
     gpu_spec: Any
     cpu_spec: Any
     stage: StageHook
+    replicate: Any = None  # a split's --replicate, parsed
 
 
 def _prepare(dataset, out, machines: Sequence[SplitMachine], *, split: bool, plan, hotness, epochs, batches, fanouts,
-             batch_size, gpu_cache, cpu_cache, ssd_paths, pool, policy, overwrite, seed, stage, notice) -> _Prepared:
+             batch_size, gpu_cache, cpu_cache, ssd_paths, pool, policy, overwrite, seed, stage, notice,
+             replicate: str | None = None) -> _Prepared:
     """Every check that needs no work, first: nothing is sampled or written for bad input. Resolves the
     hotness's fan-outs and batch size (with a notice where they override the defaults)."""
     from moment.workload.sampler import DEFAULT_FANOUTS
@@ -204,6 +206,7 @@ def _prepare(dataset, out, machines: Sequence[SplitMachine], *, split: bool, pla
         raise MomentError("layout already exists", source=str(out), hint="pass --overwrite to replace it")
     for m in machines:  # every machine's caches must fit its memories
         gpu_spec, cpu_spec = pl.check_caches(ds, m.topology, m.inventory, gpu_cache, cpu_cache)
+    rep_spec = pl.parse_cache(replicate, "--replicate") if split else None
     gpus = sum(max(pl.device_counts(m.topology, m.inventory)[0], 1) for m in machines)
     defaults = (list(DEFAULT_FANOUTS), default_batch_size(len(ds.train_idx), gpus))
     if hotness is not None:  # counts sampled at other fan-outs or batch size would describe another workload
@@ -222,7 +225,7 @@ def _prepare(dataset, out, machines: Sequence[SplitMachine], *, split: bool, pla
     return _Prepared(ds=ds, out=out, fanouts=fanouts or defaults[0],
                      batch_size=batch_size if batch_size is not None else defaults[1], hotness=hotness, plans=plans,
                      plan_file=plan_file, ssd_paths=paths, gpu_spec=gpu_spec, cpu_spec=cpu_spec,
-                     stage=stage or (lambda name, label: nullcontext(None)))
+                     stage=stage or (lambda name, label: nullcontext(None)), replicate=rep_spec)
 
 
 @dataclass
@@ -477,8 +480,8 @@ def place_split(
     p = _prepare(dataset, out, machines, split=True, plan=plan, hotness=hotness, epochs=epochs, batches=batches,
                  fanouts=fanouts, batch_size=batch_size, gpu_cache=gpu_cache, cpu_cache=cpu_cache,
                  ssd_paths=ssd_paths, pool=pool, policy=policy, overwrite=overwrite, seed=seed, stage=stage,
-                 notice=notice)
-    rep_spec = pl.parse_cache(replicate, "--replicate")
+                 notice=notice, replicate=replicate)
+    rep_spec = p.replicate
     ds, out, names = p.ds, p.out, [m.name for m in machines]
     partial, old_aside = sp.split_paths(out.absolute())
 
