@@ -384,7 +384,7 @@ def hot_dir(runtime_dataset, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def plan_file(tmp_path_factory, capsysbinary=None) -> Path:
+def plan_file(tmp_path_factory) -> Path:
     import subprocess
     import sys
 
