@@ -59,6 +59,136 @@ def test_nothing_imports_upward():
     assert not bad, "\n".join(bad)
 
 
+def _module(path: Path) -> str:
+    """`moment.placement.reader` for moment/placement/reader.py, `moment.placement` for its __init__.py."""
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _type_checking_only(tree: ast.AST) -> set[int]:
+    """ids of the nodes under `if TYPE_CHECKING:` (imports for annotations, never run)."""
+    out: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If):
+            t = node.test
+            if (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or \
+                    (isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING"):
+                out |= {id(n) for b in node.body for n in ast.walk(b)}
+    return out
+
+
+def import_graph() -> dict[str, dict[str, int]]:
+    """module -> {module of moment it imports: the line}, every import statement counted (at the top, in a
+    function or a class; those under `if TYPE_CHECKING:` aside). `from P import x` is an import of the module
+    P.x when there is one, else of P; an import of a name inside a module is an import of that module."""
+    paths = {_module(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+    graph: dict[str, dict[str, int]] = {}
+    for name, path in paths.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        skip = _type_checking_only(tree)
+        deps: dict[str, int] = {}
+        for node in ast.walk(tree):
+            if id(node) in skip:
+                continue
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # relative: resolve against this module's package
+                    up = package.split(".")
+                    base = ".".join(up[: len(up) - node.level + 1] + ([node.module] if node.module else []))
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in paths else base for a in node.names]
+            else:
+                continue
+            for t in targets:
+                while t and t not in paths:
+                    t = t.rpartition(".")[0]
+                if t and t != name:
+                    deps.setdefault(t, node.lineno)
+        graph[name] = deps
+    return graph
+
+
+def import_cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """One cycle (a list of modules, the first repeated at the end) in each strongly connected component of
+    more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    comps: list[set[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(graph.get(w, ())))))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = set()
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.add(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    comps.append(comp)
+    cycles = []
+    for comp in comps:  # a path back to the start inside the component: breadth first, so a shortest one
+        start = min(comp)
+        prev: dict[str, str] = {}
+        todo = [start]
+        while todo and start not in prev:
+            nxt = []
+            for v in todo:
+                for w in sorted(graph[v]):
+                    if w in comp and w not in prev:
+                        prev[w] = v
+                        nxt.append(w)
+            todo = nxt
+        path = [start]
+        while path[-1] != start or len(path) == 1:
+            path.append(prev[path[-1]])
+        cycles.append(path[::-1])
+    return cycles
+
+
+def test_no_module_imports_itself_through_others():
+    """The import graph of moment/ has no cycle, counting imports inside functions too: a module that needs
+    a name of one that needs it back holds something that belongs below both (move it there)."""
+    graph = import_graph()
+    assert {"moment.placement.pack", "moment.placement.manifest"} <= set(graph["moment.placement.reader"])
+    assert "moment.workload.import_ogb_processed" in graph["moment.workload.import_ogb"]  # inside import_ogb()
+    assert "moment.workload.graph" not in graph["moment.placement.manifest"]  # under `if TYPE_CHECKING:`
+    said = []
+    for cycle in import_cycles(graph):
+        said.append(" -> ".join(f"{a} (line {graph[a][b]})" for a, b in zip(cycle, cycle[1:])) + f" -> {cycle[-1]}")
+    assert not said, "import cycles:\n" + "\n".join(said)
+
+
+def test_the_cycle_check_names_one_cycle_of_each_tangle():
+    graph = {"a": {"b": 1}, "b": {"c": 3}, "c": {"a": 9, "d": 2}, "d": {}, "e": {"e.f": 1}, "e.f": {}}
+    assert import_cycles(graph) == [["a", "b", "c", "a"]]
+    assert import_cycles({"x": {"y": 1}, "y": {}}) == []
+
+
 _TRACKER = re.compile(r"\bissue\s*#?\d+|shared/papers", re.I)
 
 

@@ -154,7 +154,7 @@ def import_ogb_cmd(
     memory-mapped) or data_processed (NodePropPredDataset, read whole into memory); both are pickles,
     unpickled without running code unless --trust-pickle.
     """
-    from moment.workload.importers import import_ogb
+    from moment.workload.import_ogb import import_ogb
 
     check_output(out, "--out", directory=True)
     policy = _policy(duplicates, self_loops)

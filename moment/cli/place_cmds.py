@@ -37,7 +37,8 @@ def place_cmd(
     gpu_model: Annotated[str, typer.Option("--gpu-model", help="GPU model (see `moment models`)")] = "A100-PCIe-40GB",
     ssd_model: Annotated[str, typer.Option("--ssd-model", help="SSD model (see `moment models`)")] = "P5510",
     plan_file: Annotated[Path | None, typer.Option(
-        "--plan", help="`moment plan --json` output: reuse its hardware placement instead of searching")] = None,
+        "--plan", help="`moment plan --json` output: reuse its hardware placement instead of searching (with "
+                       "--machines, on every machine)")] = None,
     hotness_dir: Annotated[Path | None, typer.Option(
         "--hotness", help="reuse `moment data presample` output instead of pre-sampling")] = None,
     epochs: Annotated[int, typer.Option("--epochs", help="epochs to pre-sample")] = 1,
@@ -52,7 +53,8 @@ def place_cmd(
     cpu_cache: Annotated[str | None, typer.Option(
         "--cpu-cache", help=_CACHE_HELP.format(what="CPU", per="socket", default=10))] = None,
     ssd_path: Annotated[list[str] | None, typer.Option(
-        "--ssd-path", help="ssdN=DIR: write SSD N's shard under DIR (repeatable); default: inside the layout")] = None,
+        "--ssd-path", help="ssdN=DIR: write SSD N's shard under DIR (repeatable; with --machines, every machine's); "
+                             "default: inside the layout")] = None,
     pool: Annotated[int | None, typer.Option(
         "--pool", help="DDAK: nodes placed per step; default: the largest (<= the paper's 100) whose hottest "
                        "nodes carry <= 1% of the smallest bin's share")] = None,
@@ -127,13 +129,13 @@ def _place_split(dataset, out, profile, gpus, ssds, gpu_model, ssd_model, machin
 
     if machines is not None and cluster is not None:
         raise MomentError("--machines and --cluster both say how many machines: give one")
-    given = {"--plan": single["plan"] is not None, "--ssd-path": bool(single["ssd_path"]), "--report": single["report"]}
-    for flag, on in given.items():
-        if on:
-            why = {"--plan": "each machine is planned for its own hardware",
-                   "--ssd-path": "each machine's layout is written inside it, to be copied to that machine",
-                   "--report": "each machine's placement is its own"}[flag]
-            raise MomentError(f"{flag} does not go with --machines/--cluster: {why}")
+    if single["report"]:
+        raise MomentError("--report does not go with --machines/--cluster: each machine's placement is its own")
+    if cluster is not None:  # --machines N: N machines of one hardware, which one plan and SSD ids fit
+        for flag, on in (("--plan", single["plan"] is not None), ("--ssd-path", bool(single["ssd_path"]))):
+            if on:
+                raise MomentError(f"{flag} does not go with --cluster: each server is planned for its own hardware",
+                                  hint=f"{flag} goes with --machines N (machines of one --profile and inventory)")
     if cluster is not None:
         from moment.topology.cluster import load_cluster
 
@@ -148,13 +150,14 @@ def _place_split(dataset, out, profile, gpus, ssds, gpu_model, ssd_model, machin
             invs[id(sv)] = parse_inventory(sv.inventory, 0, 0, flag=lambda name, w=f"servers[{i}]": f"{w}.{name}")
         group = [SplitMachine(name, topos[id(sv)], invs[id(sv)]) for name, sv in spec.machines()]
     else:
-        if machines < 2:
-            raise MomentError(f"--machines {machines}: a split needs at least 2 machines",
+        if machines < 1:
+            raise MomentError(f"--machines {machines}: a split needs at least 1 machine",
                               hint="leave --machines out to place the whole dataset on one machine")
         topo = load_profile(profile)
         inv = parse_inventory(None, resolve_gpus(topo, gpus), ssds, gpu_model, ssd_model)
         group = [SplitMachine(f"m{k}", topo, inv) for k in range(machines)]
-    res = place_split(dataset, out, group, replicate=replicate, stage=_stage_bars(not json_out), notice=_notice, **kw)
+    res = place_split(dataset, out, group, replicate=replicate, plan=single["plan"], ssd_paths=single["ssd_path"] or [],
+                      stage=_stage_bars(not json_out), notice=_notice, **kw)
     if json_out:
         _emit(res.model_dump())
         return

@@ -316,11 +316,14 @@ def recover(out: Path) -> None:
     SPLIT.old by a crash between two renames goes back to `out`; SPLIT.partial and any other SPLIT.old go."""
     from moment.outputs import put_back
 
+    from moment.placement.layout import drop_shard_dirs
+
     partial, aside = split_paths(out.absolute())
     if (aside / CLUSTER_MANIFEST).is_file():
         put_back(out, aside)
     for d in (partial, aside):
         if exists(d):
+            drop_shard_dirs(d, None, out.absolute())  # its machines' shard directories on SSD mounts
             shutil.rmtree(d)
 
 
@@ -367,6 +370,7 @@ def remove_split(path: str | Path, runs: list[Path] = ()) -> list[str]:
     caller checked), the owners file and the cluster manifest. Everything is checked first; the directory
     disappears in one rename. Returns the names of the machines whose layouts were removed."""
     from moment.locking import locked
+    from moment.placement.layout import drop_shard_dirs
 
     out = Path(path).absolute()
     with locked(out, "layout"):
@@ -377,6 +381,7 @@ def remove_split(path: str | Path, runs: list[Path] = ()) -> list[str]:
         os.rename(out, partial)
         fsync_dir(out.parent)
         gone = [x.name for x in m.machines if (partial / x.layout / MANIFEST).is_file()]
+        drop_shard_dirs(partial, gone, out)  # what the machines' layouts hold on SSD mounts (--ssd-path)
         shutil.rmtree(partial)
         fsync_dir(out.parent)
     return gone
