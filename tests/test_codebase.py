@@ -1,5 +1,5 @@
-"""Rules of the code base that no single feature test sees: the layering of DESIGN.md (nothing imports
-upward) and comments a reader without the project's tracker can follow."""
+"""Rules of the code base that no single feature test sees: the layering of docs/architecture.md
+(nothing imports upward) and comments a reader without the project's tracker can follow."""
 
 from __future__ import annotations
 
