@@ -43,7 +43,7 @@ def _overrides_line(overrides: list[str]) -> str:
 _CLUSTER_HELP = ("plan a cluster from a YAML file instead of one server: servers (profile, inventory, nics, count) "
                  "and the network (nic, ports, switch_gbit); each server's GPUs and SSDs as `moment plan` places "
                  "them, its NICs beside the GPUs they serve, and the epoch with remote feature reads and the "
-                 "gradient all-reduce added (README: 'Plan a cluster')")
+                 "gradient all-reduce added (docs/cluster.md)")
 _REMOTE_HELP = ("with --cluster: share of the non-replicated (SSD-served) rows a machine reads from the others, 0-1 "
                 "(default: the cluster file's remote_fraction, else (N-1)/N: the rows split evenly over N machines)")
 
