@@ -1,7 +1,9 @@
 """The ASGI app: `create_app(settings)`, or `create_app()` reading MOMENT_* variables (the entry point
 for `uvicorn --factory moment.service.app:create_app --workers N`).
 
-Every handler calls the function the matching CLI command calls (moment.planner.api and friends), so
+`create_app` builds the app's state (settings, job runner, search slots, cache), which the routes read
+through moment.service.deps, and includes the routers of moment.service.routes, one per area. Every
+handler calls the function the matching CLI command calls (moment.planner.api and friends), so
 `POST /v1/plan` answers what `moment plan --json` prints for the same inputs.
 """
 
@@ -12,12 +14,18 @@ from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from moment import __version__
 from moment.errors import MomentError
 from moment.service.access import LocalOnly
 from moment.service.config import Settings
 from moment.service.deadline import Searches
+from moment.service.deps import authorised
 from moment.service.errors import JSON, Busy, TimedOut, TooLarge, error, error_responses, validation_detail
+from moment.service.jobs import JobRunner, JobStore
 from moment.service.limits import BodyLimit
+from moment.service.paths import relative
+from moment.service.routes import fallback, health, jobs, machines, page, planning
+from moment.service.tasks import run_place, run_probe
 
 STATIC = Path(__file__).resolve().parent / "static"
 
@@ -28,10 +36,6 @@ COMMON_ERRORS = error_responses(401, 403, 404, 405, 413, 422)
 def create_app(settings: Settings | None = None) -> FastAPI:
     """The service for `settings` (default: from the MOMENT_* environment variables): its state, which
     the routes read through moment.service.deps, and the routers of moment.service.routes."""
-    from moment import __version__
-    from moment.service.deps import authorised
-    from moment.service.routes import fallback, health, jobs, machines, page, planning
-
     s = (settings or Settings.from_env()).checked()
     app = FastAPI(
         title="Moment placement service", version=__version__, lifespan=_lifespan, default_response_class=JSON,
@@ -59,12 +63,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     return app
 
 
-def _job_runner(s: Settings):
+def _job_runner(s: Settings) -> JobRunner:
     """The runner of `place` and `probe` jobs, over the SQLite store at `s.db_path`."""
-    from moment.service.jobs import JobRunner, JobStore
-    from moment.service.paths import relative
-    from moment.service.tasks import run_place, run_probe
-
     return JobRunner(JobStore(s.db_path), {"place": lambda r, ctx: run_place(r, ctx, s.data_dir),
                                            "probe": lambda r, ctx: run_probe(r, ctx, s.data_dir, s.probe_max_mib,
                                                                              s.probe_max_job_mib)},
