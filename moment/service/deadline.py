@@ -9,7 +9,8 @@ limit, so a flood of searches never starves the other routes."""
 from __future__ import annotations
 
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from moment.service.errors import Busy, TimedOut
@@ -29,9 +30,10 @@ class Searches:
         self.slots = threading.BoundedSemaphore(running)
         self._room = threading.BoundedSemaphore(running + waiting)
 
-    async def admission(self) -> AsyncIterator[None]:
-        """A route dependency: a place among the running or waiting searches for the whole request, taken
-        on the event loop before any worker thread is, or Busy at once."""
+    @contextmanager
+    def admitted(self) -> Iterator[None]:
+        """A place among the running or waiting searches while the block runs, or Busy at once (the routes'
+        dependency `moment.service.deps.search_slot` holds it for the whole request)."""
         if not self._room.acquire(blocking=False):
             raise Busy(f"the service is busy: {self.running} searches are running and {self.waiting} more are "
                        "waiting; try again later")

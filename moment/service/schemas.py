@@ -33,6 +33,8 @@ _Count = Field(ge=0, le=256)
 _DATA = ("where the rows will be on the SSDs, which the prediction assumes: 'planned' (the shares the LP "
          "chooses, as `moment place` with DDAK writes them) or 'even' (an equal share per SSD, hash placement)")
 _Name = Field(min_length=1, max_length=200)
+#: an uploaded machine's name: MachineIn's `name`, and /v1/scan's form field of that name
+MACHINE_NAME: dict[str, Any] = {"max_length": 200, "description": "name of an uploaded machine"}
 
 
 class _Strict(BaseModel):
@@ -51,7 +53,7 @@ class MachineIn(_Strict):
     lspci_vvv: str | None = Field(None, description=UPLOADS["lspci_vvv"])
     dmidecode: str | None = Field(None, description=UPLOADS["dmidecode"])
     nvidia_smi: str | None = Field(None, description=UPLOADS["nvidia_smi"])
-    name: str | None = Field(None, max_length=200, description="name of an uploaded machine")
+    name: str | None = Field(None, **MACHINE_NAME)
     overrides: list[str] = Field(
         default_factory=list, alias="set", max_length=64,
         description="what-if overrides PATH=VALUE, as `moment plan --set`: `nodes.sw1.link.gen=5`")
@@ -171,6 +173,56 @@ class SimulateRequest(MachineIn):
     uniform: bool = Field(False, description="every step reads exactly the planned shares")
     seed: int = Field(0, ge=0, le=2**32 - 1)
     data: DataPlacement | None = Field(None, description=_DATA + "; default: planned, with a plan the plan's")
+
+
+class CompareMachine(MachineIn):
+    """One machine to compare; its own inventory or models, when given, replace the request's (a
+    what-if's devices)."""
+
+    gpu_model: str | None = Field(None, max_length=200)
+    ssd_model: str | None = Field(None, max_length=200)
+    inventory: str | None = Field(None, max_length=1000, description="this machine's own mixed inventory")
+
+
+class CompareMachinesRequest(BaseModel):
+    """`moment compare` over machines given as in /v1/plan: built-in names, uploads, what-if `set`s."""
+
+    model_config = {"extra": "forbid"}
+
+    machines: list[CompareMachine] = Field(min_length=1, max_length=16)
+    gpus: int | None = Field(None, ge=0, le=256, description="GPUs to place (default 4; 0 on machines with "
+                                                               "built-in GPUs)")
+    ssds: int = Field(8, ge=0, le=256)
+    gpu_model: str = Field("A100-PCIe-40GB", max_length=200)
+    ssd_model: str = Field("P5510", max_length=200)
+    inventory: str | None = Field(None, max_length=1000, description="mixed inventory, e.g. '2xA100,8xP5510'")
+    data: DataPlacement = Field("planned", description="where the rows will be on the SSDs: 'planned' (the LP's "
+                                "shares, DDAK) or 'even' (an equal share per SSD, hash)")
+
+
+class AdviseRequest(MachineIn):
+    """`moment advise`: what to buy for the machine's chassis under a budget."""
+
+    budget: float = Field(gt=0, le=1e9, allow_inf_nan=False, description="most USD to spend: server + GPUs + SSDs")
+    models: list[str] = Field(default_factory=list, max_length=32,
+                              description="GPU and SSD models to consider; a kind listed none of: every priced model")
+    max_gpus: int | None = Field(None, ge=0, le=256, description="at most this many GPUs (default: as many as fit)")
+    max_ssds: int | None = Field(None, ge=0, le=256, description="at most this many SSDs (default: as many as fit)")
+    top: int = Field(3, ge=1, le=20, description="best inventories kept per ranking")
+    years: float = Field(5.0, gt=0, le=100, allow_inf_nan=False, description="TCO horizon in years")
+    pue: float = Field(1.0, ge=1, le=10, allow_inf_nan=False, description="power usage effectiveness")
+    utilisation: float = Field(1.0, gt=0, le=1, allow_inf_nan=False, description="share of the horizon at full power")
+    machine_watts: float | None = Field(None, gt=0, le=1e6, allow_inf_nan=False,
+                                        description="flat machine power instead of server + device TDPs")
+    feature_dim: int | None = Field(None, ge=1, le=1 << 20, description="node feature dimension (default 1024)")
+    gb_per_gpu: float | None = Field(None, gt=0, le=1e9, allow_inf_nan=False)
+    gpu_cache_share: float | None = Field(None, ge=0, le=1, allow_inf_nan=False)
+    cpu_cache_share: float | None = Field(None, ge=0, le=1, allow_inf_nan=False)
+    data: DataPlacement = Field("planned", description="where the rows will be on the SSDs, which each epoch "
+                                "assumes: 'planned' (the LP's shares, DDAK) or 'even' (an equal share per SSD, hash)")
+    prices: dict[str, Any] | None = Field(
+        None, description="prices merged over the shipped table, as `moment advise --prices FILE` holds them: "
+                          "{devices: {H100-PCIe-80GB: {price_usd: 27500, date: '2025-03', source: 'our quote'}}}")
 
 
 class ProfileRow(BaseModel):
