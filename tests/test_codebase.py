@@ -228,3 +228,26 @@ def test_the_runtime_starts_threads_only_through_the_helper_that_binds_the_devic
     assert not bare, f"start these through moment.runtime.threads.start_thread: {bare}"
     assert _thread_starts(helper), "the helper no longer makes the thread: the check above sees nothing"
     assert _thread_starts(PACKAGE / "service" / "jobs.py"), "the pattern no longer finds a thread it should"
+
+
+#: how a module says why it imports inside functions (start-up time, a torch-free path, an optional library)
+LAZY_REASON = "# Imports inside functions: "
+
+
+def _function_imports(tree: ast.AST) -> list[int]:
+    return [s.lineno for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+            for s in ast.walk(f) if isinstance(s, (ast.Import, ast.ImportFrom))]
+
+
+def test_a_module_that_imports_inside_functions_says_why_once():
+    """Imports belong at the top; a module keeps some inside functions only where laziness is the point, and says
+    so once (the reason), so a reader knows which imports may move and which must not."""
+    missing, twice = [], []
+    for p in sorted(PACKAGE.rglob("*.py")):
+        text = p.read_text()
+        if _function_imports(ast.parse(text)) and LAZY_REASON not in text:
+            missing.append(p.relative_to(REPO).as_posix())
+        if text.count(LAZY_REASON) > 1:
+            twice.append(p.relative_to(REPO).as_posix())
+    assert not missing, f"imports inside functions without the module's reason ({LAZY_REASON!r}...): {missing}"
+    assert not twice, f"the reason stated more than once: {twice}"

@@ -12,6 +12,8 @@ from moment.cli import err_console
 from moment import errors
 from moment.errors import MomentError
 
+# Imports inside functions: rich's progress bar loads only when a command shows one.
+
 
 @contextmanager
 def progress_bar(label: str, enabled: bool = True) -> Iterator[Any]:

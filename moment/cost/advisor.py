@@ -43,6 +43,9 @@ from moment.topology.devices import (Inventory, InventoryItem, builtin_gpus, car
 from moment.topology.model import A_KIND, Kind, Topology
 from moment.workload.spec import WorkloadSpec
 
+# Imports inside functions: the heavier stages this one calls (the planner's search, the sampler, a
+# profile's readers) load only on the calls that need them.
+
 #: optimistic bounds are inflated by this much so a solver's rounding can never beat its own bound
 BOUND_SLACK = 1e-6
 #: significant digits under which two throughputs (or TPCs) tie; ties go to the lower TCO

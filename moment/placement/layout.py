@@ -47,8 +47,8 @@ from pydantic import BaseModel, Field
 import moment
 from moment import testpoints
 from moment.errors import MomentError
-from moment.locking import locked
 from moment.inputs import exists
+from moment.locking import locked
 from moment.outputs import (
     ChunkHasher,
     atomic_file,
@@ -61,7 +61,6 @@ from moment.outputs import (
     unnamed_entries,
     write_error,
 )
-from moment.placement.pack import pack_files
 from moment.placement.assignment import Assignment
 from moment.placement.manifest import (
     DEFAULT_CHUNK,
@@ -78,6 +77,10 @@ from moment.placement.manifest import (
     SplitRef,
     row_format,
 )
+from moment.placement.pack import pack_files
+from moment.placement.reader import CLUSTER_MANIFEST, load_manifest
+from moment.workload.graph import MANIFEST as DATASET_MANIFEST
+from moment.workload.graph import GraphDataset
 
 
 def open_features(path: str | Path) -> np.memmap:
@@ -244,8 +247,6 @@ def check_layout_out(out: Path, overwrite: bool) -> None:
 def _check_replaceable(out: Path) -> None:
     """--overwrite replaces a Moment layout holding only what its manifest names, never a directory of
     something else nor files a person put in a layout."""
-    from moment.placement.reader import CLUSTER_MANIFEST
-
     named = None
     if (out / CLUSTER_MANIFEST).is_file() and not (out / MANIFEST).is_file():  # the other kind of layout
         raise MomentError("is a split layout, not one machine's layout: refusing to replace it with one",
@@ -441,9 +442,6 @@ def write_layout(
 
 def _dataset_id_of(features_path: str | Path) -> str | None:
     """The id of the dataset whose features file this is (None for a bare .npy)."""
-    from moment.workload.graph import MANIFEST as DATASET_MANIFEST
-    from moment.workload.graph import GraphDataset
-
     p = Path(features_path).absolute()
     if not (p.parent / DATASET_MANIFEST).is_file():
         return None
@@ -545,8 +543,6 @@ def remove_layout(path: str | Path) -> RemoveReport:
     manifest does not name. Holds the layout's lock (a layout being written is refused). The layout
     disappears first, in one rename; leftovers of a crash are removed by the next write or rm.
     """
-    from moment.placement.reader import load_manifest
-
     given = Path(path)
     out = given.absolute()
     with locked(out, "layout"):

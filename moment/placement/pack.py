@@ -37,6 +37,9 @@ from moment.outputs import (atomic_file, follow_umask, publish_dir, remove_stale
 from moment.placement.manifest import LayoutManifest, check_dataset, layout_id, load_manifest
 from moment.workload.graph import GraphDataset
 
+# Imports inside functions: the heavier stages this one calls (the planner's search, the sampler, a
+# profile's readers) load only on the calls that need them.
+
 PACK_DIR = "pack"
 FORMAT = "moment-pack"
 

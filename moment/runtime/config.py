@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 import types
 import typing
 from dataclasses import dataclass
@@ -20,6 +21,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from moment.errors import MomentError
 from moment.workload.seeds import SEED_LIMIT
 from moment.workload.spec import FANOUTS_HELP, default_batch_size
+
+# Imports inside functions: parsing options loads no I/O engine, budget or torch: `moment train --help` and
+# the dry run start fast.
 
 DEFAULT_FANOUTS = {1: [10], 2: [25, 10], 3: [15, 10, 5]}
 BUILT_IN_MODELS = ("sage", "gat")  # moment.runtime.models builds them; anything else is MODULE:ATTR
@@ -470,8 +474,6 @@ def option_names() -> list[str]:
 def parse_args(argv: list[str] | None = None, *, check: bool = True) -> TrainConfig:
     """The options of a run, validated (the one place both `moment train` and every rank validate them);
     `check=False` leaves `TrainConfig.check` to the caller (`moment train` adds a checkpoint directory)."""
-    import sys
-
     p = build_parser()
     ns = p.parse_args(_attach_values(list(sys.argv[1:] if argv is None else argv), p))
     cfg = make_config(**vars(ns))

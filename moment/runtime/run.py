@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import socket
 import sys
 import time
 from collections.abc import Iterator
@@ -27,12 +28,13 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 from moment.errors import MomentError
 from moment.io.device import DeviceLayer
 from moment.placement.opened import Layout
 from moment.runtime.budget import return_freed_memory
-from moment.runtime.config import TrainConfig, effective_fanouts
+from moment.runtime.config import TrainConfig, effective_fanouts, make_config
 from moment.runtime.dist import AgreedError, DistContext, setup
 from moment.runtime.finite import DIVERGE_FACTOR, DIVERGE_STEPS, BadStep, Divergence, StepLog
 from moment.runtime.link_task import sampler_for, train_seeds
@@ -40,6 +42,7 @@ from moment.runtime.loader import LoaderPipeline
 from moment.runtime.memory_use import reset_peak
 from moment.runtime.models import load_layers
 from moment.runtime.pipeline import Pipeline, Prepared
+from moment.runtime.rendezvous import SHARED_SETTINGS, RunFacts, check_agents
 from moment.runtime.run_plan import RunPlan, resolve_run
 from moment.runtime.sizing import agent_bytes, rank_base_bytes, run_inputs
 from moment.runtime.sources import FeatureSource, InMemoryFeatures, MemmapFeatures
@@ -47,6 +50,8 @@ from moment.runtime.store import StoreInfo, open_store
 from moment.workload.graph import GraphDataset
 from moment.workload.sampler import Block, CSRGraph, SeedBatches
 from moment.workload.seeds import mix
+
+# Imports inside functions: PyG's graph store loads only when a script asks for it.
 
 #: the sampling keys' tags of the splits other than train (train's key is (seed, epoch, rank))
 SPLIT_TAGS = {"val": 0xE7A1, "test": 0x7E57}
@@ -231,7 +236,6 @@ class Run:
         module = module.to(self.device)
         if not self.ctx.backend:
             return module
-        from torch.nn.parallel import DistributedDataParallel as DDP
 
         return DDP(module, device_ids=self.dev.ddp_device_ids())
 
@@ -369,9 +373,6 @@ class Run:
 
     def _check_machines(self) -> None:
         """Refuse, on every rank alike, machines that would not train one run (moment.runtime.rendezvous)."""
-        import socket
-
-        from moment.runtime.rendezvous import SHARED_SETTINGS, RunFacts, check_agents
 
         cfg, split = self.cfg, self.layout.split if self.layout is not None else None
         values = {"model": cfg.model, "epochs": cfg.epochs, "fanouts": self.fanouts, "layers": len(self.fanouts),
@@ -492,8 +493,6 @@ def open_run(layout: str | Path | None = None, *, dataset: str | Path | None = N
     `cpu_cache_limit`, `cache_policy`, `io_shape`, ...; `python -m moment.train --help` lists them), checked
     as the command line checks them. Under torchrun it joins the process group (or uses the script's).
     Close it (or use `with`) on every rank."""
-    from moment.runtime.config import make_config
-
     values = {k: v for k, v in dict(layout=layout, dataset=dataset).items() if v is not None}
     cfg = make_config(keywords=True, **values, **options)
     run = start(cfg)

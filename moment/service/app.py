@@ -27,6 +27,9 @@ from moment.service.paths import relative
 from moment.service.routes import fallback, health, jobs, machines, page, planning
 from moment.service.tasks import run_place, run_probe
 
+# Imports inside functions: a route loads the planner, the readers and a job's work when it runs: the
+# service starts fast, without torch.
+
 STATIC = Path(__file__).resolve().parent / "static"
 
 #: what any route may answer; the searches add 408 and 429, the job submissions 429

@@ -9,6 +9,7 @@ limit, so a flood of searches never starves the other routes."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -47,8 +48,6 @@ def run_with_deadline(work: Callable[[Callable[[int, int], None]], T], seconds: 
                       searches: Searches | None = None) -> T:
     """`work(progress)` in a worker thread holding one of the `searches` slots; TimedOut after `seconds`
     (the thread is told to stop); Busy when no slot frees up within `seconds`."""
-    import time
-
     t0 = time.monotonic()
     if searches is not None and not searches.slots.acquire(timeout=seconds):
         raise Busy(f"the service is busy with other searches; {what} found no free slot within {seconds:g} s, "
@@ -58,8 +57,6 @@ def run_with_deadline(work: Callable[[Callable[[int, int], None]], T], seconds: 
 
 def _run(work, seconds: float, what: str, slot: threading.Semaphore | None, t0: float):
     """`work` in its own thread, which releases `slot` (already taken) when it ends."""
-    import time
-
     stop = threading.Event()
     box: dict[str, Any] = {}
 

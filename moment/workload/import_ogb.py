@@ -17,6 +17,9 @@ from moment.workload.importers import (EDGE_CHUNK, PROCESSED_FILES, Progress, _e
                                        _labels_to_int, _matrix_chunks, _write_features, build_csr, ogb_split_dir,
                                        ogb_split_files)
 
+# Imports inside functions: the heavier stages this one calls (the planner's search, the sampler, a
+# profile's readers) load only on the calls that need them.
+
 
 def ogb_layout(root: Path, layout: str = "auto") -> str:
     """"raw" or "processed": `auto` reads raw/ when it holds the edge list (streamed, the download's own

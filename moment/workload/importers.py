@@ -56,6 +56,8 @@ from moment.workload.import_files import load_npy, need, node_ids, read_node_ids
 from moment.workload.import_options import EdgePolicy
 from moment.workload.seeds import check_seed
 
+# Imports inside functions: pandas loads only for the formats that need it.
+
 Progress = Callable[[int, int], None]
 EDGE_CHUNK = 1 << 22  # edges per chunk in every pass
 #: train, validation and test shares of the seeded random split an import draws when the input has none

@@ -5,11 +5,15 @@
 from typing import Annotated
 
 from fastapi import APIRouter, File, Form, UploadFile
+from starlette.concurrency import run_in_threadpool
 
 from moment.service.deps import CacheDep, SettingsDep
 from moment.service.errors import FieldError, TooLarge
 from moment.service.schemas import MACHINE_NAME, UPLOADS, ProfileRow, ScanResponse
 from moment.topology.devices import DeviceModel
+
+# Imports inside functions: a route loads the planner, the readers and a job's work when it runs: the
+# service starts fast, without torch.
 
 router = APIRouter(tags=["machines"])
 
@@ -45,8 +49,6 @@ async def scan(
 ) -> dict:
     """Read an uploaded machine description (multipart files) into a topology, as
     `moment scan --from-... --json` does; use the result as `profile_yaml` (YAML or JSON) in /v1/plan."""
-    from starlette.concurrency import run_in_threadpool
-
     from moment.planner.api import topology_json
     from moment.service.machines import read_uploads
 

@@ -9,6 +9,9 @@ from moment.service.deps import SettingsDep
 from moment.service.schemas import MachineIn
 from moment.service.whatif import TargetsResponse, whatif_targets
 
+# Imports inside functions: a route loads the planner, the readers and a job's work when it runs: the
+# service starts fast, without torch.
+
 router = APIRouter(tags=["page"])
 
 
