@@ -33,12 +33,16 @@ from moment.inputs import check_dir, exists
 from moment.outputs import check_output
 from moment.placement import planning as pl
 from moment.placement.layout import check_layout_out
+from moment.placement.requests import PlaceRequest
 from moment.planner.contracts import Plan
 from moment.topology.devices import Inventory
 from moment.topology.model import Topology
 from moment.workload.graph import GraphDataset
 from moment.workload.hotness import Hotness
 from moment.workload.seeds import check_seed
+
+#: the options' defaults, declared once in the request of `moment place` (moment.placement.requests)
+_DEFAULT = {k: f.get_default(call_default_factory=True) for k, f in PlaceRequest.model_fields.items()}
 
 #: stage(name, label) -> a context manager yielding progress(done, total) or None
 StageHook = Callable[[str, str], AbstractContextManager[Any]]
@@ -81,7 +85,7 @@ def place(
     *,
     plan: Plan | str | Path | None = None,
     hotness: Hotness | str | Path | None = None,
-    epochs: int = 1,
+    epochs: int = _DEFAULT["epochs"],
     batches: int | None = None,
     fanouts: Sequence[int] | None = None,
     batch_size: int | None = None,
@@ -89,10 +93,10 @@ def place(
     cpu_cache: str | None = None,
     ssd_paths: Mapping[str, str] | Sequence[str] | None = None,
     pool: int | None = None,
-    policy: str = "ddak",
-    overwrite: bool = False,
-    verify: bool = True,
-    seed: int = 0,
+    policy: str = _DEFAULT["policy"],
+    overwrite: bool = _DEFAULT["overwrite"],
+    verify: bool = _DEFAULT["verify"],
+    seed: int = _DEFAULT["seed"],
     stage: StageHook | None = None,
     notice: Callable[[str], None] | None = None,
 ) -> PlaceResult:
@@ -449,7 +453,7 @@ def place_split(
     replicate: str | None = None,
     plan: Plan | str | Path | None = None,
     hotness: Hotness | str | Path | None = None,
-    epochs: int = 1,
+    epochs: int = _DEFAULT["epochs"],
     batches: int | None = None,
     fanouts: Sequence[int] | None = None,
     batch_size: int | None = None,
@@ -457,10 +461,10 @@ def place_split(
     cpu_cache: str | None = None,
     ssd_paths: Mapping[str, str] | Sequence[str] | None = None,
     pool: int | None = None,
-    policy: str = "ddak",
-    overwrite: bool = False,
-    verify: bool = True,
-    seed: int = 0,
+    policy: str = _DEFAULT["policy"],
+    overwrite: bool = _DEFAULT["overwrite"],
+    verify: bool = _DEFAULT["verify"],
+    seed: int = _DEFAULT["seed"],
     stage: StageHook | None = None,
     notice: Callable[[str], None] | None = None,
 ) -> SplitResult:
