@@ -39,7 +39,7 @@ def cli_of(field: Any) -> Cli | None:
     return None
 
 
-def given(req: Any, names: tuple[str, ...]) -> dict[str, Any]:
+def given_fields(req: Any, names: tuple[str, ...]) -> dict[str, Any]:
     """The fields of `names` the request set itself (None for those left at their defaults)."""
     return {k: getattr(req, k) if k in req.model_fields_set else None for k in names}
 

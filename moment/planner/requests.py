@@ -12,21 +12,20 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from moment.errors import Flag, MomentError, cli_flag
 from moment.planner.api import (
     DATA_HELP, DEFAULT_DATA, DEFAULT_GPU_MODEL, DEFAULT_GPUS, DEFAULT_SSD_MODEL, DEFAULT_SSDS)
-from moment.requests import Cli, given
+from moment.requests import Cli, given_fields
 
 if TYPE_CHECKING:
     from moment.planner.calibration import Calibration
     from moment.planner.contracts import Plan
     from moment.topology.model import Topology
 
-T = TypeVar("T")
 
 #: --profile left out
 DEFAULT_PROFILE = "paper-machine-b"
@@ -121,7 +120,7 @@ def plan(req: PlanRequest, *, topology: Topology | None = None, calibration: Cal
     if req.timeout is not None and not (req.timeout > 0 and req.timeout < float("inf")):
         raise MomentError(f"{flag('timeout')} {req.timeout:g}: give a positive number of seconds")
     data = api.check_data(req.data, flag=flag)
-    api.check_one_inventory(req.inventory is not None, flag=flag, **given(req, INVENTORY_INPUTS))
+    api.check_one_inventory(req.inventory is not None, flag=flag, **given_fields(req, INVENTORY_INPUTS))
     cal = calibration
     if topology is None:
         topology, cal = api.load_topology(req.profile or DEFAULT_PROFILE, calibration, req.overrides)
