@@ -51,7 +51,7 @@ def derive(base: Any, name: str, *, bases: tuple[type, ...] = (), exclude: tuple
     """A request model made from `base`'s fields (their defaults, aliases, descriptions and markers),
     after `bases`' own: `only`/`exclude` choose the fields, `types` replaces a field's type (a closed
     choice where the library takes any string and names a bad one itself), `limits` adds constraints
-    (`{"gpus": {"ge": 0, "le": 256}}`), `describe` replaces descriptions, `extra` adds fields
+    (`{"gpus": {"ge": 0, "le": 256}}`; a default there replaces the field's), `describe` replaces descriptions, `extra` adds fields
     (`name: (type, FieldInfo)`) after them. The service's bodies are made this way from the library's
     requests, so a default is declared once."""
     from typing import Annotated
@@ -70,7 +70,8 @@ def derive(base: Any, name: str, *, bases: tuple[type, ...] = (), exclude: tuple
         elif f.default is not PydanticUndefined:
             kw["default"] = f.default
         if {"default", "default_factory"} & set(limits.get(n, {})):  # the service's own default
-            kw.pop("default", None), kw.pop("default_factory", None)
+            kw.pop("default", None)
+            kw.pop("default_factory", None)
         kw |= limits.get(n, {})
         if f.alias is not None:
             kw["alias"] = f.alias
