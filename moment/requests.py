@@ -51,9 +51,9 @@ def derive(base: Any, name: str, *, bases: tuple[type, ...] = (), exclude: tuple
     """A request model made from `base`'s fields (their defaults, aliases, descriptions and markers),
     after `bases`' own: `only`/`exclude` choose the fields, `types` replaces a field's type (a closed
     choice where the library takes any string and names a bad one itself), `limits` adds constraints
-    (`{"gpus": {"ge": 0, "le": 256}}`; a default there replaces the field's), `describe` replaces descriptions, `extra` adds fields
-    (`name: (type, FieldInfo)`) after them. The service's bodies are made this way from the library's
-    requests, so a default is declared once."""
+    (`{"gpus": {"ge": 0, "le": 256}}`; a default there replaces the field's), `describe` replaces
+    descriptions, `extra` adds fields (`name: (type, FieldInfo)`) after them. The service's bodies are
+    made this way from the library's requests, so a default is declared once."""
     from typing import Annotated
 
     from pydantic import BaseModel, Field, create_model

@@ -33,7 +33,6 @@ from moment.inputs import check_dir, exists
 from moment.outputs import check_output
 from moment.placement import planning as pl
 from moment.placement.layout import check_layout_out
-from moment.placement.requests import PlaceRequest
 from moment.planner.contracts import Plan
 from moment.topology.devices import Inventory
 from moment.topology.model import Topology
@@ -41,8 +40,9 @@ from moment.workload.graph import GraphDataset
 from moment.workload.hotness import Hotness
 from moment.workload.seeds import check_seed
 
-#: the options' defaults, declared once in the request of `moment place` (moment.placement.requests)
-_DEFAULT = {k: f.get_default(call_default_factory=True) for k, f in PlaceRequest.model_fields.items()}
+#: the options' defaults other than None (moment.placement.requests.PlaceRequest, the request of `moment place`
+#: and of the service's place jobs, takes them from here)
+DEFAULTS = {"epochs": 1, "policy": "ddak", "overwrite": False, "verify": True, "seed": 0}
 
 #: stage(name, label) -> a context manager yielding progress(done, total) or None
 StageHook = Callable[[str, str], AbstractContextManager[Any]]
@@ -85,7 +85,7 @@ def place(
     *,
     plan: Plan | str | Path | None = None,
     hotness: Hotness | str | Path | None = None,
-    epochs: int = _DEFAULT["epochs"],
+    epochs: int = DEFAULTS["epochs"],
     batches: int | None = None,
     fanouts: Sequence[int] | None = None,
     batch_size: int | None = None,
@@ -93,10 +93,10 @@ def place(
     cpu_cache: str | None = None,
     ssd_paths: Mapping[str, str] | Sequence[str] | None = None,
     pool: int | None = None,
-    policy: str = _DEFAULT["policy"],
-    overwrite: bool = _DEFAULT["overwrite"],
-    verify: bool = _DEFAULT["verify"],
-    seed: int = _DEFAULT["seed"],
+    policy: str = DEFAULTS["policy"],
+    overwrite: bool = DEFAULTS["overwrite"],
+    verify: bool = DEFAULTS["verify"],
+    seed: int = DEFAULTS["seed"],
     stage: StageHook | None = None,
     notice: Callable[[str], None] | None = None,
 ) -> PlaceResult:
@@ -453,7 +453,7 @@ def place_split(
     replicate: str | None = None,
     plan: Plan | str | Path | None = None,
     hotness: Hotness | str | Path | None = None,
-    epochs: int = _DEFAULT["epochs"],
+    epochs: int = DEFAULTS["epochs"],
     batches: int | None = None,
     fanouts: Sequence[int] | None = None,
     batch_size: int | None = None,
@@ -461,10 +461,10 @@ def place_split(
     cpu_cache: str | None = None,
     ssd_paths: Mapping[str, str] | Sequence[str] | None = None,
     pool: int | None = None,
-    policy: str = _DEFAULT["policy"],
-    overwrite: bool = _DEFAULT["overwrite"],
-    verify: bool = _DEFAULT["verify"],
-    seed: int = _DEFAULT["seed"],
+    policy: str = DEFAULTS["policy"],
+    overwrite: bool = DEFAULTS["overwrite"],
+    verify: bool = DEFAULTS["verify"],
+    seed: int = DEFAULTS["seed"],
     stage: StageHook | None = None,
     notice: Callable[[str], None] | None = None,
 ) -> SplitResult:

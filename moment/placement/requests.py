@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from moment.errors import MomentError
+from moment.placement import api
+from moment.placement.api import DEFAULTS, PlaceResult, SplitMachine, SplitResult, StageHook
 from moment.planner.api import DEFAULT_GPU_MODEL, DEFAULT_SSD_MODEL, DEFAULT_SSDS
 from moment.planner.contracts import Plan
 from moment.planner.requests import DEFAULT_PROFILE, PROFILE_HELP
@@ -23,7 +25,6 @@ from moment.requests import Cli
 from moment.workload.spec import FANOUTS_HELP, parse_fanouts
 
 if TYPE_CHECKING:
-    from moment.placement.api import PlaceResult, SplitResult, StageHook
     from moment.topology.devices import Inventory
     from moment.topology.model import Topology
 
@@ -50,7 +51,7 @@ class PlaceRequest(BaseModel):
                           "--machines, on every machine)")
     hotness: Annotated[Path | None, Cli()] = Field(
         None, description="reuse `moment data presample` output instead of pre-sampling")
-    epochs: int = Field(1, description="epochs to pre-sample")
+    epochs: int = Field(DEFAULTS["epochs"], description="epochs to pre-sample")
     batches: int | None = Field(None, description="pre-sample only this many batches")
     fanouts: Annotated[list[int] | None, Cli(type=str | None, show_default=False)] = Field(
         None, description=f"{FANOUTS_HELP} (default: 25,10, or --hotness's)")
@@ -65,16 +66,16 @@ class PlaceRequest(BaseModel):
     pool: int | None = Field(
         None, description="DDAK: nodes placed per step; default: the largest (<= the paper's 100) whose hottest "
                           "nodes carry <= 1% of the smallest bin's share")
-    policy: str = Field("ddak", description="which placement is written: ddak, hash or degree")
+    policy: str = Field(DEFAULTS["policy"], description="which placement is written: ddak, hash or degree")
     report: bool = Field(False, description="print the per-bin table of every policy")
     overwrite: bool = Field(
-        False, description="replace an existing layout at --out (the old one stays valid until the new one is "
-                           "complete)")
+        DEFAULTS["overwrite"],
+        description="replace an existing layout at --out (the old one stays valid until the new one is complete)")
     verify: Annotated[bool, Cli(("--verify/--no-verify",))] = Field(
-        True, description="check the dataset's files against its manifest checksums before placing (--no-verify "
-                          "skips that full read, and says so; sampled blocks and the graph's structure are still "
-                          "checked)")
-    seed: int = Field(0, description="pre-sampling seed (same seed = same layout)")
+        DEFAULTS["verify"],
+        description="check the dataset's files against its manifest checksums before placing (--no-verify skips "
+                    "that full read, and says so; sampled blocks and the graph's structure are still checked)")
+    seed: int = Field(DEFAULTS["seed"], description="pre-sampling seed (same seed = same layout)")
     machines: Annotated[int | None, Cli(show_default=False)] = Field(
         None, description="split the rows over N machines of this --profile and inventory: --out gets one layout "
                           "per machine (OUT/m0, OUT/m1, ...) and the cluster manifest")
@@ -97,17 +98,14 @@ def place(req: PlaceRequest, *, machine: tuple[Topology, Inventory] | None = Non
     """Place `req.dataset` at `req.out`: on one machine (`req.profile` and its inventory, or `machine`'s
     topology and inventory), or split over `req.machines` machines or the servers of `req.cluster`.
     Progress and notices go through `stage` and `notice` (moment.placement.api)."""
-    from moment.placement.api import check_choices
-    from moment.placement.api import place as place_whole
-
-    check_choices(req.policy, req.pool)  # before any work, as every other check that needs none
+    api.check_choices(req.policy, req.pool)  # before any work, as every other check that needs none
     if req.machines is not None or req.cluster is not None:
         return _place_split(req, stage, notice)
     if req.replicate is not None:
         raise MomentError("--replicate goes with --machines N or --cluster FILE (it sizes the rows every machine "
                           "holds)")
     topo, inv = machine or _machine(req)
-    return place_whole(req.dataset, req.out, topo, inv, **_options(req), stage=stage, notice=notice)
+    return api.place(req.dataset, req.out, topo, inv, **_options(req), stage=stage, notice=notice)
 
 
 def _options(req: PlaceRequest) -> dict[str, Any]:
@@ -127,7 +125,6 @@ def _machine(req: PlaceRequest) -> tuple[Topology, Inventory]:
 
 def _place_split(req: PlaceRequest, stage, notice) -> SplitResult:
     """`--machines N` / `--cluster FILE`: the machines, then `place_split`."""
-    from moment.placement.api import SplitMachine, place_split
     from moment.planner.api import parse_inventory
     from moment.topology.profiles import load_profile
 
@@ -159,5 +156,5 @@ def _place_split(req: PlaceRequest, stage, notice) -> SplitResult:
                               hint="leave --machines out to place the whole dataset on one machine")
         topo, inv = _machine(req)
         group = [SplitMachine(f"m{k}", topo, inv) for k in range(req.machines)]
-    return place_split(req.dataset, req.out, group, replicate=req.replicate, **_options(req), stage=stage,
+    return api.place_split(req.dataset, req.out, group, replicate=req.replicate, **_options(req), stage=stage,
                        notice=notice)

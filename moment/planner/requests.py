@@ -81,7 +81,8 @@ class PlanRequest(BaseModel):
             "placement); the search ranks the placements under it, every layout is predicted under both "
             "(`predicted`, `predicted_even`)"))
     replay: Annotated[bool, Cli(help="also replay each layout's epoch step by step (`moment simulate`) next to "
-                                     "the LP")] = Field(False, description="also replay each layout's epoch step by step")
+                                     "the LP")] = Field(
+        False, description="also replay each layout's epoch step by step")
     timeout: Annotated[float | None, Cli(
         help="stop the search after SECONDS and recommend the best placement found so far, marked 'not proven "
              "optimal' with the least epoch time any placement could reach (JSON: search.proven_optimal, "
