@@ -11,7 +11,10 @@ limits), so an option declared here is taken by both with one default.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BaseModel, Field, create_model
+from pydantic_core import PydanticUndefined
 
 #: Cli.default left out: the CLI's default is the field's
 FIELD_DEFAULT: Any = type("FieldDefault", (), {"__repr__": lambda self: "FIELD_DEFAULT"})()
@@ -54,11 +57,6 @@ def derive(base: Any, name: str, *, bases: tuple[type, ...] = (), exclude: tuple
     (`{"gpus": {"ge": 0, "le": 256}}`; a default there replaces the field's), `describe` replaces
     descriptions, `extra` adds fields (`name: (type, FieldInfo)`) after them. The service's bodies are
     made this way from the library's requests, so a default is declared once."""
-    from typing import Annotated
-
-    from pydantic import BaseModel, Field, create_model
-    from pydantic_core import PydanticUndefined
-
     types, limits, describe = types or {}, limits or {}, describe or {}
     fields: dict[str, Any] = {}
     for n, f in base.model_fields.items():

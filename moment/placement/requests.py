@@ -18,10 +18,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from moment.errors import MomentError
 from moment.placement import api
 from moment.placement.api import DEFAULTS, PlaceResult, SplitMachine, SplitResult, StageHook
-from moment.planner.api import DEFAULT_GPU_MODEL, DEFAULT_SSD_MODEL, DEFAULT_SSDS
+from moment.planner.api import DEFAULT_GPU_MODEL, DEFAULT_SSD_MODEL, DEFAULT_SSDS, parse_inventory, resolve_gpus
 from moment.planner.contracts import Plan
 from moment.planner.requests import DEFAULT_PROFILE, PROFILE_HELP
 from moment.requests import Cli
+from moment.topology.cluster import load_cluster
+from moment.topology.profiles import load_profile
 from moment.workload.spec import FANOUTS_HELP, parse_fanouts
 
 if TYPE_CHECKING:
@@ -116,18 +118,12 @@ def _options(req: PlaceRequest) -> dict[str, Any]:
 
 
 def _machine(req: PlaceRequest) -> tuple[Topology, Inventory]:
-    from moment.planner.api import parse_inventory, resolve_gpus
-    from moment.topology.profiles import load_profile
-
     topo = load_profile(req.profile)
     return topo, parse_inventory(None, resolve_gpus(topo, req.gpus), req.ssds, req.gpu_model, req.ssd_model)
 
 
 def _place_split(req: PlaceRequest, stage, notice) -> SplitResult:
     """`--machines N` / `--cluster FILE`: the machines, then `place_split`."""
-    from moment.planner.api import parse_inventory
-    from moment.topology.profiles import load_profile
-
     if req.machines is not None and req.cluster is not None:
         raise MomentError("--machines and --cluster both say how many machines: give one")
     if req.report:
@@ -138,8 +134,6 @@ def _place_split(req: PlaceRequest, stage, notice) -> SplitResult:
             if on:
                 raise MomentError(f"{flag} does not go with --cluster: each server is planned for its own hardware",
                                   hint=f"{flag} goes with --machines N (machines of one --profile and inventory)")
-        from moment.topology.cluster import load_cluster
-
         spec = load_cluster(cluster)
         topos, invs = {}, {}
         for i, sv in enumerate(spec.servers):

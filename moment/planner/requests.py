@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from moment.errors import Flag, MomentError, cli_flag
+from moment.planner import api
 from moment.planner.api import (
     DATA_HELP, DEFAULT_DATA, DEFAULT_GPU_MODEL, DEFAULT_GPUS, DEFAULT_SSD_MODEL, DEFAULT_SSDS)
 from moment.requests import Cli, given_fields
@@ -114,8 +115,6 @@ def plan(req: PlanRequest, *, topology: Topology | None = None, calibration: Cal
     are refused. `guard()` wraps the steps after those checks (the service names the field a message is
     about), `solve(work)` runs `work(progress)`, the search (the service under its time limit); messages
     spell inputs as `flag` does."""
-    from moment.planner import api
-
     if req.maxflow_backend not in MAXFLOW_BACKENDS:
         raise MomentError(f"{flag('maxflow_backend')} {req.maxflow_backend!r}: choose networkx or ortools")
     if req.timeout is not None and not (req.timeout > 0 and req.timeout < float("inf")):

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from moment.errors import MomentError
+
 PAPER_BATCH = 8000  # the paper's mini-batch size (seeds per GPU)
 
 
@@ -25,8 +27,6 @@ FANOUTS_HELP = "neighbours sampled per hop, the seeds' own hop first (25,10: 25 
 
 def parse_fanouts(text: str) -> list[int]:
     """--fanouts' spelling, `25,10`, as the fan-outs (a bad one: one line naming the flag)."""
-    from moment.errors import MomentError
-
     try:
         f = [int(x) for x in text.replace(" ", "").split(",") if x]
     except ValueError:
