@@ -63,7 +63,7 @@ def plan_cmd(
     Example: moment plan --profile paper-machine-b --gpus 4 --ssds 8 --diagram plan.svg
     """
     from moment.planner import api
-    from moment.planner.requests import plan
+    from moment.planner.requests import check, plan
 
     req = PlanRequest(**given(options))
     if cluster is not None:
@@ -74,6 +74,7 @@ def plan_cmd(
         return
     if remote_fraction is not None:
         raise MomentError("--remote-fraction: only with --cluster (one server reads nothing over the network)")
+    check(req)  # the options' own checks first, as before the diagram's
     if diagram is not None:
         from moment.planner.diagram import check_diagram_path
 

@@ -104,6 +104,16 @@ def _solve_here(progress):
     return lambda work: work(progress)
 
 
+def check(req: PlanRequest, *, flag: Flag = cli_flag) -> str:
+    """The request's own checks (the max-flow backend, the timeout, the data placement, which it returns),
+    which need no machine: `plan` runs them first."""
+    if req.maxflow_backend not in MAXFLOW_BACKENDS:
+        raise MomentError(f"{flag('maxflow_backend')} {req.maxflow_backend!r}: choose networkx or ortools")
+    if req.timeout is not None and not (req.timeout > 0 and req.timeout < float("inf")):
+        raise MomentError(f"{flag('timeout')} {req.timeout:g}: give a positive number of seconds")
+    return api.check_data(req.data, flag=flag)
+
+
 def plan(req: PlanRequest, *, topology: Topology | None = None, calibration: Calibration | Path | None = None,
          calibration_source: str | None = None, progress: Callable[[int, int], None] | None = None,
          flag: Flag = cli_flag, guard: Callable[[], AbstractContextManager[Any]] = nullcontext,
@@ -115,11 +125,7 @@ def plan(req: PlanRequest, *, topology: Topology | None = None, calibration: Cal
     are refused. `guard()` wraps the steps after those checks (the service names the field a message is
     about), `solve(work)` runs `work(progress)`, the search (the service under its time limit); messages
     spell inputs as `flag` does."""
-    if req.maxflow_backend not in MAXFLOW_BACKENDS:
-        raise MomentError(f"{flag('maxflow_backend')} {req.maxflow_backend!r}: choose networkx or ortools")
-    if req.timeout is not None and not (req.timeout > 0 and req.timeout < float("inf")):
-        raise MomentError(f"{flag('timeout')} {req.timeout:g}: give a positive number of seconds")
-    data = api.check_data(req.data, flag=flag)
+    data = check(req, flag=flag)
     api.check_one_inventory(req.inventory is not None, flag=flag, **given_fields(req, INVENTORY_INPUTS))
     cal = calibration
     if topology is None:
