@@ -40,6 +40,10 @@ from moment.workload.graph import GraphDataset
 from moment.workload.hotness import Hotness
 from moment.workload.seeds import check_seed
 
+#: the options' defaults other than None (moment.placement.requests.PlaceRequest, the request of `moment place`
+#: and of the service's place jobs, takes them from here)
+DEFAULTS = {"epochs": 1, "policy": "ddak", "overwrite": False, "verify": True, "seed": 0}
+
 #: stage(name, label) -> a context manager yielding progress(done, total) or None
 StageHook = Callable[[str, str], AbstractContextManager[Any]]
 
@@ -81,7 +85,7 @@ def place(
     *,
     plan: Plan | str | Path | None = None,
     hotness: Hotness | str | Path | None = None,
-    epochs: int = 1,
+    epochs: int = DEFAULTS["epochs"],
     batches: int | None = None,
     fanouts: Sequence[int] | None = None,
     batch_size: int | None = None,
@@ -89,10 +93,10 @@ def place(
     cpu_cache: str | None = None,
     ssd_paths: Mapping[str, str] | Sequence[str] | None = None,
     pool: int | None = None,
-    policy: str = "ddak",
-    overwrite: bool = False,
-    verify: bool = True,
-    seed: int = 0,
+    policy: str = DEFAULTS["policy"],
+    overwrite: bool = DEFAULTS["overwrite"],
+    verify: bool = DEFAULTS["verify"],
+    seed: int = DEFAULTS["seed"],
     stage: StageHook | None = None,
     notice: Callable[[str], None] | None = None,
 ) -> PlaceResult:
@@ -449,7 +453,7 @@ def place_split(
     replicate: str | None = None,
     plan: Plan | str | Path | None = None,
     hotness: Hotness | str | Path | None = None,
-    epochs: int = 1,
+    epochs: int = DEFAULTS["epochs"],
     batches: int | None = None,
     fanouts: Sequence[int] | None = None,
     batch_size: int | None = None,
@@ -457,10 +461,10 @@ def place_split(
     cpu_cache: str | None = None,
     ssd_paths: Mapping[str, str] | Sequence[str] | None = None,
     pool: int | None = None,
-    policy: str = "ddak",
-    overwrite: bool = False,
-    verify: bool = True,
-    seed: int = 0,
+    policy: str = DEFAULTS["policy"],
+    overwrite: bool = DEFAULTS["overwrite"],
+    verify: bool = DEFAULTS["verify"],
+    seed: int = DEFAULTS["seed"],
     stage: StageHook | None = None,
     notice: Callable[[str], None] | None = None,
 ) -> SplitResult:

@@ -10,13 +10,17 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from moment.placement import requests as placement_requests
+from moment.planner import requests as planner_requests
 from moment.planner.calibration import Calibration
 from moment.planner.cluster import ClusterPlan
 from moment.planner.contracts import DataPlacement, Plan
 from moment.planner.replay import ReplayReport
 from moment.topology.cluster import ClusterSpec
 from moment.topology.model import Topology
+from moment.requests import derive
 from moment.topology.scan import ScanReport
+from moment.workload.spec import DEFAULT_FANOUTS
 
 #: a machine's description uploaded as text: the field, and what it holds
 UPLOADS = {
@@ -30,6 +34,8 @@ UPLOADS = {
 }
 
 _Count = Field(ge=0, le=256)
+_COUNT = {"ge": 0, "le": 256}
+_NAME200 = {"max_length": 200}
 _DATA = ("where the rows will be on the SSDs, which the prediction assumes: 'planned' (the shares the LP "
          "chooses, as `moment place` with DDAK writes them) or 'even' (an equal share per SSD, hash placement)")
 _Name = Field(min_length=1, max_length=200)
@@ -73,20 +79,16 @@ class WorkloadIn(_Strict):
                                           description="share of reads served by CPU memory")
 
 
-class PlanRequest(MachineIn, WorkloadIn):
-    """`moment plan`: where the inventory's GPUs and SSDs go."""
-
-    gpus: int | None = Field(None, ge=0, le=256,
-                             description="GPUs to place (default 4; 0 on machines with built-in GPUs)")
-    ssds: int = Field(8, ge=0, le=256, description="NVMe SSDs to place")
-    gpu_model: str = Field("A100-PCIe-40GB", max_length=200, description="GPU model (GET /v1/models)")
-    ssd_model: str = Field("P5510", max_length=200, description="SSD model (GET /v1/models)")
-    inventory: str | None = Field(None, max_length=1000, description="mixed inventory, e.g. '2xA100,2xH100,8xP5510'")
-    maxflow_backend: Literal["ortools", "networkx"] = Field("ortools", description="the paper's max-flow solver")
-    data: DataPlacement = Field("planned", description=_DATA + "; the search ranks the placements under it, "
-                                "every layout is predicted under both (`predicted`, `predicted_even`)")
-    replay: bool = Field(False, description="also replay each layout's epoch step by step")
-    diagram: bool = Field(False, description="also return the recommended machine's diagram as `diagram_svg`")
+#: `moment plan`: the library's request (moment.planner.requests), its defaults and descriptions, with the
+#: machine's uploads, the service's limits and the diagram; the CLI's --timeout is the service's own limit
+PlanRequest = derive(
+    planner_requests.PlanRequest, "PlanRequest", bases=(MachineIn, WorkloadIn), module=__name__,
+    only=("gpus", "ssds", "gpu_model", "ssd_model", "inventory", "maxflow_backend", "data", "replay"),
+    types={"maxflow_backend": Literal["ortools", "networkx"], "data": DataPlacement},
+    limits={"gpus": _COUNT, "ssds": _COUNT, "gpu_model": _NAME200, "ssd_model": _NAME200,
+            "inventory": {"max_length": 1000}},
+    extra={"diagram": (bool, Field(False, description="also return the recommended machine's diagram as "
+                                                      "`diagram_svg`"))})
 
 
 class ClusterPlanRequest(WorkloadIn):
@@ -254,30 +256,31 @@ class Health(BaseModel):
 
 
 # ---- jobs --------------------------------------------------------------------------------------------
-class PlaceJobRequest(_Strict):
+class _PlaceNames(_Strict):
     """`moment place` as a job: a dataset and a layout named inside the service's data directory
     (DATA_DIR/datasets/NAME, DATA_DIR/layouts/NAME), never paths."""
 
     dataset: str = Field(min_length=1, max_length=100, description="dataset name under DATA_DIR/datasets/")
     layout: str = Field(min_length=1, max_length=100, description="layout name to write under DATA_DIR/layouts/")
-    profile: str = Field("paper-machine-b", max_length=200, description="built-in profile name")
-    gpus: int | None = Field(None, ge=0, le=256)
-    ssds: int = Field(8, ge=0, le=256)
-    gpu_model: str = Field("A100-PCIe-40GB", max_length=200)
-    ssd_model: str = Field("P5510", max_length=200)
-    plan: Plan | None = Field(None, description="reuse this plan's hardware placement instead of searching")
-    epochs: int = Field(1, ge=1, le=100)
-    batches: int | None = Field(None, ge=1, le=1_000_000)
-    fanouts: list[Annotated[int, Field(ge=1, le=1000)]] = Field(default_factory=lambda: [25, 10], min_length=1,
-                                                                max_length=4)
-    batch_size: int | None = Field(None, ge=1, le=1_000_000)
-    gpu_cache: str | None = Field(None, max_length=20, description="GiB ('8') or a share of the features ('10%')")
-    cpu_cache: str | None = Field(None, max_length=20)
-    pool: int | None = Field(None, ge=1, le=1_000_000)
-    policy: Literal["ddak", "hash", "degree"] = "ddak"
-    overwrite: bool = False
-    verify: bool = True
-    seed: int = Field(0, ge=0, le=2**32 - 1)
+
+
+#: the library's request (moment.placement.requests), its defaults, with the service's limits; the options
+#: that name paths (hotness, SSD paths, a cluster file) and the split are the command line's
+PlaceJobRequest = derive(
+    placement_requests.PlaceRequest, "PlaceJobRequest", bases=(_PlaceNames,), module=__name__,
+    doc=_PlaceNames.__doc__,
+    only=("profile", "gpus", "ssds", "gpu_model", "ssd_model", "plan", "epochs", "batches", "fanouts", "batch_size",
+          "gpu_cache", "cpu_cache", "pool", "policy", "overwrite", "verify", "seed"),
+    types={"plan": Plan | None, "policy": Literal["ddak", "hash", "degree"],
+           "fanouts": list[Annotated[int, Field(ge=1, le=1000)]]},
+    limits={"profile": _NAME200, "gpus": _COUNT, "ssds": _COUNT, "gpu_model": _NAME200, "ssd_model": _NAME200,
+            "epochs": {"ge": 1, "le": 100}, "batches": {"ge": 1, "le": 1_000_000},
+            "fanouts": {"default_factory": lambda: list(DEFAULT_FANOUTS), "min_length": 1, "max_length": 4},
+            "batch_size": {"ge": 1, "le": 1_000_000}, "gpu_cache": {"max_length": 20},
+            "cpu_cache": {"max_length": 20}, "pool": {"ge": 1, "le": 1_000_000}, "seed": {"ge": 0, "le": 2**32 - 1}},
+    describe={name: None for name in placement_requests.PlaceRequest.model_fields} | {
+        "profile": "built-in profile name", "plan": "reuse this plan's hardware placement instead of searching",
+        "gpu_cache": "GiB ('8') or a share of the features ('10%')"})
 
 
 class ProbeJobRequest(_Strict):

@@ -42,15 +42,14 @@ def check_place(req: PlaceJobRequest, data_dir: Path):
 
 
 def run_place(request: dict[str, Any], ctx: JobContext, data_dir: Path) -> dict[str, Any]:
-    from moment.placement.api import place
+    from moment.placement.requests import PlaceRequest, place
+    from moment.requests import narrow
 
     req = PlaceJobRequest.model_validate(request)
     ds, out, topo, inv = check_place(req, data_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
-    res = place(ds, out, topo, inv, plan=req.plan, epochs=req.epochs, batches=req.batches, fanouts=req.fanouts,
-                batch_size=req.batch_size, gpu_cache=req.gpu_cache, cpu_cache=req.cpu_cache, pool=req.pool,
-                policy=req.policy, overwrite=req.overwrite, verify=req.verify, seed=req.seed,
-                stage=ctx.stage, notice=ctx.notice)
+    res = place(narrow(PlaceRequest, req, dataset=ds, out=out), machine=(topo, inv), stage=ctx.stage,
+                notice=ctx.notice)
     return res.model_dump()
 
 

@@ -36,7 +36,7 @@ from moment.workload.seeds import mix
 if TYPE_CHECKING:
     from moment.workload.graph import GraphDataset
 
-DEFAULT_FANOUTS = (25, 10)
+from moment.workload.spec import DEFAULT_FANOUTS  # noqa: E402 - declared with the workload's other defaults
 #: nodes whose degrees are read at once (`CSRGraph.degree_histogram`): 32 MiB of indptr
 DEGREE_CHUNK = 1 << 22
 

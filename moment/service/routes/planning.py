@@ -27,22 +27,16 @@ def plan(req: PlanRequest, s: SettingsDep, slots: SearchesDep) -> dict:
     """Recommend which slot gets which GPU and SSD (`moment plan --json`); `diagram: true` adds the
     recommended machine's picture as `diagram_svg`."""
     from moment.planner import api
+    from moment.planner.requests import PlanRequest as Request, plan as plan_one
+    from moment.requests import narrow
     from moment.service.machines import machine
 
     topo, _ = machine(req, s.max_upload_bytes)
-    api.check_one_inventory(req.inventory is not None, flag=request_field, **given_beside_inventory(req))
-    with blame("inventory" if req.inventory else None, instead_of=INVENTORY_INPUTS):
-        gpus = api.resolve_gpus(topo, req.gpus, flag=request_field) if not req.inventory else 0
-        inv = api.parse_inventory(req.inventory, gpus, req.ssds, req.gpu_model, req.ssd_model,
-                                  flag=request_field)
-        wl = api.workload_spec(req.feature_dim, req.gb_per_gpu, req.gpu_cache_share, req.cpu_cache_share,
-                               flag=request_field)
-        result, out = run_with_deadline(
-            lambda progress: api.plan_machine(topo, inv, wl, overrides=req.overrides,
-                                              calibration=req.calibration, calibration_source="request",
-                                              replay=req.replay, maxflow_backend=req.maxflow_backend,
-                                              progress=progress, data=req.data),
-            s.plan_timeout_s, "the plan search", slots)
+    res = plan_one(narrow(Request, req), topology=topo, calibration=req.calibration, calibration_source="request",
+               flag=request_field, guard=lambda: blame("inventory" if req.inventory else None,
+                                                       instead_of=INVENTORY_INPUTS),
+               solve=lambda work: run_with_deadline(work, s.plan_timeout_s, "the plan search", slots))
+    topo, result, out = res.topology, res.plan, res.json
     if req.diagram:
         out["diagram_svg"] = api.plan_svg(topo, result)
     return out
