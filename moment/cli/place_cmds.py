@@ -12,7 +12,14 @@ from moment.cli import app, console, err_console
 from moment.cli.common import progress_bar, solver_bar
 from moment.cli.requests import given, request_options
 from moment.errors import MomentError
-from moment.placement.requests import PlaceRequest
+from moment.placement import verify_layout
+from moment.placement.api import SplitResult
+from moment.placement.layout import remove_layout
+from moment.placement.reader import load_manifest, shard_path
+from moment.placement.requests import PlaceRequest, place
+
+# Imports inside functions: each command loads only what it runs, so `moment --help` and every other command
+# start fast.
 
 layout_app = typer.Typer(help="Inspect and check written layouts (the output of `moment place`).",
                          no_args_is_help=True)
@@ -43,9 +50,6 @@ def place_cmd(
 
     Example: moment place --dataset ds --profile paper-machine-b --gpus 4 --ssds 8 --plan plan.json --out L
     """
-    from moment.placement.api import SplitResult
-    from moment.placement.requests import place
-
     req = PlaceRequest(**given(options))
     res = place(req, stage=_stage_bars(not json_out), notice=_notice)
     if json_out:
@@ -166,7 +170,6 @@ def verify_cmd(
 
     Exit 0 when all is sound; 1, naming the first damaged file (shard and byte offset), otherwise.
     """
-    from moment.placement import verify_layout
     from moment.placement.split import is_split, verify_split
 
     check = verify_split if is_split(layout) else verify_layout
@@ -205,8 +208,6 @@ def rm_cmd(
 
     Example: moment layout rm layouts/synth1m
     """
-    from moment.placement.layout import remove_layout
-    from moment.placement.reader import load_manifest
     from moment.placement.split import is_split
     from moment.runtime.runs import owned_runs, remove_runs
 
@@ -291,7 +292,6 @@ def info_cmd(
 ) -> None:
     """Show where a layout came from (machine, plan, policy, dataset) and what each bin holds (a split
     layout's directory: its machines, the rows each holds and owns)."""
-    from moment.placement.reader import load_manifest, shard_path
     from moment.placement.split import is_split
 
     if is_split(layout):

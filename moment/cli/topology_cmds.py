@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+import textwrap
 from pathlib import Path
 
 import typer
@@ -13,10 +15,25 @@ from moment.cli import app, console
 from moment.cli.common import solver_bar
 from moment.cli.requests import given, request_options
 from moment.errors import MomentError
+from moment.outputs import atomic_write, check_output
+from moment.planner import api
+
 # the inputs are parsed with the planner's JSON (the service parses the same way)
-from moment.planner.api import DATA_HELP
+from moment.planner.api import DATA_HELP, models_json, profiles_json
 from moment.planner.requests import (
-    GPU_MODEL_HELP, GPUS_HELP, SET_HELP, SSD_MODEL_HELP, SSDS_HELP, PlanRequest)
+    GPU_MODEL_HELP,
+    GPUS_HELP,
+    SET_HELP,
+    SSD_MODEL_HELP,
+    SSDS_HELP,
+    PlanRequest,
+    check,
+    plan,
+)
+from moment.workload.spec import WorkloadSpec
+
+# Imports inside functions: each command loads only what it runs, so `moment --help` and every other command
+# start fast.
 
 _SET_HELP = SET_HELP
 
@@ -62,9 +79,6 @@ def plan_cmd(
     --diagram FILE.svg draws one picture per machine: FILE-NAME.svg).
     Example: moment plan --profile paper-machine-b --gpus 4 --ssds 8 --diagram plan.svg
     """
-    from moment.planner import api
-    from moment.planner.requests import check, plan
-
     req = PlanRequest(**given(options))
     if cluster is not None:
         _cluster_alone(req, calibration)
@@ -119,7 +133,6 @@ def _cluster_alone(req: PlanRequest, calibration: Path | None) -> None:
 
 
 def _plan_cluster(path: Path, remote_fraction: float | None, workload, diagram: Path | None, json_out: bool) -> None:
-    import shutil
 
     from moment.planner.cluster import check_remote_fraction, plan_cluster
     from moment.topology.cluster import load_cluster
@@ -171,8 +184,6 @@ def compare_cmd(
     json_out: bool = typer.Option(False, "--json", help="print a JSON list"),
 ) -> None:
     """Plan several machines (or inventories) and put the best layouts side by side (what-if)."""
-    from moment.planner import api
-
     data = api.check_data(data)
     api.check_one_inventory(bool(inventories), gpus=gpus, ssds=ssds, gpu_model=gpu_model, ssd_model=ssd_model)
     machines, cal = [], None
@@ -209,8 +220,6 @@ _HEAD = {"epoch read s": "epoch\nread s", "min GB/s per GPU": "min GB/s\nper GPU
 
 def _render_compare(rows: list[dict]) -> None:
     """A table when it fits the terminal with every name whole; else one block per machine."""
-    import textwrap
-
     cells = [_compare_cells(r) for r in rows]
     cols = list(cells[0])
 
@@ -247,10 +256,8 @@ def schema_cmd(
     out: Path | None = typer.Option(None, "--out", "-o", help="write to this file instead of stdout"),
 ) -> None:
     """Print the JSON Schema of a profile (topology), of `plan --json` output, or of the workload."""
-    from moment.outputs import atomic_write, check_output
     from moment.planner.contracts import Plan
     from moment.topology.model import Topology
-    from moment.workload.spec import WorkloadSpec
 
     models = {"topology": Topology, "plan": Plan, "workload": WorkloadSpec}
     if what not in models:
@@ -268,7 +275,6 @@ def schema_cmd(
 @app.command("models")
 def models_cmd(json_out: bool = typer.Option(False, "--json", help="print a JSON list")) -> None:
     """List the GPU, SSD and NIC models the planner knows (use with --gpu-model/--ssd-model)."""
-    from moment.planner.api import models_json
     from moment.topology.devices import CATALOG
 
     if json_out:
@@ -288,8 +294,6 @@ def models_cmd(json_out: bool = typer.Option(False, "--json", help="print a JSON
 @app.command("profiles")
 def profiles_cmd(json_out: bool = typer.Option(False, "--json", help="print a JSON list")) -> None:
     """List the built-in machine profiles (use them with --profile NAME)."""
-    from moment.planner.api import profiles_json
-
     rows = profiles_json()
     if json_out:
         _emit_json(rows)

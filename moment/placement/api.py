@@ -24,21 +24,32 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
 import numpy as np
+from pydantic import BaseModel, ConfigDict
 
 from moment.errors import MomentError, check_at_least
 from moment.inputs import check_dir, exists
-from moment.outputs import check_output
+from moment.locking import locked
+from moment.outputs import check_output, publish_dir
 from moment.placement import planning as pl
-from moment.placement.layout import check_layout_out
+from moment.placement import split as sp
+from moment.placement.assignment import hotness_order
+from moment.placement.ddak import auto_pool, pool_access
+from moment.placement.layout import SplitPart, check_layout_out, drop_shard_dirs, write_layout
+from moment.placement.manifest import PlanRef, RemoteBin, SplitRef, row_format
+from moment.placement.planning import RECOMMENDED, epochs_sampled, hardware_record
+from moment.placement.reader import load_manifest
+from moment.placement.report import ddak_note, policy_report
 from moment.planner.contracts import Plan
 from moment.topology.devices import Inventory
 from moment.topology.model import Topology
 from moment.workload.graph import GraphDataset
-from moment.workload.hotness import Hotness
+from moment.workload.hotness import Hotness, heldout_reads, presample
 from moment.workload.seeds import check_seed
+from moment.workload.spec import default_batch_size
+
+# Imports inside functions: the heavier stages this one calls (the planner's search, the sampler, a
+# profile's readers) load only on the calls that need them.
 
 #: the options' defaults other than None (moment.placement.requests.PlaceRequest, the request of `moment place`
 #: and of the service's place jobs, takes them from here)
@@ -107,9 +118,6 @@ def place(
     (given ones must match them), else 25,10 and the training default. `gpu_cache`/`cpu_cache`: GiB
     ("8") or a share of the features ("10%") per GPU / per socket, at most the memory it lives in.
     `ssd_paths`: {"ssdN": DIR} or ["ssdN=DIR", ...]."""
-    from moment.locking import locked
-    from moment.placement.report import policy_report
-
     machine = SplitMachine("", topology, inventory)
     p = _prepare(dataset, out, [machine], split=False, plan=plan, hotness=hotness, epochs=epochs, batches=batches,
                  fanouts=fanouts, batch_size=batch_size, gpu_cache=gpu_cache, cpu_cache=cpu_cache,
@@ -176,7 +184,6 @@ def _prepare(dataset, out, machines: Sequence[SplitMachine], *, split: bool, pla
     """Every check that needs no work, first: nothing is sampled or written for bad input. Resolves the
     hotness's fan-outs and batch size (with a notice where they override the defaults)."""
     from moment.workload.sampler import DEFAULT_FANOUTS
-    from moment.workload.spec import default_batch_size
 
     check_choices(policy, pool)
     fanouts = None if fanouts is None else [int(x) for x in fanouts]
@@ -245,8 +252,6 @@ class _Sampled:
 
 def _sample(p: _Prepared, *, verify: bool, epochs, batches, seed, notice) -> _Sampled:
     """Under the layout's lock: verify the dataset, pre-sample (or take the hotness), the held-out sample."""
-    from moment.placement.assignment import hotness_order
-
     timings: dict[str, float] = {}
     verified = _verify_dataset(p.ds, verify, p.stage, notice, timings)
     hot = _hotness(p.ds, p.hotness, p.fanouts, p.batch_size, epochs, batches, seed, p.stage, timings)
@@ -303,10 +308,6 @@ def _write_machine(p: _Prepared, s: _Sampled, mp: _MachinePlan, out: Path, *, po
     machine of a split, `split`: its SplitPart, whose held rows it places), `policy`'s assignment written.
     `timings` (if given) gets each policy's and the write's seconds; `home`: where the layout is published
     (a split's machine is written inside the split's partial directory)."""
-    from moment.placement.layout import write_layout
-    from moment.placement.manifest import PlanRef, row_format
-    from moment.placement.reader import load_manifest
-
     ds, plan = p.ds, mp.plan
     reads, order = s.hot.feature_reads, s.order
     if split is not None:  # the machine's rows, in local ids, hottest first
@@ -358,9 +359,6 @@ def _verify_dataset(ds: GraphDataset, verify: bool, stage: StageHook, notice, ti
 
 def _ddak_note(hotness, bins, order, assignments, reports) -> str | None:
     """Why a baseline beats DDAK on the share error, when it does (see placement.report.ddak_note)."""
-    from moment.placement.ddak import auto_pool, pool_access
-    from moment.placement.report import ddak_note
-
     if "ddak" not in assignments:
         return None
     pool = assignments["ddak"].pool or 1
@@ -370,8 +368,6 @@ def _ddak_note(hotness, bins, order, assignments, reports) -> str | None:
 def _hotness(ds, hotness: Hotness | None, fanouts, batch_size, epochs, batches, seed, stage: StageHook,
              timings) -> Hotness:
     """Pre-sample, or take the given Hotness (`place` checked it fits the dataset and the run)."""
-    from moment.workload.hotness import presample
-
     t = time.perf_counter()
     if hotness is not None:
         hot = hotness
@@ -386,8 +382,6 @@ def _hotness(ds, hotness: Hotness | None, fanouts, batch_size, epochs, batches, 
 def _heldout(ds, hot: Hotness, fanouts, batch_size, seed, stage: StageHook, timings) -> np.ndarray:
     """A held-out sample's reads per node, what the choices made from `hot` are judged on
     (moment.workload.hotness.heldout_reads)."""
-    from moment.workload.hotness import heldout_reads
-
     t = time.perf_counter()
     with stage("presample", "pre-sampling a held-out sample (the predictions)") as progress:
         got = heldout_reads(ds, fanouts, batch_size, int(hot.meta.get("seed", seed)), progress)
@@ -396,8 +390,6 @@ def _heldout(ds, hot: Hotness, fanouts, batch_size, seed, stage: StageHook, timi
 
 
 def _summary(ds, hot, wl, plan, plan_file, cache, timings) -> dict[str, Any]:
-    from moment.placement.planning import RECOMMENDED, epochs_sampled, hardware_record
-
     source = f"from {plan_file}" if plan_file is not None else RECOMMENDED
     return {
         "dataset": str(ds.path),
@@ -475,12 +467,6 @@ def place_split(
     places a whole dataset (the plan `moment plan` recommends for it, or `plan` -- checked against every
     machine --, re-evaluated, and `policy`; `ssd_paths` as `place`'s, for every machine), so a split of one
     machine writes that machine's layout as `place` writes the whole."""
-    from moment.locking import locked
-    from moment.outputs import publish_dir
-    from moment.placement import split as sp
-    from moment.placement.layout import SplitPart, drop_shard_dirs
-    from moment.placement.manifest import RemoteBin, SplitRef
-
     p = _prepare(dataset, out, machines, split=True, plan=plan, hotness=hotness, epochs=epochs, batches=batches,
                  fanouts=fanouts, batch_size=batch_size, gpu_cache=gpu_cache, cpu_cache=cpu_cache,
                  ssd_paths=ssd_paths, pool=pool, policy=policy, overwrite=overwrite, seed=seed, stage=stage,

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from moment.errors import MomentError
+from moment.planner.api import calibrated
 from moment.service.errors import FieldError, TooLarge, blame, request_field
 from moment.service.schemas import UPLOADS, MachineIn
 from moment.topology.cluster import cluster_from_dict
@@ -100,8 +101,6 @@ def read_uploads(texts: dict[str, str], name: str | None = None, overrides: list
 def machine(req: MachineIn, upload_limit: int) -> tuple[Topology, str]:
     """The request's machine with its overrides and calibration applied, and its name (as the CLI names
     it: the profile name given, or the uploaded machine's name)."""
-    from moment.planner.api import calibrated
-
     texts = {k: getattr(req, k) for k in UPLOADS if getattr(req, k) is not None}
     for k, v in texts.items():
         check_upload(k, v, upload_limit)

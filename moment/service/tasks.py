@@ -8,13 +8,18 @@ import re
 from pathlib import Path
 from typing import Any
 
+from moment.placement.api import check_choices
+from moment.placement.planning import check_caches
+from moment.placement.requests import PlaceRequest, place
 from moment.planner import api
+from moment.requests import narrow
 from moment.service.errors import FieldError, blame, request_field
 from moment.service.jobs import JobContext
 from moment.service.machines import builtin_profile_path
 from moment.service.paths import inside
 from moment.service.schemas import PlaceJobRequest, ProbeJobRequest
 from moment.topology.profiles import load_profile
+from moment.workload.graph import GraphDataset
 
 # Imports inside functions: a route loads the planner, the readers and a job's work when it runs: the
 # service starts fast, without torch.
@@ -22,10 +27,6 @@ from moment.topology.profiles import load_profile
 
 def check_place(req: PlaceJobRequest, data_dir: Path):
     """(dataset dir, layout dir, topology, inventory) of a place request; FieldError when wrong."""
-    from moment.placement.api import check_choices
-    from moment.placement.planning import check_caches
-    from moment.workload.graph import GraphDataset
-
     check_choices(req.policy, req.pool)
     if any(f < 1 or f > 1000 for f in req.fanouts):
         raise FieldError("fanouts", f"each fan-out must be between 1 and 1000 (got {req.fanouts})")
@@ -42,9 +43,6 @@ def check_place(req: PlaceJobRequest, data_dir: Path):
 
 
 def run_place(request: dict[str, Any], ctx: JobContext, data_dir: Path) -> dict[str, Any]:
-    from moment.placement.requests import PlaceRequest, place
-    from moment.requests import narrow
-
     req = PlaceJobRequest.model_validate(request)
     ds, out, topo, inv = check_place(req, data_dir)
     out.parent.mkdir(parents=True, exist_ok=True)

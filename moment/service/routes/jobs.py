@@ -10,6 +10,9 @@ from moment.service.errors import error_responses
 from moment.service.jobs import JobStore
 from moment.service.schemas import Job, PlaceJobRequest, ProbeJobRequest
 
+# Imports inside functions: a route loads the planner, the readers and a job's work when it runs: the
+# service starts fast, without torch.
+
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
 

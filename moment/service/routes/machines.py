@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, File, Form, UploadFile
 from starlette.concurrency import run_in_threadpool
 
+from moment.planner.api import models_json, profiles_json, topology_json
 from moment.service.deps import CacheDep, SettingsDep
 from moment.service.errors import FieldError, TooLarge
 from moment.service.schemas import MACHINE_NAME, UPLOADS, ProfileRow, ScanResponse
@@ -21,8 +22,6 @@ router = APIRouter(tags=["machines"])
 @router.get("/profiles", response_model=list[ProfileRow])
 def profiles(cache: CacheDep) -> list[dict]:
     """The built-in machine profiles (`moment profiles --json`)."""
-    from moment.planner.api import profiles_json
-
     if "profiles" not in cache:  # built-in files: read once per process
         cache["profiles"] = profiles_json()
     return cache["profiles"]
@@ -31,8 +30,6 @@ def profiles(cache: CacheDep) -> list[dict]:
 @router.get("/models", response_model=list[DeviceModel])
 def models() -> list[dict]:
     """The GPU, SSD and NIC models the planner knows (`moment models --json`)."""
-    from moment.planner.api import models_json
-
     return models_json()
 
 
@@ -49,7 +46,6 @@ async def scan(
 ) -> dict:
     """Read an uploaded machine description (multipart files) into a topology, as
     `moment scan --from-... --json` does; use the result as `profile_yaml` (YAML or JSON) in /v1/plan."""
-    from moment.planner.api import topology_json
     from moment.service.machines import read_uploads
 
     files = {"nccl_xml": nccl_xml, "hwloc_xml": hwloc_xml, "lspci": lspci, "lspci_vvv": lspci_vvv,

@@ -2,22 +2,45 @@
 
 Each takes a place among the service's searches (or 429) and runs under its time limit (or 408); each
 calls what the matching `moment` command calls, so `POST /v1/plan` answers what `moment plan --json`
-prints for the same inputs. The planner is imported inside the handlers, as the command line does.
+prints for the same inputs.
 """
 
 # no `from __future__ import annotations`: FastAPI reads the handlers' annotations
 
 from fastapi import APIRouter
+from pydantic import ValidationError
 
+from moment.cost import CostParams
+from moment.cost import advise as advise_inventories
 from moment.cost.advisor import AdviseResult
+from moment.cost.prices import merge_prices
 from moment.errors import MomentError
+from moment.planner import api
+from moment.planner.cluster import ClusterPlan
+from moment.planner.requests import PlanRequest as Request
+from moment.planner.requests import plan as plan_one
+from moment.requests import narrow
 from moment.service.config import MiB
 from moment.service.deadline import run_with_deadline
 from moment.service.deps import SEARCH_ERRORS, SEARCHING, SearchesDep, SettingsDep
 from moment.service.errors import INVENTORY_INPUTS, FieldError, blame, given_beside_inventory, request_field
 from moment.service.schemas import (
-    UPLOADS, AdviseRequest, ClusterPlanRequest, ClusterPlanResponse, CompareMachinesRequest, CompareRequest,
-    CompareRow, PlanRequest, PlanResponse, SimulateRequest, SimulateResponse)
+    UPLOADS,
+    AdviseRequest,
+    ClusterPlanRequest,
+    ClusterPlanResponse,
+    CompareMachinesRequest,
+    CompareRequest,
+    CompareRow,
+    PlanRequest,
+    PlanResponse,
+    SimulateRequest,
+    SimulateResponse,
+)
+from moment.topology.profiles import load_profile
+
+# Imports inside functions: a route loads the planner, the readers and a job's work when it runs: the
+# service starts fast, without torch.
 
 router = APIRouter(tags=["planning"], dependencies=SEARCHING, responses=SEARCH_ERRORS)
 
@@ -26,9 +49,6 @@ router = APIRouter(tags=["planning"], dependencies=SEARCHING, responses=SEARCH_E
 def plan(req: PlanRequest, s: SettingsDep, slots: SearchesDep) -> dict:
     """Recommend which slot gets which GPU and SSD (`moment plan --json`); `diagram: true` adds the
     recommended machine's picture as `diagram_svg`."""
-    from moment.planner import api
-    from moment.planner.requests import PlanRequest as Request, plan as plan_one
-    from moment.requests import narrow
     from moment.service.machines import machine
 
     topo, _ = machine(req, s.max_upload_bytes)
@@ -46,8 +66,6 @@ def plan(req: PlanRequest, s: SettingsDep, slots: SearchesDep) -> dict:
 def plan_cluster(req: ClusterPlanRequest, s: SettingsDep, slots: SearchesDep) -> dict:
     """Plan a cluster (`moment plan --cluster FILE --json`): each server's GPUs, SSDs and NICs, and the
     epoch with the network's part; servers name built-in profiles (GET /v1/profiles)."""
-    from moment.planner import api
-    from moment.planner.cluster import ClusterPlan
     from moment.service.machines import cluster_spec
     from moment.service.worker import plan_cluster_json, run_capped
 
@@ -72,9 +90,7 @@ def plan_cluster(req: ClusterPlanRequest, s: SettingsDep, slots: SearchesDep) ->
 def compare(req: CompareRequest, s: SettingsDep, slots: SearchesDep) -> list[dict]:
     """Plan several built-in machines (or inventories) and put the best layouts side by side
     (`moment compare --json`)."""
-    from moment.planner import api
     from moment.service.machines import builtin_profile_path
-    from moment.topology.profiles import load_profile
 
     machines = []
     for i, name in enumerate(req.profiles):
@@ -100,7 +116,6 @@ def compare(req: CompareRequest, s: SettingsDep, slots: SearchesDep) -> list[dic
 def simulate(req: SimulateRequest, s: SettingsDep, slots: SearchesDep) -> dict:
     """Replay an epoch step by step (`moment simulate --json`): a named layout of the profile
     (`placement`, with `gpus`/`ssds`) or a plan's recommended placement (`plan`)."""
-    from moment.planner import api
     from moment.service.machines import machine
 
     if (req.placement is None) == (req.plan is None):
@@ -127,7 +142,6 @@ def simulate(req: SimulateRequest, s: SettingsDep, slots: SearchesDep) -> dict:
 def compare_machines(req: CompareMachinesRequest, s: SettingsDep, slots: SearchesDep) -> list[dict]:
     """Plan several machines, each a built-in name or an upload with its own what-if `set`, and put
     their best layouts side by side (the rows of `moment compare --json`)."""
-    from moment.planner import api
     from moment.service.machines import machine
 
     api.check_one_inventory(req.inventory is not None, flag=request_field, **given_beside_inventory(req))
@@ -162,9 +176,6 @@ def compare_machines(req: CompareMachinesRequest, s: SettingsDep, slots: Searche
 def advise(req: AdviseRequest, s: SettingsDep, slots: SearchesDep) -> AdviseResult:
     """What to buy under a budget (`moment advise --json`): inventories of one GPU and one SSD model
     placed on the chassis, best throughput per TCO dollar and best throughput, with runner-ups."""
-    from moment.cost import advise
-    from moment.cost.prices import merge_prices
-    from moment.planner import api
     from moment.service.machines import machine
 
     params = _cost_params(req)
@@ -174,7 +185,7 @@ def advise(req: AdviseRequest, s: SettingsDep, slots: SearchesDep) -> AdviseResu
     wl = api.workload_spec(req.feature_dim, req.gb_per_gpu, req.gpu_cache_share, req.cpu_cache_share,
                            flag=request_field)
     return run_with_deadline(
-        lambda progress: advise(topo, req.budget, models=req.models or None, max_gpus=req.max_gpus,
+        lambda progress: advise_inventories(topo, req.budget, models=req.models or None, max_gpus=req.max_gpus,
                                 max_ssds=req.max_ssds, workload=wl, prices=table, params=params, top_k=req.top,
                                 progress=progress, flag=request_field, data=req.data),
         s.plan_timeout_s, "the buying advice", slots)
@@ -182,9 +193,6 @@ def advise(req: AdviseRequest, s: SettingsDep, slots: SearchesDep) -> AdviseResu
 
 def _cost_params(req: AdviseRequest):
     """The request's TCO knobs as CostParams; a bad one is a FieldError naming the request's field."""
-    from pydantic import ValidationError
-
-    from moment.cost import CostParams
 
     try:
         return CostParams(years=req.years, pue=req.pue, utilisation=req.utilisation,
