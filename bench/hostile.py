@@ -233,9 +233,11 @@ CASES = [
     Case("moment plan --profile server.yaml --gpus 2 --ssds 2 --gpu-model H100-PCIe-80GB --json",
          '"id": "gpu0->slot1", "src": "gpu0", "dst": "slot1", "kind": "pcie", "label": null, "capacity_gbps": 27.09',
          code=0, absent=('"capacity_gbps": 54.19',)),
-    # corrupt or foreign data is found; training never goes on with NaN
+    # corrupt or foreign data is found; training never goes on with NaN, nor with a finite loss that diverged
     Case(f"moment train --layout layouts/garbage --epochs 1 {FAST}", "the loss is not finite",
          gone=("layouts/garbage.runs/*/checkpoint/checkpoint.pt",)),
+    Case(f"{TRAIN} {FAST} --lr 1e6 --run-dir runs-diverged", "the loss diverged (learning rate 1e+06)",
+         absent=("not finite",)),
     Case("moment layout verify layouts/garbage", "checksum mismatch in chunk 0"),
     Case(f"moment train --dataset data/nanfeat --features-in-memory --epochs 1 {FAST}",
          "the loss is not finite because the feature rows read for the batch hold NaN"),
@@ -338,6 +340,10 @@ CASES = [
          absent=("budget -",)),
     Case(f"{ADVISE} --nic CX7", "--nic prices the network between servers, which only --machines-max compares"),
     Case(f"{TRAIN} --dry-run --metrics-json m.json", "--metrics-json: a dry run trains nothing", gone=("m.json",)),
+    # fan-outs: bounded by the graph's largest degree, the dry run in bounded time and memory, beyond any graph refused
+    Case("moment train --layout layouts/L --dry-run --json --fanouts 1000000,1000000",
+         "neighbours (the graph's largest degree); using", code=0, timeout=30),
+    Case("moment train --layout layouts/L --dry-run --fanouts 3000000000,5", "--fanouts", absent=("Traceback",)),
     # last: the other cases read this layout
     Case("moment layout rm layouts/L", "also removed", code=0,
          gone=("layouts/L", "layouts/L.runs", "mnt/*/moment-L-*")),

@@ -7,6 +7,8 @@ topology tools run without it.
 
 from typing import Any
 
+# Imports inside functions: `import moment` stays torch-free: `open_run` loads the runtime when first used.
+
 __version__ = "0.1.0"
 __all__ = ["open_run", "Run", "Batch", "__version__"]
 

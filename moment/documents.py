@@ -44,7 +44,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          "pass it as `moment plan --cluster {path}`", _has("servers", "network")),
     Kind("calibration", "from `moment calibrate --out`", "pass it as --calibration {path} to plan, compare or simulate",
          _has("params", "fitted")),
-    Kind("measurement file", "from `moment probe --out`, or written by hand as the README shows",
+    Kind("measurement file", "from `moment probe --out`, or written by hand as docs/planning.md shows",
          "fit a calibration from it: `moment calibrate --measured {path} --out cal.yaml`, then pass "
          "--calibration cal.yaml", _has("measurements")),
     Kind("price file", "written by hand: `devices: {MODEL: {price_usd: ..., date: ..., source: ...}}`",

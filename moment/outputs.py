@@ -23,6 +23,7 @@ This module sits beside `moment.errors` at the bottom of the package: everything
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import hashlib
 import json
@@ -354,8 +355,6 @@ _RENAME_EXCHANGE = 2
 def exchange(a: str | Path, b: str | Path) -> bool:
     """Swap two paths in one atomic step (Linux renameat2 RENAME_EXCHANGE); False where the file system or
     the platform lacks it."""
-    import ctypes
-
     try:
         fn = ctypes.CDLL(None, use_errno=True).renameat2
     except (AttributeError, OSError):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from moment.errors import MomentError
 
@@ -40,8 +41,6 @@ def fmt_size(b: float) -> str:
 def available_memory() -> int | None:
     """Memory this process can still take: /proc/meminfo's MemAvailable, lowered by a cgroup v2 limit
     (memory.max less memory.current); None where neither can be read (not Linux)."""
-    from pathlib import Path
-
     cands: list[int] = []
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():

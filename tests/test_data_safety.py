@@ -140,7 +140,7 @@ def test_overwrite_without_atomic_exchange_restores_the_old_layout(env, monkeypa
     monkeypatch.setattr(moment.outputs, "exchange", lambda a, b: False)
     monkeypatch.setattr(layout_mod.testpoints, "reach", reach)
     real_recover = layout_mod._recover
-    monkeypatch.setattr(layout_mod, "_recover", lambda out, mounts: None)  # as if killed: no clean-up
+    monkeypatch.setattr(layout_mod, "_recover", lambda out, mounts, *published: None)  # as if killed: no clean-up
     with pytest.raises(Killed):
         run(place_args(env, out, *ssd, "--overwrite", "--policy", "hash"))
     assert not out.exists() and verify_layout(out.with_name(out.name + ".old")).ok

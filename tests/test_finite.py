@@ -84,3 +84,73 @@ def test_recording_steps_on_cuda_never_synchronises():
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert log.check(lambda t: t)[1] is None
+
+
+# ---- a finite loss that diverges ------------------------------------------------------------------------
+
+BLOWN = [1.49, 1.28e14, 1.16e13, 8.83e12, 1.79e13, 2.06e13, 1.46e13]  # `--lr 1e6`'s mean losses, step by step
+
+
+def _trips(curve: list[float]) -> int | None:
+    """The 1-based step at which the rule trips on `curve`, checked in one piece."""
+    got = finite.divergence_at([], curve)
+    return None if got is None else got[0] + 1
+
+
+def test_a_diverging_loss_trips_the_rule_at_the_same_step_however_the_checks_cut_the_curve():
+    assert finite.divergence_at([], BLOWN) == (finite.DIVERGE_STEPS, 1.49)  # step 4: steps 2, 3, 4 over the bound
+    for cut in range(len(BLOWN)):  # a check after any step (or a resumed run's restored curve) changes nothing
+        before, after = BLOWN[:cut], BLOWN[cut:]
+        got = finite.divergence_at(before, after)  # (past step 4 only a run that went on would ask)
+        assert got is not None and cut + got[0] + 1 == max(4, cut + 1), cut
+    # a model that learns first, then blows up: the bound is the run's first losses', not the recent ones'
+    late = [1.4, 1.2, 1.0, 0.9] + [0.8] * 50 + [50.0, 3e4, 2e5, 9e6, 4e7]
+    assert _trips(late) == len(late) - 1  # 3e4, 2e5, 9e6: over 1e4 times 0.9 three steps in a row
+
+
+def test_normal_training_never_trips_the_rule():
+    g = torch.Generator().manual_seed(0)
+    steps = torch.arange(2000, dtype=torch.float64)
+    noise = torch.exp(torch.randn(2000, generator=g, dtype=torch.float64))  # each step x0.1 .. x10 or so
+    curves = {
+        "falling": (1.4 * torch.exp(-steps / 300) + 1e-3).tolist(),
+        "noisy": (1.4 * noise).tolist(),
+        "falling to near zero, then spiking": [1.4, 1.0, 0.5, 0.2] + [1e-6] * 100 + [1e-2] * 2 + [1e-6] * 10,
+        "a brief rise x3": [1.4, 1.3, 1.2] + [1.1] * 20 + [3.3] * 10 + [1.0] * 20,
+        "one step 1e5 times the first": [1.4, 1.3, 1.2, 1.4e5, 1.1, 1.4e5, 1.0],
+        "link scale": [0.69, 0.68, 0.7, 0.66, 0.5, 0.45, 0.44],
+        "a custom loss's scale": [3e-7, 2e-7, 2.5e-7, 1e-7, 1e-7],
+        "large custom scale": [4e9, 3e9, 1e10, 2e9],
+        "a loss that starts at zero": [0.0, 5.0, 50.0, 500.0, 5e4, 5e5, 5e6],
+        "negative": [-1.0, -2.0, 3.0, 1e9, 1e9, 1e9],
+        "two steps": [1.49, 1.28e14],
+        "three steps": [1.49, 1.28e14, 1.16e13],
+        "one step": [1.49],
+        "none": [],
+        "NaN": [1.49, float("nan"), float("nan"), float("nan")],  # `first_bad` names that one
+    }
+    for name, curve in curves.items():
+        assert _trips(curve) is None, name
+
+
+def test_a_check_names_the_step_where_the_loss_diverged_and_a_nan_before_it_wins(monkeypatch):
+    """One rank: its check finds the divergence at step 4 (batch 3 of epoch 0, since step 2), and stops at
+    the earlier of a NaN step and the divergence."""
+    monkeypatch.setattr(finite, "CHECK_EVERY", 8)
+    x = torch.ones(5, 2)
+
+    def check(losses: list[float], curve: list[float] = ()):
+        log = StepLog(0, 1)
+        for i, v in enumerate(losses, start=len(curve) + 1):
+            log.record(torch.tensor(v), x, i, 0, i - 1)
+        return log.check(lambda t: t, curve)
+
+    losses, stop = check(BLOWN)
+    assert losses == pytest.approx(BLOWN)
+    assert stop == finite.Divergence(4, 0, 3, since=2, loss=pytest.approx(8.83e12), reference=pytest.approx(1.49))
+    assert check(BLOWN[2:], BLOWN[:2])[1].step == 4  # the curve so far comes from earlier checks
+    _, stop = check([1.49, 1.28e14, float("nan"), 8.8e12, 1.7e13])
+    assert stop == BadStep(3, 0, 2, (0,), False)  # the NaN at step 3 comes first
+    _, stop = check(BLOWN[:5] + [float("nan")])
+    assert isinstance(stop, finite.Divergence) and stop.step == 4
+    assert check([1.4, 1.2, 1.1, 1.0, 0.9])[1] is None

@@ -14,7 +14,8 @@ import pytest
 
 from moment.errors import MomentError
 from moment.workload.graph import GraphDataset
-from moment.workload.importers import EdgePolicy, import_notices, import_ogb
+from moment.workload.import_ogb import import_ogb
+from moment.workload.importers import EdgePolicy, import_notices
 
 torch = pytest.importorskip("torch")
 pyg_data = pytest.importorskip("torch_geometric.data")

@@ -131,5 +131,8 @@ def test_the_readme_says_what_make_installs_and_places_on_ssds():
     readme = (ROOT / "README.md").read_text()
     quick = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
     assert "make install-dev" in quick and "torch" in quick
-    place = readme.split("## Placing data and training", 1)[1].split("```", 2)[1]
-    assert "moment place" in place and "--ssd-path ssd0=" in place
+    example = quick.split("### Plan, place, train", 1)[1].split("```", 2)[1]
+    page = (ROOT / "docs" / "placement.md").read_text()
+    place = page.split("## Place a dataset", 1)[1].split("```", 2)[1]
+    for block in (example, place):
+        assert "moment place" in block and "--ssd-path ssd0=" in block

@@ -1,17 +1,19 @@
-"""The README runs as written: its files are written and its commands run, in order,
-in a fresh directory.
+"""The README and every page of docs/ run as written: each file's blocks are written and its commands run,
+in order, in a fresh directory of its own (a page that needs a dataset or a layout builds a small one first).
 
-Conventions for README code blocks:
-- ```yaml file=NAME (any language with `file=NAME`): written to NAME before any command runs;
+Conventions for code blocks:
+- ```yaml file=NAME (any language with `file=NAME`): written to NAME before any command of its page runs;
 - ```bash or an unlabelled block: every command runs (a trailing backslash continues a line) and must
   exit 0; a line may start processes in the background and wait for them (`A & B && wait $!`: two training
-  agents on 127.0.0.1);
-- any other language (```text, ```console, ```json without file=): shown, not run.
+  agents on 127.0.0.1); `moment`, `torchrun` and `python` are this interpreter's;
+- any other language (```text, ```console, ```json or ```python without file=): shown, not run.
 Skipped, with the reason reported: `make` lines (they build a virtual environment: `make test` runs
 this test), `source .venv/bin/activate` (checked instead: it names the environment `make` built and this
 test runs in), training lines when torch is not installed, `moment doctor --gpu` where CUDA exists
 (there it runs the GPU checks, for minutes; tests/test_gpucheck.py runs them on CPU), and a whole block
 when a tool it calls (lstopo, lspci, dmidecode, nvidia-smi, sudo) is not on this machine.
+
+Every relative link of these files must name a file of the repository.
 """
 
 from __future__ import annotations
@@ -32,10 +34,12 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
+DOCS = sorted((REPO / "docs").glob("*.md"))
+PAGES = [README, *DOCS]
 _FENCE = re.compile(r"^```\s*(?P<lang>[\w+-]*)(?P<attrs>.*)$")
 _OPERATORS = {"&&", "||", "|", ";", "&", "(", ")"}
 #: bash builtins a README line may use (two agents started in one line: `A & B && wait $!`): not programs to find
-_BUILTINS = {"wait", "cd", "export", "set", "true"}
+_BUILTINS = {"wait", "cd", "export", "set", "true", "source", "."}
 _TORCH_LINE = re.compile(r"\btorchrun\b|\bmoment train\b|\bmoment\.train\b")
 _DOCTOR_LINE = re.compile(r"\bmoment doctor\b.*--gpu")
 
@@ -55,7 +59,7 @@ class Block:
     commands: list[str] = field(default_factory=list)
 
 
-def parse_blocks(text: str) -> list[Block]:
+def parse_blocks(text: str, name: str = "README.md") -> list[Block]:
     blocks, cur = [], None
     for no, line in enumerate(text.splitlines(), start=1):
         if cur is None:
@@ -68,7 +72,7 @@ def parse_blocks(text: str) -> list[Block]:
             cur = None
         else:
             cur.lines.append(line)
-    assert cur is None, f"README.md:{cur.line_no}: code block never closed"
+    assert cur is None, f"{name}:{cur.line_no}: code block never closed"
     for b in blocks:
         if b.lang in ("", "bash", "sh", "shell") and "file" not in b.attrs:
             b.commands = _commands(b.lines)
@@ -106,35 +110,65 @@ def programs(command: str) -> list[str]:
 
 
 def _shims(bin_dir: Path) -> None:
-    """`moment` and `torchrun` from this interpreter, so the README runs against this checkout."""
+    """`moment`, `torchrun` and `python` from this interpreter, so the pages run against this checkout."""
     bin_dir.mkdir()
-    for name, module in (("moment", "moment"), ("torchrun", "torch.distributed.run")):
+    for name, module in (("moment", "moment"), ("torchrun", "torch.distributed.run"), ("python", None)):
         p = bin_dir / name
-        p.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m {module} "$@"\n')
+        run = f"-m {module} " if module else ""
+        p.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} {run}"$@"\n')
         p.chmod(0o755)
 
 
-def _check_activation(cmd: str, line_no: int) -> None:
+def _check_activation(cmd: str, where: str) -> None:
     """`source .venv/bin/activate` must name the environment the Makefile builds, and when this test
     runs from that environment (as under `make test`), its activate script must exist."""
     script = Path(shlex.split(cmd, comments=True)[1])
     venv = re.search(r"^VENV\s*:?=\s*(\S+)", (REPO / "Makefile").read_text(), re.M).group(1)
-    assert script == Path(venv) / "bin" / "activate", f"README.md:{line_no}: {cmd!r} is not {venv}/bin/activate"
+    assert script == Path(venv) / "bin" / "activate", f"{where}: {cmd!r} is not {venv}/bin/activate"
     if Path(sys.prefix).resolve() == (REPO / venv).resolve():
-        assert (REPO / script).is_file(), f"README.md:{line_no}: {REPO / script} does not exist"
+        assert (REPO / script).is_file(), f"{where}: {REPO / script} does not exist"
+
+
+def _name(page: Path) -> str:
+    return str(page.relative_to(REPO))
 
 
 def test_readme_blocks_are_labelled_and_parse():
     blocks = parse_blocks(README.read_text())
-    assert any(b.attrs.get("file") for b in blocks), "the README's profile example names its file"
-    assert sum(len(b.commands) for b in blocks) >= 20
+    assert any(b.commands for b in blocks), "the README's quick start runs"
+    pages = {_name(p): parse_blocks(p.read_text(), _name(p)) for p in DOCS}
+    assert any(b.attrs.get("file") for b in pages["docs/planning.md"]), "the profile example names its file"
+    assert sum(len(b.commands) for bs in [blocks, *pages.values()] for b in bs) >= 40
     assert programs("A=1 lspci -tv > x.txt && sudo dmidecode -t slot | head; moment scan # c") == \
         ["lspci", "sudo", "head", "moment"]
 
 
+_LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_name)
+def test_relative_links_name_files_of_the_repository(page):
+    """Every relative link resolves to a file or folder inside the repository (nothing outside it, such as a
+    design note beside the checkout)."""
+    text = page.read_text()
+    bad = []
+    for no, line in enumerate(text.splitlines(), 1):
+        for target in _LINK.findall(line):
+            if re.match(r"[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):
+                continue  # a URL, or an anchor on this page
+            path = (page.parent / target.split("#", 1)[0]).resolve()
+            if not path.is_relative_to(REPO) or not path.exists():
+                bad.append(f"{_name(page)}:{no}: {target}")
+        if "../shared" in line or "DESIGN.md" in line:
+            bad.append(f"{_name(page)}:{no}: names a file outside the repository")
+    assert not bad, "\n".join(bad)
+
+
 @pytest.mark.slow
-def test_readme_runs_as_written(tmp_path):
-    blocks = parse_blocks(README.read_text())
+@pytest.mark.parametrize("page", PAGES, ids=_name)
+def test_page_runs_as_written(page, tmp_path):
+    name = _name(page)
+    blocks = parse_blocks(page.read_text(), name)
     work = tmp_path / "work"
     work.mkdir()
     _shims(tmp_path / "bin")
@@ -152,42 +186,44 @@ def test_readme_runs_as_written(tmp_path):
     for b in blocks:
         if not b.commands:
             continue
+        where = f"{name}:{b.line_no}"
         progs = {p for c in b.commands for p in programs(c)} - {"make"} - _BUILTINS
         missing = sorted(p for p in progs if shutil.which(p, path=env["PATH"]) is None)
         if "sudo" in progs and os.geteuid() != 0:
             missing.append("sudo (needs a password)")
         if missing:
-            skipped.append(f"README.md:{b.line_no}: block needs {', '.join(missing)}")
+            skipped.append(f"{where}: block needs {', '.join(missing)}")
             continue
         for cmd in b.commands:
             if programs(cmd)[:1] == ["make"]:
-                skipped.append(f"README.md:{b.line_no}: {cmd!r} (builds a virtual environment)")
+                skipped.append(f"{where}: {cmd!r} (builds a virtual environment)")
                 continue
             if programs(cmd)[:1] in (["source"], ["."]):
-                _check_activation(cmd, b.line_no)
-                skipped.append(f"README.md:{b.line_no}: {cmd!r} (activates the environment this test runs in)")
+                _check_activation(cmd, where)
+                skipped.append(f"{where}: {cmd!r} (activates the environment this test runs in)")
                 continue
             if _DOCTOR_LINE.search(cmd) and has_cuda:
-                skipped.append(f"README.md:{b.line_no}: {cmd!r} (CUDA exists: the GPU checks take minutes)")
+                skipped.append(f"{where}: {cmd!r} (CUDA exists: the GPU checks take minutes)")
                 continue
             if _TORCH_LINE.search(cmd) and not has_torch:
-                skipped.append(f"README.md:{b.line_no}: {cmd!r} (torch is not installed)")
+                skipped.append(f"{where}: {cmd!r} (torch is not installed)")
                 continue
             r = subprocess.run(["bash", "-c", "set -eo pipefail\n" + cmd], cwd=work, env=env, text=True,
                                capture_output=True, stdin=subprocess.DEVNULL, timeout=300)
-            assert r.returncode == 0, (f"README.md:{b.line_no}: {cmd}\nexit {r.returncode}\n"
+            assert r.returncode == 0, (f"{where}: {cmd}\nexit {r.returncode}\n"
                                        f"{r.stdout[-2000:]}\n{r.stderr[-3000:]}")
             outputs.append(r.stdout + r.stderr)
             ran += 1
     if skipped:
-        warnings.warn("README lines not run here: " + "; ".join(skipped), stacklevel=1)
-    assert ran >= 15, skipped
+        warnings.warn(f"{name} lines not run here: " + "; ".join(skipped), stacklevel=1)
+    if page == README:
+        assert ran >= 5, skipped
 
-    # the example exercises every tier, the SSDs included
+    # the examples exercise every tier, the SSDs included
     text = " ".join(" ".join(outputs).split())
     assert "training will read nothing from the SSDs" not in text
     assert "nothing will be read from the SSDs" not in text
     if (work / "m.json").is_file():
         assert json.loads((work / "m.json").read_text())["ssd_bytes_read"] > 0
-    elif has_torch:
-        pytest.fail("the README's training example wrote no m.json")
+    elif has_torch and any("--metrics-json m.json" in c for b in blocks for c in b.commands):
+        pytest.fail(f"{name}'s training example wrote no m.json")

@@ -305,8 +305,9 @@ def test_machines_training_different_things_are_refused():
 
 def test_place_with_machines_refuses_what_does_not_go_with_a_split(runtime_dataset, tmp_path, capsys):
     base = ["place", "--dataset", str(runtime_dataset.path), "--out", str(tmp_path / "S")]
-    for extra, said in [(["--machines", "1"], "--machines 1: a split needs at least 2 machines"),
-                        (["--machines", "2", "--ssd-path", f"ssd0={tmp_path}"], "--ssd-path does not go with"),
+    for extra, said in [(["--machines", "0"], "--machines 0: a split needs at least 1 machine"),
+                        (["--machines", "2", "--report"], "--report does not go with"),
+                        (["--cluster", "c.yaml", "--ssd-path", f"ssd0={tmp_path}"], "--ssd-path does not go with"),
                         (["--machines", "2", "--cluster", "c.yaml"], "give one"),
                         (["--replicate", "10%"], "--replicate goes with --machines"),
                         (["--machines", "2", "--replicate", "120%"], "at most 100%")]:
@@ -365,3 +366,125 @@ def test_place_with_a_cluster_file_writes_one_layout_per_server(runtime_dataset,
     assert main([*base, str(cluster), "--overwrite"]) == 2
     err = _err(capsys)
     assert "servers[0].profile" in err and "Traceback" not in err and sp.verify_split(out).ok
+
+
+# ---- a split of one machine is the whole; the options a split shares with `place` ------------------------
+
+_PLACE = ["--profile", "paper-machine-b", "--gpus", "2", "--ssds", "2", "--gpu-cache", "2%", "--cpu-cache", "5%",
+          "--no-verify"]
+
+
+@pytest.fixture(scope="module")
+def hot_dir(runtime_dataset, tmp_path_factory) -> Path:
+    from moment.workload.hotness import presample
+
+    d = tmp_path_factory.mktemp("split-hot") / "hot"
+    presample(runtime_dataset, (10, 5), 64).save(d)
+    return d
+
+
+@pytest.fixture(scope="module")
+def plan_file(tmp_path_factory) -> Path:
+    import subprocess
+    import sys
+
+    p = tmp_path_factory.mktemp("split-plan") / "plan.json"
+    r = subprocess.run([sys.executable, "-m", "moment", "plan", "--profile", "paper-machine-b", "--gpus", "2", "--ssds",
+                        "2", "--json"], capture_output=True, text=True, check=True)
+    p.write_text(r.stdout)
+    return p
+
+
+def _same_layout(whole: Path, part: Path) -> None:
+    """The layout at `part` (a machine of a split) holds what the layout at `whole` holds: every file's bytes,
+    the same bins, shards, index, hotness order and manifest extras; only the split's record differs."""
+    a, b = load_manifest(whole), load_manifest(part)
+    assert a.split is None and b.split is not None and b.split.remote == []
+    da, db = a.model_dump(mode="json"), b.model_dump(mode="json")
+    for k in set(da) | set(db):
+        if k != "split":
+            assert da[k] == db[k], k
+    files = sorted(f.relative_to(whole).as_posix() for f in whole.rglob("*") if f.is_file() and f.name != "manifest.json")
+    assert files and files == sorted(f.relative_to(part).as_posix() for f in part.rglob("*")
+                                     if f.is_file() and f.name != "manifest.json")
+    for f in files:
+        assert (whole / f).read_bytes() == (part / f).read_bytes(), f
+
+
+@pytest.mark.parametrize("plan", [False, True])
+def test_a_split_of_one_machine_writes_the_whole_layout(runtime_dataset, hot_dir, plan_file, tmp_path, capsys, plan):
+    """`--machines 1` and a whole-machine `place` on the same inputs place every row alike and write the same
+    bytes (the split adds only its cluster manifest, owners file and the machine's split record)."""
+    extra = ["--hotness", str(hot_dir)] + (["--plan", str(plan_file)] if plan else [])
+    base = ["place", "--dataset", str(runtime_dataset.path), *_PLACE, *extra, "--json"]
+    assert main([*base, "--out", str(tmp_path / "L")]) == 0
+    whole = json.loads(capsys.readouterr().out)
+    assert main([*base, "--out", str(tmp_path / "S"), "--machines", "1"]) == 0
+    split = json.loads(capsys.readouterr().out)
+    assert [m["name"] for m in split["machines"]] == ["m0"] and sp.verify_split(tmp_path / "S").ok
+    _same_layout(tmp_path / "L", tmp_path / "S" / "m0")
+    m0 = split["machines"][0]
+    assert m0["held_rows"] == runtime_dataset.num_nodes and m0["remote_read_share"] == 0
+    assert (m0["machine"], m0["inventory"]) == (whole["plan"]["machine"], whole["plan"]["inventory"])
+    assert load_manifest(tmp_path / "S" / "m0").extra["hardware"]["source"] == whole["hardware"]["source"]
+    assert split["presample"]["fanouts"] == whole["presample"]["fanouts"]
+
+
+def test_a_split_takes_a_plan_for_every_machine(runtime_dataset, hot_dir, plan_file, tmp_path, capsys):
+    out = tmp_path / "S"
+    base = ["place", "--dataset", str(runtime_dataset.path), *_PLACE, "--hotness", str(hot_dir), "--machines", "2"]
+    assert main([*base, "--plan", str(plan_file), "--out", str(out), "--json"]) == 0
+    plan = json.loads(plan_file.read_text())
+    for name in ("m0", "m1"):
+        m = load_manifest(out / name)
+        assert m.plan.placement == plan["placement"] and str(plan_file) in m.extra["hardware"]["source"]
+    assert sp.verify_split(out).ok
+    # a plan of other hardware is refused before anything is written
+    assert main([*base, "--gpus", "1", "--plan", str(plan_file), "--out", str(tmp_path / "T")]) == 2
+    assert "the plan places" in _err(capsys) and not (tmp_path / "T").exists()
+
+
+def test_a_split_writes_its_shards_under_ssd_paths_and_owns_them(runtime_dataset, hot_dir, tmp_path, capsys):
+    """--ssd-path with --machines: every machine's SSD shard under DIR, in a directory named for that machine's
+    layout; verify reads them, --overwrite and `layout rm` remove them with the split."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    out = tmp_path / "S"
+    base = ["place", "--dataset", str(runtime_dataset.path), *_PLACE, "--hotness", str(hot_dir), "--machines", "2",
+            "--ssd-path", f"ssd0={mnt}", "--out", str(out)]
+    assert main(base) == 0
+    capsys.readouterr()
+
+    def shard_dirs() -> list[str]:
+        return sorted(d.name for d in mnt.iterdir())
+
+    first = shard_dirs()
+    assert len(first) == 2 and all("m0" in d or "m1" in d for d in first)
+    for name in ("m0", "m1"):
+        m = load_manifest(out / name)
+        ext = [s for s in m.shards if Path(s.path).is_absolute()]
+        assert len(ext) == 1 and ext[0].bin == "ssd0" and Path(ext[0].path).parent.parent == mnt
+    assert sp.verify_split(out).ok
+    assert main([*base, "--overwrite"]) == 0
+    capsys.readouterr()
+    again = shard_dirs()
+    assert len(again) == 2 and set(again).isdisjoint(first) and sp.verify_split(out).ok
+    assert main(["layout", "rm", str(out / "m1")]) == 0  # one machine's layout alone, as it was written
+    assert len(shard_dirs()) == 1
+    assert main(["layout", "rm", str(out)]) == 0
+    assert shard_dirs() == [] and not out.exists()
+    assert main(["place", "--dataset", str(runtime_dataset.path), *_PLACE, "--machines", "2", "--ssd-path",
+                 f"ssd9={mnt}", "--hotness", str(hot_dir), "--out", str(out)]) == 2
+    assert "ssd9" in _err(capsys) and not out.exists() and shard_dirs() == []
+
+
+def test_a_split_says_when_the_hotness_overrides_the_defaults(runtime_dataset, hot_dir, tmp_path):
+    from moment.placement.api import SplitMachine, place_split
+    from moment.planner.api import parse_inventory
+    from moment.topology.profiles import load_profile
+
+    topo, inv = load_profile("paper-machine-b"), parse_inventory(None, 2, 2)
+    said: list[str] = []
+    place_split(runtime_dataset, tmp_path / "S", [SplitMachine(f"m{k}", topo, inv) for k in range(2)],
+                hotness=hot_dir, gpu_cache="2%", cpu_cache="5%", verify=False, notice=said.append)
+    assert any(s.startswith("using the hotness's fan-outs 10,5") for s in said), said

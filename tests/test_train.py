@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from runtime_data import CLASSES, make_dataset, make_layout, torchrun, train_args
 
+import moment.runtime.finite as finite_mod
 import moment.runtime.run as run_mod
 import moment.runtime.sizing as sizing_mod
 import moment.runtime.train as train_mod
@@ -143,6 +144,23 @@ def test_a_non_finite_loss_stops_the_run_naming_the_step_and_the_likely_cause(se
     assert re.search(r"training stopped at step [2-8] \(epoch 1, batch [2-8] of 8\) on rank 0: the loss is not "
                      r"finite though the batch's features are: the model diverged \(learning rate 1e\+30\)", msg), msg
     assert "lower the learning rate (--lr)" in msg
+
+
+def test_a_finite_loss_that_diverges_stops_the_run_naming_the_step_and_the_learning_rate(setup, monkeypatch):
+    """`--lr 1e6` keeps every loss finite but 1e12 times the first: it trained on to exit 0. It stops at the
+    step where the divergence rule trips (moment.runtime.finite.divergence_at), naming the learning rate."""
+    _, _, layout = setup
+    with monkeypatch.context() as m:  # without the rule: finite, and huge
+        m.setattr(finite_mod, "DIVERGE_FACTOR", float("inf"))
+        curve = train(_cfg(layout, epochs=1, lr=1e6))["loss_curve"]
+    assert np.isfinite(curve).all() and min(curve[1:]) > 1e10 * curve[0], curve
+    with pytest.raises(MomentError) as e:
+        train(_cfg(layout, epochs=1, lr=1e6))
+    msg = " ".join(str(e.value).split())
+    assert re.search(r"training stopped at step 4 \(epoch 1, batch 4 of 8\): the loss diverged \(learning rate "
+                     r"1e\+06\): \S+e\+1\d at this step, more than 10000 times the smallest of the run's first "
+                     r"losses \(1\.\d+\) for 3 steps in a row, since step 2", msg), msg
+    assert "lower the learning rate (--lr) and start again" in msg and "not finite" not in msg
 
 
 def test_resume_refuses_a_checkpoint_of_another_run_naming_each_difference(setup, tmp_path):

@@ -220,6 +220,25 @@ def test_a_non_finite_loss_on_one_rank_stops_every_rank_together(layout, tmp_pat
 
 
 @pytest.mark.slow
+def test_a_diverging_finite_loss_exits_non_zero_with_one_message_and_nothing_saved_past_it(layout, tmp_path):
+    """`moment train --lr 1e6`: every loss finite (1e12 and more), and the run exited 0. It stops with one
+    message naming divergence, the step and the learning rate; no traceback; the last checkpoint is from
+    before the step it names."""
+    from moment.runtime.checkpoint import load_checkpoint
+
+    r = _moment_train("--nproc", "1", "--run-dir", str(tmp_path / "runs"), "--layout", str(layout), "--epochs", "1",
+                      *ARGS, "--lr", "1e6", "--checkpoint-every", "1", "--quiet")
+    err = " ".join(r.stderr.split())
+    assert r.returncode == 2, r.stderr
+    said = "error (rank 0): training stopped at step 4 (epoch 1, batch 4 of 8): the loss diverged (learning rate 1e+06)"
+    assert err.count(said) == 1 and err.count("error (rank") == 1, r.stderr
+    assert "since step 2" in err and "lower the learning rate (--lr) and start again" in err, r.stderr
+    assert "Traceback" not in err and "not finite" not in err, r.stderr
+    ck = load_checkpoint(next((tmp_path / "runs").glob("*/checkpoint")))
+    assert ck["step"] == 3 and all(np.isfinite(ck["loss_curve"])), ck["loss_curve"]
+
+
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds the launcher's children in Linux /proc")
 def test_killing_moment_train_leaves_no_torchrun_or_rank_behind(layout, tmp_path, bench_epoch):
     alive = bench_epoch.alive

@@ -10,7 +10,8 @@ import pytest
 
 from moment.errors import MomentError
 from moment.workload.graph import GraphDataset
-from moment.workload.importers import EdgePolicy, import_edgelist, import_igb, import_ogb
+from moment.workload.import_ogb import import_ogb
+from moment.workload.importers import EdgePolicy, import_edgelist, import_igb
 
 N, D = 40, 5
 RNG = np.random.default_rng(7)

@@ -6,13 +6,24 @@ solvers) happen inside the commands so `moment --help` stays instant.
 
 from __future__ import annotations
 
+import importlib
+import inspect
+import re
+import shlex
+import signal
 import sys
+import threading
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
+from moment import locking
 from moment.errors import MomentError, missing_torch
 from moment.outputs import console_width
+
+# Imports inside functions: each command loads only what it runs, so `moment --help` and every other command
+# start fast.
 
 app = typer.Typer(
     name="moment",
@@ -49,8 +60,6 @@ def _register(argv: list[str] | None = None) -> None:
     """Import the modules of the command `argv` names (every module when it names none it knows: the
     root's help, a typo), reflow the new help texts, and keep `moment --help`'s order whatever was
     imported first."""
-    import importlib
-
     args = sys.argv[1:] if argv is None else argv
     first = args[0] if args and not args[0].startswith("-") else ""  # (`moment --help plan`: the root's help)
     for name in COMMANDS.get(first, MODULES):
@@ -83,9 +92,6 @@ def _own_path_checks(command) -> None:
 def _reflow_help(t: typer.Typer) -> None:
     """One line per docstring paragraph: rich keeps a docstring's single line breaks, so help wrapped at
     the source's width came out ragged in an 80-column terminal; rich wraps each paragraph to fit."""
-    import inspect
-    import re
-
     for c in t.registered_commands:
         if id(c) in _reflowed:
             continue
@@ -107,9 +113,7 @@ def _root() -> None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point: user errors become one red message and exit code 2, never a traceback."""
     _register(argv)
-    import shlex
 
-    from moment import locking
 
     # whoever finds an output locked by this run is told which command holds it
     locking.COMMAND = "moment " + shlex.join(str(a) for a in (sys.argv[1:] if argv is None else argv))
@@ -117,7 +121,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _main(argv)
     finally:
-        import signal
 
         for sig, handler in old.items():
             signal.signal(sig, handler)
@@ -164,9 +167,6 @@ class Terminated(SystemExit):
 def _stop_cleanly_on_sigterm() -> dict:
     """Python's default SIGTERM ends the process at once, leaving a lock file and temporary outputs
     behind; turn it into an exception instead (code that forwards signals, e.g. train, sets its own)."""
-    import signal
-
-    import threading
 
     def stop(signum, frame):
         raise Terminated(128 + signum)
@@ -186,8 +186,6 @@ def _click_errors() -> tuple[type[Exception], type[Exception]]:
 
 
 def _escape(text: str) -> str:
-    from rich.markup import escape
-
     return escape(text)
 
 

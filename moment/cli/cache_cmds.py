@@ -13,6 +13,9 @@ from moment.cli.common import check_at_least, parse_fanouts, progress_bar
 from moment.errors import MomentError
 from moment.workload.spec import FANOUTS_HELP
 
+# Imports inside functions: each command loads only what it runs, so `moment --help` and every other command
+# start fast.
+
 cache_app = typer.Typer(help="CPU-cache policies: replay the sampled training trace and compare them.",
                         no_args_is_help=True)
 app.add_typer(cache_app, name="cache", help="Cache policies: simulate hit rates and SSD bytes.")

@@ -10,7 +10,9 @@ from typing import Any
 
 from moment.cli import err_console
 from moment import errors
-from moment.errors import MomentError
+from moment.workload.spec import parse_fanouts  # noqa: F401 - the commands take it from here
+
+# Imports inside functions: rich's progress bar loads only when a command shows one.
 
 
 @contextmanager
@@ -50,16 +52,6 @@ def solver_bar(enabled: bool = True, label: str = "solving candidates") -> Itera
             prog.update(task, completed=done, total=total)
 
         yield cb
-
-
-def parse_fanouts(text: str) -> list[int]:
-    try:
-        f = [int(x) for x in text.replace(" ", "").split(",") if x]
-    except ValueError:
-        raise MomentError(f"--fanouts must be comma-separated integers like 25,10 (got {text!r})") from None
-    if not f or any(x <= 0 for x in f):
-        raise MomentError(f"--fanouts must be positive integers like 25,10 (got {text!r})")
-    return f
 
 
 def check_at_least(**flags: tuple[int | None, int]) -> None:

@@ -6,12 +6,16 @@ import json
 from pathlib import Path
 
 import typer
+from pydantic import ValidationError
 from rich.table import Table
 
 from moment.cli import app, console
 from moment.cli.common import solver_bar
-from moment.errors import MomentError
+from moment.errors import MomentError, validation_lines
 from moment.topology.cluster import DEFAULT_NIC
+
+# Imports inside functions: each command loads only what it runs, so `moment --help` and every other command
+# start fast.
 
 _PROFILE_HELP = "built-in profile name (see `moment profiles`) or a YAML file describing the chassis"
 _MODELS_HELP = ("comma-separated GPU and SSD models to consider, e.g. A100-PCIe-40GB,H100-PCIe,P5510 "
@@ -72,12 +76,9 @@ def advise_cmd(
     two cores); narrow it with --models, --max-gpus and --max-ssds.
     Example: moment advise --profile paper-machine-b --budget 60000 --models A100-PCIe-40GB,P5510
     """
-    from pydantic import ValidationError
-
     from moment.cost import CostParams, advise, load_prices
     from moment.cost.advisor import check_inputs
     from moment.cost.machines import check_network
-    from moment.errors import validation_lines
     from moment.planner.api import check_data
     from moment.topology.profiles import load_profile
 

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from moment.cli import app, console
 from moment.cli.common import parse_fanouts, progress_bar
 from moment.outputs import check_output
-from moment.workload.spec import FANOUTS_HELP
 from moment.workload.import_options import EDGE_CHOICES, OGB_LAYOUTS, EdgePolicy
+from moment.workload.spec import FANOUTS_HELP
+
+# Imports inside functions: each command loads only what it runs, so `moment --help` and every other command
+# start fast.
 
 data_app = typer.Typer(
     help="Graph datasets: generate synthetic ones, import OGB/IGB/edge lists, inspect, and pre-sample "
@@ -72,8 +77,6 @@ def synth_cmd(
     """Generate a synthetic power-law graph with learnable labels (community structure) and write it
     to --out. Deterministic for a seed; streams to disk, so 10M nodes need well under 1 GB of RAM.
     """
-    import time
-
     from moment.workload.synth import synthesize
 
     check_output(out, "--out", directory=True)
@@ -92,8 +95,6 @@ def synth_cmd(
 
 
 def _done(ds: Any, json_out: bool) -> None:
-    from rich.markup import escape
-
     from moment.workload.importers import import_notices
 
     notes = import_notices(ds.manifest.source)
@@ -154,7 +155,7 @@ def import_ogb_cmd(
     memory-mapped) or data_processed (NodePropPredDataset, read whole into memory); both are pickles,
     unpickled without running code unless --trust-pickle.
     """
-    from moment.workload.importers import import_ogb
+    from moment.workload.import_ogb import import_ogb
 
     check_output(out, "--out", directory=True)
     policy = _policy(duplicates, self_loops)

@@ -9,6 +9,9 @@ import typer
 from moment.cli import app, console
 from moment.errors import MomentError
 
+# Imports inside functions: each command loads only what it runs, so `moment --help` and every other command
+# start fast.
+
 DEVICES = ("cuda", "cpu")  # what --device may name (moment.runtime.gpucheck.check_machine)
 
 

@@ -10,7 +10,11 @@ from rich.table import Table
 
 from moment.cli import app, console
 from moment.errors import MomentError
-from moment.workload.spec import FANOUTS_HELP
+from moment.outputs import atomic_write, check_output
+from moment.workload.spec import FANOUTS_HELP, WorkloadSpec
+
+# Imports inside functions: each command loads only what it runs, so `moment --help` and every other command
+# start fast.
 
 _CAL_HELP = "calibration file from `moment calibrate --out` (link efficiencies, SSD read scale, overhead)"
 
@@ -40,7 +44,6 @@ def _layout_replay(layout: Path, topo, dataset: Path | None, fanouts: str, batch
     from moment.topology.devices import populate, strip
     from moment.topology.model import Kind
     from moment.workload.graph import GraphDataset
-    from moment.workload.spec import WorkloadSpec
     from moment.workload.trace import sample_trace
 
     opened = Layout.open(layout)
@@ -171,7 +174,6 @@ def calibrate_cmd(
     """
     from moment.planner.api import parse_inventory
     from moment.planner.calibration import DEFAULT_FIT, PARAMS, calibrate, dump_calibration, load_measurements
-    from moment.outputs import atomic_write, check_output
     from moment.topology.profiles import load_profile
 
     if out is not None:
@@ -238,7 +240,6 @@ def probe_cmd(
     import yaml
 
     from moment.io.probe import check_probe, probe_machine
-    from moment.outputs import atomic_write, check_output
     from moment.placement.planning import parse_ssd_paths
     from moment.topology.profiles import dump_yaml, load_profile
 

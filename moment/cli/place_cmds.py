@@ -9,17 +9,22 @@ from typing import Annotated, Any
 import typer
 
 from moment.cli import app, console, err_console
-from moment.cli.common import parse_fanouts, progress_bar, solver_bar
+from moment.cli.common import progress_bar, solver_bar
+from moment.cli.requests import given, request_options
 from moment.errors import MomentError
-from moment.workload.spec import FANOUTS_HELP
+from moment.placement import verify_layout
+from moment.placement.api import SplitResult
+from moment.placement.layout import remove_layout
+from moment.placement.reader import load_manifest, shard_path
+from moment.placement.requests import PlaceRequest, place
+
+# Imports inside functions: each command loads only what it runs, so `moment --help` and every other command
+# start fast.
 
 layout_app = typer.Typer(help="Inspect and check written layouts (the output of `moment place`).",
                          no_args_is_help=True)
 app.add_typer(layout_app, name="layout", help="Layouts: verify checksums, show what is where, remove.")
 
-_PROFILE_HELP = "built-in profile name (see `moment profiles`) or a YAML file describing the machine"
-_CACHE_HELP = ("{what} cache per {per}: GiB (e.g. 8) or a share of the dataset's features (e.g. 10%); "
-               "default {default}% of each {per}'s memory; capped by the dataset size")
 
 
 def _emit(obj: Any) -> None:
@@ -27,55 +32,10 @@ def _emit(obj: Any) -> None:
 
 
 @app.command("place")
+@request_options(PlaceRequest)
 def place_cmd(
-    dataset: Annotated[Path, typer.Option("--dataset", "-d", help="dataset directory (`moment data synth/import`)")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="layout directory to write (must not exist)")],
-    profile: Annotated[str, typer.Option("--profile", "-p", help=_PROFILE_HELP)] = "paper-machine-b",
-    gpus: Annotated[int | None, typer.Option(
-        "--gpus", help="number of GPUs (default 4; 0 on machines with built-in GPUs)", show_default=False)] = None,
-    ssds: Annotated[int, typer.Option("--ssds", help="number of NVMe SSDs")] = 8,
-    gpu_model: Annotated[str, typer.Option("--gpu-model", help="GPU model (see `moment models`)")] = "A100-PCIe-40GB",
-    ssd_model: Annotated[str, typer.Option("--ssd-model", help="SSD model (see `moment models`)")] = "P5510",
-    plan_file: Annotated[Path | None, typer.Option(
-        "--plan", help="`moment plan --json` output: reuse its hardware placement instead of searching")] = None,
-    hotness_dir: Annotated[Path | None, typer.Option(
-        "--hotness", help="reuse `moment data presample` output instead of pre-sampling")] = None,
-    epochs: Annotated[int, typer.Option("--epochs", help="epochs to pre-sample")] = 1,
-    batches: Annotated[int | None, typer.Option("--batches", help="pre-sample only this many batches")] = None,
-    fanouts: Annotated[str | None, typer.Option(
-        "--fanouts", help=f"{FANOUTS_HELP} (default: 25,10, or --hotness's)",
-        show_default=False)] = None,
-    batch_size: Annotated[int | None, typer.Option(
-        "--batch-size", help="training seeds per batch (default: as `moment train`, or --hotness's)")] = None,
-    gpu_cache: Annotated[str | None, typer.Option(
-        "--gpu-cache", help=_CACHE_HELP.format(what="GPU", per="GPU", default=25))] = None,
-    cpu_cache: Annotated[str | None, typer.Option(
-        "--cpu-cache", help=_CACHE_HELP.format(what="CPU", per="socket", default=10))] = None,
-    ssd_path: Annotated[list[str] | None, typer.Option(
-        "--ssd-path", help="ssdN=DIR: write SSD N's shard under DIR (repeatable); default: inside the layout")] = None,
-    pool: Annotated[int | None, typer.Option(
-        "--pool", help="DDAK: nodes placed per step; default: the largest (<= the paper's 100) whose hottest "
-                       "nodes carry <= 1% of the smallest bin's share")] = None,
-    policy: Annotated[str, typer.Option("--policy", help="which placement is written: ddak, hash or degree")] = "ddak",
-    report: Annotated[bool, typer.Option("--report", help="print the per-bin table of every policy")] = False,
-    overwrite: Annotated[bool, typer.Option(
-        "--overwrite", help="replace an existing layout at --out (the old one stays valid until the new one is "
-                            "complete)")] = False,
-    verify: Annotated[bool, typer.Option(
-        "--verify/--no-verify", help="check the dataset's files against its manifest checksums before placing "
-                                     "(--no-verify skips that full read, and says so; sampled blocks and the "
-                                     "graph's structure are still checked)")] = True,
-    seed: Annotated[int, typer.Option("--seed", help="pre-sampling seed (same seed = same layout)")] = 0,
-    machines: Annotated[int | None, typer.Option(
-        "--machines", help="split the rows over N machines of this --profile and inventory: --out gets one layout "
-                           "per machine (OUT/m0, OUT/m1, ...) and the cluster manifest", show_default=False)] = None,
-    cluster: Annotated[Path | None, typer.Option(
-        "--cluster", help="split the rows over the servers of a cluster file (`moment plan --cluster`'s): one "
-                          "layout per server, named as the file names them")] = None,
-    replicate: Annotated[str | None, typer.Option(
-        "--replicate", help="with --machines/--cluster: the hottest rows every machine holds, GiB or a share of "
-                            "the features (default: what the smallest machine's GPU and CPU caches hold)")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print one JSON object instead of tables")] = False,
+    **options: Any,
 ) -> None:
     """Place every node embedding in a GPU cache, CPU memory or SSD (DDAK) and write the layout.
 
@@ -90,75 +50,14 @@ def place_cmd(
 
     Example: moment place --dataset ds --profile paper-machine-b --gpus 4 --ssds 8 --plan plan.json --out L
     """
-    from moment.planner.api import parse_inventory, resolve_gpus
-    from moment.placement.api import check_choices, place
-    from moment.topology.profiles import load_profile
-
-    check_choices(policy, pool)  # before any work, as every other check that needs none
-    if machines is not None or cluster is not None:
-        _place_split(dataset, out, profile, gpus, ssds, gpu_model, ssd_model, machines, cluster, replicate,
-                     dict(plan=plan_file, ssd_path=ssd_path, report=report), hotness=hotness_dir, epochs=epochs,
-                     batches=batches, fanouts=None if fanouts is None else parse_fanouts(fanouts),
-                     batch_size=batch_size, gpu_cache=gpu_cache, cpu_cache=cpu_cache, pool=pool, policy=policy,
-                     overwrite=overwrite, verify=verify, seed=seed, json_out=json_out)
-        return
-    if replicate is not None:
-        raise MomentError("--replicate goes with --machines N or --cluster FILE (it sizes the rows every machine "
-                          "holds)")
-    topo = load_profile(profile)
-    inv = parse_inventory(None, resolve_gpus(topo, gpus), ssds, gpu_model, ssd_model)
-    res = place(dataset, out, topo, inv, plan=plan_file, hotness=hotness_dir, epochs=epochs, batches=batches,
-                fanouts=None if fanouts is None else parse_fanouts(fanouts), batch_size=batch_size,
-                gpu_cache=gpu_cache, cpu_cache=cpu_cache,
-                ssd_paths=ssd_path or [], pool=pool, policy=policy, overwrite=overwrite, verify=verify, seed=seed,
-                stage=_stage_bars(not json_out), notice=_notice)
+    req = PlaceRequest(**given(options))
+    res = place(req, stage=_stage_bars(not json_out), notice=_notice)
     if json_out:
         _emit(res.model_dump())
-        return
-    _render_place(res.model_dump(), report)
-
-
-def _place_split(dataset, out, profile, gpus, ssds, gpu_model, ssd_model, machines, cluster, replicate,
-                 single: dict, *, json_out: bool, **kw) -> None:
-    """`moment place --machines N` / `--cluster FILE`: the machines, then `place_split`."""
-    from moment.planner.api import parse_inventory, resolve_gpus
-    from moment.placement.api import SplitMachine, place_split
-    from moment.topology.profiles import load_profile
-
-    if machines is not None and cluster is not None:
-        raise MomentError("--machines and --cluster both say how many machines: give one")
-    given = {"--plan": single["plan"] is not None, "--ssd-path": bool(single["ssd_path"]), "--report": single["report"]}
-    for flag, on in given.items():
-        if on:
-            why = {"--plan": "each machine is planned for its own hardware",
-                   "--ssd-path": "each machine's layout is written inside it, to be copied to that machine",
-                   "--report": "each machine's placement is its own"}[flag]
-            raise MomentError(f"{flag} does not go with --machines/--cluster: {why}")
-    if cluster is not None:
-        from moment.topology.cluster import load_cluster
-
-        spec = load_cluster(cluster)
-        topos, invs = {}, {}
-        for i, sv in enumerate(spec.servers):
-            try:
-                topos[id(sv)] = load_profile(sv.profile)
-            except MomentError as e:
-                raise MomentError(f"servers[{i}].profile: {str(e).splitlines()[0]}", source=str(cluster),
-                                  hint=e.hint) from None
-            invs[id(sv)] = parse_inventory(sv.inventory, 0, 0, flag=lambda name, w=f"servers[{i}]": f"{w}.{name}")
-        group = [SplitMachine(name, topos[id(sv)], invs[id(sv)]) for name, sv in spec.machines()]
+    elif isinstance(res, SplitResult):
+        _render_split(res.model_dump())
     else:
-        if machines < 2:
-            raise MomentError(f"--machines {machines}: a split needs at least 2 machines",
-                              hint="leave --machines out to place the whole dataset on one machine")
-        topo = load_profile(profile)
-        inv = parse_inventory(None, resolve_gpus(topo, gpus), ssds, gpu_model, ssd_model)
-        group = [SplitMachine(f"m{k}", topo, inv) for k in range(machines)]
-    res = place_split(dataset, out, group, replicate=replicate, stage=_stage_bars(not json_out), notice=_notice, **kw)
-    if json_out:
-        _emit(res.model_dump())
-        return
-    _render_split(res.model_dump())
+        _render_place(res.model_dump(), req.report)
 
 
 def _render_split(r: dict[str, Any]) -> None:
@@ -271,7 +170,6 @@ def verify_cmd(
 
     Exit 0 when all is sound; 1, naming the first damaged file (shard and byte offset), otherwise.
     """
-    from moment.placement import verify_layout
     from moment.placement.split import is_split, verify_split
 
     check = verify_split if is_split(layout) else verify_layout
@@ -310,8 +208,6 @@ def rm_cmd(
 
     Example: moment layout rm layouts/synth1m
     """
-    from moment.placement.layout import remove_layout
-    from moment.placement.reader import load_manifest
     from moment.placement.split import is_split
     from moment.runtime.runs import owned_runs, remove_runs
 
@@ -396,7 +292,6 @@ def info_cmd(
 ) -> None:
     """Show where a layout came from (machine, plan, policy, dataset) and what each bin holds (a split
     layout's directory: its machines, the rows each holds and owns)."""
-    from moment.placement.reader import load_manifest, shard_path
     from moment.placement.split import is_split
 
     if is_split(layout):

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import textwrap
+
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from moment.planner.contracts import Plan
 from moment.topology.model import Topology
+
+# Imports inside functions: each command loads only what it runs, so `moment --help` and every other command
+# start fast.
 
 
 def _bar(u: float, width: int = 12) -> str:
@@ -198,9 +204,7 @@ def _render_explanation(console: Console, plan: Plan) -> None:
     """Why the recommendation wins, one paragraph per layout, slowest last."""
     if not plan.explanation:
         return
-    import textwrap
 
-    from rich.text import Text
 
     console.print("why the recommended layout wins", style="bold", highlight=False)
     rec, *others = plan.explanation

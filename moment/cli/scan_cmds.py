@@ -10,6 +10,10 @@ from rich.table import Table
 
 from moment.cli import app, console, err_console
 from moment.errors import MomentError
+from moment.outputs import atomic_write, check_output
+
+# Imports inside functions: each command loads only what it runs, so `moment --help` and every other command
+# start fast.
 
 
 def _render_topology(topo) -> None:
@@ -44,7 +48,6 @@ def scan_cmd(
     With no --from-* option, scans this machine and says which sources were missing (dmidecode needs
     root, nvidia-smi needs a driver). The YAML it writes is a profile for `moment plan --profile FILE`.
     """
-    from moment.outputs import check_output
     from moment.topology.profiles import save_profile
 
     if out is not None:
@@ -96,7 +99,6 @@ def export_cmd(
     overrides: list[str] = typer.Option([], "--set", help="what-if override PATH=VALUE, repeatable"),
 ) -> None:
     """Write a profile as YAML, JSON or NCCL topology XML (hand the XML to NCCL_TOPO_FILE)."""
-    from moment.outputs import atomic_write, check_output
     from moment.topology.profiles import dump_yaml, load_profile
 
     if out is not None:

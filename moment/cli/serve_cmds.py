@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 
 import typer
 
 from moment.cli import app, err_console
 from moment.errors import MomentError
+
+# Imports inside functions: each command loads only what it runs, so `moment --help` and every other command
+# start fast.
 
 
 @app.command("serve")
@@ -88,8 +92,6 @@ def serve_cmd(
 
 def _check_port_free(host: str, port: int) -> None:
     """Say so in one line when the address is taken, before uvicorn logs its own error and exits 3."""
-    import socket
-
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

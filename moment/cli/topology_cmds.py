@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+import textwrap
 from pathlib import Path
 
 import typer
@@ -11,29 +13,36 @@ from rich.text import Text
 
 from moment.cli import app, console
 from moment.cli.common import solver_bar
+from moment.cli.requests import given, request_options
 from moment.errors import MomentError
-# the inputs are parsed with the planner's JSON (the service parses the same way)
-from moment.planner.api import (
-    DATA_HELP, DEFAULT_GPU_MODEL, DEFAULT_GPUS, DEFAULT_SSD_MODEL, DEFAULT_SSDS, parse_inventory, resolve_gpus)
+from moment.outputs import atomic_write, check_output
+from moment.planner import api
 
-_PROFILE_HELP = "built-in profile name (see `moment profiles`) or a YAML file describing the machine"
-_SET_HELP = ("what-if override PATH=VALUE on the profile, repeatable: `nodes.sw1.link.gen=5`, "
-             "`links.0.bandwidth_gbps=40`, `links+={a: s1, b: s2, kind: nvlink, count: 4}`")
+# the inputs are parsed with the planner's JSON (the service parses the same way)
+from moment.planner.api import DATA_HELP, models_json, profiles_json
+from moment.planner.requests import (
+    GPU_MODEL_HELP,
+    GPUS_HELP,
+    SET_HELP,
+    SSD_MODEL_HELP,
+    SSDS_HELP,
+    PlanRequest,
+    check,
+    plan,
+)
+from moment.workload.spec import WorkloadSpec
+
+# Imports inside functions: each command loads only what it runs, so `moment --help` and every other command
+# start fast.
+
+_SET_HELP = SET_HELP
 
 
 def _emit_json(obj) -> None:
     print(json.dumps(obj, indent=2, sort_keys=False))
 
 
-_GPUS_HELP = (f"number of GPUs to place (default {DEFAULT_GPUS}; on machines with built-in GPUs, e.g. dgx2 or "
-              "hgx-a100-8gpu, default 0: the planner places the SSDs around them)")
-
-
-_SSDS_HELP = f"number of NVMe SSDs to place (default {DEFAULT_SSDS})"
-_GPU_MODEL_HELP = f"GPU model (see `moment models`; default {DEFAULT_GPU_MODEL})"
-_SSD_MODEL_HELP = f"SSD model (see `moment models`; default {DEFAULT_SSD_MODEL})"
-_INVENTORY_HELP = ("mixed inventory, e.g. '2xA100,2xH100,8xP5510' (instead of --gpus/--ssds/--gpu-model/--ssd-model, "
-                   "not with them)")
+_GPUS_HELP, _SSDS_HELP, _GPU_MODEL_HELP, _SSD_MODEL_HELP = GPUS_HELP, SSDS_HELP, GPU_MODEL_HELP, SSD_MODEL_HELP
 
 
 def _overrides_line(overrides: list[str]) -> str:
@@ -43,39 +52,22 @@ def _overrides_line(overrides: list[str]) -> str:
 _CLUSTER_HELP = ("plan a cluster from a YAML file instead of one server: servers (profile, inventory, nics, count) "
                  "and the network (nic, ports, switch_gbit); each server's GPUs and SSDs as `moment plan` places "
                  "them, its NICs beside the GPUs they serve, and the epoch with remote feature reads and the "
-                 "gradient all-reduce added (README: 'Plan a cluster')")
+                 "gradient all-reduce added (docs/cluster.md)")
 _REMOTE_HELP = ("with --cluster: share of the non-replicated (SSD-served) rows a machine reads from the others, 0-1 "
                 "(default: the cluster file's remote_fraction, else (N-1)/N: the rows split evenly over N machines)")
 
 
 @app.command("plan")
+@request_options(PlanRequest, order=(
+    "profile", "gpus", "ssds", "gpu_model", "ssd_model", "inventory", "overrides", "feature_dim", "gb_per_gpu",
+    "gpu_cache_share", "cpu_cache_share", "maxflow_backend", "diagram", "calibration", "replay", "data", "timeout"))
 def plan_cmd(
-    profile: str | None = typer.Option(None, "--profile", "-p", help=_PROFILE_HELP + " (default paper-machine-b)",
-                                       show_default=False),
-    gpus: int | None = typer.Option(None, "--gpus", help=_GPUS_HELP, show_default=False),
-    ssds: int | None = typer.Option(None, "--ssds", help=_SSDS_HELP, show_default=False),
-    gpu_model: str | None = typer.Option(None, "--gpu-model", help=_GPU_MODEL_HELP, show_default=False),
-    ssd_model: str | None = typer.Option(None, "--ssd-model", help=_SSD_MODEL_HELP, show_default=False),
-    inventory: str | None = typer.Option(None, "--inventory", help=_INVENTORY_HELP),
-    overrides: list[str] = typer.Option([], "--set", help=_SET_HELP),
-    feature_dim: int | None = typer.Option(None, "--feature-dim", help="node feature dimension (default 1024)"),
-    bytes_per_gpu: float | None = typer.Option(None, "--gb-per-gpu", help="GB each GPU reads per epoch"),
-    gpu_cache_share: float | None = typer.Option(None, "--gpu-cache-share", help="share of reads served by GPU caches"),
-    cpu_cache_share: float | None = typer.Option(None, "--cpu-cache-share", help="share of reads served by CPU memory"),
-    backend: str = typer.Option("ortools", "--maxflow-backend", help="max-flow backend for the paper's solver: networkx or ortools"),
     diagram: Path | None = typer.Option(None, "--diagram", help="also draw the recommended machine to FILE.svg or FILE.png"),
     calibration: Path | None = typer.Option(None, "--calibration", help="calibration from `moment calibrate --out`, applied to the profile"),
-    replay: bool = typer.Option(False, "--replay", help="also replay each layout's epoch step by step (`moment simulate`) next to the LP"),
-    data: str | None = typer.Option(None, "--data", help=(
-        f"{DATA_HELP}. The search ranks the placements under it; every layout is shown under both"),
-        metavar="planned|even", show_default=False),
-    timeout: float | None = typer.Option(None, "--timeout", help=(
-        "stop the search after SECONDS and recommend the best placement found so far, marked 'not proven "
-        "optimal' with the least epoch time any placement could reach (JSON: search.proven_optimal, "
-        "search.lower_bound_s); default: search to the end"), metavar="SECONDS", show_default=False),
     cluster: Path | None = typer.Option(None, "--cluster", help=_CLUSTER_HELP, show_default=False),
     remote_fraction: float | None = typer.Option(None, "--remote-fraction", help=_REMOTE_HELP, show_default=False),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object (for scripts) instead of tables"),
+    **options,
 ) -> None:
     """Recommend which slot gets which GPU and SSD, with predicted bandwidth and bottlenecks.
 
@@ -87,65 +79,60 @@ def plan_cmd(
     --diagram FILE.svg draws one picture per machine: FILE-NAME.svg).
     Example: moment plan --profile paper-machine-b --gpus 4 --ssds 8 --diagram plan.svg
     """
-    from moment.planner import api
-
+    req = PlanRequest(**given(options))
     if cluster is not None:
-        given = dict(profile=profile, gpus=gpus, ssds=ssds, gpu_model=gpu_model, ssd_model=ssd_model,
-                     inventory=inventory, set=overrides or None, calibration=calibration, replay=replay or None,
-                     timeout=timeout, maxflow_backend=None if backend == "ortools" else backend)
-        named = [f"--{k.replace('_', '-')}" for k, v in given.items() if v is not None]
-        hardware = {"--profile", "--gpus", "--ssds", "--gpu-model", "--ssd-model", "--inventory"}
-        if named:
-            # only the hardware flags have a place in the cluster file (servers[].profile and .inventory)
-            hint = ("give each server's profile and inventory in the cluster file (servers[].profile, "
-                    "servers[].inventory), or leave out --cluster" if set(named) <= hardware else
-                    f"a cluster plan takes no {', '.join(n for n in named if n not in hardware)}: plan one "
-                    "server with them (leave out --cluster)")
-            raise MomentError(f"--cluster: the cluster file names each server's profile and inventory, so "
-                              f"{', '.join(named)} would be ignored", hint=hint)
-        _plan_cluster(cluster, remote_fraction, api.workload_spec(feature_dim, bytes_per_gpu, gpu_cache_share,
-                                                                  cpu_cache_share), diagram, json_out)
+        _cluster_alone(req, calibration)
+        _plan_cluster(cluster, remote_fraction, api.workload_spec(req.feature_dim, req.gb_per_gpu,
+                                                                  req.gpu_cache_share, req.cpu_cache_share),
+                      diagram, json_out)
         return
     if remote_fraction is not None:
         raise MomentError("--remote-fraction: only with --cluster (one server reads nothing over the network)")
-    profile = profile or "paper-machine-b"
-    if backend not in ("networkx", "ortools"):
-        raise MomentError(f"--maxflow-backend {backend!r}: choose networkx or ortools")
-    if timeout is not None and not (timeout > 0 and timeout < float("inf")):
-        raise MomentError(f"--timeout {timeout:g}: give a positive number of seconds")
-    data = api.check_data(data)
+    check(req)  # the options' own checks first, as before the diagram's
     if diagram is not None:
         from moment.planner.diagram import check_diagram_path
 
         check_diagram_path(diagram)
-    api.check_one_inventory(inventory is not None, gpus=gpus, ssds=ssds, gpu_model=gpu_model, ssd_model=ssd_model)
-    topo, cal = api.load_topology(profile, calibration, overrides)
-    inv = parse_inventory(inventory, resolve_gpus(topo, gpus) if not inventory else 0, ssds, gpu_model, ssd_model)
-    wl = api.workload_spec(feature_dim, bytes_per_gpu, gpu_cache_share, cpu_cache_share)
     with solver_bar() as cb:  # on stderr: --json keeps stdout clean
-        plan, out = api.plan_machine(topo, inv, wl, overrides=overrides, calibration=cal,
-                                     calibration_source=str(calibration), replay=replay, maxflow_backend=backend,
-                                     progress=cb, timeout=timeout, data=data)
+        res = plan(req, calibration=calibration, progress=cb)
     if diagram is not None:
         from moment.planner.diagram import write_plan_diagram
 
-        write_plan_diagram(topo, plan, diagram)
+        write_plan_diagram(res.topology, res.plan, diagram)
+    out = res.json
     extra = {k: out[k] for k in ("calibration", "replay") if k in out}
     if json_out:
         _emit_json(out)
         return
     from moment.cli.render import render_extra, render_plan
 
-    if overrides:
-        console.print(_overrides_line(overrides), highlight=False)
-    render_plan(console, plan, topo)
+    if req.overrides:
+        console.print(_overrides_line(req.overrides), highlight=False)
+    render_plan(console, res.plan, res.topology)
     render_extra(console, extra)
     if diagram is not None:
         console.print(f"diagram written to [bold]{diagram}[/]")
 
 
+def _cluster_alone(req: PlanRequest, calibration: Path | None) -> None:
+    """--cluster FILE names each server's profile and inventory: the flags of one server are refused."""
+    given = {k: getattr(req, k) if k in req.model_fields_set else None
+             for k in ("profile", "gpus", "ssds", "gpu_model", "ssd_model", "inventory")}
+    given |= dict(set=req.overrides or None, calibration=calibration, replay=req.replay or None, timeout=req.timeout,
+                  maxflow_backend=None if req.maxflow_backend == "ortools" else req.maxflow_backend)
+    named = [f"--{k.replace('_', '-')}" for k, v in given.items() if v is not None]
+    hardware = {"--profile", "--gpus", "--ssds", "--gpu-model", "--ssd-model", "--inventory"}
+    if named:
+        # only the hardware flags have a place in the cluster file (servers[].profile and .inventory)
+        hint = ("give each server's profile and inventory in the cluster file (servers[].profile, "
+                "servers[].inventory), or leave out --cluster" if set(named) <= hardware else
+                f"a cluster plan takes no {', '.join(n for n in named if n not in hardware)}: plan one "
+                "server with them (leave out --cluster)")
+        raise MomentError(f"--cluster: the cluster file names each server's profile and inventory, so "
+                          f"{', '.join(named)} would be ignored", hint=hint)
+
+
 def _plan_cluster(path: Path, remote_fraction: float | None, workload, diagram: Path | None, json_out: bool) -> None:
-    import shutil
 
     from moment.planner.cluster import check_remote_fraction, plan_cluster
     from moment.topology.cluster import load_cluster
@@ -197,8 +184,6 @@ def compare_cmd(
     json_out: bool = typer.Option(False, "--json", help="print a JSON list"),
 ) -> None:
     """Plan several machines (or inventories) and put the best layouts side by side (what-if)."""
-    from moment.planner import api
-
     data = api.check_data(data)
     api.check_one_inventory(bool(inventories), gpus=gpus, ssds=ssds, gpu_model=gpu_model, ssd_model=ssd_model)
     machines, cal = [], None
@@ -235,8 +220,6 @@ _HEAD = {"epoch read s": "epoch\nread s", "min GB/s per GPU": "min GB/s\nper GPU
 
 def _render_compare(rows: list[dict]) -> None:
     """A table when it fits the terminal with every name whole; else one block per machine."""
-    import textwrap
-
     cells = [_compare_cells(r) for r in rows]
     cols = list(cells[0])
 
@@ -273,10 +256,8 @@ def schema_cmd(
     out: Path | None = typer.Option(None, "--out", "-o", help="write to this file instead of stdout"),
 ) -> None:
     """Print the JSON Schema of a profile (topology), of `plan --json` output, or of the workload."""
-    from moment.outputs import atomic_write, check_output
     from moment.planner.contracts import Plan
     from moment.topology.model import Topology
-    from moment.workload.spec import WorkloadSpec
 
     models = {"topology": Topology, "plan": Plan, "workload": WorkloadSpec}
     if what not in models:
@@ -294,7 +275,6 @@ def schema_cmd(
 @app.command("models")
 def models_cmd(json_out: bool = typer.Option(False, "--json", help="print a JSON list")) -> None:
     """List the GPU, SSD and NIC models the planner knows (use with --gpu-model/--ssd-model)."""
-    from moment.planner.api import models_json
     from moment.topology.devices import CATALOG
 
     if json_out:
@@ -314,8 +294,6 @@ def models_cmd(json_out: bool = typer.Option(False, "--json", help="print a JSON
 @app.command("profiles")
 def profiles_cmd(json_out: bool = typer.Option(False, "--json", help="print a JSON list")) -> None:
     """List the built-in machine profiles (use them with --profile NAME)."""
-    from moment.planner.api import profiles_json
-
     rows = profiles_json()
     if json_out:
         _emit_json(rows)

@@ -18,8 +18,11 @@ import typer
 from rich.markup import escape
 from typer.core import TyperCommand
 
-from moment.cli import app, err_console
+from moment.cli import app, console, err_console
 from moment.errors import INSTALL_TRAIN, MomentError
+
+# Imports inside functions: each command loads only what it runs, so `moment --help` and every other command
+# start fast.
 
 
 def torchrun_command(nproc: int, args: list[str], max_restarts: int = 0, rdzv: Any = None) -> list[str]:
@@ -55,13 +58,12 @@ def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
     parsed configuration, what the ranks' environment must add so that their own checks use the same
     numbers, and the run plan the ranks will resolve (when there is a budget to check, or `plan`; else None)."""
     from moment.placement.opened import Layout
-    from moment.runtime.runs import CHECKPOINTS, check_run_dir, run_root
     from moment.runtime.config import BUILT_IN_MODELS, parse_args
     from moment.runtime.devices import check_local_ranks, cuda_pci_addresses, local_devices
     from moment.runtime.dist import default_device
     from moment.runtime.run import dataset_dir, layout_gpus
-    from moment.runtime.sizing import AGENT_ENV, BASE_ENV, agent_start_bytes, preview_plan, \
-        rank_start_bytes
+    from moment.runtime.runs import CHECKPOINTS, check_run_dir, run_root
+    from moment.runtime.sizing import AGENT_ENV, BASE_ENV, agent_start_bytes, preview_plan, rank_start_bytes
     from moment.workload.graph import GraphDataset
 
     cfg = parse_args(args, check=False)
@@ -97,6 +99,13 @@ def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
         note = check_dataset(cfg.layout, layout.manifest, ds)  # refuses another dataset
         if note:
             err_console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
+    if plan and cfg.fanouts:  # a run's rank 0 says it; a dry run has no rank
+        from moment.runtime.config import effective_fanouts
+        from moment.workload.sampler import CSRGraph
+
+        _, note = effective_fanouts(cfg.resolved_fanouts(), CSRGraph.from_dataset(ds, in_memory=False).max_degree())
+        if note:
+            err_console.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
     if cfg.model not in BUILT_IN_MODELS or cfg.loss is not None:  # a wrong one is one line here, not one per rank
         from moment.runtime.link_task import out_dim
         from moment.runtime.model_spec import load_loss, make_model
@@ -135,8 +144,6 @@ def _check_split(path: Path, layout: Any, rdzv: Any) -> None:
 
 
 def _print_plan(plan, json_out: bool) -> None:
-    from moment.cli import console
-
     if json_out:
         print(plan.model_dump_json(indent=2))
         return
@@ -209,7 +216,6 @@ def train(
     items, gpu_rows, gpu_rows_wanted, source}, null on CPU; split {id, machine, name, machines, held_rows,
     remote_rows} for a machine's part of a split layout, else null).
     """
-    from moment.cli import err_console
     from moment.cli.train_launch import report, run
     from moment.runtime.rendezvous import parse_rendezvous
     from moment.runtime.runs import CHECKPOINTS, LOG, make_run_dir

@@ -21,8 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
+
 from moment.cli import err_console
 from moment.errors import MomentError
+from moment.outputs import reason
+
+# Imports inside functions: each command loads only what it runs, so `moment --help` and every other command
+# start fast.
 
 #: torchrun's agent, when a rank exits non-zero: "failed (exitcode: 1) local_rank: 1 (pid: 123) of binary"
 _FAILED = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)")
@@ -157,7 +163,6 @@ def run(cmd: list[str], env: dict[str, str], log_path: Path, max_restarts: int, 
     """Run torchrun; its output goes to `log_path` and is watched. torchrun dies with this process (even
     by SIGKILL: PR_SET_PDEATHSIG), and a SIGTERM/SIGHUP/Ctrl-C here is passed on, so no rank outlives it.
     `rdzv`: the rendezvous of a run across machines, named when it fails."""
-    from moment.outputs import reason
     from moment.runtime.console import console_env
     from moment.runtime.lifetime import die_with_parent
 
@@ -283,8 +288,6 @@ def _rendezvous_failed(out: Outcome) -> str:
 
 def report(out: Outcome) -> int:
     """The one closing message and the exit status of `moment train`."""
-    from rich.markup import escape
-
     if out.log_error:
         err_console.print(f"[yellow]torchrun's log {escape(str(out.log))} is incomplete: {out.log_error}[/]",
                           highlight=False, soft_wrap=True)

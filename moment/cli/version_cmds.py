@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import json
+from importlib.metadata import PackageNotFoundError, version
 
 import typer
 
 from moment.cli import app, console
 
+# Imports inside functions: each command loads only what it runs, so `moment --help` and every other command
+# start fast.
+
 
 def native_report() -> dict:
     """Which DDAK kernel and I/O engines this installation has, and why one is missing."""
-    from importlib.metadata import PackageNotFoundError, version
-
     from moment.io import available_backends
     from moment.placement._native import ddak_library
 

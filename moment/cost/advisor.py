@@ -43,6 +43,9 @@ from moment.topology.devices import (Inventory, InventoryItem, builtin_gpus, car
 from moment.topology.model import A_KIND, Kind, Topology
 from moment.workload.spec import WorkloadSpec
 
+# Imports inside functions: the heavier stages this one calls (the planner's search, the sampler, a
+# profile's readers) load only on the calls that need them.
+
 #: optimistic bounds are inflated by this much so a solver's rounding can never beat its own bound
 BOUND_SLACK = 1e-6
 #: significant digits under which two throughputs (or TPCs) tie; ties go to the lower TCO
@@ -293,8 +296,12 @@ def advise(topo: Topology, budget_usd: float, *, models: list[str] | None = None
     budget that are solved or ruled out of both rankings; messages spell the inputs (budget, models,
     max_gpus, ...) as `flag` does. `data`: the data placement each inventory's epoch is predicted under
     ('planned' or 'even', as `moment plan --data`); the throughput bound holds for both. `reserve`: (model,
-    count) cards every inventory must leave slots for (a cluster server's NICs, `--machines-max`)."""
-    from moment.planner.plan import SearchCache, best_placement
+    count) cards every inventory must leave slots for (a cluster server's NICs, `--machines-max`).
+
+    The stages: enumerate the inventories the chassis takes, price them and keep those in the budget
+    (each with its optimistic bound), solve them in bound order until neither ranking can change (the
+    planner places each one), rank what was solved."""
+    from moment.planner.plan import SearchCache
 
     t0 = time.perf_counter()
     check_inputs(budget_usd, top_k, max_gpus, max_ssds, flag=flag)
@@ -303,6 +310,37 @@ def advise(topo: Topology, budget_usd: float, *, models: list[str] | None = None
     params = params or CostParams()
     gpu_models, ssd_models = _split_models(models, prices, flag)
     bare = strip(topo)[0]
+    invs = _enumerate_inventories(topo, bare, gpu_models, ssd_models, max_gpus, max_ssds, workload, reserve, flag)
+    seeds = samples_per_epoch(workload)
+    in_budget = _within_budget(topo, invs, budget_usd, _Bound(bare, workload), seeds, prices, params, flag)
+    # inventories of one shape share their listing of placements (the unpruned baseline plans each alone)
+    cache = SearchCache(topo) if prune else None
+
+    def plan(inv: Inventory, label: str) -> Candidate | None:
+        return _plan_inventory(topo, inv, label, workload, cache, data, seeds, prices, params)
+
+    search = _Search(in_budget, top_k, plan, progress)
+    search.run(prune)
+    exact = [c for c in search.solved if c.exact is not None]
+    if not exact:
+        raise MomentError(f"no inventory within budget {budget_usd:,.0f} USD can be placed in {topo.name!r}",
+                          hint=f"raise {flag('budget')} or lower {flag('max_gpus')} (double-width cards cover "
+                               "neighbouring slots)", field="budget")
+    best_pd, best_thr, runner, candidates = _rank(exact, top_k)
+    total = len(in_budget)
+    return AdviseResult(
+        machine=topo.name, workload=workload.name, data=data, budget_usd=budget_usd, top_k=top_k, params=params,
+        best_throughput_per_dollar=best_pd, best_throughput=best_thr, runner_ups=runner,
+        candidates=candidates, gpu_models=gpu_models, ssd_models=ssd_models,
+        searched=len(invs), over_budget=len(invs) - total, pruned=total - len(search.solved),
+        solved=len(search.solved), unplaceable=search.unplaceable, elapsed_s=time.perf_counter() - t0,
+        prices=_price_sources(prices, gpu_models + ssd_models))
+
+
+def _enumerate_inventories(topo: Topology, bare: Topology, gpu_models: list[str], ssd_models: list[str],
+                           max_gpus: int | None, max_ssds: int | None, workload: WorkloadSpec,
+                           reserve: tuple[tuple[str, int], ...], flag: Flag) -> list[Inventory]:
+    """Stage 1: every inventory the chassis' free slots take (`_inventories`); none is an error."""
     invs = _inventories(bare, gpu_models, ssd_models, max_gpus, max_ssds, workload, reserve)
     if not invs:
         beside = "".join(f" beside {c} x {m}" for m, c in reserve if c > 0)
@@ -310,8 +348,14 @@ def advise(topo: Topology, budget_usd: float, *, models: list[str] | None = None
                           f"{beside}",
                           hint=f"check {flag('max_gpus')}/{flag('max_ssds')} and the chassis' empty slots "
                                "(`moment profiles`)", field="models")
-    seeds = samples_per_epoch(workload)
-    bound = _Bound(bare, workload)
+    return invs
+
+
+def _within_budget(topo: Topology, invs: list[Inventory], budget_usd: float, bound: _Bound, seeds: float,
+                   prices: PriceTable, params: CostParams, flag: Flag) -> list[_Inv]:
+    """Stage 2: price every inventory and keep those whose hardware the budget buys, each with its optimistic
+    throughput and throughput per dollar (`bound`) and the label of its sibling with one SSD fewer. Nothing
+    in the budget is an error naming the cheapest inventory."""
     in_budget: list[_Inv] = []
     cheapest: tuple[float, str] | None = None
     for inv in invs:
@@ -332,114 +376,138 @@ def advise(topo: Topology, budget_usd: float, *, models: list[str] | None = None
             f"({cheapest[1]}, with the ${prices.server.price_usd:,.0f} server) costs {cheapest[0]:,.0f} USD",
             hint=f"raise {flag('budget')}, list cheaper {flag('models')}, or price the server lower with "
                  f"{flag('prices')}", field="budget")
+    return in_budget
 
-    total = len(in_budget)
-    by_label = {c.label: c for c in in_budget}
-    # inventories of one shape share their listing of placements (the unpruned baseline plans each alone)
-    cache = SearchCache(topo) if prune else None
-    unplaceable = 0
-    solved: list[_Inv] = []
-    top_tpc: list[tuple] = []
-    top_thr: list[tuple] = []
 
-    def enters(top: list[tuple], key: tuple) -> bool:
-        return len(top) < top_k or key < top[-1]
+def _plan_inventory(topo: Topology, inv: Inventory, label: str, workload: WorkloadSpec, cache, data: str,
+                    seeds: float, prices: PriceTable, params: CostParams) -> Candidate | None:
+    """Stage 4, for one inventory: the planner's best placement and what it predicts, priced; None when the
+    inventory has no valid placement (e.g. double-width cards that leave too few slots)."""
+    from moment.planner.plan import best_placement
 
-    def check_dominated(c: _Inv, pred: _Inv | None) -> None:
-        if pred is not None and pred.exact is not None and c.exact is not None and (
-                _q(pred.exact.throughput_samples_per_s) >= _q(c.exact.throughput_samples_per_s)):
-            c.dominated = True
-            c.exact = c.exact.model_copy(update={"dominated": True})
+    try:
+        best = best_placement(topo, inv, workload, cache=cache, data=data)
+    except MomentError:
+        return None
+    predicted = best.evaluation.under(data)
+    rep = report(inv, predicted.epoch_read_s, seeds, prices, params)
+    return Candidate(
+        inventory=label, items=inv.items, placement=best.placement,
+        predicted=Predicted(epoch_read_s=predicted.epoch_read_s,
+                            aggregate_gbps=predicted.aggregate_gbps, bottlenecks=best.bottlenecks),
+        epoch_s=rep.epoch_s, throughput_samples_per_s=rep.throughput_samples_per_s,
+        epochs_per_hour=rep.epochs_per_hour, hardware_usd=rep.hardware_usd,
+        power_w=rep.power_w, electricity_usd=rep.electricity_usd, tco_usd=rep.tco_usd, tpc=rep.tpc,
+        tpc_hardware=rep.tpc_hardware)
 
-    def solve(c: _Inv) -> None:
+
+def _check_dominated(c: _Inv, pred: _Inv | None) -> None:
+    """Flag `c` when its sibling with one SSD fewer is as fast (its extra SSD buys nothing)."""
+    if pred is not None and pred.exact is not None and c.exact is not None and (
+            _q(pred.exact.throughput_samples_per_s) >= _q(c.exact.throughput_samples_per_s)):
+        c.dominated = True
+        c.exact = c.exact.model_copy(update={"dominated": True})
+
+
+class _Search:
+    """Stage 3, the bound pruning: solve (`plan`, stage 4) the inventories in the budget in the order of
+    their optimistic rank, alternating between the two rankings, until neither top k can change; or, with
+    `run(prune=False)`, every one of them (the baseline)."""
+
+    def __init__(self, in_budget: list[_Inv], top_k: int, plan: Callable[[Inventory, str], Candidate | None],
+                 progress: Callable[[int, int], None] | None):
+        self.in_budget = in_budget
+        self.total = len(in_budget)
+        self.by_label = {c.label: c for c in in_budget}
+        self.top_k = top_k
+        self.plan = plan
+        self.progress = progress
+        self.unplaceable = 0
+        self.solved: list[_Inv] = []
+        self.top_tpc: list[tuple] = []
+        self.top_thr: list[tuple] = []
+        self.ruled_out: list[tuple[list, np.ndarray, list]] = []  # per ranking: (its top, queue position, keys)
+
+    def enters(self, top: list[tuple], key: tuple) -> bool:
+        return len(top) < self.top_k or key < top[-1]
+
+    def solve(self, c: _Inv) -> None:
         """Solve c. If it would enter a top list, first make sure the same inventory with one SSD fewer
         is solved: if that is as fast, c's extra SSD buys nothing and c is not ranked. So a top list
         only ever holds checked entries and its k-th key only improves, which the pruning relies on."""
-        nonlocal unplaceable
         c.done = True
-        try:
-            best = best_placement(topo, c.inventory, workload, cache=cache, data=data)
-        except MomentError:
-            unplaceable += 1  # e.g. double-width cards that leave too few slots
-            c.exact = None
-        else:
-            predicted = best.evaluation.under(data)
-            rep = report(c.inventory, predicted.epoch_read_s, seeds, prices, params)
-            c.exact = Candidate(
-                inventory=c.label, items=c.inventory.items, placement=best.placement,
-                predicted=Predicted(epoch_read_s=predicted.epoch_read_s,
-                                    aggregate_gbps=predicted.aggregate_gbps, bottlenecks=best.bottlenecks),
-                epoch_s=rep.epoch_s, throughput_samples_per_s=rep.throughput_samples_per_s,
-                epochs_per_hour=rep.epochs_per_hour, hardware_usd=rep.hardware_usd,
-                power_w=rep.power_w, electricity_usd=rep.electricity_usd, tco_usd=rep.tco_usd, tpc=rep.tpc,
-                tpc_hardware=rep.tpc_hardware)
-        solved.append(c)
+        c.exact = self.plan(c.inventory, c.label)
+        if c.exact is None:
+            self.unplaceable += 1
+        self.solved.append(c)
         if c.exact is not None:
-            rank(c)
-        if progress is not None:
-            progress(decided(), total)
+            self.rank(c)
+        if self.progress is not None:
+            self.progress(self.decided(), self.total)
 
-    def rank(c: _Inv) -> None:
+    def rank(self, c: _Inv) -> None:
         k_tpc, k_thr = _key_tpc(c.exact.tpc, c), _key_thr(c.exact.throughput_samples_per_s, c)
-        if not (enters(top_tpc, k_tpc) or enters(top_thr, k_thr)):
+        if not (self.enters(self.top_tpc, k_tpc) or self.enters(self.top_thr, k_thr)):
             return
-        pred = by_label.get(c.pred) if c.pred else None
+        pred = self.by_label.get(c.pred) if c.pred else None
         if pred is not None and not pred.done:
-            solve(pred)
-        check_dominated(c, pred)
+            self.solve(pred)
+        _check_dominated(c, pred)
         if not c.dominated:
-            for top, key in ((top_tpc, k_tpc), (top_thr, k_thr)):
+            for top, key in ((self.top_tpc, k_tpc), (self.top_thr, k_thr)):
                 top.append(key)
                 top.sort()
-                del top[top_k:]
+                del top[self.top_k:]
 
-    ruled_out: list[tuple[list, np.ndarray, list]] = []  # per ranking: (its top, queue position, queue keys)
-
-    def decided() -> int:
+    def decided(self) -> int:
         """Inventories solved, or that neither ranking can take any more: what the progress counts."""
-        out = np.array([c.done for c in in_budget])
-        if len(ruled_out) < 2 or any(len(top) < top_k for top, _, _ in ruled_out):
+        out = np.array([c.done for c in self.in_budget])
+        if len(self.ruled_out) < 2 or any(len(top) < self.top_k for top, _, _ in self.ruled_out):
             return int(out.sum())
-        both = np.ones(len(in_budget), dtype=bool)
-        for top, at, keys in ruled_out:  # from the first key that cannot enter the top k on (keys only grow)
+        both = np.ones(len(self.in_budget), dtype=bool)
+        for top, at, keys in self.ruled_out:  # from the first key that cannot enter the top k on (keys only grow)
             both &= at >= bisect.bisect_right(keys, top[-1])
         return int((out | both).sum())
 
-    if prune:
-        queues = [
-            (sorted(in_budget, key=lambda c: _key_tpc(c.ub_tpc, c)), lambda c: _key_tpc(c.ub_tpc, c), top_tpc),
-            (sorted(in_budget, key=lambda c: _key_thr(c.ub_thr, c)), lambda c: _key_thr(c.ub_thr, c), top_thr),
-        ]
-        for queue, best_key, top in queues:
-            where = {id(c): i for i, c in enumerate(queue)}
-            ruled_out.append((top, np.array([where[id(c)] for c in in_budget]), [best_key(c) for c in queue]))
-        pos = [0, 0]
-        active = [True, True]
-        while any(active):
-            for i, (queue, best_key, top) in enumerate(queues):
-                if not active[i]:
-                    continue
-                while pos[i] < len(queue) and queue[pos[i]].done:
-                    pos[i] += 1
-                if pos[i] == len(queue) or (len(top) >= top_k and best_key(queue[pos[i]]) > top[-1]):
-                    active[i] = False  # nothing left in this ranking can enter its top k
-                    continue
-                solve(queue[pos[i]])
-    else:
-        for c in sorted(in_budget, key=lambda c: c.label):
-            if not c.done:
-                solve(c)
-    if progress is not None:
-        progress(total, total)
+    def run(self, prune: bool) -> None:
+        if prune:
+            queues = [
+                (sorted(self.in_budget, key=lambda c: _key_tpc(c.ub_tpc, c)), lambda c: _key_tpc(c.ub_tpc, c),
+                 self.top_tpc),
+                (sorted(self.in_budget, key=lambda c: _key_thr(c.ub_thr, c)), lambda c: _key_thr(c.ub_thr, c),
+                 self.top_thr),
+            ]
+            for queue, best_key, top in queues:
+                where = {id(c): i for i, c in enumerate(queue)}
+                self.ruled_out.append((top, np.array([where[id(c)] for c in self.in_budget]),
+                                       [best_key(c) for c in queue]))
+            pos = [0, 0]
+            active = [True, True]
+            while any(active):
+                for i, (queue, best_key, top) in enumerate(queues):
+                    if not active[i]:
+                        continue
+                    while pos[i] < len(queue) and queue[pos[i]].done:
+                        pos[i] += 1
+                    if pos[i] == len(queue) or (len(top) >= self.top_k and best_key(queue[pos[i]]) > top[-1]):
+                        active[i] = False  # nothing left in this ranking can enter its top k
+                        continue
+                    self.solve(queue[pos[i]])
+        else:
+            for c in sorted(self.in_budget, key=lambda c: c.label):
+                if not c.done:
+                    self.solve(c)
+        if self.progress is not None:
+            self.progress(self.total, self.total)
+        for c in self.solved:  # the flag for every inventory whose smaller sibling was solved too
+            if not c.dominated and c.pred in self.by_label:
+                _check_dominated(c, self.by_label[c.pred])
 
-    for c in solved:  # the flag for every inventory whose smaller sibling was solved too
-        if not c.dominated and c.pred in by_label:
-            check_dominated(c, by_label[c.pred])
-    exact = [c for c in solved if c.exact is not None]
-    if not exact:
-        raise MomentError(f"no inventory within budget {budget_usd:,.0f} USD can be placed in {topo.name!r}",
-                          hint=f"raise {flag('budget')} or lower {flag('max_gpus')} (double-width cards cover "
-                               "neighbouring slots)", field="budget")
+
+def _rank(exact: list[_Inv], top_k: int) -> tuple[Candidate, Candidate, list[Candidate], list[Candidate]]:
+    """Stage 5: the solved inventories ranked per dollar and by throughput (the dominated ones aside): the
+    best of each, the runners-up (the other members of either top k) and every candidate, best per dollar
+    first."""
     ranked = [c for c in exact if not c.dominated]
     by_tpc = sorted(ranked, key=lambda c: _key_tpc(c.exact.tpc, c))
     by_thr = sorted(ranked, key=lambda c: _key_thr(c.exact.throughput_samples_per_s, c))
@@ -452,13 +520,7 @@ def advise(topo: Topology, budget_usd: float, *, models: list[str] | None = None
     best_pd, best_thr = final[by_tpc[0].label], final[by_thr[0].label]
     runner = [final[label] for label in ranks if label not in (best_pd.inventory, best_thr.inventory)]
     runner.sort(key=lambda c: (c.rank_per_dollar or top_k + 1, c.rank_throughput or top_k + 1, c.inventory))
-    return AdviseResult(
-        machine=topo.name, workload=workload.name, data=data, budget_usd=budget_usd, top_k=top_k, params=params,
-        best_throughput_per_dollar=best_pd, best_throughput=best_thr, runner_ups=runner,
-        candidates=[final[c.label] for c in sorted(exact, key=lambda c: _key_tpc(c.exact.tpc, c))], gpu_models=gpu_models, ssd_models=ssd_models,
-        searched=len(invs), over_budget=len(invs) - total, pruned=total - len(solved), solved=len(solved),
-        unplaceable=unplaceable, elapsed_s=time.perf_counter() - t0,
-        prices=_price_sources(prices, gpu_models + ssd_models))
+    return best_pd, best_thr, runner, [final[c.label] for c in sorted(exact, key=lambda c: _key_tpc(c.exact.tpc, c))]
 
 
 def _price_sources(prices: PriceTable, used: list[str]) -> dict[str, object]:

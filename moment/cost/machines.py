@@ -21,9 +21,21 @@ from moment.cost.advisor import AdviseResult, Candidate, advise
 from moment.cost.model import CostParams, energy_kwh, samples_per_epoch
 from moment.cost.prices import PriceTable
 from moment.errors import Flag, MomentError, cli_flag
-from moment.topology.cluster import DEFAULT_NIC, MAX_MACHINES, MAX_NICS, MAX_SWITCH_GBIT
+from moment.topology.cluster import (
+    DEFAULT_NIC,
+    MAX_MACHINES,
+    MAX_NICS,
+    MAX_SWITCH_GBIT,
+    ClusterSpec,
+    NetworkSpec,
+    ServerSpec,
+)
+from moment.topology.devices import find_model
 from moment.topology.model import A_KIND, Kind, Topology
 from moment.workload.spec import WorkloadSpec
+
+# Imports inside functions: the heavier stages this one calls (the planner's search, the sampler, a
+# profile's readers) load only on the calls that need them.
 
 
 class MachinesOption(BaseModel):
@@ -89,8 +101,6 @@ def compare_machines(topo: Topology, budget_usd: float, machines_max: int, singl
                      progress: Callable[[int, int], None] | None = None) -> list[MachinesOption]:
     """The options for 1..machines_max servers (module docstring); `single` is advise's answer for one
     server under the whole budget, `advise_args` what it was given (models, max_gpus, max_ssds, top_k)."""
-    from moment.topology.devices import find_model
-
     check_machines_max(machines_max, flag)
     wl = workload or WorkloadSpec()
     model = find_model(nic)
@@ -144,7 +154,6 @@ def _as_cluster(c: Candidate, k: int, nic: str, nics: int, ports: int, rate: flo
                 wl: WorkloadSpec, net_hw: float, net_ele: float) -> MachinesOption | None:
     """k servers of advised inventory `c`, planned and priced as a cluster (None: its NICs do not fit)."""
     from moment.planner.cluster import plan_cluster
-    from moment.topology.cluster import ClusterSpec, NetworkSpec, ServerSpec
 
     inv = ",".join(f"{i.count}x{i.model}" for i in c.items)
     spec = ClusterSpec(servers=[ServerSpec(name="s", profile=topo.name, inventory=inv, nics=nics, count=k)],

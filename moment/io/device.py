@@ -19,6 +19,9 @@ import numpy as np
 
 from moment.errors import MomentError
 
+# Imports inside functions: torch (and PyG) load only where a tensor is made, so planning, placement and the
+# CLI stay torch-free.
+
 #: staging slots of a ring: one batch is assembled on the host while the previous one's copy is in flight
 RING_SLOTS = 2
 #: a table goes to the device in chunks of about this many bytes through one reused pinned host buffer, so no

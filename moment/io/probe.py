@@ -26,6 +26,9 @@ from moment.outputs import atomic_file, name_max, probe_writable, writing
 from moment.io.requests import ReadBatch
 from moment.io.stack import IOStack
 
+# Imports inside functions: torch (and PyG) load only where a tensor is made, so planning, placement and the
+# CLI stay torch-free.
+
 MiB = 1 << 20
 #: sequential reads per batch; the queue depth must keep at least two batches in flight
 SEQ_PER_BATCH = 4

@@ -47,8 +47,8 @@ from pydantic import BaseModel, Field
 import moment
 from moment import testpoints
 from moment.errors import MomentError
-from moment.locking import locked
 from moment.inputs import exists
+from moment.locking import locked
 from moment.outputs import (
     ChunkHasher,
     atomic_file,
@@ -61,7 +61,6 @@ from moment.outputs import (
     unnamed_entries,
     write_error,
 )
-from moment.placement.pack import pack_files
 from moment.placement.assignment import Assignment
 from moment.placement.manifest import (
     DEFAULT_CHUNK,
@@ -78,6 +77,10 @@ from moment.placement.manifest import (
     SplitRef,
     row_format,
 )
+from moment.placement.pack import pack_files
+from moment.placement.reader import CLUSTER_MANIFEST, load_manifest
+from moment.workload.graph import MANIFEST as DATASET_MANIFEST
+from moment.workload.graph import GraphDataset
 
 
 def open_features(path: str | Path) -> np.memmap:
@@ -179,15 +182,19 @@ def _referenced_dirs(layout: Path) -> set[Path]:
     return {Path(s.path).parent for s in m.shards if Path(s.path).is_absolute()}
 
 
-def _recover(out: Path, mounts: list[Path]) -> None:
+def _recover(out: Path, mounts: list[Path], home: Path | None = None) -> None:
     """Clean up after a killed or failed write of `out` (call holding its lock): put back an old layout
     a crash left at LAYOUT.old, then remove LAYOUT.partial, LAYOUT.old and every shard directory of
     this layout (in `mounts` or named by those leftovers' manifests) that LAYOUT's manifest does not
-    point to."""
+    point to. `home`: where the layout is published, if not at `out` (its shard directories are named
+    for it, and those the layout there points to stay)."""
     partial, backup, stem = _layout_paths(out)
     if (backup / MANIFEST).is_file():
         put_back(out, backup)
     keep = _referenced_dirs(out)
+    if home is not None:
+        stem = _layout_paths(home)[2]
+        keep |= _referenced_dirs(home)
     stale: set[Path] = set()
     for d in (partial, backup):
         for x in _referenced_dirs(d):
@@ -197,6 +204,19 @@ def _recover(out: Path, mounts: list[Path]) -> None:
             stale |= {x for x in m.iterdir() if x.is_dir()}
     _remove(sorted(x for x in stale if _owned(stem, x.name) and x not in keep and x.is_dir()))
     _remove([partial] + ([backup] if _is_layout(backup) else []))
+
+
+def drop_shard_dirs(root: Path, names: list[str] | None, home: Path) -> None:
+    """Remove the shard directories on SSD mounts that the machine layouts under `root` (a split's
+    directory being written, replaced or removed: `names`, default every layout there) point to, when they
+    were written for the layout at HOME/NAME and the layout there now does not point to them."""
+    root = Path(root)
+    if names is None:
+        names = sorted(d.name for d in root.iterdir() if (d / MANIFEST).is_file()) if root.is_dir() else []
+    for name in names:
+        stem, keep = _layout_paths(home / name)[2], _referenced_dirs(home / name)
+        dirs = {x for d in _referenced_dirs(root / name) for x in (d, d.with_name(d.name + ".partial"))}
+        _remove(sorted(x for x in dirs if _owned(stem, x.name) and x not in keep and x.is_dir()))
 
 
 def _is_layout(d: Path) -> bool:
@@ -227,8 +247,6 @@ def check_layout_out(out: Path, overwrite: bool) -> None:
 def _check_replaceable(out: Path) -> None:
     """--overwrite replaces a Moment layout holding only what its manifest names, never a directory of
     something else nor files a person put in a layout."""
-    from moment.placement.reader import CLUSTER_MANIFEST
-
     named = None
     if (out / CLUSTER_MANIFEST).is_file() and not (out / MANIFEST).is_file():  # the other kind of layout
         raise MomentError("is a split layout, not one machine's layout: refusing to replace it with one",
@@ -324,6 +342,7 @@ def write_layout(
     batch_bytes: int = 32 << 20,
     overwrite: bool = False,
     split: SplitPart | None = None,
+    home: str | Path | None = None,
 ) -> Path:
     """Write `assignment`'s layout of the features at `features_path` to `out_dir`; returns its path.
 
@@ -337,7 +356,8 @@ def write_layout(
     Everything that can be checked (sizes, paths, free space) is checked before anything is written.
     With `overwrite`, the old layout stays complete and valid until the new one is (see the module doc).
     `split`: the layout is one machine's part of a split (`moment.placement.split`): `assignment` places
-    only the rows it holds.
+    only the rows it holds. `home`: where the layout will be published when it is written elsewhere first (a
+    split's machine, inside the split's partial directory): its SSD shard directories are named for it.
     """
     out = Path(out_dir).absolute()
     feats = open_features(features_path)
@@ -365,7 +385,10 @@ def write_layout(
             raise MomentError("the split is inconsistent: the held and remote rows are not every node once")
     if dataset_id is None:
         dataset_id = _dataset_id_of(features_path)
+    published = None if home is None else Path(home).absolute()
     partial, _, stem = _layout_paths(out)
+    if published is not None:
+        stem = _layout_paths(published)[2]
 
     # -- plan every file and check paths and space before touching anything
     specs = []  # (bin index, mount or None, stride, nbytes)
@@ -395,7 +418,7 @@ def write_layout(
     with locked(out, "layout"):
         check_layout_out(out, overwrite)
         _check_space(needs)
-        _recover(out, mounts)  # start clean: stale partial output and orphaned shard dirs of this layout
+        _recover(out, mounts, published)  # start clean: stale partial output and orphaned shard dirs of this layout
         ext_name = _new_shard_dir_name(out, stem, mounts)
         plans = []  # (bin index, file path while written, manifest path, stride, nbytes)
         for i, m, stride, nbytes in specs:
@@ -411,7 +434,7 @@ def write_layout(
                           starts, plans, plan, dataset_checksum, dataset_id, manifest_extra, progress, chunk_bytes,
                           batch_bytes, split)
         except BaseException as e:
-            _recover(out, mounts)
+            _recover(out, mounts, published)
             if isinstance(e, OSError):  # a full disk or a failing device: one message, nothing left behind
                 raise write_error(e, out, doing="cannot write the layout") from None
             raise
@@ -419,9 +442,6 @@ def write_layout(
 
 def _dataset_id_of(features_path: str | Path) -> str | None:
     """The id of the dataset whose features file this is (None for a bare .npy)."""
-    from moment.workload.graph import MANIFEST as DATASET_MANIFEST
-    from moment.workload.graph import GraphDataset
-
     p = Path(features_path).absolute()
     if not (p.parent / DATASET_MANIFEST).is_file():
         return None
@@ -523,8 +543,6 @@ def remove_layout(path: str | Path) -> RemoveReport:
     manifest does not name. Holds the layout's lock (a layout being written is refused). The layout
     disappears first, in one rename; leftovers of a crash are removed by the next write or rm.
     """
-    from moment.placement.reader import load_manifest
-
     given = Path(path)
     out = given.absolute()
     with locked(out, "layout"):

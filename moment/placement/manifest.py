@@ -12,13 +12,21 @@ Row format: the runtime reads shard rows with O_DIRECT, so reads must be aligned
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 from collections.abc import Callable
-from typing import Any, Literal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from moment.errors import MomentError
+from moment.documents import mistaken, mistaken_dir
+from moment.errors import MomentError, validation_error
+from moment.inputs import check_dir, exists, read_text
 from moment.placement.bins import BinSet
+
+if TYPE_CHECKING:
+    from moment.workload.graph import GraphDataset
 
 SCHEMA_VERSION = 1
 FORMAT = "moment-layout"
@@ -180,3 +188,85 @@ def layout_id(m: LayoutManifest) -> str:
     if m.split is not None:
         lines.append(f"split={m.split.id}/{m.split.machine}")
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()
+
+
+# ---- loading a written layout's manifest, and checking it against a dataset (the reader, the pack and
+# the runtime all start here) ---------------------------------------------------------------------------
+
+#: the cluster manifest of a split layout (moment.placement.split owns the format)
+CLUSTER_MANIFEST = "cluster.json"
+
+
+def _split_parts(p: Path) -> list[str] | None:
+    """The machines' layouts in `p` when `p` looks like a split's top directory (its owners.npy, or
+    subdirectories holding a layout manifest), else None."""
+    try:
+        parts = sorted(d.name for d in p.iterdir() if d.is_dir() and (d / MANIFEST).is_file())
+    except OSError:
+        return None
+    return parts if parts or (p / "owners.npy").is_file() else None
+
+
+def load_manifest(path: str | Path) -> LayoutManifest:
+    p = Path(path)
+    if not exists(p):
+        hint = "an interrupted write leaves LAYOUT.partial; rerun the write" if p.name.endswith(".partial") else None
+        if os.path.isfile(p.with_name(p.name + ".old") / MANIFEST):
+            hint = (f"an interrupted overwrite left the previous layout at {p.name}.old; the next "
+                    "`moment place --out` of this path puts it back")
+        if hint:
+            raise MomentError("layout directory not found", source=str(p), hint=hint)
+    check_dir(p, "layout directory")
+    mf = p / MANIFEST
+    if not mf.is_file():
+        if (p / CLUSTER_MANIFEST).is_file():  # moment.placement.split's directory
+            raise MomentError(f"this is a layout split over several machines ({CLUSTER_MANIFEST}), not one machine's "
+                              "layout", source=str(p),
+                              hint=f"train (or pack) with one machine's layout, --layout {p}/NAME (the machines are in "
+                                   f"{CLUSTER_MANIFEST}); `moment layout verify/info/rm` take the split directory")
+        if (parts := _split_parts(p)) is not None:  # a split's top directory whose cluster manifest is gone
+            held = f" (machines' layouts {', '.join(parts)})" if parts else ""
+            raise MomentError(f"no {CLUSTER_MANIFEST}: this is a split layout's top directory{held} without its "
+                              "cluster manifest", source=str(p),
+                              hint="its machines cannot train without it: write the split again with "
+                                   "`moment place --machines N --out NEW`")
+        raise mistaken_dir(p, "layout") or MomentError("no manifest.json: not a complete layout", source=str(p))
+    try:
+        head = json.loads(read_text(mf, "layout manifest"))
+    except (ValueError, RecursionError) as e:
+        raise MomentError(f"manifest is not readable JSON: {e}", source=str(mf)) from None
+    if not isinstance(head, dict) or head.get("format") != FORMAT:
+        raise mistaken(head, "layout", str(p)) or MomentError(
+            "not a Moment layout manifest (no format 'moment-layout')", source=str(mf))
+    if head.get("schema_version") != SCHEMA_VERSION:
+        raise MomentError(f"layout schema version {head.get('schema_version')} is not supported "
+                          f"(this Moment reads version {SCHEMA_VERSION})", source=str(mf))
+    try:
+        return LayoutManifest.model_validate(head)
+    except ValidationError as e:
+        raise validation_error(e, "manifest does not match the schema", source=str(mf)) from None
+
+
+def check_dataset(layout: str | Path, m: LayoutManifest, dataset: GraphDataset) -> str | None:
+    """Refuse to use `layout` with a dataset other than the one it was placed from.
+
+    Layouts record the dataset's id (`GraphDataset.dataset_id`: all its files' checksums); a different
+    id is refused. Layouts written before the id existed are checked by their features checksum only,
+    and a note saying so is returned (None otherwise).
+    """
+    ref = m.dataset
+    if ref.num_nodes != dataset.num_nodes:
+        raise MomentError(f"the layout was placed from a dataset of {ref.num_nodes:,} nodes, {dataset.path} has "
+                          f"{dataset.num_nodes:,}: they do not belong together", source=str(layout))
+    if ref.id is not None:
+        if ref.id != dataset.dataset_id:
+            raise MomentError(f"the layout was placed from another dataset (id {ref.id[:12]}, features "
+                              f"{ref.features_path}), not {dataset.path} (id {dataset.dataset_id[:12]}); "
+                              "pass that dataset, or place this one", source=str(layout))
+        return None
+    if ref.sha256 != dataset.manifest.files["features"].sha256:
+        raise MomentError(f"the layout was placed from other features (sha256 {ref.sha256[:12]}, "
+                          f"{ref.features_path}) than {dataset.path}'s; pass that dataset, or place this one",
+                          source=str(layout))
+    return (f"layout {layout} records no dataset id (written by an older Moment): only the features checksum "
+            "was compared with the dataset; place it again to record the id")

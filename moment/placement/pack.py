@@ -34,8 +34,11 @@ from moment.errors import NPZ_ERRORS, MomentError, validation_error
 from moment.locking import locked
 from moment.outputs import (atomic_file, follow_umask, publish_dir, remove_stale, sha256_file,
                              temp_prefix)
-from moment.placement.manifest import LayoutManifest, layout_id
+from moment.placement.manifest import LayoutManifest, check_dataset, layout_id, load_manifest
 from moment.workload.graph import GraphDataset
+
+# Imports inside functions: the heavier stages this one calls (the planner's search, the sampler, a
+# profile's readers) load only on the calls that need them.
 
 PACK_DIR = "pack"
 FORMAT = "moment-pack"
@@ -245,8 +248,6 @@ def write_pack(layout: str | Path, dataset: GraphDataset, *, world_size: int, ba
     run's cache gets when its pack index takes `index_bytes`) at its fixed point with this pack's own
     index, which is known once the batches are sampled (see `solve_cached_rows`).
     """
-    from moment.placement.reader import check_dataset, load_manifest
-
     if (cached_rows is None) == (budget_rows is None):
         raise ValueError("write_pack: give cached_rows or budget_rows")
     layout = Path(layout)

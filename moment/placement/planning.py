@@ -13,6 +13,7 @@ and usually puts it all on the socket next to the GPUs, which a fixed per-socket
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,13 +21,18 @@ from pydantic import ValidationError
 
 from moment.errors import Flag, MomentError, cli_flag, validation_error
 from moment.placement.assignment import Assignment, hotness_order
+from moment.placement.baselines import degree_placement, hash_placement
 from moment.placement.bins import Bin, BinSet
+from moment.placement.ddak import auto_pool, ddak
 from moment.planner.contracts import Evaluation, Plan
 from moment.topology.devices import Inventory, populate, strip
 from moment.topology.model import Kind, Topology
 from moment.workload.graph import GraphDataset
 from moment.workload.hotness import Hotness
 from moment.workload.spec import WorkloadSpec
+
+# Imports inside functions: the heavier stages this one calls (the planner's search, the sampler, a
+# profile's readers) load only on the calls that need them.
 
 GiB = 1 << 30
 #: default cache budgets: this share of each GPU's / each socket's memory
@@ -349,10 +355,6 @@ def run_policies(
     `required` policy (the one to be written) raises instead. `pool=None`: `auto_pool`. `only`: run the
     required policy alone (no comparison wanted).
     """
-    import time
-
-    from moment.placement.baselines import degree_placement, hash_placement
-    from moment.placement.ddak import auto_pool, ddak
 
     if required not in POLICIES:
         raise MomentError(f"unknown policy {required!r}; choose one of {', '.join(POLICIES)}")

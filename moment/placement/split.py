@@ -40,9 +40,14 @@ from pydantic import BaseModel, Field, ValidationError
 import moment
 from moment.errors import MomentError, validation_error
 from moment.inputs import check_dir, exists, read_text
-from moment.outputs import atomic_file, check_replaceable, fsync_dir, sha256_file
+from moment.locking import locked
+from moment.outputs import atomic_file, check_replaceable, fsync_dir, put_back, sha256_file
+from moment.placement.layout import drop_shard_dirs, layout_files
 from moment.placement.manifest import MANIFEST, DatasetRef, FileSum, LayoutManifest, Progress
 from moment.placement.reader import CLUSTER_MANIFEST, VerifyReport, load_manifest, verify_layout
+
+# Imports inside functions: the heavier stages this one calls (the planner's search, the sampler, a
+# profile's readers) load only on the calls that need them.
 
 FORMAT = "moment-split"
 SCHEMA_VERSION = 1
@@ -314,13 +319,13 @@ def split_paths(out: Path) -> tuple[Path, Path]:
 def recover(out: Path) -> None:
     """After a write of the split at `out` was killed (call holding its lock): a previous split left at
     SPLIT.old by a crash between two renames goes back to `out`; SPLIT.partial and any other SPLIT.old go."""
-    from moment.outputs import put_back
 
     partial, aside = split_paths(out.absolute())
     if (aside / CLUSTER_MANIFEST).is_file():
         put_back(out, aside)
     for d in (partial, aside):
         if exists(d):
+            drop_shard_dirs(d, None, out.absolute())  # its machines' shard directories on SSD mounts
             shutil.rmtree(d)
 
 
@@ -328,8 +333,6 @@ def owned_entries(root: Path, m: ClusterManifest, runs: list[Path] = ()) -> set[
     """What a split directory Moment wrote holds (paths relative to it): the manifest, the owners file, what
     the manifest of each machine's layout still there names, and every file under `runs` (the training runs
     of those layouts that the caller checked hold only what runs wrote)."""
-    from moment.placement.layout import layout_files
-
     named = {CLUSTER_MANIFEST, m.owners.path}
     for x in m.machines:
         lp = root / x.layout
@@ -366,8 +369,6 @@ def remove_split(path: str | Path, runs: list[Path] = ()) -> list[str]:
     """Remove the split at `path`: every machine's layout still there, `runs` (their training runs, which the
     caller checked), the owners file and the cluster manifest. Everything is checked first; the directory
     disappears in one rename. Returns the names of the machines whose layouts were removed."""
-    from moment.locking import locked
-
     out = Path(path).absolute()
     with locked(out, "layout"):
         recover(out)
@@ -377,6 +378,7 @@ def remove_split(path: str | Path, runs: list[Path] = ()) -> list[str]:
         os.rename(out, partial)
         fsync_dir(out.parent)
         gone = [x.name for x in m.machines if (partial / x.layout / MANIFEST).is_file()]
+        drop_shard_dirs(partial, gone, out)  # what the machines' layouts hold on SSD mounts (--ssd-path)
         shutil.rmtree(partial)
         fsync_dir(out.parent)
     return gone

@@ -13,7 +13,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from moment.errors import Flag, MomentError, cli_flag, validation_lines
+from moment.errors import Flag, MomentError, cli_flag, validation_error, validation_lines
+
+# Imports inside functions: the heavier stages this one calls (the planner's search, the sampler, a
+# profile's readers) load only on the calls that need them.
 
 if TYPE_CHECKING:  # imported where used: the CLI imports this module at start-up, which must stay instant
     from moment.planner.calibration import Calibration
@@ -182,7 +185,6 @@ def read_plan(path: str | Path) -> Plan:
     from pydantic import ValidationError
 
     from moment.documents import mistaken
-    from moment.errors import validation_error
     from moment.inputs import read_text
     from moment.planner.contracts import Plan
     from moment.topology.profiles import parse_yaml

@@ -32,6 +32,9 @@ from moment.topology.model import Kind, Topology
 from moment.topology.profiles import read_yaml
 from moment.workload.spec import WorkloadSpec
 
+# Imports inside functions: a solver's or renderer's library (networkx, OR-Tools, SciPy, matplotlib) loads
+# only when it is used.
+
 
 @dataclass(frozen=True)
 class Param:

@@ -39,9 +39,12 @@ from moment.errors import MomentError
 from moment.planner.contracts import Plan
 from moment.topology.bandwidth import GB
 from moment.topology.cluster import ClusterSpec, ServerSpec, nic_rate
-from moment.topology.devices import DeviceModel, check_placement, fits, populate, strip
+from moment.topology.devices import DeviceModel, builtin_gpus, check_placement, fits, populate, strip
 from moment.topology.model import Kind, Topology
 from moment.workload.spec import WorkloadSpec
+
+# Imports inside functions: the heavier stages this one calls (the planner's search, the sampler, a
+# profile's readers) load only on the calls that need them.
 
 #: width of the hidden layers and classes of the model whose gradients the default `model_mb` counts:
 #: the training runtime's default GraphSAGE (width 256) on IGB's 19 classes
@@ -378,8 +381,6 @@ def plan_cluster(spec: ClusterSpec, workload: WorkloadSpec | None = None, *,
 
 
 def _builtin(topo: Topology) -> int:
-    from moment.topology.devices import builtin_gpus
-
     return len(builtin_gpus(topo))
 
 

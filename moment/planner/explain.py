@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from moment.planner.contracts import Evaluation, Explanation, Limit, LinkUse
-from moment.topology.devices import populate
+from moment.topology.devices import find_model, populate
 from moment.topology.model import Kind, Topology
 
 _SOCKET_KINDS = {"upi": "UPI", "qpi": "QPI", "xgmi": "xGMI"}
@@ -210,8 +210,6 @@ def explain(bare: Topology, recommended: Evaluation, baselines: list[tuple[str, 
 def bottleneck_summary(plan, shown: int = SHOWN) -> str:
     """A plan's bottlenecks in a few words: SSD reads and SSD slot links counted, other links named
     (at most `shown`, then how many more)."""
-    from moment.topology.devices import find_model
-
     ssd_slots = {s for s, m in plan.placement.items() if find_model(m).kind == Kind.ssd}
     necks = [lu for lu in plan.links if lu.bottleneck]
     reads = [lu for lu in necks if lu.kind == "ssd"]

@@ -22,6 +22,9 @@ from moment.errors import MomentError
 from moment.planner.network import TIER_CPU, TIER_GPU, FlowNetwork
 from moment.planner.solution import Solution
 
+# Imports inside functions: a solver's or renderer's library (networkx, OR-Tools, SciPy, matplotlib) loads
+# only when it is used.
+
 BACKENDS = ("networkx", "ortools")
 #: bisection stops when hi / lo <= 1 + REL_TOL
 REL_TOL = 1e-4

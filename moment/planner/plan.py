@@ -29,6 +29,8 @@ from moment.topology.devices import Inventory, fits, strip
 from moment.topology.model import A_KIND, Kind, Topology
 from moment.workload.spec import WorkloadSpec
 
+# Imports inside functions: the heavier search paths load only on the machines that need them.
+
 #: candidates per HiGHS call
 BATCH = 64
 #: 'auto' lists the candidates while that takes at most this many combinations (about a second;

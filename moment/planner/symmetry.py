@@ -24,6 +24,9 @@ from typing import TYPE_CHECKING
 
 from moment.topology.model import PeerLink, Topology
 
+# Imports inside functions: a solver's or renderer's library (networkx, OR-Tools, SciPy, matplotlib) loads
+# only when it is used.
+
 if TYPE_CHECKING:  # networkx is imported where a graph is built: only the fallbacks need it
     import networkx as nx
 

@@ -4,6 +4,8 @@ The public face is `open_run` (moment.runtime.run), also exported as `moment.ope
 
 from typing import Any
 
+# Imports inside functions: `open_run` loads the runtime (torch) when first used.
+
 __all__ = ["Batch", "Loader", "Run", "open_run"]
 
 

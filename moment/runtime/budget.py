@@ -14,6 +14,8 @@ Every rank computes the same split from the same inputs, so the ranks agree with
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -371,9 +373,6 @@ def return_freed_memory() -> None:
     they end up in per-thread arenas that keep the pages after free, so the process holds more than
     the budget counts. A fixed 1 MiB threshold (and few arenas) returns them; no effect off glibc.
     """
-    import ctypes
-    import ctypes.util
-
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         libc.mallopt(-3, 1 << 20)  # M_MMAP_THRESHOLD

@@ -17,6 +17,9 @@ from moment import testpoints
 from moment.errors import MomentError
 from moment.outputs import atomic_file
 
+# Imports inside functions: torch (and PyG) load only where a tensor is made, so planning, placement and the
+# CLI stay torch-free.
+
 if TYPE_CHECKING:
     import torch
 

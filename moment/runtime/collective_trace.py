@@ -20,6 +20,9 @@ from typing import Any
 
 from moment.errors import MomentError
 
+# Imports inside functions: torch (and PyG) load only where a tensor is made, so planning, placement and the
+# CLI stay torch-free.
+
 TRACE_ENV = "MOMENT_TRACE_COLLECTIVES"
 
 #: the functions of torch.distributed that talk to other ranks (and make groups: a collective too)

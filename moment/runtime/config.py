@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 import types
 import typing
 from dataclasses import dataclass
@@ -21,6 +22,9 @@ from moment.errors import MomentError
 from moment.workload.seeds import SEED_LIMIT
 from moment.workload.spec import FANOUTS_HELP, default_batch_size
 
+# Imports inside functions: parsing options loads no I/O engine, budget or torch: `moment train --help` and
+# the dry run start fast.
+
 DEFAULT_FANOUTS = {1: [10], 2: [25, 10], 3: [15, 10, 5]}
 BUILT_IN_MODELS = ("sage", "gat")  # moment.runtime.models builds them; anything else is MODULE:ATTR
 DEFAULT_HIDDEN = 256  # GraphSAGE's hidden width in the paper, and a model of the user's own
@@ -28,6 +32,9 @@ _DOTTED = r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*"
 _CALLABLE = re.compile(rf"({_DOTTED}):({_DOTTED})")
 FEATURES = ("tiered", "memory", "memmap")
 HELP_HINT = "--help describes every option"
+#: the largest fan-out taken: one above a graph's largest degree samples as that degree does (every
+#: neighbour, `effective_fanouts`), and no node has 2**31 neighbours, so a larger one is a mistake
+FANOUT_LIMIT = 2**31
 
 
 @dataclass(frozen=True)
@@ -51,6 +58,27 @@ def _fanouts(text: str) -> list[int]:
     if not out or any(f <= 0 for f in out):
         raise argparse.ArgumentTypeError(f"fan-outs must be positive integers, got {text!r}")
     return out
+
+
+def _fanout_limit(fanouts: list[int]) -> str | None:
+    """Why `fanouts` are refused for their size (None: they are not)."""
+    if any(f > FANOUT_LIMIT for f in fanouts):
+        return (f"each must be at most {FANOUT_LIMIT} (a fan-out above the graph's largest degree samples "
+                "every neighbour)")
+    return None
+
+
+def effective_fanouts(fanouts: list[int], max_degree: int, given: bool = True) -> tuple[list[int], str | None]:
+    """The fan-outs a graph whose largest in-degree is `max_degree` samples with: each at most that degree
+    (a larger one takes every neighbour of every node, as that degree does), and a note naming them when
+    one given on the command line (`given`) is larger, so that a run's figures are not read as the flag's."""
+    eff = [min(int(f), max(int(max_degree), 1)) for f in fanouts]
+    if eff == list(fanouts) or not given:
+        return eff, None
+    hops = [str(i + 1) for i, (f, e) in enumerate(zip(fanouts, eff, strict=True)) if f != e]
+    which = f"hop {hops[0]} samples" if len(hops) == 1 else f"hops {', '.join(hops)} sample"
+    return eff, (f"--fanouts {','.join(map(str, fanouts))}: {which} at most {max_degree} neighbours (the graph's "
+                 f"largest degree); using {','.join(map(str, eff))}")
 
 
 def callable_spec(text: str) -> tuple[str, str] | None:
@@ -215,6 +243,14 @@ class TrainConfig(BaseModel):
             return v
         raise ValueError(f"choose {' or '.join(BUILT_IN_MODELS)}, or give your model's factory as MODULE:FACTORY "
                          "(e.g. mypkg.models:make)")
+
+    @field_validator("fanouts")
+    @classmethod
+    def _fanouts_bound(cls, v: list[int]) -> list[int]:
+        why = _fanout_limit(v)
+        if why:
+            raise ValueError(why)
+        return v
 
     @field_validator("loss")
     @classmethod
@@ -438,8 +474,6 @@ def option_names() -> list[str]:
 def parse_args(argv: list[str] | None = None, *, check: bool = True) -> TrainConfig:
     """The options of a run, validated (the one place both `moment train` and every rank validate them);
     `check=False` leaves `TrainConfig.check` to the caller (`moment train` adds a checkpoint directory)."""
-    import sys
-
     p = build_parser()
     ns = p.parse_args(_attach_values(list(sys.argv[1:] if argv is None else argv), p))
     cfg = make_config(**vars(ns))

@@ -19,6 +19,9 @@ from dataclasses import dataclass
 
 from moment.errors import MomentError
 
+# Imports inside functions: torch (and PyG) load only where a tensor is made, so planning, placement and the
+# CLI stay torch-free.
+
 PCI = "pci bus id"
 ORDER = "local-rank order"
 

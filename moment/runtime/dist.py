@@ -9,7 +9,10 @@ WORLD_SIZE, or 1) the run is a plain single process and every collective is a no
 
 from __future__ import annotations
 
+import datetime
 import os
+import socket
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +25,8 @@ from moment.runtime import collective_trace
 from moment.runtime.devices import RankDevice, local_devices
 from moment.runtime.exchange import ExchangeGroup
 from moment.runtime.rendezvous import NNODES_ENV, NODE_RANK_ENV, RankFacts, machine_ranks
+
+# Imports inside functions: torch's compiler stack (torch._dynamo) loads only before a process group is made.
 
 
 class AgreedError(MomentError):
@@ -148,8 +153,6 @@ def _attempt_store(rank: int, world: int) -> dist.Store:
     moment.runtime.rendezvous), rank 0 hosts a new one for each round and no prefix is needed: the
     agents' attempt counts differ there (a restart caused by another machine is not counted).
     """
-    import datetime
-
     env = os.environ
     try:
         host, port = env["MASTER_ADDR"], int(env["MASTER_PORT"])
@@ -165,8 +168,6 @@ def _attempt_store(rank: int, world: int) -> dist.Store:
 def _machine_rank(store: dist.Store, rank: int, world: int, facts: RankFacts) -> int:
     """This rank's number by machine (moment.runtime.rendezvous.machine_ranks), agreed through the store before
     the process group exists; the machines' disagreeing flags are one AgreedError on every rank."""
-    import datetime
-
     store.set(f"machine/{rank}", facts.encode())
     keys = [f"machine/{r}" for r in range(world)]
     store.wait(keys, datetime.timedelta(minutes=10))
@@ -185,8 +186,6 @@ def _leave_together(store: dist.Store, rank: int, world: int) -> None:
     """On a refusal every rank leaves, but rank 0 hosts the store: leaving first, it would cut off a rank still
     reading the facts, whose machine would then say "lost the connection" instead of the reason. Each rank
     says it has read them; rank 0 leaves once all have (or after READ_ALL_S)."""
-    import time
-
     try:
         store.add("machine/read", 1)
         end = time.monotonic() + READ_ALL_S
@@ -246,8 +245,6 @@ def setup(device: str | None = None, gpu_bins: Sequence[tuple[str, str | None]] 
             store = _attempt_store(rank, world)
             node = env.get(NODE_RANK_ENV, "")
             if node.isdigit():  # `moment train --nnodes`: number the ranks by machine
-                import socket
-
                 rank = _machine_rank(store, rank, world, RankFacts(int(node), int(env.get(NNODES_ENV, "1")),
                                                                    local_rank, local_world, backend,
                                                                    socket.gethostname()))

@@ -7,11 +7,15 @@ the features are not, so neither is the loss), and every `CHECK_EVERY` steps, be
 at the end of an epoch, one all-reduce (the loss curve's, which the run does anyway) carries the losses
 and every rank's codes: every rank then knows the first bad step and stops there together, with one
 message. Training runs on at most `CHECK_EVERY - 1` steps past a bad one, and nothing after it is saved.
+
+A finite loss can diverge too (`--lr 1e6`: 1.5, then 1e14, 1e13, ... to the end): after a check every rank
+holds the same mean-loss curve, so the rule `divergence_at` applied to it stops every rank at the same step with
+no collective of its own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -20,6 +24,16 @@ import torch
 CHECK_EVERY = 32
 
 FINE, DIVERGED, BAD_FEATURES = 0, 1, 2
+
+#: Divergence: DIVERGE_STEPS steps in a row whose mean loss is over DIVERGE_FACTOR times the run's reference
+#: loss, the smallest of its first REFERENCE_STEPS steps. Why these: the first steps are a fresh model's loss,
+#: whatever the loss function's scale (node or link, a user's own); their smallest is not raised by a model
+#: that blows up at step 2, as their median would be; training that learns or is noisy stays within a few
+#: times it, and only a model blowing up goes four orders of magnitude over it; several steps in a row, so a
+#: brief spike is not one. A reference <= 0 (a loss that can be 0 or negative) has no scale: never checked.
+DIVERGE_FACTOR = 1e4
+DIVERGE_STEPS = 3
+REFERENCE_STEPS = 4
 
 
 def step_code(loss: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -38,6 +52,36 @@ class BadStep:
     batch: int  # 0-based index in the epoch
     ranks: tuple[int, ...]
     bad_features: bool  # a rank's features for it were not finite
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """The step at which the finite mean loss had grown past the divergence rule's bound (`divergence_at`)."""
+
+    step: int  # the run's step number (1-based): the last of the DIVERGE_STEPS steps over the bound
+    epoch: int  # 0-based
+    batch: int  # 0-based index in the epoch
+    since: int  # the first of those steps
+    loss: float  # the mean loss at `step`
+    reference: float  # the run's reference loss (the smallest of its first REFERENCE_STEPS)
+
+
+def divergence_at(curve: Sequence[float], new: list[float]) -> tuple[int, float] | None:
+    """Where the rule trips among the mean losses `new` that follow the run's `curve`: the index in `new` of
+    the last of the DIVERGE_STEPS steps over the bound, and the reference (None: nowhere). A pure
+    function of the losses up to each step, so every rank, and a resumed run, trips at the same step; it reads
+    only the curve's first and last few losses (a long run's check costs no more)."""
+    n = len(curve)
+    head = list(curve[:REFERENCE_STEPS]) + new[:max(0, REFERENCE_STEPS - n)]
+    seq = list(curve[max(0, n - DIVERGE_STEPS + 1):]) + new  # the steps a window of the new ones reaches
+    off = len(seq) - len(new)
+    for j in range(len(new)):
+        ref = min(head[:n + j + 1])
+        window = seq[max(0, off + j - DIVERGE_STEPS + 1):off + j + 1]
+        # a NaN is never over the bound: `first_bad` names that step
+        if ref > 0 and len(window) == DIVERGE_STEPS and all(v > DIVERGE_FACTOR * ref for v in window):
+            return j, ref
+    return None
 
 
 def first_bad(codes: list[list[float]], where: list[tuple[int, int, int]]) -> BadStep | None:
@@ -71,9 +115,11 @@ class StepLog:
         self._codes.append(step_code(loss.detach(), x))
         self._where.append((step, epoch, batch))
 
-    def check(self, all_reduce: Callable[[torch.Tensor], torch.Tensor]) -> tuple[list[float], BadStep | None]:
+    def check(self, all_reduce: Callable[[torch.Tensor], torch.Tensor], curve: Sequence[float] = ()
+              ) -> tuple[list[float], BadStep | Divergence | None]:
         """One all-reduce (collective: every rank calls it after the same steps): the mean loss of each step
-        over the ranks, and the first bad step of any rank (None: all were finite)."""
+        over the ranks, and the first step to stop at: a bad step of any rank, or where the mean losses
+        diverged after the run's `curve` so far (None: neither)."""
         k = len(self)
         if not k:
             return [], None
@@ -83,4 +129,11 @@ class StepLog:
         got = all_reduce(torch.cat([mine, codes.flatten()])).cpu().tolist()
         where, self._losses, self._codes, self._where = self._where, [], [], []
         rows = [got[k + r * k: k + (r + 1) * k] for r in range(self.world_size)]
-        return [v / self.world_size for v in got[:k]], first_bad(rows, where)
+        losses = [v / self.world_size for v in got[:k]]
+        bad = first_bad(rows, where)
+        upto = k if bad is None else where.index((bad.step, bad.epoch, bad.batch))
+        d = divergence_at(curve, losses[:upto])
+        if d is None:
+            return losses, bad
+        j, ref = d
+        return losses, Divergence(*where[j], since=where[j][0] - DIVERGE_STEPS + 1, loss=losses[j], reference=ref)

@@ -28,6 +28,7 @@ failed; it never calls a run with skipped checks a full pass.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -44,6 +45,8 @@ from pathlib import Path
 from typing import Any
 
 from moment.errors import INSTALL_TRAIN, MomentError
+
+# Imports inside functions: `moment doctor` loads the runtime only for the checks it runs.
 
 #: how far the loss curves of the pipelined and the in-memory run may be apart on each device, as (absolute,
 #: relative): on CPU nothing (the same bytes in the same order); on CUDA the atomic adds of scatter
@@ -451,8 +454,6 @@ def render(rep: Report) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m moment.runtime.gpucheck [--device cpu|cuda] [--ranks N] [--no-tests] [--json]`."""
-    import argparse
-
     p = argparse.ArgumentParser(prog="python -m moment.runtime.gpucheck", description=__doc__.split("\n\n")[0])
     p.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda where there is one, else nothing runs")
     p.add_argument("--ranks", type=int, help=f"ranks of the pipelined epoch (default 2 on CPU, one per CUDA device "

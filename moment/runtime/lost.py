@@ -7,6 +7,9 @@ from collections.abc import Iterator
 
 from moment.errors import MomentError
 
+# Imports inside functions: torch (and PyG) load only where a tensor is made, so planning, placement and the
+# CLI stay torch-free.
+
 #: what gloo/NCCL say when a peer process is gone
 PEER_GONE = ("Connection reset by peer", "Connection closed by peer", "Broken pipe", "NCCL communicator was aborted")
 

@@ -23,6 +23,8 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+# Imports inside functions: the rank's resource usage is read only when measured.
+
 SHM_PREFIX = "/dev/shm/"
 
 

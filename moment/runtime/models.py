@@ -17,6 +17,9 @@ from torch import nn
 from moment.runtime.config import DEFAULT_HIDDEN
 from moment.workload.sampler import Block  # the sampler's `MiniBatch.blocks()` items
 
+# Imports inside functions: torch (and PyG) load only where a tensor is made, so planning, placement and the
+# CLI stay torch-free.
+
 __all__ = ["GAT", "SAGE", "Block", "LayerExtent", "build_model", "hidden_width", "load_layers", "step_bytes", "weights"]
 
 GAT_HEADS = 8  # the paper's GAT: 8 heads of `hidden` each in every layer but the last

@@ -11,8 +11,11 @@ import time
 from typing import Any, Self
 
 from rich.console import Console
+from rich.markup import escape
 
 from moment.outputs import console_width
+
+# Imports inside functions: rich's progress bar loads only on rank 0, when it shows one.
 
 
 class Reporter:
@@ -40,8 +43,6 @@ class Reporter:
 
     def notice(self, text: str) -> None:
         """Something the user must see even with --quiet (a restart, lost progress)."""
-        from rich.markup import escape
-
         self.console.print("[yellow]note:[/] " + escape(text), highlight=False, soft_wrap=True)
 
     def lines(self, lines: list[str]) -> None:

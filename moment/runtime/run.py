@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import socket
 import sys
 import time
 from collections.abc import Iterator
@@ -27,19 +28,21 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 from moment.errors import MomentError
 from moment.io.device import DeviceLayer
 from moment.placement.opened import Layout
 from moment.runtime.budget import return_freed_memory
-from moment.runtime.config import TrainConfig
+from moment.runtime.config import TrainConfig, effective_fanouts, make_config
 from moment.runtime.dist import AgreedError, DistContext, setup
-from moment.runtime.finite import BadStep, StepLog
+from moment.runtime.finite import DIVERGE_FACTOR, DIVERGE_STEPS, BadStep, Divergence, StepLog
 from moment.runtime.link_task import sampler_for, train_seeds
 from moment.runtime.loader import LoaderPipeline
 from moment.runtime.memory_use import reset_peak
 from moment.runtime.models import load_layers
 from moment.runtime.pipeline import Pipeline, Prepared
+from moment.runtime.rendezvous import SHARED_SETTINGS, RunFacts, check_agents
 from moment.runtime.run_plan import RunPlan, resolve_run
 from moment.runtime.sizing import agent_bytes, rank_base_bytes, run_inputs
 from moment.runtime.sources import FeatureSource, InMemoryFeatures, MemmapFeatures
@@ -47,6 +50,8 @@ from moment.runtime.store import StoreInfo, open_store
 from moment.workload.graph import GraphDataset
 from moment.workload.sampler import Block, CSRGraph, SeedBatches
 from moment.workload.seeds import mix
+
+# Imports inside functions: PyG's graph store loads only when a script asks for it.
 
 #: the sampling keys' tags of the splits other than train (train's key is (seed, epoch, rank))
 SPLIT_TAGS = {"val": 0xE7A1, "test": 0x7E57}
@@ -141,6 +146,9 @@ class Run:
         self.fanouts = cfg.resolved_fanouts()
         # the graph stays memory-mapped (its size is charged to the budget); labels in their own small dtype
         self.graph = CSRGraph.from_dataset(ds, in_memory=cfg.features == "memory")
+        if cfg.fanouts:  # the sampler takes every neighbour past the largest degree: say which fan-outs it used
+            _, note = effective_fanouts(self.fanouts, self.graph.max_degree())
+            self.notes += [f"note: {note}"] if note else []
         train_idx = train_seeds(cfg.task, self.graph, np.asarray(ds.train_idx))
         self.batch_size = cfg.resolved_batch_size(train_idx.size, ctx.world_size)
         self.batches = SeedBatches(train_idx, self.batch_size, seed=cfg.seed, rank=ctx.rank, world_size=ctx.world_size)
@@ -171,6 +179,8 @@ class Run:
         self._steps = StepLog(ctx.rank, ctx.world_size)  # losses and their finiteness since the last check
         self.step = 0  # steps tracked (a resumed run starts from its checkpoint's)
         self.saved_step: int | None = None  # the last checkpoint's step (its caller's: named when a loss is bad)
+        self.optimizer: torch.optim.Optimizer | None = None  # the loop's, when it says (a stop names its rate)
+        self.lr_option: str | None = None  # the option that sets that rate, named in a stop's hint
         self._current: Batch | None = None
         self.epoch_seconds: list[float] = []  # each train loader's, from its first batch asked to its end
         self._closed = False
@@ -226,15 +236,16 @@ class Run:
         module = module.to(self.device)
         if not self.ctx.backend:
             return module
-        from torch.nn.parallel import DistributedDataParallel as DDP
 
         return DDP(module, device_ids=self.dev.ddp_device_ids())
 
     def track(self, loss: torch.Tensor) -> None:
         """Record the loss of the step just taken on the last batch handed out: it joins `loss_curve` (the
         mean over ranks) and every rank stops at the first step whose loss is not finite on any rank,
-        saying whether that batch's features were (a corrupt layout) or only the loss (a diverging model).
-        No host sync per step: checked every few steps, collectively (every rank tracks every step)."""
+        saying whether that batch's features were (a corrupt layout) or only the loss (a diverging model),
+        or where the finite mean loss diverged (moment.runtime.finite.divergence_at; set `run.optimizer` and
+        the message names its learning rate). No host sync per step: checked every few steps, collectively
+        (every rank tracks every step)."""
         b = self._current
         if b is None:
             raise MomentError("run.track(loss) follows a batch of a train loader: no batch was handed out yet")
@@ -245,7 +256,7 @@ class Run:
 
     def sync_losses(self) -> None:
         """Check the steps tracked since the last check (collective); the train loader does at its end."""
-        losses, bad = self._steps.check(self.ctx.all_reduce)
+        losses, bad = self._steps.check(self.ctx.all_reduce, self.loss_curve)
         if bad is not None:
             self._stop_at(bad)
         self.loss_curve += losses
@@ -362,9 +373,6 @@ class Run:
 
     def _check_machines(self) -> None:
         """Refuse, on every rank alike, machines that would not train one run (moment.runtime.rendezvous)."""
-        import socket
-
-        from moment.runtime.rendezvous import SHARED_SETTINGS, RunFacts, check_agents
 
         cfg, split = self.cfg, self.layout.split if self.layout is not None else None
         values = {"model": cfg.model, "epochs": cfg.epochs, "fanouts": self.fanouts, "layers": len(self.fanouts),
@@ -383,11 +391,23 @@ class Run:
         except MomentError as e:
             raise AgreedError.of(e) from None
 
-    def _stop_at(self, bad: BadStep) -> None:
+    def _stop_at(self, bad: BadStep | Divergence) -> None:
         """Stop every rank at the first step whose loss was not finite (training on would only print NaN
         losses and end 'successfully'), saying whether its features were already not finite (corrupt data)
-        or only the loss (the model diverged). Every rank raises it alike; rank 0 prints it."""
+        or only the loss (the model diverged), or at the step where the finite loss diverged. Every rank
+        raises it alike; rank 0 prints it."""
         cfg = self.cfg
+        lower = "lower the learning rate" + (f" ({self.lr_option})" if self.lr_option else "")
+        if isinstance(bad, Divergence):
+            kept = ("" if self.saved_step is None else
+                    f"; the last checkpoint (step {self.saved_step}) is from before the loss grew"
+                    if self.saved_step < bad.since else
+                    f"; the last checkpoint (step {self.saved_step}) is from after the loss grew: do not resume it")
+            raise AgreedError(
+                f"training stopped at step {bad.step} (epoch {bad.epoch + 1}, batch {bad.batch + 1} of "
+                f"{len(self.batches)}): the loss diverged{self._learning_rate()}: {bad.loss:.3g} at this step, "
+                f"more than {DIVERGE_FACTOR:g} times the smallest of the run's first losses ({bad.reference:.3g}) "
+                f"for {DIVERGE_STEPS} steps in a row, since step {bad.since}", hint=f"{lower} and start again{kept}")
         where = (f"at step {bad.step} (epoch {bad.epoch + 1}, batch {bad.batch + 1} of {len(self.batches)})"
                  f" on rank{'s' if len(bad.ranks) > 1 else ''} {', '.join(map(str, bad.ranks))}")
         src = (f"layout {cfg.layout}" if cfg.features == "tiered"
@@ -403,9 +423,16 @@ class Run:
                 + f"; nothing trained on these values was saved{kept}")
         raise AgreedError(
             f"training stopped {where}: the loss is not finite though the batch's features are: the model "
-            f"diverged (learning rate {cfg.lr}), or the features hold garbage values",
-            hint=f"lower the learning rate (--lr), or check the {src}"
+            f"diverged{self._learning_rate()}, or the features hold garbage values",
+            hint=f"{lower}, or check the {src}"
             + (f" with `moment layout verify {cfg.layout}`" if cfg.features == "tiered" else "") + kept)
+
+    def _learning_rate(self) -> str:
+        """' (learning rate X)' of the loop's optimizer (its groups' distinct rates); '' when it gave none."""
+        if self.optimizer is None:
+            return ""
+        rates = sorted({float(g["lr"]) for g in self.optimizer.param_groups})
+        return f" (learning rate{'s' if len(rates) > 1 else ''} {', '.join(f'{r:g}' for r in rates)})"
 
 
 def dataset_dir(cfg: TrainConfig, layout: Layout | None = None) -> Path:
@@ -466,8 +493,6 @@ def open_run(layout: str | Path | None = None, *, dataset: str | Path | None = N
     `cpu_cache_limit`, `cache_policy`, `io_shape`, ...; `python -m moment.train --help` lists them), checked
     as the command line checks them. Under torchrun it joins the process group (or uses the script's).
     Close it (or use `with`) on every rank."""
-    from moment.runtime.config import make_config
-
     values = {k: v for k, v in dict(layout=layout, dataset=dataset).items() if v is not None}
     cfg = make_config(keywords=True, **values, **options)
     run = start(cfg)

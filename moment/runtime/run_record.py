@@ -21,6 +21,8 @@ import torch
 from moment.errors import MomentError
 from moment.io.device import process_gpus
 
+# Imports inside functions: the record's writer loads only when the doctor asks for a record.
+
 RECORD_ENV = "MOMENT_RECORD_RUN"
 
 

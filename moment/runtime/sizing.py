@@ -70,17 +70,24 @@ def _bound(values: Sequence[int]) -> int:
     return int(max(v.max(), np.ceil(v.mean() + EXTENT_SPREAD * sd))) + 64
 
 
-def _batch_extent(cfg: TrainConfig, graph: CSRGraph, batches: SeedBatches, fanouts: list[int]) -> Extent:
+def _batch_extent(cfg: TrainConfig, graph: CSRGraph, batches: SeedBatches, fanouts: list[int],
+                  degrees: np.ndarray | None = None) -> Extent:
     """The most rows and edges one mini-batch touches, and each layer's block at its largest: the first
-    EXTENT_BATCHES batches sampled for real, bounded from their spread (`_bound`)."""
+    EXTENT_BATCHES batches sampled for real, bounded from their spread (`_bound`). A batch that could hold
+    more than EXTENT_SAMPLE_SLOTS neighbour slots is not sampled (that would cost as much as the run's own
+    batches, for a fan-out of any size) but bounded from the graph's degrees (`degree_extent`)."""
+    degrees = graph.degree_histogram() if degrees is None else degrees
+    seeds = _sampled_seeds(cfg, batches.batch_size, graph.num_nodes)
+    if sample_slots(seeds, fanouts, degrees) > EXTENT_SAMPLE_SLOTS:
+        return degree_extent(seeds, fanouts, degrees)
     sampler = sampler_for(cfg.task, graph, fanouts, cfg.negatives)
     hops = len(fanouts)
     seen: list[list[int]] = []  # per batch: rows, edges, then each layer's src, dst and edges
-    for i, seeds in enumerate(batches.epoch(0)):
+    for i, seeds_i in enumerate(batches.epoch(0)):
         if i == EXTENT_BATCHES:
             break
         sampler.generator.manual_seed(mix(cfg.seed, 0, 0, i))
-        mb = sampler.sample(seeds)
+        mb = sampler.sample(seeds_i)
         nodes, edges = np.cumsum(mb.num_sampled_nodes).tolist(), np.cumsum([0, *mb.num_sampled_edges]).tolist()
         # layer i of L: the edges of hops 1..L-i, as MiniBatch.blocks() cuts them
         seen.append([mb.num_nodes, int(mb.edge_index.shape[1]),
@@ -89,6 +96,57 @@ def _batch_extent(cfg: TrainConfig, graph: CSRGraph, batches: SeedBatches, fanou
         seen = [[0] * (2 + 3 * hops)]
     b = [_bound(col) for col in zip(*seen, strict=True)]
     return Extent(b[0], b[1], tuple(LayerExtent(*b[2 + 3 * i: 5 + 3 * i]) for i in range(hops)))
+
+
+#: a batch whose sampling could fill more neighbour slots than this (`sample_slots`) is bounded from the
+#: graph's degrees instead of sampled: 32 Mi slots, a few hundred MB of the sampler's index matrices
+EXTENT_SAMPLE_SLOTS = 1 << 25
+
+
+def _sampled_seeds(cfg: TrainConfig, batch_size: int, num_nodes: int) -> int:
+    """The most nodes a batch's neighbour sampling starts from: its seeds, or a link batch's endpoints (each
+    seed, its positive's source and `negatives` destinations per positive)."""
+    per_seed = 2 + cfg.negatives if cfg.task == "link" else 1
+    return min(batch_size * per_seed, num_nodes)
+
+
+def _hop_bounds(seeds: int, fanouts: Sequence[int], degrees: np.ndarray) -> list[tuple[int, int, int, int]]:
+    """Per hop, (targets, slots, edges, new nodes) at most. A hop's targets are the nodes the previous hop
+    added (the seeds first), distinct and never expanded twice, so each hop's edges are at most its targets'
+    largest degrees capped at the fan-out, all hops' at most the graph's edges, and its new nodes at most
+    its edges and the nodes not yet in the batch. Slots: the sampler's [targets, fan-out] matrix, whose
+    width is the fan-out capped at the largest degree (NeighborSampler.sample_neighbors)."""
+    n, top = int(degrees.sum()), degrees.size - 1
+    edges_left = int(np.dot(degrees, np.arange(degrees.size, dtype=np.int64)))
+    by_degree = degrees[::-1]  # node counts, the largest degree first
+    first = np.cumsum(by_degree) - by_degree  # nodes of larger degree than each
+    values = np.arange(top, -1, -1, dtype=np.int64)  # the degree of each entry of by_degree
+    out, targets, rows = [], min(seeds, n), min(seeds, n)
+    for f in fanouts:
+        width = min(int(f), top)
+        taken = np.clip(targets - first, 0, by_degree)  # the `targets` largest degrees
+        edges = min(int(np.dot(taken, np.minimum(values, width))), edges_left)
+        new = min(edges, n - rows)
+        out.append((targets, targets * width, edges, new))
+        edges_left -= edges
+        targets, rows = new, rows + new
+    return out
+
+
+def sample_slots(seeds: int, fanouts: Sequence[int], degrees: np.ndarray) -> int:
+    """The most neighbour slots sampling one batch of `seeds` fills, over all hops (`_hop_bounds`)."""
+    return sum(h[1] for h in _hop_bounds(seeds, fanouts, degrees))
+
+
+def degree_extent(seeds: int, fanouts: Sequence[int], degrees: np.ndarray) -> Extent:
+    """The extent of a batch of `seeds` stated from the graph's degree histogram alone (`_hop_bounds`),
+    never less than a sampled batch's: what a batch too large to sample for its size is planned with."""
+    hops = _hop_bounds(seeds, fanouts, degrees)
+    nodes = np.cumsum([hops[0][0], *(h[3] for h in hops)]).tolist()
+    edges = np.cumsum([0, *(h[2] for h in hops)]).tolist()
+    L = len(fanouts)
+    return Extent(nodes[L], edges[L], tuple(LayerExtent(nodes[L - i], nodes[L - i - 1], edges[L - i])
+                                            for i in range(L)))
 
 
 def run_inputs(cfg: TrainConfig, ds: GraphDataset, graph: CSRGraph, batches: Sequence[SeedBatches],
@@ -103,7 +161,8 @@ def run_inputs(cfg: TrainConfig, ds: GraphDataset, graph: CSRGraph, batches: Seq
     run's features are that wide (float32), not `ds`'s (a run planned on its graph alone). `device_memory`:
     this rank's device's free and total bytes (a CUDA rank), agreed as the least of the ranks'. `device`: where a
     model of the user's own that states no step memory is measured (moment.runtime.model_spec)."""
-    ext = functools.reduce(Extent.most, [_batch_extent(cfg, graph, b, fanouts) for b in batches])
+    degrees = graph.degree_histogram()  # once for every rank's batches
+    ext = functools.reduce(Extent.most, [_batch_extent(cfg, graph, b, fanouts, degrees) for b in batches])
     if ctx is not None:
         least = [-v for v in device_memory] if device_memory is not None else []  # the max of the negated: the least
         flat = [ext.rows, ext.edges, *(v for x in ext.layers for v in (x.src, x.dst, x.edges)), process_bytes,

@@ -19,6 +19,7 @@ which the rank's collective thread runs (`Staged`); a source without rounds retu
 
 from __future__ import annotations
 
+import mmap
 import os
 import warnings
 from dataclasses import dataclass
@@ -185,7 +186,6 @@ class MemmapFeatures(_Plain):
     def _map(self) -> np.ndarray:
         a = np.load(self.path, mmap_mode="r", allow_pickle=False)
         if self.random and hasattr(a, "_mmap") and hasattr(a._mmap, "madvise"):
-            import mmap
 
             a._mmap.madvise(mmap.MADV_RANDOM)
         return a

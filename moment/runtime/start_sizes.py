@@ -19,6 +19,8 @@ from pathlib import Path
 
 from moment.runtime.budget import process_bytes
 
+# Imports inside functions: the models load only when a start size is measured.
+
 #: a fresh interpreter: first what torchrun's agent imports, then what a rank loads before touching data
 FRESH = ("from moment.runtime.budget import process_bytes\nimport torch.distributed.run\nprint(process_bytes())\n"
          "from moment.runtime.models import load_layers\nimport moment.runtime.train\nload_layers()\n"
@@ -26,9 +28,7 @@ FRESH = ("from moment.runtime.budget import process_bytes\nimport torch.distribu
 
 
 def _moment_root() -> Path:
-    import moment
-
-    return Path(moment.__file__).resolve().parent
+    return Path(__file__).resolve().parents[1]  # the moment package (this is moment/runtime/start_sizes.py)
 
 
 def _measure() -> tuple[int, int] | None:

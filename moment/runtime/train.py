@@ -14,28 +14,34 @@ from __future__ import annotations
 
 import json
 import os
+import resource
+import socket
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
+from rich.console import Console
 
 from moment import testpoints
 from moment.errors import MomentError
+from moment.outputs import atomic_write
 from moment.runtime.budget import under_torchrun
 from moment.runtime.config import TrainConfig, parse_args
 from moment.runtime.dist import AgreedError, DistContext
-from moment.runtime.rendezvous import NNODES_ENV
+from moment.runtime.link_task import link_logits, link_loss, out_dim, roc_auc
 from moment.runtime.lost import peer_lost
 from moment.runtime.memory_use import machine_peak, rank_sample
-from moment.runtime.link_task import link_logits, link_loss, out_dim, roc_auc
 from moment.runtime.model_spec import forward, load_loss, make_model, make_optimizer
 from moment.runtime.progress import Reporter
+from moment.runtime.rendezvous import NNODES_ENV, NODE_RANK_ENV, others_gone
 from moment.runtime.resume import Checkpoints, Position
 from moment.runtime.run import Batch, Run, start
 from moment.runtime.run_record import RunRecord
 from moment.runtime.totals import Totals
+
+# Imports inside functions: the console and parent-watch set-up load only in a rank's entry point.
 
 AGREED_GRACE_S = 2.0  # a rank that leaves an agreed error to rank 0 exits this much later
 
@@ -57,6 +63,7 @@ class Trainer:
         width = out_dim(cfg.task, cfg.model, cfg.hidden, self.ds.num_classes)
         self.module = make_model(cfg, self.ds.feature_dim, width, len(self.fanouts)).to(ctx.device)
         self.opt = make_optimizer(self.module.parameters(), cfg)
+        run.optimizer, run.lr_option = self.opt, "--lr"  # a diverging loss's message names its rate
         self.loss_fn = load_loss(cfg.loss, width)
         self.record = RunRecord.of_env()  # `moment doctor --gpu`'s record of the batches (off in real runs)
         self.at = Position()
@@ -222,8 +229,6 @@ class Trainer:
 
     def _rank_report(self) -> dict[str, Any]:
         """This rank's plan GPUs, its device and how it was matched, and its planned vs achieved SSD shares."""
-        import socket
-
         sv = self.ctx.serves
         out: dict[str, Any] = {"rank": self.ctx.rank, "node_rank": self.ctx.node_rank, "host": socket.gethostname(),
                                "device": str(self.ctx.device),
@@ -298,14 +303,10 @@ def _device_memory(planned: dict[str, Any] | None, peaks: list[int]) -> dict[str
 
 
 def _peak_rss() -> int:
-    import resource
-
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def write_json_atomic(path: Path, doc: dict[str, Any]) -> None:
-    from moment.outputs import atomic_write
-
     atomic_write(path, json.dumps(doc, indent=2), "--metrics-json")
 
 
@@ -349,8 +350,6 @@ def train(cfg: TrainConfig, ctx: DistContext | None = None) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `python -m moment.train` / torchrun; user errors exit 2 without a traceback."""
-    from rich.console import Console
-
     from moment.runtime.console import attach_console, log_stream
 
     attach_console()  # under `moment train`: the user's screen, not torchrun's log
@@ -394,8 +393,6 @@ def main(argv: list[str] | None = None) -> int:
 def _who_lost() -> str:
     """Which peer a lost connection points at: on a run across machines with one rank per machine, another
     machine (named: never this one); else a rank that has probably failed."""
-    from moment.runtime.rendezvous import NNODES_ENV, NODE_RANK_ENV, others_gone
-
     env = os.environ
     if int(env.get(NNODES_ENV, "1") or 1) > 1 and env.get("LOCAL_WORLD_SIZE") == "1":
         return f"{others_gone(int(env.get(NODE_RANK_ENV, '0')), int(env[NNODES_ENV]))} (its own messages say why)"

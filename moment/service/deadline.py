@@ -9,7 +9,9 @@ limit, so a flood of searches never starves the other routes."""
 from __future__ import annotations
 
 import threading
-from collections.abc import AsyncIterator, Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from moment.service.errors import Busy, TimedOut
@@ -29,9 +31,10 @@ class Searches:
         self.slots = threading.BoundedSemaphore(running)
         self._room = threading.BoundedSemaphore(running + waiting)
 
-    async def admission(self) -> AsyncIterator[None]:
-        """A route dependency: a place among the running or waiting searches for the whole request, taken
-        on the event loop before any worker thread is, or Busy at once."""
+    @contextmanager
+    def admitted(self) -> Iterator[None]:
+        """A place among the running or waiting searches while the block runs, or Busy at once (the routes'
+        dependency `moment.service.deps.search_slot` holds it for the whole request)."""
         if not self._room.acquire(blocking=False):
             raise Busy(f"the service is busy: {self.running} searches are running and {self.waiting} more are "
                        "waiting; try again later")
@@ -45,8 +48,6 @@ def run_with_deadline(work: Callable[[Callable[[int, int], None]], T], seconds: 
                       searches: Searches | None = None) -> T:
     """`work(progress)` in a worker thread holding one of the `searches` slots; TimedOut after `seconds`
     (the thread is told to stop); Busy when no slot frees up within `seconds`."""
-    import time
-
     t0 = time.monotonic()
     if searches is not None and not searches.slots.acquire(timeout=seconds):
         raise Busy(f"the service is busy with other searches; {what} found no free slot within {seconds:g} s, "
@@ -56,8 +57,6 @@ def run_with_deadline(work: Callable[[Callable[[int, int], None]], T], seconds: 
 
 def _run(work, seconds: float, what: str, slot: threading.Semaphore | None, t0: float):
     """`work` in its own thread, which releases `slot` (already taken) when it ends."""
-    import time
-
     stop = threading.Event()
     box: dict[str, Any] = {}
 

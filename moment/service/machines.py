@@ -11,9 +11,15 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from moment.errors import MomentError
+from moment.planner.api import calibrated
 from moment.service.errors import FieldError, TooLarge, blame, request_field
 from moment.service.schemas import UPLOADS, MachineIn
+from moment.topology.cluster import cluster_from_dict
 from moment.topology.model import Topology
+from moment.topology.profiles import PROFILE_DIR, builtin_names, dump_yaml, load_profile
+
+# Imports inside functions: a route loads the planner, the readers and a job's work when it runs: the
+# service starts fast, without torch.
 
 DEFAULT_PROFILE = "paper-machine-b"
 _TEXT_SCANS = ("lspci", "lspci_vvv", "dmidecode", "nvidia_smi")
@@ -21,8 +27,6 @@ _TEXT_SCANS = ("lspci", "lspci_vvv", "dmidecode", "nvidia_smi")
 
 def builtin_profile_path(name: str, field: str = "profile") -> Path:
     """The built-in profile's file; anything that is not a built-in name is refused."""
-    from moment.topology.profiles import PROFILE_DIR, builtin_names
-
     names = builtin_names()
     if name not in names:
         raise FieldError(field, f"unknown built-in profile {name!r} (built-in: {', '.join(names)}; "
@@ -55,8 +59,6 @@ def _scratch(field: str) -> Iterator[Path]:
 def read_uploads(texts: dict[str, str], name: str | None = None, overrides: list[str] | None = None):
     """A Topology from uploaded text (one kind: a profile, an NCCL XML, an hwloc XML, or saved command
     outputs), with the what-if overrides; (topology, scan report or None)."""
-    from moment.topology.profiles import dump_yaml, load_profile
-
     kinds = {"profile_yaml" if k == "profile_yaml" else "xml" if k.endswith("_xml") else "text"
              for k in texts}
     xmls = [k for k in texts if k.endswith("_xml")]
@@ -99,9 +101,6 @@ def read_uploads(texts: dict[str, str], name: str | None = None, overrides: list
 def machine(req: MachineIn, upload_limit: int) -> tuple[Topology, str]:
     """The request's machine with its overrides and calibration applied, and its name (as the CLI names
     it: the profile name given, or the uploaded machine's name)."""
-    from moment.planner.api import calibrated
-    from moment.topology.profiles import load_profile
-
     texts = {k: getattr(req, k) for k in UPLOADS if getattr(req, k) is not None}
     for k, v in texts.items():
         check_upload(k, v, upload_limit)
@@ -120,9 +119,6 @@ def machine(req: MachineIn, upload_limit: int) -> tuple[Topology, str]:
 def cluster_spec(spec):
     """The request's cluster, checked as a cluster file is (NIC model, ports), its servers naming
     built-in profiles only: (spec, load), `load` reading a server's profile by that name."""
-    from moment.topology.cluster import cluster_from_dict
-    from moment.topology.profiles import load_profile
-
     for i, server in enumerate(spec.servers):
         builtin_profile_path(server.profile, f"cluster.servers[{i}].profile")
     with blame("cluster"):

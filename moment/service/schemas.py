@@ -10,13 +10,17 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from moment.placement import requests as placement_requests
+from moment.planner import requests as planner_requests
 from moment.planner.calibration import Calibration
 from moment.planner.cluster import ClusterPlan
 from moment.planner.contracts import DataPlacement, Plan
 from moment.planner.replay import ReplayReport
 from moment.topology.cluster import ClusterSpec
 from moment.topology.model import Topology
+from moment.requests import derive
 from moment.topology.scan import ScanReport
+from moment.workload.spec import DEFAULT_FANOUTS
 
 #: a machine's description uploaded as text: the field, and what it holds
 UPLOADS = {
@@ -30,9 +34,13 @@ UPLOADS = {
 }
 
 _Count = Field(ge=0, le=256)
+_COUNT = {"ge": 0, "le": 256}
+_NAME200 = {"max_length": 200}
 _DATA = ("where the rows will be on the SSDs, which the prediction assumes: 'planned' (the shares the LP "
          "chooses, as `moment place` with DDAK writes them) or 'even' (an equal share per SSD, hash placement)")
 _Name = Field(min_length=1, max_length=200)
+#: an uploaded machine's name: MachineIn's `name`, and /v1/scan's form field of that name
+MACHINE_NAME: dict[str, Any] = {"max_length": 200, "description": "name of an uploaded machine"}
 
 
 class _Strict(BaseModel):
@@ -51,7 +59,7 @@ class MachineIn(_Strict):
     lspci_vvv: str | None = Field(None, description=UPLOADS["lspci_vvv"])
     dmidecode: str | None = Field(None, description=UPLOADS["dmidecode"])
     nvidia_smi: str | None = Field(None, description=UPLOADS["nvidia_smi"])
-    name: str | None = Field(None, max_length=200, description="name of an uploaded machine")
+    name: str | None = Field(None, **MACHINE_NAME)
     overrides: list[str] = Field(
         default_factory=list, alias="set", max_length=64,
         description="what-if overrides PATH=VALUE, as `moment plan --set`: `nodes.sw1.link.gen=5`")
@@ -71,20 +79,16 @@ class WorkloadIn(_Strict):
                                           description="share of reads served by CPU memory")
 
 
-class PlanRequest(MachineIn, WorkloadIn):
-    """`moment plan`: where the inventory's GPUs and SSDs go."""
-
-    gpus: int | None = Field(None, ge=0, le=256,
-                             description="GPUs to place (default 4; 0 on machines with built-in GPUs)")
-    ssds: int = Field(8, ge=0, le=256, description="NVMe SSDs to place")
-    gpu_model: str = Field("A100-PCIe-40GB", max_length=200, description="GPU model (GET /v1/models)")
-    ssd_model: str = Field("P5510", max_length=200, description="SSD model (GET /v1/models)")
-    inventory: str | None = Field(None, max_length=1000, description="mixed inventory, e.g. '2xA100,2xH100,8xP5510'")
-    maxflow_backend: Literal["ortools", "networkx"] = Field("ortools", description="the paper's max-flow solver")
-    data: DataPlacement = Field("planned", description=_DATA + "; the search ranks the placements under it, "
-                                "every layout is predicted under both (`predicted`, `predicted_even`)")
-    replay: bool = Field(False, description="also replay each layout's epoch step by step")
-    diagram: bool = Field(False, description="also return the recommended machine's diagram as `diagram_svg`")
+#: `moment plan`: the library's request (moment.planner.requests), its defaults and descriptions, with the
+#: machine's uploads, the service's limits and the diagram; the CLI's --timeout is the service's own limit
+PlanRequest = derive(
+    planner_requests.PlanRequest, "PlanRequest", bases=(MachineIn, WorkloadIn), module=__name__,
+    only=("gpus", "ssds", "gpu_model", "ssd_model", "inventory", "maxflow_backend", "data", "replay"),
+    types={"maxflow_backend": Literal["ortools", "networkx"], "data": DataPlacement},
+    limits={"gpus": _COUNT, "ssds": _COUNT, "gpu_model": _NAME200, "ssd_model": _NAME200,
+            "inventory": {"max_length": 1000}},
+    extra={"diagram": (bool, Field(False, description="also return the recommended machine's diagram as "
+                                                      "`diagram_svg`"))})
 
 
 class ClusterPlanRequest(WorkloadIn):
@@ -173,6 +177,56 @@ class SimulateRequest(MachineIn):
     data: DataPlacement | None = Field(None, description=_DATA + "; default: planned, with a plan the plan's")
 
 
+class CompareMachine(MachineIn):
+    """One machine to compare; its own inventory or models, when given, replace the request's (a
+    what-if's devices)."""
+
+    gpu_model: str | None = Field(None, max_length=200)
+    ssd_model: str | None = Field(None, max_length=200)
+    inventory: str | None = Field(None, max_length=1000, description="this machine's own mixed inventory")
+
+
+class CompareMachinesRequest(BaseModel):
+    """`moment compare` over machines given as in /v1/plan: built-in names, uploads, what-if `set`s."""
+
+    model_config = {"extra": "forbid"}
+
+    machines: list[CompareMachine] = Field(min_length=1, max_length=16)
+    gpus: int | None = Field(None, ge=0, le=256, description="GPUs to place (default 4; 0 on machines with "
+                                                               "built-in GPUs)")
+    ssds: int = Field(8, ge=0, le=256)
+    gpu_model: str = Field("A100-PCIe-40GB", max_length=200)
+    ssd_model: str = Field("P5510", max_length=200)
+    inventory: str | None = Field(None, max_length=1000, description="mixed inventory, e.g. '2xA100,8xP5510'")
+    data: DataPlacement = Field("planned", description="where the rows will be on the SSDs: 'planned' (the LP's "
+                                "shares, DDAK) or 'even' (an equal share per SSD, hash)")
+
+
+class AdviseRequest(MachineIn):
+    """`moment advise`: what to buy for the machine's chassis under a budget."""
+
+    budget: float = Field(gt=0, le=1e9, allow_inf_nan=False, description="most USD to spend: server + GPUs + SSDs")
+    models: list[str] = Field(default_factory=list, max_length=32,
+                              description="GPU and SSD models to consider; a kind listed none of: every priced model")
+    max_gpus: int | None = Field(None, ge=0, le=256, description="at most this many GPUs (default: as many as fit)")
+    max_ssds: int | None = Field(None, ge=0, le=256, description="at most this many SSDs (default: as many as fit)")
+    top: int = Field(3, ge=1, le=20, description="best inventories kept per ranking")
+    years: float = Field(5.0, gt=0, le=100, allow_inf_nan=False, description="TCO horizon in years")
+    pue: float = Field(1.0, ge=1, le=10, allow_inf_nan=False, description="power usage effectiveness")
+    utilisation: float = Field(1.0, gt=0, le=1, allow_inf_nan=False, description="share of the horizon at full power")
+    machine_watts: float | None = Field(None, gt=0, le=1e6, allow_inf_nan=False,
+                                        description="flat machine power instead of server + device TDPs")
+    feature_dim: int | None = Field(None, ge=1, le=1 << 20, description="node feature dimension (default 1024)")
+    gb_per_gpu: float | None = Field(None, gt=0, le=1e9, allow_inf_nan=False)
+    gpu_cache_share: float | None = Field(None, ge=0, le=1, allow_inf_nan=False)
+    cpu_cache_share: float | None = Field(None, ge=0, le=1, allow_inf_nan=False)
+    data: DataPlacement = Field("planned", description="where the rows will be on the SSDs, which each epoch "
+                                "assumes: 'planned' (the LP's shares, DDAK) or 'even' (an equal share per SSD, hash)")
+    prices: dict[str, Any] | None = Field(
+        None, description="prices merged over the shipped table, as `moment advise --prices FILE` holds them: "
+                          "{devices: {H100-PCIe-80GB: {price_usd: 27500, date: '2025-03', source: 'our quote'}}}")
+
+
 class ProfileRow(BaseModel):
     name: str
     description: str
@@ -202,30 +256,31 @@ class Health(BaseModel):
 
 
 # ---- jobs --------------------------------------------------------------------------------------------
-class PlaceJobRequest(_Strict):
+class _PlaceNames(_Strict):
     """`moment place` as a job: a dataset and a layout named inside the service's data directory
     (DATA_DIR/datasets/NAME, DATA_DIR/layouts/NAME), never paths."""
 
     dataset: str = Field(min_length=1, max_length=100, description="dataset name under DATA_DIR/datasets/")
     layout: str = Field(min_length=1, max_length=100, description="layout name to write under DATA_DIR/layouts/")
-    profile: str = Field("paper-machine-b", max_length=200, description="built-in profile name")
-    gpus: int | None = Field(None, ge=0, le=256)
-    ssds: int = Field(8, ge=0, le=256)
-    gpu_model: str = Field("A100-PCIe-40GB", max_length=200)
-    ssd_model: str = Field("P5510", max_length=200)
-    plan: Plan | None = Field(None, description="reuse this plan's hardware placement instead of searching")
-    epochs: int = Field(1, ge=1, le=100)
-    batches: int | None = Field(None, ge=1, le=1_000_000)
-    fanouts: list[Annotated[int, Field(ge=1, le=1000)]] = Field(default_factory=lambda: [25, 10], min_length=1,
-                                                                max_length=4)
-    batch_size: int | None = Field(None, ge=1, le=1_000_000)
-    gpu_cache: str | None = Field(None, max_length=20, description="GiB ('8') or a share of the features ('10%')")
-    cpu_cache: str | None = Field(None, max_length=20)
-    pool: int | None = Field(None, ge=1, le=1_000_000)
-    policy: Literal["ddak", "hash", "degree"] = "ddak"
-    overwrite: bool = False
-    verify: bool = True
-    seed: int = Field(0, ge=0, le=2**32 - 1)
+
+
+#: the library's request (moment.placement.requests), its defaults, with the service's limits; the options
+#: that name paths (hotness, SSD paths, a cluster file) and the split are the command line's
+PlaceJobRequest = derive(
+    placement_requests.PlaceRequest, "PlaceJobRequest", bases=(_PlaceNames,), module=__name__,
+    doc=_PlaceNames.__doc__,
+    only=("profile", "gpus", "ssds", "gpu_model", "ssd_model", "plan", "epochs", "batches", "fanouts", "batch_size",
+          "gpu_cache", "cpu_cache", "pool", "policy", "overwrite", "verify", "seed"),
+    types={"plan": Plan | None, "policy": Literal["ddak", "hash", "degree"],
+           "fanouts": list[Annotated[int, Field(ge=1, le=1000)]]},
+    limits={"profile": _NAME200, "gpus": _COUNT, "ssds": _COUNT, "gpu_model": _NAME200, "ssd_model": _NAME200,
+            "epochs": {"ge": 1, "le": 100}, "batches": {"ge": 1, "le": 1_000_000},
+            "fanouts": {"default_factory": lambda: list(DEFAULT_FANOUTS), "min_length": 1, "max_length": 4},
+            "batch_size": {"ge": 1, "le": 1_000_000}, "gpu_cache": {"max_length": 20},
+            "cpu_cache": {"max_length": 20}, "pool": {"ge": 1, "le": 1_000_000}, "seed": {"ge": 0, "le": 2**32 - 1}},
+    describe={name: None for name in placement_requests.PlaceRequest.model_fields} | {
+        "profile": "built-in profile name", "plan": "reuse this plan's hardware placement instead of searching",
+        "gpu_cache": "GiB ('8') or a share of the features ('10%')"})
 
 
 class ProbeJobRequest(_Strict):

@@ -4,25 +4,29 @@ when the job is submitted, so bad input is a 422 and not a failed job) and again
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
+from moment.placement.api import check_choices
+from moment.placement.planning import check_caches
+from moment.placement.requests import PlaceRequest, place
+from moment.planner import api
+from moment.requests import narrow
 from moment.service.errors import FieldError, blame, request_field
 from moment.service.jobs import JobContext
 from moment.service.machines import builtin_profile_path
 from moment.service.paths import inside
 from moment.service.schemas import PlaceJobRequest, ProbeJobRequest
+from moment.topology.profiles import load_profile
+from moment.workload.graph import GraphDataset
 
+# Imports inside functions: a route loads the planner, the readers and a job's work when it runs: the
+# service starts fast, without torch.
 
 
 def check_place(req: PlaceJobRequest, data_dir: Path):
     """(dataset dir, layout dir, topology, inventory) of a place request; FieldError when wrong."""
-    from moment.placement.api import check_choices
-    from moment.placement.planning import check_caches
-    from moment.planner import api
-    from moment.workload.graph import GraphDataset
-    from moment.topology.profiles import load_profile
-
     check_choices(req.policy, req.pool)
     if any(f < 1 or f > 1000 for f in req.fanouts):
         raise FieldError("fanouts", f"each fan-out must be between 1 and 1000 (got {req.fanouts})")
@@ -39,23 +43,17 @@ def check_place(req: PlaceJobRequest, data_dir: Path):
 
 
 def run_place(request: dict[str, Any], ctx: JobContext, data_dir: Path) -> dict[str, Any]:
-    from moment.placement.api import place
-
     req = PlaceJobRequest.model_validate(request)
     ds, out, topo, inv = check_place(req, data_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
-    res = place(ds, out, topo, inv, plan=req.plan, epochs=req.epochs, batches=req.batches, fanouts=req.fanouts,
-                batch_size=req.batch_size, gpu_cache=req.gpu_cache, cpu_cache=req.cpu_cache, pool=req.pool,
-                policy=req.policy, overwrite=req.overwrite, verify=req.verify, seed=req.seed,
-                stage=ctx.stage, notice=ctx.notice)
+    res = place(narrow(PlaceRequest, req, dataset=ds, out=out), machine=(topo, inv), stage=ctx.stage,
+                notice=ctx.notice)
     return res.model_dump()
 
 
 def check_probe(req: ProbeJobRequest, data_dir: Path, max_mib: int, max_job_mib: int) -> dict[str, Path]:
     """SSD id -> directory under DATA_DIR/probe/; FieldError (or the probe's own MomentError naming the
     field) when wrong."""
-    import re
-
     from moment.io.probe import check_probe as probe_bounds
 
     probe_bounds(req.size_mib << 20, req.queue_depth, flag=request_field)

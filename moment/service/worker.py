@@ -5,13 +5,22 @@ plain data (JSON-able) over a pipe; a MomentError comes back as one, a MemoryErr
 
 from __future__ import annotations
 
+import multiprocessing
+import resource
 import time
 from collections.abc import Callable
 from typing import Any
 
 from moment.errors import MomentError
+from moment.planner.cluster import plan_cluster
 from moment.service.deadline import Searches
 from moment.service.errors import Busy, TimedOut, TooLarge
+from moment.topology.cluster import ClusterSpec
+from moment.topology.profiles import load_profile
+from moment.workload.spec import WorkloadSpec
+
+# Imports inside functions: a route loads the planner, the readers and a job's work when it runs: the
+# service starts fast, without torch.
 
 
 def run_capped(fn: Callable[..., Any], args: tuple, seconds: float, what: str, max_bytes: int,
@@ -19,8 +28,6 @@ def run_capped(fn: Callable[..., Any], args: tuple, seconds: float, what: str, m
     """`fn(*args)` (a module-level function: it is imported in the worker) in a spawned process holding
     one of the `searches` slots, its address space at most `max_bytes`; TimedOut after `seconds` (the
     process is killed), TooLarge when it runs out of memory, Busy when no slot frees up in time."""
-    import multiprocessing
-
     t0 = time.monotonic()
     if searches is not None and not searches.slots.acquire(timeout=seconds):
         raise Busy(f"the service is busy with other searches; {what} found no free slot within {seconds:g} s, "
@@ -60,8 +67,6 @@ def run_capped(fn: Callable[..., Any], args: tuple, seconds: float, what: str, m
 
 
 def _child(conn, fn, args, max_bytes: int) -> None:
-    import resource
-
     resource.setrlimit(resource.RLIMIT_AS, (max_bytes, max_bytes))
     try:
         conn.send(("ok", fn(*args)))
@@ -75,11 +80,7 @@ def _child(conn, fn, args, max_bytes: int) -> None:
 
 def plan_cluster_json(spec: dict, workload: dict, remote_fraction: float | None) -> dict:
     """`POST /v1/plan/cluster`'s work, in the worker: the plan as JSON (servers name built-in profiles)."""
-    from moment.planner.cluster import plan_cluster
     from moment.service.machines import builtin_profile_path
-    from moment.topology.cluster import ClusterSpec
-    from moment.topology.profiles import load_profile
-    from moment.workload.spec import WorkloadSpec
 
     result = plan_cluster(ClusterSpec.model_validate(spec), WorkloadSpec.model_validate(workload),
                           remote_fraction=remote_fraction, remote_source="remote_fraction",

@@ -33,9 +33,11 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, Va
 
 from moment.errors import MomentError, validation_lines
 from moment.inputs import exists
-from moment.topology.devices import DeviceModel, find_model
+from moment.topology.devices import CATALOG, DeviceModel, find_model
 from moment.topology.model import A_KIND, Kind
 
+# Imports inside functions: the heavier stages this one calls (the planner's search, the sampler, a
+# profile's readers) load only on the calls that need them.
 
 # The bounds of a cluster file, in one place (the schema below checks them before any work starts).
 #: machines one cluster file may expand to: the plan models one switch, and the largest single switch
@@ -201,8 +203,6 @@ def cluster_from_dict(data: object, source: str, base: Path | None = None) -> Cl
 
 
 def _nics() -> list[DeviceModel]:
-    from moment.topology.devices import CATALOG
-
     return [m for m in CATALOG if m.kind == Kind.nic]
 
 

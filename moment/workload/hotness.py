@@ -40,6 +40,9 @@ from moment.outputs import (
 )
 from moment.workload.seeds import SEED_LIMIT, check_seed
 
+# Imports inside functions: torch (and PyG) load only where a tensor is made, so planning, placement and the
+# CLI stay torch-free.
+
 if TYPE_CHECKING:
     from moment.workload.graph import GraphDataset
 

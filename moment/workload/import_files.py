@@ -15,6 +15,8 @@ import numpy as np
 from moment.errors import NPZ_ERRORS, MomentError
 from moment.inputs import check_dir, check_file, exists
 
+# Imports inside functions: pandas loads only for the formats that need it.
+
 #: the file names a split may have in a splits directory (OGB writes valid, PyG users often val)
 SPLIT_STEMS = {"train": ("train",), "val": ("valid", "val"), "test": ("test",)}
 #: the endings a split file may have, in the order they are looked for (none: one id per line)

@@ -23,12 +23,11 @@ from moment.errors import MomentError
 from moment.workload.graph import GraphDataset
 from moment.workload.import_options import EdgePolicy
 from moment.workload.import_pyg import pyg_parts, pyg_store
-from moment.workload.importers import GraphParts, Progress, ogb_split_dir, ogb_split_files, write_parts
+from moment.workload.importers import (PROCESSED_FILES, GraphParts, Progress, ogb_split_dir, ogb_split_files,
+                                       write_parts)
 from moment.workload.torch_files import load_numpy_pickle, load_torch
 
-#: the files ogb's loaders write under processed/, in the order they are looked for (the first is
-#: memory-mapped, the second read whole)
-PROCESSED_FILES = ("geometric_data_processed.pt", "data_processed")
+__all__ = ["PROCESSED_FILES", "import_ogb_processed", "ogb_graph_parts"]
 
 
 def ogb_graph_parts(obj: Any, path: str) -> GraphParts:

@@ -26,6 +26,9 @@ from moment.workload.import_options import EdgePolicy
 from moment.workload.importers import RANDOM_SPLIT, GraphParts, Progress, write_parts
 from moment.workload.torch_files import load_torch
 
+# Imports inside functions: torch (and PyG) load only where a tensor is made, so planning, placement and the
+# CLI stay torch-free.
+
 #: the attribute names a split may have in a PyG graph, masks first (PyG's own datasets use masks)
 SPLIT_ATTRS = {
     "train": ("train_mask", "train_idx"),

@@ -36,7 +36,9 @@ from moment.workload.seeds import mix
 if TYPE_CHECKING:
     from moment.workload.graph import GraphDataset
 
-DEFAULT_FANOUTS = (25, 10)
+from moment.workload.spec import DEFAULT_FANOUTS  # noqa: E402 - declared with the workload's other defaults
+#: nodes whose degrees are read at once (`CSRGraph.degree_histogram`): 32 MiB of indptr
+DEGREE_CHUNK = 1 << 22
 
 
 def _as_tensor(a: np.ndarray | torch.Tensor, copy: bool) -> torch.Tensor:
@@ -80,6 +82,31 @@ class CSRGraph:
     @property
     def num_edges(self) -> int:
         return int(self.indices.numel())
+
+    def degree_histogram(self) -> np.ndarray:
+        """How many nodes have each in-degree (entry d: nodes of degree d; the last entry is the largest
+        degree's). Read in chunks, so that a memory-mapped graph of any size costs O(largest degree); kept,
+        as a rank asks for it more than once (the fan-outs' note, the batch extent)."""
+        if "_degrees" not in self.__dict__:  # frozen: cached beside the fields, not through __setattr__
+            self.__dict__["_degrees"] = self._count_degrees()
+        return self.__dict__["_degrees"]
+
+    def _count_degrees(self) -> np.ndarray:
+        ip = self.indptr
+        hist = np.zeros(1, np.int64)
+        for lo in range(0, self.num_nodes, DEGREE_CHUNK):
+            part = ip[lo: min(lo + DEGREE_CHUNK, self.num_nodes) + 1].numpy()
+            got = np.bincount(np.diff(part))
+            if got.size > hist.size:
+                got[: hist.size] += hist
+                hist = got
+            else:
+                hist[: got.size] += got
+        return hist[: int(np.flatnonzero(hist)[-1]) + 1] if hist.any() else hist
+
+    def max_degree(self) -> int:
+        """The largest in-degree: no fan-out samples more than this many neighbours of any node."""
+        return int(self.degree_histogram().size - 1)
 
 
 @dataclass(frozen=True)
@@ -168,13 +195,16 @@ class NeighborSampler:
     def sample_neighbors(self, targets: torch.Tensor, fanout: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Returns (neighbour global ids, index of each one's target in `targets`), both int64.
 
-        Works on an [m, fanout] slot matrix (row i = target i), which avoids `repeat_interleave`.
+        Works on an [m, fanout] slot matrix (row i = target i), which avoids `repeat_interleave`. A fan-out
+        above the targets' largest degree takes every slot of each, as that degree does (and draws nothing
+        at random), so the matrix is only that wide: a huge fan-out costs what the graph holds, no more.
         """
         ip = self.graph.indptr
         targets = targets.to(torch.int64)
         m = targets.numel()
         start = ip[targets]
         deg = ip[targets + 1] - start
+        fanout = min(int(fanout), int(deg.max())) if m else 0
         cols = torch.arange(fanout, dtype=torch.int64)
         pos = start.unsqueeze(1) + cols  # rows taken whole: slots 0..deg-1
         partial = deg > fanout

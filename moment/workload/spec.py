@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from moment.errors import MomentError
+
 PAPER_BATCH = 8000  # the paper's mini-batch size (seeds per GPU)
 
 
@@ -16,8 +18,22 @@ def default_batch_size(train_nodes: int, world_size: int) -> int:
     return min(PAPER_BATCH, max(64, train_nodes // (world_size * 8)))
 
 
+#: --fanouts left out (and the service's place job's default)
+DEFAULT_FANOUTS = (25, 10)
+
 #: what --fanouts means, in every command that takes it: the hop from the seeds comes first
 FANOUTS_HELP = "neighbours sampled per hop, the seeds' own hop first (25,10: 25 of each seed, 10 of each of those)"
+
+
+def parse_fanouts(text: str) -> list[int]:
+    """--fanouts' spelling, `25,10`, as the fan-outs (a bad one: one line naming the flag)."""
+    try:
+        f = [int(x) for x in text.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise MomentError(f"--fanouts must be comma-separated integers like 25,10 (got {text!r})") from None
+    if not f or any(x <= 0 for x in f):
+        raise MomentError(f"--fanouts must be positive integers like 25,10 (got {text!r})")
+    return f
 
 
 class WorkloadSpec(BaseModel):

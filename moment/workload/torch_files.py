@@ -26,6 +26,9 @@ from typing import Any
 
 from moment.errors import INSTALL_TRAIN, MomentError
 
+# Imports inside functions: torch (and PyG) load only where a tensor is made, so planning, placement and the
+# CLI stay torch-free.
+
 TRUST_HINT = ("if you made this file or trust its source, --trust-pickle loads it with "
               "torch.load(weights_only=False), which runs any code pickled in it")
 #: what a broken, cut or foreign torch file raises while it is read

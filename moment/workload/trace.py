@@ -20,6 +20,9 @@ from moment.outputs import atomic_file
 from moment.workload.graph import GraphDataset
 from moment.workload.seeds import check_seed, mix
 
+# Imports inside functions: torch (and PyG) load only where a tensor is made, so planning, placement and the
+# CLI stay torch-free.
+
 
 @dataclass
 class Trace:

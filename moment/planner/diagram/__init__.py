@@ -7,6 +7,7 @@ SVG (no dependencies) or PNG (matplotlib, same geometry, one unit = one pixel).
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 from moment.errors import MomentError
@@ -17,8 +18,10 @@ from moment.planner.diagram.scene import Scene
 from moment.planner.diagram.style import util_colour
 from moment.planner.diagram.tree import build_tree
 from moment.planner.explain import bottleneck_summary
-from moment.topology.devices import builtin_gpus_note
+from moment.topology.devices import builtin_gpus_note, populate, strip
 from moment.topology.model import Topology
+
+# Imports inside functions: the renderer and the output writer load only when a picture is drawn.
 
 #: widest picture (px) before link labels drop their capacities: fits a laptop screen and a slide
 MAX_WIDTH = 1600
@@ -38,8 +41,6 @@ def scene(topo: Topology, links: list[LinkUse], title: str = "", *, subtitle: st
 
 def plan_scene(topo: Topology, plan: Plan) -> Scene:
     """The picture of a plan's recommended layout on `topo` (devices already in it are replaced)."""
-    from moment.topology.devices import populate, strip
-
     p = plan.predicted
     title = f"{plan.machine}: {plan.inventory}" + builtin_gpus_note(topo, ", ")
     lo = min(p.per_gpu_inlet_gbps) if p.per_gpu_inlet_gbps else 0.0
@@ -67,8 +68,6 @@ def render_png(topo: Topology, links: list[LinkUse], path: Path, title: str = ""
 
 def _write(sc: Scene, path: str | Path, what: str = "--diagram") -> Path:
     """Both formats are rendered in memory and written atomically (same checks, same errors)."""
-    import io
-
     from moment.outputs import atomic_write
 
     path = check_diagram_path(path, what)

@@ -7,6 +7,9 @@ from typing import BinaryIO
 
 from moment.planner.diagram.scene import Line, Rect, Scene, Text
 
+# Imports inside functions: a solver's or renderer's library (networkx, OR-Tools, SciPy, matplotlib) loads
+# only when it is used.
+
 FONT_FAMILY = "DejaVu Sans, Bitstream Vera Sans, Verdana, sans-serif"
 
 

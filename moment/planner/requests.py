@@ -1,0 +1,144 @@
+"""`PlanRequest`: every input of planning one machine, and `plan(req)`, the use case `moment plan` and
+the service's `POST /v1/plan` both run (the service's body is derived from this model, adding its
+uploads and limits: moment.service.schemas).
+
+    res = plan(PlanRequest(profile="paper-machine-b", gpus=4, ssds=8))   # -> PlanResult
+    res.plan, res.json   # the Plan and `moment plan --json`'s object
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from moment.errors import Flag, MomentError, cli_flag
+from moment.planner import api
+from moment.planner.api import (
+    DATA_HELP, DEFAULT_DATA, DEFAULT_GPU_MODEL, DEFAULT_GPUS, DEFAULT_SSD_MODEL, DEFAULT_SSDS)
+from moment.requests import Cli, given_fields
+
+if TYPE_CHECKING:
+    from moment.planner.calibration import Calibration
+    from moment.planner.contracts import Plan
+    from moment.topology.model import Topology
+
+
+#: --profile left out
+DEFAULT_PROFILE = "paper-machine-b"
+PROFILE_HELP = "built-in profile name (see `moment profiles`) or a YAML file describing the machine"
+SET_HELP = ("what-if override PATH=VALUE on the profile, repeatable: `nodes.sw1.link.gen=5`, "
+            "`links.0.bandwidth_gbps=40`, `links+={a: s1, b: s2, kind: nvlink, count: 4}`")
+GPUS_HELP = (f"number of GPUs to place (default {DEFAULT_GPUS}; on machines with built-in GPUs, e.g. dgx2 or "
+             "hgx-a100-8gpu, default 0: the planner places the SSDs around them)")
+SSDS_HELP = f"number of NVMe SSDs to place (default {DEFAULT_SSDS})"
+GPU_MODEL_HELP = f"GPU model (see `moment models`; default {DEFAULT_GPU_MODEL})"
+SSD_MODEL_HELP = f"SSD model (see `moment models`; default {DEFAULT_SSD_MODEL})"
+INVENTORY_HELP = ("mixed inventory, e.g. '2xA100,2xH100,8xP5510' (instead of --gpus/--ssds/--gpu-model/--ssd-model, "
+                  "not with them)")
+#: the inputs an inventory replaces
+INVENTORY_INPUTS = ("gpus", "ssds", "gpu_model", "ssd_model")
+MAXFLOW_BACKENDS = ("networkx", "ortools")
+
+_NO_DEFAULT = {"show_default": False, "default": None}  # the CLI leaves it out: the model's default
+
+
+class PlanRequest(BaseModel):
+    """`moment plan`: where the inventory's GPUs and SSDs go."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    profile: Annotated[str | None, Cli(("--profile", "-p"), help=PROFILE_HELP + f" (default {DEFAULT_PROFILE})",
+                                       show_default=False)] = Field(
+        None, description="built-in profile name (GET /v1/profiles)")
+    gpus: Annotated[int | None, Cli(help=GPUS_HELP, show_default=False)] = Field(
+        None, description=f"GPUs to place (default {DEFAULT_GPUS}; 0 on machines with built-in GPUs)")
+    ssds: Annotated[int, Cli(help=SSDS_HELP, **_NO_DEFAULT)] = Field(DEFAULT_SSDS, description="NVMe SSDs to place")
+    gpu_model: Annotated[str, Cli(help=GPU_MODEL_HELP, **_NO_DEFAULT)] = Field(
+        DEFAULT_GPU_MODEL, description="GPU model (GET /v1/models)")
+    ssd_model: Annotated[str, Cli(help=SSD_MODEL_HELP, **_NO_DEFAULT)] = Field(
+        DEFAULT_SSD_MODEL, description="SSD model (GET /v1/models)")
+    inventory: Annotated[str | None, Cli(help=INVENTORY_HELP)] = Field(
+        None, description="mixed inventory, e.g. '2xA100,2xH100,8xP5510'")
+    overrides: Annotated[list[str], Cli(("--set",), help=SET_HELP)] = Field(
+        default_factory=list, alias="set",
+        description="what-if overrides PATH=VALUE, as `moment plan --set`: `nodes.sw1.link.gen=5`")
+    feature_dim: Annotated[int | None, Cli()] = Field(None, description="node feature dimension (default 1024)")
+    gb_per_gpu: Annotated[float | None, Cli()] = Field(None, description="GB each GPU reads per epoch")
+    gpu_cache_share: Annotated[float | None, Cli()] = Field(None, description="share of reads served by GPU caches")
+    cpu_cache_share: Annotated[float | None, Cli()] = Field(None,
+                                                           description="share of reads served by CPU memory")
+    maxflow_backend: Annotated[str, Cli(help="max-flow backend for the paper's solver: networkx or ortools")] = Field(
+        "ortools", description="the paper's max-flow solver")
+    data: Annotated[str, Cli(help=f"{DATA_HELP}. The search ranks the placements under it; every layout is shown "
+                                  "under both", metavar="planned|even", **_NO_DEFAULT)] = Field(
+        DEFAULT_DATA, description=(
+            "where the rows will be on the SSDs, which the prediction assumes: 'planned' (the shares the LP "
+            "chooses, as `moment place` with DDAK writes them) or 'even' (an equal share per SSD, hash "
+            "placement); the search ranks the placements under it, every layout is predicted under both "
+            "(`predicted`, `predicted_even`)"))
+    replay: Annotated[bool, Cli(help="also replay each layout's epoch step by step (`moment simulate`) next to "
+                                     "the LP")] = Field(
+        False, description="also replay each layout's epoch step by step")
+    timeout: Annotated[float | None, Cli(
+        help="stop the search after SECONDS and recommend the best placement found so far, marked 'not proven "
+             "optimal' with the least epoch time any placement could reach (JSON: search.proven_optimal, "
+             "search.lower_bound_s); default: search to the end", metavar="SECONDS", show_default=False)] = Field(
+        None, description="seconds for the search; default: search to the end")
+
+
+@dataclass
+class PlanResult:
+    """What `plan()` made: the machine, the Plan, and `moment plan --json`'s object."""
+
+    topology: Topology
+    plan: Plan
+    json: dict[str, Any]
+
+
+def _solve_here(progress):
+    return lambda work: work(progress)
+
+
+def check(req: PlanRequest, *, flag: Flag = cli_flag) -> str:
+    """The request's own checks (the max-flow backend, the timeout, the data placement, which it returns),
+    which need no machine: `plan` runs them first."""
+    if req.maxflow_backend not in MAXFLOW_BACKENDS:
+        raise MomentError(f"{flag('maxflow_backend')} {req.maxflow_backend!r}: choose networkx or ortools")
+    if req.timeout is not None and not (req.timeout > 0 and req.timeout < float("inf")):
+        raise MomentError(f"{flag('timeout')} {req.timeout:g}: give a positive number of seconds")
+    return api.check_data(req.data, flag=flag)
+
+
+def plan(req: PlanRequest, *, topology: Topology | None = None, calibration: Calibration | Path | None = None,
+         calibration_source: str | None = None, progress: Callable[[int, int], None] | None = None,
+         flag: Flag = cli_flag, guard: Callable[[], AbstractContextManager[Any]] = nullcontext,
+         solve: Callable[[Callable[[Callable[[int, int], None] | None], Any]], Any] | None = None) -> PlanResult:
+    """Plan one machine: the checks of the request, the machine, its inventory and workload, the search.
+
+    `topology`: the machine already loaded (its `calibration` object applied); None: `req.profile` (with
+    `req.overrides`) and the calibration file `calibration`. Inputs the request set beside its inventory
+    are refused. `guard()` wraps the steps after those checks (the service names the field a message is
+    about), `solve(work)` runs `work(progress)`, the search (the service under its time limit); messages
+    spell inputs as `flag` does."""
+    data = check(req, flag=flag)
+    api.check_one_inventory(req.inventory is not None, flag=flag, **given_fields(req, INVENTORY_INPUTS))
+    cal = calibration
+    if topology is None:
+        topology, cal = api.load_topology(req.profile or DEFAULT_PROFILE, calibration, req.overrides)
+    if calibration_source is None:
+        calibration_source = str(calibration)
+    with guard():
+        gpus = api.resolve_gpus(topology, req.gpus, flag=flag) if not req.inventory else 0
+        inv = api.parse_inventory(req.inventory, gpus, req.ssds, req.gpu_model, req.ssd_model, flag=flag)
+        wl = api.workload_spec(req.feature_dim, req.gb_per_gpu, req.gpu_cache_share, req.cpu_cache_share, flag=flag)
+        result, out = (solve or _solve_here(progress))(
+            lambda cb: api.plan_machine(topology, inv, wl, overrides=req.overrides, calibration=cal,
+                                        calibration_source=calibration_source, replay=req.replay,
+                                        maxflow_backend=req.maxflow_backend, progress=cb, timeout=req.timeout,
+                                        data=data))
+    return PlanResult(topology, result, out)

@@ -1,0 +1,92 @@
+"""Typed requests: a command's options made from a request model (moment.cli.requests), the service's
+bodies derived from the same models (moment.requests.derive), so each default is declared once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import pytest
+import typer
+from pydantic import BaseModel, Field, ValidationError
+from typer.testing import CliRunner
+
+from moment.errors import MomentError
+from moment.placement.requests import PlaceRequest
+from moment.planner.requests import PlanRequest
+from moment.requests import Cli, derive, narrow
+
+
+class _Demo(BaseModel):
+    name: Annotated[str, Cli(("--name", "-n"), metavar="WHO")] = Field(description="who to greet")
+    times: int = Field(2, description="how often")
+    loud: Annotated[bool, Cli(("--loud/--quiet",))] = Field(False, description="shout")
+    tags: Annotated[list[str], Cli(("--tag",), type=list[str] | None, default=None)] = Field(
+        default_factory=list, description="repeatable")
+    limit: Annotated[int | None, Cli(show_default=False)] = Field(None, description="at most this many")
+    secret: Annotated[str, Cli(cli=False)] = "s"
+
+
+def _app(seen: dict[str, Any]) -> typer.Typer:
+    from moment.cli.requests import given, request_options
+
+    app = typer.Typer()
+
+    @app.command()
+    @request_options(_Demo)
+    def hello(json_out: bool = typer.Option(False, "--json", help="as JSON"), **options: Any) -> None:
+        seen.update(req=_Demo(**given(options)), json=json_out)
+
+    return app
+
+
+def test_options_come_from_the_fields():
+    seen: dict[str, Any] = {}
+    app = _app(seen)
+    r = CliRunner().invoke(app, ["-n", "x", "--tag", "a", "--tag", "b", "--quiet", "--limit", "3", "--json"])
+    assert r.exit_code == 0, r.output
+    req = seen["req"]
+    assert (req.name, req.times, req.loud, req.tags, req.limit, req.secret) == ("x", 2, False, ["a", "b"], 3, "s")
+    # what the CLI leaves at None is left to the model (not set); the others arrive with their values
+    assert seen["json"] and req.model_fields_set == {"name", "times", "tags", "loud", "limit"}
+    seen.clear()
+    assert CliRunner().invoke(app, ["--name", "y", "--loud"]).exit_code == 0
+    assert seen["req"].loud and seen["req"].tags == [] and seen["req"].model_fields_set == {"name", "times", "loud"}
+    helptext = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "200"}).output
+    for part in ("--name", "-n", "WHO", "who to greet", "--times", "default: 2", "--loud", "--quiet", "--tag",
+                 "--limit", "--json"):
+        assert part in helptext, part
+    assert "--secret" not in helptext
+    assert CliRunner().invoke(app, []).exit_code != 0  # --name is required, as its field is
+
+
+def test_service_defaults_are_the_library_ones():
+    from moment.service.schemas import PlaceJobRequest, PlanRequest as ServicePlan
+
+    for name in ("gpus", "ssds", "gpu_model", "ssd_model", "maxflow_backend", "data", "replay"):
+        assert ServicePlan.model_fields[name].default == PlanRequest.model_fields[name].default, name
+    job = PlaceJobRequest(dataset="d", layout="l")
+    lib = PlaceRequest(dataset="d", out="l")
+    for name in ("profile", "gpus", "ssds", "gpu_model", "ssd_model", "epochs", "policy", "verify", "seed"):
+        assert getattr(job, name) == getattr(lib, name), name
+    assert job.fanouts == [25, 10]
+    with pytest.raises(ValidationError):  # the service keeps its limits
+        PlaceJobRequest(dataset="d", layout="l", ssds=257)
+    back = narrow(PlaceRequest, job, dataset=Path("/data/d"), out=Path("/data/l"))
+    assert back.dataset == Path("/data/d") and back.fanouts is None and back.ssds == 8
+
+
+def test_fanouts_as_the_cli_spells_them_or_a_list():
+    assert PlaceRequest(dataset="d", out="o", fanouts="25,10").fanouts == [25, 10]
+    assert PlaceRequest(dataset="d", out="o", fanouts=[5]).fanouts == [5]
+    with pytest.raises(MomentError, match="--fanouts must be comma-separated integers"):
+        PlaceRequest(dataset="d", out="o", fanouts="25,x")
+
+
+def test_derive_adds_limits_and_keeps_defaults():
+    Strict = derive(_Demo, "Strict", exclude=("secret",), limits={"times": {"ge": 1, "le": 3}},
+                    describe={"times": "how often, 1-3"})
+    assert Strict(name="a").times == 2
+    assert Strict.model_fields["times"].description == "how often, 1-3" and "secret" not in Strict.model_fields
+    with pytest.raises(ValidationError):
+        Strict(name="a", times=4)
