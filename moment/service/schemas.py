@@ -91,15 +91,16 @@ PlanRequest = derive(
                                                       "`diagram_svg`"))})
 
 
-class ClusterPlanRequest(WorkloadIn):
-    """`moment plan --cluster`: a cluster file's content (servers name built-in profiles here) and the
-    workload knobs of /v1/plan."""
-
-    cluster: ClusterSpec = Field(description="as the cluster YAML file: servers (profile, inventory, nics, count), "
-                                 "network (nic, ports, switch_gbit), remote_fraction, model_mb")
-    remote_fraction: float | None = Field(None, ge=0, le=1, allow_inf_nan=False,
-                                          description="overrides the cluster's remote_fraction")
-    diagram: bool = Field(False, description="also return each machine's diagram in `diagrams_svg` (name -> SVG)")
+#: `moment plan --cluster`: the library's request (moment.planner.requests), the cluster given as the file's
+#: content, with the service's limits and the diagrams
+ClusterPlanRequest = derive(
+    planner_requests.ClusterPlanRequest, "ClusterPlanRequest", bases=(WorkloadIn,), module=__name__,
+    doc="""`moment plan --cluster`: a cluster file's content (servers name built-in profiles here) and the
+    workload knobs of /v1/plan.""",
+    only=("cluster", "remote_fraction"), types={"cluster": ClusterSpec},
+    limits={"remote_fraction": {"ge": 0, "le": 1, "allow_inf_nan": False}},
+    extra={"diagram": (bool, Field(False, description="also return each machine's diagram in `diagrams_svg` "
+                                                      "(name -> SVG)"))})
 
 
 class ClusterPlanResponse(ClusterPlan):
