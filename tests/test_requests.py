@@ -90,3 +90,49 @@ def test_derive_adds_limits_and_keeps_defaults():
     assert Strict.model_fields["times"].description == "how often, 1-3" and "secret" not in Strict.model_fields
     with pytest.raises(ValidationError):
         Strict(name="a", times=4)
+
+
+class _More(BaseModel):
+    times: int = Field(5, description="not this one: _Demo's comes first")
+    extra: int | None = Field(None, description="only here")
+
+
+def test_options_of_several_models():
+    """`request_options(A, B)`: B's fields A lacks are options too, a field both have is A's."""
+    from moment.cli.requests import given, request_options
+
+    seen: dict[str, Any] = {}
+    app = typer.Typer()
+
+    @app.command()
+    @request_options(_Demo, _More)
+    def hello(**options: Any) -> None:
+        seen.update(options)
+
+    assert CliRunner().invoke(app, ["-n", "x", "--extra", "3"]).exit_code == 0
+    assert given(seen) == {"name": "x", "times": 2, "loud": False, "extra": 3}
+    helptext = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "200"}).output
+    assert "only here" in helptext and "not this one" not in helptext
+
+
+def test_pack_and_cluster_requests():
+    from moment.placement.requests import PackRequest
+    from moment.planner.requests import ClusterPlanRequest, PlanRequest as Plan
+    from moment.service.schemas import ClusterPlanRequest as ServiceCluster
+    from moment.topology.cluster import ClusterSpec
+
+    req = PackRequest(layout="L", fanouts="5,3")
+    assert (req.fanouts, req.ranks, req.epochs, req.seed, req.batch_size) == ([5, 3], 1, 1, 0, None)
+    assert PackRequest(layout="L").fanouts == [25, 10]
+    # the cluster form shares the workload knobs of one machine's request
+    for name in ("feature_dim", "gb_per_gpu", "gpu_cache_share", "cpu_cache_share"):
+        assert ClusterPlanRequest.model_fields[name].description == Plan.model_fields[name].description
+    assert isinstance(ClusterPlanRequest(cluster="c.yaml").cluster, Path)
+    spec = {"servers": [{"profile": "paper-machine-b", "inventory": "4xA100"}],
+            "network": {"nic": "CX6-Dx-100GbE", "switch_gbit": 100}}
+    assert isinstance(ClusterPlanRequest(cluster=spec).cluster, ClusterSpec)
+    body = ServiceCluster(cluster=spec, remote_fraction=0.5, diagram=True)
+    with pytest.raises(ValidationError):  # the service keeps its limits
+        ServiceCluster(cluster=spec, remote_fraction=1.5)
+    back = narrow(ClusterPlanRequest, body)
+    assert back.remote_fraction == 0.5 and isinstance(back.cluster, ClusterSpec)

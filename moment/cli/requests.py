@@ -36,16 +36,20 @@ def request_params(model: Any, *, exclude: Sequence[str] = ()) -> dict[str, insp
     return out
 
 
-def request_options(model: Any, *, exclude: Sequence[str] = (),
+def request_options(*models: Any, exclude: Sequence[str] = (),
                     order: Sequence[str] = ()) -> Callable[[Callable], Callable]:
     """Decorate a command `def cmd(<its own options>, **request)`: its options are its own and one per
-    field of `model` (those in `order` first, in that order, then the model's, then its own); the values
-    of the model's arrive in `request` (None where the CLI's default is None: the model's default)."""
+    field of `models` (a field of a later model that an earlier one has is the earlier one's option; those
+    in `order` first, in that order, then the models', then its own); the values of the models' arrive in
+    `request` (None where the CLI's default is None: the model's default)."""
     def deco(func: Callable) -> Callable:
         own = {n: p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
                for n, p in inspect.signature(func, eval_str=True).parameters.items()
                if p.kind is not inspect.Parameter.VAR_KEYWORD}
-        params = {**request_params(model, exclude=exclude), **own}
+        generated: dict[str, inspect.Parameter] = {}
+        for model in models:
+            generated |= {n: p for n, p in request_params(model, exclude=exclude).items() if n not in generated}
+        params = {**generated, **own}
         names = [n for n in order if n in params] + [n for n in params if n not in order]
         func.__signature__ = inspect.Signature([params[n] for n in names])  # type: ignore[attr-defined]
         return func

@@ -26,8 +26,11 @@ from moment.planner.requests import (
     SET_HELP,
     SSD_MODEL_HELP,
     SSDS_HELP,
+    ClusterPlanRequest,
     PlanRequest,
     check,
+    check_cluster,
+    cluster_plan,
     plan,
 )
 from moment.workload.spec import WorkloadSpec
@@ -49,23 +52,17 @@ def _overrides_line(overrides: list[str]) -> str:
     return "what-if overrides (--set): " + ", ".join(overrides)
 
 
-_CLUSTER_HELP = ("plan a cluster from a YAML file instead of one server: servers (profile, inventory, nics, count) "
-                 "and the network (nic, ports, switch_gbit); each server's GPUs and SSDs as `moment plan` places "
-                 "them, its NICs beside the GPUs they serve, and the epoch with remote feature reads and the "
-                 "gradient all-reduce added (docs/cluster.md)")
-_REMOTE_HELP = ("with --cluster: share of the non-replicated (SSD-served) rows a machine reads from the others, 0-1 "
-                "(default: the cluster file's remote_fraction, else (N-1)/N: the rows split evenly over N machines)")
+#: the options of the cluster form only (`moment plan --cluster FILE`); its workload knobs are PlanRequest's
+_CLUSTER_ONLY = tuple(n for n in ClusterPlanRequest.model_fields if n not in PlanRequest.model_fields)
 
 
 @app.command("plan")
-@request_options(PlanRequest, order=(
+@request_options(PlanRequest, ClusterPlanRequest, order=(
     "profile", "gpus", "ssds", "gpu_model", "ssd_model", "inventory", "overrides", "feature_dim", "gb_per_gpu",
     "gpu_cache_share", "cpu_cache_share", "maxflow_backend", "diagram", "calibration", "replay", "data", "timeout"))
 def plan_cmd(
     diagram: Path | None = typer.Option(None, "--diagram", help="also draw the recommended machine to FILE.svg or FILE.png"),
     calibration: Path | None = typer.Option(None, "--calibration", help="calibration from `moment calibrate --out`, applied to the profile"),
-    cluster: Path | None = typer.Option(None, "--cluster", help=_CLUSTER_HELP, show_default=False),
-    remote_fraction: float | None = typer.Option(None, "--remote-fraction", help=_REMOTE_HELP, show_default=False),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object (for scripts) instead of tables"),
     **options,
 ) -> None:
@@ -79,14 +76,14 @@ def plan_cmd(
     --diagram FILE.svg draws one picture per machine: FILE-NAME.svg).
     Example: moment plan --profile paper-machine-b --gpus 4 --ssds 8 --diagram plan.svg
     """
+    cluster_only = {k: options.pop(k) for k in _CLUSTER_ONLY}
     req = PlanRequest(**given(options))
-    if cluster is not None:
+    if cluster_only["cluster"] is not None:
         _cluster_alone(req, calibration)
-        _plan_cluster(cluster, remote_fraction, api.workload_spec(req.feature_dim, req.gb_per_gpu,
-                                                                  req.gpu_cache_share, req.cpu_cache_share),
-                      diagram, json_out)
+        knobs = {k: options[k] for k in ClusterPlanRequest.model_fields if k in options}
+        _plan_cluster(ClusterPlanRequest(**given(knobs | cluster_only)), diagram, json_out)
         return
-    if remote_fraction is not None:
+    if cluster_only["remote_fraction"] is not None:
         raise MomentError("--remote-fraction: only with --cluster (one server reads nothing over the network)")
     check(req)  # the options' own checks first, as before the diagram's
     if diagram is not None:
@@ -132,18 +129,13 @@ def _cluster_alone(req: PlanRequest, calibration: Path | None) -> None:
                           f"{', '.join(named)} would be ignored", hint=hint)
 
 
-def _plan_cluster(path: Path, remote_fraction: float | None, workload, diagram: Path | None, json_out: bool) -> None:
-
-    from moment.planner.cluster import check_remote_fraction, plan_cluster
-    from moment.topology.cluster import load_cluster
-
-    check_remote_fraction(remote_fraction)
+def _plan_cluster(req: ClusterPlanRequest, diagram: Path | None, json_out: bool) -> None:
+    check_cluster(req)  # the options' own checks first, as before the diagram's
     if diagram is not None:
         from moment.planner.diagram import check_diagram_path
 
         check_diagram_path(diagram)
-    spec = load_cluster(path)
-    result = plan_cluster(spec, workload, remote_fraction=remote_fraction)
+    result = cluster_plan(req)
     written = []
     if diagram is not None:
         from moment.planner.diagram import write_plan_diagram

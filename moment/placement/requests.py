@@ -24,7 +24,8 @@ from moment.planner.requests import DEFAULT_PROFILE, PROFILE_HELP
 from moment.requests import Cli
 from moment.topology.cluster import load_cluster
 from moment.topology.profiles import load_profile
-from moment.workload.spec import FANOUTS_HELP, parse_fanouts
+from moment.sizes import parse_size
+from moment.workload.spec import DEFAULT_FANOUTS, FANOUTS_HELP, parse_fanouts
 
 if TYPE_CHECKING:
     from moment.topology.devices import Inventory
@@ -152,3 +153,47 @@ def _place_split(req: PlaceRequest, stage, notice) -> SplitResult:
         group = [SplitMachine(f"m{k}", topo, inv) for k in range(req.machines)]
     return api.place_split(req.dataset, req.out, group, replicate=req.replicate, **_options(req), stage=stage,
                        notice=notice)
+
+
+class PackRequest(BaseModel):
+    """Every option of `moment data pack` (the batches `moment train` will read, packed); defaults here and
+    nowhere else. The use case that runs it, `pack(req)`, is moment.runtime.packing's: it sizes the batches
+    and the caches as the training run will."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    layout: Annotated[Path, Cli(("--layout",))] = Field(description="layout directory written by `moment place`")
+    dataset: Path | None = Field(None, description="dataset directory (default: the layout's)")
+    ranks: int = Field(1, description="training ranks (torchrun --nproc-per-node x nodes)")
+    epochs: int = Field(1, description="epochs to pack; later epochs read the layout")
+    fanouts: Annotated[list[int], Cli(type=str, default=",".join(map(str, DEFAULT_FANOUTS)))] = (
+        Field(default_factory=lambda: list(DEFAULT_FANOUTS), description=FANOUTS_HELP))
+    batch_size: int | None = Field(None, description="seeds per rank and batch (default: the training default)")
+    seed: int = Field(0, description="the training run's --seed")
+    cached: str | None = Field(
+        None, description="hottest rows the caches will hold and the pack leaves out: rows, a share (30%) or bytes "
+                          "(2GiB); default: the layout's GPU and CPU bins, or --memory-budget's CPU cache")
+    memory_budget: str | None = Field(
+        None, description="the training run's budget: leave out the rows its CPU cache will hold (static policy)")
+    overwrite: bool = Field(False, description="replace the layout's pack")
+
+    @field_validator("fanouts", mode="before")
+    @classmethod
+    def _fanouts(cls, v: Any) -> Any:
+        """The command line's `25,10` or a list."""
+        return parse_fanouts(v) if isinstance(v, str) else v
+
+
+def cached_rows(text: str, n: int, row_bytes: int) -> int:
+    """--cached: a row count, a share of the rows, or bytes."""
+    t = text.strip()
+    if t.isdigit():
+        rows = int(t)
+    else:
+        try:
+            rows = (parse_size(t, n * row_bytes) or 0) // row_bytes
+        except MomentError as e:
+            raise MomentError(f"--cached {text!r}: {e}") from None
+    if not 0 <= rows <= n:
+        raise MomentError(f"--cached {text!r}: must be between 0 and {n} rows")
+    return rows

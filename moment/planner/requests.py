@@ -1,9 +1,11 @@
 """`PlanRequest`: every input of planning one machine, and `plan(req)`, the use case `moment plan` and
-the service's `POST /v1/plan` both run (the service's body is derived from this model, adding its
-uploads and limits: moment.service.schemas).
+the service's `POST /v1/plan` both run; `ClusterPlanRequest` and `cluster_plan(req)`, the same for a
+cluster (`moment plan --cluster FILE` and `POST /v1/plan/cluster`). The service's bodies are derived
+from these models, adding its uploads and limits (moment.service.schemas).
 
     res = plan(PlanRequest(profile="paper-machine-b", gpus=4, ssds=8))   # -> PlanResult
     res.plan, res.json   # the Plan and `moment plan --json`'s object
+    cluster_plan(ClusterPlanRequest(cluster=Path("cluster.yaml")))    # -> ClusterPlan
 """
 
 from __future__ import annotations
@@ -18,14 +20,17 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from moment.errors import Flag, MomentError, cli_flag
 from moment.planner import api
+from moment.planner.cluster import ClusterPlan, check_remote_fraction, plan_cluster
 from moment.planner.api import (
     DATA_HELP, DEFAULT_DATA, DEFAULT_GPU_MODEL, DEFAULT_GPUS, DEFAULT_SSD_MODEL, DEFAULT_SSDS)
 from moment.requests import Cli, given_fields
+from moment.topology.cluster import ClusterSpec, load_cluster
 
 if TYPE_CHECKING:
     from moment.planner.calibration import Calibration
     from moment.planner.contracts import Plan
     from moment.topology.model import Topology
+    from moment.workload.spec import WorkloadSpec
 
 
 #: --profile left out
@@ -43,11 +48,29 @@ INVENTORY_HELP = ("mixed inventory, e.g. '2xA100,2xH100,8xP5510' (instead of --g
 #: the inputs an inventory replaces
 INVENTORY_INPUTS = ("gpus", "ssds", "gpu_model", "ssd_model")
 MAXFLOW_BACKENDS = ("networkx", "ortools")
+CLUSTER_HELP = ("plan a cluster from a YAML file instead of one server: servers (profile, inventory, nics, count) "
+                "and the network (nic, ports, switch_gbit); each server's GPUs and SSDs as `moment plan` places "
+                "them, its NICs beside the GPUs they serve, and the epoch with remote feature reads and the "
+                "gradient all-reduce added (docs/cluster.md)")
+REMOTE_HELP = ("with --cluster: share of the non-replicated (SSD-served) rows a machine reads from the others, 0-1 "
+               "(default: the cluster file's remote_fraction, else (N-1)/N: the rows split evenly over N machines)")
 
 _NO_DEFAULT = {"show_default": False, "default": None}  # the CLI leaves it out: the model's default
 
 
-class PlanRequest(BaseModel):
+class WorkloadKnobs(BaseModel):
+    """The workload knobs of `moment plan`, for one machine and for a cluster (None: the default workload)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    feature_dim: Annotated[int | None, Cli()] = Field(None, description="node feature dimension (default 1024)")
+    gb_per_gpu: Annotated[float | None, Cli()] = Field(None, description="GB each GPU reads per epoch")
+    gpu_cache_share: Annotated[float | None, Cli()] = Field(None, description="share of reads served by GPU caches")
+    cpu_cache_share: Annotated[float | None, Cli()] = Field(None,
+                                                           description="share of reads served by CPU memory")
+
+
+class PlanRequest(WorkloadKnobs):
     """`moment plan`: where the inventory's GPUs and SSDs go."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
@@ -67,11 +90,6 @@ class PlanRequest(BaseModel):
     overrides: Annotated[list[str], Cli(("--set",), help=SET_HELP)] = Field(
         default_factory=list, alias="set",
         description="what-if overrides PATH=VALUE, as `moment plan --set`: `nodes.sw1.link.gen=5`")
-    feature_dim: Annotated[int | None, Cli()] = Field(None, description="node feature dimension (default 1024)")
-    gb_per_gpu: Annotated[float | None, Cli()] = Field(None, description="GB each GPU reads per epoch")
-    gpu_cache_share: Annotated[float | None, Cli()] = Field(None, description="share of reads served by GPU caches")
-    cpu_cache_share: Annotated[float | None, Cli()] = Field(None,
-                                                           description="share of reads served by CPU memory")
     maxflow_backend: Annotated[str, Cli(help="max-flow backend for the paper's solver: networkx or ortools")] = Field(
         "ortools", description="the paper's max-flow solver")
     data: Annotated[str, Cli(help=f"{DATA_HELP}. The search ranks the placements under it; every layout is shown "
@@ -142,3 +160,35 @@ def plan(req: PlanRequest, *, topology: Topology | None = None, calibration: Cal
                                         maxflow_backend=req.maxflow_backend, progress=cb, timeout=req.timeout,
                                         data=data))
     return PlanResult(topology, result, out)
+
+
+class ClusterPlanRequest(WorkloadKnobs):
+    """`moment plan --cluster FILE`: every server of a cluster file planned, its NICs placed, and the epoch
+    with the network's part; the workload knobs as for one machine."""
+
+    cluster: Annotated[ClusterSpec | Path, Cli(help=CLUSTER_HELP, type=Path | None, default=None,
+                                                show_default=False)] = Field(
+        description="as the cluster YAML file: servers (profile, inventory, nics, count), network (nic, ports, "
+                    "switch_gbit), remote_fraction, model_mb")
+    remote_fraction: Annotated[float | None, Cli(help=REMOTE_HELP, show_default=False)] = Field(
+        None, description="overrides the cluster's remote_fraction")
+
+
+def check_cluster(req: ClusterPlanRequest, *, flag: Flag = cli_flag) -> WorkloadSpec:
+    """The request's own checks (the workload, which it returns, and the remote fraction), which need no
+    cluster: `cluster_plan` runs them first."""
+    wl = api.workload_spec(req.feature_dim, req.gb_per_gpu, req.gpu_cache_share, req.cpu_cache_share, flag=flag)
+    check_remote_fraction(req.remote_fraction, flag("remote_fraction"))
+    return wl
+
+
+def cluster_plan(req: ClusterPlanRequest, *, load: Callable[[str], Topology] | None = None, flag: Flag = cli_flag,
+                 progress: Callable[[int, int], None] | None = None) -> ClusterPlan:
+    """Plan a cluster: the checks of the request, the cluster (`req.cluster`, a file read and checked as
+    `moment plan --cluster` reads it, or a spec already checked), every server and the network
+    (moment.planner.cluster.plan_cluster). `load` reads a server's profile (default: load_profile; the
+    service reads built-in ones only); messages spell inputs as `flag` does."""
+    wl = check_cluster(req, flag=flag)
+    spec = req.cluster if isinstance(req.cluster, ClusterSpec) else load_cluster(req.cluster)
+    return plan_cluster(spec, wl, remote_fraction=req.remote_fraction, remote_source=flag("remote_fraction"),
+                        load=load, progress=progress)

@@ -67,16 +67,13 @@ class MachineIn(_Strict):
         None, description="a calibration (`moment calibrate --out`, as JSON) applied to the machine")
 
 
-class WorkloadIn(_Strict):
-    """The workload knobs of `moment plan` (its `--feature-dim`, `--gb-per-gpu` and cache shares)."""
-
-    feature_dim: int | None = Field(None, ge=1, le=1 << 20, description="node feature dimension (default 1024)")
-    gb_per_gpu: float | None = Field(None, gt=0, le=1e9, allow_inf_nan=False,
-                                     description="GB each GPU reads per epoch")
-    gpu_cache_share: float | None = Field(None, ge=0, le=1, allow_inf_nan=False,
-                                          description="share of reads served by GPU caches")
-    cpu_cache_share: float | None = Field(None, ge=0, le=1, allow_inf_nan=False,
-                                          description="share of reads served by CPU memory")
+#: the workload knobs of `moment plan` (its `--feature-dim`, `--gb-per-gpu` and cache shares): the library's
+#: (moment.planner.requests.WorkloadKnobs) with the service's limits
+WorkloadIn = derive(
+    planner_requests.WorkloadKnobs, "WorkloadIn", bases=(_Strict,), module=__name__,
+    limits={"feature_dim": {"ge": 1, "le": 1 << 20}, "gb_per_gpu": {"gt": 0, "le": 1e9, "allow_inf_nan": False},
+            "gpu_cache_share": {"ge": 0, "le": 1, "allow_inf_nan": False},
+            "cpu_cache_share": {"ge": 0, "le": 1, "allow_inf_nan": False}})
 
 
 #: `moment plan`: the library's request (moment.planner.requests), its defaults and descriptions, with the
@@ -91,15 +88,16 @@ PlanRequest = derive(
                                                       "`diagram_svg`"))})
 
 
-class ClusterPlanRequest(WorkloadIn):
-    """`moment plan --cluster`: a cluster file's content (servers name built-in profiles here) and the
-    workload knobs of /v1/plan."""
-
-    cluster: ClusterSpec = Field(description="as the cluster YAML file: servers (profile, inventory, nics, count), "
-                                 "network (nic, ports, switch_gbit), remote_fraction, model_mb")
-    remote_fraction: float | None = Field(None, ge=0, le=1, allow_inf_nan=False,
-                                          description="overrides the cluster's remote_fraction")
-    diagram: bool = Field(False, description="also return each machine's diagram in `diagrams_svg` (name -> SVG)")
+#: `moment plan --cluster`: the library's request (moment.planner.requests), the cluster given as the file's
+#: content, with the service's limits and the diagrams
+ClusterPlanRequest = derive(
+    planner_requests.ClusterPlanRequest, "ClusterPlanRequest", bases=(WorkloadIn,), module=__name__,
+    doc="""`moment plan --cluster`: a cluster file's content (servers name built-in profiles here) and the
+    workload knobs of /v1/plan.""",
+    only=("cluster", "remote_fraction"), types={"cluster": ClusterSpec},
+    limits={"remote_fraction": {"ge": 0, "le": 1, "allow_inf_nan": False}},
+    extra={"diagram": (bool, Field(False, description="also return each machine's diagram in `diagrams_svg` "
+                                                      "(name -> SVG)"))})
 
 
 class ClusterPlanResponse(ClusterPlan):

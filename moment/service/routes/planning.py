@@ -17,7 +17,9 @@ from moment.cost.prices import merge_prices
 from moment.errors import MomentError
 from moment.planner import api
 from moment.planner.cluster import ClusterPlan
+from moment.planner.requests import ClusterPlanRequest as ClusterRequest
 from moment.planner.requests import PlanRequest as Request
+from moment.planner.requests import check_cluster
 from moment.planner.requests import plan as plan_one
 from moment.requests import narrow
 from moment.service.config import MiB
@@ -70,12 +72,12 @@ def plan_cluster(req: ClusterPlanRequest, s: SettingsDep, slots: SearchesDep) ->
     from moment.service.worker import plan_cluster_json, run_capped
 
     spec, load = cluster_spec(req.cluster)
+    asked = narrow(ClusterRequest, req, cluster=spec)
     with blame("cluster"):
-        wl = api.workload_spec(req.feature_dim, req.gb_per_gpu, req.gpu_cache_share, req.cpu_cache_share,
-                               flag=request_field)
-        # in a worker process: the deadline kills it, its memory is capped (moment.service.worker)
-        out = run_capped(plan_cluster_json, (spec.model_dump(), wl.model_dump(), req.remote_fraction),
-                         s.plan_timeout_s, "the cluster plan", s.request_max_mib * MiB, slots)
+        check_cluster(asked, flag=request_field)
+        # `cluster_plan` in a worker process: the deadline kills it, its memory is capped (moment.service.worker)
+        out = run_capped(plan_cluster_json, (asked.model_dump(),), s.plan_timeout_s, "the cluster plan",
+                         s.request_max_mib * MiB, slots)
     if req.diagram:
         result = ClusterPlan.model_validate(out)
         svgs: dict[int, str] = {}  # one per server entry: its machines are equal
