@@ -130,20 +130,16 @@ class ScanResponse(Topology):
     scan_report: ScanReport | None = Field(None, description="from command outputs: the sources used and missing")
 
 
-class CompareRequest(_Strict):
-    """`moment compare`: several built-in machines (or inventories) side by side, one what-if for all."""
-
-    profiles: list[str] = Field(min_length=1, max_length=16, description="built-in profile names")
-    gpus: int | None = Field(None, ge=0, le=256)
-    ssds: int = Field(8, ge=0, le=256)
-    gpu_model: str = Field("A100-PCIe-40GB", max_length=200)
-    ssd_model: str = Field("P5510", max_length=200)
-    inventories: list[str] = Field(default_factory=list, max_length=16,
-                                   description="compare several inventories, e.g. ['4xA100,8xP5510']")
-    overrides: list[str] = Field(default_factory=list, alias="set", max_length=64,
-                                 description="what-if overrides applied to every profile")
-    calibration: Calibration | None = None
-    data: DataPlacement = Field("planned", description=_DATA)
+#: `moment compare`: the library's request (moment.planner.requests), its defaults, with the service's limits;
+#: its profiles are built-in names, its calibration is given as JSON
+CompareRequest = derive(
+    planner_requests.CompareRequest, "CompareRequest", bases=(_Strict,), module=__name__,
+    types={"calibration": Calibration | None, "data": DataPlacement},
+    limits={"profiles": {"min_length": 1, "max_length": 16}, "gpus": _COUNT, "ssds": _COUNT,
+            "gpu_model": _NAME200, "ssd_model": _NAME200, "inventories": {"max_length": 16},
+            "overrides": {"max_length": 64}},
+    describe={"gpus": None, "ssds": None, "gpu_model": None, "ssd_model": None, "calibration": None,
+              "data": _DATA})
 
 
 class CompareRow(BaseModel):

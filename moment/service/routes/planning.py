@@ -16,6 +16,8 @@ from moment.errors import MomentError
 from moment.planner import api
 from moment.planner.cluster import ClusterPlan
 from moment.planner.requests import DEFAULT_PROFILE
+from moment.planner.requests import CompareRequest as Comparison
+from moment.planner.requests import compare as compare_many
 from moment.planner.requests import PlanRequest as Request
 from moment.planner.requests import plan as plan_one
 from moment.requests import narrow
@@ -100,15 +102,9 @@ def compare(req: CompareRequest, s: SettingsDep, slots: SearchesDep) -> list[dic
     def flag(name: str) -> str:  # one `inventories` entry is what the CLI calls --inventory
         return "inventories" if name == "inventory" else name
 
-    api.check_one_inventory(bool(req.inventories), flag=flag, **given_beside_inventory(req))
-    with blame("inventories" if req.inventories else None, instead_of=INVENTORY_INPUTS):
-        rows = run_with_deadline(
-            lambda progress: api.compare_rows(machines, inventories=req.inventories, gpus=req.gpus,
-                                              ssds=req.ssds, gpu_model=req.gpu_model, ssd_model=req.ssd_model,
-                                              overrides=req.overrides, calibration=req.calibration, flag=flag,
-                                              progress=progress, data=req.data),
-            s.plan_timeout_s, "the comparison", slots)
-    return rows
+    return compare_many(narrow(Comparison, req), machines=machines, flag=flag,
+                        guard=lambda: blame("inventories" if req.inventories else None, instead_of=INVENTORY_INPUTS),
+                        solve=lambda work: run_with_deadline(work, s.plan_timeout_s, "the comparison", slots))
 
 
 @router.post("/simulate", response_model=SimulateResponse, response_model_exclude_unset=True)
