@@ -136,3 +136,48 @@ def test_pack_and_cluster_requests():
         ServiceCluster(cluster=spec, remote_fraction=1.5)
     back = narrow(ClusterPlanRequest, body)
     assert back.remote_fraction == 0.5 and isinstance(back.cluster, ClusterSpec)
+
+
+def test_advise_and_compare_bodies_are_the_library_requests():
+    from moment.cli.requests import request_params
+    from moment.cost.requests import AdviseRequest, model_names
+    from moment.planner.requests import CompareRequest
+    from moment.service.schemas import AdviseRequest as ServiceAdvise
+    from moment.service.schemas import CompareRequest as ServiceCompare
+
+    body, lib = ServiceAdvise(budget=1000), AdviseRequest(profile="p", budget=1000)
+    for name in ("top", "years", "pue", "utilisation", "machine_watts", "max_gpus", "data"):
+        assert getattr(body, name) == getattr(lib, name), name
+    # the servers comparison is the CLI's alone; the workload knobs the service's alone
+    assert not {"machines_max", "nic", "nics", "switch_gbit"} & set(ServiceAdvise.model_fields)
+    options = request_params(AdviseRequest)
+    assert "feature_dim" not in options and "machines_max" in options
+    with pytest.raises(ValidationError):
+        ServiceAdvise(budget=1000, top=21)
+    back = narrow(AdviseRequest, body, profile="p")
+    assert back.models is None and back.model_fields_set == {"budget", "profile"}
+    assert model_names("A100-PCIe-40GB, P5510") == ["A100-PCIe-40GB", "P5510"] and model_names([]) is None
+    with pytest.raises(MomentError, match="--models ','"):
+        model_names(",")
+    cmp_body, cmp_lib = ServiceCompare(profiles=["a"]), CompareRequest(profiles=["a"])
+    for name in ("gpus", "ssds", "gpu_model", "ssd_model", "inventories", "overrides", "data"):
+        assert getattr(cmp_body, name) == getattr(cmp_lib, name), name
+    with pytest.raises(ValidationError):
+        ServiceCompare(profiles=[])
+
+
+def test_a_field_marked_argument_is_positional():
+    class Args(BaseModel):
+        names: Annotated[list[str], Cli(argument=True)] = Field(description="the names")
+
+    seen: dict[str, Any] = {}
+    from moment.cli.requests import given, request_options
+
+    app = typer.Typer()
+
+    @app.command()
+    @request_options(Args)
+    def show(**options: Any) -> None:
+        seen["req"] = Args(**given(options))
+
+    assert CliRunner().invoke(app, ["a", "b"]).exit_code == 0 and seen["req"].names == ["a", "b"]

@@ -15,7 +15,8 @@ from moment.requests import FIELD_DEFAULT, Cli, cli_of
 
 
 def request_params(model: Any, *, exclude: Sequence[str] = ()) -> dict[str, inspect.Parameter]:
-    """One typer option per field of `model` that the command line takes, in the model's order."""
+    """One typer option (or argument, where its marker says so) per field of `model` that the command line
+    takes, in the model's order."""
     out = {}
     for name, field in model.model_fields.items():
         mark = cli_of(field) or Cli()
@@ -27,9 +28,10 @@ def request_params(model: Any, *, exclude: Sequence[str] = ()) -> dict[str, insp
             default = inspect.Parameter.empty
         else:
             default = field.get_default(call_default_factory=True)
-        option = typer.Option(*(mark.flags or ("--" + name.replace("_", "-"),)),
-                              help=mark.help if mark.help is not None else field.description,
-                              metavar=mark.metavar, show_default=mark.show_default)
+        text = mark.help if mark.help is not None else field.description
+        option = (typer.Argument(help=text, metavar=mark.metavar, show_default=mark.show_default) if mark.argument
+                  else typer.Option(*(mark.flags or ("--" + name.replace("_", "-"),)), help=text,
+                                    metavar=mark.metavar, show_default=mark.show_default))
         kind = mark.type if mark.type is not None else field.annotation
         out[name] = inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=Annotated[kind, option],
                                       default=default)

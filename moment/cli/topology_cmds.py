@@ -19,18 +19,15 @@ from moment.outputs import atomic_write, check_output
 from moment.planner import api
 
 # the inputs are parsed with the planner's JSON (the service parses the same way)
-from moment.planner.api import DATA_HELP, models_json, profiles_json
+from moment.planner.api import models_json, profiles_json
 from moment.planner.requests import (
-    GPU_MODEL_HELP,
-    GPUS_HELP,
-    SET_HELP,
-    SSD_MODEL_HELP,
-    SSDS_HELP,
     ClusterPlanRequest,
+    CompareRequest,
     PlanRequest,
     check,
     check_cluster,
     cluster_plan,
+    compare,
     plan,
 )
 from moment.workload.spec import WorkloadSpec
@@ -38,14 +35,9 @@ from moment.workload.spec import WorkloadSpec
 # Imports inside functions: each command loads only what it runs, so `moment --help` and every other command
 # start fast.
 
-_SET_HELP = SET_HELP
-
 
 def _emit_json(obj) -> None:
     print(json.dumps(obj, indent=2, sort_keys=False))
-
-
-_GPUS_HELP, _SSDS_HELP, _GPU_MODEL_HELP, _SSD_MODEL_HELP = GPUS_HELP, SSDS_HELP, GPU_MODEL_HELP, SSD_MODEL_HELP
 
 
 def _overrides_line(overrides: list[str]) -> str:
@@ -161,35 +153,20 @@ def _plan_cluster(req: ClusterPlanRequest, diagram: Path | None, json_out: bool)
 
 
 @app.command("compare")
+@request_options(CompareRequest)
 def compare_cmd(
-    profiles: list[str] = typer.Argument(..., help="profiles (names or YAML files) to put side by side"),
-    gpus: int | None = typer.Option(None, "--gpus", help=_GPUS_HELP, show_default=False),
-    ssds: int | None = typer.Option(None, "--ssds", help=_SSDS_HELP, show_default=False),
-    gpu_model: str | None = typer.Option(None, "--gpu-model", help=_GPU_MODEL_HELP, show_default=False),
-    ssd_model: str | None = typer.Option(None, "--ssd-model", help=_SSD_MODEL_HELP, show_default=False),
-    inventories: list[str] = typer.Option([], "--inventory", help="repeatable: compare several inventories, e.g. "
-                                          "'4xA100,8xP5510' (instead of --gpus/--ssds/--gpu-model/--ssd-model)"),
-    overrides: list[str] = typer.Option([], "--set", help=_SET_HELP + " (applied to every profile)"),
-    calibration: Path | None = typer.Option(None, "--calibration", help="calibration from `moment calibrate --out`, applied to every profile"),
-    data: str | None = typer.Option(None, "--data", help=f"{DATA_HELP}; each machine's best layout is found and "
-                                    "shown under it", metavar="planned|even", show_default=False),
     json_out: bool = typer.Option(False, "--json", help="print a JSON list"),
+    **options,
 ) -> None:
     """Plan several machines (or inventories) and put the best layouts side by side (what-if)."""
-    data = api.check_data(data)
-    api.check_one_inventory(bool(inventories), gpus=gpus, ssds=ssds, gpu_model=gpu_model, ssd_model=ssd_model)
-    machines, cal = [], None
-    for prof in profiles:
-        topo, cal = api.load_topology(prof, calibration, overrides)
-        machines.append((prof, topo))
-    rows = api.compare_rows(machines, inventories=inventories, gpus=gpus, ssds=ssds, gpu_model=gpu_model,
-                            ssd_model=ssd_model, overrides=overrides, calibration=cal, data=data)
+    req = CompareRequest(**given(options))
+    rows = compare(req)
     if json_out:
         _emit_json(rows)
         return
-    if overrides:
-        console.print(_overrides_line(overrides) + " (applied to every profile)", highlight=False)
-    if data != api.DEFAULT_DATA:
+    if req.overrides:
+        console.print(_overrides_line(req.overrides) + " (applied to every profile)", highlight=False)
+    if req.data != api.DEFAULT_DATA:
         console.print("predicted with the data spread evenly over the SSDs (--data even)", highlight=False)
     _render_compare(rows)
 

@@ -20,14 +20,20 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from moment.errors import Flag, MomentError, cli_flag
 from moment.planner import api
-from moment.planner.cluster import ClusterPlan, check_remote_fraction, plan_cluster
 from moment.planner.api import (
-    DATA_HELP, DEFAULT_DATA, DEFAULT_GPU_MODEL, DEFAULT_GPUS, DEFAULT_SSD_MODEL, DEFAULT_SSDS)
+    DATA_HELP,
+    DEFAULT_DATA,
+    DEFAULT_GPU_MODEL,
+    DEFAULT_GPUS,
+    DEFAULT_SSD_MODEL,
+    DEFAULT_SSDS,
+)
+from moment.planner.calibration import Calibration
+from moment.planner.cluster import ClusterPlan, check_remote_fraction, plan_cluster
 from moment.requests import Cli, given_fields
 from moment.topology.cluster import ClusterSpec, load_cluster
 
 if TYPE_CHECKING:
-    from moment.planner.calibration import Calibration
     from moment.planner.contracts import Plan
     from moment.topology.model import Topology
     from moment.workload.spec import WorkloadSpec
@@ -192,3 +198,64 @@ def cluster_plan(req: ClusterPlanRequest, *, load: Callable[[str], Topology] | N
     spec = req.cluster if isinstance(req.cluster, ClusterSpec) else load_cluster(req.cluster)
     return plan_cluster(spec, wl, remote_fraction=req.remote_fraction, remote_source=flag("remote_fraction"),
                         load=load, progress=progress)
+
+
+INVENTORIES_HELP = ("repeatable: compare several inventories, e.g. '4xA100,8xP5510' (instead of "
+                    "--gpus/--ssds/--gpu-model/--ssd-model)")
+#: the inputs `inventories` replaces (beside it they would be ignored)
+COMPARE_INVENTORY_INPUTS = ("gpus", "ssds", "gpu_model", "ssd_model")
+
+
+class CompareRequest(BaseModel):
+    """`moment compare`: several built-in machines (or inventories) side by side, one what-if for all."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    profiles: Annotated[list[str], Cli(argument=True, help="profiles (names or YAML files) to put side by side")] = \
+        Field(description="built-in profile names")
+    gpus: Annotated[int | None, Cli(help=GPUS_HELP, show_default=False)] = Field(
+        None, description=f"GPUs to place (default {DEFAULT_GPUS}; 0 on machines with built-in GPUs)")
+    ssds: Annotated[int, Cli(help=SSDS_HELP, **_NO_DEFAULT)] = Field(DEFAULT_SSDS, description="NVMe SSDs to place")
+    gpu_model: Annotated[str, Cli(help=GPU_MODEL_HELP, **_NO_DEFAULT)] = Field(
+        DEFAULT_GPU_MODEL, description="GPU model (GET /v1/models)")
+    ssd_model: Annotated[str, Cli(help=SSD_MODEL_HELP, **_NO_DEFAULT)] = Field(
+        DEFAULT_SSD_MODEL, description="SSD model (GET /v1/models)")
+    inventories: Annotated[list[str], Cli(("--inventory",), help=INVENTORIES_HELP)] = Field(
+        default_factory=list, description="compare several inventories, e.g. ['4xA100,8xP5510']")
+    overrides: Annotated[list[str], Cli(("--set",), help=SET_HELP + " (applied to every profile)")] = Field(
+        default_factory=list, alias="set", description="what-if overrides applied to every profile")
+    calibration: Annotated[Path | Calibration | None, Cli(
+        help="calibration from `moment calibrate --out`, applied to every profile", type=Path | None)] = Field(
+        None, description="a calibration (`moment calibrate --out`, as JSON) applied to every machine")
+    data: Annotated[str, Cli(help=f"{DATA_HELP}; each machine's best layout is found and shown under it",
+                             metavar="planned|even", **_NO_DEFAULT)] = Field(
+        DEFAULT_DATA, description=(
+            "where the rows will be on the SSDs, which the prediction assumes: 'planned' (the shares the LP "
+            "chooses, as `moment place` with DDAK writes them) or 'even' (an equal share per SSD, hash placement)"))
+
+
+def compare(req: CompareRequest, *, machines: list[tuple[str, Topology]] | None = None, flag: Flag = cli_flag,
+            guard: Callable[[], AbstractContextManager[Any]] = nullcontext,
+            solve: Callable[[Callable[[Callable[[int, int], None] | None], Any]], Any] | None = None,
+            progress: Callable[[int, int], None] | None = None) -> list[dict[str, Any]]:
+    """Plan several machines (or inventories) and put the best layouts side by side: the rows of
+    `moment compare --json`.
+
+    `machines`: (name, calibrated topology) already loaded (the service's); None: each of `req.profiles`
+    with `req.overrides` and the calibration file `req.calibration`. `guard()` wraps the search (the service
+    names the field a message is about), `solve(work)` runs `work(progress)` (the service under its time
+    limit); messages spell inputs as `flag` does."""
+    data = api.check_data(req.data, flag=flag)
+    api.check_one_inventory(bool(req.inventories), flag=flag, **given_fields(req, COMPARE_INVENTORY_INPUTS))
+    cal = req.calibration if not isinstance(req.calibration, Path) else None
+    if machines is None:
+        machines = []
+        for prof in req.profiles:
+            topo, cal = api.load_topology(prof, req.calibration if isinstance(req.calibration, Path) else None,
+                                          req.overrides)
+            machines.append((prof, topo))
+    counts = given_fields(req, COMPARE_INVENTORY_INPUTS)
+    with guard():
+        return (solve or _solve_here(progress))(
+            lambda cb: api.compare_rows(machines, inventories=req.inventories, overrides=req.overrides,
+                                        calibration=cal, flag=flag, progress=cb, data=data, **counts))

@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from moment.cost import requests as cost_requests
 from moment.placement import requests as placement_requests
 from moment.planner import requests as planner_requests
 from moment.planner.calibration import Calibration
@@ -127,20 +128,16 @@ class ScanResponse(Topology):
     scan_report: ScanReport | None = Field(None, description="from command outputs: the sources used and missing")
 
 
-class CompareRequest(_Strict):
-    """`moment compare`: several built-in machines (or inventories) side by side, one what-if for all."""
-
-    profiles: list[str] = Field(min_length=1, max_length=16, description="built-in profile names")
-    gpus: int | None = Field(None, ge=0, le=256)
-    ssds: int = Field(8, ge=0, le=256)
-    gpu_model: str = Field("A100-PCIe-40GB", max_length=200)
-    ssd_model: str = Field("P5510", max_length=200)
-    inventories: list[str] = Field(default_factory=list, max_length=16,
-                                   description="compare several inventories, e.g. ['4xA100,8xP5510']")
-    overrides: list[str] = Field(default_factory=list, alias="set", max_length=64,
-                                 description="what-if overrides applied to every profile")
-    calibration: Calibration | None = None
-    data: DataPlacement = Field("planned", description=_DATA)
+#: `moment compare`: the library's request (moment.planner.requests), its defaults, with the service's limits;
+#: its profiles are built-in names, its calibration is given as JSON
+CompareRequest = derive(
+    planner_requests.CompareRequest, "CompareRequest", bases=(_Strict,), module=__name__,
+    types={"calibration": Calibration | None, "data": DataPlacement},
+    limits={"profiles": {"min_length": 1, "max_length": 16}, "gpus": _COUNT, "ssds": _COUNT,
+            "gpu_model": _NAME200, "ssd_model": _NAME200, "inventories": {"max_length": 16},
+            "overrides": {"max_length": 64}},
+    describe={"gpus": None, "ssds": None, "gpu_model": None, "ssd_model": None, "calibration": None,
+              "data": _DATA})
 
 
 class CompareRow(BaseModel):
@@ -200,29 +197,25 @@ class CompareMachinesRequest(BaseModel):
                                 "shares, DDAK) or 'even' (an equal share per SSD, hash)")
 
 
-class AdviseRequest(MachineIn):
-    """`moment advise`: what to buy for the machine's chassis under a budget."""
-
-    budget: float = Field(gt=0, le=1e9, allow_inf_nan=False, description="most USD to spend: server + GPUs + SSDs")
-    models: list[str] = Field(default_factory=list, max_length=32,
-                              description="GPU and SSD models to consider; a kind listed none of: every priced model")
-    max_gpus: int | None = Field(None, ge=0, le=256, description="at most this many GPUs (default: as many as fit)")
-    max_ssds: int | None = Field(None, ge=0, le=256, description="at most this many SSDs (default: as many as fit)")
-    top: int = Field(3, ge=1, le=20, description="best inventories kept per ranking")
-    years: float = Field(5.0, gt=0, le=100, allow_inf_nan=False, description="TCO horizon in years")
-    pue: float = Field(1.0, ge=1, le=10, allow_inf_nan=False, description="power usage effectiveness")
-    utilisation: float = Field(1.0, gt=0, le=1, allow_inf_nan=False, description="share of the horizon at full power")
-    machine_watts: float | None = Field(None, gt=0, le=1e6, allow_inf_nan=False,
-                                        description="flat machine power instead of server + device TDPs")
-    feature_dim: int | None = Field(None, ge=1, le=1 << 20, description="node feature dimension (default 1024)")
-    gb_per_gpu: float | None = Field(None, gt=0, le=1e9, allow_inf_nan=False)
-    gpu_cache_share: float | None = Field(None, ge=0, le=1, allow_inf_nan=False)
-    cpu_cache_share: float | None = Field(None, ge=0, le=1, allow_inf_nan=False)
-    data: DataPlacement = Field("planned", description="where the rows will be on the SSDs, which each epoch "
-                                "assumes: 'planned' (the LP's shares, DDAK) or 'even' (an equal share per SSD, hash)")
-    prices: dict[str, Any] | None = Field(
-        None, description="prices merged over the shipped table, as `moment advise --prices FILE` holds them: "
-                          "{devices: {H100-PCIe-80GB: {price_usd: 27500, date: '2025-03', source: 'our quote'}}}")
+#: `moment advise`: the library's request (moment.cost.requests), its defaults and descriptions, with the
+#: machine's uploads and the service's limits; the CLI's servers comparison (machines_max, nic, nics,
+#: switch_gbit) is not offered here
+AdviseRequest = derive(
+    cost_requests.AdviseRequest, "AdviseRequest", bases=(MachineIn,), module=__name__,
+    exclude=("profile", "overrides", "machines_max", "nic", "nics", "switch_gbit"),
+    types={"models": list[str], "data": DataPlacement, "prices": dict[str, Any] | None},
+    limits={"budget": {"gt": 0, "le": 1e9, "allow_inf_nan": False},
+            "models": {"default_factory": list, "max_length": 32},
+            "max_gpus": _COUNT, "max_ssds": _COUNT, "top": {"ge": 1, "le": 20},
+            "years": {"gt": 0, "le": 100, "allow_inf_nan": False},
+            "pue": {"ge": 1, "le": 10, "allow_inf_nan": False},
+            "utilisation": {"gt": 0, "le": 1, "allow_inf_nan": False},
+            "machine_watts": {"gt": 0, "le": 1e6, "allow_inf_nan": False},
+            "feature_dim": {"ge": 1, "le": 1 << 20},
+            "gb_per_gpu": {"gt": 0, "le": 1e9, "allow_inf_nan": False},
+            "gpu_cache_share": {"ge": 0, "le": 1, "allow_inf_nan": False},
+            "cpu_cache_share": {"ge": 0, "le": 1, "allow_inf_nan": False}},
+    describe={"gb_per_gpu": None, "gpu_cache_share": None, "cpu_cache_share": None})
 
 
 class ProfileRow(BaseModel):

@@ -8,18 +8,18 @@ prints for the same inputs.
 # no `from __future__ import annotations`: FastAPI reads the handlers' annotations
 
 from fastapi import APIRouter
-from pydantic import ValidationError
 
-from moment.cost import CostParams
-from moment.cost import advise as advise_inventories
 from moment.cost.advisor import AdviseResult
-from moment.cost.prices import merge_prices
+from moment.cost.requests import AdviseRequest as Advice
+from moment.cost.requests import advise as advise_one
 from moment.errors import MomentError
 from moment.planner import api
 from moment.planner.cluster import ClusterPlan
+from moment.planner.requests import DEFAULT_PROFILE, check_cluster
 from moment.planner.requests import ClusterPlanRequest as ClusterRequest
+from moment.planner.requests import CompareRequest as Comparison
 from moment.planner.requests import PlanRequest as Request
-from moment.planner.requests import check_cluster
+from moment.planner.requests import compare as compare_many
 from moment.planner.requests import plan as plan_one
 from moment.requests import narrow
 from moment.service.config import MiB
@@ -103,15 +103,9 @@ def compare(req: CompareRequest, s: SettingsDep, slots: SearchesDep) -> list[dic
     def flag(name: str) -> str:  # one `inventories` entry is what the CLI calls --inventory
         return "inventories" if name == "inventory" else name
 
-    api.check_one_inventory(bool(req.inventories), flag=flag, **given_beside_inventory(req))
-    with blame("inventories" if req.inventories else None, instead_of=INVENTORY_INPUTS):
-        rows = run_with_deadline(
-            lambda progress: api.compare_rows(machines, inventories=req.inventories, gpus=req.gpus,
-                                              ssds=req.ssds, gpu_model=req.gpu_model, ssd_model=req.ssd_model,
-                                              overrides=req.overrides, calibration=req.calibration, flag=flag,
-                                              progress=progress, data=req.data),
-            s.plan_timeout_s, "the comparison", slots)
-    return rows
+    return compare_many(narrow(Comparison, req), machines=machines, flag=flag,
+                        guard=lambda: blame("inventories" if req.inventories else None, instead_of=INVENTORY_INPUTS),
+                        solve=lambda work: run_with_deadline(work, s.plan_timeout_s, "the comparison", slots))
 
 
 @router.post("/simulate", response_model=SimulateResponse, response_model_exclude_unset=True)
@@ -180,26 +174,7 @@ def advise(req: AdviseRequest, s: SettingsDep, slots: SearchesDep) -> AdviseResu
     placed on the chassis, best throughput per TCO dollar and best throughput, with runner-ups."""
     from moment.service.machines import machine
 
-    params = _cost_params(req)
-    with blame("prices"):
-        table = merge_prices(req.prices, "prices") if req.prices is not None else None
-    topo, _ = machine(req, s.max_upload_bytes)
-    wl = api.workload_spec(req.feature_dim, req.gb_per_gpu, req.gpu_cache_share, req.cpu_cache_share,
-                           flag=request_field)
-    return run_with_deadline(
-        lambda progress: advise_inventories(topo, req.budget, models=req.models or None, max_gpus=req.max_gpus,
-                                max_ssds=req.max_ssds, workload=wl, prices=table, params=params, top_k=req.top,
-                                progress=progress, flag=request_field, data=req.data),
-        s.plan_timeout_s, "the buying advice", slots)
-
-
-def _cost_params(req: AdviseRequest):
-    """The request's TCO knobs as CostParams; a bad one is a FieldError naming the request's field."""
-
-    try:
-        return CostParams(years=req.years, pue=req.pue, utilisation=req.utilisation,
-                          machine_power_w=req.machine_watts)
-    except ValidationError as e:
-        first = e.errors()[0]
-        field = {"machine_power_w": "machine_watts"}.get(str(first["loc"][0]), str(first["loc"][0]))
-        raise FieldError(field, first["msg"]) from None
+    return advise_one(narrow(Advice, req, profile=req.profile or DEFAULT_PROFILE),
+                      machine=lambda: machine(req, s.max_upload_bytes)[0], flag=request_field, blame=blame,
+                      solve=lambda label, work: run_with_deadline(work, s.plan_timeout_s, "the buying advice",
+                                                                  slots)).result
