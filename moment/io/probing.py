@@ -46,6 +46,12 @@ def probe(req: ProbeRequest, *, targets: dict[str, str | Path] | None = None, fl
     """Measure the SSDs of `req.ssd_paths` (or `targets`, SSD id -> directory, already checked by the
     caller), the memory and CUDA; write the measurement file and the measured profile the request asks
     for (their paths checked before minutes of measuring). Returns `moment probe --json`'s object."""
+    import yaml
+
+    from moment.io.probe import check_probe, probe_machine
+    from moment.topology.model import Topology
+    from moment.topology.profiles import dump_yaml, load_profile
+
     if targets is None:
         targets = parse_ssd_paths(req.ssd_paths) if req.ssd_paths else {"ssd0": "."}
     check_probe(req.size_mib << 20, req.queue_depth, flag=flag)
