@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import typer
 from rich.table import Table
 
 from moment.cli import app, console
 from moment.cli.requests import given, request_options
-from moment.errors import MomentError
-from moment.outputs import atomic_write, check_output
 from moment.io.probing import ProbeRequest
 from moment.planner.requests import CalibrateRequest, SimulateRequest, calibrate
 
 # Imports inside functions: each command loads only what it runs, so `moment --help` and every other command
 # start fast.
+
 
 def _emit_json(obj) -> None:
     print(json.dumps(obj, indent=2))

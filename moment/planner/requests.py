@@ -26,7 +26,7 @@ from moment.outputs import atomic_write, check_output
 from moment.planner.calibration import Calibration
 from moment.planner.contracts import Plan
 from moment.requests import Cli, given_fields
-from moment.workload.spec import FANOUTS_HELP
+from moment.workload.spec import DEFAULT_FANOUTS, FANOUTS_HELP
 
 if TYPE_CHECKING:
     from moment.topology.model import Topology
@@ -171,13 +171,14 @@ class SimulateRequest(BaseModel):
         None, description="a plan (its machine is the default profile)")
     profile: Annotated[str | None, Cli(("--profile", "-p"))] = Field(
         None, description="profile (default: the plan's or layout's machine)")
-    gpus: Annotated[int, Cli(help="GPUs, with --placement")] = Field(4)
-    ssds: Annotated[int, Cli(help="SSDs, with --placement")] = Field(8)
+    gpus: Annotated[int, Cli(help="GPUs, with --placement")] = Field(DEFAULT_GPUS)
+    ssds: Annotated[int, Cli(help="SSDs, with --placement")] = Field(DEFAULT_SSDS)
     layout: Annotated[Path | None, Cli()] = Field(
         None, description="a layout from `moment place`: replay the real trace of its dataset")
     dataset: Annotated[Path | None, Cli()] = Field(
         None, description="with --layout: dataset directory (default: the layout's)")
-    fanouts: Annotated[str, Cli()] = Field("25,10", description=f"with --layout: {FANOUTS_HELP}")
+    fanouts: Annotated[str, Cli()] = Field(",".join(map(str, DEFAULT_FANOUTS)),
+                                           description=f"with --layout: {FANOUTS_HELP}")
     batch_size: Annotated[int | None, Cli()] = Field(
         None, description="with --layout: seeds per rank and step (default: as `moment train`)")
     steps: Annotated[int | None, Cli(
