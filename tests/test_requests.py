@@ -181,3 +181,37 @@ def test_a_field_marked_argument_is_positional():
         seen["req"] = Args(**given(options))
 
     assert CliRunner().invoke(app, ["a", "b"]).exit_code == 0 and seen["req"].names == ["a", "b"]
+
+
+def test_fidelity_commands_take_their_options_from_their_requests():
+    from moment.cli import fidelity_cmds  # noqa: F401 - registers the commands
+    from moment.cli import app
+    from moment.io.probing import ProbeRequest
+    from moment.planner.requests import CalibrateRequest, SimulateRequest
+
+    commands = {c.name: c.callback for c in app.registered_commands}
+    for name, model in (("simulate", SimulateRequest), ("calibrate", CalibrateRequest), ("probe", ProbeRequest)):
+        params = set(commands[name].__signature__.parameters)
+        assert params == set(model.model_fields) | {"json_out"}, name
+
+
+def test_simulate_and_probe_bodies_are_derived_with_the_service_limits():
+    from moment.io.probing import ProbeRequest
+    from moment.planner.requests import SimulateRequest
+    from moment.service.schemas import ProbeJobRequest, SimulateRequest as ServiceSimulate
+
+    body = ServiceSimulate(placement="paper-c")
+    lib = SimulateRequest(placement="paper-c")
+    for name in ("gpus", "ssds", "steps", "uniform", "seed", "data"):
+        assert getattr(body, name) == getattr(lib, name), name
+    assert "layout" not in ServiceSimulate.model_fields  # a path: the command line's alone
+    with pytest.raises(ValidationError):
+        ServiceSimulate(placement="paper-c", steps=0)
+    back = narrow(SimulateRequest, ServiceSimulate(placement="paper-c", gpus=2))
+    assert back.gpus == 2 and back.ssds == 8 and back.placement == "paper-c"
+
+    job = ProbeJobRequest()
+    assert job.size_mib == 256 and ProbeRequest().size_mib == 1024  # the service's own scratch size
+    assert job.queue_depth == ProbeRequest().queue_depth and job.ssd_dirs == {"ssd0": "ssd0"}
+    assert set(ProbeJobRequest.model_fields) == {"ssd_dirs", "size_mib", "queue_depth"}  # names, never paths
+    assert narrow(ProbeRequest, job, size_mib=job.size_mib).size_mib == 256

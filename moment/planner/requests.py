@@ -1,7 +1,10 @@
 """`PlanRequest`: every input of planning one machine, and `plan(req)`, the use case `moment plan` and
 the service's `POST /v1/plan` both run; `ClusterPlanRequest` and `cluster_plan(req)`, the same for a
-cluster (`moment plan --cluster FILE` and `POST /v1/plan/cluster`). The service's bodies are derived
-from these models, adding its uploads and limits (moment.service.schemas).
+cluster (`moment plan --cluster FILE` and `POST /v1/plan/cluster`); `CompareRequest` and `compare(req)`
+(`moment compare`, `POST /v1/compare`); `SimulateRequest` (`moment simulate` and `POST /v1/simulate`; its
+use case, which may replay a layout, is moment.placement.simulation.simulate) and `CalibrateRequest` with
+`calibrate(req)` (`moment calibrate`). The service's bodies are derived from these models, adding its uploads
+and limits (moment.service.schemas).
 
     res = plan(PlanRequest(profile="paper-machine-b", gpus=4, ssds=8))   # -> PlanResult
     res.plan, res.json   # the Plan and `moment plan --json`'s object
@@ -19,6 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from moment.errors import Flag, MomentError, cli_flag
+from moment.outputs import atomic_write, check_output
 from moment.planner import api
 from moment.planner.api import (
     DATA_HELP,
@@ -30,13 +34,16 @@ from moment.planner.api import (
 )
 from moment.planner.calibration import Calibration
 from moment.planner.cluster import ClusterPlan, check_remote_fraction, plan_cluster
+from moment.planner.contracts import Plan
 from moment.requests import Cli, given_fields
 from moment.topology.cluster import ClusterSpec, load_cluster
+from moment.workload.spec import DEFAULT_FANOUTS, FANOUTS_HELP
 
 if TYPE_CHECKING:
-    from moment.planner.contracts import Plan
     from moment.topology.model import Topology
     from moment.workload.spec import WorkloadSpec
+
+# Imports inside functions: `calibrate` loads the fit (scipy) only when it runs, so the CLI starts fast.
 
 
 #: --profile left out
@@ -259,3 +266,99 @@ def compare(req: CompareRequest, *, machines: list[tuple[str, Topology]] | None 
         return (solve or _solve_here(progress))(
             lambda cb: api.compare_rows(machines, inventories=req.inventories, overrides=req.overrides,
                                         calibration=cal, flag=flag, progress=cb, data=data, **counts))
+
+
+# ---- simulate ----------------------------------------------------------------------------------------
+CAL_HELP = "calibration file from `moment calibrate --out` (link efficiencies, SSD read scale, overhead)"
+_SIMULATE_DATA_HELP = (
+    "with --placement or --plan, where the rows are on the SSDs: 'planned' (the LP's shares, as DDAK writes "
+    "them) or 'even' (an equal share per SSD, as hash placement gives); default: planned, with --plan the "
+    "plan's (a --layout's rows are where the layout put them)")
+
+
+class SimulateRequest(BaseModel):
+    """`moment simulate`: replay an epoch step by step, of a named layout (`placement`, with gpus/ssds),
+    of a plan's recommended placement (`plan`) or of a real layout (`layout`, from `moment place`)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    placement: Annotated[str | None, Cli(help="a layout named in the profile (e.g. paper-c) instead of --plan")] = Field(
+        None, description="a layout named in the profile, e.g. paper-c")
+    plan: Annotated[Plan | Path | None, Cli(("--plan",), type=Path | None,
+                                            help="a `moment plan --json` file: replay its recommended placement")] = Field(
+        None, description="a plan (its machine is the default profile)")
+    profile: Annotated[str | None, Cli(("--profile", "-p"))] = Field(
+        None, description="profile (default: the plan's or layout's machine)")
+    gpus: Annotated[int, Cli(help="GPUs, with --placement")] = Field(DEFAULT_GPUS)
+    ssds: Annotated[int, Cli(help="SSDs, with --placement")] = Field(DEFAULT_SSDS)
+    layout: Annotated[Path | None, Cli()] = Field(
+        None, description="a layout from `moment place`: replay the real trace of its dataset")
+    dataset: Annotated[Path | None, Cli()] = Field(
+        None, description="with --layout: dataset directory (default: the layout's)")
+    fanouts: Annotated[str, Cli()] = Field(",".join(map(str, DEFAULT_FANOUTS)),
+                                           description=f"with --layout: {FANOUTS_HELP}")
+    batch_size: Annotated[int | None, Cli()] = Field(
+        None, description="with --layout: seeds per rank and step (default: as `moment train`)")
+    steps: Annotated[int | None, Cli(
+        help="synthetic trace: DDP steps per epoch (default: the workload's seeds / batch / GPUs)")] = Field(
+        None, description="DDP steps per epoch (default: the workload's)")
+    uniform: Annotated[bool, Cli(
+        help="synthetic trace with every step reading exactly the planned shares (no sampling noise)")] = Field(
+        False, description="every step reads exactly the planned shares")
+    seed: Annotated[int, Cli(help="seed of the synthetic trace or of the sampler")] = Field(0)
+    calibration: Annotated[Calibration | Path | None, Cli(type=Path | None, help=CAL_HELP)] = Field(
+        None, description="a calibration (`moment calibrate --out`) applied to the machine")
+    data: Annotated[str | None, Cli(help=_SIMULATE_DATA_HELP, metavar="planned|even", show_default=False)] = Field(
+        None, description="where the rows are on the SSDs, which the replayed reads follow: 'planned' or 'even'; "
+                          "default: planned, with a plan the plan's")
+
+
+# ---- calibrate ---------------------------------------------------------------------------------------
+class CalibrateRequest(BaseModel):
+    """`moment calibrate`: fit link efficiencies and a per-epoch overhead to measured epoch times."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    measured: Annotated[Path, Cli(("--measured", "-m"))] = Field(
+        description="measurement file (YAML): layouts' epoch times, device and link rates")
+    profile: Annotated[str | None, Cli(("--profile", "-p"))] = Field(
+        None, description="profile the layouts refer to (default: the file's machine)")
+    gpus: int | None = Field(None, description="GPUs in the measured runs (default: the file's)")
+    ssds: int | None = Field(None, description="SSDs in the measured runs (default: the file's)")
+    gpu_model: str = DEFAULT_GPU_MODEL
+    ssd_model: str = DEFAULT_SSD_MODEL
+    fit: str | None = Field(None, description="parameters to fit (comma-separated): switch_uplink, switch_port, "
+                                              "rc_port, socket_link, ssd_read, overhead_s; the others keep their "
+                                              "defaults (default: switch_uplink,socket_link)")
+    out: Annotated[Path | None, Cli(("--out", "-o"))] = Field(None, description="write the calibration (YAML) here")
+
+
+def calibrate(req: CalibrateRequest) -> Calibration:
+    """Fit the calibration of `req.measured` (its machine and inventory, unless the request names them),
+    and write it to `req.out` when given (checked before the fit)."""
+    from moment.planner.calibration import DEFAULT_FIT, dump_calibration, load_measurements
+    from moment.planner.calibration import calibrate as fit
+    from moment.topology.profiles import load_profile
+
+    if req.out is not None:
+        check_output(req.out, "--out")  # before the fit
+    mf = load_measurements(req.measured)
+    machine = req.profile or mf.machine
+    if machine is None:
+        raise MomentError("no machine: pass --profile or put `machine:` in the measurement file",
+                          source=str(req.measured))
+    topo = load_profile(machine)  # a file's name is its `name:`, not its path
+    if req.profile and mf.machine and mf.machine not in (req.profile, topo.name):
+        raise MomentError(f"the measurements are of {mf.machine!r}, not {topo.name!r} (--profile {req.profile})",
+                          source=str(req.measured))
+    g = req.gpus if req.gpus is not None else mf.gpus
+    s = req.ssds if req.ssds is not None else mf.ssds
+    if g is None or s is None:
+        raise MomentError("how many GPUs and SSDs were measured? pass --gpus/--ssds or put them in the file",
+                          source=str(req.measured))
+    inv = api.parse_inventory(None, g, s, req.gpu_model, req.ssd_model)
+    cal = fit(topo, inv, mf, list(DEFAULT_FIT) if req.fit is None else
+              [x.strip() for x in req.fit.split(",") if x.strip()])
+    if req.out is not None:
+        atomic_write(req.out, dump_calibration(cal), "--out")
+    return cal

@@ -11,15 +11,16 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from moment.cost import requests as cost_requests
+from moment.io import probing
 from moment.placement import requests as placement_requests
 from moment.planner import requests as planner_requests
 from moment.planner.calibration import Calibration
 from moment.planner.cluster import ClusterPlan
 from moment.planner.contracts import DataPlacement, Plan
 from moment.planner.replay import ReplayReport
+from moment.requests import derive
 from moment.topology.cluster import ClusterSpec
 from moment.topology.model import Topology
-from moment.requests import derive
 from moment.topology.scan import ScanReport
 from moment.workload.spec import DEFAULT_FANOUTS
 
@@ -158,18 +159,17 @@ class CompareRow(BaseModel):
     calibration: dict[str, float] | None = None
 
 
-class SimulateRequest(MachineIn):
-    """`moment simulate`: replay an epoch step by step, of a named layout (`placement`, with gpus/ssds)
-    or of a plan's recommended placement (`plan`, a `POST /v1/plan` answer)."""
-
-    placement: str | None = Field(None, max_length=200, description="a layout named in the profile, e.g. paper-c")
-    plan: Plan | None = Field(None, description="a plan (its machine is the default profile)")
-    gpus: int = Field(4, ge=0, le=256)
-    ssds: int = Field(8, ge=0, le=256)
-    steps: int | None = Field(None, ge=1, le=100_000, description="DDP steps per epoch (default: the workload's)")
-    uniform: bool = Field(False, description="every step reads exactly the planned shares")
-    seed: int = Field(0, ge=0, le=2**32 - 1)
-    data: DataPlacement | None = Field(None, description=_DATA + "; default: planned, with a plan the plan's")
+#: `moment simulate`: the library's request (moment.planner.requests), its defaults, with the machine's
+#: uploads and the service's limits; a real layout (`--layout`, a path) is the command line's
+SimulateRequest = derive(
+    planner_requests.SimulateRequest, "SimulateRequest", bases=(MachineIn,), module=__name__,
+    doc="""`moment simulate`: replay an epoch step by step, of a named layout (`placement`, with gpus/ssds)
+    or of a plan's recommended placement (`plan`, a `POST /v1/plan` answer).""",
+    only=("placement", "plan", "gpus", "ssds", "steps", "uniform", "seed", "data"),
+    types={"plan": Plan | None, "data": DataPlacement | None},
+    limits={"placement": _NAME200, "gpus": _COUNT, "ssds": _COUNT, "steps": {"ge": 1, "le": 100_000},
+            "seed": {"ge": 0, "le": 2**32 - 1}},
+    describe={"data": _DATA + "; default: planned, with a plan the plan's"})
 
 
 class CompareMachine(MachineIn):
@@ -274,7 +274,7 @@ PlaceJobRequest = derive(
         "gpu_cache": "GiB ('8') or a share of the features ('10%')"})
 
 
-class ProbeJobRequest(_Strict):
+class _ProbeNames(_Strict):
     """`moment probe` as a job: each SSD's directory named inside DATA_DIR/probe/ (its scratch file is
     removed when the job ends)."""
 
@@ -282,9 +282,17 @@ class ProbeJobRequest(_Strict):
         default_factory=lambda: {"ssd0": "ssd0"}, max_length=64,
         description="SSD id -> directory name under DATA_DIR/probe/ (created if missing; mount an SSD there to "
                     "measure it)")
-    size_mib: int = Field(256, description="scratch file per SSD, MiB: at least what `moment probe` needs, at most "
-                                           "the service's limits per directory and per job")
-    queue_depth: int = Field(32, description="reads in flight, as `moment probe --queue-depth` allows")
+
+
+#: the library's request (moment.io.probing), its queue depth, with the service's own scratch size; the
+#: options that name paths (SSD paths, outputs, a profile to write) are the command line's
+ProbeJobRequest = derive(
+    probing.ProbeRequest, "ProbeJobRequest", bases=(_ProbeNames,), module=__name__, doc=_ProbeNames.__doc__,
+    only=("size_mib", "queue_depth"),
+    limits={"size_mib": {"default": 256}},
+    describe={"size_mib": "scratch file per SSD, MiB: at least what `moment probe` needs, at most the service's "
+                          "limits per directory and per job",
+              "queue_depth": "reads in flight, as `moment probe --queue-depth` allows"})
 
 
 class Progress(BaseModel):

@@ -19,6 +19,7 @@ from moment.planner.requests import DEFAULT_PROFILE, check_cluster
 from moment.planner.requests import ClusterPlanRequest as ClusterRequest
 from moment.planner.requests import CompareRequest as Comparison
 from moment.planner.requests import PlanRequest as Request
+from moment.planner.requests import SimulateRequest as SimulateLibRequest
 from moment.planner.requests import compare as compare_many
 from moment.planner.requests import plan as plan_one
 from moment.requests import narrow
@@ -112,6 +113,7 @@ def compare(req: CompareRequest, s: SettingsDep, slots: SearchesDep) -> list[dic
 def simulate(req: SimulateRequest, s: SettingsDep, slots: SearchesDep) -> dict:
     """Replay an epoch step by step (`moment simulate --json`): a named layout of the profile
     (`placement`, with `gpus`/`ssds`) or a plan's recommended placement (`plan`)."""
+    from moment.placement.simulation import simulate as simulate_one
     from moment.service.machines import machine
 
     if (req.placement is None) == (req.plan is None):
@@ -119,19 +121,9 @@ def simulate(req: SimulateRequest, s: SettingsDep, slots: SearchesDep) -> dict:
     if req.plan is not None and req.profile is None and not any(getattr(req, k) for k in UPLOADS):
         req = req.model_copy(update={"profile": req.plan.machine})
     topo, _ = machine(req, s.max_upload_bytes)
-
-    data = req.data or (req.plan.data if req.plan is not None else api.DEFAULT_DATA)
-
-    def work(progress):
-        if req.plan is not None:
-            with blame("plan"):
-                return api.simulate_plan(topo, req.plan, steps=req.steps, seed=req.seed, uniform=req.uniform,
-                                         data=data)
-        return api.simulate_named(topo, req.placement, req.gpus, req.ssds, steps=req.steps, seed=req.seed,
-                                  uniform=req.uniform, flag=request_field, data=data)
-
-    rep = run_with_deadline(work, s.plan_timeout_s, "the replay", slots)
-    return api.replay_json(rep, req.calibration, data)
+    res = simulate_one(narrow(SimulateLibRequest, req), topology=topo, flag=request_field, guard=blame,
+                       solve=lambda work: run_with_deadline(work, s.plan_timeout_s, "the replay", slots))
+    return res.json
 
 
 @router.post("/compare/machines", response_model=list[CompareRow], response_model_exclude_unset=True)
