@@ -32,7 +32,7 @@ from moment.planner.api import (
     DEFAULT_SSD_MODEL,
     DEFAULT_SSDS,
 )
-from moment.planner.calibration import Calibration
+from moment.planner.calibration_file import Calibration
 from moment.planner.cluster import ClusterPlan, check_remote_fraction, plan_cluster
 from moment.planner.contracts import Plan
 from moment.requests import Cli, given_fields
