@@ -16,20 +16,20 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from moment.cost.advisor import AdviseResult, check_inputs
-from moment.cost.advisor import advise as advise_inventories
-from moment.cost.machines import MachinesOption, check_network, compare_machines
-from moment.cost.model import CostParams
-from moment.cost.prices import load_prices, merge_prices
 from moment.errors import Flag, MomentError, cli_flag
 from moment.planner import api
 from moment.planner.api import DEFAULT_DATA
 from moment.requests import Cli
 from moment.topology.cluster import DEFAULT_NIC
-from moment.topology.profiles import load_profile
 
 if TYPE_CHECKING:
+    from moment.cost.advisor import AdviseResult
+    from moment.cost.machines import MachinesOption
+    from moment.cost.model import CostParams
     from moment.topology.model import Topology
+
+# Imports inside functions: the request stays light (every command's options are made from the requests when
+# the CLI starts), so the advisor and its prices load only when `advise` runs.
 
 T = TypeVar("T")
 
@@ -129,6 +129,8 @@ def model_names(models: list[str] | str | None, *, flag: Flag = cli_flag) -> lis
 
 def cost_params(req: AdviseRequest, *, flag: Flag = cli_flag) -> CostParams:
     """The request's TCO knobs as CostParams; a bad one is one line naming its input as `flag` spells it."""
+    from moment.cost.model import CostParams
+
     try:
         return CostParams(**{k: getattr(req, name) for k, name in COST_FIELDS.items()})
     except ValidationError as e:
@@ -157,6 +159,12 @@ def advise(req: AdviseRequest, *, machine: Callable[[], Topology] | None = None,
     about one input (the service names the field a message is about); `solve(label, work)` runs
     `work(progress)`, a search ("solving inventories", "planning clusters": the CLI's bars, the service's
     time limit); messages spell inputs as `flag` does."""
+    from moment.cost.advisor import advise as advise_inventories
+    from moment.cost.advisor import check_inputs
+    from moment.cost.machines import check_network, compare_machines
+    from moment.cost.prices import load_prices, merge_prices
+    from moment.topology.profiles import load_profile
+
     check_inputs(req.budget, req.top, req.max_gpus, req.max_ssds, flag=flag)
     data = api.check_data(req.data, flag=flag)
     check_network(req.machines_max, req.nic, req.nics, req.switch_gbit, flag=flag)

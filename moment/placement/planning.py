@@ -24,7 +24,7 @@ from moment.inputs import parse_ssd_paths  # noqa: F401 - moment.placement.api t
 from moment.placement.assignment import Assignment, hotness_order
 from moment.placement.baselines import degree_placement, hash_placement
 from moment.placement.bins import Bin, BinSet
-from moment.placement.ddak import auto_pool, ddak
+from moment.placement.knapsack import auto_pool, ddak
 from moment.planner.contracts import Evaluation, Plan
 from moment.topology.devices import Inventory, populate, strip
 from moment.topology.model import Kind, Topology

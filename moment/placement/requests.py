@@ -16,20 +16,21 @@ from typing import TYPE_CHECKING, Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from moment.errors import MomentError
-from moment.placement import api
-from moment.placement.api import DEFAULTS, PlaceResult, SplitMachine, SplitResult, StageHook
+from moment.placement.defaults import DEFAULTS
 from moment.planner.api import DEFAULT_GPU_MODEL, DEFAULT_SSD_MODEL, DEFAULT_SSDS, parse_inventory, resolve_gpus
 from moment.planner.contracts import Plan
 from moment.planner.requests import DEFAULT_PROFILE, PROFILE_HELP
 from moment.requests import Cli
-from moment.topology.cluster import load_cluster
-from moment.topology.profiles import load_profile
 from moment.sizes import parse_size
 from moment.workload.spec import DEFAULT_FANOUTS, FANOUTS_HELP, parse_fanouts
 
 if TYPE_CHECKING:
+    from moment.placement.api import PlaceResult, SplitResult, StageHook
     from moment.topology.devices import Inventory
     from moment.topology.model import Topology
+
+# Imports inside functions: the requests stay light (every command's options are made from them when the CLI
+# starts), so the placement machinery loads only when `place` runs.
 
 CACHE_HELP = ("{what} cache per {per}: GiB (e.g. 8) or a share of the dataset's features (e.g. 10%); "
               "default {default}% of each {per}'s memory; capped by the dataset size")
@@ -101,6 +102,8 @@ def place(req: PlaceRequest, *, machine: tuple[Topology, Inventory] | None = Non
     """Place `req.dataset` at `req.out`: on one machine (`req.profile` and its inventory, or `machine`'s
     topology and inventory), or split over `req.machines` machines or the servers of `req.cluster`.
     Progress and notices go through `stage` and `notice` (moment.placement.api)."""
+    from moment.placement import api
+
     api.check_choices(req.policy, req.pool)  # before any work, as every other check that needs none
     if req.machines is not None or req.cluster is not None:
         return _place_split(req, stage, notice)
@@ -119,12 +122,18 @@ def _options(req: PlaceRequest) -> dict[str, Any]:
 
 
 def _machine(req: PlaceRequest) -> tuple[Topology, Inventory]:
+    from moment.topology.profiles import load_profile
+
     topo = load_profile(req.profile)
     return topo, parse_inventory(None, resolve_gpus(topo, req.gpus), req.ssds, req.gpu_model, req.ssd_model)
 
 
 def _place_split(req: PlaceRequest, stage, notice) -> SplitResult:
     """`--machines N` / `--cluster FILE`: the machines, then `place_split`."""
+    from moment.placement import api
+    from moment.topology.cluster import load_cluster
+    from moment.topology.profiles import load_profile
+
     if req.machines is not None and req.cluster is not None:
         raise MomentError("--machines and --cluster both say how many machines: give one")
     if req.report:
@@ -144,13 +153,13 @@ def _place_split(req: PlaceRequest, stage, notice) -> SplitResult:
                 raise MomentError(f"servers[{i}].profile: {str(e).splitlines()[0]}", source=str(cluster),
                                   hint=e.hint) from None
             invs[id(sv)] = parse_inventory(sv.inventory, 0, 0, flag=lambda name, w=f"servers[{i}]": f"{w}.{name}")
-        group = [SplitMachine(name, topos[id(sv)], invs[id(sv)]) for name, sv in spec.machines()]
+        group = [api.SplitMachine(name, topos[id(sv)], invs[id(sv)]) for name, sv in spec.machines()]
     else:
         if req.machines < 1:
             raise MomentError(f"--machines {req.machines}: a split needs at least 1 machine",
                               hint="leave --machines out to place the whole dataset on one machine")
         topo, inv = _machine(req)
-        group = [SplitMachine(f"m{k}", topo, inv) for k in range(req.machines)]
+        group = [api.SplitMachine(f"m{k}", topo, inv) for k in range(req.machines)]
     return api.place_split(req.dataset, req.out, group, replicate=req.replicate, **_options(req), stage=stage,
                        notice=notice)
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from moment.errors import Flag, MomentError, cli_flag
 from moment.planner import api
-from moment.planner.calibration import Calibration
+from moment.planner.calibration_file import Calibration
 from moment.planner.requests import SimulateRequest
 from moment.workload.spec import WorkloadSpec
 

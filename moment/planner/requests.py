@@ -32,18 +32,19 @@ from moment.planner.api import (
     DEFAULT_SSD_MODEL,
     DEFAULT_SSDS,
 )
-from moment.planner.calibration import Calibration
-from moment.planner.cluster import ClusterPlan, check_remote_fraction, plan_cluster
+from moment.planner.calibration_file import Calibration
 from moment.planner.contracts import Plan
 from moment.requests import Cli, given_fields
 from moment.topology.cluster import ClusterSpec, load_cluster
 from moment.workload.spec import DEFAULT_FANOUTS, FANOUTS_HELP
 
 if TYPE_CHECKING:
+    from moment.planner.cluster import ClusterPlan
     from moment.topology.model import Topology
     from moment.workload.spec import WorkloadSpec
 
-# Imports inside functions: `calibrate` loads the fit (scipy) only when it runs, so the CLI starts fast.
+# Imports inside functions: the requests stay light (every command's options are made from them when the CLI
+# starts): a cluster's planner and the calibration's fit (SciPy) load only when their use case runs.
 
 
 #: --profile left out
@@ -190,6 +191,8 @@ class ClusterPlanRequest(WorkloadKnobs):
 def check_cluster(req: ClusterPlanRequest, *, flag: Flag = cli_flag) -> WorkloadSpec:
     """The request's own checks (the workload, which it returns, and the remote fraction), which need no
     cluster: `cluster_plan` runs them first."""
+    from moment.planner.cluster import check_remote_fraction
+
     wl = api.workload_spec(req.feature_dim, req.gb_per_gpu, req.gpu_cache_share, req.cpu_cache_share, flag=flag)
     check_remote_fraction(req.remote_fraction, flag("remote_fraction"))
     return wl
@@ -203,6 +206,8 @@ def cluster_plan(req: ClusterPlanRequest, *, load: Callable[[str], Topology] | N
     service reads built-in ones only); messages spell inputs as `flag` does."""
     wl = check_cluster(req, flag=flag)
     spec = req.cluster if isinstance(req.cluster, ClusterSpec) else load_cluster(req.cluster)
+    from moment.planner.cluster import plan_cluster
+
     return plan_cluster(spec, wl, remote_fraction=req.remote_fraction, remote_source=flag("remote_fraction"),
                         load=load, progress=progress)
 

@@ -14,7 +14,7 @@ from moment.cost import requests as cost_requests
 from moment.io import probing
 from moment.placement import requests as placement_requests
 from moment.planner import requests as planner_requests
-from moment.planner.calibration import Calibration
+from moment.planner.calibration_file import Calibration
 from moment.planner.cluster import ClusterPlan
 from moment.planner.contracts import DataPlacement, Plan
 from moment.planner.replay import ReplayReport
