@@ -62,7 +62,7 @@ browser:
 # asserts each time cost half of each collection (8.5 -> 3.8 CPU-s)
 TEST_ENV := PYTHONDONTWRITEBYTECODE=
 test: $(VENV)/.installed-dev browser
-	$(TEST_ENV) $(BIN)/python -m pytest -n $(JOBS) --dist worksteal
+	$(TEST_ENV) $(BIN)/python -m pytest -n $(JOBS) --dist worksteal --durations=15
 
 # the edit loop: every test but those marked slow (torchrun launches, the README, the browser, exhaustive
 # searches), in under a minute; `make test` runs them all
@@ -70,7 +70,7 @@ test-fast: $(VENV)/.installed-dev
 	$(TEST_ENV) $(BIN)/python -m pytest -n $(JOBS) --dist worksteal -m "not slow"
 
 lint: $(VENV)/.installed-dev
-	$(BIN)/ruff check moment tests bench
+	$(BIN)/ruff check moment tests bench tools
 
 bench: $(VENV)/.installed-dev
 	$(BIN)/python bench/plan_time.py

@@ -1,21 +1,39 @@
 """Moment: plan and run multi-GPU out-of-core GNN training.
 
-`moment.open_run(layout, ...)` opens the out-of-core store and pipelined loader for your own training loop
-(moment.runtime.run; needs the `train` extra). Importing `moment` itself imports no torch: the planner and
-topology tools run without it.
+The Python API is one typed request and one function per use case, the same the commands and the service
+run: `moment.plan(moment.PlanRequest(profile="paper-machine-b", gpus=4))`, `moment.place(...)`,
+`moment.advise(...)`, ... (docs/python-api.md lists them), and `moment.open_run(layout, ...)`, the
+out-of-core store and pipelined loader for your own training loop (needs the `train` extra). Importing
+`moment` itself imports nothing else: each name loads its module when first used, so planning never loads
+torch.
 """
 
+from importlib import import_module
 from typing import Any
 
-# Imports inside functions: `import moment` stays torch-free: `open_run` loads the runtime when first used.
-
 __version__ = "0.1.0"
-__all__ = ["open_run", "Run", "Batch", "__version__"]
+
+#: name -> the module that defines it
+API = {
+    "open_run": "moment.runtime.run", "Run": "moment.runtime.run", "Batch": "moment.runtime.run",
+    "PlanRequest": "moment.planner.requests", "plan": "moment.planner.requests",
+    "ClusterPlanRequest": "moment.planner.requests", "cluster_plan": "moment.planner.requests",
+    "CompareRequest": "moment.planner.requests", "compare": "moment.planner.requests",
+    "SimulateRequest": "moment.planner.requests", "simulate": "moment.placement.simulation",
+    "CalibrateRequest": "moment.planner.requests", "calibrate": "moment.planner.requests",
+    "ProbeRequest": "moment.io.probing", "probe": "moment.io.probing",
+    "AdviseRequest": "moment.cost.requests", "advise": "moment.cost.requests",
+    "PlaceRequest": "moment.placement.requests", "place": "moment.placement.requests",
+    "PackRequest": "moment.placement.requests", "pack": "moment.runtime.packing",
+}
+__all__ = [*API, "__version__"]
 
 
-def __getattr__(name: str) -> Any:  # lazy: only a training script pays for torch
-    if name in ("open_run", "Run", "Batch"):
-        from moment.runtime import run
-
-        return getattr(run, name)
+def __getattr__(name: str) -> Any:  # lazy: a script pays only for what it uses (torch only for training)
+    if name in API:
+        return getattr(import_module(API[name]), name)
     raise AttributeError(f"module 'moment' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *API])

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -130,3 +131,17 @@ def read_text(path: str | Path, what: str, *, limit: int = MAX_TEXT_BYTES, error
     if errors != "strict":
         return data.decode("utf-8", errors=errors)
     return decode(data, str(path), what)
+
+
+def parse_ssd_paths(items: list[str]) -> dict[str, str]:
+    """`--ssd-path ssd3=/mnt/nvme3` (repeatable) -> {ssd3: /mnt/nvme3}."""
+    out: dict[str, str] = {}
+    for it in items:
+        key, sep, path = it.partition("=")
+        key = key.strip()
+        if not sep or not re.fullmatch(r"ssd\d+", key) or not path.strip():
+            raise MomentError(f"--ssd-path {it!r}: expected ssdN=DIRECTORY, e.g. ssd3=/mnt/nvme3")
+        if key in out:
+            raise MomentError(f"--ssd-path names {key} twice")
+        out[key] = path.strip()
+    return out

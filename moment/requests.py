@@ -32,6 +32,7 @@ class Cli:
     default: Any = FIELD_DEFAULT  # the CLI's default where it differs (None: left to the model's default)
     type: Any = None  # the type the CLI parses where it differs from the field's (e.g. str for "25,10")
     cli: bool = True  # False: not an option of the command (e.g. what only the service sets)
+    argument: bool = False  # True: a positional argument of the command, not an option (flags unused)
 
 
 def cli_of(field: Any) -> Cli | None:

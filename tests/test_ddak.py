@@ -20,7 +20,7 @@ from moment.placement import (
 from moment.placement._native import ddak_kernel
 from moment.placement.assignment import hotness_order
 
-ddak_mod = importlib.import_module("moment.placement.ddak")  # the package re-exports the function
+ddak_mod = importlib.import_module("moment.placement.knapsack")  # the package re-exports the function
 ENGINES = ["numpy"] + (["native"] if ddak_kernel() is not None else [])
 
 

@@ -3,66 +3,22 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import typer
-from pydantic import ValidationError
 from rich.table import Table
 
 from moment.cli import app, console
 from moment.cli.common import solver_bar
-from moment.errors import MomentError, validation_lines
-from moment.topology.cluster import DEFAULT_NIC
-
-# Imports inside functions: each command loads only what it runs, so `moment --help` and every other command
-# start fast.
-
-_PROFILE_HELP = "built-in profile name (see `moment profiles`) or a YAML file describing the chassis"
-_MODELS_HELP = ("comma-separated GPU and SSD models to consider, e.g. A100-PCIe-40GB,H100-PCIe,P5510 "
-                "(see `moment models`); a kind you list none of: every priced model of that kind")
-_PRICES_HELP = ("YAML price file merged over the shipped table, entry by entry: "
-                "`devices: {H100-PCIe-80GB: {price_usd: 27500, date: 2025-03, source: our quote}}`, "
-                "`server: {price_usd: ..., power_w: ...}`, `electricity: {usd_per_kwh: ...}`")
-
-
-def _models(text: str | None) -> list[str] | None:
-    if text is None:
-        return None
-    names = [m.strip() for m in text.split(",") if m.strip()]
-    if not names:
-        raise MomentError(f"--models {text!r}: expected comma-separated model names, e.g. A100-PCIe-40GB,P5510")
-    return names
-
+from moment.cli.requests import given, request_options
+from moment.cost.requests import AdviseRequest, advise
 
 @app.command("advise")
+@request_options(AdviseRequest, order=(
+    "profile", "budget", "models", "max_gpus", "max_ssds", "prices", "top", "years", "pue", "utilisation",
+    "machine_watts", "overrides", "data", "machines_max", "nic", "nics", "switch_gbit"))
 def advise_cmd(
-    profile: str = typer.Option(..., "--profile", "-p", help=_PROFILE_HELP),
-    budget: float = typer.Option(..., "--budget", help="most USD to spend on the machine: server + GPUs + SSDs"),
-    models: str | None = typer.Option(None, "--models", help=_MODELS_HELP),
-    max_gpus: int | None = typer.Option(None, "--max-gpus", help="at most this many GPUs (default: as many as fit)"),
-    max_ssds: int | None = typer.Option(None, "--max-ssds", help="at most this many SSDs (default: as many as fit)"),
-    prices: Path | None = typer.Option(None, "--prices", help=_PRICES_HELP),
-    top: int = typer.Option(3, "--top", help="rank this many inventories per ranking: the best and its runner-ups"),
-    years: float = typer.Option(5.0, "--years", help="TCO horizon in years (Hyperion: 5)"),
-    pue: float = typer.Option(1.0, "--pue", help="power usage effectiveness of the room (Hyperion: 1.0; a data centre ~1.4)"),
-    utilisation: float = typer.Option(1.0, "--utilisation", help="share of the horizon the machine runs flat out (Hyperion: 1.0)"),
-    machine_power: float | None = typer.Option(None, "--machine-watts", help="flat machine power for the electricity instead of server + TDPs (Hyperion: 4000)"),
-    overrides: list[str] = typer.Option([], "--set", help="what-if override PATH=VALUE on the profile, as in `moment plan`"),
-    data: str | None = typer.Option(None, "--data", help=(
-        "where the rows will be on the SSDs, which each inventory's epoch assumes: 'planned' (default: the "
-        "shares the planner chooses, as `moment place` with DDAK writes them) or 'even' (an equal share per SSD, "
-        "as hash placement gives)"), metavar="planned|even", show_default=False),
-    machines_max: int | None = typer.Option(None, "--machines-max", help=(
-        "also compare 1..K servers of this chassis under the same budget (each with the advice for its share, "
-        "joined by --nic NICs and switch ports, planned as `moment plan --cluster`) by samples/s per TCO dollar; "
-        "JSON: `machines`"), metavar="K", show_default=False),
-    nic: str | None = typer.Option(None, "--nic", help=f"with --machines-max: the NIC model of each server (default: "
-                                                        f"{DEFAULT_NIC})", show_default=False),
-    nics: int | None = typer.Option(None, "--nics", help="with --machines-max: NICs per server (default: 1)",
-                                    show_default=False),
-    switch_gbit: float | None = typer.Option(None, "--switch-gbit", help=(
-        "with --machines-max: the switch's port rate in Gb/s (default: the NIC's port rate)"), show_default=False),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object (for scripts) instead of tables"),
+    **options,
 ) -> None:
     """Recommend what to buy: how many of which GPU and SSD, and where they go, for the best throughput
     per dollar and the best throughput under a budget.
@@ -76,45 +32,19 @@ def advise_cmd(
     two cores); narrow it with --models, --max-gpus and --max-ssds.
     Example: moment advise --profile paper-machine-b --budget 60000 --models A100-PCIe-40GB,P5510
     """
-    from moment.cost import CostParams, advise, load_prices
-    from moment.cost.advisor import check_inputs
-    from moment.cost.machines import check_network
-    from moment.planner.api import check_data
-    from moment.topology.profiles import load_profile
+    req = AdviseRequest(**given(options))
 
-    check_inputs(budget, top, max_gpus, max_ssds)
-    data = check_data(data)
-    check_network(machines_max, nic, nics, switch_gbit)
-    try:
-        params = CostParams(years=years, pue=pue, utilisation=utilisation, machine_power_w=machine_power)
-    except ValidationError as e:
-        flags = {"years": "--years", "pue": "--pue", "utilisation": "--utilisation", "machine_power_w": "--machine-watts"}
-        lines = validation_lines(e, limit=1, relabel=lambda loc: [flags.get(str(loc[0]), loc[0])] if loc else loc)
-        raise MomentError(lines[0]) from None
-    table = load_prices(prices)
-    topo = load_profile(profile, overrides)
-    with solver_bar(not json_out, label="solving inventories") as cb:
-        result = advise(topo, budget, models=_models(models), max_gpus=max_gpus, max_ssds=max_ssds,
-                        prices=table, params=params, top_k=top, progress=cb, data=data)
-    options = None
-    if machines_max is not None:
-        from moment.cost.machines import compare_machines
+    def solve(label, work):
+        with solver_bar(not json_out, label=label) as cb:
+            return work(cb)
 
-        with solver_bar(not json_out, label="planning clusters") as cb:
-            options = compare_machines(topo, budget, machines_max, result, nic=nic or DEFAULT_NIC, nics=nics or 1,
-                                       switch_gbit=switch_gbit,
-                                       prices=table, params=params, progress=cb,
-                                       advise_args=dict(models=_models(models), max_gpus=max_gpus, max_ssds=max_ssds,
-                                                        top_k=top, data=data))
+    res = advise(req, solve=solve)
     if json_out:
-        out = result.model_dump(mode="json")
-        if options is not None:
-            out["machines"] = [o.model_dump(mode="json") for o in options]
-        print(json.dumps(out, indent=2))
+        print(json.dumps(res.json, indent=2))
         return
-    _render(result)
-    if options is not None:
-        _render_machines(options, budget)
+    _render(res.result)
+    if res.machines is not None:
+        _render_machines(res.machines, req.budget)
 
 
 def _render(r) -> None:

@@ -12,10 +12,6 @@ from moment.cli import app, console, err_console
 from moment.cli.common import progress_bar, solver_bar
 from moment.cli.requests import given, request_options
 from moment.errors import MomentError
-from moment.placement import verify_layout
-from moment.placement.api import SplitResult
-from moment.placement.layout import remove_layout
-from moment.placement.reader import load_manifest, shard_path
 from moment.placement.requests import PlaceRequest, place
 
 # Imports inside functions: each command loads only what it runs, so `moment --help` and every other command
@@ -52,6 +48,8 @@ def place_cmd(
     """
     req = PlaceRequest(**given(options))
     res = place(req, stage=_stage_bars(not json_out), notice=_notice)
+    from moment.placement.api import SplitResult
+
     if json_out:
         _emit(res.model_dump())
     elif isinstance(res, SplitResult):
@@ -170,6 +168,7 @@ def verify_cmd(
 
     Exit 0 when all is sound; 1, naming the first damaged file (shard and byte offset), otherwise.
     """
+    from moment.placement import verify_layout
     from moment.placement.split import is_split, verify_split
 
     check = verify_split if is_split(layout) else verify_layout
@@ -214,6 +213,9 @@ def rm_cmd(
     if is_split(layout):
         _rm_split(layout, json_out)
         return
+    from moment.placement.layout import remove_layout
+    from moment.placement.reader import load_manifest
+
     load_manifest(layout)  # what is not a layout is refused as such before its runs are looked at
     runs = owned_runs(layout)
     rep = remove_layout(layout)
@@ -297,6 +299,8 @@ def info_cmd(
     if is_split(layout):
         _info_split(layout, json_out)
         return
+
+    from moment.placement.reader import load_manifest, shard_path
 
     m = load_manifest(layout)
     shards = {s.bin: s for s in m.shards}

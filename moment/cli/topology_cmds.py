@@ -19,15 +19,15 @@ from moment.outputs import atomic_write, check_output
 from moment.planner import api
 
 # the inputs are parsed with the planner's JSON (the service parses the same way)
-from moment.planner.api import DATA_HELP, models_json, profiles_json
+from moment.planner.api import models_json, profiles_json
 from moment.planner.requests import (
-    GPU_MODEL_HELP,
-    GPUS_HELP,
-    SET_HELP,
-    SSD_MODEL_HELP,
-    SSDS_HELP,
+    ClusterPlanRequest,
+    CompareRequest,
     PlanRequest,
     check,
+    check_cluster,
+    cluster_plan,
+    compare,
     plan,
 )
 from moment.workload.spec import WorkloadSpec
@@ -35,37 +35,26 @@ from moment.workload.spec import WorkloadSpec
 # Imports inside functions: each command loads only what it runs, so `moment --help` and every other command
 # start fast.
 
-_SET_HELP = SET_HELP
-
 
 def _emit_json(obj) -> None:
     print(json.dumps(obj, indent=2, sort_keys=False))
-
-
-_GPUS_HELP, _SSDS_HELP, _GPU_MODEL_HELP, _SSD_MODEL_HELP = GPUS_HELP, SSDS_HELP, GPU_MODEL_HELP, SSD_MODEL_HELP
 
 
 def _overrides_line(overrides: list[str]) -> str:
     return "what-if overrides (--set): " + ", ".join(overrides)
 
 
-_CLUSTER_HELP = ("plan a cluster from a YAML file instead of one server: servers (profile, inventory, nics, count) "
-                 "and the network (nic, ports, switch_gbit); each server's GPUs and SSDs as `moment plan` places "
-                 "them, its NICs beside the GPUs they serve, and the epoch with remote feature reads and the "
-                 "gradient all-reduce added (docs/cluster.md)")
-_REMOTE_HELP = ("with --cluster: share of the non-replicated (SSD-served) rows a machine reads from the others, 0-1 "
-                "(default: the cluster file's remote_fraction, else (N-1)/N: the rows split evenly over N machines)")
+#: the options of the cluster form only (`moment plan --cluster FILE`); its workload knobs are PlanRequest's
+_CLUSTER_ONLY = tuple(n for n in ClusterPlanRequest.model_fields if n not in PlanRequest.model_fields)
 
 
 @app.command("plan")
-@request_options(PlanRequest, order=(
+@request_options(PlanRequest, ClusterPlanRequest, order=(
     "profile", "gpus", "ssds", "gpu_model", "ssd_model", "inventory", "overrides", "feature_dim", "gb_per_gpu",
     "gpu_cache_share", "cpu_cache_share", "maxflow_backend", "diagram", "calibration", "replay", "data", "timeout"))
 def plan_cmd(
     diagram: Path | None = typer.Option(None, "--diagram", help="also draw the recommended machine to FILE.svg or FILE.png"),
     calibration: Path | None = typer.Option(None, "--calibration", help="calibration from `moment calibrate --out`, applied to the profile"),
-    cluster: Path | None = typer.Option(None, "--cluster", help=_CLUSTER_HELP, show_default=False),
-    remote_fraction: float | None = typer.Option(None, "--remote-fraction", help=_REMOTE_HELP, show_default=False),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object (for scripts) instead of tables"),
     **options,
 ) -> None:
@@ -79,14 +68,14 @@ def plan_cmd(
     --diagram FILE.svg draws one picture per machine: FILE-NAME.svg).
     Example: moment plan --profile paper-machine-b --gpus 4 --ssds 8 --diagram plan.svg
     """
+    cluster_only = {k: options.pop(k) for k in _CLUSTER_ONLY}
     req = PlanRequest(**given(options))
-    if cluster is not None:
+    if cluster_only["cluster"] is not None:
         _cluster_alone(req, calibration)
-        _plan_cluster(cluster, remote_fraction, api.workload_spec(req.feature_dim, req.gb_per_gpu,
-                                                                  req.gpu_cache_share, req.cpu_cache_share),
-                      diagram, json_out)
+        knobs = {k: options[k] for k in ClusterPlanRequest.model_fields if k in options}
+        _plan_cluster(ClusterPlanRequest(**given(knobs | cluster_only)), diagram, json_out)
         return
-    if remote_fraction is not None:
+    if cluster_only["remote_fraction"] is not None:
         raise MomentError("--remote-fraction: only with --cluster (one server reads nothing over the network)")
     check(req)  # the options' own checks first, as before the diagram's
     if diagram is not None:
@@ -132,18 +121,13 @@ def _cluster_alone(req: PlanRequest, calibration: Path | None) -> None:
                           f"{', '.join(named)} would be ignored", hint=hint)
 
 
-def _plan_cluster(path: Path, remote_fraction: float | None, workload, diagram: Path | None, json_out: bool) -> None:
-
-    from moment.planner.cluster import check_remote_fraction, plan_cluster
-    from moment.topology.cluster import load_cluster
-
-    check_remote_fraction(remote_fraction)
+def _plan_cluster(req: ClusterPlanRequest, diagram: Path | None, json_out: bool) -> None:
+    check_cluster(req)  # the options' own checks first, as before the diagram's
     if diagram is not None:
         from moment.planner.diagram import check_diagram_path
 
         check_diagram_path(diagram)
-    spec = load_cluster(path)
-    result = plan_cluster(spec, workload, remote_fraction=remote_fraction)
+    result = cluster_plan(req)
     written = []
     if diagram is not None:
         from moment.planner.diagram import write_plan_diagram
@@ -169,35 +153,20 @@ def _plan_cluster(path: Path, remote_fraction: float | None, workload, diagram: 
 
 
 @app.command("compare")
+@request_options(CompareRequest)
 def compare_cmd(
-    profiles: list[str] = typer.Argument(..., help="profiles (names or YAML files) to put side by side"),
-    gpus: int | None = typer.Option(None, "--gpus", help=_GPUS_HELP, show_default=False),
-    ssds: int | None = typer.Option(None, "--ssds", help=_SSDS_HELP, show_default=False),
-    gpu_model: str | None = typer.Option(None, "--gpu-model", help=_GPU_MODEL_HELP, show_default=False),
-    ssd_model: str | None = typer.Option(None, "--ssd-model", help=_SSD_MODEL_HELP, show_default=False),
-    inventories: list[str] = typer.Option([], "--inventory", help="repeatable: compare several inventories, e.g. "
-                                          "'4xA100,8xP5510' (instead of --gpus/--ssds/--gpu-model/--ssd-model)"),
-    overrides: list[str] = typer.Option([], "--set", help=_SET_HELP + " (applied to every profile)"),
-    calibration: Path | None = typer.Option(None, "--calibration", help="calibration from `moment calibrate --out`, applied to every profile"),
-    data: str | None = typer.Option(None, "--data", help=f"{DATA_HELP}; each machine's best layout is found and "
-                                    "shown under it", metavar="planned|even", show_default=False),
     json_out: bool = typer.Option(False, "--json", help="print a JSON list"),
+    **options,
 ) -> None:
     """Plan several machines (or inventories) and put the best layouts side by side (what-if)."""
-    data = api.check_data(data)
-    api.check_one_inventory(bool(inventories), gpus=gpus, ssds=ssds, gpu_model=gpu_model, ssd_model=ssd_model)
-    machines, cal = [], None
-    for prof in profiles:
-        topo, cal = api.load_topology(prof, calibration, overrides)
-        machines.append((prof, topo))
-    rows = api.compare_rows(machines, inventories=inventories, gpus=gpus, ssds=ssds, gpu_model=gpu_model,
-                            ssd_model=ssd_model, overrides=overrides, calibration=cal, data=data)
+    req = CompareRequest(**given(options))
+    rows = compare(req)
     if json_out:
         _emit_json(rows)
         return
-    if overrides:
-        console.print(_overrides_line(overrides) + " (applied to every profile)", highlight=False)
-    if data != api.DEFAULT_DATA:
+    if req.overrides:
+        console.print(_overrides_line(req.overrides) + " (applied to every profile)", highlight=False)
+    if req.data != api.DEFAULT_DATA:
         console.print("predicted with the data spread evenly over the SSDs (--data even)", highlight=False)
     _render_compare(rows)
 

@@ -1,11 +1,23 @@
 """Cost: a price table, Hyperion's TCO and throughput-per-cost model, and `advise` (what to buy).
 
-Sits beside the planner and above it (it calls `best_placement`); never imports torch.
+Sits beside the planner and above it (it calls `best_placement`); never imports torch. The names below load
+their modules when first used, so a light module of the package (its requests, which the CLI reads at start)
+does not load the advisor.
 """
 
-from moment.cost.advisor import AdviseResult, Candidate, advise
-from moment.cost.model import CostParams, CostReport, cost_report
-from moment.cost.prices import PriceTable, load_prices, merge_prices
+from importlib import import_module
+from typing import Any
 
-__all__ = ["AdviseResult", "Candidate", "CostParams", "CostReport", "PriceTable", "advise", "cost_report",
-           "load_prices", "merge_prices"]
+#: name -> the module that defines it
+EXPORTS = {
+    "AdviseResult": "moment.cost.advisor", "Candidate": "moment.cost.advisor", "advise": "moment.cost.advisor",
+    "CostParams": "moment.cost.model", "CostReport": "moment.cost.model", "cost_report": "moment.cost.model",
+    "PriceTable": "moment.cost.prices", "load_prices": "moment.cost.prices", "merge_prices": "moment.cost.prices",
+}
+__all__ = sorted(EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in EXPORTS:
+        return getattr(import_module(EXPORTS[name]), name)
+    raise AttributeError(f"module 'moment.cost' has no attribute {name!r}")

@@ -10,19 +10,28 @@
     verify_layout(path); open_layout(path).rows(ids)
 """
 
-from moment.placement.api import PlaceResult, place
-from moment.placement.assignment import Assignment
-from moment.placement.baselines import degree_placement, hash_placement
-from moment.placement.bins import Bin, BinSet
-from moment.placement.ddak import ddak, ddak_reference
-from moment.placement.layout import write_layout
-from moment.placement.manifest import LayoutManifest, PlanRef, RowFormat, row_format
-from moment.placement.reader import LayoutReader, VerifyReport, open_layout, verify_layout
-from moment.placement.report import PlacementReport, PolicyReport, placement_report, policy_report
+from importlib import import_module
+from typing import Any
 
-__all__ = [
-    "Assignment", "Bin", "BinSet", "LayoutReader", "LayoutManifest", "PlaceResult", "PlacementReport", "PlanRef",
-    "PolicyReport",
-    "RowFormat", "VerifyReport", "ddak", "ddak_reference", "degree_placement", "hash_placement",
-    "open_layout", "place", "placement_report", "policy_report", "row_format", "verify_layout", "write_layout",
-]
+#: name -> the module that defines it; each loads when first used, so a light module of the package (its
+#: requests, which the CLI reads at start) does not load the layout writer and DDAK
+EXPORTS = {
+    "PlaceResult": "moment.placement.api", "place": "moment.placement.api",
+    "Assignment": "moment.placement.assignment", "degree_placement": "moment.placement.baselines",
+    "hash_placement": "moment.placement.baselines", "Bin": "moment.placement.bins",
+    "BinSet": "moment.placement.bins", "ddak": "moment.placement.knapsack",
+    "ddak_reference": "moment.placement.knapsack", "write_layout": "moment.placement.layout",
+    "LayoutManifest": "moment.placement.manifest", "PlanRef": "moment.placement.manifest",
+    "RowFormat": "moment.placement.manifest", "row_format": "moment.placement.manifest",
+    "LayoutReader": "moment.placement.reader", "VerifyReport": "moment.placement.reader",
+    "open_layout": "moment.placement.reader", "verify_layout": "moment.placement.reader",
+    "PlacementReport": "moment.placement.report", "PolicyReport": "moment.placement.report",
+    "placement_report": "moment.placement.report", "policy_report": "moment.placement.report",
+}
+__all__ = sorted(EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in EXPORTS:
+        return getattr(import_module(EXPORTS[name]), name)
+    raise AttributeError(f"module 'moment.placement' has no attribute {name!r}")

@@ -34,7 +34,8 @@ from moment.outputs import check_output, publish_dir
 from moment.placement import planning as pl
 from moment.placement import split as sp
 from moment.placement.assignment import hotness_order
-from moment.placement.ddak import auto_pool, pool_access
+from moment.placement.defaults import DEFAULTS
+from moment.placement.knapsack import auto_pool, pool_access
 from moment.placement.layout import SplitPart, check_layout_out, drop_shard_dirs, write_layout
 from moment.placement.manifest import PlanRef, RemoteBin, SplitRef, row_format
 from moment.placement.planning import RECOMMENDED, epochs_sampled, hardware_record
@@ -53,7 +54,6 @@ from moment.workload.spec import default_batch_size
 
 #: the options' defaults other than None (moment.placement.requests.PlaceRequest, the request of `moment place`
 #: and of the service's place jobs, takes them from here)
-DEFAULTS = {"epochs": 1, "policy": "ddak", "overwrite": False, "verify": True, "seed": 0}
 
 #: stage(name, label) -> a context manager yielding progress(done, total) or None
 StageHook = Callable[[str, str], AbstractContextManager[Any]]

@@ -20,10 +20,11 @@ import numpy as np
 from pydantic import ValidationError
 
 from moment.errors import Flag, MomentError, cli_flag, validation_error
+from moment.inputs import parse_ssd_paths  # noqa: F401 - moment.placement.api takes it from here
 from moment.placement.assignment import Assignment, hotness_order
 from moment.placement.baselines import degree_placement, hash_placement
 from moment.placement.bins import Bin, BinSet
-from moment.placement.ddak import auto_pool, ddak
+from moment.placement.knapsack import auto_pool, ddak
 from moment.planner.contracts import Evaluation, Plan
 from moment.topology.devices import Inventory, populate, strip
 from moment.topology.model import Kind, Topology
@@ -326,20 +327,6 @@ def _device_places(topo: Topology, full: Topology) -> dict[str, dict[str, str | 
 
 def _share(shares: dict[str, float], key: str) -> float:
     return max(0.0, float(shares.get(key, 0.0)))
-
-
-def parse_ssd_paths(items: list[str]) -> dict[str, str]:
-    """`--ssd-path ssd3=/mnt/nvme3` (repeatable) -> {ssd3: /mnt/nvme3}."""
-    out: dict[str, str] = {}
-    for it in items:
-        key, sep, path = it.partition("=")
-        key = key.strip()
-        if not sep or not re.fullmatch(r"ssd\d+", key) or not path.strip():
-            raise MomentError(f"--ssd-path {it!r}: expected ssdN=DIRECTORY, e.g. ssd3=/mnt/nvme3")
-        if key in out:
-            raise MomentError(f"--ssd-path names {key} twice")
-        out[key] = path.strip()
-    return out
 
 
 POLICIES = ("ddak", "hash", "degree")

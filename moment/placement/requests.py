@@ -16,19 +16,21 @@ from typing import TYPE_CHECKING, Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from moment.errors import MomentError
-from moment.placement import api
-from moment.placement.api import DEFAULTS, PlaceResult, SplitMachine, SplitResult, StageHook
+from moment.placement.defaults import DEFAULTS
 from moment.planner.api import DEFAULT_GPU_MODEL, DEFAULT_SSD_MODEL, DEFAULT_SSDS, parse_inventory, resolve_gpus
 from moment.planner.contracts import Plan
 from moment.planner.requests import DEFAULT_PROFILE, PROFILE_HELP
 from moment.requests import Cli
-from moment.topology.cluster import load_cluster
-from moment.topology.profiles import load_profile
-from moment.workload.spec import FANOUTS_HELP, parse_fanouts
+from moment.sizes import parse_size
+from moment.workload.spec import DEFAULT_FANOUTS, FANOUTS_HELP, parse_fanouts
 
 if TYPE_CHECKING:
+    from moment.placement.api import PlaceResult, SplitResult, StageHook
     from moment.topology.devices import Inventory
     from moment.topology.model import Topology
+
+# Imports inside functions: the requests stay light (every command's options are made from them when the CLI
+# starts), so the placement machinery loads only when `place` runs.
 
 CACHE_HELP = ("{what} cache per {per}: GiB (e.g. 8) or a share of the dataset's features (e.g. 10%); "
               "default {default}% of each {per}'s memory; capped by the dataset size")
@@ -100,6 +102,8 @@ def place(req: PlaceRequest, *, machine: tuple[Topology, Inventory] | None = Non
     """Place `req.dataset` at `req.out`: on one machine (`req.profile` and its inventory, or `machine`'s
     topology and inventory), or split over `req.machines` machines or the servers of `req.cluster`.
     Progress and notices go through `stage` and `notice` (moment.placement.api)."""
+    from moment.placement import api
+
     api.check_choices(req.policy, req.pool)  # before any work, as every other check that needs none
     if req.machines is not None or req.cluster is not None:
         return _place_split(req, stage, notice)
@@ -118,12 +122,18 @@ def _options(req: PlaceRequest) -> dict[str, Any]:
 
 
 def _machine(req: PlaceRequest) -> tuple[Topology, Inventory]:
+    from moment.topology.profiles import load_profile
+
     topo = load_profile(req.profile)
     return topo, parse_inventory(None, resolve_gpus(topo, req.gpus), req.ssds, req.gpu_model, req.ssd_model)
 
 
 def _place_split(req: PlaceRequest, stage, notice) -> SplitResult:
     """`--machines N` / `--cluster FILE`: the machines, then `place_split`."""
+    from moment.placement import api
+    from moment.topology.cluster import load_cluster
+    from moment.topology.profiles import load_profile
+
     if req.machines is not None and req.cluster is not None:
         raise MomentError("--machines and --cluster both say how many machines: give one")
     if req.report:
@@ -143,12 +153,56 @@ def _place_split(req: PlaceRequest, stage, notice) -> SplitResult:
                 raise MomentError(f"servers[{i}].profile: {str(e).splitlines()[0]}", source=str(cluster),
                                   hint=e.hint) from None
             invs[id(sv)] = parse_inventory(sv.inventory, 0, 0, flag=lambda name, w=f"servers[{i}]": f"{w}.{name}")
-        group = [SplitMachine(name, topos[id(sv)], invs[id(sv)]) for name, sv in spec.machines()]
+        group = [api.SplitMachine(name, topos[id(sv)], invs[id(sv)]) for name, sv in spec.machines()]
     else:
         if req.machines < 1:
             raise MomentError(f"--machines {req.machines}: a split needs at least 1 machine",
                               hint="leave --machines out to place the whole dataset on one machine")
         topo, inv = _machine(req)
-        group = [SplitMachine(f"m{k}", topo, inv) for k in range(req.machines)]
+        group = [api.SplitMachine(f"m{k}", topo, inv) for k in range(req.machines)]
     return api.place_split(req.dataset, req.out, group, replicate=req.replicate, **_options(req), stage=stage,
                        notice=notice)
+
+
+class PackRequest(BaseModel):
+    """Every option of `moment data pack` (the batches `moment train` will read, packed); defaults here and
+    nowhere else. The use case that runs it, `pack(req)`, is moment.runtime.packing's: it sizes the batches
+    and the caches as the training run will."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    layout: Annotated[Path, Cli(("--layout",))] = Field(description="layout directory written by `moment place`")
+    dataset: Path | None = Field(None, description="dataset directory (default: the layout's)")
+    ranks: int = Field(1, description="training ranks (torchrun --nproc-per-node x nodes)")
+    epochs: int = Field(1, description="epochs to pack; later epochs read the layout")
+    fanouts: Annotated[list[int], Cli(type=str, default=",".join(map(str, DEFAULT_FANOUTS)))] = (
+        Field(default_factory=lambda: list(DEFAULT_FANOUTS), description=FANOUTS_HELP))
+    batch_size: int | None = Field(None, description="seeds per rank and batch (default: the training default)")
+    seed: int = Field(0, description="the training run's --seed")
+    cached: str | None = Field(
+        None, description="hottest rows the caches will hold and the pack leaves out: rows, a share (30%) or bytes "
+                          "(2GiB); default: the layout's GPU and CPU bins, or --memory-budget's CPU cache")
+    memory_budget: str | None = Field(
+        None, description="the training run's budget: leave out the rows its CPU cache will hold (static policy)")
+    overwrite: bool = Field(False, description="replace the layout's pack")
+
+    @field_validator("fanouts", mode="before")
+    @classmethod
+    def _fanouts(cls, v: Any) -> Any:
+        """The command line's `25,10` or a list."""
+        return parse_fanouts(v) if isinstance(v, str) else v
+
+
+def cached_rows(text: str, n: int, row_bytes: int) -> int:
+    """--cached: a row count, a share of the rows, or bytes."""
+    t = text.strip()
+    if t.isdigit():
+        rows = int(t)
+    else:
+        try:
+            rows = (parse_size(t, n * row_bytes) or 0) // row_bytes
+        except MomentError as e:
+            raise MomentError(f"--cached {text!r}: {e}") from None
+    if not 0 <= rows <= n:
+        raise MomentError(f"--cached {text!r}: must be between 0 and {n} rows")
+    return rows

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from moment.documents import mistaken
 from moment.errors import MomentError, validation_error
+from moment.planner.calibration_file import DEFAULT_FIT, EFFICIENCY, PARAMS, Calibration, Param, Residual, defaults  # noqa: F401 (theirs, here as well)
 from moment.planner.contracts import DataPlacement
 from moment.topology.bandwidth import GB
 from moment.topology.devices import Inventory, check_placement, strip
@@ -34,40 +35,6 @@ from moment.workload.spec import WorkloadSpec
 
 # Imports inside functions: a solver's or renderer's library (networkx, OR-Tools, SciPy, matplotlib) loads
 # only when it is used.
-
-
-@dataclass(frozen=True)
-class Param:
-    default: float
-    lo: float
-    hi: float
-    unit: str
-    meaning: str
-
-
-PARAMS: dict[str, Param] = {
-    "switch_uplink": Param(1.0, 0.2, 1.0, "x book rate",
-                           "rate reached through a PCIe switch's upstream port (peer-to-peer between the "
-                           "switch and the rest of the tree), as a share of the link's book rate"),
-    "switch_port": Param(1.0, 0.2, 1.0, "x book rate",
-                         "rate reached on a switch's downstream slot links (peer-to-peer inside a switch)"),
-    "rc_port": Param(1.0, 0.2, 1.0, "x book rate",
-                     "rate reached on a root complex's slot links (traffic the root complex forwards)"),
-    "socket_link": Param(1.0, 0.1, 1.0, "x book rate",
-                         "rate of PCIe traffic across the socket link (UPI/QPI), as a share of the profile's figure"),
-    "ssd_read": Param(1.0, 0.3, 1.0, "x rated", "effective read rate of every SSD as a share of its rated rate"),
-    "overhead_s": Param(0.0, 0.0, 120.0, "s",
-                        "per-epoch time not hidden behind reads (compute, sampling, start-up) added to the read time"),
-}
-# What the paper's layouts can tell apart: every layout on a machine is limited by one link, so an overhead
-# fitted with them is indistinguishable from a slower switch uplink (A's own fit puts it at 0 s; B's puts
-# 5 s on a book-rate switch and misses its planned layout by a third in leave-one-out).
-DEFAULT_FIT = ("switch_uplink", "socket_link")
-EFFICIENCY = [k for k, p in PARAMS.items() if p.unit != "s"]
-
-
-def defaults() -> dict[str, float]:
-    return {k: p.default for k, p in PARAMS.items()}
 
 
 # ---- applying a calibration ------------------------------------------------------------------------
@@ -168,39 +135,6 @@ def load_measurements(path: str | Path) -> MeasurementFile:
     except ValidationError as e:
         raise mistaken(data, "measurement file", str(path)) or validation_error(
             e, "not a measurement file", source=str(path)) from None
-
-
-class Residual(BaseModel):
-    layout: str = Field(description="what was measured (layout name, slots, device or link)")
-    measured_s: float = Field(description="the measured figure (seconds for epochs, GB/s for rates)")
-    predicted_s: float = Field(description="the calibrated model's figure, same unit")
-    rel_err: float
-    loo_predicted: float | None = Field(None, description="predicted by a fit without this measurement")
-    loo_rel_err: float | None = None
-
-
-class Calibration(BaseModel):
-    """A calibration file (`moment calibrate --out`)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    format: str = "moment-calibration"
-    fitted_on: str = Field(description="the profile the measurements came from")
-    inventory: str = ""
-    params: dict[str, float]
-    fitted: list[str] = Field(description="parameters fitted; the others kept their defaults")
-    meaning: dict[str, str] = Field(default_factory=dict)
-    residuals: list[Residual] = Field(default_factory=list)
-    loo_max_rel_err: float | None = None
-
-    @model_validator(mode="after")
-    def _known(self) -> Calibration:
-        for k, v in self.params.items():
-            if k not in PARAMS:
-                raise ValueError(f"unknown parameter {k!r} (known: {', '.join(PARAMS)})")
-            if not PARAMS[k].lo <= v <= PARAMS[k].hi:
-                raise ValueError(f"{k} = {v} is outside its bounds [{PARAMS[k].lo}, {PARAMS[k].hi}]")
-        return self
 
 
 def load_calibration(path: str | Path) -> Calibration:

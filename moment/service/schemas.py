@@ -10,15 +10,17 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from moment.cost import requests as cost_requests
+from moment.io import probing
 from moment.placement import requests as placement_requests
 from moment.planner import requests as planner_requests
-from moment.planner.calibration import Calibration
+from moment.planner.calibration_file import Calibration
 from moment.planner.cluster import ClusterPlan
 from moment.planner.contracts import DataPlacement, Plan
 from moment.planner.replay import ReplayReport
+from moment.requests import derive
 from moment.topology.cluster import ClusterSpec
 from moment.topology.model import Topology
-from moment.requests import derive
 from moment.topology.scan import ScanReport
 from moment.workload.spec import DEFAULT_FANOUTS
 
@@ -67,16 +69,13 @@ class MachineIn(_Strict):
         None, description="a calibration (`moment calibrate --out`, as JSON) applied to the machine")
 
 
-class WorkloadIn(_Strict):
-    """The workload knobs of `moment plan` (its `--feature-dim`, `--gb-per-gpu` and cache shares)."""
-
-    feature_dim: int | None = Field(None, ge=1, le=1 << 20, description="node feature dimension (default 1024)")
-    gb_per_gpu: float | None = Field(None, gt=0, le=1e9, allow_inf_nan=False,
-                                     description="GB each GPU reads per epoch")
-    gpu_cache_share: float | None = Field(None, ge=0, le=1, allow_inf_nan=False,
-                                          description="share of reads served by GPU caches")
-    cpu_cache_share: float | None = Field(None, ge=0, le=1, allow_inf_nan=False,
-                                          description="share of reads served by CPU memory")
+#: the workload knobs of `moment plan` (its `--feature-dim`, `--gb-per-gpu` and cache shares): the library's
+#: (moment.planner.requests.WorkloadKnobs) with the service's limits
+WorkloadIn = derive(
+    planner_requests.WorkloadKnobs, "WorkloadIn", bases=(_Strict,), module=__name__,
+    limits={"feature_dim": {"ge": 1, "le": 1 << 20}, "gb_per_gpu": {"gt": 0, "le": 1e9, "allow_inf_nan": False},
+            "gpu_cache_share": {"ge": 0, "le": 1, "allow_inf_nan": False},
+            "cpu_cache_share": {"ge": 0, "le": 1, "allow_inf_nan": False}})
 
 
 #: `moment plan`: the library's request (moment.planner.requests), its defaults and descriptions, with the
@@ -91,15 +90,16 @@ PlanRequest = derive(
                                                       "`diagram_svg`"))})
 
 
-class ClusterPlanRequest(WorkloadIn):
-    """`moment plan --cluster`: a cluster file's content (servers name built-in profiles here) and the
-    workload knobs of /v1/plan."""
-
-    cluster: ClusterSpec = Field(description="as the cluster YAML file: servers (profile, inventory, nics, count), "
-                                 "network (nic, ports, switch_gbit), remote_fraction, model_mb")
-    remote_fraction: float | None = Field(None, ge=0, le=1, allow_inf_nan=False,
-                                          description="overrides the cluster's remote_fraction")
-    diagram: bool = Field(False, description="also return each machine's diagram in `diagrams_svg` (name -> SVG)")
+#: `moment plan --cluster`: the library's request (moment.planner.requests), the cluster given as the file's
+#: content, with the service's limits and the diagrams
+ClusterPlanRequest = derive(
+    planner_requests.ClusterPlanRequest, "ClusterPlanRequest", bases=(WorkloadIn,), module=__name__,
+    doc="""`moment plan --cluster`: a cluster file's content (servers name built-in profiles here) and the
+    workload knobs of /v1/plan.""",
+    only=("cluster", "remote_fraction"), types={"cluster": ClusterSpec},
+    limits={"remote_fraction": {"ge": 0, "le": 1, "allow_inf_nan": False}},
+    extra={"diagram": (bool, Field(False, description="also return each machine's diagram in `diagrams_svg` "
+                                                      "(name -> SVG)"))})
 
 
 class ClusterPlanResponse(ClusterPlan):
@@ -129,20 +129,16 @@ class ScanResponse(Topology):
     scan_report: ScanReport | None = Field(None, description="from command outputs: the sources used and missing")
 
 
-class CompareRequest(_Strict):
-    """`moment compare`: several built-in machines (or inventories) side by side, one what-if for all."""
-
-    profiles: list[str] = Field(min_length=1, max_length=16, description="built-in profile names")
-    gpus: int | None = Field(None, ge=0, le=256)
-    ssds: int = Field(8, ge=0, le=256)
-    gpu_model: str = Field("A100-PCIe-40GB", max_length=200)
-    ssd_model: str = Field("P5510", max_length=200)
-    inventories: list[str] = Field(default_factory=list, max_length=16,
-                                   description="compare several inventories, e.g. ['4xA100,8xP5510']")
-    overrides: list[str] = Field(default_factory=list, alias="set", max_length=64,
-                                 description="what-if overrides applied to every profile")
-    calibration: Calibration | None = None
-    data: DataPlacement = Field("planned", description=_DATA)
+#: `moment compare`: the library's request (moment.planner.requests), its defaults, with the service's limits;
+#: its profiles are built-in names, its calibration is given as JSON
+CompareRequest = derive(
+    planner_requests.CompareRequest, "CompareRequest", bases=(_Strict,), module=__name__,
+    types={"calibration": Calibration | None, "data": DataPlacement},
+    limits={"profiles": {"min_length": 1, "max_length": 16}, "gpus": _COUNT, "ssds": _COUNT,
+            "gpu_model": _NAME200, "ssd_model": _NAME200, "inventories": {"max_length": 16},
+            "overrides": {"max_length": 64}},
+    describe={"gpus": None, "ssds": None, "gpu_model": None, "ssd_model": None, "calibration": None,
+              "data": _DATA})
 
 
 class CompareRow(BaseModel):
@@ -163,18 +159,17 @@ class CompareRow(BaseModel):
     calibration: dict[str, float] | None = None
 
 
-class SimulateRequest(MachineIn):
-    """`moment simulate`: replay an epoch step by step, of a named layout (`placement`, with gpus/ssds)
-    or of a plan's recommended placement (`plan`, a `POST /v1/plan` answer)."""
-
-    placement: str | None = Field(None, max_length=200, description="a layout named in the profile, e.g. paper-c")
-    plan: Plan | None = Field(None, description="a plan (its machine is the default profile)")
-    gpus: int = Field(4, ge=0, le=256)
-    ssds: int = Field(8, ge=0, le=256)
-    steps: int | None = Field(None, ge=1, le=100_000, description="DDP steps per epoch (default: the workload's)")
-    uniform: bool = Field(False, description="every step reads exactly the planned shares")
-    seed: int = Field(0, ge=0, le=2**32 - 1)
-    data: DataPlacement | None = Field(None, description=_DATA + "; default: planned, with a plan the plan's")
+#: `moment simulate`: the library's request (moment.planner.requests), its defaults, with the machine's
+#: uploads and the service's limits; a real layout (`--layout`, a path) is the command line's
+SimulateRequest = derive(
+    planner_requests.SimulateRequest, "SimulateRequest", bases=(MachineIn,), module=__name__,
+    doc="""`moment simulate`: replay an epoch step by step, of a named layout (`placement`, with gpus/ssds)
+    or of a plan's recommended placement (`plan`, a `POST /v1/plan` answer).""",
+    only=("placement", "plan", "gpus", "ssds", "steps", "uniform", "seed", "data"),
+    types={"plan": Plan | None, "data": DataPlacement | None},
+    limits={"placement": _NAME200, "gpus": _COUNT, "ssds": _COUNT, "steps": {"ge": 1, "le": 100_000},
+            "seed": {"ge": 0, "le": 2**32 - 1}},
+    describe={"data": _DATA + "; default: planned, with a plan the plan's"})
 
 
 class CompareMachine(MachineIn):
@@ -202,29 +197,25 @@ class CompareMachinesRequest(BaseModel):
                                 "shares, DDAK) or 'even' (an equal share per SSD, hash)")
 
 
-class AdviseRequest(MachineIn):
-    """`moment advise`: what to buy for the machine's chassis under a budget."""
-
-    budget: float = Field(gt=0, le=1e9, allow_inf_nan=False, description="most USD to spend: server + GPUs + SSDs")
-    models: list[str] = Field(default_factory=list, max_length=32,
-                              description="GPU and SSD models to consider; a kind listed none of: every priced model")
-    max_gpus: int | None = Field(None, ge=0, le=256, description="at most this many GPUs (default: as many as fit)")
-    max_ssds: int | None = Field(None, ge=0, le=256, description="at most this many SSDs (default: as many as fit)")
-    top: int = Field(3, ge=1, le=20, description="best inventories kept per ranking")
-    years: float = Field(5.0, gt=0, le=100, allow_inf_nan=False, description="TCO horizon in years")
-    pue: float = Field(1.0, ge=1, le=10, allow_inf_nan=False, description="power usage effectiveness")
-    utilisation: float = Field(1.0, gt=0, le=1, allow_inf_nan=False, description="share of the horizon at full power")
-    machine_watts: float | None = Field(None, gt=0, le=1e6, allow_inf_nan=False,
-                                        description="flat machine power instead of server + device TDPs")
-    feature_dim: int | None = Field(None, ge=1, le=1 << 20, description="node feature dimension (default 1024)")
-    gb_per_gpu: float | None = Field(None, gt=0, le=1e9, allow_inf_nan=False)
-    gpu_cache_share: float | None = Field(None, ge=0, le=1, allow_inf_nan=False)
-    cpu_cache_share: float | None = Field(None, ge=0, le=1, allow_inf_nan=False)
-    data: DataPlacement = Field("planned", description="where the rows will be on the SSDs, which each epoch "
-                                "assumes: 'planned' (the LP's shares, DDAK) or 'even' (an equal share per SSD, hash)")
-    prices: dict[str, Any] | None = Field(
-        None, description="prices merged over the shipped table, as `moment advise --prices FILE` holds them: "
-                          "{devices: {H100-PCIe-80GB: {price_usd: 27500, date: '2025-03', source: 'our quote'}}}")
+#: `moment advise`: the library's request (moment.cost.requests), its defaults and descriptions, with the
+#: machine's uploads and the service's limits; the CLI's servers comparison (machines_max, nic, nics,
+#: switch_gbit) is not offered here
+AdviseRequest = derive(
+    cost_requests.AdviseRequest, "AdviseRequest", bases=(MachineIn,), module=__name__,
+    exclude=("profile", "overrides", "machines_max", "nic", "nics", "switch_gbit"),
+    types={"models": list[str], "data": DataPlacement, "prices": dict[str, Any] | None},
+    limits={"budget": {"gt": 0, "le": 1e9, "allow_inf_nan": False},
+            "models": {"default_factory": list, "max_length": 32},
+            "max_gpus": _COUNT, "max_ssds": _COUNT, "top": {"ge": 1, "le": 20},
+            "years": {"gt": 0, "le": 100, "allow_inf_nan": False},
+            "pue": {"ge": 1, "le": 10, "allow_inf_nan": False},
+            "utilisation": {"gt": 0, "le": 1, "allow_inf_nan": False},
+            "machine_watts": {"gt": 0, "le": 1e6, "allow_inf_nan": False},
+            "feature_dim": {"ge": 1, "le": 1 << 20},
+            "gb_per_gpu": {"gt": 0, "le": 1e9, "allow_inf_nan": False},
+            "gpu_cache_share": {"ge": 0, "le": 1, "allow_inf_nan": False},
+            "cpu_cache_share": {"ge": 0, "le": 1, "allow_inf_nan": False}},
+    describe={"gb_per_gpu": None, "gpu_cache_share": None, "cpu_cache_share": None})
 
 
 class ProfileRow(BaseModel):
@@ -283,7 +274,7 @@ PlaceJobRequest = derive(
         "gpu_cache": "GiB ('8') or a share of the features ('10%')"})
 
 
-class ProbeJobRequest(_Strict):
+class _ProbeNames(_Strict):
     """`moment probe` as a job: each SSD's directory named inside DATA_DIR/probe/ (its scratch file is
     removed when the job ends)."""
 
@@ -291,9 +282,17 @@ class ProbeJobRequest(_Strict):
         default_factory=lambda: {"ssd0": "ssd0"}, max_length=64,
         description="SSD id -> directory name under DATA_DIR/probe/ (created if missing; mount an SSD there to "
                     "measure it)")
-    size_mib: int = Field(256, description="scratch file per SSD, MiB: at least what `moment probe` needs, at most "
-                                           "the service's limits per directory and per job")
-    queue_depth: int = Field(32, description="reads in flight, as `moment probe --queue-depth` allows")
+
+
+#: the library's request (moment.io.probing), its queue depth, with the service's own scratch size; the
+#: options that name paths (SSD paths, outputs, a profile to write) are the command line's
+ProbeJobRequest = derive(
+    probing.ProbeRequest, "ProbeJobRequest", bases=(_ProbeNames,), module=__name__, doc=_ProbeNames.__doc__,
+    only=("size_mib", "queue_depth"),
+    limits={"size_mib": {"default": 256}},
+    describe={"size_mib": "scratch file per SSD, MiB: at least what `moment probe` needs, at most the service's "
+                          "limits per directory and per job",
+              "queue_depth": "reads in flight, as `moment probe --queue-depth` allows"})
 
 
 class Progress(BaseModel):

@@ -1,5 +1,5 @@
-"""What the jobs run: `place` (moment.placement.api.place, as `moment place`) and `probe`
-(moment.io.probe.probe_machine, as `moment probe`). Each checks its request up front (`check_*`, run
+"""What the jobs run: `place` (moment.placement.requests.place, as `moment place`) and `probe`
+(moment.io.probing.probe, as `moment probe`). Each checks its request up front (`check_*`, run
 when the job is submitted, so bad input is a 422 and not a failed job) and again when it runs."""
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def check_probe(req: ProbeJobRequest, data_dir: Path, max_mib: int, max_job_mib:
 
 def run_probe(request: dict[str, Any], ctx: JobContext, data_dir: Path, max_mib: int,
               max_job_mib: int) -> dict[str, Any]:
-    from moment.io.probe import probe_machine
+    from moment.io.probing import ProbeRequest, probe
 
     req = ProbeJobRequest.model_validate(request)
     dirs = check_probe(req, data_dir, max_mib, max_job_mib)
@@ -86,5 +86,5 @@ def run_probe(request: dict[str, Any], ctx: JobContext, data_dir: Path, max_mib:
             d.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise FieldError(f"ssd_dirs.{ssd}", f"cannot create the directory: {e.strerror}") from None
-    return probe_machine({k: str(v) for k, v in dirs.items()}, file_bytes=req.size_mib << 20,
-                         queue_depth=req.queue_depth, before=lambda what, i, n: ctx.report(what, i, n, force=True))
+    return probe(narrow(ProbeRequest, req, size_mib=req.size_mib), targets={k: str(v) for k, v in dirs.items()},
+                 flag=request_field, before=lambda what, i, n: ctx.report(what, i, n, force=True))

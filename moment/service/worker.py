@@ -12,12 +12,10 @@ from collections.abc import Callable
 from typing import Any
 
 from moment.errors import MomentError
-from moment.planner.cluster import plan_cluster
+from moment.planner.requests import ClusterPlanRequest, cluster_plan
 from moment.service.deadline import Searches
-from moment.service.errors import Busy, TimedOut, TooLarge
-from moment.topology.cluster import ClusterSpec
+from moment.service.errors import Busy, TimedOut, TooLarge, request_field
 from moment.topology.profiles import load_profile
-from moment.workload.spec import WorkloadSpec
 
 # Imports inside functions: a route loads the planner, the readers and a job's work when it runs: the
 # service starts fast, without torch.
@@ -78,11 +76,11 @@ def _child(conn, fn, args, max_bytes: int) -> None:
         conn.close()
 
 
-def plan_cluster_json(spec: dict, workload: dict, remote_fraction: float | None) -> dict:
-    """`POST /v1/plan/cluster`'s work, in the worker: the plan as JSON (servers name built-in profiles)."""
+def plan_cluster_json(req: dict) -> dict:
+    """`POST /v1/plan/cluster`'s work, in the worker: `cluster_plan` of the library's request (its cluster a
+    checked spec, whose servers name built-in profiles) as JSON."""
     from moment.service.machines import builtin_profile_path
 
-    result = plan_cluster(ClusterSpec.model_validate(spec), WorkloadSpec.model_validate(workload),
-                          remote_fraction=remote_fraction, remote_source="remote_fraction",
+    result = cluster_plan(ClusterPlanRequest.model_validate(req), flag=request_field,
                           load=lambda name: load_profile(str(builtin_profile_path(name))))
     return result.model_dump(mode="json")

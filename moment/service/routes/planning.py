@@ -8,16 +8,19 @@ prints for the same inputs.
 # no `from __future__ import annotations`: FastAPI reads the handlers' annotations
 
 from fastapi import APIRouter
-from pydantic import ValidationError
 
-from moment.cost import CostParams
-from moment.cost import advise as advise_inventories
 from moment.cost.advisor import AdviseResult
-from moment.cost.prices import merge_prices
+from moment.cost.requests import AdviseRequest as Advice
+from moment.cost.requests import advise as advise_one
 from moment.errors import MomentError
 from moment.planner import api
 from moment.planner.cluster import ClusterPlan
+from moment.planner.requests import DEFAULT_PROFILE, check_cluster
+from moment.planner.requests import ClusterPlanRequest as ClusterRequest
+from moment.planner.requests import CompareRequest as Comparison
 from moment.planner.requests import PlanRequest as Request
+from moment.planner.requests import SimulateRequest as SimulateLibRequest
+from moment.planner.requests import compare as compare_many
 from moment.planner.requests import plan as plan_one
 from moment.requests import narrow
 from moment.service.config import MiB
@@ -70,12 +73,12 @@ def plan_cluster(req: ClusterPlanRequest, s: SettingsDep, slots: SearchesDep) ->
     from moment.service.worker import plan_cluster_json, run_capped
 
     spec, load = cluster_spec(req.cluster)
+    asked = narrow(ClusterRequest, req, cluster=spec)
     with blame("cluster"):
-        wl = api.workload_spec(req.feature_dim, req.gb_per_gpu, req.gpu_cache_share, req.cpu_cache_share,
-                               flag=request_field)
-        # in a worker process: the deadline kills it, its memory is capped (moment.service.worker)
-        out = run_capped(plan_cluster_json, (spec.model_dump(), wl.model_dump(), req.remote_fraction),
-                         s.plan_timeout_s, "the cluster plan", s.request_max_mib * MiB, slots)
+        check_cluster(asked, flag=request_field)
+        # `cluster_plan` in a worker process: the deadline kills it, its memory is capped (moment.service.worker)
+        out = run_capped(plan_cluster_json, (asked.model_dump(),), s.plan_timeout_s, "the cluster plan",
+                         s.request_max_mib * MiB, slots)
     if req.diagram:
         result = ClusterPlan.model_validate(out)
         svgs: dict[int, str] = {}  # one per server entry: its machines are equal
@@ -101,21 +104,16 @@ def compare(req: CompareRequest, s: SettingsDep, slots: SearchesDep) -> list[dic
     def flag(name: str) -> str:  # one `inventories` entry is what the CLI calls --inventory
         return "inventories" if name == "inventory" else name
 
-    api.check_one_inventory(bool(req.inventories), flag=flag, **given_beside_inventory(req))
-    with blame("inventories" if req.inventories else None, instead_of=INVENTORY_INPUTS):
-        rows = run_with_deadline(
-            lambda progress: api.compare_rows(machines, inventories=req.inventories, gpus=req.gpus,
-                                              ssds=req.ssds, gpu_model=req.gpu_model, ssd_model=req.ssd_model,
-                                              overrides=req.overrides, calibration=req.calibration, flag=flag,
-                                              progress=progress, data=req.data),
-            s.plan_timeout_s, "the comparison", slots)
-    return rows
+    return compare_many(narrow(Comparison, req), machines=machines, flag=flag,
+                        guard=lambda: blame("inventories" if req.inventories else None, instead_of=INVENTORY_INPUTS),
+                        solve=lambda work: run_with_deadline(work, s.plan_timeout_s, "the comparison", slots))
 
 
 @router.post("/simulate", response_model=SimulateResponse, response_model_exclude_unset=True)
 def simulate(req: SimulateRequest, s: SettingsDep, slots: SearchesDep) -> dict:
     """Replay an epoch step by step (`moment simulate --json`): a named layout of the profile
     (`placement`, with `gpus`/`ssds`) or a plan's recommended placement (`plan`)."""
+    from moment.placement.simulation import simulate as simulate_one
     from moment.service.machines import machine
 
     if (req.placement is None) == (req.plan is None):
@@ -123,19 +121,9 @@ def simulate(req: SimulateRequest, s: SettingsDep, slots: SearchesDep) -> dict:
     if req.plan is not None and req.profile is None and not any(getattr(req, k) for k in UPLOADS):
         req = req.model_copy(update={"profile": req.plan.machine})
     topo, _ = machine(req, s.max_upload_bytes)
-
-    data = req.data or (req.plan.data if req.plan is not None else api.DEFAULT_DATA)
-
-    def work(progress):
-        if req.plan is not None:
-            with blame("plan"):
-                return api.simulate_plan(topo, req.plan, steps=req.steps, seed=req.seed, uniform=req.uniform,
-                                         data=data)
-        return api.simulate_named(topo, req.placement, req.gpus, req.ssds, steps=req.steps, seed=req.seed,
-                                  uniform=req.uniform, flag=request_field, data=data)
-
-    rep = run_with_deadline(work, s.plan_timeout_s, "the replay", slots)
-    return api.replay_json(rep, req.calibration, data)
+    res = simulate_one(narrow(SimulateLibRequest, req), topology=topo, flag=request_field, guard=blame,
+                       solve=lambda work: run_with_deadline(work, s.plan_timeout_s, "the replay", slots))
+    return res.json
 
 
 @router.post("/compare/machines", response_model=list[CompareRow], response_model_exclude_unset=True)
@@ -178,26 +166,7 @@ def advise(req: AdviseRequest, s: SettingsDep, slots: SearchesDep) -> AdviseResu
     placed on the chassis, best throughput per TCO dollar and best throughput, with runner-ups."""
     from moment.service.machines import machine
 
-    params = _cost_params(req)
-    with blame("prices"):
-        table = merge_prices(req.prices, "prices") if req.prices is not None else None
-    topo, _ = machine(req, s.max_upload_bytes)
-    wl = api.workload_spec(req.feature_dim, req.gb_per_gpu, req.gpu_cache_share, req.cpu_cache_share,
-                           flag=request_field)
-    return run_with_deadline(
-        lambda progress: advise_inventories(topo, req.budget, models=req.models or None, max_gpus=req.max_gpus,
-                                max_ssds=req.max_ssds, workload=wl, prices=table, params=params, top_k=req.top,
-                                progress=progress, flag=request_field, data=req.data),
-        s.plan_timeout_s, "the buying advice", slots)
-
-
-def _cost_params(req: AdviseRequest):
-    """The request's TCO knobs as CostParams; a bad one is a FieldError naming the request's field."""
-
-    try:
-        return CostParams(years=req.years, pue=req.pue, utilisation=req.utilisation,
-                          machine_power_w=req.machine_watts)
-    except ValidationError as e:
-        first = e.errors()[0]
-        field = {"machine_power_w": "machine_watts"}.get(str(first["loc"][0]), str(first["loc"][0]))
-        raise FieldError(field, first["msg"]) from None
+    return advise_one(narrow(Advice, req, profile=req.profile or DEFAULT_PROFILE),
+                      machine=lambda: machine(req, s.max_upload_bytes)[0], flag=request_field, blame=blame,
+                      solve=lambda label, work: run_with_deadline(work, s.plan_timeout_s, "the buying advice",
+                                                                  slots)).result

@@ -1,0 +1,80 @@
+"""`ProbeRequest`: every option of `moment probe`, and `probe(req)`, the use case it runs (the service's
+probe job is derived from this model, its SSD directories names under its data directory, with its limits:
+moment.service.schemas), so every default is declared here once.
+
+    result = probe(ProbeRequest(ssd_paths=["ssd0=/mnt/nvme0"], size_mib=256))   # `moment probe --json`'s
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from moment.errors import Flag, MomentError, cli_flag
+from moment.inputs import parse_ssd_paths
+from moment.outputs import atomic_write, check_output
+from moment.requests import Cli
+
+# Imports inside functions: the I/O stack and the profiles load only when a probe runs, so the command line
+# that declares the options starts fast.
+
+
+class ProbeRequest(BaseModel):
+    """Every option of `moment probe`; defaults here and nowhere else."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    ssd_paths: Annotated[list[str], Cli(("--ssd-path",))] = Field(
+        default_factory=list,
+        description="SSDID=DIRECTORY on that SSD's file system, repeatable (default: ssd0=.)")
+    size_mib: int = Field(1024, description="scratch file per SSD, MiB (removed afterwards unless --keep-scratch)")
+    keep_scratch: bool = Field(False, description="leave the scratch files for the next probe of the same size")
+    queue_depth: int = Field(32, description="reads in flight (as fio's iodepth)")
+    profile: Annotated[str | None, Cli(("--profile", "-p"))] = Field(
+        None, description="profile (e.g. a `moment scan` output) to write measured overrides into")
+    out: Annotated[Path | None, Cli(("--out", "-o"))] = Field(
+        None, description="write a measurement file (`moment calibrate --measured`)")
+    profile_out: Path | None = Field(
+        None, description="write --profile with the measured SSD read rates and memory bandwidth")
+
+
+def probe(req: ProbeRequest, *, targets: dict[str, str | Path] | None = None, flag: Flag = cli_flag,
+          before: Callable[[str, int, int], Any] | None = None) -> dict[str, Any]:
+    """Measure the SSDs of `req.ssd_paths` (or `targets`, SSD id -> directory, already checked by the
+    caller), the memory and CUDA; write the measurement file and the measured profile the request asks
+    for (their paths checked before minutes of measuring). Returns `moment probe --json`'s object."""
+    import yaml
+
+    from moment.io.probe import check_probe, probe_machine
+    from moment.topology.model import Topology
+    from moment.topology.profiles import dump_yaml, load_profile
+
+    if targets is None:
+        targets = parse_ssd_paths(req.ssd_paths) if req.ssd_paths else {"ssd0": "."}
+    check_probe(req.size_mib << 20, req.queue_depth, flag=flag)
+    if req.profile_out is not None and req.profile is None:
+        raise MomentError("--profile-out needs --profile (the profile to write the measurements into)")
+    for path, name in ((req.out, "--out"), (req.profile_out, "--profile-out")):  # before minutes of measuring
+        if path is not None:
+            check_output(path, name)
+    topo = load_profile(req.profile) if req.profile_out is not None else None
+    result = probe_machine(targets, file_bytes=req.size_mib << 20, queue_depth=req.queue_depth,
+                           keep=req.keep_scratch, before=before)
+    ssd = result["ssd"]
+    if req.out is not None:
+        doc = {"machine": req.profile, "measurements": [{"device": k, "read_gbps": round(v["seq_read_gbps"], 4)}
+                                                        for k, v in ssd.items()], "probe": result}
+        atomic_write(req.out, yaml.safe_dump(doc, sort_keys=False), "--out")
+    if topo is not None:
+        data = topo.model_dump()
+        for n in data["nodes"]:
+            if n["id"] in ssd and n["kind"] == "ssd":
+                n["read_gbps"] = ssd[n["id"]]["seq_read_gbps"]
+            if n["kind"] == "socket":
+                n["memory_bandwidth_gbps"] = result["memory_copy_gbps"] / 2  # copy = read + write
+        atomic_write(req.profile_out, dump_yaml(Topology.model_validate(data), "measured by `moment probe`"),
+                     "--profile-out")
+    return result

@@ -1,0 +1,80 @@
+"""`pack(req)`: the use case `moment data pack` runs (its request, moment.placement.requests.PackRequest):
+the checks, the batch size and the rows the caches will hold sized as the training run will (the runtime's
+configuration and memory plan), then moment.placement.pack.write_pack.
+
+    res = pack(PackRequest(layout="L", ranks=2))   # -> PackResult
+    res.summary   # `moment data pack --json`'s object
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from moment.errors import MomentError, check_at_least
+from moment.placement.opened import Layout
+from moment.placement.pack import PackManifest, pack_path, pack_summary, refuse_split, write_pack
+from moment.placement.requests import PackRequest, cached_rows
+from moment.runtime.config import TrainConfig, make_config
+from moment.workload.graph import GraphDataset
+
+# Imports inside functions: the memory plan (moment.runtime.sizing) is loaded only for --memory-budget.
+
+
+@dataclass
+class PackResult:
+    """What `pack()` wrote: the pack's manifest, the batch size it resolved, and `--json`'s object."""
+
+    manifest: PackManifest
+    batch_size: int
+    summary: dict[str, Any]
+
+
+def pack(req: PackRequest, *,
+         progress: Callable[[], AbstractContextManager[Callable[[int, int], None] | None]] = nullcontext) -> PackResult:
+    """Sample the batches `moment train` will read with `req`'s ranks, batch size, fan-outs and seed, and
+    write each batch's rows outside the caches contiguously into LAYOUT/pack (moment.placement.pack).
+    `progress()` is entered around the writing (after every check) and yields its progress(done, total)
+    callback or None (the command's bar on stderr)."""
+    for name, least in (("ranks", 1), ("epochs", 1)):
+        check_at_least(f"--{name}", getattr(req, name), least)
+    make_config(seed=req.seed, batch_size=req.batch_size)  # the training run's own ranges: one line naming the flag
+    layout = req.layout
+    opened = Layout.open(layout)
+    m = opened.manifest
+    refuse_split(layout, m)
+    n, rb = m.dataset.num_nodes, m.row.row_bytes
+    ds = GraphDataset.open(req.dataset) if req.dataset is not None else opened.dataset
+    bs = req.batch_size if req.batch_size is not None else TrainConfig().resolved_batch_size(
+        int(np.asarray(ds.train_idx).size), req.ranks)
+    if req.cached is not None and req.memory_budget is not None:
+        raise MomentError("give --cached or --memory-budget, not both")
+    rows, budget_rows = None, None
+    if req.cached is not None:
+        rows = cached_rows(req.cached, n, rb)
+    elif req.memory_budget is not None:
+        from moment.runtime.sizing import preview_inputs, preview_plan
+
+        cfg = make_config(layout=layout, dataset=ds.path, memory_budget=req.memory_budget, fanouts=req.fanouts,
+                          batch_size=bs, seed=req.seed, io_shape="block")
+        cfg.check()
+        measured = preview_inputs(cfg, ds, req.ranks)  # once: each preview below only resolves the plan again
+
+        def budget_rows(index_bytes: int) -> int:  # the run's CPU cache with a pack index this large
+            return preview_plan(cfg, ds, req.ranks, layout=opened, pack_index_bytes=index_bytes,
+                                inputs=measured).memory.cpu_rows
+
+        budget_rows(0)  # a budget too small even without the pack: say so now
+    else:
+        rows = sum(s.rows for s in m.shards if s.kind in ("gpu", "cpu"))
+    with progress() as cb:
+        man = write_pack(layout, ds, world_size=req.ranks, batch_size=bs, fanouts=req.fanouts, seed=req.seed,
+                         epochs=req.epochs, cached_rows=rows, budget_rows=budget_rows, overwrite=req.overwrite,
+                         progress=cb)
+    summary = pack_summary(man) | {"path": str(pack_path(layout)), "batch_size": bs, "fanouts": req.fanouts,
+                                   "seed": req.seed}
+    return PackResult(man, bs, summary)
