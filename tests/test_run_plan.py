@@ -298,3 +298,32 @@ def test_dry_run_prints_the_plan_and_starts_no_rank(data, monkeypatch, capsys):
         assert main(["train", "--dry-run", *args, flag, str(target)]) == 2
         err = " ".join(capsys.readouterr().err.split())
         assert err.startswith(f"error: {flag}: a dry run trains nothing") and not target.exists(), err
+
+
+def test_the_fresh_rank_is_measured_while_the_launcher_checks_and_never_outlives_it(monkeypatch):
+    """`measure_ahead` starts the fresh interpreter at once and the first size asked for collects it (one
+    interpreter, not two); one left running when the launcher exits (a user error first) is stopped."""
+    import subprocess as sp
+
+    from moment.runtime import start_sizes as ss
+
+    started = []
+    real = ss._start
+    monkeypatch.setattr(ss, "_start", lambda: started.append(real()) or started[-1])
+    monkeypatch.setattr(ss, "_ahead", [])
+    ss.fresh_sizes.cache_clear()
+    try:
+        ss.measure_ahead()
+        ss.measure_ahead()  # once
+        assert len(started) == 1 and started[0].poll() is None  # running while the caller goes on
+        agent, rank = ss.fresh_sizes()
+        assert len(started) == 1 and 0 < agent < rank  # collected, not measured again
+        ss.fresh_sizes.cache_clear()
+        ss.measure_ahead()
+        left = started[-1]
+        ss._stop_ahead()  # what atexit runs
+        assert left.poll() is not None and left.returncode != 0
+        assert isinstance(left, sp.Popen)
+    finally:
+        ss._stop_ahead()
+        ss.fresh_sizes.cache_clear()

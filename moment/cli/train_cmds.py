@@ -57,8 +57,14 @@ def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
     visible CUDA devices, a budget below the minimum) here, before torchrun starts N ranks. Returns the
     parsed configuration, what the ranks' environment must add so that their own checks use the same
     numbers, and the run plan the ranks will resolve (when there is a budget to check, or `plan`; else None)."""
-    from moment.placement.opened import Layout
     from moment.runtime.config import BUILT_IN_MODELS, parse_args
+    from moment.runtime.start_sizes import measure_ahead
+
+    cfg = parse_args(args, check=False)
+    if (cfg.memory_budget or cfg.device_memory_budget or plan) and cfg.features == "tiered":
+        measure_ahead()  # a fresh rank's size, which the preview below charges, measured while the checks run
+
+    from moment.placement.opened import Layout
     from moment.runtime.devices import check_local_ranks, cuda_pci_addresses, local_devices
     from moment.runtime.dist import default_device
     from moment.runtime.run import dataset_dir, layout_gpus
@@ -66,7 +72,6 @@ def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
     from moment.runtime.sizing import AGENT_ENV, BASE_ENV, agent_start_bytes, preview_plan, rank_start_bytes
     from moment.workload.graph import GraphDataset
 
-    cfg = parse_args(args, check=False)
     check_run_dir(run_dir)
     if cfg.layout is not None:
         from moment.placement.split import refuse_split_dir

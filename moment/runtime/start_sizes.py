@@ -11,6 +11,7 @@ Measured now, the preview and the ranks it starts see the same page cache.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
 import subprocess
@@ -31,24 +32,57 @@ def _moment_root() -> Path:
     return Path(__file__).resolve().parents[1]  # the moment package (this is moment/runtime/start_sizes.py)
 
 
-def _measure() -> tuple[int, int] | None:
-    """(agent, rank) from a fresh interpreter, None when it cannot run."""
+def _start() -> subprocess.Popen | None:
+    """The fresh interpreter, started (None when it cannot be)."""
     root = str(_moment_root().parent)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
     try:
-        r = subprocess.run([sys.executable, "-c", FRESH], env=env, capture_output=True, text=True,
-                           timeout=300, check=True)
-        agent, rank = (int(x) for x in r.stdout.split()[-2:])
-        return agent, rank
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return subprocess.Popen([sys.executable, "-c", FRESH], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, text=True)
+    except OSError:
         return None
+
+
+def _collect(p: subprocess.Popen | None) -> tuple[int, int] | None:
+    """(agent, rank) from the fresh interpreter `p`, None when it could not run."""
+    if p is None:
+        return None
+    try:
+        out, _ = p.communicate(timeout=300)
+        if p.returncode:
+            return None
+        agent, rank = (int(x) for x in out.split()[-2:])
+        return agent, rank
+    except (subprocess.SubprocessError, ValueError, IndexError):
+        p.kill()
+        p.communicate()
+        return None
+
+
+_ahead: list[subprocess.Popen | None] = []  # the interpreter `measure_ahead` started, until collected
+
+
+def measure_ahead() -> None:
+    """Start the measurement now and collect it when a size is first asked for: the launcher's own checks (the
+    layout, the dataset, the graph) then run while the fresh interpreter loads torch, seconds of the preview."""
+    if not _ahead and fresh_sizes.cache_info().currsize == 0:
+        _ahead.append(_start())
+        atexit.register(_stop_ahead)
+
+
+def _stop_ahead() -> None:
+    """At exit (a user error before the sizes were asked for): no interpreter outlives the launcher."""
+    for p in _ahead:
+        if p is not None and p.poll() is None:
+            p.kill()
+            p.wait()
 
 
 @functools.cache
 def fresh_sizes() -> tuple[int, int]:
     """(torchrun's agent, a rank) as a fresh interpreter holds them. Falls back to this process's RSS with
     the layers loaded when no interpreter can be started."""
-    got = _measure()
+    got = _collect(_ahead.pop() if _ahead else _start())
     if got is None:
         from moment.runtime.models import load_layers
 
