@@ -8,8 +8,7 @@ out-of-core store and pipelined loader for your own training loop (needs the `tr
 torch.
 """
 
-from importlib import import_module
-from typing import Any
+from moment.lazy import exports
 
 __version__ = "0.1.0"
 
@@ -28,11 +27,7 @@ API = {
 }
 __all__ = [*API, "__version__"]
 
-
-def __getattr__(name: str) -> Any:  # lazy: a script pays only for what it uses (torch only for training)
-    if name in API:
-        return getattr(import_module(API[name]), name)
-    raise AttributeError(f"module 'moment' has no attribute {name!r}")
+__getattr__ = exports(__name__, API)
 
 
 def __dir__() -> list[str]:

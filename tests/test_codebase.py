@@ -14,7 +14,7 @@ PACKAGE = REPO / "moment"
 #: cli/service (a module may import its own layer and the ones below, never one above)
 LAYERS = {
     "errors": 0,
-    "outputs": 1, "sizes": 1, "locking": 1, "testpoints": 1, "inputs": 1, "documents": 1, "requests": 1,
+    "outputs": 1, "sizes": 1, "locking": 1, "testpoints": 1, "inputs": 1, "documents": 1, "lazy": 1, "requests": 1,
     "topology": 2, "workload": 2, "io": 2, "caching": 2,
     "planner": 3,
     "placement": 4, "cost": 4,

@@ -5,8 +5,7 @@ their modules when first used, so a light module of the package (its requests, w
 does not load the advisor.
 """
 
-from importlib import import_module
-from typing import Any
+from moment.lazy import exports
 
 #: name -> the module that defines it
 EXPORTS = {
@@ -16,8 +15,4 @@ EXPORTS = {
 }
 __all__ = sorted(EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    if name in EXPORTS:
-        return getattr(import_module(EXPORTS[name]), name)
-    raise AttributeError(f"module 'moment.cost' has no attribute {name!r}")
+__getattr__ = exports(__name__, EXPORTS)

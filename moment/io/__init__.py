@@ -4,8 +4,7 @@ The names below load their modules when first used, so a light module of the pac
 which the CLI reads at start) loads no numpy and no engine.
 """
 
-from importlib import import_module
-from typing import Any
+from moment.lazy import exports
 
 #: name -> the module that defines it
 EXPORTS = {
@@ -15,8 +14,4 @@ EXPORTS = {
 }
 __all__ = sorted(EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    if name in EXPORTS:
-        return getattr(import_module(EXPORTS[name]), name)
-    raise AttributeError(f"module 'moment.io' has no attribute {name!r}")
+__getattr__ = exports(__name__, EXPORTS)

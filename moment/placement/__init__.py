@@ -10,8 +10,7 @@
     verify_layout(path); open_layout(path).rows(ids)
 """
 
-from importlib import import_module
-from typing import Any
+from moment.lazy import exports
 
 #: name -> the module that defines it; each loads when first used, so a light module of the package (its
 #: requests, which the CLI reads at start) does not load the layout writer and DDAK
@@ -30,8 +29,4 @@ EXPORTS = {
 }
 __all__ = sorted(EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    if name in EXPORTS:
-        return getattr(import_module(EXPORTS[name]), name)
-    raise AttributeError(f"module 'moment.placement' has no attribute {name!r}")
+__getattr__ = exports(__name__, EXPORTS)

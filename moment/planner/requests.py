@@ -70,6 +70,12 @@ REMOTE_HELP = ("with --cluster: share of the non-replicated (SSD-served) rows a 
                "(default: the cluster file's remote_fraction, else (N-1)/N: the rows split evenly over N machines)")
 
 _NO_DEFAULT = {"show_default": False, "default": None}  # the CLI leaves it out: the model's default
+#: the counts and models of an inventory, as plan and compare both take them (the defaults: DEFAULT_* of api)
+Gpus = Annotated[int | None, Cli(help=GPUS_HELP, show_default=False), Field(
+    description=f"GPUs to place (default {DEFAULT_GPUS}; 0 on machines with built-in GPUs)")]
+Ssds = Annotated[int, Cli(help=SSDS_HELP, **_NO_DEFAULT), Field(description="NVMe SSDs to place")]
+GpuModel = Annotated[str, Cli(help=GPU_MODEL_HELP, **_NO_DEFAULT), Field(description="GPU model (GET /v1/models)")]
+SsdModel = Annotated[str, Cli(help=SSD_MODEL_HELP, **_NO_DEFAULT), Field(description="SSD model (GET /v1/models)")]
 
 
 class WorkloadKnobs(BaseModel):
@@ -92,13 +98,10 @@ class PlanRequest(WorkloadKnobs):
     profile: Annotated[str | None, Cli(("--profile", "-p"), help=PROFILE_HELP + f" (default {DEFAULT_PROFILE})",
                                        show_default=False)] = Field(
         None, description="built-in profile name (GET /v1/profiles)")
-    gpus: Annotated[int | None, Cli(help=GPUS_HELP, show_default=False)] = Field(
-        None, description=f"GPUs to place (default {DEFAULT_GPUS}; 0 on machines with built-in GPUs)")
-    ssds: Annotated[int, Cli(help=SSDS_HELP, **_NO_DEFAULT)] = Field(DEFAULT_SSDS, description="NVMe SSDs to place")
-    gpu_model: Annotated[str, Cli(help=GPU_MODEL_HELP, **_NO_DEFAULT)] = Field(
-        DEFAULT_GPU_MODEL, description="GPU model (GET /v1/models)")
-    ssd_model: Annotated[str, Cli(help=SSD_MODEL_HELP, **_NO_DEFAULT)] = Field(
-        DEFAULT_SSD_MODEL, description="SSD model (GET /v1/models)")
+    gpus: Gpus = None
+    ssds: Ssds = DEFAULT_SSDS
+    gpu_model: GpuModel = DEFAULT_GPU_MODEL
+    ssd_model: SsdModel = DEFAULT_SSD_MODEL
     inventory: Annotated[str | None, Cli(help=INVENTORY_HELP)] = Field(
         None, description="mixed inventory, e.g. '2xA100,2xH100,8xP5510'")
     overrides: Annotated[list[str], Cli(("--set",), help=SET_HELP)] = Field(
@@ -225,13 +228,10 @@ class CompareRequest(BaseModel):
 
     profiles: Annotated[list[str], Cli(argument=True, help="profiles (names or YAML files) to put side by side")] = \
         Field(description="built-in profile names")
-    gpus: Annotated[int | None, Cli(help=GPUS_HELP, show_default=False)] = Field(
-        None, description=f"GPUs to place (default {DEFAULT_GPUS}; 0 on machines with built-in GPUs)")
-    ssds: Annotated[int, Cli(help=SSDS_HELP, **_NO_DEFAULT)] = Field(DEFAULT_SSDS, description="NVMe SSDs to place")
-    gpu_model: Annotated[str, Cli(help=GPU_MODEL_HELP, **_NO_DEFAULT)] = Field(
-        DEFAULT_GPU_MODEL, description="GPU model (GET /v1/models)")
-    ssd_model: Annotated[str, Cli(help=SSD_MODEL_HELP, **_NO_DEFAULT)] = Field(
-        DEFAULT_SSD_MODEL, description="SSD model (GET /v1/models)")
+    gpus: Gpus = None
+    ssds: Ssds = DEFAULT_SSDS
+    gpu_model: GpuModel = DEFAULT_GPU_MODEL
+    ssd_model: SsdModel = DEFAULT_SSD_MODEL
     inventories: Annotated[list[str], Cli(("--inventory",), help=INVENTORIES_HELP)] = Field(
         default_factory=list, description="compare several inventories, e.g. ['4xA100,8xP5510']")
     overrides: Annotated[list[str], Cli(("--set",), help=SET_HELP + " (applied to every profile)")] = Field(

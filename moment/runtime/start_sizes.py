@@ -67,7 +67,6 @@ def measure_ahead() -> None:
     layout, the dataset, the graph) then run while the fresh interpreter loads torch, seconds of the preview."""
     if not _ahead and fresh_sizes.cache_info().currsize == 0:
         _ahead.append(_start())
-        atexit.register(_stop_ahead)
 
 
 def _stop_ahead() -> None:
@@ -76,6 +75,9 @@ def _stop_ahead() -> None:
         if p is not None and p.poll() is None:
             p.kill()
             p.wait()
+
+
+atexit.register(_stop_ahead)
 
 
 @functools.cache
