@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -140,3 +141,60 @@ def _running_with(arg: str) -> list[str]:
             out.append(f"{p.parent.name} " + " ".join(ln for ln in st.splitlines() if ln.startswith(("State", "PPid")))
                        + " " + cmd.decode(errors="replace")[:80])
     return out
+
+
+def test_the_in_memory_runs_are_those_memory_can_hold(bench_epoch):
+    """Moment's own in-memory run holds a copy per rank, the page-cache runs one for all: each is left out,
+    with a line saying why, when memory cannot hold its copies; the worker baseline's run is the same
+    DataLoader as the baseline's, warm."""
+    a = _args(bench_epoch, "--loader-workers", "3")
+    gib = 2**30
+    runs, skipped = bench_epoch.memory_runs(a, 4 * gib, 23 * gib)
+    assert [n for n, _, _ in runs] == ["memory_moment", "memory_pagecache", "memory_loader"] and not skipped
+    assert [f for _, _, f in runs] == [["--features-in-memory"], ["--features-memmap"],
+                                       ["--features-memmap", "--loader-workers", "3"]]
+    runs, skipped = bench_epoch.memory_runs(a, 16 * gib, 23 * gib)  # 2 copies do not fit, one does
+    assert [n for n, _, _ in runs] == ["memory_pagecache", "memory_loader"]
+    assert skipped == ["memory_moment_skipped: --features-in-memory holds a copy per rank, 2 x 16.0 GiB, over 80% "
+                       "of the 23.0 GiB available (the page-cache runs hold one copy for all ranks)"]
+    runs, skipped = bench_epoch.memory_runs(a, 30 * gib, 23 * gib)
+    assert runs == [] and len(skipped) == 2 and skipped[1].startswith("memory_pagecache_skipped: the 30.0 GiB")
+
+
+def test_steady_epochs_leave_out_the_first(bench_epoch):
+    assert bench_epoch.steady_s({"epoch_seconds": [5.0, 2.0, 3.0]}) == 2.5
+    assert bench_epoch.steady_s({"epoch_seconds": [4.0]}) == 4.0
+
+
+def test_the_disk_count_sees_a_cold_read_and_not_a_warm_one(bench_epoch, tmp_path):
+    """`disk_bytes_read` (the memmap baseline's SSD bytes) comes from the disk's own count: a file read
+    after it was dropped from the page cache counts, read again while cached it does not."""
+    f = tmp_path / "blob"
+    f.write_bytes(os.urandom(8 << 20))
+    os.sync()
+    try:
+        disk = bench_epoch.block_device(tmp_path)
+    except OSError:
+        pytest.skip(f"{tmp_path} is on no block device")
+    if not any(line.split()[2] == disk for line in Path("/proc/diskstats").read_text().splitlines()):
+        pytest.skip(f"{disk} is not in /proc/diskstats")
+    bench_epoch.drop_files(f)
+    before = bench_epoch.sectors_read(disk)
+    bench_epoch.warm_files(f)
+    cold = (bench_epoch.sectors_read(disk) - before) * 512
+    before = bench_epoch.sectors_read(disk)
+    bench_epoch.warm_files(tmp_path)
+    warm = (bench_epoch.sectors_read(disk) - before) * 512
+    assert cold >= 8 << 20 and warm < 1 << 20, (cold, warm)
+
+
+def test_fio_reads_the_files_at_the_given_request_size(bench_epoch, tmp_path, monkeypatch):
+    if not shutil.which("fio"):
+        pytest.skip("fio is not installed (apt-get install fio)")
+    files = [tmp_path / "a", tmp_path / "b"]
+    for f in files:
+        f.write_bytes(os.urandom(4 << 20))
+    monkeypatch.setattr(bench_epoch, "FIO_SECONDS", 1)
+    r = bench_epoch.fio_limit(files, 6000, 4, 2)
+    assert r is not None and r["bs"] == 6144 and r["jobs"] == 2 and r["depth"] == 4
+    assert r["bw_bytes"] > 0 and r["iops"] > 0
