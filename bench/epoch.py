@@ -223,6 +223,15 @@ def warm_files(*paths: Path) -> None:
                         pass
 
 
+def bytes_read() -> int:
+    """What this process and its reaped descendants have read from disk (the kernel adds a child's count
+    to its parent's when the parent reaps it: a finished run's torchrun, ranks and DataLoader workers)."""
+    for line in Path("/proc/self/io").read_text().splitlines():
+        if line.startswith("read_bytes:"):
+            return int(line.split()[1])
+    return 0
+
+
 def memory_bytes(field: str = "MemAvailable") -> int:
     """A /proc/meminfo figure, in bytes."""
     for line in Path("/proc/meminfo").read_text().splitlines():
@@ -231,21 +240,6 @@ def memory_bytes(field: str = "MemAvailable") -> int:
     return 0
 
 
-def block_device(path: Path) -> str:
-    """The whole disk (e.g. vda, nvme0n1) holding `path`: its sectors read are the run's disk reads."""
-    dev = os.stat(path).st_dev
-    sys_dev = Path(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}")
-    part = sys_dev.resolve()
-    return (part.parent if (part / "partition").exists() else part).name
-
-
-def sectors_read(disk: str) -> int:
-    """512-byte sectors the disk has read since boot (/proc/diskstats, field 6)."""
-    for line in Path("/proc/diskstats").read_text().splitlines():
-        f = line.split()
-        if f[2] == disk:
-            return int(f[5])
-    return 0
 
 
 def synth(out: Path, a, dim: int):
@@ -355,16 +349,15 @@ def run(name: str, nproc: int, args: list[str], out: Path, *, cold: list[Path], 
         deadline: float | None = None, warm: tuple[Path, ...] = ()) -> dict:
     """One torchrun, started with `cold` out of the page cache and `warm` in it, in its own memory cgroup
     limited to `bound` bytes; stopped after `deadline` seconds ({"stopped_after_s": deadline}). Adds
-    `disk_bytes_read`: what the disk holding `out` read meanwhile (page faults and readahead included)."""
+    `disk_bytes_read`: what its processes read from disk (page faults and readahead included)."""
     env = {**os.environ, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // nproc))}
     cmd = torchrun_command(nproc, [*args, "--metrics-json", str(out), "--quiet"])
     out.unlink(missing_ok=True)
     drop_files(*cold)
     warm_files(*warm)
-    disk = block_device(out.parent)
     cg = MemoryBound(name, bound) if bound is not None else None
     try:
-        t, sectors = time.perf_counter(), sectors_read(disk)
+        t, disk = time.perf_counter(), bytes_read()
         logs = out.with_suffix(".log")
         with open(logs, "w") as log:
             proc = subprocess.Popen(cg.wrap(cmd) if cg else cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -384,7 +377,7 @@ def run(name: str, nproc: int, args: list[str], out: Path, *, cold: list[Path], 
             return {}
         m = json.loads(out.read_text())
         m["process_s"] = time.perf_counter() - t
-        m["disk_bytes_read"] = (sectors_read(disk) - sectors) * 512
+        m["disk_bytes_read"] = bytes_read() - disk
         if cg:
             m["cgroup"] = {"peak_usage": cg.read("memory.max_usage_in_bytes"), "failcnt": cg.read("memory.failcnt"),
                            "oom_killed": cg.oom_killed()}
@@ -591,15 +584,17 @@ def feed_rate(a, ds_dir: Path, layout: Path, bound: int | None, common: list[str
                 warm=tuple(warm))
         if not m:
             continue
-        wall = sum(m["epoch_seconds"])
-        ssd = m["ssd_bytes_read"] if m.get("features") == "tiered" else m["disk_bytes_read"]
-        m["ssd_MB_per_s"] = ssd / 1e6 / wall
+        wall, tiered = sum(m["epoch_seconds"]), m.get("features") == "tiered"
+        disk = m["disk_bytes_read"]
+        m["ssd_MB_per_s"] = (m["ssd_bytes_read"] if tiered else disk) / 1e6 / wall
         print(f"{name}_epoch_s_each: {', '.join(f'{x:.2f}' for x in m['epoch_seconds'])}")
         print(f"{name}_seeds_per_s: {m['seeds_per_s']:.0f}")
-        print(f"{name}_ssd_MB_per_s: {m['ssd_MB_per_s']:.0f}  ({'its own count of SSD reads' if m.get('features') == 'tiered' else 'the disk reads during the run'}, over its epochs)")
-        if m.get("features") == "tiered":
-            print(f"{name}_disk_MB_per_s: {m['disk_bytes_read'] / 1e6 / wall:.0f}  (the disk reads during the run)")
+        read = "what its processes read from disk, start-up included"
+        print(f"{name}_ssd_MB_per_s: {m['ssd_MB_per_s']:.0f}  "
+              f"({'its own count of SSD reads' if tiered else read}, over its epochs)")
+        if tiered:
             print(f"{name}_limiting_stage: {m['limiting_stage']}")
+            print(f"{name}_disk_MB_per_s: {disk / 1e6 / wall:.0f}  ({read}, over its epochs)")
         print(flush=True)
         got[name] = m
     out: dict[str, float] = {}
