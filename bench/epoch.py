@@ -240,8 +240,6 @@ def memory_bytes(field: str = "MemAvailable") -> int:
     return 0
 
 
-
-
 def synth(out: Path, a, dim: int):
     """The bench's synthetic dataset of a.nodes nodes (its graph does not depend on `dim`)."""
     from moment.workload.synth import synthesize
