@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,8 +24,9 @@ from moment.planner.explain import explain
 from moment.planner.lp import solve_lp_batch
 from moment.planner.network import ChassisTemplate
 from moment.planner.solution import Solution
+from moment.planner.symmetry import node_label
 from moment.planner.tiebreak import TIE_REL, preference_arrays
-from moment.topology.devices import Inventory, fits, strip
+from moment.topology.devices import DeviceModel, Inventory, fits, populate, strip
 from moment.topology.model import A_KIND, Kind, Topology
 from moment.workload.spec import WorkloadSpec
 
@@ -136,6 +137,32 @@ class SearchCache:
         self.listings = search.Listings(self.bare)
         # their memos hold per subtree filling (the models named): valid for every inventory
         self.canon, self.bound = CapacityCanon(self.template), TreeBound(self.template)
+        self._free = self.bare.empty_slots()
+        self._looks: dict[str, Hashable] = {}
+        self._alike: dict[Hashable, tuple[tuple[str, ...], Best]] = {}
+
+    def _look(self, m: DeviceModel) -> Hashable:
+        """All the search sees of model `m` on this chassis: per free slot whether it fits and the
+        card there (trained link, HBM or read rate as capped by that link, memory), its width and
+        double width, and which cards already in the machine it would be alike with. Models that look
+        the same (SSDs whose link caps their different read rates) are placed the same."""
+        if m.name not in self._looks:
+            cards = tuple(self.template.card(s.id, m.name) if fits(s, m) else None for s in self._free)
+            label = node_label(populate(self.bare, {self._free[0].id: m.name}, check=False).occupant(
+                self._free[0].id)) if self._free else m.name
+            alike = tuple(s.id for s in self.bare.of_kind(Kind.slot) if (card := self.bare.occupant(s.id))
+                          is not None and node_label(card) == label)
+            self._looks[m.name] = (m.kind, m.lanes, m.double_width, m.memory_gib, m.hbm_gbps, cards, alike)
+        return self._looks[m.name]
+
+    def alike_key(self, inventory: Inventory, workload: WorkloadSpec, data: str) -> tuple[tuple[str, ...], Hashable]:
+        """(the inventory's model names, in order; a key equal for inventories `best_placement` answers
+        alike with the names changed): each model's look and count, in inventory order, and the order of
+        the names (the last tie-break compares them)."""
+        models = search.merged_models(inventory)
+        names = tuple(m.name for m, _ in models)
+        order = tuple(sorted(range(len(names)), key=names.__getitem__))
+        return names, (tuple((self._look(m), c) for m, c in models), order, data, workload.model_dump_json())
 
 
 def best_placement(topo: Topology, inventory: Inventory, workload: WorkloadSpec, *,
@@ -146,10 +173,22 @@ def best_placement(topo: Topology, inventory: Inventory, workload: WorkloadSpec,
     what other inventories on `topo` found (`SearchCache`); `data`: as `make_plan`'s (the even-data
     prediction is made only under 'even')."""
     t0 = time.perf_counter()
+    if cache is not None:  # an inventory that looks the same to the search was placed already
+        names, key = cache.alike_key(inventory, workload, data)
+        if key in cache._alike:
+            then, best = cache._alike[key]
+            rename = dict(zip(then, names))
+            placement = {slot: rename[m] for slot, m in best.placement.items()}
+            return Best(placement, best.evaluation.model_copy(update={"placement": placement}), best.bottlenecks,
+                        best.stats.model_copy(update={"seconds_total": time.perf_counter() - t0}))
     bare, _current, found = _search(topo, inventory, workload, progress, "auto", None, cache, data=data)
-    ev = evaluate(bare, found.placement, workload, solvers=("lp", "even") if data == "even" else ("lp",), data=data)
-    return Best(found.placement, ev, [u.id for u in ev.links if u.utilisation >= BOTTLENECK_UTILISATION],
+    ev = evaluate(bare, found.placement, workload, solvers=("lp", "even") if data == "even" else ("lp",), data=data,
+                  template=cache.template if cache is not None else None)
+    best = Best(found.placement, ev, [u.id for u in ev.links if u.utilisation >= BOTTLENECK_UTILISATION],
                 found.stats.model_copy(update={"seconds_total": time.perf_counter() - t0}))
+    if cache is not None:
+        cache._alike[key] = (names, best)
+    return best
 
 
 def _search(topo: Topology, inventory: Inventory, workload: WorkloadSpec,

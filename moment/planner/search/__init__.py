@@ -34,7 +34,8 @@ from moment.planner.symmetry import Interner, iso_classes
 from moment.topology.devices import DeviceModel, Inventory, InventoryItem
 from moment.topology.model import Topology
 
-__all__ = ["Listings", "SearchSpace", "Timeout", "TooMany", "canonical_keys", "count_valid", "enumerate_placements"]
+__all__ = ["Listings", "SearchSpace", "Timeout", "TooMany", "canonical_keys", "count_valid", "enumerate_placements",
+           "merged_models"]
 
 
 @dataclass
@@ -93,7 +94,7 @@ def enumerate_placements(topo: Topology, inventory: Inventory, *, prune: bool = 
     (see `Enumeration`). `shared`: listings of other inventories on `topo` to take this one's from
     where it has the same shape (and to add it to).
     """
-    models = _merged(inventory)
+    models = merged_models(inventory)
     slots, bound, canon = _build(topo, models, pin_all=not prune)
     names = tuple(m.name for m, _ in models)
     key = None
@@ -125,7 +126,7 @@ def enumerate_placements(topo: Topology, inventory: Inventory, *, prune: bool = 
 def count_valid(topo: Topology, inventory: Inventory) -> int:
     """How many physically valid placements `inventory` has in `topo`'s empty slots (a dynamic
     programme, fast however many there are); MomentError naming what does not fit when none."""
-    models = _merged(inventory)
+    models = merged_models(inventory)
     slots = Slots(topo, [m for m, _ in models])
     return _counted(topo, inventory, slots, HallBound(slots, tuple(c for _, c in models)))
 
@@ -167,7 +168,7 @@ def canonical_keys(topo: Topology, placements: Iterable[dict[str, str]]) -> list
     return [merged[k] for k in keys]
 
 
-def _merged(inventory: Inventory) -> list[tuple[DeviceModel, int]]:
+def merged_models(inventory: Inventory) -> list[tuple[DeviceModel, int]]:
     """Inventory lines per model (a model listed twice is one line), in the inventory's order."""
     out: dict[str, list] = {}
     for m, c in inventory.models():
