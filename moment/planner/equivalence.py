@@ -295,8 +295,8 @@ class TreeBound:
         for n_gpu in sorted(set(n_gpu_all.tolist())):
             at = np.flatnonzero(n_gpu_all == n_gpu)
             if n_gpu == 0:
-                for j in at:
-                    out.lb[j], out._rows[j] = 0.0, np.zeros(0)
+                out.lb[at] = 0.0
+                out.add(at, np.zeros((len(at), 0)))
                 continue
             self._bounds_with(space, rows[at], at, int(n_gpu), workload, out)
         return out
@@ -315,6 +315,10 @@ class TreeBound:
             lo, hi = self.span[sock]
             walked = []
             for occ in fillings:
+                found = self._memo.get((sock, occ[lo:hi], g_share))  # (`_walk`'s own memo, before its devices)
+                if found is not None:
+                    walked.append(found)
+                    continue
                 devs: dict[str, tuple[Kind, float, float]] = {}
                 for slot, model in zip(self.slots[lo:hi], occ[lo:hi]):
                     if model is not None:
@@ -355,9 +359,8 @@ class TreeBound:
         links = np.concatenate([np.where(valid, into, -np.inf), np.where(valid, out_of, -np.inf)], axis=1)
         if self.tree_only and links.shape[1]:
             lb = np.maximum(lb, links.max(axis=1))
-        for r, j in enumerate(at.tolist()):
-            out.lb[j] = lb[r]
-            out._rows[j] = links[r]
+        out.lb[at] = lb
+        out.add(at, links)
 
     def _walk(self, nid: str, occupants: tuple[str | None, ...], devs: dict[str, tuple[Kind, float, float]],
               g_share: float) -> tuple[int, float, float, list, list, float]:
@@ -408,10 +411,22 @@ class Bounds:
 
     def __init__(self, lb: np.ndarray):
         self.lb = lb
-        self._rows: list = [None] * len(lb)  # per placement: its per-link bounds, -inf for none
+        # per-link bounds (-inf for none) in blocks: (the placements, a row for each), one per GPU count
+        self._blocks: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def add(self, at: np.ndarray, links: np.ndarray) -> None:
+        """The per-link bounds of placements `at`, a row each."""
+        self._blocks.append((at, links))
+
+    def _row(self, j: int) -> np.ndarray:
+        for at, links in self._blocks:
+            hit = np.flatnonzero(at == j)
+            if len(hit):
+                return links[hit[0]]
+        raise IndexError(j)
 
     def links(self, j: int) -> tuple[float, ...]:
-        row = self._rows[j]
+        row = self._row(j)
         return tuple(round(x, 6) for x in sorted(row[np.isfinite(row)].tolist(), reverse=True))
 
     def link_rows(self) -> np.ndarray:
@@ -419,10 +434,10 @@ class Bounds:
         as a shorter tuple does before a longer one it begins): comparing rows lexicographically
         compares the tuples. Each distinct bound is rounded once, by Python's `round` (numpy's rounds
         otherwise in the last digit)."""
-        width = max((len(r) for r in self._rows), default=0)
-        m = np.full((len(self._rows), width), -np.inf)
-        for j, r in enumerate(self._rows):
-            m[j, :len(r)] = r
+        width = max((links.shape[1] for _, links in self._blocks), default=0)
+        m = np.full((len(self.lb), width), -np.inf)
+        for at, links in self._blocks:
+            m[at, :links.shape[1]] = links
         m = -np.sort(-m, axis=1)  # highest first, -inf last
         finite = np.isfinite(m)
         values = np.unique(m[finite])
