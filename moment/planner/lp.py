@@ -88,28 +88,46 @@ def _fix_even(net: FlowNetwork, part: _Parts) -> None:
 
 
 def _paths(net: FlowNetwork, cap: int | None) -> list[dict[int, list[list[int]]]] | None:
-    """For each GPU: storage index -> simple paths (edge index lists) to it; None past `cap`."""
-    into: dict[str, list[int]] = {}
+    """For each GPU: storage index -> simple paths (edge index lists) to it; None past `cap`.
+
+    Depth first, backwards from the GPU (storage nodes have no in-edges, so paths end there), the
+    in-edges of a node tried last first: the order in which the columns of the path form are made."""
+    into: dict[str, list[tuple[int, str]]] = {}
     for i, e in enumerate(net.edges):
-        into.setdefault(e.v, []).append(i)
+        into.setdefault(e.v, []).append((i, e.u))
+    for ins in into.values():
+        ins.reverse()
     s_index = {s.id: k for k, s in enumerate(net.storage)}
     out = []
     for g in net.gpus:
         found: dict[int, list[list[int]]] = {}
-        count, own = 0, f"hbm:{g}"  # a GPU reads its own memory directly, never over its own PCIe link
-        stack: list[tuple[str, list[int], frozenset[str]]] = [(g, [], frozenset([g]))]
-        while stack:  # backwards from the GPU; storage nodes have no in-edges, so paths end there
-            node, path, seen = stack.pop()
-            if node in s_index:
-                found.setdefault(s_index[node], []).append(path[::-1])
-                count += 1
-                if cap is not None and count > cap:
-                    return None
-                continue
-            for i in into.get(node, ()):
-                u = net.edges[i].u
-                if u not in seen and not (u == own and node != g):
-                    stack.append((u, path + [i], seen | {u}))
+        own = f"hbm:{g}"  # a GPU reads its own memory directly, never over its own PCIe link
+        path: list[int] = []
+        seen = {g}
+        count = 0
+
+        def walk(node: str) -> bool:  # False: past `cap`
+            nonlocal count
+            for i, u in into.get(node, ()):
+                if u in seen or (u == own and node != g):
+                    continue
+                path.append(i)
+                if u in s_index:
+                    found.setdefault(s_index[u], []).append(path[::-1])
+                    count += 1
+                    if cap is not None and count > cap:
+                        return False
+                else:
+                    seen.add(u)
+                    ok = walk(u)
+                    seen.discard(u)
+                    if not ok:
+                        return False
+                path.pop()
+            return True
+
+        if not walk(g):
+            return None
         out.append(found)
     return out
 
