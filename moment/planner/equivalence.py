@@ -171,37 +171,17 @@ class CapacityCanon:
 
     def classes(self, space: SearchSpace) -> np.ndarray:
         """A class number for each placement of `space`, equal where `key` is equal: each socket's
-        distinct fillings are canonised once, not once per placement."""
+        distinct fillings are canonised once (`_canon`, whose memo other inventories with the same
+        models in a subtree share), not once per placement."""
         n = len(space.rows)
         if not self.enabled or not n:
             return np.arange(n)
-        keys = np.sort(np.stack([self._forms_of(sock, space) for sock in self.sockets], axis=1), axis=1)
-        return _unique_rows(keys)[1]  # (sorted: the sockets' forms as a multiset)
-
-    def _forms_of(self, nid: str, space: SearchSpace) -> np.ndarray:
-        """`_canon(nid, ...)` for every placement of `space` (-1 for None), bottom up: a node's
-        children's numbers, sorted, are a row; each distinct row is made a form once."""
-        col = {sid: j for j, sid in enumerate(space.slots)}
-        rows = space.rows
-        if self.kind.get(nid) == Kind.slot:
-            if nid not in col:
-                return np.full(len(rows), -1)
-            table = [self._device(nid, m) for m in space.models] + [None]
-            return np.array([-1 if d is None else d for d in table])[rows[:, col[nid]]]
-        kids = [self._forms_of(k, space) for k in self.children.get(nid, ())]
-        fixed = self.fixed_devices.get(nid, [])
-        label = self.sockets.get(nid, self.kind[nid].value)
-        up = _round(self.uplink[nid]) if nid in self.uplink else None
-        if not kids:
-            return np.full(len(rows), -1 if not fixed and self.kind.get(nid) != Kind.socket
-                           else self._intern((label, up, tuple(sorted(fixed)))))
-        unique, inverse = _unique_rows(np.sort(np.stack(kids, axis=1), axis=1) + 1)  # (+1: None is 0)
         forms = []
-        for u in unique.tolist():
-            parts = [x - 1 for x in u if x] + fixed
-            forms.append(-1 if not parts and self.kind.get(nid) != Kind.socket
-                         else self._intern((label, up, tuple(sorted(parts)))))
-        return np.array(forms)[inverse]
+        for sock in self.sockets:  # (a socket always has a form: never None)
+            fillings, inverse = _fillings(space, space.rows, self.slots, self.span[sock])
+            forms.append(np.array([self._canon(sock, occ) for occ in fillings], dtype=np.int64)[inverse])
+        keys = np.sort(np.stack(forms, axis=1), axis=1)
+        return _unique_rows(keys)[1]  # (sorted: the sockets' forms as a multiset)
 
 
 class TreeBound:
