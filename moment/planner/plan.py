@@ -128,7 +128,9 @@ class Best:
 class SearchCache:
     """What `best_placement` reuses between the inventories it places on one machine (`moment advise`
     places hundreds): the stripped and parsed chassis, its capacity classes and tree bounds with what
-    they memoised, and one listing of distinct placements per inventory shape (`search.Listings`)."""
+    they memoised, one listing of distinct placements per inventory shape (`search.Listings`) and the
+    tie-break's arrays per listing (`preferences`), and the answer for each look of an inventory
+    (`alike_key`): one that looks the same as an inventory placed before takes its answer, renamed."""
 
     def __init__(self, topo: Topology):
         self.topo = topo
