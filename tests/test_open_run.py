@@ -121,6 +121,7 @@ def _moment_train(layout, epochs: int, tmp_path) -> dict:
     return json.loads((tmp_path / "m.json").read_text())
 
 
+@pytest.mark.slow
 def test_the_example_script_trains_exactly_as_moment_train_and_as_fast(example_layout, tmp_path):
     """examples/own_loop.py (a 3-layer model, loss and AdamW of its own, under 40 lines) on 2 gloo ranks gives
     `moment train --model examples.own_loop:factory`'s loss curve, step for step, at its epoch time (the same
@@ -144,6 +145,7 @@ def _ranks(scenario: str, layout, tmp_path) -> list[dict]:
     return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scenario", ["uneven", "own-group"])
 def test_a_rank_that_stops_early_or_looks_up_less_still_serves_the_others(runtime_layout, tmp_path, scenario):
     """Rank 1 breaks out of its train loader after one batch and makes 2 lookups to rank 0's 5: the exchange
@@ -156,6 +158,7 @@ def test_a_rank_that_stops_early_or_looks_up_less_still_serves_the_others(runtim
     assert r0.get("group_alive", True) and r1.get("group_alive", True)
 
 
+@pytest.mark.slow
 def test_a_rank_that_exits_without_closing_is_a_moment_error_on_the_others(runtime_layout, tmp_path):
     torchrun(["vanish", str(runtime_layout), str(tmp_path)], script=REPO / "tests" / "open_run_ranks.py")
     r0 = json.loads((tmp_path / "rank0.json").read_text())

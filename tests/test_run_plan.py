@@ -300,6 +300,7 @@ def test_dry_run_prints_the_plan_and_starts_no_rank(data, monkeypatch, capsys):
         assert err.startswith(f"error: {flag}: a dry run trains nothing") and not target.exists(), err
 
 
+@pytest.mark.slow
 def test_the_fresh_rank_is_measured_while_the_launcher_checks_and_never_outlives_it(monkeypatch):
     """`measure_ahead` starts the fresh interpreter at once and the first size asked for collects it (one
     interpreter, not two); one left running when the launcher exits (a user error first) is stopped."""
