@@ -58,18 +58,20 @@ def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
     parsed configuration, what the ranks' environment must add so that their own checks use the same
     numbers, and the run plan the ranks will resolve (when there is a budget to check, or `plan`; else None)."""
     from moment.runtime.config import BUILT_IN_MODELS, parse_args
-    from moment.runtime.start_sizes import measure_ahead
+    from moment.runtime.start_sizes import agent_start_bytes, measure_ahead, rank_start_bytes
 
     cfg = parse_args(args, check=False)
     if (cfg.memory_budget or cfg.device_memory_budget or plan) and cfg.features == "tiered":
-        measure_ahead()  # a fresh rank's size, which the preview below charges, measured while the checks run
+        # a fresh rank's size, which the preview below charges, measured while the checks run; a dry run
+        # that checks no budget may reuse the last one measured (its plan says when)
+        measure_ahead(reuse=plan and not (cfg.memory_budget or cfg.device_memory_budget))
 
     from moment.placement.opened import Layout
     from moment.runtime.devices import check_local_ranks, cuda_pci_addresses, local_devices
     from moment.runtime.dist import default_device
     from moment.runtime.run import dataset_dir, layout_gpus
     from moment.runtime.runs import CHECKPOINTS, check_run_dir, run_root
-    from moment.runtime.sizing import AGENT_ENV, BASE_ENV, agent_start_bytes, preview_plan, rank_start_bytes
+    from moment.runtime.sizing import AGENT_ENV, BASE_ENV, preview_plan
     from moment.workload.graph import GraphDataset
 
     check_run_dir(run_dir)

@@ -282,6 +282,7 @@ class RunInputs:
     remote_reader_bytes: int = 0  # a split layout: the remote tier's serving reader (remote_tier.reader_bytes)
     device_memory: DeviceMemory | None = None  # a CUDA run: the least free and total memory of the ranks' devices
     #                                            (None: not read here; moment.io.device.DeviceLayer.memory)
+    process_measured_on: str | None = None  # a preview reused a recorded `process_bytes` measured that day
 
 
 def resolve_run(config: TrainConfig, layout: Layout, *, world_size: int, local_world_size: int,
@@ -375,7 +376,8 @@ def _run_shape(inputs: RunInputs, n: int, rb: int, shape: str, ahead: int, *, po
         index_bytes=index_bytes, own_gpu_rows=own_gpu_rows,
         layout_cpu_rows=layout_cpu_rows, cpu_limit_rows=cpu_limit_rows,
         policy=policy, shape=shape, staging_bytes=staging_bytes(align),
-        process_bytes=inputs.process_bytes, agent_bytes=inputs.agent_bytes, exchange_bytes=exchange_bytes,
+        process_bytes=inputs.process_bytes, process_measured_on=inputs.process_measured_on,
+        agent_bytes=inputs.agent_bytes, exchange_bytes=exchange_bytes,
         pack_index_bytes=pack_index_bytes, remote_exchange_bytes=remote_exchange_bytes,
         remote_reader_bytes=remote_reader_bytes, device=device,
         ring_bytes=ring_bytes(inputs.rows_max * rb) if cuda else 0,
