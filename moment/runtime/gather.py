@@ -22,6 +22,7 @@ import numpy as np
 from moment.errors import MomentError
 from moment.io import IOStack, ReadBatch, aligned_buffer
 from moment.io.merge import Plan, Shape
+from moment.io.rows import copy_rows
 from moment.runtime.threads import start_thread
 
 WINDOW = 8 << 20  # bytes a reader job's reads may span at once: one staging buffer
@@ -183,7 +184,6 @@ class Reader:
         flight: collections.deque[tuple[int, int, int, np.ndarray]] = collections.deque()
         free = list(range(self.inflight))
         w = 0
-        rb = self.row_bytes
         while w < len(wins) or flight:
             while w < len(wins) and free:
                 a, b = wins[w]
@@ -202,8 +202,5 @@ class Reader:
             dst0 = np.zeros(b - a, np.int64)
             np.cumsum(plan.length[a:b - 1], out=dst0[1:])
             src = dst0[plan.row_run[rows] - a] + plan.row_at[rows]
-            buf = self._staging[k]
-            view = np.lib.stride_tricks.as_strided(buf, shape=(buf.shape[0] - rb + 1, rb), strides=(1, 1),
-                                                   writeable=False)
-            job.dest[rows] = view[src]
+            copy_rows(job.dest, rows, self._staging[k], src, 1)  # byte offsets in the window
             free.append(k)
