@@ -42,7 +42,7 @@ class _JobRef:
     def release(self) -> None:
         self.users -= 1
         if self.users == 0 and self.job.dest is not None:
-            self.pool.give(self.job.dest.nbytes)
+            self.pool.release(self.job.dest)
             self.job.dest = None
 
 
