@@ -80,7 +80,12 @@ def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
 
         refuse_split_dir(cfg.layout)
     anchor = cfg.layout or cfg.dataset
-    if cfg.checkpoint_dir is None and cfg.checkpoint_every != 0 and not cfg.resume and anchor is not None:
+    if plan and cfg.data_only:
+        raise MomentError("--data-only runs the data path to measure its feed rate; a dry run starts no rank "
+                          "and reads nothing, and its plan is the same with or without it: drop --data-only "
+                          "or --dry-run")
+    if (cfg.checkpoint_dir is None and cfg.checkpoint_every != 0 and not cfg.resume and not cfg.data_only
+            and anchor is not None):
         # checked with the checkpoint directory `train` gives the run (in its run directory, made later)
         cfg.model_copy(update={"checkpoint_dir": run_root(run_dir, Path(anchor)) / CHECKPOINTS}).check()
     else:
@@ -244,7 +249,7 @@ def train(
         return
     run_path = make_run_dir(run_dir, Path(cfg.layout or cfg.dataset))
     where = f"run directory {run_path}: torchrun's log"
-    if cfg.checkpoint_dir is None and cfg.checkpoint_every != 0:
+    if cfg.checkpoint_dir is None and cfg.checkpoint_every != 0 and not cfg.data_only:  # no model to save
         args += ["--checkpoint-dir", str(run_path / CHECKPOINTS)]
         where += ", checkpoints (resume with --resume --checkpoint-dir " + str(run_path / CHECKPOINTS) + ")"
     if not cfg.quiet:

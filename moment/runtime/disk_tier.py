@@ -42,7 +42,7 @@ class _JobRef:
     def release(self) -> None:
         self.users -= 1
         if self.users == 0 and self.job.dest is not None:
-            self.pool.give(self.job.dest.nbytes)
+            self.pool.release(self.job.dest)
             self.job.dest = None
 
 
@@ -234,7 +234,7 @@ class DiskTier(Tier):
         if p.ref is None:  # its superbatch is still open: issue it now
             self.flush()
         if p.ids.size:
-            put(out, p.pos, p.ref.job.wait()[p.row])
+            put(out, p.pos, p.ref.job.wait(), p.row)
         if p.ref.users == 1:  # the job's last batch: count its reads once
             self.requests += p.ref.job.requests
             self.bytes_read += p.ref.job.bytes_read

@@ -19,7 +19,7 @@ import torch
 
 from moment.io.device import layer, upload_chunk
 from moment.runtime.run_plan import GpuRows
-from moment.runtime.tier import LayoutRows, Tier, at
+from moment.runtime.tier import LayoutRows, Tier, at, put
 
 
 @dataclass
@@ -118,7 +118,10 @@ class GpuTier(Tier):
 
     def device_rows(self, part: _Part, out: torch.Tensor) -> None:
         if part.pos.size:
-            out[torch.from_numpy(part.pos).to(out.device)] = self.table[torch.from_numpy(part.idx).to(self.table.device)]
+            if out.device.type == "cpu" and self.table.device.type == "cpu":  # the CPU stand-in: each row once
+                put(out.numpy(), part.pos, self.table.numpy(), part.idx)
+            else:
+                out[torch.from_numpy(part.pos).to(out.device)] = self.table[torch.from_numpy(part.idx).to(self.table.device)]
             self.served += int(part.pos.size)
         self.next.device_rows(part.inner, out)
 

@@ -246,6 +246,9 @@ class Run:
         or where the finite mean loss diverged (moment.runtime.finite.divergence_at; set `run.optimizer` and
         the message names its learning rate). No host sync per step: checked every few steps, collectively
         (every rank tracks every step)."""
+        if self.cfg.data_only:
+            raise MomentError("run.track(loss): this run was opened with data_only=True, which trains no model",
+                              hint="open it without data_only to train")
         b = self._current
         if b is None:
             raise MomentError("run.track(loss) follows a batch of a train loader: no batch was handed out yet")
