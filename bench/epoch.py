@@ -20,6 +20,19 @@ cgroup, so no system can keep the features in memory the bound does not give it.
                     it has taken 1.1x the first's whole run; `--baseline-readahead on|off` runs one).
                     `--baseline serial` is the older baseline: the stages one after the other in the
                     rank. `baseline_mode` names the one compared with.
+* memory_*          the limit: the same training with every feature in memory, no bound, the dataset warm
+                    in the page cache: Moment's pipeline with --features-in-memory (a copy per rank, when
+                    memory holds them) and with --features-memmap (one page-cache copy for all ranks), and
+                    the worker baseline; the fastest, steady state (epochs 2..N), is `in_memory_epoch_s`,
+                    and `limit_ratio` = Moment's out-of-core steady epoch / it (`--skip-limit`: none).
+* data_only_*       with `--data-only`, then the feed rate: Moment, the faster baseline and the fastest
+                    in-memory run again without the model step (`moment train --data-only`), the features
+                    cold and the graph warm: seeds/s and SSD bytes/s (Moment's own count; the baseline's,
+                    what its processes read from disk), and fio's rate for Moment's mix of reads in the same
+                    run: each size class of its SSD reads (`ssd_request_sizes`) read alone by fio on the
+                    files Moment read, at its queue depth per rank, one job per rank, and the mix's bytes
+                    over the seconds those rates give (`data_only_ssd_over_fio`; `data_only_seeds_ratio`:
+                    Moment's seeds/s over the baseline's).
 
 Prints `name: value` lines: per system its epoch seconds (each epoch), SSD bytes read, CPU-cache hit
 rate (with the cache simulator's prediction for Moment's policy), per-stage seconds (a loader baseline's
@@ -27,8 +40,9 @@ sample and gather seconds are its workers' summed), cgroup peak and limit hits; 
 epoch s / Moment default epoch s, last. `--sizes` runs several graph sizes (nodes, and a feature width
 when not --dim), each with its own bound, one after the other (a `size:` line starts each block); each
 block ends with `speedup_NODES[xDIM]` (and `limit_ratio_...`, the data-only ratios), and the run with
-every one of them again and the worst of each (`speedup`, the smallest; `limit_ratio`, the largest). Before anything is built, every bounded size is checked against the least bound Moment's
-runtime accepts for it (its own budget rule, on the graph alone: `size_check_` lines); a size below it is
+every one of them again and the worst of each (`speedup`, the smallest; `limit_ratio`, the largest).
+Before anything is built, every bounded size is checked against the least bound Moment's runtime accepts
+for it (its own budget rule, on the graph alone: `size_check_` lines); a size below it is
 refused, naming a size that runs. Exit 0 only when every system finished.
 The datasets and layouts are generated into `--cache-dir` once and reused.
 
@@ -77,7 +91,8 @@ GPU_BINS, GPU_ROWS_DIV = 2, 200  # the layout's GPU bins, each of nodes // GPU_R
 TARGET_RATIO = 3.0  # a second size's features over its bound, at least: a size the bound cannot hide
 WARM_CHUNK = 8 << 20
 IN_MEMORY_SHARE = 0.8  # of available memory, at most, that the in-memory runs' copies of the features take
-FIO_SECONDS = 10
+FIO_SECONDS = 4  # per request size of the mix
+MIX_SHARE = 0.005  # a request size class of the mix is read by fio when it has this share of requests or bytes
 # the summary figures, each with the worst of the sizes' (lower is worse for a speedup, higher for a ratio to a limit)
 SUMMARY = [("speedup", min, ".2f", "the smallest"), ("limit_ratio", max, ".3f", "the largest"),
            ("data_only_seeds_ratio", min, ".2f", "the smallest"), ("data_only_limit_ratio", max, ".3f", "the largest"),
@@ -543,7 +558,7 @@ def in_memory_limit(a, ds_dir: Path, common: list[str], moment: dict, key: str) 
 
 def fio_limit(files: list[Path], request: int, depth: int, jobs: int) -> dict | None:
     """fio's random-read rate over `files` (direct I/O, `jobs` jobs of `depth` in flight, `request`-byte
-    reads rounded to 512 B, into huge pages as Moment's buffers are), cold; None without fio."""
+    reads rounded to 512 B, into huge pages as Moment's buffers are), cold; None without fio (said once)."""
     if shutil.which("fio") is None:
         print("fio_MB_per_s: n/a (fio is not installed: apt-get install fio)")
         return None
@@ -563,6 +578,41 @@ def fio_limit(files: list[Path], request: int, depth: int, jobs: int) -> dict | 
                         "iops": read["iops"], "buffers": "malloc" if why else "huge pages"}
     print(f"fio_MB_per_s: n/a (fio could not read {files[0]} with any engine)")
     return None
+
+
+def size_mix(sizes: list[dict[str, int]], share: float = MIX_SHARE) -> list[tuple[int, int, int]]:
+    """(request bytes, requests, bytes) of each size class of a run's SSD reads (`ssd_request_sizes`, by
+    power of two): a class with at least `share` of the requests or of the bytes is kept, at its mean
+    request rounded to 512 B; the others' requests and bytes join the nearest kept class."""
+    n, b = sum(x["requests"] for x in sizes), sum(x["bytes"] for x in sizes)
+    kept = [x for x in sizes if x["requests"] >= share * n or x["bytes"] >= share * b] or sizes
+    out = {x["from_bytes"]: [x["requests"], x["bytes"]] for x in kept}
+    for x in sizes:
+        if x["from_bytes"] not in out:
+            near = min(out, key=lambda k: (abs(k.bit_length() - x["from_bytes"].bit_length()), k))
+            out[near][0] += x["requests"]
+            out[near][1] += x["bytes"]
+    return [(max(512, round(bb / nn / 512) * 512), nn, bb) for _, (nn, bb) in sorted(out.items())]
+
+
+def mix_limit(files: list[Path], sizes: list[dict[str, int]], depth: int, jobs: int) -> float | None:
+    """The disk's rate in bytes/s for a run's mix of SSD reads: each size class read alone by fio, and the
+    mix's bytes over the seconds fio needs for each class's bytes at its rate; None without fio."""
+    mix = size_mix(sizes)
+    n, b = sum(m[1] for m in mix), sum(m[2] for m in mix)
+    seconds, f = 0.0, None
+    for bs, nn, bb in mix:
+        f = fio_limit(files, bs, depth, jobs)
+        if f is None:
+            return None
+        seconds += bb / f["bw_bytes"]
+        print(f"fio_size_{bs}: {nn / n:.1%} of the requests, {bb / b:.1%} of the bytes, fio {f['bw_bytes'] / 1e6:.0f} "
+              f"MB/s ({f['iops']:.0f} IOPS)")
+    print(f"fio_mix: Moment's SSD reads in {len(mix)} size classes, each read alone by fio (random offsets, "
+          f"{f['engine']}, direct, {f['buffers']}, {jobs} jobs x {depth} in flight: its ranks x queue depth) over the "
+          f"{len(files)} files it read; the mix's rate = its bytes / the sum of each class's bytes over fio's rate")
+    print(f"fio_MB_per_s: {b / seconds / 1e6:.0f}  (the mix)")
+    return b / seconds
 
 
 def feed_rate(a, ds_dir: Path, layout: Path, bound: int | None, common: list[str], moment_flags: list[str],
@@ -608,13 +658,11 @@ def feed_rate(a, ds_dir: Path, layout: Path, bound: int | None, common: list[str
     if mo["ssd_requests"]:
         files = sorted((layout / "shards").glob("ssd*")) + sorted((layout / "pack").glob("*.bin"))
         depth = int(mo.get("config", {}).get("queue_depth") or 128)
-        f = fio_limit(files, mo["ssd_bytes_read"] // mo["ssd_requests"], depth, a.nproc)
-        if f:
-            print(f"fio_mix: random reads of {f['bs']} B (Moment's mean request), {f['jobs']} jobs x {f['depth']} in "
-                  f"flight (its ranks x queue depth), {f['engine']}, direct, {f['buffers']}, over {len(files)} files")
-            print(f"fio_MB_per_s: {f['bw_bytes'] / 1e6:.0f}\nfio_iops: {f['iops']:.0f}")
-            out["data_only_ssd_over_fio"] = mo["ssd_MB_per_s"] / (f["bw_bytes"] / 1e6)
-            print(f"data_only_ssd_over_fio{suffix}: {out['data_only_ssd_over_fio']:.3f}  (Moment's SSD bytes/s / fio's)")
+        rate = mix_limit(files, mo["ssd_request_sizes"], depth, a.nproc)
+        if rate:
+            out["data_only_ssd_over_fio"] = mo["ssd_MB_per_s"] / (rate / 1e6)
+            print(f"data_only_ssd_over_fio{suffix}: {out['data_only_ssd_over_fio']:.3f}  (Moment's SSD bytes/s / "
+                  "fio's for the same mix)")
     return out
 
 

@@ -200,3 +200,14 @@ def test_fio_reads_the_files_at_the_given_request_size(bench_epoch, tmp_path, mo
     r = bench_epoch.fio_limit(files, 6000, 4, 2)
     assert r is not None and r["bs"] == 6144 and r["jobs"] == 2 and r["depth"] == 4
     assert r["bw_bytes"] > 0 and r["iops"] > 0
+
+
+def test_the_fio_mix_keeps_the_size_classes_that_matter(bench_epoch):
+    """Size classes with at least half a percent of the requests or of the bytes are read by fio at their
+    mean request (512-B multiples); the others join the nearest kept class, nothing is lost."""
+    sizes = [{"from_bytes": 512, "requests": 1000, "bytes": 512 * 1000},
+             {"from_bytes": 4096, "requests": 2, "bytes": 2 * 5000},  # 0.2% of requests, 0.003% of bytes
+             {"from_bytes": 1 << 20, "requests": 10, "bytes": 10 * (1 << 20) + 10 * 300_000}]
+    mix = bench_epoch.size_mix(sizes)
+    assert [bs for bs, _, _ in mix] == [512, 1348608]  # 4 KiB joined 512 B (nearer than 1 MiB)
+    assert [n for _, n, _ in mix] == [1002, 10] and sum(b for _, _, b in mix) == sum(x["bytes"] for x in sizes)

@@ -17,6 +17,7 @@ from runtime_data import CLASSES, make_dataset, make_layout, torchrun, train_arg
 import moment.runtime.finite as finite_mod
 import moment.runtime.run as run_mod
 import moment.runtime.sizing as sizing_mod
+import moment.runtime.start_sizes as start_sizes_mod
 import moment.runtime.train as train_mod
 from moment import testpoints
 from moment.errors import MomentError
@@ -439,7 +440,7 @@ def test_a_rank_base_includes_the_model_layers(budget_run):
                            "process_bytes\nprint(process_bytes())"], env=env, capture_output=True, text=True,
                           check=True, timeout=300)
     without_layers = int(bare.stdout.split()[-1])
-    base = sizing_mod.rank_start_bytes()
+    base = start_sizes_mod.rank_start_bytes()
     assert base > without_layers + (64 << 20), (base >> 20, without_layers >> 20)  # torch_geometric.nn: ~128 MiB
     cfg = _cfg(layout, memory_budget="2GiB", io_shape="block")
     preview = sizing_mod.preview_plan(cfg, ds, 1)
@@ -483,6 +484,10 @@ def test_data_only_reads_what_the_training_run_reads(setup, reference, two_ranks
     assert m["loss_curve"] is None and m["val_accuracy"] is None and m["val_metric"] is None
     assert m["seeds_per_s"] > 0 and m["pipeline_wall_s"] > 0 and len(m["epoch_seconds"]) == 2
     assert m["stage_seconds"]["train"] < two_ranks["stage_seconds"]["train"]
+    sizes = m["ssd_request_sizes"]  # the reads by size, as the bench's fio measures the disk for this mix
+    assert sum(x["requests"] for x in sizes) == m["ssd_requests"] and sum(x["bytes"] for x in sizes) == m["ssd_bytes_read"]
+    assert all(x["from_bytes"] <= x["bytes"] / x["requests"] < 2 * x["from_bytes"] for x in sizes)
+    assert sizes == two_ranks["ssd_request_sizes"]
     for kw in ({"features": "memory"}, {"features": "memmap", "memmap_random": True, "loader_workers": 2}):
         d = train(_cfg(layout, epochs=2, data_only=True, **kw))
         rows = {"memmap" if kw["features"] == "memmap" else "memory": reference["tier_rows"]["memory"]}

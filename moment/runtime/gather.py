@@ -21,7 +21,7 @@ import numpy as np
 
 from moment.errors import MomentError
 from moment.io import IOStack, ReadBatch, aligned_buffer
-from moment.io.merge import Plan, Shape
+from moment.io.merge import Plan, Shape, size_histogram
 from moment.io.rows import copy_rows
 from moment.runtime.threads import start_thread
 
@@ -108,6 +108,7 @@ class Job:
     dest: np.ndarray | None = None
     bytes_read: int = 0
     requests: int = 0
+    sizes: np.ndarray | None = None  # merge.size_histogram of its reads
     error: BaseException | None = None
     done: threading.Event = field(default_factory=threading.Event)
     on_done: Callable[[Job], None] | None = None
@@ -213,6 +214,7 @@ class Reader:
         plan = job.shape.plan(job.file, job.offset, self.row_bytes, self.align, self.window, self.sizes)
         job.requests = len(plan)
         job.bytes_read = plan.bytes
+        job.sizes = size_histogram(plan.length)
         wins = self._windows(plan)
         # rows grouped by run, so each window's rows are one contiguous slice
         by_run = np.argsort(plan.row_run, kind="stable")

@@ -210,6 +210,7 @@ class Trainer:
             "io_shape": self.plan.io_shape if self.plan is not None else None,
             "superbatch": self.plan.tiers.superbatch if self.plan is not None else None,
             "ssd_requests": int(total.ssd_requests),
+            "ssd_request_sizes": total.ssd_request_sizes(),
             "packed_rows": int(total.packed_rows),
             "world_size": w,
             "backend": self.source.backend,
