@@ -69,6 +69,20 @@ def test_the_launcher_checks_a_run_without_loading_torch(layout, tmp_path):
     assert r.returncode == 0, r.stderr
 
 
+def test_the_join_deadline_counts_from_the_agent_opening_its_socket():
+    """`_agent_started` sees torchrun's agent begin the join (a socket, its store client), not its start-up."""
+    code = "import socket, sys, time; sys.stdin.readline(); s = socket.socket(); print(1, flush=True); time.sleep(60)"
+    p = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert not tl._agent_started(p.pid)
+        p.stdin.write("go\n")
+        p.stdin.flush()
+        assert p.stdout.readline() == "1\n" and tl._agent_started(p.pid)
+    finally:
+        p.kill()
+        p.wait()
+
+
 def test_torchrun_lines_become_one_message_and_an_exit_status(tmp_path, capsys):
     log = tmp_path / "torchrun.log"
     killed = tl.Outcome(code=0, log=log)
