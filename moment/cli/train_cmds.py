@@ -67,11 +67,9 @@ def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
         measure_ahead(reuse=plan and not (cfg.memory_budget or cfg.device_memory_budget))
 
     from moment.placement.opened import Layout
-    from moment.runtime.devices import check_local_ranks, cuda_pci_addresses, local_devices
-    from moment.runtime.dist import default_device
-    from moment.runtime.run import dataset_dir, layout_gpus
+    from moment.runtime.devices import check_local_ranks, cuda_pci_addresses, default_device, local_devices
+    from moment.runtime.run_plan import dataset_dir, layout_gpus
     from moment.runtime.runs import CHECKPOINTS, check_run_dir, run_root
-    from moment.runtime.sizing import AGENT_ENV, BASE_ENV, preview_plan
     from moment.workload.graph import GraphDataset
 
     check_run_dir(run_dir)
@@ -126,6 +124,8 @@ def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
         make_model(cfg, ds.feature_dim, width, len(cfg.resolved_fanouts()))
         load_loss(cfg.loss, width)
     if (cfg.memory_budget or cfg.device_memory_budget or plan) and cfg.features == "tiered":
+        from moment.runtime.sizing import AGENT_ENV, BASE_ENV, preview_plan
+
         # as the ranks will resolve it: a budget below the minimum is one message, here
         run_plan = preview_plan(cfg, ds, nproc, layout=layout, nnodes=rdzv.nnodes if rdzv is not None else 1)
         # the ranks charge the figures this check charged

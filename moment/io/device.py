@@ -13,6 +13,7 @@ torch is imported here only when a `DeviceLayer` is made, so planning and plain 
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -21,6 +22,22 @@ from moment.errors import MomentError
 
 # Imports inside functions: torch (and PyG) load only where a tensor is made, so planning, placement and the
 # CLI stay torch-free.
+
+#: what a driver that can give CUDA a device makes: NVIDIA's control node and its /proc entry, WSL2's GPU
+#: paravirtualisation node (CUDA there has no /dev/nvidia*), and ROCm's kernel driver (a ROCm torch answers
+#: torch.cuda too)
+GPU_DRIVER_PATHS = ("/dev/nvidiactl", "/proc/driver/nvidia", "/dev/dxg", "/dev/kfd")
+
+
+def no_gpu_driver() -> bool:
+    """True when this machine clearly has no GPU driver (none of GPU_DRIVER_PATHS exists): CUDA sees no device.
+
+    Why: importing torch only to hear `torch.cuda.is_available()` say False costs seconds of start-up in
+    every process that asks (the probe, the train launcher, the GPU checks). Every check of whether CUDA
+    exists that can run before torch is loaded asks this first; where a driver may be there, torch decides
+    exactly as before."""
+    return not any(os.path.exists(p) for p in GPU_DRIVER_PATHS)
+
 
 #: staging slots of a ring: one batch is assembled on the host while the previous one's copy is in flight
 RING_SLOTS = 2

@@ -38,6 +38,8 @@ from moment.runtime.store_options import Collectives, Place, StoreOptions, local
 from moment.sizes import parse_size
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from moment.runtime.config import TrainConfig
 
 
@@ -566,7 +568,22 @@ def node_ranks(plan: RunPlan, rank: int) -> list[RankPlan]:
     return list(plan.ranks[first:first + plan.local_world_size])
 
 
+
+def dataset_dir(cfg: TrainConfig, layout: Layout | None = None) -> Path:
+    """--dataset, else the dataset the layout was placed from."""
+    if cfg.dataset is not None:
+        return cfg.dataset
+    return (layout or Layout.open(cfg.layout)).dataset_dir
+
+
+def layout_gpus(cfg: TrainConfig, layout: Layout | None = None) -> list[tuple[str, str | None]]:
+    """The layout's GPU bins as (plan GPU, PCI address), in shard order: what ranks are matched to."""
+    if cfg.features != "tiered" or cfg.layout is None:
+        return []
+    return (layout or Layout.open(cfg.layout)).gpu_devices()
+
+
 __all__ = ["DevicePlan", "GpuRows", "MemoryPlan", "PackMatch", "RankPlan", "RunInputs", "RunPlan", "SplitPlan", "StorePlan",
            "TierPlan", "split_plan",
-           "carve_gpu", "default_batch_rows", "default_buffer_bytes", "gpu_tier_rows", "node_ranks", "plan_store", "planned_ssd_shares", "rank_plan",
+           "carve_gpu", "dataset_dir", "default_batch_rows", "default_buffer_bytes", "gpu_tier_rows", "layout_gpus", "node_ranks", "plan_store", "planned_ssd_shares", "rank_plan",
            "resolve_run", "store_budget", "tier_plan"]

@@ -22,7 +22,8 @@ from moment.placement.opened import Layout
 from moment.runtime import remote_tier
 from moment.runtime.budget import process_bytes, under_torchrun
 from moment.runtime.config import TrainConfig
-from moment.runtime.dist import DistContext, default_device
+from moment.runtime.devices import default_device
+from moment.runtime.dist import DistContext
 from moment.runtime.exchange import RowExchange
 from moment.runtime.memory_use import parent_peak
 from moment.runtime.link_task import decoder_bytes, out_dim, sampler_for, train_seeds
