@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from moment.errors import MomentError
+from moment.io.rows import copy_rows
 
 # Imports inside functions: torch (and PyG) load only where a tensor is made, so planning, placement and the
 # CLI stay torch-free.
@@ -27,6 +28,17 @@ from moment.errors import MomentError
 #: paravirtualisation node (CUDA there has no /dev/nvidia*), and ROCm's kernel driver (a ROCm torch answers
 #: torch.cuda too)
 GPU_DRIVER_PATHS = ("/dev/nvidiactl", "/proc/driver/nvidia", "/dev/dxg", "/dev/kfd")
+
+
+def index_rows(out: Any, pos: np.ndarray, table: Any, idx: np.ndarray) -> None:
+    """out[pos] = table[idx] for row tensors: both on the host, each row copied once without the GIL
+    (`copy_rows` over their arrays); else by torch's indexing on each one's device."""
+    if out.device.type == "cpu" and table.device.type == "cpu":
+        copy_rows(out.numpy(), pos, table.numpy(), idx)
+        return
+    import torch
+
+    out[torch.from_numpy(pos).to(out.device)] = table[torch.from_numpy(idx).to(table.device)]
 
 
 def no_gpu_driver() -> bool:
