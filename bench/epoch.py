@@ -20,22 +20,36 @@ cgroup, so no system can keep the features in memory the bound does not give it.
                     it has taken 1.1x the first's whole run; `--baseline-readahead on|off` runs one).
                     `--baseline serial` is the older baseline: the stages one after the other in the
                     rank. `baseline_mode` names the one compared with.
+* memory_*          the limit: the same training with every feature in memory, no bound, the dataset warm
+                    in the page cache: Moment's pipeline with --features-in-memory (a copy per rank, when
+                    memory holds them) and with --features-memmap (one page-cache copy for all ranks), and
+                    the worker baseline; the fastest, steady state (epochs 2..N), is `in_memory_epoch_s`,
+                    and `limit_ratio` = Moment's out-of-core steady epoch / it (`--skip-limit`: none).
+* data_only_*       with `--data-only`, then the feed rate: Moment, the faster baseline and the fastest
+                    in-memory run again without the model step (`moment train --data-only`), the features
+                    cold and the graph warm: seeds/s and SSD bytes/s (Moment's own count; the baseline's,
+                    what its processes read from disk), and fio's rate for Moment's mix of reads in the same
+                    run: each size class of its SSD reads (`ssd_request_sizes`) read alone by fio on the
+                    files Moment read, at its queue depth per rank, one job per rank, and the mix's bytes
+                    over the seconds those rates give (`data_only_ssd_over_fio`; `data_only_seeds_ratio`:
+                    Moment's seeds/s over the baseline's).
 
 Prints `name: value` lines: per system its epoch seconds (each epoch), SSD bytes read, CPU-cache hit
 rate (with the cache simulator's prediction for Moment's policy), per-stage seconds (a loader baseline's
 sample and gather seconds are its workers' summed), cgroup peak and limit hits; then `speedup` = baseline
 epoch s / Moment default epoch s, last. `--sizes` runs several graph sizes (nodes, and a feature width
 when not --dim), each with its own bound, one after the other (a `size:` line starts each block); each
-block ends with `speedup_NODES[xDIM]`, and the run with every one of them again and `speedup`, the
-smallest. Before anything is built, every bounded size is checked against the least bound Moment's
-runtime accepts for it (its own budget rule, on the graph alone: `size_check_` lines); a size below it is
+block ends with `speedup_NODES[xDIM]` (and `limit_ratio_...`, the data-only ratios), and the run with
+every one of them again and the worst of each (`speedup`, the smallest; `limit_ratio`, the largest).
+Before anything is built, every bounded size is checked against the least bound Moment's runtime accepts
+for it (its own budget rule, on the graph alone: `size_check_` lines); a size below it is
 refused, naming a size that runs. Exit 0 only when every system finished.
 The datasets and layouts are generated into `--cache-dir` once and reused.
 
     python bench/epoch.py [--nodes 8000000] [--dim 128] [--memory-bound 3GiB] [--epochs 2] [--nproc 2]
                           [--variants rows,lru,belady] [--baseline loader|serial] [--loader-workers 4]
-                          [--baseline-readahead auto|on|off] [--skip-baseline]
-    python bench/epoch.py --sizes 8000000:3GiB,16000000x256:5GiB   # features 1.2x and 3.05x their bounds
+                          [--baseline-readahead auto|on|off] [--skip-baseline] [--skip-limit] [--data-only]
+    python bench/epoch.py --sizes 8000000:3GiB,16000000x256:5GiB --data-only  # features 1.2x, 3.05x their bounds
 """
 
 from __future__ import annotations
@@ -44,6 +58,7 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -52,8 +67,12 @@ from pathlib import Path
 
 import numpy as np
 
-from moment.cli.train_cmds import torchrun_command
-from moment.errors import MomentError
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benches' shared helpers
+
+from probe_fio import ENGINES, FIO_HUGE, huge_pages  # noqa: E402
+
+from moment.cli.train_cmds import torchrun_command  # noqa: E402
+from moment.errors import MomentError  # noqa: E402
 
 CGROUP_MEMORY = Path("/sys/fs/cgroup/memory")
 # The launcher: joins the cgroup (its pid into cgroup.procs), then becomes torchrun; children inherit it.
@@ -70,6 +89,14 @@ READAHEAD = ("auto", "on", "off")
 DEFAULT = ["--cache-policy", "static"]  # --io-shape auto: packed, as the pack is written first
 GPU_BINS, GPU_ROWS_DIV = 2, 200  # the layout's GPU bins, each of nodes // GPU_ROWS_DIV rows (see build)
 TARGET_RATIO = 3.0  # a second size's features over its bound, at least: a size the bound cannot hide
+WARM_CHUNK = 8 << 20
+IN_MEMORY_SHARE = 0.8  # of available memory, at most, that the in-memory runs' copies of the features take
+FIO_SECONDS = 4  # per request size of the mix
+MIX_SHARE = 0.005  # a request size class of the mix is read by fio when it has this share of requests or bytes
+# the summary figures, each with the worst of the sizes' (lower is worse for a speedup, higher for a ratio to a limit)
+SUMMARY = [("speedup", min, ".2f", "the smallest"), ("limit_ratio", max, ".3f", "the largest"),
+           ("data_only_seeds_ratio", min, ".2f", "the smallest"), ("data_only_limit_ratio", max, ".3f", "the largest"),
+           ("data_only_ssd_over_fio", min, ".3f", "the smallest")]
 
 
 class MemoryBound:
@@ -187,16 +214,45 @@ def cgroup_problem() -> str:
     return ""
 
 
-def drop_files(*dirs: Path) -> None:
-    """POSIX_FADV_DONTNEED every file under `dirs`: the next run starts with nothing cached."""
-    for d in dirs:
-        for f in d.rglob("*"):
+def drop_files(*paths: Path) -> None:
+    """POSIX_FADV_DONTNEED every file in `paths` (files, or folders: every file under them): the next run
+    starts with nothing of them cached."""
+    for d in paths:
+        for f in d.rglob("*") if d.is_dir() else [d]:
             if f.is_file():
                 fd = os.open(f, os.O_RDONLY)
                 try:
                     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
                 finally:
                     os.close(fd)
+
+
+def warm_files(*paths: Path) -> None:
+    """Read every file in `paths` (files, or folders: every file under them) once: the next run finds
+    them in the page cache."""
+    for d in paths:
+        for f in sorted(d.rglob("*")) if d.is_dir() else [d]:
+            if f.is_file():
+                with open(f, "rb", buffering=0) as fh:
+                    while fh.read(WARM_CHUNK):
+                        pass
+
+
+def bytes_read() -> int:
+    """What this process and its reaped descendants have read from disk (the kernel adds a child's count
+    to its parent's when the parent reaps it: a finished run's torchrun, ranks and DataLoader workers)."""
+    for line in Path("/proc/self/io").read_text().splitlines():
+        if line.startswith("read_bytes:"):
+            return int(line.split()[1])
+    return 0
+
+
+def memory_bytes(field: str = "MemAvailable") -> int:
+    """A /proc/meminfo figure, in bytes."""
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    return 0
 
 
 def synth(out: Path, a, dim: int):
@@ -303,16 +359,18 @@ def build(cache: Path, a) -> tuple[Path, Path]:
 
 
 def run(name: str, nproc: int, args: list[str], out: Path, *, cold: list[Path], bound: int | None,
-        deadline: float | None = None) -> dict:
-    """One torchrun, started cold, in its own memory cgroup limited to `bound` bytes; stopped after
-    `deadline` seconds ({"stopped_after_s": deadline})."""
+        deadline: float | None = None, warm: tuple[Path, ...] = ()) -> dict:
+    """One torchrun, started with `cold` out of the page cache and `warm` in it, in its own memory cgroup
+    limited to `bound` bytes; stopped after `deadline` seconds ({"stopped_after_s": deadline}). Adds
+    `disk_bytes_read`: what its processes read from disk (page faults and readahead included)."""
     env = {**os.environ, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // nproc))}
     cmd = torchrun_command(nproc, [*args, "--metrics-json", str(out), "--quiet"])
     out.unlink(missing_ok=True)
     drop_files(*cold)
+    warm_files(*warm)
     cg = MemoryBound(name, bound) if bound is not None else None
     try:
-        t = time.perf_counter()
+        t, disk = time.perf_counter(), bytes_read()
         logs = out.with_suffix(".log")
         with open(logs, "w") as log:
             proc = subprocess.Popen(cg.wrap(cmd) if cg else cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -332,6 +390,7 @@ def run(name: str, nproc: int, args: list[str], out: Path, *, cold: list[Path], 
             return {}
         m = json.loads(out.read_text())
         m["process_s"] = time.perf_counter() - t
+        m["disk_bytes_read"] = bytes_read() - disk
         if cg:
             m["cgroup"] = {"peak_usage": cg.read("memory.max_usage_in_bytes"), "failcnt": cg.read("memory.failcnt"),
                            "oom_killed": cg.oom_killed()}
@@ -343,6 +402,12 @@ def run(name: str, nproc: int, args: list[str], out: Path, *, cold: list[Path], 
 
 def epoch_s(m: dict) -> float:
     return sum(m["epoch_seconds"]) / len(m["epoch_seconds"])
+
+
+def steady_s(m: dict) -> float:
+    """The mean epoch after the first (its cold start and warm-up excluded); a one-epoch run's only one."""
+    ep = m["epoch_seconds"][1:] or m["epoch_seconds"]
+    return sum(ep) / len(ep)
 
 
 def report(prefix: str, m: dict) -> None:
@@ -434,6 +499,173 @@ def predicted_hit_rate(ds_dir: Path, layout: Path, m: dict, a) -> float | None:
     return float(r[m["cache_policy"]]["hit_rate"]) if m["cache_policy"] in r else None
 
 
+def memory_runs(a, feature_bytes: int, available: int) -> tuple[list[tuple[str, str, list[str]]], list[str]]:
+    """(name, what, flags) of the runs that hold every feature in memory (the limit an out-of-core epoch
+    is measured against), and a line for each one memory of `available` bytes cannot hold."""
+    runs, skipped = [], []
+    room = IN_MEMORY_SHARE * available
+    if a.nproc * feature_bytes <= room:
+        runs.append(("memory_moment", "Moment's pipeline, --features-in-memory (a copy of the features per rank)",
+                     ["--features-in-memory"]))
+    else:
+        skipped.append(f"memory_moment_skipped: --features-in-memory holds a copy per rank, {a.nproc} x "
+                       f"{feature_bytes / 2**30:.1f} GiB, over {IN_MEMORY_SHARE:.0%} of the {available / 2**30:.1f} "
+                       "GiB available (the page-cache runs hold one copy for all ranks)")
+    if feature_bytes <= room:
+        runs.append(("memory_pagecache", "Moment's pipeline, --features-memmap with every feature in the page cache "
+                     "(one copy for all ranks)", ["--features-memmap"]))
+        runs.append(("memory_loader", f"the worker baseline ({a.loader_workers} DataLoader workers per rank), every "
+                     "feature in the page cache", ["--features-memmap", "--loader-workers", str(a.loader_workers)]))
+    else:
+        skipped.append(f"memory_pagecache_skipped: the {feature_bytes / 2**30:.1f} GiB of features are over "
+                       f"{IN_MEMORY_SHARE:.0%} of the {available / 2**30:.1f} GiB available")
+    return runs, skipped
+
+
+def in_memory_limit(a, ds_dir: Path, common: list[str], moment: dict, key: str) -> tuple[float, list[str]] | None:
+    """Every in-memory run (no bound, the dataset warm in the page cache, the same ranks, batches and
+    model) and `key` = Moment's out-of-core epoch over the fastest of them, steady state; (that ratio, the
+    fastest one's flags), None when none ran."""
+    feature_bytes = (ds_dir / "features.npy").stat().st_size
+    runs, skipped = memory_runs(a, feature_bytes, memory_bytes())
+    if skipped:
+        print("\n".join(skipped))
+    done: dict[str, dict] = {}
+    for name, what, flags in runs:
+        print(f"{name}_mode: {what}", flush=True)
+        m = run(name, a.nproc, [*flags, *common], a.cache_dir / f"{name}.json", cold=[], bound=None,
+                warm=(ds_dir,))
+        if m:
+            report(name, m)
+            print(f"{name}_steady_epoch_s: {steady_s(m):.2f}", flush=True)
+            done[name] = m
+    if not done:
+        return None
+    best = min(done, key=lambda k: steady_s(done[k]))
+    limit, first = done[best], done[best]["epoch_seconds"][0]
+    print("limit_epochs: steady state, the mean of epochs 2..N of each run (the first, with its cold start and "
+          "warm-up, excluded); a one-epoch run counts its only epoch")
+    print(f"in_memory_system: {best}  (the fastest in-memory run)")
+    print(f"in_memory_epoch_s: {steady_s(limit):.2f}")
+    print(f"moment_steady_epoch_s: {steady_s(moment):.2f}")
+    print(f"limit_ratio_first_epoch: {moment['epoch_seconds'][0] / first:.3f}  (the first epochs alone)")
+    if limit.get("loss_curve"):
+        print(f"in_memory_same_loss_curve: {np.allclose(moment['loss_curve'], limit['loss_curve'], rtol=1e-5)}")
+    ratio = steady_s(moment) / steady_s(limit)
+    print(f"{key}: {ratio:.3f}  (Moment out of core / in memory, steady epochs)", flush=True)
+    return ratio, next(f for n, _, f in runs if n == best)
+
+
+def fio_limit(files: list[Path], request: int, depth: int, jobs: int) -> dict | None:
+    """fio's random-read rate over `files` (direct I/O, `jobs` jobs of `depth` in flight, `request`-byte
+    reads rounded to 512 B, into huge pages as Moment's buffers are), cold; None without fio (said once)."""
+    if shutil.which("fio") is None:
+        print("fio_MB_per_s: n/a (fio is not installed: apt-get install fio)")
+        return None
+    bs = max(512, round(request / 512) * 512)
+    drop_files(*files)
+    with huge_pages(depth * jobs * bs) as why:
+        for engine in ENGINES:
+            r = subprocess.run(["fio", "--name=moment-mix", "--rw=randread", f"--bs={bs}", "--direct=1", "--readonly",
+                                f"--ioengine={engine}", f"--iodepth={depth}", f"--numjobs={jobs}", "--group_reporting",
+                                "--norandommap", "--randrepeat=0", "--time_based", f"--runtime={FIO_SECONDS}",
+                                "--output-format=json", *([] if why else FIO_HUGE),
+                                "--filename=" + ":".join(str(f) for f in files)],
+                               capture_output=True, text=True, check=False)
+            if r.returncode == 0:
+                read = json.loads(r.stdout[r.stdout.index("{"):])["jobs"][0]["read"]
+                return {"engine": engine, "bs": bs, "depth": depth, "jobs": jobs, "bw_bytes": read["bw_bytes"],
+                        "iops": read["iops"], "buffers": "malloc" if why else "huge pages"}
+    print(f"fio_MB_per_s: n/a (fio could not read {files[0]} with any engine)")
+    return None
+
+
+def size_mix(sizes: list[dict[str, int]], share: float = MIX_SHARE) -> list[tuple[int, int, int]]:
+    """(request bytes, requests, bytes) of each size class of a run's SSD reads (`ssd_request_sizes`, by
+    power of two): a class with at least `share` of the requests or of the bytes is kept, at its mean
+    request rounded to 512 B; the others' requests and bytes join the nearest kept class."""
+    n, b = sum(x["requests"] for x in sizes), sum(x["bytes"] for x in sizes)
+    kept = [x for x in sizes if x["requests"] >= share * n or x["bytes"] >= share * b] or sizes
+    out = {x["from_bytes"]: [x["requests"], x["bytes"]] for x in kept}
+    for x in sizes:
+        if x["from_bytes"] not in out:
+            near = min(out, key=lambda k: (abs(k.bit_length() - x["from_bytes"].bit_length()), k))
+            out[near][0] += x["requests"]
+            out[near][1] += x["bytes"]
+    return [(max(512, round(bb / nn / 512) * 512), nn, bb) for _, (nn, bb) in sorted(out.items())]
+
+
+def mix_limit(files: list[Path], sizes: list[dict[str, int]], depth: int, jobs: int) -> float | None:
+    """The disk's rate in bytes/s for a run's mix of SSD reads: each size class read alone by fio, and the
+    mix's bytes over the seconds fio needs for each class's bytes at its rate; None without fio."""
+    mix = size_mix(sizes)
+    n, b = sum(m[1] for m in mix), sum(m[2] for m in mix)
+    seconds, f = 0.0, None
+    for bs, nn, bb in mix:
+        f = fio_limit(files, bs, depth, jobs)
+        if f is None:
+            return None
+        seconds += bb / f["bw_bytes"]
+        print(f"fio_size_{bs}: {nn / n:.1%} of the requests, {bb / b:.1%} of the bytes, fio {f['bw_bytes'] / 1e6:.0f} "
+              f"MB/s ({f['iops']:.0f} IOPS)")
+    print(f"fio_mix: Moment's SSD reads in {len(mix)} size classes, each read alone by fio (random offsets, "
+          f"{f['engine']}, direct, {f['buffers']}, {jobs} jobs x {depth} in flight: its ranks x queue depth) over the "
+          f"{len(files)} files it read; the mix's rate = its bytes / the sum of each class's bytes over fio's rate")
+    print(f"fio_MB_per_s: {b / seconds / 1e6:.0f}  (the mix)")
+    return b / seconds
+
+
+def feed_rate(a, ds_dir: Path, layout: Path, bound: int | None, common: list[str], moment_flags: list[str],
+              baseline_flags: list[str] | None, memory_flags: list[str] | None, suffix: str) -> dict[str, float]:
+    """The pipeline without the model step (`--data-only`): seeds/s and SSD bytes/s of Moment, the worker
+    baseline and the in-memory run, the features cold (the graph warm: this is the feature path's rate),
+    and fio's rate for Moment's request size and queue depth on the files Moment read."""
+    graph = [f for f in ds_dir.iterdir() if f.name != "features.npy"]
+    systems = [("data_only_moment", moment_flags, [ds_dir, layout], graph, bound)]
+    if baseline_flags is not None:
+        systems.append(("data_only_baseline", baseline_flags, [ds_dir, layout], graph, bound))
+    if memory_flags is not None:
+        systems.append(("data_only_in_memory", memory_flags, [], [ds_dir], None))
+    got: dict[str, dict] = {}
+    for name, flags, cold, warm, b in systems:
+        m = run(name, a.nproc, [*flags, "--data-only", *common], a.cache_dir / f"{name}.json", cold=cold, bound=b,
+                warm=tuple(warm))
+        if not m:
+            continue
+        wall, tiered = sum(m["epoch_seconds"]), m.get("features") == "tiered"
+        disk = m["disk_bytes_read"]
+        m["ssd_MB_per_s"] = (m["ssd_bytes_read"] if tiered else disk) / 1e6 / wall
+        print(f"{name}_epoch_s_each: {', '.join(f'{x:.2f}' for x in m['epoch_seconds'])}")
+        print(f"{name}_seeds_per_s: {m['seeds_per_s']:.0f}")
+        read = "what its processes read from disk, start-up included"
+        print(f"{name}_ssd_MB_per_s: {m['ssd_MB_per_s']:.0f}  "
+              f"({'its own count of SSD reads' if tiered else read}, over its epochs)")
+        if tiered:
+            print(f"{name}_limiting_stage: {m['limiting_stage']}")
+            print(f"{name}_disk_MB_per_s: {disk / 1e6 / wall:.0f}  ({read}, over its epochs)")
+        print(flush=True)
+        got[name] = m
+    out: dict[str, float] = {}
+    mo = got.get("data_only_moment")
+    if mo is None:
+        return out
+    if "data_only_baseline" in got:
+        out["data_only_seeds_ratio"] = mo["seeds_per_s"] / got["data_only_baseline"]["seeds_per_s"]
+        print(f"data_only_seeds_ratio{suffix}: {out['data_only_seeds_ratio']:.2f}  (Moment / the worker baseline)")
+    if "data_only_in_memory" in got:
+        out["data_only_limit_ratio"] = steady_s(mo) / steady_s(got["data_only_in_memory"])
+        print(f"data_only_limit_ratio{suffix}: {out['data_only_limit_ratio']:.3f}  (Moment / in memory, steady epochs)")
+    if mo["ssd_requests"]:
+        files = sorted((layout / "shards").glob("ssd*")) + sorted((layout / "pack").glob("*.bin"))
+        depth = int(mo.get("config", {}).get("queue_depth") or 128)
+        rate = mix_limit(files, mo["ssd_request_sizes"], depth, a.nproc)
+        if rate:
+            out["data_only_ssd_over_fio"] = mo["ssd_MB_per_s"] / (rate / 1e6)
+            print(f"data_only_ssd_over_fio{suffix}: {out['data_only_ssd_over_fio']:.3f}  (Moment's SSD bytes/s / "
+                  "fio's for the same mix)")
+    return out
+
+
 def workload_args(p: argparse.ArgumentParser) -> None:
     """The dataset and training run this bench builds (bench/fidelity.py reuses them)."""
     p.add_argument("--nodes", type=int, default=8_000_000)
@@ -469,6 +701,13 @@ def parser() -> argparse.ArgumentParser:
                    help="the baseline's memmap: on (the kernel's read-around), off (MADV_RANDOM), or auto "
                         "(default: run both, each cold, and compare Moment with the faster)")
     p.add_argument("--skip-baseline", action="store_true")
+    p.add_argument("--skip-limit", action="store_true",
+                   help="leave out the in-memory runs (the limit: the same training with every feature in memory, "
+                        "no bound, the dataset warm) and `limit_ratio`")
+    p.add_argument("--data-only", action="store_true",
+                   help="then the feed rate: Moment, the faster baseline and the fastest in-memory run again with "
+                        "--data-only (no model step), their seeds/s and SSD bytes/s, and fio's rate for Moment's "
+                        "request size and queue depth on the files it read")
     p.add_argument("--cache-dir", type=Path, default=Path(os.environ.get(
         "MOMENT_BENCH_CACHE", Path.home() / ".cache" / "moment-bench")))
     return p
@@ -512,9 +751,9 @@ def baseline_runs(a) -> list[tuple[str, str, list[str]]]:
     return runs
 
 
-def run_size(a, nodes: int, dim: int, memory_bound: str, key: str = "speedup") -> tuple[bool, float | None]:
-    """Every system on one graph size; (all finished, speedup of Moment's default over the baseline),
-    printed as `key`."""
+def run_size(a, nodes: int, dim: int, memory_bound: str, suffix: str = "") -> tuple[bool, dict[str, float]]:
+    """Every system on one graph size; (all finished, its summary figures: speedup of Moment's default
+    over the baseline, limit_ratio, the data-only ratios), each printed with `suffix`."""
     from moment.sizes import parse_size
 
     a = argparse.Namespace(**{**vars(a), "nodes": nodes, "dim": dim})
@@ -533,8 +772,10 @@ def run_size(a, nodes: int, dim: int, memory_bound: str, key: str = "speedup") -
     budget = ["--memory-budget", "auto"] if bound else []
     systems = [("moment", [*DEFAULT])] + [(f"moment_{v}", [*DEFAULT, *VARIANTS[v]]) for v in a.variants.split(",") if v]
     results: dict[str, dict] = {}
+    figures: dict[str, float] = {}
     ok = True
     ensure_pack(ds_dir, layout, a, bound)
+    moment_flags = ["--layout", str(layout), *budget, *DEFAULT, *a.moment_args.split()]
     for name, extra in systems:
         m = run(name, a.nproc, ["--layout", str(layout), *budget, *extra, *a.moment_args.split(), *common],
                 a.cache_dir / f"{name}.json", cold=cold, bound=bound)
@@ -547,8 +788,10 @@ def run_size(a, nodes: int, dim: int, memory_bound: str, key: str = "speedup") -
         if pred is not None:
             print(f"{name}_hit_rate_simulated: {pred:.4f}  (cache simulator, rank 0, epoch 0, same capacity and policy)")
         print(flush=True)
+    baseline_flags = None
     if not a.skip_baseline:
         tried: dict[str, dict] = {}
+        flags_of: dict[str, list[str]] = {}
         for name, mode, flags in baseline_runs(a):
             print(f"{name}_mode: {mode}", flush=True)
             # a later setting that takes longer than the faster one so far, whole process, is no faster
@@ -564,13 +807,13 @@ def run_size(a, nodes: int, dim: int, memory_bound: str, key: str = "speedup") -
             report(name, bl)
             print(flush=True)
             tried[mode] = bl
+            flags_of[mode] = flags
         if tried:  # the faster setting is the baseline
             mode = min(tried, key=lambda k: epoch_s(tried[k]))
-            results["baseline"] = tried[mode]
+            results["baseline"], baseline_flags = tried[mode], flags_of[mode]
             print(f"baseline_mode: {mode}" + ("  (the faster of the two readahead settings)" if len(tried) > 1 else ""))
     if "moment" in results:
         print(f"moment_epoch_s: {epoch_s(results['moment']):.2f}")
-    speedup = None
     if "baseline" in results:
         print(f"baseline_epoch_s: {epoch_s(results['baseline']):.2f}")
         for name, m in results.items():
@@ -578,9 +821,18 @@ def run_size(a, nodes: int, dim: int, memory_bound: str, key: str = "speedup") -
                 print(f"{name}_speedup: {epoch_s(results['baseline']) / epoch_s(m):.2f}")
         if "moment" in results:
             print(f"same_loss_curve: {np.allclose(results['moment']['loss_curve'], results['baseline']['loss_curve'], rtol=1e-5)}")
-            speedup = epoch_s(results["baseline"]) / epoch_s(results["moment"])
-            print(f"{key}: {speedup:.2f}")
-    return ok, speedup
+            figures["speedup"] = epoch_s(results["baseline"]) / epoch_s(results["moment"])
+            print(f"speedup{suffix}: {figures['speedup']:.2f}", flush=True)
+    memory_flags = None
+    if not a.skip_limit and "moment" in results:
+        print()
+        limit = in_memory_limit(a, ds_dir, common, results["moment"], f"limit_ratio{suffix}")
+        if limit is not None:
+            figures["limit_ratio"], memory_flags = limit
+    if a.data_only:
+        print()
+        figures.update(feed_rate(a, ds_dir, layout, bound, common, moment_flags, baseline_flags, memory_flags, suffix))
+    return ok, figures
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -599,21 +851,21 @@ def main(argv: list[str] | None = None) -> int:
     a.cache_dir.mkdir(parents=True, exist_ok=True)
     for nodes, dim, bound in sizes:  # every size the runtime would refuse, before hours of building
         check_feasible(a, nodes, dim, bound)
-    ok, speedups = True, {}
+    ok, figures = True, {}
     for nodes, dim, bound in sizes:
         name = f"{nodes}" if dim == a.dim else f"{nodes}x{dim}"
         if len(sizes) > 1:
             print(f"size: {nodes} nodes x {dim} features, memory bound {bound}", flush=True)
-        done, sp = run_size(a, nodes, dim, bound, key=f"speedup_{name}" if len(sizes) > 1 else "speedup")
+        done, figures[name] = run_size(a, nodes, dim, bound, suffix=f"_{name}" if len(sizes) > 1 else "")
         ok = ok and done
-        if sp is not None:
-            speedups[name] = sp
         print(flush=True)
-    if len(sizes) > 1:
-        for name, sp in speedups.items():
-            print(f"speedup_{name}: {sp:.2f}")
-        if len(speedups) == len(sizes):
-            print(f"speedup: {min(speedups.values()):.2f}  (the smallest over the sizes)")
+    if len(sizes) > 1:  # each figure per size again, then the worst of them
+        for key, worst, fmt, what in SUMMARY:
+            got = {name: f[key] for name, f in figures.items() if key in f}
+            for name, x in got.items():
+                print(f"{key}_{name}: {x:{fmt}}")
+            if len(got) == len(sizes):
+                print(f"{key}: {worst(got.values()):{fmt}}  ({what} over the sizes)")
     return 0 if ok else 1
 
 

@@ -4,10 +4,18 @@ from another commit's tree (`git archive`) as a baseline in the same run.
 
 Bytecode goes to a private cache (PYTHONPYCACHEPREFIX) filled by one run that is not counted, so each
 counted run starts a fresh process as an installed `moment` does, compiled once.
+
+Run as a script, the floor: `moment --help` (starting Python with the CLI), `moment plan` on paper-machine-b
+with 4 GPUs + 8 SSDs and `moment train --dry-run` on the README's 100k layout, each as its median wall
+seconds and its ratio to the help's, for this tree and for commit `--against` (default: where this branch
+left main), alternating so that the machine's other work disturbs both alike.
+
+    .venv/bin/python bench/processes.py [--runs 5] [--against REF] [--floor-dir /tmp/floor]
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import resource
 import statistics
@@ -98,3 +106,54 @@ def _now() -> float:
     import time
 
     return time.perf_counter()
+
+
+#: the floor's commands (`moment ARGS`; {dir}: the README's 100k example, made by `floor_dir`) and targets
+FLOOR = {"help": (["--help"], 1.0),
+         "plan": (["plan", "--profile", "paper-machine-b", "--gpus", "4", "--ssds", "8"], 1.6),
+         "dry_run": (["train", "--dry-run", "--layout", "{dir}/layouts/synth100k"], 3.0)}
+
+
+def floor_dir(path: Path) -> Path:
+    """The README's 100k example (dataset, plan, layout) at `path`, made with the README's commands if missing."""
+    if not (path / "layouts" / "synth100k").is_dir():
+        path.mkdir(parents=True, exist_ok=True)
+        for args in (["data", "synth", "--nodes", "100000", "--feature-dim", "64", "--out", "data/synth100k"],
+                     ["place", "--dataset", "data/synth100k", "--profile", "paper-machine-b", "--gpus", "4", "--ssds",
+                      "8", "--plan", "plan.json", "--gpu-cache", "2%", "--cpu-cache", "5%", "--ssd-path",
+                      "ssd0=mnt/nvme0", "--ssd-path", "ssd1=mnt/nvme1", "--out", "layouts/synth100k"]):
+            subprocess.run([sys.executable, "-m", "moment", *args], cwd=path, check=True, capture_output=True,
+                           env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    return path
+
+
+def floor(runs: int, against: str, where: Path) -> None:
+    """Print each floor command's median wall seconds and ratio to `moment --help`, now and at `against`;
+    the two trees' runs alternate, twice, each time `runs` counted runs."""
+    # a private user cache: the dry run's uncounted first run records a fresh rank's size, the counted reuse it
+    os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="moment-xdg-")
+    trees = {"now": ROOT, against: tree_at(against)}  # (run from `where`: this checkout named, not installed)
+    got: dict[tuple[str, str], list[float]] = {}
+    for _ in range(2):
+        for label, tree in trees.items():
+            for name, (args, _) in FLOOR.items():
+                t = time_command([a.format(dir=where) for a in args], runs, tree=tree, cwd=where)
+                got.setdefault((label, name), []).extend(t.runs)
+    print(f"{'command':<10} " + " ".join(f"{label + ' s':>12} {'ratio':>6}" for label in trees) + "  target")
+    for name, (_, target) in FLOOR.items():
+        cells = []
+        for label in trees:
+            med, base = statistics.median(got[label, name]), statistics.median(got[label, "help"])
+            cells.append(f"{med:>12.3f} {med / base:>5.2f}x")
+        print(f"{name:<10} " + " ".join(cells) + (f"  <= {target}x" if name != "help" else ""))
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=5, help="counted runs per command and tree, per round (two rounds)")
+    ap.add_argument("--against", default=None, help="the baseline commit (default: where this branch left main)")
+    ap.add_argument("--floor-dir", type=Path, default=Path("/tmp/floor"), help="the README's 100k example")
+    a = ap.parse_args()
+    base = a.against or subprocess.run(["git", "-C", str(ROOT), "merge-base", "HEAD", "main"], capture_output=True,
+                                       text=True, check=True).stdout.strip()[:7]
+    floor(a.runs, base, floor_dir(a.floor_dir))

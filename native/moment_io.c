@@ -726,8 +726,68 @@ static PyObject *uring_usable(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a)) {
 #endif
 }
 
+PyDoc_STRVAR(copy_rows_doc, "copy_rows(dst, dst_rows, src, src_index, src_stride, row_bytes)\n"
+             "For each i: dst row dst_rows[i] (i when dst_rows is None) = the row_bytes bytes of src at byte\n"
+             "src_index[i] * src_stride. dst: writable contiguous buffer of whole rows; dst_rows, src_index: 1-d\n"
+             "int64. Every index is checked before any byte moves; the copy runs without the GIL.");
+
+/* The gather path's row copies (a finished read's rows into a job's buffer, a job's or the CPU cache's rows
+   into the batch): one memcpy per row, where NumPy's fancy indexing copies through a temporary (two passes)
+   and holds the GIL. */
+static PyObject *copy_rows(PyObject *Py_UNUSED(m), PyObject *args) {
+    PyObject *odst, *odrows, *osrc, *oidx;
+    long long stride, rb;
+    if (!PyArg_ParseTuple(args, "OOOOLL", &odst, &odrows, &osrc, &oidx, &stride, &rb)) return NULL;
+    if (rb < 1 || stride < 1) return PyErr_Format(PyExc_ValueError, "row_bytes and src_stride must be >= 1");
+    Py_buffer vd, vs, vi, vr;
+    int have_rows = odrows != Py_None;
+    if (PyObject_GetBuffer(odst, &vd, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    if (PyObject_GetBuffer(osrc, &vs, PyBUF_C_CONTIGUOUS) < 0) { PyBuffer_Release(&vd); return NULL; }
+    if (get_array(oidx, &vi, 8, "src_index") < 0) { PyBuffer_Release(&vd); PyBuffer_Release(&vs); return NULL; }
+    if (have_rows && get_array(odrows, &vr, 8, "dst_rows") < 0) {
+        PyBuffer_Release(&vd); PyBuffer_Release(&vs); PyBuffer_Release(&vi); return NULL;
+    }
+    Py_ssize_t n = vi.shape[0], nd = vd.len / rb;
+    const int64_t *idx = vi.buf, *rows = have_rows ? vr.buf : NULL;
+    PyObject *ret = NULL;
+    if (have_rows && vr.shape[0] != n) {
+        PyErr_Format(PyExc_ValueError, "dst_rows has %zd entries, src_index %zd", vr.shape[0], n);
+        goto done;
+    }
+    if (!have_rows && n > nd) {
+        PyErr_Format(PyExc_ValueError, "%zd rows do not fit a destination of %zd rows", n, nd);
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (idx[i] < 0 || idx[i] > (vs.len - rb) / stride) {
+            PyErr_Format(PyExc_IndexError, "src_index[%zd] = %lld is outside the source", i, (long long)idx[i]);
+            goto done;
+        }
+        if (rows && (rows[i] < 0 || rows[i] >= nd)) {
+            PyErr_Format(PyExc_IndexError, "dst_rows[%zd] = %lld is outside the %zd rows of the destination", i,
+                         (long long)rows[i], nd);
+            goto done;
+        }
+    }
+    Py_BEGIN_ALLOW_THREADS
+    char *d = vd.buf;
+    const char *sb = vs.buf;
+    for (Py_ssize_t i = 0; i < n; i++)
+        memcpy(d + (rows ? rows[i] : i) * rb, sb + idx[i] * stride, (size_t)rb);
+    Py_END_ALLOW_THREADS
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    PyBuffer_Release(&vd);
+    PyBuffer_Release(&vs);
+    PyBuffer_Release(&vi);
+    if (have_rows) PyBuffer_Release(&vr);
+    return ret;
+}
+
 static PyMethodDef module_methods[] = {
     {"io_uring_usable", uring_usable, METH_NOARGS, "(ok, reason): does io_uring_queue_init work here?"},
+    {"copy_rows", copy_rows, METH_VARARGS, copy_rows_doc},
     {NULL, NULL, 0, NULL},
 };
 

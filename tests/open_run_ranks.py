@@ -1,12 +1,13 @@
 """One rank of tests/test_open_run.py's 2-rank runs of a user's own loop (`moment.open_run`), under torchrun
 (gloo on CPU, the peer tier on: rows of the other rank's GPU bin come through the exchange rounds).
 
-    python -m torch.distributed.run --standalone --nproc-per-node=2 tests/open_run_ranks.py SCENARIO LAYOUT OUT
+    python -m torch.distributed.run --standalone --nproc-per-node=2 tests/open_run_ranks.py SCENARIO[,...] LAYOUT OUT
 
 uneven: rank 1 breaks out of its train loader after one batch and makes 2 feature-store lookups where rank 0
 makes 5; every row either reads is checked against the dataset. vanish: rank 1 exits after its first batch
 without closing the run; rank 0 records the error it gets. own-group: as uneven, in a process group the
-script made itself, which must outlive the run. Each rank writes OUT/rank<R>.json.
+script made itself, which must outlive the run. Each rank writes OUT/rank<R>.json, or for several scenarios
+in one launch (run one after the other in the same ranks: one torch start-up), OUT/<SCENARIO>/rank<R>.json.
 """
 
 from __future__ import annotations
@@ -68,4 +69,9 @@ def main(scenario: str, layout: str, out: Path) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], sys.argv[2], Path(sys.argv[3])))
+    scenarios = sys.argv[1].split(",")
+    for name in scenarios:
+        where = Path(sys.argv[3]) / name if len(scenarios) > 1 else Path(sys.argv[3])
+        where.mkdir(exist_ok=True)
+        main(name, sys.argv[2], where)
+    sys.exit(0)

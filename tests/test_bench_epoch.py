@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -140,3 +141,73 @@ def _running_with(arg: str) -> list[str]:
             out.append(f"{p.parent.name} " + " ".join(ln for ln in st.splitlines() if ln.startswith(("State", "PPid")))
                        + " " + cmd.decode(errors="replace")[:80])
     return out
+
+
+def test_the_in_memory_runs_are_those_memory_can_hold(bench_epoch):
+    """Moment's own in-memory run holds a copy per rank, the page-cache runs one for all: each is left out,
+    with a line saying why, when memory cannot hold its copies; the worker baseline's run is the same
+    DataLoader as the baseline's, warm."""
+    a = _args(bench_epoch, "--loader-workers", "3")
+    gib = 2**30
+    runs, skipped = bench_epoch.memory_runs(a, 4 * gib, 23 * gib)
+    assert [n for n, _, _ in runs] == ["memory_moment", "memory_pagecache", "memory_loader"] and not skipped
+    assert [f for _, _, f in runs] == [["--features-in-memory"], ["--features-memmap"],
+                                       ["--features-memmap", "--loader-workers", "3"]]
+    runs, skipped = bench_epoch.memory_runs(a, 16 * gib, 23 * gib)  # 2 copies do not fit, one does
+    assert [n for n, _, _ in runs] == ["memory_pagecache", "memory_loader"]
+    assert skipped == ["memory_moment_skipped: --features-in-memory holds a copy per rank, 2 x 16.0 GiB, over 80% "
+                       "of the 23.0 GiB available (the page-cache runs hold one copy for all ranks)"]
+    runs, skipped = bench_epoch.memory_runs(a, 30 * gib, 23 * gib)
+    assert runs == [] and len(skipped) == 2 and skipped[1].startswith("memory_pagecache_skipped: the 30.0 GiB")
+
+
+def test_steady_epochs_leave_out_the_first(bench_epoch):
+    assert bench_epoch.steady_s({"epoch_seconds": [5.0, 2.0, 3.0]}) == 2.5
+    assert bench_epoch.steady_s({"epoch_seconds": [4.0]}) == 4.0
+
+
+def test_the_disk_count_sees_a_childs_cold_reads_and_not_warm_ones(bench_epoch, tmp_path):
+    """`disk_bytes_read` (the memmap baseline's SSD bytes) is what the run's processes read from disk,
+    counted by the kernel and handed up as each is reaped: a grandchild's read of a file dropped from the
+    page cache counts, the same read while cached does not."""
+    mounts = [ln.split() for ln in Path("/proc/mounts").read_text().splitlines()]
+    fstype = max((m for m in mounts if str(tmp_path).startswith(m[1])), key=lambda m: len(m[1]))[2]
+    if fstype in ("tmpfs", "ramfs"):
+        pytest.skip(f"{tmp_path} is in memory ({fstype}): nothing is read from a disk")
+    f = tmp_path / "blob"
+    f.write_bytes(os.urandom(8 << 20))
+    os.sync()
+    reader = tmp_path / "read.py"
+    reader.write_text(f"open({str(f)!r}, 'rb').read()")
+    inner = f"import subprocess, sys; subprocess.run([sys.executable, {str(reader)!r}])"
+    got = []
+    for warm in (False, True):
+        if not warm:
+            bench_epoch.drop_files(f)
+        before = bench_epoch.bytes_read()
+        subprocess.run([sys.executable, "-c", inner], check=True, timeout=60)
+        got.append(bench_epoch.bytes_read() - before)
+    assert got[0] >= 8 << 20 and got[1] < 1 << 20, got
+
+
+def test_fio_reads_the_files_at_the_given_request_size(bench_epoch, tmp_path, monkeypatch):
+    if not shutil.which("fio"):
+        pytest.skip("fio is not installed (apt-get install fio)")
+    files = [tmp_path / "a", tmp_path / "b"]
+    for f in files:
+        f.write_bytes(os.urandom(4 << 20))
+    monkeypatch.setattr(bench_epoch, "FIO_SECONDS", 1)
+    r = bench_epoch.fio_limit(files, 6000, 4, 2)
+    assert r is not None and r["bs"] == 6144 and r["jobs"] == 2 and r["depth"] == 4
+    assert r["bw_bytes"] > 0 and r["iops"] > 0
+
+
+def test_the_fio_mix_keeps_the_size_classes_that_matter(bench_epoch):
+    """Size classes with at least half a percent of the requests or of the bytes are read by fio at their
+    mean request (512-B multiples); the others join the nearest kept class, nothing is lost."""
+    sizes = [{"from_bytes": 512, "requests": 1000, "bytes": 512 * 1000},
+             {"from_bytes": 4096, "requests": 2, "bytes": 2 * 5000},  # 0.2% of requests, 0.003% of bytes
+             {"from_bytes": 1 << 20, "requests": 10, "bytes": 10 * (1 << 20) + 10 * 300_000}]
+    mix = bench_epoch.size_mix(sizes)
+    assert [bs for bs, _, _ in mix] == [512, 1348608]  # 4 KiB joined 512 B (nearer than 1 MiB)
+    assert [n for _, n, _ in mix] == [1002, 10] and sum(b for _, _, b in mix) == sum(x["bytes"] for x in sizes)

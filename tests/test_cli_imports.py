@@ -81,6 +81,24 @@ def test_the_command_table_names_the_modules_that_define_each_command(every_comm
     assert {m for mods in cli.COMMANDS.values() for m in mods} == set(cli.MODULES)
 
 
+def test_the_root_listing_is_the_commands_own_help(every_command):
+    """`moment --help` lists the commands from cli.LISTING without importing them: the same names, order
+    and first paragraphs as the commands themselves give."""
+    real = [(c.name, c.help) for c in every_command.registered_commands]
+    real += [(g.name, g.help) for g in every_command.registered_groups]
+    assert [(name, text.split("\n\n")[0]) for name, text in real] == list(cli.LISTING.items())
+
+
+@pytest.mark.slow
+def test_the_root_help_imports_no_command_module(tmp_path):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    out = tmp_path / "modules.txt"
+    r = subprocess.run([sys.executable, "-c", _RUN, str(out), "--help"], capture_output=True, text=True, env=env,
+                       cwd=tmp_path, timeout=300)
+    assert r.returncode == 0 and "Usage: moment" in r.stdout and " plan " in r.stdout, r.stderr[-2000:]
+    assert _under(set(out.read_text().split()), *(f"moment.cli.{m}" for m in cli.MODULES)) == []
+
+
 def test_the_command_modules_import_no_circle():
     """What two command modules share lives in a module both import (common, render), never in one of
     them: an import circle between command modules breaks as soon as one imports the other at the top."""

@@ -177,6 +177,7 @@ def test_the_ranks_agree_on_the_least_free_device_memory(runtime_dataset):
     assert alone.device_memory is None  # a CPU rank reads no device
 
 
+@pytest.mark.slow
 def test_dry_run_json_states_the_device_budget(runtime_layout, capsys):
     from moment.cli import main
 

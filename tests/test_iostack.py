@@ -345,3 +345,35 @@ def test_close_with_reads_in_flight(shards, backend):
     s.close()  # queued reads are cancelled; must not hang or crash
     with pytest.raises(MomentError, match="closed"):
         s.submit(batches[0], np.empty(batches[0].dest_size, np.uint8))
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_copy_rows_moves_each_row_as_fancy_indexing_does(native, monkeypatch):
+    """The gather path's row copy (native, and its NumPy fallback) equals dst[rows] = src[idx], by row
+    numbers and by byte offsets; an index outside either array is refused before any byte moves."""
+    import moment.io.rows as rows_mod
+
+    if not native:
+        monkeypatch.setattr(rows_mod, "_copy", None)
+    elif rows_mod._copy is None:
+        pytest.skip("the native extension is not built")
+    rng = np.random.default_rng(0)
+    src = rng.integers(0, 256, (50, 24), dtype=np.uint8)
+    idx, pos = rng.integers(0, 50, 30), rng.permutation(40)[:30]
+    dst, want = np.zeros((40, 24), np.uint8), np.zeros((40, 24), np.uint8)
+    want[pos] = src[idx]
+    rows_mod.copy_rows(dst, pos, src, idx)
+    assert (dst == want).all()
+    dst[:] = 0
+    rows_mod.copy_rows(dst, None, src, idx)
+    assert (dst[:30] == src[idx]).all() and not dst[30:].any()
+    offsets = rng.integers(0, src.size - 24, 30)  # unaligned byte offsets (a read window's rows)
+    rows_mod.copy_rows(dst, pos, src, offsets, 1)
+    assert all((dst[p] == src.reshape(-1)[o:o + 24]).all() for p, o in zip(pos, offsets, strict=True))
+    if native:
+        before = dst.copy()
+        with pytest.raises(IndexError, match="outside"):
+            rows_mod.copy_rows(dst, pos, src, np.append(idx[:-1], 50))
+        with pytest.raises(IndexError, match="outside"):
+            rows_mod.copy_rows(dst, np.append(pos[:-1], 40), src, idx)
+        assert (dst == before).all()

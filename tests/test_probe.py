@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,6 +15,8 @@ import yaml
 from moment.cli import main
 from moment.io import IOStack
 from moment.planner.calibration import load_measurements
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
@@ -110,3 +116,31 @@ def test_copy_rates_are_the_best_of_the_timings():
     assert got == pytest.approx([0.5, 0.2, 0.4]) and seen == ["copy", "wait"] * 4  # a warm-up, then 3 timed
     with pytest.raises(ValueError, match="the clock stopped before the copy ended"):
         copy_gbps(10**9, [0.0])
+
+
+def test_without_a_gpu_driver_no_process_starts_torch_to_hear_there_is_no_cuda(tmp_path):
+    """No driver node (NVIDIA's, WSL2's, ROCm's): the probe, the launcher's device choice and the rank ->
+    device map say "no CUDA" and torch stays unloaded (seconds of start-up per process)."""
+    code = ("import sys; from moment.io import device; device.GPU_DRIVER_PATHS = (sys.argv[1],); "
+            "from moment.io.probe import probe_cuda; from moment.runtime.devices import cuda_pci_addresses, "
+            "default_device; assert device.no_gpu_driver(); "
+            "assert probe_cuda() is None and cuda_pci_addresses() is None and default_device(None) == 'cpu'; "
+            "assert default_device('cuda') == 'cuda'; assert 'torch' not in sys.modules, 'torch was imported'")
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "nvidiactl")], cwd=REPO, capture_output=True,
+                       text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, check=False)
+    assert r.returncode == 0, r.stderr
+
+
+def test_with_a_gpu_driver_torch_decides_as_before(tmp_path, monkeypatch):
+    torch = pytest.importorskip("torch")
+    from moment.io import device
+    from moment.io.probe import probe_cuda
+    from moment.runtime.devices import cuda_available, cuda_pci_addresses, default_device
+
+    (tmp_path / "nvidiactl").touch()
+    monkeypatch.setattr(device, "GPU_DRIVER_PATHS", (str(tmp_path / "absent"), str(tmp_path / "nvidiactl")))
+    asked = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: asked.append(1) or False)
+    assert not device.no_gpu_driver()
+    assert probe_cuda() is None and cuda_pci_addresses() is None and not cuda_available()
+    assert default_device(None) == "cpu" and len(asked) == 4  # each asked torch

@@ -300,6 +300,7 @@ def test_dry_run_prints_the_plan_and_starts_no_rank(data, monkeypatch, capsys):
         assert err.startswith(f"error: {flag}: a dry run trains nothing") and not target.exists(), err
 
 
+@pytest.mark.slow
 def test_the_fresh_rank_is_measured_while_the_launcher_checks_and_never_outlives_it(monkeypatch):
     """`measure_ahead` starts the fresh interpreter at once and the first size asked for collects it (one
     interpreter, not two); one left running when the launcher exits (a user error first) is stopped."""
@@ -326,4 +327,38 @@ def test_the_fresh_rank_is_measured_while_the_launcher_checks_and_never_outlives
         assert isinstance(left, sp.Popen)
     finally:
         ss._stop_ahead()
+        ss.fresh_sizes.cache_clear()
+
+
+def test_a_dry_run_may_reuse_the_recorded_fresh_rank_but_a_stale_or_corrupt_record_is_remeasured(monkeypatch,
+                                                                                                    tmp_path):
+    """A measurement is recorded; `measure_ahead(reuse=True)` takes a record of this installation instead of
+    starting an interpreter, once (with its date); one of another installation, or unreadable, is measured again."""
+    import json
+
+    from moment.runtime import start_sizes as ss
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    started = []
+    monkeypatch.setattr(ss, "_start", lambda: started.append(1))  # no interpreter: a fake measurement
+    monkeypatch.setattr(ss, "_collect", lambda p: (100, 300))
+    monkeypatch.setattr(ss, "_ahead", [])
+    monkeypatch.setattr(ss, "_reused", {})
+    ss.fresh_sizes.cache_clear()
+    try:
+        ss.measure_ahead(reuse=True)  # nothing recorded yet: measured, and recorded
+        assert ss.start_sizes() == (100, 300, None) and len(started) == 1
+        assert json.loads(ss.record_path().read_text())["rank"] == 300
+        ss.fresh_sizes.cache_clear()
+        ss.measure_ahead(reuse=True)  # recorded: no interpreter, the record's day said
+        agent, rank, day = ss.start_sizes()
+        assert (agent, rank) == (100, 300) and day is not None and len(started) == 1
+        assert ss.start_sizes()[2] is None and len(started) == 2  # once: what asks next measures
+        for bad in ("{", json.dumps({**json.loads(ss.record_path().read_text()), "key": {"python": "other"}})):
+            ss.record_path().write_text(bad)
+            ss.fresh_sizes.cache_clear()
+            ss.measure_ahead(reuse=True)
+            assert ss.start_sizes()[2] is None  # measured again, and recorded anew
+        assert json.loads(ss.record_path().read_text())["key"] == ss._record_key()
+    finally:
         ss.fresh_sizes.cache_clear()

@@ -240,3 +240,25 @@ def test_the_budget_charges_a_round_of_the_peer_exchange(data, ranks, peer_tier,
     assert items.get("peer exchange", 0) == (stated if charged else 0)
     used = [p.memory.predicted_peak_bytes for p in plans]
     assert used[0] - used[1] == (stated * ranks if charged else 0)  # every local rank holds its round
+
+
+def test_the_read_pool_reuses_destinations_within_its_capacity():
+    """A released destination serves the next job that fits it (no fresh pages to fault in), and what the pool
+    holds, used and kept, never exceeds its capacity."""
+    from moment.runtime.gather import BufferPool
+
+    pool = BufferPool(1000)
+    assert pool.take(400)
+    a = pool.array(100, 4)
+    assert a.shape == (100, 4) and pool.used == 400
+    pool.release(a)
+    assert pool.used == 0 and pool.kept_bytes == 400
+    assert pool.take(360)
+    b = pool.array(90, 4)  # the kept buffer, its 40 extra bytes counted as used
+    assert b.base is a.base and pool.used == 400 and pool.kept_bytes == 0 and pool.reused == 1
+    assert pool.take(600)
+    c = pool.array(150, 4)
+    assert c.base is not a.base and pool.used == 1000
+    pool.release(b)
+    pool.release(c)
+    assert pool.used == 0 and pool.kept_bytes <= pool.capacity

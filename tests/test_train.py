@@ -17,6 +17,7 @@ from runtime_data import CLASSES, make_dataset, make_layout, torchrun, train_arg
 import moment.runtime.finite as finite_mod
 import moment.runtime.run as run_mod
 import moment.runtime.sizing as sizing_mod
+import moment.runtime.start_sizes as start_sizes_mod
 import moment.runtime.train as train_mod
 from moment import testpoints
 from moment.errors import MomentError
@@ -439,7 +440,7 @@ def test_a_rank_base_includes_the_model_layers(budget_run):
                            "process_bytes\nprint(process_bytes())"], env=env, capture_output=True, text=True,
                           check=True, timeout=300)
     without_layers = int(bare.stdout.split()[-1])
-    base = sizing_mod.rank_start_bytes()
+    base = start_sizes_mod.rank_start_bytes()
     assert base > without_layers + (64 << 20), (base >> 20, without_layers >> 20)  # torch_geometric.nn: ~128 MiB
     cfg = _cfg(layout, memory_budget="2GiB", io_shape="block")
     preview = sizing_mod.preview_plan(cfg, ds, 1)
@@ -462,3 +463,49 @@ def test_dataloader_workers_baseline_trains_the_same_batches(setup, reference):
         parse_args(["--layout", str(layout), "--loader-workers", "2"])
     with pytest.raises(MomentError, match="--drop-page-cache batch cannot be combined with --loader-workers"):
         parse_args(["--layout", str(layout), "--features-memmap", "--loader-workers", "2", "--drop-page-cache", "batch"])
+
+
+def _fed(m: dict) -> tuple:
+    """What a run read: rows and bytes per tier, SSD bytes and requests, seeds and batches."""
+    return (m["tier_rows"], m["tier_bytes"], m["ssd_bytes_read"], m["ssd_requests"], m["packed_rows"], m["steps"])
+
+
+@pytest.mark.slow
+def test_data_only_reads_what_the_training_run_reads(setup, reference, two_ranks, tmp_path):
+    """--data-only runs the data path alone: the same rows and bytes from every tier as the training run of
+    the same options (2 ranks on gloo: the peer exchange and the collectives the data path needs), no model,
+    so no loss or accuracy; the baselines (in memory, memmap, DataLoader workers) feed alike."""
+    _, ds, layout = setup
+    out = tmp_path / "d.json"
+    torchrun(train_args(layout, out, "--data-only"))
+    m = json.loads(out.read_text())
+    assert m["data_only"] is True and two_ranks["data_only"] is False
+    assert _fed(m) == _fed(two_ranks) and m["tier_rows"]["peer"] > 0 and m["ssd_bytes_read"] > 0
+    assert m["loss_curve"] is None and m["val_accuracy"] is None and m["val_metric"] is None
+    assert m["seeds_per_s"] > 0 and m["pipeline_wall_s"] > 0 and len(m["epoch_seconds"]) == 2
+    assert m["stage_seconds"]["train"] < two_ranks["stage_seconds"]["train"]
+    sizes = m["ssd_request_sizes"]  # the reads by size, as the bench's fio measures the disk for this mix
+    assert sum(x["requests"] for x in sizes) == m["ssd_requests"] and sum(x["bytes"] for x in sizes) == m["ssd_bytes_read"]
+    assert all(x["from_bytes"] <= x["bytes"] / x["requests"] < 2 * x["from_bytes"] for x in sizes)
+    assert sizes == two_ranks["ssd_request_sizes"]
+    for kw in ({"features": "memory"}, {"features": "memmap", "memmap_random": True, "loader_workers": 2}):
+        d = train(_cfg(layout, epochs=2, data_only=True, **kw))
+        rows = {"memmap" if kw["features"] == "memmap" else "memory": reference["tier_rows"]["memory"]}
+        assert d["data_only"] and d["tier_rows"] == rows and d["steps"] == reference["steps"], kw
+        assert d["loss_curve"] is None and d["seeds_per_s"] > 0
+
+
+def test_data_only_is_refused_where_it_means_nothing(setup, capsys):
+    _, _, layout = setup
+    for extra in (["--checkpoint-dir", "/tmp/ck"], ["--checkpoint-dir", "/tmp/ck", "--resume"]):
+        with pytest.raises(MomentError, match=r"a --data-only run trains no model, so it has nothing to checkpoint"):
+            parse_args(["--layout", str(layout), "--data-only", *extra])
+    from moment.cli import main
+
+    assert main(["train", "--dry-run", "--data-only", "--layout", str(layout)]) == 2
+    err = capsys.readouterr().err
+    assert "a dry run starts no rank and reads nothing" in err and "Traceback" not in err
+    with pytest.raises(MomentError, match="opened with data_only=True"):
+        with run_mod.open_run(layout, data_only=True, quiet=True, threads=1, fanouts=[10, 5]) as run:
+            for batch in run.loader("train", 0):
+                run.track(batch.x.float().sum())

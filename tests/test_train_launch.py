@@ -57,6 +57,32 @@ def test_rank_output_reattaches_to_the_launchers_streams(tmp_path):
     assert out.read_text() == "before\nto out\n" and err.read_text() == "to err\n"
 
 
+def test_the_launcher_checks_a_run_without_loading_torch(layout, tmp_path):
+    """The process that runs torchrun makes no tensor: on a machine without a GPU driver its checks (device,
+    ranks, layout, dataset) load no torch, seconds of start-up per launch (a budget's preview still does)."""
+    code = ("import sys; from moment.io import device; device.GPU_DRIVER_PATHS = (sys.argv[1],); "
+            "from moment.cli.train_cmds import _precheck; _precheck(sys.argv[2:], 2); "
+            "assert 'torch' not in sys.modules, 'torch was imported'")
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "nvidiactl"), "--layout", str(layout), *ARGS],
+                       cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
+                       check=False)
+    assert r.returncode == 0, r.stderr
+
+
+def test_the_join_deadline_counts_from_the_agent_opening_its_socket():
+    """`_agent_started` sees torchrun's agent begin the join (a socket, its store client), not its start-up."""
+    code = "import socket, sys, time; sys.stdin.readline(); s = socket.socket(); print(1, flush=True); time.sleep(60)"
+    p = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert not tl._agent_started(p.pid)
+        p.stdin.write("go\n")
+        p.stdin.flush()
+        assert p.stdout.readline() == "1\n" and tl._agent_started(p.pid)
+    finally:
+        p.kill()
+        p.wait()
+
+
 def test_torchrun_lines_become_one_message_and_an_exit_status(tmp_path, capsys):
     log = tmp_path / "torchrun.log"
     killed = tl.Outcome(code=0, log=log)

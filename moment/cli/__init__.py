@@ -25,7 +25,7 @@ from moment.outputs import console_width
 # Imports inside functions: each command loads only what it runs, so `moment --help` and every other command
 # start fast.
 
-app = typer.Typer(
+_ROOT = dict(
     name="moment",
     help="Plan and run multi-GPU out-of-core GNN training: where GPUs and SSDs go (scan, plan, compare), "
     "where the data goes (data, place, layout) and how it is read (train).",
@@ -34,6 +34,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+app = typer.Typer(**_ROOT)
 # Piped output (logs, CI) is not wrapped at rich's 80 columns, or any fixed width (outputs.console_width)
 console = Console(width=console_width(sys.stdout), emoji=False)  # a user's ":boom:" stays text
 err_console = Console(stderr=True, width=console_width(sys.stderr), emoji=False)
@@ -53,6 +54,39 @@ COMMANDS = {
     "probe": ("fidelity_cmds",), "profiles": ("topology_cmds",), "scan": ("scan_cmds",), "schema": ("topology_cmds",),
     "serve": ("serve_cmds",), "simulate": ("fidelity_cmds",), "train": ("train_cmds",), "version": ("version_cmds",),
 }
+#: `moment --help`'s list, in its order: each command's name and the first paragraph of its help, so that a
+#: command line naming no command (the root's help, a bad root option, a mistyped command) imports no
+#: command module (tests/test_cli_imports.py checks it against the commands' own help)
+LISTING = {
+    "advise": "Recommend what to buy: how many of which GPU and SSD, and where they go, for the best "
+              "throughput per dollar and the best throughput under a budget.",
+    "doctor": "Check that this machine is ready to train: run it first on a GPU machine.",
+    "simulate": "Replay an epoch step by step on the capacity graph and compare it with the aggregate LP.",
+    "calibrate": "Fit link efficiencies and a per-epoch overhead to measured epoch times by bounded least "
+                 "squares.",
+    "probe": "Measure this machine through Moment's own I/O stack: each SSD's direct-I/O read rate and "
+             "random 4 KiB IOPS, memory copy bandwidth, and (only where CUDA is present) host<->GPU and "
+             "GPU<->GPU copy rates. Example: moment probe --ssd-path ssd0=/mnt/nvme0 --out measured.yaml",
+    "place": "Place every node embedding in a GPU cache, CPU memory or SSD (DDAK) and write the layout.",
+    "scan": "Read a machine's topology: this machine (sysfs, lspci, dmidecode, nvidia-smi, udev) or saved "
+            "files.",
+    "export": "Write a profile as YAML, JSON or NCCL topology XML (hand the XML to NCCL_TOPO_FILE).",
+    "plan": "Recommend which slot gets which GPU and SSD, with predicted bandwidth and bottlenecks.",
+    "compare": "Plan several machines (or inventories) and put the best layouts side by side (what-if).",
+    "schema": "Print the JSON Schema of a profile (topology), of `plan --json` output, or of the workload.",
+    "models": "List the GPU, SSD and NIC models the planner knows (use with --gpu-model/--ssd-model).",
+    "profiles": "List the built-in machine profiles (use them with --profile NAME).",
+    "train": "Train a GNN from a layout with NPROC data-parallel ranks (torchrun --standalone), or on "
+             "several machines: `--nnodes N --node-rank K --rdzv-endpoint HOST:PORT` on each, with its own "
+             "--layout.",
+    "version": "Print Moment's version and whether the native DDAK kernel and I/O engines are in use.",
+    "serve": "Serve the planner over HTTP: JSON under /v1 (plan, compare, simulate, scan, profiles, models, "
+             "and place/probe jobs), the OpenAPI schema at /openapi.json, and the web page at / when "
+             "installed.",
+    "cache": "Cache policies: simulate hit rates and SSD bytes.",
+    "data": "Graph datasets: synth, import, info, presample.",
+    "layout": "Layouts: verify checksums, show what is where, remove.",
+}
 _reflowed: set[int] = set()  # help texts already reflowed: reflowing one again would split its paragraphs
 
 
@@ -60,9 +94,7 @@ def _register(argv: list[str] | None = None) -> None:
     """Import the modules of the command `argv` names (every module when it names none it knows: the
     root's help, a typo), reflow the new help texts, and keep `moment --help`'s order whatever was
     imported first."""
-    args = sys.argv[1:] if argv is None else argv
-    first = args[0] if args and not args[0].startswith("-") else ""  # (`moment --help plan`: the root's help)
-    for name in COMMANDS.get(first, MODULES):
+    for name in COMMANDS.get(_named(argv), MODULES):
         importlib.import_module(f"moment.cli.{name}")
     rank = {m: i for i, m in enumerate(MODULES)}
 
@@ -76,6 +108,13 @@ def _register(argv: list[str] | None = None) -> None:
     app.registered_commands.sort(key=lambda c: module_rank(c.callback))
     app.registered_groups.sort(key=group_rank)
     _reflow_help(app)
+
+
+def _named(argv: list[str] | None) -> str:
+    """The command a command line names: its first argument, unless an option comes first (`moment --help
+    plan` is the root's help); "" when it names none."""
+    args = sys.argv[1:] if argv is None else argv
+    return args[0] if args and not args[0].startswith("-") else ""
 
 
 def _own_path_checks(command) -> None:
@@ -110,24 +149,37 @@ def _root() -> None:
     """Plan and run multi-GPU out-of-core GNN training."""
 
 
+def _listing() -> typer.Typer:
+    """The root with its commands listed from LISTING, not imported: all that a command line naming no
+    command it knows can run (the root's help; a bad root option's or a mistyped command's error)."""
+    root = typer.Typer(**_ROOT)
+    root.callback()(_root)
+    for name, text in LISTING.items():
+        root.command(name, help=text)(_listed)
+    return root
+
+
+def _listed() -> None:
+    """A command as the root's help lists it (never run: a command line naming it loads the real one)."""
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: user errors become one red message and exit code 2, never a traceback."""
-    _register(argv)
-
-
+    root = app if _named(argv) in COMMANDS else _listing()
+    if root is app:
+        _register(argv)
     # whoever finds an output locked by this run is told which command holds it
     locking.COMMAND = "moment " + shlex.join(str(a) for a in (sys.argv[1:] if argv is None else argv))
     old = _stop_cleanly_on_sigterm()
     try:
-        return _main(argv)
+        return _main(argv, root)
     finally:
-
         for sig, handler in old.items():
             signal.signal(sig, handler)
 
 
-def _main(argv: list[str] | None) -> int:
-    command = typer.main.get_command(app)
+def _main(argv: list[str] | None, root: typer.Typer) -> int:
+    command = typer.main.get_command(root)
     _own_path_checks(command)
     usage_error, click_exception = _click_errors()
     try:

@@ -58,18 +58,18 @@ def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
     parsed configuration, what the ranks' environment must add so that their own checks use the same
     numbers, and the run plan the ranks will resolve (when there is a budget to check, or `plan`; else None)."""
     from moment.runtime.config import BUILT_IN_MODELS, parse_args
-    from moment.runtime.start_sizes import measure_ahead
+    from moment.runtime.start_sizes import agent_start_bytes, measure_ahead, rank_start_bytes
 
     cfg = parse_args(args, check=False)
     if (cfg.memory_budget or cfg.device_memory_budget or plan) and cfg.features == "tiered":
-        measure_ahead()  # a fresh rank's size, which the preview below charges, measured while the checks run
+        # a fresh rank's size, which the preview below charges, measured while the checks run; a dry run
+        # that checks no budget may reuse the last one measured (its plan says when)
+        measure_ahead(reuse=plan and not (cfg.memory_budget or cfg.device_memory_budget))
 
     from moment.placement.opened import Layout
-    from moment.runtime.devices import check_local_ranks, cuda_pci_addresses, local_devices
-    from moment.runtime.dist import default_device
-    from moment.runtime.run import dataset_dir, layout_gpus
+    from moment.runtime.devices import check_local_ranks, cuda_pci_addresses, default_device, local_devices
+    from moment.runtime.run_plan import dataset_dir, layout_gpus
     from moment.runtime.runs import CHECKPOINTS, check_run_dir, run_root
-    from moment.runtime.sizing import AGENT_ENV, BASE_ENV, agent_start_bytes, preview_plan, rank_start_bytes
     from moment.workload.graph import GraphDataset
 
     check_run_dir(run_dir)
@@ -78,7 +78,12 @@ def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
 
         refuse_split_dir(cfg.layout)
     anchor = cfg.layout or cfg.dataset
-    if cfg.checkpoint_dir is None and cfg.checkpoint_every != 0 and not cfg.resume and anchor is not None:
+    if plan and cfg.data_only:
+        raise MomentError("--data-only runs the data path to measure its feed rate; a dry run starts no rank "
+                          "and reads nothing, and its plan is the same with or without it: drop --data-only "
+                          "or --dry-run")
+    if (cfg.checkpoint_dir is None and cfg.checkpoint_every != 0 and not cfg.resume and not cfg.data_only
+            and anchor is not None):
         # checked with the checkpoint directory `train` gives the run (in its run directory, made later)
         cfg.model_copy(update={"checkpoint_dir": run_root(run_dir, Path(anchor)) / CHECKPOINTS}).check()
     else:
@@ -119,6 +124,8 @@ def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
         make_model(cfg, ds.feature_dim, width, len(cfg.resolved_fanouts()))
         load_loss(cfg.loss, width)
     if (cfg.memory_budget or cfg.device_memory_budget or plan) and cfg.features == "tiered":
+        from moment.runtime.sizing import AGENT_ENV, BASE_ENV, preview_plan
+
         # as the ranks will resolve it: a budget below the minimum is one message, here
         run_plan = preview_plan(cfg, ds, nproc, layout=layout, nnodes=rdzv.nnodes if rdzv is not None else 1)
         # the ranks charge the figures this check charged
@@ -242,7 +249,7 @@ def train(
         return
     run_path = make_run_dir(run_dir, Path(cfg.layout or cfg.dataset))
     where = f"run directory {run_path}: torchrun's log"
-    if cfg.checkpoint_dir is None and cfg.checkpoint_every != 0:
+    if cfg.checkpoint_dir is None and cfg.checkpoint_every != 0 and not cfg.data_only:  # no model to save
         args += ["--checkpoint-dir", str(run_path / CHECKPOINTS)]
         where += ", checkpoints (resume with --resume --checkpoint-dir " + str(run_path / CHECKPOINTS) + ")"
     if not cfg.quiet:

@@ -89,8 +89,9 @@ def _raise_stopped(signum: int, _frame) -> None:
     raise _Stopped(signum)
 
 
-#: torchrun's start (imports, its agent) before its own join timeout begins: the launcher's deadline is later by this
-JOIN_GRACE_S = 5
+#: the longest torchrun may take to load and start its agent when the start is not seen (`_agent_started`): the
+#: join's deadline then counts from here
+AGENT_START_MAX_S = 60
 PROBE_S = 3  # how long the endpoint may take to answer as a torch store, at the deadline
 
 
@@ -138,14 +139,37 @@ def _children(pid: int) -> bool:
         return True  # cannot tell (not Linux): leave the bound to torchrun
 
 
+def _agent_started(pid: int) -> bool:
+    """Whether torchrun's agent has begun its rendezvous: it then holds a socket (its client of the endpoint's
+    store), which loading torch before it does not open and the launcher does not pass on."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return True  # cannot tell: count from now
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:"):
+                return True
+        except OSError:
+            pass  # closed meanwhile
+    return False
+
+
 def _join_deadline(proc: subprocess.Popen, rdzv: Any, out: Outcome, done: threading.Event) -> None:
-    """Stop torchrun when its ranks have not started --rdzv-timeout (+ its start-up) after it began: a held or
-    silent endpoint would keep its agent waiting. Before the rendezvous there are no ranks to stop."""
-    end = time.monotonic() + rdzv.timeout_s + JOIN_GRACE_S
+    """Stop torchrun when its ranks have not started --rdzv-timeout after its agent began the join (as torchrun's
+    own join timeout counts): a held or silent endpoint would keep its agent waiting. Before the rendezvous
+    there are no ranks to stop. Why from the agent's start: torchrun's own start (loading torch) takes from
+    under a second to many on a loaded machine, so a fixed allowance for it is either too short or waited
+    for in vain."""
+    latest = time.monotonic() + AGENT_START_MAX_S
+    end = None
     while not done.wait(0.2):
         if proc.poll() is not None or _children(proc.pid):
             return
-        if time.monotonic() >= end:
+        now = time.monotonic()
+        if end is None and (now >= latest or _agent_started(proc.pid)):
+            end = now + rdzv.timeout_s
+        if end is not None and now >= end:
             what = probe_endpoint(rdzv)
             if proc.poll() is not None or _children(proc.pid) or done.is_set():
                 return

@@ -14,9 +14,11 @@ and given an optimistic throughput from a placement-free lower bound on its epoc
 
 Inventories are then solved exactly with the planner (`best_placement`, the search of `make_plan`
 without its usual layouts and max-flow: symmetry pruning and its own branch and bound over
-placements; inventories of one shape share its listing of placements) in the order of their
-optimistic rank, alternating between the two rankings; a ranking stops asking once its next
-inventory, even at its bound, cannot enter its top k. What neither ranking asked for is `pruned`. An
+placements; inventories of one shape share its listing of placements, and one that looks the same
+to the search as an inventory solved before, such as SSDs whose link caps their read rates, takes
+that answer with the names changed) in the order of their optimistic rank, alternating between
+the two rankings; a ranking stops asking once its next inventory, even at its bound, cannot enter
+its top k. What neither ranking asked for is `pruned`. An
 inventory that is no faster than the same one with one SSD fewer is not ranked (`dominated`: the
 extra SSD buys nothing); before an inventory enters a top list its smaller sibling is solved, so a
 top list never holds an entry a later solve removes. `prune=False` solves every inventory in the

@@ -13,14 +13,43 @@ torch is imported here only when a `DeviceLayer` is made, so planning and plain 
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from moment.errors import MomentError
+from moment.io.rows import copy_rows
 
 # Imports inside functions: torch (and PyG) load only where a tensor is made, so planning, placement and the
 # CLI stay torch-free.
+
+#: what a driver that can give CUDA a device makes: NVIDIA's control node and its /proc entry, WSL2's GPU
+#: paravirtualisation node (CUDA there has no /dev/nvidia*), and ROCm's kernel driver (a ROCm torch answers
+#: torch.cuda too)
+GPU_DRIVER_PATHS = ("/dev/nvidiactl", "/proc/driver/nvidia", "/dev/dxg", "/dev/kfd")
+
+
+def index_rows(out: Any, pos: np.ndarray, table: Any, idx: np.ndarray) -> None:
+    """out[pos] = table[idx] for row tensors: both on the host, each row copied once without the GIL
+    (`copy_rows` over their arrays); else by torch's indexing on each one's device."""
+    if out.device.type == "cpu" and table.device.type == "cpu":
+        copy_rows(out.numpy(), pos, table.numpy(), idx)
+        return
+    import torch
+
+    out[torch.from_numpy(pos).to(out.device)] = table[torch.from_numpy(idx).to(table.device)]
+
+
+def no_gpu_driver() -> bool:
+    """True when this machine clearly has no GPU driver (none of GPU_DRIVER_PATHS exists): CUDA sees no device.
+
+    Why: importing torch only to hear `torch.cuda.is_available()` say False costs seconds of start-up in
+    every process that asks (the probe, the train launcher, the GPU checks). Every check of whether CUDA
+    exists that can run before torch is loaded asks this first; where a driver may be there, torch decides
+    exactly as before."""
+    return not any(os.path.exists(p) for p in GPU_DRIVER_PATHS)
+
 
 #: staging slots of a ring: one batch is assembled on the host while the previous one's copy is in flight
 RING_SLOTS = 2
@@ -165,8 +194,12 @@ class DeviceLayer:
             stream.wait_stream(self._torch.cuda.current_stream(self.device))
 
     def host_buffer(self, nbytes: int) -> Any:
-        """A uint8 host buffer the device copies from asynchronously (page-locked on CUDA)."""
-        return self._torch.empty(nbytes, dtype=self._torch.uint8, pin_memory=self.cuda)
+        """A uint8 host buffer the device copies from asynchronously (page-locked on CUDA). On CPU it is
+        NumPy's: NumPy asks for transparent huge pages on large arrays (torch does not), and a fresh
+        batch buffer in 4 KiB pages costs a page fault every 4 KiB the batch's rows are copied into."""
+        if self.cuda:
+            return self._torch.empty(nbytes, dtype=self._torch.uint8, pin_memory=True)
+        return self._torch.from_numpy(np.empty(nbytes, np.uint8))
 
     def copy_async(self, dst: Any, src: Any) -> None:
         """Queue the copy of `src` (pinned host memory) into `dst` on the current stream."""

@@ -74,6 +74,17 @@ SHAPES = {
 SHAPES["packed"] = dataclasses.replace(SHAPES["block"], name="packed")  # block reads over the pack's segments
 
 
+SIZE_BUCKETS = 32  # request sizes by power of two: bucket k holds reads of [2**k, 2**(k+1)) bytes
+
+
+def size_histogram(length: np.ndarray) -> np.ndarray:
+    """(2, SIZE_BUCKETS) float64: requests, then bytes, per power-of-two size bucket (what a disk's rate
+    for the same mix of request sizes is measured with)."""
+    k = np.minimum(np.log2(np.maximum(length, 1)).astype(np.int64), SIZE_BUCKETS - 1)
+    return np.stack([np.bincount(k, minlength=SIZE_BUCKETS).astype(np.float64),
+                     np.bincount(k, weights=length, minlength=SIZE_BUCKETS)])
+
+
 @dataclass
 class Plan:
     """Reads covering a set of rows, and where each row sits in the read bytes."""

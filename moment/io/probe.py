@@ -21,6 +21,7 @@ import numpy as np
 from moment.errors import Flag, MomentError, cli_flag
 from moment.inputs import check_dir, exists
 from moment.io.buffers import aligned_buffer
+from moment.io.device import no_gpu_driver
 from moment.io.engines import MAX_QUEUE_DEPTH
 from moment.outputs import atomic_file, name_max, probe_writable, writing
 from moment.io.requests import ReadBatch
@@ -235,6 +236,8 @@ def copy_rates(n: int, nbytes: int, copy: Callable[[int | None, int], object],
 
 def probe_cuda(nbytes: int = 256 * MiB) -> dict | None:  # pragma: no cover - needs a GPU
     """Host->device (pinned) per GPU and device->device per ordered pair, GB/s; None without CUDA."""
+    if no_gpu_driver():
+        return None
     try:
         import torch
     except ImportError:

@@ -171,37 +171,17 @@ class CapacityCanon:
 
     def classes(self, space: SearchSpace) -> np.ndarray:
         """A class number for each placement of `space`, equal where `key` is equal: each socket's
-        distinct fillings are canonised once, not once per placement."""
+        distinct fillings are canonised once (`_canon`, whose memo other inventories with the same
+        models in a subtree share), not once per placement."""
         n = len(space.rows)
         if not self.enabled or not n:
             return np.arange(n)
-        keys = np.sort(np.stack([self._forms_of(sock, space) for sock in self.sockets], axis=1), axis=1)
-        return _unique_rows(keys)[1]  # (sorted: the sockets' forms as a multiset)
-
-    def _forms_of(self, nid: str, space: SearchSpace) -> np.ndarray:
-        """`_canon(nid, ...)` for every placement of `space` (-1 for None), bottom up: a node's
-        children's numbers, sorted, are a row; each distinct row is made a form once."""
-        col = {sid: j for j, sid in enumerate(space.slots)}
-        rows = space.rows
-        if self.kind.get(nid) == Kind.slot:
-            if nid not in col:
-                return np.full(len(rows), -1)
-            table = [self._device(nid, m) for m in space.models] + [None]
-            return np.array([-1 if d is None else d for d in table])[rows[:, col[nid]]]
-        kids = [self._forms_of(k, space) for k in self.children.get(nid, ())]
-        fixed = self.fixed_devices.get(nid, [])
-        label = self.sockets.get(nid, self.kind[nid].value)
-        up = _round(self.uplink[nid]) if nid in self.uplink else None
-        if not kids:
-            return np.full(len(rows), -1 if not fixed and self.kind.get(nid) != Kind.socket
-                           else self._intern((label, up, tuple(sorted(fixed)))))
-        unique, inverse = _unique_rows(np.sort(np.stack(kids, axis=1), axis=1) + 1)  # (+1: None is 0)
         forms = []
-        for u in unique.tolist():
-            parts = [x - 1 for x in u if x] + fixed
-            forms.append(-1 if not parts and self.kind.get(nid) != Kind.socket
-                         else self._intern((label, up, tuple(sorted(parts)))))
-        return np.array(forms)[inverse]
+        for sock in self.sockets:  # (a socket always has a form: never None)
+            fillings, inverse = _fillings(space, space.rows, self.slots, self.span[sock])
+            forms.append(np.array([self._canon(sock, occ) for occ in fillings], dtype=np.int64)[inverse])
+        keys = np.sort(np.stack(forms, axis=1), axis=1)
+        return _unique_rows(keys)[1]  # (sorted: the sockets' forms as a multiset)
 
 
 class TreeBound:
@@ -295,8 +275,8 @@ class TreeBound:
         for n_gpu in sorted(set(n_gpu_all.tolist())):
             at = np.flatnonzero(n_gpu_all == n_gpu)
             if n_gpu == 0:
-                for j in at:
-                    out.lb[j], out._rows[j] = 0.0, np.zeros(0)
+                out.lb[at] = 0.0
+                out.add(at, np.zeros((len(at), 0)))
                 continue
             self._bounds_with(space, rows[at], at, int(n_gpu), workload, out)
         return out
@@ -315,6 +295,10 @@ class TreeBound:
             lo, hi = self.span[sock]
             walked = []
             for occ in fillings:
+                found = self._memo.get((sock, occ[lo:hi], g_share))  # (`_walk`'s own memo, before its devices)
+                if found is not None:
+                    walked.append(found)
+                    continue
                 devs: dict[str, tuple[Kind, float, float]] = {}
                 for slot, model in zip(self.slots[lo:hi], occ[lo:hi]):
                     if model is not None:
@@ -355,9 +339,8 @@ class TreeBound:
         links = np.concatenate([np.where(valid, into, -np.inf), np.where(valid, out_of, -np.inf)], axis=1)
         if self.tree_only and links.shape[1]:
             lb = np.maximum(lb, links.max(axis=1))
-        for r, j in enumerate(at.tolist()):
-            out.lb[j] = lb[r]
-            out._rows[j] = links[r]
+        out.lb[at] = lb
+        out.add(at, links)
 
     def _walk(self, nid: str, occupants: tuple[str | None, ...], devs: dict[str, tuple[Kind, float, float]],
               g_share: float) -> tuple[int, float, float, list, list, float]:
@@ -408,10 +391,22 @@ class Bounds:
 
     def __init__(self, lb: np.ndarray):
         self.lb = lb
-        self._rows: list = [None] * len(lb)  # per placement: its per-link bounds, -inf for none
+        # per-link bounds (-inf for none) in blocks: (the placements, a row for each), one per GPU count
+        self._blocks: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def add(self, at: np.ndarray, links: np.ndarray) -> None:
+        """The per-link bounds of placements `at`, a row each."""
+        self._blocks.append((at, links))
+
+    def _row(self, j: int) -> np.ndarray:
+        for at, links in self._blocks:
+            hit = np.flatnonzero(at == j)
+            if len(hit):
+                return links[hit[0]]
+        raise IndexError(j)
 
     def links(self, j: int) -> tuple[float, ...]:
-        row = self._rows[j]
+        row = self._row(j)
         return tuple(round(x, 6) for x in sorted(row[np.isfinite(row)].tolist(), reverse=True))
 
     def link_rows(self) -> np.ndarray:
@@ -419,10 +414,10 @@ class Bounds:
         as a shorter tuple does before a longer one it begins): comparing rows lexicographically
         compares the tuples. Each distinct bound is rounded once, by Python's `round` (numpy's rounds
         otherwise in the last digit)."""
-        width = max((len(r) for r in self._rows), default=0)
-        m = np.full((len(self._rows), width), -np.inf)
-        for j, r in enumerate(self._rows):
-            m[j, :len(r)] = r
+        width = max((links.shape[1] for _, links in self._blocks), default=0)
+        m = np.full((len(self.lb), width), -np.inf)
+        for at, links in self._blocks:
+            m[at, :links.shape[1]] = links
         m = -np.sort(-m, axis=1)  # highest first, -inf last
         finite = np.isfinite(m)
         values = np.unique(m[finite])

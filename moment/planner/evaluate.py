@@ -10,7 +10,7 @@ from moment.errors import MomentError
 from moment.planner.contracts import Evaluation, LinkUse, Prediction
 from moment.planner.lp import solve_lp
 from moment.planner.maxflow import solve_maxflow
-from moment.planner.network import TIER_CPU, TIER_GPU, FlowNetwork, build_network
+from moment.planner.network import TIER_CPU, TIER_GPU, ChassisTemplate, FlowNetwork, build_network
 from moment.planner.solution import Solution
 from moment.topology.bandwidth import GB
 from moment.topology.devices import populate
@@ -91,16 +91,22 @@ def solve(net: FlowNetwork, solvers: Sequence[str], maxflow_backend: str) -> dic
 
 def evaluate(topo_bare: Topology, placement: dict[str, str], workload: WorkloadSpec, *,
              solvers: Sequence[str] = ("lp", "even", "maxflow"), maxflow_backend: str = "networkx",
-             data: str = "planned") -> Evaluation:
+             data: str = "planned", template: ChassisTemplate | None = None) -> Evaluation:
     """Predict a placement with each solver; links and bottlenecks come from the LP under `data` (the
-    realisable one: 'planned' or 'even', which must be among `solvers`) when it ran, else from max-flow."""
+    realisable one: 'planned' or 'even', which must be among `solvers`) when it ran, else from max-flow.
+    `template`: `topo_bare` parsed once, for callers that evaluate many placements (the same graph,
+    without populating a copy of the machine for each; the placement is then taken as valid)."""
     if ("even" in solvers and "lp" not in solvers) or (data == "even" and "even" not in solvers):
         raise ValueError("the even-data LP comes with the planned one ('lp'), and data 'even' needs it")
-    topo = populate(topo_bare, placement)
-    net = build_network(topo, workload)
+    if template is not None:
+        assert template.topo is topo_bare, "a template of this chassis"
+        net, devices = template.network(placement, workload), template.device_ids(placement)
+    else:
+        topo = populate(topo_bare, placement)
+        net = build_network(topo, workload)
+        devices = {slot: topo.occupant(slot).id for slot in placement}
     sols = solve(net, solvers, maxflow_backend)
     main = sols["even"] if data == "even" else sols.get("lp") or sols["maxflow"]
-    devices = {slot: topo.occupant(slot).id for slot in placement}
     return Evaluation(
         placement=dict(placement),
         devices=devices,

@@ -89,29 +89,57 @@ def _fix_even(net: FlowNetwork, part: _Parts) -> None:
 
 def _paths(net: FlowNetwork, cap: int | None) -> list[dict[int, list[list[int]]]] | None:
     """For each GPU: storage index -> simple paths (edge index lists) to it; None past `cap`."""
-    into: dict[str, list[int]] = {}
+    into: dict[str, list[tuple[int, str]]] = {}
     for i, e in enumerate(net.edges):
-        into.setdefault(e.v, []).append(i)
+        into.setdefault(e.v, []).append((i, e.u))
+    for ins in into.values():
+        ins.reverse()
     s_index = {s.id: k for k, s in enumerate(net.storage)}
     out = []
     for g in net.gpus:
-        found: dict[int, list[list[int]]] = {}
-        count, own = 0, f"hbm:{g}"  # a GPU reads its own memory directly, never over its own PCIe link
-        stack: list[tuple[str, list[int], frozenset[str]]] = [(g, [], frozenset([g]))]
-        while stack:  # backwards from the GPU; storage nodes have no in-edges, so paths end there
-            node, path, seen = stack.pop()
-            if node in s_index:
-                found.setdefault(s_index[node], []).append(path[::-1])
-                count += 1
-                if cap is not None and count > cap:
-                    return None
-                continue
-            for i in into.get(node, ()):
-                u = net.edges[i].u
-                if u not in seen and not (u == own and node != g):
-                    stack.append((u, path + [i], seen | {u}))
+        found = _PathsTo(g, into, s_index, cap).found()
+        if found is None:
+            return None
         out.append(found)
     return out
+
+
+class _PathsTo:
+    """The simple paths from every storage node to GPU `g`: depth first, backwards from the GPU
+    (storage nodes have no in-edges, so paths end there), a node's in-edges tried last first (`into`
+    holds them reversed), which is the order the path form's columns are made in."""
+
+    def __init__(self, g: str, into: dict[str, list[tuple[int, str]]], s_index: dict[str, int], cap: int | None):
+        self.g, self.into, self.s_index, self.cap = g, into, s_index, cap
+        self.own = f"hbm:{g}"  # a GPU reads its own memory directly, never over its own PCIe link
+        self.paths: dict[int, list[list[int]]] = {}
+        self.path: list[int] = []
+        self.seen = {g}
+        self.count = 0
+
+    def found(self) -> dict[int, list[list[int]]] | None:
+        """storage index -> paths (edge index lists, storage first); None past `cap` paths."""
+        return self.paths if self._walk(self.g) else None
+
+    def _walk(self, node: str) -> bool:
+        path, seen = self.path, self.seen
+        for i, u in self.into.get(node, ()):
+            if u in seen or (u == self.own and node != self.g):
+                continue
+            path.append(i)
+            if u in self.s_index:
+                self.paths.setdefault(self.s_index[u], []).append(path[::-1])
+                self.count += 1
+                if self.cap is not None and self.count > self.cap:
+                    return False
+            else:
+                seen.add(u)
+                ok = self._walk(u)
+                seen.discard(u)
+                if not ok:
+                    return False
+            path.pop()
+        return True
 
 
 def _parts_paths(net: FlowNetwork, paths: list[dict[int, list[list[int]]]]) -> _Parts:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,10 +22,12 @@ from moment.planner.equivalence import CapacityCanon, TreeBound
 from moment.planner.evaluate import BOTTLENECK_UTILISATION, evaluate
 from moment.planner.explain import explain
 from moment.planner.lp import solve_lp_batch
+from moment.planner.maxflow import load_ahead
 from moment.planner.network import ChassisTemplate
 from moment.planner.solution import Solution
+from moment.planner.symmetry import node_label
 from moment.planner.tiebreak import TIE_REL, preference_arrays
-from moment.topology.devices import Inventory, fits, strip
+from moment.topology.devices import DeviceModel, Inventory, find_model, fits, populate, strip
 from moment.topology.model import A_KIND, Kind, Topology
 from moment.workload.spec import WorkloadSpec
 
@@ -84,6 +86,7 @@ def make_plan(topo: Topology, inventory: Inventory, workload: WorkloadSpec, *,
     are predicted under both (`predicted`, `predicted_even`); links, bottlenecks, gain and explanation
     are under `data`."""
     t0 = time.perf_counter()
+    load_ahead(maxflow_backend)  # while the search runs
     bare, current, found = _search(topo, inventory, workload, progress, method, timeout, data=data)
     winner = evaluate(bare, found.placement, workload, maxflow_backend=maxflow_backend, data=data)
 
@@ -127,7 +130,9 @@ class Best:
 class SearchCache:
     """What `best_placement` reuses between the inventories it places on one machine (`moment advise`
     places hundreds): the stripped and parsed chassis, its capacity classes and tree bounds with what
-    they memoised, and one listing of distinct placements per inventory shape (`search.Listings`)."""
+    they memoised, one listing of distinct placements per inventory shape (`search.Listings`) and the
+    tie-break's arrays per listing (`preferences`), and the answer for each look of an inventory
+    (`alike_key`): one that looks the same as an inventory placed before takes its answer, renamed."""
 
     def __init__(self, topo: Topology):
         self.topo = topo
@@ -136,6 +141,43 @@ class SearchCache:
         self.listings = search.Listings(self.bare)
         # their memos hold per subtree filling (the models named): valid for every inventory
         self.canon, self.bound = CapacityCanon(self.template), TreeBound(self.template)
+        self._free = self.bare.empty_slots()
+        self._looks: dict[str, Hashable] = {}
+        self._alike: dict[Hashable, tuple[tuple[str, ...], Best]] = {}
+        self._preferences: dict[Hashable, tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]] = {}
+
+    def preferences(self, space: search.SearchSpace) -> tuple[np.ndarray, np.ndarray]:
+        """`tiebreak.preference_arrays` of `space`, once per shared listing, models' widths and order of
+        their names (all they depend on besides the chassis)."""
+        key = (id(space.rows), tuple(find_model(m).lanes for m in space.models),
+               tuple(sorted(range(len(space.models)), key=space.models.__getitem__)))
+        found = self._preferences.get(key)
+        if found is None or found[0] is not space.rows:  # (the rows are held, so their id is not reused)
+            found = self._preferences[key] = (space.rows, preference_arrays(space, self.bare))
+        return found[1]
+
+    def _look(self, m: DeviceModel) -> Hashable:
+        """All the search sees of model `m` on this chassis: per free slot whether it fits and the
+        card there (trained link, HBM or read rate as capped by that link, memory), its width and
+        double width, and which cards already in the machine it would be alike with. Models that look
+        the same (SSDs whose link caps their different read rates) are placed the same."""
+        if m.name not in self._looks:
+            cards = tuple(self.template.card(s.id, m.name) if fits(s, m) else None for s in self._free)
+            label = node_label(populate(self.bare, {self._free[0].id: m.name}, check=False).occupant(
+                self._free[0].id)) if self._free else m.name
+            alike = tuple(s.id for s in self.bare.of_kind(Kind.slot) if (card := self.bare.occupant(s.id))
+                          is not None and node_label(card) == label)
+            self._looks[m.name] = (m.kind, m.lanes, m.double_width, m.memory_gib, m.hbm_gbps, cards, alike)
+        return self._looks[m.name]
+
+    def alike_key(self, inventory: Inventory, workload: WorkloadSpec, data: str) -> tuple[tuple[str, ...], Hashable]:
+        """(the inventory's model names, in order; a key equal for inventories `best_placement` answers
+        alike with the names changed): each model's look and count, in inventory order, and the order of
+        the names (the last tie-break compares them)."""
+        models = search.merged_models(inventory)
+        names = tuple(m.name for m, _ in models)
+        order = tuple(sorted(range(len(names)), key=names.__getitem__))
+        return names, (tuple((self._look(m), c) for m, c in models), order, data, workload.model_dump_json())
 
 
 def best_placement(topo: Topology, inventory: Inventory, workload: WorkloadSpec, *,
@@ -146,10 +188,22 @@ def best_placement(topo: Topology, inventory: Inventory, workload: WorkloadSpec,
     what other inventories on `topo` found (`SearchCache`); `data`: as `make_plan`'s (the even-data
     prediction is made only under 'even')."""
     t0 = time.perf_counter()
+    if cache is not None:  # an inventory that looks the same to the search was placed already
+        names, key = cache.alike_key(inventory, workload, data)
+        if key in cache._alike:
+            then, best = cache._alike[key]
+            rename = dict(zip(then, names))
+            placement = {slot: rename[m] for slot, m in best.placement.items()}
+            return Best(placement, best.evaluation.model_copy(update={"placement": placement}), best.bottlenecks,
+                        best.stats.model_copy(update={"seconds_total": time.perf_counter() - t0}))
     bare, _current, found = _search(topo, inventory, workload, progress, "auto", None, cache, data=data)
-    ev = evaluate(bare, found.placement, workload, solvers=("lp", "even") if data == "even" else ("lp",), data=data)
-    return Best(found.placement, ev, [u.id for u in ev.links if u.utilisation >= BOTTLENECK_UTILISATION],
+    ev = evaluate(bare, found.placement, workload, solvers=("lp", "even") if data == "even" else ("lp",), data=data,
+                  template=cache.template if cache is not None else None)
+    best = Best(found.placement, ev, [u.id for u in ev.links if u.utilisation >= BOTTLENECK_UTILISATION],
                 found.stats.model_copy(update={"seconds_total": time.perf_counter() - t0}))
+    if cache is not None:
+        cache._alike[key] = (names, best)
+    return best
 
 
 def _search(topo: Topology, inventory: Inventory, workload: WorkloadSpec,
@@ -185,7 +239,8 @@ def _search(topo: Topology, inventory: Inventory, workload: WorkloadSpec,
             if not len(space.rows):
                 raise MomentError(f"the inventory ({inventory.describe()}) cannot be placed in {bare.name!r}")
             found = _exhaustive(bare, template, space, workload, deadline, progress,
-                                *((cache.canon, cache.bound) if cache is not None else (None, None)), data=data)
+                                *((cache.canon, cache.bound) if cache is not None else (None, None)), data=data,
+                                prefer=cache.preferences if cache is not None else None)
         except search.TooMany as e:
             raw = e.raw_count
         except search.Timeout:
@@ -219,13 +274,14 @@ def _nothing_found(inventory: Inventory, bare: Topology, timeout: float | None) 
 
 def _exhaustive(bare: Topology, template: ChassisTemplate, space: search.SearchSpace, workload: WorkloadSpec,
                 deadline: float | None, progress: Callable[[int, int], None] | None,
-                canon: CapacityCanon | None = None, tree: TreeBound | None = None, data: str = "planned") -> _Found:
+                canon: CapacityCanon | None = None, tree: TreeBound | None = None, data: str = "planned",
+                prefer: Callable[[search.SearchSpace], tuple[np.ndarray, np.ndarray]] | None = None) -> _Found:
     """Every listed candidate, one LP per capacity-equivalence class, solved in lower-bound order
     (`canon`, `tree`: the chassis' own, from a `SearchCache`)."""
     # One LP per capacity-equivalence class, solved on the class's preferred member. The members
     # share one capacity graph, hence their link bounds: those are computed for representatives only.
     labels = (canon or CapacityCanon(template)).classes(space)
-    wasted, order = preference_arrays(space, bare)
+    wasted, order = prefer(space) if prefer is not None else preference_arrays(space, bare)
     by_preference = np.lexsort((*order.T[::-1], wasted, labels))
     first = np.ones(len(by_preference), dtype=bool)
     first[1:] = labels[by_preference][1:] != labels[by_preference][:-1]

@@ -268,6 +268,7 @@ class RunShape:
     ring_bytes: int = 0  # cuda: the pinned staging ring batches go to the device through (moment.io.device.ring_bytes)
     upload_bytes: int = 0  # cuda: the GPU tier's table upload, one pinned chunk and its read (moment.io.device.upload_chunk)
     training_note: str | None = None  # how `training_bytes` was sized when not stated (a model of one's own)
+    process_measured_on: str | None = None  # `process_bytes` is a measurement recorded that day, reused
 
 
 @dataclass
@@ -283,7 +284,8 @@ def _charge_fixed(b: MemoryBudget, r: RunShape) -> tuple[MemoryBudget, Item, int
     """Charge every need that does not shrink with the budget, the least read buffers included last
     (`split_budget` grants them again with the rest); (budget, the cache policy state item, least buffers)."""
     rb = r.row_bytes
-    b.charge("process", r.process_bytes, note="interpreter, torch, model (measured RSS)")
+    when = f", recorded {r.process_measured_on}" if r.process_measured_on else ""
+    b.charge("process", r.process_bytes, note=f"interpreter, torch, model (measured RSS{when})")
     if r.agent_bytes:
         b.charge("torchrun agent", r.agent_bytes, shared=True)
     b.charge("graph structure", r.graph_bytes, shared=True, note="indptr + indices, memory-mapped")

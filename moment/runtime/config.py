@@ -194,6 +194,10 @@ class TrainConfig(BaseModel):
     threads: Annotated[int | None, Field(ge=1), Flag("torch intra-op threads per rank (default: cores / local ranks)")] = None
     device: Annotated[Literal["cpu", "cuda"] | None, Flag("default: cuda when available")] = None
     quiet: Annotated[bool, Flag("no progress bar or summary", action="store_true")] = False
+    data_only: Annotated[bool, Flag(
+        "run the data path alone (sampling, every tier's reads, the exchanges between ranks) without the model: "
+        "no forward, backward, optimizer or gradient all-reduce. Measures the feed rate (seeds/s, SSD bytes/s) "
+        "a machine sustains; the metrics say data_only and carry no loss or accuracy", action="store_true")] = False
 
     def resolved_fanouts(self) -> list[int]:
         if self.fanouts:
@@ -305,6 +309,11 @@ class TrainConfig(BaseModel):
         if self.task == "link" and self.loss is not None:
             raise MomentError(f"--loss {self.loss} is for node classification: --task link trains with binary "
                               "cross-entropy on the edges' dot-product scores", hint="leave --loss out with --task link")
+        if self.data_only and (self.checkpoint_dir is not None or self.checkpoint_every or self.resume):
+            flag = ("--resume" if self.resume else "--checkpoint-every" if self.checkpoint_every
+                    else "--checkpoint-dir")
+            raise MomentError(f"{flag}: a --data-only run trains no model, so it has nothing to checkpoint or "
+                              "resume", hint=f"drop {flag} or --data-only")
         if (self.checkpoint_every or self.resume) and self.checkpoint_dir is None:
             raise MomentError("--checkpoint-every/--resume need --checkpoint-dir")
         if self.memory_budget is not None:

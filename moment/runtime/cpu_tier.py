@@ -97,10 +97,10 @@ class CpuTier(Tier):
         if not p.closed:
             self.flush()
         if p.hit_pos.size:
-            put(out, at(p.pos, p.hit_pos), self.cache.rows[p.hit_slot])
+            put(out, at(p.pos, p.hit_pos), self.cache.rows, p.hit_slot)
         self.next.host(p.inner, out, count)
         if p.admit_pos is not None:  # admitted rows are copied in from the reads that fetched them
-            self.cache.rows[p.admit_slot] = out[at(p.pos, p.admit_pos)]
+            put(self.cache.rows, p.admit_slot, out, at(p.pos, p.admit_pos))
             self.admitted += int(p.admit_pos.shape[0])
         if count:
             self.served += int(p.hit_pos.size)

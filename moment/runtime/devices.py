@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from moment.errors import MomentError
+from moment.io.device import no_gpu_driver
 
 # Imports inside functions: torch (and PyG) load only where a tensor is made, so planning, placement and the
 # CLI stay torch-free.
@@ -160,12 +161,27 @@ def local_devices(device: str, local_ranks: int, gpu_bins: Sequence[tuple[str, s
     return rank_devices(local_ranks, gpu_bins, cuda_pci, what)
 
 
-def cuda_pci_addresses() -> list[str | None] | None:
-    """PCI address of each visible CUDA device, or None without CUDA."""
+def cuda_available() -> bool:
+    """Whether torch sees a CUDA device; on a machine without a GPU driver, no, without importing torch
+    (seconds of start-up in a launcher that needs no tensor)."""
+    if no_gpu_driver():
+        return False
     import torch
 
-    if not torch.cuda.is_available():
+    return torch.cuda.is_available()
+
+
+def default_device(device: str | None) -> str:
+    """--device, else cuda where torch sees a CUDA device, else cpu."""
+    return device or ("cuda" if cuda_available() else "cpu")
+
+
+def cuda_pci_addresses() -> list[str | None] | None:
+    """PCI address of each visible CUDA device, or None without CUDA."""
+    if not cuda_available():
         return None
+    import torch
+
     out = []
     for i in range(torch.cuda.device_count()):
         p = torch.cuda.get_device_properties(i)

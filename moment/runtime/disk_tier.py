@@ -22,7 +22,7 @@ import numpy as np
 
 from moment.caching.tiers import lookahead as lookahead_of
 from moment.errors import MomentError
-from moment.io.merge import SHAPES
+from moment.io.merge import SHAPES, SIZE_BUCKETS
 from moment.outputs import bad_chunk
 from moment.placement.manifest import Shard
 from moment.placement.opened import Layout
@@ -42,7 +42,7 @@ class _JobRef:
     def release(self) -> None:
         self.users -= 1
         if self.users == 0 and self.job.dest is not None:
-            self.pool.give(self.job.dest.nbytes)
+            self.pool.release(self.job.dest)
             self.job.dest = None
 
 
@@ -86,6 +86,7 @@ class DiskTier(Tier):
         self._verified: dict[int, np.ndarray] = {}
         self._rows_by_bin = np.zeros(len(self.manifest.shards), dtype=np.int64)  # distinct rows read, by bin
         self.requests = self.bytes_read = self.packed = 0
+        self.request_sizes = np.zeros((2, SIZE_BUCKETS))  # merge.size_histogram of every read counted
         # every bin's file, in bin order, then this rank's pack file
         self.paths = [shard_path(self.path, s) for s in self.manifest.shards]
         if self.pack is not None:
@@ -234,10 +235,12 @@ class DiskTier(Tier):
         if p.ref is None:  # its superbatch is still open: issue it now
             self.flush()
         if p.ids.size:
-            put(out, p.pos, p.ref.job.wait()[p.row])
+            put(out, p.pos, p.ref.job.wait(), p.row)
         if p.ref.users == 1:  # the job's last batch: count its reads once
             self.requests += p.ref.job.requests
             self.bytes_read += p.ref.job.bytes_read
+            if p.ref.job.sizes is not None:
+                self.request_sizes += p.ref.job.sizes
         p.ref.release()
         if count:
             self.served += int(p.ids.size)
@@ -260,6 +263,7 @@ class DiskTier(Tier):
     def add_stats(self, out: dict[str, Any]) -> None:
         out["ssd_requests"] += self.requests
         out["ssd_bytes_read"] += self.bytes_read
+        out["ssd_request_sizes"] = out.get("ssd_request_sizes", 0) + self.request_sizes
         out["packed_rows"] += self.packed
         out["ssd_shares"] = self.ssd_shares()
 

@@ -22,7 +22,7 @@ import torch.distributed as dist
 
 from moment.errors import MomentError
 from moment.runtime import collective_trace
-from moment.runtime.devices import RankDevice, local_devices
+from moment.runtime.devices import RankDevice, default_device, local_devices
 from moment.runtime.exchange import ExchangeGroup
 from moment.runtime.rendezvous import NNODES_ENV, NODE_RANK_ENV, RankFacts, machine_ranks
 
@@ -210,11 +210,6 @@ def import_before_group() -> None:
     this stack). Imported first, those defaults are None (the default group, looked up at each call).
     """
     import torch._dynamo  # noqa: F401
-
-
-def default_device(device: str | None) -> str:
-    """--device, else cuda where torch sees a CUDA device, else cpu."""
-    return device or ("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def setup(device: str | None = None, gpu_bins: Sequence[tuple[str, str | None]] = ()) -> DistContext:

@@ -21,7 +21,8 @@ import numpy as np
 
 from moment.errors import MomentError
 from moment.io import IOStack, ReadBatch, aligned_buffer
-from moment.io.merge import Plan, Shape
+from moment.io.merge import Plan, Shape, size_histogram
+from moment.io.rows import copy_rows
 from moment.runtime.threads import start_thread
 
 WINDOW = 8 << 20  # bytes a reader job's reads may span at once: one staging buffer
@@ -34,12 +35,48 @@ def staging_bytes(align: int, window: int = WINDOW, inflight: int = INFLIGHT) ->
 
 
 class BufferPool:
-    """A byte budget for destinations: `take` blocks until `n` bytes are free (FIFO by caller)."""
+    """A byte budget for destinations: `take` blocks until `n` bytes are free (FIFO by caller).
+
+    Destinations given back (`release`) are kept for the next jobs while they fit the budget beside the
+    bytes in use: a fresh batch-sized array is mapped anew by the allocator (glibc's 1 MiB mmap threshold,
+    moment.runtime.budget.return_freed_memory), and faulting its pages in cost the reader more CPU than
+    copying the rows into it. What the pool holds, used and kept, stays within its capacity."""
 
     def __init__(self, capacity: int):
         self.capacity, self.used = int(capacity), 0
         self._cv = threading.Condition()
         self.peak = self.oversize = 0
+        self._kept: list[np.ndarray] = []  # freed flat uint8 buffers, ready for a job
+        self.kept_bytes = 0
+        self.reused = 0  # destinations served from a kept buffer
+
+    def array(self, rows: int, row_bytes: int) -> np.ndarray:
+        """A [rows, row_bytes] uint8 destination for bytes already taken: the smallest kept buffer that holds
+        it when its extra bytes fit the budget (counted as used until it is released), else a new one."""
+        n = rows * row_bytes
+        with self._cv:
+            fits = [b for b in self._kept if n <= b.nbytes and self.used + b.nbytes - n <= max(self.capacity, n)]
+            if fits:
+                buf = min(fits, key=lambda b: b.nbytes)
+                del self._kept[next(i for i, b in enumerate(self._kept) if b is buf)]  # arrays compare by value
+                self.kept_bytes -= buf.nbytes
+                self.used += buf.nbytes - n
+                self.peak = max(self.peak, self.used)
+                self.reused += 1
+                return buf[:n].reshape(rows, row_bytes)
+            while self._kept and self.used + self.kept_bytes > self.capacity:  # room for the new one
+                self.kept_bytes -= self._kept.pop(0).nbytes
+        return np.empty(n, np.uint8).reshape(rows, row_bytes)
+
+    def release(self, dest: np.ndarray) -> None:
+        """Give back a destination `array` made: its bytes, and the buffer kept if it fits beside the rest."""
+        buf = dest if dest.base is None else dest.base
+        with self._cv:
+            self.used -= buf.nbytes
+            if buf.base is None and buf.ndim == 1 and self.used + self.kept_bytes + buf.nbytes <= self.capacity:
+                self._kept.append(buf)
+                self.kept_bytes += buf.nbytes
+            self._cv.notify_all()
 
     def take(self, n: int, stop: threading.Event | None = None) -> bool:
         """Wait until `n` bytes fit; a job larger than the whole pool waits until the pool is idle and
@@ -71,6 +108,7 @@ class Job:
     dest: np.ndarray | None = None
     bytes_read: int = 0
     requests: int = 0
+    sizes: np.ndarray | None = None  # merge.size_histogram of its reads
     error: BaseException | None = None
     done: threading.Event = field(default_factory=threading.Event)
     on_done: Callable[[Job], None] | None = None
@@ -147,7 +185,7 @@ class Reader:
                 if job.dest is None:
                     if not self.pool.take(job.n * self.row_bytes, self._stop):
                         return
-                    job.dest = np.empty((job.n, self.row_bytes), np.uint8)
+                    job.dest = self.pool.array(job.n, self.row_bytes)
                 self._run(job)
             except BaseException as e:  # noqa: BLE001 - handed to whoever waits on the job
                 job.error = e
@@ -176,6 +214,7 @@ class Reader:
         plan = job.shape.plan(job.file, job.offset, self.row_bytes, self.align, self.window, self.sizes)
         job.requests = len(plan)
         job.bytes_read = plan.bytes
+        job.sizes = size_histogram(plan.length)
         wins = self._windows(plan)
         # rows grouped by run, so each window's rows are one contiguous slice
         by_run = np.argsort(plan.row_run, kind="stable")
@@ -183,7 +222,6 @@ class Reader:
         flight: collections.deque[tuple[int, int, int, np.ndarray]] = collections.deque()
         free = list(range(self.inflight))
         w = 0
-        rb = self.row_bytes
         while w < len(wins) or flight:
             while w < len(wins) and free:
                 a, b = wins[w]
@@ -202,8 +240,5 @@ class Reader:
             dst0 = np.zeros(b - a, np.int64)
             np.cumsum(plan.length[a:b - 1], out=dst0[1:])
             src = dst0[plan.row_run[rows] - a] + plan.row_at[rows]
-            buf = self._staging[k]
-            view = np.lib.stride_tricks.as_strided(buf, shape=(buf.shape[0] - rb + 1, rb), strides=(1, 1),
-                                                   writeable=False)
-            job.dest[rows] = view[src]
+            copy_rows(job.dest, rows, self._staging[k], src, 1)  # byte offsets in the window
             free.append(k)

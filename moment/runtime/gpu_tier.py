@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from moment.io.device import layer, upload_chunk
+from moment.io.device import index_rows, layer, upload_chunk
 from moment.runtime.run_plan import GpuRows
 from moment.runtime.tier import LayoutRows, Tier, at
 
@@ -118,7 +118,7 @@ class GpuTier(Tier):
 
     def device_rows(self, part: _Part, out: torch.Tensor) -> None:
         if part.pos.size:
-            out[torch.from_numpy(part.pos).to(out.device)] = self.table[torch.from_numpy(part.idx).to(self.table.device)]
+            index_rows(out, part.pos, self.table, part.idx)
             self.served += int(part.pos.size)
         self.next.device_rows(part.inner, out)
 

@@ -73,8 +73,11 @@ class Reporter:
         mb = "  ".join(f"{k} {v * w / 1e6 / dt:,.0f}" for k, v in tiers["bytes"].items() if v)
         self._bar.update(self._task, rates=f"{seeds * w / dt:,.0f} seeds/s | MB/s {mb}")
 
-    def end_epoch(self, epoch: int, acc: float, loss: float, metric: str = "accuracy") -> None:
-        if self.enabled:
+    def end_epoch(self, epoch: int, acc: float | None, loss: float, metric: str = "accuracy") -> None:
+        """`acc` None: a data-only run's epoch (no model, so no loss or validation score)."""
+        if self.enabled and acc is None:
+            self.console.print(f"epoch {epoch + 1}: data only (no model step)")
+        elif self.enabled:
             self.console.print(f"epoch {epoch + 1}: loss {loss:.4f}  val {metric} {acc:.4f}")
 
     def summary(self, m: dict[str, Any]) -> None:
@@ -82,10 +85,13 @@ class Reporter:
             return
         st = m["stage_seconds"]
         stages = "  ".join(f"{k} {v:.2f}s" for k, v in st.items())
-        tiers = "  ".join(f"{k} {v / 1e6:,.1f} MB" for k, v in m["tier_bytes"].items() if v)
+        rate = m.get("tier_mb_per_s", {}) if m.get("data_only") else {}  # a feed rate is what data-only measures
+        tiers = "  ".join(f"{k} {v / 1e6:,.1f} MB" + (f" ({rate[k]:,.1f} MB/s)" if k in rate else "")
+                          for k, v in m["tier_bytes"].items() if v)
         self.console.print(
-            f"done: {m['epochs']} epochs, val {m['val_metric']} {m['val_' + m['val_metric']]:.4f}, "
-            f"{m['seeds_per_s']:,.0f} seeds/s "
+            f"done: {m['epochs']} epochs, " + ("data only (no model step), " if m.get("data_only") else
+                                               f"val {m['val_metric']} {m['val_' + m['val_metric']]:.4f}, ")
+            + f"{m['seeds_per_s']:,.0f} seeds/s "
             f"on {m['world_size']} rank(s)\n  stages (mean per rank): {stages}; limiting: {m['limiting_stage']}\n"
             f"  read: {tiers}; I/O backend {m['backend']}")
         if any(x["remote_rows"] or x["remote_served_rows"] for x in m.get("machines") or []):

@@ -43,7 +43,7 @@ from moment.runtime.memory_use import reset_peak
 from moment.runtime.models import load_layers
 from moment.runtime.pipeline import Pipeline, Prepared
 from moment.runtime.rendezvous import SHARED_SETTINGS, RunFacts, check_agents
-from moment.runtime.run_plan import RunPlan, resolve_run
+from moment.runtime.run_plan import RunPlan, dataset_dir, layout_gpus, resolve_run
 from moment.runtime.sizing import agent_bytes, rank_base_bytes, run_inputs
 from moment.runtime.sources import FeatureSource, InMemoryFeatures, MemmapFeatures
 from moment.runtime.store import StoreInfo, open_store
@@ -246,6 +246,9 @@ class Run:
         or where the finite mean loss diverged (moment.runtime.finite.divergence_at; set `run.optimizer` and
         the message names its learning rate). No host sync per step: checked every few steps, collectively
         (every rank tracks every step)."""
+        if self.cfg.data_only:
+            raise MomentError("run.track(loss): this run was opened with data_only=True, which trains no model",
+                              hint="open it without data_only to train")
         b = self._current
         if b is None:
             raise MomentError("run.track(loss) follows a batch of a train loader: no batch was handed out yet")
@@ -435,13 +438,6 @@ class Run:
         return f" (learning rate{'s' if len(rates) > 1 else ''} {', '.join(f'{r:g}' for r in rates)})"
 
 
-def dataset_dir(cfg: TrainConfig, layout: Layout | None = None) -> Path:
-    """--dataset, else the dataset the layout was placed from."""
-    if cfg.dataset is not None:
-        return cfg.dataset
-    return (layout or Layout.open(cfg.layout)).dataset_dir
-
-
 def make_source(cfg: TrainConfig, ds: GraphDataset, ctx: DistContext, layout: Layout | None = None,
                 plan: RunPlan | None = None) -> tuple[FeatureSource, StoreInfo | None]:
     """The run's feature source, and for the tiered store what its chain holds."""
@@ -455,13 +451,6 @@ def make_source(cfg: TrainConfig, ds: GraphDataset, ctx: DistContext, layout: La
         raise MomentError(f"layout has {layout.num_nodes} nodes of {layout.row_bytes} B, the dataset "
                           f"{ds.num_nodes} of {ds.row_bytes} B: they do not belong together", source=str(cfg.layout))
     return open_store(plan, ctx, layout)
-
-
-def layout_gpus(cfg: TrainConfig, layout: Layout | None = None) -> list[tuple[str, str | None]]:
-    """The layout's GPU bins as (plan GPU, PCI address), in shard order: what ranks are matched to."""
-    if cfg.features != "tiered" or cfg.layout is None:
-        return []
-    return (layout or Layout.open(cfg.layout)).gpu_devices()
 
 
 def start(cfg: TrainConfig, ctx: DistContext | None = None) -> Run:

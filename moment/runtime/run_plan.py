@@ -38,6 +38,8 @@ from moment.runtime.store_options import Collectives, Place, StoreOptions, local
 from moment.sizes import parse_size
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from moment.runtime.config import TrainConfig
 
 
@@ -282,6 +284,7 @@ class RunInputs:
     remote_reader_bytes: int = 0  # a split layout: the remote tier's serving reader (remote_tier.reader_bytes)
     device_memory: DeviceMemory | None = None  # a CUDA run: the least free and total memory of the ranks' devices
     #                                            (None: not read here; moment.io.device.DeviceLayer.memory)
+    process_measured_on: str | None = None  # a preview reused a recorded `process_bytes` measured that day
 
 
 def resolve_run(config: TrainConfig, layout: Layout, *, world_size: int, local_world_size: int,
@@ -375,7 +378,8 @@ def _run_shape(inputs: RunInputs, n: int, rb: int, shape: str, ahead: int, *, po
         index_bytes=index_bytes, own_gpu_rows=own_gpu_rows,
         layout_cpu_rows=layout_cpu_rows, cpu_limit_rows=cpu_limit_rows,
         policy=policy, shape=shape, staging_bytes=staging_bytes(align),
-        process_bytes=inputs.process_bytes, agent_bytes=inputs.agent_bytes, exchange_bytes=exchange_bytes,
+        process_bytes=inputs.process_bytes, process_measured_on=inputs.process_measured_on,
+        agent_bytes=inputs.agent_bytes, exchange_bytes=exchange_bytes,
         pack_index_bytes=pack_index_bytes, remote_exchange_bytes=remote_exchange_bytes,
         remote_reader_bytes=remote_reader_bytes, device=device,
         ring_bytes=ring_bytes(inputs.rows_max * rb) if cuda else 0,
@@ -564,7 +568,22 @@ def node_ranks(plan: RunPlan, rank: int) -> list[RankPlan]:
     return list(plan.ranks[first:first + plan.local_world_size])
 
 
+
+def dataset_dir(cfg: TrainConfig, layout: Layout | None = None) -> Path:
+    """--dataset, else the dataset the layout was placed from."""
+    if cfg.dataset is not None:
+        return cfg.dataset
+    return (layout or Layout.open(cfg.layout)).dataset_dir
+
+
+def layout_gpus(cfg: TrainConfig, layout: Layout | None = None) -> list[tuple[str, str | None]]:
+    """The layout's GPU bins as (plan GPU, PCI address), in shard order: what ranks are matched to."""
+    if cfg.features != "tiered" or cfg.layout is None:
+        return []
+    return (layout or Layout.open(cfg.layout)).gpu_devices()
+
+
 __all__ = ["DevicePlan", "GpuRows", "MemoryPlan", "PackMatch", "RankPlan", "RunInputs", "RunPlan", "SplitPlan", "StorePlan",
            "TierPlan", "split_plan",
-           "carve_gpu", "default_batch_rows", "default_buffer_bytes", "gpu_tier_rows", "node_ranks", "plan_store", "planned_ssd_shares", "rank_plan",
+           "carve_gpu", "dataset_dir", "default_batch_rows", "default_buffer_bytes", "gpu_tier_rows", "layout_gpus", "node_ranks", "plan_store", "planned_ssd_shares", "rank_plan",
            "resolve_run", "store_budget", "tier_plan"]

@@ -22,7 +22,8 @@ from moment.placement.opened import Layout
 from moment.runtime import remote_tier
 from moment.runtime.budget import process_bytes, under_torchrun
 from moment.runtime.config import TrainConfig
-from moment.runtime.dist import DistContext, default_device
+from moment.runtime.devices import default_device
+from moment.runtime.dist import DistContext
 from moment.runtime.exchange import RowExchange
 from moment.runtime.memory_use import parent_peak
 from moment.runtime.link_task import decoder_bytes, out_dim, sampler_for, train_seeds
@@ -30,7 +31,7 @@ from moment.runtime.model_spec import training_bytes
 from moment.runtime.models import LayerExtent
 from moment.runtime.pipeline import Pipeline
 from moment.runtime.run_plan import RunInputs, RunPlan, gpu_tier_rows, resolve_run
-from moment.runtime.start_sizes import agent_start_bytes, rank_start_bytes
+from moment.runtime.start_sizes import start_sizes
 from moment.workload.graph import GraphDataset
 from moment.workload.sampler import CSRGraph, MiniBatch, NeighborSampler, SeedBatches
 from moment.workload.seeds import mix
@@ -209,8 +210,10 @@ def preview_inputs(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, agent: boo
                             world_size=world) for r in range(world)]
     if layout is None and cfg.layout is not None:
         layout = Layout.open(cfg.layout)
-    return run_inputs(cfg, ds, graph, per_rank, fanouts, rank_start_bytes(), agent_start_bytes() if agent else 0,
-                      nproc, layout, feature_dim=feature_dim)
+    agent_bytes, rank_bytes, measured_on = start_sizes()
+    got = run_inputs(cfg, ds, graph, per_rank, fanouts, rank_bytes, agent_bytes if agent else 0, nproc, layout,
+                     feature_dim=feature_dim)
+    return dataclasses.replace(got, process_measured_on=measured_on)
 
 
 def planned_inputs(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, feature_dim: int, gpu_rows: int) -> RunInputs:

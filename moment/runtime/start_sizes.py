@@ -7,17 +7,25 @@ cache came to hold them (one installation measured 443 MiB for a rank, then 376 
 cache was dropped, and stayed there), so a figure kept from an earlier day disagrees with what the
 rank measures of itself at start, and the launcher's minimum would then be refused by the rank.
 Measured now, the preview and the ranks it starts see the same page cache.
+
+A preview that hands its figure to no rank (`moment train --dry-run` without a budget) may reuse the last
+measurement recorded on this installation (`record_path`), seconds saved per dry run; its plan then says
+when that figure was measured. Every measurement made refreshes the record.
 """
 
 from __future__ import annotations
 
 import atexit
+import datetime
 import functools
+import json
 import os
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 
+import moment
 from moment.runtime.budget import process_bytes
 
 # Imports inside functions: the models load only when a start size is measured.
@@ -60,13 +68,74 @@ def _collect(p: subprocess.Popen | None) -> tuple[int, int] | None:
 
 
 _ahead: list[subprocess.Popen | None] = []  # the interpreter `measure_ahead` started, until collected
+_reused: dict = {}  # the record `measure_ahead(reuse=True)` took ("agent", "rank", "date"), until `start_sizes`
 
 
-def measure_ahead() -> None:
+def measure_ahead(*, reuse: bool = False) -> None:
     """Start the measurement now and collect it when a size is first asked for: the launcher's own checks (the
-    layout, the dataset, the graph) then run while the fresh interpreter loads torch, seconds of the preview."""
-    if not _ahead and fresh_sizes.cache_info().currsize == 0:
-        _ahead.append(_start())
+    layout, the dataset, the graph) then run while the fresh interpreter loads torch, seconds of the preview.
+    `reuse`: a measurement recorded earlier on this installation serves instead, when there is a valid one."""
+    _reused.clear()
+    if _ahead or fresh_sizes.cache_info().currsize:
+        return
+    if reuse and (got := _read_record()) is not None:
+        _reused.update(got)
+        return
+    _ahead.append(_start())
+
+
+def start_sizes() -> tuple[int, int, str | None]:
+    """(torchrun's agent, a rank, None) as `fresh_sizes`; or the record `measure_ahead(reuse=True)` took, with
+    the day it was measured, once (what asks next, measures)."""
+    if _reused:
+        got = dict(_reused)
+        _reused.clear()
+        return got["agent"], got["rank"], got["date"]
+    return (*fresh_sizes(), None)
+
+
+def record_path() -> Path:
+    """Where the last measurement is recorded: $XDG_CACHE_HOME/moment (default ~/.cache/moment)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "moment" / "start_sizes.json"
+
+
+def _record_key() -> dict:
+    """What the figure depends on: the interpreter, torch's and PyG's versions, this moment and what it runs."""
+    def version(name: str) -> str | None:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return None
+
+    return {"python": sys.executable, "torch": version("torch"), "torch_geometric": version("torch_geometric"),
+            "moment": moment.__version__, "moment_path": str(_moment_root()), "script": FRESH}
+
+
+def _read_record() -> dict | None:
+    """The recorded measurement when it is for this installation and well formed, else None (remeasured)."""
+    try:
+        got = json.loads(record_path().read_text())
+        sizes = {k: got[k] for k in ("agent", "rank")}
+        if got["key"] != _record_key() or not all(type(v) is int and v > 0 for v in sizes.values()):
+            return None
+        return {**sizes, "date": str(datetime.date.fromisoformat(got["date"]))}
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+
+
+def _write_record(agent: int, rank: int) -> None:
+    """Record a measurement (a temporary file renamed over the last: a reader never sees half of one); a
+    record that cannot be written is no error, the next preview measures again."""
+    path = record_path()
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps({"key": _record_key(), "agent": agent, "rank": rank,
+                                   "date": datetime.date.today().isoformat()}))
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
 
 
 def _stop_ahead() -> None:
@@ -83,8 +152,10 @@ atexit.register(_stop_ahead)
 @functools.cache
 def fresh_sizes() -> tuple[int, int]:
     """(torchrun's agent, a rank) as a fresh interpreter holds them. Falls back to this process's RSS with
-    the layers loaded when no interpreter can be started."""
+    the layers loaded when no interpreter can be started. Each measurement is recorded (`record_path`)."""
     got = _collect(_ahead.pop() if _ahead else _start())
+    if got is not None:
+        _write_record(*got)
     if got is None:
         from moment.runtime.models import load_layers
 

@@ -37,6 +37,7 @@ import torch
 from moment.caching.tiers import lookahead as lookahead_of
 from moment.errors import MomentError
 from moment.io.device import DeviceLayer, StagingRing
+from moment.io.rows import copy_rows
 from moment.placement.opened import Layout
 from moment.runtime.exchange import ACTIVE, LEFT, SERVING, Round, RowExchange, Serve, into, nothing
 from moment.runtime.sources import Staged
@@ -100,12 +101,9 @@ def at(pos: np.ndarray | None, local: np.ndarray) -> np.ndarray:
     return local if pos is None else pos[local]
 
 
-def put(out: np.ndarray, pos: np.ndarray | None, rows: np.ndarray) -> None:
-    """out[pos] = rows (pos None: the ids given were the whole batch, in order)."""
-    if pos is None:
-        out[: rows.shape[0]] = rows
-    else:
-        out[pos] = rows
+def put(out: np.ndarray, pos: np.ndarray | None, src: np.ndarray, rows: np.ndarray) -> None:
+    """out[pos] = src[rows], each row copied once (pos None: the ids given were the whole batch, in order)."""
+    copy_rows(out, pos, src, rows)
 
 
 @dataclass

@@ -11,8 +11,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
 from typing import Any
 
+import numpy as np
 import torch
 
+from moment.io.merge import SIZE_BUCKETS
 from moment.runtime.pipeline import StageTimes
 
 
@@ -27,13 +29,24 @@ class Totals:
     tier_bytes: dict[str, float]  # by tier name: every rank has the same tiers
     tier_rows: dict[str, float]
     stage_seconds: dict[str, float]  # StageTimes' fields, `wall` among them
+    request_sizes: dict[str, float]  # "n07"/"b07": SSD reads and their bytes of [2**7, 2**8) bytes (merge.SIZE_BUCKETS)
 
     @classmethod
     def of(cls, seeds: int, tiers: dict[str, Any], stages: StageTimes) -> Totals:
         """From a rank's seeds trained, its store's `tier_stats()` and its training loop's stage times."""
+        sizes = tiers.get("ssd_request_sizes")
+        sizes = np.zeros((2, SIZE_BUCKETS)) if sizes is None else np.asarray(sizes)
         return cls(seeds=seeds, ssd_bytes=tiers["ssd_bytes_read"], ssd_requests=tiers["ssd_requests"],
                    packed_rows=tiers.get("packed_rows", 0), tier_bytes=dict(tiers["bytes"]),
-                   tier_rows=dict(tiers["rows"]), stage_seconds=stages.as_dict())
+                   tier_rows=dict(tiers["rows"]), stage_seconds=stages.as_dict(),
+                   request_sizes={f"{kind}{k:02d}": float(sizes[i, k]) for i, kind in enumerate("nb")
+                                  for k in range(SIZE_BUCKETS)})
+
+    def ssd_request_sizes(self) -> list[dict[str, int]]:
+        """The SSD reads by power-of-two size: from_bytes (2**k), requests, bytes; sizes never read left out."""
+        return [{"from_bytes": 2**k, "requests": int(self.request_sizes[f"n{k:02d}"]),
+                 "bytes": int(self.request_sizes[f"b{k:02d}"])}
+                for k in range(SIZE_BUCKETS) if self.request_sizes[f"n{k:02d}"]]
 
     def _values(self) -> Iterator[float]:
         for f in fields(self):

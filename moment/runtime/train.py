@@ -60,17 +60,22 @@ class Trainer:
         self.ck_every = cfg.resolved_checkpoint_every(len(self.batches))
         torch.manual_seed(cfg.seed)  # same initial weights on every rank (DDP also broadcasts rank 0's)
         self.metric = "auc" if cfg.task == "link" else "accuracy"  # what validation reports
-        width = out_dim(cfg.task, cfg.model, cfg.hidden, self.ds.num_classes)
-        self.module = make_model(cfg, self.ds.feature_dim, width, len(self.fanouts)).to(ctx.device)
-        self.opt = make_optimizer(self.module.parameters(), cfg)
-        run.optimizer, run.lr_option = self.opt, "--lr"  # a diverging loss's message names its rate
-        self.loss_fn = load_loss(cfg.loss, width)
+        self.data_only = cfg.data_only  # the data path alone: no model, optimizer, DDP or loss (on every rank)
+        self.module: torch.nn.Module | None = None
+        self.opt: torch.optim.Optimizer | None = None
+        if not self.data_only:
+            width = out_dim(cfg.task, cfg.model, cfg.hidden, self.ds.num_classes)
+            self.module = make_model(cfg, self.ds.feature_dim, width, len(self.fanouts)).to(ctx.device)
+            self.opt = make_optimizer(self.module.parameters(), cfg)
+            run.optimizer, run.lr_option = self.opt, "--lr"  # a diverging loss's message names its rate
+            self.loss_fn = load_loss(cfg.loss, width)
         self.record = RunRecord.of_env()  # `moment doctor --gpu`'s record of the batches (off in real runs)
         self.at = Position()
         self.checkpoints = Checkpoints(run, self.module, self.opt)
         self.restart_note = self.checkpoints.resume(self.at)
-        self.model = run.ddp(self.module)
+        self.model = run.ddp(self.module) if self.module is not None else None
         self.seeds_trained = 0
+        self.batches_fed = 0  # a data-only run's batches (its steps: it takes none)
 
     @property
     def step(self) -> int:
@@ -86,12 +91,19 @@ class Trainer:
         at = self.at
         e = at.epoch
         loader = self.run_.loader("train", e, start=at.next_batch)
-        self.model.train()
+        if self.model is not None:
+            self.model.train()
         t0 = time.perf_counter()
         rep.start_epoch(e, len(loader.seeds), at.next_batch)
         for batch in loader:
             if self.record is not None:
                 self.record.add(e, batch)
+            if self.data_only:  # the batch is on the device, as the step would get it; no step
+                at.next_batch = batch.index + 1
+                self.batches_fed += 1
+                self.seeds_trained += int(batch.y.numel())
+                rep.step(self.seeds_trained, self.source.tier_stats())
+                continue
             self.opt.zero_grad(set_to_none=True)
             loss = self._loss(forward(self.model, self.cfg.model, batch.x.float(), batch.blocks), batch)
             loss.backward()
@@ -111,7 +123,11 @@ class Trainer:
         return self.loss_fn(out, batch.y)
 
     @torch.no_grad()
-    def _evaluate(self) -> float:
+    def _evaluate(self) -> float | None:
+        if self.data_only:  # the validation batches are read as a run reads them; no model scores them
+            for _ in self.run_.loader("val", self.at.epoch):
+                pass
+            return None
         self.module.eval()
         if self.cfg.task == "link":
             return self._evaluate_links()
@@ -143,7 +159,8 @@ class Trainer:
             if at.next_batch < len(self.batches):
                 self._train_epoch(rep)
             acc = self._evaluate()
-            at.val_curve.append(acc)
+            if acc is not None:
+                at.val_curve.append(acc)
             rep.end_epoch(at.epoch, acc, self.curve[-1] if self.curve else float("nan"), self.metric)
             at.epoch, at.next_batch = at.epoch + 1, 0
             if self.ck_every:
@@ -163,13 +180,15 @@ class Trainer:
         stage = total.mean_stages(w)
         wall_max = float(ctx.all_reduce(torch.tensor([mine.wall], dtype=torch.float64), op="max")[0])
         train_wall = max(wall_max, 1e-9)
+        data_only = self.data_only
         return {
             "epochs": self.cfg.epochs,
-            "steps": self.step,
+            "steps": self.batches_fed if data_only else self.step,
+            "data_only": data_only,
             "task": self.cfg.task,
-            "val_metric": self.metric,
+            "val_metric": None if data_only else self.metric,
             f"val_{self.metric}": at.val_curve[-1] if at.val_curve else None,
-            f"val_{self.metric}_curve": at.val_curve,
+            f"val_{self.metric}_curve": None if data_only else at.val_curve,
             "num_classes": self.ds.num_classes,
             "seeds_per_s": total.seeds / train_wall,
             "stage_seconds": {n: v for n, v in stage.as_dict().items() if n != "wall"},
@@ -177,7 +196,7 @@ class Trainer:
             "limiting_stage": stage.limiting(),
             "epoch_seconds": at.epoch_seconds,
             "wall_s": wall,
-            "loss_curve": self.curve,
+            "loss_curve": None if data_only else self.curve,
             "tier_bytes": tier_bytes,
             "tier_rows": rows,
             "tier_mb_per_s": {n: b / 1e6 / train_wall for n, b in tier_bytes.items()},
@@ -191,6 +210,7 @@ class Trainer:
             "io_shape": self.plan.io_shape if self.plan is not None else None,
             "superbatch": self.plan.tiers.superbatch if self.plan is not None else None,
             "ssd_requests": int(total.ssd_requests),
+            "ssd_request_sizes": total.ssd_request_sizes(),
             "packed_rows": int(total.packed_rows),
             "world_size": w,
             "backend": self.source.backend,

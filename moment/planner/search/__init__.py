@@ -34,7 +34,8 @@ from moment.planner.symmetry import Interner, iso_classes
 from moment.topology.devices import DeviceModel, Inventory, InventoryItem
 from moment.topology.model import Topology
 
-__all__ = ["Listings", "SearchSpace", "Timeout", "TooMany", "canonical_keys", "count_valid", "enumerate_placements"]
+__all__ = ["Listings", "SearchSpace", "Timeout", "TooMany", "canonical_keys", "count_valid", "enumerate_placements",
+           "merged_models"]
 
 
 @dataclass
@@ -72,13 +73,27 @@ class Listings:
     def __init__(self, topo: Topology):
         self.topo = topo
         self._found: dict[Hashable, tuple[np.ndarray, int] | TooMany] = {}
+        # per list of model names: (the empty slots, the models' part of the key, None where pinned,
+        # and a search structure built for it that no listing has used yet)
+        self._models: dict[tuple[str, ...], tuple[tuple[str, ...], Hashable | None, list]] = {}
 
-    def key(self, slots: Slots, bound: HallBound, canon: CanonicalForm, limit: int | None) -> Hashable | None:
-        if canon.pinned:
-            return None
-        return (tuple(tuple(slots.options[s]) for s in slots.empty), bound.counts,
-                tuple(m.double_width for m in slots.models), tuple(canon.model_key),
-                tuple(sorted(canon.fixed_cards.items())), limit)
+    def shape(self, models: list[tuple[DeviceModel, int]]) -> tuple[tuple[str, ...], Hashable | None]:
+        """(the empty slots, the key's part that depends on the models: None when the machine pins
+        nodes): built once per list of models, so a listing found again costs no search structure."""
+        names = tuple(m.name for m, _ in models)
+        if names not in self._models:
+            slots, bound, canon = _build(self.topo, models, pin_all=False)
+            part = None if canon.pinned else (
+                tuple(tuple(slots.options[s]) for s in slots.empty), tuple(m.double_width for m in slots.models),
+                tuple(canon.model_key), tuple(sorted(canon.fixed_cards.items())))
+            self._models[names] = (tuple(slots.empty), part, [(slots, canon)])
+        empty, part, _ = self._models[names]
+        return empty, part
+
+    def unused(self, models: list[tuple[DeviceModel, int]]) -> tuple[Slots, CanonicalForm] | None:
+        """The search structure `shape` built for these models, once (the enumeration changes it)."""
+        spare = self._models[tuple(m.name for m, _ in models)][2]
+        return spare.pop() if spare else None
 
 
 def enumerate_placements(topo: Topology, inventory: Inventory, *, prune: bool = True,
@@ -93,18 +108,25 @@ def enumerate_placements(topo: Topology, inventory: Inventory, *, prune: bool = 
     (see `Enumeration`). `shared`: listings of other inventories on `topo` to take this one's from
     where it has the same shape (and to add it to).
     """
-    models = _merged(inventory)
-    slots, bound, canon = _build(topo, models, pin_all=not prune)
+    models = merged_models(inventory)
     names = tuple(m.name for m, _ in models)
     key = None
+    built = None
     if shared is not None and prune and deadline is None:
         assert shared.topo is topo, "listings are shared on one machine"
-        key = shared.key(slots, bound, canon, limit)
+        empty, part = shared.shape(models)
+        key = None if part is None else (part, tuple(c for _, c in models), limit)
         found = shared._found.get(key) if key is not None else None
         if isinstance(found, TooMany):
             raise TooMany(found.raw_count)
         if found is not None:
-            return SearchSpace(tuple(slots.empty), names, found[0], found[1])
+            return SearchSpace(empty, names, found[0], found[1])
+        built = shared.unused(models)
+    if built is not None:
+        slots, canon = built
+        bound = HallBound(slots, tuple(c for _, c in models))
+    else:
+        slots, bound, canon = _build(topo, models, pin_all=not prune)
     raw = _counted(topo, inventory, slots, bound)
     try:
         rows = Enumeration(slots, bound, canon, limit=limit, deadline=deadline).representatives()
@@ -125,7 +147,7 @@ def enumerate_placements(topo: Topology, inventory: Inventory, *, prune: bool = 
 def count_valid(topo: Topology, inventory: Inventory) -> int:
     """How many physically valid placements `inventory` has in `topo`'s empty slots (a dynamic
     programme, fast however many there are); MomentError naming what does not fit when none."""
-    models = _merged(inventory)
+    models = merged_models(inventory)
     slots = Slots(topo, [m for m, _ in models])
     return _counted(topo, inventory, slots, HallBound(slots, tuple(c for _, c in models)))
 
@@ -167,7 +189,7 @@ def canonical_keys(topo: Topology, placements: Iterable[dict[str, str]]) -> list
     return [merged[k] for k in keys]
 
 
-def _merged(inventory: Inventory) -> list[tuple[DeviceModel, int]]:
+def merged_models(inventory: Inventory) -> list[tuple[DeviceModel, int]]:
     """Inventory lines per model (a model listed twice is one line), in the inventory's order."""
     out: dict[str, list] = {}
     for m, c in inventory.models():
