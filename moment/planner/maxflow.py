@@ -15,8 +15,6 @@ Rounding down never over-promises; the relative error it adds to T is about (edg
 from __future__ import annotations
 
 import math
-import sys
-import threading
 
 import numpy as np
 
@@ -34,22 +32,6 @@ REL_TOL = 1e-4
 FEASIBLE_TOL = 1e-9
 ORTOOLS_UNITS = 2**40
 _SRC, _SNK = "__source__", "__sink__"
-
-
-def load_ahead(backend: str) -> None:
-    """Start loading `backend`'s library in a thread: OR-Tools' shared libraries take about a fifth of a
-    second to load (dlopen, which lets other threads run), which the placement search before the first max
-    flow then hides; that max flow's own import waits for the rest. A library that will not load is left
-    for that import to report."""
-    if backend == "ortools" and "ortools.graph.python.max_flow" not in sys.modules:
-        threading.Thread(target=_load_ortools, name="moment-load-ortools").start()
-
-
-def _load_ortools() -> None:
-    try:
-        from ortools.graph.python import max_flow  # noqa: F401
-    except ImportError:
-        pass
 
 
 class _Arcs:

@@ -22,7 +22,6 @@ from moment.planner.equivalence import CapacityCanon, TreeBound
 from moment.planner.evaluate import BOTTLENECK_UTILISATION, evaluate
 from moment.planner.explain import explain
 from moment.planner.lp import solve_lp_batch
-from moment.planner.maxflow import load_ahead
 from moment.planner.network import ChassisTemplate
 from moment.planner.solution import Solution
 from moment.planner.symmetry import node_label
@@ -86,7 +85,6 @@ def make_plan(topo: Topology, inventory: Inventory, workload: WorkloadSpec, *,
     are predicted under both (`predicted`, `predicted_even`); links, bottlenecks, gain and explanation
     are under `data`."""
     t0 = time.perf_counter()
-    load_ahead(maxflow_backend)  # while the search runs
     bare, current, found = _search(topo, inventory, workload, progress, method, timeout, data=data)
     winner = evaluate(bare, found.placement, workload, maxflow_backend=maxflow_backend, data=data)
 
