@@ -25,11 +25,12 @@ from moment.caching import make_policy
 from moment.caching.policies import CachePolicy, SlotMap, rank_dtype
 from moment.caching.tiers import FixedSlots, TierRouter, slots_for
 from moment.caching.tiers import lookahead as lookahead_of
+from moment.io.rows import copy_rows
 from moment.placement.opened import Layout
 from moment.runtime.disk_tier import DiskTier
 from moment.runtime.hostcache import HostCache, shm_room
 from moment.runtime.run_plan import TierPlan
-from moment.runtime.tier import LayoutRows, Tier, at, put
+from moment.runtime.tier import LayoutRows, Tier, at
 
 
 @dataclass
@@ -97,10 +98,10 @@ class CpuTier(Tier):
         if not p.closed:
             self.flush()
         if p.hit_pos.size:
-            put(out, at(p.pos, p.hit_pos), self.cache.rows, p.hit_slot)
+            copy_rows(out, at(p.pos, p.hit_pos), self.cache.rows, p.hit_slot)
         self.next.host(p.inner, out, count)
         if p.admit_pos is not None:  # admitted rows are copied in from the reads that fetched them
-            put(self.cache.rows, p.admit_slot, out, at(p.pos, p.admit_pos))
+            copy_rows(self.cache.rows, p.admit_slot, out, at(p.pos, p.admit_pos))
             self.admitted += int(p.admit_pos.shape[0])
         if count:
             self.served += int(p.hit_pos.size)

@@ -23,6 +23,7 @@ import numpy as np
 from moment.caching.tiers import lookahead as lookahead_of
 from moment.errors import MomentError
 from moment.io.merge import SHAPES, SIZE_BUCKETS
+from moment.io.rows import copy_rows
 from moment.outputs import bad_chunk
 from moment.placement.manifest import Shard
 from moment.placement.opened import Layout
@@ -30,7 +31,7 @@ from moment.placement.pack import open_pack, pack_path
 from moment.placement.reader import shard_path
 from moment.runtime.gather import BufferPool, Job, Reader
 from moment.runtime.run_plan import TierPlan
-from moment.runtime.tier import LayoutRows, Tier, put
+from moment.runtime.tier import LayoutRows, Tier
 
 
 class _JobRef:
@@ -85,7 +86,7 @@ class DiskTier(Tier):
                                                  rank=rank, hashes=self.verify)
         self._verified: dict[int, np.ndarray] = {}
         self._rows_by_bin = np.zeros(len(self.manifest.shards), dtype=np.int64)  # distinct rows read, by bin
-        self.requests = self.bytes_read = self.packed = 0
+        self.packed = 0
         self.request_sizes = np.zeros((2, SIZE_BUCKETS))  # merge.size_histogram of every read counted
         # every bin's file, in bin order, then this rank's pack file
         self.paths = [shard_path(self.path, s) for s in self.manifest.shards]
@@ -235,10 +236,8 @@ class DiskTier(Tier):
         if p.ref is None:  # its superbatch is still open: issue it now
             self.flush()
         if p.ids.size:
-            put(out, p.pos, p.ref.job.wait(), p.row)
+            copy_rows(out, p.pos, p.ref.job.wait(), p.row)
         if p.ref.users == 1:  # the job's last batch: count its reads once
-            self.requests += p.ref.job.requests
-            self.bytes_read += p.ref.job.bytes_read
             if p.ref.job.sizes is not None:
                 self.request_sizes += p.ref.job.sizes
         p.ref.release()
@@ -261,8 +260,9 @@ class DiskTier(Tier):
                 for b, a, g in zip(names, achieved, got, strict=True)}
 
     def add_stats(self, out: dict[str, Any]) -> None:
-        out["ssd_requests"] += self.requests
-        out["ssd_bytes_read"] += self.bytes_read
+        requests, bytes_read = self.request_sizes.sum(axis=1)
+        out["ssd_requests"] += int(requests)
+        out["ssd_bytes_read"] += int(bytes_read)
         out["ssd_request_sizes"] = out.get("ssd_request_sizes", 0) + self.request_sizes
         out["packed_rows"] += self.packed
         out["ssd_shares"] = self.ssd_shares()

@@ -106,9 +106,7 @@ class Job:
     offset: np.ndarray
     shape: Shape
     dest: np.ndarray | None = None
-    bytes_read: int = 0
-    requests: int = 0
-    sizes: np.ndarray | None = None  # merge.size_histogram of its reads
+    sizes: np.ndarray | None = None  # merge.size_histogram of its reads: how many, how many bytes
     error: BaseException | None = None
     done: threading.Event = field(default_factory=threading.Event)
     on_done: Callable[[Job], None] | None = None
@@ -212,8 +210,6 @@ class Reader:
 
     def _run(self, job: Job) -> None:
         plan = job.shape.plan(job.file, job.offset, self.row_bytes, self.align, self.window, self.sizes)
-        job.requests = len(plan)
-        job.bytes_read = plan.bytes
         job.sizes = size_histogram(plan.length)
         wins = self._windows(plan)
         # rows grouped by run, so each window's rows are one contiguous slice

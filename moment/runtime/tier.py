@@ -37,7 +37,6 @@ import torch
 from moment.caching.tiers import lookahead as lookahead_of
 from moment.errors import MomentError
 from moment.io.device import DeviceLayer, StagingRing
-from moment.io.rows import copy_rows
 from moment.placement.opened import Layout
 from moment.runtime.exchange import ACTIVE, LEFT, SERVING, Round, RowExchange, Serve, into, nothing
 from moment.runtime.sources import Staged
@@ -99,11 +98,6 @@ class LayoutRows:
 def at(pos: np.ndarray | None, local: np.ndarray) -> np.ndarray:
     """Positions in the batch of a tier's rows `local` (positions among the ids it was given)."""
     return local if pos is None else pos[local]
-
-
-def put(out: np.ndarray, pos: np.ndarray | None, src: np.ndarray, rows: np.ndarray) -> None:
-    """out[pos] = src[rows], each row copied once (pos None: the ids given were the whole batch, in order)."""
-    copy_rows(out, pos, src, rows)
 
 
 @dataclass
