@@ -188,13 +188,12 @@ class DiskTier(Tier):
             if cur:
                 groups.append(cur)
         for grp in groups:
-            if len(grp) == 1:
-                u, inv = np.unique(grp[0].ids, return_inverse=True)
-                grp[0].row = inv.reshape(-1)
-            else:
-                u = np.unique(np.concatenate([p.ids for p in grp]))
-                for p in grp:
-                    p.row = np.searchsorted(u, p.ids)
+            # the job's rows (sorted ids) and each batch's rows in it: one sort for the whole group, where
+            # NumPy's unique without an inverse hashes and a search per batch misses the cache on every id
+            ids = grp[0].ids if len(grp) == 1 else np.concatenate([p.ids for p in grp])
+            u, inv = np.unique(ids, return_inverse=True)
+            for p, row in zip(grp, np.split(inv.reshape(-1), np.cumsum([p.ids.shape[0] for p in grp[:-1]])), strict=True):
+                p.row = row
             f, off = self.layout_rows.locate(u)
             self._rows_by_bin += np.bincount(self.layout_rows.bin[u], minlength=self._rows_by_bin.shape[0])
             if self.verify:
