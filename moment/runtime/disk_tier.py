@@ -207,17 +207,19 @@ class DiskTier(Tier):
             self.reader.submit(job)
 
     def _from_pack(self, grp: list[_Part], u: np.ndarray, f: np.ndarray, off: np.ndarray) -> None:
-        """Point the rows a batch's pack segment holds at the pack file (in place; first batch wins)."""
+        """Point the rows a batch's pack segment holds at the pack file (in place; first batch wins). `u`: the
+        job's rows, sorted and distinct."""
         todo = np.ones(u.shape[0], bool)
         pack_file = len(self.paths) - 1
         for p in grp:
             if p.segment is None:
                 continue
-            found, at = self.segments.locate(p.segment, u, self.layout_rows.row_bytes)
-            found &= todo
-            f[found], off[found] = pack_file, at[found]
-            todo &= ~found
-            self.packed += int(found.sum())
+            where, at = self.segments.held(p.segment, u, self.layout_rows.row_bytes)
+            first = todo[where]
+            where = where[first]
+            f[where], off[where] = pack_file, at[first]
+            todo[where] = False
+            self.packed += int(where.shape[0])
 
     def verify_chunks(self, bb: np.ndarray, off: np.ndarray) -> None:
         """Check the shard chunks rows at (bin, offset) touch, each the first time (--verify)."""
