@@ -54,6 +54,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from moment.io.device import index_rows
 from moment.runtime.lost import peer_loss
 
 
@@ -180,8 +181,7 @@ def chunk_bounds(asks: np.ndarray, k: int, total: int) -> tuple[np.ndarray, np.n
 def into(out: torch.Tensor, pos: np.ndarray | None = None) -> Sink:
     """A sink that writes the row asked at position p of the round into out[pos[p]] (pos None: out[p])."""
     def sink(at: np.ndarray, rows: torch.Tensor) -> None:
-        where = at if pos is None else pos[at]
-        out[torch.from_numpy(np.ascontiguousarray(where)).to(out.device)] = rows.to(out.device)
+        index_rows(out, np.ascontiguousarray(at if pos is None else pos[at], np.int64), rows, None)
 
     return sink
 

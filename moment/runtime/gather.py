@@ -212,8 +212,8 @@ class Reader:
         plan = job.shape.plan(job.file, job.offset, self.row_bytes, self.align, self.window, self.sizes)
         job.sizes = size_histogram(plan.length)
         wins = self._windows(plan)
-        # rows grouped by run, so each window's rows are one contiguous slice
-        by_run = np.argsort(plan.row_run, kind="stable")
+        # rows grouped by run (the plan's place order), so each window's rows are one contiguous slice
+        by_run = plan.order
         run_rows = np.searchsorted(plan.row_run[by_run], np.arange(len(plan) + 1))
         flight: collections.deque[tuple[int, int, int, np.ndarray]] = collections.deque()
         free = list(range(self.inflight))
