@@ -24,6 +24,7 @@ from moment.caching.tiers import lookahead as lookahead_of
 from moment.errors import MomentError
 from moment.io.merge import SHAPES, SIZE_BUCKETS
 from moment.io.rows import copy_rows
+from moment.io.trace import rank_trace
 from moment.outputs import bad_chunk
 from moment.placement.manifest import Shard
 from moment.placement.opened import Layout
@@ -95,7 +96,8 @@ class DiskTier(Tier):
         self.pool = BufferPool(t.buffer_bytes)
         self.reader: Reader | None = Reader(self.paths, rows.row_bytes, self.manifest.row.align, pool=self.pool,
                                             window=t.window, queue_depth=t.queue_depth, backend=t.io_backend,
-                                            direct=t.direct, device=self.device)
+                                            direct=t.direct, device=self.device,
+                                            trace=None if t.io_trace is None else rank_trace(t.io_trace, rank))
         self._open: list[_Part] = []
 
     def _check_files(self) -> None:
