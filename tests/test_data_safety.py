@@ -4,6 +4,8 @@ output locks, `moment layout rm`. Crashes are real: a subprocess SIGKILLs itself
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -18,6 +20,7 @@ import pytest
 from test_place import CACHE, INV, TINY, run
 
 from moment import testpoints
+from moment.cli import main
 from moment.errors import MomentError
 from moment.locking import lock_path, locked
 from moment.placement import open_layout, verify_layout
@@ -278,15 +281,17 @@ def test_second_place_on_the_same_out_is_refused_naming_the_holder(env):
     t = env["tmp"]
     out = t / "L-locked"
     first = paused(place_args(env, out), t / "pause-place")
-    try:
-        second = cli(place_args(env, out))
+    try:  # the second, refused, in this process (only the first must be another: the lock's holder)
+        said = io.StringIO()
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(said):
+            code = main([str(a) for a in place_args(env, out)])
     finally:
         (t / "pause-place").unlink()
     o, e = first.communicate(timeout=180)
     assert first.returncode == 0, e
-    assert second.returncode == 2 and "Traceback" not in second.stderr
-    lines = second.stderr.strip().splitlines()
-    assert len(lines) == 1, second.stderr
+    assert code == 2 and "Traceback" not in said.getvalue()
+    lines = said.getvalue().strip().splitlines()
+    assert len(lines) == 1, said.getvalue()
     msg = lines[0]
     assert f"layout is locked by pid {first.pid} on host {socket.gethostname()} since " in msg
     assert f"(moment place --dataset {t / 'ds'}" in msg and str(out) in msg
