@@ -304,13 +304,13 @@ def test_torchruns_agent_is_charged_what_it_holds(two_ranks):
 
 
 @pytest.mark.slow
-def test_torchrun_killed_rank_resumes_from_checkpoint(setup, two_ranks, tmp_path):
-    _, _, layout = setup
-    out = tmp_path / "m.json"
-    torchrun(train_args(layout, out, "--checkpoint-dir", str(tmp_path / "ck"), "--checkpoint-every", "3"),
-             restarts=1, env={testpoints.EXIT_ENV: "train-step:5"})
-    m = json.loads(out.read_text())
-    assert m["resumed_from_step"] == 3
+def test_torchrun_killed_rank_resumes_from_checkpoint(restarted_run, two_ranks):
+    """Rank 1 exits after its fifth step; torchrun restarts both ranks (the session's restarted_run: checkpoints
+    every 2 of the 8 steps of an epoch, the default with a checkpoint directory). Its step-4 checkpoint is
+    complete before rank 1 can end step 5 (step 5's gradients wait for rank 0), so the ranks resume from it, and
+    train on to the uninterrupted run's curve and accuracy."""
+    m = json.loads((restarted_run / "m.json").read_text())
+    assert m["resumed_from_step"] == 4
     np.testing.assert_allclose(m["loss_curve"], two_ranks["loss_curve"], rtol=1e-6)
     assert m["val_accuracy"] == two_ranks["val_accuracy"]
 
