@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from moment.planner.network import ChassisTemplate
+from moment.planner.network import ChassisTemplate, distinct
 from moment.topology.devices import find_model
 from moment.topology.model import Kind
 
@@ -420,7 +420,7 @@ class Bounds:
             m[at, :links.shape[1]] = links
         m = -np.sort(-m, axis=1)  # highest first, -inf last
         finite = np.isfinite(m)
-        values = np.unique(m[finite])
+        values = distinct(m[finite])
         rounded = np.array([round(x, 6) for x in values.tolist()])
         m[finite] = rounded[np.searchsorted(values, m[finite])]
         return m
