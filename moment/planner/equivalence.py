@@ -170,18 +170,39 @@ class CapacityCanon:
         return (tuple(sorted(self._canon(s, occupants) for s in self.sockets)), self._peer_caps)
 
     def classes(self, space: SearchSpace) -> np.ndarray:
-        """A class number for each placement of `space`, equal where `key` is equal: each socket's
-        distinct fillings are canonised once (`_canon`, whose memo other inventories with the same
-        models in a subtree share), not once per placement."""
+        """A class number for each placement of `space`, equal where `key` is equal: each socket's forms
+        for every placement at once (`_forms_of`), interned once per distinct filling of each subtree."""
         n = len(space.rows)
         if not self.enabled or not n:
             return np.arange(n)
-        forms = []
-        for sock in self.sockets:  # (a socket always has a form: never None)
-            fillings, inverse = _fillings(space, space.rows, self.slots, self.span[sock])
-            forms.append(np.array([self._canon(sock, occ) for occ in fillings], dtype=np.int64)[inverse])
+        col = {sid: j for j, sid in enumerate(space.slots)}
+        forms = [self._forms_of(sock, space, col) for sock in self.sockets]  # (a socket always has a form)
         keys = np.sort(np.stack(forms, axis=1), axis=1)
         return _unique_rows(keys)[1]  # (sorted: the sockets' forms as a multiset)
+
+    def _forms_of(self, nid: str, space: SearchSpace, col: dict[str, int]) -> np.ndarray:
+        """`_canon(nid, ...)` of every placement of `space` as one array (-1: None), bottom up: a node's
+        form is interned once per distinct combination of its children's forms, not once per placement
+        (the search lists thousands of placements; a subtree has tens of fillings)."""
+        rows = space.rows
+        if self.kind.get(nid) == Kind.slot:
+            if nid not in col:
+                return np.full(len(rows), -1, dtype=np.int64)
+            dev = [self._device(nid, m) for m in space.models]
+            return np.array([-1 if d is None else d for d in dev] + [-1], dtype=np.int64)[rows[:, col[nid]]]
+        fixed = self.fixed_devices.get(nid, [])
+        head = (self.sockets.get(nid, self.kind[nid].value), _round(self.uplink[nid]) if nid in self.uplink else None)
+        socket = self.kind.get(nid) == Kind.socket
+        kids = [self._forms_of(k, space, col) for k in self.children.get(nid, ())]
+        if kids:
+            combos, inverse = _unique_rows(np.stack(kids, axis=1) + 1)  # (+1: None is 0)
+        else:
+            combos, inverse = np.zeros((1, 0), dtype=np.int64), np.zeros(len(rows), dtype=np.int64)
+        out = []
+        for combo in combos.tolist():
+            parts = [k - 1 for k in combo if k] + fixed
+            out.append(self._intern((*head, tuple(sorted(parts)))) if parts or socket else -1)
+        return np.array(out, dtype=np.int64)[inverse]
 
 
 class TreeBound:
