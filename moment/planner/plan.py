@@ -92,10 +92,10 @@ def make_plan(topo: Topology, inventory: Inventory, workload: WorkloadSpec, *,
 def _make_plan(topo: Topology, inventory: Inventory, workload: WorkloadSpec, maxflow_backend: str,
                progress: Callable[[int, int], None] | None, method: str, timeout: float | None, data: str) -> Plan:
     t0 = time.perf_counter()
-    bare, current, found = _search(topo, inventory, workload, progress, method, timeout, data=data)
-    winner = evaluate(bare, found.placement, workload, maxflow_backend=maxflow_backend, data=data)
+    bare, current, found, template = _search(topo, inventory, workload, progress, method, timeout, data=data)
+    winner = evaluate(bare, found.placement, workload, maxflow_backend=maxflow_backend, data=data, template=template)
 
-    evaluated = _baselines(bare, current, inventory, workload, maxflow_backend, data)
+    evaluated = _baselines(bare, current, inventory, workload, maxflow_backend, data, template)
     baselines = [b for b, _ in evaluated]
     gain = (min(b.under(data).epoch_read_s for b in baselines) / winner.under(data).epoch_read_s
             if baselines else None)
@@ -201,7 +201,7 @@ def best_placement(topo: Topology, inventory: Inventory, workload: WorkloadSpec,
             placement = {slot: rename[m] for slot, m in best.placement.items()}
             return Best(placement, best.evaluation.model_copy(update={"placement": placement}), best.bottlenecks,
                         best.stats.model_copy(update={"seconds_total": time.perf_counter() - t0}))
-    bare, _current, found = _search(topo, inventory, workload, progress, "auto", None, cache, data=data)
+    bare, _current, found, _ = _search(topo, inventory, workload, progress, "auto", None, cache, data=data)
     ev = evaluate(bare, found.placement, workload, solvers=("lp", "even") if data == "even" else ("lp",), data=data,
                   template=cache.template if cache is not None else None)
     best = Best(found.placement, ev, [u.id for u in ev.links if u.utilisation >= BOTTLENECK_UTILISATION],
@@ -214,8 +214,9 @@ def best_placement(topo: Topology, inventory: Inventory, workload: WorkloadSpec,
 def _search(topo: Topology, inventory: Inventory, workload: WorkloadSpec,
             progress: Callable[[int, int], None] | None, method: str,
             timeout: float | None, cache: SearchCache | None = None,
-            data: str = "planned") -> tuple[Topology, dict[str, str], _Found]:
-    """(the bare chassis, the devices that were in its slots, the best placement found). The lower
+            data: str = "planned") -> tuple[Topology, dict[str, str], _Found, ChassisTemplate]:
+    """(the bare chassis, the devices that were in its slots, the best placement found, the chassis
+    parsed, to evaluate placements on without populating a copy of it for each). The lower
     bounds (tree bounds, the branch and bound's relaxations) are the planned LP's: with the data
     spread evenly the SSD shares are fixed, a narrower LP, so they bound its time as well."""
     t0 = time.perf_counter()
@@ -263,7 +264,7 @@ def _search(topo: Topology, inventory: Inventory, workload: WorkloadSpec,
             lower_bound_s=None if res.proven_optimal else res.lower_bound_s, seconds_total=0.0,
             seconds_per_solve=res.seconds / max(res.lps, 1)))
 
-    return bare, current, found
+    return bare, current, found, template
 
 
 @dataclass
@@ -357,7 +358,11 @@ def _exhaustive(bare: Topology, template: ChassisTemplate, space: search.SearchS
 
 
 def _baselines(bare: Topology, current: dict[str, str], inventory: Inventory, workload: WorkloadSpec,
-               backend: str, data: str = "planned") -> list[tuple[Baseline, Evaluation]]:
+               backend: str, data: str = "planned", template: ChassisTemplate | None = None
+               ) -> list[tuple[Baseline, Evaluation]]:
+    """The usual layouts (and the machine's current one), each evaluated. They are valid placements of
+    the inventory, so `template` evaluates them; the current layout, which may hold a device the catalogue
+    does not know, is populated and checked."""
     named: list[tuple[str, str, dict[str, str]]] = []
     if current:
         named.append(("current", "the layout the machine has now", current))
@@ -365,7 +370,8 @@ def _baselines(bare: Topology, current: dict[str, str], inventory: Inventory, wo
     out = []
     for name, desc, placement in named:
         try:
-            ev: Evaluation = evaluate(bare, placement, workload, maxflow_backend=backend, data=data)
+            ev: Evaluation = evaluate(bare, placement, workload, maxflow_backend=backend, data=data,
+                                      template=None if name == "current" else template)
         except MomentError:
             if name == "current":
                 continue  # e.g. a scanned device model the catalogue does not know
