@@ -233,18 +233,24 @@ class TreeBound:
         kind = {n.id: n.kind for n in template.topo.nodes}
         self.slots, self.span = _slot_spans(self.children, kind, self.sockets)
         self._memo: dict[tuple, tuple] = {}
+        self._devices: dict[tuple[str, str], tuple[Kind, float, float] | None] = {}
+
+    def _device(self, slot: str, model: str) -> tuple[Kind, float, float] | None:
+        """(kind, link capacity as the slot's uplink caps it, HBM or read rate) of a `model` card in `slot`;
+        None for a card that carries no reads (a NIC). Once per slot and model: the search asks per filling."""
+        key = (slot, model)
+        if key not in self._devices:
+            kind, cap, serve, _mem = self.template.card(slot, model)
+            self._devices[key] = ((kind, min(cap, self.uplink.get(slot, cap)), serve)
+                                  if kind in (Kind.gpu, Kind.ssd) else None)
+        return self._devices[key]
 
     def bound(self, placement: dict[str, str], workload) -> tuple[float, tuple[float, ...]]:
         """(lower bound on the epoch time, per-link bounds highest first).
 
         The per-link bounds say how close each link comes to limiting this placement: among equally
         fast placements the planner prefers the one whose tightest link is loosest (leximax)."""
-        tpl = self.template
-        devs: dict[str, tuple[Kind, float, float]] = {}
-        for slot, model in placement.items():
-            kind, cap, serve, _mem = tpl.card(slot, model)
-            if kind in (Kind.gpu, Kind.ssd):
-                devs[slot] = (kind, min(cap, self.uplink.get(slot, cap)), serve)
+        devs = {slot: dev for slot, model in placement.items() if (dev := self._device(slot, model)) is not None}
         n_gpu = sum(1 for k, _, _ in devs.values() if k == Kind.gpu) + sum(
             1 for lst in self.fixed.values() for k, _, _ in lst if k == Kind.gpu)
         if n_gpu == 0:
@@ -304,7 +310,6 @@ class TreeBound:
 
     def _bounds_with(self, space: SearchSpace, rows: np.ndarray, at: np.ndarray, n_gpu: int, workload,
                      out: Bounds) -> None:
-        tpl = self.template
         D = workload.bytes_per_gpu(n_gpu)
         total = D * n_gpu
         f_gpu, f_cpu = workload.gpu_cache_share, workload.cpu_cache_share
@@ -320,12 +325,8 @@ class TreeBound:
                 if found is not None:
                     walked.append(found)
                     continue
-                devs: dict[str, tuple[Kind, float, float]] = {}
-                for slot, model in zip(self.slots[lo:hi], occ[lo:hi]):
-                    if model is not None:
-                        kind, cap, serve, _mem = tpl.card(slot, model)
-                        if kind in (Kind.gpu, Kind.ssd):
-                            devs[slot] = (kind, min(cap, self.uplink.get(slot, cap)), serve)
+                devs = {slot: dev for slot, model in zip(self.slots[lo:hi], occ[lo:hi])
+                        if model is not None and (dev := self._device(slot, model)) is not None}
                 walked.append(self._walk(sock, occ, devs, g_share))
             n_edges = max((len(w[3]) for w in walked), default=0)
             n_rates = max((len(w[4]) for w in walked), default=0)
