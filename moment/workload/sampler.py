@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from moment.workload import batch_bytes
 from moment.workload.seeds import mix
 
 if TYPE_CHECKING:
@@ -136,8 +137,7 @@ class MiniBatch:
     def id_bytes(num_nodes: int, num_edges: int, num_labels: int = 0) -> int:
         """What a batch of this many nodes and edges (and, a link batch, label edges) holds in ids: `n_id` and
         `edge_index`, int64, and `edge_label_index` (int64) with `edge_label` (float32)."""
-        return ((num_nodes + 2 * num_edges + 2 * num_labels) * torch.int64.itemsize
-                + num_labels * torch.float32.itemsize)
+        return batch_bytes.id_bytes(num_nodes, num_edges, num_labels)
 
     @property
     def batch_size(self) -> int:
@@ -278,7 +278,7 @@ class _DenseMap:
 
     @staticmethod
     def bytes_for(n: int) -> int:
-        return 2 * n * torch.int32.itemsize  # local and first
+        return batch_bytes.map_bytes(n)  # local and first
 
     def __init__(self, n: int):
         self.local = torch.full((n,), -1, dtype=torch.int32)
