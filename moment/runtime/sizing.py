@@ -3,7 +3,8 @@ the sizes torch's objects state for it, and the rank's and torchrun agent's meas
 
 Every rank of a run measures them (`run_inputs`, the ranks agreeing on their maxima) and `moment train`
 measures them before any rank starts (`preview_inputs`), so the launcher's budget check and the ranks'
-are the same numbers.
+are the same numbers. Sampling needs torch; the rest is arithmetic (moment.runtime.footprint), so a dry run
+that reuses a recorded extent and start size loads no torch.
 """
 
 from __future__ import annotations
@@ -266,7 +267,7 @@ _EXTENTS_KEPT = 32  # extents recorded at most (the most recent)
 def _extent_key(cfg: TrainConfig, ds: GraphDataset, world: int) -> str:
     """What a preview's sampled extent depends on, hashed: the graph and training split (each file's path,
     size, modification time and recorded sha256), the run's sampling options and world size, the sampling
-    code and the torch that runs it."""
+    code, its bounds (EXTENT_*) and the torch that runs it."""
     files = []
     for name in ("indptr", "indices", "train_idx"):
         f = ds.file(name)
@@ -280,7 +281,7 @@ def _extent_key(cfg: TrainConfig, ds: GraphDataset, world: int) -> str:
         torch_version = None
     key = {"files": files, "task": cfg.task, "fanouts": cfg.resolved_fanouts(), "negatives": cfg.negatives,
            "seed": cfg.seed, "batch_size": cfg.batch_size, "world": world, "code": code, "torch": torch_version,
-           "numpy": np.__version__}
+           "numpy": np.__version__, "bounds": [EXTENT_BATCHES, EXTENT_SPREAD, EXTENT_SAMPLE_SLOTS]}
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
 
 

@@ -26,20 +26,15 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from moment.workload import batch_bytes
+from moment.workload.graph import DEGREE_CHUNK, GraphDataset, degree_histogram
 from moment.workload.seeds import mix
 
-if TYPE_CHECKING:
-    from moment.workload.graph import GraphDataset
-
 from moment.workload.spec import DEFAULT_FANOUTS  # noqa: E402 - declared with the workload's other defaults
-#: nodes whose degrees are read at once (`CSRGraph.degree_histogram`): 32 MiB of indptr
-DEGREE_CHUNK = 1 << 22
 
 
 def _as_tensor(a: np.ndarray | torch.Tensor, copy: bool) -> torch.Tensor:
@@ -93,17 +88,7 @@ class CSRGraph:
         return self.__dict__["_degrees"]
 
     def _count_degrees(self) -> np.ndarray:
-        ip = self.indptr
-        hist = np.zeros(1, np.int64)
-        for lo in range(0, self.num_nodes, DEGREE_CHUNK):
-            part = ip[lo: min(lo + DEGREE_CHUNK, self.num_nodes) + 1].numpy()
-            got = np.bincount(np.diff(part))
-            if got.size > hist.size:
-                got[: hist.size] += hist
-                hist = got
-            else:
-                hist[: got.size] += got
-        return hist[: int(np.flatnonzero(hist)[-1]) + 1] if hist.any() else hist
+        return degree_histogram(self.indptr.numpy(), DEGREE_CHUNK)
 
     def max_degree(self) -> int:
         """The largest in-degree: no fan-out samples more than this many neighbours of any node."""
