@@ -11,7 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from moment.runtime.footprint import GAT_HEADS, GatSizes, LayerExtent, SageSizes, hidden_width, model_sizes, step_bytes, weights
+from moment.runtime.footprint import (GAT_HEADS, GatSizes, LayerExtent, SageSizes, hidden_width, model_sizes, step_bytes,
+                                      weights)
 from moment.workload.sampler import Block  # the sampler's `MiniBatch.blocks()` items
 
 # Imports inside functions: torch (and PyG) load only where a tensor is made, so planning, placement and the
