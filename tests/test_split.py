@@ -187,7 +187,7 @@ def test_the_remote_tier_serves_only_the_rows_its_machine_holds(split_layout, ru
 
 
 def test_the_budget_charges_what_the_remote_tier_states(split_layout, runtime_layout, runtime_dataset):
-    from moment.runtime import remote_tier
+    from moment.runtime import footprint
     from moment.runtime.config import TrainConfig
     from moment.runtime.run_plan import resolve_run
     from moment.runtime.sizing import run_inputs
@@ -202,8 +202,8 @@ def test_the_budget_charges_what_the_remote_tier_states(split_layout, runtime_la
     plan = resolve_run(cfg, lay, world_size=2, local_world_size=1, inputs=inputs)
     items = {i.name: i.bytes for i in plan.memory.items}
     rb = runtime_dataset.row_bytes
-    assert items["remote exchange"] == remote_tier.round_bytes(inputs.rows_max, rb, 2) > 0
-    assert items["remote reader"] == remote_tier.reader_bytes(lay.manifest.row.align) > 0
+    assert items["remote exchange"] == footprint.remote_round_bytes(inputs.rows_max, rb, 2) > 0
+    assert items["remote reader"] == footprint.remote_reader_bytes(lay.manifest.row.align) > 0
     assert plan.tiers.remote_tier and plan.split.name == "m1" and plan.split.machine == 1
     assert plan.split.remote_rows == {"m0": lay.split.remote[0].rows}
     assert any("remote tier on: machine m1 (node rank 1)" in line for line in plan.lines())

@@ -281,8 +281,8 @@ class RunInputs:
     agent_bytes: int = 0  # torchrun's agent beside the ranks (its peak RSS, measured); 0: no agent
     exchange_bytes: int = 0  # one round of the peer exchange at the extent (RowExchange.round_bytes, with
     #                          what a rank's GPU tier holds: gpu_tier_rows)
-    remote_exchange_bytes: int = 0  # a split layout: one round of the remote exchange (remote_tier.round_bytes)
-    remote_reader_bytes: int = 0  # a split layout: the remote tier's serving reader (remote_tier.reader_bytes)
+    remote_exchange_bytes: int = 0  # a split layout: one round of the remote exchange (footprint.remote_round_bytes)
+    remote_reader_bytes: int = 0  # a split layout: the remote tier's serving reader (footprint.remote_reader_bytes)
     device_memory: DeviceMemory | None = None  # a CUDA run: the least free and total memory of the ranks' devices
     #                                            (None: not read here; moment.io.device.DeviceLayer.memory)
     process_measured_on: str | None = None  # a preview reused a recorded `process_bytes` measured that day
