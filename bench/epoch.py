@@ -28,11 +28,13 @@ cgroup, so no system can keep the features in memory the bound does not give it.
 * data_only_*       with `--data-only`, then the feed rate: Moment, the faster baseline and the fastest
                     in-memory run again without the model step (`moment train --data-only`), the features
                     cold and the graph warm: seeds/s and SSD bytes/s (Moment's own count; the baseline's,
-                    what its processes read from disk), and fio's rate for Moment's mix of reads in the same
-                    run: each size class of its SSD reads (`ssd_request_sizes`) read alone by fio on the
-                    files Moment read, at its queue depth per rank, one job per rank, and the mix's bytes
-                    over the seconds those rates give (`data_only_ssd_over_fio`; `data_only_seeds_ratio`:
-                    Moment's seeds/s over the baseline's).
+                    what its processes read from disk), and the disk's limit for the same reads in the same
+                    run: Moment's own reads, recorded with `--io-trace`, replayed by fio in order as fast as
+                    it can, one job per rank at its queue depth (`data_only_ssd_over_fio`); beside it, each
+                    size class of its reads (`ssd_request_sizes`) read alone by fio at random offsets of
+                    the same files, combined by bytes (`data_only_ssd_over_fio_random`: no merging of
+                    neighbouring reads by the block layer, so a different load); `data_only_seeds_ratio`:
+                    Moment's seeds/s over the baseline's.
 
 Prints `name: value` lines: per system its epoch seconds (each epoch), SSD bytes read, CPU-cache hit
 rate (with the cache simulator's prediction for Moment's policy), per-stage seconds (a loader baseline's
@@ -73,6 +75,7 @@ from probe_fio import ENGINES, FIO_HUGE, huge_pages  # noqa: E402
 
 from moment.cli.train_cmds import torchrun_command  # noqa: E402
 from moment.errors import MomentError  # noqa: E402
+from moment.io.trace import rank_trace  # noqa: E402
 
 CGROUP_MEMORY = Path("/sys/fs/cgroup/memory")
 # The launcher: joins the cgroup (its pid into cgroup.procs), then becomes torchrun; children inherit it.
@@ -615,6 +618,38 @@ def mix_limit(files: list[Path], sizes: list[dict[str, int]], depth: int, jobs: 
     return b / seconds
 
 
+def replay_limit(traces: list[Path], depth: int) -> float | None:
+    """The disk's rate in bytes/s for exactly a run's reads: each rank's trace (`--io-trace`) replayed by fio as
+    fast as it can (`--replay_no_stall`), one job per rank at the run's queue depth, all at once, cold,
+    direct, into huge pages; the traces' bytes over the longest job's time. None without fio."""
+    if shutil.which("fio") is None:
+        print("fio_replay_MB_per_s: n/a (fio is not installed: apt-get install fio)")
+        return None
+    reads = [[line.split() for line in t.read_text().splitlines() if " read " in line] for t in traces]
+    wanted, need = sum(int(r[3]) for rs in reads for r in rs), max((int(r[3]) for rs in reads for r in rs), default=0)
+    drop_files(*sorted({Path(r[0]) for rs in reads for r in rs}))
+    with huge_pages(depth * len(traces) * need) as why:
+        for engine in ENGINES:
+            jobs = [x for i, t in enumerate(traces) for x in (f"--name=rank{i}", f"--read_iolog={t}")]
+            r = subprocess.run(["fio", "--replay_no_stall=1", "--direct=1", "--readonly", f"--ioengine={engine}",
+                                f"--iodepth={depth}", "--output-format=json", *([] if why else FIO_HUGE), *jobs],
+                               capture_output=True, text=True, check=False)
+            if r.returncode == 0:
+                done = json.loads(r.stdout[r.stdout.index("{"):])["jobs"]
+                if all(j["error"] == 0 and j["read"]["total_ios"] == len(rs) for j, rs in zip(done, reads)):
+                    break
+        else:
+            print(f"fio_replay_MB_per_s: n/a (fio could not replay {traces[0]} with any engine)")
+            return None
+    # fio's byte count of a replay leaves out reads still in flight at its end: the traces' own bytes are exact
+    seconds = max(j["job_runtime"] for j in done) / 1e3
+    print(f"fio_replay: Moment's {sum(map(len, reads))} SSD reads of its ranks, {wanted / 1e6:.0f} MB, replayed by fio in "
+          f"order (one job per rank, {engine}, {depth} in flight, direct, {'malloc' if why else 'huge pages'}, "
+          f"cold) in {seconds:.2f} s")
+    print(f"fio_replay_MB_per_s: {wanted / seconds / 1e6:.0f}")
+    return wanted / seconds
+
+
 def feed_rate(a, ds_dir: Path, layout: Path, bound: int | None, common: list[str], moment_flags: list[str],
               baseline_flags: list[str] | None, memory_flags: list[str] | None, suffix: str) -> dict[str, float]:
     """The pipeline without the model step (`--data-only`): seeds/s and SSD bytes/s of Moment, the worker
@@ -627,8 +662,11 @@ def feed_rate(a, ds_dir: Path, layout: Path, bound: int | None, common: list[str
     if memory_flags is not None:
         systems.append(("data_only_in_memory", memory_flags, [], [ds_dir], None))
     got: dict[str, dict] = {}
+    traces = a.cache_dir / "io-trace"
+    shutil.rmtree(traces, ignore_errors=True)
     for name, flags, cold, warm, b in systems:
-        m = run(name, a.nproc, [*flags, "--data-only", *common], a.cache_dir / f"{name}.json", cold=cold, bound=b,
+        trace = ["--io-trace", str(traces)] if name == "data_only_moment" else []
+        m = run(name, a.nproc, [*flags, "--data-only", *trace, *common], a.cache_dir / f"{name}.json", cold=cold, bound=b,
                 warm=tuple(warm))
         if not m:
             continue
@@ -660,9 +698,14 @@ def feed_rate(a, ds_dir: Path, layout: Path, bound: int | None, common: list[str
         depth = int(mo.get("config", {}).get("queue_depth") or 128)
         rate = mix_limit(files, mo["ssd_request_sizes"], depth, a.nproc)
         if rate:
+            out["data_only_ssd_over_fio_random"] = mo["ssd_MB_per_s"] / (rate / 1e6)
+            print(f"data_only_ssd_over_fio_random{suffix}: {out['data_only_ssd_over_fio_random']:.3f}  (Moment's SSD "
+                  "bytes/s / fio's for the same sizes at random offsets)")
+        rate = replay_limit([rank_trace(traces, r) for r in range(a.nproc)], depth)
+        if rate:
             out["data_only_ssd_over_fio"] = mo["ssd_MB_per_s"] / (rate / 1e6)
             print(f"data_only_ssd_over_fio{suffix}: {out['data_only_ssd_over_fio']:.3f}  (Moment's SSD bytes/s / "
-                  "fio's for the same mix)")
+                  "fio's replay of the same reads)")
     return out
 
 

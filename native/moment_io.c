@@ -785,9 +785,121 @@ done:
     return ret;
 }
 
+static int64_t floordiv(int64_t a, int64_t b) { /* Python's a // b for b > 0 */
+    int64_t q = a / b;
+    return (a % b != 0 && a < 0) ? q - 1 : q;
+}
+
+PyDoc_STRVAR(plan_runs_doc, "plan_runs(f, off, order, row_bytes, align, merge_gap, max_request, sizes, out) -> (runs, bytes)\n"
+             "The aligned runs covering rows at (file f[i], byte offset off[i]), given sorted by (file, offset), merged\n"
+             "as moment.io.merge.plan_runs says. f: int32; off, sizes (per file, or None): int64. out: None (count\n"
+             "only), or the arrays (run_file int32, run_start, run_len, row_run, row_at int64) to fill: runs in the\n"
+             "first three (n entries, the first `runs` filled), row i's in row_run[order[i]], row_at[order[i]].");
+
+/* One sequential pass over the rows in place order: what moment.io.merge.plan_runs computes with NumPy (a
+   run per file change or gap wider than `merge_gap`, split every `max_request` bytes from the run's first
+   block), without its temporaries; counting alone (out None) lets a shape price every merge gap for the
+   cost of one sort. */
+static PyObject *plan_runs(PyObject *Py_UNUSED(m), PyObject *args) {
+    PyObject *of, *ooff, *oorder, *osizes, *oout;
+    long long rb, align, gap, maxreq;
+    if (!PyArg_ParseTuple(args, "OOOLLLLOO", &of, &ooff, &oorder, &rb, &align, &gap, &maxreq, &osizes, &oout))
+        return NULL;
+    if (rb < 1 || align < 1 || gap < 0) return PyErr_Format(PyExc_ValueError, "row_bytes, align must be >= 1, merge_gap >= 0");
+    Py_buffer v[10];
+    int got = 0;
+    PyObject *ret = NULL;
+    const char *names[5] = {"run_file", "run_start", "run_len", "row_run", "row_at"};
+    if (get_array(of, &v[got], 4, "f") < 0) goto done;
+    got++;
+    if (get_array(ooff, &v[got], 8, "off") < 0) goto done;
+    got++;
+    Py_ssize_t n = v[0].shape[0], nsizes = 0;
+    const int32_t *f = v[0].buf;
+    const int64_t *off = v[1].buf, *order = NULL, *sizes = NULL;
+    if (v[1].shape[0] != n) { PyErr_Format(PyExc_ValueError, "f has %zd entries, off %zd", n, v[1].shape[0]); goto done; }
+    if (osizes != Py_None) {
+        if (get_array(osizes, &v[got], 8, "sizes") < 0) goto done;
+        sizes = v[got].buf;
+        nsizes = v[got++].shape[0];
+    }
+    int32_t *run_file = NULL;
+    int64_t *run_start = NULL, *run_len = NULL, *row_run = NULL, *row_at = NULL;
+    if (oout != Py_None) {
+        if (!PyTuple_Check(oout) || PyTuple_GET_SIZE(oout) != 5 || oorder == Py_None) {
+            PyErr_SetString(PyExc_TypeError, "out must be None or a tuple of 5 arrays, with an order");
+            goto done;
+        }
+        if (get_array(oorder, &v[got], 8, "order") < 0) goto done;
+        order = v[got++].buf;
+        if (v[got - 1].shape[0] != n) { PyErr_Format(PyExc_ValueError, "order has %zd entries, f %zd", v[got - 1].shape[0], n); goto done; }
+        int iout = got;
+        for (int k = 0; k < 5; k++) {
+            if (get_array(PyTuple_GET_ITEM(oout, k), &v[got], k == 0 ? 4 : 8, names[k]) < 0) goto done;
+            if (v[got++].readonly || v[got - 1].shape[0] < n) {
+                PyErr_Format(PyExc_ValueError, "%s must be writable with at least %zd entries", names[k], n);
+                goto done;
+            }
+        }
+        run_file = v[iout].buf;
+        run_start = v[iout + 1].buf, run_len = v[iout + 2].buf, row_run = v[iout + 3].buf, row_at = v[iout + 4].buf;
+    }
+    /* every index checked, and the rows checked to be in place order, before anything is written */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (order && (order[i] < 0 || order[i] >= n)) {
+            PyErr_Format(PyExc_IndexError, "order[%zd] = %lld is outside the rows", i, (long long)order[i]);
+            goto done;
+        }
+        if (sizes && (f[i] < 0 || f[i] >= nsizes)) { PyErr_Format(PyExc_IndexError, "file %d has no size", f[i]); goto done; }
+        if (i && (f[i] < f[i - 1] || (f[i] == f[i - 1] && off[i] < off[i - 1]))) {
+            PyErr_SetString(PyExc_ValueError, "the rows are not in (file, offset) order");
+            goto done;
+        }
+    }
+    int64_t runs = 0, bytes = 0;
+    Py_BEGIN_ALLOW_THREADS
+    const int64_t gap_blocks = gap / align, cap = maxreq / align > 1 ? maxreq / align : 1;
+    int shift = -1; /* align a power of two (as always in practice): blocks by a shift, not a division */
+    if ((align & (align - 1)) == 0) for (shift = 0; ((int64_t)1 << shift) < align; shift++) {}
+    int64_t prev_last = 0, start0 = 0, next_piece = 0, r_first = 0, r_last = 0;
+    for (Py_ssize_t i = 0; i <= n; i++) {
+        int64_t first = 0, last = 0;
+        int cut = 1;
+        if (i < n) {
+            first = shift >= 0 ? off[i] >> shift : floordiv(off[i], align); /* >>: a floor, negatives too */
+            last = shift >= 0 ? (off[i] + rb - 1) >> shift : floordiv(off[i] + rb - 1, align);
+            if (i && f[i] == f[i - 1] && first <= prev_last + 1 + gap_blocks) { /* the same gap-run */
+                cut = first >= next_piece; /* in a later piece of `cap` blocks from the gap-run's first */
+                if (cut) next_piece = start0 + ((first - start0) / cap + 1) * cap;
+            } else {
+                start0 = first;
+                next_piece = start0 + cap;
+            }
+        }
+        if (cut && i) { /* close the run of rows up to i - 1 */
+            int64_t len = (r_last - r_first + 1) * align;
+            if (sizes && sizes[f[i - 1]] - r_first * align < len) len = sizes[f[i - 1]] - r_first * align;
+            if (run_file) { run_file[runs] = f[i - 1]; run_start[runs] = r_first * align; run_len[runs] = len; }
+            bytes += len;
+            runs++;
+        }
+        if (i == n) break;
+        if (cut) { r_first = first; r_last = last; }
+        else if (last > r_last) r_last = last;
+        if (row_run) { row_run[order[i]] = runs; row_at[order[i]] = off[i] - r_first * align; }
+        prev_last = last;
+    }
+    Py_END_ALLOW_THREADS
+    ret = Py_BuildValue("(LL)", (long long)runs, (long long)bytes);
+done:
+    for (int k = 0; k < got; k++) PyBuffer_Release(&v[k]);
+    return ret;
+}
+
 static PyMethodDef module_methods[] = {
     {"io_uring_usable", uring_usable, METH_NOARGS, "(ok, reason): does io_uring_queue_init work here?"},
     {"copy_rows", copy_rows, METH_VARARGS, copy_rows_doc},
+    {"plan_runs", plan_runs, METH_VARARGS, plan_runs_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -23,9 +23,9 @@ DATA = Path(__file__).resolve().parent / "data"
 
 
 def pytest_collection_modifyitems(config, items):
-    """A test that needs the session's torchrun launch is slow (`make test-fast` leaves it out)."""
+    """A test that needs one of the session's torchrun launches is slow (`make test-fast` leaves it out)."""
     for item in items:
-        if "two_rank_dir" in getattr(item, "fixturenames", ()):
+        if {"two_rank_dir", "restarted_run"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
 
 
@@ -118,6 +118,17 @@ def two_rank_dir(runtime_layout, tmp_path_factory) -> Path:
     from runtime_data import run_two_ranks
 
     return shared_dir(tmp_path_factory, "two-ranks", lambda d: run_two_ranks(runtime_layout, d))
+
+
+@pytest.fixture(scope="session")
+def restarted_run(runtime_layout, tmp_path_factory) -> Path:
+    """One `moment train --nproc 2 --max-restarts 1` of two_rank_dir's run whose rank 1 exits after its fifth step
+    (`runtime_data.run_restarted`): the launcher's exit status and stderr (`launch.json`), the metrics (`m.json`),
+    its run directory (`runs/`). The restart tests of the launcher and of the runtime read it, instead of each
+    launching it again."""
+    from runtime_data import run_restarted
+
+    return shared_dir(tmp_path_factory, "restarted", lambda d: run_restarted(runtime_layout, d))
 
 
 @pytest.fixture(scope="session")

@@ -87,6 +87,19 @@ def run_two_ranks(layout: Path, out_dir: Path) -> dict:
     return json.loads((out_dir / "m.json").read_text())
 
 
+def run_restarted(layout: Path, out_dir: Path) -> None:
+    """`restarted_run`: `moment train --nproc 2 --max-restarts 1` of `train_args` with the launcher's defaults (run
+    directory `out_dir/runs`, checkpoints in it), rank 1 exiting after its fifth step; the launcher's exit status
+    and stderr (`launch.json`), its metrics (`m.json`)."""
+    from moment import testpoints
+
+    e = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), testpoints.EXIT_ENV: "train-step:5"}
+    r = subprocess.run([sys.executable, "-m", "moment", "train", "--nproc", "2", "--max-restarts", "1", "--run-dir",
+                        str(out_dir / "runs"), *train_args(layout, out_dir / "m.json", "--quiet")], cwd=REPO, env=e,
+                       capture_output=True, text=True, timeout=480, check=False)
+    (out_dir / "launch.json").write_text(json.dumps({"returncode": r.returncode, "stderr": r.stderr}))
+
+
 def make_split(ds: GraphDataset, out: Path, machines: int = 2, **kw) -> Path:
     """`ds` split over `machines` machines of paper-machine-b with 2 GPUs and 2 SSDs each (the GPU caches 2%, the
     CPU caches 5%: 560 of its 4000 rows on every machine), as `moment place --machines` writes it."""

@@ -21,7 +21,8 @@ import numpy as np
 import torch
 
 from moment.runtime.dist import setup
-from moment.runtime.remote_tier import RemoteTier, round_bytes
+from moment.runtime.footprint import remote_round_bytes
+from moment.runtime.remote_tier import RemoteTier
 from moment.runtime.store import Collectives, StoreOptions, open_tiers
 
 MOST = 900  # the most ids one batch asks
@@ -64,7 +65,7 @@ def main(split: Path, out: Path) -> None:
     stats = store.tier_stats()
     seen |= {"machine": ctx.node_rank, "remote_rows": stats["rows"]["remote"], "served": stats["remote_served_rows"],
              "exchange_peak": far.own_memory()["remote_exchange"],
-             "exchange_charged": round_bytes(MOST, store.layout_rows.row_bytes, 2)}
+             "exchange_charged": remote_round_bytes(MOST, store.layout_rows.row_bytes, 2)}
     store.close()
     (out / f"machine{ctx.node_rank}.json").write_text(json.dumps(seen))
     ctx.close()

@@ -15,6 +15,7 @@ PACKAGE = REPO / "moment"
 LAYERS = {
     "errors": 0,
     "outputs": 1, "sizes": 1, "locking": 1, "testpoints": 1, "inputs": 1, "documents": 1, "lazy": 1, "requests": 1,
+    "gcpause": 1,
     "topology": 2, "workload": 2, "io": 2, "caching": 2,
     "planner": 3,
     "placement": 4, "cost": 4,

@@ -4,6 +4,8 @@ output locks, `moment layout rm`. Crashes are real: a subprocess SIGKILLs itself
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -18,6 +20,7 @@ import pytest
 from test_place import CACHE, INV, TINY, run
 
 from moment import testpoints
+from moment.cli import main
 from moment.errors import MomentError
 from moment.locking import lock_path, locked
 from moment.placement import open_layout, verify_layout
@@ -64,6 +67,15 @@ def cli(args: list, env_vars: dict | None = None, wait: bool = True, exchange: b
     if not wait:
         return subprocess.Popen(cmd, cwd=REPO, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return subprocess.run(cmd, cwd=REPO, env=e, capture_output=True, text=True, timeout=180, check=False)
+
+
+def here(args: list) -> tuple[int, str]:
+    """`moment ARGS` in this process: its exit status and its stderr as written (test_place's `run` unwraps it),
+    for a command that need not be a process of its own (one refused before it writes)."""
+    said = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(said):
+        code = main([str(a) for a in args])
+    return code, said.getvalue()
 
 
 def _mounts(tmp: Path, name: str) -> tuple[Path, Path]:
@@ -183,10 +195,10 @@ def test_place_refuses_a_flipped_byte_naming_the_file(env):
         fh.seek(-1, os.SEEK_CUR)
         fh.write(bytes([b[0] ^ 0x01]))
     out = env["tmp"] / "L-flip"
-    r = cli(place_args(env, out, dataset=d))
-    assert r.returncode == 2 and "Traceback" not in r.stderr
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and str(f) in lines[0] and "sha256 mismatch" in lines[0], r.stderr
+    code, said = here(place_args(env, out, dataset=d))
+    assert code == 2 and "Traceback" not in said
+    lines = said.strip().splitlines()
+    assert len(lines) == 1 and str(f) in lines[0] and "sha256 mismatch" in lines[0], said
     assert not out.exists() and not out.with_name(out.name + ".partial").exists()
     # --no-verify skips the full re-hash, and says so; its sampled blocks (all of so small a file) still
     # find the flip, as the start of a run would
@@ -278,15 +290,15 @@ def test_second_place_on_the_same_out_is_refused_naming_the_holder(env):
     t = env["tmp"]
     out = t / "L-locked"
     first = paused(place_args(env, out), t / "pause-place")
-    try:
-        second = cli(place_args(env, out))
+    try:  # the second, refused, in this process (only the first must be another: the lock's holder)
+        code, said = here(place_args(env, out))
     finally:
         (t / "pause-place").unlink()
     o, e = first.communicate(timeout=180)
     assert first.returncode == 0, e
-    assert second.returncode == 2 and "Traceback" not in second.stderr
-    lines = second.stderr.strip().splitlines()
-    assert len(lines) == 1, second.stderr
+    assert code == 2 and "Traceback" not in said
+    lines = said.strip().splitlines()
+    assert len(lines) == 1, said
     msg = lines[0]
     assert f"layout is locked by pid {first.pid} on host {socket.gethostname()} since " in msg
     assert f"(moment place --dataset {t / 'ds'}" in msg and str(out) in msg

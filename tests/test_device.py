@@ -15,7 +15,7 @@ import torch
 from fake_device import FakeCudaLayer
 
 from moment.errors import MomentError
-from moment.io.device import DeviceLayer, DeviceStaging, StagingRing, ring_bytes, slot_bytes
+from moment.io.device import DeviceLayer, DeviceStaging, StagingRing, index_rows, ring_bytes, slot_bytes, take_rows
 from moment.runtime.pipeline import Prepared
 from moment.workload.sampler import Block
 
@@ -218,3 +218,26 @@ def test_cuda_a_runtime_thread_works_on_the_device_it_was_started_for():
     start_thread(lambda: seen.append((torch.cuda.current_device(), torch.ones(1, device="cuda").device.index)),
                  "moment-test", torch.device("cuda", 1)).join()
     assert seen == [(1, 1)]
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float32, torch.bfloat16])
+def test_host_rows_are_copied_as_torch_indexes_them(dtype):
+    """index_rows and take_rows on the host (each row copied once) give what torch's indexing gives: with
+    positions or without, all of a table's rows or some, any row dtype, and a non-contiguous destination."""
+    g = torch.Generator().manual_seed(0)
+    table = torch.randint(0, 255, (50, 3, 4), generator=g).to(dtype)
+    idx = torch.randint(0, 50, (30,), generator=g)
+    assert torch.equal(take_rows(table, idx), table[idx])
+    assert take_rows(table, idx[:0]).shape == (0, 3, 4)
+    pos = torch.randperm(40, generator=g)[:30]
+    for out in (torch.zeros((40, 3, 4), dtype=dtype), torch.zeros((40, 3, 8), dtype=dtype)[:, :, :4]):
+        want = out.clone()
+        want[pos] = table[idx]
+        index_rows(out, pos.numpy(), table, idx.numpy())
+        assert torch.equal(out, want)
+        want[pos] = table[:30]
+        index_rows(out, pos.numpy(), table[:30], None)
+        assert torch.equal(out, want)
+        want[:30] = table[idx]
+        index_rows(out, None, table, idx.numpy())
+        assert torch.equal(out, want)

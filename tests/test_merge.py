@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from moment.io import merge
 from moment.io.merge import SHAPES, plan_runs
 
 ALIGN, ROW = 4096, 640
@@ -40,3 +41,31 @@ def test_a_wider_gap_means_fewer_larger_reads():
 def test_no_rows_no_runs():
     p = plan_runs(np.zeros(0, np.int32), np.zeros(0, np.int64), ROW, ALIGN, 0, 1 << 20)
     assert len(p) == 0 and p.bytes == 0
+
+
+@pytest.mark.skipif(merge._native_plan is None, reason="the native extension is not built")
+@pytest.mark.parametrize("align", [512, 4096, 1000])  # 1000: a block size that is not a power of two
+def test_the_native_pass_plans_as_numpy_does(monkeypatch, align):
+    """The C pass and the NumPy fallback give the same reads and row places, for every shape's choice of
+    gap, on unsorted rows with repeats, sorted rows (no sort then) and rows spanning blocks."""
+    rng = np.random.default_rng(7)
+    for case in range(60):
+        n, row = int(rng.integers(0, 300)), int(rng.choice([100, 640, 5000]))
+        f = rng.integers(0, 3, n).astype(np.int32)
+        off = rng.integers(0, 400, n).astype(np.int64) * int(rng.choice([row, align, 96]))
+        if case % 3 == 0:
+            order = np.lexsort((off, f))
+            f, off = f[order], off[order]
+        sizes = np.full(3, int(off.max(initial=0)) + row + int(rng.integers(0, align)), np.int64) if case % 2 else None
+        for shape in ("rows", "block"):
+            for max_request in (align, 3 * align, 1 << 20):
+                s = SHAPES[shape].limited(max_request=max_request)
+                native = s.plan(f, off, row, align, 1 << 20, sizes)
+                monkeypatch.setattr(merge, "_native_plan", None)
+                numpy = s.plan(f, off, row, align, 1 << 20, sizes)
+                monkeypatch.undo()
+                for k in ("file", "start", "length", "row_run", "row_at"):
+                    assert np.array_equal(getattr(native, k), getattr(numpy, k)), (case, shape, k)
+                # the place order groups the rows by run, runs in order (the reader copies a window's rows by it)
+                assert np.array_equal(np.sort(native.order), np.arange(n))
+                assert (np.diff(native.row_run[native.order]) >= 0).all()

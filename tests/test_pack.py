@@ -294,3 +294,19 @@ def test_a_corrupt_pack_index_is_one_clear_error(packed, tmp_path, damage):
         Segments.load(index)
     with pytest.raises(MomentError, match="pack index unreadable"):
         pack_index_bytes(copy, load_pack(copy))
+
+
+def test_a_segment_finds_the_rows_it_holds_among_a_jobs_sorted_rows():
+    """Segments.held: the positions in a job's sorted, distinct rows of the rows one segment holds, at the
+    segment's offsets (row k of the segment at offset + k * row_bytes); an empty segment holds none."""
+    rng = np.random.default_rng(5)
+    a, b = np.sort(rng.choice(1000, 40, replace=False)), np.sort(rng.choice(1000, 30, replace=False))
+    seg = Segments(np.array([0, 0, 0]), np.array([0, 1, 2]), np.array([0, 40 * 64, 70 * 64]),
+                   np.array([0, 40, 70, 70]), np.concatenate([a, b]))
+    job = np.unique(np.concatenate([a[::2], b, rng.choice(1000, 50)]))
+    for s, have in ((0, a), (1, b), (2, a[:0])):
+        where, at = seg.held(s, job, 64)
+        want = np.flatnonzero(np.isin(job, have))
+        assert np.array_equal(where, want)
+        assert np.array_equal(at, int(seg.offset[s]) + np.searchsorted(have, job[want]) * 64)
+    assert seg.held(0, job[:0], 64)[0].shape == (0,)

@@ -362,3 +362,40 @@ def test_a_dry_run_may_reuse_the_recorded_fresh_rank_but_a_stale_or_corrupt_reco
         assert json.loads(ss.record_path().read_text())["key"] == ss._record_key()
     finally:
         ss.fresh_sizes.cache_clear()
+
+
+def test_a_dry_run_with_a_recorded_start_size_loads_no_torch_and_prints_the_same_plan(runtime_layout, tmp_path):
+    """With a fresh rank's size recorded, the first dry run samples the batch extent (torch) and records it;
+    the next reuses it and loads no torch (nor PyG), printing the same plan; a record it cannot read is
+    sampled again, with the same plan."""
+    from moment.runtime import start_sizes as ss
+
+    (tmp_path / "moment").mkdir()
+    (tmp_path / "moment" / "start_sizes.json").write_text(json.dumps(
+        {"key": ss._record_key(), "agent": 200 << 20, "rank": 400 << 20, "date": "2026-01-02"}))
+    # what the dry run loaded, said at exit (after the CLI's sys.exit)
+    wrapper = ("import atexit, runpy, sys\n"
+               "atexit.register(lambda: sys.stderr.write(f'\\nloaded torch={\"torch\" in sys.modules} '\n"
+               "                                         f'pyg={\"torch_geometric\" in sys.modules}\\n'))\n"
+               "sys.argv = ['moment', *sys.argv[1:]]\n"
+               "runpy.run_module('moment', run_name='__main__', alter_sys=True)\n")
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]),
+                                                       os.environ.get("PYTHONPATH")]))}
+
+    def dry_run(*extra: str) -> tuple[str, str]:
+        r = subprocess.run([sys.executable, "-c", wrapper, "train", "--dry-run", "--layout", str(runtime_layout),
+                            *extra], capture_output=True, text=True, env=env, timeout=300)
+        assert r.returncode == 0, r.stderr
+        return r.stdout, r.stderr.strip().splitlines()[-1]
+
+    first, loaded = dry_run()
+    assert loaded == "loaded torch=True pyg=False" and "recorded 2026-01-02" in first
+    assert (tmp_path / "moment" / "extents.json").is_file()
+    again, loaded = dry_run()
+    assert loaded == "loaded torch=False pyg=False" and again == first
+    json_out, loaded = dry_run("--json")
+    assert loaded == "loaded torch=False pyg=False" and json.loads(json_out)["memory"]
+    (tmp_path / "moment" / "extents.json").write_text("{")  # unreadable: sampled again
+    resampled, loaded = dry_run()
+    assert loaded == "loaded torch=True pyg=False" and resampled == first

@@ -304,13 +304,13 @@ def test_torchruns_agent_is_charged_what_it_holds(two_ranks):
 
 
 @pytest.mark.slow
-def test_torchrun_killed_rank_resumes_from_checkpoint(setup, two_ranks, tmp_path):
-    _, _, layout = setup
-    out = tmp_path / "m.json"
-    torchrun(train_args(layout, out, "--checkpoint-dir", str(tmp_path / "ck"), "--checkpoint-every", "3"),
-             restarts=1, env={testpoints.EXIT_ENV: "train-step:5"})
-    m = json.loads(out.read_text())
-    assert m["resumed_from_step"] == 3
+def test_torchrun_killed_rank_resumes_from_checkpoint(restarted_run, two_ranks):
+    """Rank 1 exits after its fifth step; torchrun restarts both ranks (the session's restarted_run: checkpoints
+    every 2 of the 8 steps of an epoch, the default with a checkpoint directory). Its step-4 checkpoint is
+    complete before rank 1 can end step 5 (step 5's gradients wait for rank 0), so the ranks resume from it, and
+    train on to the uninterrupted run's curve and accuracy."""
+    m = json.loads((restarted_run / "m.json").read_text())
+    assert m["resumed_from_step"] == 4
     np.testing.assert_allclose(m["loss_curve"], two_ranks["loss_curve"], rtol=1e-6)
     assert m["val_accuracy"] == two_ranks["val_accuracy"]
 
@@ -474,11 +474,18 @@ def _fed(m: dict) -> tuple:
 def test_data_only_reads_what_the_training_run_reads(setup, reference, two_ranks, tmp_path):
     """--data-only runs the data path alone: the same rows and bytes from every tier as the training run of
     the same options (2 ranks on gloo: the peer exchange and the collectives the data path needs), no model,
-    so no loss or accuracy; the baselines (in memory, memmap, DataLoader workers) feed alike."""
+    so no loss or accuracy; the baselines (in memory, memmap, DataLoader workers) feed alike. With --io-trace
+    each rank writes its SSD reads as an fio iolog: block-aligned reads of the layout's files."""
     _, ds, layout = setup
     out = tmp_path / "d.json"
-    torchrun(train_args(layout, out, "--data-only"))
+    torchrun(train_args(layout, out, "--data-only", "--io-trace", str(tmp_path / "traces")))
     m = json.loads(out.read_text())
+    for r in range(2):
+        lines = (tmp_path / "traces" / f"rank-{r}.iolog").read_text().splitlines()
+        reads = [x.split() for x in lines if " read " in x]
+        assert lines[0] == "fio version 2 iolog" and reads, r
+        assert all(Path(x[0]).is_relative_to(layout.resolve()) and int(x[2]) % 4096 == int(x[3]) % 4096 == 0
+                   for x in reads)
     assert m["data_only"] is True and two_ranks["data_only"] is False
     assert _fed(m) == _fed(two_ranks) and m["tier_rows"]["peer"] > 0 and m["ssd_bytes_read"] > 0
     assert m["loss_curve"] is None and m["val_accuracy"] is None and m["val_metric"] is None

@@ -162,22 +162,20 @@ def test_failing_ranks_show_their_errors_not_torchruns_traceback(layout, tmp_pat
 
 
 @pytest.mark.slow
-def test_killed_rank_is_announced_and_the_restart_resumes_from_the_default_checkpoint(layout, two_rank_run,
-                                                                                      tmp_path):
-    """Compared with the session's uninterrupted 2-rank run of the same layout and settings (two epochs)."""
-    out = tmp_path / "m.json"
-    r = _moment_train("--nproc", "2", "--max-restarts", "1", "--run-dir", str(tmp_path / "runs"),
-                      "--layout", str(layout), *ARGS, "--epochs", "2", "--metrics-json", str(out), "--quiet",
-                      env={testpoints.EXIT_ENV: "train-step:5"})
-    assert r.returncode == 0, r.stderr
-    err = " ".join(r.stderr.split())
-    assert "Traceback" not in err, r.stderr  # rank 0 may lose its peer first: one line, not a traceback
+def test_killed_rank_is_announced_and_the_restart_resumes_from_the_default_checkpoint(restarted_run, two_rank_run):
+    """`moment train --max-restarts 1` without a checkpoint option, rank 1 exiting after its fifth step (the
+    session's restarted_run), compared with the session's uninterrupted 2-rank run of the same layout and
+    settings (two epochs)."""
+    r = json.loads((restarted_run / "launch.json").read_text())
+    assert r["returncode"] == 0, r["stderr"]
+    err = " ".join(r["stderr"].split())
+    assert "Traceback" not in err, r["stderr"]  # rank 0 may lose its peer first: one line, not a traceback
     assert "rank 1 died (exit code 1); torchrun restarts the ranks (restart 1 of 1)" in err
-    m = json.loads(out.read_text())
+    m = json.loads((restarted_run / "m.json").read_text())
     assert m["restarts"] == 1 and 0 < m["resumed_from_step"] < 5
-    assert f"restart 1: a rank failed; resumed from step {m['resumed_from_step']} (epoch 1, batch" in err, r.stderr
+    assert f"restart 1: a rank failed; resumed from step {m['resumed_from_step']} (epoch 1, batch" in err, r["stderr"]
     ck = Path(m["checkpoint_dir"])
-    assert ck.parent.parent == tmp_path / "runs" and (ck / "checkpoint.pt").exists()
+    assert ck.parent.parent == restarted_run / "runs" and (ck / "checkpoint.pt").exists()
     assert "finished after 1 restart(s)" in err
     assert len(m["loss_curve"]) == len(two_rank_run["loss_curve"]) == 16
     np.testing.assert_allclose(m["loss_curve"], two_rank_run["loss_curve"], rtol=1e-6)
@@ -188,7 +186,6 @@ def test_the_suggested_budget_is_accepted_and_a_full_disk_stops_every_rank_with_
     """The minimum `moment train` names before starting torchrun is what the ranks accept (the same rule and
     numbers); in that run, a checkpoint meeting a full disk stops both ranks with one message naming the
     file, and the last good checkpoint stays."""
-    from moment import testpoints
     from moment.cli import main
     from moment.runtime.checkpoint import load_checkpoint
 

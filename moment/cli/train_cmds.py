@@ -111,9 +111,9 @@ def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
             err_console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
     if plan and cfg.fanouts:  # a run's rank 0 says it; a dry run has no rank
         from moment.runtime.config import effective_fanouts
-        from moment.workload.sampler import CSRGraph
+        from moment.workload.graph import degree_histogram
 
-        _, note = effective_fanouts(cfg.resolved_fanouts(), CSRGraph.from_dataset(ds, in_memory=False).max_degree())
+        _, note = effective_fanouts(cfg.resolved_fanouts(), degree_histogram(ds.indptr).size - 1)  # the largest degree
         if note:
             err_console.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
     if cfg.model not in BUILT_IN_MODELS or cfg.loss is not None:  # a wrong one is one line here, not one per rank

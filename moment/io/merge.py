@@ -11,7 +11,8 @@ Why one mechanism for every I/O shape: the shapes differ only in *which* rows ar
   disk (`Shape.cost`): dense hyperbatches become sequential scans, sparse ones stay row reads.
 * ``packed`` — block reads over the contiguous per-batch segments `moment data pack` wrote (DiskGNN).
 
-Pure NumPy (no torch): the runtime's reader and the planner-side SSD model use the same plans.
+NumPy, with the run-finding pass in C where the extension is built (no torch): the runtime's reader
+and the planner-side SSD model use the same plans.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from moment.io.engines import _native
+
+_native_plan = getattr(_native, "plan_runs", None)
 
 GAPS = (0, 4 << 10, 16 << 10, 64 << 10, 256 << 10)
 
@@ -42,7 +46,11 @@ class Shape:
     iops: float = 45e3
 
     def cost(self, plan: Plan) -> float:
-        return plan.bytes / self.bandwidth + len(plan) / self.iops
+        return self.price(len(plan), plan.bytes)
+
+    def price(self, requests: int, nbytes: int) -> float:
+        """Seconds the disk takes for `requests` reads of `nbytes` bytes in all."""
+        return nbytes / self.bandwidth + requests / self.iops
 
     def limited(self, merge_gap: int | None = None, max_request: int | None = None) -> Shape:
         """This shape with a run's --io-merge-gap / --io-max-request (None: the shape's own)."""
@@ -55,8 +63,10 @@ class Shape:
         the smallest gap on a tie; no read longer than `window` (the reader's staging buffer)."""
         gaps = [g for g in GAPS if g <= self.max_request] if self.merge_gap < 0 else [self.merge_gap]
         longest = min(self.max_request, max(int(window), int(align)))
-        plans = [plan_runs(f, off, row_bytes, align, g, longest, sizes) for g in gaps]
-        return min(plans, key=self.cost)
+        placed = place(f, off)  # sorted once for every gap's plan
+        if len(gaps) > 1:
+            gaps = [min(gaps, key=lambda g: self.price(*run_count(placed, row_bytes, align, g, longest, sizes)))]
+        return plan_runs(f, off, row_bytes, align, gaps[0], longest, sizes, placed)
 
 
 def _disk(name: str, default: float) -> float:
@@ -94,6 +104,7 @@ class Plan:
     length: np.ndarray  # per run, multiple of align
     row_run: np.ndarray  # per row: its run
     row_at: np.ndarray  # per row: byte offset inside its run
+    order: np.ndarray  # the rows sorted by place: grouped by run, runs in order
 
     @property
     def bytes(self) -> int:
@@ -103,21 +114,64 @@ class Plan:
         return int(self.file.shape[0])
 
 
+@dataclass(frozen=True)
+class Placed:
+    """Rows in place order (file, then offset): their numbers, files and offsets."""
+
+    order: np.ndarray
+    file: np.ndarray  # int32
+    offset: np.ndarray  # int64
+
+
+def place(f: np.ndarray, off: np.ndarray) -> Placed:
+    """The rows at (file f, byte offset off) sorted by place.
+
+    One int64 key per row when file and offset fit in it: rows already in place order (a scan) are not
+    sorted again, and the sort of one key is several times faster than `np.lexsort` of two. Rows at the
+    same place (the same row twice) may come in either order: with a merge gap >= 0 they share a run."""
+    n = f.shape[0]
+    f64, off = f.astype(np.int64), off.astype(np.int64, copy=False)
+    if n and int(off.min()) >= 0 and int(off.max()) < 1 << 40 and int(f64.min()) >= 0 and int(f64.max()) < 1 << 22:
+        key = (f64 << 40) | off
+        order = np.arange(n) if (key[1:] >= key[:-1]).all() else np.argsort(key)
+    else:
+        order = np.lexsort((off, f))
+    return Placed(order, _i32(f[order]), _i64(off[order]))
+
+
+def run_count(p: Placed, row_bytes: int, align: int, merge_gap: int, max_request: int,
+              sizes: np.ndarray | None = None) -> tuple[int, int]:
+    """(reads, bytes) of `plan_runs` over the placed rows `p`, without building the plan."""
+    if _native_plan is not None:
+        return _native_plan(p.file, p.offset, None, int(row_bytes), int(align), int(merge_gap), int(max_request),
+                            None if sizes is None else _i64(sizes), None)
+    plan = plan_runs(p.file, p.offset, row_bytes, align, merge_gap, max_request, sizes)
+    return len(plan), plan.bytes
+
+
 def plan_runs(f: np.ndarray, off: np.ndarray, row_bytes: int, align: int, merge_gap: int,
-              max_request: int, sizes: np.ndarray | None = None) -> Plan:
+              max_request: int, sizes: np.ndarray | None = None, placed: Placed | None = None) -> Plan:
     """Aligned runs covering rows at (file f, byte offset off); rows may come in any order.
 
     Consecutive rows (sorted by place) share a run when the next row's first block is within
-    `merge_gap` bytes of the run's last block and the run stays within `max_request` bytes (a single
-    row larger than that still gets its own run). `sizes` (per file) clips runs at the end of a file
-    whose length is not a multiple of `align` (the unpadded cache-bin files).
+    `merge_gap` (>= 0) bytes of the run's last block and the run stays within `max_request` bytes (a
+    single row larger than that still gets its own run). `sizes` (per file) clips runs at the end of a
+    file whose length is not a multiple of `align` (the unpadded cache-bin files). `placed`: the rows as
+    `place` sorted them (None: sorted here). The native pass (native/moment_io.c) and the NumPy one below
+    give the same plan.
     """
     n = f.shape[0]
     if n == 0:
         z = np.zeros(0, np.int64)
-        return Plan(z.astype(np.int32), z, z, z, z)
-    order = np.lexsort((off, f))
-    fs, os_ = f[order], off[order]
+        return Plan(z.astype(np.int32), z, z, z, z, z)
+    p = place(f, off) if placed is None else placed
+    order, fs, os_ = p.order, p.file, p.offset
+    if _native_plan is not None:
+        out = (np.empty(n, np.int32), *(np.empty(n, np.int64) for _ in range(4)))
+        runs, _ = _native_plan(fs, os_, _i64(order), int(row_bytes), int(align), int(merge_gap), int(max_request),
+                               None if sizes is None else _i64(sizes), out)
+        r_file, r_start, r_len, row_run, row_at = out
+        return Plan(r_file[:runs], r_start[:runs], r_len[:runs], row_run, row_at, order)
     first = os_ // align
     last = (os_ + row_bytes - 1) // align
     gap_blocks = merge_gap // align
@@ -140,4 +194,12 @@ def plan_runs(f: np.ndarray, off: np.ndarray, row_bytes: int, align: int, merge_
     r_len = (r_last - r_first + 1) * align
     if sizes is not None:
         r_len = np.minimum(r_len, np.asarray(sizes, np.int64)[r_file] - r_first * align)
-    return Plan(r_file, r_first * align, r_len, row_run, row_at)
+    return Plan(r_file, r_first * align, r_len, row_run, row_at, order)
+
+
+def _i32(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a, np.int32)
+
+
+def _i64(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a, np.int64)

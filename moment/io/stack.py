@@ -22,6 +22,7 @@ from moment.errors import MomentError
 from moment.io.engines import make_engine
 from moment.io.files import ShardFiles
 from moment.io.requests import ReadBatch
+from moment.io.trace import ReadTrace
 
 Ticket = int
 Verifier = Callable[["Completion"], None]
@@ -78,8 +79,10 @@ class IOStack:
 
     def __init__(self, paths: Sequence[str | Path], *, queue_depth: int = 64, backend: str | None = None,
                  direct: bool = True, alignment: int = 4096, threads: int | None = None,
-                 verify: Verifier | None = None):
+                 verify: Verifier | None = None, trace: str | Path | None = None):
+        """`trace`: write every read to this file as an fio iolog when the stack closes (moment.io.trace)."""
         self.files = ShardFiles(paths, direct=direct, alignment=alignment)
+        self._trace = None if trace is None else ReadTrace(trace, paths, alignment)
         self.queue_depth = queue_depth
         self._engine = make_engine(backend, queue_depth, threads)
         self._backend: str = self._engine.kind
@@ -112,6 +115,8 @@ class IOStack:
             raise MomentError(f"read batch needs a {batch.dest_size}-byte destination, got {out.nbytes} bytes")
         self.files.ensure_open(batch.file, batch.offset, batch.length)
         fds = self.files.fds[batch.file]
+        if self._trace is not None:
+            self._trace.record(batch.file, batch.offset, batch.length)
         ticket = self._engine.submit(fds, batch.offset, batch.length, batch.dest_offset, out,
                                      self.files.alignment)
         self._pending[ticket] = _Pending(batch, out, verify or self._verify)
@@ -194,6 +199,8 @@ class IOStack:
             self._engine.close()
             self._engine = None
             self.files.close()
+            if self._trace is not None:
+                self._trace.write()
 
     def __enter__(self) -> Self:
         return self

@@ -149,7 +149,7 @@ class Segments:
                 epochs: int) -> str | None:
         """What is wrong with this index's structure, or None: every segment must lie inside the data
         file, aligned, without overlap, and hold sorted, distinct node ids below `num_nodes` (what
-        `locate` assumes: a bad index would read other rows or past the file, not fail)."""
+        `held` assumes: a bad index would read other rows or past the file, not fail)."""
         arrays = (self.epoch, self.batch, self.offset, self.id_start, self.ids)
         if any(a.ndim != 1 or a.dtype.kind not in "iu" for a in arrays):
             return "its arrays are not 1-d integer arrays"
@@ -180,14 +180,15 @@ class Segments:
         hit = np.flatnonzero((self.epoch == epoch) & (self.batch == batch))
         return int(hit[0]) if hit.size else None
 
-    def locate(self, seg: int, ids: np.ndarray, row_bytes: int) -> tuple[np.ndarray, np.ndarray]:
-        """For node ids: whether segment `seg` holds each, and its byte offset in the data file."""
+    def held(self, seg: int, ids: np.ndarray, row_bytes: int) -> tuple[np.ndarray, np.ndarray]:
+        """For sorted, distinct node ids (a job's rows): the positions in `ids` of those segment `seg` holds,
+        and their byte offsets in the data file. The segment's ids are searched for among `ids`, not the
+        other way round: a segment is one batch's rows, `ids` often the rows of several."""
         have = self.ids[self.id_start[seg]: self.id_start[seg + 1]]
-        if not have.shape[0]:
-            return np.zeros(ids.shape[0], bool), np.zeros(ids.shape[0], np.int64)
-        at = np.minimum(np.searchsorted(have, ids), have.shape[0] - 1)
-        found = have[at] == ids
-        return found, int(self.offset[seg]) + at.astype(np.int64) * row_bytes
+        pos = np.searchsorted(ids, have)
+        ok = pos < ids.shape[0]
+        ok[ok] = ids[pos[ok]] == have[ok]
+        return pos[ok], int(self.offset[seg]) + np.flatnonzero(ok).astype(np.int64) * row_bytes
 
     @property
     def memory_bytes(self) -> int:

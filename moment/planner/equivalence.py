@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from moment.planner.network import ChassisTemplate
+from moment.planner.network import ChassisTemplate, distinct
 from moment.topology.devices import find_model
 from moment.topology.model import Kind
 
@@ -170,18 +170,39 @@ class CapacityCanon:
         return (tuple(sorted(self._canon(s, occupants) for s in self.sockets)), self._peer_caps)
 
     def classes(self, space: SearchSpace) -> np.ndarray:
-        """A class number for each placement of `space`, equal where `key` is equal: each socket's
-        distinct fillings are canonised once (`_canon`, whose memo other inventories with the same
-        models in a subtree share), not once per placement."""
+        """A class number for each placement of `space`, equal where `key` is equal: each socket's forms
+        for every placement at once (`_forms_of`), interned once per distinct filling of each subtree."""
         n = len(space.rows)
         if not self.enabled or not n:
             return np.arange(n)
-        forms = []
-        for sock in self.sockets:  # (a socket always has a form: never None)
-            fillings, inverse = _fillings(space, space.rows, self.slots, self.span[sock])
-            forms.append(np.array([self._canon(sock, occ) for occ in fillings], dtype=np.int64)[inverse])
+        col = {sid: j for j, sid in enumerate(space.slots)}
+        forms = [self._forms_of(sock, space, col) for sock in self.sockets]  # (a socket always has a form)
         keys = np.sort(np.stack(forms, axis=1), axis=1)
         return _unique_rows(keys)[1]  # (sorted: the sockets' forms as a multiset)
+
+    def _forms_of(self, nid: str, space: SearchSpace, col: dict[str, int]) -> np.ndarray:
+        """`_canon(nid, ...)` of every placement of `space` as one array (-1: None), bottom up: a node's
+        form is interned once per distinct combination of its children's forms, not once per placement
+        (the search lists thousands of placements; a subtree has tens of fillings)."""
+        rows = space.rows
+        if self.kind.get(nid) == Kind.slot:
+            if nid not in col:
+                return np.full(len(rows), -1, dtype=np.int64)
+            dev = [self._device(nid, m) for m in space.models]
+            return np.array([-1 if d is None else d for d in dev] + [-1], dtype=np.int64)[rows[:, col[nid]]]
+        fixed = self.fixed_devices.get(nid, [])
+        head = (self.sockets.get(nid, self.kind[nid].value), _round(self.uplink[nid]) if nid in self.uplink else None)
+        socket = self.kind.get(nid) == Kind.socket
+        kids = [self._forms_of(k, space, col) for k in self.children.get(nid, ())]
+        if kids:
+            combos, inverse = _unique_rows(np.stack(kids, axis=1) + 1)  # (+1: None is 0)
+        else:
+            combos, inverse = np.zeros((1, 0), dtype=np.int64), np.zeros(len(rows), dtype=np.int64)
+        out = []
+        for combo in combos.tolist():
+            parts = [k - 1 for k in combo if k] + fixed
+            out.append(self._intern((*head, tuple(sorted(parts)))) if parts or socket else -1)
+        return np.array(out, dtype=np.int64)[inverse]
 
 
 class TreeBound:
@@ -212,18 +233,24 @@ class TreeBound:
         kind = {n.id: n.kind for n in template.topo.nodes}
         self.slots, self.span = _slot_spans(self.children, kind, self.sockets)
         self._memo: dict[tuple, tuple] = {}
+        self._devices: dict[tuple[str, str], tuple[Kind, float, float] | None] = {}
+
+    def _device(self, slot: str, model: str) -> tuple[Kind, float, float] | None:
+        """(kind, link capacity as the slot's uplink caps it, HBM or read rate) of a `model` card in `slot`;
+        None for a card that carries no reads (a NIC). Once per slot and model: the search asks per filling."""
+        key = (slot, model)
+        if key not in self._devices:
+            kind, cap, serve, _mem = self.template.card(slot, model)
+            self._devices[key] = ((kind, min(cap, self.uplink.get(slot, cap)), serve)
+                                  if kind in (Kind.gpu, Kind.ssd) else None)
+        return self._devices[key]
 
     def bound(self, placement: dict[str, str], workload) -> tuple[float, tuple[float, ...]]:
         """(lower bound on the epoch time, per-link bounds highest first).
 
         The per-link bounds say how close each link comes to limiting this placement: among equally
         fast placements the planner prefers the one whose tightest link is loosest (leximax)."""
-        tpl = self.template
-        devs: dict[str, tuple[Kind, float, float]] = {}
-        for slot, model in placement.items():
-            kind, cap, serve, _mem = tpl.card(slot, model)
-            if kind in (Kind.gpu, Kind.ssd):
-                devs[slot] = (kind, min(cap, self.uplink.get(slot, cap)), serve)
+        devs = {slot: dev for slot, model in placement.items() if (dev := self._device(slot, model)) is not None}
         n_gpu = sum(1 for k, _, _ in devs.values() if k == Kind.gpu) + sum(
             1 for lst in self.fixed.values() for k, _, _ in lst if k == Kind.gpu)
         if n_gpu == 0:
@@ -283,7 +310,6 @@ class TreeBound:
 
     def _bounds_with(self, space: SearchSpace, rows: np.ndarray, at: np.ndarray, n_gpu: int, workload,
                      out: Bounds) -> None:
-        tpl = self.template
         D = workload.bytes_per_gpu(n_gpu)
         total = D * n_gpu
         f_gpu, f_cpu = workload.gpu_cache_share, workload.cpu_cache_share
@@ -299,12 +325,8 @@ class TreeBound:
                 if found is not None:
                     walked.append(found)
                     continue
-                devs: dict[str, tuple[Kind, float, float]] = {}
-                for slot, model in zip(self.slots[lo:hi], occ[lo:hi]):
-                    if model is not None:
-                        kind, cap, serve, _mem = tpl.card(slot, model)
-                        if kind in (Kind.gpu, Kind.ssd):
-                            devs[slot] = (kind, min(cap, self.uplink.get(slot, cap)), serve)
+                devs = {slot: dev for slot, model in zip(self.slots[lo:hi], occ[lo:hi])
+                        if model is not None and (dev := self._device(slot, model)) is not None}
                 walked.append(self._walk(sock, occ, devs, g_share))
             n_edges = max((len(w[3]) for w in walked), default=0)
             n_rates = max((len(w[4]) for w in walked), default=0)
@@ -420,7 +442,7 @@ class Bounds:
             m[at, :links.shape[1]] = links
         m = -np.sort(-m, axis=1)  # highest first, -inf last
         finite = np.isfinite(m)
-        values = np.unique(m[finite])
+        values = distinct(m[finite])
         rounded = np.array([round(x, 6) for x in values.tolist()])
         m[finite] = rounded[np.searchsorted(values, m[finite])]
         return m

@@ -100,7 +100,8 @@ def evaluate(topo_bare: Topology, placement: dict[str, str], workload: WorkloadS
         raise ValueError("the even-data LP comes with the planned one ('lp'), and data 'even' needs it")
     if template is not None:
         assert template.topo is topo_bare, "a template of this chassis"
-        net, devices = template.network(placement, workload), template.device_ids(placement)
+        ids = template.device_ids(placement)
+        net, devices = template.network(placement, workload), {slot: ids[slot] for slot in placement}  # (as below)
     else:
         topo = populate(topo_bare, placement)
         net = build_network(topo, workload)

@@ -282,6 +282,13 @@ def _assemble(ch: _Chassis, devices: list[_Dev], workload: WorkloadSpec, rest: R
                        counts=counts, edge_counts=edge_counts)
 
 
+def distinct(a: np.ndarray) -> np.ndarray:
+    """`np.unique(a)` of a 1-d array (sorted distinct values) without what np.unique loads on its first
+    call: it asks numpy.ma whether the array is masked, and importing numpy.ma costs `moment plan` ~10 ms."""
+    a = np.sort(a, kind="stable")
+    return a[np.concatenate(([True], a[1:] != a[:-1]))] if len(a) else a
+
+
 def _useful(edges: list[Edge], sources: set[str], sinks: set[str]) -> list[Edge]:
     """Drop edges no simple storage -> GPU path can use: an edge into a node whose only way on is
     straight back (a dead end, e.g. the downlink of an SSD's slot), or out of a node whose only way
@@ -298,7 +305,7 @@ def _useful(edges: list[Edge], sources: set[str], sinks: set[str]) -> list[Edge]
     sink[[index[x] for x in sinks if x in index]] = True
     live = ~source[v] & ~sink[u]
     while live.any():
-        pairs = np.unique(u[live] * n + v[live])  # live (tail, head) pairs, parallel edges once
+        pairs = distinct(u[live] * n + v[live])  # live (tail, head) pairs, parallel edges once
         tail, head = pairs // n, pairs % n
         outs, ins = np.bincount(tail, minlength=n), np.bincount(head, minlength=n)
         only_out, only_in = np.full(n, -1), np.full(n, -1)  # the one neighbour, where there is one

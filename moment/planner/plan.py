@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from moment.errors import MomentError
+from moment.gcpause import paused
 from moment.planner import search
 from moment.planner.baselines import baseline_placements
 from moment.planner.contracts import Baseline, Evaluation, Plan, SearchStats
@@ -84,11 +85,17 @@ def make_plan(topo: Topology, inventory: Inventory, workload: WorkloadSpec, *,
     DDAK realises; 'even': equal SSD shares, as hash placement gives). The winner and every baseline
     are predicted under both (`predicted`, `predicted_even`); links, bottlenecks, gain and explanation
     are under `data`."""
-    t0 = time.perf_counter()
-    bare, current, found = _search(topo, inventory, workload, progress, method, timeout, data=data)
-    winner = evaluate(bare, found.placement, workload, maxflow_backend=maxflow_backend, data=data)
+    with paused():  # (see moment.gcpause: the search makes no cycles, and the collector cost a quarter of it)
+        return _make_plan(topo, inventory, workload, maxflow_backend, progress, method, timeout, data)
 
-    evaluated = _baselines(bare, current, inventory, workload, maxflow_backend, data)
+
+def _make_plan(topo: Topology, inventory: Inventory, workload: WorkloadSpec, maxflow_backend: str,
+               progress: Callable[[int, int], None] | None, method: str, timeout: float | None, data: str) -> Plan:
+    t0 = time.perf_counter()
+    bare, current, found, template = _search(topo, inventory, workload, progress, method, timeout, data=data)
+    winner = evaluate(bare, found.placement, workload, maxflow_backend=maxflow_backend, data=data, template=template)
+
+    evaluated = _baselines(bare, current, inventory, workload, maxflow_backend, data, template)
     baselines = [b for b, _ in evaluated]
     gain = (min(b.under(data).epoch_read_s for b in baselines) / winner.under(data).epoch_read_s
             if baselines else None)
@@ -194,7 +201,7 @@ def best_placement(topo: Topology, inventory: Inventory, workload: WorkloadSpec,
             placement = {slot: rename[m] for slot, m in best.placement.items()}
             return Best(placement, best.evaluation.model_copy(update={"placement": placement}), best.bottlenecks,
                         best.stats.model_copy(update={"seconds_total": time.perf_counter() - t0}))
-    bare, _current, found = _search(topo, inventory, workload, progress, "auto", None, cache, data=data)
+    bare, _current, found, _ = _search(topo, inventory, workload, progress, "auto", None, cache, data=data)
     ev = evaluate(bare, found.placement, workload, solvers=("lp", "even") if data == "even" else ("lp",), data=data,
                   template=cache.template if cache is not None else None)
     best = Best(found.placement, ev, [u.id for u in ev.links if u.utilisation >= BOTTLENECK_UTILISATION],
@@ -207,8 +214,9 @@ def best_placement(topo: Topology, inventory: Inventory, workload: WorkloadSpec,
 def _search(topo: Topology, inventory: Inventory, workload: WorkloadSpec,
             progress: Callable[[int, int], None] | None, method: str,
             timeout: float | None, cache: SearchCache | None = None,
-            data: str = "planned") -> tuple[Topology, dict[str, str], _Found]:
-    """(the bare chassis, the devices that were in its slots, the best placement found). The lower
+            data: str = "planned") -> tuple[Topology, dict[str, str], _Found, ChassisTemplate]:
+    """(the bare chassis, the devices that were in its slots, the best placement found, the chassis
+    parsed, to evaluate placements on without populating a copy of it for each). The lower
     bounds (tree bounds, the branch and bound's relaxations) are the planned LP's: with the data
     spread evenly the SSD shares are fixed, a narrower LP, so they bound its time as well."""
     t0 = time.perf_counter()
@@ -256,7 +264,7 @@ def _search(topo: Topology, inventory: Inventory, workload: WorkloadSpec,
             lower_bound_s=None if res.proven_optimal else res.lower_bound_s, seconds_total=0.0,
             seconds_per_solve=res.seconds / max(res.lps, 1)))
 
-    return bare, current, found
+    return bare, current, found, template
 
 
 @dataclass
@@ -350,7 +358,11 @@ def _exhaustive(bare: Topology, template: ChassisTemplate, space: search.SearchS
 
 
 def _baselines(bare: Topology, current: dict[str, str], inventory: Inventory, workload: WorkloadSpec,
-               backend: str, data: str = "planned") -> list[tuple[Baseline, Evaluation]]:
+               backend: str, data: str = "planned", template: ChassisTemplate | None = None
+               ) -> list[tuple[Baseline, Evaluation]]:
+    """The usual layouts (and the machine's current one), each evaluated. They are valid placements of
+    the inventory, so `template` evaluates them; the current layout, which may hold a device the catalogue
+    does not know, is populated and checked."""
     named: list[tuple[str, str, dict[str, str]]] = []
     if current:
         named.append(("current", "the layout the machine has now", current))
@@ -358,7 +370,8 @@ def _baselines(bare: Topology, current: dict[str, str], inventory: Inventory, wo
     out = []
     for name, desc, placement in named:
         try:
-            ev: Evaluation = evaluate(bare, placement, workload, maxflow_backend=backend, data=data)
+            ev: Evaluation = evaluate(bare, placement, workload, maxflow_backend=backend, data=data,
+                                      template=None if name == "current" else template)
         except MomentError:
             if name == "current":
                 continue  # e.g. a scanned device model the catalogue does not know

@@ -246,7 +246,7 @@ class RunShape:
     graph_bytes: int  # indptr + indices, memory-mapped, one copy per machine in the page cache
     labels_bytes: int
     rows_max: int  # the most rows one mini-batch touches (measured on sampled batches, with headroom)
-    training_bytes: int  # one training step: activations, gradients, optimizer (moment.runtime.models.step_bytes)
+    training_bytes: int  # one training step: activations, gradients, optimizer (moment.runtime.footprint.step_bytes)
     held_batches: int  # batches the pipeline holds besides the store's lookahead (Pipeline.held_batches)
     lookahead: int  # batches submitted before the first is completed (moment.caching.tiers.lookahead)
     sampler_map_bytes: int  # the sampler's node table (NeighborSampler.map_bytes)
@@ -262,8 +262,8 @@ class RunShape:
     agent_bytes: int
     pack_index_bytes: int = 0
     exchange_bytes: int = 0  # one round of the peer exchange (RowExchange.round_bytes); 0: no peer tier
-    remote_exchange_bytes: int = 0  # one round of the remote exchange (remote_tier.round_bytes); 0: no remote tier
-    remote_reader_bytes: int = 0  # the remote tier's serving reader (remote_tier.reader_bytes)
+    remote_exchange_bytes: int = 0  # one round of the remote exchange (footprint.remote_round_bytes); 0: no remote tier
+    remote_reader_bytes: int = 0  # the remote tier's serving reader (footprint.remote_reader_bytes)
     device: str = "cpu"  # cuda: the batches, the training step and the GPU tier are in device memory (its own budget)
     ring_bytes: int = 0  # cuda: the pinned staging ring batches go to the device through (moment.io.device.ring_bytes)
     upload_bytes: int = 0  # cuda: the GPU tier's table upload, one pinned chunk and its read (moment.io.device.upload_chunk)

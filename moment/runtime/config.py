@@ -110,6 +110,9 @@ class TrainConfig(BaseModel):
     negatives: Annotated[int, Field(ge=1, le=100), Flag("link prediction: negative edges per positive")] = 1
     epochs: Annotated[int, Field(ge=1), Flag("epochs to train")] = 1
     metrics_json: Annotated[Path | None, Flag("write the run's summary here (rank 0, atomically)")] = None
+    io_trace: Annotated[Path | None, Flag(
+        "write each rank's SSD reads to DIR/rank-N.iolog when it ends, as fio replays them (fio --read_iolog "
+        "FILE --replay_no_stall=1 --direct=1): the disk's rate for exactly this run's reads", metavar="DIR")] = None
     fanouts: Annotated[list[int], Flag(FANOUTS_HELP)] = []
     layers: Annotated[Literal[1, 2, 3] | None, Flag("GNN layers (default: number of fan-outs, else 2)")] = None
     batch_size: Annotated[int | None, Field(ge=1), Flag("seeds per rank and step (default: min(8000, max(64, "
@@ -335,6 +338,8 @@ class TrainConfig(BaseModel):
             check_output(self.metrics_json, "--metrics-json")
         if self.checkpoint_dir is not None:
             check_output(self.checkpoint_dir, "--checkpoint-dir", directory=True)
+        if self.io_trace is not None:
+            check_output(self.io_trace, "--io-trace", directory=True)
 
 
 def _flags(name: str) -> list[Flag]:

@@ -84,9 +84,9 @@ class DeviceShape:
     rows_max: int  # the most rows one batch touches (the batch extent)
     batch_ids_bytes: int  # one batch's ids and edges at the extent (MiniBatch.id_bytes), on the device with it
     held_batches: int  # batches the pipeline holds (Pipeline.held_batches), each on the device
-    training_bytes: int  # one training step (moment.runtime.models.step_bytes)
+    training_bytes: int  # one training step (moment.runtime.footprint.step_bytes)
     exchange_bytes: int = 0  # one round of the peer exchange (RowExchange.round_bytes); 0: no peer tier
-    remote_exchange_bytes: int = 0  # one round of the remote exchange (remote_tier.round_bytes); 0: none
+    remote_exchange_bytes: int = 0  # one round of the remote exchange (footprint.remote_round_bytes); 0: none
     communicators: int = 0  # NCCL communicators the rank opens (0: one rank, no process group)
 
 

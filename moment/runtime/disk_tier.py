@@ -24,6 +24,7 @@ from moment.caching.tiers import lookahead as lookahead_of
 from moment.errors import MomentError
 from moment.io.merge import SHAPES, SIZE_BUCKETS
 from moment.io.rows import copy_rows
+from moment.io.trace import rank_trace
 from moment.outputs import bad_chunk
 from moment.placement.manifest import Shard
 from moment.placement.opened import Layout
@@ -95,7 +96,8 @@ class DiskTier(Tier):
         self.pool = BufferPool(t.buffer_bytes)
         self.reader: Reader | None = Reader(self.paths, rows.row_bytes, self.manifest.row.align, pool=self.pool,
                                             window=t.window, queue_depth=t.queue_depth, backend=t.io_backend,
-                                            direct=t.direct, device=self.device)
+                                            direct=t.direct, device=self.device,
+                                            trace=None if t.io_trace is None else rank_trace(t.io_trace, rank))
         self._open: list[_Part] = []
 
     def _check_files(self) -> None:
@@ -188,13 +190,12 @@ class DiskTier(Tier):
             if cur:
                 groups.append(cur)
         for grp in groups:
-            if len(grp) == 1:
-                u, inv = np.unique(grp[0].ids, return_inverse=True)
-                grp[0].row = inv.reshape(-1)
-            else:
-                u = np.unique(np.concatenate([p.ids for p in grp]))
-                for p in grp:
-                    p.row = np.searchsorted(u, p.ids)
+            # the job's rows (sorted ids) and each batch's rows in it: one sort for the whole group, where
+            # NumPy's unique without an inverse hashes and a search per batch misses the cache on every id
+            ids = grp[0].ids if len(grp) == 1 else np.concatenate([p.ids for p in grp])
+            u, inv = np.unique(ids, return_inverse=True)
+            for p, row in zip(grp, np.split(inv.reshape(-1), np.cumsum([p.ids.shape[0] for p in grp[:-1]])), strict=True):
+                p.row = row
             f, off = self.layout_rows.locate(u)
             self._rows_by_bin += np.bincount(self.layout_rows.bin[u], minlength=self._rows_by_bin.shape[0])
             if self.verify:
@@ -208,17 +209,19 @@ class DiskTier(Tier):
             self.reader.submit(job)
 
     def _from_pack(self, grp: list[_Part], u: np.ndarray, f: np.ndarray, off: np.ndarray) -> None:
-        """Point the rows a batch's pack segment holds at the pack file (in place; first batch wins)."""
+        """Point the rows a batch's pack segment holds at the pack file (in place; first batch wins). `u`: the
+        job's rows, sorted and distinct."""
         todo = np.ones(u.shape[0], bool)
         pack_file = len(self.paths) - 1
         for p in grp:
             if p.segment is None:
                 continue
-            found, at = self.segments.locate(p.segment, u, self.layout_rows.row_bytes)
-            found &= todo
-            f[found], off[found] = pack_file, at[found]
-            todo &= ~found
-            self.packed += int(found.sum())
+            where, at = self.segments.held(p.segment, u, self.layout_rows.row_bytes)
+            first = todo[where]
+            where = where[first]
+            f[where], off[where] = pack_file, at[first]
+            todo[where] = False
+            self.packed += int(where.shape[0])
 
     def verify_chunks(self, bb: np.ndarray, off: np.ndarray) -> None:
         """Check the shard chunks rows at (bin, offset) touch, each the first time (--verify)."""

@@ -54,6 +54,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from moment.io.device import index_rows
+from moment.runtime import footprint
+from moment.runtime.footprint import CHUNK_BYTES, exchange_round_bytes
 from moment.runtime.lost import peer_loss
 
 
@@ -108,9 +111,6 @@ class ExchangeGroup:
 #: over and it serves the others until theirs are; it takes no more batches and serves until every rank has left
 ACTIVE, SERVING, LEFT = 2, 1, 0
 
-#: the most bytes of rows one chunk of a round moves into a member, and out of it (`chunk_rows`)
-CHUNK_BYTES = 4 << 20
-_KEY_BYTES = np.dtype(np.int64).itemsize
 
 class Deferred(Protocol):
     """Rows still being read (a serving rank's disk reads): `wait()` gives them."""
@@ -145,9 +145,8 @@ Sink = Callable[[np.ndarray, torch.Tensor], None]
 
 
 def chunk_rows(row_bytes: int, members: int) -> int:
-    """Rows one chunk moves into a member and out of it at most: CHUNK_BYTES of rows, and at least one row
-    of each member (a pair's keys are split evenly over the chunks, so each pair moves at least one)."""
-    return max(CHUNK_BYTES // max(int(row_bytes), 1), int(members), 1)
+    """`footprint.chunk_rows` at this module's CHUNK_BYTES (a test sets it to make chunks of a few rows)."""
+    return footprint.chunk_rows(row_bytes, members, CHUNK_BYTES)
 
 
 def chunks(asks: np.ndarray, cap: int) -> int:
@@ -180,8 +179,7 @@ def chunk_bounds(asks: np.ndarray, k: int, total: int) -> tuple[np.ndarray, np.n
 def into(out: torch.Tensor, pos: np.ndarray | None = None) -> Sink:
     """A sink that writes the row asked at position p of the round into out[pos[p]] (pos None: out[p])."""
     def sink(at: np.ndarray, rows: torch.Tensor) -> None:
-        where = at if pos is None else pos[at]
-        out[torch.from_numpy(np.ascontiguousarray(where)).to(out.device)] = rows.to(out.device)
+        index_rows(out, np.ascontiguousarray(at if pos is None else pos[at], np.int64), rows, None)
 
     return sink
 
@@ -242,15 +240,9 @@ class RowExchange:
 
     @staticmethod
     def round_bytes(rows: int, row_bytes: int, members: int, held: int | None = None) -> int:
-        """The most one round holds on a member when every member asks for at most `rows` rows of
-        `row_bytes` each, and at most `held` of any one member (what a member holds; None: no limit): the
-        keys and rows of one chunk it asks and of one it serves the others, each row with its int64 key.
-        At most `chunk_rows` each way, whatever `rows` is."""
-        others = max(int(members), 1) - 1
-        each = int(rows) if held is None else min(int(rows), int(held))
-        cap = chunk_rows(row_bytes, members)
-        asked, served = min(int(rows), others * each, cap), min(others * each, cap)
-        return (asked + served) * (int(row_bytes) + _KEY_BYTES)
+        """The most one round holds on a member (`footprint.exchange_round_bytes`, at this module's
+        CHUNK_BYTES)."""
+        return exchange_round_bytes(rows, row_bytes, members, held, chunk_bytes=CHUNK_BYTES)
 
     def round(self, want: Sequence[np.ndarray], serve: Serve, sink: Sink, state: int = ACTIVE) -> bool:
         """A whole round: `start` then `finish`. Returns whether any rank was active."""

@@ -128,12 +128,13 @@ class Reader:
 
     def __init__(self, paths: Sequence[str | Path], row_bytes: int, align: int, *, pool: BufferPool,
                  window: int = WINDOW, inflight: int = INFLIGHT, queue_depth: int = 128, backend: str | None = None,
-                 direct: bool = True, device: Any = "cpu"):
+                 direct: bool = True, device: Any = "cpu", trace: str | Path | None = None):
         self.row_bytes, self.align = int(row_bytes), int(align)
         self.window = max(int(window), self.align)
         self.inflight = max(1, int(inflight))
         self.pool = pool
-        self.stack = IOStack(paths, queue_depth=queue_depth, backend=backend, direct=direct, alignment=align)
+        self.stack = IOStack(paths, queue_depth=queue_depth, backend=backend, direct=direct, alignment=align,
+                             trace=trace)
         self.sizes = np.array([Path(p).stat().st_size for p in paths], np.int64)
         self._jobs: collections.deque[Job] = collections.deque()
         self._cv = threading.Condition()
@@ -212,8 +213,8 @@ class Reader:
         plan = job.shape.plan(job.file, job.offset, self.row_bytes, self.align, self.window, self.sizes)
         job.sizes = size_histogram(plan.length)
         wins = self._windows(plan)
-        # rows grouped by run, so each window's rows are one contiguous slice
-        by_run = np.argsort(plan.row_run, kind="stable")
+        # rows grouped by run (the plan's place order), so each window's rows are one contiguous slice
+        by_run = plan.order
         run_rows = np.searchsorted(plan.row_run[by_run], np.arange(len(plan) + 1))
         flight: collections.deque[tuple[int, int, int, np.ndarray]] = collections.deque()
         free = list(range(self.inflight))

@@ -14,23 +14,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from moment.errors import MomentError
+from moment.runtime.footprint import TASKS, decoder_bytes, out_dim
 from moment.workload.links import LinkNeighborSampler, with_in_edges
 from moment.workload.sampler import CSRGraph, NeighborSampler
-from moment.runtime.models import hidden_width
 
-TASKS = ("node", "link")
-_F32 = torch.float32.itemsize  # the decoder computes on the model's float32 output
-
-
-def out_dim(task: str, model: str, hidden: int | None, num_classes: int) -> int:
-    """The model's output width for `task`: node classification's `num_classes`; link prediction's embeddings
-    are as wide as a hidden layer (GAT: one head's width, its last layer has one head)."""
-    if task == "node":
-        return int(num_classes)
-    if task == "link":
-        return hidden_width(model, hidden)
-    raise MomentError(f"--task {task!r}: choose {' or '.join(TASKS)}")
+# the output width and the decoder's memory are stated in moment.runtime.footprint (torch-free); named here
+__all__ = ["TASKS", "decoder_bytes", "link_accuracy", "link_logits", "link_loss", "out_dim", "roc_auc",
+           "sampler_for", "train_seeds"]
 
 
 def sampler_for(task: str, graph: CSRGraph, fanouts: Sequence[int], negatives: int = 1) -> Any:
@@ -88,14 +78,3 @@ def link_accuracy(logits: torch.Tensor, edge_label: torch.Tensor) -> float:
     if logits.numel() == 0:
         return float("nan")
     return float(((logits.detach() > 0) == (edge_label.detach() > 0.5)).to(torch.float64).mean())
-
-
-def decoder_bytes(num_labels: int, num_endpoints: int, width: int) -> int:
-    """The most the decoder and loss of a link step hold beside the model's saved tensors (models.step_bytes'
-    `head_bytes`), for `num_labels` label edges over `num_endpoints` embeddings `width` wide.
-
-    Forward: the two gathered endpoint rows (kept for the product's backward) and their product. Backward:
-    the product's two gradients beside the kept rows, then the two gathers' gradients, each as large as the
-    embeddings, beside the product's gradients."""
-    edge = num_labels * width
-    return max(4 * edge, 2 * edge + 2 * num_endpoints * width) * _F32

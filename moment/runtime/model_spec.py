@@ -45,7 +45,8 @@ from torch import nn
 from moment.errors import MomentError
 from moment.io.device import DeviceLayer
 from moment.runtime.config import BUILT_IN_MODELS, TrainConfig, callable_spec
-from moment.runtime.models import LayerExtent, build_model, step_bytes
+from moment.runtime.footprint import OPTIMIZER_SLOTS, LayerExtent, stated_training_bytes
+from moment.runtime.models import build_model
 from moment.runtime.step_memory import LiveStorage, storage_bytes, synthetic_blocks
 from moment.workload.sampler import Block
 
@@ -56,9 +57,9 @@ LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 SGD_MOMENTUM = 0.9  # `--optimizer sgd`: plain SGD rarely trains a GNN in the epochs Adam needs; momentum does
 #: --optimizer: (class, its fixed keywords, weight-sized tensors it keeps per parameter: the budget's share)
 OPTIMIZERS: dict[str, tuple[type[torch.optim.Optimizer], dict[str, Any], int]] = {
-    "adam": (torch.optim.Adam, {}, 2),  # weight decay: L2, added to the gradient
-    "adamw": (torch.optim.AdamW, {}, 2),  # weight decay decoupled (Loshchilov & Hutter)
-    "sgd": (torch.optim.SGD, {"momentum": SGD_MOMENTUM}, 1),
+    "adam": (torch.optim.Adam, {}, OPTIMIZER_SLOTS["adam"]),  # weight decay: L2, added to the gradient
+    "adamw": (torch.optim.AdamW, {}, OPTIMIZER_SLOTS["adamw"]),  # weight decay decoupled (Loshchilov & Hutter)
+    "sgd": (torch.optim.SGD, {"momentum": SGD_MOMENTUM}, OPTIMIZER_SLOTS["sgd"]),
 }
 #: the tiny batch a model of the user's own is checked on: seeds, and per hop new nodes and edges
 _PROBE_SEEDS, _PROBE_NEW, _PROBE_EDGES = 4, 6, 12
@@ -228,16 +229,17 @@ def make_optimizer(params: Iterable[torch.nn.Parameter], cfg: TrainConfig) -> to
 def training_bytes(cfg: TrainConfig, in_dim: int, num_classes: int, layers: Sequence[LayerExtent], *, rows: int,
                    float_copy: bool, device: torch.device | str = "cpu", head_bytes: int = 0) -> tuple[int, str | None]:
     """(what one training step holds beyond the batch's features, a note for the run's start or None): the
-    budget's "training" item. Built-in models state it (moment.runtime.models.step_bytes); a model of the
+    budget's "training" item. Built-in models state it (moment.runtime.footprint.step_bytes); a model of the
     user's own states its activations (`step_bytes`, the module docstring's protocol) or is measured on
     `device` (`measure_step_bytes`), and the note says so. Deterministic for a given extent, so every rank
     that measures resolves the same plan. Leaves torch's global RNG as it found it. `head_bytes`: what runs on
-    the model's output besides (the link decoder, moment.runtime.link_task.decoder_bytes), added as
+    the model's output besides (the link decoder, moment.runtime.footprint.decoder_bytes), added as
     `step_bytes` adds it."""
+    built_in = stated_training_bytes(cfg, in_dim, num_classes, layers, rows=rows, float_copy=float_copy,
+                                     head_bytes=head_bytes)
+    if built_in is not None:
+        return built_in, None
     slots = OPTIMIZERS[cfg.optimizer][2]
-    if is_built_in(cfg.model):
-        return step_bytes(cfg.model, in_dim, num_classes, cfg.hidden, layers, rows=rows, float_copy=float_copy,
-                          optimizer_slots=slots, head_bytes=head_bytes), None
     device = torch.device(device)
     copy = rows * in_dim * torch.float32.itemsize if float_copy else 0
     with DeviceLayer(device).fork_rng():

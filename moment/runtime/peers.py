@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from moment.io.device import take_rows
 from moment.runtime.exchange import ExchangeGroup
 from moment.runtime.exchange_tier import ExchangeTier
 from moment.runtime.gpu_tier import TierMap
@@ -81,7 +82,7 @@ class PeerTier(ExchangeTier):
         return self.peers.lookup(r.bin[ids], r.slot[ids])
 
     def serve(self, idx: torch.Tensor) -> torch.Tensor:
-        return self._own[idx.to(self._own.device)]
+        return take_rows(self._own, idx)
 
     def own_memory(self) -> dict[str, int]:
         return {"exchange": self.exchange.peak_bytes}

@@ -37,6 +37,7 @@ from typing import Any
 import torch
 
 from moment.io.device import DeviceLayer
+from moment.runtime.footprint import held_batches
 from moment.runtime.sources import FeatureSource, Staged
 from moment.runtime.threads import start_thread
 from moment.workload.sampler import CSRGraph, MiniBatch, NeighborSampler
@@ -109,11 +110,9 @@ class Pipeline:
 
     @staticmethod
     def held_batches(depth: int) -> int:
-        """Batches a pipeline of this `depth` holds besides those its source has submitted (`lookahead`):
-        `depth` ready ones (the next, whose exchange rounds the training thread has started, and the queued
-        ones; at least those two), one being assembled and one being trained (the memory budget charges
-        this)."""
-        return max(2, depth) + 2
+        """Batches a pipeline of this `depth` holds besides those its source has submitted
+        (`footprint.held_batches`, which the memory budget charges)."""
+        return held_batches(depth)
 
     def __init__(self, graph: CSRGraph, fanouts: Sequence[int], source: FeatureSource, labels: torch.Tensor,
                  device: torch.device, *, depth: int = 2, pipelined: bool = True,

@@ -11,7 +11,7 @@ each owner for the node ids it lacks and serves what the others ask of it.
 A rank serves from its own layout's files with a reader of its own (`SERVE_WINDOW`, `SERVE_INFLIGHT`):
 not the chain's disk tier, whose reader runs ahead of the batches and may be waiting for buffer
 memory that the consumer frees only after this round. The memory budget charges one round of the
-exchange and that reader (`round_bytes`, `reader_bytes`).
+exchange and that reader (moment.runtime.footprint: `remote_round_bytes`, `remote_reader_bytes`).
 
 A batch's round is one of its `fetches` (moment.runtime.tier.ExchangeFetch), started by the rank's
 collective thread before the step of the batch before it and finished after that step (the pipeline's
@@ -31,27 +31,12 @@ from moment.io.merge import SHAPES
 from moment.placement.opened import Layout
 from moment.placement.reader import shard_path
 from moment.runtime.disk_tier import DiskTier
-from moment.runtime.exchange import ExchangeGroup, RowExchange
+from moment.runtime.exchange import ExchangeGroup
 from moment.runtime.exchange_tier import ExchangeTier
-from moment.runtime.gather import BufferPool, Job, Reader, staging_bytes
+from moment.runtime.footprint import SERVE_INFLIGHT, SERVE_WINDOW
+from moment.runtime.gather import BufferPool, Job, Reader
 from moment.runtime.run_plan import TierPlan
 from moment.runtime.tier import LayoutRows, Tier
-
-#: the serving reader's staging: a round's asked rows are read in windows of this many bytes, this many at once
-SERVE_WINDOW = 1 << 20
-SERVE_INFLIGHT = 2
-
-
-def round_bytes(rows: int, row_bytes: int, machines: int) -> int:
-    """The most one round of the remote exchange holds on a rank when every rank asks at most `rows` rows
-    (a batch's) of the others: what the exchange states for `machines` members."""
-    return RowExchange.round_bytes(rows, row_bytes, machines)
-
-
-def reader_bytes(align: int) -> int:
-    """The serving reader's staging buffers."""
-    return staging_bytes(align, SERVE_WINDOW, SERVE_INFLIGHT)
-
 
 @dataclass
 class _Reading:

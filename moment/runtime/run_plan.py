@@ -100,6 +100,7 @@ class TierPlan(_Frozen):
     direct: bool
     verify: bool
     pack_seed: int | None
+    io_trace: str | None = None  # a directory: each rank's SSD reads as an fio iolog (moment.io.trace)
 
     @property
     def io_shape(self) -> Shape:
@@ -280,8 +281,8 @@ class RunInputs:
     agent_bytes: int = 0  # torchrun's agent beside the ranks (its peak RSS, measured); 0: no agent
     exchange_bytes: int = 0  # one round of the peer exchange at the extent (RowExchange.round_bytes, with
     #                          what a rank's GPU tier holds: gpu_tier_rows)
-    remote_exchange_bytes: int = 0  # a split layout: one round of the remote exchange (remote_tier.round_bytes)
-    remote_reader_bytes: int = 0  # a split layout: the remote tier's serving reader (remote_tier.reader_bytes)
+    remote_exchange_bytes: int = 0  # a split layout: one round of the remote exchange (footprint.remote_round_bytes)
+    remote_reader_bytes: int = 0  # a split layout: the remote tier's serving reader (footprint.remote_reader_bytes)
     device_memory: DeviceMemory | None = None  # a CUDA run: the least free and total memory of the ranks' devices
     #                                            (None: not read here; moment.io.device.DeviceLayer.memory)
     process_measured_on: str | None = None  # a preview reused a recorded `process_bytes` measured that day
@@ -334,7 +335,8 @@ def resolve_run(config: TrainConfig, layout: Layout, *, world_size: int, local_w
                            verify=cfg.verify, cpu_rows=split.cpu_rows, gpu_rows=gpu_cap, policy=cfg.cache_policy,
                            shape=shape, superbatch=superbatch, buffer_bytes=split.buffer_bytes,
                            merge_gap=cfg.io_merge_gap, max_request=cfg.io_max_request, shared_cache=split.shared_cache,
-                           pack_seed=cfg.seed, batch_rows=inputs.rows_max)
+                           pack_seed=cfg.seed, batch_rows=inputs.rows_max,
+                           io_trace=None if cfg.io_trace is None else str(cfg.io_trace))
     tiers = tier_plan(layout, options, shared_cache=split.shared_cache, peer_tier=peer_tier, remote_tier=remote_tier)
     ranks = tuple(rank_plan(layout, r, r % lws, lws, gpu_cap) for r in range(world_size))
     return RunPlan(layout=str(layout.path), world_size=world_size, local_world_size=lws, device=device,
@@ -502,7 +504,7 @@ def tier_plan(layout: Layout, o: StoreOptions, *, shared_cache: bool, peer_tier:
                     batch_bytes=_batch_rows(n, o) * rb,
                     window=int(o.window), peer_tier=peer_tier, remote_tier=remote_tier, io_backend=o.io_backend,
                     queue_depth=o.queue_depth,
-                    direct=o.direct, verify=o.verify, pack_seed=o.pack_seed)
+                    direct=o.direct, verify=o.verify, pack_seed=o.pack_seed, io_trace=o.io_trace)
 
 
 def _batch_rows(n: int, o: StoreOptions) -> int:

@@ -3,38 +3,46 @@ the sizes torch's objects state for it, and the rank's and torchrun agent's meas
 
 Every rank of a run measures them (`run_inputs`, the ranks agreeing on their maxima) and `moment train`
 measures them before any rank starts (`preview_inputs`), so the launcher's budget check and the ranks'
-are the same numbers.
+are the same numbers. Sampling needs torch; the rest is arithmetic (moment.runtime.footprint), so a dry run
+that reuses a recorded extent and start size loads no torch.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
+import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from moment.io.device import DeviceMemory
 from moment.placement.opened import Layout
-from moment.runtime import remote_tier
 from moment.runtime.budget import process_bytes, under_torchrun
 from moment.runtime.config import TrainConfig
 from moment.runtime.devices import default_device
-from moment.runtime.dist import DistContext
-from moment.runtime.exchange import RowExchange
+from moment.runtime.footprint import (LayerExtent, decoder_bytes, exchange_round_bytes, held_batches, out_dim,
+                                      remote_reader_bytes, remote_round_bytes, stated_training_bytes)
 from moment.runtime.memory_use import parent_peak
-from moment.runtime.link_task import decoder_bytes, out_dim, sampler_for, train_seeds
-from moment.runtime.model_spec import training_bytes
-from moment.runtime.models import LayerExtent
-from moment.runtime.pipeline import Pipeline
 from moment.runtime.run_plan import RunInputs, RunPlan, gpu_tier_rows, resolve_run
-from moment.runtime.start_sizes import start_sizes
+from moment.runtime.start_sizes import record_path, reusing, start_sizes
+from moment.workload import batch_bytes
 from moment.workload.graph import GraphDataset
-from moment.workload.sampler import CSRGraph, MiniBatch, NeighborSampler, SeedBatches
-from moment.workload.seeds import mix
+
+if TYPE_CHECKING:
+    import torch
+
+    from moment.runtime.dist import DistContext
+    from moment.workload.sampler import CSRGraph, SeedBatches
+
+# Imports inside functions: torch (the sampler, a user's model, the ranks' agreement) loads only where a batch is
+# sampled or a tensor made, so that a dry run reusing a recorded extent and start size loads none.
 
 BASE_ENV = "MOMENT_RANK_BASE_BYTES"  # set by `moment train`: the per-rank fixed cost its budget check charged
 AGENT_ENV = "MOMENT_AGENT_BYTES"  # set by `moment train`: torchrun's agent as its budget check charged it
@@ -77,6 +85,9 @@ def _batch_extent(cfg: TrainConfig, graph: CSRGraph, batches: SeedBatches, fanou
     EXTENT_BATCHES batches sampled for real, bounded from their spread (`_bound`). A batch that could hold
     more than EXTENT_SAMPLE_SLOTS neighbour slots is not sampled (that would cost as much as the run's own
     batches, for a fan-out of any size) but bounded from the graph's degrees (`degree_extent`)."""
+    from moment.runtime.link_task import sampler_for
+    from moment.workload.seeds import mix
+
     degrees = graph.degree_histogram() if degrees is None else degrees
     seeds = _sampled_seeds(cfg, batches.batch_size, graph.num_nodes)
     if sample_slots(seeds, fanouts, degrees) > EXTENT_SAMPLE_SLOTS:
@@ -165,6 +176,8 @@ def run_inputs(cfg: TrainConfig, ds: GraphDataset, graph: CSRGraph, batches: Seq
     degrees = graph.degree_histogram()  # once for every rank's batches
     ext = functools.reduce(Extent.most, [_batch_extent(cfg, graph, b, fanouts, degrees) for b in batches])
     if ctx is not None:
+        import torch
+
         least = [-v for v in device_memory] if device_memory is not None else []  # the max of the negated: the least
         flat = [ext.rows, ext.edges, *(v for x in ext.layers for v in (x.src, x.dst, x.edges)), process_bytes,
                 agent_bytes, *least]
@@ -175,25 +188,40 @@ def run_inputs(cfg: TrainConfig, ds: GraphDataset, graph: CSRGraph, batches: Seq
         *sizes, process_bytes, agent_bytes = agreed
         ext = Extent(sizes[0], sizes[1], tuple(LayerExtent(*sizes[2 + 3 * i: 5 + 3 * i])
                                                for i in range(len(ext.layers))))
+    return _inputs(cfg, ds, ext, max(b.batch_size for b in batches), process_bytes, agent_bytes, local_ranks, layout,
+                   feature_dim=feature_dim, device_memory=device_memory, device=device)
+
+
+def _inputs(cfg: TrainConfig, ds: GraphDataset, ext: Extent, batch_size: int, process_bytes: int, agent_bytes: int,
+            local_ranks: int, layout: Layout | None, *, feature_dim: int | None,
+            device_memory: DeviceMemory | None, device: torch.device | str) -> RunInputs:
+    """`run_inputs` from a batch extent `ext` and the largest batch's seeds (`batch_size`): arithmetic, torch
+    loaded only to measure a model of the user's own."""
     rows = min(ext.rows, ds.num_nodes)
     dim = ds.feature_dim if feature_dim is None else int(feature_dim)
     row_bytes = ds.row_bytes if feature_dim is None else dim * np.dtype(np.float32).itemsize
-    labels = max(b.batch_size for b in batches) * (1 + cfg.negatives) if cfg.task == "link" else 0  # label edges
+    labels = batch_size * (1 + cfg.negatives) if cfg.task == "link" else 0  # label edges
     width = out_dim(cfg.task, cfg.model, cfg.hidden, ds.num_classes)
     layers = [LayerExtent(min(x.src, rows), min(x.dst, rows), x.edges) for x in ext.layers]
-    training, note = training_bytes(cfg, dim, width, layers, rows=rows, device=device,
-                                    float_copy=feature_dim is None and ds.feature_dtype != np.float32,
-                                    head_bytes=decoder_bytes(labels, layers[-1].dst, width) if labels else 0)
+    float_copy = feature_dim is None and ds.feature_dtype != np.float32
+    head = decoder_bytes(labels, layers[-1].dst, width) if labels else 0
+    training = stated_training_bytes(cfg, dim, width, layers, rows=rows, float_copy=float_copy, head_bytes=head)
+    note = None
+    if training is None:  # a model of the user's own: it states its step, or one is measured
+        from moment.runtime.model_spec import training_bytes
+
+        training, note = training_bytes(cfg, dim, width, layers, rows=rows, device=device, float_copy=float_copy,
+                                        head_bytes=head)
     split = layout.split if layout is not None else None
     return RunInputs(train_nodes=int(np.asarray(ds.train_idx).size),
                      graph_bytes=ds.file("indptr").stat().st_size + ds.file("indices").stat().st_size,
                      labels_bytes=ds.file("labels").stat().st_size, rows_max=rows, edges_max=ext.edges,
-                     process_bytes=process_bytes, sampler_map_bytes=NeighborSampler.map_bytes(ds.num_nodes),
-                     batch_ids_bytes=MiniBatch.id_bytes(rows, ext.edges, labels), held_batches=Pipeline.held_batches(cfg.depth),
-                     training_bytes=training, training_note=note, agent_bytes=agent_bytes, exchange_bytes=RowExchange.round_bytes(
+                     process_bytes=process_bytes, sampler_map_bytes=batch_bytes.map_bytes(ds.num_nodes),
+                     batch_ids_bytes=batch_bytes.id_bytes(rows, ext.edges, labels), held_batches=held_batches(cfg.depth),
+                     training_bytes=training, training_note=note, agent_bytes=agent_bytes, exchange_bytes=exchange_round_bytes(
                          rows, row_bytes, local_ranks, gpu_tier_rows(layout, local_ranks) if layout else 0),
-                     remote_exchange_bytes=remote_tier.round_bytes(rows, row_bytes, len(split.machines)) if split else 0,
-                     remote_reader_bytes=remote_tier.reader_bytes(layout.manifest.row.align) if split else 0,
+                     remote_exchange_bytes=remote_round_bytes(rows, row_bytes, len(split.machines)) if split else 0,
+                     remote_reader_bytes=remote_reader_bytes(layout.manifest.row.align) if split else 0,
                      device_memory=device_memory)
 
 
@@ -202,18 +230,99 @@ def preview_inputs(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, agent: boo
                    feature_dim: int | None = None) -> RunInputs:
     """What rank 0 of an `nproc`-rank run (on each of `nnodes` machines) will measure, measured before any rank
     starts: the largest extent of every rank's batches (the ranks agree on it), a fresh rank's fixed cost
-    and, with `agent` (the run is started by torchrun, as `moment train` does), a fresh torchrun agent's."""
-    graph, fanouts = CSRGraph.from_dataset(ds, in_memory=False), cfg.resolved_fanouts()
-    train_idx = train_seeds(cfg.task, graph, np.asarray(ds.train_idx))
-    world = nproc * max(nnodes, 1)
-    per_rank = [SeedBatches(train_idx, cfg.resolved_batch_size(train_idx.size, world), seed=cfg.seed, rank=r,
-                            world_size=world) for r in range(world)]
+    and, with `agent` (the run is started by torchrun, as `moment train` does), a fresh torchrun agent's.
+
+    A preview that reuses a recorded start size (`start_sizes`: a dry run without a budget) reuses the extent
+    recorded for the same graph, seeds and sampling (`_extent_key`) too: the sampling is deterministic, so the
+    figures are the ones it would sample, without loading torch. Every extent sampled here is recorded."""
     if layout is None and cfg.layout is not None:
         layout = Layout.open(cfg.layout)
+    world = nproc * max(nnodes, 1)
+    key = _extent_key(cfg, ds, world)
+    got = _read_extent(key) if reusing() else None
+    if got is None:  # sampled while the fresh interpreter, if one was started, measures the start size
+        from moment.runtime.link_task import train_seeds
+        from moment.workload.sampler import CSRGraph, SeedBatches
+
+        graph, fanouts = CSRGraph.from_dataset(ds, in_memory=False), cfg.resolved_fanouts()
+        train_idx = train_seeds(cfg.task, graph, np.asarray(ds.train_idx))
+        per_rank = [SeedBatches(train_idx, cfg.resolved_batch_size(train_idx.size, world), seed=cfg.seed, rank=r,
+                                world_size=world) for r in range(world)]
+        degrees = graph.degree_histogram()
+        ext = functools.reduce(Extent.most, [_batch_extent(cfg, graph, b, fanouts, degrees) for b in per_rank])
+        got = ext, max(b.batch_size for b in per_rank)
+        _write_extent(key, *got)
     agent_bytes, rank_bytes, measured_on = start_sizes()
-    got = run_inputs(cfg, ds, graph, per_rank, fanouts, rank_bytes, agent_bytes if agent else 0, nproc, layout,
-                     feature_dim=feature_dim)
-    return dataclasses.replace(got, process_measured_on=measured_on)
+    inputs = _inputs(cfg, ds, *got, rank_bytes, agent_bytes if agent else 0, nproc, layout,
+                     feature_dim=feature_dim, device_memory=None, device="cpu")
+    return dataclasses.replace(inputs, process_measured_on=measured_on)
+
+
+#: the modules whose code decides a sampled extent (their text is part of `_extent_key`)
+_SAMPLING_CODE = ("runtime/sizing.py", "runtime/link_task.py", "runtime/config.py", "workload/sampler.py",
+                  "workload/links.py", "workload/seeds.py")
+_EXTENTS_KEPT = 32  # extents recorded at most (the most recent)
+
+
+def _extent_key(cfg: TrainConfig, ds: GraphDataset, world: int) -> str:
+    """What a preview's sampled extent depends on, hashed: the graph and training split (each file's path,
+    size, modification time and recorded sha256), the run's sampling options and world size, the sampling
+    code, its bounds (EXTENT_*) and the torch that runs it."""
+    files = []
+    for name in ("indptr", "indices", "train_idx"):
+        f = ds.file(name)
+        st = f.stat()
+        files.append([str(f.resolve()), st.st_size, st.st_mtime_ns, ds.manifest.files[name].sha256])
+    root = Path(__file__).resolve().parents[1]  # the moment package (this is moment/runtime/sizing.py)
+    code = hashlib.sha256(b"".join((root / m).read_bytes() for m in _SAMPLING_CODE)).hexdigest()
+    try:
+        torch_version = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch_version = None
+    key = {"files": files, "task": cfg.task, "fanouts": cfg.resolved_fanouts(), "negatives": cfg.negatives,
+           "seed": cfg.seed, "batch_size": cfg.batch_size, "world": world, "code": code, "torch": torch_version,
+           "numpy": np.__version__, "bounds": [EXTENT_BATCHES, EXTENT_SPREAD, EXTENT_SAMPLE_SLOTS]}
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+
+
+def _extents_path() -> Path:
+    return record_path().with_name("extents.json")  # beside the start sizes' record
+
+
+def _read_extents() -> dict:
+    try:
+        got = json.loads(_extents_path().read_text())
+        return got if isinstance(got, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _read_extent(key: str) -> tuple[Extent, int] | None:
+    """The extent and largest batch recorded under `key`, or None (none, or not well formed: sampled again)."""
+    try:
+        rec = _read_extents()[key]
+        rows, edges, layers, batch = rec["rows"], rec["edges"], rec["layers"], rec["batch_size"]
+        ext = Extent(int(rows), int(edges), tuple(LayerExtent(*(int(v) for v in x)) for x in layers))
+        return ext, int(batch)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _write_extent(key: str, ext: Extent, batch_size: int) -> None:
+    """Record a sampled extent (the most recent _EXTENTS_KEPT), renamed into place as the start sizes are; a
+    record that cannot be written is no error."""
+    path = _extents_path()
+    kept = {k: v for k, v in _read_extents().items() if k != key}
+    kept = dict(list(kept.items())[-(_EXTENTS_KEPT - 1):])
+    kept[key] = {"rows": ext.rows, "edges": ext.edges, "batch_size": int(batch_size),
+                 "layers": [[x.src, x.dst, x.edges] for x in ext.layers]}
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(kept))
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
 
 
 def planned_inputs(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, feature_dim: int, gpu_rows: int) -> RunInputs:
@@ -223,7 +332,7 @@ def planned_inputs(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, feature_di
     `feature_dim`-wide float32 rows, `gpu_rows` held by each rank."""
     got = preview_inputs(cfg, ds, nproc, feature_dim=feature_dim)
     rb = feature_dim * np.dtype(np.float32).itemsize
-    return dataclasses.replace(got, exchange_bytes=RowExchange.round_bytes(got.rows_max, rb, nproc, gpu_rows))
+    return dataclasses.replace(got, exchange_bytes=exchange_round_bytes(got.rows_max, rb, nproc, gpu_rows))
 
 
 def preview_plan(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, layout: Layout | None = None,

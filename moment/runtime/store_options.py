@@ -89,6 +89,7 @@ class StoreOptions:
     shared_cache: bool | None = None  # one CPU cache for all local ranks; None: when the policy is static,
     #                                   there are several local ranks and a barrier
     pack_seed: int | None = None  # the run's seed: a tagged batch is read from the pack only if it matches
+    io_trace: str | None = None  # a directory: each rank's SSD reads written there as an fio iolog
     batch_rows: int | None = None  # the most rows a batch asks (sizes the staging ring's slots on CUDA); None:
     #                                moment.runtime.run_plan.default_batch_rows
 

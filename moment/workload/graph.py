@@ -65,6 +65,8 @@ LABEL_DTYPES = ("int16", "int32", "int64")
 INDEX_DTYPES = ("int32", "int64")
 CHUNK_BYTES = 64 << 20  # streaming granularity for hashing and validation
 SPOT_BLOCKS = 1024  # most blocks a file's block checksums cut it into
+#: nodes whose degrees are read at once (`degree_histogram`): 32 MiB of indptr
+DEGREE_CHUNK = 1 << 22
 SPOT_CHECKED = 4  # blocks per file `spot_check` re-hashes: the first, the last and two between
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
@@ -708,6 +710,22 @@ class GraphDataset:
         """Checksums plus full validation."""
         self.verify_checksums()
         self.validate()
+
+
+def degree_histogram(indptr: np.ndarray, chunk: int = DEGREE_CHUNK) -> np.ndarray:
+    """How many nodes have each in-degree, from a CSR's `indptr` (entry d: nodes of degree d; the last entry is
+    the largest degree's). Read `chunk` nodes at a time, so that a memory-mapped graph of any size costs
+    O(largest degree); numpy, so that a dry run's fan-out note needs no torch."""
+    n = int(indptr.shape[0]) - 1
+    hist = np.zeros(1, np.int64)
+    for lo in range(0, n, chunk):
+        got = np.bincount(np.diff(np.asarray(indptr[lo: min(lo + chunk, n) + 1])))
+        if got.size > hist.size:
+            got[: hist.size] += hist
+            hist = got
+        else:
+            hist[: got.size] += got
+    return hist[: int(np.flatnonzero(hist)[-1]) + 1] if hist.any() else hist
 
 
 def _chunk_minmax(a: np.ndarray, chunk_bytes: int = CHUNK_BYTES) -> Iterable[tuple[int, int]]:

@@ -26,19 +26,15 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
+from moment.workload import batch_bytes
+from moment.workload.graph import DEGREE_CHUNK, GraphDataset, degree_histogram
 from moment.workload.seeds import mix
 
-if TYPE_CHECKING:
-    from moment.workload.graph import GraphDataset
-
 from moment.workload.spec import DEFAULT_FANOUTS  # noqa: E402 - declared with the workload's other defaults
-#: nodes whose degrees are read at once (`CSRGraph.degree_histogram`): 32 MiB of indptr
-DEGREE_CHUNK = 1 << 22
 
 
 def _as_tensor(a: np.ndarray | torch.Tensor, copy: bool) -> torch.Tensor:
@@ -92,17 +88,7 @@ class CSRGraph:
         return self.__dict__["_degrees"]
 
     def _count_degrees(self) -> np.ndarray:
-        ip = self.indptr
-        hist = np.zeros(1, np.int64)
-        for lo in range(0, self.num_nodes, DEGREE_CHUNK):
-            part = ip[lo: min(lo + DEGREE_CHUNK, self.num_nodes) + 1].numpy()
-            got = np.bincount(np.diff(part))
-            if got.size > hist.size:
-                got[: hist.size] += hist
-                hist = got
-            else:
-                hist[: got.size] += got
-        return hist[: int(np.flatnonzero(hist)[-1]) + 1] if hist.any() else hist
+        return degree_histogram(self.indptr.numpy(), DEGREE_CHUNK)
 
     def max_degree(self) -> int:
         """The largest in-degree: no fan-out samples more than this many neighbours of any node."""
@@ -136,8 +122,7 @@ class MiniBatch:
     def id_bytes(num_nodes: int, num_edges: int, num_labels: int = 0) -> int:
         """What a batch of this many nodes and edges (and, a link batch, label edges) holds in ids: `n_id` and
         `edge_index`, int64, and `edge_label_index` (int64) with `edge_label` (float32)."""
-        return ((num_nodes + 2 * num_edges + 2 * num_labels) * torch.int64.itemsize
-                + num_labels * torch.float32.itemsize)
+        return batch_bytes.id_bytes(num_nodes, num_edges, num_labels)
 
     @property
     def batch_size(self) -> int:
@@ -278,7 +263,7 @@ class _DenseMap:
 
     @staticmethod
     def bytes_for(n: int) -> int:
-        return 2 * n * torch.int32.itemsize  # local and first
+        return batch_bytes.map_bytes(n)  # local and first
 
     def __init__(self, n: int):
         self.local = torch.full((n,), -1, dtype=torch.int32)
