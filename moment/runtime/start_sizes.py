@@ -32,7 +32,7 @@ from moment.runtime.budget import process_bytes
 
 #: a fresh interpreter: first what torchrun's agent imports, then what a rank loads before touching data
 FRESH = ("from moment.runtime.budget import process_bytes\nimport torch.distributed.run\nprint(process_bytes())\n"
-         "import moment.runtime.models\nimport moment.runtime.train\n"
+         "import moment.runtime.train\nfrom moment.runtime.models import load_optimizers\nload_optimizers()\n"
          "print(process_bytes())\n")
 
 
@@ -157,19 +157,21 @@ atexit.register(_stop_ahead)
 @functools.cache
 def fresh_sizes() -> tuple[int, int]:
     """(torchrun's agent, a rank) as a fresh interpreter holds them. Falls back to this process's RSS with
-    the runtime loaded when no interpreter can be started. Each measurement is recorded (`record_path`)."""
+    the runtime and the optimizers loaded when no interpreter can be started. Each measurement is recorded (`record_path`)."""
     got = _collect(_ahead.pop() if _ahead else _start())
     if got is not None:
         _write_record(*got)
     if got is None:
-        import moment.runtime.models  # noqa: F401
+        from moment.runtime.models import load_optimizers
+
+        load_optimizers()
 
         return process_bytes(), process_bytes()
     return got
 
 
 def rank_start_bytes() -> int:
-    """What a rank holds before it touches data (interpreter, torch, the runtime and the models)."""
+    """What a rank holds before it touches data (interpreter, torch, the runtime, the models and what torch's optimizers load)."""
     return fresh_sizes()[1]
 
 
