@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from moment.runtime.budget import return_freed_memory
 from moment.runtime.link_task import decoder_bytes, link_logits, link_loss
 from moment.runtime.memory_use import reset_peak
-from moment.runtime.models import LayerExtent, build_model, load_layers, step_bytes, weights
+from moment.runtime.models import LayerExtent, build_model, step_bytes, weights
 from moment.workload.sampler import Block
 
 
@@ -50,7 +50,6 @@ def batch(new: list[int], edges: list[int]) -> tuple[int, list[Block]]:
 def main() -> int:
     torch.set_num_threads(1)
     return_freed_memory()
-    load_layers()
     out = []
     for name, in_dim, hidden, classes, new, edges, *link in json.loads(sys.argv[2]):
         rows, blocks = batch(new, edges)

@@ -36,10 +36,10 @@ def torchrun_command(nproc: int, args: list[str], max_restarts: int = 0, rdzv: A
 
 
 def _check_torch() -> None:
-    for mod in ("torch", "torch_geometric"):
-        if importlib.util.find_spec(mod) is None:
-            raise MomentError(f"training needs {mod}, which is not installed",
-                              hint=INSTALL_TRAIN)
+    """The built-in models need torch alone (their layers are Moment's); a user's model that imports PyG
+    is told by the rank, with the same hint (moment.errors)."""
+    if importlib.util.find_spec("torch") is None:
+        raise MomentError("training needs torch, which is not installed", hint=INSTALL_TRAIN)
 
 
 def _refuse_run_outputs(cfg: Any, run_dir: Path | None) -> None:

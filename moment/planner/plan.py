@@ -95,7 +95,7 @@ def _make_plan(topo: Topology, inventory: Inventory, workload: WorkloadSpec, max
     bare, current, found, template = _search(topo, inventory, workload, progress, method, timeout, data=data)
     winner = evaluate(bare, found.placement, workload, maxflow_backend=maxflow_backend, data=data, template=template)
 
-    evaluated = _baselines(bare, current, inventory, workload, maxflow_backend, data, template)
+    evaluated = _baselines(bare, current, inventory, workload, maxflow_backend, data, template, winner)
     baselines = [b for b, _ in evaluated]
     gain = (min(b.under(data).epoch_read_s for b in baselines) / winner.under(data).epoch_read_s
             if baselines else None)
@@ -358,24 +358,32 @@ def _exhaustive(bare: Topology, template: ChassisTemplate, space: search.SearchS
 
 
 def _baselines(bare: Topology, current: dict[str, str], inventory: Inventory, workload: WorkloadSpec,
-               backend: str, data: str = "planned", template: ChassisTemplate | None = None
-               ) -> list[tuple[Baseline, Evaluation]]:
+               backend: str, data: str = "planned", template: ChassisTemplate | None = None,
+               winner: Evaluation | None = None) -> list[tuple[Baseline, Evaluation]]:
     """The usual layouts (and the machine's current one), each evaluated. They are valid placements of
     the inventory, so `template` evaluates them; the current layout, which may hold a device the catalogue
-    does not know, is populated and checked."""
+    does not know, is populated and checked. An evaluation is a function of the placement, so a usual layout
+    that is the `winner`'s (evaluated the same way) or an earlier one's is not solved again."""
     named: list[tuple[str, str, dict[str, str]]] = []
     if current:
         named.append(("current", "the layout the machine has now", current))
     named += [(b.name, b.description, b.placement) for b in baseline_placements(bare, inventory)]
     out = []
+    done: dict[frozenset, Evaluation] = {}
+    if winner is not None:
+        done[frozenset(winner.placement.items())] = winner
     for name, desc, placement in named:
+        key = frozenset(placement.items()) if name != "current" else None  # (populated and checked instead)
         try:
-            ev: Evaluation = evaluate(bare, placement, workload, maxflow_backend=backend, data=data,
-                                      template=None if name == "current" else template)
+            ev: Evaluation = done[key] if key in done else evaluate(
+                bare, placement, workload, maxflow_backend=backend, data=data,
+                template=None if name == "current" else template)
         except MomentError:
             if name == "current":
                 continue  # e.g. a scanned device model the catalogue does not know
             raise
+        if key is not None:
+            done[key] = ev
         out.append((Baseline(name=name, description=desc, placement=placement, predicted=ev.predicted,
                              predicted_even=ev.predicted_even, predicted_maxflow=ev.predicted_maxflow,
                              bottlenecks=[u.id for u in ev.links if u.bottleneck]), ev))

@@ -1,4 +1,5 @@
-"""GraphSAGE and GAT over sampled mini-batch blocks, from torch-geometric's layers.
+"""GraphSAGE and GAT over sampled mini-batch blocks, with PyG's layers written in plain torch
+(moment.runtime.layers: bit-equal to PyG's SAGEConv and GATConv, without importing torch-geometric).
 
 A mini-batch is a list of blocks, outermost hop first: block l maps the first `num_src[l]` nodes of
 the batch (local ids) onto the first `num_dst[l]` of them (targets come first, as the sampler
@@ -13,27 +14,24 @@ from torch import nn
 
 from moment.runtime.footprint import (GAT_HEADS, GatSizes, LayerExtent, SageSizes, hidden_width, model_sizes, step_bytes,
                                       weights)
+from moment.runtime.layers import GATConv, SAGEConv
 from moment.workload.sampler import Block  # the sampler's `MiniBatch.blocks()` items
 
-# Imports inside functions: torch (and PyG) load only where a tensor is made, so planning, placement and the
-# CLI stay torch-free.
-
 # the size rules live in moment.runtime.footprint (torch-free, for a dry run); named here as before
-__all__ = ["GAT", "GAT_HEADS", "SAGE", "Block", "LayerExtent", "build_model", "hidden_width", "load_layers",
+__all__ = ["GAT", "GAT_HEADS", "SAGE", "Block", "LayerExtent", "build_model", "hidden_width", "load_optimizers",
            "step_bytes", "weights"]
 
 
-def load_layers() -> None:
-    """Import torch-geometric's layers now (~130 MiB of RSS), so that a rank's fixed cost, measured before
-    it touches data, includes them: the models import them lazily, after the budget is split."""
-    import torch_geometric.nn  # noqa: F401
+def load_optimizers() -> None:
+    """Load what torch's optimizers import on first use (torch._dynamo, with sympy: ~90 MiB of RSS, ~0.9 CPU-s),
+    so that a rank's fixed cost, measured before it touches data, includes it: a step's optimizer would
+    otherwise add it to a budget already split."""
+    torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.1)
 
 
 class SAGE(SageSizes, nn.Module):
     def __init__(self, in_dim: int, hidden: int, out_dim: int, num_layers: int = 2, dropout: float = 0.5):
         super().__init__()
-        from torch_geometric.nn import SAGEConv
-
         dims = self.dims(in_dim, hidden, out_dim, num_layers)
         self.convs = nn.ModuleList(SAGEConv(dims[i], dims[i + 1]) for i in range(num_layers))
         self.dropout = dropout
@@ -50,14 +48,11 @@ class GAT(GatSizes, nn.Module):
     def __init__(self, in_dim: int, hidden: int, out_dim: int, num_layers: int = 2, heads: int = GAT_HEADS,
                  dropout: float = 0.5):
         super().__init__()
-        from torch_geometric.nn import GATConv
-
         self.convs = nn.ModuleList()
         d = in_dim
         for i in range(num_layers):
             last = i == num_layers - 1
-            self.convs.append(GATConv(d, out_dim if last else hidden, heads=1 if last else heads,
-                                      add_self_loops=False))
+            self.convs.append(GATConv(d, out_dim if last else hidden, heads=1 if last else heads))
             d = hidden * heads
         self.dropout = dropout
 

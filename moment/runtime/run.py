@@ -40,7 +40,8 @@ from moment.runtime.finite import DIVERGE_FACTOR, DIVERGE_STEPS, BadStep, Diverg
 from moment.runtime.link_task import sampler_for, train_seeds
 from moment.runtime.loader import LoaderPipeline
 from moment.runtime.memory_use import reset_peak
-from moment.runtime.models import load_layers
+from moment.runtime.model_spec import is_built_in, load_callable
+from moment.runtime.models import load_optimizers
 from moment.runtime.pipeline import Pipeline, Prepared
 from moment.runtime.rendezvous import SHARED_SETTINGS, RunFacts, check_agents
 from moment.runtime.run_plan import RunPlan, dataset_dir, layout_gpus, resolve_run
@@ -131,8 +132,10 @@ class Run:
         self.peak_from = "run start" if reset_peak() else "process start"  # the measured peak is this run's
         self.dev = DeviceLayer(ctx.device)
         self.dev.reset_peak()  # the device's too
-        load_layers()  # the model's layers are a fixed cost too: measured with the rest
-        base_rss = rank_base_bytes()  # interpreter, torch, the layers, before any data is touched
+        load_optimizers()  # what the step's optimizer loads is a fixed cost too: measured with the rest
+        if not is_built_in(cfg.model):  # the user's model's module (PyG's layers, say) too
+            load_callable(cfg.model, "--model")
+        base_rss = rank_base_bytes()  # interpreter, torch, the runtime, before any data is touched
         self.layout = layout if layout is not None or cfg.layout is None else Layout.open(cfg.layout)
         self.dataset = GraphDataset.open(dataset_dir(cfg, self.layout))
         ds = self.dataset

@@ -32,7 +32,7 @@ from moment.runtime.budget import process_bytes
 
 #: a fresh interpreter: first what torchrun's agent imports, then what a rank loads before touching data
 FRESH = ("from moment.runtime.budget import process_bytes\nimport torch.distributed.run\nprint(process_bytes())\n"
-         "from moment.runtime.models import load_layers\nimport moment.runtime.train\nload_layers()\n"
+         "import moment.runtime.train\nfrom moment.runtime.models import load_optimizers\nload_optimizers()\n"
          "print(process_bytes())\n")
 
 
@@ -106,15 +106,15 @@ def record_path() -> Path:
 
 
 def _record_key() -> dict:
-    """What the figure depends on: the interpreter, torch's and PyG's versions, this moment and what it runs."""
+    """What the figure depends on: the interpreter, torch's version, this moment and what it runs."""
     def version(name: str) -> str | None:
         try:
             return metadata.version(name)
         except metadata.PackageNotFoundError:
             return None
 
-    return {"python": sys.executable, "torch": version("torch"), "torch_geometric": version("torch_geometric"),
-            "moment": moment.__version__, "moment_path": str(_moment_root()), "script": FRESH}
+    return {"python": sys.executable, "torch": version("torch"), "moment": moment.__version__,
+            "moment_path": str(_moment_root()), "script": FRESH}
 
 
 def _read_record() -> dict | None:
@@ -157,20 +157,21 @@ atexit.register(_stop_ahead)
 @functools.cache
 def fresh_sizes() -> tuple[int, int]:
     """(torchrun's agent, a rank) as a fresh interpreter holds them. Falls back to this process's RSS with
-    the layers loaded when no interpreter can be started. Each measurement is recorded (`record_path`)."""
+    the runtime and the optimizers loaded when no interpreter can be started. Each measurement is recorded (`record_path`)."""
     got = _collect(_ahead.pop() if _ahead else _start())
     if got is not None:
         _write_record(*got)
     if got is None:
-        from moment.runtime.models import load_layers
+        from moment.runtime.models import load_optimizers
 
-        load_layers()
+        load_optimizers()
+
         return process_bytes(), process_bytes()
     return got
 
 
 def rank_start_bytes() -> int:
-    """What a rank holds before it touches data (interpreter, torch, the runtime, the model's layers)."""
+    """What a rank holds before it touches data (interpreter, torch, the runtime, the models and what torch's optimizers load)."""
     return fresh_sizes()[1]
 
 
