@@ -94,7 +94,8 @@ def test_a_checkpoint_of_pygs_layers_loads_into_ours(monkeypatch):
     ours.load_state_dict(ref.state_dict())  # strict: every name, every shape
     mb = batches(2)[1]
     x = torch.randn(mb.num_nodes, 12)
-    ours.eval(), ref.eval()
+    ours.eval()
+    ref.eval()
     assert torch.equal(ours(x, mb.blocks()), ref(x, mb.blocks()))
 
 

@@ -36,8 +36,8 @@ def torchrun_command(nproc: int, args: list[str], max_restarts: int = 0, rdzv: A
 
 
 def _check_torch() -> None:
-    """The built-in models need torch alone (their layers are Moment's); a user's model that imports PyG
-    is told by the rank, with the same hint (moment.errors)."""
+    """The built-in models need torch alone (their layers are Moment's); a user's model whose module needs
+    PyG is refused where it is imported, naming the missing module (model_spec.load_callable)."""
     if importlib.util.find_spec("torch") is None:
         raise MomentError("training needs torch, which is not installed", hint=INSTALL_TRAIN)
 

@@ -157,7 +157,8 @@ atexit.register(_stop_ahead)
 @functools.cache
 def fresh_sizes() -> tuple[int, int]:
     """(torchrun's agent, a rank) as a fresh interpreter holds them. Falls back to this process's RSS with
-    the runtime and the optimizers loaded when no interpreter can be started. Each measurement is recorded (`record_path`)."""
+    the runtime and the optimizers loaded when no interpreter can be started. Each measurement is recorded
+    (`record_path`)."""
     got = _collect(_ahead.pop() if _ahead else _start())
     if got is not None:
         _write_record(*got)
@@ -165,13 +166,13 @@ def fresh_sizes() -> tuple[int, int]:
         from moment.runtime.models import load_optimizers
 
         load_optimizers()
-
         return process_bytes(), process_bytes()
     return got
 
 
 def rank_start_bytes() -> int:
-    """What a rank holds before it touches data (interpreter, torch, the runtime, the models and what torch's optimizers load)."""
+    """What a rank holds before it touches data (interpreter, torch, the runtime and models, and what
+    torch's optimizers load)."""
     return fresh_sizes()[1]
 
 
