@@ -252,7 +252,7 @@ def preview_inputs(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, agent: boo
         ext = functools.reduce(Extent.most, [_batch_extent(cfg, graph, b, fanouts, degrees) for b in per_rank])
         got = ext, max(b.batch_size for b in per_rank)
         _write_extent(key, *got)
-    agent_bytes, rank_bytes, measured_on = start_sizes()
+    agent_bytes, rank_bytes, measured_on = start_sizes(cfg.model)
     inputs = _inputs(cfg, ds, *got, rank_bytes, agent_bytes if agent else 0, nproc, layout,
                      feature_dim=feature_dim, device_memory=None, device="cpu")
     return dataclasses.replace(inputs, process_measured_on=measured_on)
