@@ -103,11 +103,6 @@ def measure_ahead(*, reuse: bool = False, model: str | None = None) -> None:
     _ahead[model] = _start(model)
 
 
-def reusing() -> bool:
-    """Whether the next `start_sizes` answers from a recorded measurement (`measure_ahead(reuse=True)` took one)."""
-    return bool(_reused)
-
-
 def start_sizes(model: str | None = None) -> tuple[int, int, str | None]:
     """(torchrun's agent, a rank, None) as `fresh_sizes`; or the record `measure_ahead(reuse=True)` took, with
     the day it was measured, once (what asks next, measures)."""
