@@ -301,25 +301,34 @@ def test_dry_run_prints_the_plan_and_starts_no_rank(data, monkeypatch, capsys):
 
 
 @pytest.mark.slow
-def test_the_fresh_rank_is_measured_while_the_launcher_checks_and_never_outlives_it(monkeypatch):
+def test_the_fresh_rank_is_measured_while_the_launcher_checks_and_never_outlives_it(monkeypatch, tmp_path):
     """`measure_ahead` starts the fresh interpreter at once and the first size asked for collects it (one
-    interpreter, not two); one left running when the launcher exits (a user error first) is stopped."""
+    interpreter per model, not two); a user's `--model` module is imported by the fresh rank as the rank imports
+    it (what it holds is charged); one left running when the launcher exits (a user error first) is stopped."""
     import subprocess as sp
 
     from moment.runtime import start_sizes as ss
 
+    # a user's model module holding 96 MiB once imported (written bytes: resident), found from the current directory
+    (tmp_path / "heavy_model.py").write_text("BLOB = b'x' * (96 << 20)\n\ndef make(**kw):\n    raise AssertionError\n")
+    monkeypatch.chdir(tmp_path)
     started = []
     real = ss._start
-    monkeypatch.setattr(ss, "_start", lambda: started.append(real()) or started[-1])
-    monkeypatch.setattr(ss, "_ahead", [])
-    ss.fresh_sizes.cache_clear()
+    monkeypatch.setattr(ss, "_start", lambda model=None: started.append(real(model)) or started[-1])
+    monkeypatch.setattr(ss, "_ahead", {})
+    monkeypatch.setattr(ss, "_measured", {})
     try:
-        ss.measure_ahead()
-        ss.measure_ahead()  # once
-        assert len(started) == 1 and started[0].poll() is None  # running while the caller goes on
-        agent, rank = ss.fresh_sizes()
-        assert len(started) == 1 and 0 < agent < rank  # collected, not measured again
-        ss.fresh_sizes.cache_clear()
+        ss.measure_ahead(model="sage")
+        ss.measure_ahead(model="gat")  # once: a built-in model imports nothing more
+        ss.measure_ahead(model="heavy_model:make")  # a second interpreter, at the same time
+        assert len(started) == 2 and all(p.poll() is None for p in started)  # running while the caller goes on
+        agent, rank = ss.fresh_sizes("sage")
+        assert len(started) == 2 and 0 < agent < rank  # collected, not measured again
+        assert ss.fresh_sizes() == (agent, rank) and ss.fresh_sizes("gat") == (agent, rank)
+        user_agent, user_rank = ss.fresh_sizes("heavy_model:make")
+        assert len(started) == 2 and user_rank - rank > 80 << 20, (rank, user_rank)
+        assert ss.rank_start_bytes("heavy_model:make") == user_rank
+        monkeypatch.setattr(ss, "_measured", {})
         ss.measure_ahead()
         left = started[-1]
         ss._stop_ahead()  # what atexit runs
@@ -327,7 +336,6 @@ def test_the_fresh_rank_is_measured_while_the_launcher_checks_and_never_outlives
         assert isinstance(left, sp.Popen)
     finally:
         ss._stop_ahead()
-        ss.fresh_sizes.cache_clear()
 
 
 def test_a_dry_run_may_reuse_the_recorded_fresh_rank_but_a_stale_or_corrupt_record_is_remeasured(monkeypatch,
@@ -340,28 +348,53 @@ def test_a_dry_run_may_reuse_the_recorded_fresh_rank_but_a_stale_or_corrupt_reco
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     started = []
-    monkeypatch.setattr(ss, "_start", lambda: started.append(1))  # no interpreter: a fake measurement
+    monkeypatch.setattr(ss, "_start", lambda model=None: started.append(model))  # no interpreter: a fake measurement
     monkeypatch.setattr(ss, "_collect", lambda p: (100, 300))
-    monkeypatch.setattr(ss, "_ahead", [])
+    monkeypatch.setattr(ss, "_ahead", {})
     monkeypatch.setattr(ss, "_reused", {})
-    ss.fresh_sizes.cache_clear()
+    monkeypatch.setattr(ss, "_measured", {})
     try:
         ss.measure_ahead(reuse=True)  # nothing recorded yet: measured, and recorded
         assert ss.start_sizes() == (100, 300, None) and len(started) == 1
         assert json.loads(ss.record_path().read_text())["rank"] == 300
-        ss.fresh_sizes.cache_clear()
+        ss._measured.clear()
         ss.measure_ahead(reuse=True)  # recorded: no interpreter, the record's day said
         agent, rank, day = ss.start_sizes()
         assert (agent, rank) == (100, 300) and day is not None and len(started) == 1
         assert ss.start_sizes()[2] is None and len(started) == 2  # once: what asks next measures
         for bad in ("{", json.dumps({**json.loads(ss.record_path().read_text()), "key": {"python": "other"}})):
             ss.record_path().write_text(bad)
-            ss.fresh_sizes.cache_clear()
+            ss._measured.clear()
             ss.measure_ahead(reuse=True)
             assert ss.start_sizes()[2] is None  # measured again, and recorded anew
         assert json.loads(ss.record_path().read_text())["key"] == ss._record_key()
+        ss._measured.clear()
+        ss.measure_ahead(reuse=True, model="mine:make")  # another model's module: not this record, measured
+        assert ss.start_sizes("mine:make")[2] is None and started[-1] == "mine:make"
+        assert json.loads(ss.record_path().read_text())["key"] == ss._record_key("mine:make") != ss._record_key()
+        assert "load_callable('mine:make', '--model')" in ss.script("mine:make") and ss.script("sage") == ss.FRESH
     finally:
-        ss.fresh_sizes.cache_clear()
+        ss._measured.clear()
+
+
+def test_the_launcher_hands_the_ranks_the_fresh_rank_of_the_users_model(runtime_layout, monkeypatch, tmp_path):
+    """`moment train --model MODULE:FACTORY --memory-budget`: the fresh rank the launcher measures (and hands every
+    rank as its fixed cost) imports the user's module, as the rank does before it measures itself."""
+    from moment.cli.train_cmds import _precheck
+    from moment.runtime import start_sizes as ss
+    from moment.runtime.sizing import AGENT_ENV, BASE_ENV
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.chdir(REPO)
+    monkeypatch.setattr(ss, "_start", lambda model=None: model)  # a fake measurement: larger with the user's module
+    monkeypatch.setattr(ss, "_collect", lambda model: (100 << 20, (300 if model is None else 350) << 20))
+    monkeypatch.setattr(ss, "_ahead", {})
+    monkeypatch.setattr(ss, "_measured", {})
+    common = ["--layout", str(runtime_layout), "--memory-budget", "3GiB"]
+    _, env, _ = _precheck([*common, "--model", "examples.own_loop:factory", "--fanouts", "5,5,5"], 2)
+    assert env == {BASE_ENV: str(350 << 20), AGENT_ENV: str(100 << 20)}
+    _, env, _ = _precheck([*common, "--model", "gat"], 2)
+    assert env[BASE_ENV] == str(300 << 20)
 
 
 def test_a_dry_run_with_a_recorded_start_size_loads_no_torch_and_prints_the_same_plan(runtime_layout, tmp_path):

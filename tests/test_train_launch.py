@@ -69,6 +69,24 @@ def test_the_launcher_checks_a_run_without_loading_torch(layout, tmp_path):
     assert r.returncode == 0, r.stderr
 
 
+def test_a_budgeted_launch_reuses_the_recorded_batch_extent_and_loads_no_torch(layout, tmp_path):
+    """A budget's preview samples the batch extent (torch) once and records it; the next launch of the same graph
+    and sampling reads the record, seconds less per launch, to the same plan (the fresh rank is faked here:
+    tests/test_run_plan.py measures it)."""
+    code = ("import sys; from moment.io import device; device.GPU_DRIVER_PATHS = (sys.argv[1],); "
+            "from moment.runtime import start_sizes as ss; ss._start = lambda model=None: None; "
+            "ss._collect = lambda p: (100 << 20, 300 << 20); "
+            "from moment.cli.train_cmds import _precheck; _, _, plan = _precheck(sys.argv[2:], 2); "
+            "print('torch' in sys.modules, plan.model_dump_json())")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    runs = [subprocess.run([sys.executable, "-c", code, str(tmp_path / "nvidiactl"), "--layout", str(layout),
+                            "--memory-budget", "3GiB", *ARGS], cwd=REPO, env=env, capture_output=True, text=True,
+                           check=False) for _ in range(2)]
+    assert all(r.returncode == 0 for r in runs), runs[-1].stderr
+    (sampled, first), (read, second) = (r.stdout.split(" ", 1) for r in runs)
+    assert (sampled, read) == ("True", "False") and first == second
+
+
 def test_the_join_deadline_counts_from_the_agent_opening_its_socket():
     """`_agent_started` sees torchrun's agent begin the join (a socket, its store client), not its start-up."""
     code = "import socket, sys, time; sys.stdin.readline(); s = socket.socket(); print(1, flush=True); time.sleep(60)"

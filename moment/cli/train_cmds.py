@@ -64,7 +64,7 @@ def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
     if (cfg.memory_budget or cfg.device_memory_budget or plan) and cfg.features == "tiered":
         # a fresh rank's size, which the preview below charges, measured while the checks run; a dry run
         # that checks no budget may reuse the last one measured (its plan says when)
-        measure_ahead(reuse=plan and not (cfg.memory_budget or cfg.device_memory_budget))
+        measure_ahead(reuse=plan and not (cfg.memory_budget or cfg.device_memory_budget), model=cfg.model)
 
     from moment.placement.opened import Layout
     from moment.runtime.devices import check_local_ranks, cuda_pci_addresses, default_device, local_devices
@@ -129,7 +129,8 @@ def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
         # as the ranks will resolve it: a budget below the minimum is one message, here
         run_plan = preview_plan(cfg, ds, nproc, layout=layout, nnodes=rdzv.nnodes if rdzv is not None else 1)
         # the ranks charge the figures this check charged
-        env = {BASE_ENV: str(rank_start_bytes()), AGENT_ENV: str(agent_start_bytes())} if cfg.memory_budget else {}
+        env = ({BASE_ENV: str(rank_start_bytes(cfg.model)), AGENT_ENV: str(agent_start_bytes(cfg.model))}
+               if cfg.memory_budget else {})
         return cfg, env, run_plan
     return cfg, {}, None
 

@@ -31,7 +31,7 @@ from moment.runtime.footprint import (LayerExtent, decoder_bytes, exchange_round
                                       remote_reader_bytes, remote_round_bytes, stated_training_bytes)
 from moment.runtime.memory_use import parent_peak
 from moment.runtime.run_plan import RunInputs, RunPlan, gpu_tier_rows, resolve_run
-from moment.runtime.start_sizes import record_path, reusing, start_sizes
+from moment.runtime.start_sizes import record_path, start_sizes
 from moment.workload import batch_bytes
 from moment.workload.graph import GraphDataset
 
@@ -232,14 +232,15 @@ def preview_inputs(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, agent: boo
     starts: the largest extent of every rank's batches (the ranks agree on it), a fresh rank's fixed cost
     and, with `agent` (the run is started by torchrun, as `moment train` does), a fresh torchrun agent's.
 
-    A preview that reuses a recorded start size (`start_sizes`: a dry run without a budget) reuses the extent
-    recorded for the same graph, seeds and sampling (`_extent_key`) too: the sampling is deterministic, so the
-    figures are the ones it would sample, without loading torch. Every extent sampled here is recorded."""
+    The extent recorded for the same graph, seeds and sampling (`_extent_key`) is reused: the sampling is
+    deterministic, so the figures are the ones it would sample (and the ranks will), without loading torch
+    (with a recorded start size too, `start_sizes`, a dry run without a budget loads none at all). Every
+    extent sampled here is recorded."""
     if layout is None and cfg.layout is not None:
         layout = Layout.open(cfg.layout)
     world = nproc * max(nnodes, 1)
     key = _extent_key(cfg, ds, world)
-    got = _read_extent(key) if reusing() else None
+    got = _read_extent(key)
     if got is None:  # sampled while the fresh interpreter, if one was started, measures the start size
         from moment.runtime.link_task import train_seeds
         from moment.workload.sampler import CSRGraph, SeedBatches
@@ -252,7 +253,7 @@ def preview_inputs(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, agent: boo
         ext = functools.reduce(Extent.most, [_batch_extent(cfg, graph, b, fanouts, degrees) for b in per_rank])
         got = ext, max(b.batch_size for b in per_rank)
         _write_extent(key, *got)
-    agent_bytes, rank_bytes, measured_on = start_sizes()
+    agent_bytes, rank_bytes, measured_on = start_sizes(cfg.model)
     inputs = _inputs(cfg, ds, *got, rank_bytes, agent_bytes if agent else 0, nproc, layout,
                      feature_dim=feature_dim, device_memory=None, device="cpu")
     return dataclasses.replace(inputs, process_measured_on=measured_on)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import atexit
 import datetime
-import functools
 import json
 import os
 import subprocess
@@ -27,6 +26,7 @@ from pathlib import Path
 
 import moment
 from moment.runtime.budget import process_bytes
+from moment.runtime.config import BUILT_IN_MODELS
 
 # Imports inside functions: the models load only when a start size is measured.
 
@@ -34,18 +34,34 @@ from moment.runtime.budget import process_bytes
 FRESH = ("from moment.runtime.budget import process_bytes\nimport torch.distributed.run\nprint(process_bytes())\n"
          "import moment.runtime.train\nfrom moment.runtime.models import load_optimizers\nload_optimizers()\n"
          "print(process_bytes())\n")
+_USER_MODEL = "from moment.runtime.model_spec import load_callable\nload_callable({spec!r}, '--model')\n"
+
+
+def _user_model(model: str | None) -> str | None:
+    """The `--model MODULE:FACTORY` whose module a rank imports before it measures itself; None for a built-in."""
+    return None if model is None or model in BUILT_IN_MODELS else model
+
+
+def script(model: str | None = None) -> str:
+    """The fresh interpreter's program for a run of `model`: FRESH, with a user's model module imported before
+    the rank's figure, as `Run._open` imports it (PyG's layers, say, are part of each rank's fixed cost)."""
+    spec = _user_model(model)
+    if spec is None:
+        return FRESH
+    head, tail = FRESH.rsplit("print(", 1)
+    return head + _USER_MODEL.format(spec=spec) + "print(" + tail
 
 
 def _moment_root() -> Path:
     return Path(__file__).resolve().parents[1]  # the moment package (this is moment/runtime/start_sizes.py)
 
 
-def _start() -> subprocess.Popen | None:
-    """The fresh interpreter, started (None when it cannot be)."""
+def _start(model: str | None = None) -> subprocess.Popen | None:
+    """The fresh interpreter for a run of `model`, started (None when it cannot be)."""
     root = str(_moment_root().parent)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
     try:
-        return subprocess.Popen([sys.executable, "-c", FRESH], env=env, stdout=subprocess.PIPE,
+        return subprocess.Popen([sys.executable, "-c", script(model)], env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL, text=True)
     except OSError:
         return None
@@ -67,36 +83,34 @@ def _collect(p: subprocess.Popen | None) -> tuple[int, int] | None:
         return None
 
 
-_ahead: list[subprocess.Popen | None] = []  # the interpreter `measure_ahead` started, until collected
+_ahead: dict[str | None, subprocess.Popen | None] = {}  # the interpreter `measure_ahead` started, until collected
+_measured: dict[str | None, tuple[int, int]] = {}  # per user model (None: built-in): what `fresh_sizes` measured
 _reused: dict = {}  # the record `measure_ahead(reuse=True)` took ("agent", "rank", "date"), until `start_sizes`
 
 
-def measure_ahead(*, reuse: bool = False) -> None:
+def measure_ahead(*, reuse: bool = False, model: str | None = None) -> None:
     """Start the measurement now and collect it when a size is first asked for: the launcher's own checks (the
     layout, the dataset, the graph) then run while the fresh interpreter loads torch, seconds of the preview.
-    `reuse`: a measurement recorded earlier on this installation serves instead, when there is a valid one."""
+    `reuse`: a measurement recorded earlier on this installation serves instead, when there is a valid one.
+    `model`: the run's `--model` (a user's module is imported by the fresh rank too)."""
     _reused.clear()
-    if _ahead or fresh_sizes.cache_info().currsize:
+    model = _user_model(model)
+    if model in _ahead or model in _measured:
         return
-    if reuse and (got := _read_record()) is not None:
+    if reuse and (got := _read_record(model)) is not None:
         _reused.update(got)
         return
-    _ahead.append(_start())
+    _ahead[model] = _start(model)
 
 
-def reusing() -> bool:
-    """Whether the next `start_sizes` answers from a recorded measurement (`measure_ahead(reuse=True)` took one)."""
-    return bool(_reused)
-
-
-def start_sizes() -> tuple[int, int, str | None]:
+def start_sizes(model: str | None = None) -> tuple[int, int, str | None]:
     """(torchrun's agent, a rank, None) as `fresh_sizes`; or the record `measure_ahead(reuse=True)` took, with
     the day it was measured, once (what asks next, measures)."""
     if _reused:
         got = dict(_reused)
         _reused.clear()
         return got["agent"], got["rank"], got["date"]
-    return (*fresh_sizes(), None)
+    return (*fresh_sizes(model), None)
 
 
 def record_path() -> Path:
@@ -105,8 +119,9 @@ def record_path() -> Path:
     return Path(base) / "moment" / "start_sizes.json"
 
 
-def _record_key() -> dict:
-    """What the figure depends on: the interpreter, torch's version, this moment and what it runs."""
+def _record_key(model: str | None = None) -> dict:
+    """What the figure depends on: the interpreter, torch's version, this moment and what it runs (with a
+    user's model module)."""
     def version(name: str) -> str | None:
         try:
             return metadata.version(name)
@@ -114,29 +129,29 @@ def _record_key() -> dict:
             return None
 
     return {"python": sys.executable, "torch": version("torch"), "moment": moment.__version__,
-            "moment_path": str(_moment_root()), "script": FRESH}
+            "moment_path": str(_moment_root()), "script": script(model)}
 
 
-def _read_record() -> dict | None:
+def _read_record(model: str | None = None) -> dict | None:
     """The recorded measurement when it is for this installation and well formed, else None (remeasured)."""
     try:
         got = json.loads(record_path().read_text())
         sizes = {k: got[k] for k in ("agent", "rank")}
-        if got["key"] != _record_key() or not all(type(v) is int and v > 0 for v in sizes.values()):
+        if got["key"] != _record_key(model) or not all(type(v) is int and v > 0 for v in sizes.values()):
             return None
         return {**sizes, "date": str(datetime.date.fromisoformat(got["date"]))}
     except (OSError, ValueError, TypeError, KeyError):
         return None
 
 
-def _write_record(agent: int, rank: int) -> None:
+def _write_record(agent: int, rank: int, model: str | None = None) -> None:
     """Record a measurement (a temporary file renamed over the last: a reader never sees half of one); a
     record that cannot be written is no error, the next preview measures again."""
     path = record_path()
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps({"key": _record_key(), "agent": agent, "rank": rank,
+        tmp.write_text(json.dumps({"key": _record_key(model), "agent": agent, "rank": rank,
                                    "date": datetime.date.today().isoformat()}))
         os.replace(tmp, path)
     except OSError:
@@ -145,7 +160,7 @@ def _write_record(agent: int, rank: int) -> None:
 
 def _stop_ahead() -> None:
     """At exit (a user error before the sizes were asked for): no interpreter outlives the launcher."""
-    for p in _ahead:
+    for p in _ahead.values():
         if p is not None and p.poll() is None:
             p.kill()
             p.wait()
@@ -154,29 +169,35 @@ def _stop_ahead() -> None:
 atexit.register(_stop_ahead)
 
 
-@functools.cache
-def fresh_sizes() -> tuple[int, int]:
-    """(torchrun's agent, a rank) as a fresh interpreter holds them. Falls back to this process's RSS with
-    the runtime and the optimizers loaded when no interpreter can be started. Each measurement is recorded
-    (`record_path`)."""
-    got = _collect(_ahead.pop() if _ahead else _start())
+def fresh_sizes(model: str | None = None) -> tuple[int, int]:
+    """(torchrun's agent, a rank) as a fresh interpreter holds them, for a run of `model` (its `--model`). Falls
+    back to this process's RSS with the runtime, the optimizers (and the user's model module) loaded when no
+    interpreter can be started. Measured once per process and model; each measurement is recorded (`record_path`)."""
+    model = _user_model(model)
+    if model in _measured:
+        return _measured[model]
+    got = _collect(_ahead.pop(model) if model in _ahead else _start(model))
     if got is not None:
-        _write_record(*got)
-    if got is None:
+        _write_record(*got, model)
+    else:
+        from moment.runtime.model_spec import load_callable
         from moment.runtime.models import load_optimizers
 
         load_optimizers()
-        return process_bytes(), process_bytes()
+        if model is not None:
+            load_callable(model, "--model")
+        got = process_bytes(), process_bytes()
+    _measured[model] = got
     return got
 
 
-def rank_start_bytes() -> int:
-    """What a rank holds before it touches data (interpreter, torch, the runtime and models, and what
-    torch's optimizers load)."""
-    return fresh_sizes()[1]
+def rank_start_bytes(model: str | None = None) -> int:
+    """What a rank of a run of `model` holds before it touches data (interpreter, torch, the runtime and models,
+    what torch's optimizers load and a user's model module)."""
+    return fresh_sizes(model)[1]
 
 
-def agent_start_bytes() -> int:
+def agent_start_bytes(model: str | None = None) -> int:
     """What torchrun's agent (a Python process that imports torch.distributed.run) holds, measured the
     same way before it exists; the ranks, once started, measure their parent (`agent_bytes`)."""
-    return fresh_sizes()[0]
+    return fresh_sizes(model)[0]
