@@ -46,11 +46,11 @@ from moment.errors import MomentError
 from moment.io.device import DeviceLayer
 from moment.runtime.config import BUILT_IN_MODELS, TrainConfig, callable_spec
 from moment.runtime.footprint import OPTIMIZER_SLOTS, LayerExtent, stated_training_bytes
-from moment.runtime.models import build_model
+from moment.runtime.models import build_model, load_optimizers
 from moment.runtime.step_memory import LiveStorage, storage_bytes, synthetic_blocks
 from moment.workload.sampler import Block
 
-__all__ = ["OPTIMIZERS", "SGD_MOMENTUM", "LossFn", "forward", "is_built_in", "load_callable", "load_loss",
+__all__ = ["OPTIMIZERS", "SGD_MOMENTUM", "LossFn", "forward", "is_built_in", "load_callable", "load_loss", "load_rank_code",
            "make_model", "make_optimizer", "measure_step_bytes", "probe_extent", "training_bytes"]
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -79,6 +79,14 @@ def _a(obj: Any) -> str:
 
 def is_built_in(spec: str) -> bool:
     return spec in BUILT_IN_MODELS
+
+
+def load_rank_code(spec: str | None) -> None:
+    """Load what a rank of a run of `--model spec` loads later, before its fixed cost is measured: what torch's
+    optimizers import on first use and a user's model module (PyG's layers, say)."""
+    load_optimizers()
+    if spec is not None and not is_built_in(spec):
+        load_callable(spec, "--model")
 
 
 def load_callable(spec: str, flag: str) -> Callable[..., Any]:

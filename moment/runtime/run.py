@@ -40,8 +40,7 @@ from moment.runtime.finite import DIVERGE_FACTOR, DIVERGE_STEPS, BadStep, Diverg
 from moment.runtime.link_task import sampler_for, train_seeds
 from moment.runtime.loader import LoaderPipeline
 from moment.runtime.memory_use import reset_peak
-from moment.runtime.model_spec import is_built_in, load_callable
-from moment.runtime.models import load_optimizers
+from moment.runtime.model_spec import load_rank_code
 from moment.runtime.pipeline import Pipeline, Prepared
 from moment.runtime.rendezvous import SHARED_SETTINGS, RunFacts, check_agents
 from moment.runtime.run_plan import RunPlan, dataset_dir, layout_gpus, resolve_run
@@ -132,9 +131,7 @@ class Run:
         self.peak_from = "run start" if reset_peak() else "process start"  # the measured peak is this run's
         self.dev = DeviceLayer(ctx.device)
         self.dev.reset_peak()  # the device's too
-        load_optimizers()  # what the step's optimizer loads is a fixed cost too: measured with the rest
-        if not is_built_in(cfg.model):  # the user's model's module (PyG's layers, say) too
-            load_callable(cfg.model, "--model")
+        load_rank_code(cfg.model)  # what the step's optimizer and the user's model load: a fixed cost too
         base_rss = rank_base_bytes()  # interpreter, torch, the runtime, before any data is touched
         self.layout = layout if layout is not None or cfg.layout is None else Layout.open(cfg.layout)
         self.dataset = GraphDataset.open(dataset_dir(cfg, self.layout))

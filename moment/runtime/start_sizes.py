@@ -180,12 +180,9 @@ def fresh_sizes(model: str | None = None) -> tuple[int, int]:
     if got is not None:
         _write_record(*got, model)
     else:
-        from moment.runtime.model_spec import load_callable
-        from moment.runtime.models import load_optimizers
+        from moment.runtime.model_spec import load_rank_code
 
-        load_optimizers()
-        if model is not None:
-            load_callable(model, "--model")
+        load_rank_code(model)
         got = process_bytes(), process_bytes()
     _measured[model] = got
     return got
