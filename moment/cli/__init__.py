@@ -173,8 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     # (argv None: the command line of this process, which ends after it)
     with paused() if _named(argv) in GC_PAUSED else nullcontext():
         code = _entry(argv)
-    if argv is None:
-        freeze_for_exit()
+        if argv is None:  # frozen before a paused collector is back: its first allocation would collect them all
+            freeze_for_exit()
     return code
 
 
