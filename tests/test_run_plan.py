@@ -287,8 +287,8 @@ def test_dry_run_prints_the_plan_and_starts_no_rank(data, monkeypatch, capsys):
     assert main(["train", "--dry-run", *args]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "I/O shape packed (auto)" in out and "rank 1 (local 1): gpu1" in out and "memory budget: 2.00 GiB" in out
-    # neither torchrun nor a rank (`-m torch.distributed.run`, `-m moment.train`) was started
-    assert not [c for c in started if {"torch.distributed.run", "moment.train"} & set(c)], started
+    # neither torchrun nor a rank (`-m moment.runtime.agent`, `-m moment.train`) was started
+    assert not [c for c in started if {"moment.runtime.agent", "moment.train"} & set(c)], started
     assert not (packed.parent / (packed.name + ".runs")).exists()  # no run directory either
     assert main(["train", "--json", *args]) == 2
     assert "--json goes with --dry-run" in capsys.readouterr().err

@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from moment import locking
-from moment.gcpause import paused
+from moment.gcpause import freeze_for_exit, paused
 from moment.errors import MomentError, missing_torch
 from moment.outputs import console_width
 
@@ -171,8 +171,11 @@ def _listed() -> None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point: user errors become one red message and exit code 2, never a traceback."""
     # (argv None: the command line of this process, which ends after it)
-    with paused(exiting=argv is None) if _named(argv) in GC_PAUSED else nullcontext():
-        return _entry(argv)
+    with paused() if _named(argv) in GC_PAUSED else nullcontext():
+        code = _entry(argv)
+        if argv is None:  # frozen before a paused collector is back: its first allocation would collect them all
+            freeze_for_exit()
+    return code
 
 
 def _entry(argv: list[str] | None) -> int:

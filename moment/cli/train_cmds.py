@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -26,10 +25,12 @@ from moment.errors import INSTALL_TRAIN, MomentError
 
 
 def torchrun_command(nproc: int, args: list[str], max_restarts: int = 0, rdzv: Any = None) -> list[str]:
-    """The command line `moment train` runs (uses this interpreter's torch.distributed.run); `rdzv`: the
-    rendezvous of a run across machines (moment.runtime.rendezvous.Rendezvous), else --standalone."""
+    """The command line `moment train` runs (torchrun's agent, this interpreter's: moment.runtime.agent); `rdzv`:
+    the rendezvous of a run across machines (moment.runtime.rendezvous.Rendezvous), else --standalone."""
+    from moment.runtime.agent import COMMAND
+
     where = rdzv.torchrun_args() if rdzv is not None else ["--standalone"]
-    cmd = [sys.executable, "-m", "torch.distributed.run", *where, f"--nproc-per-node={nproc}"]
+    cmd = [*COMMAND, *where, f"--nproc-per-node={nproc}"]
     if max_restarts:
         cmd.append(f"--max-restarts={max_restarts}")
     return [*cmd, "-m", "moment.train", *args]
