@@ -391,6 +391,18 @@ def test_a_recorded_fresh_rank_is_reused_by_a_dry_run_and_a_recent_one_by_a_budg
         assert json.loads(ss.record_path().read_text())["key"] == ss._record_key()
         assert ahead(False, "mine:make")[2] is None and started[-1] == "mine:make"  # another model's module
         assert json.loads(ss.record_path().read_text())["key"] == ss._record_key("mine:make") != ss._record_key()
+        # a user's module, found as a rank imports it (the current directory first), not run: an edit measures anew
+        monkeypatch.chdir(tmp_path)
+        (tmp_path / "pkg").mkdir()
+        (tmp_path / "pkg" / "__init__.py").write_text("raise AssertionError('not imported')\n")
+        (tmp_path / "pkg" / "net.py").write_text("def make(**kw): ...\n")
+        assert ss._module_file("pkg.net:make")[0] == str(tmp_path / "pkg" / "net.py")
+        before = len(started)
+        assert ahead(True, "pkg.net:make")[2] is None and len(started) == before + 1
+        assert ahead(True, "pkg.net:make")[2] is not None and len(started) == before + 1  # not edited since
+        (tmp_path / "pkg" / "net.py").write_text("import heavy_library\ndef make(**kw): ...\n")
+        assert ahead(True, "pkg.net:make")[2] is None and ahead(False, "pkg.net:make")[2] is not None
+        assert len(started) == before + 2 and "pkg" not in sys.modules
         assert "load_callable('mine:make', '--model')" in ss.script("mine:make") and ss.script("sage") == ss.FRESH
     finally:
         ss._measured.clear()

@@ -25,6 +25,7 @@ import subprocess
 import sys
 import time
 from importlib import metadata
+from importlib.machinery import PathFinder
 from pathlib import Path
 
 import moment
@@ -124,7 +125,7 @@ def record_path() -> Path:
 
 def _record_key(model: str | None = None) -> dict:
     """What the figure depends on: the interpreter, torch's version, this moment and what it runs (with a
-    user's model module)."""
+    user's model module, and that module's file as it is now)."""
     def version(name: str) -> str | None:
         try:
             return metadata.version(name)
@@ -132,7 +133,28 @@ def _record_key(model: str | None = None) -> dict:
             return None
 
     return {"python": sys.executable, "torch": version("torch"), "moment": moment.__version__,
-            "moment_path": str(_moment_root()), "script": script(model)}
+            "moment_path": str(_moment_root()), "script": script(model), "module": _module_file(model)}
+
+
+def _module_file(model: str | None) -> list | None:
+    """A user's model module's file, size and modification time (None for a built-in model, or where it is not
+    found), looked up as `load_callable` imports it (the current directory first) without running it: an
+    edited module is measured anew."""
+    spec = _user_model(model)
+    if spec is None:
+        return None
+    name, where, found = spec.split(":", 1)[0], [os.getcwd(), *sys.path], None
+    try:
+        parts = name.split(".")
+        for i in range(len(parts)):
+            found = PathFinder.find_spec(".".join(parts[: i + 1]), where)
+            if found is None:
+                return None
+            where = list(found.submodule_search_locations or [])
+        st = os.stat(found.origin)
+        return [found.origin, st.st_size, st.st_mtime_ns]
+    except (ImportError, ValueError, TypeError, OSError):
+        return None
 
 
 def _boot() -> str | None:
