@@ -312,15 +312,16 @@ def test_the_fresh_rank_is_measured_while_the_launcher_checks_and_never_outlives
     # a user's model module holding 96 MiB once imported (written bytes: resident), found from the current directory
     (tmp_path / "heavy_model.py").write_text("BLOB = b'x' * (96 << 20)\n\ndef make(**kw):\n    raise AssertionError\n")
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # nothing recorded: every size is measured
     started = []
     real = ss._start
     monkeypatch.setattr(ss, "_start", lambda model=None: started.append(real(model)) or started[-1])
     monkeypatch.setattr(ss, "_ahead", {})
     monkeypatch.setattr(ss, "_measured", {})
     try:
-        ss.measure_ahead(model="sage")
-        ss.measure_ahead(model="gat")  # once: a built-in model imports nothing more
-        ss.measure_ahead(model="heavy_model:make")  # a second interpreter, at the same time
+        ss.measure_ahead(budgeted=True, model="sage")
+        ss.measure_ahead(budgeted=True, model="gat")  # once: a built-in model imports nothing more
+        ss.measure_ahead(budgeted=True, model="heavy_model:make")  # a second interpreter, at the same time
         assert len(started) == 2 and all(p.poll() is None for p in started)  # running while the caller goes on
         agent, rank = ss.fresh_sizes("sage")
         assert len(started) == 2 and 0 < agent < rank  # collected, not measured again
@@ -329,7 +330,8 @@ def test_the_fresh_rank_is_measured_while_the_launcher_checks_and_never_outlives
         assert len(started) == 2 and user_rank - rank > 80 << 20, (rank, user_rank)
         assert ss.rank_start_bytes("heavy_model:make") == user_rank
         monkeypatch.setattr(ss, "_measured", {})
-        ss.measure_ahead()
+        ss.record_path().unlink()
+        ss.measure_ahead(budgeted=False)
         left = started[-1]
         ss._stop_ahead()  # what atexit runs
         assert left.poll() is not None and left.returncode != 0
@@ -338,10 +340,12 @@ def test_the_fresh_rank_is_measured_while_the_launcher_checks_and_never_outlives
         ss._stop_ahead()
 
 
-def test_a_dry_run_may_reuse_the_recorded_fresh_rank_but_a_stale_or_corrupt_record_is_remeasured(monkeypatch,
-                                                                                                    tmp_path):
-    """A measurement is recorded; `measure_ahead(reuse=True)` takes a record of this installation instead of
-    starting an interpreter, once (with its date); one of another installation, or unreadable, is measured again."""
+def test_a_recorded_fresh_rank_is_reused_by_a_dry_run_and_a_recent_one_by_a_budgeted_launch(monkeypatch, tmp_path):
+    """A measurement is recorded. A preview that checks no budget takes a record of this installation of any
+    age; a budgeted one only a record made in the last RECENT_S seconds since this boot (the page cache it
+    was measured in). A record taken is every size the process asks for after (the ranks' figures are the
+    preview's), said with when it was measured; one of another installation, boot or model, too old, or
+    unreadable, is measured again."""
     import json
 
     from moment.runtime import start_sizes as ss
@@ -351,27 +355,54 @@ def test_a_dry_run_may_reuse_the_recorded_fresh_rank_but_a_stale_or_corrupt_reco
     monkeypatch.setattr(ss, "_start", lambda model=None: started.append(model))  # no interpreter: a fake measurement
     monkeypatch.setattr(ss, "_collect", lambda p: (100, 300))
     monkeypatch.setattr(ss, "_ahead", {})
-    monkeypatch.setattr(ss, "_reused", {})
+    monkeypatch.setattr(ss, "_taken", {})
     monkeypatch.setattr(ss, "_measured", {})
+
+    def ahead(budgeted: bool, model: str | None = None) -> tuple[int, int, str | None]:
+        ss._measured.clear()
+        ss._taken.clear()
+        ss.measure_ahead(budgeted=budgeted, model=model)
+        return ss.start_sizes(model)
+
+    def rewrite(**changes) -> None:
+        ss.record_path().write_text(json.dumps({**json.loads(ss.record_path().read_text()), **changes}))
+
     try:
-        ss.measure_ahead(reuse=True)  # nothing recorded yet: measured, and recorded
-        assert ss.start_sizes() == (100, 300, None) and len(started) == 1
-        assert json.loads(ss.record_path().read_text())["rank"] == 300
-        ss._measured.clear()
-        ss.measure_ahead(reuse=True)  # recorded: no interpreter, the record's day said
-        agent, rank, day = ss.start_sizes()
-        assert (agent, rank) == (100, 300) and day is not None and len(started) == 1
-        assert ss.start_sizes()[2] is None and len(started) == 2  # once: what asks next measures
-        for bad in ("{", json.dumps({**json.loads(ss.record_path().read_text()), "key": {"python": "other"}})):
+        assert ahead(budgeted=True) == (100, 300, None) and len(started) == 1  # nothing recorded: measured
+        rec = json.loads(ss.record_path().read_text())
+        assert rec["rank"] == 300 and rec["boot"] == ss._boot() is not None
+        for budgeted in (False, True):  # recorded just now: no interpreter, when it was measured said
+            agent, rank, when = ahead(budgeted)
+            assert (agent, rank) == (100, 300) and when is not None and len(started) == 1
+            assert ss.start_sizes() == (agent, rank, when) and ss.rank_start_bytes("gat") == rank  # asked again
+            assert ss.agent_start_bytes() == agent and len(started) == 1
+        assert ahead(budgeted=True)[2].startswith(rec["date"] + " ")  # a budgeted reuse says the time too
+        for stale in ({"at": rec["at"] - ss.RECENT_S - 1}, {"boot": "another-boot"}, {"boot": None},
+                      {"at": rec["at"] + 3600}):  # too old, another boot, none, from the future
+            rewrite(**stale)
+            assert ahead(budgeted=True)[2] is None and len(started) == 2  # measured again, and recorded anew
+            started.pop()
+            rewrite(**stale)
+            assert ahead(budgeted=False)[2] == rec["date"] and len(started) == 1  # a dry run's check takes it
+        for bad, budgeted in [("{", False), ("{", True), (json.dumps({**rec, "key": {"python": "other"}}), False),
+                              (json.dumps({**rec, "at": "soon"}), True)]:  # unreadable, another installation
             ss.record_path().write_text(bad)
-            ss._measured.clear()
-            ss.measure_ahead(reuse=True)
-            assert ss.start_sizes()[2] is None  # measured again, and recorded anew
+            assert ahead(budgeted)[2] is None  # measured again
         assert json.loads(ss.record_path().read_text())["key"] == ss._record_key()
-        ss._measured.clear()
-        ss.measure_ahead(reuse=True, model="mine:make")  # another model's module: not this record, measured
-        assert ss.start_sizes("mine:make")[2] is None and started[-1] == "mine:make"
+        assert ahead(False, "mine:make")[2] is None and started[-1] == "mine:make"  # another model's module
         assert json.loads(ss.record_path().read_text())["key"] == ss._record_key("mine:make") != ss._record_key()
+        # a user's module, found as a rank imports it (the current directory first), not run: an edit measures anew
+        monkeypatch.chdir(tmp_path)
+        (tmp_path / "pkg").mkdir()
+        (tmp_path / "pkg" / "__init__.py").write_text("raise AssertionError('not imported')\n")
+        (tmp_path / "pkg" / "net.py").write_text("def make(**kw): ...\n")
+        assert ss._module_file("pkg.net:make")[0] == str(tmp_path / "pkg" / "net.py")
+        before = len(started)
+        assert ahead(True, "pkg.net:make")[2] is None and len(started) == before + 1
+        assert ahead(True, "pkg.net:make")[2] is not None and len(started) == before + 1  # not edited since
+        (tmp_path / "pkg" / "net.py").write_text("import heavy_library\ndef make(**kw): ...\n")
+        assert ahead(True, "pkg.net:make")[2] is None and ahead(False, "pkg.net:make")[2] is not None
+        assert len(started) == before + 2 and "pkg" not in sys.modules
         assert "load_callable('mine:make', '--model')" in ss.script("mine:make") and ss.script("sage") == ss.FRESH
     finally:
         ss._measured.clear()

@@ -71,8 +71,8 @@ def test_the_launcher_checks_a_run_without_loading_torch(layout, tmp_path):
 
 def test_a_budgeted_launch_reuses_the_recorded_batch_extent_and_loads_no_torch(layout, tmp_path):
     """A budget's preview samples the batch extent (torch) once and records it; the next launch of the same graph
-    and sampling reads the record, seconds less per launch, to the same plan (the fresh rank is faked here:
-    tests/test_run_plan.py measures it)."""
+    and sampling reads the record, seconds less per launch, to the same plan, whose fixed cost is the fresh rank
+    measured a moment before, said so (faked here: tests/test_run_plan.py measures it)."""
     code = ("import sys; from moment.io import device; device.GPU_DRIVER_PATHS = (sys.argv[1],); "
             "from moment.runtime import start_sizes as ss; ss._start = lambda model=None: None; "
             "ss._collect = lambda p: (100 << 20, 300 << 20); "
@@ -84,7 +84,9 @@ def test_a_budgeted_launch_reuses_the_recorded_batch_extent_and_loads_no_torch(l
                            check=False) for _ in range(2)]
     assert all(r.returncode == 0 for r in runs), runs[-1].stderr
     (sampled, first), (read, second) = (r.stdout.split(" ", 1) for r in runs)
-    assert (sampled, read) == ("True", "False") and first == second
+    when = re.search(r", recorded \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\)", second)
+    assert (sampled, read) == ("True", "False") and when and ", recorded" not in first
+    assert first == second.replace(when.group(0), ")")
 
 
 def test_the_join_deadline_counts_from_the_agent_opening_its_socket():

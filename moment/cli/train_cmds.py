@@ -63,9 +63,9 @@ def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
 
     cfg = parse_args(args, check=False)
     if (cfg.memory_budget or cfg.device_memory_budget or plan) and cfg.features == "tiered":
-        # a fresh rank's size, which the preview below charges, measured while the checks run; a dry run
-        # that checks no budget may reuse the last one measured (its plan says when)
-        measure_ahead(reuse=plan and not (cfg.memory_budget or cfg.device_memory_budget), model=cfg.model)
+        # a fresh rank's size, which the preview below charges, measured while the checks run, or one recorded
+        # (start_sizes says which; the plan says when)
+        measure_ahead(budgeted=bool(cfg.memory_budget or cfg.device_memory_budget), model=cfg.model)
 
     from moment.placement.opened import Layout
     from moment.runtime.devices import check_local_ranks, cuda_pci_addresses, default_device, local_devices

@@ -1,16 +1,18 @@
 """What a fresh rank and a fresh torchrun agent hold before they touch data, measured once per process.
 
 Why a fresh interpreter: the caller of a preview (`moment train`'s launcher, a benchmark holding a
-dataset) is not a rank, so its own RSS is not a rank's fixed cost. Why not kept across processes: most
-of it is torch's shared libraries, and how many of their pages a process maps depends on how the page
-cache came to hold them (one installation measured 443 MiB for a rank, then 376 MiB after the page
-cache was dropped, and stayed there), so a figure kept from an earlier day disagrees with what the
-rank measures of itself at start, and the launcher's minimum would then be refused by the rank.
-Measured now, the preview and the ranks it starts see the same page cache.
+dataset) is not a rank, so its own RSS is not a rank's fixed cost. Why not kept for long: most of it is
+torch's shared libraries, and how many of their pages a process maps depends on how the page cache came
+to hold them (one installation measured 443 MiB for a rank, then 376 MiB after the page cache was
+dropped, and stayed there), so a figure kept from an earlier day disagrees with what the rank measures
+of itself at start, and the launcher's minimum would then be refused by the rank.
 
-A preview that hands its figure to no rank (`moment train --dry-run` without a budget) may reuse the last
-measurement recorded on this installation (`record_path`), seconds saved per dry run; its plan then says
-when that figure was measured. Every measurement made refreshes the record.
+Every measurement is recorded (`record_path`). A preview that hands its figure to no rank (`moment train
+--dry-run` without a budget) reuses the record of this installation whatever its age; one that checks a
+budget (and hands its figure to the ranks) reuses it only when it was measured in the last RECENT_S
+seconds since this boot, where the page cache is the one it was measured in: a launch that follows
+another, as a person's next try does, starts seconds sooner (the fresh interpreter is the launcher's
+longest wait). The plan says when a reused figure was measured.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ import json
 import os
 import subprocess
 import sys
+import time
 from importlib import metadata
+from importlib.machinery import PathFinder
 from pathlib import Path
 
 import moment
@@ -83,34 +87,34 @@ def _collect(p: subprocess.Popen | None) -> tuple[int, int] | None:
         return None
 
 
+#: how long a budgeted launch reuses a measurement made since this boot (seconds)
+RECENT_S = 600
+
 _ahead: dict[str | None, subprocess.Popen | None] = {}  # the interpreter `measure_ahead` started, until collected
-_measured: dict[str | None, tuple[int, int]] = {}  # per user model (None: built-in): what `fresh_sizes` measured
-_reused: dict = {}  # the record `measure_ahead(reuse=True)` took ("agent", "rank", "date"), until `start_sizes`
+_measured: dict[str | None, tuple[int, int]] = {}  # per user model (None: built-in): measured, or a record taken
+_taken: dict[str | None, str] = {}  # when the record `measure_ahead` took for a model was measured
 
 
-def measure_ahead(*, reuse: bool = False, model: str | None = None) -> None:
+def measure_ahead(*, budgeted: bool, model: str | None = None) -> None:
     """Start the measurement now and collect it when a size is first asked for: the launcher's own checks (the
     layout, the dataset, the graph) then run while the fresh interpreter loads torch, seconds of the preview.
-    `reuse`: a measurement recorded earlier on this installation serves instead, when there is a valid one.
-    `model`: the run's `--model` (a user's module is imported by the fresh rank too)."""
-    _reused.clear()
+    Or reuse the measurement recorded on this installation: any, for a preview that checks no budget; with
+    `budgeted`, one made in the last RECENT_S seconds since this boot. `model`: the run's `--model` (a user's
+    module is imported by the fresh rank too)."""
     model = _user_model(model)
     if model in _ahead or model in _measured:
         return
-    if reuse and (got := _read_record(model)) is not None:
-        _reused.update(got)
+    if (got := _read_record(model, within=RECENT_S if budgeted else None)) is not None:
+        _measured[model], _taken[model] = (got["agent"], got["rank"]), got["date"]
         return
     _ahead[model] = _start(model)
 
 
 def start_sizes(model: str | None = None) -> tuple[int, int, str | None]:
-    """(torchrun's agent, a rank, None) as `fresh_sizes`; or the record `measure_ahead(reuse=True)` took, with
-    the day it was measured, once (what asks next, measures)."""
-    if _reused:
-        got = dict(_reused)
-        _reused.clear()
-        return got["agent"], got["rank"], got["date"]
-    return (*fresh_sizes(model), None)
+    """(torchrun's agent, a rank, None) as `fresh_sizes`; or the record `measure_ahead` took, with when it was
+    measured (every later size of this process is that record's: the ranks are handed what the preview
+    charged)."""
+    return (*fresh_sizes(model), _taken.get(_user_model(model)))
 
 
 def record_path() -> Path:
@@ -121,7 +125,7 @@ def record_path() -> Path:
 
 def _record_key(model: str | None = None) -> dict:
     """What the figure depends on: the interpreter, torch's version, this moment and what it runs (with a
-    user's model module)."""
+    user's model module, and that module's file as it is now)."""
     def version(name: str) -> str | None:
         try:
             return metadata.version(name)
@@ -129,18 +133,54 @@ def _record_key(model: str | None = None) -> dict:
             return None
 
     return {"python": sys.executable, "torch": version("torch"), "moment": moment.__version__,
-            "moment_path": str(_moment_root()), "script": script(model)}
+            "moment_path": str(_moment_root()), "script": script(model), "module": _module_file(model)}
 
 
-def _read_record(model: str | None = None) -> dict | None:
-    """The recorded measurement when it is for this installation and well formed, else None (remeasured)."""
+def _module_file(model: str | None) -> list | None:
+    """A user's model module's file, size and modification time (None for a built-in model, or where it is not
+    found), looked up as `load_callable` imports it (the current directory first) without running it: an
+    edited module is measured anew."""
+    spec = _user_model(model)
+    if spec is None:
+        return None
+    name, where, found = spec.split(":", 1)[0], [os.getcwd(), *sys.path], None
+    try:
+        parts = name.split(".")
+        for i in range(len(parts)):
+            found = PathFinder.find_spec(".".join(parts[: i + 1]), where)
+            if found is None:
+                return None
+            where = list(found.submodule_search_locations or [])
+        st = os.stat(found.origin)
+        return [found.origin, st.st_size, st.st_mtime_ns]
+    except (ImportError, ValueError, TypeError, OSError):
+        return None
+
+
+def _boot() -> str | None:
+    """This boot's id (Linux), None where it cannot be read: then no record is recent."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
+    except OSError:
+        return None
+
+
+def _read_record(model: str | None = None, within: float | None = None) -> dict | None:
+    """The recorded measurement when it is for this installation and well formed (and, `within`, made that many
+    seconds ago at most, since this boot), with when it was measured; else None (measured again)."""
     try:
         got = json.loads(record_path().read_text())
         sizes = {k: got[k] for k in ("agent", "rank")}
         if got["key"] != _record_key(model) or not all(type(v) is int and v > 0 for v in sizes.values()):
             return None
-        return {**sizes, "date": str(datetime.date.fromisoformat(got["date"]))}
-    except (OSError, ValueError, TypeError, KeyError):
+        day = str(datetime.date.fromisoformat(got["date"]))
+        if within is None:
+            return {**sizes, "date": day}
+        at, now = float(got["at"]), time.time()
+        if got["boot"] is None or got["boot"] != _boot() or not 0 <= now - at <= within:
+            return None
+        return {**sizes, "date": datetime.datetime.fromtimestamp(at).strftime("%Y-%m-%d %H:%M:%S")}
+    except (OSError, ValueError, TypeError, KeyError, OverflowError):
         return None
 
 
@@ -152,7 +192,8 @@ def _write_record(agent: int, rank: int, model: str | None = None) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp.write_text(json.dumps({"key": _record_key(model), "agent": agent, "rank": rank,
-                                   "date": datetime.date.today().isoformat()}))
+                                   "date": datetime.date.today().isoformat(), "at": time.time(),
+                                   "boot": _boot()}))
         os.replace(tmp, path)
     except OSError:
         tmp.unlink(missing_ok=True)
@@ -172,7 +213,8 @@ atexit.register(_stop_ahead)
 def fresh_sizes(model: str | None = None) -> tuple[int, int]:
     """(torchrun's agent, a rank) as a fresh interpreter holds them, for a run of `model` (its `--model`). Falls
     back to this process's RSS with the runtime, the optimizers (and the user's model module) loaded when no
-    interpreter can be started. Measured once per process and model; each measurement is recorded (`record_path`)."""
+    interpreter can be started. Measured once per process and model (or the record `measure_ahead` took); each
+    measurement is recorded (`record_path`)."""
     model = _user_model(model)
     if model in _measured:
         return _measured[model]
