@@ -1,5 +1,5 @@
 """The cyclic garbage collector paused while bounded work runs (`paused`), for the planner's search and the
-short commands around it.
+short commands around it, and frozen when a process ends (`freeze_for_exit`).
 
 Python starts a collection every few hundred new containers, and a full one passes over every object the
 imported libraries hold (pydantic, numpy, typer, rich: a few hundred thousand). A placement search allocates
