@@ -30,7 +30,7 @@ from pathlib import Path
 
 import moment
 from moment.runtime.budget import process_bytes
-from moment.runtime.config import BUILT_IN_MODELS
+from moment.runtime.config import BUILT_IN_MODELS, callable_spec
 
 # Imports inside functions: the models load only when a start size is measured.
 
@@ -140,12 +140,11 @@ def _module_file(model: str | None) -> list | None:
     """A user's model module's file, size and modification time (None for a built-in model, or where it is not
     found), looked up as `load_callable` imports it (the current directory first) without running it: an
     edited module is measured anew."""
-    spec = _user_model(model)
-    if spec is None:
+    parsed = callable_spec(spec) if (spec := _user_model(model)) is not None else None
+    if parsed is None:
         return None
-    name, where, found = spec.split(":", 1)[0], [os.getcwd(), *sys.path], None
+    parts, where, found = parsed[0].split("."), [os.getcwd(), *sys.path], None
     try:
-        parts = name.split(".")
         for i in range(len(parts)):
             found = PathFinder.find_spec(".".join(parts[: i + 1]), where)
             if found is None:
