@@ -52,7 +52,7 @@ class Outcome:
     log_error: str | None = None  # why torchrun's log could not be written to the end
     rank_base: int = 0  # the global rank of this machine's local rank 0 (node rank x ranks per machine)
     rendezvous: str | None = None  # how the rendezvous failed: Timeout, Connection, Closed or "" (other)
-    ranks_ran: bool = False  # torchrun stopped ranks of ours that were running (so they had started)
+    ranks_ran: bool = False  # ranks of ours had started (torchrun had children, or stopped its running ranks)
     rdzv: Any = None  # the run's rendezvous (moment.runtime.rendezvous.Rendezvous), for the message
     deadline: str | None = None  # why the join was stopped at --rdzv-timeout (what answered at the endpoint)
 
@@ -148,12 +148,13 @@ def _loaded_then_answered(proc: subprocess.Popen) -> int:
         return 1
 
 
-def _children(pid: int) -> bool:
-    """Whether process `pid` has started a child (torchrun starts its ranks once the rendezvous completes)."""
+def _children(pid: int) -> bool | None:
+    """Whether process `pid` has started a child (torchrun starts its ranks once the rendezvous completes); None
+    when this cannot be told (not Linux)."""
     try:
         return bool(Path(f"/proc/{pid}/task/{pid}/children").read_text().strip())
     except OSError:
-        return True  # cannot tell (not Linux): leave the bound to torchrun
+        return None
 
 
 def _agent_started(pid: int) -> bool:
@@ -181,14 +182,19 @@ def _join_deadline(proc: subprocess.Popen, rdzv: Any, out: Outcome, done: thread
     latest = time.monotonic() + AGENT_START_MAX_S
     end = None
     while not done.wait(0.2):
-        if proc.poll() is not None or _children(proc.pid):
+        if proc.poll() is not None:
+            return
+        if (started := _children(proc.pid)) is not False:  # or cannot tell: the bound is then torchrun's
+            # a rank that ends by itself (its peer's machine died) is not stopped by torchrun, whose closing
+            # lines would otherwise be the only sign that the ranks ran before the rendezvous failed
+            out.ranks_ran = out.ranks_ran or bool(started)
             return
         now = time.monotonic()
         if end is None and (now >= latest or _agent_started(proc.pid)):
             end = now + rdzv.timeout_s
         if end is not None and now >= end:
             what = probe_endpoint(rdzv)
-            if proc.poll() is not None or _children(proc.pid) or done.is_set():
+            if proc.poll() is not None or _children(proc.pid) is not False or done.is_set():
                 return
             out.deadline = f"{what}; the join did not complete within {rdzv.timeout_s} s (--rdzv-timeout)"
             proc.kill()
