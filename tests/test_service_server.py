@@ -154,3 +154,53 @@ def test_serve_allow_no_token_is_the_explicit_opt_in(tmp_path):
                                 "--data-dir", str(tmp_path / "d"), *extra], env=_env(**env), capture_output=True,
                                text=True, timeout=60)
             assert r.returncode == 2 and "cannot listen there" in r.stderr and "token" not in r.stderr, r.stderr
+
+
+def test_a_chunked_body_over_the_limit_is_answered_413_once_it_has_arrived(tmp_path):
+    """A body without Content-Length is counted as it arrives (moment.service.limits). Sent whole in one packet,
+    its last part is already read when it goes over, so the 413 comes at once. It used to come only after
+    DRAIN_S (10 s), waiting for more body that could not come. Sent in parts, the rest is drained first, so
+    the client, still sending, reads the 413."""
+    import threading
+
+    import uvicorn
+
+    from moment.service.app import create_app
+    from moment.service.config import Settings
+    from moment.service.limits import DRAIN_S
+
+    server = uvicorn.Server(uvicorn.Config(create_app(Settings(data_dir=tmp_path, max_body_bytes=4096)),
+                                           host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    end = time.monotonic() + 30
+    while not server.started and thread.is_alive() and time.monotonic() < end:
+        time.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    parts = [b'{"profile_yaml": "', b"z" * 5000, b'"}']
+
+    def post(whole: bool) -> tuple[bytes, float]:
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+            chunks = [b"%x\r\n%s\r\n" % (len(p), p) for p in parts] + [b"0\r\n\r\n"]
+            head = (b"POST /v1/plan HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+                    b"Transfer-Encoding: chunked\r\n\r\n")
+            t0 = time.monotonic()
+            if whole:
+                s.sendall(head + b"".join(chunks))
+            else:
+                for c in [head, *chunks]:
+                    s.sendall(c)
+                    time.sleep(0.05)
+            answer = b""
+            while got := s.recv(65536):
+                answer += got
+            return answer, time.monotonic() - t0
+
+    try:
+        for whole in (True, False):
+            answer, took = post(whole)
+            assert answer.startswith(b"HTTP/1.1 413") and b"over the service's limit of 4,096 bytes" in answer, answer
+            assert took < DRAIN_S / 4, (whole, took)
+    finally:
+        server.should_exit = True
+        thread.join(30)

@@ -103,6 +103,34 @@ def test_the_join_deadline_counts_from_the_agent_opening_its_socket():
         p.wait()
 
 
+def test_a_rendezvous_lost_after_the_ranks_started_names_the_other_machine(tmp_path):
+    """Machine 1 hosting the store is killed; machine 0's rank ends by itself (torchrun logs no closing signal),
+    then its agent's rendezvous fails to connect. The ranks had started (torchrun had children, seen by the
+    join's watcher), so the message names machine 1, not "is it machine 0's address"."""
+    import threading
+
+    from moment.runtime.rendezvous import Rendezvous
+
+    agent = subprocess.Popen(["bash", "-c", "sleep 30 & wait"])
+    try:
+        out, done = tl.Outcome(code=1, log=tmp_path / "log", rdzv=Rendezvous(2, 0, "127.0.0.1", 29400, 30)), \
+            threading.Event()
+        end = time.monotonic() + 10
+        while not tl._children(agent.pid) and time.monotonic() < end:
+            time.sleep(0.02)
+        tl._join_deadline(agent, out.rdzv, out, done)  # returns at once: the "ranks" have started
+        assert out.ranks_ran
+        tl._watch("torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: the connection failed\n",
+                  out, 0)
+        said = tl._rendezvous_failed(out)
+        assert "machine 1 stopped or cannot be reached" in said and "machine 0" not in said, said
+    finally:
+        agent.kill()
+        agent.wait()
+    quiet = tl.Outcome(code=1, log=tmp_path / "log", rdzv=out.rdzv, rendezvous="Connection")
+    assert "cannot reach the rendezvous at 127.0.0.1:29400: is it machine 0's address" in tl._rendezvous_failed(quiet)
+
+
 def test_torchrun_lines_become_one_message_and_an_exit_status(tmp_path, capsys):
     log = tmp_path / "torchrun.log"
     killed = tl.Outcome(code=0, log=log)

@@ -52,7 +52,7 @@ class Outcome:
     log_error: str | None = None  # why torchrun's log could not be written to the end
     rank_base: int = 0  # the global rank of this machine's local rank 0 (node rank x ranks per machine)
     rendezvous: str | None = None  # how the rendezvous failed: Timeout, Connection, Closed or "" (other)
-    ranks_ran: bool = False  # torchrun stopped ranks of ours that were running (so they had started)
+    ranks_ran: bool = False  # ranks of ours had started (torchrun had children, or stopped its running ranks)
     rdzv: Any = None  # the run's rendezvous (moment.runtime.rendezvous.Rendezvous), for the message
     deadline: str | None = None  # why the join was stopped at --rdzv-timeout (what answered at the endpoint)
 
@@ -93,6 +93,7 @@ def _raise_stopped(signum: int, _frame) -> None:
 #: join's deadline then counts from here
 AGENT_START_MAX_S = 60
 PROBE_S = 3  # how long the endpoint may take to answer as a torch store, at the deadline
+PROBE_LOAD_S = 8  # how long the probe's interpreter may take to load torch first (more on a loaded machine)
 
 
 def probe_endpoint(rdzv: Any) -> str:
@@ -106,37 +107,54 @@ def probe_endpoint(rdzv: Any) -> str:
     except TimeoutError:
         return f"the rendezvous endpoint {where} cannot be reached (no answer within {PROBE_S} s)"
     except OSError as e:
-        from moment.outputs import reason
-
         why = "connection refused" if isinstance(e, ConnectionRefusedError) else reason(e)
         return f"the rendezvous endpoint {where} cannot be reached ({why})"
     # a torch store answers a client's handshake; another program does not (or closes). In a process of its own:
-    # torch's C++ client prints its failures to stderr, which is the user's screen here
+    # torch's C++ client prints its failures to stderr, which is the user's screen here; and it does not keep
+    # its timeout against a listener that never speaks, so the probe is given PROBE_S from when torch is loaded
+    # (the line it prints), its start up to PROBE_LOAD_S more
     from moment.runtime.lifetime import die_with_parent
 
     me = os.getpid()
-    ask = ("import sys; from datetime import timedelta; from torch.distributed import TCPStore; "
+    ask = ("import sys; from datetime import timedelta; from torch.distributed import TCPStore; print(flush=True); "
            f"TCPStore(sys.argv[1], int(sys.argv[2]), is_master=False, timeout=timedelta(seconds={PROBE_S}))"
            ".check(['moment'])")
     try:
-        answer = subprocess.run([sys.executable, "-c", ask, rdzv.host, str(rdzv.port)], stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=PROBE_S + 8,
+        proc = subprocess.Popen([sys.executable, "-c", ask, rdzv.host, str(rdzv.port)], stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                 env={**os.environ, "TORCH_CPP_LOG_LEVEL": "FATAL"},
-                                preexec_fn=lambda: die_with_parent(me)).returncode
-    except (OSError, subprocess.TimeoutExpired):
+                                preexec_fn=lambda: die_with_parent(me))
+    except OSError:
         answer = 1
+    else:
+        with proc:
+            answer = _loaded_then_answered(proc)
     if answer == 0:
         return (f"not all {rdzv.nnodes} machines joined the rendezvous at {where}: a store answered there, "
                 "but the join did not complete")
     return (f"the rendezvous endpoint {where} answered but is not a rendezvous (another program holds the port?)")
 
 
-def _children(pid: int) -> bool:
-    """Whether process `pid` has started a child (torchrun starts its ranks once the rendezvous completes)."""
+def _loaded_then_answered(proc: subprocess.Popen) -> int:
+    """The probe's exit status, or 1 when it has not printed (torch loaded) within PROBE_LOAD_S, or not ended
+    PROBE_S after that; it is killed then."""
+    loaded = threading.Thread(target=proc.stdout.readline, daemon=True)
+    loaded.start()
+    loaded.join(PROBE_LOAD_S)
+    try:
+        return proc.wait(PROBE_S if not loaded.is_alive() else 0)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return 1
+
+
+def _children(pid: int) -> bool | None:
+    """Whether process `pid` has started a child (torchrun starts its ranks once the rendezvous completes); None
+    when this cannot be told (not Linux)."""
     try:
         return bool(Path(f"/proc/{pid}/task/{pid}/children").read_text().strip())
     except OSError:
-        return True  # cannot tell (not Linux): leave the bound to torchrun
+        return None
 
 
 def _agent_started(pid: int) -> bool:
@@ -164,14 +182,19 @@ def _join_deadline(proc: subprocess.Popen, rdzv: Any, out: Outcome, done: thread
     latest = time.monotonic() + AGENT_START_MAX_S
     end = None
     while not done.wait(0.2):
-        if proc.poll() is not None or _children(proc.pid):
+        if proc.poll() is not None:
+            return
+        if (started := _children(proc.pid)) is not False:  # or cannot tell: the bound is then torchrun's
+            # a rank that ends by itself (its peer's machine died) is not stopped by torchrun, whose closing
+            # lines would otherwise be the only sign that the ranks ran before the rendezvous failed
+            out.ranks_ran = out.ranks_ran or bool(started)
             return
         now = time.monotonic()
         if end is None and (now >= latest or _agent_started(proc.pid)):
             end = now + rdzv.timeout_s
         if end is not None and now >= end:
             what = probe_endpoint(rdzv)
-            if proc.poll() is not None or _children(proc.pid) or done.is_set():
+            if proc.poll() is not None or _children(proc.pid) is not False or done.is_set():
                 return
             out.deadline = f"{what}; the join did not complete within {rdzv.timeout_s} s (--rdzv-timeout)"
             proc.kill()

@@ -37,18 +37,18 @@ class BodyLimit:
                 await answer(send, 413, self._message(size))
                 return
         seen = 0
-        over = False
+        over = ended = False
 
         async def counted():
             # past the limit the app is told the body ended; whatever it answers is replaced by the 413
-            nonlocal seen, over
+            nonlocal seen, over, ended
             if over:
                 return {"type": "http.request", "body": b"", "more_body": False}
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.limit:
-                    over = True
+                    over, ended = True, not message.get("more_body", False)
                     return {"type": "http.request", "body": b"", "more_body": False}
             return message
 
@@ -60,7 +60,8 @@ class BodyLimit:
                 await send(message)
             elif not replaced and message["type"] == "http.response.start":
                 replaced = True
-                await drain(receive)
+                if not ended:  # past its last part, receive() would wait for the client to go away: DRAIN_S
+                    await drain(receive)
                 await answer(send, 413, self._message(seen, at_least=True))
 
         await self.app(scope, counted, watched)
