@@ -131,6 +131,24 @@ def test_a_rendezvous_lost_after_the_ranks_started_names_the_other_machine(tmp_p
     assert "cannot reach the rendezvous at 127.0.0.1:29400: is it machine 0's address" in tl._rendezvous_failed(quiet)
 
 
+def test_the_agent_forks_the_ranks_of_moment_train_and_starts_any_other_program_as_torchrun_does(monkeypatch):
+    import gc
+
+    from torch.distributed.run import config_from_args, parse_args
+
+    from moment.runtime import agent
+
+    monkeypatch.setattr(gc, "freeze", lambda: None)  # this test's process is no agent: nothing to keep
+    config = agent.forked_ranks(config_from_args)
+    cfg, entry, args = config(parse_args(["--standalone", "--nproc-per-node=2", "-m", agent.RANK_MODULE, "--layout",
+                                          "L", "--epochs", "1"]))
+    assert (cfg.start_method, entry, args) == ("fork", agent.rank, ["--layout", "L", "--epochs", "1"])
+    for program in (["-m", "other.module", "--x"], ["script.py", "--x"], ["--run-path", "moment/train.py", "--x"]):
+        cfg, entry, args = config(parse_args(["--standalone", "--nproc-per-node=2", *program]))
+        theirs = config_from_args(parse_args(["--standalone", "--nproc-per-node=2", *program]))
+        assert (cfg.start_method, entry, args) == (theirs[0].start_method, theirs[1], theirs[2]), program
+
+
 def test_torchrun_lines_become_one_message_and_an_exit_status(tmp_path, capsys):
     log = tmp_path / "torchrun.log"
     killed = tl.Outcome(code=0, log=log)
@@ -328,6 +346,8 @@ def test_killing_moment_train_leaves_no_torchrun_or_rank_behind(layout, tmp_path
                 time.sleep(0.2)
             family = set(bench_epoch.descendants(p.pid)) - {p.pid}
             assert len(family) >= 3, family  # torchrun and two ranks
+            # the ranks were forked from the agent (moment.runtime.agent), not started as interpreters of their own
+            assert all(b"moment.runtime.agent" in Path(f"/proc/{c}/cmdline").read_bytes() for c in family), family
             os.kill(p.pid, sig)
             p.wait(timeout=60)
             deadline = time.monotonic() + 20
