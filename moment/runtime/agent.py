@@ -6,8 +6,8 @@ runs), with the same arguments, then an exit that does not collect torch's objec
 Its ranks of `-m moment.train` are forked from it, not started as fresh interpreters: the agent first imports
 what each rank would import again (torch, the runtime, torch._dynamo), so a rank starts with it loaded, and the
 pages it did not write stay shared with the agent. torchrun's own function entrypoints (its `--run-path`) start
-ranks this way; the start method is `fork`. Measured on 2 cores, a 2-rank GAT launch on the 100k layout: 4.8 ->
-3.7 s, 7.2 -> 4.3 CPU-s, equal loss curves. The agent never initializes CUDA (its imports only; torch asked to
+ranks this way; the start method is `fork`. Measured on 2 cores (docs/training.md): a 2-rank GAT launch on the
+100k layout 4.9 -> 3.9 s and 7.3 -> 4.6 CPU-s, equal loss curves; the 8M bench's machine peak 2,623 -> 2,350 MiB. The agent never initializes CUDA (its imports only; torch asked to
 check for GPUs through NVML, which forks safely), so each forked rank sets up its own device as before.
 Any other program runs as torchrun runs it."""
 
