@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import select
 import signal
 import socket
 import subprocess
@@ -138,11 +139,9 @@ def probe_endpoint(rdzv: Any) -> str:
 def _loaded_then_answered(proc: subprocess.Popen) -> int:
     """The probe's exit status, or 1 when it has not printed (torch loaded) within PROBE_LOAD_S, or not ended
     PROBE_S after that; it is killed then."""
-    loaded = threading.Thread(target=proc.stdout.readline, daemon=True)
-    loaded.start()
-    loaded.join(PROBE_LOAD_S)
+    loaded, _, _ = select.select([proc.stdout], [], [], PROBE_LOAD_S)  # its line, or its end
     try:
-        return proc.wait(PROBE_S if not loaded.is_alive() else 0)
+        return proc.wait(PROBE_S if loaded else 0)
     except subprocess.TimeoutExpired:
         proc.kill()
         return 1
