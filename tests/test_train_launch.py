@@ -149,6 +149,36 @@ def test_the_agent_forks_the_ranks_of_moment_train_and_starts_any_other_program_
         assert (cfg.start_method, entry, args) == (theirs[0].start_method, theirs[1], theirs[2]), program
 
 
+def test_a_join_that_torchrun_ends_itself_at_the_deadline_keeps_its_own_message(monkeypatch, tmp_path):
+    """torchrun's join timeout is --rdzv-timeout too: when it ends as the probe runs (its store closed, so the
+    probe found the endpoint refused), its own message stands and nothing is killed (seen once in CI as
+    "cannot be reached (connection refused)" instead of "not all 2 machines joined")."""
+    import threading
+
+    from moment.runtime.rendezvous import Rendezvous
+
+    agent = subprocess.Popen([sys.executable, "-c", "import socket, time; s = socket.socket(); time.sleep(60)"])
+    done = threading.Event()
+
+    def ends(proc):
+        proc.terminate()
+        proc.wait()
+        done.set()  # as `run` does once torchrun's output has ended
+
+    def probe(rdzv):
+        threading.Thread(target=ends, args=(agent,), daemon=True).start()
+        return f"the rendezvous endpoint {rdzv.endpoint} cannot be reached (connection refused)"
+
+    monkeypatch.setattr(tl, "probe_endpoint", probe)
+    out = tl.Outcome(code=1, log=tmp_path / "log", rdzv=Rendezvous(2, 0, "127.0.0.1", 29400, 1))
+    try:
+        tl._join_deadline(agent, out.rdzv, out, done)
+        assert out.deadline is None and agent.wait(10) == -signal.SIGTERM
+    finally:
+        agent.kill()
+        agent.wait()
+
+
 def test_torchrun_lines_become_one_message_and_an_exit_status(tmp_path, capsys):
     log = tmp_path / "torchrun.log"
     killed = tl.Outcome(code=0, log=log)

@@ -27,13 +27,13 @@ from moment.errors import INSTALL_TRAIN, MomentError
 def torchrun_command(nproc: int, args: list[str], max_restarts: int = 0, rdzv: Any = None) -> list[str]:
     """The command line `moment train` runs (torchrun's agent, this interpreter's: moment.runtime.agent); `rdzv`:
     the rendezvous of a run across machines (moment.runtime.rendezvous.Rendezvous), else --standalone."""
-    from moment.runtime.agent import COMMAND
+    from moment.runtime.agent import COMMAND, RANK_MODULE
 
     where = rdzv.torchrun_args() if rdzv is not None else ["--standalone"]
     cmd = [*COMMAND, *where, f"--nproc-per-node={nproc}"]
     if max_restarts:
         cmd.append(f"--max-restarts={max_restarts}")
-    return [*cmd, "-m", "moment.train", *args]
+    return [*cmd, "-m", RANK_MODULE, *args]
 
 
 def _check_torch() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import select
 import signal
 import socket
 import subprocess
@@ -94,6 +95,7 @@ def _raise_stopped(signum: int, _frame) -> None:
 AGENT_START_MAX_S = 60
 PROBE_S = 3  # how long the endpoint may take to answer as a torch store, at the deadline
 PROBE_LOAD_S = 8  # how long the probe's interpreter may take to load torch first (more on a loaded machine)
+OWN_END_S = 1  # how long torchrun may take to end by itself once the probe has answered, before it is stopped
 
 
 def probe_endpoint(rdzv: Any) -> str:
@@ -138,11 +140,9 @@ def probe_endpoint(rdzv: Any) -> str:
 def _loaded_then_answered(proc: subprocess.Popen) -> int:
     """The probe's exit status, or 1 when it has not printed (torch loaded) within PROBE_LOAD_S, or not ended
     PROBE_S after that; it is killed then."""
-    loaded = threading.Thread(target=proc.stdout.readline, daemon=True)
-    loaded.start()
-    loaded.join(PROBE_LOAD_S)
+    loaded, _, _ = select.select([proc.stdout], [], [], PROBE_LOAD_S)  # its line, or its end
     try:
-        return proc.wait(PROBE_S if not loaded.is_alive() else 0)
+        return proc.wait(PROBE_S if loaded else 0)
     except subprocess.TimeoutExpired:
         proc.kill()
         return 1
@@ -194,7 +194,9 @@ def _join_deadline(proc: subprocess.Popen, rdzv: Any, out: Outcome, done: thread
             end = now + rdzv.timeout_s
         if end is not None and now >= end:
             what = probe_endpoint(rdzv)
-            if proc.poll() is not None or _children(proc.pid) is not False or done.is_set():
+            # torchrun's own join timeout is the same: ending meanwhile (its store closed, which the probe may
+            # have found refused), it says what happened itself
+            if done.wait(OWN_END_S) or proc.poll() is not None or _children(proc.pid) is not False:
                 return
             out.deadline = f"{what}; the join did not complete within {rdzv.timeout_s} s (--rdzv-timeout)"
             proc.kill()

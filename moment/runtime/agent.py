@@ -35,9 +35,7 @@ def rank(*argv: str) -> None:
     for stream in (sys.stdout, sys.stderr):  # -u, as torchrun starts a rank
         if stream is not None:
             stream.reconfigure(write_through=True)
-    code = main(list(argv))
-    if code:
-        sys.exit(code)
+    sys.exit(main(list(argv)))
 
 
 def forked_ranks(config_from_args):
@@ -45,7 +43,7 @@ def forked_ranks(config_from_args):
 
     def config(args):
         cfg, cmd, cmd_args = config_from_args(args)
-        if args.module and args.training_script == RANK_MODULE and not args.run_path and not args.no_python:
+        if args.module and args.training_script == RANK_MODULE and not args.run_path:  # (-m with --no-python: refused)
             import gc
 
             import moment.runtime.train  # noqa: F401 - what a rank loads first

@@ -254,7 +254,7 @@ def launch(ranks: int, args: list[str], metrics: Path, env: dict[str, str] | Non
     """`moment.train ARGS` under torchrun, within the pipelined epoch's deadline (its own processes: the records
     are written by each rank); its metrics."""
     args = [*args, "--metrics-json", str(metrics)]
-    run = [*agent.COMMAND, "--standalone", f"--nproc-per-node={ranks}", "-m", "moment.train"]
+    run = [*agent.COMMAND, "--standalone", f"--nproc-per-node={ranks}", "-m", agent.RANK_MODULE]
     full = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
     r = run_bounded([*run, *args], DEADLINE["pipelined epoch"] / 2 - 30, env=full)
     if r.returncode != 0:  # a rank's own error line (moment.runtime.train.main), else torchrun's last words
