@@ -11,12 +11,18 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
 .PHONY: run test test-fast venv install install-dev browser liburing lint bench clean
 
+# uv installs what pip would, from the same places (pip's find-links: where the local torch file lies), in
+# parallel: `make test`'s install 55-60 s with pip, about 25 s with uv, on 2 cores
+UV_VERSION := 0.13.9
+FIND_LINKS = $(or $(PIP_FIND_LINKS),$(shell $(BIN)/pip config get global.find-links 2>/dev/null))
+INSTALL = $(BIN)/uv pip install -q --python $(BIN)/python --compile-bytecode $(addprefix --find-links ,$(FIND_LINKS))
+
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q --upgrade pip uv==$(UV_VERSION)
 
 $(VENV)/.installed: $(BIN)/python pyproject.toml | liburing
-	$(BIN)/pip install -q -e .
+	$(INSTALL) -e .
 	touch $@
 
 # The io_uring read engine is compiled only where liburing's headers are (else a thread pool reads, at
@@ -32,8 +38,7 @@ liburing:
 	  "(as root: apt-get install liburing-dev, then pip install -e . again)"; fi
 
 $(VENV)/.installed-dev: $(VENV)/.installed pyproject.toml
-	$(BIN)/pip install -q $(TORCH_PIN)
-	$(BIN)/pip install -q -e '.[dev,train,serve]' $(TORCH_PIN)
+	$(INSTALL) -e '.[dev,train,serve]' $(TORCH_PIN)
 	touch $@
 
 venv: $(VENV)/.installed

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from moment.placement import BinSet, ddak, write_layout
+from moment.runtime import agent
 from moment.runtime.collective_trace import TRACE_ENV
 from moment.workload.graph import GraphDataset
 from moment.workload.hotness import presample
@@ -47,10 +48,13 @@ def make_layout(ds: GraphDataset, out: Path, *, align: int = 4096, row_mode: str
 
 
 def torchrun(args: list[str], nproc: int = 2, restarts: int = 0, env: dict | None = None,
-             script: Path | None = None) -> None:
+             script: Path | None = None, forked: bool = True) -> None:
     """`python -m moment.train ARGS` (or `script ARGS`) under torchrun (gloo on CPU); fails the test with the
-    ranks' own words."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
+    ranks' own words. `forked`: through `moment.runtime.agent`, whose ranks are forked from it, as `moment train`
+    starts them (about 2 CPU-s less per rank); else plain torchrun's fresh interpreters, for a test that compares
+    what each process measured of itself with what the budget charged it."""
+    launcher = agent.COMMAND if forked else [sys.executable, "-m", "torch.distributed.run"]
+    cmd = [*launcher, "--standalone", f"--nproc-per-node={nproc}"]
     if restarts:
         cmd.append(f"--max-restarts={restarts}")
     e = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), **(env or {})}
@@ -83,7 +87,7 @@ def run_two_ranks(layout: Path, out_dir: Path) -> dict:
     launch also records each rank's threads once training has returned (`rank0.json`, `rank1.json`), and
     every collective each rank issued (`trace/`, moment.runtime.collective_trace)."""
     torchrun([str(out_dir), *train_args(layout, out_dir / "m.json")], script=REPO / "tests" / "exit_ranks.py",
-             env={TRACE_ENV: str(out_dir / "trace")})
+             env={TRACE_ENV: str(out_dir / "trace")}, forked=False)
     return json.loads((out_dir / "m.json").read_text())
 
 

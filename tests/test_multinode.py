@@ -19,6 +19,7 @@ import pytest
 from runtime_data import TRAIN_ARGS, make_split
 
 from moment import testpoints
+from moment.runtime import agent
 from moment.runtime.collective_trace import TRACE_ENV, check
 from moment.runtime.rendezvous import Rendezvous
 
@@ -115,7 +116,7 @@ def test_two_agents_fetch_a_split_layouts_rows_bit_exact(split_layout, tmp_path)
     procs = []
     for k in (1, 0):
         r = Rendezvous(2, k, "127.0.0.1", port, 120)
-        procs.append(start([sys.executable, "-m", "torch.distributed.run", *r.torchrun_args(), "--nproc-per-node=1",
+        procs.append(start([*agent.COMMAND, *r.torchrun_args(), "--nproc-per-node=1",
                             str(REPO / "tests" / "split_ranks.py"), str(split_layout), str(tmp_path)], r.env()))
     for code, o, e in finish(procs):
         assert code == 0, o[-2000:] + e[-4000:]

@@ -13,6 +13,7 @@ import torch
 
 import moment
 from moment.errors import MomentError
+from moment.runtime import agent
 from moment.runtime.run import SUMMARY_PREFIX
 from runtime_data import REPO, make_dataset, make_layout, torchrun
 
@@ -100,8 +101,8 @@ def example_layout(tmp_path_factory):
 
 
 def _example(layout, epochs: int) -> dict:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-           str(REPO / "examples" / "own_loop.py"), str(layout), str(epochs)]
+    cmd = [*agent.COMMAND, "--standalone", "--nproc-per-node=2", str(REPO / "examples" / "own_loop.py"), str(layout),
+           str(epochs)]
     out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=480,
                          env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)})
     assert out.returncode == 0, out.stderr[-3000:]

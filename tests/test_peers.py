@@ -8,13 +8,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from moment.runtime import hostcache
+from moment.runtime import agent, hostcache
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -28,7 +27,7 @@ def _ranks(layout: Path, out: Path, device: str) -> list[dict]:
     out.mkdir()
     e = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     # its own process group: ranks that hang (out of step) go down with torchrun on the timeout
-    p = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+    p = subprocess.Popen([*agent.COMMAND, "--standalone", "--nproc-per-node=2",
                           str(REPO / "tests" / "peer_ranks.py"), str(layout), str(out), device],
                          cwd=REPO, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          start_new_session=True)

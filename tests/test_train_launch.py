@@ -131,7 +131,7 @@ def test_a_rendezvous_lost_after_the_ranks_started_names_the_other_machine(tmp_p
     assert "cannot reach the rendezvous at 127.0.0.1:29400: is it machine 0's address" in tl._rendezvous_failed(quiet)
 
 
-def test_the_agent_forks_the_ranks_of_moment_train_and_starts_any_other_program_as_torchrun_does(monkeypatch):
+def test_the_agent_forks_the_ranks_of_every_python_program_and_leaves_others_to_torchrun(monkeypatch):
     import gc
 
     from torch.distributed.run import config_from_args, parse_args
@@ -140,13 +140,54 @@ def test_the_agent_forks_the_ranks_of_moment_train_and_starts_any_other_program_
 
     monkeypatch.setattr(gc, "freeze", lambda: None)  # this test's process is no agent: nothing to keep
     config = agent.forked_ranks(config_from_args)
-    cfg, entry, args = config(parse_args(["--standalone", "--nproc-per-node=2", "-m", agent.RANK_MODULE, "--layout",
-                                          "L", "--epochs", "1"]))
-    assert (cfg.start_method, entry, args) == ("fork", agent.rank, ["--layout", "L", "--epochs", "1"])
-    for program in (["-m", "other.module", "--x"], ["script.py", "--x"], ["--run-path", "moment/train.py", "--x"]):
-        cfg, entry, args = config(parse_args(["--standalone", "--nproc-per-node=2", *program]))
-        theirs = config_from_args(parse_args(["--standalone", "--nproc-per-node=2", *program]))
+
+    def both(*program):
+        line = parse_args(["--standalone", "--nproc-per-node=2", *program])
+        return config(line), config_from_args(line)
+
+    (cfg, entry, args), _ = both("-m", agent.RANK_MODULE, "--layout", "L", "--epochs", "1")
+    assert (cfg.start_method, entry, args) == ("fork", agent.program, ["module", agent.RANK_MODULE, "--layout", "L",
+                                                                        "--epochs", "1"])
+    (cfg, entry, args), _ = both("-m", "other.module", "--x")
+    assert (cfg.start_method, entry, args) == ("fork", agent.program, ["module", "other.module", "--x"])
+    (cfg, entry, args), _ = both("script.py", "--x")
+    assert (cfg.start_method, entry, args) == ("fork", agent.program, ["script", "script.py", "--x"])
+    for program in (["--no-python", "echo", "--x"], ["--run-path", "moment/train.py", "--x"]):
+        (cfg, entry, args), theirs = both(*program)
         assert (cfg.start_method, entry, args) == (theirs[0].start_method, theirs[1], theirs[2]), program
+
+
+@pytest.mark.slow
+def test_a_script_forked_by_the_agent_runs_as_a_fresh_interpreter_would_run_it(tmp_path):
+    """Its name, argv and path, its own exit handlers (not the agent's), and an uncaught error's traceback showing
+    the script's frames only, with a non-zero exit. A rank that ends without returning (os._exit) does not hold
+    the others: torchrun would wait for its function's return value forever."""
+    from moment.runtime import agent
+
+    script = tmp_path / "prog.py"
+    script.write_text(
+        "import atexit, json, os, sys\n"
+        "atexit.register(lambda: print('bye', os.environ['RANK'], flush=True))\n"
+        "print(json.dumps([os.environ['RANK'], __name__, sys.argv, sys.path[0]]), flush=True)\n"
+        "if sys.argv[1] == 'vanish' and os.environ['RANK'] == '1':\n"
+        "    os._exit(0)\n"
+        "if sys.argv[1] == 'raise' and os.environ['RANK'] == '1':\n"
+        "    raise ValueError('the script failed')\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+
+    def launch(arg):
+        return subprocess.run([*agent.COMMAND, "--standalone", "--nproc-per-node=2", str(script), arg],
+                              cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+
+    r = launch("vanish")
+    assert r.returncode == 0, r.stderr[-3000:]
+    said = sorted(json.loads(line) for line in r.stdout.splitlines() if line.startswith("["))
+    assert said == [[k, "__main__", [str(script), "vanish"], str(tmp_path)] for k in ("0", "1")], r.stdout
+    assert [line for line in r.stdout.splitlines() if line.startswith("bye")] == ["bye 0"], r.stdout
+    r = launch("raise")
+    assert r.returncode != 0 and "bye 1" in r.stdout, r.stdout
+    tb = r.stderr[r.stderr.index("Traceback"):].splitlines()
+    assert tb[1].strip().startswith(f'File "{script}", line 7') and tb[3] == "ValueError: the script failed", tb
 
 
 def test_a_join_that_torchrun_ends_itself_at_the_deadline_keeps_its_own_message(monkeypatch, tmp_path):

@@ -1,15 +1,17 @@
-"""torchrun's agent as `moment train` starts it: torch.distributed.run's own `main` (what the `torchrun` command
+"""torchrun's agent as `moment train` starts it, and as a user's own script may be started (`python -m
+moment.runtime.agent`, with torchrun's options): torch.distributed.run's own `main` (what the `torchrun` command
 runs), with the same arguments, then an exit that does not collect torch's objects once more
 (`moment.gcpause.freeze_for_exit`). The agent is the last process of a run to end, so its exit is the run's:
 0.52 s after its exit handlers as `python -m torch.distributed.run`, 0.11 s frozen.
 
-Its ranks of `-m moment.train` are forked from it, not started as fresh interpreters: the agent first imports
-what each rank would import again (torch, the runtime, torch._dynamo), so a rank starts with it loaded, and the
-pages it did not write stay shared with the agent. torchrun's own function entrypoints (its `--run-path`) start
-ranks this way; the start method is `fork`. Measured on 2 cores (docs/training.md): a 2-rank GAT launch on the
-100k layout 4.9 -> 3.9 s and 7.3 -> 4.6 CPU-s, equal loss curves; the 8M bench's machine peak 2,623 -> 2,350 MiB. The agent never initializes CUDA (its imports only; torch asked to
-check for GPUs through NVML, which forks safely), so each forked rank sets up its own device as before.
-Any other program runs as torchrun runs it."""
+Its ranks are forked from it, not started as fresh interpreters: the agent first imports what each rank would
+import again (torch, the runtime, torch._dynamo), so a rank starts with it loaded, and the pages it did not write
+stay shared with the agent. torchrun's own function entrypoints (its `--run-path`) start ranks this way; the
+start method is `fork`. Measured on 2 cores (docs/training.md): a 2-rank GAT launch on the 100k layout 4.9 -> 3.9 s
+and 7.3 -> 4.6 CPU-s, equal loss curves; the 8M bench's machine peak 2,623 -> 2,350 MiB. The agent never
+initializes CUDA (its imports only; torch asked to check for GPUs through NVML, which forks safely), so each
+forked rank sets up its own device as before. A program that is not Python (`--no-python`) and `--run-path` run
+as torchrun runs them."""
 
 import os
 import signal
@@ -19,41 +21,124 @@ import sys
 
 #: the command line that starts the agent (torchrun's options and the rank's program follow)
 COMMAND = [sys.executable, "-m", "moment.runtime.agent"]
-#: the program whose ranks are forked from the agent (what `moment train` and `moment doctor --gpu` run)
+#: the program `moment train` and `moment doctor --gpu` run on each rank
 RANK_MODULE = "moment.train"
 
 
-def rank(*argv: str) -> None:
-    """A forked rank: `python -u -m moment.train ARGV` without the new interpreter."""
-    from moment.runtime.train import main
-
-    for sig in signal.valid_signals():  # the handlers torchrun set in the agent (its SIGTERM raises): a fresh
-        handler = signal.getsignal(sig)  # interpreter's instead, so that torchrun's SIGTERM ends this rank
+def _as_fresh_interpreter() -> None:
+    """What a forked rank must not keep of the agent: the signal handlers torchrun set there (its SIGTERM raises),
+    replaced by a fresh interpreter's so that torchrun's SIGTERM ends the rank; buffered output (torchrun starts a
+    rank with -u)."""
+    for sig in signal.valid_signals():
+        handler = signal.getsignal(sig)
         if callable(handler) and handler is not signal.default_int_handler:
             signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
-    sys.argv = [os.path.join(os.path.dirname(os.path.dirname(__file__)), "train.py"), *argv]
-    for stream in (sys.stdout, sys.stderr):  # -u, as torchrun starts a rank
+    for stream in (sys.stdout, sys.stderr):
         if stream is not None:
             stream.reconfigure(write_through=True)
-    sys.exit(main(list(argv)))
+
+
+def _fresh_exit_handlers() -> None:
+    """The agent's exit handlers dropped; those the standard library registers when it is imported (it already
+    is) registered again, so that they run last, as in a fresh interpreter: logging's flush, multiprocessing's
+    end of the rank's own workers, weakref finalizers marked to run at exit."""
+    import atexit
+    import weakref
+
+    atexit._clear()
+    for module, name in (("logging", "shutdown"), ("multiprocessing.util", "_exit_function")):
+        if module in sys.modules:
+            atexit.register(getattr(sys.modules[module], name))
+    if weakref.finalize._registered_with_atexit:
+        atexit.register(weakref.finalize._exitfunc)
+
+
+def _status(code: object) -> int:
+    """The exit status of SystemExit(code), as the interpreter makes it."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+def program(kind: str, target: str, *argv: str) -> None:
+    """A forked rank (`kind` "module": `python -u -m TARGET ARGV`; "script": `python -u TARGET ARGV`), run as the
+    interpreter runs it: the script's folder first on sys.path, an uncaught error's traceback (the program's own
+    frames) on stderr and status 1, then the program's other threads joined and its exit handlers run. It ends
+    the process itself (os._exit) instead of returning to torchrun, which would hold each returned rank until
+    every rank has returned (`_exits_count_as_returns`)."""
+    import atexit
+    import runpy
+    import threading
+    import traceback
+
+    _as_fresh_interpreter()
+    _fresh_exit_handlers()
+    sys.argv = [target, *argv]
+    code = 0
+    try:
+        if kind == "module":
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        else:
+            sys.path[0] = os.path.dirname(os.path.abspath(target))
+            runpy.run_path(target, run_name="__main__")
+    except SystemExit as e:
+        code = _status(e.code)
+    except BaseException as e:
+        tb = e.__traceback__
+        while tb is not None and tb.tb_frame.f_code.co_filename in (__file__, runpy.__file__, "<frozen runpy>"):
+            tb = tb.tb_next
+        traceback.print_exception(type(e), e, tb)
+        code = -signal.SIGINT if isinstance(e, KeyboardInterrupt) else 1
+    threading._shutdown()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:
+            stream.flush()
+    if code == -signal.SIGINT:  # the interpreter's end after a KeyboardInterrupt: by SIGINT
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    os._exit(code)
+
+
+def _exits_count_as_returns() -> None:
+    """torchrun counts a forked rank done once its function has returned a value; `program` ends the process
+    instead, so a rank that exited with status 0 counts as returned (as a fresh interpreter's exit does)."""
+    from torch.distributed.elastic.multiprocessing.api import MultiprocessContext
+
+    is_done = MultiprocessContext._is_done
+
+    def _is_done(self) -> bool:
+        for local_rank, process in enumerate(self._pc.processes):
+            if local_rank not in self._return_values and process.exitcode == 0:
+                self._return_values[local_rank] = None
+        return is_done(self)
+
+    MultiprocessContext._is_done = _is_done
 
 
 def forked_ranks(config_from_args):
-    """torchrun's `config_from_args`, with `-m moment.train`'s ranks forked from this process (`rank`)."""
+    """torchrun's `config_from_args`, with the ranks of a Python program forked from this process (`program`) once
+    it has loaded what they load first. `--no-python` (a
+    program that is not Python) and `--run-path` (torchrun's own function entrypoint) are left to torchrun."""
 
     def config(args):
         cfg, cmd, cmd_args = config_from_args(args)
-        if args.module and args.training_script == RANK_MODULE and not args.run_path:  # (-m with --no-python: refused)
-            import gc
+        if args.no_python or args.run_path:
+            return cfg, cmd, cmd_args
+        import gc
 
-            import moment.runtime.train  # noqa: F401 - what a rank loads first
-            from moment.runtime.models import load_optimizers
+        import moment.runtime.train  # noqa: F401 - what a rank loads first
+        from moment.runtime.models import load_optimizers
 
-            load_optimizers()
-            gc.freeze()  # the collector of a forked rank does not write to (copy) the pages of what is loaded here
-            cfg.start_method = "fork"
-            return cfg, rank, list(args.training_script_args)
-        return cfg, cmd, cmd_args
+        load_optimizers()
+        gc.freeze()  # the collector of a forked rank does not write to (copy) the pages of what is loaded here
+        cfg.start_method = "fork"
+        _exits_count_as_returns()
+        return cfg, program, ["module" if args.module else "script", args.training_script,
+                              *args.training_script_args]
 
     return config
 
