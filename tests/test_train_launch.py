@@ -138,7 +138,10 @@ def test_the_agent_forks_the_ranks_of_every_python_program_and_leaves_others_to_
 
     from moment.runtime import agent
 
+    from torch.distributed.elastic.multiprocessing.api import MultiprocessContext
+
     monkeypatch.setattr(gc, "freeze", lambda: None)  # this test's process is no agent: nothing to keep
+    monkeypatch.setattr(MultiprocessContext, "_is_done", MultiprocessContext._is_done)  # restored after the test
     config = agent.forked_ranks(config_from_args)
 
     def both(*program):
@@ -152,6 +155,7 @@ def test_the_agent_forks_the_ranks_of_every_python_program_and_leaves_others_to_
     assert (cfg.start_method, entry, args) == ("fork", agent.program, ["module", "other.module", "--x"])
     (cfg, entry, args), _ = both("script.py", "--x")
     assert (cfg.start_method, entry, args) == ("fork", agent.program, ["script", "script.py", "--x"])
+    assert MultiprocessContext._is_done.exits_count  # a rank that exited 0 counts as returned
     for program in (["--no-python", "echo", "--x"], ["--run-path", "moment/train.py", "--x"]):
         (cfg, entry, args), theirs = both(*program)
         assert (cfg.start_method, entry, args) == (theirs[0].start_method, theirs[1], theirs[2]), program

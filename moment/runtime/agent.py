@@ -7,8 +7,9 @@ runs), with the same arguments, then an exit that does not collect torch's objec
 Its ranks are forked from it, not started as fresh interpreters: the agent first imports what each rank would
 import again (torch, the runtime, torch._dynamo), so a rank starts with it loaded, and the pages it did not write
 stay shared with the agent. torchrun's own function entrypoints (its `--run-path`) start ranks this way; the
-start method is `fork`. Measured on 2 cores (docs/training.md): a 2-rank GAT launch on the 100k layout 4.9 -> 3.9 s
-and 7.3 -> 4.6 CPU-s, equal loss curves; the 8M bench's machine peak 2,623 -> 2,350 MiB. The agent never
+start method is `fork`. Measured on 2 cores: a 2-rank GAT launch on the 100k layout 4.9 -> 3.9 s and 7.3 -> 4.6
+CPU-s, equal loss curves, and the 8M bench's machine peak 2,623 -> 2,350 MiB (docs/training.md); one epoch of
+examples/own_loop.py 7.1-8.2 -> 5.3 s and 12-13 -> 7.1 CPU-s (docs/your-model-loop-data.md). The agent never
 initializes CUDA (its imports only; torch asked to check for GPUs through NVML, which forks safely), so each
 forked rank sets up its own device as before. A program that is not Python (`--no-python`) and `--run-path` run
 as torchrun runs them."""
@@ -109,6 +110,8 @@ def _exits_count_as_returns() -> None:
     from torch.distributed.elastic.multiprocessing.api import MultiprocessContext
 
     is_done = MultiprocessContext._is_done
+    if getattr(is_done, "exits_count", False):
+        return
 
     def _is_done(self) -> bool:
         for local_rank, process in enumerate(self._pc.processes):
@@ -116,13 +119,14 @@ def _exits_count_as_returns() -> None:
                 self._return_values[local_rank] = None
         return is_done(self)
 
+    _is_done.exits_count = True
     MultiprocessContext._is_done = _is_done
 
 
 def forked_ranks(config_from_args):
     """torchrun's `config_from_args`, with the ranks of a Python program forked from this process (`program`) once
-    it has loaded what they load first. `--no-python` (a
-    program that is not Python) and `--run-path` (torchrun's own function entrypoint) are left to torchrun."""
+    it has loaded what they load first. `--no-python` (a program that is not Python) and `--run-path` (torchrun's
+    own function entrypoint) are left to torchrun."""
 
     def config(args):
         cfg, cmd, cmd_args = config_from_args(args)
