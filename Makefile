@@ -19,9 +19,13 @@ INSTALL = $(BIN)/uv pip install -q --python $(BIN)/python --compile-bytecode $(a
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip uv==$(UV_VERSION)
+	$(BIN)/pip install -q --upgrade pip
 
-$(VENV)/.installed: $(BIN)/python pyproject.toml | liburing
+# its own target: a .venv made before uv was used gets it too
+$(BIN)/uv: | $(BIN)/python
+	$(BIN)/pip install -q uv==$(UV_VERSION)
+
+$(VENV)/.installed: $(BIN)/uv pyproject.toml | liburing
 	$(INSTALL) -e .
 	touch $@
 
