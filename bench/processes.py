@@ -118,12 +118,17 @@ def floor_dir(path: Path) -> Path:
     """The README's 100k example (dataset, plan, layout) at `path`, made with the README's commands if missing."""
     if not (path / "layouts" / "synth100k").is_dir():
         path.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        plan = subprocess.run([sys.executable, "-m", "moment", "plan", "--profile", "paper-machine-b", "--gpus", "4",
+                               "--ssds", "8", "--json"], cwd=path, check=True, capture_output=True, text=True, env=env)
+        (path / "plan.json").write_text(plan.stdout)
+        for ssd in ("nvme0", "nvme1"):
+            (path / "mnt" / ssd).mkdir(parents=True, exist_ok=True)
         for args in (["data", "synth", "--nodes", "100000", "--feature-dim", "64", "--out", "data/synth100k"],
                      ["place", "--dataset", "data/synth100k", "--profile", "paper-machine-b", "--gpus", "4", "--ssds",
                       "8", "--plan", "plan.json", "--gpu-cache", "2%", "--cpu-cache", "5%", "--ssd-path",
                       "ssd0=mnt/nvme0", "--ssd-path", "ssd1=mnt/nvme1", "--out", "layouts/synth100k"]):
-            subprocess.run([sys.executable, "-m", "moment", *args], cwd=path, check=True, capture_output=True,
-                           env=dict(os.environ, PYTHONPATH=str(ROOT)))
+            subprocess.run([sys.executable, "-m", "moment", *args], cwd=path, check=True, capture_output=True, env=env)
     return path
 
 
