@@ -9,7 +9,7 @@ SSDS ?= 8
 # pytest-xdist workers: one per core this process may run on (CI's machine has 2)
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: run test test-fast venv install install-dev browser liburing lint bench clean
+.PHONY: run test test-fast venv install install-dev test-tools liburing lint bench clean
 
 # uv installs what pip would, from PyPI and pip's find-links (where the local torch file lies), in parallel:
 # `make test`'s set-up from a clean clone 69 s with pip, 33 s with uv, on 2 cores
@@ -52,25 +52,28 @@ install-dev: $(VENV)/.installed-dev
 run: $(VENV)/.installed
 	$(BIN)/moment plan --profile $(PROFILE) --gpus $(GPUS) --ssds $(SSDS)
 
-# The planning page's browser test (tests/test_web_page.py) drives Debian's Chromium through its
-# chromedriver. Installed here when missing and we are root (CI is); anyone else gets the test skipped
-# with the reason, except under CI=true, where a browser that cannot start fails the test.
-browser:
-	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
+# Debian packages the suite drives: Chromium and its chromedriver (the planning page's browser test,
+# tests/test_web_page.py) and fio (the I/O trace's replay and the bench's disk limit). Installed here when
+# missing and we are root (CI is); anyone else gets the tests that need them skipped with the reason, except
+# under CI=true, where a browser that cannot start fails the browser test. COMMAND:PACKAGE pairs.
+TEST_TOOLS := chromium:chromium chromedriver:chromium-driver fio:fio
+test-tools:
+	@need=""; for t in $(TEST_TOOLS); do command -v $${t%%:*} >/dev/null || need="$$need $${t#*:}"; done; \
+	if [ -z "$$need" ]; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	  echo "make: installing chromium and chromium-driver from Debian for the browser test"; \
+	  echo "make: installing$$need from Debian for the tests that drive them"; \
 	  apt-get -o DPkg::Lock::Timeout=600 update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends \
-	    chromium chromium-driver >/dev/null || echo "make: could not install Chromium: the browser test cannot run"; \
-	else echo "make: no chromium/chromedriver and not root: the browser test will be skipped (failed under CI=true)" \
-	  "(as root: apt-get install chromium chromium-driver)"; fi
+	    $$need >/dev/null || echo "make: could not install$$need: the tests that need them cannot run"; \
+	else echo "make: missing$$need and not root: the tests that need them will be skipped (the browser test" \
+	  "fails under CI=true) (as root: apt-get install$$need)"; fi
 
 # every test, on JOBS cores (pytest-xdist; `python -m pytest` alone still runs them all in one process).
 # Bytecode is cached even where PYTHONDONTWRITEBYTECODE is set: the suite starts Python hundreds of times
 # (CLI runs, torchrun ranks, one collection per worker), and compiling Moment and re-writing the tests'
 # asserts each time cost half of each collection (8.5 -> 3.8 CPU-s)
 TEST_ENV := PYTHONDONTWRITEBYTECODE=
-test: $(VENV)/.installed-dev browser
+test: $(VENV)/.installed-dev test-tools
 	$(TEST_ENV) $(BIN)/python -m pytest -n $(JOBS) --dist worksteal --durations=15
 
 # the edit loop: every test but those marked slow (torchrun launches, the README, the browser, exhaustive

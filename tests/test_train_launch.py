@@ -169,10 +169,11 @@ def test_a_script_forked_by_the_agent_runs_as_a_fresh_interpreter_would_run_it(t
     from moment.runtime import agent
 
     script = tmp_path / "prog.py"
+    # each line one write: the ranks share the pipe, and print's pieces (text, then end) of two ranks interleave
     script.write_text(
         "import atexit, json, os, sys\n"
-        "atexit.register(lambda: print('bye', os.environ['RANK'], flush=True))\n"
-        "print(json.dumps([os.environ['RANK'], __name__, sys.argv, sys.path[0]]), flush=True)\n"
+        "atexit.register(lambda: os.write(1, f'bye {os.environ[\"RANK\"]}\\n'.encode()))\n"
+        "os.write(1, (json.dumps([os.environ['RANK'], __name__, sys.argv, sys.path[0]]) + '\\n').encode())\n"
         "if sys.argv[1] == 'vanish' and os.environ['RANK'] == '1':\n"
         "    os._exit(0)\n"
         "if sys.argv[1] == 'raise' and os.environ['RANK'] == '1':\n"
