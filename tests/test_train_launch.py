@@ -134,11 +134,10 @@ def test_a_rendezvous_lost_after_the_ranks_started_names_the_other_machine(tmp_p
 def test_the_agent_forks_the_ranks_of_every_python_program_and_leaves_others_to_torchrun(monkeypatch):
     import gc
 
+    from torch.distributed.elastic.multiprocessing.api import MultiprocessContext
     from torch.distributed.run import config_from_args, parse_args
 
     from moment.runtime import agent
-
-    from torch.distributed.elastic.multiprocessing.api import MultiprocessContext
 
     monkeypatch.setattr(gc, "freeze", lambda: None)  # this test's process is no agent: nothing to keep
     monkeypatch.setattr(MultiprocessContext, "_is_done", MultiprocessContext._is_done)  # restored after the test
