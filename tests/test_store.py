@@ -88,9 +88,16 @@ def test_submit_complete_interleaved(data):
 def test_baseline_sources_match(data):
     _, ds, feats, _ = data
     ids = torch.from_numpy(np.random.default_rng(1).permutation(ds.num_nodes)[:500])
+    other = torch.from_numpy(np.random.default_rng(2).permutation(ds.num_nodes)[:500])
     for src in (InMemoryFeatures(ds.file("features")), MemmapFeatures(ds.file("features"), drop_cache=True)):
         src.epoch_start(0)
-        assert torch.equal(src.gather(ids), torch.from_numpy(feats[ids.numpy()]))
+        x = src.gather(ids)
+        assert torch.equal(x, torch.from_numpy(feats[ids.numpy()]))
+        y = src.gather(other)  # while x is held, its buffer is not the next batch's
+        assert torch.equal(x, torch.from_numpy(feats[ids.numpy()])) and torch.equal(y, torch.from_numpy(feats[other.numpy()]))
+        ptr = x.data_ptr()
+        del x, y
+        assert src.gather(ids[:400]).data_ptr() == ptr  # then it is reused (moment.io.device.HostBatches)
 
 
 @pytest.mark.parametrize("kind", ["tiered", "memory"])
