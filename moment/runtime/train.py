@@ -212,6 +212,7 @@ class Trainer:
             "ssd_requests": int(total.ssd_requests),
             "ssd_request_sizes": total.ssd_request_sizes(),
             "packed_rows": int(total.packed_rows),
+            "direct_rows": int(total.direct_rows),
             "world_size": w,
             "backend": self.source.backend,
             "dist_backend": ctx.backend,
