@@ -346,6 +346,9 @@ class HostBatches:
     What is held stays what the batches alive hold (the memory budget charges them): a buffer found free is
     taken or given back at the next `take`; buffers a caller keeps are not tracked past `track`."""
 
+    #: buffers held besides those of the most batches alive at once: the one a finished batch leaves for the next
+    SPARE = 1
+
     def __init__(self, track: int = 16):
         self.track = int(track)
         self._bufs: list[np.ndarray] = []
