@@ -314,12 +314,15 @@ def test_a_memory_budget_sizes_the_store_as_a_run_sizes_its_cache(data, monkeypa
     left; a larger budget caches more, up to every row, and one below the fixed needs is refused."""
     import moment.runtime.run_plan as rp
     from moment.placement.opened import Layout
+    from moment.io.device import HostBatches
     from moment.runtime.gather import staging_bytes
 
     _, ds, feats, layouts = data
     n, lay = ds.num_nodes, Layout.open(layouts["pack"])
     budget = 512 << 20  # its margin is 64 MiB
-    fixed = staging_bytes(lay.manifest.row.align) + 2 * rp.default_batch_rows(n) * lay.row_bytes + lay.index_bytes
+    # the staging, the least read buffers (two batches), the spare batch buffer a CPU store keeps, the index
+    batches = 2 + HostBatches.SPARE
+    fixed = staging_bytes(lay.manifest.row.align) + batches * rp.default_batch_rows(n) * lay.row_bytes + lay.index_bytes
     monkeypatch.setattr(rp, "process_bytes", lambda: budget - (64 << 20) - fixed - (200 << 10))  # ~200 KiB left
     tight = plan_store(lay, ONE, StoreOptions(memory_budget=budget), None)
     mem = tight.memory

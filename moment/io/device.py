@@ -341,10 +341,11 @@ class HostBatches:
 
     Why: on CPU a batch's tensor is its host buffer, and a fresh batch-sized buffer is a fresh mapping (above
     glibc's mmap threshold) whose every page the kernel zeroes when the batch's rows are first copied in: 17 ms
-    of the 38 ms it took to copy 150,000 random rows of 512 B into a fresh one, on 2 cores. A buffer is free when only this object refers to it: the storage `torch.from_numpy` makes
-    keeps a reference to its array until the last tensor on it is gone, and a NumPy view keeps its base.
-    What is held stays what the batches alive hold (the memory budget charges them): a buffer found free is
-    taken or given back at the next `take`; buffers a caller keeps are not tracked past `track`."""
+    of the 38 ms it took to copy 150,000 random rows of 512 B into a fresh one, on 2 cores. A buffer is free
+    when only this object refers to it: the storage `torch.from_numpy` makes keeps a reference to its array
+    until the last tensor on it is gone, and a NumPy view keeps its base. A buffer found free is taken or given
+    back at the next `take`, so what is held is what the batches alive hold and `SPARE` more (the memory budget
+    charges both); buffers a caller keeps are not tracked past `track`."""
 
     #: buffers held besides those of the most batches alive at once: the one a finished batch leaves for the next
     SPARE = 1
