@@ -409,7 +409,12 @@ def epoch_s(m: dict) -> float:
 
 def steady_s(m: dict) -> float:
     """The mean epoch after the first (its cold start and warm-up excluded); a one-epoch run's only one."""
-    ep = m["epoch_seconds"][1:] or m["epoch_seconds"]
+    return steady(m["epoch_seconds"])
+
+
+def steady(per_epoch: list[float]) -> float:
+    """The mean of a figure per epoch after the first; a one-epoch run's only one."""
+    ep = per_epoch[1:] or per_epoch
     return sum(ep) / len(ep)
 
 
@@ -419,6 +424,9 @@ def report(prefix: str, m: dict) -> None:
     print(f"{prefix}_epoch_s_each: {', '.join(f'{x:.2f}' for x in ep)}")
     if len(ep) > 1:
         print(f"{prefix}_last_over_first: {ep[-1] / ep[0]:.3f}")
+    cpu = m.get("epoch_cpu_seconds") or []
+    if cpu and not m.get("loader_workers"):  # a DataLoader worker's CPU is its own process's, not counted there
+        print(f"{prefix}_cpu_s_each: {', '.join(f'{x:.2f}' for x in cpu)}  (CPU seconds of every rank per epoch)")
     if "cgroup" in m:
         print(f"{prefix}_cgroup_peak_MiB: {m['cgroup']['peak_usage'] / 2**20:.0f}")
         print(f"{prefix}_cgroup_limit_hits: {m['cgroup']['failcnt']}")
@@ -442,6 +450,7 @@ def report(prefix: str, m: dict) -> None:
         print(f"{prefix}_peer_rows: {m['tier_rows'].get('peer', 0)}  (rows copied from another rank's GPU tier)")
         print(f"{prefix}_ssd_requests: {m['ssd_requests']}")
         print(f"{prefix}_packed_rows: {m.get('packed_rows', 0)}  (SSD rows read from the pack)")
+        print(f"{prefix}_direct_rows: {m.get('direct_rows', 0)}  (SSD rows read straight into their job's buffer)")
         ssd = m["tier_bytes"].get("ssd", 0)
         print(f"{prefix}_ssd_rows_MB: {ssd / 1e6:.0f}")
         print(f"{prefix}_read_amplification: {m['ssd_bytes_read'] / max(ssd, 1):.2f}")
@@ -555,6 +564,9 @@ def in_memory_limit(a, ds_dir: Path, common: list[str], moment: dict, key: str) 
     if limit.get("loss_curve"):
         print(f"in_memory_same_loss_curve: {np.allclose(moment['loss_curve'], limit['loss_curve'], rtol=1e-5)}")
     ratio = steady_s(moment) / steady_s(limit)
+    if moment.get("epoch_cpu_seconds") and limit.get("epoch_cpu_seconds") and not limit.get("loader_workers"):
+        cpu = steady(moment["epoch_cpu_seconds"]) / steady(limit["epoch_cpu_seconds"])
+        print(f"cpu_ratio: {cpu:.3f}  (the ranks' CPU seconds per steady epoch, Moment out of core / in memory)")
     print(f"{key}: {ratio:.3f}  (Moment out of core / in memory, steady epochs)", flush=True)
     return ratio, next(f for n, _, f in runs if n == best)
 

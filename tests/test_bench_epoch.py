@@ -164,6 +164,7 @@ def test_the_in_memory_runs_are_those_memory_can_hold(bench_epoch):
 def test_steady_epochs_leave_out_the_first(bench_epoch):
     assert bench_epoch.steady_s({"epoch_seconds": [5.0, 2.0, 3.0]}) == 2.5
     assert bench_epoch.steady_s({"epoch_seconds": [4.0]}) == 4.0
+    assert bench_epoch.steady([9.0, 1.0, 2.0]) == 1.5  # the same rule for any figure per epoch (CPU seconds)
 
 
 def test_the_disk_count_sees_a_childs_cold_reads_and_not_warm_ones(bench_epoch, tmp_path):

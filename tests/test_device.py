@@ -15,7 +15,8 @@ import torch
 from fake_device import FakeCudaLayer
 
 from moment.errors import MomentError
-from moment.io.device import DeviceLayer, DeviceStaging, StagingRing, index_rows, ring_bytes, slot_bytes, take_rows
+from moment.io.device import (DeviceLayer, DeviceStaging, HostBatches, StagingRing, index_rows, ring_bytes, slot_bytes,
+                              take_rows)
 from moment.runtime.pipeline import Prepared
 from moment.workload.sampler import Block
 
@@ -65,6 +66,33 @@ def test_cpu_staging_never_hands_out_a_buffer_a_batch_still_uses():
         batches.append(stage.to_device(64))
     assert [int(b[0]) for b in batches] == [0, 1, 2] and all(int(b.sum()) == 64 * k for k, b in enumerate(batches))
     assert ring.nbytes() == 0 and ring.stream is None  # no slots, no copy stream
+
+
+def test_cpu_batch_buffers_are_reused_only_once_nothing_uses_them():
+    """A CPU batch's buffer goes to a later batch once every tensor and view on it is gone, never before; a
+    buffer too small for the next batch, and free ones besides the one taken, are given back."""
+    ring = StagingRing("cpu", 1 << 20, slots=2)
+    first = ring.take(4096).to_device(4096).view(64, 64)
+    first[:] = 7
+    kept = first[3:5]  # a view outlives the batch tensor
+    del first
+    second = ring.take(4096).to_device(4096)
+    second[:] = 9
+    assert int(kept.sum()) == 7 * 128 and ring.batches.reused == 0
+    ptr = kept.data_ptr() - 3 * 64
+    del kept
+    again = ring.take(4000).to_device(4000)
+    assert again.data_ptr() == ptr and ring.batches.reused == 1  # the smallest free buffer that holds it
+    del again, second
+    bigger = ring.take(8192).to_device(8192)  # neither free buffer holds it: both given back, a new one made
+    assert ring.batches.reused == 1 and len(ring.batches._bufs) == 1 and bigger.numel() == 8192
+
+    pool = HostBatches(track=3)
+    held = [torch.from_numpy(pool.take(100)) for _ in range(5)]  # a caller keeps every batch
+    assert len(pool._bufs) == 3 and len({t.data_ptr() for t in held}) == 5
+    assert pool.take(100, most=110).base.nbytes == 110  # a quarter more, at most `most`
+    del held
+    assert pool.take(100).base.nbytes == 125 and pool.reused == 1
 
 
 def test_a_slot_is_the_power_of_two_at_or_above_the_extent():

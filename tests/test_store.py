@@ -88,9 +88,16 @@ def test_submit_complete_interleaved(data):
 def test_baseline_sources_match(data):
     _, ds, feats, _ = data
     ids = torch.from_numpy(np.random.default_rng(1).permutation(ds.num_nodes)[:500])
+    other = torch.from_numpy(np.random.default_rng(2).permutation(ds.num_nodes)[:500])
     for src in (InMemoryFeatures(ds.file("features")), MemmapFeatures(ds.file("features"), drop_cache=True)):
         src.epoch_start(0)
-        assert torch.equal(src.gather(ids), torch.from_numpy(feats[ids.numpy()]))
+        x = src.gather(ids)
+        assert torch.equal(x, torch.from_numpy(feats[ids.numpy()]))
+        y = src.gather(other)  # while x is held, its buffer is not the next batch's
+        assert torch.equal(x, torch.from_numpy(feats[ids.numpy()])) and torch.equal(y, torch.from_numpy(feats[other.numpy()]))
+        ptr = x.data_ptr()
+        del x, y
+        assert src.gather(ids[:400]).data_ptr() == ptr  # then it is reused (moment.io.device.HostBatches)
 
 
 @pytest.mark.parametrize("kind", ["tiered", "memory"])
@@ -307,12 +314,15 @@ def test_a_memory_budget_sizes_the_store_as_a_run_sizes_its_cache(data, monkeypa
     left; a larger budget caches more, up to every row, and one below the fixed needs is refused."""
     import moment.runtime.run_plan as rp
     from moment.placement.opened import Layout
+    from moment.io.device import HostBatches
     from moment.runtime.gather import staging_bytes
 
     _, ds, feats, layouts = data
     n, lay = ds.num_nodes, Layout.open(layouts["pack"])
     budget = 512 << 20  # its margin is 64 MiB
-    fixed = staging_bytes(lay.manifest.row.align) + 2 * rp.default_batch_rows(n) * lay.row_bytes + lay.index_bytes
+    # the staging, the least read buffers (two batches), the spare batch buffer a CPU store keeps, the index
+    batches = 2 + HostBatches.SPARE
+    fixed = staging_bytes(lay.manifest.row.align) + batches * rp.default_batch_rows(n) * lay.row_bytes + lay.index_bytes
     monkeypatch.setattr(rp, "process_bytes", lambda: budget - (64 << 20) - fixed - (200 << 10))  # ~200 KiB left
     tight = plan_store(lay, ONE, StoreOptions(memory_budget=budget), None)
     mem = tight.memory

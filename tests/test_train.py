@@ -491,6 +491,9 @@ def test_data_only_reads_what_the_training_run_reads(setup, reference, two_ranks
     assert _fed(m) == _fed(two_ranks) and m["tier_rows"]["peer"] > 0 and m["ssd_bytes_read"] > 0
     assert m["loss_curve"] is None and m["val_accuracy"] is None and m["val_metric"] is None
     assert m["seeds_per_s"] > 0 and m["pipeline_wall_s"] > 0 and len(m["epoch_seconds"]) == 2
+    cores = os.cpu_count() or 1  # both ranks' CPU in an epoch: some, and no more than the cores give in its time
+    assert len(m["epoch_cpu_seconds"]) == 2
+    assert all(0 < c <= cores * s + 0.5 for c, s in zip(m["epoch_cpu_seconds"], m["epoch_seconds"], strict=True))
     assert m["stage_seconds"]["train"] < two_ranks["stage_seconds"]["train"]
     sizes = m["ssd_request_sizes"]  # the reads by size, as the bench's fio measures the disk for this mix
     assert sum(x["requests"] for x in sizes) == m["ssd_requests"] and sum(x["bytes"] for x in sizes) == m["ssd_bytes_read"]

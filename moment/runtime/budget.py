@@ -22,6 +22,7 @@ from pathlib import Path
 
 from moment.caching.tiers import cache_state_bytes, shared_by_local_ranks
 from moment.errors import MomentError
+from moment.io.device import HostBatches
 from moment.sizes import parse_size
 
 MARGIN = 0.05  # of the budget, kept free for allocator slack, page tables, thread stacks and what we do not count
@@ -302,7 +303,9 @@ def _charge_fixed(b: MemoryBudget, r: RunShape) -> tuple[MemoryBudget, Item, int
         if r.upload_bytes:
             b.charge("gpu table upload", r.upload_bytes, note="pinned chunk the GPU tier's rows go to the device through")
     else:
-        b.charge("batch features", r.held_batches * feat, note=f"{r.held_batches} batches of {r.rows_max} rows")
+        held_cpu = r.held_batches + HostBatches.SPARE
+        b.charge("batch features", held_cpu * feat, note=f"{r.held_batches} batches of {r.rows_max} rows, and "
+                 f"{HostBatches.SPARE} kept for the next (its buffer reused)")
         b.charge("training", r.training_bytes,
                  note=r.training_note or "one step's activations, gradients and optimizer state")
     b.charge("staging", r.staging_bytes, note="reader windows")

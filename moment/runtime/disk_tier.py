@@ -22,7 +22,7 @@ import numpy as np
 
 from moment.caching.tiers import lookahead as lookahead_of
 from moment.errors import MomentError
-from moment.io.merge import SHAPES, SIZE_BUCKETS
+from moment.io.merge import SHAPES, SIZE_BUCKETS, place
 from moment.io.rows import copy_rows
 from moment.io.trace import rank_trace
 from moment.outputs import bad_chunk
@@ -88,12 +88,13 @@ class DiskTier(Tier):
         self._verified: dict[int, np.ndarray] = {}
         self._rows_by_bin = np.zeros(len(self.manifest.shards), dtype=np.int64)  # distinct rows read, by bin
         self.packed = 0
+        self._direct_done = 0  # rows a closed reader read straight into their destination
         self.request_sizes = np.zeros((2, SIZE_BUCKETS))  # merge.size_histogram of every read counted
         # every bin's file, in bin order, then this rank's pack file
         self.paths = [shard_path(self.path, s) for s in self.manifest.shards]
         if self.pack is not None:
             self.paths.append(pack_path(self.path) / self.pack.files[rank].data)
-        self.pool = BufferPool(t.buffer_bytes)
+        self.pool = BufferPool(t.buffer_bytes, self.manifest.row.align)
         self.reader: Reader | None = Reader(self.paths, rows.row_bytes, self.manifest.row.align, pool=self.pool,
                                             window=t.window, queue_depth=t.queue_depth, backend=t.io_backend,
                                             direct=t.direct, device=self.device,
@@ -202,7 +203,14 @@ class DiskTier(Tier):
                 self.verify_chunks(f, off)
             if self.segments is not None:
                 self._from_pack(grp, u, f, off)
-            job = Job(f, off, self.shape)
+            # the job's rows in place order (file, offset): a read of adjacent rows then fills adjacent rows of
+            # its destination, and goes there directly (Reader._direct), not through the staging and a copy
+            placed = place(f, off)
+            where = np.empty_like(placed.order)
+            where[placed.order] = np.arange(placed.order.shape[0])
+            for p in grp:
+                p.row = where[p.row]
+            job = Job(placed.file, placed.offset, self.shape)
             ref = _JobRef(self.pool, job, len(grp))
             for p in grp:
                 p.ref = ref
@@ -268,6 +276,7 @@ class DiskTier(Tier):
         out["ssd_bytes_read"] += int(bytes_read)
         out["ssd_request_sizes"] = out.get("ssd_request_sizes", 0) + self.request_sizes
         out["packed_rows"] += self.packed
+        out["direct_rows"] += self._direct_done + (self.reader.direct_rows if self.reader is not None else 0)
         out["ssd_shares"] = self.ssd_shares()
 
     def own_memory(self) -> dict[str, int]:
@@ -276,6 +285,7 @@ class DiskTier(Tier):
 
     def release(self) -> None:
         if self.reader is not None:
+            self._direct_done += self.reader.direct_rows
             self.reader.close()
             self.reader = None
 

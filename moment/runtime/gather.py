@@ -42,18 +42,22 @@ class BufferPool:
     moment.runtime.budget.return_freed_memory), and faulting its pages in cost the reader more CPU than
     copying the rows into it. What the pool holds, used and kept, stays within its capacity."""
 
-    def __init__(self, capacity: int):
+    def __init__(self, capacity: int, align: int = 4096):
         self.capacity, self.used = int(capacity), 0
+        self.align = int(align)  # of every destination's first byte, so whole rows can be read into it directly
         self._cv = threading.Condition()
         self.peak = self.oversize = 0
         self._kept: list[np.ndarray] = []  # freed flat uint8 buffers, ready for a job
+        self._lent: dict[int, np.ndarray] = {}  # a destination lent (its first byte's address) -> its flat buffer
         self.kept_bytes = 0
         self.reused = 0  # destinations served from a kept buffer
 
     def array(self, rows: int, row_bytes: int) -> np.ndarray:
-        """A [rows, row_bytes] uint8 destination for bytes already taken: the smallest kept buffer that holds
-        it when its extra bytes fit the budget (counted as used until it is released), else a new one."""
+        """A [rows, row_bytes] uint8 destination for bytes already taken, its first byte aligned: the smallest
+        kept buffer that holds it when its extra bytes fit the budget (counted as used until it is released),
+        else a new one."""
         n = rows * row_bytes
+        buf = None
         with self._cv:
             fits = [b for b in self._kept if n <= b.nbytes and self.used + b.nbytes - n <= max(self.capacity, n)]
             if fits:
@@ -63,17 +67,23 @@ class BufferPool:
                 self.used += buf.nbytes - n
                 self.peak = max(self.peak, self.used)
                 self.reused += 1
-                return buf[:n].reshape(rows, row_bytes)
-            while self._kept and self.used + self.kept_bytes > self.capacity:  # room for the new one
+            while buf is None and self._kept and self.used + self.kept_bytes > self.capacity:  # room for a new one
                 self.kept_bytes -= self._kept.pop(0).nbytes
-        return np.empty(n, np.uint8).reshape(rows, row_bytes)
+        if buf is None:  # not aligned_buffer: its pages are written at once, these when the rows arrive
+            raw = np.empty(n + self.align, np.uint8)
+            start = -raw.ctypes.data % self.align
+            buf = raw[start:start + n]
+        dest = buf[:n].reshape(rows, row_bytes)
+        with self._cv:
+            self._lent[dest.ctypes.data] = buf
+        return dest
 
     def release(self, dest: np.ndarray) -> None:
         """Give back a destination `array` made: its bytes, and the buffer kept if it fits beside the rest."""
-        buf = dest if dest.base is None else dest.base
         with self._cv:
+            buf = self._lent.pop(dest.ctypes.data)
             self.used -= buf.nbytes
-            if buf.base is None and buf.ndim == 1 and self.used + self.kept_bytes + buf.nbytes <= self.capacity:
+            if self.used + self.kept_bytes + buf.nbytes <= self.capacity:
                 self._kept.append(buf)
                 self.kept_bytes += buf.nbytes
             self._cv.notify_all()
@@ -141,6 +151,7 @@ class Reader:
         self._stop = threading.Event()
         # aligned, so the block-aligned runs are read in place (no bounce copy per read)
         self._staging = [aligned_buffer(self.window + self.align, self.align) for _ in range(self.inflight)]
+        self.direct_rows = 0  # rows read straight into their job's destination (`_direct`)
         self._thread = start_thread(self._loop, "moment-reader", device)
 
     @property
@@ -209,6 +220,22 @@ class Reader:
             a = b
         return out
 
+    def _direct(self, plan: Plan, by_run: np.ndarray, run_rows: np.ndarray, dest: np.ndarray) -> np.ndarray:
+        """Per run: whether its bytes are exactly its rows, at consecutive rows of `dest` in file order, so it
+        can be read straight into `dest` (no staging, no copy): the run holds nothing else, its rows are
+        adjacent in the file and in `dest`, and its place in `dest` is aligned for a direct read."""
+        rb, n = self.row_bytes, len(plan)
+        counts = np.diff(run_rows)
+        base = dest.ctypes.data
+        if not n or base % self.align or not dest.flags.c_contiguous:
+            return np.zeros(n, bool)
+        first = run_rows[:-1]
+        k = np.arange(by_run.shape[0]) - np.repeat(first, counts)  # each row's place in its run
+        lead = np.repeat(by_run[first], counts)
+        fits = (by_run == lead + k) & (plan.row_at[by_run] == k * rb)
+        return ((plan.length == counts * rb) & (by_run[first] * rb % self.align == 0)
+                & np.logical_and.reduceat(fits, first))
+
     def _run(self, job: Job) -> None:
         plan = job.shape.plan(job.file, job.offset, self.row_bytes, self.align, self.window, self.sizes)
         job.sizes = size_histogram(plan.length)
@@ -216,26 +243,37 @@ class Reader:
         # rows grouped by run (the plan's place order), so each window's rows are one contiguous slice
         by_run = plan.order
         run_rows = np.searchsorted(plan.row_run[by_run], np.arange(len(plan) + 1))
-        flight: collections.deque[tuple[int, int, int, np.ndarray]] = collections.deque()
+        direct = self._direct(plan, by_run, run_rows, job.dest)
+        flat = job.dest.reshape(-1) if direct.any() else job.dest  # a view: `_direct` asks a contiguous one
+        self.direct_rows += int(np.diff(run_rows)[direct].sum())
+        flight: collections.deque[tuple[list[int], int, int, int, np.ndarray]] = collections.deque()
         free = list(range(self.inflight))
         w = 0
         while w < len(wins) or flight:
             while w < len(wins) and free:
                 a, b = wins[w]
                 k = free.pop()
-                dst = np.zeros(b - a, np.int64)
-                np.cumsum(plan.length[a:b - 1], out=dst[1:])
-                t = self.stack.submit(ReadBatch(plan.file[a:b], plan.start[a:b], plan.length[a:b], dst),
-                                      self._staging[k])
-                flight.append((t, a, b, k))
+                staged = ~direct[a:b]
+                at = np.zeros(b - a, np.int64)  # a staged run's place in the staging buffer
+                np.cumsum(np.where(staged, plan.length[a:b], 0)[:-1], out=at[1:])
+                tickets = []
+                for sel, dst, buf in ((staged, at, self._staging[k]),
+                                      (~staged, by_run[run_rows[a:b]] * self.row_bytes, flat)):
+                    if sel.any():
+                        r = slice(a, b)
+                        tickets.append(self.stack.submit(ReadBatch(plan.file[r][sel], plan.start[r][sel],
+                                                                   plan.length[r][sel], dst[sel]), buf))
+                flight.append((tickets, a, b, k, at))
                 w += 1
-            t, a, b, k = flight.popleft()
-            self.stack.wait(t)
+            tickets, a, b, k, at = flight.popleft()
+            for t in tickets:
+                self.stack.wait(t)
             if self._stop.is_set():
                 raise MomentError("the reader was closed before this read finished")
             rows = by_run[run_rows[a]:run_rows[b]]
-            dst0 = np.zeros(b - a, np.int64)
-            np.cumsum(plan.length[a:b - 1], out=dst0[1:])
-            src = dst0[plan.row_run[rows] - a] + plan.row_at[rows]
-            copy_rows(job.dest, rows, self._staging[k], src, 1)  # byte offsets in the window
+            run = plan.row_run[rows] - a
+            staged = ~direct[a:b][run]
+            if staged.any():
+                rows, run = rows[staged], run[staged]
+                copy_rows(job.dest, rows, self._staging[k], at[run] + plan.row_at[rows], 1)  # byte offsets
             free.append(k)

@@ -30,6 +30,8 @@ import numpy as np
 import torch
 
 from moment.errors import MomentError
+from moment.io.device import HostBatches
+from moment.io.rows import copy_rows
 
 
 @dataclass
@@ -124,16 +126,22 @@ class _Plain:
         self.num_nodes, self.row_shape = int(array.shape[0]), tuple(array.shape[1:])
         self.row_bytes = int(array.shape[1] * array.dtype.itemsize)
         self.rows = 0
+        self._batches = HostBatches()
 
     def submit(self, node_ids: torch.Tensor, tag: tuple | None = None) -> np.ndarray:
         return node_ids.detach().cpu().numpy() if isinstance(node_ids, torch.Tensor) else np.asarray(node_ids)
 
     def complete(self, ids: np.ndarray) -> torch.Tensor:
-        self.rows += int(ids.shape[0])
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)
-            x = torch.from_numpy(np.ascontiguousarray(self.array[ids]))
-        return x.to(self.device)
+        k, a = int(ids.shape[0]), self.array
+        self.rows += k
+        if not a.flags.c_contiguous:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                return torch.from_numpy(np.ascontiguousarray(a[ids])).to(self.device)
+        # each row copied once into a reused buffer (moment.io.device.HostBatches), not gathered into a fresh array
+        buf = self._batches.take(k * self.row_bytes).reshape(k, self.row_bytes)
+        copy_rows(buf, None, a.reshape(a.shape[0], -1).view(np.uint8), np.asarray(ids, np.int64))
+        return torch.from_numpy(buf.view(a.dtype).reshape(k, *self.row_shape)).to(self.device)
 
     def complete_local(self, ids: np.ndarray) -> Staged:
         return Staged(self.complete(ids))

@@ -76,6 +76,7 @@ class Trainer:
         self.model = run.ddp(self.module) if self.module is not None else None
         self.seeds_trained = 0
         self.batches_fed = 0  # a data-only run's batches (its steps: it takes none)
+        self.epoch_cpu: list[float] = []  # CPU seconds of this process (every thread) in each epoch it trained
 
     @property
     def step(self) -> int:
@@ -93,7 +94,7 @@ class Trainer:
         loader = self.run_.loader("train", e, start=at.next_batch)
         if self.model is not None:
             self.model.train()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         rep.start_epoch(e, len(loader.seeds), at.next_batch)
         for batch in loader:
             if self.record is not None:
@@ -116,6 +117,7 @@ class Trainer:
             if self.ck_every and self.step % self.ck_every == 0:
                 self.checkpoints.save(at)
         at.epoch_seconds.append(time.perf_counter() - t0)
+        self.epoch_cpu.append(time.process_time() - c0)
 
     def _loss(self, out: torch.Tensor, batch: Batch) -> torch.Tensor:
         if self.cfg.task == "link":
@@ -195,6 +197,8 @@ class Trainer:
             "pipeline_wall_s": stage.wall,
             "limiting_stage": stage.limiting(),
             "epoch_seconds": at.epoch_seconds,
+            # every rank's process, summed: what an epoch costs the machine's cores (since this start)
+            "epoch_cpu_seconds": ctx.all_reduce(torch.tensor(self.epoch_cpu, dtype=torch.float64)).tolist(),
             "wall_s": wall,
             "loss_curve": None if data_only else self.curve,
             "tier_bytes": tier_bytes,
@@ -212,6 +216,7 @@ class Trainer:
             "ssd_requests": int(total.ssd_requests),
             "ssd_request_sizes": total.ssd_request_sizes(),
             "packed_rows": int(total.packed_rows),
+            "direct_rows": int(total.direct_rows),
             "world_size": w,
             "backend": self.source.backend,
             "dist_backend": ctx.backend,
