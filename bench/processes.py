@@ -159,6 +159,11 @@ if __name__ == "__main__":
     ap.add_argument("--against", default=None, help="the baseline commit (default: where this branch left main)")
     ap.add_argument("--floor-dir", type=Path, default=Path("/tmp/floor"), help="the README's 100k example")
     a = ap.parse_args()
-    base = a.against or subprocess.run(["git", "-C", str(ROOT), "merge-base", "HEAD", "main"], capture_output=True,
-                                       text=True, check=True).stdout.strip()[:7]
+    base = a.against
+    if base is None:
+        r = subprocess.run(["git", "-C", str(ROOT), "merge-base", "HEAD", "main"], capture_output=True, text=True)
+        if r.returncode:
+            sys.exit(f"processes.py: no baseline: this checkout has no branch 'main' to compare with "
+                     f"({r.stderr.strip() or 'git merge-base failed'}); give one with --against COMMIT")
+        base = r.stdout.strip()[:7]
     floor(a.runs, base, floor_dir(a.floor_dir))
