@@ -400,7 +400,7 @@ class StagingRing:
         self.stream = self.dev.new_stream() if self.dev.copies else None
         self.bufs = ([DeviceStaging(self.slot, self.dev, self.stream) for _ in range(max(1, slots))]
                      if self.dev.copies else [])
-        self.batches = HostBatches()  # on CPU, where the batch is the host buffer itself
+        self.batches = None if self.dev.copies else HostBatches()  # on CPU the batch is the host buffer itself
         self.next = 0
 
     def take(self, nbytes: int) -> DeviceStaging:

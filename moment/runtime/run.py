@@ -183,6 +183,7 @@ class Run:
         self.lr_option: str | None = None  # the option that sets that rate, named in a stop's hint
         self._current: Batch | None = None
         self.epoch_seconds: list[float] = []  # each train loader's, from its first batch asked to its end
+        self.epoch_cpu_seconds: list[float] = []  # this process's CPU (every thread) over the same span
         self._closed = False
         torch.manual_seed(cfg.seed)  # the same initial weights on every rank, for a model built next
 
@@ -284,10 +285,12 @@ class Run:
 
     def summary(self) -> dict[str, Any]:
         """What this rank's run did so far: steps, the loss curve (the mean over ranks), each train loader's
-        seconds, the rows and bytes each tier served, the SSD reads and the pipelines' busy seconds."""
+        seconds and this process's CPU seconds in it, the rows and bytes each tier served, the SSD reads and the
+        pipelines' busy seconds."""
         st = self.source.tier_stats() if self.source is not None else self._final_stats
         return {"rank": self.rank, "world_size": self.world_size, "steps": self.step, "loss_curve": self.loss_curve,
-                "epoch_seconds": self.epoch_seconds, "tier_rows": dict(st["rows"]), "tier_bytes": dict(st["bytes"]),
+                "epoch_seconds": self.epoch_seconds, "epoch_cpu_seconds": self.epoch_cpu_seconds,
+                "tier_rows": dict(st["rows"]), "tier_bytes": dict(st["bytes"]),
                 "ssd_bytes_read": int(st["ssd_bytes_read"]),
                 "stage_seconds": {s: p.times.as_dict() for s, p in self._pipes.items()}}
 
@@ -360,7 +363,7 @@ class Run:
         cfg, rank, e = self.cfg, self.rank, loader.epoch
         train = loader.split == "train"
         key = (cfg.seed, e, rank) if train else (cfg.seed, e, rank, SPLIT_TAGS[loader.split])
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         if train:
             self.source.epoch_start(e)
         for item in self._pipe(loader.split).run(loader.seeds, key, start=loader.start):
@@ -373,6 +376,7 @@ class Run:
         if train:
             self.sync_losses()
             self.epoch_seconds.append(time.perf_counter() - t0)
+            self.epoch_cpu_seconds.append(time.process_time() - c0)
 
     def _check_machines(self) -> None:
         """Refuse, on every rank alike, machines that would not train one run (moment.runtime.rendezvous)."""

@@ -140,7 +140,7 @@ class _Plain:
                 return torch.from_numpy(np.ascontiguousarray(a[ids])).to(self.device)
         # each row copied once into a reused buffer (moment.io.device.HostBatches), not gathered into a fresh array
         buf = self._batches.take(k * self.row_bytes).reshape(k, self.row_bytes)
-        copy_rows(buf, None, a.reshape(a.shape[0], -1).view(np.uint8), np.asarray(ids, np.int64))
+        copy_rows(buf, None, a.reshape(a.shape[0], -1).view(np.uint8), ids)
         return torch.from_numpy(buf.view(a.dtype).reshape(k, *self.row_shape)).to(self.device)
 
     def complete_local(self, ids: np.ndarray) -> Staged:

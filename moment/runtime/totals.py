@@ -38,8 +38,8 @@ class Totals:
         sizes = tiers.get("ssd_request_sizes")
         sizes = np.zeros((2, SIZE_BUCKETS)) if sizes is None else np.asarray(sizes)
         return cls(seeds=seeds, ssd_bytes=tiers["ssd_bytes_read"], ssd_requests=tiers["ssd_requests"],
-                   packed_rows=tiers.get("packed_rows", 0), direct_rows=tiers.get("direct_rows", 0), tier_bytes=dict(tiers["bytes"]),
-                   tier_rows=dict(tiers["rows"]), stage_seconds=stages.as_dict(),
+                   packed_rows=tiers.get("packed_rows", 0), direct_rows=tiers.get("direct_rows", 0),
+                   tier_bytes=dict(tiers["bytes"]), tier_rows=dict(tiers["rows"]), stage_seconds=stages.as_dict(),
                    request_sizes={f"{kind}{k:02d}": float(sizes[i, k]) for i, kind in enumerate("nb")
                                   for k in range(SIZE_BUCKETS)})
 

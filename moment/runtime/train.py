@@ -76,7 +76,6 @@ class Trainer:
         self.model = run.ddp(self.module) if self.module is not None else None
         self.seeds_trained = 0
         self.batches_fed = 0  # a data-only run's batches (its steps: it takes none)
-        self.epoch_cpu: list[float] = []  # CPU seconds of this process (every thread) in each epoch it trained
 
     @property
     def step(self) -> int:
@@ -94,7 +93,7 @@ class Trainer:
         loader = self.run_.loader("train", e, start=at.next_batch)
         if self.model is not None:
             self.model.train()
-        t0, c0 = time.perf_counter(), time.process_time()
+        t0 = time.perf_counter()
         rep.start_epoch(e, len(loader.seeds), at.next_batch)
         for batch in loader:
             if self.record is not None:
@@ -117,7 +116,6 @@ class Trainer:
             if self.ck_every and self.step % self.ck_every == 0:
                 self.checkpoints.save(at)
         at.epoch_seconds.append(time.perf_counter() - t0)
-        self.epoch_cpu.append(time.process_time() - c0)
 
     def _loss(self, out: torch.Tensor, batch: Batch) -> torch.Tensor:
         if self.cfg.task == "link":
@@ -198,7 +196,7 @@ class Trainer:
             "limiting_stage": stage.limiting(),
             "epoch_seconds": at.epoch_seconds,
             # every rank's process, summed: what an epoch costs the machine's cores (since this start)
-            "epoch_cpu_seconds": ctx.all_reduce(torch.tensor(self.epoch_cpu, dtype=torch.float64)).tolist(),
+            "epoch_cpu_seconds": ctx.all_reduce(torch.tensor(self.run_.epoch_cpu_seconds, dtype=torch.float64)).tolist(),
             "wall_s": wall,
             "loss_curve": None if data_only else self.curve,
             "tier_bytes": tier_bytes,
