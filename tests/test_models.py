@@ -18,8 +18,11 @@ REPO = Path(__file__).resolve().parents[1]
 
 # [model, in_dim, hidden, classes, [seeds, new nodes of hop 1, ...], [edges of hop 1, ...]]: batches shaped as
 # the bench's (1024 seeds, fan-outs 25,10), a three-layer one, wide hidden layers over narrow features, GAT, and
-# link steps (a seventh item: label edges; the output as wide as a hidden layer), one whose decoder holds the most
+# link steps (a seventh item: label edges; the output as wide as a hidden layer), one whose decoder holds the most,
+# and a narrow hidden layer over wide features, whose forward holds the most (a rule counting per-edge messages,
+# which the SAGE layer never makes, states it 5x over)
 CONFIGS = [["sage", 128, 256, 4, [1024, 9000, 68000], [9300, 78000]],
+           ["sage", 512, 8, 4, [1024, 9000, 68000], [9300, 78000]],
            ["sage", 64, 128, 4, [512, 4000, 30000, 60000], [4000, 32000, 70000]],
            ["sage", 16, 512, 4, [512, 4300, 34000], [4400, 38000]],
            ["gat", 128, 64, 4, [512, 4300, 34000], [4400, 38000]],

@@ -227,10 +227,12 @@ def test_training_bytes_states_measures_or_takes_the_models_word():
     mine, note = training_bytes(_cfg(hidden=32), 16, CLASSES, layers, rows=rows, float_copy=False)
     assert torch.equal(torch.random.get_rng_state(), before)  # the run's initial weights are not moved
     assert note.startswith(f"measured one step of {GOOD} at start: ") and note.endswith(" MiB")
-    # SAGE3 is the built-in's layers run over the whole subgraph, every layer over every node and edge: the
-    # built-in's statement at that extent (measured/stated 1.00-1.03 as above)
+    # SAGE3 is PyG's layers run over the whole subgraph, every layer over every node and edge: the built-in's
+    # statement at that extent, plus the per-edge messages PyG's layer gathers (32 wide in the second layer's
+    # forward, where this step holds the most) and the built-in's does not (it states one value per edge)
     whole = [LayerExtent(rows, rows, layers[0].edges)] * len(layers)
-    assert 0.97 <= mine / step_bytes("sage", 16, CLASSES, 32, whole, rows=rows, float_copy=False) <= 1.08
+    messages = whole[1].edges * (32 - 1) * 4
+    assert 0.97 <= mine / (step_bytes("sage", 16, CLASSES, 32, whole, rows=rows, float_copy=False) + messages) <= 1.08
     stated, note = training_bytes(_cfg(model="tests.user_models:stated", hidden=32), 16, CLASSES, layers, rows=rows,
                                   float_copy=False)
     # the model's word for its activations, plus its weights, gradients, DDP's bucket and Adam's two moments

@@ -54,11 +54,12 @@ class SageSizes:
         """(the most one SAGEConv layer of a -> b widths holds while it runs, forward or backward; what its
         forward leaves saved for the backward while the later layers run).
 
-        Forward: the gathered messages (one per edge, `a` wide; the input features need no gradient, so they
-        are dropped once aggregated) beside the aggregation's sum and mean. Backward of a hidden layer: the
-        saved ReLU output, dropout mask and output, and two gradients of the same size, beside the saved mean.
-        Saved: the mean (lin_l's input), and of a hidden layer the ReLU output, the dropout mask and output."""
-        fwd = (e.edges + 2 * e.dst) * a
+        Forward: the aggregation's sum and mean beside a value per edge (the degree count's ones; the layer
+        never makes the per-edge messages, `moment.runtime.layers._NeighbourSum`). Backward of a hidden layer:
+        the saved ReLU output, dropout mask and output, and two gradients of the same size, beside the saved
+        mean. Saved: the mean (lin_l's input), and of a hidden layer the ReLU output, the dropout mask and
+        output."""
+        fwd = 2 * e.dst * a + e.edges
         bwd = e.dst * a + (5 if not last else 3) * e.dst * b
         return max(fwd, bwd) * _F32, e.dst * (a + (3 * b if not last else b)) * _F32
 

@@ -3,12 +3,13 @@
 
 Importing torch-geometric costs a training rank ~0.85 CPU-s and ~54 MiB at its start beyond what torch's
 optimizers load anyway (measured with an Adam step: 3.7 -> 2.8 CPU-s, 376 -> 322 MiB); the two layers need
-none of it. Each layer below issues the same tensor
-operations in the same order as PyG 2.8's `MessagePassing` path for an `edge_index` tensor (index_select
-of the sources, scatter_add_ into the targets, PyG's segment softmax), and draws its initial weights with
-the same calls in the same order (PyG's `Linear` initialises in its constructor and the layer resets it
-again), so that a seed gives bit-equal weights, outputs, gradients and loss curves: tests/test_layers.py
-checks all four against PyG's layers. Parameter names match PyG's, so checkpoints load either way.
+none of it. Each layer below computes what PyG 2.8's `MessagePassing` path computes for an `edge_index`
+tensor, adding the same numbers in the same order (index_select of the sources, scatter_add_ into the
+targets, PyG's segment softmax; SAGE's sum without the per-edge messages, `_NeighbourSum`), and draws its
+initial weights with the same calls in the same order (PyG's `Linear` initialises in its constructor and the
+layer resets it again), so that a seed gives bit-equal weights, outputs, gradients and loss curves:
+tests/test_layers.py checks all four against PyG's layers. Parameter names match PyG's, so checkpoints load
+either way.
 
 An edge_index is (2, E): row 0 the source (neighbour) in `x_src`, row 1 the target in `x_dst`.
 """
@@ -16,6 +17,7 @@ An edge_index is (2, E): row 0 the source (neighbour) in `x_src`, row 1 the targ
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -64,12 +66,40 @@ def _scatter_sum(src: Tensor, index: Tensor, rows: int) -> Tensor:
     return src.new_zeros((rows,) + tuple(src.shape[1:])).scatter_add_(0, _expand(index, src), src)
 
 
-def _scatter_mean(src: Tensor, index: Tensor, rows: int) -> Tensor:
-    count = src.new_zeros(rows)
-    count.scatter_add_(0, index, src.new_ones(src.size(0)))
-    count = count.clamp(min=1)
-    out = _scatter_sum(src, index, rows)
-    return out / _expand(count, out)
+class _NeighbourSum(torch.autograd.Function):
+    """Each target's sum of its sources' rows: `_scatter_sum(x_src.index_select(0, src), dst, rows)` without
+    the messages (one source row per edge), a step's largest tensors, each a fresh mapping whose pages the
+    kernel zeroed. The forward is an embedding bag per target, which adds its rows in edge order as
+    scatter_add_ does; the backward, only where `x_src` needs a gradient (not the input layer's features), is
+    the gathered path's own (scatter_add_'s gather, index_select's index_add_), so both are bit-equal to it."""
+
+    @staticmethod
+    def forward(ctx: Any, x_src: Tensor, src: Tensor, dst: Tensor, rows: int) -> Tensor:
+        ctx.save_for_backward(src, dst)
+        ctx.src_rows = x_src.size(0)
+        order = None
+        if dst.numel() > 1 and bool((dst[1:] < dst[:-1]).any()):  # the sampler's blocks are in target order
+            order = torch.argsort(dst, stable=True)  # stable: each target's edges keep their order
+        count = torch.bincount(dst, minlength=rows)  # a target beyond `rows` failed in _neighbour_mean's count
+        offsets = count.new_zeros(rows)
+        torch.cumsum(count[:-1], 0, out=offsets[1:])
+        return F.embedding_bag(src if order is None else src[order], x_src, offsets, mode="sum")
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, None, None, None]:
+        if not ctx.needs_input_grad[0]:
+            return None, None, None, None
+        src, dst = ctx.saved_tensors
+        messages = grad.index_select(0, dst)
+        return grad.new_zeros((ctx.src_rows, *grad.shape[1:])).index_add_(0, src, messages), None, None, None
+
+
+def _neighbour_mean(x_src: Tensor, edge_index: Tensor, rows: int) -> Tensor:
+    src, dst = edge_index[0], edge_index[1]
+    count = x_src.new_zeros(rows)
+    count.scatter_add_(0, dst, x_src.new_ones(dst.numel()))
+    out = _NeighbourSum.apply(x_src, src, dst, rows)
+    return out / _expand(count.clamp(min=1), out)
 
 
 def _segment_softmax(src: Tensor, index: Tensor, rows: int) -> Tensor:
@@ -99,7 +129,7 @@ class SAGEConv(nn.Module):
 
     def forward(self, x: tuple[Tensor, Tensor], edge_index: Tensor) -> Tensor:
         x_src, x_dst = x
-        out = _scatter_mean(x_src.index_select(0, edge_index[0]), edge_index[1], x_dst.size(0))
+        out = _neighbour_mean(x_src, edge_index, x_dst.size(0))
         return self.lin_l(out) + self.lin_r(x_dst)
 
     def extra_repr(self) -> str:
