@@ -23,50 +23,10 @@ DATA = Path(__file__).resolve().parent / "data"
 
 
 def pytest_collection_modifyitems(config, items):
-    """A test that needs one of the session's torchrun launches is slow (`make test-fast` leaves it out).
-    The tests marked `alone` go first: there the other worker is just starting, and waits for them the
-    shortest (see `_alone_or_beside`)."""
+    """A test that needs one of the session's torchrun launches is slow (`make test-fast` leaves it out)."""
     for item in items:
         if {"two_rank_dir", "restarted_run"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
-    items.sort(key=lambda item: item.get_closest_marker("alone") is None)  # stable: the rest keep their order
-
-
-@pytest.fixture(scope="session")
-def _machine_lock(tmp_path_factory):
-    """This worker's two lock files (turnstile, shared), in the run's directory common to its workers."""
-    if os.environ.get("PYTEST_XDIST_WORKER") is None:
-        yield None
-        return
-    root = tmp_path_factory.getbasetemp().parent
-    with open(root / "machine-turnstile.lock", "a") as turnstile, open(root / "machine-shared.lock", "a") as shared:
-        yield turnstile, shared
-
-
-@pytest.fixture(autouse=True)
-def _alone_or_beside(request, _machine_lock):
-    """A test marked `alone` (it compares wall times, which another worker's launches on the same two cores
-    would skew) runs while no other test of this run does; every other test runs beside any but those.
-    A readers-writer lock across the pytest-xdist workers (flock): each test holds the shared lock in shared
-    mode, an `alone` test in exclusive mode, and the turnstile taken first keeps the tests that arrive later
-    from starving it. Outside xdist there is nothing to wait for."""
-    if _machine_lock is None:
-        yield
-        return
-    turnstile, shared = _machine_lock
-    alone = request.node.get_closest_marker("alone") is not None
-    fcntl.flock(turnstile, fcntl.LOCK_EX)
-    try:
-        fcntl.flock(shared, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
-    finally:
-        if not alone:
-            fcntl.flock(turnstile, fcntl.LOCK_UN)
-    try:
-        yield
-    finally:
-        fcntl.flock(shared, fcntl.LOCK_UN)
-        if alone:
-            fcntl.flock(turnstile, fcntl.LOCK_UN)
 
 
 @pytest.fixture
