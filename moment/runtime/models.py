@@ -40,7 +40,9 @@ class SAGE(SageSizes, nn.Module):
         for i, (conv, b) in enumerate(zip(self.convs, blocks)):
             x = conv((x[: b.num_src], x[: b.num_dst]), b.edge_index)
             if i < len(self.convs) - 1:
-                x = F.dropout(F.relu(x), p=self.dropout, training=self.training)
+                # in place: the layer's sum is needed by no backward, and each fresh hidden-layer-sized tensor is
+                # a fresh mapping whose pages the kernel zeroes (8M bench: -3% CPU per epoch, three A/B pairs)
+                x = F.dropout(F.relu(x, inplace=True), p=self.dropout, training=self.training)
         return x
 
 
