@@ -170,6 +170,24 @@ def test_a_rank_that_exits_without_closing_is_a_moment_error_on_the_others(runti
     assert "gloo" not in r0["error"].lower() and "Connection" not in r0["error"]
 
 
+def test_a_script_builds_and_trains_the_built_in_model_through_the_public_api(runtime_layout):
+    """`moment.build_model` is the model `moment train --model sage|gat` trains (the same initial weights
+    right after `open_run`), and it takes a batch's features and blocks: one row of logits per seed."""
+    from moment.runtime.models import build_model
+
+    for name in ("sage", "gat"):
+        with moment.open_run(runtime_layout, fanouts=[5, 5], batch_size=64) as run:
+            model = moment.build_model(name, run.feature_dim, run.num_classes, num_layers=len(run.fanouts))
+            torch.manual_seed(run.cfg.seed)
+            ref = build_model(name, run.feature_dim, run.num_classes, num_layers=len(run.fanouts))
+            assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), ref.state_dict().values()))
+            b = next(iter(run.loader("train", 0)))
+            out = model(b.x.float(), b.blocks)
+            assert out.shape == (b.batch_size, run.num_classes), name
+            torch.nn.functional.cross_entropy(out, b.y[: b.batch_size]).backward()
+            assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters()), name
+
+
 def test_link_batches_hold_real_positive_edges_and_train_end_to_end(runtime_layout, runtime_dataset, tmp_path):
     from moment.runtime.config import make_config
     from moment.runtime.train import train

@@ -71,19 +71,18 @@ class _NeighbourSum(torch.autograd.Function):
     the messages (one source row per edge), a step's largest tensors, each a fresh mapping whose pages the
     kernel zeroed. The forward is an embedding bag per target, which adds its rows in edge order as
     scatter_add_ does; the backward, only where `x_src` needs a gradient (not the input layer's features), is
-    the gathered path's own (scatter_add_'s gather, index_select's index_add_), so both are bit-equal to it."""
+    the gathered path's own (scatter_add_'s gather, index_select's index_add_), so both are bit-equal to it.
+    `count`: each target's edges (`_neighbour_mean`'s, which also divides by it)."""
 
     @staticmethod
-    def forward(ctx: Any, x_src: Tensor, src: Tensor, dst: Tensor, rows: int) -> Tensor:
+    def forward(ctx: Any, x_src: Tensor, src: Tensor, dst: Tensor, count: Tensor) -> Tensor:
         ctx.save_for_backward(src, dst)
         ctx.src_rows = x_src.size(0)
-        order = None
         if dst.numel() > 1 and bool((dst[1:] < dst[:-1]).any()):  # the sampler's blocks are in target order
-            order = torch.argsort(dst, stable=True)  # stable: each target's edges keep their order
-        count = torch.bincount(dst, minlength=rows)  # a target beyond `rows` failed in _neighbour_mean's count
-        offsets = count.new_zeros(rows)
+            src = src[torch.argsort(dst, stable=True)]  # stable: each target's edges keep their order
+        offsets = torch.zeros_like(count)
         torch.cumsum(count[:-1], 0, out=offsets[1:])
-        return F.embedding_bag(src if order is None else src[order], x_src, offsets, mode="sum")
+        return F.embedding_bag(src, x_src, offsets, mode="sum")
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, None, None, None]:
@@ -96,10 +95,9 @@ class _NeighbourSum(torch.autograd.Function):
 
 def _neighbour_mean(x_src: Tensor, edge_index: Tensor, rows: int) -> Tensor:
     src, dst = edge_index[0], edge_index[1]
-    count = x_src.new_zeros(rows)
-    count.scatter_add_(0, dst, x_src.new_ones(dst.numel()))
-    out = _NeighbourSum.apply(x_src, src, dst, rows)
-    return out / _expand(count.clamp(min=1), out)
+    count = dst.new_zeros(rows).index_add_(0, dst, torch.ones_like(dst))  # a target beyond `rows` fails here
+    out = _NeighbourSum.apply(x_src, src, dst, count)
+    return out / _expand(count.clamp(min=1).to(out.dtype), out)
 
 
 def _segment_softmax(src: Tensor, index: Tensor, rows: int) -> Tensor:
