@@ -445,6 +445,12 @@ def report(prefix: str, m: dict) -> None:
         items = {it["name"]: it["machine_bytes"] for it in m["memory"]["items"]}
         print(f"{prefix}_cpu_cache_MiB: {items.get('cpu cache', 0) / 2**20:.0f}")
         print(f"{prefix}_read_buffers_MiB: {items.get('read buffers', 0) / 2**20:.0f}")
+        heaps = [r["heap"] for r in m.get("per_rank", []) if (r.get("heap") or {}).get("mode") == "keep"]
+        if heaps:
+            kept = ", ".join(f"{h['peak_kept_bytes'] / 2**20:.0f}" for h in heaps)
+            trims = ", ".join(str(h["trims"]) for h in heaps)
+            print(f"{prefix}_heap_reuse_MiB: {items.get('heap reuse', 0) / 2**20:.0f}  (freed memory kept, all ranks; "
+                  f"the most each rank kept: {kept} MiB; trims: {trims})")
         print(f"{prefix}_cpu_hit_rate: {m['cpu_hit_rate']:.4f}  (of rows not on a GPU tier, own or peer)")
         print(f"{prefix}_hit_rate: {m['memory_hit_rate']:.4f}  (GPU stand-ins or CPU cache, all ranks and epochs)")
         print(f"{prefix}_peer_rows: {m['tier_rows'].get('peer', 0)}  (rows copied from another rank's GPU tier)")

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from moment.runtime.budget import return_freed_memory
+from moment.runtime.heap import return_freed_memory
 from moment.runtime.link_task import decoder_bytes, link_logits, link_loss
 from moment.runtime.memory_use import reset_peak
 from moment.runtime.models import LayerExtent, build_model, step_bytes, weights

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from moment.caching.tiers import cache_state_bytes
 from moment.errors import MomentError
-from moment.runtime.budget import MemoryBudget, RunShape, resolve_budget, split_budget
+from moment.runtime.budget import REUSE_SHARE, MemoryBudget, RunShape, heap_reuse_want, resolve_budget, split_budget
 
 MiB = 2**20
 
@@ -42,6 +43,28 @@ def test_on_cuda_the_gpu_tier_the_batches_and_the_step_are_not_charged_to_the_ho
     assert cuda.gpu_rows == 0 and not {"gpu cache stand-in", "batch features", "training"} & set(on_cuda)
     assert on_cuda["staging ring"] == 64 * MiB and on_cuda["gpu table upload"] == 24 * MiB
     assert cuda.cpu_rows > cpu.cpu_rows  # what they took goes to the CPU cache
+
+
+def test_the_heap_keeps_freed_memory_before_the_cache_takes_the_rest_but_at_most_half_of_it():
+    """Measured (moment.runtime.heap): keeping freed arrays saved more CPU than the cache's rows it took."""
+    want = heap_reuse_want(_shape())
+    assert want == 2 * (50_000 * 512 + 40 * MiB)  # two batches' rows and steps
+    assert heap_reuse_want(_shape(device="cuda")) == 2 * 50_000 * 512  # the step is on the device
+    names = [it.name for it in split_budget(2048 * MiB, "given", 2, _shape()).budget.items]
+    assert names.index("read buffers") < names.index("heap reuse") < names.index("cpu cache")
+    roomy = split_budget(4096 * MiB, "given", 2, _shape())
+    assert roomy.heap_reuse_bytes == want  # all it wants where there is room
+    for total in (1500, 1800, 2048):  # tight: half of what the read buffers leave, the cache the rest
+        s = split_budget(total * MiB, "given", 2, _shape())
+        assert 0 < s.heap_reuse_bytes < want and s.cpu_rows > 0
+        b = s.budget
+        at = [it.name for it in b.items].index("heap reuse")
+        # what was charged before it (the policy's state as it was then: for no cached row; the cache adds its rows')
+        before = sum(b._machine(it) for it in b.items[:at] if it.name != "cache policy state")
+        left = total * MiB - b.margin - before - 2 * cache_state_bytes("static", 1_000_000, 0)
+        assert b._machine(b.items[at]) == pytest.approx(REUSE_SHARE * left, abs=MiB)
+        assert s.budget.used + s.budget.margin <= total * MiB
+    assert split_budget(None, "none", 2, _shape()).heap_reuse_bytes == want  # unbounded: accounted all the same
 
 
 def test_per_rank_items_count_once_per_rank():

@@ -14,8 +14,6 @@ Every rank computes the same split from the same inputs, so the ranks agree with
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +25,7 @@ from moment.sizes import parse_size
 
 MARGIN = 0.05  # of the budget, kept free for allocator slack, page tables, thread stacks and what we do not count
 MIN_MARGIN = 64 << 20
+REUSE_SHARE = 0.5  # of what the read buffers leave, the most the heap's reuse takes (the CPU cache gets the rest)
 #: a refusal suggests the minimum plus this (or 2% of it): a process's measured size varies a little between runs
 ROOM = 16 << 20
 
@@ -279,6 +278,14 @@ class Split:
     cpu_rows: int
     buffer_bytes: int
     shared_cache: bool
+    heap_reuse_bytes: int = 0  # per rank (moment.runtime.heap.keep_freed_memory)
+
+
+def heap_reuse_want(r: RunShape) -> int:
+    """The freed heap worth keeping per rank: two batches' transient arrays (the one training and the one
+    being gathered: its rows and, on CPU, its step), which the next batches make again. On the bench's 8M
+    run (moment.runtime.heap) the freed heap a rank kept peaked at 200-300 MiB; this gives 212 MiB."""
+    return 2 * (r.rows_max * r.row_bytes + (r.training_bytes if r.device == "cpu" else 0))
 
 
 def _charge_fixed(b: MemoryBudget, r: RunShape) -> tuple[MemoryBudget, Item, int]:
@@ -335,8 +342,8 @@ def split_budget(total: int | None, source: str, local_ranks: int, r: RunShape, 
 
     Order of claims on what is left: the GPU-cache stand-in (CPU runs: at most a tenth; on CUDA the GPU
     tier is in device memory, which moment.runtime.device_budget budgets), read buffers (block reads: a
-    third, at least two batches' misses), then the CPU cache takes the rest, each of its rows with the
-    policy's per-row bookkeeping.
+    third, at least two batches' misses), freed heap kept for reuse (`heap_reuse_want`, at most half),
+    then the CPU cache takes the rest, each of its rows with the policy's per-row bookkeeping.
     """
     b, state, min_buffers = _charge_fixed(MemoryBudget(total, local_ranks, source), r)
     b.check(what)
@@ -356,6 +363,8 @@ def split_budget(total: int | None, source: str, local_ranks: int, r: RunShape, 
             buffers = b.charge("read buffers", min_buffers)
     else:
         buffers = b.charge("read buffers", min_buffers)
+    reuse = b.grant("heap reuse", heap_reuse_want(r), share=REUSE_SHARE,
+                    note="freed arrays kept for the next batches (moment.runtime.heap)")
     shared = shared_by_local_ranks(r.policy, local_ranks) if shared is None else shared
     row_state = cache_state_bytes(r.policy, r.num_nodes, 1) - state.bytes  # per cached row, in every rank
     if total is None:
@@ -368,19 +377,4 @@ def split_budget(total: int | None, source: str, local_ranks: int, r: RunShape, 
         note = "one shared segment" if shared else "per rank"
     b.charge("cpu cache", cpu_rows * rb, shared=shared, note=note)
     state.bytes = cache_state_bytes(r.policy, r.num_nodes, cpu_rows)
-    return Split(b, gpu // rb if rb else 0, int(cpu_rows), int(buffers), shared)
-
-
-def return_freed_memory() -> None:
-    """Make glibc hand large freed buffers back to the kernel at once.
-
-    Batch-sized arrays are allocated and freed by several threads; with glibc's dynamic mmap threshold
-    they end up in per-thread arenas that keep the pages after free, so the process holds more than
-    the budget counts. A fixed 1 MiB threshold (and few arenas) returns them; no effect off glibc.
-    """
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.mallopt(-3, 1 << 20)  # M_MMAP_THRESHOLD
-        libc.mallopt(-8, 2)  # M_ARENA_MAX
-    except (OSError, AttributeError):
-        pass
+    return Split(b, gpu // rb if rb else 0, int(cpu_rows), int(buffers), shared, int(reuse))

@@ -39,7 +39,7 @@ class BufferPool:
 
     Destinations given back (`release`) are kept for the next jobs while they fit the budget beside the
     bytes in use: a fresh batch-sized array is mapped anew by the allocator (glibc's 1 MiB mmap threshold,
-    moment.runtime.budget.return_freed_memory), and faulting its pages in cost the reader more CPU than
+    moment.runtime.heap.return_freed_memory), and faulting its pages in cost the reader more CPU than
     copying the rows into it. What the pool holds, used and kept, stays within its capacity."""
 
     def __init__(self, capacity: int, align: int = 4096):

@@ -33,10 +33,10 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from moment.errors import MomentError
 from moment.io.device import DeviceLayer
 from moment.placement.opened import Layout
-from moment.runtime.budget import return_freed_memory
 from moment.runtime.config import TrainConfig, effective_fanouts, make_config
 from moment.runtime.dist import AgreedError, DistContext, setup
 from moment.runtime.finite import DIVERGE_FACTOR, DIVERGE_STEPS, BadStep, Divergence, StepLog
+from moment.runtime.heap import HeapKeeper, keep_freed_memory, return_freed_memory
 from moment.runtime.link_task import sampler_for, train_seeds
 from moment.runtime.loader import LoaderPipeline
 from moment.runtime.memory_use import reset_peak
@@ -115,6 +115,7 @@ class Run:
         close `ctx` (and the process group it made) with the run."""
         self.cfg, self.ctx, self._own_ctx = cfg, ctx, own_ctx
         self.source: FeatureSource | None = None
+        self.heap: HeapKeeper | None = None  # what the allocator keeps of freed memory (a tiered run's)
         self._pipes: dict[str, Pipeline | LoaderPipeline] = {}
         self._final_stats: dict[str, Any] = {"rows": {}, "bytes": {}, "ssd_bytes_read": 0}
         self._threads = torch.get_num_threads()  # restored at close
@@ -170,6 +171,8 @@ class Run:
                                     local_world_size=max(ctx.local_world_size, 1), inputs=inputs,
                                     device=ctx.device.type)
         self.source, self.store_info = make_source(cfg, ds, ctx, self.layout, self.plan)
+        # from here the batches' arrays: freed ones kept for the next batches, up to what the budget granted
+        self.heap = keep_freed_memory(self.plan.memory.heap_reuse_bytes, device=ctx.device) if self.plan is not None else None
         if self.plan is not None:  # collective: every rank (a machine's layout may have no GPU bin)
             lines = ctx.all_gather_object(ctx.serves.line(str(ctx.device)) if ctx.serves and ctx.serves.plan_gpus
                                           else None)
@@ -329,6 +332,8 @@ class Run:
 
     def _release(self) -> None:
         source, self.source = self.source, None
+        if self.heap is not None:
+            self.heap.stop()
         try:
             if source is not None:
                 self._final_stats = source.tier_stats()

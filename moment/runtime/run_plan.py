@@ -170,6 +170,7 @@ class MemoryPlan(_Frozen):
     buffer_bytes: int
     shared_cache: bool
     device: DevicePlan | None = None  # a CUDA run's device budget per rank (None: a CPU run)
+    heap_reuse_bytes: int = 0  # freed heap a rank keeps for reuse (moment.runtime.heap)
 
     @classmethod
     def of(cls, s: Split, device: DeviceBudget | None = None) -> MemoryPlan:
@@ -179,7 +180,7 @@ class MemoryPlan(_Frozen):
                    items=tuple(MemoryItem(name=i.name, bytes=i.bytes, shared=i.shared, machine_bytes=b._machine(i),
                                           note=i.note) for i in b.items),
                    gpu_rows=s.gpu_rows, cpu_rows=s.cpu_rows, buffer_bytes=s.buffer_bytes, shared_cache=s.shared_cache,
-                   device=DevicePlan.of(device) if device is not None else None)
+                   device=DevicePlan.of(device) if device is not None else None, heap_reuse_bytes=s.heap_reuse_bytes)
 
     def budget(self) -> MemoryBudget:
         return MemoryBudget(self.budget_bytes, self.local_ranks, self.source,
