@@ -45,17 +45,19 @@ def test_on_cuda_the_gpu_tier_the_batches_and_the_step_are_not_charged_to_the_ho
     assert cuda.cpu_rows > cpu.cpu_rows  # what they took goes to the CPU cache
 
 
-def test_the_heap_keeps_freed_memory_before_the_cache_takes_the_rest_but_at_most_half_of_it():
-    """Measured (moment.runtime.heap): keeping freed arrays saved more CPU than the cache's rows it took."""
+def test_packed_reads_keep_freed_memory_before_the_cache_takes_the_rest_but_at_most_half_of_it():
+    """Measured (moment.runtime.heap): there keeping freed arrays saved more CPU than the cache's rows it took."""
     want = heap_reuse_want(_shape())
     assert want == 2 * (50_000 * 512 + 40 * MiB)  # two batches' rows and steps
     assert heap_reuse_want(_shape(device="cuda")) == 2 * 50_000 * 512  # the step is on the device
-    names = [it.name for it in split_budget(2048 * MiB, "given", 2, _shape()).budget.items]
+    names = [it.name for it in split_budget(2048 * MiB, "given", 2, _shape(shape="packed")).budget.items]
     assert names.index("read buffers") < names.index("heap reuse") < names.index("cpu cache")
-    roomy = split_budget(4096 * MiB, "given", 2, _shape())
-    assert roomy.heap_reuse_bytes == want  # all it wants where there is room
-    for total in (1500, 1800, 2048):  # tight: half of what the read buffers leave, the cache the rest
-        s = split_budget(total * MiB, "given", 2, _shape())
+    assert split_budget(4096 * MiB, "given", 2, _shape(shape="packed")).heap_reuse_bytes == want  # where there is room
+    least = split_budget(1500 * MiB, "given", 2, _shape(shape="packed"))  # half would not hold a batch's rows
+    assert least.heap_reuse_bytes == 0 and any(it.name == "heap reuse" and "too little" in it.note
+                                               for it in least.budget.items)
+    for total in (1700, 1850, 2048):  # tight: half of what the read buffers leave, the cache the rest
+        s = split_budget(total * MiB, "given", 2, _shape(shape="packed"))
         assert 0 < s.heap_reuse_bytes < want and s.cpu_rows > 0
         b = s.budget
         at = [it.name for it in b.items].index("heap reuse")
@@ -63,8 +65,20 @@ def test_the_heap_keeps_freed_memory_before_the_cache_takes_the_rest_but_at_most
         before = sum(b._machine(it) for it in b.items[:at] if it.name != "cache policy state")
         left = total * MiB - b.margin - before - 2 * cache_state_bytes("static", 1_000_000, 0)
         assert b._machine(b.items[at]) == pytest.approx(REUSE_SHARE * left, abs=MiB)
-        assert s.budget.used + s.budget.margin <= total * MiB
-    assert split_budget(None, "none", 2, _shape()).heap_reuse_bytes == want  # unbounded: accounted all the same
+        assert b.used + b.margin <= total * MiB
+    assert split_budget(None, "none", 2, _shape(shape="packed")).heap_reuse_bytes == want  # unbounded: accounted
+
+
+@pytest.mark.parametrize("shape", ["block", "rows"])
+def test_other_shapes_keep_freed_memory_only_where_the_cache_leaves_room(shape):
+    """They pay per request for each row the cache does not hold: the cache comes first."""
+    want = heap_reuse_want(_shape())
+    tight = split_budget(1800 * MiB, "given", 2, _shape(shape=shape))
+    names = [it.name for it in tight.budget.items]
+    assert names.index("cpu cache") < names.index("heap reuse") and tight.heap_reuse_bytes == 0
+    capped = split_budget(1800 * MiB, "given", 2, _shape(shape=shape, cpu_limit_rows=10_000))  # the cache is satisfied
+    assert capped.cpu_rows == 10_000 and capped.heap_reuse_bytes == want
+    assert split_budget(None, "none", 2, _shape(shape=shape)).heap_reuse_bytes == want
 
 
 def test_per_rank_items_count_once_per_rank():

@@ -25,7 +25,7 @@ from moment.sizes import parse_size
 
 MARGIN = 0.05  # of the budget, kept free for allocator slack, page tables, thread stacks and what we do not count
 MIN_MARGIN = 64 << 20
-REUSE_SHARE = 0.5  # of what the read buffers leave, the most the heap's reuse takes (the CPU cache gets the rest)
+REUSE_SHARE = 0.5  # of what the read buffers leave, the most the heap's reuse takes before the CPU cache
 #: a refusal suggests the minimum plus this (or 2% of it): a process's measured size varies a little between runs
 ROOM = 16 << 20
 
@@ -288,6 +288,16 @@ def heap_reuse_want(r: RunShape) -> int:
     return 2 * (r.rows_max * r.row_bytes + (r.training_bytes if r.device == "cpu" else 0))
 
 
+def _grant_reuse(b: MemoryBudget, r: RunShape, share: float) -> int:
+    """Less than one batch's rows would be trimmed as soon as kept: then none, and freed memory goes back."""
+    got = b.grant("heap reuse", heap_reuse_want(r), share=share,
+                  note="freed arrays kept for the next batches (moment.runtime.heap)")
+    if got < r.rows_max * r.row_bytes:
+        b.items[-1] = Item("heap reuse", 0, False, "too little left to keep a batch's arrays: freed ones go back")
+        return 0
+    return got
+
+
 def _charge_fixed(b: MemoryBudget, r: RunShape) -> tuple[MemoryBudget, Item, int]:
     """Charge every need that does not shrink with the budget, the least read buffers included last
     (`split_budget` grants them again with the rest); (budget, the cache policy state item, least buffers)."""
@@ -342,8 +352,9 @@ def split_budget(total: int | None, source: str, local_ranks: int, r: RunShape, 
 
     Order of claims on what is left: the GPU-cache stand-in (CPU runs: at most a tenth; on CUDA the GPU
     tier is in device memory, which moment.runtime.device_budget budgets), read buffers (block reads: a
-    third, at least two batches' misses), freed heap kept for reuse (`heap_reuse_want`, at most half),
-    then the CPU cache takes the rest, each of its rows with the policy's per-row bookkeeping.
+    third, at least two batches' misses), with the packed shape freed heap kept for reuse (`heap_reuse_want`,
+    at most half), then the CPU cache takes the rest, each of its rows with the policy's per-row bookkeeping;
+    with the other shapes the heap's reuse gets what the cache leaves.
     """
     b, state, min_buffers = _charge_fixed(MemoryBudget(total, local_ranks, source), r)
     b.check(what)
@@ -363,8 +374,11 @@ def split_budget(total: int | None, source: str, local_ranks: int, r: RunShape, 
             buffers = b.charge("read buffers", min_buffers)
     else:
         buffers = b.charge("read buffers", min_buffers)
-    reuse = b.grant("heap reuse", heap_reuse_want(r), share=REUSE_SHARE,
-                    note="freed arrays kept for the next batches (moment.runtime.heap)")
+    # the packed shape reads a miss in large sequential segments, cheaply: there the faults of arrays made anew
+    # cost more than the cache's rows that keeping them takes; rows and block reads pay per request, and the
+    # cache comes first (measured: moment.runtime.heap)
+    reuse_first = r.shape == "packed"
+    reuse = _grant_reuse(b, r, REUSE_SHARE) if reuse_first else 0
     shared = shared_by_local_ranks(r.policy, local_ranks) if shared is None else shared
     row_state = cache_state_bytes(r.policy, r.num_nodes, 1) - state.bytes  # per cached row, in every rank
     if total is None:
@@ -377,4 +391,6 @@ def split_budget(total: int | None, source: str, local_ranks: int, r: RunShape, 
         note = "one shared segment" if shared else "per rank"
     b.charge("cpu cache", cpu_rows * rb, shared=shared, note=note)
     state.bytes = cache_state_bytes(r.policy, r.num_nodes, cpu_rows)
+    if not reuse_first:
+        reuse = _grant_reuse(b, r, 1.0)
     return Split(b, gpu // rb if rb else 0, int(cpu_rows), int(buffers), shared, int(reuse))
