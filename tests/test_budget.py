@@ -69,16 +69,19 @@ def test_packed_reads_keep_freed_memory_before_the_cache_takes_the_rest_but_at_m
     assert split_budget(None, "none", 2, _shape(shape="packed")).heap_reuse_bytes == want  # unbounded: accounted
 
 
-@pytest.mark.parametrize("shape", ["block", "rows"])
-def test_other_shapes_keep_freed_memory_only_where_the_cache_leaves_room(shape):
-    """They pay per request for each row the cache does not hold: the cache comes first."""
-    want = heap_reuse_want(_shape())
-    tight = split_budget(1800 * MiB, "given", 2, _shape(shape=shape))
+@pytest.mark.parametrize("how", [dict(shape="block"), dict(shape="rows"), dict(shape="packed", model_step=False),
+                                 dict(shape="packed", device="cuda")], ids=["block", "rows", "data-only", "cuda"])
+def test_other_runs_keep_freed_memory_only_where_the_cache_leaves_room(how):
+    """Rows and block reads pay per request for each row the cache does not hold; without a step on the CPU
+    (data only, or on a GPU) the cores are the reads': the cache comes first."""
+    want = heap_reuse_want(_shape(**how))
+    assert want == 2 * 50_000 * 512 + (2 * 40 * MiB if how.get("shape") != "packed" else 0)
+    tight = split_budget(1800 * MiB, "given", 2, _shape(**how))
     names = [it.name for it in tight.budget.items]
     assert names.index("cpu cache") < names.index("heap reuse") and tight.heap_reuse_bytes == 0
-    capped = split_budget(1800 * MiB, "given", 2, _shape(shape=shape, cpu_limit_rows=10_000))  # the cache is satisfied
+    capped = split_budget(1800 * MiB, "given", 2, _shape(**how, cpu_limit_rows=10_000))  # the cache is satisfied
     assert capped.cpu_rows == 10_000 and capped.heap_reuse_bytes == want
-    assert split_budget(None, "none", 2, _shape(shape=shape)).heap_reuse_bytes == want
+    assert split_budget(None, "none", 2, _shape(**how)).heap_reuse_bytes == want
 
 
 def test_per_rank_items_count_once_per_rank():

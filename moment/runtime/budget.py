@@ -265,6 +265,7 @@ class RunShape:
     remote_exchange_bytes: int = 0  # one round of the remote exchange (footprint.remote_round_bytes); 0: no remote tier
     remote_reader_bytes: int = 0  # the remote tier's serving reader (footprint.remote_reader_bytes)
     device: str = "cpu"  # cuda: the batches, the training step and the GPU tier are in device memory (its own budget)
+    model_step: bool = True  # False: a data-only run (the pipeline without the model)
     ring_bytes: int = 0  # cuda: the pinned staging ring batches go to the device through (moment.io.device.ring_bytes)
     upload_bytes: int = 0  # cuda: the GPU tier's table upload, one pinned chunk and its read (moment.io.device.upload_chunk)
     training_note: str | None = None  # how `training_bytes` was sized when not stated (a model of one's own)
@@ -285,7 +286,7 @@ def heap_reuse_want(r: RunShape) -> int:
     """The freed heap worth keeping per rank: two batches' transient arrays (the one training and the one
     being gathered: its rows and, on CPU, its step), which the next batches make again. On the bench's 8M
     run (moment.runtime.heap) the freed heap a rank kept peaked at 200-300 MiB; this gives 212 MiB."""
-    return 2 * (r.rows_max * r.row_bytes + (r.training_bytes if r.device == "cpu" else 0))
+    return 2 * (r.rows_max * r.row_bytes + (r.training_bytes if r.device == "cpu" and r.model_step else 0))
 
 
 def _grant_reuse(b: MemoryBudget, r: RunShape, share: float) -> int:
@@ -352,9 +353,9 @@ def split_budget(total: int | None, source: str, local_ranks: int, r: RunShape, 
 
     Order of claims on what is left: the GPU-cache stand-in (CPU runs: at most a tenth; on CUDA the GPU
     tier is in device memory, which moment.runtime.device_budget budgets), read buffers (block reads: a
-    third, at least two batches' misses), with the packed shape freed heap kept for reuse (`heap_reuse_want`,
-    at most half), then the CPU cache takes the rest, each of its rows with the policy's per-row bookkeeping;
-    with the other shapes the heap's reuse gets what the cache leaves.
+    third, at least two batches' misses), when a CPU step reads packed segments freed heap kept for reuse
+    (`heap_reuse_want`, at most half), then the CPU cache takes the rest, each of its rows with the policy's
+    per-row bookkeeping; in other runs the heap's reuse gets what the cache leaves.
     """
     b, state, min_buffers = _charge_fixed(MemoryBudget(total, local_ranks, source), r)
     b.check(what)
@@ -374,10 +375,11 @@ def split_budget(total: int | None, source: str, local_ranks: int, r: RunShape, 
             buffers = b.charge("read buffers", min_buffers)
     else:
         buffers = b.charge("read buffers", min_buffers)
-    # the packed shape reads a miss in large sequential segments, cheaply: there the faults of arrays made anew
-    # cost more than the cache's rows that keeping them takes; rows and block reads pay per request, and the
-    # cache comes first (measured: moment.runtime.heap)
-    reuse_first = r.shape == "packed"
+    # where the step shares the cores with the pipeline (on CPU) and a miss is cheap to read (the packed shape:
+    # large sequential segments), the faults of arrays made anew cost more than the cache's rows that keeping
+    # them takes; rows and block reads pay per request, and a data-only run or a GPU step leaves the cores to
+    # the reads: there the cache comes first (measured: moment.runtime.heap)
+    reuse_first = r.shape == "packed" and r.device == "cpu" and r.model_step
     reuse = _grant_reuse(b, r, REUSE_SHARE) if reuse_first else 0
     shared = shared_by_local_ranks(r.policy, local_ranks) if shared is None else shared
     row_state = cache_state_bytes(r.policy, r.num_nodes, 1) - state.bytes  # per cached row, in every rank

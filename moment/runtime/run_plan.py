@@ -320,7 +320,7 @@ def resolve_run(config: TrainConfig, layout: Layout, *, world_size: int, local_w
         exchange_bytes=exchange, remote_exchange_bytes=remote_exchange,
         remote_reader_bytes=inputs.remote_reader_bytes if remote_tier else 0,
         pack_index_bytes=pack.index_bytes if shape == "packed" or pack_index_bytes is not None else 0,
-        device=device, stride=_gpu_stride(layout)))
+        device=device, stride=_gpu_stride(layout), model_step=not cfg.data_only))
     if device == "cpu":
         _no_device_budget(cfg)
         dev, gpu_cap = None, split.gpu_rows  # the GPU tier's stand-in, granted by the host budget
@@ -367,7 +367,7 @@ def split_plan(layout: Layout) -> SplitPlan | None:
 def _run_shape(inputs: RunInputs, n: int, rb: int, shape: str, ahead: int, *, policy: str,
                cpu_limit_rows: int | None, index_bytes: int, own_gpu_rows: int, layout_cpu_rows: int, align: int,
                exchange_bytes: int, pack_index_bytes: int, remote_exchange_bytes: int = 0,
-               remote_reader_bytes: int = 0, device: str = "cpu", stride: int = 0) -> RunShape:
+               remote_reader_bytes: int = 0, device: str = "cpu", stride: int = 0, model_step: bool = True) -> RunShape:
     """The host budget's inputs; on CUDA with the pinned staging ring at the batch extent and, when the rank
     has GPU-tier rows, the upload's pinned chunk and that chunk's rows as read at the GPU bins' `stride`.
     `cpu_limit_rows`: the most CPU-cache rows asked (--cpu-cache-limit; None: as many as fit)."""
@@ -384,7 +384,7 @@ def _run_shape(inputs: RunInputs, n: int, rb: int, shape: str, ahead: int, *, po
         process_bytes=inputs.process_bytes, process_measured_on=inputs.process_measured_on,
         agent_bytes=inputs.agent_bytes, exchange_bytes=exchange_bytes,
         pack_index_bytes=pack_index_bytes, remote_exchange_bytes=remote_exchange_bytes,
-        remote_reader_bytes=remote_reader_bytes, device=device,
+        remote_reader_bytes=remote_reader_bytes, device=device, model_step=model_step,
         ring_bytes=ring_bytes(inputs.rows_max * rb) if cuda else 0,
         upload_bytes=chunk + chunk_rows * max(stride, rb) if cuda and own_gpu_rows else 0)
 
@@ -561,7 +561,7 @@ def store_budget(layout: Layout, options: StoreOptions, *, local_ranks: int, sha
                        policy=options.policy, cpu_limit_rows=options.cpu_rows, index_bytes=layout.index_bytes,
                        own_gpu_rows=own, layout_cpu_rows=layout.cpu_bin_rows, align=layout.manifest.row.align,
                        exchange_bytes=0, pack_index_bytes=layout.pack_index_bytes if options.shape == "packed" else 0,
-                       device=device, stride=_gpu_stride(layout))
+                       device=device, stride=_gpu_stride(layout), model_step=False)
     return split_budget(total, how, local_ranks, shape, shared=shared, what="this store")
 
 
