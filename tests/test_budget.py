@@ -84,6 +84,12 @@ def test_other_runs_keep_freed_memory_only_where_the_cache_leaves_room(how):
     assert split_budget(None, "none", 2, _shape(**how)).heap_reuse_bytes == want
 
 
+def test_a_store_alone_keeps_no_heap():
+    """Only a run starts the keeper (moment.runtime.heap): a store's split charges nothing for it."""
+    s = split_budget(4096 * MiB, "given", 2, _shape(shape="packed"), what="this store", heap=False)
+    assert s.heap_reuse_bytes == 0 and "heap reuse" not in [it.name for it in s.budget.items]
+
+
 def test_per_rank_items_count_once_per_rank():
     one = split_budget(2048 * MiB, "given", 1, _shape(policy="lru"))
     two = split_budget(2048 * MiB, "given", 2, _shape(policy="lru"))

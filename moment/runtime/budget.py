@@ -347,9 +347,10 @@ def minimum_budget(local_ranks: int, r: RunShape) -> MemoryBudget:
 
 
 def split_budget(total: int | None, source: str, local_ranks: int, r: RunShape, *, shared: bool | None = None,
-                 what: str = "this run") -> Split:
+                 what: str = "this run", heap: bool = True) -> Split:
     """Charge every fixed need, refuse if they do not fit, then size caches and read buffers. `shared`: the
-    CPU cache is one segment for the local ranks (None: when the policy allows it); `what` the refusal names.
+    CPU cache is one segment for the local ranks (None: when the policy allows it); `what` the refusal names;
+    `heap`: the process keeps freed memory when granted (a run does: moment.runtime.heap; a store alone not).
 
     Order of claims on what is left: the GPU-cache stand-in (CPU runs: at most a tenth; on CUDA the GPU
     tier is in device memory, which moment.runtime.device_budget budgets), read buffers (block reads: a
@@ -379,7 +380,7 @@ def split_budget(total: int | None, source: str, local_ranks: int, r: RunShape, 
     # large sequential segments), the faults of arrays made anew cost more than the cache's rows that keeping
     # them takes; rows and block reads pay per request, and a data-only run or a GPU step leaves the cores to
     # the reads: there the cache comes first (measured: moment.runtime.heap)
-    reuse_first = r.shape == "packed" and r.device == "cpu" and r.model_step
+    reuse_first = heap and r.shape == "packed" and r.device == "cpu" and r.model_step
     reuse = _grant_reuse(b, r, REUSE_SHARE) if reuse_first else 0
     shared = shared_by_local_ranks(r.policy, local_ranks) if shared is None else shared
     row_state = cache_state_bytes(r.policy, r.num_nodes, 1) - state.bytes  # per cached row, in every rank
@@ -393,6 +394,6 @@ def split_budget(total: int | None, source: str, local_ranks: int, r: RunShape, 
         note = "one shared segment" if shared else "per rank"
     b.charge("cpu cache", cpu_rows * rb, shared=shared, note=note)
     state.bytes = cache_state_bytes(r.policy, r.num_nodes, cpu_rows)
-    if not reuse_first:
+    if heap and not reuse_first:
         reuse = _grant_reuse(b, r, 1.0)
     return Split(b, gpu // rb if rb else 0, int(cpu_rows), int(buffers), shared, int(reuse))

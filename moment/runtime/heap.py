@@ -8,15 +8,14 @@ faults. Keeping freed memory in the heap instead makes the next batch's arrays f
 then holds its high-water mark (200-300 MiB per rank there), which a bounded run must charge to its budget.
 
 So the budget grants it (`moment.runtime.budget`: the "heap reuse" item) and the rank keeps at most that much:
-a `HeapKeeper` thread reads how much freed heap is resident and trims it (`malloc_trim`) when it is over. With
-the packed I/O shape the item is claimed before the CPU cache (at most half of what is left): on that run the
-ranks kept 103 MiB each and the cache got 190 MiB instead of 380, steady epochs 1.67-1.68 s against 1.90-2.06 s,
-the ranks' CPU 17% less, a few trims per rank and run (a packed miss is cheap to read again). With the block
-and rows shapes, which pay per request, the same trade made their epochs 20-30% slower (5.1-6.3 s), and the
-data-only run (no step: the reads have the cores) 60% slower: there the cache comes first and the heap keeps
-only what it leaves. A run granted
-nothing hands freed memory back at once, as before; so does one off glibc (or before glibc 2.33: no
-`mallinfo2`), where the keeper cannot measure.
+a `HeapKeeper` thread reads how much freed heap is resident and trims it (`malloc_trim`) when it is over. When
+a CPU step reads packed segments the item is claimed before the CPU cache (at most half of what is left): on
+that run the ranks kept 103 MiB each and the cache got 190 MiB instead of 380, steady epochs 1.67-1.68 s against
+1.90-2.06 s, the ranks' CPU 17% less, a few trims per rank and run (a packed miss is cheap to read again). With
+the block and rows shapes, which pay per request, the same trade made their epochs 20-30% slower (5.1-6.3 s),
+and the data-only run (no step: the reads have the cores) 60% slower: there the cache comes first and the heap
+keeps only what it leaves. A run granted nothing hands freed memory back at once, as before; so does one off
+glibc (or before glibc 2.33: no `mallinfo2`), where the keeper cannot measure.
 """
 
 from __future__ import annotations

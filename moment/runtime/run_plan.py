@@ -562,7 +562,7 @@ def store_budget(layout: Layout, options: StoreOptions, *, local_ranks: int, sha
                        own_gpu_rows=own, layout_cpu_rows=layout.cpu_bin_rows, align=layout.manifest.row.align,
                        exchange_bytes=0, pack_index_bytes=layout.pack_index_bytes if options.shape == "packed" else 0,
                        device=device, stride=_gpu_stride(layout), model_step=False)
-    return split_budget(total, how, local_ranks, shape, shared=shared, what="this store")
+    return split_budget(total, how, local_ranks, shape, shared=shared, what="this store", heap=False)
 
 
 def node_ranks(plan: RunPlan, rank: int) -> list[RankPlan]:
