@@ -182,7 +182,7 @@ def main() -> int:
     from moment.runtime.config import TrainConfig
     from moment.runtime.ssd_model import Disk
     from moment.placement.opened import Layout
-    from moment.runtime.train import preview_plan
+    from moment.runtime.sizing import preview_plan
     from moment.workload.graph import GraphDataset
 
     import epoch as ep

@@ -252,3 +252,19 @@ def test_a_module_that_imports_inside_functions_says_why_once():
             twice.append(p.relative_to(REPO).as_posix())
     assert not missing, f"imports inside functions without the module's reason ({LAZY_REASON!r}...): {missing}"
     assert not twice, f"the reason stated more than once: {twice}"
+
+
+def test_every_name_a_bench_or_example_imports_from_moment_exists():
+    """The benches and examples import inside `main` (they start fast): a name moved out of a module breaks
+    them only when someone runs them, so every `from moment... import name` in them is checked here."""
+    import importlib
+
+    missing = []
+    for path in sorted([*(REPO / "bench").glob("*.py"), *(REPO / "examples").glob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "moment":
+                mod = importlib.import_module(node.module)
+                for alias in node.names:
+                    if not hasattr(mod, alias.name) and importlib.util.find_spec(f"{node.module}.{alias.name}") is None:
+                        missing.append(f"{path.relative_to(REPO)}:{node.lineno}: {node.module}.{alias.name}")
+    assert not missing, missing
