@@ -292,7 +292,7 @@ def heap_reuse_want(r: RunShape) -> int:
 def _grant_reuse(b: MemoryBudget, r: RunShape, share: float) -> int:
     """Less than one batch's rows would be trimmed as soon as kept: then none, and freed memory goes back."""
     got = b.grant("heap reuse", heap_reuse_want(r), share=share,
-                  note="freed arrays kept for the next batches (moment.runtime.heap)")
+                  note="freed arrays kept for the next batches, not mapped anew")
     if got < r.rows_max * r.row_bytes:
         b.items[-1] = Item("heap reuse", 0, False, "too little left to keep a batch's arrays: freed ones go back")
         return 0
