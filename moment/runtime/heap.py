@@ -23,9 +23,9 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import threading
-from pathlib import Path
 from typing import Any
 
+from moment.runtime.memory_use import status_kib
 from moment.runtime.threads import start_thread
 
 RELEASE_THRESHOLD = 1 << 20  # arrays above it are mapped and unmapped: freed memory goes back at once
@@ -50,13 +50,8 @@ def _libc() -> ctypes.CDLL | None:
 
 
 def _rss_anon() -> int | None:
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("RssAnon:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+    kib = status_kib("self", "RssAnon")
+    return None if kib is None else kib * 1024
 
 
 def return_freed_memory() -> None:

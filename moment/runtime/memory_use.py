@@ -37,7 +37,8 @@ def reset_peak() -> bool:
         return False
 
 
-def _status_kib(pid: int | str, key: str) -> int | None:
+def status_kib(pid: int | str, key: str) -> int | None:
+    """Field `key` of /proc/PID/status in KiB (VmHWM, RssAnon, ...), None where it cannot be read."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith(key + ":"):
@@ -69,13 +70,13 @@ def _shared_pages(files: Sequence[str | Path] = ()) -> dict[str, int]:
 
 def parent_peak() -> int:
     """The peak RSS of this process's parent (under torchrun: its agent), 0 when unknown."""
-    return (_status_kib(os.getppid(), "VmHWM") or 0) * 1024
+    return (status_kib(os.getppid(), "VmHWM") or 0) * 1024
 
 
 def rank_sample(*, with_agent: bool, shared_files: Sequence[str | Path] = ()) -> dict:
     """This rank's share of the measurement (a plain dict: it travels through all_gather_object).
     `shared_files`: files every rank maps whose pages the machine holds once (see the module docstring)."""
-    hwm = _status_kib("self", "VmHWM")
+    hwm = status_kib("self", "VmHWM")
     if hwm is None:  # no /proc: the process's lifetime peak (kilobytes on Linux and BSD)
         import resource
 

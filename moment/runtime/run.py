@@ -289,13 +289,20 @@ class Run:
     def summary(self) -> dict[str, Any]:
         """What this rank's run did so far: steps, the loss curve (the mean over ranks), each train loader's
         seconds and this process's CPU seconds in it, the rows and bytes each tier served, the SSD reads and the
-        pipelines' busy seconds."""
+        pipelines' busy seconds, and what the allocator kept of freed memory (`heap_use`)."""
         st = self.source.tier_stats() if self.source is not None else self._final_stats
         return {"rank": self.rank, "world_size": self.world_size, "steps": self.step, "loss_curve": self.loss_curve,
                 "epoch_seconds": self.epoch_seconds, "epoch_cpu_seconds": self.epoch_cpu_seconds,
                 "tier_rows": dict(st["rows"]), "tier_bytes": dict(st["bytes"]),
                 "ssd_bytes_read": int(st["ssd_bytes_read"]),
-                "stage_seconds": {s: p.times.as_dict() for s, p in self._pipes.items()}}
+                "stage_seconds": {s: p.times.as_dict() for s, p in self._pipes.items()}, "heap": self.heap_use()}
+
+    def heap_use(self) -> dict[str, Any] | None:
+        """A tiered run's freed memory kept for reuse (moment.runtime.heap: its limit, the most kept, the trims)
+        or handed back at once ({"mode": "release"}); None for the other runs, which leave the allocator alone."""
+        if self.plan is None:
+            return None
+        return self.heap.summary() if self.heap is not None else {"mode": "release"}
 
     def close(self) -> dict[str, Any]:
         """Leave the run: serve the other ranks' remaining batches until every rank has closed (collective:

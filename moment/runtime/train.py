@@ -264,7 +264,7 @@ class Trainer:
                 "remote_served_bytes": int(st.get("remote_served_bytes", 0))}
         if self.plan is not None:
             out["ssd_shares"] = st.get("ssd_shares", {})
-            out["heap"] = self.run_.heap.summary() if self.run_.heap is not None else {"mode": "release"}
+            out["heap"] = self.run_.heap_use()
         return out
 
     def store_line(self) -> str:
