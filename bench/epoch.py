@@ -432,7 +432,7 @@ def report(prefix: str, m: dict) -> None:
         print(f"{prefix}_cgroup_limit_hits: {m['cgroup']['failcnt']}")
     print(f"{prefix}_peak_rss_per_rank_MiB: {m['peak_rss_bytes'] / 2**20:.0f}")
     mem = m.get("memory") or {}
-    print(f"{prefix}_memory_measured_peak_MiB: {mem.get('measured_peak_bytes', 0) / 2**20:.0f}  (ranks, segments, agent)")
+    print(f"{prefix}_memory_measured_peak_MiB: {mem.get('measured_peak_bytes', 0) / 2**20:.0f}  (ranks, agent, shared pages once)")
     if mem.get("predicted_peak_bytes"):
         print(f"{prefix}_memory_predicted_over_measured: "
               f"{mem['predicted_peak_bytes'] / mem['measured_peak_bytes']:.3f}  (the budget split's prediction)")
