@@ -329,7 +329,7 @@ def test_the_fresh_rank_is_measured_while_the_launcher_checks_and_never_outlives
         assert ss.fresh_sizes() == (agent, rank, shared) and ss.fresh_sizes("gat") == (agent, rank, shared)
         user_agent, user_rank, _ = ss.fresh_sizes("heavy_model:make")
         assert len(started) == 2 and user_rank - rank > 80 << 20, (rank, user_rank)
-        assert ss.rank_start_bytes("heavy_model:make") == user_rank
+        assert ss.start_sizes("heavy_model:make")[1] == user_rank
         monkeypatch.setattr(ss, "_measured", {})
         ss.record_path().unlink()
         ss.measure_ahead(budgeted=False)
@@ -375,9 +375,8 @@ def test_a_recorded_fresh_rank_is_reused_by_a_dry_run_and_a_recent_one_by_a_budg
         for budgeted in (False, True):  # recorded just now: no interpreter, when it was measured said
             agent, rank, shared, when = ahead(budgeted)
             assert (agent, rank, shared) == (100, 300, 50) and when is not None and len(started) == 1
-            assert ss.start_sizes() == (agent, rank, shared, when) and ss.rank_start_bytes("gat") == rank
-            assert ss.shared_start_bytes() == shared
-            assert ss.agent_start_bytes() == agent and len(started) == 1
+            assert ss.start_sizes() == (agent, rank, shared, when) and ss.start_sizes("gat")[1] == rank
+            assert len(started) == 1
         assert ahead(budgeted=True)[3].startswith(rec["date"] + " ")  # a budgeted reuse says the time too
         for stale in ({"at": rec["at"] - ss.RECENT_S - 1}, {"boot": "another-boot"}, {"boot": None},
                       {"at": rec["at"] + 3600}):  # too old, another boot, none, from the future

@@ -293,7 +293,8 @@ class RunInputs:
 def resolve_run(config: TrainConfig, layout: Layout, *, world_size: int, local_world_size: int,
                 inputs: RunInputs, device: str = "cpu", pack_index_bytes: int | None = None) -> RunPlan:
     """Every derived decision of a tiered run, once. `pack_index_bytes`: charge the index of a pack about
-    to be written (`moment data pack` under a budget: the run that will read it) instead of the layout's."""
+    to be written instead of the layout's, and split as the packed run that will read it (`moment data pack`
+    under a budget leaves out what that run's cache holds)."""
     cfg = config
     if cfg.features != "tiered":
         raise MomentError("a run plan describes a tiered run (--layout); the --features-in-memory and "
@@ -304,8 +305,8 @@ def resolve_run(config: TrainConfig, layout: Layout, *, world_size: int, local_w
     fanouts = cfg.resolved_fanouts()
     batch_size = cfg.resolved_batch_size(inputs.train_nodes, world_size)
     shape, pack = _io_shape(cfg, layout, world_size, batch_size, fanouts)
-    if pack_index_bytes is not None:  # the pack the run will read is not written yet
-        pack = pack.model_copy(update={"index_bytes": int(pack_index_bytes)})
+    if pack_index_bytes is not None:  # the pack the run will read is not written yet: split as that run's
+        shape, pack = "packed", pack.model_copy(update={"index_bytes": int(pack_index_bytes)})
     superbatch = cfg.resolved_superbatch(shape)
     ahead = lookahead(superbatch)
     gpu_shards = layout.shards_of("gpu")
@@ -320,7 +321,7 @@ def resolve_run(config: TrainConfig, layout: Layout, *, world_size: int, local_w
         index_bytes=layout.index_bytes, own_gpu_rows=own_rows, layout_cpu_rows=layout.cpu_bin_rows, align=m.row.align,
         exchange_bytes=exchange, remote_exchange_bytes=remote_exchange,
         remote_reader_bytes=inputs.remote_reader_bytes if remote_tier else 0,
-        pack_index_bytes=pack.index_bytes if shape == "packed" or pack_index_bytes is not None else 0,
+        pack_index_bytes=pack.index_bytes if shape == "packed" else 0,
         device=device, stride=_gpu_stride(layout), model_step=not cfg.data_only))
     if device == "cpu":
         _no_device_budget(cfg)

@@ -352,6 +352,13 @@ def preview_plan(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, layout: Layo
                        device=default_device(cfg.device), pack_index_bytes=pack_index_bytes)
 
 
+def start_env(model: str | None = None) -> dict[str, str]:
+    """The start-up figures a launcher's budget check charged (`preview_plan`, for a run of `model`), to hand its
+    ranks in their environment: they charge the same, so the minimum the check names is the one they accept."""
+    agent, rank, shared, _ = start_sizes(model)
+    return {BASE_ENV: str(rank), AGENT_ENV: str(agent), SHARED_ENV: str(shared)}
+
+
 def rank_base_bytes() -> int:
     """A rank's fixed cost as the budget charges it: the launcher's preview figure when `moment train`
     started this rank (so that the launcher's check and the ranks' are the same numbers, and the minimum

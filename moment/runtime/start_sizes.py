@@ -243,21 +243,3 @@ def fresh_sizes(model: str | None = None) -> tuple[int, int, int]:
         got = alone_bytes()[0], *alone_bytes()
     _measured[model] = got
     return got
-
-
-def rank_start_bytes(model: str | None = None) -> int:
-    """What a rank of a run of `model` holds before it touches data (interpreter, torch, the runtime and models,
-    what torch's optimizers load and a user's model module)."""
-    return fresh_sizes(model)[1]
-
-
-def agent_start_bytes(model: str | None = None) -> int:
-    """What torchrun's agent (a Python process that imports torch.distributed.run) holds, measured the
-    same way before it exists; the ranks, once started, measure their parent (`agent_bytes`)."""
-    return fresh_sizes(model)[0]
-
-
-def shared_start_bytes(model: str | None = None) -> int:
-    """The pages of the files a fresh rank maps (torch's libraries and the interpreter's): one copy for the
-    machine, whatever the number of ranks and the agent mapping them."""
-    return fresh_sizes(model)[2]
