@@ -168,9 +168,9 @@ def run_inputs(cfg: TrainConfig, ds: GraphDataset, graph: CSRGraph, batches: Seq
     """What `resolve_run` is given: the largest extent of `batches` (each rank's, or a preview's of every
     rank), the sizes torch's objects state for it (a round of the peer exchange among `local_ranks`, whose
     GPU tiers hold what `layout` gives them, and a training step of the model, included), a rank's and
-    torchrun's agent's measured sizes (their own pages; `shared_start_bytes`: the pages they share), and the dataset's
-    sizes. With `ctx`, the ranks agree on their maxima
-    first: every rank must resolve the same plan (the shared cache is one segment). `feature_dim`: the
+    torchrun's agent's measured sizes (each one's own pages; `shared_start_bytes`: the pages they share), and
+    the dataset's sizes. With `ctx`, the ranks agree on their maxima first: every rank must resolve the same
+    plan (the shared cache is one segment). `feature_dim`: the
     run's features are that wide (float32), not `ds`'s (a run planned on its graph alone). `device_memory`:
     this rank's device's free and total bytes (a CUDA rank), agreed as the least of the ranks'. `device`: where a
     model of the user's own that states no step memory is measured (moment.runtime.model_spec)."""
