@@ -76,6 +76,7 @@ from probe_fio import ENGINES, FIO_HUGE, huge_pages  # noqa: E402
 from moment.cli.train_cmds import torchrun_command  # noqa: E402
 from moment.errors import MomentError  # noqa: E402
 from moment.io.trace import rank_trace  # noqa: E402
+from moment.runtime.sizing import start_env  # noqa: E402
 
 CGROUP_MEMORY = Path("/sys/fs/cgroup/memory")
 # The launcher: joins the cgroup (its pid into cgroup.procs), then becomes torchrun; children inherit it.
@@ -367,6 +368,8 @@ def run(name: str, nproc: int, args: list[str], out: Path, *, cold: list[Path], 
     limited to `bound` bytes; stopped after `deadline` seconds ({"stopped_after_s": deadline}). Adds
     `disk_bytes_read`: what its processes read from disk (page faults and readahead included)."""
     env = {**os.environ, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // nproc))}
+    if "--memory-budget" in args:  # as `moment train` starts its ranks: they charge what its preview charged
+        env |= start_env()
     cmd = torchrun_command(nproc, [*args, "--metrics-json", str(out), "--quiet"])
     out.unlink(missing_ok=True)
     drop_files(*cold)
@@ -432,7 +435,7 @@ def report(prefix: str, m: dict) -> None:
         print(f"{prefix}_cgroup_limit_hits: {m['cgroup']['failcnt']}")
     print(f"{prefix}_peak_rss_per_rank_MiB: {m['peak_rss_bytes'] / 2**20:.0f}")
     mem = m.get("memory") or {}
-    print(f"{prefix}_memory_measured_peak_MiB: {mem.get('measured_peak_bytes', 0) / 2**20:.0f}  (ranks, segments, agent)")
+    print(f"{prefix}_memory_measured_peak_MiB: {mem.get('measured_peak_bytes', 0) / 2**20:.0f}  (ranks, agent, shared pages once)")
     if mem.get("predicted_peak_bytes"):
         print(f"{prefix}_memory_predicted_over_measured: "
               f"{mem['predicted_peak_bytes'] / mem['measured_peak_bytes']:.3f}  (the budget split's prediction)")

@@ -128,45 +128,58 @@ def test_grant_never_exceeds_free():
     assert got * 2 + 200 * MiB + b.margin <= 1000 * MiB
 
 
-def test_measured_peak_counts_each_shared_segment_once(tmp_path):
-    """As a cgroup charges: each rank's private peak, a /dev/shm segment once however many ranks map it,
-    and the busiest machine of several."""
+def test_measured_peak_counts_what_processes_share_once():
+    """As a cgroup charges: pages a forked child still shares with its parent (as a rank with torchrun's agent),
+    and a /dev/shm segment both map, are held once; each process's own pages and what it held above its end
+    are its own; the busiest machine of several."""
     import mmap
     import os
     from pathlib import Path
 
-    from moment.runtime.memory_use import machine_peak, rank_sample
+    from moment.runtime.budget import process_bytes, shared_bytes
+    from moment.runtime.memory_use import _footprint, machine_peak, rank_sample, reset_peak
 
-    shm = Path("/dev/shm")
-    if not shm.is_dir():
-        pytest.skip("no /dev/shm on this machine")
-    seg = shm / f"moment-test-{os.getpid()}"
-    seg.write_bytes(bytes(64 << 10))
+    if not Path("/proc/self/smaps_rollup").is_file():
+        pytest.skip("no /proc/PID/smaps_rollup (Linux 4.14+) on this machine")
+    seg = Path("/dev/shm") / f"moment-test-{os.getpid()}"
+    seg.write_bytes(bytes(32 * MiB))
     with open(seg, "r+b") as f:
-        m = mmap.mmap(f.fileno(), 64 << 10)
+        m = mmap.mmap(f.fileno(), 32 * MiB)
     seg.unlink()  # mapped and unlinked, as the runtime leaves its segments
-    m[: 40 << 10] = b"\x01" * (40 << 10)  # 10 of its 16 pages touched
+    heap = bytearray(64 * MiB)
+    for i in range(0, len(heap), 4096):  # resident, written: the parent's heap, which the child shares after fork
+        heap[i] = m[i % (32 * MiB)] = 1
+    (ready, told), (wait, go) = os.pipe(), os.pipe()
+    reset_peak()
+    pid = os.fork()
+    if pid == 0:  # the child: the shared pages, then 16 MiB of its own
+        mine = bytearray(16 * MiB)
+        for i in range(0, len(mine), 4096):
+            mine[i] = 1
+        os.write(told, b"1")
+        os.read(wait, 1)
+        os._exit(0)
     try:
-        mine = rank_sample(with_agent=False)
+        assert os.read(ready, 1) == b"1"
+        parent, child = _footprint("self"), _footprint(pid)
+        child_own, child_shared = process_bytes(pid), shared_bytes(pid)
+        rss = (own := process_bytes()) + shared_bytes()
     finally:
+        os.write(go, b"x")
+        os.waitpid(pid, 0)
         m.close()
-    assert list(mine["shm"].values()) == [40 << 10] and mine["agent"] == 0
-    # a data file every rank maps (the graph) is held once too: its pages are keyed like a segment
-    data = tmp_path / "indices.npy"
-    data.write_bytes(bytes(64 << 10))
-    with open(data, "rb") as f:
-        fm = mmap.mmap(f.fileno(), 64 << 10, access=mmap.ACCESS_READ)
-    try:
-        sum(fm[i] for i in range(0, 24 << 10, 4096))  # touched (the kernel may map pages around them too)
-        keyed = rank_sample(with_agent=False, shared_files=[data])["shm"]
-        plain = rank_sample(with_agent=False)["shm"]
-    finally:
-        fm.close()
-    assert len(keyed) == 1 and 24 << 10 <= next(iter(keyed.values())) <= 64 << 10 and plain == {}
-    key = next(iter(mine["shm"]))
-    a = {"peak": 100 * MiB, "shm": {key: 10 * MiB}, "agent": 30 * MiB}
-    b = {"peak": 90 * MiB, "shm": {key: 4 * MiB, "0:9": 2 * MiB}, "agent": 0}
-    assert machine_peak([a, b], 2) == {"bytes": (90 + 84) * MiB + (10 + 2) * MiB + 30 * MiB, "ranks": 174 * MiB,
-                                       "shared_segments": 12 * MiB, "agent": 30 * MiB}
-    big = {"peak": 500 * MiB, "shm": {}, "agent": 0}
+        for fd in (ready, told, wait, go):
+            os.close(fd)
+    assert 14 * MiB <= child_own <= 24 * MiB and child_shared >= 96 * MiB, (child_own >> 20, child_shared >> 20)
+    # the child as a rank, the parent as its agent: the heap and the segment once, the child's 16 MiB its own
+    got = machine_peak([{"self": child, "agent": parent}], 1)
+    assert rss + 14 * MiB <= got["bytes"] <= rss + 24 * MiB + own, (got, rss >> 20)
+    assert got["shared"] >= 96 * MiB and got["bytes"] < parent["peak"] + child["peak"] - 96 * MiB
+    mine = rank_sample(with_agent=True)
+    assert mine["self"]["shared"] <= mine["self"]["peak"] and mine["agent"]["peak"] > 0
+    a = {"self": {"peak": 300 * MiB, "shared": 100 * MiB}, "agent": {"peak": 310 * MiB, "shared": 280 * MiB}}
+    b = {"self": {"peak": 200 * MiB, "shared": 90 * MiB}, "agent": None}
+    assert machine_peak([a, b], 2) == {"bytes": 200 * MiB + 110 * MiB + 30 * MiB + 280 * MiB, "ranks": 310 * MiB,
+                                       "agent": 30 * MiB, "shared": 280 * MiB}
+    big = {"self": {"peak": 500 * MiB, "shared": 0}, "agent": None}
     assert machine_peak([a, b, big, big], 2)["bytes"] == 1000 * MiB  # per machine: the busiest one

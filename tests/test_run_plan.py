@@ -323,12 +323,13 @@ def test_the_fresh_rank_is_measured_while_the_launcher_checks_and_never_outlives
         ss.measure_ahead(budgeted=True, model="gat")  # once: a built-in model imports nothing more
         ss.measure_ahead(budgeted=True, model="heavy_model:make")  # a second interpreter, at the same time
         assert len(started) == 2 and all(p.poll() is None for p in started)  # running while the caller goes on
-        agent, rank = ss.fresh_sizes("sage")
-        assert len(started) == 2 and 0 < agent < rank  # collected, not measured again
-        assert ss.fresh_sizes() == (agent, rank) and ss.fresh_sizes("gat") == (agent, rank)
-        user_agent, user_rank = ss.fresh_sizes("heavy_model:make")
+        agent, rank, shared = ss.fresh_sizes("sage")
+        assert len(started) == 2 and 0 < rank < 32 << 20 and agent > 0  # collected, not measured again
+        assert shared > 128 << 20  # torch and the runtime the agent loaded, which its forked ranks share
+        assert ss.fresh_sizes() == (agent, rank, shared) and ss.fresh_sizes("gat") == (agent, rank, shared)
+        user_agent, user_rank, _ = ss.fresh_sizes("heavy_model:make")
         assert len(started) == 2 and user_rank - rank > 80 << 20, (rank, user_rank)
-        assert ss.rank_start_bytes("heavy_model:make") == user_rank
+        assert ss.start_sizes("heavy_model:make")[1] == user_rank
         monkeypatch.setattr(ss, "_measured", {})
         ss.record_path().unlink()
         ss.measure_ahead(budgeted=False)
@@ -353,12 +354,12 @@ def test_a_recorded_fresh_rank_is_reused_by_a_dry_run_and_a_recent_one_by_a_budg
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     started = []
     monkeypatch.setattr(ss, "_start", lambda model=None: started.append(model))  # no interpreter: a fake measurement
-    monkeypatch.setattr(ss, "_collect", lambda p: (100, 300))
+    monkeypatch.setattr(ss, "_collect", lambda p: (100, 300, 50))
     monkeypatch.setattr(ss, "_ahead", {})
     monkeypatch.setattr(ss, "_taken", {})
     monkeypatch.setattr(ss, "_measured", {})
 
-    def ahead(budgeted: bool, model: str | None = None) -> tuple[int, int, str | None]:
+    def ahead(budgeted: bool, model: str | None = None) -> tuple[int, int, int, str | None]:
         ss._measured.clear()
         ss._taken.clear()
         ss.measure_ahead(budgeted=budgeted, model=model)
@@ -368,28 +369,28 @@ def test_a_recorded_fresh_rank_is_reused_by_a_dry_run_and_a_recent_one_by_a_budg
         ss.record_path().write_text(json.dumps({**json.loads(ss.record_path().read_text()), **changes}))
 
     try:
-        assert ahead(budgeted=True) == (100, 300, None) and len(started) == 1  # nothing recorded: measured
+        assert ahead(budgeted=True) == (100, 300, 50, None) and len(started) == 1  # nothing recorded: measured
         rec = json.loads(ss.record_path().read_text())
-        assert rec["rank"] == 300 and rec["boot"] == ss._boot() is not None
+        assert rec["rank"] == 300 and rec["shared"] == 50 and rec["boot"] == ss._boot() is not None
         for budgeted in (False, True):  # recorded just now: no interpreter, when it was measured said
-            agent, rank, when = ahead(budgeted)
-            assert (agent, rank) == (100, 300) and when is not None and len(started) == 1
-            assert ss.start_sizes() == (agent, rank, when) and ss.rank_start_bytes("gat") == rank  # asked again
-            assert ss.agent_start_bytes() == agent and len(started) == 1
-        assert ahead(budgeted=True)[2].startswith(rec["date"] + " ")  # a budgeted reuse says the time too
+            agent, rank, shared, when = ahead(budgeted)
+            assert (agent, rank, shared) == (100, 300, 50) and when is not None and len(started) == 1
+            assert ss.start_sizes() == (agent, rank, shared, when) and ss.start_sizes("gat")[1] == rank
+            assert len(started) == 1
+        assert ahead(budgeted=True)[3].startswith(rec["date"] + " ")  # a budgeted reuse says the time too
         for stale in ({"at": rec["at"] - ss.RECENT_S - 1}, {"boot": "another-boot"}, {"boot": None},
                       {"at": rec["at"] + 3600}):  # too old, another boot, none, from the future
             rewrite(**stale)
-            assert ahead(budgeted=True)[2] is None and len(started) == 2  # measured again, and recorded anew
+            assert ahead(budgeted=True)[3] is None and len(started) == 2  # measured again, and recorded anew
             started.pop()
             rewrite(**stale)
-            assert ahead(budgeted=False)[2] == rec["date"] and len(started) == 1  # a dry run's check takes it
+            assert ahead(budgeted=False)[3] == rec["date"] and len(started) == 1  # a dry run's check takes it
         for bad, budgeted in [("{", False), ("{", True), (json.dumps({**rec, "key": {"python": "other"}}), False),
                               (json.dumps({**rec, "at": "soon"}), True)]:  # unreadable, another installation
             ss.record_path().write_text(bad)
-            assert ahead(budgeted)[2] is None  # measured again
+            assert ahead(budgeted)[3] is None  # measured again
         assert json.loads(ss.record_path().read_text())["key"] == ss._record_key()
-        assert ahead(False, "mine:make")[2] is None and started[-1] == "mine:make"  # another model's module
+        assert ahead(False, "mine:make")[3] is None and started[-1] == "mine:make"  # another model's module
         assert json.loads(ss.record_path().read_text())["key"] == ss._record_key("mine:make") != ss._record_key()
         # a user's module, found as a rank imports it (the current directory first), not run: an edit measures anew
         monkeypatch.chdir(tmp_path)
@@ -398,12 +399,12 @@ def test_a_recorded_fresh_rank_is_reused_by_a_dry_run_and_a_recent_one_by_a_budg
         (tmp_path / "pkg" / "net.py").write_text("def make(**kw): ...\n")
         assert ss._module_file("pkg.net:make")[0] == str(tmp_path / "pkg" / "net.py")
         before = len(started)
-        assert ahead(True, "pkg.net:make")[2] is None and len(started) == before + 1
-        assert ahead(True, "pkg.net:make")[2] is not None and len(started) == before + 1  # not edited since
+        assert ahead(True, "pkg.net:make")[3] is None and len(started) == before + 1
+        assert ahead(True, "pkg.net:make")[3] is not None and len(started) == before + 1  # not edited since
         (tmp_path / "pkg" / "net.py").write_text("import heavy_library\ndef make(**kw): ...\n")
-        assert ahead(True, "pkg.net:make")[2] is None and ahead(False, "pkg.net:make")[2] is not None
+        assert ahead(True, "pkg.net:make")[3] is None and ahead(False, "pkg.net:make")[3] is not None
         assert len(started) == before + 2 and "pkg" not in sys.modules
-        assert "load_callable('mine:make', '--model')" in ss.script("mine:make") and ss.script("sage") == ss.FRESH
+        assert "load_callable('mine:make', '--model')" in ss.script("mine:make") and "pass" in ss.script("sage")
     finally:
         ss._measured.clear()
 
@@ -413,17 +414,17 @@ def test_the_launcher_hands_the_ranks_the_fresh_rank_of_the_users_model(runtime_
     rank as its fixed cost) imports the user's module, as the rank does before it measures itself."""
     from moment.cli.train_cmds import _precheck
     from moment.runtime import start_sizes as ss
-    from moment.runtime.sizing import AGENT_ENV, BASE_ENV
+    from moment.runtime.sizing import AGENT_ENV, BASE_ENV, SHARED_ENV
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.chdir(REPO)
     monkeypatch.setattr(ss, "_start", lambda model=None: model)  # a fake measurement: larger with the user's module
-    monkeypatch.setattr(ss, "_collect", lambda model: (100 << 20, (300 if model is None else 350) << 20))
+    monkeypatch.setattr(ss, "_collect", lambda model: (100 << 20, (300 if model is None else 350) << 20, 80 << 20))
     monkeypatch.setattr(ss, "_ahead", {})
     monkeypatch.setattr(ss, "_measured", {})
     common = ["--layout", str(runtime_layout), "--memory-budget", "3GiB"]
     _, env, _ = _precheck([*common, "--model", "examples.own_loop:factory", "--fanouts", "5,5,5"], 2)
-    assert env == {BASE_ENV: str(350 << 20), AGENT_ENV: str(100 << 20)}
+    assert env == {BASE_ENV: str(350 << 20), AGENT_ENV: str(100 << 20), SHARED_ENV: str(80 << 20)}
     _, env, _ = _precheck([*common, "--model", "gat"], 2)
     assert env[BASE_ENV] == str(300 << 20)
 
@@ -436,7 +437,8 @@ def test_a_dry_run_with_a_recorded_start_size_loads_no_torch_and_prints_the_same
 
     (tmp_path / "moment").mkdir()
     (tmp_path / "moment" / "start_sizes.json").write_text(json.dumps(
-        {"key": ss._record_key(), "agent": 200 << 20, "rank": 400 << 20, "date": "2026-01-02"}))
+        {"key": ss._record_key(), "agent": 200 << 20, "rank": 400 << 20, "shared": 80 << 20,
+         "date": "2026-01-02"}))
     # what the dry run loaded, said at exit (after the CLI's sys.exit)
     wrapper = ("import atexit, runpy, sys\n"
                "atexit.register(lambda: sys.stderr.write(f'\\nloaded torch={\"torch\" in sys.modules} '\n"

@@ -324,6 +324,7 @@ def test_a_memory_budget_sizes_the_store_as_a_run_sizes_its_cache(data, monkeypa
     batches = 2 + HostBatches.SPARE
     fixed = staging_bytes(lay.manifest.row.align) + batches * rp.default_batch_rows(n) * lay.row_bytes + lay.index_bytes
     monkeypatch.setattr(rp, "process_bytes", lambda: budget - (64 << 20) - fixed - (200 << 10))  # ~200 KiB left
+    monkeypatch.setattr(rp, "shared_bytes", lambda: 0)
     tight = plan_store(lay, ONE, StoreOptions(memory_budget=budget), None)
     mem = tight.memory
     assert mem.budget_bytes == budget and mem.predicted_peak_bytes <= budget - mem.margin

@@ -75,7 +75,7 @@ def test_a_budgeted_launch_reuses_the_recorded_batch_extent_and_loads_no_torch(l
     measured a moment before, said so (faked here: tests/test_run_plan.py measures it)."""
     code = ("import sys; from moment.io import device; device.GPU_DRIVER_PATHS = (sys.argv[1],); "
             "from moment.runtime import start_sizes as ss; ss._start = lambda model=None: None; "
-            "ss._collect = lambda p: (100 << 20, 300 << 20); "
+            "ss._collect = lambda p: (100 << 20, 300 << 20, 80 << 20); "
             "from moment.cli.train_cmds import _precheck; _, _, plan = _precheck(sys.argv[2:], 2); "
             "print('torch' in sys.modules, plan.model_dump_json())")
     env = {**os.environ, "PYTHONPATH": str(REPO), "XDG_CACHE_HOME": str(tmp_path / "cache")}

@@ -59,7 +59,7 @@ def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
     parsed configuration, what the ranks' environment must add so that their own checks use the same
     numbers, and the run plan the ranks will resolve (when there is a budget to check, or `plan`; else None)."""
     from moment.runtime.config import BUILT_IN_MODELS, parse_args
-    from moment.runtime.start_sizes import agent_start_bytes, measure_ahead, rank_start_bytes
+    from moment.runtime.start_sizes import measure_ahead
 
     cfg = parse_args(args, check=False)
     if (cfg.memory_budget or cfg.device_memory_budget or plan) and cfg.features == "tiered":
@@ -125,13 +125,12 @@ def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
         make_model(cfg, ds.feature_dim, width, len(cfg.resolved_fanouts()))
         load_loss(cfg.loss, width)
     if (cfg.memory_budget or cfg.device_memory_budget or plan) and cfg.features == "tiered":
-        from moment.runtime.sizing import AGENT_ENV, BASE_ENV, preview_plan
+        from moment.runtime.sizing import preview_plan, start_env
 
         # as the ranks will resolve it: a budget below the minimum is one message, here
         run_plan = preview_plan(cfg, ds, nproc, layout=layout, nnodes=rdzv.nnodes if rdzv is not None else 1)
         # the ranks charge the figures this check charged
-        env = ({BASE_ENV: str(rank_start_bytes(cfg.model)), AGENT_ENV: str(agent_start_bytes(cfg.model))}
-               if cfg.memory_budget else {})
+        env = start_env(cfg.model) if cfg.memory_budget else {}
         return cfg, env, run_plan
     return cfg, {}, None
 

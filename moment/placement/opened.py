@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from moment.errors import MomentError
+from moment.io.files import forget_pages
 from moment.placement.manifest import LayoutManifest, Shard, SplitRef
 from moment.placement.pack import PackManifest, load_pack, pack_index_bytes
 from moment.placement.reader import IndexCheck, bin_rows, check_dataset, damaged, load_manifest, order_problem, shard_path
@@ -156,13 +157,14 @@ class Layout:
         bd, sd = self.index_dtypes()
         bins, slots = np.empty(n, bd), np.empty(n, sd)
         check = IndexCheck(self.manifest)
-        step = 1 << 20
+        step, blk = 1 << 20, None
         for a in range(0, n, step):
             blk = np.asarray(idx[a:a + step])
             check.add(a, blk)
             bins[a:a + step] = blk[:, 0]
             slots[a:a + step] = blk[:, 1]
-        del idx
+        del idx, blk  # unmapped: the kernel drops no page a process still maps
+        forget_pages(path)  # read once: copied into the compact arrays the budget charges
         if why := check.problem():
             raise damaged("index", why, path)
         return bins, slots
@@ -175,7 +177,10 @@ class Layout:
             order = np.load(f, mmap_mode="r")
             if why := order_problem(order, m.dataset.num_nodes):
                 raise damaged("hotness order", why, f)
-            return np.array(order[:limit] if limit is not None else order)
+            out = np.array(order[:limit] if limit is not None else order)
+            del order
+            forget_pages(f)  # read once: the copy is what is held
+            return out
         # older layouts: cache bins in list order, then SSD rows by slot (each shard is hottest first)
         idx = np.load(self.path / m.index.path, mmap_mode="r")
         parts = [np.load(self.path / f.path) for f in m.cache_lists.values()]

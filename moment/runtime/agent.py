@@ -123,6 +123,17 @@ def _exits_count_as_returns() -> None:
     MultiprocessContext._is_done = _is_done
 
 
+def preload() -> None:
+    """What the agent loads for its ranks before forking them (moment.runtime.start_sizes measures the same)."""
+    import gc
+
+    import moment.runtime.train  # noqa: F401 - what a rank loads first
+    from moment.runtime.models import load_optimizers
+
+    load_optimizers()
+    gc.freeze()  # the collector of a forked rank does not write to (copy) the pages of what is loaded here
+
+
 def forked_ranks(config_from_args):
     """torchrun's `config_from_args`, with the ranks of a Python program forked from this process (`program`) once
     it has loaded what they load first. `--no-python` (a program that is not Python) and `--run-path` (torchrun's
@@ -132,13 +143,7 @@ def forked_ranks(config_from_args):
         cfg, cmd, cmd_args = config_from_args(args)
         if args.no_python or args.run_path:
             return cfg, cmd, cmd_args
-        import gc
-
-        import moment.runtime.train  # noqa: F401 - what a rank loads first
-        from moment.runtime.models import load_optimizers
-
-        load_optimizers()
-        gc.freeze()  # the collector of a forked rank does not write to (copy) the pages of what is loaded here
+        preload()
         cfg.start_method = "fork"
         _exits_count_as_returns()
         return cfg, program, ["module" if args.module else "script", args.training_script,

@@ -21,6 +21,7 @@ from pathlib import Path
 from moment.caching.tiers import cache_state_bytes, shared_by_local_ranks
 from moment.errors import MomentError
 from moment.io.device import HostBatches
+from moment.runtime.memory_use import own_and_shared, status_kib
 from moment.sizes import parse_size
 
 MARGIN = 0.05  # of the budget, kept free for allocator slack, page tables, thread stacks and what we do not count
@@ -72,15 +73,31 @@ def _meminfo(key: str) -> int | None:
     return None
 
 
-def process_bytes() -> int:
-    """Resident memory of this process now (the interpreter, torch, the model: a rank's fixed cost)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 400 << 20
+def process_bytes(pid: int | str = "self") -> int:
+    """The resident memory process `pid` alone holds now (a rank's fixed cost, paid by every rank: the
+    interpreter's and torch's heap, the model); what it shares with other processes is `shared_bytes`.
+    All of its RSS where the kernel does not say (no smaps_rollup), 400 MiB where nothing can be read."""
+    got = own_and_shared(pid)
+    if got is not None:
+        return got[0]
+    rss = status_kib(pid, "VmRSS")
+    return rss * 1024 if rss is not None else 400 << 20
+
+
+def shared_bytes(pid: int | str = "self") -> int:
+    """The resident pages process `pid` shares with other processes now (the interpreter's and torch's
+    libraries and, in a rank forked from torchrun's agent, the agent's memory it has not written): the
+    machine holds them once however many ranks map them, so they are charged once (0 where unknown)."""
+    got = own_and_shared(pid)
+    return got[1] if got is not None else 0
+
+
+def alone_bytes() -> tuple[int, int]:
+    """(own, shared) of this process as they will be once sibling ranks map the same files: its anonymous
+    memory its own, its mapped files (the libraries) shared. For a process that stands for a rank
+    before any runs (moment.runtime.start_sizes); 400 MiB own where /proc cannot be read."""
+    anon, files = status_kib("self", "RssAnon"), status_kib("self", "RssFile")
+    return (anon * 1024, (files or 0) * 1024) if anon is not None else (400 << 20, 0)
 
 
 def machine_limit() -> tuple[int | None, str]:
@@ -258,8 +275,8 @@ class RunShape:
     policy: str  # the CPU cache's policy: its bookkeeping is moment.caching.tiers.cache_state_bytes
     shape: str
     staging_bytes: int  # the reader's staging buffers (moment.runtime.gather.staging_bytes)
-    process_bytes: int
-    agent_bytes: int
+    process_bytes: int  # a rank's own start-up memory (budget.process_bytes)
+    agent_bytes: int  # torchrun's agent's own memory (0: no agent)
     pack_index_bytes: int = 0
     exchange_bytes: int = 0  # one round of the peer exchange (RowExchange.round_bytes); 0: no peer tier
     remote_exchange_bytes: int = 0  # one round of the remote exchange (footprint.remote_round_bytes); 0: no remote tier
@@ -270,6 +287,7 @@ class RunShape:
     upload_bytes: int = 0  # cuda: the GPU tier's table upload, one pinned chunk and its read (moment.io.device.upload_chunk)
     training_note: str | None = None  # how `training_bytes` was sized when not stated (a model of one's own)
     process_measured_on: str | None = None  # `process_bytes` is a measurement recorded that day, reused
+    shared_start_bytes: int = 0  # pages the ranks and the agent share at start, once for the machine (shared_bytes)
 
 
 @dataclass
@@ -304,7 +322,10 @@ def _charge_fixed(b: MemoryBudget, r: RunShape) -> tuple[MemoryBudget, Item, int
     (`split_budget` grants them again with the rest); (budget, the cache policy state item, least buffers)."""
     rb = r.row_bytes
     when = f", recorded {r.process_measured_on}" if r.process_measured_on else ""
-    b.charge("process", r.process_bytes, note=f"interpreter, torch, model (measured RSS{when})")
+    b.charge("process", r.process_bytes, note=f"interpreter, torch, model (measured: its own pages{when})")
+    if r.shared_start_bytes:
+        b.charge("shared pages", r.shared_start_bytes, shared=True,
+                 note="libraries, and the agent's memory forked ranks share: held once")
     if r.agent_bytes:
         b.charge("torchrun agent", r.agent_bytes, shared=True)
     b.charge("graph structure", r.graph_bytes, shared=True, note="indptr + indices, memory-mapped")

@@ -22,6 +22,7 @@ import numpy as np
 
 from moment.caching.tiers import lookahead as lookahead_of
 from moment.errors import MomentError
+from moment.io.files import forget_pages
 from moment.io.merge import SHAPES, SIZE_BUCKETS, place
 from moment.io.rows import copy_rows
 from moment.io.trace import rank_trace
@@ -134,6 +135,7 @@ class DiskTier(Tier):
         if self.verify:
             _check_chunks(fp, s, np.arange(start * s.stride // s.chunk_bytes, -(-(start + k) * s.stride // s.chunk_bytes)))
         raw = np.fromfile(fp, dtype=np.uint8, count=k * s.stride, offset=start * s.stride).reshape(k, s.stride)
+        forget_pages(fp, start * s.stride, k * s.stride)  # read once: the tier's table holds the rows
         rows = raw[:, : self.layout_rows.row_bytes]
         if out is None:
             return np.ascontiguousarray(rows)

@@ -30,7 +30,7 @@ from moment.io.merge import SHAPES, Shape
 from moment.placement.opened import Layout, index_dtypes
 from moment.placement.pack import pack_path, refuse_unusable
 from moment.runtime.budget import (Item, MemoryBudget, RunShape, Split, fmt_bytes, minimum_budget, process_bytes,
-                                   resolve_budget, split_budget)
+                                   resolve_budget, shared_bytes, split_budget)
 from moment.runtime.device_budget import DeviceBudget, DeviceShape, device_budget, resolve_device_budget
 from moment.runtime.devices import plan_gpus_of
 from moment.runtime.gather import staging_bytes
@@ -273,7 +273,7 @@ class RunInputs:
     labels_bytes: int
     rows_max: int  # the most rows one batch touches (sampled, with headroom; at most the graph's nodes)
     edges_max: int
-    process_bytes: int  # a rank's fixed cost: interpreter, torch, the model's layers
+    process_bytes: int  # a rank's fixed cost: interpreter, torch, the model's layers (its own pages)
     sampler_map_bytes: int  # NeighborSampler.map_bytes(num_nodes)
     batch_ids_bytes: int  # MiniBatch.id_bytes(rows_max, edges_max)
     held_batches: int  # Pipeline.held_batches(depth)
@@ -287,12 +287,14 @@ class RunInputs:
     device_memory: DeviceMemory | None = None  # a CUDA run: the least free and total memory of the ranks' devices
     #                                            (None: not read here; moment.io.device.DeviceLayer.memory)
     process_measured_on: str | None = None  # a preview reused a recorded `process_bytes` measured that day
+    shared_start_bytes: int = 0  # pages the ranks and the agent share at start, held once (budget.shared_bytes)
 
 
 def resolve_run(config: TrainConfig, layout: Layout, *, world_size: int, local_world_size: int,
                 inputs: RunInputs, device: str = "cpu", pack_index_bytes: int | None = None) -> RunPlan:
     """Every derived decision of a tiered run, once. `pack_index_bytes`: charge the index of a pack about
-    to be written (`moment data pack` under a budget: the run that will read it) instead of the layout's."""
+    to be written instead of the layout's, and split as the packed run that will read it (`moment data pack`
+    under a budget leaves out what that run's cache holds)."""
     cfg = config
     if cfg.features != "tiered":
         raise MomentError("a run plan describes a tiered run (--layout); the --features-in-memory and "
@@ -303,8 +305,8 @@ def resolve_run(config: TrainConfig, layout: Layout, *, world_size: int, local_w
     fanouts = cfg.resolved_fanouts()
     batch_size = cfg.resolved_batch_size(inputs.train_nodes, world_size)
     shape, pack = _io_shape(cfg, layout, world_size, batch_size, fanouts)
-    if pack_index_bytes is not None:  # the pack the run will read is not written yet
-        pack = pack.model_copy(update={"index_bytes": int(pack_index_bytes)})
+    if pack_index_bytes is not None:  # the pack the run will read is not written yet: split as that run's
+        shape, pack = "packed", pack.model_copy(update={"index_bytes": int(pack_index_bytes)})
     superbatch = cfg.resolved_superbatch(shape)
     ahead = lookahead(superbatch)
     gpu_shards = layout.shards_of("gpu")
@@ -319,7 +321,7 @@ def resolve_run(config: TrainConfig, layout: Layout, *, world_size: int, local_w
         index_bytes=layout.index_bytes, own_gpu_rows=own_rows, layout_cpu_rows=layout.cpu_bin_rows, align=m.row.align,
         exchange_bytes=exchange, remote_exchange_bytes=remote_exchange,
         remote_reader_bytes=inputs.remote_reader_bytes if remote_tier else 0,
-        pack_index_bytes=pack.index_bytes if shape == "packed" or pack_index_bytes is not None else 0,
+        pack_index_bytes=pack.index_bytes if shape == "packed" else 0,
         device=device, stride=_gpu_stride(layout), model_step=not cfg.data_only))
     if device == "cpu":
         _no_device_budget(cfg)
@@ -382,6 +384,7 @@ def _run_shape(inputs: RunInputs, n: int, rb: int, shape: str, ahead: int, *, po
         layout_cpu_rows=layout_cpu_rows, cpu_limit_rows=cpu_limit_rows,
         policy=policy, shape=shape, staging_bytes=staging_bytes(align),
         process_bytes=inputs.process_bytes, process_measured_on=inputs.process_measured_on,
+        shared_start_bytes=inputs.shared_start_bytes,
         agent_bytes=inputs.agent_bytes, exchange_bytes=exchange_bytes,
         pack_index_bytes=pack_index_bytes, remote_exchange_bytes=remote_exchange_bytes,
         remote_reader_bytes=remote_reader_bytes, device=device, model_step=model_step,
@@ -555,8 +558,8 @@ def store_budget(layout: Layout, options: StoreOptions, *, local_ranks: int, sha
     if options.gpu_rows is not None:
         own = min(own, max(0, int(options.gpu_rows)))
     inputs = RunInputs(train_nodes=0, graph_bytes=0, labels_bytes=0, rows_max=_batch_rows(n, options), edges_max=0,
-                       process_bytes=process_bytes(), sampler_map_bytes=0, batch_ids_bytes=0, held_batches=0,
-                       training_bytes=0)
+                       process_bytes=process_bytes(), shared_start_bytes=shared_bytes(), sampler_map_bytes=0,
+                       batch_ids_bytes=0, held_batches=0, training_bytes=0)
     shape = _run_shape(inputs, n, rb, options.shape, lookahead(max(1, int(options.superbatch))),
                        policy=options.policy, cpu_limit_rows=options.cpu_rows, index_bytes=layout.index_bytes,
                        own_gpu_rows=own, layout_cpu_rows=layout.cpu_bin_rows, align=layout.manifest.row.align,

@@ -24,12 +24,11 @@ import numpy as np
 
 from moment.io.device import DeviceMemory
 from moment.placement.opened import Layout
-from moment.runtime.budget import process_bytes, under_torchrun
+from moment.runtime.budget import process_bytes, shared_bytes, under_torchrun
 from moment.runtime.config import TrainConfig
 from moment.runtime.devices import default_device
 from moment.runtime.footprint import (LayerExtent, decoder_bytes, exchange_round_bytes, held_batches, out_dim,
                                       remote_reader_bytes, remote_round_bytes, stated_training_bytes)
-from moment.runtime.memory_use import parent_peak
 from moment.runtime.run_plan import RunInputs, RunPlan, gpu_tier_rows, resolve_run
 from moment.runtime.start_sizes import record_path, start_sizes
 from moment.workload import batch_bytes
@@ -46,6 +45,7 @@ if TYPE_CHECKING:
 
 BASE_ENV = "MOMENT_RANK_BASE_BYTES"  # set by `moment train`: the per-rank fixed cost its budget check charged
 AGENT_ENV = "MOMENT_AGENT_BYTES"  # set by `moment train`: torchrun's agent as its budget check charged it
+SHARED_ENV = "MOMENT_SHARED_START_BYTES"  # set by `moment train`: what ranks and agent share, as its check charged it
 
 
 @dataclass(frozen=True)
@@ -163,13 +163,14 @@ def degree_extent(seeds: int, fanouts: Sequence[int], degrees: np.ndarray) -> Ex
 
 def run_inputs(cfg: TrainConfig, ds: GraphDataset, graph: CSRGraph, batches: Sequence[SeedBatches],
                fanouts: list[int], process_bytes: int, agent_bytes: int, local_ranks: int, layout: Layout | None, *,
-               ctx: DistContext | None = None, feature_dim: int | None = None,
+               shared_start_bytes: int = 0, ctx: DistContext | None = None, feature_dim: int | None = None,
                device_memory: DeviceMemory | None = None, device: torch.device | str = "cpu") -> RunInputs:
     """What `resolve_run` is given: the largest extent of `batches` (each rank's, or a preview's of every
     rank), the sizes torch's objects state for it (a round of the peer exchange among `local_ranks`, whose
     GPU tiers hold what `layout` gives them, and a training step of the model, included), a rank's and
-    torchrun's agent's measured sizes, and the dataset's sizes. With `ctx`, the ranks agree on their maxima
-    first: every rank must resolve the same plan (the shared cache is one segment). `feature_dim`: the
+    torchrun's agent's measured sizes (each one's own pages; `shared_start_bytes`: the pages they share), and
+    the dataset's sizes. With `ctx`, the ranks agree on their maxima first: every rank must resolve the same
+    plan (the shared cache is one segment). `feature_dim`: the
     run's features are that wide (float32), not `ds`'s (a run planned on its graph alone). `device_memory`:
     this rank's device's free and total bytes (a CUDA rank), agreed as the least of the ranks'. `device`: where a
     model of the user's own that states no step memory is measured (moment.runtime.model_spec)."""
@@ -180,21 +181,22 @@ def run_inputs(cfg: TrainConfig, ds: GraphDataset, graph: CSRGraph, batches: Seq
 
         least = [-v for v in device_memory] if device_memory is not None else []  # the max of the negated: the least
         flat = [ext.rows, ext.edges, *(v for x in ext.layers for v in (x.src, x.dst, x.edges)), process_bytes,
-                agent_bytes, *least]
+                agent_bytes, shared_start_bytes, *least]
         agreed = [int(x) for x in ctx.all_reduce(torch.tensor(flat, dtype=torch.float64), op="max").tolist()]
         if device_memory is not None:
             device_memory = DeviceMemory(*(-v for v in agreed[-2:]))
             agreed = agreed[:-2]
-        *sizes, process_bytes, agent_bytes = agreed
+        *sizes, process_bytes, agent_bytes, shared_start_bytes = agreed
         ext = Extent(sizes[0], sizes[1], tuple(LayerExtent(*sizes[2 + 3 * i: 5 + 3 * i])
                                                for i in range(len(ext.layers))))
     return _inputs(cfg, ds, ext, max(b.batch_size for b in batches), process_bytes, agent_bytes, local_ranks, layout,
-                   feature_dim=feature_dim, device_memory=device_memory, device=device)
+                   feature_dim=feature_dim, device_memory=device_memory, device=device,
+                   shared_start_bytes=shared_start_bytes)
 
 
 def _inputs(cfg: TrainConfig, ds: GraphDataset, ext: Extent, batch_size: int, process_bytes: int, agent_bytes: int,
             local_ranks: int, layout: Layout | None, *, feature_dim: int | None,
-            device_memory: DeviceMemory | None, device: torch.device | str) -> RunInputs:
+            device_memory: DeviceMemory | None, device: torch.device | str, shared_start_bytes: int) -> RunInputs:
     """`run_inputs` from a batch extent `ext` and the largest batch's seeds (`batch_size`): arithmetic, torch
     loaded only to measure a model of the user's own."""
     rows = min(ext.rows, ds.num_nodes)
@@ -222,7 +224,7 @@ def _inputs(cfg: TrainConfig, ds: GraphDataset, ext: Extent, batch_size: int, pr
                          rows, row_bytes, local_ranks, gpu_tier_rows(layout, local_ranks) if layout else 0),
                      remote_exchange_bytes=remote_round_bytes(rows, row_bytes, len(split.machines)) if split else 0,
                      remote_reader_bytes=remote_reader_bytes(layout.manifest.row.align) if split else 0,
-                     device_memory=device_memory)
+                     device_memory=device_memory, shared_start_bytes=shared_start_bytes)
 
 
 def preview_inputs(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, agent: bool = True,
@@ -253,9 +255,9 @@ def preview_inputs(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, agent: boo
         ext = functools.reduce(Extent.most, [_batch_extent(cfg, graph, b, fanouts, degrees) for b in per_rank])
         got = ext, max(b.batch_size for b in per_rank)
         _write_extent(key, *got)
-    agent_bytes, rank_bytes, measured_on = start_sizes(cfg.model)
+    agent_bytes, rank_bytes, shared, measured_on = start_sizes(cfg.model)
     inputs = _inputs(cfg, ds, *got, rank_bytes, agent_bytes if agent else 0, nproc, layout,
-                     feature_dim=feature_dim, device_memory=None, device="cpu")
+                     feature_dim=feature_dim, device_memory=None, device="cpu", shared_start_bytes=shared)
     return dataclasses.replace(inputs, process_measured_on=measured_on)
 
 
@@ -350,18 +352,35 @@ def preview_plan(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, layout: Layo
                        device=default_device(cfg.device), pack_index_bytes=pack_index_bytes)
 
 
+def start_env(model: str | None = None) -> dict[str, str]:
+    """The start-up figures a launcher's budget check charged (`preview_plan`, for a run of `model`), to hand its
+    ranks in their environment: they charge the same, so the minimum the check names is the one they accept."""
+    agent, rank, shared, _ = start_sizes(model)
+    return {BASE_ENV: str(rank), AGENT_ENV: str(agent), SHARED_ENV: str(shared)}
+
+
 def rank_base_bytes() -> int:
     """A rank's fixed cost as the budget charges it: the launcher's preview figure when `moment train`
     started this rank (so that the launcher's check and the ranks' are the same numbers, and the minimum
-    it names is accepted), else what this rank holds now."""
+    it names is accepted), else what this rank alone holds now (budget.process_bytes)."""
     given = os.environ.get(BASE_ENV, "")
     return int(given) if given.isdigit() else process_bytes()
 
 
 def agent_bytes() -> int:
     """torchrun's agent as the budget charges it (0 without torchrun): the launcher's figure when `moment
-    train` started the run (as `rank_base_bytes`), else the agent's peak so far (it is this rank's parent)."""
+    train` started the run (as `rank_base_bytes`), else what the agent (this rank's parent) alone holds now."""
     if not under_torchrun():
         return 0
     given = os.environ.get(AGENT_ENV, "")
-    return int(given) if given.isdigit() else parent_peak()
+    return int(given) if given.isdigit() else process_bytes(os.getppid())
+
+
+def rank_shared_bytes() -> int:
+    """The pages a rank shares with its agent and the other ranks, as the budget charges them (once): the
+    launcher's figure when `moment train` started this rank (as `rank_base_bytes`), else the most this
+    rank or its agent shares now (their libraries, and what a rank forked from the agent has not written)."""
+    given = os.environ.get(SHARED_ENV, "")
+    if given.isdigit():
+        return int(given)
+    return max(shared_bytes(), shared_bytes(os.getppid()) if under_torchrun() else 0)

@@ -29,16 +29,34 @@ from importlib.machinery import PathFinder
 from pathlib import Path
 
 import moment
-from moment.runtime.budget import process_bytes
+from moment.runtime.budget import alone_bytes
 from moment.runtime.config import BUILT_IN_MODELS, callable_spec
 
 # Imports inside functions: the models load only when a start size is measured.
 
-#: a fresh interpreter: first what torchrun's agent imports, then what a rank loads before touching data
-FRESH = ("from moment.runtime.budget import process_bytes\nimport torch.distributed.run\nprint(process_bytes())\n"
-         "import moment.runtime.train\nfrom moment.runtime.models import load_optimizers\nload_optimizers()\n"
-         "print(process_bytes())\n")
-_USER_MODEL = "from moment.runtime.model_spec import load_callable\nload_callable({spec!r}, '--model')\n"
+#: a fresh interpreter as `moment train`'s torchrun agent (moment.runtime.agent): torch and what its ranks load
+#: (`preload`), then a rank forked from it, which imports a user's model module ({user}); printed: what the agent
+#: and the rank each hold alone, and what they share (the agent's memory, the libraries)
+FRESH = """import os
+from moment.runtime.budget import process_bytes, shared_bytes
+import torch.distributed.run
+from moment.runtime.agent import preload
+preload()
+(ready, told), (wait, go) = os.pipe(), os.pipe()
+pid = os.fork()
+if pid == 0:
+    try:
+        {user}
+    finally:
+        os.write(told, b"1")
+        os.read(wait, 1)
+        os._exit(0)
+os.read(ready, 1)
+print(process_bytes(), process_bytes(pid), max(shared_bytes(), shared_bytes(pid)))
+os.write(go, b"1")
+os.waitpid(pid, 0)
+"""
+_USER_MODEL = "from moment.runtime.model_spec import load_callable; load_callable({spec!r}, '--model')"
 
 
 def _user_model(model: str | None) -> str | None:
@@ -47,13 +65,10 @@ def _user_model(model: str | None) -> str | None:
 
 
 def script(model: str | None = None) -> str:
-    """The fresh interpreter's program for a run of `model`: FRESH, with a user's model module imported before
-    the rank's figure, as `Run._open` imports it (PyG's layers, say, are part of each rank's fixed cost)."""
+    """The fresh interpreter's program for a run of `model`: FRESH, with a user's model module imported by the
+    forked rank before it is measured, as `Run._open` imports it (PyG's layers, say, are each rank's own)."""
     spec = _user_model(model)
-    if spec is None:
-        return FRESH
-    head, tail = FRESH.rsplit("print(", 1)
-    return head + _USER_MODEL.format(spec=spec) + "print(" + tail
+    return FRESH.format(user="pass" if spec is None else _USER_MODEL.format(spec=spec))
 
 
 def _moment_root() -> Path:
@@ -71,16 +86,16 @@ def _start(model: str | None = None) -> subprocess.Popen | None:
         return None
 
 
-def _collect(p: subprocess.Popen | None) -> tuple[int, int] | None:
-    """(agent, rank) from the fresh interpreter `p`, None when it could not run."""
+def _collect(p: subprocess.Popen | None) -> tuple[int, int, int] | None:
+    """(agent, rank, shared) from the fresh interpreter `p`, None when it could not run."""
     if p is None:
         return None
     try:
         out, _ = p.communicate(timeout=300)
         if p.returncode:
             return None
-        agent, rank = (int(x) for x in out.split()[-2:])
-        return agent, rank
+        agent, rank, shared = (int(x) for x in out.split()[-3:])
+        return agent, rank, shared
     except (subprocess.SubprocessError, ValueError, IndexError):
         p.kill()
         p.communicate()
@@ -91,7 +106,7 @@ def _collect(p: subprocess.Popen | None) -> tuple[int, int] | None:
 RECENT_S = 600
 
 _ahead: dict[str | None, subprocess.Popen | None] = {}  # the interpreter `measure_ahead` started, until collected
-_measured: dict[str | None, tuple[int, int]] = {}  # per user model (None: built-in): measured, or a record taken
+_measured: dict[str | None, tuple[int, int, int]] = {}  # per user model (None: built-in): measured, or a record taken
 _taken: dict[str | None, str] = {}  # when the record `measure_ahead` took for a model was measured
 
 
@@ -105,13 +120,13 @@ def measure_ahead(*, budgeted: bool, model: str | None = None) -> None:
     if model in _ahead or model in _measured:
         return
     if (got := _read_record(model, within=RECENT_S if budgeted else None)) is not None:
-        _measured[model], _taken[model] = (got["agent"], got["rank"]), got["date"]
+        _measured[model], _taken[model] = (got["agent"], got["rank"], got["shared"]), got["date"]
         return
     _ahead[model] = _start(model)
 
 
-def start_sizes(model: str | None = None) -> tuple[int, int, str | None]:
-    """(torchrun's agent, a rank, None) as `fresh_sizes`; or the record `measure_ahead` took, with when it was
+def start_sizes(model: str | None = None) -> tuple[int, int, int, str | None]:
+    """(torchrun's agent, a rank, the shared pages, None) as `fresh_sizes`; or the record `measure_ahead` took, with when it was
     measured (every later size of this process is that record's: the ranks are handed what the preview
     charged)."""
     return (*fresh_sizes(model), _taken.get(_user_model(model)))
@@ -169,7 +184,7 @@ def _read_record(model: str | None = None, within: float | None = None) -> dict 
     seconds ago at most, since this boot), with when it was measured; else None (measured again)."""
     try:
         got = json.loads(record_path().read_text())
-        sizes = {k: got[k] for k in ("agent", "rank")}
+        sizes = {k: got[k] for k in ("agent", "rank", "shared")}
         if got["key"] != _record_key(model) or not all(type(v) is int and v > 0 for v in sizes.values()):
             return None
         day = str(datetime.date.fromisoformat(got["date"]))
@@ -183,14 +198,14 @@ def _read_record(model: str | None = None, within: float | None = None) -> dict 
         return None
 
 
-def _write_record(agent: int, rank: int, model: str | None = None) -> None:
+def _write_record(agent: int, rank: int, shared: int, model: str | None = None) -> None:
     """Record a measurement (a temporary file renamed over the last: a reader never sees half of one); a
     record that cannot be written is no error, the next preview measures again."""
     path = record_path()
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps({"key": _record_key(model), "agent": agent, "rank": rank,
+        tmp.write_text(json.dumps({"key": _record_key(model), "agent": agent, "rank": rank, "shared": shared,
                                    "date": datetime.date.today().isoformat(), "at": time.time(),
                                    "boot": _boot()}))
         os.replace(tmp, path)
@@ -209,9 +224,10 @@ def _stop_ahead() -> None:
 atexit.register(_stop_ahead)
 
 
-def fresh_sizes(model: str | None = None) -> tuple[int, int]:
-    """(torchrun's agent, a rank) as a fresh interpreter holds them, for a run of `model` (its `--model`). Falls
-    back to this process's RSS with the runtime, the optimizers (and the user's model module) loaded when no
+def fresh_sizes(model: str | None = None) -> tuple[int, int, int]:
+    """(torchrun's agent, a rank, the libraries they share) as a fresh interpreter holds them, for a run of
+    `model` (its `--model`): each process's own memory, and the pages the machine holds once
+    (budget.alone_bytes). Falls back to this process's sizes with the runtime, the optimizers (and the user's model module) loaded when no
     interpreter can be started. Measured once per process and model (or the record `measure_ahead` took); each
     measurement is recorded (`record_path`)."""
     model = _user_model(model)
@@ -224,18 +240,6 @@ def fresh_sizes(model: str | None = None) -> tuple[int, int]:
         from moment.runtime.model_spec import load_rank_code
 
         load_rank_code(model)
-        got = process_bytes(), process_bytes()
+        got = alone_bytes()[0], *alone_bytes()
     _measured[model] = got
     return got
-
-
-def rank_start_bytes(model: str | None = None) -> int:
-    """What a rank of a run of `model` holds before it touches data (interpreter, torch, the runtime and models,
-    what torch's optimizers load and a user's model module)."""
-    return fresh_sizes(model)[1]
-
-
-def agent_start_bytes(model: str | None = None) -> int:
-    """What torchrun's agent (a Python process that imports torch.distributed.run) holds, measured the
-    same way before it exists; the ranks, once started, measure their parent (`agent_bytes`)."""
-    return fresh_sizes(model)[0]

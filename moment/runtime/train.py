@@ -237,9 +237,9 @@ class Trainer:
     def _memory(self) -> dict[str, Any]:
         """The budget split's prediction beside the measured peak of the run (moment.runtime.memory_use)."""
         ctx = self.ctx
-        # the graph's files are mapped by every rank and held once, as the budget charges them
-        sample = rank_sample(with_agent=ctx.local_rank == 0 and ctx.backend is not None and under_torchrun(),
-                             shared_files=[self.ds.file("indptr"), self.ds.file("indices")])
+        # the libraries, the graph's files and the shared segments every rank maps are held once, as the
+        # budget charges them
+        sample = rank_sample(with_agent=ctx.local_rank == 0 and ctx.backend is not None and under_torchrun())
         # each rank's device peak rides with its host sample (one collective); the busiest rank's is the measure
         samples = ctx.all_gather_object([sample, self.run_.dev.peak_reserved()])
         measured = machine_peak([s for s, _ in samples], ctx.local_world_size)
