@@ -38,7 +38,7 @@ from moment.runtime.config import BUILT_IN_MODELS, callable_spec
 #: (`preload`), then a rank forked from it, which imports a user's model module ({user}); printed: what the agent
 #: and the rank each hold alone, and what they share (the agent's memory, the libraries)
 FRESH = """import os
-from moment.runtime.budget import process_bytes, shared_bytes
+from moment.runtime.budget import process_sizes
 import torch.distributed.run
 from moment.runtime.agent import preload
 preload()
@@ -52,7 +52,8 @@ if pid == 0:
         os.read(wait, 1)
         os._exit(0)
 os.read(ready, 1)
-print(process_bytes(), process_bytes(pid), max(shared_bytes(), shared_bytes(pid)))
+(agent, agent_shared), (rank, rank_shared) = process_sizes(), process_sizes(pid)
+print(agent, rank, max(agent_shared, rank_shared))
 os.write(go, b"1")
 os.waitpid(pid, 0)
 """
@@ -240,6 +241,7 @@ def fresh_sizes(model: str | None = None) -> tuple[int, int, int]:
         from moment.runtime.model_spec import load_rank_code
 
         load_rank_code(model)
-        got = alone_bytes()[0], *alone_bytes()
+        own, shared = alone_bytes()
+        got = own, own, shared
     _measured[model] = got
     return got
