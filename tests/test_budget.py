@@ -136,7 +136,7 @@ def test_measured_peak_counts_what_processes_share_once():
     import os
     from pathlib import Path
 
-    from moment.runtime.budget import process_bytes, shared_bytes
+    from moment.runtime.budget import process_sizes
     from moment.runtime.memory_use import _footprint, machine_peak, rank_sample, reset_peak
 
     if not Path("/proc/self/smaps_rollup").is_file():
@@ -162,8 +162,9 @@ def test_measured_peak_counts_what_processes_share_once():
     try:
         assert os.read(ready, 1) == b"1"
         parent, child = _footprint("self"), _footprint(pid)
-        child_own, child_shared = process_bytes(pid), shared_bytes(pid)
-        rss = (own := process_bytes()) + shared_bytes()
+        child_own, child_shared = process_sizes(pid)
+        own, shared = process_sizes()
+        rss = own + shared
     finally:
         os.write(go, b"x")
         os.waitpid(pid, 0)

@@ -341,6 +341,39 @@ def test_the_fresh_rank_is_measured_while_the_launcher_checks_and_never_outlives
         ss._stop_ahead()
 
 
+@pytest.mark.slow
+def test_the_fresh_ranks_forked_child_dies_with_it(monkeypatch, tmp_path):
+    """The fresh interpreter forks a rank to measure it; killed (the launcher's exit, `_stop_ahead`) while that
+    child still imports a slow user module, it leaves no child behind."""
+    import subprocess as sp
+    import time
+
+    from moment.runtime import start_sizes as ss
+
+    (tmp_path / "slow_model.py").write_text("import time\ntime.sleep(60)\n\ndef make(**kw): ...\n")
+    monkeypatch.chdir(tmp_path)
+    p = ss._start("slow_model:make")
+    child = []
+    deadline = time.monotonic() + 120
+    while not child and p.poll() is None and time.monotonic() < deadline:
+        child = sp.run(["pgrep", "-P", str(p.pid)], capture_output=True, text=True).stdout.split()
+        time.sleep(0.1)
+    assert child, "the fresh interpreter forked no rank"
+    p.kill()
+    p.wait()
+
+    def running() -> bool:  # neither gone nor a zombie
+        try:
+            return open(f"/proc/{child[0]}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+
+    gone = time.monotonic() + 10
+    while running() and time.monotonic() < gone:
+        time.sleep(0.1)
+    assert not running()
+
+
 def test_a_recorded_fresh_rank_is_reused_by_a_dry_run_and_a_recent_one_by_a_budgeted_launch(monkeypatch, tmp_path):
     """A measurement is recorded. A preview that checks no budget takes a record of this installation of any
     age; a budgeted one only a record made in the last RECENT_S seconds since this boot (the page cache it

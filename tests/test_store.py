@@ -323,8 +323,7 @@ def test_a_memory_budget_sizes_the_store_as_a_run_sizes_its_cache(data, monkeypa
     # the staging, the least read buffers (two batches), the spare batch buffer a CPU store keeps, the index
     batches = 2 + HostBatches.SPARE
     fixed = staging_bytes(lay.manifest.row.align) + batches * rp.default_batch_rows(n) * lay.row_bytes + lay.index_bytes
-    monkeypatch.setattr(rp, "process_bytes", lambda: budget - (64 << 20) - fixed - (200 << 10))  # ~200 KiB left
-    monkeypatch.setattr(rp, "shared_bytes", lambda: 0)
+    monkeypatch.setattr(rp, "process_sizes", lambda: (budget - (64 << 20) - fixed - (200 << 10), 0))  # ~200 KiB left
     tight = plan_store(lay, ONE, StoreOptions(memory_budget=budget), None)
     mem = tight.memory
     assert mem.budget_bytes == budget and mem.predicted_peak_bytes <= budget - mem.margin
@@ -342,7 +341,7 @@ def test_a_memory_budget_sizes_the_store_as_a_run_sizes_its_cache(data, monkeypa
     assert roomy.tiers.cpu_rows > tight.tiers.cpu_rows
     capped = plan_store(lay, ONE, StoreOptions(memory_budget=budget + (1 << 20), cpu_rows=100), None)
     assert capped.tiers.cpu_rows == 100  # cpu_rows: the most the budget may grant
-    monkeypatch.setattr(rp, "process_bytes", lambda: 100 << 20)
+    monkeypatch.setattr(rp, "process_sizes", lambda: (100 << 20, 0))
     assert plan_store(lay, ONE, StoreOptions(memory_budget=budget), None).tiers.cpu_rows == n
     with pytest.raises(MomentError, match="is below the minimum .* this store needs"):
         open_tiers(lay, ONE, StoreOptions(memory_budget=budget // 4))

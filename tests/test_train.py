@@ -439,8 +439,8 @@ def test_a_rank_base_is_what_a_fresh_rank_holds(budget_run):
     ds, layout, m, _, _ = budget_run
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     bare = subprocess.run([sys.executable, "-c", "import moment.runtime.train, torch\nfrom moment.runtime.budget import "
-                           "process_bytes, shared_bytes\ntorch.optim.Adam([torch.nn.Parameter(torch.zeros(3))])\n"
-                           "print(process_bytes() + shared_bytes())"], env=env, capture_output=True, text=True,
+                           "process_sizes\ntorch.optim.Adam([torch.nn.Parameter(torch.zeros(3))])\n"
+                           "print(sum(process_sizes()))"], env=env, capture_output=True, text=True,
                           check=True, timeout=300)
     fresh_rank = int(bare.stdout.split()[-1])  # its RSS
     agent, base, shared = start_sizes_mod.fresh_sizes()

@@ -73,24 +73,18 @@ def _meminfo(key: str) -> int | None:
     return None
 
 
-def process_bytes(pid: int | str = "self") -> int:
-    """The resident memory process `pid` alone holds now (a rank's fixed cost, paid by every rank: the
-    interpreter's and torch's heap, the model); what it shares with other processes is `shared_bytes`.
-    All of its RSS where the kernel does not say (no smaps_rollup), 400 MiB where nothing can be read."""
+def process_sizes(pid: int | str = "self") -> tuple[int, int]:
+    """(the resident memory process `pid` alone holds now, the resident pages it shares with other processes),
+    from one read. Its own is a rank's fixed cost, paid by every rank (the interpreter's and torch's heap, the
+    model); the shared pages (the interpreter's and torch's libraries and, in a rank forked from torchrun's
+    agent, the agent's memory it has not written) the machine holds once however many ranks map them, so they
+    are charged once. All of its RSS its own where the kernel does not say (no smaps_rollup), 400 MiB where
+    nothing can be read."""
     got = own_and_shared(pid)
     if got is not None:
-        return got[0]
+        return got
     rss = status_kib(pid, "VmRSS")
-    return rss * 1024 if rss is not None else 400 << 20
-
-
-def shared_bytes(pid: int | str = "self") -> int:
-    """The resident pages process `pid` shares with other processes now (the interpreter's and torch's
-    libraries and, in a rank forked from torchrun's agent, the agent's memory it has not written): the
-    machine holds them once however many ranks map them, so they are charged once (0 where unknown)."""
-    got = own_and_shared(pid)
-    return got[1] if got is not None else 0
-
+    return (rss * 1024 if rss is not None else 400 << 20), 0
 
 def alone_bytes() -> tuple[int, int]:
     """(own, shared) of this process as they will be once sibling ranks map the same files: its anonymous
@@ -275,7 +269,7 @@ class RunShape:
     policy: str  # the CPU cache's policy: its bookkeeping is moment.caching.tiers.cache_state_bytes
     shape: str
     staging_bytes: int  # the reader's staging buffers (moment.runtime.gather.staging_bytes)
-    process_bytes: int  # a rank's own start-up memory (budget.process_bytes)
+    process_bytes: int  # a rank's own start-up memory (process_sizes)
     agent_bytes: int  # torchrun's agent's own memory (0: no agent)
     pack_index_bytes: int = 0
     exchange_bytes: int = 0  # one round of the peer exchange (RowExchange.round_bytes); 0: no peer tier
@@ -287,7 +281,7 @@ class RunShape:
     upload_bytes: int = 0  # cuda: the GPU tier's table upload, one pinned chunk and its read (moment.io.device.upload_chunk)
     training_note: str | None = None  # how `training_bytes` was sized when not stated (a model of one's own)
     process_measured_on: str | None = None  # `process_bytes` is a measurement recorded that day, reused
-    shared_start_bytes: int = 0  # pages the ranks and the agent share at start, once for the machine (shared_bytes)
+    shared_start_bytes: int = 0  # pages the ranks and the agent share at start, once for the machine (process_sizes)
 
 
 @dataclass

@@ -44,7 +44,7 @@ from moment.runtime.model_spec import load_rank_code
 from moment.runtime.pipeline import Pipeline, Prepared
 from moment.runtime.rendezvous import SHARED_SETTINGS, RunFacts, check_agents
 from moment.runtime.run_plan import RunPlan, dataset_dir, layout_gpus, resolve_run
-from moment.runtime.sizing import agent_bytes, rank_base_bytes, rank_shared_bytes, run_inputs
+from moment.runtime.sizing import rank_start_sizes, run_inputs
 from moment.runtime.sources import FeatureSource, InMemoryFeatures, MemmapFeatures
 from moment.runtime.store import StoreInfo, open_store
 from moment.workload.graph import GraphDataset
@@ -133,8 +133,8 @@ class Run:
         self.dev = DeviceLayer(ctx.device)
         self.dev.reset_peak()  # the device's too
         load_rank_code(cfg.model)  # what the step's optimizer and the user's model load: a fixed cost too
-        base_rss = rank_base_bytes()  # interpreter, torch, the runtime, before any data is touched
-        shared = rank_shared_bytes()  # libraries and what the agent shares: held once (the graph's are charged apart)
+        # interpreter, torch, the runtime, before any data is touched (the graph's pages are charged apart)
+        start = rank_start_sizes() if cfg.features == "tiered" else None
         self.layout = layout if layout is not None or cfg.layout is None else Layout.open(cfg.layout)
         self.dataset = GraphDataset.open(dataset_dir(cfg, self.layout))
         ds = self.dataset
@@ -164,7 +164,8 @@ class Run:
         self.plan: RunPlan | None = None  # every derived decision of a tiered run (moment.runtime.run_plan)
         if cfg.features == "tiered":
             return_freed_memory()
-            inputs = run_inputs(cfg, ds, self.graph, [self.batches], self.fanouts, base_rss, agent_bytes(),
+            own, agent, shared = start
+            inputs = run_inputs(cfg, ds, self.graph, [self.batches], self.fanouts, own, agent,
                                 max(ctx.local_world_size, 1), self.layout, shared_start_bytes=shared, ctx=ctx,
                                 device_memory=self.dev.memory(), device=ctx.device)
             self.notes += [f"note: {inputs.training_note}"] if inputs.training_note else []

@@ -29,8 +29,8 @@ from moment.io.device import DeviceMemory, ring_bytes, upload_chunk
 from moment.io.merge import SHAPES, Shape
 from moment.placement.opened import Layout, index_dtypes
 from moment.placement.pack import pack_path, refuse_unusable
-from moment.runtime.budget import (Item, MemoryBudget, RunShape, Split, fmt_bytes, minimum_budget, process_bytes,
-                                   resolve_budget, shared_bytes, split_budget)
+from moment.runtime.budget import (Item, MemoryBudget, RunShape, Split, fmt_bytes, minimum_budget, process_sizes,
+                                   resolve_budget, split_budget)
 from moment.runtime.device_budget import DeviceBudget, DeviceShape, device_budget, resolve_device_budget
 from moment.runtime.devices import plan_gpus_of
 from moment.runtime.gather import staging_bytes
@@ -287,7 +287,7 @@ class RunInputs:
     device_memory: DeviceMemory | None = None  # a CUDA run: the least free and total memory of the ranks' devices
     #                                            (None: not read here; moment.io.device.DeviceLayer.memory)
     process_measured_on: str | None = None  # a preview reused a recorded `process_bytes` measured that day
-    shared_start_bytes: int = 0  # pages the ranks and the agent share at start, held once (budget.shared_bytes)
+    shared_start_bytes: int = 0  # pages the ranks and the agent share at start, held once (budget.process_sizes)
 
 
 def resolve_run(config: TrainConfig, layout: Layout, *, world_size: int, local_world_size: int,
@@ -557,8 +557,9 @@ def store_budget(layout: Layout, options: StoreOptions, *, local_ranks: int, sha
     own = gpu_tier_rows(layout, local_ranks)
     if options.gpu_rows is not None:
         own = min(own, max(0, int(options.gpu_rows)))
+    alone, with_others = process_sizes()
     inputs = RunInputs(train_nodes=0, graph_bytes=0, labels_bytes=0, rows_max=_batch_rows(n, options), edges_max=0,
-                       process_bytes=process_bytes(), shared_start_bytes=shared_bytes(), sampler_map_bytes=0,
+                       process_bytes=alone, shared_start_bytes=with_others, sampler_map_bytes=0,
                        batch_ids_bytes=0, held_batches=0, training_bytes=0)
     shape = _run_shape(inputs, n, rb, options.shape, lookahead(max(1, int(options.superbatch))),
                        policy=options.policy, cpu_limit_rows=options.cpu_rows, index_bytes=layout.index_bytes,

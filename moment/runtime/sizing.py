@@ -24,7 +24,7 @@ import numpy as np
 
 from moment.io.device import DeviceMemory
 from moment.placement.opened import Layout
-from moment.runtime.budget import process_bytes, shared_bytes, under_torchrun
+from moment.runtime.budget import process_sizes, under_torchrun
 from moment.runtime.config import TrainConfig
 from moment.runtime.devices import default_device
 from moment.runtime.footprint import (LayerExtent, decoder_bytes, exchange_round_bytes, held_batches, out_dim,
@@ -359,28 +359,17 @@ def start_env(model: str | None = None) -> dict[str, str]:
     return {BASE_ENV: str(rank), AGENT_ENV: str(agent), SHARED_ENV: str(shared)}
 
 
-def rank_base_bytes() -> int:
-    """A rank's fixed cost as the budget charges it: the launcher's preview figure when `moment train`
-    started this rank (so that the launcher's check and the ranks' are the same numbers, and the minimum
-    it names is accepted), else what this rank alone holds now (budget.process_bytes)."""
-    given = os.environ.get(BASE_ENV, "")
-    return int(given) if given.isdigit() else process_bytes()
-
-
-def agent_bytes() -> int:
-    """torchrun's agent as the budget charges it (0 without torchrun): the launcher's figure when `moment
-    train` started the run (as `rank_base_bytes`), else what the agent (this rank's parent) alone holds now."""
-    if not under_torchrun():
-        return 0
-    given = os.environ.get(AGENT_ENV, "")
-    return int(given) if given.isdigit() else process_bytes(os.getppid())
-
-
-def rank_shared_bytes() -> int:
-    """The pages a rank shares with its agent and the other ranks, as the budget charges them (once): the
-    launcher's figure when `moment train` started this rank (as `rank_base_bytes`), else the most this
-    rank or its agent shares now (their libraries, and what a rank forked from the agent has not written)."""
-    given = os.environ.get(SHARED_ENV, "")
-    if given.isdigit():
-        return int(given)
-    return max(shared_bytes(), shared_bytes(os.getppid()) if under_torchrun() else 0)
+def rank_start_sizes() -> tuple[int, int, int]:
+    """(a rank's own start-up memory, torchrun's agent's (0 without torchrun), the pages they share, charged
+    once) as the budget charges them: the launcher's preview figures when `moment train` started this rank (so
+    that the launcher's check and the ranks' are the same numbers, and the minimum it names is accepted), else
+    what this rank and its agent (its parent) each hold alone now, and the most either shares (their libraries,
+    and what a rank forked from the agent has not written): one read of each."""
+    given = {k: int(v) for k in (BASE_ENV, AGENT_ENV, SHARED_ENV) if (v := os.environ.get(k, "")).isdigit()}
+    torchrun = under_torchrun()
+    if len(given) == 3:
+        return given[BASE_ENV], given[AGENT_ENV] if torchrun else 0, given[SHARED_ENV]
+    own, shared = process_sizes()
+    agent, agent_shared = process_sizes(os.getppid()) if torchrun else (0, 0)
+    return (given.get(BASE_ENV, own), given.get(AGENT_ENV, agent) if torchrun else 0,
+            given.get(SHARED_ENV, max(shared, agent_shared)))

@@ -36,23 +36,37 @@ from moment.runtime.config import BUILT_IN_MODELS, callable_spec
 
 #: a fresh interpreter as `moment train`'s torchrun agent (moment.runtime.agent): torch and what its ranks load
 #: (`preload`), then a rank forked from it, which imports a user's model module ({user}); printed: what the agent
-#: and the rank each hold alone, and what they share (the agent's memory, the libraries)
+#: and the rank each hold alone, and what they share (the agent's memory, the libraries). The child dies with its
+#: parent, and each keeps only its own ends of the two pipes (a parent gone is the end of the pipe, not a hang).
 FRESH = """import os
-from moment.runtime.budget import process_bytes, shared_bytes
+from moment.runtime.budget import process_sizes
 import torch.distributed.run
 from moment.runtime.agent import preload
 preload()
 (ready, told), (wait, go) = os.pipe(), os.pipe()
 pid = os.fork()
 if pid == 0:
+    try:  # killed with its parent (Linux: PR_SET_PDEATHSIG), not left importing a user's module
+        import ctypes, signal
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+    os.close(ready)
+    os.close(go)
     try:
         {user}
     finally:
-        os.write(told, b"1")
-        os.read(wait, 1)
-        os._exit(0)
-os.read(ready, 1)
-print(process_bytes(), process_bytes(pid), max(shared_bytes(), shared_bytes(pid)))
+        try:
+            os.write(told, b"1")
+            os.read(wait, 1)
+        finally:
+            os._exit(0)
+os.close(told)
+os.close(wait)
+if os.read(ready, 1) != b"1":
+    raise SystemExit(1)
+(agent, agent_shared), (rank, rank_shared) = process_sizes(), process_sizes(pid)
+print(agent, rank, max(agent_shared, rank_shared))
 os.write(go, b"1")
 os.waitpid(pid, 0)
 """
@@ -240,6 +254,7 @@ def fresh_sizes(model: str | None = None) -> tuple[int, int, int]:
         from moment.runtime.model_spec import load_rank_code
 
         load_rank_code(model)
-        got = alone_bytes()[0], *alone_bytes()
+        own, shared = alone_bytes()
+        got = own, own, shared
     _measured[model] = got
     return got
