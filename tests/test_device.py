@@ -8,6 +8,9 @@ only after its copy to the device is done.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -246,6 +249,24 @@ def test_cuda_a_runtime_thread_works_on_the_device_it_was_started_for():
     start_thread(lambda: seen.append((torch.cuda.current_device(), torch.ones(1, device="cuda").device.index)),
                  "moment-test", torch.device("cuda", 1)).join()
     assert seen == [(1, 1)]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the kernel's thread names (/proc) are Linux's")
+def test_a_runtime_thread_has_its_name_where_top_and_perf_look():
+    """A profile of a rank tells its threads apart (perf's comm, top -H): the kernel keeps 15 bytes, so the
+    name drops the "moment-" every runtime thread shares."""
+    import threading
+
+    from moment.runtime.threads import start_thread
+
+    seen = []
+
+    def comm() -> None:
+        seen.append(Path(f"/proc/self/task/{threading.get_native_id()}/comm").read_text().strip())
+
+    for name in ("moment-gather_loop", "moment-a-name-longer-than-the-kernel-keeps"):
+        start_thread(comm, name, "cpu").join()
+    assert seen == ["gather_loop", "a-name-longer-t"]
 
 
 @pytest.mark.parametrize("dtype", [torch.uint8, torch.float32, torch.bfloat16])

@@ -47,6 +47,7 @@ from moment.topology.model import Topology
 from moment.workload.graph import GraphDataset
 from moment.workload.hotness import Hotness, heldout_reads, presample
 from moment.workload.seeds import check_seed
+from moment.workload.spec import DEFAULT_FANOUTS
 from moment.workload.spec import default_batch_size
 
 # Imports inside functions: the heavier stages this one calls (the planner's search, the sampler, a
@@ -183,8 +184,6 @@ def _prepare(dataset, out, machines: Sequence[SplitMachine], *, split: bool, pla
              replicate: str | None = None) -> _Prepared:
     """Every check that needs no work, first: nothing is sampled or written for bad input. Resolves the
     hotness's fan-outs and batch size (with a notice where they override the defaults)."""
-    from moment.workload.sampler import DEFAULT_FANOUTS
-
     check_choices(policy, pool)
     fanouts = None if fanouts is None else [int(x) for x in fanouts]
     if fanouts is not None and (not fanouts or any(x <= 0 for x in fanouts)):
