@@ -47,8 +47,7 @@ from moment.topology.model import Topology
 from moment.workload.graph import GraphDataset
 from moment.workload.hotness import Hotness, heldout_reads, presample
 from moment.workload.seeds import check_seed
-from moment.workload.spec import DEFAULT_FANOUTS
-from moment.workload.spec import default_batch_size
+from moment.workload.spec import DEFAULT_FANOUTS, default_batch_size
 
 # Imports inside functions: the heavier stages this one calls (the planner's search, the sampler, a
 # profile's readers) load only on the calls that need them.
