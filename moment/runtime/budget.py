@@ -86,6 +86,7 @@ def process_sizes(pid: int | str = "self") -> tuple[int, int]:
     rss = status_kib(pid, "VmRSS")
     return (rss * 1024 if rss is not None else 400 << 20), 0
 
+
 def alone_bytes() -> tuple[int, int]:
     """(own, shared) of this process as they will be once sibling ranks map the same files: its anonymous
     memory its own, its mapped files (the libraries) shared. For a process that stands for a rank

@@ -3,7 +3,8 @@
 Why: `moment train` starts torchrun, which starts the ranks. Killed with SIGKILL, a parent runs no
 clean-up, so its children would train on as orphans, holding memory, GPUs and the shared cache. Linux's
 PR_SET_PDEATHSIG has the kernel send a signal to a child when its parent dies, even by SIGKILL: the
-launcher sets it for torchrun, and each rank for itself. A no-op where prctl does not exist.
+launcher sets it for torchrun, and each rank for itself. A no-op where prctl does not exist; the same
+call names the runtime's threads (`name_this_thread`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import os
 import signal
 
 PR_SET_PDEATHSIG = 1
+PR_SET_NAME = 15
 
 try:  # resolved here, not in a forked child (where `preexec_fn` calls it)
     _prctl = ctypes.CDLL(None, use_errno=True).prctl
@@ -27,3 +29,10 @@ def die_with_parent(parent: int, sig: int = signal.SIGTERM) -> None:
         return
     if os.getppid() != parent:
         os.kill(os.getpid(), sig)
+
+
+def name_this_thread(name: str) -> None:
+    """The calling thread's name as the kernel shows it (top -H, perf, /proc/PID/task/TID/comm), cut to the
+    15 bytes Linux keeps; a no-op where prctl does not exist."""
+    if _prctl is not None:
+        _prctl(PR_SET_NAME, name.encode()[:15], 0, 0, 0)

@@ -44,13 +44,12 @@ import torch.distributed.run
 from moment.runtime.agent import preload
 preload()
 (ready, told), (wait, go) = os.pipe(), os.pipe()
+parent = os.getpid()
 pid = os.fork()
 if pid == 0:
-    try:  # killed with its parent (Linux: PR_SET_PDEATHSIG), not left importing a user's module
-        import ctypes, signal
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
-    except (OSError, AttributeError):
-        pass
+    import signal
+    from moment.runtime.lifetime import die_with_parent
+    die_with_parent(parent, signal.SIGKILL)  # not left importing a user's module
     os.close(ready)
     os.close(go)
     try:
@@ -140,9 +139,9 @@ def measure_ahead(*, budgeted: bool, model: str | None = None) -> None:
 
 
 def start_sizes(model: str | None = None) -> tuple[int, int, int, str | None]:
-    """(torchrun's agent, a rank, the shared pages, None) as `fresh_sizes`; or the record `measure_ahead` took, with when it was
-    measured (every later size of this process is that record's: the ranks are handed what the preview
-    charged)."""
+    """(torchrun's agent, a rank, the shared pages, None) as `fresh_sizes`; or the record `measure_ahead` took,
+    with when it was measured (every later size of this process is that record's: the ranks are handed what
+    the preview charged)."""
     return (*fresh_sizes(model), _taken.get(_user_model(model)))
 
 
@@ -241,8 +240,8 @@ atexit.register(_stop_ahead)
 def fresh_sizes(model: str | None = None) -> tuple[int, int, int]:
     """(torchrun's agent, a rank, the libraries they share) as a fresh interpreter holds them, for a run of
     `model` (its `--model`): each process's own memory, and the pages the machine holds once
-    (budget.alone_bytes). Falls back to this process's sizes with the runtime, the optimizers (and the user's model module) loaded when no
-    interpreter can be started. Measured once per process and model (or the record `measure_ahead` took); each
+    (budget.alone_bytes). Falls back to this process's sizes with the runtime, the optimizers (and the user's
+    model module) loaded when no interpreter can be started. Measured once per process and model (or the record `measure_ahead` took); each
     measurement is recorded (`record_path`)."""
     model = _user_model(model)
     if model in _measured:

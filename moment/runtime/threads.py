@@ -9,14 +9,12 @@ lands on the wrong device. Binding costs nothing on CPU, so every runtime thread
 
 from __future__ import annotations
 
-import sys
 import threading
 from collections.abc import Callable
 from typing import Any
 
 from moment.io.device import DeviceLayer
-
-# Imports inside functions: ctypes, only where a thread is named (Linux).
+from moment.runtime.lifetime import name_this_thread
 
 
 def start_thread(target: Callable[[], None], name: str, device: Any) -> threading.Thread:
@@ -26,24 +24,11 @@ def start_thread(target: Callable[[], None], name: str, device: Any) -> threadin
 
     def run() -> None:
         dev.bind()
-        _name_os_thread(name)
+        # the kernel's name for it (perf, top -H): the prefix every runtime thread shares left out, to fit
+        name_this_thread(name.removeprefix("moment-"))
         target()
 
     t = threading.Thread(target=run, name=name, daemon=True)
     t.start()
     return t
 
-
-def _name_os_thread(name: str) -> None:
-    """The thread's name as the kernel shows it (top -H, perf, /proc/PID/task/TID/comm): without it every
-    thread of a rank is "python", and a profile cannot tell the sampler from the gather or the reader.
-    Linux keeps 15 bytes; the shared "moment-" prefix is left out to keep what tells them apart."""
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(15, name.removeprefix("moment-").encode()[:15], 0, 0, 0)  # PR_SET_NAME
-    except (OSError, AttributeError):
-        pass  # a name is a help to whoever looks, never needed
