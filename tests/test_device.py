@@ -108,6 +108,9 @@ def test_cpu_batch_buffers_follow_the_batches_alive_as_they_rise_and_fall():
     for _ in range(10):
         pool.take(1000)
     assert len(pool._bufs) == 1 + HostBatches.SPARE and pool.reused == 36 + 10
+    ring = StagingRing("cpu", 3000, slots=2)  # a batch's buffer is at most the extent the budget charges
+    ring.take(2900)
+    assert [b.nbytes for b in ring.batches._bufs] == [3000]
 
     pool = HostBatches(track=3)
     held = [torch.from_numpy(pool.take(100)) for _ in range(5)]  # a caller keeps every batch

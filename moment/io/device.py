@@ -348,9 +348,9 @@ class HostBatches:
     buffers held stay within the most batches alive at once over the last `track` takes and `SPARE` more (the
     memory budget charges the pipeline's held batches and `SPARE`), the largest first, the others given back.
     Keeping only one spare was not enough: the batches alive rise and fall by two or three as the training
-    thread finishes steps, so a third of the bench's batches (8M x 128, 38 MB each) got a fresh buffer and
-    their page faults were a third of the gather thread's CPU. Buffers a caller keeps are not tracked past
-    `track`."""
+    thread finishes steps, so a third of the bench's batches (8M x 128, 38 MB each) got a fresh buffer, and
+    zeroing its pages was 15-32% of the gather thread's CPU (perf); kept, 3%. Buffers a caller keeps are not
+    tracked past `track`."""
 
     #: buffers held besides those of the most batches alive at once: the one a finished batch leaves for the next
     SPARE = 1
