@@ -543,6 +543,17 @@ def memory_runs(a, feature_bytes: int, available: int) -> tuple[list[tuple[str, 
     return runs, skipped
 
 
+#: an in-memory run whose whole process takes this many times the fastest one's so far is stopped: its epochs
+#: cannot be the faster, and a run that hangs (Python before 3.11.8 can deadlock a DataLoader worker in its fork,
+#: CPython gh-112275; seen once here, a worker baseline rank waiting 15 min) ends there instead of never
+SLOWER_IN_MEMORY = 2.0
+
+
+def memory_run_deadline(done: dict[str, dict]) -> float | None:
+    """Seconds the next in-memory run may take, whole process: None before one has finished."""
+    return SLOWER_IN_MEMORY * min(m["process_s"] for m in done.values()) if done else None
+
+
 def in_memory_limit(a, ds_dir: Path, common: list[str], moment: dict, key: str) -> tuple[float, list[str]] | None:
     """Every in-memory run (no bound, the dataset warm in the page cache, the same ranks, batches and
     model) and `key` = Moment's out-of-core epoch over the fastest of them, steady state; (that ratio, the
@@ -554,8 +565,13 @@ def in_memory_limit(a, ds_dir: Path, common: list[str], moment: dict, key: str) 
     done: dict[str, dict] = {}
     for name, what, flags in runs:
         print(f"{name}_mode: {what}", flush=True)
+        limit = memory_run_deadline(done)
         m = run(name, a.nproc, [*flags, *common], a.cache_dir / f"{name}.json", cold=[], bound=None,
-                warm=(ds_dir,))
+                warm=(ds_dir,), deadline=limit)
+        if "stopped_after_s" in m:
+            print(f"{name}_stopped_after_s: {limit:.0f}  (over {SLOWER_IN_MEMORY:g}x the fastest in-memory run's "
+                  "whole process: it cannot set the limit)", flush=True)
+            continue
         if m:
             report(name, m)
             print(f"{name}_steady_epoch_s: {steady_s(m):.2f}", flush=True)

@@ -129,6 +129,13 @@ def test_a_run_past_its_deadline_is_stopped_with_its_dataloader_workers(bench_ep
     assert not _running_with(str(ds.path))
 
 
+def test_an_in_memory_run_is_stopped_past_twice_the_fastest_so_far(bench_epoch):
+    """Only a run that cannot be the limit is cut short, and the first one is never (nothing to compare)."""
+    assert bench_epoch.memory_run_deadline({}) is None
+    done = {"memory_moment": {"process_s": 12.0}, "memory_pagecache": {"process_s": 9.5}}
+    assert bench_epoch.memory_run_deadline(done) == bench_epoch.SLOWER_IN_MEMORY * 9.5 == 19.0
+
+
 def _running_with(arg: str) -> list[str]:
     out = []
     for p in Path("/proc").glob("[0-9]*/cmdline"):

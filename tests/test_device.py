@@ -87,8 +87,30 @@ def test_cpu_batch_buffers_are_reused_only_once_nothing_uses_them():
     again = ring.take(4000).to_device(4000)
     assert again.data_ptr() == ptr and ring.batches.reused == 1  # the smallest free buffer that holds it
     del again, second
-    bigger = ring.take(8192).to_device(8192)  # neither free buffer holds it: both given back, a new one made
-    assert ring.batches.reused == 1 and len(ring.batches._bufs) == 1 and bigger.numel() == 8192
+    bigger = ring.take(8192).to_device(8192)  # neither free buffer holds it: a new one made
+    assert ring.batches.reused == 1 and bigger.numel() == 8192
+    # two batches were alive at once: the free buffers are kept for the next, up to those two and the spare
+    assert sorted(b.nbytes for b in ring.batches._bufs) == [4096 + 1024, 4096 + 1024, 8192 + 2048]
+
+
+def test_cpu_batch_buffers_follow_the_batches_alive_as_they_rise_and_fall():
+    """A pipeline's batches alive rise and fall (the trainer frees a few at once): after the first rise every
+    batch gets a kept buffer, none a fresh mapping; once fewer are alive for `track` takes, the buffers held
+    fall to those and the spare."""
+    pool = HostBatches(track=8)
+    alive = []
+    for i in range(40):
+        alive.append(pool.take(1000 + 7 * (i % 5)))  # sizes vary a little, within the quarter more
+        if len(alive) == 4:
+            del alive[:3]
+    assert 40 - pool.reused == 4 and len(pool._bufs) == 4  # four alive at most at once: four made, no more
+    alive.clear()
+    for _ in range(10):
+        pool.take(1000)
+    assert len(pool._bufs) == 1 + HostBatches.SPARE and pool.reused == 36 + 10
+    ring = StagingRing("cpu", 3000, slots=2)  # a batch's buffer is at most the extent the budget charges
+    ring.take(2900)
+    assert [b.nbytes for b in ring.batches._bufs] == [3000]
 
     pool = HostBatches(track=3)
     held = [torch.from_numpy(pool.take(100)) for _ in range(5)]  # a caller keeps every batch

@@ -12,6 +12,7 @@ torch is imported here only when a `DeviceLayer` is made, so planning and plain 
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import math
 import os
@@ -343,9 +344,13 @@ class HostBatches:
     glibc's mmap threshold) whose every page the kernel zeroes when the batch's rows are first copied in: 17 ms
     of the 38 ms it took to copy 150,000 random rows of 512 B into a fresh one, on 2 cores. A buffer is free
     when only this object refers to it: the storage `torch.from_numpy` makes keeps a reference to its array
-    until the last tensor on it is gone, and a NumPy view keeps its base. A buffer found free is taken or given
-    back at the next `take`, so what is held is what the batches alive hold and `SPARE` more (the memory budget
-    charges both); buffers a caller keeps are not tracked past `track`."""
+    until the last tensor on it is gone, and a NumPy view keeps its base. Free buffers are kept while the
+    buffers held stay within the most batches alive at once over the last `track` takes and `SPARE` more (the
+    memory budget charges the pipeline's held batches and `SPARE`), the largest first, the others given back.
+    Keeping only one spare was not enough: the batches alive rise and fall by two or three as the training
+    thread finishes steps, so a third of the bench's batches (8M x 128, 38 MB each) got a fresh buffer, and
+    zeroing its pages was 15-32% of the gather thread's CPU (perf); kept, 3%. Buffers a caller keeps are not
+    tracked past `track`."""
 
     #: buffers held besides those of the most batches alive at once: the one a finished batch leaves for the next
     SPARE = 1
@@ -353,6 +358,7 @@ class HostBatches:
     def __init__(self, track: int = 16):
         self.track = int(track)
         self._bufs: list[np.ndarray] = []
+        self._alive: collections.deque[int] = collections.deque(maxlen=self.track)  # batches alive at each take
         self.reused = 0
 
     def _free(self) -> list[int]:
@@ -362,7 +368,7 @@ class HostBatches:
     def take(self, nbytes: int, most: int | None = None) -> np.ndarray:
         """A uint8 buffer of `nbytes` (a view of the first bytes of one): the smallest free buffer that holds
         them, else a new one of a quarter more (at most `most`, the largest batch), so that the next batches, of
-        about the same size, fit it. The other free buffers are given back."""
+        about the same size, fit it."""
         nbytes = int(nbytes)
         free = self._free()
         fits = [i for i in free if self._bufs[i].nbytes >= nbytes]
@@ -373,9 +379,12 @@ class HostBatches:
         else:
             room = nbytes + nbytes // 4
             buf = np.empty(max(nbytes, min(room, int(most)) if most else room), np.uint8)
-        drop = set(free)
-        self._bufs = [b for k, b in enumerate(self._bufs) if k not in drop]
-        if len(self._bufs) < self.track:
+        alive = len(self._bufs) - len(free) + 1  # with this batch
+        self._alive.append(alive)
+        spares = sorted((i for i in free if i != take), key=lambda k: -self._bufs[k].nbytes)
+        keep = set(spares[: max(0, min(self.track, max(self._alive) + self.SPARE) - alive)])
+        self._bufs = [b for k, b in enumerate(self._bufs) if k not in free or k in keep or k == take]
+        if take < 0 and len(self._bufs) < self.track:
             self._bufs.append(buf)
         return buf[:nbytes]
 
@@ -391,12 +400,13 @@ class StagingRing:
     refused, naming both: the extent is a bound on every batch, so it means the bound was wrong (a split
     batch would need a second copy and a second assembly pass for a case that should not occur).
     Where the device batch is the host buffer itself (CPU), there are no slots: every batch gets its own
-    buffer (the batch's memory, charged as the batch's), reused once no tensor uses it (`HostBatches`)."""
+    buffer (the batch's memory, charged as the batch's: at most `extent` bytes), reused once no tensor uses it
+    (`HostBatches`)."""
 
     def __init__(self, device: Any, extent: int, slots: int = RING_SLOTS):
         self.dev = layer(device)
         self.device = self.dev.device
-        self.slot = slot_bytes(extent)
+        self.extent, self.slot = int(extent), slot_bytes(extent)
         self.stream = self.dev.new_stream() if self.dev.copies else None
         self.bufs = ([DeviceStaging(self.slot, self.dev, self.stream) for _ in range(max(1, slots))]
                      if self.dev.copies else [])
@@ -405,7 +415,7 @@ class StagingRing:
 
     def take(self, nbytes: int) -> DeviceStaging:
         if not self.dev.copies:
-            return DeviceStaging(nbytes, self.dev, host=self.dev.torch_of(self.batches.take(nbytes, self.slot)))
+            return DeviceStaging(nbytes, self.dev, host=self.dev.torch_of(self.batches.take(nbytes, self.extent)))
         if nbytes > self.slot:
             raise MomentError(f"a batch of {nbytes:,} B does not fit the staging slots of {self.slot:,} B, sized from "
                               "the run plan's batch extent (the most bytes of rows a batch was bounded to at start)",
