@@ -382,8 +382,8 @@ class HostBatches:
         alive = len(self._bufs) - len(free) + 1  # with this batch
         self._alive.append(alive)
         spares = sorted((i for i in free if i != take), key=lambda k: -self._bufs[k].nbytes)
-        keep = set(spares[: max(0, min(self.track, max(self._alive) + self.SPARE) - alive)])
-        self._bufs = [b for k, b in enumerate(self._bufs) if k not in free or k in keep or k == take]
+        drop = set(spares[max(0, min(self.track, max(self._alive) + self.SPARE) - alive):])
+        self._bufs = [b for k, b in enumerate(self._bufs) if k not in drop]
         if take < 0 and len(self._bufs) < self.track:
             self._bufs.append(buf)
         return buf[:nbytes]

@@ -367,9 +367,8 @@ def rank_start_sizes() -> tuple[int, int, int]:
     and what a rank forked from the agent has not written): one read of each."""
     given = {k: int(v) for k in (BASE_ENV, AGENT_ENV, SHARED_ENV) if (v := os.environ.get(k, "")).isdigit()}
     torchrun = under_torchrun()
-    if len(given) == 3:
-        return given[BASE_ENV], given[AGENT_ENV] if torchrun else 0, given[SHARED_ENV]
-    own, shared = process_sizes()
-    agent, agent_shared = process_sizes(os.getppid()) if torchrun else (0, 0)
-    return (given.get(BASE_ENV, own), given.get(AGENT_ENV, agent) if torchrun else 0,
-            given.get(SHARED_ENV, max(shared, agent_shared)))
+    if len(given) < 3:  # measured only where the launcher gave nothing
+        own, shared = process_sizes()
+        agent, agent_shared = process_sizes(os.getppid()) if torchrun else (0, 0)
+        given = {BASE_ENV: own, AGENT_ENV: agent, SHARED_ENV: max(shared, agent_shared)} | given
+    return given[BASE_ENV], given[AGENT_ENV] if torchrun else 0, given[SHARED_ENV]
