@@ -15,11 +15,10 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 # `make test`'s set-up from a clean clone 69 s with pip, 33 s with uv, on 2 cores
 UV_VERSION := 0.13.9
 FIND_LINKS = $(or $(PIP_FIND_LINKS),$(shell $(BIN)/pip config get global.find-links 2>/dev/null))
-INSTALL = $(BIN)/uv pip install -q --python $(BIN)/python --compile-bytecode $(addprefix --find-links ,$(FIND_LINKS))
+INSTALL = $(BIN)/uv pip install -q --python $(BIN)/python $(addprefix --find-links ,$(FIND_LINKS))
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
 
 # its own target: a .venv made before uv was used gets it too
 $(BIN)/uv: | $(BIN)/python
@@ -41,9 +40,10 @@ liburing:
 	else echo "make: no liburing headers and not root: reads use the thread-pool engine" \
 	  "(as root: apt-get install liburing-dev, then pip install -e . again)"; fi
 
-$(VENV)/.installed-dev: $(VENV)/.installed pyproject.toml
+# one resolve for all `make test` needs, the plain install's packages with them (so it is done too)
+$(VENV)/.installed-dev: $(BIN)/uv pyproject.toml | liburing
 	$(INSTALL) -e '.[dev,train,serve]' $(TORCH_PIN)
-	touch $@
+	touch $(VENV)/.installed $@
 
 venv: $(VENV)/.installed
 install: $(VENV)/.installed
