@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import moment.cli as cli
+from moment.io.device import no_gpu_driver
 
 ROOT = Path(__file__).resolve().parents[1]
 PLAN = ["plan", "--profile", "paper-machine-b", "--gpus", "4", "--ssds", "8", "--json"]
@@ -51,6 +52,13 @@ def test_plan_imports_no_torch_scipy_networkx_or_runtime(tmp_path):
     assert _under(mods, "torch", "scipy", "networkx", "moment.runtime", "moment.io", "moment.service") == []
     # of the command modules, only the one that defines `plan`
     assert _under(mods, *(f"moment.cli.{m}" for m in cli.MODULES)) == ["moment.cli.topology_cmds"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not no_gpu_driver(), reason="this machine has a GPU driver: the doctor asks torch for devices")
+def test_the_doctor_on_a_machine_without_a_gpu_driver_imports_no_torch(tmp_path):
+    mods = _imported(["doctor", "--gpu", "--json"], tmp_path)
+    assert "moment.runtime.gpucheck" in mods and _under(mods, "torch") == []
 
 
 @pytest.mark.slow

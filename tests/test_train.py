@@ -287,7 +287,7 @@ def test_two_ranks_every_policy_and_shape_match_the_memmap_baseline(setup, two_r
     packed = shutil.copytree(layout, tmp_path / "L")
     assert main(["data", "pack", "--layout", str(packed), "--ranks", "2", "--epochs", "2", "--fanouts", "10,5",
                  "--json"]) == 0
-    torchrun(train_args(packed, out, "--memory-budget", "3GiB", "--cpu-cache-limit", "10%"), forked=False)
+    torchrun(train_args(packed, out, "--memory-budget", "3GiB", "--cpu-cache-limit", "10%"))
     m = json.loads(out.read_text())
     assert m["loss_curve"] == ref and m["io_shape"] == "packed" and m["packed_rows"] > 0
     assert any(i["name"] == "pack index" for i in m["memory"]["items"])
