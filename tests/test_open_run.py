@@ -95,6 +95,19 @@ def test_a_loops_diverging_loss_stops_it_naming_its_optimizers_rate_when_told(ru
         assert "hint: lower the learning rate and start again" in msg, msg
 
 
+def test_loader_workers_on_a_python_whose_forked_children_can_hang_are_told_so(runtime_layout, monkeypatch):
+    from moment.runtime import loader
+    from moment.runtime import run as run_module
+
+    assert loader.fork_hang_note((3, 11, 8)) is None and loader.fork_hang_note((3, 12, 0)) is None
+    note = loader.fork_hang_note((3, 11, 7))
+    assert "Python 3.11.7 can leave a forked process hung" in note and "gh-112275" in note and "3.11.8" in note
+    monkeypatch.setattr(run_module, "fork_hang_note", lambda: note)
+    for workers in (1, 0):
+        with moment.open_run(runtime_layout, features="memmap", loader_workers=workers, fanouts=[5]) as run:
+            assert (f"note: {note}" in run.notes) == (workers > 0), run.notes
+
+
 @pytest.fixture(scope="module")
 def example_layout(tmp_path_factory):
     """A graph large enough that an epoch of the example takes about a second: 20,000 nodes of 64 features."""

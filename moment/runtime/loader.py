@@ -13,6 +13,7 @@ at the same time, so they may exceed the wall time); `train` is the rank's time 
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -25,6 +26,22 @@ from moment.runtime.pipeline import Prepared, StageTimes, link_labels
 from moment.runtime.sources import MemmapFeatures
 from moment.workload.sampler import CSRGraph, NeighborSampler
 from moment.workload.seeds import mix
+
+
+#: the first CPython 3.11 whose forked child cannot hang on the interpreter's lock held, at the fork, by another
+#: thread that was starting or ending (gh-112275; 3.12 never had it)
+FORK_SAFE_311 = (3, 11, 8)
+
+
+def fork_hang_note(version: tuple[int, ...] = tuple(sys.version_info[:3])) -> str | None:
+    """What to tell a run whose DataLoader workers fork from a rank on this Python, None where it is safe: each
+    epoch forks them while the rank's own threads come and go, and on 3.11 before 3.11.8 such a fork can leave
+    a worker hung for good (one of the memmap baseline's did, for 15 min, on 3.11.7)."""
+    if not (3, 11) <= tuple(version) < FORK_SAFE_311:
+        return None
+    return (f"Python {'.'.join(map(str, version))} can leave a forked process hung for good when another of its "
+            "threads starts or ends at the fork (CPython gh-112275, fixed in 3.11.8), and --loader-workers forks "
+            "its workers at every epoch: a worker may hang. Use Python 3.11.8 or later")
 
 
 class _Batches(Dataset):

@@ -38,7 +38,7 @@ from moment.runtime.dist import AgreedError, DistContext, setup
 from moment.runtime.finite import DIVERGE_FACTOR, DIVERGE_STEPS, BadStep, Divergence, StepLog
 from moment.runtime.heap import HeapKeeper, keep_freed_memory, return_freed_memory
 from moment.runtime.link_task import sampler_for, train_seeds
-from moment.runtime.loader import LoaderPipeline
+from moment.runtime.loader import LoaderPipeline, fork_hang_note
 from moment.runtime.memory_use import reset_peak
 from moment.runtime.model_spec import load_rank_code
 from moment.runtime.pipeline import Pipeline, Prepared
@@ -145,6 +145,8 @@ class Run:
 
             note = check_dataset(cfg.layout, self.layout.manifest, ds)
             self.notes += [f"note: {note}"] if note else []
+        if cfg.loader_workers and (note := fork_hang_note()):
+            self.notes.append(f"note: {note}")
         self.fanouts = cfg.resolved_fanouts()
         # the graph stays memory-mapped (its size is charged to the budget); labels in their own small dtype
         self.graph = CSRGraph.from_dataset(ds, in_memory=cfg.features == "memory")
