@@ -14,7 +14,7 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 # uv installs what pip would, from PyPI and pip's find-links (where the local torch file lies), in parallel,
 # and compiles no bytecode: Python writes it for what is imported (compiling all of torch's tree took 16 s
 # of the set-up; the suite imports a fraction of it). `make test`'s set-up from a clean clone on 2 cores:
-# 69 s with pip, 33 s with uv compiling everything and installing twice, 15 s now
+# 69 s with pip, 33 s with uv compiling everything and installing twice, 11-15 s now
 UV_VERSION := 0.13.9
 FIND_LINKS = $(or $(PIP_FIND_LINKS),$(shell $(BIN)/pip config get global.find-links 2>/dev/null))
 INSTALL = $(BIN)/uv pip install -q --python $(BIN)/python $(addprefix --find-links ,$(FIND_LINKS))
