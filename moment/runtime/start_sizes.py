@@ -241,8 +241,8 @@ def fresh_sizes(model: str | None = None) -> tuple[int, int, int]:
     """(torchrun's agent, a rank, the libraries they share) as a fresh interpreter holds them, for a run of
     `model` (its `--model`): each process's own memory, and the pages the machine holds once
     (budget.alone_bytes). Falls back to this process's sizes with the runtime, the optimizers (and the user's
-    model module) loaded when no interpreter can be started. Measured once per process and model (or the record `measure_ahead` took); each
-    measurement is recorded (`record_path`)."""
+    model module) loaded when no interpreter can be started. Measured once per process and model (or the record
+    `measure_ahead` took); each measurement is recorded (`record_path`)."""
     model = _user_model(model)
     if model in _measured:
         return _measured[model]

@@ -31,4 +31,3 @@ def start_thread(target: Callable[[], None], name: str, device: Any) -> threadin
     t = threading.Thread(target=run, name=name, daemon=True)
     t.start()
     return t
-
