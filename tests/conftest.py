@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import fcntl
+import gc
 import os
 import shutil
 from pathlib import Path
@@ -27,6 +28,14 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if {"two_rank_dir", "restarted_run"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+
+
+def pytest_collection_finish(session):
+    """What collection imported (torch, PyG, torch._dynamo, hypothesis) moves to the collector's permanent
+    generation, as moment.gcpause.freeze_for_exit does at a process's end: the full collections a worker's
+    tests trigger then skip it (a worker's collector time on test_branch, test_bounds and test_models:
+    1.69 -> 0.81 s). Cycles made later are still collected."""
+    gc.freeze()
 
 
 @pytest.fixture

@@ -40,6 +40,22 @@ def _prepared(dev: DeviceLayer, made_on, n: int = 1 << 20) -> Prepared:
 # ---------------------------------------------------------------- CPU: the same calls, no-ops
 
 
+def test_cuda_counts_as_started_once_a_tensor_is_made_there(monkeypatch):
+    """What the torchrun agent asks before it forks its ranks: without torch loaded CUDA cannot have started;
+    CPU tensors do not start it; a CUDA tensor does (where CUDA exists)."""
+    from moment.io.device import cuda_started
+
+    with monkeypatch.context() as m:
+        m.delitem(sys.modules, "torch")
+        assert cuda_started() is False
+    torch.ones(4).sum()
+    if not torch.cuda.is_available():
+        assert cuda_started() is False
+    else:
+        torch.ones(4, device="cuda").sum()
+        assert cuda_started() is True
+
+
 def test_cpu_layer_calls_are_no_ops():
     dev = DeviceLayer("cpu")
     assert not dev.cuda and not dev.copies

@@ -303,8 +303,8 @@ def test_dry_run_prints_the_plan_and_starts_no_rank(data, monkeypatch, capsys):
 @pytest.mark.slow
 def test_the_fresh_rank_is_measured_while_the_launcher_checks_and_never_outlives_it(monkeypatch, tmp_path):
     """`measure_ahead` starts the fresh interpreter at once and the first size asked for collects it (one
-    interpreter per model, not two); a user's `--model` module is imported by the fresh rank as the rank imports
-    it (what it holds is charged); one left running when the launcher exits (a user error first) is stopped."""
+    interpreter per model, not two); a user's `--model` module is imported by the fresh interpreter as the agent
+    imports it for its ranks (what it holds is charged once, as pages the ranks share); one left running when the launcher exits (a user error first) is stopped."""
     import subprocess as sp
 
     from moment.runtime import start_sizes as ss
@@ -327,8 +327,8 @@ def test_the_fresh_rank_is_measured_while_the_launcher_checks_and_never_outlives
         assert len(started) == 2 and 0 < rank < 32 << 20 and agent > 0  # collected, not measured again
         assert shared > 128 << 20  # torch and the runtime the agent loaded, which its forked ranks share
         assert ss.fresh_sizes() == (agent, rank, shared) and ss.fresh_sizes("gat") == (agent, rank, shared)
-        user_agent, user_rank, _ = ss.fresh_sizes("heavy_model:make")
-        assert len(started) == 2 and user_rank - rank > 80 << 20, (rank, user_rank)
+        _, user_rank, user_shared = ss.fresh_sizes("heavy_model:make")
+        assert len(started) == 2 and user_shared - shared > 80 << 20 and user_rank < 32 << 20, (shared, user_shared)
         assert ss.start_sizes("heavy_model:make")[1] == user_rank
         monkeypatch.setattr(ss, "_measured", {})
         ss.record_path().unlink()
@@ -342,19 +342,32 @@ def test_the_fresh_rank_is_measured_while_the_launcher_checks_and_never_outlives
 
 
 @pytest.mark.slow
-def test_the_fresh_ranks_forked_child_dies_with_it(monkeypatch, tmp_path):
-    """The fresh interpreter forks a rank to measure it; killed (the launcher's exit, `_stop_ahead`) while that
-    child still imports a slow user module, it leaves no child behind."""
+def test_the_fresh_interpreter_imports_the_users_module_before_it_forks_and_its_rank_dies_with_it(monkeypatch,
+                                                                                                  tmp_path):
+    """The fresh interpreter imports a user's model module as the agent does, before it forks the rank it
+    measures: killed (the launcher's exit, `_stop_ahead`) while that import is slow, it has forked no rank yet;
+    and a rank it forked ends with it (its pipe's end), whenever it is killed."""
     import subprocess as sp
     import time
 
     from moment.runtime import start_sizes as ss
 
-    (tmp_path / "slow_model.py").write_text("import time\ntime.sleep(60)\n\ndef make(**kw): ...\n")
+    (tmp_path / "slow_model.py").write_text("import time\nopen('importing', 'w').close()\ntime.sleep(60)\n\n"
+                                            "def make(**kw): ...\n")
     monkeypatch.chdir(tmp_path)
     p = ss._start("slow_model:make")
-    child = []
     deadline = time.monotonic() + 120
+    while not (tmp_path / "importing").exists() and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert (tmp_path / "importing").exists() and p.poll() is None, "the fresh interpreter did not import it"
+    assert not sp.run(["pgrep", "-P", str(p.pid)], capture_output=True, text=True).stdout.split()
+    p.kill()
+    p.wait()
+
+    # a rank whose interpreter is killed before it was told to go (stopped once it forked)
+    script = ss.script(None).replace("pid = os.fork()\n", "pid = os.fork()\nif pid: import signal; os.kill(os.getpid(), signal.SIGSTOP)\n")
+    p = sp.Popen([sys.executable, "-c", script], stdout=sp.PIPE, stderr=sp.DEVNULL, text=True)
+    child, deadline = [], time.monotonic() + 120
     while not child and p.poll() is None and time.monotonic() < deadline:
         child = sp.run(["pgrep", "-P", str(p.pid)], capture_output=True, text=True).stdout.split()
         time.sleep(0.1)
@@ -437,7 +450,7 @@ def test_a_recorded_fresh_rank_is_reused_by_a_dry_run_and_a_recent_one_by_a_budg
         (tmp_path / "pkg" / "net.py").write_text("import heavy_library\ndef make(**kw): ...\n")
         assert ahead(True, "pkg.net:make")[3] is None and ahead(False, "pkg.net:make")[3] is not None
         assert len(started) == before + 2 and "pkg" not in sys.modules
-        assert "load_callable('mine:make', '--model')" in ss.script("mine:make") and "pass" in ss.script("sage")
+        assert "preload('mine:make')" in ss.script("mine:make") and "preload(None)" in ss.script("sage")
     finally:
         ss._measured.clear()
 

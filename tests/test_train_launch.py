@@ -160,6 +160,43 @@ def test_the_agent_forks_the_ranks_of_every_python_program_and_leaves_others_to_
         assert (cfg.start_method, entry, args) == (theirs[0].start_method, theirs[1], theirs[2]), program
 
 
+def test_the_agent_imports_a_users_model_module_for_its_ranks_unless_it_starts_a_thread(monkeypatch, tmp_path):
+    """`--model MODULE:FACTORY`'s module is imported once, in the agent, before it forks the ranks (which then
+    find it loaded). One whose import starts a thread (or CUDA) cannot be inherited by a fork: its ranks start
+    as fresh interpreters. One that fails to import is left to the ranks, which say why."""
+    import gc
+    import sys
+
+    from torch.distributed.elastic.multiprocessing.api import MultiprocessContext
+    from torch.distributed.run import config_from_args, parse_args
+
+    from moment.runtime import agent
+
+    monkeypatch.setattr(gc, "freeze", lambda: None)  # this test's process is no agent: nothing to keep
+    monkeypatch.setattr(MultiprocessContext, "_is_done", MultiprocessContext._is_done)  # restored after the test
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "plain_net.py").write_text("def make(**kw): ...\n")
+    (tmp_path / "threaded_net.py").write_text("import threading\nSTOP = threading.Event()\n"
+                                              "threading.Thread(target=STOP.wait, daemon=True).start()\n"
+                                              "def make(**kw): ...\n")
+    (tmp_path / "broken_net.py").write_text("raise RuntimeError('no GPU here')\n")
+    config = agent.forked_ranks(config_from_args)
+
+    def entry(model: str):
+        return config(parse_args(["--standalone", "--nproc-per-node=2", "-m", agent.RANK_MODULE, "--layout", "L",
+                                  "--model", model]))[1]
+
+    try:
+        assert entry("plain_net:make") is agent.program and "plain_net" in sys.modules
+        assert entry("broken_net:make") is agent.program and "broken_net" not in sys.modules
+        assert entry("threaded_net:make") == sys.executable  # torchrun's own: fresh interpreters
+        sys.modules["threaded_net"].STOP.set()
+        assert entry("sage") is agent.program
+    finally:
+        for name in ("plain_net", "threaded_net", "broken_net"):
+            sys.modules.pop(name, None)
+
+
 @pytest.mark.slow
 def test_a_script_forked_by_the_agent_runs_as_a_fresh_interpreter_would_run_it(tmp_path):
     """Its name, argv and path, its own exit handlers (not the agent's), and an uncaught error's traceback showing

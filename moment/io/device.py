@@ -79,6 +79,13 @@ def no_gpu_driver() -> bool:
     return not any(os.path.exists(p) for p in GPU_DRIVER_PATHS)
 
 
+def cuda_started() -> bool:
+    """Whether this process has initialized CUDA, after which a child it forks cannot use CUDA (the torchrun agent
+    forks its ranks only before); False where torch is not loaded, as nothing can have initialized it then."""
+    torch = sys.modules.get("torch")
+    return torch is not None and torch.cuda.is_initialized()
+
+
 #: staging slots of a ring: one batch is assembled on the host while the previous one's copy is in flight
 RING_SLOTS = 2
 #: a table goes to the device in chunks of about this many bytes through one reused pinned host buffer, so no

@@ -5,14 +5,15 @@ runs), with the same arguments, then an exit that does not collect torch's objec
 0.52 s after its exit handlers as `python -m torch.distributed.run`, 0.11 s frozen.
 
 Its ranks are forked from it, not started as fresh interpreters: the agent first imports what each rank would
-import again (torch, the runtime, torch._dynamo), so a rank starts with it loaded, and the pages it did not write
-stay shared with the agent. torchrun's own function entrypoints (its `--run-path`) start ranks this way; the
-start method is `fork`. Measured on 2 cores: a 2-rank GAT launch on the 100k layout 4.9 -> 3.9 s and 7.3 -> 4.6
-CPU-s, equal loss curves, and the 8M bench's machine peak 2,623 -> 2,350 MiB (docs/training.md); one epoch of
-examples/own_loop.py 7.1-8.2 -> 5.3 s and 12-13 -> 7.1 CPU-s (docs/your-model-loop-data.md). The agent never
-initializes CUDA (its imports only; torch asked to check for GPUs through NVML, which forks safely), so each
-forked rank sets up its own device as before. A program that is not Python (`--no-python`) and `--run-path` run
-as torchrun runs them."""
+import again (torch, the runtime, torch._dynamo, a `moment.train` rank's `--model MODULE:FACTORY` module), so a
+rank starts with it loaded, and the pages it did not write stay shared with the agent. torchrun's own function
+entrypoints (its `--run-path`) start ranks this way; the start method is `fork`. Measured on 2 cores: a 2-rank GAT
+launch on the 100k layout 4.9 -> 3.9 s and 7.3 -> 4.6 CPU-s, equal loss curves, and the 8M bench's machine peak
+2,623 -> 2,350 MiB (docs/training.md); one epoch of examples/own_loop.py 7.1-8.2 -> 5.3 s and 12-13 -> 7.1 CPU-s
+(docs/your-model-loop-data.md). The agent never initializes CUDA (its imports only; torch asked to check for GPUs
+through NVML, which forks safely), so each forked rank sets up its own device as before; a user's module whose
+import starts CUDA or a thread gets fresh interpreters (`preload`). A program that is not Python (`--no-python`)
+and `--run-path` run as torchrun runs them."""
 
 import os
 import signal
@@ -123,15 +124,41 @@ def _exits_count_as_returns() -> None:
     MultiprocessContext._is_done = _is_done
 
 
-def preload() -> None:
-    """What the agent loads for its ranks before forking them (moment.runtime.start_sizes measures the same)."""
+def preload(model: str | None = None) -> bool:
+    """What the agent loads for its ranks before forking them (moment.runtime.start_sizes measures the same),
+    with a user's `--model MODULE:FACTORY` module (PyG's layers, say: 1.1 s of each rank's start on 2 cores).
+    False when importing that module started a thread or CUDA, which a forked rank would not have: its ranks
+    then start as fresh interpreters. A module that fails to import is left to the ranks, which say why."""
     import gc
 
     import moment.runtime.train  # noqa: F401 - what a rank loads first
     from moment.runtime.models import load_optimizers
 
     load_optimizers()
+    forkable = True
+    if model is not None:
+        from moment.errors import MomentError
+        from moment.io.device import cuda_started
+        from moment.runtime.model_spec import load_callable
+
+        before = _threads()
+        try:
+            load_callable(model, "--model")
+        except MomentError:
+            pass
+        forkable = _threads() == before and not cuda_started()
     gc.freeze()  # the collector of a forked rank does not write to (copy) the pages of what is loaded here
+    return forkable
+
+
+def _threads() -> int:
+    """The threads of this process, native ones (an OpenMP pool) included where Linux lists them."""
+    import threading
+
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return threading.active_count()
 
 
 def forked_ranks(config_from_args):
@@ -143,7 +170,11 @@ def forked_ranks(config_from_args):
         cfg, cmd, cmd_args = config_from_args(args)
         if args.no_python or args.run_path:
             return cfg, cmd, cmd_args
-        preload()
+        from moment.runtime.config import user_model_in
+
+        ours = args.module and args.training_script == RANK_MODULE
+        if not preload(user_model_in(args.training_script_args) if ours else None):
+            return cfg, cmd, cmd_args
         cfg.start_method = "fork"
         _exits_count_as_returns()
         return cfg, program, ["module" if args.module else "script", args.training_script,

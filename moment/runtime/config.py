@@ -485,6 +485,24 @@ def option_names() -> list[str]:
     return [f.name or "--" + n.replace("_", "-") for n in TrainConfig.model_fields for f in _flags(n)]
 
 
+def user_model(model: str | None) -> str | None:
+    """`model` where it names a user's MODULE:FACTORY; None for a built-in model (or none)."""
+    return None if model is None or model in BUILT_IN_MODELS else model
+
+
+def user_model_in(argv: list[str]) -> str | None:
+    """The user's `--model MODULE:FACTORY` a rank's command line names, read as the rank reads it; None for a
+    built-in model, a request for help, and a line that does not parse (the rank says why)."""
+    if "-h" in argv or "--help" in argv:
+        return None
+    p = build_parser()
+    try:
+        ns, _ = p.parse_known_args(_attach_values(list(argv), p))
+    except MomentError:
+        return None
+    return user_model(ns.model)
+
+
 def parse_args(argv: list[str] | None = None, *, check: bool = True) -> TrainConfig:
     """The options of a run, validated (the one place both `moment train` and every rank validate them);
     `check=False` leaves `TrainConfig.check` to the caller (`moment train` adds a checkpoint directory)."""

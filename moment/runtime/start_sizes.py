@@ -30,36 +30,29 @@ from pathlib import Path
 
 import moment
 from moment.runtime.budget import alone_bytes
-from moment.runtime.config import BUILT_IN_MODELS, callable_spec
+from moment.runtime.config import callable_spec, user_model
 
 # Imports inside functions: the models load only when a start size is measured.
 
-#: a fresh interpreter as `moment train`'s torchrun agent (moment.runtime.agent): torch and what its ranks load
-#: (`preload`), then a rank forked from it, which imports a user's model module ({user}); printed: what the agent
-#: and the rank each hold alone, and what they share (the agent's memory, the libraries). The child dies with its
-#: parent, and each keeps only its own ends of the two pipes (a parent gone is the end of the pipe, not a hang).
+#: a fresh interpreter as `moment train`'s torchrun agent (moment.runtime.agent): torch and what its ranks load,
+#: a user's model module with it (`preload`), then a rank forked from it; printed: what the agent and the rank
+#: each hold alone, and what they share (the agent's memory, the libraries). Each keeps only its own ends of the
+#: two pipes, so the rank ends when the interpreter does (a parent gone is the end of the pipe, not a hang).
 FRESH = """import os
 from moment.runtime.budget import process_sizes
 import torch.distributed.run
 from moment.runtime.agent import preload
-preload()
+preload({model!r})
 (ready, told), (wait, go) = os.pipe(), os.pipe()
-parent = os.getpid()
 pid = os.fork()
 if pid == 0:
-    import signal
-    from moment.runtime.lifetime import die_with_parent
-    die_with_parent(parent, signal.SIGKILL)  # not left importing a user's module
     os.close(ready)
     os.close(go)
     try:
-        {user}
+        os.write(told, b"1")
+        os.read(wait, 1)
     finally:
-        try:
-            os.write(told, b"1")
-            os.read(wait, 1)
-        finally:
-            os._exit(0)
+        os._exit(0)
 os.close(told)
 os.close(wait)
 if os.read(ready, 1) != b"1":
@@ -69,19 +62,12 @@ print(agent, rank, max(agent_shared, rank_shared))
 os.write(go, b"1")
 os.waitpid(pid, 0)
 """
-_USER_MODEL = "from moment.runtime.model_spec import load_callable; load_callable({spec!r}, '--model')"
-
-
-def _user_model(model: str | None) -> str | None:
-    """The `--model MODULE:FACTORY` whose module a rank imports before it measures itself; None for a built-in."""
-    return None if model is None or model in BUILT_IN_MODELS else model
 
 
 def script(model: str | None = None) -> str:
-    """The fresh interpreter's program for a run of `model`: FRESH, with a user's model module imported by the
-    forked rank before it is measured, as `Run._open` imports it (PyG's layers, say, are each rank's own)."""
-    spec = _user_model(model)
-    return FRESH.format(user="pass" if spec is None else _USER_MODEL.format(spec=spec))
+    """The fresh interpreter's program for a run of `model`: FRESH, which imports a user's model module as the
+    agent does before it forks its ranks."""
+    return FRESH.format(model=user_model(model))
 
 
 def _moment_root() -> Path:
@@ -129,7 +115,7 @@ def measure_ahead(*, budgeted: bool, model: str | None = None) -> None:
     Or reuse the measurement recorded on this installation: any, for a preview that checks no budget; with
     `budgeted`, one made in the last RECENT_S seconds since this boot. `model`: the run's `--model` (a user's
     module is imported by the fresh rank too)."""
-    model = _user_model(model)
+    model = user_model(model)
     if model in _ahead or model in _measured:
         return
     if (got := _read_record(model, within=RECENT_S if budgeted else None)) is not None:
@@ -142,7 +128,7 @@ def start_sizes(model: str | None = None) -> tuple[int, int, int, str | None]:
     """(torchrun's agent, a rank, the shared pages, None) as `fresh_sizes`; or the record `measure_ahead` took,
     with when it was measured (every later size of this process is that record's: the ranks are handed what
     the preview charged)."""
-    return (*fresh_sizes(model), _taken.get(_user_model(model)))
+    return (*fresh_sizes(model), _taken.get(user_model(model)))
 
 
 def record_path() -> Path:
@@ -168,7 +154,7 @@ def _module_file(model: str | None) -> list | None:
     """A user's model module's file, size and modification time (None for a built-in model, or where it is not
     found), looked up as `load_callable` imports it (the current directory first) without running it: an
     edited module is measured anew."""
-    parsed = callable_spec(spec) if (spec := _user_model(model)) is not None else None
+    parsed = callable_spec(spec) if (spec := user_model(model)) is not None else None
     if parsed is None:
         return None
     parts, where, found = parsed[0].split("."), [os.getcwd(), *sys.path], None
@@ -243,7 +229,7 @@ def fresh_sizes(model: str | None = None) -> tuple[int, int, int]:
     (budget.alone_bytes). Falls back to this process's sizes with the runtime, the optimizers (and the user's
     model module) loaded when no interpreter can be started. Measured once per process and model (or the record
     `measure_ahead` took); each measurement is recorded (`record_path`)."""
-    model = _user_model(model)
+    model = user_model(model)
     if model in _measured:
         return _measured[model]
     got = _collect(_ahead.pop(model) if model in _ahead else _start(model))
