@@ -114,7 +114,7 @@ def measure_ahead(*, budgeted: bool, model: str | None = None) -> None:
     layout, the dataset, the graph) then run while the fresh interpreter loads torch, seconds of the preview.
     Or reuse the measurement recorded on this installation: any, for a preview that checks no budget; with
     `budgeted`, one made in the last RECENT_S seconds since this boot. `model`: the run's `--model` (a user's
-    module is imported by the fresh rank too)."""
+    module is imported by the fresh interpreter too, as the agent imports it)."""
     model = user_model(model)
     if model in _ahead or model in _measured:
         return
