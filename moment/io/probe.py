@@ -192,7 +192,7 @@ def probe_memory(nbytes: int = 128 * MiB, repeats: int = 3) -> float:
     """GB/s of a one-thread numpy copy (bytes read + bytes written), best of `repeats`. 128 MiB per array is
     past the last-level cache one core sees (96 MiB at most today), and measured the same rate as 512 MiB
     here (24.0 against 23.1 GB/s) in 0.07 s instead of 1.7: a larger pair spends seconds in the kernel's first
-    touch of pages (huge-page compaction), so a 16 MiB `moment probe` took 4.6 s."""
+    touch of pages (huge-page compaction), so a 16 MiB `moment probe` took 2.5-4.9 s."""
     a = np.ones(nbytes // 8)
     b = np.empty_like(a)
     return copy_gbps(2 * a.nbytes, timed_copies(lambda: np.copyto(b, a), lambda: None, repeats))
