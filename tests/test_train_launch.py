@@ -210,6 +210,9 @@ def test_the_agent_imports_a_users_model_module_for_its_ranks_unless_it_starts_a
             with pytest.raises(MomentError) as e:
                 script(bad)
             assert str(e.value).startswith(f"--preload {bad}: {why}"), str(e.value)
+        with pytest.raises(MomentError, match="--preload json: the ranks of a --no-python launch are not forked"):
+            parse = agent.with_preload(get_args_parser)
+            config(parse().parse_args(["--preload=json", "--no-python", "--standalone", "/bin/true"]))
     finally:
         for name in ("plain_net", "threaded_net", "broken_net"):
             sys.modules.pop(name, None)

@@ -146,7 +146,7 @@ def preload(model: str | None = None, modules: Sequence[str] = ()) -> bool:
 
         before = _threads()
         for name in modules:
-            import_named(name, f"--preload {name}")
+            import_named(name, f"--preload {name or repr(name)}")
         if model is not None:
             try:
                 load_callable(model, "--model")
@@ -190,6 +190,12 @@ def forked_ranks(config_from_args):
     def config(args):
         cfg, cmd, cmd_args = config_from_args(args)
         if args.no_python or args.run_path:
+            if getattr(args, "preload", None):
+                from moment.errors import MomentError
+
+                flag = "--no-python" if args.no_python else "--run-path"
+                raise MomentError(f"the ranks of a {flag} launch are not forked from this agent, so nothing it imports "
+                                  "reaches them", source=f"--preload {args.preload[0]}", hint=f"drop --preload or {flag}")
             return cfg, cmd, cmd_args
         from moment.runtime.config import user_model_in
 
