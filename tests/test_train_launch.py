@@ -20,6 +20,7 @@ from runtime_data import TRAIN_ARGS
 from moment import testpoints
 from moment.cli import train_launch as tl
 from moment.errors import MomentError
+from moment.runtime.agent import COMMAND
 from moment.runtime.config import TrainConfig
 from moment.runtime.runs import make_run_dir
 from moment.runtime.train import train
@@ -189,7 +190,7 @@ def test_the_agent_imports_a_users_model_module_for_its_ranks_unless_it_starts_a
                                   "--model", model]))[1]
 
     def script(*preloads: str):  # a user's script, with the agent's --preload MODULE for each
-        parse = agent.with_preload(get_args_parser)
+        parse = agent.with_options(get_args_parser)
         return config(parse().parse_args([*(f"--preload={m}" for m in preloads), "--standalone",
                                           "--nproc-per-node=2", "train.py"]))[1]
 
@@ -211,7 +212,7 @@ def test_the_agent_imports_a_users_model_module_for_its_ranks_unless_it_starts_a
                 script(bad)
             assert str(e.value).startswith(f"--preload {bad}: {why}"), str(e.value)
         with pytest.raises(MomentError, match="--preload json: the ranks of a --no-python launch are not forked"):
-            parse = agent.with_preload(get_args_parser)
+            parse = agent.with_options(get_args_parser)
             config(parse().parse_args(["--preload=json", "--no-python", "--standalone", "/bin/true"]))
     finally:
         for name in ("plain_net", "threaded_net", "broken_net"):
@@ -424,6 +425,45 @@ def test_the_suggested_budget_is_accepted_and_a_full_disk_stops_every_rank_with_
             "device; the last good checkpoint (step 2) is kept")
     assert err.count(said) == 1 and "rank 1" not in err and "lost the connection" not in err, r.stderr
     assert "Traceback" not in err and load_checkpoint(ck)["step"] == 2
+
+
+def test_the_agent_loads_while_the_launcher_checks_and_a_refused_run_leaves_nothing_running(layout, tmp_path,
+                                                                                           monkeypatch, capsys):
+    """`moment train` starts torchrun's agent held once the options and the data are checked: it loads torch
+    while the launcher checks the model and the budget, and measures the start sizes the budget charges
+    (no fresh interpreter of its own; recorded). A run refused then (a budget below the minimum, a factory that
+    raises) stops it: one line, exit 2, no process left, no rank started."""
+    import subprocess as sp
+
+    from moment.cli import main
+    from moment.runtime import start_sizes as ss
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # nothing recorded
+    for name in ("_measured", "_ahead", "_taken"):
+        monkeypatch.setattr(ss, name, {})
+    started: list[sp.Popen] = []
+    real = sp.Popen
+
+    class Spy(real):
+        def __init__(self, args, *a, **k):
+            super().__init__(args, *a, **k)
+            started.append(self)
+
+    monkeypatch.setattr(sp, "Popen", Spy)
+    monkeypatch.chdir(REPO)
+    common = ["train", "--nproc", "2", "--layout", str(layout), "--run-dir", str(tmp_path / "runs"), *ARGS]
+    assert main([*common, "--memory-budget", "200MiB"]) == 2
+    assert "give at least --memory-budget" in capsys.readouterr().err
+    (agent,) = started  # the agent alone, held and measuring
+    assert agent.args[len(COMMAND):len(COMMAND) + 2] == ["--hold", "measure"] and agent.poll() is not None
+    assert json.loads(ss.record_path().read_text())["rank"] == ss.fresh_sizes()[1] > 0  # its figures, recorded
+    started.clear()
+    assert main([*common, "--model", "tests.user_models:raises"]) == 2  # no budget: nothing to measure
+    err = " ".join(capsys.readouterr().err.split())
+    assert err.startswith("error: --model tests.user_models:raises: factory(") and err.count("error") == 1, err
+    (agent,) = started
+    assert agent.args[len(COMMAND):len(COMMAND) + 2] == ["--hold", "wait"] and agent.poll() is not None
+    assert not (tmp_path / "runs").exists()  # no run directory: no run
 
 
 @pytest.mark.slow

@@ -157,6 +157,59 @@ def preload(model: str | None = None, modules: Sequence[str] = ()) -> bool:
     return forkable
 
 
+def fork_sizes() -> tuple[int, int, int]:
+    """(what this agent holds alone, what a rank forked from it now holds alone, the most either shares) as the
+    budget charges them: measured with a child forked here that only waits (moment.runtime.start_sizes)."""
+    from moment.runtime.budget import process_sizes
+
+    (ready, told), (wait, go) = os.pipe(), os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the rank's stand-in: it ends when told, or when this process is gone (its pipe ends)
+        os.close(ready)
+        os.close(go)
+        try:
+            os.write(told, b"1")
+            os.read(wait, 1)
+        finally:
+            os._exit(0)
+    os.close(told)
+    os.close(wait)
+    try:
+        if os.read(ready, 1) != b"1":
+            raise OSError("the forked stand-in of a rank did not start")
+        (agent, agent_shared), (rank, rank_shared) = process_sizes(), process_sizes(pid)
+        os.write(go, b"1")
+    finally:
+        os.close(ready)
+        os.close(go)
+        os.waitpid(pid, 0)
+    return agent, rank, max(agent_shared, rank_shared)
+
+
+#: `--hold measure`: the line the held agent prints its start sizes on (agent, rank, shared bytes)
+HOLD_SIZES = "moment-agent-sizes:"
+
+
+def _held(mode: str) -> list[str]:
+    """`moment train`'s held agent (`--hold`): started while the launcher still checks the run, it loads what
+    its ranks load, prints its start sizes when asked (`measure`), then waits for the launcher's go, one JSON
+    line on stdin: the rank arguments to add and the environment the ranks get. No go (the launcher refused
+    the run, or died): the agent ends here, before any rendezvous."""
+    import json
+
+    if mode == "measure":
+        print(HOLD_SIZES, *fork_sizes(), flush=True)
+    line = sys.stdin.readline()
+    if not line:
+        os._exit(0)
+    go = json.loads(line)
+    os.environ.update(go["env"])
+    null = os.open(os.devnull, os.O_RDONLY)  # the ranks read nothing from the launcher
+    os.dup2(null, 0)
+    os.close(null)
+    return list(go["args"])
+
+
 def _threads() -> int:
     """The threads of this process, native ones (an OpenMP pool) included where Linux lists them."""
     import threading
@@ -167,8 +220,10 @@ def _threads() -> int:
         return threading.active_count()
 
 
-def with_preload(get_args_parser):
-    """torchrun's `get_args_parser`, with the agent's own option, `--preload MODULE`."""
+def with_options(get_args_parser):
+    """torchrun's `get_args_parser`, with the agent's own options: `--preload MODULE`, and `--hold` (`moment
+    train`'s, not shown)."""
+    import argparse
 
     def parser():
         p = get_args_parser()
@@ -177,6 +232,7 @@ def with_preload(get_args_parser):
                             "imported once by this agent before it forks the ranks, so that each rank finds it loaded "
                             "and shares its memory; repeat for several. One whose import starts a thread or CUDA makes "
                             "the ranks fresh interpreters")
+        p.add_argument("--hold", choices=("wait", "measure"), default=None, help=argparse.SUPPRESS)
         return p
 
     return parser
@@ -200,18 +256,20 @@ def forked_ranks(config_from_args):
         from moment.runtime.config import user_model_in
 
         ours = args.module and args.training_script == RANK_MODULE
-        if not preload(user_model_in(args.training_script_args) if ours else None, getattr(args, "preload", ())):
-            return cfg, cmd, cmd_args
+        forkable = preload(user_model_in(args.training_script_args) if ours else None, getattr(args, "preload", ()))
+        more = _held(args.hold) if getattr(args, "hold", None) else []
+        if not forkable:
+            return cfg, cmd, [*cmd_args, *more]
         cfg.start_method = "fork"
         _exits_count_as_returns()
         return cfg, program, ["module" if args.module else "script", args.training_script,
-                              *args.training_script_args]
+                              *args.training_script_args, *more]
 
     return config
 
 
 def main(argv: list[str] | None = None) -> int:
-    """torchrun's `main` with forked ranks and `--preload`; a user error (a `--preload` module that cannot be
+    """torchrun's `main` with forked ranks, `--preload` and `--hold`; a user error (a `--preload` module that cannot be
     imported) is one line and exit status 2, before any rank starts."""
     os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")  # before torch: a check never initializes CUDA
     import torch.distributed.run as torchrun
@@ -219,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     from moment.errors import MomentError
 
     torchrun.config_from_args = forked_ranks(torchrun.config_from_args)
-    torchrun.get_args_parser = with_preload(torchrun.get_args_parser)
+    torchrun.get_args_parser = with_options(torchrun.get_args_parser)
     try:
         torchrun.main(argv)
     except MomentError as e:
