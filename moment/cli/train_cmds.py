@@ -280,8 +280,7 @@ def train(
         where += ", checkpoints (resume with --resume --checkpoint-dir " + str(run_path / CHECKPOINTS) + ")"
     if not cfg.quiet:
         err_console.print(where, highlight=False, soft_wrap=True)
-    agent = held[0] if held else launch(False)
-    agent.go(more, rank_env)
-    code = report(run(agent, run_path / LOG, max_restarts, rdzv))
+    held[0].go(more, rank_env)  # _precheck started it
+    code = report(run(held[0], run_path / LOG, max_restarts, rdzv))
     if code:
         raise typer.Exit(code)

@@ -6,8 +6,10 @@ runs), with the same arguments, then an exit that does not collect torch's objec
 
 Its ranks are forked from it, not started as fresh interpreters: the agent first imports what each rank would
 import again (torch, the runtime, torch._dynamo, a `moment.train` rank's `--model MODULE:FACTORY` module, the
-modules a script's launch names with the agent's own option `--preload MODULE`), so a rank starts with it loaded, and the pages it did not write stay shared with the agent. torchrun's own function
-entrypoints (its `--run-path`) start ranks this way; the start method is `fork`. Measured on 2 cores: a 2-rank GAT
+modules a script's launch names with the agent's own option `--preload MODULE`), so a rank starts with it loaded,
+and the pages it did not write stay shared with the agent. torchrun's own function entrypoints (its `--run-path`)
+start ranks this way; the start method is `fork`. `moment train` starts it held (`--hold`, `_held`): it loads
+while the launcher checks the run, and starts the ranks on the launcher's go. Measured on 2 cores: a 2-rank GAT
 launch on the 100k layout 4.9 -> 3.9 s and 7.3 -> 4.6 CPU-s, equal loss curves, and the 8M bench's machine peak
 2,623 -> 2,350 MiB (docs/training.md); one epoch of examples/own_loop.py 7.1-8.2 -> 5.3 s and 12-13 -> 7.1 CPU-s
 (docs/your-model-loop-data.md). The agent never initializes CUDA (its imports only; torch asked to check for GPUs
@@ -251,7 +253,8 @@ def forked_ranks(config_from_args):
 
                 flag = "--no-python" if args.no_python else "--run-path"
                 raise MomentError(f"the ranks of a {flag} launch are not forked from this agent, so nothing it imports "
-                                  "reaches them", source=f"--preload {args.preload[0]}", hint=f"drop --preload or {flag}")
+                                  "reaches them", source=f"--preload {args.preload[0]}",
+                                  hint=f"drop --preload or {flag}")
             return cfg, cmd, cmd_args
         from moment.runtime.config import user_model_in
 
