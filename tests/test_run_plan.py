@@ -365,7 +365,9 @@ def test_the_fresh_interpreter_imports_the_users_module_before_it_forks_and_its_
     p.wait()
 
     # a rank whose interpreter is killed before it was told to go (stopped once it forked)
-    script = ss.script(None).replace("pid = os.fork()\n", "pid = os.fork()\nif pid: import signal; os.kill(os.getpid(), signal.SIGSTOP)\n")
+    script = ("import os, signal\nfork = os.fork\n"
+              "def stopping():\n    pid = fork()\n    if pid:\n        os.kill(os.getpid(), signal.SIGSTOP)\n    return pid\n"
+              "os.fork = stopping\n" + ss.script(None))
     p = sp.Popen([sys.executable, "-c", script], stdout=sp.PIPE, stderr=sp.DEVNULL, text=True)
     child, deadline = [], time.monotonic() + 120
     while not child and p.poll() is None and time.monotonic() < deadline:

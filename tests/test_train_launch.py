@@ -20,6 +20,7 @@ from runtime_data import TRAIN_ARGS
 from moment import testpoints
 from moment.cli import train_launch as tl
 from moment.errors import MomentError
+from moment.runtime.agent import COMMAND
 from moment.runtime.config import TrainConfig
 from moment.runtime.runs import make_run_dir
 from moment.runtime.train import train
@@ -161,15 +162,17 @@ def test_the_agent_forks_the_ranks_of_every_python_program_and_leaves_others_to_
 
 
 def test_the_agent_imports_a_users_model_module_for_its_ranks_unless_it_starts_a_thread(monkeypatch, tmp_path):
-    """`--model MODULE:FACTORY`'s module is imported once, in the agent, before it forks the ranks (which then
-    find it loaded). One whose import starts a thread (or CUDA) cannot be inherited by a fork: its ranks start
-    as fresh interpreters. One that fails to import is left to the ranks, which say why."""
+    """`--model MODULE:FACTORY`'s module, and a script's `--preload MODULE`s, are imported once, in the agent,
+    before it forks the ranks (which then find them loaded). One whose import starts a thread (or CUDA) cannot be
+    inherited by a fork: its ranks start as fresh interpreters. A `--model` module that fails to import is left to
+    the ranks, which say why; a `--preload` one is the agent's error, in one line."""
     import gc
     import sys
 
     from torch.distributed.elastic.multiprocessing.api import MultiprocessContext
-    from torch.distributed.run import config_from_args, parse_args
+    from torch.distributed.run import config_from_args, get_args_parser, parse_args
 
+    from moment.errors import MomentError
     from moment.runtime import agent
 
     monkeypatch.setattr(gc, "freeze", lambda: None)  # this test's process is no agent: nothing to keep
@@ -186,12 +189,31 @@ def test_the_agent_imports_a_users_model_module_for_its_ranks_unless_it_starts_a
         return config(parse_args(["--standalone", "--nproc-per-node=2", "-m", agent.RANK_MODULE, "--layout", "L",
                                   "--model", model]))[1]
 
+    def script(*preloads: str):  # a user's script, with the agent's --preload MODULE for each
+        parse = agent.with_options(get_args_parser)
+        return config(parse().parse_args([*(f"--preload={m}" for m in preloads), "--standalone",
+                                          "--nproc-per-node=2", "train.py"]))[1]
+
     try:
         assert entry("plain_net:make") is agent.program and "plain_net" in sys.modules
         assert entry("broken_net:make") is agent.program and "broken_net" not in sys.modules
         assert entry("threaded_net:make") == sys.executable  # torchrun's own: fresh interpreters
         sys.modules["threaded_net"].STOP.set()
         assert entry("sage") is agent.program
+        sys.modules.pop("plain_net")
+        assert script("plain_net", "json") is agent.program and "plain_net" in sys.modules
+        sys.modules.pop("threaded_net")
+        assert script("threaded_net") == sys.executable
+        sys.modules["threaded_net"].STOP.set()
+        for bad, why in (("broken_net", "importing broken_net failed: RuntimeError: no GPU here"),
+                         ("no_such_net", "cannot import no_such_net: no module named 'no_such_net'"),
+                         ("nets/plain.py", "'nets/plain.py' is not a module name")):
+            with pytest.raises(MomentError) as e:
+                script(bad)
+            assert str(e.value).startswith(f"--preload {bad}: {why}"), str(e.value)
+        with pytest.raises(MomentError, match="--preload json: the ranks of a --no-python launch are not forked"):
+            parse = agent.with_options(get_args_parser)
+            config(parse().parse_args(["--preload=json", "--no-python", "--standalone", "/bin/true"]))
     finally:
         for name in ("plain_net", "threaded_net", "broken_net"):
             sys.modules.pop(name, None)
@@ -206,29 +228,51 @@ def test_a_script_forked_by_the_agent_runs_as_a_fresh_interpreter_would_run_it(t
 
     script = tmp_path / "prog.py"
     # each line one write: the ranks share the pipe, and print's pieces (text, then end) of two ranks interleave
+    (tmp_path / "preloaded.py").write_text("import os\nPID = os.getpid()\n")
     script.write_text(
-        "import atexit, json, os, sys\n"
+        "import atexit, json, os, sys, preloaded\n"
         "atexit.register(lambda: os.write(1, f'bye {os.environ[\"RANK\"]}\\n'.encode()))\n"
-        "os.write(1, (json.dumps([os.environ['RANK'], __name__, sys.argv, sys.path[0]]) + '\\n').encode())\n"
+        "os.write(1, (json.dumps([os.environ['RANK'], __name__, sys.argv, sys.path[0], preloaded.PID == os.getppid()])"
+        " + '\\n').encode())\n"
         "if sys.argv[1] == 'vanish' and os.environ['RANK'] == '1':\n"
         "    os._exit(0)\n"
         "if sys.argv[1] == 'raise' and os.environ['RANK'] == '1':\n"
         "    raise ValueError('the script failed')\n")
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(tmp_path)]), "OMP_NUM_THREADS": "1"}
 
-    def launch(arg):
-        return subprocess.run([*agent.COMMAND, "--standalone", "--nproc-per-node=2", str(script), arg],
+    def launch(arg, *preload):
+        return subprocess.run([*agent.COMMAND, *preload, "--standalone", "--nproc-per-node=2", str(script), arg],
                               cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
 
-    r = launch("vanish")
+    r = launch("vanish", "--preload", "preloaded")
     assert r.returncode == 0, r.stderr[-3000:]
     said = sorted(json.loads(line) for line in r.stdout.splitlines() if line.startswith("["))
-    assert said == [[k, "__main__", [str(script), "vanish"], str(tmp_path)] for k in ("0", "1")], r.stdout
+    # the module --preload named was imported by the agent, the ranks' parent
+    assert said == [[k, "__main__", [str(script), "vanish"], str(tmp_path), True] for k in ("0", "1")], r.stdout
     assert [line for line in r.stdout.splitlines() if line.startswith("bye")] == ["bye 0"], r.stdout
     r = launch("raise")
     assert r.returncode != 0 and "bye 1" in r.stdout, r.stdout
     tb = r.stderr[r.stderr.index("Traceback"):].splitlines()
     assert tb[1].strip().startswith(f'File "{script}", line 7') and tb[3] == "ValueError: the script failed", tb
+    # without --preload each rank imports the module itself
+    assert [json.loads(line)[-1] for line in r.stdout.splitlines() if line.startswith("[")] == [False, False], r.stdout
+
+
+@pytest.mark.filterwarnings("ignore:Unable to enable fault handler")  # torchrun's, on the captured stderr
+def test_a_preload_that_cannot_be_imported_is_the_agents_one_line_before_any_rank(monkeypatch, capsys):
+    import gc
+
+    import torch.distributed.run as torchrun
+
+    from moment.runtime import agent
+
+    monkeypatch.setattr(gc, "freeze", lambda: None)  # this test's process is no agent: nothing to keep
+    for name in ("config_from_args", "get_args_parser"):  # restored after the test
+        monkeypatch.setattr(torchrun, name, getattr(torchrun, name))
+    monkeypatch.setenv("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+    assert agent.main(["--preload", "no_such_net", "--standalone", "--nproc-per-node=2", "train.py"]) == 2
+    assert capsys.readouterr().err == "error: --preload no_such_net: cannot import no_such_net: no module named " \
+                                      "'no_such_net'\n"
 
 
 def test_a_join_that_torchrun_ends_itself_at_the_deadline_keeps_its_own_message(monkeypatch, tmp_path):
@@ -381,6 +425,45 @@ def test_the_suggested_budget_is_accepted_and_a_full_disk_stops_every_rank_with_
             "device; the last good checkpoint (step 2) is kept")
     assert err.count(said) == 1 and "rank 1" not in err and "lost the connection" not in err, r.stderr
     assert "Traceback" not in err and load_checkpoint(ck)["step"] == 2
+
+
+def test_the_agent_loads_while_the_launcher_checks_and_a_refused_run_leaves_nothing_running(layout, tmp_path,
+                                                                                           monkeypatch, capsys):
+    """`moment train` starts torchrun's agent held once the options and the data are checked: it loads torch
+    while the launcher checks the model and the budget, and measures the start sizes the budget charges
+    (no fresh interpreter of its own; recorded). A run refused then (a budget below the minimum, a factory that
+    raises) stops it: one line, exit 2, no process left, no rank started."""
+    import subprocess as sp
+
+    from moment.cli import main
+    from moment.runtime import start_sizes as ss
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # nothing recorded
+    for name in ("_measured", "_ahead", "_taken"):
+        monkeypatch.setattr(ss, name, {})
+    started: list[sp.Popen] = []
+    real = sp.Popen
+
+    class Spy(real):
+        def __init__(self, args, *a, **k):
+            super().__init__(args, *a, **k)
+            started.append(self)
+
+    monkeypatch.setattr(sp, "Popen", Spy)
+    monkeypatch.chdir(REPO)
+    common = ["train", "--nproc", "2", "--layout", str(layout), "--run-dir", str(tmp_path / "runs"), *ARGS]
+    assert main([*common, "--memory-budget", "200MiB"]) == 2
+    assert "give at least --memory-budget" in capsys.readouterr().err
+    (agent,) = started  # the agent alone, held and measuring
+    assert agent.args[len(COMMAND):len(COMMAND) + 2] == ["--hold", "measure"] and agent.poll() is not None
+    assert json.loads(ss.record_path().read_text())["rank"] == ss.fresh_sizes()[1] > 0  # its figures, recorded
+    started.clear()
+    assert main([*common, "--model", "tests.user_models:raises"]) == 2  # no budget: nothing to measure
+    err = " ".join(capsys.readouterr().err.split())
+    assert err.startswith("error: --model tests.user_models:raises: factory(") and err.count("error") == 1, err
+    (agent,) = started
+    assert agent.args[len(COMMAND):len(COMMAND) + 2] == ["--hold", "wait"] and agent.poll() is not None
+    assert not (tmp_path / "runs").exists()  # no run directory: no run
 
 
 @pytest.mark.slow

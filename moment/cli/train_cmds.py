@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -53,19 +54,24 @@ def _refuse_run_outputs(cfg: Any, run_dir: Path | None) -> None:
 
 
 def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
-              plan: bool = False, rdzv: Any = None) -> tuple[Any, dict[str, str], Any]:
+              plan: bool = False, rdzv: Any = None, launch: Callable[[bool], Any] | None = None,
+              ) -> tuple[Any, dict[str, str], Any]:
     """Catch user errors (bad flags, missing layout or dataset, more ranks than the layout's GPUs or than the
     visible CUDA devices, a budget below the minimum) here, before torchrun starts N ranks. Returns the
     parsed configuration, what the ranks' environment must add so that their own checks use the same
-    numbers, and the run plan the ranks will resolve (when there is a budget to check, or `plan`; else None)."""
+    numbers, and the run plan the ranks will resolve (when there is a budget to check, or `plan`; else None).
+    `launch(measure)`: starts torchrun's agent held (train_launch.HeldAgent) once the options and the data are
+    checked, so that it loads torch while the model and the budget are checked; with `measure` its start sizes
+    are the ones the budget charges."""
     from moment.runtime.config import BUILT_IN_MODELS, parse_args
     from moment.runtime.start_sizes import measure_ahead
 
     cfg = parse_args(args, check=False)
-    if (cfg.memory_budget or cfg.device_memory_budget or plan) and cfg.features == "tiered":
-        # a fresh rank's size, which the preview below charges, measured while the checks run, or one recorded
-        # (start_sizes says which; the plan says when)
-        measure_ahead(budgeted=bool(cfg.memory_budget or cfg.device_memory_budget), model=cfg.model)
+    # a fresh rank's size, which the preview below charges: one recorded, or measured while the checks run, by a
+    # fresh interpreter or by the run's own agent (start_sizes says which; the plan says when)
+    sized = (cfg.memory_budget or cfg.device_memory_budget or plan) and cfg.features == "tiered"
+    known = sized and measure_ahead(budgeted=bool(cfg.memory_budget or cfg.device_memory_budget), model=cfg.model,
+                                    start=launch is None)
 
     from moment.placement.opened import Layout
     from moment.runtime.devices import check_local_ranks, cuda_pci_addresses, default_device, local_devices
@@ -117,6 +123,12 @@ def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
         _, note = effective_fanouts(cfg.resolved_fanouts(), degree_histogram(ds.indptr).size - 1)  # the largest degree
         if note:
             err_console.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
+    if launch is not None:
+        agent = launch(bool(sized and not known))  # it loads while the model and the budget are checked
+        if sized and not known:
+            from moment.runtime.start_sizes import measured_by
+
+            measured_by(agent, cfg.model)
     if cfg.model not in BUILT_IN_MODELS or cfg.loss is not None:  # a wrong one is one line here, not one per rank
         from moment.runtime.link_task import out_dim
         from moment.runtime.model_spec import load_loss, make_model
@@ -229,7 +241,7 @@ def train(
     items, gpu_rows, gpu_rows_wanted, source}, null on CPU; split {id, machine, name, machines, held_rows,
     remote_rows} for a machine's part of a split layout, else null).
     """
-    from moment.cli.train_launch import report, run
+    from moment.cli.train_launch import HeldAgent, report, run
     from moment.runtime.rendezvous import parse_rendezvous
     from moment.runtime.runs import CHECKPOINTS, LOG, make_run_dir
 
@@ -244,19 +256,31 @@ def train(
     if not ctx.args:
         raise MomentError("nothing to train: pass at least --layout LAYOUT (see --help)")
     args = list(ctx.args)
-    cfg, rank_env, plan = _precheck(args, nproc, run_dir, plan=dry_run, rdzv=rdzv)
     if dry_run:
-        _print_plan(plan, json_out)
+        _print_plan(_precheck(args, nproc, run_dir, plan=True, rdzv=rdzv)[2], json_out)
         return
-    run_path = make_run_dir(run_dir, Path(cfg.layout or cfg.dataset))
-    where = f"run directory {run_path}: torchrun's log"
+    env = {**os.environ, **(rdzv.env() if rdzv is not None else {})}
+    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
+    held: list[HeldAgent] = []
+
+    def launch(measure: bool) -> HeldAgent:
+        held.append(HeldAgent(torchrun_command(nproc, args, max_restarts, rdzv), env, measure=measure))
+        return held[0]
+
+    try:
+        cfg, rank_env, _ = _precheck(args, nproc, run_dir, rdzv=rdzv, launch=launch)
+        run_path = make_run_dir(run_dir, Path(cfg.layout or cfg.dataset))
+    except BaseException:
+        for agent in held:
+            agent.stop()
+        raise
+    where, more = f"run directory {run_path}: torchrun's log", []
     if cfg.checkpoint_dir is None and cfg.checkpoint_every != 0 and not cfg.data_only:  # no model to save
-        args += ["--checkpoint-dir", str(run_path / CHECKPOINTS)]
+        more = ["--checkpoint-dir", str(run_path / CHECKPOINTS)]
         where += ", checkpoints (resume with --resume --checkpoint-dir " + str(run_path / CHECKPOINTS) + ")"
     if not cfg.quiet:
         err_console.print(where, highlight=False, soft_wrap=True)
-    env = {**os.environ, **rank_env, **(rdzv.env() if rdzv is not None else {})}
-    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
-    code = report(run(torchrun_command(nproc, args, max_restarts, rdzv), env, run_path / LOG, max_restarts, rdzv))
+    held[0].go(more, rank_env)  # _precheck started it
+    code = report(run(held[0], run_path / LOG, max_restarts, rdzv))
     if code:
         raise typer.Exit(code)

@@ -208,43 +208,97 @@ FORWARDED = (signal.SIGTERM, signal.SIGHUP)
 STOP_GRACE_S = 30  # torchrun's time to stop its ranks before it is killed
 
 
-def run(cmd: list[str], env: dict[str, str], log_path: Path, max_restarts: int, rdzv: Any = None) -> Outcome:
-    """Run torchrun; its output goes to `log_path` and is watched. torchrun dies with this process (even
-    by SIGKILL: PR_SET_PDEATHSIG), and a SIGTERM/SIGHUP/Ctrl-C here is passed on, so no rank outlives it.
-    `rdzv`: the rendezvous of a run across machines, named when it fails."""
-    from moment.runtime.console import console_env
-    from moment.runtime.lifetime import die_with_parent
+class HeldAgent:
+    """torchrun's agent started while the launcher still checks the run (`--hold`, moment.runtime.agent): it loads
+    torch, the runtime and the user's model module meanwhile (about three seconds), measures its start sizes when
+    the budget needs them (instead of a fresh interpreter of its own doing the same), and starts the ranks on
+    `go`. It dies with this process (PR_SET_PDEATHSIG) and ends by itself without a go."""
 
-    env = {**env, **console_env()}
-    sys.stdout.flush()
-    sys.stderr.flush()
+    def __init__(self, cmd: list[str], env: dict[str, str], *, measure: bool):
+        from moment.runtime.agent import COMMAND
+        from moment.runtime.console import console_env
+        from moment.runtime.lifetime import die_with_parent
+
+        me = os.getpid()
+        self.cmd = [*COMMAND, "--hold", "measure" if measure else "wait", *cmd[len(COMMAND):]]
+        self.early: list[str] = []  # what it printed before the go (torchrun's log gets it)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.proc = subprocess.Popen(self.cmd, env={**env, **console_env()}, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+                                     errors="replace", preexec_fn=lambda: die_with_parent(me))
+
+    def sizes(self) -> tuple[int, int, int] | None:
+        """(agent, rank, shared) as it measured them; None when it ended first (its output says why: the log)."""
+        from moment.runtime.agent import HOLD_SIZES
+
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith(HOLD_SIZES):
+                try:
+                    agent, rank, shared = (int(x) for x in line.split()[1:4])
+                    return agent, rank, shared
+                except ValueError:
+                    return None
+            self.early.append(line)
+        return None
+
+    def go(self, args: list[str], env: dict[str, str]) -> None:
+        """Start the ranks, with `args` after the rank arguments it was started with and `env` in their
+        environment (an agent that has died meanwhile shows it in `run`)."""
+        import json
+
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(json.dumps({"args": args, "env": env}) + "\n")
+            self.proc.stdin.close()
+        except OSError:
+            pass
+
+    def stop(self) -> None:
+        """End it before the go (the run was refused): nothing is left running."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            if stream is not None:
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+
+
+def run(agent: HeldAgent, log_path: Path, max_restarts: int, rdzv: Any = None) -> Outcome:
+    """Watch the agent after its go; its output goes to `log_path`. It dies with this process (even by SIGKILL:
+    PR_SET_PDEATHSIG), and a SIGTERM/SIGHUP/Ctrl-C here is passed on, so no rank outlives it. `rdzv`: the
+    rendezvous of a run across machines, named when it fails."""
+    proc = agent.proc
     out = Outcome(code=0, log=log_path, rdzv=rdzv,
-                  rank_base=rdzv.node_rank * _nproc(cmd) if rdzv is not None else 0)
-    me = os.getpid()
+                  rank_base=rdzv.node_rank * _nproc(agent.cmd) if rdzv is not None else 0)
     try:
         log = open(log_path, "w")
-        log.write("$ " + " ".join(cmd) + "\n")
+        log.write("$ " + " ".join(agent.cmd) + "\n")
         log.flush()
     except OSError as e:
+        agent.stop()
         raise MomentError(f"cannot write torchrun's log: {reason(e)}", source=str(log_path),
                           hint="free some space or pass --run-dir DIR") from None
     old = {sig: signal.signal(sig, _raise_stopped) for sig in FORWARDED}
-    proc = None
     done = threading.Event()
     try:
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                bufsize=1, errors="replace", preexec_fn=lambda: die_with_parent(me))
         assert proc.stdout is not None
         if rdzv is not None:
             threading.Thread(target=_join_deadline, args=(proc, rdzv, out, done), daemon=True).start()
+        for line in agent.early:
+            _log(log, line, out)
+            _watch(line, out, max_restarts)
         for line in proc.stdout:
             _log(log, line, out)
             _watch(line, out, max_restarts)
         out.code = proc.wait()
     except (KeyboardInterrupt, _Stopped) as e:
         sig = e.signum if isinstance(e, _Stopped) else signal.SIGINT
-        if proc is not None:
-            _stop(proc, sig)
+        _stop(proc, sig)
         if isinstance(e, KeyboardInterrupt):
             raise
         out.code = 128 + sig

@@ -5,9 +5,11 @@ runs), with the same arguments, then an exit that does not collect torch's objec
 0.52 s after its exit handlers as `python -m torch.distributed.run`, 0.11 s frozen.
 
 Its ranks are forked from it, not started as fresh interpreters: the agent first imports what each rank would
-import again (torch, the runtime, torch._dynamo, a `moment.train` rank's `--model MODULE:FACTORY` module), so a
-rank starts with it loaded, and the pages it did not write stay shared with the agent. torchrun's own function
-entrypoints (its `--run-path`) start ranks this way; the start method is `fork`. Measured on 2 cores: a 2-rank GAT
+import again (torch, the runtime, torch._dynamo, a `moment.train` rank's `--model MODULE:FACTORY` module, the
+modules a script's launch names with the agent's own option `--preload MODULE`), so a rank starts with it loaded,
+and the pages it did not write stay shared with the agent. torchrun's own function entrypoints (its `--run-path`)
+start ranks this way; the start method is `fork`. `moment train` starts it held (`--hold`, `_held`): it loads
+while the launcher checks the run, and starts the ranks on the launcher's go. Measured on 2 cores: a 2-rank GAT
 launch on the 100k layout 4.9 -> 3.9 s and 7.3 -> 4.6 CPU-s, equal loss curves, and the 8M bench's machine peak
 2,623 -> 2,350 MiB (docs/training.md); one epoch of examples/own_loop.py 7.1-8.2 -> 5.3 s and 12-13 -> 7.1 CPU-s
 (docs/your-model-loop-data.md). The agent never initializes CUDA (its imports only; torch asked to check for GPUs
@@ -18,6 +20,7 @@ and `--run-path` run as torchrun runs them."""
 import os
 import signal
 import sys
+from collections.abc import Sequence
 
 # Imports inside functions: torch and the runtime load in the agent's process alone, and only for its ranks.
 
@@ -124,12 +127,13 @@ def _exits_count_as_returns() -> None:
     MultiprocessContext._is_done = _is_done
 
 
-def preload(model: str | None = None) -> bool:
+def preload(model: str | None = None, modules: Sequence[str] = ()) -> bool:
     """What the agent loads for its ranks before forking them (moment.runtime.start_sizes measures the same),
     with a user's `--model MODULE:FACTORY` module (examples/own_loop.py's with PyG: 0.4 CPU-s and 83 MiB of a
-    rank's own memory each). False when importing that module started a thread or CUDA, which a forked rank would
-    not have: its ranks then start as fresh interpreters. A module that fails to import is left to the ranks, which
-    say why."""
+    rank's own memory each) and the `--preload` `modules` a user's script names. False when importing them started
+    a thread or CUDA, which a forked rank would not have: its ranks then start as fresh interpreters. A `--model`
+    module that fails to import is left to the ranks, which say why; a `--preload` one is the agent's MomentError,
+    before any rank starts."""
     import gc
 
     import moment.runtime.train  # noqa: F401 - what a rank loads first
@@ -137,19 +141,75 @@ def preload(model: str | None = None) -> bool:
 
     load_optimizers()
     forkable = True
-    if model is not None:
+    if model is not None or modules:
         from moment.errors import MomentError
         from moment.io.device import cuda_started
-        from moment.runtime.model_spec import load_callable
+        from moment.runtime.model_spec import import_named, load_callable
 
         before = _threads()
-        try:
-            load_callable(model, "--model")
-        except MomentError:
-            pass
+        for name in modules:
+            import_named(name, f"--preload {name or repr(name)}")
+        if model is not None:
+            try:
+                load_callable(model, "--model")
+            except MomentError:
+                pass
         forkable = _threads() == before and not cuda_started()
     gc.freeze()  # the collector of a forked rank does not write to (copy) the pages of what is loaded here
     return forkable
+
+
+def fork_sizes() -> tuple[int, int, int]:
+    """(what this agent holds alone, what a rank forked from it now holds alone, the most either shares) as the
+    budget charges them: measured with a child forked here that only waits (moment.runtime.start_sizes)."""
+    from moment.runtime.budget import process_sizes
+
+    (ready, told), (wait, go) = os.pipe(), os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the rank's stand-in: it ends when told, or when this process is gone (its pipe ends)
+        os.close(ready)
+        os.close(go)
+        try:
+            os.write(told, b"1")
+            os.read(wait, 1)
+        finally:
+            os._exit(0)
+    os.close(told)
+    os.close(wait)
+    try:
+        if os.read(ready, 1) != b"1":
+            raise OSError("the forked stand-in of a rank did not start")
+        (agent, agent_shared), (rank, rank_shared) = process_sizes(), process_sizes(pid)
+        os.write(go, b"1")
+    finally:
+        os.close(ready)
+        os.close(go)
+        os.waitpid(pid, 0)
+    return agent, rank, max(agent_shared, rank_shared)
+
+
+#: `--hold measure`: the line the held agent prints its start sizes on (agent, rank, shared bytes)
+HOLD_SIZES = "moment-agent-sizes:"
+
+
+def _held(mode: str) -> list[str]:
+    """`moment train`'s held agent (`--hold`): started while the launcher still checks the run, it loads what
+    its ranks load, prints its start sizes when asked (`measure`), then waits for the launcher's go, one JSON
+    line on stdin: the rank arguments to add and the environment the ranks get. No go (the launcher refused
+    the run, or died): the agent ends here, before any rendezvous."""
+    import json
+
+    if mode == "measure":
+        print(HOLD_SIZES, *fork_sizes(), flush=True)
+    line = sys.stdin.readline()
+    if not line:
+        os._exit(0)
+    go = json.loads(line)
+    os.environ.update(go["env"])
+    null = os.open(os.devnull, os.O_RDONLY)  # the ranks read nothing from the launcher
+    os.dup2(null, 0)
+    os.close(null)
+    return list(go["args"])
 
 
 def _threads() -> int:
@@ -162,6 +222,24 @@ def _threads() -> int:
         return threading.active_count()
 
 
+def with_options(get_args_parser):
+    """torchrun's `get_args_parser`, with the agent's own options: `--preload MODULE`, and `--hold` (`moment
+    train`'s, not shown)."""
+    import argparse
+
+    def parser():
+        p = get_args_parser()
+        p.add_argument("--preload", action="append", default=[], metavar="MODULE",
+                       help="a module the script imports (e.g. torch_geometric, or the one that defines its model), "
+                            "imported once by this agent before it forks the ranks, so that each rank finds it loaded "
+                            "and shares its memory; repeat for several. One whose import starts a thread or CUDA makes "
+                            "the ranks fresh interpreters")
+        p.add_argument("--hold", choices=("wait", "measure"), default=None, help=argparse.SUPPRESS)
+        return p
+
+    return parser
+
+
 def forked_ranks(config_from_args):
     """torchrun's `config_from_args`, with the ranks of a Python program forked from this process (`program`) once
     it has loaded what they load first. `--no-python` (a program that is not Python) and `--run-path` (torchrun's
@@ -170,28 +248,52 @@ def forked_ranks(config_from_args):
     def config(args):
         cfg, cmd, cmd_args = config_from_args(args)
         if args.no_python or args.run_path:
+            if getattr(args, "preload", None):
+                from moment.errors import MomentError
+
+                flag = "--no-python" if args.no_python else "--run-path"
+                raise MomentError(f"the ranks of a {flag} launch are not forked from this agent, so nothing it imports "
+                                  "reaches them", source=f"--preload {args.preload[0]}",
+                                  hint=f"drop --preload or {flag}")
             return cfg, cmd, cmd_args
         from moment.runtime.config import user_model_in
 
         ours = args.module and args.training_script == RANK_MODULE
-        if not preload(user_model_in(args.training_script_args) if ours else None):
-            return cfg, cmd, cmd_args
+        forkable = preload(user_model_in(args.training_script_args) if ours else None, getattr(args, "preload", ()))
+        more = _held(args.hold) if getattr(args, "hold", None) else []
+        if not forkable:
+            return cfg, cmd, [*cmd_args, *more]
         cfg.start_method = "fork"
         _exits_count_as_returns()
         return cfg, program, ["module" if args.module else "script", args.training_script,
-                              *args.training_script_args]
+                              *args.training_script_args, *more]
 
     return config
 
 
-if __name__ == "__main__":
+def main(argv: list[str] | None = None) -> int:
+    """torchrun's `main` with forked ranks, `--preload` and `--hold`; a user error (a `--preload` module that cannot be
+    imported) is one line and exit status 2, before any rank starts."""
     os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")  # before torch: a check never initializes CUDA
     import torch.distributed.run as torchrun
 
-    from moment.gcpause import freeze_for_exit
+    from moment.errors import MomentError
 
     torchrun.config_from_args = forked_ranks(torchrun.config_from_args)
+    torchrun.get_args_parser = with_options(torchrun.get_args_parser)
     try:
-        torchrun.main()
+        torchrun.main(argv)
+    except MomentError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    from moment.gcpause import freeze_for_exit
+
+    try:
+        code = main()
     finally:
         freeze_for_exit()
+    sys.exit(code)

@@ -36,6 +36,7 @@ import importlib
 import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -89,26 +90,34 @@ def load_rank_code(spec: str | None) -> None:
         load_callable(spec, "--model")
 
 
-def load_callable(spec: str, flag: str) -> Callable[..., Any]:
-    """The callable `spec` ('pkg.module:attr', attr possibly dotted) names, imported with the current directory
-    first on sys.path as `python -m` has it (so `examples.models:make` works from a checkout under `moment
-    train` too, whose entry point is a script elsewhere). Anything wrong is one MomentError naming `flag SPEC`."""
-    source = f"{flag} {spec}"
-    parts = callable_spec(spec)
-    if parts is None:
-        raise MomentError("not of the form MODULE:ATTR (e.g. mypkg.models:make)", source=source)
-    mod_name, attr = parts
+def import_named(mod_name: str, source: str) -> ModuleType:
+    """The module `mod_name`, imported with the current directory first on sys.path as `python -m` has it (so
+    `examples.models` works from a checkout under `moment train` too, whose entry point is a script elsewhere).
+    Anything wrong is one MomentError naming `source`."""
+    if not all(part.isidentifier() for part in mod_name.split(".")):
+        raise MomentError(f"{mod_name!r} is not a module name (e.g. mypkg.models)", source=source)
     cwd = os.getcwd()
     if cwd not in sys.path and "" not in sys.path:
         sys.path.insert(0, cwd)
     try:
-        obj: Any = importlib.import_module(mod_name)
+        return importlib.import_module(mod_name)
     except ModuleNotFoundError as e:
         missing = f"no module named {e.name!r}" if e.name else _last_line(e)
         where = "" if e.name == mod_name else f" (importing {mod_name})"
         raise MomentError(f"cannot import {mod_name}: {missing}{where}", source=source) from None
     except Exception as e:  # noqa: BLE001 - the user's module failed as it was imported: say how, in one line
         raise MomentError(f"importing {mod_name} failed: {_last_line(e)}", source=source) from None
+
+
+def load_callable(spec: str, flag: str) -> Callable[..., Any]:
+    """The callable `spec` ('pkg.module:attr', attr possibly dotted) names, its module imported as `import_named`
+    imports it. Anything wrong is one MomentError naming `flag SPEC`."""
+    source = f"{flag} {spec}"
+    parts = callable_spec(spec)
+    if parts is None:
+        raise MomentError("not of the form MODULE:ATTR (e.g. mypkg.models:make)", source=source)
+    mod_name, attr = parts
+    obj: Any = import_named(mod_name, source)
     for i, name in enumerate(attr.split(".")):
         if not hasattr(obj, name):
             owner = ".".join([mod_name, *attr.split(".")[:i]])

@@ -35,32 +35,13 @@ from moment.runtime.config import callable_spec, user_model
 # Imports inside functions: the models load only when a start size is measured.
 
 #: a fresh interpreter as `moment train`'s torchrun agent (moment.runtime.agent): torch and what its ranks load,
-#: a user's model module with it (`preload`), then a rank forked from it; printed: what the agent and the rank
-#: each hold alone, and what they share (the agent's memory, the libraries). Each keeps only its own ends of the
-#: two pipes, so the rank ends when the interpreter does (a parent gone is the end of the pipe, not a hang).
-FRESH = """import os
-from moment.runtime.budget import process_sizes
-import torch.distributed.run
-from moment.runtime.agent import preload
+#: a user's model module with it (`preload`), then a rank forked from it (`fork_sizes`); printed: what the agent
+#: and the rank each hold alone, and what they share (the agent's memory, the libraries). `moment train`'s held
+#: agent measures itself the same way (`measured_by`).
+FRESH = """import torch.distributed.run
+from moment.runtime.agent import fork_sizes, preload
 preload({model!r})
-(ready, told), (wait, go) = os.pipe(), os.pipe()
-pid = os.fork()
-if pid == 0:
-    os.close(ready)
-    os.close(go)
-    try:
-        os.write(told, b"1")
-        os.read(wait, 1)
-    finally:
-        os._exit(0)
-os.close(told)
-os.close(wait)
-if os.read(ready, 1) != b"1":
-    raise SystemExit(1)
-(agent, agent_shared), (rank, rank_shared) = process_sizes(), process_sizes(pid)
-print(agent, rank, max(agent_shared, rank_shared))
-os.write(go, b"1")
-os.waitpid(pid, 0)
+print(*fork_sizes())
 """
 
 
@@ -89,6 +70,8 @@ def _collect(p: subprocess.Popen | None) -> tuple[int, int, int] | None:
     """(agent, rank, shared) from the fresh interpreter `p`, None when it could not run."""
     if p is None:
         return None
+    if not isinstance(p, subprocess.Popen):  # the run's own agent (`measured_by`)
+        return p.sizes()
     try:
         out, _ = p.communicate(timeout=300)
         if p.returncode:
@@ -109,19 +92,22 @@ _measured: dict[str | None, tuple[int, int, int]] = {}  # per user model (None: 
 _taken: dict[str | None, str] = {}  # when the record `measure_ahead` took for a model was measured
 
 
-def measure_ahead(*, budgeted: bool, model: str | None = None) -> None:
+def measure_ahead(*, budgeted: bool, model: str | None = None, start: bool = True) -> bool:
     """Start the measurement now and collect it when a size is first asked for: the launcher's own checks (the
     layout, the dataset, the graph) then run while the fresh interpreter loads torch, seconds of the preview.
     Or reuse the measurement recorded on this installation: any, for a preview that checks no budget; with
     `budgeted`, one made in the last RECENT_S seconds since this boot. `model`: the run's `--model` (a user's
-    module is imported by the fresh interpreter too, as the agent imports it)."""
+    module is imported by the fresh interpreter too, as the agent imports it). Without `start`, only a record is
+    taken (the run's own agent measures: `measured_by`). False when nothing is measured or taken yet."""
     model = user_model(model)
     if model in _ahead or model in _measured:
-        return
+        return True
     if (got := _read_record(model, within=RECENT_S if budgeted else None)) is not None:
         _measured[model], _taken[model] = (got["agent"], got["rank"], got["shared"]), got["date"]
-        return
-    _ahead[model] = _start(model)
+        return True
+    if start:
+        _ahead[model] = _start(model)
+    return start
 
 
 def start_sizes(model: str | None = None) -> tuple[int, int, int, str | None]:
@@ -215,12 +201,18 @@ def _write_record(agent: int, rank: int, shared: int, model: str | None = None) 
 def _stop_ahead() -> None:
     """At exit (a user error before the sizes were asked for): no interpreter outlives the launcher."""
     for p in _ahead.values():
-        if p is not None and p.poll() is None:
+        if isinstance(p, subprocess.Popen) and p.poll() is None:
             p.kill()
             p.wait()
 
 
 atexit.register(_stop_ahead)
+
+
+def measured_by(agent, model: str | None = None) -> None:
+    """The run's own agent measures the start sizes for `model` (`agent.sizes()`: `moment train`'s held agent,
+    which loads and forks as the fresh interpreter does), collected when a size is first asked for."""
+    _ahead[user_model(model)] = agent
 
 
 def fresh_sizes(model: str | None = None) -> tuple[int, int, int]:
