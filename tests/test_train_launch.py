@@ -427,6 +427,31 @@ def test_the_suggested_budget_is_accepted_and_a_full_disk_stops_every_rank_with_
     assert "Traceback" not in err and load_checkpoint(ck)["step"] == 2
 
 
+def test_the_held_agents_sizes_are_read_past_its_other_lines_and_waited_for_only_so_long():
+    """Its start sizes follow whatever it printed first (those lines go to torchrun's log, in order, even when
+    they came in one write); one that ends first, or says nothing within the wait, gives none (stopped)."""
+    from moment.runtime.agent import HOLD_SIZES
+
+    def held(program: str) -> tl.HeldAgent:
+        agent = tl.HeldAgent.__new__(tl.HeldAgent)  # the reading alone: a stand-in process for the agent
+        agent.early = []
+        agent.proc = subprocess.Popen([sys.executable, "-c", program], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True)
+        return agent
+
+    agent = held(f"import os, time; os.write(1, b'a warning\\nits detail\\n{HOLD_SIZES} 7 8 9\\n'); time.sleep(60)")
+    assert agent.sizes() == (7, 8, 9) and agent.early == ["a warning\n", "its detail\n"]
+    agent.stop()
+    agent = held("print('cannot load torch')")
+    assert agent.sizes() is None and agent.early == ["cannot load torch\n"]
+    agent.stop()
+    agent = held("import time; time.sleep(60)")
+    t0 = time.monotonic()
+    assert agent.sizes(wait_s=0.5) is None and time.monotonic() - t0 < 5
+    assert agent.proc.wait(5) is not None  # stopped
+    agent.stop()
+
+
 def test_the_agent_loads_while_the_launcher_checks_and_a_refused_run_leaves_nothing_running(layout, tmp_path,
                                                                                            monkeypatch, capsys):
     """`moment train` starts torchrun's agent held once the options and the data are checked: it loads torch

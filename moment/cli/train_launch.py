@@ -208,6 +208,10 @@ FORWARDED = (signal.SIGTERM, signal.SIGHUP)
 STOP_GRACE_S = 30  # torchrun's time to stop its ranks before it is killed
 
 
+#: how long the held agent may take to load and measure its start sizes (a fresh interpreter had as long)
+SIZES_WAIT_S = 300
+
+
 class HeldAgent:
     """torchrun's agent started while the launcher still checks the run (`--hold`, moment.runtime.agent): it loads
     torch, the runtime and the user's model module meanwhile (about three seconds), measures its start sizes when
@@ -228,20 +232,35 @@ class HeldAgent:
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
                                      errors="replace", preexec_fn=lambda: die_with_parent(me))
 
-    def sizes(self) -> tuple[int, int, int] | None:
-        """(agent, rank, shared) as it measured them; None when it ended first (its output says why: the log)."""
+    def sizes(self, wait_s: float = SIZES_WAIT_S) -> tuple[int, int, int] | None:
+        """(agent, rank, shared) as it measured them; None when it ended first (its output says why: the log), or
+        had not measured within `wait_s` (stopped then, as a fresh interpreter would be: the launcher measures
+        itself, and the run fails with what the agent said). Read from the pipe itself, not through the text
+        stream, so that a line already read is never waited for again."""
         from moment.runtime.agent import HOLD_SIZES
 
         assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            if line.startswith(HOLD_SIZES):
-                try:
-                    agent, rank, shared = (int(x) for x in line.split()[1:4])
-                    return agent, rank, shared
-                except ValueError:
-                    return None
-            self.early.append(line)
-        return None
+        fd, buf, end = self.proc.stdout.fileno(), b"", time.monotonic() + wait_s
+        while True:
+            left = end - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                self.proc.kill()
+                return None
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                return None
+            *lines, buf = (buf + chunk).split(b"\n")
+            for i, raw in enumerate(lines):
+                line = raw.decode(errors="replace") + "\n"
+                if line.startswith(HOLD_SIZES):
+                    self.early += [r.decode(errors="replace") + "\n" for r in lines[i + 1:]]
+                    self.early += [buf.decode(errors="replace")] if buf else []
+                    try:
+                        agent, rank, shared = (int(x) for x in line.split()[1:4])
+                        return agent, rank, shared
+                    except ValueError:
+                        return None
+                self.early.append(line)
 
     def go(self, args: list[str], env: dict[str, str]) -> None:
         """Start the ranks, with `args` after the rank arguments it was started with and `env` in their
