@@ -8,9 +8,11 @@ counted run starts a fresh process as an installed `moment` does, compiled once.
 Run as a script, the floor: `moment --help` (starting Python with the CLI), `moment plan` on paper-machine-b
 with 4 GPUs + 8 SSDs and `moment train --dry-run` on the README's 100k layout, each as its median wall
 seconds and its ratio to the help's, for this tree and for commit `--against` (default: where this branch
-left main), alternating so that the machine's other work disturbs both alike.
+left main), alternating so that the machine's other work disturbs both alike. `--launch`: `moment train`
+itself on that layout (two ranks, one epoch, `--memory-budget 3GiB`, with the built-in model and with
+examples/own_loop.py's), its start size measured anew and recorded, `--runs` rounds.
 
-    .venv/bin/python bench/processes.py [--runs 5] [--against REF] [--floor-dir /tmp/floor]
+    .venv/bin/python bench/processes.py [--runs 5] [--against REF] [--floor-dir /tmp/floor] [--launch]
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -46,7 +49,8 @@ class Timing:
 
 
 def tree_at(ref: str) -> Path:
-    """The source tree of commit `ref` in a temporary folder (removed at exit with the process)."""
+    """The source tree of commit `ref` in a temporary folder, with this checkout's compiled extensions (an archive
+    has none, and a tree without them would read through the slower fallback engine)."""
     out = Path(tempfile.mkdtemp(prefix=f"moment-{ref.replace('/', '_')}-"))
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", ref], capture_output=True,
                              check=True).stdout
@@ -55,6 +59,10 @@ def tree_at(ref: str) -> Path:
     with tarfile.open(tar) as t:
         t.extractall(out, filter="data")
     tar.unlink()
+    for built in (ROOT / "moment").rglob("*.so"):
+        target = out / built.relative_to(ROOT)
+        if target.parent.is_dir():
+            shutil.copy2(built, target)
     return out
 
 
@@ -153,11 +161,55 @@ def floor(runs: int, against: str, where: Path) -> None:
         print(f"{name:<10} " + " ".join(cells) + (f"  <= {target}x" if name != "help" else ""))
 
 
+#: `--launch`: `moment train` itself on the README's 100k layout, two ranks, one epoch, under a budget
+LAUNCH = {"built-in model": [],
+          "user's model": ["--model", "examples.own_loop:factory", "--loss", "examples.own_loop:loss"]}
+
+
+def launch(runs: int, against: str, where: Path) -> None:
+    """Each LAUNCH run's median wall and CPU seconds to the end of the run, now and at `against`, alternating:
+    with the start size measured anew (an empty cache folder per run) and recorded (one uncounted run first)."""
+    trees = {"now": ROOT, against: tree_at(against)}
+    pyc = tempfile.mkdtemp(prefix="moment-pyc-")
+    kept = {(label, name): tempfile.mkdtemp(prefix="moment-xdg-") for label in trees for name in LAUNCH}
+    got: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
+    for i in range(runs + 1):  # the first round fills the bytecode caches and the records, not counted
+        for label, tree in trees.items():
+            for name, extra in LAUNCH.items():
+                for kind in ("measured anew", "recorded"):
+                    xdg = tempfile.mkdtemp(prefix="moment-xdg-") if kind == "measured anew" else kept[label, name]
+                    env = dict(os.environ, PYTHONPATH=str(tree), XDG_CACHE_HOME=xdg, PYTHONPYCACHEPREFIX=pyc)
+                    env.pop("PYTHONDONTWRITEBYTECODE", None)
+                    cmd = [sys.executable, "-m", "moment", "train", "--nproc", "2", "--layout",
+                           str(where / "layouts" / "synth100k"), "--run-dir", tempfile.mkdtemp(prefix="moment-runs-"),
+                           "--epochs", "1", "--memory-budget", "3GiB", "--checkpoint-every", "0", "--quiet", *extra]
+                    before, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), _now()
+                    r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tree)
+                    wall, after = _now() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
+                    if r.returncode != 0:
+                        raise SystemExit(f"{' '.join(cmd)} failed ({label}):\n{r.stderr[-2000:]}")
+                    if i:
+                        cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+                        got.setdefault((label, name, kind), []).append((wall, cpu))
+    print(f"{'moment train (2 ranks, 1 epoch, 100k)':<42} " +
+          " ".join(f"{label + ' s':>10} {'CPU s':>6}" for label in trees) + "  speedup")
+    for name in LAUNCH:
+        for kind in ("measured anew", "recorded"):
+            med = {label: [statistics.median(x[k] for x in got[label, name, kind]) for k in (0, 1)] for label in trees}
+            print(f"{name + ', start size ' + kind:<42} " +
+                  " ".join(f"{w:>10.2f} {c:>6.2f}" for w, c in med.values()) +
+                  f"  {med[against][0] / med['now'][0]:.2f}x")
+            for label in trees:
+                print(f"  {label} runs s: " + ", ".join(f"{w:.2f}" for w, _ in got[label, name, kind]))
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=5, help="counted runs per command and tree, per round (two rounds)")
     ap.add_argument("--against", default=None, help="the baseline commit (default: where this branch left main)")
     ap.add_argument("--floor-dir", type=Path, default=Path("/tmp/floor"), help="the README's 100k example")
+    ap.add_argument("--launch", action="store_true",
+                    help="instead of the floor: `moment train` itself on that example (`launch`), --runs rounds")
     a = ap.parse_args()
     base = a.against
     if base is None:
@@ -166,4 +218,4 @@ if __name__ == "__main__":
             sys.exit(f"processes.py: no baseline: this checkout has no branch 'main' to compare with "
                      f"({r.stderr.strip() or 'git merge-base failed'}); give one with --against COMMIT")
         base = r.stdout.strip()[:7]
-    floor(a.runs, base, floor_dir(a.floor_dir))
+    (launch if a.launch else floor)(a.runs, base, floor_dir(a.floor_dir))
