@@ -427,6 +427,7 @@ def test_the_suggested_budget_is_accepted_and_a_full_disk_stops_every_rank_with_
     assert "Traceback" not in err and load_checkpoint(ck)["step"] == 2
 
 
+@pytest.mark.slow
 def test_the_held_agents_sizes_are_read_past_its_other_lines_and_waited_for_only_so_long():
     """Its start sizes follow whatever it printed first (those lines go to torchrun's log, in order, even when
     they came in one write); one that ends first, or says nothing within the wait, gives none (stopped)."""
@@ -452,6 +453,7 @@ def test_the_held_agents_sizes_are_read_past_its_other_lines_and_waited_for_only
     agent.stop()
 
 
+@pytest.mark.slow
 def test_the_agent_loads_while_the_launcher_checks_and_a_refused_run_leaves_nothing_running(layout, tmp_path,
                                                                                            monkeypatch, capsys):
     """`moment train` starts torchrun's agent held once the options and the data are checked: it loads torch
