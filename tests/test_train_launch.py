@@ -427,9 +427,11 @@ def test_the_suggested_budget_is_accepted_and_a_full_disk_stops_every_rank_with_
     assert "Traceback" not in err and load_checkpoint(ck)["step"] == 2
 
 
-def test_the_held_agents_sizes_are_read_past_its_other_lines_and_waited_for_only_so_long():
+@pytest.mark.slow
+def test_the_held_agents_sizes_are_read_past_its_other_lines_and_waited_for_only_so_long(tmp_path):
     """Its start sizes follow whatever it printed first (those lines go to torchrun's log, in order, even when
-    they came in one write); one that ends first, or says nothing within the wait, gives none (stopped)."""
+    they came in one write); one that ends first, or says nothing within the wait, gives none (stopped). Its go
+    comes once torchrun's log is open."""
     from moment.runtime.agent import HOLD_SIZES
 
     def held(program: str) -> tl.HeldAgent:
@@ -450,8 +452,14 @@ def test_the_held_agents_sizes_are_read_past_its_other_lines_and_waited_for_only
     assert agent.sizes(wait_s=0.5) is None and time.monotonic() - t0 < 5
     assert agent.proc.wait(5) is not None  # stopped
     agent.stop()
+    # a log that cannot be written: the agent is stopped before its go, so no rank ever starts
+    agent = held(f"import sys; sys.stdin.readline() and open({str(tmp_path / 'went')!r}, 'w')")
+    with pytest.raises(MomentError, match="cannot write torchrun's log"):
+        tl.run(agent, [], {}, tmp_path / "no-such-folder" / "torchrun.log", 0)
+    assert agent.proc.poll() is not None and not (tmp_path / "went").exists()
 
 
+@pytest.mark.slow
 def test_the_agent_loads_while_the_launcher_checks_and_a_refused_run_leaves_nothing_running(layout, tmp_path,
                                                                                            monkeypatch, capsys):
     """`moment train` starts torchrun's agent held once the options and the data are checked: it loads torch

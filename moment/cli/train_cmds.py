@@ -280,7 +280,6 @@ def train(
         where += ", checkpoints (resume with --resume --checkpoint-dir " + str(run_path / CHECKPOINTS) + ")"
     if not cfg.quiet:
         err_console.print(where, highlight=False, soft_wrap=True)
-    held[0].go(more, rank_env)  # _precheck started it
-    code = report(run(held[0], run_path / LOG, max_restarts, rdzv))
+    code = report(run(held[0], more, rank_env, run_path / LOG, max_restarts, rdzv))  # _precheck started it
     if code:
         raise typer.Exit(code)

@@ -287,23 +287,25 @@ class HeldAgent:
                     pass
 
 
-def run(agent: HeldAgent, log_path: Path, max_restarts: int, rdzv: Any = None) -> Outcome:
-    """Watch the agent after its go; its output goes to `log_path`. It dies with this process (even by SIGKILL:
-    PR_SET_PDEATHSIG), and a SIGTERM/SIGHUP/Ctrl-C here is passed on, so no rank outlives it. `rdzv`: the
-    rendezvous of a run across machines, named when it fails."""
+def run(agent: HeldAgent, args: list[str], env: dict[str, str], log_path: Path, max_restarts: int,
+        rdzv: Any = None) -> Outcome:
+    """Give the held agent its go (`HeldAgent.go`) once its log is open, and watch it; its output goes to
+    `log_path`. It dies with this process (even by SIGKILL: PR_SET_PDEATHSIG), and a SIGTERM/SIGHUP/Ctrl-C here
+    is passed on, so no rank outlives it. `rdzv`: the rendezvous of a run across machines, named when it fails."""
     proc = agent.proc
     out = Outcome(code=0, log=log_path, rdzv=rdzv,
                   rank_base=rdzv.node_rank * _nproc(agent.cmd) if rdzv is not None else 0)
     try:
         log = open(log_path, "w")
-        log.write("$ " + " ".join(agent.cmd) + "\n")
+        log.write("$ " + " ".join([*agent.cmd, *args]) + "\n")
         log.flush()
     except OSError as e:
-        agent.stop()
+        agent.stop()  # no go: no rank started
         raise MomentError(f"cannot write torchrun's log: {reason(e)}", source=str(log_path),
                           hint="free some space or pass --run-dir DIR") from None
     old = {sig: signal.signal(sig, _raise_stopped) for sig in FORWARDED}
     done = threading.Event()
+    agent.go(args, env)
     try:
         assert proc.stdout is not None
         if rdzv is not None:
