@@ -180,7 +180,7 @@ def test_the_agent_imports_a_users_model_module_for_its_ranks_unless_it_starts_a
     monkeypatch.chdir(tmp_path)
     (tmp_path / "plain_net.py").write_text("def make(**kw): ...\n")
     (tmp_path / "threaded_net.py").write_text("import threading\nSTOP = threading.Event()\n"
-                                              "threading.Thread(target=STOP.wait, daemon=True).start()\n"
+                                              "T = threading.Thread(target=STOP.wait, daemon=True)\nT.start()\n"
                                               "def make(**kw): ...\n")
     (tmp_path / "broken_net.py").write_text("raise RuntimeError('no GPU here')\n")
     config = agent.forked_ranks(config_from_args)
@@ -188,6 +188,11 @@ def test_the_agent_imports_a_users_model_module_for_its_ranks_unless_it_starts_a
     def entry(model: str):
         return config(parse_args(["--standalone", "--nproc-per-node=2", "-m", agent.RANK_MODULE, "--layout", "L",
                                   "--model", model]))[1]
+
+    def stop(module) -> None:  # its thread ended, so that the next import counts its own
+        module.STOP.set()
+        module.T.join(10)
+        assert not module.T.is_alive()
 
     def script(*preloads: str):  # a user's script, with the agent's --preload MODULE for each
         parse = agent.with_options(get_args_parser)
@@ -198,13 +203,13 @@ def test_the_agent_imports_a_users_model_module_for_its_ranks_unless_it_starts_a
         assert entry("plain_net:make") is agent.program and "plain_net" in sys.modules
         assert entry("broken_net:make") is agent.program and "broken_net" not in sys.modules
         assert entry("threaded_net:make") == sys.executable  # torchrun's own: fresh interpreters
-        sys.modules["threaded_net"].STOP.set()
+        stop(sys.modules["threaded_net"])
         assert entry("sage") is agent.program
         sys.modules.pop("plain_net")
         assert script("plain_net", "json") is agent.program and "plain_net" in sys.modules
         sys.modules.pop("threaded_net")
         assert script("threaded_net") == sys.executable
-        sys.modules["threaded_net"].STOP.set()
+        stop(sys.modules["threaded_net"])
         for bad, why in (("broken_net", "importing broken_net failed: RuntimeError: no GPU here"),
                          ("no_such_net", "cannot import no_such_net: no module named 'no_such_net'"),
                          ("nets/plain.py", "'nets/plain.py' is not a module name")):
