@@ -1,7 +1,9 @@
 """What a fresh rank and a fresh torchrun agent hold before they touch data, measured once per process.
 
 Why a fresh interpreter: the caller of a preview (`moment train`'s launcher, a benchmark holding a
-dataset) is not a rank, so its own RSS is not a rank's fixed cost. Why not kept for long: most of it is
+dataset) is not a rank, so its own RSS is not a rank's fixed cost. A run's launcher has one anyway, its
+torchrun agent, started held while the launcher checks (moment.cli.train_launch.HeldAgent): that agent
+measures itself (`measured_by`) and no other interpreter is started. Why not kept for long: most of it is
 torch's shared libraries, and how many of their pages a process maps depends on how the page cache came
 to hold them (one installation measured 443 MiB for a rank, then 376 MiB after the page cache was
 dropped, and stayed there), so a figure kept from an earlier day disagrees with what the rank measures
@@ -11,8 +13,8 @@ Every measurement is recorded (`record_path`). A preview that hands its figure t
 --dry-run` without a budget) reuses the record of this installation whatever its age; one that checks a
 budget (and hands its figure to the ranks) reuses it only when it was measured in the last RECENT_S
 seconds since this boot, where the page cache is the one it was measured in: a launch that follows
-another, as a person's next try does, starts seconds sooner (the fresh interpreter is the launcher's
-longest wait). The plan says when a reused figure was measured.
+another, as a person's next try does, starts seconds sooner (a dry run's fresh interpreter is its longest
+wait). The plan says when a reused figure was measured.
 """
 
 from __future__ import annotations
