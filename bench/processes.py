@@ -18,6 +18,7 @@ examples/own_loop.py's), its start size measured anew and recorded, `--runs` rou
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import resource
 import shutil
@@ -76,18 +77,23 @@ def time_command(args: list[str], runs: int, *, tree: Path | None = None, cwd: P
     cmd = [sys.executable, "-m", "moment", *args]
     walls, cpus, out = [], [], ""
     for i in range(runs + 1):
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        t0 = _now()
-        r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd or tree or ROOT)
-        wall = _now() - t0
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        if r.returncode != 0:
-            raise SystemExit(f"{' '.join(cmd)} failed:\n{r.stderr[-2000:]}")
+        wall, cpu, stdout = _timed(cmd, env, cwd or tree or ROOT)
         if i:  # the first run fills the bytecode cache
             walls.append(wall)
-            cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
-            out = r.stdout
+            cpus.append(cpu)
+            out = stdout
     return Timing(statistics.median(walls), statistics.median(cpus), walls, out)
+
+
+def _timed(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float, str]:
+    """One run of `cmd`: its wall seconds, its CPU seconds (user + system, its children's included) and its
+    output; a failed run ends the bench."""
+    before, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), _now()
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd)
+    wall, after = _now() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
+    if r.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed (in {cwd}):\n{r.stderr[-2000:]}")
+    return wall, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime, r.stdout
 
 
 def compare(name: str, args: list[str], runs: int, against: str | None, target: str = "",
@@ -173,28 +179,22 @@ def launch(runs: int, against: str, where: Path) -> None:
     pyc = tempfile.mkdtemp(prefix="moment-pyc-")
     kept = {(label, name): tempfile.mkdtemp(prefix="moment-xdg-") for label in trees for name in LAUNCH}
     got: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
+    kinds = ("measured anew", "recorded")
     for i in range(runs + 1):  # the first round fills the bytecode caches and the records, not counted
-        for label, tree in trees.items():
-            for name, extra in LAUNCH.items():
-                for kind in ("measured anew", "recorded"):
-                    xdg = tempfile.mkdtemp(prefix="moment-xdg-") if kind == "measured anew" else kept[label, name]
-                    env = dict(os.environ, PYTHONPATH=str(tree), XDG_CACHE_HOME=xdg, PYTHONPYCACHEPREFIX=pyc)
-                    env.pop("PYTHONDONTWRITEBYTECODE", None)
-                    cmd = [sys.executable, "-m", "moment", "train", "--nproc", "2", "--layout",
-                           str(where / "layouts" / "synth100k"), "--run-dir", tempfile.mkdtemp(prefix="moment-runs-"),
-                           "--epochs", "1", "--memory-budget", "3GiB", "--checkpoint-every", "0", "--quiet", *extra]
-                    before, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), _now()
-                    r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tree)
-                    wall, after = _now() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
-                    if r.returncode != 0:
-                        raise SystemExit(f"{' '.join(cmd)} failed ({label}):\n{r.stderr[-2000:]}")
-                    if i:
-                        cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
-                        got.setdefault((label, name, kind), []).append((wall, cpu))
+        for (label, tree), (name, extra), kind in itertools.product(trees.items(), LAUNCH.items(), kinds):
+            xdg = tempfile.mkdtemp(prefix="moment-xdg-") if kind == "measured anew" else kept[label, name]
+            env = dict(os.environ, PYTHONPATH=str(tree), XDG_CACHE_HOME=xdg, PYTHONPYCACHEPREFIX=pyc)
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
+            cmd = [sys.executable, "-m", "moment", "train", "--nproc", "2", "--layout",
+                   str(where / "layouts" / "synth100k"), "--run-dir", tempfile.mkdtemp(prefix="moment-runs-"),
+                   "--epochs", "1", "--memory-budget", "3GiB", "--checkpoint-every", "0", "--quiet", *extra]
+            wall, cpu, _ = _timed(cmd, env, tree)
+            if i:
+                got.setdefault((label, name, kind), []).append((wall, cpu))
     print(f"{'moment train (2 ranks, 1 epoch, 100k)':<42} " +
           " ".join(f"{label + ' s':>10} {'CPU s':>6}" for label in trees) + "  speedup")
     for name in LAUNCH:
-        for kind in ("measured anew", "recorded"):
+        for kind in kinds:
             med = {label: [statistics.median(x[k] for x in got[label, name, kind]) for k in (0, 1)] for label in trees}
             print(f"{name + ', start size ' + kind:<42} " +
                   " ".join(f"{w:>10.2f} {c:>6.2f}" for w, c in med.values()) +

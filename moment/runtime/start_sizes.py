@@ -2,7 +2,7 @@
 
 Why a fresh interpreter: the caller of a preview (`moment train`'s launcher, a benchmark holding a
 dataset) is not a rank, so its own RSS is not a rank's fixed cost. A run's launcher has one anyway, its
-torchrun agent, started held while the launcher checks (moment.cli.train_launch.HeldAgent): that agent
+torchrun agent, started held while the launcher checks (moment.runtime.agent's `--hold`): that agent
 measures itself (`measured_by`) and no other interpreter is started. Why not kept for long: most of it is
 torch's shared libraries, and how many of their pages a process maps depends on how the page cache came
 to hold them (one installation measured 443 MiB for a rank, then 376 MiB after the page cache was
