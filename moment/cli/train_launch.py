@@ -208,10 +208,6 @@ FORWARDED = (signal.SIGTERM, signal.SIGHUP)
 STOP_GRACE_S = 30  # torchrun's time to stop its ranks before it is killed
 
 
-#: how long the held agent may take to load and measure its start sizes (a fresh interpreter had as long)
-SIZES_WAIT_S = 300
-
-
 class HeldAgent:
     """torchrun's agent started while the launcher still checks the run (`--hold`, moment.runtime.agent): it loads
     torch, the runtime and the user's model module meanwhile (about three seconds), measures its start sizes when
@@ -232,14 +228,16 @@ class HeldAgent:
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
                                      errors="replace", preexec_fn=lambda: die_with_parent(me))
 
-    def sizes(self, wait_s: float = SIZES_WAIT_S) -> tuple[int, int, int] | None:
+    def sizes(self, wait_s: float | None = None) -> tuple[int, int, int] | None:
         """(agent, rank, shared) as it measured them; None when it ended first (its output says why: the log), or
-        had not measured within `wait_s` (stopped then, as a fresh interpreter would be: the launcher measures
-        itself, and the run fails with what the agent said). Read from the pipe itself, not through the text
-        stream, so that a line already read is never waited for again."""
+        had not measured within `wait_s` (default: start_sizes.MEASURE_WAIT_S; stopped then, as a fresh
+        interpreter would be: the launcher measures itself, and the run fails with what the agent said). Read
+        from the pipe itself, not through the text stream, so that a line already read is never waited for again."""
         from moment.runtime.agent import HOLD_SIZES
+        from moment.runtime.start_sizes import MEASURE_WAIT_S
 
         assert self.proc.stdout is not None
+        wait_s = MEASURE_WAIT_S if wait_s is None else wait_s
         fd, buf, end = self.proc.stdout.fileno(), b"", time.monotonic() + wait_s
         while True:
             left = end - time.monotonic()

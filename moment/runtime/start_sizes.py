@@ -68,6 +68,10 @@ def _start(model: str | None = None) -> subprocess.Popen | None:
         return None
 
 
+#: how long a measurement (the fresh interpreter's, or the run's own agent's) may take before it is given up
+MEASURE_WAIT_S = 300
+
+
 def _collect(p: subprocess.Popen | None) -> tuple[int, int, int] | None:
     """(agent, rank, shared) from the fresh interpreter `p`, None when it could not run."""
     if p is None:
@@ -75,7 +79,7 @@ def _collect(p: subprocess.Popen | None) -> tuple[int, int, int] | None:
     if not isinstance(p, subprocess.Popen):  # the run's own agent (`measured_by`)
         return p.sizes()
     try:
-        out, _ = p.communicate(timeout=300)
+        out, _ = p.communicate(timeout=MEASURE_WAIT_S)
         if p.returncode:
             return None
         agent, rank, shared = (int(x) for x in out.split()[-3:])
