@@ -22,6 +22,7 @@ Units inside: bytes divided by the total epoch demand (flows are O(1)), seconds 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -29,7 +30,7 @@ import numpy as np
 from moment.errors import MomentError
 from moment.planner.contracts import DATA_PLACEMENTS
 from moment.planner.highs import linprog
-from moment.planner.network import TIER_CPU, TIER_GPU, TIER_SSD, FlowNetwork
+from moment.planner.network import END_BYTES, TIER_CPU, TIER_GPU, TIER_SSD, FlowNetwork, Memo
 from moment.planner.solution import Solution
 
 #: Weight of total flow in the objective (relative to T's scale): picks, among the solutions with
@@ -63,9 +64,9 @@ def _parts(net: FlowNetwork, formulation: str, data: str = "planned") -> _Parts:
         raise ValueError(f"data must be one of {', '.join(DATA_PLACEMENTS)}, not {data!r}")
     part = None
     if formulation != "edges":
-        paths = _paths(net, None if formulation == "paths" else MAX_PATHS_PER_GPU)
-        if paths is not None:
-            part = _parts_paths(net, paths)
+        rows = _path_rows(net, None if formulation == "paths" else MAX_PATHS_PER_GPU)
+        if rows is not None:
+            part = _finish(net, *rows)
     part = part or _parts_edges(net)
     if data == "even":
         _fix_even(net, part)
@@ -142,13 +143,35 @@ class _PathsTo:
         return True
 
 
-def _parts_paths(net: FlowNetwork, paths: list[dict[int, list[list[int]]]]) -> _Parts:
+def _rows_bytes(key: tuple, rows: tuple | None) -> int:
+    return END_BYTES * len(key[0][0]) + (sum(a.nbytes for a in (*rows[1], *rows[2], rows[3])) if rows else 0)
+
+
+_PATH_ROWS = Memo(_rows_bytes)
+
+
+def _path_rows(net: FlowNetwork, cap: int | None) -> tuple | None:
+    """The path form's rows for `_finish` (None past `cap` paths per GPU): a function of the network's shape and
+    its GPUs' shares of the demand alone, so worked out once for them; the arrays are shared, hence read-only."""
+    d = np.array([net.demand[g] for g in net.gpus]) / net.total_demand
+
+    def make() -> tuple | None:
+        paths = _paths(net, cap)
+        if paths is None:
+            return None
+        rows = _parts_paths(len(net.storage), d, paths)
+        for a in (*rows[1], *rows[2], rows[3]):
+            a.flags.writeable = False
+        return rows
+
+    return _PATH_ROWS.get((net.shape, cap, tuple(d.tolist())), make)
+
+
+def _parts_paths(S: int, d: np.ndarray, paths: list[dict[int, list[list[int]]]]) -> tuple:
     """Path form: a (storage, GPU) pair with one route needs no column (its load is D_g p_s on
     every edge of the route); a pair with several routes gets one column per route. Equivalent to
-    the edge form (any flow decomposes into simple paths plus cycles, and cycles only add load)."""
-    S = len(net.storage)
-    total = net.total_demand
-    d = np.array([net.demand[g] for g in net.gpus]) / total
+    the edge form (any flow decomposes into simple paths plus cycles, and cycles only add load).
+    `d`: each GPU's share of the demand. Returns `_finish`'s arguments after the network."""
     lr, lc, lv = [], [], []  # load matrix entries
     er, ec, ev = [], [], []  # equality entries (sum of route columns = d_g p_s)
     zero_p: set[int] = set()
@@ -179,7 +202,7 @@ def _parts_paths(net: FlowNetwork, paths: list[dict[int, list[list[int]]]]) -> _
     eq = (np.array(er + [n_eq] * S, dtype=np.int64), np.array(ec + list(range(S)), dtype=np.int64),
           np.array(ev + [1.0] * S))
     b_eq = np.append(np.zeros(n_eq), 1.0)
-    return _finish(net, n_var, load, eq, b_eq, zero_p)
+    return n_var, load, eq, b_eq, frozenset(zero_p)
 
 
 def _parts_edges(net: FlowNetwork) -> _Parts:
@@ -222,7 +245,7 @@ def _parts_edges(net: FlowNetwork) -> _Parts:
 
 
 def _finish(net: FlowNetwork, n_var: int, load: tuple, eq: tuple, b_eq: np.ndarray,
-            zero_p: set[int]) -> _Parts:
+            zero_p: set[int] | frozenset[int]) -> _Parts:
     """Rows shared by both forms: load_e - c_e T <= 0 on finite edges, p_s - L_s T <= 0, tier caps."""
     total = net.total_demand
     S, col_T = len(net.storage), len(net.storage)
@@ -258,7 +281,7 @@ def _finish(net: FlowNetwork, n_var: int, load: tuple, eq: tuple, b_eq: np.ndarr
         v.append(np.array([total / rates[sid] for sid in rates] + [-most]))
         b_ub.append(np.zeros(1))
         n_ub += 1
-    edge_at = {e.id: i for i, e in enumerate(net.edges)}
+    edge_at = {e.id: i for i, e in enumerate(net.edges)} if net.edge_counts else {}
     for rates, most in net.edge_counts:  # devices' worth carried: sum of load_e / rate_e <= most * T
         per = np.zeros(len(net.edges))
         for eid, rate in rates.items():
@@ -370,5 +393,9 @@ def solve_lp_batch(nets: list[FlowNetwork], *, formulation: str = "auto",
 
 def _time_scale(net: FlowNetwork) -> float:
     """A rough epoch time (demand / fastest GPU inlet), to scale the flow penalty."""
-    best = max(sum(e.capacity for e in net.edges if e.v == g and np.isfinite(e.capacity)) for g in net.gpus)
+    inlet = dict.fromkeys(net.gpus, 0.0)  # (summed in edge order, as a sum per GPU would)
+    for e in net.edges:
+        if e.v in inlet and math.isfinite(e.capacity):
+            inlet[e.v] += e.capacity
+    best = max(inlet.values())
     return max(net.demand.values()) / best if best > 0 else 1.0
