@@ -77,50 +77,6 @@ def test_template_matches_populate_network():
     assert a.edges == b.edges and a.storage == b.storage and a.gpus == b.gpus
 
 
-def test_networks_of_one_shape_share_their_routes_and_keep_their_own_numbers(monkeypatch):
-    """Placements with the same kinds of device in the same slots have one shape: its dead edges and the LP's
-    routes are worked out once (`network.Memo`), read-only, while each network's capacities and answers stay
-    its own: every solve equals the one made with nothing remembered."""
-    from moment.planner import lp, network
-
-    topo = load_profile("paper-machine-b")
-    lay = topo.layouts["paper-moment"]
-    tpl = ChassisTemplate(topo)
-    placements = [{s: gpu for s in lay.gpu} | {s: ssd for s in lay.ssd}
-                  for gpu, ssd in ((GPU, SSD), (GPU, "PM1743"), ("T4", SSD))]
-    nets = [tpl.network(p, WorkloadSpec()) for p in placements]
-    assert nets[0].shape == nets[1].shape == nets[2].shape
-    rows = lp._path_rows(nets[0], lp.MAX_PATHS_PER_GPU)
-    assert lp._path_rows(nets[1], lp.MAX_PATHS_PER_GPU) is rows  # (the same GPUs' shares of the demand)
-    with pytest.raises(ValueError, match="read-only"):
-        rows[1][0][0] = 7
-    warm = [solve_lp(n) for n in nets]
-    assert len({s.epoch_read_s for s in warm}) == 3  # other SSDs, other GPUs: other times
-    for placement, net, got in zip(placements, nets, warm):
-        monkeypatch.setattr(lp, "_PATH_ROWS", network.Memo(lp._rows_bytes))
-        monkeypatch.setattr(network, "_USEFUL", network.Memo(lambda key, keep: 0))
-        again = tpl.network(placement, WorkloadSpec())
-        cold = solve_lp(again)
-        assert again.edges == net.edges and again.storage == net.storage
-        assert cold.epoch_read_s == got.epoch_read_s and (cold.edge_bytes == got.edge_bytes).all()
-        assert cold.served_bytes == got.served_bytes
-
-
-def test_a_memo_past_its_budget_starts_again_and_remembers_none_too():
-    from moment.planner.network import Memo
-
-    memo, calls = Memo(lambda key, value: 10, budget=25), []
-
-    def make(key):
-        calls.append(key)
-        return None if key == "none" else key.upper()
-
-    assert [memo.get(k, lambda k=k: make(k)) for k in ("a", "none", "a", "none")] == ["A", None, "A", None]
-    assert calls == ["a", "none"] and memo.held == 20
-    assert memo.get("b", lambda: make("b")) == "B" and memo.held == 10  # past 25 bytes: emptied, then b
-    assert memo.get("a", lambda: make("a")) == "A" and calls == ["a", "none", "b", "a"] and memo.held == 20
-
-
 @pytest.mark.parametrize("backend", ["networkx", "ortools"])
 def test_hand_computed_optimum_ssd_bound(backend):
     # everything from the 2 SSDs (6.5 GB/s each): T = 200 GB / 13 GB/s, links never bind

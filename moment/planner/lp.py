@@ -30,7 +30,7 @@ import numpy as np
 from moment.errors import MomentError
 from moment.planner.contracts import DATA_PLACEMENTS
 from moment.planner.highs import linprog
-from moment.planner.network import END_BYTES, TIER_CPU, TIER_GPU, TIER_SSD, FlowNetwork, Memo
+from moment.planner.network import TIER_CPU, TIER_GPU, TIER_SSD, FlowNetwork
 from moment.planner.solution import Solution
 
 #: Weight of total flow in the objective (relative to T's scale): picks, among the solutions with
@@ -64,9 +64,9 @@ def _parts(net: FlowNetwork, formulation: str, data: str = "planned") -> _Parts:
         raise ValueError(f"data must be one of {', '.join(DATA_PLACEMENTS)}, not {data!r}")
     part = None
     if formulation != "edges":
-        rows = _path_rows(net, None if formulation == "paths" else MAX_PATHS_PER_GPU)
-        if rows is not None:
-            part = _finish(net, *rows)
+        paths = _paths(net, None if formulation == "paths" else MAX_PATHS_PER_GPU)
+        if paths is not None:
+            part = _parts_paths(net, paths)
     part = part or _parts_edges(net)
     if data == "even":
         _fix_even(net, part)
@@ -143,35 +143,13 @@ class _PathsTo:
         return True
 
 
-def _rows_bytes(key: tuple, rows: tuple | None) -> int:
-    return END_BYTES * len(key[0][0]) + (sum(a.nbytes for a in (*rows[1], *rows[2], rows[3])) if rows else 0)
-
-
-_PATH_ROWS = Memo(_rows_bytes)
-
-
-def _path_rows(net: FlowNetwork, cap: int | None) -> tuple | None:
-    """The path form's rows for `_finish` (None past `cap` paths per GPU): a function of the network's shape and
-    its GPUs' shares of the demand alone, so worked out once for them; the arrays are shared, hence read-only."""
-    d = np.array([net.demand[g] for g in net.gpus]) / net.total_demand
-
-    def make() -> tuple | None:
-        paths = _paths(net, cap)
-        if paths is None:
-            return None
-        rows = _parts_paths(len(net.storage), d, paths)
-        for a in (*rows[1], *rows[2], rows[3]):
-            a.flags.writeable = False
-        return rows
-
-    return _PATH_ROWS.get((net.shape, cap, tuple(d.tolist())), make)
-
-
-def _parts_paths(S: int, d: np.ndarray, paths: list[dict[int, list[list[int]]]]) -> tuple:
+def _parts_paths(net: FlowNetwork, paths: list[dict[int, list[list[int]]]]) -> _Parts:
     """Path form: a (storage, GPU) pair with one route needs no column (its load is D_g p_s on
     every edge of the route); a pair with several routes gets one column per route. Equivalent to
-    the edge form (any flow decomposes into simple paths plus cycles, and cycles only add load).
-    `d`: each GPU's share of the demand. Returns `_finish`'s arguments after the network."""
+    the edge form (any flow decomposes into simple paths plus cycles, and cycles only add load)."""
+    S = len(net.storage)
+    total = net.total_demand
+    d = (np.array([net.demand[g] for g in net.gpus]) / total).tolist()  # floats: their lists become arrays faster
     lr, lc, lv = [], [], []  # load matrix entries
     er, ec, ev = [], [], []  # equality entries (sum of route columns = d_g p_s)
     zero_p: set[int] = set()
@@ -202,7 +180,7 @@ def _parts_paths(S: int, d: np.ndarray, paths: list[dict[int, list[list[int]]]])
     eq = (np.array(er + [n_eq] * S, dtype=np.int64), np.array(ec + list(range(S)), dtype=np.int64),
           np.array(ev + [1.0] * S))
     b_eq = np.append(np.zeros(n_eq), 1.0)
-    return n_var, load, eq, b_eq, frozenset(zero_p)
+    return _finish(net, n_var, load, eq, b_eq, zero_p)
 
 
 def _parts_edges(net: FlowNetwork) -> _Parts:
@@ -245,7 +223,7 @@ def _parts_edges(net: FlowNetwork) -> _Parts:
 
 
 def _finish(net: FlowNetwork, n_var: int, load: tuple, eq: tuple, b_eq: np.ndarray,
-            zero_p: set[int] | frozenset[int]) -> _Parts:
+            zero_p: set[int]) -> _Parts:
     """Rows shared by both forms: load_e - c_e T <= 0 on finite edges, p_s - L_s T <= 0, tier caps."""
     total = net.total_demand
     S, col_T = len(net.storage), len(net.storage)

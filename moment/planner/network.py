@@ -14,7 +14,6 @@ through pydantic (`populate`), which is what makes the search cheap.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import compress
@@ -82,12 +81,6 @@ class FlowNetwork:
     def __post_init__(self) -> None:
         self.index = {n: i for i, n in enumerate(self.nodes)}
 
-    @cached_property
-    def shape(self) -> tuple:
-        """The graph without its numbers: each edge's ends, the GPUs, the storage nodes. What depends on it
-        alone (the LP's routes) is worked out once per shape (`Memo`)."""
-        return tuple([(e.u, e.v) for e in self.edges]), tuple(self.gpus), tuple([s.id for s in self.storage])
-
     @property
     def total_demand(self) -> float:
         return sum(self.demand.values())
@@ -113,37 +106,6 @@ class FlowNetwork:
                 raise MomentError(
                     f"no SSD in the machine, and the GPU/CPU caches serve only {have:.0%} of the accesses",
                     hint="add SSDs to the inventory or raise the workload's cache shares")
-
-
-class Memo:
-    """A memo of a function of a network's shape: a search builds thousands of networks of one chassis, and
-    every placement with the same kinds of device in the same slots has the same shape (equal edge ends, GPUs
-    and storage ids), so its dead edges and its routes are found once. `weigh(key, value)`: the bytes an entry
-    holds, about; past `budget` bytes the memo is emptied (a 64-slot chassis' routes are ~50 KB a shape, and
-    a service plans many machines). A value is shared by every caller, so it is never changed."""
-
-    _MISSING = object()
-
-    def __init__(self, weigh: Callable[[Hashable, object], int], budget: int = 32 << 20):
-        self.weigh, self.budget = weigh, budget
-        self.held = 0
-        self._got: dict[Hashable, object] = {}
-
-    def get(self, key: Hashable, make: Callable[[], object]) -> object:
-        got = self._got.get(key, self._MISSING)
-        if got is self._MISSING:
-            got = make()
-            size = self.weigh(key, got)
-            if self.held + size > self.budget:
-                self._got.clear()
-                self.held = 0
-            self._got[key] = got
-            self.held += size
-        return got
-
-
-#: bytes a shape's edge ends take in a key, about (a tuple of two shared strings, and its place in the key)
-END_BYTES = 100
 
 
 # ---- hardware parts, extracted once -------------------------------------------------------------------
@@ -333,25 +295,16 @@ def distinct(a: np.ndarray) -> np.ndarray:
     return a[np.concatenate(([True], a[1:] != a[:-1]))] if len(a) else a
 
 
-_USEFUL = Memo(lambda key, keep: 2 * END_BYTES * len(keep))  # (the ends in the key, a flag per edge)
-
-
 def _useful(edges: list[Edge], sources: set[str], sinks: set[str]) -> list[Edge]:
     """Drop edges no simple storage -> GPU path can use: an edge into a node whose only way on is
     straight back (a dead end, e.g. the downlink of an SSD's slot), or out of a node whose only way
-    in came from there. Repeated until nothing changes, so whole empty subtrees go. A function of the
-    graph's shape alone, so found once per shape."""
-    ends = tuple([(e.u, e.v) for e in edges])
-    keep = _USEFUL.get((ends, frozenset(sources), frozenset(sinks)), lambda: _live(ends, sources, sinks))
-    return list(compress(edges, keep))
+    in came from there. Repeated until nothing changes, so whole empty subtrees go.
 
-
-def _live(ends: tuple[tuple[str, str], ...], sources: set[str], sinks: set[str]) -> tuple[bool, ...]:
-    """`_useful`'s edges to keep. Removing an edge only ever makes others removable, so what is left is the
-    same whatever the order: every removable edge goes at once, on arrays, each round."""
+    Removing an edge only ever makes others removable, so what is left is the same whatever the
+    order: every removable edge goes at once, on arrays, each round."""
     index: dict[str, int] = {}
-    u = np.array([index.setdefault(a, len(index)) for a, _ in ends], dtype=np.int64)
-    v = np.array([index.setdefault(b, len(index)) for _, b in ends], dtype=np.int64)
+    u = np.array([index.setdefault(e.u, len(index)) for e in edges], dtype=np.int64)
+    v = np.array([index.setdefault(e.v, len(index)) for e in edges], dtype=np.int64)
     n = len(index)
     source, sink = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
     source[[index[x] for x in sources if x in index]] = True
@@ -369,7 +322,7 @@ def _live(ends: tuple[tuple[str, str], ...], sources: set[str], sinks: set[str])
         if not drop.any():
             break
         live &= ~drop
-    return tuple(live.tolist())
+    return list(compress(edges, live.tolist()))
 
 
 def build_network(topo: Topology, workload: WorkloadSpec) -> FlowNetwork:
