@@ -149,7 +149,8 @@ def _parts_paths(net: FlowNetwork, paths: list[dict[int, list[list[int]]]]) -> _
     the edge form (any flow decomposes into simple paths plus cycles, and cycles only add load)."""
     S = len(net.storage)
     total = net.total_demand
-    d = (np.array([net.demand[g] for g in net.gpus]) / total).tolist()  # floats: their lists become arrays faster
+    # each GPU's share as a Python float: the lists below become arrays faster than lists of NumPy scalars
+    d = (np.array([net.demand[g] for g in net.gpus]) / total).tolist()
     lr, lc, lv = [], [], []  # load matrix entries
     er, ec, ev = [], [], []  # equality entries (sum of route columns = d_g p_s)
     zero_p: set[int] = set()
