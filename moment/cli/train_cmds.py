@@ -25,13 +25,15 @@ from moment.errors import INSTALL_TRAIN, MomentError
 # start fast.
 
 
-def torchrun_command(nproc: int, args: list[str], max_restarts: int = 0, rdzv: Any = None) -> list[str]:
+def torchrun_command(nproc: int, args: list[str], max_restarts: int = 0, rdzv: Any = None,
+                     hold: str | None = None) -> list[str]:
     """The command line `moment train` runs (torchrun's agent, this interpreter's: moment.runtime.agent); `rdzv`:
-    the rendezvous of a run across machines (moment.runtime.rendezvous.Rendezvous), else --standalone."""
+    the rendezvous of a run across machines (moment.runtime.rendezvous.Rendezvous), else --standalone; `hold`:
+    the agent's `--hold` mode (train_launch.HeldAgent)."""
     from moment.runtime.agent import COMMAND, RANK_MODULE
 
     where = rdzv.torchrun_args() if rdzv is not None else ["--standalone"]
-    cmd = [*COMMAND, *where, f"--nproc-per-node={nproc}"]
+    cmd = [*COMMAND, *(["--hold", hold] if hold else []), *where, f"--nproc-per-node={nproc}"]
     if max_restarts:
         cmd.append(f"--max-restarts={max_restarts}")
     return [*cmd, "-m", RANK_MODULE, *args]
@@ -261,25 +263,27 @@ def train(
         return
     env = {**os.environ, **(rdzv.env() if rdzv is not None else {})}
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
-    held: list[HeldAgent] = []
+    agent: HeldAgent | None = None
 
     def launch(measure: bool) -> HeldAgent:
-        held.append(HeldAgent(torchrun_command(nproc, args, max_restarts, rdzv), env, measure=measure))
-        return held[0]
+        nonlocal agent
+        agent = HeldAgent(torchrun_command(nproc, args, max_restarts, rdzv, "measure" if measure else "wait"), env)
+        return agent
 
     try:
         cfg, rank_env, _ = _precheck(args, nproc, run_dir, rdzv=rdzv, launch=launch)
         run_path = make_run_dir(run_dir, Path(cfg.layout or cfg.dataset))
     except BaseException:
-        for agent in held:
+        if agent is not None:
             agent.stop()
         raise
+    assert agent is not None  # _precheck starts it
     where, more = f"run directory {run_path}: torchrun's log", []
     if cfg.checkpoint_dir is None and cfg.checkpoint_every != 0 and not cfg.data_only:  # no model to save
         more = ["--checkpoint-dir", str(run_path / CHECKPOINTS)]
         where += ", checkpoints (resume with --resume --checkpoint-dir " + str(run_path / CHECKPOINTS) + ")"
     if not cfg.quiet:
         err_console.print(where, highlight=False, soft_wrap=True)
-    code = report(run(held[0], more, rank_env, run_path / LOG, max_restarts, rdzv))  # _precheck started it
+    code = report(run(agent, more, rank_env, run_path / LOG, max_restarts, rdzv))
     if code:
         raise typer.Exit(code)

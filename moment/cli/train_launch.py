@@ -214,13 +214,13 @@ class HeldAgent:
     the budget needs them (instead of a fresh interpreter of its own doing the same), and starts the ranks on
     `go`. It dies with this process (PR_SET_PDEATHSIG) and ends by itself without a go."""
 
-    def __init__(self, cmd: list[str], env: dict[str, str], *, measure: bool):
-        from moment.runtime.agent import COMMAND
+    def __init__(self, cmd: list[str], env: dict[str, str]):
+        """`cmd`: the agent's command line with its `--hold` mode (train_cmds.torchrun_command)."""
         from moment.runtime.console import console_env
         from moment.runtime.lifetime import die_with_parent
 
         me = os.getpid()
-        self.cmd = [*COMMAND, "--hold", "measure" if measure else "wait", *cmd[len(COMMAND):]]
+        self.cmd = cmd
         self.early: list[str] = []  # what it printed before the go (torchrun's log gets it)
         sys.stdout.flush()
         sys.stderr.flush()
