@@ -404,14 +404,14 @@ def _gpu_stride(layout: Layout) -> int:
 
 
 def planned_minimum(cfg: TrainConfig, inputs: RunInputs, *, num_nodes: int, row_bytes: int, nproc: int,
-                    shards: int, gpu_rows: int, align: int) -> MemoryBudget:
+                    shards: int, gpu_rows: int, align: int, device: str = "cpu") -> MemoryBudget:
     """The fixed needs `resolve_run` charges an `nproc`-rank run on one machine whose layout is not
     written yet (`shards` bins, `gpu_rows` in each rank's GPU tier), by the same rule: `.minimum()` is the
     least --memory-budget it accepts. `inputs` as `run_inputs` measures them (the batch extent sampled
     on the graph, a round of the peer exchange at `row_bytes` with `gpu_rows` held). --io-shape auto/packed plans as block: a
     pack's index is known only once its batches are sampled, and is not charged here."""
     shape = "block" if cfg.io_shape in ("auto", "packed") else cfg.io_shape
-    peer = cfg.peer_tier != "off" and nproc > 1 and gpu_rows > 0  # auto: the machine is not known, charged
+    peer = cfg.peer_tier_on(device) and nproc > 1 and gpu_rows > 0
     return minimum_budget(nproc, _run_shape(
         inputs, num_nodes, row_bytes, shape, lookahead(cfg.resolved_superbatch(shape)), policy=cfg.cache_policy,
         cpu_limit_rows=_cpu_limit_rows(cfg, num_nodes, row_bytes),
