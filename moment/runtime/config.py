@@ -238,9 +238,9 @@ class TrainConfig(BaseModel):
 
         Why auto is off on CPU: there gloo moves a peer's rows through the host's TCP stack (a copy into and out
         of a socket on each side, per batch, on the cores that train), which costs a rank more than taking them
-        from its own CPU cache or SSDs: bench/epoch.py 8M x 128 under 3 GiB, 2 ranks, steady epochs 1.51 / 1.56 s
-        without the tier against 1.73 / 1.66 s with it, the ranks' CPU 9% less. On CUDA NCCL moves them device
-        to device (NVLink or PCIe peer to peer), far cheaper than a read from the host or an SSD."""
+        from its own CPU cache or SSDs. bench/epoch.py, 2 ranks on 2 cores, steady epochs without the tier / with
+        it: 8M x 128 under 3 GiB 1.51, 1.53 / 1.69, 1.69 s; 16M x 256 under 5 GiB 3.85, 3.82 / 4.37, 4.24 s. On
+        CUDA NCCL moves them device to device (NVLink or PCIe peer to peer), far cheaper than a host or SSD read."""
         return self.peer_tier == "on" or (self.peer_tier == "auto" and device == "cuda")
 
     def resolved_hidden(self) -> int:

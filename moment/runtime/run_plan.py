@@ -408,8 +408,9 @@ def planned_minimum(cfg: TrainConfig, inputs: RunInputs, *, num_nodes: int, row_
     """The fixed needs `resolve_run` charges an `nproc`-rank run on one machine whose layout is not
     written yet (`shards` bins, `gpu_rows` in each rank's GPU tier), by the same rule: `.minimum()` is the
     least --memory-budget it accepts. `inputs` as `run_inputs` measures them (the batch extent sampled
-    on the graph, a round of the peer exchange at `row_bytes` with `gpu_rows` held). --io-shape auto/packed plans as block: a
-    pack's index is known only once its batches are sampled, and is not charged here."""
+    on the graph, a round of the peer exchange at `row_bytes` with `gpu_rows` held, charged where the ranks' `device`
+    takes the peer tier). --io-shape auto/packed plans as block: a pack's index is known only once its batches are
+    sampled, and is not charged here."""
     shape = "block" if cfg.io_shape in ("auto", "packed") else cfg.io_shape
     peer = cfg.peer_tier_on(device) and nproc > 1 and gpu_rows > 0
     return minimum_budget(nproc, _run_shape(
