@@ -276,6 +276,7 @@ def planned_budget(a, dim: int):
     may still be refused once the pack is written."""
     from moment.placement.layout import block_size
     from moment.runtime.config import TrainConfig
+    from moment.runtime.devices import default_device
     from moment.runtime.run_plan import planned_minimum
     from moment.runtime.sizing import planned_inputs
     from moment.workload.graph import GraphDataset
@@ -289,7 +290,8 @@ def planned_budget(a, dim: int):
         gpu_rows = -(-GPU_BINS // a.nproc) * (a.nodes // GPU_ROWS_DIV)  # one rank's bins
         inputs = planned_inputs(cfg, ds, a.nproc, feature_dim=dim, gpu_rows=gpu_rows)
         _PLANNED[key] = planned_minimum(cfg, inputs, num_nodes=a.nodes, row_bytes=dim * 4, nproc=a.nproc,
-                                        shards=GPU_BINS + 3, gpu_rows=gpu_rows, align=block_size(a.cache_dir))
+                                        shards=GPU_BINS + 3, gpu_rows=gpu_rows, align=block_size(a.cache_dir),
+                                        device=default_device(cfg.device))  # where its ranks run: the peer tier
     return _PLANNED[key]
 
 

@@ -30,7 +30,7 @@ def main(scenario: str, layout: str, out: Path) -> int:
         import torch_geometric.nn  # noqa: F401 - as a PyG script does, before its group (see dist.import_before_group)
 
         dist.init_process_group("gloo")
-    run = moment.open_run(layout, fanouts=[10, 5], batch_size=64, seed=3, quiet=True)
+    run = moment.open_run(layout, fanouts=[10, 5], batch_size=64, seed=3, quiet=True, peer_tier="on")
     rank = run.rank
     feats = np.load(run.dataset.file("features"), mmap_mode="r")
     seen = {"rank": rank, "world_size": run.world_size, "batches": 0, "bad_rows": 0}

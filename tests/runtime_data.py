@@ -74,7 +74,8 @@ def torchrun(args: list[str], nproc: int = 2, restarts: int = 0, env: dict | Non
 
 
 # the 2-rank runs' settings: small and quick, the same in every test that compares loss curves
-TRAIN_ARGS = ["--fanouts", "10,5", "--hidden", "32", "--lr", "0.01", "--threads", "1"]
+# the peer tier on: its exchange rounds are collectives the 2-rank tests check (auto turns it off on CPU)
+TRAIN_ARGS = ["--fanouts", "10,5", "--hidden", "32", "--lr", "0.01", "--threads", "1", "--peer-tier", "on"]
 
 
 def train_args(layout: Path, out: Path, *extra: str) -> list[str]:

@@ -226,7 +226,8 @@ def _inputs(ds, exchange_bytes: int) -> RunInputs:
                      exchange_bytes=exchange_bytes)
 
 
-@pytest.mark.parametrize("ranks,peer_tier,charged", [(2, True, True), (2, False, False), (1, True, False)])
+@pytest.mark.parametrize("ranks,peer_tier,charged", [(2, "on", True), (2, "off", False), (1, "on", False),
+                                                     (2, "auto", False)])  # auto: off on CPU (TrainConfig.peer_tier_on)
 def test_the_budget_charges_a_round_of_the_peer_exchange(data, ranks, peer_tier, charged):
     ds, path, _ = data
     stated = RowExchange.round_bytes(3000, ds.row_bytes, 2)
@@ -237,6 +238,7 @@ def test_the_budget_charges_a_round_of_the_peer_exchange(data, ranks, peer_tier,
     plans = [resolve_run(cfg, Layout.open(path), world_size=ranks, local_world_size=ranks,
                          inputs=_inputs(ds, e)) for e in (stated, 0)]
     items = {i.name: i.bytes for i in plans[0].memory.items}
+    assert plans[0].tiers.peer_tier is charged
     assert items.get("peer exchange", 0) == (stated if charged else 0)
     used = [p.memory.predicted_peak_bytes for p in plans]
     assert used[0] - used[1] == (stated * ranks if charged else 0)  # every local rank holds its round

@@ -271,10 +271,10 @@ def test_two_ranks_every_policy_and_shape_match_the_memmap_baseline(setup, two_r
     assert two_ranks["loss_curve"] == ref
     out = tmp_path / "b.json"
     torchrun(train_args(layout, out, "--cache-policy", "belady-superbatch", "--io-shape", "rows",
-                    "--memory-budget", "3GiB", "--no-peer-tier"), forked=False)
+                    "--memory-budget", "3GiB", "--peer-tier", "off"), forked=False)
     m = json.loads(out.read_text())
     assert m["loss_curve"] == ref and m["cache_policy"] == "belady-superbatch"
-    assert m["tier_rows"]["peer"] == 0  # --no-peer-tier: the other GPU's bin is read from the layout
+    assert m["tier_rows"]["peer"] == 0  # --peer-tier off: the other GPU's bin is read from the layout
     assert m["memory"]["budget_bytes"] == 3 << 30
     check_memory(m["memory"])  # two ranks and their agent: what they share (libraries, segments) once
     # the agent (torchrun, the ranks' parent) was measured: it imports torch, and holds less than the ranks

@@ -38,7 +38,7 @@ def test_every_field_has_a_flag_and_every_flag_sets_its_field(tmp_path: Path) ->
         ("--features-memmap", "--loader-workers", "3"): {"features": "memmap", "loader_workers": 3}, ("--io-backend", "python"): {"io_backend": "python"},
         ("--queue-depth", "8"): {"queue_depth": 8}, ("--io-merge-gap", "4096"): {"io_merge_gap": 4096},
         ("--io-max-request", "65536"): {"io_max_request": 65536}, ("--buffered",): {"direct": False},
-        ("--no-peer-tier",): {"peer_tier": False},
+        ("--peer-tier", "off"): {"peer_tier": "off"},
         ("--verify",): {"verify": True}, ("--no-pipeline",): {"pipeline": False}, ("--depth", "3"): {"depth": 3},
         ("--threads", "1"): {"threads": 1}, ("--device", "cpu"): {"device": "cpu"}, ("--quiet",): {"quiet": True},
         ("--data-only",): {"data_only": True}, ("--io-trace", "traces"): {"io_trace": Path("traces")},
@@ -52,6 +52,14 @@ def test_every_field_has_a_flag_and_every_flag_sets_its_field(tmp_path: Path) ->
         covered |= set(fields)
     assert covered == set(TrainConfig.model_fields), "a field without a flag test"
     assert len(option_names()) == len(set(option_names())) == len(TrainConfig.model_fields) + 1  # features: 2
+
+
+def test_the_peer_tier_is_on_by_default_only_where_nccl_moves_its_rows(tmp_path: Path) -> None:
+    """auto: on CUDA the exchange is device to device; on CPU gloo's socket copies cost more than the rank's own tiers."""
+    on = {choice: [TrainConfig(layout=tmp_path, peer_tier=choice).peer_tier_on(d) for d in ("cpu", "cuda")]
+          for choice in ("auto", "on", "off")}
+    assert on == {"auto": [False, True], "on": [True, True], "off": [False, False]}
+    assert TrainConfig(layout=tmp_path).peer_tier == "auto"
 
 
 def test_bad_values_are_refused(tmp_path: Path) -> None:

@@ -280,8 +280,9 @@ def pipelined_epoch(device: str, work: Path, ranks: int) -> Check:
               "--lr", "0.01", "--threads", "1", "--quiet"]
     ref = launch(ranks, [*common, "--features-in-memory", "--no-pipeline"], work / "memory.json",
                  {RECORD_ENV: str(work / "memory")})
-    got = launch(ranks, common, work / "tiered.json", {RECORD_ENV: str(work / "tiered"),
-                                                       TRACE_ENV: str(work / "trace")})
+    # the peer tier on, as on CUDA by default: on CPU too its exchange rounds are checked
+    got = launch(ranks, [*common, "--peer-tier", "on"], work / "tiered.json", {RECORD_ENV: str(work / "tiered"),
+                                                                               TRACE_ENV: str(work / "trace")})
     what = f"{ranks} rank(s) on {device}, {got.get('io_shape', '?')} reads"
     tiers = {k: v for k, v in got.get("tier_rows", {}).items() if v}
     a, b = ref["loss_curve"], got["loss_curve"]

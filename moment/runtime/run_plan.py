@@ -311,7 +311,7 @@ def resolve_run(config: TrainConfig, layout: Layout, *, world_size: int, local_w
     ahead = lookahead(superbatch)
     gpu_shards = layout.shards_of("gpu")
     own_rows = gpu_tier_rows(layout, lws)
-    peer_tier = cfg.peer_tier and lws > 1
+    peer_tier = cfg.peer_tier_on(device) and lws > 1
     remote_tier = layout.split is not None
     total, how = resolve_budget(cfg.memory_budget)
     exchange = inputs.exchange_bytes if peer_tier and gpu_shards else 0
@@ -404,14 +404,15 @@ def _gpu_stride(layout: Layout) -> int:
 
 
 def planned_minimum(cfg: TrainConfig, inputs: RunInputs, *, num_nodes: int, row_bytes: int, nproc: int,
-                    shards: int, gpu_rows: int, align: int) -> MemoryBudget:
+                    shards: int, gpu_rows: int, align: int, device: str = "cpu") -> MemoryBudget:
     """The fixed needs `resolve_run` charges an `nproc`-rank run on one machine whose layout is not
     written yet (`shards` bins, `gpu_rows` in each rank's GPU tier), by the same rule: `.minimum()` is the
     least --memory-budget it accepts. `inputs` as `run_inputs` measures them (the batch extent sampled
-    on the graph, a round of the peer exchange at `row_bytes` with `gpu_rows` held). --io-shape auto/packed plans as block: a
-    pack's index is known only once its batches are sampled, and is not charged here."""
+    on the graph, a round of the peer exchange at `row_bytes` with `gpu_rows` held, charged where the ranks' `device`
+    takes the peer tier). --io-shape auto/packed plans as block: a pack's index is known only once its batches are
+    sampled, and is not charged here."""
     shape = "block" if cfg.io_shape in ("auto", "packed") else cfg.io_shape
-    peer = cfg.peer_tier and nproc > 1 and gpu_rows > 0
+    peer = cfg.peer_tier_on(device) and nproc > 1 and gpu_rows > 0
     return minimum_budget(nproc, _run_shape(
         inputs, num_nodes, row_bytes, shape, lookahead(cfg.resolved_superbatch(shape)), policy=cfg.cache_policy,
         cpu_limit_rows=_cpu_limit_rows(cfg, num_nodes, row_bytes),
