@@ -150,7 +150,7 @@ def test_the_components_state_their_own_memory(data):
         p = make_policy(name, cap, n, rank=rank.copy())
         assert p.memory_bytes() == POLICIES[name].state_bytes(n, cap), name
     assert SlotMap(cap, n).memory_bytes() == SlotMap.state_bytes(n, cap)
-    assert FixedSlots(np.arange(cap, dtype=np.int64)).memory_bytes() == FixedSlots.state_bytes(n, cap)
+    assert FixedSlots(np.arange(cap, dtype=np.int64), n).memory_bytes() == FixedSlots.state_bytes(n, cap)
     assert sum(a.nbytes for a in lay.load_index()) == lay.index_bytes
     reader = Reader([lay.shard_file(s) for s in lay.manifest.shards], lay.row_bytes, lay.manifest.row.align,
                     pool=BufferPool(MiB))

@@ -20,7 +20,7 @@ def test_static_cache_routes_gpu_then_cache_then_misses():
     policy = make_policy("static", 20, N, rank=rank)
     cached = np.arange(10, 30)  # the store fills the cache with the hottest rows not on the GPU
     policy.reset(cached)
-    router = TierRouter(policy, FixedSlots(cached), gpu_first_ten)
+    router = TierRouter(policy, FixedSlots(cached, N), gpu_first_ten)
     (r,) = router.route([np.array([50, 3, 15, 29, 7, 99])])
     assert r.gpu_pos.tolist() == [1, 4] and r.gpu_idx.tolist() == [6, 14]
     assert r.hit_pos.tolist() == [2, 3] and r.hit_slot.tolist() == [5, 19]
@@ -46,7 +46,7 @@ def test_every_position_is_served_exactly_once():
         policy = make_policy(name, 25, N, rank=rng.permutation(N))
         init = np.arange(25)
         policy.reset(init)
-        slots = SlotMap(25, N) if policy.changes else FixedSlots(init)
+        slots = SlotMap(25, N) if policy.changes else FixedSlots(init, N)
         if policy.changes:
             slots.fill(init)
         router = TierRouter(policy, slots, gpu_first_ten)
@@ -77,7 +77,7 @@ def test_peer_rows_are_routed_after_own_gpu_and_before_the_cpu_cache():
         policy = make_policy(name, 15, N, rank=np.arange(N))
         init = np.arange(25, 40)
         policy.reset(init)
-        slots = SlotMap(15, N) if policy.changes else FixedSlots(init)
+        slots = SlotMap(15, N) if policy.changes else FixedSlots(init, N)
         if policy.changes:
             slots.fill(init)
         router = TierRouter(policy, slots, gpu_first_ten, peers)
@@ -97,3 +97,18 @@ def test_peer_rows_are_routed_after_own_gpu_and_before_the_cpu_cache():
                 assert (ids[r.admit_pos] >= 25).all()
     mask, owner, idx = no_peers(np.arange(5))
     assert not mask.any() and owner.size == 0 and idx.size == 0
+
+
+def test_fixed_slots_give_each_cached_id_the_slot_a_node_sized_map_gives():
+    """The rank structure against the plain map, on node counts off and on a 64-node word, caches from one row
+    to every node (the last node included), filled in a shuffled order."""
+    rng = np.random.default_rng(7)
+    for n in (1, 63, 64, 65, 1000, 4099):
+        for cap in sorted({1, n // 3 + 1, n}):
+            initial = rng.permutation(n)[:cap]
+            fixed, plain = FixedSlots(initial, n), SlotMap(cap, n)
+            plain.fill(initial)
+            ids = np.concatenate([initial, rng.choice(initial, 3 * cap)])
+            assert fixed.lookup(ids).tolist() == plain.lookup(ids).tolist(), (n, cap)
+            assert fixed.lookup(ids).dtype == np.int64
+            assert fixed.memory_bytes() == FixedSlots.state_bytes(n, cap)

@@ -252,21 +252,22 @@ def make_policy(name: str, capacity: int, num_nodes: int, hotness: np.ndarray | 
     return p
 
 
+def slot_dtype(capacity: int) -> np.dtype:
+    """The narrowest integer that numbers `capacity` cache slots (a slot map's entries)."""
+    return np.dtype(np.int32 if capacity < 2**31 else np.int64)
+
+
 class SlotMap:
     """node -> cache slot (-1: not cached); slots freed by evictions go to the next admissions."""
-
-    @staticmethod
-    def _slot_dtype(capacity: int) -> np.dtype:
-        return np.dtype(np.int32 if capacity < 2**31 else np.int64)
 
     @classmethod
     def state_bytes(cls, num_nodes: int, capacity: int) -> int:
         """`memory_bytes` of a map of `capacity` slots over `num_nodes`, at its largest (every slot free)."""
-        return num_nodes * cls._slot_dtype(capacity).itemsize + capacity * np.dtype(np.int64).itemsize
+        return num_nodes * slot_dtype(capacity).itemsize + capacity * np.dtype(np.int64).itemsize
 
     def __init__(self, capacity: int, num_nodes: int):
         self.capacity = int(capacity)
-        self.slot = np.full(num_nodes, -1, self._slot_dtype(capacity))
+        self.slot = np.full(num_nodes, -1, slot_dtype(capacity))
         self.free = np.arange(self.capacity, dtype=np.int64)
 
     def fill(self, ids: np.ndarray) -> None:
