@@ -118,7 +118,7 @@ def example_layout(tmp_path_factory):
 def _example_and_moment_train(layout, epochs: int, tmp_path) -> tuple[dict, dict]:
     """examples/own_loop.py under the agent and `moment train` with its model, loss and optimizer, side by side: the
     two share the cores and whatever else runs on them for the same span, so their CPU per epoch is disturbed alike
-    (one after the other, the other tests' launches made the ratio miss by over 15% in one try of two or three)."""
+    (one after the other, beside the suite's other launches, the test took two or three tries)."""
     example = [*agent.COMMAND, "--standalone", "--nproc-per-node=2", str(REPO / "examples" / "own_loop.py"),
                str(layout), str(epochs)]
     train = [sys.executable, "-m", "moment", "train", "--nproc", "2", "--layout", str(layout), "--run-dir",
