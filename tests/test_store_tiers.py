@@ -118,6 +118,22 @@ def test_the_gpu_tier_alone_over_the_disk_tier(data):
         gpu.close()
 
 
+def test_the_gpu_tier_holds_a_bins_first_rows_and_nothing_of_the_other_bins(data):
+    """TierMap.holds, which reads a slot only for ids in a bin the tier takes rows of, against the rule itself
+    (slot < the bin's carved rows) on every node, in a shuffled order with repeats."""
+    ds, path, _ = data
+    n = ds.num_nodes
+    _, plan, rows, disk = _parts(path, StoreOptions(gpu_rows=n // 50))
+    try:
+        held, _ = load_gpu_table(rows, plan.rank.gpu_bins, disk.file_rows, "cpu")
+        ids = np.random.default_rng(3).permutation(np.concatenate([np.arange(n), np.arange(n // 3)]))
+        want = rows.slot[ids] < held.limit[rows.bin[ids]]
+        assert 0 < want.sum() < ids.size and held.holds(rows, ids).tolist() == want.tolist()
+        assert held.holds(rows, ids[:0]).shape == (0,)
+    finally:
+        disk.release()
+
+
 def test_the_gpu_table_goes_to_the_device_a_bounded_chunk_at_a_time(data, monkeypatch):
     """On CUDA (here a layer that copies as CUDA does, recorded) every read of the GPU tier's rows lands in one
     reused pinned buffer of one chunk, never more rows than a chunk holds, so no rank holds its table in

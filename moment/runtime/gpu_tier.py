@@ -34,8 +34,15 @@ class TierMap:
         return int(self.limit.sum())
 
     def holds(self, rows: LayoutRows, ids: np.ndarray) -> np.ndarray:
-        """Mask of the ids this tier holds."""
-        return rows.slot[ids] < self.limit[rows.bin[ids]]
+        """Mask of the ids this tier holds. Their bins first (1 B per node), the slots (4 B per node) only of ids
+        in a bin the tier takes rows of: most of a batch is in the SSD bins, and each gather over a node-sized
+        array misses the CPU's caches (200k ids over 8M nodes, a tenth on the GPU bins: 3.1 -> 2.1 ms,
+        bench/routing_lookups.py)."""
+        limit = self.limit[rows.bin[ids]]
+        out = limit > 0
+        maybe = np.flatnonzero(out)
+        out[maybe] = rows.slot[ids[maybe]] < limit[maybe]
+        return out
 
 
 def tier_map(rows: LayoutRows, bins: Sequence[GpuRows]) -> TierMap:
