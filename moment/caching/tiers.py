@@ -46,7 +46,7 @@ class FixedSlots:
     set bits below it in its word, and its slot is the rank's entry in a table of the cached ids' slots.
 
     Why not a binary search over the sorted cached ids (as before): each search reads memory the last one did
-    not, and the queries had to be sorted first: 200k lookups over 8M nodes took 13-24 ms that way, 2.3-2.8 ms
+    not, and the queries had to be sorted first: 200k lookups over 8M nodes took 13-28 ms that way, 2.3-4.4 ms
     this way (bench/routing_lookups.py, caches of 8-100% of the nodes), in 3.9 MiB instead of 9.8 for the 8M bench's
     cache. A node-sized map would hold 4 B per node; this holds 3/16 B per node and 4 B per cached row."""
 
