@@ -52,7 +52,7 @@ class FixedSlots:
 
     def __init__(self, ids: np.ndarray, num_nodes: int):
         ids = np.asarray(ids, np.int64)
-        words = (int(num_nodes) + 63) // 64
+        words = FixedSlots._words(num_nodes)
         cached = np.zeros(words * 64, bool)
         cached[ids] = True
         self.bits = np.packbits(cached, bitorder="little").view(np.uint64)
@@ -63,10 +63,14 @@ class FixedSlots:
         self.slot = np.argsort(ids, kind="stable").astype(slot_dtype(ids.shape[0]))
 
     @staticmethod
+    def _words(num_nodes: int) -> int:
+        return (int(num_nodes) + 63) // 64
+
+    @staticmethod
     def state_bytes(num_nodes: int, capacity: int) -> int:
         """`memory_bytes` for `capacity` cached rows of `num_nodes`: a bit and, per 64 nodes, a count; a slot per
         cached row."""
-        words = (int(num_nodes) + 63) // 64
+        words = FixedSlots._words(num_nodes)
         return words * 8 + (words + capacity) * slot_dtype(capacity).itemsize
 
     def lookup(self, ids: np.ndarray) -> np.ndarray:
