@@ -23,7 +23,7 @@ import numpy as np
 
 from moment.caching import make_policy
 from moment.caching.policies import CachePolicy, SlotMap, rank_dtype
-from moment.caching.tiers import FixedSlots, TierRouter, slots_for
+from moment.caching.tiers import FixedSlots, TierRouter, first_ahead, slots_for
 from moment.caching.tiers import lookahead as lookahead_of
 from moment.io.rows import copy_rows
 from moment.placement.opened import Layout
@@ -71,6 +71,10 @@ class CpuTier(Tier):
     @property
     def lookahead(self) -> int:
         return lookahead_of(self.superbatch)
+
+    @property
+    def first_ahead(self) -> int:
+        return max(first_ahead(self.superbatch, self.policy.changes), self.next.first_ahead)
 
     def take(self, ids: np.ndarray, pos: np.ndarray | None, tag: tuple | None) -> _Part:
         p = _Part(ids, pos, tag)

@@ -13,7 +13,8 @@ collectives, and a rank issues every collective from its training thread, in the
 rank (NCCL deadlocks when two threads of a rank issue them). So the gather thread completes a batch only
 as far as the rank alone can (`complete_local`), and the training thread, before it hands out batch i,
 finishes batch i's rounds and starts batch i+1's (`Staged.start`): i+1's last chunk of rows moves while
-step i computes, and its collectives come before step i's on every rank. At the end of a sequence the
+step i computes, and its collectives come before step i's on every rank (a chain without exchanging tiers
+hands batch i out as soon as it is complete: no step waits for the next batch). At the end of a sequence the
 training thread serves the other ranks until every one is done (the source's idle rounds), and so it does
 when the consumer stops early (it breaks out of the loop): the round started for the next batch is finished
 first, so a rank that stops is never a rank the others wait for.
@@ -36,6 +37,7 @@ from typing import Any
 
 import torch
 
+from moment.caching.tiers import ahead_after
 from moment.io.device import DeviceLayer
 from moment.runtime.footprint import held_batches
 from moment.runtime.sources import FeatureSource, Staged
@@ -190,9 +192,12 @@ class Pipeline:
             while ahead is not None:
                 item = ahead
                 self._finish(item.staged, item)
+                if item.staged is None:  # a chain without exchanging tiers: the step need not wait for the next
+                    yield item           # batch (which, at an epoch's start, is still being read)
                 ahead = next(local, None)
                 rounds = self._start(ahead)
-                yield item
+                if item.staged is not None:
+                    yield item
         except GeneratorExit:  # the consumer stopped early (every rank alike, or DDP's own steps would not match)
             pass
         except BaseException:  # this rank's own failure: no more collectives, its peers learn it from its exit
@@ -271,20 +276,22 @@ class Pipeline:
                 put(q_sampled, e)
 
         def gather_loop() -> None:
-            # reads of later batches go out before earlier ones are completed: up to `lookahead` ahead
+            # reads of later batches go out before earlier ones are completed: up to `lookahead` ahead, fewer
+            # at the start (`ahead_after`)
             pending: collections.deque = collections.deque()
             item = None
             try:
-                ahead = max(1, int(self.source.lookahead))
+                ahead, first, done = max(1, int(self.source.lookahead)), int(self.source.first_ahead), 0
                 while True:
                     item = get(q_sampled)
                     if item is _DONE or isinstance(item, BaseException):
                         break
                     i, mb = item
                     pending.append((i, mb, self._submit(mb, (tuple(key), i))))
-                    while len(pending) > ahead:
+                    while len(pending) > ahead_after(ahead, first, done):
                         if not put(q_ready, self._complete(*pending.popleft())):
                             break
+                        done += 1
                     if stop.is_set():
                         break
                 if stop.is_set():

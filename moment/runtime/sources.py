@@ -78,6 +78,7 @@ class FeatureSource(Protocol):
     feature_dim: int
     backend: str
     lookahead: int  # batches a caller may submit before it completes the first
+    first_ahead: int  # at a sequence's start, those it needs submitted before the first completes (<= lookahead)
 
     def submit(self, node_ids: torch.Tensor, tag: tuple | None = None) -> Any:
         """`tag` names the batch ((sampling key), index) so a source may use what was prepared for it."""
@@ -116,6 +117,7 @@ class _Plain:
     tier = "memory"
     backend = "none"
     lookahead = 1
+    first_ahead = 0
 
     def __init__(self, array: np.ndarray, device: torch.device):
         if array.ndim != 2:

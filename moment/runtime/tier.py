@@ -152,6 +152,12 @@ class Tier:
         """Batches a caller may submit before it completes the first."""
         return self.next.lookahead if self.next is not None else lookahead_of(1)
 
+    @property
+    def first_ahead(self) -> int:
+        """Batches a caller needs submitted at a sequence's start before it completes the first (0 unless a
+        tier decides by whole superbatches)."""
+        return self.next.first_ahead if self.next is not None else 0
+
     def submit(self, node_ids: Any, tag: tuple | None = None) -> Batch:
         """Queue a batch; `tag` is ((seed, epoch, rank), batch) for a training batch (the pack uses it)."""
         ids = self.layout_rows.ids(node_ids)
