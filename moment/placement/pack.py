@@ -12,9 +12,10 @@ On disk, inside the layout: ``pack/pack.json`` (parameters, per-file sizes and s
 layout it was made for) and per rank ``rank<r>.bin`` (segments, each aligned to the layout's block) and
 ``rank<r>.npz`` (per segment: its split, epoch, batch, byte offset, row count, and the sorted node ids it
 holds). Besides the training batches it holds the validation batches a run reads after each epoch (older
-packs: training only): sampled in the same way, they read as many rows as two training batches but
-scattered over the whole layout, one small read each, at the disk's IOPS limit. `moment layout verify` checks all of it (`pack_problems`); a run checks its rank's files'
-sizes and index structure and that the pack is this layout's (`open_pack`), hashing them with --verify.
+packs: training only): their uncached rows lie scattered over the whole layout, one small read each at the
+disk's IOPS limit, and a segment makes them one sequential read. `moment layout verify` checks all of it
+(`pack_problems`); a run checks its rank's files' sizes and index structure and that the pack is this
+layout's (`open_pack`), hashing them with --verify.
 """
 
 from __future__ import annotations
