@@ -466,6 +466,8 @@ def report(prefix: str, m: dict) -> None:
         print(f"{prefix}_ssd_rows_MB: {ssd / 1e6:.0f}")
         print(f"{prefix}_read_amplification: {m['ssd_bytes_read'] / max(ssd, 1):.2f}")
     print(f"{prefix}_ssd_bytes_read_MB: {m['ssd_bytes_read'] / 1e6:.0f}")
+    if m.get("eval_wall_s") is not None:
+        print(f"{prefix}_eval_s: {m['eval_wall_s'] / len(m['epoch_seconds']):.2f}  (each epoch's validation, mean)")
     wall = max(m["pipeline_wall_s"], 1e-9)
     print(f"{prefix}_effective_MB_per_s: {m['ssd_bytes_read'] / 1e6 / wall:.0f}")
     print(f"{prefix}_val_accuracy: {m['val_accuracy']:.4f}")
@@ -474,7 +476,7 @@ def report(prefix: str, m: dict) -> None:
 def ensure_pack(ds_dir: Path, layout: Path, a, bound: int | None) -> None:
     """The layout's pack for this run's batches (kept between runs when the parameters match)."""
     from moment.placement.opened import Layout
-    from moment.placement.pack import pack_summary, write_pack
+    from moment.placement.pack import EVAL_SPLITS, pack_summary, write_pack
     from moment.runtime.config import TrainConfig
     from moment.runtime.sizing import preview_inputs, preview_plan
     from moment.workload.graph import GraphDataset
@@ -493,7 +495,8 @@ def ensure_pack(ds_dir: Path, layout: Path, a, bound: int | None) -> None:
     old = opened.pack
     # a pack is kept when the run's cache, with that pack's own index charged, is what it left out
     if old is None or old.mismatch(world_size=a.nproc, batch_size=a.batch_size, fanouts=f, seed=0) or \
-            old.epochs < a.epochs or old.cached_rows != budget_rows(opened.pack_index_bytes):
+            old.epochs < a.epochs or old.eval_splits != list(EVAL_SPLITS) or \
+            old.cached_rows != budget_rows(opened.pack_index_bytes):
         t = time.perf_counter()
         old = write_pack(layout, ds, world_size=a.nproc, batch_size=a.batch_size, fanouts=f, seed=0,
                          epochs=a.epochs, budget_rows=budget_rows, overwrite=True)
@@ -594,6 +597,9 @@ def in_memory_limit(a, ds_dir: Path, common: list[str], moment: dict, key: str) 
     if moment.get("epoch_cpu_seconds") and limit.get("epoch_cpu_seconds") and not limit.get("loader_workers"):
         cpu = steady(moment["epoch_cpu_seconds"]) / steady(limit["epoch_cpu_seconds"])
         print(f"cpu_ratio: {cpu:.3f}  (the ranks' CPU seconds per steady epoch, Moment out of core / in memory)")
+    if moment.get("eval_wall_s") and limit.get("eval_wall_s"):
+        print(f"eval_ratio: {moment['eval_wall_s'] / limit['eval_wall_s']:.3f}  (the validation passes' seconds, "
+              "Moment out of core / in memory; outside the epochs)")
     print(f"{key}: {ratio:.3f}  (Moment out of core / in memory, steady epochs)", flush=True)
     return ratio, next(f for n, _, f in runs if n == best)
 

@@ -118,9 +118,8 @@ def eval_batches(ds, rank: int, world: int, batch_size: int, fanouts: list[int],
     """The n_id of each evaluation batch the validation loader (`Run.loader("val")`) gathers after `epoch` on `rank`."""
     import torch
 
-    from moment.runtime.run import SPLIT_TAGS
     from moment.workload.sampler import CSRGraph, NeighborSampler
-    from moment.workload.seeds import mix
+    from moment.workload.seeds import SPLIT_TAGS, mix
 
     val = torch.from_numpy(np.array(ds.val_idx, dtype=np.int64))[rank::world]
     sampler = NeighborSampler(CSRGraph.from_dataset(ds, in_memory=False), fanouts)

@@ -17,7 +17,7 @@ from runtime_data import make_dataset, make_layout
 
 from moment.cli import main
 from moment.errors import MomentError
-from moment.placement.pack import load_pack, pack_path, write_pack
+from moment.placement.pack import Segments, load_pack, pack_path, write_pack
 from moment.runtime.config import TrainConfig
 from moment.runtime.store import RankPlace, StoreOptions, open_tiers
 from moment.runtime.tier import Tier
@@ -96,13 +96,17 @@ def _cut(p: Path) -> None:
     p.write_bytes(p.read_bytes()[: p.stat().st_size // 2])
 
 
-def _bad_ids(layout: Path) -> None:
-    """A pack index whose node ids run past the node count, its checksum and size recomputed."""
+def _bad_index(layout: Path, name: str, value: int | None) -> None:
+    """A pack index whose array `name` ends in `value` (None: without that array, as an older pack's index),
+    its checksum and size recomputed."""
     man = load_pack(layout)
     f = pack_path(layout) / man.files[0].index
     with np.load(f) as z:
         arrays = dict(z)
-    arrays["ids"][-1] = NODES + 7
+    if value is None:
+        del arrays[name]
+    else:
+        arrays[name][-1] = value
     with open(f, "wb") as out:
         np.savez(out, **arrays)
     doc = json.loads((pack_path(layout) / "pack.json").read_text())
@@ -115,16 +119,17 @@ def _bad_ids(layout: Path) -> None:
     ("cut", "rank0.bin", "cut or replaced", "cut or replaced"),
     ("cut", "rank0.npz", "cut or replaced", "cut or replaced"),
     ("ids", "rank0.npz", "pack index is malformed: a node id is outside", "a node id is outside"),
+    ("split", "rank0.npz", "pack index is malformed: a segment's split is not one of", "a segment's split is not"),
     ("foreign", "pack.json", "made for another layout (at ", "made for another layout"),
-], ids=["garbage", "cut-data", "cut-index", "index-ids", "foreign"])
+], ids=["garbage", "cut-data", "cut-index", "index-ids", "index-split", "foreign"])
 def test_layout_verify_finds_a_damaged_or_foreign_pack(env, tmp_path, capsys, damage, file, says, at_start):
     _, _, layout, other = env
     copy = shutil.copytree(layout, tmp_path / "L")
     if damage == "foreign":  # another layout's pack copied in
         shutil.rmtree(pack_path(copy))
         shutil.copytree(pack_path(other), pack_path(copy))
-    elif damage == "ids":
-        _bad_ids(copy)
+    elif damage in ("ids", "split"):
+        _bad_index(copy, damage, NODES + 7 if damage == "ids" else 7)
     else:
         (_garbage if damage == "garbage" else _cut)(pack_path(copy) / file)
     code, err = _verify(copy, capsys)
@@ -142,6 +147,18 @@ def test_layout_verify_finds_a_damaged_or_foreign_pack(env, tmp_path, capsys, da
 def test_a_sound_pack_verifies(env, capsys):
     code, err = _verify(env[2], capsys)
     assert code == 0, err
+
+
+def test_an_older_pack_without_evaluation_batches_verifies_and_is_read(env, tmp_path, capsys):
+    """A pack index written before packs held validation batches (no `split` array): every segment a training
+    batch's; it verifies, and a run reads it."""
+    copy = shutil.copytree(env[2], tmp_path / "L")
+    _bad_index(copy, "split", None)
+    code, err = _verify(copy, capsys)
+    assert code == 0, err
+    seg = Segments.load(pack_path(copy) / load_pack(copy).files[0].index)
+    assert not seg.split.any() and seg.find(0, 0) == 0 and seg.find(0, 0, "val") is None
+    _store(copy).close()
 
 
 # ---- shards --------------------------------------------------------------------------------------------

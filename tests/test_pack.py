@@ -12,9 +12,10 @@ from runtime_data import make_dataset, make_layout
 from moment.cli import main
 from moment.errors import MomentError
 from moment.placement import verify_layout
-from moment.placement.pack import Segments, load_pack, pack_path, write_pack
+from moment.placement.pack import SPLIT_CODES, Segments, load_pack, pack_path, write_pack
 from moment.runtime.store import RankPlace, StoreOptions, open_tiers
-from moment.workload.trace import sample_trace
+from moment.workload.seeds import SPLIT_TAGS
+from moment.workload.trace import sample_eval_trace, sample_trace
 
 FAN, BS, SEED = (10, 5), 96, 3
 
@@ -33,25 +34,35 @@ def _trace(ds, rank, epochs=2):
     return sample_trace(ds, FAN, BS, seed=SEED, epochs=epochs, rank=rank, world_size=2)
 
 
+def _eval_trace(ds, rank, epochs=2):
+    return sample_eval_trace(ds, FAN, BS, seed=SEED, epochs=epochs, rank=rank, world_size=2)
+
+
 def test_segments_hold_each_batch_uncached_rows_in_order(packed):
+    """Every training batch's segment, then every validation batch's (the batches a run evaluates after each
+    epoch), each holding its batch's rows outside the cached ones, sorted, at an aligned offset."""
     ds, layout, man, feats = packed
     hot = np.load(layout / "order.npy")[: man.cached_rows]
-    assert man.epochs == 2 and man.world_size == 2 and len(man.files) == 2
+    assert man.epochs == 2 and man.world_size == 2 and len(man.files) == 2 and man.eval_splits == ["val"]
     for r in range(2):
-        tr = _trace(ds, r)
+        tr, ev = _trace(ds, r), _eval_trace(ds, r)
+        k = ev.meta["per_epoch"]
+        assert k >= 2 and len(ev) == 2 * k
         seg = Segments.load(pack_path(layout) / man.files[r].index)
         raw = np.fromfile(pack_path(layout) / man.files[r].data, np.uint8)
         assert raw.size == man.files[r].bytes and raw.size % man.align == 0
-        assert len(seg.epoch) == len(tr)
-        for t in range(len(tr)):
-            e, i = int(seg.epoch[t]), int(seg.batch[t])
-            assert seg.find(e, i) == t
-            want = np.setdiff1d(np.unique(tr.batch(t)), hot)
+        assert len(seg.epoch) == len(tr) + len(ev)
+        batches = [("train", t // (len(tr) // 2), t % (len(tr) // 2), tr.batch(t)) for t in range(len(tr))]
+        batches += [("val", t // k, t % k, ev.batch(t)) for t in range(len(ev))]
+        for t, (split, e, i, ids) in enumerate(batches):
+            assert seg.find(e, i, split) == t and seg.split[t] == SPLIT_CODES[split]
+            want = np.setdiff1d(np.unique(ids), hot)
             got = seg.ids[seg.id_start[t]: seg.id_start[t + 1]]
             assert np.array_equal(got, want)
             assert seg.offset[t] % man.align == 0
             rows = raw[seg.offset[t]: seg.offset[t] + got.size * ds.row_bytes].reshape(got.size, ds.row_bytes)
             assert np.array_equal(rows, feats[got].view(np.uint8).reshape(got.size, -1))
+        assert seg.find(2, 0, "val") is None and seg.find(0, k, "val") is None
     assert man.bytes > 0 and man.feature_bytes == ds.num_nodes * ds.row_bytes
 
 
@@ -84,6 +95,31 @@ def test_store_reads_tagged_batches_from_the_pack_bit_exactly(packed, cpu_rows):
         assert st["packed_rows"] <= packed_misses
         assert st["packed_rows"] >= 0.5 * packed_misses  # rows shared by batches of one read count once
     store.close()
+
+
+def test_a_run_reads_its_validation_batches_from_the_pack(packed):
+    """A validation batch tagged as the run's loader tags it reads its uncached rows from its segment (one
+    read, not one per row), bit-exact; an epoch the pack does not hold, and the test split, from the layout."""
+    ds, layout, man, feats = packed
+    hot = np.load(layout / "order.npy")[: man.cached_rows]
+    store = open_tiers(layout, RankPlace(rank=0, local_rank=0, world_size=2, local_world_size=2),
+                       StoreOptions(cpu_rows=man.cached_rows, gpu_rows=0, shape="packed", superbatch=1,
+                                    buffer_bytes=256 << 10, pack_seed=SEED))
+    try:
+        ev = _eval_trace(ds, 0, epochs=3)  # the third epoch's were not packed
+        k = ev.meta["per_epoch"]
+        for t in range(len(ev)):
+            b, before = ev.batch(t), store.tier_stats()["packed_rows"]
+            got = store.complete(store.submit(torch.from_numpy(b), tag=((SEED, t // k, 0, SPLIT_TAGS["val"]), t % k)))
+            assert torch.equal(got, torch.from_numpy(feats[b]))
+            misses = np.setdiff1d(np.unique(b), hot).size
+            assert store.tier_stats()["packed_rows"] - before == (misses if t < 2 * k else 0)
+        before = store.tier_stats()["packed_rows"]
+        b = ev.batch(0)
+        got = store.complete(store.submit(torch.from_numpy(b), tag=((SEED, 0, 0, SPLIT_TAGS["test"]), 0)))
+        assert torch.equal(got, torch.from_numpy(feats[b])) and store.tier_stats()["packed_rows"] == before
+    finally:
+        store.close()
 
 
 def test_pack_read_amplification_is_low(packed):

@@ -290,6 +290,8 @@ def test_two_ranks_every_policy_and_shape_match_the_memmap_baseline(setup, two_r
     torchrun(train_args(packed, out, "--memory-budget", "3GiB", "--cpu-cache-limit", "10%"))
     m = json.loads(out.read_text())
     assert m["loss_curve"] == ref and m["io_shape"] == "packed" and m["packed_rows"] > 0
+    # validation read its batches' segments too: the same scores as the run that read the layout
+    assert m["val_accuracy_curve"] == json.loads(base.read_text())["val_accuracy_curve"] and m["eval_wall_s"] > 0
     assert any(i["name"] == "pack index" for i in m["memory"]["items"])
     check_memory(m["memory"])
 

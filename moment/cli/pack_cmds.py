@@ -23,9 +23,10 @@ def pack_cmd(
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
     **options,
 ) -> None:
-    """Sample the batches `moment train` will read (same ranks, batch size, fan-outs and seed) and write
-    each batch's rows outside the caches contiguously into LAYOUT/pack, one file per rank; training
-    then uses it (--io-shape auto, the default, or packed).
+    """Sample the batches `moment train` will read (same ranks, batch size, fan-outs and seed: each epoch's
+    training batches and the validation batches it evaluates after it) and write each batch's rows outside
+    the caches contiguously into LAYOUT/pack, one file per rank; training then uses it (--io-shape auto,
+    the default, or packed).
     Training then reads a batch's misses sequentially; a row read by several batches is stored once
     per batch, so the pack costs disk space (reported). Rows the pack lacks are read from the layout.
     """
@@ -38,7 +39,8 @@ def pack_cmd(
         print(json.dumps(s))
         return
     console.print(
-        f"packed {s['rows']:,} rows for {req.ranks} rank(s) x {req.epochs} epoch(s) into {s['path']}: "
+        f"packed {s['rows']:,} rows for {req.ranks} rank(s) x {req.epochs} epoch(s) of training"
+        f"{''.join(f' and {x}' for x in s['eval_splits'])} batches into {s['path']}: "
         f"{s['bytes'] / 2**20:,.0f} MiB on disk ({s['disk_overhead']:.2f}x the features), leaving out the "
         f"{man.cached_rows:,} hottest rows\ntrain with: --io-shape packed --batch-size {bs} --fanouts "
         f"{','.join(map(str, f))} --seed {req.seed} (torchrun --nproc-per-node {req.ranks})", highlight=False)

@@ -10,9 +10,12 @@ from the layout, so the features stay bit-exact whatever the pack holds.
 
 On disk, inside the layout: ``pack/pack.json`` (parameters, per-file sizes and sha256, the id of the
 layout it was made for) and per rank ``rank<r>.bin`` (segments, each aligned to the layout's block) and
-``rank<r>.npz`` (per segment: its epoch, batch, byte offset, row count, and the sorted node ids it
-holds). `moment layout verify` checks all of it (`pack_problems`); a run checks its rank's files'
-sizes and index structure and that the pack is this layout's (`open_pack`), hashing them with --verify.
+``rank<r>.npz`` (per segment: its split, epoch, batch, byte offset, row count, and the sorted node ids it
+holds). Besides the training batches it holds the validation batches a run reads after each epoch (older
+packs: training only): their uncached rows lie scattered over the whole layout, one small read each at the
+disk's IOPS limit, and a segment makes them one sequential read. `moment layout verify` checks all of it
+(`pack_problems`); a run checks its rank's files' sizes and index structure and that the pack is this
+layout's (`open_pack`), hashing them with --verify.
 """
 
 from __future__ import annotations
@@ -42,6 +45,9 @@ from moment.workload.graph import GraphDataset
 
 PACK_DIR = "pack"
 FORMAT = "moment-pack"
+#: a segment's split as the index stores it (`Segments.split`): training batches, then the evaluation splits packed
+SPLIT_CODES = {"train": 0, "val": 1}
+EVAL_SPLITS = ("val",)  # what a run evaluates after each epoch (moment.runtime.train), so what a pack holds
 
 
 class PackFile(BaseModel):
@@ -73,6 +79,8 @@ class PackManifest(BaseModel):
     align: int
     feature_bytes: int
     files: list[PackFile]
+    eval_splits: list[str] = Field(default_factory=list, description="evaluation splits packed besides training "
+                                                                      "(absent in older packs: none)")
 
     @property
     def bytes(self) -> int:
@@ -128,19 +136,25 @@ def pack_files(layout: str | Path) -> set[str]:
 
 @dataclass
 class Segments:
-    """One rank's pack index: where each (epoch, batch) segment lies and which nodes it holds."""
+    """One rank's pack index: where each (split, epoch, batch) segment lies and which nodes it holds."""
 
     epoch: np.ndarray
     batch: np.ndarray
     offset: np.ndarray  # byte offset of the segment in the rank's data file
     id_start: np.ndarray  # segments + 1, into `ids`
     ids: np.ndarray  # per segment, sorted node ids
+    split: np.ndarray | None = None  # per segment, SPLIT_CODES; None: every segment a training batch's
+
+    def __post_init__(self) -> None:
+        if self.split is None:
+            self.split = np.zeros(self.epoch.shape, np.uint8)
 
     @classmethod
     def load(cls, path: Path) -> Segments:
         try:
             with np.load(path, allow_pickle=False) as z:
-                return cls(z["epoch"], z["batch"], z["offset"], z["id_start"], z["ids"])
+                return cls(z["epoch"], z["batch"], z["offset"], z["id_start"], z["ids"],
+                           z["split"] if "split" in z.files else None)
         except NPZ_ERRORS as e:
             raise MomentError(f"pack index unreadable ({e})", source=str(path),
                               hint="rewrite it with `moment data pack`") from None
@@ -150,13 +164,17 @@ class Segments:
         """What is wrong with this index's structure, or None: every segment must lie inside the data
         file, aligned, without overlap, and hold sorted, distinct node ids below `num_nodes` (what
         `held` assumes: a bad index would read other rows or past the file, not fail)."""
-        arrays = (self.epoch, self.batch, self.offset, self.id_start, self.ids)
+        arrays = (self.epoch, self.batch, self.offset, self.id_start, self.ids, self.split)
         if any(a.ndim != 1 or a.dtype.kind not in "iu" for a in arrays):
             return "its arrays are not 1-d integer arrays"
         s = self.epoch.shape[0]
-        if self.batch.shape[0] != s or self.offset.shape[0] != s or self.id_start.shape[0] != s + 1:
+        if (self.batch.shape[0] != s or self.offset.shape[0] != s or self.split.shape[0] != s
+                or self.id_start.shape[0] != s + 1):
             return (f"its arrays disagree on the segment count (epoch {s}, batch {self.batch.shape[0]}, offset "
-                    f"{self.offset.shape[0]}, id_start {self.id_start.shape[0]} = segments + 1)")
+                    f"{self.offset.shape[0]}, split {self.split.shape[0]}, id_start {self.id_start.shape[0]} = "
+                    "segments + 1)")
+        if s and not np.isin(self.split, list(SPLIT_CODES.values())).all():
+            return f"a segment's split is not one of {sorted(SPLIT_CODES.values())}"
         start, ids = self.id_start.astype(np.int64), self.ids
         if start[0] != 0 or start[-1] != ids.shape[0] or ids.shape[0] != rows or (np.diff(start) < 0).any():
             return (f"id_start must rise from 0 to the {rows} rows the pack manifest records "
@@ -176,8 +194,8 @@ class Segments:
             return "a segment's node ids are not sorted and distinct"
         return None
 
-    def find(self, epoch: int, batch: int) -> int | None:
-        hit = np.flatnonzero((self.epoch == epoch) & (self.batch == batch))
+    def find(self, epoch: int, batch: int, split: str = "train") -> int | None:
+        hit = np.flatnonzero((self.epoch == epoch) & (self.batch == batch) & (self.split == SPLIT_CODES[split]))
         return int(hit[0]) if hit.size else None
 
     def held(self, seg: int, ids: np.ndarray, row_bytes: int) -> tuple[np.ndarray, np.ndarray]:
@@ -192,7 +210,7 @@ class Segments:
 
     @property
     def memory_bytes(self) -> int:
-        return sum(a.nbytes for a in (self.epoch, self.batch, self.offset, self.id_start, self.ids))
+        return sum(a.nbytes for a in (self.epoch, self.batch, self.offset, self.id_start, self.ids, self.split))
 
     @staticmethod
     def stored_bytes(path: Path) -> int:
@@ -200,17 +218,26 @@ class Segments:
         try:
             with np.load(path, allow_pickle=False) as z:
                 total = 0
-                for name in ("epoch", "batch", "offset", "id_start", "ids"):
+                names = ("epoch", "batch", "offset", "id_start", "ids")
+                if "split" not in z.files:  # an older pack: the run makes the split array (a byte a segment)
+                    with z.zip.open("epoch.npy") as f:
+                        total += _header(f)[0][0]
+                for name in names + (("split",) if "split" in z.files else ()):
                     with z.zip.open(name + ".npy") as f:
-                        fmt = np.lib.format
-                        read = fmt.read_array_header_1_0 if fmt.read_magic(f) == (1, 0) else \
-                            fmt.read_array_header_2_0
-                        shape, _, dtype = read(f)
+                        shape, dtype = _header(f)
                     total += int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
                 return total
         except NPZ_ERRORS as e:
             raise MomentError(f"pack index unreadable ({e})", source=str(path),
                               hint="rewrite it with `moment data pack`") from None
+
+
+def _header(f) -> tuple[tuple[int, ...], np.dtype]:
+    """An .npy member's shape and dtype, from its header alone."""
+    fmt = np.lib.format
+    read = fmt.read_array_header_1_0 if fmt.read_magic(f) == (1, 0) else fmt.read_array_header_2_0
+    shape, _, dtype = read(f)
+    return shape, dtype
 
 
 def id_dtype(num_nodes: int) -> type[np.signedinteger]:
@@ -221,7 +248,7 @@ def id_dtype(num_nodes: int) -> type[np.signedinteger]:
 def index_bytes(segments: int, rows: int, num_nodes: int) -> int:
     """`Segments.memory_bytes` of a rank's index with these many segments and ids (as `_write_rank` stores
     them): what a run charges for the pack, known before the pack is written."""
-    return segments * (4 + 4 + 8) + (segments + 1) * 8 + rows * np.dtype(id_dtype(num_nodes)).itemsize
+    return segments * (4 + 4 + 8 + 1) + (segments + 1) * 8 + rows * np.dtype(id_dtype(num_nodes)).itemsize
 
 
 def pack_index_bytes(layout: str | Path, man: PackManifest) -> int:
@@ -265,16 +292,17 @@ def write_pack(layout: str | Path, dataset: GraphDataset, *, world_size: int, ba
                            overwrite=overwrite, progress=progress)
 
 
-def index_curve(traces: Sequence, hot: np.ndarray, n: int) -> Callable[[int], int]:
+def index_curve(traces: Sequence[Sequence], hot: np.ndarray, n: int) -> Callable[[int], int]:
     """The pack index bytes (largest rank's) as a function of the cached rows: a segment holds its
     batch's distinct rows outside the `c` hottest, so a rank's ids are its (batch, row) pairs whose row
-    ranks c or later in the hotness order (rows not in the order are never cached)."""
+    ranks c or later in the hotness order (rows not in the order are never cached). `traces`: each rank's
+    traces (its training batches, its evaluation batches)."""
     pos = np.full(n, n, id_dtype(n))
     pos[np.asarray(hot)] = np.arange(len(hot), dtype=pos.dtype)
     curves = []
-    for tr in traces:
-        ranks = [pos[np.unique(tr.batch(t))] for t in range(len(tr))]
-        curves.append((len(tr), np.sort(np.concatenate(ranks)) if ranks else np.zeros(0, pos.dtype)))
+    for mine in traces:
+        ranks = [pos[np.unique(tr.batch(t))] for tr in mine for t in range(len(tr))]
+        curves.append((len(ranks), np.sort(np.concatenate(ranks)) if ranks else np.zeros(0, pos.dtype)))
     return lambda c: max((index_bytes(s, int(r.size - np.searchsorted(r, c)), n) for s, r in curves), default=0)
 
 
@@ -303,7 +331,7 @@ def solve_cached_rows(budget_rows: Callable[[int], int], index_at: Callable[[int
 def _write_pack(layout: Path, m, dataset: GraphDataset, *, world_size: int, batch_size: int, fanouts: Sequence[int],
                 seed: int, epochs: int, cached_rows: int | None, budget_rows: Callable[[int], int] | None,
                 overwrite: bool, progress: Callable[[int, int], None] | None) -> PackManifest:
-    from moment.workload.trace import sample_trace
+    from moment.workload.trace import sample_eval_trace, sample_trace
 
     n, rb, align = m.dataset.num_nodes, m.row.row_bytes, m.row.align
     out = pack_path(layout)
@@ -315,10 +343,16 @@ def _write_pack(layout: Path, m, dataset: GraphDataset, *, world_size: int, batc
                           hint="rewrite it with `moment place`")
     hot = np.load(layout / m.order_file.path, mmap_mode="r")
 
-    def sample(r: int):
-        step = (lambda d, t: progress(r * t + d, world_size * t)) if progress else None
-        return sample_trace(dataset, fanouts, batch_size, seed=seed, epochs=epochs, rank=r, world_size=world_size,
-                            progress=step)
+    def sample(r: int) -> list:
+        """Rank r's training batches, then its evaluation batches (progress: by batch, over all ranks)."""
+        out = []
+        for k, split in enumerate(("train", *EVAL_SPLITS)):
+            step = (lambda d, t, k=k: progress((r * (1 + len(EVAL_SPLITS)) + k) * t + d,
+                                               world_size * (1 + len(EVAL_SPLITS)) * t)) if progress else None
+            args = dict(seed=seed, epochs=epochs, rank=r, world_size=world_size, progress=step)
+            out.append(sample_trace(dataset, fanouts, batch_size, **args) if split == "train" else
+                       sample_eval_trace(dataset, fanouts, batch_size, split=split, **args))
+        return out
 
     # under a budget the cached rows depend on every rank's index: sample all first (else one at a time)
     traces: list = [sample(r) for r in range(world_size)] if budget_rows is not None else [None] * world_size
@@ -337,7 +371,7 @@ def _write_pack(layout: Path, m, dataset: GraphDataset, *, world_size: int, batc
         man = PackManifest(layout_index_sha256=m.index.sha256, layout_id=layout_id(m), layout=str(layout.absolute()),
                            world_size=world_size, batch_size=batch_size,
                            fanouts=list(fanouts), seed=seed, epochs=epochs, cached_rows=cached_rows, row_bytes=rb,
-                           align=align, feature_bytes=n * rb, files=files)
+                           align=align, feature_bytes=n * rb, files=files, eval_splits=list(EVAL_SPLITS))
         with atomic_file(tmp / "pack.json", text=True) as f:
             f.write(json.dumps(man.model_dump(), indent=1) + "\n")
         testpoints.reach("pack-written")
@@ -353,16 +387,23 @@ def _write_pack(layout: Path, m, dataset: GraphDataset, *, world_size: int, batc
     return man
 
 
-def _write_rank(dir_: Path, rank: int, tr, cached: np.ndarray, feats: np.ndarray, rb: int, align: int,
+def _write_rank(dir_: Path, rank: int, traces: list, cached: np.ndarray, feats: np.ndarray, rb: int, align: int,
                 epochs: int) -> PackFile:
-    per_epoch = len(tr) // epochs
+    """Rank `rank`'s files: a segment per batch of its `traces` (training, then each of EVAL_SPLITS)."""
     data, index = dir_ / f"rank{rank}.bin", dir_ / f"rank{rank}.npz"
     h = hashlib.sha256()
     offsets, id_start, kept = [], [0], []
+    split, epoch, batch = [], [], []
+    for code, tr in zip((SPLIT_CODES["train"], *(SPLIT_CODES[s] for s in EVAL_SPLITS)), traces, strict=True):
+        per_epoch = len(tr) // epochs
+        t = np.arange(len(tr))
+        split.append(np.full(len(tr), code, np.uint8))
+        epoch.append((t // max(per_epoch, 1)).astype(np.int32))
+        batch.append((t % max(per_epoch, 1)).astype(np.int32))
     pos = 0
     with atomic_file(data) as f:
-        for t in range(len(tr)):
-            ids = np.unique(tr.batch(t))
+        for ids in (tr.batch(t) for tr in traces for t in range(len(tr))):
+            ids = np.unique(ids)
             ids = ids[~cached[ids]]
             pad = -pos % align
             if pad:
@@ -382,9 +423,8 @@ def _write_rank(dir_: Path, rank: int, tr, cached: np.ndarray, feats: np.ndarray
             f.write(bytes(pad))
             h.update(bytes(pad))
             pos += pad
-    t = np.arange(len(tr))
     with atomic_file(index) as f:
-        np.savez(f, epoch=(t // per_epoch).astype(np.int32), batch=(t % per_epoch).astype(np.int32),
+        np.savez(f, epoch=np.concatenate(epoch), batch=np.concatenate(batch), split=np.concatenate(split),
                  offset=np.array(offsets, np.int64), id_start=np.array(id_start, np.int64),
                  ids=np.concatenate(kept).astype(id_dtype(cached.shape[0]))
                  if kept else np.zeros(0, np.int64))
@@ -499,4 +539,5 @@ def open_pack(layout: str | Path, m: LayoutManifest, man: PackManifest | None, *
 def pack_summary(man: PackManifest) -> dict[str, Any]:
     return {"bytes": man.bytes, "rows": sum(f.rows for f in man.files), "epochs": man.epochs,
             "ranks": man.world_size, "cached_rows": man.cached_rows, "feature_bytes": man.feature_bytes,
-            "disk_overhead": man.bytes / man.feature_bytes if man.feature_bytes else 0.0}
+            "disk_overhead": man.bytes / man.feature_bytes if man.feature_bytes else 0.0,
+            "eval_splits": list(man.eval_splits)}

@@ -6,10 +6,10 @@ submission and completion apart so the reads of later batches run while earlier 
 shape decides the reads: ``rows`` (each batch's rows, merged only where they share blocks), ``block``
 (the rows of a hyperbatch of batches at once, merged across small gaps into large reads; see
 moment.io.merge) or ``packed`` (as block, but a batch's rows are read from the segment `moment data
-pack` wrote for it, contiguous, when the batch is tagged with its sampling key and the pack holds them;
-any other row comes from the layout). Batches are issued in superbatches of `superbatch` (or when the
-tier above flushes). With `verify`, each shard chunk is checked against the manifest's `chunk_sha256`
-the first time a read touches it.
+pack` wrote for it, contiguous, when the batch is tagged with its sampling key and the pack holds them,
+evaluation batches too in packs that hold them; any other row comes from the layout). Batches are issued
+in superbatches of `superbatch` (or when the tier above flushes). With `verify`, each shard chunk is
+checked against the manifest's `chunk_sha256` the first time a read touches it.
 """
 
 from __future__ import annotations
@@ -29,11 +29,14 @@ from moment.io.trace import rank_trace
 from moment.outputs import bad_chunk
 from moment.placement.manifest import Shard
 from moment.placement.opened import Layout
-from moment.placement.pack import open_pack, pack_path
+from moment.placement.pack import EVAL_SPLITS, open_pack, pack_path
 from moment.placement.reader import shard_path
 from moment.runtime.gather import BufferPool, Job, Reader
 from moment.runtime.run_plan import TierPlan
 from moment.runtime.tier import LayoutRows, Tier
+from moment.workload.seeds import SPLIT_TAGS
+
+_EVAL_BY_TAG = {SPLIT_TAGS[s]: s for s in EVAL_SPLITS}  # an evaluation batch's key tag -> its split
 
 
 class _JobRef:
@@ -162,12 +165,15 @@ class DiskTier(Tier):
         return p
 
     def _segment(self, tag: tuple | None) -> int | None:
+        """The pack segment of the batch tagged (sampling key, index): a training batch's key is (seed, epoch,
+        rank), an evaluation batch's (seed, epoch, rank, its split's tag)."""
         if self.segments is None or tag is None:
             return None
         key, i = tag
-        if len(key) != 3 or key[0] != self._pack_seed or key[2] != self.rank:
-            return None  # evaluation batches, or another sampling key: not packed
-        return self.segments.find(int(key[1]), int(i))
+        split = "train" if len(key) == 3 else _EVAL_BY_TAG.get(key[3]) if len(key) == 4 else None
+        if split is None or key[0] != self._pack_seed or key[2] != self.rank:
+            return None  # another sampling key, or a split no pack holds: read from the layout
+        return self.segments.find(int(key[1]), int(i), split)
 
     def flush(self) -> None:
         if self._open:

@@ -41,7 +41,7 @@ from moment.runtime.link_task import sampler_for, train_seeds
 from moment.runtime.loader import LoaderPipeline, fork_hang_note
 from moment.runtime.memory_use import reset_peak
 from moment.runtime.model_spec import load_rank_code
-from moment.runtime.pipeline import Pipeline, Prepared
+from moment.runtime.pipeline import Pipeline, Prepared, StageTimes
 from moment.runtime.rendezvous import SHARED_SETTINGS, RunFacts, check_agents
 from moment.runtime.run_plan import RunPlan, dataset_dir, layout_gpus, resolve_run
 from moment.runtime.sizing import rank_start_sizes, run_inputs
@@ -49,15 +49,18 @@ from moment.runtime.sources import FeatureSource, InMemoryFeatures, MemmapFeatur
 from moment.runtime.store import StoreInfo, open_store
 from moment.workload.graph import GraphDataset
 from moment.workload.sampler import Block, CSRGraph, SeedBatches
-from moment.workload.seeds import mix
+from moment.workload.seeds import SPLIT_TAGS, mix
 
 # Imports inside functions: PyG's graph store loads only when a script asks for it.
 
-#: the sampling keys' tags of the splits other than train (train's key is (seed, epoch, rank))
-SPLIT_TAGS = {"val": 0xE7A1, "test": 0x7E57}
 DROPOUT_TAG = 0xD80
 SPLITS = ("train", "val", "test")
 SUMMARY_PREFIX = "moment: summary "  # the line `Run.close` prints on rank 0
+
+
+def _pipe_kind(split: str) -> str:
+    """The pipeline a split's loaders share: training's, or one for the evaluation splits (its times are theirs)."""
+    return "train" if split == "train" else "eval"
 
 
 @dataclass
@@ -272,9 +275,11 @@ class Run:
             self._stop_at(bad)
         self.loss_curve += losses
 
-    def stage_times(self, split: str = "train"):
-        """The `split` pipeline's StageTimes (moment.runtime.pipeline), summed over its loaders so far."""
-        return self._pipe(split).times
+    def stage_times(self, split: str = "train") -> StageTimes:
+        """The `split` pipeline's StageTimes (moment.runtime.pipeline), summed over its loaders so far (zeros
+        before its first)."""
+        pipe = self._pipes.get(_pipe_kind(split))
+        return pipe.times if pipe is not None else StageTimes()
 
     @property
     def feature_store(self) -> Any:
@@ -363,7 +368,7 @@ class Run:
         return list(torch.split(mine, self.batch_size))
 
     def _pipe(self, split: str) -> Pipeline | LoaderPipeline:
-        kind = "train" if split == "train" else "eval"  # a pipeline's times are its split's
+        kind = _pipe_kind(split)
         if kind not in self._pipes:
             cfg, dev = self.cfg, self.ctx.device
             sampler = functools.partial(sampler_for, cfg.task, negatives=cfg.negatives)

@@ -178,8 +178,9 @@ class Trainer:
         rows = {n: int(r) for n, r in total.tier_rows.items()}
         w = ctx.world_size
         stage = total.mean_stages(w)
-        wall_max = float(ctx.all_reduce(torch.tensor([mine.wall], dtype=torch.float64), op="max")[0])
-        train_wall = max(wall_max, 1e-9)
+        walls = ctx.all_reduce(torch.tensor([mine.wall, self.run_.stage_times("val").wall], dtype=torch.float64),
+                               op="max")
+        train_wall = max(float(walls[0]), 1e-9)
         data_only = self.data_only
         return {
             "epochs": self.cfg.epochs,
@@ -193,6 +194,7 @@ class Trainer:
             "seeds_per_s": total.seeds / train_wall,
             "stage_seconds": {n: v for n, v in stage.as_dict().items() if n != "wall"},
             "pipeline_wall_s": stage.wall,
+            "eval_wall_s": float(walls[1]),  # every validation pass's seconds, summed (the slowest rank's)
             "limiting_stage": stage.limiting(),
             "epoch_seconds": at.epoch_seconds,
             # every rank's process, summed: what an epoch costs the machine's cores (since this start)

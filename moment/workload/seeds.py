@@ -7,6 +7,9 @@ import numpy as np
 from moment.errors import MomentError
 
 SEED_LIMIT = 2**63  # torch's generators take a signed 64-bit seed
+#: the sampling keys' tags of the splits other than train: batch i of split s in epoch e on rank r is sampled
+#: with mix(seed, e, r, SPLIT_TAGS[s], i); a training batch with mix(seed, e, r, i)
+SPLIT_TAGS = {"val": 0xE7A1, "test": 0x7E57}
 
 
 def mix(*parts: int) -> int:

@@ -18,7 +18,7 @@ import numpy as np
 from moment.errors import NPZ_ERRORS, MomentError, check_at_least
 from moment.outputs import atomic_file
 from moment.workload.graph import GraphDataset
-from moment.workload.seeds import check_seed, mix
+from moment.workload.seeds import SPLIT_TAGS, check_seed, mix
 
 # Imports inside functions: torch (and PyG) load only where a tensor is made, so planning, placement and the
 # CLI stay torch-free.
@@ -69,10 +69,40 @@ def sample_trace(dataset: GraphDataset, fanouts: Sequence[int], batch_size: int,
                  rank: int = 0, world_size: int = 1, in_memory: bool = False,
                  progress: Callable[[int, int], None] | None = None) -> Trace:
     """Rank `rank`'s batches for `epochs` epochs, sampled as the training runtime samples them."""
+    from moment.workload.sampler import SeedBatches
+
+    _check(fanouts, batch_size, epochs, seed, rank, world_size)
+    seeds = SeedBatches(np.asarray(dataset.train_idx), batch_size, seed=seed, rank=rank, world_size=world_size)
+    if len(seeds) == 0:
+        raise MomentError(f"the train split is too small for {world_size} ranks", source=str(dataset.path))
+    batches = [(mix(seed, e, rank, i), b) for e in range(epochs) for i, b in enumerate(seeds.epoch(e))]
+    meta = {"dataset": str(dataset.path), "fanouts": [int(f) for f in fanouts], "batch_size": int(batch_size),
+            "seed": seed, "epochs": epochs, "rank": rank, "world_size": world_size}
+    return _sampled(dataset, fanouts, batches, in_memory, progress, meta)
+
+
+def sample_eval_trace(dataset: GraphDataset, fanouts: Sequence[int], batch_size: int, *, split: str = "val",
+                      seed: int = 0, epochs: int = 1, rank: int = 0, world_size: int = 1, in_memory: bool = False,
+                      progress: Callable[[int, int], None] | None = None) -> Trace:
+    """Rank `rank`'s batches of evaluation split `split` after each of `epochs` epochs, sampled as the runtime's
+    loader of that split samples them (`moment.runtime.run.Run.loader`): the rank's slice of the split's nodes
+    in order, in batches of `batch_size`, batch i of epoch e with mix(seed, e, rank, SPLIT_TAGS[split], i).
+    `meta["per_epoch"]`: its batches per epoch (possibly 0)."""
     import torch
 
-    from moment.workload.sampler import CSRGraph, NeighborSampler, SeedBatches
+    _check(fanouts, batch_size, epochs, seed, rank, world_size)
+    if split not in SPLIT_TAGS:
+        raise MomentError(f"no evaluation split {split!r}: one of {', '.join(SPLIT_TAGS)}")
+    mine = torch.from_numpy(np.array(getattr(dataset, f"{split}_idx"), dtype=np.int64))[rank::world_size]
+    chunks = list(torch.split(mine, batch_size))
+    batches = [(mix(seed, e, rank, SPLIT_TAGS[split], i), b) for e in range(epochs) for i, b in enumerate(chunks)]
+    meta = {"dataset": str(dataset.path), "fanouts": [int(f) for f in fanouts], "batch_size": int(batch_size),
+            "seed": seed, "epochs": epochs, "rank": rank, "world_size": world_size, "split": split,
+            "per_epoch": len(chunks)}
+    return _sampled(dataset, fanouts, batches, in_memory, progress, meta)
 
+
+def _check(fanouts: Sequence[int], batch_size: int, epochs: int, seed: int, rank: int, world_size: int) -> None:
     for flag, value in (("--batch-size", batch_size), ("--epochs", epochs)):
         check_at_least(flag, value)
     if not fanouts or any(int(f) <= 0 for f in fanouts):
@@ -80,26 +110,28 @@ def sample_trace(dataset: GraphDataset, fanouts: Sequence[int], batch_size: int,
     check_seed(seed)
     if not 0 <= rank < world_size:
         raise MomentError(f"need 0 <= rank < ranks, got rank {rank} of {world_size}")
-    seeds = SeedBatches(np.asarray(dataset.train_idx), batch_size, seed=seed, rank=rank, world_size=world_size)
-    total = len(seeds) * epochs
-    if total == 0:
-        raise MomentError(f"the train split is too small for {world_size} ranks", source=str(dataset.path))
+
+
+def _sampled(dataset: GraphDataset, fanouts: Sequence[int], batches: list, in_memory: bool,
+             progress: Callable[[int, int], None] | None, meta: dict[str, Any]) -> Trace:
+    """The trace of `batches` ((generator seed, seed nodes) each), sampled in order."""
+    import torch
+
+    from moment.workload.sampler import CSRGraph, NeighborSampler
+
     sampler = NeighborSampler(CSRGraph.from_dataset(dataset, in_memory=in_memory), [int(f) for f in fanouts])
-    parts, done = [], 0
+    parts = []
     old = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        for e in range(epochs):
-            for i, b in enumerate(seeds.epoch(e)):
-                sampler.generator.manual_seed(mix(seed, e, rank, i))
-                parts.append(sampler.sample(b).n_id.numpy())
-                done += 1
-                if progress:
-                    progress(done, total)
+        for done, (key, b) in enumerate(batches, 1):
+            sampler.generator.manual_seed(key)
+            parts.append(sampler.sample(b).n_id.numpy())
+            if progress:
+                progress(done, len(batches))
     finally:
         torch.set_num_threads(old)
     lens = np.array([p.shape[0] for p in parts], np.int64)
     offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
-    meta = {"dataset": str(dataset.path), "fanouts": [int(f) for f in fanouts], "batch_size": int(batch_size),
-            "seed": seed, "epochs": epochs, "rank": rank, "world_size": world_size}
-    return Trace(np.concatenate(parts).astype(np.int64), offsets, dataset.num_nodes, dataset.row_bytes, meta)
+    ids = np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
+    return Trace(ids, offsets, dataset.num_nodes, dataset.row_bytes, meta)
