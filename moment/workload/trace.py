@@ -71,13 +71,11 @@ def sample_trace(dataset: GraphDataset, fanouts: Sequence[int], batch_size: int,
     """Rank `rank`'s batches for `epochs` epochs, sampled as the training runtime samples them."""
     from moment.workload.sampler import SeedBatches
 
-    _check(fanouts, batch_size, epochs, seed, rank, world_size)
+    meta = _checked(dataset, fanouts, batch_size, epochs, seed, rank, world_size)
     seeds = SeedBatches(np.asarray(dataset.train_idx), batch_size, seed=seed, rank=rank, world_size=world_size)
     if len(seeds) == 0:
         raise MomentError(f"the train split is too small for {world_size} ranks", source=str(dataset.path))
     batches = [(mix(seed, e, rank, i), b) for e in range(epochs) for i, b in enumerate(seeds.epoch(e))]
-    meta = {"dataset": str(dataset.path), "fanouts": [int(f) for f in fanouts], "batch_size": int(batch_size),
-            "seed": seed, "epochs": epochs, "rank": rank, "world_size": world_size}
     return _sampled(dataset, fanouts, batches, in_memory, progress, meta)
 
 
@@ -90,19 +88,18 @@ def sample_eval_trace(dataset: GraphDataset, fanouts: Sequence[int], batch_size:
     `meta["per_epoch"]`: its batches per epoch (possibly 0)."""
     import torch
 
-    _check(fanouts, batch_size, epochs, seed, rank, world_size)
+    meta = _checked(dataset, fanouts, batch_size, epochs, seed, rank, world_size)
     if split not in SPLIT_TAGS:
         raise MomentError(f"no evaluation split {split!r}: one of {', '.join(SPLIT_TAGS)}")
     mine = torch.from_numpy(np.array(getattr(dataset, f"{split}_idx"), dtype=np.int64))[rank::world_size]
     chunks = list(torch.split(mine, batch_size))
     batches = [(mix(seed, e, rank, SPLIT_TAGS[split], i), b) for e in range(epochs) for i, b in enumerate(chunks)]
-    meta = {"dataset": str(dataset.path), "fanouts": [int(f) for f in fanouts], "batch_size": int(batch_size),
-            "seed": seed, "epochs": epochs, "rank": rank, "world_size": world_size, "split": split,
-            "per_epoch": len(chunks)}
-    return _sampled(dataset, fanouts, batches, in_memory, progress, meta)
+    return _sampled(dataset, fanouts, batches, in_memory, progress, meta | {"split": split, "per_epoch": len(chunks)})
 
 
-def _check(fanouts: Sequence[int], batch_size: int, epochs: int, seed: int, rank: int, world_size: int) -> None:
+def _checked(dataset: GraphDataset, fanouts: Sequence[int], batch_size: int, epochs: int, seed: int, rank: int,
+             world_size: int) -> dict[str, Any]:
+    """A trace's parameters, each refused in one line when no run could take it; its `meta`."""
     for flag, value in (("--batch-size", batch_size), ("--epochs", epochs)):
         check_at_least(flag, value)
     if not fanouts or any(int(f) <= 0 for f in fanouts):
@@ -110,6 +107,8 @@ def _check(fanouts: Sequence[int], batch_size: int, epochs: int, seed: int, rank
     check_seed(seed)
     if not 0 <= rank < world_size:
         raise MomentError(f"need 0 <= rank < ranks, got rank {rank} of {world_size}")
+    return {"dataset": str(dataset.path), "fanouts": [int(f) for f in fanouts], "batch_size": int(batch_size),
+            "seed": seed, "epochs": epochs, "rank": rank, "world_size": world_size}
 
 
 def _sampled(dataset: GraphDataset, fanouts: Sequence[int], batches: list, in_memory: bool,
