@@ -25,10 +25,9 @@ def pack_cmd(
 ) -> None:
     """Sample the batches `moment train` will read (same ranks, batch size, fan-outs and seed: each epoch's
     training batches and the validation batches it evaluates after it) and write each batch's rows outside
-    the caches contiguously into LAYOUT/pack, one file per rank; training then uses it (--io-shape auto,
-    the default, or packed).
-    Training then reads a batch's misses sequentially; a row read by several batches is stored once
-    per batch, so the pack costs disk space (reported). Rows the pack lacks are read from the layout.
+    the caches contiguously into LAYOUT/pack, one file per rank, for training to use (--io-shape auto, the
+    default, or packed): it reads a batch's misses sequentially. A row read by several batches is stored
+    once per batch, so the pack costs disk space (reported). Rows the pack lacks are read from the layout.
     """
     from moment.runtime.packing import pack
 
