@@ -159,7 +159,6 @@ def test_the_example_script_trains_exactly_as_moment_train_and_as_fast(example_l
         # the example prints rank 0's summary; moment train's metrics sum the ranks' CPU
         ranks = theirs["world_size"]
         tries.append(float(np.median(mine["epoch_cpu_seconds"]) / (np.median(theirs["epoch_cpu_seconds"]) / ranks)))
-        print("TRY", tries[-1], mine["epoch_cpu_seconds"], theirs["epoch_cpu_seconds"], flush=True)
         if abs(tries[-1] - 1) <= 0.15:
             break
     assert min(abs(r - 1) for r in tries) <= 0.15, f"example / moment train CPU per epoch: {tries}"

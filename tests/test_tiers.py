@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from moment.caching import SlotMap, make_policy
-from moment.caching.tiers import FixedSlots, TierRouter, no_gpu
+from moment.caching.tiers import FixedSlots, TierRouter, no_gpu, slots_for
 
 N = 100
 
@@ -46,9 +46,7 @@ def test_every_position_is_served_exactly_once():
         policy = make_policy(name, 25, N, rank=rng.permutation(N))
         init = np.arange(25)
         policy.reset(init)
-        slots = SlotMap(25, N) if policy.changes else FixedSlots(init, N)
-        if policy.changes:
-            slots.fill(init)
+        slots = slots_for(policy, init, N)
         router = TierRouter(policy, slots, gpu_first_ten)
         batches = [rng.integers(0, N, 40) for _ in range(4)]
         for ids, r in zip(batches, router.route(batches), strict=True):
@@ -77,9 +75,7 @@ def test_peer_rows_are_routed_after_own_gpu_and_before_the_cpu_cache():
         policy = make_policy(name, 15, N, rank=np.arange(N))
         init = np.arange(25, 40)
         policy.reset(init)
-        slots = SlotMap(15, N) if policy.changes else FixedSlots(init, N)
-        if policy.changes:
-            slots.fill(init)
+        slots = slots_for(policy, init, N)
         router = TierRouter(policy, slots, gpu_first_ten, peers)
         batches = [np.array([3, 12, 24, 30, 99, 20, 7, 19]), *(rng.integers(0, N, 50) for _ in range(3))]
         routes = router.route(batches)

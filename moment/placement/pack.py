@@ -48,6 +48,7 @@ FORMAT = "moment-pack"
 #: a segment's split as the index stores it (`Segments.split`): training batches, then the evaluation splits packed
 SPLIT_CODES = {"train": 0, "val": 1}
 EVAL_SPLITS = ("val",)  # what a run evaluates after each epoch (moment.runtime.train), so what a pack holds
+PACKED = ("train", *EVAL_SPLITS)  # the order of a rank's segments: its training batches, then each split's
 
 
 class PackFile(BaseModel):
@@ -346,9 +347,9 @@ def _write_pack(layout: Path, m, dataset: GraphDataset, *, world_size: int, batc
     def sample(r: int) -> list:
         """Rank r's training batches, then its evaluation batches (progress: by batch, over all ranks)."""
         out = []
-        for k, split in enumerate(("train", *EVAL_SPLITS)):
-            step = (lambda d, t, k=k: progress((r * (1 + len(EVAL_SPLITS)) + k) * t + d,
-                                               world_size * (1 + len(EVAL_SPLITS)) * t)) if progress else None
+        for k, split in enumerate(PACKED):  # progress: each (rank, split) an equal share of the bar
+            step = (lambda d, t, k=k: progress((r * len(PACKED) + k) * t + d, world_size * len(PACKED) * t)
+                    ) if progress else None
             args = dict(seed=seed, epochs=epochs, rank=r, world_size=world_size, progress=step)
             out.append(sample_trace(dataset, fanouts, batch_size, **args) if split == "train" else
                        sample_eval_trace(dataset, fanouts, batch_size, split=split, **args))
@@ -389,12 +390,13 @@ def _write_pack(layout: Path, m, dataset: GraphDataset, *, world_size: int, batc
 
 def _write_rank(dir_: Path, rank: int, traces: list, cached: np.ndarray, feats: np.ndarray, rb: int, align: int,
                 epochs: int) -> PackFile:
-    """Rank `rank`'s files: a segment per batch of its `traces` (training, then each of EVAL_SPLITS)."""
+    """Rank `rank`'s files: a segment per batch of its `traces` (one per split of PACKED, in its order)."""
     data, index = dir_ / f"rank{rank}.bin", dir_ / f"rank{rank}.npz"
     h = hashlib.sha256()
     offsets, id_start, kept = [], [0], []
     split, epoch, batch = [], [], []
-    for code, tr in zip((SPLIT_CODES["train"], *(SPLIT_CODES[s] for s in EVAL_SPLITS)), traces, strict=True):
+    for name, tr in zip(PACKED, traces, strict=True):
+        code = SPLIT_CODES[name]
         per_epoch = len(tr) // epochs
         t = np.arange(len(tr))
         split.append(np.full(len(tr), code, np.uint8))
