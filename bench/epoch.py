@@ -495,7 +495,7 @@ def ensure_pack(ds_dir: Path, layout: Path, a, bound: int | None) -> None:
     old = opened.pack
     # a pack is kept when the run's cache, with that pack's own index charged, is what it left out
     if old is None or old.mismatch(world_size=a.nproc, batch_size=a.batch_size, fanouts=f, seed=0) or \
-            old.epochs < a.epochs or old.eval_splits != list(EVAL_SPLITS) or \
+            old.epochs < a.epochs or old.eval_splits != list(EVAL_SPLITS) or old.segment_order != "batch" or \
             old.cached_rows != budget_rows(opened.pack_index_bytes):
         t = time.perf_counter()
         old = write_pack(layout, ds, world_size=a.nproc, batch_size=a.batch_size, fanouts=f, seed=0,

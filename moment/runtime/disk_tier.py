@@ -36,6 +36,7 @@ from moment.runtime.run_plan import TierPlan
 from moment.runtime.tier import LayoutRows, Tier
 from moment.workload.seeds import SPLIT_TAGS
 
+SEGMENT_SLACK = 1 / 8  # a batch reads its segment whole when the segment holds at most this much more than it asks
 _EVAL_BY_TAG = {SPLIT_TAGS[s]: s for s in EVAL_SPLITS}  # an evaluation batch's key tag -> its split
 
 
@@ -92,6 +93,7 @@ class DiskTier(Tier):
         self._verified: dict[int, np.ndarray] = {}
         self._rows_by_bin = np.zeros(len(self.manifest.shards), dtype=np.int64)  # distinct rows read, by bin
         self.packed = 0
+        self.segment_batches = 0  # batches read as their whole segments (`_issue_segments`)
         self._direct_done = 0  # rows a closed reader read straight into their destination
         self.request_sizes = np.zeros((2, SIZE_BUCKETS))  # merge.size_histogram of every read counted
         # every bin's file, in bin order, then this rank's pack file
@@ -199,6 +201,8 @@ class DiskTier(Tier):
             if cur:
                 groups.append(cur)
         for grp in groups:
+            if self._issue_segments(grp):
+                continue
             # the job's rows (sorted ids) and each batch's rows in it: one sort for the whole group, where
             # NumPy's unique without an inverse hashes and a search per batch misses the cache on every id
             ids = grp[0].ids if len(grp) == 1 else np.concatenate([p.ids for p in grp])
@@ -223,6 +227,41 @@ class DiskTier(Tier):
             for p in grp:
                 p.ref = ref
             self.reader.submit(job)
+
+    def _issue_segments(self, grp: list[_Part]) -> bool:
+        """Read each batch of `grp` as its pack segment, whole and as written, when every batch's rows lie in
+        its own segment and the segment holds little else (`SEGMENT_SLACK`); False (nothing issued) otherwise.
+
+        Why: that is every batch of a packed run whose cache is the one the pack was written for, and then
+        the general path's work (one sort of the group's rows to merge them, the pack lookup, a second sort by
+        place, and the reader's choice among merge gaps) only rebuilds the segments' own order: 6.8 ms of a
+        rank's CPU per batch on the bench's 8M run, beside the model on the same cores."""
+        if self.segments is None or self.verify:  # --verify checks the layout chunks of every row read
+            return False
+        found = []
+        for p in grp:
+            if p.segment is None or self.segments.rows_in(p.segment) > p.ids.shape[0] * (1 + SEGMENT_SLACK):
+                return False
+            rows = self.segments.rows_of(p.segment, p.ids)
+            if rows is None:
+                return False
+            found.append(rows)
+        rb, base, offsets = self.layout_rows.row_bytes, 0, []
+        for p, rows in zip(grp, found, strict=True):
+            k = self.segments.rows_in(p.segment)
+            p.row = rows + base
+            offsets.append(int(self.segments.offset[p.segment]) + np.arange(k, dtype=np.int64) * rb)
+            base += k
+            self._rows_by_bin += np.bincount(self.layout_rows.bin[p.ids], minlength=self._rows_by_bin.shape[0])
+            self.packed += int(p.ids.shape[0])
+        # rows in file order already: merged where adjacent (gap 0), each read straight into the destination
+        job = Job(np.full(base, len(self.paths) - 1, np.int32), np.concatenate(offsets), self.shape.limited(merge_gap=0))
+        ref = _JobRef(self.pool, job, len(grp))
+        for p in grp:
+            p.ref = ref
+        self.reader.submit(job)
+        self.segment_batches += len(grp)
+        return True
 
     def _from_pack(self, grp: list[_Part], u: np.ndarray, f: np.ndarray, off: np.ndarray) -> None:
         """Point the rows a batch's pack segment holds at the pack file (in place; first batch wins). `u`: the
