@@ -461,6 +461,7 @@ def report(prefix: str, m: dict) -> None:
         print(f"{prefix}_peer_rows: {m['tier_rows'].get('peer', 0)}  (rows copied from another rank's GPU tier)")
         print(f"{prefix}_ssd_requests: {m['ssd_requests']}")
         print(f"{prefix}_packed_rows: {m.get('packed_rows', 0)}  (SSD rows read from the pack)")
+        print(f"{prefix}_segment_batches: {m.get('segment_batches', 0)}  (batches read as their pack segment, whole)")
         print(f"{prefix}_direct_rows: {m.get('direct_rows', 0)}  (SSD rows read straight into their job's buffer)")
         ssd = m["tier_bytes"].get("ssd", 0)
         print(f"{prefix}_ssd_rows_MB: {ssd / 1e6:.0f}")

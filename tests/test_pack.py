@@ -12,7 +12,7 @@ from runtime_data import make_dataset, make_layout
 from moment.cli import main
 from moment.errors import MomentError
 from moment.placement import verify_layout
-from moment.placement.pack import SPLIT_CODES, Segments, load_pack, pack_path, write_pack
+from moment.placement.pack import SPLIT_CODES, Segments, cached_set_bytes, load_pack, pack_path, write_pack
 from moment.runtime.disk_tier import DiskTier
 from moment.runtime.store import RankPlace, StoreOptions, open_tiers
 from moment.workload.seeds import SPLIT_TAGS
@@ -69,10 +69,10 @@ def test_segments_hold_each_batch_uncached_rows_in_order(packed):
     assert man.bytes > 0 and man.feature_bytes == ds.num_nodes * ds.row_bytes
 
 
-@pytest.mark.parametrize("cpu_rows", ["same", "smaller"])
+@pytest.mark.parametrize("cpu_rows", ["same", "larger", "smaller"])
 def test_store_reads_tagged_batches_from_the_pack_bit_exactly(packed, cpu_rows):
     ds, layout, man, feats = packed
-    rows = man.cached_rows if cpu_rows == "same" else man.cached_rows // 2
+    rows = {"same": man.cached_rows, "larger": man.cached_rows + 40, "smaller": man.cached_rows // 2}[cpu_rows]
     store = open_tiers(layout, RankPlace(rank=1, local_rank=1, world_size=2, local_world_size=2),
                        StoreOptions(cpu_rows=rows, gpu_rows=0, shape="packed", superbatch=3,
                                     buffer_bytes=256 << 10, pack_seed=SEED))
@@ -94,12 +94,15 @@ def test_store_reads_tagged_batches_from_the_pack_bit_exactly(packed, cpu_rows):
     # packed epochs: every miss comes from the pack when the cache is what the pack assumed
     packed_misses = sum(np.setdiff1d(np.unique(tr.batch(t)), np.load(layout / "order.npy")[:rows]).size
                         for t in range(2 * per))
-    disk = store.find(DiskTier)
-    if cpu_rows == "same":  # every packed batch's misses are its segment: read whole, as written
+    # every packed batch reads its segment whole, as written: all its misses when the cache holds at least what the
+    # pack assumed; with a smaller one, the misses no segment holds (the pack took them as cached) from the layout
+    assert store.find(DiskTier).segment_batches == 2 * per
+    if cpu_rows == "smaller":
+        seg = Segments.load(pack_path(layout) / man.files[1].index)
+        assert st["packed_rows"] == sum(seg.rows_in(seg.find(t // per, t % per)) for t in range(2 * per))
+        assert st["packed_rows"] < packed_misses
+    else:
         assert st["packed_rows"] == packed_misses
-        assert disk.segment_batches == 2 * per
-    else:  # a smaller cache misses rows no segment holds: those batches take the general path
-        assert 0 < st["packed_rows"] < packed_misses and disk.segment_batches == 0
     store.close()
 
 
@@ -312,7 +315,8 @@ def test_pack_under_a_budget_leaves_out_exactly_what_the_run_will_cache(packed, 
     assert json.loads(capsys.readouterr().out)["cached_rows"] == man.cached_rows
     run = split("packed", budget)  # the run reads this pack: its index is charged
     index = {it.name: it.bytes for it in run.memory.items}["pack index"]
-    assert index == max(Segments.load(pack_path(copy) / f.index).memory_bytes for f in man.files)
+    assert index == max(Segments.load(pack_path(copy) / f.index).memory_bytes for f in man.files) + \
+        cached_set_bytes(ds.num_nodes)
     assert man.cached_rows == run.memory.cpu_rows < old
     # sized as the packed run that reads it (a packed run on CPU claims the heap's reuse before its cache; sized as
     # a block run, whose cache comes first, the pack left out rows that run does not cache)
@@ -417,13 +421,14 @@ def test_an_older_pack_in_node_order_verifies_and_is_read_bit_exactly(packed, tm
 
 
 def test_a_segment_gives_the_row_of_each_of_a_batchs_misses():
-    """Segments.rows_of: in a pack in batch order, the segment's rows when the misses are its ids in its
-    order, else None (the general path finds them); in an older, sorted pack, each miss's row by a search,
-    None when one is missing."""
+    """Segments.rows_of: in a pack in batch order, the segment's rows when the misses are its ids or a part of
+    them in their order, else None (the general path finds them); in an older, sorted pack, each miss's row
+    by a search, None when one is missing."""
     ids = np.array([50, 7, 31, 12])
-    batch = Segments(np.array([0]), np.array([0]), np.array([0]), np.array([0, 4]), ids)
+    batch = Segments(np.array([0]), np.array([0]), np.array([0]), np.array([0, 4]), ids.astype(np.int32))
     assert np.array_equal(batch.rows_of(0, ids), np.arange(4))
-    assert batch.rows_of(0, ids[::-1]) is None and batch.rows_of(0, ids[:3]) is None
+    assert np.array_equal(batch.rows_of(0, ids[[0, 2, 3]]), [0, 2, 3])  # a larger cache: a part, in order
+    assert batch.rows_of(0, ids[::-1]) is None and batch.rows_of(0, np.array([50, 8])) is None
     srt = Segments(np.array([0]), np.array([0]), np.array([0]), np.array([0, 4]), np.sort(ids), sorted_ids=True)
     assert np.array_equal(srt.rows_of(0, ids), [3, 0, 2, 1])
     assert srt.rows_of(0, np.array([50, 8])) is None and srt.rows_of(0, np.array([51])) is None

@@ -35,6 +35,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from moment import testpoints
 from moment.errors import NPZ_ERRORS, MomentError, validation_error
+from moment.io.sequences import subsequence
 from moment.locking import locked
 from moment.outputs import (atomic_file, follow_umask, publish_dir, remove_stale, sha256_file,
                              temp_prefix)
@@ -218,14 +219,14 @@ class Segments:
 
     def rows_of(self, seg: int, ids: np.ndarray) -> np.ndarray | None:
         """The row in segment `seg` of each of `ids` (a batch's misses, in its order), or None when one is not
-        there (or, in a pack in batch order, when they are not the segment's ids in its order). A batch's
-        misses are its segment's when the run's cache is the one the pack was written for: then the batch
-        reads its segment whole, as written, and nothing is sorted, searched or merged."""
+        there. A batch's misses are its segment's ids when the run's caches are those the pack was written for,
+        and a part of them, in the same order, when they hold more: then the batch reads its segment whole, as
+        written, and nothing is sorted, searched or merged (moment.runtime.disk_tier)."""
         have = self.ids[self.id_start[seg]: self.id_start[seg + 1]]
-        if np.array_equal(have, ids):
-            return np.arange(ids.shape[0])
-        if not self.sorted_ids or not have.shape[0]:
-            return None
+        if not self.sorted_ids:
+            return subsequence(have, ids)
+        if not have.shape[0]:
+            return None if ids.shape[0] else np.zeros(0, np.int64)
         pos = np.searchsorted(have, ids)
         np.minimum(pos, have.shape[0] - 1, out=pos)
         return pos if np.array_equal(have[pos], ids) else None
@@ -271,15 +272,24 @@ def id_dtype(num_nodes: int) -> type[np.signedinteger]:
 
 
 def index_bytes(segments: int, rows: int, num_nodes: int) -> int:
-    """`Segments.memory_bytes` of a rank's index with these many segments and ids (as `_write_rank` stores
-    them): what a run charges for the pack, known before the pack is written."""
-    return segments * (4 + 4 + 8 + 1) + (segments + 1) * 8 + rows * np.dtype(id_dtype(num_nodes)).itemsize
+    """What a run charges for a rank's pack index with these many segments and ids (as `_write_rank` stores
+    them), known before the pack is written: `Segments.memory_bytes`, and the set of rows the pack took as
+    cached (`cached_set_bytes`)."""
+    return (segments * (4 + 4 + 8 + 1) + (segments + 1) * 8 + rows * np.dtype(id_dtype(num_nodes)).itemsize
+            + cached_set_bytes(num_nodes))
+
+
+def cached_set_bytes(num_nodes: int) -> int:
+    """A bit per node: which rows the pack took as cached, so that no segment holds them (the disk tier reads
+    those from the layout and the rest of a batch's rows from its segment)."""
+    return (int(num_nodes) + 7) // 8
 
 
 def pack_index_bytes(layout: str | Path, man: PackManifest) -> int:
     """The pack index a rank of a run holds: the largest rank's, since every rank must size its caches
     alike (the shared cache is one segment)."""
-    return max(Segments.stored_bytes(pack_path(layout) / f.index) for f in man.files)
+    return max(Segments.stored_bytes(pack_path(layout) / f.index) for f in man.files) + \
+        cached_set_bytes(man.feature_bytes // man.row_bytes)
 
 
 def refuse_split(layout: str | Path, m: LayoutManifest) -> None:
