@@ -461,6 +461,7 @@ def report(prefix: str, m: dict) -> None:
         print(f"{prefix}_peer_rows: {m['tier_rows'].get('peer', 0)}  (rows copied from another rank's GPU tier)")
         print(f"{prefix}_ssd_requests: {m['ssd_requests']}")
         print(f"{prefix}_packed_rows: {m.get('packed_rows', 0)}  (SSD rows read from the pack)")
+        print(f"{prefix}_segment_batches: {m.get('segment_batches', 0)}  (batches read as their pack segment, whole)")
         print(f"{prefix}_direct_rows: {m.get('direct_rows', 0)}  (SSD rows read straight into their job's buffer)")
         ssd = m["tier_bytes"].get("ssd", 0)
         print(f"{prefix}_ssd_rows_MB: {ssd / 1e6:.0f}")
@@ -495,7 +496,7 @@ def ensure_pack(ds_dir: Path, layout: Path, a, bound: int | None) -> None:
     old = opened.pack
     # a pack is kept when the run's cache, with that pack's own index charged, is what it left out
     if old is None or old.mismatch(world_size=a.nproc, batch_size=a.batch_size, fanouts=f, seed=0) or \
-            old.epochs < a.epochs or old.eval_splits != list(EVAL_SPLITS) or \
+            old.epochs < a.epochs or old.eval_splits != list(EVAL_SPLITS) or old.segment_order != "batch" or \
             old.cached_rows != budget_rows(opened.pack_index_bytes):
         t = time.perf_counter()
         old = write_pack(layout, ds, world_size=a.nproc, batch_size=a.batch_size, fanouts=f, seed=0,

@@ -785,6 +785,44 @@ done:
     return ret;
 }
 
+PyDoc_STRVAR(subsequence_doc, "subsequence(have, want, out) -> bool\n"
+             "Whether `want` is `have` with some entries left out, the rest in the same order; then out[i] is the\n"
+             "position in `have` of want[i]. have, want, out: 1-d int64, out as long as want.");
+
+/* A batch's misses against its pack segment, both in the batch's order (moment.io.sequences): one pass. */
+static PyObject *subsequence(PyObject *Py_UNUSED(m), PyObject *args) {
+    PyObject *ohave, *owant, *oout;
+    if (!PyArg_ParseTuple(args, "OOO", &ohave, &owant, &oout)) return NULL;
+    Py_buffer vh, vw, vo;
+    if (get_array(ohave, &vh, 8, "have") < 0) return NULL;
+    if (get_array(owant, &vw, 8, "want") < 0) { PyBuffer_Release(&vh); return NULL; }
+    if (PyObject_GetBuffer(oout, &vo, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&vh); PyBuffer_Release(&vw); return NULL;
+    }
+    PyObject *ret = NULL;
+    Py_ssize_t nh = vh.shape[0], nw = vw.shape[0], j = 0, i = 0;
+    if (vo.len != nw * 8) {
+        PyErr_Format(PyExc_ValueError, "out holds %zd bytes, want has %zd entries", vo.len, nw);
+        goto done;
+    }
+    const int64_t *h = vh.buf, *w = vw.buf;
+    int64_t *o = vo.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (; i < nw; i++, j++) {
+        while (j < nh && h[j] != w[i]) j++;
+        if (j == nh) break;
+        o[i] = j;
+    }
+    Py_END_ALLOW_THREADS
+    ret = i == nw ? Py_True : Py_False;
+    Py_INCREF(ret);
+done:
+    PyBuffer_Release(&vh);
+    PyBuffer_Release(&vw);
+    PyBuffer_Release(&vo);
+    return ret;
+}
+
 static int64_t floordiv(int64_t a, int64_t b) { /* Python's a // b for b > 0 */
     int64_t q = a / b;
     return (a % b != 0 && a < 0) ? q - 1 : q;
@@ -900,6 +938,7 @@ static PyMethodDef module_methods[] = {
     {"io_uring_usable", uring_usable, METH_NOARGS, "(ok, reason): does io_uring_queue_init work here?"},
     {"copy_rows", copy_rows, METH_VARARGS, copy_rows_doc},
     {"plan_runs", plan_runs, METH_VARARGS, plan_runs_doc},
+    {"subsequence", subsequence, METH_VARARGS, subsequence_doc},
     {NULL, NULL, 0, NULL},
 };
 

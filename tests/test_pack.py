@@ -12,7 +12,8 @@ from runtime_data import make_dataset, make_layout
 from moment.cli import main
 from moment.errors import MomentError
 from moment.placement import verify_layout
-from moment.placement.pack import SPLIT_CODES, Segments, load_pack, pack_path, write_pack
+from moment.placement.pack import SPLIT_CODES, Segments, cached_set_bytes, load_pack, pack_path, write_pack
+from moment.runtime.disk_tier import DiskTier
 from moment.runtime.store import RankPlace, StoreOptions, open_tiers
 from moment.workload.seeds import SPLIT_TAGS
 from moment.workload.trace import sample_eval_trace, sample_trace
@@ -40,10 +41,11 @@ def _eval_trace(ds, rank, epochs=2):
 
 def test_segments_hold_each_batch_uncached_rows_in_order(packed):
     """Every training batch's segment, then every validation batch's (the batches a run evaluates after each
-    epoch), each holding its batch's rows outside the cached ones, sorted, at an aligned offset."""
+    epoch), each holding its batch's rows outside the cached ones, in the batch's order, at an aligned offset."""
     ds, layout, man, feats = packed
     hot = np.load(layout / "order.npy")[: man.cached_rows]
     assert man.epochs == 2 and man.world_size == 2 and len(man.files) == 2 and man.eval_splits == ["val"]
+    assert man.segment_order == "batch"
     for r in range(2):
         tr, ev = _trace(ds, r), _eval_trace(ds, r)
         k = ev.meta["per_epoch"]
@@ -56,7 +58,8 @@ def test_segments_hold_each_batch_uncached_rows_in_order(packed):
         batches += [("val", t // k, t % k, ev.batch(t)) for t in range(len(ev))]
         for t, (split, e, i, ids) in enumerate(batches):
             assert seg.find(e, i, split) == t and seg.split[t] == SPLIT_CODES[split]
-            want = np.setdiff1d(np.unique(ids), hot)
+            want = ids[~np.isin(ids, hot)]
+            assert np.unique(want).size == want.size  # a sampled batch's ids are distinct
             got = seg.ids[seg.id_start[t]: seg.id_start[t + 1]]
             assert np.array_equal(got, want)
             assert seg.offset[t] % man.align == 0
@@ -66,10 +69,10 @@ def test_segments_hold_each_batch_uncached_rows_in_order(packed):
     assert man.bytes > 0 and man.feature_bytes == ds.num_nodes * ds.row_bytes
 
 
-@pytest.mark.parametrize("cpu_rows", ["same", "smaller"])
+@pytest.mark.parametrize("cpu_rows", ["same", "larger", "smaller"])
 def test_store_reads_tagged_batches_from_the_pack_bit_exactly(packed, cpu_rows):
     ds, layout, man, feats = packed
-    rows = man.cached_rows if cpu_rows == "same" else man.cached_rows // 2
+    rows = {"same": man.cached_rows, "larger": man.cached_rows + 40, "smaller": man.cached_rows // 2}[cpu_rows]
     store = open_tiers(layout, RankPlace(rank=1, local_rank=1, world_size=2, local_world_size=2),
                        StoreOptions(cpu_rows=rows, gpu_rows=0, shape="packed", superbatch=3,
                                     buffer_bytes=256 << 10, pack_seed=SEED))
@@ -91,9 +94,15 @@ def test_store_reads_tagged_batches_from_the_pack_bit_exactly(packed, cpu_rows):
     # packed epochs: every miss comes from the pack when the cache is what the pack assumed
     packed_misses = sum(np.setdiff1d(np.unique(tr.batch(t)), np.load(layout / "order.npy")[:rows]).size
                         for t in range(2 * per))
-    if cpu_rows == "same":
-        assert st["packed_rows"] <= packed_misses
-        assert st["packed_rows"] >= 0.5 * packed_misses  # rows shared by batches of one read count once
+    # every packed batch reads its segment whole, as written: all its misses when the cache holds at least what the
+    # pack assumed; with a smaller one, the misses no segment holds (the pack took them as cached) from the layout
+    assert store.find(DiskTier).segment_batches == 2 * per
+    if cpu_rows == "smaller":
+        seg = Segments.load(pack_path(layout) / man.files[1].index)
+        assert st["packed_rows"] == sum(seg.rows_in(seg.find(t // per, t % per)) for t in range(2 * per))
+        assert st["packed_rows"] < packed_misses
+    else:
+        assert st["packed_rows"] == packed_misses
     store.close()
 
 
@@ -306,7 +315,8 @@ def test_pack_under_a_budget_leaves_out_exactly_what_the_run_will_cache(packed, 
     assert json.loads(capsys.readouterr().out)["cached_rows"] == man.cached_rows
     run = split("packed", budget)  # the run reads this pack: its index is charged
     index = {it.name: it.bytes for it in run.memory.items}["pack index"]
-    assert index == max(Segments.load(pack_path(copy) / f.index).memory_bytes for f in man.files)
+    assert index == max(Segments.load(pack_path(copy) / f.index).memory_bytes for f in man.files) + \
+        cached_set_bytes(ds.num_nodes)
     assert man.cached_rows == run.memory.cpu_rows < old
     # sized as the packed run that reads it (a packed run on CPU claims the heap's reuse before its cache; sized as
     # a block run, whose cache comes first, the pack left out rows that run does not cache)
@@ -337,15 +347,90 @@ def test_a_corrupt_pack_index_is_one_clear_error(packed, tmp_path, damage):
 
 def test_a_segment_finds_the_rows_it_holds_among_a_jobs_sorted_rows():
     """Segments.held: the positions in a job's sorted, distinct rows of the rows one segment holds, at the
-    segment's offsets (row k of the segment at offset + k * row_bytes); an empty segment holds none."""
+    segment's offsets (row k of the segment at offset + k * row_bytes), its ids sorted (older packs) or in
+    their batch's order; an empty segment holds none."""
     rng = np.random.default_rng(5)
-    a, b = np.sort(rng.choice(1000, 40, replace=False)), np.sort(rng.choice(1000, 30, replace=False))
+    a, b = np.sort(rng.choice(1000, 40, replace=False)), rng.choice(1000, 30, replace=False)
     seg = Segments(np.array([0, 0, 0]), np.array([0, 1, 2]), np.array([0, 40 * 64, 70 * 64]),
                    np.array([0, 40, 70, 70]), np.concatenate([a, b]))
     job = np.unique(np.concatenate([a[::2], b, rng.choice(1000, 50)]))
     for s, have in ((0, a), (1, b), (2, a[:0])):
         where, at = seg.held(s, job, 64)
-        want = np.flatnonzero(np.isin(job, have))
-        assert np.array_equal(where, want)
-        assert np.array_equal(at, int(seg.offset[s]) + np.searchsorted(have, job[want]) * 64)
+        assert np.array_equal(np.sort(where), np.flatnonzero(np.isin(job, have)))
+        assert np.array_equal(job[where], have[(at - int(seg.offset[s])) // 64])
     assert seg.held(0, job[:0], 64)[0].shape == (0,)
+
+
+def _as_sorted_pack(layout, dest, row_bytes):
+    """A copy of the layout whose pack is as packs were written before `segment_order`: each segment's ids
+    and rows sorted by node id, and no `segment_order` in its manifest."""
+    import hashlib
+    import shutil
+
+    copy = shutil.copytree(layout, dest)
+    d = pack_path(copy)
+    doc = json.loads((d / "pack.json").read_text())
+    del doc["segment_order"]
+    for f in doc["files"]:
+        seg = Segments.load(d / f["index"])
+        raw = np.fromfile(d / f["data"], np.uint8)
+        ids = seg.ids.copy()
+        for t in range(len(seg.epoch)):
+            a, b = int(seg.id_start[t]), int(seg.id_start[t + 1])
+            o = np.argsort(seg.ids[a:b], kind="stable")
+            ids[a:b] = seg.ids[a:b][o]
+            at = int(seg.offset[t])
+            rows = raw[at: at + (b - a) * row_bytes].reshape(b - a, -1).copy()
+            raw[at: at + rows.nbytes] = rows[o].reshape(-1)
+        raw.tofile(d / f["data"])
+        with open(d / f["index"], "wb") as out:
+            np.savez(out, epoch=seg.epoch, batch=seg.batch, split=seg.split, offset=seg.offset,
+                     id_start=seg.id_start, ids=ids)
+        f |= {"data_sha256": hashlib.sha256(raw.tobytes()).hexdigest(),
+              "index_sha256": hashlib.sha256((d / f["index"]).read_bytes()).hexdigest(),
+              "index_bytes": (d / f["index"]).stat().st_size}
+    (d / "pack.json").write_text(json.dumps(doc))
+    return copy
+
+
+def test_an_older_pack_in_node_order_verifies_and_is_read_bit_exactly(packed, tmp_path):
+    """A pack written before segments kept their batch's order (sorted by node id): it verifies, and a run
+    reads it bit-exactly, each batch's segment still whole (its rows found by a search). Its segments must
+    be sorted: an index whose ids are not is refused."""
+    ds, layout, man, feats = packed
+    copy = _as_sorted_pack(layout, tmp_path / "L", ds.row_bytes)
+    old = load_pack(copy)
+    rep = verify_layout(copy)
+    assert old.segment_order == "sorted" and rep.ok, rep.problems
+    store = open_tiers(copy, RankPlace(rank=0, local_rank=0, world_size=2, local_world_size=2),
+                       StoreOptions(cpu_rows=man.cached_rows, gpu_rows=0, shape="packed", superbatch=2,
+                                    buffer_bytes=256 << 10, pack_seed=SEED))
+    tr = _trace(ds, 0)
+    per = len(tr) // 2
+    try:
+        for t in range(len(tr)):
+            x = store.complete(store.submit(tr.batch(t), tag=((SEED, t // per, 0), t % per)))
+            assert torch.equal(x, torch.from_numpy(feats[tr.batch(t)]))
+        assert store.find(DiskTier).segment_batches == len(tr)
+    finally:
+        store.close()
+    seg = Segments.load(pack_path(layout) / man.files[0].index, sorted_ids=True)  # batch order, read as sorted
+    why = seg.problem(num_nodes=ds.num_nodes, row_bytes=ds.row_bytes, align=man.align, data_bytes=man.files[0].bytes,
+                      rows=man.files[0].rows, epochs=man.epochs)
+    assert why == "a segment's node ids are not sorted and distinct"
+
+
+def test_a_segment_gives_the_row_of_each_of_a_batchs_misses():
+    """Segments.rows_of: in a pack in batch order, the segment's rows when the misses are its ids or a part of
+    them in their order, else None (the general path finds them); in an older, sorted pack, each miss's row
+    by a search, None when one is missing."""
+    ids = np.array([50, 7, 31, 12])
+    batch = Segments(np.array([0]), np.array([0]), np.array([0]), np.array([0, 4]), ids.astype(np.int32))
+    assert np.array_equal(batch.rows_of(0, ids), np.arange(4))
+    assert np.array_equal(batch.rows_of(0, ids[[0, 2, 3]]), [0, 2, 3])  # a larger cache: a part, in order
+    assert batch.rows_of(0, ids[::-1]) is None and batch.rows_of(0, np.array([50, 8])) is None
+    srt = Segments(np.array([0]), np.array([0]), np.array([0]), np.array([0, 4]), np.sort(ids), sorted_ids=True)
+    assert np.array_equal(srt.rows_of(0, ids), [3, 0, 2, 1])
+    assert srt.rows_of(0, np.array([50, 8])) is None and srt.rows_of(0, np.array([51])) is None
+    empty = Segments(np.array([0]), np.array([0]), np.array([0]), np.array([0, 0]), ids[:0], sorted_ids=True)
+    assert empty.rows_of(0, ids[:0]).shape == (0,) and empty.rows_of(0, ids[:1]) is None

@@ -148,25 +148,28 @@ class TierRouter:
 
     def route(self, batches: Sequence[np.ndarray]) -> list[Route]:
         """One Route per batch of a superbatch, in order (the policy's state advances batch by batch)."""
-        gpu, peer, looks = [], [], []
-        for ids in batches:
-            mask, idx = self.gpu(ids)
-            rest = np.flatnonzero(~mask)
-            pmask, owner, pidx = self.peers(ids[rest])
-            gpu.append((np.flatnonzero(mask), idx))
-            peer.append((rest[pmask], owner, pidx))
-            looks.append(rest[~pmask])
+        none = np.zeros(0, np.int64)
+        gpu, peer, looks = [(none, none)] * len(batches), [(none, none, none)] * len(batches), [None] * len(batches)
+        # the runtime's CPU tier asks neither lookup (its GPU and peer tiers are tiers of their own): every id is
+        # then the policy's, without the masks and copies that pick those left (1 ms a batch of 75k ids)
+        if self.gpu is not no_gpu or self.peers is not no_peers:
+            for k, ids in enumerate(batches):
+                mask, idx = self.gpu(ids)
+                rest = np.flatnonzero(~mask)
+                pmask, owner, pidx = self.peers(ids[rest])
+                gpu[k], peer[k], looks[k] = (np.flatnonzero(mask), idx), (rest[pmask], owner, pidx), rest[~pmask]
         if self.policy.changes:
-            self.policy.plan([ids[lk] for ids, lk in zip(batches, looks, strict=True)])
+            self.policy.plan([ids if lk is None else ids[lk] for ids, lk in zip(batches, looks, strict=True)])
         out = []
         for ids_all, (gpos, gidx), (ppos, powner, pidx), lk in zip(batches, gpu, peer, looks, strict=True):
-            ids = ids_all[lk]
+            ids = ids_all if lk is None else ids_all[lk]
             d = self.policy.access(ids)
-            r = Route(gpos, gidx, lk[d.hit], self.slots.lookup(ids[d.hit]), lk[~d.hit],
-                      peer_pos=ppos, peer_owner=powner, peer_idx=pidx)
+            hit, miss = np.flatnonzero(d.hit), np.flatnonzero(~d.hit)
+            r = Route(gpos, gidx, hit if lk is None else lk[hit], self.slots.lookup(ids[hit]),
+                      miss if lk is None else lk[miss], peer_pos=ppos, peer_owner=powner, peer_idx=pidx)
             if d.admit.size:
                 admit_slot = self.slots.apply(d)
-                miss_ids = ids[~d.hit]  # each admitted id's first position among the misses
+                miss_ids = ids[miss]  # each admitted id's first position among the misses
                 srt = np.argsort(miss_ids, kind="stable")
                 at = srt[np.searchsorted(miss_ids[srt], d.admit)]
                 r.admit_pos, r.admit_slot = r.miss_pos[at], admit_slot

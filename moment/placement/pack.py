@@ -10,8 +10,9 @@ from the layout, so the features stay bit-exact whatever the pack holds.
 
 On disk, inside the layout: ``pack/pack.json`` (parameters, per-file sizes and sha256, the id of the
 layout it was made for) and per rank ``rank<r>.bin`` (segments, each aligned to the layout's block) and
-``rank<r>.npz`` (per segment: its split, epoch, batch, byte offset, row count, and the sorted node ids it
-holds). Besides the training batches it holds the validation batches a run reads after each epoch (older
+``rank<r>.npz`` (per segment: its split, epoch, batch, byte offset, row count, and the node ids it holds,
+in the order its batch asks for them (older packs: sorted), so that a batch whose misses are its segment's
+is read as written, with nothing sorted or searched). Besides the training batches it holds the validation batches a run reads after each epoch (older
 packs: training only): their uncached rows lie scattered over the whole layout, one small read each at the
 disk's IOPS limit, and a segment makes them one sequential read. `moment layout verify` checks all of it
 (`pack_problems`); a run checks its rank's files' sizes and index structure and that the pack is this
@@ -27,13 +28,14 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, Field, ValidationError
 
 from moment import testpoints
 from moment.errors import NPZ_ERRORS, MomentError, validation_error
+from moment.io.sequences import subsequence
 from moment.locking import locked
 from moment.outputs import (atomic_file, follow_umask, publish_dir, remove_stale, sha256_file,
                              temp_prefix)
@@ -82,6 +84,8 @@ class PackManifest(BaseModel):
     files: list[PackFile]
     eval_splits: list[str] = Field(default_factory=list, description="evaluation splits packed besides training "
                                                                       "(absent in older packs: none)")
+    segment_order: Literal["batch", "sorted"] = Field(
+        "sorted", description="a segment's rows: in the order its batch asks for them, or by node id (older packs)")
 
     @property
     def bytes(self) -> int:
@@ -143,19 +147,20 @@ class Segments:
     batch: np.ndarray
     offset: np.ndarray  # byte offset of the segment in the rank's data file
     id_start: np.ndarray  # segments + 1, into `ids`
-    ids: np.ndarray  # per segment, sorted node ids
+    ids: np.ndarray  # per segment, its node ids: in its batch's order, or sorted (`sorted_ids`: older packs)
     split: np.ndarray | None = None  # per segment, SPLIT_CODES; None: every segment a training batch's
+    sorted_ids: bool = False
 
     def __post_init__(self) -> None:
         if self.split is None:
             self.split = np.zeros(self.epoch.shape, np.uint8)
 
     @classmethod
-    def load(cls, path: Path) -> Segments:
+    def load(cls, path: Path, sorted_ids: bool = False) -> Segments:
         try:
             with np.load(path, allow_pickle=False) as z:
                 return cls(z["epoch"], z["batch"], z["offset"], z["id_start"], z["ids"],
-                           z["split"] if "split" in z.files else None)
+                           z["split"] if "split" in z.files else None, sorted_ids)
         except NPZ_ERRORS as e:
             raise MomentError(f"pack index unreadable ({e})", source=str(path),
                               hint="rewrite it with `moment data pack`") from None
@@ -163,8 +168,8 @@ class Segments:
     def problem(self, *, num_nodes: int, row_bytes: int, align: int, data_bytes: int, rows: int,
                 epochs: int) -> str | None:
         """What is wrong with this index's structure, or None: every segment must lie inside the data
-        file, aligned, without overlap, and hold sorted, distinct node ids below `num_nodes` (what
-        `held` assumes: a bad index would read other rows or past the file, not fail)."""
+        file, aligned, without overlap, and hold node ids below `num_nodes` (a bad index would read other rows
+        or past the file, not fail), in an older pack sorted and distinct."""
         arrays = (self.epoch, self.batch, self.offset, self.id_start, self.ids, self.split)
         if any(a.ndim != 1 or a.dtype.kind not in "iu" for a in arrays):
             return "its arrays are not 1-d integer arrays"
@@ -189,6 +194,8 @@ class Segments:
                     "data file")
         if ids.shape[0] and (int(ids.min()) < 0 or int(ids.max()) >= num_nodes):
             return f"a node id is outside [0, {num_nodes})"
+        if not self.sorted_ids:
+            return None
         inner = np.ones(max(ids.shape[0] - 1, 0), bool)
         inner[start[1:-1][(start[1:-1] > 0) & (start[1:-1] < ids.shape[0])] - 1] = False  # segment boundaries
         if (np.diff(ids.astype(np.int64))[inner] <= 0).any():
@@ -200,7 +207,8 @@ class Segments:
         return int(hit[0]) if hit.size else None
 
     def held(self, seg: int, ids: np.ndarray, row_bytes: int) -> tuple[np.ndarray, np.ndarray]:
-        """For sorted, distinct node ids (a job's rows): the positions in `ids` of those segment `seg` holds,
+        """For sorted, distinct node ids (a job's rows): the positions in `ids` of those segment `seg` holds
+        (in the segment's order),
         and their byte offsets in the data file. The segment's ids are searched for among `ids`, not the
         other way round: a segment is one batch's rows, `ids` often the rows of several."""
         have = self.ids[self.id_start[seg]: self.id_start[seg + 1]]
@@ -208,6 +216,23 @@ class Segments:
         ok = pos < ids.shape[0]
         ok[ok] = ids[pos[ok]] == have[ok]
         return pos[ok], int(self.offset[seg]) + np.flatnonzero(ok).astype(np.int64) * row_bytes
+
+    def rows_of(self, seg: int, ids: np.ndarray) -> np.ndarray | None:
+        """The row in segment `seg` of each of `ids` (a batch's misses, in its order), or None when one is not
+        there. A batch's misses are its segment's ids when the run's caches are those the pack was written for,
+        and a part of them, in the same order, when they hold more: then the batch reads its segment whole, as
+        written, and nothing is sorted, searched or merged (moment.runtime.disk_tier)."""
+        have = self.ids[self.id_start[seg]: self.id_start[seg + 1]]
+        if not self.sorted_ids:
+            return subsequence(have, ids)
+        if not have.shape[0]:
+            return None if ids.shape[0] else np.zeros(0, np.int64)
+        pos = np.searchsorted(have, ids)
+        np.minimum(pos, have.shape[0] - 1, out=pos)
+        return pos if np.array_equal(have[pos], ids) else None
+
+    def rows_in(self, seg: int) -> int:
+        return int(self.id_start[seg + 1] - self.id_start[seg])
 
     @property
     def memory_bytes(self) -> int:
@@ -247,15 +272,24 @@ def id_dtype(num_nodes: int) -> type[np.signedinteger]:
 
 
 def index_bytes(segments: int, rows: int, num_nodes: int) -> int:
-    """`Segments.memory_bytes` of a rank's index with these many segments and ids (as `_write_rank` stores
-    them): what a run charges for the pack, known before the pack is written."""
-    return segments * (4 + 4 + 8 + 1) + (segments + 1) * 8 + rows * np.dtype(id_dtype(num_nodes)).itemsize
+    """What a run charges for a rank's pack index with these many segments and ids (as `_write_rank` stores
+    them), known before the pack is written: `Segments.memory_bytes`, and the set of rows the pack took as
+    cached (`cached_set_bytes`)."""
+    return (segments * (4 + 4 + 8 + 1) + (segments + 1) * 8 + rows * np.dtype(id_dtype(num_nodes)).itemsize
+            + cached_set_bytes(num_nodes))
+
+
+def cached_set_bytes(num_nodes: int) -> int:
+    """A bit per node: which rows the pack took as cached, so that no segment holds them (the disk tier reads
+    those from the layout and the rest of a batch's rows from its segment)."""
+    return (int(num_nodes) + 7) // 8
 
 
 def pack_index_bytes(layout: str | Path, man: PackManifest) -> int:
     """The pack index a rank of a run holds: the largest rank's, since every rank must size its caches
     alike (the shared cache is one segment)."""
-    return max(Segments.stored_bytes(pack_path(layout) / f.index) for f in man.files)
+    return max(Segments.stored_bytes(pack_path(layout) / f.index) for f in man.files) + \
+        cached_set_bytes(man.feature_bytes // man.row_bytes)
 
 
 def refuse_split(layout: str | Path, m: LayoutManifest) -> None:
@@ -372,7 +406,8 @@ def _write_pack(layout: Path, m, dataset: GraphDataset, *, world_size: int, batc
         man = PackManifest(layout_index_sha256=m.index.sha256, layout_id=layout_id(m), layout=str(layout.absolute()),
                            world_size=world_size, batch_size=batch_size,
                            fanouts=list(fanouts), seed=seed, epochs=epochs, cached_rows=cached_rows, row_bytes=rb,
-                           align=align, feature_bytes=n * rb, files=files, eval_splits=list(EVAL_SPLITS))
+                           align=align, feature_bytes=n * rb, files=files, eval_splits=list(EVAL_SPLITS),
+                           segment_order="batch")
         with atomic_file(tmp / "pack.json", text=True) as f:
             f.write(json.dumps(man.model_dump(), indent=1) + "\n")
         testpoints.reach("pack-written")
@@ -405,7 +440,7 @@ def _write_rank(dir_: Path, rank: int, traces: list, cached: np.ndarray, feats: 
     pos = 0
     with atomic_file(data) as f:
         for ids in (tr.batch(t) for tr in traces for t in range(len(tr))):
-            ids = np.unique(ids)
+            ids = ids[np.sort(np.unique(ids, return_index=True)[1])]  # distinct, in the batch's order
             ids = ids[~cached[ids]]
             pad = -pos % align
             if pad:
@@ -491,7 +526,7 @@ def _rank_problems(d: Path, man: PackManifest, f: PackFile, m: LayoutManifest, *
     if out:
         return out, None
     try:
-        seg = Segments.load(d / f.index)
+        seg = Segments.load(d / f.index, sorted_ids=man.segment_order == "sorted")
     except MomentError as e:
         return [(d / f.index, _what(e))], None
     why = seg.problem(num_nodes=m.dataset.num_nodes, row_bytes=man.row_bytes, align=man.align, data_bytes=f.bytes,

@@ -150,6 +150,7 @@ def open_cpu_tier(layout: Layout, rows: LayoutRows, disk: DiskTier, device: Any,
     n, rb = rows.num_nodes, rows.row_bytes
     cap = t.cpu_rows
     order = layout.hot_order()
+    disk.pack_cached(order)
     rank = np.empty(n, rank_dtype(n))
     rank[order] = np.arange(n, dtype=rank.dtype)
     if held is not None:

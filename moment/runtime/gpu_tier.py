@@ -33,15 +33,23 @@ class TierMap:
     def rows(self) -> int:
         return int(self.limit.sum())
 
+    def find(self, rows: LayoutRows, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The positions among `ids` of those this tier holds, and their rows in it. Their bins first (1 B per
+        node), the slots (4 B per node) only of ids in a bin the tier takes rows of: most of a batch is in the
+        SSD bins, and each gather over a node-sized array misses the CPU's caches (200k ids over 8M nodes, a
+        tenth on the GPU bins: 3.1 -> 2.1 ms, bench/routing_lookups.py). Each is gathered once."""
+        b = rows.bin[ids]
+        limit = self.limit[b]
+        maybe = np.flatnonzero(limit)
+        slot = rows.slot[ids[maybe]]
+        ok = slot < limit[maybe]
+        pos = maybe[ok]
+        return pos, self.base[b[pos]] + slot[ok]
+
     def holds(self, rows: LayoutRows, ids: np.ndarray) -> np.ndarray:
-        """Mask of the ids this tier holds. Their bins first (1 B per node), the slots (4 B per node) only of ids
-        in a bin the tier takes rows of: most of a batch is in the SSD bins, and each gather over a node-sized
-        array misses the CPU's caches (200k ids over 8M nodes, a tenth on the GPU bins: 3.1 -> 2.1 ms,
-        bench/routing_lookups.py)."""
-        limit = self.limit[rows.bin[ids]]
-        out = limit > 0
-        maybe = np.flatnonzero(out)
-        out[maybe] = rows.slot[ids[maybe]] < limit[maybe]
+        """Mask of the ids this tier holds (`find`)."""
+        out = np.zeros(ids.shape[0], bool)
+        out[self.find(rows, ids)[0]] = True
         return out
 
 
@@ -114,14 +122,13 @@ class GpuTier(Tier):
         return int(self.table.shape[0])
 
     def take(self, ids: np.ndarray, pos: np.ndarray | None, tag: tuple | None) -> _Part:
-        mask = self.held.holds(self.layout_rows, ids)
-        if not mask.any():
-            return _Part(np.zeros(0, np.int64), np.zeros(0, np.int64), self.next.take(ids, pos, tag))
-        on = ids[mask]
-        r = self.layout_rows
-        rest = np.flatnonzero(~mask)
-        return _Part(at(pos, np.flatnonzero(mask)), self.held.base[r.bin[on]] + r.slot[on],
-                     self.next.take(ids[rest], at(pos, rest), tag))
+        on, idx = self.held.find(self.layout_rows, ids)
+        if not on.size:
+            return _Part(on, idx, self.next.take(ids, pos, tag))
+        rest = np.ones(ids.shape[0], bool)
+        rest[on] = False
+        rest = np.flatnonzero(rest)
+        return _Part(at(pos, on), idx, self.next.take(ids[rest], at(pos, rest), tag))
 
     def device_rows(self, part: _Part, out: torch.Tensor) -> None:
         if part.pos.size:

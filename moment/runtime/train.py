@@ -216,6 +216,7 @@ class Trainer:
             "ssd_requests": int(total.ssd_requests),
             "ssd_request_sizes": total.ssd_request_sizes(),
             "packed_rows": int(total.packed_rows),
+            "segment_batches": int(total.segment_batches),
             "direct_rows": int(total.direct_rows),
             "world_size": w,
             "backend": self.source.backend,
