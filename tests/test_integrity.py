@@ -116,12 +116,13 @@ def _bad_index(layout: Path, name: str, value: int | None) -> None:
 
 @pytest.mark.parametrize("damage, file, says, at_start", [
     ("garbage", "rank0.bin", "checksum mismatch", None),  # same size: only hashing finds it (--verify)
+    ("garbage", "rank0.npz", "checksum mismatch", "checksum mismatch"),  # the index is hashed at every start
     ("cut", "rank0.bin", "cut or replaced", "cut or replaced"),
     ("cut", "rank0.npz", "cut or replaced", "cut or replaced"),
     ("ids", "rank0.npz", "pack index is malformed: a node id is outside", "a node id is outside"),
     ("split", "rank0.npz", "pack index is malformed: a segment's split is not one of", "a segment's split is not"),
     ("foreign", "pack.json", "made for another layout (at ", "made for another layout"),
-], ids=["garbage", "cut-data", "cut-index", "index-ids", "index-split", "foreign"])
+], ids=["garbage", "garbage-index", "cut-data", "cut-index", "index-ids", "index-split", "foreign"])
 def test_layout_verify_finds_a_damaged_or_foreign_pack(env, tmp_path, capsys, damage, file, says, at_start):
     _, _, layout, other = env
     copy = shutil.copytree(layout, tmp_path / "L")

@@ -12,9 +12,10 @@ On disk, inside the layout: ``pack/pack.json`` (parameters, per-file sizes and s
 layout it was made for) and per rank ``rank<r>.bin`` (segments, each aligned to the layout's block) and
 ``rank<r>.npz`` (per segment: its split, epoch, batch, byte offset, row count, and the node ids it holds,
 in the order its batch asks for them (older packs: sorted), so that a batch whose misses are its segment's
-is read as written, with nothing sorted or searched). Besides the training batches it holds the validation batches a run reads after each epoch (older
-packs: training only): their uncached rows lie scattered over the whole layout, one small read each at the
-disk's IOPS limit, and a segment makes them one sequential read. `moment layout verify` checks all of it
+is read as written, with nothing sorted or searched). Besides the training batches it holds the
+validation batches a run reads after each epoch (older packs: training only): their uncached rows lie
+scattered over the whole layout, one small read each at the disk's IOPS limit, and a segment makes them
+one sequential read. `moment layout verify` checks all of it
 (`pack_problems`); a run checks its rank's files' sizes and index structure and that the pack is this
 layout's (`open_pack`), hashing them with --verify.
 """
@@ -207,10 +208,9 @@ class Segments:
         return int(hit[0]) if hit.size else None
 
     def held(self, seg: int, ids: np.ndarray, row_bytes: int) -> tuple[np.ndarray, np.ndarray]:
-        """For sorted, distinct node ids (a job's rows): the positions in `ids` of those segment `seg` holds
-        (in the segment's order),
-        and their byte offsets in the data file. The segment's ids are searched for among `ids`, not the
-        other way round: a segment is one batch's rows, `ids` often the rows of several."""
+        """For sorted, distinct node ids (a job's rows): the positions in `ids` of those segment `seg` holds (in
+        the segment's order), and their byte offsets in the data file. The segment's ids are searched for
+        among `ids`, not the other way round: a segment is one batch's rows, `ids` often the rows of several."""
         have = self.ids[self.id_start[seg]: self.id_start[seg + 1]]
         pos = np.searchsorted(ids, have)
         ok = pos < ids.shape[0]
@@ -277,6 +277,14 @@ def index_bytes(segments: int, rows: int, num_nodes: int) -> int:
     cached (`cached_set_bytes`)."""
     return (segments * (4 + 4 + 8 + 1) + (segments + 1) * 8 + rows * np.dtype(id_dtype(num_nodes)).itemsize
             + cached_set_bytes(num_nodes))
+
+
+def cached_mask(hot: np.ndarray, cached_rows: int, num_nodes: int) -> np.ndarray:
+    """The rows a pack takes as cached, so that no segment holds them: the first `cached_rows` of the
+    layout's hotness order `hot` (those its run's caches hold)."""
+    cached = np.zeros(num_nodes, bool)
+    cached[np.asarray(hot[:cached_rows])] = True
+    return cached
 
 
 def cached_set_bytes(num_nodes: int) -> int:
@@ -395,8 +403,7 @@ def _write_pack(layout: Path, m, dataset: GraphDataset, *, world_size: int, batc
         cached_rows = solve_cached_rows(budget_rows, index_curve(traces, hot, n), n)
     tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(out), dir=layout))
     follow_umask(tmp, directory=True)
-    cached = np.zeros(n, bool)
-    cached[np.asarray(hot[:cached_rows])] = True
+    cached = cached_mask(hot, cached_rows, n)
     feats = dataset.features_memmap().reshape(n, -1).view(np.uint8).reshape(n, rb)
     files: list[PackFile] = []
     try:
@@ -509,7 +516,9 @@ def pack_problems(layout: str | Path, m: LayoutManifest, tick: Callable[[int], N
 
 def _rank_problems(d: Path, man: PackManifest, f: PackFile, m: LayoutManifest, *, hashes: bool,
                    tick: Callable[[int], None] | None = None) -> tuple[list[tuple[Path, str]], Segments | None]:
-    """One rank's files: present, their sizes, checksums (`hashes`) and index structure; and its index."""
+    """One rank's files: present, their sizes, checksums (the data file's with `hashes`; the index's always:
+    a changed id that still names a node would read another node's row, and since segments keep their batch's
+    order no structure check can tell) and index structure; and its index."""
     out: list[tuple[Path, str]] = []
     for name, size, want in ((f.data, f.bytes, f.data_sha256), (f.index, f.index_bytes, f.index_sha256)):
         p = d / name
@@ -519,7 +528,7 @@ def _rank_problems(d: Path, man: PackManifest, f: PackFile, m: LayoutManifest, *
         got = p.stat().st_size
         if size is not None and got != size:
             out.append((p, f"size {got} B, the pack manifest says {size} B (cut or replaced)"))
-        elif hashes and sha256_file(p) != want:
+        elif (hashes or name == f.index) and sha256_file(p) != want:
             out.append((p, "checksum mismatch (the file changed after it was packed)"))
         if tick:
             tick(got)
