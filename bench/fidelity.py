@@ -114,22 +114,6 @@ def _quiet_key(a, align: int) -> str:
     return f"{a.probe_mib}MiB/align{align}/qd{a.queue_depth}/nproc{a.nproc}"
 
 
-def eval_batches(ds, rank: int, world: int, batch_size: int, fanouts: list[int], seed: int, epoch: int):
-    """The n_id of each evaluation batch the validation loader (`Run.loader("val")`) gathers after `epoch` on `rank`."""
-    import torch
-
-    from moment.workload.sampler import CSRGraph, NeighborSampler
-    from moment.workload.seeds import SPLIT_TAGS, mix
-
-    val = torch.from_numpy(np.array(ds.val_idx, dtype=np.int64))[rank::world]
-    sampler = NeighborSampler(CSRGraph.from_dataset(ds, in_memory=False), fanouts)
-    out = []
-    for i, seeds in enumerate(torch.split(val, batch_size)):
-        sampler.generator.manual_seed(mix(seed, epoch, rank, SPLIT_TAGS["val"], i))
-        out.append(sampler.sample(seeds).n_id.numpy())
-    return out
-
-
 def predict(ds, layout, plan, disks: dict, a) -> dict:
     """Predicted reads of the run's training gathers (and its evaluation reads), and their seconds on
     each of `disks` (name -> Disk): `seconds` (ranks sharing the disk) and `alone` per name. `layout`:
@@ -137,7 +121,7 @@ def predict(ds, layout, plan, disks: dict, a) -> dict:
     from moment.runtime.hostcache import shm_room
     from moment.runtime.run_plan import node_ranks
     from moment.runtime.ssd_model import TierModel, shared
-    from moment.workload.trace import sample_trace
+    from moment.workload.trace import sample_eval_trace, sample_trace
 
     f = [int(x) for x in a.fanouts.split(",")]
     t = plan.tiers
@@ -162,11 +146,11 @@ def predict(ds, layout, plan, disks: dict, a) -> dict:
                 mine[k].append(d.seconds(p))
         for k in disks:
             costs[k].append(mine[k])
-        for e in range(a.epochs):
-            for b in eval_batches(ds, r, a.nproc, a.batch_size, f, 0, e):
-                p = tm.batch_plan(b)
-                out["eval_bytes"] += p.bytes
-                out["eval_requests"] += len(p)
+        ev = sample_eval_trace(ds, f, a.batch_size, seed=0, epochs=a.epochs, rank=r, world_size=a.nproc)
+        for b in ev.batches():  # the validation batches the run reads after each epoch
+            p = tm.batch_plan(b)
+            out["eval_bytes"] += p.bytes
+            out["eval_requests"] += len(p)
         del tm
     out["seconds"], out["alone"] = {}, {}
     for k in disks:

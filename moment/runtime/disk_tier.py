@@ -225,11 +225,7 @@ class DiskTier(Tier):
             where[placed.order] = np.arange(placed.order.shape[0])
             for p in grp:
                 p.row = where[p.row]
-            job = Job(placed.file, placed.offset, self.shape)
-            ref = _JobRef(self.pool, job, len(grp))
-            for p in grp:
-                p.ref = ref
-            self.reader.submit(job)
+            self._submit(grp, Job(placed.file, placed.offset, self.shape))
 
     def pack_cached(self, hot: np.ndarray) -> None:
         """Learn the rows the pack took as cached (`cached_mask` of the layout's hotness order `hot`): no
@@ -262,42 +258,50 @@ class DiskTier(Tier):
             if p.segment is None:
                 return False
             out = self._not_packed(p.ids)
-            inside = np.delete(p.ids, out) if out.size else p.ids
+            keep = None
+            if out.size:
+                keep = np.ones(p.ids.shape[0], bool)
+                keep[out] = False
+            inside = p.ids if keep is None else p.ids[keep]
             if self.segments.rows_in(p.segment) > inside.shape[0] * (1 + SEGMENT_SLACK):
                 return False
             rows = self.segments.rows_of(p.segment, inside)
             if rows is None:
                 return False
-            found.append((out, rows))
+            found.append((out, keep, rows))
         # the job: the rows no segment holds, in place order, then the segments; the pack file is the last of
         # `paths`, so the job's rows are in place order already (not sorted again) and each segment is read
         # straight into the destination (merge gap 0: the segments are contiguous)
         rb = self.layout_rows.row_bytes
-        extra = np.concatenate([p.ids[out] for p, (out, _) in zip(grp, found, strict=True)])
+        extra = np.concatenate([p.ids[out] for p, (out, _, _) in zip(grp, found, strict=True)])
         placed = place(*self.layout_rows.locate(extra))
         where = np.empty_like(placed.order)
         where[placed.order] = np.arange(placed.order.shape[0])
         files, offsets, base, done = [placed.file], [placed.offset], extra.shape[0], 0
-        for p, (out, rows) in zip(grp, found, strict=True):
+        for p, (out, keep, rows) in zip(grp, found, strict=True):
             k = self.segments.rows_in(p.segment)
-            p.row = rows + base
-            if out.size:
+            if keep is None:
+                p.row = rows + base
+            else:
                 p.row = np.empty(p.ids.shape[0], np.int64)
                 p.row[out] = where[done: done + out.shape[0]]
-                p.row[np.delete(np.arange(p.ids.shape[0]), out)] = rows + base
+                p.row[keep] = rows + base
                 done += out.shape[0]
             files.append(np.full(k, len(self.paths) - 1, np.int32))
             offsets.append(int(self.segments.offset[p.segment]) + np.arange(k, dtype=np.int64) * rb)
             base += k
             self._rows_by_bin += np.bincount(self.layout_rows.bin[p.ids], minlength=self._rows_by_bin.shape[0])
             self.packed += int(rows.shape[0])
-        job = Job(np.concatenate(files), np.concatenate(offsets), self.shape.limited(merge_gap=0))
+        self._submit(grp, Job(np.concatenate(files), np.concatenate(offsets), self.shape.limited(merge_gap=0)))
+        self.segment_batches += len(grp)
+        return True
+
+    def _submit(self, grp: list[_Part], job: Job) -> None:
+        """Read `job` for the batches of `grp`: its destination goes back once the last of them is completed."""
         ref = _JobRef(self.pool, job, len(grp))
         for p in grp:
             p.ref = ref
         self.reader.submit(job)
-        self.segment_batches += len(grp)
-        return True
 
     def _from_pack(self, grp: list[_Part], u: np.ndarray, f: np.ndarray, off: np.ndarray) -> None:
         """Point the rows a batch's pack segment holds at the pack file (in place; first batch wins). `u`: the

@@ -48,7 +48,7 @@ from moment.runtime.sizing import rank_start_sizes, run_inputs
 from moment.runtime.sources import FeatureSource, InMemoryFeatures, MemmapFeatures
 from moment.runtime.store import StoreInfo, open_store
 from moment.workload.graph import GraphDataset
-from moment.workload.sampler import Block, CSRGraph, SeedBatches
+from moment.workload.sampler import Block, CSRGraph, SeedBatches, eval_batches
 from moment.workload.seeds import SPLIT_TAGS, mix
 
 # Imports inside functions: PyG's graph store loads only when a script asks for it.
@@ -363,9 +363,8 @@ class Run:
     def _split_batches(self, split: str, epoch: int) -> list[torch.Tensor]:
         if split == "train":
             return list(self.batches.epoch(epoch))
-        ids = getattr(self.dataset, f"{split}_idx")
-        mine = torch.from_numpy(np.array(ids, dtype=np.int64))[self.rank :: self.world_size]
-        return list(torch.split(mine, self.batch_size))
+        return eval_batches(getattr(self.dataset, f"{split}_idx"), self.batch_size, rank=self.rank,
+                            world_size=self.world_size)
 
     def _pipe(self, split: str) -> Pipeline | LoaderPipeline:
         kind = _pipe_kind(split)

@@ -363,3 +363,12 @@ class SeedBatches:
 
     def __iter__(self) -> Iterator[torch.Tensor]:
         return self.epoch(0)
+
+
+def eval_batches(seeds: np.ndarray | torch.Tensor | Sequence[int], batch_size: int, *, rank: int = 0,
+                 world_size: int = 1) -> list[torch.Tensor]:
+    """An evaluation split's seeds for `rank`, in batches: every `world_size`-th node from the rank's, in
+    order, not shuffled and not dropped (every node is evaluated once). The runtime's val/test loaders and
+    `moment data pack` (moment.workload.trace.sample_eval_trace) both batch by this."""
+    s = seeds if isinstance(seeds, torch.Tensor) else torch.from_numpy(np.array(seeds, dtype=np.int64))
+    return list(torch.split(s.to(torch.int64).reshape(-1)[rank::world_size], int(batch_size)))

@@ -86,13 +86,12 @@ def sample_eval_trace(dataset: GraphDataset, fanouts: Sequence[int], batch_size:
     loader of that split samples them (`moment.runtime.run.Run.loader`): the rank's slice of the split's nodes
     in order, in batches of `batch_size`, batch i of epoch e with mix(seed, e, rank, SPLIT_TAGS[split], i).
     `meta["per_epoch"]`: its batches per epoch (possibly 0)."""
-    import torch
+    from moment.workload.sampler import eval_batches
 
     meta = _checked(dataset, fanouts, batch_size, epochs, seed, rank, world_size)
     if split not in SPLIT_TAGS:
         raise MomentError(f"no evaluation split {split!r}: one of {', '.join(SPLIT_TAGS)}")
-    mine = torch.from_numpy(np.array(getattr(dataset, f"{split}_idx"), dtype=np.int64))[rank::world_size]
-    chunks = list(torch.split(mine, batch_size))
+    chunks = eval_batches(getattr(dataset, f"{split}_idx"), batch_size, rank=rank, world_size=world_size)
     batches = [(mix(seed, e, rank, SPLIT_TAGS[split], i), b) for e in range(epochs) for i, b in enumerate(chunks)]
     return _sampled(dataset, fanouts, batches, in_memory, progress, meta | {"split": split, "per_epoch": len(chunks)})
 
