@@ -474,7 +474,20 @@ def report(prefix: str, m: dict) -> None:
     print(f"{prefix}_val_accuracy: {m['val_accuracy']:.4f}")
 
 
-def ensure_pack(ds_dir: Path, layout: Path, a, bound: int | None) -> None:
+def run_budget(a, bound: int | None) -> str | None:
+    """The memory budget Moment's runs size their caches by: a `--memory-budget` of --moment-args, else the bound
+    (`--memory-budget auto` is the cgroup's limit). The pack leaves out what that budget's cache holds, so a run
+    without a bound but with a budget (a GPU host's) reads its batches as their segments too."""
+    args = a.moment_args.split()
+    for i, x in enumerate(args):
+        if x.startswith("--memory-budget="):
+            return x.split("=", 1)[1]
+        if x == "--memory-budget" and i + 1 < len(args):
+            return args[i + 1]
+    return str(bound) if bound else None
+
+
+def ensure_pack(ds_dir: Path, layout: Path, a, budget: str | None) -> None:
     """The layout's pack for this run's batches (kept between runs when the parameters match)."""
     from moment.placement.opened import Layout
     from moment.placement.pack import EVAL_SPLITS, pack_summary, write_pack
@@ -484,7 +497,7 @@ def ensure_pack(ds_dir: Path, layout: Path, a, bound: int | None) -> None:
 
     ds = GraphDataset.open(ds_dir)
     f = [int(x) for x in a.fanouts.split(",")]
-    cfg = TrainConfig(layout=layout, dataset=ds_dir, memory_budget=str(bound) if bound else None, fanouts=f,
+    cfg = TrainConfig(layout=layout, dataset=ds_dir, memory_budget=budget, fanouts=f,
                       batch_size=a.batch_size, hidden=a.hidden, io_shape="block")
     opened = Layout.open(layout)
     measured = preview_inputs(cfg, ds, a.nproc)
@@ -863,7 +876,7 @@ def run_size(a, nodes: int, dim: int, memory_bound: str, suffix: str = "") -> tu
     results: dict[str, dict] = {}
     figures: dict[str, float] = {}
     ok = True
-    ensure_pack(ds_dir, layout, a, bound)
+    ensure_pack(ds_dir, layout, a, run_budget(a, bound))
     moment_flags = ["--layout", str(layout), *budget, *DEFAULT, *a.moment_args.split()]
     for name, extra in systems:
         m = run(name, a.nproc, ["--layout", str(layout), *budget, *extra, *a.moment_args.split(), *common],

@@ -21,6 +21,11 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "moment"))
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(os.environ.get("MOMENT_FIXTURES", REPO.parent / "shared" / "fixtures"))
 DATA = Path(__file__).resolve().parent / "data"
+# The suite's subprocesses import this checkout first, and whatever the caller's PYTHONPATH adds after it (a
+# machine whose packages are on a path of their own, as a GPU host's carried wheels): set once here, so a
+# test's child inherits it with os.environ, never by replacing it
+_paths = [str(REPO), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in _paths if p))
 
 
 def pytest_collection_modifyitems(config, items):

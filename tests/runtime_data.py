@@ -57,7 +57,7 @@ def torchrun(args: list[str], nproc: int = 2, restarts: int = 0, env: dict | Non
     cmd = [*launcher, "--standalone", f"--nproc-per-node={nproc}"]
     if restarts:
         cmd.append(f"--max-restarts={restarts}")
-    e = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), **(env or {})}
+    e = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
     # its own process group: on a timeout the ranks go down with torchrun instead of lingering as orphans
     entry = [str(script)] if script else ["-m", "moment.train"]
     p = subprocess.Popen([*cmd, *entry, *args], cwd=REPO, env=e, stdout=subprocess.PIPE,
@@ -98,7 +98,7 @@ def run_restarted(layout: Path, out_dir: Path) -> None:
     and stderr (`launch.json`), its metrics (`m.json`)."""
     from moment import testpoints
 
-    e = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), testpoints.EXIT_ENV: "train-step:5"}
+    e = {**os.environ, "OMP_NUM_THREADS": "1", testpoints.EXIT_ENV: "train-step:5"}
     r = subprocess.run([sys.executable, "-m", "moment", "train", "--nproc", "2", "--max-restarts", "1", "--run-dir",
                         str(out_dir / "runs"), *train_args(layout, out_dir / "m.json", "--quiet")], cwd=REPO, env=e,
                        capture_output=True, text=True, timeout=480, check=False)

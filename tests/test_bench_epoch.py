@@ -36,6 +36,16 @@ def test_sizes_default_to_nodes_and_bound_and_are_read_as_pairs(bench_epoch):
 
 
 @pytest.mark.slow
+def test_the_pack_is_written_for_the_budget_the_runs_size_their_caches_by(bench_epoch):
+    """A run with no bound but a budget of its own (a GPU host's) read no batch as its segment until the pack was
+    written for that budget rather than for the layout's CPU bins."""
+    assert bench_epoch.run_budget(_args(bench_epoch), 3 << 30) == str(3 << 30)
+    assert bench_epoch.run_budget(_args(bench_epoch, "--memory-bound", "none"), None) is None
+    for flags in ("--memory-budget 2GiB", "--depth 3 --memory-budget=2GiB"):
+        assert bench_epoch.run_budget(_args(bench_epoch, "--moment-args", flags), None) == "2GiB"
+        assert bench_epoch.run_budget(_args(bench_epoch, "--moment-args", flags), 3 << 30) == "2GiB"
+
+
 def test_a_size_below_moments_minimum_is_refused_before_anything_is_built(bench_epoch, tmp_path):
     """The bench asks the runtime's budget rule on the graph alone: a bound below it is refused naming
     this size's least bound, nothing but the graph written; that least bound is the one the runtime's
@@ -92,7 +102,7 @@ def test_the_default_baseline_is_the_dataloader_with_both_readahead_settings(ben
 ])
 def test_bad_arguments_are_one_line_before_anything_is_built(tmp_path, argv, said):
     cache = tmp_path / "cache"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = dict(os.environ)
     r = subprocess.run([sys.executable, str(REPO / "bench" / "epoch.py"), *argv, "--cache-dir", str(cache)],
                        capture_output=True, text=True, env=env, timeout=120, check=False)
     assert r.returncode == 2, r.stderr

@@ -47,7 +47,7 @@ def test_a_replication_that_leaves_a_machine_no_rows_is_refused(tiny, tmp_path, 
 
 def test_a_place_stopped_by_sigterm_leaves_no_lock_behind(tiny, tmp_path):
     out, flag = tmp_path / "s", tmp_path / "paused"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "MOMENT_TEST_PAUSE_AT": "locked",
+    env = {**os.environ, "MOMENT_TEST_PAUSE_AT": "locked",
            "MOMENT_TEST_PAUSE_FILE": str(flag)}
     p = subprocess.Popen([sys.executable, "-m", "moment", "place", "--dataset", str(tiny), "--machines", "2",
                           "--out", str(out)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -191,6 +191,29 @@ def test_cuda_device_without_cuda_is_one_error():
         DeviceLayer("cuda")
 
 
+def test_a_bare_cuda_device_is_the_callers_current_one(monkeypatch):
+    """`torch.cuda.set_device` refuses a device without an index, so a thread bound to a bare "cuda" died
+    before its loop and a store for it hung (the first GPU run): the layer names the caller's current device."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    assert DeviceLayer("cuda").device == torch.device("cuda", 1)
+    assert DeviceLayer("cuda:0").device == torch.device("cuda", 0)
+
+
+def test_a_thread_that_cannot_take_its_device_fails_where_it_is_started(monkeypatch):
+    """Not a hang: the starting thread gets the error, naming the thread and the device, and the target never runs."""
+    from moment.runtime.threads import start_thread
+
+    def bind(self):
+        raise RuntimeError("CUDA error: invalid device ordinal")
+
+    monkeypatch.setattr(DeviceLayer, "bind", bind)
+    ran = []
+    with pytest.raises(MomentError, match="moment-reader could not take device cpu: CUDA error: invalid device"):
+        start_thread(lambda: ran.append(1), "moment-reader", "cpu")
+    assert not ran
+
+
 # ---------------------------------------------------------------- CUDA
 
 

@@ -130,7 +130,7 @@ def test_a_round_holds_at_most_two_chunks_whatever_the_batch_asks():
 def _members(tmp_path: Path, world: int, chunk: int, backend: str = "gloo") -> list[dict]:
     """tests/exchange_ranks.py on `world` processes (a FileStore); each one's report."""
     store = tmp_path / "store"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     procs = [subprocess.Popen([sys.executable, str(REPO / "tests" / "exchange_ranks.py"), str(r), str(world),
                                str(store), str(tmp_path), str(chunk), backend], cwd=REPO, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(world)]

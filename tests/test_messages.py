@@ -111,7 +111,7 @@ def test_every_fanouts_help_says_the_same(capsys):
 
 def test_piped_output_is_not_wrapped_at_a_fixed_width(tmp_path):
     code = "from moment.cli import console, err_console; print(console.width, err_console.width)"
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ)
     env.pop("COLUMNS", None)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert all(int(w) > 1000 for w in r.stdout.split()), r.stdout

@@ -39,7 +39,7 @@ def test_a_step_holds_what_its_model_states(tmp_path):
     The high-water mark also counts pages beyond the tensors (GAT's step measured 0.969 of its statement
     once in a parallel suite, 0.99-1.05 alone), hence -5%."""
     out = tmp_path / "steps.json"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
 
     def measure(configs: list) -> list[dict]:
         r = subprocess.run([sys.executable, str(REPO / "tests" / "model_step.py"), str(out), json.dumps(configs)],

@@ -34,7 +34,7 @@ def free_port() -> int:
 
 
 def start(argv: list[str], env: dict | None = None) -> subprocess.Popen:
-    e = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), **(env or {})}
+    e = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
     return subprocess.Popen(argv, cwd=REPO, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
 

@@ -126,7 +126,7 @@ def _example_and_moment_train(layout, epochs: int, tmp_path) -> tuple[dict, dict
              "examples.own_loop:loss", "--optimizer", "adamw", "--weight-decay", "5e-4", "--lr", "0.003", "--fanouts",
              "10,10,5", "--batch-size", "256", "--hidden", "64", "--epochs", str(epochs), "--checkpoint-every", "0",
              "--metrics-json", str(tmp_path / "m.json"), "--quiet"]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = dict(os.environ)
     procs = [subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=e)
              for cmd, e in ((example, {**env, "OMP_NUM_THREADS": "1"}), (train, env))]
     try:

@@ -25,7 +25,7 @@ def layout(runtime_layout):
 
 def _ranks(layout: Path, out: Path, device: str) -> list[dict]:
     out.mkdir()
-    e = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    e = {**os.environ, "OMP_NUM_THREADS": "1"}
     # its own process group: ranks that hang (out of step) go down with torchrun on the timeout
     p = subprocess.Popen([*agent.COMMAND, "--standalone", "--nproc-per-node=2",
                           str(REPO / "tests" / "peer_ranks.py"), str(layout), str(out), device],

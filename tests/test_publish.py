@@ -35,7 +35,7 @@ if old is not None:
 
 
 def _publish(out: Path, version: str, swap: bool, crash_at: str | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = dict(os.environ)
     env.pop(testpoints.CRASH_ENV, None)
     if crash_at:
         env[testpoints.CRASH_ENV] = crash_at

@@ -382,7 +382,7 @@ def _run_under_budget(root: Path, ds, layout: Path, policy: str) -> tuple[dict, 
     as the kernel reports it to its parent, and the budget."""
     out = root / f"m-{policy}.json"
     budget = _tight_budget(ds, layout, policy)
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     r = subprocess.run([sys.executable, "-c", SPAWN_AND_WAIT, "-m", "moment.train", "--layout", str(layout),
                         "--epochs", "1", "--fanouts", "10,5", "--hidden", "32", "--threads", "1", "--quiet",
                         "--device", "cpu", "--memory-budget", f"{budget}B", "--cache-policy", policy,
@@ -439,7 +439,7 @@ def test_a_rank_base_is_what_a_fresh_rank_holds(budget_run):
     holds little of its own; the same total as a rank started alone charges itself. torch-geometric is not part
     of it any more (it was ~54 MiB more, when the built-in layers came from it)."""
     ds, layout, m, _, _ = budget_run
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = dict(os.environ)
     bare = subprocess.run([sys.executable, "-c", "import moment.runtime.train, torch\nfrom moment.runtime.budget import "
                            "process_sizes\ntorch.optim.Adam([torch.nn.Parameter(torch.zeros(3))])\n"
                            "print(sum(process_sizes()))"], env=env, capture_output=True, text=True,

@@ -37,7 +37,7 @@ def layout(runtime_layout):
 
 
 def _moment_train(*argv: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    e = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), **(env or {})}
+    e = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
     return subprocess.run([sys.executable, "-m", "moment", "train", *argv], cwd=REPO, env=e,
                           capture_output=True, text=True, timeout=300, check=False)
 
@@ -50,7 +50,7 @@ def test_rank_output_reattaches_to_the_launchers_streams(tmp_path):
     err.write_text("")
     code = ("import sys; from moment.runtime.console import attach_console; "
             "assert attach_console(); print('to out'); print('to err', file=sys.stderr)")
-    r = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(REPO),
+    r = subprocess.run([sys.executable, "-c", code], env={**os.environ,
                        "MOMENT_CONSOLE_OUT": str(out), "MOMENT_CONSOLE_ERR": str(err)},
                        capture_output=True, text=True, check=False)
     assert r.returncode == 0, r.stderr
@@ -65,7 +65,7 @@ def test_the_launcher_checks_a_run_without_loading_torch(layout, tmp_path):
             "from moment.cli.train_cmds import _precheck; _precheck(sys.argv[2:], 2); "
             "assert 'torch' not in sys.modules, 'torch was imported'")
     r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "nvidiactl"), "--layout", str(layout), *ARGS],
-                       cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
+                       cwd=REPO, env=dict(os.environ), capture_output=True, text=True,
                        check=False)
     assert r.returncode == 0, r.stderr
 
@@ -79,7 +79,7 @@ def test_a_budgeted_launch_reuses_the_recorded_batch_extent_and_loads_no_torch(l
             "ss._collect = lambda p: (100 << 20, 300 << 20, 80 << 20); "
             "from moment.cli.train_cmds import _precheck; _, _, plan = _precheck(sys.argv[2:], 2); "
             "print('torch' in sys.modules, plan.model_dump_json())")
-    env = {**os.environ, "PYTHONPATH": str(REPO), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
     runs = [subprocess.run([sys.executable, "-c", code, str(tmp_path / "nvidiactl"), "--layout", str(layout),
                             "--memory-budget", "3GiB", *ARGS], cwd=REPO, env=env, capture_output=True, text=True,
                            check=False) for _ in range(2)]
@@ -243,7 +243,7 @@ def test_a_script_forked_by_the_agent_runs_as_a_fresh_interpreter_would_run_it(t
         "    os._exit(0)\n"
         "if sys.argv[1] == 'raise' and os.environ['RANK'] == '1':\n"
         "    raise ValueError('the script failed')\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(tmp_path)]), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ["PYTHONPATH"]]), "OMP_NUM_THREADS": "1"}
 
     def launch(arg, *preload):
         return subprocess.run([*agent.COMMAND, *preload, "--standalone", "--nproc-per-node=2", str(script), arg],
@@ -566,7 +566,7 @@ def test_killing_moment_train_leaves_no_torchrun_or_rank_behind(layout, tmp_path
     alive = bench_epoch.alive
     for sig in (signal.SIGTERM, signal.SIGKILL):
         runs = tmp_path / sig.name
-        e = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+        e = {**os.environ, "OMP_NUM_THREADS": "1"}
         p = subprocess.Popen([sys.executable, "-m", "moment", "train", "--nproc", "2", "--run-dir", str(runs),
                               "--layout", str(layout), *ARGS, "--epochs", "100000", "--checkpoint-every", "1",
                               "--quiet"], cwd=REPO, env=e, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,

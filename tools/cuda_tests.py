@@ -38,7 +38,8 @@ def files() -> list[str]:
 
 
 def command(python: str = sys.executable) -> list[str]:
-    return [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "-rs", *files()]
+    # quiet once: the repository's addopts has -q, and a second one leaves out pytest's count line
+    return [python, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-rs", *files()]
 
 
 if __name__ == "__main__":

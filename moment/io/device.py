@@ -142,6 +142,9 @@ class DeviceLayer:
         self.cuda = self.device.type == "cuda"
         if self.cuda and not torch.cuda.is_available():
             raise MomentError(f"device {self.device} requested but CUDA is not available")
+        if self.cuda and self.device.index is None:  # "cuda" is the caller's current device: named, so that a
+            # thread bound to it takes the same one (torch.cuda.set_device refuses a device without an index)
+            self.device = torch.device("cuda", torch.cuda.current_device())
         self.copy_delay = 0  # GPU cycles each staging copy first waits on its stream (`moment doctor`'s race check)
 
     def delay(self) -> None:
