@@ -166,6 +166,21 @@ def test_a_check_that_hangs_fails_at_its_deadline_and_a_hung_subprocess_is_kille
     assert not marker.exists()  # the whole group went, its child too
 
 
+@pytest.mark.slow
+def test_a_hung_test_is_named_when_the_cuda_tests_are_killed(tmp_path):
+    """The H200's hang sat silent until a deadline: pytest, run as tools/cuda_tests.py runs it, dumps a slow test's
+    stacks, and the doctor's error names the test and the line it hung at."""
+    import sys
+
+    test = tmp_path / "tests" / "test_hang.py"
+    test.parent.mkdir()
+    test.write_text("import threading\n\n\ndef test_waits_for_a_thread_that_died():\n    threading.Event().wait()\n")
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-o", "faulthandler_timeout=1", str(test)]
+    with pytest.raises(gc.MomentError, match=r"it hangs \(tests/test_hang.py, line 5, in test_waits_for_a_thread_that_died\)"):
+        gc.run_bounded(cmd, 6, cwd=tmp_path)
+    assert gc.hung_test("no dump here") is None
+
+
 def test_the_summary_counts_skips_and_never_calls_them_a_pass():
     rep = gc.Report("cuda", "2.13", {"version": "12", "devices": ["H100"]},
                     [gc.Check("cuda tests", "ok", "12 passed"), gc.Check("rank devices", "skipped", "why not")])

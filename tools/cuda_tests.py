@@ -29,6 +29,7 @@ CUDA_LAYER: dict[str, tuple[str, ...]] = {
 }
 #: tests with a CUDA side for code that has no CUDA-only line (it runs on both devices): the store's rows
 #: through pinned staging, the row exchange on NCCL, the NaN guard without a host sync
+SLOW_TEST_S = 120  # no CUDA test takes a tenth of this (39 s for all of them on an H200)
 CUDA_TOO = ("tests/test_exchange.py", "tests/test_store.py", "tests/test_finite.py")
 
 
@@ -38,8 +39,10 @@ def files() -> list[str]:
 
 
 def command(python: str = sys.executable) -> list[str]:
-    # quiet once: the repository's addopts has -q, and a second one leaves out pytest's count line
-    return [python, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-rs", *files()]
+    # quiet once: the repository's addopts has -q, and a second one leaves out pytest's count line. A test still
+    # running after SLOW_TEST_S has its stacks dumped on stderr, so a hang names its test (the doctor reads it)
+    return [python, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-rs",
+            "-o", f"faulthandler_timeout={SLOW_TEST_S}", *files()]
 
 
 if __name__ == "__main__":

@@ -59,7 +59,7 @@ from moment.runtime.devices import cuda_available
 TOLERANCE = {"cpu": (0.0, 0.0), "cuda": (1e-3, 1e-2)}
 MAX_RANKS = 4  # ranks of the pipelined epoch at most: one per GPU
 #: seconds each check may take before it counts as hung (and fails)
-DEADLINE = {"cuda tests": 900, "pipelined epoch": 900, "staging ring": 120}
+DEADLINE = {"cuda tests": 600, "pipelined epoch": 900, "staging ring": 120}
 REPO = Path(__file__).resolve().parents[2]
 #: the developer script that lists the CUDA layer and its tests (a clone has it; an installed wheel does not)
 CUDA_TESTS = REPO / "tools" / "cuda_tests.py"
@@ -177,7 +177,8 @@ def _timed(name: str, fn: Callable[..., Check], *args) -> Check:
 def run_bounded(cmd: list[str], limit: float, env: dict[str, str] | None = None,
                 cwd: Path | None = None) -> subprocess.CompletedProcess:
     """`cmd` in a process group of its own, killed with everything it started after `limit` seconds
-    (MomentError): a hung NCCL rank never hangs the doctor."""
+    (MomentError): a hung NCCL rank never hangs the doctor. The error names where it hung when the process
+    said so on stderr (the CUDA tests' pytest dumps a slow test's stacks: `tools/cuda_tests.py`)."""
     p = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          start_new_session=True)
     try:
@@ -185,9 +186,18 @@ def run_bounded(cmd: list[str], limit: float, env: dict[str, str] | None = None,
     except subprocess.TimeoutExpired:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(p.pid, signal.SIGKILL)
-        p.communicate()
-        raise MomentError(f"{' '.join(cmd[:6])} ... did not finish within {limit:.0f} s: it hangs") from None
+        _, err = p.communicate()
+        at = hung_test(err or "")
+        raise MomentError(f"{' '.join(cmd[:6])} ... did not finish within {limit:.0f} s: it hangs"
+                          + (f" ({at})" if at else "")) from None
     return subprocess.CompletedProcess(cmd, p.returncode, out, err)
+
+
+def hung_test(stderr: str) -> str | None:
+    """The test frame of the last stack dump on `stderr` (faulthandler prints the most recent call first), as
+    "tests/test_x.py, line N, in test_name"; None when there is none."""
+    frames = re.findall(r'File "[^"]*?(tests/test_[^"]+)", line (\d+) in (\w+)', stderr.rpartition("Timeout (")[2])
+    return f"{frames[0][0]}, line {frames[0][1]}, in {frames[0][2]}" if frames else None
 
 
 # ---- the CUDA tests ------------------------------------------------------------------------------------
