@@ -40,6 +40,40 @@ class Route:
     peer_idx: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))  # row in it
 
 
+class NodeBits:
+    """A set of nodes as a bit per node, in 64-bit words (1/8 B per node): a membership test is a load and a
+    shift per id. FixedSlots counts its cached ids in these words; a pack's cached rows are such a set
+    (moment.runtime.disk_tier)."""
+
+    def __init__(self, member: np.ndarray):
+        """`member`: a mask over the nodes."""
+        packed = np.packbits(member, bitorder="little")
+        self.bits = np.zeros(NodeBits.words(member.shape[0]), np.uint64)
+        self.bits.view(np.uint8)[: packed.shape[0]] = packed
+
+    @classmethod
+    def of(cls, ids: np.ndarray, num_nodes: int) -> NodeBits:
+        member = np.zeros(num_nodes, bool)
+        member[np.asarray(ids, np.int64)] = True
+        return cls(member)
+
+    @staticmethod
+    def words(num_nodes: int) -> int:
+        return (int(num_nodes) + 63) // 64
+
+    @staticmethod
+    def state_bytes(num_nodes: int) -> int:
+        return NodeBits.words(num_nodes) * 8
+
+    def has(self, ids: np.ndarray) -> np.ndarray:
+        """Mask: which of `ids` are in the set."""
+        return ((self.bits[ids >> 6] >> (ids & 63).astype(np.uint64)) & np.uint64(1)).astype(bool)
+
+    @property
+    def nbytes(self) -> int:
+        return self.bits.nbytes
+
+
 class FixedSlots:
     """Slot lookup for a cache whose contents never change: a bit per node (cached or not) and each 64-node
     word's count of cached nodes before it, so a cached id's rank among the cached ids is that count plus the
@@ -52,26 +86,17 @@ class FixedSlots:
 
     def __init__(self, ids: np.ndarray, num_nodes: int):
         ids = np.asarray(ids, np.int64)
-        words = FixedSlots._words(num_nodes)
-        cached = np.zeros(words * 64, bool)
-        cached[ids] = True
-        self.bits = np.packbits(cached, bitorder="little").view(np.uint64)
-        del cached
-        self.before = np.zeros(words, slot_dtype(ids.shape[0]))  # counts of cached ids: at most a slot number
+        self.bits = NodeBits.of(ids, num_nodes).bits
+        self.before = np.zeros(self.bits.shape[0], slot_dtype(ids.shape[0]))  # counts of cached ids: at most a slot
         np.cumsum(np.bitwise_count(self.bits[:-1]), out=self.before[1:])
         # the slot of the cached id of each rank (ids in ascending order)
         self.slot = np.argsort(ids, kind="stable").astype(slot_dtype(ids.shape[0]))
 
     @staticmethod
-    def _words(num_nodes: int) -> int:
-        return (int(num_nodes) + 63) // 64
-
-    @staticmethod
     def state_bytes(num_nodes: int, capacity: int) -> int:
         """`memory_bytes` for `capacity` cached rows of `num_nodes`: a bit and, per 64 nodes, a count; a slot per
         cached row."""
-        words = FixedSlots._words(num_nodes)
-        return words * 8 + (words + capacity) * slot_dtype(capacity).itemsize
+        return NodeBits.state_bytes(num_nodes) + (NodeBits.words(num_nodes) + capacity) * slot_dtype(capacity).itemsize
 
     def lookup(self, ids: np.ndarray) -> np.ndarray:
         """The slots of `ids`, every one of them cached (an id that is not gets another id's slot)."""

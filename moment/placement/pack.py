@@ -35,6 +35,7 @@ import numpy as np
 from pydantic import BaseModel, Field, ValidationError
 
 from moment import testpoints
+from moment.caching.tiers import NodeBits
 from moment.errors import NPZ_ERRORS, MomentError, validation_error
 from moment.io.sequences import subsequence
 from moment.locking import locked
@@ -288,9 +289,9 @@ def cached_mask(hot: np.ndarray, cached_rows: int, num_nodes: int) -> np.ndarray
 
 
 def cached_set_bytes(num_nodes: int) -> int:
-    """A bit per node: which rows the pack took as cached, so that no segment holds them (the disk tier reads
-    those from the layout and the rest of a batch's rows from its segment)."""
-    return (int(num_nodes) + 7) // 8
+    """Which rows the pack took as cached, so that no segment holds them (the disk tier holds them as a
+    `NodeBits`, reads those from the layout and the rest of a batch's rows from its segment)."""
+    return NodeBits.state_bytes(num_nodes)
 
 
 def pack_index_bytes(layout: str | Path, man: PackManifest) -> int:

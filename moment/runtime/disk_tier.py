@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from moment.caching.tiers import NodeBits
 from moment.caching.tiers import lookahead as lookahead_of
 from moment.errors import MomentError
 from moment.io.files import forget_pages
@@ -89,7 +90,7 @@ class DiskTier(Tier):
         self.planned_shares = planned_shares or {}
         self._check_files()
         self.pack, self.segments, self._pack_seed = None, None, t.pack_seed
-        self._pack_cached: np.ndarray | None = None  # a bit per node: the rows the pack took as cached
+        self._pack_cached: NodeBits | None = None  # the rows the pack took as cached
         if t.shape == "packed":
             self.pack, self.segments = open_pack(self.path, self.manifest, layout.pack, world_size=world_size,
                                                  rank=rank, hashes=self.verify)
@@ -231,14 +232,13 @@ class DiskTier(Tier):
         """Learn the rows the pack took as cached (`cached_mask` of the layout's hotness order `hot`): no
         segment holds them, and a run whose caches hold fewer misses them (`_issue_segments`)."""
         if self.pack is not None:
-            held = cached_mask(hot, self.pack.cached_rows, self.layout_rows.num_nodes)
-            self._pack_cached = np.packbits(held, bitorder="little")
+            self._pack_cached = NodeBits(cached_mask(hot, self.pack.cached_rows, self.layout_rows.num_nodes))
 
     def _not_packed(self, ids: np.ndarray) -> np.ndarray:
         """The positions among `ids` of rows the pack took as cached (none when it is not known)."""
         if self._pack_cached is None or not ids.shape[0]:
             return np.zeros(0, np.int64)
-        return np.flatnonzero((self._pack_cached[ids >> 3] >> (ids & 7).astype(np.uint8)) & 1)
+        return np.flatnonzero(self._pack_cached.has(ids))
 
     def _issue_segments(self, grp: list[_Part]) -> bool:
         """Read each batch of `grp` as its pack segment, whole and as written, and the rows no segment holds
