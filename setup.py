@@ -1,9 +1,10 @@
-"""Build hook for the optional native parts (sources in native/): the I/O engine (moment.io._native)
-and the DDAK kernel (moment.placement._ddak, loaded through ctypes).
+"""Build hook for the optional native parts (sources in native/): the I/O engine (moment.io._native),
+the DDAK kernel (moment.placement._ddak, loaded through ctypes) and the sampler's per-hop loops
+(moment.workload._sampling).
 
 Metadata lives in pyproject.toml; this file only declares the C extensions.  Both are optional: if the
 compiler or Python headers are missing, `pip install .` still succeeds, moment.io falls back to its
-pure-Python engine and DDAK to its NumPy method (`moment version` says which are in use).  liburing is used when a test program that includes <liburing.h> links;
+pure-Python engine, DDAK to its NumPy method and the sampler to its torch path (`moment version` says which are in use).  liburing is used when a test program that includes <liburing.h> links;
 the static archive is preferred so the built module does not need liburing at run time.
 """
 
@@ -72,6 +73,12 @@ setup(
             extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-ffp-contract=off"],
             define_macros=[("MOMENT_DDAK_MODULE", "1")],
             libraries=["m"],
+            optional=True,
+        ),
+        Extension(
+            "moment.workload._sampling",
+            sources=["native/sampling.c"],
+            extra_compile_args=["-O2", "-std=gnu11", "-Wall"],
             optional=True,
         ),
     ],

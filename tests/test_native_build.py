@@ -1,5 +1,5 @@
-"""The package build makes both native parts: a plain (non-editable) install reports the native DDAK
-kernel and the native I/O engines, with no compiler needed at run time."""
+"""The package build makes every native part: a plain (non-editable) install reports the native DDAK
+kernel, sampler loops and I/O engines, with no compiler needed at run time."""
 
 from __future__ import annotations
 
@@ -49,5 +49,7 @@ def test_plain_install_reports_native_ddak_and_io_engines(tmp_path: Path) -> Non
     assert rep["file"].startswith(str(target)), f"imported the checkout, not the install: {rep['file']}"
     assert rep["ddak"]["engine"] == "native" and rep["ddak"]["detail"].startswith("package build"), rep["ddak"]
     assert rep["io_backends"]["pthreads"] == "usable", rep["io_backends"]
+    assert rep["sampler"]["engine"] == "native" and rep["sampler"]["detail"].startswith("package build"), rep["sampler"]
+    assert list((target / "moment" / "workload").glob("_sampling*.so")), "the build did not make the sampler loops"
     # nothing was compiled at run time: the installed kernel was used
     assert not (tmp_path / "cache").exists()

@@ -160,7 +160,7 @@ def test_the_components_state_their_own_memory(data):
         reader.close()
     sampler = NeighborSampler(CSRGraph.from_dataset(ds), list(FAN))
     mb = sampler.sample(torch.arange(50))
-    assert sampler._map.local.nbytes + sampler._map.first.nbytes == NeighborSampler.map_bytes(n)
+    assert sampler._map.nbytes == NeighborSampler.map_bytes(n)
     assert mb.n_id.nbytes + mb.edge_index.nbytes == MiniBatch.id_bytes(mb.num_nodes, mb.edge_index.shape[1])
     assert Pipeline.held_batches(2) == Pipeline.held_batches(1) == 4  # 1 queued, 1 ahead, 1 assembled, 1 trained
 

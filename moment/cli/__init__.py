@@ -84,7 +84,7 @@ LISTING = {
     "train": "Train a GNN from a layout with NPROC data-parallel ranks (torchrun --standalone), or on "
              "several machines: `--nnodes N --node-rank K --rdzv-endpoint HOST:PORT` on each, with its own "
              "--layout.",
-    "version": "Print Moment's version and whether the native DDAK kernel and I/O engines are in use.",
+    "version": "Print Moment's version and whether the native DDAK kernel, sampler loops and I/O engines are in use.",
     "serve": "Serve the planner over HTTP: JSON under /v1 (plan, compare, simulate, scan, profiles, models, "
              "and place/probe jobs), the OpenAPI schema at /openapi.json, and the web page at / when "
              "installed.",

@@ -19,6 +19,12 @@ Semantics (PyG `NeighborLoader`-compatible, "directed" expansion):
   PyG's `trim_to_layer` expects; `MiniBatch.blocks()` gives the per-layer bipartite views.
 
 Every random draw comes from the sampler's `torch.Generator` (seeded), so a run is reproducible.
+
+Two paths give the same batches bit for bit: the per-hop loops in C (moment.workload._sampling, built with
+the package; each target's slots and each candidate's table entry touched once) and the vectorised torch
+code below, the spec, used when the extension is not built (or `native=False`). The C loops take the
+hop's uniforms from the same generator, drawn in one call: torch draws a CPU generator's doubles in
+sequence, so one draw of rounds x targets equals the torch path's one draw per round.
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ from moment.workload.graph import DEGREE_CHUNK, GraphDataset, degree_histogram
 from moment.workload.seeds import mix
 
 from moment.workload.spec import DEFAULT_FANOUTS  # noqa: E402 - declared with the workload's other defaults
+
+_native = batch_bytes.native_sampling()
 
 
 def _as_tensor(a: np.ndarray | torch.Tensor, copy: bool) -> torch.Tensor:
@@ -161,11 +169,12 @@ class NeighborSampler:
 
     @staticmethod
     def map_bytes(num_nodes: int) -> int:
-        """The node-sized table one sampler keeps (the default de-duplication, `_DenseMap`)."""
+        """The node-sized table one sampler keeps (the default de-duplication, `_DenseMap`, on the default path)."""
         return _DenseMap.bytes_for(num_nodes)
 
     def __init__(
-        self, graph: CSRGraph, fanouts: Sequence[int] = DEFAULT_FANOUTS, seed: int = 0, dedup: str = "map"
+        self, graph: CSRGraph, fanouts: Sequence[int] = DEFAULT_FANOUTS, seed: int = 0, dedup: str = "map",
+        native: bool = True,
     ):
         if not fanouts or any(int(f) <= 0 for f in fanouts):
             raise ValueError(f"fan-outs must be positive integers, got {list(fanouts)}")
@@ -176,6 +185,19 @@ class NeighborSampler:
         self.generator = torch.Generator().manual_seed(int(seed))
         self.dedup = dedup
         self._map: _DenseMap | None = None
+        self.native = native and _native is not None and graph.indptr.device.type == "cpu"
+
+    def _sample_native(self, targets: torch.Tensor, fanout: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """`sample_neighbors` in C: the same draws from the generator, the same result."""
+        targets = targets.to(torch.int64).contiguous()
+        m = targets.numel()
+        start, deg = np.empty(m, np.int64), np.empty(m, np.int64)
+        slots, partial, max_deg = _native.prepare(self.graph.indptr.numpy(), targets.numpy(), int(fanout), start, deg)
+        f = min(int(fanout), max_deg) if m else 0
+        u = torch.rand(f * partial, generator=self.generator, dtype=torch.float64)
+        nbr, dst = torch.empty(slots, dtype=torch.int64), torch.empty(slots, dtype=torch.int64)
+        _native.fill(self.graph.indices.numpy(), start, deg, f, u.numpy(), nbr.numpy(), dst.numpy())
+        return nbr, dst
 
     def sample_neighbors(self, targets: torch.Tensor, fanout: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Returns (neighbour global ids, index of each one's target in `targets`), both int64.
@@ -184,6 +206,8 @@ class NeighborSampler:
         above the targets' largest degree takes every slot of each, as that degree does (and draws nothing
         at random), so the matrix is only that wide: a huge fan-out costs what the graph holds, no more.
         """
+        if self.native:
+            return self._sample_native(targets, fanout)
         ip = self.graph.indptr
         targets = targets.to(torch.int64)
         m = targets.numel()
@@ -225,7 +249,7 @@ class NeighborSampler:
             raise ValueError("seeds must be distinct")
         if self.dedup == "map":
             if self._map is None:
-                self._map = _DenseMap(n)
+                self._map = _DenseMap(n, native=self.native)
             dedup = self._map
             dedup.start(seeds_t)
         else:
@@ -262,17 +286,28 @@ class _DenseMap:
     """
 
     @staticmethod
-    def bytes_for(n: int) -> int:
-        return batch_bytes.map_bytes(n)  # local and first
+    def bytes_for(n: int, native: bool = True) -> int:
+        return batch_bytes.map_bytes(n, native and _native is not None)  # local, and first on the torch path
 
-    def __init__(self, n: int):
+    def __init__(self, n: int, native: bool = False):
         self.local = torch.full((n,), -1, dtype=torch.int32)
-        self.first = torch.empty(n, dtype=torch.int32)
+        self.native = native and _native is not None
+        # the torch path's first-occurrence table (the C loop needs none)
+        self.first = None if self.native else torch.empty(n, dtype=torch.int32)
+
+    @property
+    def nbytes(self) -> int:
+        return self.local.nbytes + (0 if self.first is None else self.first.nbytes)
 
     def start(self, seeds: torch.Tensor) -> None:
         self.local[seeds] = torch.arange(seeds.numel(), dtype=torch.int32)
 
     def add(self, cand: torch.Tensor, m: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.native:
+            cand = cand.contiguous()
+            loc, new = torch.empty_like(cand), torch.empty_like(cand)
+            k = _native.dedup(self.local.numpy(), cand.numpy(), int(m), loc.numpy(), new.numpy())
+            return loc, new[:k]
         loc = self.local[cand]
         unseen = torch.nonzero(loc < 0).reshape(-1)
         c_new = cand[unseen]
@@ -286,7 +321,10 @@ class _DenseMap:
         return loc.to(torch.int64), new_nodes
 
     def reset(self, n_id: torch.Tensor) -> None:
-        self.local[n_id] = -1
+        if self.native:
+            _native.clear(self.local.numpy(), n_id.contiguous().numpy())
+        else:
+            self.local[n_id] = -1
 
 
 def _stable_dedup(known: torch.Tensor, cand: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
