@@ -185,7 +185,7 @@ class NeighborSampler:
         self.generator = torch.Generator().manual_seed(int(seed))
         self.dedup = dedup
         self._map: _DenseMap | None = None
-        self.native = native and _native is not None and graph.indptr.device.type == "cpu"
+        self.native = native and _native is not None
 
     def _sample_native(self, targets: torch.Tensor, fanout: int) -> tuple[torch.Tensor, torch.Tensor]:
         """`sample_neighbors` in C: the same draws from the generator, the same result."""
