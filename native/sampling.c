@@ -12,16 +12,31 @@
 #include <Python.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 static int get_vec(PyObject *o, Py_buffer *v, int writable, const char *name) {
     if (PyObject_GetBuffer(o, v, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) < 0)
         return -1;
     if (v->ndim != 1 || (v->itemsize != 4 && v->itemsize != 8)) {
-        PyErr_Format(PyExc_ValueError, "%s must be a 1-d array of 32- or 64-bit integers", name);
+        PyErr_Format(PyExc_ValueError, "%s must be a 1-d array of 32- or 64-bit numbers", name);
         PyBuffer_Release(v);
         return -1;
     }
     return 0;
+}
+
+/* get_vec for n objects (writable[i] == 'w': written); on a failure the buffers already taken are released. */
+static int get_vecs(int n, PyObject *const *o, Py_buffer *v, const char *writable, const char *const *name) {
+    for (int i = 0; i < n; i++)
+        if (get_vec(o[i], &v[i], writable[i] == 'w', name[i]) < 0) {
+            while (i--) PyBuffer_Release(&v[i]);
+            return -1;
+        }
+    return 0;
+}
+
+static void release_vecs(int n, Py_buffer *v) {
+    for (int i = 0; i < n; i++) PyBuffer_Release(&v[i]);
 }
 
 static int64_t at(const Py_buffer *v, Py_ssize_t i) {
@@ -34,16 +49,12 @@ PyDoc_STRVAR(prepare_doc, "prepare(indptr, targets, fanout, start, deg) -> (slot
              "outputs as long as targets.");
 
 static PyObject *prepare(PyObject *Py_UNUSED(m), PyObject *args) {
-    PyObject *oip, *otg, *ost, *odg;
+    PyObject *o[4];
     long long fanout;
-    if (!PyArg_ParseTuple(args, "OOLOO", &oip, &otg, &fanout, &ost, &odg)) return NULL;
-    Py_buffer ip, tg, st, dg;
-    if (get_vec(oip, &ip, 0, "indptr") < 0) return NULL;
-    if (get_vec(otg, &tg, 0, "targets") < 0) { PyBuffer_Release(&ip); return NULL; }
-    if (get_vec(ost, &st, 1, "start") < 0) { PyBuffer_Release(&ip); PyBuffer_Release(&tg); return NULL; }
-    if (get_vec(odg, &dg, 1, "deg") < 0) {
-        PyBuffer_Release(&ip); PyBuffer_Release(&tg); PyBuffer_Release(&st); return NULL;
-    }
+    if (!PyArg_ParseTuple(args, "OOLOO", &o[0], &o[1], &fanout, &o[2], &o[3])) return NULL;
+    Py_buffer v[4];
+    if (get_vecs(4, o, v, "rrww", (const char *const[]){"indptr", "targets", "start", "deg"}) < 0) return NULL;
+    Py_buffer ip = v[0], tg = v[1], st = v[2], dg = v[3];
     PyObject *ret = NULL;
     Py_ssize_t m = tg.shape[0], n = ip.shape[0] - 1, bad = -1;
     if (ip.itemsize != 8 || tg.itemsize != 8 || st.itemsize != 8 || dg.itemsize != 8 || st.shape[0] != m ||
@@ -55,10 +66,10 @@ static PyObject *prepare(PyObject *Py_UNUSED(m), PyObject *args) {
     int64_t *s = st.buf, *d = dg.buf, slots = 0, partial = 0, maxd = 0;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < m; i++) {
-        int64_t v = t[i];
-        if (v < 0 || v >= n) { bad = i; break; }
-        s[i] = p[v];
-        d[i] = p[v + 1] - p[v];
+        int64_t node = t[i];
+        if (node < 0 || node >= n) { bad = i; break; }
+        s[i] = p[node];
+        d[i] = p[node + 1] - p[node];
         if (d[i] > maxd) maxd = d[i];
         if (d[i] > fanout) { partial++; slots += fanout; } else slots += d[i];
     }
@@ -69,7 +80,7 @@ static PyObject *prepare(PyObject *Py_UNUSED(m), PyObject *args) {
     }
     ret = Py_BuildValue("LLL", (long long)slots, (long long)partial, (long long)maxd);
 done:
-    PyBuffer_Release(&ip); PyBuffer_Release(&tg); PyBuffer_Release(&st); PyBuffer_Release(&dg);
+    release_vecs(4, v);
     return ret;
 }
 
@@ -93,28 +104,19 @@ PyDoc_STRVAR(fill_doc, "fill(indices, start, deg, fanout, u, nbr, dst) -> None\n
              "int64 of `slots` (prepare's).");
 
 static PyObject *fill(PyObject *Py_UNUSED(m), PyObject *args) {
-    PyObject *oix, *ost, *odg, *ou, *onb, *ods;
+    PyObject *o[6];
     long long fanout;
-    if (!PyArg_ParseTuple(args, "OOOLOOO", &oix, &ost, &odg, &fanout, &ou, &onb, &ods)) return NULL;
-    Py_buffer ix, st, dg, u, nb, ds;
+    if (!PyArg_ParseTuple(args, "OOOLOOO", &o[0], &o[1], &o[2], &fanout, &o[3], &o[4], &o[5])) return NULL;
+    Py_buffer v[6];
+    if (get_vecs(6, o, v, "rrrrww", (const char *const[]){"indices", "start", "deg", "u", "nbr", "dst"}) < 0)
+        return NULL;
+    Py_buffer ix = v[0], st = v[1], dg = v[2], u = v[3], nb = v[4], ds = v[5];
     PyObject *ret = NULL;
-    int got = 0;
-    if (get_vec(oix, &ix, 0, "indices") < 0) goto release;
-    got++;
-    if (get_vec(ost, &st, 0, "start") < 0) goto release;
-    got++;
-    if (get_vec(odg, &dg, 0, "deg") < 0) goto release;
-    got++;
-    if (PyObject_GetBuffer(ou, &u, PyBUF_C_CONTIGUOUS) < 0) goto release;
-    got++;
-    if (get_vec(onb, &nb, 1, "nbr") < 0) goto release;
-    got++;
-    if (get_vec(ods, &ds, 1, "dst") < 0) goto release;
-    got++;
-    Py_ssize_t m = st.shape[0], ne = ix.shape[0], nu = u.len / (Py_ssize_t)sizeof(double), cap = nb.shape[0];
+    Py_ssize_t m = st.shape[0], ne = ix.shape[0], nu = u.shape[0], cap = nb.shape[0];
     if (st.itemsize != 8 || dg.itemsize != 8 || nb.itemsize != 8 || ds.itemsize != 8 || dg.shape[0] != m ||
-        ds.shape[0] != cap || fanout < 0) {
-        PyErr_SetString(PyExc_ValueError, "start, deg, nbr and dst must be int64 (deg as long as start, dst as nbr)");
+        ds.shape[0] != cap || fanout < 0 || strcmp(u.format, "d") != 0) {
+        PyErr_SetString(PyExc_ValueError, "start, deg, nbr and dst must be int64 (deg as long as start, dst as nbr), "
+                        "u float64");
         goto release;
     }
     const int64_t *s = st.buf, *d = dg.buf;
@@ -160,12 +162,7 @@ static PyObject *fill(PyObject *Py_UNUSED(m), PyObject *args) {
     ret = Py_None;
     Py_INCREF(ret);
 release:
-    if (got > 0) PyBuffer_Release(&ix);
-    if (got > 1) PyBuffer_Release(&st);
-    if (got > 2) PyBuffer_Release(&dg);
-    if (got > 3) PyBuffer_Release(&u);
-    if (got > 4) PyBuffer_Release(&nb);
-    if (got > 5) PyBuffer_Release(&ds);
+    release_vecs(6, v);
     return ret;
 }
 
@@ -175,16 +172,12 @@ PyDoc_STRVAR(dedup_doc, "dedup(local, cand, m, loc, new) -> number of new ids\n"
              "(-1: not in the batch), updated; cand: int64; loc, new: int64 as long as cand.");
 
 static PyObject *dedup(PyObject *Py_UNUSED(mod), PyObject *args) {
-    PyObject *olc, *ocd, *olo, *onw;
+    PyObject *o[4];
     long long m;
-    if (!PyArg_ParseTuple(args, "OOLOO", &olc, &ocd, &m, &olo, &onw)) return NULL;
-    Py_buffer lc, cd, lo, nw;
-    if (get_vec(olc, &lc, 1, "local") < 0) return NULL;
-    if (get_vec(ocd, &cd, 0, "cand") < 0) { PyBuffer_Release(&lc); return NULL; }
-    if (get_vec(olo, &lo, 1, "loc") < 0) { PyBuffer_Release(&lc); PyBuffer_Release(&cd); return NULL; }
-    if (get_vec(onw, &nw, 1, "new") < 0) {
-        PyBuffer_Release(&lc); PyBuffer_Release(&cd); PyBuffer_Release(&lo); return NULL;
-    }
+    if (!PyArg_ParseTuple(args, "OOLOO", &o[0], &o[1], &m, &o[2], &o[3])) return NULL;
+    Py_buffer v[4];
+    if (get_vecs(4, o, v, "wrww", (const char *const[]){"local", "cand", "loc", "new"}) < 0) return NULL;
+    Py_buffer lc = v[0], cd = v[1], lo = v[2], nw = v[3];
     PyObject *ret = NULL;
     Py_ssize_t k = cd.shape[0], n = lc.shape[0], bad = -1;
     if (lc.itemsize != 4 || cd.itemsize != 8 || lo.itemsize != 8 || nw.itemsize != 8 || lo.shape[0] != k ||
@@ -198,13 +191,13 @@ static PyObject *dedup(PyObject *Py_UNUSED(mod), PyObject *args) {
     }
     int32_t *l = lc.buf;
     const int64_t *c = cd.buf;
-    int64_t *o = lo.buf, *fresh = nw.buf, nn = 0;
+    int64_t *out = lo.buf, *fresh = nw.buf, nn = 0;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < k; i++) {
-        int64_t v = c[i];
-        if (v < 0 || v >= n) { bad = i; break; }
-        if (l[v] < 0) { l[v] = (int32_t)(m + nn); fresh[nn++] = v; }
-        o[i] = l[v];
+        int64_t node = c[i];
+        if (node < 0 || node >= n) { bad = i; break; }
+        if (l[node] < 0) { l[node] = (int32_t)(m + nn); fresh[nn++] = node; }
+        out[i] = l[node];
     }
     Py_END_ALLOW_THREADS
     if (bad >= 0) {  /* leave the table as it was: the ids this call added go back to -1 */
@@ -214,7 +207,7 @@ static PyObject *dedup(PyObject *Py_UNUSED(mod), PyObject *args) {
     }
     ret = PyLong_FromLongLong(nn);
 done:
-    PyBuffer_Release(&lc); PyBuffer_Release(&cd); PyBuffer_Release(&lo); PyBuffer_Release(&nw);
+    release_vecs(4, v);
     return ret;
 }
 
@@ -222,11 +215,11 @@ PyDoc_STRVAR(clear_doc, "clear(local, ids) -> None\n"
              "local[ids] = -1: the batch's nodes leave the table (local: int32; ids: int64, each a node of it).");
 
 static PyObject *clear(PyObject *Py_UNUSED(mod), PyObject *args) {
-    PyObject *olc, *oid;
-    if (!PyArg_ParseTuple(args, "OO", &olc, &oid)) return NULL;
-    Py_buffer lc, id;
-    if (get_vec(olc, &lc, 1, "local") < 0) return NULL;
-    if (get_vec(oid, &id, 0, "ids") < 0) { PyBuffer_Release(&lc); return NULL; }
+    PyObject *o[2];
+    if (!PyArg_ParseTuple(args, "OO", &o[0], &o[1])) return NULL;
+    Py_buffer v[2];
+    if (get_vecs(2, o, v, "wr", (const char *const[]){"local", "ids"}) < 0) return NULL;
+    Py_buffer lc = v[0], id = v[1];
     PyObject *ret = NULL;
     Py_ssize_t k = id.shape[0], n = lc.shape[0], bad = -1;
     if (lc.itemsize != 4 || id.itemsize != 8) {
@@ -234,20 +227,20 @@ static PyObject *clear(PyObject *Py_UNUSED(mod), PyObject *args) {
         goto done;
     }
     int32_t *l = lc.buf;
-    const int64_t *v = id.buf;
+    const int64_t *ids = id.buf;
     for (Py_ssize_t i = 0; i < k; i++)
-        if (v[i] < 0 || v[i] >= n) { bad = i; break; }
+        if (ids[i] < 0 || ids[i] >= n) { bad = i; break; }
     if (bad >= 0) {
-        PyErr_Format(PyExc_IndexError, "node %lld is not in the table of %zd nodes", (long long)v[bad], n);
+        PyErr_Format(PyExc_IndexError, "node %lld is not in the table of %zd nodes", (long long)ids[bad], n);
         goto done;
     }
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < k; i++) l[v[i]] = -1;
+    for (Py_ssize_t i = 0; i < k; i++) l[ids[i]] = -1;
     Py_END_ALLOW_THREADS
     ret = Py_None;
     Py_INCREF(ret);
 done:
-    PyBuffer_Release(&lc); PyBuffer_Release(&id);
+    release_vecs(2, v);
     return ret;
 }
 

@@ -29,8 +29,8 @@ CUDA_LAYER: dict[str, tuple[str, ...]] = {
 }
 #: tests with a CUDA side for code that has no CUDA-only line (it runs on both devices): the store's rows
 #: through pinned staging, the row exchange on NCCL, the NaN guard without a host sync
-SLOW_TEST_S = 120  # no CUDA test takes a tenth of this (39 s for all of them on an H200)
 CUDA_TOO = ("tests/test_exchange.py", "tests/test_store.py", "tests/test_finite.py")
+SLOW_TEST_S = 120  # no CUDA test takes a tenth of this (39 s for all of them on an H200)
 
 
 def files() -> list[str]:
