@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 import numpy as np
@@ -245,10 +246,11 @@ def _mapped_kib(path_part: str, perms: str) -> int:
     `perms` (/proc/self/smaps)."""
     from pathlib import Path
 
+    header = re.compile(r"[0-9a-f]+-[0-9a-f]+ ")  # every mapping's first line, anonymous ones (5 fields) too
     found, rss = False, 0
     for line in Path("/proc/self/smaps").read_text().splitlines():
         head = line.split()
-        if len(head) >= 6 and "-" in head[0] and not line.endswith("kB"):
+        if header.match(line):
             found = path_part in line and head[1] == perms
         elif found and line.startswith("Rss:"):
             rss += int(head[1])
