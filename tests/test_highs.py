@@ -45,6 +45,28 @@ def test_a_batch_of_placement_lps_solves_to_scipys_point(profile, inventory, for
     assert np.array_equal(mine.x, ref.x)
 
 
+@pytest.mark.parametrize("profile, inventory, formulation", [
+    ("paper-machine-b", Inventory.simple(4, 8), "auto"),
+    ("paper-machine-b", Inventory.simple(9, 11, "T4", "990-PRO"), "auto"),
+    ("asus-esc8000a-e12", Inventory.simple(2, 6), "auto"),
+    ("hgx-a100-8gpu", Inventory.simple(0, 3), "edges"),  # NVLink
+])
+@pytest.mark.parametrize("data", ["planned", "even"])
+def test_the_searches_screening_lps_give_the_times_presolve_gives(profile, inventory, formulation, data):
+    """The searches compare times only, within a relative tolerance far above rounding: solved without presolve
+    (`screen`) every placement's time is the presolved one's to within 1e-9, so the same placements win."""
+    bare = strip(load_profile(profile))[0]
+    tpl = ChassisTemplate(bare)
+    listed = enumerate_placements(bare, inventory).distinct
+    nets = [tpl.network(p, WorkloadSpec()) for p in listed[:: max(1, len(listed) // 40)][:40]]  # across the list
+    full = [s.epoch_read_s for s in planner_lp.solve_lp_batch(nets, formulation=formulation, data=data)]
+    screened = [s.epoch_read_s for s in planner_lp.solve_lp_batch(nets, formulation=formulation, data=data,
+                                                                  screen=True)]
+    assert len(set(full)) > 1 or data == "even" and "hgx" in profile  # placements that differ (the HGX's
+    # three SSDs spread evenly over its bays are equally fast wherever they go)
+    np.testing.assert_allclose(screened, full, rtol=1e-9, atol=0)
+
+
 def test_an_infeasible_lp_is_not_ok_as_scipy_says():
     # x0 + x1 = 3 with both in [0, 1]
     lp = {"c": np.array([1.0, 1.0]), "A_ub": (np.array([0]), np.array([0]), np.array([1.0])), "b_ub": np.array([5.0]),

@@ -278,7 +278,7 @@ class BranchAndBound:
             out.append(None)
         self.nodes += len(partials)
         self.lps += len(nets)
-        times = iter(s.epoch_read_s for s in solve_lp_batch(nets, data=datas)) if nets else iter(())
+        times = iter(s.epoch_read_s for s in solve_lp_batch(nets, data=datas, screen=True)) if nets else iter(())
         return [min(cap, next(times)) if b is None else b for b in out]
 
     def _rest(self, taken: frozenset, no_dw: frozenset, step: int, low: int, best: float) -> Rest | None:

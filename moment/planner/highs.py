@@ -62,8 +62,10 @@ def _csc(blocks: list[tuple[Coo, int]], n_col: int) -> tuple[np.ndarray, np.ndar
 
 
 def linprog(c: np.ndarray, *, A_ub: Coo, b_ub: np.ndarray, A_eq: Coo, b_eq: np.ndarray,
-            bounds: np.ndarray) -> Result:
-    """min c x subject to A_ub x <= b_ub, A_eq x = b_eq, bounds[:, 0] <= x <= bounds[:, 1]."""
+            bounds: np.ndarray, presolve: bool = True) -> Result:
+    """min c x subject to A_ub x <= b_ub, A_eq x = b_eq, bounds[:, 0] <= x <= bounds[:, 1]. `presolve`: HiGHS'
+    presolve, which on the planner's small LPs costs more than it saves, but picks the optimal vertex that
+    the predictions report (their bottlenecks) where the optimum is not unique."""
     c = np.asarray(c, dtype=float)
     b_ub, b_eq = np.asarray(b_ub, dtype=float), np.asarray(b_eq, dtype=float)
     bounds = np.asarray(bounds, dtype=float)
@@ -87,7 +89,7 @@ def linprog(c: np.ndarray, *, A_ub: Coo, b_ub: np.ndarray, A_eq: Coo, b_eq: np.n
     lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = n_col, n_ub + n_eq
     lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = start, index, value
     h = highspy._Highs()  # the bare solver: `highspy.Highs` prints a banner on stdout
-    for key, val in (("output_flag", False), ("log_to_console", False), ("presolve", "on"),
+    for key, val in (("output_flag", False), ("log_to_console", False), ("presolve", "on" if presolve else "off"),
                      ("simplex_strategy", 1)):  # 1: dual simplex
         h.setOptionValue(key, val)
     if h.passModel(lp) == highspy.HighsStatus.kError:

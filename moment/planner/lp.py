@@ -345,17 +345,21 @@ def _balanced(net: FlowNetwork, p: _Parts, first: Solution) -> Solution:
 
 
 def solve_lp_batch(nets: list[FlowNetwork], *, formulation: str = "auto",
-                   data: str | Sequence[str] = "planned") -> list[Solution]:
+                   data: str | Sequence[str] = "planned", screen: bool = False) -> list[Solution]:
     """Solve several networks' LPs in one HiGHS call (the call overhead dominates small LPs). `data`:
-    the data placement of every network, or of each (see `solve_lp`)."""
+    the data placement of every network, or of each (see `solve_lp`). `screen`: only the times are read (the
+    searches' LPs, which compare placements within a tolerance): solved without presolve, 1.1-1.2x faster
+    over `moment advise` and the same times to within rounding; the prediction of the chosen placement is
+    solved with it (`solve_lp`), so its reported loads are unchanged."""
     datas = [data] * len(nets) if isinstance(data, str) else list(data)
     parts = [_parts(n, formulation, d) for n, d in zip(nets, datas, strict=True)]
     lp = _stack(parts)
     col0 = lp.pop("col0")
-    res = linprog(**lp)
+    res = linprog(**lp, presolve=not screen)
     if not res.ok:
         if len(nets) > 1:  # find the culprit and report it alone
-            return [s for n, d in zip(nets, datas) for s in solve_lp_batch([n], formulation=formulation, data=d)]
+            return [s for n, d in zip(nets, datas)
+                    for s in solve_lp_batch([n], formulation=formulation, data=d, screen=screen)]
         raise MomentError(f"the placement LP has no solution ({res.message.strip()})",
                           hint="is every GPU reachable from the storage (check links and slots)?")
     out = []

@@ -315,7 +315,8 @@ def _exhaustive(bare: Topology, template: ChassisTemplate, space: search.SearchS
     solved: dict[int, Solution] = {}  # class (index into reps) -> its LP
 
     def solve(batch: list[int]) -> None:
-        sols = solve_lp_batch([template.network(placement(j), workload) for j in batch], data=data)
+        sols = solve_lp_batch([template.network(placement(j), workload) for j in batch], data=data,
+                               screen=True)
         solved.update(zip(batch, sols))
         if progress is not None:
             progress(len(solved), len(ranked))
