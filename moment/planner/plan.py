@@ -26,7 +26,7 @@ from moment.planner.lp import solve_lp_batch
 from moment.planner.network import ChassisTemplate
 from moment.planner.solution import Solution
 from moment.planner.symmetry import node_label
-from moment.planner.tiebreak import TIE_REL, preference_arrays
+from moment.planner.tiebreak import TIE_REL, preference_arrays, preference_order
 from moment.topology.devices import DeviceModel, Inventory, find_model, fits, populate, strip
 from moment.topology.model import A_KIND, Kind, Topology
 from moment.workload.spec import WorkloadSpec
@@ -149,16 +149,17 @@ class SearchCache:
         self._free = self.bare.empty_slots()
         self._looks: dict[str, Hashable] = {}
         self._alike: dict[Hashable, tuple[tuple[str, ...], Best]] = {}
-        self._preferences: dict[Hashable, tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]] = {}
+        self._preferences: dict[Hashable, tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
 
-    def preferences(self, space: search.SearchSpace) -> tuple[np.ndarray, np.ndarray]:
-        """`tiebreak.preference_arrays` of `space`, once per shared listing, models' widths and order of
-        their names (all they depend on besides the chassis)."""
+    def preferences(self, space: search.SearchSpace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`tiebreak.preference_arrays` of `space` and their `preference_order`, once per shared listing, models'
+        widths and order of their names (all they depend on besides the chassis)."""
         key = (id(space.rows), tuple(find_model(m).lanes for m in space.models),
                tuple(sorted(range(len(space.models)), key=space.models.__getitem__)))
         found = self._preferences.get(key)
         if found is None or found[0] is not space.rows:  # (the rows are held, so their id is not reused)
-            found = self._preferences[key] = (space.rows, preference_arrays(space, self.bare))
+            wasted, order = preference_arrays(space, self.bare)
+            found = self._preferences[key] = (space.rows, (wasted, order, preference_order(wasted, order)))
         return found[1]
 
     def _look(self, m: DeviceModel) -> Hashable:
@@ -281,14 +282,21 @@ def _nothing_found(inventory: Inventory, bare: Topology, timeout: float | None) 
 def _exhaustive(bare: Topology, template: ChassisTemplate, space: search.SearchSpace, workload: WorkloadSpec,
                 deadline: float | None, progress: Callable[[int, int], None] | None,
                 canon: CapacityCanon | None = None, tree: TreeBound | None = None, data: str = "planned",
-                prefer: Callable[[search.SearchSpace], tuple[np.ndarray, np.ndarray]] | None = None) -> _Found:
+                prefer: Callable[[search.SearchSpace], tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
+                ) -> _Found:
     """Every listed candidate, one LP per capacity-equivalence class, solved in lower-bound order
     (`canon`, `tree`: the chassis' own, from a `SearchCache`)."""
     # One LP per capacity-equivalence class, solved on the class's preferred member. The members
     # share one capacity graph, hence their link bounds: those are computed for representatives only.
     labels = (canon or CapacityCanon(template)).classes(space)
-    wasted, order = prefer(space) if prefer is not None else preference_arrays(space, bare)
-    by_preference = np.lexsort((*order.T[::-1], wasted, labels))
+    if prefer is not None:
+        wasted, order, preferred_first = prefer(space)
+    else:
+        wasted, order = preference_arrays(space, bare)
+        preferred_first = preference_order(wasted, order)
+    # by class, each class's members from the preferred on: the listing's preference order (one per listing
+    # in a SearchCache) sorted stably by class, as sorting by (class, wasted lanes, slot order) would
+    by_preference = preferred_first[np.argsort(labels[preferred_first], kind="stable")]
     first = np.ones(len(by_preference), dtype=bool)
     first[1:] = labels[by_preference][1:] != labels[by_preference][:-1]
     reps = by_preference[first]  # each class's preferred member

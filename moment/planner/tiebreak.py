@@ -75,6 +75,11 @@ def preference_arrays(space: SearchSpace, topo: Topology) -> tuple[np.ndarray, n
     return wasted, codes[placed[:, by_id]].reshape(n, devices)
 
 
+def preference_order(wasted: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """The placements of `preference_arrays` from the preferred on (wasted lanes, then slot order; ties by index)."""
+    return np.lexsort((*order.T[::-1], wasted))
+
+
 def wasted_lanes(placement: dict[str, str], topo: Topology) -> int:
     """Lanes of wide slots taken by narrow cards (kept free for later GPUs)."""
     return sum(topo.node(s).width - find_model(m).lanes for s, m in placement.items())
