@@ -69,3 +69,19 @@ def test_the_native_pass_plans_as_numpy_does(monkeypatch, align):
                 # the place order groups the rows by run, runs in order (the reader copies a window's rows by it)
                 assert np.array_equal(np.sort(native.order), np.arange(n))
                 assert (np.diff(native.row_run[native.order]) >= 0).all()
+
+
+@pytest.mark.parametrize("shape", ["rows", "block", "packed"])
+@pytest.mark.parametrize("density", [0.02, 0.3, 0.9])
+def test_a_plans_price_is_the_price_of_the_plan_the_shape_makes(shape, density):
+    """`plan_price` (what a disk tier weighs against reading a pack segment whole) is the cost model's price
+    of exactly the reads `plan` makes of those rows, whichever gap the shape picks."""
+    s = SHAPES[shape]
+    rng = np.random.default_rng(5)
+    off = np.flatnonzero(rng.random(6000) < density) * ROW  # one file, rows in place order
+    f = np.zeros(off.shape[0], np.int32)
+    window = 1 << 20
+    p = s.plan(f, off, ROW, ALIGN, window)
+    placed = merge.Placed(np.arange(off.shape[0]), f, off)
+    assert s.plan_price(placed, ROW, ALIGN, window) == pytest.approx(s.price(len(p), p.bytes), rel=1e-12)
+    assert s.longest(ALIGN, window) == min(s.max_request, window) and (p.length <= s.longest(ALIGN, window) + ALIGN).all()

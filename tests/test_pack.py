@@ -106,6 +106,43 @@ def test_store_reads_tagged_batches_from_the_pack_bit_exactly(packed, cpu_rows):
     store.close()
 
 
+@pytest.mark.parametrize("disk", ["this VM's", "requests free"])
+def test_a_cache_far_larger_than_the_pack_assumed_reads_a_segment_whole_where_that_costs_the_disk_no_more(
+        packed, disk):
+    """A run whose CPU cache holds five times the rows the pack took as cached (a --data-only run's, with no model
+    step to fit) asks about two fifths of each segment: on this VM's disk model the general path's reads of those
+    rows (gaps merged) cost about what one read of the whole segment costs, so each batch reads its segment whole
+    and skips the general path's sort, search and merge. On a disk whose requests cost nothing, a cache of all but
+    the coldest 2.5% of the rows leaves each segment a few rows to read, in fewer bytes than the segment: the
+    general path. Every row bit-exact either way."""
+    import dataclasses
+
+    ds, layout, man, feats = packed
+    rows = 5 * man.cached_rows if disk == "this VM's" else ds.num_nodes - ds.num_nodes // 40
+    store = open_tiers(layout, RankPlace(rank=1, local_rank=1, world_size=2, local_world_size=2),
+                       StoreOptions(cpu_rows=rows, gpu_rows=0, shape="packed", superbatch=3,
+                                    buffer_bytes=256 << 10, pack_seed=SEED))
+    disk_tier = store.find(DiskTier)
+    if disk == "requests free":
+        disk_tier.shape = dataclasses.replace(disk_tier.shape, iops=float("inf"))
+    tr = _trace(ds, 1)
+    per = len(tr) // 2
+    for t in range(len(tr)):
+        b = tr.batch(t)
+        assert torch.equal(store.complete(store.submit(torch.from_numpy(b), tag=((SEED, t // per, 1), t % per))),
+                           torch.from_numpy(feats[b]))
+    st = store.tier_stats()
+    seg = Segments.load(pack_path(layout) / man.files[1].index)
+    whole = sum(seg.rows_in(seg.find(t // per, t % per)) for t in range(len(tr))) * ds.row_bytes
+    asked = st["rows"]["ssd"] * ds.row_bytes
+    assert asked < 0.5 * whole  # the cache holds most of each segment's rows: the first rule (1/4 more) refuses
+    if disk == "requests free":
+        assert disk_tier.segment_batches == 0 and st["ssd_bytes_read"] < whole
+    else:
+        assert disk_tier.segment_batches == len(tr) and st["ssd_bytes_read"] >= whole
+    store.close()
+
+
 def test_a_run_reads_its_validation_batches_from_the_pack(packed):
     """A validation batch tagged as the run's loader tags it reads its uncached rows from its segment (one
     read, not one per row), bit-exact; an epoch the pack does not hold, and the test split, from the layout."""

@@ -57,16 +57,30 @@ class Shape:
         return dataclasses.replace(self, merge_gap=self.merge_gap if merge_gap is None else int(merge_gap),
                                    max_request=self.max_request if max_request is None else int(max_request))
 
+    def longest(self, align: int, window: int) -> int:
+        """The longest read of a plan (`max_request`, and no longer than the reader's staging buffer)."""
+        return min(self.max_request, max(int(window), int(align)))
+
+    def _gap(self, placed: Placed, row_bytes: int, align: int, window: int, sizes: np.ndarray | None) -> int:
+        """The merge gap of the plan of `placed`: with `merge_gap` -1 the one (among `GAPS`) whose plan costs
+        least, the smallest gap on a tie; else `merge_gap`."""
+        if self.merge_gap >= 0:
+            return self.merge_gap
+        longest = self.longest(align, window)
+        return min((g for g in GAPS if g <= self.max_request),
+                   key=lambda g: self.price(*run_count(placed, row_bytes, align, g, longest, sizes)))
+
     def plan(self, f: np.ndarray, off: np.ndarray, row_bytes: int, align: int, window: int,
              sizes: np.ndarray | None = None) -> Plan:
-        """The reads of one job: with `merge_gap` -1 the plan of the gap (among `GAPS`) that costs least,
-        the smallest gap on a tie; no read longer than `window` (the reader's staging buffer)."""
-        gaps = [g for g in GAPS if g <= self.max_request] if self.merge_gap < 0 else [self.merge_gap]
-        longest = min(self.max_request, max(int(window), int(align)))
+        """The reads of one job (`_gap`); no read longer than `window` (the reader's staging buffer)."""
         placed = place(f, off)  # sorted once for every gap's plan
-        if len(gaps) > 1:
-            gaps = [min(gaps, key=lambda g: self.price(*run_count(placed, row_bytes, align, g, longest, sizes)))]
-        return plan_runs(f, off, row_bytes, align, gaps[0], longest, sizes, placed)
+        gap = self._gap(placed, row_bytes, align, window, sizes)
+        return plan_runs(f, off, row_bytes, align, gap, self.longest(align, window), sizes, placed)
+
+    def plan_price(self, placed: Placed, row_bytes: int, align: int, window: int) -> float:
+        """Seconds the disk takes for the reads `plan` makes of the rows `placed`."""
+        gap = self._gap(placed, row_bytes, align, window, None)
+        return self.price(*run_count(placed, row_bytes, align, gap, self.longest(align, window)))
 
 
 def _disk(name: str, default: float) -> float:

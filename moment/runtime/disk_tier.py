@@ -24,7 +24,7 @@ from moment.caching.tiers import NodeBits
 from moment.caching.tiers import lookahead as lookahead_of
 from moment.errors import MomentError
 from moment.io.files import forget_pages
-from moment.io.merge import SHAPES, SIZE_BUCKETS, place
+from moment.io.merge import SHAPES, SIZE_BUCKETS, Placed, place
 from moment.io.rows import copy_rows
 from moment.io.trace import rank_trace
 from moment.outputs import bad_chunk
@@ -37,8 +37,8 @@ from moment.runtime.run_plan import TierPlan
 from moment.runtime.tier import LayoutRows, Tier
 from moment.workload.seeds import SPLIT_TAGS
 
-# a batch reads its segment whole when the segment holds at most this much more than it asks: the general path
-# reads about as much, since it merges the gaps between a segment's rows it needs (moment.io.merge)
+# a batch reads its segment whole when the segment holds at most this much more than it asks, or when reading it
+# whole costs the disk at most this much more than the general path's reads of the rows it asks (`_whole_pays`)
 SEGMENT_SLACK = 1 / 4
 _EVAL_BY_TAG = {SPLIT_TAGS[s]: s for s in EVAL_SPLITS}  # an evaluation batch's key tag -> its split
 
@@ -244,7 +244,8 @@ class DiskTier(Tier):
         """Read each batch of `grp` as its pack segment, whole and as written, and the rows no segment holds
         (those the pack took as cached, which this run's caches do not hold) from the layout; False (nothing
         issued) when a batch has no segment, when the rest of its rows are not its segment's (in order), or
-        when the segment holds much more than they (`SEGMENT_SLACK`).
+        when the segment holds much more than they and reading it whole costs the disk more than reading them
+        (`SEGMENT_SLACK`, `_whole_pays`).
 
         Why: that is every batch of a packed run whose caches are about those the pack was written for, and
         then the general path's work (one sort of the group's rows to merge them, the pack lookup, a second
@@ -263,10 +264,11 @@ class DiskTier(Tier):
                 keep = np.ones(p.ids.shape[0], bool)
                 keep[out] = False
             inside = p.ids if keep is None else p.ids[keep]
-            if self.segments.rows_in(p.segment) > inside.shape[0] * (1 + SEGMENT_SLACK):
-                return False
             rows = self.segments.rows_of(p.segment, inside)
             if rows is None:
+                return False
+            k = self.segments.rows_in(p.segment)
+            if k > inside.shape[0] * (1 + SEGMENT_SLACK) and not self._whole_pays(rows, k):
                 return False
             found.append((out, keep, rows))
         # the job: the rows no segment holds, in place order, then the segments; the pack file is the last of
@@ -295,6 +297,22 @@ class DiskTier(Tier):
         self._submit(grp, Job(np.concatenate(files), np.concatenate(offsets), self.shape.limited(merge_gap=0)))
         self.segment_batches += len(grp)
         return True
+
+    def _whole_pays(self, rows: np.ndarray, k: int) -> bool:
+        """Whether reading a segment of `k` rows whole costs the disk at most 1 + SEGMENT_SLACK times the reads the
+        general path would make of its `rows` (the shape's plan and cost model, moment.io.merge). Why: a run whose
+        caches hold more than the pack was written for (a --data-only run has no model step to fit, so its CPU
+        cache is larger) asks a part of each segment; where that part is dense, the general path merges the gaps
+        and reads about the whole segment anyway (883 of 898 MB on the 8M bench's data-only run), after a sort,
+        a search and a merge of every batch's rows that cost the CPU the model needs."""
+        if not rows.shape[0]:
+            return False
+        rb, align, window = self.layout_rows.row_bytes, self.reader.align, self.reader.window
+        at = np.sort(rows) * rb
+        asked = self.shape.plan_price(Placed(np.arange(at.shape[0]), np.zeros(at.shape[0], np.int32), at),
+                                      rb, align, window)
+        longest = self.shape.longest(align, window)
+        return self.shape.price(-(-k * rb // longest), k * rb) <= (1 + SEGMENT_SLACK) * asked
 
     def _submit(self, grp: list[_Part], job: Job) -> None:
         """Read `job` for the batches of `grp`: its destination goes back once the last of them is completed."""
