@@ -61,14 +61,17 @@ class Shape:
         """The longest read of a plan (`max_request`, and no longer than the reader's staging buffer)."""
         return min(self.max_request, max(int(window), int(align)))
 
-    def _gap(self, placed: Placed, row_bytes: int, align: int, window: int, sizes: np.ndarray | None) -> int:
-        """The merge gap of the plan of `placed`: with `merge_gap` -1 the one (among `GAPS`) whose plan costs
-        least, the smallest gap on a tie; else `merge_gap`."""
-        if self.merge_gap >= 0:
-            return self.merge_gap
+    def _least(self, placed: Placed, row_bytes: int, align: int, window: int, sizes: np.ndarray | None
+               ) -> tuple[float, int]:
+        """(price, merge gap) of the least costly plan of `placed` among the shape's gaps (`merge_gap`, or with -1
+        those of `GAPS`), the smallest gap on a tie."""
+        gaps = [self.merge_gap] if self.merge_gap >= 0 else [g for g in GAPS if g <= self.max_request]
         longest = self.longest(align, window)
-        return min((g for g in GAPS if g <= self.max_request),
-                   key=lambda g: self.price(*run_count(placed, row_bytes, align, g, longest, sizes)))
+        return min((self.price(*run_count(placed, row_bytes, align, g, longest, sizes)), g) for g in gaps)
+
+    def _gap(self, placed: Placed, row_bytes: int, align: int, window: int, sizes: np.ndarray | None) -> int:
+        """The merge gap of the plan of `placed` (`_least`; a fixed `merge_gap` without pricing it)."""
+        return self.merge_gap if self.merge_gap >= 0 else self._least(placed, row_bytes, align, window, sizes)[1]
 
     def plan(self, f: np.ndarray, off: np.ndarray, row_bytes: int, align: int, window: int,
              sizes: np.ndarray | None = None) -> Plan:
@@ -79,8 +82,7 @@ class Shape:
 
     def plan_price(self, placed: Placed, row_bytes: int, align: int, window: int) -> float:
         """Seconds the disk takes for the reads `plan` makes of the rows `placed`."""
-        gap = self._gap(placed, row_bytes, align, window, None)
-        return self.price(*run_count(placed, row_bytes, align, gap, self.longest(align, window)))
+        return self._least(placed, row_bytes, align, window, None)[0]
 
 
 def _disk(name: str, default: float) -> float:
