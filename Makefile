@@ -8,7 +8,8 @@ GPUS ?= 4
 SSDS ?= 8
 # pytest-xdist workers: one more than the cores this process may run on (CI's machine has 2). Many tests wait
 # on what they start (torchrun agents, rendezvous timeouts, a browser, sockets), leaving a core idle; the extra
-# worker fills it. The whole suite on 2 cores, clean clone: 3 workers 308 s, 2 workers 359 s (179% of the two cores busy), 4 workers 334 s
+# worker fills it. The whole suite on 2 cores, clean clone, 2 -> 3 workers in two pairs: 359 -> 308 s and 391 -> 383 s
+# (the cores 179-180% -> 189-191% busy); 4 workers took 334 s
 JOBS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 2) + 1 )))
 
 .PHONY: run test test-fast venv install install-dev test-tools liburing lint bench clean
