@@ -18,6 +18,8 @@ from moment.cost.requests import AdviseRequest, advise
     "machine_watts", "overrides", "data", "machines_max", "nic", "nics", "switch_gbit"))
 def advise_cmd(
     json_out: bool = typer.Option(False, "--json", help="print one JSON object (for scripts) instead of tables"),
+    jobs: int = typer.Option(0, "--jobs", help="processes solving inventories (0: one per core this process may "
+                             "use, up to 4); the advice is the same for any"),
     **options,
 ) -> None:
     """Recommend what to buy: how many of which GPU and SSD, and where they go, for the best throughput
@@ -38,7 +40,7 @@ def advise_cmd(
         with solver_bar(not json_out, label=label) as cb:
             return work(cb)
 
-    res = advise(req, solve=solve)
+    res = advise(req, solve=solve, jobs=jobs or None)
     if json_out:
         print(json.dumps(res.json, indent=2))
         return
