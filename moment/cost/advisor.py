@@ -51,6 +51,9 @@ from moment.workload.spec import WorkloadSpec
 
 #: optimistic bounds are inflated by this much so a solver's rounding can never beat its own bound
 BOUND_SLACK = 1e-6
+#: inventories enumerated from which the helpers solving ahead start at once, loading while they are priced (a
+#: search this large runs for seconds; a smaller one starts them only once it has run a while, moment.cost.ahead)
+AHEAD_FROM = 1000
 #: significant digits under which two throughputs (or TPCs) tie; ties go to the lower TCO
 TIE_DIGITS = 6
 
@@ -319,10 +322,10 @@ def advise(topo: Topology, budget_usd: float, *, models: list[str] | None = None
     bare = strip(topo)[0]
     invs = _enumerate_inventories(topo, bare, gpu_models, ssd_models, max_gpus, max_ssds, workload, reserve, flag)
     seeds = samples_per_epoch(workload)
-    in_budget = _within_budget(topo, invs, budget_usd, _Bound(bare, workload), seeds, prices, params, flag)
-    # inventories of one shape share their listing of placements (the unpruned baseline plans each alone)
     setup = (topo, workload, data, seeds, prices, params, prune)
-    with Ahead(_solver(setup), auto_jobs() if jobs is None else jobs, _solver, setup) as ahead:
+    with Ahead(_solver(setup), auto_jobs() if jobs is None else jobs, _solver, setup,
+               start=len(invs) >= AHEAD_FROM) as ahead:
+        in_budget = _within_budget(topo, invs, budget_usd, _Bound(bare, workload), seeds, prices, params, flag)
         search = _Search(in_budget, top_k, ahead.solve, progress)
         ahead.upcoming = lambda: ((c.label, c.inventory) for c in search.upcoming())
         search.run(prune)

@@ -4,14 +4,15 @@ bound order, and their siblings with one SSD fewer). Helper processes solve thos
 the one it needs; an answer a helper already holds is taken from it, one it is still solving is waited for
 only when nothing else is left to solve here.
 
-Why processes: the planner's search is Python, one core per process. Why fresh interpreters, not forked: the
-CLI's progress bar runs a thread, and the service's worker is threaded; and not multiprocessing's spawn, which
-imports the caller's main module again (a script without a `__main__` guard would run twice). Why not from the start: a helper's start
-(its interpreter and the planner's imports, ~0.5 CPU-s) pays only in a long search, so helpers start once this
-process has spent START_AFTER_S solving. Each helper keeps its own search cache (listings, memos), so the
-work in all grows (~18% measured with two caches on the asus-esc8000a-e12 catalogue), but it is spread over
-the cores. The answers are the ones solving alone gives: an inventory's answer depends on it alone, the
-cache changes how fast it comes, not what it is (tests/test_advise_ahead.py compares the two)."""
+Why processes: the planner's search is Python, one core per process. Why fresh interpreters: forking would
+copy the CLI progress bar's thread state (and the service's worker is threaded), and multiprocessing's spawn
+imports the caller's main module again (a script without a `__main__` guard would run twice). Why not always
+from the start: a helper's start (its interpreter and the planner's imports, ~0.5 CPU-s) pays only in a long
+search, so helpers start once this process has spent START_AFTER_S solving, or at once for a caller that
+knows its search is long. Each helper keeps its own search cache (listings, memos), so the work in all grows
+(by ~18%, measured with two caches on the asus-esc8000a-e12 catalogue), spread over the cores. The answers are
+the ones solving alone gives: an inventory's answer depends on it alone, the cache changes how fast it comes,
+not what it is (tests/test_advise_ahead.py compares the two)."""
 
 from __future__ import annotations
 
@@ -85,10 +86,12 @@ HELPER = "import sys; from moment.cost.ahead import _helper_main; _helper_main(i
 class Ahead:
     """`solve(item, key)` with answers solved ahead: `upcoming()` yields the (key, item) pairs the caller will
     likely ask for next, soonest first (set it before the first `solve`). `solve_here(item, key)` solves in
-    this process; `make_solver(setup)` (a module-level function: a helper imports it) makes a helper's."""
+    this process; `make_solver(setup)` (a module-level function: a helper imports it) makes a helper's.
+    `start`: start the helpers now, not after START_AFTER_S of solving here (a caller that knows its search
+    is long lets them load meanwhile)."""
 
     def __init__(self, solve_here: Callable[[Any, str], Any], jobs: int,
-                 make_solver: Callable[[Any], Callable[[Any, str], Any]], setup: Any):
+                 make_solver: Callable[[Any], Callable[[Any, str], Any]], setup: Any, start: bool = False):
         self._solve_here = solve_here
         self._wanted = max(0, jobs - 1)
         self._make_solver, self._setup = make_solver, setup
@@ -97,6 +100,8 @@ class Ahead:
         self._spent = 0.0
         self.upcoming: Callable[[], Iterable[tuple[str, Any]]] = lambda: ()
         self.from_helpers = 0  # answers taken from a helper (what the tests and the bench look at)
+        if start and self._wanted:
+            self._start()
 
     def __enter__(self) -> Ahead:
         return self
