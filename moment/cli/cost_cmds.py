@@ -30,8 +30,8 @@ def advise_cmd(
     the planner (same search as `moment plan`) unless a cheap optimistic bound shows they cannot make
     a top list. Throughput is training samples per second from the predicted epoch time; per dollar
     means per dollar of the 5-year TCO (hardware + electricity, Hyperion's model). The search grows
-    with the slots and models (paper-machine-b, 21 slots, every priced model: about ten seconds on
-    two cores); narrow it with --models, --max-gpus and --max-ssds.
+    with the slots and models (asus-esc8000a-e12, every priced model: 8-10 s on two cores, solving
+    ahead on the second, --jobs); narrow it with --models, --max-gpus and --max-ssds.
     Example: moment advise --profile paper-machine-b --budget 60000 --models A100-PCIe-40GB,P5510
     """
     req = AdviseRequest(**given(options))
