@@ -7,9 +7,9 @@ the pruned search's time (the target is < 30 s on a 2-core machine), the naive o
 the inventory counts, and whether both recommend the same inventories.
 
 `--process`: the whole `moment advise --profile asus-esc8000a-e12 --budget 60000 --json` process (every
-shipped model; target < 30 s), the median of `--runs` fresh processes, beside the same command from
-commit `--against` (default: the commit before the advise work), with whether the JSON is the same
-(the elapsed time aside).
+shipped model; target <= 10 s), the median of `--runs` fresh processes, beside the same command from
+commit `--against` (default: the commit before the advise work) and with `--jobs 1` (no helper process
+solving ahead, moment.cost.ahead), with whether the JSON is the same (the elapsed time aside).
 
     .venv/bin/python bench/advise.py [--budget 150000] [--no-naive] [--profile paper-machine-b]
     .venv/bin/python bench/advise.py --process [--runs 3] [--against REF]
@@ -20,9 +20,10 @@ from __future__ import annotations
 import argparse
 import time
 
-from processes import BEFORE, compare
+from processes import BEFORE, compare, time_command
 
 from moment.cost import advise
+from moment.cost.ahead import auto_jobs
 from moment.topology.model import Topology
 from moment.topology.profiles import load_profile
 
@@ -75,8 +76,15 @@ def main() -> None:
     ap.add_argument("--against", default=BEFORE, help="commit to compare the process with (--process; '' for none)")
     args = ap.parse_args()
     if args.process:
-        compare("advise_process", ["advise", "--profile", "asus-esc8000a-e12", "--budget", "60000", "--json"],
-                args.runs, args.against or None, target="< 30", same=same_advice)
+        cmd = ["advise", "--profile", "asus-esc8000a-e12", "--budget", "60000", "--json"]
+        now = compare("advise_process", cmd, args.runs, args.against or None, target="<= 10", same=same_advice)
+        alone = time_command([*cmd, "--jobs", "1"], args.runs)  # solving ahead on the other cores off
+        print(f"advise_process.jobs: {auto_jobs()}")
+        print(f"advise_process.one_job.wall_s: {alone.wall_s:.3f}")
+        print(f"advise_process.one_job.cpu_s: {alone.cpu_s:.3f}")
+        print(f"advise_process.one_job.runs_s: {', '.join(f'{r:.3f}' for r in alone.runs)}")
+        print(f"advise_process.speedup_over_one_job: {alone.wall_s / now.wall_s:.2f}x")
+        print(f"advise_process.same_output_as_one_job: {same_advice(now.stdout, alone.stdout)}")
         return
     r, secs = run(args.budget, prune=True, profile=args.profile)
     print(f"chassis: {r.machine}, GPU models: {', '.join(r.gpu_models)}, SSD models: {', '.join(r.ssd_models)}")

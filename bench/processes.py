@@ -97,16 +97,16 @@ def _timed(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float
 
 
 def compare(name: str, args: list[str], runs: int, against: str | None, target: str = "",
-            same=lambda a, b: a == b) -> None:
+            same=lambda a, b: a == b) -> Timing:
     """Print `name.*` lines: this checkout's whole-process time, and beside it the same command from
-    commit `against` (its time, the ratio, and whether the output is the same by `same`)."""
+    commit `against` (its time, the ratio, and whether the output is the same by `same`); returns this one's."""
     print(f"{name}.command: moment {' '.join(args)}")
     now = time_command(args, runs)
     print(f"{name}.wall_s: {now.wall_s:.3f}" + (f"  (target {target})" if target else ""))
     print(f"{name}.cpu_s: {now.cpu_s:.3f}")
     print(f"{name}.runs_s: {', '.join(f'{r:.3f}' for r in now.runs)}")
     if against is None:
-        return
+        return now
     then = time_command(args, runs, tree=tree_at(against))
     print(f"{name}.baseline_{against}.wall_s: {then.wall_s:.3f}")
     print(f"{name}.baseline_{against}.cpu_s: {then.cpu_s:.3f}")
@@ -114,6 +114,7 @@ def compare(name: str, args: list[str], runs: int, against: str | None, target: 
     print(f"{name}.speedup_wall: {then.wall_s / now.wall_s:.2f}x")
     print(f"{name}.speedup_cpu: {then.cpu_s / now.cpu_s:.2f}x")
     print(f"{name}.same_output_as_baseline: {same(now.stdout, then.stdout)}")
+    return now
 
 
 def _now() -> float:

@@ -18,6 +18,8 @@ from moment.cost.requests import AdviseRequest, advise
     "machine_watts", "overrides", "data", "machines_max", "nic", "nics", "switch_gbit"))
 def advise_cmd(
     json_out: bool = typer.Option(False, "--json", help="print one JSON object (for scripts) instead of tables"),
+    jobs: int = typer.Option(0, "--jobs", help="processes solving inventories (0: one per core this process may "
+                             "use, up to 4); the advice is the same for any"),
     **options,
 ) -> None:
     """Recommend what to buy: how many of which GPU and SSD, and where they go, for the best throughput
@@ -28,8 +30,8 @@ def advise_cmd(
     the planner (same search as `moment plan`) unless a cheap optimistic bound shows they cannot make
     a top list. Throughput is training samples per second from the predicted epoch time; per dollar
     means per dollar of the 5-year TCO (hardware + electricity, Hyperion's model). The search grows
-    with the slots and models (paper-machine-b, 21 slots, every priced model: about ten seconds on
-    two cores); narrow it with --models, --max-gpus and --max-ssds.
+    with the slots and models (asus-esc8000a-e12, every priced model: 8-10 s on two cores, solving
+    ahead on the second, --jobs); narrow it with --models, --max-gpus and --max-ssds.
     Example: moment advise --profile paper-machine-b --budget 60000 --models A100-PCIe-40GB,P5510
     """
     req = AdviseRequest(**given(options))
@@ -38,7 +40,7 @@ def advise_cmd(
         with solver_bar(not json_out, label=label) as cb:
             return work(cb)
 
-    res = advise(req, solve=solve)
+    res = advise(req, solve=solve, jobs=jobs or None)
     if json_out:
         print(json.dumps(res.json, indent=2))
         return

@@ -28,9 +28,10 @@ budget (the baseline of bench/advise.py, and what the tests compare against).
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -50,6 +51,9 @@ from moment.workload.spec import WorkloadSpec
 
 #: optimistic bounds are inflated by this much so a solver's rounding can never beat its own bound
 BOUND_SLACK = 1e-6
+#: inventories enumerated from which the helpers solving ahead start at once, loading while they are priced (a
+#: search this large runs for seconds; a smaller one starts them only once it has run a while, moment.cost.ahead)
+AHEAD_FROM = 1000
 #: significant digits under which two throughputs (or TPCs) tie; ties go to the lower TCO
 TIE_DIGITS = 6
 
@@ -277,8 +281,10 @@ class _Bound:
 
 
 def check_inputs(budget_usd: float, top_k: int, max_gpus: int | None, max_ssds: int | None, *,
-                 flag: Flag = cli_flag) -> None:
+                 flag: Flag = cli_flag, jobs: int | None = 1) -> None:
     """The advisor's numbers, checked before any work (names as `flag` spells them: `--top`, ...)."""
+    if jobs is not None and jobs < 1:
+        raise MomentError(f"{flag('jobs')} {jobs}: give 1 or more processes", field="jobs")
     if not budget_usd > 0 or not math.isfinite(budget_usd):
         raise MomentError(f"{flag('budget')} {budget_usd:g}: give a positive amount of USD", field="budget")
     if top_k < 1:
@@ -292,21 +298,23 @@ def advise(topo: Topology, budget_usd: float, *, models: list[str] | None = None
            max_ssds: int | None = None, workload: WorkloadSpec | None = None, prices: PriceTable | None = None,
            params: CostParams | None = None, top_k: int = 3, prune: bool = True,
            progress: Callable[[int, int], None] | None = None, flag: Flag = cli_flag,
-           data: str = "planned", reserve: tuple[tuple[str, int], ...] = ()) -> AdviseResult:
+           data: str = "planned", reserve: tuple[tuple[str, int], ...] = (), jobs: int | None = 1) -> AdviseResult:
     """The best inventories for `topo`'s chassis under `budget_usd` (hardware), by throughput per TCO
     dollar and by throughput, with their placements. `progress(done, total)` counts the inventories in the
     budget that are solved or ruled out of both rankings; messages spell the inputs (budget, models,
     max_gpus, ...) as `flag` does. `data`: the data placement each inventory's epoch is predicted under
     ('planned' or 'even', as `moment plan --data`); the throughput bound holds for both. `reserve`: (model,
-    count) cards every inventory must leave slots for (a cluster server's NICs, `--machines-max`).
+    count) cards every inventory must leave slots for (a cluster server's NICs, `--machines-max`). `jobs`:
+    processes solving inventories (moment.cost.ahead; None: the cores this one may use, up to 4); the answer
+    is the same for any.
 
     The stages: enumerate the inventories the chassis takes, price them and keep those in the budget
     (each with its optimistic bound), solve them in bound order until neither ranking can change (the
     planner places each one), rank what was solved."""
-    from moment.planner.plan import SearchCache
+    from moment.cost.ahead import Ahead, auto_jobs
 
     t0 = time.perf_counter()
-    check_inputs(budget_usd, top_k, max_gpus, max_ssds, flag=flag)
+    check_inputs(budget_usd, top_k, max_gpus, max_ssds, flag=flag, jobs=jobs)
     workload = workload or WorkloadSpec()
     prices = prices or load_prices()
     params = params or CostParams()
@@ -314,15 +322,13 @@ def advise(topo: Topology, budget_usd: float, *, models: list[str] | None = None
     bare = strip(topo)[0]
     invs = _enumerate_inventories(topo, bare, gpu_models, ssd_models, max_gpus, max_ssds, workload, reserve, flag)
     seeds = samples_per_epoch(workload)
-    in_budget = _within_budget(topo, invs, budget_usd, _Bound(bare, workload), seeds, prices, params, flag)
-    # inventories of one shape share their listing of placements (the unpruned baseline plans each alone)
-    cache = SearchCache(topo) if prune else None
-
-    def plan(inv: Inventory, label: str) -> Candidate | None:
-        return _plan_inventory(topo, inv, label, workload, cache, data, seeds, prices, params)
-
-    search = _Search(in_budget, top_k, plan, progress)
-    search.run(prune)
+    setup = (topo, workload, data, seeds, prices, params, prune)
+    with Ahead(_solver(setup), auto_jobs() if jobs is None else jobs, _solver, setup,
+               start=len(invs) >= AHEAD_FROM) as ahead:
+        in_budget = _within_budget(topo, invs, budget_usd, _Bound(bare, workload), seeds, prices, params, flag)
+        search = _Search(in_budget, top_k, ahead.solve, progress)
+        ahead.upcoming = lambda: ((c.label, c.inventory) for c in search.upcoming())
+        search.run(prune)
     exact = [c for c in search.solved if c.exact is not None]
     if not exact:
         raise MomentError(f"no inventory within budget {budget_usd:,.0f} USD can be placed in {topo.name!r}",
@@ -381,6 +387,17 @@ def _within_budget(topo: Topology, invs: list[Inventory], budget_usd: float, bou
     return in_budget
 
 
+def _solver(setup: tuple) -> Callable[[Inventory, str], Candidate | None]:
+    """Stage 4 for one process (this one, or a helper of moment.cost.ahead): `_plan_inventory` with its own search
+    cache, over `setup` = (topo, workload, data, seeds, prices, params, prune)."""
+    from moment.planner.plan import SearchCache
+
+    topo, workload, data, seeds, prices, params, prune = setup
+    # inventories of one shape share their listing of placements (the unpruned baseline plans each alone)
+    cache = SearchCache(topo) if prune else None
+    return lambda inv, label: _plan_inventory(topo, inv, label, workload, cache, data, seeds, prices, params)
+
+
 def _plan_inventory(topo: Topology, inv: Inventory, label: str, workload: WorkloadSpec, cache, data: str,
                     seeds: float, prices: PriceTable, params: CostParams) -> Candidate | None:
     """Stage 4, for one inventory: the planner's best placement and what it predicts, priced; None when the
@@ -429,6 +446,10 @@ class _Search:
         self.top_tpc: list[tuple] = []
         self.top_thr: list[tuple] = []
         self.ruled_out: list[tuple[list, np.ndarray, list]] = []  # per ranking: (its top, queue position, keys)
+        # per ranking (`run`: its queue, the key of its bound, its top list; one queue in label order without pruning)
+        self.queues: list[tuple[list[_Inv], Callable[[_Inv], tuple] | None, list]] = []
+        self.pos: list[int] = []
+        self.active: list[bool] = []
 
     def enters(self, top: list[tuple], key: tuple) -> bool:
         return len(top) < self.top_k or key < top[-1]
@@ -471,9 +492,30 @@ class _Search:
             both &= at >= bisect.bisect_right(keys, top[-1])
         return int((out | both).sum())
 
+    def upcoming(self) -> Iterator[_Inv]:
+        """The inventories the search will likely ask for next, soonest first: each ranking's next ones that can
+        still enter its top k, the rankings in turn, each followed by its sibling with one SSD fewer (a top entry
+        asks for it). Without pruning: the rest, in order."""
+        def ranking(i: int) -> Iterator[_Inv]:
+            queue, best_key, top = self.queues[i]
+            for j in range(self.pos[i], len(queue)):
+                c = queue[j]
+                if best_key is not None and len(top) >= self.top_k and best_key(c) > top[-1]:
+                    return
+                if not c.done:
+                    yield c
+                    pred = self.by_label.get(c.pred) if c.pred else None
+                    if best_key is not None and pred is not None and not pred.done:
+                        yield pred
+
+        runs = [ranking(i) for i in range(len(self.queues)) if self.active[i]]
+        for c in itertools.chain.from_iterable(itertools.zip_longest(*runs)):
+            if c is not None:
+                yield c
+
     def run(self, prune: bool) -> None:
         if prune:
-            queues = [
+            self.queues = queues = [
                 (sorted(self.in_budget, key=lambda c: _key_tpc(c.ub_tpc, c)), lambda c: _key_tpc(c.ub_tpc, c),
                  self.top_tpc),
                 (sorted(self.in_budget, key=lambda c: _key_thr(c.ub_thr, c)), lambda c: _key_thr(c.ub_thr, c),
@@ -483,8 +525,8 @@ class _Search:
                 where = {id(c): i for i, c in enumerate(queue)}
                 self.ruled_out.append((top, np.array([where[id(c)] for c in self.in_budget]),
                                        [best_key(c) for c in queue]))
-            pos = [0, 0]
-            active = [True, True]
+            self.pos = pos = [0, 0]
+            self.active = active = [True, True]
             while any(active):
                 for i, (queue, best_key, top) in enumerate(queues):
                     if not active[i]:
@@ -496,7 +538,10 @@ class _Search:
                         continue
                     self.solve(queue[pos[i]])
         else:
-            for c in sorted(self.in_budget, key=lambda c: c.label):
+            order = sorted(self.in_budget, key=lambda c: c.label)
+            self.queues, self.pos, self.active = [(order, None, [])], [0], [True]
+            for i, c in enumerate(order):
+                self.pos[0] = i
                 if not c.done:
                     self.solve(c)
         if self.progress is not None:

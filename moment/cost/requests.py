@@ -151,21 +151,22 @@ def _solve_here(label: str, work: Callable[[Callable[[int, int], None] | None], 
 def advise(req: AdviseRequest, *, machine: Callable[[], Topology] | None = None, flag: Flag = cli_flag,
            blame: Callable[[str], AbstractContextManager[Any]] = _blame_nothing,
            solve: Callable[[str, Callable[[Callable[[int, int], None] | None], Any]], Any] = _solve_here,
-           ) -> AdviseOutcome:
+           jobs: int | None = 1) -> AdviseOutcome:
     """Advise what to buy: the request's checks, its TCO knobs, the prices, the machine, the advice and,
     with machines_max, the servers compared.
 
     `machine()` loads the chassis (None: `req.profile` with `req.overrides`); `blame(field)` wraps the steps
     about one input (the service names the field a message is about); `solve(label, work)` runs
     `work(progress)`, a search ("solving inventories", "planning clusters": the CLI's bars, the service's
-    time limit); messages spell inputs as `flag` does."""
+    time limit); messages spell inputs as `flag` does. `jobs`: processes solving inventories (None: one per core,
+    up to 4; moment.cost.ahead), the same answer for any."""
     from moment.cost.advisor import advise as advise_inventories
     from moment.cost.advisor import check_inputs
     from moment.cost.machines import check_network, compare_machines
     from moment.cost.prices import load_prices, merge_prices
     from moment.topology.profiles import load_profile
 
-    check_inputs(req.budget, req.top, req.max_gpus, req.max_ssds, flag=flag)
+    check_inputs(req.budget, req.top, req.max_gpus, req.max_ssds, flag=flag, jobs=jobs)
     data = api.check_data(req.data, flag=flag)
     check_network(req.machines_max, req.nic, req.nics, req.switch_gbit, flag=flag)
     params = cost_params(req, flag=flag)
@@ -176,12 +177,12 @@ def advise(req: AdviseRequest, *, machine: Callable[[], Topology] | None = None,
     models = model_names(req.models, flag=flag)
     result = solve("solving inventories", lambda progress: advise_inventories(
         topo, req.budget, models=models, max_gpus=req.max_gpus, max_ssds=req.max_ssds, workload=wl, prices=table,
-        params=params, top_k=req.top, progress=progress, flag=flag, data=data))
+        params=params, top_k=req.top, progress=progress, flag=flag, data=data, jobs=jobs))
     options = None
     if req.machines_max is not None:
         options = solve("planning clusters", lambda progress: compare_machines(
             topo, req.budget, req.machines_max, result, nic=req.nic or DEFAULT_NIC, nics=req.nics or 1,
             switch_gbit=req.switch_gbit, prices=table, params=params, progress=progress,
             advise_args=dict(models=models, max_gpus=req.max_gpus, max_ssds=req.max_ssds, top_k=req.top,
-                             data=data)))
+                             data=data, jobs=jobs)))
     return AdviseOutcome(result, options)
