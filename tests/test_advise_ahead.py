@@ -54,10 +54,18 @@ def _run(jobs: int, setup: dict, n: int = 24, kill: bool = False) -> tuple[list[
 
 
 def test_answers_come_from_the_helpers_and_equal_solving_alone(importable):
-    got, a = _run(3, {"sleep": 0.05, "fail": ()})
+    got, a = _run(2, {"sleep": 0.05, "fail": ()})
     assert got == [k * k for k in range(24)]
-    assert a.from_helpers >= 4, a.from_helpers  # helpers did take part (two of them, started at once)
+    assert a.from_helpers >= 4, a.from_helpers  # the helper did take part
     assert a._helpers == []  # closed: no helper outlives the search
+
+
+def test_no_more_processes_than_cores(monkeypatch):
+    monkeypatch.setattr(ahead, "_cores", lambda: 3)
+    assert ahead.Ahead(abs, 1000, squares, {})._wanted == 2 and ahead.Ahead(abs, 1, squares, {})._wanted == 0
+    assert ahead.auto_jobs() == 3
+    monkeypatch.setattr(ahead, "_cores", lambda: 16)
+    assert ahead.auto_jobs() == ahead.MAX_AUTO_JOBS
 
 
 def test_what_a_helper_fails_to_solve_is_solved_here(importable):

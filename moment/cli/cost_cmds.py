@@ -18,8 +18,8 @@ from moment.cost.requests import AdviseRequest, advise
     "machine_watts", "overrides", "data", "machines_max", "nic", "nics", "switch_gbit"))
 def advise_cmd(
     json_out: bool = typer.Option(False, "--json", help="print one JSON object (for scripts) instead of tables"),
-    jobs: int = typer.Option(0, "--jobs", help="processes solving inventories (0: one per core this process may "
-                             "use, up to 4); the advice is the same for any"),
+    jobs: int = typer.Option(0, "--jobs", help="processes solving inventories, at most one per core this process "
+                             "may use (0: one per core, up to 4); the advice is the same for any"),
     **options,
 ) -> None:
     """Recommend what to buy: how many of which GPU and SSD, and where they go, for the best throughput

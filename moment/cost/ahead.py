@@ -39,13 +39,16 @@ LOOK = 64
 MAX_AUTO_JOBS = 4
 
 
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 def auto_jobs() -> int:
     """Processes for a search: the cores this process may run on, at most MAX_AUTO_JOBS."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    return max(1, min(cores, MAX_AUTO_JOBS))
+    return max(1, min(_cores(), MAX_AUTO_JOBS))
 
 
 @dataclass
@@ -93,7 +96,7 @@ class Ahead:
     def __init__(self, solve_here: Callable[[Any, str], Any], jobs: int,
                  make_solver: Callable[[Any], Callable[[Any, str], Any]], setup: Any, start: bool = False):
         self._solve_here = solve_here
-        self._wanted = max(0, jobs - 1)
+        self._wanted = max(0, min(jobs, _cores()) - 1)  # no more processes than cores: each would only wait
         self._make_solver, self._setup = make_solver, setup
         self._helpers: list[_Helper] = []
         self._answers: dict[str, Any] = {}
