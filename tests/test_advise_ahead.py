@@ -31,9 +31,11 @@ def squares(setup: dict):
 
 @pytest.fixture
 def importable(monkeypatch):
-    """The helpers import this module's `squares` by name: put tests/ on their path."""
+    """The helpers import this module's `squares` by name: put tests/ on their path (and helpers start at once,
+    on any number of cores)."""
     monkeypatch.setenv("PYTHONPATH", TESTS)
     monkeypatch.setattr(ahead, "START_AFTER_S", 0.0)
+    monkeypatch.setattr(ahead, "_cores", lambda: 2)
 
 
 def _run(jobs: int, setup: dict, n: int = 24, kill: bool = False) -> tuple[list[int], ahead.Ahead]:
@@ -91,6 +93,7 @@ def test_the_advice_is_the_same_with_helpers(monkeypatch):
     from moment.cost import advisor
 
     monkeypatch.setattr(ahead, "START_AFTER_S", 0.0)
+    monkeypatch.setattr(ahead, "_cores", lambda: 2)
     made: list[ahead.Ahead] = []
     monkeypatch.setattr(ahead.Ahead, "__enter__", lambda self: made.append(self) or self)
     plan = advisor._plan_inventory

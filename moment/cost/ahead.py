@@ -31,7 +31,7 @@ from typing import Any
 
 #: seconds of solving in this process before helpers start (a search shorter than this gains nothing from them)
 START_AFTER_S = 0.3
-#: inventories handed to a helper at a time: one to solve and one to go on with (it never waits for this process)
+#: inventories handed to a helper at a time: one to solve and more to go on with (it seldom waits for this process)
 DEPTH = 3
 #: how far down the likely requests a helper's next inventory is looked for
 LOOK = 64
@@ -102,7 +102,7 @@ class Ahead:
         self._answers: dict[str, Any] = {}
         self._spent = 0.0
         self.upcoming: Callable[[], Iterable[tuple[str, Any]]] = lambda: ()
-        self.from_helpers = 0  # answers taken from a helper (what the tests and the bench look at)
+        self.from_helpers = 0  # answers taken from a helper (what the tests look at)
         if start and self._wanted:
             self._start()
 
@@ -150,13 +150,17 @@ class Ahead:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
         for _ in range(self._wanted):
             mine, theirs = Pipe()
+            proc = None
             try:
                 proc = subprocess.Popen([sys.executable, "-c", HELPER, str(theirs.fileno())], env=env,
                                         pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
                                         stderr=subprocess.DEVNULL)  # one that fails leaves its work to this one
                 mine.send_bytes(pickle.dumps((self._make_solver, self._setup)))
-            except OSError:  # no process to be had: solve alone
+            except OSError:  # no process to be had, or it died at once: solve alone
                 mine.close()
+                if proc is not None:
+                    proc.kill()
+                    proc.wait()
                 break
             finally:
                 theirs.close()
