@@ -311,7 +311,7 @@ def advise(topo: Topology, budget_usd: float, *, models: list[str] | None = None
     The stages: enumerate the inventories the chassis takes, price them and keep those in the budget
     (each with its optimistic bound), solve them in bound order until neither ranking can change (the
     planner places each one), rank what was solved."""
-    from moment.cost.ahead import Ahead, auto_jobs
+    from moment.cost.ahead import Ahead
 
     t0 = time.perf_counter()
     check_inputs(budget_usd, top_k, max_gpus, max_ssds, flag=flag, jobs=jobs)
@@ -323,8 +323,7 @@ def advise(topo: Topology, budget_usd: float, *, models: list[str] | None = None
     invs = _enumerate_inventories(topo, bare, gpu_models, ssd_models, max_gpus, max_ssds, workload, reserve, flag)
     seeds = samples_per_epoch(workload)
     setup = (topo, workload, data, seeds, prices, params, prune)
-    with Ahead(_solver(setup), auto_jobs() if jobs is None else jobs, _solver, setup,
-               start=len(invs) >= AHEAD_FROM) as ahead:
+    with Ahead(_solver(setup), jobs, _solver, setup, start=len(invs) >= AHEAD_FROM) as ahead:
         in_budget = _within_budget(topo, invs, budget_usd, _Bound(bare, workload), seeds, prices, params, flag)
         search = _Search(in_budget, top_k, ahead.solve, progress)
         ahead.upcoming = lambda: ((c.label, c.inventory) for c in search.upcoming())
