@@ -106,6 +106,38 @@ def test_store_reads_tagged_batches_from_the_pack_bit_exactly(packed, cpu_rows):
     store.close()
 
 
+@pytest.mark.parametrize("shape", ["packed", "block"])
+def test_a_packed_batch_is_read_at_once_when_the_reader_is_idle_and_with_its_superbatch_when_busy(packed, shape,
+                                                                                                  monkeypatch):
+    """A packed batch is its own segment: held for its superbatch while the reader has nothing in flight, it left
+    the disk idle. So it goes out at once then, and with the next batches of its superbatch while the reader is
+    busy; a block read keeps its hyperbatch (merging its batches' rows is its point). The rows are exact either
+    way."""
+    from moment.runtime.gather import Reader
+
+    ds, layout, man, feats = packed
+    store = open_tiers(layout, RankPlace(rank=0, local_rank=0, world_size=2, local_world_size=2),
+                       StoreOptions(cpu_rows=man.cached_rows, gpu_rows=0, shape=shape, superbatch=4,
+                                    buffer_bytes=64 << 20, pack_seed=SEED))
+    reader = store.find(DiskTier).reader
+    issued, submit, busy = [], reader.submit, [False]
+    monkeypatch.setattr(reader, "submit", lambda job: issued.append(job) or submit(job))
+    monkeypatch.setattr(Reader, "busy", property(lambda self: busy[0]))
+    tr = _trace(ds, 0)
+    assert len(tr) // 2 >= 5
+    pend = [store.submit(torch.from_numpy(tr.batch(0)), tag=((SEED, 0, 0), 0))]
+    assert len(issued) == (1 if shape == "packed" else 0)  # the reader was idle
+    busy[0] = True
+    for t in range(1, 5):
+        pend.append(store.submit(torch.from_numpy(tr.batch(t)), tag=((SEED, 0, 0), t)))
+        # packed: batch 0 alone, then 1-4 together; block: 0-3 together
+        assert len(issued) == ((1 + (t == 4)) if shape == "packed" else int(t == 3 or t == 4))
+    busy[0] = False
+    for t, p in enumerate(pend):
+        assert torch.equal(store.complete(p), torch.from_numpy(feats[tr.batch(t)]))
+    store.close()
+
+
 @pytest.mark.parametrize("disk", ["this VM's", "requests free"])
 def test_a_cache_far_larger_than_the_pack_assumed_reads_a_segment_whole_where_that_costs_the_disk_no_more(
         packed, disk):

@@ -79,7 +79,8 @@ class CpuTier(Tier):
     def take(self, ids: np.ndarray, pos: np.ndarray | None, tag: tuple | None) -> _Part:
         p = _Part(ids, pos, tag)
         self._open.append(p)
-        if len(self._open) >= self.superbatch:
+        # a cache that decides batch by batch routes a superbatch closed short as it would the whole one
+        if len(self._open) >= self.superbatch or (not self.policy.changes and self.next.reads_idle()):
             self._close()
         return p
 

@@ -162,6 +162,11 @@ class Reader:
     def staging_bytes(self) -> int:
         return sum(b.nbytes for b in self._staging)
 
+    @property
+    def busy(self) -> bool:
+        """Whether a job submitted earlier is still being read."""
+        return bool(self._jobs)
+
     def submit(self, job: Job) -> Job:
         if self._stop.is_set():
             raise MomentError("the reader is closed")

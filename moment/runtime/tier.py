@@ -211,6 +211,11 @@ class Tier:
             if not s.staying:
                 return
 
+    def reads_idle(self) -> bool:
+        """Whether a batch taken now is best read at once, alone, instead of with the next batches of its
+        superbatch: the tier that reads says (the disk tier, when its reader has nothing in flight)."""
+        return self.next.reads_idle() if self.next is not None else False
+
     def flush(self) -> None:
         """Decide and issue a superbatch held back now (end of an epoch)."""
         if self.next is not None:
