@@ -111,8 +111,8 @@ def test_a_packed_batch_is_read_at_once_when_the_reader_is_idle_and_with_its_sup
                                                                                                   monkeypatch):
     """A packed batch is its own segment: held for its superbatch while the reader has nothing in flight, it left
     the disk idle. So it goes out at once then, and with the next batches of its superbatch while the reader is
-    busy; a block read keeps its hyperbatch (merging its batches' rows is its point). The rows are exact either
-    way."""
+    busy; a block read, and a batch no segment holds, keep their hyperbatch (merging its batches' rows is its
+    point). The rows are exact either way."""
     from moment.runtime.gather import Reader
 
     ds, layout, man, feats = packed
@@ -135,6 +135,10 @@ def test_a_packed_batch_is_read_at_once_when_the_reader_is_idle_and_with_its_sup
     busy[0] = False
     for t, p in enumerate(pend):
         assert torch.equal(store.complete(p), torch.from_numpy(feats[tr.batch(t)]))
+    n = len(issued)
+    untagged = store.submit(torch.from_numpy(tr.batch(5)))  # no segment holds it: it waits for its superbatch
+    assert len(issued) == n
+    assert torch.equal(store.complete(untagged), torch.from_numpy(feats[tr.batch(5)]))
     store.close()
 
 

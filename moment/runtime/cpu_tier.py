@@ -80,7 +80,7 @@ class CpuTier(Tier):
         p = _Part(ids, pos, tag)
         self._open.append(p)
         # a cache that decides batch by batch routes a superbatch closed short as it would the whole one
-        if len(self._open) >= self.superbatch or (not self.policy.changes and self.next.reads_idle()):
+        if len(self._open) >= self.superbatch or (not self.policy.changes and self.next.reads_idle(tag)):
             self._close()
         return p
 

@@ -211,10 +211,10 @@ class Tier:
             if not s.staying:
                 return
 
-    def reads_idle(self) -> bool:
-        """Whether a batch taken now is best read at once, alone, instead of with the next batches of its
-        superbatch: the tier that reads says (the disk tier, when its reader has nothing in flight)."""
-        return self.next.reads_idle() if self.next is not None else False
+    def reads_idle(self, tag: tuple | None) -> bool:
+        """Whether the batch tagged `tag`, taken now, is best read at once, alone, instead of with the next batches
+        of its superbatch: the tier that reads says (the disk tier: a packed batch, its reader idle)."""
+        return self.next.reads_idle(tag) if self.next is not None else False
 
     def flush(self) -> None:
         """Decide and issue a superbatch held back now (end of an epoch)."""
