@@ -5,6 +5,7 @@ stopped with one message and no hang. Every test here launches agents: all slow.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -40,15 +41,22 @@ def start(argv: list[str], env: dict | None = None) -> subprocess.Popen:
 
 
 def finish(procs: list[subprocess.Popen], timeout: float = 240) -> list[tuple[int, str, str]]:
-    """Wait for every agent; on a timeout kill them all and fail (a hang is a failure)."""
+    """Wait for every agent; on a timeout kill them all and fail (a hang is a failure), saying which of their
+    processes were still there and what each agent printed."""
     out = []
     for p in procs:
         try:
             o, e = p.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
+            sessions = ",".join(str(q.pid) for q in procs)  # each started in its own session
+            tree = subprocess.run(["ps", "--sid", sessions, "-o", "pid,ppid,stat,etime,args"], capture_output=True,
+                                  text=True).stdout
             for q in procs:
-                os.killpg(q.pid, signal.SIGKILL)
-            raise AssertionError("an agent hung") from None
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(q.pid, signal.SIGKILL)
+            said = [(q.communicate()[1] or "")[-3000:] for q in procs]
+            raise AssertionError(f"an agent hung; the processes left:\n{tree}\nwhat each agent said:\n" +
+                                 "\n---\n".join(said)) from None
         out.append((p.returncode, o, e))
     return out
 
