@@ -166,7 +166,7 @@ class DiskTier(Tier):
     def take(self, ids: np.ndarray, pos: np.ndarray | None, tag: tuple | None) -> _Part:
         p = _Part(ids, pos, self._segment(tag))
         self._open.append(p)
-        if len(self._open) >= self.superbatch or self.reads_idle(tag):
+        if len(self._open) >= self.superbatch or (p.segment is not None and self._reader_idle()):
             self.flush()
         return p
 
@@ -175,7 +175,10 @@ class DiskTier(Tier):
         holding it while the reader has nothing to do left the disk idle until the superbatch was sampled (the
         bench's 8M data-only run waited 0.1-0.2 s of a 0.5 s epoch on one batch's reads). Other batches (block
         reads, epochs the pack does not hold) keep their hyperbatch: merging across its batches is their point."""
-        return self.reader is not None and not self.reader.busy and self._segment(tag) is not None
+        return self._reader_idle() and self._segment(tag) is not None
+
+    def _reader_idle(self) -> bool:
+        return self.reader is not None and not self.reader.busy
 
     def _segment(self, tag: tuple | None) -> int | None:
         """The pack segment of the batch tagged (sampling key, index): a training batch's key is (seed, epoch,
