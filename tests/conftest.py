@@ -49,7 +49,8 @@ def pytest_collection_finish(session):
 # CPU its tests spend, not by their wall times: a test that waits on a rendezvous timeout is slow and cheap, a
 # docs page that launches torchrun five times is both. `--cpu-costliest N` lists the N that spent the most,
 # their own process's CPU and that of the processes they started and waited for (RUSAGE_CHILDREN: a child
-# counts once it is reaped, with the descendants it reaped itself).
+# counts once it is reaped, with the descendants it reaped itself); a session's shared data is charged to the
+# first test that asks for it.
 def pytest_addoption(parser):
     parser.addoption("--cpu-costliest", type=int, default=0, metavar="N",
                      help="list the N tests that spent the most CPU (theirs and their children's; 0: none)")
