@@ -14,7 +14,7 @@ import subprocess, sys
 
 
 def test_a_child_burns():
-    subprocess.run([sys.executable, "-c", "sum(range(20_000_000))"], check=True)
+    subprocess.run([sys.executable, "-c", "sum(range(10_000_000))"], check=True)
 
 
 def test_this_process_burns():
@@ -39,9 +39,17 @@ def test_the_costliest_tests_are_listed_with_their_childrens_cpu(tmp_path):
     assert all(rows), lines[:3]
     assert [m.group(4).rsplit("::", 1)[1] for m in rows] == ["test_a_child_burns", "test_this_process_burns"]
     total, own, children = (float(x) for x in rows[0].groups()[:3])
-    assert children > 0.2 and own < children and abs(total - own - children) <= 0.11  # the child's CPU is the test's
+    assert children > 0.1 and own < children and abs(total - own - children) <= 0.11  # the child's CPU is the test's
     assert float(rows[1].group(3)) == 0 and float(rows[1].group(2)) > 0.05
-    # without the option, nothing is listed
-    quiet = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
-                            str(tmp_path)], capture_output=True, text=True, cwd=tmp_path, timeout=120)
-    assert quiet.returncode == 0 and "costliest" not in quiet.stdout
+
+
+def test_without_the_option_nothing_is_measured_or_listed(request):
+    from conftest import pytest_terminal_summary
+
+    class Config:
+        def getoption(self, name):
+            assert name == "--cpu-costliest"
+            return 0
+
+    assert pytest_terminal_summary(None, Config()) is None  # it would write to the (absent) reporter
+    assert not hasattr(request.node, "cpu_start") or request.config.getoption("--cpu-costliest")
