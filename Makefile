@@ -76,10 +76,11 @@ test-tools:
 # every test, on JOBS cores (pytest-xdist; `python -m pytest` alone still runs them all in one process).
 # Bytecode is cached even where PYTHONDONTWRITEBYTECODE is set: the suite starts Python hundreds of times
 # (CLI runs, torchrun ranks, one collection per worker), and compiling Moment and re-writing the tests'
-# asserts each time cost half of each collection (8.5 -> 3.8 CPU-s)
+# asserts each time cost half of each collection (8.5 -> 3.8 CPU-s). It lists the 15 slowest tests and the 15
+# costliest in CPU (tests/conftest.py): on two cores the suite is CPU-bound, so the second list is what to cut
 TEST_ENV := PYTHONDONTWRITEBYTECODE=
 test: $(VENV)/.installed-dev test-tools
-	$(TEST_ENV) $(BIN)/python -m pytest -n $(JOBS) --dist worksteal --durations=15
+	$(TEST_ENV) $(BIN)/python -m pytest -n $(JOBS) --dist worksteal --durations=15 --cpu-costliest=15
 
 # the edit loop: every test but those marked slow (torchrun launches, the README, the browser, exhaustive
 # searches), in under a minute; `make test` runs them all

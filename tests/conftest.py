@@ -3,6 +3,7 @@ from __future__ import annotations
 import fcntl
 import gc
 import os
+import resource
 import shutil
 from pathlib import Path
 
@@ -41,6 +42,62 @@ def pytest_collection_finish(session):
     tests trigger then skip it (a worker's collector time on test_branch, test_bounds and test_models:
     1.69 -> 0.81 s). Cycles made later are still collected."""
     gc.freeze()
+
+
+# ---- what each test costs in CPU ----------------------------------------------------------------------
+# The suite is CPU-bound on CI's two cores (its workers keep them ~190% busy), so its wall time is set by the
+# CPU its tests spend, not by their wall times: a test that waits on a rendezvous timeout is slow and cheap, a
+# docs page that launches torchrun five times is both. `--cpu-costliest N` lists the N that spent the most,
+# their own process's CPU and that of the processes they started and waited for (RUSAGE_CHILDREN: a child
+# counts once it is reaped, with the descendants it reaped itself); a session's shared data is charged to the
+# first test that asks for it.
+def pytest_addoption(parser):
+    parser.addoption("--cpu-costliest", type=int, default=0, metavar="N",
+                     help="list the N tests that spent the most CPU (theirs and their children's; 0: none)")
+
+
+def _cpu_s() -> tuple[float, float]:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if not item.config.getoption("--cpu-costliest"):
+        yield
+        return
+    item.cpu_start = _cpu_s()
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """The CPU spent so far (set-up, call, tear-down) rides on each phase's report, which pytest-xdist's workers
+    send to the controller that prints the list."""
+    outcome = yield
+    start = getattr(item, "cpu_start", None)
+    if start is not None:
+        own, children = _cpu_s()
+        outcome.get_result().user_properties.append(("cpu_s", (own - start[0], children - start[1])))
+
+
+_cpu_spent: dict[str, tuple[float, float]] = {}
+
+
+def pytest_runtest_logreport(report):
+    spent = dict(report.user_properties).get("cpu_s")
+    if spent is not None:  # the last phase's figure includes the earlier ones'
+        _cpu_spent[report.nodeid] = tuple(spent)
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    n = config.getoption("--cpu-costliest")
+    if not n or not _cpu_spent:
+        return
+    total = sum(a + b for a, b in _cpu_spent.values())
+    terminalreporter.write_sep("=", f"{n} costliest tests in CPU (of {total:.0f} CPU-s in {len(_cpu_spent)} tests)")
+    for nodeid, (own, children) in sorted(_cpu_spent.items(), key=lambda kv: -sum(kv[1]))[:n]:
+        terminalreporter.write_line(f"{own + children:6.1f} s  (own {own:5.1f}, children {children:5.1f})  {nodeid}")
 
 
 @pytest.fixture
