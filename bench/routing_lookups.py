@@ -4,7 +4,9 @@ each the median of `--repeat`:
 * the static CPU cache's slot lookup (moment.caching.tiers.FixedSlots) against a binary search over the sorted
   cached ids: the same cached ids, the same queries (a superbatch's hits);
 * the GPU tier's membership test (moment.runtime.gpu_tier.TierMap.holds) against reading every id's bin and slot:
-  a layout index of 10 bins, the first two the GPU tier's (2% of the nodes, a tenth of the queries).
+  a layout index of 10 bins, the first two the GPU tier's (2% of the nodes, a tenth of the queries);
+* the GPU tier's split of a batch (TierMap.split: held ids, their rows and the rest, one native pass) against
+  the NumPy passes it replaced.
 
 Prints `name: value` lines; each ratio is baseline / now.
 
@@ -20,6 +22,7 @@ import time
 import numpy as np
 
 from moment.caching.tiers import FixedSlots
+from moment.io import splits
 from moment.runtime.gpu_tier import TierMap
 
 
@@ -50,6 +53,19 @@ class Index:
 def every_slot(held: TierMap, rows: Index, ids: np.ndarray) -> np.ndarray:
     """The baseline membership test: every id's bin and slot."""
     return rows.slot[ids] < held.limit[rows.bin[ids]]
+
+
+def numpy_held(held: TierMap, rows: Index, ids: np.ndarray) -> tuple:
+    """The GPU tier's split on NumPy's passes, as routing made it before (moment.io.splits without its extension)."""
+    native, splits._split_held = splits._split_held, None
+    try:
+        return held.split(rows, ids)
+    finally:
+        splits._split_held = native
+
+
+def same(a: tuple, b: tuple) -> bool:
+    return all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
 
 
 def median_ms(fn, args: tuple, repeat: int) -> float:
@@ -93,6 +109,11 @@ def main() -> None:
     print(f"gpu_holds_every_slot_ms: {b:.2f}")
     print(f"gpu_holds_ms: {m:.2f}")
     print(f"gpu_holds_speedup: {b / m:.2f}  (every id's bin and slot / TierMap.holds, {a.queries} ids)")
+    assert same(numpy_held(held, rows, queries), held.split(rows, queries))
+    b, m = median_ms(numpy_held, (held, rows, queries), a.repeat), median_ms(held.split, (rows, queries), a.repeat)
+    print(f"gpu_split_numpy_ms: {b:.2f}")
+    print(f"gpu_split_ms: {m:.2f}")
+    print(f"gpu_split_speedup: {b / m:.2f}  (NumPy's passes / TierMap.split, {a.queries} ids)")
 
 
 if __name__ == "__main__":

@@ -934,11 +934,93 @@ done:
     return ret;
 }
 
+/* ---- a batch's ids split by what node-indexed tables say of each (moment.io.splits) ---------------- */
+
+/* ids ahead whose table entry is prefetched: enough misses in flight to cover memory's latency */
+#define SPLIT_AHEAD 16
+
+static int get_vec(PyObject *o, Py_buffer *v, const char *name, int writable, int size_a, int size_b) {
+    if (PyObject_GetBuffer(o, v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0)) < 0) return -1;
+    if (v->ndim != 1 || (v->itemsize != size_a && v->itemsize != size_b)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a 1-d array of %d- or %d-byte integers", name, size_a, size_b);
+        PyBuffer_Release(v);
+        return -1;
+    }
+    return 0;
+}
+
+static inline int64_t load_int(const void *p, Py_ssize_t i, Py_ssize_t size) {
+    switch (size) {
+    case 1: return ((const uint8_t *)p)[i];
+    case 2: return ((const int16_t *)p)[i];
+    case 4: return ((const int32_t *)p)[i];
+    default: return ((const int64_t *)p)[i];
+    }
+}
+
+PyDoc_STRVAR(split_held_doc, "split_held(ids, bin, slot, limit, base, on_pos, on_idx, rest_pos) -> on\n"
+             "The ids a tier holds, in one pass: node i is bin[i]'s row slot[i], and the tier holds bin b's first limit[b]\n"
+             "rows from its row base[b]. on_pos[:on] gets their positions (ascending), on_idx[:on] their rows in the tier,\n"
+             "rest_pos[:n - on] the other positions. ids: int64; bin: uint8 or int16; slot: int32 or int64; limit, base:\n"
+             "int64, one per bin; the outputs: int64, as long as ids.");
+
+static PyObject *split_held(PyObject *Py_UNUSED(m), PyObject *args) {
+    PyObject *o[8];
+    if (!PyArg_ParseTuple(args, "OOOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7])) return NULL;
+    static const char *names[8] = {"ids", "bin", "slot", "limit", "base", "on_pos", "on_idx", "rest_pos"};
+    static const int sizes[8][2] = {{8, 8}, {1, 2}, {4, 8}, {8, 8}, {8, 8}, {8, 8}, {8, 8}, {8, 8}};
+    Py_buffer v[8];
+    int got = 0;
+    PyObject *ret = NULL;
+    for (; got < 8; got++)
+        if (get_vec(o[got], &v[got], names[got], got >= 5, sizes[got][0], sizes[got][1]) < 0) goto done;
+    Py_ssize_t n = v[0].shape[0], nodes = v[1].shape[0], bins = v[3].shape[0];
+    if (v[2].shape[0] != nodes || v[4].shape[0] != bins || v[5].shape[0] < n || v[6].shape[0] < n || v[7].shape[0] < n) {
+        PyErr_SetString(PyExc_ValueError, "bin and slot must have an entry per node, limit and base one per bin, the "
+                                          "outputs one per id");
+        goto done;
+    }
+    const int64_t *ids = v[0].buf, *limit = v[3].buf, *base = v[4].buf;
+    int64_t *op = v[5].buf, *oi = v[6].buf, *rp = v[7].buf;
+    Py_ssize_t on = 0, rest = 0, bad = -1, bsz = v[1].itemsize, ssz = v[2].itemsize;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (i + SPLIT_AHEAD < n) {
+            uint64_t ahead = (uint64_t)ids[i + SPLIT_AHEAD];
+            if (ahead < (uint64_t)nodes) __builtin_prefetch((const char *)v[1].buf + ahead * bsz);
+        }
+        int64_t id = ids[i];
+        if (id < 0 || id >= nodes) { bad = i; break; }
+        int64_t b = load_int(v[1].buf, id, bsz);
+        if (b < 0 || b >= bins) { bad = i; break; }
+        int64_t lim = limit[b];
+        if (lim > 0) {
+            int64_t s = load_int(v[2].buf, id, ssz);
+            if (s < lim) {
+                op[on] = i;
+                oi[on++] = base[b] + s;
+                continue;
+            }
+        }
+        rp[rest++] = i;
+    }
+    Py_END_ALLOW_THREADS
+    if (bad >= 0)
+        PyErr_Format(PyExc_ValueError, "ids[%zd] = %lld is outside the %zd nodes or in no bin", bad,
+                     (long long)ids[bad], nodes);
+    else
+        ret = PyLong_FromSsize_t(on);
+done:
+    for (int k = 0; k < got; k++) PyBuffer_Release(&v[k]);
+    return ret;
+}
+
 static PyMethodDef module_methods[] = {
     {"io_uring_usable", uring_usable, METH_NOARGS, "(ok, reason): does io_uring_queue_init work here?"},
     {"copy_rows", copy_rows, METH_VARARGS, copy_rows_doc},
     {"plan_runs", plan_runs, METH_VARARGS, plan_runs_doc},
     {"subsequence", subsequence, METH_VARARGS, subsequence_doc},
+    {"split_held", split_held, METH_VARARGS, split_held_doc},
     {NULL, NULL, 0, NULL},
 };
 

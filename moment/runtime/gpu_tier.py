@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from moment.io.device import index_rows, layer, upload_chunk
+from moment.io.splits import split_held
 from moment.runtime.run_plan import GpuRows
 from moment.runtime.tier import LayoutRows, Tier, at
 
@@ -33,23 +34,16 @@ class TierMap:
     def rows(self) -> int:
         return int(self.limit.sum())
 
-    def find(self, rows: LayoutRows, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The positions among `ids` of those this tier holds, and their rows in it. Their bins first (1 B per
-        node), the slots (4 B per node) only of ids in a bin the tier takes rows of: most of a batch is in the
-        SSD bins, and each gather over a node-sized array misses the CPU's caches (200k ids over 8M nodes, a
-        tenth on the GPU bins: 3.1 -> 2.1 ms, bench/routing_lookups.py). Each is gathered once."""
-        b = rows.bin[ids]
-        limit = self.limit[b]
-        maybe = np.flatnonzero(limit)
-        slot = rows.slot[ids[maybe]]
-        ok = slot < limit[maybe]
-        pos = maybe[ok]
-        return pos, self.base[b[pos]] + slot[ok]
+    def split(self, rows: LayoutRows, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(the positions among `ids` of those this tier holds, their rows in it, the other positions): one pass
+        over the bins and slots (moment.io.splits; with NumPy, the bins first, 1 B per node, the slots, 4 B per
+        node, only of ids in a bin the tier takes rows of: bench/routing_lookups.py)."""
+        return split_held(ids, rows.bin, rows.slot, self.limit, self.base)
 
     def holds(self, rows: LayoutRows, ids: np.ndarray) -> np.ndarray:
-        """Mask of the ids this tier holds (`find`)."""
+        """Mask of the ids this tier holds (`split`)."""
         out = np.zeros(ids.shape[0], bool)
-        out[self.find(rows, ids)[0]] = True
+        out[self.split(rows, ids)[0]] = True
         return out
 
 
@@ -122,12 +116,9 @@ class GpuTier(Tier):
         return int(self.table.shape[0])
 
     def take(self, ids: np.ndarray, pos: np.ndarray | None, tag: tuple | None) -> _Part:
-        on, idx = self.held.find(self.layout_rows, ids)
+        on, idx, rest = self.held.split(self.layout_rows, ids)
         if not on.size:
             return _Part(on, idx, self.next.take(ids, pos, tag))
-        rest = np.ones(ids.shape[0], bool)
-        rest[on] = False
-        rest = np.flatnonzero(rest)
         return _Part(at(pos, on), idx, self.next.take(ids[rest], at(pos, rest), tag))
 
     def device_rows(self, part: _Part, out: torch.Tensor) -> None:
