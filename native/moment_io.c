@@ -512,14 +512,22 @@ static int Engine_init(Engine *e, PyObject *args, PyObject *kw) {
     return 0;
 }
 
-static int get_array(PyObject *o, Py_buffer *v, Py_ssize_t itemsize, const char *name) {
-    if (PyObject_GetBuffer(o, v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
-    if (v->itemsize != itemsize || v->ndim != 1) {
-        PyErr_Format(PyExc_TypeError, "%s must be a 1-d array of %zd-byte integers", name, itemsize);
+/* A 1-d contiguous array of size_a- or size_b-byte items (the same size twice: that size alone). */
+static int get_vec(PyObject *o, Py_buffer *v, const char *name, int writable, int size_a, int size_b) {
+    if (PyObject_GetBuffer(o, v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0)) < 0) return -1;
+    if (v->ndim != 1 || (v->itemsize != size_a && v->itemsize != size_b)) {
+        if (size_a == size_b)
+            PyErr_Format(PyExc_TypeError, "%s must be a 1-d array of %d-byte integers", name, size_a);
+        else
+            PyErr_Format(PyExc_TypeError, "%s must be a 1-d array of %d- or %d-byte integers", name, size_a, size_b);
         PyBuffer_Release(v);
         return -1;
     }
     return 0;
+}
+
+static int get_array(PyObject *o, Py_buffer *v, Py_ssize_t itemsize, const char *name) {
+    return get_vec(o, v, name, 0, (int)itemsize, (int)itemsize);
 }
 
 PyDoc_STRVAR(submit_doc, "submit(fds, offsets, lengths, dest_offsets, dest, align) -> batch id\n"
@@ -938,16 +946,6 @@ done:
 
 /* ids ahead whose table entry is prefetched: enough misses in flight to cover memory's latency */
 #define SPLIT_AHEAD 16
-
-static int get_vec(PyObject *o, Py_buffer *v, const char *name, int writable, int size_a, int size_b) {
-    if (PyObject_GetBuffer(o, v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0)) < 0) return -1;
-    if (v->ndim != 1 || (v->itemsize != size_a && v->itemsize != size_b)) {
-        PyErr_Format(PyExc_TypeError, "%s must be a 1-d array of %d- or %d-byte integers", name, size_a, size_b);
-        PyBuffer_Release(v);
-        return -1;
-    }
-    return 0;
-}
 
 static inline int64_t load_int(const void *p, Py_ssize_t i, Py_ssize_t size) {
     switch (size) {
