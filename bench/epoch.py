@@ -121,6 +121,13 @@ class MemoryBound:
     def read(self, name: str) -> int:
         return int((self.path / name).read_text())
 
+    def reclaim(self) -> dict[str, int]:
+        """What the bound took back during the run (memory.stat): pages of files read again after being evicted
+        (`workingset_refault_file`: the ranks' own code and mapped graph among them, so every stage slows, not
+        only the reads), major faults, and pages charged out."""
+        stat = dict(ln.split() for ln in (self.path / "memory.stat").read_text().splitlines())
+        return {k: int(stat.get(k, 0)) for k in ("workingset_refault_file", "pgmajfault", "pgpgout")}
+
     def oom_killed(self) -> bool:
         try:
             return "oom_kill 0" not in (self.path / "memory.oom_control").read_text()
@@ -401,7 +408,7 @@ def run(name: str, nproc: int, args: list[str], out: Path, *, cold: list[Path], 
         m["disk_bytes_read"] = bytes_read() - disk
         if cg:
             m["cgroup"] = {"peak_usage": cg.read("memory.max_usage_in_bytes"), "failcnt": cg.read("memory.failcnt"),
-                           "oom_killed": cg.oom_killed()}
+                           "oom_killed": cg.oom_killed(), **cg.reclaim()}
         return m
     finally:
         if cg:
@@ -435,6 +442,9 @@ def report(prefix: str, m: dict) -> None:
     if "cgroup" in m:
         print(f"{prefix}_cgroup_peak_MiB: {m['cgroup']['peak_usage'] / 2**20:.0f}")
         print(f"{prefix}_cgroup_limit_hits: {m['cgroup']['failcnt']}")
+        c = m["cgroup"]
+        print(f"{prefix}_cgroup_refaults: {c['workingset_refault_file']}  (file pages read again after eviction; "
+              f"major faults {c['pgmajfault']}, pages out {c['pgpgout']})")
     print(f"{prefix}_peak_rss_per_rank_MiB: {m['peak_rss_bytes'] / 2**20:.0f}")
     mem = m.get("memory") or {}
     print(f"{prefix}_memory_measured_peak_MiB: {mem.get('measured_peak_bytes', 0) / 2**20:.0f}  (ranks, agent, shared pages once)")

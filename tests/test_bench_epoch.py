@@ -229,3 +229,26 @@ def test_the_fio_mix_keeps_the_size_classes_that_matter(bench_epoch):
     mix = bench_epoch.size_mix(sizes)
     assert [bs for bs, _, _ in mix] == [512, 1348608]  # 4 KiB joined 512 B (nearer than 1 MiB)
     assert [n for _, n, _ in mix] == [1002, 10] and sum(b for _, _, b in mix) == sum(x["bytes"] for x in sizes)
+
+
+def test_a_bound_reports_what_it_took_back(bench_epoch, tmp_path):
+    """A run's memory cgroup names the file pages it evicted and read again (the bench prints them beside the
+    peak: a bound that evicts the ranks' own code slows every stage, not only the reads)."""
+    why = bench_epoch.cgroup_problem()
+    if why:
+        pytest.skip(why)
+    data = tmp_path / "f"
+    data.write_bytes(os.urandom(64 << 20))
+    cg = bench_epoch.MemoryBound("test", 32 << 20)
+    try:
+        # read the file twice through the page cache under a 32 MiB bound: the second pass reads evicted pages
+        read = (f"import os; fd = os.open({str(data)!r}, os.O_RDONLY); "
+                "os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED); "
+                "any(not os.pread(fd, 1 << 20, off) for _ in range(2) for off in range(0, 64 << 20, 1 << 20))")
+        subprocess.run(cg.wrap([sys.executable, "-c", read]), check=True, timeout=60)
+        got = cg.reclaim()
+    finally:
+        cg.close()
+    assert set(got) == {"workingset_refault_file", "pgmajfault", "pgpgout"}
+    # the second pass read again most of what the first read: more pages than the bound holds
+    assert got["workingset_refault_file"] > (32 << 20) // 4096 and got["pgpgout"] > 0

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from scipy.optimize import linprog as scipy_linprog
-from scipy.sparse import csr_matrix
 
 from moment.planner import lp as planner_lp
 from moment.planner.highs import linprog
@@ -18,6 +16,9 @@ from moment.workload.spec import WorkloadSpec
 
 
 def _scipy(lp: dict):
+    from scipy.optimize import linprog as scipy_linprog  # here: not loaded by every worker's collection
+    from scipy.sparse import csr_matrix
+
     n, n_ub, n_eq = len(lp["c"]), len(lp["b_ub"]), len(lp["b_eq"])
     (ur, uc, uv), (er, ec, ev) = lp["A_ub"], lp["A_eq"]
     return scipy_linprog(lp["c"], A_ub=csr_matrix((uv, (ur, uc)), shape=(n_ub, n)), b_ub=lp["b_ub"],

@@ -1,5 +1,5 @@
 """PyG and OGB-processed imports on files written the way those libraries write them: `torch.save(data)`, an
-`InMemoryDataset` subclass's own `process()`, ogb's `torch.save(InMemoryDataset.collate([data]))` and its
+`InMemoryDataset` subclass's own `process()`, ogb's `torch.save(pyg_data.InMemoryDataset.collate([data]))` and its
 `torch.save({'graph': ..., 'labels': ...}, pickle_protocol=4)`; splits kept, edge counts reported, bad files
 refused naming the file and the attribute."""
 
@@ -18,10 +18,16 @@ from moment.workload.import_ogb import import_ogb
 from moment.workload.importers import EdgePolicy, import_notices
 
 torch = pytest.importorskip("torch")
-pyg_data = pytest.importorskip("torch_geometric.data")
 from moment.workload.import_pyg import import_pyg  # noqa: E402 - after the skip: needs torch
 
-Data, InMemoryDataset = pyg_data.Data, pyg_data.InMemoryDataset
+
+@pytest.fixture(scope="module", autouse=True)
+def _torch_geometric():
+    """`pyg_data` (torch_geometric.data), loaded when these tests run: not when each pytest-xdist worker collects the
+    suite, which then loaded torch_geometric and the torch._dynamo, sympy and pandas behind it in every worker (1.5 s
+    a process, 4 s while Python compiles their bytecode, as on a fresh clone)."""
+    global pyg_data
+    pyg_data = pytest.importorskip("torch_geometric.data")
 
 N, D = 40, 6
 RNG = np.random.default_rng(11)
@@ -40,8 +46,8 @@ def mask(ids: np.ndarray, n: int = N) -> torch.Tensor:
     return m
 
 
-def graph(**extra) -> Data:
-    d = Data(x=torch.from_numpy(FEAT), edge_index=torch.from_numpy(EDGES.T.copy()), y=torch.from_numpy(LABELS),
+def graph(**extra) -> pyg_data.Data:
+    d = pyg_data.Data(x=torch.from_numpy(FEAT), edge_index=torch.from_numpy(EDGES.T.copy()), y=torch.from_numpy(LABELS),
              train_mask=mask(TRAIN), val_mask=mask(VAL), test_mask=mask(TEST))
     for k, v in extra.items():
         if v is None:
@@ -96,33 +102,36 @@ def test_edge_policy_keep_duplicates_drop_loops(tmp_path: Path) -> None:
         EdgePolicy(duplicates="some")
 
 
-class OneGraph(InMemoryDataset):
+def save_as_in_memory_dataset(root: str, data: pyg_data.Data) -> None:
     """A user's InMemoryDataset: its process() saves one graph the way PyG's datasets do."""
 
-    def __init__(self, root: str, data: Data):
-        self._graph = data
-        super().__init__(root)
+    class OneGraph(pyg_data.InMemoryDataset):
+        def __init__(self):
+            self._graph = data
+            super().__init__(root)
 
-    @property
-    def raw_file_names(self) -> list[str]:
-        return []
+        @property
+        def raw_file_names(self) -> list[str]:
+            return []
 
-    @property
-    def processed_file_names(self) -> list[str]:
-        return ["data.pt"]
+        @property
+        def processed_file_names(self) -> list[str]:
+            return ["data.pt"]
 
-    def download(self) -> None:
-        pass
+        def download(self) -> None:
+            pass
 
-    def process(self) -> None:
-        self.save([self._graph], self.processed_paths[0])
+        def process(self) -> None:
+            self.save([self._graph], self.processed_paths[0])
+
+    OneGraph()
 
 
 def test_in_memory_dataset_processed_file_with_index_splits(tmp_path: Path) -> None:
     g = graph(train_mask=None, val_mask=None, test_mask=None, y=torch.from_numpy(LABELS)[:, None],
               train_idx=torch.from_numpy(TRAIN[::-1].copy()), valid_idx=torch.from_numpy(VAL),
               test_idx=torch.from_numpy(TEST))
-    OneGraph(str(tmp_path / "ds"), g)
+    save_as_in_memory_dataset(str(tmp_path / "ds"), g)
     f = tmp_path / "ds" / "processed" / "data.pt"
     ds = import_pyg(f, tmp_path / "out")
     np.testing.assert_array_equal(ds.labels, LABELS)  # [N, 1] is fine
@@ -131,7 +140,7 @@ def test_in_memory_dataset_processed_file_with_index_splits(tmp_path: Path) -> N
 
 
 def test_missing_x_y_and_split_are_generated_and_said(tmp_path: Path) -> None:
-    g = Data(edge_index=torch.from_numpy(BASE.T.copy()), num_nodes=N)
+    g = pyg_data.Data(edge_index=torch.from_numpy(BASE.T.copy()), num_nodes=N)
     torch.save(g, tmp_path / "bare.pt")
     a = import_pyg(tmp_path / "bare.pt", tmp_path / "a", feature_dim=4, seed=3)
     b = import_pyg(tmp_path / "bare.pt", tmp_path / "b", feature_dim=4, seed=3)
@@ -182,7 +191,7 @@ def test_bad_files(tmp_path: Path) -> None:
     with pytest.raises(MomentError, match="not a readable torch file") as e:
         import_pyg(cut, tmp_path / "out")
     assert "cut.pt" in str(e.value)
-    InMemoryDataset.save([graph(), graph()], str(tmp_path / "two.pt"))
+    pyg_data.InMemoryDataset.save([graph(), graph()], str(tmp_path / "two.pt"))
     with pytest.raises(MomentError, match="InMemoryDataset with 2 graphs"):
         import_pyg(tmp_path / "two.pt", tmp_path / "out")
     hetero = pyg_data.HeteroData()
@@ -239,12 +248,12 @@ def write_node_prop_pred(root: Path, protocol: int = 4, **graph_extra) -> Path:
 def write_pyg_node_prop_pred(root: Path) -> Path:
     """What ogb's PygNodePropPredDataset.process saves: read_graph_pyg's Data with y, collated."""
     root, labels = ogb_root(root)
-    data = Data()
+    data = pyg_data.Data()
     data.num_nodes = N
     data.edge_index = torch.from_numpy(EDGES.T.astype(np.int64))
     data.x = torch.from_numpy(FEAT)
     data.y = torch.from_numpy(labels).to(torch.float32)  # has NaN: ogb keeps float
-    torch.save(InMemoryDataset.collate([data]), root / "processed" / "geometric_data_processed.pt")
+    torch.save(pyg_data.InMemoryDataset.collate([data]), root / "processed" / "geometric_data_processed.pt")
     return root
 
 

@@ -7,17 +7,25 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-import torch_geometric.typing as pyg_typing
-from torch_geometric.data import FeatureStore, GraphStore, TensorAttr
-from torch_geometric.data.graph_store import EdgeAttr, EdgeLayout
 
 from moment.errors import MomentError
 from moment.placement.opened import Layout
-from moment.runtime.pyg import EDGE_TYPE, PygFeatureStore, PygGraphStore
 from moment.runtime.store import RankPlace, open_tiers
 from moment.workload.sampler import CSRGraph
 
-SAMPLER_LIB = pyg_typing.WITH_PYG_LIB or pyg_typing.WITH_TORCH_SPARSE
+
+@pytest.fixture(scope="module", autouse=True)
+def _torch_geometric():
+    """PyG's names and moment.runtime.pyg's, loaded when these tests run: not when each pytest-xdist worker collects
+    the suite, which then loaded torch_geometric and the torch._dynamo, sympy and pandas behind it in every worker
+    (1.5 s a process, 4 s while Python compiles their bytecode, as on a fresh clone)."""
+    global pyg_typing, FeatureStore, GraphStore, TensorAttr, EdgeAttr, EdgeLayout, EDGE_TYPE, PygFeatureStore
+    global PygGraphStore
+    import torch_geometric.typing as pyg_typing
+    from torch_geometric.data import FeatureStore, GraphStore, TensorAttr
+    from torch_geometric.data.graph_store import EdgeAttr, EdgeLayout
+
+    from moment.runtime.pyg import EDGE_TYPE, PygFeatureStore, PygGraphStore
 
 
 @pytest.fixture(scope="module")
@@ -233,7 +241,7 @@ def test_pygs_neighbor_sampler_takes_the_pair(stores):
     assert sampler.colptr_dict["node__to__node"].data_ptr() == gs.graph.indptr.data_ptr()  # the graph's own
     assert torch.equal(sampler.row_dict["node__to__node"], gs.graph.indices.long())
     seeds = torch.arange(8)
-    if not SAMPLER_LIB:
+    if not (pyg_typing.WITH_PYG_LIB or pyg_typing.WITH_TORCH_SPARSE):
         with pytest.raises(ImportError, match="'NeighborSampler' requires either 'pyg-lib' or 'torch-sparse'"):
             sampler.sample_from_nodes(NodeSamplerInput(None, seeds, input_type="node"))
         return
