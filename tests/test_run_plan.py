@@ -413,12 +413,15 @@ def test_a_recorded_fresh_rank_is_reused_by_a_dry_run_and_a_recent_one_by_a_budg
         ss.measure_ahead(budgeted=budgeted, model=model)
         return ss.start_sizes(model)
 
-    def rewrite(**changes) -> None:
-        ss.record_path().write_text(json.dumps({**json.loads(ss.record_path().read_text()), **changes}))
+    def record(model: str | None = None) -> dict:
+        return next(r for r in json.loads(ss.record_path().read_text())["records"] if r["key"] == ss._record_key(model))
+
+    def rewrite(**changes) -> None:  # the built-in models' record
+        ss.record_path().write_text(json.dumps({"records": [{**record(), **changes}]}))
 
     try:
         assert ahead(budgeted=True) == (100, 300, 50, None) and len(started) == 1  # nothing recorded: measured
-        rec = json.loads(ss.record_path().read_text())
+        rec = record()
         assert rec["rank"] == 300 and rec["shared"] == 50 and rec["boot"] == ss._boot() is not None
         for budgeted in (False, True):  # recorded just now: no interpreter, when it was measured said
             agent, rank, shared, when = ahead(budgeted)
@@ -433,13 +436,24 @@ def test_a_recorded_fresh_rank_is_reused_by_a_dry_run_and_a_recent_one_by_a_budg
             started.pop()
             rewrite(**stale)
             assert ahead(budgeted=False)[3] == rec["date"] and len(started) == 1  # a dry run's check takes it
-        for bad, budgeted in [("{", False), ("{", True), (json.dumps({**rec, "key": {"python": "other"}}), False),
-                              (json.dumps({**rec, "at": "soon"}), True)]:  # unreadable, another installation
-            ss.record_path().write_text(bad)
+        for bad, budgeted in [("{", False), ("{", True), ("[]", False), (json.dumps({"records": 3}), False),
+                              (json.dumps({"records": [{**rec, "key": {"python": "other"}}]}), False),
+                              (json.dumps({"records": [{**rec, "at": "soon"}]}), True),
+                              (json.dumps({"records": [None, {**rec, "rank": -1}]}), False)]:  # unreadable, another
+            ss.record_path().write_text(bad)  # installation, a bad figure
             assert ahead(budgeted)[3] is None  # measured again
-        assert json.loads(ss.record_path().read_text())["key"] == ss._record_key()
+        assert record()["rank"] == 300
         assert ahead(False, "mine:make")[3] is None and started[-1] == "mine:make"  # another model's module
-        assert json.loads(ss.record_path().read_text())["key"] == ss._record_key("mine:make") != ss._record_key()
+        # each kept beside the other, the newest first: switching between them measures neither again
+        assert [r["key"] for r in json.loads(ss.record_path().read_text())["records"]] == [
+            ss._record_key("mine:make"), ss._record_key()]
+        count = len(started)
+        assert ahead(True)[3] is not None and ahead(True, "mine:make")[3] is not None and len(started) == count
+        for k in range(ss.RECORDS_KEPT + 2):  # the oldest go past RECORDS_KEPT
+            ahead(False, f"m{k}:make")
+        keys = [r["key"] for r in json.loads(ss.record_path().read_text())["records"]]
+        assert len(keys) == ss.RECORDS_KEPT and keys[0] == ss._record_key(f"m{ss.RECORDS_KEPT + 1}:make")
+        assert ss._record_key() not in keys
         # a user's module, found as a rank imports it (the current directory first), not run: an edit measures anew
         monkeypatch.chdir(tmp_path)
         (tmp_path / "pkg").mkdir()

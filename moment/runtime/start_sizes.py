@@ -9,7 +9,7 @@ to hold them (one installation measured 443 MiB for a rank, then 376 MiB after t
 dropped, and stayed there), so a figure kept from an earlier day disagrees with what the rank measures
 of itself at start, and the launcher's minimum would then be refused by the rank.
 
-Every measurement is recorded (`record_path`). A preview that hands its figure to no rank (`moment train
+Every measurement is recorded (`record_path`), the last of each installation and model (RECORDS_KEPT). A preview that hands its figure to no rank (`moment train
 --dry-run` without a budget) reuses the record of this installation whatever its age; one that checks a
 budget (and hands its figure to the ranks) reuses it only when it was measured in the last RECENT_S
 seconds since this boot, where the page cache is the one it was measured in: a launch that follows
@@ -124,7 +124,7 @@ def start_sizes(model: str | None = None) -> tuple[int, int, int, str | None]:
 
 
 def record_path() -> Path:
-    """Where the last measurement is recorded: $XDG_CACHE_HOME/moment (default ~/.cache/moment)."""
+    """Where the measurements are recorded: $XDG_CACHE_HOME/moment (default ~/.cache/moment)."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "moment" / "start_sizes.json"
 
@@ -170,13 +170,30 @@ def _boot() -> str | None:
         return None
 
 
-def _read_record(model: str | None = None, within: float | None = None) -> dict | None:
-    """The recorded measurement when it is for this installation and well formed (and, `within`, made that many
-    seconds ago at most, since this boot), with when it was measured; else None (measured again)."""
+#: measurements kept in the record, one per installation and model, the newest first: a person who switches between
+#: runs of their own model and the built-in ones, or between two environments, reuses each one's figure
+RECORDS_KEPT = 8
+
+
+def _records() -> list:
+    """The record file's measurements, newest first ([] when there is none or it cannot be read; a file of one
+    measurement, as earlier versions wrote it, is a list of one)."""
     try:
         got = json.loads(record_path().read_text())
+    except (OSError, ValueError):
+        return []
+    got = got.get("records", [got]) if isinstance(got, dict) else []
+    return got if isinstance(got, list) else []
+
+
+def _read_record(model: str | None = None, within: float | None = None) -> dict | None:
+    """The recorded measurement for this installation and model when it is well formed (and, `within`, made that
+    many seconds ago at most, since this boot), with when it was measured; else None (measured again)."""
+    key = _record_key(model)
+    got = next((r for r in _records() if isinstance(r, dict) and r.get("key") == key), None)
+    try:
         sizes = {k: got[k] for k in ("agent", "rank", "shared")}
-        if got["key"] != _record_key(model) or not all(type(v) is int and v > 0 for v in sizes.values()):
+        if not all(type(v) is int and v > 0 for v in sizes.values()):
             return None
         day = str(datetime.date.fromisoformat(got["date"]))
         if within is None:
@@ -185,20 +202,23 @@ def _read_record(model: str | None = None, within: float | None = None) -> dict 
         if got["boot"] is None or got["boot"] != _boot() or not 0 <= now - at <= within:
             return None
         return {**sizes, "date": datetime.datetime.fromtimestamp(at).strftime("%Y-%m-%d %H:%M:%S")}
-    except (OSError, ValueError, TypeError, KeyError, OverflowError):
+    except (ValueError, TypeError, KeyError, OverflowError):
         return None
 
 
 def _write_record(agent: int, rank: int, shared: int, model: str | None = None) -> None:
-    """Record a measurement (a temporary file renamed over the last: a reader never sees half of one); a
-    record that cannot be written is no error, the next preview measures again."""
+    """Record a measurement in place of its key's last (a temporary file renamed over the record: a reader never
+    sees half of one; two launchers recording at once may keep only one's, and the other's is measured again);
+    a record that cannot be written is no error, the next preview measures again."""
     path = record_path()
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    key = _record_key(model)
+    new = {"key": key, "agent": agent, "rank": rank, "shared": shared, "date": datetime.date.today().isoformat(),
+           "at": time.time(), "boot": _boot()}
+    kept = [r for r in _records() if isinstance(r, dict) and r.get("key") != key]
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps({"key": _record_key(model), "agent": agent, "rank": rank, "shared": shared,
-                                   "date": datetime.date.today().isoformat(), "at": time.time(),
-                                   "boot": _boot()}))
+        tmp.write_text(json.dumps({"records": [new, *kept][:RECORDS_KEPT]}))
         os.replace(tmp, path)
     except OSError:
         tmp.unlink(missing_ok=True)
