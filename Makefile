@@ -51,18 +51,9 @@ liburing:
 	else echo "make: no liburing headers and not root: reads use the thread-pool engine" \
 	  "(as root: apt-get install liburing-dev, then pip install -e . again)"; fi
 
-# The modules the suite loads, compiled once here in two processes (torch's side, and the rest), not by the
-# suite's three workers and the processes they start, each compiling the same modules at once on a fresh venv:
-# the whole suite from a clean clone on 2 cores took 339 s with nothing compiled, 310 s with its bytecode written
-WARM_TORCH := torch._dynamo, torch.distributed.run, torch_geometric, moment.runtime.train, moment.runtime.agent
-WARM_REST := hypothesis, schemathesis, fastapi.testclient, networkx, scipy.optimize, scipy.sparse, moment.cli, \
-  moment.service.app
-
 # one resolve for all `make test` needs, the plain install's packages with them (so it is done too)
 $(VENV)/.installed-dev: $(BIN)/uv pyproject.toml | liburing
 	$(INSTALL) -e '.[dev,train,serve]' $(TORCH_PIN)
-	@PYTHONDONTWRITEBYTECODE= $(BIN)/python -c "import $(WARM_TORCH)" 2>/dev/null & \
-	  PYTHONDONTWRITEBYTECODE= $(BIN)/python -c "import $(WARM_REST)" 2>/dev/null; wait
 	touch $(VENV)/.installed $@
 
 venv: $(VENV)/.installed
