@@ -240,7 +240,7 @@ def test_a_bound_reports_what_it_took_back(bench_epoch, tmp_path):
     data = tmp_path / "f"
     with open(data, "wb") as f:
         f.write(os.urandom(64 << 20))
-        os.fsync(f.fileno())  # clean pages: dirty ones stay in the page cache (charged to this process) despite the advice
+        os.fsync(f.fileno())  # clean pages: dirty ones stay in the page cache (this process's) despite the advice
     cg = bench_epoch.MemoryBound("test", 32 << 20)
     try:
         # read the file twice through the page cache under a 32 MiB bound: the second pass reads evicted pages

@@ -1,5 +1,5 @@
 """PyG and OGB-processed imports on files written the way those libraries write them: `torch.save(data)`, an
-`InMemoryDataset` subclass's own `process()`, ogb's `torch.save(pyg_data.InMemoryDataset.collate([data]))` and its
+`InMemoryDataset` subclass's own `process()`, ogb's `torch.save(InMemoryDataset.collate([data]))` and its
 `torch.save({'graph': ..., 'labels': ...}, pickle_protocol=4)`; splits kept, edge counts reported, bad files
 refused naming the file and the attribute."""
 
@@ -47,8 +47,8 @@ def mask(ids: np.ndarray, n: int = N) -> torch.Tensor:
 
 
 def graph(**extra) -> pyg_data.Data:
-    d = pyg_data.Data(x=torch.from_numpy(FEAT), edge_index=torch.from_numpy(EDGES.T.copy()), y=torch.from_numpy(LABELS),
-             train_mask=mask(TRAIN), val_mask=mask(VAL), test_mask=mask(TEST))
+    d = pyg_data.Data(x=torch.from_numpy(FEAT), edge_index=torch.from_numpy(EDGES.T.copy()),
+                      y=torch.from_numpy(LABELS), train_mask=mask(TRAIN), val_mask=mask(VAL), test_mask=mask(TEST))
     for k, v in extra.items():
         if v is None:
             del d[k]

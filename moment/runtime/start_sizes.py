@@ -9,12 +9,12 @@ to hold them (one installation measured 443 MiB for a rank, then 376 MiB after t
 dropped, and stayed there), so a figure kept from an earlier day disagrees with what the rank measures
 of itself at start, and the launcher's minimum would then be refused by the rank.
 
-Every measurement is recorded (`record_path`), the last of each installation and model (RECORDS_KEPT). A preview that hands its figure to no rank (`moment train
---dry-run` without a budget) reuses the record of this installation whatever its age; one that checks a
-budget (and hands its figure to the ranks) reuses it only when it was measured in the last RECENT_S
-seconds since this boot, where the page cache is the one it was measured in: a launch that follows
-another, as a person's next try does, starts seconds sooner (a dry run's fresh interpreter is its longest
-wait). The plan says when a reused figure was measured.
+Every measurement is recorded (`record_path`), the last of each installation and model (RECORDS_KEPT). A
+preview that hands its figure to no rank (`moment train --dry-run` without a budget) reuses the record of this
+installation whatever its age; one that checks a budget (and hands its figure to the ranks) reuses it only when
+it was measured in the last RECENT_S seconds since this boot, where the page cache is the one it was measured
+in: a launch that follows another, as a person's next try does, starts seconds sooner (a dry run's fresh
+interpreter is its longest wait). The plan says when a reused figure was measured.
 """
 
 from __future__ import annotations
