@@ -191,6 +191,8 @@ def _read_record(model: str | None = None, within: float | None = None) -> dict 
     many seconds ago at most, since this boot), with when it was measured; else None (measured again)."""
     key = _record_key(model)
     got = next((r for r in _records() if isinstance(r, dict) and r.get("key") == key), None)
+    if got is None:
+        return None
     try:
         sizes = {k: got[k] for k in ("agent", "rank", "shared")}
         if not all(type(v) is int and v > 0 for v in sizes.values()):
