@@ -179,8 +179,8 @@ def test_measured_peak_counts_what_processes_share_once():
     mine = rank_sample(with_agent=True)
     assert mine["self"]["shared"] <= mine["self"]["peak"] and mine["agent"]["peak"] > 0
     a = {"self": {"peak": 300 * MiB, "shared": 100 * MiB}, "agent": {"peak": 310 * MiB, "shared": 280 * MiB}}
-    b = {"self": {"peak": 200 * MiB, "shared": 90 * MiB}, "agent": None}
+    b = {"self": {"peak": 200 * MiB, "shared": 90 * MiB}, "agent": None, "batches": 40 * MiB}
     assert machine_peak([a, b], 2) == {"bytes": 200 * MiB + 110 * MiB + 30 * MiB + 280 * MiB, "ranks": 310 * MiB,
-                                       "agent": 30 * MiB, "shared": 280 * MiB}
+                                       "agent": 30 * MiB, "shared": 280 * MiB, "batch_buffers": 40 * MiB}
     big = {"self": {"peak": 500 * MiB, "shared": 0}, "agent": None}
     assert machine_peak([a, b, big, big], 2)["bytes"] == 1000 * MiB  # per machine: the busiest one

@@ -370,6 +370,7 @@ class HostBatches:
         self._bufs: list[np.ndarray] = []
         self._alive: collections.deque[int] = collections.deque(maxlen=self.track)  # batches alive at each take
         self.reused = 0
+        self.most_bytes = 0  # the most bytes of buffers held at once, in use or kept (the run's memory report)
 
     def _free(self) -> list[int]:
         """Indices of the buffers nothing but this list refers to (the list's reference and getrefcount's)."""
@@ -394,8 +395,10 @@ class HostBatches:
         spares = sorted((i for i in free if i != take), key=lambda k: -self._bufs[k].nbytes)
         drop = set(spares[max(0, min(self.track, max(self._alive) + self.SPARE) - alive):])
         self._bufs = [b for k, b in enumerate(self._bufs) if k not in drop]
-        if take < 0 and len(self._bufs) < self.track:
+        listed = take >= 0 or len(self._bufs) < self.track
+        if take < 0 and listed:
             self._bufs.append(buf)
+        self.most_bytes = max(self.most_bytes, sum(b.nbytes for b in self._bufs) + (0 if listed else buf.nbytes))
         return buf[:nbytes]
 
 

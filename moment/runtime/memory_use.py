@@ -95,7 +95,8 @@ def rank_sample(*, with_agent: bool) -> dict:
 
 def machine_peak(samples: list[dict], local_world_size: int) -> dict:
     """The measured peak of the busiest machine, from every rank's `rank_sample` (in rank order): its
-    processes' own peaks (the ranks', the agent's) and the most any of them shares (the module docstring)."""
+    processes' own peaks (the ranks', the agent's) and the most any of them shares (the module docstring),
+    and its ranks' batch buffers at their most (a sample's `batches`, where the caller added it)."""
     lws = max(int(local_world_size), 1)
     best: dict | None = None
     for node in range(0, len(samples), lws):
@@ -105,5 +106,6 @@ def machine_peak(samples: list[dict], local_world_size: int) -> dict:
         agent = sum(own_peak(a) for a in agents)
         shared = max(p["shared"] for p in [*(s["self"] for s in mine), *agents])
         if best is None or ranks + agent + shared > best["bytes"]:
-            best = {"bytes": ranks + agent + shared, "ranks": ranks, "agent": agent, "shared": shared}
-    return best or {"bytes": 0, "ranks": 0, "agent": 0, "shared": 0}
+            best = {"bytes": ranks + agent + shared, "ranks": ranks, "agent": agent, "shared": shared,
+                    "batch_buffers": sum(s.get("batches", 0) for s in mine)}
+    return best or {"bytes": 0, "ranks": 0, "agent": 0, "shared": 0, "batch_buffers": 0}

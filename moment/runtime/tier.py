@@ -236,10 +236,13 @@ class Tier:
         return out
 
     def memory(self) -> dict[str, int]:
-        """Bytes this rank holds, by item, every tier's together (the layout index once)."""
+        """Bytes this rank holds, by item, every tier's together (the layout index once; on CPU the batches'
+        buffers at their most, `batch_buffers_most`: how many of the batches the budget charges were alive)."""
         out = {"index": self.layout_rows.index_bytes}
         for t in self.chain():
             out.update(t.own_memory())
+        if self._staging is not None and self._staging.batches is not None:
+            out["batch_buffers_most"] = self._staging.batches.most_bytes
         return out
 
     def close(self) -> None:

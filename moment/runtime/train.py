@@ -243,6 +243,8 @@ class Trainer:
         # the libraries, the graph's files and the shared segments every rank maps are held once, as the
         # budget charges them
         sample = rank_sample(with_agent=ctx.local_rank == 0 and ctx.backend is not None and under_torchrun())
+        # how many of the batches the split charges the pipeline kept alive at once (scheduling decides)
+        sample["batches"] = self.source.memory().get("batch_buffers_most", 0) if self.store_info is not None else 0
         # each rank's device peak rides with its host sample (one collective); the busiest rank's is the measure
         samples = ctx.all_gather_object([sample, self.run_.dev.peak_reserved()])
         measured = machine_peak([s for s, _ in samples], ctx.local_world_size)
