@@ -18,9 +18,9 @@ cgroup, so no system can keep the features in memory the bound does not give it.
                     several page faults are in flight; with MADV_RANDOM and with the kernel's readahead
                     on, each cold, and the faster of the two is the baseline (the second is stopped once
                     it has taken 1.1x the first's whole run; `--baseline-readahead on|off` runs one). Each
-                    is stopped after `--baseline-cap` x Moment's whole run (default 20): a baseline whose
-                    reads thrash the bound (16M x 256 under 5 GiB: 2 MB/s, still in its first setting after
-                    47 min) then gives `speedup_at_least` instead, the whole runs' ratio it had reached.
+                    is stopped after `--baseline-cap` x Moment's whole run (default 20), and if none
+                    finished, `speedup_at_least` is the whole runs' ratio reached (16M x 256 under 5 GiB:
+                    the first setting was still running after 47 min, reading 2 MB/s at the end).
                     `--baseline serial` is the older baseline: the stages one after the other in the
                     rank. `baseline_mode` names the one compared with.
 * memory_*          the limit: the same training with every feature in memory, no bound, the dataset warm
