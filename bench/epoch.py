@@ -42,7 +42,8 @@ cgroup, so no system can keep the features in memory the bound does not give it.
 Prints `name: value` lines: per system its epoch seconds (each epoch), SSD bytes read, CPU-cache hit
 rate (with the cache simulator's prediction for Moment's policy), per-stage seconds (a loader baseline's
 sample and gather seconds are its workers' summed), cgroup peak and limit hits; then `speedup` = baseline
-epoch s / Moment default epoch s, last. `--sizes` runs several graph sizes (nodes, and a feature width
+epoch s / Moment default epoch s, last. Each size's runs sit between two disk checks (`disk_MB_per_s_at_start`,
+`_at_end`; `disk_slowed` when the end's is under half the start's: a cloud disk that spent its burst). `--sizes` runs several graph sizes (nodes, and a feature width
 when not --dim), each with its own bound, one after the other (a `size:` line starts each block); each
 block ends with `speedup_NODES[xDIM]` (and `limit_ratio_...`, the data-only ratios), and the run with
 every one of them again and the worst of each (`speedup`, the smallest; `limit_ratio`, the largest).
@@ -418,6 +419,50 @@ def run(name: str, nproc: int, args: list[str], out: Path, *, cold: list[Path], 
     finally:
         if cg:
             cg.close()
+
+
+DISK_CHECK_BYTES = 256 << 20  # read by each disk check
+DISK_SLOWED = 0.5  # a disk check at a size's end below this share of its start's says the disk slowed
+
+
+def disk_rate(files: list[Path], nbytes: int = DISK_CHECK_BYTES) -> float | None:
+    """MB/s of one direct-I/O pass of 1 MiB reads (32 in flight) over the first `nbytes` of the largest of
+    `files`: a disk that slows mid-bench (a cloud disk's burst allowance spent: 8 MB/s here after the 16M runs,
+    626 MB/s four minutes later) makes every figure after it suspect, so each size is checked before and after."""
+    from moment.io import IOStack, ReadBatch, aligned_buffer
+
+    path = max((f for f in files if f.is_file()), key=lambda f: f.stat().st_size, default=None)
+    n = min(nbytes, path.stat().st_size) >> 20 if path is not None else 0
+    if not n:
+        return None
+    offsets = np.arange(n, dtype=np.int64) << 20
+    per = 4  # reads a batch; 8 batches in flight
+    batches = [ReadBatch.packed(np.zeros(len(o), np.int32), o, np.full(len(o), 1 << 20))
+               for o in np.array_split(offsets, -(-n // per))]
+    bufs = [aligned_buffer(per << 20) for _ in range(8)]
+    drop_files(path)
+    with IOStack([path], queue_depth=32) as stack:
+        t, inflight = time.perf_counter(), []
+        for i, b in enumerate(batches):
+            if len(inflight) == len(bufs):
+                stack.wait(inflight.pop(0))
+            inflight.append(stack.submit(b, bufs[i % len(bufs)]))
+        for ticket in inflight:
+            stack.wait(ticket)
+        return (n << 20) / (time.perf_counter() - t) / 1e6
+
+
+def check_disk(files: list[Path], when: str, suffix: str, start: float | None = None) -> float | None:
+    """Print the disk check `when` ("start" or "end"); at the end, say so when the disk slowed."""
+    rate = disk_rate(files)
+    if rate is None:
+        return None
+    print(f"disk_MB_per_s_at_{when}{suffix}: {rate:.0f}  (direct 1 MiB reads, 32 in flight, {DISK_CHECK_BYTES >> 20} "
+          "MiB at most of a layout file, cold)", flush=True)
+    if start and rate < DISK_SLOWED * start:
+        print(f"disk_slowed{suffix}: {rate:.0f} MB/s at the end against {start:.0f} at the start: the disk slowed "
+              "during this size's runs, so its figures may be the disk's, not the systems'", flush=True)
+    return rate
 
 
 def epoch_s(m: dict) -> float:
@@ -899,6 +944,8 @@ def run_size(a, nodes: int, dim: int, memory_bound: str, suffix: str = "") -> tu
     print(f"batch_size_per_rank: {a.batch_size}")
     print(f"feature_MiB: {feature_bytes / 2**20:.0f}")
     print(f"memory_bound_MiB: {bound / 2**20:.0f}" if bound else "memory_bound_MiB: none")
+    disk = sorted((layout / "shards").glob("ssd*"))
+    disk_start = check_disk(disk, "start", suffix)
     if bound:
         print(f"features_over_bound: {feature_bytes / bound:.2f}")
     common = ["--dataset", str(ds_dir), "--epochs", str(a.epochs), "--fanouts", a.fanouts, "--hidden", str(a.hidden),
@@ -975,6 +1022,7 @@ def run_size(a, nodes: int, dim: int, memory_bound: str, suffix: str = "") -> tu
     if a.data_only:
         print()
         figures.update(feed_rate(a, ds_dir, layout, bound, common, moment_flags, baseline_flags, memory_flags, suffix))
+    check_disk(disk, "end", suffix, disk_start)
     return ok, figures
 
 

@@ -266,3 +266,18 @@ def test_a_bound_reports_what_it_took_back(bench_epoch, tmp_path):
     assert set(got) == {"workingset_refault_file", "pgmajfault", "pgpgout"}
     # the second pass read again most of what the first read: more pages than the bound holds
     assert got["workingset_refault_file"] > (32 << 20) // 4096 and got["pgpgout"] > 0
+
+
+def test_a_disk_check_reads_a_layout_file_and_says_when_the_disk_slowed(bench_epoch, tmp_path, capsys):
+    """The check reads a real file with direct I/O (the largest of those given; none: no figure), and a size
+    whose end's rate is under half its start's is flagged."""
+    assert bench_epoch.disk_rate([tmp_path / "missing"]) is None
+    small, big = tmp_path / "ssd0.rows", tmp_path / "ssd1.rows"
+    small.write_bytes(b"\0" * 4096)
+    big.write_bytes(os.urandom(8 << 20))
+    rate = bench_epoch.check_disk([small, big], "start", "_8000000")
+    out = capsys.readouterr().out
+    assert rate > 0 and out.startswith(f"disk_MB_per_s_at_start_8000000: {rate:.0f}") and "disk_slowed" not in out
+    bench_epoch.check_disk([big], "end", "", start=rate * 1e6)  # the end a million times slower than the start
+    out = capsys.readouterr().out
+    assert out.startswith("disk_MB_per_s_at_end: ") and "\ndisk_slowed: " in out
