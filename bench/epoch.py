@@ -18,9 +18,10 @@ cgroup, so no system can keep the features in memory the bound does not give it.
                     several page faults are in flight; with MADV_RANDOM and with the kernel's readahead
                     on, each cold, and the faster of the two is the baseline (the second is stopped once
                     it has taken 1.1x the first's whole run; `--baseline-readahead on|off` runs one). Each
-                    is stopped after `--baseline-cap` x Moment's whole run (default 20), and if none
-                    finished, `speedup_at_least` is the whole runs' ratio reached (16M x 256 under 5 GiB:
-                    the first setting was still running after 47 min, reading 2 MB/s at the end).
+                    is stopped after `--baseline-cap` seconds (default 1200), and if none finished,
+                    `speedup_at_least` is the whole runs' ratio reached, the cap over Moment's whole run
+                    (16M x 256 under 5 GiB: the first setting was still running after 47 min, reading
+                    2 MB/s at the end).
                     `--baseline serial` is the older baseline: the stages one after the other in the
                     rank. `baseline_mode` names the one compared with.
 * memory_*          the limit: the same training with every feature in memory, no bound, the dataset warm
@@ -54,7 +55,7 @@ The datasets and layouts are generated into `--cache-dir` once and reused.
 
     python bench/epoch.py [--nodes 8000000] [--dim 128] [--memory-bound 3GiB] [--epochs 2] [--nproc 2]
                           [--variants rows,lru,belady] [--baseline loader|serial] [--loader-workers 4]
-                          [--baseline-readahead auto|on|off] [--baseline-cap 20] [--skip-baseline] [--skip-limit]
+                          [--baseline-readahead auto|on|off] [--baseline-cap 1200] [--skip-baseline] [--skip-limit]
                           [--data-only]
     python bench/epoch.py --sizes 8000000:3GiB,16000000x256:5GiB --data-only  # features 1.2x, 3.05x their bounds
 """
@@ -103,7 +104,7 @@ IN_MEMORY_SHARE = 0.8  # of available memory, at most, that the in-memory runs' 
 FIO_SECONDS = 4  # per request size of the mix
 MIX_SHARE = 0.005  # a request size class of the mix is read by fio when it has this share of requests or bytes
 # the summary figures, each with the worst of the sizes' (lower is worse for a speedup, higher for a ratio to a limit)
-SUMMARY = [("speedup", min, ".2f", "the smallest"), ("speedup_at_least", min, "g", "the smallest"),
+SUMMARY = [("speedup", min, ".2f", "the smallest"), ("speedup_at_least", min, ".1f", "the smallest"),
            ("limit_ratio", max, ".3f", "the largest"),
            ("data_only_seeds_ratio", min, ".2f", "the smallest"), ("data_only_limit_ratio", max, ".3f", "the largest"),
            ("data_only_ssd_over_fio", min, ".3f", "the smallest")]
@@ -862,10 +863,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--baseline-readahead", nargs="?", const="on", choices=READAHEAD, default="auto",
                    help="the baseline's memmap: on (the kernel's read-around), off (MADV_RANDOM), or auto "
                         "(default: run both, each cold, and compare Moment with the faster)")
-    p.add_argument("--baseline-cap", type=float, default=20.0, metavar="X",
-                   help="stop a baseline run after X times Moment's whole run (start-up, epochs and validation) "
-                        "and print speedup_at_least, the whole runs' ratio reached, instead of its speedup; 0: no "
-                        "cap")
+    p.add_argument("--baseline-cap", type=float, default=1200.0, metavar="SECONDS",
+                   help="stop a baseline run after SECONDS, whole process; when no setting finished, print "
+                        "speedup_at_least (the cap over Moment's whole run: start-up, epochs and validation) "
+                        "instead of its speedup; 0: no cap")
     p.add_argument("--skip-baseline", action="store_true")
     p.add_argument("--skip-limit", action="store_true",
                    help="leave out the in-memory runs (the limit: the same training with every feature in memory, "
@@ -907,7 +908,7 @@ SLOWER_BASELINE = 1.1
 
 def baseline_deadline(tried: dict[str, dict], cap: float | None) -> tuple[float | None, bool]:
     """Seconds the next baseline setting may take, whole process (None: no limit), and whether `cap`
-    (--baseline-cap x Moment's whole run) set them rather than the faster finished setting."""
+    (--baseline-cap seconds) set them rather than the faster finished setting."""
     limit = SLOWER_BASELINE * min(m["process_s"] for m in tried.values()) if tried else None
     if cap is not None and (limit is None or cap < limit):
         return cap, True
@@ -974,7 +975,7 @@ def run_size(a, nodes: int, dim: int, memory_bound: str, suffix: str = "") -> tu
         tried: dict[str, dict] = {}
         flags_of: dict[str, list[str]] = {}
         whole = results["moment"]["process_s"] if "moment" in results else None
-        cap = a.baseline_cap * whole if a.baseline_cap > 0 and whole else None
+        cap = a.baseline_cap if a.baseline_cap > 0 else None
         settings, at_cap = baseline_runs(a), 0
         for name, mode, flags in settings:
             print(f"{name}_mode: {mode}", flush=True)
@@ -984,7 +985,7 @@ def run_size(a, nodes: int, dim: int, memory_bound: str, suffix: str = "") -> tu
             if "stopped_after_s" in bl:
                 at_cap += capped
                 print(f"{name}_stopped_after_s: {limit:.0f}  " + (
-                    f"(--baseline-cap {a.baseline_cap:g} x Moment's whole run, {whole:.0f} s)" if capped
+                    "(--baseline-cap)" if capped
                     else f"(slower than the faster setting's whole run x {SLOWER_BASELINE:g})"))
                 continue
             if not bl:
@@ -998,9 +999,9 @@ def run_size(a, nodes: int, dim: int, memory_bound: str, suffix: str = "") -> tu
             mode = min(tried, key=lambda k: epoch_s(tried[k]))
             results["baseline"], baseline_flags = tried[mode], flags_of[mode]
             print(f"baseline_mode: {mode}" + ("  (the faster of the two readahead settings)" if len(tried) > 1 else ""))
-        elif at_cap == len(settings):  # every setting stopped unfinished at the cap: their whole runs took longer
-            figures["speedup_at_least"] = a.baseline_cap
-            print(f"speedup_at_least{suffix}: {a.baseline_cap:g}  (whole runs: no baseline setting finished in "
+        elif at_cap == len(settings) and whole:  # every setting stopped unfinished: their whole runs took longer
+            figures["speedup_at_least"] = cap / whole
+            print(f"speedup_at_least{suffix}: {cap / whole:.1f}  (whole runs: no baseline setting finished in "
                   f"{cap:.0f} s, Moment's took {whole:.0f} s; the epochs' speedup is not measured)", flush=True)
     if "moment" in results:
         print(f"moment_epoch_s: {epoch_s(results['moment']):.2f}")

@@ -140,15 +140,15 @@ def test_a_run_past_its_deadline_is_stopped_with_its_dataloader_workers(bench_ep
 
 
 def test_a_baseline_setting_is_stopped_at_the_cap_or_past_the_faster_one(bench_epoch):
-    """A baseline setting runs until 1.1x the faster finished one's whole run, or the cap (--baseline-cap x
-    Moment's whole run) when that comes first; the first runs to the cap alone, and with no cap unbounded."""
+    """A baseline setting runs until 1.1x the faster finished one's whole run, or the cap (--baseline-cap
+    seconds) when that comes first; the first runs to the cap alone, and with no cap unbounded."""
     assert bench_epoch.baseline_deadline({}, None) == (None, False)
     assert bench_epoch.baseline_deadline({}, 600.0) == (600.0, True)
     assert bench_epoch.baseline_deadline({"off": {"process_s": 100.0}}, 600.0) == (pytest.approx(110.0), False)
     assert bench_epoch.baseline_deadline({"off": {"process_s": 100.0}}, None) == (pytest.approx(110.0), False)
     assert bench_epoch.baseline_deadline({"off": {"process_s": 900.0}, "on": {"process_s": 700.0}}, 600.0) == \
         (600.0, True)
-    assert _args(bench_epoch).baseline_cap == 20 and _args(bench_epoch, "--baseline-cap", "0").baseline_cap == 0
+    assert _args(bench_epoch).baseline_cap == 1200 and _args(bench_epoch, "--baseline-cap", "0").baseline_cap == 0
 
 
 def test_an_in_memory_run_is_stopped_past_twice_the_fastest_so_far(bench_epoch):
