@@ -44,10 +44,11 @@ Prints `name: value` lines: per system its epoch seconds (each epoch), SSD bytes
 rate (with the cache simulator's prediction for Moment's policy), per-stage seconds (a loader baseline's
 sample and gather seconds are its workers' summed), cgroup peak and limit hits; then `speedup` = baseline
 epoch s / Moment default epoch s, last. Each size's runs sit between two disk checks (`disk_MB_per_s_at_start`,
-`_at_end`; `disk_slowed` when the end's is under half the start's: a cloud disk that spent its burst). `--sizes` runs several graph sizes (nodes, and a feature width
-when not --dim), each with its own bound, one after the other (a `size:` line starts each block); each
-block ends with `speedup_NODES[xDIM]` (and `limit_ratio_...`, the data-only ratios), and the run with
-every one of them again and the worst of each (`speedup`, the smallest; `limit_ratio`, the largest).
+`_at_end`; `disk_slowed` when the end's is under half the start's; a slowdown between the two shows only in
+the fio lines). `--sizes` runs several graph sizes (nodes, and a feature width when not --dim), each with its
+own bound, one after the other (a `size:` line starts each block); each block ends with `speedup_NODES[xDIM]`
+(and `limit_ratio_...`, the data-only ratios), and the run with every one of them again and the worst of each
+(`speedup`, the smallest; `limit_ratio`, the largest).
 Before anything is built, every bounded size is checked against the least bound Moment's runtime accepts
 for it (its own budget rule, on the graph alone: `size_check_` lines); a size below it is
 refused, naming a size that runs. Exit 0 only when every system finished.
@@ -428,8 +429,8 @@ DISK_SLOWED = 0.5  # a disk check at a size's end below this share of its start'
 
 def disk_rate(files: list[Path], nbytes: int = DISK_CHECK_BYTES) -> float | None:
     """MB/s of one direct-I/O pass of 1 MiB reads (32 in flight) over the first `nbytes` of the largest of
-    `files`: a disk that slows mid-bench (a cloud disk's burst allowance spent: 8 MB/s here after the 16M runs,
-    626 MB/s four minutes later) makes every figure after it suspect, so each size is checked before and after."""
+    `files`: a disk that slows mid-bench (this machine's: 8 MB/s after the 16M runs, 626 MB/s four minutes
+    later) makes every figure after it suspect, so each size is checked before and after."""
     from moment.io import IOStack, ReadBatch, aligned_buffer
 
     path = max((f for f in files if f.is_file()), key=lambda f: f.stat().st_size, default=None)
