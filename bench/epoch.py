@@ -432,6 +432,7 @@ def disk_rate(files: list[Path], nbytes: int = DISK_CHECK_BYTES) -> float | None
     `files`: a disk that slows mid-bench (this machine's: 8 MB/s after the 16M runs, 626 MB/s four minutes
     later) makes every figure after it suspect, so each size is checked before and after."""
     from moment.io import IOStack, ReadBatch, aligned_buffer
+    from moment.io.probe import _run  # the probe's pass: a batch in flight per buffer
 
     path = max((f for f in files if f.is_file()), key=lambda f: f.stat().st_size, default=None)
     n = min(nbytes, path.stat().st_size) >> 20 if path is not None else 0
@@ -444,14 +445,7 @@ def disk_rate(files: list[Path], nbytes: int = DISK_CHECK_BYTES) -> float | None
     bufs = [aligned_buffer(per << 20) for _ in range(8)]
     drop_files(path)
     with IOStack([path], queue_depth=32) as stack:
-        t, inflight = time.perf_counter(), []
-        for i, b in enumerate(batches):
-            if len(inflight) == len(bufs):
-                stack.wait(inflight.pop(0))
-            inflight.append(stack.submit(b, bufs[i % len(bufs)]))
-        for ticket in inflight:
-            stack.wait(ticket)
-        return (n << 20) / (time.perf_counter() - t) / 1e6
+        return (n << 20) / _run(stack, batches, bufs) / 1e6
 
 
 def check_disk(files: list[Path], when: str, suffix: str, start: float | None = None) -> float | None:

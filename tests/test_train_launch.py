@@ -494,7 +494,8 @@ def test_the_agent_loads_while_the_launcher_checks_and_a_refused_run_leaves_noth
     assert "give at least --memory-budget" in capsys.readouterr().err
     (agent,) = started  # the agent alone, held and measuring
     assert agent.args[len(COMMAND):len(COMMAND) + 2] == ["--hold", "measure"] and agent.poll() is not None
-    assert json.loads(ss.record_path().read_text())["records"][0]["rank"] == ss.fresh_sizes()[1] > 0  # its figures, recorded
+    recorded = json.loads(ss.record_path().read_text())["records"][0]
+    assert recorded["rank"] == ss.fresh_sizes()[1] > 0  # its figures, recorded
     started.clear()
     assert main([*common, "--model", "tests.user_models:raises"]) == 2  # no budget: nothing to measure
     err = " ".join(capsys.readouterr().err.split())
