@@ -56,6 +56,24 @@ def test_a_loader_yields_pyg_style_batches_with_the_right_rows_and_labels(runtim
         run.loader("train", 1)
 
 
+def test_a_scripts_run_measures_its_memory_beside_the_budgets_prediction(runtime_layout):
+    """`run.memory()` (and `close()`, into the summary) give what `moment train`'s metrics give under `memory`: the
+    split's prediction and the measured peak with its parts, measured from the run's start."""
+    with moment.open_run(runtime_layout, fanouts=[5, 5], batch_size=128, memory_budget="2GiB") as run:
+        assert run.summary()["memory"] is None  # not measured yet
+        for _ in run.loader("train", 0):
+            pass
+        mid = run.memory()
+    end = run.summary()["memory"]
+    assert end is not mid and end.keys() == mid.keys() >= {"budget_bytes", "predicted_peak_bytes", "measured", "device"}
+    assert end["budget_bytes"] == 2 * 2**30 and 0 < end["predicted_peak_bytes"] <= end["budget_bytes"]
+    parts = end["measured"]
+    assert end["measured_peak_bytes"] == parts["ranks"] + parts["agent"] + parts["shared"] > 0
+    assert parts["agent"] == 0 and parts["since"] in ("run start", "process start")  # alone: no torchrun agent
+    assert 0 < parts["batch_buffers"] <= end["measured_peak_bytes"]  # a tiered run's batches, measured
+    assert end["device"]["measured_peak_bytes"] is None  # CPU
+
+
 def test_batches_and_dropout_repeat_for_the_same_seed(runtime_layout):
     def first(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
         with moment.open_run(runtime_layout, fanouts=[5], batch_size=64, seed=seed) as run:
@@ -157,6 +175,10 @@ def test_the_example_script_trains_exactly_as_moment_train_and_as_fast(example_l
         mine, theirs = _example_and_moment_train(example_layout, 3, tmp_path)
         assert len(mine["loss_curve"]) == len(theirs["loss_curve"]) > 30
         assert mine["loss_curve"] == pytest.approx(theirs["loss_curve"], rel=1e-6, abs=1e-7)
+        # the script's close() measured its two ranks and their agent as moment train measures them
+        mem = mine["memory"]
+        assert mem["measured"]["ranks"] > 0 and mem["measured"]["agent"] > 0, mem
+        assert 0 < mem["measured_peak_bytes"] <= mem["budget_bytes"] and mem["predicted_peak_bytes"] > 0, mem
         # the example prints rank 0's summary; moment train's metrics sum the ranks' CPU
         ranks = theirs["world_size"]
         tries.append(min(mine["epoch_cpu_seconds"]) / (min(theirs["epoch_cpu_seconds"]) / ranks))

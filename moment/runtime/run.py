@@ -39,7 +39,8 @@ from moment.runtime.finite import DIVERGE_FACTOR, DIVERGE_STEPS, BadStep, Diverg
 from moment.runtime.heap import HeapKeeper, keep_freed_memory, return_freed_memory
 from moment.runtime.link_task import sampler_for, train_seeds
 from moment.runtime.loader import LoaderPipeline, fork_hang_note
-from moment.runtime.memory_use import reset_peak
+from moment.runtime.budget import under_torchrun
+from moment.runtime.memory_use import machine_peak, rank_sample, reset_peak
 from moment.runtime.model_spec import load_rank_code
 from moment.runtime.pipeline import Pipeline, Prepared, StageTimes
 from moment.runtime.rendezvous import SHARED_SETTINGS, RunFacts, check_agents
@@ -56,6 +57,14 @@ from moment.workload.seeds import SPLIT_TAGS, mix
 DROPOUT_TAG = 0xD80
 SPLITS = ("train", "val", "test")
 SUMMARY_PREFIX = "moment: summary "  # the line `Run.close` prints on rank 0
+
+
+def device_memory(planned: dict[str, Any] | None, peaks: list[int]) -> dict[str, Any]:
+    """`Run.memory()`'s `device`: a CUDA run's device budget per rank beside the busiest rank's measured peak
+    (torch's caching allocator's most reserved); the same keys, null, on CPU runs."""
+    out = dict(planned) if planned is not None else {"budget_bytes": None, "predicted_peak_bytes": None, "items": []}
+    out["measured_peak_bytes"] = max(peaks) if peaks else None
+    return out
 
 
 def _pipe_kind(split: str) -> str:
@@ -121,6 +130,7 @@ class Run:
         self.heap: HeapKeeper | None = None  # what the allocator keeps of freed memory (a tiered run's)
         self._pipes: dict[str, Pipeline | LoaderPipeline] = {}
         self._final_stats: dict[str, Any] = {"rows": {}, "bytes": {}, "ssd_bytes_read": 0}
+        self._memory: dict[str, Any] | None = None  # the last `memory()`'s answer
         self._threads = torch.get_num_threads()  # restored at close
         if not DeviceLayer(ctx.device).cuda:  # the machine's cores shared among its ranks, not each rank taking all
             torch.set_num_threads(cfg.threads or max(1, (os.cpu_count() or 1) // max(ctx.local_world_size, 1)))
@@ -304,7 +314,32 @@ class Run:
                 "epoch_seconds": self.epoch_seconds, "epoch_cpu_seconds": self.epoch_cpu_seconds,
                 "tier_rows": dict(st["rows"]), "tier_bytes": dict(st["bytes"]),
                 "ssd_bytes_read": int(st["ssd_bytes_read"]),
-                "stage_seconds": {s: p.times.as_dict() for s, p in self._pipes.items()}, "heap": self.heap_use()}
+                "stage_seconds": {s: p.times.as_dict() for s, p in self._pipes.items()}, "heap": self.heap_use(),
+                "memory": self._memory}
+
+    def memory(self) -> dict[str, Any]:
+        """The budget split's prediction beside the run's measured peak so far (collective: every rank calls it,
+        in the same place of its loop; `close()` does). The busiest machine's processes, measured as
+        moment.runtime.memory_use says (`measured_peak_bytes`, and its parts under `measured`), and the busiest
+        rank's device peak under `device` (CUDA; null on CPU). `budget_bytes` and `predicted_peak_bytes` are
+        null for a run without a budget (`features="memory"` or `"memmap"`)."""
+        ctx = self.ctx
+        # the libraries, the graph's files and the shared segments every rank maps are held once, as the
+        # budget charges them
+        sample = rank_sample(with_agent=ctx.local_rank == 0 and ctx.backend is not None and under_torchrun())
+        # how many of the batches the split charges the pipeline kept alive at once (scheduling decides)
+        tiered = self.source is not None and self.store_info is not None
+        sample["batches"] = self.source.memory().get("batch_buffers_most", 0) if tiered else 0
+        # each rank's device peak rides with its host sample (one collective); the busiest rank's is the measure
+        samples = ctx.all_gather_object([sample, self.dev.peak_reserved()])
+        measured = machine_peak([s for s, _ in samples], ctx.local_world_size)
+        out: dict[str, Any] = ({"budget_bytes": None, "predicted_peak_bytes": None, "device": None} if self.plan is None
+                               else self.plan.memory.as_dict())
+        out["measured_peak_bytes"] = measured.pop("bytes")
+        out["measured"] = {**measured, "since": self.peak_from}
+        out["device"] = device_memory(out["device"], [p for _, p in samples if p is not None])
+        self._memory = out
+        return out
 
     def heap_use(self) -> dict[str, Any] | None:
         """A tiered run's freed memory kept for reuse (moment.runtime.heap: its limit, the most kept, the trims)
@@ -323,6 +358,7 @@ class Run:
         try:
             if self.source is not None:
                 self.source.leave()
+            self.memory()  # every rank is here: the run's peak, measured before the store lets go of it
         finally:
             self._release()
         out = self.summary()

@@ -32,7 +32,6 @@ from moment.runtime.config import TrainConfig, parse_args
 from moment.runtime.dist import AgreedError, DistContext
 from moment.runtime.link_task import link_logits, link_loss, out_dim, roc_auc
 from moment.runtime.lost import peer_lost
-from moment.runtime.memory_use import machine_peak, rank_sample
 from moment.runtime.model_spec import forward, load_loss, make_model, make_optimizer
 from moment.runtime.progress import Reporter
 from moment.runtime.rendezvous import NNODES_ENV, NODE_RANK_ENV, others_gone
@@ -209,7 +208,7 @@ class Trainer:
                              else None),
             "memory_hit_rate": 1 - rows["ssd"] / max(1, sum(rows.values())) if "ssd" in rows else None,
             "peak_rss_bytes": int(ctx.all_reduce(torch.tensor([_peak_rss()], dtype=torch.float64), op="max")[0]),
-            "memory": self._memory(),
+            "memory": self.run_.memory(),
             "cache_policy": self.plan.cache_policy if self.plan is not None else None,
             "io_shape": self.plan.io_shape if self.plan is not None else None,
             "superbatch": self.plan.tiers.superbatch if self.plan is not None else None,
@@ -236,24 +235,6 @@ class Trainer:
             "nnodes": ctx.nnodes,
             "machines": machines_of(per_rank),
         }
-
-    def _memory(self) -> dict[str, Any]:
-        """The budget split's prediction beside the measured peak of the run (moment.runtime.memory_use)."""
-        ctx = self.ctx
-        # the libraries, the graph's files and the shared segments every rank maps are held once, as the
-        # budget charges them
-        sample = rank_sample(with_agent=ctx.local_rank == 0 and ctx.backend is not None and under_torchrun())
-        # how many of the batches the split charges the pipeline kept alive at once (scheduling decides)
-        sample["batches"] = self.source.memory().get("batch_buffers_most", 0) if self.store_info is not None else 0
-        # each rank's device peak rides with its host sample (one collective); the busiest rank's is the measure
-        samples = ctx.all_gather_object([sample, self.run_.dev.peak_reserved()])
-        measured = machine_peak([s for s, _ in samples], ctx.local_world_size)
-        out: dict[str, Any] = ({"budget_bytes": None, "predicted_peak_bytes": None, "device": None} if self.plan is None
-                               else self.plan.memory.as_dict())
-        out["measured_peak_bytes"] = measured.pop("bytes")
-        out["measured"] = {**measured, "since": self.run_.peak_from}
-        out["device"] = _device_memory(out["device"], [p for _, p in samples if p is not None])
-        return out
 
     def _rank_report(self) -> dict[str, Any]:
         """This rank's plan GPUs, its device and how it was matched, and its planned vs achieved SSD shares."""
@@ -321,14 +302,6 @@ def machines_of(per_rank: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for m in out.values():
         m["remote_share"] = m["remote_rows"] / m["rows"] if m["rows"] else 0.0
     return [out[k] for k in sorted(out)]
-
-
-def _device_memory(planned: dict[str, Any] | None, peaks: list[int]) -> dict[str, Any]:
-    """The metrics' `memory.device`: a CUDA run's device budget per rank beside the busiest rank's measured peak
-    (torch's caching allocator's most reserved); the same keys, null, on CPU runs."""
-    out = dict(planned) if planned is not None else {"budget_bytes": None, "predicted_peak_bytes": None, "items": []}
-    out["measured_peak_bytes"] = max(peaks) if peaks else None
-    return out
 
 
 def _peak_rss() -> int:
