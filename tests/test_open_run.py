@@ -65,6 +65,7 @@ def test_a_scripts_run_measures_its_memory_beside_the_budgets_prediction(runtime
             pass
         mid = run.memory()
     end = run.summary()["memory"]
+    assert run.memory() is end  # after close: what close measured, no collective
     assert end is not mid and end.keys() == mid.keys() >= {"budget_bytes", "predicted_peak_bytes", "measured", "device"}
     assert end["budget_bytes"] == 2 * 2**30 and 0 < end["predicted_peak_bytes"] <= end["budget_bytes"]
     parts = end["measured"]
@@ -72,6 +73,10 @@ def test_a_scripts_run_measures_its_memory_beside_the_budgets_prediction(runtime
     assert parts["agent"] == 0 and parts["since"] in ("run start", "process start")  # alone: no torchrun agent
     assert 0 < parts["batch_buffers"] <= end["measured_peak_bytes"]  # a tiered run's batches, measured
     assert end["device"]["measured_peak_bytes"] is None  # CPU
+    run = moment.open_run(runtime_layout, fanouts=[5], batch_size=128)
+    run.abandon()  # a rank that failed: no collective, so nothing measured, and it says so
+    with pytest.raises(MomentError, match="before its memory was measured"):
+        run.memory()
 
 
 def test_batches_and_dropout_repeat_for_the_same_seed(runtime_layout):

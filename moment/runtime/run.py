@@ -322,7 +322,15 @@ class Run:
         in the same place of its loop; `close()` does). The busiest machine's processes, measured as
         moment.runtime.memory_use says (`measured_peak_bytes`, and its parts under `measured`), and the busiest
         rank's device peak under `device` (CUDA; null on CPU). `budget_bytes` and `predicted_peak_bytes` are
-        null for a run without a budget (`features="memory"` or `"memmap"`)."""
+        null for a run without a budget (`features="memory"` or `"memmap"`). After `close()`: what close measured."""
+        if self._closed:
+            if self._memory is None:  # abandoned: this rank failed, and no collective follows
+                raise MomentError("the run ended before its memory was measured (a rank failed, or close() did)",
+                                  hint="call run.memory() on every rank before the run ends")
+            return self._memory
+        return self._measure_memory()
+
+    def _measure_memory(self) -> dict[str, Any]:
         ctx = self.ctx
         # the libraries, the graph's files and the shared segments every rank maps are held once, as the
         # budget charges them
@@ -358,7 +366,7 @@ class Run:
         try:
             if self.source is not None:
                 self.source.leave()
-            self.memory()  # every rank is here: the run's peak, measured before the store lets go of it
+            self._measure_memory()  # every rank is here: the run's peak, measured before the store lets go of it
         finally:
             self._release()
         out = self.summary()
