@@ -43,9 +43,9 @@ cgroup, so no system can keep the features in memory the bound does not give it.
 Prints `name: value` lines: per system its epoch seconds (each epoch), SSD bytes read, CPU-cache hit
 rate (with the cache simulator's prediction for Moment's policy), per-stage seconds (a loader baseline's
 sample and gather seconds are its workers' summed), cgroup peak and limit hits; then `speedup` = baseline
-epoch s / Moment default epoch s, last. Each size's runs sit between two disk checks (`disk_MB_per_s_at_start`,
-`_at_end`; `disk_slowed` when the end's is under half the start's; a slowdown between the two shows only in
-the fio lines). `--sizes` runs several graph sizes (nodes, and a feature width when not --dim), each with its
+epoch s / Moment default epoch s, last. Each size's runs sit between two disk checks, of 1 MiB reads and of
+random 4 KiB ones (`disk_MB_per_s_at_start`, `disk_4k_iops_at_start`, `_at_end`; `disk_slowed` when an end's
+figure is under half the start's; a slowdown between the two shows only in the fio lines). `--sizes` runs several graph sizes (nodes, and a feature width when not --dim), each with its
 own bound, one after the other (a `size:` line starts each block); each block ends with `speedup_NODES[xDIM]`
 (and `limit_ratio_...`, the data-only ratios), and the run with every one of them again and the worst of each
 (`speedup`, the smallest; `limit_ratio`, the largest).
@@ -423,8 +423,13 @@ def run(name: str, nproc: int, args: list[str], out: Path, *, cold: list[Path], 
             cg.close()
 
 
-DISK_CHECK_BYTES = 256 << 20  # read by each disk check
+DISK_CHECK_BYTES = 256 << 20  # read by each disk check's 1 MiB pass
+DISK_CHECK_READS = 8192  # random 4 KiB reads of each disk check's second pass
 DISK_SLOWED = 0.5  # a disk check at a size's end below this share of its start's says the disk slowed
+
+
+def _largest(files: list[Path]) -> Path | None:
+    return max((f for f in files if f.is_file()), key=lambda f: f.stat().st_size, default=None)
 
 
 def disk_rate(files: list[Path], nbytes: int = DISK_CHECK_BYTES) -> float | None:
@@ -434,7 +439,7 @@ def disk_rate(files: list[Path], nbytes: int = DISK_CHECK_BYTES) -> float | None
     from moment.io import IOStack, ReadBatch, aligned_buffer
     from moment.io.probe import _run  # the probe's pass: a batch in flight per buffer
 
-    path = max((f for f in files if f.is_file()), key=lambda f: f.stat().st_size, default=None)
+    path = _largest(files)
     n = min(nbytes, path.stat().st_size) >> 20 if path is not None else 0
     if not n:
         return None
@@ -448,17 +453,45 @@ def disk_rate(files: list[Path], nbytes: int = DISK_CHECK_BYTES) -> float | None
         return (n << 20) / _run(stack, batches, bufs) / 1e6
 
 
-def check_disk(files: list[Path], when: str, suffix: str, start: float | None = None) -> float | None:
-    """Print the disk check `when` ("start" or "end"); at the end, say so when the disk slowed."""
-    rate = disk_rate(files)
-    if rate is None:
+def disk_iops(files: list[Path], reads: int = DISK_CHECK_READS, seed: int = 0) -> float | None:
+    """Random 4 KiB direct reads per second (32 in flight, seeded offsets) over the largest of `files`: this
+    machine's disk can keep its large-read rate while its small reads are throttled (an 8M epoch of small reads
+    took 354 s, then 5.7 s minutes later, while 1 MiB reads ran at 566-729 MB/s), and the worker baseline reads
+    4 KiB pages, so a check of large reads alone does not see what slows it."""
+    from moment.io import IOStack, ReadBatch, aligned_buffer
+    from moment.io.probe import _run
+
+    path = _largest(files)
+    blocks = path.stat().st_size >> 12 if path is not None else 0
+    if not blocks:
+        return None
+    offsets = np.random.default_rng(seed).integers(0, blocks, reads, dtype=np.int64) << 12
+    per = 4  # reads a batch; 8 batches in flight
+    batches = [ReadBatch.packed(np.zeros(len(o), np.int32), o, np.full(len(o), 4096))
+               for o in np.array_split(offsets, -(-reads // per))]
+    bufs = [aligned_buffer(per << 12) for _ in range(8)]
+    with IOStack([path], queue_depth=32) as stack:
+        return reads / _run(stack, batches, bufs)
+
+
+def check_disk(files: list[Path], when: str, suffix: str, start: tuple[float, float] | None = None
+               ) -> tuple[float, float] | None:
+    """Print the disk check `when` ("start" or "end"): (MB/s of 1 MiB reads, IOPS of 4 KiB reads); at the end,
+    say so when either fell under half the start's."""
+    rate, iops = disk_rate(files), disk_iops(files)
+    if rate is None or iops is None:
         return None
     print(f"disk_MB_per_s_at_{when}{suffix}: {rate:.0f}  (direct 1 MiB reads, 32 in flight, {DISK_CHECK_BYTES >> 20} "
           "MiB at most of a layout file, cold)", flush=True)
-    if start and rate < DISK_SLOWED * start:
-        print(f"disk_slowed{suffix}: {rate:.0f} MB/s at the end against {start:.0f} at the start: the disk slowed "
-              "during this size's runs, so its figures may be the disk's, not the systems'", flush=True)
-    return rate
+    print(f"disk_4k_iops_at_{when}{suffix}: {iops:.0f}  (direct 4 KiB reads at random offsets, 32 in flight, "
+          f"{DISK_CHECK_READS} of them)", flush=True)
+    if start:
+        slow = [f"{now:.0f} {unit} at the end against {then:.0f} at the start" for now, then, unit
+                in ((rate, start[0], "MB/s"), (iops, start[1], "4 KiB reads/s")) if now < DISK_SLOWED * then]
+        if slow:
+            print(f"disk_slowed{suffix}: {'; '.join(slow)}: the disk slowed during this size's runs, so its figures "
+                  "may be the disk's, not the systems'", flush=True)
+    return rate, iops
 
 
 def epoch_s(m: dict) -> float:

@@ -269,15 +269,22 @@ def test_a_bound_reports_what_it_took_back(bench_epoch, tmp_path):
 
 
 def test_a_disk_check_reads_a_layout_file_and_says_when_the_disk_slowed(bench_epoch, tmp_path, capsys):
-    """The check reads a real file with direct I/O (the largest of those given; none: no figure), and a size
-    whose end's rate is under half its start's is flagged."""
-    assert bench_epoch.disk_rate([tmp_path / "missing"]) is None
+    """The check reads a real file with direct I/O (the largest of those given; none: no figure), in 1 MiB reads
+    and in random 4 KiB ones, and a size whose end's rate or IOPS is under half its start's is flagged, naming
+    which."""
+    assert bench_epoch.disk_rate([tmp_path / "missing"]) is None and bench_epoch.disk_iops([tmp_path / "x"]) is None
     small, big = tmp_path / "ssd0.rows", tmp_path / "ssd1.rows"
     small.write_bytes(b"\0" * 4096)
     big.write_bytes(os.urandom(8 << 20))
-    rate = bench_epoch.check_disk([small, big], "start", "_8000000")
+    start = bench_epoch.check_disk([small, big], "start", "_8000000")
+    out = capsys.readouterr().out.splitlines()
+    rate, iops = start
+    assert rate > 0 and iops > 0
+    assert out[0].startswith(f"disk_MB_per_s_at_start_8000000: {rate:.0f}  ")
+    assert out[1].startswith(f"disk_4k_iops_at_start_8000000: {iops:.0f}  ") and len(out) == 2  # not slowed
+    bench_epoch.check_disk([big], "end", "", start=(rate, iops * 1e6))  # IOPS a million times below the start's
     out = capsys.readouterr().out
-    assert rate > 0 and out.startswith(f"disk_MB_per_s_at_start_8000000: {rate:.0f}") and "disk_slowed" not in out
-    bench_epoch.check_disk([big], "end", "", start=rate * 1e6)  # the end a million times slower than the start
+    assert "\ndisk_slowed: " in out and "4 KiB reads/s at the end" in out and "MB/s at the end" not in out
+    bench_epoch.check_disk([big], "end", "", start=(rate * 1e6, iops * 1e6))
     out = capsys.readouterr().out
-    assert out.startswith("disk_MB_per_s_at_end: ") and "\ndisk_slowed: " in out
+    assert "MB/s at the end" in out and "4 KiB reads/s at the end" in out
