@@ -45,10 +45,11 @@ rate (with the cache simulator's prediction for Moment's policy), per-stage seco
 sample and gather seconds are its workers' summed), cgroup peak and limit hits; then `speedup` = baseline
 epoch s / Moment default epoch s, last. Each size's runs sit between two disk checks, of 1 MiB reads and of
 random 4 KiB ones (`disk_MB_per_s_at_start`, `disk_4k_iops_at_start`, `_at_end`; `disk_slowed` when an end's
-figure is under half the start's; a slowdown between the two shows only in the fio lines). `--sizes` runs several graph sizes (nodes, and a feature width when not --dim), each with its
-own bound, one after the other (a `size:` line starts each block); each block ends with `speedup_NODES[xDIM]`
-(and `limit_ratio_...`, the data-only ratios), and the run with every one of them again and the worst of each
-(`speedup`, the smallest; `limit_ratio`, the largest).
+figure is under half the start's; a slowdown between the two shows only in the fio lines). `--sizes` runs
+several graph sizes (nodes, and a feature width when not --dim), each with its own bound, one after the other
+(a `size:` line starts each block); each block ends with `speedup_NODES[xDIM]` (and `limit_ratio_...`, the
+data-only ratios), and the run with every one of them again and the worst of each (`speedup`, the smallest;
+`limit_ratio`, the largest).
 Before anything is built, every bounded size is checked against the least bound Moment's runtime accepts
 for it (its own budget rule, on the graph alone: `size_check_` lines); a size below it is
 refused, naming a size that runs. Exit 0 only when every system finished.

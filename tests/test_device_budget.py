@@ -155,7 +155,7 @@ def test_on_cuda_the_host_budget_charges_no_gpu_stand_in_and_exactly_the_ring(ru
     assert plan.tiers.cpu_rows >= _plan(ds, runtime_layout, device="cpu", memory_budget="2GiB").tiers.cpu_rows
 
 
-def test_the_ranks_agree_on_the_least_freedevice_memory(runtime_dataset):
+def test_the_ranks_agree_on_the_least_free_device_memory(runtime_dataset):
     """Every rank resolves the same plan: the device memory is agreed, as the least of the ranks' devices."""
     from moment.runtime.sizing import run_inputs
     from moment.workload.sampler import CSRGraph, SeedBatches
@@ -201,4 +201,4 @@ def test_the_metrics_state_the_device_budget_beside_the_measured_peak():
     planned = {"budget_bytes": 8 * GiB, "predicted_peak_bytes": 5 * GiB, "items": [{"name": "x", "bytes": 1}]}
     assert device_memory(planned, [3 * GiB, 4 * GiB]) == {**planned, "measured_peak_bytes": 4 * GiB}  # busiest rank
     assert device_memory(None, []) == {"budget_bytes": None, "predicted_peak_bytes": None, "items": [],
-                                        "measured_peak_bytes": None}  # a CPU run: the same keys, null
+                                       "measured_peak_bytes": None}  # a CPU run: the same keys, null

@@ -33,13 +33,13 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from moment.errors import MomentError
 from moment.io.device import DeviceLayer
 from moment.placement.opened import Layout
+from moment.runtime.budget import under_torchrun
 from moment.runtime.config import TrainConfig, effective_fanouts, make_config
 from moment.runtime.dist import AgreedError, DistContext, setup
 from moment.runtime.finite import DIVERGE_FACTOR, DIVERGE_STEPS, BadStep, Divergence, StepLog
 from moment.runtime.heap import HeapKeeper, keep_freed_memory, return_freed_memory
 from moment.runtime.link_task import sampler_for, train_seeds
 from moment.runtime.loader import LoaderPipeline, fork_hang_note
-from moment.runtime.budget import under_torchrun
 from moment.runtime.memory_use import machine_peak, rank_sample, reset_peak
 from moment.runtime.model_spec import load_rank_code
 from moment.runtime.pipeline import Pipeline, Prepared, StageTimes
