@@ -106,3 +106,15 @@ def test_slot_map_follows_the_policy():
         slots = sm.lookup(cached)
         assert (slots >= 0).all() and len(set(slots.tolist())) == len(cached)
         assert (sm.slot >= 0).sum() == len(cached)
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_a_policy_given_its_first_rows_starts_with_them_and_without_them_with_the_hottest(name):
+    """The CPU tier knows its first rows (the hottest not served by a GPU tier) and hands them over, so the policy
+    does not sort every node's rank for a start it would replace; the rows a policy starts with are the same."""
+    rank = np.random.default_rng(3).permutation(1000)
+    hottest = make_policy(name, 50, 1000, rank=rank)
+    assert sorted(hottest.members.tolist()) == sorted(np.argsort(rank)[:50].tolist())
+    given = np.arange(900, 950)  # not the hottest: what the caller says wins
+    p = make_policy(name, 50, 1000, rank=rank, initial=given)
+    assert p.members.tolist() == given.tolist() and p.cached.sum() == 50 and p.cached[given].all()

@@ -161,10 +161,9 @@ def open_cpu_tier(layout: Layout, rows: LayoutRows, disk: DiskTier, device: Any,
     cap = min(cap, order.shape[0])
     if cap == 0:
         return None
-    policy = make_policy(t.policy, cap, n, rank=rank)
     initial = np.array(order[:cap], dtype=np.int64)
     del order
-    policy.reset(initial)
+    policy = make_policy(t.policy, cap, n, rank=rank, initial=initial)
     del rank
     slots = slots_for(policy, initial, n)
     if shared:
