@@ -433,25 +433,30 @@ def _largest(files: list[Path]) -> Path | None:
     return max((f for f in files if f.is_file()), key=lambda f: f.stat().st_size, default=None)
 
 
+def _read_seconds(path: Path, offsets: np.ndarray, length: int) -> float:
+    """Seconds to read `length` bytes at each of `offsets` of `path` with direct I/O, 32 in flight (batches of 4
+    reads, 8 batches in flight, through the runtime's IOStack and the probe's pass)."""
+    from moment.io import IOStack, ReadBatch, aligned_buffer
+    from moment.io.probe import _run  # the probe's pass: a batch in flight per buffer
+
+    per = 4
+    batches = [ReadBatch.packed(np.zeros(len(o), np.int32), o, np.full(len(o), length))
+               for o in np.array_split(offsets, -(-len(offsets) // per))]
+    bufs = [aligned_buffer(per * length) for _ in range(8)]
+    with IOStack([path], queue_depth=32) as stack:
+        return _run(stack, batches, bufs)
+
+
 def disk_rate(files: list[Path], nbytes: int = DISK_CHECK_BYTES) -> float | None:
     """MB/s of one direct-I/O pass of 1 MiB reads (32 in flight) over the first `nbytes` of the largest of
     `files`: a disk that slows mid-bench (this machine's: 8 MB/s after the 16M runs, 626 MB/s four minutes
     later) makes every figure after it suspect, so each size is checked before and after."""
-    from moment.io import IOStack, ReadBatch, aligned_buffer
-    from moment.io.probe import _run  # the probe's pass: a batch in flight per buffer
-
     path = _largest(files)
     n = min(nbytes, path.stat().st_size) >> 20 if path is not None else 0
     if not n:
         return None
-    offsets = np.arange(n, dtype=np.int64) << 20
-    per = 4  # reads a batch; 8 batches in flight
-    batches = [ReadBatch.packed(np.zeros(len(o), np.int32), o, np.full(len(o), 1 << 20))
-               for o in np.array_split(offsets, -(-n // per))]
-    bufs = [aligned_buffer(per << 20) for _ in range(8)]
     drop_files(path)
-    with IOStack([path], queue_depth=32) as stack:
-        return (n << 20) / _run(stack, batches, bufs) / 1e6
+    return (n << 20) / _read_seconds(path, np.arange(n, dtype=np.int64) << 20, 1 << 20) / 1e6
 
 
 def disk_iops(files: list[Path], reads: int = DISK_CHECK_READS, seed: int = 0) -> float | None:
@@ -459,20 +464,12 @@ def disk_iops(files: list[Path], reads: int = DISK_CHECK_READS, seed: int = 0) -
     machine's disk can keep its large-read rate while its small reads are throttled (an 8M epoch of small reads
     took 354 s, then 5.7 s minutes later, while 1 MiB reads ran at 566-729 MB/s), and the worker baseline reads
     4 KiB pages, so a check of large reads alone does not see what slows it."""
-    from moment.io import IOStack, ReadBatch, aligned_buffer
-    from moment.io.probe import _run
-
     path = _largest(files)
     blocks = path.stat().st_size >> 12 if path is not None else 0
     if not blocks:
         return None
     offsets = np.random.default_rng(seed).integers(0, blocks, reads, dtype=np.int64) << 12
-    per = 4  # reads a batch; 8 batches in flight
-    batches = [ReadBatch.packed(np.zeros(len(o), np.int32), o, np.full(len(o), 4096))
-               for o in np.array_split(offsets, -(-reads // per))]
-    bufs = [aligned_buffer(per << 12) for _ in range(8)]
-    with IOStack([path], queue_depth=32) as stack:
-        return reads / _run(stack, batches, bufs)
+    return reads / _read_seconds(path, offsets, 4096)
 
 
 def check_disk(files: list[Path], when: str, suffix: str, start: tuple[float, float] | None = None

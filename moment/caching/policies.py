@@ -245,7 +245,7 @@ def make_policy(name: str, capacity: int, num_nodes: int, hotness: np.ndarray | 
                 rank: np.ndarray | None = None, initial: np.ndarray | None = None) -> CachePolicy:
     """A policy warm-started with the `capacity` hottest rows (by `hotness` counts, or a given `rank`:
     rank[v] = 0 for the hottest node), or with `initial` when the caller knows them already (a full sort of
-    the ranks otherwise: 16M nodes, ~0.6 CPU-s a rank at start)."""
+    the ranks otherwise: 16M nodes, 2.3-2.7 CPU-s a rank at start)."""
     if name not in POLICIES:
         raise MomentError(f"unknown cache policy {name!r}: choose one of {', '.join(POLICIES)}")
     p = POLICIES[name](capacity, num_nodes, hotness_rank(hotness, num_nodes) if rank is None else rank)

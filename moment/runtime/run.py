@@ -336,8 +336,7 @@ class Run:
         # budget charges them
         sample = rank_sample(with_agent=ctx.local_rank == 0 and ctx.backend is not None and under_torchrun())
         # how many of the batches the split charges the pipeline kept alive at once (scheduling decides)
-        tiered = self.source is not None and self.store_info is not None
-        sample["batches"] = self.source.memory().get("batch_buffers_most", 0) if tiered else 0
+        sample["batches"] = self.source.memory().get("batch_buffers_most", 0) if self.store_info is not None else 0
         # each rank's device peak rides with its host sample (one collective); the busiest rank's is the measure
         samples = ctx.all_gather_object([sample, self.dev.peak_reserved()])
         measured = machine_peak([s for s, _ in samples], ctx.local_world_size)
