@@ -8,7 +8,9 @@ counted run starts a fresh process as an installed `moment` does, compiled once.
 Run as a script, the floor: `moment --help` (starting Python with the CLI), `moment plan` on paper-machine-b
 with 4 GPUs + 8 SSDs and `moment train --dry-run` on the README's 100k layout, each as its median wall
 seconds and its ratio to the help's, for this tree and for commit `--against` (default: where this branch
-left main), alternating so that the machine's other work disturbs both alike. `--launch`: `moment train`
+left main), alternating so that the machine's other work disturbs both alike; beside them `plan_libraries`, the
+help run after importing what `moment plan` loads beyond it outside the standard library and Moment (numpy,
+pydantic, HiGHS, OR-Tools...): the least a plan using those libraries can take. `--launch`: `moment train`
 itself on that layout (two ranks, one epoch, `--memory-budget 3GiB`, with the built-in model and with
 examples/own_loop.py's), its start size measured anew and recorded, `--runs` rounds.
 
@@ -67,14 +69,16 @@ def tree_at(ref: str) -> Path:
     return out
 
 
-def time_command(args: list[str], runs: int, *, tree: Path | None = None, cwd: Path | None = None) -> Timing:
-    """`python -m moment ARGS` from `tree` (default: this checkout) `runs` times after one uncounted run."""
+def time_command(args: list[str], runs: int, *, tree: Path | None = None, cwd: Path | None = None,
+                 program: list[str] | None = None) -> Timing:
+    """`python -m moment ARGS` (`python PROGRAM ARGS`) from `tree` (default: this checkout) `runs` times after one
+    uncounted run."""
     cache = Path(tempfile.mkdtemp(prefix="moment-pyc-"))
     env = dict(os.environ, PYTHONPYCACHEPREFIX=str(cache))
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     if tree is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")]))
-    cmd = [sys.executable, "-m", "moment", *args]
+    cmd = [sys.executable, *(program or ["-m", "moment"]), *args]
     walls, cpus, out = [], [], ""
     for i in range(runs + 1):
         wall, cpu, stdout = _timed(cmd, env, cwd or tree or ROOT)
@@ -129,6 +133,47 @@ FLOOR = {"help": (["--help"], 1.0),
          "dry_run": (["train", "--dry-run", "--layout", "{dir}/layouts/synth100k"], 3.0)}
 
 
+# `python -c _LOADED OUT ARGS`: runs `moment ARGS` and writes the names of the modules it loaded to OUT
+_LOADED = """import runpy, sys
+out, sys.argv = sys.argv[1], ["moment", *sys.argv[2:]]
+try:
+    runpy.run_module("moment", run_name="__main__", alter_sys=True)
+except SystemExit:
+    pass
+with open(out, "w") as f:
+    f.write("\\n".join(sys.modules))
+"""
+# `python -c _PRELOADED MODULES`: imports MODULES (comma-separated), then runs `moment --help`
+_PRELOADED = """import importlib, runpy, sys
+for name in sys.argv[1].split(","):
+    try:
+        importlib.import_module(name)
+    except Exception:
+        pass
+sys.argv = ["moment", "--help"]
+runpy.run_module("moment", run_name="__main__", alter_sys=True)
+"""
+
+
+def libraries(args: list[str], tree: Path, cwd: Path) -> list[str]:
+    """The modules outside Python's standard library and Moment that `moment ARGS` loads and `moment --help`
+    does not (parents before their submodules): what any command doing its work with these libraries loads."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")])))
+    loaded = []
+    for argv in (["--help"], args):
+        with tempfile.NamedTemporaryFile("r", suffix=".txt") as out:
+            subprocess.run([sys.executable, "-c", _LOADED, out.name, *argv], env=env, cwd=cwd, check=True,
+                           capture_output=True)
+            loaded.append(set(out.read().split()))
+    own = set(sys.stdlib_module_names) | {"moment"}
+    return sorted(m for m in loaded[1] - loaded[0]
+                  if m.split(".")[0] not in own and not m.startswith(("__", "_sysconfigdata")))
+
+
+#: the floor's row for `libraries(plan)` loaded before the help
+PLAN_LIBRARIES = "plan_libraries"
+
+
 def floor_dir(path: Path) -> Path:
     """The README's 100k example (dataset, plan, layout) at `path`, made with the README's commands if missing."""
     if not (path / "layouts" / "synth100k").is_dir():
@@ -154,18 +199,25 @@ def floor(runs: int, against: str, where: Path) -> None:
     os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="moment-xdg-")
     trees = {"now": ROOT, against: tree_at(against)}  # (run from `where`: this checkout named, not installed)
     got: dict[tuple[str, str], list[float]] = {}
+    # the help with the plan's libraries loaded first: no `moment plan` using them can start in less
+    libs = {label: libraries(FLOOR["plan"][0], tree, where) for label, tree in trees.items()}
     for _ in range(2):
         for label, tree in trees.items():
             for name, (args, _) in FLOOR.items():
                 t = time_command([a.format(dir=where) for a in args], runs, tree=tree, cwd=where)
                 got.setdefault((label, name), []).extend(t.runs)
-    print(f"{'command':<10} " + " ".join(f"{label + ' s':>12} {'ratio':>6}" for label in trees) + "  target")
-    for name, (_, target) in FLOOR.items():
+            t = time_command([], runs, tree=tree, cwd=where, program=["-c", _PRELOADED, ",".join(libs[label])])
+            got.setdefault((label, PLAN_LIBRARIES), []).extend(t.runs)
+    print(f"{'command':<14} " + " ".join(f"{label + ' s':>12} {'ratio':>6}" for label in trees) + "  target")
+    for name, target in [*((n, t) for n, (_, t) in FLOOR.items()), (PLAN_LIBRARIES, None)]:
         cells = []
         for label in trees:
             med, base = statistics.median(got[label, name]), statistics.median(got[label, "help"])
             cells.append(f"{med:>12.3f} {med / base:>5.2f}x")
-        print(f"{name:<10} " + " ".join(cells) + (f"  <= {target}x" if name != "help" else ""))
+        print(f"{name:<14} " + " ".join(cells) + (f"  <= {target}x" if target and name != "help" else ""))
+    tops = sorted({m.split(".")[0] for m in libs["now"]})
+    print(f"{PLAN_LIBRARIES}: `moment --help` after importing the {len(libs['now'])} modules `moment plan` loads "
+          f"beyond it, outside the standard library and Moment ({', '.join(tops)})")
 
 
 #: `--launch`: `moment train` itself on the README's 100k layout, two ranks, one epoch, under a budget

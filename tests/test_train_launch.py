@@ -268,16 +268,44 @@ def test_a_preload_that_cannot_be_imported_is_the_agents_one_line_before_any_ran
     import gc
 
     import torch.distributed.run as torchrun
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous
 
     from moment.runtime import agent
 
     monkeypatch.setattr(gc, "freeze", lambda: None)  # this test's process is no agent: nothing to keep
     for name in ("config_from_args", "get_args_parser"):  # restored after the test
         monkeypatch.setattr(torchrun, name, getattr(torchrun, name))
+    monkeypatch.setattr(dynamic_rendezvous, "get_method_name", dynamic_rendezvous.get_method_name)
     monkeypatch.setenv("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
     assert agent.main(["--preload", "no_such_net", "--standalone", "--nproc-per-node=2", "train.py"]) == 2
     assert capsys.readouterr().err == "error: --preload no_such_net: cannot import no_such_net: no module named " \
                                       "'no_such_net'\n"
+
+
+def test_the_agent_names_rendezvous_events_as_torch_does_without_reading_the_stack(monkeypatch):
+    """torch's rendezvous names each event's method from `inspect.stack()` (source lines of every frame, every
+    loaded module scanned); the agent's answer is the same frame's name."""
+    import inspect
+
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous
+
+    from moment.runtime import agent
+
+    torchs = dynamic_rendezvous.get_method_name
+    monkeypatch.setattr(dynamic_rendezvous, "get_method_name", torchs)  # restored after the test
+    agent._frame_names_for_rendezvous_events()
+    ours = dynamic_rendezvous.get_method_name
+    assert ours is not torchs
+
+    def _record(name_of):  # as the handler's `_record` asks, one level below the method it names
+        return name_of()
+
+    def next_rendezvous(name_of):
+        return _record(name_of)
+
+    assert next_rendezvous(torchs) == "next_rendezvous" and torchs(10_000) == "no_method_name"
+    monkeypatch.setattr(inspect, "stack", lambda *a, **k: pytest.fail("read the whole stack"))
+    assert next_rendezvous(ours) == "next_rendezvous" and ours(10_000) == "no_method_name"
 
 
 def test_a_join_that_torchrun_ends_itself_at_the_deadline_keeps_its_own_message(monkeypatch, tmp_path):

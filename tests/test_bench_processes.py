@@ -1,0 +1,34 @@
+"""bench/processes.py's floor of the plan's libraries: what it loads and runs (the timings are the bench)."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("bench_processes", REPO / "bench" / "processes.py")
+    mod = sys.modules[spec.name] = importlib.util.module_from_spec(spec)  # its dataclass looks itself up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_plans_libraries_are_what_it_loads_beyond_the_help_and_run_before_the_help(tmp_path):
+    bench = _bench()
+    libs = bench.libraries(bench.FLOOR["plan"][0], REPO, tmp_path)
+    tops = {m.split(".")[0] for m in libs}
+    # the planner's solvers and models, not the CLI's own start (typer and rich load for the help too)
+    assert {"numpy", "ortools", "highspy", "pydantic", "yaml"} <= tops, tops
+    assert "rich" not in tops and not tops & set(sys.stdlib_module_names) and "moment" not in tops, tops
+    assert libs == sorted(libs) and "ortools.graph.python.max_flow" in libs
+    # the floor's command: those modules imported (a name that cannot be imported, as Cython's `cython_runtime`,
+    # passed over), then the help, printed as `moment --help` prints it (which alone loads no max-flow solver)
+    seen = "import atexit, sys\natexit.register(lambda: print('solver loaded:', 'ortools.graph.python.max_flow' in " \
+           "sys.modules))\n"
+    r = subprocess.run([sys.executable, "-c", seen + bench._PRELOADED, ",".join([*libs, "no_such_module"])],
+                       capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert r.returncode == 0 and "Usage: moment" in r.stdout and "solver loaded: True" in r.stdout, r.stderr[-2000:]
