@@ -308,3 +308,19 @@ def test_default_pool_suits_the_graph_and_a_losing_ddak_is_explained(env):
                          "--out", env["tmp"] / "L100b", "--pool", "5000", "--report"])
     assert rc == 0, err
     assert "note:" in text and "matches the planner's shares more closely than DDAK" in " ".join(text.split())
+
+
+def test_the_layouts_re_evaluation_predicts_with_the_plans_max_flow_solver():
+    """`moment place` re-evaluates the recommended placement for the measured workload with the solver the plan
+    used (OR-Tools, whose library the plan loaded), not a second one (networkx: 0.14 s more of each `moment
+    place`)."""
+    from moment.planner.maxflow import DEFAULT_BACKEND
+    from moment.topology.devices import Inventory
+    from moment.topology.profiles import load_profile
+    from moment.workload.spec import WorkloadSpec
+
+    topo = load_profile("paper-machine-b")
+    plan = pl.recommended_plan(topo, Inventory.simple(2, 2))
+    again = pl.replan(plan, topo, WorkloadSpec(feature_dim=64))
+    assert plan.predicted_maxflow.solver == again.predicted_maxflow.solver == f"maxflow-{DEFAULT_BACKEND}"
+    assert DEFAULT_BACKEND == "ortools" and again.workload.feature_dim == 64

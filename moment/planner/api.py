@@ -272,16 +272,18 @@ def replay_rows(plan: Plan, topo: Topology, steps: int | None = None, seed: int 
 
 def plan_machine(topo: Topology, inventory: Inventory, workload: WorkloadSpec, *,
                  overrides: list[str] | None = None, calibration: Calibration | None = None,
-                 calibration_source: str = "", replay: bool = False, maxflow_backend: str = "ortools",
+                 calibration_source: str = "", replay: bool = False, maxflow_backend: str | None = None,
                  progress: Callable[[int, int], None] | None = None,
                  timeout: float | None = None, data: str = DEFAULT_DATA) -> tuple[Plan, dict]:
     """Plan `inventory` on `topo` (calibration already applied): the Plan and `moment plan --json`'s object
     (the plan, plus `calibration` and `replay` when asked). `timeout`: seconds for the search (`make_plan`);
-    `data`: the data placement the search ranks by (`make_plan`)."""
+    `data`: the data placement the search ranks by (`make_plan`); `maxflow_backend` None: the planner's default."""
+    from moment.planner.maxflow import BACKENDS, DEFAULT_BACKEND
     from moment.planner.plan import make_plan
 
-    if maxflow_backend not in ("networkx", "ortools"):
-        raise MomentError(f"maxflow backend {maxflow_backend!r}: choose networkx or ortools")
+    maxflow_backend = maxflow_backend or DEFAULT_BACKEND
+    if maxflow_backend not in BACKENDS:
+        raise MomentError(f"maxflow backend {maxflow_backend!r}: choose {' or '.join(BACKENDS)}")
     plan = make_plan(topo, inventory, workload, maxflow_backend=maxflow_backend, progress=progress, timeout=timeout,
                      data=data)
     plan = plan.model_copy(update={"overrides": list(overrides or [])})

@@ -9,7 +9,7 @@ import numpy as np
 from moment.errors import MomentError
 from moment.planner.contracts import Evaluation, LinkUse, Prediction
 from moment.planner.lp import solve_lp
-from moment.planner.maxflow import solve_maxflow
+from moment.planner.maxflow import DEFAULT_BACKEND, solve_maxflow
 from moment.planner.network import TIER_CPU, TIER_GPU, ChassisTemplate, FlowNetwork, build_network
 from moment.planner.solution import Solution
 from moment.topology.bandwidth import GB
@@ -90,7 +90,7 @@ def solve(net: FlowNetwork, solvers: Sequence[str], maxflow_backend: str) -> dic
 
 
 def evaluate(topo_bare: Topology, placement: dict[str, str], workload: WorkloadSpec, *,
-             solvers: Sequence[str] = ("lp", "even", "maxflow"), maxflow_backend: str = "networkx",
+             solvers: Sequence[str] = ("lp", "even", "maxflow"), maxflow_backend: str = DEFAULT_BACKEND,
              data: str = "planned", template: ChassisTemplate | None = None) -> Evaluation:
     """Predict a placement with each solver; links and bottlenecks come from the LP under `data` (the
     realisable one: 'planned' or 'even', which must be among `solvers`) when it ran, else from max-flow.

@@ -26,6 +26,9 @@ from moment.planner.solution import Solution
 # only when it is used.
 
 BACKENDS = ("networkx", "ortools")
+#: what a plan, a layout's re-evaluation and any prediction not naming a backend use (OR-Tools: loads in half
+#: of networkx's time, 0.07 against 0.14 s, and solves in C++)
+DEFAULT_BACKEND = "ortools"
 #: bisection stops when hi / lo <= 1 + REL_TOL
 REL_TOL = 1e-4
 #: a max flow within this fraction of the demand counts as carrying all of it
@@ -138,7 +141,7 @@ class _OrTools:
         return np.asarray(self.mf.flows(self.arc_ids), dtype=float) / ORTOOLS_UNITS
 
 
-def solve_maxflow(net: FlowNetwork, backend: str = "networkx", *, rel_tol: float = REL_TOL) -> Solution:
+def solve_maxflow(net: FlowNetwork, backend: str = DEFAULT_BACKEND, *, rel_tol: float = REL_TOL) -> Solution:
     if backend not in BACKENDS:
         raise MomentError(f"unknown max-flow backend {backend!r}", hint=f"choose one of {', '.join(BACKENDS)}")
     net.check_servable()

@@ -23,6 +23,7 @@ from moment.planner.equivalence import CapacityCanon, TreeBound
 from moment.planner.evaluate import BOTTLENECK_UTILISATION, evaluate
 from moment.planner.explain import explain
 from moment.planner.lp import solve_lp_batch
+from moment.planner.maxflow import DEFAULT_BACKEND
 from moment.planner.network import ChassisTemplate
 from moment.planner.solution import Solution
 from moment.planner.symmetry import node_label
@@ -68,7 +69,7 @@ def _key(placement: dict[str, str]) -> tuple:
 
 
 def make_plan(topo: Topology, inventory: Inventory, workload: WorkloadSpec, *,
-              maxflow_backend: str = "ortools",
+              maxflow_backend: str = DEFAULT_BACKEND,
               progress: Callable[[int, int], None] | None = None,
               method: str = "auto", timeout: float | None = None, data: str = "planned") -> Plan:
     """Search every distinct placement of `inventory` into `topo`'s chassis; least LP epoch time wins
