@@ -215,3 +215,18 @@ def test_balanced_shares_keep_the_time_and_leave_no_ssd_idle():
     assert balanced.epoch_read_s == pytest.approx(plain.epoch_read_s, rel=1e-6)
     ssd = [v for k, v in balanced.served_bytes.items() if k.startswith("ssd")]
     assert min(ssd) > 0.5 * max(ssd)
+
+
+def test_the_requests_name_the_planners_max_flow_backends_and_default():
+    """The CLI's and the service's request models state the backends and the default as values (they load before
+    the planner's solvers, which must not load for `--help`): they are the planner's."""
+    import typing
+
+    from moment.planner import maxflow
+    from moment.planner import requests as planner_requests
+    from moment.service import schemas
+
+    assert planner_requests.MAXFLOW_BACKENDS == maxflow.BACKENDS
+    for model in (planner_requests.PlanRequest, schemas.PlanRequest):
+        assert model.model_fields["maxflow_backend"].default == maxflow.DEFAULT_BACKEND, model
+    assert set(typing.get_args(schemas.PlanRequest.model_fields["maxflow_backend"].annotation)) == set(maxflow.BACKENDS)
