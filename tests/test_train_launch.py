@@ -306,6 +306,9 @@ def test_the_agent_names_rendezvous_events_as_torch_does_without_reading_the_sta
     assert next_rendezvous(torchs) == "next_rendezvous" and torchs(10_000) == "no_method_name"
     monkeypatch.setattr(inspect, "stack", lambda *a, **k: pytest.fail("read the whole stack"))
     assert next_rendezvous(ours) == "next_rendezvous" and ours(10_000) == "no_method_name"
+    monkeypatch.delattr(dynamic_rendezvous, "get_method_name")  # a torch that names its events otherwise
+    agent._frame_names_for_rendezvous_events()
+    assert not hasattr(dynamic_rendezvous, "get_method_name")
 
 
 def test_a_join_that_torchrun_ends_itself_at_the_deadline_keeps_its_own_message(monkeypatch, tmp_path):

@@ -277,8 +277,12 @@ def _frame_names_for_rendezvous_events() -> None:
     which reads the source line of every frame and, for each frame not from a module's file (runpy's), scans every
     loaded module: 9 calls in a 2-rank run of the 100k layout, at the ranks' start and at the run's end, 0.12-0.15
     CPU-s of the agent's (0.27-0.30 with a user's PyG model loaded). The frame `depth` levels up names the same
-    method (`inspect.stack()[depth].function`)."""
+    method (`inspect.stack()[depth].function`). A torch without the function (the train extra allows 2.3 on) is
+    left as it is."""
     from torch.distributed.elastic.rendezvous import dynamic_rendezvous
+
+    if not callable(getattr(dynamic_rendezvous, "get_method_name", None)):
+        return
 
     def get_method_name(depth: int = 2) -> str:
         try:
