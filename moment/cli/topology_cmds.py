@@ -108,7 +108,8 @@ def _cluster_alone(req: PlanRequest, calibration: Path | None) -> None:
     given = {k: getattr(req, k) if k in req.model_fields_set else None
              for k in ("profile", "gpus", "ssds", "gpu_model", "ssd_model", "inventory")}
     given |= dict(set=req.overrides or None, calibration=calibration, replay=req.replay or None, timeout=req.timeout,
-                  maxflow_backend=None if req.maxflow_backend == "ortools" else req.maxflow_backend)
+                  maxflow_backend=None if req.maxflow_backend == PlanRequest.model_fields["maxflow_backend"].default
+                  else req.maxflow_backend)
     named = [f"--{k.replace('_', '-')}" for k, v in given.items() if v is not None]
     hardware = {"--profile", "--gpus", "--ssds", "--gpu-model", "--ssd-model", "--inventory"}
     if named:
