@@ -7,9 +7,10 @@ runs), with the same arguments, then an exit that does not collect torch's objec
 Its ranks are forked from it, not started as fresh interpreters: the agent first imports what each rank would
 import again (torch, the runtime, torch._dynamo, a `moment.train` rank's `--model MODULE:FACTORY` module, the
 modules a script's launch names with the agent's own option `--preload MODULE`), so a rank starts with it loaded,
-and the pages it did not write stay shared with the agent; so is the node index of the layout the ranks read
-(`keep_index`: a `moment.train` rank's --layout, a script's `--preload-index LAYOUT`), held once for the machine. torchrun's own function entrypoints (its `--run-path`)
-start ranks this way; the start method is `fork`. `moment train` starts it held (`--hold`, `_held`): it loads
+and the pages it did not write stay shared with the agent; so does the node index of the layout the ranks read
+(`keep_index`: a `moment.train` rank's --layout, a script's `--preload-index LAYOUT`), which the machine then
+holds once. torchrun's own function entrypoints (its `--run-path`) start ranks this way; the start method is
+`fork`. `moment train` starts it held (`--hold`, `_held`): it loads
 while the launcher checks the run, and starts the ranks on the launcher's go. Measured on 2 cores: a 2-rank GAT
 launch on the 100k layout 4.9 -> 3.9 s and 7.3 -> 4.6 CPU-s, equal loss curves, and the 8M bench's machine peak
 2,623 -> 2,350 MiB (docs/training.md); one epoch of examples/own_loop.py 7.1-8.2 -> 5.3 s and 12-13 -> 7.1 CPU-s
@@ -286,13 +287,13 @@ def forked_ranks(config_from_args):
 
         ours = args.module and args.training_script == RANK_MODULE
         forkable = preload(user_model_in(args.training_script_args) if ours else None, getattr(args, "preload", ()))
-        layout = getattr(args, "preload_index", None) or (layout_in(args.training_script_args) if ours else None)
-        layout = layout if forkable else None  # fresh interpreters would not find it
+        named = getattr(args, "preload_index", None)
+        layout = (named or (layout_in(args.training_script_args) if ours else None)) if forkable else None
         if getattr(args, "hold", None):
             more = _held(args.hold, layout)
         else:
             more = []
-            keep_index(layout, given=layout is getattr(args, "preload_index", None))
+            keep_index(layout, given=named is not None)
         if not forkable:
             return cfg, cmd, [*cmd_args, *more]
         cfg.start_method = "fork"
