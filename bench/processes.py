@@ -12,9 +12,13 @@ left main), alternating so that the machine's other work disturbs both alike; be
 help run after importing what `moment plan` loads beyond it outside the standard library and Moment (numpy,
 pydantic, HiGHS, OR-Tools...): the least a plan using those libraries can take. `--launch`: `moment train`
 itself on that layout (two ranks, one epoch, `--memory-budget 3GiB`, with the built-in model and with
-examples/own_loop.py's), its start size measured anew and recorded, `--runs` rounds.
+examples/own_loop.py's), its start size measured anew and recorded, `--runs` rounds. `--start LAYOUT`: a large
+layout's start (`start`): `moment train --data-only` on it, two ranks, one epoch, its layout and dataset dropped
+from the page cache before each run, now and at `--against`, alternating: wall and CPU seconds, and the memory
+the run charged for the layout index and measured at its peak.
 
     .venv/bin/python bench/processes.py [--runs 5] [--against REF] [--floor-dir /tmp/floor] [--launch]
+    .venv/bin/python bench/processes.py --start /tmp/bench/cache16/layout-16000000-256-a512 [--budget 5GiB]
 """
 
 from __future__ import annotations
@@ -256,6 +260,47 @@ def launch(runs: int, against: str, where: Path) -> None:
                 print(f"  {label} runs s: " + ", ".join(f"{w:.2f}" for w, _ in got[label, name, kind]))
 
 
+def start(runs: int, against: str, layout: Path, budget: str) -> None:
+    """`moment train --data-only` on `layout` (two ranks, one epoch, `budget`) from a cold page cache for its data,
+    `runs` rounds of both trees alternating, after one uncounted round (bytecode, start-size records): the median
+    wall and CPU seconds of the whole run, and from its metrics the machine's charge for the layout index and the
+    run's measured peak."""
+    import json
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from epoch import drop_files
+
+    sys.path.insert(0, str(ROOT))
+    from moment.placement.opened import Layout
+
+    data = [layout, Layout.open(layout).dataset_dir]
+    trees = {"now": ROOT, against: tree_at(against)}
+    pyc = tempfile.mkdtemp(prefix="moment-pyc-")
+    got: dict[str, list[tuple[float, float, int, int]]] = {label: [] for label in trees}
+    for i in range(runs + 1):
+        for label, tree in trees.items():
+            env = dict(os.environ, PYTHONPATH=str(tree), PYTHONPYCACHEPREFIX=pyc, OMP_NUM_THREADS="1")
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
+            out = Path(tempfile.mkdtemp(prefix="moment-start-"))
+            drop_files(*data)
+            wall, cpu, _ = _timed([sys.executable, "-m", "moment", "train", "--nproc", "2", "--layout", str(layout),
+                                   "--memory-budget", budget, "--data-only", "--epochs", "1", "--quiet",
+                                   "--run-dir", str(out / "runs"), "--metrics-json", str(out / "m.json")], env, tree)
+            mem = json.loads((out / "m.json").read_text())["memory"]
+            index = next(it["machine_bytes"] for it in mem["items"] if it["name"] == "layout index")
+            shutil.rmtree(out)
+            if i:
+                got[label].append((wall, cpu, index, mem["measured_peak_bytes"]))
+    print(f"moment train --data-only on {layout} (2 ranks, 1 epoch, --memory-budget {budget}, its data cold)")
+    med = {label: [statistics.median(x[k] for x in runs_) for k in range(4)] for label, runs_ in got.items()}
+    for label, (wall, cpu, index, peak) in med.items():
+        print(f"  {label:>8}: {wall:.2f} s wall, {cpu:.2f} s CPU, layout index charged {index / 2**20:.0f} MiB, "
+              f"measured peak {peak / 2**20:.0f} MiB (medians; runs s: " +
+              ", ".join(f"{x[0]:.2f}" for x in got[label]) + ")")
+    print(f"  speedup_wall: {med[against][0] / med['now'][0]:.2f}x  speedup_cpu: {med[against][1] / med['now'][1]:.2f}x"
+          f"  index_charge_ratio: {med['now'][2] / med[against][2]:.2f}")
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=5, help="counted runs per command and tree, per round (two rounds)")
@@ -263,6 +308,9 @@ if __name__ == "__main__":
     ap.add_argument("--floor-dir", type=Path, default=Path("/tmp/floor"), help="the README's 100k example")
     ap.add_argument("--launch", action="store_true",
                     help="instead of the floor: `moment train` itself on that example (`launch`), --runs rounds")
+    ap.add_argument("--start", type=Path, default=None, metavar="LAYOUT",
+                    help="instead of the floor: a large layout's `moment train --data-only` from a cold cache (`start`)")
+    ap.add_argument("--budget", default="5GiB", help="--memory-budget of the --start runs")
     a = ap.parse_args()
     base = a.against
     if base is None:
@@ -271,4 +319,7 @@ if __name__ == "__main__":
             sys.exit(f"processes.py: no baseline: this checkout has no branch 'main' to compare with "
                      f"({r.stderr.strip() or 'git merge-base failed'}); give one with --against COMMIT")
         base = r.stdout.strip()[:7]
-    (launch if a.launch else floor)(a.runs, base, floor_dir(a.floor_dir))
+    if a.start is not None:
+        start(a.runs, base, a.start, a.budget)
+    else:
+        (launch if a.launch else floor)(a.runs, base, floor_dir(a.floor_dir))

@@ -117,6 +117,14 @@ class ShardFiles:
         self._n_direct = 0
 
 
+def npy_header(f) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """An .npy file's (shape, Fortran order, dtype) from its header, `f` left at its data's first byte: what a
+    reader that streams the data itself needs (ValueError: not an .npy file)."""
+    fmt = np.lib.format
+    read = fmt.read_array_header_1_0 if fmt.read_magic(f) == (1, 0) else fmt.read_array_header_2_0
+    return read(f)
+
+
 def forget_pages(path: str | Path, offset: int = 0, length: int = 0) -> None:
     """Drop a file's clean pages (from `offset`, `length` bytes; 0: to the end) from the page cache.
 

@@ -8,6 +8,11 @@ it is asked for (a run that never reads the pack never parses it). Also the owne
 node -> (bin, slot) index the runtime keeps in memory, so the memory budget asks it for its size.
 No torch here: the run plan (moment.runtime.run_plan) is resolved from this object on a laptop.
 
+The index can be loaded once for every rank of a machine: torchrun's agent keeps it (`keep_index`) before it
+forks the ranks, and a rank's `load_index` then returns that copy, whose pages the machine holds once, instead
+of reading and checking the file itself (each rank dropped the file's pages, so the next rank read it from disk
+again).
+
 It also knows the dataset it was placed from (`dataset_dir`, `dataset`): the one rule by which a command
 given no --dataset finds it, and refuses one that was moved, deleted or replaced by another.
 """
@@ -15,13 +20,14 @@ given no --dataset finds it, and refuses one that was moved, deleted or replaced
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from moment.errors import MomentError
-from moment.io.files import forget_pages
+from moment.io.files import forget_pages, npy_header
 from moment.placement.manifest import LayoutManifest, Shard, SplitRef
 from moment.placement.pack import PackManifest, load_pack, pack_index_bytes
 from moment.placement.reader import IndexCheck, bin_rows, check_dataset, damaged, load_manifest, order_problem, shard_path
@@ -32,6 +38,10 @@ from moment.workload.graph import GraphDataset
 def index_dtypes(shards: int, most_rows: int) -> tuple[np.dtype, np.dtype]:
     """(bin, slot) dtypes of a layout's in-memory index with `shards` bins, the largest of `most_rows` rows."""
     return (np.dtype(np.uint8 if shards < 256 else np.int16), np.dtype(np.int32 if most_rows < 2**31 else np.int64))
+
+
+#: indexes loaded for the ranks this process forks (`Layout.keep_index`), by their file's identity (`_index_key`)
+_KEPT: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
 
 
 @dataclass(frozen=True, eq=False)
@@ -146,24 +156,64 @@ class Layout:
         b, s = self.index_dtypes()
         return self.num_nodes * (b.itemsize + s.itemsize)
 
-    def load_index(self) -> tuple[np.ndarray, np.ndarray]:
-        """The node -> (bin, slot) index as two compact arrays this process owns (6 B/node, not 16),
-        checked as it streams in: an edited index is one clear error before a row is read through it."""
+    def _index_key(self) -> tuple | None:
+        """What a kept index is kept under: the file (its inode, size and time: a layout placed again is a new
+        file) and the manifest's checksum of it, which the kept copy was checked against. None: no file."""
         path = self.path / self.manifest.index.path
-        idx = np.load(path, mmap_mode="r")
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        return (str(path.resolve()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, self.manifest.index.sha256,
+                self.num_nodes, self.index_dtypes())
+
+    @property
+    def index_kept(self) -> bool:
+        """Whether `load_index` returns a copy this process was forked with (or kept itself), held once."""
+        return bool(_KEPT) and self._index_key() in _KEPT
+
+    def keep_index(self) -> None:
+        """Load and check the index once, for the processes this one forks: their `load_index` returns this copy
+        (read-only: a write would copy the page into the rank that made it), so its pages are shared."""
+        key = self._index_key()
+        if key is None or key in _KEPT:
+            return
+        bins, slots = self._read_index()
+        bins.flags.writeable = slots.flags.writeable = False
+        _KEPT[key] = bins, slots
+
+    def load_index(self) -> tuple[np.ndarray, np.ndarray]:
+        """The node -> (bin, slot) index as two compact arrays (6 B/node, not 16): the copy kept for this
+        machine's ranks when there is one (`keep_index`), else read and checked here."""
+        if _KEPT and (kept := _KEPT.get(self._index_key())) is not None:
+            return kept
+        return self._read_index()
+
+    def _read_index(self) -> tuple[np.ndarray, np.ndarray]:
+        """The index read into arrays this process owns, checked as it streams in: an edited index is one
+        clear error before a row is read through it."""
+        path = self.path / self.manifest.index.path
         n = self.num_nodes
-        if idx.shape != (n, 2) or idx.dtype.kind not in "iu":
-            raise damaged("index", f"expected an integer ({n}, 2) array, got {idx.dtype} {idx.shape}", path)
-        bd, sd = self.index_dtypes()
-        bins, slots = np.empty(n, bd), np.empty(n, sd)
-        check = IndexCheck(self.manifest)
-        step, blk = 1 << 20, None
-        for a in range(0, n, step):
-            blk = np.asarray(idx[a:a + step])
-            check.add(a, blk)
-            bins[a:a + step] = blk[:, 0]
-            slots[a:a + step] = blk[:, 1]
-        del idx, blk  # unmapped: the kernel drops no page a process still maps
+        with open(path, "rb") as f:  # read, not mapped: the file's pages never count in this process's memory
+            try:
+                shape, fortran, dtype = npy_header(f)
+            except ValueError as e:
+                raise damaged("index", f"not a numpy array file ({e})", path) from None
+            if shape != (n, 2) or dtype.kind not in "iu" or fortran:
+                got = f"{dtype} {shape}{' in Fortran order' if fortran else ''}"
+                raise damaged("index", f"expected an integer ({n}, 2) array, got {got}", path)
+            bd, sd = self.index_dtypes()
+            bins, slots = np.empty(n, bd), np.empty(n, sd)
+            check = IndexCheck(self.manifest)
+            buf = np.empty((min(n, 1 << 18), 2), dtype)  # one block of rows at a time
+            raw = memoryview(buf.view(np.uint8).reshape(-1))
+            for a in range(0, n, buf.shape[0]):
+                blk = buf[:min(buf.shape[0], n - a)]
+                if (got := f.readinto(raw[:blk.nbytes])) != blk.nbytes:
+                    raise damaged("index", f"the file ends after {a + got // buf[0].nbytes} of its {n} nodes", path)
+                check.add(a, blk)
+                bins[a:a + blk.shape[0]] = blk[:, 0]
+                slots[a:a + blk.shape[0]] = blk[:, 1]
         forget_pages(path)  # read once: copied into the compact arrays the budget charges
         if why := check.problem():
             raise damaged("index", why, path)

@@ -37,6 +37,7 @@ from pydantic import BaseModel, Field, ValidationError
 from moment import testpoints
 from moment.caching.tiers import NodeBits
 from moment.errors import NPZ_ERRORS, MomentError, validation_error
+from moment.io.files import npy_header
 from moment.io.sequences import subsequence
 from moment.locking import locked
 from moment.outputs import (atomic_file, follow_umask, publish_dir, remove_stale, sha256_file,
@@ -261,9 +262,7 @@ class Segments:
 
 def _header(f) -> tuple[tuple[int, ...], np.dtype]:
     """An .npy member's shape and dtype, from its header alone."""
-    fmt = np.lib.format
-    read = fmt.read_array_header_1_0 if fmt.read_magic(f) == (1, 0) else fmt.read_array_header_2_0
-    shape, _, dtype = read(f)
+    shape, _, dtype = npy_header(f)
     return shape, dtype
 
 

@@ -7,8 +7,10 @@ runs), with the same arguments, then an exit that does not collect torch's objec
 Its ranks are forked from it, not started as fresh interpreters: the agent first imports what each rank would
 import again (torch, the runtime, torch._dynamo, a `moment.train` rank's `--model MODULE:FACTORY` module, the
 modules a script's launch names with the agent's own option `--preload MODULE`), so a rank starts with it loaded,
-and the pages it did not write stay shared with the agent. torchrun's own function entrypoints (its `--run-path`)
-start ranks this way; the start method is `fork`. `moment train` starts it held (`--hold`, `_held`): it loads
+and the pages it did not write stay shared with the agent; so does the node index of the layout the ranks read
+(`keep_index`: a `moment.train` rank's --layout, a script's `--preload-index LAYOUT`), which the machine then
+holds once. torchrun's own function entrypoints (its `--run-path`) start ranks this way; the start method is
+`fork`. `moment train` starts it held (`--hold`, `_held`): it loads
 while the launcher checks the run, and starts the ranks on the launcher's go. Measured on 2 cores: a 2-rank GAT
 launch on the 100k layout 4.9 -> 3.9 s and 7.3 -> 4.6 CPU-s, equal loss curves, and the 8M bench's machine peak
 2,623 -> 2,350 MiB (docs/training.md); one epoch of examples/own_loop.py 7.1-8.2 -> 5.3 s and 12-13 -> 7.1 CPU-s
@@ -193,15 +195,34 @@ def fork_sizes() -> tuple[int, int, int]:
 HOLD_SIZES = "moment-agent-sizes:"
 
 
-def _held(mode: str) -> list[str]:
+def keep_index(layout: str | None, *, given: bool = False) -> None:
+    """Load and check the node index of the layout the ranks read (`Layout.keep_index`) once, here, so that each
+    forked rank finds it loaded and the machine holds one copy instead of one per rank. One that cannot be read
+    is left to the ranks, which say why; one the user named (`given`: --preload-index) is the agent's
+    MomentError, before any rank starts."""
+    if layout is None:
+        return
+    from moment.errors import MomentError
+    from moment.placement.opened import Layout
+
+    try:
+        Layout.open(layout).keep_index()
+    except (MomentError, OSError, ValueError) as e:
+        if given:
+            raise MomentError(f"cannot load the layout's node index: {e}", source=f"--preload-index {layout}") from None
+
+
+def _held(mode: str, layout: str | None) -> list[str]:
     """`moment train`'s held agent (`--hold`): started while the launcher still checks the run, it loads what
-    its ranks load, prints its start sizes when asked (`measure`), then waits for the launcher's go, one JSON
+    its ranks load, prints its start sizes when asked (`measure`: before it keeps the `layout`'s index, which
+    the budget charges on its own), keeps that index meanwhile, then waits for the launcher's go, one JSON
     line on stdin: the rank arguments to add and the environment the ranks get. No go (the launcher refused
     the run, or died): the agent ends here, before any rendezvous."""
     import json
 
     if mode == "measure":
         print(HOLD_SIZES, *fork_sizes(), flush=True)
+    keep_index(layout)
     line = sys.stdin.readline()
     if not line:
         os._exit(0)
@@ -235,6 +256,10 @@ def with_options(get_args_parser):
                             "imported once by this agent before it forks the ranks, so that each rank finds it loaded "
                             "and shares its memory; repeat for several. One whose import starts a thread or CUDA makes "
                             "the ranks fresh interpreters")
+        p.add_argument("--preload-index", default=None, metavar="LAYOUT",
+                       help="the layout the script reads (moment.open_run): its node index is loaded and checked once by "
+                            "this agent before it forks the ranks, which share that copy instead of each reading its "
+                            "own (`moment train` does this itself)")
         p.add_argument("--hold", choices=("wait", "measure"), default=None, help=argparse.SUPPRESS)
         return p
 
@@ -249,19 +274,26 @@ def forked_ranks(config_from_args):
     def config(args):
         cfg, cmd, cmd_args = config_from_args(args)
         if args.no_python or args.run_path:
-            if getattr(args, "preload", None):
+            given = [f"{f} {v}" for f, v in (("--preload", (getattr(args, "preload", None) or [None])[0]),
+                                              ("--preload-index", getattr(args, "preload_index", None))) if v]
+            if given:
                 from moment.errors import MomentError
 
                 flag = "--no-python" if args.no_python else "--run-path"
-                raise MomentError(f"the ranks of a {flag} launch are not forked from this agent, so nothing it imports "
-                                  "reaches them", source=f"--preload {args.preload[0]}",
-                                  hint=f"drop --preload or {flag}")
+                raise MomentError(f"the ranks of a {flag} launch are not forked from this agent, so nothing it loads "
+                                  "reaches them", source=given[0], hint=f"drop {given[0].split()[0]} or {flag}")
             return cfg, cmd, cmd_args
-        from moment.runtime.config import user_model_in
+        from moment.runtime.config import layout_in, user_model_in
 
         ours = args.module and args.training_script == RANK_MODULE
         forkable = preload(user_model_in(args.training_script_args) if ours else None, getattr(args, "preload", ()))
-        more = _held(args.hold) if getattr(args, "hold", None) else []
+        named = getattr(args, "preload_index", None)
+        layout = (named or (layout_in(args.training_script_args) if ours else None)) if forkable else None
+        if getattr(args, "hold", None):
+            more = _held(args.hold, layout)
+        else:
+            more = []
+            keep_index(layout, given=named is not None)
         if not forkable:
             return cfg, cmd, [*cmd_args, *more]
         cfg.start_method = "fork"

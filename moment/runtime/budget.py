@@ -283,6 +283,7 @@ class RunShape:
     training_note: str | None = None  # how `training_bytes` was sized when not stated (a model of one's own)
     process_measured_on: str | None = None  # `process_bytes` is a measurement recorded that day, reused
     shared_start_bytes: int = 0  # pages the ranks and the agent share at start, once for the machine (process_sizes)
+    index_shared: bool = False  # the ranks share one index, kept by their agent (Layout.keep_index): held once
 
 
 @dataclass
@@ -325,7 +326,8 @@ def _charge_fixed(b: MemoryBudget, r: RunShape) -> tuple[MemoryBudget, Item, int
         b.charge("torchrun agent", r.agent_bytes, shared=True)
     b.charge("graph structure", r.graph_bytes, shared=True, note="indptr + indices, memory-mapped")
     b.charge("labels", r.labels_bytes)
-    b.charge("layout index", r.index_bytes, note="bin + slot per node")
+    b.charge("layout index", r.index_bytes, shared=r.index_shared,
+             note="bin + slot per node" + (", loaded once by the agent" if r.index_shared else ""))
     state = Item("cache policy state", cache_state_bytes(r.policy, r.num_nodes, 0), False,
                  "per-node state (slot map, next use) + cached ids")
     b.items.append(state)

@@ -500,9 +500,9 @@ def user_model(model: str | None) -> str | None:
     return None if model is None or model in BUILT_IN_MODELS else model
 
 
-def user_model_in(argv: list[str]) -> str | None:
-    """The user's `--model MODULE:FACTORY` a rank's command line names, read as the rank reads it; None for a
-    built-in model, a request for help, and a line that does not parse (the rank says why)."""
+def _rank_options(argv: list[str]) -> argparse.Namespace | None:
+    """A rank's command line read as the rank reads it; None for a request for help and a line that does not
+    parse (the rank says why)."""
     if "-h" in argv or "--help" in argv:
         return None
     p = build_parser()
@@ -510,7 +510,21 @@ def user_model_in(argv: list[str]) -> str | None:
         ns, _ = p.parse_known_args(_attach_values(list(argv), p))
     except MomentError:
         return None
-    return user_model(ns.model)
+    return ns
+
+
+def user_model_in(argv: list[str]) -> str | None:
+    """The user's `--model MODULE:FACTORY` a rank's command line names; None for a built-in model, and as
+    `_rank_options`."""
+    ns = _rank_options(argv)
+    return None if ns is None else user_model(ns.model)
+
+
+def layout_in(argv: list[str]) -> str | None:
+    """The layout a rank's command line reads its features from (--layout of a tiered run); None for a
+    baseline, and as `_rank_options`."""
+    ns = _rank_options(argv)
+    return None if ns is None or ns.features != "tiered" or ns.layout is None else str(ns.layout)
 
 
 def parse_args(argv: list[str] | None = None, *, check: bool = True) -> TrainConfig:

@@ -146,9 +146,10 @@ class Run:
         self.dev = DeviceLayer(ctx.device)
         self.dev.reset_peak()  # the device's too
         load_rank_code(cfg.model)  # what the step's optimizer and the user's model load: a fixed cost too
-        # interpreter, torch, the runtime, before any data is touched (the graph's pages are charged apart)
-        start = rank_start_sizes() if cfg.features == "tiered" else None
         self.layout = layout if layout is not None or cfg.layout is None else Layout.open(cfg.layout)
+        kept = self.layout.index_bytes if self.layout is not None and self.layout.index_kept else 0
+        # interpreter, torch, the runtime, before any data is touched (the graph's pages are charged apart)
+        start = rank_start_sizes(kept) if cfg.features == "tiered" else None
         self.dataset = GraphDataset.open(dataset_dir(cfg, self.layout))
         ds = self.dataset
         # before any rank samples: sampled blocks against the manifest, the graph's structure

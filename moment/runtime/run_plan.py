@@ -288,6 +288,7 @@ class RunInputs:
     #                                            (None: not read here; moment.io.device.DeviceLayer.memory)
     process_measured_on: str | None = None  # a preview reused a recorded `process_bytes` measured that day
     shared_start_bytes: int = 0  # pages the ranks and the agent share at start, held once (budget.process_sizes)
+    index_shared: bool = False  # every local rank reads the layout index its agent kept (Layout.keep_index)
 
 
 def resolve_run(config: TrainConfig, layout: Layout, *, world_size: int, local_world_size: int,
@@ -384,7 +385,7 @@ def _run_shape(inputs: RunInputs, n: int, rb: int, shape: str, ahead: int, *, po
         layout_cpu_rows=layout_cpu_rows, cpu_limit_rows=cpu_limit_rows,
         policy=policy, shape=shape, staging_bytes=staging_bytes(align),
         process_bytes=inputs.process_bytes, process_measured_on=inputs.process_measured_on,
-        shared_start_bytes=inputs.shared_start_bytes,
+        shared_start_bytes=inputs.shared_start_bytes, index_shared=inputs.index_shared,
         agent_bytes=inputs.agent_bytes, exchange_bytes=exchange_bytes,
         pack_index_bytes=pack_index_bytes, remote_exchange_bytes=remote_exchange_bytes,
         remote_reader_bytes=remote_reader_bytes, device=device, model_step=model_step,

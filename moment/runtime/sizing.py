@@ -169,34 +169,38 @@ def run_inputs(cfg: TrainConfig, ds: GraphDataset, graph: CSRGraph, batches: Seq
     rank), the sizes torch's objects state for it (a round of the peer exchange among `local_ranks`, whose
     GPU tiers hold what `layout` gives them, and a training step of the model, included), a rank's and
     torchrun's agent's measured sizes (each one's own pages; `shared_start_bytes`: the pages they share), and
-    the dataset's sizes. With `ctx`, the ranks agree on their maxima first: every rank must resolve the same
-    plan (the shared cache is one segment). `feature_dim`: the
+    the dataset's sizes. The layout index is charged once for the machine when every rank reads the copy its
+    agent kept (`Layout.keep_index`). With `ctx`, the ranks agree on their maxima first: every rank must resolve
+    the same plan (the shared cache is one segment). `feature_dim`: the
     run's features are that wide (float32), not `ds`'s (a run planned on its graph alone). `device_memory`:
     this rank's device's free and total bytes (a CUDA rank), agreed as the least of the ranks'. `device`: where a
     model of the user's own that states no step memory is measured (moment.runtime.model_spec)."""
     degrees = graph.degree_histogram()  # once for every rank's batches
+    index_shared = layout is not None and layout.index_kept
     ext = functools.reduce(Extent.most, [_batch_extent(cfg, graph, b, fanouts, degrees) for b in batches])
     if ctx is not None:
         import torch
 
         least = [-v for v in device_memory] if device_memory is not None else []  # the max of the negated: the least
         flat = [ext.rows, ext.edges, *(v for x in ext.layers for v in (x.src, x.dst, x.edges)), process_bytes,
-                agent_bytes, shared_start_bytes, *least]
+                agent_bytes, shared_start_bytes, int(not index_shared), *least]
         agreed = [int(x) for x in ctx.all_reduce(torch.tensor(flat, dtype=torch.float64), op="max").tolist()]
         if device_memory is not None:
             device_memory = DeviceMemory(*(-v for v in agreed[-2:]))
             agreed = agreed[:-2]
-        *sizes, process_bytes, agent_bytes, shared_start_bytes = agreed
+        *sizes, process_bytes, agent_bytes, shared_start_bytes, own_index = agreed
+        index_shared = not own_index  # one rank reading its own copy: each is charged its own
         ext = Extent(sizes[0], sizes[1], tuple(LayerExtent(*sizes[2 + 3 * i: 5 + 3 * i])
                                                for i in range(len(ext.layers))))
     return _inputs(cfg, ds, ext, max(b.batch_size for b in batches), process_bytes, agent_bytes, local_ranks, layout,
                    feature_dim=feature_dim, device_memory=device_memory, device=device,
-                   shared_start_bytes=shared_start_bytes)
+                   shared_start_bytes=shared_start_bytes, index_shared=index_shared)
 
 
 def _inputs(cfg: TrainConfig, ds: GraphDataset, ext: Extent, batch_size: int, process_bytes: int, agent_bytes: int,
             local_ranks: int, layout: Layout | None, *, feature_dim: int | None,
-            device_memory: DeviceMemory | None, device: torch.device | str, shared_start_bytes: int) -> RunInputs:
+            device_memory: DeviceMemory | None, device: torch.device | str, shared_start_bytes: int,
+            index_shared: bool) -> RunInputs:
     """`run_inputs` from a batch extent `ext` and the largest batch's seeds (`batch_size`): arithmetic, torch
     loaded only to measure a model of the user's own."""
     rows = min(ext.rows, ds.num_nodes)
@@ -224,7 +228,7 @@ def _inputs(cfg: TrainConfig, ds: GraphDataset, ext: Extent, batch_size: int, pr
                          rows, row_bytes, local_ranks, gpu_tier_rows(layout, local_ranks) if layout else 0),
                      remote_exchange_bytes=remote_round_bytes(rows, row_bytes, len(split.machines)) if split else 0,
                      remote_reader_bytes=remote_reader_bytes(layout.manifest.row.align) if split else 0,
-                     device_memory=device_memory, shared_start_bytes=shared_start_bytes)
+                     device_memory=device_memory, shared_start_bytes=shared_start_bytes, index_shared=index_shared)
 
 
 def preview_inputs(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, agent: bool = True,
@@ -257,7 +261,8 @@ def preview_inputs(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, agent: boo
         _write_extent(key, *got)
     agent_bytes, rank_bytes, shared, measured_on = start_sizes(cfg.model)
     inputs = _inputs(cfg, ds, *got, rank_bytes, agent_bytes if agent else 0, nproc, layout,
-                     feature_dim=feature_dim, device_memory=None, device="cpu", shared_start_bytes=shared)
+                     feature_dim=feature_dim, device_memory=None, device="cpu", shared_start_bytes=shared,
+                     index_shared=agent)  # `moment train`'s agent keeps the index for its ranks
     return dataclasses.replace(inputs, process_measured_on=measured_on)
 
 
@@ -359,16 +364,17 @@ def start_env(model: str | None = None) -> dict[str, str]:
     return {BASE_ENV: str(rank), AGENT_ENV: str(agent), SHARED_ENV: str(shared)}
 
 
-def rank_start_sizes() -> tuple[int, int, int]:
+def rank_start_sizes(kept_bytes: int = 0) -> tuple[int, int, int]:
     """(a rank's own start-up memory, torchrun's agent's (0 without torchrun), the pages they share, charged
     once) as the budget charges them: the launcher's preview figures when `moment train` started this rank (so
     that the launcher's check and the ranks' are the same numbers, and the minimum it names is accepted), else
     what this rank and its agent (its parent) each hold alone now, and the most either shares (their libraries,
-    and what a rank forked from the agent has not written): one read of each."""
+    and what a rank forked from the agent has not written, less `kept_bytes`: the layout index the agent kept
+    for its ranks, which the budget charges as the index): one read of each."""
     given = {k: int(v) for k in (BASE_ENV, AGENT_ENV, SHARED_ENV) if (v := os.environ.get(k, "")).isdigit()}
     torchrun = under_torchrun()
     if len(given) < 3:  # measured only where the launcher gave nothing
         own, shared = process_sizes()
         agent, agent_shared = process_sizes(os.getppid()) if torchrun else (0, 0)
-        given = {BASE_ENV: own, AGENT_ENV: agent, SHARED_ENV: max(shared, agent_shared)} | given
+        given = {BASE_ENV: own, AGENT_ENV: agent, SHARED_ENV: max(0, max(shared, agent_shared) - kept_bytes)} | given
     return given[BASE_ENV], given[AGENT_ENV] if torchrun else 0, given[SHARED_ENV]
