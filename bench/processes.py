@@ -267,10 +267,9 @@ def start(runs: int, against: str, layout: Path, budget: str) -> None:
     run's measured peak."""
     import json
 
-    sys.path.insert(0, str(ROOT / "bench"))
+    sys.path[:0] = [str(ROOT), str(ROOT / "bench")]  # this tree's moment, also for the bench it imports
     from epoch import drop_files
 
-    sys.path.insert(0, str(ROOT))
     from moment.placement.opened import Layout
 
     data = [layout, Layout.open(layout).dataset_dir]
