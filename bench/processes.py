@@ -93,11 +93,14 @@ def time_command(args: list[str], runs: int, *, tree: Path | None = None, cwd: P
     return Timing(statistics.median(walls), statistics.median(cpus), walls, out)
 
 
-def _timed(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float, str]:
+def _timed(cmd: list[str], env: dict[str, str], cwd: Path, timeout: float | None = None) -> tuple[float, float, str]:
     """One run of `cmd`: its wall seconds, its CPU seconds (user + system, its children's included) and its
-    output; a failed run ends the bench."""
+    output; a failed run, or one still running after `timeout` seconds, ends the bench."""
     before, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), _now()
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd)
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise SystemExit(f"{' '.join(cmd)} was still running after {timeout:.0f} s (in {cwd}): stopped") from None
     wall, after = _now() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
     if r.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed (in {cwd}):\n{r.stderr[-2000:]}")
@@ -260,19 +263,23 @@ def launch(runs: int, against: str, where: Path) -> None:
                 print(f"  {label} runs s: " + ", ".join(f"{w:.2f}" for w, _ in got[label, name, kind]))
 
 
-def start(runs: int, against: str, layout: Path, budget: str) -> None:
+def start(runs: int, against: str, layout: Path, budget: str, deadline: float) -> None:
     """`moment train --data-only` on `layout` (two ranks, one epoch, `budget`) from a cold page cache for its data,
-    `runs` rounds of both trees alternating, after one uncounted round (bytecode, start-size records): the median
-    wall and CPU seconds of the whole run, and from its metrics the machine's charge for the layout index and the
-    run's measured peak."""
+    `runs` rounds of both trees alternating, after one uncounted round (bytecode, start-size records): each run's
+    line as it ends, then the median wall and CPU seconds of the whole run, and from its metrics the machine's
+    charge for the layout index and the run's measured peak. The disk is checked before and after (a throttled
+    cloud disk slows both trees' reads, not their start); a run past `deadline` seconds ends the bench."""
     import json
 
     sys.path[:0] = [str(ROOT), str(ROOT / "bench")]  # this tree's moment, also for the bench it imports
-    from epoch import drop_files
+    from epoch import check_disk, drop_files
 
     from moment.placement.opened import Layout
 
-    data = [layout, Layout.open(layout).dataset_dir]
+    opened = Layout.open(layout)
+    data = [layout, opened.dataset_dir]
+    shards = [opened.shard_file(s) for s in opened.manifest.shards if s.kind == "ssd"]
+    disk = check_disk(shards, "start", "")
     trees = {"now": ROOT, against: tree_at(against)}
     pyc = tempfile.mkdtemp(prefix="moment-pyc-")
     got: dict[str, list[tuple[float, float, int, int]]] = {label: [] for label in trees}
@@ -284,12 +291,16 @@ def start(runs: int, against: str, layout: Path, budget: str) -> None:
             drop_files(*data)
             wall, cpu, _ = _timed([sys.executable, "-m", "moment", "train", "--nproc", "2", "--layout", str(layout),
                                    "--memory-budget", budget, "--data-only", "--epochs", "1", "--quiet",
-                                   "--run-dir", str(out / "runs"), "--metrics-json", str(out / "m.json")], env, tree)
+                                   "--run-dir", str(out / "runs"), "--metrics-json", str(out / "m.json")], env, tree,
+                                  timeout=deadline)
             mem = json.loads((out / "m.json").read_text())["memory"]
             index = next(it["machine_bytes"] for it in mem["items"] if it["name"] == "layout index")
             shutil.rmtree(out)
+            print(f"  round {i}{' (not counted)' if not i else ''} {label}: {wall:.2f} s wall, {cpu:.2f} s CPU, index "
+                  f"{index / 2**20:.0f} MiB, peak {mem['measured_peak_bytes'] / 2**20:.0f} MiB", flush=True)
             if i:
                 got[label].append((wall, cpu, index, mem["measured_peak_bytes"]))
+    check_disk(shards, "end", "", disk)
     print(f"moment train --data-only on {layout} (2 ranks, 1 epoch, --memory-budget {budget}, its data cold)")
     med = {label: [statistics.median(x[k] for x in runs_) for k in range(4)] for label, runs_ in got.items()}
     for label, (wall, cpu, index, peak) in med.items():
@@ -310,6 +321,7 @@ if __name__ == "__main__":
     ap.add_argument("--start", type=Path, default=None, metavar="LAYOUT",
                     help="instead of the floor: a large layout's `moment train --data-only` from a cold cache (`start`)")
     ap.add_argument("--budget", default="5GiB", help="--memory-budget of the --start runs")
+    ap.add_argument("--deadline", type=float, default=600, help="seconds a --start run may take before the bench stops")
     a = ap.parse_args()
     base = a.against
     if base is None:
@@ -319,6 +331,6 @@ if __name__ == "__main__":
                      f"({r.stderr.strip() or 'git merge-base failed'}); give one with --against COMMIT")
         base = r.stdout.strip()[:7]
     if a.start is not None:
-        start(a.runs, base, a.start, a.budget)
+        start(a.runs, base, a.start, a.budget, a.deadline)
     else:
         (launch if a.launch else floor)(a.runs, base, floor_dir(a.floor_dir))
