@@ -85,3 +85,38 @@ def test_a_plans_price_is_the_price_of_the_plan_the_shape_makes(shape, density):
     placed = merge.Placed(np.arange(off.shape[0]), f, off)
     assert s.plan_price(placed, ROW, ALIGN, window) == pytest.approx(s.price(len(p), p.bytes), rel=1e-12)
     assert s.longest(ALIGN, window) == min(s.max_request, window) and (p.length <= s.longest(ALIGN, window) + ALIGN).all()
+
+
+def test_rows_in_order_within_each_file_are_placed_by_file_alone_and_others_by_their_keys(monkeypatch):
+    """A cache's fill comes hottest first, which is slot order within each shard: grouping by file (a linear radix
+    sort) places it. Rows that only look so on the sampled rows, or are in no order, are sorted by their keys;
+    each way gives the place order."""
+    rng = np.random.default_rng(5)
+    n = 3 * merge.BY_FILE_ROWS
+    f = rng.integers(0, 4, n).astype(np.int32)
+    off = np.empty(n, np.int64)
+    for k in range(4):  # each file's rows at increasing offsets, the files interleaved
+        at = np.flatnonzero(f == k)
+        off[at] = np.sort(rng.choice(10 * n, at.size, replace=False)) * ROW
+    sorts: list[str] = []  # the dtypes of the whole rows' sorts: int16 by file, int64 by key
+    real = np.argsort
+
+    def counting(a, *args, **kw):
+        if a.shape[0] == n:
+            sorts.append(a.dtype.name)
+        return real(a, *args, **kw)
+
+    monkeypatch.setattr(np, "argsort", counting)
+    want = np.lexsort((off, f))
+    assert np.array_equal(merge.place(f, off).order, want) and sorts == ["int16"]  # grouped by file alone
+    off2 = off.copy()
+    at, step = np.flatnonzero(f == 2), n // 1024
+    i = next(j for j in range(1, at.size) if at[j] % step and at[j - 1] % step)  # two rows no sample takes
+    off2[at[i - 1]], off2[at[i]] = off2[at[i]], off2[at[i - 1]]
+    sorts.clear()
+    p = merge.place(f, off2)
+    assert sorts == ["int16", "int64"] and np.array_equal(p.offset, off2[np.lexsort((off2, f))])
+    sorts.clear()
+    shuffled = rng.permutation(n)
+    assert np.array_equal(merge.place(f[shuffled], off[shuffled]).offset, off[want]) and sorts == ["int64"]
+    assert np.array_equal(merge.place(f[:1000], off[:1000]).order, np.lexsort((off[:1000], f[:1000])))

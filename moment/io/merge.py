@@ -143,16 +143,42 @@ def place(f: np.ndarray, off: np.ndarray) -> Placed:
     """The rows at (file f, byte offset off) sorted by place.
 
     One int64 key per row when file and offset fit in it: rows already in place order (a scan) are not
-    sorted again, and the sort of one key is several times faster than `np.lexsort` of two. Rows at the
-    same place (the same row twice) may come in either order: with a merge gap >= 0 they share a run."""
+    sorted again, rows in place order within each file are only grouped by file (`_by_file`), and the sort of
+    one key is several times faster than `np.lexsort` of two. Rows at the same place (the same row twice) may
+    come in either order: with a merge gap >= 0 they share a run."""
     n = f.shape[0]
     f64, off = f.astype(np.int64), off.astype(np.int64, copy=False)
     if n and int(off.min()) >= 0 and int(off.max()) < 1 << 40 and int(f64.min()) >= 0 and int(f64.max()) < 1 << 22:
         key = (f64 << 40) | off
-        order = np.arange(n) if (key[1:] >= key[:-1]).all() else np.argsort(key)
+        if (key[1:] >= key[:-1]).all():
+            order = np.arange(n)
+        elif (order := _by_file(f, key)) is None:
+            order = np.argsort(key)
     else:
         order = np.lexsort((off, f))
     return Placed(order, _i32(f[order]), _i64(off[order]))
+
+
+#: rows from which `_by_file` tries grouping by file before sorting the keys (below, a sort is quick anyway)
+BY_FILE_ROWS = 1 << 16
+
+
+def _by_file(f: np.ndarray, key: np.ndarray) -> np.ndarray | None:
+    """The stable order of the rows by file alone, when it puts their `key`s in order: the rows of a CPU cache's
+    first fill come hottest first, and each shard holds its rows hottest first, so they are in place order
+    within each file, interleaved across files. A radix sort of the few file numbers is linear: 0.08 s against
+    the keys' 0.80 s for the 6M rows of a 16M-node layout's fill. None otherwise, decided on 1,024 rows first,
+    so that a batch's rows in no order pay next to nothing for the try."""
+    n = f.shape[0]
+    if n < BY_FILE_ROWS:
+        return None
+    step = n // 1024
+    k = key[::step][np.argsort(f[::step], kind="stable")]
+    if not (k[1:] >= k[:-1]).all() or int(f.max()) >= 1 << 15:
+        return None
+    order = np.argsort(f.astype(np.int16), kind="stable")  # int16: numpy's radix sort
+    k = key[order]
+    return order if (k[1:] >= k[:-1]).all() else None
 
 
 def run_count(p: Placed, row_bytes: int, align: int, merge_gap: int, max_request: int,
