@@ -218,3 +218,21 @@ def test_overwrite_never_replaces_user_data(tmp_path: Path) -> None:
     with pytest.raises(MomentError, match="not a Moment dataset"):
         write_graph(d, overwrite=True, **tiny())
     assert (d / "thesis.tex").read_text() == "precious"
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint32])
+def test_the_first_id_outside_the_nodes_is_found_in_any_chunk(dtype) -> None:
+    """One unsigned maximum per chunk finds a negative id (a huge unsigned one) and one past the last node, in
+    the first chunk, the last, or at a boundary between two; the first such id is named."""
+    n = 1000
+    a = (np.arange(100, dtype=np.int64) * 7 % n).astype(dtype)
+    for chunk in (8, 40, 1 << 20):  # 2 ids of 4 bytes a chunk, or 8 bytes, ..., everything at once
+        assert G._first_outside(a, n, chunk) is None
+        for at, bad in ((0, n), (99, n + 5), (50, -3), (49, 10**6)):
+            if bad < 0 and np.dtype(dtype).kind == "u":
+                continue
+            b = a.copy()
+            b[at] = bad
+            b[at + (1 if at < 99 else -1)] = n + 7  # a second bad id: after it, or before the last
+            want = bad if at < 99 else n + 7
+            assert G._first_outside(b, n, chunk) == want, (chunk, at, bad)
