@@ -220,7 +220,7 @@ def test_overwrite_never_replaces_user_data(tmp_path: Path) -> None:
     assert (d / "thesis.tex").read_text() == "precious"
 
 
-@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint32])
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint32, ">i4"])
 def test_the_first_id_outside_the_nodes_is_found_in_any_chunk(dtype) -> None:
     """One unsigned maximum per chunk finds a negative id (a huge unsigned one) and one past the last node, in
     the first chunk, the last, or at a boundary between two; the first such id is named."""
