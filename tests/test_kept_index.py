@@ -1,5 +1,6 @@
 """The layout's node index loaded once per machine: torchrun's agent keeps it before forking the ranks, each rank
-reads that copy instead of the file, and the budget charges it once."""
+reads that copy instead of the file, and the budget charges it once. The index and the hotness order are read
+into the arrays a process keeps, not mapped (a mapping's pages count in its memory beside the copy)."""
 
 from __future__ import annotations
 
@@ -87,6 +88,22 @@ def test_a_damaged_index_file_is_one_clear_error_kept_or_not(own_layout, kept, d
             load()
         assert str(path) in str(e.value) and "layout index is malformed" in str(e.value)
     assert not kept
+
+
+@pytest.mark.parametrize("damage, says", [
+    (lambda p: p.write_bytes(p.read_bytes()[: p.stat().st_size // 2]), "unreadable"),
+    (lambda p: np.save(p, np.load(p).astype(np.float32)), r"expected \d+ integer node ids, got float32"),
+    (lambda p: np.save(p, np.zeros_like(np.load(p))), "node ids are missing"),
+], ids=["truncated", "float", "repeated"])
+def test_the_hotness_order_is_read_whole_and_a_damaged_one_is_one_clear_error(own_layout, damage, says):
+    lay = Layout.open(own_layout)
+    path = own_layout / lay.manifest.order_file.path
+    good = np.load(path)
+    assert np.array_equal(lay.hot_order(), good) and np.array_equal(lay.hot_order(5), good[:5])
+    damage(path)
+    with pytest.raises(MomentError, match=says) as e:
+        Layout.open(own_layout).hot_order()
+    assert str(path) in str(e.value) and "hotness order is malformed" in str(e.value)
 
 
 def test_a_rank_forked_after_the_index_was_kept_reads_the_same_pages(runtime_layout, kept, monkeypatch):

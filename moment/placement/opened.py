@@ -30,7 +30,8 @@ from moment.errors import MomentError
 from moment.io.files import forget_pages, npy_header
 from moment.placement.manifest import LayoutManifest, Shard, SplitRef
 from moment.placement.pack import PackManifest, load_pack, pack_index_bytes
-from moment.placement.reader import IndexCheck, bin_rows, check_dataset, damaged, load_manifest, order_problem, shard_path
+from moment.placement.reader import (IndexCheck, bin_rows, check_dataset, damaged, load_manifest, order_form_problem,
+                                     order_problem, shard_path)
 from moment.workload.graph import MANIFEST as DATASET_MANIFEST
 from moment.workload.graph import GraphDataset
 
@@ -224,13 +225,21 @@ class Layout:
         m = self.manifest
         if m.order_file is not None:
             f = self.path / m.order_file.path
-            order = np.load(f, mmap_mode="r")
-            if why := order_problem(order, m.dataset.num_nodes):
+            try:
+                mapped = np.load(f, mmap_mode="r")  # its header; its pages are never touched
+            except ValueError as e:  # not an array file, or shorter than its header says
+                raise damaged("hotness order", f"unreadable ({e})", f) from None
+            if why := order_form_problem(mapped, m.dataset.num_nodes):
                 raise damaged("hotness order", why, f)
-            out = np.array(order[:limit] if limit is not None else order)
-            del order
+            out = np.empty(mapped.shape, mapped.dtype)
+            with open(f, "rb") as fh:  # read into the copy: the mapping's pages would count in memory beside it
+                fh.seek(mapped.offset)
+                fh.readinto(out.view(np.uint8))
+            del mapped
             forget_pages(f)  # read once: the copy is what is held
-            return out
+            if why := order_problem(out, m.dataset.num_nodes):
+                raise damaged("hotness order", why, f)
+            return out[:limit].copy() if limit is not None else out
         # older layouts: cache bins in list order, then SSD rows by slot (each shard is hottest first)
         idx = np.load(self.path / m.index.path, mmap_mode="r")
         parts = [np.load(self.path / f.path) for f in m.cache_lists.values()]
