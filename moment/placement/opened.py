@@ -225,17 +225,17 @@ class Layout:
         m = self.manifest
         if m.order_file is not None:
             f = self.path / m.order_file.path
-            try:
-                mapped = np.load(f, mmap_mode="r")  # its header; its pages are never touched
-            except ValueError as e:  # not an array file, or shorter than its header says
-                raise damaged("hotness order", f"unreadable ({e})", f) from None
-            if why := order_form_problem(mapped, m.dataset.num_nodes):
-                raise damaged("hotness order", why, f)
-            out = np.empty(mapped.shape, mapped.dtype)
-            with open(f, "rb") as fh:  # read into the copy: the mapping's pages would count in memory beside it
-                fh.seek(mapped.offset)
-                fh.readinto(out.view(np.uint8))
-            del mapped
+            with open(f, "rb") as fh:  # read into the copy, not mapped: a mapping's pages would count beside it
+                try:
+                    shape, _, dtype = npy_header(fh)
+                except ValueError as e:
+                    raise damaged("hotness order", f"unreadable ({e})", f) from None
+                if why := order_form_problem(shape, dtype, m.dataset.num_nodes):
+                    raise damaged("hotness order", why, f)
+                out = np.empty(shape, dtype)
+                if (got := fh.readinto(out.view(np.uint8))) != out.nbytes:
+                    raise damaged("hotness order", f"unreadable (the file ends {got} bytes into its "
+                                                   f"{out.nbytes} bytes of node ids)", f)
             forget_pages(f)  # read once: the copy is what is held
             if why := order_problem(out, m.dataset.num_nodes):
                 raise damaged("hotness order", why, f)

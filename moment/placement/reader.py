@@ -177,16 +177,16 @@ def index_problem(m: LayoutManifest, index: np.ndarray, step: int = 1 << 20) -> 
     return chk.problem()
 
 
-def order_form_problem(order: np.ndarray, num_nodes: int) -> str | None:
-    """The hotness order's shape and type, known from its header alone (none of its values read)."""
-    if order.shape != (num_nodes,) or order.dtype.kind not in "iu":
-        return f"expected {num_nodes} integer node ids, got {order.dtype} {order.shape}"
+def order_form_problem(shape: tuple[int, ...], dtype: np.dtype, num_nodes: int) -> str | None:
+    """The hotness order's shape and type, known from its file's header alone (none of its values read)."""
+    if shape != (num_nodes,) or dtype.kind not in "iu":
+        return f"expected {num_nodes} integer node ids, got {dtype} {shape}"
     return None
 
 
 def order_problem(order: np.ndarray, num_nodes: int) -> str | None:
     """The hotness order must be every node id once (the runtime ranks rows by it)."""
-    if why := order_form_problem(order, num_nodes):
+    if why := order_form_problem(order.shape, order.dtype, num_nodes):
         return why
     if num_nodes and (int(order.min()) < 0 or int(order.max()) >= num_nodes):
         return f"a node id is outside [0, {num_nodes})"
