@@ -477,6 +477,7 @@ def test_the_launcher_hands_the_ranks_the_fresh_rank_of_the_users_model(runtime_
     from moment.cli.train_cmds import _precheck
     from moment.runtime import start_sizes as ss
     from moment.runtime.sizing import AGENT_ENV, BASE_ENV, SHARED_ENV
+    from moment.workload.graph import CHECKED_ENV
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.chdir(REPO)
@@ -486,6 +487,7 @@ def test_the_launcher_hands_the_ranks_the_fresh_rank_of_the_users_model(runtime_
     monkeypatch.setattr(ss, "_measured", {})
     common = ["--layout", str(runtime_layout), "--memory-budget", "3GiB"]
     _, env, _ = _precheck([*common, "--model", "examples.own_loop:factory", "--fanouts", "5,5,5"], 2)
+    assert env.pop(CHECKED_ENV)  # and the dataset it checked (tests/test_dataset_vouched.py)
     assert env == {BASE_ENV: str(350 << 20), AGENT_ENV: str(100 << 20), SHARED_ENV: str(80 << 20)}
     _, env, _ = _precheck([*common, "--model", "gat"], 2)
     assert env[BASE_ENV] == str(300 << 20)
