@@ -142,12 +142,13 @@ def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
         make_model(cfg, ds.feature_dim, width, len(cfg.resolved_fanouts()))
         load_loss(cfg.loss, width)
     if (cfg.memory_budget or cfg.device_memory_budget or plan) and cfg.features == "tiered":
-        from moment.runtime.sizing import preview_plan, start_env
+        from moment.runtime.sizing import extent_env, preview_plan, start_env
 
+        nnodes = rdzv.nnodes if rdzv is not None else 1
         # as the ranks will resolve it: a budget below the minimum is one message, here
-        run_plan = preview_plan(cfg, ds, nproc, layout=layout, nnodes=rdzv.nnodes if rdzv is not None else 1)
-        # the ranks charge the figures this check charged
-        env = start_env(cfg.model) if cfg.memory_budget else {}
+        run_plan = preview_plan(cfg, ds, nproc, layout=layout, nnodes=nnodes)
+        # the ranks charge the figures this check charged (its batch extent: not sampled again by each)
+        env = {**(start_env(cfg.model) if cfg.memory_budget else {}), **extent_env(cfg, ds, nproc * nnodes)}
         return cfg, {**env, **vouched}, run_plan
     return cfg, vouched, None
 

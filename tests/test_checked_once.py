@@ -1,9 +1,11 @@
-"""A dataset checked once per launch: `moment train`'s launcher (or a script's torchrun agent with --preload-index)
-checks it and hands its ranks the identity of what it checked; a rank opening that dataset, unchanged, does not
-read and check it again, and one that changed meanwhile is checked as before."""
+"""What a launch checks once, not once per rank: `moment train`'s launcher (or a script's torchrun agent with
+--preload-index) checks the dataset and hands its ranks the identity of what it checked, and a rank opening that
+dataset unchanged does not read and check it again; the launcher hands them the batch extent its budget check
+charged, and a rank of that run takes it instead of sampling its first batches again."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -147,3 +149,44 @@ def test_a_scripts_agent_checks_the_dataset_of_its_preload_index_once(runtime_la
     monkeypatch.setattr(GraphDataset, "vouch", damaged)  # or gone: the script may read another copy
     agent.keep_index(str(runtime_layout), given=True)  # left to the ranks, which say why
     assert os.environ[CHECKED_ENV] == ""
+
+
+def test_a_rank_takes_the_batch_extent_its_launcher_charged(runtime_layout, runtime_dataset, monkeypatch, tmp_path):
+    """The launcher's extent is every rank's largest, which the ranks agree on when each samples its own; a rank
+    of another run (another world size) or given a damaged figure samples its own."""
+    from moment.runtime import sizing
+    from moment.runtime.config import parse_args
+    from moment.runtime.sizing import EXTENT_ENV
+    from moment.workload.sampler import CSRGraph, SeedBatches
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # the launcher's record of the extent
+    monkeypatch.delenv(EXTENT_ENV, raising=False)
+    cfg = parse_args(["--layout", str(runtime_layout), *TRAIN_ARGS], check=False)
+    ds, graph, train_idx = runtime_dataset, CSRGraph.from_dataset(runtime_dataset), np.asarray(runtime_dataset.train_idx)
+
+    def inputs(rank: int, world: int = 2):
+        b = SeedBatches(train_idx, cfg.resolved_batch_size(train_idx.size, world), seed=cfg.seed, rank=rank,
+                        world_size=world)
+        return sizing.run_inputs(cfg, ds, graph, [b], cfg.resolved_fanouts(), 1 << 20, 0, 2, None)
+
+    own = [inputs(r) for r in range(2)]  # each rank's own batches, before they agree on the largest
+    assert sizing.extent_env(cfg, ds, 2) == {}  # nothing checked yet
+    sizing.preview_inputs(cfg, ds, 2)  # the launcher's check
+    handed = sizing.extent_env(cfg, ds, 2)
+    rec = json.loads(handed[EXTENT_ENV])
+    assert rec["rows"] == max(i.rows_max for i in own) and rec["edges"] == max(i.edges_max for i in own)
+    monkeypatch.setenv(EXTENT_ENV, handed[EXTENT_ENV])
+    sampled = []
+    real = sizing._batch_extent
+    monkeypatch.setattr(sizing, "_batch_extent", lambda *a, **k: sampled.append(1) or real(*a, **k))
+    for r in range(2):
+        got = inputs(r)
+        assert (got.rows_max, got.edges_max, got.training_bytes) == (rec["rows"], rec["edges"],
+                                                                        max(i.training_bytes for i in own))
+    assert sampled == []
+    inputs(0, world=3)  # another run's ranks
+    monkeypatch.setenv(EXTENT_ENV, handed[EXTENT_ENV][:-9])  # cut short
+    inputs(0)
+    monkeypatch.setenv(EXTENT_ENV, json.dumps({**rec, "rows": "many"}))
+    inputs(0)
+    assert sampled == [1, 1, 1]
