@@ -187,7 +187,10 @@ def test_the_agent_keeps_the_index_of_the_layout_its_ranks_read(runtime_layout, 
 
     from moment.runtime import agent
 
+    from moment.workload.graph import CHECKED_ENV
+
     monkeypatch.setattr(gc, "freeze", lambda: None)  # this test's process is no agent: nothing to keep
+    monkeypatch.setenv(CHECKED_ENV, "")  # restored after the test: --preload-index sets it for the ranks
     monkeypatch.setattr(MultiprocessContext, "_is_done", MultiprocessContext._is_done)  # restored after the test
     monkeypatch.syspath_prepend(str(tmp_path))
     (tmp_path / "threaded_kept.py").write_text("import threading\nSTOP = threading.Event()\n"

@@ -476,7 +476,8 @@ def test_the_launcher_hands_the_ranks_the_fresh_rank_of_the_users_model(runtime_
     rank as its fixed cost) imports the user's module, as the rank does before it measures itself."""
     from moment.cli.train_cmds import _precheck
     from moment.runtime import start_sizes as ss
-    from moment.runtime.sizing import AGENT_ENV, BASE_ENV, SHARED_ENV
+    from moment.runtime.sizing import AGENT_ENV, BASE_ENV, EXTENT_ENV, SHARED_ENV
+    from moment.workload.graph import CHECKED_ENV
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.chdir(REPO)
@@ -486,6 +487,8 @@ def test_the_launcher_hands_the_ranks_the_fresh_rank_of_the_users_model(runtime_
     monkeypatch.setattr(ss, "_measured", {})
     common = ["--layout", str(runtime_layout), "--memory-budget", "3GiB"]
     _, env, _ = _precheck([*common, "--model", "examples.own_loop:factory", "--fanouts", "5,5,5"], 2)
+    assert env.pop(CHECKED_ENV)  # and the dataset it checked (tests/test_dataset_vouched.py)
+    assert json.loads(env.pop(EXTENT_ENV))["rows"] > 0  # and the batch extent it charged
     assert env == {BASE_ENV: str(350 << 20), AGENT_ENV: str(100 << 20), SHARED_ENV: str(80 << 20)}
     _, env, _ = _precheck([*common, "--model", "gat"], 2)
     assert env[BASE_ENV] == str(300 << 20)

@@ -79,7 +79,7 @@ def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
     from moment.runtime.devices import check_local_ranks, cuda_pci_addresses, default_device, local_devices
     from moment.runtime.run_plan import dataset_dir, layout_gpus
     from moment.runtime.runs import CHECKPOINTS, check_run_dir, run_root
-    from moment.workload.graph import GraphDataset
+    from moment.workload.graph import CHECKED_ENV, GraphDataset
 
     check_run_dir(run_dir)
     if cfg.layout is not None:
@@ -111,7 +111,10 @@ def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
     else:
         local_devices(device, nproc, gpus, f"--nproc {nproc}")
     ds = GraphDataset.open(dataset_dir(cfg, layout))
-    ds.check()  # a damaged dataset is one line here, not one per rank (rank 0 prints any note)
+    # a damaged dataset is one line here, not one per rank (rank 0 prints any note); the ranks are told it was
+    # checked, and do not check it again unless it changed meanwhile
+    _, checked = ds.vouch()
+    vouched = {CHECKED_ENV: checked} if checked else {}
     if layout is not None:
         from moment.placement.reader import check_dataset
 
@@ -139,14 +142,15 @@ def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
         make_model(cfg, ds.feature_dim, width, len(cfg.resolved_fanouts()))
         load_loss(cfg.loss, width)
     if (cfg.memory_budget or cfg.device_memory_budget or plan) and cfg.features == "tiered":
-        from moment.runtime.sizing import preview_plan, start_env
+        from moment.runtime.sizing import extent_env, preview_plan, start_env
 
+        nnodes = rdzv.nnodes if rdzv is not None else 1
         # as the ranks will resolve it: a budget below the minimum is one message, here
-        run_plan = preview_plan(cfg, ds, nproc, layout=layout, nnodes=rdzv.nnodes if rdzv is not None else 1)
-        # the ranks charge the figures this check charged
-        env = start_env(cfg.model) if cfg.memory_budget else {}
-        return cfg, env, run_plan
-    return cfg, {}, None
+        run_plan = preview_plan(cfg, ds, nproc, layout=layout, nnodes=nnodes)
+        # the ranks charge the figures this check charged (its batch extent: not sampled again by each)
+        env = {**(start_env(cfg.model) if cfg.memory_budget else {}), **extent_env(cfg, ds, nproc * nnodes)}
+        return cfg, {**env, **vouched}, run_plan
+    return cfg, vouched, None
 
 
 def _check_split(path: Path, layout: Any, rdzv: Any) -> None:

@@ -199,17 +199,30 @@ def keep_index(layout: str | None, *, given: bool = False) -> None:
     """Load and check the node index of the layout the ranks read (`Layout.keep_index`) once, here, so that each
     forked rank finds it loaded and the machine holds one copy instead of one per rank. One that cannot be read
     is left to the ranks, which say why; one the user named (`given`: --preload-index) is the agent's
-    MomentError, before any rank starts."""
+    MomentError, before any rank starts. With `given` (a script's launch, which no `moment train` launcher
+    checked) the layout's dataset is checked here too, once, and the ranks are told (GraphDataset.vouch); one
+    that cannot be opened or is damaged is left to the ranks."""
     if layout is None:
         return
     from moment.errors import MomentError
     from moment.placement.opened import Layout
 
     try:
-        Layout.open(layout).keep_index()
+        opened = Layout.open(layout)
+        opened.keep_index()
     except (MomentError, OSError, ValueError) as e:
         if given:
             raise MomentError(f"cannot load the layout's node index: {e}", source=f"--preload-index {layout}") from None
+        return
+    if given:
+        from moment.workload.graph import CHECKED_ENV, GraphDataset
+
+        try:
+            _, checked = GraphDataset.open(opened.dataset_dir).vouch()
+        except (MomentError, OSError, ValueError):
+            return  # (the script may read another copy) its ranks check what they open, and say why
+        if checked:
+            os.environ[CHECKED_ENV] = checked  # what the ranks start with
 
 
 def _held(mode: str, layout: str | None) -> list[str]:
@@ -259,7 +272,7 @@ def with_options(get_args_parser):
         p.add_argument("--preload-index", default=None, metavar="LAYOUT",
                        help="the layout the script reads (moment.open_run): its node index is loaded and checked once by "
                             "this agent before it forks the ranks, which share that copy instead of each reading its "
-                            "own (`moment train` does this itself)")
+                            "own, and its dataset is checked once for them (`moment train` does both itself)")
         p.add_argument("--hold", choices=("wait", "measure"), default=None, help=argparse.SUPPRESS)
         return p
 

@@ -48,7 +48,7 @@ from moment.runtime.run_plan import RunPlan, dataset_dir, layout_gpus, resolve_r
 from moment.runtime.sizing import rank_start_sizes, run_inputs
 from moment.runtime.sources import FeatureSource, InMemoryFeatures, MemmapFeatures
 from moment.runtime.store import StoreInfo, open_store
-from moment.workload.graph import GraphDataset
+from moment.workload.graph import CHECKED_ENV, GraphDataset
 from moment.workload.sampler import Block, CSRGraph, SeedBatches, eval_batches
 from moment.workload.seeds import SPLIT_TAGS, mix
 
@@ -152,8 +152,9 @@ class Run:
         start = rank_start_sizes(kept) if cfg.features == "tiered" else None
         self.dataset = GraphDataset.open(dataset_dir(cfg, self.layout))
         ds = self.dataset
-        # before any rank samples: sampled blocks against the manifest, the graph's structure
-        self.notes: list[str] = [f"note: {n}" for n in ds.check()]
+        # before any rank samples: sampled blocks against the manifest, the graph's structure (not again when the
+        # launcher checked this dataset, unchanged)
+        self.notes: list[str] = [f"note: {n}" for n in ds.check(os.environ.get(CHECKED_ENV, ""))]
         if self.layout is not None:  # the layout must hold this dataset's features, not another's
             from moment.placement.reader import check_dataset
 

@@ -46,6 +46,8 @@ if TYPE_CHECKING:
 BASE_ENV = "MOMENT_RANK_BASE_BYTES"  # set by `moment train`: the per-rank fixed cost its budget check charged
 AGENT_ENV = "MOMENT_AGENT_BYTES"  # set by `moment train`: torchrun's agent as its budget check charged it
 SHARED_ENV = "MOMENT_SHARED_START_BYTES"  # set by `moment train`: what ranks and agent share, as its check charged it
+#: set by `moment train`: the batch extent its check charged (sampled, or recorded), with its `_extent_key`
+EXTENT_ENV = "MOMENT_RUN_EXTENT"
 
 
 @dataclass(frozen=True)
@@ -166,7 +168,7 @@ def run_inputs(cfg: TrainConfig, ds: GraphDataset, graph: CSRGraph, batches: Seq
                shared_start_bytes: int = 0, ctx: DistContext | None = None, feature_dim: int | None = None,
                device_memory: DeviceMemory | None = None, device: torch.device | str = "cpu") -> RunInputs:
     """What `resolve_run` is given: the largest extent of `batches` (each rank's, or a preview's of every
-    rank), the sizes torch's objects state for it (a round of the peer exchange among `local_ranks`, whose
+    rank; a rank of `moment train` takes the one its launcher charged, EXTENT_ENV), the sizes torch's objects state for it (a round of the peer exchange among `local_ranks`, whose
     GPU tiers hold what `layout` gives them, and a training step of the model, included), a rank's and
     torchrun's agent's measured sizes (each one's own pages; `shared_start_bytes`: the pages they share), and
     the dataset's sizes. The layout index is charged once for the machine when every rank reads the copy its
@@ -175,9 +177,11 @@ def run_inputs(cfg: TrainConfig, ds: GraphDataset, graph: CSRGraph, batches: Seq
     run's features are that wide (float32), not `ds`'s (a run planned on its graph alone). `device_memory`:
     this rank's device's free and total bytes (a CUDA rank), agreed as the least of the ranks'. `device`: where a
     model of the user's own that states no step memory is measured (moment.runtime.model_spec)."""
-    degrees = graph.degree_histogram()  # once for every rank's batches
     index_shared = layout is not None and layout.index_kept
-    ext = functools.reduce(Extent.most, [_batch_extent(cfg, graph, b, fanouts, degrees) for b in batches])
+    ext = _given_extent(cfg, ds, batches[0].world_size) if batches else None
+    if ext is None:
+        degrees = graph.degree_histogram()  # once for every rank's batches
+        ext = functools.reduce(Extent.most, [_batch_extent(cfg, graph, b, fanouts, degrees) for b in batches])
     if ctx is not None:
         import torch
 
@@ -307,13 +311,22 @@ def _read_extents() -> dict:
 
 def _read_extent(key: str) -> tuple[Extent, int] | None:
     """The extent and largest batch recorded under `key`, or None (none, or not well formed: sampled again)."""
+    return _extent_of(_read_extents().get(key))
+
+
+def _extent_of(rec: object) -> tuple[Extent, int] | None:
+    """An extent and largest batch as recorded (`_extent_record`), or None when `rec` is not one."""
     try:
-        rec = _read_extents()[key]
         rows, edges, layers, batch = rec["rows"], rec["edges"], rec["layers"], rec["batch_size"]
         ext = Extent(int(rows), int(edges), tuple(LayerExtent(*(int(v) for v in x)) for x in layers))
         return ext, int(batch)
     except (KeyError, TypeError, ValueError):
         return None
+
+
+def _extent_record(ext: Extent, batch_size: int) -> dict:
+    return {"rows": ext.rows, "edges": ext.edges, "batch_size": int(batch_size),
+            "layers": [[x.src, x.dst, x.edges] for x in ext.layers]}
 
 
 def _write_extent(key: str, ext: Extent, batch_size: int) -> None:
@@ -322,8 +335,7 @@ def _write_extent(key: str, ext: Extent, batch_size: int) -> None:
     path = _extents_path()
     kept = {k: v for k, v in _read_extents().items() if k != key}
     kept = dict(list(kept.items())[-(_EXTENTS_KEPT - 1):])
-    kept[key] = {"rows": ext.rows, "edges": ext.edges, "batch_size": int(batch_size),
-                 "layers": [[x.src, x.dst, x.edges] for x in ext.layers]}
+    kept[key] = _extent_record(ext, batch_size)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -355,6 +367,30 @@ def preview_plan(cfg: TrainConfig, ds: GraphDataset, nproc: int, *, layout: Layo
     inputs = inputs or preview_inputs(cfg, ds, nproc, agent=agent, layout=layout, nnodes=nnodes)
     return resolve_run(cfg, layout, world_size=nproc * max(nnodes, 1), local_world_size=nproc, inputs=inputs,
                        device=default_device(cfg.device), pack_index_bytes=pack_index_bytes)
+
+
+def extent_env(cfg: TrainConfig, ds: GraphDataset, world: int) -> dict[str, str]:
+    """The batch extent a launcher's check charged (`preview_inputs` recorded it), to hand its ranks in their
+    environment: a rank whose graph, split, sampling options, world size and code give the same key takes it
+    instead of sampling its first batches again (`run_inputs`), and charges what the check charged. Empty when
+    none was recorded (the ranks sample, as they agree on the same figures anyway)."""
+    key = _extent_key(cfg, ds, world)
+    got = _read_extent(key)
+    return {} if got is None else {EXTENT_ENV: json.dumps({"key": key, **_extent_record(*got)})}
+
+
+def _given_extent(cfg: TrainConfig, ds: GraphDataset, world: int) -> Extent | None:
+    """The extent `moment train`'s launcher handed this rank (EXTENT_ENV) when it is this run's: its key is the
+    one this rank's graph, options and code give; else None."""
+    raw = os.environ.get(EXTENT_ENV, "")
+    try:
+        rec = json.loads(raw) if raw else None
+    except ValueError:
+        return None
+    if not isinstance(rec, dict) or rec.get("key") != _extent_key(cfg, ds, world):
+        return None
+    got = _extent_of(rec)
+    return None if got is None else got[0]
 
 
 def start_env(model: str | None = None) -> dict[str, str]:

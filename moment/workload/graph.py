@@ -68,6 +68,10 @@ SPOT_BLOCKS = 1024  # most blocks a file's block checksums cut it into
 #: nodes whose degrees are read at once (`degree_histogram`): 32 MiB of indptr
 DEGREE_CHUNK = 1 << 22
 SPOT_CHECKED = 4  # blocks per file `spot_check` re-hashes: the first, the last and two between
+#: set by a launcher that ran `check` for the processes it starts (`moment train` for its ranks, torchrun's agent
+#: with --preload-index for a script's): the `identity` of the dataset it checked, so that a rank opening that
+#: dataset, unchanged, does not read and check it again (`check(checked)`)
+CHECKED_ENV = "MOMENT_DATASET_CHECKED"
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -646,7 +650,7 @@ class GraphDataset:
         full read; one changed byte elsewhere is found only by `verify` (every byte)."""
         unchecked = []
         for name, rec in self.manifest.files.items():
-            if rec.block_sha256 is None or rec.block_bytes is None:
+            if not _has_blocks(rec):
                 unchecked.append(rec.file)
                 continue
             k = len(rec.block_sha256)
@@ -660,11 +664,20 @@ class GraphDataset:
                                 hint="re-create the dataset, or copy it again from the original")
         return unchecked
 
-    def check(self) -> list[str]:
+    def check(self, checked: str = "") -> list[str]:
         """What a run checks before it samples: the sampled blocks (`spot_check`) and the structure
-        (`validate`); the full re-hash is `verify`'s. Returns notes for the user (none normally)."""
-        unchecked = self.spot_check()
-        self.validate()
+        (`validate`); the full re-hash is `verify`'s. Returns notes for the user (none normally).
+
+        `checked`: the `identity` of a dataset another process checked for this one (CHECKED_ENV): when this
+        dataset is that one, unchanged, it is not checked again. Why: every rank of a run checked the dataset its
+        launcher had just checked, each reading the whole graph (0.1-0.5 s a rank at 8-16M nodes, cold or on a
+        loaded machine seconds; N ranks of a machine, N times)."""
+        if checked and checked == self.identity():
+            unchecked = [rec.file for rec in self.manifest.files.values() if not _has_blocks(rec)]
+            self.__dict__["_validated"] = True
+        else:
+            unchecked = self.spot_check()
+            self.validate()
         if not unchecked:
             return []
         return [f"dataset {self.path} has no block checksums (written by an older Moment): only the sizes of "
@@ -694,6 +707,26 @@ class GraphDataset:
                 raise self._err(name, "the manifest's block checksums do not match the file (its sha256 does): "
                                       "the manifest was edited", hint="re-create the dataset")
 
+    def vouch(self) -> tuple[list[str], str]:
+        """`check`, and the `identity` its verdict holds for, which the processes this one starts are handed
+        (CHECKED_ENV); "" when a file changed while it was checked."""
+        before = self.identity()
+        notes = self.check()
+        return notes, before if before and before == self.identity() else ""
+
+    def identity(self) -> str:
+        """What a check's verdict is kept under (`check(checked)`): the manifest and every file it lists, each by
+        its inode, size and time (a file written again, or replaced, is another), hashed; "" when one cannot be
+        read, which no verdict matches."""
+        h = hashlib.sha256()
+        for p in (self.path / MANIFEST, *(self.path / rec.file for rec in self.manifest.files.values())):
+            try:
+                st = os.stat(p)
+            except OSError:
+                return ""
+            h.update(f"{p.resolve()}|{st.st_dev}|{st.st_ino}|{st.st_size}|{st.st_mtime_ns}\n".encode())
+        return h.hexdigest()
+
     @property
     def dataset_id(self) -> str:
         """The dataset's identity: sha256 over its files' checksums (name=sha256 lines, sorted). Two
@@ -721,6 +754,11 @@ def degree_histogram(indptr: np.ndarray, chunk: int = DEGREE_CHUNK) -> np.ndarra
         else:
             hist[: got.size] += got
     return hist[: int(np.flatnonzero(hist)[-1]) + 1] if hist.any() else hist
+
+
+def _has_blocks(rec: FileRecord) -> bool:
+    """Whether a manifest's file record has block checksums (datasets written before them have none)."""
+    return rec.block_sha256 is not None and rec.block_bytes is not None
 
 
 def _first_outside(a: np.ndarray, n: int, chunk_bytes: int = CHUNK_BYTES) -> int | None:
