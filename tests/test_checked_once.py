@@ -60,7 +60,7 @@ def test_a_vouched_dataset_is_not_checked_again_and_any_other_is(own_dataset, mo
     assert len(calls) == 2
 
 
-def test_a_file_written_again_after_the_check_is_checked(own_dataset, monkeypatch):
+def test_a_file_written_again_after_the_check_is_checked(own_dataset):
     """The same bytes written again (a new file, as a copy or a rewrite makes) are checked again; a file damaged
     in place after the launcher's check is found by the rank's."""
     checked = GraphDataset.open(own_dataset).vouch()[1]
@@ -74,7 +74,8 @@ def test_a_file_written_again_after_the_check_is_checked(own_dataset, monkeypatc
     ind.flush()
     del ind
     st = os.stat(own_dataset / "indices.npy")
-    os.utime(own_dataset / "indices.npy", ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))  # (a clock of coarse ticks: still a new time)
+    # a new time even where the clock ticks coarsely
+    os.utime(own_dataset / "indices.npy", ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
     with pytest.raises(MomentError, match=r"indices\.npy: bytes .* do not match the manifest's block checksum"):
         GraphDataset.open(own_dataset).check(checked)
 
@@ -96,10 +97,7 @@ def test_a_dataset_changed_while_it_was_checked_is_vouched_for_by_nobody(own_dat
 def test_a_dataset_without_block_checksums_keeps_its_note(tmp_path, monkeypatch):
     ds = make_dataset(tmp_path, nodes=300, dim=8)
     man = ds.path / "manifest.json"
-    text = man.read_text()
-    import json
-
-    raw = json.loads(text)
+    raw = json.loads(man.read_text())
     for rec in raw["files"].values():
         rec["block_sha256"] = rec["block_bytes"] = None
     man.write_text(json.dumps(raw))
@@ -162,7 +160,8 @@ def test_a_rank_takes_the_batch_extent_its_launcher_charged(runtime_layout, runt
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # the launcher's record of the extent
     monkeypatch.delenv(EXTENT_ENV, raising=False)
     cfg = parse_args(["--layout", str(runtime_layout), *TRAIN_ARGS], check=False)
-    ds, graph, train_idx = runtime_dataset, CSRGraph.from_dataset(runtime_dataset), np.asarray(runtime_dataset.train_idx)
+    ds = runtime_dataset
+    graph, train_idx = CSRGraph.from_dataset(ds), np.asarray(ds.train_idx)
 
     def inputs(rank: int, world: int = 2):
         b = SeedBatches(train_idx, cfg.resolved_batch_size(train_idx.size, world), seed=cfg.seed, rank=rank,

@@ -270,9 +270,10 @@ def with_options(get_args_parser):
                             "and shares its memory; repeat for several. One whose import starts a thread or CUDA makes "
                             "the ranks fresh interpreters")
         p.add_argument("--preload-index", default=None, metavar="LAYOUT",
-                       help="the layout the script reads (moment.open_run): its node index is loaded and checked once by "
-                            "this agent before it forks the ranks, which share that copy instead of each reading its "
-                            "own, and its dataset is checked once for them (`moment train` does both itself)")
+                       help="the layout the script reads (moment.open_run): its node index is loaded and checked "
+                            "once by this agent before it forks the ranks, which share that copy instead of each "
+                            "reading its own, and its dataset is checked once for them (`moment train` does both "
+                            "itself)")
         p.add_argument("--hold", choices=("wait", "measure"), default=None, help=argparse.SUPPRESS)
         return p
 

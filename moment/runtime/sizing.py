@@ -168,7 +168,8 @@ def run_inputs(cfg: TrainConfig, ds: GraphDataset, graph: CSRGraph, batches: Seq
                shared_start_bytes: int = 0, ctx: DistContext | None = None, feature_dim: int | None = None,
                device_memory: DeviceMemory | None = None, device: torch.device | str = "cpu") -> RunInputs:
     """What `resolve_run` is given: the largest extent of `batches` (each rank's, or a preview's of every
-    rank; a rank of `moment train` takes the one its launcher charged, EXTENT_ENV), the sizes torch's objects state for it (a round of the peer exchange among `local_ranks`, whose
+    rank; a rank of `moment train` takes the one its launcher charged, EXTENT_ENV), the sizes torch's objects
+    state for it (a round of the peer exchange among `local_ranks`, whose
     GPU tiers hold what `layout` gives them, and a training step of the model, included), a rank's and
     torchrun's agent's measured sizes (each one's own pages; `shared_start_bytes`: the pages they share), and
     the dataset's sizes. The layout index is charged once for the machine when every rank reads the copy its
