@@ -15,10 +15,12 @@ itself on that layout (two ranks, one epoch, `--memory-budget 3GiB`, with the bu
 examples/own_loop.py's), its start size measured anew and recorded, `--runs` rounds. `--start LAYOUT`: a large
 layout's start (`start`): `moment train --data-only` on it, two ranks, one epoch, its layout and dataset dropped
 from the page cache before each run, now and at `--against`, alternating: wall and CPU seconds, and the memory
-the run charged for the layout index and measured at its peak.
+the run charged for the layout index and measured at its peak; `--dataset DIR`: the run reads that copy of its
+dataset (a layout in /dev/shm with its dataset on disk: the start's reads of the graph, cold, without the epoch's).
 
     .venv/bin/python bench/processes.py [--runs 5] [--against REF] [--floor-dir /tmp/floor] [--launch]
     .venv/bin/python bench/processes.py --start /tmp/bench/cache16/layout-16000000-256-a512 [--budget 5GiB]
+    .venv/bin/python bench/processes.py --start /dev/shm/L --dataset /data/DS [--budget 3GiB]  # its dataset on disk
 """
 
 from __future__ import annotations
@@ -263,12 +265,13 @@ def launch(runs: int, against: str, where: Path) -> None:
                 print(f"  {label} runs s: " + ", ".join(f"{w:.2f}" for w, _ in got[label, name, kind]))
 
 
-def start(runs: int, against: str, layout: Path, budget: str, deadline: float) -> None:
+def start(runs: int, against: str, layout: Path, budget: str, deadline: float, dataset: Path | None = None) -> None:
     """`moment train --data-only` on `layout` (two ranks, one epoch, `budget`) from a cold page cache for its data,
     `runs` rounds of both trees alternating, after one uncounted round (bytecode, start-size records): each run's
     line as it ends, then the median wall and CPU seconds of the whole run, and from its metrics the machine's
     charge for the layout index and the run's measured peak. The disk is checked before and after (a throttled
-    cloud disk slows both trees' reads, not their start); a run past `deadline` seconds ends the bench."""
+    cloud disk slows both trees' reads, not their start); a run past `deadline` seconds ends the bench. `dataset`:
+    the run reads that copy of the layout's dataset (`--dataset`; an in-memory layout's dataset on disk, cold)."""
     import json
 
     sys.path[:0] = [str(ROOT), str(ROOT / "bench")]  # this tree's moment, also for the bench it imports
@@ -277,7 +280,8 @@ def start(runs: int, against: str, layout: Path, budget: str, deadline: float) -
     from moment.placement.opened import Layout
 
     opened = Layout.open(layout)
-    data = [layout, opened.dataset_dir]
+    data = [layout, dataset or opened.dataset_dir]
+    given = ["--dataset", str(dataset)] if dataset is not None else []
     shards = [opened.shard_file(s) for s in opened.manifest.shards if s.kind == "ssd"]
     disk = check_disk(shards, "start", "")
     trees = {"now": ROOT, against: tree_at(against)}
@@ -291,7 +295,8 @@ def start(runs: int, against: str, layout: Path, budget: str, deadline: float) -
             drop_files(*data)
             wall, cpu, _ = _timed([sys.executable, "-m", "moment", "train", "--nproc", "2", "--layout", str(layout),
                                    "--memory-budget", budget, "--data-only", "--epochs", "1", "--quiet",
-                                   "--run-dir", str(out / "runs"), "--metrics-json", str(out / "m.json")], env, tree,
+                                   "--run-dir", str(out / "runs"), "--metrics-json", str(out / "m.json"), *given],
+                                  env, tree,
                                   timeout=deadline)
             mem = json.loads((out / "m.json").read_text())["memory"]
             index = next(it["machine_bytes"] for it in mem["items"] if it["name"] == "layout index")
@@ -301,7 +306,8 @@ def start(runs: int, against: str, layout: Path, budget: str, deadline: float) -
             if i:
                 got[label].append((wall, cpu, index, mem["measured_peak_bytes"]))
     check_disk(shards, "end", "", disk)
-    print(f"moment train --data-only on {layout} (2 ranks, 1 epoch, --memory-budget {budget}, its data cold)")
+    print(f"moment train --data-only on {layout}{' with ' + str(dataset) if dataset else ''} (2 ranks, 1 epoch, "
+          f"--memory-budget {budget}, its data cold)")
     med = {label: [statistics.median(x[k] for x in runs_) for k in range(4)] for label, runs_ in got.items()}
     for label, (wall, cpu, index, peak) in med.items():
         print(f"  {label:>8}: {wall:.2f} s wall, {cpu:.2f} s CPU, layout index charged {index / 2**20:.0f} MiB, "
@@ -321,6 +327,8 @@ if __name__ == "__main__":
     ap.add_argument("--start", type=Path, default=None, metavar="LAYOUT",
                     help="instead of the floor: a large layout's `moment train --data-only` from a cold cache (`start`)")
     ap.add_argument("--budget", default="5GiB", help="--memory-budget of the --start runs")
+    ap.add_argument("--dataset", type=Path, default=None,
+                    help="--start: read this copy of the layout's dataset (e.g. on disk, for a layout in /dev/shm)")
     ap.add_argument("--deadline", type=float, default=600, help="seconds a --start run may take before the bench stops")
     a = ap.parse_args()
     base = a.against
@@ -331,6 +339,6 @@ if __name__ == "__main__":
                      f"({r.stderr.strip() or 'git merge-base failed'}); give one with --against COMMIT")
         base = r.stdout.strip()[:7]
     if a.start is not None:
-        start(a.runs, base, a.start, a.budget, a.deadline)
+        start(a.runs, base, a.start, a.budget, a.deadline, a.dataset)
     else:
         (launch if a.launch else floor)(a.runs, base, floor_dir(a.floor_dir))

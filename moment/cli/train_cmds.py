@@ -62,9 +62,9 @@ def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
     visible CUDA devices, a budget below the minimum) here, before torchrun starts N ranks. Returns the
     parsed configuration, what the ranks' environment must add so that their own checks use the same
     numbers, and the run plan the ranks will resolve (when there is a budget to check, or `plan`; else None).
-    `launch(measure)`: starts torchrun's agent held (train_launch.HeldAgent) once the options and the data are
-    checked, so that it loads torch while the model and the budget are checked; with `measure` its start sizes
-    are the ones the budget charges."""
+    `launch(measure)`: starts torchrun's agent held (train_launch.HeldAgent) once the options, the layout and the
+    devices are checked, so that it loads torch while the dataset (its whole graph read, seconds when cold), the
+    model and the budget are checked; with `measure` its start sizes are the ones the budget charges."""
     from moment.runtime.config import BUILT_IN_MODELS, parse_args
     from moment.runtime.start_sizes import measure_ahead
 
@@ -111,16 +111,23 @@ def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
     else:
         local_devices(device, nproc, gpus, f"--nproc {nproc}")
     ds = GraphDataset.open(dataset_dir(cfg, layout))
+    if layout is not None:
+        from moment.placement.reader import check_dataset
+
+        note = check_dataset(cfg.layout, layout.manifest, ds)  # refuses another dataset (from the manifests)
+        if note:
+            err_console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
+    if launch is not None:
+        # it loads while the dataset, the model and the budget are checked (a refused run stops it)
+        agent = launch(bool(sized and not known))
+        if sized and not known:
+            from moment.runtime.start_sizes import measured_by
+
+            measured_by(agent, cfg.model)
     # a damaged dataset is one line here, not one per rank (rank 0 prints any note); the ranks are told it was
     # checked, and do not check it again unless it changed meanwhile
     _, checked = ds.vouch()
     vouched = {CHECKED_ENV: checked} if checked else {}
-    if layout is not None:
-        from moment.placement.reader import check_dataset
-
-        note = check_dataset(cfg.layout, layout.manifest, ds)  # refuses another dataset
-        if note:
-            err_console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
     if plan and cfg.fanouts:  # a run's rank 0 says it; a dry run has no rank
         from moment.runtime.config import effective_fanouts
         from moment.workload.graph import degree_histogram
@@ -128,12 +135,6 @@ def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
         _, note = effective_fanouts(cfg.resolved_fanouts(), degree_histogram(ds.indptr).size - 1)  # the largest degree
         if note:
             err_console.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
-    if launch is not None:
-        agent = launch(bool(sized and not known))  # it loads while the model and the budget are checked
-        if sized and not known:
-            from moment.runtime.start_sizes import measured_by
-
-            measured_by(agent, cfg.model)
     if cfg.model not in BUILT_IN_MODELS or cfg.loss is not None:  # a wrong one is one line here, not one per rank
         from moment.runtime.link_task import out_dim
         from moment.runtime.model_spec import load_loss, make_model
