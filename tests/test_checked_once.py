@@ -107,13 +107,30 @@ def test_a_dataset_without_block_checksums_keeps_its_note(tmp_path, monkeypatch)
     assert GraphDataset.open(ds.path).check(checked) == notes
 
 
-def test_the_launcher_hands_its_ranks_the_dataset_it_checked(runtime_layout, runtime_dataset, tmp_path):
+@pytest.fixture
+def fake_start_sizes(monkeypatch, tmp_path):
+    """A fresh rank's and agent's sizes stated, not measured (a fresh interpreter importing torch: not these tests'),
+    and the records (start sizes, extents) kept in the test's own folder."""
+    from moment.runtime import start_sizes as ss
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(ss, "_start", lambda model=None: model)
+    monkeypatch.setattr(ss, "_collect", lambda model: (100 << 20, 300 << 20, 80 << 20))
+    monkeypatch.setattr(ss, "_ahead", {})
+    monkeypatch.setattr(ss, "_measured", {})
+
+
+def test_the_launcher_hands_its_ranks_the_dataset_it_checked(runtime_layout, runtime_dataset, tmp_path,
+                                                             fake_start_sizes):
+    """With a budget, the extent it charged too."""
     from moment.cli.train_cmds import _precheck
+    from moment.runtime.sizing import EXTENT_ENV
 
     args = ["--layout", str(runtime_layout), *TRAIN_ARGS]
-    for more in ([], ["--memory-budget", "3GiB"]):
-        _, env, _ = _precheck([*args, *more], 2, tmp_path / "runs")
-        assert env[CHECKED_ENV] == runtime_dataset.identity(), more
+    _, env, _ = _precheck(args, 2, tmp_path / "runs")
+    assert env == {CHECKED_ENV: runtime_dataset.identity()}
+    _, env, _ = _precheck([*args, "--memory-budget", "3GiB"], 2, tmp_path / "runs")
+    assert env[CHECKED_ENV] == runtime_dataset.identity() and json.loads(env[EXTENT_ENV])["rows"] > 0
 
 
 def test_a_rank_trusts_the_launchers_check_only_for_that_dataset(runtime_layout, runtime_dataset, no_checks,
@@ -149,7 +166,8 @@ def test_a_scripts_agent_checks_the_dataset_of_its_preload_index_once(runtime_la
     assert os.environ[CHECKED_ENV] == ""
 
 
-def test_a_rank_takes_the_batch_extent_its_launcher_charged(runtime_layout, runtime_dataset, monkeypatch, tmp_path):
+def test_a_rank_takes_the_batch_extent_its_launcher_charged(runtime_layout, runtime_dataset, monkeypatch,
+                                                            fake_start_sizes):
     """The launcher's extent is every rank's largest, which the ranks agree on when each samples its own; a rank
     of another run (another world size) or given a damaged figure samples its own."""
     from moment.runtime import sizing
@@ -157,7 +175,6 @@ def test_a_rank_takes_the_batch_extent_its_launcher_charged(runtime_layout, runt
     from moment.runtime.sizing import EXTENT_ENV
     from moment.workload.sampler import CSRGraph, SeedBatches
 
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # the launcher's record of the extent
     monkeypatch.delenv(EXTENT_ENV, raising=False)
     cfg = parse_args(["--layout", str(runtime_layout), *TRAIN_ARGS], check=False)
     ds = runtime_dataset
