@@ -296,8 +296,7 @@ def start(runs: int, against: str, layout: Path, budget: str, deadline: float, d
             wall, cpu, _ = _timed([sys.executable, "-m", "moment", "train", "--nproc", "2", "--layout", str(layout),
                                    "--memory-budget", budget, "--data-only", "--epochs", "1", "--quiet",
                                    "--run-dir", str(out / "runs"), "--metrics-json", str(out / "m.json"), *given],
-                                  env, tree,
-                                  timeout=deadline)
+                                  env, tree, timeout=deadline)
             mem = json.loads((out / "m.json").read_text())["memory"]
             index = next(it["machine_bytes"] for it in mem["items"] if it["name"] == "layout index")
             shutil.rmtree(out)
