@@ -117,6 +117,17 @@ class ShardFiles:
         self._n_direct = 0
 
 
+def file_identity(path: str | Path) -> tuple | None:
+    """A file as a verdict about it (a check, a copy kept from it) holds for: its resolved path, device, inode,
+    size and modification time, so that a file written again or replaced is another one. None: no such file."""
+    p = Path(path)
+    try:
+        st = os.stat(p)
+    except OSError:
+        return None
+    return str(p.resolve()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
 def npy_header(f) -> tuple[tuple[int, ...], bool, np.dtype]:
     """An .npy file's (shape, Fortran order, dtype) from its header, `f` left at its data's first byte: what a
     reader that streams the data itself needs (ValueError: not an .npy file)."""

@@ -20,14 +20,13 @@ given no --dataset finds it, and refuses one that was moved, deleted or replaced
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from moment.errors import MomentError
-from moment.io.files import forget_pages, npy_header
+from moment.io.files import file_identity, forget_pages, npy_header
 from moment.placement.manifest import LayoutManifest, Shard, SplitRef
 from moment.placement.pack import PackManifest, load_pack, pack_index_bytes
 from moment.placement.reader import (IndexCheck, bin_rows, check_dataset, damaged, load_manifest, order_form_problem,
@@ -160,13 +159,8 @@ class Layout:
     def _index_key(self) -> tuple | None:
         """What a kept index is kept under: the file (its inode, size and time: a layout placed again is a new
         file) and the manifest's checksum of it, which the kept copy was checked against. None: no file."""
-        path = self.path / self.manifest.index.path
-        try:
-            st = os.stat(path)
-        except OSError:
-            return None
-        return (str(path.resolve()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, self.manifest.index.sha256,
-                self.num_nodes, self.index_dtypes())
+        found = file_identity(self.path / self.manifest.index.path)
+        return None if found is None else (*found, self.manifest.index.sha256, self.num_nodes, self.index_dtypes())
 
     @property
     def index_kept(self) -> bool:

@@ -39,6 +39,7 @@ from moment.documents import mistaken, mistaken_dir
 from moment.errors import MomentError, validation_error
 from moment.locking import locked
 from moment.inputs import check_dir, read_text
+from moment.io.files import file_identity
 from moment.outputs import (
     ChunkHasher,
     bad_chunk,
@@ -718,14 +719,11 @@ class GraphDataset:
         """What a check's verdict is kept under (`check(checked)`): the manifest and every file it lists, each by
         its inode, size and time (a file written again, or replaced, is another), hashed; "" when one cannot be
         read, which no verdict matches."""
-        h = hashlib.sha256()
-        for p in (self.path / MANIFEST, *(self.path / rec.file for rec in self.manifest.files.values())):
-            try:
-                st = os.stat(p)
-            except OSError:
-                return ""
-            h.update(f"{p.resolve()}|{st.st_dev}|{st.st_ino}|{st.st_size}|{st.st_mtime_ns}\n".encode())
-        return h.hexdigest()
+        files = (self.path / MANIFEST, *(self.path / rec.file for rec in self.manifest.files.values()))
+        found = [file_identity(p) for p in files]
+        if None in found:
+            return ""
+        return hashlib.sha256(json.dumps(found).encode()).hexdigest()
 
     @property
     def dataset_id(self) -> str:
