@@ -49,7 +49,7 @@ def loading() -> Iterator[None]:
     frozen with the rest. Only for processes Moment owns: a user's script keeps its own collector as it was."""
     with paused():
         yield
-    gc.freeze()
+        gc.freeze()  # before the collector is back: its first allocation would pass over all that was loaded
 
 
 def freeze_for_exit() -> None:
