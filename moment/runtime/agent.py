@@ -349,6 +349,8 @@ def load_torchrun():
     with loading():
         import torch.distributed.run
 
+        import moment.runtime.config  # noqa: F401 - what `forked_ranks` reads the ranks' options with
+
     return torch.distributed.run
 
 
