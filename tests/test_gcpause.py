@@ -23,8 +23,10 @@ def test_loading_that_fails_freezes_nothing_and_gives_the_collector_back():
     before = gc.get_freeze_count()
     with pytest.raises(ImportError):
         with loading():
+            made = [[i] for i in range(1000)]  # noqa: F841 - containers that would be frozen
             import no_such_module_here  # noqa: F401
-    assert gc.isenabled() and gc.get_freeze_count() == before
+    # (a frozen object freed meanwhile lowers the count; only a freeze raises it)
+    assert gc.isenabled() and gc.get_freeze_count() <= before
 
 
 def test_loading_inside_a_pause_leaves_the_collector_to_the_outer_pause():
