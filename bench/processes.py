@@ -12,13 +12,15 @@ left main), alternating so that the machine's other work disturbs both alike; be
 help run after importing what `moment plan` loads beyond it outside the standard library and Moment (numpy,
 pydantic, HiGHS, OR-Tools...): the least a plan using those libraries can take. `--launch`: `moment train`
 itself on that layout (two ranks, one epoch, `--memory-budget 3GiB`, with the built-in model and with
-examples/own_loop.py's), its start size measured anew and recorded, `--runs` rounds. `--start LAYOUT`: a large
+examples/own_loop.py's), its start size measured anew and recorded, `--runs` rounds. `--agent`: torchrun's agent
+alone on that layout (two forked ranks, one epoch): its own CPU seconds (what it loads, its watch) and the run's.
+`--start LAYOUT`: a large
 layout's start (`start`): `moment train --data-only` on it, two ranks, one epoch, its layout and dataset dropped
 from the page cache before each run, now and at `--against`, alternating: wall and CPU seconds, and the memory
 the run charged for the layout index and measured at its peak; `--dataset DIR`: the run reads that copy of its
 dataset (a layout in /dev/shm with its dataset on disk: the start's reads of the graph, cold, without the epoch's).
 
-    .venv/bin/python bench/processes.py [--runs 5] [--against REF] [--floor-dir /tmp/floor] [--launch]
+    .venv/bin/python bench/processes.py [--runs 5] [--against REF] [--floor-dir /tmp/floor] [--launch | --agent]
     .venv/bin/python bench/processes.py --start /tmp/bench/cache16/layout-16000000-256-a512 [--budget 5GiB]
     .venv/bin/python bench/processes.py --start /dev/shm/L --dataset /data/DS [--budget 3GiB]  # its dataset on disk
 """
@@ -265,6 +267,47 @@ def launch(runs: int, against: str, where: Path) -> None:
                 print(f"  {label} runs s: " + ", ".join(f"{w:.2f}" for w, _ in got[label, name, kind]))
 
 
+#: `--agent`: torchrun's agent run as a program, writing its own CPU seconds (not its ranks') at its exit; argv[1]: where
+AGENT_SELF = """import atexit, os, resource, runpy, sys
+out, pid = sys.argv.pop(1), os.getpid()
+def own():
+    if os.getpid() == pid:  # the agent, not a forked rank
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        open(out, "w").write(str(r.ru_utime + r.ru_stime))
+atexit.register(own)
+sys.argv[0] = "moment.runtime.agent"
+runpy.run_module("moment.runtime.agent", run_name="__main__", alter_sys=True)
+"""
+
+
+def agent(runs: int, against: str, where: Path) -> None:
+    """torchrun's agent alone (`python -m moment.runtime.agent`, two forked ranks of `moment.train`, one epoch of the
+    100k layout): its own CPU seconds, which are what it loads (torch, torch._dynamo, the runtime) and its watch of
+    the ranks, and the whole run's wall and CPU seconds, now and at `against`, alternating, after one uncounted
+    round (bytecode)."""
+    trees = {"now": ROOT, against: tree_at(against)}
+    pyc = tempfile.mkdtemp(prefix="moment-pyc-")
+    got: dict[str, list[tuple[float, float, float]]] = {label: [] for label in trees}
+    for i in range(runs + 1):
+        for label, tree in trees.items():
+            env = dict(os.environ, PYTHONPATH=str(tree), PYTHONPYCACHEPREFIX=pyc)
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
+            own = Path(tempfile.mkdtemp(prefix="moment-agent-")) / "cpu"
+            wall, cpu, _ = _timed([sys.executable, "-c", AGENT_SELF, str(own), "--standalone", "--nproc-per-node=2",
+                                   "-m", "moment.train", "--layout", str(where / "layouts" / "synth100k"),
+                                   "--epochs", "1", "--checkpoint-every", "0", "--quiet"], env, tree)
+            if i:
+                got[label].append((float(own.read_text()), wall, cpu))
+    print(f"{'torchrun agent, 2 forked ranks, 1 epoch, 100k':<46} {'agent CPU s':>11} {'run s':>6} {'run CPU s':>9}")
+    for label, runs_ in got.items():
+        med = [statistics.median(x[k] for x in runs_) for k in range(3)]
+        print(f"  {label:<44} {med[0]:>11.2f} {med[1]:>6.2f} {med[2]:>9.2f}  (agent CPU s: " +
+              ", ".join(f"{x[0]:.2f}" for x in runs_) + ")")
+    now, then = ([statistics.median(x[k] for x in got[label]) for k in range(3)] for label in trees)
+    print(f"  agent_cpu_ratio: {then[0] / now[0]:.2f}x  run_cpu_ratio: {then[2] / now[2]:.2f}x  "
+          f"run_wall_ratio: {then[1] / now[1]:.2f}x")
+
+
 def start(runs: int, against: str, layout: Path, budget: str, deadline: float, dataset: Path | None = None) -> None:
     """`moment train --data-only` on `layout` (two ranks, one epoch, `budget`) from a cold page cache for its data,
     `runs` rounds of both trees alternating, after one uncounted round (bytecode, start-size records): each run's
@@ -323,6 +366,8 @@ if __name__ == "__main__":
     ap.add_argument("--floor-dir", type=Path, default=Path("/tmp/floor"), help="the README's 100k example")
     ap.add_argument("--launch", action="store_true",
                     help="instead of the floor: `moment train` itself on that example (`launch`), --runs rounds")
+    ap.add_argument("--agent", action="store_true",
+                    help="instead of the floor: torchrun's agent alone on that example, its own CPU (`agent`)")
     ap.add_argument("--start", type=Path, default=None, metavar="LAYOUT",
                     help="instead of the floor: a large layout's `moment train --data-only` from a cold cache (`start`)")
     ap.add_argument("--budget", default="5GiB", help="--memory-budget of the --start runs")
@@ -340,4 +385,4 @@ if __name__ == "__main__":
     if a.start is not None:
         start(a.runs, base, a.start, a.budget, a.deadline, a.dataset)
     else:
-        (launch if a.launch else floor)(a.runs, base, floor_dir(a.floor_dir))
+        (launch if a.launch else agent if a.agent else floor)(a.runs, base, floor_dir(a.floor_dir))

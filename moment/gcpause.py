@@ -1,5 +1,6 @@
 """The cyclic garbage collector paused while bounded work runs (`paused`), for the planner's search and the
-short commands around it, and frozen when a process ends (`freeze_for_exit`).
+short commands around it; paused while a long-lived process of ours loads its libraries, which are then frozen
+(`loading`); and frozen when a process ends (`freeze_for_exit`).
 
 Python starts a collection every few hundred new containers, and a full one passes over every object the
 imported libraries hold (pydantic, numpy, typer, rich: a few hundred thousand). A placement search allocates
@@ -36,6 +37,19 @@ def paused() -> Iterator[None]:
             _depth -= 1
             if not _depth and _was_enabled:
                 gc.enable()
+
+
+@contextmanager
+def loading() -> Iterator[None]:
+    """Imports made by a process of ours that then runs long (torchrun's agent, a rank started fresh): the
+    collector paused while they run, and what the process holds then frozen (`gc.freeze`), so no collection ever
+    passes over it. Loading torch, torch._dynamo and the runtime with the collector on spent 0.4-0.6 of ~2.8 CPU-s
+    in its collections, each passing over all that was loaded so far; one collection at the end would cost as
+    much. What they leave as garbage (cycles, ~6 MiB: never written again, so forked ranks share its pages) is
+    frozen with the rest. Only for processes Moment owns: a user's script keeps its own collector as it was."""
+    with paused():
+        yield
+        gc.freeze()  # before the collector is back: its first allocation would pass over all that was loaded
 
 
 def freeze_for_exit() -> None:

@@ -19,6 +19,10 @@ settings.register_profile("fuzz", derandomize=False, database=None)
 os.environ.pop("COLUMNS", None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "moment"))
 
+# collection imports torch, PyG, torch._dynamo and hypothesis: with the collector paused until it ends (and all of
+# it is frozen, below), as moment.gcpause.loading loads them in Moment's own processes
+gc.disable()
+
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(os.environ.get("MOMENT_FIXTURES", REPO.parent / "shared" / "fixtures"))
 DATA = Path(__file__).resolve().parent / "data"
@@ -36,12 +40,14 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
 
 
-def pytest_collection_finish(session):
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session):  # after collection, in every worker and in pytest-xdist's controller
     """What collection imported (torch, PyG, torch._dynamo, hypothesis) moves to the collector's permanent
     generation, as moment.gcpause.freeze_for_exit does at a process's end: the full collections a worker's
     tests trigger then skip it (a worker's collector time on test_branch, test_bounds and test_models:
     1.69 -> 0.81 s). Cycles made later are still collected."""
     gc.freeze()
+    gc.enable()
 
 
 # ---- what each test costs in CPU ----------------------------------------------------------------------

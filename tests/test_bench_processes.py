@@ -32,3 +32,13 @@ def test_the_plans_libraries_are_what_it_loads_beyond_the_help_and_run_before_th
     r = subprocess.run([sys.executable, "-c", seen + bench._PRELOADED, ",".join([*libs, "no_such_module"])],
                        capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert r.returncode == 0 and "Usage: moment" in r.stdout and "solver loaded: True" in r.stdout, r.stderr[-2000:]
+
+
+def test_the_agents_own_cpu_is_written_by_the_agent_at_its_exit(tmp_path):
+    """`--agent`'s program: the agent runs as `python -m moment.runtime.agent` does (here its help), and writes
+    its own CPU seconds when it exits."""
+    out = tmp_path / "cpu"
+    r = subprocess.run([sys.executable, "-c", _bench().AGENT_SELF, str(out), "--help"], capture_output=True,
+                       text=True, cwd=tmp_path, timeout=300)
+    assert r.returncode == 0 and "--preload" in r.stdout, r.stderr[-2000:]
+    assert 0 < float(out.read_text()) < 300

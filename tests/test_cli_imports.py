@@ -126,11 +126,12 @@ def test_the_command_modules_import_no_circle():
     assert [m for m in cli.MODULES if reaches(m, m, {m})] == []
 
 
-#: runs module argv[2] as a program with ARGS and writes, at exit, how many objects the collector had frozen
+#: runs module argv[2] as a program with ARGS and writes, at exit, how many objects the collector had frozen and
+#: whether it was on
 _FROZEN = """
 import atexit, gc, runpy, sys
 out, module = sys.argv.pop(1), sys.argv.pop(1)
-atexit.register(lambda: open(out, "w").write(str(gc.get_freeze_count())))
+atexit.register(lambda: open(out, "w").write(f"{gc.get_freeze_count()} {gc.isenabled()}"))
 sys.argv[0] = module
 runpy.run_module(module, run_name="__main__", alter_sys=True)
 """
@@ -144,10 +145,12 @@ def test_a_command_line_a_rank_and_the_agent_freeze_what_they_made_before_the_ex
                                                                                                 tmp_path):
     """The interpreter's exit passes over every object once more (0.8 s with torch loaded, at every rank's end):
     a `moment` command line, a rank (here one refusing its layout) and `moment train`'s torchrun agent freeze
-    them first, whichever way they end."""
+    them first, whichever way they end. The rank and the agent load torch with the collector paused
+    (moment.gcpause.loading); it is back on after, for what they run."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     out = tmp_path / "frozen.txt"
     r = subprocess.run([sys.executable, "-c", _FROZEN, str(out), *program], capture_output=True, text=True, env=env,
                        cwd=tmp_path, timeout=300)
     assert r.returncode == code, r.stderr[-2000:]
-    assert int(out.read_text()) > 10_000  # the modules' objects, not a handful
+    frozen, enabled = out.read_text().split()
+    assert int(frozen) > 10_000 and enabled == "True"  # the modules' objects, not a handful

@@ -20,6 +20,7 @@ from typer.core import TyperCommand
 
 from moment.cli import app, console, err_console
 from moment.errors import INSTALL_TRAIN, MomentError
+from moment.gcpause import loading
 
 # Imports inside functions: each command loads only what it runs, so `moment --help` and every other command
 # start fast.
@@ -264,7 +265,8 @@ def train(
         raise MomentError("nothing to train: pass at least --layout LAYOUT (see --help)")
     args = list(ctx.args)
     if dry_run:
-        _print_plan(_precheck(args, nproc, run_dir, plan=True, rdzv=rdzv)[2], json_out)
+        with loading():
+            _print_plan(_precheck(args, nproc, run_dir, plan=True, rdzv=rdzv)[2], json_out)
         return
     env = {**os.environ, **(rdzv.env() if rdzv is not None else {})}
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
@@ -276,7 +278,8 @@ def train(
         return agent
 
     try:
-        cfg, rank_env, _ = _precheck(args, nproc, run_dir, rdzv=rdzv, launch=launch)
+        with loading():  # what the checks load (a user's model, with torch and PyG) is then held until the end
+            cfg, rank_env, _ = _precheck(args, nproc, run_dir, rdzv=rdzv, launch=launch)
         run_path = make_run_dir(run_dir, Path(cfg.layout or cfg.dataset))
     except BaseException:
         if agent is not None:

@@ -137,28 +137,30 @@ def preload(model: str | None = None, modules: Sequence[str] = ()) -> bool:
     a thread or CUDA, which a forked rank would not have: its ranks then start as fresh interpreters. A `--model`
     module that fails to import is left to the ranks, which say why; a `--preload` one is the agent's MomentError,
     before any rank starts."""
-    import gc
+    from moment.gcpause import loading
 
-    import moment.runtime.train  # noqa: F401 - what a rank loads first
-    from moment.runtime.models import load_optimizers
+    # frozen once loaded: besides the collections they would cost here (moment.gcpause.loading), a forked rank's
+    # collector never writes to (copies) the pages of what is loaded here
+    with loading():
+        import moment.runtime.train  # noqa: F401 - what a rank loads first
+        from moment.runtime.models import load_optimizers
 
-    load_optimizers()
-    forkable = True
-    if model is not None or modules:
-        from moment.errors import MomentError
-        from moment.io.device import cuda_started
-        from moment.runtime.model_spec import import_named, load_callable
+        load_optimizers()
+        forkable = True
+        if model is not None or modules:
+            from moment.errors import MomentError
+            from moment.io.device import cuda_started
+            from moment.runtime.model_spec import import_named, load_callable
 
-        before = _threads()
-        for name in modules:
-            import_named(name, f"--preload {name or repr(name)}")
-        if model is not None:
-            try:
-                load_callable(model, "--model")
-            except MomentError:
-                pass
-        forkable = _threads() == before and not cuda_started()
-    gc.freeze()  # the collector of a forked rank does not write to (copy) the pages of what is loaded here
+            before = _threads()
+            for name in modules:
+                import_named(name, f"--preload {name or repr(name)}")
+            if model is not None:
+                try:
+                    load_callable(model, "--model")
+                except MomentError:
+                    pass
+            forkable = _threads() == before and not cuda_started()
     return forkable
 
 
@@ -339,14 +341,26 @@ def _frame_names_for_rendezvous_events() -> None:
     dynamic_rendezvous.get_method_name = get_method_name
 
 
+def load_torchrun():
+    """torchrun's launcher module, loaded as the agent loads it (moment.gcpause.loading), here and where its start
+    sizes are measured (moment.runtime.start_sizes)."""
+    from moment.gcpause import loading
+
+    with loading():
+        import torch.distributed.run
+
+        import moment.runtime.config  # noqa: F401 - what `forked_ranks` reads the ranks' options with
+
+    return torch.distributed.run
+
+
 def main(argv: list[str] | None = None) -> int:
     """torchrun's `main` with forked ranks, `--preload` and `--hold`; a user error (a `--preload` module that cannot be
     imported) is one line and exit status 2, before any rank starts."""
     os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")  # before torch: a check never initializes CUDA
-    import torch.distributed.run as torchrun
-
     from moment.errors import MomentError
 
+    torchrun = load_torchrun()
     _frame_names_for_rendezvous_events()
     torchrun.config_from_args = forked_ranks(torchrun.config_from_args)
     torchrun.get_args_parser = with_options(torchrun.get_args_parser)

@@ -40,8 +40,8 @@ from moment.runtime.config import callable_spec, user_model
 #: a user's model module with it (`preload`), then a rank forked from it (`fork_sizes`); printed: what the agent
 #: and the rank each hold alone, and what they share (the agent's memory, the libraries). `moment train`'s held
 #: agent measures itself the same way (`measured_by`).
-FRESH = """import torch.distributed.run
-from moment.runtime.agent import fork_sizes, preload
+FRESH = """from moment.runtime.agent import fork_sizes, load_torchrun, preload
+load_torchrun()
 preload({model!r})
 print(*fork_sizes())
 """
