@@ -43,8 +43,8 @@ def paused() -> Iterator[None]:
 def loading() -> Iterator[None]:
     """Imports made by a process of ours that then runs long (torchrun's agent, a rank started fresh): the
     collector paused while they run, and what the process holds then frozen (`gc.freeze`), so no collection ever
-    passes over it. Loading torch, torch._dynamo and the runtime with the collector on spent 0.4-0.6 of ~2.8 CPU-s
-    in its collections, each passing over all that was loaded so far; one collection at the end would cost as
+    passes over it. Loading torch, torch._dynamo and the runtime with the collector on spent 0.3-0.6 of 2.1-2.9
+    CPU-s in its collections, each passing over all that was loaded so far; one collection at the end would cost as
     much. What they leave as garbage (cycles, ~6 MiB: never written again, so forked ranks share its pages) is
     frozen with the rest. Only for processes Moment owns: a user's script keeps its own collector as it was."""
     with paused():

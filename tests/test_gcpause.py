@@ -35,3 +35,25 @@ def test_loading_inside_a_pause_leaves_the_collector_to_the_outer_pause():
             pass
         assert not gc.isenabled()  # the outer pause is still under way
     assert gc.isenabled()
+
+
+def test_a_plan_and_an_advisers_placement_search_with_the_collector_paused_and_give_it_back(monkeypatch):
+    """`make_plan` and `best_placement` (each inventory `moment advise` weighs) search with the collector off:
+    their searches make tens of thousands of tuples and no cycles (moment.gcpause)."""
+    import moment.planner.plan as plan
+    from moment.topology.devices import Inventory
+    from moment.topology.profiles import load_profile
+    from moment.workload.spec import WorkloadSpec
+
+    seen = []
+    search = plan._search
+
+    def recorded(*args, **kwargs):
+        seen.append(gc.isenabled())
+        return search(*args, **kwargs)
+
+    monkeypatch.setattr(plan, "_search", recorded)
+    topo = load_profile("paper-machine-b")
+    plan.make_plan(topo, Inventory.simple(2, 2), WorkloadSpec())
+    plan.best_placement(topo, Inventory.simple(2, 2), WorkloadSpec())
+    assert seen == [False, False] and gc.isenabled()

@@ -194,6 +194,12 @@ def best_placement(topo: Topology, inventory: Inventory, workload: WorkloadSpec,
     inventories (`moment advise`): the usual layouts and the paper's max-flow are left out. `cache`:
     what other inventories on `topo` found (`SearchCache`); `data`: as `make_plan`'s (the even-data
     prediction is made only under 'even')."""
+    with paused():  # as make_plan's; between inventories the collector runs (what `moment advise` keeps is freed)
+        return _best_placement(topo, inventory, workload, progress, cache, data)
+
+
+def _best_placement(topo: Topology, inventory: Inventory, workload: WorkloadSpec,
+                    progress: Callable[[int, int], None] | None, cache: SearchCache | None, data: str) -> Best:
     t0 = time.perf_counter()
     if cache is not None:  # an inventory that looks the same to the search was placed already
         names, key = cache.alike_key(inventory, workload, data)
