@@ -33,7 +33,8 @@ cgroup, so no system can keep the features in memory the bound does not give it.
                     in-memory run again without the model step (`moment train --data-only`), the features
                     cold and the graph warm: seeds/s and SSD bytes/s (Moment's own count; the baseline's,
                     what its processes read from disk), and the disk's limit for the same reads in the same
-                    run: Moment's own reads, recorded with `--io-trace`, replayed by fio in order as fast as
+                    run: Moment's own reads in its epochs, recorded with `--io-trace` (the CPU cache's fill
+                    at start is logged apart and not replayed), replayed by fio in order as fast as
                     it can, one job per rank at its queue depth (`data_only_ssd_over_fio`); beside it, each
                     size class of its reads (`ssd_request_sizes`) read alone by fio at random offsets of
                     the same files, combined by bytes (`data_only_ssd_over_fio_random`: no merging of

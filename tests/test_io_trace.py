@@ -11,7 +11,7 @@ import pytest
 
 from moment.errors import MomentError
 from moment.io import IOStack, ReadBatch
-from moment.io.trace import HEADER, ReadTrace, rank_trace
+from moment.io.trace import HEADER, ReadTrace, rank_trace, setup_trace
 from moment.runtime.config import parse_args
 
 ALIGN = 4096
@@ -47,6 +47,28 @@ def test_the_trace_holds_each_read_as_the_engine_issues_it(files, tmp_path):
     # rounded outward to the block; the read inside b's partial last block is left out (fio's O_DIRECT refuses it)
     assert _reads(text) == [(names[0], 0, ALIGN), (names[0], 5 * ALIGN, 2 * ALIGN), (names[1], 2 * ALIGN, ALIGN)]
     assert sorted(p.name for p in out.parent.iterdir()) == ["rank-0.iolog"]  # no temporary file left
+
+
+def test_set_up_reads_are_traced_apart_from_the_runs(files, tmp_path):
+    """A cache filled at start is not what the feed rate counts: its reads go to rank-N.setup.iolog, and
+    rank-N.iolog holds the run's own reads alone (before, during and after the set-up)."""
+    out = tmp_path / "rank-0.iolog"
+    one = lambda off: ReadBatch.packed([0], [off], [ALIGN])  # noqa: E731
+    with IOStack(files, alignment=ALIGN, trace=out) as stack:
+        stack.read(one(0))
+        with stack.setup_reads():
+            stack.read(one(ALIGN))
+            stack.read(one(2 * ALIGN))
+        stack.read(one(3 * ALIGN))
+    name = str(files[0].resolve())
+    assert setup_trace(out) == tmp_path / "rank-0.setup.iolog"
+    assert _reads(out.read_text()) == [(name, 0, ALIGN), (name, 3 * ALIGN, ALIGN)]
+    assert _reads(setup_trace(out).read_text()) == [(name, ALIGN, ALIGN), (name, 2 * ALIGN, ALIGN)]
+    with IOStack(files, alignment=ALIGN, trace=tmp_path / "rank-1.iolog") as stack:
+        stack.read(one(0))
+    assert not setup_trace(tmp_path / "rank-1.iolog").exists()  # no set-up reads: no set-up log
+    with IOStack(files, alignment=ALIGN) as stack, stack.setup_reads():  # untraced: nothing to set apart
+        stack.read(one(0))
 
 
 def test_a_path_fio_cannot_name_is_refused(tmp_path):

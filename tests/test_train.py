@@ -496,12 +496,18 @@ def test_data_only_reads_what_the_training_run_reads(setup, reference, two_ranks
     out = tmp_path / "d.json"
     torchrun(train_args(layout, out, "--data-only", "--io-trace", str(tmp_path / "traces")))
     m = json.loads(out.read_text())
+    traced = 0
     for r in range(2):
         lines = (tmp_path / "traces" / f"rank-{r}.iolog").read_text().splitlines()
         reads = [x.split() for x in lines if " read " in x]
         assert lines[0] == "fio version 2 iolog" and reads, r
         assert all(Path(x[0]).is_relative_to(layout.resolve()) and int(x[2]) % 4096 == int(x[3]) % 4096 == 0
                    for x in reads)
+        traced += len(reads)
+    # the epochs' reads, which the rate counts; the CPU cache's fill at start (rank 0 fills the shared one) apart
+    assert traced == m["ssd_requests"], (traced, m["ssd_requests"])
+    assert sorted(p.name for p in (tmp_path / "traces").iterdir()) == ["rank-0.iolog", "rank-0.setup.iolog",
+                                                                      "rank-1.iolog"]
     assert m["data_only"] is True and two_ranks["data_only"] is False
     assert _fed(m) == _fed(two_ranks) and m["tier_rows"]["peer"] > 0 and m["ssd_bytes_read"] > 0
     assert m["loss_curve"] is None and m["val_accuracy"] is None and m["val_metric"] is None

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import errno as errno_mod
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
@@ -105,6 +106,19 @@ class IOStack:
     def in_flight(self) -> int:
         """Submitted batches not yet reaped."""
         return len(self._pending) + len(self._ready)
+
+    @contextmanager
+    def setup_reads(self) -> Iterator[None]:
+        """The reads submitted meanwhile set the run up (a cache filled at start): traced apart from the run's
+        own (moment.io.trace.setup_trace). Only for reads submitted and finished inside it."""
+        if self._trace is None:
+            yield
+            return
+        self._trace.setup = True
+        try:
+            yield
+        finally:
+            self._trace.setup = False
 
     def submit(self, batch: ReadBatch, dest, *, verify: Verifier | None = None) -> Ticket:
         """Queue every request of `batch` (reads land in `dest`) and return at once."""

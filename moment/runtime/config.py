@@ -112,7 +112,8 @@ class TrainConfig(BaseModel):
     metrics_json: Annotated[Path | None, Flag("write the run's summary here (rank 0, atomically)")] = None
     io_trace: Annotated[Path | None, Flag(
         "write each rank's SSD reads to DIR/rank-N.iolog when it ends, as fio replays them (fio --read_iolog "
-        "FILE --replay_no_stall=1 --direct=1): the disk's rate for exactly this run's reads", metavar="DIR")] = None
+        "FILE --replay_no_stall=1 --direct=1): the disk's rate for exactly this run's reads (the caches' fill at "
+        "start apart, in DIR/rank-N.setup.iolog)", metavar="DIR")] = None
     fanouts: Annotated[list[int], Flag(FANOUTS_HELP)] = []
     layers: Annotated[Literal[1, 2, 3] | None, Flag("GNN layers (default: number of fan-outs, else 2)")] = None
     batch_size: Annotated[int | None, Field(ge=1), Flag("seeds per rank and step (default: min(8000, max(64, "

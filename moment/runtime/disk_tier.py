@@ -159,7 +159,8 @@ class DiskTier(Tier):
         if self.verify:
             self.verify_chunks(f, off)
         job = Job(f, off, SHAPES["block"], dest=dest[: ids.shape[0]])
-        self.reader.submit(job).wait()
+        with self.reader.stack.setup_reads():  # not the epochs' reads: `--io-trace` logs them apart
+            self.reader.submit(job).wait()
 
     # ------------------------------------------------------------------ the chain's calls
 
