@@ -67,6 +67,9 @@ def test_set_up_reads_are_traced_apart_from_the_runs(files, tmp_path):
     with IOStack(files, alignment=ALIGN, trace=tmp_path / "rank-1.iolog") as stack:
         stack.read(one(0))
     assert not setup_trace(tmp_path / "rank-1.iolog").exists()  # no set-up reads: no set-up log
+    with IOStack(files, alignment=ALIGN, trace=out) as stack:  # a later run into the same directory without any
+        stack.read(one(0))
+    assert not setup_trace(out).exists() and _reads(out.read_text()) == [(name, 0, ALIGN)]  # the earlier one's gone
     with IOStack(files, alignment=ALIGN) as stack, stack.setup_reads():  # untraced: nothing to set apart
         stack.read(one(0))
 

@@ -75,6 +75,10 @@ class ReadTrace:
         return "\n".join(lines) + "\n"
 
     def write(self) -> None:
+        """The run's log, and its set-up log when it made set-up reads; an earlier run's set-up log is removed
+        otherwise, so that the two logs beside each other are always one run's."""
         if self._setup_parts:
             atomic_write(setup_trace(self.out), self.text(setup=True), "--io-trace")
+        else:
+            setup_trace(self.out).unlink(missing_ok=True)
         atomic_write(self.out, self.text(), "--io-trace")
