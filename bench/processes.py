@@ -288,11 +288,12 @@ def agent(runs: int, against: str, where: Path) -> None:
     trees = {"now": ROOT, against: tree_at(against)}
     pyc = tempfile.mkdtemp(prefix="moment-pyc-")
     got: dict[str, list[tuple[float, float, float]]] = {label: [] for label in trees}
+    own = Path(tempfile.mkdtemp(prefix="moment-agent-")) / "cpu"  # each run's agent writes it, read at once
     for i in range(runs + 1):
         for label, tree in trees.items():
             env = dict(os.environ, PYTHONPATH=str(tree), PYTHONPYCACHEPREFIX=pyc)
             env.pop("PYTHONDONTWRITEBYTECODE", None)
-            own = Path(tempfile.mkdtemp(prefix="moment-agent-")) / "cpu"
+            own.unlink(missing_ok=True)  # an agent that wrote nothing is not read as the last one's figure
             wall, cpu, _ = _timed([sys.executable, "-c", AGENT_SELF, str(own), "--standalone", "--nproc-per-node=2",
                                    "-m", "moment.train", "--layout", str(where / "layouts" / "synth100k"),
                                    "--epochs", "1", "--checkpoint-every", "0", "--quiet"], env, tree)

@@ -59,10 +59,6 @@ class ReadTrace:
         parts = self._setup_parts if self.setup else self._parts
         parts.append((np.array(file[keep], np.int32), start[keep], end[keep] - start[keep]))
 
-    @property
-    def requests(self) -> int:
-        return sum(int(p[0].size) for p in self._parts)
-
     def text(self, setup: bool = False) -> str:
         """The iolog: every file added and opened, the reads in the order submitted, every file closed."""
         lines = [HEADER]
