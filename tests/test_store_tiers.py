@@ -260,23 +260,45 @@ def test_the_budget_charges_a_round_of_the_peer_exchange(data, ranks, peer_tier,
     assert used[0] - used[1] == (stated * ranks if charged else 0)  # every local rank holds its round
 
 
-def test_the_read_pool_reuses_destinations_within_its_capacity():
-    """A released destination serves the next job that fits it (no fresh pages to fault in), and what the pool
-    holds, used and kept, never exceeds its capacity."""
+def test_the_read_pool_lends_destinations_from_one_arena_in_a_ring():
+    """Every destination is a slice of the pool's one arena (its pages faulted in once, never mapped afresh),
+    aligned, placed after the last one lent or from the start when the end has no room, and never over
+    bytes still lent; a job waits for room, a stopped wait gives None, and one larger than the pool runs alone."""
+    import threading
+
     from moment.runtime.gather import BufferPool
 
-    pool = BufferPool(1000)
-    assert pool.take(400)
-    a = pool.array(100, 4)
-    assert a.shape == (100, 4) and pool.used == 400
-    pool.release(a)
-    assert pool.used == 0 and pool.kept_bytes == 400
-    assert pool.take(360)
-    b = pool.array(90, 4)  # the kept buffer, its 40 extra bytes counted as used
-    assert b.base is a.base and pool.used == 400 and pool.kept_bytes == 0 and pool.reused == 1
-    assert pool.take(600)
-    c = pool.array(150, 4)
-    assert c.base is not a.base and pool.used == 1000
-    pool.release(b)
+    pool = BufferPool(4096 * 10, align=4096)
+    a = pool.lend(16, 512)  # two blocks
+    b = pool.lend(40, 512)  # five
+    arena = a.base if a.base is not None else a
+    assert a.ctypes.data % 4096 == 0 and b.ctypes.data == a.ctypes.data + 2 * 4096
+    assert pool.used == 7 * 4096
+    c = pool.lend(8, 100)  # 800 bytes: one block, after b
+    assert c.ctypes.data == a.ctypes.data + 7 * 4096 and c.shape == (8, 100)
+    pool.release(b)  # out of order: a, the oldest, still holds the start
+    assert pool.used == 3 * 4096
+    stop = threading.Event()
+    stop.set()
+    assert pool.lend(24, 512, stop) is None  # three blocks: no room at the end (two), none before a
+    pool.release(a)  # the tail moves past a and b
+    d = pool.lend(24, 512)  # wraps to the start
+    assert d.ctypes.data == a.ctypes.data and pool.used == 4 * 4096
+    for x in (a, b, c, d):
+        assert np.shares_memory(x, arena) or x.base is arena
+    got = []
+    t = threading.Thread(target=lambda: got.append(pool.lend(56, 512)))  # seven blocks: waits for c
+    t.start()
+    t.join(0.3)
+    assert t.is_alive() and not got
     pool.release(c)
-    assert pool.used == 0 and pool.kept_bytes <= pool.capacity
+    t.join(5)
+    assert got and got[0].ctypes.data == a.ctypes.data + 3 * 4096
+    pool.release(d)
+    pool.release(got[0])
+    assert pool.used == 0 and pool.peak <= pool.capacity
+    big = pool.lend(100, 512)  # over the whole pool: its own buffer, alone
+    assert pool.oversize == 1 and not np.shares_memory(big, arena)
+    assert pool.lend(1, 512, stop) is None  # nothing else while it is out
+    pool.release(big)
+    assert pool.used == 0
