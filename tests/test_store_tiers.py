@@ -260,10 +260,10 @@ def test_the_budget_charges_a_round_of_the_peer_exchange(data, ranks, peer_tier,
     assert used[0] - used[1] == (stated * ranks if charged else 0)  # every local rank holds its round
 
 
-def test_the_read_pool_lends_destinations_from_one_arena_in_a_ring():
+def test_the_read_pool_lends_destinations_from_one_arena_first_fit():
     """Every destination is a slice of the pool's one arena (its pages faulted in once, never mapped afresh),
-    aligned, placed after the last one lent or from the start when the end has no room, and never over
-    bytes still lent; a job waits for room, a stopped wait gives None, and one larger than the pool runs alone."""
+    aligned, at the lowest offset with room and never over bytes still lent; a job waits for room (free bytes
+    in pieces too small are not room), a stopped wait gives None, and one larger than the pool runs alone."""
     import threading
 
     from moment.runtime.gather import BufferPool
@@ -271,31 +271,27 @@ def test_the_read_pool_lends_destinations_from_one_arena_in_a_ring():
     pool = BufferPool(4096 * 10, align=4096)
     a = pool.lend(16, 512)  # two blocks
     b = pool.lend(40, 512)  # five
-    arena = a.base if a.base is not None else a
-    assert a.ctypes.data % 4096 == 0 and b.ctypes.data == a.ctypes.data + 2 * 4096
-    assert pool.used == 7 * 4096
-    c = pool.lend(8, 100)  # 800 bytes: one block, after b
-    assert c.ctypes.data == a.ctypes.data + 7 * 4096 and c.shape == (8, 100)
-    pool.release(b)  # out of order: a, the oldest, still holds the start
-    assert pool.used == 3 * 4096
+    c = pool.lend(8, 100)  # 800 bytes: one block
+    arena = a.base
+    assert a.ctypes.data % 4096 == 0 and c.shape == (8, 100)
+    assert [x.ctypes.data - a.ctypes.data for x in (b, c)] == [2 * 4096, 7 * 4096] and pool.used == 8 * 4096
+    pool.release(b)
+    d = pool.lend(24, 512)  # three blocks: where b was
+    assert d.ctypes.data == a.ctypes.data + 2 * 4096 and pool.used == 6 * 4096
     stop = threading.Event()
     stop.set()
-    assert pool.lend(24, 512, stop) is None  # three blocks: no room at the end (two), none before a
-    pool.release(a)  # the tail moves past a and b
-    d = pool.lend(24, 512)  # wraps to the start
-    assert d.ctypes.data == a.ctypes.data and pool.used == 4 * 4096
-    for x in (a, b, c, d):
-        assert np.shares_memory(x, arena) or x.base is arena
+    assert pool.lend(32, 512, stop) is None  # four blocks free, but two and two
     got = []
-    t = threading.Thread(target=lambda: got.append(pool.lend(56, 512)))  # seven blocks: waits for c
+    t = threading.Thread(target=lambda: got.append(pool.lend(32, 512)))
     t.start()
     t.join(0.3)
     assert t.is_alive() and not got
     pool.release(c)
     t.join(5)
-    assert got and got[0].ctypes.data == a.ctypes.data + 3 * 4096
-    pool.release(d)
-    pool.release(got[0])
+    assert got and got[0].ctypes.data == a.ctypes.data + 5 * 4096
+    assert all(x.base is arena for x in (a, b, c, d, got[0]))
+    for x in (a, d, got[0]):
+        pool.release(x)
     assert pool.used == 0 and pool.peak <= pool.capacity
     big = pool.lend(100, 512)  # over the whole pool: its own buffer, alone
     assert pool.oversize == 1 and not np.shares_memory(big, arena)

@@ -36,16 +36,15 @@ def staging_bytes(align: int, window: int = WINDOW, inflight: int = INFLIGHT) ->
 
 class BufferPool:
     """A byte budget for destinations, served from one arena of `capacity` bytes: `lend` blocks until a job's
-    destination fits (FIFO by caller), `release` gives it back.
+    destination fits, `release` gives it back.
 
     Why one arena: a destination mapped afresh (a hyperbatch's is tens of MiB, above glibc's mmap threshold)
-    has every page zeroed by the kernel when the direct read first pins it, and on the bench's 8M run that
-    zeroing was a fifth of what an out-of-core epoch's CPU cost over the page-cache run's (perf: clear_page
-    under io_uring submission). The arena's pages are faulted in once and reused by every later job. Jobs are
-    lent and given back in submission order (a job's batches are completed in batch order), so the arena is a
-    ring: a destination goes at the head, or at the start when the end has no room, and the tail moves past
-    what was given back. A job larger than the whole arena waits until the pool is idle and gets its own
-    buffer (counted in `oversize`: the budget sizes the pool so this does not happen)."""
+    has every page zeroed by the kernel when the direct read first pins it (perf: clear_page under io_uring
+    submission, a fifth of what an out-of-core epoch's CPU cost over the page-cache run's on the bench's 8M
+    run without a cgroup). The arena's pages are faulted in once and reused by every later job. A destination
+    goes at the lowest offset with room (first fit), so the arena's touched part stays the most the jobs ever
+    held at once, not its whole capacity. A job larger than the whole arena waits until the pool is idle and
+    gets its own buffer (counted in `oversize`: the budget sizes the pool so this does not happen)."""
 
     def __init__(self, capacity: int, align: int = 4096):
         self.capacity, self.used = int(capacity), 0
@@ -53,22 +52,20 @@ class BufferPool:
         self._cv = threading.Condition()
         self.peak = self.oversize = 0
         self._arena: np.ndarray | None = None  # made at the first lend: a pool never used holds nothing
-        self._live: collections.OrderedDict[int, int] = collections.OrderedDict()  # arena offset -> bytes, lent order
-        self._returned: set[int] = set()  # offsets given back while an older destination is still out
+        self._live: dict[int, int] = {}  # arena offset of a destination lent -> its bytes
         self._own: dict[int, np.ndarray] = {}  # an oversize destination (its first byte's address) -> its buffer
 
     def _place(self, n: int) -> int | None:
-        """Where in the arena `n` bytes (a multiple of `align`) fit now, or None (never beside an oversize job)."""
+        """The lowest arena offset where `n` bytes (a multiple of `align`) fit now, or None (never beside an
+        oversize job)."""
         if self._own:
             return None
-        if not self._live:
-            return 0
-        tail = next(iter(self._live))
-        newest = next(reversed(self._live))
-        head = newest + self._live[newest]
-        if newest >= tail:  # the lent bytes are [tail, head): room after them, or from the start up to tail
-            return head if head + n <= self.capacity else 0 if n <= tail else None
-        return head if head + n <= tail else None  # wrapped: room between the newest and the oldest
+        end = 0
+        for at in sorted(self._live):
+            if at - end >= n:
+                return end
+            end = at + self._live[at]
+        return end if self.capacity - end >= n else None
 
     def lend(self, rows: int, row_bytes: int, stop: threading.Event | None = None) -> np.ndarray | None:
         """A [rows, row_bytes] uint8 destination, its first byte aligned, once it fits; None when `stop` is set
@@ -94,11 +91,10 @@ class BufferPool:
                 self._live[at] = size
                 return self._arena[at: at + n].reshape(rows, row_bytes)
             self.oversize += 1
-        raw = np.empty(size + self.align, np.uint8)
-        dest = raw[-raw.ctypes.data % self.align:][:n].reshape(rows, row_bytes)
-        with self._cv:
+            raw = np.empty(size + self.align, np.uint8)
+            dest = raw[-raw.ctypes.data % self.align:][:n].reshape(rows, row_bytes)
             self._own[dest.ctypes.data] = dest
-        return dest
+            return dest
 
     def release(self, dest: np.ndarray) -> None:
         """Give back a destination `lend` made."""
@@ -109,11 +105,7 @@ class BufferPool:
             if own is not None:
                 self.used -= -(-own.nbytes // self.align) * self.align
             else:
-                at = dest.ctypes.data - self._arena.ctypes.data
-                self.used -= self._live[at]
-                self._returned.add(at)
-                while self._live and next(iter(self._live)) in self._returned:
-                    self._returned.discard(self._live.popitem(last=False)[0])
+                self.used -= self._live.pop(dest.ctypes.data - self._arena.ctypes.data)
             self._cv.notify_all()
 
 
