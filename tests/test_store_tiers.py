@@ -260,23 +260,41 @@ def test_the_budget_charges_a_round_of_the_peer_exchange(data, ranks, peer_tier,
     assert used[0] - used[1] == (stated * ranks if charged else 0)  # every local rank holds its round
 
 
-def test_the_read_pool_reuses_destinations_within_its_capacity():
-    """A released destination serves the next job that fits it (no fresh pages to fault in), and what the pool
-    holds, used and kept, never exceeds its capacity."""
+def test_the_read_pool_lends_destinations_from_one_arena_first_fit():
+    """Every destination is a slice of the pool's one arena (its pages faulted in once, never mapped afresh),
+    aligned, at the lowest offset with room and never over bytes still lent; a job waits for room (free bytes
+    in pieces too small are not room), a stopped wait gives None, and one larger than the pool runs alone."""
+    import threading
+
     from moment.runtime.gather import BufferPool
 
-    pool = BufferPool(1000)
-    assert pool.take(400)
-    a = pool.array(100, 4)
-    assert a.shape == (100, 4) and pool.used == 400
-    pool.release(a)
-    assert pool.used == 0 and pool.kept_bytes == 400
-    assert pool.take(360)
-    b = pool.array(90, 4)  # the kept buffer, its 40 extra bytes counted as used
-    assert b.base is a.base and pool.used == 400 and pool.kept_bytes == 0 and pool.reused == 1
-    assert pool.take(600)
-    c = pool.array(150, 4)
-    assert c.base is not a.base and pool.used == 1000
+    pool = BufferPool(4096 * 10, align=4096)
+    a = pool.lend(16, 512)  # two blocks
+    b = pool.lend(40, 512)  # five
+    c = pool.lend(8, 100)  # 800 bytes: one block
+    arena = a.base
+    assert a.ctypes.data % 4096 == 0 and c.shape == (8, 100)
+    assert [x.ctypes.data - a.ctypes.data for x in (b, c)] == [2 * 4096, 7 * 4096] and pool.used == 8 * 4096
     pool.release(b)
+    d = pool.lend(24, 512)  # three blocks: where b was
+    assert d.ctypes.data == a.ctypes.data + 2 * 4096 and pool.used == 6 * 4096
+    stop = threading.Event()
+    stop.set()
+    assert pool.lend(32, 512, stop) is None  # four blocks free, but two and two
+    got = []
+    t = threading.Thread(target=lambda: got.append(pool.lend(32, 512)))
+    t.start()
+    t.join(0.3)
+    assert t.is_alive() and not got
     pool.release(c)
-    assert pool.used == 0 and pool.kept_bytes <= pool.capacity
+    t.join(5)
+    assert got and got[0].ctypes.data == a.ctypes.data + 5 * 4096
+    assert all(x.base is arena for x in (a, b, c, d, got[0]))
+    for x in (a, d, got[0]):
+        pool.release(x)
+    assert pool.used == 0 and pool.peak <= pool.capacity
+    big = pool.lend(100, 512)  # over the whole pool: its own buffer, alone
+    assert pool.oversize == 1 and not np.shares_memory(big, arena)
+    assert pool.lend(1, 512, stop) is None  # nothing else while it is out
+    pool.release(big)
+    assert pool.used == 0

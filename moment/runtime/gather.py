@@ -4,8 +4,8 @@ Which reads cover the rows (request merging, per I/O shape) is decided in `momen
 job's reads are grouped into windows of at most `window` bytes; the reader thread keeps `inflight`
 windows submitted to its own `IOStack` and copies the wanted rows out of each finished window into
 the job's destination, so a scan of gigabytes needs only `window * inflight` bytes of staging.
-Destinations are taken from a byte pool (`BufferPool`) by the reader thread, in job order, so the
-buffers of jobs not yet consumed never exceed the pool (the memory budget's "read buffers").
+Destinations are lent from a byte pool (`BufferPool`, one arena) by the reader thread, in job order, so
+the buffers of jobs not yet consumed never exceed the pool (the memory budget's "read buffers").
 """
 
 from __future__ import annotations
@@ -35,76 +35,77 @@ def staging_bytes(align: int, window: int = WINDOW, inflight: int = INFLIGHT) ->
 
 
 class BufferPool:
-    """A byte budget for destinations: `take` blocks until `n` bytes are free (FIFO by caller).
+    """A byte budget for destinations, served from one arena of `capacity` bytes: `lend` blocks until a job's
+    destination fits, `release` gives it back.
 
-    Destinations given back (`release`) are kept for the next jobs while they fit the budget beside the
-    bytes in use: a fresh batch-sized array is mapped anew by the allocator (glibc's 1 MiB mmap threshold,
-    moment.runtime.heap.return_freed_memory), and faulting its pages in cost the reader more CPU than
-    copying the rows into it. What the pool holds, used and kept, stays within its capacity."""
+    Why one arena: a destination mapped afresh (a hyperbatch's is tens of MiB, above glibc's mmap threshold)
+    has every page zeroed by the kernel when the direct read first pins it (perf: clear_page under io_uring
+    submission, a fifth of what an out-of-core epoch's CPU cost over the page-cache run's on the bench's 8M
+    run without a cgroup). The arena's pages are faulted in once and reused by every later job. A destination
+    goes at the lowest offset with room (first fit), so the arena's touched part stays the most the jobs ever
+    held at once, not its whole capacity. A job larger than the whole arena waits until the pool is idle and
+    gets its own buffer (counted in `oversize`: the budget sizes the pool so this does not happen)."""
 
     def __init__(self, capacity: int, align: int = 4096):
         self.capacity, self.used = int(capacity), 0
         self.align = int(align)  # of every destination's first byte, so whole rows can be read into it directly
         self._cv = threading.Condition()
         self.peak = self.oversize = 0
-        self._kept: list[np.ndarray] = []  # freed flat uint8 buffers, ready for a job
-        self._lent: dict[int, np.ndarray] = {}  # a destination lent (its first byte's address) -> its flat buffer
-        self.kept_bytes = 0
-        self.reused = 0  # destinations served from a kept buffer
+        self._arena: np.ndarray | None = None  # made at the first lend: a pool never used holds nothing
+        self._live: dict[int, int] = {}  # arena offset of a destination lent -> its bytes
+        self._own: dict[int, np.ndarray] = {}  # an oversize destination (its first byte's address) -> its buffer
 
-    def array(self, rows: int, row_bytes: int) -> np.ndarray:
-        """A [rows, row_bytes] uint8 destination for bytes already taken, its first byte aligned: the smallest
-        kept buffer that holds it when its extra bytes fit the budget (counted as used until it is released),
-        else a new one."""
+    def _place(self, n: int) -> int | None:
+        """The lowest arena offset where `n` bytes (a multiple of `align`) fit now, or None (never beside an
+        oversize job)."""
+        if self._own:
+            return None
+        end = 0
+        for at in sorted(self._live):
+            if at - end >= n:
+                return end
+            end = at + self._live[at]
+        return end if self.capacity - end >= n else None
+
+    def lend(self, rows: int, row_bytes: int, stop: threading.Event | None = None) -> np.ndarray | None:
+        """A [rows, row_bytes] uint8 destination, its first byte aligned, once it fits; None when `stop` is set
+        while waiting."""
         n = rows * row_bytes
-        buf = None
+        if not n:  # holds no byte (and an empty view's address is not its place)
+            return np.empty((rows, row_bytes), np.uint8)
+        size = -(-n // self.align) * self.align
         with self._cv:
-            fits = [b for b in self._kept if n <= b.nbytes and self.used + b.nbytes - n <= max(self.capacity, n)]
-            if fits:
-                buf = min(fits, key=lambda b: b.nbytes)
-                del self._kept[next(i for i, b in enumerate(self._kept) if b is buf)]  # arrays compare by value
-                self.kept_bytes -= buf.nbytes
-                self.used += buf.nbytes - n
-                self.peak = max(self.peak, self.used)
-                self.reused += 1
-            while buf is None and self._kept and self.used + self.kept_bytes > self.capacity:  # room for a new one
-                self.kept_bytes -= self._kept.pop(0).nbytes
-        if buf is None:  # not aligned_buffer: its pages are written at once, these when the rows arrive
-            raw = np.empty(n + self.align, np.uint8)
-            start = -raw.ctypes.data % self.align
-            buf = raw[start:start + n]
-        dest = buf[:n].reshape(rows, row_bytes)
-        with self._cv:
-            self._lent[dest.ctypes.data] = buf
-        return dest
+            while True:
+                at = self._place(size) if size <= self.capacity else None if self._live or self._own else -1
+                if at is not None:
+                    break
+                if stop is not None and stop.is_set():
+                    return None
+                self._cv.wait(0.1)
+            self.used += size
+            self.peak = max(self.peak, self.used)
+            if at >= 0:
+                if self._arena is None:
+                    raw = np.empty(self.capacity + self.align, np.uint8)
+                    self._arena = raw[-raw.ctypes.data % self.align:][: self.capacity]
+                self._live[at] = size
+                return self._arena[at: at + n].reshape(rows, row_bytes)
+            self.oversize += 1
+            raw = np.empty(size + self.align, np.uint8)
+            dest = raw[-raw.ctypes.data % self.align:][:n].reshape(rows, row_bytes)
+            self._own[dest.ctypes.data] = dest
+            return dest
 
     def release(self, dest: np.ndarray) -> None:
-        """Give back a destination `array` made: its bytes, and the buffer kept if it fits beside the rest."""
+        """Give back a destination `lend` made."""
+        if not dest.nbytes:
+            return
         with self._cv:
-            buf = self._lent.pop(dest.ctypes.data)
-            self.used -= buf.nbytes
-            if self.used + self.kept_bytes + buf.nbytes <= self.capacity:
-                self._kept.append(buf)
-                self.kept_bytes += buf.nbytes
-            self._cv.notify_all()
-
-    def take(self, n: int, stop: threading.Event | None = None) -> bool:
-        """Wait until `n` bytes fit; a job larger than the whole pool waits until the pool is idle and
-        then runs alone (counted in `oversize`: the budget sizes the pool so this does not happen)."""
-        with self._cv:
-            while self.used and self.used + n > self.capacity:
-                if stop is not None and stop.is_set():
-                    return False
-                self._cv.wait(0.1)
-            if n > self.capacity:
-                self.oversize += 1
-            self.used += n
-            self.peak = max(self.peak, self.used)
-            return True
-
-    def give(self, n: int) -> None:
-        with self._cv:
-            self.used -= n
+            own = self._own.pop(dest.ctypes.data, None)
+            if own is not None:
+                self.used -= -(-own.nbytes // self.align) * self.align
+            else:
+                self.used -= self._live.pop(dest.ctypes.data - self._arena.ctypes.data)
             self._cv.notify_all()
 
 
@@ -198,9 +199,9 @@ class Reader:
                 job = self._jobs[0]
             try:
                 if job.dest is None:
-                    if not self.pool.take(job.n * self.row_bytes, self._stop):
+                    job.dest = self.pool.lend(job.n, self.row_bytes, self._stop)
+                    if job.dest is None:
                         return
-                    job.dest = self.pool.array(job.n, self.row_bytes)
                 self._run(job)
             except BaseException as e:  # noqa: BLE001 - handed to whoever waits on the job
                 job.error = e
