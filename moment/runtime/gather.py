@@ -39,12 +39,13 @@ class BufferPool:
     destination fits, `release` gives it back.
 
     Why one arena: a destination mapped afresh (a hyperbatch's is tens of MiB, above glibc's mmap threshold)
-    has every page zeroed by the kernel when the direct read first pins it (perf: clear_page under io_uring
-    submission, a fifth of what an out-of-core epoch's CPU cost over the page-cache run's on the bench's 8M
-    run without a cgroup). The arena's pages are faulted in once and reused by every later job. A destination
-    goes at the lowest offset with room (first fit), so the arena's touched part stays the most the jobs ever
-    held at once, not its whole capacity. A job larger than the whole arena waits until the pool is idle and
-    gets its own buffer (counted in `oversize`: the budget sizes the pool so this does not happen)."""
+    has every page zeroed by the kernel when the direct read first pins it. On the 8M bench layout without a
+    cgroup (2 ranks, `--memory-budget 2900MiB`) that was 0.16 CPU-s of a steady epoch's 2.7 (perf: clear_page
+    under io_uring submission); the arena's pages are faulted in once and reused by every later job, and the
+    epoch took 2.54-2.59. A destination goes at the lowest offset with room (first fit), so the arena's touched
+    part stays the most the jobs held at once, not its whole capacity (under the bench's 3 GiB cgroup the runs'
+    peak fell by 100-150 MiB). A job larger than the whole arena waits until the pool is idle and gets its own
+    buffer (counted in `oversize`: the budget sizes the pool so this does not happen)."""
 
     def __init__(self, capacity: int, align: int = 4096):
         self.capacity, self.used = int(capacity), 0
