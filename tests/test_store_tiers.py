@@ -263,7 +263,8 @@ def test_the_budget_charges_a_round_of_the_peer_exchange(data, ranks, peer_tier,
 def test_the_read_pool_lends_destinations_from_one_arena_first_fit():
     """Every destination is a slice of the pool's one arena (its pages faulted in once, never mapped afresh),
     aligned, at the lowest offset with room and never over bytes still lent; a job waits for room (free bytes
-    in pieces too small are not room), a stopped wait gives None, and one larger than the pool runs alone."""
+    in pieces too small are not room), a stopped wait gives None, an empty one takes nothing, and one larger
+    than the pool runs alone."""
     import threading
 
     from moment.runtime.gather import BufferPool
@@ -293,6 +294,9 @@ def test_the_read_pool_lends_destinations_from_one_arena_first_fit():
     for x in (a, d, got[0]):
         pool.release(x)
     assert pool.used == 0 and pool.peak <= pool.capacity
+    empty = pool.lend(0, 512)  # a batch with no SSD row: no arena bytes, and its release is no one else's
+    assert empty.shape == (0, 512) and pool.used == 0
+    pool.release(empty)
     big = pool.lend(100, 512)  # over the whole pool: its own buffer, alone
     assert pool.oversize == 1 and not np.shares_memory(big, arena)
     assert pool.lend(1, 512, stop) is None  # nothing else while it is out
