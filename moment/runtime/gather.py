@@ -34,6 +34,13 @@ def staging_bytes(align: int, window: int = WINDOW, inflight: int = INFLIGHT) ->
     return max(1, int(inflight)) * (max(int(window), int(align)) + int(align))
 
 
+def _unfaulted(nbytes: int, align: int) -> np.ndarray:
+    """`nbytes` from malloc, the first aligned, the pages left for the reads to fault in: not `aligned_buffer`,
+    which writes them and maps memory of its own (the heap keeper counts malloc's as in use, not as kept)."""
+    raw = np.empty(nbytes + align, np.uint8)
+    return raw[-raw.ctypes.data % align:][:nbytes]
+
+
 class BufferPool:
     """A byte budget for destinations, served from one arena of `capacity` bytes: `lend` blocks until a job's
     destination fits, `release` gives it back.
@@ -54,7 +61,7 @@ class BufferPool:
         self.peak = self.oversize = 0
         self._arena: np.ndarray | None = None  # made at the first lend: a pool never used holds nothing
         self._live: dict[int, int] = {}  # arena offset of a destination lent -> its bytes
-        self._own: dict[int, np.ndarray] = {}  # an oversize destination (its first byte's address) -> its buffer
+        self._own: dict[int, int] = {}  # an oversize destination's first byte's address -> its bytes
 
     def _place(self, n: int) -> int | None:
         """The lowest arena offset where `n` bytes (a multiple of `align`) fit now, or None (never beside an
@@ -85,28 +92,23 @@ class BufferPool:
                 self._cv.wait(0.1)
             self.used += size
             self.peak = max(self.peak, self.used)
-            if at >= 0:
-                if self._arena is None:
-                    raw = np.empty(self.capacity + self.align, np.uint8)
-                    self._arena = raw[-raw.ctypes.data % self.align:][: self.capacity]
-                self._live[at] = size
-                return self._arena[at: at + n].reshape(rows, row_bytes)
-            self.oversize += 1
-            raw = np.empty(size + self.align, np.uint8)
-            dest = raw[-raw.ctypes.data % self.align:][:n].reshape(rows, row_bytes)
-            self._own[dest.ctypes.data] = dest
-            return dest
+            if at < 0:
+                self.oversize += 1
+                dest = _unfaulted(size, self.align)[:n].reshape(rows, row_bytes)
+                self._own[dest.ctypes.data] = size
+                return dest
+            if self._arena is None:
+                self._arena = _unfaulted(self.capacity, self.align)
+            self._live[at] = size
+            return self._arena[at: at + n].reshape(rows, row_bytes)
 
     def release(self, dest: np.ndarray) -> None:
         """Give back a destination `lend` made."""
         if not dest.nbytes:
             return
         with self._cv:
-            own = self._own.pop(dest.ctypes.data, None)
-            if own is not None:
-                self.used -= -(-own.nbytes // self.align) * self.align
-            else:
-                self.used -= self._live.pop(dest.ctypes.data - self._arena.ctypes.data)
+            size = self._own.pop(dest.ctypes.data, None)
+            self.used -= self._live.pop(dest.ctypes.data - self._arena.ctypes.data) if size is None else size
             self._cv.notify_all()
 
 
