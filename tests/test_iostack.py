@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
@@ -154,6 +155,32 @@ def test_many_batches_in_flight_reaped_out_of_order(shards, backend):
         assert s.reap(min_completions=1, timeout=0) == []
         with pytest.raises(MomentError, match="ticket"):
             s.reap(tickets[0])
+
+
+def _thread_names() -> list[str]:
+    task = Path("/proc/self/task")
+    names = []
+    for t in os.listdir(task):
+        with contextlib.suppress(OSError):  # a thread that ended while listed
+            names.append((task / t / "comm").read_text().strip())
+    return names
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="the kernel's thread names (/proc) are Linux's")
+@pytest.mark.parametrize(("backend", "name"), [("io_uring", "io-ring"), ("pthreads", "io-pread")])
+def test_the_engine_threads_have_names_of_their_own_and_end_with_the_stack(shards, backend, name):
+    """A rank's profile (perf, top -H) tells its reads' threads apart: without a name of their own they showed
+    the rank's (torchrun's `pt_elastic`), and their kernel time (io_uring_enter, the block layer) looked like
+    the training thread's. Closing the stack ends them."""
+    if backend not in BACKENDS:
+        pytest.skip(f"the {backend} engine is not available here")
+    before = _thread_names().count(name)
+    with IOStack([p for p, _ in shards], backend=backend, queue_depth=4) as s:
+        batch = _random_batch(np.random.default_rng(3), shards, 8, aligned=True)
+        assert np.array_equal(s.wait(s.submit(batch, aligned_buffer(batch.dest_size))).dest, _expected(shards, batch))
+        assert _thread_names().count(name) > before
+        assert s.backend == backend
+    assert _thread_names().count(name) == before
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
