@@ -550,6 +550,8 @@ def report(prefix: str, m: dict) -> None:
         print(f"{prefix}_ssd_requests: {m['ssd_requests']}")
         print(f"{prefix}_packed_rows: {m.get('packed_rows', 0)}  (SSD rows read from the pack)")
         print(f"{prefix}_segment_batches: {m.get('segment_batches', 0)}  (batches read as their pack segment, whole)")
+        print(f"{prefix}_pack_left_out_rows: {m.get('pack_left_out_rows', 0)}  (rows the pack left out for caches "
+              "this run does not have: read from the layout on their own)")
         print(f"{prefix}_direct_rows: {m.get('direct_rows', 0)}  (SSD rows read straight into their job's buffer)")
         ssd = m["tier_bytes"].get("ssd", 0)
         print(f"{prefix}_ssd_rows_MB: {ssd / 1e6:.0f}")

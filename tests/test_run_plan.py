@@ -279,6 +279,8 @@ def test_dry_run_prints_the_plan_and_starts_no_rank(data, monkeypatch, capsys):
     assert main(["train", "--dry-run", "--json", *args]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["io_shape"] == "packed" and doc["cache_policy"] == "static"
+    # what the pack leaves out for the caches, beside what this run's CPU cache holds: a user compares the two
+    assert doc["pack"]["cached_rows"] == json.loads((packed / "pack" / "pack.json").read_text())["cached_rows"] > 0
     assert [(r["rank"], r["plan_gpus"]) for r in doc["ranks"]] == [(0, ["gpu0"]), (1, ["gpu1"])]
     assert all(sum(r["ssd_shares"].values()) == pytest.approx(1.0) for r in doc["ranks"])
     assert doc["memory"]["budget_bytes"] == 2 << 30 and doc["memory"]["predicted_peak_bytes"] > 0
@@ -287,6 +289,7 @@ def test_dry_run_prints_the_plan_and_starts_no_rank(data, monkeypatch, capsys):
     assert main(["train", "--dry-run", *args]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "I/O shape packed (auto)" in out and "rank 1 (local 1): gpu1" in out and "memory budget: 2.00 GiB" in out
+    assert f"leaving out the {doc['pack']['cached_rows']:,} hottest rows for the caches" in out
     # neither torchrun nor a rank (`-m moment.runtime.agent`, `-m moment.train`) was started
     assert not [c for c in started if {"moment.runtime.agent", "moment.train"} & set(c)], started
     assert not (packed.parent / (packed.name + ".runs")).exists()  # no run directory either

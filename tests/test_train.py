@@ -294,6 +294,13 @@ def test_two_ranks_every_policy_and_shape_match_the_memmap_baseline(setup, two_r
     assert m["val_accuracy_curve"] == json.loads(base.read_text())["val_accuracy_curve"] and m["eval_wall_s"] > 0
     assert any(i["name"] == "pack index" for i in m["memory"]["items"])
     check_memory(m["memory"])
+    # each rank knows the hottest rows its caches hold (the --cached that fits it); rows the pack left out beyond
+    # them are counted, summed over the ranks, and said in a note when they are most of the reads
+    fits, pk = [r["pack_fit"] for r in m["per_rank"]], json.loads((packed / "pack" / "pack.json").read_text())
+    assert all(isinstance(f, int) and f > 0 for f in fits), fits
+    assert min(fits) < pk["cached_rows"] or m["pack_left_out_rows"] == 0
+    told = [n for n in m["notes"] if "the pack leaves out for caches" in n]
+    assert len(told) == (2 * m["pack_left_out_rows"] > m["ssd_requests"]), (m["pack_left_out_rows"], told)
 
 
 @pytest.mark.slow

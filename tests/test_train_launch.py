@@ -23,6 +23,7 @@ from moment.errors import MomentError
 from moment.runtime.agent import COMMAND
 from moment.runtime.config import TrainConfig
 from moment.runtime.runs import make_run_dir
+from moment.runtime.run import SUMMARY_PREFIX
 from moment.runtime.train import train
 
 REPO = Path(__file__).resolve().parents[1]
@@ -393,6 +394,9 @@ def test_checkpoints_by_default_with_a_dir_and_restarts_say_what_they_lose(layou
     assert cfg.resolved_checkpoint_every(8) == 2 and TrainConfig(layout=layout).resolved_checkpoint_every(8) == 0
     first = train(cfg)
     assert (tmp_path / "ck" / "checkpoint.pt").exists() and first["checkpoint_dir"] == str(tmp_path / "ck")
+    # `moment train` prints its own summary: not also the API's one-line JSON (moment.open_run's, for a user's script)
+    shown = capsys.readouterr()
+    assert "done: 1 epochs" in shown.err and SUMMARY_PREFIX not in shown.out + shown.err, shown.out[-800:]
     monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")  # as torchrun sets it after a restart
     capsys.readouterr()
     again = train(TrainConfig(layout=layout, checkpoint_dir=tmp_path / "ck", quiet=True, **FAST))

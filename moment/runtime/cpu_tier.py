@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from moment.caching import make_policy
-from moment.caching.policies import CachePolicy, SlotMap, rank_dtype
+from moment.caching.policies import POLICIES, CachePolicy, SlotMap, rank_dtype
 from moment.caching.tiers import FixedSlots, TierRouter, first_ahead, slots_for
 from moment.caching.tiers import lookahead as lookahead_of
 from moment.io.rows import copy_rows
@@ -125,6 +125,17 @@ class CpuTier(Tier):
         self.cache.close()
 
 
+def hottest_held(gpu: np.ndarray | None, cap: int, n: int) -> int:
+    """How many of the hottest rows this rank's caches hold, every one of them: in hotness order a row is held
+    when a GPU tier serves it (`gpu`, a mask over that order; None: none the CPU cache leaves out) or it is among
+    the first `cap` of the others, which a static CPU cache holds. A pack written with this `--cached` leaves out
+    exactly rows these caches serve."""
+    if gpu is None:
+        return min(cap, n)
+    free = np.flatnonzero(~gpu)
+    return int(free[cap]) if cap < free.shape[0] else n
+
+
 def run_key(layout: Layout, what: str) -> str:
     """Names this run's shared segments: the same on every local rank, new for each (re)start."""
     env = os.environ
@@ -154,11 +165,13 @@ def open_cpu_tier(layout: Layout, rows: LayoutRows, disk: DiskTier, device: Any,
     disk.pack_cached(order)
     rank = np.empty(n, rank_dtype(n))
     rank[order] = np.arange(n, dtype=rank.dtype)
+    on = None
     if held is not None:
         on = held(order)
         rank[order[on]] = n - 1
         order = order[~on]
     cap = min(cap, order.shape[0])
+    disk.pack_fit = None if POLICIES[t.policy].changes else hottest_held(on, cap, n)
     if cap == 0:
         return None
     initial = np.array(order[:cap], dtype=np.int64)

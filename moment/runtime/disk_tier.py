@@ -91,6 +91,10 @@ class DiskTier(Tier):
         self._check_files()
         self.pack, self.segments, self._pack_seed = None, None, t.pack_seed
         self._pack_cached: NodeBits | None = None  # the rows the pack took as cached
+        #: the hottest rows this rank's caches hold, all of them (`open_cpu_tier`): the `--cached` of a pack for this
+        #: run (None: not known, no pack or a cache whose contents change)
+        self.pack_fit: int | None = None
+        self.left_out = 0  # rows the pack took as cached, read from the layout: this run's caches do not hold them
         if t.shape == "packed":
             self.pack, self.segments = open_pack(self.path, self.manifest, layout.pack, world_size=world_size,
                                                  rank=rank, hashes=self.verify)
@@ -287,6 +291,7 @@ class DiskTier(Tier):
         # straight into the destination (merge gap 0: the segments are contiguous)
         rb = self.layout_rows.row_bytes
         extra = np.concatenate([p.ids[out] for p, (out, _, _) in zip(grp, found, strict=True)])
+        self.left_out += int(extra.shape[0])
         placed = place(*self.layout_rows.locate(extra))
         where = np.empty_like(placed.order)
         where[placed.order] = np.arange(placed.order.shape[0])
@@ -393,6 +398,9 @@ class DiskTier(Tier):
         out["ssd_request_sizes"] = out.get("ssd_request_sizes", 0) + self.request_sizes
         out["packed_rows"] += self.packed
         out["segment_batches"] += self.segment_batches
+        out["pack_left_out_rows"] += self.left_out
+        if self.pack is not None:
+            out["pack_fit"] = self.pack_fit
         out["direct_rows"] += self._direct_done + (self.reader.direct_rows if self.reader is not None else 0)
         out["ssd_shares"] = self.ssd_shares()
 

@@ -357,10 +357,11 @@ class Run:
             return None
         return self.heap.summary() if self.heap is not None else {"mode": "release"}
 
-    def close(self) -> dict[str, Any]:
+    def close(self, *, say: bool = True) -> dict[str, Any]:
         """Leave the run: serve the other ranks' remaining batches until every rank has closed (collective:
         every rank calls it once), then release the store, and the process group when the run joined it.
-        Returns `summary()`, which rank 0 also prints as one line (`moment: summary {JSON}`) unless quiet."""
+        Returns `summary()`, which rank 0 also prints as one line (`moment: summary {JSON}`) unless quiet or
+        not `say` (`moment train`, which has printed its own summary and writes its metrics with --metrics-json)."""
         if self._closed:
             return self.summary()
         self._closed = True
@@ -371,7 +372,7 @@ class Run:
         finally:
             self._release()
         out = self.summary()
-        if self.ctx.is_main and not self.cfg.quiet:
+        if self.ctx.is_main and not self.cfg.quiet and say:
             print(f"{SUMMARY_PREFIX}{json.dumps(out)}", flush=True)
         return out
 

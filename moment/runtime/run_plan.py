@@ -55,6 +55,7 @@ class PackMatch(_Frozen):
     matches: bool | None = None  # made for this run's ranks, batch size, fan-outs and seed
     why: str | None = None  # why it is not read (none, other batches, or --io-shape rows/block)
     index_bytes: int = 0  # what one rank holds of its index when the run reads it
+    cached_rows: int = 0  # the hottest rows the pack leaves out, for caches that hold them (`moment data pack --cached`)
 
 
 class GpuRows(_Frozen):
@@ -231,7 +232,8 @@ class RunPlan(_Frozen):
     def lines(self) -> list[str]:
         """A short summary for people (`moment train --dry-run`)."""
         t = self.tiers
-        how = {"packed": "reads the layout's pack (made for these ranks, batch size, fan-outs and seed)",
+        how = {"packed": "reads the layout's pack (made for these ranks, batch size, fan-outs and seed, leaving out "
+                         f"the {self.pack.cached_rows:,} hottest rows for the caches)",
                "block": "a hyperbatch's misses in large merged reads", "rows": "each batch's rows"}[self.io_shape]
         why = f"; not packed: {self.pack.why}" if self.io_shape_requested == "auto" and self.pack.why else ""
         gap = "per job, by cost" if t.merge_gap < 0 else f"{t.merge_gap} B"
@@ -438,7 +440,7 @@ def _io_shape(cfg: TrainConfig, layout: Layout, world_size: int, batch_size: int
         raise MomentError(f"the pack was sampled for other batches: {why}", source=str(pack_path(layout.path)),
                           hint="rewrite it with `moment data pack --overwrite` and this run's parameters")
     refuse_unusable(layout.path, man, layout.manifest, world_size)  # none at all, or another layout's
-    return shape, match.model_copy(update={"index_bytes": layout.pack_index_bytes})
+    return shape, match.model_copy(update={"index_bytes": layout.pack_index_bytes, "cached_rows": man.cached_rows})
 
 
 def carve_gpu(layout: Layout, local_rank: int, local_world_size: int, gpu_rows: int | None) -> tuple[GpuRows, ...]:

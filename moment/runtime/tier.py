@@ -111,7 +111,7 @@ class Batch:
 def empty_stats() -> dict[str, Any]:
     return {"rows": dict.fromkeys(TIERS, 0), "bytes": dict.fromkeys(TIERS, 0), "ssd_requests": 0,
             "ssd_bytes_read": 0, "cpu_admitted_rows": 0, "cpu_hit_rate": 0.0, "packed_rows": 0,
-            "segment_batches": 0, "direct_rows": 0, "remote_served_rows": 0, "remote_served_bytes": 0}
+            "segment_batches": 0, "pack_left_out_rows": 0, "direct_rows": 0, "remote_served_rows": 0, "remote_served_bytes": 0}
 
 
 class Tier:

@@ -27,6 +27,7 @@ class Totals:
     ssd_requests: float
     packed_rows: float
     segment_batches: float  # batches read as their pack segment, whole (DiskTier._issue_segments)
+    pack_left_out_rows: float  # rows the pack took as cached that this run's caches do not hold: read from the layout
     direct_rows: float  # SSD rows read straight into their destination, not staged and copied
     tier_bytes: dict[str, float]  # by tier name: every rank has the same tiers
     tier_rows: dict[str, float]
@@ -40,7 +41,8 @@ class Totals:
         sizes = np.zeros((2, SIZE_BUCKETS)) if sizes is None else np.asarray(sizes)
         return cls(seeds=seeds, ssd_bytes=tiers["ssd_bytes_read"], ssd_requests=tiers["ssd_requests"],
                    packed_rows=tiers.get("packed_rows", 0),
-                   segment_batches=tiers.get("segment_batches", 0), direct_rows=tiers.get("direct_rows", 0),
+                   segment_batches=tiers.get("segment_batches", 0),
+                   pack_left_out_rows=tiers.get("pack_left_out_rows", 0), direct_rows=tiers.get("direct_rows", 0),
                    tier_bytes=dict(tiers["bytes"]), tier_rows=dict(tiers["rows"]), stage_seconds=stages.as_dict(),
                    request_sizes={f"{kind}{k:02d}": float(sizes[i, k]) for i, kind in enumerate("nb")
                                   for k in range(SIZE_BUCKETS)})
