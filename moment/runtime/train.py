@@ -307,7 +307,7 @@ def left_out_note(pk: Any, layout: Path | None, dataset: Path | None, m: dict[st
     """Say so when the rows pack `pk` leaves out for larger caches than this run's (`m`: its metrics) were a large
     part of its reads, with the `moment data pack` that fits this run's caches: each such row is read from the
     layout on its own, beside its batch's segment (a pack for another --memory-budget on the bench's 8M layout:
-    284,654 SSD reads against 2,358, and 1.25x the epoch)."""
+    284,654 SSD reads against 2,358, and 1.25-1.46x the epoch)."""
     fits = [r["pack_fit"] for r in m["per_rank"] if r.get("pack_fit") is not None]
     left = m["pack_left_out_rows"]
     if not fits or 2 * left <= m["ssd_requests"]:
