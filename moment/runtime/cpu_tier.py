@@ -128,10 +128,10 @@ class CpuTier(Tier):
 def hottest_held(gpu: np.ndarray | None, cap: int, n: int) -> int:
     """How many of the hottest rows this rank's caches hold, every one of them: in hotness order a row is held
     when a GPU tier serves it (`gpu`, a mask over that order; None: none the CPU cache leaves out) or it is among
-    the first `cap` of the others, which a static CPU cache holds. A pack written with this `--cached` leaves out
-    exactly rows these caches serve."""
+    the first `cap` of the others (`cap` at most their count), which a static CPU cache holds. A pack written with
+    this `--cached` leaves out exactly rows these caches serve."""
     if gpu is None:
-        return min(cap, n)
+        return cap
     free = np.flatnonzero(~gpu)
     return int(free[cap]) if cap < free.shape[0] else n
 

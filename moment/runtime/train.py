@@ -312,13 +312,13 @@ def left_out_note(pk: Any, layout: Path | None, dataset: Path | None, m: dict[st
     left = m["pack_left_out_rows"]
     if not fits or 2 * left <= m["ssd_requests"]:
         return []
-    data = f" --dataset {dataset}" if dataset is not None else ""
+    fit, data = min(fits), f" --dataset {dataset}" if dataset is not None else ""
     return [f"note: the run read {left:,} rows that the pack leaves out for caches of the {pk.cached_rows:,} hottest "
-            f"rows, which this run's caches do not hold (they hold the hottest {min(fits):,}): each was read from "
+            f"rows, which this run's caches do not hold (they hold the hottest {fit:,}): each was read from "
             f"the layout apart from its batch's segment ({m['ssd_requests']:,} SSD reads in all). A pack for this "
             f"run's caches: moment data pack --layout {layout}{data} --ranks {pk.world_size} --epochs {pk.epochs} "
             f"--batch-size {pk.batch_size} --fanouts {','.join(map(str, pk.fanouts))} --seed {pk.seed} "
-            f"--cached {min(fits)} --overwrite"]
+            f"--cached {fit} --overwrite"]
 
 
 def machines_of(per_rank: list[dict[str, Any]]) -> list[dict[str, Any]]:
