@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import shlex
 import socket
 import sys
 import time
@@ -312,11 +313,11 @@ def left_out_note(pk: Any, layout: Path | None, dataset: Path | None, m: dict[st
     left = m["pack_left_out_rows"]
     if not fits or 2 * left <= m["ssd_requests"]:
         return []
-    fit, data = min(fits), f" --dataset {dataset}" if dataset is not None else ""
+    fit, data = min(fits), f" --dataset {shlex.quote(str(dataset))}" if dataset is not None else ""
     return [f"note: the run read {left:,} rows that the pack leaves out for caches of the {pk.cached_rows:,} hottest "
             f"rows, which this run's caches do not hold (they hold the hottest {fit:,}): each was read from "
             f"the layout apart from its batch's segment ({m['ssd_requests']:,} SSD reads in all). A pack for this "
-            f"run's caches: moment data pack --layout {layout}{data} --ranks {pk.world_size} --epochs {pk.epochs} "
+            f"run's caches: moment data pack --layout {shlex.quote(str(layout))}{data} --ranks {pk.world_size} --epochs {pk.epochs} "
             f"--batch-size {pk.batch_size} --fanouts {','.join(map(str, pk.fanouts))} --seed {pk.seed} "
             f"--cached {fit} --overwrite"]
 
