@@ -50,6 +50,7 @@ def test_a_loader_yields_pyg_style_batches_with_the_right_rows_and_labels(runtim
         assert torch.equal(ptr, torch.from_numpy(np.asarray(ds.indptr)).long()) and col.numel() == ds.num_edges
     summary = run.summary()
     assert summary["steps"] == seen and summary["epoch_seconds"] and summary["tier_rows"]["ssd"] > 0
+    assert summary["pack_left_out_rows"] == 0 and summary["pack_fit"] is None  # this layout has no pack
     if sys.platform.startswith("linux"):  # glibc: no budget, so the run keeps the batches' freed arrays, bounded
         assert summary["heap"]["mode"] == "keep" and summary["heap"]["limit_bytes"] > 0, summary["heap"]
     with pytest.raises(MomentError, match="the run is closed"):

@@ -310,12 +310,15 @@ class Run:
     def summary(self) -> dict[str, Any]:
         """What this rank's run did so far: steps, the loss curve (the mean over ranks), each train loader's
         seconds and this process's CPU seconds in it, the rows and bytes each tier served, the SSD reads and the
-        pipelines' busy seconds, and what the allocator kept of freed memory (`heap_use`)."""
+        pipelines' busy seconds, the rows read apart from a pack's segments (`pack_left_out_rows`, with `pack_fit`:
+        moment.runtime.train.left_out_note), and what the allocator kept of freed memory (`heap_use`)."""
         st = self.source.tier_stats() if self.source is not None else self._final_stats
         return {"rank": self.rank, "world_size": self.world_size, "steps": self.step, "loss_curve": self.loss_curve,
                 "epoch_seconds": self.epoch_seconds, "epoch_cpu_seconds": self.epoch_cpu_seconds,
                 "tier_rows": dict(st["rows"]), "tier_bytes": dict(st["bytes"]),
                 "ssd_bytes_read": int(st["ssd_bytes_read"]),
+                # the rows a pack left out for larger caches than this rank's, and the --cached that fits it
+                "pack_left_out_rows": int(st.get("pack_left_out_rows", 0)), "pack_fit": st.get("pack_fit"),
                 "stage_seconds": {s: p.times.as_dict() for s, p in self._pipes.items()}, "heap": self.heap_use(),
                 "memory": self._memory}
 
