@@ -519,6 +519,14 @@ def disk_busy(m: dict) -> tuple[float, float, float, int] | None:
     return (read, busy, sum(s[3] for s in spans), len(disks)) if read and busy else None
 
 
+def print_disk_busy(prefix: str, m: dict) -> None:
+    if use := disk_busy(m):
+        print(f"{prefix}_ssd_busy_share: {use[1] / use[2]:.3f}  (the time its {use[3]} SSD device(s) were busy, by "
+              "the kernel's count, over the steady epochs)")
+        print(f"{prefix}_ssd_MB_per_s_busy: {use[0] / 1e6 / use[1]:.0f}  (their reads, every process's, while busy: "
+              "per device)")
+
+
 def report(prefix: str, m: dict) -> None:
     ep = m["epoch_seconds"]
     print(f"{prefix}_epoch_s: {epoch_s(m):.2f}")
@@ -558,6 +566,7 @@ def report(prefix: str, m: dict) -> None:
         print(f"{prefix}_cpu_hit_rate: {m['cpu_hit_rate']:.4f}  (of rows not on a GPU tier, own or peer)")
         print(f"{prefix}_hit_rate: {m['memory_hit_rate']:.4f}  (GPU stand-ins or CPU cache, all ranks and epochs)")
         print(f"{prefix}_peer_rows: {m['tier_rows'].get('peer', 0)}  (rows copied from another rank's GPU tier)")
+        print_disk_busy(prefix, m)
         print(f"{prefix}_ssd_requests: {m['ssd_requests']}")
         print(f"{prefix}_packed_rows: {m.get('packed_rows', 0)}  (SSD rows read from the pack)")
         print(f"{prefix}_segment_batches: {m.get('segment_batches', 0)}  (batches read as their pack segment, whole)")
@@ -841,11 +850,7 @@ def feed_rate(a, ds_dir: Path, layout: Path, bound: int | None, common: list[str
         if tiered:
             print(f"{name}_limiting_stage: {m['limiting_stage']}")
             print(f"{name}_disk_MB_per_s: {disk / 1e6 / wall:.0f}  ({read}, over its epochs)")
-            if use := disk_busy(m):
-                print(f"{name}_ssd_busy_share: {use[1] / use[2]:.3f}  (the time its {use[3]} SSD device(s) were "
-                      "busy, by the kernel's count, over the steady epochs)")
-                print(f"{name}_ssd_MB_per_s_busy: {use[0] / 1e6 / use[1]:.0f}  (their reads, every process's, while "
-                      "busy: per device)")
+            print_disk_busy(name, m)
         print(flush=True)
         got[name] = m
     out: dict[str, float] = {}
