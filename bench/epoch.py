@@ -508,6 +508,25 @@ def steady(per_epoch: list[float]) -> float:
     return sum(ep) / len(ep)
 
 
+def disk_busy(m: dict) -> tuple[float, float, float, int] | None:
+    """The first machine's SSD devices over the steady epochs (the first excluded, as `steady`), from the
+    kernel's counters (moment.io.diskstats), summed over its devices: bytes read, device-seconds busy,
+    device-seconds of epochs, and how many devices; None where the layout is on no block device or the
+    devices never read."""
+    disks = (m.get("machines") or [{}])[0].get("disks") or []
+    spans = [s for d in disks for s in (d["spans"][1:] or d["spans"])]
+    read, busy = sum(s[1] for s in spans), sum(s[2] for s in spans)
+    return (read, busy, sum(s[3] for s in spans), len(disks)) if read and busy else None
+
+
+def print_disk_busy(prefix: str, m: dict) -> None:
+    if use := disk_busy(m):
+        print(f"{prefix}_ssd_busy_share: {use[1] / use[2]:.3f}  (the time its {use[3]} SSD device(s) were busy, by "
+              "the kernel's count, over the steady epochs)")
+        print(f"{prefix}_ssd_MB_per_s_busy: {use[0] / 1e6 / use[1]:.0f}  (their reads, every process's, while busy: "
+              "per device)")
+
+
 def report(prefix: str, m: dict) -> None:
     ep = m["epoch_seconds"]
     print(f"{prefix}_epoch_s: {epoch_s(m):.2f}")
@@ -547,6 +566,7 @@ def report(prefix: str, m: dict) -> None:
         print(f"{prefix}_cpu_hit_rate: {m['cpu_hit_rate']:.4f}  (of rows not on a GPU tier, own or peer)")
         print(f"{prefix}_hit_rate: {m['memory_hit_rate']:.4f}  (GPU stand-ins or CPU cache, all ranks and epochs)")
         print(f"{prefix}_peer_rows: {m['tier_rows'].get('peer', 0)}  (rows copied from another rank's GPU tier)")
+        print_disk_busy(prefix, m)
         print(f"{prefix}_ssd_requests: {m['ssd_requests']}")
         print(f"{prefix}_packed_rows: {m.get('packed_rows', 0)}  (SSD rows read from the pack)")
         print(f"{prefix}_segment_batches: {m.get('segment_batches', 0)}  (batches read as their pack segment, whole)")
@@ -830,6 +850,7 @@ def feed_rate(a, ds_dir: Path, layout: Path, bound: int | None, common: list[str
         if tiered:
             print(f"{name}_limiting_stage: {m['limiting_stage']}")
             print(f"{name}_disk_MB_per_s: {disk / 1e6 / wall:.0f}  ({read}, over its epochs)")
+            print_disk_busy(name, m)
         print(flush=True)
         got[name] = m
     out: dict[str, float] = {}
@@ -855,6 +876,10 @@ def feed_rate(a, ds_dir: Path, layout: Path, bound: int | None, common: list[str
             out["data_only_ssd_over_fio"] = mo["ssd_MB_per_s"] / (rate / 1e6)
             print(f"data_only_ssd_over_fio{suffix}: {out['data_only_ssd_over_fio']:.3f}  (Moment's SSD bytes/s / "
                   "fio's replay of the same reads)")
+        if rate and (use := disk_busy(mo)) and use[3] == 1:  # fio's rate is every device's at once
+            out["data_only_ssd_busy_over_fio"] = use[0] / use[1] / rate
+            print(f"data_only_ssd_busy_over_fio{suffix}: {out['data_only_ssd_busy_over_fio']:.3f}  (the devices' rate "
+                  "while Moment's epochs kept them busy / fio's replay: the rest of the gap is the CPU side's)")
     return out
 
 

@@ -196,6 +196,19 @@ def test_steady_epochs_leave_out_the_first(bench_epoch):
     assert bench_epoch.steady([9.0, 1.0, 2.0]) == 1.5  # the same rule for any figure per epoch (CPU seconds)
 
 
+def test_the_disks_busy_rate_is_over_the_steady_epochs_of_the_first_machine(bench_epoch):
+    """The SSD devices' reads, busy seconds and epoch seconds after the first epoch, summed over the first
+    machine's devices; none where no device read or none was watched."""
+    d = {"spans": [[9, 900, 9.0, 9.0], [2, 200, 0.1, 0.5], [3, 400, 0.3, 0.5]]}
+    e = {"spans": [[1, 100, 1.0, 9.0], [1, 100, 0.1, 0.5], [1, 100, 0.1, 0.5]]}
+    other = {"spans": [[1, 10**9, 1.0, 1.0]] * 3}
+    m = {"machines": [{"disks": [d, e]}, {"disks": [other]}]}
+    assert bench_epoch.disk_busy(m) == pytest.approx((800, 0.6, 2.0, 2))
+    assert bench_epoch.disk_busy({"machines": [{"disks": [{"spans": [[1, 100, 0.5, 1.0]]}]}]}) == (100, 0.5, 1.0, 1)
+    assert bench_epoch.disk_busy({"machines": [{"disks": [{"spans": [[0, 0, 0.0, 1.0]] * 2}]}]}) is None
+    assert bench_epoch.disk_busy({"machines": [{"disks": []}]}) is None and bench_epoch.disk_busy({}) is None
+
+
 def test_the_disk_count_sees_a_childs_cold_reads_and_not_warm_ones(bench_epoch, tmp_path):
     """`disk_bytes_read` (the memmap baseline's SSD bytes) is what the run's processes read from disk,
     counted by the kernel and handed up as each is reaped: a grandchild's read of a file dropped from the

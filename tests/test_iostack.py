@@ -112,6 +112,25 @@ def test_a_large_buffer_is_advised_huge_pages():
     assert small.ctypes.data % 4096 == 0
 
 
+def test_the_read_arena_is_huge_page_memory():
+    """The training reader reads whole runs of rows straight into the pool's arena (not only into its staging
+    buffers), so the arena must be huge-page memory too: it is, by NumPy's own advice on arrays from 4 MiB up
+    (madvise MADV_HUGEPAGE; with the kernel aligning large mappings, the whole arena was AnonHugePages here),
+    so `_unfaulted` adds none of its own. Were that advice gone, a 1 MiB read there would be split again."""
+    from moment.runtime.gather import BufferPool
+
+    mode = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    if not mode.is_file() or "[never]" in mode.read_text():
+        pytest.skip("transparent huge pages are off on this machine")
+    pool = BufferPool(64 << 20)
+    dest = pool.lend(1024, 4096)
+    try:
+        assert dest.ctypes.data % 4096 == 0
+        assert _vma_field(dest.ctypes.data, "THPeligible") == "1"
+    finally:
+        pool.release(dest)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("aligned", [True, False])
 def test_bit_exact_random_reads(shards, backend, aligned):

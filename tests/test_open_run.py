@@ -13,6 +13,7 @@ import torch
 
 import moment
 from moment.errors import MomentError
+from moment.io.diskstats import block_device
 from moment.runtime import agent
 from moment.runtime.run import SUMMARY_PREFIX
 from runtime_data import REPO, make_dataset, make_layout, torchrun
@@ -51,6 +52,9 @@ def test_a_loader_yields_pyg_style_batches_with_the_right_rows_and_labels(runtim
     summary = run.summary()
     assert summary["steps"] == seen and summary["epoch_seconds"] and summary["tier_rows"]["ssd"] > 0
     assert summary["pack_left_out_rows"] == 0 and summary["pack_fit"] is None  # this layout has no pack
+    # the SSD bins' device over the train loader's one epoch, as moment train reports it (none on tmpfs)
+    dev = block_device(runtime_layout)
+    assert [(d["device"], len(d["spans"])) for d in summary["disks"]] == ([(dev.name, 1)] if dev else [])
     if sys.platform.startswith("linux"):  # glibc: no budget, so the run keeps the batches' freed arrays, bounded
         assert summary["heap"]["mode"] == "keep" and summary["heap"]["limit_bytes"] > 0, summary["heap"]
     with pytest.raises(MomentError, match="the run is closed"):

@@ -21,6 +21,8 @@ import moment.runtime.start_sizes as start_sizes_mod
 import moment.runtime.train as train_mod
 from moment import testpoints
 from moment.errors import MomentError
+from moment.io.diskstats import block_device
+from moment.placement.manifest import load_manifest
 from moment.runtime.config import TrainConfig, parse_args
 from moment.runtime.train import train
 
@@ -527,6 +529,16 @@ def test_data_only_reads_what_the_training_run_reads(setup, reference, two_ranks
     assert sum(x["requests"] for x in sizes) == m["ssd_requests"] and sum(x["bytes"] for x in sizes) == m["ssd_bytes_read"]
     assert all(x["from_bytes"] <= x["bytes"] / x["requests"] < 2 * x["from_bytes"] for x in sizes)
     assert sizes == two_ranks["ssd_request_sizes"]
+    # the devices under the SSD bins, counted by the kernel over each epoch (none where the layout is on tmpfs)
+    dev = block_device(layout)
+    disks = [d for x in m["machines"] for d in x["disks"]]
+    assert [d["device"] for d in disks] == ([dev.name] if dev else []), disks
+    for d in disks:
+        bins = [s.bin for s in load_manifest(layout).shards if s.kind == "ssd"]
+        assert d["files"] in (bins, [*bins, "pack"]), d
+        assert len(d["spans"]) == 2 and 0 <= d["busy_share"] <= 1 and d["read_bytes"] >= 0
+        assert d["read_MB_per_s_busy"] is None or d["read_MB_per_s_busy"] > 0
+    assert [r["disks"] for r in m["per_rank"]][:1] == [disks]
     for kw in ({"features": "memory"}, {"features": "memmap", "memmap_random": True, "loader_workers": 2}):
         d = train(_cfg(layout, epochs=2, data_only=True, **kw))
         rows = {"memmap" if kw["features"] == "memmap" else "memory": reference["tier_rows"]["memory"]}

@@ -397,6 +397,8 @@ def test_checkpoints_by_default_with_a_dir_and_restarts_say_what_they_lose(layou
     # `moment train` prints its own summary: not also the API's one-line JSON (moment.open_run's, for a user's script)
     shown = capsys.readouterr()
     assert "done: 1 epochs" in shown.err and SUMMARY_PREFIX not in shown.out + shown.err, shown.out[-800:]
+    busy = [d["device"] for x in first["machines"] for d in x["disks"] if d["read_MB_per_s_busy"]]
+    assert ("  SSDs: " in shown.err) == bool(busy) and all(f"SSDs: {d} (" in shown.err for d in busy[:1]), shown.err
     monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")  # as torchrun sets it after a restart
     capsys.readouterr()
     again = train(TrainConfig(layout=layout, checkpoint_dir=tmp_path / "ck", quiet=True, **FAST))

@@ -381,6 +381,10 @@ class DiskTier(Tier):
 
     # ------------------------------------------------------------------ reports
 
+    def ssd_files(self) -> dict[str, Path]:
+        out = {s.bin: p for s, p in zip(self.manifest.shards, self.paths, strict=False) if s.kind == "ssd"}
+        return out | ({"pack": self.paths[-1]} if self.pack is not None else {})
+
     def ssd_shares(self) -> dict[str, dict[str, float]]:
         """Per SSD: the share of this rank's SSD rows the plan routes to it (`planned_shares`) and the share
         it actually served."""

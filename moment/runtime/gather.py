@@ -36,7 +36,8 @@ def staging_bytes(align: int, window: int = WINDOW, inflight: int = INFLIGHT) ->
 
 def _unfaulted(nbytes: int, align: int) -> np.ndarray:
     """`nbytes` from malloc, the first aligned, the pages left for the reads to fault in: not `aligned_buffer`,
-    which writes them and maps memory of its own (the heap keeper counts malloc's as in use, not as kept)."""
+    which writes them and maps memory of its own (the heap keeper counts malloc's as in use, not as kept). Huge
+    pages all the same, as reads straight into it need: NumPy advises them for arrays from 4 MiB up."""
     raw = np.empty(nbytes + align, np.uint8)
     return raw[-raw.ctypes.data % align:][:nbytes]
 

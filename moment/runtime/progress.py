@@ -94,9 +94,22 @@ class Reporter:
             + f"{m['seeds_per_s']:,.0f} seeds/s "
             f"on {m['world_size']} rank(s)\n  stages (mean per rank): {stages}; limiting: {m['limiting_stage']}\n"
             f"  read: {tiers}; I/O backend {m['backend']}")
+        machines = m.get("machines") or []
+        for x in machines:
+            if line := disks_line(x.get("disks") or []):
+                name = f"node {x['node_rank']} " if len(machines) > 1 else ""
+                self.console.print(f"  {name}SSDs: {line}", highlight=False, soft_wrap=True)
         if any(x["remote_rows"] or x["remote_served_rows"] for x in m.get("machines") or []):
             self.console.print("  machines: " + "; ".join(map(_machine_line, m["machines"])), highlight=False,
                                soft_wrap=True)
+
+
+def disks_line(disks: list[dict[str, Any]]) -> str:
+    """The devices under a machine's SSD files over the epochs (moment.io.diskstats), those that read at all:
+    busy share and rate while busy, which say whether the disks or the CPU side set the feed rate."""
+    parts = [f"{d['device']} ({', '.join(d['files'])}) busy {d['busy_share']:.0%} of the epochs, "
+             f"{d['read_MB_per_s_busy']:,.0f} MB/s while busy" for d in disks if d["read_MB_per_s_busy"]]
+    return "; ".join(parts)
 
 
 def _machine_line(x: dict[str, Any]) -> str:

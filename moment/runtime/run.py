@@ -32,6 +32,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from moment.errors import MomentError
 from moment.io.device import DeviceLayer
+from moment.io.diskstats import DiskWatch
 from moment.placement.opened import Layout
 from moment.runtime.budget import under_torchrun
 from moment.runtime.config import TrainConfig, effective_fanouts, make_config
@@ -190,6 +191,7 @@ class Run:
                                     local_world_size=max(ctx.local_world_size, 1), inputs=inputs,
                                     device=ctx.device.type)
         self.source, self.store_info = make_source(cfg, ds, ctx, self.layout, self.plan)
+        self.disks = DiskWatch(self.source.ssd_files())  # the SSDs' own busy time over the train epochs
         # from here the batches' arrays: freed ones kept for the next batches, up to what the budget granted
         self.heap = keep_freed_memory(self.plan.memory.heap_reuse_bytes, device=ctx.device) if self.plan is not None else None
         if self.plan is not None:  # collective: every rank (a machine's layout may have no GPU bin)
@@ -311,7 +313,8 @@ class Run:
         """What this rank's run did so far: steps, the loss curve (the mean over ranks), each train loader's
         seconds and this process's CPU seconds in it, the rows and bytes each tier served, the SSD reads and the
         pipelines' busy seconds, the rows read apart from a pack's segments (`pack_left_out_rows`, with `pack_fit`:
-        moment.runtime.train.left_out_note), and what the allocator kept of freed memory (`heap_use`)."""
+        moment.runtime.train.left_out_note), the SSD devices' busy share and read rate while busy over the train
+        epochs (`disks`: moment.io.diskstats), and what the allocator kept of freed memory (`heap_use`)."""
         st = self.source.tier_stats() if self.source is not None else self._final_stats
         return {"rank": self.rank, "world_size": self.world_size, "steps": self.step, "loss_curve": self.loss_curve,
                 "epoch_seconds": self.epoch_seconds, "epoch_cpu_seconds": self.epoch_cpu_seconds,
@@ -319,6 +322,7 @@ class Run:
                 "ssd_bytes_read": int(st["ssd_bytes_read"]),
                 # the rows a pack left out for larger caches than this rank's, and the --cached that fits it
                 "pack_left_out_rows": int(st.get("pack_left_out_rows", 0)), "pack_fit": st.get("pack_fit"),
+                "disks": self.disks.report(),
                 "stage_seconds": {s: p.times.as_dict() for s, p in self._pipes.items()}, "heap": self.heap_use(),
                 "memory": self._memory}
 
@@ -435,6 +439,7 @@ class Run:
         t0, c0 = time.perf_counter(), time.process_time()
         if train:
             self.source.epoch_start(e)
+            self.disks.begin()
         for item in self._pipe(loader.split).run(loader.seeds, key, start=loader.start):
             item.wait()
             batch = Batch.of(item, e)
@@ -444,6 +449,7 @@ class Run:
             yield batch
         if train:
             self.sync_losses()
+            self.disks.end()
             self.epoch_seconds.append(time.perf_counter() - t0)
             self.epoch_cpu_seconds.append(time.process_time() - c0)
 

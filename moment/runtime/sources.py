@@ -106,6 +106,9 @@ class FeatureSource(Protocol):
 
     def tier_stats(self) -> dict[str, Any]: ...
 
+    def ssd_files(self) -> dict[str, Path]:
+        """The files its SSD reads come from, by name (moment.io.diskstats watches their devices)."""
+
     def epoch_start(self, epoch: int) -> None: ...
 
     def close(self) -> None: ...
@@ -169,6 +172,9 @@ class _Plain:
 
     def epoch_start(self, epoch: int) -> None:
         pass
+
+    def ssd_files(self) -> dict[str, Path]:
+        return {}
 
     def close(self) -> None:
         self.array = None

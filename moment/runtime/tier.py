@@ -224,6 +224,10 @@ class Tier:
     def epoch_start(self, epoch: int) -> None:
         pass
 
+    def ssd_files(self) -> dict[str, Path]:
+        """The files this rank's SSD reads come from, by name (a bin, "pack"): the tier that reads says."""
+        return self.next.ssd_files() if self.next is not None else {}
+
     def tier_stats(self) -> dict[str, Any]:
         """Rows and bytes served per tier, the reads, admissions and packed rows: every tier's together."""
         out = empty_stats()

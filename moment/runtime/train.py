@@ -254,6 +254,7 @@ class Trainer:
             out["ssd_shares"] = st.get("ssd_shares", {})
             out["heap"] = self.run_.heap_use()
             out["pack_fit"] = st.get("pack_fit")
+        out["disks"] = self.run_.disks.report()
         return out
 
     def store_line(self) -> str:
@@ -324,12 +325,14 @@ def left_out_note(pk: Any, layout: Path | None, dataset: Path | None, m: dict[st
 
 def machines_of(per_rank: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The ranks' reports (`Trainer._rank_report`) summed per machine: the rows each machine's ranks read, how
-    many of them (and bytes) came from other machines, and what it served to the others."""
+    many of them (and bytes) came from other machines, and what it served to the others; its SSD devices' use
+    (`disks`: device-wide counters, every rank's reads in them, so its first rank's)."""
     out: dict[int, dict[str, Any]] = {}
     for r in per_rank:
         m = out.setdefault(r["node_rank"], {"node_rank": r["node_rank"], "machine": r.get("machine"), "host": r["host"],
                                             "ranks": [], "rows": 0, "remote_rows": 0, "remote_bytes": 0,
-                                            "remote_served_rows": 0, "remote_served_bytes": 0})
+                                            "remote_served_rows": 0, "remote_served_bytes": 0,
+                                            "disks": r.get("disks", [])})
         m["ranks"].append(r["rank"])
         for k in ("rows", "remote_rows", "remote_bytes", "remote_served_rows", "remote_served_bytes"):
             m[k] += r[k]
