@@ -504,8 +504,13 @@ def steady_s(m: dict) -> float:
 
 def steady(per_epoch: list[float]) -> float:
     """The mean of a figure per epoch after the first; a one-epoch run's only one."""
-    ep = per_epoch[1:] or per_epoch
+    ep = steady_epochs(per_epoch)
     return sum(ep) / len(ep)
+
+
+def steady_epochs(per_epoch: list) -> list:
+    """The epochs after the first (its cold start and warm-up); a one-epoch run's only one."""
+    return per_epoch[1:] or per_epoch
 
 
 def disk_busy(m: dict) -> tuple[float, float, float, int] | None:
@@ -514,7 +519,7 @@ def disk_busy(m: dict) -> tuple[float, float, float, int] | None:
     device-seconds of epochs, and how many devices; None where the layout is on no block device or the
     devices never read."""
     disks = (m.get("machines") or [{}])[0].get("disks") or []
-    spans = [s for d in disks for s in (d["spans"][1:] or d["spans"])]
+    spans = [s for d in disks for s in steady_epochs(d["spans"])]
     read, busy = sum(s[1] for s in spans), sum(s[2] for s in spans)
     return (read, busy, sum(s[3] for s in spans), len(disks)) if read and busy else None
 

@@ -99,8 +99,8 @@ class Reporter:
             if line := disks_line(x.get("disks") or []):
                 name = f"node {x['node_rank']} " if len(machines) > 1 else ""
                 self.console.print(f"  {name}SSDs: {line}", highlight=False, soft_wrap=True)
-        if any(x["remote_rows"] or x["remote_served_rows"] for x in m.get("machines") or []):
-            self.console.print("  machines: " + "; ".join(map(_machine_line, m["machines"])), highlight=False,
+        if any(x["remote_rows"] or x["remote_served_rows"] for x in machines):
+            self.console.print("  machines: " + "; ".join(map(_machine_line, machines)), highlight=False,
                                soft_wrap=True)
 
 
