@@ -28,7 +28,9 @@ cgroup, so no system can keep the features in memory the bound does not give it.
                     in the page cache: Moment's pipeline with --features-in-memory (a copy per rank, when
                     memory holds them) and with --features-memmap (one page-cache copy for all ranks), and
                     the worker baseline; the fastest, steady state (epochs 2..N), is `in_memory_epoch_s`,
-                    and `limit_ratio` = Moment's out-of-core steady epoch / it (`--skip-limit`: none).
+                    and `limit_ratio` = Moment's out-of-core steady epoch / it (`--skip-limit`: none). They
+                    run right after Moment's runs, before the baseline's minutes: the two sides of the
+                    ratio are measured as close together as they can be on a machine whose speed drifts.
 * data_only_*       with `--data-only`, then the feed rate: Moment, the faster baseline and the fastest
                     in-memory run again without the model step (`moment train --data-only`), the features
                     cold and the graph warm: seeds/s and SSD bytes/s (Moment's own count; the baseline's,
@@ -56,7 +58,7 @@ for it (its own budget rule, on the graph alone: `size_check_` lines); a size be
 refused, naming a size that runs. Exit 0 only when every system finished.
 The datasets and layouts are generated into `--cache-dir` once and reused.
 
-    python bench/epoch.py [--nodes 8000000] [--dim 128] [--memory-bound 3GiB] [--epochs 2] [--nproc 2]
+    python bench/epoch.py [--nodes 8000000] [--dim 128] [--memory-bound 3GiB] [--epochs 3] [--nproc 2]
                           [--variants rows,lru,belady] [--baseline loader|serial] [--loader-workers 4]
                           [--baseline-readahead auto|on|off] [--baseline-cap 1200] [--skip-baseline] [--skip-limit]
                           [--data-only]
@@ -888,12 +890,12 @@ def feed_rate(a, ds_dir: Path, layout: Path, bound: int | None, common: list[str
     return out
 
 
-def workload_args(p: argparse.ArgumentParser) -> None:
-    """The dataset and training run this bench builds (bench/fidelity.py reuses them)."""
+def workload_args(p: argparse.ArgumentParser, epochs: int = 2) -> None:
+    """The dataset and training run this bench builds (bench/fidelity.py and cluster_train.py reuse them)."""
     p.add_argument("--nodes", type=int, default=8_000_000)
     p.add_argument("--dim", type=int, default=128)
     p.add_argument("--train-fraction", type=float, default=0.0025)
-    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--epochs", type=int, default=epochs, help=f"epochs of every run (default {epochs})")
     p.add_argument("--nproc", type=int, default=2)
     p.add_argument("--fanouts", default="25,10")
     p.add_argument("--batch-size", type=int, default=1024)
@@ -902,7 +904,9 @@ def workload_args(p: argparse.ArgumentParser) -> None:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    workload_args(p)
+    # the steady figures are the mean of epochs 2..N: with two of them, one epoch disturbed by the machine's other
+    # work moves a figure half as much
+    workload_args(p, epochs=3)
     p.add_argument("--memory-bound", default="3GiB", help="the cgroup limit of every system, or 'none'")
     p.add_argument("--sizes", default="",
                    help="several graph sizes in one run, NODES[xDIM]:BOUND[,...] (DIM: --dim), e.g. "
@@ -1029,6 +1033,13 @@ def run_size(a, nodes: int, dim: int, memory_bound: str, suffix: str = "") -> tu
         if pred is not None:
             print(f"{name}_hit_rate_simulated: {pred:.4f}  (cache simulator, rank 0, epoch 0, same capacity and policy)")
         print(flush=True)
+    # the limit next, beside Moment's run in time: the baseline takes minutes, and the machine drifts
+    memory_flags = None
+    if not a.skip_limit and "moment" in results:
+        print()
+        limit = in_memory_limit(a, ds_dir, common, results["moment"], f"limit_ratio{suffix}")
+        if limit is not None:
+            figures["limit_ratio"], memory_flags = limit
     baseline_flags = None
     if not a.skip_baseline:
         tried: dict[str, dict] = {}
@@ -1073,12 +1084,6 @@ def run_size(a, nodes: int, dim: int, memory_bound: str, suffix: str = "") -> tu
             print(f"same_loss_curve: {np.allclose(results['moment']['loss_curve'], results['baseline']['loss_curve'], rtol=1e-5)}")
             figures["speedup"] = epoch_s(results["baseline"]) / epoch_s(results["moment"])
             print(f"speedup{suffix}: {figures['speedup']:.2f}", flush=True)
-    memory_flags = None
-    if not a.skip_limit and "moment" in results:
-        print()
-        limit = in_memory_limit(a, ds_dir, common, results["moment"], f"limit_ratio{suffix}")
-        if limit is not None:
-            figures["limit_ratio"], memory_flags = limit
     if a.data_only:
         print()
         figures.update(feed_rate(a, ds_dir, layout, bound, common, moment_flags, baseline_flags, memory_flags, suffix))

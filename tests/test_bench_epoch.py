@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from runtime_data import make_dataset
 
@@ -188,6 +189,32 @@ def test_the_in_memory_runs_are_those_memory_can_hold(bench_epoch):
                        "of the 23.0 GiB available (the page-cache runs hold one copy for all ranks)"]
     runs, skipped = bench_epoch.memory_runs(a, 30 * gib, 23 * gib)
     assert runs == [] and len(skipped) == 2 and skipped[1].startswith("memory_pagecache_skipped: the 30.0 GiB")
+
+
+def test_the_limit_runs_beside_moments_run_before_the_baseline_with_two_steady_epochs(bench_epoch, tmp_path,
+                                                                                      monkeypatch):
+    """`limit_ratio` divides Moment's steady epoch by the in-memory one's: they run one after the other, not
+    with the baseline's minutes between them (this machine's speed drifts over minutes), and by default every
+    run has two steady epochs to average."""
+    ds, layout = tmp_path / "ds", tmp_path / "L"
+    ds.mkdir()
+    (layout / "shards").mkdir(parents=True)
+    np.save(ds / "features.npy", np.zeros((4, 2), np.float32))
+    order = []
+    m = {"epoch_seconds": [2.0, 1.0, 1.0], "process_s": 9.0, "loss_curve": [1.0]}
+    monkeypatch.setattr(bench_epoch, "build", lambda cache, a: (ds, layout))
+    monkeypatch.setattr(bench_epoch, "check_disk", lambda *a, **k: None)
+    monkeypatch.setattr(bench_epoch, "ensure_pack", lambda *a, **k: None)
+    monkeypatch.setattr(bench_epoch, "predicted_hit_rate", lambda *a, **k: None)
+    monkeypatch.setattr(bench_epoch, "report", lambda *a, **k: None)
+    monkeypatch.setattr(bench_epoch, "run", lambda name, *a, **k: order.append(name) or dict(m))
+    monkeypatch.setattr(bench_epoch, "in_memory_limit",
+                        lambda *a, **k: order.append("limit") or (1.0, ["--features-in-memory"]))
+    a = _args(bench_epoch, "--variants", "", "--baseline-readahead", "off", "--cache-dir", str(tmp_path))
+    assert a.epochs == 3
+    ok, figures = bench_epoch.run_size(a, 100, 2, "none")
+    assert ok and order == ["moment", "limit", "baseline"], order
+    assert figures["limit_ratio"] == 1.0 and figures["speedup"] == 1.0
 
 
 def test_steady_epochs_leave_out_the_first(bench_epoch):
