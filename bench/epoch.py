@@ -77,6 +77,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -515,23 +516,31 @@ def steady_epochs(per_epoch: list) -> list:
     return per_epoch[1:] or per_epoch
 
 
-def disk_busy(m: dict) -> tuple[float, float, float, int] | None:
+class DiskBusy(NamedTuple):
+    """A machine's SSD devices over the steady epochs, summed over them."""
+
+    read_bytes: float
+    busy_s: float  # device-seconds with a read in flight
+    span_s: float  # device-seconds of epochs
+    devices: int
+
+
+def disk_busy(m: dict) -> DiskBusy | None:
     """The first machine's SSD devices over the steady epochs (the first excluded, as `steady`), from the
-    kernel's counters (moment.io.diskstats), summed over its devices: bytes read, device-seconds busy,
-    device-seconds of epochs, and how many devices; None where the layout is on no block device or the
-    devices never read."""
+    kernel's counters (moment.io.diskstats); None where the layout is on no block device or the devices never
+    read."""
     disks = (m.get("machines") or [{}])[0].get("disks") or []
     spans = [s for d in disks for s in steady_epochs(d["spans"])]
     read, busy = sum(s[1] for s in spans), sum(s[2] for s in spans)
-    return (read, busy, sum(s[3] for s in spans), len(disks)) if read and busy else None
+    return DiskBusy(read, busy, sum(s[3] for s in spans), len(disks)) if read and busy else None
 
 
 def print_disk_busy(prefix: str, m: dict) -> None:
     if use := disk_busy(m):
-        print(f"{prefix}_ssd_busy_share: {use[1] / use[2]:.3f}  (the time its {use[3]} SSD device(s) were busy, by "
-              "the kernel's count, over the steady epochs)")
-        print(f"{prefix}_ssd_MB_per_s_busy: {use[0] / 1e6 / use[1]:.0f}  (their reads, every process's, while busy: "
-              "per device)")
+        print(f"{prefix}_ssd_busy_share: {use.busy_s / use.span_s:.3f}  (the time its {use.devices} SSD device(s) "
+              "were busy, by the kernel's count, over the steady epochs)")
+        print(f"{prefix}_ssd_MB_per_s_busy: {use.read_bytes / 1e6 / use.busy_s:.0f}  (their reads, every process's, "
+              "while busy: per device)")
 
 
 def report(prefix: str, m: dict) -> None:
@@ -883,8 +892,8 @@ def feed_rate(a, ds_dir: Path, layout: Path, bound: int | None, common: list[str
             out["data_only_ssd_over_fio"] = mo["ssd_MB_per_s"] / (rate / 1e6)
             print(f"data_only_ssd_over_fio{suffix}: {out['data_only_ssd_over_fio']:.3f}  (Moment's SSD bytes/s / "
                   "fio's replay of the same reads)")
-        if rate and (use := disk_busy(mo)) and use[3] == 1:  # fio's rate is every device's at once
-            out["data_only_ssd_busy_over_fio"] = use[0] / use[1] / rate
+        if rate and (use := disk_busy(mo)) and use.devices == 1:  # fio's rate is every device's at once
+            out["data_only_ssd_busy_over_fio"] = use.read_bytes / use.busy_s / rate
             print(f"data_only_ssd_busy_over_fio{suffix}: {out['data_only_ssd_busy_over_fio']:.3f}  (the devices' rate "
                   "while Moment's epochs kept them busy / fio's replay: the rest of the gap is the CPU side's)")
     return out
