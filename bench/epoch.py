@@ -113,7 +113,9 @@ MIX_SHARE = 0.005  # a request size class of the mix is read by fio when it has 
 SUMMARY = [("speedup", min, ".2f", "the smallest"), ("speedup_at_least", min, ".1f", "the smallest"),
            ("limit_ratio", max, ".3f", "the largest"),
            ("data_only_seeds_ratio", min, ".2f", "the smallest"), ("data_only_limit_ratio", max, ".3f", "the largest"),
-           ("data_only_ssd_over_fio", min, ".3f", "the smallest")]
+           ("data_only_ssd_over_fio", min, ".3f", "the smallest"),
+           ("data_only_ssd_over_fio_steady", min, ".3f", "the smallest"),
+           ("data_only_cpu_ceiling_over_fio", min, ".3f", "the smallest")]
 
 
 class MemoryBound:
@@ -857,13 +859,17 @@ def feed_rate(a, ds_dir: Path, layout: Path, bound: int | None, common: list[str
             continue
         wall, tiered = sum(m["epoch_seconds"]), m.get("features") == "tiered"
         disk = m["disk_bytes_read"]
-        m["ssd_MB_per_s"] = (m["ssd_bytes_read"] if tiered else disk) / 1e6 / wall
+        # Moment's own count of the train epochs' SSD reads (validation's and the caches' fill apart)
+        m["ssd_MB_per_s"] = (sum(m["epoch_ssd_bytes"]) if tiered else disk) / 1e6 / wall
         print(f"{name}_epoch_s_each: {', '.join(f'{x:.2f}' for x in m['epoch_seconds'])}")
         print(f"{name}_seeds_per_s: {m['seeds_per_s']:.0f}")
-        read = "what its processes read from disk, start-up included"
+        read = "what its processes read from disk, start-up and validation included"
         print(f"{name}_ssd_MB_per_s: {m['ssd_MB_per_s']:.0f}  "
-              f"({'its own count of SSD reads' if tiered else read}, over its epochs)")
+              f"({'its own count of the SSD reads in its train epochs' if tiered else read}, over its epochs)")
         if tiered:
+            m["ssd_MB_per_s_steady"] = steady(m["epoch_ssd_bytes"]) / 1e6 / steady_s(m)
+            print(f"{name}_ssd_MB_per_s_steady: {m['ssd_MB_per_s_steady']:.0f}  (the same over the steady epochs: "
+                  f"{', '.join(f'{x / 1e6:.0f}' for x in steady_epochs(m['epoch_ssd_bytes']))} MB)")
             print(f"{name}_limiting_stage: {m['limiting_stage']}")
             print(f"{name}_disk_MB_per_s: {disk / 1e6 / wall:.0f}  ({read}, over its epochs)")
             print_disk_busy(name, m)
@@ -892,6 +898,17 @@ def feed_rate(a, ds_dir: Path, layout: Path, bound: int | None, common: list[str
             out["data_only_ssd_over_fio"] = mo["ssd_MB_per_s"] / (rate / 1e6)
             print(f"data_only_ssd_over_fio{suffix}: {out['data_only_ssd_over_fio']:.3f}  (Moment's SSD bytes/s / "
                   "fio's replay of the same reads)")
+            out["data_only_ssd_over_fio_steady"] = mo["ssd_MB_per_s_steady"] / (rate / 1e6)
+            print(f"data_only_ssd_over_fio_steady{suffix}: {out['data_only_ssd_over_fio_steady']:.3f}  (the same, "
+                  "over the steady epochs)")
+            if "data_only_in_memory" in got:
+                # no reader can feed faster than the pipeline consumes: at the in-memory run's pace (the same sampling
+                # and copies, no reads) Moment's steady epoch's SSD bytes would be asked for at this rate
+                ceiling = steady(mo["epoch_ssd_bytes"]) / steady_s(got["data_only_in_memory"])
+                out["data_only_cpu_ceiling_over_fio"] = ceiling / rate
+                print(f"data_only_cpu_ceiling_over_fio{suffix}: {out['data_only_cpu_ceiling_over_fio']:.3f}  (Moment's "
+                      "steady SSD bytes per epoch over the in-memory steady epoch / fio's replay: the most the CPU "
+                      "side lets any reader ask of the disk on these cores)")
         if rate and (use := disk_busy(mo)) and use.devices == 1:  # fio's rate is every device's at once
             out["data_only_ssd_busy_over_fio"] = use.read_bytes / use.busy_s / rate
             print(f"data_only_ssd_busy_over_fio{suffix}: {out['data_only_ssd_busy_over_fio']:.3f}  (the devices' rate "

@@ -217,6 +217,34 @@ def test_the_limit_runs_beside_moments_run_before_the_baseline_with_two_steady_e
     assert figures["limit_ratio"] == 1.0 and figures["speedup"] == 1.0
 
 
+def test_the_feed_rate_counts_the_train_epochs_reads_and_says_what_the_cpu_side_allows(bench_epoch, tmp_path,
+                                                                                        monkeypatch, capsys):
+    """The data-only SSD rate is Moment's reads in its train epochs (`epoch_ssd_bytes`), not `ssd_bytes_read`,
+    which counts validation's reads too, over every epoch and over the steady ones; its ceiling on these cores is
+    the steady epoch's bytes at the in-memory run's pace, each against fio's replay."""
+    ds, layout = tmp_path / "ds", tmp_path / "L"
+    (layout / "shards").mkdir(parents=True)
+    ds.mkdir()
+    (ds / "indptr.npy").write_bytes(b"")
+    mo = {"epoch_seconds": [3.0, 1.0, 1.0], "epoch_ssd_bytes": [400e6, 300e6, 300e6], "ssd_bytes_read": 1.5e9,
+          "disk_bytes_read": 2e9, "seeds_per_s": 2000.0, "features": "tiered", "limiting_stage": "gather",
+          "ssd_requests": 10, "ssd_request_sizes": [], "config": {"queue_depth": 64}}
+    mem = {"epoch_seconds": [1.0, 0.5, 0.5], "disk_bytes_read": 0, "seeds_per_s": 9000.0, "features": "memory"}
+    base = {"epoch_seconds": [10.0, 10.0, 10.0], "disk_bytes_read": 3e9, "seeds_per_s": 200.0, "features": "memmap"}
+    got = {"data_only_moment": mo, "data_only_baseline": base, "data_only_in_memory": mem}
+    monkeypatch.setattr(bench_epoch, "run", lambda name, *a, **k: dict(got[name]))
+    monkeypatch.setattr(bench_epoch, "mix_limit", lambda *a, **k: None)
+    monkeypatch.setattr(bench_epoch, "replay_limit", lambda *a, **k: 1e9)  # fio: 1,000 MB/s
+    a = _args(bench_epoch, "--cache-dir", str(tmp_path))
+    out = bench_epoch.feed_rate(a, ds, layout, None, [], [], [], [], "_x")
+    assert out["data_only_ssd_over_fio"] == pytest.approx(1e9 / 5.0 / 1e9)  # 1 GB in 5 s, not 1.5 GB
+    assert out["data_only_ssd_over_fio_steady"] == pytest.approx(0.3)  # 300 MB in a 1 s steady epoch
+    assert out["data_only_cpu_ceiling_over_fio"] == pytest.approx(0.6)  # 300 MB at the in-memory 0.5 s
+    assert out["data_only_seeds_ratio"] == 10.0 and out["data_only_limit_ratio"] == 2.0
+    printed = capsys.readouterr().out
+    assert "data_only_moment_ssd_MB_per_s: 200 " in printed and "data_only_moment_ssd_MB_per_s_steady: 300 " in printed
+
+
 def test_steady_epochs_leave_out_the_first(bench_epoch):
     assert bench_epoch.steady_s({"epoch_seconds": [5.0, 2.0, 3.0]}) == 2.5
     assert bench_epoch.steady_s({"epoch_seconds": [4.0]}) == 4.0

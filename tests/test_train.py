@@ -524,6 +524,12 @@ def test_data_only_reads_what_the_training_run_reads(setup, reference, two_ranks
     cores = os.cpu_count() or 1  # both ranks' CPU in an epoch: some, and no more than the cores give in its time
     assert len(m["epoch_cpu_seconds"]) == 2
     assert all(0 < c <= cores * s + 0.5 for c, s in zip(m["epoch_cpu_seconds"], m["epoch_seconds"], strict=True))
+    # the feed rate is the train epochs': their SSD reads and tier bytes, validation's (read after each) apart
+    assert len(m["epoch_ssd_bytes"]) == 2 and all(b > 0 for b in m["epoch_ssd_bytes"])
+    assert sum(m["epoch_ssd_bytes"]) < m["ssd_bytes_read"], (m["epoch_ssd_bytes"], m["ssd_bytes_read"])
+    assert all(0 < m["train_tier_bytes"][k] < b for k, b in m["tier_bytes"].items() if b), m["train_tier_bytes"]
+    rate, fed = m["tier_mb_per_s"], m["train_tier_bytes"]  # one train wall divides every tier's bytes
+    assert rate["cpu"] / rate["ssd"] == pytest.approx(fed["cpu"] / fed["ssd"]), (rate, fed)
     assert m["stage_seconds"]["train"] < two_ranks["stage_seconds"]["train"]
     sizes = m["ssd_request_sizes"]  # the reads by size, as the bench's fio measures the disk for this mix
     assert sum(x["requests"] for x in sizes) == m["ssd_requests"] and sum(x["bytes"] for x in sizes) == m["ssd_bytes_read"]

@@ -85,9 +85,11 @@ class Reporter:
             return
         st = m["stage_seconds"]
         stages = "  ".join(f"{k} {v:.2f}s" for k, v in st.items())
-        rate = m.get("tier_mb_per_s", {}) if m.get("data_only") else {}  # a feed rate is what data-only measures
-        tiers = "  ".join(f"{k} {v / 1e6:,.1f} MB" + (f" ({rate[k]:,.1f} MB/s)" if k in rate else "")
-                          for k, v in m["tier_bytes"].items() if v)
+        tiers = "  ".join(f"{k} {v / 1e6:,.1f} MB" for k, v in m["tier_bytes"].items() if v)
+        if m.get("data_only"):  # a feed rate is what data-only measures: the train epochs' alone
+            rate = m.get("tier_mb_per_s", {})
+            tiers += "; feed rate in the train epochs: " + "  ".join(
+                f"{k} {v:,.1f} MB/s" for k, v in rate.items() if m["tier_bytes"].get(k))
         self.console.print(
             f"done: {m['epochs']} epochs, " + ("data only (no model step), " if m.get("data_only") else
                                                f"val {m['val_metric']} {m['val_' + m['val_metric']]:.4f}, ")

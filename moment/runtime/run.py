@@ -208,6 +208,10 @@ class Run:
         self._current: Batch | None = None
         self.epoch_seconds: list[float] = []  # each train loader's, from its first batch asked to its end
         self.epoch_cpu_seconds: list[float] = []  # this process's CPU (every thread) over the same span
+        # this rank's SSD bytes read in each train loader's span: an epoch's feed rate, without the validation
+        # passes' reads (which `ssd_bytes_read` counts too) or the caches' fill at start
+        self.epoch_ssd_bytes: list[int] = []
+        self.train_tier_bytes: dict[str, int] = {}  # what each tier served in those spans, summed
         self._closed = False
         torch.manual_seed(cfg.seed)  # the same initial weights on every rank, for a model built next
 
@@ -311,13 +315,14 @@ class Run:
 
     def summary(self) -> dict[str, Any]:
         """What this rank's run did so far: steps, the loss curve (the mean over ranks), each train loader's
-        seconds and this process's CPU seconds in it, the rows and bytes each tier served, the SSD reads and the
+        seconds and this process's CPU seconds and SSD bytes read in it, the rows and bytes each tier served, the SSD reads and the
         pipelines' busy seconds, the rows read apart from a pack's segments (`pack_left_out_rows`, with `pack_fit`:
         moment.runtime.train.left_out_note), the SSD devices' busy share and read rate while busy over the train
         epochs (`disks`: moment.io.diskstats), and what the allocator kept of freed memory (`heap_use`)."""
         st = self.source.tier_stats() if self.source is not None else self._final_stats
         return {"rank": self.rank, "world_size": self.world_size, "steps": self.step, "loss_curve": self.loss_curve,
                 "epoch_seconds": self.epoch_seconds, "epoch_cpu_seconds": self.epoch_cpu_seconds,
+                "epoch_ssd_bytes": self.epoch_ssd_bytes,
                 "tier_rows": dict(st["rows"]), "tier_bytes": dict(st["bytes"]),
                 "ssd_bytes_read": int(st["ssd_bytes_read"]),
                 # the rows a pack left out for larger caches than this rank's, and the --cached that fits it
@@ -438,6 +443,7 @@ class Run:
         key = (cfg.seed, e, rank) if train else (cfg.seed, e, rank, SPLIT_TAGS[loader.split])
         t0, c0 = time.perf_counter(), time.process_time()
         if train:
+            s0 = self.source.tier_stats()
             self.source.epoch_start(e)
             self.disks.begin()
         for item in self._pipe(loader.split).run(loader.seeds, key, start=loader.start):
@@ -452,6 +458,10 @@ class Run:
             self.disks.end()
             self.epoch_seconds.append(time.perf_counter() - t0)
             self.epoch_cpu_seconds.append(time.process_time() - c0)
+            s1 = self.source.tier_stats()
+            self.epoch_ssd_bytes.append(int(s1["ssd_bytes_read"] - s0["ssd_bytes_read"]))
+            for name, b in s1["bytes"].items():
+                self.train_tier_bytes[name] = self.train_tier_bytes.get(name, 0) + int(b - s0["bytes"][name])
 
     def _check_machines(self) -> None:
         """Refuse, on every rank alike, machines that would not train one run (moment.runtime.rendezvous)."""

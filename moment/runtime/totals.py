@@ -30,20 +30,23 @@ class Totals:
     pack_left_out_rows: float  # rows the pack took as cached that this run's caches do not hold: read from the layout
     direct_rows: float  # SSD rows read straight into their destination, not staged and copied
     tier_bytes: dict[str, float]  # by tier name: every rank has the same tiers
+    train_tier_bytes: dict[str, float]  # the same, in the train epochs alone (the feed rate's bytes)
     tier_rows: dict[str, float]
     stage_seconds: dict[str, float]  # StageTimes' fields, `wall` among them
     request_sizes: dict[str, float]  # "n07"/"b07": SSD reads and their bytes of [2**7, 2**8) bytes (merge.SIZE_BUCKETS)
 
     @classmethod
-    def of(cls, seeds: int, tiers: dict[str, Any], stages: StageTimes) -> Totals:
-        """From a rank's seeds trained, its store's `tier_stats()` and its training loop's stage times."""
+    def of(cls, seeds: int, tiers: dict[str, Any], stages: StageTimes, train_bytes: dict[str, int]) -> Totals:
+        """From a rank's seeds trained, its store's `tier_stats()`, its training loop's stage times and what each
+        tier served in the train epochs (`Run.train_tier_bytes`)."""
         sizes = tiers.get("ssd_request_sizes")
         sizes = np.zeros((2, SIZE_BUCKETS)) if sizes is None else np.asarray(sizes)
         return cls(seeds=seeds, ssd_bytes=tiers["ssd_bytes_read"], ssd_requests=tiers["ssd_requests"],
                    packed_rows=tiers.get("packed_rows", 0),
                    segment_batches=tiers.get("segment_batches", 0),
                    pack_left_out_rows=tiers.get("pack_left_out_rows", 0), direct_rows=tiers.get("direct_rows", 0),
-                   tier_bytes=dict(tiers["bytes"]), tier_rows=dict(tiers["rows"]), stage_seconds=stages.as_dict(),
+                   tier_bytes=dict(tiers["bytes"]),
+                   train_tier_bytes={n: train_bytes.get(n, 0) for n in tiers["bytes"]}, tier_rows=dict(tiers["rows"]), stage_seconds=stages.as_dict(),
                    request_sizes={f"{kind}{k:02d}": float(sizes[i, k]) for i, kind in enumerate("nb")
                                   for k in range(SIZE_BUCKETS)})
 

@@ -173,7 +173,8 @@ class Trainer:
     def _metrics(self, wall: float) -> dict[str, Any]:
         ctx, at = self.ctx, self.at
         mine = self.run_.stage_times("train")
-        total = Totals.of(self.seeds_trained, self.source.tier_stats(), mine).summed(ctx.all_reduce)
+        total = Totals.of(self.seeds_trained, self.source.tier_stats(), mine,
+                          self.run_.train_tier_bytes).summed(ctx.all_reduce)
         tier_bytes = {n: int(b) for n, b in total.tier_bytes.items()}
         rows = {n: int(r) for n, r in total.tier_rows.items()}
         w = ctx.world_size
@@ -199,11 +200,16 @@ class Trainer:
             "epoch_seconds": at.epoch_seconds,
             # every rank's process, summed: what an epoch costs the machine's cores (since this start)
             "epoch_cpu_seconds": ctx.all_reduce(torch.tensor(self.run_.epoch_cpu_seconds, dtype=torch.float64)).tolist(),
+            # every rank's SSD reads in each train epoch, summed (validation's and the caches' fill not counted)
+            "epoch_ssd_bytes": [int(x) for x in ctx.all_reduce(torch.tensor(self.run_.epoch_ssd_bytes,
+                                                                            dtype=torch.float64)).tolist()],
             "wall_s": wall,
             "loss_curve": None if data_only else self.curve,
             "tier_bytes": tier_bytes,
             "tier_rows": rows,
-            "tier_mb_per_s": {n: b / 1e6 / train_wall for n, b in tier_bytes.items()},
+            # the feed rate: what the tiers served in the train epochs over their seconds (validation's reads apart)
+            "train_tier_bytes": {n: int(b) for n, b in total.train_tier_bytes.items()},
+            "tier_mb_per_s": {n: b / 1e6 / train_wall for n, b in total.train_tier_bytes.items()},
             "ssd_bytes_read": int(total.ssd_bytes),
             "cpu_hit_rate": (rows["cpu"] / max(1, rows["cpu"] + rows["ssd"]) if "cpu" in rows and "ssd" in rows
                              else None),
