@@ -315,10 +315,11 @@ class Run:
 
     def summary(self) -> dict[str, Any]:
         """What this rank's run did so far: steps, the loss curve (the mean over ranks), each train loader's
-        seconds and this process's CPU seconds and SSD bytes read in it, the rows and bytes each tier served, the SSD reads and the
-        pipelines' busy seconds, the rows read apart from a pack's segments (`pack_left_out_rows`, with `pack_fit`:
-        moment.runtime.train.left_out_note), the SSD devices' busy share and read rate while busy over the train
-        epochs (`disks`: moment.io.diskstats), and what the allocator kept of freed memory (`heap_use`)."""
+        seconds and this process's CPU seconds and SSD bytes read in it, the rows and bytes each tier served, the
+        SSD reads and the pipelines' busy seconds, the rows read apart from a pack's segments
+        (`pack_left_out_rows`, with `pack_fit`: moment.runtime.train.left_out_note), the SSD devices' busy share
+        and read rate while busy over the train epochs (`disks`: moment.io.diskstats), and what the allocator
+        kept of freed memory (`heap_use`)."""
         st = self.source.tier_stats() if self.source is not None else self._final_stats
         return {"rank": self.rank, "world_size": self.world_size, "steps": self.step, "loss_curve": self.loss_curve,
                 "epoch_seconds": self.epoch_seconds, "epoch_cpu_seconds": self.epoch_cpu_seconds,

@@ -45,8 +45,8 @@ class Totals:
                    packed_rows=tiers.get("packed_rows", 0),
                    segment_batches=tiers.get("segment_batches", 0),
                    pack_left_out_rows=tiers.get("pack_left_out_rows", 0), direct_rows=tiers.get("direct_rows", 0),
-                   tier_bytes=dict(tiers["bytes"]),
-                   train_tier_bytes={n: train_bytes.get(n, 0) for n in tiers["bytes"]}, tier_rows=dict(tiers["rows"]), stage_seconds=stages.as_dict(),
+                   tier_bytes=dict(tiers["bytes"]), train_tier_bytes={n: train_bytes.get(n, 0) for n in tiers["bytes"]},
+                   tier_rows=dict(tiers["rows"]), stage_seconds=stages.as_dict(),
                    request_sizes={f"{kind}{k:02d}": float(sizes[i, k]) for i, kind in enumerate("nb")
                                   for k in range(SIZE_BUCKETS)})
 
