@@ -867,7 +867,8 @@ def feed_rate(a, ds_dir: Path, layout: Path, bound: int | None, common: list[str
         print(f"{name}_ssd_MB_per_s: {m['ssd_MB_per_s']:.0f}  "
               f"({'its own count of the SSD reads in its train epochs' if tiered else read}, over its epochs)")
         if tiered:
-            m["ssd_MB_per_s_steady"] = steady(m["epoch_ssd_bytes"]) / 1e6 / steady_s(m)
+            m["ssd_bytes_steady"] = steady(m["epoch_ssd_bytes"])  # per steady epoch
+            m["ssd_MB_per_s_steady"] = m["ssd_bytes_steady"] / 1e6 / steady_s(m)
             print(f"{name}_ssd_MB_per_s_steady: {m['ssd_MB_per_s_steady']:.0f}  (the same over the steady epochs: "
                   f"{', '.join(f'{x / 1e6:.0f}' for x in steady_epochs(m['epoch_ssd_bytes']))} MB)")
             print(f"{name}_limiting_stage: {m['limiting_stage']}")
@@ -904,7 +905,7 @@ def feed_rate(a, ds_dir: Path, layout: Path, bound: int | None, common: list[str
             if "data_only_in_memory" in got:
                 # no reader can feed faster than the pipeline consumes: at the in-memory run's pace (the same sampling
                 # and copies, no reads) Moment's steady epoch's SSD bytes would be asked for at this rate
-                ceiling = steady(mo["epoch_ssd_bytes"]) / steady_s(got["data_only_in_memory"])
+                ceiling = mo["ssd_bytes_steady"] / steady_s(got["data_only_in_memory"])
                 out["data_only_cpu_ceiling_over_fio"] = ceiling / rate
                 print(f"data_only_cpu_ceiling_over_fio{suffix}: {out['data_only_cpu_ceiling_over_fio']:.3f}  (Moment's "
                       "steady SSD bytes per epoch over the in-memory steady epoch / fio's replay: the most the CPU "

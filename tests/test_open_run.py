@@ -52,6 +52,9 @@ def test_a_loader_yields_pyg_style_batches_with_the_right_rows_and_labels(runtim
     summary = run.summary()
     assert summary["steps"] == seen and summary["epoch_seconds"] and summary["tier_rows"]["ssd"] > 0
     assert summary["pack_left_out_rows"] == 0 and summary["pack_fit"] is None  # this layout has no pack
+    # the train loader's epoch apart from the validation pass and the lookups after it: the feed rate's bytes
+    assert len(summary["epoch_ssd_bytes"]) == 1 and 0 < summary["epoch_ssd_bytes"][0] < summary["ssd_bytes_read"]
+    assert 0 < summary["train_tier_bytes"]["ssd"] < summary["tier_bytes"]["ssd"], summary["train_tier_bytes"]
     # the SSD bins' device over the train loader's one epoch, as moment train reports it (none on tmpfs)
     dev = block_device(runtime_layout)
     assert [(d["device"], len(d["spans"])) for d in summary["disks"]] == ([(dev.name, 1)] if dev else [])

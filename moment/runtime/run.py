@@ -315,15 +315,15 @@ class Run:
 
     def summary(self) -> dict[str, Any]:
         """What this rank's run did so far: steps, the loss curve (the mean over ranks), each train loader's
-        seconds and this process's CPU seconds and SSD bytes read in it, the rows and bytes each tier served, the
-        SSD reads and the pipelines' busy seconds, the rows read apart from a pack's segments
+        seconds and this process's CPU seconds and SSD bytes read in it, the rows and bytes each tier served (and
+        their bytes in the train loaders' spans: `train_tier_bytes`, the feed rate's), the SSD reads and the pipelines' busy seconds, the rows read apart from a pack's segments
         (`pack_left_out_rows`, with `pack_fit`: moment.runtime.train.left_out_note), the SSD devices' busy share
         and read rate while busy over the train epochs (`disks`: moment.io.diskstats), and what the allocator
         kept of freed memory (`heap_use`)."""
         st = self.source.tier_stats() if self.source is not None else self._final_stats
         return {"rank": self.rank, "world_size": self.world_size, "steps": self.step, "loss_curve": self.loss_curve,
                 "epoch_seconds": self.epoch_seconds, "epoch_cpu_seconds": self.epoch_cpu_seconds,
-                "epoch_ssd_bytes": self.epoch_ssd_bytes,
+                "epoch_ssd_bytes": self.epoch_ssd_bytes, "train_tier_bytes": dict(self.train_tier_bytes),
                 "tier_rows": dict(st["rows"]), "tier_bytes": dict(st["bytes"]),
                 "ssd_bytes_read": int(st["ssd_bytes_read"]),
                 # the rows a pack left out for larger caches than this rank's, and the --cached that fits it
