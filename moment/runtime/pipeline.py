@@ -40,6 +40,7 @@ import torch
 from moment.caching.tiers import ahead_after
 from moment.io.device import DeviceLayer
 from moment.runtime.footprint import held_batches
+from moment.runtime.sampler_pool import SamplerPool
 from moment.runtime.sources import FeatureSource, Staged
 from moment.runtime.threads import start_thread
 from moment.workload.sampler import CSRGraph, MiniBatch, NeighborSampler
@@ -118,11 +119,12 @@ class Pipeline:
 
     def __init__(self, graph: CSRGraph, fanouts: Sequence[int], source: FeatureSource, labels: torch.Tensor,
                  device: torch.device, *, depth: int = 2, pipelined: bool = True,
-                 sampler: Callable[[CSRGraph, list[int]], Any] = NeighborSampler):
-        """`sampler(graph, fanouts)` makes a sampler (one per sampling thread): NeighborSampler's node batches,
-        or link prediction's (moment.runtime.link_task.sampler_for)."""
+                 sampler: Callable[[CSRGraph, list[int]], Any] | SamplerPool = NeighborSampler):
+        """`sampler(graph, fanouts)` makes a sampler: NeighborSampler's node batches, or link prediction's
+        (moment.runtime.link_task.sampler_for); a `SamplerPool` lends them (pipelines of one run share one, so
+        its sequences reuse one sampler's node map)."""
         self.graph, self.fanouts, self.source = graph, list(fanouts), source
-        self.make_sampler = sampler
+        self.samplers = sampler if isinstance(sampler, SamplerPool) else SamplerPool(sampler)
         self.labels, self.device = labels, torch.device(device)
         self.depth, self.pipelined = max(1, depth), pipelined
         self.times = StageTimes()
@@ -238,10 +240,16 @@ class Pipeline:
     # -- drivers: batches completed as far as this rank alone can, in order
 
     def _serial(self, batches, key, start) -> Iterator[Prepared]:
-        sampler = self.make_sampler(self.graph, self.fanouts)
-        for i in range(start, len(batches)):
-            mb = self._sample(sampler, batches[i], key, i)
-            yield self._complete(i, mb, self._submit(mb, (tuple(key), i)))
+        sampler, clear = self.samplers.take(self.graph, self.fanouts), True
+        try:
+            for i in range(start, len(batches)):
+                clear = False
+                mb = self._sample(sampler, batches[i], key, i)
+                clear = True
+                yield self._complete(i, mb, self._submit(mb, (tuple(key), i)))
+        finally:
+            if clear:  # not mid-batch: its map holds nothing
+                self.samplers.give(self.graph, self.fanouts, sampler)
 
     def _threaded(self, batches, key, start) -> Iterator[Prepared]:
         stop = threading.Event()
@@ -267,11 +275,13 @@ class Pipeline:
 
         def sampler_loop() -> None:
             try:
-                sampler = self.make_sampler(self.graph, self.fanouts)
+                sampler = self.samplers.take(self.graph, self.fanouts)
                 for i in range(start, len(batches)):
                     if not put(q_sampled, (i, self._sample(sampler, batches[i], key, i))):
-                        return
-                put(q_sampled, _DONE)
+                        break
+                else:
+                    put(q_sampled, _DONE)
+                self.samplers.give(self.graph, self.fanouts, sampler)  # between batches: its map is clear
             except BaseException as e:  # noqa: BLE001 - handed to the consumer, which re-raises it
                 put(q_sampled, e)
 

@@ -44,6 +44,7 @@ from moment.runtime.loader import LoaderPipeline, fork_hang_note
 from moment.runtime.memory_use import machine_peak, rank_sample, reset_peak
 from moment.runtime.model_spec import load_rank_code
 from moment.runtime.pipeline import Pipeline, Prepared, StageTimes
+from moment.runtime.sampler_pool import SamplerPool
 from moment.runtime.rendezvous import SHARED_SETTINGS, RunFacts, check_agents
 from moment.runtime.run_plan import RunPlan, dataset_dir, layout_gpus, resolve_run
 from moment.runtime.sizing import rank_start_sizes, run_inputs
@@ -130,6 +131,7 @@ class Run:
         self.source: FeatureSource | None = None
         self.heap: HeapKeeper | None = None  # what the allocator keeps of freed memory (a tiered run's)
         self._pipes: dict[str, Pipeline | LoaderPipeline] = {}
+        self._samplers: SamplerPool | None = None
         self._final_stats: dict[str, Any] = {"rows": {}, "bytes": {}, "ssd_bytes_read": 0}
         self._memory: dict[str, Any] | None = None  # the last `memory()`'s answer
         self._threads = torch.get_num_threads()  # restored at close
@@ -434,8 +436,10 @@ class Run:
                 self._pipes[kind] = LoaderPipeline(self.graph, self.fanouts, self.source, self.labels, dev,
                                                    workers=cfg.loader_workers, depth=cfg.depth, sampler=sampler)
             else:
+                if self._samplers is None:  # one for the run's pipelines: their sequences reuse its sampler
+                    self._samplers = SamplerPool(sampler)
                 self._pipes[kind] = Pipeline(self.graph, self.fanouts, self.source, self.labels, dev,
-                                             depth=cfg.depth, pipelined=cfg.pipeline, sampler=sampler)
+                                             depth=cfg.depth, pipelined=cfg.pipeline, sampler=self._samplers)
         return self._pipes[kind]
 
     def _batches(self, loader: Loader) -> Iterator[Batch]:

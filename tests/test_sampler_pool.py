@@ -1,0 +1,122 @@
+"""A rank's sequences reuse one sampler (its node map filled once per run), draw exactly what fresh samplers
+draw, never share one between two sequences at once, and never reuse one whose batch raised."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from moment.runtime.pipeline import Pipeline
+from moment.runtime.sampler_pool import SamplerPool
+from moment.runtime.sources import InMemoryFeatures
+from moment.workload.sampler import CSRGraph, NeighborSampler
+
+BATCHES = 6
+REPO = Path(__file__).resolve().parents[1]
+
+
+class Counting:
+    """A sampler factory that counts what it made; `fail_at`: the batch index whose sampling raises (once)."""
+
+    def __init__(self, fail_at: int | None = None):
+        self.made: list[NeighborSampler] = []
+        self.fail_at = fail_at
+
+    def __call__(self, graph, fanouts):
+        s = NeighborSampler(graph, fanouts)
+        self.made.append(s)
+        if self.fail_at is not None:
+            real, owner = s.sample, self
+
+            def sample(seeds):
+                if owner.fail_at is not None and int(seeds[0]) == owner.fail_at * 48:
+                    owner.fail_at = None
+                    s._map.local[int(seeds[0])] = 7  # a half-sampled batch's entry left in its map
+                    raise RuntimeError("sampling failed")
+                return real(seeds)
+
+            s.sample = sample
+        return s
+
+
+def _setup(ds):
+    graph = CSRGraph.from_dataset(ds)
+    return graph, torch.from_numpy(np.array(ds.labels)), InMemoryFeatures(ds.file("features"))
+
+
+def _seeds():
+    return [torch.arange(i, i + 48) for i in range(0, 48 * BATCHES, 48)]
+
+
+def _batches(pipe, key):
+    return [(p.batch.n_id.clone(), p.batch.edge_index.clone()) for p in pipe.run(_seeds(), key)]
+
+
+def test_the_pool_lends_its_idle_sampler_once_and_makes_another_for_a_second_taker(runtime_dataset):
+    graph, _, _ = _setup(runtime_dataset)
+    make = Counting()
+    pool = SamplerPool(make)
+    a = pool.take(graph, [5, 3])
+    b = pool.take(graph, [5, 3])  # `a` is lent: a second sequence at once gets its own
+    assert a is not b and len(make.made) == 2
+    pool.give(graph, [5, 3], a)
+    assert pool.take(graph, [5, 3]) is a
+    pool.give(graph, [5, 3], a)
+    assert pool.take(graph, [4, 3]) is not a  # other fan-outs: another sampler
+    assert pool.made == len(make.made) == 3
+
+
+@pytest.mark.parametrize("pipelined", [True, False])
+def test_sequences_reuse_one_sampler_and_draw_what_fresh_ones_draw(runtime_dataset, pipelined):
+    graph, labels, src = _setup(runtime_dataset)
+    make = Counting()
+    pool = SamplerPool(make)
+    train = Pipeline(graph, [5, 3], src, labels, torch.device("cpu"), pipelined=pipelined, sampler=pool)
+    evals = Pipeline(graph, [5, 3], src, labels, torch.device("cpu"), pipelined=pipelined, sampler=pool)
+    got = [_batches(train, (1, 0, 0)), _batches(evals, (1, 0, 0, 9)), _batches(train, (1, 1, 0))]
+    assert len(make.made) == 1, "every sequence after the first reuses the run's sampler"
+    assert int((make.made[0]._map.local >= 0).sum()) == 0, "its node map is clear between batches"
+    for key, seq in zip([(1, 0, 0), (1, 0, 0, 9), (1, 1, 0)], got, strict=True):
+        fresh = _batches(Pipeline(graph, [5, 3], src, labels, torch.device("cpu"), pipelined=pipelined), key)
+        assert len(seq) == len(fresh) == BATCHES
+        for (n, e), (fn, fe) in zip(seq, fresh, strict=True):
+            assert torch.equal(n, fn) and torch.equal(e, fe)
+
+
+def test_a_consumer_that_stops_early_gives_the_sampler_back(runtime_dataset):
+    graph, labels, src = _setup(runtime_dataset)
+    make = Counting()
+    pipe = Pipeline(graph, [5, 3], src, labels, torch.device("cpu"), sampler=SamplerPool(make))
+    for p in pipe.run(_seeds(), (1, 0, 0)):
+        if p.index == 1:
+            break
+    assert len(_batches(pipe, (1, 1, 0))) == BATCHES
+    assert len(make.made) == 1
+
+
+@pytest.mark.parametrize("pipelined", [True, False])
+def test_a_sampler_whose_batch_raised_is_not_lent_again(runtime_dataset, pipelined):
+    graph, labels, src = _setup(runtime_dataset)
+    make = Counting(fail_at=2)
+    pipe = Pipeline(graph, [5, 3], src, labels, torch.device("cpu"), pipelined=pipelined, sampler=SamplerPool(make))
+    with pytest.raises(RuntimeError, match="sampling failed"):
+        list(pipe.run(_seeds(), (1, 0, 0)))
+    again = _batches(pipe, (1, 0, 0))
+    assert len(make.made) == 2, "the failed sampler's map may hold a half-sampled batch: a new one is made"
+    fresh = _batches(Pipeline(graph, [5, 3], src, labels, torch.device("cpu"), pipelined=pipelined), (1, 0, 0))
+    assert all(torch.equal(a[0], b[0]) for a, b in zip(again, fresh, strict=True))
+
+
+def test_the_bench_compares_both_on_the_same_batches():
+    out = subprocess.run([sys.executable, str(REPO / "bench" / "sequence_start.py"), "--nodes", "20000",
+                          "--sequences", "2", "--batches", "2", "--batch-size", "64"],
+                         capture_output=True, text=True, check=True, timeout=120).stdout
+    got = dict(line.split(": ", 1) for line in out.splitlines()[1:])
+    for k in ("first_batch_ratio", "sequence_ratio", "first_batch_ms_made", "first_batch_ms_reused"):
+        assert float(got[k].split()[0]) > 0
+    assert got["samplers_made_by_the_pool"] == "1"
