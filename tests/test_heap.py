@@ -79,3 +79,25 @@ def test_no_limit_means_release():
         print("after", _rss_anon() - base)
     """)
     assert got["none"] and got["after"] < 8 * MiB
+
+
+def test_the_keeper_walks_the_heap_only_when_resident_memory_grew():
+    got = _run("""
+        keeper = keep_freed_memory(48 * MiB, period=3600)  # checked by hand below, not by its thread
+        held = arrays(8)
+        print("first", int(keeper.check()))
+        print("m_first", keeper.measures)
+        keeper.check()
+        print("m_same", keeper.measures)  # nothing grew: not measured again
+        del held[:]  # freed and kept: resident memory unchanged
+        keeper.check()
+        print("m_freed", keeper.measures)
+        more = arrays(30)  # 32 MiB from the kept memory, the rest new pages
+        print("grown_trimmed", int(keeper.check()))
+        print("m_grown", keeper.measures)
+        print("anon_matches_status", int(abs(keeper._anon.read() - _rss_anon()) < 4 * MiB))
+        keeper.stop()
+    """)
+    assert got["m_first"] == 1 and got["m_same"] == 1 and got["m_freed"] == 1
+    assert got["m_grown"] == 2 and not got["first"] and not got["grown_trimmed"]
+    assert got["anon_matches_status"]
