@@ -91,8 +91,8 @@ class HeapKeeper:
     It is measured only when the resident memory grew since the last measure: what a rank holds can only
     pass its bound by growing, and mallinfo2 walks every free chunk of every arena under the arena's lock
     (29 ms with 200k freed chunks; on the bench's 16M training run the keeper's thread took 0.13-0.2 CPU-s of
-    a 3.8 s epoch, checking every 0.1 s, while the step's allocations waited on that lock). So `peak_kept`
-    is the most seen at those measures.
+    a 3.8 s epoch, checking every 0.1 s, and the other threads' allocations wait on that lock). So
+    `peak_kept` is the most seen at those measures.
     """
 
     def __init__(self, libc: ctypes.CDLL, limit: int, period: float = PERIOD_S, device: Any = "cpu"):

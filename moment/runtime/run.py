@@ -44,9 +44,9 @@ from moment.runtime.loader import LoaderPipeline, fork_hang_note
 from moment.runtime.memory_use import machine_peak, rank_sample, reset_peak
 from moment.runtime.model_spec import load_rank_code
 from moment.runtime.pipeline import Pipeline, Prepared, StageTimes
-from moment.runtime.sampler_pool import SamplerPool
 from moment.runtime.rendezvous import SHARED_SETTINGS, RunFacts, check_agents
 from moment.runtime.run_plan import RunPlan, dataset_dir, layout_gpus, resolve_run
+from moment.runtime.sampler_pool import SamplerPool
 from moment.runtime.sizing import rank_start_sizes, run_inputs
 from moment.runtime.sources import FeatureSource, InMemoryFeatures, MemmapFeatures
 from moment.runtime.store import StoreInfo, open_store
