@@ -107,11 +107,11 @@ class HeapKeeper:
         self._base: int | None = None
         self._stop = threading.Event()
         self._thread = start_thread(self._watch, "moment-heap-keeper", device)
-        self._base = self._untracked()  # after the thread's start, which may import torch
+        self._base = self._untracked(self._anon.read())  # after the thread's start, which may import torch
 
-    def _untracked(self, rss: int | None = None) -> int:
+    def _untracked(self, rss: int) -> int:
         m = self._libc.mallinfo2()
-        return (self._anon.read() if rss is None else rss) - m.uordblks - m.hblkhd
+        return rss - m.uordblks - m.hblkhd
 
     def check(self) -> bool:
         """Trim when the resident memory grew and the kept part of it is over the limit; True when it trimmed."""

@@ -28,11 +28,14 @@ class SamplerPool:
         self._lock = threading.Lock()
         self.made = 0
 
+    @staticmethod
+    def _key(graph: Any, fanouts: Sequence[int]) -> tuple:
+        return id(graph), tuple(int(f) for f in fanouts)  # the pooled sampler holds `graph`: its id stays its own
+
     def take(self, graph: Any, fanouts: Sequence[int]) -> Any:
-        key = (id(graph), tuple(int(f) for f in fanouts))
         with self._lock:
             idle, self._idle = self._idle, None
-        if idle is not None and idle[0] == key:
+        if idle is not None and idle[0] == self._key(graph, fanouts):
             return idle[1]
         self.made += 1
         return self.make(graph, list(fanouts))
@@ -40,4 +43,4 @@ class SamplerPool:
     def give(self, graph: Any, fanouts: Sequence[int], sampler: Any) -> None:
         """Keep `sampler` (between its batches, never mid-batch) for the next sequence."""
         with self._lock:
-            self._idle = ((id(graph), tuple(int(f) for f in fanouts)), sampler)
+            self._idle = (self._key(graph, fanouts), sampler)
