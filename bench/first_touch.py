@@ -1,7 +1,8 @@
-"""What touching fresh memory costs here, in 4 KiB pages (the baseline) and in transparent huge pages: the figure
-behind moment.runtime.huge_pages. On a VM whose balloon reports free pages to its host, the host takes back the
-2 MiB blocks the guest frees, and a fresh huge page is faulted in again there; a 4 KiB page comes from what the
-guest still holds.
+"""What touching fresh memory costs here, in 4 KiB pages (the baseline) and in transparent huge pages: why a
+run's first epoch, which touches most of its memory for the first time, varies so (1.1-4.7 s against 0.8-1.6
+steady on the 16M data-only bench). On a VM whose balloon reports free pages to its host (virtio's
+VIRTIO_BALLOON_F_REPORTING), the host takes back each 2 MiB block the guest frees, and touching it again faults
+it in there too; how much that costs, and whether 4 KiB pages escape it, depends on the VM's history.
 
 Each round is a fresh process that first waits `--settle` seconds (the balloon reports free blocks a couple of
 seconds after they are freed), then maps `--gib` GiB, advises it (MADV_NOHUGEPAGE or MADV_HUGEPAGE), writes one
@@ -25,9 +26,19 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
 KINDS = {"4k": "MADV_NOHUGEPAGE", "huge": "MADV_HUGEPAGE"}
 PIECE = 64 << 10  # --fragmented: the free pieces' size
+
+
+def reporting_balloon(sysfs: Path = Path("/sys")) -> str | None:
+    """The virtio balloon that reports free pages to the host (feature bit 5 of its `features`), or None."""
+    for dev in sorted((sysfs / "bus" / "virtio" / "devices").glob("*")):
+        try:
+            if (dev / "driver").resolve().name == "virtio_balloon" and (dev / "features").read_text()[5:6] == "1":
+                return dev.name
+        except OSError:
+            continue
+    return None
 
 
 def fragment(n: int) -> mmap.mmap:
@@ -75,8 +86,7 @@ def main() -> int:
     if a.one:
         print(json.dumps(touch(a.one, a.gib, a.settle, a.fragmented)))
         return 0
-    balloon = subprocess.run([sys.executable, "-c", "from moment.runtime.huge_pages import reporting_balloon; "
-                              "print(reporting_balloon())"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    balloon = reporting_balloon()
     print(f"balloon reporting free pages to the host: {balloon}; free memory "
           f"{'in 64 KiB pieces first' if a.fragmented else 'as the machine has it'}")
     got: dict[str, list[dict[str, float]]] = {k: [] for k in KINDS}

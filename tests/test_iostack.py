@@ -100,6 +100,15 @@ def _vma_field(addr: int, field: str) -> str:
     return ""
 
 
+def _numpy_advice(on: bool) -> bool | None:
+    """Set NumPy's own huge-page advice; its previous setting (None: this NumPy has no switch)."""
+    try:
+        from numpy._core.multiarray import _set_madvise_hugepage
+    except ImportError:
+        return None
+    return bool(_set_madvise_hugepage(on))
+
+
 def test_a_large_buffer_is_advised_huge_pages():
     """A large read into 4 KiB pages is split by the block layer (a 1 MiB read is 256 memory segments);
     a buffer from a huge page up asks for huge pages (THPeligible: the kernel may back it with them)."""
@@ -114,11 +123,10 @@ def test_a_large_buffer_is_advised_huge_pages():
 
 def test_the_read_arena_is_huge_page_memory():
     """The training reader reads whole runs of rows straight into the pool's arena (not only into its staging
-    buffers), so the arena must be huge-page memory too, by its own advice: a run behind a reporting balloon
-    turns NumPy's advice off (moment.runtime.huge_pages), and in THP's "madvise" mode an unadvised arena would
-    split each 1 MiB read again. Checked with NumPy's advice off, a huge page's worth and more of the arena."""
+    buffers), so the arena must be huge-page memory too, by its own advice: NumPy's may be off
+    (NUMPY_MADVISE_HUGEPAGE=0), and in THP's "madvise" mode an unadvised arena would split each 1 MiB read
+    again. Checked with NumPy's advice off, a huge page's worth and more of the arena."""
     from moment.runtime.gather import BufferPool
-    from moment.runtime.huge_pages import _numpy_advice
 
     mode = Path("/sys/kernel/mm/transparent_hugepage/enabled")
     if not mode.is_file() or "[never]" in mode.read_text():
@@ -145,7 +153,6 @@ def test_a_huge_page_buffer_is_advised_and_small_ones_plain():
     """huge_page_buffer: from one huge page up, on a huge-page boundary and advised huge pages (its own
     advice: THPeligible in "madvise" mode); below that, a plain aligned malloc."""
     from moment.io import huge_page_buffer
-    from moment.runtime.huge_pages import _numpy_advice
 
     before = _numpy_advice(False)  # so that the advice checked is the buffer's own
     try:

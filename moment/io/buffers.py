@@ -63,8 +63,8 @@ def _libc() -> ctypes.CDLL:
 def huge_page_buffer(nbytes: int, alignment: int = 4096) -> np.ndarray:
     """`nbytes` from malloc (so the heap keeper counts them as in use), starting on a huge page and advised to be
     backed by huge pages from one huge page up, its pages left for the reads that fill it to fault in: not
-    `aligned_buffer`, which writes them. Its own advice, not NumPy's (which NumPy gives arrays from 4 MiB up
-    unless told not to: moment.runtime.huge_pages turns it off where fresh huge pages are dear)."""
+    `aligned_buffer`, which writes them. Its own advice, not NumPy's (given to arrays from 4 MiB up, unless the
+    kernel is older than 4.6 or NUMPY_MADVISE_HUGEPAGE=0 says not to): without it reads here would be split."""
     if nbytes < HUGE_PAGE or _MADV_HUGEPAGE is None:
         raw = np.empty(nbytes + alignment, np.uint8)
         return raw[-raw.ctypes.data % alignment:][:nbytes]

@@ -39,7 +39,6 @@ from moment.runtime.config import TrainConfig, effective_fanouts, make_config
 from moment.runtime.dist import AgreedError, DistContext, setup
 from moment.runtime.finite import DIVERGE_FACTOR, DIVERGE_STEPS, BadStep, Divergence, StepLog
 from moment.runtime.heap import HeapKeeper, keep_freed_memory, return_freed_memory
-from moment.runtime.huge_pages import HugePages
 from moment.runtime.link_task import sampler_for, train_seeds
 from moment.runtime.loader import LoaderPipeline, fork_hang_note
 from moment.runtime.memory_use import machine_peak, rank_sample, reset_peak
@@ -131,7 +130,6 @@ class Run:
         self.cfg, self.ctx, self._own_ctx = cfg, ctx, own_ctx
         self.source: FeatureSource | None = None
         self.heap: HeapKeeper | None = None  # what the allocator keeps of freed memory (a tiered run's)
-        self.huge_pages: HugePages | None = None  # which of a tiered run's arrays get huge pages
         self._pipes: dict[str, Pipeline | LoaderPipeline] = {}
         self._samplers: SamplerPool | None = None
         self._final_stats: dict[str, Any] = {"rows": {}, "bytes": {}, "ssd_bytes_read": 0}
@@ -186,7 +184,6 @@ class Run:
         self.plan: RunPlan | None = None  # every derived decision of a tiered run (moment.runtime.run_plan)
         if cfg.features == "tiered":
             return_freed_memory()
-            self.huge_pages = HugePages()
             own, agent, shared = start
             inputs = run_inputs(cfg, ds, self.graph, [self.batches], self.fanouts, own, agent,
                                 max(ctx.local_world_size, 1), self.layout, shared_start_bytes=shared, ctx=ctx,
@@ -323,8 +320,8 @@ class Run:
         seconds and this process's CPU seconds and SSD bytes read in it, the rows and bytes each tier served (and
         their bytes in the train loaders' spans: `train_tier_bytes`, the feed rate's), the SSD reads and the pipelines' busy seconds, the rows read apart from a pack's segments
         (`pack_left_out_rows`, with `pack_fit`: moment.runtime.train.left_out_note), the SSD devices' busy share
-        and read rate while busy over the train epochs (`disks`: moment.io.diskstats), what the allocator
-        kept of freed memory (`heap_use`) and which arrays got huge pages (`huge_pages`: moment.runtime.huge_pages)."""
+        and read rate while busy over the train epochs (`disks`: moment.io.diskstats), and what the allocator
+        kept of freed memory (`heap_use`)."""
         st = self.source.tier_stats() if self.source is not None else self._final_stats
         return {"rank": self.rank, "world_size": self.world_size, "steps": self.step, "loss_curve": self.loss_curve,
                 "epoch_seconds": self.epoch_seconds, "epoch_cpu_seconds": self.epoch_cpu_seconds,
@@ -335,7 +332,6 @@ class Run:
                 "pack_left_out_rows": int(st.get("pack_left_out_rows", 0)), "pack_fit": st.get("pack_fit"),
                 "disks": self.disks.report(),
                 "stage_seconds": {s: p.times.as_dict() for s, p in self._pipes.items()}, "heap": self.heap_use(),
-                "huge_pages": self.huge_pages.summary() if self.huge_pages is not None else None,
                 "memory": self._memory}
 
     def memory(self) -> dict[str, Any]:
@@ -415,8 +411,6 @@ class Run:
         source, self.source = self.source, None
         if self.heap is not None:
             self.heap.stop()
-        if self.huge_pages is not None:
-            self.huge_pages.restore()
         try:
             if source is not None:
                 self._final_stats = source.tier_stats()

@@ -259,7 +259,6 @@ class Trainer:
         if self.plan is not None:
             out["ssd_shares"] = st.get("ssd_shares", {})
             out["heap"] = self.run_.heap_use()
-            out["huge_pages"] = self.run_.huge_pages.summary() if self.run_.huge_pages is not None else None
             out["pack_fit"] = st.get("pack_fit")
         out["disks"] = self.run_.disks.report()
         return out
