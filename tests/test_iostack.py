@@ -100,6 +100,15 @@ def _vma_field(addr: int, field: str) -> str:
     return ""
 
 
+def _numpy_advice(on: bool) -> bool | None:
+    """Set NumPy's own huge-page advice; its previous setting (None: this NumPy has no switch)."""
+    try:
+        from numpy._core.multiarray import _set_madvise_hugepage
+    except ImportError:
+        return None
+    return bool(_set_madvise_hugepage(on))
+
+
 def test_a_large_buffer_is_advised_huge_pages():
     """A large read into 4 KiB pages is split by the block layer (a 1 MiB read is 256 memory segments);
     a buffer from a huge page up asks for huge pages (THPeligible: the kernel may back it with them)."""
@@ -114,21 +123,49 @@ def test_a_large_buffer_is_advised_huge_pages():
 
 def test_the_read_arena_is_huge_page_memory():
     """The training reader reads whole runs of rows straight into the pool's arena (not only into its staging
-    buffers), so the arena must be huge-page memory too: it is, by NumPy's own advice on arrays from 4 MiB up
-    (madvise MADV_HUGEPAGE; with the kernel aligning large mappings, the whole arena was AnonHugePages here),
-    so `_unfaulted` adds none of its own. Were that advice gone, a 1 MiB read there would be split again."""
+    buffers), so the arena must be huge-page memory too, by its own advice: NumPy's may be off
+    (NUMPY_MADVISE_HUGEPAGE=0), and in THP's "madvise" mode an unadvised arena would split each 1 MiB read
+    again. Checked with NumPy's advice off, a huge page's worth and more of the arena."""
     from moment.runtime.gather import BufferPool
 
     mode = Path("/sys/kernel/mm/transparent_hugepage/enabled")
     if not mode.is_file() or "[never]" in mode.read_text():
         pytest.skip("transparent huge pages are off on this machine")
+    before = _numpy_advice(False)
     pool = BufferPool(64 << 20)
-    dest = pool.lend(1024, 4096)
     try:
-        assert dest.ctypes.data % 4096 == 0
-        assert _vma_field(dest.ctypes.data, "THPeligible") == "1"
+        dest = pool.lend(1024, 4096)
+        big = pool.lend(1024, 8192)
+        try:
+            for d in (dest, big):
+                assert d.ctypes.data % 4096 == 0
+                assert _vma_field(d.ctypes.data, "THPeligible") == "1"
+            assert _vma_field(big.ctypes.data + big.nbytes - 1, "THPeligible") == "1"
+        finally:
+            pool.release(dest)
+            pool.release(big)
     finally:
-        pool.release(dest)
+        if before is not None:
+            _numpy_advice(before)
+
+
+def test_a_huge_page_buffer_is_advised_and_small_ones_plain():
+    """huge_page_buffer: from one huge page up, on a huge-page boundary and advised huge pages (its own
+    advice: THPeligible in "madvise" mode); below that, a plain aligned malloc."""
+    from moment.io import huge_page_buffer
+
+    before = _numpy_advice(False)  # so that the advice checked is the buffer's own
+    try:
+        big = huge_page_buffer(8 << 20)
+    finally:
+        if before is not None:
+            _numpy_advice(before)
+    assert big.ctypes.data % HUGE_PAGE == 0 and big.nbytes == 8 << 20 and big.flags.writeable
+    small = huge_page_buffer(HUGE_PAGE // 4, alignment=512)
+    assert small.ctypes.data % 512 == 0 and small.nbytes == HUGE_PAGE // 4
+    mode = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    if mode.is_file() and "[madvise]" in mode.read_text():
+        assert _vma_field(big.ctypes.data, "THPeligible") == "1"
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -8,7 +8,8 @@ from moment.lazy import exports
 
 #: name -> the module that defines it
 EXPORTS = {
-    "aligned_buffer": "moment.io.buffers", "BACKENDS": "moment.io.engines", "available_backends": "moment.io.engines",
+    "aligned_buffer": "moment.io.buffers", "huge_page_buffer": "moment.io.buffers",
+    "BACKENDS": "moment.io.engines", "available_backends": "moment.io.engines",
     "ReadBatch": "moment.io.requests", "Completion": "moment.io.stack", "IOStack": "moment.io.stack",
     "IOStats": "moment.io.stack", "Ticket": "moment.io.stack",
 }

@@ -16,6 +16,8 @@ straddles three huge pages and holds one whole.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import mmap
 
 import numpy as np
@@ -23,6 +25,7 @@ import numpy as np
 from moment.errors import MomentError
 
 HUGE_PAGE = 2 << 20  # x86-64 and arm64 (4 KiB base pages) transparent huge pages
+_MADV_HUGEPAGE = getattr(mmap, "MADV_HUGEPAGE", None)
 
 
 def aligned_buffer(nbytes: int, alignment: int = 4096) -> np.ndarray:
@@ -39,12 +42,33 @@ def aligned_buffer(nbytes: int, alignment: int = 4096) -> np.ndarray:
         region = mmap.mmap(-1, nbytes + align, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         raw = np.frombuffer(region, np.uint8)  # keeps `region` alive as long as any view of it
         start = -raw.ctypes.data % align
-        if hasattr(mmap, "MADV_HUGEPAGE"):  # advice only: where THP is off the buffer is plain pages
-            region.madvise(mmap.MADV_HUGEPAGE, start, nbytes)
+        if _MADV_HUGEPAGE is not None:  # advice only: where THP is off the buffer is plain pages
+            region.madvise(_MADV_HUGEPAGE, start, nbytes)
         out = raw[start:start + nbytes]
     else:
         raw = np.empty(nbytes + alignment, np.uint8)
         start = -raw.ctypes.data % alignment
         out = raw[start:start + nbytes]
     out.fill(0)  # not np.zeros: calloc'd pages stay unmapped until first written
+    return out
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    return libc
+
+
+def huge_page_buffer(nbytes: int, alignment: int = 4096) -> np.ndarray:
+    """`nbytes` from malloc (so the heap keeper counts them as in use), starting on a huge page and advised to be
+    backed by huge pages from one huge page up, its pages left for the reads that fill it to fault in: not
+    `aligned_buffer`, which writes them. Its own advice, not NumPy's (given to arrays from 4 MiB up, unless the
+    kernel is older than 4.6 or NUMPY_MADVISE_HUGEPAGE=0 says not to): without it reads here would be split."""
+    if nbytes < HUGE_PAGE or _MADV_HUGEPAGE is None:
+        raw = np.empty(nbytes + alignment, np.uint8)
+        return raw[-raw.ctypes.data % alignment:][:nbytes]
+    raw = np.empty(nbytes + HUGE_PAGE, np.uint8)
+    out = raw[-raw.ctypes.data % HUGE_PAGE:][:nbytes]
+    _libc().madvise(out.ctypes.data, -(-nbytes // 4096) * 4096, _MADV_HUGEPAGE)  # advice: a refusal leaves plain pages
     return out

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from moment.errors import MomentError
-from moment.io import IOStack, ReadBatch, aligned_buffer
+from moment.io import IOStack, ReadBatch, aligned_buffer, huge_page_buffer
 from moment.io.merge import Plan, Shape, size_histogram
 from moment.io.rows import copy_rows
 from moment.runtime.threads import start_thread
@@ -32,14 +32,6 @@ INFLIGHT = 4  # staging buffers (windows) a reader keeps submitted
 def staging_bytes(align: int, window: int = WINDOW, inflight: int = INFLIGHT) -> int:
     """What a `Reader` holds for its staging buffers (the memory budget charges this)."""
     return max(1, int(inflight)) * (max(int(window), int(align)) + int(align))
-
-
-def _unfaulted(nbytes: int, align: int) -> np.ndarray:
-    """`nbytes` from malloc, the first aligned, the pages left for the reads to fault in: not `aligned_buffer`,
-    which writes them and maps memory of its own (the heap keeper counts malloc's as in use, not as kept). Huge
-    pages all the same, as reads straight into it need: NumPy advises them for arrays from 4 MiB up."""
-    raw = np.empty(nbytes + align, np.uint8)
-    return raw[-raw.ctypes.data % align:][:nbytes]
 
 
 class BufferPool:
@@ -95,11 +87,11 @@ class BufferPool:
             self.peak = max(self.peak, self.used)
             if at < 0:
                 self.oversize += 1
-                dest = _unfaulted(size, self.align)[:n].reshape(rows, row_bytes)
+                dest = huge_page_buffer(size, self.align)[:n].reshape(rows, row_bytes)
                 self._own[dest.ctypes.data] = size
                 return dest
             if self._arena is None:
-                self._arena = _unfaulted(self.capacity, self.align)
+                self._arena = huge_page_buffer(self.capacity, self.align)
             self._live[at] = size
             return self._arena[at: at + n].reshape(rows, row_bytes)
 
