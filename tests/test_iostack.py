@@ -100,13 +100,20 @@ def _vma_field(addr: int, field: str) -> str:
     return ""
 
 
-def _numpy_advice(on: bool) -> bool | None:
-    """Set NumPy's own huge-page advice; its previous setting (None: this NumPy has no switch)."""
+@contextlib.contextmanager
+def _numpy_advice_off():
+    """NumPy's own huge-page advice off inside (where this NumPy has the switch), so that what is checked is
+    Moment's."""
     try:
         from numpy._core.multiarray import _set_madvise_hugepage
     except ImportError:
-        return None
-    return bool(_set_madvise_hugepage(on))
+        yield
+        return
+    before = _set_madvise_hugepage(False)
+    try:
+        yield
+    finally:
+        _set_madvise_hugepage(before)
 
 
 def test_a_large_buffer_is_advised_huge_pages():
@@ -131,22 +138,18 @@ def test_the_read_arena_is_huge_page_memory():
     mode = Path("/sys/kernel/mm/transparent_hugepage/enabled")
     if not mode.is_file() or "[never]" in mode.read_text():
         pytest.skip("transparent huge pages are off on this machine")
-    before = _numpy_advice(False)
     pool = BufferPool(64 << 20)
-    try:
+    with _numpy_advice_off():
         dest = pool.lend(1024, 4096)
         big = pool.lend(1024, 8192)
-        try:
-            for d in (dest, big):
-                assert d.ctypes.data % 4096 == 0
-                assert _vma_field(d.ctypes.data, "THPeligible") == "1"
-            assert _vma_field(big.ctypes.data + big.nbytes - 1, "THPeligible") == "1"
-        finally:
-            pool.release(dest)
-            pool.release(big)
+    try:
+        for d in (dest, big):
+            assert d.ctypes.data % 4096 == 0
+            assert _vma_field(d.ctypes.data, "THPeligible") == "1"
+        assert _vma_field(big.ctypes.data + big.nbytes - 1, "THPeligible") == "1"
     finally:
-        if before is not None:
-            _numpy_advice(before)
+        pool.release(dest)
+        pool.release(big)
 
 
 def test_a_huge_page_buffer_is_advised_and_small_ones_plain():
@@ -154,12 +157,8 @@ def test_a_huge_page_buffer_is_advised_and_small_ones_plain():
     advice: THPeligible in "madvise" mode); below that, a plain aligned malloc."""
     from moment.io import huge_page_buffer
 
-    before = _numpy_advice(False)  # so that the advice checked is the buffer's own
-    try:
+    with _numpy_advice_off():
         big = huge_page_buffer(8 << 20)
-    finally:
-        if before is not None:
-            _numpy_advice(before)
     assert big.ctypes.data % HUGE_PAGE == 0 and big.nbytes == 8 << 20 and big.flags.writeable
     small = huge_page_buffer(HUGE_PAGE // 4, alignment=512)
     assert small.ctypes.data % 512 == 0 and small.nbytes == HUGE_PAGE // 4

@@ -65,10 +65,10 @@ def huge_page_buffer(nbytes: int, alignment: int = 4096) -> np.ndarray:
     backed by huge pages from one huge page up, its pages left for the reads that fill it to fault in: not
     `aligned_buffer`, which writes them. Its own advice, not NumPy's (given to arrays from 4 MiB up, unless the
     kernel is older than 4.6 or NUMPY_MADVISE_HUGEPAGE=0 says not to): without it reads here would be split."""
-    if nbytes < HUGE_PAGE or _MADV_HUGEPAGE is None:
-        raw = np.empty(nbytes + alignment, np.uint8)
-        return raw[-raw.ctypes.data % alignment:][:nbytes]
-    raw = np.empty(nbytes + HUGE_PAGE, np.uint8)
-    out = raw[-raw.ctypes.data % HUGE_PAGE:][:nbytes]
-    _libc().madvise(out.ctypes.data, -(-nbytes // 4096) * 4096, _MADV_HUGEPAGE)  # advice: a refusal leaves plain pages
+    huge = nbytes >= HUGE_PAGE and _MADV_HUGEPAGE is not None
+    align = HUGE_PAGE if huge else alignment
+    raw = np.empty(nbytes + align, np.uint8)
+    out = raw[-raw.ctypes.data % align:][:nbytes]
+    if huge:  # advice: a refusal leaves plain pages
+        _libc().madvise(out.ctypes.data, -(-nbytes // 4096) * 4096, _MADV_HUGEPAGE)
     return out
