@@ -83,6 +83,8 @@ def main() -> int:
                     help="leave --gib of free memory in 64 KiB pieces before each round's touch")
     ap.add_argument("--one", choices=sorted(KINDS), help=argparse.SUPPRESS)  # a round's own process
     a = ap.parse_args()
+    if a.gib <= 0 or a.rounds < 1 or a.settle < 0:
+        ap.error("--gib must be above 0, --rounds at least 1 and --settle at least 0")
     if a.one:
         print(json.dumps(touch(a.one, a.gib, a.settle, a.fragmented)))
         return 0
