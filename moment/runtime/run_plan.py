@@ -56,6 +56,14 @@ class PackMatch(_Frozen):
     why: str | None = None  # why it is not read (none, other batches, or --io-shape rows/block)
     index_bytes: int = 0  # what one rank holds of its index when the run reads it
     cached_rows: int = 0  # the hottest rows the pack leaves out, for caches that hold them (`moment data pack --cached`)
+    epochs: int = 0  # the epochs of segments the pack holds, when the run reads it
+    run_epochs: int = 0  # the run's --epochs: those past `epochs` are read from the layout, at block's speed
+
+    def unpacked(self) -> str | None:
+        """The run's epochs the pack does not hold, as the start line and the dry run say them (None: none)."""
+        if self.epochs and self.run_epochs > self.epochs:
+            return f"epochs {self.epochs + 1}..{self.run_epochs} read from the layout"
+        return None
 
 
 class GpuRows(_Frozen):
@@ -232,8 +240,11 @@ class RunPlan(_Frozen):
     def lines(self) -> list[str]:
         """A short summary for people (`moment train --dry-run`)."""
         t = self.tiers
+        short = self.pack.unpacked()
+        beyond = (f"; it holds {self.pack.epochs} epoch(s): {short}, at about block's speed (`moment data pack "
+                  f"--epochs {self.pack.run_epochs} --overwrite` packs them all)") if short else ""
         how = {"packed": "reads the layout's pack (made for these ranks, batch size, fan-outs and seed, leaving out "
-                         f"the {self.pack.cached_rows:,} hottest rows for the caches)",
+                         f"the {self.pack.cached_rows:,} hottest rows for the caches){beyond}",
                "block": "a hyperbatch's misses in large merged reads", "rows": "each batch's rows"}[self.io_shape]
         why = f"; not packed: {self.pack.why}" if self.io_shape_requested == "auto" and self.pack.why else ""
         gap = "per job, by cost" if t.merge_gap < 0 else f"{t.merge_gap} B"
@@ -440,7 +451,8 @@ def _io_shape(cfg: TrainConfig, layout: Layout, world_size: int, batch_size: int
         raise MomentError(f"the pack was sampled for other batches: {why}", source=str(pack_path(layout.path)),
                           hint="rewrite it with `moment data pack --overwrite` and this run's parameters")
     refuse_unusable(layout.path, man, layout.manifest, world_size)  # none at all, or another layout's
-    return shape, match.model_copy(update={"index_bytes": layout.pack_index_bytes, "cached_rows": man.cached_rows})
+    return shape, match.model_copy(update={"index_bytes": layout.pack_index_bytes, "cached_rows": man.cached_rows,
+                                           "epochs": man.epochs, "run_epochs": cfg.epochs})
 
 
 def carve_gpu(layout: Layout, local_rank: int, local_world_size: int, gpu_rows: int | None) -> tuple[GpuRows, ...]:

@@ -279,8 +279,8 @@ class Trainer:
         if pk is None:
             return ""
         note = f"; pack: {pk.epochs} epoch(s) of segments, {pk.bytes / 2**20:,.0f} MiB on disk"
-        if self.cfg.epochs > pk.epochs:
-            note += f" (epochs {pk.epochs + 1}..{self.cfg.epochs} read from the layout)"
+        if (short := self.plan.pack.unpacked()) is not None:
+            note += f" ({short})"
         fit = self.source.tier_stats().get("pack_fit")
         if fit is not None and fit < pk.cached_rows:
             note += (f", written for caches of the {pk.cached_rows:,} hottest rows (this rank's hold the hottest "
