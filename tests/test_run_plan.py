@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from runtime_data import make_dataset, make_layout
 from moment.caching import POLICIES, make_policy
 from moment.caching.policies import SlotMap
 from moment.caching.tiers import FixedSlots, cache_state_bytes
+from moment.cli import main
 from moment.errors import MomentError
 from moment.placement.manifest import LayoutManifest
 from moment.placement.opened import Layout
@@ -86,21 +88,35 @@ def test_each_io_shape_and_the_pack_match(data, which, shape, kw, why):
     assert plan.tiers.merge_gap == (0 if shape == "rows" else -1)
 
 
-def test_the_epochs_past_the_pack_are_named_where_the_run_is_planned(data):
+def test_the_epochs_past_the_pack_are_named_where_the_run_is_planned(data, tmp_path):
     """A run of more epochs than its pack holds reads the later ones from the layout, many times slower (the 8M
     bench: 0.4 s packed, 4.7 s after): the dry run says which and how to pack them, as the start line does."""
     _, ds, _, packed = data
-    for epochs, short in ((1, None), (3, "epochs 2..3 read from the layout")):
+    for epochs, short in ((1, None), (2, "epoch 2 read from the layout"), (3, "epochs 2..3 read from the layout")):
         plan = _plan(ds, packed, memory_budget="2GiB", epochs=epochs)
         assert (plan.pack.epochs, plan.pack.run_epochs) == (1, epochs)
-        assert plan.pack.unpacked() == short
+        assert plan.pack.unpacked() == short and (plan.pack.repack is None) == (short is None)
         shape_line = plan.lines()[1]
         assert shape_line.startswith("I/O shape packed (auto): reads the layout's pack")
         if short is None:
             assert "read from the layout" not in shape_line
         else:
-            assert shape_line.endswith(f"it holds 1 epoch(s): {short}, at about block's speed (`moment data pack "
-                                       "--epochs 3 --overwrite` packs them all)")
+            repack = (f"moment data pack --layout {packed} --ranks 2 --epochs {epochs} --batch-size {BS} --fanouts "
+                      f"{','.join(map(str, FAN))} --seed {SEED} --cached {ds.num_nodes // 10} --overwrite")
+            assert plan.pack.repack == repack
+            assert shape_line.endswith(f"it holds 1 epoch(s): {short}, at about block's speed (to pack them all: "
+                                       f"{repack})")
+        # and the run's end says it again (`moment train`'s notes, and its metrics' `notes`)
+        assert plan.pack.notes() == ([] if short is None else
+                                             [f"note: {short} (the pack holds 1); to pack them all: {repack}"])
+    # the command given packs them: the same run planned again reads every epoch from the pack
+    copy = tmp_path / "L"
+    shutil.copytree(packed, copy)
+    hint = _plan(ds, copy, memory_budget="2GiB", epochs=3).pack.repack
+    assert main(shlex.split(hint)[1:]) == 0
+    again = _plan(ds, copy, memory_budget="2GiB", epochs=3)
+    assert (again.pack.epochs, again.pack.unpacked(), again.pack.repack) == (3, None, None)
+    assert again.pack.cached_rows == ds.num_nodes // 10
     # a run that does not read the pack says nothing of its epochs
     block = _plan(ds, packed, memory_budget="2GiB", epochs=3, io_shape="block")
     assert block.pack.epochs == 0 and block.pack.unpacked() is None

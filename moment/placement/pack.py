@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shlex
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
@@ -93,6 +94,16 @@ class PackManifest(BaseModel):
     @property
     def bytes(self) -> int:
         return sum(f.bytes for f in self.files)
+
+    def command(self, layout: str | Path, dataset: str | Path | None = None, *, epochs: int | None = None,
+                cached: int | None = None) -> str:
+        """The `moment data pack` that writes this pack again for `epochs`, or for caches of the `cached` hottest
+        rows (None: its own): what the runtime's notes give a user whose run the pack does not fit."""
+        data = f" --dataset {shlex.quote(str(dataset))}" if dataset is not None else ""
+        return (f"moment data pack --layout {shlex.quote(str(layout))}{data} --ranks {self.world_size} "
+                f"--epochs {self.epochs if epochs is None else epochs} --batch-size {self.batch_size} "
+                f"--fanouts {','.join(map(str, self.fanouts))} --seed {self.seed} "
+                f"--cached {self.cached_rows if cached is None else cached} --overwrite")
 
     def mismatch(self, *, world_size: int, batch_size: int, fanouts: Sequence[int], seed: int) -> str | None:
         """Why a run with these parameters would not read the batches packed (None when it would)."""

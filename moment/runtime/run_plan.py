@@ -58,12 +58,20 @@ class PackMatch(_Frozen):
     cached_rows: int = 0  # the hottest rows the pack leaves out, for caches that hold them (`moment data pack --cached`)
     epochs: int = 0  # the epochs of segments the pack holds, when the run reads it
     run_epochs: int = 0  # the run's --epochs: those past `epochs` are read from the layout, at block's speed
+    repack: str | None = None  # the `moment data pack` that packs every epoch of the run, when some are not
 
     def unpacked(self) -> str | None:
         """The run's epochs the pack does not hold, as the start line and the dry run say them (None: none)."""
-        if self.epochs and self.run_epochs > self.epochs:
-            return f"epochs {self.epochs + 1}..{self.run_epochs} read from the layout"
-        return None
+        if not self.epochs or self.run_epochs <= self.epochs:
+            return None
+        which = (f"epoch {self.run_epochs}" if self.run_epochs == self.epochs + 1
+                 else f"epochs {self.epochs + 1}..{self.run_epochs}")
+        return f"{which} read from the layout"
+
+    def notes(self) -> list[str]:
+        """The run's end says it again, with the command that packs every epoch ([] when the pack holds them)."""
+        short = self.unpacked()
+        return [f"note: {short} (the pack holds {self.epochs}); to pack them all: {self.repack}"] if short else []
 
 
 class GpuRows(_Frozen):
@@ -241,8 +249,8 @@ class RunPlan(_Frozen):
         """A short summary for people (`moment train --dry-run`)."""
         t = self.tiers
         short = self.pack.unpacked()
-        beyond = (f"; it holds {self.pack.epochs} epoch(s): {short}, at about block's speed (`moment data pack "
-                  f"--epochs {self.pack.run_epochs} --overwrite` packs them all)") if short else ""
+        beyond = (f"; it holds {self.pack.epochs} epoch(s): {short}, at about block's speed (to pack them all: "
+                  f"{self.pack.repack})") if short else ""
         how = {"packed": "reads the layout's pack (made for these ranks, batch size, fan-outs and seed, leaving out "
                          f"the {self.pack.cached_rows:,} hottest rows for the caches){beyond}",
                "block": "a hyperbatch's misses in large merged reads", "rows": "each batch's rows"}[self.io_shape]
@@ -451,8 +459,9 @@ def _io_shape(cfg: TrainConfig, layout: Layout, world_size: int, batch_size: int
         raise MomentError(f"the pack was sampled for other batches: {why}", source=str(pack_path(layout.path)),
                           hint="rewrite it with `moment data pack --overwrite` and this run's parameters")
     refuse_unusable(layout.path, man, layout.manifest, world_size)  # none at all, or another layout's
+    repack = man.command(layout.path, cfg.dataset, epochs=cfg.epochs) if cfg.epochs > man.epochs else None
     return shape, match.model_copy(update={"index_bytes": layout.pack_index_bytes, "cached_rows": man.cached_rows,
-                                           "epochs": man.epochs, "run_epochs": cfg.epochs})
+                                           "epochs": man.epochs, "run_epochs": cfg.epochs, "repack": repack})
 
 
 def carve_gpu(layout: Layout, local_rank: int, local_world_size: int, gpu_rows: int | None) -> tuple[GpuRows, ...]:
