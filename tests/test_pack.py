@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
 import torch
 from runtime_data import make_dataset, make_layout
 
+import moment
 from moment.cli import main
 from moment.errors import MomentError
 from moment.placement import verify_layout
@@ -242,6 +244,38 @@ def test_a_run_reads_its_validation_batches_from_the_pack(packed):
         assert torch.equal(got, torch.from_numpy(feats[b])) and store.tier_stats()["packed_rows"] == before
     finally:
         store.close()
+
+
+PAST = "past the layout's pack"
+
+
+def test_a_loop_of_its_own_is_told_once_when_it_reads_past_the_pack(packed, tmp_path, capsys):
+    """A script's loop (`moment.open_run`) decides its epochs: the first train loader of an epoch its pack does not
+    hold says so on stderr, once, with the `moment data pack` that packs it; a run that gave its epochs is told at
+    its start (`run.notes`, as `moment train` is), and its loaders say nothing more."""
+    ds, layout, man, _ = packed
+    copy = tmp_path / "L"
+    shutil.copytree(layout, copy)
+    one = write_pack(copy, ds, world_size=1, batch_size=BS, fanouts=FAN, seed=SEED, epochs=1,
+                     cached_rows=man.cached_rows, overwrite=True)
+    opts = dict(fanouts=list(FAN), batch_size=BS, seed=SEED, memory_budget="2GiB", data_only=True)
+    with moment.open_run(copy, **opts) as run:
+        assert run.plan.io_shape == "packed" and not any("read from the layout" in n for n in run.notes)
+        capsys.readouterr()
+        assert sum(1 for _ in run.loader("train", 0)) > 0
+        assert PAST not in capsys.readouterr().err
+        for epoch in (1, 2):
+            assert sum(1 for _ in run.loader("train", epoch)) > 0
+        err = " ".join(capsys.readouterr().err.split())  # unwrapped
+        assert err.count(PAST) == 1 and "epoch 1 (run.loader counts from 0)" in err and "epochs 0..0" in err
+        assert err.endswith(f"give their number to: {one.command(copy, epochs=2)}")
+    with moment.open_run(copy, epochs=3, **opts) as run:
+        assert f"note: epochs 2..3 read from the layout (the pack holds 1); to pack them all: " \
+               f"{one.command(copy, epochs=3)}" in run.notes
+        capsys.readouterr()
+        for epoch in range(3):
+            assert sum(1 for _ in run.loader("train", epoch)) > 0
+        assert PAST not in capsys.readouterr().err
 
 
 def test_pack_read_amplification_is_low(packed):

@@ -134,6 +134,7 @@ class Run:
         self._samplers: SamplerPool | None = None
         self._final_stats: dict[str, Any] = {"rows": {}, "bytes": {}, "ssd_bytes_read": 0}
         self._memory: dict[str, Any] | None = None  # the last `memory()`'s answer
+        self._pack_said = False  # a train loader asked for an epoch past the pack, and it was said (`_past_pack`)
         self._threads = torch.get_num_threads()  # restored at close
         if not DeviceLayer(ctx.device).cuda:  # the machine's cores shared among its ranks, not each rank taking all
             torch.set_num_threads(cfg.threads or max(1, (os.cpu_count() or 1) // max(ctx.local_world_size, 1)))
@@ -192,6 +193,7 @@ class Run:
             self.plan = resolve_run(cfg, self.layout, world_size=ctx.world_size,
                                     local_world_size=max(ctx.local_world_size, 1), inputs=inputs,
                                     device=ctx.device.type)
+            self.notes += self.plan.pack.notes()  # the epochs its pack does not hold, and how to pack them
         self.source, self.store_info = make_source(cfg, ds, ctx, self.layout, self.plan)
         self.disks = DiskWatch(self.source.ssd_files())  # the SSDs' own busy time over the train epochs
         # from here the batches' arrays: freed ones kept for the next batches, up to what the budget granted
@@ -259,7 +261,22 @@ class Run:
             raise MomentError(f"no split {split!r}: a loader reads one of {', '.join(SPLITS)}")
         if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
             raise MomentError(f"epoch must be an integer >= 0, got {epoch!r}")
+        if split == "train":
+            self._past_pack(epoch)
         return Loader(self, split, epoch, int(start))
+
+    def _past_pack(self, epoch: int) -> None:
+        """Say it (once, on the first rank) when a loop of its own asks for an epoch its pack does not hold and the
+        start did not name: its batches are read from the layout, many times slower."""
+        p = self.plan
+        if self._pack_said or p is None or not p.pack.epochs or epoch < max(p.pack.epochs, self.cfg.epochs):
+            return
+        self._pack_said = True
+        if self.ctx.is_main and not self.cfg.quiet:
+            cmd = self.layout.pack.command(self.layout.path, self.cfg.dataset, epochs=epoch + 1)
+            print(f"moment: note: epoch {epoch} (run.loader counts from 0) is past the layout's pack, which holds "
+                  f"epochs 0..{p.pack.epochs - 1}: its batches are read from the layout, at about block's speed; to pack "
+                  f"as many epochs as the loop trains, give their number to: {cmd}", file=sys.stderr)
 
     def ddp(self, module: torch.nn.Module) -> torch.nn.Module:
         """`module` on the rank's device, wrapped in DistributedDataParallel when the run has several ranks (on

@@ -278,8 +278,6 @@ class Trainer:
         if pk is None:
             return ""
         note = f"; pack: {pk.epochs} epoch(s) of segments, {pk.bytes / 2**20:,.0f} MiB on disk"
-        if (short := self.plan.pack.unpacked()) is not None:
-            note += f" ({short})"
         fit = self.source.tier_stats().get("pack_fit")
         if fit is not None and fit < pk.cached_rows:
             note += (f", written for caches of the {pk.cached_rows:,} hottest rows (this rank's hold the hottest "
