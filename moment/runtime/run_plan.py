@@ -61,7 +61,7 @@ class PackMatch(_Frozen):
     repack: str | None = None  # the `moment data pack` that packs every epoch of the run, when some are not
 
     def unpacked(self) -> str | None:
-        """The run's epochs the pack does not hold, as the start line and the dry run say them (None: none)."""
+        """The run's epochs the pack does not hold, as its notes and the dry run say them (None: none)."""
         if not self.epochs or self.run_epochs <= self.epochs:
             return None
         which = (f"epoch {self.run_epochs}" if self.run_epochs == self.epochs + 1
@@ -69,7 +69,7 @@ class PackMatch(_Frozen):
         return f"{which} read from the layout"
 
     def notes(self) -> list[str]:
-        """The run's end says it again, with the command that packs every epoch ([] when the pack holds them)."""
+        """The note a run gives at its start and end, with the command that packs every epoch ([] when none)."""
         short = self.unpacked()
         return [f"note: {short} (the pack holds {self.epochs}); to pack them all: {self.repack}"] if short else []
 
