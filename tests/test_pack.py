@@ -343,6 +343,12 @@ def test_cli_pack_json_and_overwrite(packed, tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["cached_rows"] == ds.num_nodes  # everything fits in 3 GiB
     assert main(["data", "pack", "--layout", str(copy), "--memory-budget", "1MiB", "--overwrite"]) == 2
     assert "budget" in capsys.readouterr().err
+    # for people: the options of the run that reads it, its epochs among them, and what the later ones cost
+    assert main(["data", "pack", "--layout", str(copy), "--ranks", "1", "--fanouts", "10,5", "--batch-size", "128",
+                 "--epochs", "2", "--overwrite"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("train with: --io-shape packed --epochs 2 --batch-size 128 --fanouts 10,5 --seed 0 (torchrun "
+            "--nproc-per-node 1); epochs past 2 are read from the layout, many times slower") in out
 
 
 def test_layout_rm_removes_the_pack_with_the_layout(packed, tmp_path):

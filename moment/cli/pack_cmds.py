@@ -41,5 +41,6 @@ def pack_cmd(
         f"packed {s['rows']:,} rows for {req.ranks} rank(s) x {req.epochs} epoch(s) of training"
         f"{''.join(f' and {x}' for x in s['eval_splits'])} batches into {s['path']}: "
         f"{s['bytes'] / 2**20:,.0f} MiB on disk ({s['disk_overhead']:.2f}x the features), leaving out the "
-        f"{man.cached_rows:,} hottest rows\ntrain with: --io-shape packed --batch-size {bs} --fanouts "
-        f"{','.join(map(str, f))} --seed {req.seed} (torchrun --nproc-per-node {req.ranks})", highlight=False)
+        f"{man.cached_rows:,} hottest rows\ntrain with: --io-shape packed --epochs {req.epochs} --batch-size {bs} "
+        f"--fanouts {','.join(map(str, f))} --seed {req.seed} (torchrun --nproc-per-node {req.ranks}); epochs past "
+        f"{req.epochs} are read from the layout, many times slower", highlight=False)
