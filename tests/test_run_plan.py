@@ -90,7 +90,7 @@ def test_each_io_shape_and_the_pack_match(data, which, shape, kw, why):
 
 def test_the_epochs_past_the_pack_are_named_where_the_run_is_planned(data, tmp_path):
     """A run of more epochs than its pack holds reads the later ones from the layout, many times slower (the 8M
-    bench: 0.4 s packed, 4.7 s after): the dry run says which and how to pack them, as the start line does."""
+    bench: 0.4 s packed, 4.7 s after): the dry run says which and how to pack them, as the run's notes do."""
     _, ds, _, packed = data
     for epochs, short in ((1, None), (2, "epoch 2 read from the layout"), (3, "epochs 2..3 read from the layout")):
         plan = _plan(ds, packed, memory_budget="2GiB", epochs=epochs)
@@ -108,7 +108,7 @@ def test_the_epochs_past_the_pack_are_named_where_the_run_is_planned(data, tmp_p
                                        f"{repack})")
         # and the run's end says it again (`moment train`'s notes, and its metrics' `notes`)
         assert plan.pack.notes() == ([] if short is None else
-                                             [f"note: {short} (the pack holds 1); to pack them all: {repack}"])
+                                     [f"note: {short} (the pack holds 1); to pack them all: {repack}"])
     # the command given packs them: the same run planned again reads every epoch from the pack
     copy = tmp_path / "L"
     shutil.copytree(packed, copy)

@@ -70,5 +70,5 @@ def huge_page_buffer(nbytes: int, alignment: int = 4096) -> np.ndarray:
     raw = np.empty(nbytes + align, np.uint8)
     out = raw[-raw.ctypes.data % align:][:nbytes]
     if huge:  # advice: a refusal leaves plain pages
-        _libc().madvise(out.ctypes.data, -(-nbytes // 4096) * 4096, _MADV_HUGEPAGE)
+        _libc().madvise(out.ctypes.data, -(-nbytes // mmap.PAGESIZE) * mmap.PAGESIZE, _MADV_HUGEPAGE)
     return out
