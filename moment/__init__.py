@@ -14,6 +14,7 @@ __version__ = "0.1.0"
 
 #: name -> the module that defines it
 API = {
+    "MomentError": "moment.errors",
     "open_run": "moment.runtime.run", "Run": "moment.runtime.run", "Batch": "moment.runtime.run",
     "build_model": "moment.runtime.models",
     "PlanRequest": "moment.planner.requests", "plan": "moment.planner.requests",

@@ -76,6 +76,20 @@ def test_fanout_beyond_any_graph_refused() -> None:
     assert TrainConfig(fanouts=[FANOUT_LIMIT]).fanouts == [FANOUT_LIMIT]
 
 
+@pytest.mark.parametrize("given, words", [([0, 5], "each must be a positive integer"),
+                                          ([-1, 10], "for every neighbour, PyG's -1, give the graph's largest degree"),
+                                          ("25,10", "must be a list of positive integers, one per layer (e.g. [25, 10])")])
+def test_a_scripts_fanouts_are_refused_as_the_command_lines_are(given, words) -> None:
+    """`open_run(fanouts=...)` takes the rule `--fanouts` does, as one MomentError naming the keyword (a zero
+    once reached the sampler as a bare ValueError); PyG's -1 for every neighbour is answered with what does it."""
+    with pytest.raises(MomentError) as e:
+        make_config(keywords=True, fanouts=given)
+    assert str(e.value).startswith(f"fanouts={given!r}: ") and words in str(e.value)
+    if not isinstance(given, str):
+        with pytest.raises(MomentError, match=f"--fanouts {','.join(map(str, given))}: .*{words[:20]}"):
+            parse_args(["--fanouts", ",".join(map(str, given))], check=False)
+
+
 def test_degree_extent_bounds_the_sampled(runtime_dataset, monkeypatch) -> None:
     """A batch too large to sample is planned from the degrees, never below what sampling states."""
     g = CSRGraph.from_dataset(runtime_dataset)

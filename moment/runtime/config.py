@@ -32,6 +32,8 @@ _DOTTED = r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*"
 _CALLABLE = re.compile(rf"({_DOTTED}):({_DOTTED})")
 FEATURES = ("tiered", "memory", "memmap")
 HELP_HINT = "--help describes every option"
+#: the same, for a script's `open_run(**options)`: its keywords are the flags'
+KEYWORDS_HINT = "open_run takes `python -m moment.train --help`'s options as keywords (--batch-size: batch_size=)"
 #: the largest fan-out taken: one above a graph's largest degree samples as that degree does (every
 #: neighbour, `effective_fanouts`), and no node has 2**31 neighbours, so a larger one is a mistake
 FANOUT_LIMIT = 2**31
@@ -55,13 +57,17 @@ def _fanouts(text: str) -> list[int]:
         out = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"fan-outs must be integers like 25,10, got {text!r}") from None
-    if not out or any(f <= 0 for f in out):
+    if not out:
         raise argparse.ArgumentTypeError(f"fan-outs must be positive integers, got {text!r}")
     return out
 
 
-def _fanout_limit(fanouts: list[int]) -> str | None:
-    """Why `fanouts` are refused for their size (None: they are not)."""
+def _fanouts_refused(fanouts: list[int]) -> str | None:
+    """Why `fanouts` are refused (None: they are not), from the command line and from `open_run` alike. PyG's
+    -1 (every neighbour) is named: here that is any fan-out at or above the graph's largest degree."""
+    if any(f < 1 for f in fanouts):
+        every = " (for every neighbour, PyG's -1, give the graph's largest degree or more)" if -1 in fanouts else ""
+        return f"each must be a positive integer{every}"
     if any(f > FANOUT_LIMIT for f in fanouts):
         return (f"each must be at most {FANOUT_LIMIT} (a fan-out above the graph's largest degree samples "
                 "every neighbour)")
@@ -265,7 +271,7 @@ class TrainConfig(BaseModel):
     @field_validator("fanouts")
     @classmethod
     def _fanouts_bound(cls, v: list[int]) -> list[int]:
-        why = _fanout_limit(v)
+        why = _fanouts_refused(v)
         if why:
             raise ValueError(why)
         return v
@@ -369,13 +375,16 @@ def _base(annotation: Any) -> Any:
     return annotation
 
 
-def allowed(name: str) -> str:
-    """The values field `name` takes, for people: 'an integer >= 1', 'a finite number > 0', ..."""
+def allowed(name: str, keywords: bool = False) -> str:
+    """The values field `name` takes, for people: 'an integer >= 1', 'a finite number > 0', ... (`keywords`: as
+    a Python caller writes them)."""
     info = TrainConfig.model_fields[name]
     base = _base(info.annotation)
     kind = {int: "an integer", float: "a finite number"}.get(base)
     if typing.get_origin(base) is Literal:
         return "one of " + ", ".join(map(str, typing.get_args(base)))
+    if typing.get_origin(base) is list:
+        return f"a list of positive integers, one per layer (e.g. {'[25, 10]' if keywords else '25,10'})"
     if kind is None:
         return "a valid value (see --help)"
     lo = next((("", m.ge) for m in info.metadata if getattr(m, "ge", None) is not None), None) or next(
@@ -402,10 +411,14 @@ def _option_error(err: ValidationError, keywords: bool = False) -> MomentError:
             parts.append(f"{name}: {e['msg']}" if name else e["msg"])
             continue
         given = e.get("input")
+        if isinstance(given, list) and not keywords:  # as it was typed: --fanouts 0,5
+            given = ",".join(map(str, given))
+        elif keywords and typing.get_origin(_base(TrainConfig.model_fields[name].annotation)) is list:
+            given = repr(given)  # fanouts='25,10' is not fanouts=[25, 10]
         given = given if isinstance(given, str) and given.strip() else repr(given)
-        why = e["msg"].removeprefix("Value error, ") if e["type"] == "value_error" else f"must be {allowed(name)}"
+        why = e["msg"].removeprefix("Value error, ") if e["type"] == "value_error" else f"must be {allowed(name, keywords)}"
         parts.append(f"{spell(name)}{'' if keywords else ' '}{given}: {why}")
-    return MomentError("; ".join(parts), hint=HELP_HINT)
+    return MomentError("; ".join(parts), hint=KEYWORDS_HINT if keywords else HELP_HINT)
 
 
 def make_config(*, keywords: bool = False, **values: Any) -> TrainConfig:
