@@ -9,10 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 
 from moment.errors import MomentError
-from moment.runtime.models import LayerExtent, step_bytes
+from moment.runtime.models import LayerExtent, build_model, step_bytes
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -69,3 +71,26 @@ def test_a_step_states_a_float_copy_of_features_that_are_not_float32():
     assert step_bytes("sage", 100, 4, 32, layers, rows=5000, float_copy=True) == f32 + 5000 * 100 * 4
     with pytest.raises(MomentError, match="--model 'gcn'"):
         step_bytes("gcn", 100, 4, 32, layers, rows=5000, float_copy=False)
+
+
+@pytest.mark.parametrize("args, kwargs, words", [(("gcn", 64, 4), {}, "build_model('gcn'): choose 'sage' or 'gat'"),
+                                                 (("sage", 0, 4), {}, "build_model(in_dim=0): must be an integer >= 1"),
+                                                 (("gat", "64", 4), {}, "build_model(in_dim='64')"),
+                                                 (("sage", 64, 0), {}, "build_model(num_classes=0)"),
+                                                 (("sage", 64, 4), {"num_layers": 0}, "build_model(num_layers=0)"),
+                                                 (("gat", 64, 4), {"hidden": -1}, "build_model(hidden=-1)"),
+                                                 (("sage", 64, 4), {"hidden": True}, "build_model(hidden=True)")])
+def test_a_scripts_model_sizes_are_checked_before_torch_sees_them(args, kwargs, words):
+    """A zero input width was a ZeroDivisionError, a negative hidden width torch's negative dimension, and zero
+    layers a model with no layer at all."""
+    with pytest.raises(MomentError) as e:
+        build_model(*args, **kwargs)
+    assert str(e.value).startswith(words), str(e.value)
+
+
+def test_numpy_sizes_build_the_same_model():
+    torch.manual_seed(0)
+    a = build_model("gat", np.int64(16), np.int32(3), num_layers=np.int64(2), hidden=np.int64(8))
+    torch.manual_seed(0)
+    b = build_model("gat", 16, 3, num_layers=2, hidden=8)
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True))

@@ -8,10 +8,13 @@ orders them): exactly `MiniBatch.blocks()`. Each layer shrinks the node set to i
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from moment.errors import MomentError
 from moment.runtime.footprint import (GAT_HEADS, GatSizes, LayerExtent, SageSizes, hidden_width, model_sizes, step_bytes,
                                       weights)
 from moment.runtime.layers import GATConv, SAGEConv
@@ -75,5 +78,19 @@ def _model(name: str) -> type[SAGE] | type[GAT]:
 
 
 def build_model(name: str, in_dim: int, num_classes: int, num_layers: int = 2, hidden: int | None = None) -> nn.Module:
-    """The paper's settings: GraphSAGE hidden 256; GAT hidden 64 with 8 heads."""
-    return _model(name)(in_dim, hidden_width(name, hidden), num_classes, num_layers)
+    """The paper's settings: GraphSAGE hidden 256; GAT hidden 64 with 8 heads. A script's sizes are checked here:
+    a zero or a string reached torch as a division by zero, a negative dimension or no model at all."""
+    if name not in _MODELS:
+        raise MomentError(f"build_model({name!r}): choose {' or '.join(map(repr, _MODELS))}",
+                          hint="a model of your own is built by your script: open_run(model='mypkg.models:make') "
+                               "charges its step to the budget")
+    sizes = {"in_dim": in_dim, "num_classes": num_classes, "num_layers": num_layers}
+    if hidden is not None:
+        sizes["hidden"] = hidden
+    for key, v in sizes.items():
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
+            raise MomentError(f"build_model({key}={v!r}): must be an integer >= 1",
+                              hint="e.g. moment.build_model('sage', run.feature_dim, run.num_classes, "
+                                   "num_layers=len(run.fanouts))")
+    return _model(name)(int(in_dim), hidden_width(name, None if hidden is None else int(hidden)), int(num_classes),
+                        int(num_layers))
