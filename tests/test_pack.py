@@ -14,10 +14,13 @@ import moment
 from moment.cli import main
 from moment.errors import MomentError
 from moment.placement import verify_layout
-from moment.placement.pack import SPLIT_CODES, Segments, cached_set_bytes, load_pack, pack_path, write_pack
+from moment.placement import pack as pack_mod
+from moment.placement.pack import (SPLIT_CODES, Segments, cached_set_bytes, load_pack, pack_bytes_bound, pack_path,
+                                   write_pack)
 from moment.runtime.disk_tier import DiskTier
 from moment.runtime.store import RankPlace, StoreOptions, open_tiers
 from moment.workload.seeds import SPLIT_TAGS
+from moment.workload import trace as trace_mod
 from moment.workload.trace import sample_eval_trace, sample_trace
 
 FAN, BS, SEED = (10, 5), 96, 3
@@ -587,3 +590,33 @@ def test_a_segment_gives_the_row_of_each_of_a_batchs_misses():
     assert srt.rows_of(0, np.array([50, 8])) is None and srt.rows_of(0, np.array([51])) is None
     empty = Segments(np.array([0]), np.array([0]), np.array([0]), np.array([0, 0]), ids[:0], sorted_ids=True)
     assert empty.rows_of(0, ids[:0]).shape == (0,) and empty.rows_of(0, ids[:1]) is None
+
+
+def test_a_pack_the_layouts_disk_cannot_hold_is_refused_before_it_is_sampled(packed, tmp_path, monkeypatch):
+    """A pack grows with its epochs, so one of many epochs can outgrow the disk after hours of
+    sampling and writing: it is refused up front from rank 0's first epoch alone, naming the epochs that fit,
+    with the old pack whole and nothing left behind. The estimate is the size a pack is written at, and the
+    bound that spares the sampling where the disk has room is above it."""
+    ds, layout, man, _ = packed
+    copy = shutil.copytree(layout, tmp_path / "L")
+    assert pack_bytes_bound(ds, world_size=2, batch_size=BS, fanouts=FAN, epochs=2, align=man.align) >= man.bytes
+    real, free = shutil.disk_usage, 10 * man.bytes  # room for about 20 of the pack's 2 epochs
+    monkeypatch.setattr(pack_mod.shutil, "disk_usage", lambda p: real(p)._replace(free=free))
+    epochs_sampled = []
+    for name in ("sample_trace", "sample_eval_trace"):
+        def counted(*a, _f=getattr(trace_mod, name), **k):
+            epochs_sampled.append(k["epochs"])
+            return _f(*a, **k)
+        monkeypatch.setattr(trace_mod, name, counted)
+    with pytest.raises(MomentError) as e:
+        write_pack(copy, ds, world_size=2, batch_size=BS, fanouts=FAN, seed=SEED, epochs=200, cached_rows=man.cached_rows,
+                   overwrite=True)
+    msg = str(e.value)
+    assert "a pack of 200 epoch(s) would take about" in msg and "the disk holding the layout has" in msg, msg
+    fits = int(msg.split("--epochs ")[1].split()[0])
+    assert 0.8 * 19 <= fits <= 1.2 * 19, msg  # 0.95 of the room for 20 epochs, estimated within 20%
+    assert epochs_sampled == [1, 1]  # rank 0's first epoch, its training and validation batches
+    assert load_pack(copy) == man and not list(copy.glob(".pack.*"))
+    write_pack(copy, ds, world_size=2, batch_size=BS, fanouts=FAN, seed=SEED, epochs=fits,
+               cached_rows=man.cached_rows, overwrite=True)  # what it says fits is packed
+    assert load_pack(copy).epochs == fits

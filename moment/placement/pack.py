@@ -44,6 +44,7 @@ from moment.locking import locked
 from moment.outputs import (atomic_file, follow_umask, publish_dir, remove_stale, sha256_file,
                              temp_prefix)
 from moment.placement.manifest import LayoutManifest, check_dataset, layout_id, load_manifest
+from moment.sizes import fmt_size
 from moment.workload.graph import GraphDataset
 
 # Imports inside functions: the heavier stages this one calls (the planner's search, the sampler, a
@@ -55,6 +56,8 @@ FORMAT = "moment-pack"
 SPLIT_CODES = {"train": 0, "val": 1}
 EVAL_SPLITS = ("val",)  # what a run evaluates after each epoch (moment.runtime.train), so what a pack holds
 PACKED = ("train", *EVAL_SPLITS)  # the order of a rank's segments: its training batches, then each split's
+#: of the free space on the layout's disk, what a pack may be estimated to take (the rest: what else is written)
+PACK_ROOM_SHARE = 0.95
 
 
 class PackFile(BaseModel):
@@ -396,6 +399,9 @@ def _write_pack(layout: Path, m, dataset: GraphDataset, *, world_size: int, batc
         raise MomentError("the layout has no hotness order (written by an older version)", source=str(layout),
                           hint="rewrite it with `moment place`")
     hot = np.load(layout / m.order_file.path, mmap_mode="r")
+    check_room(layout, dataset, world_size=world_size, batch_size=batch_size, fanouts=fanouts, seed=seed,
+               epochs=epochs, align=align, cached=cached_mask(hot, cached_rows if budget_rows is None else
+                                                             min(max(int(budget_rows(0)), 0), n), n))
 
     def sample(r: int) -> list:
         """Rank r's training batches, then its evaluation batches (progress: by batch, over all ranks)."""
@@ -439,6 +445,53 @@ def _write_pack(layout: Path, m, dataset: GraphDataset, *, world_size: int, batc
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return man
+
+
+def pack_bytes_bound(dataset: GraphDataset, *, world_size: int, batch_size: int, fanouts: Sequence[int], epochs: int,
+                     align: int) -> int:
+    """The most a pack can take, without sampling: every batch of every rank reaching as many distinct rows as
+    its fan-outs allow (at most every node), each segment padded to `align`."""
+    reach, per_batch = 1, 1
+    for f in fanouts:
+        reach *= int(f)
+        per_batch += reach
+    rows = min(dataset.num_nodes, batch_size * per_batch)
+    splits = [len(dataset.train_idx), *(len(getattr(dataset, f"{s}_idx")) for s in EVAL_SPLITS)]
+    batches = sum(-(-k // (world_size * batch_size)) + 1 for k in splits)  # a rank's, each epoch, at most
+    return world_size * epochs * batches * (rows * dataset.row_bytes + align)
+
+
+def check_room(layout: Path, dataset: GraphDataset, *, world_size: int, batch_size: int, fanouts: Sequence[int],
+               seed: int, epochs: int, align: int, cached: np.ndarray) -> None:
+    """Refuse, before hours of sampling and writing, a pack the disk holding the layout cannot take: a pack grows
+    with its epochs (an epoch: 0.65x the features on the README's 100k layout), so 100 epochs of a large dataset
+    can be many disks. Sampled only when
+    the bound without sampling does not fit: rank 0's first epoch, its segments outside the rows the run will
+    cache at most (`cached`), as the estimate of every rank's and epoch's."""
+    from moment.workload.trace import sample_eval_trace, sample_trace
+
+    free = shutil.disk_usage(layout).free
+    room = int(PACK_ROOM_SHARE * free)
+    if pack_bytes_bound(dataset, world_size=world_size, batch_size=batch_size, fanouts=fanouts, epochs=epochs,
+                        align=align) <= room:
+        return
+    args = dict(seed=seed, epochs=1, rank=0, world_size=world_size)
+    traces = [sample_trace(dataset, fanouts, batch_size, **args),
+              *(sample_eval_trace(dataset, fanouts, batch_size, split=s, **args) for s in EVAL_SPLITS)]
+    rb, first = dataset.row_bytes, 0
+    for tr in traces:
+        for t in range(len(tr)):
+            ids = np.unique(tr.batch(t))
+            first += -(-int((~cached[ids]).sum()) * rb // align) * align
+    per_epoch = world_size * first
+    if epochs * per_epoch <= room:
+        return
+    fits = room // per_epoch if per_epoch else 0
+    raise MomentError(
+        f"a pack of {epochs} epoch(s) would take about {fmt_size(epochs * per_epoch)} ({fmt_size(per_epoch)} an "
+        f"epoch, from rank 0's first), and the disk holding the layout has {fmt_size(free)} free", source=str(layout),
+        hint=(f"pack fewer epochs (--epochs {fits} fits); a run reads the epochs past its pack from the layout, "
+              "many times slower" if fits else "free space on that disk, or place the layout on a larger one"))
 
 
 def _write_rank(dir_: Path, rank: int, traces: list, cached: np.ndarray, feats: np.ndarray, rb: int, align: int,
