@@ -465,9 +465,8 @@ def check_room(layout: Path, dataset: GraphDataset, *, world_size: int, batch_si
                seed: int, epochs: int, align: int, cached: np.ndarray) -> None:
     """Refuse, before hours of sampling and writing, a pack the disk holding the layout cannot take: a pack grows
     with its epochs (an epoch: 0.65x the features on the README's 100k layout), so 100 epochs of a large dataset
-    can be many disks. Sampled only when
-    the bound without sampling does not fit: rank 0's first epoch, its segments outside the rows the run will
-    cache at most (`cached`), as the estimate of every rank's and epoch's."""
+    can be many disks. Sampled only when the bound without sampling does not fit: rank 0's first epoch, its
+    segments outside the rows the run will cache at most (`cached`), as the estimate of every rank's and epoch's."""
     from moment.workload.trace import sample_eval_trace, sample_trace
 
     free = shutil.disk_usage(layout).free
