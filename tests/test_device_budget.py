@@ -184,7 +184,11 @@ def test_dry_run_json_states_the_device_budget(runtime_layout, capsys):
     args = ["--layout", str(runtime_layout), "--nproc", "2", "--fanouts", "10,5", "--batch-size", str(BS),
             "--device", "cuda", "--device-memory-budget", "6GiB"]
     assert main(["train", "--dry-run", "--json", *args]) == 0
-    dev = json.loads(capsys.readouterr().out)["memory"]["device"]
+    out, err = capsys.readouterr()
+    dev = json.loads(out)["memory"]["device"]
+    # planned here for a GPU machine: said so, since this run would stop at its start here
+    assert ("CUDA is not available here: this is the plan of the run on a machine with GPUs" in " ".join(err.split())
+            ) == (not torch.cuda.is_available()), err
     assert dev["budget_bytes"] == 6 * GiB and dev["source"] == "given"
     assert dev["predicted_peak_bytes"] == sum(i["bytes"] for i in dev["items"]) <= 6 * GiB
     assert {i["name"] for i in dev["items"]} >= {"cuda context", "nccl buffers", "training", "batches", "gpu tier"}

@@ -109,6 +109,9 @@ def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
     device, gpus = default_device(cfg.device), layout_gpus(cfg, layout)
     if plan and device == "cuda" and cuda_pci_addresses() is None:  # a dry run may plan a GPU machine elsewhere
         check_local_ranks(nproc, [g for g, _ in gpus], f"--nproc {nproc}")
+        err_console.print("[yellow]note:[/] CUDA is not available here: this is the plan of the run on a machine "
+                          "with GPUs; here the run stops at its start (--device cpu trains on this one)",
+                          highlight=False)
     else:
         local_devices(device, nproc, gpus, f"--nproc {nproc}")
     ds = GraphDataset.open(dataset_dir(cfg, layout))
