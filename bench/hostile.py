@@ -159,6 +159,9 @@ CASES = [
          gone=("data/.fresh.tmp-*",)),
     Case("moment layout verify layouts/packed", "pack/rank0.bin"),
     Case("moment data pack --layout layouts/L --dataset data/changed", "block checksum"),
+    # a dataset far larger than the disk: refused at once, nothing written
+    Case("moment data synth --nodes 1000 --feature-dim 100000000 --out data/huge", "the disk holding",
+         gone=("data/huge", "data/.huge.tmp-*")),
     # more epochs than any disk holds: refused from one sampled epoch, not after hours of writing
     Case("moment data pack --layout layouts/packed --epochs 100000000 --overwrite", "the disk holding the layout has",
          keep=("layouts/packed/pack/pack.json",)),

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from moment.errors import MomentError
+from moment.workload import graph
 from moment.workload import synth as S
 from moment.workload.graph import GraphDataset
 from moment.workload.synth import split_sizes, synthesize
@@ -122,3 +124,19 @@ def test_the_graph_does_not_depend_on_the_feature_width(tmp_path):
     wide = synthesize(tmp_path / "wide", 3000, feature_dim=48, seed=4)
     for name in ("indptr", "indices", "labels", "train_idx", "val_idx", "test_idx"):
         assert np.array_equal(np.load(one.file(name)), np.load(wide.file(name))), name
+
+
+def test_a_dataset_larger_than_the_disk_is_refused_before_it_is_drawn(tmp_path: Path, monkeypatch) -> None:
+    """Its size is known up front: refused at once, naming the size and the free space, with nothing left behind
+    (400 GB of features on a 64 GB disk drew the model for 73 s, then wrote until the disk was full)."""
+    real = shutil.disk_usage
+    monkeypatch.setattr(graph.shutil, "disk_usage", lambda p: real(p)._replace(free=10 << 20))
+    drawn = []
+    monkeypatch.setattr(S._Model, "draw", classmethod(lambda cls, *a, **k: drawn.append(a)))
+    with pytest.raises(MomentError) as e:
+        synthesize(tmp_path / "big", 100_000, feature_dim=64)  # 24.4 MiB of features
+    msg = str(e.value)
+    assert "the dataset needs at least 24.4 MiB (features: 24.4 MiB)" in msg and "has 10.0 MiB free" in msg, msg
+    assert not drawn and sorted(p.name for p in tmp_path.iterdir()) == []
+    monkeypatch.undo()
+    assert synthesize(tmp_path / "big", 100_000, feature_dim=64).num_nodes == 100_000  # room: written

@@ -55,6 +55,7 @@ from moment.outputs import (
     write_error,
     writing,
 )
+from moment.sizes import fmt_size
 
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
@@ -255,6 +256,9 @@ class GraphWriter:
         self.records: dict[str, FileRecord] = {}
         self._open: dict[str, NpyStreamWriter] = {}
         self._done = False
+        # the arrays whose size is known when they are opened, against the disk's free space at the start: a
+        # dataset far larger than the disk is refused at once, not after filling it for minutes
+        self._free, self._known = shutil.disk_usage(self.tmp).free, {}
 
     def __enter__(self) -> Self:
         return self
@@ -273,10 +277,23 @@ class GraphWriter:
         return p == out.parent or p.name.startswith(f".{out.name}.") or any(
             p.is_relative_to(d) for d in (out, Path(getattr(self, "tmp", out)).absolute()))
 
+    def reserve(self, name: str, nbytes: int) -> None:
+        """Array `name` will take `nbytes`: refused at once when the arrays known so far are more than the disk had
+        free at the start (a writer that knows a size before it computes the array says it first)."""
+        self._known[name] = max(self._known.get(name, 0), int(nbytes))
+        known = sum(self._known.values())
+        if known > self._free:
+            raise MomentError(
+                f"the dataset needs at least {fmt_size(known)} ({name}: {fmt_size(self._known[name])}), and the disk "
+                f"holding {self.out_dir.parent} has {fmt_size(self._free)} free", source=str(self.out_dir),
+                hint="free some space or choose another output location; nothing was left behind")
+
     def path(self, name: str) -> Path:
         return self.tmp / f"{name}.npy"
 
     def stream(self, name: str, dtype: Any, row_shape: tuple[int, ...] = (), rows: int | None = None) -> NpyStreamWriter:
+        if rows is not None:
+            self.reserve(name, int(rows) * int(np.prod(row_shape, dtype=np.int64)) * np.dtype(dtype).itemsize)
         w = NpyStreamWriter(self.path(name), dtype, row_shape, rows)
         self._open[name] = w
         return w

@@ -107,7 +107,6 @@ def synthesize(
                               hint="training and evaluation need nodes; e.g. 0.01 for 1% of the nodes")
     n, c = int(num_nodes), int(num_classes)
     sizes = split_sizes(n, train_fraction, val_fraction, test_fraction, min_train)
-    m = _Model.draw(n, int(feature_dim), avg_degree, c, seed, np.dtype(dtype), homophily, power_law, snr)
     source: dict[str, Any] = {
         "generator": "moment.synth/dcsbm-chung-lu",
         "seed": seed,
@@ -118,6 +117,8 @@ def synthesize(
         "splits": {"train": sizes[0], "val": sizes[1], "test": sizes[2]},
     }
     with GraphWriter(out_dir, overwrite=overwrite, name=Path(out_dir).name) as w:
+        w.reserve("features", n * int(feature_dim) * np.dtype(dtype).itemsize)  # before the model's centroids
+        m = _Model.draw(n, int(feature_dim), avg_degree, c, seed, np.dtype(dtype), homophily, power_law, snr)
         total, same = _write_rows(w, m, progress)
         if total == 0:
             raise MomentError(f"the generated graph has no edges (--avg-degree {avg_degree} on {n} nodes)",
