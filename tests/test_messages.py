@@ -32,6 +32,19 @@ def test_a_split_without_its_cluster_json_says_so(split_layout, tmp_path, capsys
         assert "no manifest.json" not in err
 
 
+def test_a_directory_of_datasets_and_layouts_is_not_called_a_split(runtime_dataset, runtime_layout, tmp_path,
+                                                                   capsys):
+    """`moment layout rm data/` (a directory holding datasets and a whole layout) said it was a split's top
+    directory without its cluster.json and hinted to write the split again."""
+    shutil.copytree(runtime_layout, tmp_path / "L", symlinks=True)
+    shutil.copytree(runtime_dataset.path, tmp_path / "D")
+    for argv in (["layout", "rm", str(tmp_path)], ["layout", "info", str(tmp_path)]):
+        assert main(argv) == 2, argv
+        err = _err(capsys)
+        assert "no manifest.json: not a complete layout" in err and "split" not in err, err
+    assert (tmp_path / "L" / "manifest.json").is_file() and (tmp_path / "D" / "manifest.json").is_file()
+
+
 def test_place_over_the_other_kind_of_layout_names_it(runtime_dataset, runtime_layout, split_layout, tmp_path,
                                                        capsys):
     whole = shutil.copytree(runtime_layout, tmp_path / "L", symlinks=True)

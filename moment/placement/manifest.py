@@ -199,12 +199,22 @@ CLUSTER_MANIFEST = "cluster.json"
 
 def _split_parts(p: Path) -> list[str] | None:
     """The machines' layouts in `p` when `p` looks like a split's top directory (its owners.npy, or
-    subdirectories holding a layout manifest), else None."""
+    subdirectories holding a machine's part of a split), else None. A directory that merely holds datasets or
+    whole layouts (a project's data/) is not one: their manifests record no split."""
     try:
-        parts = sorted(d.name for d in p.iterdir() if d.is_dir() and (d / MANIFEST).is_file())
+        parts = sorted(d.name for d in p.iterdir() if d.is_dir() and _is_split_part(d / MANIFEST))
     except OSError:
         return None
     return parts if parts or (p / "owners.npy").is_file() else None
+
+
+def _is_split_part(mf: Path) -> bool:
+    """Whether `mf` is a layout manifest recording a split (read leniently: a damaged one is not counted)."""
+    try:
+        head = json.loads(mf.read_text())
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(head, dict) and head.get("format") == FORMAT and head.get("split") is not None
 
 
 def load_manifest(path: str | Path) -> LayoutManifest:
