@@ -380,6 +380,8 @@ CASES = [
          via="serve"),
     # messages that name the real cause
     Case("moment layout info layouts/split-nocluster", "no cluster.json: this is a split layout's top directory"),
+    # a directory of datasets is neither a layout nor a split's top directory, and stays
+    Case("moment layout rm data", "no manifest.json: not a complete layout", keep=("data/ds/manifest.json",)),
     Case("moment place --dataset data/ds --machines 2 --out layouts/other --overwrite",
          "is one machine's layout, not a split layout", keep=("layouts/other/manifest.json",)),
     Case("moment place --dataset data/ds --out layouts/split --overwrite", "is a split layout, not one machine's",
