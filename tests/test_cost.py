@@ -111,6 +111,21 @@ def test_bad_price_files_are_one_line_naming_the_field(tmp_path, text, expected)
     assert expected in first and str(f) in first
 
 
+@pytest.mark.parametrize("text, expected, hint", [
+    ("A100-PCIe-40GB: 7500\n", "A100-PCIe-40GB: not a section of a price table (its sections: currency, server, "
+     "electricity, devices, switch_ports)", "devices: {A100-PCIe-40GB: {price_usd: 7500"),
+    ("srever: {price_usd: 9000}\n", "srever: not a section of a price table", "docs/planning.md shows a price file"),
+])
+def test_a_price_file_without_its_sections_names_them(tmp_path, text, expected, hint):
+    """A model priced at the top (as a flat name: price mapping) or a misspelt section was pydantic's 'Extra inputs
+    are not permitted' under the name; now the sections, and where a device's price goes."""
+    f = tmp_path / "p.yaml"
+    f.write_text(text)
+    with pytest.raises(MomentError) as e:
+        load_prices(f)
+    assert expected in str(e.value).splitlines()[0] and hint in str(e.value), str(e.value)
+
+
 def test_missing_price_file_is_one_line(tmp_path):
     with pytest.raises(MomentError, match="price file.*file not found|file not found.*price file"):
         load_prices(tmp_path / "none.yaml")

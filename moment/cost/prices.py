@@ -107,11 +107,24 @@ def _validate(data: dict, source: str) -> PriceTable:
                           hint="price only models `moment models` lists") from None
 
 
+#: what a user's price file may give (merged over the shipped table, entry by entry)
+SECTIONS = ("currency", "server", "electricity", "devices", "switch_ports")
+
+
 def _merge(base: dict, user: dict, source: str) -> dict:
     """The user's entries over the shipped ones, field by field; a changed number without its own
     source or date is attributed to the user's file."""
     out = dict(base)
     for key, value in user.items():
+        if key not in SECTIONS:
+            try:
+                model = find_model(str(key)).name
+            except MomentError:
+                model = None
+            raise MomentError(
+                f"{key}: not a section of a price table (its sections: {', '.join(SECTIONS)})", source=source,
+                hint=f"a device's price goes under devices:, e.g. devices: {{{model}: {{price_usd: 7500, date: 2025-06, "
+                     "source: a quote}}" if model else "docs/planning.md shows a price file (quotes.yaml)")
         if key in ("server", "electricity", "devices", "switch_ports") and not isinstance(value, dict):
             raise MomentError(f"{key}: expected a mapping, got {type(value).__name__}", source=source)
         if key == "server" or key == "electricity":
