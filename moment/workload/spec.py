@@ -60,7 +60,10 @@ class WorkloadSpec(BaseModel):
     @model_validator(mode="after")
     def _shares(self) -> WorkloadSpec:
         if self.gpu_cache_share + self.cpu_cache_share > 1:
-            raise ValueError("gpu_cache_share + cpu_cache_share must not exceed 1")
+            raise ValueError(f"the GPU caches' share of the reads ({self.gpu_cache_share:g}) and the CPU memory's "
+                             f"({self.cpu_cache_share:g}) add up to more than 1: lower one (the defaults are "
+                             f"{type(self).model_fields['gpu_cache_share'].default:g} and "
+                             f"{type(self).model_fields['cpu_cache_share'].default:g})")
         if any(f <= 0 for f in self.fanouts):
             raise ValueError("fan-outs must be positive")
         return self
