@@ -278,10 +278,14 @@ def test_cache_sizes(env):
     ds = env["ds"]  # 20k rows of 128 B
     assert pl.parse_cache("10%", "--x") == ("share", 0.1)
     assert pl.parse_cache("0.5", "--x") == ("gib", 0.5)
+    # sizes as every other option reads them (moment.sizes), beside GiB: 2GB was refused
+    assert pl.parse_cache("8GiB", "--x") == pl.parse_cache("8G", "--x") == ("gib", 8.0)
+    assert pl.parse_cache("512MiB", "--x") == ("gib", 0.5) and pl.parse_cache("2GB", "--x") == ("gib", 2e9 / 2**30)
+    assert pl.cache_rows(pl.parse_cache("12800B", "--x"), 1.0, ds) == 100
     assert pl.cache_rows(("share", 0.1), 1.0, ds) == 2000
     assert pl.cache_rows(None, 1.0, ds) == 20_000  # 1 GiB holds the whole dataset: capped
     assert pl.cache_rows(("gib", 128 * 100 / 2**30), 1.0, ds) == 100
-    for bad in ("x", "-1", "150%"):
+    for bad in ("x", "-1", "150%", "2XB", "5e3"):
         with pytest.raises(MomentError):
             pl.parse_cache(bad, "--gpu-cache")
     with pytest.raises(MomentError):

@@ -26,6 +26,7 @@ from moment.placement.baselines import degree_placement, hash_placement
 from moment.placement.bins import Bin, BinSet
 from moment.placement.knapsack import auto_pool, ddak
 from moment.planner.contracts import Evaluation, Plan
+from moment.sizes import parse_size
 from moment.topology.devices import Inventory, populate, strip
 from moment.topology.model import Kind, Topology
 from moment.workload.graph import GraphDataset
@@ -50,14 +51,21 @@ class CacheRows:
 
 
 def parse_cache(text: str | None, what: str, field: str | None = None) -> tuple[str, float] | None:
-    """`--gpu-cache 8` (GiB) or `--gpu-cache 10%` (of the dataset's feature bytes) -> (unit, value).
-    `what`: the input as the caller spells it; `field`: its name (for the service)."""
+    """`--gpu-cache 8` (GiB), `--gpu-cache 512MiB` / `2GB` (any size `moment.sizes` reads) or `--gpu-cache 10%` (of
+    the dataset's feature bytes) -> (unit, value). `what`: the input as the caller spells it; `field`: its name
+    (for the service)."""
     if text is None:
         return None
     m = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(%|gib|GiB|g|G)?\s*", text)
     if not m:
-        raise MomentError(f"{what} {text!r}: expected GiB (e.g. 8 or 0.5) or a share of the dataset (e.g. 10%)",
-                          field=field)
+        try:
+            nbytes = parse_size(text, 0) if re.search(r"[kKmMgGtT]i?[bB]?\s*$|[bB]\s*$", text) else None
+        except MomentError:
+            nbytes = None
+        if nbytes is None:
+            raise MomentError(f"{what} {text!r}: expected GiB (e.g. 8 or 0.5), a size (e.g. 512MiB, 2GB) or a share "
+                              "of the dataset (e.g. 10%)", field=field)
+        return "gib", nbytes / GiB
     value = float(m.group(1))
     if m.group(2) == "%":
         if value > 100:

@@ -32,7 +32,8 @@ if TYPE_CHECKING:
 # Imports inside functions: the requests stay light (every command's options are made from them when the CLI
 # starts), so the placement machinery loads only when `place` runs.
 
-CACHE_HELP = ("{what} cache per {per}: GiB (e.g. 8) or a share of the dataset's features (e.g. 10%); "
+CACHE_HELP = ("{what} cache per {per}: GiB (e.g. 8), a size (e.g. 512MiB, 2GB) or a share of the dataset's features "
+              "(e.g. 10%); "
               "default {default}% of each {per}'s memory; capped by the dataset size")
 
 
