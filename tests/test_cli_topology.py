@@ -76,6 +76,19 @@ def test_user_errors_are_one_message_and_exit_2(capsys, argv, needle):
     assert needle in " ".join(err.split()) and "Traceback" not in err
 
 
+def test_a_machine_without_a_slot_for_one_card_says_so_in_the_singular(capsys, tmp_path):
+    """A scanned VM or a hand-written machine with no GPU slot: one card needs one slot, and it has none."""
+    f = tmp_path / "tiny.yaml"
+    f.write_text("name: tiny\nnodes:\n"
+                 "- {id: cpu0, kind: socket, memory_gib: 64, memory_bandwidth_gbps: 100}\n"
+                 "- {id: rc0, parent: cpu0, kind: root_complex}\n"
+                 "- {id: bay0, parent: rc0, link: {kind: pcie, gen: 4, width: 4}, kind: slot, width: 4, accepts: [ssd]}\n")
+    code, out, err = run(capsys, "plan", "--profile", str(f), "--gpus", "1", "--ssds", "1")
+    assert code == 2, (out, err)
+    assert "1 x A100-PCIe-40GB needs 1 free slot that takes a GPU (x16 or wider), but 'tiny' has none" in \
+        " ".join(err.split()), err
+
+
 @pytest.mark.parametrize("argv, says, where", [
     (["plan", "--gpus", "abc"], "Invalid value for '--gpus'", "moment plan"),
     (["plan", "--no-such-flag"], "No such option: --no-such-flag", "moment plan"),

@@ -55,8 +55,9 @@ def _check_inventory(bare: Topology, inventory: Inventory) -> None:
         room = sum(fits(s, m) for s in free)
         if count > room:
             raise MomentError(
-                f"{count} x {m.name} need {count} free slots that take {A_KIND[m.kind]} "
-                f"(x{m.lanes} or wider), but {bare.name!r} has only {room}",
+                f"{count} x {m.name} need{'s' if count == 1 else ''} {count} free slot{'' if count == 1 else 's'} "
+                f"that take{'s' if count == 1 else ''} {A_KIND[m.kind]} (x{m.lanes} or wider), but {bare.name!r} has "
+                f"{'none' if room == 0 else f'only {room}'}",
                 field="gpus" if m.kind == Kind.gpu else "ssds")
     needed = sum(c for _, c in models)
     if needed > len(free):
