@@ -399,9 +399,13 @@ def _write_pack(layout: Path, m, dataset: GraphDataset, *, world_size: int, batc
         raise MomentError("the layout has no hotness order (written by an older version)", source=str(layout),
                           hint="rewrite it with `moment place`")
     hot = np.load(layout / m.order_file.path, mmap_mode="r")
+
+    def most_cached() -> np.ndarray:
+        """The rows the run caches at most: under a budget, what it grants with no pack index to hold."""
+        return cached_mask(hot, cached_rows if budget_rows is None else min(max(int(budget_rows(0)), 0), n), n)
+
     check_room(layout, dataset, world_size=world_size, batch_size=batch_size, fanouts=fanouts, seed=seed,
-               epochs=epochs, align=align, cached=cached_mask(hot, cached_rows if budget_rows is None else
-                                                             min(max(int(budget_rows(0)), 0), n), n))
+               epochs=epochs, align=align, cached=most_cached)
 
     def sample(r: int) -> list:
         """Rank r's training batches, then its evaluation batches (progress: by batch, over all ranks)."""
@@ -462,11 +466,12 @@ def pack_bytes_bound(dataset: GraphDataset, *, world_size: int, batch_size: int,
 
 
 def check_room(layout: Path, dataset: GraphDataset, *, world_size: int, batch_size: int, fanouts: Sequence[int],
-               seed: int, epochs: int, align: int, cached: np.ndarray) -> None:
+               seed: int, epochs: int, align: int, cached: Callable[[], np.ndarray]) -> None:
     """Refuse, before hours of sampling and writing, a pack the disk holding the layout cannot take: a pack grows
     with its epochs (an epoch: 0.65x the features on the README's 100k layout), so 100 epochs of a large dataset
     can be many disks. Sampled only when the bound without sampling does not fit: rank 0's first epoch, its
-    segments outside the rows the run will cache at most (`cached`), as the estimate of every rank's and epoch's."""
+    segments outside the rows the run will cache at most (`cached()`, asked only then), as the estimate of every
+    rank's and epoch's."""
     from moment.workload.trace import sample_eval_trace, sample_trace
 
     free = shutil.disk_usage(layout).free
@@ -477,11 +482,11 @@ def check_room(layout: Path, dataset: GraphDataset, *, world_size: int, batch_si
     args = dict(seed=seed, epochs=1, rank=0, world_size=world_size)
     traces = [sample_trace(dataset, fanouts, batch_size, **args),
               *(sample_eval_trace(dataset, fanouts, batch_size, split=s, **args) for s in EVAL_SPLITS)]
-    rb, first = dataset.row_bytes, 0
+    rb, first, held = dataset.row_bytes, 0, cached()
     for tr in traces:
         for t in range(len(tr)):
             ids = np.unique(tr.batch(t))
-            first += -(-int((~cached[ids]).sum()) * rb // align) * align
+            first += -(-int((~held[ids]).sum()) * rb // align) * align
     per_epoch = world_size * first
     if epochs * per_epoch <= room:
         return

@@ -58,8 +58,8 @@ def parse_cache(text: str | None, what: str, field: str | None = None) -> tuple[
         return None
     m = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(%|gib|GiB|g|G)?\s*", text)
     if not m:
-        try:
-            nbytes = parse_size(text, 0) if re.search(r"[kKmMgGtT]i?[bB]?\s*$|[bB]\s*$", text) else None
+        try:  # a size with its unit (a plain number is GiB above, a share below)
+            nbytes = parse_size(text, 0)
         except MomentError:
             nbytes = None
         if nbytes is None:

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from moment.errors import MomentError
-from moment.runtime.footprint import (GAT_HEADS, GatSizes, LayerExtent, SageSizes, hidden_width, model_sizes, step_bytes,
+from moment.runtime.footprint import (GAT_HEADS, GatSizes, LayerExtent, SageSizes, hidden_width, step_bytes,
                                       weights)
 from moment.runtime.layers import GATConv, SAGEConv
 from moment.workload.sampler import Block  # the sampler's `MiniBatch.blocks()` items
@@ -72,11 +72,6 @@ class GAT(GatSizes, nn.Module):
 _MODELS = {"sage": SAGE, "gat": GAT}
 
 
-def _model(name: str) -> type[SAGE] | type[GAT]:
-    model_sizes(name)  # another name is refused there
-    return _MODELS[name]
-
-
 def build_model(name: str, in_dim: int, num_classes: int, num_layers: int = 2, hidden: int | None = None) -> nn.Module:
     """The paper's settings: GraphSAGE hidden 256; GAT hidden 64 with 8 heads. A script's sizes are checked here:
     a zero or a string reached torch as a division by zero, a negative dimension or no model at all."""
@@ -92,5 +87,5 @@ def build_model(name: str, in_dim: int, num_classes: int, num_layers: int = 2, h
             raise MomentError(f"build_model({key}={v!r}): must be an integer >= 1",
                               hint="e.g. moment.build_model('sage', run.feature_dim, run.num_classes, "
                                    "num_layers=len(run.fanouts))")
-    return _model(name)(int(in_dim), hidden_width(name, None if hidden is None else int(hidden)), int(num_classes),
+    return _MODELS[name](int(in_dim), hidden_width(name, None if hidden is None else int(hidden)), int(num_classes),
                         int(num_layers))
