@@ -133,6 +133,19 @@ def test_a_rendezvous_lost_after_the_ranks_started_names_the_other_machine(tmp_p
     assert "cannot reach the rendezvous at 127.0.0.1:29400: is it machine 0's address" in tl._rendezvous_failed(quiet)
 
 
+def test_the_agent_removes_the_log_directories_torchrun_left_empty_and_keeps_any_log(tmp_path, monkeypatch):
+    from moment.runtime import agent
+
+    empty, kept = tmp_path / "torchelastic_a", tmp_path / "torchelastic_b"
+    (empty / "run_x" / "attempt_0").mkdir(parents=True)
+    (kept / "run_y" / "attempt_0" / "1").mkdir(parents=True)
+    (kept / "run_y" / "attempt_0" / "1" / "stderr.log").write_text("a rank's redirected output")
+    monkeypatch.setattr(agent, "_made_log_dirs", [str(empty), str(kept)])
+    agent.remove_empty_log_dirs()
+    assert not empty.exists() and (kept / "run_y" / "attempt_0" / "1" / "stderr.log").read_text()
+    assert [p.name for p in (kept / "run_y" / "attempt_0").iterdir()] == ["1"] and agent._made_log_dirs == []
+
+
 def test_the_agent_forks_the_ranks_of_every_python_program_and_leaves_others_to_torchrun(monkeypatch):
     import gc
 
@@ -229,7 +242,8 @@ def test_the_agent_imports_a_users_model_module_for_its_ranks_unless_it_starts_a
 def test_a_script_forked_by_the_agent_runs_as_a_fresh_interpreter_would_run_it(tmp_path):
     """Its name, argv and path, its own exit handlers (not the agent's), and an uncaught error's traceback showing
     the script's frames only, with a non-zero exit. A rank that ends without returning (os._exit) does not hold
-    the others: torchrun would wait for its function's return value forever."""
+    the others: torchrun would wait for its function's return value forever. Neither launch leaves torchrun's log
+    directory behind in the temporary folder."""
     from moment.runtime import agent
 
     script = tmp_path / "prog.py"
@@ -244,7 +258,10 @@ def test_a_script_forked_by_the_agent_runs_as_a_fresh_interpreter_would_run_it(t
         "    os._exit(0)\n"
         "if sys.argv[1] == 'raise' and os.environ['RANK'] == '1':\n"
         "    raise ValueError('the script failed')\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ["PYTHONPATH"]]), "OMP_NUM_THREADS": "1"}
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ["PYTHONPATH"]]), "OMP_NUM_THREADS": "1",
+           "TMPDIR": str(temp)}
 
     def launch(arg, *preload):
         return subprocess.run([*agent.COMMAND, *preload, "--standalone", "--nproc-per-node=2", str(script), arg],
@@ -262,6 +279,7 @@ def test_a_script_forked_by_the_agent_runs_as_a_fresh_interpreter_would_run_it(t
     assert tb[1].strip().startswith(f'File "{script}", line 7') and tb[3] == "ValueError: the script failed", tb
     # without --preload each rank imports the module itself
     assert [json.loads(line)[-1] for line in r.stdout.splitlines() if line.startswith("[")] == [False, False], r.stdout
+    assert [p.name for p in temp.iterdir() if p.name.startswith("torchelastic_")] == []
 
 
 @pytest.mark.filterwarnings("ignore:Unable to enable fault handler")  # torchrun's, on the captured stderr

@@ -31,6 +31,8 @@ from collections.abc import Sequence
 COMMAND = [sys.executable, "-m", "moment.runtime.agent"]
 #: the program `moment train` and `moment doctor --gpu` run on each rank
 RANK_MODULE = "moment.train"
+#: log directories torchrun made for this agent in the temporary folder (no `--log-dir` given), removed at its exit
+_made_log_dirs: list[str] = []
 
 
 def _as_fresh_interpreter() -> None:
@@ -289,6 +291,9 @@ def forked_ranks(config_from_args):
 
     def config(args):
         cfg, cmd, cmd_args = config_from_args(args)
+        root = getattr(getattr(cfg, "logs_specs", None), "root_log_dir", None)
+        if not args.log_dir and root and os.path.basename(root).startswith("torchelastic_"):
+            _made_log_dirs.append(root)
         if args.no_python or args.run_path:
             given = [f"{f} {v}" for f, v in (("--preload", (getattr(args, "preload", None) or [None])[0]),
                                               ("--preload-index", getattr(args, "preload_index", None))) if v]
@@ -341,6 +346,19 @@ def _frame_names_for_rendezvous_events() -> None:
     dynamic_rendezvous.get_method_name = get_method_name
 
 
+def remove_empty_log_dirs() -> None:
+    """torchrun makes a log directory in the temporary folder when none is given and leaves it there, empty unless
+    a rank's output was redirected (`--redirects`, `--tee`): one directory per launch, thousands after a test suite.
+    Empty directories go; any holding a file stays, with the file."""
+    for root in _made_log_dirs:
+        for folder, _, _ in sorted(os.walk(root), key=lambda entry: -len(entry[0])):  # deepest first
+            try:
+                os.rmdir(folder)
+            except OSError:  # holds a file (or is gone already)
+                pass
+    _made_log_dirs.clear()
+
+
 def load_torchrun():
     """torchrun's launcher module, loaded as the agent loads it (moment.gcpause.loading), here and where its start
     sizes are measured (moment.runtime.start_sizes)."""
@@ -369,6 +387,8 @@ def main(argv: list[str] | None = None) -> int:
     except MomentError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    finally:
+        remove_empty_log_dirs()
     return 0
 
 
