@@ -746,19 +746,34 @@ static PyObject *uring_usable(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a)) {
 #endif
 }
 
-PyDoc_STRVAR(copy_rows_doc, "copy_rows(dst, dst_rows, src, src_index, src_stride, row_bytes)\n"
+PyDoc_STRVAR(copy_rows_doc, "copy_rows(dst, dst_rows, src, src_index, src_stride, row_bytes, ahead=8)\n"
              "For each i: dst row dst_rows[i] (i when dst_rows is None) = the row_bytes bytes of src at byte\n"
              "src_index[i] * src_stride. dst: writable contiguous buffer of whole rows; dst_rows, src_index: 1-d\n"
-             "int64. Every index is checked before any byte moves; the copy runs without the GIL.");
+             "int64. Every index is checked before any byte moves; the copy runs without the GIL. The source row\n"
+             "`ahead` rows on is prefetched (0: none, as bench/row_copy.py compares).");
 
 /* The gather path's row copies (a finished read's rows into a job's buffer, a job's or the CPU cache's rows
    into the batch): one memcpy per row, where NumPy's fancy indexing copies through a temporary (two passes)
-   and holds the GIL. */
+   and holds the GIL. The source rows are random rows of a large segment (the CPU cache's): each starts with a
+   cache and TLB miss, which the copy would wait for one row after another; the row COPY_AHEAD rows on is
+   prefetched (its first COPY_PREFETCH_BYTES), so that several misses are outstanding at once. Measured on this
+   project's 2-core machines, random rows of a 2 GiB segment: 512-byte rows 159 -> 111 ns each, 1 KiB rows
+   294 -> 255-263 ns; 8 rows ahead was the best of 4, 8, 16 and 32 (bench/row_copy.py compares with none). Writes
+   are not prefetched (scattered 1 KiB rows were slower with it). */
+#define COPY_AHEAD 8
+#define COPY_PREFETCH_BYTES 2048
+#if defined(__GNUC__)
+#define PREFETCH_READ(p) __builtin_prefetch((p), 0, 0)
+#else
+#define PREFETCH_READ(p) ((void)(p))
+#endif
 static PyObject *copy_rows(PyObject *Py_UNUSED(m), PyObject *args) {
     PyObject *odst, *odrows, *osrc, *oidx;
     long long stride, rb;
-    if (!PyArg_ParseTuple(args, "OOOOLL", &odst, &odrows, &osrc, &oidx, &stride, &rb)) return NULL;
+    int ahead_rows = COPY_AHEAD;
+    if (!PyArg_ParseTuple(args, "OOOOLL|i", &odst, &odrows, &osrc, &oidx, &stride, &rb, &ahead_rows)) return NULL;
     if (rb < 1 || stride < 1) return PyErr_Format(PyExc_ValueError, "row_bytes and src_stride must be >= 1");
+    if (ahead_rows < 0) return PyErr_Format(PyExc_ValueError, "ahead must be >= 0");
     Py_buffer vd, vs, vi, vr;
     int have_rows = odrows != Py_None;
     if (PyObject_GetBuffer(odst, &vd, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) return NULL;
@@ -792,8 +807,12 @@ static PyObject *copy_rows(PyObject *Py_UNUSED(m), PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     char *d = vd.buf;
     const char *sb = vs.buf;
-    for (Py_ssize_t i = 0; i < n; i++)
+    long long ahead = ahead_rows ? (rb < COPY_PREFETCH_BYTES ? rb : COPY_PREFETCH_BYTES) : 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (i + ahead_rows < n)
+            for (long long o = 0; o < ahead; o += 64) PREFETCH_READ(sb + idx[i + ahead_rows] * stride + o);
         memcpy(d + (rows ? rows[i] : i) * rb, sb + idx[i] * stride, (size_t)rb);
+    }
     Py_END_ALLOW_THREADS
     ret = Py_None;
     Py_INCREF(ret);

@@ -487,3 +487,20 @@ def test_copy_rows_moves_each_row_as_fancy_indexing_does(native, monkeypatch):
         with pytest.raises(IndexError, match="outside"):
             rows_mod.copy_rows(dst, np.append(pos[:-1], 40), src, idx)
         assert (dst == before).all()
+        # the prefetch distance changes no byte: none, the default, one past the last row
+        for ahead in (0, 1, 29, 30):
+            dst[:] = 0
+            rows_mod._copy(dst, pos, src, idx, 24, 24, ahead)
+            assert (dst == want).all(), ahead
+        with pytest.raises(ValueError, match="ahead"):
+            rows_mod._copy(dst, pos, src, idx, 24, 24, -1)
+
+
+def test_the_row_copy_bench_prints_its_ratios():
+    r = subprocess.run([sys.executable, str(REPO / "bench" / "row_copy.py"), "--segment", "4MiB", "--rows", "2000",
+                        "--row-bytes", "64,512", "--repeat", "1"], capture_output=True, text=True, timeout=120)
+    if "not built" in r.stderr:
+        pytest.skip("the native extension is not built")
+    assert r.returncode == 0, r.stderr
+    ratios = [float(line.split(":")[1]) for line in r.stdout.splitlines() if "ratio_" in line]
+    assert len(ratios) == 4 and all(x > 0 for x in ratios), r.stdout
