@@ -17,6 +17,7 @@ import time
 
 import numpy as np
 
+from moment.errors import MomentError
 from moment.io.rows import _copy, copy_rows
 from moment.sizes import available_memory, parse_size
 
@@ -52,9 +53,18 @@ def main() -> int:
     args = ap.parse_args()
     if _copy is None:
         raise SystemExit("the native extension is not built: python setup.py build_ext --inplace")
-    segment = parse_size(args.segment, available_memory() or 0)
+    try:
+        segment = parse_size(args.segment, available_memory() or 0)
+    except MomentError as e:
+        raise SystemExit(f"error: --segment {e}") from None
+    try:
+        sizes = [int(b) for b in args.row_bytes.split(",")]
+    except ValueError:
+        raise SystemExit(f"error: --row-bytes {args.row_bytes!r}: integers, comma-separated (e.g. 256,512)") from None
+    if args.rows < 1 or args.repeat < 1 or min(sizes) < 1 or segment < max(sizes):
+        raise SystemExit("error: --rows, --repeat and every --row-bytes must be >= 1, and --segment hold a row")
     rng = np.random.default_rng(args.seed)
-    for rb in (int(b) for b in args.row_bytes.split(",")):
+    for rb in sizes:
         got = measure(rb, segment, args.rows, args.repeat, rng)
         print(f"row_bytes: {rb}")
         for name, ns in got.items():
