@@ -1,6 +1,7 @@
 """Pre-sampling throughput (sampled node ids per second) on a synthetic power-law graph, against a
 straightforward per-seed Python loop sampler run on the same graph in the same process, and the sampler's
-C loops against its own torch path (the same batches bit for bit), alternated on the same batches.
+C loops against its own torch path (the same batches bit for bit), and those loops with their prefetch against
+none, each alternated on the same batches.
 
 Both samplers draw, per target, min(fanout, degree) distinct neighbours and de-duplicate per batch;
 the baseline does it node by node with `random.sample` and a dict, as research code often does.
@@ -22,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from moment.workload.batch_bytes import native_sampling
 from moment.workload.graph import GraphDataset
 from moment.workload.hotness import presample
 from moment.workload.sampler import CSRGraph, NeighborSampler, SeedBatches
@@ -107,6 +109,24 @@ def main() -> None:
             print(f"torch_path_sampled_per_cpu_s: {best[False]:,.0f}")
             print(f"c_loops_over_torch_path[{len(many)} batches of {a.batch_size}, fanouts {a.fanouts}]: "
                   f"{best[True] / best[False]:.2f}")
+            # the loops' prefetch (native/sampling.c) against none, alternated on the same batches
+            loops, ahead = native_sampling(), native_sampling().prefetch()
+            per = {ahead: 0.0, 0: 0.0}
+            try:
+                for _ in range(3):
+                    for n in per:
+                        loops.prefetch(n)
+                        s = NeighborSampler(graph, fanouts, seed=0)
+                        s.sample(many[0])
+                        t0, drawn = time.process_time(), 0
+                        for b in many:
+                            drawn += s.sample(b).num_sampled
+                        per[n] = max(per[n], drawn / (time.process_time() - t0))
+            finally:
+                loops.prefetch(ahead)
+            print(f"c_loops_prefetch_{ahead}_sampled_per_cpu_s: {per[ahead]:,.0f}")
+            print(f"c_loops_no_prefetch_sampled_per_cpu_s: {per[0]:,.0f}")
+            print(f"c_loops_prefetch_over_none: {per[ahead] / per[0]:.2f}")
         else:
             print("c_loops_over_torch_path: n/a (the sampler's C extension is not built)")
 

@@ -43,6 +43,18 @@ static int64_t at(const Py_buffer *v, Py_ssize_t i) {
     return v->itemsize == 8 ? ((const int64_t *)v->buf)[i] : ((const int32_t *)v->buf)[i];
 }
 
+/* Each loop below touches one random place of a large array per item (a node's indptr entry, its first
+   neighbour slot, its entry in the batch's table): the place AHEAD items on is prefetched, so that the misses
+   of several items are outstanding at once instead of one after another. On the 8M bench graph's batches
+   (1024 seeds, fan-outs 25,10) the per-target loop ran 1.12-1.32x faster, the indptr loop 1.06-1.48x, the table's
+   1.06-1.34x; bench/presample.py compares with none (`prefetch(0)`). */
+static Py_ssize_t AHEAD = 16;
+#if defined(__GNUC__)
+#define PREFETCH(p, write) __builtin_prefetch((p), (write), 0)
+#else
+#define PREFETCH(p, write) ((void)(p))
+#endif
+
 PyDoc_STRVAR(prepare_doc, "prepare(indptr, targets, fanout, start, deg) -> (slots, partial, max_degree)\n"
              "start[i], deg[i]: target i's first slot and degree. slots: sum of min(deg, fanout); partial: targets\n"
              "whose degree exceeds fanout (each takes fanout uniforms). indptr, targets: int64; start, deg: int64\n"
@@ -66,6 +78,7 @@ static PyObject *prepare(PyObject *Py_UNUSED(m), PyObject *args) {
     int64_t *s = st.buf, *d = dg.buf, slots = 0, partial = 0, maxd = 0;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < m; i++) {
+        if (AHEAD && i + AHEAD < m && t[i + AHEAD] >= 0 && t[i + AHEAD] < n) PREFETCH(p + t[i + AHEAD], 0);
         int64_t node = t[i];
         if (node < 0 || node >= n) { bad = i; break; }
         s[i] = p[node];
@@ -140,6 +153,8 @@ static PyObject *fill(PyObject *Py_UNUSED(m), PyObject *args) {
     int64_t *out = nb.buf, *dst = ds.buf, k = 0, p = 0;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < m; i++) {
+        if (AHEAD && i + AHEAD < m && d[i + AHEAD] > 0)
+            PREFETCH((const char *)ix.buf + s[i + AHEAD] * ix.itemsize, 0);
         if (d[i] <= fanout) {
             for (int64_t c = 0; c < d[i]; c++, k++) { out[k] = at(&ix, s[i] + c); dst[k] = i; }
             continue;
@@ -194,6 +209,7 @@ static PyObject *dedup(PyObject *Py_UNUSED(mod), PyObject *args) {
     int64_t *out = lo.buf, *fresh = nw.buf, nn = 0;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < k; i++) {
+        if (AHEAD && i + AHEAD < k && c[i + AHEAD] >= 0 && c[i + AHEAD] < n) PREFETCH(l + c[i + AHEAD], 1);
         int64_t node = c[i];
         if (node < 0 || node >= n) { bad = i; break; }
         if (l[node] < 0) { l[node] = (int32_t)(m + nn); fresh[nn++] = node; }
@@ -235,7 +251,10 @@ static PyObject *clear(PyObject *Py_UNUSED(mod), PyObject *args) {
         goto done;
     }
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < k; i++) l[ids[i]] = -1;
+    for (Py_ssize_t i = 0; i < k; i++) {
+        if (AHEAD && i + AHEAD < k) PREFETCH(l + ids[i + AHEAD], 1);
+        l[ids[i]] = -1;
+    }
     Py_END_ALLOW_THREADS
     ret = Py_None;
     Py_INCREF(ret);
@@ -244,11 +263,23 @@ done:
     return ret;
 }
 
+PyDoc_STRVAR(prefetch_doc, "prefetch(ahead=None) -> int\n"
+             "How many items on the loops prefetch (0: none); sets it when given. Returns the value in force.");
+
+static PyObject *prefetch(PyObject *Py_UNUSED(mod), PyObject *args) {
+    Py_ssize_t ahead = -1;
+    if (!PyArg_ParseTuple(args, "|n", &ahead)) return NULL;
+    if (ahead < -1 || ahead > 1024) return PyErr_Format(PyExc_ValueError, "ahead must be 0..1024, not %zd", ahead);
+    if (ahead >= 0) AHEAD = ahead;
+    return PyLong_FromSsize_t(AHEAD);
+}
+
 static PyMethodDef methods[] = {
     {"prepare", prepare, METH_VARARGS, prepare_doc},
     {"fill", fill, METH_VARARGS, fill_doc},
     {"dedup", dedup, METH_VARARGS, dedup_doc},
     {"clear", clear, METH_VARARGS, clear_doc},
+    {"prefetch", prefetch, METH_VARARGS, prefetch_doc},
     {NULL, NULL, 0, NULL},
 };
 

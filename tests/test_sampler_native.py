@@ -62,6 +62,17 @@ def test_a_large_batch_on_a_power_law_graph_is_the_same():
     graph = CSRGraph.from_arrays(indptr, indices)  # rows unsorted and with repeats: slots, not ids, are drawn
     seeds = [torch.from_numpy(rng.choice(n, 1024, replace=False)) for _ in range(4)]
     same_batches(graph, [25, 10], seeds, 3)
+    # the loops' prefetch distance changes no batch: none, one item on, beyond a hop's targets
+    ahead = _native.prefetch()
+    try:
+        for n_ahead in (0, 1, 1024):
+            _native.prefetch(n_ahead)
+            same_batches(graph, [25, 10], seeds[:2], 3)
+    finally:
+        _native.prefetch(ahead)
+    assert _native.prefetch() == ahead > 0
+    with pytest.raises(ValueError, match="ahead must be"):
+        _native.prefetch(-2)
 
 
 def test_link_batches_are_the_same():
