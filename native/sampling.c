@@ -44,11 +44,11 @@ static int64_t at(const Py_buffer *v, Py_ssize_t i) {
 }
 
 /* Each loop below touches one random place of a large array per item (a node's indptr entry, its first
-   neighbour slot, its entry in the batch's table): the place AHEAD items on is prefetched, so that the misses
+   neighbour slot, its entry in the batch's table): the place `ahead` items on is prefetched, so that the misses
    of several items are outstanding at once instead of one after another. On the 8M bench graph's batches
    (1024 seeds, fan-outs 25,10) the per-target loop ran 1.12-1.32x faster, the indptr loop 1.06-1.48x, the table's
    1.06-1.34x; bench/presample.py compares with none (`prefetch(0)`). */
-static Py_ssize_t AHEAD = 16;
+static Py_ssize_t prefetch_ahead = 16; /* read once per call, with the GIL held, as `ahead` */
 #if defined(__GNUC__)
 #define PREFETCH(p, write) __builtin_prefetch((p), (write), 0)
 #else
@@ -76,9 +76,10 @@ static PyObject *prepare(PyObject *Py_UNUSED(m), PyObject *args) {
     }
     const int64_t *p = ip.buf, *t = tg.buf;
     int64_t *s = st.buf, *d = dg.buf, slots = 0, partial = 0, maxd = 0;
+    const Py_ssize_t ahead = prefetch_ahead;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < m; i++) {
-        if (AHEAD && i + AHEAD < m && t[i + AHEAD] >= 0 && t[i + AHEAD] < n) PREFETCH(p + t[i + AHEAD], 0);
+        if (ahead && i + ahead < m && t[i + ahead] >= 0 && t[i + ahead] < n) PREFETCH(p + t[i + ahead], 0);
         int64_t node = t[i];
         if (node < 0 || node >= n) { bad = i; break; }
         s[i] = p[node];
@@ -151,10 +152,11 @@ static PyObject *fill(PyObject *Py_UNUSED(m), PyObject *args) {
     if (partial && !sel) { PyErr_NoMemory(); goto release; }
     const double *uu = u.buf;
     int64_t *out = nb.buf, *dst = ds.buf, k = 0, p = 0;
+    const Py_ssize_t ahead = prefetch_ahead;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < m; i++) {
-        if (AHEAD && i + AHEAD < m && d[i + AHEAD] > 0)
-            PREFETCH((const char *)ix.buf + s[i + AHEAD] * ix.itemsize, 0);
+        if (ahead && i + ahead < m && d[i + ahead] > 0)
+            PREFETCH((const char *)ix.buf + s[i + ahead] * ix.itemsize, 0);
         if (d[i] <= fanout) {
             for (int64_t c = 0; c < d[i]; c++, k++) { out[k] = at(&ix, s[i] + c); dst[k] = i; }
             continue;
@@ -207,9 +209,10 @@ static PyObject *dedup(PyObject *Py_UNUSED(mod), PyObject *args) {
     int32_t *l = lc.buf;
     const int64_t *c = cd.buf;
     int64_t *out = lo.buf, *fresh = nw.buf, nn = 0;
+    const Py_ssize_t ahead = prefetch_ahead;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < k; i++) {
-        if (AHEAD && i + AHEAD < k && c[i + AHEAD] >= 0 && c[i + AHEAD] < n) PREFETCH(l + c[i + AHEAD], 1);
+        if (ahead && i + ahead < k && c[i + ahead] >= 0 && c[i + ahead] < n) PREFETCH(l + c[i + ahead], 1);
         int64_t node = c[i];
         if (node < 0 || node >= n) { bad = i; break; }
         if (l[node] < 0) { l[node] = (int32_t)(m + nn); fresh[nn++] = node; }
@@ -250,9 +253,10 @@ static PyObject *clear(PyObject *Py_UNUSED(mod), PyObject *args) {
         PyErr_Format(PyExc_IndexError, "node %lld is not in the table of %zd nodes", (long long)ids[bad], n);
         goto done;
     }
+    const Py_ssize_t ahead = prefetch_ahead;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < k; i++) {
-        if (AHEAD && i + AHEAD < k) PREFETCH(l + ids[i + AHEAD], 1);
+        if (ahead && i + ahead < k) PREFETCH(l + ids[i + ahead], 1);
         l[ids[i]] = -1;
     }
     Py_END_ALLOW_THREADS
@@ -270,8 +274,8 @@ static PyObject *prefetch(PyObject *Py_UNUSED(mod), PyObject *args) {
     Py_ssize_t ahead = -1;
     if (!PyArg_ParseTuple(args, "|n", &ahead)) return NULL;
     if (ahead < -1 || ahead > 1024) return PyErr_Format(PyExc_ValueError, "ahead must be 0..1024, not %zd", ahead);
-    if (ahead >= 0) AHEAD = ahead;
-    return PyLong_FromSsize_t(AHEAD);
+    if (ahead >= 0) prefetch_ahead = ahead;
+    return PyLong_FromSsize_t(prefetch_ahead);
 }
 
 static PyMethodDef methods[] = {
