@@ -36,6 +36,11 @@
 #define MAX_CHUNK ((int64_t)1 << 30) /* one kernel read at most; longer requests continue */
 #define WAKE_TAG UINT64_MAX
 #define SUBMIT_GROUP 4 /* io_uring: SQEs per submission at most (see issue_slot) */
+#if defined(__GNUC__)
+#define PREFETCH_READ(p, locality) __builtin_prefetch((p), 0, (locality))
+#else
+#define PREFETCH_READ(p, locality) ((void)(p))
+#endif
 
 typedef struct {
     int fd;
@@ -762,11 +767,6 @@ PyDoc_STRVAR(copy_rows_doc, "copy_rows(dst, dst_rows, src, src_index, src_stride
    are not prefetched (scattered 1 KiB rows were slower with it). */
 #define COPY_AHEAD 8
 #define COPY_PREFETCH_BYTES 2048
-#if defined(__GNUC__)
-#define PREFETCH_READ(p) __builtin_prefetch((p), 0, 0)
-#else
-#define PREFETCH_READ(p) ((void)(p))
-#endif
 static PyObject *copy_rows(PyObject *Py_UNUSED(m), PyObject *args) {
     PyObject *odst, *odrows, *osrc, *oidx;
     long long stride, rb;
@@ -810,7 +810,7 @@ static PyObject *copy_rows(PyObject *Py_UNUSED(m), PyObject *args) {
     long long ahead = ahead_rows ? (rb < COPY_PREFETCH_BYTES ? rb : COPY_PREFETCH_BYTES) : 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         if (i + ahead_rows < n)
-            for (long long o = 0; o < ahead; o += 64) PREFETCH_READ(sb + idx[i + ahead_rows] * stride + o);
+            for (long long o = 0; o < ahead; o += 64) PREFETCH_READ(sb + idx[i + ahead_rows] * stride + o, 0);
         memcpy(d + (rows ? rows[i] : i) * rb, sb + idx[i] * stride, (size_t)rb);
     }
     Py_END_ALLOW_THREADS
@@ -1016,7 +1016,7 @@ static PyObject *split_held(PyObject *Py_UNUSED(m), PyObject *args) {
     for (Py_ssize_t i = 0; i < n; i++) {
         if (i + SPLIT_AHEAD < n) {
             uint64_t ahead = (uint64_t)ids[i + SPLIT_AHEAD];
-            if (ahead < (uint64_t)nodes) __builtin_prefetch((const char *)v[1].buf + ahead * bsz);
+            if (ahead < (uint64_t)nodes) PREFETCH_READ((const char *)v[1].buf + ahead * bsz, 3);
         }
         int64_t id = ids[i];
         if (id < 0 || id >= nodes) { bad = i; break; }
