@@ -110,7 +110,8 @@ def main() -> None:
             print(f"c_loops_over_torch_path[{len(many)} batches of {a.batch_size}, fanouts {a.fanouts}]: "
                   f"{best[True] / best[False]:.2f}")
             # the loops' prefetch (native/sampling.c) against none, alternated on the same batches
-            loops, ahead = native_sampling(), native_sampling().prefetch()
+            loops = native_sampling()
+            ahead = loops.prefetch()
             per = {ahead: 0.0, 0: 0.0}
             try:
                 for _ in range(3):

@@ -271,10 +271,14 @@ PyDoc_STRVAR(prefetch_doc, "prefetch(ahead=None) -> int\n"
              "How many items on the loops prefetch (0: none); sets it when given. Returns the value in force.");
 
 static PyObject *prefetch(PyObject *Py_UNUSED(mod), PyObject *args) {
-    Py_ssize_t ahead = -1;
-    if (!PyArg_ParseTuple(args, "|n", &ahead)) return NULL;
-    if (ahead < -1 || ahead > 1024) return PyErr_Format(PyExc_ValueError, "ahead must be 0..1024, not %zd", ahead);
-    if (ahead >= 0) prefetch_ahead = ahead;
+    PyObject *given = Py_None;
+    if (!PyArg_ParseTuple(args, "|O", &given)) return NULL;
+    if (given != Py_None) {
+        Py_ssize_t ahead = PyLong_AsSsize_t(given);
+        if (ahead == -1 && PyErr_Occurred()) return NULL;
+        if (ahead < 0 || ahead > 1024) return PyErr_Format(PyExc_ValueError, "ahead must be 0..1024, not %zd", ahead);
+        prefetch_ahead = ahead;
+    }
     return PyLong_FromSsize_t(prefetch_ahead);
 }
 

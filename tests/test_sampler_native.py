@@ -71,8 +71,10 @@ def test_a_large_batch_on_a_power_law_graph_is_the_same():
     finally:
         _native.prefetch(ahead)
     assert _native.prefetch() == ahead > 0
-    with pytest.raises(ValueError, match="ahead must be"):
-        _native.prefetch(-2)
+    for bad in (-1, 1025):
+        with pytest.raises(ValueError, match="ahead must be"):
+            _native.prefetch(bad)
+    assert _native.prefetch(None) == ahead
 
 
 def test_link_batches_are_the_same():
