@@ -5,6 +5,7 @@ import gc
 import os
 import resource
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -215,3 +216,20 @@ def two_rank_run(two_rank_dir) -> dict:
     import json
 
     return json.loads((two_rank_dir / "m.json").read_text())
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_temp(tmp_path_factory):
+    """Tests and the processes they start put their temporary files under this session's base folder, which pytest
+    removes with its old runs, not in the machine's: torch's own torchrun makes a `torchelastic_*` folder per launch and
+    leaves it (Moment's agent removes its own), PyG writes a module per layer class it generates."""
+    folder = tmp_path_factory.getbasetemp() / "temp"
+    folder.mkdir(exist_ok=True)
+    old, old_here = os.environ.get("TMPDIR"), tempfile.tempdir
+    os.environ["TMPDIR"] = tempfile.tempdir = str(folder)  # theirs, and this process's (tests run torchrun's parts)
+    yield
+    tempfile.tempdir = old_here
+    if old is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = old
