@@ -218,6 +218,17 @@ def two_rank_run(two_rank_dir) -> dict:
     return json.loads((two_rank_dir / "m.json").read_text())
 
 
+#: the machine's temporary folder, before the session's replaces it (`_session_temp`)
+_MACHINE_TEMP = Path(tempfile.gettempdir())
+
+
+@pytest.fixture
+def machine_temp() -> Path:
+    """The machine's temporary folder, for a test whose files another user must reach (the session's is root's
+    alone, as pytest's folders are)."""
+    return _MACHINE_TEMP
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _session_temp(tmp_path_factory):
     """Tests and the processes they start put their temporary files under this session's base folder, which pytest

@@ -244,9 +244,9 @@ def _drop_privileges() -> list[str]:
 
 
 @pytest.fixture
-def shared_tmp():
+def shared_tmp(machine_temp):
     """A directory every user may traverse (pytest's own tmp_path is private to root)."""
-    d = Path(tempfile.mkdtemp(prefix="moment-perm-"))
+    d = Path(tempfile.mkdtemp(prefix="moment-perm-", dir=machine_temp))
     d.chmod(0o755)
     yield d
     shutil.rmtree(d)
