@@ -107,8 +107,8 @@ def _validate(data: dict, source: str) -> PriceTable:
                           hint="price only models `moment models` lists") from None
 
 
-#: what a user's price file may give (merged over the shipped table, entry by entry)
-SECTIONS = ("currency", "server", "electricity", "devices", "switch_ports")
+#: what a user's price file may give (merged over the shipped table, entry by entry): the table's fields but its origin
+SECTIONS = tuple(f for f in PriceTable.model_fields if f != "origin")
 
 
 def _merge(base: dict, user: dict, source: str) -> dict:
@@ -125,7 +125,7 @@ def _merge(base: dict, user: dict, source: str) -> dict:
                 f"{key}: not a section of a price table (its sections: {', '.join(SECTIONS)})", source=source,
                 hint=f"a device's price goes under devices:, e.g. devices: {{{model}: {{price_usd: 7500, date: 2025-06, "
                      "source: a quote}}" if model else "docs/planning.md shows a price file (quotes.yaml)")
-        if key in ("server", "electricity", "devices", "switch_ports") and not isinstance(value, dict):
+        if key != "currency" and not isinstance(value, dict):
             raise MomentError(f"{key}: expected a mapping, got {type(value).__name__}", source=source)
         if key == "server" or key == "electricity":
             out[key] = _merge_entry(base.get(key, {}), value, source)

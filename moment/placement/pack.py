@@ -460,7 +460,7 @@ def pack_bytes_bound(dataset: GraphDataset, *, world_size: int, batch_size: int,
         reach *= int(f)
         per_batch += reach
     rows = min(dataset.num_nodes, batch_size * per_batch)
-    splits = [len(dataset.train_idx), *(len(getattr(dataset, f"{s}_idx")) for s in EVAL_SPLITS)]
+    splits = [len(dataset.split(s)) for s in ("train", *EVAL_SPLITS)]
     batches = sum(-(-k // (world_size * batch_size)) + 1 for k in splits)  # a rank's, each epoch, at most
     return world_size * epochs * batches * (rows * dataset.row_bytes + align)
 

@@ -375,6 +375,10 @@ def _base(annotation: Any) -> Any:
     return annotation
 
 
+def _is_list(name: str) -> bool:
+    return typing.get_origin(_base(TrainConfig.model_fields[name].annotation)) is list
+
+
 def allowed(name: str, keywords: bool = False) -> str:
     """The values field `name` takes, for people: 'an integer >= 1', 'a finite number > 0', ... (`keywords`: as
     a Python caller writes them)."""
@@ -383,7 +387,7 @@ def allowed(name: str, keywords: bool = False) -> str:
     kind = {int: "an integer", float: "a finite number"}.get(base)
     if typing.get_origin(base) is Literal:
         return "one of " + ", ".join(map(str, typing.get_args(base)))
-    if typing.get_origin(base) is list:
+    if _is_list(name):
         return f"a list of positive integers, one per layer (e.g. {'[25, 10]' if keywords else '25,10'})"
     if kind is None:
         return "a valid value (see --help)"
@@ -413,7 +417,7 @@ def _option_error(err: ValidationError, keywords: bool = False) -> MomentError:
         given = e.get("input")
         if isinstance(given, list) and not keywords:  # as it was typed: --fanouts 0,5
             given = ",".join(map(str, given))
-        elif keywords and typing.get_origin(_base(TrainConfig.model_fields[name].annotation)) is list:
+        elif keywords and _is_list(name):
             given = repr(given)  # fanouts='25,10' is not fanouts=[25, 10]
         given = given if isinstance(given, str) and given.strip() else repr(given)
         why = e["msg"].removeprefix("Value error, ") if e["type"] == "value_error" else f"must be {allowed(name, keywords)}"
