@@ -1,10 +1,13 @@
-"""The gather path's row copy (moment.io.rows.copy_rows, native) with its prefetch against the same copy without it,
-and against NumPy's fancy indexing (the copy it replaced): random rows of a segment as large as the 8M bench's
-CPU cache (shared memory, as that cache's), into a batch's buffer, the best of `--repeat` passes, the three
-interleaved so that a neighbour's burst falls on all of them. Rows of 256 B to 1 KiB are the feature rows of 64
-to 256 float32 dimensions.
+"""The gather path's row copy (moment.io.rows.copy_rows, native) in its two cases, each against what it would do
+otherwise, interleaved so that a neighbour's burst falls on all of them, the best of `--repeat` passes:
 
-Prints `name: value` lines; each ratio is baseline / now.
+* random rows of a segment as large as the 8M bench's CPU cache (shared memory, as that cache's) into a batch's
+  buffer: with its prefetch, without it, and NumPy's fancy indexing (the copy it replaced);
+* rows read in order (a finished read's or a pack segment's, `--rows` of them) into scattered rows of a batch
+  twice as large, as the disk tier copies them: with streaming stores (what the copy picks there) and with memcpy.
+
+Rows of 256 B to 1 KiB are the feature rows of 64 to 256 float32 dimensions. Prints `name: value` lines; each ratio
+is baseline / now.
 
     .venv/bin/python bench/row_copy.py [--segment 2GiB] [--rows 200000] [--row-bytes 256,512,1024] [--repeat 8]
 """
@@ -31,9 +34,15 @@ def measure(rb: int, segment: int, rows: int, repeat: int, rng: np.random.Genera
     src[:] = 1  # written: every page is real
     idx = rng.integers(0, src.shape[0], rows)
     dst = np.zeros((rows, rb), np.uint8)
+    # in order: the first rows of the segment into every other row of a batch, scattered as a batch's misses are
+    ordered = np.arange(rows, dtype=np.int64) % src.shape[0]  # in order where the segment holds `rows` rows
+    spread = np.sort(rng.permutation(2 * rows)[:rows]).astype(np.int64)
+    batch = np.zeros((2 * rows, rb), np.uint8)
     runs = {"prefetch": lambda: copy_rows(dst, None, src, idx),
             "no_prefetch": lambda: _copy(dst, None, src, idx, rb, rb, 0),
-            "numpy": lambda: np.take(src, idx, axis=0, out=dst)}
+            "numpy": lambda: np.take(src, idx, axis=0, out=dst),
+            "in_order": lambda: copy_rows(batch, spread, src, ordered),
+            "in_order_memcpy": lambda: _copy(batch, spread, src, ordered, rb, rb, 8, 0)}
     got = dict.fromkeys(runs, float("inf"))
     for _ in range(repeat):
         for name, run in runs.items():
@@ -71,6 +80,7 @@ def main() -> int:
             print(f"  {name}_ns_per_row: {ns:.1f}")
         print(f"  ratio_no_prefetch_over_prefetch: {got['no_prefetch'] / got['prefetch']:.3f}")
         print(f"  ratio_numpy_over_prefetch: {got['numpy'] / got['prefetch']:.3f}")
+        print(f"  ratio_memcpy_over_streamed_in_order: {got['in_order_memcpy'] / got['in_order']:.3f}")
     return 0
 
 

@@ -496,6 +496,38 @@ def test_copy_rows_moves_each_row_as_fancy_indexing_does(native, monkeypatch):
             rows_mod._copy(dst, pos, src, idx, 24, 24, -1)
 
 
+@pytest.mark.parametrize("rb", [16, 48, 1000, 1024])
+def test_streamed_row_copies_write_the_bytes_memcpy_writes(rb):
+    """copy_rows writes rows read in order with streaming stores (from 1 MiB up, where the row size and the
+    destination allow them): every mode (-1 the copy's choice, 1 streamed wherever allowed, 0 never) gives
+    fancy indexing's bytes, for rows in order and not, a row size that is no multiple of 16 (1000: memcpy),
+    and a destination 8 bytes off 16 (memcpy)."""
+    from moment.io.rows import _copy
+
+    if _copy is None:
+        pytest.skip("the native extension is not built")
+    rng = np.random.default_rng(rb)
+    n = max(2048, (1 << 20) // rb + 1)  # over 1 MiB: streamed by the copy's own choice when in order
+    src = rng.integers(0, 256, (2 * n, rb), dtype=np.uint8)
+    raw = np.zeros(2 * n * rb + 64, np.uint8)
+    aligned = raw[-raw.ctypes.data % 64:][: 2 * n * rb].reshape(2 * n, rb)
+    shifted = raw[(8 - raw.ctypes.data) % 16:][: 2 * n * rb].reshape(2 * n, rb)
+    assert aligned.ctypes.data % 16 == 0 and shifted.ctypes.data % 16 == 8
+    in_order = np.sort(rng.permutation(2 * n)[:n]).astype(np.int64)
+    for idx in (in_order, rng.permutation(in_order)):
+        pos = rng.permutation(2 * n)[:n].astype(np.int64)
+        for dst in (aligned, shifted):
+            want = np.zeros_like(dst)
+            want[pos] = src[idx]
+            for mode in (-1, 1, 0):
+                dst[:] = 0
+                _copy(dst, pos, src, idx, rb, rb, 8, mode)
+                assert (dst == want).all(), (mode, dst.ctypes.data % 16)
+            dst[:] = 0
+            _copy(dst, None, src, idx, rb, rb, 8, -1)  # no destination rows: rows 0..n-1
+            assert (dst[:n] == src[idx]).all() and not dst[n:].any()
+
+
 def test_the_row_copy_bench_prints_its_ratios():
     r = subprocess.run([sys.executable, str(REPO / "bench" / "row_copy.py"), "--segment", "4MiB", "--rows", "2000",
                         "--row-bytes", "64,512", "--repeat", "1"], capture_output=True, text=True, timeout=120)
@@ -503,4 +535,4 @@ def test_the_row_copy_bench_prints_its_ratios():
         pytest.skip("the native extension is not built")
     assert r.returncode == 0, r.stderr
     ratios = [float(line.split(":")[1]) for line in r.stdout.splitlines() if "ratio_" in line]
-    assert len(ratios) == 4 and all(x > 0 for x in ratios), r.stdout
+    assert len(ratios) == 6 and all(x > 0 for x in ratios), r.stdout

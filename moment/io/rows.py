@@ -3,8 +3,9 @@
 Why not NumPy's fancy indexing (`dst[pos] = src[idx]`): it builds the gathered rows in a temporary and
 copies them again, holding the GIL throughout; a batch's rows pass through two or three such copies on
 their way from a finished read or the CPU cache into the batch, beside the model on the same cores. The
-native `copy_rows` (native/moment_io.c) moves each row once, with the GIL released; without the
-extension the same copy is done with NumPy, byte for byte the same result.
+native `copy_rows` (native/moment_io.c) moves each row once, with the GIL released, and writes rows read in
+order (a finished read's, a pack segment's) with streaming stores, which skip the cache; without the extension
+the same copy is done with NumPy, byte for byte the same result.
 """
 
 from __future__ import annotations
