@@ -156,8 +156,9 @@ def test_a_packed_batch_is_read_at_once_when_the_reader_is_idle_and_with_its_sup
                                                                                                   monkeypatch):
     """A packed batch is its own segment: held for its superbatch while the reader has nothing in flight, it left
     the disk idle. So it goes out at once then, and with the next batches of its superbatch while the reader is
-    busy; a block read, and a batch no segment holds, keep their hyperbatch (merging its batches' rows is its
-    point). The rows are exact either way."""
+    busy (each batch its own job still: its buffer goes back once that batch is completed); a block read, and a
+    batch no segment holds, keep their hyperbatch (merging its batches' rows is its point). The rows are exact
+    either way."""
     from moment.runtime.gather import Reader
 
     ds, layout, man, feats = packed
@@ -175,11 +176,15 @@ def test_a_packed_batch_is_read_at_once_when_the_reader_is_idle_and_with_its_sup
     busy[0] = True
     for t in range(1, 5):
         pend.append(store.submit(torch.from_numpy(tr.batch(t)), tag=((SEED, 0, 0), t)))
-        # packed: batch 0 alone, then 1-4 together; block: 0-3 together
-        assert len(issued) == ((1 + (t == 4)) if shape == "packed" else int(t == 3 or t == 4))
+        # packed: batch 0 alone, then 1-4 when their superbatch closes, a job each; block: 0-3 in one job
+        assert len(issued) == ((1 + 4 * (t == 4)) if shape == "packed" else int(t == 3 or t == 4))
     busy[0] = False
+    pool, held = store.find(DiskTier).pool, []
     for t, p in enumerate(pend):
         assert torch.equal(store.complete(p), torch.from_numpy(feats[tr.batch(t)]))
+        held.append(pool.used)
+    if shape == "packed":  # each completed batch gave its buffer back at once, not with the superbatch's last
+        assert all(a > b for a, b in zip(held, held[1:])) and held[-1] == 0, held
     n = len(issued)
     untagged = store.submit(torch.from_numpy(tr.batch(5)))  # no segment holds it: it waits for its superbatch
     assert len(issued) == n

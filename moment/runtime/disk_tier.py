@@ -286,31 +286,29 @@ class DiskTier(Tier):
             if k > inside.shape[0] * (1 + SEGMENT_SLACK) and not self._whole_pays(rows, k):
                 return False
             found.append((out, keep, rows))
-        # the job: the rows no segment holds, in place order, then the segments; the pack file is the last of
-        # `paths`, so the job's rows are in place order already (not sorted again) and each segment is read
-        # straight into the destination (merge gap 0: the segments are contiguous)
+        # a job per batch: its rows no segment holds, in place order, then its segment; the pack file is the last
+        # of `paths`, so the job's rows are in place order already (not sorted again) and the segment is read
+        # straight into the destination (merge gap 0: it is contiguous). Not one job for the group: the reader
+        # starts a batch's reads once that batch's bytes fit the pool, and its buffer goes back once that batch
+        # is completed, not the group's last (the bench's 16M data-only run, six alternated runs each: steady epochs
+        # 1.12 s against 1.29, the means; the group's job waited up to 0.19 s for room in the pool, the disk idle)
         rb = self.layout_rows.row_bytes
-        extra = np.concatenate([p.ids[out] for p, (out, _, _) in zip(grp, found, strict=True)])
-        self.left_out += int(extra.shape[0])
-        placed = place(*self.layout_rows.locate(extra))
-        where = np.empty_like(placed.order)
-        where[placed.order] = np.arange(placed.order.shape[0])
-        files, offsets, base, done = [placed.file], [placed.offset], extra.shape[0], 0
         for p, (out, keep, rows) in zip(grp, found, strict=True):
-            k = self.segments.rows_in(p.segment)
+            extra = p.ids[out]
+            self.left_out += int(extra.shape[0])
+            placed = place(*self.layout_rows.locate(extra))
+            k, base = self.segments.rows_in(p.segment), extra.shape[0]
             if keep is None:
                 p.row = rows + base
             else:
                 p.row = np.empty(p.ids.shape[0], np.int64)
-                p.row[out] = where[done: done + out.shape[0]]
+                p.row[out[placed.order]] = np.arange(base)
                 p.row[keep] = rows + base
-                done += out.shape[0]
-            files.append(np.full(k, len(self.paths) - 1, np.int32))
-            offsets.append(int(self.segments.offset[p.segment]) + np.arange(k, dtype=np.int64) * rb)
-            base += k
+            files = np.concatenate([placed.file, np.full(k, len(self.paths) - 1, np.int32)])
+            offsets = np.concatenate([placed.offset, int(self.segments.offset[p.segment]) + np.arange(k, dtype=np.int64) * rb])
             self._rows_by_bin += np.bincount(self.layout_rows.bin[p.ids], minlength=self._rows_by_bin.shape[0])
             self.packed += int(rows.shape[0])
-        self._submit(grp, Job(np.concatenate(files), np.concatenate(offsets), self.shape.limited(merge_gap=0)))
+            self._submit([p], Job(files, offsets, self.shape.limited(merge_gap=0)))
         self.segment_batches += len(grp)
         return True
 
