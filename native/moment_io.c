@@ -777,7 +777,8 @@ PyDoc_STRVAR(copy_rows_doc, "copy_rows(dst, dst_rows, src, src_index, src_stride
    batch) the rows are written with streaming stores, which skip the cache: an ordinary store first reads the
    destination's cache line from memory, and a batch of tens of MB is not read again before it leaves the cache
    anyway. Measured here (1 KiB rows, in order from a 47 MB buffer into a batch's scattered rows): 208-245 ns a row
-   with memcpy, 97-105 with streaming stores; from 1 MiB up they paid at every size tried, below it they did not.
+   with memcpy, 97-105 with streaming stores; they paid from 500 KiB up (1.1-1.6x there), not at 125 KiB (0.8x),
+   so the copy takes them from STREAM_MIN_BYTES.
    From random rows of a large segment they cost 1.3-2.9x (the loads wait, the stores cannot be merged), so there
    the copy stays memcpy. bench/row_copy.py prints both cases. On the 16M data-only bench run (2 ranks, three runs
    each, alternated) the steady epochs' CPU fell from 1.85-2.05 CPU-s to 1.59-1.86. */
