@@ -44,8 +44,14 @@
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #define HAVE_STREAM_STORES 1
+/* One row written past the cache; `to` 16-byte aligned, `bytes` a multiple of 16. */
+static inline void stream_row(char *to, const char *from, long long bytes) {
+    for (long long k = 0; k < bytes; k += 16)
+        _mm_stream_si128((__m128i *)(to + k), _mm_loadu_si128((const __m128i *)(from + k)));
+}
 #else
 #define HAVE_STREAM_STORES 0
+#define stream_row(to, from, bytes) memcpy((to), (from), (size_t)(bytes)) /* never called: `streamed` is 0 */
 #endif
 
 typedef struct {
@@ -831,23 +837,18 @@ static PyObject *copy_rows(PyObject *Py_UNUSED(m), PyObject *args) {
     long long ahead = ahead_rows ? (rb < COPY_PREFETCH_BYTES ? rb : COPY_PREFETCH_BYTES) : 0;
     int streamed = HAVE_STREAM_STORES && stream != 0 && rb % 16 == 0 && (uintptr_t)d % 16 == 0
                    && (stream > 0 || (in_order && (long long)n * rb >= STREAM_MIN_BYTES));
-#if HAVE_STREAM_STORES
-    if (streamed) {
-        for (Py_ssize_t i = 0; i < n; i++) {
-            if (i + ahead_rows < n)
-                for (long long o = 0; o < ahead; o += 64) PREFETCH_READ(sb + idx[i + ahead_rows] * stride + o, 0);
-            __m128i *to = (__m128i *)(d + (rows ? rows[i] : i) * rb);
-            const __m128i *from = (const __m128i *)(sb + idx[i] * stride);
-            for (long long k = 0; k < rb / 16; k++) _mm_stream_si128(to + k, _mm_loadu_si128(from + k));
-        }
-        _mm_sfence(); /* the streamed rows are seen before anything this thread writes next */
-    }
-#endif
-    for (Py_ssize_t i = 0; !streamed && i < n; i++) {
+    for (Py_ssize_t i = 0; i < n; i++) {
         if (i + ahead_rows < n)
             for (long long o = 0; o < ahead; o += 64) PREFETCH_READ(sb + idx[i + ahead_rows] * stride + o, 0);
-        memcpy(d + (rows ? rows[i] : i) * rb, sb + idx[i] * stride, (size_t)rb);
+        char *to = d + (rows ? rows[i] : i) * rb;
+        if (streamed)
+            stream_row(to, sb + idx[i] * stride, rb);
+        else
+            memcpy(to, sb + idx[i] * stride, (size_t)rb);
     }
+#if HAVE_STREAM_STORES
+    if (streamed) _mm_sfence(); /* the streamed rows are seen before anything this thread writes next */
+#endif
     Py_END_ALLOW_THREADS
     ret = Py_None;
     Py_INCREF(ret);
