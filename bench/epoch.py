@@ -41,7 +41,8 @@ cgroup, so no system can keep the features in memory the bound does not give it.
                     size class of its reads (`ssd_request_sizes`) read alone by fio at random offsets of
                     the same files, combined by bytes (`data_only_ssd_over_fio_random`: no merging of
                     neighbouring reads by the block layer, so a different load); `data_only_seeds_ratio`:
-                    Moment's seeds/s over the baseline's.
+                    Moment's seeds/s over the baseline's; `data_only_cpu_ratio`: Moment's CPU per steady
+                    epoch over the in-memory run's.
 
 Prints `name: value` lines: per system its epoch seconds (each epoch), SSD bytes read, CPU-cache hit
 rate (with the cache simulator's prediction for Moment's policy), per-stage seconds (a loader baseline's
@@ -746,6 +747,17 @@ def in_memory_limit(a, ds_dir: Path, common: list[str], moment: dict, key: str) 
     return ratio, next(f for n, _, f in runs if n == best)
 
 
+def cpu_ratio(mo: dict, mem: dict, suffix: str) -> dict[str, float]:
+    """Moment's CPU per steady data-only epoch over the in-memory run's (every rank's process, each over its own
+    span of the epoch): the work out-of-core reading adds per batch (routing each id through the tiers, the
+    reader, the copies), which on cores the in-memory run already keeps busy sets how far the feed rate can rise."""
+    if not (mo.get("epoch_cpu_seconds") and mem.get("epoch_cpu_seconds")):
+        return {}
+    r = steady(mo["epoch_cpu_seconds"]) / steady(mem["epoch_cpu_seconds"])
+    print(f"data_only_cpu_ratio{suffix}: {r:.3f}  (the ranks' CPU seconds per steady epoch, Moment / in memory)")
+    return {"data_only_cpu_ratio": r}
+
+
 def fio_limit(files: list[Path], request: int, depth: int, jobs: int) -> dict | None:
     """fio's random-read rate over `files` (direct I/O, `jobs` jobs of `depth` in flight, `request`-byte
     reads rounded to 512 B, into huge pages as Moment's buffers are), cold; None without fio (said once)."""
@@ -886,6 +898,7 @@ def feed_rate(a, ds_dir: Path, layout: Path, bound: int | None, common: list[str
     if "data_only_in_memory" in got:
         out["data_only_limit_ratio"] = steady_s(mo) / steady_s(got["data_only_in_memory"])
         print(f"data_only_limit_ratio{suffix}: {out['data_only_limit_ratio']:.3f}  (Moment / in memory, steady epochs)")
+        out.update(cpu_ratio(mo, got["data_only_in_memory"], suffix))
     if mo["ssd_requests"]:
         files = sorted((layout / "shards").glob("ssd*")) + sorted((layout / "pack").glob("*.bin"))
         depth = int(mo.get("config", {}).get("queue_depth") or 128)

@@ -221,7 +221,8 @@ def test_the_feed_rate_counts_the_train_epochs_reads_and_says_what_the_cpu_side_
                                                                                         monkeypatch, capsys):
     """The data-only SSD rate is Moment's reads in its train epochs (`epoch_ssd_bytes`), not `ssd_bytes_read`,
     which counts validation's reads too, over every epoch and over the steady ones; its ceiling on these cores is
-    the steady epoch's bytes at the in-memory run's pace, each against fio's replay."""
+    the steady epoch's bytes at the in-memory run's pace, each against fio's replay; beside them, Moment's CPU per
+    steady epoch over the in-memory run's."""
     ds, layout = tmp_path / "ds", tmp_path / "L"
     (layout / "shards").mkdir(parents=True)
     ds.mkdir()
@@ -229,7 +230,9 @@ def test_the_feed_rate_counts_the_train_epochs_reads_and_says_what_the_cpu_side_
     mo = {"epoch_seconds": [3.0, 1.0, 1.0], "epoch_ssd_bytes": [400e6, 300e6, 300e6], "ssd_bytes_read": 1.5e9,
           "disk_bytes_read": 2e9, "seeds_per_s": 2000.0, "features": "tiered", "limiting_stage": "gather",
           "ssd_requests": 10, "ssd_request_sizes": [], "config": {"queue_depth": 64}}
-    mem = {"epoch_seconds": [1.0, 0.5, 0.5], "disk_bytes_read": 0, "seeds_per_s": 9000.0, "features": "memory"}
+    mo["epoch_cpu_seconds"] = [5.0, 1.8, 2.2]
+    mem = {"epoch_seconds": [1.0, 0.5, 0.5], "disk_bytes_read": 0, "seeds_per_s": 9000.0, "features": "memory",
+           "epoch_cpu_seconds": [2.0, 1.0, 1.0]}
     base = {"epoch_seconds": [10.0, 10.0, 10.0], "disk_bytes_read": 3e9, "seeds_per_s": 200.0, "features": "memmap"}
     got = {"data_only_moment": mo, "data_only_baseline": base, "data_only_in_memory": mem}
     monkeypatch.setattr(bench_epoch, "run", lambda name, *a, **k: dict(got[name]))
@@ -241,6 +244,7 @@ def test_the_feed_rate_counts_the_train_epochs_reads_and_says_what_the_cpu_side_
     assert out["data_only_ssd_over_fio_steady"] == pytest.approx(0.3)  # 300 MB in a 1 s steady epoch
     assert out["data_only_cpu_ceiling_over_fio"] == pytest.approx(0.6)  # 300 MB at the in-memory 0.5 s
     assert out["data_only_seeds_ratio"] == 10.0 and out["data_only_limit_ratio"] == 2.0
+    assert out["data_only_cpu_ratio"] == pytest.approx(2.0)  # 2 CPU-s a steady epoch against 1
     printed = capsys.readouterr().out
     assert "data_only_moment_ssd_MB_per_s: 200 " in printed and "data_only_moment_ssd_MB_per_s_steady: 300 " in printed
 
