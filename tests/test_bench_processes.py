@@ -42,3 +42,19 @@ def test_the_agents_own_cpu_is_written_by_the_agent_at_its_exit(tmp_path):
                        text=True, cwd=tmp_path, timeout=300)
     assert r.returncode == 0 and "--preload" in r.stdout, r.stderr[-2000:]
     assert 0 < float(out.read_text()) < 300
+
+
+def test_the_advise_process_bench_compares_what_the_baseline_says_not_fields_added_since(monkeypatch):
+    """bench/advise.py's `same_output_as_baseline`: a field the older commit's output lacks (6242c0a has no `data`)
+    is no different advice; a field changed or gone is, and the elapsed time never counts."""
+    import json
+
+    monkeypatch.syspath_prepend(str(REPO / "bench"))  # advise.py imports processes.py as its neighbour
+    spec = importlib.util.spec_from_file_location("bench_advise", REPO / "bench" / "advise.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    then = {"best_throughput": {"gpus": 4}, "searched": 9, "elapsed_s": 60.0}
+    now = {**then, "data": "planned", "elapsed_s": 4.0}
+    assert mod.same_advice(json.dumps(now), json.dumps(then))
+    assert not mod.same_advice(json.dumps(then), json.dumps(now))  # `now` lost a field
+    assert not mod.same_advice(json.dumps({**now, "searched": 8}), json.dumps(then))
