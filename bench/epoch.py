@@ -737,8 +737,7 @@ def in_memory_limit(a, ds_dir: Path, common: list[str], moment: dict, key: str) 
     if limit.get("loss_curve"):
         print(f"in_memory_same_loss_curve: {np.allclose(moment['loss_curve'], limit['loss_curve'], rtol=1e-5)}")
     ratio = steady_s(moment) / steady_s(limit)
-    if moment.get("epoch_cpu_seconds") and limit.get("epoch_cpu_seconds") and not limit.get("loader_workers"):
-        cpu = steady(moment["epoch_cpu_seconds"]) / steady(limit["epoch_cpu_seconds"])
+    if (cpu := cpu_ratio(moment, limit)) is not None:
         print(f"cpu_ratio: {cpu:.3f}  (the ranks' CPU seconds per steady epoch, Moment out of core / in memory)")
     if moment.get("eval_wall_s") and limit.get("eval_wall_s"):
         print(f"eval_ratio: {moment['eval_wall_s'] / limit['eval_wall_s']:.3f}  (the validation passes' seconds, "
@@ -747,15 +746,14 @@ def in_memory_limit(a, ds_dir: Path, common: list[str], moment: dict, key: str) 
     return ratio, next(f for n, _, f in runs if n == best)
 
 
-def cpu_ratio(mo: dict, mem: dict, suffix: str) -> dict[str, float]:
-    """Moment's CPU per steady data-only epoch over the in-memory run's (every rank's process, each over its own
-    span of the epoch): the work out-of-core reading adds per batch (routing each id through the tiers, the
-    reader, the copies), which on cores the in-memory run already keeps busy sets how far the feed rate can rise."""
-    if not (mo.get("epoch_cpu_seconds") and mem.get("epoch_cpu_seconds")):
-        return {}
-    r = steady(mo["epoch_cpu_seconds"]) / steady(mem["epoch_cpu_seconds"])
-    print(f"data_only_cpu_ratio{suffix}: {r:.3f}  (the ranks' CPU seconds per steady epoch, Moment / in memory)")
-    return {"data_only_cpu_ratio": r}
+def cpu_ratio(mo: dict, mem: dict) -> float | None:
+    """Moment's CPU per steady epoch over the in-memory run's (every rank's process, each over its own span of the
+    epoch): the work out-of-core reading adds per batch (routing each id through the tiers, the reader, the
+    copies), which on cores the in-memory run already keeps busy sets how far an epoch can fall. None when a run
+    lacks the count or the in-memory run had loader workers (their processes' CPU is not in it)."""
+    if not (mo.get("epoch_cpu_seconds") and mem.get("epoch_cpu_seconds")) or mem.get("loader_workers"):
+        return None
+    return steady(mo["epoch_cpu_seconds"]) / steady(mem["epoch_cpu_seconds"])
 
 
 def fio_limit(files: list[Path], request: int, depth: int, jobs: int) -> dict | None:
@@ -898,7 +896,9 @@ def feed_rate(a, ds_dir: Path, layout: Path, bound: int | None, common: list[str
     if "data_only_in_memory" in got:
         out["data_only_limit_ratio"] = steady_s(mo) / steady_s(got["data_only_in_memory"])
         print(f"data_only_limit_ratio{suffix}: {out['data_only_limit_ratio']:.3f}  (Moment / in memory, steady epochs)")
-        out.update(cpu_ratio(mo, got["data_only_in_memory"], suffix))
+        if (cpu := cpu_ratio(mo, got["data_only_in_memory"])) is not None:
+            out["data_only_cpu_ratio"] = cpu
+            print(f"data_only_cpu_ratio{suffix}: {cpu:.3f}  (the ranks' CPU seconds per steady epoch, Moment / in memory)")
     if mo["ssd_requests"]:
         files = sorted((layout / "shards").glob("ssd*")) + sorted((layout / "pack").glob("*.bin"))
         depth = int(mo.get("config", {}).get("queue_depth") or 128)

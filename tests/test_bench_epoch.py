@@ -249,6 +249,16 @@ def test_the_feed_rate_counts_the_train_epochs_reads_and_says_what_the_cpu_side_
     assert "data_only_moment_ssd_MB_per_s: 200 " in printed and "data_only_moment_ssd_MB_per_s_steady: 300 " in printed
 
 
+def test_the_cpu_ratio_is_left_out_where_the_in_memory_runs_cpu_is_not_all_counted(bench_epoch):
+    """A rank's `epoch_cpu_seconds` is its own process's: DataLoader workers' CPU is not in it, so against an
+    in-memory run with workers (the worker baseline, when it is the limit) there is no CPU ratio, in training and
+    in the feed rate alike."""
+    mo, mem = {"epoch_cpu_seconds": [5.0, 1.8, 2.2]}, {"epoch_cpu_seconds": [2.0, 1.0, 1.0], "loader_workers": 0}
+    assert bench_epoch.cpu_ratio(mo, mem) == pytest.approx(2.0)
+    assert bench_epoch.cpu_ratio(mo, {**mem, "loader_workers": 4}) is None
+    assert bench_epoch.cpu_ratio({}, mem) is None
+
+
 def test_steady_epochs_leave_out_the_first(bench_epoch):
     assert bench_epoch.steady_s({"epoch_seconds": [5.0, 2.0, 3.0]}) == 2.5
     assert bench_epoch.steady_s({"epoch_seconds": [4.0]}) == 4.0
