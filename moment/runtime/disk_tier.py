@@ -292,7 +292,7 @@ class DiskTier(Tier):
         # starts a batch's reads once that batch's bytes fit the pool, and its buffer goes back once that batch
         # is completed, not the group's last (the bench's 16M data-only run, six alternated runs each: steady epochs
         # 1.12 s against 1.29, the means; the group's job waited up to 0.19 s for room in the pool, the disk idle)
-        rb = self.layout_rows.row_bytes
+        rb, shape = self.layout_rows.row_bytes, self.shape.limited(merge_gap=0)
         for p, (out, keep, rows) in zip(grp, found, strict=True):
             extra = p.ids[out]
             self.left_out += int(extra.shape[0])
@@ -305,10 +305,11 @@ class DiskTier(Tier):
                 p.row[out[placed.order]] = np.arange(base)
                 p.row[keep] = rows + base
             files = np.concatenate([placed.file, np.full(k, len(self.paths) - 1, np.int32)])
-            offsets = np.concatenate([placed.offset, int(self.segments.offset[p.segment]) + np.arange(k, dtype=np.int64) * rb])
+            start = int(self.segments.offset[p.segment])
+            offsets = np.concatenate([placed.offset, start + np.arange(k, dtype=np.int64) * rb])
             self._rows_by_bin += np.bincount(self.layout_rows.bin[p.ids], minlength=self._rows_by_bin.shape[0])
             self.packed += int(rows.shape[0])
-            self._submit([p], Job(files, offsets, self.shape.limited(merge_gap=0)))
+            self._submit([p], Job(files, offsets, shape))
         self.segment_batches += len(grp)
         return True
 
