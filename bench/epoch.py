@@ -635,18 +635,19 @@ def ensure_pack(ds_dir: Path, layout: Path, a, budget: str | None) -> None:
         return preview_plan(cfg, ds, a.nproc, layout=opened, pack_index_bytes=index_bytes,
                             inputs=measured).memory.cpu_rows
 
-    old = opened.pack
-    # a pack is kept when the run's cache, with that pack's own index charged, is what it left out
+    old, whole = opened.pack, a.pack == "whole"
+    # a pack is kept when the run's cache, with that pack's own index charged, is what it left out (none: whole)
     if old is None or old.mismatch(world_size=a.nproc, batch_size=a.batch_size, fanouts=f, seed=0) or \
             old.epochs < a.epochs or old.eval_splits != list(EVAL_SPLITS) or old.segment_order != "batch" or \
-            old.cached_rows != budget_rows(opened.pack_index_bytes):
+            old.cached_rows != (0 if whole else budget_rows(opened.pack_index_bytes)):
         t = time.perf_counter()
+        rows = {"cached_rows": 0} if whole else {"budget_rows": budget_rows}
         old = write_pack(layout, ds, world_size=a.nproc, batch_size=a.batch_size, fanouts=f, seed=0,
-                         epochs=a.epochs, budget_rows=budget_rows, overwrite=True)
+                         epochs=a.epochs, overwrite=True, **rows)
         print(f"pack_s: {time.perf_counter() - t:.1f}")
     s = pack_summary(old)
     print(f"pack_MiB: {s['bytes'] / 2**20:.0f}\npack_disk_overhead: {s['disk_overhead']:.2f}  (x the features)")
-    print(f"pack_cached_rows_left_out: {old.cached_rows}", flush=True)
+    print(f"pack: {a.pack}\npack_cached_rows_left_out: {old.cached_rows}", flush=True)
 
 
 def predicted_hit_rate(ds_dir: Path, layout: Path, m: dict, a) -> float | None:
@@ -957,6 +958,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--variants", default="block,rows,belady",
                    help=f"other Moment configurations to run too ({', '.join(VARIANTS)}; '' for none)")
     p.add_argument("--moment-args", default="", help="extra flags for every Moment run")
+    p.add_argument("--pack", choices=("fit", "whole"), default="fit",
+                   help="the pack Moment's runs read: fit (default, `moment data pack --memory-budget`: each batch's "
+                        "rows outside the run's CPU cache) or whole (`moment data pack --whole`: every row of each "
+                        "batch, read straight into the batch's buffer, for about twice the disk reads)")
     p.add_argument("--baseline", choices=("loader", "serial"), default="loader",
                    help="loader (default): a torch DataLoader whose worker processes sample and read the memmap "
                         "while the rank trains, as PyG's NeighborLoader(num_workers=N) runs; serial: sample, "

@@ -351,3 +351,20 @@ def test_host_rows_are_copied_as_torch_indexes_them(dtype):
         want[:30] = table[idx]
         index_rows(out, None, table, idx.numpy())
         assert torch.equal(out, want)
+
+
+def test_a_batch_buffer_lent_before_its_reads_is_aligned_and_the_batch_it_becomes():
+    """On CPU a batch's buffer is lent at submit, aligned for a direct read, and is then its tensor; it is not
+    lent again while that tensor lives. A ring whose batches are copies of its slots (CUDA) lends none."""
+    ring = StagingRing("cpu", 1 << 20, slots=2)
+    lent = ring.lend(5000, 4096)
+    assert lent.ctypes.data % 4096 == 0 and lent.nbytes == 5000
+    lent[:] = 3
+    batch = ring.take(5000, host=lent).to_device(5000)
+    del lent
+    again = ring.lend(5000, 4096)
+    assert again.ctypes.data % 4096 == 0 and again.ctypes.data != batch.data_ptr() and int(batch.sum()) == 3 * 5000
+    del batch, again
+    reused = ring.batches.reused
+    assert ring.lend(4000, 512).ctypes.data % 512 == 0 and ring.batches.reused == reused + 1  # free again: reused
+    assert StagingRing(FakeCudaLayer(), 1 << 20, slots=2).lend(5000, 4096) is None

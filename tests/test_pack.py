@@ -627,3 +627,145 @@ def test_a_pack_the_layouts_disk_cannot_hold_is_refused_before_it_is_sampled(pac
     write_pack(copy, ds, world_size=2, batch_size=BS, fanouts=FAN, seed=SEED, epochs=fits,
                cached_rows=man.cached_rows, overwrite=True)  # what it says fits is packed
     assert load_pack(copy).epochs == fits
+
+
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory):
+    """A pack that takes no row as cached, of a layout whose rows (512 B) are its alignment: every read of a
+    segment goes straight into the batch's buffer."""
+    root = tmp_path_factory.mktemp("whole")
+    ds = make_dataset(root, dim=128)
+    layout = make_layout(ds, root / "L", align=512)
+    write_pack(layout, ds, world_size=2, batch_size=BS, fanouts=FAN, seed=SEED, epochs=2, cached_rows=0)
+    return ds, layout, np.load(ds.file("features"))
+
+
+def _whole_store(layout, rank=1):
+    return open_tiers(layout, RankPlace(rank=rank, local_rank=rank, world_size=2, local_world_size=2),
+                      StoreOptions(cpu_rows=400, gpu_rows=0, shape="packed", superbatch=3, buffer_bytes=256 << 10,
+                                   pack_seed=SEED))
+
+
+def _no_copies(monkeypatch):
+    """Make every row copy of the tiers fail: a batch read whole must not make one."""
+    from moment.runtime import cpu_tier, disk_tier, gather
+
+    def refuse(*a, **k):
+        raise AssertionError("a row was copied")
+
+    for mod in (cpu_tier, disk_tier, gather):
+        monkeypatch.setattr(mod, "copy_rows", refuse)
+
+
+def test_a_whole_pack_is_read_straight_into_each_batchs_own_buffer(whole, monkeypatch):
+    """Every row of a batch in its segment, in its order: the batch is read as the segment into the buffer its
+    tensor is (CPU), no tier routes it and no row is copied, bit-exact; the caches serve none of its rows."""
+    ds, layout, feats = whole
+    store = _whole_store(layout)
+    try:
+        _no_copies(monkeypatch)
+        tr = _trace(ds, 1)
+        per, pend = len(tr) // 2, []
+        for t in range(len(tr)):
+            b = tr.batch(t)
+            pend.append((b, store.submit(torch.from_numpy(b), tag=((SEED, t // per, 1), t % per))))
+            if len(pend) > store.lookahead:
+                b0, p0 = pend.pop(0)
+                assert torch.equal(store.complete(p0), torch.from_numpy(feats[b0]))
+        for b0, p0 in pend:
+            assert torch.equal(store.complete(p0), torch.from_numpy(feats[b0]))
+        st = store.tier_stats()
+        rows = sum(tr.batch(t).size for t in range(len(tr)))
+        assert st["segment_batches"] == len(tr) and st["rows"]["ssd"] == st["packed_rows"] == rows
+        assert st["rows"]["cpu"] == 0 and st["direct_rows"] >= rows
+    finally:
+        store.close()
+
+
+def test_a_whole_batch_after_batches_held_for_their_superbatch_and_a_dropped_one_stay_in_order(whole):
+    """Batches through the tiers (not packed: held for their superbatch) and batches read whole, mixed and some
+    dropped unread: every completed one bit-exact, each whole one's buffer no other batch's."""
+    ds, layout, feats = whole
+    store = _whole_store(layout, rank=0)
+    try:
+        tr = _trace(ds, 0)
+        per = len(tr) // 2
+        other = np.arange(0, ds.num_nodes, 11)  # untagged: through the caches, held for the superbatch
+        pend = [(other, store.submit(torch.from_numpy(other)))]
+        for t in range(4):
+            pend.append((tr.batch(t), store.submit(torch.from_numpy(tr.batch(t)), tag=((SEED, 0, 0), t))))
+        pend.append((other[::-1].copy(), store.submit(torch.from_numpy(other[::-1].copy()))))
+        got = []
+        for k, (b, p) in enumerate(pend):
+            if k == 2:
+                store.cancel(p)
+                continue
+            got.append((b, store.complete(p)))
+        for b, x in got:
+            assert torch.equal(x, torch.from_numpy(feats[b]))
+        assert len({x.data_ptr() for _, x in got}) == len(got)
+        assert store.tier_stats()["segment_batches"] == 4 and per >= 4
+    finally:
+        store.close()
+
+
+def test_where_the_batch_is_a_copy_of_a_staging_slot_a_whole_pack_is_read_through_the_tiers(whole, monkeypatch):
+    """CUDA lends a batch's staging slot at completion only (the ring's `lend` says None): the batch goes
+    through the caches, its misses read from the same segment, bit-exact."""
+    from moment.io.device import StagingRing
+
+    ds, layout, feats = whole
+    monkeypatch.setattr(StagingRing, "lend", lambda self, nbytes, align: None)
+    store = _whole_store(layout)
+    try:
+        tr = _trace(ds, 1)
+        per = len(tr) // 2
+        for t in range(len(tr)):
+            b = tr.batch(t)
+            got = store.complete(store.submit(torch.from_numpy(b), tag=((SEED, t // per, 1), t % per)))
+            assert torch.equal(got, torch.from_numpy(feats[b]))
+        assert store.tier_stats()["rows"]["cpu"] > 0
+    finally:
+        store.close()
+
+
+def test_cli_pack_whole_takes_no_row_as_cached_and_is_one_of_the_three_choices(whole, tmp_path, capsys):
+    ds, layout, _ = whole
+    copy = shutil.copytree(layout, tmp_path / "L")
+    args = ["data", "pack", "--layout", str(copy), "--ranks", "2", "--fanouts", "10,5", "--overwrite"]
+    assert main([*args, "--whole", "--cached", "5%"]) == 2
+    assert "give one of --whole and --cached, not both" in capsys.readouterr().err
+    assert main([*args, "--whole"]) == 0
+    assert "every row of each batch" in " ".join(capsys.readouterr().out.split())
+    assert load_pack(copy).cached_rows == 0
+
+
+def test_a_segment_is_a_batch_whole_only_when_it_is_every_row_in_the_batchs_order():
+    seg = Segments(ids=np.array([5, 2, 9, 7], np.int64), id_start=np.array([0, 3, 4]), offset=np.array([0, 4096]),
+                   epoch=np.zeros(2, np.int64), batch=np.arange(2), split=np.zeros(2, np.int8))
+    assert seg.whole(0, np.array([5, 2, 9])) and seg.whole(1, np.array([7]))
+    assert not seg.whole(0, np.array([2, 5, 9])) and not seg.whole(0, np.array([5, 2]))
+    assert not seg.whole(0, np.array([5, 2, 9, 7]))
+
+
+def test_a_batch_read_whole_runs_each_exchange_round_a_batch_asking_nothing_runs():
+    """Every rank runs one round of each exchange per batch, in the chain's order: a batch read whole asks no
+    other rank for a row, and still runs that round, as any batch whose rows are all its own does."""
+    from types import SimpleNamespace
+
+    from moment.runtime.exchange_tier import ExchangeTier, _Part
+
+    def tier(nxt):
+        t = ExchangeTier.__new__(ExchangeTier)
+        t.exchange, t.serve, t.next = SimpleNamespace(group=SimpleNamespace(size=3)), object(), nxt
+        return t
+
+    last = DiskTier.__new__(DiskTier)
+    last.next = None
+    chain = tier(tier(last))
+    out = torch.zeros(4, 8, dtype=torch.uint8)
+    none = np.zeros(0, np.int64)
+    asked = chain.fetches(_Part(none, none, none, _Part(none, none, none, None)), out)
+    whole = chain.fetches_of_none(out)
+    assert [f.tier for f in whole] == [f.tier for f in asked] == [chain, chain.next]
+    assert all([w.size for w in f.want] == [0, 0, 0] and f.sink is not None for f in whole)

@@ -376,20 +376,20 @@ class HostBatches:
         """Indices of the buffers nothing but this list refers to (the list's reference and getrefcount's)."""
         return [i for i in range(len(self._bufs)) if sys.getrefcount(self._bufs[i]) <= 2]
 
-    def take(self, nbytes: int, most: int | None = None) -> np.ndarray:
-        """A uint8 buffer of `nbytes` (a view of the first bytes of one): the smallest free buffer that holds
-        them, else a new one of a quarter more (at most `most`, the largest batch), so that the next batches, of
-        about the same size, fit it."""
-        nbytes = int(nbytes)
+    def take(self, nbytes: int, most: int | None = None, align: int = 1) -> np.ndarray:
+        """A uint8 buffer of `nbytes` (a view of bytes of one) starting at a multiple of `align` (a direct read's
+        destination): the smallest free buffer that holds them, else a new one of a quarter more (at most `most`,
+        the largest batch), so that the next batches, of about the same size, fit it."""
+        nbytes, align = int(nbytes), max(1, int(align))
         free = self._free()
-        fits = [i for i in free if self._bufs[i].nbytes >= nbytes]
+        fits = [i for i in free if _room(self._bufs[i], align) >= nbytes]
         take = min(fits, key=lambda k: self._bufs[k].nbytes) if fits else -1
         if take >= 0:
             buf = self._bufs[take]
             self.reused += 1
         else:
             room = nbytes + nbytes // 4
-            buf = np.empty(max(nbytes, min(room, int(most)) if most else room), np.uint8)
+            buf = np.empty(max(nbytes, min(room, int(most)) if most else room) + align - 1, np.uint8)
         alive = len(self._bufs) - len(free) + 1  # with this batch
         self._alive.append(alive)
         spares = sorted((i for i in free if i != take), key=lambda k: -self._bufs[k].nbytes)
@@ -399,7 +399,13 @@ class HostBatches:
         if take < 0 and listed:
             self._bufs.append(buf)
         self.most_bytes = max(self.most_bytes, sum(b.nbytes for b in self._bufs) + (0 if listed else buf.nbytes))
-        return buf[:nbytes]
+        at = -buf.ctypes.data % align
+        return buf[at: at + nbytes]  # a view: its base is `buf`, which `_free` counts the users of
+
+
+def _room(buf: np.ndarray, align: int) -> int:
+    """The bytes of `buf` from its first multiple of `align` on."""
+    return buf.nbytes - (-buf.ctypes.data % align)
 
 
 class StagingRing:
@@ -426,9 +432,18 @@ class StagingRing:
         self.batches = None if self.dev.copies else HostBatches()  # on CPU the batch is the host buffer itself
         self.next = 0
 
-    def take(self, nbytes: int) -> DeviceStaging:
+    def lend(self, nbytes: int, align: int) -> np.ndarray | None:
+        """The host buffer a batch of `nbytes` will be, lent before its rows are read (so that a read fills the
+        batch itself) and handed back through `take(nbytes, host=)`; None where the device batch is a copy of a
+        ring slot (CUDA), which is lent at completion only."""
+        return None if self.dev.copies else self.batches.take(nbytes, self.extent, align)
+
+    def take(self, nbytes: int, host: np.ndarray | None = None) -> DeviceStaging:
+        """The staging of a batch of `nbytes`: the next ring slot, or on CPU the batch's own host buffer (`host`
+        when `lend` lent it already)."""
         if not self.dev.copies:
-            return DeviceStaging(nbytes, self.dev, host=self.dev.torch_of(self.batches.take(nbytes, self.extent)))
+            buf = self.batches.take(nbytes, self.extent) if host is None else host
+            return DeviceStaging(nbytes, self.dev, host=self.dev.torch_of(buf))
         if nbytes > self.slot:
             raise MomentError(f"a batch of {nbytes:,} B does not fit the staging slots of {self.slot:,} B, sized from "
                               "the run plan's batch extent (the most bytes of rows a batch was bounded to at start)",

@@ -247,6 +247,12 @@ class Segments:
         np.minimum(pos, have.shape[0] - 1, out=pos)
         return pos if np.array_equal(have[pos], ids) else None
 
+    def whole(self, seg: int, ids: np.ndarray) -> bool:
+        """Whether segment `seg` is the batch `ids` exactly, in its order: every row of it, nothing else (a pack
+        that took no row as cached), so the batch can be read as the segment straight into its own buffer."""
+        have = self.ids[self.id_start[seg]: self.id_start[seg + 1]]
+        return have.shape[0] == ids.shape[0] and bool(np.array_equal(have, ids))
+
     def rows_in(self, seg: int) -> int:
         return int(self.id_start[seg + 1] - self.id_start[seg])
 

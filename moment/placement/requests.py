@@ -185,6 +185,10 @@ class PackRequest(BaseModel):
                           "(2GiB); default: the layout's GPU and CPU bins, or --memory-budget's CPU cache")
     memory_budget: str | None = Field(
         None, description="the training run's budget: leave out the rows its CPU cache will hold (static policy)")
+    whole: bool = Field(
+        False, description="every row of each batch, none left out for the caches: training reads each batch straight "
+                           "into its own buffer, no row copied, for about twice the disk reads; for a machine whose "
+                           "CPU binds rather than its SSDs (CPU-only runs: on CUDA the batches go through the caches)")
     overwrite: bool = Field(False, description="replace the layout's pack")
 
     @field_validator("fanouts", mode="before")

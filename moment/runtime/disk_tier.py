@@ -46,13 +46,14 @@ _EVAL_BY_TAG = {SPLIT_TAGS[s]: s for s in EVAL_SPLITS}  # an evaluation batch's 
 class _JobRef:
     """Gives a job's destination back to the pool once every batch using it has been completed."""
 
-    def __init__(self, pool: BufferPool, job: Job, users: int):
-        self.pool, self.job, self.users = pool, job, users
+    def __init__(self, pool: BufferPool | None, job: Job, users: int):
+        self.pool, self.job, self.users = pool, job, users  # pool None: the destination is not the pool's
 
     def release(self) -> None:
         self.users -= 1
         if self.users == 0 and self.job.dest is not None:
-            self.pool.release(self.job.dest)
+            if self.pool is not None:
+                self.pool.release(self.job.dest)
             self.job.dest = None
 
 
@@ -108,6 +109,7 @@ class DiskTier(Tier):
         self.paths = [shard_path(self.path, s) for s in self.manifest.shards]
         if self.pack is not None:
             self.paths.append(pack_path(self.path) / self.pack.files[rank].data)
+        self._segment_shape = self.shape.limited(merge_gap=0)  # a segment is contiguous: nothing to merge
         self.pool = BufferPool(t.buffer_bytes, self.manifest.row.align)
         self.reader: Reader | None = Reader(self.paths, rows.row_bytes, self.manifest.row.align, pool=self.pool,
                                             window=t.window, queue_depth=t.queue_depth, backend=t.io_backend,
@@ -292,7 +294,7 @@ class DiskTier(Tier):
         # starts a batch's reads once that batch's bytes fit the pool, and its buffer goes back once that batch
         # is completed, not the group's last (the bench's 16M data-only run, six alternated runs each: steady epochs
         # 1.12 s against 1.29, the means; the group's job waited up to 0.19 s for room in the pool, the disk idle)
-        rb, shape = self.layout_rows.row_bytes, self.shape.limited(merge_gap=0)
+        rb = self.layout_rows.row_bytes
         for p, (out, keep, rows) in zip(grp, found, strict=True):
             extra = p.ids[out]
             self.left_out += int(extra.shape[0])
@@ -309,9 +311,38 @@ class DiskTier(Tier):
             offsets = np.concatenate([placed.offset, start + np.arange(k, dtype=np.int64) * rb])
             self._rows_by_bin += np.bincount(self.layout_rows.bin[p.ids], minlength=self._rows_by_bin.shape[0])
             self.packed += int(rows.shape[0])
-            self._submit([p], Job(files, offsets, shape))
+            self._submit([p], Job(files, offsets, self._segment_shape))
         self.segment_batches += len(grp)
         return True
+
+    @property
+    def read_align(self) -> int:
+        """What a destination's first byte must be a multiple of for rows to be read straight into it."""
+        return self.reader.align
+
+    def whole_segment(self, ids: np.ndarray, tag: tuple | None) -> int | None:
+        """The pack segment of the batch tagged `tag` when it is `ids` exactly, in order (a pack that took no
+        row as cached); not with --verify, which checks the layout's chunks of every row read."""
+        seg = self._segment(tag)
+        return seg if seg is not None and not self.verify and self.segments.whole(seg, ids) else None
+
+    def take_whole(self, ids: np.ndarray, seg: int, dest: np.ndarray) -> _Part:
+        """Read segment `seg`, the batch `ids` whole, into `dest` ([rows, row_bytes], the batch's own buffer)
+        now, after every batch taken before it (`Tier._read_whole` flushes them first)."""
+        n, rb = ids.shape[0], self.layout_rows.row_bytes
+        p = _Part(ids, None, seg)
+        offsets = int(self.segments.offset[seg]) + np.arange(n, dtype=np.int64) * rb
+        self._rows_by_bin += np.bincount(self.layout_rows.bin[ids], minlength=self._rows_by_bin.shape[0])
+        self.packed += n
+        self.segment_batches += 1
+        p.ref = _JobRef(None, Job(np.full(n, len(self.paths) - 1, np.int32), offsets, self._segment_shape, dest=dest), 1)
+        self.reader.submit(p.ref.job)
+        return p
+
+    def complete_whole(self, p: _Part, count: bool) -> None:
+        """Wait for a `take_whole` batch's read (its rows are then in its buffer) and count it."""
+        p.ref.job.wait()
+        self._done(p, count)
 
     def _whole_pays(self, rows: np.ndarray, k: int) -> bool:
         """Whether reading a segment of `k` rows whole costs the disk at most 1 + SEGMENT_SLACK times the reads the
@@ -368,6 +399,11 @@ class DiskTier(Tier):
             self.flush()
         if p.ids.size:
             copy_rows(out, p.pos, p.ref.job.wait(), p.row)
+        self._done(p, count)
+
+    def _done(self, p: _Part, count: bool) -> None:
+        """A batch's rows are where they go: count its job's reads once (at its last batch), give its
+        destination back, count its rows."""
         if p.ref.users == 1:  # the job's last batch: count its reads once
             if p.ref.job.sizes is not None:
                 self.request_sizes += p.ref.job.sizes

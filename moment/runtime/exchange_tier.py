@@ -62,5 +62,9 @@ class ExchangeTier(Tier):
         return [ExchangeFetch(self, self.exchange, self.serve, part.owner, part.key, part.pos, out),
                 *self.next.fetches(part.inner, out)]
 
+    def fetches_of_none(self, out: torch.Tensor) -> list[ExchangeFetch]:
+        none = np.zeros(0, np.int64)
+        return [ExchangeFetch(self, self.exchange, self.serve, none, none, none, out), *self.next.fetches_of_none(out)]
+
     def idle_fetches(self, left: bool = False) -> list[ExchangeFetch]:
         return [ExchangeFetch.idle(self, self.exchange, self.serve, left), *self.next.idle_fetches(left)]

@@ -51,10 +51,14 @@ def pack(req: PackRequest, *,
     ds = GraphDataset.open(req.dataset) if req.dataset is not None else opened.dataset
     bs = req.batch_size if req.batch_size is not None else TrainConfig().resolved_batch_size(
         int(np.asarray(ds.train_idx).size), req.ranks)
-    if req.cached is not None and req.memory_budget is not None:
-        raise MomentError("give --cached or --memory-budget, not both")
+    given = [f for f, v in (("--whole", req.whole), ("--cached", req.cached), ("--memory-budget", req.memory_budget))
+             if v not in (None, False)]
+    if len(given) > 1:
+        raise MomentError(f"give one of {' and '.join(given)}, not both: each says which rows the pack leaves out")
     rows, budget_rows = None, None
-    if req.cached is not None:
+    if req.whole:
+        rows = 0
+    elif req.cached is not None:
         rows = cached_rows(req.cached, n, rb)
     elif req.memory_budget is not None:
         from moment.runtime.sizing import preview_inputs, preview_plan
