@@ -9,7 +9,9 @@ cgroup, so no system can keep the features in memory the bound does not give it.
 * moment            `python -m moment.train --memory-budget auto` (the budget is the cgroup's limit
                     less a margin) with its default cache policy and I/O shape (auto: packed, since
                     the DiskGNN pack for these batches is written first, as `moment data pack
-                    --memory-budget` does, leaving out the rows the run's CPU cache will hold; the
+                    --memory-budget` does, leaving out the rows the run's CPU cache will hold; with
+                    `--pack whole`, as `moment data pack --whole` does, none: each batch is then read
+                    straight into its own buffer, no row copied, for about twice the disk reads; the
                     pack's time and disk cost print, the time is not part of an epoch);
 * moment-<variant>  the same with another policy or shape (`--variants`, e.g. rows, lru, belady);
 * baseline          what a PyG user whose features do not fit in memory runs: features from a numpy
@@ -589,6 +591,7 @@ def report(prefix: str, m: dict) -> None:
         print(f"{prefix}_ssd_requests: {m['ssd_requests']}")
         print(f"{prefix}_packed_rows: {m.get('packed_rows', 0)}  (SSD rows read from the pack)")
         print(f"{prefix}_segment_batches: {m.get('segment_batches', 0)}  (batches read as their pack segment, whole)")
+        print(f"{prefix}_whole_batches: {m.get('whole_batches', 0)}  (of those, read straight into the batch's buffer)")
         print(f"{prefix}_pack_left_out_rows: {m.get('pack_left_out_rows', 0)}  (rows the pack left out for caches "
               "this run does not have: read from the layout on their own)")
         print(f"{prefix}_direct_rows: {m.get('direct_rows', 0)}  (SSD rows read straight into their job's buffer)")

@@ -640,9 +640,9 @@ def whole(tmp_path_factory):
     return ds, layout, np.load(ds.file("features"))
 
 
-def _whole_store(layout, rank=1):
+def _whole_store(layout, rank=1, buffer_bytes=64 << 20):
     return open_tiers(layout, RankPlace(rank=rank, local_rank=rank, world_size=2, local_world_size=2),
-                      StoreOptions(cpu_rows=400, gpu_rows=0, shape="packed", superbatch=3, buffer_bytes=256 << 10,
+                      StoreOptions(cpu_rows=400, gpu_rows=0, shape="packed", superbatch=3, buffer_bytes=buffer_bytes,
                                    pack_seed=SEED))
 
 
@@ -769,3 +769,27 @@ def test_a_batch_read_whole_runs_each_exchange_round_a_batch_asking_nothing_runs
     whole = chain.fetches_of_none(out)
     assert [f.tier for f in whole] == [f.tier for f in asked] == [chain, chain.next]
     assert all([w.size for w in f.want] == [0, 0, 0] and f.sink is not None for f in whole)
+
+
+def test_batches_read_whole_stay_within_the_reads_budget(whole):
+    """A batch read whole holds its buffer while its read is in flight: the chain asks to be submitted at most as
+    many ahead as the reads' budget holds (its batches' extent known), and a batch beyond it goes through the
+    tiers, bit-exact either way."""
+    ds, layout, feats = whole
+    tr = _trace(ds, 1)
+    b0, b1 = tr.batch(0), tr.batch(1)
+    budget = (b0.size + b1.size - 1) * 512  # the first batch's read, not both at once
+    store = _whole_store(layout, buffer_bytes=budget)
+    try:
+        assert store.find(DiskTier).read_budget == budget
+        store.batch_bytes = budget // 3
+        assert store.lookahead == 3  # the reads' budget holds three batches of the extent
+        store.batch_bytes = 0
+        assert store.lookahead == 2 * 3  # the extent not known: the superbatches' own
+        pend = [(b, store.submit(torch.from_numpy(b), tag=((SEED, 0, 1), t))) for t, b in enumerate((b0, b1))]
+        for b, p in pend:
+            assert torch.equal(store.complete(p), torch.from_numpy(feats[b]))
+        st = store.tier_stats()
+        assert st["whole_batches"] == 1 and st["segment_batches"] == 2 and st["rows"]["cpu"] > 0
+    finally:
+        store.close()

@@ -432,11 +432,16 @@ class StagingRing:
         self.batches = None if self.dev.copies else HostBatches()  # on CPU the batch is the host buffer itself
         self.next = 0
 
+    @property
+    def lends(self) -> bool:
+        """Whether `lend` lends batch buffers (the device batch is the host buffer itself: CPU)."""
+        return not self.dev.copies
+
     def lend(self, nbytes: int, align: int) -> np.ndarray | None:
         """The host buffer a batch of `nbytes` will be, lent before its rows are read (so that a read fills the
         batch itself) and handed back through `take(nbytes, host=)`; None where the device batch is a copy of a
         ring slot (CUDA), which is lent at completion only."""
-        return None if self.dev.copies else self.batches.take(nbytes, self.extent, align)
+        return self.batches.take(nbytes, self.extent, align) if self.lends else None
 
     def take(self, nbytes: int, host: np.ndarray | None = None) -> DeviceStaging:
         """The staging of a batch of `nbytes`: the next ring slot, or on CPU the batch's own host buffer (`host`

@@ -69,7 +69,7 @@ class CpuTier(Tier):
         return self.cache.shared
 
     @property
-    def lookahead(self) -> int:
+    def ahead(self) -> int:
         return lookahead_of(self.superbatch)
 
     @property

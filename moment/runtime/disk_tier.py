@@ -102,7 +102,8 @@ class DiskTier(Tier):
         self._verified: dict[int, np.ndarray] = {}
         self._rows_by_bin = np.zeros(len(self.manifest.shards), dtype=np.int64)  # distinct rows read, by bin
         self.packed = 0
-        self.segment_batches = 0  # batches read as their whole segments (`_issue_segments`)
+        self.segment_batches = 0  # batches read as their whole segments (`_issue_segments`, `take_whole`)
+        self.whole_batches = 0  # of those, read straight into the batch's own buffer (`take_whole`)
         self._direct_done = 0  # rows a closed reader read straight into their destination
         self.request_sizes = np.zeros((2, SIZE_BUCKETS))  # merge.size_histogram of every read counted
         # every bin's file, in bin order, then this rank's pack file
@@ -137,8 +138,13 @@ class DiskTier(Tier):
         return self.reader.stack
 
     @property
-    def lookahead(self) -> int:
+    def ahead(self) -> int:
         return lookahead_of(self.superbatch)
+
+    @property
+    def reads_whole(self) -> bool:
+        """Whether the pack holds its batches whole (it took no row as cached): `whole_segment` finds them."""
+        return self.pack is not None and self.pack.cached_rows == 0 and not self.verify
 
     # ------------------------------------------------------------------ set-up reads
 
@@ -316,6 +322,10 @@ class DiskTier(Tier):
         return True
 
     @property
+    def read_budget(self) -> int:
+        return self.pool.capacity
+
+    @property
     def read_align(self) -> int:
         """What a destination's first byte must be a multiple of for rows to be read straight into it."""
         return self.reader.align
@@ -335,6 +345,7 @@ class DiskTier(Tier):
         self._rows_by_bin += np.bincount(self.layout_rows.bin[ids], minlength=self._rows_by_bin.shape[0])
         self.packed += n
         self.segment_batches += 1
+        self.whole_batches += 1
         p.ref = _JobRef(None, Job(np.full(n, len(self.paths) - 1, np.int32), offsets, self._segment_shape, dest=dest), 1)
         self.reader.submit(p.ref.job)
         return p
@@ -437,6 +448,7 @@ class DiskTier(Tier):
         out["ssd_request_sizes"] = out.get("ssd_request_sizes", 0) + self.request_sizes
         out["packed_rows"] += self.packed
         out["segment_batches"] += self.segment_batches
+        out["whole_batches"] += self.whole_batches
         out["pack_left_out_rows"] += self.left_out
         if self.pack is not None:
             out["pack_fit"] = self.pack_fit

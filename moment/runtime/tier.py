@@ -111,7 +111,7 @@ class Batch:
 def empty_stats() -> dict[str, Any]:
     return {"rows": dict.fromkeys(TIERS, 0), "bytes": dict.fromkeys(TIERS, 0), "ssd_requests": 0,
             "ssd_bytes_read": 0, "cpu_admitted_rows": 0, "cpu_hit_rate": 0.0, "packed_rows": 0,
-            "segment_batches": 0, "pack_left_out_rows": 0, "direct_rows": 0, "remote_served_rows": 0, "remote_served_bytes": 0}
+            "segment_batches": 0, "whole_batches": 0, "pack_left_out_rows": 0, "direct_rows": 0, "remote_served_rows": 0, "remote_served_bytes": 0}
 
 
 class Tier:
@@ -128,6 +128,7 @@ class Tier:
         self.device = torch.device(device)
         self.served = 0  # rows served by this tier (completed batches only)
         self._staging: StagingRing | None = None
+        self._whole_in_flight = 0  # bytes of the batches read whole (`_read_whole`) not yet completed
 
     # ---------------------------------------------------------------- the contract
 
@@ -149,8 +150,20 @@ class Tier:
 
     @property
     def lookahead(self) -> int:
-        """Batches a caller may submit before it completes the first."""
-        return self.next.lookahead if self.next is not None else lookahead_of(1)
+        """Batches a caller may submit before it completes the first: what the tiers ask (`ahead`), and where
+        the batches are read whole into their own buffers (`_read_whole`), at most as many as the reads' budget
+        holds at once (the chain's top tier knows a batch's extent), so that none of them is refused for want of
+        room and sent through the tiers instead."""
+        n = self.ahead
+        *_, last = self.chain()
+        if self.batch_bytes and last.reads_whole and self._ring().lends:
+            n = min(n, max(1, last.read_budget // self.batch_bytes))
+        return n
+
+    @property
+    def ahead(self) -> int:
+        """Batches the tiers need submitted ahead (two superbatches where one decides or reads by superbatch)."""
+        return self.next.ahead if self.next is not None else lookahead_of(1)
 
     @property
     def first_ahead(self) -> int:
@@ -177,11 +190,16 @@ class Tier:
         if not ids.shape[0] or (seg := last.whole_segment(ids, tag)) is None:
             return None
         nbytes = int(ids.shape[0]) * self.layout_rows.row_bytes
+        # its buffer holds a read in flight: those stay within the reads' budget (the tier's read buffers, which
+        # such batches leave unused), or the batch goes through the tiers
+        if self._whole_in_flight + nbytes > last.read_budget:
+            return None
         buf = self._ring().lend(nbytes, last.read_align)
         if buf is None:
             return None
         self.flush()  # the batches taken before it are issued before it: the reads go in submission order
-        return Whole(last, last.take_whole(ids, seg, buf.reshape(ids.shape[0], -1)), buf)
+        self._whole_in_flight += nbytes
+        return Whole(self, last, last.take_whole(ids, seg, buf.reshape(ids.shape[0], -1)), buf)
 
     def _ring(self) -> StagingRing:
         if self._staging is None:
@@ -327,6 +345,9 @@ class Tier:
         reads says; None: none does)."""
         return None
 
+    read_budget = 0  # the bytes of reads in flight the reading tier's budget holds
+    reads_whole = False  # whether the reading tier's pack holds its batches whole (`whole_segment`)
+
     def idle(self) -> Staged:
         """One round of each exchange without a batch (this rank's sequence is over): it serves the others."""
         return Staged(None, tuple(self.idle_fetches()))
@@ -347,12 +368,15 @@ class Tier:
 class Whole:
     """A batch the reading tier `tier` reads whole into its own buffer `buf` (`Tier._read_whole`): its part there."""
 
-    def __init__(self, tier: Tier, part: Any, buf: np.ndarray):
-        self.tier, self.part, self.buf = tier, part, buf
+    def __init__(self, top: Tier, tier: Tier, part: Any, buf: np.ndarray):
+        self.top, self.tier, self.part, self.buf = top, tier, part, buf
 
     def wait(self, count: bool) -> np.ndarray:
         """The buffer once the rows are in it (`count`: the batch is served, not dropped)."""
-        self.tier.complete_whole(self.part, count)
+        try:
+            self.tier.complete_whole(self.part, count)
+        finally:
+            self.top._whole_in_flight -= self.buf.nbytes
         return self.buf
 
 

@@ -26,7 +26,8 @@ class Totals:
     ssd_bytes: float
     ssd_requests: float
     packed_rows: float
-    segment_batches: float  # batches read as their pack segment, whole (DiskTier._issue_segments)
+    segment_batches: float  # batches read as their pack segment, whole (DiskTier._issue_segments, take_whole)
+    whole_batches: float  # of those, read straight into the batch's own buffer (DiskTier.take_whole)
     pack_left_out_rows: float  # rows the pack took as cached that this run's caches do not hold: read from the layout
     direct_rows: float  # SSD rows read straight into their destination, not staged and copied
     tier_bytes: dict[str, float]  # by tier name: every rank has the same tiers
@@ -43,7 +44,7 @@ class Totals:
         sizes = np.zeros((2, SIZE_BUCKETS)) if sizes is None else np.asarray(sizes)
         return cls(seeds=seeds, ssd_bytes=tiers["ssd_bytes_read"], ssd_requests=tiers["ssd_requests"],
                    packed_rows=tiers.get("packed_rows", 0),
-                   segment_batches=tiers.get("segment_batches", 0),
+                   segment_batches=tiers.get("segment_batches", 0), whole_batches=tiers.get("whole_batches", 0),
                    pack_left_out_rows=tiers.get("pack_left_out_rows", 0), direct_rows=tiers.get("direct_rows", 0),
                    tier_bytes=dict(tiers["bytes"]), train_tier_bytes={n: train_bytes.get(n, 0) for n in tiers["bytes"]},
                    tier_rows=dict(tiers["rows"]), stage_seconds=stages.as_dict(),

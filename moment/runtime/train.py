@@ -222,6 +222,7 @@ class Trainer:
             "ssd_request_sizes": total.ssd_request_sizes(),
             "packed_rows": int(total.packed_rows),
             "segment_batches": int(total.segment_batches),
+            "whole_batches": int(total.whole_batches),
             "pack_left_out_rows": int(total.pack_left_out_rows),
             "direct_rows": int(total.direct_rows),
             "world_size": w,
