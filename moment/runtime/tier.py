@@ -184,8 +184,9 @@ class Tier:
         only: None, and the batch goes through the tiers (its misses read from the same segment).
 
         Why: on a machine whose CPU binds, not its SSDs, copying rows into the batch is what the out-of-core run
-        pays beyond the in-memory one. On the bench's 8M run (2 cores, 2 ranks) a steady epoch took 1.04-1.07 s
-        this way against 1.21-1.22 s through the caches, for 2.1x the bytes read (docs/benchmarks.md)."""
+        pays beyond the in-memory one. On the bench's 8M and 16M runs (2 cores, 2 ranks) the steady epochs took
+        0.99-1.04x and 0.94-1.21x the in-memory run's this way, against 1.13x and 1.09-1.20x through the caches, for about
+        twice the bytes read (docs/benchmarks.md)."""
         *_, last = self.chain()
         if not ids.shape[0] or (seg := last.whole_segment(ids, tag)) is None:
             return None
