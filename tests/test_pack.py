@@ -793,3 +793,27 @@ def test_batches_read_whole_stay_within_the_reads_budget(whole):
         assert st["whole_batches"] == 1 and st["segment_batches"] == 2 and st["rows"]["cpu"] > 0
     finally:
         store.close()
+
+
+def test_the_run_says_which_pack_suits_the_resource_that_bound_it(packed, whole):
+    """A fitted pack's CPU run bound by its cores with its SSDs mostly idle is pointed to `--whole`; a whole
+    pack's run with its SSDs busy throughout, to the pack that fits its caches; otherwise nothing is said."""
+    import shlex
+
+    from moment.runtime.train import pack_kind_note
+
+    fitted, full = packed[2], load_pack(whole[1])
+
+    def m(busy, **kw):
+        return {"device": "cpu", "limiting_stage": "train", "data_only": False,
+                "per_rank": [{"disks": [{"busy_share": busy}], "pack_fit": 700}, {"disks": [], "pack_fit": 650}]} | kw
+
+    (note,) = pack_kind_note(fitted, packed[1], None, m(0.2))
+    assert "busy 20%" in note and shlex.split(note.split(": ")[-1])[-2:] == ["--whole", "--overwrite"]
+    for quiet in (m(0.6), m(0.2, device="cuda:0"), m(0.2, limiting_stage="sample"), m(0.2, data_only=True),
+                  m(None)):
+        assert pack_kind_note(fitted, packed[1], None, quiet) == []
+    (note,) = pack_kind_note(full, whole[1], None, m(0.9, data_only=True))
+    words = shlex.split(note.split("half the bytes: ")[1])
+    assert words[words.index("--cached") + 1] == "650"
+    assert pack_kind_note(full, whole[1], None, m(0.5)) == []

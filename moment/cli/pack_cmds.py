@@ -37,12 +37,12 @@ def pack_cmd(
     if json_out:
         print(json.dumps(s))
         return
-    left_out = (f"leaving out the {man.cached_rows:,} hottest rows" if man.cached_rows else
-                "every row of each batch (read straight into the batch's buffer on CPU)")
+    from moment.placement.pack import what_it_holds
+
     console.print(
         f"packed {s['rows']:,} rows for {req.ranks} rank(s) x {req.epochs} epoch(s) of training"
         f"{''.join(f' and {x}' for x in s['eval_splits'])} batches into {s['path']}: "
         f"{s['bytes'] / 2**20:,.0f} MiB on disk ({s['disk_overhead']:.2f}x the features), "
-        f"{left_out}\ntrain with: --io-shape packed --epochs {req.epochs} --batch-size {bs} "
+        f"{what_it_holds(man.cached_rows)}\ntrain with: --io-shape packed --epochs {req.epochs} --batch-size {bs} "
         f"--fanouts {','.join(map(str, f))} --seed {req.seed} (torchrun --nproc-per-node {req.ranks}); epochs past "
         f"{req.epochs} are read from the layout, many times slower", highlight=False)

@@ -103,10 +103,11 @@ class PackManifest(BaseModel):
         """The `moment data pack` that writes this pack again for `epochs`, or for caches of the `cached` hottest
         rows (None: its own): what the runtime's notes give a user whose run the pack does not fit."""
         data = f" --dataset {shlex.quote(str(dataset))}" if dataset is not None else ""
+        cached = self.cached_rows if cached is None else cached
         return (f"moment data pack --layout {shlex.quote(str(layout))}{data} --ranks {self.world_size} "
                 f"--epochs {self.epochs if epochs is None else epochs} --batch-size {self.batch_size} "
                 f"--fanouts {','.join(map(str, self.fanouts))} --seed {self.seed} "
-                f"--cached {self.cached_rows if cached is None else cached} --overwrite")
+                f"{f'--cached {cached}' if cached else '--whole'} --overwrite")
 
     def mismatch(self, *, world_size: int, batch_size: int, fanouts: Sequence[int], seed: int) -> str | None:
         """Why a run with these parameters would not read the batches packed (None when it would)."""
@@ -654,6 +655,14 @@ def open_pack(layout: str | Path, m: LayoutManifest, man: PackManifest | None, *
         raise MomentError(bad[0][1], source=str(bad[0][0]), hint=_REWRITE)
     assert seg is not None
     return man, seg
+
+
+def what_it_holds(cached_rows: int) -> str:
+    """What a pack's segments hold, for people: the rows outside the caches it was written for, or (none taken as
+    cached: `moment data pack --whole`) every row, which a run on CPU reads straight into the batch's buffer."""
+    if cached_rows:
+        return f"leaving out the {cached_rows:,} hottest rows for the caches"
+    return "every row of each batch, read straight into the batch's buffer on CPU"
 
 
 def pack_summary(man: PackManifest) -> dict[str, Any]:

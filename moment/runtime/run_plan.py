@@ -28,7 +28,7 @@ from moment.errors import MomentError
 from moment.io.device import DeviceMemory, ring_bytes, upload_chunk
 from moment.io.merge import SHAPES, Shape
 from moment.placement.opened import Layout, index_dtypes
-from moment.placement.pack import pack_path, refuse_unusable
+from moment.placement.pack import pack_path, refuse_unusable, what_it_holds
 from moment.runtime.budget import (Item, MemoryBudget, RunShape, Split, fmt_bytes, minimum_budget, process_sizes,
                                    resolve_budget, split_budget)
 from moment.runtime.device_budget import DeviceBudget, DeviceShape, device_budget, resolve_device_budget
@@ -251,8 +251,8 @@ class RunPlan(_Frozen):
         short = self.pack.unpacked()
         beyond = (f"; it holds {self.pack.epochs} epoch(s): {short}, at about block's speed (to pack them all: "
                   f"{self.pack.repack})") if short else ""
-        how = {"packed": "reads the layout's pack (made for these ranks, batch size, fan-outs and seed, leaving out "
-                         f"the {self.pack.cached_rows:,} hottest rows for the caches){beyond}",
+        how = {"packed": "reads the layout's pack (made for these ranks, batch size, fan-outs and seed, "
+                         f"{what_it_holds(self.pack.cached_rows)}){beyond}",
                "block": "a hyperbatch's misses in large merged reads", "rows": "each batch's rows"}[self.io_shape]
         why = f"; not packed: {self.pack.why}" if self.io_shape_requested == "auto" and self.pack.why else ""
         gap = "per job, by cost" if t.merge_gap < 0 else f"{t.merge_gap} B"

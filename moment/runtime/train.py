@@ -290,7 +290,10 @@ class Trainer:
         from the layout, many times slower: the 8M bench's data-only epochs 0.3-0.4 s packed, 4.6-5.3 s past
         it) with the command that packs them, and `left_out_note`."""
         pk = self._pack()
-        return [] if pk is None else self.plan.pack.notes() + left_out_note(pk, self.cfg.layout, self.cfg.dataset, m)
+        if pk is None:
+            return []
+        return (self.plan.pack.notes() + left_out_note(pk, self.cfg.layout, self.cfg.dataset, m)
+                + pack_kind_note(pk, self.cfg.layout, self.cfg.dataset, m))
 
     def memory_notes(self) -> list[str]:
         """Say so when this rank's memory tiers hold every row: the run would never read an SSD."""
@@ -325,6 +328,33 @@ def left_out_note(pk: Any, layout: Path | None, dataset: Path | None, m: dict[st
             f"rows, which this run's caches do not hold (they hold the hottest {fit:,}): each was read from "
             f"the layout apart from its batch's segment ({m['ssd_requests']:,} SSD reads in all). A pack for this "
             f"run's caches: {pk.command(layout, dataset, cached=fit)}"]
+
+
+# A fitted pack's run on CPU whose cores bound it and whose SSDs were busy less than this share of its train epochs
+# is pointed to a whole pack (about twice the bytes read: the SSDs stay under ~90% busy); a whole pack's run whose
+# SSDs were busy more than WHOLE_BUSY_MAX, to the fitted one. The bench's 8M / 16M training on 2 cores: a whole
+# pack's SSDs busy 40-42% / 51-60% at 0.99-1.04x / 0.94-1.21x the in-memory epoch; its data-only runs 89-95%.
+FIT_BUSY_MAX, WHOLE_BUSY_MAX = 0.45, 0.85
+
+
+def pack_kind_note(pk: Any, layout: Path | None, dataset: Path | None, m: dict[str, Any]) -> list[str]:
+    """Say which pack suits the resource that bound this run (`m`: its metrics), with the command that writes it:
+    a whole pack (no row copied, twice the reads) where the cores bound a CPU run and its SSDs sat mostly idle,
+    the pack fitted to the caches where a whole pack's SSDs were busy throughout."""
+    busy = [d["busy_share"] for r in m["per_rank"] for d in r.get("disks") or [] if d.get("busy_share") is not None]
+    if not busy or m.get("device") != "cpu":
+        return []
+    most = max(busy)
+    if pk.cached_rows and most < FIT_BUSY_MAX and m.get("limiting_stage") == "train" and not m.get("data_only"):
+        return [f"note: this run's SSDs were busy {most:.0%} of its train epochs while the model and the data path "
+                "shared the cores: a whole pack reads each batch straight into its buffer, no row copied, for about "
+                f"twice the SSD reads (docs/placement.md#packs): {pk.command(layout, dataset, cached=0)}"]
+    fits = [r["pack_fit"] for r in m["per_rank"] if r.get("pack_fit")]
+    if not pk.cached_rows and most > WHOLE_BUSY_MAX and fits:
+        return [f"note: this run's SSDs were busy {most:.0%} of its train epochs reading a whole pack (every row of "
+                "each batch): a pack that leaves out what the caches hold reads about half the bytes: "
+                f"{pk.command(layout, dataset, cached=min(fits))}"]
+    return []
 
 
 def machines_of(per_rank: list[dict[str, Any]]) -> list[dict[str, Any]]:
