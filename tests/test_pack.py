@@ -817,3 +817,5 @@ def test_the_run_says_which_pack_suits_the_resource_that_bound_it(packed, whole)
     words = shlex.split(note.split("half the bytes: ")[1])
     assert words[words.index("--cached") + 1] == "650"
     assert pack_kind_note(full, whole[1], None, m(0.5)) == []
+    (note,) = pack_kind_note(full, whole[1], None, m(0.1, device="cuda:0"))  # not read whole there
+    assert "on cuda:0 a whole pack's batches go through the caches" in note and "--cached 650" in note

@@ -340,7 +340,14 @@ FIT_BUSY_MAX, WHOLE_BUSY_MAX = 0.45, 0.85
 def pack_kind_note(pk: Any, layout: Path | None, dataset: Path | None, m: dict[str, Any]) -> list[str]:
     """Say which pack suits the resource that bound this run (`m`: its metrics), with the command that writes it:
     a whole pack (no row copied, twice the reads) where the cores bound a CPU run and its SSDs sat mostly idle,
-    the pack fitted to the caches where a whole pack's SSDs were busy throughout."""
+    the pack fitted to the caches where a whole pack's SSDs were busy throughout, or where the batches are copies
+    of staging slots (CUDA) and a whole pack's are not read straight into them."""
+    fits = [r["pack_fit"] for r in m["per_rank"] if r.get("pack_fit")]
+    if not pk.cached_rows and m.get("device") != "cpu" and fits:
+        return [f"note: on {m.get('device')} a whole pack's batches go through the caches (a batch is a copy of a "
+                "staging slot, not read straight into it), reading every row of each segment for the misses: a pack "
+                f"that leaves out what the caches hold reads about half the bytes: "
+                f"{pk.command(layout, dataset, cached=min(fits))}"]
     busy = [d["busy_share"] for r in m["per_rank"] for d in r.get("disks") or [] if d.get("busy_share") is not None]
     if not busy or m.get("device") != "cpu":
         return []
@@ -349,7 +356,6 @@ def pack_kind_note(pk: Any, layout: Path | None, dataset: Path | None, m: dict[s
         return [f"note: this run's SSDs were busy {most:.0%} of its train epochs while the model and the data path "
                 "shared the cores: a whole pack reads each batch straight into its buffer, no row copied, for about "
                 f"twice the SSD reads (docs/placement.md#packs): {pk.command(layout, dataset, cached=0)}"]
-    fits = [r["pack_fit"] for r in m["per_rank"] if r.get("pack_fit")]
     if not pk.cached_rows and most > WHOLE_BUSY_MAX and fits:
         return [f"note: this run's SSDs were busy {most:.0%} of its train epochs reading a whole pack (every row of "
                 "each batch): a pack that leaves out what the caches hold reads about half the bytes: "
