@@ -819,3 +819,24 @@ def test_the_run_says_which_pack_suits_the_resource_that_bound_it(packed, whole)
     assert pack_kind_note(full, whole[1], None, m(0.5)) == []
     (note,) = pack_kind_note(full, whole[1], None, m(0.1, device="cuda:0"))  # not read whole there
     assert "on cuda:0 a whole pack's batches go through the caches" in note and "--cached 650" in note
+
+
+@pytest.mark.parametrize("verify", [False, True])
+def test_a_whole_pack_of_rows_smaller_than_the_alignment_is_read_bit_exactly(packed, tmp_path, verify):
+    """Rows of 128 B in a layout aligned to 4 KiB: a segment's reads go straight into the batch where whole aligned
+    blocks of rows allow, the rest through the reader's staging, bit-exact; with --verify (each layout chunk a
+    read touches re-hashed) the batches go through the tiers instead."""
+    ds, layout, _, feats = packed
+    copy = shutil.copytree(layout, tmp_path / "L")
+    write_pack(copy, ds, world_size=2, batch_size=BS, fanouts=FAN, seed=SEED, epochs=1, cached_rows=0, overwrite=True)
+    store = open_tiers(copy, RankPlace(rank=0, local_rank=0, world_size=2, local_world_size=2),
+                       StoreOptions(cpu_rows=200, gpu_rows=0, shape="packed", superbatch=2, buffer_bytes=64 << 20,
+                                    pack_seed=SEED, verify=verify))
+    try:
+        tr = _trace(ds, 0, epochs=1)
+        pend = [(tr.batch(t), store.submit(torch.from_numpy(tr.batch(t)), tag=((SEED, 0, 0), t))) for t in range(len(tr))]
+        for b, p in pend:
+            assert torch.equal(store.complete(p), torch.from_numpy(feats[b]))
+        assert store.tier_stats()["whole_batches"] == (0 if verify else len(tr))
+    finally:
+        store.close()
