@@ -165,6 +165,9 @@ CASES = [
     # more epochs than any disk holds: refused from one sampled epoch, not after hours of writing
     Case("moment data pack --layout layouts/packed --epochs 100000000 --overwrite", "the disk holding the layout has",
          keep=("layouts/packed/pack/pack.json",)),
+    # two answers to which rows the pack leaves out: refused before anything is sampled, the pack kept
+    Case("moment data pack --layout layouts/packed --whole --memory-budget 2GiB --overwrite",
+         "give one of --whole and --memory-budget", keep=("layouts/packed/pack/pack.json",)),
     # a damaged graph whose checksums were made to match: only the structure check can tell; given with a layout
     # placed from the undamaged copy, the content no longer matches the layout's record of its dataset
     Case("moment train --dataset data/badgraph --features-in-memory --epochs 1", "neighbour id 1000000 out of range"),
