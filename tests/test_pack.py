@@ -834,7 +834,8 @@ def test_a_whole_pack_of_rows_smaller_than_the_alignment_is_read_bit_exactly(pac
                                     pack_seed=SEED, verify=verify))
     try:
         tr = _trace(ds, 0, epochs=1)
-        pend = [(tr.batch(t), store.submit(torch.from_numpy(tr.batch(t)), tag=((SEED, 0, 0), t))) for t in range(len(tr))]
+        pend = [(tr.batch(t), store.submit(torch.from_numpy(tr.batch(t)), tag=((SEED, 0, 0), t)))
+                for t in range(len(tr))]
         for b, p in pend:
             assert torch.equal(store.complete(p), torch.from_numpy(feats[b]))
         assert store.tier_stats()["whole_batches"] == (0 if verify else len(tr))

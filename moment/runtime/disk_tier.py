@@ -346,7 +346,8 @@ class DiskTier(Tier):
         self.packed += n
         self.segment_batches += 1
         self.whole_batches += 1
-        p.ref = _JobRef(None, Job(np.full(n, len(self.paths) - 1, np.int32), offsets, self._segment_shape, dest=dest), 1)
+        pack_file = np.full(n, len(self.paths) - 1, np.int32)
+        p.ref = _JobRef(None, Job(pack_file, offsets, self._segment_shape, dest=dest), 1)
         self.reader.submit(p.ref.job)
         return p
 

@@ -174,8 +174,7 @@ class Tier:
     def submit(self, node_ids: Any, tag: tuple | None = None) -> Batch:
         """Queue a batch; `tag` is ((seed, epoch, rank), batch) for a training batch (the pack uses it)."""
         ids = self.layout_rows.ids(node_ids)
-        n = int(ids.shape[0])
-        return Batch(n, self._read_whole(ids, tag) or self.take(ids, None, tag))
+        return Batch(int(ids.shape[0]), self._read_whole(ids, tag) or self.take(ids, None, tag))
 
     def _read_whole(self, ids: np.ndarray, tag: tuple | None) -> Whole | None:
         """A batch that the reading tier holds whole, every row in the batch's order (a pack written with no
@@ -185,8 +184,8 @@ class Tier:
 
         Why: on a machine whose CPU binds, not its SSDs, copying rows into the batch is what the out-of-core run
         pays beyond the in-memory one. On the bench's 8M and 16M runs (2 cores, 2 ranks) the steady epochs took
-        0.99-1.04x and 0.94-1.21x the in-memory run's this way, against 1.13x and 1.09-1.20x through the caches, for about
-        twice the bytes read (docs/benchmarks.md)."""
+        0.99-1.04x and 0.94-1.21x the in-memory run's this way, against 1.13x and 1.09-1.20x through the caches,
+        for about twice the bytes read (docs/benchmarks.md)."""
         *_, last = self.chain()
         if not ids.shape[0] or (seg := last.whole_segment(ids, tag)) is None:
             return None
@@ -204,8 +203,8 @@ class Tier:
 
     def _ring(self) -> StagingRing:
         if self._staging is None:
-            self._staging = StagingRing(DeviceLayer(self.device), self.batch_bytes or self.num_nodes
-                                        * self.layout_rows.row_bytes)
+            extent = self.batch_bytes or self.num_nodes * self.layout_rows.row_bytes
+            self._staging = StagingRing(DeviceLayer(self.device), extent)
         return self._staging
 
     def complete(self, b: Batch) -> torch.Tensor:

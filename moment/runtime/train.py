@@ -346,7 +346,7 @@ def pack_kind_note(pk: Any, layout: Path | None, dataset: Path | None, m: dict[s
     if not pk.cached_rows and m.get("device") != "cpu" and fits:
         return [f"note: on {m.get('device')} a whole pack's batches go through the caches (a batch is a copy of a "
                 "staging slot, not read straight into it), reading every row of each segment for the misses: a pack "
-                f"that leaves out what the caches hold reads about half the bytes: "
+                "that leaves out what the caches hold reads about half the bytes: "
                 f"{pk.command(layout, dataset, cached=min(fits))}"]
     busy = [d["busy_share"] for r in m["per_rank"] for d in r.get("disks") or [] if d.get("busy_share") is not None]
     if not busy or m.get("device") != "cpu":
