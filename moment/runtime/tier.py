@@ -150,14 +150,14 @@ class Tier:
 
     @property
     def lookahead(self) -> int:
-        """Batches a caller may submit before it completes the first: what the tiers ask (`ahead`), and where
-        the batches are read whole into their own buffers (`_read_whole`), at most as many as the reads' budget
-        holds at once (the chain's top tier knows a batch's extent), so that none of them is refused for want of
-        room and sent through the tiers instead."""
+        """Batches a caller keeps submitted beyond the next one to complete: what the tiers ask (`ahead`), and
+        where the batches are read whole into their own buffers (`_read_whole`), so many that they and the next
+        one fit the reads' budget at once (the chain's top tier knows a batch's extent): none of them is then
+        refused for want of room and sent through the tiers instead."""
         n = self.ahead
         *_, last = self.chain()
         if self.batch_bytes and last.reads_whole and self._ring().lends:
-            n = min(n, max(1, last.read_budget // self.batch_bytes))
+            n = min(n, max(1, last.read_budget // self.batch_bytes - 1))
         return n
 
     @property
