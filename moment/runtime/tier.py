@@ -184,7 +184,7 @@ class Tier:
 
         Why: on a machine whose CPU binds, not its SSDs, copying rows into the batch is what the out-of-core run
         pays beyond the in-memory one. On the bench's 8M and 16M runs (2 cores, 2 ranks) the steady epochs took
-        0.99-1.04x and 0.94-1.21x the in-memory run's this way, against 1.13x and 1.09-1.20x through the caches,
+        0.98-1.04x and 0.88-0.97x the in-memory run's this way, against 1.11-1.13x and 1.09-1.20x through the caches,
         for about twice the bytes read (docs/benchmarks.md)."""
         *_, last = self.chain()
         if not ids.shape[0] or (seg := last.whole_segment(ids, tag)) is None:

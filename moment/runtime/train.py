@@ -333,7 +333,7 @@ def left_out_note(pk: Any, layout: Path | None, dataset: Path | None, m: dict[st
 # A fitted pack's run on CPU whose cores bound it and whose SSDs were busy less than this share of its train epochs
 # is pointed to a whole pack (about twice the bytes read: the SSDs stay under ~90% busy); a whole pack's run whose
 # SSDs were busy more than WHOLE_BUSY_MAX, to the fitted one. The bench's 8M / 16M training on 2 cores: a whole
-# pack's SSDs busy 40-42% / 51-60% at 0.99-1.04x / 0.94-1.21x the in-memory epoch; its data-only runs 89-95%.
+# pack's SSDs busy 33-37% / 59-62% at 0.98-1.04x / 0.88-0.97x the in-memory epoch; its data-only runs 90-93%.
 FIT_BUSY_MAX, WHOLE_BUSY_MAX = 0.45, 0.85
 
 
