@@ -40,6 +40,19 @@ def _trace(ds, rank, epochs=2):
     return sample_trace(ds, FAN, BS, seed=SEED, epochs=epochs, rank=rank, world_size=2)
 
 
+def _read_ahead(store, tr, epochs, rank, feats):
+    """Submit the training batches of `tr` (`epochs` of them, rank `rank`) tagged as a run tags them, completing
+    each, bit-exact, once `store.lookahead` more are submitted; returns those still pending."""
+    per, pend = len(tr) // epochs, []
+    for t in range(len(tr)):
+        b = tr.batch(t)
+        pend.append((b, store.submit(torch.from_numpy(b), tag=((SEED, t // per, rank), t % per))))
+        if len(pend) > store.lookahead:
+            b0, p0 = pend.pop(0)
+            assert torch.equal(store.complete(p0), torch.from_numpy(feats[b0]))
+    return pend
+
+
 def _eval_trace(ds, rank, epochs=2):
     return sample_eval_trace(ds, FAN, BS, seed=SEED, epochs=epochs, rank=rank, world_size=2)
 
@@ -83,13 +96,7 @@ def test_store_reads_tagged_batches_from_the_pack_bit_exactly(packed, cpu_rows):
                                     buffer_bytes=256 << 10, pack_seed=SEED))
     tr = _trace(ds, 1, epochs=3)  # the third epoch was not packed: read from the layout
     per = len(tr) // 3
-    pend = []
-    for t in range(len(tr)):
-        b = tr.batch(t)
-        pend.append((b, store.submit(torch.from_numpy(b), tag=((SEED, t // per, 1), t % per))))
-        if len(pend) > store.lookahead:
-            b0, p0 = pend.pop(0)
-            assert torch.equal(store.complete(p0), torch.from_numpy(feats[b0]))
+    pend = _read_ahead(store, tr, 3, 1, feats)
     untagged = np.arange(0, ds.num_nodes, 7)  # an evaluation batch: not packed
     pend.append((untagged, store.submit(untagged)))
     for b0, p0 in pend:
@@ -665,14 +672,7 @@ def test_a_whole_pack_is_read_straight_into_each_batchs_own_buffer(whole, monkey
     try:
         _no_copies(monkeypatch)
         tr = _trace(ds, 1)
-        per, pend = len(tr) // 2, []
-        for t in range(len(tr)):
-            b = tr.batch(t)
-            pend.append((b, store.submit(torch.from_numpy(b), tag=((SEED, t // per, 1), t % per))))
-            if len(pend) > store.lookahead:
-                b0, p0 = pend.pop(0)
-                assert torch.equal(store.complete(p0), torch.from_numpy(feats[b0]))
-        for b0, p0 in pend:
+        for b0, p0 in _read_ahead(store, tr, 2, 1, feats):
             assert torch.equal(store.complete(p0), torch.from_numpy(feats[b0]))
         st = store.tier_stats()
         rows = sum(tr.batch(t).size for t in range(len(tr)))

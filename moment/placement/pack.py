@@ -228,7 +228,7 @@ class Segments:
         """For sorted, distinct node ids (a job's rows): the positions in `ids` of those segment `seg` holds (in
         the segment's order), and their byte offsets in the data file. The segment's ids are searched for
         among `ids`, not the other way round: a segment is one batch's rows, `ids` often the rows of several."""
-        have = self.ids[self.id_start[seg]: self.id_start[seg + 1]]
+        have = self.ids_of(seg)
         pos = np.searchsorted(ids, have)
         ok = pos < ids.shape[0]
         ok[ok] = ids[pos[ok]] == have[ok]
@@ -239,7 +239,7 @@ class Segments:
         there. A batch's misses are its segment's ids when the run's caches are those the pack was written for,
         and a part of them, in the same order, when they hold more: then the batch reads its segment whole, as
         written, and nothing is sorted, searched or merged (moment.runtime.disk_tier)."""
-        have = self.ids[self.id_start[seg]: self.id_start[seg + 1]]
+        have = self.ids_of(seg)
         if not self.sorted_ids:
             return subsequence(have, ids)
         if not have.shape[0]:
@@ -248,10 +248,14 @@ class Segments:
         np.minimum(pos, have.shape[0] - 1, out=pos)
         return pos if np.array_equal(have[pos], ids) else None
 
+    def ids_of(self, seg: int) -> np.ndarray:
+        """The node ids segment `seg` holds, in its order."""
+        return self.ids[self.id_start[seg]: self.id_start[seg + 1]]
+
     def whole(self, seg: int, ids: np.ndarray) -> bool:
         """Whether segment `seg` is the batch `ids` exactly, in its order: every row of it, nothing else (a pack
         that took no row as cached), so the batch can be read as the segment straight into its own buffer."""
-        have = self.ids[self.id_start[seg]: self.id_start[seg + 1]]
+        have = self.ids_of(seg)
         return have.shape[0] == ids.shape[0] and bool(np.array_equal(have, ids))
 
     def rows_in(self, seg: int) -> int:
