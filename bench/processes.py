@@ -78,11 +78,14 @@ def tree_at(ref: str) -> Path:
 
 
 def time_command(args: list[str], runs: int, *, tree: Path | None = None, cwd: Path | None = None,
-                 program: list[str] | None = None) -> Timing:
+                 program: list[str] | None = None, kept: bool = False) -> Timing:
     """`python -m moment ARGS` (`python PROGRAM ARGS`) from `tree` (default: this checkout) `runs` times after one
-    uncounted run."""
+    uncounted run. Every run does the command's work (MOMENT_ANSWERS=off); `kept`: a question asked again is
+    answered from the answers the uncounted run kept (moment.cli.answers, in a cache of its own)."""
     cache = Path(tempfile.mkdtemp(prefix="moment-pyc-"))
-    env = dict(os.environ, PYTHONPYCACHEPREFIX=str(cache))
+    env = dict(os.environ, PYTHONPYCACHEPREFIX=str(cache), MOMENT_ANSWERS="on" if kept else "off")
+    if kept:
+        env["MOMENT_CACHE"] = tempfile.mkdtemp(prefix="moment-answers-")
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     if tree is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")]))
@@ -138,10 +141,12 @@ def _now() -> float:
     return time.perf_counter()
 
 
-#: the floor's commands (`moment ARGS`; {dir}: the README's 100k example, made by `floor_dir`) and targets
-FLOOR = {"help": (["--help"], 1.0),
-         "plan": (["plan", "--profile", "paper-machine-b", "--gpus", "4", "--ssds", "8"], 1.6),
-         "dry_run": (["train", "--dry-run", "--layout", "{dir}/layouts/synth100k"], 3.0)}
+#: the floor's commands (`moment ARGS`; {dir}: the README's 100k example, made by `floor_dir`), targets and
+#: whether the question is asked again (`plan_again`: answered from the kept answer; `plan`: solved every time)
+FLOOR = {"help": (["--help"], 1.0, False),
+         "plan": (["plan", "--profile", "paper-machine-b", "--gpus", "4", "--ssds", "8"], 1.6, False),
+         "plan_again": (["plan", "--profile", "paper-machine-b", "--gpus", "4", "--ssds", "8"], 1.6, True),
+         "dry_run": (["train", "--dry-run", "--layout", "{dir}/layouts/synth100k"], 3.0, False)}
 
 
 # `python -c _LOADED OUT ARGS`: runs `moment ARGS` and writes the names of the modules it loaded to OUT
@@ -169,7 +174,8 @@ runpy.run_module("moment", run_name="__main__", alter_sys=True)
 def libraries(args: list[str], tree: Path, cwd: Path) -> list[str]:
     """The modules outside Python's standard library and Moment that `moment ARGS` loads and `moment --help`
     does not (parents before their submodules): what any command doing its work with these libraries loads."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")])))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")])),
+               MOMENT_ANSWERS="off")  # a kept answer loads nothing
     loaded = []
     for argv in (["--help"], args):
         with tempfile.NamedTemporaryFile("r", suffix=".txt") as out:
@@ -214,13 +220,13 @@ def floor(runs: int, against: str, where: Path) -> None:
     libs = {label: libraries(FLOOR["plan"][0], tree, where) for label, tree in trees.items()}
     for _ in range(2):
         for label, tree in trees.items():
-            for name, (args, _) in FLOOR.items():
-                t = time_command([a.format(dir=where) for a in args], runs, tree=tree, cwd=where)
+            for name, (args, _, kept) in FLOOR.items():
+                t = time_command([a.format(dir=where) for a in args], runs, tree=tree, cwd=where, kept=kept)
                 got.setdefault((label, name), []).extend(t.runs)
             t = time_command([], runs, tree=tree, cwd=where, program=["-c", _PRELOADED, ",".join(libs[label])])
             got.setdefault((label, PLAN_LIBRARIES), []).extend(t.runs)
     print(f"{'command':<14} " + " ".join(f"{label + ' s':>12} {'ratio':>6}" for label in trees) + "  target")
-    for name, target in [*((n, t) for n, (_, t) in FLOOR.items()), (PLAN_LIBRARIES, None)]:
+    for name, target in [*((n, t) for n, (_, t, _) in FLOOR.items()), (PLAN_LIBRARIES, None)]:
         cells = []
         for label in trees:
             med, base = statistics.median(got[label, name]), statistics.median(got[label, "help"])

@@ -13,9 +13,12 @@ This module sits beside `moment.errors` at the bottom of the package: everything
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import re
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from moment.errors import MomentError
@@ -101,6 +104,23 @@ def check_dir(path: str | Path, what: str) -> Path:
     return p
 
 
+#: while a command's answer is recorded (moment.cli.answers): each file read here, as (absolute path, sha256)
+_read_log: list[tuple[str, str]] | None = None
+
+
+@contextmanager
+def logging_reads() -> Iterator[list[tuple[str, str]]]:
+    """The files read through `read_bytes` inside the block: what a kept answer depends on."""
+    global _read_log
+    old, _read_log = _read_log, []
+    try:
+        yield _read_log
+    finally:
+        if old is not None:
+            old.extend(_read_log)
+        _read_log = old
+
+
 def read_bytes(path: str | Path, what: str, *, limit: int = MAX_TEXT_BYTES) -> bytes:
     """The whole content of the file `what` at `path` (at most `limit` bytes)."""
     p = check_file(path, what)
@@ -111,6 +131,8 @@ def read_bytes(path: str | Path, what: str, *, limit: int = MAX_TEXT_BYTES) -> b
         raise MomentError(f"cannot read the {what}: {why(e)}", source=str(p)) from None
     if len(data) > limit:
         raise MomentError(f"is larger than {limit >> 20} MiB: too large for {_a(what)}", source=str(p))
+    if _read_log is not None:
+        _read_log.append((os.path.abspath(p), hashlib.sha256(data).hexdigest()))
     return data
 
 

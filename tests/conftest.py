@@ -18,6 +18,8 @@ settings.register_profile("fuzz", derandomize=False, database=None)
 # pytest-xdist's workers export COLUMNS=80, which the CLI's piped output honours (outputs.console_width):
 # the tests read the CLI's output as a pipe without COLUMNS gives it, unwrapped
 os.environ.pop("COLUMNS", None)
+# a command line asked twice runs twice (tests patch what it runs); tests/test_answers.py turns the kept answers on
+os.environ["MOMENT_ANSWERS"] = "off"
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "moment"))
 
 # collection imports torch, PyG, torch._dynamo and hypothesis: with the collector paused until it ends (and all of

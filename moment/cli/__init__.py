@@ -179,6 +179,19 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _entry(argv: list[str] | None) -> int:
+    from moment.cli import answers
+
+    asked = answers.question(sys.argv[1:] if argv is None else argv)
+    if asked is not None and asked.replay(sys.stdout):
+        return 0
+    with asked.recording() if asked is not None else nullcontext():
+        code = _run(argv)
+    if asked is not None:
+        asked.keep(code)
+    return code
+
+
+def _run(argv: list[str] | None) -> int:
     root = app if _named(argv) in COMMANDS else _listing()
     if root is app:
         _register(argv)

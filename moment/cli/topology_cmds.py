@@ -56,6 +56,8 @@ def plan_cmd(
     diagram: Path | None = typer.Option(None, "--diagram", help="also draw the recommended machine to FILE.svg or FILE.png"),
     calibration: Path | None = typer.Option(None, "--calibration", help="calibration from `moment calibrate --out`, applied to the profile"),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object (for scripts) instead of tables"),
+    fresh: bool = typer.Option(False, "--fresh", help="solve again even if this question was answered before "
+                               "(the new answer is kept in its place)"),
     **options,
 ) -> None:
     """Recommend which slot gets which GPU and SSD, with predicted bandwidth and bottlenecks.
@@ -66,8 +68,11 @@ def plan_cmd(
     generations) a branch and bound finds the optimum instead, with a progress bar on stderr.
     With --cluster FILE, every server of a cluster is planned and its NICs placed (--json, tables,
     --diagram FILE.svg draws one picture per machine: FILE-NAME.svg).
+    A question answered before (the same options, input files, terminal and code) prints the kept
+    answer at once, with the first run's search statistics: --fresh solves again.
     Example: moment plan --profile paper-machine-b --gpus 4 --ssds 8 --diagram plan.svg
     """
+    del fresh  # read before the command runs (moment.cli.answers)
     cluster_only = {k: options.pop(k) for k in _CLUSTER_ONLY}
     req = PlanRequest(**given(options))
     if cluster_only["cluster"] is not None:

@@ -1,0 +1,222 @@
+"""Kept answers (moment.cli.answers): `moment plan` asked again prints what it printed before, without loading the
+planner, and only while everything the answer depends on is as it was."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import typer
+
+import moment.cli as cli
+from moment.cli import answers
+from moment.topology.profiles import PROFILE_DIR
+
+ROOT = Path(__file__).resolve().parents[1]
+PLAN = ["plan", "--profile", "paper-machine-b", "--gpus", "2", "--ssds", "4", "--json"]
+
+#: runs `moment ARGS` in a fresh process; prints, on stderr's last line, whether the planner was imported
+_RUN = """
+import sys
+from moment.cli import main
+code = main(sys.argv[1:])
+sys.stdout.flush()
+print("planner-loaded" if "moment.planner.plan" in sys.modules else "planner-not-loaded", file=sys.stderr)
+sys.exit(code)
+"""
+
+
+@pytest.fixture
+def kept(tmp_path, monkeypatch):
+    """Kept answers on, in a cache of the test's own; the command runs in `tmp_path/work`."""
+    monkeypatch.setenv("MOMENT_ANSWERS", "on")
+    monkeypatch.setenv("MOMENT_CACHE", str(tmp_path / "cache"))
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    return tmp_path / "cache" / "answers"
+
+
+def run(args: list[str], **env: str) -> tuple[int, str, str, bool]:
+    """(exit code, stdout, stderr without the last line, whether the planner was loaded)."""
+    r = subprocess.run([sys.executable, "-c", _RUN, *args], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, **env})
+    *err, last = r.stderr.rstrip("\n").split("\n")
+    return r.returncode, r.stdout, "\n".join(err), last == "planner-loaded"
+
+
+def solved(out: str) -> dict:
+    """A plan's JSON without its search's timings (two solves of one question differ only there)."""
+    def strip(x):
+        if isinstance(x, dict):
+            return {k: strip(v) for k, v in x.items() if not k.startswith("seconds")}
+        return [strip(v) for v in x] if isinstance(x, list) else x
+    return strip(json.loads(out))
+
+
+def test_kept_and_unkept_options_are_exactly_the_commands_options():
+    """A new option of `moment plan` is classified before its answers are kept (KEPT: may be given, and
+    whether it takes a value; NOT_KEPT: never kept)."""
+    cli._register(["plan"])
+    command = typer.main.get_command(cli.app).commands["plan"]
+    for name in answers.KEPT:
+        real = {opt: not p.is_flag for p in command.params for opt in p.opts}
+        real |= {"--help": False, "-h": False}
+        assert set(answers.KEPT[name]) | set(answers.NOT_KEPT[name]) == set(real)
+        assert not set(answers.KEPT[name]) & set(answers.NOT_KEPT[name])
+        assert {k: real[k] for k in answers.KEPT[name]} == answers.KEPT[name]
+
+
+@pytest.mark.parametrize("argv", [
+    ["plan", "--diagram", "x.svg"], ["plan", "--timeout", "5"], ["plan", "--cluster", "c.yaml"],
+    ["plan", "--help"], ["plan", "--gpus"], ["plan", "extra"], ["plan", "--json=1"], ["plan", "--bogus", "1"],
+    ["compare", "--profile", "paper-machine-b"], []])
+def test_command_lines_that_are_never_kept(kept, argv):
+    assert answers.question(argv) is None
+
+
+def test_the_second_ask_prints_the_first_answer_without_loading_the_planner(kept):
+    code, first, err, loaded = run(PLAN)
+    assert (code, err, loaded) == (0, "", True)
+    assert len(list(kept.glob("*.json"))) == 1
+    code, again, err, loaded = run(PLAN)
+    assert (code, err, loaded) == (0, "", False)
+    assert again == first and json.loads(again)["placement"]
+    # the option order is part of the question: another order is solved (and kept) anew
+    reordered = ["plan", "--gpus", "2", "--profile", "paper-machine-b", "--ssds", "4", "--json"]
+    assert run(reordered)[3] is True
+    # --fresh solves again, keeps the new answer in the old one's place
+    code, fresh, _, loaded = run([*PLAN, "--fresh"])
+    assert (code, loaded) == (0, True) and solved(fresh) == solved(first)
+    assert len(list(kept.glob("*.json"))) == 2
+
+
+def test_a_changed_input_file_is_solved_again(kept, tmp_path):
+    profile = tmp_path / "work" / "m.yaml"
+    profile.write_text((PROFILE_DIR / "paper-machine-b.yaml").read_text())
+    args = ["plan", "--profile", "m.yaml", "--gpus", "2", "--ssds", "4", "--json"]
+    first = run(args)
+    assert first[0] == 0 and first[3]
+    assert run(args)[1:] == (first[1], "", False)
+    # the same file renamed inside: the kept answer would name the old machine
+    profile.write_text(profile.read_text().replace("name: paper-machine-b", "name: machine-m"))
+    code, out, _, loaded = run(args)
+    assert (code, loaded) == (0, True)
+    assert json.loads(out)["machine"] == "machine-m" != json.loads(first[1])["machine"]
+    # removed: the error, not a kept answer
+    profile.unlink()
+    code, out, err, _ = run(args)
+    assert code == 2 and out == "" and "m.yaml" in err
+
+
+def test_a_file_that_now_shadows_a_builtin_name_is_solved_again(kept, tmp_path):
+    args = ["plan", "--profile", "paper-machine-b", "--gpus", "2", "--ssds", "4", "--json"]
+    assert run(args)[0] == 0
+    (tmp_path / "work" / "paper-machine-b").write_text(
+        (PROFILE_DIR / "paper-machine-b.yaml").read_text().replace("name: paper-machine-b", "name: the-local-one"))
+    code, out, _, loaded = run(args)
+    assert (code, loaded) == (0, True) and json.loads(out)["machine"] == "the-local-one"
+
+
+def test_a_changed_environment_or_working_directory_is_another_question(kept, tmp_path):
+    assert run(PLAN)[3] is True
+    assert run(PLAN, MOMENT_PROFILE_DIR=str(PROFILE_DIR))[3] is True
+    assert run(PLAN, COLUMNS="100")[3] is True
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    os.chdir(other)
+    assert run(PLAN)[3] is True
+    assert run(PLAN)[3] is False
+
+
+@pytest.mark.parametrize("damage", ["truncated", "edited answer", "not json", "empty", "directory"])
+def test_a_corrupt_entry_is_a_miss_and_is_replaced(kept, damage):
+    first = run(PLAN)
+    (entry,) = kept.glob("*.json")
+    text = entry.read_text()
+    if damage == "truncated":
+        entry.write_text(text[:len(text) // 2])
+    elif damage == "edited answer":
+        doc = json.loads(text)
+        doc["stdout"] = doc["stdout"].replace('"recommended"', '"recommended_"')
+        entry.write_text(json.dumps(doc))
+    elif damage == "not json":
+        entry.write_bytes(b"\xff\x00garbage")
+    elif damage == "empty":
+        entry.write_text("")
+    else:
+        entry.unlink()
+        entry.mkdir()
+    code, out, err, loaded = run(PLAN)
+    assert (code, err, loaded) == (0, "", True) and solved(out) == solved(first[1])
+    if damage != "directory":
+        assert json.loads(entry.read_text())["stdout"] == out  # replaced by the fresh answer
+
+
+def test_a_cache_that_cannot_be_written_keeps_nothing_and_says_nothing(kept):
+    kept.parent.mkdir(parents=True)
+    kept.write_text("a file where the answers' folder goes")  # as a read-only folder does, for root too
+    for _ in range(2):
+        code, out, err, loaded = run(PLAN)
+        assert (code, err, loaded) == (0, "", True) and json.loads(out)["placement"]
+    kept.unlink()
+    kept.mkdir()
+    kept.chmod(0o500)
+    try:
+        if not os.access(kept, os.W_OK):  # (root writes to it anyway)
+            code, out, err, loaded = run(PLAN)
+            assert (code, err, loaded) == (0, "", True) and not list(kept.iterdir())
+    finally:
+        kept.chmod(0o700)
+
+
+def test_failed_or_warning_runs_and_the_switch_off_keep_nothing(kept):
+    assert run(["plan", "--profile", "no-such-machine", "--gpus", "2"])[0] == 2
+    assert run(["plan", "--gpus", "2", "--ssds", "4", "--gpu-cache-share", "2"])[0] == 2
+    assert not kept.exists() or not list(kept.glob("*.json"))
+    assert run(PLAN, MOMENT_ANSWERS="off")[0] == 0
+    assert not kept.exists() or not list(kept.glob("*.json"))
+
+
+def test_an_answer_with_a_warning_is_not_kept(kept, capsys):
+    asked = answers.question(PLAN)
+    with asked.recording():
+        print("the answer")
+        print("warning: something", file=sys.stderr)
+    asked.keep(0)
+    assert not kept.exists() or not list(kept.glob("*.json"))
+    with asked.recording():
+        print("the answer")
+    asked.keep(0)
+    assert capsys.readouterr().out == "the answer\nthe answer\n"
+    assert asked.replay(sys.stdout) and capsys.readouterr().out == "the answer\n"
+
+
+def test_the_oldest_entries_go_beyond_the_limit(kept, monkeypatch):
+    monkeypatch.setattr(answers, "MAX_ENTRIES", 2)
+    for gpus in ("1", "2", "3"):
+        asked = answers.question(["plan", "--gpus", gpus])
+        with asked.recording():
+            print(gpus)
+        asked.keep(0)
+        os.utime(asked.path, ns=(int(gpus) * 10**9, int(gpus) * 10**9))
+    assert len(list(kept.glob("*.json"))) == 2
+    assert not answers.question(["plan", "--gpus", "1"]).replay(sys.stdout)
+    assert answers.question(["plan", "--gpus", "3"]).replay(sys.stdout)
+
+
+def test_two_processes_asking_at_once_both_answer_and_leave_one_whole_entry(kept):
+    env = {**os.environ}
+    procs = [subprocess.Popen([sys.executable, "-c", _RUN, *PLAN], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=env) for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0] and solved(outs[0][0]) == solved(outs[1][0])
+    (entry,) = kept.glob("*.json")
+    kept_out = json.loads(entry.read_text())["stdout"]
+    assert kept_out in (outs[0][0], outs[1][0])  # one of the two, whole
+    assert not [p for p in kept.iterdir() if p.suffix != ".json"]  # no temporary file left
+    assert run(PLAN)[1:] == (kept_out, "", False)
