@@ -211,6 +211,11 @@ CASES = [
     # once tracebacks or hangs
     Case("moment simulate --layout layouts/L", "layout trace", code=0),
     Case("moment plan --profile mixed64.yaml --gpus 2 --ssds 4", "recommended placement", code=0),
+    # a cache its answers cannot be kept in (a file where their folder goes): answered, twice, nothing said
+    Case("MOMENT_ANSWERS=on MOMENT_CACHE=blocked moment plan --profile server.yaml --gpus 2 --ssds 2",
+         "recommended placement", code=0, absent=("error", "Traceback"), keep=("blocked/answers",)),
+    Case("MOMENT_ANSWERS=on MOMENT_CACHE=blocked moment plan --profile server.yaml --gpus 2 --ssds 2",
+         "recommended placement", code=0, absent=("error", "Traceback"), keep=("blocked/answers",)),
     Case("moment plan --profile rand.yaml", "is not UTF-8"),
     Case("moment calibrate --measured rand.yaml --out cal.yaml", "is not UTF-8", gone=("cal.yaml",)),
     Case("moment plan --calibration rand.yaml", "is not UTF-8"),
@@ -564,6 +569,8 @@ def write_inputs() -> None:
     Path("ext/background.js").write_text("chrome.runtime.onInstalled.addListener(() => {});\n")
     Path("ext/icons/logo.png").write_bytes(b"\x89PNG\r\n\x1a\n")
     Path("edges.txt").write_text("0 1\n1 2\n2 0\n")
+    Path("blocked").mkdir()
+    Path("blocked/answers").write_text("not a folder\n")
     Path("corrupt.pt").write_bytes(b"PK\x03\x04 not really a torch file")
     Path("e-bad.npy").write_bytes(NPY_3X5)  # an edge index of 3 rows
     Path("e.npy").write_bytes(NPY_EDGES)
