@@ -58,23 +58,24 @@ def solved(out: str) -> dict:
     return strip(json.loads(out))
 
 
-def test_kept_and_unkept_options_are_exactly_the_commands_options():
-    """A new option of `moment plan` is classified before its answers are kept (KEPT: may be given, and
-    whether it takes a value; NOT_KEPT: never kept)."""
-    cli._register(["plan"])
-    command = typer.main.get_command(cli.app).commands["plan"]
-    for name in answers.KEPT:
-        real = {opt: not p.is_flag for p in command.params for opt in p.opts}
-        real |= {"--help": False, "-h": False}
-        assert set(answers.KEPT[name]) | set(answers.NOT_KEPT[name]) == set(real)
-        assert not set(answers.KEPT[name]) & set(answers.NOT_KEPT[name])
-        assert {k: real[k] for k in answers.KEPT[name]} == answers.KEPT[name]
+@pytest.mark.parametrize("name", sorted(answers.KEPT))
+def test_kept_and_unkept_options_are_exactly_the_commands_options(name):
+    """A new option of a command is classified before its answers are kept (KEPT: may be given, and whether it
+    takes a value; NOT_KEPT: never kept); ARGUMENTS: the commands that take words besides their options."""
+    cli._register([name])
+    command = typer.main.get_command(cli.app).commands[name]
+    options = [p for p in command.params if p.param_type_name == "option"]
+    real = {opt: not p.is_flag for p in options for opt in p.opts} | {"--help": False, "-h": False}
+    assert set(answers.KEPT[name]) | set(answers.NOT_KEPT[name]) == set(real)
+    assert not set(answers.KEPT[name]) & set(answers.NOT_KEPT[name])
+    assert {k: real[k] for k in answers.KEPT[name]} == answers.KEPT[name]
+    assert (name in answers.ARGUMENTS) == any(p.param_type_name == "argument" for p in command.params)
 
 
 @pytest.mark.parametrize("argv", [
     ["plan", "--diagram", "x.svg"], ["plan", "--timeout", "5"], ["plan", "--cluster", "c.yaml"],
     ["plan", "--help"], ["plan", "--gpus"], ["plan", "extra"], ["plan", "--json=1"], ["plan", "--bogus", "1"],
-    ["compare", "--profile", "paper-machine-b"], []])
+    ["compare", "--profile", "paper-machine-b"], ["compare", "a", "--", "b"], [], ["plan", "paper-machine-b"]])
 def test_command_lines_that_are_never_kept(kept, argv):
     assert answers.question(argv) is None
 
@@ -93,6 +94,18 @@ def test_the_second_ask_prints_the_first_answer_without_loading_the_planner(kept
     code, fresh, _, loaded = run([*PLAN, "--fresh"])
     assert (code, loaded) == (0, True) and solved(fresh) == solved(first)
     assert len(list(kept.glob("*.json"))) == 2
+
+
+def test_a_comparison_is_kept_too_and_its_profiles_files_checked(kept, tmp_path):
+    profile = tmp_path / "work" / "m.yaml"
+    profile.write_text((PROFILE_DIR / "paper-machine-b.yaml").read_text())
+    args = ["compare", "paper-machine-a", "m.yaml", "--gpus", "2", "--ssds", "4", "--json"]
+    code, first, err, loaded = run(args)
+    assert (code, err, loaded) == (0, "", True) and len(json.loads(first)) == 2
+    assert run(args)[1:] == (first, "", False)
+    profile.write_text(profile.read_text().replace("name: paper-machine-b", "name: machine-m"))
+    code, out, _, loaded = run(args)
+    assert (code, loaded) == (0, True) and len(json.loads(out)) == 2  # solved again, not the kept answer
 
 
 def test_a_changed_input_file_is_solved_again(kept, tmp_path):

@@ -1,5 +1,5 @@
-"""Answers kept: `moment plan` asked a question it answered before prints that answer again, before any of the
-planner's libraries load.
+"""Answers kept: `moment plan` (or `moment compare`) asked a question it answered before prints that answer again,
+before any of the planner's libraries load.
 
 A plan is a pure function of its command line, the files it reads, a few environment variables and the code, and
 its libraries' import alone takes about twice the process floor (`bench/processes.py`), so no cold plan answers at
@@ -38,13 +38,18 @@ KEPT = {
              "--ssd-model": True, "--inventory": True, "--set": True, "--feature-dim": True, "--gb-per-gpu": True,
              "--gpu-cache-share": True, "--cpu-cache-share": True, "--maxflow-backend": True,
              "--calibration": True, "--replay": False, "--data": True, "--json": False, "--fresh": False},
+    "compare": {"--gpus": True, "--ssds": True, "--gpu-model": True, "--ssd-model": True, "--inventory": True,
+                "--set": True, "--calibration": True, "--data": True, "--json": False, "--fresh": False},
 }
 #: the options of those commands whose runs are never kept, with why (the test checks KEPT | NOT_KEPT covers all)
 NOT_KEPT = {
     "plan": {"--diagram": "writes a file", "--timeout": "its answer depends on the clock",
              "--cluster": "reads each server's profile named in the cluster file",
              "--remote-fraction": "only with --cluster", "--help": "help", "-h": "help"},
+    "compare": {"--help": "help", "-h": "help"},
 }
+#: the commands that take words besides their options (`moment compare PROFILE...`)
+ARGUMENTS = frozenset({"compare"})
 FRESH = "--fresh"
 #: the environment variables rich and Moment read that change what a command prints
 _ENV = ("COLUMNS", "LINES", "NO_COLOR", "FORCE_COLOR", "TERM", "COLORTERM", "TTY_COMPATIBLE", "TTY_INTERACTIVE",
@@ -68,8 +73,13 @@ def question(argv: list[str]) -> Question | None:
         return None
     options, words, i = KEPT[argv[0]], argv[1:], 0
     while i < len(words):
+        if not words[i].startswith("-"):  # an argument
+            if argv[0] not in ARGUMENTS:
+                return None
+            i += 1
+            continue
         name, eq, _ = words[i].partition("=")
-        if name not in options or (eq and not options[name]):  # an argument, an unknown or unkept option
+        if name not in options or (eq and not options[name]):  # an unknown or unkept option, `--`
             return None
         i += 1 if eq or not options[name] else 2
     if i != len(words):

@@ -36,6 +36,9 @@ from moment.workload.spec import WorkloadSpec
 # start fast.
 
 
+FRESH_HELP = "solve again even if this question was answered before (the new answer is kept in its place)"
+
+
 def _emit_json(obj) -> None:
     print(json.dumps(obj, indent=2, sort_keys=False))
 
@@ -56,8 +59,7 @@ def plan_cmd(
     diagram: Path | None = typer.Option(None, "--diagram", help="also draw the recommended machine to FILE.svg or FILE.png"),
     calibration: Path | None = typer.Option(None, "--calibration", help="calibration from `moment calibrate --out`, applied to the profile"),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object (for scripts) instead of tables"),
-    fresh: bool = typer.Option(False, "--fresh", help="solve again even if this question was answered before "
-                               "(the new answer is kept in its place)"),
+    fresh: bool = typer.Option(False, "--fresh", help=FRESH_HELP),
     **options,
 ) -> None:
     """Recommend which slot gets which GPU and SSD, with predicted bandwidth and bottlenecks.
@@ -162,9 +164,15 @@ def _plan_cluster(req: ClusterPlanRequest, diagram: Path | None, json_out: bool)
 @request_options(CompareRequest)
 def compare_cmd(
     json_out: bool = typer.Option(False, "--json", help="print a JSON list"),
+    fresh: bool = typer.Option(False, "--fresh", help=FRESH_HELP),
     **options,
 ) -> None:
-    """Plan several machines (or inventories) and put the best layouts side by side (what-if)."""
+    """Plan several machines (or inventories) and put the best layouts side by side (what-if).
+
+    A comparison made before (the same options, input files, terminal and code) prints the kept answer at
+    once: --fresh plans again.
+    """
+    del fresh  # read before the command runs (moment.cli.answers)
     req = CompareRequest(**given(options))
     rows = compare(req)
     if json_out:
