@@ -108,6 +108,19 @@ def test_a_comparison_is_kept_too_and_its_profiles_files_checked(kept, tmp_path)
     assert (code, loaded) == (0, True) and len(json.loads(out)) == 2  # solved again, not the kept answer
 
 
+def test_advice_is_kept_and_given_again_when_its_price_file_changes(kept, tmp_path):
+    prices = tmp_path / "work" / "prices.yaml"
+    prices.write_text("devices:\n  P5510: {price_usd: 1000, date: 2025-01, source: me}\n")
+    args = ["advise", "--profile", "paper-machine-b", "--budget", "60000", "--models", "A100-PCIe-40GB,P5510",
+            "--prices", "prices.yaml", "--json", "--jobs", "1"]
+    code, first, err, loaded = run(args)
+    assert (code, err, loaded) == (0, "", True)
+    assert run(args)[1:] == (first, "", False)
+    prices.write_text("devices:\n  P5510: {price_usd: 9000, date: 2025-01, source: me}\n")
+    code, out, _, loaded = run(args)
+    assert (code, loaded) == (0, True) and out != first  # dearer SSDs: other advice, not the kept one
+
+
 def test_a_changed_input_file_is_solved_again(kept, tmp_path):
     profile = tmp_path / "work" / "m.yaml"
     profile.write_text((PROFILE_DIR / "paper-machine-b.yaml").read_text())

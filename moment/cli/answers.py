@@ -1,5 +1,5 @@
-"""Answers kept: `moment plan` (or `moment compare`) asked a question it answered before prints that answer again,
-before any of the planner's libraries load.
+"""Answers kept: `moment plan` (`moment compare`, `moment advise`) asked a question it answered before prints that
+answer again, before any of the planner's libraries load.
 
 A plan is a pure function of its command line, the files it reads, a few environment variables and the code, and
 its libraries' import alone takes about twice the process floor (`bench/processes.py`), so no cold plan answers at
@@ -38,6 +38,11 @@ KEPT = {
              "--ssd-model": True, "--inventory": True, "--set": True, "--feature-dim": True, "--gb-per-gpu": True,
              "--gpu-cache-share": True, "--cpu-cache-share": True, "--maxflow-backend": True,
              "--calibration": True, "--replay": False, "--data": True, "--json": False, "--fresh": False},
+    "advise": {"--profile": True, "-p": True, "--budget": True, "--models": True, "--max-gpus": True,
+               "--max-ssds": True, "--prices": True, "--top": True, "--years": True, "--pue": True,
+               "--utilisation": True, "--machine-watts": True, "--set": True, "--data": True, "--machines-max": True,
+               "--nic": True, "--nics": True, "--switch-gbit": True, "--json": False, "--jobs": True,
+               "--fresh": False},
     "compare": {"--gpus": True, "--ssds": True, "--gpu-model": True, "--ssd-model": True, "--inventory": True,
                 "--set": True, "--calibration": True, "--data": True, "--json": False, "--fresh": False},
 }
@@ -46,6 +51,7 @@ NOT_KEPT = {
     "plan": {"--diagram": "writes a file", "--timeout": "its answer depends on the clock",
              "--cluster": "reads each server's profile named in the cluster file",
              "--remote-fraction": "only with --cluster", "--help": "help", "-h": "help"},
+    "advise": {"--help": "help", "-h": "help"},
     "compare": {"--help": "help", "-h": "help"},
 }
 #: the commands that take words besides their options (`moment compare PROFILE...`)

@@ -54,6 +54,10 @@ def solver_bar(enabled: bool = True, label: str = "solving candidates") -> Itera
         yield cb
 
 
+#: `--fresh` of the commands whose answers are kept (moment.cli.answers)
+FRESH_HELP = "solve again even if this question was answered before (the new answer is kept in its place)"
+
+
 def check_at_least(**flags: tuple[int | None, int]) -> None:
     """Each `name=(value, least)` must be at least `least` (None: not given): one line naming the flag,
     instead of click's usage text, worded as the training options' ranges. `batch_size=(0, 1)` reads as

@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 
 from moment.cli import app, console
-from moment.cli.common import solver_bar
+from moment.cli.common import FRESH_HELP, solver_bar
 from moment.cli.requests import given, request_options
 from moment.cost.requests import AdviseRequest, advise
 
@@ -20,6 +20,7 @@ def advise_cmd(
     json_out: bool = typer.Option(False, "--json", help="print one JSON object (for scripts) instead of tables"),
     jobs: int = typer.Option(0, "--jobs", help="processes solving inventories, at most one per core this process "
                              "may use (0: one per core, up to 4); the advice is the same for any"),
+    fresh: bool = typer.Option(False, "--fresh", help=FRESH_HELP),
     **options,
 ) -> None:
     """Recommend what to buy: how many of which GPU and SSD, and where they go, for the best throughput
@@ -32,8 +33,11 @@ def advise_cmd(
     means per dollar of the 5-year TCO (hardware + electricity, Hyperion's model). The search grows
     with the slots and models (asus-esc8000a-e12, every priced model: 8-10 s on two cores, solving
     ahead on the second, --jobs); narrow it with --models, --max-gpus and --max-ssds.
+    Advice given before (the same options, input files, terminal and code) prints at once: --fresh
+    solves again.
     Example: moment advise --profile paper-machine-b --budget 60000 --models A100-PCIe-40GB,P5510
     """
+    del fresh  # read before the command runs (moment.cli.answers)
     req = AdviseRequest(**given(options))
 
     def solve(label, work):

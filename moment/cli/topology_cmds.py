@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from moment.cli import app, console
-from moment.cli.common import solver_bar
+from moment.cli.common import FRESH_HELP, solver_bar
 from moment.cli.requests import given, request_options
 from moment.errors import MomentError
 from moment.outputs import atomic_write, check_output
@@ -34,9 +34,6 @@ from moment.workload.spec import WorkloadSpec
 
 # Imports inside functions: each command loads only what it runs, so `moment --help` and every other command
 # start fast.
-
-
-FRESH_HELP = "solve again even if this question was answered before (the new answer is kept in its place)"
 
 
 def _emit_json(obj) -> None:
