@@ -222,6 +222,30 @@ def test_an_answer_with_a_warning_is_not_kept(kept, capsys):
     assert asked.replay(sys.stdout) and capsys.readouterr().out == "the answer\n"
 
 
+def test_a_progress_bar_is_drawn_past_the_recording_and_the_answer_is_kept(kept, monkeypatch, capsys):
+    from rich.console import Console
+
+    from moment.cli import common
+
+    monkeypatch.setattr(common, "err_console", Console(stderr=True, force_terminal=True))  # the bar is drawn
+    drawn, untracked = [], answers.untracked
+
+    def spy(stream):
+        drawn.append(stream)
+        return untracked(stream)
+
+    monkeypatch.setattr(answers, "untracked", spy)
+    asked = answers.question(PLAN)
+    with asked.recording():
+        with common.solver_bar(True) as cb:
+            assert cb is not None
+            cb(1, 2)
+        print("the answer")
+    asked.keep(0)
+    assert len(drawn) == 1 and isinstance(drawn[0], answers._Tee)  # the bar's stream: under the copy
+    assert asked.replay(sys.stdout) and capsys.readouterr().out == "the answer\nthe answer\n"
+
+
 def test_the_oldest_entries_go_beyond_the_limit(kept, monkeypatch):
     monkeypatch.setattr(answers, "MAX_ENTRIES", 2)
     for gpus in ("1", "2", "3"):

@@ -10,12 +10,12 @@ first run's own search statistics.
 An answer is kept only for a command line whose every option is in KEPT (options that write files, read what
 does not pass through `moment.inputs` or depend on the clock are not: a new option is not kept until it is
 classified, and tests/test_answers.py checks KEPT against the command's options), only when the run exited 0 and
-wrote nothing to stderr (no warning, no progress bar). Its key holds the command line, the working directory,
-which of its words name a path, the environment variables the output depends on, the terminal's width, the
-Python, the installed distributions and every file of the `moment` package (size and mtime); the entry holds the
-path and sha256 of every file the run read through `moment.inputs`, each hashed again before the answer is
-used, and the answer's own sha256. A changed input, a corrupt or foreign entry, an unreadable or read-only cache
-are each a miss, never an error. `--fresh` (or MOMENT_ANSWERS=off) solves again.
+wrote nothing to stderr but its progress bar (`untracked`): no warning. Its key holds the command line, the working
+directory, which of its words name a path, the environment variables the output depends on, the terminal's
+width, the Python, the installed distributions and every file of the `moment` package (size and mtime); the
+entry holds the path and sha256 of every file the run read through `moment.inputs`, each hashed again before the
+answer is used, and the answer's own sha256. A changed input, a corrupt or foreign entry, an unreadable or
+read-only cache are each a miss, never an error. `--fresh` (or MOMENT_ANSWERS=off) solves again.
 """
 
 from __future__ import annotations
@@ -165,6 +165,12 @@ class _Tee:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
+
+
+def untracked(stream: IO[str]) -> IO[str]:
+    """The stream under a recording's copy of it: what is written there (a progress bar) is not part of the
+    answer, and does not keep a run's answer from being kept as a warning does."""
+    return stream._stream if isinstance(stream, _Tee) else stream
 
 
 def _sha(text: str) -> str:
