@@ -131,8 +131,8 @@ class Question:
             self._reads = reads
 
     def keep(self, code: int) -> None:
-        """Keep the recorded answer of a run that exited 0 having written nothing to stderr; a cache that
-        cannot be written (read-only, full) keeps nothing and says nothing."""
+        """Keep the recorded answer of a run that exited 0 having written nothing to stderr but its progress bar;
+        a cache that cannot be written (read-only, full) keeps nothing and says nothing."""
         if code != 0 or self._out is None or self._err is None or self._err.text():
             return
         stdout = self._out.text()
