@@ -246,6 +246,23 @@ def test_a_progress_bar_is_drawn_past_the_recording_and_the_answer_is_kept(kept,
     assert asked.replay(sys.stdout) and capsys.readouterr().out == "the answer\nthe answer\n"
 
 
+def test_a_person_is_told_the_answer_was_kept_a_script_is_not(kept):
+    import io
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    asked = answers.question(PLAN)
+    with asked.recording():
+        print("the answer")
+    asked.keep(0)
+    out, pipe, terminal = io.StringIO(), io.StringIO(), Terminal()
+    assert asked.replay(out, pipe) and asked.replay(out, terminal)
+    assert out.getvalue() == "the answer\n" * 2 and pipe.getvalue() == ""
+    assert terminal.getvalue().startswith("(the answer kept on ") and "--fresh solves again" in terminal.getvalue()
+
+
 def test_the_oldest_entries_go_beyond_the_limit(kept, monkeypatch):
     monkeypatch.setattr(answers, "MAX_ENTRIES", 2)
     for gpus in ("1", "2", "3"):

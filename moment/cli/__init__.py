@@ -182,7 +182,7 @@ def _entry(argv: list[str] | None) -> int:
     from moment.cli import answers
 
     asked = answers.question(sys.argv[1:] if argv is None else argv)
-    if asked is not None and asked.replay(sys.stdout):
+    if asked is not None and asked.replay(sys.stdout, sys.stderr):
         return 0
     with asked.recording() if asked is not None else nullcontext():
         code = _run(argv)

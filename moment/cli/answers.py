@@ -106,8 +106,10 @@ class Question:
         self._err: _Tee | None = None
         self._reads: list[tuple[str, str]] = []
 
-    def replay(self, out: IO[str]) -> bool:
-        """Print the kept answer to `out` when there is one and every file it read is as it was."""
+    def replay(self, out: IO[str], err: IO[str] | None = None) -> bool:
+        """Print the kept answer to `out` when there is one and every file it read is as it was; on `err`, when
+        it is a terminal, when the answer was kept (a person sees it was not solved now; a script's stderr stays
+        empty, as the first run's was)."""
         if self.fresh:
             return False
         entry = _load(self.path)
@@ -115,6 +117,12 @@ class Question:
             return False
         out.write(entry["stdout"])
         out.flush()
+        if err is not None and _isatty(err):
+            import time
+
+            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(self.path.stat().st_mtime))
+            err.write(f"(the answer kept on {when}: --fresh solves again)\n")
+            err.flush()
         return True
 
     @contextmanager
@@ -225,6 +233,13 @@ def _key_parts(argv: list[str]) -> Iterator[str]:
     yield _terminal(sys.stdout)
     yield from _installed()
     yield from _code()
+
+
+def _isatty(stream: IO[str]) -> bool:
+    try:
+        return stream.isatty()
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def _terminal(stream: IO[str]) -> str:
