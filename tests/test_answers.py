@@ -3,6 +3,7 @@ planner, and only while everything the answer depends on is as it was."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -183,6 +184,16 @@ def test_a_corrupt_entry_is_a_miss_and_is_replaced(kept, damage):
         assert json.loads(entry.read_text())["stdout"] == out  # replaced by the fresh answer
 
 
+def test_an_entry_another_user_wrote_is_not_trusted(kept, monkeypatch):
+    asked = answers.question(PLAN)
+    with asked.recording():
+        print("the answer")
+    asked.keep(0)
+    assert answers.question(PLAN).replay(io.StringIO())
+    monkeypatch.setattr(os, "getuid", lambda: os.stat(asked.path).st_uid + 1)  # as if another user owned it
+    assert not answers.question(PLAN).replay(io.StringIO())
+
+
 def test_a_cache_that_cannot_be_written_keeps_nothing_and_says_nothing(kept):
     kept.parent.mkdir(parents=True)
     kept.write_text("a file where the answers' folder goes")  # as a read-only folder does, for root too
@@ -247,8 +258,6 @@ def test_a_progress_bar_is_drawn_past_the_recording_and_the_answer_is_kept(kept,
 
 
 def test_a_person_is_told_the_answer_was_kept_a_script_is_not(kept):
-    import io
-
     class Terminal(io.StringIO):
         def isatty(self):
             return True

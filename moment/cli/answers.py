@@ -194,9 +194,13 @@ def _digest_of(path: str) -> str | None:
 
 
 def _load(path: Path) -> dict | None:
-    """The entry at `path` when it is whole and ours; None for anything else (missing, corrupt, older)."""
+    """The entry at `path` when it is whole and ours; None for anything else (missing, corrupt, older, or written
+    by another user: in a cache folder others can write to, their entry would print their answer as ours)."""
     try:
-        entry = json.loads(path.read_text(encoding="utf-8"))
+        with open(path, "rb") as f:
+            if os.fstat(f.fileno()).st_uid != os.getuid():
+                return None
+            entry = json.loads(f.read().decode("utf-8"))
         ok = (entry["version"] == _VERSION and isinstance(entry["stdout"], str)
               and _sha(entry["stdout"]) == entry["sha256"]
               and all(isinstance(p, str) and isinstance(d, str) for p, d in entry["reads"]))
