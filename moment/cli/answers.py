@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -118,8 +119,6 @@ class Question:
         out.write(entry["stdout"])
         out.flush()
         if err is not None and _isatty(err):
-            import time
-
             when = time.strftime("%Y-%m-%d %H:%M", time.localtime(self.path.stat().st_mtime))
             err.write(f"(the answer kept on {when}: --fresh solves again)\n")
             err.flush()
