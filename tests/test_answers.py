@@ -140,6 +140,18 @@ def test_a_changed_input_file_is_solved_again(kept, tmp_path):
     assert code == 2 and out == "" and "m.yaml" in err
 
 
+def test_a_changed_calibration_is_solved_again(kept, tmp_path):
+    cal = tmp_path / "work" / "cal.yaml"
+    cal.write_text("fitted_on: x\nfitted: []\nparams: {socket_link: 0.9}\n")
+    args = [*PLAN, "--calibration", "cal.yaml"]
+    code, first, _, loaded = run(args)
+    assert (code, loaded) == (0, True) and json.loads(first)["calibration"]["params"]["socket_link"] == 0.9
+    assert run(args)[1:] == (first, "", False)
+    cal.write_text("fitted_on: x\nfitted: []\nparams: {socket_link: 0.5}\n")
+    code, out, _, loaded = run(args)
+    assert (code, loaded) == (0, True) and json.loads(out)["calibration"]["params"]["socket_link"] == 0.5
+
+
 def test_a_file_that_now_shadows_a_builtin_name_is_solved_again(kept, tmp_path):
     args = ["plan", "--profile", "paper-machine-b", "--gpus", "2", "--ssds", "4", "--json"]
     assert run(args)[0] == 0
