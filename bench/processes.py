@@ -143,9 +143,10 @@ def _now() -> float:
 
 #: the floor's commands (`moment ARGS`; {dir}: the README's 100k example, made by `floor_dir`), targets and
 #: whether the question is asked again (`plan_again`: answered from the kept answer; `plan`: solved every time)
+_PLAN = ["plan", "--profile", "paper-machine-b", "--gpus", "4", "--ssds", "8"]
 FLOOR = {"help": (["--help"], 1.0, False),
-         "plan": (["plan", "--profile", "paper-machine-b", "--gpus", "4", "--ssds", "8"], 1.6, False),
-         "plan_again": (["plan", "--profile", "paper-machine-b", "--gpus", "4", "--ssds", "8"], 1.6, True),
+         "plan": (_PLAN, 1.6, False),
+         "plan_again": (_PLAN, 1.6, True),
          "dry_run": (["train", "--dry-run", "--layout", "{dir}/layouts/synth100k"], 3.0, False)}
 
 
