@@ -50,7 +50,7 @@ KEPT = {
 #: the options of those commands whose runs are never kept, with why (the test checks KEPT | NOT_KEPT covers all)
 NOT_KEPT = {
     "plan": {"--diagram": "writes a file", "--timeout": "its answer depends on the clock",
-             "--cluster": "reads each server's profile named in the cluster file",
+             "--cluster": "its file names profiles: a file made later could shadow a built-in name there",
              "--remote-fraction": "only with --cluster", "--help": "help", "-h": "help"},
     "advise": {"--help": "help", "-h": "help"},
     "compare": {"--help": "help", "-h": "help"},
