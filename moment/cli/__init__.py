@@ -39,7 +39,14 @@ _ROOT = dict(
 app = typer.Typer(**_ROOT)
 # Piped output (logs, CI) is not wrapped at rich's 80 columns, or any fixed width (outputs.console_width)
 console = Console(width=console_width(sys.stdout), emoji=False)  # a user's ":boom:" stays text
-err_console = Console(stderr=True, width=console_width(sys.stderr), emoji=False)
+
+
+def stderr_console(file=None) -> Console:
+    """The CLI's console for stderr (`file`: a stream to write to instead of whatever sys.stderr is then)."""
+    return Console(file=file, stderr=file is None, width=console_width(sys.stderr), emoji=False)
+
+
+err_console = stderr_console()
 
 
 #: The command modules, in the order their commands are listed in `moment --help`. Each registers its

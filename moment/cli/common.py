@@ -44,16 +44,14 @@ def solver_bar(enabled: bool = True, label: str = "solving candidates") -> Itera
         return
     import sys
 
-    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
+    from moment.cli import stderr_console
     from moment.cli.answers import untracked
-    from moment.outputs import console_width
 
     # drawn past a kept answer's recording of stderr (moment.cli.answers): a bar is not part of the answer
-    bar_console = Console(file=untracked(sys.stderr), width=console_width(sys.stderr), emoji=False)
     with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=bar_console, transient=True) as prog:
+                  TimeElapsedColumn(), console=stderr_console(untracked(sys.stderr)), transient=True) as prog:
         task = prog.add_task(label, total=None)
 
         def cb(done: int, total: int) -> None:
