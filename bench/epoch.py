@@ -8,10 +8,11 @@ cgroup, so no system can keep the features in memory the bound does not give it.
 
 * moment            `python -m moment.train --memory-budget auto` (the budget is the cgroup's limit
                     less a margin) with its default cache policy and I/O shape (auto: packed, since
-                    the DiskGNN pack for these batches is written first, as `moment data pack
-                    --memory-budget` does, leaving out the rows the run's CPU cache will hold; with
-                    `--pack whole`, as `moment data pack --whole` does, none: each batch is then read
-                    straight into its own buffer, no row copied, for about twice the disk reads; the
+                    the DiskGNN pack for these batches is written first, of the kind `moment data pack`
+                    picks on this machine (`--pack auto`): with no GPU driver whole, as `moment data pack
+                    --whole` writes it, each batch then read straight into its own buffer, no row copied,
+                    for about twice the disk reads; else (or `--pack fit`) as `moment data pack
+                    --memory-budget` writes it, leaving out the rows the run's CPU cache will hold; the
                     pack's time and disk cost print, the time is not part of an epoch);
 * moment-<variant>  the same with another policy or shape (`--variants`, e.g. rows, lru, belady);
 * baseline          what a PyG user whose features do not fit in memory runs: features from a numpy
@@ -622,7 +623,7 @@ def run_budget(a, bound: int | None) -> str | None:
 def ensure_pack(ds_dir: Path, layout: Path, a, budget: str | None) -> None:
     """The layout's pack for this run's batches (kept between runs when the parameters match)."""
     from moment.placement.opened import Layout
-    from moment.placement.pack import EVAL_SPLITS, pack_summary, write_pack
+    from moment.placement.pack import EVAL_SPLITS, pack_summary, whole_here, write_pack
     from moment.runtime.config import TrainConfig
     from moment.runtime.sizing import preview_inputs, preview_plan
     from moment.workload.graph import GraphDataset
@@ -638,7 +639,7 @@ def ensure_pack(ds_dir: Path, layout: Path, a, budget: str | None) -> None:
         return preview_plan(cfg, ds, a.nproc, layout=opened, pack_index_bytes=index_bytes,
                             inputs=measured).memory.cpu_rows
 
-    old, whole = opened.pack, a.pack == "whole"
+    old, whole = opened.pack, a.pack == "whole" or (a.pack == "auto" and whole_here()[0])
     # a pack is kept when the run's cache, with that pack's own index charged, is what it left out (none: whole)
     if old is None or old.mismatch(world_size=a.nproc, batch_size=a.batch_size, fanouts=f, seed=0) or \
             old.epochs < a.epochs or old.eval_splits != list(EVAL_SPLITS) or old.segment_order != "batch" or \
@@ -650,7 +651,8 @@ def ensure_pack(ds_dir: Path, layout: Path, a, budget: str | None) -> None:
         print(f"pack_s: {time.perf_counter() - t:.1f}")
     s = pack_summary(old)
     print(f"pack_MiB: {s['bytes'] / 2**20:.0f}\npack_disk_overhead: {s['disk_overhead']:.2f}  (x the features)")
-    print(f"pack: {a.pack}\npack_cached_rows_left_out: {old.cached_rows}", flush=True)
+    print(f"pack: {'whole' if whole else 'fit'}{' (auto)' if a.pack == 'auto' else ''}\n"
+          f"pack_cached_rows_left_out: {old.cached_rows}", flush=True)
 
 
 def predicted_hit_rate(ds_dir: Path, layout: Path, m: dict, a) -> float | None:
@@ -961,10 +963,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--variants", default="block,rows,belady",
                    help=f"other Moment configurations to run too ({', '.join(VARIANTS)}; '' for none)")
     p.add_argument("--moment-args", default="", help="extra flags for every Moment run")
-    p.add_argument("--pack", choices=("fit", "whole"), default="fit",
-                   help="the pack Moment's runs read: fit (default, `moment data pack --memory-budget`: each batch's "
-                        "rows outside the run's CPU cache) or whole (`moment data pack --whole`: every row of each "
-                        "batch, read straight into the batch's buffer, for about twice the disk reads)")
+    p.add_argument("--pack", choices=("auto", "fit", "whole"), default="auto",
+                   help="the pack Moment's runs read: auto (default: the kind `moment data pack` picks here, whole "
+                        "on a machine with no GPU driver), fit (`moment data pack --memory-budget`: each batch's rows "
+                        "outside the run's CPU cache) or whole (`moment data pack --whole`: every row of each batch, "
+                        "read straight into the batch's buffer, for about twice the disk reads)")
     p.add_argument("--baseline", choices=("loader", "serial"), default="loader",
                    help="loader (default): a torch DataLoader whose worker processes sample and read the memmap "
                         "while the rank trains, as PyG's NeighborLoader(num_workers=N) runs; serial: sample, "

@@ -14,9 +14,11 @@ import moment
 from moment.cli import main
 from moment.errors import MomentError
 from moment.placement import verify_layout
+from moment.placement.opened import Layout
 from moment.placement import pack as pack_mod
 from moment.placement.pack import (SPLIT_CODES, Segments, cached_set_bytes, load_pack, pack_bytes_bound, pack_path,
                                    write_pack)
+from moment.placement.requests import cached_rows
 from moment.runtime.disk_tier import DiskTier
 from moment.runtime.store import RankPlace, StoreOptions, open_tiers
 from moment.workload.seeds import SPLIT_TAGS
@@ -736,8 +738,37 @@ def test_cli_pack_whole_takes_no_row_as_cached_and_is_one_of_the_three_choices(w
     assert main([*args, "--whole", "--cached", "5%"]) == 2
     assert "give one of --whole and --cached, not both" in capsys.readouterr().err
     assert main([*args, "--whole"]) == 0
-    assert "every row of each batch" in " ".join(capsys.readouterr().out.split())
+    out = " ".join(capsys.readouterr().out.split())
+    assert "every row of each batch" in out and "no kind given" not in out
     assert load_pack(copy).cached_rows == 0
+    # --fitted: the layout's GPU and CPU bins left out, as --cached says it more exactly (no conflict)
+    m = Layout.open(copy).manifest
+    bins = sum(s.rows for s in m.shards if s.kind in ("gpu", "cpu"))
+    assert bins > 0
+    assert main([*args, "--fitted", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["cached_rows"] == bins and got["whole"] is False and got["chosen"] is None
+    assert main([*args, "--fitted", "--cached", "5%", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["cached_rows"] == cached_rows("5%", m.dataset.num_nodes, m.row.row_bytes)
+
+
+@pytest.mark.parametrize("driver", [False, True])
+def test_cli_pack_with_no_kind_is_whole_without_a_gpu_driver_and_fitted_with_one(whole, tmp_path, capsys,
+                                                                                  monkeypatch, driver):
+    """Asked for no kind, the pack suits the run this machine makes: on CPU (no GPU driver) whole, each batch
+    read straight into its buffer; on CUDA fitted to the caches (a batch is a staging slot's copy there), and
+    the person is told which and why."""
+    monkeypatch.setattr(pack_mod, "no_gpu_driver", lambda: not driver)
+    ds, layout, _ = whole
+    copy = shutil.copytree(layout, tmp_path / "L")
+    args = ["data", "pack", "--layout", str(copy), "--ranks", "2", "--fanouts", "10,5", "--overwrite"]
+    assert main([*args, "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["whole"] is (not driver) and (got["cached_rows"] > 0) is driver
+    assert ("has a GPU driver" if driver else "has no GPU driver") in got["chosen"]
+    assert main(args) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"(no kind given: {got['chosen']})" in out
 
 
 def test_a_segment_is_a_batch_whole_only_when_it_is_every_row_in_the_batchs_order():

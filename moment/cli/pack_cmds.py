@@ -24,10 +24,12 @@ def pack_cmd(
     **options,
 ) -> None:
     """Sample the batches `moment train` will read (same ranks, batch size, fan-outs and seed: each epoch's
-    training batches and the validation batches it evaluates after it) and write each batch's rows outside
-    the caches contiguously into LAYOUT/pack, one file per rank, for training to use (--io-shape auto, the
-    default, or packed): it reads a batch's misses sequentially. A row read by several batches is stored
-    once per batch, so the pack costs disk space (reported). Rows the pack lacks are read from the layout.
+    training batches and the validation batches it evaluates after it) and write each batch's rows
+    contiguously into LAYOUT/pack, one file per rank, for training to use (--io-shape auto, the default, or
+    packed): it reads a batch's rows sequentially. On a machine with no GPU driver the pack holds every row
+    of each batch (a CPU run reads it straight into the batch's buffer), else the rows outside the caches
+    (--whole and --fitted choose). A row read by several batches is stored once per batch, so the pack costs
+    disk space (reported). Rows the pack lacks are read from the layout.
     """
     from moment.runtime.packing import pack
 
@@ -39,10 +41,11 @@ def pack_cmd(
         return
     from moment.placement.pack import what_it_holds
 
+    chosen = f" (no kind given: {s['chosen']})" if s["chosen"] else ""
     console.print(
         f"packed {s['rows']:,} rows for {req.ranks} rank(s) x {req.epochs} epoch(s) of training"
         f"{''.join(f' and {x}' for x in s['eval_splits'])} batches into {s['path']}: "
         f"{s['bytes'] / 2**20:,.0f} MiB on disk ({s['disk_overhead']:.2f}x the features), "
-        f"{what_it_holds(man.cached_rows)}\ntrain with: --io-shape packed --epochs {req.epochs} --batch-size {bs} "
+        f"{what_it_holds(man.cached_rows)}{chosen}\ntrain with: --io-shape packed --epochs {req.epochs} --batch-size {bs} "
         f"--fanouts {','.join(map(str, f))} --seed {req.seed} (torchrun --nproc-per-node {req.ranks}); epochs past "
         f"{req.epochs} are read from the layout, many times slower", highlight=False)

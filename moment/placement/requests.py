@@ -182,13 +182,15 @@ class PackRequest(BaseModel):
     seed: int = Field(0, description="the training run's --seed")
     cached: str | None = Field(
         None, description="hottest rows the caches will hold and the pack leaves out: rows, a share (30%) or bytes "
-                          "(2GiB); default: the layout's GPU and CPU bins, or --memory-budget's CPU cache")
+                          "(2GiB); for a fitted pack (--fitted, or a machine with a GPU driver) the default is the layout's GPU "
+                          "and CPU bins, or --memory-budget's CPU cache")
     memory_budget: str | None = Field(
         None, description="the training run's budget: leave out the rows its CPU cache will hold (static policy)")
-    whole: bool = Field(
-        False, description="every row of each batch, none left out for the caches: training reads each batch straight "
-                           "into its own buffer, no row copied, for about twice the disk reads; for a machine whose "
-                           "CPU binds rather than its SSDs (CPU-only runs: on CUDA the batches go through the caches)")
+    whole: Annotated[bool | None, Cli(("--whole/--fitted",), show_default="whole on a machine with no GPU driver")] = (
+        Field(None, description="--whole: every row of each batch, none left out for the caches: a run on CPU reads "
+                                "each batch straight into its own buffer, no row copied, for about twice the disk "
+                                "reads; --fitted: the caches' rows left out (the layout's GPU and CPU bins, or "
+                                "--cached / --memory-budget's), half the reads, what a CUDA run's batches suit"))
     overwrite: bool = Field(False, description="replace the layout's pack")
 
     @field_validator("fanouts", mode="before")

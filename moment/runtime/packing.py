@@ -17,7 +17,7 @@ import numpy as np
 
 from moment.errors import MomentError, check_at_least
 from moment.placement.opened import Layout
-from moment.placement.pack import PackManifest, pack_path, pack_summary, refuse_split, write_pack
+from moment.placement.pack import PackManifest, pack_path, pack_summary, refuse_split, whole_here, write_pack
 from moment.placement.requests import PackRequest, cached_rows
 from moment.runtime.config import TrainConfig, make_config
 from moment.workload.graph import GraphDataset
@@ -37,7 +37,8 @@ class PackResult:
 def pack(req: PackRequest, *,
          progress: Callable[[], AbstractContextManager[Callable[[int, int], None] | None]] = nullcontext) -> PackResult:
     """Sample the batches `moment train` will read with `req`'s ranks, batch size, fan-outs and seed, and
-    write each batch's rows outside the caches contiguously into LAYOUT/pack (moment.placement.pack).
+    write each batch's rows outside the caches contiguously into LAYOUT/pack (moment.placement.pack); asked for
+    no kind, every row on a machine with no GPU driver (`whole_here`: the summary's `chosen` says why).
     `progress()` is entered around the writing (after every check) and yields its progress(done, total)
     callback or None (the command's bar on stderr)."""
     for name, least in (("ranks", 1), ("epochs", 1)):
@@ -55,8 +56,11 @@ def pack(req: PackRequest, *,
              if v not in (None, False)]
     if len(given) > 1:
         raise MomentError(f"give one of {' and '.join(given)}, not both: each says which rows the pack leaves out")
+    whole, chosen = req.whole, None
+    if whole is None and not given:
+        whole, chosen = whole_here()
     rows, budget_rows = None, None
-    if req.whole:
+    if whole:
         rows = 0
     elif req.cached is not None:
         rows = cached_rows(req.cached, n, rb)
@@ -80,5 +84,5 @@ def pack(req: PackRequest, *,
                          epochs=req.epochs, cached_rows=rows, budget_rows=budget_rows, overwrite=req.overwrite,
                          progress=cb)
     summary = pack_summary(man) | {"path": str(pack_path(layout)), "batch_size": bs, "fanouts": req.fanouts,
-                                   "seed": req.seed}
+                                   "seed": req.seed, "whole": not man.cached_rows, "chosen": chosen}
     return PackResult(man, bs, summary)
