@@ -771,6 +771,32 @@ def test_cli_pack_with_no_kind_is_whole_without_a_gpu_driver_and_fitted_with_one
     assert f"(no kind given: {got['chosen']})" in out
 
 
+def test_cli_pack_with_no_kind_is_fitted_where_a_whole_one_would_not_fit_and_asked_for_whole_is_refused(
+        whole, tmp_path, capsys, monkeypatch):
+    """A whole pack the disk cannot take, where the fitted one fits: asked for no kind, the fitted one is written
+    and the person told why; asked for --whole, refused (nothing written), as before."""
+    ds, layout, _ = whole
+    copy = shutil.copytree(layout, tmp_path / "L")
+    args = ["data", "pack", "--layout", str(copy), "--ranks", "2", "--fanouts", "10,5", "--epochs", "2", "--overwrite"]
+    sizes = {}
+    for kind in ("--whole", "--fitted"):
+        assert main([*args, kind, "--json"]) == 0
+        sizes[kind] = json.loads(capsys.readouterr().out)["bytes"]
+    assert sizes["--whole"] > 1.5 * sizes["--fitted"], sizes
+    room = (sizes["--whole"] * sizes["--fitted"]) ** 0.5  # between the two, as rank 0's estimate is
+    real = shutil.disk_usage
+    monkeypatch.setattr(pack_mod.shutil, "disk_usage",
+                        lambda p: real(p)._replace(free=int(room / pack_mod.PACK_ROOM_SHARE)))
+    monkeypatch.setattr(pack_mod, "no_gpu_driver", lambda: True)
+    assert main([*args, "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["whole"] is False and got["bytes"] == sizes["--fitted"]
+    assert "a whole pack would take about" in got["chosen"] and "as --fitted does" in got["chosen"]
+    assert main([*args, "--whole"]) == 2
+    assert "would take about" in capsys.readouterr().err
+    assert load_pack(copy).cached_rows > 0  # the fitted pack stays
+
+
 def test_a_segment_is_a_batch_whole_only_when_it_is_every_row_in_the_batchs_order():
     seg = Segments(ids=np.array([5, 2, 9, 7], np.int64), id_start=np.array([0, 3, 4]), offset=np.array([0, 4096]),
                    epoch=np.zeros(2, np.int64), batch=np.arange(2), split=np.zeros(2, np.int8))

@@ -477,6 +477,14 @@ def pack_bytes_bound(dataset: GraphDataset, *, world_size: int, batch_size: int,
     return world_size * epochs * batches * (rows * dataset.row_bytes + align)
 
 
+class NoRoom(MomentError):
+    """A pack the disk holding the layout cannot take (`check_room`): `needed` its bytes about, `free` the disk's."""
+
+    def __init__(self, message: str, *, needed: int, free: int, **kw: Any):
+        super().__init__(message, **kw)
+        self.needed, self.free = needed, free
+
+
 def check_room(layout: Path, dataset: GraphDataset, *, world_size: int, batch_size: int, fanouts: Sequence[int],
                seed: int, epochs: int, align: int, cached: Callable[[], np.ndarray]) -> None:
     """Refuse, before hours of sampling and writing, a pack the disk holding the layout cannot take: a pack grows
@@ -503,9 +511,10 @@ def check_room(layout: Path, dataset: GraphDataset, *, world_size: int, batch_si
     if epochs * per_epoch <= room:
         return
     fits = room // per_epoch if per_epoch else 0
-    raise MomentError(
+    raise NoRoom(
         f"a pack of {epochs} epoch(s) would take about {fmt_size(epochs * per_epoch)} ({fmt_size(per_epoch)} an "
         f"epoch, from rank 0's first), and the disk holding the layout has {fmt_size(free)} free", source=str(layout),
+        needed=epochs * per_epoch, free=free,
         hint=(f"pack fewer epochs (--epochs {fits} fits); a run reads the epochs past its pack from the layout, "
               "many times slower" if fits else "free space on that disk, or place the layout on a larger one"))
 

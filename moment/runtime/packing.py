@@ -17,9 +17,11 @@ import numpy as np
 
 from moment.errors import MomentError, check_at_least
 from moment.placement.opened import Layout
-from moment.placement.pack import PackManifest, pack_path, pack_summary, refuse_split, whole_here, write_pack
+from moment.placement.pack import (NoRoom, PackManifest, pack_path, pack_summary, refuse_split, whole_here,
+                                   write_pack)
 from moment.placement.requests import PackRequest, cached_rows
 from moment.runtime.config import TrainConfig, make_config
+from moment.sizes import fmt_size
 from moment.workload.graph import GraphDataset
 
 # Imports inside functions: the memory plan (moment.runtime.sizing) is loaded only for --memory-budget.
@@ -38,7 +40,8 @@ def pack(req: PackRequest, *,
          progress: Callable[[], AbstractContextManager[Callable[[int, int], None] | None]] = nullcontext) -> PackResult:
     """Sample the batches `moment train` will read with `req`'s ranks, batch size, fan-outs and seed, and
     write each batch's rows outside the caches contiguously into LAYOUT/pack (moment.placement.pack); asked for
-    no kind, every row on a machine with no GPU driver (`whole_here`: the summary's `chosen` says why).
+    no kind, every row on a machine with no GPU driver (`whole_here`: the summary's `chosen` says why) unless
+    only the fitted pack fits on the layout's disk.
     `progress()` is entered around the writing (after every check) and yields its progress(done, total)
     callback or None (the command's bar on stderr)."""
     for name, least in (("ranks", 1), ("epochs", 1)):
@@ -59,7 +62,7 @@ def pack(req: PackRequest, *,
     whole, chosen = req.whole, None
     if whole is None and not given:
         whole, chosen = whole_here()
-    rows, budget_rows = None, None
+    rows, budget_rows, bins = None, None, sum(s.rows for s in m.shards if s.kind in ("gpu", "cpu"))
     if whole:
         rows = 0
     elif req.cached is not None:
@@ -78,11 +81,22 @@ def pack(req: PackRequest, *,
 
         budget_rows(0)  # a budget too small even without the pack: say so now
     else:
-        rows = sum(s.rows for s in m.shards if s.kind in ("gpu", "cpu"))
+        rows = bins
     with progress() as cb:
-        man = write_pack(layout, ds, world_size=req.ranks, batch_size=bs, fanouts=req.fanouts, seed=req.seed,
-                         epochs=req.epochs, cached_rows=rows, budget_rows=budget_rows, overwrite=req.overwrite,
-                         progress=cb)
+        def write(cached: int | None) -> PackManifest:
+            return write_pack(layout, ds, world_size=req.ranks, batch_size=bs, fanouts=req.fanouts, seed=req.seed,
+                              epochs=req.epochs, cached_rows=cached, budget_rows=budget_rows,
+                              overwrite=req.overwrite, progress=cb)
+
+        try:
+            man = write(rows)
+        except NoRoom as e:  # checked before anything is sampled for writing: the kind not asked for, given up
+            if not (chosen and whole):
+                raise
+            chosen = (f"this machine has no GPU driver, but a whole pack would take about {fmt_size(e.needed)} and "
+                      f"the disk holding the layout has {fmt_size(e.free)} free: the caches' rows left out instead, "
+                      "as --fitted does")
+            man = write(bins)
     summary = pack_summary(man) | {"path": str(pack_path(layout)), "batch_size": bs, "fanouts": req.fanouts,
                                    "seed": req.seed, "whole": not man.cached_rows, "chosen": chosen}
     return PackResult(man, bs, summary)
