@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from moment import inputs
-from moment.outputs import atomic_file, cache_root
+from moment.outputs import atomic_file, cache_root, sha256_file
 
 #: the commands whose answers are kept -> their options that may be given (value-taking ones map to True)
 KEPT = {
@@ -186,8 +186,7 @@ def _sha(text: str) -> str:
 
 def _digest_of(path: str) -> str | None:
     try:
-        with open(path, "rb") as f:
-            return hashlib.sha256(f.read()).hexdigest()
+        return sha256_file(path)
     except OSError:
         return None
 
@@ -246,11 +245,11 @@ def _isatty(stream: IO[str]) -> bool:
 
 
 def _terminal(stream: IO[str]) -> str:
+    tty = _isatty(stream)
     try:
-        tty = stream.isatty()
         size = os.get_terminal_size(stream.fileno()) if tty else None
     except (OSError, ValueError, AttributeError):
-        tty, size = False, None
+        size = None
     return f"tty={tty} size={size} encoding={getattr(stream, 'encoding', None)}"
 
 

@@ -4,6 +4,7 @@ Command modules import these from here, never each other's private helpers."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -42,8 +43,6 @@ def solver_bar(enabled: bool = True, label: str = "solving candidates") -> Itera
     if not enabled or not err_console.is_terminal:
         yield None
         return
-    import sys
-
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     from moment.cli import stderr_console
