@@ -316,6 +316,89 @@ def test_runtime_reader_reads_adjacent_rows_straight_into_their_destination(shar
         reader.close()
 
 
+def test_runtime_reader_goes_straight_on_to_the_next_job(shards, monkeypatch):
+    """A job's reads are submitted while the last windows of the job before it are still being read (the disk is
+    never left with nothing of the rank's to read between two batches), and jobs still finish in order,
+    bit-exact."""
+    import threading
+
+    from moment.io.merge import SHAPES
+    from moment.runtime.gather import BufferPool, Job, Reader
+
+    path, data = shards[0]
+    table = data[:len(data) // 512 * 512].reshape(-1, 512)
+    dests = [aligned_buffer(512 * 512).reshape(512, 512) for _ in range(3)]
+    log, gate = [], threading.Event()
+    submit, wait = IOStack.submit, IOStack.wait
+
+    def job_of(dest) -> int:
+        at = np.asarray(dest).ctypes.data
+        return next(k for k, d in enumerate(dests) if d.ctypes.data <= at < d.ctypes.data + d.nbytes)
+
+    def watch_submit(self, batch, dest, **kw):
+        t = submit(self, batch, dest, **kw)
+        log.append(("s", job_of(dest), t))
+        return t
+
+    def watch_wait(self, ticket, timeout=None):
+        gate.wait(10)  # every job is queued before the first read is reaped
+        log.append(("w", None, ticket))
+        return wait(self, ticket, timeout)
+
+    monkeypatch.setattr(IOStack, "submit", watch_submit)
+    monkeypatch.setattr(IOStack, "wait", watch_wait)
+    reader = Reader([path], 512, 4096, pool=BufferPool(1 << 22), window=64 << 10)  # 4 windows a job
+    done = []
+    try:
+        jobs = [Job(np.zeros(512, np.int32), (np.arange(512) + 704 * k) * 512, SHAPES["block"], dest=dests[k],
+                    on_done=lambda j, k=k: done.append(k)) for k in range(3)]
+        for j in jobs:
+            reader.submit(j)
+        gate.set()
+        for k, j in enumerate(jobs):
+            assert np.array_equal(j.wait(), table[704 * k: 704 * k + 512])
+    finally:
+        reader.close()
+    assert done == [0, 1, 2]
+    job = {t: k for kind, k, t in log if kind == "s"}
+    for k in (1, 2):
+        first_submit = next(i for i, (kind, j, _) in enumerate(log) if kind == "s" and j == k)
+        last_wait = max(i for i, (kind, _, t) in enumerate(log) if kind == "w" and job[t] == k - 1)
+        assert first_submit < last_wait, f"job {k}'s reads waited for job {k - 1}'s to drain: {log}"
+    assert reader.direct_rows == 3 * 512
+
+
+def test_runtime_reader_lends_a_full_pool_in_job_order_without_waiting_on_itself(shards):
+    """Destinations lent by the reader from a pool that holds one job's: the next job starts only once the
+    consumer gave the last one back (never a wait for room while the reader's own reads hold it), and a job
+    whose read fails fails alone."""
+    from moment.io.merge import SHAPES
+    from moment.runtime.gather import BufferPool, Job, Reader
+
+    path, data = shards[0]
+    table = data[:len(data) // 512 * 512].reshape(-1, 512)
+    pool = BufferPool(256 * 512)
+    reader = Reader([path], 512, 4096, pool=pool, window=16 << 10)
+    try:
+        rows = [np.arange(256) + 300 * k for k in range(4)]
+        offsets = [r * 512 for r in rows]
+        offsets[2] = offsets[2] + len(data)  # past the file's end: a short read
+        jobs = [reader.submit(Job(np.zeros(256, np.int32), o, SHAPES["block"])) for o in offsets]
+        for k, j in enumerate(jobs):
+            assert j.done.wait(20), f"job {k} never finished"
+            if k == 2:
+                with pytest.raises(MomentError):
+                    j.wait()
+                if j.dest is not None:
+                    pool.release(j.dest)
+                continue
+            assert np.array_equal(j.wait(), table[rows[k]])
+            pool.release(j.dest)
+    finally:
+        reader.close()
+    assert pool.peak <= pool.capacity and pool.oversize == 0
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_read_amplification_accounting(shards, backend):
     path, data = shards[0]

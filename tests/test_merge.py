@@ -120,3 +120,27 @@ def test_rows_in_order_within_each_file_are_placed_by_file_alone_and_others_by_t
     shuffled = rng.permutation(n)
     assert np.array_equal(merge.place(f[shuffled], off[shuffled]).offset, off[want]) and sorts == ["int64"]
     assert np.array_equal(merge.place(f[:1000], off[:1000]).order, np.lexsort((off[:1000], f[:1000])))
+
+
+def test_a_span_is_planned_by_arithmetic_as_plan_runs_plans_it():
+    """A whole pack segment's plan (`span_plan`) is exactly the general one wherever it is made, and declines
+    the row widths whose runs `plan_runs` cuts mid-row (a row starting in a run's last block stays in it)."""
+    made = declined = 0
+    for rb in (4, 512, 640, 768, 4096, 12288, 1 << 20, 3 << 20):
+        for align in (512, 4096):
+            for max_request in (4096, 1 << 20, 3 << 20):
+                for n in (1, 7, 2048, 75001):
+                    for start, clip in ((0, False), (3 * align, True)):
+                        size = start + n * rb + (0 if clip else 10 * align)  # clipped: a file ending mid-block
+                        got = merge.span_plan(2, start, n, rb, align, max_request, size)
+                        if got is None:
+                            declined += 1
+                            continue
+                        made += 1
+                        want = plan_runs(np.full(n, 2, np.int32), start + np.arange(n, dtype=np.int64) * rb, rb,
+                                         align, 0, max_request, np.array([0, 0, size], np.int64))
+                        for k in ("file", "start", "length", "row_run", "row_at", "order"):
+                            assert np.array_equal(getattr(got, k), getattr(want, k)), (rb, align, max_request, n, k)
+    assert made > 250 and declined  # 640 and 12288 bytes into 1 MiB: declined
+    assert merge.span_plan(0, 100, 10, 512, 4096, 1 << 20) is None  # not on a block
+    assert merge.span_plan(0, 0, 0, 512, 4096, 1 << 20) is None

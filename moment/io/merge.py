@@ -239,6 +239,29 @@ def plan_runs(f: np.ndarray, off: np.ndarray, row_bytes: int, align: int, merge_
     return Plan(r_file, r_first * align, r_len, row_run, row_at, order)
 
 
+def span_plan(file: int, start: int, n: int, row_bytes: int, align: int, max_request: int,
+              size: int | None = None) -> Plan | None:
+    """The plan `plan_runs` makes of `n` rows lying back to back from byte `start` of one file (a whole pack
+    segment), by arithmetic: runs of as many whole rows as `max_request` holds. None unless those runs each start on
+    a block and fill `max_request` exactly (`plan_runs` then).
+
+    Why: the general plan places, merges and maps every row (1.4 ms for a 75k-row segment on its own; 5-10 ms at
+    an epoch's start on the bench's 8M data-only run, beside the sampler on the same cores), while the disk
+    waited for the epoch's first reads."""
+    per = max(1, max_request // row_bytes)
+    if n <= 0 or start % align or per * row_bytes % align or (per > 1 and max_request % row_bytes):
+        return None  # (a row `plan_runs` starts in one run's last block it reads in that run)
+    runs = -(-n // per)
+    r_start = start + np.arange(runs, dtype=np.int64) * (per * row_bytes)
+    rows = np.full(runs, per, np.int64)
+    rows[-1] = n - per * (runs - 1)
+    r_len = -(-rows * row_bytes // align) * align
+    if size is not None:
+        r_len = np.minimum(r_len, int(size) - r_start)
+    i = np.arange(n, dtype=np.int64)
+    return Plan(np.full(runs, file, np.int32), r_start, r_len, i // per, i % per * row_bytes, i)
+
+
 def _i32(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a, np.int32)
 

@@ -2,8 +2,9 @@
 
 Which reads cover the rows (request merging, per I/O shape) is decided in `moment.io.merge`. A
 job's reads are grouped into windows of at most `window` bytes; the reader thread keeps `inflight`
-windows submitted to its own `IOStack` and copies the wanted rows out of each finished window into
-the job's destination, so a scan of gigabytes needs only `window * inflight` bytes of staging.
+windows submitted to its own `IOStack` (the next job's as soon as the last of the one before are) and
+copies the wanted rows out of each finished window into the job's destination, so a scan of gigabytes
+needs only `window * inflight` bytes of staging.
 Destinations are lent from a byte pool (`BufferPool`, one arena) by the reader thread, in job order, so
 the buffers of jobs not yet consumed never exceed the pool (the memory budget's "read buffers").
 """
@@ -21,7 +22,7 @@ import numpy as np
 
 from moment.errors import MomentError
 from moment.io import IOStack, ReadBatch, aligned_buffer, huge_page_buffer
-from moment.io.merge import Plan, Shape, size_histogram
+from moment.io.merge import Plan, Shape, size_histogram, span_plan
 from moment.io.rows import copy_rows
 from moment.runtime.threads import start_thread
 
@@ -68,9 +69,10 @@ class BufferPool:
             end = at + self._live[at]
         return end if self.capacity - end >= n else None
 
-    def lend(self, rows: int, row_bytes: int, stop: threading.Event | None = None) -> np.ndarray | None:
+    def lend(self, rows: int, row_bytes: int, stop: threading.Event | None = None, *, wait: bool = True
+             ) -> np.ndarray | None:
         """A [rows, row_bytes] uint8 destination, its first byte aligned, once it fits; None when `stop` is set
-        while waiting."""
+        while waiting, or at once when it does not fit now and not `wait`."""
         n = rows * row_bytes
         if not n:  # holds no byte (and an empty view's address is not its place)
             return np.empty((rows, row_bytes), np.uint8)
@@ -80,7 +82,7 @@ class BufferPool:
                 at = self._place(size) if size <= self.capacity else None if self._live or self._own else -1
                 if at is not None:
                     break
-                if stop is not None and stop.is_set():
+                if not wait or stop is not None and stop.is_set():
                     return None
                 self._cv.wait(0.1)
             self.used += size
@@ -107,12 +109,14 @@ class BufferPool:
 
 @dataclass
 class Job:
-    """Rows (file, offset) to read into `dest` rows [0, n) in the given order; `wait()` for them."""
+    """Rows (file, offset) to read into `dest` rows [0, n) in the given order; `wait()` for them. `span`: the rows
+    lie back to back in one file from the first's offset (a whole pack segment), planned by arithmetic."""
 
     file: np.ndarray
     offset: np.ndarray
     shape: Shape
     dest: np.ndarray | None = None
+    span: bool = False
     sizes: np.ndarray | None = None  # merge.size_histogram of its reads: how many, how many bytes
     error: BaseException | None = None
     done: threading.Event = field(default_factory=threading.Event)
@@ -128,6 +132,34 @@ class Job:
             raise self.error
         assert self.dest is not None
         return self.dest
+
+
+@dataclass(eq=False)
+class _Reading:
+    """A job being read: its plan, its windows and the next to submit, how many are in flight."""
+
+    job: Job
+    plan: Plan | None = None
+    wins: list[tuple[int, int]] = field(default_factory=list)
+    w: int = 0
+    in_flight: int = 0
+    by_run: np.ndarray | None = None
+    run_rows: np.ndarray | None = None
+    direct: np.ndarray | None = None
+    flat: np.ndarray | None = None
+
+
+@dataclass(eq=False)
+class _Window:
+    """A window's reads in flight: its tickets, its runs [a, b) of the job's plan, its staging buffer (-1: read
+    straight into the destination) and its runs' places there."""
+
+    reading: _Reading
+    tickets: list[int]
+    a: int
+    b: int
+    slot: int
+    at: np.ndarray
 
 
 class Reader:
@@ -186,26 +218,139 @@ class Reader:
     # -- the thread
 
     def _loop(self) -> None:
+        """Jobs' windows in one queue: the next job is planned and its first windows submitted while the last
+        windows of the one before are still being read, so a rank's reads do not drain to nothing between its
+        jobs (a job is one batch, or one hyperbatch). Jobs still finish, and lend their destinations, in order.
+
+        Why: read one job at a time, the bench's 8M data-only run (two ranks, a whole 38 MB batch a job) left the
+        disk with no read at all 10% of each epoch, at the ends of jobs, while each rank had three batches
+        waiting, and planning a job (its place order and merge) went on while its rank read nothing."""
+        flight: collections.deque[_Window] = collections.deque()  # submitted, oldest first
+        started: collections.deque[_Reading] = collections.deque()  # jobs begun, not yet finished, in order
+        free = list(range(self.inflight))  # staging buffers
         while True:
-            with self._cv:
-                while not self._jobs and not self._stop.is_set():
-                    self._cv.wait()
-                if self._stop.is_set():
-                    return
-                job = self._jobs[0]
-            try:
+            cur = started[-1] if started else None
+            while len(flight) < self.inflight and not self._stop.is_set():
+                if cur is None or cur.w == len(cur.wins):
+                    cur = self._begin(len(started), wait=not started)
+                    if cur is None:
+                        break
+                    started.append(cur)
+                    if not cur.wins:
+                        continue
+                if not self._submit_window(cur, flight, free):
+                    break
+            if self._stop.is_set():  # reaped before the stack closes: no read lands in a buffer given back
+                while flight:
+                    self._finish_window(flight.popleft(), free)
+                return
+            if flight:
+                self._finish_window(flight.popleft(), free)
+            while started and started[0].w == len(started[0].wins) and not started[0].in_flight:
+                self._end(started.popleft())
+
+    def _begin(self, i: int, wait: bool) -> _Reading | None:
+        """The job `i` places after the oldest one not finished, planned; None when there is none yet (waiting
+        for one when `wait`), or its destination does not fit the pool now (only waited for with nothing else
+        in flight: the jobs whose buffers hold the pool end only as the reads in flight finish)."""
+        with self._cv:
+            while len(self._jobs) <= i:
+                if not wait or self._stop.is_set():
+                    return None
+                self._cv.wait()
+            job = self._jobs[i]
+        r = _Reading(job)
+        try:
+            if job.dest is None:
+                job.dest = self.pool.lend(job.n, self.row_bytes, self._stop, wait=wait)
                 if job.dest is None:
-                    job.dest = self.pool.lend(job.n, self.row_bytes, self._stop)
-                    if job.dest is None:
-                        return
-                self._run(job)
-            except BaseException as e:  # noqa: BLE001 - handed to whoever waits on the job
-                job.error = e
-            with self._cv:
-                self._jobs.popleft()
-            if job.on_done is not None:
-                job.on_done(job)
-            job.done.set()
+                    return None
+            self._plan(r)
+        except BaseException as e:  # noqa: BLE001 - handed to whoever waits on the job
+            job.error, r.wins = e, []
+        return r
+
+    def _plan(self, r: _Reading) -> None:
+        job = r.job
+        plan = None
+        if job.span and job.n:
+            f = int(job.file[0])
+            plan = span_plan(f, int(job.offset[0]), job.n, self.row_bytes, self.align,
+                             job.shape.longest(self.align, self.window), int(self.sizes[f]))
+        if plan is None:
+            plan = job.shape.plan(job.file, job.offset, self.row_bytes, self.align, self.window, self.sizes)
+        job.sizes = size_histogram(plan.length)
+        r.plan, r.wins = plan, self._windows(plan)
+        # rows grouped by run (the plan's place order), so each window's rows are one contiguous slice
+        r.by_run = plan.order
+        r.run_rows = np.searchsorted(plan.row_run[r.by_run], np.arange(len(plan) + 1))
+        r.direct = self._direct(plan, r.by_run, r.run_rows, job.dest)
+        r.flat = job.dest.reshape(-1) if r.direct.any() else job.dest  # a view: `_direct` asks a contiguous one
+        self.direct_rows += int(np.diff(r.run_rows)[r.direct].sum())
+
+    def _submit_window(self, r: _Reading, flight: collections.deque[_Window], free: list[int]) -> bool:
+        """Submit `r`'s next window; False when it needs a staging buffer and none is free."""
+        a, b = r.wins[r.w]
+        staged = ~r.direct[a:b]
+        if staged.any() and not free:
+            return False
+        k = free.pop() if staged.any() else -1
+        plan = r.plan
+        at = np.zeros(b - a, np.int64)  # a staged run's place in the staging buffer
+        np.cumsum(np.where(staged, plan.length[a:b], 0)[:-1], out=at[1:])
+        tickets = []
+        try:
+            for sel, dst, buf in ((staged, at, self._staging[k]),
+                                  (~staged, r.by_run[r.run_rows[a:b]] * self.row_bytes, r.flat)):
+                if sel.any():
+                    s = slice(a, b)
+                    tickets.append(self.stack.submit(ReadBatch(plan.file[s][sel], plan.start[s][sel],
+                                                               plan.length[s][sel], dst[sel]), buf))
+        except BaseException as e:  # noqa: BLE001 - the job fails; what it submitted is still reaped
+            r.job.error = r.job.error or e
+            r.w = len(r.wins)
+        else:
+            r.w += 1
+        r.in_flight += 1
+        flight.append(_Window(r, tickets, a, b, k, at))
+        return True
+
+    def _finish_window(self, win: _Window, free: list[int]) -> None:
+        r = win.reading
+        try:
+            failed = None
+            for t in win.tickets:  # every one reaped, even after a failure
+                try:
+                    self.stack.wait(t)
+                except BaseException as e:  # noqa: BLE001 - the first is raised below
+                    failed = failed or e
+            if failed is not None:
+                raise failed
+            if self._stop.is_set():
+                raise MomentError("the reader was closed before this read finished")
+            if r.job.error is None:
+                a, b = win.a, win.b
+                rows = r.by_run[r.run_rows[a]:r.run_rows[b]]
+                run = r.plan.row_run[rows] - a
+                staged = ~r.direct[a:b][run]
+                if staged.any():
+                    rows, run = rows[staged], run[staged]
+                    copy_rows(r.job.dest, rows, self._staging[win.slot], win.at[run] + r.plan.row_at[rows], 1)
+        except BaseException as e:  # noqa: BLE001 - handed to whoever waits on the job
+            r.job.error = r.job.error or e
+            r.w = len(r.wins)  # no more of its windows: those in flight are still reaped
+        finally:
+            if win.slot >= 0:
+                free.append(win.slot)
+            r.in_flight -= 1
+
+    def _end(self, r: _Reading) -> None:
+        job = r.job
+        with self._cv:
+            self._jobs.popleft()
+        if job.on_done is not None:
+            job.on_done(job)
+        job.done.set()
 
     def _windows(self, plan: Plan) -> list[tuple[int, int]]:
         """Run ranges [a, b) whose bytes fit one staging buffer each."""
@@ -238,44 +383,3 @@ class Reader:
         return ((plan.length == counts * rb) & (by_run[first] * rb % self.align == 0)
                 & np.logical_and.reduceat(fits, first))
 
-    def _run(self, job: Job) -> None:
-        plan = job.shape.plan(job.file, job.offset, self.row_bytes, self.align, self.window, self.sizes)
-        job.sizes = size_histogram(plan.length)
-        wins = self._windows(plan)
-        # rows grouped by run (the plan's place order), so each window's rows are one contiguous slice
-        by_run = plan.order
-        run_rows = np.searchsorted(plan.row_run[by_run], np.arange(len(plan) + 1))
-        direct = self._direct(plan, by_run, run_rows, job.dest)
-        flat = job.dest.reshape(-1) if direct.any() else job.dest  # a view: `_direct` asks a contiguous one
-        self.direct_rows += int(np.diff(run_rows)[direct].sum())
-        flight: collections.deque[tuple[list[int], int, int, int, np.ndarray]] = collections.deque()
-        free = list(range(self.inflight))
-        w = 0
-        while w < len(wins) or flight:
-            while w < len(wins) and free:
-                a, b = wins[w]
-                k = free.pop()
-                staged = ~direct[a:b]
-                at = np.zeros(b - a, np.int64)  # a staged run's place in the staging buffer
-                np.cumsum(np.where(staged, plan.length[a:b], 0)[:-1], out=at[1:])
-                tickets = []
-                for sel, dst, buf in ((staged, at, self._staging[k]),
-                                      (~staged, by_run[run_rows[a:b]] * self.row_bytes, flat)):
-                    if sel.any():
-                        r = slice(a, b)
-                        tickets.append(self.stack.submit(ReadBatch(plan.file[r][sel], plan.start[r][sel],
-                                                                   plan.length[r][sel], dst[sel]), buf))
-                flight.append((tickets, a, b, k, at))
-                w += 1
-            tickets, a, b, k, at = flight.popleft()
-            for t in tickets:
-                self.stack.wait(t)
-            if self._stop.is_set():
-                raise MomentError("the reader was closed before this read finished")
-            rows = by_run[run_rows[a]:run_rows[b]]
-            run = plan.row_run[rows] - a
-            staged = ~direct[a:b][run]
-            if staged.any():
-                rows, run = rows[staged], run[staged]
-                copy_rows(job.dest, rows, self._staging[k], at[run] + plan.row_at[rows], 1)  # byte offsets
-            free.append(k)

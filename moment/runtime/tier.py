@@ -168,7 +168,7 @@ class Tier:
     @property
     def first_ahead(self) -> int:
         """Batches a caller needs submitted at a sequence's start before it completes the first (0 unless a
-        tier decides by whole superbatches)."""
+        tier decides by whole superbatches or reads a disk)."""
         return self.next.first_ahead if self.next is not None else 0
 
     def submit(self, node_ids: Any, tag: tuple | None = None) -> Batch:
