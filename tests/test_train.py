@@ -23,6 +23,7 @@ from moment import testpoints
 from moment.errors import MomentError
 from moment.io.diskstats import block_device
 from moment.placement.manifest import load_manifest
+from moment.runtime.collective_trace import TRACE_ENV, check
 from moment.runtime.config import TrainConfig, parse_args
 from moment.runtime.train import train
 
@@ -510,11 +511,20 @@ def test_data_only_reads_what_the_training_run_reads(setup, reference, two_ranks
     """--data-only runs the data path alone: the same rows and bytes from every tier as the training run of
     the same options (2 ranks on gloo: the peer exchange and the collectives the data path needs), no model,
     so no loss or accuracy; the baselines (in memory, memmap, DataLoader workers) feed alike. With --io-trace
-    each rank writes its SSD reads as an fio iolog: block-aligned reads of the layout's files."""
+    each rank writes its SSD reads as an fio iolog: block-aligned reads of the layout's files. The ranks wait
+    for each other after each validation pass, where training sums its score, from the training thread in the
+    same order, so each train epoch starts together on every rank."""
     _, ds, layout = setup
-    out = tmp_path / "d.json"
-    torchrun(train_args(layout, out, "--data-only", "--io-trace", str(tmp_path / "traces")))
+    out, calls = tmp_path / "d.json", tmp_path / "calls"
+    torchrun(train_args(layout, out, "--data-only", "--io-trace", str(tmp_path / "traces")),
+             env={TRACE_ENV: str(calls)})
     m = json.loads(out.read_text())
+    ranks = [json.loads((calls / f"collectives-rank{r}.json").read_text())["calls"] for r in range(2)]
+    assert check(ranks) == []
+    for r in ranks:  # between the first epoch's first exchange round and the metrics' sums: one wait an epoch
+        ops = [c["op"] for c in r]
+        first = ops.index("all_to_all_single")
+        assert ops[first:ops.index("all_reduce", first)].count("barrier") == 2, " ".join(ops)
     traced = 0
     for r in range(2):
         lines = (tmp_path / "traces" / f"rank-{r}.iolog").read_text().splitlines()

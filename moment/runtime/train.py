@@ -126,6 +126,10 @@ class Trainer:
         if self.data_only:  # the validation batches are read as a run reads them; no model scores them
             for _ in self.run_.loader("val", self.at.epoch):
                 pass
+            # and every rank waits for the others where training's score is summed: the next train epochs start
+            # together, as a training run's do (apart, one rank's validation reads shared the disk with the
+            # other's epoch, and an epoch's rate counted neither its start nor its end right)
+            self.ctx.barrier()
             return None
         self.module.eval()
         if self.cfg.task == "link":
@@ -196,7 +200,8 @@ class Trainer:
             "pipeline_wall_s": stage.wall,
             "eval_wall_s": float(walls[1]),  # every validation pass's seconds, summed (the slowest rank's)
             "limiting_stage": stage.limiting(),
-            "epoch_seconds": at.epoch_seconds,
+            # the slowest rank's: an epoch is done when every rank's is (the ranks' SSD bytes are summed over it)
+            "epoch_seconds": ctx.all_reduce(torch.tensor(at.epoch_seconds, dtype=torch.float64), op="max").tolist(),
             # every rank's process, summed: what an epoch costs the machine's cores (since this start)
             "epoch_cpu_seconds": ctx.all_reduce(torch.tensor(self.run_.epoch_cpu_seconds, dtype=torch.float64)).tolist(),
             # every rank's SSD reads in each train epoch, summed (validation's and the caches' fill not counted)
