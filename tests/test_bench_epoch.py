@@ -133,7 +133,7 @@ def test_a_run_past_its_deadline_is_stopped_with_its_dataloader_workers(bench_ep
     (each rank leads its own process group) are all gone when `run` returns."""
     ds = make_dataset(tmp_path, 1500, 16)
     out = tmp_path / "m.json"
-    args = ["--features-memmap", "--loader-workers", "2", "--dataset", str(ds.path), "--epochs", "50",
+    args = ["--features-memmap", "--loader-workers", "2", "--dataset", str(ds.path), "--epochs", "2000",
             "--fanouts", "5,3", "--hidden", "16", "--batch-size", "64", "--threads", "1"]
     m = bench_epoch.run("deadline", 1, args, out, cold=[], bound=None, deadline=8)
     assert m == {"stopped_after_s": 8}
