@@ -399,6 +399,30 @@ def test_runtime_reader_lends_a_full_pool_in_job_order_without_waiting_on_itself
     assert pool.peak <= pool.capacity and pool.oversize == 0
 
 
+def test_runtime_reader_closed_with_jobs_queued_and_in_flight_ends_every_one(shards):
+    """Closing the reader while jobs are queued and windows of two of them are in flight: every job ends (none
+    left waiting), each read whole or failed with the reader's closing, and no job is taken after."""
+    from moment.io.merge import SHAPES
+    from moment.runtime.gather import BufferPool, Job, Reader
+
+    path, data = shards[0]
+    table = data[:len(data) // 512 * 512].reshape(-1, 512)
+    reader = Reader([path], 512, 4096, pool=BufferPool(1 << 22), window=16 << 10)
+    rows = np.arange(2048)
+    jobs = [reader.submit(Job(np.zeros(2048, np.int32), rows * 512, SHAPES["block"],
+                              dest=aligned_buffer(2048 * 512).reshape(2048, 512))) for _ in range(6)]
+    reader.close()
+    for j in jobs:
+        assert j.done.wait(10)
+        if j.error is None:
+            assert np.array_equal(j.wait(), table[rows])
+        else:
+            with pytest.raises(MomentError, match="closed"):
+                j.wait()
+    with pytest.raises(MomentError, match="closed"):
+        reader.submit(Job(np.zeros(1, np.int32), np.zeros(1, np.int64), SHAPES["block"]))
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_read_amplification_accounting(shards, backend):
     path, data = shards[0]
