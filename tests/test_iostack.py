@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -320,8 +321,6 @@ def test_runtime_reader_goes_straight_on_to_the_next_job(shards, monkeypatch):
     """A job's reads are submitted while the last windows of the job before it are still being read (the disk is
     never left with nothing of the rank's to read between two batches), and jobs still finish in order,
     bit-exact."""
-    import threading
-
     from moment.io.merge import SHAPES
     from moment.runtime.gather import BufferPool, Job, Reader
 

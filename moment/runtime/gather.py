@@ -250,7 +250,7 @@ class Reader:
                 self._end(started.popleft())
 
     def _begin(self, i: int, wait: bool) -> _Reading | None:
-        """The job `i` places after the oldest one not finished, planned; None when there is none yet (waiting
+        """The `i`-th job not yet finished (0: the oldest), planned; None when there is none yet (waiting
         for one when `wait`), or its destination does not fit the pool now (only waited for with nothing else
         in flight: the jobs whose buffers hold the pool end only as the reads in flight finish)."""
         with self._cv:
