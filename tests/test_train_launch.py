@@ -207,6 +207,11 @@ def test_the_agent_imports_a_users_model_module_for_its_ranks_unless_it_starts_a
         module.STOP.set()
         module.T.join(10)
         assert not module.T.is_alive()
+        task = Path(f"/proc/self/task/{module.T.native_id}")
+        for _ in range(1000):  # joined, it may still be listed until the kernel has reaped it: the next import
+            if not task.exists():  # would then count one thread ending and its own starting as no change
+                break
+            time.sleep(0.01)
 
     def script(*preloads: str):  # a user's script, with the agent's --preload MODULE for each
         parse = agent.with_options(get_args_parser)
