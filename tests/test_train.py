@@ -512,8 +512,8 @@ def test_data_only_reads_what_the_training_run_reads(setup, reference, two_ranks
     the same options (2 ranks on gloo: the peer exchange and the collectives the data path needs), no model,
     so no loss or accuracy; the baselines (in memory, memmap, DataLoader workers) feed alike. With --io-trace
     each rank writes its SSD reads as an fio iolog: block-aligned reads of the layout's files. The ranks wait
-    for each other after each validation pass, where training sums its score, from the training thread in the
-    same order, so each train epoch starts together on every rank."""
+    for each other after each train epoch and each validation pass, where training sums its losses and its score,
+    from the training thread in the same order, so the epochs start and end together on every rank."""
     _, ds, layout = setup
     out, calls = tmp_path / "d.json", tmp_path / "calls"
     torchrun(train_args(layout, out, "--data-only", "--io-trace", str(tmp_path / "traces")),
@@ -521,10 +521,10 @@ def test_data_only_reads_what_the_training_run_reads(setup, reference, two_ranks
     m = json.loads(out.read_text())
     ranks = [json.loads((calls / f"collectives-rank{r}.json").read_text())["calls"] for r in range(2)]
     assert check(ranks) == []
-    for r in ranks:  # between the first epoch's first exchange round and the metrics' sums: one wait an epoch
+    for r in ranks:  # between the first epoch's first exchange round and the metrics' sums: two waits an epoch
         ops = [c["op"] for c in r]
         first = ops.index("all_to_all_single")
-        assert ops[first:ops.index("all_reduce", first)].count("barrier") == 2, " ".join(ops)
+        assert ops[first:ops.index("all_reduce", first)].count("barrier") == 4, " ".join(ops)
     traced = 0
     for r in range(2):
         lines = (tmp_path / "traces" / f"rank-{r}.iolog").read_text().splitlines()

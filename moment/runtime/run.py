@@ -477,6 +477,8 @@ class Run:
             yield batch
         if train:
             self.sync_losses()
+            if self.cfg.data_only:  # no losses to sum: the ranks wait for each other where training's sum holds
+                self.ctx.barrier()  # them, so none starts its validation reads beside another's last train reads
             self.disks.end()
             self.epoch_seconds.append(time.perf_counter() - t0)
             self.epoch_cpu_seconds.append(time.process_time() - c0)
