@@ -865,7 +865,7 @@ def feed_rate(a, ds_dir: Path, layout: Path, bound: int | None, common: list[str
     if memory_flags is not None:
         systems.append(("data_only_in_memory", memory_flags, [], [ds_dir], None))
     got: dict[str, dict] = {}
-    replayed = None
+    replayed, depth = None, 128
     traces = a.cache_dir / "io-trace"
     shutil.rmtree(traces, ignore_errors=True)
     for name, flags, cold, warm, b in systems:
@@ -896,8 +896,8 @@ def feed_rate(a, ds_dir: Path, layout: Path, bound: int | None, common: list[str
         if name == "data_only_moment" and m["ssd_requests"]:
             # the disk's rate drifts by 10% and more within a minute on these VMs: its replay goes right after the
             # run it replays, before the other systems' runs and fio's random mix
-            replayed = replay_limit([rank_trace(traces, r) for r in range(a.nproc)],
-                                    int(m.get("config", {}).get("queue_depth") or 128))
+            depth = int(m.get("config", {}).get("queue_depth") or depth)
+            replayed = replay_limit([rank_trace(traces, r) for r in range(a.nproc)], depth)
             print(flush=True)
     out: dict[str, float] = {}
     mo = got.get("data_only_moment")
@@ -914,7 +914,6 @@ def feed_rate(a, ds_dir: Path, layout: Path, bound: int | None, common: list[str
             print(f"data_only_cpu_ratio{suffix}: {cpu:.3f}  (the ranks' CPU seconds per steady epoch, Moment / in memory)")
     if mo["ssd_requests"]:
         files = sorted((layout / "shards").glob("ssd*")) + sorted((layout / "pack").glob("*.bin"))
-        depth = int(mo.get("config", {}).get("queue_depth") or 128)
         rate = mix_limit(files, mo["ssd_request_sizes"], depth, a.nproc)
         if rate:
             out["data_only_ssd_over_fio_random"] = mo["ssd_MB_per_s"] / (rate / 1e6)
