@@ -98,6 +98,18 @@ def test_batches_and_dropout_repeat_for_the_same_seed(runtime_layout):
     assert not torch.equal(a[0], c[0])
 
 
+def test_a_loop_of_its_own_gets_its_next_epochs_first_batches_sampled_during_validation(runtime_layout):
+    with moment.open_run(runtime_layout, fanouts=[5], batch_size=64, seed=3) as run:
+        list(run.loader("train", 0))
+        list(run.loader("val", 0))
+        ahead = [b.n_id for b in run.loader("train", 1)]
+        assert run._pipe("train").sampled_ahead >= 1, "epoch 1 began with batches sampled as validation ended"
+    with moment.open_run(runtime_layout, fanouts=[5], batch_size=64, seed=3) as run:
+        fresh = [b.n_id for b in run.loader("train", 1)]
+        assert run._pipe("train").sampled_ahead == 0
+    assert len(ahead) == len(fresh) and all(torch.equal(a, b) for a, b in zip(ahead, fresh, strict=True))
+
+
 def test_options_are_checked_and_named_as_keywords(runtime_layout):
     with pytest.raises(MomentError, match=r"unknown option fanout="):
         moment.open_run(runtime_layout, fanout=[10])

@@ -1,5 +1,6 @@
 """A rank's sequences reuse one sampler (its node map filled once per run), draw exactly what fresh samplers
-draw, never share one between two sequences at once, and never reuse one whose batch raised."""
+draw, never share one between two sequences at once, and never reuse one whose batch raised; the next train
+sequence's first batches, sampled ahead by the sequence before it as it ends, are the same draws."""
 
 from __future__ import annotations
 
@@ -53,6 +54,12 @@ def _seeds():
     return [torch.arange(i, i + 48) for i in range(0, 48 * BATCHES, 48)]
 
 
+def _two_sharing(graph, labels, src, pipelined, pool):
+    """A run's train and evaluation pipelines, lent samplers by one pool."""
+    return [Pipeline(graph, [5, 3], src, labels, torch.device("cpu"), pipelined=pipelined, sampler=pool)
+            for _ in range(2)]
+
+
 def _batches(pipe, key):
     return [(p.batch.n_id.clone(), p.batch.edge_index.clone()) for p in pipe.run(_seeds(), key)]
 
@@ -75,9 +82,7 @@ def test_the_pool_lends_its_idle_sampler_once_and_makes_another_for_a_second_tak
 def test_sequences_reuse_one_sampler_and_draw_what_fresh_ones_draw(runtime_dataset, pipelined):
     graph, labels, src = _setup(runtime_dataset)
     make = Counting()
-    pool = SamplerPool(make)
-    train = Pipeline(graph, [5, 3], src, labels, torch.device("cpu"), pipelined=pipelined, sampler=pool)
-    evals = Pipeline(graph, [5, 3], src, labels, torch.device("cpu"), pipelined=pipelined, sampler=pool)
+    train, evals = _two_sharing(graph, labels, src, pipelined, SamplerPool(make))
     got = [_batches(train, (1, 0, 0)), _batches(evals, (1, 0, 0, 9)), _batches(train, (1, 1, 0))]
     assert len(make.made) == 1, "every sequence after the first reuses the run's sampler"
     assert int((make.made[0]._map.local >= 0).sum()) == 0, "its node map is clear between batches"
@@ -110,6 +115,44 @@ def test_a_sampler_whose_batch_raised_is_not_lent_again(runtime_dataset, pipelin
     assert len(make.made) == 2, "the failed sampler's map may hold a half-sampled batch: a new one is made"
     fresh = _batches(Pipeline(graph, [5, 3], src, labels, torch.device("cpu"), pipelined=pipelined), (1, 0, 0))
     assert all(torch.equal(a[0], b[0]) for a, b in zip(again, fresh, strict=True))
+
+
+@pytest.mark.parametrize("pipelined", [True, False])
+def test_the_next_sequences_first_batches_are_sampled_as_the_one_between_ends(runtime_dataset, pipelined):
+    graph, labels, src = _setup(runtime_dataset)
+    make = Counting()
+    train, evals = _two_sharing(graph, labels, src, pipelined, SamplerPool(make))
+    _batches(train, (1, 0, 0))
+    calls = []
+    real = make.made[0].sample
+    make.made[0].sample = lambda seeds: calls.append(seeds) or real(seeds)
+    train.prepare(_seeds(), (1, 1, 0))
+    assert not calls, "nothing is sampled until a sequence gives the sampler back"
+    _batches(evals, (1, 0, 0, 9))
+    ahead = int(src.first_ahead) + 1
+    assert len(calls) == BATCHES + ahead, "the evaluation's batches, then the next epoch's first ones"
+    got = _batches(train, (1, 1, 0))
+    assert train.sampled_ahead == ahead and len(calls) == 2 * BATCHES
+    assert len(make.made) == 1, "the work ahead uses the run's one sampler"
+    fresh = _batches(Pipeline(graph, [5, 3], src, labels, torch.device("cpu"), pipelined=pipelined), (1, 1, 0))
+    for (n, e), (fn, fe) in zip(got, fresh, strict=True):
+        assert torch.equal(n, fn) and torch.equal(e, fe)
+
+
+def test_work_ahead_for_another_sequence_is_dropped_and_never_runs(runtime_dataset):
+    graph, labels, src = _setup(runtime_dataset)
+    pool = SamplerPool(Counting())
+    train = Pipeline(graph, [5, 3], src, labels, torch.device("cpu"), sampler=pool)
+    train.prepare(_seeds(), (1, 1, 0))
+    other = [s + 1 for s in _seeds()]  # another epoch's seeds under the same key: sampled afresh
+    assert len(list(train.run(other, (1, 1, 0)))) == BATCHES
+    assert train.sampled_ahead == 0 and pool._ahead is None, "the sequence started without it: its job is taken back"
+    train.prepare(_seeds(), (1, 2, 0))
+    _batches(Pipeline(graph, [5, 3], src, labels, torch.device("cpu"), sampler=pool), (1, 1, 0, 9))
+    got = _batches(train, (1, 3, 0))  # asked for another epoch than the one prepared
+    assert train.sampled_ahead == 0 and len(got) == BATCHES
+    fresh = _batches(Pipeline(graph, [5, 3], src, labels, torch.device("cpu")), (1, 3, 0))
+    assert all(torch.equal(a[0], b[0]) for a, b in zip(got, fresh, strict=True))
 
 
 def test_the_bench_compares_both_on_the_same_batches():

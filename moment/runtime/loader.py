@@ -89,6 +89,9 @@ class LoaderPipeline:
         self.dev = DeviceLayer(self.device)
         self.make_sampler = sampler
 
+    def prepare(self, batches: Sequence[torch.Tensor], key: Sequence[int], start: int = 0) -> None:
+        """`Pipeline.prepare`'s contract; the workers start on a sequence only when it runs."""
+
     def run(self, batches: Sequence[torch.Tensor], key: Sequence[int], start: int = 0) -> Iterator[Prepared]:
         t0 = time.perf_counter()
         data = _Batches(self.graph, self.fanouts, self.source, self.labels, batches, key, start, self.make_sampler)

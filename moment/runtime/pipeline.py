@@ -131,10 +131,47 @@ class Pipeline:
         self.dev = DeviceLayer(self.device)
         self._stream = self.dev.new_stream()  # the gather thread's copies and assembly
         self._xstream = self.dev.new_stream()  # the training thread's exchange rounds
+        self._lock = threading.Lock()
+        self._job: Callable[[Any], None] | None = None  # left with the sampler pool by `prepare`
+        self._early: tuple[tuple, dict[int, tuple[torch.Tensor, MiniBatch]]] | None = None  # what it sampled
+        self.sampled_ahead = 0  # batches a `run` took from `prepare`'s work
+
+    def prepare(self, batches: Sequence[torch.Tensor], key: Sequence[int], start: int = 0) -> None:
+        """Have the sequence `run(batches, key, start)` will next be asked for begin with its first batches
+        sampled (those it submits before it completes the first: the source's `first_ahead` + 1), by the
+        sampler's next holder as it gives it back (`SamplerPool.ahead`: a train epoch's next comes after the
+        validation pass, whose last batches are still being read when its sampler is done). The same draws
+        `run` makes (batch i seeded from (key, i)); a `run` of anything else drops them."""
+        want = [(i, batches[i]) for i in range(start, min(len(batches), start + int(self.source.first_ahead) + 1))]
+        k = tuple(key)
+
+        def job(sampler: Any) -> None:
+            got = {i: (seeds, self._sample(sampler, seeds, k, i)) for i, seeds in want}
+            with self._lock:
+                if self._job is job:
+                    self._early = (k, got)
+
+        with self._lock:
+            self._job, self._early = (job if want else None), None
+        if want:
+            self.samplers.ahead(self.graph, self.fanouts, job)
+
+    def _claim(self, batches: Sequence[torch.Tensor], key: Sequence[int]) -> dict[int, MiniBatch]:
+        """The batches `prepare` sampled for this sequence (each seed batch the same), by index; its job
+        taken back if no sampler ran it yet."""
+        with self._lock:
+            job, early, self._job, self._early = self._job, self._early, None, None
+        if job is not None:
+            self.samplers.drop(job)
+        if early is None or early[0] != tuple(key):
+            return {}
+        return {i: mb for i, (seeds, mb) in early[1].items() if i < len(batches) and torch.equal(seeds, batches[i])}
 
     def run(self, batches: Sequence[torch.Tensor], key: Sequence[int], start: int = 0) -> Iterator[Prepared]:
         t0 = time.perf_counter()
-        local = self._threaded(batches, key, start) if self.pipelined else self._serial(batches, key, start)
+        early = self._claim(batches, key)
+        local = (self._threaded(batches, key, start, early) if self.pipelined
+                 else self._serial(batches, key, start, early))
         it = self._exchanged(local)
         try:
             for item in it:
@@ -239,19 +276,26 @@ class Pipeline:
 
     # -- drivers: batches completed as far as this rank alone can, in order
 
-    def _serial(self, batches, key, start) -> Iterator[Prepared]:
+    def _early_or_sample(self, early: dict[int, MiniBatch], sampler: Any, batches, key, i: int) -> MiniBatch:
+        mb = early.pop(i, None)
+        if mb is None:
+            return self._sample(sampler, batches[i], key, i)
+        self.sampled_ahead += 1
+        return mb
+
+    def _serial(self, batches, key, start, early) -> Iterator[Prepared]:
         sampler, clear = self.samplers.take(self.graph, self.fanouts), True
         try:
             for i in range(start, len(batches)):
                 clear = False
-                mb = self._sample(sampler, batches[i], key, i)
+                mb = self._early_or_sample(early, sampler, batches, key, i)
                 clear = True
                 yield self._complete(i, mb, self._submit(mb, (tuple(key), i)))
         finally:
             if clear:  # not mid-batch: its map holds nothing
                 self.samplers.give(self.graph, self.fanouts, sampler)
 
-    def _threaded(self, batches, key, start) -> Iterator[Prepared]:
+    def _threaded(self, batches, key, start, early) -> Iterator[Prepared]:
         stop = threading.Event()
         q_sampled: queue.Queue = queue.Queue(self.depth)
         q_ready: queue.Queue = queue.Queue(max(1, self.depth - 1))  # and one ahead in the training thread
@@ -277,7 +321,7 @@ class Pipeline:
             try:
                 sampler = self.samplers.take(self.graph, self.fanouts)
                 for i in range(start, len(batches)):
-                    if not put(q_sampled, (i, self._sample(sampler, batches[i], key, i))):
+                    if not put(q_sampled, (i, self._early_or_sample(early, sampler, batches, key, i))):
                         break
                 else:
                     put(q_sampled, _DONE)

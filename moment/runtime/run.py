@@ -486,6 +486,10 @@ class Run:
             self.epoch_ssd_bytes.append(int(s1["ssd_bytes_read"] - s0["ssd_bytes_read"]))
             for name, b in s1["bytes"].items():
                 self.train_tier_bytes[name] = self.train_tier_bytes.get(name, 0) + int(b - s0["bytes"][name])
+            # the next epoch's first batches, sampled as the validation pass ends (a loop of its own that gave no
+            # `epochs` trains as many as it likes)
+            if e + 1 < cfg.epochs or "epochs" not in cfg.model_fields_set:
+                self._pipe("train").prepare(self._split_batches("train", e + 1), (cfg.seed, e + 1, rank))
 
     def _check_machines(self) -> None:
         """Refuse, on every rank alike, machines that would not train one run (moment.runtime.rendezvous)."""
