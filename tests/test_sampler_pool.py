@@ -163,3 +163,13 @@ def test_the_bench_compares_both_on_the_same_batches():
     for k in ("first_batch_ratio", "sequence_ratio", "first_batch_ms_made", "first_batch_ms_reused"):
         assert float(got[k].split()[0]) > 0
     assert got["samplers_made_by_the_pool"] == "1"
+
+
+def test_the_epoch_start_bench_compares_both_ways_on_the_same_pipelines():
+    out = subprocess.run([sys.executable, str(REPO / "bench" / "epoch_start.py"), "--nodes", "20000", "--rounds", "2",
+                          "--batches", "4", "--batch-size", "64"],
+                         capture_output=True, text=True, check=True, timeout=120).stdout
+    got = dict(line.split(": ", 1) for line in out.splitlines()[1:])
+    assert got["batches_sampled_ahead"] == "6", "three batches an epoch taken from the work ahead, in its two epochs"
+    for k in ("first_submit_ms_at_start", "first_submit_ms_ahead", "third_submit_ratio"):
+        assert float(got[k].split()[0]) > 0
