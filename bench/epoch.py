@@ -40,7 +40,10 @@ cgroup, so no system can keep the features in memory the bound does not give it.
                     what its processes read from disk), and the disk's limit for the same reads in the same
                     run: Moment's own reads in its epochs, recorded with `--io-trace` (the CPU cache's fill
                     at start is logged apart and not replayed), replayed by fio in order as fast as
-                    it can, one job per rank at its queue depth (`data_only_ssd_over_fio`); beside it, each
+                    it can, one job per rank at its queue depth (`data_only_ssd_over_fio`), right after
+                    the run, and, where an earlier run of the same command kept its reads (the same: its
+                    seeds fix them), right before it too (`data_only_ssd_over_fio_bracketed_steady`: the
+                    steady rate over the mean of both, the disk's drift on either side); beside it, each
                     size class of its reads (`ssd_request_sizes`) read alone by fio at random offsets of
                     the same files, combined by bytes (`data_only_ssd_over_fio_random`: no merging of
                     neighbouring reads by the block layer, so a different load); `data_only_seeds_ratio`:
@@ -113,12 +116,14 @@ WARM_CHUNK = 8 << 20
 IN_MEMORY_SHARE = 0.8  # of available memory, at most, that the in-memory runs' copies of the features take
 FIO_SECONDS = 4  # per request size of the mix
 MIX_SHARE = 0.005  # a request size class of the mix is read by fio when it has this share of requests or bytes
+STAMP = "command.json"  # beside kept traces: the command that read them and its queue depth
 # the summary figures, each with the worst of the sizes' (lower is worse for a speedup, higher for a ratio to a limit)
 SUMMARY = [("speedup", min, ".2f", "the smallest"), ("speedup_at_least", min, ".1f", "the smallest"),
            ("limit_ratio", max, ".3f", "the largest"),
            ("data_only_seeds_ratio", min, ".2f", "the smallest"), ("data_only_limit_ratio", max, ".3f", "the largest"),
            ("data_only_ssd_over_fio", min, ".3f", "the smallest"),
            ("data_only_ssd_over_fio_steady", min, ".3f", "the smallest"),
+           ("data_only_ssd_over_fio_bracketed_steady", min, ".3f", "the smallest"),
            ("data_only_cpu_ceiling_over_fio", min, ".3f", "the smallest")]
 
 
@@ -821,12 +826,12 @@ def mix_limit(files: list[Path], sizes: list[dict[str, int]], depth: int, jobs: 
     return b / seconds
 
 
-def replay_limit(traces: list[Path], depth: int) -> float | None:
+def replay_limit(traces: list[Path], depth: int, label: str = "fio_replay") -> float | None:
     """The disk's rate in bytes/s for exactly a run's reads: each rank's trace (`--io-trace`) replayed by fio as
     fast as it can (`--replay_no_stall`), one job per rank at the run's queue depth, all at once, cold,
     direct, into huge pages; the traces' bytes over the longest job's time. None without fio."""
     if shutil.which("fio") is None:
-        print("fio_replay_MB_per_s: n/a (fio is not installed: apt-get install fio)")
+        print(f"{label}_MB_per_s: n/a (fio is not installed: apt-get install fio)")
         return None
     reads = [[line.split() for line in t.read_text().splitlines() if " read " in line] for t in traces]
     wanted, need = sum(int(r[3]) for rs in reads for r in rs), max((int(r[3]) for rs in reads for r in rs), default=0)
@@ -842,15 +847,46 @@ def replay_limit(traces: list[Path], depth: int) -> float | None:
                 if all(j["error"] == 0 and j["read"]["total_ios"] == len(rs) for j, rs in zip(done, reads)):
                     break
         else:
-            print(f"fio_replay_MB_per_s: n/a (fio could not replay {traces[0]} with any engine)")
+            print(f"{label}_MB_per_s: n/a (fio could not replay {traces[0]} with any engine)")
             return None
     # fio's byte count of a replay leaves out reads still in flight at its end: the traces' own bytes are exact
     seconds = max(j["job_runtime"] for j in done) / 1e3
-    print(f"fio_replay: Moment's {sum(map(len, reads))} SSD reads of its ranks, {wanted / 1e6:.0f} MB, replayed by fio in "
+    print(f"{label}: Moment's {sum(map(len, reads))} SSD reads of its ranks, {wanted / 1e6:.0f} MB, replayed by fio in "
           f"order (one job per rank, {engine}, {depth} in flight, direct, {'malloc' if why else 'huge pages'}, "
           f"cold) in {seconds:.2f} s")
-    print(f"fio_replay_MB_per_s: {wanted / seconds / 1e6:.0f}")
+    print(f"{label}_MB_per_s: {wanted / seconds / 1e6:.0f}")
     return wanted / seconds
+
+
+def replay_kept(kept: Path, command: list[str], nproc: int) -> float | None:
+    """fio's replay, right before a data-only run, of the reads an earlier run of the same command kept
+    (`keep_traces`: its seeds fix its batches, so its ranks read the same); None where none did."""
+    try:
+        stamp = json.loads((kept / STAMP).read_text())
+    except (OSError, ValueError):
+        stamp = None
+    traces = [rank_trace(kept, r) for r in range(nproc)]
+    if not stamp or stamp.get("command") != command or not all(t.is_file() for t in traces):
+        print("fio_replay_before_MB_per_s: n/a (no earlier run of this command kept its reads: the next one "
+              "replays them before it runs)")
+        return None
+    return replay_limit(traces, int(stamp["depth"]), "fio_replay_before")
+
+
+def keep_traces(traces: Path, kept: Path, command: list[str], depth: int, nproc: int) -> None:
+    """Keep a data-only run's rank traces for the next run of `command` to replay before it runs (a copy
+    renamed into place: a run stopped halfway leaves the kept ones whole)."""
+    tmp = kept.with_name(kept.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for r in range(nproc):
+        if not rank_trace(traces, r).is_file():
+            shutil.rmtree(tmp)
+            return
+        shutil.copyfile(rank_trace(traces, r), rank_trace(tmp, r))
+    (tmp / STAMP).write_text(json.dumps({"command": command, "depth": depth}))
+    shutil.rmtree(kept, ignore_errors=True)
+    tmp.rename(kept)
 
 
 def feed_rate(a, ds_dir: Path, layout: Path, bound: int | None, common: list[str], moment_flags: list[str],
@@ -868,8 +904,12 @@ def feed_rate(a, ds_dir: Path, layout: Path, bound: int | None, common: list[str
     replayed, depth = None, 128
     traces = a.cache_dir / "io-trace"
     shutil.rmtree(traces, ignore_errors=True)
+    kept, before = a.cache_dir / f"io-trace-kept{suffix}", None
     for name, flags, cold, warm, b in systems:
         trace = ["--io-trace", str(traces)] if name == "data_only_moment" else []
+        command = [str(x) for x in [*flags, "--data-only", *common]]
+        if name == "data_only_moment":  # the disk's rate right before the run too: it drifts both ways
+            before = replay_kept(kept, command, a.nproc)
         m = run(name, a.nproc, [*flags, "--data-only", *trace, *common], a.cache_dir / f"{name}.json", cold=cold, bound=b,
                 warm=tuple(warm))
         if not m:
@@ -898,6 +938,7 @@ def feed_rate(a, ds_dir: Path, layout: Path, bound: int | None, common: list[str
             # run it replays, before the other systems' runs and fio's random mix
             depth = int(m.get("config", {}).get("queue_depth") or depth)
             replayed = replay_limit([rank_trace(traces, r) for r in range(a.nproc)], depth)
+            keep_traces(traces, kept, command, depth, a.nproc)
             print(flush=True)
     out: dict[str, float] = {}
     mo = got.get("data_only_moment")
@@ -935,6 +976,12 @@ def feed_rate(a, ds_dir: Path, layout: Path, bound: int | None, common: list[str
                 print(f"data_only_cpu_ceiling_over_fio{suffix}: {out['data_only_cpu_ceiling_over_fio']:.3f}  (Moment's "
                       "steady SSD bytes per epoch over the in-memory steady epoch / fio's replay: the most the CPU "
                       "side lets any reader ask of the disk on these cores)")
+        if rate and before:
+            both = (before + rate) / 2
+            out["data_only_ssd_over_fio_bracketed_steady"] = mo["ssd_MB_per_s_steady"] / (both / 1e6)
+            print(f"data_only_ssd_over_fio_bracketed_steady{suffix}: "
+                  f"{out['data_only_ssd_over_fio_bracketed_steady']:.3f}  (the steady rate / the mean of fio's replays "
+                  f"right before and right after the run, {before / 1e6:.0f} and {rate / 1e6:.0f} MB/s)")
         if rate and (use := disk_busy(mo)) and use.devices == 1:  # fio's rate is every device's at once
             out["data_only_ssd_busy_over_fio"] = use.read_bytes / use.busy_s / rate
             print(f"data_only_ssd_busy_over_fio{suffix}: {out['data_only_ssd_busy_over_fio']:.3f}  (the devices' rate "

@@ -249,6 +249,43 @@ def test_the_feed_rate_counts_the_train_epochs_reads_and_says_what_the_cpu_side_
     assert "data_only_moment_ssd_MB_per_s: 200 " in printed and "data_only_moment_ssd_MB_per_s_steady: 300 " in printed
 
 
+def test_the_feed_rate_replays_the_reads_an_earlier_run_of_the_same_command_kept_before_it_runs(bench_epoch, tmp_path,
+                                                                                                monkeypatch, capsys):
+    """fio replays the run's reads right after it, and right before it those an earlier run of the same command
+    kept (its seeds fix them); the bracketed ratio is over the mean of both. A run of another command replays
+    nothing before: its kept reads are not this run's."""
+    ds, layout = tmp_path / "ds", tmp_path / "L"
+    (layout / "shards").mkdir(parents=True)
+    ds.mkdir()
+    (ds / "indptr.npy").write_bytes(b"")
+    mo = {"epoch_seconds": [3.0, 1.0, 1.0], "epoch_ssd_bytes": [400e6, 300e6, 300e6], "disk_bytes_read": 2e9,
+          "seeds_per_s": 2000.0, "features": "tiered", "limiting_stage": "gather", "ssd_requests": 10,
+          "ssd_request_sizes": [], "config": {"queue_depth": 64}}
+
+    def run(name, nproc, args, *a, **k):  # the run's traces, as `--io-trace` writes them
+        where = Path(args[args.index("--io-trace") + 1])
+        where.mkdir(parents=True, exist_ok=True)
+        for r in range(nproc):
+            (where / f"rank-{r}.iolog").write_text(f"fio version 2 iolog\nrank {r}\n")
+        return dict(mo)
+
+    rates, replayed = iter([1e9, 2e9, 1e9, 3e9]), []
+    monkeypatch.setattr(bench_epoch, "run", run)
+    monkeypatch.setattr(bench_epoch, "mix_limit", lambda *a, **k: None)
+    monkeypatch.setattr(bench_epoch, "replay_limit",
+                        lambda traces, depth, label="fio_replay": replayed.append((label, depth)) or next(rates))
+    a = _args(bench_epoch, "--cache-dir", str(tmp_path / "cache"))
+    first = bench_epoch.feed_rate(a, ds, layout, None, ["--epochs", "3"], [], None, None, "_x")
+    assert "data_only_ssd_over_fio_bracketed_steady" not in first and replayed == [("fio_replay", 64)]
+    assert "no earlier run of this command kept its reads" in capsys.readouterr().out
+    again = bench_epoch.feed_rate(a, ds, layout, None, ["--epochs", "3"], [], None, None, "_x")
+    assert replayed[1:] == [("fio_replay_before", 64), ("fio_replay", 64)]
+    assert again["data_only_ssd_over_fio_steady"] == pytest.approx(0.3)  # 300 MB/s against the 1,000 after
+    assert again["data_only_ssd_over_fio_bracketed_steady"] == pytest.approx(0.2)  # against the mean, 1,500
+    other = bench_epoch.feed_rate(a, ds, layout, None, ["--epochs", "2"], [], None, None, "_x")
+    assert replayed[3:] == [("fio_replay", 64)] and "data_only_ssd_over_fio_bracketed_steady" not in other
+
+
 def test_the_cpu_ratio_is_left_out_where_the_in_memory_runs_cpu_is_not_all_counted(bench_epoch):
     """A rank's `epoch_cpu_seconds` is its own process's: DataLoader workers' CPU is not in it, so against an
     in-memory run with workers (the worker baseline, when it is the limit) there is no CPU ratio, in training and
