@@ -144,6 +144,11 @@ def first_ahead(superbatch: int, routed_whole: bool) -> int:
     return max(0, superbatch - 1) if routed_whole else 0
 
 
+#: the most batches of a sequence sampled ahead, as the one before it ends (`Pipeline.prepare`: a train epoch's
+#: first, during the validation pass), and held meanwhile beside that sequence's own: the budget charges them
+SAMPLED_AHEAD = 3
+
+
 def ahead_after(lookahead: int, first: int, completed: int) -> int:
     """Batches kept submitted beyond the next one to complete, once `completed` of a sequence are."""
     return min(lookahead, first + completed)

@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from moment.caching.tiers import cache_state_bytes, shared_by_local_ranks
+from moment.caching.tiers import SAMPLED_AHEAD, cache_state_bytes, shared_by_local_ranks
 from moment.errors import MomentError
 from moment.io.device import HostBatches
 from moment.runtime.memory_use import own_and_shared, status_kib
@@ -332,7 +332,8 @@ def _charge_fixed(b: MemoryBudget, r: RunShape) -> tuple[MemoryBudget, Item, int
                  "per-node state (slot map, next use) + cached ids")
     b.items.append(state)
     held = r.lookahead + r.held_batches
-    b.charge("sampler", r.sampler_map_bytes + held * r.batch_ids_bytes, note=f"node map + {held} sampled batches")
+    b.charge("sampler", r.sampler_map_bytes + (held + SAMPLED_AHEAD) * r.batch_ids_bytes,
+             note=f"node map + {held} sampled batches and {SAMPLED_AHEAD} of the next sequence's, sampled ahead")
     feat = r.rows_max * rb
     if r.device == "cuda":  # the batches and the step are on the device; its budget charges them
         b.charge("staging ring", r.ring_bytes, note="pinned slots the batches go to the device through")

@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from moment.caching.tiers import ahead_after
+from moment.caching.tiers import SAMPLED_AHEAD, ahead_after
 from moment.io.device import DeviceLayer
 from moment.runtime.footprint import held_batches
 from moment.runtime.sampler_pool import SamplerPool
@@ -138,11 +138,13 @@ class Pipeline:
 
     def prepare(self, batches: Sequence[torch.Tensor], key: Sequence[int], start: int = 0) -> None:
         """Have the sequence `run(batches, key, start)` will next be asked for begin with its first batches
-        sampled (those it submits before it completes the first: the source's `first_ahead` + 1), by the
+        sampled (those it submits before it completes the first: the source's `first_ahead` + 1, at most
+        `caching.tiers.SAMPLED_AHEAD`, which the budget charges), by the
         sampler's next holder as it gives it back (`SamplerPool.ahead`: a train epoch's next comes after the
         validation pass, whose last batches are still being read when its sampler is done). The same draws
         `run` makes (batch i seeded from (key, i)); a `run` of anything else drops them."""
-        want = [(i, batches[i]) for i in range(start, min(len(batches), start + int(self.source.first_ahead) + 1))]
+        n = min(int(self.source.first_ahead) + 1, SAMPLED_AHEAD)
+        want = [(i, batches[i]) for i in range(start, min(len(batches), start + n))]
         k = tuple(key)
 
         def job(sampler: Any) -> None:
