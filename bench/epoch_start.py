@@ -29,9 +29,7 @@ from moment.runtime.pipeline import Pipeline
 from moment.runtime.sampler_pool import SamplerPool
 from moment.runtime.sources import InMemoryFeatures
 from moment.workload.sampler import NeighborSampler
-
-VAL_TAG = 9  # the evaluation's key carries a split tag, as the run's do
-
+from moment.workload.seeds import SPLIT_TAGS
 
 class Stamped(InMemoryFeatures):
     """In-memory rows, submitted as a disk-reading tier's are at a sequence's start (three before the first is
@@ -85,7 +83,7 @@ def main() -> None:
             way = "ahead" if e % 2 else "start"
             if way == "ahead":
                 train.prepare(batches, (a.seed, e, 0))
-            epoch(val, src, val_batches, (a.seed, e, 0, VAL_TAG))  # the validation pass before the epoch
+            epoch(val, src, val_batches, (a.seed, e, 0, SPLIT_TAGS["val"]))  # the validation pass before the epoch
             ms = epoch(train, src, batches, (a.seed, e, 0))
             if e:  # the first, which makes the run's sampler and fills its node map, is left out
                 got[way].append(ms)

@@ -132,6 +132,8 @@ class Run:
         self.heap: HeapKeeper | None = None  # what the allocator keeps of freed memory (a tiered run's)
         self._pipes: dict[str, Pipeline | LoaderPipeline] = {}
         self._samplers: SamplerPool | None = None
+        # the last train epoch's batches shuffled: the work ahead's, which that epoch's loader takes as they are
+        self._train_seeds: tuple[int, list[torch.Tensor]] = (-1, [])
         self._final_stats: dict[str, Any] = {"rows": {}, "bytes": {}, "ssd_bytes_read": 0}
         self._memory: dict[str, Any] | None = None  # the last `memory()`'s answer
         self._pack_said = False  # a train loader asked for an epoch past the pack, and it was said (`_past_pack`)
@@ -440,7 +442,9 @@ class Run:
 
     def _split_batches(self, split: str, epoch: int) -> list[torch.Tensor]:
         if split == "train":
-            return list(self.batches.epoch(epoch))
+            if self._train_seeds[0] != epoch:
+                self._train_seeds = (epoch, list(self.batches.epoch(epoch)))
+            return self._train_seeds[1]
         return eval_batches(getattr(self.dataset, f"{split}_idx"), self.batch_size, rank=self.rank,
                             world_size=self.world_size)
 
