@@ -41,9 +41,12 @@ cgroup, so no system can keep the features in memory the bound does not give it.
                     run: Moment's own reads in its epochs, recorded with `--io-trace` (the CPU cache's fill
                     at start is logged apart and not replayed), replayed by fio in order as fast as
                     it can, one job per rank at its queue depth (`data_only_ssd_over_fio`), right after
-                    the run, and, where an earlier run of the same command kept its reads (the same: its
-                    seeds fix them), right before it too (`data_only_ssd_over_fio_bracketed_steady`: the
-                    steady rate over the mean of both, the disk's drift on either side); beside it, each
+                    the run, and right before it too (`data_only_ssd_over_fio_bracketed_steady`: the
+                    steady rate over the mean of both, the disk's drift on either side): Moment's run is
+                    repeated `--feed-rounds` times (default 3), each cold, each replay after a round the
+                    one before the next (the same reads: its seeds fix them), the first round's the reads
+                    an earlier run of the same command kept; these ratios are the medians over the
+                    rounds, printed with each round's, every other line the first round's; beside it, each
                     size class of its reads (`ssd_request_sizes`) read alone by fio at random offsets of
                     the same files, combined by bytes (`data_only_ssd_over_fio_random`: no merging of
                     neighbouring reads by the block layer, so a different load); `data_only_seeds_ratio`:
@@ -889,6 +892,55 @@ def keep_traces(traces: Path, kept: Path, command: list[str], depth: int, nproc:
     tmp.rename(kept)
 
 
+class Round(NamedTuple):
+    """One data-only run of Moment's and the fio replays of its reads on either side (bytes/s; None: none)."""
+    rate: float  # Moment's SSD bytes/s over its epochs
+    steady: float  # over its steady epochs
+    before: float | None  # fio's replay right before the run (the round before's, or the kept reads')
+    after: float | None  # right after it
+
+
+def feed_ratios(rounds: list[Round]) -> list[tuple[str, list[float], str]]:
+    """(key, each round's ratio, what it is) of Moment's SSD rate over fio's replays, the rounds that have them.
+    The disk drifts by more than the gap between the two within a minute, so a ratio is of a run and the replays
+    right beside it, and the figure is the median over the rounds."""
+    after = [r for r in rounds if r.after]
+    both = [r for r in after if r.before]
+    out = []
+    if after:
+        out.append(("data_only_ssd_over_fio", [r.rate / r.after for r in after],
+                    "Moment's SSD bytes/s / fio's replay of the same reads right after"))
+        out.append(("data_only_ssd_over_fio_steady", [r.steady / r.after for r in after], "the same, over the steady "
+                    "epochs"))
+    if both:
+        out.append(("data_only_ssd_over_fio_bracketed_steady", [r.steady / ((r.before + r.after) / 2) for r in both],
+                    "the steady rate / the mean of fio's replays right before and right after the run, "
+                    + ", ".join(f"{r.before / 1e6:.0f} and {r.after / 1e6:.0f}" for r in both) + " MB/s"))
+    return out
+
+
+def print_feed(name: str, m: dict) -> None:
+    """A data-only run's lines; adds its SSD rates to `m` (Moment's own count of its train epochs' SSD reads,
+    validation's and the caches' fill apart; a baseline's, what its processes read)."""
+    wall, tiered = sum(m["epoch_seconds"]), m.get("features") == "tiered"
+    disk = m["disk_bytes_read"]
+    m["ssd_MB_per_s"] = (sum(m["epoch_ssd_bytes"]) if tiered else disk) / 1e6 / wall
+    print(f"{name}_epoch_s_each: {', '.join(f'{x:.2f}' for x in m['epoch_seconds'])}")
+    print(f"{name}_seeds_per_s: {m['seeds_per_s']:.0f}")
+    read = "what its processes read from disk, start-up and validation included"
+    print(f"{name}_ssd_MB_per_s: {m['ssd_MB_per_s']:.0f}  "
+          f"({'its own count of the SSD reads in its train epochs' if tiered else read}, over its epochs)")
+    if tiered:
+        m["ssd_bytes_steady"] = steady(m["epoch_ssd_bytes"])  # per steady epoch
+        m["ssd_MB_per_s_steady"] = m["ssd_bytes_steady"] / 1e6 / steady_s(m)
+        print(f"{name}_ssd_MB_per_s_steady: {m['ssd_MB_per_s_steady']:.0f}  (the same over the steady epochs: "
+              f"{', '.join(f'{x / 1e6:.0f}' for x in steady_epochs(m['epoch_ssd_bytes']))} MB)")
+        print(f"{name}_limiting_stage: {m['limiting_stage']}")
+        print(f"{name}_disk_MB_per_s: {disk / 1e6 / wall:.0f}  ({read}, over its epochs)")
+        print_disk_busy(name, m)
+    print(flush=True)
+
+
 def feed_rate(a, ds_dir: Path, layout: Path, bound: int | None, common: list[str], moment_flags: list[str],
               baseline_flags: list[str] | None, memory_flags: list[str] | None, suffix: str) -> dict[str, float]:
     """The pipeline without the model step (`--data-only`): seeds/s and SSD bytes/s of Moment, the worker
@@ -901,45 +953,34 @@ def feed_rate(a, ds_dir: Path, layout: Path, bound: int | None, common: list[str
     if memory_flags is not None:
         systems.append(("data_only_in_memory", memory_flags, [], [ds_dir], None))
     got: dict[str, dict] = {}
-    replayed, depth = None, 128
+    rounds: list[Round] = []
+    depth = 128
     traces = a.cache_dir / "io-trace"
-    shutil.rmtree(traces, ignore_errors=True)
-    kept, before = a.cache_dir / f"io-trace-kept{suffix}", None
+    kept = a.cache_dir / f"io-trace-kept{suffix}"
     for name, flags, cold, warm, b in systems:
-        trace = ["--io-trace", str(traces)] if name == "data_only_moment" else []
+        moment = name == "data_only_moment"
         command = [str(x) for x in [*flags, "--data-only", *common]]
-        if name == "data_only_moment":  # the disk's rate right before the run too: it drifts both ways
-            before = replay_kept(kept, command, a.nproc)
-        m = run(name, a.nproc, [*flags, "--data-only", *trace, *common], a.cache_dir / f"{name}.json", cold=cold, bound=b,
-                warm=tuple(warm))
-        if not m:
-            continue
-        wall, tiered = sum(m["epoch_seconds"]), m.get("features") == "tiered"
-        disk = m["disk_bytes_read"]
-        # Moment's own count of the train epochs' SSD reads (validation's and the caches' fill apart)
-        m["ssd_MB_per_s"] = (sum(m["epoch_ssd_bytes"]) if tiered else disk) / 1e6 / wall
-        print(f"{name}_epoch_s_each: {', '.join(f'{x:.2f}' for x in m['epoch_seconds'])}")
-        print(f"{name}_seeds_per_s: {m['seeds_per_s']:.0f}")
-        read = "what its processes read from disk, start-up and validation included"
-        print(f"{name}_ssd_MB_per_s: {m['ssd_MB_per_s']:.0f}  "
-              f"({'its own count of the SSD reads in its train epochs' if tiered else read}, over its epochs)")
-        if tiered:
-            m["ssd_bytes_steady"] = steady(m["epoch_ssd_bytes"])  # per steady epoch
-            m["ssd_MB_per_s_steady"] = m["ssd_bytes_steady"] / 1e6 / steady_s(m)
-            print(f"{name}_ssd_MB_per_s_steady: {m['ssd_MB_per_s_steady']:.0f}  (the same over the steady epochs: "
-                  f"{', '.join(f'{x / 1e6:.0f}' for x in steady_epochs(m['epoch_ssd_bytes']))} MB)")
-            print(f"{name}_limiting_stage: {m['limiting_stage']}")
-            print(f"{name}_disk_MB_per_s: {disk / 1e6 / wall:.0f}  ({read}, over its epochs)")
-            print_disk_busy(name, m)
-        print(flush=True)
-        got[name] = m
-        if name == "data_only_moment" and m["ssd_requests"]:
-            # the disk's rate drifts by 10% and more within a minute on these VMs: its replay goes right after the
-            # run it replays, before the other systems' runs and fio's random mix
-            depth = int(m.get("config", {}).get("queue_depth") or depth)
-            replayed = replay_limit([rank_trace(traces, r) for r in range(a.nproc)], depth)
-            keep_traces(traces, kept, command, depth, a.nproc)
-            print(flush=True)
+        before = replay_kept(kept, command, a.nproc) if moment else None  # the disk drifts both ways
+        for k in range(a.feed_rounds if moment else 1):
+            if moment and a.feed_rounds > 1:
+                print(f"data_only_round: {k + 1} of {a.feed_rounds}")
+            shutil.rmtree(traces, ignore_errors=True)
+            trace = ["--io-trace", str(traces)] if moment else []
+            m = run(name, a.nproc, [*flags, "--data-only", *trace, *common], a.cache_dir / f"{name}.json",
+                    cold=cold, bound=b, warm=tuple(warm))
+            if not m:
+                break
+            print_feed(name, m)
+            got.setdefault(name, m)  # every line but the fio ratios is the first round's
+            if moment and m["ssd_requests"]:
+                # the disk's rate drifts by 10% and more within a minute on these VMs: its replay goes right after
+                # the run it replays (and before the next round, which reads the same: its seeds fix them)
+                depth = int(m.get("config", {}).get("queue_depth") or depth)
+                after = replay_limit([rank_trace(traces, r) for r in range(a.nproc)], depth)
+                keep_traces(traces, kept, command, depth, a.nproc)
+                rounds.append(Round(m["ssd_MB_per_s"] * 1e6, m["ssd_MB_per_s_steady"] * 1e6, before, after))
+                before = after
+                print(flush=True)
     out: dict[str, float] = {}
     mo = got.get("data_only_moment")
     if mo is None:
@@ -960,28 +1001,19 @@ def feed_rate(a, ds_dir: Path, layout: Path, bound: int | None, common: list[str
             out["data_only_ssd_over_fio_random"] = mo["ssd_MB_per_s"] / (rate / 1e6)
             print(f"data_only_ssd_over_fio_random{suffix}: {out['data_only_ssd_over_fio_random']:.3f}  (Moment's SSD "
                   "bytes/s / fio's for the same sizes at random offsets)")
-        rate = replayed
-        if rate:
-            out["data_only_ssd_over_fio"] = mo["ssd_MB_per_s"] / (rate / 1e6)
-            print(f"data_only_ssd_over_fio{suffix}: {out['data_only_ssd_over_fio']:.3f}  (Moment's SSD bytes/s / "
-                  "fio's replay of the same reads)")
-            out["data_only_ssd_over_fio_steady"] = mo["ssd_MB_per_s_steady"] / (rate / 1e6)
-            print(f"data_only_ssd_over_fio_steady{suffix}: {out['data_only_ssd_over_fio_steady']:.3f}  (the same, "
-                  "over the steady epochs)")
-            if "data_only_in_memory" in got:
-                # no reader can feed faster than the pipeline consumes: at the in-memory run's pace (the same sampling
-                # and copies, no reads) Moment's steady epoch's SSD bytes would be asked for at this rate
-                ceiling = mo["ssd_bytes_steady"] / steady_s(got["data_only_in_memory"])
-                out["data_only_cpu_ceiling_over_fio"] = ceiling / rate
-                print(f"data_only_cpu_ceiling_over_fio{suffix}: {out['data_only_cpu_ceiling_over_fio']:.3f}  (Moment's "
-                      "steady SSD bytes per epoch over the in-memory steady epoch / fio's replay: the most the CPU "
-                      "side lets any reader ask of the disk on these cores)")
-        if rate and before:
-            both = (before + rate) / 2
-            out["data_only_ssd_over_fio_bracketed_steady"] = mo["ssd_MB_per_s_steady"] / (both / 1e6)
-            print(f"data_only_ssd_over_fio_bracketed_steady{suffix}: "
-                  f"{out['data_only_ssd_over_fio_bracketed_steady']:.3f}  (the steady rate / the mean of fio's replays "
-                  f"right before and right after the run, {before / 1e6:.0f} and {rate / 1e6:.0f} MB/s)")
+        rate = rounds[0].after if rounds else None
+        for key, ratios, what in feed_ratios(rounds):
+            out[key] = float(np.median(ratios))
+            each = f"; each round {', '.join(f'{x:.3f}' for x in ratios)}" if len(rounds) > 1 else ""
+            print(f"{key}{suffix}: {out[key]:.3f}  ({what}{each})")
+        if rate and "data_only_in_memory" in got:
+            # no reader can feed faster than the pipeline consumes: at the in-memory run's pace (the same sampling
+            # and copies, no reads) Moment's steady epoch's SSD bytes would be asked for at this rate
+            ceiling = mo["ssd_bytes_steady"] / steady_s(got["data_only_in_memory"])
+            out["data_only_cpu_ceiling_over_fio"] = ceiling / rate
+            print(f"data_only_cpu_ceiling_over_fio{suffix}: {out['data_only_cpu_ceiling_over_fio']:.3f}  (Moment's "
+                  "steady SSD bytes per epoch over the in-memory steady epoch / fio's replay: the most the CPU "
+                  "side lets any reader ask of the disk on these cores)")
         if rate and (use := disk_busy(mo)) and use.devices == 1:  # fio's rate is every device's at once
             out["data_only_ssd_busy_over_fio"] = use.read_bytes / use.busy_s / rate
             print(f"data_only_ssd_busy_over_fio{suffix}: {out['data_only_ssd_busy_over_fio']:.3f}  (the devices' rate "
@@ -1042,6 +1074,10 @@ def parser() -> argparse.ArgumentParser:
                    help="then the feed rate: Moment, the faster baseline and the fastest in-memory run again with "
                         "--data-only (no model step), their seeds/s and SSD bytes/s, and fio's rate for Moment's "
                         "request size and queue depth on the files it read")
+    p.add_argument("--feed-rounds", type=int, default=3, metavar="N",
+                   help="with --data-only: Moment's data-only run N times, each cold and followed by fio's replay of "
+                        "its reads; the fio ratios are the medians over the rounds (the disk drifts by more than "
+                        "their gap within a minute), every other line the first round's (default 3)")
     p.add_argument("--cache-dir", type=Path, default=Path(os.environ.get(
         "MOMENT_BENCH_CACHE", Path.home() / ".cache" / "moment-bench")))
     return p
@@ -1201,6 +1237,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [v for v in a.variants.split(",") if v and v not in VARIANTS]
     if unknown:
         raise MomentError(f"--variants: unknown variant {unknown[0]!r}", hint=f"choose from {', '.join(VARIANTS)}")
+    if a.feed_rounds < 1:
+        raise MomentError(f"--feed-rounds must be at least 1, got {a.feed_rounds}")
     if not a.skip_baseline:
         baseline_runs(a)  # its flags are checked before hours of building
     why = cgroup_problem() if any(b != "none" for _, _, b in sizes) else ""

@@ -100,6 +100,7 @@ def test_the_default_baseline_is_the_dataloader_with_both_readahead_settings(ben
     (["--sizes", "8000000"], "error: --sizes: cannot read '8000000'"),
     (["--variants", "rows,bogus"], "error: --variants: unknown variant 'bogus'"),
     (["--loader-workers", "-1"], "error: --loader-workers must be at least 1, got -1"),
+    (["--feed-rounds", "0"], "error: --feed-rounds must be at least 1, got 0"),
 ])
 def test_bad_arguments_are_one_line_before_anything_is_built(tmp_path, argv, said):
     cache = tmp_path / "cache"
@@ -274,7 +275,7 @@ def test_the_feed_rate_replays_the_reads_an_earlier_run_of_the_same_command_kept
     monkeypatch.setattr(bench_epoch, "mix_limit", lambda *a, **k: None)
     monkeypatch.setattr(bench_epoch, "replay_limit",
                         lambda traces, depth, label="fio_replay": replayed.append((label, depth)) or next(rates))
-    a = _args(bench_epoch, "--cache-dir", str(tmp_path / "cache"))
+    a = _args(bench_epoch, "--cache-dir", str(tmp_path / "cache"), "--feed-rounds", "1")
     first = bench_epoch.feed_rate(a, ds, layout, None, ["--epochs", "3"], [], None, None, "_x")
     assert "data_only_ssd_over_fio_bracketed_steady" not in first and replayed == [("fio_replay", 64)]
     assert "no earlier run of this command kept its reads" in capsys.readouterr().out
@@ -284,6 +285,44 @@ def test_the_feed_rate_replays_the_reads_an_earlier_run_of_the_same_command_kept
     assert again["data_only_ssd_over_fio_bracketed_steady"] == pytest.approx(0.2)  # against the mean, 1,500
     other = bench_epoch.feed_rate(a, ds, layout, None, ["--epochs", "2"], [], None, None, "_x")
     assert replayed[3:] == [("fio_replay", 64)] and "data_only_ssd_over_fio_bracketed_steady" not in other
+
+
+def test_the_feed_rate_runs_rounds_each_bracketed_by_replays_and_takes_the_median(bench_epoch, tmp_path,
+                                                                                  monkeypatch, capsys):
+    """Each round is a cold data-only run followed by fio's replay of its reads; the replay after a round is the
+    one before the next (the same reads), the first round's the kept reads'; the fio ratios are the medians over
+    the rounds, printed with each, and every other line is the first round's."""
+    ds, layout = tmp_path / "ds", tmp_path / "L"
+    (layout / "shards").mkdir(parents=True)
+    ds.mkdir()
+    (ds / "indptr.npy").write_bytes(b"")
+    steady = iter([300e6, 600e6, 450e6])  # the rounds' steady epochs' SSD bytes (1 s each)
+
+    def run(name, nproc, args, *a, **k):
+        where = Path(args[args.index("--io-trace") + 1])
+        assert not where.exists()  # each round's traces are its own
+        where.mkdir(parents=True)
+        for r in range(nproc):
+            (where / f"rank-{r}.iolog").write_text(f"fio version 2 iolog\nrank {r}\n")
+        b = next(steady)
+        return {"epoch_seconds": [3.0, 1.0, 1.0], "epoch_ssd_bytes": [400e6, b, b], "disk_bytes_read": 2e9,
+                "seeds_per_s": b / 1e5, "features": "tiered", "limiting_stage": "gather", "ssd_requests": 10,
+                "ssd_request_sizes": [], "config": {"queue_depth": 64}}
+
+    rates, replayed = iter([1e9, 2e9, 1e9]), []
+    monkeypatch.setattr(bench_epoch, "run", run)
+    monkeypatch.setattr(bench_epoch, "mix_limit", lambda *a, **k: None)
+    monkeypatch.setattr(bench_epoch, "replay_limit",
+                        lambda traces, depth, label="fio_replay": replayed.append(label) or next(rates))
+    a = _args(bench_epoch, "--cache-dir", str(tmp_path / "cache"), "--feed-rounds", "3")
+    out = bench_epoch.feed_rate(a, ds, layout, None, ["--epochs", "3"], [], None, None, "_x")
+    assert replayed == ["fio_replay"] * 3  # nothing kept before the first round
+    # after: 300/1000, 600/2000, 450/1000 -> 0.3, 0.3, 0.45; bracketed (rounds 2 and 3): 600/1500, 450/1500
+    assert out["data_only_ssd_over_fio_steady"] == pytest.approx(0.3)
+    assert out["data_only_ssd_over_fio_bracketed_steady"] == pytest.approx(0.35)
+    printed = capsys.readouterr().out
+    assert "each round 0.300, 0.300, 0.450" in printed and "each round 0.400, 0.300" in printed
+    assert printed.count("data_only_round: ") == 3 and "data_only_moment_seeds_per_s: 3000" in printed
 
 
 def test_the_cpu_ratio_is_left_out_where_the_in_memory_runs_cpu_is_not_all_counted(bench_epoch):
