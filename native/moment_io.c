@@ -283,7 +283,7 @@ static void issue_slot(uring_t *u, int s) {
      * segment's 1 MiB reads) are merged by the block layer's plug into one request of up to 4 MiB,
      * and the same bytes in flight become a third as many requests for the disk to serve at once.
      * Measured on this project's virtio disk, replaying the 8M bench's packed reads: 3.2 MiB per
-     * device request in groups, 1 MiB alone, 1.08-1.11x the MB/s; its cost, a system call per read
+     * device request in groups, 1 MiB alone, 1.09-1.12x the MB/s; its cost, a system call per read
      * of 64 KiB and more, is a few microseconds against the tens a read of that size takes. */
     if (want >= SUBMIT_ALONE || io_uring_sq_ready(&u->ring) >= SUBMIT_GROUP) submit_group(&u->ring);
 }
