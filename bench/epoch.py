@@ -46,7 +46,10 @@ cgroup, so no system can keep the features in memory the bound does not give it.
                     repeated `--feed-rounds` times (default 3), each cold, each replay after a round the
                     one before the next (the same reads: its seeds fix them), the first round's the reads
                     an earlier run of the same command kept; these ratios are the medians over the
-                    rounds, printed with each round's, every other line the first round's; beside it, each
+                    rounds, printed with each round's, every other line the first round's; after each
+                    round fio also replays at the reads the run's readers hold in flight (their windows'
+                    bytes over the mean read: 32 per rank for a pack's 1 MiB reads), not the queue depth
+                    (`data_only_ssd_over_fio_in_flight_steady`); beside it, each
                     size class of its reads (`ssd_request_sizes`) read alone by fio at random offsets of
                     the same files, combined by bytes (`data_only_ssd_over_fio_random`: no merging of
                     neighbouring reads by the block layer, so a different load); `data_only_seeds_ratio`:
@@ -98,6 +101,7 @@ from probe_fio import ENGINES, FIO_HUGE, huge_pages  # noqa: E402
 from moment.cli.train_cmds import torchrun_command  # noqa: E402
 from moment.errors import MomentError  # noqa: E402
 from moment.io.trace import rank_trace  # noqa: E402
+from moment.runtime.gather import INFLIGHT, WINDOW  # noqa: E402
 from moment.runtime.sizing import start_env  # noqa: E402
 
 CGROUP_MEMORY = Path("/sys/fs/cgroup/memory")
@@ -127,6 +131,7 @@ SUMMARY = [("speedup", min, ".2f", "the smallest"), ("speedup_at_least", min, ".
            ("data_only_ssd_over_fio", min, ".3f", "the smallest"),
            ("data_only_ssd_over_fio_steady", min, ".3f", "the smallest"),
            ("data_only_ssd_over_fio_bracketed_steady", min, ".3f", "the smallest"),
+           ("data_only_ssd_over_fio_in_flight_steady", min, ".3f", "the smallest"),
            ("data_only_cpu_ceiling_over_fio", min, ".3f", "the smallest")]
 
 
@@ -898,6 +903,19 @@ class Round(NamedTuple):
     steady: float  # over its steady epochs
     before: float | None  # fio's replay right before the run (the round before's, or the kept reads')
     after: float | None  # right after it
+    in_flight: float | None = None  # right after that, at the depth the run's readers keep (`reader_depth`)
+    in_flight_depth: int = 0
+
+
+def reader_depth(m: dict) -> int | None:
+    """The most reads a rank's reader keeps in flight: its windows' bytes over the run's mean read (32 for a
+    pack's 1 MiB reads), at most its queue depth; None without reads. fio's replay at the queue depth (128)
+    holds four times what the run ever did, and on this project's disk fio read faster with fewer in flight."""
+    n = sum(c["requests"] for c in m.get("ssd_request_sizes") or [])
+    if not n:
+        return None
+    mean = sum(c["bytes"] for c in m["ssd_request_sizes"]) / n
+    return max(1, min(int(m.get("config", {}).get("queue_depth") or 128), round(INFLIGHT * WINDOW / mean)))
 
 
 def feed_ratios(rounds: list[Round]) -> list[tuple[str, list[float], str]]:
@@ -916,6 +934,11 @@ def feed_ratios(rounds: list[Round]) -> list[tuple[str, list[float], str]]:
         out.append(("data_only_ssd_over_fio_bracketed_steady", [r.steady / ((r.before + r.after) / 2) for r in both],
                     "the steady rate / the mean of fio's replays right before and right after the run, "
                     + ", ".join(f"{r.before / 1e6:.0f} and {r.after / 1e6:.0f}" for r in both) + " MB/s"))
+    if held := [r for r in rounds if r.in_flight]:
+        out.append(("data_only_ssd_over_fio_in_flight_steady", [r.steady / r.in_flight for r in held],
+                    f"the steady rate / fio's replay at the {held[0].in_flight_depth} reads per rank the run's readers "
+                    "keep in flight, not its queue depth: " + ", ".join(f"{r.in_flight / 1e6:.0f}" for r in held)
+                    + " MB/s"))
     return out
 
 
@@ -977,8 +1000,12 @@ def feed_rate(a, ds_dir: Path, layout: Path, bound: int | None, common: list[str
                 # the run it replays (and before the next round, which reads the same: its seeds fix them)
                 depth = int(m.get("config", {}).get("queue_depth") or depth)
                 after = replay_limit([rank_trace(traces, r) for r in range(a.nproc)], depth)
+                held = reader_depth(m)
+                in_flight = (replay_limit([rank_trace(traces, r) for r in range(a.nproc)], held, "fio_replay_in_flight")
+                             if held and held != depth else None)
                 keep_traces(traces, kept, command, depth, a.nproc)
-                rounds.append(Round(m["ssd_MB_per_s"] * 1e6, m["ssd_MB_per_s_steady"] * 1e6, before, after))
+                rounds.append(Round(m["ssd_MB_per_s"] * 1e6, m["ssd_MB_per_s_steady"] * 1e6, before, after,
+                                    in_flight, held or 0))
                 before = after
                 print(flush=True)
     out: dict[str, float] = {}

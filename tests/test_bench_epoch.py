@@ -307,22 +307,40 @@ def test_the_feed_rate_runs_rounds_each_bracketed_by_replays_and_takes_the_media
         b = next(steady)
         return {"epoch_seconds": [3.0, 1.0, 1.0], "epoch_ssd_bytes": [400e6, b, b], "disk_bytes_read": 2e9,
                 "seeds_per_s": b / 1e5, "features": "tiered", "limiting_stage": "gather", "ssd_requests": 10,
-                "ssd_request_sizes": [], "config": {"queue_depth": 64}}
+                "ssd_request_sizes": [{"from_bytes": 1 << 20, "requests": 10, "bytes": 10 << 20}],
+                "config": {"queue_depth": 64}}
 
-    rates, replayed = iter([1e9, 2e9, 1e9]), []
+    rates = {"fio_replay": iter([1e9, 2e9, 1e9]), "fio_replay_in_flight": iter([1.5e9, 1.5e9, 3e9])}
+    replayed = []
     monkeypatch.setattr(bench_epoch, "run", run)
     monkeypatch.setattr(bench_epoch, "mix_limit", lambda *a, **k: None)
     monkeypatch.setattr(bench_epoch, "replay_limit",
-                        lambda traces, depth, label="fio_replay": replayed.append(label) or next(rates))
+                        lambda traces, depth, label="fio_replay": replayed.append((label, depth)) or next(rates[label]))
     a = _args(bench_epoch, "--cache-dir", str(tmp_path / "cache"), "--feed-rounds", "3")
     out = bench_epoch.feed_rate(a, ds, layout, None, ["--epochs", "3"], [], None, None, "_x")
-    assert replayed == ["fio_replay"] * 3  # nothing kept before the first round
+    # nothing kept before the first round; after each, at the queue depth, then at the reader's 32 in flight
+    assert replayed == [("fio_replay", 64), ("fio_replay_in_flight", 32)] * 3
     # after: 300/1000, 600/2000, 450/1000 -> 0.3, 0.3, 0.45; bracketed (rounds 2 and 3): 600/1500, 450/1500
     assert out["data_only_ssd_over_fio_steady"] == pytest.approx(0.3)
     assert out["data_only_ssd_over_fio_bracketed_steady"] == pytest.approx(0.35)
+    assert out["data_only_ssd_over_fio_in_flight_steady"] == pytest.approx(0.2)  # 0.2, 0.4, 0.15
     printed = capsys.readouterr().out
     assert "each round 0.300, 0.300, 0.450" in printed and "each round 0.400, 0.300" in printed
+    assert "at the 32 reads per rank" in printed and "each round 0.200, 0.400, 0.150" in printed
     assert printed.count("data_only_round: ") == 3 and "data_only_moment_seeds_per_s: 3000" in printed
+
+
+def test_the_reader_depth_is_its_windows_over_the_mean_read_at_most_the_queue_depth(bench_epoch):
+    """fio replays at the reads a rank's reader can hold at once: its windows' bytes over the run's mean read."""
+    def m(sizes, depth=128):
+        return {"ssd_request_sizes": sizes, "config": {"queue_depth": depth}}
+    mib = [{"from_bytes": 1 << 20, "requests": 100, "bytes": 100 << 20}]
+    held = bench_epoch.INFLIGHT * bench_epoch.WINDOW // (1 << 20)
+    assert bench_epoch.reader_depth(m(mib)) == held
+    assert bench_epoch.reader_depth(m(mib, depth=8)) == 8  # never more than the queue depth
+    small = [{"from_bytes": 4096, "requests": 1000, "bytes": 4096 * 1000}]
+    assert bench_epoch.reader_depth(m(small)) == 128
+    assert bench_epoch.reader_depth(m([])) is None and bench_epoch.reader_depth({}) is None
 
 
 def test_the_cpu_ratio_is_left_out_where_the_in_memory_runs_cpu_is_not_all_counted(bench_epoch):
