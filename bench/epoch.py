@@ -910,7 +910,7 @@ class Round(NamedTuple):
 def reader_depth(m: dict) -> int | None:
     """The most reads a rank's reader keeps in flight: its windows' bytes over the run's mean read (32 for a
     pack's 1 MiB reads), at most its queue depth; None without reads. fio's replay at the queue depth (128)
-    holds four times what the run ever did, and on this project's disk fio read faster with fewer in flight."""
+    holds four times what the run ever did, and on this project's disk fio's rate moves with its depth."""
     n = sum(c["requests"] for c in m.get("ssd_request_sizes") or [])
     if not n:
         return None
