@@ -189,6 +189,25 @@ def test_bit_exact_random_reads(shards, backend, aligned):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_long_reads_among_short_ones_land_bit_exact(shards, backend):
+    """A packed segment's reads: back-to-back spans of 64 KiB to 1 MiB (io_uring submits each alone, so the block
+    layer does not merge them) mixed with 4 KiB ones (submitted in groups), more than the queue holds at once."""
+    rng = np.random.default_rng(3)
+    spans = np.cumsum(np.r_[0, rng.integers(16, 257, 8) * 4096])  # 64 KiB to 1 MiB each, contiguous
+    spans = spans[spans <= len(shards[0][1]) // 4096 * 4096]
+    long_off, long_len = spans[:-1], np.diff(spans)
+    short_off = rng.integers(0, len(shards[1][1]) // 4096, 40) * 4096
+    file = np.r_[np.zeros(len(long_off), np.int64), np.ones(40, np.int64)]
+    order = rng.permutation(len(file))
+    batch = ReadBatch.packed(file[order], np.r_[long_off, short_off][order],
+                             np.r_[long_len, np.full(40, 4096)][order])
+    with IOStack([p for p, _ in shards], backend=backend, queue_depth=6) as s:
+        got = s.wait(s.submit(batch, aligned_buffer(batch.dest_size))).dest
+        assert np.array_equal(got, _expected(shards, batch))
+        assert s.stats.requests == len(file) and s.stats.read_amplification == 1.0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_many_batches_in_flight_reaped_out_of_order(shards, backend):
     rng = np.random.default_rng(2)
     with IOStack([p for p, _ in shards], backend=backend, queue_depth=8) as s:
