@@ -999,10 +999,10 @@ def feed_rate(a, ds_dir: Path, layout: Path, bound: int | None, common: list[str
                 # the disk's rate drifts by 10% and more within a minute on these VMs: its replay goes right after
                 # the run it replays (and before the next round, which reads the same: its seeds fix them)
                 depth = int(m.get("config", {}).get("queue_depth") or depth)
-                after = replay_limit([rank_trace(traces, r) for r in range(a.nproc)], depth)
+                logs = [rank_trace(traces, r) for r in range(a.nproc)]
+                after = replay_limit(logs, depth)
                 held = reader_depth(m)
-                in_flight = (replay_limit([rank_trace(traces, r) for r in range(a.nproc)], held, "fio_replay_in_flight")
-                             if held and held != depth else None)
+                in_flight = replay_limit(logs, held, "fio_replay_in_flight") if held and held != depth else None
                 keep_traces(traces, kept, command, depth, a.nproc)
                 rounds.append(Round(m["ssd_MB_per_s"] * 1e6, m["ssd_MB_per_s_steady"] * 1e6, before, after,
                                     in_flight, held or 0))
