@@ -356,13 +356,14 @@ class DiskTier(Tier):
         n, rb = ids.shape[0], self.layout_rows.row_bytes
         p = _Part(ids, None, seg)
         offsets = int(self.segments.offset[seg]) + np.arange(n, dtype=np.int64) * rb
+        pack_file = np.full(n, len(self.paths) - 1, np.int32)
+        p.ref = _JobRef(None, Job(pack_file, offsets, self._segment_shape, dest=dest, span=True), 1)
+        self.reader.submit(p.ref.job)
+        # counted once the read is asked for: the count looks up every row's bin, scattered over the index
         self._rows_by_bin += np.bincount(self.layout_rows.bin[ids], minlength=self._rows_by_bin.shape[0])
         self.packed += n
         self.segment_batches += 1
         self.whole_batches += 1
-        pack_file = np.full(n, len(self.paths) - 1, np.int32)
-        p.ref = _JobRef(None, Job(pack_file, offsets, self._segment_shape, dest=dest, span=True), 1)
-        self.reader.submit(p.ref.job)
         return p
 
     def complete_whole(self, p: _Part, count: bool) -> None:
