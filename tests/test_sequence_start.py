@@ -110,3 +110,33 @@ def test_a_batch_without_exchange_rounds_is_handed_out_before_the_next_is_comple
         got_first.set()
     assert out == list(range(BATCHES))
     assert held == [True], "batch 0 was held back until batch 1 was complete"
+
+
+def test_the_sampler_waits_for_the_first_batch_to_be_submitted_before_it_samples_more(runtime_dataset):
+    """At a sequence's start the disk has nothing to read: the gather thread and the reader get the cores, so
+    the sampler samples nothing beyond the first batch until that batch is submitted (its reads asked for)."""
+    from moment.workload.sampler import NeighborSampler
+
+    graph, labels = _graph(runtime_dataset)
+    log: list[str] = []
+    two = threading.Event()
+
+    class Counted(NeighborSampler):
+        def sample(self, seeds):
+            log.append("x")
+            if log.count("x") >= 2:
+                two.set()
+            return super().sample(seeds)
+
+    class Slow(Recording):
+        def submit(self, ids, tag=None):
+            if tag[1] == 0:  # a sampler that went on would have sampled the next batch by now
+                log.append(f"waited {two.wait(0.5)}")
+            return super().submit(ids, tag)
+
+    src = Slow(InMemoryFeatures(runtime_dataset.file("features")))
+    src.log = log
+    out = [p.index for p in Pipeline(graph, [5, 3], src, labels, torch.device("cpu"), sampler=Counted)
+           .run(_seeds(), (1, 0, 0))]
+    assert out == list(range(BATCHES))
+    assert log[:3] == ["x", "waited False", "s0"] and log.count("x") == BATCHES

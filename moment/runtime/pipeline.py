@@ -319,10 +319,23 @@ class Pipeline:
                     continue
             return _DONE
 
+        # the sequence's first batch submitted (its reads asked for): until then the sampler samples nothing beyond
+        # the first batch it hands over, so the gather thread and the reader have the cores to themselves at a
+        # sequence's start, where the disk has nothing else to read (the batches sampled ahead go out first)
+        first_out = threading.Event()
+
+        def held() -> bool:
+            while not first_out.wait(0.1):
+                if stop.is_set():
+                    return False
+            return True
+
         def sampler_loop() -> None:
             try:
                 sampler = self.samplers.take(self.graph, self.fanouts)
                 for i in range(start, len(batches)):
+                    if i > start and i not in early and not held():
+                        break
                     if not put(q_sampled, (i, self._early_or_sample(early, sampler, batches, key, i))):
                         break
                 else:
@@ -344,6 +357,7 @@ class Pipeline:
                         break
                     i, mb = item
                     pending.append((i, mb, self._submit(mb, (tuple(key), i))))
+                    first_out.set()
                     while len(pending) > ahead_after(ahead, first, done):
                         if not put(q_ready, self._complete(*pending.popleft())):
                             break
