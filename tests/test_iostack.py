@@ -694,3 +694,12 @@ def test_the_row_copy_bench_prints_its_ratios():
     assert r.returncode == 0, r.stderr
     ratios = [float(line.split(":")[1]) for line in r.stdout.splitlines() if "ratio_" in line]
     assert len(ratios) == 6 and all(x > 0 for x in ratios), r.stdout
+
+
+def test_the_segment_plan_bench_plans_the_same_both_ways_and_prints_its_ratio():
+    r = subprocess.run([sys.executable, str(REPO / "bench" / "segment_plan.py"), "--rows", "5001", "--rounds", "5"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = dict(line.split(": ", 1) for line in r.stdout.splitlines()[1:])
+    assert got["same_plan"] == "True" and float(got["plan_ratio"].split()[0]) > 0, r.stdout
+    assert "5001 rows" in r.stdout and "read straight in" in r.stdout
