@@ -373,8 +373,9 @@ class Reader:
         """Per run: whether its bytes are exactly its rows, at consecutive rows of `dest` in file order, so it
         can be read straight into `dest` (no staging, no copy): the run holds nothing else, its rows are
         adjacent in the file and in `dest`, and its place in `dest` is aligned for a direct read. `spanned`: a
-        `span_plan`'s, whose rows are adjacent in both by construction, so no row is looked at (the per-row test
-        was 0.75 ms of the 1.6 a 75k-row segment took to plan, the disk idle meanwhile at an epoch's start)."""
+        `span_plan`'s, whose rows are adjacent in both by construction, so no row is looked at (a 75k-row segment
+        planned in 0.40 ms against 1.29-1.32 with the per-row test, bench/segment_plan.py; at an epoch's start the
+        disk waits for that plan)."""
         rb, n = self.row_bytes, len(plan)
         counts = np.diff(run_rows)
         base = dest.ctypes.data
