@@ -140,3 +140,26 @@ def test_the_sampler_waits_for_the_first_batch_to_be_submitted_before_it_samples
            .run(_seeds(), (1, 0, 0))]
     assert out == list(range(BATCHES))
     assert log[:3] == ["x", "waited False", "s0"] and log.count("x") == BATCHES
+
+
+def test_a_first_submission_that_fails_ends_the_sequence_with_its_error_and_frees_the_held_sampler(runtime_dataset):
+    """The held sampler waits for a submission that never comes: the error reaches the consumer and every
+    thread of the sequence ends (the sampler given back, so the next sequence samples)."""
+    from moment.errors import MomentError
+
+    graph, labels = _graph(runtime_dataset)
+
+    class Refusing(Recording):
+        def submit(self, ids, tag=None):
+            if tag[1] == 0:
+                raise MomentError("the disk went away")
+            return super().submit(ids, tag)
+
+    pipe = Pipeline(graph, [5, 3], Refusing(InMemoryFeatures(runtime_dataset.file("features"))), labels,
+                    torch.device("cpu"))
+    before = threading.active_count()
+    with pytest.raises(MomentError, match="the disk went away"):
+        list(pipe.run(_seeds(), (1, 0, 0)))
+    assert threading.active_count() == before  # the held sampler and the gather thread are gone
+    assert pipe.samplers._idle is not None  # the sampler was given back: the next sequence reuses it
+    assert [p.index for p in pipe.run(_seeds()[:2], (1, 1, 0), start=1)] == [1]
