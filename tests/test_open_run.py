@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -120,6 +121,23 @@ def test_options_are_checked_and_named_as_keywords(runtime_layout):
             run.loader("tain")
         with pytest.raises(MomentError, match="follows a batch"):
             run.track(torch.tensor(0.0))
+
+
+def test_a_loaders_epoch_and_start_are_counts_and_a_start_past_the_end_is_refused(runtime_layout):
+    """A resumed epoch's `start` past its batches would read nothing, silently; -1, 1.5, '2' or True are no batch."""
+    with moment.open_run(runtime_layout, fanouts=[5], batch_size=64) as run:
+        n = len(run.loader("train", 0))
+        for bad in (-1, 1.5, "2", True):
+            with pytest.raises(MomentError, match=re.escape(f"start must be an integer >= 0 (the first batch to read), "
+                                                            f"got {bad!r}")):
+                run.loader("train", 0, start=bad)
+        for bad in (-1, 0.0, np.float64(1)):
+            with pytest.raises(MomentError, match="epoch must be an integer >= 0"):
+                run.loader("train", bad)
+        with pytest.raises(MomentError, match=rf"start={n + 1}: this rank's train loader of epoch 0 has {n} batches"):
+            run.loader("train", 0, start=n + 1)
+        assert [b.index for b in run.loader("train", np.int64(0), start=np.int64(n - 1))] == [n - 1]
+        assert len(run.loader("val", 0, start=len(run.loader("val", 0)))) == 0  # resumed at an epoch's end
 
 
 def test_a_loops_diverging_loss_stops_it_naming_its_optimizers_rate_when_told(runtime_layout):

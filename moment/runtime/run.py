@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import json
+import numbers
 import os
 import socket
 import sys
@@ -104,6 +105,11 @@ class Batch:
                    batch_size=mb.batch_size, num_sampled_nodes=mb.num_sampled_nodes,
                    num_sampled_edges=mb.num_sampled_edges, blocks=p.blocks, index=p.index, epoch=epoch,
                    edge_label_index=p.edge_label_index, edge_label=p.edge_label)
+
+
+def _count(v: Any) -> bool:
+    """Whether `v` is an integer >= 0: a Python or NumPy one (a step kept in an array), not a bool or a float."""
+    return isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_)) and v >= 0
 
 
 class Loader:
@@ -255,17 +261,24 @@ class Run:
         """This rank's batches of `split` ("train", "val" or "test") for `epoch`, pipelined. Train: the
         rank's equal share of the training nodes, reshuffled per epoch, dropout reseeded before each batch
         from (seed, epoch, rank, batch) so a resumed or re-run loop repeats it; `start`: the first batch
-        (a resumed epoch). Val and test: every rank's slice of the split, in order."""
+        (a resumed epoch; at most the loader's number of batches, which reads none). Val and test: every rank's slice of the split, in order."""
         if self._closed:
             raise MomentError("the run is closed: open a new one (moment.open_run) to read more batches")
         split = "val" if split == "valid" else split
         if split not in SPLITS:
             raise MomentError(f"no split {split!r}: a loader reads one of {', '.join(SPLITS)}")
-        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+        if not _count(epoch):
             raise MomentError(f"epoch must be an integer >= 0, got {epoch!r}")
+        if not _count(start):
+            raise MomentError(f"start must be an integer >= 0 (the first batch to read), got {start!r}")
+        epoch, start = int(epoch), int(start)
         if split == "train":
             self._past_pack(epoch)
-        return Loader(self, split, epoch, int(start))
+        loader = Loader(self, split, epoch, start)
+        if start > len(loader.seeds):  # a resumed epoch past its end would read nothing, silently
+            raise MomentError(f"start={start}: this rank's {split} loader of epoch {epoch} has "
+                              f"{len(loader.seeds)} batches", hint=f"give a start from 0 to {len(loader.seeds)}")
+        return loader
 
     def _past_pack(self, epoch: int) -> None:
         """Say it (once, on the first rank) when a loop of its own asks for an epoch its pack does not hold and the
