@@ -140,6 +140,22 @@ def test_a_loaders_epoch_and_start_are_counts_and_a_start_past_the_end_is_refuse
         assert len(run.loader("val", 0, start=len(run.loader("val", 0)))) == 0  # resumed at an epoch's end
 
 
+def test_track_takes_a_one_element_tensor_or_a_number_and_refuses_anything_else_at_once(runtime_layout):
+    """`run.track(loss.item())` is common; a per-sample loss left unreduced used to fail steps later, at the check's
+    stack of the losses, in torch's words."""
+    with moment.open_run(runtime_layout, fanouts=[5], batch_size=64, quiet=True) as run:
+        batches = iter(run.loader("train", 0))
+        next(batches)
+        for bad, says in ((torch.ones(2), r"one number: got a tensor of shape \(2,\)\n  hint: reduce it first"),
+                          ("1", "a tensor of one element or a number, not str"), (True, "not bool")):
+            with pytest.raises(MomentError, match=says):
+                run.track(bad)
+        for good in (1.5, np.float32(3.0), torch.tensor([2]), torch.tensor(0.5, dtype=torch.float16)):
+            run.track(good)
+        list(batches)
+        assert run.step == 4 and run.loss_curve == [1.5, 3.0, 2.0, 0.5]  # the refused ones are no step
+
+
 def test_a_loops_diverging_loss_stops_it_naming_its_optimizers_rate_when_told(runtime_layout):
     """A loop's own optimizer is not Moment's: the stop names no rate unless the loop sets `run.optimizer`."""
     losses = [1.5, 3e6, 2e7, 9e8, 5e9]

@@ -107,6 +107,22 @@ class Batch:
                    edge_label_index=p.edge_label_index, edge_label=p.edge_label)
 
 
+def _scalar_loss(loss: Any, device: torch.device) -> torch.Tensor:
+    """The step's loss as `track` keeps it: a one-element tensor, or a number (`loss.item()`, already on the host),
+    as a 0-d floating tensor on the batch's device; anything else is refused here, not as a mismatch of the
+    tensors stacked at the next check, steps later."""
+    if isinstance(loss, torch.Tensor):
+        if loss.numel() != 1:
+            raise MomentError(f"run.track(loss) takes the step's loss, one number: got a tensor of shape "
+                              f"{tuple(loss.shape)}", hint="reduce it first, e.g. run.track(loss.mean())")
+        loss = loss.detach().reshape(())
+        return loss if loss.is_floating_point() else loss.double()
+    if isinstance(loss, numbers.Real) and not isinstance(loss, (bool, np.bool_)):
+        return torch.tensor(float(loss), dtype=torch.float64, device=device)
+    raise MomentError(f"run.track(loss) takes the step's loss, a tensor of one element or a number, not "
+                      f"{type(loss).__name__}")
+
+
 def _count(v: Any) -> bool:
     """Whether `v` is an integer >= 0: a Python or NumPy one (a step kept in an array), not a bool or a float."""
     return isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_)) and v >= 0
@@ -302,7 +318,7 @@ class Run:
 
         return DDP(module, device_ids=self.dev.ddp_device_ids())
 
-    def track(self, loss: torch.Tensor) -> None:
+    def track(self, loss: torch.Tensor | float) -> None:
         """Record the loss of the step just taken on the last batch handed out: it joins `loss_curve` (the
         mean over ranks) and every rank stops at the first step whose loss is not finite on any rank,
         saying whether that batch's features were (a corrupt layout) or only the loss (a diverging model),
@@ -315,8 +331,9 @@ class Run:
         b = self._current
         if b is None:
             raise MomentError("run.track(loss) follows a batch of a train loader: no batch was handed out yet")
+        loss = _scalar_loss(loss, b.x.device)
         self.step += 1
-        self._steps.record(loss.detach(), b.x, self.step, b.epoch, b.index)
+        self._steps.record(loss, b.x, self.step, b.epoch, b.index)
         if self._steps.due:
             self.sync_losses()
 
