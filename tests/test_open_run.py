@@ -140,7 +140,7 @@ def test_a_loaders_epoch_and_start_are_counts_and_a_start_past_the_end_is_refuse
         assert len(run.loader("val", 0, start=len(run.loader("val", 0)))) == 0  # resumed at an epoch's end
 
 
-def test_track_takes_a_one_element_tensor_or_a_number_and_refuses_anything_else_at_once(runtime_layout):
+def test_track_takes_a_one_element_tensor_or_a_number_ddp_a_module_and_both_refuse_anything_else_at_once(runtime_layout):
     """`run.track(loss.item())` is common; a per-sample loss left unreduced used to fail steps later, at the check's
     stack of the losses, in torch's words."""
     with moment.open_run(runtime_layout, fanouts=[5], batch_size=64, quiet=True) as run:
@@ -150,6 +150,8 @@ def test_track_takes_a_one_element_tensor_or_a_number_and_refuses_anything_else_
                           ("1", "a tensor of one element or a number, not str"), (True, "not bool")):
             with pytest.raises(MomentError, match=says):
                 run.track(bad)
+        with pytest.raises(MomentError, match="run.ddp.module. takes a torch.nn.Module, not function"):
+            run.ddp(lambda x: x)
         for good in (1.5, np.float32(3.0), torch.tensor([2]), torch.tensor(0.5, dtype=torch.float16)):
             run.track(good)
         list(batches)

@@ -312,6 +312,8 @@ class Run:
     def ddp(self, module: torch.nn.Module) -> torch.nn.Module:
         """`module` on the rank's device, wrapped in DistributedDataParallel when the run has several ranks (on
         CUDA given the rank's device): gradients averaged over the ranks, rank 0's weights broadcast first."""
+        if not isinstance(module, torch.nn.Module):
+            raise MomentError(f"run.ddp(module) takes a torch.nn.Module, not {type(module).__name__}")
         module = module.to(self.device)
         if not self.ctx.backend:
             return module
