@@ -15,7 +15,7 @@ import pytest
 
 from moment.errors import MomentError
 from moment.workload.import_npy import import_npy
-from moment.workload.importers import EdgePolicy
+from moment.workload.importers import EdgePolicy, import_notices
 
 ROOT = Path(__file__).resolve().parents[1]
 N, D = 30, 4
@@ -65,6 +65,21 @@ def test_both_layouts_ids_and_masks(tmp_path: Path) -> None:
     assert c.num_nodes == N + 5 and c.manifest.source["split"] == "random" and c.manifest.source["generated_labels"]
 
 
+def test_a_negative_or_nan_label_is_an_unlabelled_node_in_no_split_and_counted(tmp_path: Path) -> None:
+    ints, floats = LABELS.copy(), LABELS.astype(np.float64)
+    ints[[3, 7]] = [-1, -3]
+    floats[[3, 7]] = [np.nan, -2.0]
+    f = save(tmp_path, e=EDGES.T.copy(), yi=ints, yf=floats)
+    for name in ("yi", "yf"):
+        ds = import_npy(tmp_path / name, edge_index=f["e"], y=f[name])
+        assert ds.labels[3] == ds.labels[7] == -1 and ds.manifest.source["unlabelled_nodes"] == 2
+        assert not {3, 7} & set(np.concatenate([ds.train_idx, ds.val_idx, ds.test_idx]).tolist())
+        assert "2 nodes have no label (a negative label or NaN in the input): they are in no split" in \
+            import_notices(ds.manifest.source)
+    whole = import_npy(tmp_path / "whole", edge_index=f["e"])
+    assert "unlabelled_nodes" not in whole.manifest.source  # said only where there are some
+
+
 def test_bad_arrays_name_the_file(tmp_path: Path) -> None:
     f = save(tmp_path, e=EDGES.T.copy(), x=FEAT, y=LABELS, ids=np.arange(5), fe=EDGES.T.astype(float),
              e3=np.zeros((3, 7), np.int64), xs=np.array([["a"] * D] * N), y3=np.zeros((N, 3), np.int64),
@@ -97,6 +112,9 @@ def test_bad_arrays_name_the_file(tmp_path: Path) -> None:
     bad("missing features file", "nothing", x=tmp_path / "nothing.npy")
     (tmp_path / "corrupt.npy").write_bytes(b"\x93NUMPY garbage")
     bad("not a readable .npy file", "corrupt", x=tmp_path / "corrupt.npy")
+    (tmp_path / "text.npy").write_text("0,1\n1,2\n")  # numpy would call it pickled data
+    bad(r"not a .npy file: it does not begin with NumPy's header \(its first bytes: b'0,1\\n1,'\)", "text",
+        edge_index=tmp_path / "text.npy")
     with pytest.raises(MomentError, match="missing --val-idx, --test-idx"):
         import_npy(tmp_path / "out", edge_index=f["e"], train_idx=f["ids"])
 

@@ -201,7 +201,7 @@ def test_edgelist_errors(tmp_path: Path) -> None:
     with pytest.raises(MomentError, match="missing edge list"):
         import_edgelist(tmp_path / "none.txt", tmp_path / "out")
     (tmp_path / "bad.npy").write_text("not numpy")
-    with pytest.raises(MomentError, match="not a readable .npy") as e:
+    with pytest.raises(MomentError, match="not a .npy file: it does not begin with NumPy.s header") as e:
         import_edgelist(f, tmp_path / "out", features=tmp_path / "bad.npy")
     assert "bad.npy" in str(e.value)
     assert not (tmp_path / "out").exists()

@@ -340,7 +340,9 @@ def _finish(
     w.write_array("labels", labels, label_dtype(k))
     for name, idx in zip(SPLITS, splits):
         w.write_array(f"{name}_idx", idx)
-    return w.commit(num_classes=k, source=source | edges.as_source(policy))
+    unlabelled = int(np.count_nonzero(labels < 0))  # a negative label or NaN in the input (`_labels_to_int`)
+    return w.commit(num_classes=k, source=source | edges.as_source(policy) |
+                    ({"unlabelled_nodes": unlabelled} if unlabelled else {}))
 
 
 def import_notices(source: dict[str, Any]) -> list[str]:
@@ -354,6 +356,9 @@ def import_notices(source: dict[str, Any]) -> list[str]:
         out.append("the input has no labels: seeded random labels were generated")
     if source.get("split") == "random":
         out.append("no split came with the input: a seeded random train/val/test split was drawn")
+    if n := source.get("unlabelled_nodes"):
+        out.append(f"{n:,} node{'s have' if n > 1 else ' has'} no label (a negative label or NaN in the input): "
+                   f"{'they are' if n > 1 else 'it is'} in no split")
     for key, what, flag in (("duplicate_edges_dropped", "duplicate edges", "--duplicates keep"),
                             ("self_loops_dropped", "self-loops", "--self-loops keep")):
         if source.get(key):
