@@ -83,6 +83,9 @@ class Reporter:
     def summary(self, m: dict[str, Any]) -> None:
         if not self.enabled:
             return
+        if self._bar is not None:  # its last state stays above the summary, not drawn again below it
+            self._bar.stop()
+            self._bar = None
         st = m["stage_seconds"]
         stages = "  ".join(f"{k} {v:.2f}s" for k, v in st.items())
         tiers = "  ".join(f"{k} {v / 1e6:,.1f} MB" for k, v in m["tier_bytes"].items() if v)
