@@ -181,6 +181,8 @@ CASES = [
          gone=("data/np", "data/.np.tmp-*")),
     Case("moment data import npy --out data/np --edge-index e.npy --x x-short.npy", "x-short.npy",
          gone=("data/np", "data/.np.tmp-*")),
+    Case("moment data import npy --out data/np --edge-index edges.txt", "edges.txt: not a .npy file",
+         gone=("data/np", "data/.np.tmp-*")),  # a text edge list given as an array: not called pickled data
     Case(f"{TRAIN} --model mymodels:wrong", "--model mymodels:wrong"),
     Case(f"{TRAIN} --model mymodels:boom", "no GPU here"),
     Case(f"{TRAIN} --model nosuchpkg.models:make", "nosuchpkg"),
