@@ -116,6 +116,8 @@ def test_options_are_checked_and_named_as_keywords(runtime_layout):
         moment.open_run(runtime_layout, fanout=[10])
     with pytest.raises(MomentError, match=r"batch_size=0"):
         moment.open_run(runtime_layout, batch_size=0)
+    with pytest.raises(MomentError, match=r"fanouts=\[\]: give one fan-out per layer"):
+        moment.open_run(runtime_layout, fanouts=[])  # not the default's [25, 10], silently
     with moment.open_run(runtime_layout, fanouts=[5]) as run:
         with pytest.raises(MomentError, match="no split 'tain'"):
             run.loader("tain")

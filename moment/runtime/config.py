@@ -428,6 +428,10 @@ def _option_error(err: ValidationError, keywords: bool = False) -> MomentError:
 def make_config(*, keywords: bool = False, **values: Any) -> TrainConfig:
     """TrainConfig(**values), with refused values as one MomentError naming each flag (`keywords`: each keyword
     argument) and its range."""
+    if keywords and isinstance(values.get("fanouts"), list | tuple) and not values["fanouts"]:
+        # a config keeps [] for "not given" (the default's); a caller that gives [] means none, which is no model
+        raise MomentError("fanouts=[]: give one fan-out per layer (e.g. [25, 10]), or leave fanouts out for the "
+                          "default", hint=KEYWORDS_HINT)
     try:
         return TrainConfig(**values)
     except ValidationError as e:
