@@ -4,6 +4,7 @@ too large to sample, refused beyond any graph's bound, and said once."""
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import numpy as np
@@ -15,6 +16,7 @@ from moment.runtime import sizing
 from moment.runtime.config import FANOUT_LIMIT, TrainConfig, effective_fanouts, make_config, parse_args
 from moment.workload import sampler as sampler_mod
 from moment.workload.sampler import CSRGraph, NeighborSampler, SeedBatches
+from moment.workload.spec import parse_fanouts
 
 
 def _graph(n: int = 300, seed: int = 0) -> CSRGraph:
@@ -157,3 +159,16 @@ def runtime_layout_dataset(layout):
     from moment.workload.graph import GraphDataset
 
     return GraphDataset.open(dataset_dir(TrainConfig(layout=layout), Layout.open(layout)))
+
+
+@pytest.mark.parametrize("text, why", [("5,,5", "one is empty (between two commas, or before the first)"),
+                                       (",5", "one is empty"), ("25,x", "each must be an integer")])
+def test_a_fanout_left_out_between_commas_is_refused_by_every_command_not_dropped(text, why) -> None:
+    """`5,,5` (likely `5,10,5` mistyped) was read as 5,5: a model a layer shallower than asked for, silently."""
+    with pytest.raises(MomentError, match=re.escape(f"--fanouts: fan-outs must be integers like 25,10, got {text!r}: "
+                                                    f"{why}")):
+        parse_args(["--fanouts", text], check=False)
+    with pytest.raises(MomentError, match=re.escape(f"--fanouts must be comma-separated integers like 25,10 (got "
+                                                    f"{text!r}: {why}")):
+        parse_fanouts(text)
+    assert parse_fanouts("25, 10,") == parse_args(["--fanouts", "25, 10,"], check=False).fanouts == [25, 10]

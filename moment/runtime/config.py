@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from moment.errors import MomentError
 from moment.workload.seeds import SEED_LIMIT
-from moment.workload.spec import FANOUTS_HELP, default_batch_size
+from moment.workload.spec import FANOUTS_HELP, default_batch_size, split_fanouts
 
 # Imports inside functions: parsing options loads no I/O engine, budget or torch: `moment train --help` and
 # the dry run start fast.
@@ -54,9 +54,9 @@ class Flag:
 
 def _fanouts(text: str) -> list[int]:
     try:
-        out = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"fan-outs must be integers like 25,10, got {text!r}") from None
+        out = split_fanouts(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"fan-outs must be integers like 25,10, got {text!r}: {e}") from None
     if not out:
         raise argparse.ArgumentTypeError(f"fan-outs must be positive integers, got {text!r}")
     return out

@@ -25,12 +25,27 @@ DEFAULT_FANOUTS = (25, 10)
 FANOUTS_HELP = "neighbours sampled per hop, the seeds' own hop first (25,10: 25 of each seed, 10 of each of those)"
 
 
+def split_fanouts(text: str) -> list[int]:
+    """--fanouts' spelling, `25,10`, as integers (their range is each caller's); ValueError saying why not. One
+    left out between commas (`5,,5`, likely `5,10,5` mistyped) is refused, not dropped: it would change the model's
+    depth; a trailing comma is not a fan-out left out."""
+    parts = text.replace(" ", "").removesuffix(",").split(",")
+    if parts == [""]:
+        return []
+    if "" in parts:
+        raise ValueError("one is empty (between two commas, or before the first)")
+    try:
+        return [int(x) for x in parts]
+    except ValueError:
+        raise ValueError("each must be an integer") from None
+
+
 def parse_fanouts(text: str) -> list[int]:
     """--fanouts' spelling, `25,10`, as the fan-outs (a bad one: one line naming the flag)."""
     try:
-        f = [int(x) for x in text.replace(" ", "").split(",") if x]
-    except ValueError:
-        raise MomentError(f"--fanouts must be comma-separated integers like 25,10 (got {text!r})") from None
+        f = split_fanouts(text)
+    except ValueError as e:
+        raise MomentError(f"--fanouts must be comma-separated integers like 25,10 (got {text!r}: {e})") from None
     if not f or any(x <= 0 for x in f):
         raise MomentError(f"--fanouts must be positive integers like 25,10 (got {text!r})")
     return f
