@@ -118,6 +118,8 @@ def test_options_are_checked_and_named_as_keywords(runtime_layout):
         moment.open_run(runtime_layout, batch_size=0)
     with pytest.raises(MomentError, match=r"fanouts=\[\]: give one fan-out per layer"):
         moment.open_run(runtime_layout, fanouts=[])  # not the default's [25, 10], silently
+    with pytest.raises(MomentError, match=r"--memory-budget lots: .*\n  hint: open_run takes .* as keywords"):
+        moment.open_run(runtime_layout, memory_budget="lots")  # a joint check's flag, and how a keyword maps to it
     with moment.open_run(runtime_layout, fanouts=[5]) as run:
         with pytest.raises(MomentError, match="no split 'tain'"):
             run.loader("tain")

@@ -427,15 +427,22 @@ def _option_error(err: ValidationError, keywords: bool = False) -> MomentError:
 
 def make_config(*, keywords: bool = False, **values: Any) -> TrainConfig:
     """TrainConfig(**values), with refused values as one MomentError naming each flag (`keywords`: each keyword
-    argument) and its range."""
+    argument, and the joint checks run too, their flags' mapping to keywords in the hint) and its range."""
     if keywords and isinstance(values.get("fanouts"), list | tuple) and not values["fanouts"]:
         # a config keeps [] for "not given" (the default's); a caller that gives [] means none, which is no model
         raise MomentError("fanouts=[]: give one fan-out per layer (e.g. [25, 10]), or leave fanouts out for the "
                           "default", hint=KEYWORDS_HINT)
     try:
-        return TrainConfig(**values)
+        cfg = TrainConfig(**values)
+        if keywords:  # (a caller of its own: the run's start checks it again, at no cost)
+            cfg.check()
+        return cfg
     except ValidationError as e:
         raise _option_error(e, keywords) from None
+    except MomentError as e:  # the options' joint checks spell them as flags: say how a keyword maps to one
+        if not keywords or e.hint is not None:
+            raise
+        raise MomentError(str(e), hint=KEYWORDS_HINT, field=e.field) from None
 
 
 def _value_type(annotation: Any) -> tuple[Any, list | None]:
