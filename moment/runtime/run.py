@@ -277,7 +277,8 @@ class Run:
         """This rank's batches of `split` ("train", "val" or "test") for `epoch`, pipelined. Train: the
         rank's equal share of the training nodes, reshuffled per epoch, dropout reseeded before each batch
         from (seed, epoch, rank, batch) so a resumed or re-run loop repeats it; `start`: the first batch
-        (a resumed epoch; at most the loader's number of batches, which reads none). Val and test: every rank's slice of the split, in order."""
+        (a resumed epoch; at most the epoch's number of batches, which reads none). Val and test: every rank's
+        slice of the split, in order."""
         if self._closed:
             raise MomentError("the run is closed: open a new one (moment.open_run) to read more batches")
         split = "val" if split == "valid" else split
