@@ -6,7 +6,9 @@
 uneven: rank 1 breaks out of its train loader after one batch and makes 2 feature-store lookups where rank 0
 makes 5; every row either reads is checked against the dataset. vanish: rank 1 exits after its first batch
 without closing the run; rank 0 records the error it gets. own-group: as uneven, in a process group the
-script made itself, which must outlive the run. Each rank writes OUT/rank<R>.json, or for several scenarios
+script made itself, which must outlive the run. untracked: a model in `run.ddp` trained on both ranks, its loss
+tracked on rank 0 alone (as logging code does); each rank records the error it gets at the first check. Each rank
+writes OUT/rank<R>.json, or for several scenarios
 in one launch (run one after the other in the same ranks: one torch start-up), OUT/<SCENARIO>/rank<R>.json.
 """
 
@@ -39,6 +41,8 @@ def main(scenario: str, layout: str, out: Path) -> int:
         want = torch.from_numpy(np.asarray(feats[ids.numpy()]))
         seen["bad_rows"] += int((x.cpu() != want).any(dim=1).sum())
 
+    if scenario == "untracked":
+        return untracked(run, out)
     try:
         for batch in run.loader("train", 0):
             check(batch.n_id, batch.x)
@@ -65,6 +69,27 @@ def main(scenario: str, layout: str, out: Path) -> int:
         seen["error"] = str(e)
         run.abandon()
     (out / f"rank{rank}.json").write_text(json.dumps(seen))
+    return 0
+
+
+def untracked(run: moment.Run, out: Path) -> int:
+    model = run.ddp(torch.nn.Linear(run.feature_dim, run.num_classes))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    seen = {"rank": run.rank, "steps": 0}
+    try:
+        for batch in run.loader("train", 0):
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(batch.x.float())[: batch.batch_size], batch.y)
+            loss.backward()
+            opt.step()
+            seen["steps"] += 1
+            if run.rank == 0:
+                run.track(loss)
+        run.close()
+    except MomentError as e:
+        seen["error"] = str(e)
+        run.abandon()
+    (out / f"rank{run.rank}.json").write_text(json.dumps(seen))
     return 0
 
 

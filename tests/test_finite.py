@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from moment.errors import MomentError
 from moment.runtime import finite
 from moment.runtime.finite import BAD_FEATURES, DIVERGED, FINE, BadStep, StepLog, first_bad, step_code
 
@@ -70,6 +71,35 @@ def test_a_check_is_one_reduction_of_the_losses_and_every_ranks_codes(monkeypatc
     assert losses == [2.0, 1.0, 6.0] and bad == BadStep(2, 0, 1, (1,), False)
     assert len(sent) == 1 and sent[0].shape == (3 + 2 * 3,)  # one reduction: 3 losses, 2 ranks x 3 codes
     assert len(ranks[0]) == 0 and ranks[0].check(all_reduce) == ([], None)  # nothing since: no collective
+
+
+def test_in_lockstep_a_check_agrees_on_the_counts_first_and_a_rank_that_tracked_fewer_is_one_error():
+    """Ranks stepping a DDP module together check at the loader's batches whatever each tracked: the counts go first
+    (the larger of k and of -k), so a rank that tracked nothing (logging code's `if rank == 0`) makes every rank
+    raise the same error, and none sends the losses' reduction, whose sizes would differ."""
+    log = StepLog(0, 2)
+    log.record(torch.tensor(1.0), torch.ones(2, 2), 1, 0, 0)
+    sent = []
+
+    def all_reduce(t: torch.Tensor, op: str = "sum") -> torch.Tensor:
+        sent.append((tuple(t.shape), op))
+        if op == "max":  # the other rank tracked `theirs`
+            return torch.maximum(t, torch.tensor([theirs, -theirs], dtype=t.dtype))
+        return t + t  # the other rank's losses and codes as this one's
+
+    theirs = 0
+    with pytest.raises(MomentError, match=r"run.track was called for 0 steps on one rank and 1 on another since the "
+                                          r"last check: .*\n  hint: call run.track\(loss\) after every optimizer step"):
+        log.check(all_reduce, agree=True)
+    assert sent == [((2,), "max")]
+    sent.clear()
+    theirs = 1
+    losses, bad = log.check(all_reduce, agree=True)
+    assert losses == [1.0] and bad is None and sent == [((2,), "max"), ((1 + 2 * 1,), "sum")]
+    sent.clear()
+    theirs = 0
+    assert log.check(all_reduce, agree=True) == ([], None) and sent == [((2,), "max")]  # nothing since: counts only
+    assert finite.check_due(31) and finite.check_due(63) and not finite.check_due(0) and not finite.check_due(32)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the sync debug mode)")

@@ -258,9 +258,15 @@ def test_a_rank_that_stops_early_or_looks_up_less_still_serves_the_others(runtim
     serves rank 0 to its end (every row exact), and close() waits for every rank. In a process group the script
     made (own-group) the run uses it and leaves it to the script. One launch runs both, own-group first (its
     script makes the group before anything of Moment's loads, as a fresh script does), then uneven (the run
-    makes its own group): one torch start-up instead of two."""
+    makes its own group): one torch start-up instead of two. Then, in the same ranks, a loop that steps a model in
+    DDP on both but tracks its loss on rank 0 alone: the first check is one MomentError on both ranks naming it,
+    not gloo's abort on a collective the other rank never joined."""
     scenarios = ["own-group", "uneven"]
-    torchrun([",".join(scenarios), str(runtime_layout), str(tmp_path)], script=REPO / "tests" / "open_run_ranks.py")
+    torchrun([",".join([*scenarios, "untracked"]), str(runtime_layout), str(tmp_path)],
+             script=REPO / "tests" / "open_run_ranks.py")
+    for r in range(2):
+        got = json.loads((tmp_path / "untracked" / f"rank{r}.json").read_text())
+        assert got["steps"] >= 1 and "run.track was called for 0 steps on one rank and " in got.get("error", ""), got
     for scenario in scenarios:
         r0, r1 = (json.loads((tmp_path / scenario / f"rank{r}.json").read_text()) for r in range(2))
         assert r0["batches"] > 1 and r1["batches"] == 1, scenario

@@ -8,6 +8,13 @@ at the end of an epoch, one all-reduce (the loss curve's, which the run does any
 and every rank's codes: every rank then knows the first bad step and stops there together, with one
 message. Training runs on at most `CHECK_EVERY - 1` steps past a bad one, and nothing after it is saved.
 
+Once the ranks step together (their module in DDP), the checks come every `CHECK_EVERY` batches of the train
+loader rather than of each rank's tracked steps, and each first agrees on every rank's count (a tiny all-reduce):
+a loop that tracks on rank 0 alone (as logging code does) is one message on every rank, where checks counted by
+each rank's own steps issued collectives the others never joined (gloo aborts on that; NCCL waits for ever).
+Ranks that may leave a loader at different batches (no DDP: lookups, inference) keep the checks at their own
+steps, with no collective where no rank tracked anything, so a rank that left early is never waited for.
+
 A finite loss can diverge too (`--lr 1e6`: 1.5, then 1e14, 1e13, ... to the end): after a check every rank
 holds the same mean-loss curve, so the rule `divergence_at` applied to it stops every rank at the same step with
 no collective of its own.
@@ -20,8 +27,17 @@ from dataclasses import dataclass
 
 import torch
 
-#: steps between checks of the losses (each: one all-reduce and one host sync)
+from moment.errors import MomentError
+
+#: steps (or, in lockstep, a train loader's batches) between checks of the losses (each: one all-reduce, two
+#: in lockstep, and one host sync)
 CHECK_EVERY = 32
+
+
+def check_due(batch: int) -> bool:
+    """In lockstep: whether the losses are checked once the loop is done with a train loader's batch `batch` (its
+    index in the epoch, the same on every rank)."""
+    return (batch + 1) % CHECK_EVERY == 0
 
 FINE, DIVERGED, BAD_FEATURES = 0, 1, 2
 
@@ -115,12 +131,20 @@ class StepLog:
         self._codes.append(step_code(loss.detach(), x))
         self._where.append((step, epoch, batch))
 
-    def check(self, all_reduce: Callable[[torch.Tensor], torch.Tensor], curve: Sequence[float] = ()
+    def check(self, all_reduce: Callable[..., torch.Tensor], curve: Sequence[float] = (), *, agree: bool = False
               ) -> tuple[list[float], BadStep | Divergence | None]:
         """One all-reduce (collective: every rank calls it after the same steps): the mean loss of each step
         over the ranks, and the first step to stop at: a bad step of any rank, or where the mean losses
-        diverged after the run's `curve` so far (None: neither)."""
+        diverged after the run's `curve` so far (None: neither). `agree` (lockstep: every rank calls it at the
+        same batch, whatever it tracked): the ranks' counts first (`all_reduce(t, "max")`), unequal ones a
+        MomentError on every rank."""
         k = len(self)
+        if agree:
+            most, fewest = (int(v) for v in all_reduce(torch.tensor([k, -k], dtype=torch.float64), "max").tolist())
+            if most != -fewest:
+                raise MomentError(f"run.track was called for {-fewest} steps on one rank and {most} on another since "
+                                  "the last check: every rank tracks each step it takes",
+                                  hint="call run.track(loss) after every optimizer step, on every rank")
         if not k:
             return [], None
         mine = torch.stack(self._losses).to(torch.float64)

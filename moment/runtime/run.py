@@ -38,7 +38,7 @@ from moment.placement.opened import Layout
 from moment.runtime.budget import under_torchrun
 from moment.runtime.config import TrainConfig, effective_fanouts, make_config
 from moment.runtime.dist import AgreedError, DistContext, setup
-from moment.runtime.finite import DIVERGE_FACTOR, DIVERGE_STEPS, BadStep, Divergence, StepLog
+from moment.runtime.finite import DIVERGE_FACTOR, DIVERGE_STEPS, BadStep, Divergence, StepLog, check_due
 from moment.runtime.heap import HeapKeeper, keep_freed_memory, return_freed_memory
 from moment.runtime.link_task import sampler_for, train_seeds
 from moment.runtime.loader import LoaderPipeline, fork_hang_note
@@ -229,6 +229,9 @@ class Run:
         self.labels = torch.from_numpy(np.array(ds.labels))
         self.loss_curve: list[float] = []  # mean loss over ranks, per step (`track`), synced
         self._steps = StepLog(ctx.rank, ctx.world_size)  # losses and their finiteness since the last check
+        # a module in DDP over several ranks: the ranks step together, so the losses are checked at the loader's
+        # batches, each check first agreeing on every rank's count (`ddp`, `_batches`); else at tracked steps
+        self._lockstep = False
         self.step = 0  # steps tracked (a resumed run starts from its checkpoint's)
         self.saved_step: int | None = None  # the last checkpoint's step (its caller's: named when a loss is bad)
         self.optimizer: torch.optim.Optimizer | None = None  # the loop's, when it says (a stop names its rate)
@@ -318,7 +321,7 @@ class Run:
         module = module.to(self.device)
         if not self.ctx.backend:
             return module
-
+        self._lockstep = True
         return DDP(module, device_ids=self.dev.ddp_device_ids())
 
     def track(self, loss: torch.Tensor | float) -> None:
@@ -327,7 +330,9 @@ class Run:
         saying whether that batch's features were (a corrupt layout) or only the loss (a diverging model),
         or where the finite mean loss diverged (moment.runtime.finite.divergence_at; set `run.optimizer` and
         the message names its learning rate). No host sync per step: checked every few steps, collectively
-        (every rank tracks every step)."""
+        (every rank tracks every step; once the model is in `ddp` over several ranks, a rank that tracked fewer
+        steps than another is one error on every rank at the next check, where it otherwise leaves the others in
+        a collective it never joins)."""
         if self.cfg.data_only:
             raise MomentError("run.track(loss): this run was opened with data_only=True, which trains no model",
                               hint="open it without data_only to train")
@@ -337,12 +342,12 @@ class Run:
         loss = _scalar_loss(loss, b.x.device)
         self.step += 1
         self._steps.record(loss, b.x, self.step, b.epoch, b.index)
-        if self._steps.due:
+        if not self._lockstep and self._steps.due:
             self.sync_losses()
 
     def sync_losses(self) -> None:
         """Check the steps tracked since the last check (collective); the train loader does at its end."""
-        losses, bad = self._steps.check(self.ctx.all_reduce, self.loss_curve)
+        losses, bad = self._steps.check(self.ctx.all_reduce, self.loss_curve, agree=self._lockstep)
         if bad is not None:
             self._stop_at(bad)
         self.loss_curve += losses
@@ -512,6 +517,8 @@ class Run:
                 torch.manual_seed(mix(cfg.seed, e, rank, item.index, DROPOUT_TAG))
                 self._current = batch
             yield batch
+            if train and self._lockstep and check_due(item.index):  # the same batch on every rank, tracked or not
+                self.sync_losses()
         if train:
             self.sync_losses()
             if self.cfg.data_only:  # no losses to sum: the ranks wait for each other where training's sum holds
