@@ -39,6 +39,7 @@ def check_due(batch: int) -> bool:
     index in the epoch, the same on every rank)."""
     return (batch + 1) % CHECK_EVERY == 0
 
+
 FINE, DIVERGED, BAD_FEATURES = 0, 1, 2
 
 #: Divergence: DIVERGE_STEPS steps in a row whose mean loss is over DIVERGE_FACTOR times the run's reference
