@@ -41,30 +41,31 @@ def main(scenario: str, layout: str, out: Path) -> int:
         want = torch.from_numpy(np.asarray(feats[ids.numpy()]))
         seen["bad_rows"] += int((x.cpu() != want).any(dim=1).sum())
 
-    if scenario == "untracked":
-        return untracked(run, out)
     try:
-        for batch in run.loader("train", 0):
-            check(batch.n_id, batch.x)
-            seen["batches"] += 1
-            if rank == 1:
-                if scenario == "vanish":
-                    os._exit(0)  # no close: the other rank must hear it as Moment's error, not gloo's
-                break
-        for batch in run.loader("val", 0):
-            check(batch.n_id, batch.x)
-        store = run.feature_store
-        g = torch.Generator().manual_seed(rank)
-        for _ in range(5 if rank == 0 else 2):
-            ids = torch.randint(0, run.num_nodes, (300,), generator=g)
-            check(ids, store["node", "x", ids])
-        seen["summary"] = run.close()
-        if scenario == "own-group":
-            import torch.distributed as dist
+        if scenario == "untracked":
+            untracked(run, seen)
+        else:
+            for batch in run.loader("train", 0):
+                check(batch.n_id, batch.x)
+                seen["batches"] += 1
+                if rank == 1:
+                    if scenario == "vanish":
+                        os._exit(0)  # no close: the other rank must hear it as Moment's error, not gloo's
+                    break
+            for batch in run.loader("val", 0):
+                check(batch.n_id, batch.x)
+            store = run.feature_store
+            g = torch.Generator().manual_seed(rank)
+            for _ in range(5 if rank == 0 else 2):
+                ids = torch.randint(0, run.num_nodes, (300,), generator=g)
+                check(ids, store["node", "x", ids])
+            seen["summary"] = run.close()
+            if scenario == "own-group":
+                import torch.distributed as dist
 
-            seen["group_alive"] = dist.is_initialized()
-            dist.barrier()
-            dist.destroy_process_group()
+                seen["group_alive"] = dist.is_initialized()
+                dist.barrier()
+                dist.destroy_process_group()
     except MomentError as e:
         seen["error"] = str(e)
         run.abandon()
@@ -72,25 +73,20 @@ def main(scenario: str, layout: str, out: Path) -> int:
     return 0
 
 
-def untracked(run: moment.Run, out: Path) -> int:
+def untracked(run: moment.Run, seen: dict) -> None:
+    """A model in DDP stepped on both ranks, its loss tracked on rank 0 alone; ends with the run closed."""
     model = run.ddp(torch.nn.Linear(run.feature_dim, run.num_classes))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    seen = {"rank": run.rank, "steps": 0}
-    try:
-        for batch in run.loader("train", 0):
-            opt.zero_grad()
-            loss = torch.nn.functional.cross_entropy(model(batch.x.float())[: batch.batch_size], batch.y)
-            loss.backward()
-            opt.step()
-            seen["steps"] += 1
-            if run.rank == 0:
-                run.track(loss)
-        run.close()
-    except MomentError as e:
-        seen["error"] = str(e)
-        run.abandon()
-    (out / f"rank{run.rank}.json").write_text(json.dumps(seen))
-    return 0
+    seen["steps"] = 0
+    for batch in run.loader("train", 0):
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(batch.x.float())[: batch.batch_size], batch.y)
+        loss.backward()
+        opt.step()
+        seen["steps"] += 1
+        if run.rank == 0:
+            run.track(loss)
+    run.close()
 
 
 if __name__ == "__main__":

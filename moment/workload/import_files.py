@@ -33,12 +33,13 @@ def need(path: Path, what: str) -> Path:
 def load_npy(path: Path, what: str) -> np.ndarray:
     """A `.npy` array memory-mapped read-only (never read whole here), pickled objects refused."""
     need(path, what)
+    magic = np.lib.format.MAGIC_PREFIX
     try:
         with open(path, "rb") as f:
-            head = f.read(6)
+            head = f.read(len(magic))
     except OSError as e:
         raise MomentError(f"cannot read it: {e.strerror}", source=str(path)) from None
-    if head != b"\x93NUMPY":  # np.load takes any other file for a pickle, and says so: not what a text file is
+    if head != magic:  # np.load takes any other file for a pickle, and says so: not what a text file is
         raise MomentError(f"not a .npy file: it does not begin with NumPy's header (its first bytes: {head!r})",
                           source=str(path), hint="save the array with numpy.save")
     try:

@@ -639,7 +639,7 @@ def import_edgelist(
 
 
 #: the first bytes of binary files people give `import edgelist`, and the importer each should go to
-BINARY_MAGIC = ((b"\x93NUMPY", "a NumPy .npy file", "moment data import npy --edge-index {path}"),
+BINARY_MAGIC = ((np.lib.format.MAGIC_PREFIX, "a NumPy .npy file", "moment data import npy --edge-index {path}"),
                 (b"PK\x03\x04", "a zip archive (a torch.save file, or an .npz)",
                  "moment data import pyg {path} (for a torch.save of a PyG Data)"),
                 (b"\x80", "a Python pickle (an old torch.save file)", "moment data import pyg {path}"))
