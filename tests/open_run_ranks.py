@@ -9,7 +9,8 @@ without closing the run; rank 0 records the error it gets. own-group: as uneven,
 script made itself, which must outlive the run. untracked: a model in `run.ddp` trained on both ranks, its loss
 tracked on rank 0 alone (as logging code does); each rank records the error it gets at the first check. Each rank
 writes OUT/rank<R>.json, or for several scenarios
-in one launch (run one after the other in the same ranks: one torch start-up), OUT/<SCENARIO>/rank<R>.json.
+in one launch (run one after the other in the same ranks: one torch start-up; rank 1 opens each run after the
+first a second late), OUT/<SCENARIO>/rank<R>.json.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -91,7 +93,9 @@ def untracked(run: moment.Run, seen: dict) -> None:
 
 if __name__ == "__main__":
     scenarios = sys.argv[1].split(",")
-    for name in scenarios:
+    for i, name in enumerate(scenarios):
+        if i and os.environ.get("RANK") == "1":
+            time.sleep(1)  # rank 0 opens its next run first: it must not find rank 1's address in the closed group's keys
         where = Path(sys.argv[3]) / name if len(scenarios) > 1 else Path(sys.argv[3])
         where.mkdir(exist_ok=True)
         main(name, sys.argv[2], where)

@@ -260,7 +260,8 @@ def test_a_rank_that_stops_early_or_looks_up_less_still_serves_the_others(runtim
     script makes the group before anything of Moment's loads, as a fresh script does), then uneven (the run
     makes its own group): one torch start-up instead of two. Then, in the same ranks, a loop that steps a model in
     DDP on both but tracks its loss on rank 0 alone: the first check is one MomentError on both ranks naming it,
-    not gloo's abort on a collective the other rank never joined."""
+    not gloo's abort on a collective the other rank never joined. Rank 1 opens each run after the first a second
+    late: rank 0 meets it in the new group, not at the closed one's address (it waited in gloo's connect for ever)."""
     scenarios = ["own-group", "uneven"]
     torchrun([",".join([*scenarios, "untracked"]), str(runtime_layout), str(tmp_path)],
              script=REPO / "tests" / "open_run_ranks.py")

@@ -10,6 +10,7 @@ WORLD_SIZE, or 1) the run is a plain single process and every collective is a no
 from __future__ import annotations
 
 import datetime
+import itertools
 import os
 import socket
 import time
@@ -143,12 +144,20 @@ class DistContext:
             dist.destroy_process_group()
 
 
+_GROUPS_MADE = itertools.count()  # this process's groups made by `setup`: the n-th on every rank meets as the n-th
+
+
 def _attempt_store(rank: int, world: int) -> dist.Store:
-    """torchrun's store (MASTER_ADDR/PORT from the environment), namespaced by restart attempt.
+    """torchrun's store (MASTER_ADDR/PORT from the environment), namespaced by restart attempt and by group.
 
     Why not plain env://: after a `--max-restarts` restart the agent's store still holds the previous
     attempt's gloo addresses under the same keys, and a fast new rank connects to a dead peer
-    (observed with torch 2.13 + gloo). A per-attempt prefix keeps attempts apart. Where the agents do not
+    (observed with torch 2.13 + gloo). A per-attempt prefix keeps attempts apart. So does the group's
+    number within the process: a script that opens a second run after closing the first makes a second
+    group in the same attempt, torch numbers it as the first (destroy_process_group resets its count),
+    and a rank reading the other's address before that rank rewrote it waited in gloo's connect for ever
+    (1 launch in ~30 of tests/open_run_ranks.py's three runs). Every rank opens its runs in the same
+    order (each open is collective), so the numbers agree. Where the agents do not
     share their store (`moment train --nnodes`: TORCH_DISABLE_SHARE_RDZV_TCP_STORE, see
     moment.runtime.rendezvous), rank 0 hosts a new one for each round and no prefix is needed: the
     agents' attempt counts differ there (a restart caused by another machine is not counted).
@@ -162,7 +171,7 @@ def _attempt_store(rank: int, world: int) -> dist.Store:
     store = dist.TCPStore(host, port, world, is_master=(rank == 0 and not agent),
                           timeout=datetime.timedelta(minutes=10), wait_for_workers=False)
     attempt = env.get("TORCHELASTIC_RESTART_COUNT", "0") if agent else "new"
-    return dist.PrefixStore(f"moment/attempt_{attempt}", store)
+    return dist.PrefixStore(f"moment/attempt_{attempt}/group_{next(_GROUPS_MADE)}", store)
 
 
 def _machine_rank(store: dist.Store, rank: int, world: int, facts: RankFacts) -> int:

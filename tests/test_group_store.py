@@ -1,0 +1,60 @@
+"""Where a rank's process group meets the others: torchrun's store, under keys of its own attempt and group.
+
+gloo's ranks find each other by addresses written to the store under keys torch names by the group's number,
+which destroy_process_group resets: a second group in the same process (a script's second `open_run`) or
+attempt (after a restart) must not read the previous one's addresses, which name closed ports."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch.distributed as dist
+
+from moment.runtime import dist as mdist
+
+KEY = "0//cpu//0/1"  # where torch's first group keeps rank 1's gloo address
+
+
+@pytest.fixture
+def store(monkeypatch):
+    shared = dist.HashStore()  # the agent's store, as every rank of the machine sees it
+    monkeypatch.setattr(mdist.dist, "TCPStore", lambda *a, **k: shared)
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29500")
+    monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "True")
+    monkeypatch.delenv("TORCHELASTIC_RESTART_COUNT", raising=False)
+    return shared
+
+
+def _rank_process(monkeypatch) -> None:
+    """Another rank's process: its own count of groups made, from none."""
+    monkeypatch.setattr(mdist, "_GROUPS_MADE", itertools.count())
+
+
+def test_a_second_group_in_the_same_process_does_not_read_the_firsts_addresses(store, monkeypatch):
+    _rank_process(monkeypatch)
+    first = mdist._attempt_store(1, 2)
+    first.set(KEY, b"127.0.0.1:40717")  # rank 1's address in the first run, closed with it
+    second = mdist._attempt_store(1, 2)
+    assert first.check([KEY]) and not second.check([KEY])
+    # rank 0's process, opening its runs in the same order, meets rank 1 under the same keys each time
+    _rank_process(monkeypatch)
+    assert mdist._attempt_store(0, 2).get(KEY) == b"127.0.0.1:40717"
+    peer_second = mdist._attempt_store(0, 2)
+    second.set(KEY, b"127.0.0.1:45893")
+    assert peer_second.get(KEY) == b"127.0.0.1:45893"
+
+
+def test_a_restart_does_not_read_the_previous_attempts_addresses(store, monkeypatch):
+    _rank_process(monkeypatch)
+    mdist._attempt_store(1, 2).set(KEY, b"127.0.0.1:40717")
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
+    _rank_process(monkeypatch)  # a restart is a new process
+    assert not mdist._attempt_store(0, 2).check([KEY])
+
+
+def test_without_torchruns_address_the_rank_is_told_to_launch_with_it(monkeypatch):
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    with pytest.raises(mdist.MomentError, match="WORLD_SIZE=2 but MASTER_ADDR is not set: launch with torchrun"):
+        mdist._attempt_store(0, 2)
