@@ -10,7 +10,8 @@ member of its own (a machine of one rank): it asks nothing, serves nothing, and 
 
 Each member's rows are a function of (member, key), so the asker knows what every owner must send. The
 scenarios: uneven counts both ways (and a member asking itself), a member that asks nothing while the
-other asks many, and members with different numbers of batches (the shorter finishes and serves on).
+other asks many, members with different numbers of batches (the shorter finishes and serves on), and a round
+of one exchange on one member while the other runs another's.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from moment.errors import MomentError
 from moment.runtime import exchange
 from moment.runtime.exchange import ACTIVE, SERVING, ExchangeGroup, RowExchange, into, nothing
 
@@ -113,6 +115,12 @@ def main() -> int:
     report["uneven_batches"] = {"rounds": ex.rounds - rounds_before}
     report.update(rounds=ex.rounds, chunks=ex.chunks, served_rows=ex.served_rows, peak_bytes=ex.peak_bytes,
                   round_bytes=RowExchange.round_bytes(10_000, int(np.prod(ROW)) * 4, world))
+    # a round of one exchange on rank 0 and of another on rank 1: one MomentError on both, no key served
+    other = RowExchange(group, "peer" if rank == 0 else "remote")
+    try:
+        other.round([rng.integers(0, TIER, 3)] * world, serve, nothing)
+    except MomentError as e:
+        report["mixed"] = {"error": str(e), "served": other.served_rows}
     (out / f"rank{rank}.json").write_text(json.dumps(report))
     group.release()
     dist.destroy_process_group()

@@ -7,7 +7,9 @@ uneven: rank 1 breaks out of its train loader after one batch and makes 2 featur
 makes 5; every row either reads is checked against the dataset. vanish: rank 1 exits after its first batch
 without closing the run; rank 0 records the error it gets. own-group: as uneven, in a process group the
 script made itself, which must outlive the run. untracked: a model in `run.ddp` trained on both ranks, its loss
-tracked on rank 0 alone (as logging code does); each rank records the error it gets at the first check. Each rank
+tracked on rank 0 alone (as logging code does); each rank records the error it gets at the first check.
+evaluate-alone: both ranks train an epoch, then rank 0 alone evaluates and looks rows up while rank 1 waits at a
+barrier (PyG's `if rank == 0: test()`); the other GPU's rows come from rank 0's own tiers. Each rank
 writes OUT/rank<R>.json, or for several scenarios
 in one launch (run one after the other in the same ranks: one torch start-up; rank 1 opens each run after the
 first a second late), OUT/<SCENARIO>/rank<R>.json.
@@ -46,6 +48,8 @@ def main(scenario: str, layout: str, out: Path) -> int:
     try:
         if scenario == "untracked":
             untracked(run, seen)
+        elif scenario == "evaluate-alone":
+            evaluate_alone(run, seen, check)
         else:
             for batch in run.loader("train", 0):
                 check(batch.n_id, batch.x)
@@ -73,6 +77,27 @@ def main(scenario: str, layout: str, out: Path) -> int:
         run.abandon()
     (out / f"rank{rank}.json").write_text(json.dumps(seen))
     return 0
+
+
+def evaluate_alone(run: moment.Run, seen: dict, check) -> None:
+    """Both ranks train an epoch; rank 0 alone evaluates (the val loader, then lookups) while rank 1 waits at a
+    barrier, as PyG's multi-GPU examples do; then both close."""
+    import torch.distributed as dist
+
+    for batch in run.loader("train", 0):
+        check(batch.n_id, batch.x)
+        seen["batches"] += 1
+    if run.rank == 0:
+        before = run.summary()["tier_rows"]
+        for batch in run.loader("val", 0):
+            check(batch.n_id, batch.x)
+            seen["val_batches"] = seen.get("val_batches", 0) + 1
+        ids = torch.arange(run.num_nodes)
+        check(ids, run.feature_store["node", "x", ids])
+        after = run.summary()["tier_rows"]
+        seen["alone_rows"] = {t: after[t] - before[t] for t in after}
+    dist.barrier()
+    seen["summary"] = run.close()
 
 
 def untracked(run: moment.Run, seen: dict) -> None:

@@ -37,6 +37,7 @@ from moment.runtime.peers import PeerTier, gather_peer_map
 from moment.runtime.store import Collectives, RankPlace, StoreInfo, StoreOptions, open_tiers
 from moment.runtime.tier import LayoutRows, Tier
 from moment.workload.sampler import CSRGraph
+from moment.workload.seeds import sampling_key
 
 
 COMMON = 5  # batches every rank has in the first sequence; 4 in the pipelined one
@@ -49,11 +50,17 @@ def batches_of(rank: int, n: int) -> list[np.ndarray]:
     return [rng.permutation(n)[:900] for _ in range(3)] + [np.arange(n), rng.integers(0, n, 700)] + extra
 
 
+def train_tag(rank: int, i: int) -> tuple:
+    """Batch i of a training epoch's: every rank takes those in step, so they join the peers' rounds."""
+    return sampling_key(7, 0, rank), i
+
+
 def gather_all(store: Tier, want, seen: dict, step) -> None:
     """Submit ahead and complete in order, as the pipeline does; check each batch; finish the sequence."""
     pend = []
-    for i, b in enumerate(batches_of(store.find(DiskTier).rank, store.num_nodes)):
-        pend.append((i, b, store.submit(b)))
+    rank = store.find(DiskTier).rank
+    for i, b in enumerate(batches_of(rank, store.num_nodes)):
+        pend.append((i, b, store.submit(b, train_tag(rank, i))))
         if len(pend) > store.lookahead:
             _check(store, *pend.pop(0), want, seen, step)
     for i, b, p in pend:
@@ -113,11 +120,21 @@ def peer_alone(layout: Path, where: RankPlace, group, want, step) -> dict:
         k = min(held.rows, peer.rows)
         ids = np.arange(rows.num_nodes)
         ids = ids[peer.peers.lookup(rows.bin[ids], rows.slot[ids])[0]][:k]
-        if not torch.equal(peer.complete(peer.submit(ids)).cpu(), want(ids)):
+        if not torch.equal(peer.complete(peer.submit(ids, train_tag(where.rank, 0))).cpu(), want(ids)):
             raise SystemExit("a row served by the peer tier differs from the layout's")
         full = peer.exchange.peak_bytes
         seen = {"peer_rows_checked": k}
         gather_all(peer, want, seen, step)
+        # rank 0 alone looks the same rows up and evaluates a batch of them while rank 1 waits at a barrier (PyG's
+        # `if rank == 0: test()`): they are read from the layout, in no round, so rank 0 gets to the barrier too
+        if where.rank == 0:
+            before = peer.tier_stats()["rows"]
+            for tag in (None, (sampling_key(7, 0, 0, "val"), 0)):
+                if not torch.equal(peer.complete(peer.submit(ids, tag)).cpu(), want(ids)):
+                    raise SystemExit("a row of a peer's bin read alone differs from the layout's")
+            after = peer.tier_stats()["rows"]
+            seen["alone"] = {t: after[t] - before[t] for t in ("peer", "ssd")}
+        step()
         return {"tiers": peer.tier_stats()["rows"], "chain": [t.name for t in peer.chain()], **seen,
                 "full_round": full, "full_round_stated": RowExchange.round_bytes(k, rows.row_bytes, group.size),
                 "exchange_peak": peer.exchange.peak_bytes, "memory": peer.memory(),

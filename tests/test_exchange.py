@@ -147,8 +147,8 @@ def _members(tmp_path: Path, world: int, chunk: int, backend: str = "gloo") -> l
 @pytest.mark.parametrize("backend", ["gloo", pytest.param("nccl", marks=pytest.mark.skipif(
     torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs (the exchange on NCCL between two ranks)"))])
 def test_two_members_exchange_in_chunks_bit_exact(tmp_path, backend, chunk=4):
-    """Uneven counts, a member asking itself, one asking nothing, nobody asking, different numbers of batches:
-    every row checked by the members (tests/exchange_ranks.py), chunks of `chunk` rows; gloo on CPU, NCCL on
+    """Uneven counts, a member asking itself, one asking nothing, nobody asking, different numbers of batches,
+    two exchanges' rounds at once: every row checked by the members (tests/exchange_ranks.py), chunks of `chunk` rows; gloo on CPU, NCCL on
     two GPUs (where they exist)."""
     r = _members(tmp_path, 2, chunk, backend)
     assert r[0]["chunk_rows"] == chunk
@@ -166,6 +166,11 @@ def test_two_members_exchange_in_chunks_bit_exact(tmp_path, backend, chunk=4):
     # one chunk's keys and rows, asked and served: within what the exchange states for any round
     assert all(0 < x["peak_bytes"] <= x["round_bytes"] == 2 * chunk * (60 + 8) for x in r)
     assert [x["nothing"]["chunks"] for x in r] == [0, 0]  # nobody asked: the counts alone, on both
+    # rank 0 in a round of one exchange, rank 1 of another: both stop at its counts, naming it, nothing served
+    for rank, x in enumerate(r):
+        name = ("peer", "remote")[rank]
+        assert f"rank {rank} ran a round of the {name} exchange and rank {1 - rank} a round of another" in \
+            x["mixed"]["error"] and x["mixed"]["served"] == 0, x
 
 
 @pytest.mark.slow

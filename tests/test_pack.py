@@ -21,7 +21,7 @@ from moment.placement.pack import (SPLIT_CODES, Segments, cached_set_bytes, load
 from moment.placement.requests import cached_rows
 from moment.runtime.disk_tier import DiskTier
 from moment.runtime.store import RankPlace, StoreOptions, open_tiers
-from moment.workload.seeds import SPLIT_TAGS
+from moment.workload.seeds import SPLIT_TAGS, sampling_key
 from moment.workload import trace as trace_mod
 from moment.workload.trace import sample_eval_trace, sample_trace
 
@@ -823,9 +823,21 @@ def test_a_batch_read_whole_runs_each_exchange_round_a_batch_asking_nothing_runs
     out = torch.zeros(4, 8, dtype=torch.uint8)
     none = np.zeros(0, np.int64)
     asked = chain.fetches(_Part(none, none, none, _Part(none, none, none, None)), out)
-    whole = chain.fetches_of_none(out)
+    whole = chain.fetches_of_none(out, None)
     assert [f.tier for f in whole] == [f.tier for f in asked] == [chain, chain.next]
     assert all([w.size for w in f.want] == [0, 0, 0] and f.sink is not None for f in whole)
+    # an exchange whose rows the tiers below hold too (the peers'): only a training batch, which every rank takes
+    # in step, joins its rounds; an evaluation batch or a lookup (one rank's alone) runs the other exchange's only
+    chain.below_holds = True
+    train, val = (sampling_key(1, 0, 0), 3), (sampling_key(1, 0, 0, "val"), 3)
+    assert [f.tier for f in chain.fetches_of_none(out, train)] == [chain, chain.next]
+    assert [f.tier for f in chain.idle_fetches()] == [chain, chain.next]
+    for tag in (val, None):
+        assert [f.tier for f in chain.fetches_of_none(out, tag)] == [chain.next], tag
+        assert not chain.joins(tag) and chain.next.joins(tag), tag
+        part = _Part(none, none, none, _Part(none, none, none, None), rounds=False)  # what `take` gives it
+        assert [f.tier for f in chain.fetches(part, out)] == [chain.next], tag
+    assert [f.tier for f in chain.idle_fetches(in_step=False)] == [chain.next]
 
 
 def test_batches_read_whole_stay_within_the_reads_budget(whole):

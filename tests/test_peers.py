@@ -67,6 +67,11 @@ def _check(reports: list[dict]) -> None:
         # within what the exchange states for the memory budget
         solo = rep["peer_alone"]
         assert solo["chain"] == ["peer", "ssd"] and solo["tiers"]["peer"] == solo["peer_rows_checked"] > 0, solo
+        # rank 0's lookup and evaluation batch alone (rank 1 at a barrier): the peers' rows read from the layout
+        if rank == 0:
+            assert solo["alone"]["peer"] == 0 and solo["alone"]["ssd"] > 0, solo
+        else:
+            assert "alone" not in solo, solo
         # a round of k peer rows each way, in chunks that split the k evenly: within the stated size, and
         # near it (a chunk holds more than half of the chunk the statement charges)
         assert solo["full_round_stated"] // 2 < solo["full_round"] <= solo["full_round_stated"], solo

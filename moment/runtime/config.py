@@ -193,8 +193,8 @@ class TrainConfig(BaseModel):
         "largest merged SSD read (default: 128 KiB for rows, 1 MiB for block)", metavar="BYTES")] = None
     peer_tier: Annotated[Literal["auto", "on", "off"], Flag(
         "the rows of other local GPUs' cache bins: copied from those GPUs' memory (on: the peer tier, a "
-        "collective exchange per batch, NCCL on GPUs, gloo on CPU runs) or read from the rank's own CPU cache "
-        "and the layout's files (off); auto: on CUDA, off on CPU")] = "auto"
+        "collective exchange per training batch, NCCL on GPUs, gloo on CPU runs; evaluation reads them as off "
+        "does) or read from the rank's own CPU cache and the layout's files (off); auto: on CUDA, off on CPU")] = "auto"
     direct: Annotated[bool, Flag("read shards through the page cache", name="--buffered",
                                  action="store_false")] = True
     verify: Annotated[bool, Flag("check shard chunk checksums on first use", action="store_true")] = False

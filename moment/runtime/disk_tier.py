@@ -34,13 +34,13 @@ from moment.placement.pack import EVAL_SPLITS, cached_mask, open_pack, pack_path
 from moment.placement.reader import shard_path
 from moment.runtime.gather import BufferPool, Job, Reader
 from moment.runtime.run_plan import TierPlan
+from moment.runtime.sources import in_step
 from moment.runtime.tier import LayoutRows, Tier
-from moment.workload.seeds import SPLIT_TAGS
+from moment.workload.seeds import split_of
 
 # a batch reads its segment whole when the segment holds at most this much more than it asks, or when reading it
 # whole costs the disk at most this much more than the general path's reads of the rows it asks (`_whole_pays`)
 SEGMENT_SLACK = 1 / 4
-_EVAL_BY_TAG = {SPLIT_TAGS[s]: s for s in EVAL_SPLITS}  # an evaluation batch's key tag -> its split
 
 
 class _JobRef:
@@ -64,6 +64,7 @@ class _Part:
     segment: int | None  # the pack segment prepared for this batch
     row: np.ndarray | None = None  # row of each id in its job's destination
     ref: _JobRef | None = None  # its job, once issued
+    stepped: bool = True  # a training batch's (sources.in_step)
 
 
 def _check_chunks(path: Path, s: Shard, chunks: np.ndarray | None = None) -> None:
@@ -95,7 +96,10 @@ class DiskTier(Tier):
         #: the hottest rows this rank's caches hold, all of them (`open_cpu_tier`): the `--cached` of a pack for this
         #: run (None: not known, no pack or a cache whose contents change)
         self.pack_fit: int | None = None
-        self.left_out = 0  # rows the pack took as cached, read from the layout: this run's caches do not hold them
+        # rows the pack took as cached, read from the layout for training batches: this run's caches do not hold
+        # them. Not an evaluation batch's: those read the peers' bins themselves (sources.in_step), which no
+        # --cached fits
+        self.left_out = 0
         if t.shape == "packed":
             self.pack, self.segments = open_pack(self.path, self.manifest, layout.pack, world_size=world_size,
                                                  rank=rank, hashes=self.verify)
@@ -191,7 +195,7 @@ class DiskTier(Tier):
     # ------------------------------------------------------------------ the chain's calls
 
     def take(self, ids: np.ndarray, pos: np.ndarray | None, tag: tuple | None) -> _Part:
-        p = _Part(ids, pos, self._segment(tag))
+        p = _Part(ids, pos, self._segment(tag), stepped=in_step(tag))
         self._open.append(p)
         if len(self._open) >= self.superbatch or (p.segment is not None and self._reader_idle()):
             self.flush()
@@ -213,8 +217,8 @@ class DiskTier(Tier):
         if self.segments is None or tag is None:
             return None
         key, i = tag
-        split = "train" if len(key) == 3 else _EVAL_BY_TAG.get(key[3]) if len(key) == 4 else None
-        if split is None or key[0] != self._pack_seed or key[2] != self.rank:
+        split = split_of(key)
+        if split not in ("train", *EVAL_SPLITS) or key[0] != self._pack_seed or key[2] != self.rank:
             return None  # another sampling key, or a split no pack holds: read from the layout
         return self.segments.find(int(key[1]), int(i), split)
 
@@ -317,7 +321,7 @@ class DiskTier(Tier):
         rb = self.layout_rows.row_bytes
         for p, (out, keep, rows) in zip(grp, found, strict=True):
             extra = p.ids[out]
-            self.left_out += int(extra.shape[0])
+            self.left_out += int(extra.shape[0]) if p.stepped else 0
             placed = place(*self.layout_rows.locate(extra))
             k, base = self.segments.rows_in(p.segment), extra.shape[0]
             if keep is None:

@@ -15,11 +15,12 @@ all_to_all with zero counts moves nothing between them).
 
 One round (every rank of the group takes part, in the same order on every rank):
 
-1. counts: each rank sends one row to every rank: how many keys it asks of each, and its state (ACTIVE:
+1. counts: each rank sends one row to every rank: how many keys it asks of each, its state (ACTIVE:
    the round is one of its batches'; SERVING: its sequence is over, it serves the others'; LEFT: it takes
-   no more batches at all, `Run.close`) (`all_to_all_single` of that row, so every rank learns the whole
-   matrix: all know whether any row moves this round, whether anyone still runs or stays, and how many
-   chunks it takes);
+   no more batches at all, `Run.close`) and which exchange the round is of (`all_to_all_single` of that
+   row, so every rank learns the whole matrix: all know whether any row moves this round, whether anyone
+   still runs or stays, and how many chunks it takes; and all stop at once, with one MomentError, where
+   ranks are in rounds of different exchanges, whose keys would be served as the other's);
 2. then, chunk by chunk (`chunks`: every rank derives the same number from the matrix, so all issue the
    same collectives): the keys each rank asks of each other in this chunk (`all_to_all_single`), then
    the rows each owner serves for them from its own rows (`serve`, called per chunk) sent back
@@ -46,6 +47,7 @@ even when their numbers of batches differ (evaluation can give one rank a batch 
 from __future__ import annotations
 
 import math
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -54,6 +56,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from moment.errors import MomentError
 from moment.io.device import index_rows
 from moment.runtime import footprint
 from moment.runtime.footprint import CHUNK_BYTES, exchange_round_bytes
@@ -228,8 +231,9 @@ class RowExchange:
     """Rounds of the exchange among `group`'s members. It moves rows and holds none between rounds: each
     round is given what this rank serves (`serve`) and where the rows it asked for go (`sink`)."""
 
-    def __init__(self, group: ExchangeGroup):
-        self.group = group
+    def __init__(self, group: ExchangeGroup, name: str = "rows"):
+        self.group, self.name = group, name
+        self._id = zlib.crc32(name.encode()) & 0x7FFFFFFF  # what the counts' row says the round is of
         self.rounds = 0
         self.chunks = 0  # chunks moved, all rounds together (each: two all_to_all_single)
         self.served_rows = 0  # rows this rank sent to others
@@ -265,11 +269,16 @@ class RowExchange:
         n, me, dev = g.everyone, g.rank, g.device
         asks_row = np.zeros(n, np.int64)
         asks_row[list(g.ranks)] = [len(w) for w in want]
-        row = np.append(asks_row, int(state))
-        counts = torch.empty(n * (n + 1), dtype=torch.int64, device=dev)
+        row = np.append(asks_row, [int(state), self._id])
+        counts = torch.empty(n * (n + 2), dtype=torch.int64, device=dev)
         pg = g.pg()
         dist.all_to_all_single(counts, torch.from_numpy(np.tile(row, n)).to(dev), group=pg)
-        matrix = counts.view(n, n + 1).cpu().numpy()  # matrix[i, j]: keys rank i asks of rank j
+        matrix = counts.view(n, n + 2).cpu().numpy()  # matrix[i, j]: keys rank i asks of rank j
+        if (other := np.flatnonzero(matrix[:, n + 1] != self._id)).size:
+            raise MomentError(f"rank {me} ran a round of the {self.name} exchange and rank {int(other[0])} a round "
+                              "of another at the same time: every rank iterates each loader that exchanges rows "
+                              "(on a split layout, the evaluation loaders and lookups too) in the same order",
+                              hint="docs/your-model-loop-data.md says which loaders one rank may iterate alone")
         self.rounds += 1
         asks, running, staying = matrix[:, :n], bool((matrix[:, n] == ACTIVE).any()), bool(matrix[:, n].any())
         total = chunks(asks, chunk_rows(self._row_bytes(serve), g.size)) if asks.any() else 0

@@ -64,6 +64,7 @@ class PeerTier(ExchangeTier):
     fetches their rows (and serves this rank's own tier, `own`, to the others)."""
 
     name = "peer"
+    below_holds = True  # the layout's files hold every GPU bin's rows: a batch not taken in step reads them there
 
     def __init__(self, rows: LayoutRows, next: Tier, device: torch.device | str, group: ExchangeGroup,
                  peers: PeerMap, own: torch.Tensor):

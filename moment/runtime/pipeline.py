@@ -41,7 +41,7 @@ from moment.caching.tiers import SAMPLED_AHEAD, ahead_after
 from moment.io.device import DeviceLayer
 from moment.runtime.footprint import held_batches
 from moment.runtime.sampler_pool import SamplerPool
-from moment.runtime.sources import FeatureSource, Staged
+from moment.runtime.sources import FeatureSource, Staged, in_step
 from moment.runtime.threads import start_thread
 from moment.workload.sampler import CSRGraph, MiniBatch, NeighborSampler
 from moment.workload.seeds import mix
@@ -174,7 +174,7 @@ class Pipeline:
         early = self._claim(batches, key)
         local = (self._threaded(batches, key, start, early) if self.pipelined
                  else self._serial(batches, key, start, early))
-        it = self._exchanged(local)
+        it = self._exchanged(local, in_step((tuple(key), start)))
         try:
             for item in it:
                 now = time.perf_counter()
@@ -221,13 +221,14 @@ class Pipeline:
 
     # -- the training thread's exchange rounds
 
-    def _exchanged(self, local: Iterator[Prepared]) -> Iterator[Prepared]:
+    def _exchanged(self, local: Iterator[Prepared], stepped: bool) -> Iterator[Prepared]:
         """`local`'s batches with the rows other ranks serve: batch i is handed out once its rounds are
         finished and the next rounds started (batch i+1's, or after the last batch rounds that serve the
         others): one round ahead, in the same order on every rank, whatever their numbers of batches; a
-        rank's collectives all come from this thread. At the end, serve until every rank is done."""
+        rank's collectives all come from this thread. At the end, serve until every rank is done (in the rounds
+        of the exchanges this sequence's batches took part in: all where they are `stepped`, sources.in_step)."""
         ahead = next(local, None)
-        rounds = self._start(ahead)
+        rounds = self._start(ahead, stepped)
         failed = False
         try:
             while ahead is not None:
@@ -236,7 +237,7 @@ class Pipeline:
                 if item.staged is None:  # a chain without exchanging tiers: the step need not wait for the next
                     yield item           # batch (which, at an epoch's start, is still being read)
                 ahead = next(local, None)
-                rounds = self._start(ahead)
+                rounds = self._start(ahead, stepped)
                 if item.staged is not None:
                     yield item
         except GeneratorExit:  # the consumer stopped early (every rank alike, or DDP's own steps would not match)
@@ -247,12 +248,12 @@ class Pipeline:
         finally:
             if not failed:  # the round started ahead is finished, then the others are served until all are done
                 while self._finish(rounds, None):
-                    rounds = self._start(None)
+                    rounds = self._start(None, stepped)
 
-    def _start(self, item: Prepared | None) -> Staged | None:
-        """Start `item`'s rounds (None: the source's idle rounds), on the exchange stream after the batch's
-        rows were copied (CUDA)."""
-        rounds = item.staged if item is not None else self.source.idle()
+    def _start(self, item: Prepared | None, stepped: bool) -> Staged | None:
+        """Start `item`'s rounds (None: the source's idle rounds, of a `stepped` sequence or not), on the
+        exchange stream after the batch's rows were copied (CUDA)."""
+        rounds = item.staged if item is not None else self.source.idle(stepped)
         if rounds is None or not rounds.fetches:
             return rounds
         t = time.perf_counter()

@@ -8,9 +8,11 @@ does and reads every batch's rows through Moment's tiers:
 
 The feature store reads through the same `submit`/`complete` calls the training pipeline uses, so a PyG
 user's `store["node", "x", idx]` takes exactly the path a training batch takes (tiers, checksums, I/O
-shape). Under torchrun with the tiered store's peer tier, each lookup is a round of the ranks' collective
-exchange: every rank makes its lookups and then calls `source.finish()` (as the pipeline does after each
-epoch), or all make as many (a `multi_get_tensor` is one lookup).
+shape). Under torchrun a lookup reads the rows of the other GPUs' caches (the peer tier's) from this rank's
+own tiers, in no collective, so one rank may look up alone (PyG's examples test on rank 0). On a machine's
+part of a split layout, each lookup is a round of the machines' collective exchange: there every rank makes
+its lookups and then calls `source.finish()` (as the pipeline does after a training epoch), or all make as
+many (a `multi_get_tensor` is one lookup).
 
 Indices: PyG's own `TensorAttr.is_set` compares a field with `!=` against its "unset" marker, which a
 NumPy index answers elementwise, so `TensorAttr.is_fully_specified` fails ("the truth value of an array

@@ -53,7 +53,7 @@ from moment.runtime.sources import FeatureSource, InMemoryFeatures, MemmapFeatur
 from moment.runtime.store import StoreInfo, open_store
 from moment.workload.graph import CHECKED_ENV, GraphDataset
 from moment.workload.sampler import Block, CSRGraph, SeedBatches, eval_batches
-from moment.workload.seeds import SPLIT_TAGS, mix
+from moment.workload.seeds import mix, sampling_key
 
 # Imports inside functions: PyG's graph store loads only when a script asks for it.
 
@@ -504,7 +504,7 @@ class Run:
     def _batches(self, loader: Loader) -> Iterator[Batch]:
         cfg, rank, e = self.cfg, self.rank, loader.epoch
         train = loader.split == "train"
-        key = (cfg.seed, e, rank) if train else (cfg.seed, e, rank, SPLIT_TAGS[loader.split])
+        key = sampling_key(cfg.seed, e, rank, loader.split)
         t0, c0 = time.perf_counter(), time.process_time()
         if train:
             s0 = self.source.tier_stats()
@@ -533,7 +533,7 @@ class Run:
             # the next epoch's first batches, sampled as the validation pass ends (a loop of its own that gave no
             # `epochs` trains as many as it likes)
             if e + 1 < cfg.epochs or "epochs" not in cfg.model_fields_set:
-                self._pipe("train").prepare(self._split_batches("train", e + 1), (cfg.seed, e + 1, rank))
+                self._pipe("train").prepare(self._split_batches("train", e + 1), sampling_key(cfg.seed, e + 1, rank))
 
     def _check_machines(self) -> None:
         """Refuse, on every rank alike, machines that would not train one run (moment.runtime.rendezvous)."""

@@ -32,6 +32,17 @@ import torch
 from moment.errors import MomentError
 from moment.io.device import HostBatches
 from moment.io.rows import copy_rows
+from moment.workload.seeds import split_of
+
+
+def in_step(tag: tuple | None) -> bool:
+    """Whether the batch tagged `tag` ((sampling key, index); None: a lookup) is one every rank takes in step:
+    a training batch (every rank iterates its train loader alike, as DDP needs). Only those take part in the
+    rounds of an exchange whose rows this rank can read itself (the peer tier's: the layout's files hold the
+    other GPUs' bins too). Why: an evaluation batch or a lookup may be one rank's alone: PyG's multi-GPU
+    examples test on rank 0 and wait for it at a barrier, where the other rank cannot serve a round, and
+    rank 0 waited in its first for ever (on NCCL too)."""
+    return tag is not None and split_of(tag[0]) == "train"
 
 
 @dataclass
@@ -89,16 +100,19 @@ class FeatureSource(Protocol):
     def complete_local(self, pending: Any) -> Staged:
         """The batch's rows this rank holds; the exchange rounds are the caller's (`Staged`)."""
 
-    def idle(self) -> Staged:
-        """Exchange rounds without a batch of this rank's (its sequence is over): see `Staged`."""
+    def idle(self, in_step: bool = True) -> Staged:
+        """Exchange rounds without a batch of this rank's (its sequence is over): see `Staged`; `in_step`: the
+        sequence's batches were (`in_step`), so the rounds of every exchange, not only of those its batches
+        needed."""
 
     def cancel(self, pending: Any) -> None:
         """Drop a submitted batch whose rows are no longer wanted (the consumer stopped early)."""
 
     def finish(self) -> None:
-        """The caller has completed the last batch of a sequence (an epoch, an evaluation). A source that
-        exchanges rows with other ranks (the tiered store's peer tier) serves their remaining batches
-        here: every rank calls it at the end of each sequence, whatever its own number of batches."""
+        """The caller has completed the last batch of a sequence of training batches (`in_step`), or of a split
+        layout's lookups. A source that exchanges rows with other ranks (the tiered store's peer and remote
+        tiers) serves their remaining batches here: every rank calls it at the end of each such sequence,
+        whatever its own number of batches."""
 
     def leave(self) -> None:
         """This rank takes no more batches (the run is closed): a source that exchanges rows serves the
@@ -151,7 +165,7 @@ class _Plain:
     def complete_local(self, ids: np.ndarray) -> Staged:
         return Staged(self.complete(ids))
 
-    def idle(self) -> Staged:
+    def idle(self, in_step: bool = True) -> Staged:
         return Staged(None)
 
     def gather(self, node_ids) -> torch.Tensor:

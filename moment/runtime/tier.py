@@ -106,6 +106,7 @@ class Batch:
 
     n: int
     part: Any
+    tag: tuple | None = None  # what `submit` was told it is (sources.in_step)
 
 
 def empty_stats() -> dict[str, Any]:
@@ -174,7 +175,7 @@ class Tier:
     def submit(self, node_ids: Any, tag: tuple | None = None) -> Batch:
         """Queue a batch; `tag` is ((seed, epoch, rank), batch) for a training batch (the pack uses it)."""
         ids = self.layout_rows.ids(node_ids)
-        return Batch(int(ids.shape[0]), self._read_whole(ids, tag) or self.take(ids, None, tag))
+        return Batch(int(ids.shape[0]), self._read_whole(ids, tag) or self.take(ids, None, tag), tag)
 
     def _read_whole(self, ids: np.ndarray, tag: tuple | None) -> Whole | None:
         """A batch that the reading tier holds whole, every row in the batch's order (a pack written with no
@@ -221,7 +222,7 @@ class Tier:
         n, rb = b.n, self.layout_rows.row_bytes
         if isinstance(b.part, Whole):  # its rows are in its buffer once read; the exchanges still run a round each
             out = self._ring().take(n * rb, host=b.part.wait(True)).to_device(n * rb).view(n, rb)
-            fetches = tuple(self.fetches_of_none(out))
+            fetches = tuple(self.fetches_of_none(out, b.tag))
         else:
             stage = self._ring().take(n * rb)  # pinned on CUDA: the copy below is asynchronous
             self.host(b.part, stage.array[: n * rb].reshape(n, rb), True)
@@ -335,10 +336,10 @@ class Tier:
         chain, fastest first: the same tiers, so the same rounds in the same order, on every rank."""
         return self.next.fetches(part.inner, out) if self.next is not None else []
 
-    def fetches_of_none(self, out: torch.Tensor) -> list[ExchangeFetch]:
-        """The exchange rounds of a batch that asks no other rank for a row (`Whole`): one per exchanging tier,
-        as `fetches` gives, so every rank runs the same rounds in the same order."""
-        return self.next.fetches_of_none(out) if self.next is not None else []
+    def fetches_of_none(self, out: torch.Tensor, tag: tuple | None) -> list[ExchangeFetch]:
+        """The exchange rounds of a batch tagged `tag` that asks no other rank for a row (`Whole`): those `fetches`
+        gives such a batch, so every rank runs the same rounds in the same order."""
+        return self.next.fetches_of_none(out, tag) if self.next is not None else []
 
     def whole_segment(self, ids: np.ndarray, tag: tuple | None) -> int | None:
         """The segment this tier reads that holds the batch `ids` tagged `tag` whole, in its order (the tier that
@@ -348,12 +349,13 @@ class Tier:
     read_budget = 0  # the bytes of reads in flight the reading tier's budget holds
     reads_whole = False  # whether the reading tier's pack holds its batches whole (`whole_segment`)
 
-    def idle(self) -> Staged:
-        """One round of each exchange without a batch (this rank's sequence is over): it serves the others."""
-        return Staged(None, tuple(self.idle_fetches()))
+    def idle(self, in_step: bool = True) -> Staged:
+        """One round of each exchange its sequence's batches took part in (`in_step`: all; see
+        sources.in_step), without a batch (this rank's sequence is over): it serves the others."""
+        return Staged(None, tuple(self.idle_fetches(in_step=in_step)))
 
-    def idle_fetches(self, left: bool = False) -> list[ExchangeFetch]:
-        return self.next.idle_fetches(left) if self.next is not None else []
+    def idle_fetches(self, left: bool = False, in_step: bool = True) -> list[ExchangeFetch]:
+        return self.next.idle_fetches(left, in_step) if self.next is not None else []
 
     def add_stats(self, out: dict[str, Any]) -> None:
         pass

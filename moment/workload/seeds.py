@@ -10,6 +10,18 @@ SEED_LIMIT = 2**63  # torch's generators take a signed 64-bit seed
 #: the sampling keys' tags of the splits other than train: batch i of split s in epoch e on rank r is sampled
 #: with mix(seed, e, r, SPLIT_TAGS[s], i); a training batch with mix(seed, e, r, i)
 SPLIT_TAGS = {"val": 0xE7A1, "test": 0x7E57}
+_SPLIT_OF_TAG = {t: s for s, t in SPLIT_TAGS.items()}
+
+
+def sampling_key(seed: int, epoch: int, rank: int, split: str = "train") -> tuple[int, ...]:
+    """The key a split's batches are sampled with (batch i: mix(*key, i)): (seed, epoch, rank) for training,
+    (seed, epoch, rank, SPLIT_TAGS[split]) for the others."""
+    return (seed, epoch, rank) if split == "train" else (seed, epoch, rank, SPLIT_TAGS[split])
+
+
+def split_of(key: tuple[int, ...]) -> str | None:
+    """The split whose batches `sampling_key` gives `key` (None: a key it never gives)."""
+    return "train" if len(key) == 3 else _SPLIT_OF_TAG.get(key[3]) if len(key) == 4 else None
 
 
 def mix(*parts: int) -> int:
