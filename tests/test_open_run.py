@@ -286,6 +286,21 @@ def test_a_rank_that_stops_early_or_looks_up_less_still_serves_the_others(runtim
 
 
 @pytest.mark.slow
+def test_ranks_a_script_starts_itself_are_its_groups_ranks(runtime_layout, tmp_path):
+    """A script that forks its ranks and makes its own group, as PyG's multi-GPU examples do (no torchrun, no RANK
+    or WORLD_SIZE): each run is its rank of 2, with its own share of the seeds (each was rank 0 of 1 and read them
+    all)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")}
+    r = subprocess.run([sys.executable, str(REPO / "tests" / "spawned_ranks.py"), str(runtime_layout), str(tmp_path)],
+                       capture_output=True, text=True, timeout=300, env={**env, "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = [json.loads((tmp_path / f"rank{i}.json").read_text()) for i in range(2)]
+    assert [(g["rank"], g["world_size"], g["local_rank"]) for g in got] == [(0, 2, 0), (1, 2, 1)], got
+    shares = [{s for batch in g["seeds"] for s in batch} for g in got]
+    assert shares[0] and shares[1] and not shares[0] & shares[1], [len(s) for s in shares]
+
+
+@pytest.mark.slow
 def test_a_rank_that_exits_without_closing_is_a_moment_error_on_the_others(runtime_layout, tmp_path):
     torchrun(["vanish", str(runtime_layout), str(tmp_path)], script=REPO / "tests" / "open_run_ranks.py")
     r0 = json.loads((tmp_path / "rank0.json").read_text())

@@ -221,17 +221,32 @@ def import_before_group() -> None:
     import torch._dynamo  # noqa: F401
 
 
+def _place(env: os._Environ | dict[str, str]) -> tuple[int, int, int, int, str]:
+    """(world size, rank, local rank, local world size, the launch that made them, for messages): torchrun's
+    environment, or the process group a script made without it, whose numbers win. Why: PyG's multi-GPU
+    examples start their ranks with `torch.multiprocessing.spawn` and `init_process_group(rank=...)`, which set
+    no RANK or WORLD_SIZE; read from the environment alone, every rank was rank 0 of 1, trained every seed and
+    took the first GPU. Such a group's ranks are taken as one machine's unless LOCAL_RANK and LOCAL_WORLD_SIZE
+    say otherwise."""
+    if not (dist.is_available() and dist.is_initialized()):
+        world = int(env.get("WORLD_SIZE", "1"))
+        local_world = int(env.get("LOCAL_WORLD_SIZE", str(world)))
+        return (world, int(env.get("RANK", "0")), int(env.get("LOCAL_RANK", "0")), local_world,
+                f"torchrun --nproc-per-node {local_world}")
+    world, rank = dist.get_world_size(), dist.get_rank()
+    if "LOCAL_RANK" in env and "LOCAL_WORLD_SIZE" in env:
+        local_world = int(env["LOCAL_WORLD_SIZE"])
+        return world, rank, int(env["LOCAL_RANK"]), local_world, f"torchrun --nproc-per-node {local_world}"
+    return world, rank, rank, world, f"a process group of {world} ranks on this machine (no LOCAL_RANK set)"
+
+
 def setup(device: str | None = None, gpu_bins: Sequence[tuple[str, str | None]] = ()) -> DistContext:
     """Init the process group when launched with WORLD_SIZE > 1: NCCL on CUDA, gloo on CPU. `gpu_bins`:
     the layout's (plan GPU, PCI address) pairs; on CUDA each rank takes the device of its plan GPU."""
     env = os.environ
-    world = int(env.get("WORLD_SIZE", "1"))
-    rank = int(env.get("RANK", "0"))
-    local_rank = int(env.get("LOCAL_RANK", "0"))
-    local_world = int(env.get("LOCAL_WORLD_SIZE", str(world)))
+    world, rank, local_rank, local_world, launch = _place(env)
     try:  # before the process group: every rank refuses alone, none waits for the others
-        serves = local_devices(default_device(device), local_world, gpu_bins,
-                               f"torchrun --nproc-per-node {local_world}")[local_rank]
+        serves = local_devices(default_device(device), local_world, gpu_bins, launch)[local_rank]
     except MomentError as e:
         raise AgreedError.of(e) from None
     if serves.device_index is not None:
