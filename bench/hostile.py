@@ -183,6 +183,11 @@ CASES = [
          gone=("data/np", "data/.np.tmp-*")),
     Case("moment data import npy --out data/np --edge-index edges.txt", "edges.txt: not a .npy file",
          gone=("data/np", "data/.np.tmp-*")),  # a text edge list given as an array: not called pickled data
+    Case("moment data import graphsaint yelp --out data/yelp", "yelp/class_map.json: node 0 has 2 classes set",
+         gone=("data/yelp", "data/.yelp.tmp-*")),  # a multi-label release: refused, not trained on one class
+    Case("moment data import npy --out data/np --edge-index arrays.npz",
+         "arrays.npz: an .npz archive without a SciPy sparse matrix in it (it holds edge_index)",
+         gone=("data/np", "data/.np.tmp-*")),
     Case(f"{TRAIN} --model mymodels:wrong", "--model mymodels:wrong"),
     Case(f"{TRAIN} --model mymodels:boom", "no GPU here"),
     Case(f"{TRAIN} --model nosuchpkg.models:make", "nosuchpkg"),
@@ -578,6 +583,8 @@ def write_inputs() -> None:
     Path("e.npy").write_bytes(NPY_EDGES)
     Path("x-short.npy").write_bytes(NPY_X_SHORT)  # features of fewer rows than the edges name
     Path("mymodels.py").write_text(MY_MODELS)
+    write_saint_multilabel(Path("yelp"))
+    np.savez("arrays.npz", edge_index=np.array([[0, 1], [1, 2]]))
     (copy_dataset("noted") / "notes.txt").write_text("my notes\n")
     overwrite(copy_dataset("changed") / "features.npy", 1000, b"\xff" * 64)
     corrupt_graph(copy_dataset("badgraph"))
@@ -616,6 +623,17 @@ def write_inputs() -> None:
         Path(name).write_text(json.dumps(body))
     write_clusters_31()
     shutil.copytree("data/ds", "served/datasets/ds")
+
+
+def write_saint_multilabel(root: Path) -> None:
+    """A GraphSAINT release whose class map is multi-label, as Yelp's and Amazon's are."""
+    import scipy.sparse as sp
+
+    root.mkdir()
+    sp.save_npz(root / "adj_full.npz", sp.csr_matrix(np.array([[0, 1, 0], [1, 0, 1], [0, 1, 0]], np.float32)))
+    np.save(root / "feats.npy", np.ones((3, 4), np.float32))
+    (root / "class_map.json").write_text(json.dumps({str(i): [1, 1, 0] for i in range(3)}))
+    (root / "role.json").write_text(json.dumps({"tr": [0], "va": [1], "te": [2]}))
 
 
 def setup(steps: list[str]) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_import_saint import write_saint
 from test_place import CACHE, INV, TINY
 from test_workload_import import write_igb, write_ogb_csv
 
@@ -68,6 +69,7 @@ def env(tmp_path_factory):
     (t / "foreign" / "icons" / "a.png").write_bytes(b"png")
     write_ogb_csv(t / "ogbsrc")
     write_igb(t / "igbsrc")
+    write_saint(t / "saintsrc")
     np.save(t / "e.npy", np.array([[0, 1], [1, 2]]))
     try:
         import torch
@@ -156,6 +158,9 @@ OPTIONS = [
     ("data import ogb --out", "out_dir", ["data", "import", "ogb", "ogbsrc", "--out", "{P}", "--overwrite"], {}),
     ("data import igb --out", "out_dir", ["data", "import", "igb", "igbsrc", "--out", "{P}", "--overwrite"], {}),
     ("data import igb SRC", "in_dir", ["data", "import", "igb", "{P}", "--out", "newds"], {}),
+    ("data import graphsaint SRC", "in_dir", ["data", "import", "graphsaint", "{P}", "--out", "newds"], {}),
+    ("data import graphsaint --out", "out_dir", ["data", "import", "graphsaint", "saintsrc", "--out", "{P}",
+                                                 "--overwrite"], {}),
     ("data import edgelist EDGES", "in_file", ["data", "import", "edgelist", "{P}", "--out", "newds"],
      {"binary": "bytes that are not digits are an edge list with no edges: covered by test_workload_import"}),
     ("data import edgelist --out", "out_dir", ["data", "import", "edgelist", "edges.txt", "--out", "{P}",

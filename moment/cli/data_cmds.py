@@ -20,15 +20,15 @@ from moment.workload.spec import FANOUTS_HELP
 # start fast.
 
 data_app = typer.Typer(
-    help="Graph datasets: generate synthetic ones, import OGB/IGB/edge lists, inspect, and pre-sample "
-    "to measure which node features training reads most (the input to data placement).",
+    help="Graph datasets: generate synthetic ones, import yours (PyG, OGB, IGB, GraphSAINT, arrays, edge lists), "
+    "inspect, and pre-sample to measure which node features training reads most (the input to data placement).",
     no_args_is_help=True,
 )
 import_app = typer.Typer(
-    help="Convert a dataset into Moment's on-disk format (CSR + features as .npy + manifest): OGB, IGB, a PyG "
-    "Data file, loose .npy arrays or an edge list. A split that comes with the data is kept as given; "
-    "duplicate edges and self-loops are counted and kept or dropped (--duplicates, --self-loops). The output "
-    "appears only when complete.",
+    help="Convert a dataset into Moment's on-disk format (CSR + features as .npy + manifest): OGB, IGB, "
+    "GraphSAINT, a PyG Data file, loose .npy arrays (or a SciPy sparse adjacency) or an edge list. A split that "
+    "comes with the data is kept as given; duplicate edges and self-loops are counted and kept or dropped "
+    "(--duplicates, --self-loops). The output appears only when complete.",
     no_args_is_help=True,
 )
 data_app.add_typer(import_app, name="import")
@@ -189,6 +189,29 @@ def import_igb_cmd(
     _done(ds, json_out)
 
 
+@import_app.command("graphsaint")
+def import_saint_cmd(
+    src: Annotated[Path, typer.Argument(help="directory holding adj_full.npz, feats.npy, class_map.json and "
+                                             "role.json (GraphSAINT's release; PyG's Flickr/Reddit2 raw/)")],
+    out: Out,
+    undirected: Annotated[bool, typer.Option("--undirected", help="add reverse edges (the releases' adjacency "
+                                             "is already symmetric)")] = False,
+    duplicates: Duplicates = None,
+    self_loops: SelfLoops = None,
+    overwrite: Overwrite = False,
+    json_out: JsonOut = False,
+) -> None:
+    """Import a GraphSAINT dataset (Flickr, Reddit, ...): the adjacency, features, single-label class map
+    and the tr/va/te roles, kept as the split. A multi-label class map (PPI, Yelp, Amazon) is refused."""
+    from moment.workload.import_saint import import_saint
+
+    check_output(out, "--out", directory=True)
+    with progress_bar("importing", enabled=not json_out) as progress:
+        ds = import_saint(src, out, undirected=undirected, policy=_policy(duplicates, self_loops),
+                          overwrite=overwrite, progress=progress)
+    _done(ds, json_out)
+
+
 @import_app.command("edgelist")
 def import_edgelist_cmd(
     edges: Annotated[Path, typer.Argument(help='text file with one "src dst" pair per line (# comments allowed)')],
@@ -255,7 +278,8 @@ def import_pyg_cmd(
 @import_app.command("npy")
 def import_npy_cmd(
     out: Out,
-    edge_index: Annotated[Path, typer.Option("--edge-index", help="integer .npy [2, E] (PyG's layout) or [E, 2]; "
+    edge_index: Annotated[Path, typer.Option("--edge-index", help="integer .npy [2, E] (PyG's layout) or [E, 2], "
+                                             "or a square SciPy sparse adjacency (scipy.sparse.save_npz, .npz); "
                                              "edge u v means v aggregates from u")],
     x: Annotated[Path | None, typer.Option("--x", help="features .npy [N, D], memory-mapped and copied in chunks "
                                            "(float16/float32 kept, other numbers become float32; default: random)")] = None,

@@ -15,7 +15,7 @@ import numpy as np
 from moment.errors import NPZ_ERRORS, MomentError
 from moment.inputs import check_dir, check_file, exists
 
-# Imports inside functions: pandas loads only for the formats that need it.
+# Imports inside functions: pandas and scipy.sparse load only for the formats that need them.
 
 #: the file names a split may have in a splits directory (OGB writes valid, PyG users often val)
 SPLIT_STEMS = {"train": ("train",), "val": ("valid", "val"), "test": ("test",)}
@@ -46,6 +46,50 @@ def load_npy(path: Path, what: str) -> np.ndarray:
         return np.load(path, mmap_mode="r", allow_pickle=False)
     except NPZ_ERRORS as e:
         raise MomentError(f"not a readable .npy file: {e}", source=str(path)) from None
+
+
+#: the first bytes of a zip archive: how an `.npz` (a SciPy sparse matrix's file) is told from a `.npy`
+ZIP_MAGIC = b"PK\x03\x04"
+
+
+def is_zip(path: Path) -> bool:
+    """Whether the readable file `path` begins as a zip archive (`.npz`) does."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(ZIP_MAGIC)) == ZIP_MAGIC
+    except OSError as e:
+        raise MomentError(f"cannot read it: {e.strerror}", source=str(path)) from None
+
+
+def load_sparse_edges(path: Path, what: str) -> tuple[np.ndarray, int]:
+    """A square SciPy sparse adjacency saved with `scipy.sparse.save_npz` -> its entries as edges [2, E]
+    (row -> column, PyG's `edge_index` from `adj.tocoo()`) and its node count. Explicit zeros are no edge.
+
+    Read whole: an `.npz` member cannot be memory-mapped (about 2 x E ids in memory)."""
+    import scipy.sparse as sp
+
+    need(path, what)
+    hint = "save it with scipy.sparse.save_npz"
+    if not is_zip(path):
+        raise MomentError("not an .npz archive (a SciPy sparse matrix's file is a zip archive)", source=str(path),
+                          hint=hint)
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            names = sorted(z.files)
+        if "format" not in names:
+            raise MomentError(f"an .npz archive without a SciPy sparse matrix in it (it holds "
+                              f"{', '.join(names) or 'nothing'})", source=str(path), hint=hint)
+        m = sp.load_npz(path)
+    except (*NPZ_ERRORS, NotImplementedError) as e:
+        text = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise MomentError(f"not a readable SciPy sparse matrix: {text}", source=str(path), hint=hint) from None
+    if m.ndim != 2 or m.shape[0] != m.shape[1]:
+        raise MomentError(f"the adjacency must be square (one row and one column a node), got shape "
+                          f"{list(m.shape)}", source=str(path))
+    c = m.tocoo()
+    keep = np.asarray(c.data) != 0
+    rows, cols = (c.row, c.col) if keep.all() else (c.row[keep], c.col[keep])
+    return np.stack([rows, cols]), int(m.shape[0])
 
 
 def read_csv_chunks(path: Path, chunk_rows: int, dtype: str) -> Iterator[np.ndarray]:

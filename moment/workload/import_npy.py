@@ -1,9 +1,9 @@
-"""Importing a graph held as loose `.npy` arrays: `edge_index` [2, E] or [E, 2], features [N, D], labels
-[N] (or [N, 1]) and train/val/test node ids or boolean masks.
+"""Importing a graph held as loose `.npy` arrays: `edge_index` [2, E] or [E, 2] (or a SciPy sparse adjacency,
+`.npz`), features [N, D], labels [N] (or [N, 1]) and train/val/test node ids or boolean masks.
 
 Why: the arrays PyG and OGB users already have (`data.x.numpy()`, `np.save`) are the cheapest way in, and
 features larger than memory stay that way: every array is memory-mapped (`np.load(mmap_mode="r")`) and
-the features are copied in chunks, never loaded whole. numpy only.
+the features are copied in chunks, never loaded whole. numpy (scipy for an `.npz`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from moment.errors import MomentError
 from moment.workload.graph import GraphDataset
-from moment.workload.import_files import load_npy, need
+from moment.workload.import_files import is_zip, load_npy, load_sparse_edges, need
 from moment.workload.import_options import EdgePolicy
 from moment.workload.importers import RANDOM_SPLIT, GraphParts, Progress, write_parts
 
@@ -48,9 +48,17 @@ def import_npy(
     for p, what in ((e, "edge index file"), (x, "features file"), (y, "labels file"), *[(s, "split file") for s in given]):
         if p is not None:
             need(Path(p), what)  # every input before anything is read
+    nodes_source = "--num-nodes"
+    if is_zip(e):  # an adjacency saved with scipy.sparse.save_npz: its shape is the node count
+        edges, n = load_sparse_edges(e, "edge index file")
+        if num_nodes is not None and num_nodes != n:
+            raise MomentError(f"--num-nodes {num_nodes}, but the adjacency is {n} x {n}", source=str(e))
+        num_nodes, nodes_source = n, str(e)
+    else:
+        edges = load_npy(e, "edge index file")
     parts = GraphParts(
-        edges=load_npy(e, "edge index file"), edges_source=str(e),
-        num_nodes=num_nodes, num_nodes_source="--num-nodes",
+        edges=edges, edges_source=str(e),
+        num_nodes=num_nodes, num_nodes_source=nodes_source,
         features=None if x is None else load_npy(Path(x), "features file"), features_source=str(x),
         labels=None if y is None else load_npy(Path(y), "labels file"), labels_source=str(y) if y else "",
         splits=given or None, split_sources=[str(s) for s in given] or None,
