@@ -102,13 +102,14 @@ def test_edge_policy_keep_duplicates_drop_loops(tmp_path: Path) -> None:
         EdgePolicy(duplicates="some")
 
 
-def save_as_in_memory_dataset(root: str, data: pyg_data.Data) -> None:
+def save_as_in_memory_dataset(root: str, data: pyg_data.Data) -> pyg_data.InMemoryDataset:
     """A user's InMemoryDataset: its process() saves one graph the way PyG's datasets do."""
 
     class OneGraph(pyg_data.InMemoryDataset):
         def __init__(self):
             self._graph = data
             super().__init__(root)
+            self.load(self.processed_paths[0])
 
         @property
         def raw_file_names(self) -> list[str]:
@@ -124,7 +125,7 @@ def save_as_in_memory_dataset(root: str, data: pyg_data.Data) -> None:
         def process(self) -> None:
             self.save([self._graph], self.processed_paths[0])
 
-    OneGraph()
+    return OneGraph()
 
 
 def test_in_memory_dataset_processed_file_with_index_splits(tmp_path: Path) -> None:
@@ -137,6 +138,49 @@ def test_in_memory_dataset_processed_file_with_index_splits(tmp_path: Path) -> N
     np.testing.assert_array_equal(ds.labels, LABELS)  # [N, 1] is fine
     np.testing.assert_array_equal(ds.train_idx, TRAIN[::-1])  # kept in the given order
     assert rows_of(ds) == expected_rows(EDGES)
+
+
+def test_a_graph_in_memory_imports_as_its_file_does(tmp_path: Path) -> None:
+    from moment import import_graph
+
+    torch.save(graph(), tmp_path / "data.pt")
+    want = import_pyg(tmp_path / "data.pt", tmp_path / "file")
+    dataset = save_as_in_memory_dataset(str(tmp_path / "ds"), graph())
+    arrays = {k: v.numpy() for k, v in graph().to_dict().items()}  # a dict of NumPy arrays
+    for i, g in enumerate((graph(), dataset, arrays)):
+        got = import_graph(g, tmp_path / f"mem{i}")
+        got.verify()
+        assert rows_of(got) == rows_of(want) and got.num_edges == want.num_edges
+        np.testing.assert_array_equal(got.features_memmap(), want.features_memmap())
+        for a in ("labels", "train_idx", "val_idx", "test_idx"):
+            np.testing.assert_array_equal(getattr(got, a), getattr(want, a))
+        src = got.manifest.source
+        assert src["from"] == ("a graph in memory" if i == 2 else "a Data in memory") and src["split"] == "given"
+    und = import_graph(graph(), tmp_path / "und", undirected=True, duplicates="keep", self_loops="drop")
+    assert und.manifest.source["self_loops_dropped"] == 2 and und.manifest.source["undirected"]
+
+
+def test_a_graph_in_memory_that_is_wrong_is_one_error_naming_the_attribute(tmp_path: Path) -> None:
+    from moment import import_graph
+
+    with pytest.raises(MomentError, match=r"^Data:y: wrong row count: 40 labels for 39 nodes \(feature rows of Data:x\)"):
+        import_graph(graph(x=torch.from_numpy(FEAT[:-1])), tmp_path / "a")
+    with pytest.raises(MomentError, match=r"^graph: has train_mask but no val split"):
+        import_graph({"edge_index": torch.from_numpy(EDGES.T.copy()), "train_mask": mask(TRAIN)}, tmp_path / "b")
+    two = pyg_data.InMemoryDataset.collate([graph(), graph()])
+
+    class Two(pyg_data.InMemoryDataset):
+        def __init__(self):
+            super().__init__()
+            self.data, self.slices = two
+
+    with pytest.raises(MomentError, match=r"^Two: a Two of 2 graphs: import one graph"):
+        import_graph(Two(), tmp_path / "c")
+    with pytest.raises(MomentError, match="--duplicates 'some': must be one of keep, drop"):
+        import_graph(graph(), tmp_path / "d", duplicates="some")
+    with pytest.raises(MomentError, match=r"^list: holds a list: expected a torch_geometric Data"):
+        import_graph([1, 2], tmp_path / "e")
+    assert not any((tmp_path / n).exists() for n in "abcde")
 
 
 def test_missing_x_y_and_split_are_generated_and_said(tmp_path: Path) -> None:

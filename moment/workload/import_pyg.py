@@ -143,3 +143,34 @@ def import_pyg(
     return write_parts(pyg_parts(store, str(f)), out_dir, source=src, undirected=undirected, policy=policy,
                        feature_dim=feature_dim, num_classes=num_classes, seed=seed, fractions=fractions,
                        overwrite=overwrite, progress=progress)
+
+
+def import_graph(
+    graph: Any,
+    out: str | Path,
+    *,
+    undirected: bool = False,
+    duplicates: str = EdgePolicy.duplicates,
+    self_loops: str = EdgePolicy.self_loops,
+    feature_dim: int = 128,
+    seed: int = 0,
+    overwrite: bool = False,
+) -> GraphDataset:
+    """A graph held in memory -> a dataset directory at `out`, as `moment data import pyg` makes from a file.
+
+    Why: a PyG user's graph is usually an object in a script (`Reddit(root)[0]`), not a file; saving it only to
+    import it again costs a copy of its features. `graph` is a PyG `Data`, a PyG dataset of one graph, or a
+    dict of the same attribute names (`edge_index`, `x`, `y`, the split's masks or index tensors, `num_nodes`)
+    to tensors or NumPy arrays. Messages name an attribute as `Data:x` (the object's type; `graph:x` for a
+    dict)."""
+    name = "graph" if isinstance(graph, dict) else type(graph).__name__
+    if callable(getattr(graph, "len", None)) and callable(getattr(graph, "get", None)):  # a PyG Dataset
+        if graph.len() != 1:
+            raise MomentError(f"a {name} of {graph.len()} graphs: import one graph (node classification), "
+                              "e.g. dataset[0]", source=name)
+        graph, name = graph[0], type(graph[0]).__name__
+    store = pyg_store(graph, name)
+    src = {"importer": "pyg", "from": f"a {name} in memory", "undirected": undirected}
+    return write_parts(pyg_parts(store, name), out, source=src, undirected=undirected,
+                       policy=EdgePolicy(duplicates=duplicates, self_loops=self_loops), feature_dim=feature_dim,
+                       seed=seed, overwrite=overwrite)
