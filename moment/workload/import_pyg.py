@@ -83,7 +83,7 @@ def as_array(value: Any, source: str, name: str) -> np.ndarray:
     try:
         return t.numpy()
     except (TypeError, RuntimeError) as e:  # bfloat16 and other types numpy has not
-        raise MomentError(f"{name} has dtype {t.dtype}, which numpy cannot hold ({e}): save it as float32 "
+        raise MomentError(f"{name} has dtype {t.dtype}, which numpy cannot hold ({e}): store it as float32 "
                           "or float16", source=source) from None
 
 
