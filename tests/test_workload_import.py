@@ -207,6 +207,30 @@ def test_edgelist_errors(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists()
 
 
+def test_an_edge_list_with_a_header_line_reads_its_columns_by_name(tmp_path: Path) -> None:
+    """`df.to_csv(path, index=False)` writes a header: it is skipped, said in the report, and a header naming
+    the destination first swaps the columns; pandas' index column is refused with the way to drop it."""
+    want = expected_rows(EDGES)
+    for i, (head, pairs, sep) in enumerate((("src,dst", EDGES, ","), ("target source", EDGES[:, ::-1], " "),
+                                            ("# my graph\n\nu\tv", EDGES, "\t"))):
+        f = tmp_path / f"e{i}.txt"
+        f.write_text(head + "\n" + "\n".join(f"{s}{sep}{d}" for s, d in pairs) + "\n")
+        ds = import_edgelist(f, tmp_path / f"o{i}", num_nodes=N)
+        assert rows_of(ds) == want, head
+        src = ds.manifest.source
+        assert src["header"] == head.split("\n")[-1].replace(sep, ",") and src["input_edges"] == len(EDGES)
+        assert src["columns_swapped"] == (i == 1)
+    g = tmp_path / "indexed.csv"
+    g.write_text(",src,dst\n0,0,1\n1,1,2\n")
+    with pytest.raises(MomentError, match=r"indexed\.csv: expected 2 columns \(src dst\), got 3 \(the header: "
+                                          r",src,dst\)\n  hint: .*index=False"):
+        import_edgelist(g, tmp_path / "out")
+    plain = tmp_path / "plain.txt"
+    plain.write_text("0.0 1.0\n1 2\n")  # numbers, not a header
+    assert "header" not in import_edgelist(plain, tmp_path / "p").manifest.source
+    assert not (tmp_path / "out").exists()
+
+
 def test_edgelist_keeps_the_users_split(tmp_path: Path) -> None:
     f = tmp_path / "e.txt"
     f.write_text("\n".join(f"{s} {d}" for s, d in EDGES) + "\n")

@@ -214,7 +214,9 @@ def import_saint_cmd(
 
 @import_app.command("edgelist")
 def import_edgelist_cmd(
-    edges: Annotated[Path, typer.Argument(help='text file with one "src dst" pair per line (# comments allowed)')],
+    edges: Annotated[Path, typer.Argument(help='text file with one "src dst" pair per line, white space or comma '
+                                        'between (# comments allowed; a header line such as src,dst is skipped, '
+                                        'and dst,src swaps the columns)')],
     out: Out,
     features: Annotated[Path | None, typer.Option("--features", help=".npy matrix [N, D] (default: random N(0,1))")] = None,
     labels: Annotated[Path | None, typer.Option("--labels", help=".npy vector [N] (default: random labels)")] = None,

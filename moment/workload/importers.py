@@ -593,10 +593,11 @@ def import_edgelist(
         if given:
             need(Path(given), what)  # before the edges are read
     split_paths = split_files(splits_dir) if splits_dir is not None else None
+    text = edge_text(path)
     with GraphWriter(out_dir, overwrite=overwrite) as w:
         sw = w.stream("scratch-edges", np.int64, (2,))
         hi = -1
-        for c in _read_edge_text(path):
+        for c in _read_edge_text(path, text):
             if c.size and int(c.min()) < 0:
                 sw.abort()
                 raise MomentError(f"negative node id {int(c.min())}", source=str(path))
@@ -633,7 +634,8 @@ def import_edgelist(
         parts = GraphParts(np.zeros((0, 2), np.int64), str(path), features=feat, features_source=str(features),
                            labels=lab, labels_source=str(labels) if labels else "", splits=split_paths,
                            split_sources=None if split_paths is None else [str(f) for f in split_paths])
-        src = {"importer": "edgelist", "from": str(path.resolve()), "undirected": undirected}
+        src = {"importer": "edgelist", "from": str(path.resolve()), "undirected": undirected,
+               **({"header": ",".join(text.header), "columns_swapped": text.swapped} if text.header else {})}
         return _rest(w, parts, n, lab, rep, source=src, policy=policy, feature_dim=feature_dim,
                      num_classes=num_classes, seed=seed, fractions=fractions)
 
@@ -657,33 +659,76 @@ def _refuse_binary(path: Path) -> None:
             raise MomentError(f"this is {what}, not a text edge list", source=str(path), hint=f"use `{cmd.format(path=path)}`")
 
 
-def _read_edge_text(path: Path) -> Iterator[np.ndarray]:
+#: the names a header line of an edge list may give its columns (`df.to_csv(index=False)` writes one): a
+#: header naming the destination first swaps the columns, so that "dst,src" is not read as "src dst"
+SRC_NAMES = {"src", "source", "from", "u", "src_id", "source_id", "sender", "head"}
+DST_NAMES = {"dst", "target", "to", "v", "dst_id", "target_id", "destination", "receiver", "tail"}
+
+
+@dataclass(frozen=True)
+class EdgeText:
+    """How an edge list's text is laid out: its separator and, when its first line holds no number, that
+    line as the header (the number of lines up to it, comments included, is `skip`)."""
+
+    sep: str
+    header: list[str] | None = None
+    skip: int = 0
+
+    @property
+    def swapped(self) -> bool:
+        h = [t.strip().lower() for t in self.header or []]
+        return len(h) == 2 and h[0] in DST_NAMES and h[1] in SRC_NAMES
+
+
+def edge_text(path: Path) -> EdgeText:
+    """The separator (a comma if the first line has one, else white space) and header of an edge list."""
     opener = gzip.open if path.suffix == ".gz" else open
     if path.suffix != ".gz":
         _refuse_binary(path)
+    sample, skip = "", 0
     try:
         with opener(path, "rt") as f:
-            sample = next((ln for ln in f if ln.strip() and not ln.lstrip().startswith("#")), "")
+            for skip, ln in enumerate(f, 1):  # noqa: B007 - the count is kept
+                if ln.strip() and not ln.lstrip().startswith("#"):
+                    sample = ln
+                    break
     except (OSError, UnicodeDecodeError, EOFError) as e:
         raise MomentError(f"cannot read: {e}", source=str(path)) from None
     sep = "," if "," in sample else r"\s+"
+    tokens = [t.strip() for t in (sample.strip().split(",") if sep == "," else sample.split())]
+    return EdgeText(sep, tokens, skip) if tokens and not any(map(_number, tokens)) else EdgeText(sep)
+
+
+def _number(token: str) -> bool:
+    """Whether a token reads as a number (a header has none: "src,dst", or ",src,dst" with pandas' index)."""
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return True
+
+
+def _read_edge_text(path: Path, text: EdgeText) -> Iterator[np.ndarray]:
+    def columns(a: np.ndarray) -> np.ndarray:
+        if a.shape[1] != 2:
+            what = f" (the header: {','.join(text.header)})" if text.header else ""
+            raise MomentError(f"expected 2 columns (src dst), got {a.shape[1]}{what}", source=str(path),
+                              hint="save it without the index column: df.to_csv(path, index=False)"
+                              if text.header and not text.header[0] else None)
+        return a[:, ::-1] if text.swapped else a
+
     try:
         import pandas as pd
     except ImportError:  # pragma: no cover
         pd = None
     try:
         if pd is not None:
-            for df in pd.read_csv(path, sep=sep, header=None, comment="#", chunksize=EDGE_CHUNK, dtype="int64",
-                                  engine="c"):
-                a = df.to_numpy()
-                if a.shape[1] != 2:
-                    raise MomentError(f"expected 2 columns (src dst), got {a.shape[1]}", source=str(path))
-                yield a
+            for df in pd.read_csv(path, sep=text.sep, header=0 if text.header else None, comment="#",
+                                  chunksize=EDGE_CHUNK, dtype="int64", engine="c"):
+                yield columns(df.to_numpy())
         else:  # pragma: no cover
-            a = np.loadtxt(path, dtype=np.int64, comments="#", delimiter="," if sep == "," else None, ndmin=2)
-            if a.shape[1] != 2:
-                raise MomentError(f"expected 2 columns (src dst), got {a.shape[1]}", source=str(path))
-            yield a
+            yield columns(np.loadtxt(path, dtype=np.int64, comments="#", delimiter="," if text.sep == "," else None,
+                                     ndmin=2, skiprows=text.skip))
     except MomentError:
         raise
     except Exception as e:  # noqa: BLE001 - pandas' ParserError and friends, reported with the file name
