@@ -711,7 +711,8 @@ def _number(token: str) -> bool:
 def _read_edge_text(path: Path, text: EdgeText) -> Iterator[np.ndarray]:
     def columns(a: np.ndarray) -> np.ndarray:
         if a.shape[1] != 2:
-            what = f" (the header: {','.join(text.header)})" if text.header else ""
+            head = ",".join(text.header or [])
+            what = f" (the header: {head if head.isprintable() else repr(head)})" if text.header else ""
             raise MomentError(f"expected 2 columns (src dst), got {a.shape[1]}{what}", source=str(path),
                               hint="save it without the index column: df.to_csv(path, index=False)"
                               if text.header and not text.header[0] else None)
