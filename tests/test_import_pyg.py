@@ -238,14 +238,58 @@ def test_bad_files(tmp_path: Path) -> None:
     pyg_data.InMemoryDataset.save([graph(), graph()], str(tmp_path / "two.pt"))
     with pytest.raises(MomentError, match="InMemoryDataset with 2 graphs"):
         import_pyg(tmp_path / "two.pt", tmp_path / "out")
-    hetero = pyg_data.HeteroData()
-    hetero["paper"].x = torch.zeros(3, 2)
-    torch.save(hetero, tmp_path / "h.pt")
-    with pytest.raises(MomentError, match="HeteroData"):
-        import_pyg(tmp_path / "h.pt", tmp_path / "out")
     torch.save([1, 2], tmp_path / "list.pt")
     with pytest.raises(MomentError, match="holds a list"):
         import_pyg(tmp_path / "list.pt", tmp_path / "out")
+
+
+def hetero_graph() -> pyg_data.HeteroData:
+    """ogbn-mag's shape: labelled papers citing papers (in two relations here), and authors writing them."""
+    g, h = graph(), pyg_data.HeteroData()
+    for k in ("x", "y", "train_mask", "val_mask", "test_mask"):
+        h["paper"][k] = g[k]
+    h["author"].x = torch.zeros(3, 2)
+    h["paper", "cites", "paper"].edge_index = g.edge_index[:, :50]
+    h["paper", "refs", "paper"].edge_index = g.edge_index[:, 50:].to(torch.int32)
+    h["author", "writes", "paper"].edge_index = torch.tensor([[0, 1, 2], [3, 4, 5]])
+    return h
+
+
+def test_one_node_type_of_a_hetero_graph_imports_as_its_own_graph(tmp_path: Path) -> None:
+    from moment import import_graph
+
+    torch.save(graph(), tmp_path / "homo.pt")
+    want = import_pyg(tmp_path / "homo.pt", tmp_path / "want")
+    torch.save(hetero_graph(), tmp_path / "h.pt")
+    dataset = save_as_in_memory_dataset(str(tmp_path / "ds"), hetero_graph())
+    made = [import_pyg(tmp_path / "h.pt", tmp_path / "file", node_type="paper"),
+            import_pyg(tmp_path / "ds" / "processed" / "data.pt", tmp_path / "processed", node_type="paper"),
+            import_graph(hetero_graph(), tmp_path / "memory", node_type="paper"),
+            import_graph(dataset, tmp_path / "dataset", node_type="paper")]
+    for got in made:
+        got.verify()
+        assert rows_of(got) == rows_of(want) and got.num_edges == want.num_edges
+        np.testing.assert_array_equal(got.features_memmap(), want.features_memmap())
+        for a in ("labels", "train_idx", "val_idx", "test_idx"):
+            np.testing.assert_array_equal(getattr(got, a), getattr(want, a))
+        src = got.manifest.source
+        assert src["node_type"] == "paper" and src["relations"] == ["paper__cites__paper", "paper__refs__paper"]
+
+
+def test_a_hetero_graph_needs_a_node_type_with_edges_of_its_own(tmp_path: Path) -> None:
+    torch.save(hetero_graph(), tmp_path / "h.pt")
+    with pytest.raises(MomentError, match=r"h\.pt: holds a HeteroData \(node types: paper, author\): choose the "
+                                          r"one to train on\n  hint: --node-type paper .*with labels: paper\)"):
+        import_pyg(tmp_path / "h.pt", tmp_path / "out")
+    with pytest.raises(MomentError, match=r"no node type 'venue' \(its node types: paper, author\)"):
+        import_pyg(tmp_path / "h.pt", tmp_path / "out", node_type="venue")
+    with pytest.raises(MomentError, match=r"no relation from author to author \(its edge types: paper__cites__paper, "
+                                          r"paper__refs__paper, author__writes__paper\)"):
+        import_pyg(tmp_path / "h.pt", tmp_path / "out", node_type="author")
+    torch.save(graph(), tmp_path / "homo.pt")
+    with pytest.raises(MomentError, match=r"a node type \('paper'\) is given, but the graph is a Data"):
+        import_pyg(tmp_path / "homo.pt", tmp_path / "out", node_type="paper")
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_pickle_that_would_run_code_is_refused_unless_trusted(tmp_path: Path) -> None:

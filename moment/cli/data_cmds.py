@@ -251,6 +251,9 @@ def import_pyg_cmd(
     file: Annotated[Path, typer.Argument(help="a torch.save'd torch_geometric Data (data.pt), or the processed file "
                                               "of an InMemoryDataset with one graph (processed/data.pt)")],
     out: Out,
+    node_type: Annotated[str | None, typer.Option("--node-type", help="of a HeteroData: the node type to train on "
+                                                  "(e.g. paper), imported with the edges of its relations to "
+                                                  "itself")] = None,
     undirected: Annotated[bool, typer.Option("--undirected", help="add reverse edges (PyG graphs usually have them)")] = False,
     duplicates: Duplicates = None,
     self_loops: SelfLoops = None,
@@ -264,7 +267,7 @@ def import_pyg_cmd(
     (train_mask, val_mask, test_mask) or index tensors (train_idx, val_idx or valid_idx, test_idx), kept as given.
 
     Without x or y, seeded features/labels are generated; without any split, a seeded random one (each said
-    in the report). The file is a pickle: it is unpickled without running code (tensors, numpy arrays and
+    in the report). Of a HeteroData (ogbn-mag), --node-type chooses the node type. The file is a pickle: it is unpickled without running code (tensors, numpy arrays and
     PyG's Data classes only) unless --trust-pickle; its tensors are memory-mapped, so x may exceed memory.
     """
     from moment.workload.import_pyg import import_pyg
@@ -272,7 +275,7 @@ def import_pyg_cmd(
     check_output(out, "--out", directory=True)
     policy = _policy(duplicates, self_loops)
     with progress_bar("importing", enabled=not json_out) as progress:
-        ds = import_pyg(file, out, trust_pickle=trust_pickle, undirected=undirected, policy=policy,
+        ds = import_pyg(file, out, trust_pickle=trust_pickle, node_type=node_type, undirected=undirected, policy=policy,
                         feature_dim=feature_dim, seed=seed, overwrite=overwrite, progress=progress)
     _done(ds, json_out)
 

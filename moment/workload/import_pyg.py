@@ -8,8 +8,9 @@ and a split as boolean masks (`train_mask`, `val_mask`, `test_mask`) or index te
 unpickled safely (`moment.workload.torch_files`) and memory-mapped, so `x` is read in chunks.
 
 Missing `x` or `y`: generated (seeded), as for an edge list, and said in the report; no split at all: a
-seeded random one. A split given in part, a multi-label `y` [N, C], several graphs or a HeteroData are
-refused, naming the file and the attribute.
+seeded random one. Of a HeteroData, one node type is imported with the edges of its relations to itself
+(`--node-type`: ogbn-mag's papers and their citations). A split given in part, a multi-label `y` [N, C],
+several graphs or a HeteroData without a node type chosen are refused, naming the file and the attribute.
 """
 
 from __future__ import annotations
@@ -37,9 +38,10 @@ SPLIT_ATTRS = {
 }
 
 
-def pyg_store(obj: Any, source: str) -> dict[str, Any]:
+def pyg_store(obj: Any, source: str, node_type: str | None = None) -> dict[str, Any]:
     """The attributes of the one graph a PyG file holds: a `Data`, an `InMemoryDataset`'s processed tuple
-    ((data or its dict, slices) or (dict, slices, class)), or a plain dict with `edge_index`."""
+    ((data or its dict, slices) or (dict, slices, class)), or a plain dict with `edge_index`; of a
+    `HeteroData`, `node_type`'s (`one_node_type`)."""
     slices = None
     cls_name = type(obj).__name__
     if isinstance(obj, tuple) and len(obj) in (2, 3):
@@ -49,15 +51,20 @@ def pyg_store(obj: Any, source: str) -> dict[str, Any]:
         else:
             cls_name = type(data).__name__
         obj = data
-    if cls_name == "HeteroData" or type(obj).__name__ == "HeteroData":
-        raise MomentError("holds a HeteroData (several node types): Moment imports one node type; save "
-                          "data.to_homogeneous() or one type's tensors as a Data", source=source)
+    hetero = cls_name == "HeteroData" or type(obj).__name__ == "HeteroData"
+    if not hetero and node_type is not None:
+        raise MomentError(f"a node type ({node_type!r}) is given, but the graph is a {cls_name} (one node type): "
+                          "a node type chooses among a HeteroData's", source=source)
     if isinstance(slices, dict) and slices:
-        counts = {int(len(v)) - 1 for v in slices.values() if hasattr(v, "__len__")}
+        flat = [w for v in slices.values() for w in (v.values() if isinstance(v, dict) else [v])]  # HeteroData's nest
+        counts = {int(len(v)) - 1 for v in flat if hasattr(v, "__len__")}
         if counts and max(counts) > 1:
             raise MomentError(f"an InMemoryDataset with {max(counts)} graphs: Moment imports one graph "
                               "(node classification); save the one to import: torch.save(dataset[i], path)",
                               source=source)
+    if hetero:
+        return one_node_type(dict(obj.to_dict() if hasattr(obj, "to_dict") and not isinstance(obj, dict) else obj),
+                             node_type, source)
     if hasattr(obj, "to_dict") and not isinstance(obj, dict):
         store = dict(obj.to_dict())
         if "num_nodes" not in store and getattr(obj, "__num_nodes__", None) is not None:  # PyG 1.x's Data
@@ -67,6 +74,37 @@ def pyg_store(obj: Any, source: str) -> dict[str, Any]:
         return dict(obj)
     raise MomentError(f"holds a {type(obj).__name__}: expected a torch_geometric Data, an InMemoryDataset's "
                       "processed file, or a dict with edge_index", source=source)
+
+
+#: the key under which `one_node_type` tells the importer what it took (popped before the graph is read)
+TAKEN = "_moment_taken"
+
+
+def one_node_type(store: dict[Any, Any], node_type: str | None, source: str) -> dict[str, Any]:
+    """One node type of a HeteroData's attributes, as a homogeneous graph: that type's attributes and the
+    edges of every relation from it to itself (e.g. ogbn-mag's paper-cites-paper), joined.
+
+    Why one type: Moment trains node classification on one graph; its relations to other types (authors,
+    fields) would need a heterogeneous model, so they are left out and the report names what was taken."""
+    types = [k for k, v in store.items() if isinstance(k, str) and not k.startswith("_") and isinstance(v, dict)]
+    relations = [k for k in store if isinstance(k, tuple) and len(k) == 3]
+    if node_type is None:
+        labelled = [t for t in types if store[t].get("y") is not None]
+        raise MomentError(f"holds a HeteroData (node types: {', '.join(types)}): choose the one to train on",
+                          source=source, hint=f"--node-type {(labelled or types or ['TYPE'])[0]} (node_type= in "
+                          "Python; the node types with labels: " + (", ".join(labelled) or "none") + ")")
+    if node_type not in types:
+        raise MomentError(f"no node type {node_type!r} (its node types: {', '.join(types) or 'none'})", source=source)
+    own = [r for r in relations if r[0] == node_type and r[2] == node_type and store[r].get("edge_index") is not None]
+    if not own:
+        names = ", ".join("__".join(r) for r in relations) or "none"
+        raise MomentError(f"no relation from {node_type} to {node_type} (its edge types: {names}): Moment trains on "
+                          "one node type's own edges", source=source)
+    out = dict(store[node_type])
+    ei = [as_array(store[r]["edge_index"], f"{source}:{'__'.join(r)}", "edge_index") for r in own]
+    out["edge_index"] = ei[0] if len(ei) == 1 else np.concatenate([e.astype(np.int64) for e in ei], axis=1)
+    out[TAKEN] = {"node_type": node_type, "relations": ["__".join(r) for r in own]}
+    return out
 
 
 def as_array(value: Any, source: str, name: str) -> np.ndarray:
@@ -126,6 +164,7 @@ def import_pyg(
     out_dir: str | Path,
     *,
     trust_pickle: bool = False,
+    node_type: str | None = None,
     undirected: bool = False,
     policy: EdgePolicy = EdgePolicy(),
     feature_dim: int = 128,
@@ -136,10 +175,11 @@ def import_pyg(
     progress: Progress | None = None,
 ) -> GraphDataset:
     """Imports a PyG `Data` file or a one-graph `InMemoryDataset` processed file (see the module docstring);
-    `feature_dim`, `num_classes`, `seed` and `fractions` only shape what the file lacks."""
+    of a `HeteroData`, `node_type`'s own graph. `feature_dim`, `num_classes`, `seed` and `fractions` only shape
+    what the file lacks."""
     f = need(Path(path), "PyG data file")
-    store = pyg_store(load_torch(f, "the PyG data file", trust=trust_pickle), str(f))
-    src = {"importer": "pyg", "from": str(f.resolve()), "undirected": undirected}
+    store = pyg_store(load_torch(f, "the PyG data file", trust=trust_pickle), str(f), node_type)
+    src = {"importer": "pyg", "from": str(f.resolve()), "undirected": undirected, **store.pop(TAKEN, {})}
     return write_parts(pyg_parts(store, str(f)), out_dir, source=src, undirected=undirected, policy=policy,
                        feature_dim=feature_dim, num_classes=num_classes, seed=seed, fractions=fractions,
                        overwrite=overwrite, progress=progress)
@@ -149,6 +189,7 @@ def import_graph(
     graph: Any,
     out: str | Path,
     *,
+    node_type: str | None = None,
     undirected: bool = False,
     duplicates: str = EdgePolicy.duplicates,
     self_loops: str = EdgePolicy.self_loops,
@@ -161,7 +202,7 @@ def import_graph(
     Why: a PyG user's graph is usually an object in a script (`Reddit(root)[0]`), not a file; saving it only to
     import it again costs a copy of its features. `graph` is a PyG `Data`, a PyG dataset of one graph, or a
     dict of the same attribute names (`edge_index`, `x`, `y`, the split's masks or index tensors, `num_nodes`)
-    to tensors or NumPy arrays. Messages name an attribute as `Data:x` (the object's type; `graph:x` for a
+    to tensors or NumPy arrays; of a `HeteroData`, `node_type`'s own graph (`one_node_type`). Messages name an attribute as `Data:x` (the object's type; `graph:x` for a
     dict)."""
     name = "graph" if isinstance(graph, dict) else type(graph).__name__
     if callable(getattr(graph, "len", None)) and callable(getattr(graph, "get", None)):  # a PyG Dataset
@@ -169,8 +210,8 @@ def import_graph(
             raise MomentError(f"a {name} of {graph.len()} graphs: import one graph (node classification), "
                               "e.g. dataset[0]", source=name)
         graph, name = graph[0], type(graph[0]).__name__
-    store = pyg_store(graph, name)
-    src = {"importer": "pyg", "from": f"a {name} in memory", "undirected": undirected}
+    store = pyg_store(graph, name, node_type)
+    src = {"importer": "pyg", "from": f"a {name} in memory", "undirected": undirected, **store.pop(TAKEN, {})}
     return write_parts(pyg_parts(store, name), out, source=src, undirected=undirected,
                        policy=EdgePolicy(duplicates=duplicates, self_loops=self_loops), feature_dim=feature_dim,
                        seed=seed, overwrite=overwrite)
