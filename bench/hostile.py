@@ -183,8 +183,8 @@ CASES = [
          gone=("data/np", "data/.np.tmp-*")),
     Case("moment data import npy --out data/np --edge-index edges.txt", "edges.txt: not a .npy file",
          gone=("data/np", "data/.np.tmp-*")),  # a text edge list given as an array: not called pickled data
-    Case("moment data import graphsaint yelp --out data/yelp", "yelp/class_map.json: node 0 has 2 classes set",
-         gone=("data/yelp", "data/.yelp.tmp-*")),  # a multi-label release: refused, not trained on one class
+    Case("moment data import graphsaint yelp --out data/yelp", "yelp/class_map.json: a multi-label class map must "
+         "give every node its classes: 1 of the 3 nodes has none", gone=("data/yelp", "data/.yelp.tmp-*")),
     Case("moment data import npy --out data/np --edge-index arrays.npz",
          "arrays.npz: an .npz archive without a SciPy sparse matrix in it (it holds edge_index)",
          gone=("data/np", "data/.np.tmp-*")),
@@ -626,13 +626,13 @@ def write_inputs() -> None:
 
 
 def write_saint_multilabel(root: Path) -> None:
-    """A GraphSAINT release whose class map is multi-label, as Yelp's and Amazon's are."""
+    """A GraphSAINT release whose class map is multi-label, as Yelp's and Amazon's are, and leaves a node out."""
     import scipy.sparse as sp
 
     root.mkdir()
     sp.save_npz(root / "adj_full.npz", sp.csr_matrix(np.array([[0, 1, 0], [1, 0, 1], [0, 1, 0]], np.float32)))
     np.save(root / "feats.npy", np.ones((3, 4), np.float32))
-    (root / "class_map.json").write_text(json.dumps({str(i): [1, 1, 0] for i in range(3)}))
+    (root / "class_map.json").write_text(json.dumps({str(i): [1, 1, 0] for i in range(2)}))
     (root / "role.json").write_text(json.dumps({"tr": [0], "va": [1], "te": [2]}))
 
 

@@ -207,7 +207,8 @@ def _raises(tmp_path: Path, g, match: str, name: str = "bad.pt") -> MomentError:
 
 def test_bad_graphs_name_the_file_and_attribute(tmp_path: Path) -> None:
     _raises(tmp_path, graph(edge_index=None), "no attribute edge_index")
-    e = _raises(tmp_path, graph(y=torch.zeros(N, 3, dtype=torch.long)), r"labels have shape \[40, 3\].*multi-label")
+    e = _raises(tmp_path, graph(y=torch.full((N, 3), 0.5)), r"labels of shape \[40, 3\] are read as multi-label "
+                r".*node 0's target 0 is 0\.5")
     assert "bad.pt:y" in str(e)
     e = _raises(tmp_path, graph(val_mask=mask(VAL, N - 1)), "boolean mask of 39 entries for 40 nodes")
     assert "bad.pt:val_mask" in str(e)

@@ -73,6 +73,18 @@ def test_one_hot_lists_are_classes_and_a_node_left_out_is_unlabelled(tmp_path: P
     assert ds.labels[39] < 0 and ds.manifest.source["unlabelled_nodes"] == 1
 
 
+def test_a_multi_label_class_map_is_multi_label_targets(tmp_path: Path) -> None:
+    targets = (RNG.random((N, 7)) < 0.3).astype(np.uint8)
+    targets[0] = [1, 1, 0, 0, 0, 0, 1]  # several classes (and some nodes none): PPI's, Yelp's kind
+    cm = {str(i): t.tolist() for i, t in enumerate(targets)}
+    ds = import_saint(write_saint(tmp_path / "s", class_map=cm), tmp_path / "out")
+    ds.verify()
+    assert ds.multilabel and ds.num_classes == 7 and ds.labels.dtype == np.uint8
+    np.testing.assert_array_equal(ds.labels, targets)
+    np.testing.assert_array_equal(ds.train_idx, ROLES["tr"])
+    assert ds.summary()["multilabel"] and "unlabelled_nodes" not in ds.manifest.source
+
+
 def test_the_cli_imports_and_reports(tmp_path: Path) -> None:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -84,7 +96,9 @@ def test_the_cli_imports_and_reports(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("change", "expect"), [
-    ({"class_map": {"0": [1, 1, 0]}}, "node 0 has 2 classes set (3-entry list): a multi-label dataset"),
+    ({"class_map": {"0": [1, 1, 0]}}, "a multi-label class map must give every node its classes: 39 of the 40 nodes have none"),
+    ({"class_map": {str(i): [1, 0] if i != 7 else [1, 2] for i in range(N)}}, "node 7's target 1 is 2"),
+    ({"class_map": {"0": [1, 0], "1": [1]}}, "node 1's classes are [1]: expected a list of 2 0/1 entries"),
     ({"class_map": {"0": "cat"}}, "node 0's class is 'cat'"),
     ({"class_map": {"x": 1}}, "node id 'x' is not an integer"),
     ({"class_map": {str(N): 1}}, f"node id {N} out of range [0, {N})"),

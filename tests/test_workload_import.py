@@ -66,6 +66,18 @@ def test_ogb_csv(tmp_path: Path) -> None:
     assert rows_of(und) == expected_rows(EDGES, undirected=True)
 
 
+def test_ogb_csv_with_a_0_1_column_a_task_is_multi_label(tmp_path: Path) -> None:
+    """ogbn-proteins' node-label.csv.gz: 112 binary tasks a node; here 3."""
+    src = write_ogb_csv(tmp_path / "proteins")
+    targets = (RNG.random((N, 3)) < 0.4).astype(int)
+    _gz(src / "raw" / "node-label.csv.gz", [",".join(map(str, row)) for row in targets])
+    _gz(src / "split" / "time" / "train.csv.gz", [str(i) for i in range(20)])
+    ds = import_ogb(src, tmp_path / "out")
+    ds.verify()
+    assert ds.multilabel and ds.num_classes == 3 and len(ds.train_idx) == 20
+    np.testing.assert_array_equal(ds.labels, targets)
+
+
 def test_ogb_npz(tmp_path: Path) -> None:
     root = tmp_path / "papers"
     (root / "raw").mkdir(parents=True)

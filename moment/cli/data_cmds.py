@@ -49,7 +49,7 @@ def _print_summary(s: dict[str, Any], title: str) -> None:
     t.add_row("nodes", f"{s['num_nodes']:,}")
     t.add_row("edges", f"{s['num_edges']:,} (avg degree {s['avg_degree']:.2f})")
     t.add_row("features", f"{s['feature_dim']} × {s['feature_dtype']} = {_fmt_bytes(s['feature_bytes'])}")
-    t.add_row("classes", str(s["num_classes"]))
+    t.add_row("classes", f"{s['num_classes']}" + (" (multi-label: a 0/1 target each)" if s.get("multilabel") else ""))
     t.add_row("splits", f"train {s['train']:,} / val {s['val']:,} / test {s['test']:,}")
     t.add_row("on disk", _fmt_bytes(s["bytes"]))
     for k, v in s.get("source", {}).items():
@@ -192,7 +192,7 @@ def import_igb_cmd(
 @import_app.command("graphsaint")
 def import_saint_cmd(
     src: Annotated[Path, typer.Argument(help="directory holding adj_full.npz, feats.npy, class_map.json and "
-                                             "role.json (GraphSAINT's release; PyG's Flickr/Reddit2 raw/)")],
+                                             "role.json (GraphSAINT's release; PyG's Flickr/Reddit2/Yelp raw/)")],
     out: Out,
     undirected: Annotated[bool, typer.Option("--undirected", help="add reverse edges (the releases' adjacency "
                                              "is already symmetric)")] = False,
@@ -201,8 +201,9 @@ def import_saint_cmd(
     overwrite: Overwrite = False,
     json_out: JsonOut = False,
 ) -> None:
-    """Import a GraphSAINT dataset (Flickr, Reddit, ...): the adjacency, features, single-label class map
-    and the tr/va/te roles, kept as the split. A multi-label class map (PPI, Yelp, Amazon) is refused."""
+    """Import a GraphSAINT dataset (Flickr, Reddit, PPI, Yelp, ...): the adjacency, features, class map and
+    the tr/va/te roles, kept as the split. A class map of several classes a node (PPI, Yelp, Amazon) gives
+    multi-label targets (trained with binary cross entropy, scored by micro-F1)."""
     from moment.workload.import_saint import import_saint
 
     check_output(out, "--out", directory=True)
@@ -263,12 +264,14 @@ def import_pyg_cmd(
     overwrite: Overwrite = False,
     json_out: JsonOut = False,
 ) -> None:
-    """Import a PyG graph: edge_index [2, E], x [N, D], y [N] or [N, 1], and a split as boolean masks
-    (train_mask, val_mask, test_mask) or index tensors (train_idx, val_idx or valid_idx, test_idx), kept as given.
+    """Import a PyG graph: edge_index [2, E], x [N, D], y [N] or [N, 1] (or multi-label 0/1 targets [N, C]), and
+    a split as boolean masks (train_mask, val_mask, test_mask) or index tensors (train_idx, val_idx or valid_idx,
+    test_idx), kept as given.
 
     Without x or y, seeded features/labels are generated; without any split, a seeded random one (each said
-    in the report). Of a HeteroData (ogbn-mag), --node-type chooses the node type. The file is a pickle: it is unpickled without running code (tensors, numpy arrays and
-    PyG's Data classes only) unless --trust-pickle; its tensors are memory-mapped, so x may exceed memory.
+    in the report). Of a HeteroData (ogbn-mag), --node-type chooses the node type. The file is a pickle: it is
+    unpickled without running code (tensors, numpy arrays and PyG's Data classes only) unless --trust-pickle;
+    its tensors are memory-mapped, so x may exceed memory.
     """
     from moment.workload.import_pyg import import_pyg
 
@@ -288,8 +291,8 @@ def import_npy_cmd(
                                              "edge u v means v aggregates from u")],
     x: Annotated[Path | None, typer.Option("--x", help="features .npy [N, D], memory-mapped and copied in chunks "
                                            "(float16/float32 kept, other numbers become float32; default: random)")] = None,
-    y: Annotated[Path | None, typer.Option("--y", help="labels .npy [N] or [N, 1], integers (-1 or NaN: unlabelled; "
-                                           "default: random)")] = None,
+    y: Annotated[Path | None, typer.Option("--y", help="labels .npy [N] or [N, 1], integers (-1 or NaN: unlabelled), "
+                                           "or multi-label 0/1 targets [N, C] (default: random)")] = None,
     train_idx: Annotated[Path | None, typer.Option("--train-idx", help="train node ids .npy (integers) or a "
                                                    "boolean mask [N]")] = None,
     val_idx: Annotated[Path | None, typer.Option("--val-idx", help="validation ids or mask .npy")] = None,

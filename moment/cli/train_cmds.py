@@ -140,12 +140,13 @@ def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
         if note:
             err_console.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
     if cfg.model not in BUILT_IN_MODELS or cfg.loss is not None:  # a wrong one is one line here, not one per rank
+        from moment.runtime.footprint import multilabel_targets
         from moment.runtime.link_task import out_dim
         from moment.runtime.model_spec import load_loss, make_model
 
         width = out_dim(cfg.task, cfg.model, cfg.hidden, ds.num_classes)
         make_model(cfg, ds.feature_dim, width, len(cfg.resolved_fanouts()))
-        load_loss(cfg.loss, width)
+        load_loss(cfg.loss, width, multilabel_targets(cfg.task, ds.multilabel))
     if (cfg.memory_budget or cfg.device_memory_budget or plan) and cfg.features == "tiered":
         from moment.runtime.sizing import extent_env, preview_plan, start_env
 

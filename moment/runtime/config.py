@@ -128,8 +128,9 @@ class TrainConfig(BaseModel):
                                                          "64, with 8 heads)")] = None
     lr: Annotated[float, Field(gt=0, allow_inf_nan=False), Flag("learning rate (of --optimizer)")] = 3e-3
     loss: Annotated[str | None, Flag(
-        "loss as MODULE:FUNCTION, called as fn(logits, labels) with the seeds' logits and int64 labels; it returns "
-        "a scalar tensor (default: cross entropy)", metavar="MODULE:FUNCTION")] = None
+        "loss as MODULE:FUNCTION, called as fn(logits, labels) with the seeds' logits and int64 labels (float 0/1 "
+        "targets [B, C] on a multi-label dataset); it returns a scalar tensor (default: cross entropy; binary cross "
+        "entropy with logits on multi-label targets)", metavar="MODULE:FUNCTION")] = None
     optimizer: Annotated[Literal["adam", "adamw", "sgd"], Flag(
         "adam, adamw (weight decay decoupled from the gradient) or sgd (momentum 0.9)")] = "adam"
     weight_decay: Annotated[float, Field(ge=0, allow_inf_nan=False), Flag(

@@ -152,6 +152,12 @@ def out_dim(task: str, model: str, hidden: int | None, num_classes: int) -> int:
     raise MomentError(f"--task {task!r}: choose {' or '.join(TASKS)}")
 
 
+def multilabel_targets(task: str, dataset_multilabel: bool) -> bool:
+    """Whether a run's targets are a 0/1 a class (`[B, C]` floats, binary cross entropy): a multi-label
+    dataset's node task. Link prediction scores edges whatever the labels are."""
+    return task == "node" and bool(dataset_multilabel)
+
+
 def decoder_bytes(num_labels: int, num_endpoints: int, width: int) -> int:
     """The most the decoder and loss of a link step hold beside the model's saved tensors (`step_bytes`'
     `head_bytes`), for `num_labels` label edges over `num_endpoints` embeddings `width` wide.

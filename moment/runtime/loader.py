@@ -22,7 +22,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from moment.io.device import DeviceLayer
-from moment.runtime.pipeline import Prepared, StageTimes, link_labels
+from moment.runtime.pipeline import Prepared, StageTimes, link_labels, seed_labels
 from moment.runtime.sources import MemmapFeatures
 from moment.workload.sampler import CSRGraph, NeighborSampler
 from moment.workload.seeds import mix
@@ -68,7 +68,7 @@ class _Batches(Dataset):
         mb = self.sampler.sample(self.batches[i])
         t1 = time.perf_counter()
         x = self.features.gather(mb.n_id)
-        y = self.labels[mb.seeds].to(torch.int64)
+        y = seed_labels(self.labels, mb.seeds)
         return i, mb, x, y, t1 - t0, time.perf_counter() - t1
 
     def __getstate__(self) -> dict:  # a spawned worker maps the file itself (never a pickled copy of it)

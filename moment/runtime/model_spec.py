@@ -6,7 +6,8 @@ one of its steps holds for the memory budget.
 and returns a `torch.nn.Module` that takes `(x, edge_index)` of the whole sampled subgraph, as PyG's models
 do: local ids, seeds first, row 0 of `edge_index` the neighbour and row 1 the target (PyG's source_to_target
 flow); the first `batch_size` rows of its output are the seeds' logits. `--loss MODULE:FUNCTION` is called as
-`fn(logits, labels)` (int64 labels) and returns a scalar tensor; the default is cross entropy.
+`fn(logits, labels)` (int64 classes; on a multi-label dataset float 0/1 targets [B, C]) and returns a scalar
+tensor; the default is cross entropy (binary cross entropy with logits on a multi-label dataset).
 
 A model of the user's own that does something wrong (its module cannot be imported, the factory is missing,
 not callable or raises, it returns no module, a module without parameters, or its forward fails or returns
@@ -26,7 +27,7 @@ buckets and the optimizer's state (`OPTIMIZERS`). A module that states nothing i
 synthetic batch of the extent, on the run's device (moment.runtime.step_memory), and the run says so.
 
 Trainer wiring (moment.runtime.train): `make_model(cfg, in_dim, num_classes, num_layers)`,
-`make_optimizer(module.parameters(), cfg)`, `load_loss(cfg.loss, num_classes)`, and per step
+`make_optimizer(module.parameters(), cfg)`, `load_loss(cfg.loss, num_classes, multilabel)`, and per step
 `loss_fn(forward(model, cfg.model, x, blocks), y)`; the budget's "training" item is `training_bytes(...)`.
 """
 
@@ -204,11 +205,12 @@ def forward(model: nn.Module, spec: str, x: torch.Tensor, blocks: Sequence[Block
 # ------------------------------------------------------------------ loss and optimizer
 
 
-def load_loss(spec: str | None, num_classes: int) -> LossFn:
-    """The run's loss: cross entropy, or `--loss MODULE:FUNCTION`, checked on tiny logits now (a loss that is
-    not a differentiable scalar is one line naming it) and at every step (host-side checks only: no sync)."""
+def load_loss(spec: str | None, num_classes: int, multilabel: bool = False) -> LossFn:
+    """The run's loss: cross entropy (binary, with logits, for `multilabel` targets), or `--loss
+    MODULE:FUNCTION`, checked on tiny logits now (a loss that is not a differentiable scalar is one line naming
+    it) and at every step (host-side checks only: no sync)."""
     if spec is None:
-        return F.cross_entropy
+        return F.binary_cross_entropy_with_logits if multilabel else F.cross_entropy
     fn = load_callable(spec, "--loss")
     source = f"--loss {spec}"
 
@@ -230,8 +232,15 @@ def load_loss(spec: str | None, num_classes: int) -> LossFn:
 
     g = torch.Generator().manual_seed(0)
     checked(torch.randn(_PROBE_SEEDS, num_classes, generator=g).requires_grad_(),
-            torch.randint(0, num_classes, (_PROBE_SEEDS,), generator=g))
+            random_targets(_PROBE_SEEDS, num_classes, multilabel, g))
     return checked
+
+
+def random_targets(n: int, num_classes: int, multilabel: bool, g: torch.Generator) -> torch.Tensor:
+    """Targets of the kind a run's loss takes: int64 classes [n], or float 0/1 targets [n, num_classes]."""
+    if multilabel:
+        return (torch.rand(n, num_classes, generator=g) < 0.5).float()
+    return torch.randint(0, num_classes, (n,), generator=g)
 
 
 def make_optimizer(params: Iterable[torch.nn.Parameter], cfg: TrainConfig) -> torch.optim.Optimizer:
@@ -244,7 +253,8 @@ def make_optimizer(params: Iterable[torch.nn.Parameter], cfg: TrainConfig) -> to
 
 
 def training_bytes(cfg: TrainConfig, in_dim: int, num_classes: int, layers: Sequence[LayerExtent], *, rows: int,
-                   float_copy: bool, device: torch.device | str = "cpu", head_bytes: int = 0) -> tuple[int, str | None]:
+                   float_copy: bool, device: torch.device | str = "cpu", head_bytes: int = 0,
+                   multilabel: bool = False) -> tuple[int, str | None]:
     """(what one training step holds beyond the batch's features, a note for the run's start or None): the
     budget's "training" item. Built-in models state it (moment.runtime.footprint.step_bytes); a model of the
     user's own states its activations (`step_bytes`, the module docstring's protocol) or is measured on
@@ -275,12 +285,14 @@ def training_bytes(cfg: TrainConfig, in_dim: int, num_classes: int, layers: Sequ
                                   "bytes one step's activations hold, an integer >= 0", source=source)
             weights = storage_bytes(module.parameters())
             return got + (3 + slots) * weights + copy + head_bytes, None  # weights, gradients, DDP's buckets, optimizer
-        got = measure_step_bytes(module.to(device), cfg, in_dim, num_classes, layers, device=device) + copy + head_bytes
+        got = measure_step_bytes(module.to(device), cfg, in_dim, num_classes, layers, device=device,
+                                 multilabel=multilabel) + copy + head_bytes
     return got, f"measured one step of {cfg.model} at start: {got / 2**20:,.1f} MiB"
 
 
 def measure_step_bytes(module: nn.Module, cfg: TrainConfig, in_dim: int, num_classes: int,
-                       layers: Sequence[LayerExtent], *, device: torch.device | str = "cpu") -> int:
+                       layers: Sequence[LayerExtent], *, device: torch.device | str = "cpu",
+                       multilabel: bool = False) -> int:
     """One training step of `module` (--optimizer, --loss) measured on a synthetic batch of extent `layers`
     (random float32 features and random edges of each hop's size, `synthetic_blocks`), on `device`:
 
@@ -293,7 +305,7 @@ def measure_step_bytes(module: nn.Module, cfg: TrainConfig, in_dim: int, num_cla
     `module` is trained by it: pass a copy the run will not use."""
     device = torch.device(device)
     opt = make_optimizer(module.parameters(), cfg)
-    loss_fn = load_loss(cfg.loss, num_classes)
+    loss_fn = load_loss(cfg.loss, num_classes, multilabel)
     module.train()
     g = torch.Generator().manual_seed(0)
 
@@ -301,7 +313,7 @@ def measure_step_bytes(module: nn.Module, cfg: TrainConfig, in_dim: int, num_cla
         nodes, blocks = synthetic_blocks(extent, generator=g)
         blocks = [Block(b.edge_index.to(device), b.num_src, b.num_dst) for b in blocks]
         x = torch.randn(nodes, in_dim, generator=g).to(device)
-        y = torch.randint(0, num_classes, (blocks[-1].num_dst,), generator=g).to(device)
+        y = random_targets(blocks[-1].num_dst, num_classes, multilabel, g).to(device)
         opt.zero_grad(set_to_none=True)
         with LiveStorage() as live:
             loss_fn(forward(module, cfg.model, x, blocks), y).backward()  # the logits go once the loss has them

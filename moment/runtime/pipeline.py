@@ -97,6 +97,12 @@ class Prepared:
             self.dev.consume(self.ready, self.x, self.y, *(b.edge_index for b in self.blocks), *links)
 
 
+def seed_labels(labels: torch.Tensor, seeds: torch.Tensor) -> torch.Tensor:
+    """The seeds' labels as a loss takes them: int64 classes, or a multi-label dataset's float 0/1 targets [B, C]."""
+    y = labels[seeds]
+    return y.to(torch.float32) if y.dim() == 2 else y.to(torch.int64)
+
+
 def link_labels(mb: MiniBatch, to: Callable[[torch.Tensor], torch.Tensor]) -> tuple:
     """A link batch's (edge_label_index, edge_label) moved by `to` (the device copy); (None, None) for a node batch."""
     if mb.edge_label_index is None:
@@ -205,7 +211,7 @@ class Pipeline:
         with self.dev.on(self._stream):
             staged = self.source.complete_local(pending)
             to = self.dev.to_device
-            y = to(self.labels[mb.seeds].to(torch.int64))
+            y = to(seed_labels(self.labels, mb.seeds))
             blocks = [type(b)(to(b.edge_index), b.num_src, b.num_dst) for b in mb.blocks()]
             links = link_labels(mb, to)
             ev = self.dev.event(self._stream)

@@ -81,7 +81,8 @@ class Batch:
 
     `x` holds the rows of `n_id` on the run's device, in the layout's dtype (`x.float()` for a model);
     `edge_index` runs from neighbour (row 0) to target (row 1); `y` holds the seeds' labels (so PyG's
-    `y[:batch_size]` idiom works as written); `blocks` are the per-layer views Moment's own models use
+    `y[:batch_size]` idiom works as written): int64 classes, or float 0/1 targets [B, C] on a multi-label
+    dataset (`Run.multilabel`); `blocks` are the per-layer views Moment's own models use
     (moment.workload.sampler.MiniBatch.blocks). A link batch (`task="link"`), as PyG's `LinkNeighborLoader`
     yields it: its seeds are the label edges' endpoints, `edge_label_index` and `edge_label` the edges."""
 
@@ -271,6 +272,12 @@ class Run:
     @property
     def num_classes(self) -> int:
         return self.dataset.num_classes
+
+    @property
+    def multilabel(self) -> bool:
+        """Whether `batch.y` holds float 0/1 targets [B, num_classes] (a multi-label dataset: train with
+        `binary_cross_entropy_with_logits`) rather than int64 classes [B]."""
+        return self.dataset.multilabel
 
     @property
     def num_nodes(self) -> int:

@@ -27,8 +27,9 @@ from moment.placement.opened import Layout
 from moment.runtime.budget import process_sizes, under_torchrun
 from moment.runtime.config import TrainConfig
 from moment.runtime.devices import default_device
-from moment.runtime.footprint import (LayerExtent, decoder_bytes, exchange_round_bytes, held_batches, out_dim,
-                                      remote_reader_bytes, remote_round_bytes, stated_training_bytes)
+from moment.runtime.footprint import (LayerExtent, decoder_bytes, exchange_round_bytes, held_batches,
+                                      multilabel_targets, out_dim, remote_reader_bytes, remote_round_bytes,
+                                      stated_training_bytes)
 from moment.runtime.run_plan import RunInputs, RunPlan, gpu_tier_rows, resolve_run
 from moment.runtime.start_sizes import record_path, start_sizes
 from moment.workload import batch_bytes
@@ -216,19 +217,21 @@ def _inputs(cfg: TrainConfig, ds: GraphDataset, ext: Extent, batch_size: int, pr
     layers = [LayerExtent(min(x.src, rows), min(x.dst, rows), x.edges) for x in ext.layers]
     float_copy = feature_dim is None and ds.feature_dtype != np.float32
     head = decoder_bytes(labels, layers[-1].dst, width) if labels else 0
+    multilabel = multilabel_targets(cfg.task, ds.multilabel)
+    targets = batch_size * ds.num_classes if multilabel else 0  # a multi-label batch's float targets
     training = stated_training_bytes(cfg, dim, width, layers, rows=rows, float_copy=float_copy, head_bytes=head)
     note = None
     if training is None:  # a model of the user's own: it states its step, or one is measured
         from moment.runtime.model_spec import training_bytes
 
         training, note = training_bytes(cfg, dim, width, layers, rows=rows, device=device, float_copy=float_copy,
-                                        head_bytes=head)
+                                        head_bytes=head, multilabel=multilabel)
     split = layout.split if layout is not None else None
     return RunInputs(train_nodes=int(np.asarray(ds.train_idx).size),
                      graph_bytes=ds.file("indptr").stat().st_size + ds.file("indices").stat().st_size,
                      labels_bytes=ds.file("labels").stat().st_size, rows_max=rows, edges_max=ext.edges,
                      process_bytes=process_bytes, sampler_map_bytes=batch_bytes.map_bytes(ds.num_nodes),
-                     batch_ids_bytes=batch_bytes.id_bytes(rows, ext.edges, labels), held_batches=held_batches(cfg.depth),
+                     batch_ids_bytes=batch_bytes.id_bytes(rows, ext.edges, labels, targets), held_batches=held_batches(cfg.depth),
                      training_bytes=training, training_note=note, agent_bytes=agent_bytes, exchange_bytes=exchange_round_bytes(
                          rows, row_bytes, local_ranks, gpu_tier_rows(layout, local_ranks) if layout else 0),
                      remote_exchange_bytes=remote_round_bytes(rows, row_bytes, len(split.machines)) if split else 0,

@@ -30,6 +30,7 @@ from moment.outputs import atomic_write
 from moment.runtime.budget import under_torchrun
 from moment.runtime.config import TrainConfig, parse_args
 from moment.runtime.dist import AgreedError, DistContext
+from moment.runtime.footprint import multilabel_targets
 from moment.runtime.link_task import link_logits, link_loss, out_dim, roc_auc
 from moment.runtime.lost import peer_lost
 from moment.runtime.model_spec import forward, load_loss, make_model, make_optimizer
@@ -58,7 +59,9 @@ class Trainer:
         self.restarts = run.restarts
         self.ck_every = cfg.resolved_checkpoint_every(len(self.batches))
         torch.manual_seed(cfg.seed)  # same initial weights on every rank (DDP also broadcasts rank 0's)
-        self.metric = "auc" if cfg.task == "link" else "accuracy"  # what validation reports
+        self.multilabel = multilabel_targets(cfg.task, self.ds.multilabel)
+        # what validation reports: a link's ROC AUC, multi-label targets' micro-averaged F1, else accuracy
+        self.metric = "auc" if cfg.task == "link" else "micro_f1" if self.multilabel else "accuracy"
         self.data_only = cfg.data_only  # the data path alone: no model, optimizer, DDP or loss (on every rank)
         self.module: torch.nn.Module | None = None
         self.opt: torch.optim.Optimizer | None = None
@@ -67,7 +70,7 @@ class Trainer:
             self.module = make_model(cfg, self.ds.feature_dim, width, len(self.fanouts)).to(ctx.device)
             self.opt = make_optimizer(self.module.parameters(), cfg)
             run.optimizer, run.lr_option = self.opt, "--lr"  # a diverging loss's message names its rate
-            self.loss_fn = load_loss(cfg.loss, width)
+            self.loss_fn = load_loss(cfg.loss, width, self.multilabel)
         self.record = RunRecord.of_env()  # `moment doctor --gpu`'s record of the batches (off in real runs)
         self.at = Position()
         self.checkpoints = Checkpoints(run, self.module, self.opt)
@@ -100,7 +103,7 @@ class Trainer:
             if self.data_only:  # the batch is on the device, as the step would get it; no step
                 at.next_batch = batch.index + 1
                 self.batches_fed += 1
-                self.seeds_trained += int(batch.y.numel())
+                self.seeds_trained += int(batch.y.shape[0])
                 rep.step(self.seeds_trained, self.source.tier_stats())
                 continue
             self.opt.zero_grad(set_to_none=True)
@@ -109,7 +112,7 @@ class Trainer:
             self.opt.step()
             self.run_.track(loss)  # on the device: no host sync (checked every few steps, and at the end)
             at.next_batch = batch.index + 1
-            self.seeds_trained += int(batch.y.numel())
+            self.seeds_trained += int(batch.y.shape[0])
             rep.step(self.seeds_trained, self.source.tier_stats())
             testpoints.reach_rank("train-step", self.step)
             if self.ck_every and self.step % self.ck_every == 0:
@@ -134,6 +137,8 @@ class Trainer:
         self.module.eval()
         if self.cfg.task == "link":
             return self._evaluate_links()
+        if self.multilabel:
+            return self._evaluate_multilabel()
         ctx = self.ctx
         correct, total = torch.zeros((), dtype=torch.int64, device=ctx.device), 0  # on the device: no sync a batch
         for batch in self.run_.loader("val", self.at.epoch):
@@ -142,6 +147,17 @@ class Trainer:
             total += int(batch.y.numel())
         t = self.ctx.all_reduce(torch.tensor([float(correct), float(total)], dtype=torch.float64))
         return float(t[0] / t[1]) if t[1] > 0 else 0.0
+
+    def _evaluate_multilabel(self) -> float:
+        """Micro-averaged F1 of the validation targets (a logit above 0 predicts a class), as GraphSAINT and
+        PyG's PPI examples report it: 2 TP / (predicted + actual positives), summed over every rank first."""
+        counts = torch.zeros(3, dtype=torch.int64, device=self.ctx.device)  # on the device: no sync a batch
+        for batch in self.run_.loader("val", self.at.epoch):
+            pred = forward(self.module, self.cfg.model, batch.x.float(), batch.blocks) > 0
+            y = batch.y > 0.5
+            counts += torch.stack([(pred & y).sum(), pred.sum(), y.sum()])
+        tp, predicted, actual = self.ctx.all_reduce(counts.cpu().to(torch.float64)).tolist()
+        return 2 * tp / (predicted + actual) if predicted + actual > 0 else 0.0
 
     def _evaluate_links(self) -> float:
         """ROC AUC of the validation nodes' link batches (positives and as many negatives), every rank's

@@ -11,10 +11,11 @@ from types import ModuleType
 _INT64, _INT32, _F32 = 8, 4, 4  # bytes of the sampler's dtypes
 
 
-def id_bytes(num_nodes: int, num_edges: int, num_labels: int = 0) -> int:
+def id_bytes(num_nodes: int, num_edges: int, num_labels: int = 0, num_targets: int = 0) -> int:
     """What a batch of this many nodes and edges (and, a link batch, label edges) holds in ids: `n_id` and
-    `edge_index`, int64, and `edge_label_index` (int64) with `edge_label` (float32)."""
-    return (num_nodes + 2 * num_edges + 2 * num_labels) * _INT64 + num_labels * _F32
+    `edge_index`, int64, and `edge_label_index` (int64) with `edge_label` (float32); and, a multi-label batch,
+    its seeds' 0/1 targets (`num_targets` = seeds x classes, float32)."""
+    return (num_nodes + 2 * num_edges + 2 * num_labels) * _INT64 + (num_labels + num_targets) * _F32
 
 
 @lru_cache(maxsize=1)

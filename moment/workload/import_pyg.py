@@ -9,8 +9,9 @@ unpickled safely (`moment.workload.torch_files`) and memory-mapped, so `x` is re
 
 Missing `x` or `y`: generated (seeded), as for an edge list, and said in the report; no split at all: a
 seeded random one. Of a HeteroData, one node type is imported with the edges of its relations to itself
-(`--node-type`: ogbn-mag's papers and their citations). A split given in part, a multi-label `y` [N, C],
-several graphs or a HeteroData without a node type chosen are refused, naming the file and the attribute.
+(`--node-type`: ogbn-mag's papers and their citations); a `y` [N, C] of 0/1 is multi-label targets. A split
+given in part, several graphs or a HeteroData without a node type chosen are refused, naming the file and the
+attribute.
 """
 
 from __future__ import annotations

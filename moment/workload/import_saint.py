@@ -4,9 +4,9 @@
 Why: Flickr, Reddit, PPI, Yelp and Amazon are published this way by GraphSAINT's authors, and PyG's `Flickr`
 and `Reddit2` datasets download exactly these four files into their `raw/` folder; they are the common
 mid-size benchmarks of sampled training, in neither PyG's processed form nor OGB's. The split is kept as
-given. A class map of one-hot lists is read as its classes; a multi-label one (PPI, Yelp, Amazon: several
-1s a node) is refused, naming a node, since Moment's models are single-label classifiers. The adjacency is
-symmetric in these releases, so no reverse edges are added unless asked.
+given. A class map of one-hot lists is read as one class a node; one with several 1s a node (PPI, Yelp,
+Amazon) as multi-label targets. The adjacency is symmetric in these releases, so no reverse edges are added
+unless asked.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from moment.inputs import check_dir
 from moment.workload.graph import GraphDataset
 from moment.workload.import_files import load_npy, load_sparse_edges, need
 from moment.workload.import_options import EdgePolicy
-from moment.workload.importers import GraphParts, Progress, write_parts
+from moment.workload.importers import GraphParts, Progress, multilabel, write_parts
 
 #: the files of a release, as GraphSAINT names them
 FILES = {"adjacency": "adj_full.npz", "features": "feats.npy", "classes": "class_map.json", "roles": "role.json"}
@@ -60,31 +60,58 @@ def import_saint(
 
 
 def class_labels(class_map: object, n: int, source: str) -> np.ndarray:
-    """{node id: class or one-hot list} -> labels [n], -1 for a node the map leaves out (unlabelled)."""
+    """{node id: class} -> labels [n] (-1 for a node the map leaves out: unlabelled); {node id: 0/1 list} ->
+    the same when every node has exactly one class (one-hot), else multi-label targets [n, C]."""
     if not isinstance(class_map, dict):
         raise MomentError("expected an object mapping node ids to classes", source=source)
-    labels = np.full(n, -1, dtype=np.int64)
-    for key, value in class_map.items():
-        try:
-            node = int(key)
-        except ValueError:
-            raise MomentError(f"node id {key!r} is not an integer", source=source) from None
-        if not 0 <= node < n:
-            raise MomentError(f"node id {node} out of range [0, {n}) (the adjacency's nodes)", source=source)
-        labels[node] = _class_of(value, node, source)
-    return labels
+    nodes = np.array([_node(k, n, source) for k in class_map], dtype=np.int64)
+    values = list(class_map.values())
+    if not values or not isinstance(values[0], list):
+        labels = np.full(n, -1, dtype=np.int64)
+        labels[nodes] = [_class_of(v, int(u), source) for u, v in zip(nodes, values)]
+        return labels
+    width = len(values[0])
+    for u, v in zip(nodes, values):
+        if not isinstance(v, list) or len(v) != width:
+            raise MomentError(f"node {u}'s classes are {_short(v)}: expected a list of {width} 0/1 entries, as "
+                              "the first node's", source=source)
+    try:
+        raw = np.asarray(values)
+        full = np.zeros((n, width), dtype=raw.dtype)
+        full[nodes] = raw
+    except ValueError:  # lists within the lists
+        raise MomentError("the class lists must hold 0/1 numbers", source=source) from None
+    targets = multilabel(full, source)  # rows by node id, so a bad entry's message names its node
+    if (targets[nodes].sum(axis=1) == 1).all():  # one-hot: one class a node
+        labels = np.full(n, -1, dtype=np.int64)
+        labels[nodes] = targets[nodes].argmax(axis=1)
+        return labels
+    if nodes.size != n:
+        missing = n - nodes.size
+        raise MomentError(f"a multi-label class map must give every node its classes: {missing:,} of the {n:,} "
+                          f"nodes {'has' if missing == 1 else 'have'} none", source=source)
+    return targets
+
+
+def _node(key: str, n: int, source: str) -> int:
+    try:
+        node = int(key)
+    except ValueError:
+        raise MomentError(f"node id {key!r} is not an integer", source=source) from None
+    if not 0 <= node < n:
+        raise MomentError(f"node id {node} out of range [0, {n}) (the adjacency's nodes)", source=source)
+    return node
+
+
+def _short(v: object) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _class_of(value: object, node: int, source: str) -> int:
-    if isinstance(value, list):
-        ones = [i for i, v in enumerate(value) if v]
-        if len(ones) != 1:
-            raise MomentError(f"node {node} has {len(ones)} classes set ({len(value)}-entry list): a multi-label "
-                              "dataset; Moment trains single-label classification", source=source)
-        return ones[0]
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise MomentError(f"node {node}'s class is {value!r}: expected a class number (0 or more) or a one-hot "
-                          "list", source=source)
+        raise MomentError(f"node {node}'s class is {_short(value)}: expected a class number (0 or more), as the "
+                          "first node's", source=source)
     return value
 
 

@@ -97,15 +97,15 @@ def check_build_size(n: int, generated_row_bytes: int, out_dir: Path, source: st
 
 
 def _labels_to_int(raw: np.ndarray, source: str) -> np.ndarray:
+    """Labels as stored: one class a node ([N] or [N, 1], int64, -1 = unlabelled), or multi-label [N, C]."""
     a = np.asarray(raw)
     if a.ndim == 2 and a.shape[1] == 1:
         a = a[:, 0]
-    if a.ndim == 2 and a.shape[1] > 1:
-        raise MomentError(f"labels have shape {list(a.shape)}: {a.shape[1]} targets a node (multi-label or "
-                          "multi-task) are not supported; Moment imports one class a node ([N] or [N, 1])",
-                          source=source)
+    if a.ndim == 2:
+        return multilabel(a, source)
     if a.ndim != 1:
-        raise MomentError(f"labels must be a vector [N] or [N, 1], got shape {list(a.shape)}", source=source)
+        raise MomentError(f"labels must be a vector [N], [N, 1] or a multi-label matrix [N, C], got shape "
+                          f"{list(a.shape)}", source=source)
     if a.dtype.kind == "f":
         bad = ~np.isfinite(a)
         if np.any(a[~bad] != np.floor(a[~bad])):
@@ -118,10 +118,24 @@ def _labels_to_int(raw: np.ndarray, source: str) -> np.ndarray:
     return np.where(out < 0, -1, out)
 
 
+def multilabel(a: np.ndarray, source: str) -> np.ndarray:
+    """[N, C] targets, a 0/1 a class (bool, integers or whole floats: PyG's PPI, ogbn-proteins), as uint8;
+    anything else (a regression target, NaN) refused naming the first such value."""
+    if a.dtype.kind not in "biuf":
+        raise MomentError(f"labels must be numeric, got {a.dtype}", source=source)
+    bad = ~((a == 0) | (a == 1))
+    if bad.any():
+        i, j = (int(x) for x in np.argwhere(bad)[0])
+        raise MomentError(f"labels of shape {list(a.shape)} are read as multi-label (a 0/1 target for each of "
+                          f"{a.shape[1]} classes), but node {i}'s target {j} is {a[i, j].item()!r}", source=source,
+                          hint="Moment trains classification: one class a node ([N]) or 0/1 targets ([N, C])")
+    return a.astype(np.uint8)
+
+
 def _random_splits(labels: np.ndarray, fractions: tuple[float, float, float], seed: int) -> list[np.ndarray]:
     from moment.workload.synth import split_sizes
 
-    labelled = np.flatnonzero(labels >= 0)
+    labelled = np.arange(labels.shape[0]) if labels.ndim == 2 else np.flatnonzero(labels >= 0)
     tr, va, te = split_sizes(labelled.size, *fractions)
     pick = labelled[np.random.default_rng([seed, 3]).choice(labelled.size, size=tr + va + te, replace=False)]
     return [np.sort(pick[:tr]), np.sort(pick[tr : tr + va]), np.sort(pick[tr + va :])]
@@ -333,14 +347,18 @@ def _finish(
     w: GraphWriter, labels: np.ndarray, splits: list[np.ndarray], num_classes: int | None, source: dict, names: list[str],
     edges: EdgeReport, policy: EdgePolicy,
 ) -> GraphDataset:
-    k = int(num_classes) if num_classes else (int(labels.max()) + 1 if labels.size and labels.max() >= 0 else 1)
-    if labels.size and labels.max() >= k:
+    multi = labels.ndim == 2
+    if multi:
+        k = labels.shape[1]
+    else:
+        k = int(num_classes) if num_classes else (int(labels.max()) + 1 if labels.size and labels.max() >= 0 else 1)
+    if not multi and labels.size and labels.max() >= k:
         raise MomentError(f"label {int(labels.max())} >= number of classes {k}", source=names[0])
     splits = _check_splits(splits, labels, names[1:])
-    w.write_array("labels", labels, label_dtype(k))
+    w.write_array("labels", labels, label_dtype(k, multi))
     for name, idx in zip(SPLITS, splits):
         w.write_array(f"{name}_idx", idx)
-    unlabelled = int(np.count_nonzero(labels < 0))  # a negative label or NaN in the input (`_labels_to_int`)
+    unlabelled = 0 if multi else int(np.count_nonzero(labels < 0))  # a negative label or NaN (`_labels_to_int`)
     return w.commit(num_classes=k, source=source | edges.as_source(policy) |
                     ({"unlabelled_nodes": unlabelled} if unlabelled else {}))
 
@@ -475,7 +493,7 @@ def _rest(
     if labels is None:
         labels, k = np.random.default_rng([seed, 4]).integers(0, num_classes, size=n), num_classes
     else:
-        k = max(int(labels.max()) + 1, 1)
+        k = labels.shape[1] if labels.ndim == 2 else max(int(labels.max()) + 1, 1)
     if parts.splits is None:
         splits, names = _random_splits(labels, fractions, seed), [parts.edges_source] * 3
     else:
