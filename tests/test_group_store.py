@@ -58,3 +58,23 @@ def test_without_torchruns_address_the_rank_is_told_to_launch_with_it(monkeypatc
     monkeypatch.delenv("MASTER_ADDR", raising=False)
     with pytest.raises(mdist.MomentError, match="WORLD_SIZE=2 but MASTER_ADDR is not set: launch with torchrun"):
         mdist._attempt_store(0, 2)
+
+
+def test_a_ddp_model_lets_its_group_go_through_the_groups_own_handle():
+    """`run.ddp`'s module frees its reducer and logger (handles that keep the GIL as they go) before its group's
+    own handle (which releases it), so gloo's teardown never waits for a worker that waits for the GIL."""
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        plain = list(DDP(torch.nn.Linear(4, 2)).__dict__)
+        assert plain.index("process_group") < plain.index("reducer")  # torch's order: the reducer frees it last
+        model = mdist.free_group_last(DDP(torch.nn.Linear(4, 2)))
+        keys = list(model.__dict__)
+        assert keys[-1] == "process_group" and {"reducer", "logger"} <= set(keys)
+        model(torch.randn(3, 4)).sum().backward()  # and it trains as before
+        assert model.module.weight.grad is not None
+        del model
+    finally:
+        dist.destroy_process_group()

@@ -204,6 +204,23 @@ def _leave_together(store: dist.Store, rank: int, world: int) -> None:
         pass
 
 
+def free_group_last(model: torch.nn.Module) -> torch.nn.Module:
+    """`model` (a DistributedDataParallel) with its `process_group` attribute moved after its reducer and logger,
+    so that when the module is freed, the group's Python handle, not the C++ reducer, lets the group go.
+
+    Why: the reducer's pybind11 handle keeps the GIL while it is freed, and when it holds the group's last
+    reference, gloo's destructor joins its worker threads with the GIL held, while a worker may be waiting for the
+    GIL to free a collective that has just finished (its thread-local state holds a Python object): a deadlock
+    (pytorch/pytorch#56297). A rank whose run ends in an error right after a collective, its model freed with the
+    error's frames, met it (tests/open_run_ranks.py's `untracked`: rank 0 hung for ever; a loop of DDP, a
+    collective, destroy and free deadlocked within 50 rounds on 2 ranks). The group's own handle releases the GIL
+    before it frees the group."""
+    group = model.__dict__.pop("process_group", None)
+    if group is not None:
+        model.__dict__["process_group"] = group  # a dict frees its values in insertion order: now the last
+    return model
+
+
 def import_before_group() -> None:
     """Import what DDP and torch-geometric import before the process group exists, so `close()` can really
     destroy it.

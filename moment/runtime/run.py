@@ -37,7 +37,7 @@ from moment.io.diskstats import DiskWatch
 from moment.placement.opened import Layout
 from moment.runtime.budget import under_torchrun
 from moment.runtime.config import TrainConfig, effective_fanouts, make_config
-from moment.runtime.dist import AgreedError, DistContext, setup
+from moment.runtime.dist import AgreedError, DistContext, free_group_last, setup
 from moment.runtime.finite import DIVERGE_FACTOR, DIVERGE_STEPS, BadStep, Divergence, StepLog, check_due
 from moment.runtime.heap import HeapKeeper, keep_freed_memory, return_freed_memory
 from moment.runtime.link_task import sampler_for, train_seeds
@@ -329,7 +329,7 @@ class Run:
         if not self.ctx.backend:
             return module
         self._lockstep = True
-        return DDP(module, device_ids=self.dev.ddp_device_ids())
+        return free_group_last(DDP(module, device_ids=self.dev.ddp_device_ids()))
 
     def track(self, loss: torch.Tensor | float) -> None:
         """Record the loss of the step just taken on the last batch handed out: it joins `loss_curve` (the
