@@ -21,7 +21,7 @@ from moment.inputs import check_dir
 from moment.workload.graph import GraphDataset
 from moment.workload.import_files import load_npy, load_sparse_edges, need
 from moment.workload.import_options import EdgePolicy
-from moment.workload.importers import GraphParts, Progress, multilabel, write_parts
+from moment.workload.importers import GraphParts, Progress, write_parts
 
 #: the files of a release, as GraphSAINT names them
 FILES = {"adjacency": "adj_full.npz", "features": "feats.npy", "classes": "class_map.json", "roles": "role.json"}
@@ -77,19 +77,23 @@ def class_labels(class_map: object, n: int, source: str) -> np.ndarray:
                               "the first node's", source=source)
     try:
         raw = np.asarray(values)
-        full = np.zeros((n, width), dtype=raw.dtype)
-        full[nodes] = raw
     except ValueError:  # lists within the lists
         raise MomentError("the class lists must hold 0/1 numbers", source=source) from None
-    targets = multilabel(full, source)  # rows by node id, so a bad entry's message names its node
-    if (targets[nodes].sum(axis=1) == 1).all():  # one-hot: one class a node
+    bad = ~((raw == 0) | (raw == 1)) if raw.dtype.kind in "biuf" and raw.ndim == 2 else np.ones((1, 1), bool)
+    if bad.any():
+        i, j = (int(x) for x in np.argwhere(bad)[0])
+        what = f"node {int(nodes[i])}'s target {j} is {raw[i, j].item()!r}" if raw.ndim == 2 else "they are not"
+        raise MomentError(f"the class lists must hold 0/1 numbers: {what}", source=source)
+    if (raw.sum(axis=1) == 1).all():  # one-hot: one class a node
         labels = np.full(n, -1, dtype=np.int64)
-        labels[nodes] = targets[nodes].argmax(axis=1)
+        labels[nodes] = raw.argmax(axis=1)
         return labels
     if nodes.size != n:
         missing = n - nodes.size
         raise MomentError(f"a multi-label class map must give every node its classes: {missing:,} of the {n:,} "
                           f"nodes {'has' if missing == 1 else 'have'} none", source=source)
+    targets = np.zeros((n, width), dtype=np.uint8)
+    targets[nodes] = raw
     return targets
 
 
