@@ -180,7 +180,15 @@ def test_a_graph_in_memory_that_is_wrong_is_one_error_naming_the_attribute(tmp_p
         import_graph(graph(), tmp_path / "d", duplicates="some")
     with pytest.raises(MomentError, match=r"^list: holds a list: expected a torch_geometric Data"):
         import_graph([1, 2], tmp_path / "e")
-    assert not any((tmp_path / n).exists() for n in "abcde")
+    with pytest.raises(MomentError, match=r"^import_graph takes a graph in memory; 'g\.pt' is a path\n  hint: "
+                                          r"`moment data import pyg PATH"):
+        import_graph("g.pt", tmp_path / "f")
+    with pytest.raises(MomentError, match=r"^Data:x: x is a meta tensor: it has a shape but no data"):
+        import_graph(graph(x=torch.empty(N, D, device="meta")), tmp_path / "g")
+    with pytest.raises(MomentError, match=r"^Data:y: no node has a label \(every one is negative or NaN"):
+        import_graph(graph(y=torch.full((N,), float("nan")), train_mask=None, val_mask=None, test_mask=None),
+                     tmp_path / "h")
+    assert not any((tmp_path / n).exists() for n in "abcdefgh")
 
 
 def test_missing_x_y_and_split_are_generated_and_said(tmp_path: Path) -> None:

@@ -118,6 +118,8 @@ def as_array(value: Any, source: str, name: str) -> np.ndarray:
         raise MomentError(f"{name} is a {type(value).__name__}: expected a tensor", source=source)
     if value.layout != torch.strided:
         raise MomentError(f"{name} is a sparse tensor ({value.layout}): expected a dense one", source=source)
+    if value.is_meta:
+        raise MomentError(f"{name} is a meta tensor: it has a shape but no data to import", source=source)
     t = value.detach().cpu().as_subclass(torch.Tensor)
     try:
         return t.numpy()
@@ -205,6 +207,9 @@ def import_graph(
     dict of the same attribute names (`edge_index`, `x`, `y`, the split's masks or index tensors, `num_nodes`)
     to tensors or NumPy arrays; of a `HeteroData`, `node_type`'s own graph (`one_node_type`). Messages name an attribute as `Data:x` (the object's type; `graph:x` for a
     dict)."""
+    if isinstance(graph, str | Path):
+        raise MomentError(f"import_graph takes a graph in memory; {str(graph)!r} is a path",
+                          hint="`moment data import pyg PATH --out DIR` imports a file")
     name = "graph" if isinstance(graph, dict) else type(graph).__name__
     if callable(getattr(graph, "len", None)) and callable(getattr(graph, "get", None)):  # a PyG Dataset
         if graph.len() != 1:

@@ -495,6 +495,9 @@ def _rest(
     else:
         k = labels.shape[1] if labels.ndim == 2 else max(int(labels.max()) + 1, 1)
     if parts.splits is None:
+        if labels.ndim == 1 and labels.size and labels.max() < 0:
+            raise MomentError("no node has a label (every one is negative or NaN: unlabelled), so there is nothing "
+                              "to split or train on", source=parts.labels_source or parts.edges_source)
         splits, names = _random_splits(labels, fractions, seed), [parts.edges_source] * 3
     else:
         names = list(parts.split_sources or [str(x) for x in parts.splits])
