@@ -22,6 +22,8 @@ def factory(in_dim, num_classes, num_layers=3, hidden=64):
 
 
 def loss(logits, y):
+    if y.is_floating_point():  # a multi-label dataset's 0/1 targets [B, C] (run.multilabel)
+        return F.binary_cross_entropy_with_logits(logits, y)
     return F.cross_entropy(logits, y, label_smoothing=0.1)
 
 

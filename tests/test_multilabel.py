@@ -88,3 +88,14 @@ def test_an_own_loop_gets_float_targets_and_a_loss_of_its_own_sees_them(multi):
 
 def test_a_batch_charges_its_float_targets():
     assert batch_bytes.id_bytes(10, 20, num_targets=4 * C) - batch_bytes.id_bytes(10, 20) == 4 * C * 4
+
+
+def test_a_loss_of_ones_own_gets_the_targets_in_moment_train(multi, monkeypatch):
+    """examples/own_loop.py's model and loss (`--model`, `--loss`) train the multi-label data as given."""
+    from runtime_data import REPO
+
+    monkeypatch.syspath_prepend(str(REPO))
+    _, _, layout = multi
+    m = train(TrainConfig(layout=layout, epochs=2, model="examples.own_loop:factory", loss="examples.own_loop:loss",
+                          **FAST))
+    assert m["val_metric"] == "micro_f1" and m["loss_curve"][-1] < m["loss_curve"][0], m["loss_curve"]

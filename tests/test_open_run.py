@@ -226,7 +226,7 @@ def _example_and_moment_train(layout, epochs: int, tmp_path) -> tuple[dict, dict
 
 @pytest.mark.slow
 def test_the_example_script_trains_exactly_as_moment_train_and_as_fast(example_layout, tmp_path):
-    """examples/own_loop.py (a 3-layer model, loss and AdamW of its own, under 40 lines) on 2 gloo ranks gives
+    """examples/own_loop.py (a 3-layer model, loss and AdamW of its own, in 41 lines) on 2 gloo ranks gives
     `moment train --model examples.own_loop:factory`'s loss curve, step for step, for the same work: a rank's CPU
     per epoch (every thread: the same loader, pipelining kept), the least of three epochs, within 20% (the closer
     of two tries, each running the two side by side). CPU, not wall time: the other tests' launches on the same
