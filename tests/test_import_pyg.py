@@ -163,7 +163,8 @@ def test_a_graph_in_memory_imports_as_its_file_does(tmp_path: Path) -> None:
 def test_a_graph_in_memory_that_is_wrong_is_one_error_naming_the_attribute(tmp_path: Path) -> None:
     from moment import import_graph
 
-    with pytest.raises(MomentError, match=r"^Data:y: wrong row count: 40 labels for 39 nodes \(feature rows of Data:x\)"):
+    with pytest.raises(MomentError, match=r"^Data:y: wrong row count: 40 labels for 39 nodes \(feature rows of "
+                                          r"Data:x\)"):
         import_graph(graph(x=torch.from_numpy(FEAT[:-1])), tmp_path / "a")
     with pytest.raises(MomentError, match=r"^graph: has train_mask but no val split"):
         import_graph({"edge_index": torch.from_numpy(EDGES.T.copy()), "train_mask": mask(TRAIN)}, tmp_path / "b")

@@ -96,7 +96,8 @@ def test_the_cli_imports_and_reports(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("change", "expect"), [
-    ({"class_map": {"0": [1, 1, 0]}}, "a multi-label class map must give every node its classes: 39 of the 40 nodes have none"),
+    ({"class_map": {"0": [1, 1, 0]}},
+     "a multi-label class map must give every node its classes: 39 of the 40 nodes have none"),
     ({"class_map": {str(i): [1, 0] if i != 7 else [1, 2] for i in range(N)}},
      "the class lists must hold 0/1 numbers: node 7's target 1 is 2"),
     ({"class_map": {"0": ["a", "b"]}}, "the class lists must hold 0/1 numbers: node 0's target 0 is 'a'"),

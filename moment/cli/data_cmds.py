@@ -49,7 +49,8 @@ def _print_summary(s: dict[str, Any], title: str) -> None:
     t.add_row("nodes", f"{s['num_nodes']:,}")
     t.add_row("edges", f"{s['num_edges']:,} (avg degree {s['avg_degree']:.2f})")
     t.add_row("features", f"{s['feature_dim']} × {s['feature_dtype']} = {_fmt_bytes(s['feature_bytes'])}")
-    t.add_row("classes", f"{s['num_classes']}" + (" (multi-label: a 0/1 target each)" if s.get("multilabel") else ""))
+    multi = " (multi-label: a 0/1 target each)" if s.get("multilabel") else ""
+    t.add_row("classes", f"{s['num_classes']}{multi}")
     t.add_row("splits", f"train {s['train']:,} / val {s['val']:,} / test {s['test']:,}")
     t.add_row("on disk", _fmt_bytes(s["bytes"]))
     for k, v in s.get("source", {}).items():
@@ -278,8 +279,8 @@ def import_pyg_cmd(
     check_output(out, "--out", directory=True)
     policy = _policy(duplicates, self_loops)
     with progress_bar("importing", enabled=not json_out) as progress:
-        ds = import_pyg(file, out, trust_pickle=trust_pickle, node_type=node_type, undirected=undirected, policy=policy,
-                        feature_dim=feature_dim, seed=seed, overwrite=overwrite, progress=progress)
+        ds = import_pyg(file, out, trust_pickle=trust_pickle, node_type=node_type, undirected=undirected,
+                        policy=policy, feature_dim=feature_dim, seed=seed, overwrite=overwrite, progress=progress)
     _done(ds, json_out)
 
 

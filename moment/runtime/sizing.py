@@ -231,7 +231,8 @@ def _inputs(cfg: TrainConfig, ds: GraphDataset, ext: Extent, batch_size: int, pr
                      graph_bytes=ds.file("indptr").stat().st_size + ds.file("indices").stat().st_size,
                      labels_bytes=ds.file("labels").stat().st_size, rows_max=rows, edges_max=ext.edges,
                      process_bytes=process_bytes, sampler_map_bytes=batch_bytes.map_bytes(ds.num_nodes),
-                     batch_ids_bytes=batch_bytes.id_bytes(rows, ext.edges, labels, targets), held_batches=held_batches(cfg.depth),
+                     batch_ids_bytes=batch_bytes.id_bytes(rows, ext.edges, labels, targets),
+                     held_batches=held_batches(cfg.depth),
                      training_bytes=training, training_note=note, agent_bytes=agent_bytes, exchange_bytes=exchange_round_bytes(
                          rows, row_bytes, local_ranks, gpu_tier_rows(layout, local_ranks) if layout else 0),
                      remote_exchange_bytes=remote_round_bytes(rows, row_bytes, len(split.machines)) if split else 0,

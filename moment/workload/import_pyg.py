@@ -205,8 +205,8 @@ def import_graph(
     Why: a PyG user's graph is usually an object in a script (`Reddit(root)[0]`), not a file; saving it only to
     import it again costs a copy of its features. `graph` is a PyG `Data`, a PyG dataset of one graph, or a
     dict of the same attribute names (`edge_index`, `x`, `y`, the split's masks or index tensors, `num_nodes`)
-    to tensors or NumPy arrays; of a `HeteroData`, `node_type`'s own graph (`one_node_type`). Messages name an attribute as `Data:x` (the object's type; `graph:x` for a
-    dict)."""
+    to tensors or NumPy arrays; of a `HeteroData`, `node_type`'s own graph (`one_node_type`). Messages name an
+    attribute as `Data:x` (the object's type; `graph:x` for a dict)."""
     if isinstance(graph, str | Path):
         raise MomentError(f"import_graph takes a graph in memory; {str(graph)!r} is a path",
                           hint="`moment data import pyg PATH --out DIR` imports a file")
@@ -215,7 +215,8 @@ def import_graph(
         if graph.len() != 1:
             raise MomentError(f"a {name} of {graph.len()} graphs: import one graph (node classification), "
                               "e.g. dataset[0]", source=name)
-        graph, name = graph[0], type(graph[0]).__name__
+        graph = graph[0]
+        name = type(graph).__name__
     store = pyg_store(graph, name, node_type)
     src = {"importer": "pyg", "from": f"a {name} in memory", "undirected": undirected, **store.pop(TAKEN, {})}
     return write_parts(pyg_parts(store, name), out, source=src, undirected=undirected,
