@@ -140,6 +140,14 @@ def test_in_memory_dataset_processed_file_with_index_splits(tmp_path: Path) -> N
     assert rows_of(ds) == expected_rows(EDGES)
 
 
+def assert_same_dataset(got: GraphDataset, want: GraphDataset) -> None:
+    got.verify()
+    assert rows_of(got) == rows_of(want) and got.num_edges == want.num_edges
+    np.testing.assert_array_equal(got.features_memmap(), want.features_memmap())
+    for a in ("labels", "train_idx", "val_idx", "test_idx"):
+        np.testing.assert_array_equal(getattr(got, a), getattr(want, a))
+
+
 def test_a_graph_in_memory_imports_as_its_file_does(tmp_path: Path) -> None:
     from moment import import_graph
 
@@ -149,11 +157,7 @@ def test_a_graph_in_memory_imports_as_its_file_does(tmp_path: Path) -> None:
     arrays = {k: v.numpy() for k, v in graph().to_dict().items()}  # a dict of NumPy arrays
     for i, g in enumerate((graph(), dataset, arrays)):
         got = import_graph(g, tmp_path / f"mem{i}")
-        got.verify()
-        assert rows_of(got) == rows_of(want) and got.num_edges == want.num_edges
-        np.testing.assert_array_equal(got.features_memmap(), want.features_memmap())
-        for a in ("labels", "train_idx", "val_idx", "test_idx"):
-            np.testing.assert_array_equal(getattr(got, a), getattr(want, a))
+        assert_same_dataset(got, want)
         src = got.manifest.source
         assert src["from"] == ("a graph in memory" if i == 2 else "a Data in memory") and src["split"] == "given"
     und = import_graph(graph(), tmp_path / "und", undirected=True, duplicates="keep", self_loops="drop")
@@ -277,11 +281,7 @@ def test_one_node_type_of_a_hetero_graph_imports_as_its_own_graph(tmp_path: Path
             import_graph(hetero_graph(), tmp_path / "memory", node_type="paper"),
             import_graph(dataset, tmp_path / "dataset", node_type="paper")]
     for got in made:
-        got.verify()
-        assert rows_of(got) == rows_of(want) and got.num_edges == want.num_edges
-        np.testing.assert_array_equal(got.features_memmap(), want.features_memmap())
-        for a in ("labels", "train_idx", "val_idx", "test_idx"):
-            np.testing.assert_array_equal(getattr(got, a), getattr(want, a))
+        assert_same_dataset(got, want)
         src = got.manifest.source
         assert src["node_type"] == "paper" and src["relations"] == ["paper__cites__paper", "paper__refs__paper"]
 
