@@ -9,7 +9,8 @@ without closing the run; rank 0 records the error it gets. own-group: as uneven,
 script made itself, which must outlive the run. untracked: a model in `run.ddp` trained on both ranks, its loss
 tracked on rank 0 alone (as logging code does); each rank records the error it gets at the first check.
 evaluate-alone: both ranks train an epoch, then rank 0 alone evaluates and looks rows up while rank 1 waits at a
-barrier (PyG's `if rank == 0: test()`); the other GPU's rows come from rank 0's own tiers. Each rank
+barrier (PyG's `if rank == 0: test()`), then runs an inference pass over its share of every node
+(`loader(nodes=...)`); the other GPU's rows come from rank 0's own tiers. Each rank
 writes OUT/rank<R>.json, or for several scenarios
 in one launch (run one after the other in the same ranks: one torch start-up; rank 1 opens each run after the
 first a second late), OUT/<SCENARIO>/rank<R>.json.
@@ -80,8 +81,8 @@ def main(scenario: str, layout: str, out: Path) -> int:
 
 
 def evaluate_alone(run: moment.Run, seen: dict, check) -> None:
-    """Both ranks train an epoch; rank 0 alone evaluates (the val loader, then lookups) while rank 1 waits at a
-    barrier, as PyG's multi-GPU examples do; then both close."""
+    """Both ranks train an epoch; rank 0 alone evaluates (the val loader, lookups, a nodes loader) while rank 1
+    waits at a barrier, as PyG's multi-GPU examples do; then both close."""
     import torch.distributed as dist
 
     for batch in run.loader("train", 0):
@@ -94,6 +95,9 @@ def evaluate_alone(run: moment.Run, seen: dict, check) -> None:
             seen["val_batches"] = seen.get("val_batches", 0) + 1
         ids = torch.arange(run.num_nodes)
         check(ids, run.feature_store["node", "x", ids])
+        for batch in run.loader(nodes=slice(None)):  # an inference pass, alone: the rank's share of every node
+            check(batch.n_id, batch.x)
+            seen["inferred"] = seen.get("inferred", 0) + batch.batch_size
         after = run.summary()["tier_rows"]
         seen["alone_rows"] = {t: after[t] - before[t] for t in after}
     dist.barrier()

@@ -144,6 +144,27 @@ def test_a_loaders_epoch_and_start_are_counts_and_a_start_past_the_end_is_refuse
         assert len(run.loader("val", 0, start=len(run.loader("val", 0)))) == 0  # resumed at an epoch's end
 
 
+def test_a_loader_over_nodes_of_ones_choosing_batches_them_in_order_with_their_rows(runtime_layout, runtime_dataset):
+    """`loader(nodes=...)`: an inference pass over any nodes (every node here), each once, in order, read through
+    the tiers; sampled the same way twice; the ids refused as the feature store refuses them, naming the call."""
+    ds = runtime_dataset
+    feats = np.load(ds.file("features"), mmap_mode="r")
+    with moment.open_run(runtime_layout, fanouts=[5, 5], batch_size=512) as run:
+        batches = list(run.loader(nodes=slice(None)))
+        assert torch.equal(torch.cat([b.n_id[: b.batch_size] for b in batches]), torch.arange(ds.num_nodes))
+        for b in batches:
+            assert torch.equal(b.x, torch.from_numpy(np.asarray(feats[b.n_id.numpy()])))
+        some = torch.tensor([7, 3, 3000])
+        first, again = ([b.n_id for b in run.loader(nodes=some)] for _ in range(2))
+        assert torch.equal(first[0][:3], some) and all(map(torch.equal, first, again))
+        with pytest.raises(MomentError, match=r"run.loader\(nodes=...\) \(list of 1\): node ids must be in "):
+            run.loader(nodes=[ds.num_nodes])
+        with pytest.raises(MomentError, match="run.loader takes a split or nodes, not both"):
+            run.loader("val", nodes=some)
+        with pytest.raises(MomentError, match="no split 'nodes'"):
+            run.loader("nodes")
+
+
 def test_track_takes_a_one_element_tensor_or_a_number_ddp_a_module_and_both_refuse_anything_else_at_once(runtime_layout):
     """`run.track(loss.item())` is common; a per-sample loss left unreduced used to fail steps later, at the check's
     stack of the losses, in torch's words."""
@@ -253,7 +274,7 @@ def test_the_example_script_trains_exactly_as_moment_train_and_as_fast(example_l
 
 
 @pytest.mark.slow
-def test_a_rank_that_stops_early_or_looks_up_less_still_serves_the_others(runtime_layout, tmp_path):
+def test_a_rank_that_stops_early_or_looks_up_less_still_serves_the_others(runtime_layout, runtime_dataset, tmp_path):
     """Rank 1 breaks out of its train loader after one batch and makes 2 lookups to rank 0's 5: the exchange
     serves rank 0 to its end (every row exact), and close() waits for every rank. In a process group the script
     made (own-group) the run uses it and leaves it to the script. One launch runs both, own-group first (its
@@ -270,6 +291,7 @@ def test_a_rank_that_stops_early_or_looks_up_less_still_serves_the_others(runtim
     r0, r1 = (json.loads((tmp_path / "evaluate-alone" / f"rank{r}.json").read_text()) for r in range(2))
     assert "error" not in r0 and "error" not in r1 and r0["bad_rows"] == r1["bad_rows"] == 0, (r0, r1)
     assert r0["batches"] == r1["batches"] > 0 and r0["val_batches"] > 0 and "val_batches" not in r1, (r0, r1)
+    assert r0["inferred"] == -(-runtime_dataset.num_nodes // 2), r0  # every other node (rank 0's), alone
     # the train batches took rows from the other rank's GPU bin; rank 0's evaluation alone read them itself
     assert r0["summary"]["tier_rows"]["peer"] > 0 and r0["alone_rows"]["peer"] == 0, r0
     assert r0["alone_rows"]["ssd"] + r0["alone_rows"]["cpu"] > 0, r0

@@ -33,6 +33,7 @@ from torch_geometric.data.graph_store import EdgeAttr, EdgeLayout
 
 from moment.errors import MomentError
 from moment.runtime.budget import fmt_bytes, resolve_budget
+from moment.runtime.node_index import node_ids
 from moment.workload.sampler import CSRGraph
 
 GROUP, ATTR = "node", "x"  # the key the features are found under
@@ -44,74 +45,6 @@ __all__ = ["ATTR", "EDGE_TYPE", "GROUP", "NodeAttr", "PygFeatureStore", "PygGrap
 
 def _read_only(what: str) -> MomentError:
     return MomentError(f"the {what} is read-only (it comes from the layout or dataset)")
-
-
-# ------------------------------------------------------------------------------------------- indices
-
-
-def _shown(index: Any) -> str:
-    if isinstance(index, torch.Tensor):
-        return f"{str(index.dtype).removeprefix('torch.')} tensor of shape {tuple(index.shape)}"
-    if isinstance(index, np.ndarray):
-        return f"NumPy {index.dtype} array of shape {index.shape}"
-    if isinstance(index, list | tuple):
-        return f"{type(index).__name__} of {len(index)}"
-    return f"{type(index).__name__} {str(index)[:40]}"
-
-
-def node_ids(index: Any, num_nodes: int) -> tuple[np.ndarray, bool]:
-    """`index` as int64 node ids, and whether it named one node (then, as in torch, one row without the
-    leading dimension is meant). Reads None (every node), a slice, a range, an int, a list or tuple, a NumPy
-    array or a tensor (on any device), of integer ids in [0, num_nodes), or a boolean mask with one entry
-    per node (as torch indexing reads one). Refused, naming the problem: negative ids (not counted from the
-    end: a negative id in a batch is a bug upstream, not a wish), ids past the last node, non-integer
-    dtypes, indices of more than one dimension, a mask of another length."""
-    if index is None:
-        return np.arange(num_nodes, dtype=np.int64), False
-    if isinstance(index, slice):
-        return np.arange(*index.indices(num_nodes), dtype=np.int64), False
-    if isinstance(index, range):
-        a = np.arange(index.start, index.stop, index.step, dtype=np.int64)
-    elif isinstance(index, torch.Tensor):
-        if index.is_floating_point() or index.is_complex():
-            raise _bad(index, f"node ids must be integers, not {str(index.dtype).removeprefix('torch.')}")
-        a = index.detach().cpu().numpy()
-    elif isinstance(index, np.ndarray | np.generic):
-        a = np.asarray(index)
-    elif isinstance(index, bool):
-        raise _bad(index, "a bool is not a node id (a mask is an array with one entry per node)")
-    elif isinstance(index, int):
-        a = np.asarray(index, dtype=np.int64)
-    elif isinstance(index, list | tuple):
-        if not index:
-            return np.zeros(0, np.int64), False
-        try:
-            a = np.asarray(index)
-        except ValueError as e:  # ragged nesting
-            raise _bad(index, f"not an array of node ids ({e})") from None
-    else:
-        raise _bad(index, "give node ids as a tensor, NumPy array, list, range, slice or int")
-    if a.dtype == np.bool_:
-        if a.ndim != 1 or a.shape[0] != num_nodes:
-            raise _bad(index, f"a boolean mask must have one entry per node ({num_nodes}), not shape {a.shape}")
-        return np.flatnonzero(a).astype(np.int64), False
-    if a.dtype.kind not in "iu":
-        raise _bad(index, f"node ids must be integers, not {a.dtype}")
-    scalar = a.ndim == 0
-    if a.ndim > 1:
-        raise _bad(index, f"node ids must be one-dimensional, not of shape {a.shape}")
-    a = a.reshape(-1)
-    if a.size:
-        bad = (a >= num_nodes) if a.dtype.kind == "u" else ((a < 0) | (a >= num_nodes))
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise _bad(index, f"node ids must be in [0, {num_nodes}); {a[i]} at position {i} is not",
-                       hint="negative ids are not counted from the end" if a[i] < 0 else None)
-    return a.astype(np.int64, copy=False), scalar
-
-
-def _bad(index: Any, why: str, hint: str | None = None) -> MomentError:
-    return MomentError(f"feature store index ({_shown(index)}): {why}", hint=hint)
 
 
 class NodeAttr(TensorAttr):
@@ -195,7 +128,7 @@ class PygFeatureStore(FeatureStore):
         parts = []
         for a in attrs:
             self._check_attr(a)
-            parts.append(node_ids(a.index, self.num_nodes))
+            parts.append(node_ids(a.index, self.num_nodes, "feature store index"))
         if not parts:
             return []
         ids = parts[0][0] if len(parts) == 1 else np.concatenate([p for p, _ in parts])

@@ -44,6 +44,7 @@ from moment.runtime.link_task import sampler_for, train_seeds
 from moment.runtime.loader import LoaderPipeline, fork_hang_note
 from moment.runtime.memory_use import machine_peak, rank_sample, reset_peak
 from moment.runtime.model_spec import load_rank_code
+from moment.runtime.node_index import node_ids
 from moment.runtime.pipeline import Pipeline, Prepared, StageTimes
 from moment.runtime.rendezvous import SHARED_SETTINGS, RunFacts, check_agents
 from moment.runtime.run_plan import RunPlan, dataset_dir, layout_gpus, resolve_run
@@ -133,9 +134,9 @@ class Loader:
     """One split's batches of one epoch for this rank (`Run.loader`): iterate it once, to the end or out of
     it at the same batch on every rank."""
 
-    def __init__(self, run: Run, split: str, epoch: int, start: int):
+    def __init__(self, run: Run, split: str, epoch: int, start: int, seeds: list[torch.Tensor] | None = None):
         self.run, self.split, self.epoch, self.start = run, split, epoch, start
-        self.seeds = run._split_batches(split, epoch)
+        self.seeds = run._split_batches(split, epoch) if seeds is None else seeds
 
     def __len__(self) -> int:
         return max(0, len(self.seeds) - self.start)
@@ -283,17 +284,27 @@ class Run:
     def num_nodes(self) -> int:
         return self.dataset.num_nodes
 
-    def loader(self, split: str = "train", epoch: int = 0, *, start: int = 0) -> Loader:
-        """This rank's batches of `split` ("train", "val" or "test") for `epoch`, pipelined. Train: the
-        rank's equal share of the training nodes, reshuffled per epoch, dropout reseeded before each batch
-        from (seed, epoch, rank, batch) so a resumed or re-run loop repeats it; `start`: the first batch
+    def loader(self, split: str | None = None, epoch: int = 0, *, start: int = 0, nodes: Any = None) -> Loader:
+        """This rank's batches of `split` ("train", the default, "val" or "test") for `epoch`, pipelined.
+        Train: the rank's equal share of the training nodes, reshuffled per epoch, dropout reseeded before each
+        batch from (seed, epoch, rank, batch) so a resumed or re-run loop repeats it; `start`: the first batch
         (a resumed epoch; at most the epoch's number of batches, which reads none). Val and test: every rank's
-        slice of the split, in order."""
+        slice of the split, in order. `nodes`, in place of a split: node ids of your choosing (a tensor, array,
+        list, range, boolean mask, or `slice(None)` for every node), every rank's slice of them in order, as
+        the val and test loaders hold theirs: an inference pass (predictions or embeddings of those nodes)."""
         if self._closed:
             raise MomentError("the run is closed: open a new one (moment.open_run) to read more batches")
-        split = "val" if split == "valid" else split
-        if split not in SPLITS:
-            raise MomentError(f"no split {split!r}: a loader reads one of {', '.join(SPLITS)}")
+        if nodes is not None and split is not None:
+            raise MomentError(f"run.loader takes a split or nodes, not both (split={split!r})",
+                              hint="loader(nodes=ids) batches those nodes; loader(split) a split's")
+        seeds = None
+        if nodes is not None:
+            ids, _ = node_ids(nodes, self.num_nodes, "run.loader(nodes=...)")
+            split, seeds = "nodes", eval_batches(ids, self.batch_size, rank=self.rank, world_size=self.world_size)
+        split = "train" if split is None else "val" if split == "valid" else split
+        if split not in (*SPLITS, "nodes") or (split == "nodes" and seeds is None):
+            raise MomentError(f"no split {split!r}: a loader reads one of {', '.join(SPLITS)}",
+                              hint="loader(nodes=ids) batches nodes of your choosing")
         if not _count(epoch):
             raise MomentError(f"epoch must be an integer >= 0, got {epoch!r}")
         if not _count(start):
@@ -301,7 +312,7 @@ class Run:
         epoch, start = int(epoch), int(start)
         if split == "train":
             self._past_pack(epoch)
-        loader = Loader(self, split, epoch, start)
+        loader = Loader(self, split, epoch, start, seeds)
         if start > len(loader.seeds):  # a resumed epoch past its end would read nothing, silently
             raise MomentError(f"start={start}: this rank's {split} loader of epoch {epoch} has "
                               f"{len(loader.seeds)} batches", hint=f"give a start from 0 to {len(loader.seeds)}")

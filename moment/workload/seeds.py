@@ -10,13 +10,18 @@ SEED_LIMIT = 2**63  # torch's generators take a signed 64-bit seed
 #: the sampling keys' tags of the splits other than train: batch i of split s in epoch e on rank r is sampled
 #: with mix(seed, e, r, SPLIT_TAGS[s], i); a training batch with mix(seed, e, r, i)
 SPLIT_TAGS = {"val": 0xE7A1, "test": 0x7E57}
-_SPLIT_OF_TAG = {t: s for s, t in SPLIT_TAGS.items()}
+#: the tag of a loader over nodes of the caller's choosing (`Run.loader(nodes=...)`): sampled as the evaluation
+#: splits are, under a tag of its own
+NODES_TAG = 0x40DE5
+_SPLIT_OF_TAG = {t: s for s, t in SPLIT_TAGS.items()} | {NODES_TAG: "nodes"}
 
 
 def sampling_key(seed: int, epoch: int, rank: int, split: str = "train") -> tuple[int, ...]:
     """The key a split's batches are sampled with (batch i: mix(*key, i)): (seed, epoch, rank) for training,
-    (seed, epoch, rank, SPLIT_TAGS[split]) for the others."""
-    return (seed, epoch, rank) if split == "train" else (seed, epoch, rank, SPLIT_TAGS[split])
+    (seed, epoch, rank, SPLIT_TAGS[split]) for the others ("nodes": NODES_TAG)."""
+    if split == "train":
+        return (seed, epoch, rank)
+    return (seed, epoch, rank, NODES_TAG if split == "nodes" else SPLIT_TAGS[split])
 
 
 def split_of(key: tuple[int, ...]) -> str | None:
