@@ -295,3 +295,42 @@ def test_duplicates_and_self_loops_are_counted_and_kept_or_dropped(tmp_path: Pat
     assert (o.num_edges, o.manifest.source["duplicate_edges_found"], o.manifest.source["self_loops_dropped"]) == (1, 1, 1)
     i = import_igb(write_igb(tmp_path / "igb"), tmp_path / "ig", policy=EdgePolicy(duplicates="keep"))
     assert i.manifest.source["duplicate_edges_dropped"] == 0
+
+
+def write_ogb_mag(root: Path) -> Path:
+    """ogbn-mag's raw layout (ogb's read_heterograph_raw): papers citing papers in two relations here, authors
+    writing papers, features and labels for papers only."""
+    raw = root / "raw"
+    _gz(raw / "num-node-dict.csv.gz", ["paper,author", f"{N},3"])
+    half = len(EDGES) // 2
+    _gz(raw / "relations" / "paper___cites___paper" / "edge.csv.gz", [f"{s},{d}" for s, d in EDGES[:half]])
+    _gz(raw / "relations" / "paper___refs___paper" / "edge.csv.gz", [f"{s},{d}" for s, d in EDGES[half:]])
+    _gz(raw / "relations" / "author___writes___paper" / "edge.csv.gz", ["0,1", "2,3"])
+    _gz(raw / "node-feat" / "paper" / "node-feat.csv.gz", [",".join(f"{v:.9g}" for v in row) for row in FEAT])
+    _gz(raw / "node-label" / "paper" / "node-label.csv.gz", [str(int(v)) for v in LABELS])
+    for part, ids in (("train", range(20)), ("valid", range(20, 30)), ("test", range(30, 40))):
+        _gz(root / "split" / "time" / "paper" / f"{part}.csv.gz", [str(i) for i in ids])
+    return root
+
+
+def test_one_node_type_of_a_heterogeneous_ogb_download(tmp_path: Path) -> None:
+    src = write_ogb_mag(tmp_path / "ogbn_mag")
+    ds = import_ogb(src, tmp_path / "out", node_type="paper")
+    ds.verify()
+    assert rows_of(ds) == expected_rows(EDGES) and ds.num_nodes == N
+    np.testing.assert_allclose(ds.features_memmap(), FEAT, rtol=1e-6)
+    np.testing.assert_array_equal(ds.labels, LABELS)
+    np.testing.assert_array_equal(ds.train_idx, np.arange(20))
+    s = ds.manifest.source
+    assert s["node_type"] == "paper" and s["relations"] == ["paper___cites___paper", "paper___refs___paper"]
+    with pytest.raises(MomentError, match=r"a heterogeneous OGB dataset \(node types: paper, author\): choose the "
+                                          r"one to train on\n  hint: --node-type paper"):
+        import_ogb(src, tmp_path / "o2")
+    with pytest.raises(MomentError, match=r"no relation from author to author \(its relations: "
+                                          r"author___writes___paper, paper___cites___paper"):
+        import_ogb(src, tmp_path / "o2", node_type="author")
+    with pytest.raises(MomentError, match=r"no node type 'venue'"):
+        import_ogb(src, tmp_path / "o2", node_type="venue")
+    with pytest.raises(MomentError, match=r"a node type \('paper'\) is given, but this OGB dataset has one"):
+        import_ogb(write_ogb_csv(tmp_path / "arxiv"), tmp_path / "o2", node_type="paper")
+    assert not (tmp_path / "o2").exists()

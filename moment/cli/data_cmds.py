@@ -141,6 +141,9 @@ def import_ogb_cmd(
     split: Annotated[str | None, typer.Option("--split", help="split scheme under split/ (default: the only one)")] = None,
     layout: Annotated[str, typer.Option("--layout", help=f"{', '.join(OGB_LAYOUTS)}: auto reads raw/ when it "
                                         "holds the edge list, else processed/")] = OGB_LAYOUTS[0],
+    node_type: Annotated[str | None, typer.Option("--node-type", help="of a heterogeneous raw download (ogbn-mag): "
+                                                  "the node type to train on (e.g. paper), with the edges of its "
+                                                  "relations to itself")] = None,
     undirected: Annotated[bool, typer.Option("--undirected", help="add reverse edges (raw/ of ogbn-products, "
                                              "ogbn-proteins; processed/ already has them)")] = False,
     duplicates: Duplicates = None,
@@ -161,8 +164,8 @@ def import_ogb_cmd(
     check_output(out, "--out", directory=True)
     policy = _policy(duplicates, self_loops)
     with progress_bar("importing", enabled=not json_out) as progress:
-        ds = import_ogb(src, out, split_name=split, layout=layout, undirected=undirected, policy=policy,
-                        trust_pickle=trust_pickle, overwrite=overwrite, progress=progress)
+        ds = import_ogb(src, out, split_name=split, layout=layout, node_type=node_type, undirected=undirected,
+                        policy=policy, trust_pickle=trust_pickle, overwrite=overwrite, progress=progress)
     _done(ds, json_out)
 
 

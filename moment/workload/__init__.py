@@ -4,7 +4,8 @@
 * `synth`     — seeded skewed, homophilous synthetic graphs (`synthesize`); numpy only.
 * `importers` — OGB / IGB / edge-list loaders into our format, the CSR build with its edge report and
   `write_parts` (what every importer writes through); numpy (pandas if present) only.
-* `import_ogb` — an OGB dataset, its raw download or (`import_ogb_processed`) what ogb's loaders wrote.
+* `import_ogb` — an OGB dataset, its raw download (`import_ogb_hetero`: one node type of a heterogeneous one)
+  or (`import_ogb_processed`) what ogb's loaders wrote.
 * `import_pyg`, `import_npy`, `import_ogb_processed`, `import_saint` — a PyG `Data` file, loose `.npy` arrays
   (or a SciPy sparse adjacency), OGB's `processed/`, a GraphSAINT release; `import_files` reads the inputs
   (splits included), `import_options` holds the choices, `torch_files` unpickles `.pt` files without running

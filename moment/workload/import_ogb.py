@@ -13,9 +13,9 @@ from moment.inputs import check_dir, exists
 from moment.workload.graph import SPLITS, GraphDataset, GraphWriter
 from moment.workload.import_files import need, read_csv_chunks, read_node_ids
 from moment.workload.import_options import OGB_LAYOUTS, EdgePolicy, check_choice
-from moment.workload.importers import (EDGE_CHUNK, PROCESSED_FILES, Progress, _edge_chunks, _finish,
-                                       _labels_to_int, _matrix_chunks, _write_features, build_csr, ogb_split_dir,
-                                       ogb_split_files)
+from moment.workload.import_ogb_hetero import import_ogb_hetero, is_hetero, spool_csv_edges
+from moment.workload.importers import (PROCESSED_FILES, Progress, _edge_chunks, _finish, _labels_to_int,
+                                       _matrix_chunks, _write_features, build_csr, ogb_split_dir, ogb_split_files)
 
 # Imports inside functions: the heavier stages this one calls (the planner's search, the sampler, a
 # profile's readers) load only on the calls that need them.
@@ -27,7 +27,7 @@ def ogb_layout(root: Path, layout: str = "auto") -> str:
     if check_choice("layout", layout, OGB_LAYOUTS) != "auto":
         return layout
     raw = root / "raw"
-    if (raw / "data.npz").is_file() or (raw / "edge.csv.gz").is_file():
+    if (raw / "data.npz").is_file() or (raw / "edge.csv.gz").is_file() or is_hetero(root):
         return "raw"
     return "processed" if any((root / "processed" / f).is_file() for f in PROCESSED_FILES) else "raw"
 
@@ -38,6 +38,7 @@ def import_ogb(
     *,
     split_name: str | None = None,
     layout: str = "auto",
+    node_type: str | None = None,
     undirected: bool = False,
     policy: EdgePolicy = EdgePolicy(),
     trust_pickle: bool = False,
@@ -45,13 +46,20 @@ def import_ogb(
     progress: Progress | None = None,
 ) -> GraphDataset:
     """Imports an unzipped OGB node-property-prediction dataset: the raw CSV or NPZ layout, or processed/
-    (see `ogb_layout`); the split from split/<scheme>/ as given."""
+    (see `ogb_layout`); the split from split/<scheme>/ as given. A heterogeneous raw download (ogbn-mag):
+    `node_type`'s graph (moment.workload.import_ogb_hetero)."""
     root = check_dir(src_dir, "OGB dataset directory")
     if ogb_layout(root, layout) == "processed":
         from moment.workload.import_ogb_processed import import_ogb_processed
 
         return import_ogb_processed(root, out_dir, split_name=split_name, undirected=undirected, policy=policy,
                                     trust_pickle=trust_pickle, overwrite=overwrite, progress=progress)
+    if ogb_layout(root, layout) == "raw" and is_hetero(root):
+        return import_ogb_hetero(root, out_dir, node_type=node_type, split_name=split_name, undirected=undirected,
+                                 policy=policy, overwrite=overwrite, progress=progress)
+    if node_type is not None:
+        raise MomentError(f"a node type ({node_type!r}) is given, but this OGB dataset has one node type",
+                          source=str(root))
     raw = root / "raw"
     npz = raw / "data.npz"
     if not npz.is_file():
@@ -95,7 +103,7 @@ def import_ogb(
                 declared = int(next(read_csv_chunks(nn_file, 16, "int64"))[0, 0])
                 if declared != n:
                     raise MomentError(f"says {declared} nodes but node-label.csv.gz has {n} rows", source=str(nn_file))
-            spool = _spool_csv_edges(w, edge_csv)
+            spool = spool_csv_edges(w, [edge_csv])
             rep = build_csr(w, lambda: _edge_chunks(spool, "rows"), n, source=str(edge_csv), undirected=undirected,
                             policy=policy, progress=progress)
             spool = None
@@ -106,16 +114,3 @@ def import_ogb(
         splits = [read_node_ids(f, n, f"{part} split") for f, part in zip(files, SPLITS)]
         src = {"importer": kind, "from": str(root.resolve()), "split": split_dir.name, "undirected": undirected}
         return _finish(w, labels, splits, None, src, [str(raw / "node-label"), *map(str, files)], rep, policy)
-
-
-def _spool_csv_edges(w: GraphWriter, path: Path) -> np.ndarray:
-    """Parses the edge CSV once into a scratch [E, 2] int64 .npy so the CSR passes can re-read it fast."""
-    sw = w.stream("scratch-edges", np.int64, (2,))
-    for c in read_csv_chunks(path, EDGE_CHUNK, "int64"):
-        if c.ndim != 2 or c.shape[1] != 2:
-            sw.abort()
-            raise MomentError(f"expected two columns (src,dst), got {c.shape[1] if c.ndim == 2 else 1}", source=str(path))
-        sw.write(c)
-    sw.close()
-    w._open.pop("scratch-edges")
-    return np.load(w.tmp / "scratch-edges.npy", mmap_mode="r")

@@ -37,8 +37,8 @@ def ogb_graph_parts(obj: Any, path: str) -> GraphParts:
                           source=path)
     g, labels = obj["graph"], obj["labels"]
     if "edge_index_dict" in g or isinstance(labels, dict):
-        raise MomentError("a heterogeneous OGB graph (several node types): Moment imports one node type",
-                          source=path)
+        raise MomentError("a heterogeneous OGB graph (several node types): Moment imports one node type, from "
+                          "the raw download", source=path, hint="--layout raw --node-type TYPE (ogbn-mag: paper)")
     for key in ("edge_index", "num_nodes"):
         if g.get(key) is None:
             raise MomentError(f"graph has no {key}", source=f"{path}:graph")
