@@ -22,6 +22,8 @@ from moment.workload.import_options import EdgePolicy
 from moment.workload.importers import (EDGE_CHUNK, Progress, _edge_chunks, _finish, _labels_to_int,
                                        _write_features, build_csr, ogb_split_dir, ogb_split_files)
 
+# Imports inside functions: pandas loads only to read the node counts' header.
+
 #: the file that marks a heterogeneous raw download: the node types and their counts
 NODE_COUNTS = "num-node-dict.csv.gz"
 
