@@ -41,7 +41,8 @@ def node_counts(root: Path) -> dict[str, int]:
         frame = pd.read_csv(path)
         return {str(k): int(v) for k, v in frame.iloc[0].items()}
     except (ValueError, IndexError, OSError) as e:
-        raise MomentError(f"cannot read the node types and counts: {str(e).splitlines()[0]}", source=str(path)) from None
+        raise MomentError(f"cannot read the node types and counts: {str(e).splitlines()[0]}",
+                          source=str(path)) from None
 
 
 def import_ogb_hetero(
@@ -58,13 +59,15 @@ def import_ogb_hetero(
     """Imports `node_type` of the raw download at `root` (see the module docstring)."""
     raw = root / "raw"
     counts = node_counts(root)
-    labelled = sorted(p.name for p in (raw / "node-label").iterdir() if p.is_dir()) if (raw / "node-label").is_dir() else []
+    label_dir = raw / "node-label"
+    labelled = sorted(p.name for p in label_dir.iterdir() if p.is_dir()) if label_dir.is_dir() else []
     if node_type is None:
         raise MomentError(f"a heterogeneous OGB dataset (node types: {', '.join(counts)}): choose the one to train on",
                           source=str(raw / NODE_COUNTS), hint=f"--node-type {(labelled or list(counts))[0]} (the "
                           f"node types with labels: {', '.join(labelled) or 'none'})")
     if node_type not in counts:
-        raise MomentError(f"no node type {node_type!r} (its node types: {', '.join(counts)})", source=str(raw / NODE_COUNTS))
+        raise MomentError(f"no node type {node_type!r} (its node types: {', '.join(counts)})",
+                          source=str(raw / NODE_COUNTS))
     rel_dir = raw / "relations"
     relations = sorted(p for p in rel_dir.iterdir() if p.is_dir()) if rel_dir.is_dir() else []
     own = [p for p in relations if p.name.split("___")[0] == node_type == p.name.split("___")[-1]]
