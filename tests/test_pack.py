@@ -837,7 +837,7 @@ def test_a_batch_read_whole_runs_each_exchange_round_a_batch_asking_nothing_runs
         assert not chain.joins(tag) and chain.next.joins(tag), tag
         part = _Part(none, none, none, _Part(none, none, none, None), rounds=False)  # what `take` gives it
         assert [f.tier for f in chain.fetches(part, out)] == [chain.next], tag
-    assert [f.tier for f in chain.idle_fetches(in_step=False)] == [chain.next]
+    assert [f.tier for f in chain.idle_fetches(stepped=False)] == [chain.next]
 
 
 def test_batches_read_whole_stay_within_the_reads_budget(whole):

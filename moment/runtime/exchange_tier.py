@@ -54,10 +54,14 @@ class ExchangeTier(Tier):
         return self.exchange.served_rows
 
     def joins(self, tag: tuple | None) -> bool:
-        """Whether the batch tagged `tag` takes part in this exchange's rounds: every batch, unless the tiers
-        below hold its rows too and it is not one every rank takes in step (sources.in_step): then it reads
-        them there, and one rank may make it alone."""
-        return not self.below_holds or in_step(tag)
+        """Whether the batch tagged `tag` takes part in this exchange's rounds (`_rounds`)."""
+        return self._rounds(in_step(tag))
+
+    def _rounds(self, stepped: bool) -> bool:
+        """Whether a sequence of batches (`stepped`: ones every rank takes in step, sources.in_step) takes part in
+        this exchange's rounds: every one, unless the tiers below hold its rows too and it is not stepped: then
+        it reads them there, and one rank may make it alone."""
+        return stepped or not self.below_holds
 
     def take(self, ids: np.ndarray, pos: np.ndarray | None, tag: tuple | None) -> _Part:
         joins = self.joins(tag)
@@ -83,6 +87,6 @@ class ExchangeTier(Tier):
         mine = [ExchangeFetch(self, self.exchange, self.serve, none, none, none, out)] if self.joins(tag) else []
         return [*mine, *self.next.fetches_of_none(out, tag)]
 
-    def idle_fetches(self, left: bool = False, in_step: bool = True) -> list[ExchangeFetch]:
-        mine = [ExchangeFetch.idle(self, self.exchange, self.serve, left)] if in_step or not self.below_holds else []
-        return [*mine, *self.next.idle_fetches(left, in_step)]
+    def idle_fetches(self, left: bool = False, stepped: bool = True) -> list[ExchangeFetch]:
+        mine = [ExchangeFetch.idle(self, self.exchange, self.serve, left)] if self._rounds(stepped) else []
+        return [*mine, *self.next.idle_fetches(left, stepped)]

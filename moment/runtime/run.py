@@ -294,17 +294,18 @@ class Run:
         the val and test loaders hold theirs: an inference pass (predictions or embeddings of those nodes)."""
         if self._closed:
             raise MomentError("the run is closed: open a new one (moment.open_run) to read more batches")
-        if nodes is not None and split is not None:
-            raise MomentError(f"run.loader takes a split or nodes, not both (split={split!r})",
-                              hint="loader(nodes=ids) batches those nodes; loader(split) a split's")
         seeds = None
         if nodes is not None:
+            if split is not None:
+                raise MomentError(f"run.loader takes a split or nodes, not both (split={split!r})",
+                                  hint="loader(nodes=ids) batches those nodes; loader(split) a split's")
             ids, _ = node_ids(nodes, self.num_nodes, "run.loader(nodes=...)")
             split, seeds = "nodes", eval_batches(ids, self.batch_size, rank=self.rank, world_size=self.world_size)
-        split = "train" if split is None else "val" if split == "valid" else split
-        if split not in (*SPLITS, "nodes") or (split == "nodes" and seeds is None):
-            raise MomentError(f"no split {split!r}: a loader reads one of {', '.join(SPLITS)}",
-                              hint="loader(nodes=ids) batches nodes of your choosing")
+        else:
+            split = "train" if split is None else "val" if split == "valid" else split
+            if split not in SPLITS:
+                raise MomentError(f"no split {split!r}: a loader reads one of {', '.join(SPLITS)}",
+                                  hint="loader(nodes=ids) batches nodes of your choosing")
         if not _count(epoch):
             raise MomentError(f"epoch must be an integer >= 0, got {epoch!r}")
         if not _count(start):

@@ -100,10 +100,10 @@ class FeatureSource(Protocol):
     def complete_local(self, pending: Any) -> Staged:
         """The batch's rows this rank holds; the exchange rounds are the caller's (`Staged`)."""
 
-    def idle(self, in_step: bool = True) -> Staged:
-        """Exchange rounds without a batch of this rank's (its sequence is over): see `Staged`; `in_step`: the
-        sequence's batches were (`in_step`), so the rounds of every exchange, not only of those its batches
-        needed."""
+    def idle(self, stepped: bool = True) -> Staged:
+        """Exchange rounds without a batch of this rank's (its sequence is over): see `Staged`; `stepped`: the
+        sequence's batches were taken in step (`in_step`), so the rounds of every exchange, not only of those its
+        batches needed."""
 
     def cancel(self, pending: Any) -> None:
         """Drop a submitted batch whose rows are no longer wanted (the consumer stopped early)."""
@@ -165,7 +165,7 @@ class _Plain:
     def complete_local(self, ids: np.ndarray) -> Staged:
         return Staged(self.complete(ids))
 
-    def idle(self, in_step: bool = True) -> Staged:
+    def idle(self, stepped: bool = True) -> Staged:
         return Staged(None)
 
     def gather(self, node_ids) -> torch.Tensor:

@@ -349,13 +349,13 @@ class Tier:
     read_budget = 0  # the bytes of reads in flight the reading tier's budget holds
     reads_whole = False  # whether the reading tier's pack holds its batches whole (`whole_segment`)
 
-    def idle(self, in_step: bool = True) -> Staged:
-        """One round of each exchange its sequence's batches took part in (`in_step`: all; see
+    def idle(self, stepped: bool = True) -> Staged:
+        """One round of each exchange its sequence's batches took part in (`stepped`: all; see
         sources.in_step), without a batch (this rank's sequence is over): it serves the others."""
-        return Staged(None, tuple(self.idle_fetches(in_step=in_step)))
+        return Staged(None, tuple(self.idle_fetches(stepped=stepped)))
 
-    def idle_fetches(self, left: bool = False, in_step: bool = True) -> list[ExchangeFetch]:
-        return self.next.idle_fetches(left, in_step) if self.next is not None else []
+    def idle_fetches(self, left: bool = False, stepped: bool = True) -> list[ExchangeFetch]:
+        return self.next.idle_fetches(left, stepped) if self.next is not None else []
 
     def add_stats(self, out: dict[str, Any]) -> None:
         pass

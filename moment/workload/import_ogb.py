@@ -13,9 +13,10 @@ from moment.inputs import check_dir, exists
 from moment.workload.graph import SPLITS, GraphDataset, GraphWriter
 from moment.workload.import_files import need, read_csv_chunks, read_node_ids
 from moment.workload.import_options import OGB_LAYOUTS, EdgePolicy, check_choice
-from moment.workload.import_ogb_hetero import import_ogb_hetero, is_hetero, spool_csv_edges
+from moment.workload.import_ogb_hetero import import_ogb_hetero, is_hetero
 from moment.workload.importers import (PROCESSED_FILES, Progress, _edge_chunks, _finish, _labels_to_int,
-                                       _matrix_chunks, _write_features, build_csr, ogb_split_dir, ogb_split_files)
+                                       _matrix_chunks, _write_features, build_csr, ogb_split_dir, ogb_split_files,
+                                       read_csv_labels, write_csv_graph)
 
 # Imports inside functions: the heavier stages this one calls (the planner's search, the sampler, a
 # profile's readers) load only on the calls that need them.
@@ -96,19 +97,15 @@ def import_ogb(
             edge_csv = need(raw / "edge.csv.gz", "edge list (raw/edge.csv.gz or raw/data.npz)")
             lab_csv = need(raw / "node-label.csv.gz", "node labels")
             feat_csv = need(raw / "node-feat.csv.gz", "node features")
-            labels = _labels_to_int(np.concatenate(list(read_csv_chunks(lab_csv, 1 << 22, "float64"))), str(lab_csv))
+            labels = read_csv_labels(lab_csv)
             n = labels.shape[0]
             nn_file = raw / "num-node-list.csv.gz"
             if nn_file.is_file():
                 declared = int(next(read_csv_chunks(nn_file, 16, "int64"))[0, 0])
                 if declared != n:
                     raise MomentError(f"says {declared} nodes but node-label.csv.gz has {n} rows", source=str(nn_file))
-            spool = spool_csv_edges(w, [edge_csv])
-            rep = build_csr(w, lambda: _edge_chunks(spool, "rows"), n, source=str(edge_csv), undirected=undirected,
-                            policy=policy, progress=progress)
-            spool = None
-            (w.tmp / "scratch-edges.npy").unlink()
-            _write_features(w, read_csv_chunks(feat_csv, 1 << 16, "float32"), n, str(feat_csv))
+            rep = write_csv_graph(w, [edge_csv], feat_csv, n, undirected=undirected, policy=policy,
+                                  progress=progress)
             kind = "ogb-csv"
         files = ogb_split_files(split_dir)
         splits = [read_node_ids(f, n, f"{part} split") for f, part in zip(files, SPLITS)]

@@ -13,14 +13,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
 from moment.errors import MomentError
 from moment.workload.graph import SPLITS, GraphDataset, GraphWriter
-from moment.workload.import_files import need, read_csv_chunks, read_node_ids
+from moment.workload.import_files import need, read_node_ids
 from moment.workload.import_options import EdgePolicy
-from moment.workload.importers import (EDGE_CHUNK, Progress, _edge_chunks, _finish, _labels_to_int,
-                                       _write_features, build_csr, ogb_split_dir, ogb_split_files)
+from moment.workload.importers import (Progress, _finish, ogb_split_dir, ogb_split_files, read_csv_labels,
+                                       write_csv_graph)
 
 # Imports inside functions: pandas loads only to read the node counts' header.
 
@@ -81,33 +79,13 @@ def import_ogb_hetero(
     feat_csv = need(raw / "node-feat" / node_type / "node-feat.csv.gz", f"{node_type}'s features")
     split_dir = ogb_split_dir(root, split_name)
     files = ogb_split_files(split_dir / node_type)
-    labels = _labels_to_int(np.concatenate(list(read_csv_chunks(lab_csv, 1 << 22, "float64"))), str(lab_csv))
+    labels = read_csv_labels(lab_csv)
     if labels.shape[0] != n:
         raise MomentError(f"{labels.shape[0]} labels for {n} {node_type} nodes ({NODE_COUNTS})", source=str(lab_csv))
     with GraphWriter(out_dir, overwrite=overwrite) as w:
-        spool = spool_csv_edges(w, edge_files)
-        rep = build_csr(w, lambda: _edge_chunks(spool, "rows"), n, source=str(edge_files[0]), undirected=undirected,
-                        policy=policy, progress=progress, nodes_from=f"{n} {node_type} nodes in {NODE_COUNTS}")
-        spool = None
-        (w.tmp / "scratch-edges.npy").unlink()
-        _write_features(w, read_csv_chunks(feat_csv, 1 << 16, "float32"), n, str(feat_csv))
+        rep = write_csv_graph(w, edge_files, feat_csv, n, undirected=undirected, policy=policy, progress=progress,
+                              nodes_from=f"{n} {node_type} nodes in {NODE_COUNTS}")
         splits = [read_node_ids(f, n, f"{part} split") for f, part in zip(files, SPLITS)]
         src = {"importer": "ogb-csv", "from": str(root.resolve()), "split": split_dir.name, "undirected": undirected,
                "node_type": node_type, "relations": [p.name for p in own]}
         return _finish(w, labels, splits, None, src, [str(lab_csv), *map(str, files)], rep, policy)
-
-
-def spool_csv_edges(w: GraphWriter, paths: list[Path]) -> np.ndarray:
-    """Parses edge CSVs once into a scratch [E, 2] int64 .npy (the files one after the other), so that the CSR
-    passes re-read it fast."""
-    sw = w.stream("scratch-edges", np.int64, (2,))
-    for path in paths:
-        for c in read_csv_chunks(path, EDGE_CHUNK, "int64"):
-            if c.ndim != 2 or c.shape[1] != 2:
-                sw.abort()
-                raise MomentError(f"expected two columns (src,dst), got {c.shape[1] if c.ndim == 2 else 1}",
-                                  source=str(path))
-            sw.write(c)
-    sw.close()
-    w._open.pop("scratch-edges")
-    return np.load(w.tmp / "scratch-edges.npy", mmap_mode="r")

@@ -52,7 +52,7 @@ import numpy as np
 from moment.errors import MomentError
 from moment.inputs import check_dir
 from moment.workload.graph import CHUNK_BYTES, SPLITS, GraphDataset, GraphWriter, index_dtype, label_dtype
-from moment.workload.import_files import load_npy, need, node_ids, read_node_ids, split_files
+from moment.workload.import_files import load_npy, need, node_ids, read_csv_chunks, read_node_ids, split_files
 from moment.workload.import_options import EdgePolicy
 from moment.workload.seeds import check_seed
 
@@ -507,6 +507,39 @@ def _rest(
             "split": "random" if parts.splits is None else "given"}
     source = source | {k: v for k, v in made.items() if k not in source}  # (OGB's split: its scheme's name)
     return _finish(w, labels, splits, k, source, [parts.labels_source or parts.edges_source, *names], rep, policy)
+
+
+def spool_csv_edges(w: GraphWriter, paths: list[Path]) -> np.ndarray:
+    """Parses edge CSVs once into a scratch [E, 2] int64 .npy (the files one after the other), so that the CSR
+    passes re-read it fast."""
+    sw = w.stream("scratch-edges", np.int64, (2,))
+    for path in paths:
+        for c in read_csv_chunks(path, EDGE_CHUNK, "int64"):
+            if c.ndim != 2 or c.shape[1] != 2:
+                sw.abort()
+                raise MomentError(f"expected two columns (src,dst), got {c.shape[1] if c.ndim == 2 else 1}",
+                                  source=str(path))
+            sw.write(c)
+    sw.close()
+    w._open.pop("scratch-edges")
+    return np.load(w.tmp / "scratch-edges.npy", mmap_mode="r")
+
+
+def read_csv_labels(path: Path) -> np.ndarray:
+    """A labels CSV (one row a node; several columns: multi-label targets) as `_labels_to_int` stores them."""
+    return _labels_to_int(np.concatenate(list(read_csv_chunks(path, 1 << 22, "float64"))), str(path))
+
+
+def write_csv_graph(w: GraphWriter, edge_files: list[Path], feat_csv: Path, n: int, *, undirected: bool,
+                    policy: EdgePolicy, progress: Progress | None, nodes_from: str = "") -> EdgeReport:
+    """The CSR of `edge_files`' edges (spooled once, then built) and the features of `feat_csv`, into `w`."""
+    spool = spool_csv_edges(w, edge_files)
+    rep = build_csr(w, lambda: _edge_chunks(spool, "rows"), n, source=str(edge_files[0]), undirected=undirected,
+                    policy=policy, progress=progress, nodes_from=nodes_from)
+    spool = None  # the memmap goes before its file
+    (w.tmp / "scratch-edges.npy").unlink()
+    _write_features(w, read_csv_chunks(feat_csv, 1 << 16, "float32"), n, str(feat_csv))
+    return rep
 
 
 # --------------------------------------------------------------------------------------------- OGB
