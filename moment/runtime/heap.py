@@ -34,6 +34,7 @@ KEEP_THRESHOLD = 32 << 20  # glibc's own ceiling for its dynamic threshold: batc
 RELEASE_ARENAS = 2  # few arenas: threads' freed chunks pool instead of staying in one arena per thread
 KEEP_ARENAS = 1  # threads started from then on share one arena: one high-water mark kept, not one per arena
 PERIOD_S = 0.1
+GROWTH_STEP = 1 << 20  # resident growth that makes the keeper measure again: the interpreter's own pages do not
 
 
 class _MallInfo2(ctypes.Structure):
@@ -88,11 +89,12 @@ class HeapKeeper:
     bytes) nor anything else's: RssAnon - uordblks - hblkhd, less its value at the start. Memory the
     interpreter maps outside malloc counts in it too, so the bound errs towards trimming.
 
-    It is measured only when the resident memory grew since the last measure: what a rank holds can only
-    pass its bound by growing, and mallinfo2 walks every free chunk of every arena under the arena's lock
-    (29 ms with 200k freed chunks; on the bench's 16M training run the keeper's thread took 0.13-0.2 CPU-s of
-    a 3.8 s epoch, checking every 0.1 s, and the other threads' allocations wait on that lock). So
-    `peak_kept` is the most seen at those measures.
+    It is measured only when the resident memory grew by `GROWTH_STEP` (at most an eighth of the limit) since
+    the last measure, and trimmed when over the limit less that step, so the unmeasured growth cannot carry it
+    past the limit: what a rank holds can only pass its bound by growing, and mallinfo2 walks every free chunk
+    of every arena under the arena's lock (29 ms with 200k freed chunks; on the bench's 16M training run the
+    keeper's thread took 0.13-0.2 CPU-s of a 3.8 s epoch, checking every 0.1 s, and the other threads'
+    allocations wait on that lock). So `peak_kept` is the most seen at those measures.
     """
 
     def __init__(self, libc: ctypes.CDLL, limit: int, period: float = PERIOD_S, device: Any = "cpu"):
@@ -102,7 +104,8 @@ class HeapKeeper:
         self._libc = libc
         libc.mallinfo2.restype = _MallInfo2
         self._anon = _AnonPages()
-        self._measured = -1  # RssAnon at the last measure that found nothing to trim
+        self._step = min(GROWTH_STEP, self.limit // 8)
+        self._measured = -self._step  # RssAnon at the last measure that found nothing to trim
         self.measures = 0
         self._base: int | None = None
         self._stop = threading.Event()
@@ -118,17 +121,17 @@ class HeapKeeper:
         if self._base is None:
             return False
         rss = self._anon.read()
-        if rss <= self._measured:
+        if rss < self._measured + self._step:  # a page or two of the interpreter's: not worth the heap walk
             return False
         self.measures += 1
         kept = self._untracked(rss) - self._base
         self.peak_kept = max(self.peak_kept, kept)
-        if kept <= self.limit:
+        if kept <= self.limit - self._step:
             self._measured = rss
             return False
         self._libc.malloc_trim(0)
         self.trims += 1
-        self._measured = -1  # measured again at the next growth
+        self._measured = -self._step  # measured again at the next check
         return True
 
     def _watch(self) -> None:
