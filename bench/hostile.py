@@ -188,6 +188,12 @@ CASES = [
     Case("moment data import npy --out data/np --edge-index arrays.npz",
          "arrays.npz: an .npz archive without a SciPy sparse matrix in it (it holds edge_index)",
          gone=("data/np", "data/.np.tmp-*")),
+    # the graph's own ids: one listed twice, or a split naming one the graph does not have
+    Case("moment data import edgelist names.txt --out data/nm --node-ids names-dup.txt",
+         "names-dup.txt: node id bob is listed twice", gone=("data/nm", "data/.nm.tmp-*")),
+    Case("moment data import edgelist names.txt --out data/nm --renumber --splits names-split",
+         "names-split/test.txt: test split names node mallory, not among the 3 node ids of names.txt",
+         gone=("data/nm", "data/.nm.tmp-*")),
     Case(f"{TRAIN} --model mymodels:wrong", "--model mymodels:wrong"),
     Case(f"{TRAIN} --model mymodels:boom", "no GPU here"),
     Case(f"{TRAIN} --model nosuchpkg.models:make", "nosuchpkg"),
@@ -585,6 +591,11 @@ def write_inputs() -> None:
     Path("mymodels.py").write_text(MY_MODELS)
     write_saint_multilabel(Path("yelp"))
     np.savez("arrays.npz", edge_index=np.array([[0, 1], [1, 2]]))
+    Path("names.txt").write_text("alice bob\nbob carol\n")
+    Path("names-dup.txt").write_text("alice\nbob\ncarol\nbob\n")
+    Path("names-split").mkdir()
+    for part, text in (("train", "alice\n"), ("valid", "bob\n"), ("test", "mallory\n")):
+        (Path("names-split") / f"{part}.txt").write_text(text)
     (copy_dataset("noted") / "notes.txt").write_text("my notes\n")
     overwrite(copy_dataset("changed") / "features.npy", 1000, b"\xff" * 64)
     corrupt_graph(copy_dataset("badgraph"))

@@ -17,7 +17,7 @@ API = {
     "MomentError": "moment.errors",
     "open_run": "moment.runtime.run", "Run": "moment.runtime.run", "Batch": "moment.runtime.run",
     "build_model": "moment.runtime.models",
-    "import_graph": "moment.workload.import_pyg",
+    "import_graph": "moment.workload.import_pyg", "open_dataset": "moment.workload.graph",
     "PlanRequest": "moment.planner.requests", "plan": "moment.planner.requests",
     "ClusterPlanRequest": "moment.planner.requests", "cluster_plan": "moment.planner.requests",
     "CompareRequest": "moment.planner.requests", "compare": "moment.planner.requests",

@@ -229,6 +229,14 @@ def import_edgelist_cmd(
                                                 "and test files, each .npy (ids or a boolean mask) or text/.csv(.gz) "
                                                 "with one id a line (default: a seeded random split)")] = None,
     num_nodes: Annotated[int | None, typer.Option("--num-nodes", help="node count (default: largest id + 1)")] = None,
+    renumber: Annotated[bool, typer.Option("--renumber", help="the ids are the graph's own (sparse integers such as "
+                                           "user ids, or names): number the distinct ids 0..N-1 in sorted order "
+                                           "(integers by value, names as text) and keep them in the dataset "
+                                           "(node_ids.npy); --features and --labels rows follow that order, and "
+                                           "the --splits files name the graph's own ids")] = False,
+    node_ids: Annotated[Path | None, typer.Option("--node-ids", help="the graph's own id of each node, in node order "
+                                                  "(text, one a line, or .npy): as --renumber, in this order, with "
+                                                  "nodes no edge names")] = None,
     feature_dim: FeatureDim = 128,
     undirected: Annotated[bool, typer.Option("--undirected", help="add reverse edges")] = False,
     duplicates: Duplicates = None,
@@ -237,15 +245,16 @@ def import_edgelist_cmd(
     overwrite: Overwrite = False,
     json_out: JsonOut = False,
 ) -> None:
-    """Import a plain edge list (edge u v means v aggregates from u), with optional features, labels and split."""
+    """Import a plain edge list (edge u v means v aggregates from u), with optional features, labels and split.
+    Ids are node numbers 0..N-1, or the graph's own (sparse integers, names) with --renumber or --node-ids."""
     from moment.workload.importers import import_edgelist
 
     check_output(out, "--out", directory=True)
     policy = _policy(duplicates, self_loops)
     with progress_bar("importing", enabled=not json_out) as progress:
         ds = import_edgelist(
-            edges, out, features=features, labels=labels, splits_dir=splits, num_nodes=num_nodes,
-            feature_dim=feature_dim, undirected=undirected, policy=policy, seed=seed, overwrite=overwrite,
+            edges, out, features=features, labels=labels, splits_dir=splits, num_nodes=num_nodes, renumber=renumber,
+            node_ids=node_ids, feature_dim=feature_dim, undirected=undirected, policy=policy, seed=seed, overwrite=overwrite,
             progress=progress,
         )
     _done(ds, json_out)

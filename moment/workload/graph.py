@@ -41,6 +41,7 @@ from moment.errors import MomentError, validation_error
 from moment.locking import locked
 from moment.inputs import check_dir, read_text
 from moment.io.files import file_identity
+from moment.workload.renumber import IdMap
 from moment.outputs import (
     ChunkHasher,
     bad_chunk,
@@ -63,6 +64,8 @@ MANIFEST = "manifest.json"
 FORMAT = "moment-graph"
 SPLITS = ("train", "val", "test")
 ARRAYS = ("indptr", "indices", "features", "labels", "train_idx", "val_idx", "test_idx")
+#: the optional array of the graph's own node ids (`--renumber`, `--node-ids`): node i's is the i-th
+NODE_IDS = "node_ids"
 FEATURE_DTYPES = ("float32", "float16")
 LABEL_DTYPES = ("int16", "int32", "int64")
 #: a multi-label dataset's labels: one 0/1 byte a node and class
@@ -527,6 +530,27 @@ class GraphDataset:
     def labels(self) -> np.ndarray:
         return self._load("labels")
 
+    @property
+    def node_ids(self) -> np.ndarray | None:
+        """The graph's own id of each node (integers or names), when its import numbered them; else None (the
+        ids are the node numbers)."""
+        return self._load(NODE_IDS) if NODE_IDS in self.manifest.files else None
+
+    def nodes_of(self, ids: Any) -> np.ndarray:
+        """The node numbers of the graph's own ids (what `node_ids` maps back): ids it does not hold are one
+        error naming them. Without `node_ids`, the ids are the numbers, checked to be in range."""
+        if NODE_IDS not in self.manifest.files:
+            a = np.asarray(ids)
+            if a.dtype.kind not in "iu":
+                raise MomentError(f"this dataset's nodes are numbered 0..{self.num_nodes - 1} (it keeps no ids of "
+                                  f"its own), got {a.dtype} ids", source=str(self.path))
+            if (bad := _first_outside(a.reshape(-1), self.num_nodes)) is not None:
+                raise MomentError(f"node id {bad} out of range [0, {self.num_nodes})", source=str(self.path))
+            return a.astype(np.int64)
+        if "_id_map" not in self.__dict__:
+            self.__dict__["_id_map"] = IdMap(np.asarray(self.node_ids), str(self.file(NODE_IDS)))
+        return self.__dict__["_id_map"].nodes(ids, str(self.path), "nodes_of")
+
     def features_memmap(self) -> np.memmap:
         """The [num_nodes, feature_dim] feature matrix, memory-mapped read-only (no copy)."""
         return self._load("features")
@@ -614,6 +638,10 @@ class GraphDataset:
             if list(a.shape) != shape:
                 what = "row count" if name == "features" and len(a.shape) == 2 and a.shape[1] == d else "shape"
                 raise self._err(name, f"wrong {what}: shape {list(a.shape)}, expected {shape}")
+        own = self._load(NODE_IDS) if NODE_IDS in m.files else None
+        if own is not None and (own.shape != (n,) or own.dtype.kind not in "iU"):
+            raise self._err(NODE_IDS, f"expected the {n} nodes' own ids (integers or names), got {own.dtype.name} "
+                            f"{list(own.shape)}")
         for s in SPLITS:
             a = self._load(f"{s}_idx")
             if a.ndim != 1 or a.dtype.kind not in "iu":
@@ -788,6 +816,11 @@ def degree_histogram(indptr: np.ndarray, chunk: int = DEGREE_CHUNK) -> np.ndarra
 def _has_blocks(rec: FileRecord) -> bool:
     """Whether a manifest's file record has block checksums (datasets written before them have none)."""
     return rec.block_sha256 is not None and rec.block_bytes is not None
+
+
+def open_dataset(path: str | Path, verify: bool = False) -> GraphDataset:
+    """A dataset directory, opened and checked (`verify`: every checksum and the full validation too)."""
+    return GraphDataset.open(path, verify=verify)
 
 
 def _first_outside(a: np.ndarray, n: int, chunk_bytes: int = CHUNK_BYTES) -> int | None:

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import gzip
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,15 +51,18 @@ import numpy as np
 
 from moment.errors import MomentError
 from moment.inputs import check_dir
-from moment.workload.graph import CHUNK_BYTES, SPLITS, GraphDataset, GraphWriter, index_dtype, label_dtype
+from moment.workload.graph import (CHUNK_BYTES, NODE_IDS, SPLITS, GraphDataset, GraphWriter, index_dtype,
+                                   label_dtype)
 from moment.workload.import_files import load_npy, need, node_ids, read_csv_chunks, read_node_ids, split_files
 from moment.workload.import_options import EdgePolicy
+from moment.workload.renumber import IdMap, NameCodes, read_ids
 from moment.workload.seeds import check_seed
 
 # Imports inside functions: pandas loads only for the formats that need it.
 
 Progress = Callable[[int, int], None]
 EDGE_CHUNK = 1 << 22  # edges per chunk in every pass
+NAME_CHUNK = 1 << 20  # edges per chunk of an edge list read as names (a Python string each)
 #: train, validation and test shares of the seeded random split an import draws when the input has none
 RANDOM_SPLIT = (0.01, 0.005, 0.005)
 
@@ -71,14 +74,18 @@ RANDOM_SPLIT = (0.01, 0.005, 0.005)
 CSR_BYTES_PER_NODE = 32
 
 
-def check_build_size(n: int, generated_row_bytes: int, out_dir: Path, source: str, why: str = "") -> None:
+#: what a user can do about a huge largest id, by default (an edge list's import can number its ids itself)
+SPARSE_IDS_HINT = "node ids must be numbered 0..N-1: renumber them, or check --num-nodes"
+
+
+def check_build_size(n: int, generated_row_bytes: int, out_dir: Path, source: str, why: str = "",
+                     hint: str = SPARSE_IDS_HINT) -> None:
     """Before allocating anything: do `n` nodes fit in the memory available (and the generated features
     on the disk)? Ids are array indices, so one stray huge id means a huge graph."""
     from moment.sizes import available_memory, fmt_size
 
     need = n * CSR_BYTES_PER_NODE
     avail = available_memory()
-    hint = "node ids must be numbered 0..N-1: renumber them, or check --num-nodes"
     if avail is not None and need > avail:
         raise MomentError(f"{why}the graph has {n:,} nodes: building it needs about {fmt_size(need)} "
                           f"of memory, but {fmt_size(avail)} is available", source=source, hint=hint)
@@ -512,17 +519,16 @@ def _rest(
 def spool_csv_edges(w: GraphWriter, paths: list[Path]) -> np.ndarray:
     """Parses edge CSVs once into a scratch [E, 2] int64 .npy (the files one after the other), so that the CSR
     passes re-read it fast."""
-    sw = w.stream("scratch-edges", np.int64, (2,))
-    for path in paths:
-        for c in read_csv_chunks(path, EDGE_CHUNK, "int64"):
-            if c.ndim != 2 or c.shape[1] != 2:
-                sw.abort()
-                raise MomentError(f"expected two columns (src,dst), got {c.shape[1] if c.ndim == 2 else 1}",
-                                  source=str(path))
-            sw.write(c)
-    sw.close()
-    w._open.pop("scratch-edges")
-    return np.load(w.tmp / "scratch-edges.npy", mmap_mode="r")
+
+    def chunks() -> Iterator[np.ndarray]:
+        for path in paths:
+            for c in read_csv_chunks(path, EDGE_CHUNK, "int64"):
+                if c.ndim != 2 or c.shape[1] != 2:
+                    raise MomentError(f"expected two columns (src,dst), got {c.shape[1] if c.ndim == 2 else 1}",
+                                      source=str(path))
+                yield c
+
+    return _spool(w, chunks())
 
 
 def read_csv_labels(path: Path) -> np.ndarray:
@@ -630,6 +636,8 @@ def import_edgelist(
     labels: str | Path | None = None,
     splits_dir: str | Path | None = None,
     num_nodes: int | None = None,
+    renumber: bool = False,
+    node_ids: str | Path | None = None,
     feature_dim: int = 128,
     num_classes: int = 2,
     undirected: bool = False,
@@ -640,26 +648,26 @@ def import_edgelist(
     progress: Progress | None = None,
 ) -> GraphDataset:
     """Imports a "src dst" text edge list, with optional features/labels `.npy` files and the user's split
-    (`splits_dir`, see `split_files`); without a split, a seeded random one."""
+    (`splits_dir`, see `split_files`); without a split, a seeded random one.
+
+    `renumber`: the ids are the graph's own (sparse integers or names), numbered 0..N-1 in sorted order;
+    `node_ids`: a file of them in node order (nodes no edge names included). Either way the features' and
+    labels' rows follow that order, the split files name the graph's own ids, and the dataset keeps them
+    (`GraphDataset.node_ids`)."""
     check_seed(seed)
     path = need(Path(edges_file), "edge list file")
     for given, what in ((features, "features file"), (labels, "labels file")):
         if given:
             need(Path(given), what)  # before the edges are read
     split_paths = split_files(splits_dir) if splits_dir is not None else None
+    ids = IdMap(read_ids(Path(node_ids), "node ids file"), str(node_ids)) if node_ids is not None else None
     text = edge_text(path)
     with GraphWriter(out_dir, overwrite=overwrite) as w:
-        sw = w.stream("scratch-edges", np.int64, (2,))
-        hi = -1
-        for c in _read_edge_text(path, text):
-            if c.size and int(c.min()) < 0:
-                sw.abort()
-                raise MomentError(f"negative node id {int(c.min())}", source=str(path))
-            hi = max(hi, int(c.max()) if c.size else -1)
-            sw.write(c)
-        sw.close()
-        w._open.pop("scratch-edges")
-        spool = np.load(w.tmp / "scratch-edges.npy", mmap_mode="r")
+        if renumber or ids is not None:
+            spool, ids, text = _spool_renumbered(w, path, text, ids)
+            hi = len(ids) - 1
+        else:
+            spool, hi = _spool_edges(w, path, text)
         feat = load_npy(Path(features), "features file") if features else None
         lab = None
         if labels:
@@ -667,31 +675,117 @@ def import_edgelist(
             lab = _labels_to_int(np.asarray(load_npy(lp, "labels file")), str(lp))
         sizes = [x for x in (num_nodes, None if feat is None else feat.shape[0], None if lab is None else lab.shape[0])
                  if x is not None]
-        n = sizes[0] if sizes else hi + 1
+        n = len(ids) if ids is not None else sizes[0] if sizes else hi + 1
+        of = f" ({ids.counted})" if ids is not None else ""
         if feat is not None and feat.ndim != 2:
             raise MomentError(f"features must be [N, D], got shape {list(feat.shape)}", source=str(features))
-        for what, src, k in (("features", features, None if feat is None else feat.shape[0]),
+        for what, src, k in (("--num-nodes", "--num-nodes", num_nodes),
+                             ("features", features, None if feat is None else feat.shape[0]),
                              ("labels", labels, None if lab is None else lab.shape[0])):
-            if k is not None and k != n:
-                raise MomentError(f"wrong row count: {k} {what} rows for {n} nodes", source=str(src))
+            if k is not None and k != n and (ids is not None or what != "--num-nodes"):
+                raise MomentError(f"wrong row count: {k} {what} rows for {n} nodes{of}", source=str(src))
         if hi >= n:
             raise MomentError(f"node id {hi} out of range [0, {n})", source=str(path),
                               hint="--num-nodes (or the features/labels rows) must exceed the largest id")
         if n <= 0:
             raise MomentError("no edges and no node count", source=str(path))
         check_build_size(n, feature_dim * 4 if feat is None else 0, w.out_dir, str(path),
-                         why=f"the largest node id is {hi:,}, so " if n == hi + 1 and not num_nodes else "")
+                         why=f"the largest node id is {hi:,}, so " if n == hi + 1 and not num_nodes and ids is None
+                         else "", hint="if these are the graph's own ids (sparse), --renumber numbers them 0..N-1 "
+                         "and keeps them in the dataset; or check --num-nodes")
         rep = build_csr(w, lambda: _edge_chunks(spool, "rows"), n, source=str(path), undirected=undirected,
                         policy=policy, progress=progress)
         spool = None
         (w.tmp / "scratch-edges.npy").unlink()
+        splits: list[np.ndarray | Path] | None = split_paths
+        if ids is not None and split_paths is not None:
+            splits = [_own_split(ids, f, part, n) for f, part in zip(split_paths, SPLITS)]
         parts = GraphParts(np.zeros((0, 2), np.int64), str(path), features=feat, features_source=str(features),
-                           labels=lab, labels_source=str(labels) if labels else "", splits=split_paths,
+                           labels=lab, labels_source=str(labels) if labels else "", splits=splits,
                            split_sources=None if split_paths is None else [str(f) for f in split_paths])
         src = {"importer": "edgelist", "from": str(path.resolve()), "undirected": undirected,
                **({"header": ",".join(text.header), "columns_swapped": text.swapped} if text.header else {})}
+        if ids is not None:
+            w.write_array(NODE_IDS, ids.original)
+            src |= {"node_ids": ids.counted}
         return _rest(w, parts, n, lab, rep, source=src, policy=policy, feature_dim=feature_dim,
                      num_classes=num_classes, seed=seed, fractions=fractions)
+
+
+def _spool_edges(w: GraphWriter, path: Path, text: EdgeText) -> tuple[np.ndarray, int]:
+    """The edge list's integer ids, parsed once into the scratch [E, 2] int64 .npy; and the largest."""
+    hi = -1
+
+    def checked() -> Iterator[np.ndarray]:
+        nonlocal hi
+        for c in _read_edge_text(path, text):
+            if c.size and int(c.min()) < 0:
+                raise MomentError(f"negative node id {int(c.min())}", source=str(path))
+            hi = max(hi, int(c.max()) if c.size else -1)
+            yield c
+
+    return _spool(w, checked()), hi
+
+
+def _spool_renumbered(w: GraphWriter, path: Path, text: EdgeText,
+                      ids: IdMap | None) -> tuple[np.ndarray, IdMap, EdgeText]:
+    """The edge list's own ids numbered (by `ids`, else in sorted order) into the scratch [E, 2] int64 .npy;
+    and how its text was read.
+
+    Integer ids (any int64, however sparse) are spooled once and numbered in place; ids with a name among
+    them are read again, as text, into codes (`NameCodes`) renumbered in place. A first line of names is a
+    header only when it names the columns (src,dst ...): otherwise it is an edge between two names."""
+    what = f"the edge list ({path.name})"
+    try:
+        spool = _spool(w, _read_edge_text(path, text), mode="r+")
+    except MomentError:  # a name among the ids: read them as text
+        text = text if _names_columns(text) else EdgeText(text.sep)
+        names = NameCodes(ids)
+        spool = _spool(w, (names.codes(c, str(path), what)
+                           for c in _read_edge_text(path, text, dtype=str, chunk=NAME_CHUNK)), mode="r+")
+        ids, rank = names.finish(str(path))
+        number = (lambda c: rank[c]) if rank is not None else None  # noqa: E731
+    else:
+        starts = range(0, spool.shape[0], EDGE_CHUNK)
+        ids = ids if ids is not None else IdMap.of_sorted_unique((spool[s : s + EDGE_CHUNK] for s in starts),
+                                                                 str(path), "integer ids")
+        number = lambda c: ids.nodes(c, str(path), what)  # noqa: E731
+    if number is not None:
+        for s in range(0, spool.shape[0], EDGE_CHUNK):
+            spool[s : s + EDGE_CHUNK] = number(spool[s : s + EDGE_CHUNK])
+    spool.flush()
+    return _scratch(w), ids, text
+
+
+def _spool(w: GraphWriter, chunks: Iterable[np.ndarray], mode: str = "r") -> np.ndarray:
+    """[K, 2] int64 chunks into the scratch [E, 2] .npy the CSR passes re-read fast; mapped (`mode`)."""
+    sw = w.stream("scratch-edges", np.int64, (2,))
+    try:
+        for c in chunks:
+            sw.write(c)
+    except BaseException:
+        sw.abort()
+        w._open.pop("scratch-edges")
+        raise
+    sw.close()
+    w._open.pop("scratch-edges")
+    return _scratch(w, mode)
+
+
+def _scratch(w: GraphWriter, mode: str = "r") -> np.ndarray:
+    return np.load(w.tmp / "scratch-edges.npy", mmap_mode=mode)
+
+
+def _names_columns(text: EdgeText) -> bool:
+    """Whether a header line names the two columns (src,dst; target source ...), as opposed to naming nodes."""
+    h = [t.strip().lower() for t in text.header or []]
+    return len(h) == 2 and all(t in SRC_NAMES | DST_NAMES for t in h)
+
+
+def _own_split(ids: IdMap, path: Path, part: str, n: int) -> np.ndarray:
+    """A split file of the graph's own ids (or a boolean mask in node order) as node numbers."""
+    a = read_ids(path, f"{part} split")
+    return node_ids(a, n, str(path), f"{part} split") if a.dtype == np.bool_ else ids.nodes(a, str(path), f"{part} split")
 
 
 #: the first bytes of binary files people give `import edgelist`, and the importer each should go to
@@ -762,7 +856,8 @@ def _number(token: str) -> bool:
     return True
 
 
-def _read_edge_text(path: Path, text: EdgeText) -> Iterator[np.ndarray]:
+def _read_edge_text(path: Path, text: EdgeText, dtype: Any = "int64", chunk: int = EDGE_CHUNK) -> Iterator[np.ndarray]:
+    """[K, 2] chunks of the edge list's ids: int64, or with `dtype=str` the tokens as text (no token is NaN)."""
     def columns(a: np.ndarray) -> np.ndarray:
         if a.shape[1] != 2:
             head = ",".join(text.header or [])
@@ -779,11 +874,11 @@ def _read_edge_text(path: Path, text: EdgeText) -> Iterator[np.ndarray]:
     try:
         if pd is not None:
             for df in pd.read_csv(path, sep=text.sep, header=0 if text.header else None, comment="#",
-                                  chunksize=EDGE_CHUNK, dtype="int64", engine="c"):
+                                  chunksize=chunk, dtype=dtype, engine="c", na_filter=dtype is not str):
                 yield columns(df.to_numpy())
         else:  # pragma: no cover
-            yield columns(np.loadtxt(path, dtype=np.int64, comments="#", delimiter="," if text.sep == "," else None,
-                                     ndmin=2, skiprows=text.skip))
+            yield columns(np.loadtxt(path, dtype=np.int64 if dtype is not str else str, comments="#",
+                                     delimiter="," if text.sep == "," else None, ndmin=2, skiprows=text.skip))
     except MomentError:
         raise
     except Exception as e:  # noqa: BLE001 - pandas' ParserError and friends, reported with the file name

@@ -1,0 +1,165 @@
+"""An edge list in the graph's own ids (sparse integers, names): `--renumber` and `--node-ids`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from moment.cli import main
+from moment.errors import MomentError
+from moment.workload.graph import GraphDataset
+from moment.workload.importers import import_edgelist
+
+RNG = np.random.default_rng(7)
+N, E = 300, 2000
+#: the graph's own ids: sparse, beyond what a dense graph could hold, some negative
+OWN = np.sort(RNG.choice(2 * 10**12, N, replace=False).astype(np.int64) - 10**12)
+DENSE = RNG.integers(0, N, (E, 2))
+DENSE[:, 0] %= N - 1  # the last node is only ever a destination
+DENSE[0, 1] = N - 1
+FEAT = RNG.standard_normal((N, 4)).astype(np.float32)
+LABELS = RNG.integers(0, 3, N)
+
+
+def _write(path: Path, pairs: np.ndarray, sep: str = " ", head: str = "") -> Path:
+    path.write_text(head + "".join(f"{s}{sep}{d}\n" for s, d in pairs))
+    return path
+
+
+def _same_graph(a: GraphDataset, b: GraphDataset) -> None:
+    np.testing.assert_array_equal(a.indptr, b.indptr)
+    np.testing.assert_array_equal(a.indices, b.indices)
+    np.testing.assert_array_equal(a.features_memmap(), b.features_memmap())
+    np.testing.assert_array_equal(a.labels, b.labels)
+
+
+def test_sparse_integer_ids_import_as_the_dense_graph_they_name(tmp_path: Path) -> None:
+    """The oracle: the same edges written in node numbers 0..N-1 (the sorted own ids' positions) and imported
+    without renumbering. Rows of the features and labels follow the sorted ids, and the split names own ids."""
+    np.save(tmp_path / "x.npy", FEAT)
+    np.save(tmp_path / "y.npy", LABELS)
+    sp, dense_sp = tmp_path / "sp", tmp_path / "dense_sp"
+    sp.mkdir(), dense_sp.mkdir()
+    for name, nodes in (("train", np.arange(0, 60)), ("valid", np.arange(100, 130)), ("test", np.arange(200, 240))):
+        (sp / f"{name}.txt").write_text("".join(f"{OWN[i]}\n" for i in nodes[::-1]))
+        np.save(dense_sp / f"{name}.npy", nodes[::-1])
+    ds = import_edgelist(_write(tmp_path / "own.txt", OWN[DENSE]), tmp_path / "own", renumber=True,
+                         features=tmp_path / "x.npy", labels=tmp_path / "y.npy", splits_dir=sp)
+    want = import_edgelist(_write(tmp_path / "dense.txt", DENSE), tmp_path / "dense", num_nodes=N,
+                           features=tmp_path / "x.npy", labels=tmp_path / "y.npy", splits_dir=dense_sp)
+    ds.verify()
+    _same_graph(ds, want)
+    for s in ("train", "val", "test"):
+        np.testing.assert_array_equal(ds.split(s), want.split(s))
+    np.testing.assert_array_equal(ds.node_ids, OWN)
+    assert want.node_ids is None
+    assert ds.manifest.source["node_ids"] == f"{N} distinct integer ids of {tmp_path / 'own.txt'}, in sorted order"
+    np.testing.assert_array_equal(ds.nodes_of(OWN[[5, 0, 299]]), [5, 0, 299])
+    with pytest.raises(MomentError, match=r"nodes_of names node 12345, not among the 300 node ids of .*node_ids\.npy"):
+        ds.nodes_of([OWN[3], 12345])
+    np.testing.assert_array_equal(want.nodes_of(np.array([3, 1])), [3, 1])
+    with pytest.raises(MomentError, match=r"node id 300 out of range \[0, 300\)"):
+        want.nodes_of([300])
+
+
+def test_names_are_numbered_in_sorted_order_and_a_line_of_names_is_an_edge(tmp_path: Path) -> None:
+    names = np.array([f"user{i:03d}" for i in range(N)])
+    pairs = names[DENSE]
+    ds = import_edgelist(_write(tmp_path / "e.csv", pairs, ","), tmp_path / "a", renumber=True, num_nodes=N)
+    want = import_edgelist(_write(tmp_path / "d.csv", DENSE, ","), tmp_path / "d", num_nodes=N)
+    np.testing.assert_array_equal(ds.indptr, want.indptr)
+    np.testing.assert_array_equal(ds.indices, want.indices)
+    assert list(ds.node_ids) == sorted(names) and ds.node_ids.dtype.kind == "U"
+    # the first line names two nodes, not the columns: it is an edge, and no header is reported
+    assert "header" not in ds.manifest.source and ds.manifest.source["input_edges"] == E
+    # a header that names the columns is one, and dst,src still swaps them
+    h = import_edgelist(_write(tmp_path / "h.csv", pairs[:, ::-1], ",", "dst,src\n"), tmp_path / "h", renumber=True)
+    assert h.manifest.source["header"] == "dst,src" and h.manifest.source["columns_swapped"]
+    np.testing.assert_array_equal(h.indices, want.indices)
+    # names that are numbers among others are text: "10" sorts before "9"
+    mixed = import_edgelist(_write(tmp_path / "m.txt", np.array([["9", "10"], ["10", "x"]])), tmp_path / "m",
+                            renumber=True)
+    assert list(mixed.node_ids) == ["10", "9", "x"]
+    assert GraphDataset.open(tmp_path / "m", verify=True).nodes_of(["x", "9"]).tolist() == [2, 1]
+
+
+def test_node_ids_give_the_order_and_the_nodes_no_edge_names(tmp_path: Path) -> None:
+    order = ["zed", "carol", "alice", "bob", "dave"]  # zed has no edge
+    (tmp_path / "ids.txt").write_text("# my nodes\n" + "\n".join(order) + "\n")
+    e = _write(tmp_path / "e.txt", np.array([["alice", "bob"], ["bob", "carol"], ["dave", "alice"]]))
+    x = np.arange(10, dtype=np.float32).reshape(5, 2)
+    np.save(tmp_path / "x.npy", x)
+    sp = tmp_path / "sp"
+    sp.mkdir()
+    (sp / "train.txt").write_text("alice\nzed\n")
+    np.save(sp / "val.npy", np.array([False, True, False, False, False]))  # a mask: in node order
+    np.save(sp / "test.npy", np.array(["dave"]))
+    ds = import_edgelist(e, tmp_path / "o", node_ids=tmp_path / "ids.txt", features=tmp_path / "x.npy",
+                         splits_dir=sp)
+    assert list(ds.node_ids) == order and ds.num_nodes == 5
+    np.testing.assert_array_equal(ds.features_memmap(), x)
+    # edges u -> v land in row v: bob <- alice, carol <- bob, alice <- dave; zed (0) has none
+    assert [ds.indices[ds.indptr[v]:ds.indptr[v + 1]].tolist() for v in range(5)] == [[], [3], [4], [2], []]
+    assert ds.train_idx.tolist() == [2, 0] and ds.val_idx.tolist() == [1] and ds.test_idx.tolist() == [4]
+    assert ds.manifest.source["node_ids"] == f"5 names in the order of {tmp_path / 'ids.txt'}"
+    # integer ids in a .npy, in the order given
+    np.save(tmp_path / "ids.npy", np.array([40, 10, 30]))
+    g = import_edgelist(_write(tmp_path / "g.txt", np.array([[10, 30], [40, 10]])), tmp_path / "g",
+                        node_ids=tmp_path / "ids.npy")
+    assert g.node_ids.tolist() == [40, 10, 30] and g.indices.tolist() == [0, 1]
+
+
+@pytest.mark.parametrize("case, words", [
+    ("unknown", r"e\.txt: the edge list \(e\.txt\) names nodes mallory, trudy, not among the 3 node ids of "),
+    ("duplicate", r"ids\.txt: node id bob is listed twice: each node once"),
+    ("integers", r"e\.txt: the edge list \(e\.txt\) names node 'alice', but the node ids of .*ids\.txt are integers"),
+    ("split", r"test\.txt: test split names node eve, not among the 3 node ids of "),
+    ("rows", r"x\.npy: wrong row count: 2 features rows for 3 nodes \(3 names in the order of "),
+    ("count", r"--num-nodes: wrong row count: 4 --num-nodes rows for 3 nodes"),
+    ("empty", r"ids\.txt: no node ids: the file lists no node"),
+    ("columns", r"ids\.txt: node ids file: expected one node id a line, got 'alice bob'"),
+])
+def test_ids_that_do_not_match_are_one_error_and_nothing_is_written(tmp_path: Path, case: str, words: str) -> None:
+    ids = {"duplicate": "alice\nbob\nbob\n", "integers": "1\n2\n3\n", "empty": "# none\n",
+           "columns": "alice bob\ncarol\n"}.get(case, "alice\nbob\ncarol\n")
+    (tmp_path / "ids.txt").write_text(ids)
+    edges = "alice bob\nmallory trudy\ntrudy bob\n" if case == "unknown" else "alice bob\nbob carol\n"
+    (tmp_path / "e.txt").write_text(edges)
+    np.save(tmp_path / "x.npy", np.zeros((2, 3), np.float32))
+    sp = tmp_path / "sp"
+    sp.mkdir()
+    for name, text in (("train", "alice\n"), ("val", "bob\n"), ("test", "eve\n")):
+        (sp / f"{name}.txt").write_text(text)
+    kw = {"rows": {"features": tmp_path / "x.npy"}, "split": {"splits_dir": sp}, "count": {"num_nodes": 4}}.get(case, {})
+    with pytest.raises(MomentError, match=words):
+        import_edgelist(tmp_path / "e.txt", tmp_path / "out", node_ids=tmp_path / "ids.txt", **kw)
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_cli_renumbers_and_a_huge_id_points_to_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    e = _write(tmp_path / "e.txt", np.array([[5, 10**15], [10**15, 12]]))
+    code = main(["data", "import", "edgelist", str(e), "--out", str(tmp_path / "a")])
+    out, err = capsys.readouterr()
+    assert code == 2 and "Traceback" not in err
+    assert "the largest node id is 1,000,000,000,000,000" in err and "--renumber numbers them 0..N-1" in err
+    code = main(["data", "import", "edgelist", str(e), "--out", str(tmp_path / "a"), "--renumber", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    got = json.loads(out)
+    assert got["num_nodes"] == 3 and got["source"]["node_ids"].startswith("3 distinct integer ids of ")
+    assert GraphDataset.open(tmp_path / "a").node_ids.tolist() == [5, 12, 10**15]
+    code = main(["data", "info", str(tmp_path / "a"), "--verify"])
+    out, err = capsys.readouterr()
+    assert code == 0 and "source.node_ids" in out, err
+
+
+def test_own_ids_of_another_shape_are_refused_when_the_dataset_opens(tmp_path: Path) -> None:
+    ds = import_edgelist(_write(tmp_path / "e.txt", np.array([[7, 9], [9, 8]])), tmp_path / "o", renumber=True)
+    f = ds.file("node_ids")
+    np.save(f, np.zeros(3, np.float64))  # the same size, another dtype
+    with pytest.raises(MomentError, match=r"node_ids\.npy: expected the 3 nodes' own ids \(integers or names\), "
+                                          r"got float64 \[3\]"):
+        GraphDataset.open(tmp_path / "o")
