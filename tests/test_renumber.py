@@ -83,6 +83,12 @@ def test_names_are_numbered_in_sorted_order_and_a_line_of_names_is_an_edge(tmp_p
     mixed = import_edgelist(_write(tmp_path / "m.txt", np.array([["9", "10"], ["10", "x"]])), tmp_path / "m",
                             renumber=True)
     assert list(mixed.node_ids) == ["10", "9", "x"]
+    # a line of one name is refused, not read as an edge to a node named ""
+    for i, text in enumerate(("a,b\nc,\nd,a\n", "a b\nc\n", "dst,src\n,b\n")):
+        (tmp_path / f"hole{i}.txt").write_text(text)
+        with pytest.raises(MomentError, match=r"hole\d\.txt: edge \d \('\w?', '\w?'\) lacks an id: each line needs two"):
+            import_edgelist(tmp_path / f"hole{i}.txt", tmp_path / "out", renumber=True)
+    assert not (tmp_path / "out").exists()
     assert GraphDataset.open(tmp_path / "m", verify=True).nodes_of(["x", "9"]).tolist() == [2, 1]
 
 
@@ -118,7 +124,7 @@ def test_node_ids_give_the_order_and_the_nodes_no_edge_names(tmp_path: Path) -> 
     ("integers", r"e\.txt: the edge list \(e\.txt\) names node 'alice', but the node ids of .*ids\.txt are integers"),
     ("split", r"test\.txt: test split names node eve, not among the 3 node ids of "),
     ("rows", r"x\.npy: wrong row count: 2 features rows for 3 nodes \(3 names in the order of "),
-    ("count", r"--num-nodes: wrong row count: 4 --num-nodes rows for 3 nodes"),
+    ("count", r"--num-nodes: gives 4 nodes, but the ids number 3 \(3 names in the order of "),
     ("empty", r"ids\.txt: no node ids: the file lists no node"),
     ("columns", r"ids\.txt: node ids file: expected one node id a line, got 'alice bob'"),
 ])

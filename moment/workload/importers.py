@@ -679,10 +679,11 @@ def import_edgelist(
         of = f" ({ids.counted})" if ids is not None else ""
         if feat is not None and feat.ndim != 2:
             raise MomentError(f"features must be [N, D], got shape {list(feat.shape)}", source=str(features))
-        for what, src, k in (("--num-nodes", "--num-nodes", num_nodes),
-                             ("features", features, None if feat is None else feat.shape[0]),
+        if ids is not None and num_nodes is not None and num_nodes != n:
+            raise MomentError(f"gives {num_nodes:,} nodes, but the ids number {n:,}{of}", source="--num-nodes")
+        for what, src, k in (("features", features, None if feat is None else feat.shape[0]),
                              ("labels", labels, None if lab is None else lab.shape[0])):
-            if k is not None and k != n and (ids is not None or what != "--num-nodes"):
+            if k is not None and k != n:
                 raise MomentError(f"wrong row count: {k} {what} rows for {n} nodes{of}", source=str(src))
         if hi >= n:
             raise MomentError(f"node id {hi} out of range [0, {n})", source=str(path),
@@ -873,9 +874,16 @@ def _read_edge_text(path: Path, text: EdgeText, dtype: Any = "int64", chunk: int
         pd = None
     try:
         if pd is not None:
+            done = 0
             for df in pd.read_csv(path, sep=text.sep, header=0 if text.header else None, comment="#",
                                   chunksize=chunk, dtype=dtype, engine="c", na_filter=dtype is not str):
-                yield columns(df.to_numpy())
+                a = columns(df.to_numpy())
+                if dtype is str and (empty := pd.isna(a) | (a == "")).any():  # a name: "" is no id
+                    k = int(np.argwhere(empty)[0][0])
+                    raise MomentError(f"edge {done + k + 1:,} ({', '.join(map(repr, a[k].tolist()))}) lacks an id: "
+                                      "each line needs two", source=str(path))
+                done += a.shape[0]
+                yield a
         else:  # pragma: no cover
             yield columns(np.loadtxt(path, dtype=np.int64 if dtype is not str else str, comments="#",
                                      delimiter="," if text.sep == "," else None, ndmin=2, skiprows=text.skip))

