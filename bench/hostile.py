@@ -194,6 +194,9 @@ CASES = [
     Case("moment data import edgelist names.txt --out data/nm --renumber --splits names-split",
          "names-split/test.txt: test split names node mallory, not among the 3 node ids of names.txt",
          gone=("data/nm", "data/.nm.tmp-*")),
+    Case("moment data import edgelist names.txt --out data/nm --node-table names-feats.csv --label-table "
+         "names-labels.csv", "names-labels.csv: labels mix class numbers and names ('unknown')",
+         gone=("data/nm", "data/.nm.tmp-*")),
     Case(f"{TRAIN} --model mymodels:wrong", "--model mymodels:wrong"),
     Case(f"{TRAIN} --model mymodels:boom", "no GPU here"),
     Case(f"{TRAIN} --model nosuchpkg.models:make", "nosuchpkg"),
@@ -593,6 +596,8 @@ def write_inputs() -> None:
     np.savez("arrays.npz", edge_index=np.array([[0, 1], [1, 2]]))
     Path("names.txt").write_text("alice bob\nbob carol\n")
     Path("names-dup.txt").write_text("alice\nbob\ncarol\nbob\n")
+    Path("names-feats.csv").write_text("alice,0.5,1\nbob,1.5,2\ncarol,2.5,3\n")
+    Path("names-labels.csv").write_text("id,class\nalice,1\nbob,unknown\ncarol,2\n")
     Path("names-split").mkdir()
     for part, text in (("train", "alice\n"), ("valid", "bob\n"), ("test", "mallory\n")):
         (Path("names-split") / f"{part}.txt").write_text(text)

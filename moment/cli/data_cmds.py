@@ -237,6 +237,15 @@ def import_edgelist_cmd(
     node_ids: Annotated[Path | None, typer.Option("--node-ids", help="the graph's own id of each node, in node order "
                                                   "(text, one a line, or .npy): as --renumber, in this order, with "
                                                   "nodes no edge names")] = None,
+    node_table: Annotated[Path | None, typer.Option("--node-table", help="the nodes and their features, a line "
+                                                    "each: the graph's own id, then the features (CSV or white "
+                                                    "space; a header line is skipped), as Elliptic's "
+                                                    "txs_features.csv: as --node-ids, in this order")] = None,
+    label_table: Annotated[Path | None, typer.Option("--label-table", help="a line a node: its id and its label, a "
+                                                     "class number or a class name (names are numbered in sorted "
+                                                     "order); nodes it leaves out have no label")] = None,
+    unlabelled: Annotated[list[str] | None, typer.Option("--unlabelled", help="a --label-table label that means "
+                                                         "no label (Elliptic's 'unknown'); repeat for several")] = None,
     feature_dim: FeatureDim = 128,
     undirected: Annotated[bool, typer.Option("--undirected", help="add reverse edges")] = False,
     duplicates: Duplicates = None,
@@ -254,7 +263,8 @@ def import_edgelist_cmd(
     with progress_bar("importing", enabled=not json_out) as progress:
         ds = import_edgelist(
             edges, out, features=features, labels=labels, splits_dir=splits, num_nodes=num_nodes, renumber=renumber,
-            node_ids=node_ids, feature_dim=feature_dim, undirected=undirected, policy=policy, seed=seed, overwrite=overwrite,
+            node_ids=node_ids, node_table=node_table, label_table=label_table, unlabelled=tuple(unlabelled or ()),
+            feature_dim=feature_dim, undirected=undirected, policy=policy, seed=seed, overwrite=overwrite,
             progress=progress,
         )
     _done(ds, json_out)

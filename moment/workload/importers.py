@@ -55,6 +55,7 @@ from moment.workload.graph import (CHUNK_BYTES, NODE_IDS, SPLITS, GraphDataset, 
                                    label_dtype)
 from moment.workload.import_files import load_npy, need, node_ids, read_csv_chunks, read_node_ids, split_files
 from moment.workload.import_options import EdgePolicy
+from moment.workload.node_tables import read_label_table, read_node_table
 from moment.workload.renumber import IdMap, NameCodes, read_ids
 from moment.workload.seeds import check_seed
 
@@ -382,7 +383,9 @@ def import_notices(source: dict[str, Any]) -> list[str]:
     if source.get("split") == "random":
         out.append("no split came with the input: a seeded random train/val/test split was drawn")
     if n := source.get("unlabelled_nodes"):
-        out.append(f"{n:,} node{'s have' if n > 1 else ' has'} no label (a negative label or NaN in the input): "
+        why = ("the label table leaves it out or marks it so" if source.get("labels_from")
+               else "a negative label or NaN in the input")
+        out.append(f"{n:,} node{'s have' if n > 1 else ' has'} no label ({why}): "
                    f"{'they are' if n > 1 else 'it is'} in no split")
     for key, what, flag in (("duplicate_edges_dropped", "duplicate edges", "--duplicates keep"),
                             ("self_loops_dropped", "self-loops", "--self-loops keep")):
@@ -493,7 +496,10 @@ def _rest(
     policy: EdgePolicy, feature_dim: int, num_classes: int, seed: int, fractions: tuple[float, float, float],
 ) -> GraphDataset:
     """After the CSR: features, labels and split, each the input's or generated (seeded, said in `source`)."""
-    if parts.features is None:
+    generated = parts.features is None and "features" not in w.records
+    if "features" in w.records:
+        pass  # written as the input was read (an edge list's node table)
+    elif parts.features is None:
         _write_features(w, _random_features(n, feature_dim, seed), n, "generated")
     else:
         _write_features(w, _matrix_chunks(parts.features), n, parts.features_source)
@@ -510,7 +516,7 @@ def _rest(
         names = list(parts.split_sources or [str(x) for x in parts.splits])
         splits = [read_node_ids(x, n, f"{part} split") if isinstance(x, Path) else node_ids(x, n, src, f"{part} split")
                   for x, part, src in zip(parts.splits, SPLITS, names)]
-    made = {"generated_features": parts.features is None, "generated_labels": parts.labels is None,
+    made = {"generated_features": generated, "generated_labels": parts.labels is None,
             "split": "random" if parts.splits is None else "given"}
     source = source | {k: v for k, v in made.items() if k not in source}  # (OGB's split: its scheme's name)
     return _finish(w, labels, splits, k, source, [parts.labels_source or parts.edges_source, *names], rep, policy)
@@ -638,6 +644,9 @@ def import_edgelist(
     num_nodes: int | None = None,
     renumber: bool = False,
     node_ids: str | Path | None = None,
+    node_table: str | Path | None = None,
+    label_table: str | Path | None = None,
+    unlabelled: tuple[str, ...] = (),
     feature_dim: int = 128,
     num_classes: int = 2,
     undirected: bool = False,
@@ -653,8 +662,13 @@ def import_edgelist(
     `renumber`: the ids are the graph's own (sparse integers or names), numbered 0..N-1 in sorted order;
     `node_ids`: a file of them in node order (nodes no edge names included). Either way the features' and
     labels' rows follow that order, the split files name the graph's own ids, and the dataset keeps them
-    (`GraphDataset.node_ids`)."""
+    (`GraphDataset.node_ids`). `node_table`: the nodes in order with their features, `label_table` their labels,
+    both keyed by the graph's own ids (`moment.workload.node_tables`)."""
     check_seed(seed)
+    for one, other, names in ((node_table, features or node_ids, "--node-table and --features/--node-ids"),
+                              (label_table, labels, "--label-table and --labels")):
+        if one is not None and other is not None:
+            raise MomentError(f"give one of {names}: both say the same", source=names.split()[0])
     path = need(Path(edges_file), "edge list file")
     for given, what in ((features, "features file"), (labels, "labels file")):
         if given:
@@ -663,6 +677,8 @@ def import_edgelist(
     ids = IdMap(read_ids(Path(node_ids), "node ids file"), str(node_ids)) if node_ids is not None else None
     text = edge_text(path)
     with GraphWriter(out_dir, overwrite=overwrite) as w:
+        if node_table is not None:
+            ids = read_node_table(node_table, w)  # the nodes and their features
         if renumber or ids is not None:
             spool, ids, text = _spool_renumbered(w, path, text, ids)
             hi = len(ids) - 1
@@ -685,6 +701,10 @@ def import_edgelist(
                              ("labels", labels, None if lab is None else lab.shape[0])):
             if k is not None and k != n:
                 raise MomentError(f"wrong row count: {k} {what} rows for {n} nodes{of}", source=str(src))
+        if label_table is not None:
+            table = read_label_table(label_table, ids or IdMap(np.arange(n), f"the node numbers 0..{n - 1}"), n,
+                                     unlabelled)
+            lab = table.labels
         if hi >= n:
             raise MomentError(f"node id {hi} out of range [0, {n})", source=str(path),
                               hint="--num-nodes (or the features/labels rows) must exceed the largest id")
@@ -702,13 +722,17 @@ def import_edgelist(
         if ids is not None and split_paths is not None:
             splits = [_own_split(ids, f, part, n) for f, part in zip(split_paths, SPLITS)]
         parts = GraphParts(np.zeros((0, 2), np.int64), str(path), features=feat, features_source=str(features),
-                           labels=lab, labels_source=str(labels) if labels else "", splits=splits,
+                           labels=lab, labels_source=str(labels or label_table or ""), splits=splits,
                            split_sources=None if split_paths is None else [str(f) for f in split_paths])
         src = {"importer": "edgelist", "from": str(path.resolve()), "undirected": undirected,
                **({"header": ",".join(text.header), "columns_swapped": text.swapped} if text.header else {})}
         if ids is not None:
             w.write_array(NODE_IDS, ids.original)
             src |= {"node_ids": ids.counted}
+        if label_table is not None:
+            src |= {"labels_from": str(label_table), **({"class_names": table.class_names} if table.class_names else {}),
+                    **({"labels_left_out": table.unlabelled} if table.unlabelled else {}),
+                    **({"label_table_header": table.header} if table.header else {})}
         return _rest(w, parts, n, lab, rep, source=src, policy=policy, feature_dim=feature_dim,
                      num_classes=num_classes, seed=seed, fractions=fractions)
 

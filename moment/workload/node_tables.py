@@ -1,0 +1,159 @@
+"""Node features and labels as tables keyed by the graph's own ids, as graphs are often published (Elliptic's
+`txId,feature...` and `txId,class` CSVs beside its edge list; a database export of users and their attributes).
+
+Why: such tables name each node by its id, not by a row number, and their labels are often class names
+("licit", or Elliptic's "1", "2" and "unknown"); turning them into arrays in node order is the first script
+every user of such data writes, and a row out of place there trains on wrong labels without an error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from moment.errors import MomentError
+from moment.workload.graph import GraphWriter
+from moment.workload.import_files import need
+from moment.workload.renumber import IdMap
+
+# Imports inside functions: pandas, which parses the tables, loads only for an import that has one.
+
+ROWS = 1 << 16  # table rows parsed at once
+
+
+def _first_line(path: Path) -> tuple[str, list[str]]:
+    """The separator (a comma if the first line has one, else white space) and the first line's fields."""
+    import gzip
+
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rt") as f:
+            line = next((ln for ln in f if ln.strip() and not ln.lstrip().startswith("#")), "")
+    except (OSError, UnicodeDecodeError, EOFError) as e:
+        raise MomentError(f"cannot read: {e}", source=str(path)) from None
+    sep = "," if "," in line else r"\s+"
+    return sep, [t.strip() for t in (line.strip().split(",") if sep == "," else line.split())]
+
+
+def _number(token: str) -> bool:
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return True
+
+
+def _chunks(path: Path, sep: str, header: bool, dtype: dict, what: str):
+    import pandas as pd
+
+    try:
+        yield from pd.read_csv(path, sep=sep, header=None, skiprows=1 if header else None, comment="#",
+                               chunksize=ROWS, dtype=dtype, engine="c", keep_default_na=False,
+                               na_values={k: [""] for k in dtype if dtype[k] is not str})
+    except MomentError:
+        raise
+    except Exception as e:  # noqa: BLE001 - pandas' ParserError and friends, reported with the file name
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise MomentError(f"cannot parse the {what}: {msg}", source=str(path)) from None
+
+
+def _own_ids(tokens: list[str]) -> np.ndarray:
+    """Ids read as text: integers when every one is one, names otherwise (as `renumber.read_ids` reads them)."""
+    try:
+        return np.array([int(t) for t in tokens], dtype=np.int64)
+    except (ValueError, OverflowError):
+        return np.array(tokens, dtype=str)
+
+
+def read_node_table(path: str | Path, w: GraphWriter) -> IdMap:
+    """Streams a node table (`id,feature,...` a line; a first line whose fields after the id are not all
+    numbers is its header) into `w`'s features, a row a node in the table's order; returns that order."""
+    p = need(Path(path), "node table")
+    sep, first = _first_line(p)
+    if len(first) < 2:
+        raise MomentError("a node table needs an id and at least one feature a line, got "
+                          f"{len(first)} field{'s' if len(first) != 1 else ''}", source=str(p))
+    header = not all(map(_number, first[1:]))
+    dim = len(first) - 1
+    ids: list[str] = []
+    fw = w.stream("features", np.float32, (dim,))
+    for df in _chunks(p, sep, header, {0: str, **{k: np.float32 for k in range(1, dim + 1)}}, "node table"):
+        if df.shape[1] != dim + 1:
+            raise MomentError(f"rows have {df.shape[1]} fields, the first {dim + 1}", source=str(p))
+        x = df.iloc[:, 1:].to_numpy(np.float32)
+        if not np.isfinite(x).all():
+            row = len(ids) + int(np.argwhere(~np.isfinite(x))[0][0])
+            raise MomentError(f"the features of node {df.iloc[row - len(ids), 0]} (row {row + 1:,}) are missing, "
+                              "NaN or infinite", source=str(p))
+        got = df.iloc[:, 0].tolist()
+        if "" in got:
+            raise MomentError(f"row {len(ids) + got.index('') + 1:,} has no id", source=str(p))
+        ids.extend(got)
+        fw.write(x)
+    if not ids:
+        raise MomentError("the node table lists no node", source=str(p))
+    w.finish("features")
+    return IdMap(_own_ids(ids), str(p))
+
+
+@dataclass
+class LabelTable:
+    """Labels in node order (-1: no label), and the class names when the table gave names, not numbers."""
+
+    labels: np.ndarray
+    class_names: list[str] | None = None
+    unlabelled: dict[str, int] = field(default_factory=dict)
+    header: str | None = None  # the first line, read as the columns' names
+
+
+def read_label_table(path: str | Path, ids: IdMap, num_nodes: int, unlabelled: tuple[str, ...] = ()) -> LabelTable:
+    """A label table (`id,label` a line) as labels in node order. A first line whose id names no node is its
+    header; a node it leaves out, or whose label is one of `unlabelled` (Elliptic's "unknown") or empty, has no
+    label. Labels that are all integers are the classes; otherwise each distinct name is a class, numbered in
+    sorted order."""
+    p = need(Path(path), "label table")
+    sep, first = _first_line(p)
+    if len(first) != 2:
+        raise MomentError(f"a label table needs two fields a line (id, label), got {len(first)}: "
+                          f"{','.join(first)[:60]!r}", source=str(p))
+    try:
+        ids.nodes(np.array(first[:1]), str(p), "label table")
+        header = False
+    except MomentError:
+        if ids.kind == "integer" and first[0].lstrip("-").isdigit():
+            raise  # an id, not a column's name: a node the graph does not have
+        header = True
+    nodes, tokens = [], []
+    for df in _chunks(p, sep, header, {0: str, 1: str}, "label table"):
+        if df.shape[1] != 2:
+            raise MomentError(f"rows have {df.shape[1]} fields: expected two (id, label)", source=str(p))
+        nodes.append(ids.nodes(df.iloc[:, 0].to_numpy(), str(p), "label table"))
+        tokens.append(df.iloc[:, 1].to_numpy().astype(str))
+    node = np.concatenate(nodes) if nodes else np.zeros(0, np.int64)
+    token = np.concatenate(tokens) if tokens else np.zeros(0, str)
+    by_node = np.sort(node)
+    if (twice := by_node[1:][by_node[1:] == by_node[:-1]]).size:
+        raise MomentError(f"node {ids.original[twice[0]]} has two labels: one line a node", source=str(p))
+    skip = np.isin(token, np.array(["", *unlabelled], dtype=str))
+    counted = {t: int(np.count_nonzero(token == t)) for t in ("", *unlabelled) if np.any(token == t)}
+    node, token = node[~skip], token[~skip]
+    numbers = np.array([t.lstrip("-").isdigit() for t in np.unique(token).tolist()], bool)
+    if numbers.all():
+        value = token.astype(np.int64)
+        if (value < 0).any():  # as in every importer: a negative label marks a node without one
+            counted["negative"] = int(np.count_nonzero(value < 0))
+            value = np.where(value < 0, -1, value)
+        names = None
+    elif numbers.any():
+        words = np.unique(token)[~numbers].tolist()
+        raise MomentError(f"labels mix class numbers and names ({', '.join(map(repr, words[:3]))}): a label is "
+                          "one or the other", source=str(p), hint=f"if {words[0]!r} marks a node without a label, give --unlabelled "
+                          f"{words[0]}")
+    else:
+        names = sorted(set(token.tolist()))
+        value = np.searchsorted(np.array(names, dtype=str), token).astype(np.int64)
+    labels = np.full(num_nodes, -1, np.int64)
+    labels[node] = value
+    return LabelTable(labels, names, counted, ",".join(first) if header else None)

@@ -1,0 +1,124 @@
+"""Node features and labels as tables keyed by the graph's own ids (`--node-table`, `--label-table`), in
+Elliptic's shape: `txs_features.csv` (id, then the features), `txs_classes.csv` (`txId,class`: "1", "2",
+"unknown") and `txs_edgelist.csv` (`txId1,txId2`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from moment.cli import main
+from moment.errors import MomentError
+from moment.workload.importers import import_edgelist
+
+RNG = np.random.default_rng(11)
+N, E, D = 400, 1500, 5
+TX = RNG.choice(10**12, N, replace=False)  # node i of the table is TX[i]: the table's order, not sorted
+X = RNG.standard_normal((N, D)).astype(np.float32)
+CLASS = RNG.choice(["1", "2", "unknown"], N, p=[0.2, 0.3, 0.5])
+PAIRS = RNG.integers(0, N, (E, 2))
+
+
+def write_elliptic(d: Path, classes: np.ndarray = CLASS) -> None:
+    d.mkdir(exist_ok=True)
+    (d / "txs_features.csv").write_text("".join(",".join([str(TX[i]), *(repr(float(v)) for v in X[i])]) + "\n"
+                                                for i in range(N)))
+    order = RNG.permutation(N)  # the label table in an order of its own
+    (d / "txs_classes.csv").write_text("txId,class\n" + "".join(f"{TX[i]},{classes[i]}\n" for i in order))
+    (d / "txs_edgelist.csv").write_text("txId1,txId2\n" + "".join(f"{TX[a]},{TX[b]}\n" for a, b in PAIRS))
+
+
+def test_tables_import_as_the_arrays_they_hold(tmp_path: Path) -> None:
+    """The oracle: the same graph given as node ids, a features .npy and a labels .npy in the table's order."""
+    write_elliptic(tmp_path)
+    ds = import_edgelist(tmp_path / "txs_edgelist.csv", tmp_path / "t", node_table=tmp_path / "txs_features.csv",
+                         label_table=tmp_path / "txs_classes.csv", unlabelled=("unknown",))
+    np.savetxt(tmp_path / "ids.txt", TX, fmt="%d")
+    np.save(tmp_path / "x.npy", X)
+    np.save(tmp_path / "y.npy", np.array([-1 if c == "unknown" else int(c) for c in CLASS]))
+    want = import_edgelist(tmp_path / "txs_edgelist.csv", tmp_path / "a", node_ids=tmp_path / "ids.txt",
+                           features=tmp_path / "x.npy", labels=tmp_path / "y.npy")
+    ds.verify()
+    for name in ("indptr", "indices", "labels", "node_ids", "train_idx", "val_idx", "test_idx"):
+        np.testing.assert_array_equal(ds._load(name), want._load(name), err_msg=name)
+    np.testing.assert_array_equal(ds.features_memmap(), X)
+    src = ds.manifest.source
+    assert src["labels_left_out"] == {"unknown": int(np.sum(CLASS == "unknown"))}
+    assert src["label_table_header"] == "txId,class" and src["generated_features"] is False
+    assert src["unlabelled_nodes"] == int(np.sum(CLASS == "unknown")) and "class_names" not in src
+
+
+def test_class_names_are_numbered_in_sorted_order(tmp_path: Path) -> None:
+    names = np.where(CLASS == "1", "illicit", np.where(CLASS == "2", "licit", ""))  # "" : no label
+    write_elliptic(tmp_path, names)
+    ds = import_edgelist(tmp_path / "txs_edgelist.csv", tmp_path / "t", node_table=tmp_path / "txs_features.csv",
+                         label_table=tmp_path / "txs_classes.csv")
+    assert ds.manifest.source["class_names"] == ["illicit", "licit"] and ds.num_classes == 2
+    want = np.select([names == "illicit", names == "licit"], [0, 1], -1)
+    np.testing.assert_array_equal(ds.labels, want)
+    assert ds.manifest.source["labels_left_out"] == {"": int(np.sum(names == ""))}
+
+
+def test_a_label_table_of_node_numbers_needs_no_own_ids(tmp_path: Path) -> None:
+    (tmp_path / "e.txt").write_text("0 1\n1 2\n2 3\n")
+    (tmp_path / "y.csv").write_text("node,label\n3,cat\n0,dog\n1,cat\n")
+    ds = import_edgelist(tmp_path / "e.txt", tmp_path / "o", label_table=tmp_path / "y.csv")
+    assert ds.labels.tolist() == [1, 0, -1, 0] and ds.node_ids is None
+    assert ds.manifest.source["class_names"] == ["cat", "dog"]
+
+
+@pytest.mark.parametrize("case, words", [
+    ("mixed", r"txs_classes\.csv: labels mix class numbers and names \('unknown'\): a label is one or the other\n"
+              r"  hint: if 'unknown' marks a node without a label, give --unlabelled unknown"),
+    ("twice", r"txs_classes\.csv: node \d+ has two labels: one line a node"),
+    ("stranger", r"txs_classes\.csv: label table names node 7, not among the 400 node ids of .*txs_features\.csv"),
+    ("hole", r"txs_features\.csv: the features of node \d+ \(row 3\) are missing, NaN or infinite"),
+    ("short", r"txs_features\.csv: the features of node \d+ \(row 3\) are missing, NaN or infinite"),
+    ("long", r"txs_features\.csv: cannot parse the node table: Error tokenizing data"),
+    ("no-id", r"txs_features\.csv: row 2 has no id"),
+    ("both", r"--node-table: give one of --node-table and --features/--node-ids: both say the same"),
+    ("three", r"txs_classes\.csv: a label table needs two fields a line \(id, label\), got 3"),
+    ("edge", r"txs_edgelist\.csv: the edge list \(txs_edgelist\.csv\) names node 5, not among the 400 node ids"),
+])
+def test_tables_that_disagree_are_one_error_and_nothing_is_written(tmp_path: Path, case: str, words: str) -> None:
+    write_elliptic(tmp_path)
+    feats, labels = tmp_path / "txs_features.csv", tmp_path / "txs_classes.csv"
+    rows = feats.read_text().splitlines(keepends=True)
+    if case == "twice":
+        labels.write_text(labels.read_text() + f"{TX[0]},1\n")
+    elif case == "stranger":
+        labels.write_text("txId,class\n7,1\n")
+    elif case == "hole":
+        feats.write_text("".join(rows[:2]) + rows[2].rsplit(",", 1)[0] + ",\n" + "".join(rows[3:]))
+    elif case == "short":
+        feats.write_text("".join(rows[:2]) + rows[2].rsplit(",", 2)[0] + "\n" + "".join(rows[3:]))
+    elif case == "long":
+        feats.write_text("".join(rows[:2]) + rows[2].rstrip("\n") + ",1.0\n" + "".join(rows[3:]))
+    elif case == "no-id":
+        feats.write_text(rows[0] + "," + rows[1].split(",", 1)[1] + "".join(rows[2:]))
+    elif case == "three":
+        labels.write_text("txId,class,time\n")
+    elif case == "edge":
+        (tmp_path / "txs_edgelist.csv").write_text(f"{TX[0]},{TX[1]}\n5,{TX[2]}\n")
+    kw = {"unlabelled": ()} if case == "mixed" else {"unlabelled": ("unknown",)}
+    if case == "both":
+        np.save(tmp_path / "x.npy", X)
+        kw["features"] = tmp_path / "x.npy"
+    with pytest.raises(MomentError, match=words):
+        import_edgelist(tmp_path / "txs_edgelist.csv", tmp_path / "out", node_table=feats, label_table=labels, **kw)
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_cli_imports_elliptic_as_published(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_elliptic(tmp_path)
+    code = main(["data", "import", "edgelist", str(tmp_path / "txs_edgelist.csv"), "--node-table",
+                 str(tmp_path / "txs_features.csv"), "--label-table", str(tmp_path / "txs_classes.csv"),
+                 "--unlabelled", "unknown", "--out", str(tmp_path / "ds"), "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    got = json.loads(out)
+    assert got["num_nodes"] == N and got["feature_dim"] == D
+    assert got["source"]["node_ids"] == f"{N} integer ids in the order of {tmp_path / 'txs_features.csv'}"
