@@ -48,7 +48,7 @@ def test_tables_import_as_the_arrays_they_hold(tmp_path: Path) -> None:
     src = ds.manifest.source
     assert src["labels_left_out"] == {"unknown": int(np.sum(CLASS == "unknown"))}
     assert src["label_table_header"] == "txId,class" and src["generated_features"] is False
-    assert src["unlabelled_nodes"] == int(np.sum(CLASS == "unknown")) and "class_names" not in src
+    assert src["unlabelled_nodes"] == int(np.sum(CLASS == "unknown")) and ds.class_names is None
 
 
 def test_class_names_are_numbered_in_sorted_order(tmp_path: Path) -> None:
@@ -56,7 +56,7 @@ def test_class_names_are_numbered_in_sorted_order(tmp_path: Path) -> None:
     write_elliptic(tmp_path, names)
     ds = import_edgelist(tmp_path / "txs_edgelist.csv", tmp_path / "t", node_table=tmp_path / "txs_features.csv",
                          label_table=tmp_path / "txs_classes.csv")
-    assert ds.manifest.source["class_names"] == ["illicit", "licit"] and ds.num_classes == 2
+    assert ds.class_names == ["illicit", "licit"] and ds.num_classes == 2
     want = np.select([names == "illicit", names == "licit"], [0, 1], -1)
     np.testing.assert_array_equal(ds.labels, want)
     assert ds.manifest.source["labels_left_out"] == {"": int(np.sum(names == ""))}
@@ -81,6 +81,7 @@ def test_a_label_table_of_node_numbers_needs_no_own_ids(tmp_path: Path) -> None:
     ("no-id", r"txs_features\.csv: row 2 has no id"),
     ("both", r"--node-table: give one of --node-table and --features/--node-ids: both say the same"),
     ("three", r"txs_classes\.csv: a label table needs two fields a line \(id, label\), got 3"),
+    ("unlabelled", r"--unlabelled: names labels that mean no label, which only a --label-table has"),
     ("edge", r"txs_edgelist\.csv: the edge list \(txs_edgelist\.csv\) names node 5, not among the 400 node ids"),
 ])
 def test_tables_that_disagree_are_one_error_and_nothing_is_written(tmp_path: Path, case: str, words: str) -> None:
@@ -107,6 +108,8 @@ def test_tables_that_disagree_are_one_error_and_nothing_is_written(tmp_path: Pat
     if case == "both":
         np.save(tmp_path / "x.npy", X)
         kw["features"] = tmp_path / "x.npy"
+    if case == "unlabelled":
+        labels = None
     with pytest.raises(MomentError, match=words):
         import_edgelist(tmp_path / "txs_edgelist.csv", tmp_path / "out", node_table=feats, label_table=labels, **kw)
     assert not (tmp_path / "out").exists()

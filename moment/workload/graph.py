@@ -536,6 +536,12 @@ class GraphDataset:
         ids are the node numbers)."""
         return self._load(NODE_IDS) if NODE_IDS in self.manifest.files else None
 
+    @property
+    def class_names(self) -> list[str] | None:
+        """The name of each class (class i is the i-th) when the import read labels as names; else None."""
+        names = self.manifest.source.get("class_names")
+        return list(names) if isinstance(names, list) else None
+
     def nodes_of(self, ids: Any) -> np.ndarray:
         """The node numbers of the graph's own ids (what `node_ids` maps back): ids it does not hold are one
         error naming them. Without `node_ids`, the ids are the numbers, checked to be in range."""

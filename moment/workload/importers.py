@@ -669,6 +669,8 @@ def import_edgelist(
                               (label_table, labels, "--label-table and --labels")):
         if one is not None and other is not None:
             raise MomentError(f"give one of {names}: both say the same", source=names.split()[0])
+    if unlabelled and label_table is None:
+        raise MomentError("names labels that mean no label, which only a --label-table has", source="--unlabelled")
     path = need(Path(edges_file), "edge list file")
     for given, what in ((features, "features file"), (labels, "labels file")):
         if given:
