@@ -121,6 +121,32 @@ def read_csv_chunks(path: Path, chunk_rows: int, dtype: str) -> Iterator[np.ndar
         raise MomentError(f"cannot parse: {type(e).__name__}: {str(e).splitlines()[0]}", source=str(path)) from None
 
 
+def first_line(path: Path) -> tuple[str, list[str], int]:
+    """A text table's separator (a comma if its first line has one, else white space), the first line's fields
+    (blank lines and # comments skipped) and the number of lines up to it."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    line, skip = "", 0
+    try:
+        with opener(path, "rt") as f:
+            for skip, ln in enumerate(f, 1):  # noqa: B007 - the count is kept
+                if ln.strip() and not ln.lstrip().startswith("#"):
+                    line = ln
+                    break
+    except (OSError, UnicodeDecodeError, EOFError) as e:
+        raise MomentError(f"cannot read: {e}", source=str(path)) from None
+    sep = "," if "," in line else r"\s+"
+    return sep, [t.strip() for t in (line.strip().split(",") if sep == "," else line.split())], skip
+
+
+def is_number(token: str) -> bool:
+    """Whether a token reads as a number (a header has none: "src,dst", or ",src,dst" with pandas' index)."""
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return True
+
+
 def node_ids(a: np.ndarray, num_nodes: int, source: str, what: str) -> np.ndarray:
     """A split given as node ids [K] (or [K, 1]) or as a boolean mask [N] -> int64 node ids.
 

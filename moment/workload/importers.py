@@ -40,7 +40,6 @@ by the policy) repeated neighbours and self-loops.
 
 from __future__ import annotations
 
-import gzip
 import itertools
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -53,7 +52,8 @@ from moment.errors import MomentError
 from moment.inputs import check_dir
 from moment.workload.graph import (CHUNK_BYTES, NODE_IDS, SPLITS, GraphDataset, GraphWriter, index_dtype,
                                    label_dtype)
-from moment.workload.import_files import load_npy, need, node_ids, read_csv_chunks, read_node_ids, split_files
+from moment.workload.import_files import (first_line, is_number, load_npy, need, node_ids, read_csv_chunks, read_node_ids,
+                                          split_files)
 from moment.workload.import_options import EdgePolicy
 from moment.workload.node_tables import read_label_table, read_node_table
 from moment.workload.renumber import IdMap, NameCodes, read_ids
@@ -857,30 +857,10 @@ class EdgeText:
 
 def edge_text(path: Path) -> EdgeText:
     """The separator (a comma if the first line has one, else white space) and header of an edge list."""
-    opener = gzip.open if path.suffix == ".gz" else open
     if path.suffix != ".gz":
         _refuse_binary(path)
-    sample, skip = "", 0
-    try:
-        with opener(path, "rt") as f:
-            for skip, ln in enumerate(f, 1):  # noqa: B007 - the count is kept
-                if ln.strip() and not ln.lstrip().startswith("#"):
-                    sample = ln
-                    break
-    except (OSError, UnicodeDecodeError, EOFError) as e:
-        raise MomentError(f"cannot read: {e}", source=str(path)) from None
-    sep = "," if "," in sample else r"\s+"
-    tokens = [t.strip() for t in (sample.strip().split(",") if sep == "," else sample.split())]
-    return EdgeText(sep, tokens, skip) if tokens and not any(map(_number, tokens)) else EdgeText(sep)
-
-
-def _number(token: str) -> bool:
-    """Whether a token reads as a number (a header has none: "src,dst", or ",src,dst" with pandas' index)."""
-    try:
-        float(token)
-    except ValueError:
-        return False
-    return True
+    sep, tokens, skip = first_line(path)
+    return EdgeText(sep, tokens, skip) if tokens and not any(map(is_number, tokens)) else EdgeText(sep)
 
 
 def _read_edge_text(path: Path, text: EdgeText, dtype: Any = "int64", chunk: int = EDGE_CHUNK) -> Iterator[np.ndarray]:

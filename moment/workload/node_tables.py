@@ -15,34 +15,12 @@ import numpy as np
 
 from moment.errors import MomentError
 from moment.workload.graph import GraphWriter
-from moment.workload.import_files import need
-from moment.workload.renumber import IdMap
+from moment.workload.import_files import first_line, is_number, need
+from moment.workload.renumber import IdMap, own_ids
 
 # Imports inside functions: pandas, which parses the tables, loads only for an import that has one.
 
 ROWS = 1 << 16  # table rows parsed at once
-
-
-def _first_line(path: Path) -> tuple[str, list[str]]:
-    """The separator (a comma if the first line has one, else white space) and the first line's fields."""
-    import gzip
-
-    opener = gzip.open if path.suffix == ".gz" else open
-    try:
-        with opener(path, "rt") as f:
-            line = next((ln for ln in f if ln.strip() and not ln.lstrip().startswith("#")), "")
-    except (OSError, UnicodeDecodeError, EOFError) as e:
-        raise MomentError(f"cannot read: {e}", source=str(path)) from None
-    sep = "," if "," in line else r"\s+"
-    return sep, [t.strip() for t in (line.strip().split(",") if sep == "," else line.split())]
-
-
-def _number(token: str) -> bool:
-    try:
-        float(token)
-    except ValueError:
-        return False
-    return True
 
 
 def _chunks(path: Path, sep: str, header: bool, dtype: dict, what: str):
@@ -59,23 +37,15 @@ def _chunks(path: Path, sep: str, header: bool, dtype: dict, what: str):
         raise MomentError(f"cannot parse the {what}: {msg}", source=str(path)) from None
 
 
-def _own_ids(tokens: list[str]) -> np.ndarray:
-    """Ids read as text: integers when every one is one, names otherwise (as `renumber.read_ids` reads them)."""
-    try:
-        return np.array([int(t) for t in tokens], dtype=np.int64)
-    except (ValueError, OverflowError):
-        return np.array(tokens, dtype=str)
-
-
 def read_node_table(path: str | Path, w: GraphWriter) -> IdMap:
     """Streams a node table (`id,feature,...` a line; a first line whose fields after the id are not all
     numbers is its header) into `w`'s features, a row a node in the table's order; returns that order."""
     p = need(Path(path), "node table")
-    sep, first = _first_line(p)
+    sep, first, _ = first_line(p)
     if len(first) < 2:
         raise MomentError("a node table needs an id and at least one feature a line, got "
                           f"{len(first)} field{'s' if len(first) != 1 else ''}", source=str(p))
-    header = not all(map(_number, first[1:]))
+    header = not all(map(is_number, first[1:]))
     dim = len(first) - 1
     ids: list[str] = []
     fw = w.stream("features", np.float32, (dim,))
@@ -95,7 +65,7 @@ def read_node_table(path: str | Path, w: GraphWriter) -> IdMap:
     if not ids:
         raise MomentError("the node table lists no node", source=str(p))
     w.finish("features")
-    return IdMap(_own_ids(ids), str(p))
+    return IdMap(own_ids(ids), str(p))
 
 
 @dataclass
@@ -114,7 +84,7 @@ def read_label_table(path: str | Path, ids: IdMap, num_nodes: int, unlabelled: t
     label. Labels that are all integers are the classes; otherwise each distinct name is a class, numbered in
     sorted order."""
     p = need(Path(path), "label table")
-    sep, first = _first_line(p)
+    sep, first, _ = first_line(p)
     if len(first) != 2:
         raise MomentError(f"a label table needs two fields a line (id, label), got {len(first)}: "
                           f"{','.join(first)[:60]!r}", source=str(p))

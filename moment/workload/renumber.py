@@ -174,7 +174,12 @@ def read_ids(path: Path, what: str) -> np.ndarray:
     if any("," in s or len(s.split()) > 1 for s in lines[:1000]):
         bad = next(s for s in lines if "," in s or len(s.split()) > 1)
         raise MomentError(f"{what}: expected one node id a line, got {bad[:60]!r}", source=str(path))
+    return own_ids(lines)
+
+
+def own_ids(tokens: list[str]) -> np.ndarray:
+    """Ids read as text: integers when every one is one (int64), names otherwise."""
     try:
-        return np.array([int(s) for s in lines], dtype=np.int64)
+        return np.array([int(t) for t in tokens], dtype=np.int64)
     except (ValueError, OverflowError):
-        return np.array(lines, dtype=str)
+        return np.array(tokens, dtype=str)
