@@ -86,8 +86,10 @@ def train_args(layout: Path, out: Path, *extra: str) -> list[str]:
 def run_two_ranks(layout: Path, out_dir: Path) -> dict:
     """`two_rank_run`: through tests/exit_ranks.py (the real `moment.train` entry's `train()`), so the same
     launch also records each rank's threads once training has returned (`rank0.json`, `rank1.json`), and
-    every collective each rank issued (`trace/`, moment.runtime.collective_trace)."""
-    torchrun([str(out_dir), *train_args(layout, out_dir / "m.json")], script=REPO / "tests" / "exit_ranks.py",
+    every collective each rank issued (`trace/`, moment.runtime.collective_trace); it writes the validation
+    nodes' predictions (`val.csv`)."""
+    torchrun([str(out_dir), *train_args(layout, out_dir / "m.json", "--predict", str(out_dir / "val.csv"),
+                                        "--predict-nodes", "val")], script=REPO / "tests" / "exit_ranks.py",
              env={TRACE_ENV: str(out_dir / "trace")}, forked=False)
     return json.loads((out_dir / "m.json").read_text())
 

@@ -253,6 +253,20 @@ def test_torchrun_two_ranks(two_ranks, reference):
 
 
 @pytest.mark.slow
+def test_the_validation_nodes_predictions_score_the_accuracy_the_run_reported(two_rank_dir, two_ranks, setup):
+    """`--predict FILE --predict-nodes val` after the last epoch: rank 0 writes every validation node once, in
+    the split's order, and the classes it predicts score exactly the last epoch's reported accuracy."""
+    _, ds, _ = setup
+    rows = (two_rank_dir / "val.csv").read_text().splitlines()
+    assert rows[0] == "node,class,probability"  # the dataset keeps no ids of its own
+    node, cls, prob = np.array([[float(x) for x in r.split(",")] for r in rows[1:]]).T
+    np.testing.assert_array_equal(node, ds.val_idx)
+    assert (cls == ds.labels[ds.val_idx]).mean() == two_ranks["val_accuracy"]
+    assert (prob >= 1.0 / CLASSES).all() and (prob <= 1).all()
+    assert two_ranks["predictions"]["nodes"] == ds.val_idx.size
+
+
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc to list a rank's threads")
 def test_a_finished_rank_has_torn_down_its_process_group(two_rank_dir):
     """After train() returns, no gloo thread is left: the group is destroyed while the interpreter is

@@ -116,6 +116,12 @@ class TrainConfig(BaseModel):
     negatives: Annotated[int, Field(ge=1, le=100), Flag("link prediction: negative edges per positive")] = 1
     epochs: Annotated[int, Field(ge=1), Flag("epochs to train")] = 1
     metrics_json: Annotated[Path | None, Flag("write the run's summary here (rank 0, atomically)")] = None
+    predict: Annotated[Path | None, Flag(
+        "after the last epoch, write each node's predicted class here (CSV, rank 0, atomically): node, its id in "
+        "the graph's own ids when the import numbered them, the class (its name when the labels were names) and "
+        "its probability; on a multi-label dataset the classes whose logit is above 0", metavar="FILE")] = None
+    predict_nodes: Annotated[Literal["all", "train", "val", "test"], Flag(
+        "the nodes --predict writes: every node, or a split's")] = "all"
     io_trace: Annotated[Path | None, Flag(
         "write each rank's SSD reads to DIR/rank-N.iolog when it ends, as fio replays them (fio --read_iolog "
         "FILE --replay_no_stall=1 --direct=1): the disk's rate for exactly this run's reads (the caches' fill at "
@@ -337,6 +343,12 @@ class TrainConfig(BaseModel):
                               "resume", hint=f"drop {flag} or --data-only")
         if (self.checkpoint_every or self.resume) and self.checkpoint_dir is None:
             raise MomentError("--checkpoint-every/--resume need --checkpoint-dir")
+        if self.predict is not None and (self.task == "link" or self.data_only):
+            flag = "--task link" if self.task == "link" else "--data-only"
+            raise MomentError(f"--predict writes each node's class, which {flag} does not train",
+                              hint=f"drop --predict or {flag}")
+        if self.predict_nodes != "all" and self.predict is None:
+            raise MomentError(f"--predict-nodes {self.predict_nodes} names the nodes --predict writes: give --predict FILE")
         if self.memory_budget is not None:
             from moment.runtime.budget import resolve_budget
 
@@ -358,6 +370,8 @@ class TrainConfig(BaseModel):
             check_output(self.checkpoint_dir, "--checkpoint-dir", directory=True)
         if self.io_trace is not None:
             check_output(self.io_trace, "--io-trace", directory=True)
+        if self.predict is not None:
+            check_output(self.predict, "--predict")
 
 
 def _flags(name: str) -> list[Flag]:

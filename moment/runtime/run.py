@@ -22,7 +22,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,7 @@ from moment.runtime.memory_use import machine_peak, rank_sample, reset_peak
 from moment.runtime.model_spec import load_rank_code
 from moment.runtime.node_index import node_ids
 from moment.runtime.pipeline import Pipeline, Prepared, StageTimes
+from moment.runtime.predictions import write_predictions
 from moment.runtime.rendezvous import SHARED_SETTINGS, RunFacts, check_agents
 from moment.runtime.run_plan import RunPlan, dataset_dir, layout_gpus, resolve_run
 from moment.runtime.sampler_pool import SamplerPool
@@ -318,6 +319,12 @@ class Run:
             raise MomentError(f"start={start}: this rank's {split} loader of epoch {epoch} has "
                               f"{len(loader.seeds)} batches", hint=f"give a start from 0 to {len(loader.seeds)}")
         return loader
+
+    def write_predictions(self, path: str | Path, scores: Callable[[Batch], torch.Tensor],
+                          nodes: Any = slice(None)) -> dict[str, Any]:
+        """Each of `nodes`' predicted class, written by rank 0 to `path` (CSV under the graph's own ids and class
+        names: moment.runtime.predictions); `scores(batch)` gives the seeds' logits. Every rank calls it."""
+        return write_predictions(self, scores, path, nodes)
 
     def _past_pack(self, epoch: int) -> None:
         """Say it (once, on the first rank) when a loop of its own asks for an epoch its pack does not hold and the

@@ -34,6 +34,7 @@ from moment.runtime.footprint import multilabel_targets
 from moment.runtime.link_task import link_logits, link_loss, out_dim, roc_auc
 from moment.runtime.lost import peer_lost
 from moment.runtime.model_spec import forward, load_loss, make_model, make_optimizer
+from moment.runtime.predictions import nodes_of
 from moment.runtime.progress import Reporter
 from moment.runtime.rendezvous import NNODES_ENV, NODE_RANK_ENV, others_gone
 from moment.runtime.resume import Checkpoints, Position
@@ -187,7 +188,13 @@ class Trainer:
         if self.record is not None:
             sv = self.ctx.serves
             self.record.write(self.ctx.rank, self.ctx.device, sv.pci if sv is not None else None)
-        return self._metrics(time.perf_counter() - t0)
+        metrics = self._metrics(time.perf_counter() - t0)
+        if self.cfg.predict is not None:
+            self.module.eval()
+            metrics["predictions"] = self.run_.write_predictions(
+                self.cfg.predict, lambda b: forward(self.module, self.cfg.model, b.x.float(), b.blocks),
+                nodes_of(self.run_, self.cfg.predict_nodes))
+        return metrics
 
     def _metrics(self, wall: float) -> dict[str, Any]:
         ctx, at = self.ctx, self.at

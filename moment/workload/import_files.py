@@ -6,6 +6,7 @@ MomentError naming the file, whichever importer met it. numpy (pandas when insta
 
 from __future__ import annotations
 
+import csv
 import gzip
 from collections.abc import Iterator
 from pathlib import Path
@@ -135,7 +136,8 @@ def first_line(path: Path) -> tuple[str, list[str], int]:
     except (OSError, UnicodeDecodeError, EOFError) as e:
         raise MomentError(f"cannot read: {e}", source=str(path)) from None
     sep = "," if "," in line else r"\s+"
-    return sep, [t.strip() for t in (line.strip().split(",") if sep == "," else line.split())], skip
+    fields = next(csv.reader([line.strip()])) if sep == "," else line.split()  # a quoted field may hold a comma
+    return sep, [t.strip() for t in fields], skip
 
 
 def is_number(token: str) -> bool:

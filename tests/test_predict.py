@@ -1,0 +1,86 @@
+"""Each node's predicted class written under the graph's own ids and class names (`run.write_predictions`,
+`moment train --predict`). One rank in this process, on the in-memory baseline: the scores are a function of
+the node number, so every line of the file is known."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import moment
+from moment.errors import MomentError
+from moment.runtime.config import TrainConfig
+from moment.workload.importers import import_edgelist
+
+N, C = 300, 3
+RNG = np.random.default_rng(5)
+OWN = np.array([f"acct,{i:04d}" for i in RNG.permutation(N)])  # names with a comma: quoted in the CSV
+NAMES = np.array(["fraud", "licit", "unknown"])
+
+
+def _dataset(tmp: Path) -> Path:
+    pairs = RNG.integers(0, N, (3 * N, 2))
+    (tmp / "e.csv").write_text("".join(f'"{OWN[a]}","{OWN[b]}"\n' for a, b in pairs))
+    (tmp / "nodes.csv").write_text("".join(f'"{OWN[i]}",{i % 7},1.5\n' for i in range(N)))
+    (tmp / "labels.csv").write_text("".join(f'"{OWN[i]}",{NAMES[i % 3]}\n' for i in range(N)))
+    import_edgelist(tmp / "e.csv", tmp / "ds", node_table=tmp / "nodes.csv", label_table=tmp / "labels.csv")
+    return tmp / "ds"
+
+
+def _scores(batch) -> torch.Tensor:
+    """The seeds' logits: class (node % 3) scores 2, the others 0."""
+    n = batch.n_id[: batch.batch_size]
+    return 2.0 * torch.nn.functional.one_hot(n % C, C).float()
+
+
+def test_every_node_once_in_order_under_its_own_id_and_class_name(tmp_path: Path) -> None:
+    ds = _dataset(tmp_path)
+    with moment.open_run(dataset=ds, features="memory", fanouts=[3], batch_size=64, quiet=True) as run:
+        got = run.write_predictions(tmp_path / "p.csv", _scores)
+        test = np.asarray(run.dataset.test_idx)
+        run.write_predictions(tmp_path / "t.csv", _scores, nodes=test)
+        names, own = run.dataset.class_names, run.dataset.node_ids
+    assert got == {"path": str(tmp_path / "p.csv"), "nodes": N, "multilabel": False}
+    rows = list(csv.reader((tmp_path / "p.csv").open()))
+    assert rows[0] == ["node", "id", "class", "probability"] and len(rows) == N + 1
+    p = float(np.exp(2) / (np.exp(2) + 2))
+    for i, (node, own_id, cls, prob) in enumerate(rows[1:]):
+        assert (int(node), own_id, cls) == (i, own[i], names[i % C]) and float(prob) == pytest.approx(p, rel=1e-5)
+    assert [int(r[0]) for r in list(csv.reader((tmp_path / "t.csv").open()))[1:]] == test.tolist()
+
+
+def test_a_scores_function_of_another_shape_is_named(tmp_path: Path) -> None:
+    ds = _dataset(tmp_path)
+    with moment.open_run(dataset=ds, features="memory", fanouts=[3], batch_size=64, quiet=True) as run:
+        with pytest.raises(MomentError, match=r"write_predictions: scores\(batch\) gave \[64\], expected the seeds' "
+                                              r"logits \[64, classes\]"):
+            run.write_predictions(tmp_path / "p.csv", lambda b: b.n_id[: b.batch_size].float())
+    assert not (tmp_path / "p.csv").exists()
+
+
+@pytest.mark.parametrize("options, words", [
+    ({"predict": "p.csv", "task": "link"}, "--predict writes each node's class, which --task link does not train"),
+    ({"predict": "p.csv", "data_only": True}, "--predict writes each node's class, which --data-only does not"),
+    ({"predict_nodes": "test"}, "--predict-nodes test names the nodes --predict writes: give --predict FILE"),
+])
+def test_predict_options_that_cannot_work_are_refused_before_a_rank_starts(tmp_path: Path, options, words) -> None:
+    with pytest.raises(MomentError, match=words):
+        TrainConfig(layout=tmp_path, **options).check()
+
+
+def test_a_multilabel_dataset_gets_the_classes_whose_logit_is_above_zero(tmp_path: Path) -> None:
+    g = torch.Generator().manual_seed(0)
+    graph = {"edge_index": torch.randint(0, N, (2, 3 * N), generator=g), "x": torch.randn(N, 4, generator=g),
+             "y": torch.randint(0, 2, (N, C), generator=g)}
+    moment.import_graph(graph, tmp_path / "ds")
+    bits = torch.tensor([1, 2, 4])
+    with moment.open_run(dataset=tmp_path / "ds", features="memory", fanouts=[3], batch_size=64, quiet=True) as run:
+        assert run.multilabel
+        got = run.write_predictions(tmp_path / "p.csv", lambda b: ((b.n_id[: b.batch_size, None] & bits) > 0) * 2.0 - 1)
+    rows = (tmp_path / "p.csv").read_text().splitlines()
+    assert got["multilabel"] and rows[0] == "node,classes"
+    assert rows[1:] == [f"{i}," + ";".join(str(j) for j in range(C) if i >> j & 1) for i in range(N)]
