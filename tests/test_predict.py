@@ -43,6 +43,7 @@ def test_every_node_once_in_order_under_its_own_id_and_class_name(tmp_path: Path
         got = run.write_predictions(tmp_path / "p.csv", _scores)
         test = np.asarray(run.dataset.test_idx)
         run.write_predictions(tmp_path / "t.csv", _scores, nodes=test)
+        run.write_predictions(tmp_path / "s.csv", _scores, nodes="test", epoch=1)  # the split's own loader
         names, own = run.dataset.class_names, run.dataset.node_ids
     assert got == {"path": str(tmp_path / "p.csv"), "nodes": N, "multilabel": False}
     rows = list(csv.reader((tmp_path / "p.csv").open()))
@@ -51,6 +52,7 @@ def test_every_node_once_in_order_under_its_own_id_and_class_name(tmp_path: Path
     for i, (node, own_id, cls, prob) in enumerate(rows[1:]):
         assert (int(node), own_id, cls) == (i, own[i], names[i % C]) and float(prob) == pytest.approx(p, rel=1e-5)
     assert [int(r[0]) for r in list(csv.reader((tmp_path / "t.csv").open()))[1:]] == test.tolist()
+    assert (tmp_path / "s.csv").read_text() == (tmp_path / "t.csv").read_text()
 
 
 def test_a_scores_function_of_another_shape_is_named(tmp_path: Path) -> None:

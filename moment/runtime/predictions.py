@@ -26,27 +26,29 @@ ROWS = 1 << 16
 NODE_SETS = ("all", *SPLITS)
 
 
-def nodes_of(run: Any, which: str) -> Any:
-    """The nodes `--predict-nodes` names, as `Run.loader(nodes=...)` takes them."""
+def nodes_of(which: str) -> Any:
+    """The nodes `--predict-nodes` names, as `write_predictions` takes them: every node, or a split's name."""
     if which == "all":
         return slice(None)
     if which not in SPLITS:
         raise MomentError(f"--predict-nodes {which!r}: choose one of {', '.join(NODE_SETS)}")
-    return np.asarray(run.dataset.split(which))
+    return which
 
 
 def write_predictions(run: Any, scores: Callable[[Any], torch.Tensor], path: str | Path,
-                      nodes: Any = slice(None)) -> dict[str, Any]:
+                      nodes: Any = slice(None), epoch: int = 0) -> dict[str, Any]:
     """Every rank: score its share of `nodes` (`scores(batch)` -> the seeds' logits [batch_size, classes]);
     rank 0 writes `path` as CSV, a line a node in `nodes`' order: `node` (its number), `id` (the graph's own
     id, when its import numbered them), `class` (the class name when the labels were names) and
     `probability` (softmax of the logits); on a multi-label dataset `classes`, those whose logit is above 0,
-    joined by `;`. Collective: every rank calls it, at the same point. Returns what it wrote."""
+    joined by `;`. `nodes`: ids as `Run.loader(nodes=...)` takes them, or a split's name, whose nodes are then
+    sampled as that split's loader of `epoch` samples them (so the last epoch's validation nodes get the
+    classes its reported accuracy scored). Collective: every rank calls it, at the same point."""
     out = Path(path)
     ds = run.dataset
     node, top, prob, multi = [], [], [], run.multilabel
     with torch.no_grad():
-        for batch in run.loader(nodes=nodes):
+        for batch in run.loader(nodes, epoch) if isinstance(nodes, str) else run.loader(nodes=nodes):
             logits = scores(batch)
             b = batch.batch_size
             if not isinstance(logits, torch.Tensor) or logits.ndim != 2 or logits.shape[0] != b:

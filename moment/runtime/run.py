@@ -321,10 +321,11 @@ class Run:
         return loader
 
     def write_predictions(self, path: str | Path, scores: Callable[[Batch], torch.Tensor],
-                          nodes: Any = slice(None)) -> dict[str, Any]:
-        """Each of `nodes`' predicted class, written by rank 0 to `path` (CSV under the graph's own ids and class
-        names: moment.runtime.predictions); `scores(batch)` gives the seeds' logits. Every rank calls it."""
-        return write_predictions(self, scores, path, nodes)
+                          nodes: Any = slice(None), epoch: int = 0) -> dict[str, Any]:
+        """Each of `nodes`' predicted class (ids, or a split's name: sampled as its loader of `epoch` samples),
+        written by rank 0 to `path` (CSV under the graph's own ids and class names:
+        moment.runtime.predictions); `scores(batch)` gives the seeds' logits. Every rank calls it."""
+        return write_predictions(self, scores, path, nodes, epoch)
 
     def _past_pack(self, epoch: int) -> None:
         """Say it (once, on the first rank) when a loop of its own asks for an epoch its pack does not hold and the

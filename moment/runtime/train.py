@@ -193,7 +193,7 @@ class Trainer:
             self.module.eval()
             metrics["predictions"] = self.run_.write_predictions(
                 self.cfg.predict, lambda b: forward(self.module, self.cfg.model, b.x.float(), b.blocks),
-                nodes_of(self.run_, self.cfg.predict_nodes))
+                nodes_of(self.cfg.predict_nodes), epoch=self.cfg.epochs - 1)
         return metrics
 
     def _metrics(self, wall: float) -> dict[str, Any]:
