@@ -68,6 +68,7 @@ def test_a_scores_function_of_another_shape_is_named(tmp_path: Path) -> None:
     ({"predict": "p.csv", "task": "link"}, "--predict writes each node's class, which --task link does not train"),
     ({"predict": "p.csv", "data_only": True}, "--predict writes each node's class, which --data-only does not"),
     ({"predict_nodes": "test"}, "--predict-nodes test names the nodes --predict writes: give --predict FILE"),
+    ({"embed": "e.npy", "data_only": True}, "--embed writes the model's output, and a --data-only run trains no"),
 ])
 def test_predict_options_that_cannot_work_are_refused_before_a_rank_starts(tmp_path: Path, options, words) -> None:
     with pytest.raises(MomentError, match=words):
@@ -86,3 +87,20 @@ def test_a_multilabel_dataset_gets_the_classes_whose_logit_is_above_zero(tmp_pat
     rows = (tmp_path / "p.csv").read_text().splitlines()
     assert got["multilabel"] and rows[0] == "node,classes"
     assert rows[1:] == [f"{i}," + ";".join(str(j) for j in range(C) if i >> j & 1) for i in range(N)]
+
+
+def test_embeddings_are_each_nodes_rows_in_the_order_asked(tmp_path: Path) -> None:
+    ds = _dataset(tmp_path)
+    rows = lambda b: torch.stack([b.n_id[: b.batch_size].float(), -2.0 * b.n_id[: b.batch_size]], 1)  # noqa: E731
+    with moment.open_run(dataset=ds, features="memory", fanouts=[3], batch_size=64, quiet=True) as run:
+        got = run.write_embeddings(tmp_path / "e.npy", rows)
+        some = [299, 0, 17]
+        run.write_embeddings(tmp_path / "s.npy", rows, nodes=some)
+        with pytest.raises(MomentError, match=r"write_embeddings: embed\(batch\) gave \[64\], expected the seeds' "
+                                              r"rows \[64, width\]"):
+            run.write_embeddings(tmp_path / "x.npy", lambda b: b.n_id[: b.batch_size].float())
+    assert got == {"path": str(tmp_path / "e.npy"), "nodes": N, "width": 2}
+    e = np.load(tmp_path / "e.npy")
+    assert e.dtype == np.float32 and e.tolist() == [[i, -2 * i] for i in range(N)]
+    assert np.load(tmp_path / "s.npy").tolist() == [[i, -2 * i] for i in some]
+    assert not (tmp_path / "x.npy").exists()

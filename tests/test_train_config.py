@@ -43,6 +43,7 @@ def test_every_field_has_a_flag_and_every_flag_sets_its_field(tmp_path: Path) ->
         ("--threads", "1"): {"threads": 1}, ("--device", "cpu"): {"device": "cpu"}, ("--quiet",): {"quiet": True},
         ("--data-only",): {"data_only": True}, ("--io-trace", "traces"): {"io_trace": Path("traces")},
         ("--predict", "p.csv", "--predict-nodes", "test"): {"predict": Path("p.csv"), "predict_nodes": "test"},
+        ("--embed", "e.npy"): {"embed": Path("e.npy")},
         ("--checkpoint-dir", str(tmp_path / "ck"), "--checkpoint-every", "5", "--resume"):
             {"checkpoint_dir": tmp_path / "ck", "checkpoint_every": 5, "resume": True},
     }

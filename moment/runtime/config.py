@@ -122,6 +122,10 @@ class TrainConfig(BaseModel):
         "its probability; on a multi-label dataset the classes whose logit is above 0", metavar="FILE")] = None
     predict_nodes: Annotated[Literal["all", "train", "val", "test"], Flag(
         "the nodes --predict writes: every node, or a split's")] = "all"
+    embed: Annotated[Path | None, Flag(
+        "after the last epoch, write the model's output for every node here (rank 0, atomically), a float32 .npy "
+        "[N, width] whose row i is node i: with --task link each node's embedding, otherwise its logits",
+        metavar="FILE")] = None
     io_trace: Annotated[Path | None, Flag(
         "write each rank's SSD reads to DIR/rank-N.iolog when it ends, as fio replays them (fio --read_iolog "
         "FILE --replay_no_stall=1 --direct=1): the disk's rate for exactly this run's reads (the caches' fill at "
@@ -347,6 +351,9 @@ class TrainConfig(BaseModel):
             flag = "--task link" if self.task == "link" else "--data-only"
             raise MomentError(f"--predict writes each node's class, which {flag} does not train",
                               hint=f"drop --predict or {flag}")
+        if self.embed is not None and self.data_only:
+            raise MomentError("--embed writes the model's output, and a --data-only run trains no model",
+                              hint="drop --embed or --data-only")
         if self.predict_nodes != "all" and self.predict is None:
             raise MomentError(f"--predict-nodes {self.predict_nodes} names the nodes --predict writes: give --predict FILE")
         if self.memory_budget is not None:
@@ -372,6 +379,8 @@ class TrainConfig(BaseModel):
             check_output(self.io_trace, "--io-trace", directory=True)
         if self.predict is not None:
             check_output(self.predict, "--predict")
+        if self.embed is not None:
+            check_output(self.embed, "--embed")
 
 
 def _flags(name: str) -> list[Flag]:

@@ -44,34 +44,62 @@ def write_predictions(run: Any, scores: Callable[[Any], torch.Tensor], path: str
     joined by `;`. `nodes`: ids as `Run.loader(nodes=...)` takes them, or a split's name, whose nodes are then
     sampled as that split's loader of `epoch` samples them (so the last epoch's validation nodes get the
     classes its reported accuracy scored). Collective: every rank calls it, at the same point."""
-    out = Path(path)
-    ds = run.dataset
-    node, top, prob, multi = [], [], [], run.multilabel
+    multi = run.multilabel
+
+    def each(batch: Any) -> tuple[np.ndarray, ...]:
+        logits = _seed_rows(scores(batch), batch, "write_predictions: scores(batch)", "logits [{b}, classes]")
+        if multi:
+            return batch.n_id[: batch.batch_size].cpu().numpy(), (logits > 0).cpu().numpy(), np.zeros(0, np.float32)
+        conf, cls = torch.softmax(logits.float(), dim=-1).max(dim=-1)
+        return batch.n_id[: batch.batch_size].cpu().numpy(), cls.cpu().numpy(), conf.cpu().numpy()
+
+    got = _infer(run, nodes, epoch, each, 3)
+    run.ctx.on_main(lambda: _write(Path(path), run.dataset, got, multi))
+    return {"path": str(path), "nodes": int(got[0].size), "multilabel": multi}
+
+
+def write_embeddings(run: Any, embed: Callable[[Any], torch.Tensor], path: str | Path,
+                     nodes: Any = slice(None), epoch: int = 0) -> dict[str, Any]:
+    """Every rank: its share of `nodes` through `embed(batch)` (-> the seeds' rows [batch_size, width]); rank
+    0 writes `path` as a float32 `.npy` [len(nodes), width], row i for the i-th of `nodes` (every node, by
+    default: row i is node i, whose own id is `dataset.node_ids[i]`). `nodes` and `epoch` as
+    `write_predictions` takes them. Collective: every rank calls it, at the same point."""
+
+    def each(batch: Any) -> tuple[np.ndarray, ...]:
+        rows = _seed_rows(embed(batch), batch, "write_embeddings: embed(batch)", "rows [{b}, width]")
+        return batch.n_id[: batch.batch_size].cpu().numpy(), rows.detach().float().cpu().numpy()
+
+    node, rows = _infer(run, nodes, epoch, each, 2)
+
+    def save() -> None:
+        with writing(path, "--embed"), atomic_file(path) as f:
+            np.save(f, rows)
+
+    run.ctx.on_main(save)
+    return {"path": str(path), "nodes": int(node.size), "width": int(rows.shape[1]) if rows.ndim == 2 else 0}
+
+
+def _seed_rows(t: Any, batch: Any, what: str, expected: str) -> torch.Tensor:
+    b = batch.batch_size
+    if not isinstance(t, torch.Tensor) or t.ndim != 2 or t.shape[0] != b:
+        got = list(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+        raise MomentError(f"{what} gave {got}, expected the seeds' {expected.format(b=b)}")
+    return t
+
+
+def _infer(run: Any, nodes: Any, epoch: int, each: Callable[[Any], tuple[np.ndarray, ...]],
+           columns: int) -> tuple[np.ndarray, ...]:
+    """Every rank's share of `nodes` (ids, or a split's name) through `each` (`columns` arrays a batch), gathered
+    on every rank in `nodes`' order: the pass reads through the run's tiers in no collective; one gather ends it."""
+    mine: list[tuple[np.ndarray, ...]] = []
     with torch.no_grad():
         for batch in run.loader(nodes, epoch) if isinstance(nodes, str) else run.loader(nodes=nodes):
-            logits = scores(batch)
-            b = batch.batch_size
-            if not isinstance(logits, torch.Tensor) or logits.ndim != 2 or logits.shape[0] != b:
-                got = list(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
-                raise MomentError(f"write_predictions: scores(batch) gave {got}, expected the seeds' logits "
-                                  f"[{b}, classes]")
-            node.append(batch.n_id[:b].cpu().numpy())
-            if multi:
-                top.append((logits > 0).cpu().numpy())
-            else:
-                p = torch.softmax(logits.float(), dim=-1)
-                conf, cls = p.max(dim=-1)
-                top.append(cls.cpu().numpy())
-                prob.append(conf.cpu().numpy())
-    empty = (np.zeros(0, np.int64), np.zeros((0, run.num_classes), bool) if multi else np.zeros(0, np.int64),
-             np.zeros(0, np.float32))
-    mine = tuple(np.concatenate(x) if x else e for x, e in zip((node, top, prob), empty))
-    shares = run.ctx.all_gather_object(mine)
-    # rank r scored every world_size-th of `nodes` from the r-th (moment.workload.sampler.eval_batches)
-    at = np.concatenate([r + len(shares) * np.arange(s[0].size) for r, s in enumerate(shares)])
-    got = tuple(_placed(np.concatenate([s[i] for s in shares]), at) for i in range(3))
-    run.ctx.on_main(lambda: _write(out, ds, got, multi))
-    return {"path": str(out), "nodes": int(got[0].size), "multilabel": multi}
+            mine.append(each(batch))
+    shares = run.ctx.all_gather_object([np.concatenate(c) for c in zip(*mine)] if mine else None)
+    # rank r had every world_size-th of `nodes` from the r-th (moment.workload.sampler.eval_batches)
+    at = np.concatenate([r + len(shares) * np.arange(s[0].shape[0] if s else 0) for r, s in enumerate(shares)])
+    cols = [[c for c in col if c.shape[0]] for col in zip(*[s for s in shares if s])] or [[]] * columns
+    return tuple(_placed(np.concatenate(c), at) if c else np.zeros(0, np.float32) for c in cols)
 
 
 def _placed(a: np.ndarray, at: np.ndarray) -> np.ndarray:

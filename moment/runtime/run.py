@@ -46,7 +46,7 @@ from moment.runtime.memory_use import machine_peak, rank_sample, reset_peak
 from moment.runtime.model_spec import load_rank_code
 from moment.runtime.node_index import node_ids
 from moment.runtime.pipeline import Pipeline, Prepared, StageTimes
-from moment.runtime.predictions import write_predictions
+from moment.runtime.predictions import write_embeddings, write_predictions
 from moment.runtime.rendezvous import SHARED_SETTINGS, RunFacts, check_agents
 from moment.runtime.run_plan import RunPlan, dataset_dir, layout_gpus, resolve_run
 from moment.runtime.sampler_pool import SamplerPool
@@ -72,9 +72,10 @@ def device_memory(planned: dict[str, Any] | None, peaks: list[int]) -> dict[str,
     return out
 
 
-def _pipe_kind(split: str) -> str:
-    """The pipeline a split's loaders share: training's, or one for the evaluation splits (its times are theirs)."""
-    return "train" if split == "train" else "eval"
+def _pipe_kind(split: str, task: str) -> str:
+    """The pipeline a split's loaders share: training's, or one for the evaluation splits (its times are theirs);
+    a link run's passes over nodes of one's choosing have their own, which samples nodes, not links."""
+    return "train" if split == "train" else "nodes" if split == "nodes" and task == "link" else "eval"
 
 
 @dataclass
@@ -156,7 +157,7 @@ class Run:
         self.source: FeatureSource | None = None
         self.heap: HeapKeeper | None = None  # what the allocator keeps of freed memory (a tiered run's)
         self._pipes: dict[str, Pipeline | LoaderPipeline] = {}
-        self._samplers: SamplerPool | None = None
+        self._samplers: dict[str, SamplerPool] = {}
         # the last train epoch's batches shuffled: the work ahead's, which that epoch's loader takes as they are
         self._train_seeds: tuple[int, list[torch.Tensor]] = (-1, [])
         self._final_stats: dict[str, Any] = {"rows": {}, "bytes": {}, "ssd_bytes_read": 0}
@@ -327,6 +328,12 @@ class Run:
         moment.runtime.predictions); `scores(batch)` gives the seeds' logits. Every rank calls it."""
         return write_predictions(self, scores, path, nodes, epoch)
 
+    def write_embeddings(self, path: str | Path, embed: Callable[[Batch], torch.Tensor],
+                         nodes: Any = slice(None), epoch: int = 0) -> dict[str, Any]:
+        """`embed(batch)`'s rows for each of `nodes`, written by rank 0 to `path` as a float32 .npy in `nodes`'
+        order (moment.runtime.predictions). Every rank calls it."""
+        return write_embeddings(self, embed, path, nodes, epoch)
+
     def _past_pack(self, epoch: int) -> None:
         """Say it (once, on the first rank) when a loop of its own asks for an epoch its pack does not hold and the
         start did not name: its batches are read from the layout, many times slower."""
@@ -382,7 +389,7 @@ class Run:
     def stage_times(self, split: str = "train") -> StageTimes:
         """The `split` pipeline's StageTimes (moment.runtime.pipeline), summed over its loaders so far (zeros
         before its first)."""
-        pipe = self._pipes.get(_pipe_kind(split))
+        pipe = self._pipes.get(_pipe_kind(split, self.cfg.task))
         return pipe.times if pipe is not None else StageTimes()
 
     @property
@@ -514,18 +521,19 @@ class Run:
                             world_size=self.world_size)
 
     def _pipe(self, split: str) -> Pipeline | LoaderPipeline:
-        kind = _pipe_kind(split)
+        kind = _pipe_kind(split, self.cfg.task)
         if kind not in self._pipes:
             cfg, dev = self.cfg, self.ctx.device
-            sampler = functools.partial(sampler_for, cfg.task, negatives=cfg.negatives)
+            task = "node" if kind == "nodes" else cfg.task  # an inference pass embeds nodes, even of a link run
+            sampler = functools.partial(sampler_for, task, negatives=cfg.negatives)
             if cfg.loader_workers:
                 self._pipes[kind] = LoaderPipeline(self.graph, self.fanouts, self.source, self.labels, dev,
                                                    workers=cfg.loader_workers, depth=cfg.depth, sampler=sampler)
             else:
-                if self._samplers is None:  # one for the run's pipelines: their sequences reuse its sampler
-                    self._samplers = SamplerPool(sampler)
+                if task not in self._samplers:  # one a task for the run's pipelines: their sequences reuse it
+                    self._samplers[task] = SamplerPool(sampler)
                 self._pipes[kind] = Pipeline(self.graph, self.fanouts, self.source, self.labels, dev,
-                                             depth=cfg.depth, pipelined=cfg.pipeline, sampler=self._samplers)
+                                             depth=cfg.depth, pipelined=cfg.pipeline, sampler=self._samplers[task])
         return self._pipes[kind]
 
     def _batches(self, loader: Loader) -> Iterator[Batch]:

@@ -189,11 +189,14 @@ class Trainer:
             sv = self.ctx.serves
             self.record.write(self.ctx.rank, self.ctx.device, sv.pci if sv is not None else None)
         metrics = self._metrics(time.perf_counter() - t0)
-        if self.cfg.predict is not None:
+        out = lambda b: forward(self.module, self.cfg.model, b.x.float(), b.blocks)  # noqa: E731
+        if self.cfg.predict is not None or self.cfg.embed is not None:
             self.module.eval()
-            metrics["predictions"] = self.run_.write_predictions(
-                self.cfg.predict, lambda b: forward(self.module, self.cfg.model, b.x.float(), b.blocks),
-                nodes_of(self.cfg.predict_nodes), epoch=self.cfg.epochs - 1)
+        if self.cfg.predict is not None:
+            metrics["predictions"] = self.run_.write_predictions(self.cfg.predict, out, nodes_of(self.cfg.predict_nodes),
+                                                                 epoch=self.cfg.epochs - 1)
+        if self.cfg.embed is not None:
+            metrics["embeddings"] = self.run_.write_embeddings(self.cfg.embed, out)
         return metrics
 
     def _metrics(self, wall: float) -> dict[str, Any]:
