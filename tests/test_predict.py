@@ -104,3 +104,29 @@ def test_embeddings_are_each_nodes_rows_in_the_order_asked(tmp_path: Path) -> No
     assert e.dtype == np.float32 and e.tolist() == [[i, -2 * i] for i in range(N)]
     assert np.load(tmp_path / "s.npy").tolist() == [[i, -2 * i] for i in some]
     assert not (tmp_path / "x.npy").exists()
+
+
+def test_blocks_of_nodes_write_the_file_one_pass_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """However many nodes, a pass holds and gathers a block of them at a time (BLOCK): the file is the same."""
+    from moment.runtime import predictions
+
+    ds = _dataset(tmp_path)
+    rows = lambda b: torch.stack([b.n_id[: b.batch_size].float(), -2.0 * b.n_id[: b.batch_size]], 1)  # noqa: E731
+    with moment.open_run(dataset=ds, features="memory", fanouts=[3], batch_size=16, quiet=True) as run:
+        run.write_predictions(tmp_path / "whole.csv", _scores)
+        monkeypatch.setattr(predictions, "BLOCK", 37)
+        run.write_predictions(tmp_path / "blocks.csv", _scores)
+        assert run.write_embeddings(tmp_path / "e.npy", rows)["width"] == 2
+    assert (tmp_path / "blocks.csv").read_text() == (tmp_path / "whole.csv").read_text()
+    assert np.load(tmp_path / "e.npy").tolist() == [[i, -2 * i] for i in range(N)]
+
+
+def test_a_file_that_cannot_be_written_is_one_error_and_nothing_is_left(tmp_path: Path) -> None:
+    ds = _dataset(tmp_path)
+    (tmp_path / "afile").write_text("not a folder\n")
+    with moment.open_run(dataset=ds, features="memory", fanouts=[3], batch_size=64, quiet=True) as run:
+        with pytest.raises(MomentError, match="afile"):
+            run.write_predictions(tmp_path / "afile" / "p.csv", _scores)
+        with pytest.raises(MomentError, match="the split has no node to write|no node to write"):
+            run.write_predictions(tmp_path / "p.csv", _scores, nodes=[])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "ds", "e.csv", "labels.csv", "nodes.csv"]

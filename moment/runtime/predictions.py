@@ -9,19 +9,25 @@ runs), then one gather brings the shares to rank 0, which writes the file atomic
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import torch
 
 from moment.errors import MomentError
-from moment.outputs import atomic_file, writing
+from moment.outputs import atomic_file, write_error
+from moment.runtime.dist import AgreedError
+from moment.runtime.node_index import node_ids
 from moment.workload.graph import SPLITS
 
 #: rows formatted at once into the file
 ROWS = 1 << 16
+#: nodes a pass scores before one gather brings their rows to rank 0: bounds what every rank holds (at a width
+#: of 256, 64 MiB of rows a block)
+BLOCK = 1 << 16
 #: what `--predict-nodes` may name: every node, or a split's
 NODE_SETS = ("all", *SPLITS)
 
@@ -49,13 +55,13 @@ def write_predictions(run: Any, scores: Callable[[Any], torch.Tensor], path: str
     def each(batch: Any) -> tuple[np.ndarray, ...]:
         logits = _seed_rows(scores(batch), batch, "write_predictions: scores(batch)", "logits [{b}, classes]")
         if multi:
-            return batch.n_id[: batch.batch_size].cpu().numpy(), (logits > 0).cpu().numpy(), np.zeros(0, np.float32)
+            return batch.n_id[: batch.batch_size].cpu().numpy(), (logits > 0).cpu().numpy()
         conf, cls = torch.softmax(logits.float(), dim=-1).max(dim=-1)
         return batch.n_id[: batch.batch_size].cpu().numpy(), cls.cpu().numpy(), conf.cpu().numpy()
 
-    got = _infer(run, nodes, epoch, each, 3)
-    run.ctx.on_main(lambda: _write(Path(path), run.dataset, got, multi))
-    return {"path": str(path), "nodes": int(got[0].size), "multilabel": multi}
+    csv = _Csv(run.dataset, multi)
+    count = _stream(run, nodes, epoch, each, path, "--predict", csv.write, text=True)
+    return {"path": str(path), "nodes": count, "multilabel": multi}
 
 
 def write_embeddings(run: Any, embed: Callable[[Any], torch.Tensor], path: str | Path,
@@ -69,14 +75,21 @@ def write_embeddings(run: Any, embed: Callable[[Any], torch.Tensor], path: str |
         rows = _seed_rows(embed(batch), batch, "write_embeddings: embed(batch)", "rows [{b}, width]")
         return batch.n_id[: batch.batch_size].cpu().numpy(), rows.detach().float().cpu().numpy()
 
-    node, rows = _infer(run, nodes, epoch, each, 2)
+    total = _count(run, nodes)
+    width = [0]
 
-    def save() -> None:
-        with writing(path, "--embed"), atomic_file(path) as f:
-            np.save(f, rows)
+    def put(f: IO[Any], cols: tuple[np.ndarray, ...], first: bool) -> None:
+        rows = cols[1].astype(np.float32, copy=False)
+        if first:  # the header: every node's row follows, block after block, in `nodes`' order
+            width[0] = rows.shape[1]
+            np.lib.format.write_array_header_1_0(f, {"descr": "<f4", "fortran_order": False,
+                                                     "shape": (total, width[0])})
+        elif rows.shape[1] != width[0]:
+            raise MomentError(f"write_embeddings: embed(batch) gave rows {rows.shape[1]} wide after {width[0]}")
+        f.write(np.ascontiguousarray(rows).tobytes())
 
-    run.ctx.on_main(save)
-    return {"path": str(path), "nodes": int(node.size), "width": int(rows.shape[1]) if rows.ndim == 2 else 0}
+    count = _stream(run, nodes, epoch, each, path, "--embed", put, text=False)
+    return {"path": str(path), "nodes": count, "width": run.ctx.broadcast_object(width[0])}
 
 
 def _seed_rows(t: Any, batch: Any, what: str, expected: str) -> torch.Tensor:
@@ -87,48 +100,110 @@ def _seed_rows(t: Any, batch: Any, what: str, expected: str) -> torch.Tensor:
     return t
 
 
-def _infer(run: Any, nodes: Any, epoch: int, each: Callable[[Any], tuple[np.ndarray, ...]],
-           columns: int) -> tuple[np.ndarray, ...]:
-    """Every rank's share of `nodes` (ids, or a split's name) through `each` (`columns` arrays a batch), gathered
-    on every rank in `nodes`' order: the pass reads through the run's tiers in no collective; one gather ends it."""
-    mine: list[tuple[np.ndarray, ...]] = []
-    with torch.no_grad():
-        for batch in run.loader(nodes, epoch) if isinstance(nodes, str) else run.loader(nodes=nodes):
-            mine.append(each(batch))
-    shares = run.ctx.all_gather_object([np.concatenate(c) for c in zip(*mine)] if mine else None)
-    # rank r had every world_size-th of `nodes` from the r-th (moment.workload.sampler.eval_batches)
+def _count(run: Any, nodes: Any) -> int:
+    return int(run.dataset.split(nodes).shape[0]) if isinstance(nodes, str) else \
+        int(node_ids(nodes, run.num_nodes, "nodes")[0].size)
+
+
+def _passes(run: Any, nodes: Any, epoch: int) -> Iterator[Any]:
+    """The loaders of `nodes`, a block of them each: a split's own loader whole (its sampling is the split's),
+    ids BLOCK at a time, so that what a pass holds and gathers is bounded, however many nodes there are."""
+    if isinstance(nodes, str):
+        if not run.dataset.split(nodes).shape[0]:
+            raise MomentError(f"nodes={nodes!r}: the split has no node to write")
+        yield run.loader(nodes, epoch)
+        return
+    ids, _ = node_ids(nodes, run.num_nodes, "nodes")
+    if not ids.size:
+        raise MomentError("nodes: no node to write")
+    for s in range(0, ids.size, BLOCK):
+        yield run.loader(nodes=ids[s : s + BLOCK])
+
+
+def _stream(run: Any, nodes: Any, epoch: int, each: Callable[[Any], tuple[np.ndarray, ...]], path: str | Path,
+            what: str, put: Callable[[IO[Any], tuple[np.ndarray, ...], bool], None], text: bool) -> int:
+    """The inference pass, block by block: every rank runs its share of a block through `each` (reading through
+    the run's tiers, in no collective), one gather brings the block's rows to every rank in `nodes`' order, and
+    rank 0 `put`s them into the file it writes (a temporary name, renamed at the end). A failure of rank 0's
+    write travels with the next gather, so every rank stops at the same point with its message."""
+    count, failed = 0, None
+    stack = ExitStack()
+    f = None
+
+    def attempt(step: Callable[[], Any]) -> Any:
+        nonlocal failed
+        try:
+            return step()
+        except MomentError as e:
+            failed = str(e)
+        except OSError as e:
+            failed = str(write_error(e, path, what))
+        return None
+
+    try:
+        if run.ctx.is_main:
+            f = attempt(lambda: stack.enter_context(atomic_file(path, text=text)))
+        for loader in _passes(run, nodes, epoch):
+            mine: list[tuple[np.ndarray, ...]] = []
+            with torch.no_grad():
+                for batch in loader:
+                    mine.append(each(batch))
+            shares = run.ctx.all_gather_object(([np.concatenate(c) for c in zip(*mine)] if mine else None, failed))
+            if shares[0][1] is not None:
+                raise AgreedError(shares[0][1])
+            cols = _in_order([s for s, _ in shares])
+            if f is not None and cols and cols[0].size:
+                attempt(lambda: put(f, cols, count == 0))  # noqa: B023 - called at once
+            count += int(cols[0].size) if cols else 0
+        if f is not None and failed is None:
+            attempt(stack.close)  # renames the file into place
+        if (err := run.ctx.all_gather_object(failed)[0]) is not None:
+            raise AgreedError(err)
+    except BaseException as e:
+        stack.__exit__(type(e), e, e.__traceback__)  # the temporary file is removed, nothing renamed
+        raise
+    return count
+
+
+def _in_order(shares: list[list[np.ndarray] | None]) -> tuple[np.ndarray, ...]:
+    """The ranks' columns of one pass in its nodes' order: rank r had every world_size-th from the r-th
+    (moment.workload.sampler.eval_batches)."""
     at = np.concatenate([r + len(shares) * np.arange(s[0].shape[0] if s else 0) for r, s in enumerate(shares)])
-    cols = [[c for c in col if c.shape[0]] for col in zip(*[s for s in shares if s])] or [[]] * columns
-    return tuple(_placed(np.concatenate(c), at) if c else np.zeros(0, np.float32) for c in cols)
+    out = []
+    for col in zip(*[s for s in shares if s]):
+        a = np.concatenate(col)
+        placed = np.empty_like(a)
+        placed[at] = a
+        out.append(placed)
+    return tuple(out)
 
 
-def _placed(a: np.ndarray, at: np.ndarray) -> np.ndarray:
-    if a.shape[0] != at.size:  # a multi-label run's probabilities: none
-        return a
-    out = np.empty_like(a)
-    out[at] = a
-    return out
+class _Csv:
+    """The predictions file's lines: its header before the first block's."""
 
+    def __init__(self, ds: Any, multi: bool):
+        self.own, self.multi = ds.node_ids, multi
+        names = ds.class_names
+        self.label = (lambda c: names[c]) if names else str  # noqa: E731
 
-def _write(path: Path, ds: Any, got: tuple[np.ndarray, np.ndarray, np.ndarray], multi: bool) -> None:
-    node, top, prob = got
-    own, names = ds.node_ids, ds.class_names
-    head = ["node", *(["id"] if own is not None else []), "classes" if multi else "class",
-            *([] if multi else ["probability"])]
-    label = (lambda c: names[c]) if names else str  # noqa: E731
-    with writing(path, "--predict"), atomic_file(path, text=True) as f:
-        f.write(",".join(head) + "\n")
+    def write(self, f: IO[Any], cols: tuple[np.ndarray, ...], first: bool) -> None:
+        own, label = self.own, self.label
+        if first:
+            head = ["node", *(["id"] if own is not None else []), "classes" if self.multi else "class",
+                    *([] if self.multi else ["probability"])]
+            f.write(",".join(head) + "\n")
+        node, top = cols[0], cols[1]
         for s in range(0, node.size, ROWS):
             n = node[s : s + ROWS]
-            cols = [n.tolist()]
+            out = [n.tolist()]
             if own is not None:
-                cols.append([_field(x) for x in np.asarray(own[n]).tolist()])
-            if multi:
-                cols.append([_field(";".join(label(int(c)) for c in np.flatnonzero(row))) for row in top[s : s + ROWS]])
+                out.append([_field(x) for x in np.asarray(own[n]).tolist()])
+            if self.multi:
+                out.append([_field(";".join(label(int(c)) for c in np.flatnonzero(row))) for row in top[s : s + ROWS]])
             else:
-                cols.append([_field(label(int(c))) for c in top[s : s + ROWS]])
-                cols.append([f"{p:.6g}" for p in prob[s : s + ROWS].tolist()])
-            f.write("".join(",".join(map(str, row)) + "\n" for row in zip(*cols)))
+                out.append([_field(label(int(c))) for c in top[s : s + ROWS]])
+                out.append([f"{p:.6g}" for p in cols[2][s : s + ROWS].tolist()])
+            f.write("".join(",".join(map(str, row)) + "\n" for row in zip(*out)))
 
 
 def _field(v: Any) -> str:
