@@ -1,10 +1,11 @@
-"""Each node's predicted class, written to a file under the graph's own ids and class names.
+"""Each node's predicted class (or its embedding), written to a file under the graph's own ids and class names.
 
 Why: a model is trained to be used; what a user takes away from a run is its predictions for the nodes they
 care about, named as their data names them (an account id, not a row number; "licit", not class 1). The
 ranks score their shares of the nodes in an inference pass (`Run.loader(nodes=...)`, no collective while it
-runs), then one gather brings the shares to rank 0, which writes the file atomically. `moment train
---predict` and a script's `run.write_predictions` are this one function.
+runs), a block of nodes at a time; one gather a block brings the shares to rank 0, which streams them into the
+file under a temporary name and renames it at the end. `moment train --predict` / `--embed` and a script's
+`run.write_predictions` / `run.write_embeddings` are these functions.
 """
 
 from __future__ import annotations
