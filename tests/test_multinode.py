@@ -94,13 +94,16 @@ def test_two_agents_train_as_one_agent_with_two_ranks_and_restart_together(runti
     np.testing.assert_allclose(m["loss_curve"], two_rank_run["loss_curve"], rtol=1e-6)
 
 
-def test_two_agents_train_a_split_layout_with_the_curve_of_the_whole_one(split_layout, two_rank_run, tmp_path):
+def test_two_agents_train_a_split_layout_with_the_curve_of_the_whole_one(split_layout, two_rank_run, runtime_dataset,
+                                                                        tmp_path):
     """Each machine holds its part; the rows it lacks come from the other: the first epoch's curve is the
     whole layout's (two_rank_run: 2 ranks on one machine), and each machine reports its remote rows and bytes."""
     out = tmp_path / "m.json"
     # each machine its own options where they may differ: only machine 0 asks for the metrics, machine 1 is quiet
     (a, _, ea), (b, _, eb) = agents([split_layout / "m0", split_layout / "m1"], tmp_path, *TRAIN_ARGS, "--epochs",
-                                    "1", extra=[["--metrics-json", str(out)], ["--quiet"]],
+                                    "1", "--predict-nodes", "val",
+                                    extra=[["--metrics-json", str(out), "--predict", str(tmp_path / "val.csv")],
+                                           ["--quiet", "--predict", str(tmp_path / "m1-val.csv")]],
                                     env={TRACE_ENV: str(tmp_path / "trace")})
     assert a == 0 and b == 0, ea + eb
     # every collective of each rank from its training thread, in one order: the remote tier's rounds too
@@ -117,6 +120,13 @@ def test_two_agents_train_a_split_layout_with_the_curve_of_the_whole_one(split_l
         assert x["remote_served_rows"] == other["remote_rows"]  # what one fetched, the other served
     assert m["tier_rows"]["remote"] == m0["remote_rows"] + m1["remote_rows"]
     assert "machines: node 0 (m0): " in " ".join(ea.split())  # rank 0's summary
+    # --predict: the validation nodes' classes, their rows read from both machines, score the reported accuracy;
+    # rank 0 writes them (machine 1's path is its own, and stays unwritten)
+    ds = runtime_dataset
+    node, cls = np.loadtxt(tmp_path / "val.csv", delimiter=",", skiprows=1, usecols=(0, 1), dtype=np.int64).T
+    np.testing.assert_array_equal(node, ds.val_idx)
+    assert (cls == np.asarray(ds.labels)[node]).mean() == m["val_accuracy"]
+    assert not (tmp_path / "m1-val.csv").exists()
 
 
 def test_two_agents_fetch_a_split_layouts_rows_bit_exact(split_layout, tmp_path):

@@ -17,7 +17,8 @@ from moment.placement import split as sp
 from moment.placement.reader import load_manifest, open_layout, verify_layout
 from moment.runtime.exchange import ExchangeGroup
 from moment.runtime.remote_tier import RemoteTier
-from moment.runtime.rendezvous import RankFacts, RunFacts, check_agents, machine_ranks, parse_rendezvous
+from moment.runtime.rendezvous import (SHARED_SETTINGS, RankFacts, RunFacts, check_agents, machine_ranks,
+                                       parse_rendezvous)
 from moment.runtime.store import Collectives, RankPlace, StoreOptions, open_tiers
 
 
@@ -301,6 +302,8 @@ def test_machines_training_different_things_are_refused():
         check_agents([f(0, split_machine=0, **split)])
     with pytest.raises(MomentError, match="different settings .node 0 .h. vs node 1 .h..: epochs 1 vs 2"):
         check_agents([f(0), f(1, settings=(("epochs", "2"), ("seed", "0")))])
+    # a machine that ends in a prediction pass while another does not would wait in its gathers for ever
+    assert {"predict", "predict_nodes", "embed"} <= set(SHARED_SETTINGS)
 
 
 def test_place_with_machines_refuses_what_does_not_go_with_a_split(runtime_dataset, tmp_path, capsys):

@@ -224,7 +224,7 @@ def machine_ranks(facts: list[RankFacts]) -> list[int]:
 #: (a checkpoint is a collective); the rest (the layout, caches, budget, I/O) is each machine's own
 SHARED_SETTINGS = ("model", "epochs", "fanouts", "layers", "batch_size", "hidden", "lr", "seed", "features",
                    "checkpoints", "checkpoint_every", "resume", "peer_tier", "task", "negatives", "loss", "optimizer",
-                   "weight_decay")
+                   "weight_decay", "predict", "predict_nodes", "embed")
 
 
 @dataclass(frozen=True)

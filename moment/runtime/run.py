@@ -579,7 +579,9 @@ class Run:
                   "features": cfg.features, "checkpoints": cfg.checkpoint_dir is not None,
                   "checkpoint_every": cfg.resolved_checkpoint_every(len(self.batches)), "resume": cfg.resume,
                   "peer_tier": cfg.peer_tier, "task": cfg.task, "negatives": cfg.negatives, "loss": cfg.loss, "optimizer": cfg.optimizer,
-                  "weight_decay": cfg.weight_decay}
+                  "weight_decay": cfg.weight_decay,
+                  # whether the ranks end in a prediction or embedding pass (its gathers); each machine its own path
+                  "predict": cfg.predict is not None, "predict_nodes": cfg.predict_nodes, "embed": cfg.embed is not None}
         facts = RunFacts(node_rank=self.ctx.node_rank, host=socket.gethostname(), dataset_id=self.dataset.dataset_id,
                          dataset=str(self.dataset.path), layout=str(cfg.layout) if cfg.layout is not None else None,
                          split_id=split.id if split else None, split_machine=split.machine if split else None,
