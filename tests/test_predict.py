@@ -130,3 +130,18 @@ def test_a_file_that_cannot_be_written_is_one_error_and_nothing_is_left(tmp_path
         with pytest.raises(MomentError, match="the split has no node to write|no node to write"):
             run.write_predictions(tmp_path / "p.csv", _scores, nodes=[])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "ds", "e.csv", "labels.csv", "nodes.csv"]
+
+
+def test_the_training_nodes_are_every_one_in_the_splits_order(tmp_path: Path) -> None:
+    """The train loader shuffles its nodes and gives each rank an equal share (a remainder left out): a pass over
+    the training nodes batches them as ids instead, every one once, in order."""
+    ds = _dataset(tmp_path)
+    rows = lambda b: b.n_id[: b.batch_size, None].float()  # noqa: E731
+    with moment.open_run(dataset=ds, features="memory", fanouts=[3], batch_size=64, quiet=True) as run:
+        train = np.asarray(run.dataset.train_idx)
+        assert run.write_embeddings(tmp_path / "e.npy", rows, nodes="train")["nodes"] == train.size
+        assert run.write_predictions(tmp_path / "p.csv", _scores, nodes="train")["nodes"] == train.size
+        with pytest.raises(MomentError, match="nodes='training': a split is one of train, val, test"):
+            run.write_predictions(tmp_path / "x.csv", _scores, nodes="training")
+    np.testing.assert_array_equal(np.load(tmp_path / "e.npy")[:, 0], train)
+    assert [int(r[0]) for r in list(csv.reader((tmp_path / "p.csv").open()))[1:]] == train.tolist()

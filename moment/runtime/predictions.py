@@ -48,9 +48,10 @@ def write_predictions(run: Any, scores: Callable[[Any], torch.Tensor], path: str
     rank 0 writes `path` as CSV, a line a node in `nodes`' order: `node` (its number), `id` (the graph's own
     id, when its import numbered them), `class` (the class name when the labels were names) and
     `probability` (softmax of the logits); on a multi-label dataset `classes`, those whose logit is above 0,
-    joined by `;`. `nodes`: ids as `Run.loader(nodes=...)` takes them, or a split's name, whose nodes are then
-    sampled as that split's loader of `epoch` samples them (so the last epoch's validation nodes get the
-    classes its reported accuracy scored). Collective: every rank calls it, at the same point."""
+    joined by `;`. `nodes`: ids as `Run.loader(nodes=...)` takes them, or a split's name: "val" and "test"
+    are then sampled as that split's loader of `epoch` samples them (so the last epoch's validation nodes get
+    the classes its reported accuracy scored), "train" as its ids. Collective: every rank calls it, at the same
+    point."""
     multi = run.multilabel
 
     def each(batch: Any) -> tuple[np.ndarray, ...]:
@@ -101,7 +102,19 @@ def _seed_rows(t: Any, batch: Any, what: str, expected: str) -> torch.Tensor:
     return t
 
 
+def _resolved(run: Any, nodes: Any) -> Any:
+    """"val" and "test" as they are (their loaders slice every node of the split, in order); the training
+    nodes as ids: the train loader shuffles them and gives every rank an equal share, leaving a remainder out."""
+    if isinstance(nodes, str):
+        name = "val" if nodes == "valid" else nodes
+        if name not in SPLITS:
+            raise MomentError(f"nodes={nodes!r}: a split is one of {', '.join(SPLITS)}")
+        return np.asarray(run.dataset.split(name)) if name == "train" else name
+    return nodes
+
+
 def _count(run: Any, nodes: Any) -> int:
+    nodes = _resolved(run, nodes)
     return int(run.dataset.split(nodes).shape[0]) if isinstance(nodes, str) else \
         int(node_ids(nodes, run.num_nodes, "nodes")[0].size)
 
@@ -109,6 +122,7 @@ def _count(run: Any, nodes: Any) -> int:
 def _passes(run: Any, nodes: Any, epoch: int) -> Iterator[Any]:
     """The loaders of `nodes`, a block of them each: a split's own loader whole (its sampling is the split's),
     ids BLOCK at a time, so that what a pass holds and gathers is bounded, however many nodes there are."""
+    nodes = _resolved(run, nodes)
     if isinstance(nodes, str):
         if not run.dataset.split(nodes).shape[0]:
             raise MomentError(f"nodes={nodes!r}: the split has no node to write")
