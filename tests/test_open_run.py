@@ -361,6 +361,10 @@ def test_link_batches_hold_real_positive_edges_and_train_end_to_end(runtime_layo
         src, dst = (b.n_id[b.edge_label_index[k, :pos]].numpy() for k in (0, 1))
         assert all(s in indices[indptr[d]:indptr[d + 1]] for s, d in zip(src, dst))  # u -> v is in row v
         assert b.batch_size == b.n_id.numel() - sum(b.num_sampled_nodes[1:])
+        # a pass over a split's nodes batches nodes, even on a link run: every validation node once, in order
+        got = run.write_embeddings(tmp_path / "val.npy", lambda b: b.n_id[: b.batch_size, None].float(), nodes="val")
+        assert got["nodes"] == runtime_dataset.val_idx.size
+        np.testing.assert_array_equal(np.load(tmp_path / "val.npy")[:, 0], runtime_dataset.val_idx)
     m = train(make_config(layout=runtime_layout, task="link", fanouts=[5, 5], epochs=2, hidden=16, lr=0.01,
                           quiet=True, metrics_json=tmp_path / "m.json", embed=tmp_path / "e.npy"))
     assert m["task"] == "link" and m["val_metric"] == "auc" and 0.0 <= m["val_auc"] <= 1.0

@@ -104,12 +104,14 @@ def _seed_rows(t: Any, batch: Any, what: str, expected: str) -> torch.Tensor:
 
 def _resolved(run: Any, nodes: Any) -> Any:
     """"val" and "test" as they are (their loaders slice every node of the split, in order); the training
-    nodes as ids: the train loader shuffles them and gives every rank an equal share, leaving a remainder out."""
+    nodes as ids: the train loader shuffles them and gives every rank an equal share, leaving a remainder out;
+    and on a link run every split as ids."""
     if isinstance(nodes, str):
         name = "val" if nodes == "valid" else nodes
         if name not in SPLITS:
             raise MomentError(f"nodes={nodes!r}: a split is one of {', '.join(SPLITS)}")
-        return np.asarray(run.dataset.split(name)) if name == "train" else name
+        link = run.cfg.task == "link"  # its split loaders yield link batches: a pass over nodes batches nodes
+        return np.asarray(run.dataset.split(name)) if name == "train" or link else name
     return nodes
 
 
