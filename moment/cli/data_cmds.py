@@ -243,9 +243,11 @@ def import_edgelist_cmd(
                                                     "txs_features.csv: as --node-ids, in this order")] = None,
     label_table: Annotated[Path | None, typer.Option("--label-table", help="a line a node: its id and its label, a "
                                                      "class number or a class name (names are numbered in sorted "
-                                                     "order); nodes it leaves out have no label")] = None,
-    unlabelled: Annotated[list[str] | None, typer.Option("--unlabelled", help="a --label-table label that means "
-                                                         "no label (Elliptic's 'unknown'); repeat for several")] = None,
+                                                     "order; a header line is skipped); nodes it leaves out have "
+                                                     "no label")] = None,
+    unlabelled: Annotated[list[str] | None, typer.Option("--unlabelled", metavar="<word>", help="a --label-table label "
+                                                         "that means no label (Elliptic's 'unknown'); repeat for "
+                                                         "several")] = None,
     feature_dim: FeatureDim = 128,
     undirected: Annotated[bool, typer.Option("--undirected", help="add reverse edges")] = False,
     duplicates: Duplicates = None,
