@@ -10,6 +10,7 @@ file under a temporary name and renames it at the end. `moment train --predict` 
 
 from __future__ import annotations
 
+import csv
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -29,19 +30,6 @@ ROWS = 1 << 16
 #: nodes a pass scores before one gather brings their rows to rank 0: bounds what every rank holds (at a width
 #: of 256, 64 MiB of rows a block)
 BLOCK = 1 << 16
-#: what `--predict-nodes` may name: every node, or a split's
-NODE_SETS = ("all", *SPLITS)
-
-
-def nodes_of(which: str) -> Any:
-    """The nodes `--predict-nodes` names, as `write_predictions` takes them: every node, or a split's name."""
-    if which == "all":
-        return slice(None)
-    if which not in SPLITS:
-        raise MomentError(f"--predict-nodes {which!r}: choose one of {', '.join(NODE_SETS)}")
-    return which
-
-
 def write_predictions(run: Any, scores: Callable[[Any], torch.Tensor], path: str | Path,
                       nodes: Any = slice(None), epoch: int = 0) -> dict[str, Any]:
     """Every rank: score its share of `nodes` (`scores(batch)` -> the seeds' logits [batch_size, classes]);
@@ -61,8 +49,8 @@ def write_predictions(run: Any, scores: Callable[[Any], torch.Tensor], path: str
         conf, cls = torch.softmax(logits.float(), dim=-1).max(dim=-1)
         return batch.n_id[: batch.batch_size].cpu().numpy(), cls.cpu().numpy(), conf.cpu().numpy()
 
-    csv = _Csv(run.dataset, multi)
-    count = _stream(run, nodes, epoch, each, path, "--predict", csv.write, text=True)
+    count = _stream(run, _target(run, nodes), epoch, each, path, "--predict", _Csv(run.dataset, multi).write,
+                    text=True)
     return {"path": str(path), "nodes": count, "multilabel": multi}
 
 
@@ -77,7 +65,8 @@ def write_embeddings(run: Any, embed: Callable[[Any], torch.Tensor], path: str |
         rows = _seed_rows(embed(batch), batch, "write_embeddings: embed(batch)", "rows [{b}, width]")
         return batch.n_id[: batch.batch_size].cpu().numpy(), rows.detach().float().cpu().numpy()
 
-    total = _count(run, nodes)
+    target = _target(run, nodes)
+    total = int(run.dataset.split(target).shape[0]) if isinstance(target, str) else int(target.size)
     width = [0]
 
     def put(f: IO[Any], cols: tuple[np.ndarray, ...], first: bool) -> None:
@@ -90,7 +79,7 @@ def write_embeddings(run: Any, embed: Callable[[Any], torch.Tensor], path: str |
             raise MomentError(f"write_embeddings: embed(batch) gave rows {rows.shape[1]} wide after {width[0]}")
         f.write(np.ascontiguousarray(rows).tobytes())
 
-    count = _stream(run, nodes, epoch, each, path, "--embed", put, text=False)
+    count = _stream(run, target, epoch, each, path, "--embed", put, text=False)
     return {"path": str(path), "nodes": count, "width": run.ctx.broadcast_object(width[0])}
 
 
@@ -102,45 +91,40 @@ def _seed_rows(t: Any, batch: Any, what: str, expected: str) -> torch.Tensor:
     return t
 
 
-def _resolved(run: Any, nodes: Any) -> Any:
-    """"val" and "test" as they are (their loaders slice every node of the split, in order); the training
-    nodes as ids: the train loader shuffles them and gives every rank an equal share, leaving a remainder out;
-    and on a link run every split as ids."""
+def _target(run: Any, nodes: Any) -> str | np.ndarray:
+    """`nodes` as a pass reads them: "val" or "test" as they are (their loaders slice every node of the split,
+    in order), else int64 ids: the training nodes' too (the train loader shuffles them and gives every rank an
+    equal share, leaving a remainder out), and on a link run every split's (its split loaders yield link
+    batches: a pass over nodes batches nodes)."""
     if isinstance(nodes, str):
         name = "val" if nodes == "valid" else nodes
         if name not in SPLITS:
             raise MomentError(f"nodes={nodes!r}: a split is one of {', '.join(SPLITS)}")
-        link = run.cfg.task == "link"  # its split loaders yield link batches: a pass over nodes batches nodes
-        return np.asarray(run.dataset.split(name)) if name == "train" or link else name
-    return nodes
-
-
-def _count(run: Any, nodes: Any) -> int:
-    nodes = _resolved(run, nodes)
-    return int(run.dataset.split(nodes).shape[0]) if isinstance(nodes, str) else \
-        int(node_ids(nodes, run.num_nodes, "nodes")[0].size)
-
-
-def _passes(run: Any, nodes: Any, epoch: int) -> Iterator[Any]:
-    """The loaders of `nodes`, a block of them each: a split's own loader whole (its sampling is the split's),
-    ids BLOCK at a time, so that what a pass holds and gathers is bounded, however many nodes there are."""
-    nodes = _resolved(run, nodes)
-    if isinstance(nodes, str):
-        if not run.dataset.split(nodes).shape[0]:
+        if not run.dataset.split(name).shape[0]:
             raise MomentError(f"nodes={nodes!r}: the split has no node to write")
-        yield run.loader(nodes, epoch)
-        return
+        if name != "train" and run.cfg.task != "link":
+            return name
+        nodes = np.asarray(run.dataset.split(name))
     ids, _ = node_ids(nodes, run.num_nodes, "nodes")
     if not ids.size:
         raise MomentError("nodes: no node to write")
-    for s in range(0, ids.size, BLOCK):
-        yield run.loader(nodes=ids[s : s + BLOCK])
+    return ids
 
 
-def _stream(run: Any, nodes: Any, epoch: int, each: Callable[[Any], tuple[np.ndarray, ...]], path: str | Path,
+def _passes(run: Any, target: str | np.ndarray, epoch: int) -> Iterator[Any]:
+    """The loaders of a pass: a split's own loader whole (its sampling is the split's), or the ids BLOCK at a
+    time, so that what a pass holds and gathers is bounded, however many nodes there are."""
+    if isinstance(target, str):
+        yield run.loader(target, epoch)
+        return
+    for s in range(0, target.size, BLOCK):
+        yield run.loader(nodes=target[s : s + BLOCK])
+
+
+def _stream(run: Any, target: str | np.ndarray, epoch: int, each: Callable[[Any], tuple[np.ndarray, ...]], path: str | Path,
             what: str, put: Callable[[IO[Any], tuple[np.ndarray, ...], bool], None], text: bool) -> int:
     """The inference pass, block by block: every rank runs its share of a block through `each` (reading through
-    the run's tiers, in no collective), one gather brings the block's rows to every rank in `nodes`' order, and
+    the run's tiers, in no collective), one gather brings the block's rows to every rank in the pass's order, and
     rank 0 `put`s them into the file it writes (a temporary name, renamed at the end). A failure of rank 0's
     write travels with the next gather, so every rank stops at the same point with its message."""
     count, failed = 0, None
@@ -160,7 +144,7 @@ def _stream(run: Any, nodes: Any, epoch: int, each: Callable[[Any], tuple[np.nda
     try:
         if run.ctx.is_main:
             f = attempt(lambda: stack.enter_context(atomic_file(path, text=text)))
-        for loader in _passes(run, nodes, epoch):
+        for loader in _passes(run, target, epoch):
             mine: list[tuple[np.ndarray, ...]] = []
             with torch.no_grad():
                 for batch in loader:
@@ -205,25 +189,19 @@ class _Csv:
 
     def write(self, f: IO[Any], cols: tuple[np.ndarray, ...], first: bool) -> None:
         own, label = self.own, self.label
+        out = csv.writer(f, lineterminator="\n")  # quotes a field holding a comma, a quote or a line break
         if first:
-            head = ["node", *(["id"] if own is not None else []), "classes" if self.multi else "class",
-                    *([] if self.multi else ["probability"])]
-            f.write(",".join(head) + "\n")
+            out.writerow(["node", *(["id"] if own is not None else []), "classes" if self.multi else "class",
+                          *([] if self.multi else ["probability"])])
         node, top = cols[0], cols[1]
         for s in range(0, node.size, ROWS):
             n = node[s : s + ROWS]
-            out = [n.tolist()]
+            rows = [n.tolist()]
             if own is not None:
-                out.append([_field(x) for x in np.asarray(own[n]).tolist()])
+                rows.append(np.asarray(own[n]).tolist())
             if self.multi:
-                out.append([_field(";".join(label(int(c)) for c in np.flatnonzero(row))) for row in top[s : s + ROWS]])
+                rows.append([";".join(label(int(c)) for c in np.flatnonzero(row)) for row in top[s : s + ROWS]])
             else:
-                out.append([_field(label(int(c))) for c in top[s : s + ROWS]])
-                out.append([f"{p:.6g}" for p in cols[2][s : s + ROWS].tolist()])
-            f.write("".join(",".join(map(str, row)) + "\n" for row in zip(*out)))
-
-
-def _field(v: Any) -> str:
-    """A CSV field: quoted when it holds a comma, a quote or a line break (as the csv module writes it)."""
-    s = str(v)
-    return '"' + s.replace('"', '""') + '"' if any(c in s for c in ',"\n\r') else s
+                rows.append([label(int(c)) for c in top[s : s + ROWS]])
+                rows.append([f"{p:.6g}" for p in cols[2][s : s + ROWS].tolist()])
+            out.writerows(zip(*rows))

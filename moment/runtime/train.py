@@ -34,7 +34,6 @@ from moment.runtime.footprint import multilabel_targets
 from moment.runtime.link_task import link_logits, link_loss, out_dim, roc_auc
 from moment.runtime.lost import peer_lost
 from moment.runtime.model_spec import forward, load_loss, make_model, make_optimizer
-from moment.runtime.predictions import nodes_of
 from moment.runtime.progress import Reporter
 from moment.runtime.rendezvous import NNODES_ENV, NODE_RANK_ENV, others_gone
 from moment.runtime.resume import Checkpoints, Position
@@ -193,8 +192,8 @@ class Trainer:
         if self.cfg.predict is not None or self.cfg.embed is not None:
             self.module.eval()
         if self.cfg.predict is not None:
-            metrics["predictions"] = self.run_.write_predictions(self.cfg.predict, out, nodes_of(self.cfg.predict_nodes),
-                                                                 epoch=self.cfg.epochs - 1)
+            nodes = slice(None) if self.cfg.predict_nodes == "all" else self.cfg.predict_nodes
+            metrics["predictions"] = self.run_.write_predictions(self.cfg.predict, out, nodes, epoch=self.cfg.epochs - 1)
         if self.cfg.embed is not None:
             metrics["embeddings"] = self.run_.write_embeddings(self.cfg.embed, out)
         return metrics

@@ -182,12 +182,16 @@ def read_node_ids(path: Path, num_nodes: int, what: str) -> np.ndarray:
     need(path, what)
     if path.suffix == ".npy":
         return node_ids(load_npy(path, what), num_nodes, str(path), what)
+    return node_ids(read_id_column(path, what), num_nodes, str(path), what)
+
+
+def read_id_column(path: Path, what: str) -> np.ndarray:
+    """A text/CSV file (gzip or not) of one integer id a line -> int64 ids, in the C parser's chunks."""
     chunks = list(read_csv_chunks(path, 1 << 22, "int64"))
     for c in chunks:
         if c.ndim == 2 and c.shape[1] != 1:
             raise MomentError(f"{what}: expected one node id a line, got {c.shape[1]} columns", source=str(path))
-    ids = np.concatenate([c.reshape(-1) for c in chunks]) if chunks else np.zeros(0, np.int64)
-    return node_ids(ids, num_nodes, str(path), what)
+    return np.concatenate([c.reshape(-1) for c in chunks]) if chunks else np.zeros(0, np.int64)
 
 
 def split_files(directory: str | Path) -> list[Path]:

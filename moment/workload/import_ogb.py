@@ -55,7 +55,7 @@ def import_ogb(
 
         return import_ogb_processed(root, out_dir, split_name=split_name, undirected=undirected, policy=policy,
                                     trust_pickle=trust_pickle, overwrite=overwrite, progress=progress)
-    if ogb_layout(root, layout) == "raw" and is_hetero(root):
+    if is_hetero(root):  # raw/ (processed/ returned above)
         return import_ogb_hetero(root, out_dir, node_type=node_type, split_name=split_name, undirected=undirected,
                                  policy=policy, overwrite=overwrite, progress=progress)
     if node_type is not None:

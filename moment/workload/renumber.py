@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from moment.errors import MomentError
-from moment.workload.import_files import load_npy, need
+from moment.workload.import_files import load_npy, need, read_id_column
 
 #: most ids an error lists of those it cannot find
 SHOWN = 3
@@ -165,14 +165,17 @@ def read_ids(path: Path, what: str) -> np.ndarray:
             raise MomentError(f"{what} has dtype {a.dtype} and shape {list(a.shape)}: expected node ids [K] "
                               "(integers or names)", source=str(path))
         return a
+    try:
+        return read_id_column(path, what)  # integers: the split files' reader
+    except MomentError:
+        pass  # a name among them (or a line of two ids: said below)
     opener = gzip.open if path.suffix == ".gz" else open
     try:
         with opener(path, "rt") as f:
             lines = [s for s in (ln.strip() for ln in f) if s and not s.startswith("#")]
     except (OSError, UnicodeDecodeError, EOFError) as e:
         raise MomentError(f"cannot read {what}: {e}", source=str(path)) from None
-    if any("," in s or len(s.split()) > 1 for s in lines[:1000]):
-        bad = next(s for s in lines if "," in s or len(s.split()) > 1)
+    if (bad := next((s for s in lines if "," in s or len(s.split()) > 1), None)) is not None:
         raise MomentError(f"{what}: expected one node id a line, got {bad[:60]!r}", source=str(path))
     return own_ids(lines)
 
