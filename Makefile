@@ -53,7 +53,7 @@ liburing:
 
 # one resolve for all `make test` needs, the plain install's packages with them (so it is done too)
 $(VENV)/.installed-dev: $(BIN)/uv pyproject.toml | liburing
-	$(INSTALL) -e '.[dev,train,serve]' $(TORCH_PIN)
+	$(INSTALL) -e '.[dev,train,serve,parquet]' $(TORCH_PIN)
 	touch $(VENV)/.installed $@
 
 venv: $(VENV)/.installed

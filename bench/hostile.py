@@ -197,6 +197,16 @@ CASES = [
     Case("moment data import edgelist names.txt --out data/nm --node-table names-feats.csv --label-table "
          "names-labels.csv", "names-labels.csv: labels mix class numbers and names ('unknown')",
          gone=("data/nm", "data/.nm.tmp-*")),
+    # Parquet tables: a download cut short, vectors of unequal length, names without --renumber, a table given
+    # where an array goes
+    Case("moment data import edgelist cut.parquet --out data/pq --renumber",
+         "cut.parquet: cannot read the edge list as Parquet", gone=("data/pq", "data/.pq.tmp-*")),
+    Case("moment data import edgelist names.parquet --out data/pq --renumber --node-table ragged.parquet",
+         "ragged.parquet: node bob (row 2) has 1 features, the first node 2", gone=("data/pq", "data/.pq.tmp-*")),
+    Case("moment data import edgelist names.parquet --out data/pq",
+         "names.parquet: column 'src' holds names, not node numbers", gone=("data/pq", "data/.pq.tmp-*")),
+    Case("moment data import edgelist names.txt --out data/pq --renumber --features ragged.parquet",
+         "ragged.parquet: this is a Parquet table, not a .npy file", gone=("data/pq", "data/.pq.tmp-*")),
     Case(f"{TRAIN} --model mymodels:wrong", "--model mymodels:wrong"),
     Case(f"{TRAIN} --model mymodels:boom", "no GPU here"),
     Case(f"{TRAIN} --model nosuchpkg.models:make", "nosuchpkg"),
@@ -598,6 +608,12 @@ def write_inputs() -> None:
     Path("names-dup.txt").write_text("alice\nbob\ncarol\nbob\n")
     Path("names-feats.csv").write_text("alice,0.5,1\nbob,1.5,2\ncarol,2.5,3\n")
     Path("names-labels.csv").write_text("id,class\nalice,1\nbob,unknown\ncarol,2\n")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"src": ["alice", "bob"], "dst": ["bob", "carol"]}), "names.parquet")
+    Path("cut.parquet").write_bytes(Path("names.parquet").read_bytes()[:-40])
+    pq.write_table(pa.table({"id": ["alice", "bob", "carol"], "x": [[0.5, 1.0], [1.5], [2.5, 3.0]]}), "ragged.parquet")
     Path("names-split").mkdir()
     for part, text in (("train", "alice\n"), ("valid", "bob\n"), ("test", "mallory\n")):
         (Path("names-split") / f"{part}.txt").write_text(text)

@@ -221,13 +221,16 @@ def import_saint_cmd(
 def import_edgelist_cmd(
     edges: Annotated[Path, typer.Argument(help='text file with one "src dst" pair per line, white space or comma '
                                         'between (# comments allowed; a header line such as src,dst is skipped, '
-                                        'and dst,src swaps the columns)')],
+                                        'and dst,src swaps the columns), or a Parquet file (or a directory of '
+                                        'Parquet parts, as Spark writes): its two columns, or those named as '
+                                        'source and destination (src/dst, source/target...) among more')],
     out: Out,
     features: Annotated[Path | None, typer.Option("--features", help=".npy matrix [N, D] (default: random N(0,1))")] = None,
     labels: Annotated[Path | None, typer.Option("--labels", help=".npy vector [N] (default: random labels)")] = None,
     splits: Annotated[Path | None, typer.Option("--splits", help="directory with your split: train, valid (or val) "
-                                                "and test files, each .npy (ids or a boolean mask) or text/.csv(.gz) "
-                                                "with one id a line (default: a seeded random split)")] = None,
+                                                "and test files, each .npy or .parquet (ids or a boolean mask) or "
+                                                "text/.csv(.gz) with one id a line (default: a seeded random "
+                                                "split)")] = None,
     num_nodes: Annotated[int | None, typer.Option("--num-nodes", help="node count (default: largest id + 1)")] = None,
     renumber: Annotated[bool, typer.Option("--renumber", help="the ids are the graph's own (sparse integers such as "
                                            "user ids, or names): number the distinct ids 0..N-1 in sorted order "
@@ -235,16 +238,20 @@ def import_edgelist_cmd(
                                            "(node_ids.npy); --features and --labels rows follow that order, and "
                                            "the --splits files name the graph's own ids")] = False,
     node_ids: Annotated[Path | None, typer.Option("--node-ids", help="the graph's own id of each node, in node order "
-                                                  "(text, one a line, or .npy): as --renumber, in this order, with "
+                                                  "(text, one a line, .npy or Parquet): as --renumber, in this "
+                                                  "order, with "
                                                   "nodes no edge names")] = None,
     node_table: Annotated[Path | None, typer.Option("--node-table", help="the nodes and their features, a line "
                                                     "each: the graph's own id, then the features (CSV or white "
                                                     "space; a header line is skipped), as Elliptic's "
-                                                    "txs_features.csv: as --node-ids, in this order")] = None,
+                                                    "txs_features.csv; or Parquet: the id column (or the index "
+                                                    "pandas kept), then a number column a feature or one list "
+                                                    "column of vectors: as --node-ids, in this order")] = None,
     label_table: Annotated[Path | None, typer.Option("--label-table", help="a line a node: its id and its label, a "
                                                      "class number or a class name (names are numbered in sorted "
-                                                     "order; a header line is skipped); nodes it leaves out have "
-                                                     "no label")] = None,
+                                                     "order; a header line is skipped), or Parquet's two columns "
+                                                     "(a null: no label); nodes it leaves out have no "
+                                                     "label")] = None,
     unlabelled: Annotated[list[str] | None, typer.Option("--unlabelled", metavar="<word>", help="a --label-table label "
                                                          "that means no label (Elliptic's 'unknown'); repeat for "
                                                          "several")] = None,
@@ -256,8 +263,10 @@ def import_edgelist_cmd(
     overwrite: Overwrite = False,
     json_out: JsonOut = False,
 ) -> None:
-    """Import a plain edge list (edge u v means v aggregates from u), with optional features, labels and split.
-    Ids are node numbers 0..N-1, or the graph's own (sparse integers, names) with --renumber or --node-ids."""
+    """Import a plain edge list (edge u v means v aggregates from u), text or Parquet, with optional features,
+    labels and split. Ids are node numbers 0..N-1, or the graph's own (sparse integers, names) with --renumber or
+    --node-ids. Parquet files (tables from Spark, DuckDB, pandas' to_parquet) need pyarrow, the parquet
+    extra."""
     from moment.workload.importers import import_edgelist
 
     check_output(out, "--out", directory=True)

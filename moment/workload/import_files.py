@@ -15,19 +15,23 @@ import numpy as np
 
 from moment.errors import NPZ_ERRORS, MomentError
 from moment.inputs import check_dir, check_file, exists
+from moment.workload.parquet import MAGIC, NOT_HERE, is_parquet, one_column
 
 # Imports inside functions: pandas and scipy.sparse load only for the formats that need them.
 
 #: the file names a split may have in a splits directory (OGB writes valid, PyG users often val)
 SPLIT_STEMS = {"train": ("train",), "val": ("valid", "val"), "test": ("test",)}
 #: the endings a split file may have, in the order they are looked for (none: one id per line)
-SPLIT_SUFFIXES = (".npy", ".csv.gz", ".csv", ".txt.gz", ".txt", "")
+SPLIT_SUFFIXES = (".npy", ".parquet", ".csv.gz", ".csv", ".txt.gz", ".txt", "")
 
 
 def need(path: Path, what: str) -> Path:
-    """`path` as a readable file, or a MomentError saying which input is missing."""
+    """`path` as a readable file (or a directory of Parquet parts), or a MomentError saying which input is
+    missing."""
     if not exists(path):
         raise MomentError(f"missing {what}", source=str(path))
+    if path.is_dir() and is_parquet(path):
+        return check_dir(path, what)
     return check_file(path, what)
 
 
@@ -40,6 +44,8 @@ def load_npy(path: Path, what: str) -> np.ndarray:
             head = f.read(len(magic))
     except OSError as e:
         raise MomentError(f"cannot read it: {e.strerror}", source=str(path)) from None
+    if head.startswith(MAGIC):
+        raise MomentError("this is a Parquet table, not a .npy file", source=str(path), hint=NOT_HERE)
     if head != magic:  # np.load takes any other file for a pickle, and says so: not what a text file is
         raise MomentError(f"not a .npy file: it does not begin with NumPy's header (its first bytes: {head!r})",
                           source=str(path), hint="save the array with numpy.save")
@@ -178,10 +184,13 @@ def node_ids(a: np.ndarray, num_nodes: int, source: str, what: str) -> np.ndarra
 
 
 def read_node_ids(path: Path, num_nodes: int, what: str) -> np.ndarray:
-    """A split file -> int64 node ids: `.npy` ids or boolean mask, else text/CSV (gzip or not), one id a line."""
+    """A split file -> int64 node ids: `.npy` or Parquet ids or boolean mask, else text/CSV (gzip or not), one id
+    a line."""
     need(path, what)
     if path.suffix == ".npy":
         return node_ids(load_npy(path, what), num_nodes, str(path), what)
+    if is_parquet(path):
+        return node_ids(one_column(path, what), num_nodes, str(path), what)
     return node_ids(read_id_column(path, what), num_nodes, str(path), what)
 
 

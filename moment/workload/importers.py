@@ -56,6 +56,7 @@ from moment.workload.import_files import (first_line, is_number, load_npy, need,
                                           split_files)
 from moment.workload.import_options import EdgePolicy
 from moment.workload.node_tables import read_label_table, read_node_table
+from moment.workload.parquet import Table, id_pairs, is_parquet, pick_pair
 from moment.workload.renumber import IdMap, NameCodes, read_ids
 from moment.workload.seeds import check_seed
 
@@ -727,7 +728,8 @@ def import_edgelist(
                            labels=lab, labels_source=str(labels or label_table or ""), splits=splits,
                            split_sources=None if split_paths is None else [str(f) for f in split_paths])
         src = {"importer": "edgelist", "from": str(path.resolve()), "undirected": undirected,
-               **({"header": ",".join(text.header), "columns_swapped": text.swapped} if text.header else {})}
+               **({"columns": list(text.columns)} if text.columns else
+                  {"header": ",".join(text.header), "columns_swapped": text.swapped} if text.header else {})}
         if ids is not None:
             w.write_array(NODE_IDS, ids.original)
             src |= {"node_ids": ids.counted}
@@ -766,7 +768,7 @@ def _spool_renumbered(w: GraphWriter, path: Path, text: EdgeText,
     try:
         spool = _spool(w, _read_edge_text(path, text), mode="r+")
     except MomentError:  # a name among the ids: read them as text
-        text = text if _names_columns(text) else EdgeText(text.sep)
+        text = text if text.columns or _names_columns(text) else EdgeText(text.sep)
         names = NameCodes(ids)
         spool = _spool(w, (names.codes(c, str(path), what)
                            for c in _read_edge_text(path, text, dtype=str, chunk=NAME_CHUNK)), mode="r+")
@@ -843,11 +845,13 @@ DST_NAMES = {"dst", "target", "to", "v", "dst_id", "target_id", "destination", "
 @dataclass(frozen=True)
 class EdgeText:
     """How an edge list's text is laid out: its separator and, when its first line holds no number, that
-    line as the header (the number of lines up to it, comments included, is `skip`)."""
+    line as the header (the number of lines up to it, comments included, is `skip`). A Parquet edge list has
+    `columns` instead: its source and destination columns, in that order."""
 
     sep: str
     header: list[str] | None = None
     skip: int = 0
+    columns: tuple[str, str] | None = None
 
     @property
     def swapped(self) -> bool:
@@ -856,7 +860,11 @@ class EdgeText:
 
 
 def edge_text(path: Path) -> EdgeText:
-    """The separator (a comma if the first line has one, else white space) and header of an edge list."""
+    """The separator (a comma if the first line has one, else white space) and header of an edge list; or a
+    Parquet edge list's two columns."""
+    if is_parquet(path):
+        cols = pick_pair(Table(path, "edge list"), SRC_NAMES, DST_NAMES, "edge list")
+        return EdgeText("", list(cols), columns=cols)
     if path.suffix != ".gz":
         _refuse_binary(path)
     sep, tokens, skip = first_line(path)
@@ -865,6 +873,10 @@ def edge_text(path: Path) -> EdgeText:
 
 def _read_edge_text(path: Path, text: EdgeText, dtype: Any = "int64", chunk: int = EDGE_CHUNK) -> Iterator[np.ndarray]:
     """[K, 2] chunks of the edge list's ids: int64, or with `dtype=str` the tokens as text (no token is NaN)."""
+    if text.columns:
+        yield from id_pairs(Table(path, "edge list"), text.columns, dtype is str, chunk, "edge")
+        return
+
     def columns(a: np.ndarray) -> np.ndarray:
         if a.shape[1] != 2:
             head = ",".join(text.header or [])

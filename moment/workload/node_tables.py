@@ -16,6 +16,7 @@ import numpy as np
 from moment.errors import MomentError
 from moment.workload.graph import GraphWriter
 from moment.workload.import_files import first_line, is_number, need
+from moment.workload.parquet import Table, is_parquet, label_rows, node_rows
 from moment.workload.renumber import IdMap, own_ids
 
 # Imports inside functions: pandas, which parses the tables, loads only for an import that has one.
@@ -39,33 +40,58 @@ def _chunks(path: Path, sep: str, header: bool, dtype: dict, what: str):
 
 def read_node_table(path: str | Path, w: GraphWriter) -> IdMap:
     """Streams a node table (`id,feature,...` a line; a first line whose fields after the id are not all
-    numbers is its header) into `w`'s features, a row a node in the table's order; returns that order."""
+    numbers is its header; or Parquet, `moment.workload.parquet.node_rows`) into `w`'s features, a row a node
+    in the table's order; returns that order."""
     p = need(Path(path), "node table")
+    if is_parquet(p):
+        return _write_node_rows(node_rows(Table(p, "node table"), ROWS), w, p)
     sep, first, _ = first_line(p)
     if len(first) < 2:
         raise MomentError("a node table needs an id and at least one feature a line, got "
                           f"{len(first)} field{'s' if len(first) != 1 else ''}", source=str(p))
     header = not all(map(is_number, first[1:]))
     dim = len(first) - 1
-    ids: list[str] = []
-    fw = w.stream("features", np.float32, (dim,))
+    return _write_node_rows(_text_rows(p, sep, header, dim), w, p)
+
+
+def _text_rows(p: Path, sep: str, header: bool, dim: int):
+    """A text node table's (ids as text, float32 features) chunks."""
+    done = 0
     for df in _chunks(p, sep, header, {0: str, **{k: np.float32 for k in range(1, dim + 1)}}, "node table"):
         if df.shape[1] != dim + 1:
             raise MomentError(f"rows have {df.shape[1]} fields, the first {dim + 1}", source=str(p))
         x = df.iloc[:, 1:].to_numpy(np.float32)
         if not np.isfinite(x).all():
-            row = len(ids) + int(np.argwhere(~np.isfinite(x))[0][0])
-            raise MomentError(f"the features of node {df.iloc[row - len(ids), 0]} (row {row + 1:,}) are missing, "
+            row = int(np.argwhere(~np.isfinite(x))[0][0])
+            raise MomentError(f"the features of node {df.iloc[row, 0]} (row {done + row + 1:,}) are missing, "
                               "NaN or infinite", source=str(p))
-        got = df.iloc[:, 0].tolist()
-        if "" in got:
-            raise MomentError(f"row {len(ids) + got.index('') + 1:,} has no id", source=str(p))
-        ids.extend(got)
+        got = df.iloc[:, 0].to_numpy()
+        if (empty := got == "").any():
+            raise MomentError(f"row {done + int(np.argmax(empty)) + 1:,} has no id", source=str(p))
+        done += len(got)
+        yield got, x
+
+
+def _write_node_rows(rows, w: GraphWriter, p: Path) -> IdMap:
+    """The chunks' features into `w` in the table's order, and that order as the nodes' ids."""
+    ids: list[np.ndarray] = []
+    fw = None
+    for got, x in rows:
+        fw = fw or w.stream("features", np.float32, (x.shape[1],))
+        ids.append(got)
         fw.write(x)
-    if not ids:
+    if fw is None or not sum(map(len, ids)):
         raise MomentError("the node table lists no node", source=str(p))
     w.finish("features")
-    return IdMap(own_ids(ids), str(p))
+    every = np.concatenate(ids)
+    return IdMap(own_ids(every.tolist()) if every.dtype == object else every, str(p))
+
+
+def _two_fields(frames, p: Path):
+    for df in frames:
+        if df.shape[1] != 2:
+            raise MomentError(f"rows have {df.shape[1]} fields: expected two (id, label)", source=str(p))
+        yield df
 
 
 @dataclass
@@ -84,23 +110,27 @@ def read_label_table(path: str | Path, ids: IdMap, num_nodes: int, unlabelled: t
     label. Labels that are all integers are the classes; otherwise each distinct name is a class, numbered in
     sorted order."""
     p = need(Path(path), "label table")
-    sep, first, _ = first_line(p)
-    if len(first) != 2:
-        raise MomentError(f"a label table needs two fields a line (id, label), got {len(first)}: "
-                          f"{','.join(first)[:60]!r}", source=str(p))
-    try:
-        ids.nodes(np.array(first[:1]), str(p), "label table")
-        header = False
-    except MomentError:
-        if ids.kind == "integer" and first[0].lstrip("-").isdigit():
-            raise  # an id, not a column's name: a node the graph does not have
-        header = True
+    if is_parquet(p):
+        t = Table(p, "label table")
+        first, header, rows = t.names, True, label_rows(t, ROWS)
+    else:
+        sep, first, _ = first_line(p)
+        if len(first) != 2:
+            raise MomentError(f"a label table needs two fields a line (id, label), got {len(first)}: "
+                              f"{','.join(first)[:60]!r}", source=str(p))
+        try:
+            ids.nodes(np.array(first[:1]), str(p), "label table")
+            header = False
+        except MomentError:
+            if ids.kind == "integer" and first[0].lstrip("-").isdigit():
+                raise  # an id, not a column's name: a node the graph does not have
+            header = True
+        rows = ((df.iloc[:, 0].to_numpy(), df.iloc[:, 1].to_numpy().astype(str))
+                for df in _two_fields(_chunks(p, sep, header, {0: str, 1: str}, "label table"), p))
     nodes, tokens = [], []
-    for df in _chunks(p, sep, header, {0: str, 1: str}, "label table"):
-        if df.shape[1] != 2:
-            raise MomentError(f"rows have {df.shape[1]} fields: expected two (id, label)", source=str(p))
-        nodes.append(ids.nodes(df.iloc[:, 0].to_numpy(), str(p), "label table"))
-        tokens.append(df.iloc[:, 1].to_numpy().astype(str))
+    for got, token in rows:
+        nodes.append(ids.nodes(got, str(p), "label table"))
+        tokens.append(token)
     node = np.concatenate(nodes) if nodes else np.zeros(0, np.int64)
     token = np.concatenate(tokens) if tokens else np.zeros(0, str)
     by_node = np.sort(node)

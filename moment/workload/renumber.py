@@ -16,6 +16,7 @@ import numpy as np
 
 from moment.errors import MomentError
 from moment.workload.import_files import load_npy, need, read_id_column
+from moment.workload.parquet import is_parquet, one_column
 
 #: most ids an error lists of those it cannot find
 SHOWN = 3
@@ -152,9 +153,11 @@ class NameCodes:
 
 
 def read_ids(path: Path, what: str) -> np.ndarray:
-    """A file of node ids: `.npy` (integers, names, or a boolean mask, returned as is) or text, one id a line
-    (integers when every line is one, names otherwise; blank lines and # comments skipped)."""
+    """A file of node ids: `.npy` or Parquet (integers, names, or a boolean mask, returned as is) or text, one id
+    a line (integers when every line is one, names otherwise; blank lines and # comments skipped)."""
     need(path, what)
+    if is_parquet(path):
+        return one_column(path, what)
     if path.suffix == ".npy":
         a = np.asarray(load_npy(path, what))
         if a.ndim == 2 and a.shape[1] == 1:

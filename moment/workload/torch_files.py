@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from moment.errors import INSTALL_TRAIN, MomentError
+from moment.workload.parquet import MAGIC, NOT_HERE
 
 # Imports inside functions: torch (and PyG) load only where a tensor is made, so planning, placement and the
 # CLI stay torch-free.
@@ -75,9 +76,11 @@ def load_torch(path: Path, what: str, *, trust: bool = False) -> Any:
                           hint=INSTALL_TRAIN) from None
     try:
         with open(path, "rb") as f:
-            head = f.read(2)
+            head = f.read(4)
     except OSError as e:
         raise MomentError(f"cannot read: {e.strerror or e}", source=str(path)) from None
+    if head.startswith(MAGIC):
+        raise MomentError("this is a Parquet table, not a torch file", source=str(path), hint=NOT_HERE)
     if not (head.startswith(b"PK") or head.startswith(b"\x80")):  # torch.save's zip archive, or its legacy pickle
         raise MomentError("not a torch file: it is neither the zip archive torch.save writes nor a pickle",
                           source=str(path))
