@@ -5,6 +5,7 @@ the node number, so every line of the file is known."""
 from __future__ import annotations
 
 import csv
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -145,3 +146,43 @@ def test_the_training_nodes_are_every_one_in_the_splits_order(tmp_path: Path) ->
             run.write_predictions(tmp_path / "x.csv", _scores, nodes="training")
     np.testing.assert_array_equal(np.load(tmp_path / "e.npy")[:, 0], train)
     assert [int(r[0]) for r in list(csv.reader((tmp_path / "p.csv").open()))[1:]] == train.tolist()
+
+
+def test_a_parquet_path_gets_the_same_rows_as_parquet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`.parquet` predictions hold the CSV's rows (typed: the own id as a string, the probability float32), a
+    row group a block; embeddings the .npy's rows beside each node's number and own id; a multi-label run's
+    classes are lists. Without pyarrow, --predict FILE.parquet is refused before a rank starts."""
+    pq = pytest.importorskip("pyarrow.parquet", reason="pyarrow (the parquet extra) is not installed")
+    from moment.runtime import predictions
+
+    ds = _dataset(tmp_path)
+    rows = lambda b: torch.stack([b.n_id[: b.batch_size].float(), -2.0 * b.n_id[: b.batch_size]], 1)  # noqa: E731
+    monkeypatch.setattr(predictions, "BLOCK", 128)
+    with moment.open_run(dataset=ds, features="memory", fanouts=[3], batch_size=64, quiet=True) as run:
+        got = run.write_predictions(tmp_path / "p.parquet", _scores)
+        run.write_predictions(tmp_path / "p.csv", _scores)
+        assert run.write_embeddings(tmp_path / "e.parquet", rows)["width"] == 2
+        own = run.dataset.node_ids
+    assert got == {"path": str(tmp_path / "p.parquet"), "nodes": N, "multilabel": False}
+    f = pq.ParquetFile(tmp_path / "p.parquet")
+    assert f.metadata.num_row_groups == 3 and f.schema_arrow.names == ["node", "id", "class", "probability"]
+    want = list(csv.reader((tmp_path / "p.csv").open()))[1:]
+    t = f.read().to_pydict()
+    assert [[str(t["node"][i]), t["id"][i], t["class"][i]] for i in range(N)] == [r[:3] for r in want]
+    assert t["probability"] == pytest.approx([float(r[3]) for r in want], rel=1e-5)
+    e = pq.read_table(tmp_path / "e.parquet").to_pydict()
+    assert e["node"] == list(range(N)) and e["id"] == own.tolist()
+    assert e["embedding"] == [[i, -2 * i] for i in range(N)]
+
+    g = torch.Generator().manual_seed(0)
+    moment.import_graph({"edge_index": torch.randint(0, N, (2, 3 * N), generator=g), "x": torch.randn(N, 4, generator=g),
+                         "y": torch.randint(0, 2, (N, C), generator=g)}, tmp_path / "ml")
+    bits = torch.tensor([1, 2, 4])
+    with moment.open_run(dataset=tmp_path / "ml", features="memory", fanouts=[3], batch_size=64, quiet=True) as run:
+        run.write_predictions(tmp_path / "m.parquet", lambda b: ((b.n_id[: b.batch_size, None] & bits) > 0) * 2.0 - 1)
+    m = pq.read_table(tmp_path / "m.parquet").to_pydict()
+    assert m["classes"] == [[j for j in range(C) if i >> j & 1] for i in range(N)]
+
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+    with pytest.raises(MomentError, match=r"--predict: writing .*p2.parquet as Parquet needs pyarrow"):
+        TrainConfig(layout=tmp_path, predict=tmp_path / "p2.parquet").check()

@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from moment.errors import MomentError
+from moment.workload.parquet import need_pyarrow, parquet_output
 from moment.workload.seeds import SEED_LIMIT
 from moment.workload.spec import FANOUTS_HELP, default_batch_size, split_fanouts
 
@@ -117,14 +118,16 @@ class TrainConfig(BaseModel):
     epochs: Annotated[int, Field(ge=1), Flag("epochs to train")] = 1
     metrics_json: Annotated[Path | None, Flag("write the run's summary here (rank 0, atomically)")] = None
     predict: Annotated[Path | None, Flag(
-        "after the last epoch, write each node's predicted class here (CSV, rank 0, atomically): node, its id in "
-        "the graph's own ids when the import numbered them, the class (its name when the labels were names) and "
-        "its probability; on a multi-label dataset the classes whose logit is above 0", metavar="FILE")] = None
+        "after the last epoch, write each node's predicted class here (CSV, or Parquet when FILE ends in .parquet; "
+        "rank 0, atomically): node, its id in the graph's own ids when the import numbered them, the class (its "
+        "name when the labels were names) and its probability; on a multi-label dataset the classes whose logit "
+        "is above 0", metavar="FILE")] = None
     predict_nodes: Annotated[Literal["all", "train", "val", "test"], Flag(
         "the nodes --predict writes: every node, or a split's")] = "all"
     embed: Annotated[Path | None, Flag(
         "after the last epoch, write the model's output for every node here (rank 0, atomically), a float32 .npy "
-        "[N, width] whose row i is node i: with --task link each node's embedding, otherwise its logits",
+        "[N, width] whose row i is node i (or Parquet when FILE ends in .parquet: node, id, embedding): with "
+        "--task link each node's embedding, otherwise its logits",
         metavar="FILE")] = None
     io_trace: Annotated[Path | None, Flag(
         "write each rank's SSD reads to DIR/rank-N.iolog when it ends, as fio replays them (fio --read_iolog "
@@ -377,10 +380,11 @@ class TrainConfig(BaseModel):
             check_output(self.checkpoint_dir, "--checkpoint-dir", directory=True)
         if self.io_trace is not None:
             check_output(self.io_trace, "--io-trace", directory=True)
-        if self.predict is not None:
-            check_output(self.predict, "--predict")
-        if self.embed is not None:
-            check_output(self.embed, "--embed")
+        for path, flag in ((self.predict, "--predict"), (self.embed, "--embed")):
+            if path is not None:
+                check_output(path, flag)
+                if parquet_output(path):
+                    need_pyarrow(f"writing {path} as Parquet", flag)
 
 
 def _flags(name: str) -> list[Flag]:

@@ -5,7 +5,8 @@ care about, named as their data names them (an account id, not a row number; "li
 ranks score their shares of the nodes in an inference pass (`Run.loader(nodes=...)`, no collective while it
 runs), a block of nodes at a time; one gather a block brings the shares to rank 0, which streams them into the
 file under a temporary name and renames it at the end. `moment train --predict` / `--embed` and a script's
-`run.write_predictions` / `run.write_embeddings` are these functions.
+`run.write_predictions` / `run.write_embeddings` are these functions. A path ending in `.parquet` is written as
+Parquet (a row group a block), for the pipelines that read Parquet.
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ from moment.outputs import atomic_file, write_error
 from moment.runtime.dist import AgreedError
 from moment.runtime.node_index import node_ids
 from moment.workload.graph import SPLITS
+from moment.workload.parquet import need_pyarrow, parquet_output
+
+# Imports inside functions: pyarrow, for a file that ends in .parquet.
 
 #: rows formatted at once into the file
 ROWS = 1 << 16
@@ -36,7 +40,7 @@ def write_predictions(run: Any, scores: Callable[[Any], torch.Tensor], path: str
     rank 0 writes `path` as CSV, a line a node in `nodes`' order: `node` (its number), `id` (the graph's own
     id, when its import numbered them), `class` (the class name when the labels were names) and
     `probability` (softmax of the logits); on a multi-label dataset `classes`, those whose logit is above 0,
-    joined by `;`. `nodes`: ids as `Run.loader(nodes=...)` takes them, or a split's name: "val" and "test"
+    joined by `;`. A path ending in `.parquet`: the same columns in Parquet (`classes` a list). `nodes`: ids as `Run.loader(nodes=...)` takes them, or a split's name: "val" and "test"
     are then sampled as that split's loader of `epoch` samples them (so the last epoch's validation nodes get
     the classes its reported accuracy scored), "train" as its ids. Collective: every rank calls it, at the same
     point."""
@@ -49,8 +53,9 @@ def write_predictions(run: Any, scores: Callable[[Any], torch.Tensor], path: str
         conf, cls = torch.softmax(logits.float(), dim=-1).max(dim=-1)
         return batch.n_id[: batch.batch_size].cpu().numpy(), cls.cpu().numpy(), conf.cpu().numpy()
 
-    count = _stream(run, _target(run, nodes), epoch, each, path, "--predict", _Csv(run.dataset, multi).write,
-                    text=True)
+    out = _Parquet(_Columns(run.dataset, multi).table, path) if parquet_output(path) else _Csv(run.dataset, multi)
+    count = _stream(run, _target(run, nodes), epoch, each, path, "--predict", out.write, text=out.text,
+                    finish=out.finish)
     return {"path": str(path), "nodes": count, "multilabel": multi}
 
 
@@ -58,8 +63,9 @@ def write_embeddings(run: Any, embed: Callable[[Any], torch.Tensor], path: str |
                      nodes: Any = slice(None), epoch: int = 0) -> dict[str, Any]:
     """Every rank: its share of `nodes` through `embed(batch)` (-> the seeds' rows [batch_size, width]); rank
     0 writes `path` as a float32 `.npy` [len(nodes), width], row i for the i-th of `nodes` (every node, by
-    default: row i is node i, whose own id is `dataset.node_ids[i]`). `nodes` and `epoch` as
-    `write_predictions` takes them. Collective: every rank calls it, at the same point."""
+    default: row i is node i, whose own id is `dataset.node_ids[i]`); a path ending in `.parquet` as Parquet:
+    `node`, `id` (when the import numbered the graph's own ids) and `embedding` (float32 vectors). `nodes` and
+    `epoch` as `write_predictions` takes them. Collective: every rank calls it, at the same point."""
 
     def each(batch: Any) -> tuple[np.ndarray, ...]:
         rows = _seed_rows(embed(batch), batch, "write_embeddings: embed(batch)", "rows [{b}, width]")
@@ -69,17 +75,33 @@ def write_embeddings(run: Any, embed: Callable[[Any], torch.Tensor], path: str |
     total = int(run.dataset.split(target).shape[0]) if isinstance(target, str) else int(target.size)
     width = [0]
 
-    def put(f: IO[Any], cols: tuple[np.ndarray, ...], first: bool) -> None:
+    def checked(cols: tuple[np.ndarray, ...], first: bool) -> np.ndarray:
         rows = cols[1].astype(np.float32, copy=False)
-        if first:  # the header: every node's row follows, block after block, in `nodes`' order
+        if first:
             width[0] = rows.shape[1]
-            np.lib.format.write_array_header_1_0(f, {"descr": "<f4", "fortran_order": False,
-                                                     "shape": (total, width[0])})
         elif rows.shape[1] != width[0]:
             raise MomentError(f"write_embeddings: embed(batch) gave rows {rows.shape[1]} wide after {width[0]}")
+        return rows
+
+    def put(f: IO[Any], cols: tuple[np.ndarray, ...], first: bool) -> None:
+        rows = checked(cols, first)
+        if first:  # the header: every node's row follows, block after block, in `nodes`' order
+            np.lib.format.write_array_header_1_0(f, {"descr": "<f4", "fortran_order": False,
+                                                     "shape": (total, width[0])})
         f.write(np.ascontiguousarray(rows).tobytes())
 
-    count = _stream(run, target, epoch, each, path, "--embed", put, text=False)
+    own = run.dataset.node_ids
+
+    def table(cols: tuple[np.ndarray, ...], first: bool) -> dict[str, Any]:
+        import pyarrow as pa
+
+        rows = checked(cols, first)
+        vectors = pa.FixedSizeListArray.from_arrays(pa.array(np.ascontiguousarray(rows).reshape(-1)), width[0])
+        return {"node": cols[0], **({"id": own[cols[0]]} if own is not None else {}), "embedding": vectors}
+
+    out = _Parquet(table, path) if parquet_output(path) else None
+    count = _stream(run, target, epoch, each, path, "--embed", out.write if out else put, text=False,
+                    finish=out.finish if out else None)
     return {"path": str(path), "nodes": count, "width": run.ctx.broadcast_object(width[0])}
 
 
@@ -122,11 +144,13 @@ def _passes(run: Any, target: str | np.ndarray, epoch: int) -> Iterator[Any]:
 
 
 def _stream(run: Any, target: str | np.ndarray, epoch: int, each: Callable[[Any], tuple[np.ndarray, ...]], path: str | Path,
-            what: str, put: Callable[[IO[Any], tuple[np.ndarray, ...], bool], None], text: bool) -> int:
+            what: str, put: Callable[[IO[Any], tuple[np.ndarray, ...], bool], None], text: bool,
+            finish: Callable[[], None] | None = None) -> int:
     """The inference pass, block by block: every rank runs its share of a block through `each` (reading through
     the run's tiers, in no collective), one gather brings the block's rows to every rank in the pass's order, and
-    rank 0 `put`s them into the file it writes (a temporary name, renamed at the end). A failure of rank 0's
-    write travels with the next gather, so every rank stops at the same point with its message."""
+    rank 0 `put`s them into the file it writes (a temporary name, `finish`ed, then renamed at the end). A
+    failure of rank 0's write travels with the next gather, so every rank stops at the same point with its
+    message."""
     count, failed = 0, None
     stack = ExitStack()
     f = None
@@ -156,6 +180,8 @@ def _stream(run: Any, target: str | np.ndarray, epoch: int, each: Callable[[Any]
             if f is not None and cols and cols[0].size:
                 attempt(lambda: put(f, cols, count == 0))  # noqa: B023 - called at once
             count += int(cols[0].size) if cols else 0
+        if f is not None and failed is None and finish is not None:
+            attempt(finish)
         if f is not None and failed is None:
             attempt(stack.close)  # renames the file into place
         if (err := run.ctx.all_gather_object(failed)[0]) is not None:
@@ -179,8 +205,54 @@ def _in_order(shares: list[list[np.ndarray] | None]) -> tuple[np.ndarray, ...]:
     return tuple(out)
 
 
+class _Parquet:
+    """Blocks as the row groups of a Parquet file: `table(cols, first)` gives a block's columns; the schema is
+    the first block's, and `finish` writes the footer (before the file is renamed into place)."""
+
+    text = False
+
+    def __init__(self, table: Callable[[tuple[np.ndarray, ...], bool], dict[str, Any]], path: str | Path):
+        self.table, self.writer = table, None
+        need_pyarrow("writing Parquet", str(path))
+
+    def write(self, f: IO[Any], cols: tuple[np.ndarray, ...], first: bool) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        t = pa.table(self.table(cols, first))
+        self.writer = self.writer or pq.ParquetWriter(f, t.schema)
+        self.writer.write_table(t)
+
+    def finish(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+class _Columns:
+    """The predictions as Parquet columns: `node`, `id`, `class` (a name or a number) and `probability`; on a
+    multi-label dataset `classes`, a list a node."""
+
+    def __init__(self, ds: Any, multi: bool):
+        self.own, self.multi = ds.node_ids, multi
+        self.names = np.array(ds.class_names, dtype=object) if ds.class_names else None
+
+    def table(self, cols: tuple[np.ndarray, ...], first: bool) -> dict[str, Any]:
+        node, top = cols[0], cols[1]
+        out: dict[str, Any] = {"node": node, **({"id": self.own[node]} if self.own is not None else {})}
+        if self.multi:
+            out["classes"] = [(self.names[c] if self.names is not None else c).tolist()
+                              for c in (np.flatnonzero(row) for row in top)]
+        else:
+            out["class"] = self.names[top] if self.names is not None else top.astype(np.int64)
+            out["probability"] = cols[2].astype(np.float32)
+        return out
+
+
 class _Csv:
     """The predictions file's lines: its header before the first block's."""
+
+    text = True
+    finish = None
 
     def __init__(self, ds: Any, multi: bool):
         self.own, self.multi = ds.node_ids, multi
