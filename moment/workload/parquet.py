@@ -101,13 +101,17 @@ class Table:
                 raise MomentError(f"its columns differ from those of the first part ({_columns(f.schema_arrow)} "
                                   f"against {_columns(schema)}): every part of the {what} has the same",
                                   source=str(p))
-        self.rows = sum(f.metadata.num_rows for f in self.files)
+        if twice := sorted({n for n in schema.names if schema.names.count(n) > 1}):
+            raise MomentError(f"two columns are named {twice[0]!r}: a column is read by its name", source=str(path))
         names = [n for n in schema.names if not n.startswith(_PANDAS_INDEX)]
         index = [c for c in (schema.pandas_metadata or {}).get("index_columns", []) if isinstance(c, str)]
         self.index = index[0] if len(index) == 1 and index[0] in names else None
         #: the user's columns, a kept index first (pandas writes it last)
         self.names = [self.index, *(n for n in names if n != self.index)] if self.index else names
         self.kinds = {n: _kind(schema.field(n).type) for n in self.names}
+
+    def type(self, name: str) -> Any:
+        return self.files[0].schema_arrow.field(name).type
 
     def listed(self) -> str:
         return ", ".join(f"{n!r} ({self.kinds[n]})" for n in self.names) or "none"
@@ -234,6 +238,9 @@ def node_rows(t: Table, rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         raise MomentError(f"the id column {key!r} holds {t.kinds[key]} values: ids are integers or names",
                           source=str(t.path))
     vector = len(feats) == 1 and t.kinds[feats[0]] == "list"
+    if vector and (inner := _kind(t.type(feats[0]).value_type)) not in ("integer", "float", "boolean"):
+        raise MomentError(f"column {feats[0]!r} holds lists of {inner} values: a node's vector holds numbers",
+                          source=str(t.path))
     bad = [c for c in feats if t.kinds[c] not in ("integer", "float", "boolean")] if not vector else []
     if bad:
         raise MomentError(f"column {bad[0]!r} holds {t.kinds[bad[0]]} values: a node table's columns after the id are "
