@@ -9,6 +9,7 @@ line is a header). pyarrow reads them; it loads only when a file is Parquet (the
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -149,24 +150,30 @@ def _first_null(a: Any) -> int:
     return int(np.flatnonzero(a.is_null().to_numpy(zero_copy_only=False))[0])
 
 
-def ids(a: Any, kind: str, as_text: bool) -> np.ndarray:
-    """A column of ids (no nulls: checked by the caller) as int64, or as str objects (`as_text`, or names)."""
+def ids(a: Any, kind: str) -> np.ndarray:
+    """A column of ids (no nulls: checked by the caller) as int64, or names as str objects."""
     if kind == "integer":
         v = a.to_numpy(zero_copy_only=False)
         if v.dtype == np.uint64 and v.size and int(v.max()) > np.iinfo(np.int64).max:
             raise ValueError(f"id {int(v.max())} is above 2^63 - 1")
-        v = v.astype(np.int64, copy=False)
-        return v.astype(str).astype(object) if as_text else v
+        return v.astype(np.int64, copy=False)
     return a.to_numpy(zero_copy_only=False)
 
 
-def _empty(v: np.ndarray) -> np.ndarray:
-    return (v == "") if v.dtype == object else np.zeros(v.shape, bool)
+@dataclass(frozen=True)
+class Coded:
+    """A chunk of names as its distinct names (`names`, str objects) and, for each id, its position among them
+    (`index`, the chunk's shape). Why: Parquet's names are hashed in C++ (pyarrow's dictionary_encode), so a
+    Python string is made, and numbered (`moment.workload.renumber.NameCodes`), once a chunk per distinct
+    name rather than once per id: most ids of a large graph's chunk repeat a name."""
+
+    names: np.ndarray
+    index: np.ndarray
 
 
-def id_pairs(t: Table, columns: tuple[str, str], as_text: bool, rows: int, noun: str) -> Iterator[np.ndarray]:
-    """[K, 2] chunks of two id columns (an edge list's): int64, or str objects with `as_text` (names are
-    always read so). A null or empty id is one error naming its row (`noun` K)."""
+def id_pairs(t: Table, columns: tuple[str, str], as_text: bool, rows: int, noun: str) -> Iterator[np.ndarray | Coded]:
+    """[K, 2] chunks of two id columns (an edge list's): int64, or with `as_text` (names are always read so)
+    `Coded` names. A null or empty id is one error naming its row (`noun` K)."""
     for c in columns:
         if t.kinds[c] not in ("integer", "text"):
             raise MomentError(f"column {c!r} holds {t.kinds[c]} values: ids are integers or names", source=str(t.path))
@@ -180,16 +187,32 @@ def id_pairs(t: Table, columns: tuple[str, str], as_text: bool, rows: int, noun:
             if col.null_count:
                 k = _first_null(col)
                 raise MomentError(f"{noun} {done + k + 1:,} lacks an id (a null in its row)", source=str(t.path))
-        try:
-            pair = np.stack([ids(a, t.kinds[columns[0]], as_text), ids(b, t.kinds[columns[1]], as_text)], axis=1)
-        except ValueError as e:
-            raise MomentError(str(e), source=str(t.path)) from None
-        if (empty := _empty(pair)).any():
-            k = int(np.argwhere(empty)[0][0])
-            raise MomentError(f"{noun} {done + k + 1:,} ({', '.join(map(repr, pair[k].tolist()))}) lacks an id: "
-                              "each row needs two", source=str(t.path))
-        done += pair.shape[0]
+        if as_text:
+            pair = _coded(a, b)
+            if (empty := (pair.names == "")[pair.index]).any():
+                k = int(np.argwhere(empty)[0][0])
+                raise MomentError(f"{noun} {done + k + 1:,} ({', '.join(map(repr, pair.names[pair.index[k]].tolist()))}) "
+                                  "lacks an id: each row needs two", source=str(t.path))
+        else:
+            try:
+                pair = np.stack([ids(a, t.kinds[columns[0]]), ids(b, t.kinds[columns[1]])], axis=1)
+            except ValueError as e:
+                raise MomentError(str(e), source=str(t.path), hint="--renumber numbers the graph's own ids (these "
+                                  "too, kept as their digits) 0..N-1") from None
+        done += len(a)
         yield pair
+
+
+def _coded(a: Any, b: Any) -> Coded:
+    """Two columns of ids as the chunk's distinct names and each id's position among them (integers as their
+    digits, as text reads them)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    coded = pc.dictionary_encode(pa.concat_arrays([c if c.type == pa.string() else pc.cast(c, pa.string())
+                                                   for c in (a, b)]))
+    index = coded.indices.to_numpy(zero_copy_only=False).astype(np.int64).reshape(2, -1).T
+    return Coded(coded.dictionary.to_numpy(zero_copy_only=False), index)
 
 
 def pick_pair(t: Table, first: set[str], second: set[str], what: str) -> tuple[str, str]:
@@ -219,7 +242,7 @@ def one_column(path: Path, what: str) -> np.ndarray:
     for (a,) in t.batches([c], 1 << 20):
         if a.null_count:
             raise MomentError(f"{what}: row {sum(map(len, parts)) + _first_null(a) + 1:,} is null", source=str(path))
-        parts.append(a.to_numpy(zero_copy_only=False) if kind == "boolean" else ids(a, kind, False))
+        parts.append(a.to_numpy(zero_copy_only=False) if kind == "boolean" else ids(a, kind))
     if not parts:
         return np.zeros(0, np.int64)
     out = np.concatenate(parts)
@@ -249,7 +272,7 @@ def node_rows(t: Table, rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     for key_col, *cols in t.batches([key, *feats], rows):
         if key_col.null_count:
             raise MomentError(f"row {done + _first_null(key_col) + 1:,} has no id", source=str(t.path))
-        got = ids(key_col, t.kinds[key], False)
+        got = ids(key_col, t.kinds[key])
         if vector:
             x, width = _vectors(cols[0], width, got, done, t)
         else:
@@ -301,7 +324,7 @@ def label_rows(t: Table, rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     for key_col, lab in t.batches([key, label], rows):
         if key_col.null_count:
             raise MomentError(f"row {done + _first_null(key_col) + 1:,} has no id", source=str(t.path))
-        got = ids(key_col, t.kinds[key], False)
+        got = ids(key_col, t.kinds[key])
         if kind == "text":
             tokens = np.array(["" if x is None else x for x in lab.to_pylist()], dtype=str)
         else:

@@ -16,7 +16,7 @@ import numpy as np
 
 from moment.errors import MomentError
 from moment.workload.import_files import load_npy, need, read_id_column
-from moment.workload.parquet import is_parquet, one_column
+from moment.workload.parquet import Coded, is_parquet, one_column
 
 #: most ids an error lists of those it cannot find
 SHOWN = 3
@@ -123,8 +123,10 @@ class NameCodes:
         self.given = given
         self._codes: dict[str, int] = {} if given is None else {str(x): i for i, x in enumerate(given.original.tolist())}
 
-    def codes(self, chunk: np.ndarray, source: str, what: str) -> np.ndarray:
-        """The chunk's names as int64 codes of its shape."""
+    def codes(self, chunk: np.ndarray | Coded, source: str, what: str) -> np.ndarray:
+        """The chunk's names as int64 codes of its shape (a `Coded` chunk's: each distinct name coded once)."""
+        if isinstance(chunk, Coded):
+            return self.codes(chunk.names, source, what)[chunk.index]
         flat = np.asarray(chunk).reshape(-1).tolist()
         d = self._codes
         if self.given is None:
