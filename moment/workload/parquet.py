@@ -238,14 +238,14 @@ def one_column(path: Path, what: str) -> np.ndarray:
     if kind not in ("integer", "text", "boolean"):
         raise MomentError(f"{what}: column {c!r} holds {kind} values: expected node ids (integers or names) or a "
                           "boolean mask", source=str(path))
-    parts = []
+    chunks = []
     for (a,) in t.batches([c], 1 << 20):
         if a.null_count:
-            raise MomentError(f"{what}: row {sum(map(len, parts)) + _first_null(a) + 1:,} is null", source=str(path))
-        parts.append(a.to_numpy(zero_copy_only=False) if kind == "boolean" else ids(a, kind))
-    if not parts:
+            raise MomentError(f"{what}: row {sum(map(len, chunks)) + _first_null(a) + 1:,} is null", source=str(path))
+        chunks.append(a.to_numpy(zero_copy_only=False) if kind == "boolean" else ids(a, kind))
+    if not chunks:
         return np.zeros(0, np.int64)
-    out = np.concatenate(parts)
+    out = np.concatenate(chunks)
     return out.astype(str) if kind == "text" else out
 
 
