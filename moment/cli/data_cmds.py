@@ -26,7 +26,8 @@ data_app = typer.Typer(
 )
 import_app = typer.Typer(
     help="Convert a dataset into Moment's on-disk format (CSR + features as .npy + manifest): OGB, IGB, "
-    "GraphSAINT, a PyG Data file, loose .npy arrays (or a SciPy sparse adjacency) or an edge list. A split that "
+    "GraphSAINT, a PyG Data file, loose .npy arrays (or a SciPy sparse adjacency) or an edge list (text or "
+    "Parquet, with node and label tables). A split that "
     "comes with the data is kept as given; duplicate edges and self-loops are counted and kept or dropped "
     "(--duplicates, --self-loops). The output appears only when complete.",
     no_args_is_help=True,

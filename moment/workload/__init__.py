@@ -10,6 +10,8 @@
   (or a SciPy sparse adjacency), OGB's `processed/`, a GraphSAINT release; `import_files` reads the inputs
   (splits included), `import_options` holds the choices, `torch_files` unpickles `.pt` files without running
   their code (torch only where a file needs it).
+* `renumber`, `node_tables`, `parquet` — the graph's own ids numbered and back, features and labels in tables
+  keyed by them, and Parquet tables (files or Spark's directories of parts; pyarrow where a file needs it).
 * `sampler`   — the neighbour sampler and seed batches shared by pre-sampling and training; torch.
 * `links`     — link-prediction batches (label edges from seed nodes, then `sampler`), edge splits; torch.
 * `hotness`   — per-node access counts (`Hotness`, numpy) and `presample` (imports torch lazily).
