@@ -240,8 +240,7 @@ def import_edgelist_cmd(
                                            "the --splits files name the graph's own ids")] = False,
     node_ids: Annotated[Path | None, typer.Option("--node-ids", help="the graph's own id of each node, in node order "
                                                   "(text, one a line, .npy or Parquet): as --renumber, in this "
-                                                  "order, with "
-                                                  "nodes no edge names")] = None,
+                                                  "order, with nodes no edge names")] = None,
     node_table: Annotated[Path | None, typer.Option("--node-table", help="the nodes and their features, a line "
                                                     "each: the graph's own id, then the features (CSV or white "
                                                     "space; a header line is skipped), as Elliptic's "

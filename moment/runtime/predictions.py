@@ -34,15 +34,18 @@ ROWS = 1 << 16
 #: nodes a pass scores before one gather brings their rows to rank 0: bounds what every rank holds (at a width
 #: of 256, 64 MiB of rows a block)
 BLOCK = 1 << 16
+
+
 def write_predictions(run: Any, scores: Callable[[Any], torch.Tensor], path: str | Path,
                       nodes: Any = slice(None), epoch: int = 0) -> dict[str, Any]:
     """Every rank: score its share of `nodes` (`scores(batch)` -> the seeds' logits [batch_size, classes]);
     rank 0 writes `path` as CSV, a line a node in `nodes`' order: `node` (its number), `id` (the graph's own
     id, when its import numbered them), `class` (the class name when the labels were names) and
     `probability` (softmax of the logits); on a multi-label dataset `classes`, those whose logit is above 0,
-    joined by `;`. A path ending in `.parquet`: the same columns in Parquet (`classes` a list). `nodes`: ids as `Run.loader(nodes=...)` takes them, or a split's name: "val" and "test"
-    are then sampled as that split's loader of `epoch` samples them (so the last epoch's validation nodes get
-    the classes its reported accuracy scored), "train" as its ids. Collective: every rank calls it, at the same
+    joined by `;`. A path ending in `.parquet`: the same columns in Parquet (`classes` a list). `nodes`: ids as
+    `Run.loader(nodes=...)` takes them, or a split's name: "val" and "test" are then sampled as that split's
+    loader of `epoch` samples them (so the last epoch's validation nodes get the classes its reported accuracy
+    scored), "train" as its ids. Collective: every rank calls it, at the same
     point."""
     multi = run.multilabel
 
@@ -53,7 +56,8 @@ def write_predictions(run: Any, scores: Callable[[Any], torch.Tensor], path: str
         conf, cls = torch.softmax(logits.float(), dim=-1).max(dim=-1)
         return batch.n_id[: batch.batch_size].cpu().numpy(), cls.cpu().numpy(), conf.cpu().numpy()
 
-    out = _Parquet(_Columns(run.dataset, multi).table, path) if parquet_output(path) else _Csv(run.dataset, multi)
+    columns = _Columns(run.dataset, multi).table
+    out = _Parquet(columns, path) if parquet_output(path) else _Csv(columns)
     count = _stream(run, _target(run, nodes), epoch, each, path, "--predict", out.write, text=out.text,
                     finish=out.finish)
     return {"path": str(path), "nodes": count, "multilabel": multi}
@@ -229,7 +233,8 @@ class _Parquet:
 
 
 class _Columns:
-    """The predictions as Parquet columns: `node`, `id`, `class` (a name or a number) and `probability`; on a
+    """A block's predictions as columns (a Parquet file's, or a CSV file's through `_Csv`): `node`, `id` (the
+    graph's own, when the import numbered them), `class` (a name or a number) and `probability`; on a
     multi-label dataset `classes`, a list a node."""
 
     def __init__(self, ds: Any, multi: bool):
@@ -249,31 +254,27 @@ class _Columns:
 
 
 class _Csv:
-    """The predictions file's lines: its header before the first block's."""
+    """The predictions' columns as CSV lines, a header before the first block's: a list of classes joined by
+    `;`, a probability to 6 digits."""
 
     text = True
     finish = None
 
-    def __init__(self, ds: Any, multi: bool):
-        self.own, self.multi = ds.node_ids, multi
-        names = ds.class_names
-        self.label = (lambda c: names[c]) if names else str  # noqa: E731
+    def __init__(self, table: Callable[[tuple[np.ndarray, ...], bool], dict[str, Any]]):
+        self.table = table
 
     def write(self, f: IO[Any], cols: tuple[np.ndarray, ...], first: bool) -> None:
-        own, label = self.own, self.label
+        t = self.table(cols, first)
         out = csv.writer(f, lineterminator="\n")  # quotes a field holding a comma, a quote or a line break
         if first:
-            out.writerow(["node", *(["id"] if own is not None else []), "classes" if self.multi else "class",
-                          *([] if self.multi else ["probability"])])
-        node, top = cols[0], cols[1]
-        for s in range(0, node.size, ROWS):
-            n = node[s : s + ROWS]
-            rows = [n.tolist()]
-            if own is not None:
-                rows.append(np.asarray(own[n]).tolist())
-            if self.multi:
-                rows.append([";".join(label(int(c)) for c in np.flatnonzero(row)) for row in top[s : s + ROWS]])
-            else:
-                rows.append([label(int(c)) for c in top[s : s + ROWS]])
-                rows.append([f"{p:.6g}" for p in cols[2][s : s + ROWS].tolist()])
-            out.writerows(zip(*rows))
+            out.writerow(list(t))
+        for s in range(0, cols[0].size, ROWS):
+            out.writerows(zip(*(_text(name, v[s : s + ROWS]) for name, v in t.items())))
+
+
+def _text(name: str, v: Any) -> list[Any]:
+    if name == "classes":
+        return [";".join(map(str, c)) for c in v]
+    if name == "probability":
+        return [f"{p:.6g}" for p in v.tolist()]
+    return np.asarray(v).tolist()

@@ -324,14 +324,14 @@ class Run:
     def write_predictions(self, path: str | Path, scores: Callable[[Batch], torch.Tensor],
                           nodes: Any = slice(None), epoch: int = 0) -> dict[str, Any]:
         """Each of `nodes`' predicted class (ids, or a split's name: sampled as its loader of `epoch` samples),
-        written by rank 0 to `path` (CSV under the graph's own ids and class names:
-        moment.runtime.predictions); `scores(batch)` gives the seeds' logits. Every rank calls it."""
+        written by rank 0 to `path` (CSV, or Parquet for a path ending in .parquet, under the graph's own ids and
+        class names: moment.runtime.predictions); `scores(batch)` gives the seeds' logits. Every rank calls it."""
         return write_predictions(self, scores, path, nodes, epoch)
 
     def write_embeddings(self, path: str | Path, embed: Callable[[Batch], torch.Tensor],
                          nodes: Any = slice(None), epoch: int = 0) -> dict[str, Any]:
         """`embed(batch)`'s rows for each of `nodes`, written by rank 0 to `path` as a float32 .npy in `nodes`'
-        order (moment.runtime.predictions). Every rank calls it."""
+        order, or as Parquet for a path ending in .parquet (moment.runtime.predictions). Every rank calls it."""
         return write_embeddings(self, embed, path, nodes, epoch)
 
     def _past_pack(self, epoch: int) -> None:

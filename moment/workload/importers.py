@@ -864,7 +864,7 @@ def edge_text(path: Path) -> EdgeText:
     Parquet edge list's two columns."""
     if is_parquet(path):
         cols = pick_pair(Table(path, "edge list"), SRC_NAMES, DST_NAMES, "edge list")
-        return EdgeText("", list(cols), columns=cols)
+        return EdgeText("", columns=cols)
     if path.suffix != ".gz":
         _refuse_binary(path)
     sep, tokens, skip = first_line(path)

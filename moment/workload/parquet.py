@@ -83,8 +83,8 @@ def _kind(t: Any) -> str:
 
 class Table:
     """A Parquet file's (or a directory of them: `parts`) columns (`names`, their `kinds`: integer, float, text,
-    boolean, list, or the type), read `rows` at a time. `index`: the column pandas kept a named index in
-    (`df.set_index("id")`), if any."""
+    boolean, list, or the type), read `rows` at a time; the column pandas kept a named index in
+    (`df.set_index("id")`) comes first."""
 
     def __init__(self, path: Path, what: str):
         pq = need_pyarrow(f"the {what} is a Parquet file, and reading Parquet", str(path))
@@ -106,9 +106,9 @@ class Table:
             raise MomentError(f"two columns are named {twice[0]!r}: a column is read by its name", source=str(path))
         names = [n for n in schema.names if not n.startswith(_PANDAS_INDEX)]
         index = [c for c in (schema.pandas_metadata or {}).get("index_columns", []) if isinstance(c, str)]
-        self.index = index[0] if len(index) == 1 and index[0] in names else None
+        kept = index[0] if len(index) == 1 and index[0] in names else None
         #: the user's columns, a kept index first (pandas writes it last)
-        self.names = [self.index, *(n for n in names if n != self.index)] if self.index else names
+        self.names = [kept, *(n for n in names if n != kept)] if kept else names
         self.kinds = {n: _kind(schema.field(n).type) for n in self.names}
 
     def type(self, name: str) -> Any:
