@@ -70,6 +70,54 @@ def test_a_label_table_of_node_numbers_needs_no_own_ids(tmp_path: Path) -> None:
     assert ds.manifest.source["class_names"] == ["cat", "dog"]
 
 
+BOM = "\ufeff"  # what Excel's "CSV UTF-8" and PowerShell's Export-Csv write first
+
+
+@pytest.mark.parametrize("shape", ["bom", "bom-header", "comment-before-header", "pandas-floats", "spaces"])
+def test_tables_as_spreadsheets_and_pandas_write_them_import_as_the_clean_ones(tmp_path: Path, shape: str) -> None:
+    """The same edges, node table and label table, written as tools do: with a byte-order mark (on a header, as
+    "dst,src", or on the first row), a comment above the header, labels of an integer column with a gap as pandas' to_csv
+    writes them (`10.0`, `2.0`: numbered as text, class 10 became 2), a space after each comma. The oracle is
+    the clean files' import."""
+    rows = [(int(t), x) for t, x in zip(TX[:40], X[:40])]
+    classes = [i % 11 for i in range(40)]
+    classes[5] = None  # the gap: pandas writes the column as floats
+    edges = [(TX[a % 40], TX[b % 40]) for a, b in PAIRS[:120]]
+
+    def files(d: Path, bom: str, head: str, label, sep: str) -> None:
+        d.mkdir()
+        (d / "e.csv").write_text(bom + head + "src,dst\n" + "".join(f"{a}{sep}{b}\n" for a, b in edges))
+        (d / "n.csv").write_text(bom + head + "id,f0,f1,f2,f3,f4\n" + "".join(
+            sep.join([str(t), *map(repr, map(float, x))]) + "\n" for t, x in rows))
+        (d / "l.csv").write_text(bom + head + "id,class\n" + "".join(
+            f"{t}{sep}{'' if c is None else label(c)}\n" for (t, _), c in zip(rows, classes)))
+
+    files(tmp_path / "clean", "", "", str, ",")
+    files(tmp_path / "messy", BOM if shape.startswith("bom") else "",
+          "# exported by job 42\n\n" if shape == "comment-before-header" else "",
+          (lambda c: f"{float(c)}") if shape == "pandas-floats" else str, ", " if shape == "spaces" else ",")
+    if shape == "bom-header":  # the destination first: the header says so, behind the mark
+        (tmp_path / "messy" / "e.csv").write_text(BOM + "dst,src\n" + "".join(f"{b},{a}\n" for a, b in edges))
+    if shape == "bom":  # no header: the mark is on the first row's id
+        for name in ("n.csv", "l.csv"):
+            f = tmp_path / "messy" / name
+            f.write_text(BOM + f.read_text().split("\n", 1)[1].lstrip(BOM))
+    got, want = (import_edgelist(tmp_path / d / "e.csv", tmp_path / f"out-{d}", node_table=tmp_path / d / "n.csv",
+                                 label_table=tmp_path / d / "l.csv") for d in ("messy", "clean"))
+    for name in ("indptr", "indices", "labels", "node_ids", "train_idx"):
+        np.testing.assert_array_equal(got._load(name), want._load(name), err_msg=name)
+    np.testing.assert_array_equal(got.features_memmap(), want.features_memmap())
+    assert got.class_names is None and got.labels.max() == 10
+
+
+def test_a_fractional_label_is_one_error_naming_its_node(tmp_path: Path) -> None:
+    (tmp_path / "e.txt").write_text("0 1\n1 2\n")
+    (tmp_path / "y.csv").write_text("0,1.0\n1,2.5\n")
+    with pytest.raises(MomentError, match=r"y\.csv: node 1 has label 2\.5: a class is a whole number or a name"):
+        import_edgelist(tmp_path / "e.txt", tmp_path / "o", label_table=tmp_path / "y.csv")
+    assert not (tmp_path / "o").exists()
+
+
 @pytest.mark.parametrize("case, words", [
     ("mixed", r"txs_classes\.csv: labels mix class numbers and names \('unknown'\): a label is one or the other\n"
               r"  hint: if 'unknown' marks a node without a label, give --unlabelled unknown"),

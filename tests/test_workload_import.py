@@ -210,6 +210,12 @@ def test_edgelist_errors(tmp_path: Path) -> None:
     np.save(tmp_path / "x.npy", np.zeros(6, np.float32))
     with pytest.raises(MomentError, match=r"\[N, D\]") as e:
         import_edgelist(f, tmp_path / "out", features=tmp_path / "x.npy")
+    np.save(tmp_path / "x.npy", np.zeros((6, 0), np.float32))  # no value a row: nothing to store (was a traceback)
+    with pytest.raises(MomentError, match=r"x\.npy: features must be a matrix \[N, D\] with D >= 1, got shape \[6, 0\]"):
+        import_edgelist(f, tmp_path / "out", features=tmp_path / "x.npy")
+    for d in (0, -1):
+        with pytest.raises(MomentError, match=f"--feature-dim {d}: must be at least 1"):
+            import_edgelist(f, tmp_path / "out", feature_dim=d)
     with pytest.raises(MomentError, match="missing edge list"):
         import_edgelist(tmp_path / "none.txt", tmp_path / "out")
     (tmp_path / "bad.npy").write_text("not numpy")

@@ -113,7 +113,7 @@ def read_csv_chunks(path: Path, chunk_rows: int, dtype: str) -> Iterator[np.ndar
                 yield df.to_numpy()
         else:  # pragma: no cover
             opener = gzip.open if path.suffix == ".gz" else open
-            with opener(path, "rt") as f:
+            with opener(path, "rt", encoding="utf-8-sig") as f:
                 while True:
                     lines = [ln for _, ln in zip(range(chunk_rows), f)]
                     if not lines:
@@ -134,7 +134,7 @@ def first_line(path: Path) -> tuple[str, list[str], int]:
     opener = gzip.open if path.suffix == ".gz" else open
     line, skip = "", 0
     try:
-        with opener(path, "rt") as f:
+        with opener(path, "rt", encoding="utf-8-sig") as f:  # Excel's and PowerShell's CSV begin with a BOM
             for skip, ln in enumerate(f, 1):  # noqa: B007 - the count is kept
                 if ln.strip() and not ln.lstrip().startswith("#"):
                     line = ln

@@ -19,6 +19,14 @@ def check_choice(name: str, value: str, choices: tuple[str, ...]) -> str:
     return value
 
 
+def check_feature_dim(d: int) -> int:
+    """The length of features an import generates for a graph without them: one line naming the flag."""
+    if int(d) < 1:
+        raise MomentError(f"--feature-dim {d}: must be at least 1 (the length of the features generated when the "
+                          "input has none)")
+    return int(d)
+
+
 @dataclass(frozen=True)
 class EdgePolicy:
     """Keep or drop repeated edges and self-loops. Defaults are what imports always did: duplicates dropped

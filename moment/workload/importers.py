@@ -54,7 +54,7 @@ from moment.workload.graph import (CHUNK_BYTES, NODE_IDS, SPLITS, GraphDataset, 
                                    label_dtype)
 from moment.workload.import_files import (first_line, is_number, load_npy, need, node_ids, read_csv_chunks, read_node_ids,
                                           split_files)
-from moment.workload.import_options import EdgePolicy
+from moment.workload.import_options import EdgePolicy, check_feature_dim
 from moment.workload.node_tables import read_label_table, read_node_table
 from moment.workload.parquet import Table, id_pairs, is_parquet, pick_pair
 from moment.workload.renumber import IdMap, NameCodes, read_ids
@@ -289,13 +289,19 @@ def build_csr(
     return rep
 
 
+def check_feature_shape(feat: np.ndarray, source: str) -> np.ndarray:
+    """Features are a matrix of one row a node and at least one value a row (an empty row cannot be stored)."""
+    if feat.ndim != 2 or feat.shape[1] < 1:
+        raise MomentError(f"features must be a matrix [N, D] with D >= 1, got shape {list(feat.shape)}",
+                          source=source)
+    return feat
+
+
 def _write_features(w: GraphWriter, chunks: Iterator[np.ndarray], n: int, source: str) -> None:
     """Streams feature rows into `features.npy`: float16/float32 kept, other numbers become float32."""
     fw = None
     for c in chunks:
-        c = np.asarray(c)
-        if c.ndim != 2:
-            raise MomentError(f"features must be a matrix [N, D], got shape {list(c.shape)}", source=source)
+        c = check_feature_shape(np.asarray(c), source)
         if c.dtype.kind not in "fiub":
             raise MomentError(f"features have dtype {c.dtype}: expected numbers (float16 and float32 are kept, "
                               "other numbers become float32)", source=source)
@@ -456,11 +462,11 @@ def write_parts(
     The node count is `num_nodes`, else the features' or labels' rows, else the largest edge id + 1; every
     array that has one row a node must agree with it, or the error names that array's source."""
     check_seed(seed)
+    check_feature_dim(feature_dim)
     layout = edge_layout(parts.edges, parts.edges_source)
     feat = parts.features
-    if feat is not None and feat.ndim != 2:
-        raise MomentError(f"features must be a matrix [N, D], got shape {list(feat.shape)}",
-                          source=parts.features_source)
+    if feat is not None:
+        check_feature_shape(feat, parts.features_source)
     lab = None if parts.labels is None else _labels_to_int(parts.labels, parts.labels_source)
     given = [(k, what, src) for k, what, src in (
         (parts.num_nodes, "num_nodes", parts.num_nodes_source),
@@ -609,8 +615,7 @@ def import_igb(
     labels = _labels_to_int(np.asarray(load_npy(lab_path, f"labels ({IGB_LABELS[classes]})")), str(lab_path))
     ei_path = root / "processed" / "paper__cites__paper" / "edge_index.npy"
     ei = load_npy(ei_path, "edge index")
-    if feat.ndim != 2:
-        raise MomentError(f"expected [N, D], got shape {list(feat.shape)}", source=str(paper / "node_feat.npy"))
+    check_feature_shape(feat, str(paper / "node_feat.npy"))
     n = feat.shape[0]
     if labels.shape[0] != n:
         raise MomentError(f"{labels.shape[0]} labels for {n} nodes (node_feat.npy)", source=str(lab_path))
@@ -666,6 +671,7 @@ def import_edgelist(
     (`GraphDataset.node_ids`). `node_table`: the nodes in order with their features, `label_table` their labels,
     both keyed by the graph's own ids (`moment.workload.node_tables`)."""
     check_seed(seed)
+    check_feature_dim(feature_dim)
     for one, other, names in ((node_table, features or node_ids, "--node-table and --features/--node-ids"),
                               (label_table, labels, "--label-table and --labels")):
         if one is not None and other is not None:
@@ -696,8 +702,8 @@ def import_edgelist(
                  if x is not None]
         n = len(ids) if ids is not None else sizes[0] if sizes else hi + 1
         of = f" ({ids.counted})" if ids is not None else ""
-        if feat is not None and feat.ndim != 2:
-            raise MomentError(f"features must be [N, D], got shape {list(feat.shape)}", source=str(features))
+        if feat is not None:
+            check_feature_shape(feat, str(features))
         if ids is not None and num_nodes is not None and num_nodes != n:
             raise MomentError(f"gives {num_nodes:,} nodes, but the ids number {n:,}{of}", source="--num-nodes")
         for what, src, k in (("features", features, None if feat is None else feat.shape[0]),

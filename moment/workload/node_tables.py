@@ -8,6 +8,7 @@ every user of such data writes, and a row out of place there trains on wrong lab
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,12 +25,15 @@ from moment.workload.renumber import IdMap, own_ids
 ROWS = 1 << 16  # table rows parsed at once
 
 
-def _chunks(path: Path, sep: str, header: bool, dtype: dict, what: str):
+def _chunks(path: Path, sep: str, skip: int, dtype: dict, what: str):
+    """The table's rows after its first `skip` lines (its header and any comment above it), in chunks; a space
+    after a comma is no part of the field (`0, 1`)."""
     import pandas as pd
 
     try:
-        yield from pd.read_csv(path, sep=sep, header=None, skiprows=1 if header else None, comment="#",
-                               chunksize=ROWS, dtype=dtype, engine="c", keep_default_na=False,
+        yield from pd.read_csv(path, sep=sep, header=None, skiprows=skip or None, comment="#",
+                               skipinitialspace=sep == ",", chunksize=ROWS, dtype=dtype, engine="c",
+                               keep_default_na=False,
                                na_values={k: [""] for k in dtype if dtype[k] is not str})
     except MomentError:
         raise
@@ -45,19 +49,19 @@ def read_node_table(path: str | Path, w: GraphWriter) -> IdMap:
     p = need(Path(path), "node table")
     if is_parquet(p):
         return _write_node_rows(node_rows(Table(p, "node table"), ROWS), w, p)
-    sep, first, _ = first_line(p)
+    sep, first, skip = first_line(p)
     if len(first) < 2:
         raise MomentError("a node table needs an id and at least one feature a line, got "
                           f"{len(first)} field{'s' if len(first) != 1 else ''}", source=str(p))
     header = not all(map(is_number, first[1:]))
     dim = len(first) - 1
-    return _write_node_rows(_text_rows(p, sep, header, dim), w, p)
+    return _write_node_rows(_text_rows(p, sep, skip if header else 0, dim), w, p)
 
 
-def _text_rows(p: Path, sep: str, header: bool, dim: int):
+def _text_rows(p: Path, sep: str, skip: int, dim: int):
     """A text node table's (ids as text, float32 features) chunks."""
     done = 0
-    for df in _chunks(p, sep, header, {0: str, **{k: np.float32 for k in range(1, dim + 1)}}, "node table"):
+    for df in _chunks(p, sep, skip, {0: str, **{k: np.float32 for k in range(1, dim + 1)}}, "node table"):
         if df.shape[1] != dim + 1:
             raise MomentError(f"rows have {df.shape[1]} fields, the first {dim + 1}", source=str(p))
         x = df.iloc[:, 1:].to_numpy(np.float32)
@@ -114,7 +118,7 @@ def read_label_table(path: str | Path, ids: IdMap, num_nodes: int, unlabelled: t
         t = Table(p, "label table")
         first, header, rows = t.names, True, label_rows(t, ROWS)
     else:
-        sep, first, _ = first_line(p)
+        sep, first, skip = first_line(p)
         if len(first) != 2:
             raise MomentError(f"a label table needs two fields a line (id, label), got {len(first)}: "
                               f"{','.join(first)[:60]!r}", source=str(p))
@@ -126,7 +130,7 @@ def read_label_table(path: str | Path, ids: IdMap, num_nodes: int, unlabelled: t
                 raise  # an id, not a column's name: a node the graph does not have
             header = True
         rows = ((df.iloc[:, 0].to_numpy(), df.iloc[:, 1].to_numpy().astype(str))
-                for df in _two_fields(_chunks(p, sep, header, {0: str, 1: str}, "label table"), p))
+                for df in _two_fields(_chunks(p, sep, skip if header else 0, {0: str, 1: str}, "label table"), p))
     nodes, tokens = [], []
     for got, token in rows:
         nodes.append(ids.nodes(got, str(p), "label table"))
@@ -136,9 +140,10 @@ def read_label_table(path: str | Path, ids: IdMap, num_nodes: int, unlabelled: t
     by_node = np.sort(node)
     if (twice := by_node[1:][by_node[1:] == by_node[:-1]]).size:
         raise MomentError(f"node {ids.original[twice[0]]} has two labels: one line a node", source=str(p))
-    skip = np.isin(token, np.array(["", *unlabelled], dtype=str))
+    token = np.char.strip(token)
+    none = np.isin(token, np.array(["", *unlabelled], dtype=str))
     counted = {t: int(np.count_nonzero(token == t)) for t in ("", *unlabelled) if np.any(token == t)}
-    node, token = node[~skip], token[~skip]
+    node, token = node[~none], _whole_numbers(token[~none], node[~none], ids, p)
     numbers = np.array([t.lstrip("-").isdigit() for t in np.unique(token).tolist()], bool)
     if numbers.all():
         value = token.astype(np.int64)
@@ -157,3 +162,20 @@ def read_label_table(path: str | Path, ids: IdMap, num_nodes: int, unlabelled: t
     labels = np.full(num_nodes, -1, np.int64)
     labels[node] = value
     return LabelTable(labels, names, counted, ",".join(first) if header else None)
+
+
+def _whole_numbers(token: np.ndarray, node: np.ndarray, ids: IdMap, p: Path) -> np.ndarray:
+    """Labels written as whole floats (`2.0`: pandas writes an integer column with a gap so) as their digits, so
+    that they are class numbers as in a Parquet table, not names numbered in text order ('10.0' before '2.0');
+    a fractional one is one error naming its node."""
+    uniq, inverse = np.unique(token, return_inverse=True)
+    canon = uniq.tolist()
+    for k, t in enumerate(canon):
+        if t.lstrip("-").isdigit() or not is_number(t) or not math.isfinite(v := float(t)):
+            continue
+        if v != round(v):
+            i = int(np.argmax(token == t))
+            raise MomentError(f"node {ids.original[node[i]]} has label {t}: a class is a whole number or a name",
+                              source=str(p))
+        canon[k] = str(int(v))
+    return np.array(canon, dtype=str)[inverse] if canon != uniq.tolist() else token

@@ -176,7 +176,7 @@ def read_ids(path: Path, what: str) -> np.ndarray:
         pass  # a name among them (or a line of two ids: said below)
     opener = gzip.open if path.suffix == ".gz" else open
     try:
-        with opener(path, "rt") as f:
+        with opener(path, "rt", encoding="utf-8-sig") as f:
             lines = [s for s in (ln.strip() for ln in f) if s and not s.startswith("#")]
     except (OSError, UnicodeDecodeError, EOFError) as e:
         raise MomentError(f"cannot read {what}: {e}", source=str(path)) from None
