@@ -86,6 +86,16 @@ def test_data_file_with_masks(tmp_path: Path) -> None:
     assert import_notices(s) == ["5 duplicate edges dropped (--duplicates keep keeps them)"]
 
 
+def test_masks_of_0_1_integers_are_masks(tmp_path: Path) -> None:
+    """uint8 masks (PyG's own before torch 1.2) and `.long()` ones hold the split their boolean ones hold: read
+    as ids they were node 0 listed again and again."""
+    torch.save(graph(train_mask=mask(TRAIN).to(torch.uint8), val_mask=mask(VAL).long(), test_mask=mask(TEST).int()),
+               tmp_path / "data.pt")
+    ds = import_pyg(tmp_path / "data.pt", tmp_path / "out")
+    for got, want in zip((ds.train_idx, ds.val_idx, ds.test_idx), (TRAIN, VAL, TEST)):
+        np.testing.assert_array_equal(got, want)
+
+
 def test_edge_policy_keep_duplicates_drop_loops(tmp_path: Path) -> None:
     torch.save(graph(), tmp_path / "data.pt")
     ds = import_pyg(tmp_path / "data.pt", tmp_path / "out", policy=EdgePolicy(duplicates="keep", self_loops="drop"))
@@ -238,6 +248,9 @@ def test_bad_graphs_name_the_file_and_attribute(tmp_path: Path) -> None:
     _raises(tmp_path, graph(x=torch.zeros(N, D, dtype=torch.bfloat16)), "bfloat16")
     _raises(tmp_path, graph(train_mask=torch.ones(N, 2, dtype=torch.bool)), "several splits")
     _raises(tmp_path, graph(y=torch.full((N,), 0.5)), "whole numbers")
+    e = _raises(tmp_path, graph(val_mask=mask(VAL).long() * 2), "val_mask has dtype int64 with values other than 0 "
+                "and 1")
+    assert "bad.pt:val_mask" in str(e) and e.hint == "save ids as val_idx"
 
 
 def test_bad_files(tmp_path: Path) -> None:

@@ -92,6 +92,22 @@ def test_names_are_numbered_in_sorted_order_and_a_line_of_names_is_an_edge(tmp_p
     assert GraphDataset.open(tmp_path / "m", verify=True).nodes_of(["x", "9"]).tolist() == [2, 1]
 
 
+def test_a_hash_inside_a_name_is_part_of_it_and_a_line_beginning_with_one_is_a_comment(tmp_path: Path) -> None:
+    """Tags as names (`c#`, `f#`): pandas' comment option cut them at the #, merging `c#` into `c`. Whole-line
+    comments, indented ones and one before the header, are still skipped, also in a label table of class names
+    holding a #, and a bad line is still named by its line in the file."""
+    (tmp_path / "e.csv").write_text("# tags, from a dump\n  # indented\nsrc,dst\nalice,c#\nbob,c\n# between\n"
+                                    "carol,c++\ndave,f#\nc#,f#\n")
+    (tmp_path / "y.csv").write_text("# classes\nid,class\nc#,C#\nf#,F#\nc,C#\n")
+    ds = import_edgelist(tmp_path / "e.csv", tmp_path / "a", renumber=True, label_table=tmp_path / "y.csv")
+    assert list(ds.node_ids) == ["alice", "bob", "c", "c#", "c++", "carol", "dave", "f#"]
+    assert ds.manifest.source["input_edges"] == 5 and ds.class_names == ["C#", "F#"]
+    assert ds.labels[ds.nodes_of(["c#", "f#", "c", "alice"])].tolist() == [0, 1, 0, -1]
+    (tmp_path / "bad.txt").write_text("a b\n# x\n\nc d e\n")
+    with pytest.raises(MomentError, match=r"bad\.txt: cannot parse edge list: .*Expected 2 fields in line 4, saw 3"):
+        import_edgelist(tmp_path / "bad.txt", tmp_path / "out", renumber=True)
+
+
 def test_node_ids_give_the_order_and_the_nodes_no_edge_names(tmp_path: Path) -> None:
     order = ["zed", "carol", "alice", "bob", "dave"]  # zed has no edge
     (tmp_path / "ids.txt").write_text("# my nodes\n" + "\n".join(order) + "\n")

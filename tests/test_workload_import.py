@@ -216,6 +216,10 @@ def test_edgelist_errors(tmp_path: Path) -> None:
     for d in (0, -1):
         with pytest.raises(MomentError, match=f"--feature-dim {d}: must be at least 1"):
             import_edgelist(f, tmp_path / "out", feature_dim=d)
+    (tmp_path / "y.csv").write_text("0,1\n1,0\n")  # too few labels for the random split the import draws
+    with pytest.raises(MomentError, match=r"y\.csv: 2 labelled nodes of 6: too few for a random train, val and test "
+                       "split"):
+        import_edgelist(f, tmp_path / "out", label_table=tmp_path / "y.csv")
     with pytest.raises(MomentError, match="missing edge list"):
         import_edgelist(tmp_path / "none.txt", tmp_path / "out")
     (tmp_path / "bad.npy").write_text("not numpy")

@@ -147,7 +147,7 @@ def pyg_parts(store: dict[str, Any], path: str) -> GraphParts:
         if len(there) > 1:
             raise MomentError(f"the {part} split is given twice ({' and '.join(there)}): keep one", source=path)
         if there:
-            found.append((there[0], get(there[0])))
+            found.append((there[0], _as_mask(there[0], get(there[0]), path)))
     if found and len(found) < len(SPLITS):
         have = {n for n, _ in found}
         missing = [f"no {p} split ({', '.join(SPLIT_ATTRS[p])})" for p in SPLITS if not have & set(SPLIT_ATTRS[p])]
@@ -160,6 +160,17 @@ def pyg_parts(store: dict[str, Any], path: str) -> GraphParts:
         labels=get("y"), labels_source=f"{path}:y",
         splits=[a for _, a in found] or None, split_sources=[f"{path}:{n}" for n, _ in found] or None,
     )
+
+
+def _as_mask(name: str, a: np.ndarray, path: str) -> np.ndarray:
+    """A `*_mask` attribute of 0/1 integers (`torch.uint8`, as PyG's masks were before torch 1.2, or `.long()`)
+    as the boolean mask it names: read as ids, its zeros were node 0 listed again and again."""
+    if not name.endswith("_mask") or a.dtype.kind not in "iu":
+        return a
+    if a.size and (int(a.min()) < 0 or int(a.max()) > 1):
+        raise MomentError(f"{name} has dtype {a.dtype} with values other than 0 and 1: a mask holds one "
+                          "true or false a node", source=f"{path}:{name}", hint=f"save ids as {name[:-5]}_idx")
+    return a.astype(bool)
 
 
 def import_pyg(

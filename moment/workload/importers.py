@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,8 +53,8 @@ from moment.errors import MomentError
 from moment.inputs import check_dir
 from moment.workload.graph import (CHUNK_BYTES, NODE_IDS, SPLITS, GraphDataset, GraphWriter, index_dtype,
                                    label_dtype)
-from moment.workload.import_files import (first_line, is_number, load_npy, need, node_ids, read_csv_chunks, read_node_ids,
-                                          split_files)
+from moment.workload.import_files import (comment_lines_blanked, first_line, is_number, load_npy, need, node_ids,
+                                          read_csv_chunks, read_node_ids, split_files)
 from moment.workload.import_options import EdgePolicy, check_feature_dim
 from moment.workload.node_tables import read_label_table, read_node_table
 from moment.workload.parquet import Table, id_pairs, is_parquet, pick_pair
@@ -141,11 +142,18 @@ def multilabel(a: np.ndarray, source: str) -> np.ndarray:
     return a.astype(np.uint8)
 
 
-def _random_splits(labels: np.ndarray, fractions: tuple[float, float, float], seed: int) -> list[np.ndarray]:
+def _random_splits(labels: np.ndarray, fractions: tuple[float, float, float], seed: int,
+                   source: str) -> list[np.ndarray]:
     from moment.workload.synth import split_sizes
 
     labelled = np.arange(labels.shape[0]) if labels.ndim == 2 else np.flatnonzero(labels >= 0)
-    tr, va, te = split_sizes(labelled.size, *fractions)
+    try:
+        tr, va, te = split_sizes(labelled.size, *fractions)
+    except MomentError:
+        k, n = labelled.size, labels.shape[0]
+        which = f"{n} node{'s' if n != 1 else ''}" if k == n else f"{k} labelled node{'s' if k != 1 else ''} of {n:,}"
+        raise MomentError(f"{which}: too few for a random train, val and test split", source=source,
+                          hint="label more nodes, or give the split (an import's --help says how)") from None
     pick = labelled[np.random.default_rng([seed, 3]).choice(labelled.size, size=tr + va + te, replace=False)]
     return [np.sort(pick[:tr]), np.sort(pick[tr : tr + va]), np.sort(pick[tr + va :])]
 
@@ -518,7 +526,8 @@ def _rest(
         if labels.ndim == 1 and labels.size and labels.max() < 0:
             raise MomentError("no node has a label (every one is negative or NaN: unlabelled), so there is nothing "
                               "to split or train on", source=parts.labels_source or parts.edges_source)
-        splits, names = _random_splits(labels, fractions, seed), [parts.edges_source] * 3
+        splits = _random_splits(labels, fractions, seed, parts.labels_source or parts.edges_source)
+        names = [parts.edges_source] * 3
     else:
         names = list(parts.split_sources or [str(x) for x in parts.splits])
         splits = [read_node_ids(x, n, f"{part} split") if isinstance(x, Path) else node_ids(x, n, src, f"{part} split")
@@ -899,15 +908,18 @@ def _read_edge_text(path: Path, text: EdgeText, dtype: Any = "int64", chunk: int
     try:
         if pd is not None:
             done = 0
-            for df in pd.read_csv(path, sep=text.sep, header=0 if text.header else None, comment="#",
-                                  chunksize=chunk, dtype=dtype, engine="c", na_filter=dtype is not str):
-                a = columns(df.to_numpy())
-                if dtype is str and (empty := pd.isna(a) | (a == "")).any():  # a name: "" is no id
-                    k = int(np.argwhere(empty)[0][0])
-                    raise MomentError(f"edge {done + k + 1:,} ({', '.join(map(repr, a[k].tolist()))}) lacks an id: "
-                                      "each line needs two", source=str(path))
-                done += a.shape[0]
-                yield a
+            names = dtype is str  # a name may hold a #: only whole-line comments are comments
+            with comment_lines_blanked(path) if names else nullcontext(path) as source:
+                for df in pd.read_csv(source, sep=text.sep, header=0 if text.header else None,
+                                      comment=None if names else "#", chunksize=chunk, dtype=dtype, engine="c",
+                                      na_filter=not names):
+                    a = columns(df.to_numpy())
+                    if names and (empty := pd.isna(a) | (a == "")).any():  # a name: "" is no id
+                        k = int(np.argwhere(empty)[0][0])
+                        raise MomentError(f"edge {done + k + 1:,} ({', '.join(map(repr, a[k].tolist()))}) lacks an "
+                                          "id: each line needs two", source=str(path))
+                    done += a.shape[0]
+                    yield a
         else:  # pragma: no cover
             yield columns(np.loadtxt(path, dtype=np.int64 if dtype is not str else str, comments="#",
                                      delimiter="," if text.sep == "," else None, ndmin=2, skiprows=text.skip))

@@ -16,7 +16,7 @@ import numpy as np
 
 from moment.errors import MomentError
 from moment.workload.graph import GraphWriter
-from moment.workload.import_files import first_line, is_number, need
+from moment.workload.import_files import comment_lines_blanked, first_line, is_number, need
 from moment.workload.parquet import Table, is_parquet, label_rows, node_rows
 from moment.workload.renumber import IdMap, own_ids
 
@@ -27,14 +27,14 @@ ROWS = 1 << 16  # table rows parsed at once
 
 def _chunks(path: Path, sep: str, skip: int, dtype: dict, what: str):
     """The table's rows after its first `skip` lines (its header and any comment above it), in chunks; a space
-    after a comma is no part of the field (`0, 1`)."""
+    after a comma is no part of the field (`0, 1`); a # within a line is (a name, a class name)."""
     import pandas as pd
 
     try:
-        yield from pd.read_csv(path, sep=sep, header=None, skiprows=skip or None, comment="#",
-                               skipinitialspace=sep == ",", chunksize=ROWS, dtype=dtype, engine="c",
-                               keep_default_na=False,
-                               na_values={k: [""] for k in dtype if dtype[k] is not str})
+        with comment_lines_blanked(path) as f:
+            yield from pd.read_csv(f, sep=sep, header=None, skiprows=skip or None, skipinitialspace=sep == ",",
+                                   chunksize=ROWS, dtype=dtype, engine="c", keep_default_na=False,
+                                   na_values={k: [""] for k in dtype if dtype[k] is not str})
     except MomentError:
         raise
     except Exception as e:  # noqa: BLE001 - pandas' ParserError and friends, reported with the file name
