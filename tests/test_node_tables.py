@@ -73,12 +73,13 @@ def test_a_label_table_of_node_numbers_needs_no_own_ids(tmp_path: Path) -> None:
 BOM = "\ufeff"  # what Excel's "CSV UTF-8" and PowerShell's Export-Csv write first
 
 
-@pytest.mark.parametrize("shape", ["bom", "bom-header", "comment-before-header", "pandas-floats", "spaces"])
+@pytest.mark.parametrize("shape", ["bom", "bom-header", "comment-before-header", "pandas-floats", "spaces",
+                                   "pandas-columns"])
 def test_tables_as_spreadsheets_and_pandas_write_them_import_as_the_clean_ones(tmp_path: Path, shape: str) -> None:
     """The same edges, node table and label table, written as tools do: with a byte-order mark (on a header, as
     "dst,src", or on the first row), a comment above the header, labels of an integer column with a gap as pandas' to_csv
-    writes them (`10.0`, `2.0`: numbered as text, class 10 became 2), a space after each comma. The oracle is
-    the clean files' import."""
+    writes them (`10.0`, `2.0`: numbered as text, class 10 became 2), a space after each comma, a node table's
+    header of pandas' unnamed columns (`user,0,1,2,3,4`: read as a node). The oracle is the clean files' import."""
     rows = [(int(t), x) for t, x in zip(TX[:40], X[:40])]
     classes = [i % 11 for i in range(40)]
     classes[5] = None  # the gap: pandas writes the column as floats
@@ -96,6 +97,9 @@ def test_tables_as_spreadsheets_and_pandas_write_them_import_as_the_clean_ones(t
     files(tmp_path / "messy", BOM if shape.startswith("bom") else "",
           "# exported by job 42\n\n" if shape == "comment-before-header" else "",
           (lambda c: f"{float(c)}") if shape == "pandas-floats" else str, ", " if shape == "spaces" else ",")
+    if shape == "pandas-columns":  # a frame of unnamed features with the ids inserted first: `user,0,1,2,3,4`
+        f = tmp_path / "messy" / "n.csv"
+        f.write_text("user,0,1,2,3,4\n" + f.read_text().split("\n", 1)[1])
     if shape == "bom-header":  # the destination first: the header says so, behind the mark
         (tmp_path / "messy" / "e.csv").write_text(BOM + "dst,src\n" + "".join(f"{b},{a}\n" for a, b in edges))
     if shape == "bom":  # no header: the mark is on the first row's id

@@ -108,6 +108,16 @@ def test_a_hash_inside_a_name_is_part_of_it_and_a_line_beginning_with_one_is_a_c
         import_edgelist(tmp_path / "bad.txt", tmp_path / "out", renumber=True)
 
 
+def test_a_split_of_a_graph_of_names_names_nodes_as_written(tmp_path: Path) -> None:
+    """`007` and `7` are two names: a split file listing `007` trains on `007` (it was read as the integer 7)."""
+    (tmp_path / "e.csv").write_text("src,dst\n007,abc\n7,abc\nabc,007\nx,7\n")
+    (tmp_path / "sp").mkdir()
+    for part, name in (("train", "007"), ("val", "abc"), ("test", "x")):
+        (tmp_path / "sp" / f"{part}.txt").write_text(f"{name}\n")
+    ds = import_edgelist(tmp_path / "e.csv", tmp_path / "a", renumber=True, splits_dir=tmp_path / "sp")
+    assert ds.node_ids[ds.train_idx].tolist() == ["007"] and ds.node_ids[ds.test_idx].tolist() == ["x"]
+
+
 def test_node_ids_give_the_order_and_the_nodes_no_edge_names(tmp_path: Path) -> None:
     order = ["zed", "carol", "alice", "bob", "dave"]  # zed has no edge
     (tmp_path / "ids.txt").write_text("# my nodes\n" + "\n".join(order) + "\n")

@@ -216,6 +216,27 @@ def test_edgelist_errors(tmp_path: Path) -> None:
     for d in (0, -1):
         with pytest.raises(MomentError, match=f"--feature-dim {d}: must be at least 1"):
             import_edgelist(f, tmp_path / "out", feature_dim=d)
+    for bad, words in ((np.full((6, 3), 1e300), r"x\.npy: features beyond float32's range: row 0 holds 1e\+300"),
+                       (np.where(np.arange(18).reshape(6, 3) == 13, np.nan, 1.0), r"x\.npy: features contain NaN or "
+                        r"infinity \(row 4\)")):
+        np.save(tmp_path / "x.npy", bad)
+        with pytest.raises(MomentError, match=words):
+            import_edgelist(f, tmp_path / "out", features=tmp_path / "x.npy")
+    for n in (0, -5):
+        with pytest.raises(MomentError, match=f"--num-nodes: a node count of {n}: a graph has at least one node"):
+            import_edgelist(f, tmp_path / "out", num_nodes=n)
+    # labels past any class count: uint32's largest value is -1 cast to it (no label); others are refused
+    np.save(tmp_path / "y.npy", np.array([0, 1, 2, 0, 1, 2**32 - 1], np.uint32))
+    assert import_edgelist(f, tmp_path / "u32", labels=tmp_path / "y.npy").labels.tolist() == [0, 1, 2, 0, 1, -1]
+    for y in (np.array([0, 1, 2, 0, 1, 2**63 + 5], np.uint64), np.array([0, 1, 2, 0, 1, 2**32 - 2], np.uint32),
+              np.array([0, 1, 2, 0, 1, 1e20])):
+        np.save(tmp_path / "y.npy", y)
+        with pytest.raises(MomentError, match=r"y\.npy: node 5 has label .*: classes are numbered 0\.\.C-1 with C at "
+                                              r"most 16,777,216"):
+            import_edgelist(f, tmp_path / "out", labels=tmp_path / "y.npy")
+    (tmp_path / "z.txt").write_bytes(gzip.compress(b"0 1\n"))  # not named .gz: not a codec error
+    with pytest.raises(MomentError, match=r"z\.txt: this is gzip-compressed .*\n  hint: use `mv .*z\.txt .*z\.txt\.gz`"):
+        import_edgelist(tmp_path / "z.txt", tmp_path / "out")
     (tmp_path / "y.csv").write_text("0,1\n1,0\n")  # too few labels for the random split the import draws
     with pytest.raises(MomentError, match=r"y\.csv: 2 labelled nodes of 6: too few for a random train, val and test "
                        "split"):
@@ -231,7 +252,7 @@ def test_edgelist_errors(tmp_path: Path) -> None:
 
 def test_an_edge_list_with_a_header_line_reads_its_columns_by_name(tmp_path: Path) -> None:
     """`df.to_csv(path, index=False)` writes a header: it is skipped, said in the report, and a header naming
-    the destination first swaps the columns; pandas' index column is refused with the way to drop it."""
+    the destination first swaps the columns; among more columns the named ones are read."""
     want = expected_rows(EDGES)
     for i, (head, pairs, sep) in enumerate((("src,dst", EDGES, ","), ("target source", EDGES[:, ::-1], " "),
                                             ("# my graph\n\nu\tv", EDGES, "\t"))):
@@ -242,11 +263,25 @@ def test_an_edge_list_with_a_header_line_reads_its_columns_by_name(tmp_path: Pat
         src = ds.manifest.source
         assert src["header"] == head.split("\n")[-1].replace(sep, ",") and src["input_edges"] == len(EDGES)
         assert src["columns_swapped"] == (i == 1)
+    # among more columns (pandas' index, a weight, a time) the header's source and destination are read
+    for i, (head, row) in enumerate(((",src,dst", "{k},{s},{d}"), ("weight,dst,src", "0.{k},{d},{s}"),
+                                     ("src,time,dst", "{s},2026-12-05T03:{k},{d}"))):
+        f = tmp_path / f"w{i}.csv"
+        f.write_text(head + "\n" + "".join(row.format(k=k, s=s, d=d) + "\n" for k, (s, d) in enumerate(EDGES)))
+        assert rows_of(import_edgelist(f, tmp_path / f"w{i}", num_nodes=N)) == want, head
     g = tmp_path / "indexed.csv"
-    g.write_text(",src,dst\n0,0,1\n1,1,2\n")
+    g.write_text(",a,b\n0,0,1\n1,1,2\n")
     with pytest.raises(MomentError, match=r"indexed\.csv: expected 2 columns \(src dst\), got 3 \(the header: "
-                                          r",src,dst\)\n  hint: .*index=False"):
+                                          r",a,b\)\n  hint: .*index=False"):
         import_edgelist(g, tmp_path / "out")
+    for text, words in (("0 1 0.5\n", r"expected 2 columns \(src dst\), got 3\n  hint: among more columns \(a weight, "
+                                      r"a time\), a header line naming the source and destination"),
+                        ("dst src\n0 1.5\n", r"the source column holds a number that is not an integer id"),
+                        ("0 18446744073709551615\n", r"an id of the destination column is beyond 2\^63 - 1\n"
+                                                      r"  hint: --renumber numbers")):
+        g.write_text(text)  # a weight without a header, a float id, a uint64 id: pandas' dtype words before
+        with pytest.raises(MomentError, match=r"indexed\.csv: " + words):
+            import_edgelist(g, tmp_path / "out")
     plain = tmp_path / "plain.txt"
     plain.write_text("0.0 1.0\n1 2\n")  # numbers, not a header
     assert "header" not in import_edgelist(plain, tmp_path / "p").manifest.source

@@ -221,8 +221,9 @@ def import_saint_cmd(
 @import_app.command("edgelist")
 def import_edgelist_cmd(
     edges: Annotated[Path, typer.Argument(help='text file with one "src dst" pair per line, white space or comma '
-                                        'between (# comments allowed; a header line such as src,dst is skipped, '
-                                        'and dst,src swaps the columns), or a Parquet file (or a directory of '
+                                        'between (a line beginning with # is a comment; a header line such as '
+                                        'src,dst is skipped, dst,src swaps the columns, and among more columns '
+                                        '(src,dst,weight) the ones it names are read), or a Parquet file (or a directory of '
                                         'Parquet parts, as Spark writes): its two columns, or those named as '
                                         'source and destination (src/dst, source/target...) among more')],
     out: Out,

@@ -127,6 +127,11 @@ def index_dtype(num_nodes: int) -> np.dtype:
     return np.dtype(np.int32) if num_nodes < 2**31 else np.dtype(np.int64)
 
 
+#: the most classes a dataset may have: a label past it is a sentinel or a mistake (uint32's 4,294,967,295 made
+#: an output layer of 4.3 billion classes), not a class
+MAX_CLASSES = 1 << 24
+
+
 def label_dtype(num_classes: int, multilabel: bool = False) -> np.dtype:
     if multilabel:
         return np.dtype(MULTILABEL_DTYPE)

@@ -13,7 +13,7 @@ from pathlib import Path
 from moment.errors import MomentError
 from moment.workload.graph import GraphDataset
 from moment.workload.import_files import is_zip, load_npy, load_sparse_edges, need
-from moment.workload.import_options import EdgePolicy
+from moment.workload.import_options import EdgePolicy, check_node_count
 from moment.workload.importers import RANDOM_SPLIT, GraphParts, Progress, write_parts
 
 
@@ -38,6 +38,7 @@ def import_npy(
 ) -> GraphDataset:
     """Imports `.npy` arrays (see the module docstring). Without `x`/`y`, features/labels are generated
     (seeded); the split is the three files given, or a seeded random one when none is."""
+    check_node_count(num_nodes)
     e = Path(edge_index)
     splits = [None if p is None else Path(p) for p in (train_idx, val_idx, test_idx)]
     given = [s for s in splits if s is not None]

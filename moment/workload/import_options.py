@@ -27,6 +27,13 @@ def check_feature_dim(d: int) -> int:
     return int(d)
 
 
+def check_node_count(n: int | None, source: str = "--num-nodes") -> int | None:
+    """A node count given with the graph (`--num-nodes`, a PyG graph's `num_nodes`): one node at least."""
+    if n is not None and int(n) < 1:
+        raise MomentError(f"a node count of {n}: a graph has at least one node", source=source)
+    return n
+
+
 @dataclass(frozen=True)
 class EdgePolicy:
     """Keep or drop repeated edges and self-loops. Defaults are what imports always did: duplicates dropped

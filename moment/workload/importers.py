@@ -41,6 +41,7 @@ by the policy) repeated neighbours and self-loops.
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -51,11 +52,11 @@ import numpy as np
 
 from moment.errors import MomentError
 from moment.inputs import check_dir
-from moment.workload.graph import (CHUNK_BYTES, NODE_IDS, SPLITS, GraphDataset, GraphWriter, index_dtype,
+from moment.workload.graph import (CHUNK_BYTES, MAX_CLASSES, NODE_IDS, SPLITS, GraphDataset, GraphWriter, index_dtype,
                                    label_dtype)
 from moment.workload.import_files import (comment_lines_blanked, first_line, is_number, load_npy, need, node_ids,
                                           read_csv_chunks, read_node_ids, split_files)
-from moment.workload.import_options import EdgePolicy, check_feature_dim
+from moment.workload.import_options import EdgePolicy, check_feature_dim, check_node_count
 from moment.workload.node_tables import read_label_table, read_node_table
 from moment.workload.parquet import Table, id_pairs, is_parquet, pick_pair
 from moment.workload.renumber import IdMap, NameCodes, read_ids
@@ -120,11 +121,18 @@ def _labels_to_int(raw: np.ndarray, source: str) -> np.ndarray:
         bad = ~np.isfinite(a)
         if np.any(a[~bad] != np.floor(a[~bad])):
             raise MomentError("labels must be whole numbers", source=source)
-        out = np.where(bad, -1, a).astype(np.int64)
-    elif a.dtype.kind in "iu":
+        out = np.where(bad, -1, np.clip(a, -1, MAX_CLASSES)).astype(np.int64)  # (1e20 cast wrapped negative)
+    elif a.dtype.kind == "u":  # uint32's or uint64's largest value, no class, is -1 cast to it: no label, as -1
+        none = a == np.iinfo(a.dtype).max if np.iinfo(a.dtype).max >= MAX_CLASSES else np.zeros(a.shape, bool)
+        out = np.where(none, -1, np.minimum(a.astype(np.uint64), MAX_CLASSES).astype(np.int64))
+    elif a.dtype.kind == "i":
         out = a.astype(np.int64)
     else:
         raise MomentError(f"labels must be numeric, got {a.dtype}", source=source)
+    if out.size and out.max() >= MAX_CLASSES:
+        top = a[i := int(np.argmax(out))]
+        raise MomentError(f"node {i} has label {top}: classes are numbered 0..C-1 with C at most {MAX_CLASSES:,}",
+                          source=source, hint=f"if {top} marks a node without a label, make it -1")
     return np.where(out < 0, -1, out)
 
 
@@ -320,9 +328,16 @@ def _write_features(w: GraphWriter, chunks: Iterator[np.ndarray], n: int, source
             raise MomentError(f"rows have {c.shape[1]} values, earlier rows {fw.row_shape[0]}", source=source)
         if fw.written + c.shape[0] > n:
             raise MomentError(f"more feature rows than the graph's {n} nodes", source=source)
-        c = c.astype(fw.dtype, copy=False)  # (a float64 beyond float32's range becomes infinity: found below)
+        was = c
+        with np.errstate(over="ignore"):  # a float64 beyond float32's range becomes infinity: said below
+            c = c.astype(fw.dtype, copy=False)
         if not np.isfinite(c).all():
-            raise MomentError("features contain NaN or infinity", source=source)
+            k = int(np.argwhere(~np.isfinite(c))[0][0])
+            if np.isfinite(was[k]).all():
+                v = float(was[k][np.argmax(np.abs(was[k]))])
+                raise MomentError(f"features beyond {fw.dtype}'s range: row {fw.written + k} holds {v:g} (at most "
+                                  f"{np.finfo(fw.dtype).max:.3g})", source=source)
+            raise MomentError(f"features contain NaN or infinity (row {fw.written + k})", source=source)
         fw.write(c)
     if fw is None or fw.written != n:
         got = 0 if fw is None else fw.written
@@ -475,6 +490,7 @@ def write_parts(
     feat = parts.features
     if feat is not None:
         check_feature_shape(feat, parts.features_source)
+    check_node_count(parts.num_nodes, parts.num_nodes_source)
     lab = None if parts.labels is None else _labels_to_int(parts.labels, parts.labels_source)
     given = [(k, what, src) for k, what, src in (
         (parts.num_nodes, "num_nodes", parts.num_nodes_source),
@@ -681,6 +697,7 @@ def import_edgelist(
     both keyed by the graph's own ids (`moment.workload.node_tables`)."""
     check_seed(seed)
     check_feature_dim(feature_dim)
+    check_node_count(num_nodes)
     for one, other, names in ((node_table, features or node_ids, "--node-table and --features/--node-ids"),
                               (label_table, labels, "--label-table and --labels")):
         if one is not None and other is not None:
@@ -823,12 +840,12 @@ def _scratch(w: GraphWriter, mode: str = "r") -> np.ndarray:
 def _names_columns(text: EdgeText) -> bool:
     """Whether a header line names the two columns (src,dst; target source ...), as opposed to naming nodes."""
     h = [t.strip().lower() for t in text.header or []]
-    return len(h) == 2 and all(t in SRC_NAMES | DST_NAMES for t in h)
+    return text.use is not None or (len(h) == 2 and all(t in SRC_NAMES | DST_NAMES for t in h))
 
 
 def _own_split(ids: IdMap, path: Path, part: str, n: int) -> np.ndarray:
     """A split file of the graph's own ids (or a boolean mask in node order) as node numbers."""
-    a = read_ids(path, f"{part} split")
+    a = read_ids(path, f"{part} split", names=ids.kind == "text")
     return node_ids(a, n, str(path), f"{part} split") if a.dtype == np.bool_ else ids.nodes(a, str(path), f"{part} split")
 
 
@@ -836,7 +853,9 @@ def _own_split(ids: IdMap, path: Path, part: str, n: int) -> np.ndarray:
 BINARY_MAGIC = ((np.lib.format.MAGIC_PREFIX, "a NumPy .npy file", "moment data import npy --edge-index {path}"),
                 (b"PK\x03\x04", "a zip archive (a torch.save file, or an .npz)",
                  "moment data import pyg {path} (for a torch.save of a PyG Data)"),
-                (b"\x80", "a Python pickle (an old torch.save file)", "moment data import pyg {path}"))
+                (b"\x80", "a Python pickle (an old torch.save file)", "moment data import pyg {path}"),
+                (b"\x1f\x8b", "gzip-compressed (a compressed edge list is read when its name ends in .gz)",
+                 "mv {path} {path}.gz"))
 
 
 def _refuse_binary(path: Path) -> None:
@@ -867,9 +886,13 @@ class EdgeText:
     header: list[str] | None = None
     skip: int = 0
     columns: tuple[str, str] | None = None
+    fields: int = 2  # on the first line
+    use: tuple[int, int] | None = None  # among more fields, the header's source and destination (`src,dst,weight`)
 
     @property
     def swapped(self) -> bool:
+        if self.use:
+            return self.use[0] > self.use[1]
         h = [t.strip().lower() for t in self.header or []]
         return len(h) == 2 and h[0] in DST_NAMES and h[1] in SRC_NAMES
 
@@ -883,7 +906,11 @@ def edge_text(path: Path) -> EdgeText:
     if path.suffix != ".gz":
         _refuse_binary(path)
     sep, tokens, skip = first_line(path)
-    return EdgeText(sep, tokens, skip) if tokens and not any(map(is_number, tokens)) else EdgeText(sep)
+    if not tokens or any(map(is_number, tokens)):
+        return EdgeText(sep, fields=len(tokens) or 2)
+    named = [[i for i, t in enumerate(tokens) if t.lower() in names] for names in (SRC_NAMES, DST_NAMES)]
+    use = (named[0][0], named[1][0]) if len(tokens) > 2 and all(len(n) == 1 for n in named) else None
+    return EdgeText(sep, tokens, skip, fields=len(tokens), use=use)
 
 
 def _read_edge_text(path: Path, text: EdgeText, dtype: Any = "int64", chunk: int = EDGE_CHUNK) -> Iterator[np.ndarray]:
@@ -898,8 +925,12 @@ def _read_edge_text(path: Path, text: EdgeText, dtype: Any = "int64", chunk: int
             what = f" (the header: {head if head.isprintable() else repr(head)})" if text.header else ""
             raise MomentError(f"expected 2 columns (src dst), got {a.shape[1]}{what}", source=str(path),
                               hint="save it without the index column: df.to_csv(path, index=False)"
-                              if text.header and not text.header[0] else None)
+                              if text.header and not text.header[0] else "among more columns (a weight, a time), "
+                              "a header line naming the source and destination (src,dst,weight) says which to read")
         return a[:, ::-1] if text.swapped else a
+
+    if text.fields != 2 and not text.use:  # before pandas' dtype complaint about a weight column
+        columns(np.zeros((0, text.fields)))
 
     try:
         import pandas as pd
@@ -911,8 +942,8 @@ def _read_edge_text(path: Path, text: EdgeText, dtype: Any = "int64", chunk: int
             names = dtype is str  # a name may hold a #: only whole-line comments are comments
             with comment_lines_blanked(path) if names else nullcontext(path) as source:
                 for df in pd.read_csv(source, sep=text.sep, header=0 if text.header else None,
-                                      comment=None if names else "#", chunksize=chunk, dtype=dtype, engine="c",
-                                      na_filter=not names):
+                                      usecols=list(text.use) if text.use else None, comment=None if names else "#",
+                                      chunksize=chunk, dtype=dtype, engine="c", na_filter=not names):
                     a = columns(df.to_numpy())
                     if names and (empty := pd.isna(a) | (a == "")).any():  # a name: "" is no id
                         k = int(np.argwhere(empty)[0][0])
@@ -922,13 +953,21 @@ def _read_edge_text(path: Path, text: EdgeText, dtype: Any = "int64", chunk: int
                     yield a
         else:  # pragma: no cover
             yield columns(np.loadtxt(path, dtype=np.int64 if dtype is not str else str, comments="#",
-                                     delimiter="," if text.sep == "," else None, ndmin=2, skiprows=text.skip))
+                                     delimiter="," if text.sep == "," else None, ndmin=2, skiprows=text.skip,
+                                     usecols=sorted(text.use) if text.use else None))
     except MomentError:
         raise
     except Exception as e:  # noqa: BLE001 - pandas' ParserError and friends, reported with the file name
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         if "No columns" in msg:
             return
+        if (m := re.search(r"for (float64|uint64) dtyped data in column (\d+)", msg)) is not None:
+            column = "source" if int(m.group(2)) == (text.use[0] if text.use else int(text.swapped)) else "destination"
+            if m.group(1) == "uint64":
+                raise MomentError(f"an id of the {column} column is beyond 2^63 - 1", source=str(path),
+                                  hint="--renumber numbers the graph's own ids, of any size, 0..N-1") from None
+            raise MomentError(f"the {column} column holds a number that is not an integer id (such as 1.5)",
+                              source=str(path), hint="ids are integers, or names with --renumber") from None
         raise MomentError(f"cannot parse edge list: {msg}", source=str(path)) from None
 
 

@@ -53,7 +53,10 @@ def read_node_table(path: str | Path, w: GraphWriter) -> IdMap:
     if len(first) < 2:
         raise MomentError("a node table needs an id and at least one feature a line, got "
                           f"{len(first)} field{'s' if len(first) != 1 else ''}", source=str(p))
-    header = not all(map(is_number, first[1:]))
+    # a header names a feature, or is pandas' for unnamed columns: `user,0,1,2` (an id that is no number, and the
+    # features' column numbers, which no node of a names graph has as its features in this form)
+    header = not all(map(is_number, first[1:])) or (
+        not is_number(first[0]) and first[1:] == [str(k) for k in range(len(first) - 1)])
     dim = len(first) - 1
     return _write_node_rows(_text_rows(p, sep, skip if header else 0, dim), w, p)
 

@@ -154,9 +154,10 @@ class NameCodes:
         return IdMap(names[order], source, f"{order.size:,} distinct names of {source}, in sorted order"), rank
 
 
-def read_ids(path: Path, what: str) -> np.ndarray:
+def read_ids(path: Path, what: str, names: bool = False) -> np.ndarray:
     """A file of node ids: `.npy` or Parquet (integers, names, or a boolean mask, returned as is) or text, one id
-    a line (integers when every line is one, names otherwise; blank lines and # comments skipped)."""
+    a line (integers when every line is one, names otherwise; blank lines and # comments skipped). `names`: the
+    graph's ids are names, so a text line is one as written (`007` is not node `7`)."""
     need(path, what)
     if is_parquet(path):
         return one_column(path, what)
@@ -170,10 +171,11 @@ def read_ids(path: Path, what: str) -> np.ndarray:
             raise MomentError(f"{what} has dtype {a.dtype} and shape {list(a.shape)}: expected node ids [K] "
                               "(integers or names)", source=str(path))
         return a
-    try:
-        return read_id_column(path, what)  # integers: the split files' reader
-    except MomentError:
-        pass  # a name among them (or a line of two ids: said below)
+    if not names:
+        try:
+            return read_id_column(path, what)  # integers: the split files' reader
+        except MomentError:
+            pass  # a name among them (or a line of two ids: said below)
     opener = gzip.open if path.suffix == ".gz" else open
     try:
         with opener(path, "rt", encoding="utf-8-sig") as f:
@@ -182,7 +184,7 @@ def read_ids(path: Path, what: str) -> np.ndarray:
         raise MomentError(f"cannot read {what}: {e}", source=str(path)) from None
     if (bad := next((s for s in lines if "," in s or len(s.split()) > 1), None)) is not None:
         raise MomentError(f"{what}: expected one node id a line, got {bad[:60]!r}", source=str(path))
-    return own_ids(lines)
+    return np.array(lines, dtype=str) if names else own_ids(lines)
 
 
 def own_ids(tokens: list[str]) -> np.ndarray:
