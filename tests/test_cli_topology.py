@@ -109,7 +109,7 @@ def test_bad_profile_file_names_file_and_field(capsys, tmp_path):
     assert code == 2 and "mine.yaml" in err and "ghost" in err
 
 
-def test_scan_json_kinds_from_real_files(capsys, fixtures_dir):
+def test_scan_json_kinds_from_real_files(capsys, fixtures_dir, tmp_path):
     code, out, _ = run(capsys, "scan", "--from-nccl-xml", str(fixture_file("nccl_simai_8xA100-4xCX6_topo.xml")), "--json")
     assert code == 0
     nodes = json.loads(out)["nodes"]
@@ -121,6 +121,11 @@ def test_scan_json_kinds_from_real_files(capsys, fixtures_dir):
     nodes = json.loads(out)["nodes"]
     assert sum(n["kind"] == "gpu" for n in nodes) == 4 and sum(n["kind"] == "ssd" for n in nodes) == 17
     assert all(n["kind"] != "gpu" or "ASPEED" not in (n.get("label") or "") for n in nodes)
+    # the JSON, scan report and all, is a profile to plan (its report was an extra input before)
+    scanned = tmp_path / "scanned.json"
+    scanned.write_text(out)
+    code, plan, err = run(capsys, "plan", "--profile", str(scanned), "--gpus", "2", "--ssds", "2", "--json")
+    assert code == 0 and json.loads(plan)["placement"], err
 
 
 def test_scan_writes_a_profile_that_loads_back_and_nccl_xml_round_trips(capsys, tmp_path):

@@ -85,6 +85,10 @@ def test_cluster_plan_prints_the_machines_and_the_network_share(tmp_path, capsys
     for name in ("b0", "b1"):
         svg = (tmp_path / f"p-{name}.svg").read_text()
         assert "CX6-Dx-100GbE" in svg
+    # a picture that cannot be written stops the command before the first is: none of them is left
+    (tmp_path / "q-b1.svg").mkdir()
+    assert main(["plan", "--cluster", str(path), "--diagram", str(tmp_path / "q.svg")]) == 2
+    assert "q-b1.svg" in capsys.readouterr().err and not (tmp_path / "q-b0.svg").exists()
 
 
 #: a chassis where the GPUs sit under two switches and a NIC could also go on the root complex

@@ -135,12 +135,14 @@ def _plan_cluster(req: ClusterPlanRequest, diagram: Path | None, json_out: bool)
     result = cluster_plan(req)
     written = []
     if diagram is not None:
-        from moment.planner.diagram import write_plan_diagram
+        from moment.planner.diagram import check_diagram_path, write_plan_diagram
         from moment.topology.profiles import load_profile
 
+        outs = [diagram.with_name(f"{diagram.stem}-{m.name}{diagram.suffix}") for m in result.machines]
+        for out in outs:  # every picture's name before the first is drawn: none or all are written
+            check_diagram_path(out)
         first: dict[int, Path] = {}  # machines of one server entry are equal: drawn once, copied
-        for m in result.machines:
-            out = diagram.with_name(f"{diagram.stem}-{m.name}{diagram.suffix}")
+        for m, out in zip(result.machines, outs):
             if m.server in first:
                 shutil.copyfile(first[m.server], out)
             else:

@@ -392,9 +392,11 @@ def replay_json(rep, cal: Calibration | None, data: str | None = DEFAULT_DATA) -
 # ---- machines and catalogues --------------------------------------------------------------------------------------
 def topology_json(topo: Topology, report=None) -> dict:
     """`moment scan --json`: the topology, and the scan's report (sources used and missing) when there is one."""
+    from moment.topology.profiles import SCAN_REPORT
+
     data = topo.model_dump(mode="json", exclude_none=True)
     if report is not None:
-        data["scan_report"] = report.model_dump(mode="json")
+        data[SCAN_REPORT] = report.model_dump(mode="json")
     return data
 
 

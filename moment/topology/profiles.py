@@ -112,11 +112,18 @@ def resolve_profile(name_or_path: str) -> Path:
     )
 
 
+#: the key `moment scan --json` adds beside the topology (the sources used and missing): not the machine's
+SCAN_REPORT = "scan_report"
+
+
 def load_profile(name_or_path: str, overrides: list[str] | None = None, *, flag: Flag = cli_flag) -> Topology:
     """A profile, with `--set` overrides applied. A profile that is invalid by itself blames its file;
-    one that only the overrides make invalid blames the first `--set` that breaks it (spelled by `flag`)."""
+    one that only the overrides make invalid blames the first `--set` that breaks it (spelled by `flag`).
+    `moment scan --json`'s output is one: its scan report is left out."""
     path = resolve_profile(name_or_path)
     data = read_yaml(path, "profile")
+    if isinstance(data, dict):
+        data.pop(SCAN_REPORT, None)
     if not overrides:
         return topology_from_dict(data, str(path))
     if not isinstance(data, dict):
