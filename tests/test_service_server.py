@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import signal
@@ -96,6 +98,24 @@ def test_serve_on_a_taken_port_says_so_in_one_message(tmp_path):
     assert r.returncode == 2, r.stderr
     assert f"--port {port}: cannot listen there" in r.stderr and "pick another --port" in r.stderr
     assert "Traceback" not in r.stderr and "ERROR:" not in r.stderr
+
+
+@pytest.mark.parametrize("option, words", [
+    (["--log-level", "nope"], "--log-level 'nope': choose one of critical, error, warning, info, debug, trace"),
+    (["--max-body-mib", "nan"], "--max-body-mib nan: must be a finite number above 0"),
+    (["--max-upload-mib", "inf"], "--max-upload-mib inf: must be a finite number above 0"),
+    (["--plan-timeout", "nan"], "--plan-timeout nan: must be a finite number above 0"),  # every plan was a 408
+    (["--root-path", "nope"], "--root-path 'nope': a URL path begins with /"),
+])
+def test_serve_refuses_a_bad_option_naming_it(tmp_path, option, words):
+    """In-process (no server starts): each was a traceback, or a service whose every plan timed out at once."""
+    from moment.cli import main
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(["serve", "--port", str(_free_port()), "--data-dir", str(tmp_path / "d"), *option])
+    assert code == 2 and words in err.getvalue() and "Traceback" not in err.getvalue(), err.getvalue()
+    assert not (tmp_path / "d").exists()
 
 
 def _own_public_address() -> str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 from pathlib import Path
@@ -57,17 +58,26 @@ def serve_cmd(
         raise MomentError(f"--workers {workers}: at least 1")
     if not 0 < port < 65536:
         raise MomentError(f"--port {port}: choose 1-65535")
+    for flag, value in (("--max-body-mib", max_body_mib), ("--max-upload-mib", max_upload_mib),
+                        ("--plan-timeout", plan_timeout), ("--request-max-mib", request_max_mib)):
+        if not (math.isfinite(value) and value > 0):  # (NaN passed a `<= 0` test and every plan timed out at once)
+            raise MomentError(f"{flag} {value}: must be a finite number above 0")
+    if root_path and not root_path.startswith("/"):
+        raise MomentError(f"--root-path {root_path!r}: a URL path begins with /", hint=f"--root-path /{root_path}")
     try:
         import fastapi  # noqa: F401
         import uvicorn
+        from uvicorn.config import LOG_LEVELS
     except ImportError as e:
         raise MomentError(f"the service needs {e.name}: pip install 'moment[serve]'") from None
+    if log_level.lower() not in LOG_LEVELS:
+        raise MomentError(f"--log-level {log_level!r}: choose one of {', '.join(LOG_LEVELS)}")
     settings = Settings(data_dir=data_dir, db=db, token=token, allow_no_token=allow_no_token,
                         max_body_bytes=int(max_body_mib * MiB), max_upload_bytes=int(max_upload_mib * MiB),
                         plan_timeout_s=plan_timeout, request_max_mib=request_max_mib).checked()  # the paths first: a busy port hides nothing
     _check_port_free(host, port)
     common = dict(host=host, port=port, root_path=root_path, proxy_headers=True,
-                  forwarded_allow_ips=forwarded_allow_ips, log_level=log_level)
+                  forwarded_allow_ips=forwarded_allow_ips, log_level=log_level.lower())
     auth = ("bearer token required" if settings.token else
             "no token: other machines allowed (--allow-no-token)" if allow_no_token else "no token: loopback only")
     err_console.print(f"moment service on http://{host}:{port}{root_path}/ (data {settings.data_dir}; {auth})",

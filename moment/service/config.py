@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -65,7 +66,7 @@ class Settings:
             raise MomentError(f"max_waiting_searches must not be negative (got {self.max_waiting_searches})")
         for name in ("max_body_bytes", "max_upload_bytes", "plan_timeout_s", "probe_max_mib", "probe_max_job_mib",
                      "request_max_mib", "job_workers", "max_queued_jobs", "max_searches"):
-            if getattr(self, name) <= 0:
+            if not (math.isfinite(getattr(self, name)) and getattr(self, name) > 0):  # NaN is not > 0 either
                 raise MomentError(f"{name} must be positive (got {getattr(self, name)})")
         db = None
         if self.db is not None:
