@@ -119,3 +119,23 @@ def test_a_point_every_rank_reaches_fires_on_the_rank_its_setting_names(monkeypa
             testpoints.reach_rank("train-step", 3)
     else:
         testpoints.reach_rank("train-step", 3)
+
+
+def test_a_damaged_checkpoint_is_refused_and_one_of_an_earlier_version_still_reads(tmp_path) -> None:
+    """A flipped bit in a weight is a valid float to torch.load: the checksum line is what finds it."""
+    from moment.errors import MomentError
+    from moment.runtime.checkpoint import CHECKPOINT_NAME, CHECKSUM_LINE, FORMAT_VERSION
+
+    weights = torch.arange(4096, dtype=torch.float32)
+    path = save_checkpoint(tmp_path, {"model": {"w": weights}, "step": 32})
+    assert torch.equal(load_checkpoint(tmp_path)["model"]["w"], weights)
+    raw = bytearray(path.read_bytes())
+    body = raw.index(b"\n") + 1
+    raw[body + len(raw[body:]) // 2] ^= 0x10  # a mantissa bit, mid-file: inside the weights
+    path.write_bytes(raw)
+    with pytest.raises(MomentError, match=f"{CHECKPOINT_NAME}: the checkpoint is damaged: its bytes differ"):
+        load_checkpoint(tmp_path)
+    older = tmp_path / "older"  # written before the checksum line: no line, read as it is
+    older.mkdir()
+    torch.save({"format": FORMAT_VERSION, "step": 7}, older / CHECKPOINT_NAME)
+    assert load_checkpoint(older)["step"] == 7 and not (older / CHECKPOINT_NAME).read_bytes().startswith(CHECKSUM_LINE)

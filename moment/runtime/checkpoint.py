@@ -6,6 +6,7 @@ state that influences what comes next, so a resumed run draws the same batches a
 
 from __future__ import annotations
 
+import hashlib
 import io
 import random
 from pathlib import Path
@@ -25,6 +26,9 @@ if TYPE_CHECKING:
 
 CHECKPOINT_NAME = "checkpoint.pt"
 FORMAT_VERSION = 1
+#: the first line of a checkpoint: the SHA-256 of the torch.save bytes after it. torch.load reads a flipped bit
+#: in a weight as a valid number, and the resumed run then trained on silently from damaged weights
+CHECKSUM_LINE = b"MOMENT-CHECKPOINT sha256="
 
 
 def rng_state(device: torch.device | None = None) -> dict[str, Any]:
@@ -82,6 +86,7 @@ def save_checkpoint(directory: str | Path, payload: dict[str, Any]) -> Path:
     final = Path(directory) / CHECKPOINT_NAME
     with atomic_file(final) as f:
         testpoints.reach("checkpoint-write")
+        f.write(CHECKSUM_LINE + hashlib.sha256(buf.getbuffer()).hexdigest().encode() + b"\n")
         f.write(buf.getbuffer())
     return final
 
@@ -94,7 +99,18 @@ def load_checkpoint(directory: str | Path) -> dict[str, Any] | None:
     if not path.exists():
         return None
     try:
-        data = torch.load(path, map_location="cpu", weights_only=False)
+        raw = path.read_bytes()
+    except OSError as e:
+        raise MomentError(f"cannot read checkpoint: {e.strerror}", source=str(path)) from None
+    body = memoryview(raw)
+    if raw.startswith(CHECKSUM_LINE):  # (a checkpoint of an earlier version has none: read as it is)
+        end = len(CHECKSUM_LINE) + 64
+        body = body[end + 1 :]
+        if hashlib.sha256(body).hexdigest().encode() != raw[len(CHECKSUM_LINE) : end]:
+            raise MomentError("the checkpoint is damaged: its bytes differ from those written (checksum)",
+                              source=str(path), hint="resume from an intact copy, or train again without --resume")
+    try:
+        data = torch.load(io.BytesIO(body), map_location="cpu", weights_only=False)
     except Exception as e:  # noqa: BLE001 - a corrupt file is a user-visible condition, not a crash
         raise MomentError(f"cannot read checkpoint: {e}", source=str(path)) from None
     if not isinstance(data, dict) or data.get("format") != FORMAT_VERSION:
