@@ -7,6 +7,7 @@ import contextlib
 import errno
 import io
 import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -228,6 +229,17 @@ def test_full_disk_during_place_leaves_nothing(tmp_path, dataset, monkeypatch):
                      "--gpu-cache", "5%", "--cpu-cache", "5%", "--out", tmp_path / "L")
     one_message(rc, err, "L", "cannot write the layout", "no space left on the device")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_too_little_free_space_shows_the_sizes_in_a_unit_that_tells_them_apart(tmp_path, dataset, monkeypatch):
+    """A small layout's refusal read "needs 0.00 GiB here, 0.00 GiB free"."""
+    import moment.placement.layout as layout_mod
+
+    monkeypatch.setattr(layout_mod.shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(1 << 20, 1 << 20, 65536))
+    rc, _, err = run("place", "--dataset", dataset, "--gpus", "2", "--ssds", "2", "--batches", "2",
+                     "--gpu-cache", "5%", "--cpu-cache", "5%", "--out", tmp_path / "L")
+    one_message(rc, err, "not enough free space: the layout needs 1.1 MiB here, 64.0 KiB free")
+    assert "0.00" not in err
 
 
 def test_full_disk_during_atomic_write(tmp_path, monkeypatch):

@@ -79,6 +79,7 @@ from moment.placement.manifest import (
 )
 from moment.placement.pack import pack_files
 from moment.placement.reader import CLUSTER_MANIFEST, load_manifest
+from moment.sizes import fmt_size
 from moment.workload.graph import MANIFEST as DATASET_MANIFEST
 from moment.workload.graph import GraphDataset
 
@@ -160,9 +161,10 @@ def _check_space(needs: list[tuple[Path, int]]) -> None:
     for path, total in by_dev.values():
         free = shutil.disk_usage(path).free
         if total > free:
-            raise MomentError(
-                f"not enough free space: the layout needs {total / 2**30:.2f} GiB here, "
-                f"{free / 2**30:.2f} GiB free", source=str(path))
+            need, have = fmt_size(total), fmt_size(free)  # in GiB, a small layout's read "needs 0.00, 0.00 free"
+            if need == have:  # the shortfall is below the rounding
+                need, have = f"{total:,} B", f"{free:,} B"
+            raise MomentError(f"not enough free space: the layout needs {need} here, {have} free", source=str(path))
 
 
 def _remove(paths: list[Path]) -> None:
