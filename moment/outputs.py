@@ -63,10 +63,11 @@ def _label(path: str | Path, what: str | None) -> str:
     return f"{what} {path}" if what else str(path)
 
 
-def write_error(e: OSError, path: str | Path, what: str | None = None, doing: str = "cannot write") -> MomentError:
-    """The one-line message for an OSError met while writing `path` (`what` names the option)."""
-    hint = None
-    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+def write_error(e: OSError, path: str | Path, what: str | None = None, doing: str = "cannot write",
+                hint: str | None = None) -> MomentError:
+    """The one-line message for an OSError met while writing `path` (`what` names the option; `hint`, when the
+    default one of a full disk would point at the wrong option)."""
+    if hint is None and e.errno in (errno.ENOSPC, errno.EDQUOT):
         hint = "free some space or choose another output location; nothing was left behind"
     return MomentError(f"{doing}: {reason(e)}", source=_label(path, what), hint=hint)
 

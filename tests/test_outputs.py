@@ -231,6 +231,27 @@ def test_full_disk_during_place_leaves_nothing(tmp_path, dataset, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_full_ssd_mount_during_place_names_that_mount_not_the_out(tmp_path, dataset, monkeypatch):
+    """A shard on an --ssd-path mount that fills up names that file and its --ssd-path; --out, whose file system
+    may have plenty of room, was named (and the hint said to choose another output location)."""
+    import moment.placement.layout as layout_mod
+
+    ssd, real = tmp_path / "ssd", layout_mod._Writer._shard
+    ssd.mkdir()
+
+    def full(self, final, *a, **k):
+        if Path(final).is_relative_to(ssd):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(self, final, *a, **k)
+
+    monkeypatch.setattr(layout_mod._Writer, "_shard", full)
+    rc, _, err = run("place", "--dataset", dataset, "--gpus", "2", "--ssds", "2", "--batches", "2",
+                     "--gpu-cache", "5%", "--cpu-cache", "5%", "--ssd-path", f"ssd0={ssd}", "--out", tmp_path / "L")
+    one_message(rc, err, f"--ssd-path ssd0 {ssd}/", "ssd0.shard", "no space left on the device")
+    assert f"free some space on {ssd}, or give ssd0 another --ssd-path" in " ".join(err.split()), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ssd"] and not list(ssd.iterdir())
+
+
 def test_too_little_free_space_shows_the_sizes_in_a_unit_that_tells_them_apart(tmp_path, dataset, monkeypatch):
     """A small layout's refusal read "needs 0.00 GiB here, 0.00 GiB free"."""
     import moment.placement.layout as layout_mod

@@ -32,6 +32,7 @@ directories of this layout that its manifest does not point to.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import re
@@ -290,6 +291,16 @@ class _Writer:
     def shard(self, final: Path, rows_u8, nodes, stride: int, nbytes: int, chunk: int,
               batch_rows: int) -> list[str]:
         hasher = ChunkHasher(chunk)
+        try:
+            self._shard(final, rows_u8, nodes, stride, nbytes, batch_rows, hasher)
+        except OSError as e:  # a write error names no file: this one failed (`_write_failure` names it)
+            if e.filename is None:
+                e.filename = str(final)
+            raise
+        return hasher.finish()
+
+    def _shard(self, final: Path, rows_u8, nodes, stride: int, nbytes: int, batch_rows: int,
+               hasher: ChunkHasher) -> None:
         row_bytes = rows_u8.shape[1]
         with atomic_file(final) as f:
             for s in range(0, nodes.shape[0], batch_rows):
@@ -307,7 +318,6 @@ class _Writer:
                 f.write(z)
                 hasher.update(z)
                 self.tick(tail)
-        return hasher.finish()
 
 
 def _save_npy(path: Path, arr: np.ndarray, rel: str) -> FileSum:
@@ -438,8 +448,22 @@ def write_layout(
         except BaseException as e:
             _recover(out, mounts, published)
             if isinstance(e, OSError):  # a full disk or a failing device: one message, nothing left behind
-                raise write_error(e, out, doing="cannot write the layout") from None
+                raise _write_failure(e, out, [(bins[i].name, m) for i, m, _, _ in specs if m is not None]) from None
             raise
+
+
+def _write_failure(e: OSError, out: Path, on_mounts: list[tuple[str, Path]]) -> MomentError:
+    """The one line for an OSError while writing the layout: a file on an SSD mount (--ssd-path) names that file
+    and its bins, not --out, whose file system may have plenty of room (a full SSD mount was blamed on --out)."""
+    failed = Path(e.filename).absolute() if isinstance(e.filename, str) else None
+    names = [name for name, m in on_mounts if failed is not None and failed.is_relative_to(m)]
+    if not names:
+        return write_error(e, failed or out, doing="cannot write the layout")
+    mount = next(m for name, m in on_mounts if name == names[0])
+    hint = (f"free some space on {mount}, or give {' and '.join(names)} another --ssd-path; nothing was left behind"
+            if e.errno in (errno.ENOSPC, errno.EDQUOT) else None)
+    return write_error(e, failed, what=f"--ssd-path {'/'.join(names)}", doing="cannot write the layout's shard",
+                       hint=hint)
 
 
 def _dataset_id_of(features_path: str | Path) -> str | None:
