@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -217,6 +218,36 @@ def test_a_manifest_whose_shard_rows_exceed_its_bytes_is_refused(env, tmp_path, 
     code, err = _verify(copy, capsys)
     assert code == 1 and says in err, err
     with pytest.raises(MomentError, match=says):
+        train(TrainConfig(layout=copy, dataset=ds.path, **FAST))
+
+
+def _last(key: str, value):
+    def edit(doc):
+        doc["shards"][-1][key] = value
+    return edit
+
+
+@pytest.mark.parametrize("edit, says", [
+    (_last("chunk_bytes", -5), "chunk_bytes: Input should be greater than 0"),
+    (_last("chunk_bytes", 0), "chunk_bytes: Input should be greater than 0"),
+    (_last("chunk_sha256", []), "0 chunk checksums for"),
+], ids=["chunk-negative", "chunk-zero", "chunk-sums"])
+def test_a_manifest_whose_fields_contradict_is_damage_to_verify_and_refused_by_train(env, tmp_path, capsys, edit,
+                                                                                       says):
+    """A negative chunk size crashed `layout verify` (pread's EINVAL), a zero one was blamed on chunk 0, and a row
+    shape or dtype that disagrees with the row's bytes passed verify and killed the run reshaping its first
+    batch: the manifest model checks them, verify names the manifest as the damaged file (exit 1), a run refuses."""
+    _, ds, layout, _ = env
+    copy = shutil.copytree(layout, tmp_path / "L")
+    shutil.rmtree(pack_path(copy))
+    doc = json.loads((copy / "manifest.json").read_text())
+    edit(doc)
+    (copy / "manifest.json").write_text(json.dumps(doc))
+    code, err = _verify(copy, capsys)
+    assert code == 1 and err.startswith(f"{copy / 'manifest.json'}: ") and says in err, err
+    assert main(["layout", "verify", str(copy)]) == 1
+    assert f"layout damaged: file {copy / 'manifest.json'}" in " ".join(capsys.readouterr().err.split())
+    with pytest.raises(MomentError, match=re.escape(says)):
         train(TrainConfig(layout=copy, dataset=ds.path, **FAST))
 
 

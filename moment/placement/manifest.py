@@ -74,16 +74,26 @@ class FileSum(BaseModel):
 
 
 class Shard(BaseModel):
-    """Rows of one bin; sha256 per fixed-size chunk so verification can name the bad offset."""
+    """Rows of one bin; sha256 per fixed-size chunk so verification can name the bad offset. Its sizes are
+    checked here, where the manifest is read: a chunk of 0 or -5 bytes made `layout verify` crash (pread's
+    EINVAL) or blame chunk 0, and a run trained on it."""
 
     bin: str
     kind: str
     path: str = Field(description="relative to the layout directory, or absolute on an SSD mount")
-    rows: int
-    stride: int
-    bytes: int
-    chunk_bytes: int
+    rows: int = Field(ge=0)
+    stride: int = Field(gt=0)
+    bytes: int = Field(ge=0)
+    chunk_bytes: int = Field(gt=0)
     chunk_sha256: list[str]
+
+    @model_validator(mode="after")
+    def _chunks(self) -> Shard:
+        want = -(-self.bytes // self.chunk_bytes)
+        if len(self.chunk_sha256) != want:
+            raise ValueError(f"{len(self.chunk_sha256)} chunk checksums for {self.bytes} B in chunks of "
+                             f"{self.chunk_bytes} B (that is {want} chunks)")
+        return self
 
 
 class PlanRef(BaseModel):
@@ -100,7 +110,7 @@ class DatasetRef(BaseModel):
     sha256: str = Field(description="sha256 of the features file")
     id: str | None = Field(None, description="the dataset's identity (sha256 over all its files' checksums, "
                                               "GraphDataset.dataset_id); absent in layouts written before it")
-    num_nodes: int
+    num_nodes: int = Field(ge=0)
     row_shape: list[int]
     dtype: str
 
@@ -217,6 +227,11 @@ def _is_split_part(mf: Path) -> bool:
     return isinstance(head, dict) and head.get("format") == FORMAT and head.get("split") is not None
 
 
+class DamagedManifest(MomentError):
+    """A layout manifest that is there but cannot be trusted (not JSON, fields that contradict the schema or
+    each other): `layout verify` reports it as damage (exit 1), every other reader refuses the layout."""
+
+
 def load_manifest(path: str | Path) -> LayoutManifest:
     p = Path(path)
     if not exists(p):
@@ -244,7 +259,7 @@ def load_manifest(path: str | Path) -> LayoutManifest:
     try:
         head = json.loads(read_text(mf, "layout manifest"))
     except (ValueError, RecursionError) as e:
-        raise MomentError(f"manifest is not readable JSON: {e}", source=str(mf)) from None
+        raise DamagedManifest(f"manifest is not readable JSON: {e}", source=str(mf)) from None
     if not isinstance(head, dict) or head.get("format") != FORMAT:
         raise mistaken(head, "layout", str(p)) or MomentError(
             "not a Moment layout manifest (no format 'moment-layout')", source=str(mf))
@@ -254,7 +269,8 @@ def load_manifest(path: str | Path) -> LayoutManifest:
     try:
         return LayoutManifest.model_validate(head)
     except ValidationError as e:
-        raise validation_error(e, "manifest does not match the schema", source=str(mf)) from None
+        raise DamagedManifest(str(validation_error(e, "manifest does not match the schema")), source=str(mf),
+                              hint="the layout is damaged: place it again") from None
 
 
 def check_dataset(layout: str | Path, m: LayoutManifest, dataset: GraphDataset) -> str | None:

@@ -18,8 +18,8 @@ from moment.errors import MomentError
 from moment.outputs import bad_chunk, sha256_file
 # load_manifest, check_dataset and CLUSTER_MANIFEST live in manifest.py (the pack needs them too); named here
 # as well, where readers of a layout look for them
-from moment.placement.manifest import (CLUSTER_MANIFEST, MANIFEST, LayoutManifest, Progress, Shard,  # noqa: F401
-                                       check_dataset, load_manifest)
+from moment.placement.manifest import (CLUSTER_MANIFEST, MANIFEST, DamagedManifest, LayoutManifest,  # noqa: F401
+                                       Progress, Shard, check_dataset, load_manifest)
 from moment.placement.pack import load_pack, pack_problems
 
 
@@ -43,7 +43,11 @@ def verify_layout(path: str | Path, progress: Progress | None = None) -> VerifyR
     """Check every checksum of the layout at `path`, and the structure of its index, hotness order, node
     lists and pack; never raises for damage, only reports it."""
     root = Path(path)
-    m = load_manifest(root)
+    try:
+        m = load_manifest(root)
+    except DamagedManifest as e:  # damage like any other file's (exit 1), not a refusal to look (exit 2)
+        return VerifyReport(path=str(root), ok=False, files_checked=1, first_bad_file=str(root / MANIFEST),
+                            problems=[str(e).split("\n  hint:")[0]])  # its source is the manifest
     rep = VerifyReport(path=str(root), ok=True)
     smalls = [m.index, *m.cache_lists.values(), *([m.order_file] if m.order_file else [])]
     total = sum(f.bytes for f in smalls) + sum(s.bytes for s in m.shards) + _pack_bytes(root)
