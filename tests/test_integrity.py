@@ -227,11 +227,20 @@ def _last(key: str, value):
     return edit
 
 
+def _dataset_field(key: str, value):
+    def edit(doc):
+        doc["dataset"][key] = value
+    return edit
+
+
 @pytest.mark.parametrize("edit, says", [
     (_last("chunk_bytes", -5), "chunk_bytes: Input should be greater than 0"),
     (_last("chunk_bytes", 0), "chunk_bytes: Input should be greater than 0"),
     (_last("chunk_sha256", []), "0 chunk checksums for"),
-], ids=["chunk-negative", "chunk-zero", "chunk-sums"])
+    (_dataset_field("row_shape", [4]), "row_shape [4] of <f4 is 16 B, but row.row_bytes is 128 B"),
+    (_dataset_field("dtype", "<f2"), "row_shape [32] of <f2 is 64 B, but row.row_bytes is 128 B"),
+    (_dataset_field("dtype", "nope"), "dtype 'nope' with row_shape [32] is not a numeric row"),
+], ids=["chunk-negative", "chunk-zero", "chunk-sums", "row-shape", "dtype", "dtype-unknown"])
 def test_a_manifest_whose_fields_contradict_is_damage_to_verify_and_refused_by_train(env, tmp_path, capsys, edit,
                                                                                        says):
     """A negative chunk size crashed `layout verify` (pread's EINVAL), a zero one was blamed on chunk 0, and a row

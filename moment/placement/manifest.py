@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from moment.documents import mistaken, mistaken_dir
@@ -114,6 +116,18 @@ class DatasetRef(BaseModel):
     row_shape: list[int]
     dtype: str
 
+    @property
+    def row_bytes(self) -> int | None:
+        """Bytes of one row as `row_shape` and `dtype` say (None: not a numeric dtype numpy knows, or a negative
+        dimension)."""
+        try:
+            dt = np.dtype(self.dtype)
+        except (TypeError, ValueError):
+            return None
+        if dt.kind not in "biufc" or any(d < 0 for d in self.row_shape):
+            return None
+        return math.prod(self.row_shape) * dt.itemsize
+
 
 class RemoteBin(BaseModel):
     """Rows of a split layout that another machine owns (`moment place --machines`): they have index
@@ -172,6 +186,23 @@ class LayoutManifest(BaseModel):
                                                          "the runtime's static CPU cache takes a prefix")
     extra: dict[str, Any] = Field(default_factory=dict)
     split: SplitRef | None = Field(None, description="a machine's part of a split layout; None: every row is here")
+
+    @model_validator(mode="after")
+    def _rows_agree(self) -> LayoutManifest:
+        """The dataset's row (shape x dtype) is the row the shards hold: a manifest edited to disagree passed
+        `layout verify` and a run then died reshaping its first batch."""
+        d, rb = self.dataset, self.row.row_bytes
+        if d.row_bytes is None:
+            raise ValueError(f"dataset: dtype {d.dtype!r} with row_shape {d.row_shape} is not a numeric row")
+        if d.row_bytes != rb:
+            raise ValueError(f"dataset: row_shape {d.row_shape} of {d.dtype} is {d.row_bytes} B, but row.row_bytes "
+                             f"is {rb} B")
+        if self.row.stride < rb:
+            raise ValueError(f"row: stride {self.row.stride} B is less than row_bytes {rb} B")
+        for s in self.shards:
+            if s.stride < rb:
+                raise ValueError(f"shards: bin {s.bin}'s stride {s.stride} B is less than row_bytes {rb} B")
+        return self
 
     def layout_id(self) -> str:
         """The layout's identity: sha256 over the checksums of its index, cache lists and shards. A copied
