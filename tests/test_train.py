@@ -231,6 +231,25 @@ def test_more_ranks_than_the_layouts_gpus_are_refused_before_any_starts(setup, m
         dist_setup("cpu", run_mod.layout_gpus(_cfg(layout)))
 
 
+@pytest.mark.parametrize("gone", ["index.npy", "order.npy"])
+def test_a_layout_missing_a_file_is_refused_before_any_rank_starts_and_by_a_dry_run(setup, tmp_path, capsys, gone):
+    """A layout without its index.npy was planned by --dry-run (exit 0) and trained as a FileNotFoundError
+    traceback from each rank: the launcher checks the layout's files, as a rank checks its shards."""
+    from moment.cli import main
+    from moment.placement.opened import Layout
+
+    _, _, layout = setup
+    copy = shutil.copytree(layout, tmp_path / "L")
+    (copy / gone).unlink()
+    for dry in (["--dry-run"], []):
+        assert main(["train", *dry, "--layout", str(copy), "--epochs", "1"]) == 2
+        err = " ".join(capsys.readouterr().err.split())
+        assert f"error: {copy / gone}: the layout's" in err and "is missing" in err and "Traceback" not in err, err
+    if gone == "index.npy":  # a script's own open_run, which no launcher checked
+        with pytest.raises(MomentError, match="cannot read the layout's index: no such file"):
+            Layout.open(copy).load_index()
+
+
 @pytest.fixture(scope="module")
 def two_ranks(two_rank_run):
     return two_rank_run

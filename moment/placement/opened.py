@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from moment.errors import MomentError
+from moment.inputs import why as reason
 from moment.io.files import file_identity, forget_pages, npy_header
 from moment.placement.manifest import LayoutManifest, Shard, SplitRef
 from moment.placement.pack import PackManifest, load_pack, pack_index_bytes
@@ -131,6 +132,31 @@ class Layout:
     def shard_file(self, s: Shard) -> Path:
         return shard_path(self.path, s)
 
+    def check_files(self) -> None:
+        """Every file a run reads is there (the index, the hotness order, the cache bins' node lists) and every
+        shard has the size its manifest records: one MomentError naming the first that is not. The launcher
+        checks it before any rank starts (and a dry run with it: a layout without its index.npy was planned,
+        and trained as one FileNotFoundError traceback per rank); each rank's disk tier again."""
+        m = self.manifest
+        smalls = [("index", m.index), *((f"node list of bin {name}", f) for name, f in m.cache_lists.items())]
+        if m.order_file is not None:
+            smalls.append(("hotness order", m.order_file))
+        for what, f in smalls:
+            fp = self.path / f.path
+            if not fp.is_file():
+                raise MomentError(f"the layout's {what} is missing", source=str(fp),
+                                  hint="the layout is incomplete (a partial copy?): run `moment layout verify`, "
+                                       "and place it again")
+        for s in m.shards:
+            fp = self.shard_file(s)
+            if not fp.is_file():
+                raise MomentError(f"{s.kind} shard of bin {s.bin} is missing", source=str(fp),
+                                  hint="the layout is incomplete or its SSD is not mounted")
+            size = fp.stat().st_size
+            if size != s.bytes:
+                raise MomentError(f"shard of bin {s.bin}: size {size} B, manifest says {s.bytes} B",
+                                  source=str(fp), hint="the shard was truncated or replaced; rewrite the layout")
+
     def gpu_devices(self) -> list[tuple[str, str | None]]:
         """The layout's GPU bins as (plan GPU, PCI address), in shard order: what ranks are matched to."""
         m = self.manifest
@@ -189,7 +215,12 @@ class Layout:
         clear error before a row is read through it."""
         path = self.path / self.manifest.index.path
         n = self.num_nodes
-        with open(path, "rb") as f:  # read, not mapped: the file's pages never count in this process's memory
+        try:
+            f = open(path, "rb")  # read, not mapped: the file's pages never count in this process's memory
+        except OSError as e:  # a user's open_run on a layout that lost it (moment train checks before, check_files)
+            raise MomentError(f"cannot read the layout's index: {reason(e)}", source=str(path),
+                              hint="run `moment layout verify`, and place the layout again") from None
+        with f:
             try:
                 shape, fortran, dtype = npy_header(f)
             except ValueError as e:

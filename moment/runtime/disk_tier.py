@@ -90,7 +90,7 @@ class DiskTier(Tier):
         self.rank, self.verify = rank, t.verify
         self.shape, self.superbatch = t.io_shape, t.superbatch
         self.planned_shares = planned_shares or {}
-        self._check_files()
+        layout.check_files()
         self.pack, self.segments, self._pack_seed = None, None, t.pack_seed
         self._pack_cached: NodeBits | None = None  # the rows the pack took as cached
         #: the hottest rows this rank's caches hold, all of them (`open_cpu_tier`): the `--cached` of a pack for this
@@ -121,17 +121,6 @@ class DiskTier(Tier):
                                             direct=t.direct, device=self.device,
                                             trace=None if t.io_trace is None else rank_trace(t.io_trace, rank))
         self._open: list[_Part] = []
-
-    def _check_files(self) -> None:
-        for s in self.manifest.shards:
-            fp = shard_path(self.path, s)
-            if not fp.is_file():
-                raise MomentError(f"{s.kind} shard of bin {s.bin} is missing", source=str(fp),
-                                  hint="the layout is incomplete or its SSD is not mounted")
-            size = fp.stat().st_size
-            if size != s.bytes:
-                raise MomentError(f"shard of bin {s.bin}: size {size} B, manifest says {s.bytes} B",
-                                  source=str(fp), hint="the shard was truncated or replaced; rewrite the layout")
 
     @property
     def backend(self) -> str:
