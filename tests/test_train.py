@@ -250,6 +250,31 @@ def test_a_layout_missing_a_file_is_refused_before_any_rank_starts_and_by_a_dry_
             Layout.open(copy).load_index()
 
 
+def test_a_read_only_run_dir_is_refused_naming_run_dir(setup, tmp_path, capsys, monkeypatch):
+    """A --run-dir on a read-only file system was refused naming --checkpoint-dir (not given) at a path the run
+    never uses: the run directory itself is tried, and named as given."""
+    import errno
+    import tempfile
+
+    import moment.outputs as outputs_mod
+    from moment.cli import main
+
+    _, _, layout = setup
+    ro, real = tmp_path / "ro", tempfile.mkstemp
+    ro.mkdir()
+
+    def read_only(*a, dir=None, **k):
+        if dir is not None and Path(dir).resolve() == ro.resolve():
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+        return real(*a, dir=dir, **k)
+
+    monkeypatch.setattr(outputs_mod.tempfile, "mkstemp", read_only)
+    assert main(["train", "--layout", str(layout), "--epochs", "1", "--run-dir", str(ro)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"error: --run-dir {ro}: cannot write in {ro}: read-only file system" in err, err
+    assert "--checkpoint-dir" not in err and not list(ro.iterdir())
+
+
 @pytest.fixture(scope="module")
 def two_ranks(two_rank_run):
     return two_rank_run

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from moment.errors import MomentError
 from moment.inputs import exists
-from moment.outputs import check_output, check_replaceable, stale
+from moment.outputs import check_output, check_replaceable, probe_writable, stale
 from moment.runtime.checkpoint import CHECKPOINT_NAME
 
 #: torchrun's own output, in each run directory
@@ -39,9 +39,13 @@ def run_root(base: Path | None, anchor: Path) -> Path:
 def check_run_dir(base: Path | None) -> None:
     """Refuse a --run-dir that cannot hold run folders (a file, a dangling link, `/`, a name too long)
     before anything is derived from it: each run is a new folder under it, so an existing directory,
-    whatever it holds, is fine."""
+    whatever it holds, is fine, if a folder can be made in it: check_output tries its parent, so a read-only
+    --run-dir was refused later by the checkpoint folder the run would get there, named --checkpoint-dir (an
+    option not given) and at a path the run never uses."""
     if base is not None:
         check_output(base, "--run-dir", directory=True)
+        if base.is_dir():
+            probe_writable(base, f"--run-dir {base}")
 
 
 def make_run_dir(base: Path | None, anchor: Path) -> Path:
