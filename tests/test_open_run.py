@@ -390,3 +390,15 @@ def test_the_readme_links_the_page_and_the_page_shows_the_example():
     for cmd in ("moment data import pyg", "moment data import npy", "moment data import ogb", "--model",
                 "moment.open_run", "feature_store", "graph_store", "pyg-lib"):
         assert cmd in page, cmd
+
+
+def test_an_open_run_holds_its_layout_against_layout_rm(tmp_path, capsys):
+    """A script's run (as each `moment train` rank's) holds its layout shared until it closes: `moment layout rm`
+    is refused meanwhile, naming this process, and removes it after."""
+    from moment.cli import main
+
+    layout = make_layout(make_dataset(tmp_path, nodes=300, dim=8), tmp_path / "L")
+    with moment.open_run(layout, fanouts=[5], batch_size=64, quiet=True):
+        assert main(["layout", "rm", str(layout)]) == 2
+        assert f"layout is locked by pid {os.getpid()}" in " ".join(capsys.readouterr().err.split())
+    assert main(["layout", "rm", str(layout)]) == 0 and not layout.exists()

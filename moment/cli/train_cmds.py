@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import os
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -182,6 +183,18 @@ def _check_split(path: Path, layout: Any, rdzv: Any) -> None:
                                                  f"{s.machines[rdzv.node_rank]}'s layout with --node-rank {rdzv.node_rank}")
 
 
+def _reading(args: list[str]) -> AbstractContextManager:
+    """The run's layout held shared (moment.locking.shared) from before its checks to the run's end: `moment
+    layout rm` (and `moment place` over it) is refused while the run reads it, naming the run, which used to have
+    its layout and run directory deleted from under it. Other runs on the layout share it. The kernel drops it
+    with this process, so a run killed with -9 blocks nothing."""
+    from moment.locking import shared
+    from moment.runtime.config import layout_in
+
+    layout = layout_in(args)
+    return shared(layout, "layout") if layout is not None else nullcontext()
+
+
 def _print_plan(plan, json_out: bool) -> None:
     if json_out:
         print(plan.model_dump_json(indent=2))
@@ -283,21 +296,22 @@ def train(
         agent = HeldAgent(torchrun_command(nproc, args, max_restarts, rdzv, "measure" if measure else "wait"), env)
         return agent
 
-    try:
-        with loading():  # what the checks load (a user's model, with torch and PyG) is then held until the end
-            cfg, rank_env, _ = _precheck(args, nproc, run_dir, rdzv=rdzv, launch=launch)
-        run_path = make_run_dir(run_dir, Path(cfg.layout or cfg.dataset))
-    except BaseException:
-        if agent is not None:
-            agent.stop()
-        raise
-    assert agent is not None  # _precheck starts it
-    where, more = f"run directory {run_path}: torchrun's log", []
-    if cfg.checkpoint_dir is None and cfg.checkpoint_every != 0 and not cfg.data_only:  # no model to save
-        more = ["--checkpoint-dir", str(run_path / CHECKPOINTS)]
-        where += ", checkpoints (resume with --resume --checkpoint-dir " + str(run_path / CHECKPOINTS) + ")"
-    if not cfg.quiet:
-        err_console.print(where, highlight=False, soft_wrap=True)
-    code = report(run(agent, more, rank_env, run_path / LOG, max_restarts, rdzv))
+    with _reading(args):
+        try:
+            with loading():  # what the checks load (a user's model, with torch and PyG) is then held until the end
+                cfg, rank_env, _ = _precheck(args, nproc, run_dir, rdzv=rdzv, launch=launch)
+            run_path = make_run_dir(run_dir, Path(cfg.layout or cfg.dataset))
+        except BaseException:
+            if agent is not None:
+                agent.stop()
+            raise
+        assert agent is not None  # _precheck starts it
+        where, more = f"run directory {run_path}: torchrun's log", []
+        if cfg.checkpoint_dir is None and cfg.checkpoint_every != 0 and not cfg.data_only:  # no model to save
+            more = ["--checkpoint-dir", str(run_path / CHECKPOINTS)]
+            where += ", checkpoints (resume with --resume --checkpoint-dir " + str(run_path / CHECKPOINTS) + ")"
+        if not cfg.quiet:
+            err_console.print(where, highlight=False, soft_wrap=True)
+        code = report(run(agent, more, rank_env, run_path / LOG, max_restarts, rdzv))
     if code:
         raise typer.Exit(code)

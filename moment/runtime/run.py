@@ -15,6 +15,7 @@ A rank whose process is gone is a Moment error on the others that says so (momen
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import numbers
@@ -34,6 +35,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from moment.errors import MomentError
 from moment.io.device import DeviceLayer
 from moment.io.diskstats import DiskWatch
+from moment.locking import shared
 from moment.placement.opened import Layout
 from moment.runtime.budget import under_torchrun
 from moment.runtime.config import TrainConfig, effective_fanouts, make_config
@@ -164,6 +166,10 @@ class Run:
         self._memory: dict[str, Any] | None = None  # the last `memory()`'s answer
         self._pack_said = False  # a train loader asked for an epoch past the pack, and it was said (`_past_pack`)
         self._threads = torch.get_num_threads()  # restored at close
+        # the layout held shared while the run reads it: `moment layout rm` is refused meanwhile (moment.locking)
+        self._reading = contextlib.ExitStack()
+        if cfg.layout is not None and cfg.features == "tiered":
+            self._reading.enter_context(shared(cfg.layout, "layout"))
         if not DeviceLayer(ctx.device).cuda:  # the machine's cores shared among its ranks, not each rank taking all
             torch.set_num_threads(cfg.threads or max(1, (os.cpu_count() or 1) // max(ctx.local_world_size, 1)))
         try:
@@ -508,6 +514,7 @@ class Run:
                 source.close()
         finally:
             torch.set_num_threads(self._threads)
+            self._reading.close()
             if self._own_ctx:
                 self._own_ctx = False
                 self.ctx.close()
