@@ -186,12 +186,12 @@ def test_resume_refuses_a_checkpoint_of_another_run_naming_each_difference(setup
     # a checkpoint whose recorded settings match but whose weights do not: one line, not load_state_dict's
     import torch
 
-    doc = torch.load(ck / "checkpoint.pt", weights_only=False)
+    from moment.runtime.checkpoint import load_checkpoint, save_checkpoint
+
+    doc = load_checkpoint(ck)
     name = next(iter(doc["model"]))
     doc["model"][name] = torch.zeros(3, 3)
-    torch.save(doc, tmp_path / "odd.pt")
-    (tmp_path / "odd").mkdir()
-    (tmp_path / "odd.pt").rename(tmp_path / "odd" / "checkpoint.pt")
+    save_checkpoint(tmp_path / "odd", doc)
     with pytest.raises(MomentError, match=f"the checkpoint's model does not fit this run's: .*{name}"):
         train(_cfg(layout, epochs=2, checkpoint_dir=tmp_path / "odd", resume=True))
     m = train(_cfg(layout, epochs=2, checkpoint_dir=ck, resume=True))  # its own run resumes
