@@ -5,7 +5,9 @@
 
 uneven: rank 1 breaks out of its train loader after one batch and makes 2 feature-store lookups where rank 0
 makes 5; every row either reads is checked against the dataset. vanish: rank 1 exits after its first batch
-without closing the run; rank 0 records the error it gets. own-group: as uneven, in a process group the
+without closing the run; rank 0 records the error it gets. vanish-late: both ranks train an epoch, then rank 1
+exits without closing; rank 0 records what each of the run's own collectives then says (memory, a loss check, a
+write's gather, close). own-group: as uneven, in a process group the
 script made itself, which must outlive the run. untracked: a model in `run.ddp` trained on both ranks, its loss
 tracked on rank 0 alone (as logging code does); each rank records the error it gets at the first check.
 evaluate-alone: both ranks train an epoch, then rank 0 alone evaluates and looks rows up while rank 1 waits at a
@@ -51,6 +53,8 @@ def main(scenario: str, layout: str, out: Path) -> int:
             untracked(run, seen)
         elif scenario == "evaluate-alone":
             evaluate_alone(run, seen, check)
+        elif scenario == "vanish-late":
+            vanish_late(run, seen, out)
         else:
             for batch in run.loader("train", 0):
                 check(batch.n_id, batch.x)
@@ -102,6 +106,35 @@ def evaluate_alone(run: moment.Run, seen: dict, check) -> None:
         seen["alone_rows"] = {t: after[t] - before[t] for t in after}
     dist.barrier()
     seen["summary"] = run.close()
+
+
+def vanish_late(run: moment.Run, seen: dict, out: Path) -> None:
+    """Both ranks train an epoch in step; rank 1 then exits without close(); rank 0 records each collective's
+    error: the run's own (DistContext's), not the feature exchange's."""
+    model = torch.nn.Linear(run.feature_dim, run.num_classes)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for batch in run.loader("train", 0):
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(batch.x.float())[: batch.batch_size], batch.y)
+        loss.backward()
+        opt.step()
+        run.track(loss)
+        seen["batches"] += 1
+    if run.rank == 1:
+        os._exit(0)  # no close: rank 0's next collectives must say so as Moment does
+    seen["errors"] = {}
+    for name, call in [("memory", run.memory), ("track", lambda: (run.track(0.5), run.sync_losses())),
+                       ("write_embeddings", lambda: run.write_embeddings(
+                           out / "e.npy", lambda b: b.x.float()[: b.batch_size], nodes=[1, 2, 3])),
+                       ("close", run.close)]:
+        try:
+            call()
+            seen["errors"][name] = None
+        except MomentError as e:
+            seen["errors"][name] = str(e)
+        except Exception as e:  # noqa: BLE001 - recorded: the test says which call leaked gloo's words
+            seen["errors"][name] = f"{type(e).__name__}: {e}"
+    run.abandon()
 
 
 def untracked(run: moment.Run, seen: dict) -> None:

@@ -330,6 +330,20 @@ def test_a_rank_that_exits_without_closing_is_a_moment_error_on_the_others(runti
     assert "gloo" not in r0["error"].lower() and "Connection" not in r0["error"]
 
 
+@pytest.mark.slow
+def test_a_rank_that_exits_without_closing_after_training_is_a_moment_error_in_every_collective(runtime_layout,
+                                                                                               tmp_path):
+    """Rank 1 trains the epoch in step, then exits without close(): rank 0's memory(), loss check, write and
+    close() (DistContext's collectives, not the exchange's) each say so as Moment does, not gloo's "Connection
+    closed by peer"."""
+    torchrun(["vanish-late", str(runtime_layout), str(tmp_path)], script=REPO / "tests" / "open_run_ranks.py")
+    r0 = json.loads((tmp_path / "rank0.json").read_text())
+    assert r0["batches"] > 1 and set(r0["errors"]) == {"memory", "track", "write_embeddings", "close"}, r0
+    for call, err in r0["errors"].items():
+        assert err and "another rank left the run" in err and "run.close()" in err, (call, err)
+        assert "gloo" not in err.lower() and "Connection" not in err, (call, err)
+
+
 def test_a_script_builds_and_trains_the_built_in_model_through_the_public_api(runtime_layout):
     """`moment.build_model` is the model `moment train --model sage|gat` trains (the same initial weights
     right after `open_run`), and it takes a batch's features and blocks: one row of logits per seed."""

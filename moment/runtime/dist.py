@@ -25,6 +25,7 @@ from moment.errors import MomentError
 from moment.runtime import collective_trace
 from moment.runtime.devices import RankDevice, default_device, local_devices
 from moment.runtime.exchange import ExchangeGroup
+from moment.runtime.lost import WAITING, peer_loss
 from moment.runtime.rendezvous import NNODES_ENV, NODE_RANK_ENV, RankFacts, machine_ranks
 
 # Imports inside functions: torch's compiler stack (torch._dynamo) loads only before a process group is made.
@@ -62,26 +63,33 @@ class DistContext:
     def restart_count(self) -> int:
         return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
 
+    # Every collective below runs under `peer_loss`: a rank whose process is gone (it failed, or its script ended
+    # without run.close()) is one MomentError on the others, as in the feature exchange, not gloo's or NCCL's
+    # "Connection closed by peer" from wherever the run next meets it (close, memory, a loss check, a write).
+
     def barrier(self) -> None:
         if self.backend:
-            dist.barrier()
+            with peer_loss(WAITING):
+                dist.barrier()
 
     def local_barrier(self) -> None:
         """This machine's ranks wait for each other (a shared segment is made before they map it). Not the
         world's barrier: whether a machine's ranks share a segment is that machine's own decision."""
         if not self.backend or self.local_world_size < 2:
             return
-        if self.nnodes == 1:
-            dist.barrier()
-        else:
-            dist.barrier(group=self.node_group)
+        with peer_loss(WAITING):
+            if self.nnodes == 1:
+                dist.barrier()
+            else:
+                dist.barrier(group=self.node_group)
 
     def all_reduce(self, t: torch.Tensor, op: str = "sum") -> torch.Tensor:
         if not self.backend:
             return t
         dev = self.device if self.backend == "nccl" else torch.device("cpu")
         x = t.to(dev)
-        dist.all_reduce(x, op={"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}[op])
+        with peer_loss(WAITING):
+            dist.all_reduce(x, op={"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}[op])
         return x.to(t.device)
 
     def broadcast_object(self, obj: Any) -> Any:
@@ -89,14 +97,16 @@ class DistContext:
         if not self.backend:
             return obj
         box = [obj if self.is_main else None]
-        dist.broadcast_object_list(box, src=0, device=self.device if self.backend == "nccl" else None)
+        with peer_loss(WAITING):
+            dist.broadcast_object_list(box, src=0, device=self.device if self.backend == "nccl" else None)
         return box[0]
 
     def all_gather_object(self, obj: Any) -> list[Any]:
         if not self.backend:
             return [obj]
         out: list[Any] = [None] * self.world_size
-        dist.all_gather_object(out, obj)
+        with peer_loss(WAITING):
+            dist.all_gather_object(out, obj)
         return out
 
     def peer_group(self) -> ExchangeGroup | None:

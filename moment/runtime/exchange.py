@@ -98,7 +98,8 @@ class ExchangeGroup:
     def all_gather_object(self, obj: Any) -> list[Any]:
         """Every member's `obj`, in member order (set-up only; every rank of the group calls it)."""
         out: list[Any] = [None] * self.everyone
-        dist.all_gather_object(out, obj, group=self.pg())
+        with peer_loss():
+            dist.all_gather_object(out, obj, group=self.pg())
         return [out[r] for r in self.ranks]
 
     def pg(self) -> Any:

@@ -23,13 +23,21 @@ def peer_lost(e: BaseException) -> bool:
 
 
 class PeerLeft(MomentError):
-    """Another rank's process is gone while this one exchanged feature rows with it."""
+    """Another rank's process is gone while this one was in a collective with it."""
+
+
+#: what a rank was doing when a peer left: the feature exchange's rounds (the default)
+EXCHANGING = "exchanging feature rows with it"
+#: ... or one of the run's own collectives (moment.runtime.dist.DistContext: close, memory, the loss checks, a
+#: write's gathers)
+WAITING = "waiting for it in one of the run's collectives (a loss check, run.memory(), run.close(), a write's gather)"
 
 
 @contextlib.contextmanager
-def peer_loss() -> Iterator[None]:
-    """Around a collective of the feature exchange: a peer that is gone is one Moment message naming what
-    every rank must do, not gloo's or NCCL's."""
+def peer_loss(doing: str = EXCHANGING) -> Iterator[None]:
+    """Around a collective Moment issues (the feature exchange's, and DistContext's): a peer that is gone is
+    one Moment message naming what every rank must do, not gloo's or NCCL's. One rule for every collective, so
+    a rank that left is said alike wherever the others meet its absence; `doing`: what this rank was doing."""
     try:
         yield
     except MomentError:
@@ -38,7 +46,7 @@ def peer_loss() -> Iterator[None]:
         if not peer_lost(e):
             raise
         raise PeerLeft(
-            "another rank left the run while this one was exchanging feature rows with it: it failed (its own "
+            f"another rank left the run while this one was {doing}: it failed (its own "
             "message says why) or its script ended without closing the run",
             hint="every rank iterates each loader to its end (or breaks out of it at the same batch) and calls "
                  "run.close() before it exits; the exchange serves the others until all have") from None

@@ -170,6 +170,7 @@ class Run:
         self._reading = contextlib.ExitStack()
         if cfg.layout is not None and cfg.features == "tiered":
             self._reading.enter_context(shared(cfg.layout, "layout"))
+        self._released = False  # `_release` done (close or abandon)
         if not DeviceLayer(ctx.device).cuda:  # the machine's cores shared among its ranks, not each rank taking all
             torch.set_num_threads(cfg.threads or max(1, (os.cpu_count() or 1) // max(ctx.local_world_size, 1)))
         try:
@@ -505,6 +506,12 @@ class Run:
     # ------------------------------------------------------------------ inside
 
     def _release(self) -> None:
+        """Let go of the store, the heap keeper and the group, once: `abandon()` after a `close()` that failed (a
+        rank that left: the documented `except MomentError: run.abandon()`) must not close them again (the heap
+        keeper's descriptor closed twice was an OSError, or another file's descriptor closed)."""
+        if self._released:
+            return
+        self._released = True
         source, self.source = self.source, None
         if self.heap is not None:
             self.heap.stop()
