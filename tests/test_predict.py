@@ -186,3 +186,25 @@ def test_a_parquet_path_gets_the_same_rows_as_parquet(tmp_path: Path, monkeypatc
     monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
     with pytest.raises(MomentError, match=r"--predict: writing .*p2.parquet as Parquet needs pyarrow"):
         TrainConfig(layout=tmp_path, predict=tmp_path / "p2.parquet").check()
+
+
+def test_a_node_given_twice_is_one_error_at_the_call_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pass's nodes are a batch's seeds, which are distinct: a repeat is refused when the loader or the write is
+    made (not by the sampler at iteration, on some ranks, for some world and batch sizes), naming the first entry
+    whose node came before, across blocks too."""
+    from moment.runtime import predictions
+
+    ds = _dataset(tmp_path)
+    twice = r"node 3 is given twice \(at positions 1 and 3\): a pass's nodes must be distinct"
+    monkeypatch.setattr(predictions, "BLOCK", 2)  # [7, 3] and [5, 3]: each block alone is distinct
+    with moment.open_run(dataset=ds, features="memory", fanouts=[3], batch_size=64, quiet=True) as run:
+        with pytest.raises(MomentError, match=r"run.loader\(nodes=...\) \(list of 5\): " + twice):
+            run.loader(nodes=[7, 3, 5, 3, 7])  # made, not iterated
+        with pytest.raises(MomentError, match=r"run.loader\(nodes=...\) \(int64 tensor of shape \(2,\)\): node 4 "):
+            run.loader(nodes=torch.tensor([4, 4]))
+        with pytest.raises(MomentError, match=r"nodes \(NumPy int64 array of shape \(5,\)\): " + twice):
+            run.write_predictions(tmp_path / "p.csv", _scores, nodes=np.array([7, 3, 5, 3, 7]))
+        with pytest.raises(MomentError, match=twice):
+            run.write_embeddings(tmp_path / "e.npy", lambda b: b.x.float()[: b.batch_size], nodes=[7, 3, 5, 3])
+        assert len(run.loader(nodes=[5, 3, 7])) == 1 and len(run.loader(nodes=slice(None))) == -(-N // 64)
+    assert not (tmp_path / "p.csv").exists() and not (tmp_path / "e.npy").exists()

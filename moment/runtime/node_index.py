@@ -76,5 +76,30 @@ def node_ids(index: Any, num_nodes: int, what: str) -> tuple[np.ndarray, bool]:
     return a.astype(np.int64, copy=False), scalar
 
 
+def distinct_ids(ids: np.ndarray, index: Any, what: str) -> np.ndarray:
+    """`ids` (from `node_ids`), refused when a node is given twice, naming the first repeated one (the first entry
+    whose node an earlier entry named) and its two positions.
+
+    Why here, at once: a batch's seeds are distinct nodes (the sampler's rule), and the passes split `ids` over
+    the ranks and into batches: a repeat was a ValueError from the sampler at iteration, on some ranks only, and
+    only for some world and batch sizes ([3, 3] failed on 1 rank, passed on 2). Every rank gives the same `ids`,
+    so every rank refuses them alike, before anything is read. Sorted ids (a slice, a range, a mask) are
+    distinct without a sort."""
+    if ids.size < 2 or bool((ids[1:] > ids[:-1]).all()):
+        return ids
+    order = np.argsort(ids, kind="stable")
+    s = ids[order]
+    same = np.flatnonzero(s[1:] == s[:-1])
+    if not same.size:
+        return ids
+    later = order[same + 1]  # an entry whose node an earlier one named (stable: the earlier sorts first)
+    k = int(np.argmin(later))
+    at = int(later[k])
+    first = int(np.flatnonzero(ids[:at] == ids[at])[0])
+    raise _bad(what, index, f"node {int(ids[at])} is given twice (at positions {first} and {at}): a pass's nodes "
+                            f"must be distinct", hint="give each node once (np.unique(ids, return_inverse=True) "
+                                                      "maps the results back to a list with repeats)")
+
+
 def _bad(what: str, index: Any, why: str, hint: str | None = None) -> MomentError:
     return MomentError(f"{what} ({_shown(index)}): {why}", hint=hint)

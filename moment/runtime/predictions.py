@@ -23,7 +23,7 @@ import torch
 from moment.errors import MomentError
 from moment.outputs import atomic_file, write_error
 from moment.runtime.dist import AgreedError
-from moment.runtime.node_index import node_ids
+from moment.runtime.node_index import distinct_ids, node_ids
 from moment.workload.graph import SPLITS
 from moment.workload.parquet import need_pyarrow, parquet_output
 
@@ -131,10 +131,11 @@ def _target(run: Any, nodes: Any) -> str | np.ndarray:
         if name != "train" and run.cfg.task != "link":
             return name
         nodes = np.asarray(run.dataset.split(name))
+    given = nodes
     ids, _ = node_ids(nodes, run.num_nodes, "nodes")
     if not ids.size:
         raise MomentError("nodes: no node to write")
-    return ids
+    return distinct_ids(ids, given, "nodes")  # the whole list: its blocks are loaders of their own
 
 
 def _passes(run: Any, target: str | np.ndarray, epoch: int) -> Iterator[Any]:

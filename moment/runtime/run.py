@@ -46,7 +46,7 @@ from moment.runtime.link_task import sampler_for, train_seeds
 from moment.runtime.loader import LoaderPipeline, fork_hang_note
 from moment.runtime.memory_use import machine_peak, rank_sample, reset_peak
 from moment.runtime.model_spec import load_rank_code
-from moment.runtime.node_index import node_ids
+from moment.runtime.node_index import distinct_ids, node_ids
 from moment.runtime.pipeline import Pipeline, Prepared, StageTimes
 from moment.runtime.predictions import write_embeddings, write_predictions
 from moment.runtime.rendezvous import SHARED_SETTINGS, RunFacts, check_agents
@@ -309,6 +309,7 @@ class Run:
                 raise MomentError(f"run.loader takes a split or nodes, not both (split={split!r})",
                                   hint="loader(nodes=ids) batches those nodes; loader(split) a split's")
             ids, _ = node_ids(nodes, self.num_nodes, "run.loader(nodes=...)")
+            distinct_ids(ids, nodes, "run.loader(nodes=...)")  # at once, on every rank alike
             split, seeds = "nodes", eval_batches(ids, self.batch_size, rank=self.rank, world_size=self.world_size)
         else:
             split = "train" if split is None else "val" if split == "valid" else split
