@@ -7,7 +7,8 @@ uneven: rank 1 breaks out of its train loader after one batch and makes 2 featur
 makes 5; every row either reads is checked against the dataset. vanish: rank 1 exits after its first batch
 without closing the run; rank 0 records the error it gets. vanish-late: both ranks train an epoch, then rank 1
 exits without closing; rank 0 records what each of the run's own collectives then says (memory, a loss check, a
-write's gather, close). own-group: as uneven, in a process group the
+write's gather, close). bad-output: both ranks write predictions and embeddings whose scores are wrong on rank 1
+alone; each records the errors it gets (every rank must raise the same, at the same gather). own-group: as uneven, in a process group the
 script made itself, which must outlive the run. untracked: a model in `run.ddp` trained on both ranks, its loss
 tracked on rank 0 alone (as logging code does); each rank records the error it gets at the first check.
 evaluate-alone: both ranks train an epoch, then rank 0 alone evaluates and looks rows up while rank 1 waits at a
@@ -53,6 +54,8 @@ def main(scenario: str, layout: str, out: Path) -> int:
             untracked(run, seen)
         elif scenario == "evaluate-alone":
             evaluate_alone(run, seen, check)
+        elif scenario == "bad-output":
+            bad_output(run, seen, out)
         elif scenario == "vanish-late":
             vanish_late(run, seen, out)
         else:
@@ -135,6 +138,24 @@ def vanish_late(run: moment.Run, seen: dict, out: Path) -> None:
         except Exception as e:  # noqa: BLE001 - recorded: the test says which call leaked gloo's words
             seen["errors"][name] = f"{type(e).__name__}: {e}"
     run.abandon()
+
+
+#: bad-output's cases: (name, write, function of the batch, the rank and the classes); rank 1 alone gives a bad
+#: result
+BAD_OUTPUT = [
+    ("width", "write_predictions", lambda b, r, c: torch.zeros(b.batch_size, 20 if r == 1 else c)),
+]
+
+
+def bad_output(run: moment.Run, seen: dict, out: Path) -> None:
+    seen["errors"] = {}
+    for name, write, fn in BAD_OUTPUT:
+        try:
+            getattr(run, write)(out / f"{name}.out", lambda b: fn(b, run.rank, run.num_classes), nodes=slice(0, 300))  # noqa: B023
+            seen["errors"][name] = None
+        except MomentError as e:
+            seen["errors"][name] = str(e)
+    seen["summary"] = run.close()
 
 
 def untracked(run: moment.Run, seen: dict) -> None:

@@ -208,3 +208,21 @@ def test_a_node_given_twice_is_one_error_at_the_call_naming_it(tmp_path: Path, m
             run.write_embeddings(tmp_path / "e.npy", lambda b: b.x.float()[: b.batch_size], nodes=[7, 3, 5, 3])
         assert len(run.loader(nodes=[5, 3, 7])) == 1 and len(run.loader(nodes=slice(None))) == -(-N // 64)
     assert not (tmp_path / "p.csv").exists() and not (tmp_path / "e.npy").exists()
+
+
+def test_scores_of_another_width_than_the_classes_are_one_error_naming_the_shapes(tmp_path: Path) -> None:
+    """A head of the wrong width wrote classes that do not exist (or, with class names, was an IndexError on rank
+    0 alone): one error naming the shapes, multi-label too, and no file."""
+    ds = _dataset(tmp_path)
+    with moment.open_run(dataset=ds, features="memory", fanouts=[3], batch_size=64, quiet=True) as run:
+        for width in (20, 2):
+            with pytest.raises(MomentError, match=rf"write_predictions: scores\(batch\) gave \[64, {width}\], "
+                                                  rf"expected the seeds' logits \[64, {C}\] \(num_classes\)"):
+                run.write_predictions(tmp_path / "p.csv", lambda b: torch.zeros(b.batch_size, width))  # noqa: B023
+    g = torch.Generator().manual_seed(0)
+    moment.import_graph({"edge_index": torch.randint(0, N, (2, 3 * N), generator=g), "x": torch.randn(N, 4, generator=g),
+                         "y": torch.randint(0, 2, (N, 5), generator=g)}, tmp_path / "ml")
+    with moment.open_run(dataset=tmp_path / "ml", features="memory", fanouts=[3], batch_size=64, quiet=True) as run:
+        with pytest.raises(MomentError, match=r"gave \[64, 9\], expected the seeds' logits \[64, 5\] \(num_classes\)"):
+            run.write_predictions(tmp_path / "p.csv", lambda b: torch.ones(b.batch_size, 9))
+    assert not (tmp_path / "p.csv").exists()

@@ -47,10 +47,14 @@ def write_predictions(run: Any, scores: Callable[[Any], torch.Tensor], path: str
     loader of `epoch` samples them (so the last epoch's validation nodes get the classes its reported accuracy
     scored), "train" as its ids. Collective: every rank calls it, at the same
     point."""
-    multi = run.multilabel
+    multi, classes = run.multilabel, run.num_classes
 
     def each(batch: Any) -> tuple[np.ndarray, ...]:
         logits = _seed_rows(scores(batch), batch, "write_predictions: scores(batch)", "logits [{b}, classes]")
+        if logits.shape[1] != classes:  # a class past the last is no class (and no name: an IndexError on rank 0)
+            raise MomentError(f"write_predictions: scores(batch) gave {list(logits.shape)}, expected the seeds' "
+                              f"logits [{batch.batch_size}, {classes}] (num_classes)",
+                              hint="the model's last layer gives one logit per class: run.num_classes of them")
         if multi:
             return batch.n_id[: batch.batch_size].cpu().numpy(), (logits > 0).cpu().numpy()
         conf, cls = torch.softmax(logits.float(), dim=-1).max(dim=-1)
@@ -174,13 +178,13 @@ def _stream(run: Any, target: str | np.ndarray, epoch: int, each: Callable[[Any]
         if run.ctx.is_main:
             f = attempt(lambda: stack.enter_context(atomic_file(path, text=text)))
         for loader in _passes(run, target, epoch):
-            mine: list[tuple[np.ndarray, ...]] = []
-            with torch.no_grad():
-                for batch in loader:
-                    mine.append(each(batch))
-            shares = run.ctx.all_gather_object(([np.concatenate(c) for c in zip(*mine)] if mine else None, failed))
-            if shares[0][1] is not None:
-                raise AgreedError(shares[0][1])
+            mine, bad = _score(loader, each, run.rank, run.world_size)
+            if failed is not None:  # rank 0's write failed: said first, as at its place in the file
+                bad = (-1, failed)
+            shares = run.ctx.all_gather_object(([np.concatenate(c) for c in zip(*mine)] if mine and bad is None
+                                                else None, bad))
+            if said := [b for _, b in shares if b is not None]:  # every rank alike: the first in the pass's order
+                raise AgreedError(min(said)[1])
             cols = _in_order([s for s, _ in shares])
             if f is not None and cols and cols[0].size:
                 attempt(lambda: put(f, cols, count == 0))  # noqa: B023 - called at once
@@ -195,6 +199,26 @@ def _stream(run: Any, target: str | np.ndarray, epoch: int, each: Callable[[Any]
         stack.__exit__(type(e), e, e.__traceback__)  # the temporary file is removed, nothing renamed
         raise
     return count
+
+
+def _score(loader: Any, each: Callable[[Any], tuple[np.ndarray, ...]], rank: int,
+           world: int) -> tuple[list[tuple[np.ndarray, ...]], tuple[int, str] | None]:
+    """This rank's columns of one block's loader, and its first MomentError from `each` (a shape, a width) with
+    the position in the pass's order of the first seed it concerns (`at` on the error: a seed of the batch; else
+    its first): the block's gather carries it to every rank, which all raise the first (a rank raising alone
+    left the others in the gather). The loader is iterated to its end even after an error: on a split layout its
+    batches are collective rounds (docs/your-model-loop-data.md)."""
+    mine: list[tuple[np.ndarray, ...]] = []
+    bad, done = None, 0
+    with torch.no_grad():
+        for batch in loader:
+            if bad is None:
+                try:
+                    mine.append(each(batch))
+                except MomentError as e:
+                    bad = (rank + world * (done + getattr(e, "at", 0)), str(e))
+            done += batch.batch_size
+    return mine, bad
 
 
 def _in_order(shares: list[list[np.ndarray] | None]) -> tuple[np.ndarray, ...]:
