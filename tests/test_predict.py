@@ -226,3 +226,23 @@ def test_scores_of_another_width_than_the_classes_are_one_error_naming_the_shape
         with pytest.raises(MomentError, match=r"gave \[64, 9\], expected the seeds' logits \[64, 5\] \(num_classes\)"):
             run.write_predictions(tmp_path / "p.csv", lambda b: torch.ones(b.batch_size, 9))
     assert not (tmp_path / "p.csv").exists()
+
+
+def test_scores_or_rows_that_are_not_finite_are_one_error_naming_the_first_node(tmp_path: Path) -> None:
+    """NaN logits were written as class 0 with probability nan (softmax's argmax of NaN), NaN embeddings as rows:
+    one error naming the first node in `nodes`' order, and no file."""
+    ds = _dataset(tmp_path)
+
+    def spoilt(b, value=float("nan"), width=C):
+        n = b.n_id[: b.batch_size]
+        return torch.zeros(b.batch_size, width).masked_fill(((n == 17) | (n == 290))[:, None], value)
+
+    with moment.open_run(dataset=ds, features="memory", fanouts=[3], batch_size=64, quiet=True) as run:
+        with pytest.raises(MomentError, match=r"scores\(batch\) gave logits that are not finite \(NaN or infinite\) "
+                                              r"for node 290: nothing is written"):
+            run.write_predictions(tmp_path / "p.csv", spoilt, nodes=[1, 290, 2, 17])
+        with pytest.raises(MomentError, match=r"scores\(batch\) gave logits that are not finite .* for node 17:"):
+            run.write_predictions(tmp_path / "p.csv", lambda b: spoilt(b, float("inf")))
+        with pytest.raises(MomentError, match=r"embed\(batch\) gave a row that is not finite .* for node 17:"):
+            run.write_embeddings(tmp_path / "e.npy", lambda b: spoilt(b, width=8))
+    assert not (tmp_path / "p.csv").exists() and not (tmp_path / "e.npy").exists()

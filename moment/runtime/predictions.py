@@ -55,6 +55,7 @@ def write_predictions(run: Any, scores: Callable[[Any], torch.Tensor], path: str
             raise MomentError(f"write_predictions: scores(batch) gave {list(logits.shape)}, expected the seeds' "
                               f"logits [{batch.batch_size}, {classes}] (num_classes)",
                               hint="the model's last layer gives one logit per class: run.num_classes of them")
+        _finite(logits, batch, "write_predictions: scores(batch)", "logits")
         if multi:
             return batch.n_id[: batch.batch_size].cpu().numpy(), (logits > 0).cpu().numpy()
         conf, cls = torch.softmax(logits.float(), dim=-1).max(dim=-1)
@@ -77,6 +78,7 @@ def write_embeddings(run: Any, embed: Callable[[Any], torch.Tensor], path: str |
 
     def each(batch: Any) -> tuple[np.ndarray, ...]:
         rows = _seed_rows(embed(batch), batch, "write_embeddings: embed(batch)", "rows [{b}, width]")
+        _finite(rows, batch, "write_embeddings: embed(batch)", "a row")
         return batch.n_id[: batch.batch_size].cpu().numpy(), rows.detach().float().cpu().numpy()
 
     target = _target(run, nodes)
@@ -119,6 +121,21 @@ def _seed_rows(t: Any, batch: Any, what: str, expected: str) -> torch.Tensor:
         got = list(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
         raise MomentError(f"{what} gave {got}, expected the seeds' {expected.format(b=b)}")
     return t
+
+
+def _finite(t: torch.Tensor, batch: Any, what: str, of: str) -> None:
+    """Refuse a seed's row that holds NaN or an infinity, naming the first such seed's node (`at`: its place in
+    the batch, for the pass's order). Why: softmax's argmax of a NaN row is class 0, written with probability nan
+    as if the model had said so; a diverged checkpoint or a bad feature row made a whole file of it."""
+    bad = ~torch.isfinite(t.detach()).all(dim=1)
+    if bool(bad.any()):
+        at = int(torch.nonzero(bad)[0, 0])
+        e = MomentError(f"{what} gave {of} that {'are' if of == 'logits' else 'is'} not finite (NaN or infinite) for "
+                        f"node {int(batch.n_id[at])}: nothing is written for a value the model did not give",
+                        hint="the model diverged, or the features it read hold NaN: check the checkpoint, and the "
+                             "layout with `moment layout verify`")
+        e.at = at  # type: ignore[attr-defined]
+        raise e
 
 
 def _target(run: Any, nodes: Any) -> str | np.ndarray:
