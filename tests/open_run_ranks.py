@@ -147,6 +147,8 @@ BAD_OUTPUT = [
     # node 5 is rank 1's (every other node from the rank's); rank 0's node 8 comes after it in the pass's order
     ("nan", "write_predictions", lambda b, r, c: torch.zeros(b.batch_size, c).masked_fill(
         ((b.n_id[: b.batch_size] == 5) | (b.n_id[: b.batch_size] == 8))[:, None], float("nan"))),
+    ("ragged", "write_embeddings", lambda b, r, c: torch.zeros(b.batch_size, 3 + b.index * r)),
+    ("ranks-widths", "write_embeddings", lambda b, r, c: torch.zeros(b.batch_size, 3 + 2 * r)),
 ]
 
 

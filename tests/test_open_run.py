@@ -347,7 +347,7 @@ def test_a_rank_that_exits_without_closing_after_training_is_a_moment_error_in_e
 @pytest.mark.slow
 def test_a_write_whose_scores_are_wrong_on_one_rank_is_the_same_error_on_every_rank(runtime_layout, tmp_path):
     """Rank 1 alone gives scores of the wrong width, or NaN for a node before rank 0's (the first in the pass's
-    order is named): both ranks raise the same MomentError at the block's gather (rank 1 raising alone left rank 0
+    order is named), or embeddings of another width at its second batch, or wider than rank 0's: both ranks raise the same MomentError at the block's gather (rank 1 raising alone left rank 0
     in it), and no file is written."""
     from open_run_ranks import BAD_OUTPUT
 
@@ -356,6 +356,9 @@ def test_a_write_whose_scores_are_wrong_on_one_rank_is_the_same_error_on_every_r
     assert r0["errors"] == r1["errors"] and set(r0["errors"]) == {name for name, _, _ in BAD_OUTPUT}, (r0, r1)
     assert "gave [64, 20], expected the seeds' logits [64, 4] (num_classes)" in r0["errors"]["width"], r0
     assert "gave logits that are not finite (NaN or infinite) for node 5:" in r0["errors"]["nan"], r0
+    assert r0["errors"]["ragged"].startswith("write_embeddings: embed(batch) gave rows 4 wide after 3"), r0
+    assert r0["errors"]["ranks-widths"].startswith("the ranks' rows differ in width (rank 0's 3 wide, rank 1's 5 "
+                                                   "wide)"), r0
     assert not list(tmp_path.glob("*.out")), list(tmp_path.iterdir())
 
 

@@ -246,3 +246,12 @@ def test_scores_or_rows_that_are_not_finite_are_one_error_naming_the_first_node(
         with pytest.raises(MomentError, match=r"embed\(batch\) gave a row that is not finite .* for node 17:"):
             run.write_embeddings(tmp_path / "e.npy", lambda b: spoilt(b, width=8))
     assert not (tmp_path / "p.csv").exists() and not (tmp_path / "e.npy").exists()
+
+
+def test_embedding_rows_of_another_width_in_a_later_batch_are_moments_error(tmp_path: Path) -> None:
+    """The width is checked per batch, before a block's batches are joined (NumPy's concatenate said it first)."""
+    ds = _dataset(tmp_path)
+    with moment.open_run(dataset=ds, features="memory", fanouts=[3], batch_size=64, quiet=True) as run:
+        with pytest.raises(MomentError, match=r"write_embeddings: embed\(batch\) gave rows 4 wide after 3$"):
+            run.write_embeddings(tmp_path / "e.npy", lambda b: torch.zeros(b.batch_size, 3 + b.index), nodes=range(300))
+    assert not (tmp_path / "e.npy").exists()

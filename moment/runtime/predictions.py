@@ -76,8 +76,14 @@ def write_embeddings(run: Any, embed: Callable[[Any], torch.Tensor], path: str |
     `node`, `id` (when the import numbered the graph's own ids) and `embedding` (float32 vectors). `nodes` and
     `epoch` as `write_predictions` takes them. Collective: every rank calls it, at the same point."""
 
+    wide: list[int] = []  # this rank's first batch's width
+
     def each(batch: Any) -> tuple[np.ndarray, ...]:
         rows = _seed_rows(embed(batch), batch, "write_embeddings: embed(batch)", "rows [{b}, width]")
+        if not wide:
+            wide.append(rows.shape[1])
+        if rows.shape[1] != wide[0]:  # per batch: np.concatenate of the block's batches said it in NumPy's words
+            raise MomentError(f"write_embeddings: embed(batch) gave rows {rows.shape[1]} wide after {wide[0]}")
         _finite(rows, batch, "write_embeddings: embed(batch)", "a row")
         return batch.n_id[: batch.batch_size].cpu().numpy(), rows.detach().float().cpu().numpy()
 
@@ -202,6 +208,7 @@ def _stream(run: Any, target: str | np.ndarray, epoch: int, each: Callable[[Any]
                                                 else None, bad))
             if said := [b for _, b in shares if b is not None]:  # every rank alike: the first in the pass's order
                 raise AgreedError(min(said)[1])
+            _same_widths([s for s, _ in shares])
             cols = _in_order([s for s, _ in shares])
             if f is not None and cols and cols[0].size:
                 attempt(lambda: put(f, cols, count == 0))  # noqa: B023 - called at once
@@ -236,6 +243,16 @@ def _score(loader: Any, each: Callable[[Any], tuple[np.ndarray, ...]], rank: int
                     bad = (rank + world * (done + getattr(e, "at", 0)), str(e))
             done += batch.batch_size
     return mine, bad
+
+
+def _same_widths(shares: list[list[np.ndarray] | None]) -> None:
+    """Refuse, on every rank alike (each sees every share), columns whose rows are of different widths on
+    different ranks: their concatenation was NumPy's error."""
+    for c in range(max((len(s) for s in shares if s), default=0)):
+        widths = {r: s[c].shape[1:] for r, s in enumerate(shares) if s and s[c].ndim > 1}
+        if len(set(widths.values())) > 1:
+            said = ", ".join(f"rank {r}'s {w[0] if len(w) == 1 else list(w)} wide" for r, w in widths.items())
+            raise AgreedError(f"the ranks' rows differ in width ({said}): every rank's model must give rows as wide")
 
 
 def _in_order(shares: list[list[np.ndarray] | None]) -> tuple[np.ndarray, ...]:
