@@ -65,6 +65,21 @@ def test_a_loader_yields_pyg_style_batches_with_the_right_rows_and_labels(runtim
         run.loader("train", 1)
 
 
+def test_a_closed_run_refuses_its_stores_track_and_ddp_as_its_loader(runtime_dataset):
+    """After close(), the PyG stores were an AttributeError from inside, track dropped the loss silently and ddp
+    wrapped a module for a group that may be gone: each is the loader's one error."""
+    run = moment.open_run(dataset=runtime_dataset.path, features="memory", fanouts=[3], batch_size=64, quiet=True)
+    next(iter(run.loader("train", 0)))
+    run.track(1.0)
+    run.close(say=False)
+    for name, ask in [("loader", lambda: run.loader("val")), ("feature_store", lambda: run.feature_store),
+                      ("graph_store", lambda: run.graph_store), ("track", lambda: run.track(1.0)),
+                      ("ddp", lambda: run.ddp(torch.nn.Linear(2, 2)))]:
+        with pytest.raises(MomentError, match=r"^the run is closed: open a new one \(moment.open_run\) to "):
+            ask()
+        assert run.step == 1, name
+
+
 def test_a_scripts_run_measures_its_memory_beside_the_budgets_prediction(runtime_layout):
     """`run.memory()` (and `close()`, into the summary) give what `moment train`'s metrics give under `memory`: the
     split's prediction and the measured peak with its parts, measured from the run's start."""

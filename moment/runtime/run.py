@@ -301,8 +301,7 @@ class Run:
         slice of the split, in order. `nodes`, in place of a split: node ids of your choosing (a tensor, array,
         list, range, boolean mask, or `slice(None)` for every node), every rank's slice of them in order, as
         the val and test loaders hold theirs: an inference pass (predictions or embeddings of those nodes)."""
-        if self._closed:
-            raise MomentError("the run is closed: open a new one (moment.open_run) to read more batches")
+        self._still_open("read more batches")
         seeds = None
         if nodes is not None:
             if split is not None:
@@ -328,6 +327,12 @@ class Run:
             raise MomentError(f"start={start}: this rank's {split} loader of epoch {epoch} has "
                               f"{len(loader.seeds)} batches", hint=f"give a start from 0 to {len(loader.seeds)}")
         return loader
+
+    def _still_open(self, doing: str) -> None:
+        """One error for anything asked of a closed run (a loader, the PyG stores, `track`, `ddp`): its store and
+        group are gone (the stores were an AttributeError from inside; `track` dropped the loss silently)."""
+        if self._closed:
+            raise MomentError(f"the run is closed: open a new one (moment.open_run) to {doing}")
 
     def write_predictions(self, path: str | Path, scores: Callable[[Batch], torch.Tensor],
                           nodes: Any = slice(None), epoch: int = 0) -> dict[str, Any]:
@@ -360,6 +365,7 @@ class Run:
         CUDA given the rank's device): gradients averaged over the ranks, rank 0's weights broadcast first."""
         if not isinstance(module, torch.nn.Module):
             raise MomentError(f"run.ddp(module) takes a torch.nn.Module, not {type(module).__name__}")
+        self._still_open("wrap a model for its ranks")
         module = module.to(self.device)
         if not self.ctx.backend:
             return module
@@ -378,6 +384,7 @@ class Run:
         if self.cfg.data_only:
             raise MomentError("run.track(loss): this run was opened with data_only=True, which trains no model",
                               hint="open it without data_only to train")
+        self._still_open("track more losses")
         b = self._current
         if b is None:
             raise MomentError("run.track(loss) follows a batch of a train loader: no batch was handed out yet")
@@ -405,6 +412,7 @@ class Run:
         """The features as PyG's `FeatureStore` (group "node", attribute "x"), read through the tiers."""
         from moment.runtime.pyg import PygFeatureStore
 
+        self._still_open("read features")
         return PygFeatureStore(self.source)
 
     @property
@@ -412,6 +420,7 @@ class Run:
         """The graph as PyG's `GraphStore` (edge type ("node", "to", "node"), CSC without a copy)."""
         from moment.runtime.pyg import PygGraphStore
 
+        self._still_open("read the graph")
         return PygGraphStore(self.graph)
 
     def summary(self) -> dict[str, Any]:
