@@ -13,7 +13,8 @@ script made itself, which must outlive the run. untracked: a model in `run.ddp` 
 tracked on rank 0 alone (as logging code does); each rank records the error it gets at the first check.
 evaluate-alone: both ranks train an epoch, then rank 0 alone evaluates and looks rows up while rank 1 waits at a
 barrier (PyG's `if rank == 0: test()`), then runs an inference pass over its share of every node
-(`loader(nodes=...)`); the other GPU's rows come from rank 0's own tiers. Each rank
+(`loader(nodes=...)`), and reads the whole val split and every node (`shard=False`); the other GPU's rows come
+from rank 0's own tiers. Each rank
 writes OUT/rank<R>.json, or for several scenarios
 in one launch (run one after the other in the same ranks: one torch start-up; rank 1 opens each run after the
 first a second late), OUT/<SCENARIO>/rank<R>.json.
@@ -107,6 +108,15 @@ def evaluate_alone(run: moment.Run, seen: dict, check) -> None:
             seen["inferred"] = seen.get("inferred", 0) + batch.batch_size
         after = run.summary()["tier_rows"]
         seen["alone_rows"] = {t: after[t] - before[t] for t in after}
+        # shard=False: the whole split, and every node, on this rank alone, in order
+        seen["val_whole"] = []
+        for batch in run.loader("val", 0, shard=False):
+            check(batch.n_id, batch.x)
+            seen["val_whole"] += batch.n_id[: batch.batch_size].tolist()
+        seen["nodes_whole"] = []
+        for batch in run.loader(nodes=slice(None), shard=False):
+            check(batch.n_id, batch.x)
+            seen["nodes_whole"] += batch.n_id[: batch.batch_size].tolist()
     dist.barrier()
     seen["summary"] = run.close()
 

@@ -80,6 +80,20 @@ def test_a_closed_run_refuses_its_stores_track_and_ddp_as_its_loader(runtime_dat
         assert run.step == 1, name
 
 
+def test_an_unsharded_loader_is_a_one_rank_runs_and_the_train_loader_is_always_sharded(runtime_dataset):
+    """`shard=False` reads val, test or nodes whole on one rank, batched and sampled as a one-rank run's loader
+    (so on one rank it is the default's); the train loader's ranks step together and is refused so."""
+    with moment.open_run(dataset=runtime_dataset.path, features="memory", fanouts=[3], batch_size=64,
+                         quiet=True) as run:
+        for kw in ({"split": "val"}, {"nodes": [5, 1, 9]}):
+            mine, whole = run.loader(**kw), run.loader(**kw, shard=False)
+            assert [b.n_id.tolist() for b in mine] == [b.n_id.tolist() for b in whole], kw
+        with pytest.raises(MomentError, match=r"shard=False reads val, test or nodes on one rank: the train loader"):
+            run.loader("train", 0, shard=False)
+        with pytest.raises(MomentError, match=r"shard must be True \(this rank's share\) or False"):
+            run.loader("val", shard=0)
+
+
 def test_a_scripts_run_measures_its_memory_beside_the_budgets_prediction(runtime_layout):
     """`run.memory()` (and `close()`, into the summary) give what `moment train`'s metrics give under `memory`: the
     split's prediction and the measured peak with its parts, measured from the run's start."""
@@ -307,6 +321,9 @@ def test_a_rank_that_stops_early_or_looks_up_less_still_serves_the_others(runtim
     assert "error" not in r0 and "error" not in r1 and r0["bad_rows"] == r1["bad_rows"] == 0, (r0, r1)
     assert r0["batches"] == r1["batches"] > 0 and r0["val_batches"] > 0 and "val_batches" not in r1, (r0, r1)
     assert r0["inferred"] == -(-runtime_dataset.num_nodes // 2), r0  # every other node (rank 0's), alone
+    # shard=False: the whole split, and every node, in order, on rank 0 alone (the default held half of each)
+    assert r0["val_whole"] == np.asarray(runtime_dataset.val_idx).tolist(), len(r0["val_whole"])
+    assert r0["nodes_whole"] == list(range(runtime_dataset.num_nodes)), len(r0["nodes_whole"])
     # the train batches took rows from the other rank's GPU bin; rank 0's evaluation alone read them itself
     assert r0["summary"]["tier_rows"]["peer"] > 0 and r0["alone_rows"]["peer"] == 0, r0
     assert r0["alone_rows"]["ssd"] + r0["alone_rows"]["cpu"] > 0, r0

@@ -138,9 +138,10 @@ class Loader:
     """One split's batches of one epoch for this rank (`Run.loader`): iterate it once, to the end or out of
     it at the same batch on every rank."""
 
-    def __init__(self, run: Run, split: str, epoch: int, start: int, seeds: list[torch.Tensor] | None = None):
-        self.run, self.split, self.epoch, self.start = run, split, epoch, start
-        self.seeds = run._split_batches(split, epoch) if seeds is None else seeds
+    def __init__(self, run: Run, split: str, epoch: int, start: int, seeds: list[torch.Tensor] | None = None,
+                 shard: bool = True):
+        self.run, self.split, self.epoch, self.start, self.shard = run, split, epoch, start, shard
+        self.seeds = run._split_batches(split, epoch, shard) if seeds is None else seeds
 
     def __len__(self) -> int:
         return max(0, len(self.seeds) - self.start)
@@ -293,15 +294,23 @@ class Run:
     def num_nodes(self) -> int:
         return self.dataset.num_nodes
 
-    def loader(self, split: str | None = None, epoch: int = 0, *, start: int = 0, nodes: Any = None) -> Loader:
+    def loader(self, split: str | None = None, epoch: int = 0, *, start: int = 0, nodes: Any = None,
+               shard: bool = True) -> Loader:
         """This rank's batches of `split` ("train", the default, "val" or "test") for `epoch`, pipelined.
         Train: the rank's equal share of the training nodes, reshuffled per epoch, dropout reseeded before each
         batch from (seed, epoch, rank, batch) so a resumed or re-run loop repeats it; `start`: the first batch
         (a resumed epoch; at most the epoch's number of batches, which reads none). Val and test: every rank's
         slice of the split, in order. `nodes`, in place of a split: node ids of your choosing (a tensor, array,
         list, range, boolean mask, or `slice(None)` for every node), every rank's slice of them in order, as
-        the val and test loaders hold theirs: an inference pass (predictions or embeddings of those nodes)."""
+        the val and test loaders hold theirs: an inference pass (predictions or embeddings of those nodes).
+        `shard=False` (val, test or nodes): every node of them on this rank, in order, batched and sampled as a
+        one-rank run's loader (the other ranks need not take part: their rows come from this rank's own tiers).
+        Why: by default each rank's loader holds its 1/world_size share, so PyG's `if rank == 0: test()` scored
+        a share of the split and said nothing."""
         self._still_open("read more batches")
+        if not isinstance(shard, bool):
+            raise MomentError(f"shard must be True (this rank's share) or False (every node), got {shard!r}")
+        rank, world = (self.rank, self.world_size) if shard else (0, 1)
         seeds = None
         if nodes is not None:
             if split is not None:
@@ -309,7 +318,7 @@ class Run:
                                   hint="loader(nodes=ids) batches those nodes; loader(split) a split's")
             ids, _ = node_ids(nodes, self.num_nodes, "run.loader(nodes=...)")
             distinct_ids(ids, nodes, "run.loader(nodes=...)")  # at once, on every rank alike
-            split, seeds = "nodes", eval_batches(ids, self.batch_size, rank=self.rank, world_size=self.world_size)
+            split, seeds = "nodes", eval_batches(ids, self.batch_size, rank=rank, world_size=world)
         else:
             split = "train" if split is None else "val" if split == "valid" else split
             if split not in SPLITS:
@@ -321,8 +330,11 @@ class Run:
             raise MomentError(f"start must be an integer >= 0 (the first batch to read), got {start!r}")
         epoch, start = int(epoch), int(start)
         if split == "train":
+            if not shard:  # its ranks step together (DDP, the loss checks): each holds its equal share
+                raise MomentError("shard=False reads val, test or nodes on one rank: the train loader is each "
+                                  "rank's equal share", hint="evaluate with loader('val', epoch, shard=False)")
             self._past_pack(epoch)
-        loader = Loader(self, split, epoch, start, seeds)
+        loader = Loader(self, split, epoch, start, seeds, shard)
         if start > len(loader.seeds):  # a resumed epoch past its end would read nothing, silently
             raise MomentError(f"start={start}: this rank's {split} loader of epoch {epoch} has "
                               f"{len(loader.seeds)} batches", hint=f"give a start from 0 to {len(loader.seeds)}")
@@ -536,13 +548,13 @@ class Run:
                 self._own_ctx = False
                 self.ctx.close()
 
-    def _split_batches(self, split: str, epoch: int) -> list[torch.Tensor]:
+    def _split_batches(self, split: str, epoch: int, shard: bool = True) -> list[torch.Tensor]:
         if split == "train":
             if self._train_seeds[0] != epoch:
                 self._train_seeds = (epoch, list(self.batches.epoch(epoch)))
             return self._train_seeds[1]
-        return eval_batches(getattr(self.dataset, f"{split}_idx"), self.batch_size, rank=self.rank,
-                            world_size=self.world_size)
+        return eval_batches(getattr(self.dataset, f"{split}_idx"), self.batch_size, rank=self.rank if shard else 0,
+                            world_size=self.world_size if shard else 1)
 
     def _pipe(self, split: str) -> Pipeline | LoaderPipeline:
         kind = _pipe_kind(split, self.cfg.task)
@@ -563,7 +575,7 @@ class Run:
     def _batches(self, loader: Loader) -> Iterator[Batch]:
         cfg, rank, e = self.cfg, self.rank, loader.epoch
         train = loader.split == "train"
-        key = sampling_key(cfg.seed, e, rank, loader.split)
+        key = sampling_key(cfg.seed, e, rank if loader.shard else 0, loader.split)  # unsharded: a one-rank run's
         t0, c0 = time.perf_counter(), time.process_time()
         if train:
             s0 = self.source.tier_stats()
