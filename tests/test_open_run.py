@@ -228,6 +228,23 @@ def test_a_loops_diverging_loss_stops_it_naming_its_optimizers_rate_when_told(ru
         assert "hint: lower the learning rate and start again" in msg, msg
 
 
+def test_a_loop_that_breaks_out_of_its_train_loader_has_its_last_steps_checked_at_close(runtime_dataset):
+    """A step budget breaks out before the loader's next check: close() checks the steps since the last one, so a
+    NaN among them stops the run (it was saved and closed without a word) and the others join the curve."""
+    for bad in (None, 3):
+        run = moment.open_run(dataset=runtime_dataset.path, features="memory", fanouts=[3], batch_size=64, quiet=True)
+        for b in run.loader("train", 0):
+            run.track(float("nan") if b.index == bad else 1.0 + b.index)
+            if b.index == 5:
+                break
+        if bad is None:
+            assert run.close(say=False)["loss_curve"] == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+            continue
+        with pytest.raises(MomentError, match=r"training stopped at step 4 \(epoch 1, batch 4 of \d+\)"):
+            run.close(say=False)
+        assert run.source is None  # released all the same
+
+
 def test_loader_workers_on_a_python_whose_forked_children_can_hang_are_told_so(runtime_layout, monkeypatch):
     from moment.runtime import loader
     from moment.runtime import run as run_module

@@ -413,6 +413,16 @@ class Run:
             self._stop_at(bad)
         self.loss_curve += losses
 
+    def _check_left(self) -> None:
+        """The steps tracked since the last check, checked at close: a loop that broke out of its train loader (a
+        step budget, early stopping) left up to CHECK_EVERY - 1 steps unchecked, so a NaN among them was saved
+        and closed without a word, and they were missing from `loss_curve`. The ranks' counts are compared
+        first (whatever each tracked), so one error, not a collective of another shape, if they differ."""
+        losses, bad = self._steps.check(self.ctx.all_reduce, self.loss_curve, agree=True)
+        if bad is not None:
+            self._stop_at(bad)
+        self.loss_curve += losses
+
     def stage_times(self, split: str = "train") -> StageTimes:
         """The `split` pipeline's StageTimes (moment.runtime.pipeline), summed over its loaders so far (zeros
         before its first)."""
@@ -503,7 +513,8 @@ class Run:
         try:
             if self.source is not None:
                 self.source.leave()
-            self._measure_memory()  # every rank is here: the run's peak, measured before the store lets go of it
+            self._check_left()  # every rank is here, done with the exchange
+            self._measure_memory()  # the run's peak, measured before the store lets go of it
         finally:
             self._release()
         out = self.summary()
