@@ -10,7 +10,8 @@ exits without closing; rank 0 records what each of the run's own collectives the
 write's gather, close). bad-output: both ranks write predictions and embeddings whose scores are wrong on rank 1
 alone; each records the errors it gets (every rank must raise the same, at the same gather). own-group: as uneven, in a process group the
 script made itself, which must outlive the run. untracked: a model in `run.ddp` trained on both ranks, its loss
-tracked on rank 0 alone (as logging code does); each rank records the error it gets at the first check.
+tracked on rank 0 alone (as logging code does); each rank records the error it gets at the first check. skipped:
+the same with the script's own DDP, rank 0 skipping one step's track.
 evaluate-alone: both ranks train an epoch, then rank 0 alone evaluates and looks rows up while rank 1 waits at a
 barrier (PyG's `if rank == 0: test()`), then runs an inference pass over its share of every node
 (`loader(nodes=...)`), and reads the whole val split and every node (`shard=False`); the other GPU's rows come
@@ -59,6 +60,8 @@ def main(scenario: str, layout: str, out: Path) -> int:
             bad_output(run, seen, out)
         elif scenario == "vanish-late":
             vanish_late(run, seen, out)
+        elif scenario == "skipped":
+            skipped(run, seen)
         else:
             for batch in run.loader("train", 0):
                 check(batch.n_id, batch.x)
@@ -186,6 +189,22 @@ def untracked(run: moment.Run, seen: dict) -> None:
         seen["steps"] += 1
         if run.rank == 0:
             run.track(loss)
+    run.close()
+
+
+def skipped(run: moment.Run, seen: dict) -> None:
+    """A model in the script's own DDP (not `run.ddp`), rank 0 skipping the `track` of one step: the train
+    loader's end compares the ranks' counts (it met an all-reduce of another length, read as a NaN loss)."""
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(run.feature_dim, run.num_classes))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    seen["steps"] = 0
+    for batch in run.loader("train", 0):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(batch.x.float())[: batch.batch_size], batch.y).backward()
+        opt.step()
+        seen["steps"] += 1
+        if not (run.rank == 0 and batch.index == 2):
+            run.track(1.0)
     run.close()
 
 

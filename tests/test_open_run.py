@@ -327,12 +327,13 @@ def test_a_rank_that_stops_early_or_looks_up_less_still_serves_the_others(runtim
     script makes the group before anything of Moment's loads, as a fresh script does), then uneven (the run
     makes its own group): one torch start-up instead of two. Then, in the same ranks, a loop that steps a model in
     DDP on both but tracks its loss on rank 0 alone: the first check is one MomentError on both ranks naming it,
-    not gloo's abort on a collective the other rank never joined. Rank 1 opens each run after the first a second
+    not gloo's abort on a collective the other rank never joined; the same with the script's own DDP and rank 0
+    skipping one step's track (a NaN loss read from a short all-reduce before). Rank 1 opens each run after the first a second
     late: rank 0 meets it in the new group, not at the closed one's address (it waited in gloo's connect for ever).
     Last, both ranks train an epoch and rank 0 alone evaluates and looks rows up while rank 1 waits at a barrier
     (PyG's multi-GPU examples test on rank 0 so): it reads the peer's rows itself (it waited in a round for ever)."""
     scenarios = ["own-group", "uneven"]
-    torchrun([",".join([*scenarios, "untracked", "evaluate-alone"]), str(runtime_layout), str(tmp_path)],
+    torchrun([",".join([*scenarios, "untracked", "skipped", "evaluate-alone"]), str(runtime_layout), str(tmp_path)],
              script=REPO / "tests" / "open_run_ranks.py")
     r0, r1 = (json.loads((tmp_path / "evaluate-alone" / f"rank{r}.json").read_text()) for r in range(2))
     assert "error" not in r0 and "error" not in r1 and r0["bad_rows"] == r1["bad_rows"] == 0, (r0, r1)
@@ -347,6 +348,10 @@ def test_a_rank_that_stops_early_or_looks_up_less_still_serves_the_others(runtim
     for r in range(2):
         got = json.loads((tmp_path / "untracked" / f"rank{r}.json").read_text())
         assert got["steps"] >= 1 and "run.track was called for 0 steps on one rank and " in got.get("error", ""), got
+        # the script's own DDP, rank 0 skipping one track: the counts, not a NaN loss read from a short all-reduce
+        got = json.loads((tmp_path / "skipped" / f"rank{r}.json").read_text())
+        n = got["steps"]
+        assert f"run.track was called for {n - 1} steps on one rank and {n} on another" in got.get("error", ""), got
     for scenario in scenarios:
         r0, r1 = (json.loads((tmp_path / scenario / f"rank{r}.json").read_text()) for r in range(2))
         assert r0["batches"] > 1 and r1["batches"] == 1, scenario

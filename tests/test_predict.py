@@ -255,3 +255,16 @@ def test_embedding_rows_of_another_width_in_a_later_batch_are_moments_error(tmp_
         with pytest.raises(MomentError, match=r"write_embeddings: embed\(batch\) gave rows 4 wide after 3$"):
             run.write_embeddings(tmp_path / "e.npy", lambda b: torch.zeros(b.batch_size, 3 + b.index), nodes=range(300))
     assert not (tmp_path / "e.npy").exists()
+
+
+def test_embeddings_under_a_name_of_another_format_are_refused_before_anything_is_written(tmp_path: Path) -> None:
+    """`e.csv` got .npy bytes: the name says .npy or .parquet, in a script and on the command line."""
+    from moment.runtime.config import make_config
+
+    ds = _dataset(tmp_path)
+    with moment.open_run(dataset=ds, features="memory", fanouts=[3], batch_size=64, quiet=True) as run:
+        with pytest.raises(MomentError, match=r"write_embeddings .*emb\.csv: embeddings are written as \.npy or \.parquet"):
+            run.write_embeddings(tmp_path / "emb.csv", lambda b: torch.zeros(b.batch_size, 3))
+    assert not (tmp_path / "emb.csv").exists()
+    with pytest.raises(MomentError, match=r"--embed .*emb\.csv: embeddings are written as \.npy or \.parquet"):
+        make_config(dataset=ds, features="memory", embed=tmp_path / "emb.csv").check()

@@ -111,6 +111,22 @@ def test_layout_rm_of_one_machine_keeps_working_and_verify_names_it_missing(spli
     assert main(["layout", "rm", str(s)]) == 0 and not s.exists()
 
 
+def test_a_machines_missing_index_or_damaged_shard_is_named_once(split_layout, tmp_path, capsys):
+    """The owners' agreement read a machine's index before its layout was verified: a missing one was a
+    FileNotFoundError; a damaged shard's line named its path twice."""
+    s = shutil.copytree(split_layout, tmp_path / "S")
+    (s / "m0" / "index.npy").unlink()
+    assert main(["layout", "verify", str(s)]) == 1
+    err = _err(capsys)
+    assert f"{s / 'm0' / 'index.npy'}: missing" in err and "Traceback" not in err, err
+    shard = next((s / "m1" / "shards").glob("*.shard"))
+    with open(shard, "r+b") as f:
+        f.write(bytes([f.read(1)[0] ^ 0xFF]))
+    assert main(["layout", "verify", str(s)]) == 1
+    err = _err(capsys)
+    assert f"{shard}: shard of bin" in err and f"{shard}: {shard}" not in err, err
+
+
 def test_a_damaged_cluster_manifest_or_owners_file_is_one_message(split_layout, tmp_path, capsys):
     s = shutil.copytree(split_layout, tmp_path / "S")
     mf = s / sp.CLUSTER_MANIFEST

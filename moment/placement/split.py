@@ -297,14 +297,20 @@ def verify_split(path: str | Path, progress: Progress | None = None) -> VerifyRe
         except MomentError as e:
             bad(lp / MANIFEST, str(e))
             continue
-        if why := _machine_problem(lp, lm, m, x, owners):
+        if why := _machine_problem(lp, lm, m, x, None):
             bad(lp, f"machine {x.name}'s layout: {why}")
             continue
-        sub = verify_layout(lp, progress=progress)
+        sub = verify_layout(lp, progress=progress)  # sound before its index is read for the owners' rows
         rep.files_checked += sub.files_checked
         rep.bytes_checked += sub.bytes_checked
-        for p in sub.problems:
-            bad(Path(sub.first_bad_file or lp), p, sub.first_bad_shard, sub.first_bad_offset)
+        if sub.problems:
+            rep.ok = False
+            rep.problems += sub.problems  # each names its file already
+            if rep.first_bad_file is None:
+                rep.first_bad_file, rep.first_bad_shard = sub.first_bad_file or str(lp), sub.first_bad_shard
+                rep.first_bad_offset = sub.first_bad_offset
+        elif owners is not None and (why := _machine_problem(lp, lm, m, x, owners)):
+            bad(lp, f"machine {x.name}'s layout: {why}")
     return rep
 
 

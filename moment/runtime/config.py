@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from moment.errors import MomentError
-from moment.workload.parquet import need_pyarrow, parquet_output
+from moment.workload.parquet import check_matrix_output, need_pyarrow, parquet_output
 from moment.workload.seeds import SEED_LIMIT
 from moment.workload.spec import FANOUTS_HELP, default_batch_size, split_fanouts
 
@@ -380,6 +380,8 @@ class TrainConfig(BaseModel):
             check_output(self.checkpoint_dir, "--checkpoint-dir", directory=True)
         if self.io_trace is not None:
             check_output(self.io_trace, "--io-trace", directory=True)
+        if self.embed is not None:
+            check_matrix_output(self.embed, "--embed")
         for path, flag in ((self.predict, "--predict"), (self.embed, "--embed")):
             if path is not None:
                 check_output(path, flag)

@@ -25,7 +25,7 @@ from moment.outputs import atomic_file, write_error
 from moment.runtime.dist import AgreedError
 from moment.runtime.node_index import distinct_ids, node_ids
 from moment.workload.graph import SPLITS
-from moment.workload.parquet import need_pyarrow, parquet_output
+from moment.workload.parquet import check_matrix_output, need_pyarrow, parquet_output
 
 # Imports inside functions: pyarrow, for a file that ends in .parquet.
 
@@ -76,6 +76,7 @@ def write_embeddings(run: Any, embed: Callable[[Any], torch.Tensor], path: str |
     `node`, `id` (when the import numbered the graph's own ids) and `embedding` (float32 vectors). `nodes` and
     `epoch` as `write_predictions` takes them. Collective: every rank calls it, at the same point."""
 
+    check_matrix_output(path, "write_embeddings")
     wide: list[int] = []  # this rank's first batch's width
 
     def each(batch: Any) -> tuple[np.ndarray, ...]:

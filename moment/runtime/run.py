@@ -406,19 +406,14 @@ class Run:
         if not self._lockstep and self._steps.due:
             self.sync_losses()
 
-    def sync_losses(self) -> None:
-        """Check the steps tracked since the last check (collective); the train loader does at its end."""
-        losses, bad = self._steps.check(self.ctx.all_reduce, self.loss_curve, agree=self._lockstep)
-        if bad is not None:
-            self._stop_at(bad)
-        self.loss_curve += losses
-
-    def _check_left(self) -> None:
-        """The steps tracked since the last check, checked at close: a loop that broke out of its train loader (a
-        step budget, early stopping) left up to CHECK_EVERY - 1 steps unchecked, so a NaN among them was saved
-        and closed without a word, and they were missing from `loss_curve`. The ranks' counts are compared
-        first (whatever each tracked), so one error, not a collective of another shape, if they differ."""
-        losses, bad = self._steps.check(self.ctx.all_reduce, self.loss_curve, agree=True)
+    def sync_losses(self, *, agree: bool | None = None) -> None:
+        """Check the steps tracked since the last check (collective); the train loader does at its end, and
+        `close()`. `agree`: the ranks' counts compared first, one error if they differ (default: in lockstep).
+        At a point every rank reaches alike (a train loader's end, close) they always are: with a DDP of the
+        script's own, a rank that skipped a `track` otherwise met the others in an all-reduce of another length,
+        which gloo filled with garbage read as a loss that was not finite."""
+        losses, bad = self._steps.check(self.ctx.all_reduce, self.loss_curve,
+                                        agree=self._lockstep if agree is None else agree)
         if bad is not None:
             self._stop_at(bad)
         self.loss_curve += losses
@@ -513,7 +508,9 @@ class Run:
         try:
             if self.source is not None:
                 self.source.leave()
-            self._check_left()  # every rank is here, done with the exchange
+            # every rank is here, done with the exchange: a loop that broke out of its train loader (a step
+            # budget) left its last steps unchecked, so a NaN among them closed without a word
+            self.sync_losses(agree=True)
             self._measure_memory()  # the run's peak, measured before the store lets go of it
         finally:
             self._release()
@@ -602,7 +599,7 @@ class Run:
             if train and self._lockstep and check_due(item.index):  # the same batch on every rank, tracked or not
                 self.sync_losses()
         if train:
-            self.sync_losses()
+            self.sync_losses(agree=True)
             if self.cfg.data_only:  # no losses to sum: the ranks wait for each other where training's sum holds
                 self.ctx.barrier()  # them, so none starts its validation reads beside another's last train reads
             self.disks.end()

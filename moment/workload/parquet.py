@@ -56,6 +56,13 @@ def parquet_output(path: str | Path) -> bool:
     return Path(path).suffix.lower() == ".parquet"
 
 
+def check_matrix_output(path: str | Path, what: str) -> None:
+    """A matrix (embeddings) is written as `.npy` or, by its name, Parquet: another ending got `.npy` bytes
+    under a name such as `e.csv`, which no reader of that name could read."""
+    if not parquet_output(path) and Path(path).suffix.lower() != ".npy":
+        raise MomentError("embeddings are written as .npy or .parquet: name the file so", source=f"{what} {path}")
+
+
 def need_pyarrow(what: str, source: str) -> Any:
     """`pyarrow.parquet`, or one error saying that `what` needs it and how to install it."""
     try:
