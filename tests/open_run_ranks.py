@@ -169,7 +169,9 @@ def bad_output(run: moment.Run, seen: dict, out: Path) -> None:
     seen["errors"] = {}
     for name, write, fn in BAD_OUTPUT:
         try:
-            getattr(run, write)(out / f"{name}.out", lambda b: fn(b, run.rank, run.num_classes), nodes=slice(0, 300))  # noqa: B023
+            suffix = ".npy" if write == "write_embeddings" else ".csv"
+            getattr(run, write)(out / f"{name}{suffix}", lambda b: fn(b, run.rank, run.num_classes),  # noqa: B023
+                                nodes=slice(0, 300))
             seen["errors"][name] = None
         except MomentError as e:
             seen["errors"][name] = str(e)

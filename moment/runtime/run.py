@@ -409,7 +409,7 @@ class Run:
     def sync_losses(self, *, agree: bool | None = None) -> None:
         """Check the steps tracked since the last check (collective); the train loader does at its end, and
         `close()`. `agree`: the ranks' counts compared first, one error if they differ (default: in lockstep).
-        At a point every rank reaches alike (a train loader's end, close) they always are: with a DDP of the
+        Where every rank that tracked reaches alike (a train loader's end, close) they are: with a DDP of the
         script's own, a rank that skipped a `track` otherwise met the others in an all-reduce of another length,
         which gloo filled with garbage read as a loss that was not finite."""
         losses, bad = self._steps.check(self.ctx.all_reduce, self.loss_curve,
@@ -598,8 +598,8 @@ class Run:
             yield batch
             if train and self._lockstep and check_due(item.index):  # the same batch on every rank, tracked or not
                 self.sync_losses()
-        if train:
-            self.sync_losses(agree=True)
+        if train:  # counts compared where this rank tracked (a rank that tracks nothing may have left the loop)
+            self.sync_losses(agree=self._lockstep or len(self._steps) > 0)
             if self.cfg.data_only:  # no losses to sum: the ranks wait for each other where training's sum holds
                 self.ctx.barrier()  # them, so none starts its validation reads beside another's last train reads
             self.disks.end()
