@@ -9,11 +9,14 @@ import pytest
 from conftest import DATA, fixture_file
 
 from moment.errors import MomentError
+from moment.planner.plan import make_plan
+from moment.topology.devices import Inventory
 from moment.topology.model import Kind
 from moment.topology.profiles import load_profile
 from moment.topology.readers import console, dmidecode, lspci, numa, nvidia_smi, sysfs, udev
 from moment.topology.readers.pci import PciFunction, build_topology
 from moment.topology.scan import scan_files, scan_local
+from moment.workload.spec import WorkloadSpec
 
 ESC_TV = "lspci-tv_stelline_asus-esc8000a-e12.txt"
 WRX_TV = "lspci-tv_stelline_puget-wrx90.txt"
@@ -157,8 +160,12 @@ def test_nvidia_smi_matrices(name, gpus, nics, nv, numa):
     topo = nvidia_smi.topology_from_matrix(m, nvswitch="never")
     assert len(topo.of_kind(Kind.gpu)) == gpus
     assert len(topo.of_kind(Kind.socket)) == len(set(numa))
-    assert len(topo.links) == (gpus * (gpus - 1) // 2 if nv else 0)
-    assert all(lk.count == nv for lk in topo.links)
+    nvlinks = [lk for lk in topo.links if lk.kind == "nvlink"]
+    assert len(nvlinks) == (gpus * (gpus - 1) // 2 if nv else 0)
+    assert all(lk.count == nv for lk in nvlinks)
+    sockets = len(set(numa))  # joined by the builder's assumed socket link, so a plan can cross them
+    assert [(lk.a, lk.b, lk.kind) for lk in topo.links if lk.kind != "nvlink"] == (
+        [("cpu0", "cpu1", "upi")] if sockets == 2 else [])
 
 
 def test_nvidia_smi_legend_nic_names_and_affinity():
@@ -179,8 +186,9 @@ def test_nvswitch_fabric_and_apply_to_a_tree():
     m = nvidia_smi.read_nvidia_smi(fixture_file("nvidia-smi-topo_mlengineering_a100-8gpu.txt"))
     warnings: list[str] = []
     topo = nvidia_smi.topology_from_matrix(m, warnings=warnings)
-    assert len(topo.of_kind(Kind.nvswitch)) == 1 and len(topo.links) == 8
-    assert all(lk.count == 12 and lk.b == "nvswitch0" for lk in topo.links)
+    nvlinks = [lk for lk in topo.links if lk.kind == "nvlink"]
+    assert len(topo.of_kind(Kind.nvswitch)) == 1 and len(nvlinks) == 8
+    assert all(lk.count == 12 and lk.b == "nvswitch0" for lk in nvlinks)
     assert any("NVSwitch" in w for w in warnings)
     tree = lspci.read_lspci(fixture_file(ESC_TV))
     with pytest.raises(MomentError, match="8 GPUs but the topology has 4"):
@@ -460,3 +468,22 @@ def test_numa_nodes_grouped_into_dmidecode_sockets():
     assert len(topo.of_kind(Kind.socket)) == 4 and any("is not known" in w for w in warnings)
     # no socket count: each NUMA node is a socket, as before
     assert len(build_topology(_four_numa_machine(), name="x").of_kind(Kind.socket)) == 4
+
+
+# ---- socket links of the coarse readers ----------------------------------------------------------------
+@pytest.mark.parametrize("kwargs, link", [
+    ({"dmidecode": "dmidecode_linuxhw_supermicro-sys-4029gp-trt.txt"}, "UPI 2x 10.4 GT/s (assumed"),
+    ({"nvidia_smi": "nvidia-smi-topo_stelline_asus-esc8000a-e12.txt"}, "modelled as UPI 2x (assumed)"),
+    ({"nvidia_smi": "nvidia-smi-topo_stelline_asus-esc8000a-e12.txt",
+      "dmidecode": "dmidecode_linuxhw_asus-esc8000-g4.txt"}, "modelled as UPI 2x (assumed)"),
+])
+def test_coarse_scans_join_their_sockets_and_plan(kwargs, link):
+    """dmidecode or nvidia-smi alone on a two-socket board joins the sockets with the assumed socket link
+    every reader writes (it wrote none, and every plan failed: the placement LP had no solution)."""
+    topo, _ = scan_files(**{k: fixture_file(v) for k, v in kwargs.items()})
+    socket_links = [lk for lk in topo.links if lk.kind != "nvlink"]
+    assert [(lk.a, lk.b, lk.kind) for lk in socket_links] == [("cpu0", "cpu1", "upi")]
+    assert link in (socket_links[0].label or "")
+    ssds = 1 if "dmidecode" in kwargs else 0  # nvidia-smi alone finds no SSD slot: data from memory
+    wl = WorkloadSpec(gpu_cache_share=0.5, cpu_cache_share=0.5 if not ssds else 0.1)
+    assert make_plan(topo, Inventory.simple(2, ssds), wl).devices

@@ -152,3 +152,23 @@ def test_placement_rules():
         find_model("GeForce 256")
     check_placement(t, {"s0": "T4", "s1": "T4"})  # single-width cards do not block
     assert Inventory.simple(4, 8).describe() == "4 x A100-PCIe-40GB, 8 x P5510"
+
+
+def test_unconnected_sockets_are_refused_naming_file_and_fix(tmp_path):
+    """Two sockets and no link between them: refused at validation (it was only an LP status later)."""
+    p = tmp_path / "nolink.yaml"
+    p.write_text("""name: nolink
+nodes:
+  - {id: cpu0, kind: socket}
+  - {id: cpu1, kind: socket}
+  - {id: cpu2, kind: socket}
+  - {id: rc0, kind: root_complex, parent: cpu0}
+  - {id: s0, kind: slot, parent: rc0, width: 16, link: {gen: 4, width: 16}}
+links:
+  - {a: cpu0, b: cpu1, kind: upi, count: 2}
+""")
+    with pytest.raises(MomentError, match=r"nolink\.yaml.*sockets cpu0, cpu1 and cpu2 are not connected.*"
+                                          r"add a `links:` entry such as \{a: cpu1, b: cpu2, kind: upi"):
+        load_profile(str(p))
+    p.write_text(p.read_text() + "  - {a: cpu2, b: cpu0, kind: upi, count: 2}\n")
+    assert len(load_profile(str(p)).links) == 2

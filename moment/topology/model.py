@@ -252,6 +252,32 @@ class NamedLayout(_Strict):
     ssd: list[str] = Field(default_factory=list)
 
 
+def _check_sockets_joined(nodes: list, links: list[PeerLink]) -> None:
+    """Every socket must reach every other over socket-to-socket links: without one, a socket's memory and
+    devices are an island and the placement LP has no solution, which says nothing about the cause."""
+    parent = {n.id: n.id for n in nodes if n.kind == Kind.socket}
+
+    def root(x: str) -> str:
+        while parent[x] != x:
+            x = parent[x]
+        return x
+
+    for lk in links:
+        if lk.a in parent and lk.b in parent:
+            parent[root(lk.b)] = root(lk.a)
+    groups: dict[str, list[str]] = {}
+    for s in parent:
+        groups.setdefault(root(s), []).append(s)
+    if len(groups) > 1:
+        first, *rest = groups.values()
+        other = [s for g in rest for s in g]
+        a, b = first[-1], other[0]
+        raise ValueError(
+            f"sockets {', '.join(first)} and {', '.join(other)} are not connected "
+            f"(no socket link joins them): add a `links:` entry such as {{a: {a}, b: {b}, kind: upi, count: 2}} "
+            "(kind: xgmi for AMD EPYC, qpi for older Xeons)")
+
+
 class Topology(_Strict):
     """A machine: nodes in a PCIe forest under sockets, and peer links."""
 
@@ -316,6 +342,7 @@ class Topology(_Strict):
                     raise ValueError(f"links[{i}] ({link.kind}) names {end!r}, which is not a node")
             if link.a == link.b:
                 raise ValueError(f"links[{i}] ({link.kind}) connects {link.a!r} to itself")
+        _check_sockets_joined(self.nodes, self.links)
         for name, lay in self.layouts.items():
             for slot_id in [*lay.gpu, *lay.ssd]:
                 if slot_id not in seen or seen[slot_id].kind != Kind.slot:

@@ -246,5 +246,6 @@ def scan_files(lspci: str | Path | None = None, lspci_vvv: str | Path | None = N
         topo = _smi.topology_from_matrix(matrix, name=name, source=sources, warnings=report.warnings)
         return _finish(topo, None, slots, report, pci_scanned=False), report
     assert slots is not None
-    return _dmi.topology_from_slots(slots, name=name, sockets=sockets, source=sources,
-                                   warnings=report.warnings), report
+    assert files["dmidecode"] is not None
+    return _dmi.topology_from_slots(slots, name=name, sockets=sockets, source=sources, warnings=report.warnings,
+                                   cpu=_dmi.cpu_model(files["dmidecode"][0])), report

@@ -13,7 +13,9 @@ place that decides:
     A slot is named `<parent>-slot<k>` (`slot_id`), k counting the parent's slots in bus order of
     what they hold (an empty slot: the bus behind its port), so the same machine read from
     different sources gets the same slot ids;
-  - socket links: every pair of sockets is joined by the CPU's default socket link (a full mesh);
+  - socket links: every pair of sockets is joined by the CPU's default socket link (a full mesh,
+    `socket_mesh`; the coarse dmidecode and nvidia-smi readers use it too, so no scan leaves a
+    socket the planner cannot reach);
   - order: nodes parents-first, children in bus order; peer links sorted.
 """
 
@@ -42,6 +44,14 @@ def next_slot_id(parent: str, taken: set[str]) -> str:
     while slot_id(parent, k) in taken:
         k += 1
     return slot_id(parent, k)
+
+
+def socket_mesh(sockets: list[tuple[str, SocketLinkSpec]]) -> list[dict]:
+    """The socket links every reader writes: each pair of sockets joined by the first one's assumed link
+    (a full mesh). A scan rarely shows these links, but a plan needs them (without one, a socket's
+    memory and devices are an island and the placement LP has no solution)."""
+    return _clean([{"a": a, "b": b, "kind": spec.kind, "count": spec.count, "gts": spec.gts, "label": spec.label}
+                   for i, (a, spec) in enumerate(sockets) for b, _ in sockets[i + 1:]])
 
 
 PREFIX = {Kind.switch: "sw", Kind.gpu: "gpu", Kind.nic: "nic", Kind.ssd: "ssd", Kind.nvswitch: "nvsw",
@@ -233,12 +243,7 @@ def assemble(*, name: str, source: str | None, description: str | None, sockets:
                 _emit(d, s.id, False, slot_no, nodes)
     except ValidationError as err:
         raise format_validation_error(err, source) from None
-    links = []
-    for i, a in enumerate(sockets):
-        for b in sockets[i + 1:]:
-            spec = a.link
-            links.append({"a": a.id, "b": b.id, "kind": spec.kind, "count": spec.count, "gts": spec.gts,
-                          "label": spec.label})
+    links = socket_mesh([(s.id, s.link) for s in sockets])
     peer_links = []
     for p in peers:
         a, b = sorted([p.a.id, p.b.id], key=_natural)

@@ -16,7 +16,8 @@ records are parsed into typed `SlotRecord`s first and `merge_slots` matches them
    record's data width at the record's generation (from the type or a "PCI-E 4.0" designation),
    else PCIe 4.0. Records of legacy PCI slots are skipped.
 Slots added in 2 and 4 are named by the builder's one rule (`readers.build.slot_id`: `<parent>-slot<k>`,
-the parent's next free k), like the slots every reader builds.
+the parent's next free k), like the slots every reader builds. On its own (`topology_from_slots`),
+its sockets are joined by the socket link every reader assumes (`readers.build.socket_mesh`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from moment.errors import MomentError, validation_error
 from moment.topology.model import PLACEABLE, Kind, Topology
 from moment.topology.readers import console
-from moment.topology.readers.build import next_slot_id
+from moment.topology.readers import _xml_cpu as cpus
+from moment.topology.readers.build import next_slot_id, socket_mesh
 from moment.topology.readers.pci import DEFAULT_GEN
 
 _ADDR = re.compile(r"^([0-9a-fA-F]{4}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
@@ -143,6 +145,17 @@ def count_sockets(text: str) -> int | None:
         if "unpopulated" not in status.lower():
             n += 1
     return n if seen else None
+
+
+def cpu_model(text: str) -> str | None:
+    """The first populated socket's CPU name ("Processor Information" Version), for its socket link."""
+    for block in _blocks(console.select(text, console.is_dmidecode)):
+        if block[0][1].strip() != "Processor Information":
+            continue
+        f = _fields(block[1:])
+        if "unpopulated" not in f.get("Status", (0, ""))[1].lower() and f.get("Version", (0, ""))[1]:
+            return f["Version"][1]
+    return None
 
 
 def read_dmidecode(path: str | Path) -> list[SlotRecord]:
@@ -265,13 +278,18 @@ def _new_slot(nodes: list[dict], by_id: dict, kids: dict, r: SlotRecord, warns: 
 
 
 def topology_from_slots(records: list[SlotRecord], *, name: str = "dmidecode", sockets: int | None = None,
-                        source: str | None = None, warnings: list[str] | None = None) -> Topology:
-    """A coarse machine from slot records alone: sockets, one root complex each, the slots under them."""
+                        source: str | None = None, warnings: list[str] | None = None,
+                        cpu: str | None = None) -> Topology:
+    """A coarse machine from slot records alone: sockets, one root complex each, the slots under them,
+    and the sockets joined as every reader joins them (`socket_mesh`, the link assumed for `cpu`, the
+    "Processor Information" name, when known)."""
     n = max(sockets or 1, 1)
     nodes = [{"id": f"cpu{i}", "kind": "socket"} for i in range(n)]
     nodes += [{"id": f"rc{i}", "kind": "root_complex", "parent": f"cpu{i}", "label": "root complex (assumed)"}
               for i in range(n)]
-    base = Topology.model_validate({"name": name, "source": source, "nodes": nodes})
+    spec = cpus.socket_link(cpus.from_model_string(cpu))
+    links = socket_mesh([(f"cpu{i}", spec) for i in range(n)])
+    base = Topology.model_validate({"name": name, "source": source, "nodes": nodes, "links": links})
     if warnings is not None:
         warnings.append("dmidecode alone: slots hang under one assumed root complex per socket and are "
                         "shown empty (no PCI scan says what is in them)")

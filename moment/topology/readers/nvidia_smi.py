@@ -9,7 +9,8 @@ boards): the pairs share each GPU's N links rather than owning N links each, so 
 (`nvswitch="auto"`) that is modelled as an `nvswitch` node with one N-link peer link per GPU;
 `nvswitch="never"` gives pairwise links for every pair instead.
 
-On its own (`topology_from_matrix`) the matrix gives a coarse machine: sockets from NUMA affinity,
+On its own (`topology_from_matrix`) the matrix gives a coarse machine: sockets from NUMA affinity
+(joined by the builder's assumed socket link, `build.socket_mesh`: the matrix names no CPU),
 one root complex per group of devices joined by PHB/PXB/PIX (same host bridge), a switch per group
 joined by PXB/PIX, every GPU and every listed NIC in its own slot (NICs PIX to each other are
 kept apart; that they are probably ports of one card is said in their labels and a warning). Links are assumed
@@ -26,7 +27,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from moment.errors import MomentError, validation_error
 from moment.topology.model import Kind, Topology
 from moment.topology.readers import console
-from moment.topology.readers.build import next_slot_id
+from moment.topology.readers import _xml_cpu as cpus
+from moment.topology.readers.build import next_slot_id, socket_mesh
 from moment.topology.readers.pci import DEFAULT_GEN
 
 _REL = re.compile(r"^(X|SYS|NODE|PHB|PXB|PIX|SOC|PSB|NV\d+|N/A)$")
@@ -273,7 +275,8 @@ def topology_from_matrix(matrix: TopoMatrix, *, name: str = "nvidia-smi", source
             warnings.append(f"nvidia-smi: {', '.join(c)} are PIX to each other: probably ports of one card; "
                             "kept as separate NIC nodes under one PCIe switch node")
     try:
-        topo = Topology.model_validate({"name": name, "source": source, "nodes": nodes})
+        links = socket_mesh([(sock[n], cpus.socket_link(cpus.CpuId())) for n in numas])  # no CPU in the matrix
+        topo = Topology.model_validate({"name": name, "source": source, "nodes": nodes, "links": links})
     except ValidationError as e:
         raise validation_error(e, "could not build a topology from the matrix", source=source, limit=1) from None
     return apply_nvlinks(topo, matrix, nvswitch=nvswitch, warnings=warnings)
