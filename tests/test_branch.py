@@ -219,3 +219,41 @@ def test_time_limit_on_the_listing_search(monkeypatch):
     monkeypatch.setattr(time, "perf_counter", lambda: float(next(ticks)))  # a second per look at the clock
     with pytest.raises(MomentError, match="was complete within the 0.5 s time limit"):
         make_plan(topo, inv, wl, timeout=0.5)
+
+
+SIX = Inventory(items=[InventoryItem(model=m, count=c) for m, c in
+                       (("A100-PCIe-40GB", 2), ("H100-PCIe-80GB", 2), ("L40S", 2), ("P5510", 4), ("PM1743", 4),
+                        ("P4510", 4))])
+
+
+def test_the_count_stops_at_its_deadline_and_is_unchanged_without_one():
+    """Six models on asus-esc8000a-e12: the count's table holds 27,000 placed-vectors a node, and
+    it ignored --timeout (11 s, now 0.4 s by joining the root's last child by look-up)."""
+    import time
+
+    from moment.topology.devices import strip
+    from moment.topology.profiles import load_profile
+
+    bare, _ = strip(load_profile("asus-esc8000a-e12"))
+    assert search.count_valid(bare, SIX) == 4_399_779_384_000
+    assert search.count_valid(bare, SIX, deadline=time.perf_counter()) is None
+
+
+def test_a_count_past_the_time_limit_leaves_the_branch_and_bound_its_share(monkeypatch):
+    """Counting or listing may use half of --timeout; past that the branch and bound searches with the
+    rest and recommends its best (it was an error, after the count had run for minutes)."""
+    import time
+
+    from moment.planner.search import Timeout
+    from moment.topology.profiles import load_profile
+
+    def slow_count(slots, bound, deadline=None):  # a count too large for any time limit
+        assert deadline is not None
+        time.sleep(max(deadline - time.perf_counter(), 0) + 0.01)
+        raise Timeout()
+
+    monkeypatch.setattr(search, "count_placements", slow_count)
+    t0 = time.perf_counter()
+    plan = make_plan(load_profile("asus-esc8000a-e12"), SIX, WorkloadSpec(), timeout=4)
+    assert time.perf_counter() - t0 < 4.5
+    assert plan.search.method == "branch-and-bound" and plan.search.raw_candidates is None and plan.devices

@@ -88,7 +88,9 @@ def render_plan(console: Console, plan: Plan, topo: Topology) -> None:
     _render_explanation(console, plan)
     s = plan.search
     if s.method == "branch-and-bound":
-        console.print(f"search: {s.raw_candidates:,} valid placements, too many to list: branch and bound, "
+        counted = ("too many valid placements to count in time or to list" if s.raw_candidates is None
+                   else f"{s.raw_candidates:,} valid placements, too many to list")
+        console.print(f"search: {counted}: branch and bound, "
                       f"{s.nodes or 0:,} partial placements bounded by a relaxed LP; {s.seconds_total:.2f} s in all")
     else:
         classes = f", {s.capacity_classes:,} distinct capacity graphs" if s.capacity_classes is not None else ""

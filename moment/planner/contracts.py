@@ -105,7 +105,8 @@ class SearchStats(BaseModel):
         "'exhaustive': every placement listed once per symmetry class, then solved in lower-bound order; "
         "'branch-and-bound': too many classes to list (a large machine of mixed slots), so devices are placed "
         "one at a time and each partial placement is bounded by the LP of a relaxation"))
-    raw_candidates: int = Field(description="placements before symmetry pruning (physically valid)")
+    raw_candidates: int | None = Field(description=(
+        "placements before symmetry pruning (physically valid); null: the time limit stopped their count"))
     distinct_candidates: int | None = Field(
         description="placements left after slot-symmetry pruning (null: not listed, branch and bound)")
     capacity_classes: int | None = Field(

@@ -39,6 +39,10 @@ BATCH = 64
 #: 'auto' lists the candidates while that takes at most this many combinations (about a second;
 #: the built-in machines take a few thousand), and otherwise branches and bounds
 LIST_LIMIT = 30_000
+#: With a time limit, the share of it that counting and listing the placements may take: past it the branch
+#: and bound searches with the rest, so a limit always leaves time to find a placement (counting alone can take
+#: minutes on a large machine with a mixed inventory).
+LIST_SHARE = 0.5
 METHODS = ("auto", "exhaustive", "branch-and-bound")
 
 
@@ -81,7 +85,9 @@ def make_plan(topo: Topology, inventory: Inventory, workload: WorkloadSpec, *,
     (`planner.branch`) never lists them, for machines where they number in the millions; 'auto'
     lists them while that takes at most LIST_LIMIT combinations (about a second) and otherwise
     branches and bounds. `timeout` (seconds): the search stops there and the best placement found
-    is recommended, marked not proven optimal (`SearchStats.proven_optimal`, `lower_bound_s`).
+    is recommended, marked not proven optimal (`SearchStats.proven_optimal`, `lower_bound_s`); in
+    'auto', counting and listing stop at LIST_SHARE of it and leave the rest to the branch and bound
+    (`raw_candidates` None where the count did not finish).
 
     `data`: the data placement the search ranks by ('planned': the LP chooses the SSD shares, which
     DDAK realises; 'even': equal SSD shares, as hash placement gives). The winner and every baseline
@@ -246,10 +252,13 @@ def _search(topo: Topology, inventory: Inventory, workload: WorkloadSpec,
         raise MomentError(f"{bare.name!r} has peer links (NVLink bridges) on slots, which the branch and bound "
                           "cannot bound", hint="plan it with the exhaustive search")
     found = None
+    raw: int | None = None
+    # where the branch and bound can take over, counting and listing may use LIST_SHARE of a time limit
+    list_deadline = deadline if deadline is None or not bnb_ok or method != "auto" else t0 + LIST_SHARE * timeout
     if method != "branch-and-bound":
         try:
             space = search.enumerate_placements(bare, inventory, limit=LIST_LIMIT if method == "auto" and bnb_ok
-                                                else None, deadline=deadline,
+                                                else None, deadline=list_deadline,
                                                 shared=cache.listings if cache is not None else None)
             if not len(space.rows):
                 raise MomentError(f"the inventory ({inventory.describe()}) cannot be placed in {bare.name!r}")
@@ -259,16 +268,18 @@ def _search(topo: Topology, inventory: Inventory, workload: WorkloadSpec,
         except search.TooMany as e:
             raw = e.raw_count
         except search.Timeout:
-            raise _nothing_found(inventory, bare, timeout) from None
+            if list_deadline == deadline:
+                raise _nothing_found(inventory, bare, timeout) from None
     if found is None:
         from moment.planner import branch  # only where the listing gave up: not on plain `moment plan`'s path
 
-        raw = search.count_valid(bare, inventory) if method == "branch-and-bound" else raw
+        if method == "branch-and-bound":
+            raw = search.count_valid(bare, inventory, None if timeout is None else t0 + LIST_SHARE * timeout)
         res = branch.branch_and_bound(template, inventory, workload, deadline=deadline, progress=progress, data=data)
         if res.placement is None:
             raise _nothing_found(inventory, bare, timeout)
         found = _Found(res.placement, SearchStats(
-            method="branch-and-bound", raw_candidates=raw or 0, distinct_candidates=None, nodes=res.nodes,
+            method="branch-and-bound", raw_candidates=raw, distinct_candidates=None, nodes=res.nodes,
             solved=res.lps, proven_optimal=res.proven_optimal,
             lower_bound_s=None if res.proven_optimal else res.lower_bound_s, seconds_total=0.0,
             seconds_per_solve=res.seconds / max(res.lps, 1)))

@@ -122,7 +122,8 @@ class PlanRequest(WorkloadKnobs):
     timeout: Annotated[float | None, Cli(
         help="stop the search after SECONDS and recommend the best placement found so far, marked 'not proven "
              "optimal' with the least epoch time any placement could reach (JSON: search.proven_optimal, "
-             "search.lower_bound_s); default: search to the end", metavar="SECONDS", show_default=False)] = Field(
+             "search.lower_bound_s); counting and listing the placements take half of it at most, then the "
+             "branch and bound searches with the rest; default: search to the end", metavar="SECONDS", show_default=False)] = Field(
         None, description="seconds for the search; default: search to the end")
 
 

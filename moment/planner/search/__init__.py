@@ -127,7 +127,7 @@ def enumerate_placements(topo: Topology, inventory: Inventory, *, prune: bool = 
         bound = HallBound(slots, tuple(c for _, c in models))
     else:
         slots, bound, canon = _build(topo, models, pin_all=not prune)
-    raw = _counted(topo, inventory, slots, bound)
+    raw = _counted(topo, inventory, slots, bound, deadline)
     try:
         rows = Enumeration(slots, bound, canon, limit=limit, deadline=deadline).representatives()
     except TooMany:
@@ -144,17 +144,24 @@ def enumerate_placements(topo: Topology, inventory: Inventory, *, prune: bool = 
     return space
 
 
-def count_valid(topo: Topology, inventory: Inventory) -> int:
+def count_valid(topo: Topology, inventory: Inventory, deadline: float | None = None) -> int | None:
     """How many physically valid placements `inventory` has in `topo`'s empty slots (a dynamic
-    programme, fast however many there are); MomentError naming what does not fit when none."""
+    programme, whose tables grow with the product of the models' counts: mixed inventories on large
+    machines take minutes); None where `deadline` stopped it, MomentError naming what does not fit
+    when none."""
     models = merged_models(inventory)
     slots = Slots(topo, [m for m, _ in models])
-    return _counted(topo, inventory, slots, HallBound(slots, tuple(c for _, c in models)))
+    try:
+        return _counted(topo, inventory, slots, HallBound(slots, tuple(c for _, c in models)), deadline)
+    except Timeout:
+        return None
 
 
-def _counted(topo: Topology, inventory: Inventory, slots: Slots, bound: HallBound) -> int:
+def _counted(topo: Topology, inventory: Inventory, slots: Slots, bound: HallBound,
+             deadline: float | None = None) -> int:
+    """The count (Timeout past `deadline`, like the listing it comes before)."""
     check_capacity(slots, bound)
-    raw = count_placements(slots, bound)
+    raw = count_placements(slots, bound, deadline)
     if raw == 0:
         raise MomentError(
             f"the inventory ({inventory.describe()}) cannot be placed in the free slots of {topo.name!r}: "

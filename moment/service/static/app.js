@@ -1089,7 +1089,7 @@ function columnCards(run, base, scale, side) {
       ? `too many to list: branch and bound, ${n(s.nodes)} partial placements bounded`
       : `${n(s.distinct_candidates)} distinct`;
     dia.append(el("p", { class: "foot" },
-      `Searched ${n(s.raw_candidates)} placements: ${how}, ${n(s.solved)} solved, in ${fmt(s.seconds_total)} s.`));
+      `Searched ${s.raw_candidates == null ? "an uncounted number of" : n(s.raw_candidates)} placements: ${how}, ${n(s.solved)} solved, in ${fmt(s.seconds_total)} s.`));
     if (s.proven_optimal === false) {
       dia.append(el("p", { class: "foot" }, `Not proven optimal: the time limit stopped the search; this is the best `
         + `placement found, and no placement reads an epoch faster than ${fmt(s.lower_bound_s)} s.`));
