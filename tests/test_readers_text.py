@@ -487,3 +487,18 @@ def test_coarse_scans_join_their_sockets_and_plan(kwargs, link):
     ssds = 1 if "dmidecode" in kwargs else 0  # nvidia-smi alone finds no SSD slot: data from memory
     wl = WorkloadSpec(gpu_cache_share=0.5, cpu_cache_share=0.5 if not ssds else 0.1)
     assert make_plan(topo, Inventory.simple(2, ssds), wl).devices
+
+
+def test_nvidia_smi_nvlinked_gpus_are_fixed_modules_a_plan_keeps():
+    """GPUs the matrix shows on NVLink are SXM modules, as the NCCL reader keeps them: not in a slot,
+    so planning SSDs around them keeps them and their NVLinks (they were stripped with their links)."""
+    a100 = fixture_file("nvidia-smi-topo_mlengineering_a100-8gpu.txt")
+    topo = nvidia_smi.topology_from_matrix(nvidia_smi.read_nvidia_smi(a100))
+    assert [topo.node(g.parent).kind for g in topo.of_kind(Kind.gpu)] == [Kind.root_complex] * 8
+    esc = nvidia_smi.read_nvidia_smi(fixture_file("nvidia-smi-topo_stelline_asus-esc8000a-e12.txt"))
+    plain = nvidia_smi.topology_from_matrix(esc)  # no NVLink: every GPU in its slot
+    assert [plain.node(g.parent).kind for g in plain.of_kind(Kind.gpu)] == [Kind.slot] * 4
+    topo, _ = scan_files(nvidia_smi=a100, dmidecode=fixture_file("dmidecode_linuxhw_supermicro-sys-4029gp-trt.txt"))
+    plan = make_plan(topo, Inventory.simple(0, 2), WorkloadSpec())
+    assert sorted(plan.devices.values()) == ["ssd0", "ssd1"]
+    assert {lu.kind for lu in plan.links} >= {"nvlink"}

@@ -12,8 +12,11 @@ boards): the pairs share each GPU's N links rather than owning N links each, so 
 On its own (`topology_from_matrix`) the matrix gives a coarse machine: sockets from NUMA affinity
 (joined by the builder's assumed socket link, `build.socket_mesh`: the matrix names no CPU),
 one root complex per group of devices joined by PHB/PXB/PIX (same host bridge), a switch per group
-joined by PXB/PIX, every GPU and every listed NIC in its own slot (NICs PIX to each other are
-kept apart; that they are probably ports of one card is said in their labels and a warning). Links are assumed
+joined by PXB/PIX, every GPU without NVLink and every listed NIC in its own slot (NICs PIX to each other are
+kept apart; that they are probably ports of one card is said in their labels and a warning). GPUs
+the matrix shows on NVLink are SXM modules soldered to the board, so, as the NCCL reader and the
+built-in HGX/DGX profiles keep them, they hang in place without a slot: a plan keeps them and their
+NVLinks, and places its devices around them (`--gpus 0`). Links are assumed
 PCIe 4.0 x16 (the matrix has no widths), which the returned warnings say.
 """
 
@@ -236,6 +239,7 @@ def topology_from_matrix(matrix: TopoMatrix, *, name: str = "nvidia-smi", source
             return numas[1 - numas.index(gpu_numa[best])]
         return gpu_numa[best]
 
+    soldered = {g for g in matrix.gpus if any(matrix.nvlink_count(g, h) for h in matrix.gpus if h != g)}
     keys = [tuple(u) for u in units]
     by_key = {tuple(u): u for u in units}
     rc_groups = _groups(keys, lambda a, b: _RANK.get(unit_rel(by_key[a], by_key[b]), 5) <= 2)
@@ -256,6 +260,10 @@ def topology_from_matrix(matrix: TopoMatrix, *, name: str = "nvidia-smi", source
                               "label": "PCIe switch (PIX/PXB in nvidia-smi)"})
             for key in sub:
                 u = by_key[key]
+                if u[0] in soldered:  # an SXM module: on the board, not in a slot (the builder's `fixed`)
+                    nodes.append({"id": f"gpu{u[0][3:]}", "kind": "gpu", "parent": parent, "link": link,
+                                  "label": f"{u[0]} (NVLink: SXM module, not in a slot)"})
+                    continue
                 slot = next_slot_id(parent, {n["id"] for n in nodes})
                 nodes.append({"id": slot, "kind": "slot", "parent": parent, "width": 16, "link": link})
                 if u[0].startswith("GPU"):
@@ -270,7 +278,8 @@ def topology_from_matrix(matrix: TopoMatrix, *, name: str = "nvidia-smi", source
                                   "label": label})
                     counters["nic"] += 1
     if warnings is not None:
-        warnings.append(f"nvidia-smi alone: PCIe links assumed PCIe {DEFAULT_GEN}.0 x16; one slot per GPU and per NIC")
+        warnings.append(f"nvidia-smi alone: PCIe links assumed PCIe {DEFAULT_GEN}.0 x16; one slot per GPU and per NIC"
+                        + (f" ({len(soldered)} GPUs on NVLink are SXM modules, not in slots)" if soldered else ""))
         for c in sorted({tuple(c) for c in cards.values()}):
             warnings.append(f"nvidia-smi: {', '.join(c)} are PIX to each other: probably ports of one card; "
                             "kept as separate NIC nodes under one PCIe switch node")
