@@ -42,7 +42,7 @@ from moment.io.device import no_gpu_driver
 from moment.io.files import npy_header
 from moment.io.sequences import subsequence
 from moment.locking import locked
-from moment.outputs import (atomic_file, follow_umask, publish_dir, remove_stale, sha256_file,
+from moment.outputs import (atomic_file, follow_umask, publish_dir, remove_stale, sha256_file, stale,
                              temp_prefix)
 from moment.placement.manifest import LayoutManifest, check_dataset, layout_id, load_manifest
 from moment.sizes import fmt_size
@@ -143,11 +143,15 @@ def load_pack(layout: str | Path) -> PackManifest | None:
 
 def pack_files(layout: str | Path) -> set[str]:
     """The layout-relative paths of the layout's pack (empty without one; an unreadable pack owns only
-    its manifest, so removing the layout refuses the rest)."""
+    its manifest, so removing the layout refuses the rest), and what a killed pack writer left beside it
+    (`.pack.tmp-PID-...`: `layout rm` refused it as a person's files)."""
+    left = set()
+    for d in stale(pack_path(layout), set_aside=True):
+        left |= {f"{d.name}/", *(f"{d.name}/{q.relative_to(d)}" for q in d.rglob("*") if not q.is_dir())}
     p = pack_path(layout) / "pack.json"
     if not p.is_file():
-        return set()
-    out = {f"{PACK_DIR}/pack.json"}
+        return left
+    out = {f"{PACK_DIR}/pack.json", *left}
     try:
         m = PackManifest.model_validate_json(p.read_text())
     except (OSError, ValidationError, ValueError):
