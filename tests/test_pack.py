@@ -356,6 +356,10 @@ def test_cli_pack_json_and_overwrite(packed, tmp_path, capsys):
     assert load_pack(copy).batch_size == 128 and not list(copy.glob(".pack*"))
     assert main(["data", "pack", "--layout", str(copy), "--cached", "200%", "--overwrite"]) == 2
     assert "--cached" in capsys.readouterr().err
+    gpus = len(Layout.open(copy).gpu_devices())  # more ranks than the run may have: refused before it is written
+    assert main(["data", "pack", "--layout", str(copy), "--ranks", str(gpus + 1), "--overwrite"]) == 2
+    assert f"--ranks {gpus + 1}: {gpus + 1} ranks on this machine, but the layout was placed for {gpus} GPU(s)" in \
+        " ".join(capsys.readouterr().err.split())
     # --memory-budget: leave out what the run's CPU cache will hold under that budget
     assert main(["data", "pack", "--layout", str(copy), "--ranks", "2", "--fanouts", "10,5", "--memory-budget",
                  "3GiB", "--overwrite", "--json"]) == 0

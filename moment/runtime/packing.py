@@ -21,6 +21,7 @@ from moment.placement.pack import (NoRoom, PackManifest, pack_path, pack_summary
                                    write_pack)
 from moment.placement.requests import PackRequest, cached_rows
 from moment.runtime.config import TrainConfig, make_config
+from moment.runtime.devices import check_local_ranks
 from moment.sizes import fmt_size
 from moment.workload.graph import GraphDataset
 
@@ -51,6 +52,8 @@ def pack(req: PackRequest, *,
     opened = Layout.open(layout)
     m = opened.manifest
     refuse_split(layout, m)
+    # the ranks a run of this layout may have (the pack was written, then the run it named was refused)
+    check_local_ranks(req.ranks, [g for g, _ in opened.gpu_devices()], f"--ranks {req.ranks}")
     n, rb = m.dataset.num_nodes, m.row.row_bytes
     ds = GraphDataset.open(req.dataset) if req.dataset is not None else opened.dataset
     bs = req.batch_size if req.batch_size is not None else TrainConfig().resolved_batch_size(
