@@ -557,6 +557,10 @@ def test_dataloader_workers_baseline_trains_the_same_batches(setup, reference):
         parse_args(["--layout", str(layout), "--loader-workers", "2"])
     with pytest.raises(MomentError, match="--drop-page-cache batch cannot be combined with --loader-workers"):
         parse_args(["--layout", str(layout), "--features-memmap", "--loader-workers", "2", "--drop-page-cache", "batch"])
+    for name, args in (("--drop-page-cache", []), ("--memmap-random", []),
+                       ("--drop-page-cache", ["--features-in-memory", "--drop-page-cache", "batch"])):
+        with pytest.raises(MomentError, match=f"{name} is for the --features-memmap baseline"):
+            parse_args(["--layout", str(layout), *(args or [name])])  # ignored before: a "cold" run ran warm
 
 
 def _fed(m: dict) -> tuple:

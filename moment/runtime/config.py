@@ -332,6 +332,11 @@ class TrainConfig(BaseModel):
                               "with --dataset)")
         if self.features != "tiered" and self.layout is None and self.dataset is None:
             raise MomentError("--dataset is required without --layout")
+        for name, flag in (("drop_page_cache", "--drop-page-cache"), ("memmap_random", "--memmap-random")):
+            if getattr(self, name) and self.features != "memmap":  # (were ignored: a "cold" run ran warm)
+                raise MomentError(f"{flag} is for the --features-memmap baseline: other runs read through their own "
+                                  "tiers, which it does not touch", hint=f"add --features-memmap --dataset DIR, or "
+                                  f"leave {flag} out")
         if self.loader_workers and self.features != "memmap":
             raise MomentError(f"--loader-workers {self.loader_workers} is for the --features-memmap baseline "
                               "(Moment's own runs overlap their stages in the rank's pipeline)",
