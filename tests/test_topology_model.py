@@ -172,3 +172,16 @@ links:
         load_profile(str(p))
     p.write_text(p.read_text() + "  - {a: cpu2, b: cpu0, kind: upi, count: 2}\n")
     assert len(load_profile(str(p)).links) == 2
+
+
+def test_a_slot_that_blocks_itself_is_refused_naming_it(tmp_path):
+    """It counted as taken by itself, and the plan then said no slot was wide enough."""
+    p = tmp_path / "blk.yaml"
+    p.write_text("""name: n
+nodes:
+  - {id: cpu0, kind: socket}
+  - {id: rc0, kind: root_complex, parent: cpu0}
+  - {id: s0, kind: slot, parent: rc0, width: 16, blocks: [s0], link: {gen: 4, width: 16}}
+""")
+    with pytest.raises(MomentError, match=r"blk\.yaml.*slot 's0' blocks itself"):
+        load_profile(str(p))

@@ -326,6 +326,8 @@ class Topology(_Strict):
                 for b in n.blocks:
                     if b not in seen or seen[b].kind != Kind.slot:
                         raise ValueError(f"slot {n.id!r} blocks {b!r}, which is not a slot")
+                    if b == n.id:  # (the slot then counted as taken by itself: the plan blamed widths)
+                        raise ValueError(f"slot {n.id!r} blocks itself: blocks names the other slots a wide card covers")
             if n.kind in (Kind.switch, Kind.slot, *PLACEABLE) and n.link is None and seen[n.parent].kind != Kind.slot:
                 raise ValueError(f"{n.kind.value} {n.id!r} needs a link (gen/width) to its parent {n.parent!r}")
         # cycles: every chain of parents must end at a socket
