@@ -32,7 +32,7 @@ from moment.runtime.config import TrainConfig, parse_args
 from moment.runtime.dist import AgreedError, DistContext
 from moment.runtime.footprint import multilabel_targets
 from moment.runtime.link_task import link_logits, link_loss, out_dim, roc_auc
-from moment.runtime.lost import peer_lost
+from moment.runtime.lost import PeerLeft, peer_lost
 from moment.runtime.model_spec import forward, load_loss, make_model, make_optimizer
 from moment.runtime.progress import Reporter
 from moment.runtime.rendezvous import NNODES_ENV, NODE_RANK_ENV, others_gone
@@ -473,6 +473,8 @@ def main(argv: list[str] | None = None) -> int:
         except MomentError as e:  # every rank has the same options
             raise AgreedError.of(e) from None
         train(cfg)
+    except PeerLeft:  # a collective met a peer's absence: which peer, as a lost connection says it
+        return _say_lost()
     except MomentError as e:
         from rich.markup import escape
 
@@ -493,11 +495,15 @@ def main(argv: list[str] | None = None) -> int:
 
         with log_stream() as log:  # the traceback is torchrun's business: its log
             traceback.print_exc(file=log)
-        rank = os.environ.get("RANK", "0")
-        Console(stderr=True, emoji=False).print(f"error (rank {rank}): lost the connection to another rank, " + _who_lost(),
-                                                highlight=False, soft_wrap=True)
-        return 1
+        return _say_lost()
     return 0
+
+
+def _say_lost() -> int:
+    rank = os.environ.get("RANK", "0")
+    Console(stderr=True, emoji=False).print(f"error (rank {rank}): lost the connection to another rank, " + _who_lost(),
+                                            highlight=False, soft_wrap=True)
+    return 1
 
 
 def _who_lost() -> str:
