@@ -207,6 +207,19 @@ CASES = [
          "names.parquet: column 'src' holds names, not node numbers", gone=("data/pq", "data/.pq.tmp-*")),
     Case("moment data import edgelist names.txt --out data/pq --renumber --features ragged.parquet",
          "ragged.parquet: this is a Parquet table, not a .npy file", gone=("data/pq", "data/.pq.tmp-*")),
+    # stop 64's hostile pass: what a spreadsheet, pandas or a typo hands the importers, the run and the service
+    Case("moment data import edgelist bom.csv --out data/bom --renumber", "4 distinct names", code=0),
+    Case("moment data import edgelist tags.csv --out data/tags --renumber", "5 distinct names", code=0),
+    Case("moment data import edgelist names.txt --out data/fd --renumber --feature-dim 0",
+         "--feature-dim 0: must be at least 1", gone=("data/fd", "data/.fd.tmp-*")),
+    Case("moment data import edgelist names.txt --out data/fd --renumber --label-table floats.csv",
+         "floats.csv: node bob has label 1.5: a class is a whole number or a name", gone=("data/fd",)),
+    Case(f"{TRAIN} --checkpoint-dir ckpt-flipped --resume", "the checkpoint is damaged",
+         keep=("ckpt-flipped/checkpoint.pt",)),
+    Case(f"{TRAIN} --drop-page-cache", "--drop-page-cache is for the --features-memmap baseline"),
+    Case("moment data pack --layout layouts/packed --ranks 64 --overwrite", "--ranks 64: 64 ranks on this machine",
+         keep=("layouts/packed/pack/pack.json",)),
+    Case("moment serve --port 1 --data-dir served --plan-timeout nan", "--plan-timeout nan: must be a finite number"),
     Case(f"{TRAIN} --model mymodels:wrong", "--model mymodels:wrong"),
     Case(f"{TRAIN} --model mymodels:boom", "no GPU here"),
     Case(f"{TRAIN} --model nosuchpkg.models:make", "nosuchpkg"),
@@ -614,6 +627,11 @@ def write_inputs() -> None:
     pq.write_table(pa.table({"src": ["alice", "bob"], "dst": ["bob", "carol"]}), "names.parquet")
     Path("cut.parquet").write_bytes(Path("names.parquet").read_bytes()[:-40])
     pq.write_table(pa.table({"id": ["alice", "bob", "carol"], "x": [[0.5, 1.0], [1.5], [2.5, 3.0]]}), "ragged.parquet")
+    Path("bom.csv").write_bytes("\ufeffdst,src\nbob,alice\ncarol,bob\ndave,carol\n".encode())  # Excel's CSV
+    Path("tags.csv").write_text("src,dst\nalice,c#\nbob,c\ncarol,c++\nalice,bob\n")  # c# is not c
+    Path("floats.csv").write_text("alice,1.0\nbob,1.5\n")
+    shutil.copytree("ckpt", "ckpt-flipped")  # a flipped bit mid-file: a valid float to torch.load
+    flip_bit(Path("ckpt-flipped/checkpoint.pt"), Path("ckpt/checkpoint.pt").stat().st_size // 2)
     Path("names-split").mkdir()
     for part, text in (("train", "alice\n"), ("valid", "bob\n"), ("test", "mallory\n")):
         (Path("names-split") / f"{part}.txt").write_text(text)
