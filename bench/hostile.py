@@ -209,7 +209,7 @@ CASES = [
          "ragged.parquet: this is a Parquet table, not a .npy file", gone=("data/pq", "data/.pq.tmp-*")),
     # stop 64's hostile pass: what a spreadsheet, pandas or a typo hands the importers, the run and the service
     Case("moment data import edgelist bom.csv --out data/bom --renumber", "4 distinct names", code=0),
-    Case("moment data import edgelist tags.csv --out data/tags --renumber", "5 distinct names", code=0),
+    Case("moment data import edgelist tags.csv --out data/tags --renumber", "6 distinct names", code=0),
     Case("moment data import edgelist names.txt --out data/fd --renumber --feature-dim 0",
          "--feature-dim 0: must be at least 1", gone=("data/fd", "data/.fd.tmp-*")),
     Case("moment data import edgelist names.txt --out data/fd --renumber --label-table floats.csv",
