@@ -65,7 +65,9 @@ def test_cli_json_and_errors(ds, capsys):
     assert doc["capacity_rows"] == ds.num_nodes // 10
     for v in doc["policies"].values():
         assert 0 <= v["hit_rate"] <= doc["belady"]["hit_rate"] and v["ssd_bytes"] >= doc["belady"]["ssd_bytes"]
-    for bad in (["--capacity", "0"], ["--capacity", "200%"], ["--capacity", "lots"],
-                ["--capacity", "10%", "--policy", "fifo"], ["--capacity", "10%", "--rank", "3"]):
+    for bad, words in ((["--capacity", "0"], "--capacity '0'"), (["--capacity", "200%"], "--capacity '200%'"),
+                       (["--capacity", "lots"], "--capacity 'lots'"),  # (named no option)
+                       (["--capacity", "10%", "--policy", "fifo"], "fifo"), (["--capacity", "10%", "--rank", "3"], "3")):
         assert main(["cache", "simulate", "--dataset", str(ds.path), *bad]) == 2, bad
-        assert "error" in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert "error" in err and words in err, err

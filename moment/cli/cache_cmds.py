@@ -75,7 +75,10 @@ def simulate_cmd(
     n = ds.num_nodes
     caps = []
     for c in capacity:
-        rows = (parse_size(c, n * ds.row_bytes) or 0) // ds.row_bytes
+        try:
+            rows = (parse_size(c, n * ds.row_bytes) or 0) // ds.row_bytes
+        except MomentError as e:  # (it named no option)
+            raise MomentError(f"--capacity {c!r}: {e}") from None
         if rows <= 0 or rows > n:
             raise MomentError(f"--capacity {c!r}: must be more than 0 rows and at most 100% of {n} rows")
         caps.append(rows)
