@@ -152,6 +152,8 @@ def test_flipped_byte_fails_verify_naming_the_shard(env):
     rc, _, err = run(["layout", "verify", out])
     assert rc == 1
     assert "ssd1" in err and "offset 0" in err
+    end = min(shard["chunk_bytes"], shard["bytes"])  # the chunk ends with the file (it named a chunk past it)
+    assert f"checksum mismatch in chunk 0 (bytes 0..{end})" in " ".join(err.split()), err
     rc, o, _ = run(["layout", "verify", out, "--json"])
     rep = json.loads(o)
     assert rc == 1 and rep["first_bad_shard"] == "ssd1" and rep["first_bad_offset"] == 0

@@ -97,6 +97,11 @@ class Shard(BaseModel):
                              f"{self.chunk_bytes} B (that is {want} chunks)")
         return self
 
+    def chunk_span(self, k: int) -> str:
+        """Chunk `k`'s bytes as a message names them (the last chunk ends with the file, not a chunk later)."""
+        off = k * self.chunk_bytes
+        return f"bytes {off}..{min(off + self.chunk_bytes, self.bytes)}"
+
 
 class PlanRef(BaseModel):
     """Where the layout came from: the plan's machine and hardware placement."""

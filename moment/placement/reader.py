@@ -94,8 +94,8 @@ def verify_layout(path: str | Path, progress: Progress | None = None) -> VerifyR
         k = bad_chunk(fp, s.chunk_bytes, s.chunk_sha256, progress=tick)
         if k is not None:
             off = k * s.chunk_bytes
-            bad(fp, f"shard of bin {s.bin}: checksum mismatch in chunk {k} "
-                    f"(bytes {off}..{off + s.chunk_bytes})", offset=off, shard=s.bin)
+            bad(fp, f"shard of bin {s.bin}: checksum mismatch in chunk {k} ({s.chunk_span(k)})", offset=off,
+                shard=s.bin)
         tick(max(0, start + s.bytes - rep.bytes_checked))  # the rest of a shard not read to its end
 
     def tick_file(n: int) -> None:

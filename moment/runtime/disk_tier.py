@@ -71,9 +71,8 @@ def _check_chunks(path: Path, s: Shard, chunks: np.ndarray | None = None) -> Non
     """Re-hash the given chunks (all when None) of a layout file against the manifest."""
     k = bad_chunk(path, s.chunk_bytes, s.chunk_sha256, None if chunks is None else chunks.tolist())
     if k is not None:
-        off = k * s.chunk_bytes
         raise MomentError(
-            f"bin {s.bin}: checksum mismatch in chunk {k} (bytes {off}..{off + s.chunk_bytes}); "
+            f"bin {s.bin}: checksum mismatch in chunk {k} ({s.chunk_span(k)}); "
             "refusing to return its rows", source=str(path),
             hint="the layout is damaged: run `moment layout verify` and rewrite it")
 
