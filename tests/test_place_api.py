@@ -72,6 +72,9 @@ def test_place_takes_a_plan_object_and_checks_first(setup):
         place(setup["ds"], t / "D", setup["topo"], setup["inv"], policy="nope")
     with pytest.raises(MomentError, match="layout already exists"):
         place(setup["ds"], t / "C", setup["topo"], setup["inv"], plan=plan, hotness=t / "hot")
+    # a dataset given as --out: not a layout to overwrite (the hint was --overwrite)
+    with pytest.raises(MomentError, match=r"exists and is not a Moment layout .*\n  hint: choose another --out"):
+        place(setup["ds"], setup["ds"].path, setup["topo"], setup["inv"], plan=plan, hotness=t / "hot")
     assert not (t / "D").exists()
 
 

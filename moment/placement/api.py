@@ -36,7 +36,7 @@ from moment.placement import split as sp
 from moment.placement.assignment import hotness_order
 from moment.placement.defaults import DEFAULTS
 from moment.placement.knapsack import auto_pool, pool_access
-from moment.placement.layout import SplitPart, check_layout_out, drop_shard_dirs, write_layout
+from moment.placement.layout import SplitPart, check_layout_out, drop_shard_dirs, refuse_existing, write_layout
 from moment.placement.manifest import PlanRef, RemoteBin, SplitRef, row_format
 from moment.placement.planning import RECOMMENDED, epochs_sampled, hardware_record
 from moment.placement.reader import load_manifest
@@ -212,7 +212,7 @@ def _prepare(dataset, out, machines: Sequence[SplitMachine], *, split: bool, pla
     if not split:
         check_layout_out(out, overwrite)
     elif exists(out) and not overwrite:
-        raise MomentError("layout already exists", source=str(out), hint="pass --overwrite to replace it")
+        refuse_existing(out)
     for m in machines:  # every machine's caches must fit its memories
         gpu_spec, cpu_spec = pl.check_caches(ds, m.topology, m.inventory, gpu_cache, cpu_cache)
     rep_spec = pl.parse_cache(replicate, "--replicate") if split else None

@@ -243,8 +243,22 @@ def check_layout_out(out: Path, overwrite: bool) -> None:
     if not exists(out):
         return
     if not overwrite:
-        raise MomentError("layout already exists", source=str(out), hint="pass --overwrite to replace it")
+        refuse_existing(out)
     _check_replaceable(out)
+
+
+def refuse_existing(out: Path) -> None:
+    """Without --overwrite: a layout (or an empty directory) is to be overwritten; anything else (a dataset given
+    as --out) is no place for one, and --overwrite would not be the way."""
+    if out.is_dir() and not out.is_symlink() and not (_is_layout(out) or (out / CLUSTER_MANIFEST).is_file()):
+        try:
+            empty = not any(os.scandir(out))
+        except OSError:
+            empty = False
+        if not empty:
+            raise MomentError("exists and is not a Moment layout (a dataset, or files of yours)", source=str(out),
+                              hint="choose another --out")
+    raise MomentError("layout already exists", source=str(out), hint="pass --overwrite to replace it")
 
 
 def _check_replaceable(out: Path) -> None:
