@@ -97,21 +97,10 @@ def _acquire(path: Path, target: Path, what: str) -> int:
         except OSError as e:
             raise MomentError(f"cannot create the lock file ({e.strerror})", source=str(path)) from None
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if not _lock_current(fd, path, target, what, fcntl.LOCK_EX):
+                continue
         except OSError as e:
-            info = _holders(fd)
-            os.close(fd)
-            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                raise MomentError(f"cannot lock the {what} ({e.strerror})", source=str(path)) from None
-            raise MomentError(f"{what} is locked by {_describe(info)}; wait for it to finish",
-                              source=str(target)) from None
-        try:
-            same = os.path.samestat(os.fstat(fd), os.stat(path))
-        except FileNotFoundError:
-            same = False
-        if not same:  # the previous holder deleted the file after we opened it: lock the new one
-            os.close(fd)
-            continue
+            raise MomentError(f"cannot lock the {what} ({e.strerror})", source=str(path)) from None
         info = _me()
         try:
             os.ftruncate(fd, 0)
@@ -120,6 +109,28 @@ def _acquire(path: Path, target: Path, what: str) -> int:
             pass
         return fd
     raise MomentError(f"cannot lock the {what}: its lock file keeps changing", source=str(path))
+
+
+def _lock_current(fd: int, path: Path, target: Path, what: str, how: int) -> bool:
+    """Lock `fd` (`how`: LOCK_EX or LOCK_SH) without waiting. True: locked, and still the file at `path`; False:
+    the holder before deleted that file after we opened it (`fd` closed: open the new one). Held by another: one
+    MomentError naming the holders; another OSError passes on (`fd` closed)."""
+    try:
+        fcntl.flock(fd, how | fcntl.LOCK_NB)
+    except OSError as e:
+        holders = _holders(fd)
+        os.close(fd)
+        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            raise MomentError(f"{what} is locked by {_describe(holders)}; wait for it to finish",
+                              source=str(target)) from None
+        raise
+    try:
+        same = os.path.samestat(os.fstat(fd), os.stat(path))
+    except FileNotFoundError:
+        same = False
+    if not same:
+        os.close(fd)
+    return same
 
 
 def _me() -> dict:
@@ -162,21 +173,10 @@ def _acquire_shared(path: Path, target: Path, what: str) -> int:
             except OSError:
                 return -1
         try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except OSError as e:
-            holders = _holders(fd)
-            os.close(fd)
-            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                return -1  # a file system without flock: as without a lock file
-            raise MomentError(f"{what} is locked by {_describe(holders)}; wait for it to finish",
-                              source=str(target)) from None
-        try:
-            same = os.path.samestat(os.fstat(fd), os.stat(path))
-        except FileNotFoundError:
-            same = False
-        if not same:  # the last holder deleted the file after we opened it: lock the new one
-            os.close(fd)
-            continue
+            if not _lock_current(fd, path, target, what, fcntl.LOCK_SH):
+                continue
+        except OSError:
+            return -1  # a file system without flock: as without a lock file
         try:  # a line of its own: a writer killed mid-write may have left a line without its end
             os.write(fd, f"\n{json.dumps(_me())}\n".encode())
         except OSError:
