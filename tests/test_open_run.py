@@ -192,6 +192,8 @@ def test_a_loader_over_nodes_of_ones_choosing_batches_them_in_order_with_their_r
             run.loader("val", nodes=some)
         with pytest.raises(MomentError, match="no split 'nodes'"):
             run.loader("nodes")
+        empty = run.loader(nodes=[])  # no node, no batch (it was one empty batch)
+        assert len(empty) == 0 and list(empty) == []
 
 
 def test_track_takes_a_one_element_tensor_or_a_number_ddp_a_module_and_both_refuse_anything_else_at_once(runtime_layout):

@@ -409,4 +409,6 @@ def eval_batches(seeds: np.ndarray | torch.Tensor | Sequence[int], batch_size: i
     order, not shuffled and not dropped (every node is evaluated once). The runtime's val/test loaders and
     `moment data pack` (moment.workload.trace.sample_eval_trace) both batch by this."""
     s = seeds if isinstance(seeds, torch.Tensor) else torch.from_numpy(np.array(seeds, dtype=np.int64))
-    return list(torch.split(s.to(torch.int64).reshape(-1)[rank::world_size], int(batch_size)))
+    mine = s.to(torch.int64).reshape(-1)[rank::world_size]
+    # no node, no batch (torch.split made one empty batch, which a model's BatchNorm or a mean over it failed on)
+    return list(torch.split(mine, int(batch_size))) if mine.numel() else []
