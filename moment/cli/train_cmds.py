@@ -107,7 +107,6 @@ def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
     layout = Layout.open(cfg.layout) if cfg.layout is not None else None  # its manifests are read once
     if layout is not None and cfg.features == "tiered":
         layout.check_files()  # one line here, not a traceback per rank; a dry run of it refused as well
-    if layout is not None and cfg.features == "tiered":
         _check_split(cfg.layout, layout, rdzv)
     device, gpus = default_device(cfg.device), layout_gpus(cfg, layout)
     if plan and device == "cuda" and cuda_pci_addresses() is None:  # a dry run may plan a GPU machine elsewhere

@@ -93,11 +93,11 @@ def write_embeddings(run: Any, embed: Callable[[Any], torch.Tensor], path: str |
     width = [0]
 
     def checked(cols: tuple[np.ndarray, ...], first: bool) -> np.ndarray:
+        """The block's rows as float32; the first block's width is the file's (each rank's batches were checked
+        against its first, and the ranks against each other, `_same_widths`)."""
         rows = cols[1].astype(np.float32, copy=False)
         if first:
             width[0] = rows.shape[1]
-        elif rows.shape[1] != width[0]:
-            raise MomentError(f"write_embeddings: embed(batch) gave rows {rows.shape[1]} wide after {width[0]}")
         return rows
 
     def put(f: IO[Any], cols: tuple[np.ndarray, ...], first: bool) -> None:

@@ -310,7 +310,7 @@ class Run:
         self._still_open("read more batches")
         if not isinstance(shard, bool):
             raise MomentError(f"shard must be True (this rank's share) or False (every node), got {shard!r}")
-        rank, world = (self.rank, self.world_size) if shard else (0, 1)
+        rank, world = self._share(shard)
         seeds = None
         if nodes is not None:
             if split is not None:
@@ -561,8 +561,13 @@ class Run:
             if self._train_seeds[0] != epoch:
                 self._train_seeds = (epoch, list(self.batches.epoch(epoch)))
             return self._train_seeds[1]
-        return eval_batches(getattr(self.dataset, f"{split}_idx"), self.batch_size, rank=self.rank if shard else 0,
-                            world_size=self.world_size if shard else 1)
+        rank, world = self._share(shard)
+        return eval_batches(getattr(self.dataset, f"{split}_idx"), self.batch_size, rank=rank, world_size=world)
+
+    def _share(self, shard: bool) -> tuple[int, int]:
+        """The (rank, world size) an evaluation loader's nodes are dealt by: this rank's share, or (`shard=False`)
+        a one-rank run's, every node (its sampling keyed as that run's too)."""
+        return (self.rank, self.world_size) if shard else (0, 1)
 
     def _pipe(self, split: str) -> Pipeline | LoaderPipeline:
         kind = _pipe_kind(split, self.cfg.task)
@@ -583,7 +588,7 @@ class Run:
     def _batches(self, loader: Loader) -> Iterator[Batch]:
         cfg, rank, e = self.cfg, self.rank, loader.epoch
         train = loader.split == "train"
-        key = sampling_key(cfg.seed, e, rank if loader.shard else 0, loader.split)  # unsharded: a one-rank run's
+        key = sampling_key(cfg.seed, e, self._share(loader.shard)[0], loader.split)
         t0, c0 = time.perf_counter(), time.process_time()
         if train:
             s0 = self.source.tier_stats()

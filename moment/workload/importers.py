@@ -919,18 +919,21 @@ def _read_edge_text(path: Path, text: EdgeText, dtype: Any = "int64", chunk: int
         yield from id_pairs(Table(path, "edge list"), text.columns, dtype is str, chunk, "edge")
         return
 
+    def wrong_columns(got: int) -> MomentError:
+        head = ",".join(text.header or [])
+        what = f" (the header: {head if head.isprintable() else repr(head)})" if text.header else ""
+        return MomentError(f"expected 2 columns (src dst), got {got}{what}", source=str(path),
+                           hint="save it without the index column: df.to_csv(path, index=False)"
+                           if text.header and not text.header[0] else "among more columns (a weight, a time), "
+                           "a header line naming the source and destination (src,dst,weight) says which to read")
+
     def columns(a: np.ndarray) -> np.ndarray:
         if a.shape[1] != 2:
-            head = ",".join(text.header or [])
-            what = f" (the header: {head if head.isprintable() else repr(head)})" if text.header else ""
-            raise MomentError(f"expected 2 columns (src dst), got {a.shape[1]}{what}", source=str(path),
-                              hint="save it without the index column: df.to_csv(path, index=False)"
-                              if text.header and not text.header[0] else "among more columns (a weight, a time), "
-                              "a header line naming the source and destination (src,dst,weight) says which to read")
+            raise wrong_columns(a.shape[1])
         return a[:, ::-1] if text.swapped else a
 
     if text.fields != 2 and not text.use:  # before pandas' dtype complaint about a weight column
-        columns(np.zeros((0, text.fields)))
+        raise wrong_columns(text.fields)
 
     try:
         import pandas as pd

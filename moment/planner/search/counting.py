@@ -49,7 +49,48 @@ class _Counter:
 
     def count(self, n: str, only: Placed | None = None) -> Counts:
         """The table of `n` (entries placing `only` alone, where given: the rest are never used)."""
-        return _count(self, self.slots, self.bound, n, only)
+        slots, bound = self.slots, self.bound
+        if not slots.has_empty_slot[n]:
+            return {(bound.none, ()): 1}
+        room = bound.room[n]
+        carried = slots.every.carried.get(n, set())
+        if n in slots.empty_set:
+            out: Counts = {}
+            if bound.can_finish(room, bound.none):
+                out[(bound.none, ((n, EMPTY),) if n in carried else ())] = 1
+            for i in slots.options[n]:
+                one = bound.one(i)
+                if bound.counts[i] and bound.can_finish(room, one):
+                    out[(one, ((n, slots.occupancy(i)),) if n in carried else ())] = 1
+            return out
+        ways: Counts = {(bound.none, ()): 1}
+        kids = [child for child in slots.children[n] if slots.has_empty_slot[child]]
+        for k, child in enumerate(kids):
+            child_table = self.count(child)
+            if only is not None and k == len(kids) - 1:
+                self.tick(len(ways) + len(child_table))
+                ways = _join(ways, child_table, only)
+                break
+            child_ways = child_table.items()
+            combined: Counts = {}
+            for (placed1, ends1), c1 in ways.items():
+                self.tick(len(child_ways))
+                for (placed2, ends2), c2 in child_ways:
+                    placed = bound.add(placed1, placed2)
+                    if placed is not None:
+                        key = (placed, ends1 + ends2)
+                        combined[key] = combined.get(key, 0) + c1 * c2
+            ways = combined
+        closing = slots.every.closes_at.get(n, [])
+        out = {}
+        for (placed, ends), c in ways.items():
+            if not bound.can_finish(room, placed):
+                continue
+            if closing and slots.violated_by_ends(closing, ends):
+                continue
+            key = (placed, tuple(sorted(e for e in ends if e[0] in carried)))
+            out[key] = out.get(key, 0) + c
+        return out
 
 
 def _join(ways: Counts, child_ways: Counts, only: Placed) -> Counts:
@@ -64,47 +105,3 @@ def _join(ways: Counts, child_ways: Counts, only: Placed) -> Counts:
             key = (only, ends1 + ends2)
             combined[key] = combined.get(key, 0) + c1 * c2
     return combined
-
-
-def _count(counter: _Counter, slots: Slots, bound: HallBound, n: str, only: Placed | None = None) -> Counts:
-    if not slots.has_empty_slot[n]:
-        return {(bound.none, ()): 1}
-    room = bound.room[n]
-    carried = slots.every.carried.get(n, set())
-    if n in slots.empty_set:
-        out: Counts = {}
-        if bound.can_finish(room, bound.none):
-            out[(bound.none, ((n, EMPTY),) if n in carried else ())] = 1
-        for i in slots.options[n]:
-            one = bound.one(i)
-            if bound.counts[i] and bound.can_finish(room, one):
-                out[(one, ((n, slots.occupancy(i)),) if n in carried else ())] = 1
-        return out
-    ways: Counts = {(bound.none, ()): 1}
-    kids = [child for child in slots.children[n] if slots.has_empty_slot[child]]
-    for k, child in enumerate(kids):
-        child_table = counter.count(child)
-        if only is not None and k == len(kids) - 1:
-            counter.tick(len(ways) + len(child_table))
-            ways = _join(ways, child_table, only)
-            break
-        child_ways = child_table.items()
-        combined: Counts = {}
-        for (placed1, ends1), c1 in ways.items():
-            counter.tick(len(child_ways))
-            for (placed2, ends2), c2 in child_ways:
-                placed = bound.add(placed1, placed2)
-                if placed is not None:
-                    key = (placed, ends1 + ends2)
-                    combined[key] = combined.get(key, 0) + c1 * c2
-        ways = combined
-    closing = slots.every.closes_at.get(n, [])
-    out = {}
-    for (placed, ends), c in ways.items():
-        if not bound.can_finish(room, placed):
-            continue
-        if closing and slots.violated_by_ends(closing, ends):
-            continue
-        key = (placed, tuple(sorted(e for e in ends if e[0] in carried)))
-        out[key] = out.get(key, 0) + c
-    return out
