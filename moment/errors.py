@@ -49,6 +49,7 @@ class MomentError(Exception):
 
     def __init__(self, message: str, *, source: str | None = None, hint: str | None = None,
                  field: str | None = None):
+        self.message = message
         self.source = source
         self.hint = hint
         self.field = field

@@ -147,13 +147,33 @@ def test_options_are_checked_and_named_as_keywords(runtime_layout):
         moment.open_run(runtime_layout, batch_size=0)
     with pytest.raises(MomentError, match=r"fanouts=\[\]: give one fan-out per layer"):
         moment.open_run(runtime_layout, fanouts=[])  # not the default's [25, 10], silently
-    with pytest.raises(MomentError, match=r"--memory-budget lots: .*\n  hint: open_run takes .* as keywords"):
-        moment.open_run(runtime_layout, memory_budget="lots")  # a joint check's flag, and how a keyword maps to it
+    with pytest.raises(MomentError, match=r"^memory_budget lots: .*\n  hint: open_run takes .* as keywords"):
+        moment.open_run(runtime_layout, memory_budget="lots")  # a joint check, spelt as the script's keywords
     with moment.open_run(runtime_layout, fanouts=[5]) as run:
         with pytest.raises(MomentError, match="no split 'tain'"):
             run.loader("tain")
         with pytest.raises(MomentError, match="follows a batch"):
             run.track(torch.tensor(0.0))
+
+
+def test_a_scripts_mistakes_are_named_as_it_wrote_them(runtime_dataset, runtime_layout):
+    """The joint checks' flags are spelt as keywords; True is no batch size (the command line never sends a
+    bool), and a factory object is refused with its own import path, which every rank can import."""
+    with pytest.raises(MomentError, match=r"^layout is required \(or use features='memory' / features='memmap' "
+                                          r"with dataset\)"):
+        moment.open_run(dataset=runtime_dataset.path)
+    with pytest.raises(MomentError, match=r"^loader_workers 2 is for the features='memmap' baseline.*\n  hint: add "
+                                          r"features='memmap' dataset=DIR, or leave loader_workers out"):
+        moment.open_run(runtime_layout, loader_workers=2)
+    with pytest.raises(MomentError, match=r"^batch_size=True: must be an integer >= 1, not a bool"):
+        moment.open_run(runtime_layout, batch_size=True)
+
+    def make(in_dim, num_classes, num_layers, hidden):
+        return torch.nn.Linear(in_dim, num_classes)
+    with pytest.raises(MomentError, match=r"^model=.*make: give your model's factory by its import path, "
+                                          r"'MODULE:FACTORY' \(here '.*test_open_run:.*make'\).*\n  hint: or build "
+                                          r"the model in your script .* run.ddp\(model\)"):
+        moment.open_run(runtime_layout, model=make)
 
 
 def test_a_loaders_epoch_and_start_are_counts_and_a_start_past_the_end_is_refused(runtime_layout):

@@ -463,6 +463,8 @@ def _option_error(err: ValidationError, keywords: bool = False) -> MomentError:
 def make_config(*, keywords: bool = False, **values: Any) -> TrainConfig:
     """TrainConfig(**values), with refused values as one MomentError naming each flag (`keywords`: each keyword
     argument, and the joint checks run too, their flags' mapping to keywords in the hint) and its range."""
+    if keywords:
+        _check_keyword_types(values)
     if keywords and isinstance(values.get("fanouts"), list | tuple) and not values["fanouts"]:
         # a config keeps [] for "not given" (the default's); a caller that gives [] means none, which is no model
         raise MomentError("fanouts=[]: give one fan-out per layer (e.g. [25, 10]), or leave fanouts out for the "
@@ -474,10 +476,54 @@ def make_config(*, keywords: bool = False, **values: Any) -> TrainConfig:
         return cfg
     except ValidationError as e:
         raise _option_error(e, keywords) from None
-    except MomentError as e:  # the options' joint checks spell them as flags: say how a keyword maps to one
-        if not keywords or e.hint is not None:
+    except MomentError as e:  # the options' joint checks spell them as flags: a script reads its keywords
+        if not keywords:
             raise
-        raise MomentError(str(e), hint=KEYWORDS_HINT, field=e.field) from None
+        raise MomentError(_as_keywords(e.message), hint=_as_keywords(e.hint) if e.hint else KEYWORDS_HINT,
+                          source=e.source, field=e.field) from None
+
+
+def _check_keyword_types(values: dict[str, Any]) -> None:
+    """What pydantic's coercion lets through from Python but the command line never could: True as a batch
+    size of 1, and a model or loss function object where its import path is taken (each rank imports it)."""
+    for name, v in values.items():
+        if name not in TrainConfig.model_fields:
+            continue  # pydantic names it
+        if isinstance(v, bool) and _base(TrainConfig.model_fields[name].annotation) in (int, float):
+            raise MomentError(f"{name}={v!r}: must be {allowed(name, True)}, not a bool", hint=KEYWORDS_HINT)
+        if name in ("model", "loss") and callable(v):
+            what = "model's factory" if name == "model" else "loss function"
+            where = f"{getattr(v, '__module__', None) or 'mypkg.models'}:{getattr(v, '__qualname__', 'make')}"
+            raise MomentError(
+                f"{name}={getattr(v, '__qualname__', type(v).__name__)}: give your {what} by its import path, "
+                f"'MODULE:{'FACTORY' if name == 'model' else 'FUNCTION'}' (here '{where}'), which every rank imports",
+                hint="or build the model in your script and train it in your own loop with run.ddp(model)"
+                if name == "model" else KEYWORDS_HINT)
+
+
+def _keyword_spellings() -> dict[str, str]:
+    """Each flag -> how a script's `open_run` says it: the keyword, with the value a flag without one stands for."""
+    out = {}
+    for name in TrainConfig.model_fields:
+        for flag in _flags(name):
+            value = {"store_const": f"={flag.const!r}", "store_true": "=True", "store_false": "=False"}
+            out[flag.name or "--" + name.replace("_", "-")] = name + value.get(flag.action or "", "")
+    return out
+
+
+def _as_keywords(text: str) -> str:
+    """A joint check's message, its flags spelt as `open_run` keywords (`--dataset DIR` -> `dataset=DIR`)."""
+    spell = _keyword_spellings()
+
+    def one(m: re.Match) -> str:
+        word = spell.get(m.group(1))
+        if word is None:
+            return m.group(0)
+        value = m.group(2)
+        if value is None:
+            return word
+        return f"{word}={value}" if "=" not in word else f"{word} {value}"
+    return re.sub(r"(--[a-z][a-z0-9-]*)(?: ([A-Z][A-Z_]*)\b)?", one, text)
 
 
 def _value_type(annotation: Any) -> tuple[Any, list | None]:
