@@ -51,6 +51,7 @@ import yaml
 
 from epoch import alive, descendants
 
+from moment.placement.manifest import manifest_sha256
 from moment.topology.generate import mixed_chassis
 from moment.topology.profiles import save_profile
 from moment.workload.graph import hash_blocks
@@ -571,13 +572,15 @@ def set_nan_features(d: Path) -> None:
 
 
 def edit_layout_index(layout: Path) -> None:
-    """Node 3 moved to a bin the layout does not have, the manifest's checksum of the index made to match."""
+    """Node 3 moved to a bin the layout does not have, the manifest's checksum of the index (and its own) made to
+    match."""
     f = layout / "index.npy"
     index = np.load(f)
     index[3, 0] = 99
     np.save(f, index)
     manifest = json.loads((layout / "manifest.json").read_text())
     manifest["index"] |= {"sha256": hashlib.sha256(f.read_bytes()).hexdigest(), "bytes": f.stat().st_size}
+    manifest["sha256"] = manifest_sha256(manifest)
     (layout / "manifest.json").write_text(json.dumps(manifest))
 
 

@@ -18,6 +18,7 @@ from runtime_data import make_dataset, make_layout
 
 from moment.cli import main
 from moment.errors import MomentError
+from moment.placement.manifest import manifest_sha256
 from moment.placement.pack import Segments, load_pack, pack_path, write_pack
 from moment.runtime.config import TrainConfig
 from moment.runtime.store import RankPlace, StoreOptions, open_tiers
@@ -63,6 +64,12 @@ def _edit_dataset(src: Path, dst: Path, name: str, at, value, *, keep_manifest: 
     return dst
 
 
+def _write_layout_manifest(layout: Path, doc: dict) -> None:
+    """The edited layout manifest `doc` written with its own checksum made to match (only what it protects can
+    then tell the edit)."""
+    (layout / "manifest.json").write_text(json.dumps(doc | {"sha256": manifest_sha256(doc)}))
+
+
 def _edit_layout_file(layout: Path, rel: str, key: str, edit) -> None:
     """Apply `edit` to the layout's .npy `rel` and record its new checksum in the layout manifest."""
     f = layout / rel
@@ -71,7 +78,7 @@ def _edit_layout_file(layout: Path, rel: str, key: str, edit) -> None:
     np.save(f, a)
     doc = json.loads((layout / "manifest.json").read_text())
     doc[key] |= {"sha256": _sha(f), "bytes": f.stat().st_size}
-    (layout / "manifest.json").write_text(json.dumps(doc))
+    _write_layout_manifest(layout, doc)
 
 
 def _verify(layout: Path, capsys) -> tuple[int, str]:
@@ -213,7 +220,7 @@ def test_a_manifest_whose_shard_rows_exceed_its_bytes_is_refused(env, tmp_path, 
     cache = next(s for s in doc["shards"] if s["kind"] == "gpu")
     next(s for s in doc["shards"] if s["kind"] == "ssd")["rows"] -= 1
     cache["rows"] += 1
-    (copy / "manifest.json").write_text(json.dumps(doc))
+    _write_layout_manifest(copy, doc)
     says = f"bin {cache['bin']} has {cache['rows']} rows of {cache['stride']} B, more than its {cache['bytes']} B"
     code, err = _verify(copy, capsys)
     assert code == 1 and says in err, err
@@ -258,6 +265,66 @@ def test_a_manifest_whose_fields_contradict_is_damage_to_verify_and_refused_by_t
     assert f"layout damaged: file {copy / 'manifest.json'}" in " ".join(capsys.readouterr().err.split())
     with pytest.raises(MomentError, match=re.escape(says)):
         train(TrainConfig(layout=copy, dataset=ds.path, **FAST))
+
+
+def _swap_ssd_shards(doc: dict) -> None:
+    """Two SSD bins' files and their chunk checksums swapped: each file still matches the checksums it is listed
+    with, but every node of the one bin reads the other bin's rows (another node's features)."""
+    a, b = [s for s in doc["shards"] if s["kind"] == "ssd"][:2]
+    a["path"], b["path"] = b["path"], a["path"]
+    a["chunk_sha256"], b["chunk_sha256"] = b["chunk_sha256"], a["chunk_sha256"]
+
+
+def test_an_edited_manifest_is_refused_by_its_own_checksum_by_every_reader(env, tmp_path, capsys):
+    """The layout manifest carries a checksum of its own content, as a split's cluster.json does: an edit that
+    keeps every file matching its listed checksums (two SSD shards swapped) passed `layout verify` and a run then
+    trained on other nodes' features. Verify names the manifest (exit 1); train, open_run and layout info refuse
+    in one line naming it; place --overwrite writes the layout again."""
+    _, ds, layout, _ = env
+    copy = shutil.copytree(layout, tmp_path / "L")
+    shutil.rmtree(pack_path(copy))
+    mf = copy / "manifest.json"
+    doc = json.loads(mf.read_text())
+    assert doc["sha256"] == manifest_sha256(doc)  # written by write_layout
+    _swap_ssd_shards(doc)
+    mf.write_text(json.dumps(doc, indent=1))
+    says = f"{mf}: the layout manifest was edited or damaged: its checksum does not match its content"
+    code, err = _verify(copy, capsys)
+    assert code == 1 and err == says, err
+    assert main(["layout", "verify", str(copy)]) == 1
+    assert f"layout damaged: file {mf}" in " ".join(capsys.readouterr().err.split())
+    assert main(["layout", "info", str(copy)]) == 2
+    err = capsys.readouterr().err
+    assert says in " ".join(err.split()) and "re-run `moment place`" in err and "Traceback" not in err, err
+    with pytest.raises(MomentError, match="edited or damaged") as e:
+        train(TrainConfig(layout=copy, dataset=ds.path, **FAST))
+    assert str(mf) in str(e.value)
+    from moment.runtime.run import open_run
+
+    with pytest.raises(MomentError, match="edited or damaged"):
+        open_run(copy, dataset=ds.path)
+    assert main(["place", "--dataset", str(ds.path), "--gpus", "2", "--ssds", "2", "--fanouts", "5", "--batch-size",
+                 "64", "--out", str(copy), "--overwrite"]) == 0
+    capsys.readouterr()
+    assert main(["layout", "verify", str(copy)]) == 0
+
+
+def test_a_manifest_written_before_its_checksum_is_read_and_verify_says_so(env, tmp_path, capsys):
+    """A layout of an earlier Moment (its manifest has no `sha256`) still verifies and trains; verify notes that
+    an edit to its manifest cannot be detected."""
+    _, ds, layout, _ = env
+    old = shutil.copytree(layout, tmp_path / "L")
+    doc = json.loads((old / "manifest.json").read_text())
+    del doc["sha256"]
+    (old / "manifest.json").write_text(json.dumps(doc, indent=1))
+    assert main(["layout", "verify", str(old), "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["ok"] and len(rep["notes"]) == 1 and "has no checksum of its own" in rep["notes"][0], rep
+    assert main(["layout", "verify", str(old)]) == 0
+    out, err = capsys.readouterr()
+    assert "layout OK" in out and "note: " in err and "place the layout again" in " ".join(err.split()), err
+    assert main(["layout", "verify", str(layout), "--json"]) == 0 and json.loads(capsys.readouterr().out)["notes"] == []
+    train(TrainConfig(layout=old, dataset=ds.path, **FAST))
 
 
 # ---- the dataset's graph arrays ------------------------------------------------------------------------

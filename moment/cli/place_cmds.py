@@ -184,6 +184,9 @@ def verify_cmd(
         err_console.print(f"[bold red]layout damaged[/]: {where} {rep.first_bad_file}{at}", highlight=False)
         for p in rep.problems:
             err_console.print(f"  {p}", highlight=False)
+    if not json_out:
+        for note in rep.notes:
+            err_console.print(f"[yellow]note:[/] {note}", highlight=False)
     if not rep.ok:
         raise typer.Exit(1)
 

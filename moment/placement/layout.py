@@ -77,6 +77,7 @@ from moment.placement.manifest import (
     Shard,
     SplitRef,
     row_format,
+    sealed,
 )
 from moment.placement.pack import pack_files
 from moment.placement.reader import CLUSTER_MANIFEST, load_manifest
@@ -540,7 +541,7 @@ def _write(out, partial, ext_name, mounts, feats, rows_u8, features_path, a, fmt
         extra=manifest_extra or {}, split=split.ref if split is not None else None,
     )
     with atomic_file(partial / MANIFEST, text=True) as f:
-        f.write(manifest.model_dump_json(indent=1))
+        f.write(sealed(manifest).model_dump_json(indent=1))
     for d in (partial, partial / "shards", partial / "lists"):
         fsync_dir(d)
     testpoints.reach("layout-written")

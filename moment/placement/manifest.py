@@ -17,7 +17,7 @@ import math
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -39,6 +39,23 @@ DEFAULT_CHUNK = 4 << 20
 
 Progress = Callable[[int, int], None]
 """progress(done_bytes, total_bytes); raising from it aborts the operation."""
+
+_Sealed = TypeVar("_Sealed", bound=BaseModel)
+
+
+def manifest_sha256(doc: BaseModel | dict[str, Any]) -> str:
+    """A manifest's own checksum (a layout's manifest.json, a split's cluster.json): sha256 of its canonical
+    JSON (keys sorted, no spaces) with its `sha256` field left empty. `doc`: the model a writer writes (as its JSON
+    reads back: a non-finite float is written as null), or the document as read (every key in it counts, so an edit
+    to one this Moment does not know is seen too)."""
+    body = json.loads(doc.model_dump_json()) if isinstance(doc, BaseModel) else dict(doc)
+    body["sha256"] = ""
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def sealed(m: _Sealed) -> _Sealed:
+    """`m` with its own checksum filled in (`manifest_sha256`): what every writer of a manifest writes."""
+    return m.model_copy(update={"sha256": manifest_sha256(m)})
 
 
 class RowFormat(BaseModel):
@@ -191,6 +208,9 @@ class LayoutManifest(BaseModel):
                                                          "the runtime's static CPU cache takes a prefix")
     extra: dict[str, Any] = Field(default_factory=dict)
     split: SplitRef | None = Field(None, description="a machine's part of a split layout; None: every row is here")
+    sha256: str = Field("", description="sha256 of this manifest without this field (`manifest_sha256`), so an "
+                                        "edit (two shards' paths and checksums swapped) is refused; empty in "
+                                        "layouts written before it")
 
     @model_validator(mode="after")
     def _rows_agree(self) -> LayoutManifest:
@@ -303,10 +323,23 @@ def load_manifest(path: str | Path) -> LayoutManifest:
         raise MomentError(f"layout schema version {head.get('schema_version')} is not supported "
                           f"(this Moment reads version {SCHEMA_VERSION})", source=str(mf))
     try:
-        return LayoutManifest.model_validate(head)
+        m = LayoutManifest.model_validate(head)
     except ValidationError as e:
         raise DamagedManifest(str(validation_error(e, "manifest does not match the schema")), source=str(mf),
                               hint="the layout is damaged: place it again") from None
+    if m.sha256 and m.sha256 != manifest_sha256(head):
+        raise DamagedManifest("the layout manifest was edited or damaged: its checksum does not match its content",
+                              source=str(mf), hint="re-run `moment place` (with --overwrite) to write the layout again")
+    return m
+
+
+def unsealed_note(layout: str | Path, m: LayoutManifest) -> str | None:
+    """What to say of a layout whose manifest has no checksum of its own (written before there was one): it is
+    read as before, but an edit to it cannot be told from the layout as written."""
+    if m.sha256:
+        return None
+    return (f"{Path(layout) / MANIFEST} has no checksum of its own (written by an older Moment): an edit to it "
+            "cannot be detected; place the layout again to add one")
 
 
 def check_dataset(layout: str | Path, m: LayoutManifest, dataset: GraphDataset) -> str | None:

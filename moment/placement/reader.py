@@ -19,7 +19,7 @@ from moment.outputs import bad_chunk, sha256_file
 # load_manifest, check_dataset and CLUSTER_MANIFEST live in manifest.py (the pack needs them too); named here
 # as well, where readers of a layout look for them
 from moment.placement.manifest import (CLUSTER_MANIFEST, MANIFEST, DamagedManifest, LayoutManifest,  # noqa: F401
-                                       Progress, Shard, check_dataset, load_manifest)
+                                       Progress, Shard, check_dataset, load_manifest, unsealed_note)
 from moment.placement.pack import load_pack, pack_problems
 
 
@@ -32,6 +32,7 @@ class VerifyReport(BaseModel):
     first_bad_file: str | None = None
     first_bad_shard: str | None = None  # bin name when the bad file is a shard
     first_bad_offset: int | None = None
+    notes: list[str] = []  # what is sound but worth saying (a manifest without its own checksum)
 
 
 def shard_path(layout: Path, s: Shard) -> Path:
@@ -48,7 +49,7 @@ def verify_layout(path: str | Path, progress: Progress | None = None) -> VerifyR
     except DamagedManifest as e:  # damage like any other file's (exit 1), not a refusal to look (exit 2)
         return VerifyReport(path=str(root), ok=False, files_checked=1, first_bad_file=str(root / MANIFEST),
                             problems=[str(e).split("\n  hint:")[0]])  # its source is the manifest
-    rep = VerifyReport(path=str(root), ok=True)
+    rep = VerifyReport(path=str(root), ok=True, notes=[n] if (n := unsealed_note(root, m)) else [])
     smalls = [m.index, *m.cache_lists.values(), *([m.order_file] if m.order_file else [])]
     total = sum(f.bytes for f in smalls) + sum(s.bytes for s in m.shards) + _pack_bytes(root)
 

@@ -43,7 +43,8 @@ from moment.inputs import check_dir, exists, read_text
 from moment.locking import locked
 from moment.outputs import atomic_file, check_replaceable, fsync_dir, put_back, sha256_file
 from moment.placement.layout import drop_shard_dirs, layout_files
-from moment.placement.manifest import MANIFEST, DatasetRef, FileSum, LayoutManifest, Progress
+from moment.placement.manifest import (MANIFEST, DatasetRef, FileSum, LayoutManifest, Progress, manifest_sha256,
+                                       sealed)
 from moment.placement.reader import CLUSTER_MANIFEST, VerifyReport, load_manifest, verify_layout
 
 # Imports inside functions: the heavier stages this one calls (the planner's search, the sampler, a
@@ -84,12 +85,6 @@ class ClusterManifest(BaseModel):
     machines: list[MachinePart] = Field(min_length=1)
     owners: FileSum = Field(description="int16 per node: the owning machine's index, -1 replicated")
     sha256: str = Field("", description="sha256 of this manifest without this field (see `manifest_sha256`)")
-
-
-def manifest_sha256(m: ClusterManifest) -> str:
-    """The manifest's own checksum: sha256 of its canonical JSON with `sha256` left empty."""
-    body = m.model_copy(update={"sha256": ""}).model_dump(mode="json")
-    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def split_id(dataset_id: str, owners_sha256: str, names: list[str]) -> str:
@@ -160,9 +155,8 @@ def write_owners(path: Path, owners: np.ndarray) -> FileSum:
 
 def write_cluster_manifest(directory: Path, m: ClusterManifest) -> None:
     m = m.model_copy(update={"created_by": m.created_by or f"moment {moment.__version__}"})
-    m = m.model_copy(update={"sha256": manifest_sha256(m)})
     with atomic_file(directory / CLUSTER_MANIFEST, text=True) as f:
-        f.write(m.model_dump_json(indent=1))
+        f.write(sealed(m).model_dump_json(indent=1))
     fsync_dir(directory)
 
 
@@ -197,7 +191,7 @@ def load_split(path: str | Path) -> ClusterManifest:
         m = ClusterManifest.model_validate(head)
     except ValidationError as e:
         raise validation_error(e, "the cluster manifest does not match the schema", source=str(mf)) from None
-    if m.sha256 != manifest_sha256(m):
+    if m.sha256 != manifest_sha256(head):
         raise MomentError("the cluster manifest is damaged: its checksum does not match its content", source=str(mf),
                           hint="write the split again with `moment place --machines N --overwrite`")
     if [x.index for x in m.machines] != list(range(len(m.machines))):
@@ -303,6 +297,7 @@ def verify_split(path: str | Path, progress: Progress | None = None) -> VerifyRe
         sub = verify_layout(lp, progress=progress)  # sound before its index is read for the owners' rows
         rep.files_checked += sub.files_checked
         rep.bytes_checked += sub.bytes_checked
+        rep.notes += sub.notes
         if sub.problems:
             rep.ok = False
             rep.problems += sub.problems  # each names its file already
