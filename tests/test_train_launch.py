@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -165,6 +166,10 @@ def test_the_agent_forks_the_ranks_of_every_python_program_and_leaves_others_to_
     (cfg, entry, args), _ = both("-m", agent.RANK_MODULE, "--layout", "L", "--epochs", "1")
     assert (cfg.start_method, entry, args) == ("fork", agent.program, ["module", agent.RANK_MODULE, "--layout", "L",
                                                                         "--epochs", "1"])
+    # torchrun's log folder (none given) is the agent's, recorded before it was made: removed at its exit
+    root = cfg.logs_specs.root_log_dir
+    assert Path(root).name.startswith("torchelastic_") and Path(root).parent == Path(tempfile.gettempdir())
+    assert root in agent._made_log_dirs and Path(root).is_dir()
     (cfg, entry, args), _ = both("-m", "other.module", "--x")
     assert (cfg.start_method, entry, args) == ("fork", agent.program, ["module", "other.module", "--x"])
     (cfg, entry, args), _ = both("script.py", "--x")
@@ -564,6 +569,80 @@ def test_the_agent_loads_while_the_launcher_checks_and_a_refused_run_leaves_noth
     (agent,) = started
     assert agent.args[len(COMMAND):len(COMMAND) + 2] == ["--hold", "wait"] and agent.poll() is not None
     assert not (tmp_path / "runs").exists()  # no run directory: no run
+
+
+def _log_folders(temp: Path) -> list[str]:
+    return sorted(p.name for p in temp.iterdir() if p.name.startswith("torchelastic_"))
+
+
+def _until(done, wait_s: float = 120) -> None:
+    deadline = time.monotonic() + wait_s
+    while not done():
+        assert time.monotonic() < deadline, "waited in vain"
+        time.sleep(0.02)
+
+
+@pytest.mark.slow
+def test_a_held_agent_stopped_or_never_told_to_go_removes_its_log_folder(layout, tmp_path):
+    """The held agent has made torchrun's log folder (the `torchelastic_*` one) before its go: a refused run stops
+    it (SIGTERM, it ends by that signal) and a launcher that ends without a go closes its input; either way the
+    folder goes (a stop by SIGKILL left it, one per refused run)."""
+    from moment.cli.train_cmds import torchrun_command
+
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    env = {**os.environ, "TMPDIR": str(temp), "OMP_NUM_THREADS": "1"}
+    for how in ("stop", "no go"):
+        agent = tl.HeldAgent(torchrun_command(1, ["--layout", str(layout), *ARGS], hold="wait"), env)
+        try:
+            _until(lambda a=agent: _log_folders(temp) or a.proc.poll() is not None)
+            assert _log_folders(temp) and agent.proc.poll() is None, "".join(agent.proc.stdout or [])
+            if how == "stop":
+                agent.stop()
+                assert agent.proc.returncode == -signal.SIGTERM
+            else:
+                agent.proc.stdin.close()
+                assert agent.proc.wait(60) == 0
+            assert _log_folders(temp) == [], how
+        finally:
+            agent.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds the launcher's children in Linux /proc")
+def test_stopping_moment_train_during_its_start_leaves_no_log_folder(layout, tmp_path, bench_epoch):
+    """hunt-D D8: a SIGTERM (or SIGHUP, or a SIGKILL of the launcher, which its agent dies with) while the agent is
+    held or starting its ranks, before torchrun's own handlers, ended the agent at once and left its empty
+    `torchelastic_*` folder in $TMPDIR, one per interrupted launch. Now nothing is left, nor any process."""
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    env = {**os.environ, "TMPDIR": str(temp), "OMP_NUM_THREADS": "1"}
+    cases = [("folder", signal.SIGTERM), ("go", signal.SIGTERM), ("folder", signal.SIGKILL), ("go", signal.SIGHUP)]
+    for when, sig in cases:
+        runs = tmp_path / f"runs-{when}-{sig.name}"
+        p = subprocess.Popen([sys.executable, "-m", "moment", "train", "--nproc", "2", "--run-dir", str(runs),
+                              "--layout", str(layout), *ARGS, "--epochs", "100000"], cwd=REPO, env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        family: set[int] = set()
+        try:
+            if when == "folder":  # the agent held (the launcher may still be checking the run)
+                _until(lambda p=p: _log_folders(temp) or p.poll() is not None)
+            else:  # the go given: the launcher forwards the signal while the agent starts the ranks
+                assert p.stderr is not None
+                for line in p.stderr:
+                    if line.startswith("run directory"):
+                        break
+            assert p.poll() is None, p.stderr.read() if p.stderr else ""
+            family = set(bench_epoch.descendants(p.pid)) - {p.pid}
+            os.kill(p.pid, sig)
+            assert p.wait(timeout=60) in (-sig, 128 + sig)
+            _until(lambda f=family: not [c for c in f if bench_epoch.alive(c)], 30)
+            assert _log_folders(temp) == [], (when, sig.name)
+        finally:
+            for pid in [p.pid, *family]:
+                if bench_epoch.alive(pid):
+                    os.kill(pid, signal.SIGKILL)
+            p.wait()
 
 
 @pytest.mark.slow

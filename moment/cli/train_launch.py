@@ -206,6 +206,7 @@ def _join_deadline(proc: subprocess.Popen, rdzv: Any, out: Outcome, done: thread
 #: signals that stop `moment train` and are passed on to torchrun, which stops the ranks
 FORWARDED = (signal.SIGTERM, signal.SIGHUP)
 STOP_GRACE_S = 30  # torchrun's time to stop its ranks before it is killed
+AGENT_END_S = 5  # a held agent's time to end by SIGTERM (it is loading torch, or waiting for its go) before it is killed
 
 
 class HeldAgent:
@@ -242,7 +243,7 @@ class HeldAgent:
         while True:
             left = end - time.monotonic()
             if left <= 0 or not select.select([fd], [], [], left)[0]:
-                self.proc.kill()
+                self._end()
                 return None
             chunk = os.read(fd, 1 << 16)
             if not chunk:
@@ -272,10 +273,19 @@ class HeldAgent:
         except OSError:
             pass
 
-    def stop(self) -> None:
-        """End it before the go (the run was refused): nothing is left running."""
+    def _end(self) -> None:
+        """SIGTERM, which it ends by after removing the log directory it made for torchrun (moment.runtime.agent); killed
+        when it has not ended within AGENT_END_S."""
         if self.proc.poll() is None:
-            self.proc.kill()
+            self.proc.terminate()
+            try:
+                self.proc.wait(AGENT_END_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+    def stop(self) -> None:
+        """End it before the go (the run was refused): nothing is left running, nor its log directory."""
+        self._end()
         self.proc.wait()
         for stream in (self.proc.stdin, self.proc.stdout):
             if stream is not None:

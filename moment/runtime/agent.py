@@ -31,8 +31,50 @@ from collections.abc import Sequence
 COMMAND = [sys.executable, "-m", "moment.runtime.agent"]
 #: the program `moment train` and `moment doctor --gpu` run on each rank
 RANK_MODULE = "moment.train"
-#: log directories torchrun made for this agent in the temporary folder (no `--log-dir` given), removed at its exit
+#: log directories made for this agent's torchrun in the temporary folder (no `--log-dir` given), removed at its exit
 _made_log_dirs: list[str] = []
+#: signals that end the agent: until torchrun starts the ranks (and sets its own handlers) their default action would
+#: end it at once, past the removal of its log directory; they end it through `main`'s clean-up instead
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+class _Stopped(BaseException):
+    """SIGTERM or SIGHUP before torchrun's own handlers: unwinds the agent to `main`, which removes its log directory
+    and then ends by that signal."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _stop_here(signum: int, _frame) -> None:
+    for sig in STOP_SIGNALS:  # a second signal (the launcher's, then its death's) must not cut the clean-up short
+        signal.signal(sig, signal.SIG_IGN)
+    raise _Stopped(signum)
+
+
+def _stop_through_cleanup() -> None:
+    """SIGTERM/SIGHUP end the agent through its clean-up (`_stop_here`); one inherited as ignored stays ignored."""
+    for sig in STOP_SIGNALS:
+        if signal.getsignal(sig) == signal.SIG_DFL:
+            signal.signal(sig, _stop_here)
+
+
+def _own_log_dir() -> str:
+    """The log directory torchrun would make when none is given (a `torchelastic_*` folder in the temporary folder),
+    made here and recorded before it exists, so that a signal at any moment leaves none behind (torchrun's own
+    `mkdtemp` made it before this agent could record it)."""
+    import secrets
+    import tempfile
+
+    while True:
+        path = os.path.join(tempfile.gettempdir(), f"torchelastic_{secrets.token_hex(4)}")
+        _made_log_dirs.append(path)
+        try:
+            os.mkdir(path, 0o700)
+            return path
+        except FileExistsError:  # another's: not ours to remove
+            _made_log_dirs.remove(path)
 
 
 def _as_fresh_interpreter() -> None:
@@ -242,6 +284,7 @@ def _held(mode: str, layout: str | None) -> list[str]:
     keep_index(layout)
     line = sys.stdin.readline()
     if not line:
+        remove_empty_log_dirs()
         os._exit(0)
     go = json.loads(line)
     os.environ.update(go["env"])
@@ -290,10 +333,9 @@ def forked_ranks(config_from_args):
     own function entrypoint) are left to torchrun."""
 
     def config(args):
+        if not args.log_dir:
+            args.log_dir = _own_log_dir()
         cfg, cmd, cmd_args = config_from_args(args)
-        root = getattr(getattr(cfg, "logs_specs", None), "root_log_dir", None)
-        if not args.log_dir and root and os.path.basename(root).startswith("torchelastic_"):
-            _made_log_dirs.append(root)
         if args.no_python or args.run_path:
             given = [f"{f} {v}" for f, v in (("--preload", (getattr(args, "preload", None) or [None])[0]),
                                               ("--preload-index", getattr(args, "preload_index", None))) if v]
@@ -349,7 +391,8 @@ def _frame_names_for_rendezvous_events() -> None:
 def remove_empty_log_dirs() -> None:
     """torchrun makes a log directory in the temporary folder when none is given and leaves it there, empty unless
     a rank's output was redirected (`--redirects`, `--tee`): one directory per launch, thousands after a test suite.
-    Empty directories go; any holding a file stays, with the file."""
+    This agent makes it (`_own_log_dir`) and removes it here, at its exit or its stop (`_stop_here`): empty
+    directories go; any holding a file stays, with the file."""
     for root in _made_log_dirs:
         for folder, _, _ in sorted(os.walk(root), key=lambda entry: -len(entry[0])):  # deepest first
             try:
@@ -376,19 +419,26 @@ def main(argv: list[str] | None = None) -> int:
     """torchrun's `main` with forked ranks, `--preload` and `--hold`; a user error (a `--preload` module that cannot be
     imported) is one line and exit status 2, before any rank starts."""
     os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")  # before torch: a check never initializes CUDA
-    from moment.errors import MomentError
-
-    torchrun = load_torchrun()
-    _frame_names_for_rendezvous_events()
-    torchrun.config_from_args = forked_ranks(torchrun.config_from_args)
-    torchrun.get_args_parser = with_options(torchrun.get_args_parser)
+    _stop_through_cleanup()
     try:
-        torchrun.main(argv)
-    except MomentError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    finally:
-        remove_empty_log_dirs()
+        from moment.errors import MomentError
+
+        torchrun = load_torchrun()
+        _frame_names_for_rendezvous_events()
+        torchrun.config_from_args = forked_ranks(torchrun.config_from_args)
+        torchrun.get_args_parser = with_options(torchrun.get_args_parser)
+        try:
+            torchrun.main(argv)
+        except MomentError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        finally:
+            remove_empty_log_dirs()
+    except _Stopped as e:  # before the ranks started (torchrun's handlers): ended by the signal, as it would have been
+        remove_empty_log_dirs()  # again: the signal may have come during it (now ignored, it cannot again)
+        signal.signal(e.signum, signal.SIG_DFL)
+        os.kill(os.getpid(), e.signum)
+        return 128 + e.signum
     return 0
 
 
