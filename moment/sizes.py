@@ -3,9 +3,21 @@
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 from moment.errors import MomentError
+
+#: a number in a size as people type one: digits, a fraction, an exponent (8, 0.5, .5, 1e20, 2.5E3). The one
+#: spelling of every size (`parse_size`, `place --gpu-cache`'s GiB): 1e20 was refused as unreadable where
+#: 99999999999999999999999 was read, and refused as too large
+NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
+
+
+def finite(value: float) -> float:
+    """`value` (a `NUMBER` read, scaled), one past a float's range (1e400) as the largest float: refused as too large
+    like any large one, never an overflow."""
+    return min(value, sys.float_info.max)
 
 
 def parse_size(text: str | int | None, total: int) -> int | None:
@@ -14,20 +26,17 @@ def parse_size(text: str | int | None, total: int) -> int | None:
         return None
     if isinstance(text, int):
         return text
-    m = re.fullmatch(r"\s*([0-9.]+)\s*(%|[kKmMgGtT]i?[bB]?|[bB])?\s*", str(text))
+    m = re.fullmatch(rf"\s*({NUMBER})\s*(%|[kKmMgGtT]i?[bB]?|[bB])?\s*", str(text))
     if not m:
         raise MomentError(f"cannot read size {text!r}", hint="use bytes, e.g. 512MiB, 2GB, or a percentage: 10%")
-    try:
-        v = float(m.group(1))
-    except ValueError:
-        raise MomentError(f"cannot read size {text!r}", hint="use bytes, e.g. 512MiB, 2GB, or 10%") from None
+    v = finite(float(m.group(1)))
     unit = (m.group(2) or "b").lower()
     if unit == "%":
-        return int(total * v / 100)
+        return int(finite(total * v / 100))
     scale = {"b": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}[unit[0]]
     if "i" in unit:
         scale = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}[unit[0]]
-    return int(v * scale)
+    return int(finite(v * scale))
 
 
 def fmt_size(b: float) -> str:

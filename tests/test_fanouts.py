@@ -13,10 +13,10 @@ import torch
 
 from moment.errors import MomentError
 from moment.runtime import sizing
-from moment.runtime.config import FANOUT_LIMIT, TrainConfig, effective_fanouts, make_config, parse_args
+from moment.runtime.config import TrainConfig, effective_fanouts, make_config, parse_args
 from moment.workload import sampler as sampler_mod
 from moment.workload.sampler import CSRGraph, NeighborSampler, SeedBatches
-from moment.workload.spec import parse_fanouts
+from moment.workload.spec import FANOUT_LIMIT, parse_fanouts
 
 
 def _graph(n: int = 300, seed: int = 0) -> CSRGraph:

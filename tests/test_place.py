@@ -5,7 +5,9 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +17,7 @@ from moment.cli import main
 from moment.errors import MomentError
 from moment.placement import open_layout
 from moment.placement import planning as pl
+from moment.runtime.config import parse_args
 from moment.workload.graph import GraphDataset
 from moment.workload.hotness import Hotness
 
@@ -287,9 +290,34 @@ def test_cache_sizes(env):
     assert pl.cache_rows(("share", 0.1), 1.0, ds) == 2000
     assert pl.cache_rows(None, 1.0, ds) == 20_000  # 1 GiB holds the whole dataset: capped
     assert pl.cache_rows(("gib", 128 * 100 / 2**30), 1.0, ds) == 100
-    for bad in ("x", "-1", "150%", "2XB", "5e3"):
+    for bad in ("x", "-1", "150%", "2XB", "5e", "nan", "inf", "1e3%"):
         with pytest.raises(MomentError):
             pl.parse_cache(bad, "--gpu-cache")
+    # a number as every size spells it (moment.sizes.NUMBER): with an exponent too, one past a float's range the
+    # largest float (refused as too large, never an overflow)
+    assert pl.parse_cache("5e3", "--x") == ("gib", 5000.0) and pl.parse_cache("2.5e1%", "--x") == ("share", 0.25)
+    assert pl.parse_cache("1e400", "--x") == pl.parse_cache("9" * 400, "--x") == ("gib", sys.float_info.max)
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--gpu-cache", "1e20"], "--gpu-cache '1e20' is larger than the"),
+    (["--gpu-cache", "99999999999999999999999"], "--gpu-cache '99999999999999999999999' is larger than the"),
+    (["--cpu-cache", "1e400"], "--cpu-cache '1e400' is larger than the"),
+    (["--fanouts", "3000000000"], "--fanouts 3000000000: each must be at most 2147483648"),
+    (["--fanouts", "25,0"], "--fanouts 25,0: each must be a positive integer"),
+], ids=["gpu-cache-exponent", "gpu-cache-digits", "cpu-cache-overflow", "fanout-too-large", "fanout-zero"])
+def test_place_reads_sizes_and_fanouts_by_the_rules_train_does(env, argv, says):
+    """hunt-D D13: --gpu-cache 1e20 was 'expected GiB' while 99999999999999999999999 was read (and refused as too
+    large), and --fanouts 3000000000 was accepted though train refuses a fan-out above 2**31: place reads a size's
+    number as `moment.sizes` does and asks train's fan-out rule (moment.workload.spec.fanouts_refused)."""
+    out = env["tmp"] / "refused"
+    rc, _, err = run(["place", "--dataset", env["tmp"] / "ds", "--profile", env["prof"], *INV, *CACHE, *argv,
+                      "--out", out])
+    assert rc == 2 and err.startswith(f"error: {says}") and "Traceback" not in err, err
+    assert not out.exists()
+    if argv[0] == "--fanouts":
+        with pytest.raises(MomentError, match=re.escape(says)):
+            parse_args(argv, check=False)
     with pytest.raises(MomentError):
         pl.parse_ssd_paths(["ssd1"])
 

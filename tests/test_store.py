@@ -188,6 +188,12 @@ def test_parse_size():
     assert parse_size(None, 5) is None
     with pytest.raises(MomentError):
         parse_size("lots", 1)
+    # an exponent, as place's --gpu-cache reads one; past a float's range the largest float, never an OverflowError
+    assert parse_size("1e3", 0) == 1000 and parse_size("1.5e1KiB", 0) == 15 * 1024 and parse_size("5e1%", 10) == 5
+    assert parse_size("9" * 400, 0) == parse_size("1e400GiB", 0) == int(sys.float_info.max)
+    for bad in ("1e", "e3", "nan", "inf", "1.2.3"):
+        with pytest.raises(MomentError):
+            parse_size(bad, 1)
 
 
 def test_o_direct_is_used(data, tmp_path):

@@ -47,7 +47,7 @@ from moment.topology.model import Topology
 from moment.workload.graph import GraphDataset
 from moment.workload.hotness import Hotness, heldout_reads, presample
 from moment.workload.seeds import check_seed
-from moment.workload.spec import DEFAULT_FANOUTS, default_batch_size
+from moment.workload.spec import DEFAULT_FANOUTS, check_fanouts, default_batch_size
 
 # Imports inside functions: the heavier stages this one calls (the planner's search, the sampler, a
 # profile's readers) load only on the calls that need them.
@@ -185,8 +185,8 @@ def _prepare(dataset, out, machines: Sequence[SplitMachine], *, split: bool, pla
     hotness's fan-outs and batch size (with a notice where they override the defaults)."""
     check_choices(policy, pool)
     fanouts = None if fanouts is None else [int(x) for x in fanouts]
-    if fanouts is not None and (not fanouts or any(x <= 0 for x in fanouts)):
-        raise MomentError(f"--fanouts must be positive integers like 25,10 (got {fanouts})")
+    if fanouts is not None:
+        check_fanouts(fanouts)  # train's rule: a fan-out no run would take is refused here too
     for flag, value in (("--epochs", epochs), ("--batches", batches), ("--batch-size", batch_size)):
         check_at_least(flag, value)
     check_seed(seed)

@@ -26,7 +26,7 @@ from moment.placement.baselines import degree_placement, hash_placement
 from moment.placement.bins import Bin, BinSet
 from moment.placement.knapsack import auto_pool, ddak
 from moment.planner.contracts import Evaluation, Plan
-from moment.sizes import parse_size
+from moment.sizes import NUMBER, finite, parse_size
 from moment.topology.devices import Inventory, populate, strip
 from moment.topology.model import Kind, Topology
 from moment.workload.graph import GraphDataset
@@ -56,7 +56,7 @@ def parse_cache(text: str | None, what: str, field: str | None = None) -> tuple[
     (for the service)."""
     if text is None:
         return None
-    m = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(%|gib|GiB|g|G)?\s*", text)
+    m = re.fullmatch(rf"\s*({NUMBER})\s*(%|gib|GiB|g|G)?\s*", text)  # the number as every size spells it
     if not m:
         try:  # a size with its unit (a plain number is GiB above, a share below)
             nbytes = parse_size(text, 0)
@@ -66,7 +66,7 @@ def parse_cache(text: str | None, what: str, field: str | None = None) -> tuple[
             raise MomentError(f"{what} {text!r}: expected GiB (e.g. 8 or 0.5), a size (e.g. 512MiB, 2GB) or a share "
                               "of the dataset (e.g. 10%)", field=field)
         return "gib", nbytes / GiB
-    value = float(m.group(1))
+    value = finite(float(m.group(1)))
     if m.group(2) == "%":
         if value > 100:
             raise MomentError(f"{what} {text!r}: a share of the dataset must be at most 100%", field=field)

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from moment.errors import MomentError
 from moment.workload.parquet import check_matrix_output, need_pyarrow, parquet_output
 from moment.workload.seeds import SEED_LIMIT
-from moment.workload.spec import FANOUTS_HELP, default_batch_size, split_fanouts
+from moment.workload.spec import FANOUTS_HELP, default_batch_size, fanouts_refused, split_fanouts
 
 # Imports inside functions: parsing options loads no I/O engine, budget or torch: `moment train --help` and
 # the dry run start fast.
@@ -35,9 +35,6 @@ FEATURES = ("tiered", "memory", "memmap")
 HELP_HINT = "--help describes every option"
 #: the same, for a script's `open_run(**options)`: its keywords are the flags'
 KEYWORDS_HINT = "open_run takes `python -m moment.train --help`'s options as keywords (--batch-size: batch_size=)"
-#: the largest fan-out taken: one above a graph's largest degree samples as that degree does (every
-#: neighbour, `effective_fanouts`), and no node has 2**31 neighbours, so a larger one is a mistake
-FANOUT_LIMIT = 2**31
 
 
 @dataclass(frozen=True)
@@ -61,18 +58,6 @@ def _fanouts(text: str) -> list[int]:
     if not out:
         raise argparse.ArgumentTypeError(f"fan-outs must be positive integers, got {text!r}")
     return out
-
-
-def _fanouts_refused(fanouts: list[int]) -> str | None:
-    """Why `fanouts` are refused (None: they are not), from the command line and from `open_run` alike. PyG's
-    -1 (every neighbour) is named: here that is any fan-out at or above the graph's largest degree."""
-    if any(f < 1 for f in fanouts):
-        every = " (for every neighbour, PyG's -1, give the graph's largest degree or more)" if -1 in fanouts else ""
-        return f"each must be a positive integer{every}"
-    if any(f > FANOUT_LIMIT for f in fanouts):
-        return (f"each must be at most {FANOUT_LIMIT} (a fan-out above the graph's largest degree samples "
-                "every neighbour)")
-    return None
 
 
 def effective_fanouts(fanouts: list[int], max_degree: int, given: bool = True) -> tuple[list[int], str | None]:
@@ -285,7 +270,7 @@ class TrainConfig(BaseModel):
     @field_validator("fanouts")
     @classmethod
     def _fanouts_bound(cls, v: list[int]) -> list[int]:
-        why = _fanouts_refused(v)
+        why = fanouts_refused(v)
         if why:
             raise ValueError(why)
         return v

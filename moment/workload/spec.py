@@ -6,6 +6,8 @@ hotness (Moment (SC'25), section 3.3: DDAK places by pre-sampled access counts).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from moment.errors import MomentError
@@ -40,14 +42,39 @@ def split_fanouts(text: str) -> list[int]:
         raise ValueError("each must be an integer") from None
 
 
+#: the largest fan-out taken: one above a graph's largest degree samples as that degree does (every
+#: neighbour, `moment.runtime.config.effective_fanouts`), and no node has 2**31 neighbours, so a larger one is a mistake
+FANOUT_LIMIT = 2**31
+
+
+def fanouts_refused(fanouts: Sequence[int]) -> str | None:
+    """Why `fanouts` are refused (None: they are not): the one rule of every command that takes --fanouts (train,
+    place, data pack, cache simulate) and of `open_run`. PyG's -1 (every neighbour) is named: here that is any
+    fan-out at or above the graph's largest degree."""
+    if any(f < 1 for f in fanouts):
+        every = " (for every neighbour, PyG's -1, give the graph's largest degree or more)" if -1 in fanouts else ""
+        return f"each must be a positive integer{every}"
+    if any(f > FANOUT_LIMIT for f in fanouts):
+        return (f"each must be at most {FANOUT_LIMIT} (a fan-out above the graph's largest degree samples "
+                "every neighbour)")
+    return None
+
+
+def check_fanouts(fanouts: Sequence[int]) -> None:
+    """Refuse `fanouts` (`fanouts_refused`) in one line naming --fanouts as they were given."""
+    if not fanouts:
+        raise MomentError("--fanouts: give one fan-out per hop, e.g. 25,10")
+    if why := fanouts_refused(fanouts):
+        raise MomentError(f"--fanouts {','.join(map(str, fanouts))}: {why}")
+
+
 def parse_fanouts(text: str) -> list[int]:
     """--fanouts' spelling, `25,10`, as the fan-outs (a bad one: one line naming the flag)."""
     try:
         f = split_fanouts(text)
     except ValueError as e:
         raise MomentError(f"--fanouts must be comma-separated integers like 25,10 (got {text!r}: {e})") from None
-    if not f or any(x <= 0 for x in f):
-        raise MomentError(f"--fanouts must be positive integers like 25,10 (got {text!r})")
+    check_fanouts(f)
     return f
 
 
