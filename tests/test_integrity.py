@@ -279,7 +279,7 @@ def test_an_edited_manifest_is_refused_by_its_own_checksum_by_every_reader(env, 
     """The layout manifest carries a checksum of its own content, as a split's cluster.json does: an edit that
     keeps every file matching its listed checksums (two SSD shards swapped) passed `layout verify` and a run then
     trained on other nodes' features. Verify names the manifest (exit 1); train, open_run and layout info refuse
-    in one line naming it; place --overwrite writes the layout again."""
+    in one line naming it; layout rm removes it, place --overwrite writes it again."""
     _, ds, layout, _ = env
     copy = shutil.copytree(layout, tmp_path / "L")
     shutil.rmtree(pack_path(copy))
@@ -303,6 +303,8 @@ def test_an_edited_manifest_is_refused_by_its_own_checksum_by_every_reader(env, 
 
     with pytest.raises(MomentError, match="edited or damaged"):
         open_run(copy, dataset=ds.path)
+    gone = shutil.copytree(copy, tmp_path / "gone")  # what it owns is still known: it can be removed
+    assert main(["layout", "rm", str(gone)]) == 0 and not gone.exists()
     assert main(["place", "--dataset", str(ds.path), "--gpus", "2", "--ssds", "2", "--fanouts", "5", "--batch-size",
                  "64", "--out", str(copy), "--overwrite"]) == 0
     capsys.readouterr()

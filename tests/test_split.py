@@ -127,6 +127,27 @@ def test_a_machines_missing_index_or_damaged_shard_is_named_once(split_layout, t
     assert f"{shard}: shard of bin" in err and f"{shard}: {shard}" not in err, err
 
 
+def test_an_edited_machine_manifest_is_named_once_and_the_split_can_still_be_removed(split_layout, tmp_path, capsys):
+    """A machine's manifest has its own checksum as the cluster manifest does: an edit (two SSD shards' files and
+    checksums swapped) is the damaged file of `layout verify SPLIT`, named once; its machine's run refuses it; what
+    the layouts own is still known, so `layout rm` removes the split (and one machine's layout alone)."""
+    s = shutil.copytree(split_layout, tmp_path / "S")
+    mf = s / "m0" / "manifest.json"
+    doc = json.loads(mf.read_text())
+    a, b = [x for x in doc["shards"] if x["kind"] == "ssd"][:2]
+    a["path"], b["path"], a["chunk_sha256"], b["chunk_sha256"] = b["path"], a["path"], b["chunk_sha256"], a["chunk_sha256"]
+    mf.write_text(json.dumps(doc))
+    says = "the layout manifest was edited or damaged: its checksum does not match its content"
+    assert main(["layout", "verify", str(s)]) == 1
+    err = _err(capsys)
+    assert f"layout damaged: file {mf} {mf}: {says}" in err and f"{mf}: {mf}" not in err and "hint" not in err, err
+    with pytest.raises(MomentError, match=says):
+        open_layout(s / "m0")
+    shutil.copytree(s, tmp_path / "S2")
+    assert main(["layout", "rm", str(s / "m0")]) == 0 and not (s / "m0").exists()
+    assert main(["layout", "rm", str(tmp_path / "S2")]) == 0 and not (tmp_path / "S2").exists()
+
+
 def test_a_damaged_cluster_manifest_or_owners_file_is_one_message(split_layout, tmp_path, capsys):
     s = shutil.copytree(split_layout, tmp_path / "S")
     mf = s / sp.CLUSTER_MANIFEST

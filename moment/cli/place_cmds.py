@@ -219,7 +219,7 @@ def rm_cmd(
     from moment.placement.layout import remove_layout
     from moment.placement.reader import load_manifest
 
-    load_manifest(layout)  # what is not a layout is refused as such before its runs are looked at
+    load_manifest(layout, own_checksum=False)  # what is not a layout is refused as such before its runs are looked at
     runs = owned_runs(layout)
     rep = remove_layout(layout)
     remove_runs(runs)

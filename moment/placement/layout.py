@@ -587,7 +587,7 @@ def remove_layout(path: str | Path) -> RemoveReport:
     given = Path(path)
     out = given.absolute()
     with locked(out, "layout"):
-        m = load_manifest(given)  # refuses what is not a Moment layout
+        m = load_manifest(given, own_checksum=False)  # refuses what is not a Moment layout; an edited one is removed
         _recover(out, [])  # a crashed write's leftovers go too
         files, ext = _owned_files(out, m)
         partial, _, _ = _layout_paths(out)

@@ -288,7 +288,10 @@ class DamagedManifest(MomentError):
     each other): `layout verify` reports it as damage (exit 1), every other reader refuses the layout."""
 
 
-def load_manifest(path: str | Path) -> LayoutManifest:
+def load_manifest(path: str | Path, *, own_checksum: bool = True) -> LayoutManifest:
+    """The layout manifest at `path`, checked: its schema, and its own checksum (`manifest_sha256`) unless
+    `own_checksum` is False (what a layout owns, to remove or replace it: an edited manifest still names its files,
+    and removing or writing the layout again is the way out of its refusal)."""
     p = Path(path)
     if not exists(p):
         hint = "an interrupted write leaves LAYOUT.partial; rerun the write" if p.name.endswith(".partial") else None
@@ -327,7 +330,7 @@ def load_manifest(path: str | Path) -> LayoutManifest:
     except ValidationError as e:
         raise DamagedManifest(str(validation_error(e, "manifest does not match the schema")), source=str(mf),
                               hint="the layout is damaged: place it again") from None
-    if m.sha256 and m.sha256 != manifest_sha256(head):
+    if own_checksum and m.sha256 and m.sha256 != manifest_sha256(head):
         raise DamagedManifest("the layout manifest was edited or damaged: its checksum does not match its content",
                               source=str(mf), hint="re-run `moment place` (with --overwrite) to write the layout again")
     return m

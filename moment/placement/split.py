@@ -288,8 +288,8 @@ def verify_split(path: str | Path, progress: Progress | None = None) -> VerifyRe
             continue
         try:
             lm = load_manifest(lp)
-        except MomentError as e:
-            bad(lp / MANIFEST, str(e))
+        except MomentError as e:  # its words alone: `bad` names the file, as for every other damaged file
+            bad(lp / MANIFEST, str(e).split("\n")[0].removeprefix(f"{e.source}: " if e.source else ""))
             continue
         if why := _machine_problem(lp, lm, m, x, None):
             bad(lp, f"machine {x.name}'s layout: {why}")
@@ -338,7 +338,7 @@ def owned_entries(root: Path, m: ClusterManifest, runs: list[Path] = ()) -> set[
     for x in m.machines:
         lp = root / x.layout
         if (lp / MANIFEST).is_file():
-            named |= {f"{x.layout}/{f}" for f in layout_files(lp, load_manifest(lp))}
+            named |= {f"{x.layout}/{f}" for f in layout_files(lp, load_manifest(lp, own_checksum=False))}
     for r in runs:
         named |= {f.relative_to(root).as_posix() for f in Path(r).rglob("*") if not f.is_dir()}
     return named
