@@ -11,7 +11,8 @@ write's gather, close). bad-output: both ranks write predictions and embeddings 
 alone; each records the errors it gets (every rank must raise the same, at the same gather). own-group: as uneven, in a process group the
 script made itself, which must outlive the run. untracked: a model in `run.ddp` trained on both ranks, its loss
 tracked on rank 0 alone (as logging code does); each rank records the error it gets at the first check. skipped:
-the same with the script's own DDP, rank 0 skipping one step's track.
+the same with the script's own DDP, rank 0 skipping one step's track. spare-head: a model in `run.ddp` with
+a head its loss does not use, given DDP's `find_unused_parameters=True`.
 evaluate-alone: both ranks train an epoch, then rank 0 alone evaluates and looks rows up while rank 1 waits at a
 barrier (PyG's `if rank == 0: test()`), then runs an inference pass over its share of every node
 (`loader(nodes=...)`), and reads the whole val split and every node (`shard=False`); the other GPU's rows come
@@ -62,6 +63,8 @@ def main(scenario: str, layout: str, out: Path) -> int:
             vanish_late(run, seen, out)
         elif scenario == "skipped":
             skipped(run, seen)
+        elif scenario == "spare-head":
+            spare_head(run, seen)
         else:
             for batch in run.loader("train", 0):
                 check(batch.n_id, batch.x)
@@ -192,6 +195,30 @@ def untracked(run: moment.Run, seen: dict) -> None:
         if run.rank == 0:
             run.track(loss)
     run.close()
+
+
+def spare_head(run: moment.Run, seen: dict) -> None:
+    """A model in `run.ddp` with a head its loss does not use, told so (`find_unused_parameters=True`, DDP's own
+    option): both ranks train the epoch (without it DDP stops at the second step); an option the run owns is
+    refused by name."""
+    from user_models import SpareHead
+
+    try:
+        run.ddp(torch.nn.Linear(2, 2), device_ids=[0])
+    except MomentError as e:
+        seen["refused"] = str(e)
+    model = run.ddp(SpareHead(run.feature_dim, run.num_classes), find_unused_parameters=True)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    seen["steps"] = 0
+    for batch in run.loader("train", 0):
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(batch.x.float(), batch.edge_index)[: batch.batch_size],
+                                                 batch.y)
+        loss.backward()
+        opt.step()
+        run.track(loss)
+        seen["steps"] += 1
+    seen["summary"] = run.close()
 
 
 def skipped(run: moment.Run, seen: dict) -> None:

@@ -355,7 +355,8 @@ def test_a_rank_that_stops_early_or_looks_up_less_still_serves_the_others(runtim
     Last, both ranks train an epoch and rank 0 alone evaluates and looks rows up while rank 1 waits at a barrier
     (PyG's multi-GPU examples test on rank 0 so): it reads the peer's rows itself (it waited in a round for ever)."""
     scenarios = ["own-group", "uneven"]
-    torchrun([",".join([*scenarios, "untracked", "skipped", "evaluate-alone"]), str(runtime_layout), str(tmp_path)],
+    torchrun([",".join([*scenarios, "untracked", "skipped", "spare-head", "evaluate-alone"]), str(runtime_layout),
+              str(tmp_path)],
              script=REPO / "tests" / "open_run_ranks.py")
     r0, r1 = (json.loads((tmp_path / "evaluate-alone" / f"rank{r}.json").read_text()) for r in range(2))
     assert "error" not in r0 and "error" not in r1 and r0["bad_rows"] == r1["bad_rows"] == 0, (r0, r1)
@@ -374,6 +375,10 @@ def test_a_rank_that_stops_early_or_looks_up_less_still_serves_the_others(runtim
         got = json.loads((tmp_path / "skipped" / f"rank{r}.json").read_text())
         n = got["steps"]
         assert f"run.track was called for {n - 1} steps on one rank and {n} on another" in got.get("error", ""), got
+        # a model with a head its loss does not use, in run.ddp with DDP's find_unused_parameters: it trains
+        got = json.loads((tmp_path / "spare-head" / f"rank{r}.json").read_text())
+        assert "error" not in got and got["steps"] > 1 and got["summary"]["steps"] == got["steps"], got
+        assert got["refused"].startswith("run.ddp(module, device_ids=): the run sets the device"), got
     for scenario in scenarios:
         r0, r1 = (json.loads((tmp_path / scenario / f"rank{r}.json").read_text()) for r in range(2))
         assert r0["batches"] > 1 and r1["batches"] == 1, scenario

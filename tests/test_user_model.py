@@ -16,7 +16,7 @@ from runtime_data import CLASSES
 from moment.errors import MomentError
 from moment.runtime.config import TrainConfig, parse_args
 from moment.runtime.model_spec import (OPTIMIZERS, SGD_MOMENTUM, forward, load_loss, make_model, make_optimizer,
-                                       measure_step_bytes, training_bytes)
+                                       measure_step_bytes, training_bytes, unused_parameters)
 from moment.runtime.models import SAGE, LayerExtent, build_model, step_bytes
 from moment.runtime.step_memory import LiveStorage, storage_bytes, synthetic_blocks
 
@@ -56,6 +56,18 @@ def test_a_factory_of_ones_own_builds_the_model_and_forward_gives_the_seeds_logi
     assert torch.equal(forward(model, GOOD, x, blocks), model(x, blocks[0].edge_index)[:5])
     sage = build_model("sage", 8, CLASSES, 3, 16)
     assert forward(sage, "sage", x, blocks).shape == (5, CLASSES)  # built-ins: over the blocks
+
+
+def test_a_parameter_the_loss_does_not_use_is_found_without_touching_the_model():
+    """DDP fails at a second step on a parameter that gets no gradient unless told to look for it: the run finds
+    them on the tiny batch, in eval mode, its gradients and running statistics left as they were."""
+    torch.manual_seed(0)
+    spare = make_model(_cfg(model="tests.user_models:spare_head"), 8, 4, 2)
+    before = {n: p.detach().clone() for n, p in spare.named_parameters()}
+    assert unused_parameters(spare, "tests.user_models:spare_head", 8, 2) == ["other_task.weight", "other_task.bias"]
+    assert spare.training and all(p.grad is None and torch.equal(p, before[n]) for n, p in spare.named_parameters())
+    assert unused_parameters(make_model(_cfg(), 8, 4, 2), GOOD, 8, 2) == []
+    assert unused_parameters(build_model("sage", 8, 4, 2, 16), "sage", 8, 2) == []
 
 
 def test_hidden_defaults_to_256_for_a_model_of_ones_own():

@@ -135,3 +135,19 @@ def detached_loss(logits, y):
 
 def failing_loss(logits, y):
     raise KeyError("labels")
+
+
+class SpareHead(nn.Module):
+    """A model with a second head its forward does not use (one for another task): DDP must look for it."""
+
+    def __init__(self, in_dim: int, num_classes: int):
+        super().__init__()
+        self.head = nn.Linear(in_dim, num_classes)
+        self.other_task = nn.Linear(in_dim, 3)
+
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
+        return self.head(x)
+
+
+def spare_head(*, in_dim: int, num_classes: int, num_layers: int, hidden: int) -> nn.Module:
+    return SpareHead(in_dim, num_classes)

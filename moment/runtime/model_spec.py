@@ -191,6 +191,30 @@ def _check_model(module: nn.Module, spec: str, in_dim: int, num_classes: int, nu
                           source=source)
 
 
+def unused_parameters(module: nn.Module, spec: str, in_dim: int, num_layers: int) -> list[str]:
+    """The trainable parameters of a model of the user's own that take no part in its seeds' logits on the tiny
+    batch `_check_model` uses (a head for another task, a layer its forward skips). DistributedDataParallel must
+    be told to look for them each step (`find_unused_parameters`), or a run of several ranks fails at its second
+    step. Eval mode and `autograd.grad`: no running statistic, RNG draw or `.grad` is touched."""
+    if is_built_in(spec):
+        return []  # each uses every parameter
+    named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+    g = torch.Generator().manual_seed(0)
+    nodes, blocks = synthetic_blocks(probe_extent(num_layers), generator=g)
+    device = named[0][1].device
+    x, edge_index = torch.randn(nodes, in_dim, generator=g).to(device), blocks[0].edge_index.to(device)
+    was_training = module.training
+    module.eval()
+    try:
+        logits = module(x, edge_index)[: blocks[-1].num_dst]
+        if not logits.requires_grad:
+            return [n for n, _ in named]
+        grads = torch.autograd.grad(logits.float().sum(), [p for _, p in named], allow_unused=True)
+    finally:
+        module.train(was_training)
+    return [n for (n, _), grad in zip(named, grads, strict=True) if grad is None]
+
+
 def forward(model: nn.Module, spec: str, x: torch.Tensor, blocks: Sequence[Block]) -> torch.Tensor:
     """The seeds' logits, [batch_size, num_classes], for either kind of model. `model` may be the module or its
     DDP wrapper (which forwards the arguments). Built-in models run layer by layer over `blocks`; a model of

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import json
 import numbers
 import os
@@ -64,6 +65,10 @@ from moment.workload.seeds import mix, sampling_key
 DROPOUT_TAG = 0xD80
 SPLITS = ("train", "val", "test")
 SUMMARY_PREFIX = "moment: summary "  # the line `Run.close` prints on rank 0
+
+#: what `Run.ddp` passes on to DistributedDataParallel: its own keywords, less those the run sets
+_DDP_RUNS_OWN = frozenset({"module", "device_ids", "output_device", "dim", "process_group", "device_mesh"})
+_DDP_OPTIONS = frozenset(inspect.signature(DDP.__init__).parameters) - _DDP_RUNS_OWN - {"self"}
 
 
 def device_memory(planned: dict[str, Any] | None, peaks: list[int]) -> dict[str, Any]:
@@ -372,17 +377,26 @@ class Run:
                   f"epochs 0..{p.pack.epochs - 1}: its batches are read from the layout, at about block's speed; to pack "
                   f"as many epochs as the loop trains, give their number to: {cmd}", file=sys.stderr)
 
-    def ddp(self, module: torch.nn.Module) -> torch.nn.Module:
+    def ddp(self, module: torch.nn.Module, **options: Any) -> torch.nn.Module:
         """`module` on the rank's device, wrapped in DistributedDataParallel when the run has several ranks (on
-        CUDA given the rank's device): gradients averaged over the ranks, rank 0's weights broadcast first."""
+        CUDA given the rank's device): gradients averaged over the ranks, rank 0's weights broadcast first.
+        `options`: DistributedDataParallel's own (`find_unused_parameters=True` for a model with a parameter its
+        loss does not use, `static_graph`, `bucket_cap_mb`, ...); the devices and the group are the run's."""
         if not isinstance(module, torch.nn.Module):
             raise MomentError(f"run.ddp(module) takes a torch.nn.Module, not {type(module).__name__}")
+        refused = sorted(set(options) - _DDP_OPTIONS)
+        if refused:
+            own = [k for k in refused if k in _DDP_RUNS_OWN]
+            raise MomentError(f"run.ddp(module, {', '.join(f'{k}=' for k in refused)}): "
+                              + ("the run sets the device and the process group" if own else
+                                 "not an option of DistributedDataParallel"),
+                              hint="it takes " + ", ".join(f"{k}=" for k in sorted(_DDP_OPTIONS)))
         self._still_open("wrap a model for its ranks")
         module = module.to(self.device)
         if not self.ctx.backend:
             return module
         self._lockstep = True
-        return free_group_last(DDP(module, device_ids=self.dev.ddp_device_ids()))
+        return free_group_last(DDP(module, device_ids=self.dev.ddp_device_ids(), **options))
 
     def track(self, loss: torch.Tensor | float) -> None:
         """Record the loss of the step just taken on the last batch handed out: it joins `loss_curve` (the

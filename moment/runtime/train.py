@@ -33,7 +33,7 @@ from moment.runtime.dist import AgreedError, DistContext
 from moment.runtime.footprint import multilabel_targets
 from moment.runtime.link_task import link_logits, link_loss, out_dim, roc_auc
 from moment.runtime.lost import PeerLeft, peer_lost
-from moment.runtime.model_spec import forward, load_loss, make_model, make_optimizer
+from moment.runtime.model_spec import forward, load_loss, make_model, make_optimizer, unused_parameters
 from moment.runtime.progress import Reporter
 from moment.runtime.rendezvous import NNODES_ENV, NODE_RANK_ENV, others_gone
 from moment.runtime.resume import Checkpoints, Position
@@ -75,7 +75,16 @@ class Trainer:
         self.at = Position()
         self.checkpoints = Checkpoints(run, self.module, self.opt)
         self.restart_note = self.checkpoints.resume(self.at)
-        self.model = run.ddp(self.module) if self.module is not None else None
+        self.model = None
+        if self.module is not None:
+            unused = (unused_parameters(self.module, cfg.model, self.ds.feature_dim, len(self.fanouts))
+                      if ctx.world_size > 1 else [])
+            if unused and ctx.is_main:
+                self.notes.append(f"note: --model {cfg.model}: {', '.join(unused[:4])}"
+                                  f"{f' and {len(unused) - 4} more' if len(unused) > 4 else ''} take no part in the "
+                                  "loss on a tiny batch: DistributedDataParallel looks for unused parameters at "
+                                  "every step (find_unused_parameters)")
+            self.model = run.ddp(self.module, find_unused_parameters=bool(unused))
         self.seeds_trained = 0
         self.batches_fed = 0  # a data-only run's batches (its steps: it takes none)
 
