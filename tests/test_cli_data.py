@@ -50,6 +50,38 @@ def test_import_edgelist(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert json.loads(out)["num_edges"] == 3
 
 
+def test_a_random_split_says_its_sizes_and_takes_the_shares_given(tmp_path: Path, capsys) -> None:
+    """Without a split an import draws ogbn-papers100M's 1% / 0.5% / 0.5% (at least 512 train): the note gives the
+    sizes, so that a fully labelled graph's user is not left comparing accuracies on 1% of it unknowingly, and
+    --random-split takes other shares; given with a split of the input's own, it is refused (it would be ignored)."""
+    from moment import import_graph
+
+    n = 4000
+    rng = np.random.default_rng(0)
+    np.save(tmp_path / "e.npy", rng.integers(0, n, (2, 20000)))
+    np.save(tmp_path / "y.npy", rng.integers(0, 4, n))
+    common = ["data", "import", "npy", "--edge-index", tmp_path / "e.npy", "--y", tmp_path / "y.npy", "--feature-dim", "2"]
+    code, out, err = run(capsys, *common, "--out", tmp_path / "a", "--json")
+    assert code == 0, err
+    s = json.loads(out)
+    assert (s["train"], s["val"], s["test"]) == (512, 128, 128)
+    assert ("a seeded random one was drawn from the 4,000 labelled nodes, train 512 / val 128 / test 128 (shares "
+            "0.01,0.005,0.005, at least 512 train; --random-split 0.6,0.2,0.2 draws others)") in " ".join(s["notices"])
+    code, out, err = run(capsys, *common, "--out", tmp_path / "b", "--random-split", "0.6,0.2,0.2", "--json")
+    assert code == 0, err
+    assert [json.loads(out)[k] for k in ("train", "val", "test")] == [2400, 800, 800]
+    for shares in ("0.6,0.5,0.2", "0.6,0.2", "0,0.5,0.5", "a,b,c"):
+        code, _, err = run(capsys, *common, "--out", tmp_path / "c", "--random-split", shares)
+        assert code == 2 and f"--random-split {shares}: give three shares" in err and not (tmp_path / "c").exists()
+    for name, ids in (("tr", [0, 1]), ("va", [2]), ("te", [3])):
+        np.save(tmp_path / f"{name}.npy", np.array(ids))
+    code, _, err = run(capsys, *common, "--out", tmp_path / "c", "--random-split", "0.6,0.2,0.2", "--train-idx",
+                       tmp_path / "tr.npy", "--val-idx", tmp_path / "va.npy", "--test-idx", tmp_path / "te.npy")
+    assert code == 2 and "--random-split: the input has its own split, which is kept as given" in err
+    g = {"edge_index": np.load(tmp_path / "e.npy"), "y": np.load(tmp_path / "y.npy")}
+    assert len(import_graph(g, tmp_path / "m", feature_dim=2, random_split=(0.5, 0.25, 0.25)).train_idx) == 2000
+
+
 @pytest.mark.parametrize(
     ("args", "msg"),
     [

@@ -13,7 +13,7 @@ from rich.markup import escape
 from moment.cli import app, console
 from moment.cli.common import parse_fanouts, progress_bar
 from moment.outputs import check_output
-from moment.workload.import_options import EDGE_CHOICES, OGB_LAYOUTS, EdgePolicy
+from moment.workload.import_options import EDGE_CHOICES, OGB_LAYOUTS, RANDOM_SPLIT_HELP, EdgePolicy
 from moment.workload.spec import FANOUTS_HELP
 
 # Imports inside functions: each command loads only what it runs, so `moment --help` and every other command
@@ -128,6 +128,7 @@ JsonOut = Annotated[bool, typer.Option("--json", help="print one JSON object (th
 FeatureDim = Annotated[int, typer.Option("--feature-dim", help="length of generated features (when the input "
                                                                 "has none)")]
 Seed = Annotated[int, typer.Option("--seed", help="seed for generated features/labels and a random split")]
+RandomSplit = Annotated[str | None, typer.Option("--random-split", metavar="TRAIN,VAL,TEST", help=RANDOM_SPLIT_HELP)]
 
 
 def _policy(duplicates: str | None, self_loops: str | None) -> EdgePolicy:
@@ -261,6 +262,7 @@ def import_edgelist_cmd(
     duplicates: Duplicates = None,
     self_loops: SelfLoops = None,
     seed: Seed = 0,
+    random_split: RandomSplit = None,
     overwrite: Overwrite = False,
     json_out: JsonOut = False,
 ) -> None:
@@ -276,8 +278,8 @@ def import_edgelist_cmd(
         ds = import_edgelist(
             edges, out, features=features, labels=labels, splits_dir=splits, num_nodes=num_nodes, renumber=renumber,
             node_ids=node_ids, node_table=node_table, label_table=label_table, unlabelled=tuple(unlabelled or ()),
-            feature_dim=feature_dim, undirected=undirected, policy=policy, seed=seed, overwrite=overwrite,
-            progress=progress,
+            feature_dim=feature_dim, undirected=undirected, policy=policy, seed=seed, fractions=random_split,
+            overwrite=overwrite, progress=progress,
         )
     _done(ds, json_out)
 
@@ -296,6 +298,7 @@ def import_pyg_cmd(
     trust_pickle: TrustPickle = False,
     feature_dim: FeatureDim = 128,
     seed: Seed = 0,
+    random_split: RandomSplit = None,
     overwrite: Overwrite = False,
     json_out: JsonOut = False,
 ) -> None:
@@ -314,7 +317,8 @@ def import_pyg_cmd(
     policy = _policy(duplicates, self_loops)
     with progress_bar("importing", enabled=not json_out) as progress:
         ds = import_pyg(file, out, trust_pickle=trust_pickle, node_type=node_type, undirected=undirected,
-                        policy=policy, feature_dim=feature_dim, seed=seed, overwrite=overwrite, progress=progress)
+                        policy=policy, feature_dim=feature_dim, seed=seed, fractions=random_split,
+                        overwrite=overwrite, progress=progress)
     _done(ds, json_out)
 
 
@@ -340,6 +344,7 @@ def import_npy_cmd(
     self_loops: SelfLoops = None,
     feature_dim: FeatureDim = 128,
     seed: Seed = 0,
+    random_split: RandomSplit = None,
     overwrite: Overwrite = False,
     json_out: JsonOut = False,
 ) -> None:
@@ -352,7 +357,8 @@ def import_npy_cmd(
     with progress_bar("importing", enabled=not json_out) as progress:
         ds = import_npy(out, edge_index=edge_index, x=x, y=y, train_idx=train_idx, val_idx=val_idx,
                         test_idx=test_idx, num_nodes=num_nodes, undirected=undirected, policy=policy,
-                        feature_dim=feature_dim, seed=seed, overwrite=overwrite, progress=progress)
+                        feature_dim=feature_dim, seed=seed, fractions=random_split, overwrite=overwrite,
+                        progress=progress)
     _done(ds, json_out)
 
 

@@ -14,7 +14,7 @@ from moment.errors import MomentError
 from moment.workload.graph import GraphDataset
 from moment.workload.import_files import is_zip, load_npy, load_sparse_edges, need
 from moment.workload.import_options import EdgePolicy, check_node_count
-from moment.workload.importers import RANDOM_SPLIT, GraphParts, Progress, write_parts
+from moment.workload.importers import GraphParts, Progress, write_parts
 
 
 def import_npy(
@@ -32,7 +32,7 @@ def import_npy(
     feature_dim: int = 128,
     num_classes: int = 2,
     seed: int = 0,
-    fractions: tuple[float, float, float] = RANDOM_SPLIT,
+    fractions: tuple[float, ...] | str | None = None,
     overwrite: bool = False,
     progress: Progress | None = None,
 ) -> GraphDataset:

@@ -16,6 +16,7 @@ attribute.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +25,8 @@ import numpy as np
 from moment.errors import MomentError
 from moment.workload.graph import SPLITS, GraphDataset
 from moment.workload.import_files import need
-from moment.workload.import_options import EdgePolicy
-from moment.workload.importers import RANDOM_SPLIT, GraphParts, Progress, write_parts
+from moment.workload.import_options import EdgePolicy, random_split_shares
+from moment.workload.importers import GraphParts, Progress, write_parts
 from moment.workload.torch_files import load_torch
 
 # Imports inside functions: torch (and PyG) load only where a tensor is made, so planning, placement and the
@@ -184,7 +185,7 @@ def import_pyg(
     feature_dim: int = 128,
     num_classes: int = 2,
     seed: int = 0,
-    fractions: tuple[float, float, float] = RANDOM_SPLIT,
+    fractions: tuple[float, ...] | str | None = None,
     overwrite: bool = False,
     progress: Progress | None = None,
 ) -> GraphDataset:
@@ -209,6 +210,7 @@ def import_graph(
     self_loops: str = EdgePolicy.self_loops,
     feature_dim: int = 128,
     seed: int = 0,
+    random_split: Sequence[float] | None = None,
     overwrite: bool = False,
 ) -> GraphDataset:
     """A graph held in memory -> a dataset directory at `out`, as `moment data import pyg` makes from a file.
@@ -217,7 +219,8 @@ def import_graph(
     import it again costs a copy of its features. `graph` is a PyG `Data`, a PyG dataset of one graph, or a
     dict of the same attribute names (`edge_index`, `x`, `y`, the split's masks or index tensors, `num_nodes`)
     to tensors or NumPy arrays; of a `HeteroData`, `node_type`'s own graph (`one_node_type`). Messages name an
-    attribute as `Data:x` (the object's type; `graph:x` for a dict)."""
+    attribute as `Data:x` (the object's type; `graph:x` for a dict). `random_split`: train, val and test shares
+    of the labelled nodes for a graph without a split (default `RANDOM_SPLIT`, about 1% train)."""
     if isinstance(graph, str | Path):
         raise MomentError(f"import_graph takes a graph in memory; {str(graph)!r} is a path",
                           hint="`moment data import pyg PATH --out DIR` imports a file")
@@ -230,6 +233,9 @@ def import_graph(
         name = type(graph).__name__
     store = pyg_store(graph, name, node_type)
     src = {"importer": "pyg", "from": f"a {name} in memory", "undirected": undirected, **store.pop(TAKEN, {})}
-    return write_parts(pyg_parts(store, name), out, source=src, undirected=undirected,
+    parts = pyg_parts(store, name)
+    shares = None if random_split is None else random_split_shares(random_split, parts.splits is not None,
+                                                                   "random_split=")
+    return write_parts(parts, out, source=src, undirected=undirected,
                        policy=EdgePolicy(duplicates=duplicates, self_loops=self_loops), feature_dim=feature_dim,
-                       seed=seed, overwrite=overwrite)
+                       seed=seed, fractions=shares, overwrite=overwrite)

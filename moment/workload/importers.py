@@ -56,7 +56,8 @@ from moment.workload.graph import (CHUNK_BYTES, MAX_CLASSES, NODE_IDS, SPLITS, G
                                    label_dtype)
 from moment.workload.import_files import (comment_lines_blanked, first_line, is_number, load_npy, need, node_ids,
                                           read_csv_chunks, read_node_ids, split_files)
-from moment.workload.import_options import EdgePolicy, check_feature_dim, check_node_count
+from moment.workload.import_options import (MIN_TRAIN, EdgePolicy, check_feature_dim, check_node_count,
+                                            random_split_shares)
 from moment.workload.node_tables import read_label_table, read_node_table
 from moment.workload.parquet import Table, id_pairs, is_parquet, pick_pair
 from moment.workload.renumber import IdMap, NameCodes, read_ids
@@ -67,8 +68,6 @@ from moment.workload.seeds import check_seed
 Progress = Callable[[int, int], None]
 EDGE_CHUNK = 1 << 22  # edges per chunk in every pass
 NAME_CHUNK = 1 << 20  # edges per chunk of an edge list read as names (a Python string each)
-#: train, validation and test shares of the seeded random split an import draws when the input has none
-RANDOM_SPLIT = (0.01, 0.005, 0.005)
 
 
 # --------------------------------------------------------------------------------------------- helpers
@@ -411,7 +410,15 @@ def import_notices(source: dict[str, Any]) -> list[str]:
     if source.get("generated_labels"):
         out.append("the input has no labels: seeded random labels were generated")
     if source.get("split") == "random":
-        out.append("no split came with the input: a seeded random train/val/test split was drawn")
+        drawn = source.get("random_split")
+        if drawn:  # (datasets imported before the sizes were recorded say less)
+            tr, va, te = drawn["sizes"]
+            shares = ",".join(f"{x:g}" for x in drawn["shares"])
+            out.append(f"no split came with the input: a seeded random one was drawn from the {drawn['labelled']:,} "
+                       f"labelled nodes, train {tr:,} / val {va:,} / test {te:,} (shares {shares}, at least "
+                       f"{MIN_TRAIN} train; --random-split 0.6,0.2,0.2 draws others)")
+        else:
+            out.append("no split came with the input: a seeded random train/val/test split was drawn")
     if n := source.get("unlabelled_nodes"):
         why = ("the label table leaves it out or marks it so" if source.get("labels_from")
                else "a negative label or NaN in the input")
@@ -476,16 +483,18 @@ def write_parts(
     feature_dim: int = 128,
     num_classes: int = 2,
     seed: int = 0,
-    fractions: tuple[float, float, float] = RANDOM_SPLIT,
+    fractions: tuple[float, ...] | str | None = None,
     overwrite: bool = False,
     progress: Progress | None = None,
 ) -> GraphDataset:
     """Checks `parts` against each other (shapes, dtypes, node count) and writes them as a dataset.
 
     The node count is `num_nodes`, else the features' or labels' rows, else the largest edge id + 1; every
-    array that has one row a node must agree with it, or the error names that array's source."""
+    array that has one row a node must agree with it, or the error names that array's source. `fractions`: the
+    random split's shares (`random_split_shares`), for an input without a split."""
     check_seed(seed)
     check_feature_dim(feature_dim)
+    fractions = random_split_shares(fractions, parts.splits is not None)
     layout = edge_layout(parts.edges, parts.edges_source)
     feat = parts.features
     if feat is not None:
@@ -544,6 +553,9 @@ def _rest(
                               "to split or train on", source=parts.labels_source or parts.edges_source)
         splits = _random_splits(labels, fractions, seed, parts.labels_source or parts.edges_source)
         names = [parts.edges_source] * 3
+        labelled = labels.shape[0] if labels.ndim == 2 else int((labels >= 0).sum())
+        source = source | {"random_split": {"shares": list(fractions), "sizes": [len(x) for x in splits],
+                                            "labelled": labelled}}
     else:
         names = list(parts.split_sources or [str(x) for x in parts.splits])
         splits = [read_node_ids(x, n, f"{part} split") if isinstance(x, Path) else node_ids(x, n, src, f"{part} split")
@@ -682,7 +694,7 @@ def import_edgelist(
     num_classes: int = 2,
     undirected: bool = False,
     policy: EdgePolicy = EdgePolicy(),
-    fractions: tuple[float, float, float] = RANDOM_SPLIT,
+    fractions: tuple[float, ...] | str | None = None,
     seed: int = 0,
     overwrite: bool = False,
     progress: Progress | None = None,
@@ -694,10 +706,12 @@ def import_edgelist(
     `node_ids`: a file of them in node order (nodes no edge names included). Either way the features' and
     labels' rows follow that order, the split files name the graph's own ids, and the dataset keeps them
     (`GraphDataset.node_ids`). `node_table`: the nodes in order with their features, `label_table` their labels,
-    both keyed by the graph's own ids (`moment.workload.node_tables`)."""
+    both keyed by the graph's own ids (`moment.workload.node_tables`). `fractions`: the random split's shares
+    (`random_split_shares`), without `splits_dir`."""
     check_seed(seed)
     check_feature_dim(feature_dim)
     check_node_count(num_nodes)
+    fractions = random_split_shares(fractions, splits_dir is not None)
     for one, other, names in ((node_table, features or node_ids, "--node-table and --features/--node-ids"),
                               (label_table, labels, "--label-table and --labels")):
         if one is not None and other is not None:

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from moment.errors import MomentError
+from moment.workload.import_options import MIN_TRAIN
 from moment.workload.seeds import check_seed
 from moment.workload.graph import GraphDataset, GraphWriter, index_dtype, label_dtype
 
@@ -40,7 +41,7 @@ Progress = Callable[[int, int], None]
 
 
 def split_sizes(
-    num_nodes: int, train_fraction: float, val_fraction: float, test_fraction: float, min_train: int = 512
+    num_nodes: int, train_fraction: float, val_fraction: float, test_fraction: float, min_train: int = MIN_TRAIN
 ) -> tuple[int, int, int]:
     """Split sizes; small graphs still get `min_train` training nodes (and a quarter of that for val/test)."""
     n = num_nodes
@@ -89,7 +90,7 @@ def synthesize(
     train_fraction: float = 0.01,
     val_fraction: float = 0.005,
     test_fraction: float = 0.005,
-    min_train: int = 512,
+    min_train: int = MIN_TRAIN,
     overwrite: bool = False,
     progress: Progress | None = None,
 ) -> GraphDataset:
