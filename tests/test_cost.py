@@ -282,6 +282,24 @@ def test_a_cheaper_price_changes_the_advice(small, tmp_path):
     assert cheap.prices["devices"]["A100-PCIe-40GB"]["source"] == "a dream"
 
 
+def test_a_chassis_with_built_in_gpus_says_its_figures_leave_them_out_until_its_price_is_given(tmp_path):
+    """An HGX box's eight SXM GPUs are in no inventory: with the shipped server price (a host's without GPUs) its
+    TCO left them out without a word; a server price of the user's own is the whole machine's, and no note."""
+    from moment.topology.profiles import load_profile
+
+    hgx = load_profile("hgx-a100-8gpu")
+    shipped = advise(hgx, 60_000, models=["P5510"], max_ssds=2, top_k=1)
+    assert shipped.notes == ["hardware, power, TCO and samples/s per dollar leave out the machine's built-in GPUs "
+                             "(8 A100-SXM4-80GB): the server's price (14,098 USD, 600 W) is a host's without GPUs; "
+                             "give the whole machine's with --prices (server: {price_usd: ..., power_w: ..., date: "
+                             "..., source: ...})"]
+    f = tmp_path / "hgx.yaml"
+    f.write_text("server: {price_usd: 180000, power_w: 6500, date: '2024', source: a quote}\n")
+    quoted = advise(hgx, 260_000, models=["P5510"], max_ssds=2, top_k=1, prices=load_prices(f))
+    assert quoted.notes == [] and quoted.best_throughput.hardware_usd > 180_000
+    assert advise(load_profile("paper-machine-b"), 60_000, models=["T4", "P5510"], max_gpus=1, max_ssds=1).notes == []
+
+
 def test_budget_too_small_is_a_clear_error(small):
     with pytest.raises(MomentError, match=r"budget 10,000 USD buys nothing for 'small-5-slot': the cheapest "
                                           r"inventory searched \(1 x T4, 1 x 990-PRO"):

@@ -86,6 +86,8 @@ def _render(r) -> None:
     dates = sorted({e["date"] for e in [r.prices["server"], *r.prices["devices"].values()]})
     console.print(f"prices: {r.prices['origin']} table, dated {', '.join(dates)} "
                   "(`--json` gives each price's date and source)", highlight=False)
+    for note in r.notes:
+        console.print(f"[yellow]note:[/] {note}", highlight=False)
 
 
 def _render_machines(options, budget: float) -> None:

@@ -38,7 +38,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from moment.cost.model import CostParams, costs, report, samples_per_epoch
-from moment.cost.prices import PriceTable, load_prices
+from moment.cost.prices import PriceTable, builtin_gpus_note, load_prices
 from moment.errors import Flag, MomentError, cli_flag
 from moment.planner.contracts import DataPlacement
 from moment.topology.devices import (Inventory, InventoryItem, builtin_gpus, card_link, find_model, fits, ssd_read_bytes,
@@ -117,6 +117,8 @@ class AdviseResult(BaseModel):
     unplaceable: int = Field(description="solved but with no valid placement (e.g. double-width cards)")
     elapsed_s: float
     prices: dict[str, object] = Field(description="origin of the table and the date/source of each price used")
+    notes: list[str] = Field(default_factory=list, description="what the figures leave out (a chassis' built-in "
+                             "GPUs the price table does not price)")
 
 
 @dataclass(order=False)
@@ -320,6 +322,7 @@ def advise(topo: Topology, budget_usd: float, *, models: list[str] | None = None
     params = params or CostParams()
     gpu_models, ssd_models = _split_models(models, prices, flag)
     bare = strip(topo)[0]
+    unpriced = builtin_gpus_note(prices, [getattr(g, "model", None) or "GPU" for g in builtin_gpus(bare)], flag)
     invs = _enumerate_inventories(topo, bare, gpu_models, ssd_models, max_gpus, max_ssds, workload, reserve, flag)
     seeds = samples_per_epoch(workload)
     setup = (topo, workload, data, seeds, prices, params, prune)
@@ -341,7 +344,7 @@ def advise(topo: Topology, budget_usd: float, *, models: list[str] | None = None
         candidates=candidates, gpu_models=gpu_models, ssd_models=ssd_models,
         searched=len(invs), over_budget=len(invs) - total, pruned=total - len(search.solved),
         solved=len(search.solved), unplaceable=search.unplaceable, elapsed_s=time.perf_counter() - t0,
-        prices=_price_sources(prices, gpu_models + ssd_models))
+        prices=_price_sources(prices, gpu_models + ssd_models), notes=[unpriced] if unpriced else [])
 
 
 def _enumerate_inventories(topo: Topology, bare: Topology, gpu_models: list[str], ssd_models: list[str],

@@ -8,6 +8,7 @@ user's file as its source, so a report never shows a shipped source next to a us
 
 from __future__ import annotations
 
+import functools
 from importlib import resources
 from pathlib import Path
 
@@ -169,6 +170,11 @@ def _merge_entry(base: dict, user: dict, source: str) -> dict:
     return merged
 
 
+@functools.cache
+def _shipped_server() -> ServerPrice:
+    return load_prices().server
+
+
 def load_prices(path: str | Path | None = None) -> PriceTable:
     """The shipped table, or the shipped table with the YAML file at `path` merged over it."""
     if path is None:
@@ -193,3 +199,20 @@ def merge_prices(user: object, source: str) -> PriceTable:
     data = _merge(shipped_data(), user, source)
     data["origin"] = f"shipped + {source}"
     return _validate(data, source)
+
+
+def builtin_gpus_note(prices: PriceTable, models: list[str], flag: Flag = cli_flag) -> str | None:
+    """What a chassis' built-in GPUs (`models`, one name per GPU: SXM modules bought with the machine, which no
+    inventory lists) do to its figures: with the shipped server price (a host's without GPUs) every hardware, power,
+    TCO and per-dollar figure leaves them out, which is said (an HGX box looked several times better per dollar
+    than a PCIe server, without a word); a server price of the user's own is taken as the whole machine's."""
+    if not models or prices.server != _shipped_server():
+        return None
+    counts: dict[str, int] = {}
+    for name in models:
+        counts[name] = counts.get(name, 0) + 1
+    what = " + ".join(f"{c} {m}" for m, c in counts.items())
+    return (f"hardware, power, TCO and samples/s per dollar leave out the machine's built-in GPUs ({what}): the "
+            f"server's price ({prices.server.price_usd:,.0f} USD, {prices.server.power_w:,.0f} W) is a host's "
+            f"without GPUs; give the whole machine's with {flag('prices')} (server: {{price_usd: ..., power_w: ..., "
+            "date: ..., source: ...})")
