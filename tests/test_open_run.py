@@ -216,6 +216,24 @@ def test_a_loader_over_nodes_of_ones_choosing_batches_them_in_order_with_their_r
         assert len(empty) == 0 and list(empty) == []
 
 
+def test_the_graphs_own_ids_given_as_node_numbers_are_pointed_to_nodes_of(tmp_path):
+    """A graph imported with ids of its own numbers its nodes 0..N-1: its own ids given to `loader(nodes=)` are past
+    the last node, and the error says how to number them (it named the range alone)."""
+    from moment.workload.importers import import_edgelist
+
+    rng = np.random.default_rng(0)
+    ids = rng.choice(10**12, 600, replace=False)
+    (tmp_path / "e.csv").write_text("src,dst\n" + "".join(f"{ids[a]},{ids[b]}\n" for a, b in
+                                                       rng.integers(0, 600, (3000, 2))))
+    ds = import_edgelist(tmp_path / "e.csv", tmp_path / "ds", renumber=True, feature_dim=4)
+    with moment.open_run(dataset=ds.path, features="memory", fanouts=[3], batch_size=64, quiet=True) as run:
+        with pytest.raises(MomentError, match=r"node ids must be in \[0, 600\);.*\n  hint: the graph has ids of its "
+                                              r"own: run.dataset.nodes_of\(ids\) gives their node numbers"):
+            run.loader(nodes=ids[:3])
+        mine = run.dataset.nodes_of(ids[:3])
+        assert [b.n_id[: b.batch_size].tolist() for b in run.loader(nodes=mine)] == [mine.tolist()]
+
+
 def test_track_takes_a_one_element_tensor_or_a_number_ddp_a_module_and_both_refuse_anything_else_at_once(runtime_layout):
     """`run.track(loss.item())` is common; a per-sample loss left unreduced used to fail steps later, at the check's
     stack of the losses, in torch's words."""

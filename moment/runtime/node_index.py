@@ -24,14 +24,14 @@ def _shown(index: Any) -> str:
     return f"{type(index).__name__} {str(index)[:40]}"
 
 
-def node_ids(index: Any, num_nodes: int, what: str) -> tuple[np.ndarray, bool]:
+def node_ids(index: Any, num_nodes: int, what: str, past_end: str | None = None) -> tuple[np.ndarray, bool]:
     """`index` as int64 node ids, and whether it named one node (then, as in torch, one row without the
     leading dimension is meant). Reads None (every node), a slice, a range, an int, a list or tuple, a NumPy
     array or a tensor (on any device), of integer ids in [0, num_nodes), or a boolean mask with one entry
     per node (as torch indexing reads one). Refused, naming the problem: negative ids (not counted from the
     end: a negative id in a batch is a bug upstream, not a wish), ids past the last node, non-integer
     dtypes, indices of more than one dimension, a mask of another length: one error naming `what` and the
-    index."""
+    index. `past_end`: the hint for an id past the last node (a graph with ids of its own: where to number them)."""
     if index is None:
         return np.arange(num_nodes, dtype=np.int64), False
     if isinstance(index, slice):
@@ -72,7 +72,7 @@ def node_ids(index: Any, num_nodes: int, what: str) -> tuple[np.ndarray, bool]:
         if bad.any():
             i = int(np.argmax(bad))
             raise _bad(what, index, f"node ids must be in [0, {num_nodes}); {a[i]} at position {i} is not",
-                       hint="negative ids are not counted from the end" if a[i] < 0 else None)
+                       hint="negative ids are not counted from the end" if a[i] < 0 else past_end)
     return a.astype(np.int64, copy=False), scalar
 
 

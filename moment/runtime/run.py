@@ -56,7 +56,7 @@ from moment.runtime.sampler_pool import SamplerPool
 from moment.runtime.sizing import rank_start_sizes, run_inputs
 from moment.runtime.sources import FeatureSource, InMemoryFeatures, MemmapFeatures
 from moment.runtime.store import StoreInfo, open_store
-from moment.workload.graph import CHECKED_ENV, GraphDataset
+from moment.workload.graph import CHECKED_ENV, NODE_IDS, GraphDataset
 from moment.workload.sampler import Block, CSRGraph, SeedBatches, eval_batches
 from moment.workload.seeds import mix, sampling_key
 
@@ -321,7 +321,10 @@ class Run:
             if split is not None:
                 raise MomentError(f"run.loader takes a split or nodes, not both (split={split!r})",
                                   hint="loader(nodes=ids) batches those nodes; loader(split) a split's")
-            ids, _ = node_ids(nodes, self.num_nodes, "run.loader(nodes=...)")
+            own = NODE_IDS in self.dataset.manifest.files  # the graph's own ids given for node numbers, likely
+            ids, _ = node_ids(nodes, self.num_nodes, "run.loader(nodes=...)",
+                              past_end="the graph has ids of its own: run.dataset.nodes_of(ids) gives their node "
+                                       "numbers" if own else None)
             distinct_ids(ids, nodes, "run.loader(nodes=...)")  # at once, on every rank alike
             split, seeds = "nodes", eval_batches(ids, self.batch_size, rank=rank, world_size=world)
         else:
