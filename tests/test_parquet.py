@@ -219,3 +219,16 @@ def test_a_directory_of_parts_is_its_parts_in_name_order(tmp_path: Path) -> None
     with pytest.raises(MomentError, match=r"part-00002-9f3c.snappy.parquet: its columns differ from those of the first"):
         import_edgelist(tmp_path / "e", tmp_path / "bad", node_table=tmp_path / "n")
     assert not (tmp_path / "bad").exists()
+
+
+def test_a_hive_partitioned_table_is_refused_by_name(tmp_path: Path) -> None:
+    """pandas' `partition_cols` / Spark's `partitionBy` write `key=value` sub-directories, whose rows carry the key in
+    the directory's name: one error saying so (it was "is a directory, expected an edge list file")."""
+    for k in range(2):
+        (tmp_path / "e" / f"bucket={k}").mkdir(parents=True)
+        pq.write_table(pa.table({"src": [k, 1], "dst": [2, k]}), tmp_path / "e" / f"bucket={k}" / "part-0.parquet")
+    with pytest.raises(MomentError, match=r"e: a Hive-partitioned Parquet table \(bucket=0, bucket=1\), given as the "
+                                          r"edge list file: one Parquet file or a directory of its parts is read.*"
+                                          r"\n  hint: write it without partitions"):
+        import_edgelist(tmp_path / "e", tmp_path / "out")
+    assert not (tmp_path / "out").exists()

@@ -18,7 +18,7 @@ import numpy as np
 
 from moment.errors import NPZ_ERRORS, MomentError
 from moment.inputs import check_dir, check_file, exists
-from moment.workload.parquet import MAGIC, NOT_HERE, is_parquet, one_column
+from moment.workload.parquet import MAGIC, NOT_HERE, is_parquet, one_column, partitions
 
 # Imports inside functions: pandas and scipy.sparse load only for the formats that need them.
 
@@ -35,6 +35,11 @@ def need(path: Path, what: str) -> Path:
         raise MomentError(f"missing {what}", source=str(path))
     if path.is_dir() and is_parquet(path):
         return check_dir(path, what)
+    if path.is_dir() and (keys := partitions(path)):
+        raise MomentError(f"a Hive-partitioned Parquet table ({', '.join(keys[:3])}{', ...' if len(keys) > 3 else ''}),"
+                          f" given as the {what}: one Parquet file or a directory of its parts is read, not partitions",
+                          source=str(path), hint="write it without partitions (pandas: to_parquet(path) without "
+                          "partition_cols; Spark: without partitionBy)")
     return check_file(path, what)
 
 

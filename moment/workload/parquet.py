@@ -46,6 +46,16 @@ def parts(path: Path) -> list[Path]:
         return []
 
 
+def partitions(path: Path) -> list[str]:
+    """The `key=value` sub-directories of a Hive-partitioned Parquet table (pandas' `partition_cols`, Spark's
+    `partitionBy`): a partition's rows carry its key in the directory's name, not in its files, and their order
+    across partitions is not the table's, so it is refused by name rather than read in part."""
+    try:
+        return sorted(d.name for d in path.iterdir() if d.is_dir() and "=" in d.name and parts(d))
+    except OSError:
+        return []
+
+
 def is_parquet(path: Path) -> bool:
     """Whether `path` is a Parquet file (by its first bytes, whatever its name), or a directory of them."""
     return bool(parts(path)) if path.is_dir() else _magic(path)
