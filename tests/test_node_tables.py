@@ -114,6 +114,21 @@ def test_tables_as_spreadsheets_and_pandas_write_them_import_as_the_clean_ones(t
     assert got.class_names is None and got.labels.max() == 10
 
 
+def test_pandas_index_column_is_named_with_how_to_leave_it_out(tmp_path: Path) -> None:
+    """pandas' default `to_csv()` writes its index first under a header with no name there: read as the ids, it
+    was nodes the graph does not have (a node table) or three fields where two are (a label table)."""
+    write_elliptic(tmp_path)
+    (tmp_path / "n.csv").write_text(",id,a,b\n" + "".join(f"{i},{TX[i]},0.5,1.5\n" for i in range(N)))
+    (tmp_path / "y.csv").write_text(",txId,class\n" + "".join(f"{i},{TX[i]},1\n" for i in range(N)))
+    for table, header in (({"node_table": tmp_path / "n.csv"}, ",id,a,b"),
+                          ({"node_table": tmp_path / "txs_features.csv", "label_table": tmp_path / "y.csv"},
+                           ",txId,class")):
+        with pytest.raises(MomentError, match=rf"the first column of its header \('{header}'\) has no name: pandas' "
+                                              r"index.*\n  hint: write the table with to_csv\(path, index=False\)"):
+            import_edgelist(tmp_path / "txs_edgelist.csv", tmp_path / "o", **table)
+        assert not (tmp_path / "o").exists()
+
+
 def test_a_fractional_label_is_one_error_naming_its_node(tmp_path: Path) -> None:
     (tmp_path / "e.txt").write_text("0 1\n1 2\n")
     (tmp_path / "y.csv").write_text("0,1.0\n1,2.5\n")

@@ -50,6 +50,7 @@ def read_node_table(path: str | Path, w: GraphWriter) -> IdMap:
     if is_parquet(p):
         return _write_node_rows(node_rows(Table(p, "node table"), ROWS), w, p)
     sep, first, skip = first_line(p)
+    _no_index_column(first, p)
     if len(first) < 2:
         raise MomentError("a node table needs an id and at least one feature a line, got "
                           f"{len(first)} field{'s' if len(first) != 1 else ''}", source=str(p))
@@ -59,6 +60,15 @@ def read_node_table(path: str | Path, w: GraphWriter) -> IdMap:
         not is_number(first[0]) and first[1:] == [str(k) for k in range(len(first) - 1)])
     dim = len(first) - 1
     return _write_node_rows(_text_rows(p, sep, skip if header else 0, dim), w, p)
+
+
+def _no_index_column(first: list[str], p: Path) -> None:
+    """A header whose first column has no name (`,user,label`) is pandas' `to_csv` with its index: a column of row
+    numbers, which would be read as the ids (nodes the graph does not have, or three fields where two are)."""
+    if len(first) > 2 and first[0] == "" and all(first[1:]):
+        raise MomentError(f"the first column of its header ({','.join(first)[:60]!r}) has no name: pandas' index, "
+                          "which to_csv writes unless told not to", source=str(p),
+                          hint="write the table with to_csv(path, index=False), or drop its first column")
 
 
 def _text_rows(p: Path, sep: str, skip: int, dim: int):
@@ -122,6 +132,7 @@ def read_label_table(path: str | Path, ids: IdMap, num_nodes: int, unlabelled: t
         first, header, rows = t.names, True, label_rows(t, ROWS)
     else:
         sep, first, skip = first_line(p)
+        _no_index_column(first, p)
         if len(first) != 2:
             raise MomentError(f"a label table needs two fields a line (id, label), got {len(first)}: "
                               f"{','.join(first)[:60]!r}", source=str(p))
