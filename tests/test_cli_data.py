@@ -82,6 +82,20 @@ def test_a_random_split_says_its_sizes_and_takes_the_shares_given(tmp_path: Path
     assert len(import_graph(g, tmp_path / "m", feature_dim=2, random_split=(0.5, 0.25, 0.25)).train_idx) == 2000
 
 
+def test_labels_that_use_few_of_their_class_numbers_are_said_to(tmp_path: Path, capsys) -> None:
+    """Codes such as 0, 1000, ..., 4000 made a 4,001-wide output layer of which five are ever a target, silently."""
+    np.save(tmp_path / "e.npy", np.array([[0, 1, 2, 3, 4], [1, 2, 3, 4, 0]]))
+    for name, y in (("codes", [0, 1000, 2000, 3000, 4000]), ("dense", [0, 1, 2, 3, 4])):
+        np.save(tmp_path / f"{name}.npy", np.array(y))
+        code, out, err = run(capsys, "data", "import", "npy", "--edge-index", tmp_path / "e.npy", "--y",
+                             tmp_path / f"{name}.npy", "--feature-dim", "2", "--out", tmp_path / name, "--json")
+        assert code == 0, err
+        said = [n for n in json.loads(out)["notices"] if "distinct labels" in n]
+        assert said == (["5 distinct labels spread over class numbers 0..4,000: the model gets 4,001 outputs, one "
+                         "for every number between; if the labels are codes, number them 0..N-1 first (or give "
+                         "them as names)"] if name == "codes" else []), said
+
+
 @pytest.mark.parametrize(
     ("args", "msg"),
     [

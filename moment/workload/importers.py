@@ -68,6 +68,9 @@ from moment.workload.seeds import check_seed
 Progress = Callable[[int, int], None]
 EDGE_CHUNK = 1 << 22  # edges per chunk in every pass
 NAME_CHUNK = 1 << 20  # edges per chunk of an edge list read as names (a Python string each)
+#: from this many classes on, labels that use fewer than half of the class numbers are said to be sparse (codes
+#: such as 0, 1000, 2000 made thousands of outputs of which a handful are ever a target)
+SPARSE_CLASSES = 10
 
 
 # --------------------------------------------------------------------------------------------- helpers
@@ -396,8 +399,11 @@ def _finish(
     for name, idx in zip(SPLITS, splits):
         w.write_array(f"{name}_idx", idx)
     unlabelled = 0 if multi else int(np.count_nonzero(labels < 0))  # a negative label or NaN (`_labels_to_int`)
+    used = k if multi else int(np.count_nonzero(np.bincount(labels[labels >= 0], minlength=k)))
     return w.commit(num_classes=k, source=source | edges.as_source(policy) |
-                    ({"unlabelled_nodes": unlabelled} if unlabelled else {}))
+                    ({"unlabelled_nodes": unlabelled} if unlabelled else {}) |
+                    ({"sparse_labels": {"distinct": used, "classes": k}} if k >= SPARSE_CLASSES and used < k / 2
+                     else {}))
 
 
 def import_notices(source: dict[str, Any]) -> list[str]:
@@ -409,6 +415,10 @@ def import_notices(source: dict[str, Any]) -> list[str]:
                    "measures the system, not accuracy")
     if source.get("generated_labels"):
         out.append("the input has no labels: seeded random labels were generated")
+    if sparse := source.get("sparse_labels"):
+        out.append(f"{sparse['distinct']:,} distinct labels spread over class numbers 0..{sparse['classes'] - 1:,}: "
+                   f"the model gets {sparse['classes']:,} outputs, one for every number between; if the labels are "
+                   "codes, number them 0..N-1 first (or give them as names)")
     if source.get("split") == "random":
         drawn = source.get("random_split")
         if drawn:  # (datasets imported before the sizes were recorded say less)
