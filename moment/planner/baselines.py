@@ -56,9 +56,11 @@ class _Board:
         self.free = [s for s in topo.empty_slots()]
         self.taken: set[str] = set()
         self.placement: dict[str, str] = {}
-        self.groups: dict[str, list[Slot]] = {}
+        self.groups: dict[str, list[Slot]] = {}  # per parent (topology order): narrowest first, then topology order
         for s in self.free:
             self.groups.setdefault(s.parent, []).append(s)
+        for g in self.groups.values():
+            g.sort(key=lambda s: s.width)
 
     def ok(self, slot: Slot, m: DeviceModel) -> bool:
         if slot.id in self.taken or not fits(slot, m):
@@ -72,9 +74,9 @@ class _Board:
             self.taken.update(slot.blocks)
 
     def best_in(self, slots: list[Slot], m: DeviceModel) -> Slot | None:
-        """The narrowest free slot that fits (keep wide slots for wide cards), then topology order."""
-        cands = [s for s in slots if self.ok(s, m)]
-        return min(cands, key=lambda s: s.width) if cands else None
+        """The narrowest free slot that fits (keep wide slots for wide cards), then topology order:
+        the first that fits, `slots` being a group's (or part of one), narrowest first."""
+        return next((s for s in slots if self.ok(s, m)), None)
 
 
 def _spread(board: _Board, models: list[DeviceModel], groups: list[list[Slot]]) -> int:
