@@ -20,8 +20,11 @@ Symmetry: free slots under one parent that every model of the inventory would us
 trained link, slot link and read rate, and no `blocks` on them) form a group; devices
 of one model take groups in non-decreasing order and a group's narrowest free slot first, so no two
 branches differ only by swapping alike slots, and a card leaves wide slots free where it can (what
-the listing search's tie-break prefers). Among placements of equal epoch time the first one found
-wins (the search order is fixed, so the answer is deterministic); the listing search instead
+the listing search's tie-break prefers). Across parents: a partial placement whose subtree holds
+every completion of it (each model's devices placed but the next model's; within a model the low
+group narrows it) is searched once per class of the canonical form the listing prunes by
+(`search.placement_key`), so interchangeable switches give one subtree, not one each. Among
+placements of equal epoch time the first one found wins (the search order is fixed, so the answer is deterministic); the listing search instead
 compares all of them (`tiebreak`).
 
 Start: before anything else the root is bounded and the usual layouts and a greedy placement are
@@ -45,6 +48,7 @@ from itertools import count
 
 from moment.planner.lp import solve_lp_batch
 from moment.planner.network import ChassisTemplate, Rest
+from moment.planner.search import placement_key
 from moment.planner.tiebreak import TIE_REL
 from moment.topology.devices import DeviceModel, Inventory, fits
 from moment.topology.model import Kind
@@ -143,6 +147,8 @@ class BranchAndBound:
             if sum(memory) > 0 else workload.gpu_cache_share
         self.gpu_need = demand * max(0.0, 1.0 - own)
         self.nodes = self.lps = 0
+        self._key = placement_key(topo, self.models)
+        self._seen: set[int] = set()  # keys of the partial placements `_fresh` met
         self.best_t = float("inf")
         self.best: dict[str, str] | None = None
         self._shown = -1
@@ -169,6 +175,7 @@ class BranchAndBound:
                                     *((p, frozenset(), frozenset(), len(self.order), 0) for p in first)],
                                    deadline=False)
         for p, t in zip(first, times):  # the first in order among equally fast ones, as in the search
+            self._seen.add(self._key(p))
             if t < self.best_t * (1 - TIE_REL):
                 self.best_t, self.best = t, p
         root = min(root, self.best_t)
@@ -267,8 +274,12 @@ class BranchAndBound:
         if not kids:
             self._done += mass
             return None
-        bounds = self._bound([(self._placement(k), taken, no_dw, len(k), kl) for k, taken, no_dw, kl in kids])
         share = mass / len(kids)
+        fresh = [kid for kid in kids if self._fresh(kid[0])]
+        self._done += share * (len(kids) - len(fresh))
+        kids = fresh
+        bounds = self._bound([(self._placement(k), taken, no_dw, len(k), kl) for k, taken, no_dw, kl in kids]) \
+            if kids else []
         live = []
         for (k, _, _, kl), b in zip(kids, bounds):
             if len(k) == len(self.order):  # every device placed: the bound is its own time
@@ -286,6 +297,21 @@ class BranchAndBound:
         for other in live[1:]:
             heapq.heappush(heap, other)
         return live[0]
+
+    def _fresh(self, slots: tuple[str, ...]) -> bool:
+        """False for a partial placement equivalent to one met before (`search.placement_key`, the rule the
+        listing prunes by), where its completions are all the completions of it: every model's devices
+        placed, or all but the next model's. Within a model the completions depend on the low group too,
+        so those nodes are kept. The machine's interchangeable switches no longer give a subtree each
+        (2 GPUs on 4 alike switches: 6 pairs, 1 searched)."""
+        step = len(slots)
+        if 0 < step < len(self.order) and self.order[step] == self.order[step - 1]:
+            return True
+        key = self._key(self._placement(slots))
+        if key in self._seen:
+            return False
+        self._seen.add(key)
+        return True
 
     def _placement(self, slots: tuple[str, ...]) -> dict[str, str]:
         return {x: self.models[m].name for x, m in zip(slots, self.order)}

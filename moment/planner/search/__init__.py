@@ -18,7 +18,7 @@ Stages, each in its own module:
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -35,7 +35,7 @@ from moment.topology.devices import DeviceModel, Inventory, InventoryItem
 from moment.topology.model import Topology
 
 __all__ = ["Listings", "SearchSpace", "Timeout", "TooMany", "canonical_keys", "count_valid", "enumerate_placements",
-           "merged_models"]
+           "merged_models", "placement_key"]
 
 
 @dataclass
@@ -194,6 +194,17 @@ def canonical_keys(topo: Topology, placements: Iterable[dict[str, str]]) -> list
     classes = iso_classes(canon.graphs(), [placements[i] for i in firsts])
     merged = {keys[i]: keys[firsts[c]] for i, c in zip(firsts, classes)}
     return [merged[k] for k in keys]
+
+
+def placement_key(topo: Topology, models: list[DeviceModel]) -> Callable[[dict[str, str]], int]:
+    """The canonical form's key of a (partial) placement into `topo`'s empty slots, slot -> model name
+    (models of `models` only): equal keys are equivalent placements, which every completion with the
+    same devices shows alike (the rule the listing prunes by, for searches that do not list). Where
+    pinned nodes have too many images, equal keys are still equivalent but some equivalent placements
+    differ."""
+    slots, _, canon = _build(topo, [(m, 1) for m in models], pin_all=False)
+    index = {m.name: i for i, m in enumerate(models)}
+    return lambda placement: canon.placement_key({x: index[m] for x, m in placement.items()})
 
 
 def merged_models(inventory: Inventory) -> list[tuple[DeviceModel, int]]:
