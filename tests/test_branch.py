@@ -305,3 +305,17 @@ def test_a_long_dive_is_not_needed_to_prove_the_optimum():
     bound, so the search ends at the root."""
     res = branch.branch_and_bound(ChassisTemplate(alike_switches(4, 60)), Inventory.simple(2, 120), WorkloadSpec())
     assert res.proven_optimal and res.nodes < 10
+
+
+def test_equally_fast_first_placements_keep_wide_slots_free():
+    """asus-esc8000a-e12, 4 GPUs + 8 SSDs: the SSDs set the time, so many placements tie; the greedy
+    placement that takes the narrowest slots first is kept over the usual layouts that put SSDs in
+    x16 GPU slots (the listing's tie-break: fewer wide-slot lanes wasted)."""
+    from moment.planner.tiebreak import wasted_lanes
+    from moment.topology.profiles import load_profile
+
+    topo = load_profile("asus-esc8000a-e12")
+    plan = make_plan(topo, Inventory.simple(4, 8), WorkloadSpec())
+    assert plan.search.method == "branch-and-bound" and plan.search.proven_optimal
+    assert wasted_lanes(plan.placement, topo) == 0
+    assert plan.predicted.epoch_read_s <= min(b.predicted.epoch_read_s for b in plan.baselines) * (1 + 1e-9)

@@ -49,7 +49,7 @@ from itertools import count
 from moment.planner.lp import solve_lp_batch
 from moment.planner.network import ChassisTemplate, Rest
 from moment.planner.search import placement_key
-from moment.planner.tiebreak import TIE_REL
+from moment.planner.tiebreak import TIE_REL, wasted_lanes
 from moment.topology.devices import DeviceModel, Inventory, fits
 from moment.topology.model import Kind
 from moment.workload.spec import WorkloadSpec
@@ -174,10 +174,13 @@ class BranchAndBound:
         root, *times = self._bound([({}, frozenset(), frozenset(), 0, 0),
                                     *((p, frozenset(), frozenset(), len(self.order), 0) for p in first)],
                                    deadline=False)
-        for p, t in zip(first, times):  # the first in order among equally fast ones, as in the search
+        for p in first:
             self._seen.add(self._key(p))
-            if t < self.best_t * (1 - TIE_REL):
-                self.best_t, self.best = t, p
+        if first:  # the fastest; among equally fast ones the fewest wide-slot lanes wasted, then the first
+            fastest = min(times)
+            tied = [i for i, t in enumerate(times) if t <= fastest * (1 + TIE_REL)]
+            i = min(tied, key=lambda i: (wasted_lanes(first[i], self.template.topo), i))
+            self.best_t, self.best = times[i], first[i]
         root = min(root, self.best_t)
         try:
             heapq.heappush(heap, (_key(root), 0, next(seq), root, 1.0, (), 0))
@@ -193,15 +196,18 @@ class BranchAndBound:
         return BranchResult(self.best, self.best_t, proven, lower, self.nodes, self.lps, time.perf_counter() - t0)
 
     def _first(self) -> list[dict[str, str]]:
-        """Complete placements to start from, so the search only has to improve on them: the usual
-        layouts (`baselines`; the recommendation is then never slower than one of them) that keep
-        this search's rules, then `_greedy`'s."""
+        """Complete placements to start from, so the search only has to improve on them: `_greedy`'s,
+        then the usual layouts (`baselines`; the recommendation is then never slower than one of them)
+        that keep this search's rules. Equally fast ones are told apart by the lanes they waste
+        (`run`)."""
         from moment.planner.baselines import baseline_placements
 
-        out = [b.placement for b in baseline_placements(self.template.topo, self.inventory) if self._valid(b.placement)]
-        greedy = self._greedy()
-        if greedy is not None and (p := self._placement(greedy)) not in out:
-            out.append(p)
+        out: list[dict[str, str]] = []
+        for greedy in (self._greedy(narrow=True), self._greedy(narrow=False)):
+            if greedy is not None and (p := self._placement(greedy)) not in out:
+                out.append(p)
+        out += [p for b in baseline_placements(self.template.topo, self.inventory)
+                if self._valid(p := b.placement) and p not in out]
         return out
 
     def _valid(self, placement: dict[str, str]) -> bool:
@@ -217,12 +223,14 @@ class BranchAndBound:
                 return False
         return per_model == self.counts
 
-    def _greedy(self) -> tuple[str, ...] | None:
+    def _greedy(self, narrow: bool) -> tuple[str, ...] | None:
         """A complete placement without solving an LP: depth first through the search's own children
         (Hall's condition keeps it from dead ends but for double-width covers), each device into the
         slot with the largest fair share of its path to the socket (each link's capacity over the
-        devices of its kind behind it, with this one), then group order (deterministic). Only a dead end
-        makes it look at the deadline."""
+        devices of its kind behind it, with this one), then the fewest lanes wasted, then group order
+        (deterministic); `narrow`: the fewest lanes wasted first, as the listing's tie-break prefers (an
+        SSD in a GPU's x16 slot is as fast where the SSDs set the time). Only a dead end makes it look
+        at the deadline."""
         up = {child: (parent, cap) for child, parent, cap, _kind, _label in self.template.chassis.fixed}
 
         def path(x: str) -> list[tuple[str, float]]:  # (node, its uplink's capacity) up to the socket
@@ -258,8 +266,9 @@ class BranchAndBound:
             for kid in self._candidates(slots, low):
                 x = kid[0][-1]
                 fair = min([self.slots[x].rate[m], *(cap / (behind.get(n, 0) + 1) for n, cap in paths[x])])
-                ranked.append((-fair, self.group_of[x], kid))
-            ranked.sort(key=lambda r: r[:2])
+                waste = self.slots[x].width - self.models[m].lanes
+                ranked.append((waste, -fair, self.group_of[x], kid) if narrow else (-fair, waste, self.group_of[x], kid))
+            ranked.sort(key=lambda r: r[:3])
             stack.append([kid for *_, kid in reversed(ranked)])  # popped from the end: the best first
         return None
 
