@@ -24,12 +24,12 @@ the listing search's tie-break prefers). Across parents: a partial placement who
 every completion of it (each model's devices placed but the next model's; within a model the low
 group narrows it) is searched once per class of the canonical form the listing prunes by
 (`search.placement_key`), so interchangeable switches give one subtree, not one each. Among
-placements of equal epoch time the first one found wins (the search order is fixed, so the answer is deterministic); the listing search instead
-compares all of them (`tiebreak`).
+placements of equal epoch time the first one found wins (the search order is fixed, so the answer
+is deterministic); the listing search instead compares all of them (`tiebreak`).
 
-Start: before anything else the root is bounded and the usual layouts and a greedy placement are
-solved, whatever the deadline (`BranchAndBound._first`): the search then only improves on the best
-of them. A deadline stops the search early: the best placement so far is then returned with the
+Start: before anything else the root is bounded and two greedy placements and the usual layouts
+are solved, whatever the deadline (`BranchAndBound._first`): the search then only improves on the
+best of them (of equally fast ones, the one wasting the fewest wide-slot lanes). A deadline stops the search early: the best placement so far is then returned with the
 least bound still open, which no placement can beat, so the caller can say how far from optimal it
 may be.
 
@@ -262,7 +262,7 @@ class BranchAndBound:
                 if kinds[i] == kinds[m]:
                     for n, _ in paths[x]:
                         behind[n] = behind.get(n, 0) + 1
-            ranked = []  # (-fair share, group, child): one child per group
+            ranked = []  # (sort key, child): one child per group
             for kid in self._candidates(slots, low):
                 x = kid[0][-1]
                 fair = min([self.slots[x].rate[m], *(cap / (behind.get(n, 0) + 1) for n, cap in paths[x])])
@@ -308,11 +308,11 @@ class BranchAndBound:
         return live[0]
 
     def _fresh(self, slots: tuple[str, ...]) -> bool:
-        """False for a partial placement equivalent to one met before (`search.placement_key`, the rule the
-        listing prunes by), where its completions are all the completions of it: every model's devices
-        placed, or all but the next model's. Within a model the completions depend on the low group too,
-        so those nodes are kept. The machine's interchangeable switches no longer give a subtree each
-        (2 GPUs on 4 alike switches: 6 pairs, 1 searched)."""
+        """False for a partial placement equivalent to one met before (`search.placement_key`, the rule
+        the listing prunes by) where its subtree holds every completion of it: each model's devices
+        placed but the next model's (or all). Within a model the low group narrows the subtree, so
+        equivalent placements may have different ones and are all kept. Interchangeable switches no
+        longer give a subtree each (2 GPUs on 4 alike switches: 6 pairs, 1 searched)."""
         step = len(slots)
         if 0 < step < len(self.order) and self.order[step] == self.order[step - 1]:
             return True
