@@ -46,6 +46,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import count
 
+from moment.planner.baselines import baseline_placements
 from moment.planner.lp import solve_lp_batch
 from moment.planner.network import ChassisTemplate, Rest
 from moment.planner.search import placement_key
@@ -200,8 +201,6 @@ class BranchAndBound:
         then the usual layouts (`baselines`; the recommendation is then never slower than one of them)
         that keep this search's rules. Equally fast ones are told apart by the lanes they waste
         (`run`)."""
-        from moment.planner.baselines import baseline_placements
-
         out: list[dict[str, str]] = []
         for greedy in (self._greedy(narrow=True), self._greedy(narrow=False)):
             if greedy is not None and (p := self._placement(greedy)) not in out:
