@@ -112,3 +112,14 @@ def test_the_ssd_bound_counts_a_carrier_at_what_its_link_carries():
     lb = TreeBound(tpl).bounds(space, reps, wl).lb
     assert len(reps) == 562 and (lb <= times * (1 + 1e-7)).all()
     assert not (lb < times.min() * (1 - 1e-6)).any()
+
+
+def test_a_thousand_slots_under_one_root_complex_plan_without_running_out_of_stack(tmp_path):
+    """The listing combines a node's children one call deep each: Python's default 1,000 frames was a
+    RecursionError traceback on a profile with 1,000 slots under one root complex (a profile is untrusted input)."""
+    lines = ["name: wide", "nodes:", "  - {id: cpu0, kind: socket, memory_gib: 256, memory_bandwidth_gbps: 150}",
+             "  - {id: rc0, kind: root_complex, parent: cpu0}",
+             *(f"  - {{id: s{i}, kind: slot, parent: rc0, width: 16, link: {{gen: 4, width: 16}}}}" for i in range(1100))]
+    (tmp_path / "wide.yaml").write_text("\n".join(lines) + "\n")
+    plan = make_plan(load_profile(str(tmp_path / "wide.yaml")), Inventory.simple(gpus=1, ssds=1), WorkloadSpec())
+    assert sorted(plan.placement.values()) == ["A100-PCIe-40GB", "P5510"], plan.placement

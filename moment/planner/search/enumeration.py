@@ -23,6 +23,7 @@ keys), so the representatives are deterministic.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Hashable
 
@@ -166,6 +167,7 @@ class Enumeration:
             if bound.can_finish(room, bound.none):
                 out[finish([], (), ())] = (bound.none, ())
             return out
+        _deep_enough(n_parts)
         keys: list[int] = []
         last: dict[Placed, list[tuple[int, Filling]]] = {}  # the last part's fillings by device counts
         for position, filling in enumerate(fillings[-1]):
@@ -241,3 +243,12 @@ class Enumeration:
                     [False] * len(tables), self.bound.room[ROOT], finish,
                 )
         return self.fillings(ROOT)
+
+
+def _deep_enough(parts: int) -> None:
+    """Room on the interpreter's stack for `_combine`'s one call per part (a node's children): Python's default of
+    1,000 frames was a RecursionError traceback on a machine with 1,000 slots under one root complex. Raised,
+    never lowered (the limit is the process's, and a search in another thread may be deep)."""
+    need = parts + 1000  # the call's own depth, the tree above it and the caller's
+    if sys.getrecursionlimit() < need:
+        sys.setrecursionlimit(need)
