@@ -97,9 +97,9 @@ def _gpu_numa_from_matrix(funcs: list[PciFunction], matrix: _smi.TopoMatrix, rep
 
 
 def _finish(topo: Topology, matrix: _smi.TopoMatrix | None, slots: list | None, report: ScanReport,
-            pci_scanned: bool = True) -> Topology:
+            pci_scanned: bool = True, cpu: str | None = None) -> Topology:
     if slots:
-        topo = _dmi.merge_slots(topo, slots, warnings=report.warnings, pci_scanned=pci_scanned)
+        topo = _dmi.merge_slots(topo, slots, warnings=report.warnings, pci_scanned=pci_scanned, cpu=cpu)
     if matrix is not None:
         try:
             topo = _smi.apply_nvlinks(topo, matrix, warnings=report.warnings)
@@ -208,13 +208,14 @@ def scan_files(lspci: str | Path | None = None, lspci_vvv: str | Path | None = N
             memory = m
             report.used(f"numactl --hardware in {loaded[1]} ({len(m)} NUMA nodes)")
             break
-    matrix = slots = sockets = None
+    matrix = slots = sockets = cpu = None
     if files["nvidia_smi"]:
         matrix = _smi.parse_topo(*files["nvidia_smi"])
         report.used(f"nvidia-smi topo -m: {files['nvidia_smi'][1]} ({len(matrix.gpus)} GPUs)")
     if files["dmidecode"]:
         slots = _dmi.parse_slots(*files["dmidecode"])
         sockets = _dmi.count_sockets(files["dmidecode"][0])
+        cpu = _dmi.cpu_model(files["dmidecode"][0])
         _check_dmidecode(*files["dmidecode"], slots, alone=not any(files[k] for k in ("lspci", "lspci_vvv",
                                                                                       "nvidia_smi")))
         report.used(f"dmidecode: {files['dmidecode'][1]} ({len(slots)} slot records)")
@@ -240,12 +241,11 @@ def scan_files(lspci: str | Path | None = None, lspci_vvv: str | Path | None = N
             sockets = len(memory)
         topo = build_topology(funcs, name=name, source=sources, sockets=sockets, memory_gib=memory or None,
                               warnings=report.warnings)
-        return _finish(topo, matrix, slots, report), report
+        return _finish(topo, matrix, slots, report, cpu=cpu), report
     report.missing("lspci -tv", "not given: the PCIe tree is coarse")
     if matrix is not None:
         topo = _smi.topology_from_matrix(matrix, name=name, source=sources, warnings=report.warnings)
-        return _finish(topo, None, slots, report, pci_scanned=False), report
+        return _finish(topo, None, slots, report, pci_scanned=False, cpu=cpu), report
     assert slots is not None
-    assert files["dmidecode"] is not None
     return _dmi.topology_from_slots(slots, name=name, sockets=sockets, source=sources, warnings=report.warnings,
-                                   cpu=_dmi.cpu_model(files["dmidecode"][0])), report
+                                   cpu=cpu), report

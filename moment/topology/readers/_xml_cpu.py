@@ -264,15 +264,26 @@ def group_numa_domains(domains: dict[int, tuple[CpuId, frozenset[int] | None]]) 
                     f"together ({shown}); the others are kept apart as separate socket nodes.")
 
 
-def default_pcie_gen(cpu: CpuId) -> int:
-    """The PCIe generation of the CPU's root ports, 3 when unknown (the most common in the fixtures)."""
+#: "AMD EPYC 7302 16-Core Processor": the model number's last digit is the generation (7xx1 Naples ... 9xx5 Turin).
+_EPYC_NAME = re.compile(r"\bEPYC\s+\d{3}([1-5])\b", re.IGNORECASE)
+
+
+def pcie_gen(cpu: CpuId) -> int | None:
+    """The PCIe generation of the CPU's root ports, None when the identity does not tell."""
     if cpu.vendor == "GenuineIntel" and cpu.family == 6 and cpu.model in _INTEL:
         return _INTEL[cpu.model][1]
     if cpu.vendor == "AuthenticAMD" and _amd(cpu):
         return _amd(cpu)[1]
+    if cpu.vendor == "AuthenticAMD" and cpu.family is None and (m := _EPYC_NAME.search(cpu.name or "")):
+        return _AMD[int(m.group(1)) - 1][2]
     if cpu.vendor == "IBM" and cpu.name and "POWER9" in cpu.name.upper():
         return 4
-    return 3
+    return None
+
+
+def default_pcie_gen(cpu: CpuId) -> int:
+    """The PCIe generation of the CPU's root ports, 3 when unknown (the most common in the fixtures)."""
+    return pcie_gen(cpu) or 3
 
 
 def socket_link(cpu: CpuId) -> SocketLinkSpec:

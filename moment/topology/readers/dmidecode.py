@@ -13,8 +13,10 @@ records are parsed into typed `SlotRecord`s first and `merge_slots` matches them
    slot), with a warning;
 4. otherwise (address unknown, `ff` bus, or nothing there): a new empty slot under the first root
    complex of the socket its designation names ("CPU2 ..." -> cpu1), else of cpu0. Its link is the
-   record's data width at the record's generation (from the type or a "PCI-E 4.0" designation),
-   else PCIe 4.0. Records of legacy PCI slots are skipped.
+   record's data width at the record's generation (from the type or a "PCI-E 4.0" designation); a
+   record that names none gets the highest generation the board's other records state, at most the
+   CPU's ("Processor Information"), else the CPU's, else PCIe 4.0 (`assumed_gen`), said in the slot's
+   link label and one warning naming the slots. Records of legacy PCI slots are skipped.
 Slots added in 2 and 4 are named by the builder's one rule (`readers.build.slot_id`: `<parent>-slot<k>`,
 the parent's next free k), like the slots every reader builds. On its own (`topology_from_slots`),
 its sockets are joined by the socket link every reader assumes (`readers.build.socket_mesh`).
@@ -170,10 +172,30 @@ def _bus_of(pci: str | None) -> str | None:
     return f"{m.group(1)}:{m.group(2)}".lower() if m else None
 
 
+def assumed_gen(records: list[SlotRecord], cpu: str | None = None) -> tuple[int, str]:
+    """The PCIe generation of a slot whose record names none, and where it comes from: the highest the
+    board's other slot records state, at most the CPU's (the "Processor Information" name), else the
+    CPU's, else the readers' default (`pci.DEFAULT_GEN`)."""
+    cpu_gen = cpus.pcie_gen(cpus.from_model_string(cpu))
+    stated = [r.gen for r in records if r.pcie and r.gen]
+    cpu_text = f"{' '.join(cpu.split())}: PCIe {cpu_gen}.0" if cpu and cpu_gen else None
+    if stated:
+        gen = max(stated)
+        if cpu_gen and cpu_gen < gen:
+            return cpu_gen, f"the CPU's ({cpu_text}), below the board's other slot records' {gen}.0"
+        return gen, "the highest the board's other slot records state" + (f" (CPU {cpu_text})" if cpu_text else "")
+    if cpu_gen:
+        return cpu_gen, f"the CPU's ({cpu_text})"
+    return DEFAULT_GEN, "no slot record states a generation and the CPU is not known"
+
+
 def merge_slots(topo: Topology, records: list[SlotRecord], *, warnings: list[str] | None = None,
-                pci_scanned: bool = True) -> Topology:
-    """A copy of `topo` with dmidecode's slots matched, annotated or added (rules in the module docstring)."""
+                pci_scanned: bool = True, cpu: str | None = None) -> Topology:
+    """A copy of `topo` with dmidecode's slots matched, annotated or added (rules in the module docstring);
+    `cpu` is the "Processor Information" name, for the generation of slots whose record names none."""
     warns: list[str] = [] if warnings is None else warnings
+    fallback_gen, fallback_why = assumed_gen(records, cpu)
+    gen_assumed: list[str] = []
     nodes = [n.model_dump(exclude_none=True) for n in topo.nodes]
     by_id = {n["id"]: n for n in nodes}
     kids: dict[str, list[dict]] = {}
@@ -213,7 +235,10 @@ def merge_slots(topo: Topology, records: list[SlotRecord], *, warnings: list[str
                     sws[0]["label"] = f"{sws[0].get('label') or 'switch'} in {r.designation}"
                     continue
         if target is None:
-            target = _new_slot(nodes, by_id, kids, r, warns)
+            target = _new_slot(nodes, by_id, kids, r, fallback_gen)
+            if r.gen is None:
+                gen_assumed.append(r.designation)
+                target["label"] = f"PCIe {fallback_gen}.0 assumed: the record names no generation"
             if r.in_use and pci_scanned:
                 warns.append(f"dmidecode slot {r.designation!r} is in use"
                              f"{' at ' + r.bus_address if r.bus_address else ''} but the PCI scan shows nothing "
@@ -229,12 +254,20 @@ def merge_slots(topo: Topology, records: list[SlotRecord], *, warnings: list[str
         if r.in_use is False and occupied:
             warns.append(f"dmidecode says slot {r.designation!r} is available, but {kids[target['id']][0]['id']} "
                          "sits there")
+    if gen_assumed:
+        warns.append(f"dmidecode: {len(gen_assumed)} slot records name no PCIe generation "
+                     f"({_names(gen_assumed)}): assumed PCIe {fallback_gen}.0, {fallback_why}")
     data = topo.model_dump(exclude_none=True)
     data["nodes"] = nodes
     try:
         return Topology.model_validate(data)
     except ValidationError as e:
         raise validation_error(e, "could not merge dmidecode slots", limit=1) from None
+
+
+def _names(designations: list[str], shown: int = 6) -> str:
+    return ", ".join(designations[:shown]) + (f", ... ({len(designations) - shown} more)" if len(designations) > shown
+                                              else "")
 
 
 def _wrap(nodes: list[dict], by_id: dict, kids: dict, dev: dict, slot_id: str) -> dict:
@@ -250,7 +283,7 @@ def _wrap(nodes: list[dict], by_id: dict, kids: dict, dev: dict, slot_id: str) -
     return slot
 
 
-def _new_slot(nodes: list[dict], by_id: dict, kids: dict, r: SlotRecord, warns: list[str]) -> dict:
+def _new_slot(nodes: list[dict], by_id: dict, kids: dict, r: SlotRecord, fallback_gen: int) -> dict:
     sockets = [n for n in nodes if n["kind"] == "socket"]
     want = None
     if m := _CPU.search(r.designation):
@@ -270,7 +303,7 @@ def _new_slot(nodes: list[dict], by_id: dict, kids: dict, r: SlotRecord, warns: 
     width = r.data_width or r.width or 16
     slot_id = next_slot_id(rc["id"], set(by_id))
     slot = {"id": slot_id, "kind": "slot", "parent": rc["id"], "width": r.width or width,
-            "link": {"gen": r.gen or DEFAULT_GEN, "width": width}}
+            "link": {"gen": r.gen or fallback_gen, "width": width}}
     nodes.append(slot)
     by_id[slot_id] = slot
     kids.setdefault(rc["id"], []).append(slot)
@@ -293,4 +326,4 @@ def topology_from_slots(records: list[SlotRecord], *, name: str = "dmidecode", s
     if warnings is not None:
         warnings.append("dmidecode alone: slots hang under one assumed root complex per socket and are "
                         "shown empty (no PCI scan says what is in them)")
-    return merge_slots(base, records, warnings=warnings, pci_scanned=False)
+    return merge_slots(base, records, warnings=warnings, pci_scanned=False, cpu=cpu)

@@ -1,0 +1,44 @@
+"""Scan readers on inputs that used to give a wrong machine or a wrong message (hunt F): each case is built from
+a real capture in MOMENT_FIXTURES (skipped when absent) or written here."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import fixture_file
+
+from moment.topology.model import Kind
+from moment.topology.scan import scan_files
+
+ASUS_G4 = "dmidecode_linuxhw_asus-esc8000-g4.txt"
+SYS_2029U = "dmidecode_linuxhw_supermicro-sys-2029u-tn24r4t.txt"
+G482 = "dmidecode_linuxhw_gigabyte-g482-z54.txt"
+
+
+def _slot(topo, label_start: str):
+    return next(n for n in topo.of_kind(Kind.slot) if (n.label or "").startswith(label_start))
+
+
+# ---- F1: a slot record without a generation -------------------------------------------------------------
+@pytest.mark.parametrize("name, designation", [(ASUS_G4, "NGFF1"), (ASUS_G4, "OCUPCIE13"),
+                                               (SYS_2029U, "RSC-UMR-8 M.2_PCIe")])
+def test_slot_without_generation_takes_the_boards(name, designation):
+    topo, report = scan_files(dmidecode=fixture_file(name))
+    slot = _slot(topo, designation)
+    assert slot.link.gen == 3  # every other record and the Xeon (Cascade Lake) say PCIe 3.0
+    assert "PCIe 3.0 assumed" in slot.label
+    assert any("name no PCIe generation" in w and designation in w and "assumed PCIe 3.0" in w
+               for w in report.warnings)
+
+
+def test_slot_without_generation_takes_the_cpus_when_no_record_states_one():
+    topo, report = scan_files(dmidecode=fixture_file(G482))  # EPYC 7302 (Rome): PCIe 4.0
+    assert {n.link.gen for n in topo.of_kind(Kind.slot)} == {4}
+    assert any("assumed PCIe 4.0, the CPU's (AMD EPYC 7302" in w for w in report.warnings)
+
+
+def test_slot_generation_is_capped_by_the_cpu(tmp_path):
+    text = fixture_file(ASUS_G4).read_text().replace("PCI Express 3 x16", "PCI Express 4 x16")
+    (tmp_path / "g4.txt").write_text(text)
+    topo, report = scan_files(dmidecode=tmp_path / "g4.txt")
+    assert _slot(topo, "NGFF1").link.gen == 3
+    assert any("the CPU's (Intel(R) Xeon(R) Silver 4214" in w for w in report.warnings)
