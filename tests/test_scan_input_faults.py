@@ -3,6 +3,8 @@ a real capture in MOMENT_FIXTURES (skipped when absent) or written here."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from conftest import fixture_file
 
@@ -42,3 +44,32 @@ def test_slot_generation_is_capped_by_the_cpu(tmp_path):
     topo, report = scan_files(dmidecode=tmp_path / "g4.txt")
     assert _slot(topo, "NGFF1").link.gen == 3
     assert any("the CPU's (Intel(R) Xeon(R) Silver 4214" in w for w in report.warnings)
+
+
+# ---- F2: nvidia-smi with NUMA affinity N/A -------------------------------------------------------------
+ESC_SMI = "nvidia-smi-topo_stelline_asus-esc8000a-e12.txt"
+
+
+def _numa_na(tmp_path, cpu_too: bool):
+    text = re.sub(r"(0-31|32-63)( +)(0|1) ", lambda m: ("N/A" if cpu_too else m.group(1)) + m.group(2) + "N/A",
+                  fixture_file(ESC_SMI).read_text())
+    assert text.count("N/A") >= 8
+    (tmp_path / "na.txt").write_text(text)
+    return tmp_path / "na.txt"
+
+
+@pytest.mark.parametrize("cpu_too, how", [(False, "CPU affinities overlap"), (True, "not SYS to each other")])
+def test_numa_na_sockets_from_cpu_affinity_or_sys(tmp_path, cpu_too, how):
+    topo, report = scan_files(nvidia_smi=_numa_na(tmp_path, cpu_too))
+    full, _ = scan_files(nvidia_smi=fixture_file(ESC_SMI))
+    assert len(topo.of_kind(Kind.socket)) == 2
+    assert len(topo.links) == len(full.links) == 1  # the socket link, as with the NUMA column filled
+
+    def socket_of(t, gid):
+        n = t.node(gid)
+        while n.kind != Kind.socket:
+            n = t.node(n.parent)
+        return n.id
+
+    assert [socket_of(topo, f"gpu{i}") for i in range(4)] == [socket_of(full, f"gpu{i}") for i in range(4)]
+    assert any("NUMA affinity is N/A" in w and how in w for w in report.warnings)

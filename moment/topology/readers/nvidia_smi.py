@@ -10,7 +10,7 @@ boards): the pairs share each GPU's N links rather than owning N links each, so 
 `nvswitch="never"` gives pairwise links for every pair instead.
 
 On its own (`topology_from_matrix`) the matrix gives a coarse machine: sockets from NUMA affinity
-(joined by the builder's assumed socket link, `build.socket_mesh`: the matrix names no CPU),
+(when it is N/A, from the GPUs' CPU affinities, else from the SYS relation, with a warning; joined by the builder's assumed socket link, `build.socket_mesh`: the matrix names no CPU),
 one root complex per group of devices joined by PHB/PXB/PIX (same host bridge), a switch per group
 joined by PXB/PIX, every GPU without NVLink and every listed NIC in its own slot (NICs PIX to each other are
 kept apart; that they are probably ports of one card is said in their labels and a warning). GPUs
@@ -216,6 +216,41 @@ def _groups(items: list[str], joined) -> list[list[str]]:
     return list(out.values())
 
 
+def _cpu_set(text: str | None) -> frozenset[int] | None:
+    """The CPUs of a "CPU Affinity" cell ("0-31,64-95"); None for N/A or anything else."""
+    out: set[int] = set()
+    for part in (text or "").split(","):
+        lo, _, hi = part.partition("-")
+        if not lo.isdigit() or (hi and not hi.isdigit()):
+            return None
+        out.update(range(int(lo), int(hi or lo) + 1))
+    return frozenset(out) or None
+
+
+def _gpu_sockets(matrix: TopoMatrix, warnings: list[str] | None) -> tuple[dict[str, int], bool]:
+    """Each GPU's socket key and whether the keys are NUMA nodes. NUMA affinity when every GPU has one;
+    otherwise (N/A: node interleaving, VMs) GPUs whose CPU affinities overlap share a socket, or, without
+    CPU affinities, GPUs not SYS to each other (SYS crosses the socket link), said in a warning."""
+    g = matrix.gpus
+    numa = {x: matrix.numa_affinity.get(x) for x in g}
+    if all(v is not None for v in numa.values()):
+        return {x: v for x, v in numa.items() if v is not None}, True
+    cpu = {x: _cpu_set(matrix.cpu_affinity.get(x)) for x in g}
+    if all(c is not None for c in cpu.values()):
+        groups = _groups(g, lambda a, b: bool(cpu[a] & cpu[b]))
+        how = "GPUs whose CPU affinities overlap share a socket"
+    else:
+        groups = _groups(g, lambda a, b: matrix.relation(a, b) != "SYS")
+        how = "GPUs not SYS to each other share a socket"
+    if len(groups) > 1 and warnings is not None:
+        shown = "; ".join(f"cpu{i}: {', '.join(grp)}" for i, grp in enumerate(groups))
+        warnings.append(f"nvidia-smi: NUMA affinity is N/A, so sockets are inferred: {how} ({shown})")
+    elif any(matrix.relation(a, b) == "SYS" for i, a in enumerate(g) for b in g[i + 1:]) and warnings is not None:
+        warnings.append("nvidia-smi: NUMA affinity is N/A and the CPU affinities do not separate the GPUs, "
+                        "though some pairs are SYS (across the socket link): all put under one socket")
+    return {x: i for i, grp in enumerate(groups) for x in grp}, False
+
+
 def topology_from_matrix(matrix: TopoMatrix, *, name: str = "nvidia-smi", source: str | None = None,
                          nvswitch: str = "auto", warnings: list[str] | None = None) -> Topology:
     """A coarse Topology from the matrix alone (see the module docstring for the rules)."""
@@ -228,7 +263,7 @@ def topology_from_matrix(matrix: TopoMatrix, *, name: str = "nvidia-smi", source
     def unit_rel(u: list[str], v: list[str]) -> str:
         return min((rel(a, b) for a in u for b in v), key=lambda r: _RANK.get(r, 3) if not r.startswith("NV") else 5)
 
-    gpu_numa = {g: matrix.numa_affinity.get(g) or 0 for g in matrix.gpus}
+    gpu_numa, numa_known = _gpu_sockets(matrix, warnings)
     numas = sorted(set(gpu_numa.values()))
 
     def numa_of(u: list[str]) -> int:
@@ -243,7 +278,8 @@ def topology_from_matrix(matrix: TopoMatrix, *, name: str = "nvidia-smi", source
     keys = [tuple(u) for u in units]
     by_key = {tuple(u): u for u in units}
     rc_groups = _groups(keys, lambda a, b: _RANK.get(unit_rel(by_key[a], by_key[b]), 5) <= 2)
-    nodes: list[dict] = [{"id": f"cpu{i}", "kind": "socket", "numa": n} for i, n in enumerate(numas)]
+    nodes: list[dict] = [{"id": f"cpu{i}", "kind": "socket", "numa": n if numa_known else None}
+                         for i, n in enumerate(numas)]
     sock = {n: f"cpu{i}" for i, n in enumerate(numas)}
     counters = {"sw": 0, "nic": 0}
     link = {"gen": DEFAULT_GEN, "width": 16}
