@@ -8,6 +8,8 @@ import re
 import pytest
 from conftest import fixture_file
 
+from moment.errors import MomentError
+
 from moment.topology.model import Kind
 from moment.topology.scan import scan_files
 
@@ -73,3 +75,35 @@ def test_numa_na_sockets_from_cpu_affinity_or_sys(tmp_path, cpu_too, how):
 
     assert [socket_of(topo, f"gpu{i}") for i in range(4)] == [socket_of(full, f"gpu{i}") for i in range(4)]
     assert any("NUMA affinity is N/A" in w and how in w for w in report.warnings)
+
+
+# ---- F3: two outputs in one file ------------------------------------------------------------------------
+WRX_SMI = "nvidia-smi-topo_stelline_puget-wrx90.txt"
+C4140 = "dmidecode_linuxhw_dell-poweredge-c4140.txt"
+TRT = "dmidecode_linuxhw_supermicro-sys-4029gp-trt.txt"
+
+
+def test_two_matrices_in_one_file_are_refused(tmp_path):
+    two = tmp_path / "two-nv.txt"
+    two.write_text(fixture_file(WRX_SMI).read_text() + fixture_file(ESC_SMI).read_text())
+    with pytest.raises(MomentError, match=r"two-nv.txt: holds two `nvidia-smi topo -m` matrices \(header lines 2 "
+                                          r"and \d+\)"):
+        scan_files(nvidia_smi=two)
+
+
+def test_a_p2p_matrix_after_the_topology_matrix_is_not_a_second_one(tmp_path):
+    p2p = ("$ nvidia-smi topo -p2p r\n \tGPU0\tGPU1\tGPU2\tGPU3\n GPU0\tX\tOK\tOK\tOK\n GPU1\tOK\tX\tOK\tOK\n"
+           " GPU2\tOK\tOK\tX\tOK\n GPU3\tOK\tOK\tOK\tX\n")
+    f = tmp_path / "log.txt"
+    f.write_text(fixture_file(ESC_SMI).read_text() + p2p)
+    topo, _ = scan_files(nvidia_smi=f)
+    assert len(topo.of_kind(Kind.gpu)) == 4
+
+
+@pytest.mark.parametrize("second", [TRT, C4140])
+def test_two_smbios_tables_in_one_file_are_refused(tmp_path, second):
+    two = tmp_path / "two-dmi.txt"
+    two.write_text(fixture_file(C4140).read_text() + fixture_file(second).read_text())
+    with pytest.raises(MomentError, match=r"two-dmi.txt: holds more than one SMBIOS table: record Handle 0x[0-9A-Fa-f]+ "
+                                          r"appears at lines \d+ and \d+"):
+        scan_files(dmidecode=two)

@@ -41,7 +41,7 @@ _TYPE = re.compile(r"^(?:x(?P<dw>\d+)\s+)?(?P<rest>.*)$")
 _PCIE = re.compile(r"PCI Express(?:\s+(?P<gen>\d))?(?:\s+x(?P<pw>\d+))?", re.IGNORECASE)
 _DESIG_GEN = re.compile(r"(?:PCI-?E|PCIe|Gen)\s*(\d)(?:\.0)?\b", re.IGNORECASE)
 _CPU = re.compile(r"\bCPU\s*(\d+)", re.IGNORECASE)
-_HANDLE = re.compile(r"^Handle 0x[0-9a-fA-F]+, DMI type \d+")
+_HANDLE = re.compile(r"^Handle (0x[0-9a-fA-F]+), DMI type \d+")
 _BUS_LABEL = re.compile(r"bus ([0-9a-f]{4}):([0-9a-f]{2})")
 
 
@@ -91,10 +91,29 @@ def _fields(block: list[tuple[int, str]]) -> dict[str, tuple[int, str]]:
     return out
 
 
+def _one_table(lines: list[tuple[int, str]], source: str) -> None:
+    """Refuse two SMBIOS tables in one file: a record handle appears once in a table, so one seen twice
+    means two dmidecode outputs (two machines' dumps, or one run twice, `>>`), whose records would add up
+    to a machine that does not exist."""
+    seen: dict[str, int] = {}
+    for no, line in lines:
+        if m := _HANDLE.match(line):
+            handle = m.group(1).lower()
+            if handle in seen:
+                raise MomentError(f"holds more than one SMBIOS table: record Handle {m.group(1)} appears at lines "
+                                  f"{seen[handle]} and {no} (two dmidecode outputs in one file)", source=source,
+                                  hint="keep one machine's dmidecode output in the file (`sudo dmidecode > dmi.txt`, "
+                                       "not >>)")
+            seen[handle] = no
+
+
 def parse_slots(text: str, source: str = "dmidecode") -> list[SlotRecord]:
-    """Typed slot records from full `dmidecode` or `dmidecode -t slot` output ([] when there are none)."""
+    """Typed slot records from full `dmidecode` or `dmidecode -t slot` output ([] when there are none);
+    a file holding two SMBIOS tables is refused (`_one_table`)."""
     out: list[SlotRecord] = []
-    for block in _blocks(console.select(text, console.is_dmidecode)):
+    lines = console.select(text, console.is_dmidecode)
+    _one_table(lines, source)
+    for block in _blocks(lines):
         if block[0][1].strip() != "System Slot Information":
             continue
         f = _fields(block[1:])

@@ -68,8 +68,22 @@ class TopoMatrix(BaseModel):
         return int(rel[2:]) if rel.startswith("NV") else 0
 
 
+def _second_matrix(lines: list[tuple[int, str]], hno: int) -> int | None:
+    """The line of another relation matrix's header after the one at `hno` (a header starts with GPU0 and,
+    unlike the GPU0 row, is not followed by a relation); a `topo -p2p` matrix (OK/NS cells) is not one."""
+    rows = [(no, ln.split()) for no, ln in lines if no > hno and ln.split()[:1] == ["GPU0"]]
+    for i, (no, toks) in enumerate(rows):
+        if len(toks) > 1 and _REL.match(toks[1]):
+            continue
+        row = next((t for _, t in rows[i + 1:] if len(t) > 1 and _REL.match(t[1])), None)
+        if row is None or len(row) < 3 or _REL.match(row[2]):
+            return no
+    return None
+
+
 def parse_topo(text: str, source: str = "nvidia-smi topo -m") -> TopoMatrix:
-    """Parse `nvidia-smi topo -m` (legends optional, any column spacing, ANSI escapes tolerated)."""
+    """Parse `nvidia-smi topo -m` (legends optional, any column spacing, ANSI escapes tolerated); a file
+    holding two matrices is refused."""
     lines = [(no, ln.rstrip()) for no, ln in console.select(text, console.is_nvidia_topo)]
     head = next(((no, ln) for no, ln in lines if ln.split()[:1] and ln.split()[0] == "GPU0"), None)
     if head is None:
@@ -84,6 +98,10 @@ def parse_topo(text: str, source: str = "nvidia-smi topo -m") -> TopoMatrix:
         devices.append(tok)
     if len(set(devices)) != len(devices):
         raise MomentError(f"line {hno}: a device column appears twice", source=source)
+    if (again := _second_matrix(lines, hno)) is not None:
+        raise MomentError(f"holds two `nvidia-smi topo -m` matrices (header lines {hno} and {again}): two outputs "
+                          "in one file", source=source,
+                          hint="keep one machine's matrix in the file (`nvidia-smi topo -m > topo.txt`, not >>)")
     trailer_text = hline.split(devices[-1], 1)[1] if devices else ""
     trailers = [t for t in _TRAILERS if t in trailer_text]
     rows: dict[str, list[str]] = {}
