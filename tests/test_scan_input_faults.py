@@ -107,3 +107,21 @@ def test_two_smbios_tables_in_one_file_are_refused(tmp_path, second):
     with pytest.raises(MomentError, match=r"two-dmi.txt: holds more than one SMBIOS table: record Handle 0x[0-9A-Fa-f]+ "
                                           r"appears at lines \d+ and \d+"):
         scan_files(dmidecode=two)
+
+
+# ---- F4: a tree without device names -------------------------------------------------------------------
+WRX_TV = "lspci-tv_stelline_puget-wrx90.txt"
+
+
+@pytest.mark.parametrize("names", ["none", "ids"])
+def test_tree_without_names_is_refused(tmp_path, names):
+    tree = fixture_file(WRX_TV).read_text()
+    if names == "none":  # `lspci -t`
+        text = re.sub(r"(\.[0-7])  .*$", r"\1", tree, flags=re.M)
+    else:  # `lspci -tvn`: ids instead of names
+        text = re.sub(r"(\.[0-7])  .*$", r"\1  10de:2330", tree, flags=re.M)
+    assert text != tree
+    f = tmp_path / "lspci-t.txt"
+    f.write_text(text)
+    with pytest.raises(MomentError, match=r"(?s)lspci-t.txt: the tree has no device names .*save `lspci -tv` \(with -v"):
+        scan_files(lspci=f)

@@ -122,16 +122,18 @@ class _TreeParser:
             self.item(no, text, pos, bus)
 
 
+_BARE_IDS = re.compile(r"[0-9a-fA-F]{4}:[0-9a-fA-F]{4}")  # what `lspci -tvn` prints instead of a name
 _OPENING = re.compile(r"^-(\+-)?\[[0-9a-fA-F]{4}:[0-9a-fA-F]{2}\]")
 
 
 def parse_tree(text: str, source: str = "lspci -tv") -> list[PciFunction]:
-    """PCI functions (with parents and bridge bus ranges) from `lspci -tv` / `lspci -t` output.
+    """PCI functions (with parents and bridge bus ranges) from `lspci -tv` output.
 
     Pasted output is read the way a person would: a tree indented as a whole (quoted in an issue or
     mail) is read at its indentation, a line repeated verbatim right after itself (a doubled closing
     line) is read once, and text after the tree ends it. What stays ambiguous (a connector in a column
-    no open list is in) is refused with its line number.
+    no open list is in) is refused with its line number, and so is a tree without device names
+    (`lspci -t`, `lspci -tvn`), whose devices would all be `other`.
     """
     lines = console.select(text, console.is_lspci_tree)
     p = _TreeParser(source)
@@ -162,6 +164,11 @@ def parse_tree(text: str, source: str = "lspci -tv") -> list[PciFunction]:
     if not p.funcs:
         raise MomentError("no `lspci -tv` tree found", source=source,
                           hint="the tree starts with a line like '-[0000:00]-+-00.0 ...' or '-+-[0000:00]-+-...'")
+    ends = [f for f in p.funcs if not f.is_bridge]
+    if ends and not any(f.vendor_id is not None or (f.name and not _BARE_IDS.fullmatch(f.name)) for f in ends):
+        raise MomentError("the tree has no device names (`lspci -t` without -v, or `lspci -tvn`): what each "
+                          "device is (GPU, SSD, NIC) cannot be told", source=source,
+                          hint="save `lspci -tv` (with -v; -tvnn adds the ids)")
     return p.funcs
 
 
