@@ -125,3 +125,39 @@ def test_tree_without_names_is_refused(tmp_path, names):
     f.write_text(text)
     with pytest.raises(MomentError, match=r"(?s)lspci-t.txt: the tree has no device names .*save `lspci -tv` \(with -v"):
         scan_files(lspci=f)
+
+
+# ---- F5: lines before a transcript's first prompt --------------------------------------------------------
+ESC_DOC = "stelline_asus-esc8000a-e12.md"
+ESC_TV = "lspci-tv_stelline_asus-esc8000a-e12.txt"
+
+
+def test_section_before_the_first_prompt_is_read(tmp_path):
+    lines = fixture_file(ESC_DOC).read_text().split("\n")
+    a = next(i for i, ln in enumerate(lines) if "lspci -vvv -s 21:00.0" in ln)
+    b = next(i for i, ln in enumerate(lines) if "lspci -vvv -s 81:00.0" in ln)
+    end = next(i for i in range(b, len(lines)) if lines[i].startswith("```"))
+    copy = [ln for ln in lines[a + 1:end] if not ln.startswith("```")]  # a copy begun below the first prompt
+    assert copy[0].startswith("21:00.0") and any(ln.startswith("$ ") for ln in copy)
+    f = tmp_path / "vv2.txt"
+    f.write_text("\n".join(copy) + "\n")
+    topo, _ = scan_files(lspci=fixture_file(ESC_TV), lspci_vvv=f)
+    nics = {n.pci: n for n in topo.of_kind(Kind.nic)}
+    assert nics["0000:21:00.0"].link.gen == nics["0000:81:00.0"].link.gen == 5
+
+
+def test_matrix_before_the_first_prompt_is_read(tmp_path):
+    smi = fixture_file(ESC_SMI).read_text().split("\n", 1)[1]  # without its prompt line
+    tree = fixture_file(ESC_TV).read_text().split("\n", 1)[1]
+    f = tmp_path / "mix.txt"
+    f.write_text(smi + "$ lspci -tv\n" + tree)
+    topo, report = scan_files(nvidia_smi=f, lspci=f)
+    assert len(topo.of_kind(Kind.gpu)) == 4
+    assert any("nvidia-smi topo -m" in u and "4 GPUs" in u for u in report.sources_used)
+
+
+def test_markdown_list_before_a_tree_is_not_a_tree(tmp_path):
+    f = tmp_path / "notes.md"
+    f.write_text("- the tree of the ESC8000A:\n\n```\n$ lspci -tv\n" + fixture_file(ESC_TV).read_text().split("\n", 1)[1])
+    topo, _ = scan_files(lspci=f)
+    assert len(topo.of_kind(Kind.gpu)) == 4

@@ -3,7 +3,8 @@
 People paste `lspci`, `nvidia-smi` and `dmidecode` output together with the shell prompt, often
 inside a Markdown document that holds many commands (the stelline hardware notes do). Every reader
 first asks this module for "the lines printed by a command like X", so one file can feed several
-readers and a stray prompt line never reaches a parser. A file with no prompt at all is taken whole.
+readers and a stray prompt line never reaches a parser. A file with no prompt at all is taken whole;
+the lines before a file's first prompt are offered to every reader.
 """
 
 from __future__ import annotations
@@ -67,12 +68,14 @@ def has_prompts(text: str) -> bool:
 
 
 def select(text: str, wanted: Callable[[str], bool]) -> list[Line]:
-    """The output lines of every command matching `wanted`; the whole text if it has no prompt."""
+    """The output lines of every command matching `wanted`, and the lines before the first prompt (a copy
+    that starts below its command's prompt: they belong to no other command, and each reader takes only
+    what it recognises); the whole text if it has no prompt."""
     if not has_prompts(text):
         return list(enumerate(clean(text).split("\n"), start=1))
     picked: list[Line] = []
-    for s in sections(text):
-        if s.command is not None and wanted(s.command):
+    for i, s in enumerate(sections(text)):
+        if (s.command is None and i == 0) or (s.command is not None and wanted(s.command)):
             picked.extend(s.lines)
     return picked
 

@@ -144,8 +144,8 @@ def parse_tree(text: str, source: str = "lspci -tv") -> list[PciFunction]:
         line = raw.expandtabs().rstrip()
         if not started:
             body = line.lstrip(" ")
-            if not (line.startswith("-") or _OPENING.match(body)):
-                continue  # prompt echo, headings before the tree
+            if not _OPENING.match(body):
+                continue  # prompt echo, headings or a Markdown list before the tree
             started, indent, prev = True, len(line) - len(body), None
         elif indent and line.strip() and line[:indent].strip():
             started = False  # less indented than the tree: the tree ended (columns stay the file's)
