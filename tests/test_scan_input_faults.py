@@ -161,3 +161,13 @@ def test_markdown_list_before_a_tree_is_not_a_tree(tmp_path):
     f.write_text("- the tree of the ESC8000A:\n\n```\n$ lspci -tv\n" + fixture_file(ESC_TV).read_text().split("\n", 1)[1])
     topo, _ = scan_files(lspci=f)
     assert len(topo.of_kind(Kind.gpu)) == 4
+
+
+# ---- F11: UTF-16 text ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("option, name", [("nvidia_smi", ESC_SMI), ("lspci", WRX_TV), ("dmidecode", C4140)])
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le"])
+def test_utf16_text_is_named(tmp_path, option, name, encoding):
+    f = tmp_path / "u16.txt"
+    f.write_bytes(fixture_file(name).read_text().encode(encoding))
+    with pytest.raises(MomentError, match=r"(?s)u16.txt: the file is UTF-16 text.*-Encoding utf8"):
+        scan_files(**{option: f})

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from moment import inputs
+from moment.errors import MomentError
 
 #: "$ cmd", "$ user@host:~$ cmd", "user@host:~# cmd".
 _DOLLAR = re.compile(r"^\$\s+(?P<cmd>.*)$")
@@ -81,9 +82,26 @@ def select(text: str, wanted: Callable[[str], bool]) -> list[Line]:
 
 
 def read_text(path: str | Path) -> str:
-    """Read a saved output file; a missing or unreadable file is the user's error. A stray byte that is
-    not UTF-8 does not stop the parsers (they say when they find nothing they know)."""
-    return inputs.read_text(path, "text file (saved command output)", errors="replace")
+    """Read a saved output file; a missing or unreadable file is the user's error, and so is UTF-16 text
+    (`utf16`). A stray byte that is not UTF-8 does not stop the parsers (they say when they find nothing
+    they know)."""
+    data = inputs.read_bytes(path, "text file (saved command output)")
+    if utf16(data):
+        raise MomentError("the file is UTF-16 text (what PowerShell's `>` and Out-File write); the readers need "
+                          "UTF-8", source=str(path),
+                          hint="save it as UTF-8: PowerShell `... | Out-File -Encoding utf8 FILE`, or convert it: "
+                               "`iconv -f utf-16 -t utf-8 FILE > FILE.txt`")
+    return data.decode("utf-8", errors="replace")
+
+
+def utf16(data: bytes) -> bool:
+    """Is this UTF-16 text: a UTF-16 byte-order mark, or (without one) a NUL in every other byte, as ASCII
+    text in UTF-16 has?"""
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return True
+    sample = data[:4096]
+    even, odd = sample[0::2].count(0), sample[1::2].count(0)
+    return len(sample) >= 8 and max(even, odd) >= len(sample) // 4 and min(even, odd) * 10 <= max(even, odd)
 
 
 # ---- command predicates -----------------------------------------------------------------------------
