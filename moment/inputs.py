@@ -136,6 +136,23 @@ def read_bytes(path: str | Path, what: str, *, limit: int = MAX_TEXT_BYTES) -> b
     return data
 
 
+def read_stdin(what: str, *, limit: int = MAX_TEXT_BYTES) -> bytes:
+    """Standard input, whole (`-` for a file option that allows it); a terminal there is refused, since
+    nothing would arrive until the person typed the output."""
+    import sys
+
+    if sys.stdin is None or sys.stdin.isatty():
+        raise MomentError(f"-: standard input is a terminal; pipe {_a(what)} in (e.g. `lspci -tv | moment scan "
+                          "--from-lspci -`) or give a file")
+    try:
+        data = sys.stdin.buffer.read(limit + 1)
+    except OSError as e:
+        raise MomentError(f"-: cannot read standard input: {why(e)}") from None
+    if len(data) > limit:
+        raise MomentError(f"-: standard input is larger than {limit >> 20} MiB: too large for {_a(what)}")
+    return data
+
+
 def decode(data: bytes, source: str, what: str) -> str:
     """`data` as UTF-8 text; anything else (a binary file, another encoding) is one message saying where."""
     try:

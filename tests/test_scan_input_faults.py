@@ -3,7 +3,10 @@ a real capture in MOMENT_FIXTURES (skipped when absent) or written here."""
 
 from __future__ import annotations
 
+import io
+import json
 import re
+import sys
 
 import pytest
 from conftest import fixture_file
@@ -171,3 +174,44 @@ def test_utf16_text_is_named(tmp_path, option, name, encoding):
     f.write_bytes(fixture_file(name).read_text().encode(encoding))
     with pytest.raises(MomentError, match=r"(?s)u16.txt: the file is UTF-16 text.*-Encoding utf8"):
         scan_files(**{option: f})
+
+
+# ---- F12: `-` reads standard input -----------------------------------------------------------------------
+def _scan_stdin(monkeypatch, capsys, data: bytes, *argv: str):
+    from moment.cli import main
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+    code = main(["scan", *argv, "--json"])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_dash_reads_standard_input_once_for_every_option(monkeypatch, capsys):
+    doc = fixture_file(ESC_DOC)
+    code, out, _ = _scan_stdin(monkeypatch, capsys, doc.read_bytes(), "--from-lspci", "-", "--from-lspci-vvv", "-",
+                               "--from-nvidia-smi", "-")
+    assert code == 0
+    piped = json.loads(out)
+    from_file, _ = scan_files(lspci=doc, lspci_vvv=doc, nvidia_smi=doc)
+    assert piped["nodes"] == json.loads(from_file.model_dump_json(exclude_none=True))["nodes"]
+    assert "standard input" in piped["source"]
+
+
+def test_dash_reads_xml_from_standard_input(monkeypatch, capsys):
+    code, out, _ = _scan_stdin(monkeypatch, capsys, fixture_file("nccl_azure_ndv4-topo.xml").read_bytes(),
+                               "--from-nccl-xml", "-")
+    assert code == 0 and len([n for n in json.loads(out)["nodes"] if n["kind"] == "gpu"]) == 8
+
+
+def test_dash_on_a_terminal_or_with_bad_text_is_one_message(monkeypatch, capsys):
+    from moment.cli import main
+
+    class Tty(io.TextIOWrapper):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setattr(sys, "stdin", Tty(io.BytesIO(b"")))
+    assert main(["scan", "--from-lspci", "-"]) == 2
+    assert "standard input is a terminal; pipe" in capsys.readouterr().err
+    code, _, err = _scan_stdin(monkeypatch, capsys, "x".encode("utf-16"), "--from-dmidecode", "-")
+    assert code == 2 and "standard input: the file is UTF-16 text" in err and "Traceback" not in err

@@ -31,6 +31,17 @@ def _render_topology(topo) -> None:
     console.print("counts: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
 
 
+def _is_stdin(path: Path | None) -> bool:
+    return path is not None and str(path) == "-"
+
+
+def _piped(paths) -> bytes | None:
+    """Standard input, read once, when a --from-* option names `-` (options naming it share it)."""
+    from moment.inputs import read_stdin
+
+    return read_stdin("saved command output") if any(_is_stdin(p) for p in paths) else None
+
+
 @app.command("scan")
 def scan_cmd(
     from_nccl_xml: Path | None = typer.Option(None, "--from-nccl-xml", help="NCCL/RCCL topology XML (NCCL_TOPO_DUMP_FILE output)"),
@@ -47,6 +58,8 @@ def scan_cmd(
 
     With no --from-* option, scans this machine and says which sources were missing (dmidecode needs
     root, nvidia-smi needs a driver). The YAML it writes is a profile for `moment plan --profile FILE`.
+    A --from-* file may be `-`, standard input (`lspci -tv | moment scan --from-lspci -`); several options
+    may name it when one piped log holds several outputs.
     """
     from moment.topology.profiles import save_profile
 
@@ -58,19 +71,22 @@ def scan_cmd(
     if chosen > 1:
         raise MomentError("give one kind of source: --from-nccl-xml, --from-hwloc-xml, or the text outputs "
                           "(--from-lspci/--from-lspci-vvv/--from-dmidecode/--from-nvidia-smi)")
+    piped = _piped((from_nccl_xml, from_hwloc_xml, *text_sources))
     if from_nccl_xml:
         from moment.topology.readers.nccl_xml import read_nccl_xml
 
-        topo = read_nccl_xml(from_nccl_xml, name=name)
+        topo = read_nccl_xml(piped if _is_stdin(from_nccl_xml) else from_nccl_xml, name=name)
     elif from_hwloc_xml:
         from moment.topology.readers.hwloc_xml import read_hwloc_xml
 
-        topo = read_hwloc_xml(from_hwloc_xml, name=name)
+        topo = read_hwloc_xml(piped if _is_stdin(from_hwloc_xml) else from_hwloc_xml, name=name)
     elif any(text_sources):
+        from moment.topology.readers import console as saved
         from moment.topology.scan import scan_files
 
-        topo, report = scan_files(lspci=from_lspci, lspci_vvv=from_lspci_vvv, dmidecode=from_dmidecode,
-                                  nvidia_smi=from_nvidia_smi, name=name)
+        given = saved.Given(saved.decode(piped, "standard input")) if piped is not None else None
+        lspci, vvv, dmi, smi = (given if _is_stdin(p) else p for p in text_sources)
+        topo, report = scan_files(lspci=lspci, lspci_vvv=vvv, dmidecode=dmi, nvidia_smi=smi, name=name)
     else:
         from moment.topology.scan import scan_local
 

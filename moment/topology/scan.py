@@ -173,10 +173,10 @@ def scan_local(name: str | None = None, *, sysfs_root: str | Path = sysfs.DEFAUL
     return topo, report
 
 
-def _load(path: str | Path | None) -> tuple[str, str] | None:
+def _load(path: str | Path | console.Given | None) -> tuple[str, str] | None:
     if path is None:
         return None
-    return console.read_text(path), str(path)
+    return console.read_text(path), path.source if isinstance(path, console.Given) else str(path)
 
 
 def _check_dmidecode(text: str, source: str, slots: list, *, alone: bool) -> None:
@@ -192,16 +192,21 @@ def _check_dmidecode(text: str, source: str, slots: list, *, alone: bool) -> Non
                           source=source, hint="a VM or a BIOS without SMBIOS type 9; give lspci output too")
 
 
-def scan_files(lspci: str | Path | None = None, lspci_vvv: str | Path | None = None,
-               dmidecode: str | Path | None = None, nvidia_smi: str | Path | None = None, *,
+Saved = str | Path | console.Given
+
+
+def scan_files(lspci: Saved | None = None, lspci_vvv: Saved | None = None,
+               dmidecode: Saved | None = None, nvidia_smi: Saved | None = None, *,
                name: str | None = None) -> tuple[Topology, ScanReport]:
-    """A Topology from saved command outputs (any subset; a Markdown/console log may hold several)."""
+    """A Topology from saved command outputs (any subset; a Markdown/console log may hold several; a
+    `console.Given` is output read already, such as standard input)."""
     files = {k: _load(v) for k, v in (("lspci", lspci), ("lspci_vvv", lspci_vvv), ("dmidecode", dmidecode),
                                       ("nvidia_smi", nvidia_smi))}
     if not any(files.values()):
         raise MomentError("scan_files needs at least one of lspci, lspci_vvv, dmidecode, nvidia_smi")
     report = ScanReport()
-    name = name or Path(next(str(v) for v in (lspci, lspci_vvv, nvidia_smi, dmidecode) if v)).stem
+    first = next(v for v in (lspci, lspci_vvv, nvidia_smi, dmidecode) if v)
+    name = name or ("stdin" if isinstance(first, console.Given) else Path(first).stem)
     memory: dict[int, float] = {}
     for loaded in files.values():
         if loaded and (m := numa.parse_numactl(loaded[0])):

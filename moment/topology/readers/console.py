@@ -81,14 +81,28 @@ def select(text: str, wanted: Callable[[str], bool]) -> list[Line]:
     return picked
 
 
-def read_text(path: str | Path) -> str:
+@dataclass(frozen=True)
+class Given:
+    """Saved output read already (standard input, `-`): its text, and what messages call it."""
+
+    text: str
+    source: str = "standard input"
+
+
+def read_text(path: str | Path | Given) -> str:
     """Read a saved output file; a missing or unreadable file is the user's error, and so is UTF-16 text
-    (`utf16`). A stray byte that is not UTF-8 does not stop the parsers (they say when they find nothing
+    (`decode`). A stray byte that is not UTF-8 does not stop the parsers (they say when they find nothing
     they know)."""
-    data = inputs.read_bytes(path, "text file (saved command output)")
+    if isinstance(path, Given):
+        return path.text
+    return decode(inputs.read_bytes(path, "text file (saved command output)"), str(path))
+
+
+def decode(data: bytes, source: str) -> str:
+    """Saved output as text: UTF-8, a stray byte replaced; UTF-16 (`utf16`) is refused by name."""
     if utf16(data):
         raise MomentError("the file is UTF-16 text (what PowerShell's `>` and Out-File write); the readers need "
-                          "UTF-8", source=str(path),
+                          "UTF-8", source=source,
                           hint="save it as UTF-8: PowerShell `... | Out-File -Encoding utf8 FILE`, or convert it: "
                                "`iconv -f utf-16 -t utf-8 FILE > FILE.txt`")
     return data.decode("utf-8", errors="replace")
