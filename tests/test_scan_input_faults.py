@@ -215,3 +215,34 @@ def test_dash_on_a_terminal_or_with_bad_text_is_one_message(monkeypatch, capsys)
     assert "standard input is a terminal; pipe" in capsys.readouterr().err
     code, _, err = _scan_stdin(monkeypatch, capsys, "x".encode("utf-16"), "--from-dmidecode", "-")
     assert code == 2 and "standard input: the file is UTF-16 text" in err and "Traceback" not in err
+
+
+# ---- F7: dmidecode alone: a slot's socket, an M.2 socket's lanes, a designation's width -------------------
+TRT2 = "dmidecode_linuxhw_supermicro-sys-4029gp-trt2.txt"
+
+
+def test_slots_of_unknown_socket_are_named():
+    topo, report = scan_files(dmidecode=fixture_file(G482))
+    assert len(topo.of_kind(Kind.socket)) == 2
+    warning = next(w for w in report.warnings if "the socket of" in w)
+    assert "the socket of 23 slots is not in their records" in warning and "U2_P0_P0_A" in warning
+    assert "put under cpu0, though the machine has 2 sockets" in warning
+    assert not any("one assumed root complex per socket" in w for w in report.warnings)
+
+
+def test_a_slot_naming_its_cpu_is_not_in_the_warning():
+    _, report = scan_files(dmidecode=fixture_file(TRT2))  # every record says CPU1/CPU2
+    assert not any("the socket of" in w for w in report.warnings)
+
+
+def test_m2_socket_is_at_most_x4():
+    topo, _ = scan_files(dmidecode=fixture_file(G482))
+    assert _slot(topo, "U2_P1_P0_B").link.width == 4  # "32-bit M.2 Socket 3"
+
+
+@pytest.mark.parametrize("name, designation, link, slot", [(TRT2, "CPU1 Slot7 PCI-E 3.0 X8", 8, 16),
+                                                           (TRT, "PCH Slot7 PCI-E 3.0 X4", 4, 8)])
+def test_designation_width_narrower_than_the_type_is_the_link(name, designation, link, slot):
+    topo, _ = scan_files(dmidecode=fixture_file(name))
+    s = _slot(topo, designation)
+    assert (s.link.width, s.width) == (link, slot)

@@ -12,11 +12,13 @@ records are parsed into typed `SlotRecord`s first and `merge_slots` matches them
 3. a PCIe switch on that bus (a card with a switch on it): left as is (the model puts no switch in a
    slot), with a warning;
 4. otherwise (address unknown, `ff` bus, or nothing there): a new empty slot under the first root
-   complex of the socket its designation names ("CPU2 ..." -> cpu1), else of cpu0. Its link is the
-   record's data width at the record's generation (from the type or a "PCI-E 4.0" designation); a
-   record that names none gets the highest generation the board's other records state, at most the
-   CPU's ("Processor Information"), else the CPU's, else PCIe 4.0 (`assumed_gen`), said in the slot's
-   link label and one warning naming the slots. Records of legacy PCI slots are skipped.
+   complex of the socket its designation names ("CPU2 ..." -> cpu1), else of cpu0 (a warning names
+   such slots when there are several sockets). Its link is the record's data width (narrowed to a
+   designation's "X8" where that is narrower, at most x4 for M.2) at the record's generation (from
+   the type or a "PCI-E 4.0" designation); a record that names none gets the highest generation the
+   board's other records state, at most the CPU's ("Processor Information"), else the CPU's, else
+   PCIe 4.0 (`assumed_gen`), said in the slot's label and one warning naming the slots. Records of
+   legacy PCI slots are skipped.
 Slots added in 2 and 4 are named by the builder's one rule (`readers.build.slot_id`: `<parent>-slot<k>`,
 the parent's next free k), like the slots every reader builds. On its own (`topology_from_slots`),
 its sockets are joined by the socket link every reader assumes (`readers.build.socket_mesh`).
@@ -41,6 +43,8 @@ _TYPE = re.compile(r"^(?:x(?P<dw>\d+)\s+)?(?P<rest>.*)$")
 _PCIE = re.compile(r"PCI Express(?:\s+(?P<gen>\d))?(?:\s+x(?P<pw>\d+))?", re.IGNORECASE)
 _DESIG_GEN = re.compile(r"(?:PCI-?E|PCIe|Gen)\s*(\d)(?:\.0)?\b", re.IGNORECASE)
 _CPU = re.compile(r"\bCPU\s*(\d+)", re.IGNORECASE)
+_DESIG_WIDTH = re.compile(r"\bX(1|2|4|8|16)\b", re.IGNORECASE)  # "PCI-E 3.0 X8": the lanes wired
+M2_LANES = 4  # an M.2 socket carries at most four PCIe lanes
 _HANDLE = re.compile(r"^Handle (0x[0-9a-fA-F]+), DMI type \d+")
 _BUS_LABEL = re.compile(r"bus ([0-9a-f]{4}):([0-9a-f]{2})")
 
@@ -133,6 +137,11 @@ def parse_slots(text: str, source: str = "dmidecode") -> list[SlotRecord]:
         physical = int(pcie.group("pw")) if pcie and pcie.group("pw") else None
         if data_width is not None and not 0 < data_width <= 32 or physical is not None and not 0 < physical <= 32:
             raise MomentError(f"line {f['Type'][0]}: slot width out of range in {type_text!r}", source=source)
+        if (w := _DESIG_WIDTH.search(designation)) and int(w.group(1)) < (data_width or 32):
+            physical = physical or data_width  # the Type's width is the slot's size; the name says the lanes
+            data_width = int(w.group(1))
+        if m2:
+            data_width = min(data_width or M2_LANES, M2_LANES)
         usage = f.get("Current Usage", (start, ""))[1].lower()
         address = None
         if "Bus Address" in f:
@@ -215,6 +224,7 @@ def merge_slots(topo: Topology, records: list[SlotRecord], *, warnings: list[str
     warns: list[str] = [] if warnings is None else warnings
     fallback_gen, fallback_why = assumed_gen(records, cpu)
     gen_assumed: list[str] = []
+    socket_unknown: list[str] = []
     nodes = [n.model_dump(exclude_none=True) for n in topo.nodes]
     by_id = {n["id"]: n for n in nodes}
     kids: dict[str, list[dict]] = {}
@@ -254,7 +264,7 @@ def merge_slots(topo: Topology, records: list[SlotRecord], *, warnings: list[str
                     sws[0]["label"] = f"{sws[0].get('label') or 'switch'} in {r.designation}"
                     continue
         if target is None:
-            target = _new_slot(nodes, by_id, kids, r, fallback_gen)
+            target = _new_slot(nodes, by_id, kids, r, fallback_gen, socket_unknown)
             if r.gen is None:
                 gen_assumed.append(r.designation)
                 target["label"] = f"PCIe {fallback_gen}.0 assumed: the record names no generation"
@@ -273,6 +283,11 @@ def merge_slots(topo: Topology, records: list[SlotRecord], *, warnings: list[str
         if r.in_use is False and occupied:
             warns.append(f"dmidecode says slot {r.designation!r} is available, but {kids[target['id']][0]['id']} "
                          "sits there")
+    if socket_unknown:
+        sockets = [n["id"] for n in nodes if n["kind"] == "socket"]
+        warns.append(f"dmidecode: the socket of {len(socket_unknown)} slots is not in their records (no \"CPU<n>\" "
+                     f"in the designation: {_names(socket_unknown)}): put under {sockets[0]}, though the machine "
+                     f"has {len(sockets)} sockets")
     if gen_assumed:
         warns.append(f"dmidecode: {len(gen_assumed)} slot records name no PCIe generation "
                      f"({_names(gen_assumed)}): assumed PCIe {fallback_gen}.0, {fallback_why}")
@@ -302,12 +317,15 @@ def _wrap(nodes: list[dict], by_id: dict, kids: dict, dev: dict, slot_id: str) -
     return slot
 
 
-def _new_slot(nodes: list[dict], by_id: dict, kids: dict, r: SlotRecord, fallback_gen: int) -> dict:
+def _new_slot(nodes: list[dict], by_id: dict, kids: dict, r: SlotRecord, fallback_gen: int,
+              socket_unknown: list[str]) -> dict:
     sockets = [n for n in nodes if n["kind"] == "socket"]
     want = None
     if m := _CPU.search(r.designation):
         idx = int(m.group(1)) - 1
         want = next((s for s in sockets if s["id"] == f"cpu{idx}"), None)
+    if want is None and len(sockets) > 1:
+        socket_unknown.append(r.designation)
     sock = want or sockets[0]
     rc = next((n for n in kids.get(sock["id"], []) if n["kind"] == "root_complex"), None)
     if rc is None:
@@ -343,6 +361,7 @@ def topology_from_slots(records: list[SlotRecord], *, name: str = "dmidecode", s
     links = socket_mesh([(f"cpu{i}", spec) for i in range(n)])
     base = Topology.model_validate({"name": name, "source": source, "nodes": nodes, "links": links})
     if warnings is not None:
-        warnings.append("dmidecode alone: slots hang under one assumed root complex per socket and are "
-                        "shown empty (no PCI scan says what is in them)")
+        warnings.append("dmidecode alone: each socket has one assumed root complex, a slot hangs under the one "
+                        "of the socket its designation names (\"CPU2 ...\"), and the slots are shown empty (no "
+                        "PCI scan says what is in them)")
     return merge_slots(base, records, warnings=warnings, pci_scanned=False, cpu=cpu)
