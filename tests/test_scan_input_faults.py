@@ -246,3 +246,27 @@ def test_designation_width_narrower_than_the_type_is_the_link(name, designation,
     topo, _ = scan_files(dmidecode=fixture_file(name))
     s = _slot(topo, designation)
     assert (s.link.width, s.width) == (link, slot)
+
+
+# ---- F8: a card trained faster than the default sits in a slot at least that fast ---------------------------
+def test_slot_is_at_least_what_its_card_trained_at():
+    doc = fixture_file(ESC_DOC)
+    topo, _ = scan_files(lspci=doc, lspci_vvv=doc, nvidia_smi=doc)
+    cx7 = [n for n in topo.of_kind(Kind.nic) if "ConnectX-7" in (n.label or "")]
+    assert len(cx7) == 2
+    for nic in cx7:  # LnkSta 32 GT/s x16; its root port is not in the capture
+        assert nic.link.gen == 5
+        assert topo.node(nic.parent).link.gen == 5
+
+
+@pytest.mark.parametrize("sta_gts, slot_gen", [(32.0, 5), (2.5, 4), (None, 4)])
+def test_slot_lower_bound_synthetic(sta_gts, slot_gen):
+    from moment.topology.readers.pci import PciFunction, build_topology
+
+    port = PciFunction(0, 0, 1, 1, name="root port", is_bridge=True, secondary=1, subordinate=1, numa=0)
+    card = PciFunction(0, 1, 0, 0, name="Mellanox Technologies MT2910 Family [ConnectX-7]", class_code=0x0200,
+                       vendor_id=0x15B3, device_id=0x1021, cap_gts=32.0, cap_width=16, sta_gts=sta_gts,
+                       sta_width=16 if sta_gts else None, numa=0)
+    topo = build_topology([port, card], name="t")
+    nic = topo.of_kind(Kind.nic)[0]
+    assert topo.node(nic.parent).kind == Kind.slot and topo.node(nic.parent).link.gen == slot_gen

@@ -40,7 +40,8 @@ same way for hwloc and NCCL XML. The rules, in order:
   follow bus order.
 * **Links.** A node's uplink gen is the lowest link-capability speed of the two ends (an idle GPU
   reports 2.5 GT/s in LnkSta, so the status speed would mislead), its width the negotiated width
-  (LnkSta) of the device, else the capability width. A slot's link is its port's capability.
+  (LnkSta) of the device, else the capability width. A slot's link is its port's capability; where
+  the port's figures are missing, what the card in it trained at (LnkSta) is a lower bound.
   Missing figures default to PCIe 4.0 and x16 (x4 for NVMe), counted in one warning. The link label
   is `bus DDDD:BB`, the bus the node sits on, which `dmidecode.merge_slots` matches slot addresses to.
 """
@@ -309,7 +310,9 @@ def _gen(gts: float | None) -> int | None:
 
 
 def _link(ctx: _Ctx, upper: PciFunction | None, lower: PciFunction | None, kind: Kind, bus: str,
-          *, capability_only: bool = False) -> Link:
+          *, capability_only: bool = False, trained: PciFunction | None = None) -> Link:
+    """The link between `upper` and `lower`; a slot's (`capability_only`, the port alone) is at least
+    what the card in it (`trained`) trained at when the port's own figures are missing."""
     ends = [e for e in (upper, lower) if e is not None]
     gens = [g for g in (_gen(e.cap_gts) for e in ends) if g]
     if not gens:
@@ -319,6 +322,11 @@ def _link(ctx: _Ctx, upper: PciFunction | None, lower: PciFunction | None, kind:
         widths = [lower.sta_width]
     if not widths:
         widths = [w for w in (e.cap_width for e in ends) if w]
+    if trained is not None:  # the port trained the card this fast and this wide, so it is at least that
+        if not gens and (g := _gen(trained.sta_gts)) and g > DEFAULT_GEN:
+            gens = [g]
+        if not widths and trained.sta_width and trained.sta_width > DEFAULT_WIDTH[kind]:
+            widths = [trained.sta_width]
     link = Link(gen=min(gens) if gens else DEFAULT_GEN, width=min(widths) if widths else DEFAULT_WIDTH[kind],
                 label=f"bus {bus}")
     if not gens or not widths:
@@ -369,7 +377,8 @@ def _endpoints(ctx: _Ctx, ends: list[PciFunction], port: PciFunction | None) -> 
         d = _device(ctx, kind, card, _link(ctx, port, card[0], kind, _bus_label(card[0])))
         d.in_slot = True
         d.slot = DraftSlot(pci=port.bdf, width=port.cap_width or DEFAULT_WIDTH[kind],
-                           link=_link(ctx, port, None, kind, _bus_label(card[0]), capability_only=True),
+                           link=_link(ctx, port, None, kind, _bus_label(card[0]), capability_only=True,
+                                      trained=card[0]),
                            label=f"port {port.bdf}" + (f", physical slot {phys}" if phys else ""),
                            designation=f"Slot {card[0].physical_slot or port.physical_slot}" if phys else None)
         return [d]
