@@ -331,7 +331,8 @@ def test_sysfs_fake_tree(tmp_path):
     warnings: list[str] = []
     topo = sysfs.read_sysfs(root, warnings=warnings)
     gpu, ssd = topo.of_kind(Kind.gpu)[0], topo.of_kind(Kind.ssd)[0]
-    assert gpu.model == "PCI device [10de:20b5]"  # sysfs has ids, not names (lspci adds those)
+    assert gpu.label == "PCI device [10de:20b5]"  # sysfs has ids, not names (lspci adds those)
+    assert (gpu.model, gpu.memory_gib) == ("A100-PCIe-80GB", 80)  # the ids' model (the XML readers' table)
     assert (gpu.link.gen, gpu.link.width) == (4, 16)  # max_link_*, not the idle current_link_speed
     assert topo.node(gpu.parent).designation == "Slot 3"
     assert (ssd.link.gen, ssd.link.width) == (4, 4)

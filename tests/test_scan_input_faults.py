@@ -270,3 +270,28 @@ def test_slot_lower_bound_synthetic(sta_gts, slot_gen):
     topo = build_topology([port, card], name="t")
     nic = topo.of_kind(Kind.nic)[0]
     assert topo.node(nic.parent).kind == Kind.slot and topo.node(nic.parent).link.gen == slot_gen
+
+
+# ---- F14: sysfs GPUs by their ids (the XML readers' table) -------------------------------------------------
+def _fake_sysfs(root, device: str):
+    for bdf, files in (("0000:00:01.0", {"class": "0x060400", "vendor": "0x8086", "device": "0x2030",
+                                         "secondary_bus_number": "1", "subordinate_bus_number": "1"}),
+                       ("0000:01:00.0", {"class": "0x030200", "vendor": "0x10de", "device": device})):
+        d = root / bdf
+        d.mkdir(parents=True)
+        for k, v in files.items():
+            (d / k).write_text(v + "\n")
+    return root
+
+
+@pytest.mark.parametrize("device, model, memory, hbm", [("0x2330", "H100-SXM5-80GB", 80, 3350),
+                                                        ("0x20b2", "A100-SXM4-80GB", 80, 2039)])
+def test_sysfs_gpu_model_from_its_ids(tmp_path, device, model, memory, hbm):
+    from moment.topology.readers import sysfs
+    from moment.topology.readers._xml_pci import GPU_MODELS
+
+    topo = sysfs.read_sysfs(_fake_sysfs(tmp_path / "devices", device))
+    gpu = topo.of_kind(Kind.gpu)[0]
+    info = GPU_MODELS[(0x10DE, int(device, 16))]
+    assert (gpu.model, gpu.memory_gib, gpu.hbm_gbps) == (model, memory, hbm) == (info.model, info.memory_gib,
+                                                                                 info.hbm_gbps)

@@ -36,7 +36,8 @@ same way for hwloc and NCCL XML. The rules, in order:
   is dropped. Names refine (a GPU vendor's audio/USB function is not a GPU). Without a class
   (`lspci -tv`) the name decides by the same rules (a Mellanox chip name such as MT28841 is a NIC),
   and an endpoint no rule names is `other` unless its name or vendor (AMD CPU, Intel, ASMedia) says
-  chipset. Nodes carry `pci_ids`/`pci_class` when the source gave them. Ids `gpuN`/`ssdN`/`nicN`
+  chipset. A GPU's model comes from its name (the device catalogue), else from its ids (the XML
+  readers' table, `_xml_pci.GPU_MODELS`: sysfs gives ids only). Nodes carry `pci_ids`/`pci_class` when the source gave them. Ids `gpuN`/`ssdN`/`nicN`
   follow bus order.
 * **Links.** A node's uplink gen is the lowest link-capability speed of the two ends (an idle GPU
   reports 2.5 GT/s in LnkSta, so the status speed would mislead), its width the negotiated width
@@ -58,6 +59,7 @@ from moment.topology import pci_ids
 from moment.topology.devices import CATALOG
 from moment.topology.model import PLACEABLE, Kind, Link, Topology
 from moment.topology.readers._xml_cpu import SocketLinkSpec
+from moment.topology.readers._xml_pci import GPU_MODELS
 from moment.topology.readers.build import DraftDev, DraftRc, DraftSlot, DraftSocket, assemble
 
 DEFAULT_GEN = 4
@@ -353,6 +355,8 @@ def _device(ctx: _Ctx, kind: Kind, card: list[PciFunction], link: Link | None) -
         d.fields["model"] = cat.name if cat else (label or "unknown") if kind == Kind.ssd else model_name(label)
         if cat and kind == Kind.gpu:
             d.fields.update(memory_gib=cat.memory_gib, hbm_gbps=cat.hbm_gbps, double_width=cat.double_width)
+        elif kind == Kind.gpu and (info := GPU_MODELS.get((primary.vendor_id, primary.device_id))):
+            d.fields.update(model=info.model, memory_gib=info.memory_gib, hbm_gbps=info.hbm_gbps)  # ids, no name
         if cat and kind == Kind.ssd:
             d.fields.update(read_gbps=cat.read_gbps, capacity_gb=cat.capacity_gb)
     elif kind == Kind.other:
