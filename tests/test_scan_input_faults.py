@@ -295,3 +295,12 @@ def test_sysfs_gpu_model_from_its_ids(tmp_path, device, model, memory, hbm):
     info = GPU_MODELS[(0x10DE, int(device, 16))]
     assert (gpu.model, gpu.memory_gib, gpu.hbm_gbps) == (model, memory, hbm) == (info.model, info.memory_gib,
                                                                                  info.hbm_gbps)
+
+
+# ---- F14: the scan's text shows a peer link's label (what is assumed) ------------------------------------
+def test_scan_text_shows_the_socket_links_assumed_label(capsys):
+    from moment.cli import main
+
+    assert main(["scan", "--from-hwloc-xml", str(fixture_file("hwloc_power8gpudistances.xml"))]) == 0
+    out = capsys.readouterr().out
+    assert "peer link cpu0 <-> cpu1: UPI x2 [IBM X-bus, modelled as UPI 2x (assumed)]" in out

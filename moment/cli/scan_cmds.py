@@ -26,7 +26,8 @@ def _render_topology(topo) -> None:
         t.add_row(n.id, n.kind.value, n.parent or "", n.link.describe() if n.link else "", details)
     console.print(t)
     for lk in topo.links:
-        console.print(f"peer link {lk.a} <-> {lk.b}: {lk.describe()}")
+        console.print(f"peer link {lk.a} <-> {lk.b}: {lk.describe()}" + (f" [{lk.label}]" if lk.label else ""),
+                      markup=False)
     counts = topo.counts()
     console.print("counts: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
 
