@@ -304,3 +304,16 @@ def test_scan_text_shows_the_socket_links_assumed_label(capsys):
     assert main(["scan", "--from-hwloc-xml", str(fixture_file("hwloc_power8gpudistances.xml"))]) == 0
     out = capsys.readouterr().out
     assert "peer link cpu0 <-> cpu1: UPI x2 [IBM X-bus, modelled as UPI 2x (assumed)]" in out
+
+
+# ---- F14: a negative NVLink count is named as negative, not as "not an integer" ------------------------------
+@pytest.mark.parametrize("value, said", [("-2", r"is negative, out of range \(1\.\.1024\)"),
+                                         ("--2", "is not an integer"), ("99999", r"is out of range \(1\.\.1024\)")])
+def test_nccl_nvlink_count_message(tmp_path, value, said):
+    from moment.topology.readers.nccl_xml import read_nccl_xml
+
+    text = fixture_file("nccl_azure_ncv4-topo.xml").read_text()
+    bad = re.sub(r'(<nvlink[^>]*count=")\d+', lambda m: m.group(1) + value, text, count=1)
+    assert bad != text
+    with pytest.raises(MomentError, match=rf"<nvlink>: count='{re.escape(value)}' {said}"):
+        read_nccl_xml(bad.encode())

@@ -160,14 +160,16 @@ def int_attr(doc: XmlDoc, el: ET.Element, attr: str, *, base: int = 10, lo: int 
     text = raw.strip()
     if base == 16 and text[:2].lower() == "0x":
         text = text[2:]
+    digits = text[1:] if base == 10 and text.startswith("-") else text
     try:
-        if not text.isalnum():  # int() would accept '+', '_' and spaces
+        if not digits.isalnum():  # int() would accept '+', '_' and spaces
             raise ValueError(text)
         v = int(text, base)
     except ValueError:
         raise doc.error(el, f"{attr}={raw!r} is not {'a hexadecimal' if base == 16 else 'an'} integer") from None
     if (lo is not None and v < lo) or (hi is not None and v > hi):
-        raise doc.error(el, f"{attr}={raw!r} is out of range ({lo}..{hi})")
+        negative = "negative, " if v < 0 and lo is not None and lo >= 0 else ""
+        raise doc.error(el, f"{attr}={raw!r} is {negative}out of range ({lo}..{hi})")
     return v
 
 
