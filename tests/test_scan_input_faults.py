@@ -33,7 +33,7 @@ def test_slot_without_generation_takes_the_boards(name, designation):
     slot = _slot(topo, designation)
     assert slot.link.gen == 3  # every other record and the Xeon (Cascade Lake) say PCIe 3.0
     assert "PCIe 3.0 assumed" in slot.label
-    assert any("name no PCIe generation" in w and designation in w and "assumed PCIe 3.0" in w
+    assert any("no PCIe generation" in w and designation in w and "assumed PCIe 3.0" in w
                for w in report.warnings)
 
 
@@ -225,7 +225,7 @@ def test_slots_of_unknown_socket_are_named():
     topo, report = scan_files(dmidecode=fixture_file(G482))
     assert len(topo.of_kind(Kind.socket)) == 2
     warning = next(w for w in report.warnings if "the socket of" in w)
-    assert "the socket of 23 slots is not in their records" in warning and "U2_P0_P0_A" in warning
+    assert "the socket of 23 slots is not in the records" in warning and "U2_P0_P0_A" in warning
     assert "put under cpu0, though the machine has 2 sockets" in warning
     assert not any("one assumed root complex per socket" in w for w in report.warnings)
 

@@ -285,18 +285,22 @@ def merge_slots(topo: Topology, records: list[SlotRecord], *, warnings: list[str
                          "sits there")
     if socket_unknown:
         sockets = [n["id"] for n in nodes if n["kind"] == "socket"]
-        warns.append(f"dmidecode: the socket of {len(socket_unknown)} slots is not in their records (no \"CPU<n>\" "
-                     f"in the designation: {_names(socket_unknown)}): put under {sockets[0]}, though the machine "
-                     f"has {len(sockets)} sockets")
+        warns.append(f"dmidecode: the socket of {_count(socket_unknown, 'slot')} is not in the records (no "
+                     f"\"CPU<n>\" in the designation: {_names(socket_unknown)}): put under {sockets[0]}, though the "
+                     f"machine has {len(sockets)} sockets")
     if gen_assumed:
-        warns.append(f"dmidecode: {len(gen_assumed)} slot records name no PCIe generation "
-                     f"({_names(gen_assumed)}): assumed PCIe {fallback_gen}.0, {fallback_why}")
+        warns.append(f"dmidecode: {_count(gen_assumed, 'slot record')} name{'s' if len(gen_assumed) == 1 else ''} "
+                     f"no PCIe generation ({_names(gen_assumed)}): assumed PCIe {fallback_gen}.0, {fallback_why}")
     data = topo.model_dump(exclude_none=True)
     data["nodes"] = nodes
     try:
         return Topology.model_validate(data)
     except ValidationError as e:
         raise validation_error(e, "could not merge dmidecode slots", limit=1) from None
+
+
+def _count(items: list, noun: str) -> str:
+    return f"{len(items)} {noun}{'' if len(items) == 1 else 's'}"
 
 
 def _names(designations: list[str], shown: int = 6) -> str:
