@@ -17,6 +17,7 @@ import hashlib
 import os
 import re
 import stat
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -139,7 +140,6 @@ def read_bytes(path: str | Path, what: str, *, limit: int = MAX_TEXT_BYTES) -> b
 def read_stdin(what: str, *, limit: int = MAX_TEXT_BYTES) -> bytes:
     """Standard input, whole (`-` for a file option that allows it); a terminal there is refused, since
     nothing would arrive until the person typed the output."""
-    import sys
 
     if sys.stdin is None or sys.stdin.isatty():
         raise MomentError(f"-: standard input is a terminal; pipe {_a(what)} in (e.g. `lspci -tv | moment scan "
