@@ -224,13 +224,41 @@ nodes:
     ({"profile": "asus-esc8000a-e12"}, {"built_in_gpus": 0, "in_slots": {"gpu": 4, "ssd": 17}, "default_gpus": 4}),
     ({"profile": "hgx-a100-8gpu"}, {"built_in_gpus": 8, "built_in_models": ["A100-SXM4-80GB"], "in_slots": {},
                                     "free_slots": 8, "take_gpu": 0, "take_ssd": 8, "default_gpus": 0}),
+    # two slots take a GPU: the GPUs left blank are 2, not the 4 that would not fit
     ({"profile_yaml": UPLOAD}, {"built_in_gpus": 0, "in_slots": {"gpu": 1}, "free_slots": 3, "take_gpu": 2,
-                                "take_ssd": 1, "default_gpus": 4}),
+                                "take_ssd": 1, "default_gpus": 2}),
 ])
 def test_targets_say_what_the_machine_holds(client, body, want):
     """The page describes a machine from this: cards in slots are replaced by a plan, SXM GPUs are kept."""
     got = client.post("/v1/whatif/targets", json=body).json()["machine"]
     assert {k: got[k] for k in want} == want
+
+
+def test_blank_gpus_are_as_many_as_the_machine_takes(client):
+    """GPUs left out: 4, or as many as the free slots that take one (a plan of 4 on this box failed)."""
+    r = client.post("/v1/plan", json={"profile_yaml": UPLOAD, "ssds": 1})
+    assert r.status_code == 200, r.text
+    assert r.json()["inventory"] == "2 x A100-PCIe-40GB, 1 x P5510"
+
+
+SXM_BOX = """\
+name: sxm-box
+nodes:
+  - {id: cpu0, kind: socket}
+  - {id: rc0, kind: root_complex, parent: cpu0}
+  - {id: sw0, kind: switch, parent: rc0, link: {gen: 4, width: 16}}
+  - {id: g0, kind: gpu, parent: sw0, model: A100-SXM4-80GB, link: {gen: 4, width: 16}}
+"""
+
+
+def test_a_machine_without_a_free_slot_says_so_once(client):
+    """Its GPUs built in, no slot: one sentence, about the request as a whole (it named the GPUs field with
+    "the inventory is empty", and the page advised planning fewer GPUs)."""
+    assert client.post("/v1/whatif/targets", json={"profile_yaml": SXM_BOX}).json()["machine"]["free_slots"] == 0
+    r = client.post("/v1/plan", json={"profile_yaml": SXM_BOX, "ssds": 0})
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"] == "'sxm-box' has no free slot, so there is nothing to place around its 1 built-in GPU"
+    assert r.json()["errors"][0]["field"] == "body" and "hint" not in r.json()
 
 
 def test_compare_machines_plans_uploads_and_whatifs_as_plan_does(client):

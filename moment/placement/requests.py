@@ -126,7 +126,7 @@ def _machine(req: PlaceRequest) -> tuple[Topology, Inventory]:
     from moment.topology.profiles import load_profile
 
     topo = load_profile(req.profile)
-    return topo, parse_inventory(None, resolve_gpus(topo, req.gpus), req.ssds, req.gpu_model, req.ssd_model)
+    return topo, parse_inventory(None, resolve_gpus(topo, req.gpus, model=req.gpu_model), req.ssds, req.gpu_model, req.ssd_model)
 
 
 def _place_split(req: PlaceRequest, stage, notice) -> SplitResult:

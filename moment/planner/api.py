@@ -108,16 +108,23 @@ def _model(name: str, what: str, flag: Flag, kind=None):
     return m
 
 
-def resolve_gpus(topo: Topology, gpus: int | None, *, flag: Flag = cli_flag) -> int:
+def resolve_gpus(topo: Topology, gpus: int | None, *, flag: Flag = cli_flag, model: str | None = None) -> int:
     """How many GPUs to place. Left out: 0 where the machine has built-in GPUs (SXM modules the planner
-    never moves), else DEFAULT_GPUS. Given: a number the machine cannot take as extra cards is an
-    error, except the built-in count itself, which means "its own GPUs"."""
-    from moment.topology.devices import builtin_gpus, strip
+    never moves), else DEFAULT_GPUS, or fewer where fewer free slots take a GPU of `model` (None:
+    DEFAULT_GPU_MODEL; an unknown one is left to `parse_inventory` to name). Given: a number the machine
+    cannot take as extra cards is an error, except the built-in count itself, which means "its own GPUs"."""
+    from moment.topology.devices import builtin_gpus, find_model, fits, strip
     from moment.topology.model import Kind
 
     built = builtin_gpus(topo)
     if gpus is None:
-        return 0 if built else DEFAULT_GPUS
+        if built:
+            return 0
+        try:
+            card = find_model(model or DEFAULT_GPU_MODEL)
+        except MomentError:
+            return DEFAULT_GPUS
+        return min(DEFAULT_GPUS, sum(fits(sl, card) for sl in strip(topo)[0].empty_slots()))
     if not built or gpus == 0:
         return gpus
     bare = strip(topo)[0]
@@ -340,7 +347,8 @@ def compare_rows(machines: list[tuple[str, Topology]], *, inventories: list[str]
     rows = []
     for name, topo in machines:
         invs = [parse_inventory(s, 0, 0, gpu_model, ssd_model, flag=flag) for s in inventories or []] or \
-            [parse_inventory(None, resolve_gpus(topo, gpus, flag=flag), ssds, gpu_model, ssd_model, flag=flag)]
+            [parse_inventory(None, resolve_gpus(topo, gpus, flag=flag, model=gpu_model), ssds, gpu_model, ssd_model,
+                             flag=flag)]
         for inv in invs:
             rows.append(compare_row(name, topo, inv, overrides=overrides, calibration=calibration,
                                     progress=progress, data=data))

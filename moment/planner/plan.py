@@ -49,12 +49,16 @@ METHODS = ("auto", "exhaustive", "branch-and-bound")
 def _check_inventory(bare: Topology, inventory: Inventory) -> None:
     # `field`: the input to change, by kind (a caller that took a COUNTxMODEL list names that instead)
     models = inventory.models()
+    free = bare.empty_slots()
+    if not models and not free:
+        own = bare.of_kind(Kind.gpu)
+        raise MomentError(f"{bare.name!r} has no free slot, so there is nothing to place"
+                          + (f" around its {len(own)} built-in GPU{'s' if len(own) > 1 else ''}" if own else ""))
     if not models:
         raise MomentError("the inventory is empty: place at least one GPU or SSD", field="gpus")
     if not inventory.count(Kind.gpu) and not bare.of_kind(Kind.gpu):
         raise MomentError("the inventory has no GPU and the machine holds none: there is nothing to feed",
                           field="gpus")
-    free = bare.empty_slots()
     for m, count in models:
         room = sum(fits(s, m) for s in free)
         if count > room:

@@ -187,7 +187,8 @@ class CompareMachinesRequest(BaseModel):
     model_config = {"extra": "forbid"}
 
     machines: list[CompareMachine] = Field(min_length=1, max_length=16)
-    gpus: int | None = Field(None, ge=0, le=256, description="GPUs to place (default 4; 0 on machines with "
+    gpus: int | None = Field(None, ge=0, le=256, description="GPUs to place (default 4, or as many as a machine's "
+                                                               "free slots take where fewer; 0 on machines with "
                                                                "built-in GPUs)")
     ssds: int = Field(8, ge=0, le=256)
     gpu_model: str = Field("A100-PCIe-40GB", max_length=200)

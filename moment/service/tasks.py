@@ -35,7 +35,7 @@ def check_place(req: PlaceJobRequest, data_dir: Path):
     if out.exists() and not req.overwrite:
         raise FieldError("layout", f"{req.layout!r} already exists (set overwrite to replace it)")
     topo = load_profile(str(builtin_profile_path(req.profile)))
-    inv = api.parse_inventory(None, api.resolve_gpus(topo, req.gpus, flag=request_field), req.ssds, req.gpu_model,
+    inv = api.parse_inventory(None, api.resolve_gpus(topo, req.gpus, flag=request_field, model=req.gpu_model), req.ssds, req.gpu_model,
                               req.ssd_model, flag=request_field)
     with blame("dataset"):  # the caches' sizes at submit: a job would refuse them only once it ran
         check_caches(GraphDataset.open(ds), topo, inv, req.gpu_cache, req.cpu_cache, flag=request_field)
