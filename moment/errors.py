@@ -45,14 +45,17 @@ def missing_torch(e: ModuleNotFoundError) -> MomentError | None:
 class MomentError(Exception):
     """A problem with the user's input or environment, described for a person. `field` names the input
     it is about by its plain name (`gpus`, the service's request field), so a caller can show the error
-    beside that input; the message itself spells the input as the caller's `flag` does."""
+    beside that input; the message itself spells the input as the caller's `flag` does. `remedies`: the
+    hint's alternatives, each by the input it changes ({"ssds": "add SSDs", ...}), so a caller that
+    offers only some of those inputs (the service's page) can give only the advice it can follow."""
 
     def __init__(self, message: str, *, source: str | None = None, hint: str | None = None,
-                 field: str | None = None):
+                 field: str | None = None, remedies: dict[str, str] | None = None):
         self.message = message
         self.source = source
         self.hint = hint
         self.field = field
+        self.remedies = dict(remedies or {})
         text = f"{source}: {message}" if source else message
         if hint:
             text = f"{text}\n  hint: {hint}"

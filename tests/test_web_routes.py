@@ -261,6 +261,18 @@ def test_a_machine_without_a_free_slot_says_so_once(client):
     assert r.json()["errors"][0]["field"] == "body" and "hint" not in r.json()
 
 
+def test_no_ssd_names_the_ssds_and_each_remedy_by_its_field(client):
+    """The planner's "no SSD" is about the SSD count (the inventory when one is given), and its hint's two
+    remedies name their fields, so the page gives only the one it has an input for."""
+    r = client.post("/v1/plan", json={"profile": "paper-machine-b", "gpus": 4, "ssds": 0})
+    assert r.status_code == 422, r.text
+    body = r.json()
+    assert body["errors"] == [{"field": "ssds", "message": body["detail"]}] and "no SSD" in body["detail"]
+    assert [x["field"] for x in body["remedies"]] == ["ssds", "gpu_cache_share"] and body["hint"]
+    r = client.post("/v1/plan", json={"profile": "paper-machine-b", "inventory": "4xA100"})
+    assert r.json()["errors"][0]["field"] == "inventory" and r.json()["remedies"][0]["field"] == "inventory"
+
+
 def test_compare_machines_plans_uploads_and_whatifs_as_plan_does(client):
     inv = {"gpus": 2, "ssds": 1, "ssd_model": "P5510"}
     machines = [{"profile": "paper-machine-b"}, {"profile_yaml": UPLOAD},

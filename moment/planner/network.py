@@ -105,7 +105,8 @@ class FlowNetwork:
             if have < 1.0 - 1e-9:
                 raise MomentError(
                     f"no SSD in the machine, and the GPU/CPU caches serve only {have:.0%} of the accesses",
-                    hint="add SSDs to the inventory or raise the workload's cache shares")
+                    hint="add SSDs to the inventory or raise the workload's cache shares", field="ssds",
+                    remedies={"ssds": "add SSDs", "gpu_cache_share": "raise the workload's cache shares"})
 
 
 # ---- hardware parts, extracted once -------------------------------------------------------------------

@@ -94,6 +94,8 @@ def _handlers(app: FastAPI) -> None:
         hint = {}
         if exc.hint and text.endswith(tail):  # the CLI's second line, as its own key
             text, hint = text[:-len(tail)], {"hint": exc.hint}
+        if exc.remedies:
+            hint["remedies"] = [{"field": k, "message": v} for k, v in exc.remedies.items()]
         return error(422, text, errors=[{"field": exc.field or "body", "message": text}], **hint)
 
     @app.exception_handler(StarletteHTTPException)

@@ -40,6 +40,8 @@ def blame(field: str | None, *, instead_of: Collection[str] = ()) -> Iterator[No
     except MomentError as e:
         if field is not None and (e.field is None or e.field in instead_of):
             e.field = field
+        if field is not None and instead_of:  # the hint's advice on those inputs is advice on `field`
+            e.remedies = {(field if k in instead_of else k): v for k, v in e.remedies.items()}
         raise
 
 

@@ -239,6 +239,9 @@ class ErrorBody(BaseModel):
     detail: str
     errors: list[FieldMessage] | None = None
     hint: str | None = None
+    remedies: list[FieldMessage] | None = Field(
+        None, description="the hint's alternatives, each with the request field it changes: a client that "
+                          "offers only some of those fields gives the advice it can follow")
 
 
 class Health(BaseModel):
