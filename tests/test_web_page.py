@@ -91,9 +91,14 @@ def service(tmp_path_factory):
     if os.environ.get("MOMENT_WEB_URL"):
         yield os.environ["MOMENT_WEB_URL"].rstrip("/") + "/"
         return
+    yield from _serve(tmp_path_factory)
+
+
+def _serve(tmp_path_factory, **env_extra: str):
+    """Run `moment serve` (with `env_extra` in its environment) until the generator is closed; yields its URL."""
     port = _free_port()
     data = tmp_path_factory.mktemp("service-data")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]), **env_extra)
     log = open(data / "serve.log", "w+")
     proc = subprocess.Popen([sys.executable, "-m", "moment", "serve", "--host", "127.0.0.1", "--port", str(port),
                              "--data-dir", str(data)], stdout=log, stderr=subprocess.STDOUT, env=env,
@@ -384,6 +389,13 @@ def test_a_person_plans_compares_and_buys_in_chromium(service, browser, tmp_path
     # ---- what to buy: a budget that buys nothing is said by the Advise button, nothing in the banner ----
     p.tick("#budget-gpus", {"A100-PCIe-40GB"})
     p.tick("#budget-ssds", {"P5510"})
+    # no device at all: the hint names the page's fields by their labels, its command as code
+    for sel in ("#budget-max-gpus", "#budget-max-ssds"):
+        p.type(sel, "0")
+    p.click_and_wait("#advise-btn", lambda: p.shown("#budget-card .hint-line"), "the empty chassis' hint")
+    hint = p.text("#budget-card .hint-line")
+    assert hint.startswith("Hint: check Max GPUs/Max SSDs and") and "max_gpus" not in hint and "`" not in hint, hint
+    assert p.text("#budget-card .hint-line code") == "moment profiles"
     for sel, v in (("#budget", "100"), ("#budget-max-gpus", "2"), ("#budget-max-ssds", "2")):
         p.type(sel, v)
     p.click_and_wait("#advise-btn", lambda: p.shown("#budget-card .card-error, #budget-card .field-error"),
@@ -445,6 +457,14 @@ def test_a_person_plans_compares_and_buys_in_chromium(service, browser, tmp_path
     assert "Not updated: the plan of paper-machine-b failed" in p.text("#results [data-testid=stale]")
     assert p.opacity("#results > .head.col-original") < 0.5 and p.opacity("#results > [data-testid=stale]") == 1
     p.snapshot("field-error")
+    # no SSD: said at the SSDs field, with the advice the page can follow (no "Body:", no cache shares)
+    p.type("#gpus", "4")
+    p.type("#ssds", "0")
+    p.click_and_wait("#plan-btn", lambda: p.shown("#plan-form .field-error"), "the SSDs error")
+    assert p.text("#plan-form .field-error").startswith("SSDs: No SSD in the machine")
+    assert p.css("#ssds").get_attribute("aria-invalid") == "true"
+    assert p.text("#plan-form .card-error") == "Plan failed: see the field marked in red.\nHint: add SSDs"
+    p.type("#ssds", "8")
     p.type("#gpus", "2")
     assert not p.shown("#plan-form .field-error")
     p.click_and_wait("#plan-btn", lambda: "2 x A100-PCIe-40GB" in p.text(".head.col-original"), "the fixed plan")
@@ -490,6 +510,31 @@ def test_a_person_plans_compares_and_buys_in_chromium(service, browser, tmp_path
     assert rows["tiny-server"][2] == f"{up['predicted']['epoch_read_s']:.2f}" and set(rows) == {"tiny-server", "paper-machine-b"}
     assert not p.shown(".card-error") and not p.shown("#error")
     p.snapshot("upload")
+
+
+@pytest.fixture(scope="module")
+def token_service(tmp_path_factory):
+    """`moment serve` with a token (MOMENT_TOKEN=s3cret), as a user starts it."""
+    _module("fastapi", "pip install -e '.[serve]'")
+    _module("uvicorn", "pip install -e '.[serve]'")
+    yield from _serve(tmp_path_factory, MOMENT_TOKEN="s3cret")
+
+
+@pytest.mark.slow
+def test_a_token_put_in_the_address_as_the_page_says_loads_it(token_service, browser):
+    """Opened without the token, the page says to add `#token=...` to the address; done so (the fragment
+    changes, the browser does not reload), the page loads its lists and the message goes."""
+    p = Page(browser, token_service)
+    browser.get("about:blank")
+    browser.get(token_service)
+    p.wait(lambda: p.shown("#error"), "the 401 message")
+    said = p.text("#error")
+    assert "401" in said and "#token=YOUR_TOKEN" in said and "`" not in said, said
+    assert p.text("#error code").split("\n") == ["Authorization: Bearer TOKEN", "…/#token=YOUR_TOKEN"]
+    browser.get(token_service + "#token=s3cret")
+    p.wait(lambda: p.js("return document.body.dataset.ready") == "1", "the page to load with the token")
+    assert not p.shown("#error") and "slots to fill" in p.text("#machine-desc")
+    assert p.css("#profile").get_attribute("value") == "paper-machine-b" and p.all("#gpu-model option")
 
 
 # six x16 slots, each holding a GPU now, and no empty bay: what an NCCL topology dump gives

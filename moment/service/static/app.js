@@ -26,11 +26,12 @@ function token() {
 
 // A failed request: the service's words, the fields it names ({detail, errors: [{field, message}], hint}).
 class ApiError extends Error {
-  constructor(status, message, fields, hint) {
+  constructor(status, message, fields, hint, remedies) {
     super(message);
     this.status = status;
     this.fields = fields || [];
     this.hint = hint || "";
+    this.remedies = remedies || [];  // the hint's alternatives, each {field, message}: the field it changes
   }
 }
 
@@ -48,9 +49,11 @@ function apiError(status, statusText, data, text) {
   } else if (d && typeof d === "object") msg = d.message || d.error || JSON.stringify(d);
   else msg = (text || "").trim().slice(0, 300);
   if (data && Array.isArray(data.errors)) fields = data.errors.filter((e) => e && e.field);
-  if (status === 401 || status === 403) msg += " (this service needs a token: open the page as …/#token=YOUR_TOKEN)";
+  if (status === 401 || status === 403) msg += " (this service needs a token: open the page as `…/#token=YOUR_TOKEN`)";
   if (status !== 422) msg = `${status}${statusText ? " " + statusText : ""}: ${msg || "no details given"}`;
-  return new ApiError(status, msg || "the service gave no reason", fields, data && typeof data.hint === "string" ? data.hint : "");
+  const remedies = data && Array.isArray(data.remedies) ? data.remedies.filter((r) => r && r.field && r.message) : [];
+  return new ApiError(status, msg || "the service gave no reason", fields,
+    data && typeof data.hint === "string" ? data.hint : "", remedies);
 }
 
 async function api(method, path, body) {
@@ -131,7 +134,7 @@ function showFieldError(input, message, cls = "field-error", field = "") {
   if (cls === "field-error") clearFieldError(input);
   if (cls === "field-error") input.setAttribute("aria-invalid", "true");
   const spot = messageSpot(input);
-  const p = el("p", { class: cls, "data-testid": cls, "data-for": input.id }, spot.prefix + message);
+  const p = el("p", { class: cls, "data-testid": cls, "data-for": input.id }, spot.prefix, richText(message));
   if (spot.inside) spot.inside.append(p);
   else spot.after.after(p);
   if (input.id === "wi-changes") {  // mark the change the error names: set.N, its text, or an id it quotes
@@ -151,6 +154,39 @@ function leadingField(message, map) {
   const key = m ? m[2].replace(/-/g, "_") : null;
   if (!key || !map[key] || !(m[1] || m[3])) return [];
   return [{ field: key, message: m[3] ? m[4] : message.replace(/^--/, "") }];
+}
+
+// The input of a request field in any card (`max_gpus` -> #budget-max-gpus), or null.
+function pageInput(field) {
+  const key = String(field).split(".")[0];
+  const map = Object.values(FIELD_INPUTS).find((m) => m[key]);
+  return map ? $(map[key]) : null;
+}
+
+// How the page names a request field: its input's label ("Max GPUs"), or null where it has none.
+function fieldLabel(field) {
+  const input = pageInput(field);
+  const label = input && input.closest("label");
+  const first = label && label.firstChild;
+  const text = first && first.nodeType === Node.TEXT_NODE ? first.textContent.trim() : "";
+  return text || null;
+}
+
+// The service's words as the page shows them: `text in backticks` as code, a request field it spells
+// (max_gpus, or `gpus` in backticks) as the label of the page's input for it.
+function richText(text) {
+  return String(text).split(/`([^`]+)`/).map((part, i) => {
+    if (i % 2) return fieldLabel(part) || el("code", {}, part);
+    return part.replace(/\b[a-z]+(?:_[a-z]+)+\b/g, (w) => fieldLabel(w) || w);
+  });
+}
+
+// The advice of an error the page can follow: the hint's alternatives whose input the page has (the
+// service names each one's field), else the hint as it is.
+function hintOf(err) {
+  const remedies = err.remedies || [];
+  if (!remedies.length) return err.hint || "";
+  return remedies.filter((r) => pageInput(r.field)).map((r) => r.message).join(" or ");
 }
 
 function sentence(t) {
@@ -177,16 +213,18 @@ function report(kind, err) {
       const text = String(f.message || "").replace(new RegExp("^" + String(f.field).replace(/[.*+?^${}()|[\]\\]/g, "\\$&") + ":\\s*"), "");
       showFieldError(input, sentence(text), "field-error", String(f.field));
       placed++;
-    } else rest.push(f.field ? `${f.field}: ${String(f.message).replace(f.field + ": ", "")}` : f.message);
+    } else if (!f.field || f.field === "body") rest.push(f.message);  // the request as a whole: no field to name
+    else rest.push(`${f.field}: ${String(f.message).replace(f.field + ": ", "")}`);
   }
   const box = $(".card-error", card);
+  const hint = hintOf(err);
   box.textContent = "";
   box.append(el("b", {}, `${WHAT[kind]} failed: `));
-  if (!fields.length) box.append(sentence(message));
-  else if (rest.length) box.append(sentence(rest.join("; ")));
+  if (!fields.length) box.append(...richText(sentence(message)));
+  else if (rest.length) box.append(...richText(sentence(rest.join("; "))));
   else box.append(placed > 1 ? "see the fields marked in red." : "see the field marked in red.");
-  box.dataset.fieldsOnly = fields.length && !rest.length && !err.hint ? "1" : "";
-  if (err.hint) box.append(el("span", { class: "hint-line" }, "Hint: " + err.hint));
+  box.dataset.fieldsOnly = fields.length && !rest.length && !hint ? "1" : "";
+  if (hint) box.append(el("span", { class: "hint-line" }, "Hint: ", richText(hint)));
   box.hidden = false;
   const first = $(".field-error", card) || box;
   if (!inView(first)) first.scrollIntoView({ block: "center" });
@@ -229,7 +267,7 @@ function markStale(container, note) {
 function showBanner(where, err) {
   const box = $("#error");
   box.textContent = "";
-  box.append(el("b", {}, where + " failed: "), err.message || String(err));
+  box.append(el("b", {}, where + " failed: "), ...richText(err.message || String(err)));
   box.hidden = false;
 }
 
@@ -1314,11 +1352,22 @@ async function start() {
   $("#compare-btn").addEventListener("click", runCompare);
   $("#advise-btn").addEventListener("click", runAdvise);
   $("#cluster-btn").addEventListener("click", runCluster);
+  // a token put in the address (as the 401 message says) changes only the fragment: load again with it
+  window.addEventListener("hashchange", loadLists);
+  await loadLists();
+}
+
+// The machines and models, and what the chosen machine holds; a failure is the banner's.
+async function loadLists() {
+  $("#error").hidden = true;
+  delete document.body.dataset.ready;
   try {
     const [profiles, models] = await Promise.all([api("GET", "v1/profiles"), api("GET", "v1/models")]);
     state.profiles = profiles;
     state.models = models;
+    const chosen = $("#profile").value;
     fillProfiles();
+    if (chosen && profiles.some((p) => p.name === chosen)) $("#profile").value = chosen;
     fillModels();
     await loadMachine();
     document.body.dataset.ready = "1";
