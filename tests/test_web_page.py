@@ -338,8 +338,8 @@ def test_a_person_plans_compares_and_buys_in_chromium(service, browser, tmp_path
     p.select("#wi-target", str(upi))
     p.select("#wi-prop", "bandwidth_gbps")
     p.type("#wi-value", "40")
-    p.css("#wi-add").click()
-    assert p.text("#wi-changes code") == "links.0.bandwidth_gbps=40"
+    p.css("#wi-add").click()  # added once the service has read the machine with it
+    p.wait(lambda: p.text("#wi-changes code") == "links.0.bandwidth_gbps=40", "the change to be added", 10)
     p.click_and_wait("#whatif-btn", lambda: "links.0.bandwidth_gbps=40" in p.text(".col-whatif [data-testid=changes]"),
                      "the what-if with the link")
     both = _post(service + "v1/plan", {"profile": "paper-machine-b", "ssd_model": fastest["name"],
@@ -363,9 +363,25 @@ def test_a_person_plans_compares_and_buys_in_chromium(service, browser, tmp_path
         "const done = arguments[0]; fetch(document.querySelector('.col-original img.diagram').src).then((r) => r.text()).then(done)")
     p.snapshot("whatif")
 
-    # ---- a what-if the service refuses: said in card 3, by the change it names; the last what-if dimmed ----
+    # ---- a change the service cannot read is refused as it is added, under its field, in the service's
+    # words (the range a plan checks it by, not one the page keeps): a PCIe generation 0, a missing switch ----
+    gen = next(i for i, t in enumerate(targets) if t["target"].startswith("nodes.") and "gen" in t["props"])
+    p.select("#wi-target", str(gen))
+    p.select("#wi-prop", "gen")
+    p.type("#wi-value", "0")
+    p.css("#wi-add").click()
+    p.wait(lambda: p.shown("#whatif-card .field-error"), "the generation's error")
+    assert p.text("#whatif-card .field-error") == "PCIe generation must be 1-6, got 0."
+    assert p.css("#wi-value").get_attribute("aria-invalid") == "true"
     p.type("#wi-raw", "nodes.no-such-switch.link.gen=5")
     p.css("#wi-raw-add").click()
+    p.wait(lambda: "no-such-switch" in p.text("#whatif-card .field-error"), "the override's error")
+    assert p.text("#wi-changes code") == "links.0.bandwidth_gbps=40"  # neither was added
+    p.type("#wi-raw", "")
+
+    # ---- a what-if the service refuses when it runs (a change put in the list behind the page's back):
+    # said in card 3, by the change it names; the last what-if dimmed ----
+    p.js("state.changes.push(arguments[0]); renderChanges();", "nodes.no-such-switch.link.gen=5")
     p.click_and_wait("#whatif-btn", lambda: p.shown("#whatif-card .card-error") or p.shown("#whatif-card .field-error"),
                      "the what-if's error")
     said = p.text("#whatif-card .field-error, #whatif-card .card-error")
@@ -511,6 +527,36 @@ def test_a_person_plans_compares_and_buys_in_chromium(service, browser, tmp_path
     assert not p.shown(".card-error") and not p.shown("#error")
     p.snapshot("upload")
 
+    # ---- fewer slots than the default 4 GPUs: the GPUs left blank fit, and the SSD note says what is true ----
+    three = tmp_path / "three-slots.yaml"
+    three.write_text(tiny_profile(3))
+    p.type("#gpus", "")
+    p.type("#ssds", "8")
+    p.css("#profile-file").send_keys(str(three))
+    p.wait(lambda: "three-slots.yaml" in p.text("#machine-desc"), "the three-slot upload")
+    assert p.text("#gpus-hint") == "GPUs left blank: 3 on this machine."
+    assert p.text("#plan-form [data-testid=field-note]") == ("SSDs: set to 0: tiny-server has 3 slots to fill, and "
+                                                            "the 3 GPUs take them all: plan fewer GPUs to leave room for SSDs.")
+    # no free slot at all: one sentence, in the description, the SSDs' note and the plan's answer
+    sxm = tmp_path / "sxm.yaml"
+    sxm.write_text(SXM_PROFILE)
+    p.type("#ssds", "8")
+    p.css("#profile-file").send_keys(str(sxm))
+    p.wait(lambda: "sxm.yaml" in p.text("#machine-desc"), "the slot-less upload")
+    assert "no free slot, so there is nothing to place" in p.text("#machine-desc")
+    assert p.text("#plan-form [data-testid=field-note]") == "SSDs: set to 0: sxm-box has no free slot."
+    p.click_and_wait("#plan-btn", lambda: p.shown("#plan-form .card-error"), "the slot-less machine's answer")
+    assert p.text("#plan-form .card-error") == ("Plan failed: 'sxm-box' has no free slot, so there is nothing to "
+                                                "place around its 1 built-in GPU.")
+    assert not p.shown("#plan-form .field-error")
+    # saved `lspci -tv` output is not a profile: the page says which files it reads and how to make one
+    lspci = tmp_path / "lspci.txt"
+    lspci.write_text("-[0000:00]-+-00.0  Intel Corporation Device 09a2\n")
+    p.css("#profile-file").send_keys(str(lspci))
+    p.wait(lambda: p.shown("#plan-form .hint-line"), "the lspci upload's hint")
+    assert "moment scan --from-lspci FILE --out machine.yaml" in p.text("#plan-form .hint-line code")
+    assert p.text("#plan-form .hint-line").startswith("Hint: the page reads a profile YAML, an NCCL XML or an hwloc XML")
+
 
 @pytest.fixture(scope="module")
 def token_service(tmp_path_factory):
@@ -537,8 +583,9 @@ def test_a_token_put_in_the_address_as_the_page_says_loads_it(token_service, bro
     assert p.css("#profile").get_attribute("value") == "paper-machine-b" and p.all("#gpu-model option")
 
 
-# six x16 slots, each holding a GPU now, and no empty bay: what an NCCL topology dump gives
-TINY_PROFILE = """\
+def tiny_profile(slots: int) -> str:
+    """`slots` x16 slots, each holding a GPU now, and no empty bay: what an NCCL topology dump gives."""
+    return """\
 name: tiny-server
 nodes:
   - {id: cpu0, kind: socket}
@@ -548,8 +595,21 @@ nodes:
   - {id: sw0, kind: switch, parent: rc0, link: {gen: 4, width: 16}}
   - {id: sw1, kind: switch, parent: rc1, link: {gen: 4, width: 16}}
 """ + "".join(
-    f"  - {{id: slot{i}, kind: slot, parent: sw{i % 2}, width: 16, link: {{gen: 4, width: 16}}}}\n"
-    f"  - {{id: g{i}, kind: gpu, parent: slot{i}, model: T4}}\n" for i in range(6)) + """\
+        f"  - {{id: slot{i}, kind: slot, parent: sw{i % 2}, width: 16, link: {{gen: 4, width: 16}}}}\n"
+        f"  - {{id: g{i}, kind: gpu, parent: slot{i}, model: T4}}\n" for i in range(slots)) + """\
 links:
   - {a: cpu0, b: cpu1, kind: upi, count: 2, gts: 16}
+"""
+
+
+TINY_PROFILE = tiny_profile(6)
+
+# a GPU built in (SXM) and no slot: nothing to place
+SXM_PROFILE = """\
+name: sxm-box
+nodes:
+  - {id: cpu0, kind: socket}
+  - {id: rc0, kind: root_complex, parent: cpu0}
+  - {id: sw0, kind: switch, parent: rc0, link: {gen: 4, width: 16}}
+  - {id: g0, kind: gpu, parent: sw0, model: A100-SXM4-80GB, link: {gen: 4, width: 16}}
 """

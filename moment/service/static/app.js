@@ -364,6 +364,13 @@ async function loadMachine() {
     if (seq !== state.machineSeq) return;
     state.machine = null;
     $("#machine-desc").textContent = "";
+    const up = state.uploaded;
+    if (up && up.field === "profile_yaml" && !/\.(ya?ml|json)$/i.test(up.name) && e instanceof ApiError) {
+      // not a profile, nor XML: saved command output (`lspci -tv`, ...), which `moment scan` reads
+      e.remedies = [];
+      e.hint = "the page reads a profile YAML, an NCCL XML or an hwloc XML: for saved `lspci -tv` output, run "
+        + "`moment scan --from-lspci FILE --out machine.yaml` (`moment scan --help`: the other outputs) and upload machine.yaml";
+    }
     report("plan", e);
   }
   renderCompareList();
@@ -379,7 +386,8 @@ function describeMachine() {
   }
   const held = Object.entries(s.in_slots || {}).map(([k, n]) => plural(n, k.toUpperCase()));
   if (held.length) parts.push(`${held.join(" and ")} in slots now, which the plan replaces with your inventory`);
-  parts.push(`${plural(s.free_slots, "slot")} to fill: ${s.take_gpu} take a GPU, ${s.take_ssd} an SSD`);
+  parts.push(s.free_slots ? `${plural(s.free_slots, "slot")} to fill: ${s.take_gpu} take a GPU, ${s.take_ssd} an SSD`
+    : "no free slot, so there is nothing to place");
   const emptied = Object.values(s.in_slots || {}).reduce((a, b) => a + b, 0);
   if (emptied && emptied === s.free_slots) parts.push("no empty bay is listed (an NCCL or hwloc dump shows the cards, not free bays): SSDs share the slots the cards leave");
   let head;
@@ -404,12 +412,16 @@ function fitInventory() {
   const g = $("#gpus").value.trim() === "" ? s.default_gpus : Number($("#gpus").value);
   const want = Number($("#ssds").value);
   if (!Number.isFinite(g) || !Number.isFinite(want)) return;
+  if (g > s.take_gpu) return;  // the GPUs do not fit: the plan says so at their field
   const room = Math.max(0, Math.min(s.take_ssd, s.free_slots - g));
   if (want <= room) return;
   $("#ssds").value = String(room);
-  const why = room === 0
-    ? `${state.machine.name} has ${plural(s.free_slots, "slot")} to fill and ${plural(g, "GPU")} take them all: plan fewer GPUs to leave room for SSDs`
-    : `${state.machine.name} has ${plural(s.free_slots, "slot")} to fill; ${plural(g, "GPU")} leave room for ${plural(room, "SSD")}`;
+  const name = state.machine.name;
+  let why;
+  if (!s.free_slots) why = `${name} has no free slot`;
+  else if (!s.take_ssd) why = `no slot of ${name} takes an SSD`;
+  else if (!room) why = `${name} has ${plural(s.free_slots, "slot")} to fill, and the ${plural(g, "GPU")} take ${g === 1 ? "it" : "them all"}: plan fewer GPUs to leave room for SSDs`;
+  else why = `${name} has ${plural(s.free_slots, "slot")} to fill; ${plural(g, "GPU")} leave room for ${plural(room, "SSD")}`;
   showFieldError($("#ssds"), `set to ${room}: ${why}.`, "field-note");
 }
 
@@ -688,20 +700,44 @@ function propChanged() {
   $("#wi-current").textContent = bits.length ? `Now: ${bits.join(", ")}.` : "";
 }
 
-function addChange(text, input) {
+// A change joins the list once the service has read the machine with it, by the rules a plan reads it
+// by: a value out of range (PCIe generation 0) is said at once, under the field it was typed in.
+async function addChange(text, input) {
   text = text.trim();
   if (!text) return false;
   clearErrors("whatif");
+  const at = input || $("#wi-changes");
   if (!/^[^=]+=.+$/.test(text)) {
-    showFieldError(input || $("#wi-changes"), `"${text}" is not PATH=VALUE, e.g. nodes.sw1.link.gen=5.`);
+    showFieldError(at, `"${text}" is not PATH=VALUE, e.g. nodes.sw1.link.gen=5.`);
     return false;
   }
   const key = text.split("=")[0].replace(/\+$/, "");
   // one value per path: a new value for the same field replaces the old one
-  state.changes = state.changes.filter((c) => c.includes("+=") || c.split("=")[0] !== key);
-  state.changes.push(text);
+  const changes = [...state.changes.filter((c) => c.includes("+=") || c.split("=")[0] !== key), text];
+  if (state.original) {
+    const body = { set: changes };
+    for (const k of MACHINE_FIELDS) if (state.original.req[k] !== undefined) body[k] = state.original.req[k];
+    try {
+      await api("POST", "v1/whatif/targets", body);
+    } catch (e) {
+      const bad = (e.fields || []).find((f) => /^set(\.|$)/.test(f.field));
+      if (!bad) report("whatif", e);
+      else showFieldError(at, sentence(overrideProblem(bad.message, text, key)));
+      return false;
+    }
+  }
+  state.changes = changes;
   renderChanges();
   return true;
+}
+
+// The service's message about override `text` without the override and its path, which the field
+// beside the message already shows: "set P=0: P: PCIe generation must be 1-6, got 0" -> the reason.
+function overrideProblem(message, text, key) {
+  let m = String(message);
+  if (m.startsWith(`set ${text}: `)) m = m.slice(`set ${text}: `.length);
+  if (m.startsWith(`${key}: `)) m = m.slice(`${key}: `.length);
+  return m;
 }
 
 function addPickedChange() {
@@ -714,7 +750,7 @@ function addPickedChange() {
     showFieldError($("#wi-value"), `${PROPS[p] ? PROPS[p].text : p}: give a number.`);
     return;
   }
-  addChange(`${t.target}.${p}=${v}`);
+  addChange(`${t.target}.${p}=${v}`, $("#wi-value"));
 }
 
 // What a `set` path changes, in words: "PCIe Switch 0 (sw0) → rc0: PCIe generation 4 → 5".
@@ -1342,7 +1378,7 @@ async function start() {
   $("#wi-target").addEventListener("change", targetChanged);
   $("#wi-prop").addEventListener("change", propChanged);
   $("#wi-add").addEventListener("click", addPickedChange);
-  const addRaw = () => { if (addChange($("#wi-raw").value, $("#wi-raw"))) $("#wi-raw").value = ""; };
+  const addRaw = async () => { if (await addChange($("#wi-raw").value, $("#wi-raw"))) $("#wi-raw").value = ""; };
   $("#wi-raw-add").addEventListener("click", addRaw);
   $("#wi-raw").addEventListener("keydown", (e) => { if (e.key === "Enter") { e.preventDefault(); addRaw(); } });
   for (const id of ["#wi-gpu-model", "#wi-ssd-model"]) $(id).addEventListener("change", renderCompareList);
