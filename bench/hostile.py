@@ -227,6 +227,17 @@ CASES = [
     Case(f"{TRAIN} --model os:getcwd", "--model os:getcwd"),
     Case(f"{TRAIN} --loss mymodels:nonscalar", "--loss mymodels:nonscalar"),
     Case(f"{TRAIN} --task link --loss mymodels:nonscalar", "is for node classification"),
+    # stop 65's hostile pass: scans saved the wrong way, tables as pandas and Spark write them, an edited layout
+    Case("moment data import npy --out data/rs --edge-index e.npy --random-split 0.6,0.5,0.2",
+         "--random-split 0.6,0.5,0.2: give three shares", gone=("data/rs", "data/.rs.tmp-*")),
+    Case("moment data import edgelist pq-hive --out data/hive", "a Hive-partitioned Parquet table (bucket=0, bucket=1)",
+         gone=("data/hive", "data/.hive.tmp-*")),
+    Case("moment data import edgelist names.txt --out data/ix --renumber --label-table labels-index.csv",
+         "has no name: pandas' index", gone=("data/ix", "data/.ix.tmp-*")),
+    Case("moment scan --from-lspci lspci-u16.txt", "UTF-16"),
+    Case("moment scan --from-lspci lspci-t.txt", "lspci -tv"),
+    Case("moment layout verify layouts/swapped", "edited or damaged", keep=("layouts/swapped/manifest.json",)),
+    Case(f"moment train --layout layouts/swapped --epochs 1 {FAST}", "edited or damaged"),
     # values that must be refused
     Case("moment calibrate --measured measured-dup.yaml --out cal.yaml", "measure the same layout",
          gone=("cal.yaml",)),
@@ -556,6 +567,16 @@ def overwrite(path: str | Path, offset: int, data: bytes) -> None:
         f.write(data)
 
 
+def swap_shards(manifest: Path) -> None:
+    """An edit of a layout's manifest that every per-file check still passes: two SSD shards' files swapped (their
+    paths, sizes and checksums together), so each would read the other's nodes."""
+    m = json.loads(manifest.read_text())
+    a, b = [sh for sh in m["shards"] if sh["kind"] == "ssd"][:2]
+    for key in ("path", "rows", "bytes", "chunk_sha256"):
+        a[key], b[key] = b[key], a[key]
+    manifest.write_text(json.dumps(m))
+
+
 def flip_bit(path: Path, offset: int) -> None:
     data = bytearray(path.read_bytes())
     data[offset] ^= 0x80
@@ -633,6 +654,14 @@ def write_inputs() -> None:
     Path("bom.csv").write_bytes("\ufeffdst,src\nbob,alice\ncarol,bob\ndave,carol\n".encode())  # Excel's CSV
     Path("tags.csv").write_text("src,dst\nalice,c#\nbob,c\ncarol,c++\nalice,bob\n")  # c# is not c
     Path("floats.csv").write_text("alice,1.0\nbob,1.5\n")
+    Path("labels-index.csv").write_text(",id,class\n0,alice,1\n1,bob,2\n")  # pandas' to_csv with its index
+    for k in range(2):
+        Path(f"pq-hive/bucket={k}").mkdir(parents=True)
+        pq.write_table(pa.table({"src": [k, 1], "dst": [2, k]}), f"pq-hive/bucket={k}/part-0.parquet")
+    tree = "-[0000:00]-+-00.0  Advanced Micro Devices, Inc. [AMD] Root Complex\n           \\-01.1-[01]----00.0  NVIDIA Corporation GA100 [A100 PCIe 40GB]\n"
+    Path("lspci-u16.txt").write_bytes(tree.encode("utf-16"))  # PowerShell's > redirection
+    Path("lspci-t.txt").write_text("-[0000:00]-+-00.0\n           \\-01.1-[01]----00.0\n")  # lspci -t: no names
+    swap_shards(Path(shutil.copytree("layouts/L", "layouts/swapped")) / "manifest.json")
     shutil.copytree("ckpt", "ckpt-flipped")  # a flipped bit mid-file: a valid float to torch.load
     flip_bit(Path("ckpt-flipped/checkpoint.pt"), Path("ckpt/checkpoint.pt").stat().st_size // 2)
     Path("names-split").mkdir()
