@@ -30,12 +30,17 @@ def test_compare_never_cuts_a_profile_name(capsys, monkeypatch, width):
 
 def test_compare_counts_the_bottlenecks_it_does_not_list(capsys):
     code, out, _ = run(capsys, "compare", "paper-machine-a", "--inventory", "2xA100,16xP5510",
-                       "--inventory", "4xA100,8xP5510", "--json")
+                       "--inventory", "4xA100,8xP5510", "--inventory", "3xA100,16xP5510", "--json")
     assert code == 0
-    few_gpus, balanced = json.loads(out)
-    # 2 GPUs, 16 SSDs: four links limit (the summary lists three and counts the rest); 4 + 8: the 8 SSDs
+    few_gpus, balanced, three = json.loads(out)
+    # 3 GPUs: the SSD reads counted, three links named (a GPU's own link not beside its slot's), 2 more counted
+    summary = three["bottleneck_summary"].split(", ")
+    assert summary[0] == "5 SSD reads at the drive's limit" and summary[-1] == "+2 more links" and len(summary) == 5
+    assert not any(s.endswith(("->gpu0", "->gpu1", "->gpu2")) for s in summary)
+    # 2 GPUs, 16 SSDs: four links limit, two per GPU (its slot's and its own): each GPU's slot link is
+    # named once; 4 + 8: the 8 SSDs
     named = [b for b in few_gpus["bottlenecks"] if ":read" not in b]
-    assert len(named) == 4 and few_gpus["bottleneck_summary"] == ", ".join(named[:3]) + ", +1 more link"
+    assert len(named) == 4 and few_gpus["bottleneck_summary"] == ", ".join(named[:2])
     reads = [b for b in balanced["bottlenecks"] if b.endswith(":read")]
     assert len(reads) == len(balanced["bottlenecks"]) == 8
     assert balanced["bottleneck_summary"] == "8 SSD reads at the drive's limit"  # counted, not listed

@@ -87,3 +87,41 @@ def test_cli_prints_and_json_carries_the_explanation(capsys):
     names = [e["layout"] for e in plan["explanation"]]
     assert names[0] == "recommended" and "paper-moment" in names
     assert all(e["text"] and "limits" in e for e in plan["explanation"])
+
+
+def _plan(profile: str, gpus: int, ssds: int, ssd_model: str = "P5510", overrides: list[str] | None = None):
+    inv = Inventory.simple(gpus, ssds, ssd_model=ssd_model)
+    return make_plan(load_profile(profile, overrides or []), inv, WorkloadSpec())
+
+
+def test_an_ssd_is_counted_once_however_many_of_its_links_are_full():
+    """PM1743s fill both the SSD's own link and its bay's: 8 SSDs, not 16 links (the explanation and
+    `compare`'s summary)."""
+    from moment.planner.explain import bottleneck_summary
+
+    plan = _plan("paper-machine-b", 4, 8, "PM1743")
+    assert sum(1 for b in plan.bottlenecks if b.startswith("ssd")) == 8  # 16 full links in all
+    rec = plan.explanation[0]
+    link = next(lim for lim in rec.limits if lim.kind == "ssd-link")
+    assert link.count == 8 and "the links of all 8 SSDs are full (PCIe 4.0 x4, 6.77 GB/s each)" in rec.text
+    assert "16 SSDs" not in rec.text
+    assert bottleneck_summary(plan) == "8 SSD slots' links (6.8 GB/s)"
+
+
+def test_a_gpu_fed_by_two_full_links_is_named_once_with_the_tighter():
+    """2 GPUs, 16 SSDs: each GPU's slot link and its own link are both full; one sentence per GPU,
+    naming the slot's link, and nothing pushed into 'and 1 more'."""
+    from moment.planner.explain import bottleneck_summary
+
+    plan = _plan("paper-machine-b", 2, 16)
+    rec = plan.explanation[0]
+    gpu_limits = [lim for lim in rec.limits if lim.kind == "pcie"]
+    assert sorted(lim.gpus[0] for lim in gpu_limits) == sorted(s for s, d in plan.devices.items() if "gpu" in d)
+    assert all(lim.link.split("->")[1] == lim.gpus[0] for lim in gpu_limits)  # the slot's link, not the card's
+    assert "more saturated link" not in rec.text
+    assert bottleneck_summary(plan) == ", ".join(lim.link for lim in gpu_limits)
+
+
+def test_one_ssd_is_not_all_1_ssds():
+    rec = _plan("paper-machine-b", 8, 1).explanation[0]
+    assert "the only SSD is read at its limit (6.50 GB/s)" in rec.text and "all 1" not in rec.text

@@ -4,7 +4,8 @@ Every layout's LP solution has saturated links or devices (utilisation >= 99.9%)
 time. For a usual layout, the ones that are saturated there and not in the recommended layout are
 why it is slower; each is named with its capacity, the GPUs whose reads cross it (by slot, which
 means the same thing in every layout) and what those GPUs get, beside the same link's load in the
-recommended layout. SSD reads and SSD slot links are counted as groups, not listed one by one.
+recommended layout. SSD reads and SSD slot links are counted as groups (one per SSD), not listed one
+by one; a GPU fed by several full links is named once, with the tightest.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from moment.planner.contracts import Evaluation, Explanation, Limit, LinkUse
-from moment.topology.devices import find_model, populate
+from moment.topology.devices import populate
 from moment.topology.model import Kind, Topology
 
 _SOCKET_KINDS = {"upi": "UPI", "qpi": "QPI", "xgmi": "xGMI"}
@@ -47,12 +48,22 @@ class _Layout:
             stack.extend(self.topo.children(n))
         return out
 
-    def holds_ssd(self, nid: str) -> bool:
+    def depth(self, node: str) -> int:
+        """How many nodes lie above `node` (the socket is 0)."""
+        n = 0
+        while (node := self.topo.node(node).parent) is not None:
+            n += 1
+        return n
+
+    def ssd_slot(self, nid: str) -> str | None:
+        """The slot of the SSD that `nid` is or holds (an SSD outside a slot: itself), else None."""
         if not self.topo.has(nid):
-            return False
+            return None
         n = self.topo.node(nid)
-        return n.kind == Kind.ssd or (n.kind == Kind.slot and any(
-            self.topo.node(k).kind == Kind.ssd for k in self.topo.children(nid)))
+        if n.kind == Kind.ssd:
+            return n.parent if n.parent and self.topo.node(n.parent).kind == Kind.slot else nid
+        holds = n.kind == Kind.slot and any(self.topo.node(k).kind == Kind.ssd for k in self.topo.children(nid))
+        return nid if holds else None
 
 
 def _gpus_phrase(lay: _Layout, gpus: list[str]) -> str:
@@ -60,7 +71,7 @@ def _gpus_phrase(lay: _Layout, gpus: list[str]) -> str:
     if len(gpus) == len(lay.gpus) and len(gpus) > 4:
         return f"all {len(gpus)} GPUs"
     if len(gpus) == len(lay.gpus):
-        return f"all {len(gpus)} GPUs ({names})" if len(gpus) > 1 else f"its GPU ({names})"
+        return {1: f"its GPU ({names})", 2: f"both GPUs ({names})"}.get(len(gpus), f"all {len(gpus)} GPUs ({names})")
     return f"its GPU{'s' if len(gpus) > 1 else ''} in {names}"
 
 
@@ -83,37 +94,64 @@ def _tree_link(lay: _Layout, lu: LinkUse):
 
 def _limits(lay: _Layout) -> list[tuple[str, Limit]]:
     """(signature, limit) for every saturated thing in a layout; the signature says what is 'the same'
-    limit in another layout (SSD reads are one group whatever the SSDs are called)."""
+    limit in another layout (SSD reads are one group whatever the SSDs are called). SSDs are counted
+    once each, however many of their links are full (the SSD's own and its slot's); a GPU, or a set of
+    GPUs, that several full links feed has one limit: the tightest of them (`_tightness`)."""
     necks = [lu for lu in lay.ev.links if lu.bottleneck]
     out: list[tuple[str, Limit]] = []
     reads = [lu for lu in necks if lu.kind == "ssd" and lu.id.endswith(":read")]
-    ssd_links = [lu for lu in necks if lu not in reads and (lay.holds_ssd(lu.src) or lay.holds_ssd(lu.dst))
-                 and lu.kind == "pcie"]
+    ssd_links = [lu for lu in necks if lu not in reads and lu.kind == "pcie"
+                 and (lay.ssd_slot(lu.src) or lay.ssd_slot(lu.dst))]
     everyone = lay.gpus
+    total = sum(1 for n in lay.topo.nodes if n.kind == Kind.ssd)
     if reads:
         cap = max(lu.capacity_gbps for lu in reads)
-        total = sum(1 for n in lay.topo.nodes if n.kind == Kind.ssd)
+        who, many = _ssds(len(reads), total)
         out.append(("ssd-read", Limit(link=reads[0].id, kind="ssd-read", count=len(reads), capacity_gbps=cap,
                                       gpus=[lay.gpu_name(g) for g in everyone], gpu_gbps=_gbps(lay, everyone),
-                                      text=f"{_count(len(reads), total)} SSDs are read at their limit "
-                                           f"({cap:.2f} GB/s each)")))
+                                      text=f"{who} {'are' if many else 'is'} read at {'their' if many else 'its'} "
+                                           f"limit ({cap:.2f} GB/s{' each' if many else ''})")))
     if ssd_links:
+        slots = {lay.ssd_slot(lu.src) or lay.ssd_slot(lu.dst) for lu in ssd_links}
         cap = max(lu.capacity_gbps for lu in ssd_links)
         child = _tree_link(lay, ssd_links[0])
         what = lay.topo.node(child[0]).link.describe() if child and lay.topo.node(child[0]).link else "PCIe"
-        out.append(("ssd-link", Limit(link=ssd_links[0].id, kind="ssd-link", count=len(ssd_links), capacity_gbps=cap,
+        who, many = _ssds(len(slots), total)
+        out.append(("ssd-link", Limit(link=ssd_links[0].id, kind="ssd-link", count=len(slots), capacity_gbps=cap,
                                       gpus=[lay.gpu_name(g) for g in everyone], gpu_gbps=_gbps(lay, everyone),
-                                      text=f"the links of {len(ssd_links)} SSDs are full ({what}, "
-                                           f"{cap:.2f} GB/s each)")))
+                                      text=f"the link{'s' if many else ''} of {who} {'are' if many else 'is'} full "
+                                           f"({what}, {cap:.2f} GB/s{' each' if many else ''})")))
+    fed: dict[tuple[str, ...], tuple[int, tuple[float, int]]] = {}  # GPUs -> (index in out, tightness)
     for lu in necks:
         if lu in reads or lu in ssd_links:
             continue
-        out.append((lu.id, _one(lay, lu)))
+        lim, tree = _one(lay, lu), _tree_link(lay, lu)
+        if tree is None or not tree[2] or not lim.gpus:
+            out.append((lu.id, lim))
+            continue
+        key, tight = tuple(lim.gpus), _tightness(lay, lu, tree[0])
+        if key not in fed:
+            fed[key] = (len(out), tight)
+            out.append((lu.id, lim))
+        elif tight < fed[key][1]:
+            fed[key] = (fed[key][0], tight)
+            out[fed[key][0]] = (lu.id, lim)
     return out
 
 
-def _count(n: int, total: int) -> str:
-    return f"all {n}" if n == total else f"{n} of its {total}"
+def _tightness(lay: _Layout, lu: LinkUse, child: str) -> tuple[float, int, int]:
+    """Order of the full links that feed the same GPUs: the narrowest first, then the one nearest the
+    GPUs (the switch they share rather than the one above it), a card's own link after its slot's."""
+    depth = lay.depth(child)
+    card = child in lay.gpus
+    return round(lu.capacity_gbps, 6), -(depth - card), depth
+
+
+def _ssds(n: int, total: int) -> tuple[str, bool]:
+    """`n` of a layout's `total` SSDs in words, and whether the words are plural."""
+    if n == total:
+        return ("the only SSD", False) if n == 1 else (f"all {n} SSDs", True)
+    return f"{n} of its {total} SSDs", n > 1
 
 
 def _one(lay: _Layout, lu: LinkUse) -> Limit:
@@ -200,7 +238,8 @@ def _baseline(lay: _Layout, rec: _Layout, rec_sigs: set[str]) -> Explanation:
 def explain(bare: Topology, recommended: Evaluation, baselines: list[tuple[str, Evaluation]]) -> list[Explanation]:
     """The recommended layout's limits, then one explanation per baseline, in the order given."""
     rec = _Layout("recommended", populate(bare, recommended.placement, check=False), recommended)
-    rec_sigs = {sig for sig, _ in _limits(rec)}
+    # a baseline's limit is 'the same' as one of the recommended layout's, or as any link full there
+    rec_sigs = {sig for sig, _ in _limits(rec)} | {lu.id for lu in rec.ev.links if lu.bottleneck}
     out = [_recommended(rec)]
     for name, ev in baselines:
         out.append(_baseline(_Layout(name, populate(bare, ev.placement, check=False), ev), rec, rec_sigs))
@@ -208,19 +247,19 @@ def explain(bare: Topology, recommended: Evaluation, baselines: list[tuple[str, 
 
 
 def bottleneck_summary(plan, shown: int = SHOWN) -> str:
-    """A plan's bottlenecks in a few words: SSD reads and SSD slot links counted, other links named
-    (at most `shown`, then how many more)."""
-    ssd_slots = {s for s, m in plan.placement.items() if find_model(m).kind == Kind.ssd}
-    necks = [lu for lu in plan.links if lu.bottleneck]
-    reads = [lu for lu in necks if lu.kind == "ssd"]
-    slot_links = [lu for lu in necks if lu.kind != "ssd" and ({lu.src, lu.dst} & ssd_slots)]
-    other = [lu.id for lu in necks if lu not in reads and lu not in slot_links]
-    parts = []
-    if reads:
-        parts.append(f"{len(reads)} SSD read{'s' if len(reads) > 1 else ''} at the drive's limit")
-    if slot_links:
-        cap = max(lu.capacity_gbps for lu in slot_links)
-        parts.append(f"{len(slot_links)} SSD slot link{'s' if len(slot_links) > 1 else ''} ({cap:.1f} GB/s)")
+    """A plan's bottlenecks in a few words, from its recommended layout's limits (`explain`): SSD
+    reads and SSD slots counted, other links named (at most `shown`, then how many more)."""
+    limits = plan.explanation[0].limits if plan.explanation else []
+    parts, other = [], []
+    for lim in limits:
+        many = lim.count > 1
+        if lim.kind == "ssd-read":
+            parts.append(f"{lim.count} SSD read{'s' if many else ''} at the drive's limit")
+        elif lim.kind == "ssd-link":
+            parts.append(f"{lim.count} SSD slot{'s' if many else ''}' links ({lim.capacity_gbps:.1f} GB/s)"
+                         if many else f"1 SSD slot's link ({lim.capacity_gbps:.1f} GB/s)")
+        else:
+            other.append(lim.link)
     parts += other[:shown]
     if len(other) > shown:
         parts.append(f"+{len(other) - shown} more link{'s' if len(other) - shown > 1 else ''}")
