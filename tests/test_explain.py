@@ -125,3 +125,22 @@ def test_a_gpu_fed_by_two_full_links_is_named_once_with_the_tighter():
 def test_one_ssd_is_not_all_1_ssds():
     rec = _plan("paper-machine-b", 8, 1).explanation[0]
     assert "the only SSD is read at its limit (6.50 GB/s)" in rec.text and "all 1" not in rec.text
+
+
+def test_a_gpu_getting_more_than_its_link_says_its_own_cache_counts():
+    """The inlet bandwidth counts the GPU's own cache hits: a 27.1 GB/s link 'caps it at 29.29 GB/s'
+    says so, and the plan's table is followed by the definition."""
+    from moment.planner.contracts import INLET_HELP
+
+    plan = _plan("paper-machine-b", 2, 16)
+    lim = next(lim for lim in plan.explanation[0].limits if lim.kind == "pcie")
+    assert lim.gpu_gbps > lim.capacity_gbps
+    assert f"caps it at {lim.gpu_gbps:.2f} GB/s, its own cache's hits included" in lim.text
+    assert "own GPU cache's hits included" in INLET_HELP
+
+
+def test_plan_table_defines_the_inlet_bandwidth(capsys):
+    from moment.planner.contracts import INLET_HELP
+
+    assert main(["plan", "-p", "paper-machine-b", "--gpus", "2", "--ssds", "2"]) == 0
+    assert INLET_HELP in " ".join(capsys.readouterr().out.split())

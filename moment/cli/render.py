@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from moment.planner.contracts import Plan
+from moment.planner.contracts import INLET_HELP, Plan
 from moment.topology.model import Topology
 
 # Imports inside functions: each command loads only what it runs, so `moment --help` and every other command
@@ -64,6 +64,7 @@ def render_plan(console: Console, plan: Plan, topo: Topology) -> None:
             row.append(f"{plan.predicted_maxflow.per_gpu_inlet_gbps[i]:.2f}")
         g.add_row(*row)
     console.print(g)
+    console.print(INLET_HELP, highlight=False)
     mf = plan.predicted_maxflow
     other = plan.predicted_even if plan.data == "planned" else plan.predicted
     console.print(f"epoch read time: [bold]{p.epoch_read_s:.2f} s[/] ({_DATA_NOTE[plan.data]})"

@@ -14,6 +14,9 @@ DATA_PLACEMENTS = ("planned", "even")
 DataPlacement = Literal["planned", "even"]
 _EVEN_HELP = ("the realisable LP with the data spread evenly over the SSDs (hash or round-robin placement: "
               "equal SSD shares); `predicted` lets the LP choose the shares (DDAK)")
+#: what a GPU's inlet bandwidth counts (the plan's table says it under the figures; docs/planning.md)
+INLET_HELP = ("per-GPU inlet bandwidth: the feature bytes a GPU receives per second over the epoch, from every "
+              "source, its own GPU cache's hits included, so it can exceed the capacity of the GPU's link")
 
 
 class LinkUse(BaseModel):
@@ -33,7 +36,7 @@ class LinkUse(BaseModel):
 class Prediction(BaseModel):
     solver: str = Field(description="'lp' (realisable, default) or 'maxflow-<backend>' (the paper's)")
     gpus: list[str] = Field(description="GPU ids, in the order of per_gpu_inlet_gbps")
-    per_gpu_inlet_gbps: list[float]
+    per_gpu_inlet_gbps: list[float] = Field(description=INLET_HELP)
     aggregate_gbps: float
     epoch_read_s: float = Field(description="time for every GPU to receive its epoch's bytes")
     imbalance: float = Field(0.0, description="max/min per-GPU inlet bandwidth - 1")

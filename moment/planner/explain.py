@@ -188,6 +188,8 @@ def _one(lay: _Layout, lu: LinkUse) -> Limit:
         verb = "share" if len(gpus) > 1 else "reads through"
         text = f"{_gpus_phrase(lay, gpus)} {verb} " + text.removeprefix("read through ")
         text += f", which caps {'them' if len(gpus) > 1 else 'it'} at {gbps:.2f} GB/s{' each' if len(gpus) > 1 else ''}"
+        if len(gpus) == 1 and gbps > cap:  # what a GPU gets counts its own cache's hits (contracts.INLET_HELP)
+            text += ", its own cache's hits included"
     elif gpus and gbps is not None:
         text += f", which caps {_gpus_phrase(lay, gpus)} at {gbps:.2f} GB/s{' each' if len(gpus) > 1 else ''}"
     return Limit(link=lu.id, kind=lu.kind, capacity_gbps=cap, gpus=[lay.gpu_name(g) for g in gpus],
