@@ -141,11 +141,21 @@ def test_backends_agree_and_lp_is_never_faster(name):
 
 
 def test_lp_never_faster_than_maxflow_on_many_placements():
+    """To within the bisection's tolerance, which docs/planning.md states: the max-flow reports the upper
+    end of its last interval, so it may read up to REL_TOL slower than the LP."""
+    from pathlib import Path
+
+    from moment.planner.maxflow import REL_TOL
+
+    doc = " ".join((Path(__file__).parents[1] / "docs" / "planning.md").read_text().split())
+    assert f"the LP is never faster than it, to within the bisection's tolerance: the bisection stops when its " \
+           f"interval is {REL_TOL:.2%} wide" in doc and f"up to {REL_TOL:.2%} slower" in doc
     topo = load_profile("paper-machine-b")
     space = search.enumerate_placements(topo, Inventory.simple(2, 3))
     for placement in space.distinct[:: max(1, len(space.distinct) // 12)]:
         net = ChassisTemplate(topo).network(placement, WorkloadSpec())
-        assert solve_lp(net).epoch_read_s >= solve_maxflow(net, "ortools").epoch_read_s * (1 - 2e-4)
+        lp, mf = solve_lp(net).epoch_read_s, solve_maxflow(net, "ortools").epoch_read_s
+        assert lp * (1 + 1e-9) >= mf / (1 + REL_TOL)
 
 
 # ---- errors ----------------------------------------------------------------------------------------
