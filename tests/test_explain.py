@@ -144,3 +144,33 @@ def test_plan_table_defines_the_inlet_bandwidth(capsys):
 
     assert main(["plan", "-p", "paper-machine-b", "--gpus", "2", "--ssds", "2"]) == 0
     assert INLET_HELP in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_profile_layout_the_inventory_cannot_use_is_named_in_a_note(tmp_path, capsys):
+    """A layout whose first two GPU slots block each other holds no two double-width GPUs: it is left
+    out of the comparison, and the plan says so and why (it disappeared without a word)."""
+    f = tmp_path / "blocked.yaml"
+    f.write_text("""name: blocked
+nodes:
+  - {id: cpu0, kind: socket, memory_gib: 256, memory_bandwidth_gbps: 150}
+  - {id: rc0, kind: root_complex, parent: cpu0}
+  - {id: slot1, kind: slot, parent: rc0, width: 16, blocks: [slot2], link: {gen: 4, width: 16}}
+  - {id: slot2, kind: slot, parent: rc0, width: 16, link: {gen: 4, width: 16}}
+  - {id: slot3, kind: slot, parent: rc0, width: 16, link: {gen: 4, width: 16}}
+  - {id: bay0, kind: slot, parent: rc0, width: 4, accepts: [ssd], link: {gen: 4, width: 4}}
+layouts:
+  usual: {gpu: [slot1, slot2], ssd: [bay0]}
+  roomy: {gpu: [slot1, slot3], ssd: [bay0]}
+""")
+    assert main(["plan", "-p", str(f), "--gpus", "2", "--ssds", "1", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert [b["name"] for b in plan["baselines"]][:1] == ["roomy"] and "usual" not in str(plan["baselines"])
+    assert plan["notes"] == ["layout 'usual' is not compared for this inventory: double-width A100-PCIe-40GB in "
+                             "'slot1' covers slot 'slot2', which is in use"]
+    assert main(["plan", "-p", str(f), "--inventory", "2xT4,1xP5510", "--json"]) == 0  # single-width: both fit
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["notes"] == [] and {"usual", "roomy"} <= {b["name"] for b in plan["baselines"]}
+    assert main(["plan", "-p", "paper-machine-b", "--gpus", "8", "--ssds", "1"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("note: layouts 'paper-a', 'paper-b', 'paper-c', 'paper-d', 'paper-moment' are not compared for this "
+            "inventory: fewer GPU slots than the 8 GPUs") in out

@@ -82,6 +82,12 @@ def test_builtin_profiles_load_and_round_trip():
          "nodes.ssd9.read_gbps: Input should be greater than 0"),
         (lambda d: d.update(links=[{"a": "s0", "b": "s1", "kind": "nvlink", "gen": 9}]),
          "links.0: NVLink generation must be one of"),
+        # a hand-written layout no inventory could use (it was dropped from the comparison without a word)
+        (lambda d: d.update(layouts={"usual": {"gpu": ["s0", "s0"]}}),
+         "layout 'usual' names slot 's0' twice in its gpu list"),
+        (lambda d: d.update(layouts={"usual": {"gpu": ["b0"], "ssd": ["s1"]}}),
+         "layout 'usual' puts a gpu in slot 'b0', which accepts only ssd"),
+        (lambda d: d.update(layouts={"usual": {"ssd": ["b0", "nowhere"]}}), "layout 'usual' names 'nowhere', which is not a slot"),
     ],
 )
 def test_bad_profiles_name_the_problem(mutate, needle):

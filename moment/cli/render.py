@@ -86,6 +86,8 @@ def render_plan(console: Console, plan: Plan, topo: Topology) -> None:
 
     if plan.baselines:
         _render_baselines(console, plan)
+    for note in plan.notes:
+        console.print(f"note: {note}", highlight=False)
     _render_explanation(console, plan)
     s = plan.search
     if s.method == "branch-and-bound":

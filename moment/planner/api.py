@@ -360,16 +360,17 @@ def simulate_named(topo: Topology, layout: str, gpus: int, ssds: int, *, steps: 
                    seed: int = 0, uniform: bool = False, flag: Flag = cli_flag, data: str = DEFAULT_DATA):
     """Replay one of the profile's named layouts (e.g. paper-c) for gpus/ssds of the default models,
     its data placed as `data` says."""
-    from moment.planner.baselines import named_layouts
+    from moment.planner.baselines import layouts_of
     from moment.topology.devices import strip
     from moment.workload.spec import WorkloadSpec
 
     bare = strip(topo)[0]
     inv = parse_inventory(None, gpus, ssds, flag=flag)
-    lays = {b.name: b for b in named_layouts(bare, inv)}
+    found, notes = layouts_of(bare, inv)
+    lays = {b.name: b for b in found}
     if layout not in lays:
         raise MomentError(f"{flag('placement')} {layout!r}: not a layout of {bare.name!r} for {inv.describe()}",
-                          hint=f"its layouts: {', '.join(lays) or 'none'}", field="placement")
+                          hint="; ".join([f"its layouts: {', '.join(lays) or 'none'}", *notes]), field="placement")
     return replay_placement(bare, lays[layout].placement, WorkloadSpec(), steps=steps, seed=seed, uniform=uniform,
                             flag=flag, data=data)
 

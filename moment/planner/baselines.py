@@ -27,25 +27,46 @@ def _expand(inventory: Inventory, kind: Kind) -> list[DeviceModel]:
 
 
 def named_layouts(topo: Topology, inventory: Inventory) -> list[NamedPlacement]:
-    """The profile's layouts, first N slots for N devices; a layout that cannot hold the inventory
-    (too few slots, NICs it does not place, a card that does not fit) is skipped."""
+    """The profile's layouts that can hold the inventory, first N slots for N devices (`layouts_of`)."""
+    return layouts_of(topo, inventory)[0]
+
+
+def layouts_of(topo: Topology, inventory: Inventory) -> tuple[list[NamedPlacement], list[str]]:
+    """The profile's layouts, first N slots for N devices, and notes naming each one that cannot hold
+    this inventory (fewer slots than devices, NICs it does not place, one slot in both lists, a card
+    that does not fit or covers another's slot), which is left out of the comparison; layouts left out
+    for the same reason share a note. What no inventory could use (a slot twice in a list, a kind its
+    slot does not accept) is refused with the profile (`Topology`)."""
     gpus, ssds = _expand(inventory, Kind.gpu), _expand(inventory, Kind.ssd)
-    if inventory.count(Kind.nic):
-        return []
-    out = []
+    out: list[NamedPlacement] = []
+    left: dict[str, list[str]] = {}  # why -> the layouts left out for it
     for name, lay in topo.layouts.items():
-        if len(lay.gpu) < len(gpus) or len(lay.ssd) < len(ssds):
-            continue
         pairs = list(zip(lay.gpu, gpus)) + list(zip(lay.ssd, ssds))
         placement = {slot: m.name for slot, m in pairs}
-        if len(placement) != len(pairs):
-            continue  # the layout names a slot twice
-        try:
-            check_placement(topo, placement)
-        except MomentError:
-            continue
-        out.append(NamedPlacement(name, lay.description, placement))
-    return out
+        short = [f"fewer {k} slots than the {_n(len(want), k)}"
+                 for k, have, want in (("GPU", lay.gpu, gpus), ("SSD", lay.ssd, ssds)) if len(have) < len(want)]
+        if inventory.count(Kind.nic):
+            why = "a layout places no NICs"
+        elif short:
+            why = " and ".join(short)
+        elif len(placement) != len(pairs):
+            why = f"a GPU and an SSD in slot {next(s for s in lay.gpu[:len(gpus)] if s in lay.ssd[:len(ssds)])!r}"
+        else:
+            try:
+                check_placement(topo, placement)
+            except MomentError as e:
+                why = e.message
+            else:
+                out.append(NamedPlacement(name, lay.description, placement))
+                continue
+        left.setdefault(why, []).append(name)
+    notes = [f"layout{'s' if len(names) > 1 else ''} {', '.join(map(repr, names))} {'are' if len(names) > 1 else 'is'} not "
+             f"compared for this inventory: {why}" for why, names in left.items()]
+    return out, notes
+
+
+def _n(count: int, what: str) -> str:
+    return f"{count} {what}{'s' if count != 1 else ''}"
 
 
 class _Board:

@@ -146,3 +146,5 @@ class Plan(BaseModel, _Under):
     overrides: list[str] = Field(default_factory=list, description="--set what-if overrides applied to the profile")
     explanation: list[Explanation] = Field(
         default_factory=list, description="the recommended layout's limits, then why it beats each baseline")
+    notes: list[str] = Field(default_factory=list, description=(
+        "what the comparison left out: each of the profile's layouts that cannot hold this inventory, and why"))

@@ -17,7 +17,7 @@ import numpy as np
 from moment.errors import MomentError
 from moment.gcpause import paused
 from moment.planner import search
-from moment.planner.baselines import baseline_placements
+from moment.planner.baselines import baseline_placements, layouts_of
 from moment.planner.contracts import Baseline, Evaluation, Plan, SearchStats
 from moment.planner.equivalence import CapacityCanon, TreeBound
 from moment.planner.evaluate import BOTTLENECK_UTILISATION, evaluate
@@ -131,6 +131,7 @@ def _make_plan(topo: Topology, inventory: Inventory, workload: WorkloadSpec, max
         baselines=baselines,
         gain_vs_best_baseline=gain,
         explanation=explain(bare, seen(winner), [(b.name, seen(ev)) for b, ev in evaluated]),
+        notes=layouts_of(bare, inventory)[1],
     )
 
 

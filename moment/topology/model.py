@@ -346,9 +346,17 @@ class Topology(_Strict):
                 raise ValueError(f"links[{i}] ({link.kind}) connects {link.a!r} to itself")
         _check_sockets_joined(self.nodes, self.links)
         for name, lay in self.layouts.items():
-            for slot_id in [*lay.gpu, *lay.ssd]:
-                if slot_id not in seen or seen[slot_id].kind != Kind.slot:
-                    raise ValueError(f"layout {name!r} names {slot_id!r}, which is not a slot")
+            for kind, slots in ((Kind.gpu, lay.gpu), (Kind.ssd, lay.ssd)):
+                for i, slot_id in enumerate(slots):
+                    if slot_id not in seen or seen[slot_id].kind != Kind.slot:
+                        raise ValueError(f"layout {name!r} names {slot_id!r}, which is not a slot")
+                    if slot_id in slots[:i]:
+                        raise ValueError(f"layout {name!r} names slot {slot_id!r} twice in its {kind.value} list "
+                                         "(a slot holds one device)")
+                    if kind not in seen[slot_id].accepts:
+                        takes = ", ".join(k.value for k in seen[slot_id].accepts) or "nothing"
+                        raise ValueError(f"layout {name!r} puts a {kind.value} in slot {slot_id!r}, which accepts "
+                                         f"only {takes}")
         return self
 
     # ---- navigation -------------------------------------------------------------------------------
