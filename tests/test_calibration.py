@@ -174,3 +174,37 @@ def test_calibrate_profile_is_a_machine_by_its_name_not_its_path(tmp_path, capsy
     assert json.loads(out[out.index("{"):])["params"] == builtin["params"]
     assert main(["calibrate", "--measured", measured, "--profile", str(tmp_path / "paper-machine-a.yaml")]) == 2
     assert "the measurements are of 'paper-machine-b', not 'paper-machine-a'" in capsys.readouterr().err
+
+
+def _measured(tmp_path, times: tuple[float, float, float]):
+    m = tmp_path / "m.yaml"
+    m.write_text("machine: paper-machine-a\ngpus: 4\nssds: 8\nmeasurements:\n" + "".join(
+        f"  - {{layout: {lay}, epoch_s: {t}}}\n" for lay, t in zip(("paper-a", "paper-b", "paper-c"), times)))
+    return m
+
+
+def test_measurements_no_calibration_can_reach_are_refused(tmp_path, capsys):
+    """Epochs 20-40x faster than the machine at its book rates (milliseconds read as seconds, or a step
+    for an epoch): refused naming the file, each measurement and the likely cause; nothing written.
+    (A fit to them sat on its bounds, the book rates, with residuals of +2000%, and was written.)"""
+    m, out = _measured(tmp_path, (0.5, 0.6, 0.55)), tmp_path / "cal.yaml"
+    assert main(["calibrate", "--measured", str(m), "--out", str(out)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"error: {m}: 3 of the 3 measurements are more than 2x faster than paper-machine-a" in err
+    assert "paper-a 0.5 s measured, at best 13 s (26x)" in err
+    assert "milliseconds" in err and "one training step" in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_a_fit_resting_on_its_bounds_and_still_slow_says_so(tmp_path, capsys):
+    """20-30% faster than the model can be: the fit is written (it is the best there is), with a note."""
+    m, out = _measured(tmp_path, (10, 20, 9.5)), tmp_path / "cal.yaml"
+    assert main(["calibrate", "--measured", str(m), "--out", str(out)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "note: the fit stops at the bound of switch_uplink = 1, socket_link = 1 and still predicts paper-a +30%" \
+        in text and "leave-one-out predicted" in text and "left-one-out" not in text
+    assert out.exists() and "notes" not in out.read_text()  # said, not written
+    assert main(["calibrate", "--measured", str(m), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["notes"][0].startswith("the fit stops at the bound")
+    assert main(["calibrate", "--measured", "tests/data/paper-machine-b-measured.yaml", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["notes"] == []  # the paper's measurements: no note

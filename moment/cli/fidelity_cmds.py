@@ -6,6 +6,7 @@ import json
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from moment.cli import app, console
 from moment.cli.requests import given, request_options
@@ -81,7 +82,7 @@ def calibrate_cmd(
     if json_out:
         _emit_json({"params": cal.params, "fitted": cal.fitted,
                     "residuals": [r.model_dump(mode="json") for r in cal.residuals],
-                    "loo_max_rel_err": cal.loo_max_rel_err})
+                    "loo_max_rel_err": cal.loo_max_rel_err, "notes": cal.notes})
         return
     t = Table(title=f"calibration fitted on {cal.fitted_on} ({cal.inventory})")
     for c in ("parameter", "value", "bounds", "fitted", "meaning"):
@@ -91,7 +92,7 @@ def calibrate_cmd(
                   p.meaning)
     console.print(t)
     r = Table(title="measurements")
-    for c in ("measured", "value", "predicted", "error", "left-one-out predicted", "LOO error"):
+    for c in ("measured", "value", "predicted", "error", "leave-one-out predicted", "LOO error"):
         r.add_column(c)
     for x in cal.residuals:
         r.add_row(x.layout, f"{x.measured_s:.2f}", f"{x.predicted_s:.2f}", f"{x.rel_err:+.1%}",
@@ -100,6 +101,8 @@ def calibrate_cmd(
     console.print(r)
     if cal.loo_max_rel_err is not None:
         console.print(f"largest leave-one-out error: {cal.loo_max_rel_err:.1%}")
+    for note in cal.notes:
+        console.print(Text.assemble(("note:", "yellow"), f" {note}"))
     if out is not None:
         console.print(f"calibration written to [bold]{out}[/]")
 

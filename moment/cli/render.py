@@ -87,7 +87,7 @@ def render_plan(console: Console, plan: Plan, topo: Topology) -> None:
     if plan.baselines:
         _render_baselines(console, plan)
     for note in plan.notes:
-        console.print(f"note: {note}", highlight=False)
+        console.print(Text.assemble(("note:", "yellow"), f" {note}"))
     _render_explanation(console, plan)
     s = plan.search
     if s.method == "branch-and-bound":

@@ -329,11 +329,66 @@ def check_fit_names(names: list[str]) -> list[str]:
     return sorted(set(names), key=list(PARAMS).index)
 
 
+#: a measurement this many times faster than the model at its fastest (every efficiency at its book rate, no
+#: overhead) is refused: no calibration reaches it, and a fit would sit on its bounds, i.e. be the book rates
+#: with residuals in the thousands of percent; a time in ms or per step, or a rate in MB/s, is the usual cause
+UNREACHABLE = 2.0
+#: a fit resting on a parameter's fast bound that still predicts a measurement this much slower is noted
+BOUND_MISS = 0.10
+_UNITS_HINT = ("epoch_s is the seconds of one whole epoch of the workload `moment plan` assumes (igb-hom-graphsage, "
+               "1024-d features), read_gbps and gbps are GB/s: a time in milliseconds or of one training step, a "
+               "rate in MB/s, or a run that read far less than that workload is the usual cause")
+
+
+def fastest(model: Model) -> np.ndarray:
+    """Each measurement as the model predicts it at its fastest: every efficiency at its upper bound, no
+    overhead (the parameters' defaults)."""
+    return model.predict({k: p.lo if p.unit == "s" else p.hi for k, p in PARAMS.items()})
+
+
+def _faster(m: Measurement, measured: float, best: float) -> float:
+    """How many times faster `measured` is than the model's fastest `best` (epochs: less is faster)."""
+    return best / measured if m.epoch_s is not None else measured / best if best > 0 else np.inf
+
+
+def _check_reachable(model: Model, source: str | None) -> None:
+    """Refuse measurements far faster than any calibration can make the machine (`UNREACHABLE`)."""
+    best = fastest(model)
+    far = [(m, m.value, float(best[i])) for i, m in enumerate(model.ms)
+           if _faster(m, m.value, float(best[i])) > UNREACHABLE]
+    if not far:
+        return
+    unit = {True: "s", False: "GB/s"}
+    each = "; ".join(f"{m.label} {v:.3g} {unit[m.epoch_s is not None]} measured, at best {b:.3g} "
+                     f"{unit[m.epoch_s is not None]} ({_faster(m, v, b):.0f}x)" for m, v, b in far[:4])
+    more = f"; and {len(far) - 4} more" if len(far) > 4 else ""
+    raise MomentError(f"{len(far)} of the {len(model.ms)} measurements are more than {UNREACHABLE:g}x faster than "
+                      f"{model.bare.name} ({model.inventory.describe()}) can be at its book rates with no overhead, "
+                      f"so no calibration fits them: {each}{more}", source=source, hint=_UNITS_HINT)
+
+
+def _bound_notes(full: FitResult, names: list[str], ms: list[Measurement], residuals: list[Residual]) -> list[str]:
+    """A note when the fit rests on a parameter's fast bound and still predicts measurements slower than
+    measured by more than BOUND_MISS: the model cannot be as fast as they say."""
+    fast = {n: PARAMS[n].lo if PARAMS[n].unit == "s" else PARAMS[n].hi for n in names}
+    pinned = [n for n in names if abs(full.params[n] - fast[n]) <= 1e-6 * max(1.0, abs(fast[n]))]
+    slow = [r for m, r in zip(ms, residuals) if (r.rel_err if m.epoch_s is not None else -r.rel_err) > BOUND_MISS]
+    if not (pinned and slow):
+        return []
+    return [f"the fit stops at the bound of {', '.join(f'{n} = {fast[n]:g}' for n in pinned)} and still predicts "
+            f"{', '.join(f'{r.layout} {r.rel_err:+.0%}' for r in slow)}: the machine measured faster than the model "
+            f"can be; a run that read less than the workload `moment plan` assumes, or times not in seconds per "
+            f"epoch, is the usual cause"]
+
+
 def calibrate(topo: Topology, inventory: Inventory, mfile: MeasurementFile, names: list[str], *,
-              workload: WorkloadSpec | None = None, loo: bool = True) -> Calibration:
+              workload: WorkloadSpec | None = None, loo: bool = True, source: str | None = None) -> Calibration:
+    """Fit `names` to the measurements; `source` (the measurement file) is named when they are far faster
+    than the model can be (refused), and the calibration's notes say when the fit rests on a bound."""
     names = check_fit_names(names)
     ms = mfile.measurements
     model = Model(topo, inventory, ms, workload, mfile.data)
+    _check_reachable(model, source)
     distinct = _distinct(model)
     if len(distinct) <= len(names):
         raise MomentError(f"{len(distinct)} distinct measurements cannot test a fit of {len(names)} parameters "
@@ -358,7 +413,7 @@ def calibrate(topo: Topology, inventory: Inventory, mfile: MeasurementFile, name
     return Calibration(fitted_on=topo.name, inventory=inventory.describe(),
                        params={k: round(v, 6) for k, v in full.params.items()}, fitted=names,
                        meaning={k: PARAMS[k].meaning for k in PARAMS}, residuals=residuals,
-                       loo_max_rel_err=loo_max)
+                       loo_max_rel_err=loo_max, notes=_bound_notes(full, names, ms, residuals))
 
 
 def _distinct(model: Model) -> list[list[int]]:

@@ -66,6 +66,8 @@ class Calibration(BaseModel):
     meaning: dict[str, str] = Field(default_factory=dict)
     residuals: list[Residual] = Field(default_factory=list)
     loo_max_rel_err: float | None = None
+    notes: list[str] = Field(default_factory=list, exclude=True, description=(
+        "what the fit could not do (said by `moment calibrate`, not written to the file)"))
 
     @model_validator(mode="after")
     def _known(self) -> Calibration:

@@ -366,7 +366,7 @@ def calibrate(req: CalibrateRequest) -> Calibration:
                           source=str(req.measured))
     inv = api.parse_inventory(None, g, s, req.gpu_model, req.ssd_model)
     cal = fit(topo, inv, mf, list(DEFAULT_FIT) if req.fit is None else
-              [x.strip() for x in req.fit.split(",") if x.strip()])
+              [x.strip() for x in req.fit.split(",") if x.strip()], source=str(req.measured))
     if req.out is not None:
         atomic_write(req.out, dump_calibration(cal), "--out")
     return cal
