@@ -43,7 +43,10 @@ def test_what_cannot_run_is_one_error(capsys):
     code, _, err = _doctor(capsys, "--gpu", "--device", "cpu", "--ranks", "0")
     assert code == 2 and "--ranks 0: must be at least 1" in err
     code, _, err = _doctor(capsys)
-    assert code == 2 and "--gpu" in err
+    assert code == 2 and "--gpu is required" in err
+    code, out, _ = _doctor(capsys, "--help")  # and its help says so, before 'without CUDA ... exits 0'
+    help_text = " ".join(out.replace("│", " ").split())
+    assert code == 0 and "--gpu is required" in help_text and "Without CUDA, --gpu says so in one line" in help_text
 
 
 @pytest.mark.slow

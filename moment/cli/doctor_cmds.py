@@ -27,14 +27,15 @@ def doctor_cmd(
     no_tests: bool = typer.Option(False, "--no-tests", help="leave out the repository's CUDA tests"),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
-    """Check that this machine is ready to train: run it first on a GPU machine.
+    """Check that this machine is ready to train: run `moment doctor --gpu` first on a GPU machine.
 
+    --gpu is required: the GPU checks are the only ones so far (without it the doctor says so and exits 2).
     With --gpu, where CUDA exists: the repository's CUDA tests; one epoch of a small layout trained with the
     tiered pipelined store against the features-in-memory run on the same device (up to 4 ranks, one per
     GPU, matched by PCI address): every batch bit for bit, the losses within a tolerance, every collective of
     a rank from one thread in one order, each rank holding a CUDA context on its own GPU only; and the pinned
     staging ring with every copy delayed, under torch.cuda.set_sync_debug_mode("warn"). Every check has a
-    deadline (a hang fails it). Without CUDA it says so in one line and exits 0. Exits 1 when a check
+    deadline (a hang fails it). Without CUDA, --gpu says so in one line and exits 0. Exits 1 when a check
     fails; the last line counts what passed, what was skipped (and why) and what failed.
 
     Example: moment doctor --gpu
@@ -43,7 +44,7 @@ def doctor_cmd(
         raise MomentError(f"--device {device}: not a device the checks run on; choose {' or '.join(DEVICES)}",
                           hint="moment doctor --gpu --device cpu")
     if not gpu:
-        raise MomentError("say what to check: --gpu (the GPU checks are the only ones so far)",
+        raise MomentError("say what to check: --gpu is required (the GPU checks are the only ones so far)",
                           hint="moment doctor --gpu")
     from moment.runtime.gpucheck import check_machine, render
 
