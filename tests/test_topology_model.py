@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 
@@ -191,3 +193,14 @@ nodes:
 """)
     with pytest.raises(MomentError, match=r"blk\.yaml.*slot 's0' blocks itself"):
         load_profile(str(p))
+
+
+def test_a_model_listed_twice_is_described_once(capsys):
+    """`--inventory 2xA100,2xA100` plans 4 A100s (the search merges the lines); the plan says so."""
+    from moment.cli import main
+
+    inv = Inventory(items=[{"model": "A100-PCIe-40GB", "count": 2}, {"model": "P5510", "count": 4},
+                           {"model": "A100", "count": 2}])
+    assert inv.describe() == "4 x A100-PCIe-40GB, 4 x P5510"
+    assert main(["plan", "-p", "paper-machine-b", "--inventory", "2xA100,2xA100,4xP5510", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["inventory"] == "4 x A100-PCIe-40GB, 4 x P5510"

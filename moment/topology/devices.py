@@ -98,8 +98,17 @@ class Inventory(BaseModel):
     def count(self, kind: Kind) -> int:
         return sum(c for m, c in self.models() if m.kind == kind)
 
+    def merged(self) -> list[tuple[DeviceModel, int]]:
+        """One line per model (a model listed twice is counted once, with both counts), in the inventory's
+        order: what the inventory is, however it was spelled."""
+        out: dict[str, list] = {}
+        for m, c in self.models():
+            out.setdefault(m.name, [m, 0])[1] += c
+        return [(m, c) for m, c in out.values()]
+
     def describe(self) -> str:
-        return ", ".join(f"{c} x {m.name}" for m, c in self.models())
+        """The inventory in words, one line per model (`2xA100,2xA100` is 4 x A100-PCIe-40GB)."""
+        return ", ".join(f"{c} x {m.name}" for m, c in self.merged())
 
 
 def fits(slot: Slot, model: DeviceModel) -> bool:
