@@ -123,6 +123,6 @@ def test_cli_jobs(capsys, tmp_path):
     f.write_text(yaml.safe_dump(SMALL))
     assert main(["advise", "-p", str(f), "--budget", "40000", "--models", "T4,P5510", "--jobs", "-1"]) == 2
     err = capsys.readouterr().err
-    assert "--jobs -1: give 1 or more processes" in err and "Traceback" not in err
+    assert "--jobs -1: give a number of processes, or 0 for one per core (up to 4)" in err and "Traceback" not in err
     assert main(["advise", "-p", str(f), "--budget", "40000", "--models", "T4,P5510", "--jobs", "2", "--json"]) == 0
     assert ahead.auto_jobs() >= 1

@@ -44,7 +44,7 @@ def advise_cmd(
         with solver_bar(not json_out, label=label) as cb:
             return work(cb)
 
-    res = advise(req, solve=solve, jobs=jobs or None)
+    res = advise(req, solve=solve, jobs=jobs)
     if json_out:
         print(json.dumps(res.json, indent=2))
         return

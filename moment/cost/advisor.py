@@ -285,8 +285,11 @@ class _Bound:
 def check_inputs(budget_usd: float, top_k: int, max_gpus: int | None, max_ssds: int | None, *,
                  flag: Flag = cli_flag, jobs: int | None = 1) -> None:
     """The advisor's numbers, checked before any work (names as `flag` spells them: `--top`, ...)."""
-    if jobs is not None and jobs < 1:
-        raise MomentError(f"{flag('jobs')} {jobs}: give 1 or more processes", field="jobs")
+    if jobs is not None and jobs < 0:
+        from moment.cost.ahead import MAX_AUTO_JOBS
+
+        raise MomentError(f"{flag('jobs')} {jobs}: give a number of processes, or 0 for one per core (up to "
+                          f"{MAX_AUTO_JOBS})", field="jobs")
     if not budget_usd > 0 or not math.isfinite(budget_usd):
         raise MomentError(f"{flag('budget')} {budget_usd:g}: give a positive amount of USD", field="budget")
     if top_k < 1:
@@ -307,7 +310,7 @@ def advise(topo: Topology, budget_usd: float, *, models: list[str] | None = None
     max_gpus, ...) as `flag` does. `data`: the data placement each inventory's epoch is predicted under
     ('planned' or 'even', as `moment plan --data`); the throughput bound holds for both. `reserve`: (model,
     count) cards every inventory must leave slots for (a cluster server's NICs, `--machines-max`). `jobs`:
-    processes solving inventories (moment.cost.ahead; None: the cores this one may use, up to 4); the answer
+    processes solving inventories (moment.cost.ahead; None or 0: the cores this one may use, up to 4); the answer
     is the same for any.
 
     The stages: enumerate the inventories the chassis takes, price them and keep those in the budget

@@ -90,15 +90,15 @@ class Ahead:
     """`solve(item, key)` with answers solved ahead: `upcoming()` yields the (key, item) pairs the caller will
     likely ask for next, soonest first (set it before the first `solve`). `solve_here(item, key)` solves in
     this process; `make_solver(setup)` (a module-level function: a helper imports it) makes a helper's.
-    `jobs`: processes in all, this one included (None: `auto_jobs()`), never more than the cores.
+    `jobs`: processes in all, this one included (None or 0: `auto_jobs()`), never more than the cores.
     `start`: start the helpers now, not after START_AFTER_S of solving here (a caller that knows its search
     is long lets them load meanwhile)."""
 
     def __init__(self, solve_here: Callable[[Any, str], Any], jobs: int | None,
                  make_solver: Callable[[Any], Callable[[Any, str], Any]], setup: Any, start: bool = False):
         self._solve_here = solve_here
-        # `jobs` processes in all (None: auto_jobs), no more than cores: each would only wait
-        self._wanted = max(0, min(auto_jobs() if jobs is None else jobs, _cores()) - 1)
+        # `jobs` processes in all (None or 0: auto_jobs), no more than cores: each would only wait
+        self._wanted = max(0, min(jobs or auto_jobs(), _cores()) - 1)
         self._make_solver, self._setup = make_solver, setup
         self._helpers: list[_Helper] = []
         self._answers: dict[str, Any] = {}

@@ -158,7 +158,7 @@ def advise(req: AdviseRequest, *, machine: Callable[[], Topology] | None = None,
     `machine()` loads the chassis (None: `req.profile` with `req.overrides`); `blame(field)` wraps the steps
     about one input (the service names the field a message is about); `solve(label, work)` runs
     `work(progress)`, a search ("solving inventories", "planning clusters": the CLI's bars, the service's
-    time limit); messages spell inputs as `flag` does. `jobs`: processes solving inventories (None: one per core,
+    time limit); messages spell inputs as `flag` does. `jobs`: processes solving inventories (None or 0: one per core,
     up to 4; moment.cost.ahead), the same answer for any."""
     from moment.cost.advisor import advise as advise_inventories
     from moment.cost.advisor import check_inputs
