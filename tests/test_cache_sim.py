@@ -67,7 +67,10 @@ def test_cli_json_and_errors(ds, capsys):
         assert 0 <= v["hit_rate"] <= doc["belady"]["hit_rate"] and v["ssd_bytes"] >= doc["belady"]["ssd_bytes"]
     for bad, words in ((["--capacity", "0"], "--capacity '0'"), (["--capacity", "200%"], "--capacity '200%'"),
                        (["--capacity", "lots"], "--capacity 'lots'"),  # (named no option)
-                       (["--capacity", "10%", "--policy", "fifo"], "fifo"), (["--capacity", "10%", "--rank", "3"], "3")):
+                       (["--capacity", "10%", "--policy", "fifo"], "--policy 'fifo': not a cache policy the "
+                        "simulation compares; choose from static, lru, belady-superbatch (belady, the whole-trace "
+                        "optimum, is always reported as the bound)"),
+                       (["--capacity", "10%", "--rank", "3"], "3")):
         assert main(["cache", "simulate", "--dataset", str(ds.path), *bad]) == 2, bad
         err = capsys.readouterr().err
         assert "error" in err and words in err, err

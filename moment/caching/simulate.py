@@ -13,20 +13,29 @@ from typing import Any
 
 import numpy as np
 
-from moment.caching.policies import POLICIES, make_policy
+from moment.caching.policies import make_policy
 from moment.errors import MomentError
 
 DEFAULT_POLICIES = ("static", "lru", "belady-superbatch")
+#: the bound every simulation reports besides the policies compared
+BOUND = "belady"
+
+
+def check_policies(policies: Sequence[str]) -> None:
+    """The policies a simulation compares (`--policy`): DEFAULT_POLICIES, or the bound it reports anyway."""
+    for name in policies:
+        if name not in (*DEFAULT_POLICIES, BOUND):
+            raise MomentError(f"--policy {name!r}: not a cache policy the simulation compares; choose from "
+                              f"{', '.join(DEFAULT_POLICIES)} ({BOUND}, the whole-trace optimum, is always reported "
+                              "as the bound)")
 
 
 def simulate(trace, capacity_rows: int, policies: Sequence[str] = DEFAULT_POLICIES, *,
              hotness: np.ndarray | None, superbatch: int = 16,
              progress: Callable[[int, int], None] | None = None) -> dict[str, dict[str, Any]]:
     """Per policy (and always `belady`): hit_rate, hits, accesses, ssd_bytes, admitted_rows."""
-    names = list(dict.fromkeys([*policies, "belady"]))
-    for name in names:
-        if name not in POLICIES:
-            raise MomentError(f"unknown cache policy {name!r}: choose from {', '.join(POLICIES)}")
+    check_policies(policies)
+    names = list(dict.fromkeys([*policies, BOUND]))
     if superbatch < 1:
         raise MomentError(f"--superbatch must be >= 1, got {superbatch}")
     batches = trace.batches()

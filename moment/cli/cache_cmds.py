@@ -46,7 +46,7 @@ def simulate_cmd(
     each capacity; reports hit rate and bytes read from SSD, with Belady's optimum as the bound."""
     import numpy as np
 
-    from moment.caching.simulate import DEFAULT_POLICIES, simulate
+    from moment.caching.simulate import DEFAULT_POLICIES, check_policies, simulate
     from moment.runtime.config import TrainConfig
     from moment.sizes import parse_size
     from moment.workload.graph import GraphDataset
@@ -59,6 +59,7 @@ def simulate_cmd(
     check_at_least(batch_size=(batch_size, 1), superbatch=(superbatch, 1), epochs=(epochs, 1), ranks=(ranks, 1),
                    rank=(rank, 0))
     check_seed(seed)
+    check_policies(policy or DEFAULT_POLICIES)  # before the trace is sampled
     if rank >= ranks:
         raise MomentError(f"--rank {rank} must be below --ranks {ranks}")
     ds = GraphDataset.open(dataset)
