@@ -236,6 +236,7 @@ CASES = [
          "has no name: pandas' index", gone=("data/ix", "data/.ix.tmp-*")),
     Case("moment scan --from-lspci lspci-u16.txt", "UTF-16"),
     Case("moment scan --from-lspci lspci-t.txt", "lspci -tv"),
+    Case("moment plan --profile dup-key.yaml --gpus 1 --ssds 1", "key 'gen' appears twice"),
     Case("moment layout verify layouts/swapped", "edited or damaged", keep=("layouts/swapped/manifest.json",)),
     Case(f"moment train --layout layouts/swapped --epochs 1 {FAST}", "edited or damaged"),
     # values that must be refused
@@ -654,6 +655,9 @@ def write_inputs() -> None:
     Path("bom.csv").write_bytes("\ufeffdst,src\nbob,alice\ncarol,bob\ndave,carol\n".encode())  # Excel's CSV
     Path("tags.csv").write_text("src,dst\nalice,c#\nbob,c\ncarol,c++\nalice,bob\n")  # c# is not c
     Path("floats.csv").write_text("alice,1.0\nbob,1.5\n")
+    Path("dup-key.yaml").write_text("name: dup\nnodes:\n  - {id: cpu0, kind: socket}\n  - {id: rc0, kind: root_complex, "
+                                    "parent: cpu0}\n  - {id: slot1, kind: slot, parent: rc0, width: 16, "
+                                    "link: {gen: 4, width: 16, gen: 3}}\n")
     Path("labels-index.csv").write_text(",id,class\n0,alice,1\n1,bob,2\n")  # pandas' to_csv with its index
     for k in range(2):
         Path(f"pq-hive/bucket={k}").mkdir(parents=True)

@@ -72,7 +72,7 @@ GC_PAUSED = frozenset({"plan", "compare"})
 LISTING = {
     "advise": "Recommend what to buy: how many of which GPU and SSD, and where they go, for the best "
               "throughput per dollar and the best throughput under a budget.",
-    "doctor": "Check that this machine is ready to train: run it first on a GPU machine.",
+    "doctor": "Check that this machine is ready to train: run `moment doctor --gpu` first on a GPU machine.",
     "simulate": "Replay an epoch step by step on the capacity graph and compare it with the aggregate LP.",
     "calibrate": "Fit link efficiencies and a per-epoch overhead to measured epoch times by bounded least "
                  "squares.",

@@ -75,15 +75,12 @@ class CostReport(BaseModel):
 
 def line_items(inventory: Inventory, prices: PriceTable) -> list[LineItem]:
     """One line per model of the inventory (a model listed twice is one line), in inventory order."""
-    merged: dict[str, list] = {}
-    for m, c in inventory.models():
+    out = []
+    for m, c in inventory.merged():
         if m.kind not in (Kind.gpu, Kind.ssd):
             raise MomentError(f"{m.name} is {A_KIND[m.kind]}: the cost model prices GPUs and SSDs only")
-        merged.setdefault(m.name, [m, 0])[1] += c
-    out = []
-    for name, (m, c) in merged.items():
-        p = prices.device(name)
-        out.append(LineItem(model=name, kind=m.kind.value, count=c, unit_usd=p.price_usd, power_w=p.power_w,
+        p = prices.device(m.name)
+        out.append(LineItem(model=m.name, kind=m.kind.value, count=c, unit_usd=p.price_usd, power_w=p.power_w,
                             date=p.date, source=p.source))
     return out
 

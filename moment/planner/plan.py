@@ -193,7 +193,7 @@ class SearchCache:
         """(the inventory's model names, in order; a key equal for inventories `best_placement` answers
         alike with the names changed): each model's look and count, in inventory order, and the order of
         the names (the last tie-break compares them)."""
-        models = search.merged_models(inventory)
+        models = inventory.merged()
         names = tuple(m.name for m, _ in models)
         order = tuple(sorted(range(len(names)), key=names.__getitem__))
         return names, (tuple((self._look(m), c) for m, c in models), order, data, workload.model_dump_json())

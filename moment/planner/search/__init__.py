@@ -35,7 +35,7 @@ from moment.topology.devices import DeviceModel, Inventory, InventoryItem
 from moment.topology.model import Topology
 
 __all__ = ["Listings", "SearchSpace", "Timeout", "TooMany", "canonical_keys", "count_valid", "enumerate_placements",
-           "merged_models", "placement_key"]
+           "placement_key"]
 
 
 @dataclass
@@ -108,7 +108,7 @@ def enumerate_placements(topo: Topology, inventory: Inventory, *, prune: bool = 
     (see `Enumeration`). `shared`: listings of other inventories on `topo` to take this one's from
     where it has the same shape (and to add it to).
     """
-    models = merged_models(inventory)
+    models = inventory.merged()
     names = tuple(m.name for m, _ in models)
     key = None
     built = None
@@ -149,7 +149,7 @@ def count_valid(topo: Topology, inventory: Inventory, deadline: float | None = N
     programme, whose tables grow with the product of the models' counts: mixed inventories on large
     machines take minutes); None where `deadline` stopped it, MomentError naming what does not fit
     when none."""
-    models = merged_models(inventory)
+    models = inventory.merged()
     slots = Slots(topo, [m for m, _ in models])
     try:
         return _counted(topo, inventory, slots, HallBound(slots, tuple(c for _, c in models)), deadline)
@@ -205,17 +205,6 @@ def placement_key(topo: Topology, models: list[DeviceModel]) -> Callable[[dict[s
     slots, _, canon = _build(topo, [(m, 1) for m in models], pin_all=False)
     index = {m.name: i for i, m in enumerate(models)}
     return lambda placement: canon.placement_key({x: index[m] for x, m in placement.items()})
-
-
-def merged_models(inventory: Inventory) -> list[tuple[DeviceModel, int]]:
-    """Inventory lines per model (a model listed twice is one line), in the inventory's order."""
-    out: dict[str, list] = {}
-    for m, c in inventory.models():
-        if m.name in out:
-            out[m.name][1] += c
-        else:
-            out[m.name] = [m, c]
-    return [(m, c) for m, c in out.values()]
 
 
 def _build(topo: Topology, models: list[tuple[DeviceModel, int]], *,
