@@ -61,8 +61,8 @@ def test_set_overrides_are_echoed_in_text_and_json(capsys):
 
 
 @pytest.mark.parametrize("override, needle", [
-    ("nodes.sw0.link.gen=9", "nodes.sw0.link.gen: PCIe generation must be 1-6"),
-    ("links.0.bandwidth_gbps=-3", "links.0.bandwidth_gbps: must be positive"),
+    ("nodes.sw0.link.gen=9", "nodes.sw0.link.gen=9: PCIe generation must be 1-6"),  # the key once
+    ("links.0.bandwidth_gbps=-3", "links.0.bandwidth_gbps=-3: must be positive"),
     ("nodes.sw0.parent=ghost", "parent 'ghost' does not exist"),
 ])
 def test_bad_set_value_blames_the_override_not_the_shipped_file(capsys, override, needle):

@@ -178,7 +178,8 @@ def _blame_override(data: dict, overrides: list[str], path: Path, flag: Flag) ->
             err = e
             break
     assert err is not None
-    lines = _error_lines(err, data)
+    key = ov.split("=", 1)[0].strip()
+    lines = [line.removeprefix(f"{key}: ") for line in _error_lines(err, data)]  # the key is said once, in front
     return MomentError(f"{flag('set')} {_shown(ov)}: " + ("; ".join(lines)),
                        hint=f"the profile {path.name} is valid without this override", field="set")
 
