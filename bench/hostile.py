@@ -318,7 +318,8 @@ CASES = [
     Case(f"{TRAIN} --checkpoint-dir ckpt --resume --hidden 64", "hidden 256 vs 64", keep=("ckpt/checkpoint.pt",)),
     Case(f"{TRAIN} --nproc 64", "placed for 4 GPU"),
     Case("moment plan --profile mixed64.yaml --gpus 8 --ssds 16", "recommended placement", code=0),
-    Case("moment plan --profile mixed64.yaml --gpus 8 --ssds 16 --timeout 0.01", "within the 0.01 s time limit"),
+    # a limit too short for the search: the best of the first placements, said to be unproven, with its bound
+    Case("moment plan --profile mixed64.yaml --gpus 8 --ssds 16 --timeout 0.01", "not proven optimal", code=0),
     Case("moment simulate --layout layouts/L --dataset data/ds", "layout trace", code=0),
     # a disk that fills up at a checkpoint: said with the file, the last good checkpoint kept
     Case("moment train --layout layouts/L --epochs 2 --nproc 2 --checkpoint-dir full/ck --checkpoint-every 2 "
