@@ -168,6 +168,8 @@ def test_a_scripts_mistakes_are_named_as_it_wrote_them(runtime_dataset, runtime_
     with pytest.raises(MomentError, match=r"^batch_size=True: must be an integer >= 1, not a bool"):
         moment.open_run(runtime_layout, batch_size=True)
 
+    with pytest.raises(MomentError, match=r"this is a dataset .*\n  hint: pass its directory as dataset \(to place"):
+        moment.open_run(runtime_dataset.path)  # the layout's check, in start: a keyword too
     def make(in_dim, num_classes, num_layers, hidden):
         return torch.nn.Linear(in_dim, num_classes)
     with pytest.raises(MomentError, match=r"^model=.*make: give your model's factory by its import path, "

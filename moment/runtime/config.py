@@ -464,8 +464,7 @@ def make_config(*, keywords: bool = False, **values: Any) -> TrainConfig:
     except MomentError as e:  # the options' joint checks spell them as flags: a script reads its keywords
         if not keywords:
             raise
-        raise MomentError(_as_keywords(e.message), hint=_as_keywords(e.hint) if e.hint else KEYWORDS_HINT,
-                          source=e.source, field=e.field) from None
+        raise keyword_error(e, KEYWORDS_HINT) from None
 
 
 def _check_keyword_types(values: dict[str, Any]) -> None:
@@ -496,8 +495,9 @@ def _keyword_spellings() -> dict[str, str]:
     return out
 
 
-def _as_keywords(text: str) -> str:
-    """A joint check's message, its flags spelt as `open_run` keywords (`--dataset DIR` -> `dataset=DIR`)."""
+def as_keywords(text: str) -> str:
+    """A message about training options, its flags spelt as `open_run` keywords (`--dataset DIR` -> `dataset=DIR`);
+    a command in backticks (`moment place --dataset DIR`) is left as it is typed."""
     spell = _keyword_spellings()
 
     def one(m: re.Match) -> str:
@@ -508,7 +508,19 @@ def _as_keywords(text: str) -> str:
         if value is None:
             return word
         return f"{word}={value}" if "=" not in word else f"{word} {value}"
-    return re.sub(r"(--[a-z][a-z0-9-]*)(?: ([A-Z][A-Z_]*)\b)?", one, text)
+    parts = text.split("`")
+    return "`".join(re.sub(r"(--[a-z][a-z0-9-]*)(?: ([A-Z][A-Z_]*)\b)?", one, part) if i % 2 == 0 else part
+                    for i, part in enumerate(parts))
+
+
+def keyword_error(e: MomentError, hint: str | None = None) -> MomentError:
+    """`e` as a script that gave `open_run` its options reads it (`as_keywords`; `hint` where `e` has none); `e`
+    itself, its type kept, when nothing in it is a flag."""
+    message, new_hint = as_keywords(e.message), as_keywords(e.hint) if e.hint else hint
+    if message == e.message and new_hint == e.hint:
+        return e
+    kind = type(e) if type(e).__init__ is MomentError.__init__ else MomentError  # AgreedError stays one
+    return kind(message, source=e.source, hint=new_hint, field=e.field, remedies=e.remedies)
 
 
 def _value_type(annotation: Any) -> tuple[Any, list | None]:

@@ -39,7 +39,7 @@ from moment.io.diskstats import DiskWatch
 from moment.locking import shared
 from moment.placement.opened import Layout
 from moment.runtime.budget import under_torchrun
-from moment.runtime.config import TrainConfig, effective_fanouts, make_config
+from moment.runtime.config import TrainConfig, effective_fanouts, keyword_error, make_config
 from moment.runtime.dist import AgreedError, DistContext, free_group_last, setup
 from moment.runtime.finite import DIVERGE_FACTOR, DIVERGE_STEPS, BadStep, Divergence, StepLog, check_due
 from moment.runtime.heap import HeapKeeper, keep_freed_memory, return_freed_memory
@@ -748,7 +748,10 @@ def open_run(layout: str | Path | None = None, *, dataset: str | Path | None = N
     Close it (or use `with`) on every rank."""
     values = {k: v for k, v in dict(layout=layout, dataset=dataset).items() if v is not None}
     cfg = make_config(keywords=True, **values, **options)
-    run = start(cfg)
+    try:
+        run = start(cfg)
+    except MomentError as e:  # the layout, the device, the budget: said as the script gave them
+        raise keyword_error(e) from None
     if run.ctx.is_main and not cfg.quiet:  # what `moment train` says at start too (quiet=True: nothing)
         for line in run.notes:
             print(f"moment: {line}", file=sys.stderr)
