@@ -40,6 +40,7 @@ import torch
 from moment.caching.tiers import SAMPLED_AHEAD, ahead_after
 from moment.io.device import DeviceLayer
 from moment.runtime.footprint import held_batches
+from moment.runtime.lost import PeerLeft
 from moment.runtime.sampler_pool import SamplerPool
 from moment.runtime.sources import FeatureSource, Staged, in_step
 from moment.runtime.threads import start_thread
@@ -187,9 +188,11 @@ class Pipeline:
                 yield item
                 self.times.train += time.perf_counter() - now
         finally:
-            it.close()
-            local.close()
-            self.times.wall += time.perf_counter() - t0
+            try:
+                it.close()
+            finally:  # the threads end whatever the rounds did
+                local.close()
+                self.times.wall += time.perf_counter() - t0
 
     # -- stages
 
@@ -235,7 +238,7 @@ class Pipeline:
         of the exchanges this sequence's batches took part in: all where they are `stepped`, sources.in_step)."""
         ahead = next(local, None)
         rounds = self._start(ahead, stepped)
-        failed = False
+        failed = stopped = False
         try:
             while ahead is not None:
                 item = ahead
@@ -246,15 +249,29 @@ class Pipeline:
                 rounds = self._start(ahead, stepped)
                 if item.staged is not None:
                     yield item
-        except GeneratorExit:  # the consumer stopped early (every rank alike, or DDP's own steps would not match)
-            pass
+        except GeneratorExit:  # the consumer stopped early: it broke out (every rank alike, or DDP's own steps would
+            # not match), or its step failed and its loop was unwound (`_serve`)
+            stopped = True
         except BaseException:  # this rank's own failure: no more collectives, its peers learn it from its exit
             failed = True
             raise
         finally:
             if not failed:  # the round started ahead is finished, then the others are served until all are done
-                while self._finish(rounds, None):
-                    rounds = self._start(None, stepped)
+                self._serve(rounds, stepped, stopped)
+
+    def _serve(self, rounds: Staged | None, stepped: bool, stopped: bool) -> None:
+        """Finish `rounds`, then serve the other ranks until every one is done. `stopped`: the consumer let go
+        of the sequence early: it broke out of its loop, or its step failed (a DDP all-reduce that met a rank's
+        loss) and Python closes the sequence as it unwinds the loop, or later from the garbage collector. A rank
+        found gone then ends the serving quietly: raised from a generator's close, the error never reaches the
+        consumer, Python prints it as an "Exception ignored in" traceback; the loss is said once, by the
+        consumer's own error or by its next collective (the next loader's rounds, `run.close()`)."""
+        try:
+            while self._finish(rounds, None):
+                rounds = self._start(None, stepped)
+        except PeerLeft:
+            if not stopped:
+                raise
 
     def _start(self, item: Prepared | None, stepped: bool) -> Staged | None:
         """Start `item`'s rounds (None: the source's idle rounds, of a `stepped` sequence or not), on the
