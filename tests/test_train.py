@@ -275,6 +275,41 @@ def test_a_read_only_run_dir_is_refused_naming_run_dir(setup, tmp_path, capsys, 
     assert "--checkpoint-dir" not in err and not list(ro.iterdir())
 
 
+def test_a_layout_on_a_read_only_mount_is_refused_naming_the_default_run_dir_and_planned_by_a_dry_run(
+        setup, tmp_path, capsys, monkeypatch):
+    """A layout on a read-only mount (machine 1's part of a split, which never writes a checkpoint, too): the run
+    and even --dry-run (which writes nothing) were refused naming --checkpoint-dir, not given, at
+    LAYOUT.runs/checkpoint, a path the run never uses (hunt-E 4). The run names its default run directory and how
+    to give another; a dry run plans."""
+    import errno
+    import tempfile
+
+    import moment.cli.train_launch as tl
+    import moment.outputs as outputs_mod
+    from moment.cli import main
+
+    _, _, layout = setup
+    mount = tmp_path / "mnt"
+    copy = shutil.copytree(layout, mount / "L")
+    real = tempfile.mkstemp
+
+    def read_only(*a, dir=None, **k):
+        if dir is not None and Path(dir).resolve().is_relative_to(mount.resolve()):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+        return real(*a, dir=dir, **k)
+
+    monkeypatch.setattr(outputs_mod.tempfile, "mkstemp", read_only)
+    monkeypatch.setattr(tl, "run", lambda *a, **k: pytest.fail("torchrun must not start"))
+    assert main(["train", "--layout", str(copy), "--epochs", "1"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert (f"error: the run directory (--run-dir's default) {mount}/L.runs: cannot write in {mount}: read-only "
+            "file system hint: pass --run-dir DIR") in err, err
+    assert "--checkpoint-dir" not in err
+    assert main(["train", "--dry-run", "--layout", str(copy), "--epochs", "1"]) == 0
+    assert "--checkpoint-dir" not in capsys.readouterr().err
+    assert not (mount / "L.runs").exists()
+
+
 @pytest.fixture(scope="module")
 def two_ranks(two_rank_run):
     return two_rank_run

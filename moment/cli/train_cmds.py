@@ -80,10 +80,13 @@ def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
     from moment.placement.opened import Layout
     from moment.runtime.devices import check_local_ranks, cuda_pci_addresses, default_device, local_devices
     from moment.runtime.run_plan import dataset_dir, layout_gpus
-    from moment.runtime.runs import CHECKPOINTS, check_run_dir, run_root
+    from moment.runtime.runs import check_run_dir
     from moment.workload.graph import CHECKED_ENV, GraphDataset
 
-    check_run_dir(run_dir)
+    if plan:  # a dry run writes nothing: a flag naming where a run writes is refused, no run directory checked
+        _refuse_run_outputs(cfg, run_dir)
+    else:
+        check_run_dir(run_dir)
     if cfg.layout is not None:
         from moment.placement.split import refuse_split_dir
 
@@ -93,14 +96,7 @@ def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
         raise MomentError("--data-only runs the data path to measure its feed rate; a dry run starts no rank "
                           "and reads nothing, and its plan is the same with or without it: drop --data-only "
                           "or --dry-run")
-    if (cfg.checkpoint_dir is None and cfg.checkpoint_every != 0 and not cfg.resume and not cfg.data_only
-            and anchor is not None):
-        # checked with the checkpoint directory `train` gives the run (in its run directory, made later)
-        cfg.model_copy(update={"checkpoint_dir": run_root(run_dir, Path(anchor)) / CHECKPOINTS}).check()
-    else:
-        cfg.check()
-    if plan:
-        _refuse_run_outputs(cfg, run_dir)
+    cfg.check(run_dir=True)  # `train` gives a run without --checkpoint-dir its run directory's
     if plan and cfg.features != "tiered":
         raise MomentError("--dry-run shows the run plan of a tiered run: the --features-in-memory and "
                           "--features-memmap baselines have no tiers, caches or memory split to plan")
@@ -108,6 +104,8 @@ def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
     if layout is not None and cfg.features == "tiered":
         layout.check_files()  # one line here, not a traceback per rank; a dry run of it refused as well
         _check_split(cfg.layout, layout, rdzv)
+    if not plan and run_dir is None:  # its default, beside the layout (or dataset): torchrun's log goes there
+        check_run_dir(None, Path(anchor))
     device, gpus = default_device(cfg.device), layout_gpus(cfg, layout)
     if plan and device == "cuda" and cuda_pci_addresses() is None:  # a dry run may plan a GPU machine elsewhere
         check_local_ranks(nproc, [g for g, _ in gpus], f"--nproc {nproc}")

@@ -309,9 +309,11 @@ class TrainConfig(BaseModel):
             raise ValueError("a share of the features must be at most 100%")
         return v
 
-    def check(self) -> None:
+    def check(self, run_dir: bool = False) -> None:
         """What the field types cannot say: options that need each other, the budget against the machine,
-        the outputs. Both entry points (`moment train` before torchrun starts, and every rank) call it."""
+        the outputs. Both entry points (`moment train` before torchrun starts, and every rank) call it.
+        `run_dir`: `moment train` checks it, which gives a run without --checkpoint-dir its run directory's
+        (--checkpoint-every needs none; that directory is checked as the run directory, moment.runtime.runs)."""
         if self.features == "tiered" and self.layout is None:
             raise MomentError("--layout is required (or use --features-in-memory / --features-memmap "
                               "with --dataset)")
@@ -338,7 +340,7 @@ class TrainConfig(BaseModel):
                     else "--checkpoint-dir")
             raise MomentError(f"{flag}: a --data-only run trains no model, so it has nothing to checkpoint or "
                               "resume", hint=f"drop {flag} or --data-only")
-        if (self.checkpoint_every or self.resume) and self.checkpoint_dir is None:
+        if (self.resume or (self.checkpoint_every and not run_dir)) and self.checkpoint_dir is None:
             raise MomentError("--checkpoint-every/--resume need --checkpoint-dir")
         if self.predict is not None and (self.task == "link" or self.data_only):
             flag = "--task link" if self.task == "link" else "--data-only"

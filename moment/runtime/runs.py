@@ -36,16 +36,27 @@ def run_root(base: Path | None, anchor: Path) -> Path:
     return base if base is not None else runs_dir(anchor)
 
 
-def check_run_dir(base: Path | None) -> None:
-    """Refuse a --run-dir that cannot hold run folders (a file, a dangling link, `/`, a name too long)
-    before anything is derived from it: each run is a new folder under it, so an existing directory,
-    whatever it holds, is fine, if a folder can be made in it: check_output tries its parent, so a read-only
-    --run-dir was refused later by the checkpoint folder the run would get there, named --checkpoint-dir (an
-    option not given) and at a path the run never uses."""
-    if base is not None:
-        check_output(base, "--run-dir", directory=True)
-        if base.is_dir():
-            probe_writable(base, f"--run-dir {base}")
+def check_run_dir(base: Path | None, anchor: Path | None = None) -> None:
+    """Refuse a run directory that cannot hold run folders (a file, a dangling link, `/`, a name too long, a
+    read-only file system) before anything is derived from it or any rank starts: each run is a new folder
+    under it, so an existing directory, whatever it holds, is fine, if a folder can be made in it (check_output
+    tries its parent, so it is tried itself too). `base`: --run-dir; without it, `anchor`'s default (LAYOUT.runs:
+    a layout on a read-only mount, as machine 1 may hold its part of a split), named as --run-dir's default with
+    the hint to give one (it was refused later, by the checkpoint folder the run would get there, named
+    --checkpoint-dir, an option not given, and at a path the run never uses)."""
+    if base is None and anchor is None:
+        return
+    root = base if base is not None else runs_dir(anchor)
+    what = "--run-dir" if base is not None else "the run directory (--run-dir's default)"
+    try:
+        check_output(root, what, directory=True)
+        if root.is_dir():
+            probe_writable(root, f"{what} {root}")
+    except MomentError as e:
+        if base is not None:
+            raise
+        raise MomentError(e.message, source=e.source, hint="pass --run-dir DIR, a folder this machine can write "
+                                                           "(each run makes its own folder there)") from None
 
 
 def make_run_dir(base: Path | None, anchor: Path) -> Path:
