@@ -388,6 +388,18 @@ def test_torchrun_lines_become_one_message_and_an_exit_status(tmp_path, capsys):
     assert "rank 0 died (exit code 1)" in capsys.readouterr().err and tl.report(crash) == 1
 
 
+def test_machine_k_is_told_its_checkpoints_are_machine_0s(tmp_path):
+    """Machine 1 was told to resume from its own run directory's checkpoint folder, which never gets one (hunt-E 5)."""
+    from moment.cli.train_cmds import _checkpoints_said
+    from moment.runtime.rendezvous import Rendezvous
+
+    ck = tmp_path / "runs" / "t" / "checkpoint"
+    own = f", checkpoints (resume with --resume --checkpoint-dir {ck})"
+    assert _checkpoints_said(ck, None) == own == _checkpoints_said(ck, Rendezvous(2, 0, "127.0.0.1", 29500, 60))
+    said = _checkpoints_said(ck, Rendezvous(2, 1, "127.0.0.1", 29500, 60))
+    assert str(ck) not in said and "the checkpoints are machine 0's" in said and "every machine with --resume" in said
+
+
 def test_run_directories_are_fresh_and_a_bad_one_is_one_message(tmp_path):
     a = make_run_dir(None, tmp_path / "L")
     b = make_run_dir(None, tmp_path / "L")

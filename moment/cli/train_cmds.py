@@ -57,6 +57,15 @@ def _refuse_run_outputs(cfg: Any, run_dir: Path | None) -> None:
                           "or --dry-run")
 
 
+def _checkpoints_said(checkpoints: Path, rdzv: Any) -> str:
+    """Where a run's checkpoints go, as the run's first line says it. Machine K > 0 writes none (machine 0's rank 0
+    writes them, and every machine resumes from them): it was told to resume from its own empty folder."""
+    if rdzv is None or rdzv.node_rank == 0:
+        return f", checkpoints (resume with --resume --checkpoint-dir {checkpoints})"
+    return ("; the checkpoints are machine 0's, in its run directory (to resume, start every machine with --resume "
+            "--checkpoint-dir DIR, machine 0 with the checkpoint folder its first line names)")
+
+
 def _precheck(args: list[str], nproc: int = 1, run_dir: Path | None = None, *,
               plan: bool = False, rdzv: Any = None, launch: Callable[[bool], Any] | None = None,
               ) -> tuple[Any, dict[str, str], Any]:
@@ -306,7 +315,7 @@ def train(
         where, more = f"run directory {run_path}: torchrun's log", []
         if cfg.checkpoint_dir is None and cfg.checkpoint_every != 0 and not cfg.data_only:  # no model to save
             more = ["--checkpoint-dir", str(run_path / CHECKPOINTS)]
-            where += ", checkpoints (resume with --resume --checkpoint-dir " + str(run_path / CHECKPOINTS) + ")"
+            where += _checkpoints_said(run_path / CHECKPOINTS, rdzv)
         if not cfg.quiet:
             err_console.print(where, highlight=False, soft_wrap=True)
         code = report(run(agent, more, rank_env, run_path / LOG, max_restarts, rdzv))
