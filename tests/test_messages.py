@@ -30,6 +30,9 @@ def test_a_split_without_its_cluster_json_says_so(split_layout, tmp_path, capsys
         err = _err(capsys)
         assert "no cluster.json" in err and "a split layout's top directory" in err, err
         assert "no manifest.json" not in err
+        # its machines' layouts still train (each carries its part of the split): it said they could not
+        assert f"each machine's layout ({s}/NAME) carries its part of the split and still trains" in err, err
+        assert "cannot train" not in err
 
 
 def test_a_directory_of_datasets_and_layouts_is_not_called_a_split(runtime_dataset, runtime_layout, tmp_path,

@@ -312,8 +312,10 @@ def load_manifest(path: str | Path, *, own_checksum: bool = True) -> LayoutManif
             held = f" (machines' layouts {', '.join(parts)})" if parts else ""
             raise MomentError(f"no {CLUSTER_MANIFEST}: this is a split layout's top directory{held} without its "
                               "cluster manifest", source=str(p),
-                              hint="its machines cannot train without it: write the split again with "
-                                   "`moment place --machines N --out NEW`")
+                              hint=f"each machine's layout ({p}/NAME) carries its part of the split and still "
+                                   "trains, but the split cannot be checked or shown as a whole without it (which "
+                                   "machine owns each row): write the split again with `moment place --machines N "
+                                   "--out NEW` for one")
         raise mistaken_dir(p, "layout") or MomentError("no manifest.json: not a complete layout", source=str(p))
     try:
         head = json.loads(read_text(mf, "layout manifest"))
