@@ -146,6 +146,21 @@ def test_two_agents_fetch_a_split_layouts_rows_bit_exact(split_layout, tmp_path)
         assert 0 < s["exchange_peak"] <= s["exchange_charged"]  # the budget's charge bounds what a round held
 
 
+def test_a_scripts_own_torchrun_pairs_the_machines_by_their_split_parts(split_layout, tmp_path):
+    """examples/own_loop.py under a user's `torchrun --nnodes 2` on a split's parts: c10d ignores --node-rank and
+    numbers the agents by their own order (here machine 1's, started first, was often node 0), and the run was
+    refused, telling the user to change a --node-rank given right (hunt-E 3). The parts say which machine each is."""
+    port = free_port()
+    procs = []
+    for k in (1, 0):
+        r = Rendezvous(2, k, "127.0.0.1", port, 120)  # its env (MOMENT_NODE_RANK, `moment train`'s) not given
+        procs.append(start([*agent.COMMAND, *r.torchrun_args(), f"--node-rank={k}", "--nproc-per-node=1",
+                            str(REPO / "examples" / "own_loop.py"), str(split_layout / f"m{k}"), "1"]))
+    (c1, o1, e1), (c0, o0, e0) = finish(procs)
+    assert c0 == 0 and c1 == 0, e0[-3000:] + e1[-3000:]
+    assert "moment: summary" in o0 + e0 and "moment: summary" not in o1 + e1  # rank 0 is machine 0's
+
+
 def test_machines_of_two_splits_stop_with_one_message(split_layout, runtime_dataset, tmp_path):
     """Machine 1 gives its part of another split of the same dataset: every rank refuses, rank 0 says why once,
     and both agents end (no rank waits for a peer that left)."""

@@ -26,7 +26,7 @@ from moment.runtime import collective_trace
 from moment.runtime.devices import RankDevice, default_device, local_devices
 from moment.runtime.exchange import ExchangeGroup
 from moment.runtime.lost import WAITING, peer_loss
-from moment.runtime.rendezvous import NNODES_ENV, NODE_RANK_ENV, RankFacts, machine_ranks
+from moment.runtime.rendezvous import NNODES_ENV, NODE_RANK_ENV, UNKNOWN, RankFacts, machine_ranks
 
 # Imports inside functions: torch's compiler stack (torch._dynamo) loads only before a process group is made.
 
@@ -184,9 +184,12 @@ def _attempt_store(rank: int, world: int) -> dist.Store:
     return dist.PrefixStore(f"moment/attempt_{attempt}/group_{next(_GROUPS_MADE)}", store)
 
 
-def _machine_rank(store: dist.Store, rank: int, world: int, facts: RankFacts) -> int:
+def _machine_rank(store: dist.Store, rank: int, world: int, facts: RankFacts, by_layout: bool = False) -> int:
     """This rank's number by machine (moment.runtime.rendezvous.machine_ranks), agreed through the store before
-    the process group exists; the machines' disagreeing flags are one AgreedError on every rank."""
+    the process group exists; the machines' disagreeing flags are one AgreedError on every rank. `by_layout`: the
+    node ranks are the split parts' machines (a script's torchrun): where not every machine has one, or they do
+    not number the machines, torchrun's own numbers stay, and the run's check of the machines says what is wrong
+    (moment.runtime.rendezvous.check_agents: in the layouts' words)."""
     store.set(f"machine/{rank}", facts.encode())
     keys = [f"machine/{r}" for r in range(world)]
     store.wait(keys, datetime.timedelta(minutes=10))
@@ -194,6 +197,8 @@ def _machine_rank(store: dist.Store, rank: int, world: int, facts: RankFacts) ->
     try:
         return machine_ranks(table)[rank]
     except MomentError as e:
+        if by_layout:
+            return rank
         _leave_together(store, rank, world)
         raise AgreedError.of(e) from None
 
@@ -267,9 +272,13 @@ def _place(env: os._Environ | dict[str, str]) -> tuple[int, int, int, int, str]:
     return world, rank, rank, world, f"a process group of {world} ranks on this machine (no LOCAL_RANK set)"
 
 
-def setup(device: str | None = None, gpu_bins: Sequence[tuple[str, str | None]] = ()) -> DistContext:
+def setup(device: str | None = None, gpu_bins: Sequence[tuple[str, str | None]] = (),
+          machine: int | None = None) -> DistContext:
     """Init the process group when launched with WORLD_SIZE > 1: NCCL on CUDA, gloo on CPU. `gpu_bins`:
-    the layout's (plan GPU, PCI address) pairs; on CUDA each rank takes the device of its plan GPU."""
+    the layout's (plan GPU, PCI address) pairs; on CUDA each rank takes the device of its plan GPU. `machine`:
+    the index of the split's machine whose part this rank opens (None: a whole layout, or none): under a
+    script's own torchrun across machines, whose c10d rendezvous ignores --node-rank, the ranks are numbered by
+    it (`moment train` says each machine's --node-rank instead)."""
     env = os.environ
     world, rank, local_rank, local_world, launch = _place(env)
     try:  # before the process group: every rank refuses alone, none waits for the others
@@ -290,11 +299,16 @@ def setup(device: str | None = None, gpu_bins: Sequence[tuple[str, str | None]] 
             kw = {"device_id": dev} if dev.type == "cuda" else {}
             store = _attempt_store(rank, world)
             node = env.get(NODE_RANK_ENV, "")
+            host = socket.gethostname()
             if node.isdigit():  # `moment train --nnodes`: number the ranks by machine
                 rank = _machine_rank(store, rank, world, RankFacts(int(node), int(env.get(NNODES_ENV, "1")),
-                                                                   local_rank, local_world, backend,
-                                                                   socket.gethostname()))
+                                                                   local_rank, local_world, backend, host))
                 env["RANK"] = str(rank)  # what this rank is called in its messages
+            elif world > local_world:  # a script's torchrun across machines: by the split's parts, where all have one
+                rank = _machine_rank(store, rank, world, RankFacts(UNKNOWN if machine is None else machine,
+                                                                   world // max(local_world, 1), local_rank,
+                                                                   local_world, backend, host), by_layout=True)
+                env["RANK"] = str(rank)
             dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world, **kw)
         else:
             rank = dist.get_rank()

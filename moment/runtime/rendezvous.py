@@ -15,7 +15,9 @@ home-made launcher), but three things are left to us, decided here once and with
   machine (node rank) it is on through the store and takes rank node_rank x ranks per machine + local
   rank (`machine_ranks`). Rank 0 is then on machine 0: it prints, writes the metrics and the
   checkpoints there, and a restart finds them there. Two machines giving one node rank, different
-  --nproc or --nnodes, or CPU and GPU machines mixed are refused, the same way on every rank.
+  --nproc or --nnodes, or CPU and GPU machines mixed are refused, the same way on every rank. A script's own
+  torchrun across machines sets no node rank: the ranks on a split's parts say the part's machine instead
+  (moment.runtime.dist.setup), and keep torchrun's numbers where a machine cannot say (a whole layout).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from moment.errors import MomentError
 
 NODE_RANK_ENV = "MOMENT_NODE_RANK"  # set by `moment train` for its ranks: this machine's --node-rank
 NNODES_ENV = "MOMENT_NNODES"  # and --nnodes
+UNKNOWN = -1  # a RankFacts node rank: the machine cannot say (a script's torchrun on a whole layout)
 RDZV_ID = "moment"  # the rendezvous id every agent gives (one training per endpoint)
 DEFAULT_TIMEOUT_S = 600  # how long an agent waits for the others to join (torchrun's own default)
 _LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
@@ -193,6 +196,8 @@ def machine_ranks(facts: list[RankFacts]) -> list[int]:
     """Each rank's number (facts in torchrun's rank order): node_rank x ranks per machine + local rank.
     Raises MomentError, the same on every rank, when the machines' flags disagree."""
     first = facts[0]
+    if any(f.node_rank == UNKNOWN for f in facts):
+        raise MomentError("not every machine says its node rank")
     for f in facts:
         if f.nnodes != first.nnodes:
             raise MomentError(f"the machines give different --nnodes: {first.nnodes} on {_machine(first)}, "
@@ -270,8 +275,8 @@ def check_agents(facts: list[RunFacts]) -> None:
             if f.split_machine != f.node_rank:
                 raise MomentError(f"{_machine(f)} has machine {f.split_machines[f.split_machine]}'s layout "
                                   f"({f.layout}), which is node rank {f.split_machine}",
-                                  hint="give machine K the layout of the split's machine K (`moment layout info` says "
-                                       "which), or its --node-rank")
+                                  hint="give each machine its own part of the split, machine K the split's machine K "
+                                       "(`moment layout info` says which; under `moment train`, with --node-rank K)")
     for f in facts:
         if f.settings != first.settings:
             diff = [f"{k} {a} vs {b}" for (k, a), (_, b) in zip(first.settings, f.settings, strict=True) if a != b]

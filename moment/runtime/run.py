@@ -727,7 +727,8 @@ def start(cfg: TrainConfig, ctx: DistContext | None = None) -> Run:
         import torch.distributed as dist
 
         joined = dist.is_available() and dist.is_initialized()
-        ctx = setup(cfg.device, layout_gpus(cfg, layout))
+        split = layout.split if layout is not None and cfg.features == "tiered" else None
+        ctx = setup(cfg.device, layout_gpus(cfg, layout), split.machine if split is not None else None)
         ctx.owns_group = not joined
     try:
         return Run(cfg, ctx, layout, own_ctx=own)
