@@ -388,6 +388,54 @@ def test_torchrun_lines_become_one_message_and_an_exit_status(tmp_path, capsys):
     assert "rank 0 died (exit code 1)" in capsys.readouterr().err and tl.report(crash) == 1
 
 
+def test_an_agent_that_finds_its_rendezvous_complete_refuses_it_and_leaves_it_open(monkeypatch):
+    """A second run on a running run's endpoint joined that run's rendezvous (every run's id is `moment`), waited as
+    torch's spare node until the run ended, then said "cannot reach the rendezvous ... is the port open?" (hunt-E 2).
+    Its agent now refuses at once, and leaves the running run's rendezvous open (torch's shutdown closed it: the
+    run could not have restarted)."""
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+    from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
+    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import DynamicRendezvousHandler as Handler
+
+    from moment.runtime.agent import IN_USE, one_run_per_rendezvous
+
+    monkeypatch.setattr(Handler, "next_rendezvous", Handler.next_rendezvous)  # put back after the test
+    monkeypatch.setattr(Handler, "shutdown", Handler.shutdown)
+    one_run_per_rendezvous()
+    store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=10))
+
+    def agent() -> Handler:
+        return Handler.from_backend("moment", store, C10dRendezvousBackend(store, "moment"), 1, 1,
+                                    local_addr="127.0.0.1")
+
+    running = agent()
+    running.next_rendezvous()  # a run of one machine: its round complete
+    try:
+        late = agent()
+        with pytest.raises(MomentError, match=IN_USE):
+            late.next_rendezvous()
+        assert late.shutdown()
+        running._state_holder.sync()
+        state = running._state_holder.state
+        assert state.complete and not state.closed and len(state.participants) == 1
+    finally:
+        running.shutdown()
+
+
+def test_the_agents_own_error_is_the_launchers_one_line(tmp_path, capsys):
+    from moment.runtime.agent import IN_USE
+    from moment.runtime.rendezvous import Rendezvous
+
+    out = tl.Outcome(code=2, log=tmp_path / "torchrun.log", rdzv=Rendezvous(2, 1, "127.0.0.1", 29511, 60))
+    tl._watch(f"error: {IN_USE}: its 2 machines joined already (...)\n", out, 0)
+    assert tl.report(out) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert err.startswith("training stopped: the rendezvous endpoint 127.0.0.1:29511 is in use by a run in progress: "
+                          "its 2 machines joined already"), err
+
+
 def test_machine_k_is_told_its_checkpoints_are_machine_0s(tmp_path):
     """Machine 1 was told to resume from its own run directory's checkpoint folder, which never gets one (hunt-E 5)."""
     from moment.cli.train_cmds import _checkpoints_said

@@ -37,6 +37,8 @@ _FAILED = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)")
 _RANK_ERROR = re.compile(r"^error \(rank \d+\): ")
 #: torchrun's agent, when the rendezvous of a run across machines fails (its traceback's last line)
 _RDZV_ERROR = re.compile(r"\bRendezvous(Timeout|Connection|Closed|)Error\b")
+#: the agent's own error line (moment.runtime.agent.main: a MomentError, before any rank started)
+_AGENT_ERROR = re.compile(r"^error: (.*)$")
 #: torchrun's agent stopping its ranks (they had started)
 _STOPPING = re.compile(r"Sending process \d+ closing signal")
 #: a rank exits with this after printing a user error (MomentError)
@@ -56,6 +58,7 @@ class Outcome:
     ranks_ran: bool = False  # ranks of ours had started (torchrun had children, or stopped its running ranks)
     rdzv: Any = None  # the run's rendezvous (moment.runtime.rendezvous.Rendezvous), for the message
     deadline: str | None = None  # why the join was stopped at --rdzv-timeout (what answered at the endpoint)
+    agent_error: str | None = None  # the agent's own error (moment.runtime.agent: the rendezvous is another run's)
 
     @property
     def user_error(self) -> bool:
@@ -380,6 +383,8 @@ def _watch(line: str, out: Outcome, max_restarts: int) -> None:
         out.rank_errors.append(line.rstrip())
     if (r := _RDZV_ERROR.search(line)) and out.rendezvous is None:
         out.rendezvous = r.group(1)
+    if (a := _AGENT_ERROR.match(line)) and out.agent_error is None:
+        out.agent_error = a.group(1).rstrip()
     if _STOPPING.search(line):
         out.ranks_ran = True
     m = _FAILED.search(line)
@@ -427,6 +432,15 @@ def report(out: Outcome) -> int:
         err_console.print(f"[bold red]training stopped by {out.stopped_by}[/]: torchrun and the ranks were stopped; "
                           f"torchrun's log: {escape(str(out.log))}", highlight=False, soft_wrap=True)
         return out.code
+    if out.agent_error and out.code:
+        from moment.runtime.agent import IN_USE
+
+        said = out.agent_error
+        if out.rdzv is not None and said.startswith(IN_USE):  # named as the user gave it
+            said = said.replace("rendezvous endpoint", f"rendezvous endpoint {out.rdzv.endpoint}", 1)
+        err_console.print(f"[bold red]training stopped[/]: {escape(said)}; torchrun's log: {escape(str(out.log))}",
+                          highlight=False, soft_wrap=True)
+        return USER_ERROR
     if out.code == 0:
         if out.failures:
             err_console.print(f"finished after {len(out.failures)} restart(s); torchrun's log: "

@@ -33,6 +33,8 @@ COMMAND = [sys.executable, "-m", "moment.runtime.agent"]
 RANK_MODULE = "moment.train"
 #: log directories made for this agent's torchrun in the temporary folder (no `--log-dir` given), removed at its exit
 _made_log_dirs: list[str] = []
+#: how the agent's error begins when the rendezvous it joins is another run's (`one_run_per_rendezvous`)
+IN_USE = "the rendezvous endpoint is in use by a run in progress"
 #: signals that end the agent: until torchrun starts the ranks (and sets its own handlers) their default action would
 #: end it at once, past the removal of its log directory; they end it through `main`'s clean-up instead
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
@@ -388,6 +390,48 @@ def _frame_names_for_rendezvous_events() -> None:
     dynamic_rendezvous.get_method_name = get_method_name
 
 
+def one_run_per_rendezvous() -> None:
+    """An agent whose first join finds the rendezvous's round complete without it (every machine joined, a run in
+    progress) ends with one MomentError saying so. Why: every `moment train` gives the rendezvous id `moment`
+    (`Rendezvous.torchrun_args`), so a second run started on the endpoint of a running one joined that run's
+    rendezvous, waited as torch's spare node until the run ended, and then said "cannot reach the rendezvous ...
+    is the port open?" (or, past --rdzv-timeout, that not all its machines joined, though both had). A round
+    completes only with all --nnodes machines, so a machine of the same run finds it complete only when it was
+    started twice. Such an agent leaves the rendezvous as it found it: torch's agent ending in an error shuts its
+    rendezvous down, which closed the running run's (no restart could then rejoin it). A torch without the handler's
+    method is left as it is."""
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous
+
+    handler = getattr(dynamic_rendezvous, "DynamicRendezvousHandler", None)
+    joined = getattr(handler, "next_rendezvous", None)
+    if joined is None or getattr(joined, "one_run", False):
+        return
+
+    def next_rendezvous(self):
+        if not getattr(self, "_moment_joined", False):  # a restart's rounds are its run's own
+            from moment.errors import MomentError
+
+            self._state_holder.sync()
+            state = self._state_holder.state
+            if state.complete and not state.closed and self._this_node not in state.participants:
+                self._moment_refused = True
+                raise MomentError(
+                    f"{IN_USE}: its {len(state.participants)} machines joined already (another run started on this "
+                    "endpoint, or a machine of this run started twice); give each run its own port (--rdzv-endpoint "
+                    "HOST:PORT, the same on every machine of that run)")
+            self._moment_joined = True
+        return joined(self)
+
+    def shutdown(self) -> bool:
+        if getattr(self, "_moment_refused", False):  # torch's closes the rendezvous: the other run's, never joined
+            return True
+        return closes(self)
+
+    closes = handler.shutdown
+    next_rendezvous.one_run = True
+    handler.next_rendezvous, handler.shutdown = next_rendezvous, shutdown
+
+
 def remove_empty_log_dirs() -> None:
     """torchrun makes a log directory in the temporary folder when none is given and leaves it there, empty unless
     a rank's output was redirected (`--redirects`, `--tee`): one directory per launch, thousands after a test suite.
@@ -425,6 +469,7 @@ def main(argv: list[str] | None = None) -> int:
 
         torchrun = load_torchrun()
         _frame_names_for_rendezvous_events()
+        one_run_per_rendezvous()
         torchrun.config_from_args = forked_ranks(torchrun.config_from_args)
         torchrun.get_args_parser = with_options(torchrun.get_args_parser)
         try:
