@@ -205,7 +205,14 @@ def atomic_file(path: str | Path, *, text: bool = False, private: bool = False) 
     the umask's mode (0600 with `private`), rename it over `path` and fsync the directory: `path` is
     never half-written. On any failure the temporary file is removed and the exception passes on (wrap
     in `writing(path, what)` for an OSError as one message naming the option and the path). A symbolic
-    link to a file is written through: its target is replaced, the link stays."""
+    link to a file is written through: its target is replaced, the link stays. A device, a pipe or a socket
+    (`--out /dev/stdout`, a FIFO a reader waits on) is written into as it is: replaced by a file, /dev/null or
+    /dev/full became a regular file, run as root."""
+    if _special(path):
+        with open(path, "w" if text else "wb") as f:
+            yield f
+            f.flush()
+        return
     path = Path(os.path.realpath(path)) if os.path.islink(path) and os.path.isfile(path) else Path(path)
     tmp = None
     try:
@@ -225,6 +232,15 @@ def atomic_file(path: str | Path, *, text: bool = False, private: bool = False) 
         if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _special(path: str | Path) -> bool:
+    """Whether `path` (its link's target) is a device, a pipe or a socket: no file to replace, a stream to write."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
 
 
 def cache_root() -> Path:

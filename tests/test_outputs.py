@@ -310,3 +310,22 @@ def test_outputs_follow_the_umask(tmp_path, umask, mask, dataset):
             assert _mode(f) == file_mode, f
     for f in ("m.yaml", "t.xml", "s.json", "p.svg", "p.png"):
         assert _mode(tmp_path / f) == file_mode, f
+
+
+def test_a_pipe_or_device_given_as_out_is_written_into_not_replaced(tmp_path: Path) -> None:
+    """`--out /dev/stdout`, a FIFO a reader waits on, /dev/null: each is a stream to write, not a file to replace
+    (a temporary file renamed over it turned /dev/full and /dev/null into regular files, run as root). A FIFO
+    and a link to it stand in for the devices here."""
+    import threading
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    (tmp_path / "link").symlink_to(fifo)
+    for target in (fifo, tmp_path / "link"):
+        got: list[bytes] = []
+        reader = threading.Thread(target=lambda got=got: got.append(fifo.read_bytes()), daemon=True)
+        reader.start()
+        assert main(["export", "--profile", "paper-machine-b", "--out", str(target)]) == 0
+        reader.join(timeout=30)
+        assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and got and got[0].startswith(b"name: paper-machine-b")
+    assert os.path.islink(tmp_path / "link") and sorted(p.name for p in tmp_path.iterdir()) == ["fifo", "link"]
