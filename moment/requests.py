@@ -13,8 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from pydantic import BaseModel, Field, create_model
+from pydantic import BaseModel, Field, ValidationError, create_model
 from pydantic_core import PydanticUndefined
+
+from moment.errors import MomentError, validation_error
 
 #: Cli.default left out: the CLI's default is the field's
 FIELD_DEFAULT: Any = type("FieldDefault", (), {"__repr__": lambda self: "FIELD_DEFAULT"})()
@@ -33,6 +35,26 @@ class Cli:
     type: Any = None  # the type the CLI parses where it differs from the field's (e.g. str for "25,10")
     cli: bool = True  # False: not an option of the command (e.g. what only the service sets)
     argument: bool = False  # True: a positional argument of the command, not an option (flags unused)
+
+
+class Request(BaseModel):
+    """A typed request. Built wrong in a script (a field of the wrong type, one it does not have, one missing), it
+    is one MomentError naming each field, what `except moment.MomentError` catches (pydantic's ValidationError
+    escaped it). The service reads its bodies with `model_validate`, which answers them as 422s itself."""
+
+    def __init__(self, **data: Any):
+        try:
+            super().__init__(**data)
+        except ValidationError as e:
+            raise validation_error(e, type(self).__name__) from None
+
+
+def expect(req: Any, kind: type, call: str) -> None:
+    """`req` is a `kind` (a script passed None or a dict to `moment.plan`: an AttributeError deep inside)."""
+    if not isinstance(req, kind):
+        article = "an" if kind.__name__[0] in "AEIOU" else "a"
+        raise MomentError(f"{call} takes {article} {kind.__name__}, not {type(req).__name__}",
+                          hint=f"build one: moment.{kind.__name__}(...) (docs/python-api.md)")
 
 
 def cli_of(field: Any) -> Cli | None:

@@ -38,3 +38,26 @@ def test_planning_through_the_api_loads_no_torch_and_answers_as_the_command():
 
     assert torch_loaded == "False"
     assert float(api_s) == json.loads(cli.stdout)["predicted"]["epoch_read_s"]
+
+
+def test_a_scripts_mistakes_are_moment_errors_naming_the_input(tmp_path):
+    """`except moment.MomentError` is what a script catches: a request built wrong (pydantic's ValidationError), a
+    function given None or a dict (an AttributeError deep inside), an empty profile name (it planned the default
+    machine in `plan` and was the directory '.' elsewhere), an empty comparison, an empty selection of nodes."""
+    cases = [
+        (lambda: moment.PlanRequest(profile="paper-machine-b", gpus="x"), r"^PlanRequest: gpus: Input should be"),
+        (lambda: moment.PlanRequest(bogus=1), r"^PlanRequest: bogus: Extra inputs are not permitted"),
+        (lambda: moment.CalibrateRequest(), r"^CalibrateRequest: measured: Field required"),
+        (lambda: moment.plan(None), r"^moment.plan takes a PlanRequest, not NoneType"),
+        (lambda: moment.advise({"profile": "dgx2"}), r"^moment.advise takes an AdviseRequest, not dict"),
+        (lambda: moment.plan(moment.PlanRequest(profile="")), r"^an empty profile name"),
+        (lambda: moment.compare(moment.CompareRequest(profiles=[])), r"^nothing to compare"),
+        (lambda: moment.open_dataset(None), r"opened by its directory's path, not NoneType"),
+    ]
+    for call, says in cases:
+        with pytest.raises(moment.MomentError, match=says):
+            call()
+    from moment.workload.synth import synthesize
+
+    ds = synthesize(tmp_path / "d", 600, feature_dim=2, num_classes=2, seed=0)
+    assert moment.open_dataset(ds.path).nodes_of([]).dtype.kind == "i"

@@ -178,7 +178,7 @@ def test_health_needs_no_worker_and_a_flood_of_searches_is_429_at_once(tmp_path,
      "workload options: workload: the GPU caches' share of the reads (0.5) and the CPU memory's (0.6) add up to more "
      "than 1: lower one (the defaults are 0.15 and 0.1)"),
     ("/v1/plan", {"set": ["nodes.nope.link.gen=5"]}, "set", "set nodes.nope.link.gen=5: no element with id 'nope'"),
-    ("/v1/plan", {"set": ["nodes.sw1.link.gen=99"]}, "set", "set nodes.sw1.link.gen=99: nodes.sw1.link.gen: PCIe"),
+    ("/v1/plan", {"set": ["nodes.sw1.link.gen=99"]}, "set", "set nodes.sw1.link.gen=99: PCIe generation must be 1-6"),
     ("/v1/plan", {"set": ["name=" + "[" * 1000 + "]" * 1000]}, "set", "nested more than 200 deep"),
     ("/v1/plan", {"nccl_xml": "<system"}, "nccl_xml", "not well-formed XML"),
     ("/v1/plan", {"profile_yaml": "name: x\nnodes: [{id: a, kind: socket}]", "set": ["nodes.b.link.gen=5"]}, "set",

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
 from moment.errors import Flag, MomentError, cli_flag
 from moment.planner import api
 from moment.planner.api import DEFAULT_DATA
-from moment.requests import Cli
+from moment.requests import Cli, Request, expect
 from moment.topology.cluster import DEFAULT_NIC
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ _NO_DEFAULT = {"show_default": False, "default": None}  # the CLI leaves it out:
 _SERVICE_ONLY = Cli(cli=False)
 
 
-class AdviseRequest(BaseModel):
+class AdviseRequest(Request):
     """`moment advise`: what to buy for the machine's chassis under a budget."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
@@ -160,6 +160,7 @@ def advise(req: AdviseRequest, *, machine: Callable[[], Topology] | None = None,
     `work(progress)`, a search ("solving inventories", "planning clusters": the CLI's bars, the service's
     time limit); messages spell inputs as `flag` does. `jobs`: processes solving inventories (None or 0: one per core,
     up to 4; moment.cost.ahead), the same answer for any."""
+    expect(req, AdviseRequest, "moment.advise")
     from moment.cost.advisor import advise as advise_inventories
     from moment.cost.advisor import check_inputs
     from moment.cost.machines import check_network, compare_machines

@@ -11,18 +11,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from moment.errors import Flag, MomentError, cli_flag
 from moment.inputs import parse_ssd_paths
 from moment.outputs import atomic_write, check_output
-from moment.requests import Cli
+from moment.requests import Cli, Request, expect
 
 # Imports inside functions: the I/O stack and the profiles load only when a probe runs, so the command line
 # that declares the options starts fast.
 
 
-class ProbeRequest(BaseModel):
+class ProbeRequest(Request):
     """Every option of `moment probe`; defaults here and nowhere else."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
@@ -46,6 +46,7 @@ def probe(req: ProbeRequest, *, targets: dict[str, str | Path] | None = None, fl
     """Measure the SSDs of `req.ssd_paths` (or `targets`, SSD id -> directory, already checked by the
     caller), the memory and CUDA; write the measurement file and the measured profile the request asks
     for (their paths checked before minutes of measuring). Returns `moment probe --json`'s object."""
+    expect(req, ProbeRequest, "moment.probe")
     import yaml
 
     from moment.io.probe import check_probe, probe_machine

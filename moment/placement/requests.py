@@ -13,14 +13,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from moment.errors import MomentError
 from moment.placement.defaults import DEFAULTS
 from moment.planner.api import DEFAULT_GPU_MODEL, DEFAULT_SSD_MODEL, DEFAULT_SSDS, parse_inventory, resolve_gpus
 from moment.planner.contracts import Plan
 from moment.planner.requests import DEFAULT_PROFILE, PROFILE_HELP
-from moment.requests import Cli
+from moment.requests import Cli, Request, expect
 from moment.sizes import parse_size
 from moment.workload.spec import DEFAULT_FANOUTS, FANOUTS_HELP, parse_fanouts
 
@@ -37,7 +37,7 @@ CACHE_HELP = ("{what} cache per {per}: GiB (e.g. 8), a size (e.g. 512MiB, 2GB) o
               "default {default}% of each {per}'s memory; capped by the dataset size")
 
 
-class PlaceRequest(BaseModel):
+class PlaceRequest(Request):
     """Every option of `moment place`; defaults here and nowhere else."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
@@ -103,6 +103,7 @@ def place(req: PlaceRequest, *, machine: tuple[Topology, Inventory] | None = Non
     """Place `req.dataset` at `req.out`: on one machine (`req.profile` and its inventory, or `machine`'s
     topology and inventory), or split over `req.machines` machines or the servers of `req.cluster`.
     Progress and notices go through `stage` and `notice` (moment.placement.api)."""
+    expect(req, PlaceRequest, "moment.place")
     from moment.placement import api
 
     api.check_choices(req.policy, req.pool)  # before any work, as every other check that needs none
@@ -165,7 +166,7 @@ def _place_split(req: PlaceRequest, stage, notice) -> SplitResult:
                        notice=notice)
 
 
-class PackRequest(BaseModel):
+class PackRequest(Request):
     """Every option of `moment data pack` (the batches `moment train` will read, packed); defaults here and
     nowhere else. The use case that runs it, `pack(req)`, is moment.runtime.packing's: it sizes the batches
     and the caches as the training run will."""

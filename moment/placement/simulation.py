@@ -18,6 +18,7 @@ from moment.errors import Flag, MomentError, cli_flag
 from moment.planner import api
 from moment.planner.calibration_file import Calibration
 from moment.planner.requests import SimulateRequest
+from moment.requests import expect
 from moment.workload.spec import WorkloadSpec
 
 if TYPE_CHECKING:
@@ -48,6 +49,7 @@ def simulate(req: SimulateRequest, *, topology: Topology | None = None, flag: Fl
     layout's machine, and the calibration file), the replay. `guard(field)` wraps a plan's replay (the
     service names the field a message is about), `solve(work)` runs `work(progress)`, the replay of a plan
     or a named layout (the service under its time limit); messages spell inputs as `flag` does."""
+    expect(req, SimulateRequest, "moment.simulate")
     if sum(x is not None for x in (req.plan, req.placement, req.layout)) != 1:
         raise MomentError("give one of --plan FILE, --placement NAME (with --profile) or --layout DIR")
     api.check_replay_inputs(req.steps, req.seed, flag=flag)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from moment.errors import Flag, MomentError, cli_flag
 from moment.outputs import atomic_write, check_output
@@ -34,7 +34,7 @@ from moment.planner.api import (
 )
 from moment.planner.calibration_file import Calibration
 from moment.planner.contracts import Plan
-from moment.requests import Cli, given_fields
+from moment.requests import Cli, Request, expect, given_fields
 from moment.topology.cluster import ClusterSpec, load_cluster
 from moment.workload.spec import DEFAULT_FANOUTS, FANOUTS_HELP
 
@@ -80,7 +80,7 @@ GpuModel = Annotated[str, Cli(help=GPU_MODEL_HELP, **_NO_DEFAULT), Field(descrip
 SsdModel = Annotated[str, Cli(help=SSD_MODEL_HELP, **_NO_DEFAULT), Field(description="SSD model (GET /v1/models)")]
 
 
-class WorkloadKnobs(BaseModel):
+class WorkloadKnobs(Request):
     """The workload knobs of `moment plan`, for one machine and for a cluster (None: the default workload)."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
@@ -163,11 +163,12 @@ def plan(req: PlanRequest, *, topology: Topology | None = None, calibration: Cal
     are refused. `guard()` wraps the steps after those checks (the service names the field a message is
     about), `solve(work)` runs `work(progress)`, the search (the service under its time limit); messages
     spell inputs as `flag` does."""
+    expect(req, PlanRequest, "moment.plan")
     data = check(req, flag=flag)
     api.check_one_inventory(req.inventory is not None, flag=flag, **given_fields(req, INVENTORY_INPUTS))
     cal = calibration
     if topology is None:
-        topology, cal = api.load_topology(req.profile or DEFAULT_PROFILE, calibration, req.overrides)
+        topology, cal = api.load_topology(DEFAULT_PROFILE if req.profile is None else req.profile, calibration, req.overrides)
     if calibration_source is None:
         calibration_source = str(calibration)
     with guard():
@@ -210,6 +211,7 @@ def cluster_plan(req: ClusterPlanRequest, *, load: Callable[[str], Topology] | N
     `moment plan --cluster` reads it, or a spec already checked), every server and the network
     (moment.planner.cluster.plan_cluster). `load` reads a server's profile (default: load_profile; the
     service reads built-in ones only); messages spell inputs as `flag` does."""
+    expect(req, ClusterPlanRequest, "moment.cluster_plan")
     wl = check_cluster(req, flag=flag)
     spec = req.cluster if isinstance(req.cluster, ClusterSpec) else load_cluster(req.cluster)
     from moment.planner.cluster import plan_cluster
@@ -224,7 +226,7 @@ INVENTORIES_HELP = ("repeatable: compare several inventories, e.g. '4xA100,8xP55
 COMPARE_INVENTORY_INPUTS = ("gpus", "ssds", "gpu_model", "ssd_model")
 
 
-class CompareRequest(BaseModel):
+class CompareRequest(Request):
     """`moment compare`: several built-in machines (or inventories) side by side, one what-if for all."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
@@ -260,10 +262,14 @@ def compare(req: CompareRequest, *, machines: list[tuple[str, Topology]] | None 
     with `req.overrides` and the calibration file `req.calibration`. `guard()` wraps the search (the service
     names the field a message is about), `solve(work)` runs `work(progress)` (the service under its time
     limit); messages spell inputs as `flag` does."""
+    expect(req, CompareRequest, "moment.compare")
     data = api.check_data(req.data, flag=flag)
     api.check_one_inventory(bool(req.inventories), flag=flag, **given_fields(req, COMPARE_INVENTORY_INPUTS))
     cal = req.calibration if not isinstance(req.calibration, Path) else None
     if machines is None:
+        if not req.profiles:  # an empty comparison is a mistake (the command refuses no profile too)
+            raise MomentError("nothing to compare: give one or more profiles", hint="e.g. CompareRequest("
+                              "profiles=['paper-machine-a', 'paper-machine-b'])", field="profiles")
         machines = []
         for prof in req.profiles:
             topo, cal = api.load_topology(prof, req.calibration if isinstance(req.calibration, Path) else None,
@@ -284,7 +290,7 @@ _SIMULATE_DATA_HELP = (
     "plan's (a --layout's rows are where the layout put them)")
 
 
-class SimulateRequest(BaseModel):
+class SimulateRequest(Request):
     """`moment simulate`: replay an epoch step by step, of a named layout (`placement`, with gpus/ssds),
     of a plan's recommended placement (`plan`) or of a real layout (`layout`, from `moment place`)."""
 
@@ -322,7 +328,7 @@ class SimulateRequest(BaseModel):
 
 
 # ---- calibrate ---------------------------------------------------------------------------------------
-class CalibrateRequest(BaseModel):
+class CalibrateRequest(Request):
     """`moment calibrate`: fit link efficiencies and a per-epoch overhead to measured epoch times."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
@@ -344,6 +350,7 @@ class CalibrateRequest(BaseModel):
 def calibrate(req: CalibrateRequest) -> Calibration:
     """Fit the calibration of `req.measured` (its machine and inventory, unless the request names them),
     and write it to `req.out` when given (checked before the fit)."""
+    expect(req, CalibrateRequest, "moment.calibrate")
     from moment.planner.calibration import DEFAULT_FIT, dump_calibration, load_measurements
     from moment.planner.calibration import calibrate as fit
     from moment.topology.profiles import load_profile

@@ -20,6 +20,7 @@ from moment.placement.opened import Layout
 from moment.placement.pack import (NoRoom, PackManifest, pack_path, pack_summary, refuse_split, whole_here,
                                    write_pack)
 from moment.placement.requests import PackRequest, cached_rows
+from moment.requests import expect
 from moment.runtime.config import TrainConfig, make_config
 from moment.runtime.devices import check_local_ranks
 from moment.sizes import fmt_size
@@ -45,6 +46,7 @@ def pack(req: PackRequest, *,
     only the fitted pack fits on the layout's disk.
     `progress()` is entered around the writing (after every check) and yields its progress(done, total)
     callback or None (the command's bar on stderr)."""
+    expect(req, PackRequest, "moment.pack")
     for name, least in (("ranks", 1), ("epochs", 1)):
         check_at_least(f"--{name}", getattr(req, name), least)
     make_config(seed=req.seed, batch_size=req.batch_size)  # the training run's own ranges: one line naming the flag

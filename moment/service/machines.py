@@ -12,6 +12,7 @@ from pathlib import Path
 
 from moment.errors import MomentError
 from moment.planner.api import calibrated
+from moment.planner.requests import DEFAULT_PROFILE
 from moment.service.errors import FieldError, TooLarge, blame, request_field
 from moment.service.schemas import UPLOADS, MachineIn
 from moment.topology.cluster import cluster_from_dict
@@ -21,7 +22,6 @@ from moment.topology.profiles import PROFILE_DIR, builtin_names, dump_yaml, load
 # Imports inside functions: a route loads the planner, the readers and a job's work when it runs: the
 # service starts fast, without torch.
 
-DEFAULT_PROFILE = "paper-machine-b"
 _TEXT_SCANS = ("lspci", "lspci_vvv", "dmidecode", "nvidia_smi")
 
 
@@ -110,7 +110,7 @@ def machine(req: MachineIn, upload_limit: int) -> tuple[Topology, str]:
         topo, _ = read_uploads(texts, req.name, req.overrides)
         label = topo.name
     else:
-        label = req.profile or DEFAULT_PROFILE
+        label = DEFAULT_PROFILE if req.profile is None else req.profile
         topo = load_profile(str(builtin_profile_path(label)), req.overrides, flag=request_field)
     with blame("calibration"):
         return calibrated(topo, req.calibration), label

@@ -129,6 +129,9 @@ def parse_yaml(text: str, source: str) -> Any:
 
 
 def resolve_profile(name_or_path: str) -> Path:
+    if not str(name_or_path).strip():  # `--profile "$PROFILE"` with the variable unset: not the directory `.`
+        raise MomentError("an empty profile name",
+                          hint=f"give a built-in profile ({', '.join(builtin_names())}) or a path to a YAML file")
     p = Path(name_or_path)
     if p.suffix in (".yaml", ".yml") or exists(p):
         return p

@@ -448,6 +448,8 @@ class GraphDataset:
 
     @classmethod
     def open(cls, path: str | Path, verify: bool = False) -> GraphDataset:
+        if not isinstance(path, str | os.PathLike):
+            raise MomentError(f"a dataset is opened by its directory's path, not {type(path).__name__}")
         p = Path(path)
         mpath = p / MANIFEST
         check_dir(p, "dataset directory")
@@ -552,6 +554,8 @@ class GraphDataset:
         error naming them. Without `node_ids`, the ids are the numbers, checked to be in range."""
         if NODE_IDS not in self.manifest.files:
             a = np.asarray(ids)
+            if a.size == 0:  # [] is float64 to NumPy: an empty selection, not float ids
+                return np.zeros(a.shape, np.int64)
             if a.dtype.kind not in "iu":
                 raise MomentError(f"this dataset's nodes are numbered 0..{self.num_nodes - 1} (it keeps no ids of "
                                   f"its own), got {a.dtype} ids", source=str(self.path))

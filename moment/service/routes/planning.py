@@ -166,7 +166,7 @@ def advise(req: AdviseRequest, s: SettingsDep, slots: SearchesDep) -> AdviseResu
     placed on the chassis, best throughput per TCO dollar and best throughput, with runner-ups."""
     from moment.service.machines import machine
 
-    return advise_one(narrow(Advice, req, profile=req.profile or DEFAULT_PROFILE),
+    return advise_one(narrow(Advice, req, profile=DEFAULT_PROFILE if req.profile is None else req.profile),
                       machine=lambda: machine(req, s.max_upload_bytes)[0], flag=request_field, blame=blame,
                       solve=lambda label, work: run_with_deadline(work, s.plan_timeout_s, "the buying advice",
                                                                   slots)).result
