@@ -289,7 +289,7 @@ def _placement(plan: dict) -> list[list[str]]:
 
 
 @pytest.mark.slow
-def test_a_person_plans_compares_and_buys_in_chromium(service, browser, tmp_path):
+def test_a_person_plans_compares_and_buys_in_chromium(service, token_service, browser, tmp_path):
     p = Page(browser, service)
     d = browser
     d.get(service)
@@ -556,6 +556,8 @@ def test_a_person_plans_compares_and_buys_in_chromium(service, browser, tmp_path
     p.wait(lambda: p.shown("#plan-form .hint-line"), "the lspci upload's hint")
     assert "moment scan --from-lspci FILE --out machine.yaml" in p.text("#plan-form .hint-line code")
     assert p.text("#plan-form .hint-line").startswith("Hint: the page reads a profile YAML, an NCCL XML or an hwloc XML")
+    # last, a service that needs a token (one test: the browser is started once per worker)
+    token_put_in_the_address_as_the_page_says(token_service, browser)
 
 
 @pytest.fixture(scope="module")
@@ -566,8 +568,7 @@ def token_service(tmp_path_factory):
     yield from _serve(tmp_path_factory, MOMENT_TOKEN="s3cret")
 
 
-@pytest.mark.slow
-def test_a_token_put_in_the_address_as_the_page_says_loads_it(token_service, browser):
+def token_put_in_the_address_as_the_page_says(token_service, browser):
     """Opened without the token, the page says to add `#token=...` to the address; done so (the fragment
     changes, the browser does not reload), the page loads its lists and the message goes."""
     p = Page(browser, token_service)
