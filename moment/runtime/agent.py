@@ -411,9 +411,13 @@ def one_run_per_rendezvous() -> None:
         if not getattr(self, "_moment_joined", False):  # a restart's rounds are its run's own
             from moment.errors import MomentError
 
-            self._state_holder.sync()
-            state = self._state_holder.state
-            if state.complete and not state.closed and self._this_node not in state.participants:
+            try:  # torch's own state (private): a torch that keeps it otherwise is joined as before
+                self._state_holder.sync()
+                state = self._state_holder.state
+                taken = state.complete and not state.closed and self._this_node not in state.participants
+            except AttributeError:
+                taken = False
+            if taken:
                 self._moment_refused = True
                 raise MomentError(
                     f"{IN_USE}: its {len(state.participants)} machines joined already (another run started on this "
