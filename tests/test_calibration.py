@@ -92,7 +92,7 @@ def test_duplicates_and_too_few_distinct_measurements_are_refused():
         calibrate(topo, INV, reads, ["ssd_read"])
     three = MeasurementFile(measurements=[Measurement(layout=n, epoch_s=v)
                                           for n, v in zip(LAYOUTS, (15.9, 26.7, 14.9))])
-    with pytest.raises(MomentError, match="3 distinct measurements cannot test a fit of 3 parameters"):
+    with pytest.raises(MomentError, match="3 distinct epoch measurements cannot test a fit of 3 parameters"):
         calibrate(topo, INV, three, fit3)
     assert calibrate(topo, INV, three, ["socket_link", "overhead_s"]).loo_max_rel_err is not None
 
@@ -156,7 +156,8 @@ def test_calibrate_fits_the_default_parameters_its_help_names(capsys):
     assert got["fitted"] == list(DEFAULT_FIT)
     assert got["loo_max_rel_err"] <= 0.15  # the paper's machine B under the default fit
     assert main(["calibrate", "--help"]) == 0
-    assert f"(default:{','.join(DEFAULT_FIT)})" in re.sub(r"[\s│]", "", capsys.readouterr().out)
+    assert f"(default:{','.join(DEFAULT_FIT)}whereameasurementdependsonthem" in re.sub(
+        r"[\s│]", "", capsys.readouterr().out)
 
 
 def test_calibrate_profile_is_a_machine_by_its_name_not_its_path(tmp_path, capsys):
@@ -208,3 +209,78 @@ def test_a_fit_resting_on_its_bounds_and_still_slow_says_so(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["notes"][0].startswith("the fit stops at the bound")
     assert main(["calibrate", "--measured", "tests/data/paper-machine-b-measured.yaml", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["notes"] == []  # the paper's measurements: no note
+
+
+def test_ssd_rates_alone_fit_ssd_read_and_never_a_link_they_do_not_depend_on(tmp_path, capsys):
+    """`moment probe --out`'s SSD rates say nothing about the switch uplink or the socket link: the default fit
+    leaves them at the book rate with a note and fits ssd_read (it pinned both at their slow bounds, 0.2 and
+    0.1, with no note, and plans with it predicted 2.4x slower epochs: hunt-H 2); naming them is refused."""
+    rates = MeasurementFile(machine="paper-machine-b", gpus=4, ssds=8, measurements=[
+        Measurement(device=f"ssd{i}", read_gbps=r) for i, r in enumerate((3.1, 3.25, 3.4))])
+    topo = load_profile("paper-machine-b")
+    cal = calibrate(topo, INV, rates)
+    assert cal.fitted == ["ssd_read"]
+    assert cal.params["switch_uplink"] == 1.0 and cal.params["socket_link"] == 1.0
+    assert cal.params["ssd_read"] == pytest.approx(0.5, abs=0.01)
+    assert cal.notes == ["switch_uplink, socket_link not fitted (kept at the book rate): no measurement depends "
+                         "on them"]
+    with pytest.raises(MomentError, match=r"m.yaml: --fit switch_uplink,socket_link: no measurement depends on "
+                                          r"switch_uplink, socket_link, so a fit would set them arbitrarily") as e:
+        calibrate(topo, INV, rates, ["switch_uplink", "socket_link"], source="m.yaml")
+    assert "measure ssd_read directly" in e.value.hint
+    with pytest.raises(MomentError, match="no measurement depends on rc_port"):
+        calibrate(topo, INV, rates, ["ssd_read", "rc_port"])
+    # layouts and a read rate: the layouts fit the links, the rate fits ssd_read (not counted for the links)
+    mf = _synthetic({"socket_link": 0.5}, noise=0.0)
+    mixed = MeasurementFile(machine="paper-machine-a", gpus=4, ssds=8, data="even",
+                            measurements=[*mf.measurements, Measurement(device="ssd0", read_gbps=6.5)])
+    cal = calibrate(load_profile("paper-machine-a"), INV, mixed, loo=False)
+    assert cal.fitted == ["switch_uplink", "socket_link", "ssd_read"] and cal.notes == []
+    assert cal.params["socket_link"] == pytest.approx(0.5, abs=0.01) and cal.params["ssd_read"] == 1.0
+    two = MeasurementFile(machine="paper-machine-a", gpus=4, ssds=8, data="even",
+                          measurements=[*mf.measurements[:2], Measurement(device="ssd0", read_gbps=6.5)])
+    with pytest.raises(MomentError, match=r"2 distinct epoch measurements cannot test a fit of 2 parameters "
+                                          r"\(switch_uplink, socket_link\)"):
+        calibrate(load_profile("paper-machine-a"), INV, two)
+
+
+def test_a_fit_resting_on_its_slow_bound_says_so():
+    """A rate slower than the slowest the bounds allow: the fit stops at the slow bound, with a note (only a
+    fast bound was ever noted: hunt-H 2)."""
+    slow = MeasurementFile(measurements=[Measurement(device="ssd0", read_gbps=1.3),
+                                         Measurement(device="ssd1", read_gbps=1.3)])
+    cal = calibrate(load_profile("paper-machine-b"), INV, slow, ["ssd_read"])
+    assert cal.params["ssd_read"] == 0.3
+    assert len(cal.notes) == 1 and cal.notes[0].startswith(
+        "the fit stops at the slow bound of ssd_read = 0.3 and still predicts ssd0:read +50%, ssd1:read +50%: "
+        "the machine measured slower than the calibration's bounds allow")
+    assert "plans with it are still faster than measured" in cal.notes[0] and "--ssd-model" in cal.notes[0]
+
+
+def test_the_documented_probe_then_calibrate_flow_works_for_one_ssd(tmp_path, capsys):
+    """`moment probe --ssd-path ssd0=DIR --out probe.yaml` (no --profile: machine null, no counts), then the
+    command simulate's hint and planning.md give, `moment calibrate --measured probe.yaml --out cal.yaml`: one
+    read rate fits ssd_read exactly (rate / rated). It was refused three ways (no machine; no counts; '1
+    distinct measurements cannot test a fit of 1 parameters': hunt-H 3)."""
+    probe, out = tmp_path / "probe.yaml", tmp_path / "cal.yaml"
+    probe.write_text("machine: null\nmeasurements:\n- {device: ssd0, read_gbps: 3.25}\nprobe: {ssd: {}}\n")
+    assert main(["simulate", "--profile", "paper-machine-b", "--placement", "paper-c", "--calibration",
+                 str(probe)]) == 2
+    hint = " ".join(capsys.readouterr().err.split())
+    assert f"`moment calibrate --measured {probe} --out cal.yaml`" in hint
+    assert main(["calibrate", "--measured", str(probe), "--out", str(out), "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["fitted"] == ["ssd_read"] and got["params"]["ssd_read"] == pytest.approx(3.25 / 6.5, rel=1e-6)
+    assert load_calibration(out).fitted_on == "an unnamed machine (SSD read rates)"
+    for machine in ("paper-machine-b", "paper-machine-a"):
+        assert main(["plan", "--profile", machine, "--gpus", "4", "--ssds", "8", "--json"]) == 0
+        bare = json.loads(capsys.readouterr().out)["predicted"]["epoch_read_s"]
+        assert main(["plan", "--profile", machine, "--gpus", "4", "--ssds", "8", "--calibration", str(out)]) == 0
+        text = " ".join(capsys.readouterr().out.split())
+        assert f"recommended {bare / 0.5:.2f} s" in text  # every SSD at half its rated rate: the reads take twice
+        assert "by link class only" not in text  # an SSD scale carries to any machine as it is
+    # a layout's epoch still needs the machine and the counts
+    (tmp_path / "e.yaml").write_text("measurements:\n- {layout: paper-a, epoch_s: 16}\n- {device: ssd0, "
+                                     "read_gbps: 3.0}\n")
+    assert main(["calibrate", "--measured", str(tmp_path / "e.yaml")]) == 2
+    assert "no machine: pass --profile" in capsys.readouterr().err

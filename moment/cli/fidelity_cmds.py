@@ -72,7 +72,9 @@ def calibrate_cmd(
 
     Prints each parameter (with its meaning and bounds), each measurement's residual and the
     leave-one-out error (each measurement predicted by a fit without it). Apply the result with
-    `moment plan|compare|simulate --calibration CAL.yaml`.
+    `moment plan|compare|simulate --calibration CAL.yaml`. SSD read rates alone (`moment probe --out`)
+    fit the SSD read scale (rate / rated rate of --ssd-model) and need no --profile, --gpus or --ssds.
+    A named parameter no measurement depends on is refused.
     """
     from moment.planner.calibration import PARAMS
 

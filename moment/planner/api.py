@@ -219,12 +219,14 @@ def calibrated(topo: Topology, cal: Calibration | None) -> Topology:
 def calibration_block(cal: Calibration, source: str, plan: Plan) -> dict:
     """`calibration` of `plan --calibration --json`: the source, its parameters, the calibrated epochs."""
     from moment.planner.calibration import calibrated_epoch
+    from moment.planner.calibration_file import LINK_CLASSES
 
     epochs = {"recommended": calibrated_epoch(plan.under(plan.data).epoch_read_s, cal)}
     epochs.update({b.name: calibrated_epoch(b.under(plan.data).epoch_read_s, cal) for b in plan.baselines})
     # a fit carries to another machine by link class only: say when it does, and how well it fitted at home
     return {"file": source, "params": cal.params, "predicted_epoch_s": epochs, "fitted_on": cal.fitted_on,
-            "other_machine": cal.fitted_on != plan.machine, "loo_max_rel_err": cal.loo_max_rel_err}
+            "other_machine": cal.fitted_on != plan.machine and any(n in LINK_CLASSES for n in cal.fitted),
+            "loo_max_rel_err": cal.loo_max_rel_err}
 
 
 def calibrated_row(cal: Calibration | None, plan: Plan) -> dict:

@@ -368,33 +368,102 @@ def _check_reachable(model: Model, source: str | None) -> None:
 
 
 def _bound_notes(full: FitResult, names: list[str], ms: list[Measurement], residuals: list[Residual]) -> list[str]:
-    """A note when the fit rests on a parameter's fast bound and still predicts measurements slower than
-    measured by more than BOUND_MISS: the model cannot be as fast as they say."""
-    fast = {n: PARAMS[n].lo if PARAMS[n].unit == "s" else PARAMS[n].hi for n in names}
-    pinned = [n for n in names if abs(full.params[n] - fast[n]) <= 1e-6 * max(1.0, abs(fast[n]))]
-    slow = [r for m, r in zip(ms, residuals) if (r.rel_err if m.epoch_s is not None else -r.rel_err) > BOUND_MISS]
-    if not (pinned and slow):
-        return []
-    return [f"the fit stops at the bound of {', '.join(f'{n} = {fast[n]:g}' for n in pinned)} and still predicts "
-            f"{', '.join(f'{r.layout} {r.rel_err:+.0%}' for r in slow)}: the machine measured faster than the model "
-            f"can be; a run that read less than the workload `moment plan` assumes, or times not in seconds per "
-            f"epoch, is the usual cause"]
+    """A note when the fit rests on a parameter's bound and still misses measurements by more than BOUND_MISS
+    on that bound's side: at the fast bound predicting slower than measured (the model cannot be as fast as
+    they say), at the slow bound predicting faster (the machine measured slower than the bounds allow)."""
+    notes = []
+    for side in ("fast", "slow"):
+        at = {n: (PARAMS[n].lo if (PARAMS[n].unit == "s") == (side == "fast") else PARAMS[n].hi) for n in names}
+        pinned = [n for n in names if abs(full.params[n] - at[n]) <= 1e-6 * max(1.0, abs(at[n]))]
+        sign = 1.0 if side == "fast" else -1.0  # an epoch predicted longer, or a rate lower, than measured is slower
+        miss = [r for m, r in zip(ms, residuals)
+                if sign * (r.rel_err if m.epoch_s is not None else -r.rel_err) > BOUND_MISS]
+        if not (pinned and miss):
+            continue
+        stops = f"the fit stops at the {'slow ' if side == 'slow' else ''}bound of " \
+            f"{', '.join(f'{n} = {at[n]:g}' for n in pinned)} and still predicts " \
+            f"{', '.join(f'{r.layout} {r.rel_err:+.0%}' for r in miss)}"
+        notes.append(stops + (": the machine measured faster than the model can be; a run that read less than the "
+                              "workload `moment plan` assumes, or times not in seconds per epoch, is the usual cause"
+                              if side == "fast" else
+                              ": the machine measured slower than the calibration's bounds allow, so plans with it "
+                              "are still faster than measured; a busy or throttled device, a directory not on the SSD, "
+                              "an SSD of another model than the rated one (--ssd-model names it), or time besides the "
+                              "reads (overhead_s fits it) is the usual cause"))
+    return notes
 
 
-def calibrate(topo: Topology, inventory: Inventory, mfile: MeasurementFile, names: list[str], *,
+def measured_directly(model: Model) -> list[str]:
+    """The parameters a measurement gives directly: ssd_read from a device's read rate, a link class from a
+    link's rate (the rate over its book or rated figure, exact from one measurement)."""
+    got = {"ssd_read"} if any(m.read_gbps is not None for m in model.ms) else set()
+    got |= {model._link_book(m.link or "")[1] for m in model.ms if m.gbps is not None}
+    return [n for n in PARAMS if n in got]
+
+
+def identifiable(model: Model, names: list[str]) -> list[str]:
+    """Those of `names` that change some prediction somewhere on the fit's starting grid (an overhead: any
+    epoch): a parameter no measurement depends on would be set arbitrarily (the grid's first level, its slow
+    bound), and then slow every plan the calibration is applied to."""
+    eff = [n for n in names if n != "overhead_s"]
+    out = set()
+    if "overhead_s" in names and any(m.epoch_s is not None for m in model.ms):
+        out.add("overhead_s")
+    if eff:
+        preds = np.array([pred for _, pred in _grid(model, names, defaults())])  # the fit's own grid, cached
+        preds = preds.reshape((GRID_LEVELS,) * len(eff) + (len(model.ms),))
+        scale = max(1.0, float(np.abs(preds).max()))
+        out |= {n for j, n in enumerate(eff) if float(np.ptp(preds, axis=j).max()) > 1e-9 * scale}
+    return [n for n in names if n in out]
+
+
+def default_fit(model: Model) -> tuple[list[str], list[str]]:
+    """What `calibrate` fits without --fit: DEFAULT_FIT's parameters the measurements depend on, and those a
+    device's or link's rate measures directly; and DEFAULT_FIT's left out (no measurement depends on them)."""
+    fits = identifiable(model, list(DEFAULT_FIT))
+    fits += [n for n in measured_directly(model) if n not in fits]
+    return sorted(fits, key=list(PARAMS).index), [n for n in DEFAULT_FIT if n not in fits]
+
+
+def calibrate(topo: Topology, inventory: Inventory, mfile: MeasurementFile, names: list[str] | None = None, *,
               workload: WorkloadSpec | None = None, loo: bool = True, source: str | None = None) -> Calibration:
-    """Fit `names` to the measurements; `source` (the measurement file) is named when they are far faster
-    than the model can be (refused), and the calibration's notes say when the fit rests on a bound."""
-    names = check_fit_names(names)
+    """Fit `names` (None: `default_fit`) to the measurements; `source` (the measurement file) is named when they
+    are far faster than the model can be, or when a named parameter changes none of them (refused), and the
+    calibration's notes say when the fit rests on a bound or a default parameter was left out."""
+    names = None if names is None else check_fit_names(names)
     ms = mfile.measurements
     model = Model(topo, inventory, ms, workload, mfile.data)
     _check_reachable(model, source)
     distinct = _distinct(model)
-    if len(distinct) <= len(names):
-        raise MomentError(f"{len(distinct)} distinct measurements cannot test a fit of {len(names)} parameters "
-                          f"({', '.join(names)}): it would match them exactly whatever the parameters mean",
+    notes = []
+    if names is None:
+        names, left = default_fit(model)
+        if left:
+            notes.append(f"{', '.join(left)} not fitted (kept at the book rate): no measurement depends on "
+                         f"{'it' if len(left) == 1 else 'them'}")
+        if not names:
+            raise MomentError(f"no measurement depends on the parameters fitted by default ({', '.join(DEFAULT_FIT)})",
+                              source=source, hint="name the parameters to fit with --fit")
+    else:
+        idle = [n for n in names if n not in identifiable(model, names)]
+        if idle:
+            direct = measured_directly(model)
+            raise MomentError(f"--fit {','.join(names)}: no measurement depends on {', '.join(idle)}, so a fit would "
+                              f"set {'it' if len(idle) == 1 else 'them'} arbitrarily (at a bound) and every plan "
+                              "calibrated with it would inherit that", source=source,
+                              hint="leave them out of --fit" + (f" (these measurements measure {', '.join(direct)} "
+                                                                 "directly)" if direct else "")
+                              + ", or measure layouts whose epochs they change")
+    direct = measured_directly(model)
+    indirect = [n for n in names if n not in direct]
+    epochs = sum(1 for g in distinct if model.ms[g[0]].epoch_s is not None)
+    if indirect and epochs <= len(indirect):
+        raise MomentError(f"{epochs} distinct epoch measurements cannot test a fit of {len(indirect)} parameters "
+                          f"({', '.join(indirect)}): it would match them exactly whatever the parameters mean",
+                          source=source,
                           hint="measure more layouts (one more than the parameters at least) or fit fewer "
-                               "parameters with --fit")
+                               "parameters with --fit (a device's or link's rate fits only its own parameter, "
+                               "ssd_read or that link's class)")
     full = fit(model, names)
     meas = np.array([m.value for m in ms])
     residuals = [Residual(layout=m.label, measured_s=float(meas[i]), predicted_s=float(full.predicted[i]),
@@ -413,7 +482,7 @@ def calibrate(topo: Topology, inventory: Inventory, mfile: MeasurementFile, name
     return Calibration(fitted_on=topo.name, inventory=inventory.describe(),
                        params={k: round(v, 6) for k, v in full.params.items()}, fitted=names,
                        meaning={k: PARAMS[k].meaning for k in PARAMS}, residuals=residuals,
-                       loo_max_rel_err=loo_max, notes=_bound_notes(full, names, ms, residuals))
+                       loo_max_rel_err=loo_max, notes=notes + _bound_notes(full, names, ms, residuals))
 
 
 def _distinct(model: Model) -> list[list[int]]:

@@ -38,6 +38,10 @@ PARAMS: dict[str, Param] = {
 # 5 s on a book-rate switch and misses its planned layout by a third in leave-one-out).
 DEFAULT_FIT = ("switch_uplink", "socket_link")
 EFFICIENCY = [k for k, p in PARAMS.items() if p.unit != "s"]
+#: the parameters that scale links by class (a fit of them carries to another machine by class only)
+LINK_CLASSES = ("switch_uplink", "switch_port", "rc_port", "socket_link")
+#: `fitted_on` of a calibration fitted on SSD read rates that name no machine (`moment probe --out` without --profile)
+UNNAMED_MACHINE = "an unnamed machine (SSD read rates)"
 
 
 def defaults() -> dict[str, float]:

@@ -32,7 +32,7 @@ from moment.planner.api import (
     DEFAULT_SSD_MODEL,
     DEFAULT_SSDS,
 )
-from moment.planner.calibration_file import Calibration
+from moment.planner.calibration_file import UNNAMED_MACHINE, Calibration
 from moment.planner.contracts import Plan
 from moment.requests import Cli, Request, expect, given_fields
 from moment.topology.cluster import ClusterSpec, load_cluster
@@ -336,14 +336,18 @@ class CalibrateRequest(Request):
     measured: Annotated[Path, Cli(("--measured", "-m"))] = Field(
         description="measurement file (YAML): layouts' epoch times, device and link rates")
     profile: Annotated[str | None, Cli(("--profile", "-p"))] = Field(
-        None, description="profile the layouts refer to (default: the file's machine)")
-    gpus: int | None = Field(None, description="GPUs in the measured runs (default: the file's)")
-    ssds: int | None = Field(None, description="SSDs in the measured runs (default: the file's)")
+        None, description="profile the layouts refer to (default: the file's machine; SSD read rates alone "
+                          "need none)")
+    gpus: int | None = Field(None, description="GPUs in the measured runs (default: the file's; SSD read rates "
+                                               "alone need none)")
+    ssds: int | None = Field(None, description="SSDs in the measured runs (default: the file's; SSD read rates "
+                                               "alone need none)")
     gpu_model: str = DEFAULT_GPU_MODEL
     ssd_model: str = DEFAULT_SSD_MODEL
     fit: str | None = Field(None, description="parameters to fit (comma-separated): switch_uplink, switch_port, "
                                               "rc_port, socket_link, ssd_read, overhead_s; the others keep their "
-                                              "defaults (default: switch_uplink,socket_link)")
+                                              "defaults (default: switch_uplink,socket_link where a measurement depends on "
+                                              "them, and ssd_read where an SSD's read rate is measured)")
     out: Annotated[Path | None, Cli(("--out", "-o"))] = Field(None, description="write the calibration (YAML) here")
 
 
@@ -351,7 +355,7 @@ def calibrate(req: CalibrateRequest) -> Calibration:
     """Fit the calibration of `req.measured` (its machine and inventory, unless the request names them),
     and write it to `req.out` when given (checked before the fit)."""
     expect(req, CalibrateRequest, "moment.calibrate")
-    from moment.planner.calibration import DEFAULT_FIT, dump_calibration, load_measurements
+    from moment.planner.calibration import dump_calibration, load_measurements
     from moment.planner.calibration import calibrate as fit
     from moment.topology.profiles import load_profile
 
@@ -359,21 +363,28 @@ def calibrate(req: CalibrateRequest) -> Calibration:
         check_output(req.out, "--out")  # before the fit
     mf = load_measurements(req.measured)
     machine = req.profile or mf.machine
-    if machine is None:
+    # SSD read rates alone (`moment probe --out`) are each over the SSD model's rated rate: no machine or
+    # count enters that fit, so none is asked for (the machine only names it)
+    reads_only = all(m.read_gbps is not None for m in mf.measurements)
+    if machine is None and not reads_only:
         raise MomentError("no machine: pass --profile or put `machine:` in the measurement file",
                           source=str(req.measured))
-    topo = load_profile(machine)  # a file's name is its `name:`, not its path
+    topo = load_profile(machine or DEFAULT_PROFILE)  # a file's name is its `name:`, not its path
     if req.profile and mf.machine and mf.machine not in (req.profile, topo.name):
         raise MomentError(f"the measurements are of {mf.machine!r}, not {topo.name!r} (--profile {req.profile})",
                           source=str(req.measured))
     g = req.gpus if req.gpus is not None else mf.gpus
     s = req.ssds if req.ssds is not None else mf.ssds
+    if reads_only:
+        g, s = g or 0, s or len({m.device for m in mf.measurements})
     if g is None or s is None:
         raise MomentError("how many GPUs and SSDs were measured? pass --gpus/--ssds or put them in the file",
                           source=str(req.measured))
     inv = api.parse_inventory(None, g, s, req.gpu_model, req.ssd_model)
-    cal = fit(topo, inv, mf, list(DEFAULT_FIT) if req.fit is None else
-              [x.strip() for x in req.fit.split(",") if x.strip()], source=str(req.measured))
+    cal = fit(topo, inv, mf, None if req.fit is None else [x.strip() for x in req.fit.split(",") if x.strip()],
+              source=str(req.measured))
+    if machine is None:
+        cal.fitted_on = UNNAMED_MACHINE
     if req.out is not None:
         atomic_write(req.out, dump_calibration(cal), "--out")
     return cal
