@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.mark.slow
 def test_probe_cli_writes_a_measurement_file_and_profile(tmp_path, capsys):
     out, prof = tmp_path / "m.yaml", tmp_path / "p.yaml"
-    assert main(["probe", "--ssd-path", f"ssd0={tmp_path}", "--size-mib", "16", "--profile", "paper-machine-a",
+    assert main(["probe", "--ssd-path", f"ssd0={tmp_path}", "--size-mib", "16", "--profile", "asus-esc8000a-e12",
                  "--out", str(out), "--profile-out", str(prof), "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
     assert res["ssd"]["ssd0"]["seq_read_gbps"] > 0 and res["memory_copy_gbps"] > 0
@@ -31,6 +31,8 @@ def test_probe_cli_writes_a_measurement_file_and_profile(tmp_path, capsys):
     data = yaml.safe_load(prof.read_text())
     mem = [n["memory_bandwidth_gbps"] for n in data["nodes"] if n["kind"] == "socket"]
     assert mem == pytest.approx([res["memory_copy_gbps"] / 2] * 2)
+    ssd0 = next(n for n in data["nodes"] if n["id"] == "ssd0")
+    assert ssd0["read_gbps"] == pytest.approx(res["ssd"]["ssd0"]["seq_read_gbps"])
     assert main(["probe", "--ssd-path", "bad"]) == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.yaml", "p.yaml"]  # no scratch file left
 
@@ -143,3 +145,29 @@ def test_with_a_gpu_driver_torch_decides_as_before(tmp_path, monkeypatch):
     assert not device.no_gpu_driver()
     assert probe_cuda() is None and cuda_pci_addresses() is None and not cuda_available()
     assert default_device(None) == "cpu" and len(asked) == 4  # each asked torch
+
+
+def test_profile_out_refuses_a_measured_ssd_the_profile_does_not_have(tmp_path, capsys, monkeypatch):
+    """--profile-out writes each rate into the profile's SSD of that id: an id it lacks (or any, where the
+    profile has only empty slots) is refused before measuring, listing its SSDs (the rate was dropped without a
+    word and the profile written as 'measured': hunt-H 7); an installed SSD gets its rate."""
+    import moment.io.probe as probe_mod
+
+    def fake(targets, **kw):
+        return {"ssd": {k: {"seq_read_gbps": 2.5} for k in targets}, "memory_copy_gbps": 20.0, "cuda": None}
+
+    monkeypatch.setattr(probe_mod, "probe_machine", fake)
+    out = tmp_path / "p.yaml"
+    for profile, ssd, said in (
+            ("asus-esc8000a-e12", "ssd99", "its SSDs: ssd0, ssd1, "),
+            ("paper-machine-b", "ssd0", "it has no installed SSD, only empty slots")):
+        assert main(["probe", "--ssd-path", f"{ssd}={tmp_path}", "--size-mib", "16", "--profile", profile,
+                     "--profile-out", str(out)]) == 2
+        err = " ".join(capsys.readouterr().err.split())
+        assert f"error: --profile-out: {ssd} is not an SSD of profile '{profile}', so its measured rate would " \
+               "be written nowhere" in err and said in err and "Traceback" not in err
+        assert not out.exists()
+    assert main(["probe", "--ssd-path", f"ssd3={tmp_path}", "--size-mib", "16", "--profile", "asus-esc8000a-e12",
+                 "--profile-out", str(out), "--json"]) == 0
+    ssds = {n["id"]: n["read_gbps"] for n in yaml.safe_load(out.read_text())["nodes"] if n["kind"] == "ssd"}
+    assert ssds["ssd3"] == 2.5 and ssds["ssd0"] == 3.5

@@ -62,6 +62,8 @@ def probe(req: ProbeRequest, *, targets: dict[str, str | Path] | None = None, fl
         if path is not None:
             check_output(path, name)
     topo = load_profile(req.profile) if req.profile_out is not None else None
+    if topo is not None:
+        _check_installed(topo, list(targets), req.profile or "", flag)
     result = probe_machine(targets, file_bytes=req.size_mib << 20, queue_depth=req.queue_depth,
                            keep=req.keep_scratch, before=before)
     ssd = result["ssd"]
@@ -79,3 +81,23 @@ def probe(req: ProbeRequest, *, targets: dict[str, str | Path] | None = None, fl
         atomic_write(req.profile_out, dump_yaml(Topology.model_validate(data), "measured by `moment probe`"),
                      "--profile-out")
     return result
+
+
+def _check_installed(topo: Any, ids: list[str], profile: str, flag: Flag) -> None:
+    """--profile-out writes each measured rate into the profile's SSD of that id: an id that names no installed
+    SSD there is refused before measuring (its rate had nowhere to go and was dropped without a word)."""
+    from moment.topology.model import Kind
+
+    installed = [n.id for n in topo.nodes if n.kind == Kind.ssd]
+    missing = [i for i in ids if i not in installed]
+    if not missing:
+        return
+    has = (f"its SSDs: {', '.join(installed)}" if installed else
+           "it has no installed SSD, only empty slots (a `moment scan` profile of this machine lists its SSDs)")
+    raise MomentError(f"{flag('profile_out')}: {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not "
+                      f"{'an SSD' if len(missing) == 1 else 'SSDs'} of profile {topo.name!r}"
+                      f"{'' if profile in ('', topo.name) else f' ({profile})'}, so "
+                      f"{'its' if len(missing) == 1 else 'their'} measured rate would be written nowhere",
+                      hint=f"give each measured SSD its id in the profile; {has}"
+                      + ("" if installed else f"; or leave {flag('profile_out')} out and use --out"),
+                      field="profile_out")
