@@ -171,3 +171,20 @@ def test_profile_out_refuses_a_measured_ssd_the_profile_does_not_have(tmp_path, 
                  "--profile-out", str(out), "--json"]) == 0
     ssds = {n["id"]: n["read_gbps"] for n in yaml.safe_load(out.read_text())["nodes"] if n["kind"] == "ssd"}
     assert ssds["ssd3"] == 2.5 and ssds["ssd0"] == 3.5
+
+
+def test_two_ssd_ids_on_one_file_system_are_refused_before_measuring(tmp_path, capsys, monkeypatch):
+    """Two ids on one file system (one directory twice, or two directories on one disk) measured one disk as two
+    SSDs, and `calibrate` took the two rates as two distinct measurements (hunt-H 7, its note)."""
+    import moment.io.probe as probe_mod
+
+    measured = []
+    monkeypatch.setattr(probe_mod, "probe_machine", lambda targets, **kw: measured.append(targets))
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    for second in ("a", "b"):
+        assert main(["probe", "--ssd-path", f"ssd0={tmp_path / 'a'}", "--ssd-path", f"ssd1={tmp_path / second}",
+                     "--size-mib", "16"]) == 2
+        err = " ".join(capsys.readouterr().err.split())
+        assert err.startswith("error: --ssd-path: ssd0 and ssd1 are on one file system") and "Traceback" not in err
+    assert measured == []

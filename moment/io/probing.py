@@ -7,6 +7,7 @@ moment.service.schemas), so every default is declared here once.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
@@ -16,7 +17,7 @@ from pydantic import ConfigDict, Field
 from moment.errors import Flag, MomentError, cli_flag
 from moment.inputs import parse_ssd_paths
 from moment.outputs import atomic_write, check_output
-from moment.requests import Cli, Request, expect
+from moment.requests import Cli, Request, cli_of, expect
 
 # Imports inside functions: the I/O stack and the profiles load only when a probe runs, so the command line
 # that declares the options starts fast.
@@ -56,6 +57,7 @@ def probe(req: ProbeRequest, *, targets: dict[str, str | Path] | None = None, fl
     if targets is None:
         targets = parse_ssd_paths(req.ssd_paths) if req.ssd_paths else {"ssd0": "."}
     check_probe(req.size_mib << 20, req.queue_depth, flag=flag)
+    _one_disk_each(targets, flag)
     if req.profile_out is not None and req.profile is None:
         raise MomentError("--profile-out needs --profile (the profile to write the measurements into)")
     for path, name in ((req.out, "--out"), (req.profile_out, "--profile-out")):  # before minutes of measuring
@@ -81,6 +83,23 @@ def probe(req: ProbeRequest, *, targets: dict[str, str | Path] | None = None, fl
         atomic_write(req.profile_out, dump_yaml(Topology.model_validate(data), "measured by `moment probe`"),
                      "--profile-out")
     return result
+
+
+def _one_disk_each(targets: dict[str, str | Path], flag: Flag) -> None:
+    """Each SSD id measures a file system of its own: two ids on one (the same directory, or two on one disk) would
+    measure one disk twice, and `calibrate` would take its rate as two SSDs' (two distinct measurements)."""
+    seen: dict[int, str] = {}
+    for ssd, where in targets.items():
+        try:
+            dev = os.stat(where).st_dev
+        except OSError:
+            continue  # the measurement names a missing directory itself
+        if dev in seen:
+            said = cli_of(ProbeRequest.model_fields["ssd_paths"]).flags[0] if flag is cli_flag else flag("ssd_paths")
+            raise MomentError(f"{said}: {seen[dev]} and {ssd} are on one file system "
+                              f"(device {os.major(dev)}:{os.minor(dev)}): one disk would be measured as two SSDs",
+                              hint="give each SSD id a directory on that SSD's own file system", field="ssd_paths")
+        seen[dev] = ssd
 
 
 def _check_installed(topo: Any, ids: list[str], profile: str, flag: Flag) -> None:
