@@ -412,6 +412,7 @@ def test_a_person_plans_compares_and_buys_in_chromium(service, token_service, br
     hint = p.text("#budget-card .hint-line")
     assert hint.startswith("Hint: check Max GPUs/Max SSDs and") and "max_gpus" not in hint and "`" not in hint, hint
     assert p.text("#budget-card .hint-line code") == "moment profiles"
+    assert p.css("#budget-max-gpus").get_attribute("aria-invalid") == "true"  # marked where the 0 was typed
     for sel, v in (("#budget", "100"), ("#budget-max-gpus", "2"), ("#budget-max-ssds", "2")):
         p.type(sel, v)
     p.click_and_wait("#advise-btn", lambda: p.shown("#budget-card .card-error, #budget-card .field-error"),

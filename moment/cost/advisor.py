@@ -360,7 +360,8 @@ def _enumerate_inventories(topo: Topology, bare: Topology, gpu_models: list[str]
         raise MomentError(f"no inventory of {', '.join(gpu_models + ssd_models)} fits the free slots of {topo.name!r}"
                           f"{beside}",
                           hint=f"check {flag('max_gpus')}/{flag('max_ssds')} and the chassis' empty slots "
-                               "(`moment profiles`)", field="models")
+                               "(`moment profiles`)",
+                          field="max_gpus" if max_gpus == 0 else "max_ssds" if max_ssds == 0 else "models")
     return invs
 
 
