@@ -528,16 +528,20 @@ def test_a_person_plans_compares_and_buys_in_chromium(service, token_service, br
     assert not p.shown(".card-error") and not p.shown("#error")
     p.snapshot("upload")
 
-    # ---- fewer slots than the default 4 GPUs: the GPUs left blank fit, and the SSD note says what is true ----
+    # ---- fewer slots than the default 4 GPUs: the GPUs left blank fit with an SSD, and the note says so ----
     three = tmp_path / "three-slots.yaml"
     three.write_text(tiny_profile(3))
     p.type("#gpus", "")
     p.type("#ssds", "8")
     p.css("#profile-file").send_keys(str(three))
     p.wait(lambda: "three-slots.yaml" in p.text("#machine-desc"), "the three-slot upload")
-    assert p.text("#gpus-hint") == "GPUs left blank: 3 on this machine."
-    assert p.text("#plan-form [data-testid=field-note]") == ("SSDs: set to 0: tiny-server has 3 slots to fill, and "
-                                                            "the 3 GPUs take them all: plan fewer GPUs to leave room for SSDs.")
+    assert p.text("#gpus-hint") == "GPUs left blank: 2 on this machine."
+    assert p.text("#plan-form [data-testid=field-note]") == ("SSDs: set to 1: tiny-server has 3 slots to fill; 2 GPUs "
+                                                            "leave room for 1 SSD.")
+    # the defaults plan (3 GPUs in the 3 slots left no room for an SSD, and the plan failed)
+    p.click_and_wait("#plan-btn", lambda: "tiny-server" in p.text(".head.col-original"), "the three-slot plan")
+    assert "2 x A100-PCIe-40GB, 1 x P5510" in p.text(".head.col-original"), p.text(".head.col-original")
+    assert not p.shown("#plan-form .card-error")
     # no free slot at all: one sentence, in the description, the SSDs' note and the plan's answer
     sxm = tmp_path / "sxm.yaml"
     sxm.write_text(SXM_PROFILE)

@@ -111,7 +111,8 @@ def _model(name: str, what: str, flag: Flag, kind=None):
 def resolve_gpus(topo: Topology, gpus: int | None, *, flag: Flag = cli_flag, model: str | None = None) -> int:
     """How many GPUs to place. Left out: 0 where the machine has built-in GPUs (SXM modules the planner
     never moves), else DEFAULT_GPUS, or fewer where fewer free slots take a GPU of `model` (None:
-    DEFAULT_GPU_MODEL; an unknown one is left to `parse_inventory` to name). Given: a number the machine
+    DEFAULT_GPU_MODEL; an unknown one is left to `parse_inventory` to name), one fewer where they would take
+    every free slot and leave none for an SSD. Given: a number the machine
     cannot take as extra cards is an error, except the built-in count itself, which means "its own GPUs"."""
     from moment.topology.devices import builtin_gpus, find_model, fits, strip
     from moment.topology.model import Kind
@@ -124,7 +125,11 @@ def resolve_gpus(topo: Topology, gpus: int | None, *, flag: Flag = cli_flag, mod
             card = find_model(model or DEFAULT_GPU_MODEL)
         except MomentError:
             return DEFAULT_GPUS
-        return min(DEFAULT_GPUS, sum(fits(sl, card) for sl in strip(topo)[0].empty_slots()))
+        slots = strip(topo)[0].empty_slots()
+        n = min(DEFAULT_GPUS, sum(fits(sl, card) for sl in slots))
+        if n > 1 and n == len(slots) and any(fits(sl, find_model(DEFAULT_SSD_MODEL)) for sl in slots):
+            n -= 1  # GPUs in every free slot leave none for an SSD, and a plan without one reads from nothing
+        return n
     if not built or gpus == 0:
         return gpus
     bare = strip(topo)[0]

@@ -52,7 +52,7 @@ DEFAULT_PROFILE = "paper-machine-b"
 PROFILE_HELP = "built-in profile name (see `moment profiles`) or a YAML file describing the machine"
 SET_HELP = ("what-if override PATH=VALUE on the profile, repeatable: `nodes.sw1.link.gen=5`, "
             "`links.0.bandwidth_gbps=40`, `links+={a: s1, b: s2, kind: nvlink, count: 4}`")
-GPUS_HELP = (f"number of GPUs to place (default {DEFAULT_GPUS}, or as many as the free slots take where fewer; on "
+GPUS_HELP = (f"number of GPUs to place (default {DEFAULT_GPUS}, or as many as the free slots take where fewer, leaving one for an SSD; on "
              "machines with built-in GPUs, e.g. dgx2 or hgx-a100-8gpu, default 0: the planner places the SSDs around "
              "them)")
 SSDS_HELP = f"number of NVMe SSDs to place (default {DEFAULT_SSDS})"
@@ -73,7 +73,7 @@ REMOTE_HELP = ("with --cluster: share of the non-replicated (SSD-served) rows a 
 _NO_DEFAULT = {"show_default": False, "default": None}  # the CLI leaves it out: the model's default
 #: the counts and models of an inventory, as plan and compare both take them (the defaults: DEFAULT_* of api)
 Gpus = Annotated[int | None, Cli(help=GPUS_HELP, show_default=False), Field(
-    description=f"GPUs to place (default {DEFAULT_GPUS}, or as many as the free slots take where fewer; 0 on "
+    description=f"GPUs to place (default {DEFAULT_GPUS}, or as many as the free slots take where fewer, leaving one for an SSD; 0 on "
                 "machines with built-in GPUs)")]
 Ssds = Annotated[int, Cli(help=SSDS_HELP, **_NO_DEFAULT), Field(description="NVMe SSDs to place")]
 GpuModel = Annotated[str, Cli(help=GPU_MODEL_HELP, **_NO_DEFAULT), Field(description="GPU model (GET /v1/models)")]
