@@ -140,7 +140,6 @@ def read_bytes(path: str | Path, what: str, *, limit: int = MAX_TEXT_BYTES) -> b
 def read_stdin(what: str, *, limit: int = MAX_TEXT_BYTES) -> bytes:
     """Standard input, whole (`-` for a file option that allows it); a terminal there is refused, since
     nothing would arrive until the person typed the output."""
-
     if sys.stdin is None or sys.stdin.isatty():
         raise MomentError(f"-: standard input is a terminal; pipe {_a(what)} in (e.g. `lspci -tv | moment scan "
                           "--from-lspci -`) or give a file")
@@ -163,13 +162,9 @@ def decode(data: bytes, source: str, what: str) -> str:
                           f"UTF-8; expected {_a(what)}", source=source) from None
 
 
-def read_text(path: str | Path, what: str, *, limit: int = MAX_TEXT_BYTES, errors: str = "strict") -> str:
-    """The file `what` at `path` as text: UTF-8, or with `errors="replace"` whatever it holds (saved
-    command output, where a stray byte must not stop the reader)."""
-    data = read_bytes(path, what, limit=limit)
-    if errors != "strict":
-        return data.decode("utf-8", errors=errors)
-    return decode(data, str(path), what)
+def read_text(path: str | Path, what: str, *, limit: int = MAX_TEXT_BYTES) -> str:
+    """The file `what` at `path` as UTF-8 text; anything else is one message saying where (`decode`)."""
+    return decode(read_bytes(path, what, limit=limit), str(path), what)
 
 
 def parse_ssd_paths(items: list[str]) -> dict[str, str]:

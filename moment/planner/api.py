@@ -127,7 +127,8 @@ def resolve_gpus(topo: Topology, gpus: int | None, *, flag: Flag = cli_flag, mod
             return DEFAULT_GPUS
         slots = strip(topo)[0].empty_slots()
         n = min(DEFAULT_GPUS, sum(fits(sl, card) for sl in slots))
-        if n > 1 and n == len(slots) and any(fits(sl, find_model(DEFAULT_SSD_MODEL)) for sl in slots):
+        ssd = find_model(DEFAULT_SSD_MODEL)
+        if n > 1 and n == len(slots) and any(fits(sl, ssd) for sl in slots):
             n -= 1  # GPUs in every free slot leave none for an SSD, and a plan without one reads from nothing
         return n
     if not built or gpus == 0:

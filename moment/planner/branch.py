@@ -29,9 +29,9 @@ is deterministic); the listing search instead compares all of them (`tiebreak`).
 
 Start: before anything else the root is bounded and two greedy placements and the usual layouts
 are solved, whatever the deadline (`BranchAndBound._first`): the search then only improves on the
-best of them (of equally fast ones, the one wasting the fewest wide-slot lanes). A deadline stops the search early: the best placement so far is then returned with the
-least bound still open, which no placement can beat, so the caller can say how far from optimal it
-may be.
+best of them (of equally fast ones, the one wasting the fewest wide-slot lanes). A deadline stops
+the search early: the best placement so far is then returned with the least bound still open,
+which no placement can beat, so the caller can say how far from optimal it may be.
 
 Only for chassis without peer links on slots (`ChassisTemplate.bridged_slots`): an NVLink bridge
 between two slots would let GPUs in them past the entries the relaxation gives them.

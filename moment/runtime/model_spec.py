@@ -33,10 +33,11 @@ Trainer wiring (moment.runtime.train): `make_model(cfg, in_dim, num_classes, num
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -159,6 +160,26 @@ def make_model(cfg: TrainConfig, in_dim: int, num_classes: int, num_layers: int)
     return module
 
 
+def _probe_batch(module: nn.Module, in_dim: int, num_layers: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """The tiny batch a model of the user's own is tried on (`probe_extent`, seeded): (x, edge_index) on the
+    module's device, and its seeds' count (the first rows of the output)."""
+    g = torch.Generator().manual_seed(0)
+    nodes, blocks = synthetic_blocks(probe_extent(num_layers), generator=g)
+    device = next(module.parameters()).device
+    return torch.randn(nodes, in_dim, generator=g).to(device), blocks[0].edge_index.to(device), blocks[-1].num_dst
+
+
+@contextlib.contextmanager
+def _evaluating(module: nn.Module) -> Iterator[None]:
+    """`module` in eval mode (dropout off, running statistics read, not updated), its own mode back after."""
+    was_training = module.training
+    module.eval()
+    try:
+        yield
+    finally:
+        module.train(was_training)
+
+
 def _check_model(module: nn.Module, spec: str, in_dim: int, num_classes: int, num_layers: int) -> None:
     """A forward on a tiny batch (eval mode, no gradients: the weights, their RNG and any running statistics
     are left as they were; lazily sized layers take their sizes), its output against the logits' shape.
@@ -166,21 +187,14 @@ def _check_model(module: nn.Module, spec: str, in_dim: int, num_classes: int, nu
     source = f"--model {spec}"
     if not any(p.requires_grad for p in module.parameters()):
         raise MomentError("the model has no trainable parameters", source=source)
-    g = torch.Generator().manual_seed(0)
-    nodes, blocks = synthetic_blocks(probe_extent(num_layers), generator=g)
-    device = next(module.parameters()).device
-    x, edge_index = torch.randn(nodes, in_dim, generator=g).to(device), blocks[0].edge_index.to(device)
-    was_training = module.training
-    module.eval()
+    x, edge_index, seeds = _probe_batch(module, in_dim, num_layers)
+    nodes = x.shape[0]
     try:
-        with torch.no_grad():
+        with torch.no_grad(), _evaluating(module):
             out = module(x, edge_index)
     except Exception as e:  # noqa: BLE001 - the user's forward failed: one line, no traceback
         raise MomentError(f"its forward failed on a tiny batch (x {list(x.shape)}, edge_index "
                           f"{list(edge_index.shape)}): {_last_line(e)}", source=source) from None
-    finally:
-        module.train(was_training)
-    seeds = blocks[-1].num_dst
     if (not isinstance(out, torch.Tensor) or not out.is_floating_point() or out.ndim != 2
             or out.shape[0] < seeds or out.shape[1] != num_classes):
         got = (_a(out) if not isinstance(out, torch.Tensor) else
@@ -199,19 +213,12 @@ def unused_parameters(module: nn.Module, spec: str, in_dim: int, num_layers: int
     if is_built_in(spec):
         return []  # each uses every parameter
     named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
-    g = torch.Generator().manual_seed(0)
-    nodes, blocks = synthetic_blocks(probe_extent(num_layers), generator=g)
-    device = named[0][1].device
-    x, edge_index = torch.randn(nodes, in_dim, generator=g).to(device), blocks[0].edge_index.to(device)
-    was_training = module.training
-    module.eval()
-    try:
-        logits = module(x, edge_index)[: blocks[-1].num_dst]
+    x, edge_index, seeds = _probe_batch(module, in_dim, num_layers)
+    with _evaluating(module):
+        logits = module(x, edge_index)[:seeds]
         if not logits.requires_grad:
             return [n for n, _ in named]
         grads = torch.autograd.grad(logits.float().sum(), [p for _, p in named], allow_unused=True)
-    finally:
-        module.train(was_training)
     return [n for (n, _), grad in zip(named, grads, strict=True) if grad is None]
 
 

@@ -153,7 +153,9 @@ def multilabel(a: np.ndarray, source: str) -> np.ndarray:
 
 
 def _random_splits(labels: np.ndarray, fractions: tuple[float, float, float], seed: int,
-                   source: str) -> list[np.ndarray]:
+                   source: str) -> tuple[list[np.ndarray], dict[str, Any]]:
+    """A seeded random train/val/test split of the labelled nodes, and what the import's note says of it (the
+    shares, the sizes, the labelled nodes drawn from)."""
     from moment.workload.synth import split_sizes
 
     labelled = np.arange(labels.shape[0]) if labels.ndim == 2 else np.flatnonzero(labels >= 0)
@@ -165,7 +167,8 @@ def _random_splits(labels: np.ndarray, fractions: tuple[float, float, float], se
         raise MomentError(f"{which}: too few for a random train, val and test split", source=source,
                           hint="label more nodes, or give the split (an import's --help says how)") from None
     pick = labelled[np.random.default_rng([seed, 3]).choice(labelled.size, size=tr + va + te, replace=False)]
-    return [np.sort(pick[:tr]), np.sort(pick[tr : tr + va]), np.sort(pick[tr + va :])]
+    said = {"shares": list(fractions), "sizes": [tr, va, te], "labelled": int(labelled.size)}
+    return [np.sort(pick[:tr]), np.sort(pick[tr : tr + va]), np.sort(pick[tr + va :])], said
 
 
 def _edge_chunks(edges: np.ndarray, layout: str) -> Iterator[tuple[np.ndarray, np.ndarray]]:
@@ -561,11 +564,9 @@ def _rest(
         if labels.ndim == 1 and labels.size and labels.max() < 0:
             raise MomentError("no node has a label (every one is negative or NaN: unlabelled), so there is nothing "
                               "to split or train on", source=parts.labels_source or parts.edges_source)
-        splits = _random_splits(labels, fractions, seed, parts.labels_source or parts.edges_source)
+        splits, drawn = _random_splits(labels, fractions, seed, parts.labels_source or parts.edges_source)
         names = [parts.edges_source] * 3
-        labelled = labels.shape[0] if labels.ndim == 2 else int((labels >= 0).sum())
-        source = source | {"random_split": {"shares": list(fractions), "sizes": [len(x) for x in splits],
-                                            "labelled": labelled}}
+        source = source | {"random_split": drawn}
     else:
         names = list(parts.split_sources or [str(x) for x in parts.splits])
         splits = [read_node_ids(x, n, f"{part} split") if isinstance(x, Path) else node_ids(x, n, src, f"{part} split")
