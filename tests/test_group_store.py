@@ -78,3 +78,33 @@ def test_a_ddp_model_lets_its_group_go_through_the_groups_own_handle():
         del model
     finally:
         dist.destroy_process_group()
+
+
+ROUNDS = """
+import torch, torch.distributed as dist
+from moment.runtime import dist as mdist
+for _ in range(100):
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    mdist.release_retired()  # as setup does once a new group has met
+    ctx = mdist.DistContext(0, 0, 1, 1, torch.device("cpu"), "gloo")
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))  # the script's own, not run.ddp's
+    model(torch.ones(3, 4)).sum().backward()
+    ctx.all_reduce(torch.tensor([1.0, 2.0]))  # a loss check's collective, its tensor freed at once
+    ctx.close()
+    del model  # the reducer lets the group go right after the collective (the error's frames freed)
+print("rounds done")
+"""
+
+
+def test_a_scripts_own_ddp_freed_right_after_the_runs_close_does_not_hang_the_rank():
+    """A run's group stays held past its close (`_RETIRED`) until the next group meets: the script's own DDP
+    model, freed right after the run's last collective, is not what frees the group with the GIL held (without
+    it this loop hung within ~15-40 rounds)."""
+    import subprocess
+    import sys
+
+    try:
+        out = subprocess.run([sys.executable, "-c", ROUNDS], capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("a round of open, DDP, collective, close and free hung")
+    assert out.returncode == 0 and "rounds done" in out.stdout, out.stderr[-2000:]

@@ -348,8 +348,9 @@ def test_the_validation_nodes_predictions_score_the_accuracy_the_run_reported(tw
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc to list a rank's threads")
 def test_a_finished_rank_has_torn_down_its_process_group(two_rank_dir):
-    """After train() returns, no gloo thread is left: the group is destroyed while the interpreter is
-    alive, not at shutdown, where its threads can abort the rank (moment.runtime.dist.import_before_group).
+    """At the interpreter's exit no gloo thread is left: the group is destroyed while the interpreter is
+    alive (after the run's close, held until its exit handlers: moment.runtime.dist._RETIRED), not as it finalizes,
+    where its threads can abort the rank (moment.runtime.dist.import_before_group).
     The shared 2-rank launch runs through tests/exit_ranks.py, which records the threads."""
     for rank in (0, 1):
         threads = json.loads((two_rank_dir / f"rank{rank}.json").read_text())["threads"]

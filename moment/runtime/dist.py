@@ -9,6 +9,7 @@ WORLD_SIZE, or 1) the run is a plain single process and every collective is a no
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import itertools
 import os
@@ -149,11 +150,21 @@ class DistContext:
         collective_trace.write(self.rank)
         for g in self.groups:
             g.release()
-        self.node_group = None
+        node_group, self.node_group = self.node_group, None
         if self.backend and dist.is_initialized() and self.owns_group:
+            _retire(dist.group.WORLD, node_group)
             dist.destroy_process_group()
 
 
+#: The groups this process closed, held until it makes its next one (`release_retired`). Why: a model the script
+#: wrapped in its own DDP keeps the group it used, and if its reducer drops the group's last reference, gloo's
+#: destructor joins its worker threads with the GIL held while a worker, still freeing the tensors of the collective
+#: that has just finished, waits for the GIL: the rank hangs for ever (pytorch/pytorch#56297; a rank whose
+#: `except MomentError: run.abandon()` freed the model right after the loss check's all-reduce, 1 launch in ~15 of
+#: tests/open_run_ranks.py on a loaded machine; a loop of open, DDP, collective, close within ~30 rounds). Held here,
+#: the last reference is a Python handle's, which releases the GIL as it frees the group, and only once a new group
+#: has met, or at the interpreter's exit (before it finalizes, when a worker still taking the GIL is ended mid-way).
+_RETIRED: list[Any] = []
 _GROUPS_MADE = itertools.count()  # this process's groups made by `setup`: the n-th on every rank meets as the n-th
 
 
@@ -219,6 +230,18 @@ def _leave_together(store: dist.Store, rank: int, world: int) -> None:
         pass
 
 
+def release_retired() -> None:
+    """Let the groups this process closed go (see `_RETIRED`): called once a new group has met."""
+    _RETIRED.clear()
+
+
+def _retire(*groups: Any) -> None:
+    if not _RETIRED:  # one exit handler, registered in this process (a forked rank runs only its own)
+        atexit.unregister(release_retired)
+        atexit.register(release_retired)
+    _RETIRED.extend(g for g in groups if g is not None)
+
+
 def free_group_last(model: torch.nn.Module) -> torch.nn.Module:
     """`model` (a DistributedDataParallel) with its `process_group` attribute moved after its reducer and logger,
     so that when the module is freed, the group's Python handle, not the C++ reducer, lets the group go.
@@ -229,7 +252,8 @@ def free_group_last(model: torch.nn.Module) -> torch.nn.Module:
     (pytorch/pytorch#56297). A rank whose run ends in an error right after a collective, its model freed with the
     error's frames, met it (tests/open_run_ranks.py's `untracked`: rank 0 hung for ever; a loop of DDP, a
     collective, destroy and free deadlocked within 50 rounds on 2 ranks). The group's own handle releases the GIL
-    before it frees the group."""
+    before it frees the group. (A group the run made is held past its close anyway, `_RETIRED`, whatever DDP the
+    script used; this covers a group the script made and destroys itself.)"""
     group = model.__dict__.pop("process_group", None)
     if group is not None:
         model.__dict__["process_group"] = group  # a dict frees its values in insertion order: now the last
@@ -310,6 +334,7 @@ def setup(device: str | None = None, gpu_bins: Sequence[tuple[str, str | None]] 
                                                                    local_world, backend, host), by_layout=True)
                 env["RANK"] = str(rank)
             dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world, **kw)
+            release_retired()
         else:
             rank = dist.get_rank()
     lws = max(local_world, 1)
