@@ -12,7 +12,9 @@ alone; each records the errors it gets (every rank must raise the same, at the s
 script made itself, which must outlive the run. untracked: a model in `run.ddp` trained on both ranks, its loss
 tracked on rank 0 alone (as logging code does); each rank records the error it gets at the first check. skipped:
 the same with the script's own DDP, rank 0 skipping one step's track. spare-head: a model in `run.ddp` with
-a head its loss does not use, given DDP's `find_unused_parameters=True`.
+a head its loss does not use, given DDP's `find_unused_parameters=True`. abandon: rank 1 leaves with `abandon()`
+inside its train loop, closes the loader and lingers 4 s before it goes on; rank 0 trains on and records when it
+heard.
 evaluate-alone: both ranks train an epoch, then rank 0 alone evaluates and looks rows up while rank 1 waits at a
 barrier (PyG's `if rank == 0: test()`), then runs an inference pass over its share of every node
 (`loader(nodes=...)`), and reads the whole val split and every node (`shard=False`); the other GPU's rows come
@@ -65,6 +67,8 @@ def main(scenario: str, layout: str, out: Path) -> int:
             skipped(run, seen)
         elif scenario == "spare-head":
             spare_head(run, seen)
+        elif scenario == "abandon":
+            abandon(run, seen)
         else:
             for batch in run.loader("train", 0):
                 check(batch.n_id, batch.x)
@@ -219,6 +223,27 @@ def spare_head(run: moment.Run, seen: dict) -> None:
         run.track(loss)
         seen["steps"] += 1
     seen["summary"] = run.close()
+
+
+def abandon(run: moment.Run, seen: dict) -> None:
+    """Rank 1 abandons the run inside its train loop (as a script does on an error of its own), lets go of the
+    loader (`seen["close_error"]`: what that raised) and lingers; rank 0 trains on until it hears
+    (`seen["heard_s"]`: seconds after its first batch)."""
+    first = time.monotonic()
+    batches = iter(run.loader("train", 0))
+    try:
+        for _ in batches:
+            seen["batches"] += 1
+            if run.rank == 1:
+                run.abandon()
+                try:
+                    batches.close()
+                except Exception as e:  # noqa: BLE001 - recorded: closing a loader of an abandoned run says nothing
+                    seen["close_error"] = f"{type(e).__name__}: {e}"
+                time.sleep(4)
+                return
+    finally:
+        seen["heard_s"] = time.monotonic() - first
 
 
 def skipped(run: moment.Run, seen: dict) -> None:

@@ -12,8 +12,10 @@ from __future__ import annotations
 import atexit
 import datetime
 import itertools
+import math
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -156,15 +158,19 @@ class DistContext:
             dist.destroy_process_group()
 
 
-#: The groups this process closed, held until it makes its next one (`release_retired`). Why: a model the script
-#: wrapped in its own DDP keeps the group it used, and if its reducer drops the group's last reference, gloo's
-#: destructor joins its worker threads with the GIL held while a worker, still freeing the tensors of the collective
-#: that has just finished, waits for the GIL: the rank hangs for ever (pytorch/pytorch#56297; a rank whose
-#: `except MomentError: run.abandon()` freed the model right after the loss check's all-reduce, 1 launch in ~15 of
-#: tests/open_run_ranks.py on a loaded machine; a loop of open, DDP, collective, close within ~30 rounds). Held here,
-#: the last reference is a Python handle's, which releases the GIL as it frees the group, and only once a new group
-#: has met, or at the interpreter's exit (before it finalizes, when a worker still taking the GIL is ended mid-way).
-_RETIRED: list[Any] = []
+#: The groups this process closed, each held (with when it closed) for `RETIRE_S` more, or until a new group meets or
+#: the interpreter exits, whichever comes first (`release_retired`). Why: a model the script wrapped in its own DDP
+#: keeps the group it used, and if its reducer drops the group's last reference, gloo's destructor joins its worker
+#: threads with the GIL held while a worker, still freeing the tensors of the collective that has just finished,
+#: waits for the GIL: the rank hangs for ever (pytorch/pytorch#56297; a rank whose `except MomentError:
+#: run.abandon()` freed the model right after the loss check's all-reduce, 1 launch in ~15 of tests/open_run_ranks.py
+#: on a loaded machine; a loop of open, DDP, collective, close within ~30 rounds). Held, the last reference is a
+#: Python handle's, which releases the GIL as it frees the group, once the workers are idle. Not held longer: the
+#: other ranks learn that a rank abandoned the run when its group's connections close (held to the exit, they waited
+#: as long as the rank lingered); nor past the exit handlers, where a worker still taking the GIL is ended mid-way.
+RETIRE_S = 0.5
+_RETIRED: list[tuple[float, Any]] = []
+_RETIRING = threading.Lock()
 _GROUPS_MADE = itertools.count()  # this process's groups made by `setup`: the n-th on every rank meets as the n-th
 
 
@@ -230,16 +236,24 @@ def _leave_together(store: dist.Store, rank: int, world: int) -> None:
         pass
 
 
-def release_retired() -> None:
-    """Let the groups this process closed go (see `_RETIRED`): called once a new group has met."""
-    _RETIRED.clear()
+def release_retired(upto: float = math.inf) -> None:
+    """Let go of the groups this process closed (those closed by `upto`, a `time.monotonic()`): see `_RETIRED`."""
+    with _RETIRING:
+        going = [g for t, g in _RETIRED if t <= upto]
+        _RETIRED[:] = [(t, g) for t, g in _RETIRED if t > upto]
+    going.clear()  # outside the lock: each handle joins its group's threads (without the GIL) as it goes
 
 
 def _retire(*groups: Any) -> None:
-    if not _RETIRED:  # one exit handler, registered in this process (a forked rank runs only its own)
-        atexit.unregister(release_retired)
-        atexit.register(release_retired)
-    _RETIRED.extend(g for g in groups if g is not None)
+    now = time.monotonic()
+    with _RETIRING:
+        if not _RETIRED:  # one exit handler, registered in this process (a forked rank runs only its own)
+            atexit.unregister(release_retired)
+            atexit.register(release_retired)
+        _RETIRED.extend((now, g) for g in groups if g is not None)
+    timer = threading.Timer(RETIRE_S, release_retired, args=(now,))
+    timer.daemon = True
+    timer.start()
 
 
 def free_group_last(model: torch.nn.Module) -> torch.nn.Module:

@@ -60,7 +60,7 @@ from moment.errors import MomentError
 from moment.io.device import index_rows
 from moment.runtime import footprint
 from moment.runtime.footprint import CHUNK_BYTES, exchange_round_bytes
-from moment.runtime.lost import peer_loss
+from moment.runtime.lost import LeftRun, peer_loss
 
 
 @dataclass
@@ -104,7 +104,7 @@ class ExchangeGroup:
 
     def pg(self) -> Any:
         if self.group is None:  # never fall back to the default group (None means it to torch)
-            raise RuntimeError("the exchange's process group was released")
+            raise LeftRun()
         return self.group
 
     def release(self) -> None:

@@ -26,6 +26,15 @@ class PeerLeft(MomentError):
     """Another rank's process is gone while this one was in a collective with it."""
 
 
+class LeftRun(MomentError):
+    """This rank left the run (`close()` or `abandon()`) while one of its loaders was still open: that loader
+    exchanges no more rows."""
+
+    def __init__(self) -> None:
+        super().__init__("the run is closed on this rank (close() or abandon()): its loaders read no more batches",
+                         hint="open a new run (moment.open_run) to read more")
+
+
 #: what a rank was doing when a peer left: the feature exchange's rounds (the default)
 EXCHANGING = "exchanging feature rows with it"
 #: ... or one of the run's own collectives (moment.runtime.dist.DistContext: close, memory, the loss checks, a

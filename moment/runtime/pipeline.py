@@ -40,7 +40,7 @@ import torch
 from moment.caching.tiers import SAMPLED_AHEAD, ahead_after
 from moment.io.device import DeviceLayer
 from moment.runtime.footprint import held_batches
-from moment.runtime.lost import PeerLeft
+from moment.runtime.lost import LeftRun, PeerLeft
 from moment.runtime.sampler_pool import SamplerPool
 from moment.runtime.sources import FeatureSource, Staged, in_step
 from moment.runtime.threads import start_thread
@@ -269,7 +269,7 @@ class Pipeline:
         try:
             while self._finish(rounds, None):
                 rounds = self._start(None, stepped)
-        except PeerLeft:
+        except (PeerLeft, LeftRun):  # LeftRun: this rank abandoned the run inside its loop, then let go of it
             if not stopped:
                 raise
 
