@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from moment.runtime import exchange
+from moment.runtime.lost import LeftRun
 from moment.runtime.exchange import SERVING, ExchangeGroup, RowExchange, chunk_bounds, chunk_rows, chunks, into
 from tests.exchange_ranks import serve_until_done
 
@@ -65,7 +66,7 @@ def test_a_round_returns_the_owner_rows_in_the_order_asked(group):
     with pytest.raises(ValueError, match="the group 1 members"):
         ex.round([keys, keys], serve, into(got))
     group.release()
-    with pytest.raises(RuntimeError, match="released"):  # never the default group in its place
+    with pytest.raises(LeftRun, match="the run is closed on this rank"):  # never the default group in its place
         ex.round([keys], serve, into(got))
 
 
