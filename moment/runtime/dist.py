@@ -163,8 +163,8 @@ class DistContext:
 #: keeps the group it used, and if its reducer drops the group's last reference, gloo's destructor joins its worker
 #: threads with the GIL held while a worker, still freeing the tensors of the collective that has just finished,
 #: waits for the GIL: the rank hangs for ever (pytorch/pytorch#56297; a rank whose `except MomentError:
-#: run.abandon()` freed the model right after the loss check's all-reduce, 1 launch in ~15 of tests/open_run_ranks.py
-#: on a loaded machine; a loop of open, DDP, collective, close within ~30 rounds). Held, the last reference is a
+#: run.abandon()` freed the model right after the loss check's all-reduce, 3 launches in 55 of tests/open_run_ranks.py
+#: on a loaded machine; a loop of open, DDP, collective, close within 15-40 rounds). Held, the last reference is a
 #: Python handle's, which releases the GIL as it frees the group, once the workers are idle. Not held longer: the
 #: other ranks learn that a rank abandoned the run when its group's connections close (held to the exit, they waited
 #: as long as the rank lingered); nor past the exit handlers, where a worker still taking the GIL is ended mid-way.

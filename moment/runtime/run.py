@@ -546,7 +546,8 @@ class Run:
             self.abandon()
 
     def abandon(self) -> None:
-        """Release what this rank holds without a collective (it failed; the others learn it from its exit)."""
+        """Release what this rank holds without a collective (it failed): the others learn it in their next
+        collective, once its group's connections close (`moment.runtime.dist.RETIRE_S` later, or at its exit)."""
         self._closed = True
         self._release()
 
