@@ -238,10 +238,9 @@ def _leave_together(store: dist.Store, rank: int, world: int) -> None:
 
 def release_retired(upto: float = math.inf) -> None:
     """Let go of the groups this process closed (those closed by `upto`, a `time.monotonic()`): see `_RETIRED`."""
-    with _RETIRING:
-        going = [g for t, g in _RETIRED if t <= upto]
+    with _RETIRING:  # held while the handles go (each joins its group's threads, without the GIL): the exit
+        # handler waits for a timer's release in progress, so no group is half-freed as the interpreter finalizes
         _RETIRED[:] = [(t, g) for t, g in _RETIRED if t > upto]
-    going.clear()  # outside the lock: each handle joins its group's threads (without the GIL) as it goes
 
 
 def _retire(*groups: Any) -> None:
