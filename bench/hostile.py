@@ -320,6 +320,9 @@ CASES = [
     Case("moment plan --profile mixed64.yaml --gpus 8 --ssds 16", "recommended placement", code=0),
     # a limit too short for the search: the best of the first placements, said to be unproven, with its bound
     Case("moment plan --profile mixed64.yaml --gpus 8 --ssds 16 --timeout 0.01", "not proven optimal", code=0),
+    # the same where NVLink bridges on slots leave no branch and bound: the fastest first placement, without a bound
+    Case("moment plan --profile paper-machine-b --set 'links+={a: rc0-x16, b: rc1-x16a, kind: nvlink, count: 4}' "
+         "--gpus 4 --ssds 8 --timeout 0.01", "before any bound on the best placement was known", code=0),
     Case("moment simulate --layout layouts/L --dataset data/ds", "layout trace", code=0),
     # a disk that fills up at a checkpoint: said with the file, the last good checkpoint kept
     Case("moment train --layout layouts/L --epochs 2 --nproc 2 --checkpoint-dir full/ck --checkpoint-every 2 "

@@ -13,10 +13,10 @@ from moment.planner import branch, search
 from moment.planner.lp import solve_lp_batch
 from moment.planner.network import ChassisTemplate
 from moment.planner.plan import make_plan
-from moment.topology.devices import Inventory, InventoryItem
+from moment.topology.devices import Inventory, InventoryItem, strip
 from moment.topology.generate import mixed_chassis
 from moment.topology.model import Topology
-from moment.topology.profiles import save_profile
+from moment.topology.profiles import load_profile, save_profile
 from moment.workload.spec import WorkloadSpec
 
 MIXED = Inventory(items=[InventoryItem(model=m, count=c) for m, c in
@@ -198,6 +198,37 @@ def test_a_limit_past_before_the_search_starts_recommends_the_first_placements(c
     plan = make_plan(mixed_chassis(**HARD), inv, wl, timeout=5)
     assert plan.devices and not plan.search.proven_optimal and plan.search.lower_bound_s < plan.predicted.epoch_read_s
     assert plan.predicted.epoch_read_s <= min(b.predicted.epoch_read_s for b in plan.baselines) * (1 + 1e-9)
+
+
+BRIDGE = "links+={a: rc0-x16, b: rc1-x16a, kind: nvlink, count: 4}"
+
+
+def test_a_listing_stopped_where_no_branch_and_bound_can_take_over_recommends_the_fastest_first_placement(capsys):
+    """NVLink bridges on slots make the relaxation no bound, so no branch and bound takes over where the time
+    limit stops the listing (it was an error: "no placement ... was complete within the time limit"): the
+    fastest of the placements the branch and bound starts from, never slower than a usual layout, marked not
+    proven optimal with no bound, and a note saying why; the same for the exhaustive search asked for by name."""
+    topo, inv, wl = load_profile("paper-machine-b", [BRIDGE]), Inventory.simple(4, 8), WorkloadSpec()
+    plan = make_plan(topo, inv, wl, timeout=1e-6)
+    s = plan.search
+    assert (s.method, s.proven_optimal, s.lower_bound_s, s.raw_candidates) == ("first-placements", False, None, None)
+    tpl = ChassisTemplate(strip(topo)[0])
+    first = branch.first_placements(tpl, inv, wl)
+    times = [x.epoch_read_s for x in solve_lp_batch([tpl.network(p, wl) for p in first])]
+    assert s.solved == len(first) > 2 and plan.placement in first
+    assert plan.predicted.epoch_read_s == pytest.approx(min(times), rel=1e-9)
+    assert plan.predicted.epoch_read_s <= min(b.predicted.epoch_read_s for b in plan.baselines) * (1 + 1e-9)
+    assert any("NVLink bridges" in n and "no bound on the best" in n for n in plan.notes), plan.notes
+    plain = make_plan(load_profile("paper-machine-b"), inv, wl, method="exhaustive", timeout=1e-6)
+    assert plain.search.method == "first-placements" and any("method='exhaustive'" in n for n in plain.notes)
+    argv = ["plan", "--profile", "paper-machine-b", "--set", BRIDGE, "--gpus", "4", "--ssds", "8", "--timeout", "1e-6"]
+    assert main(argv) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "not proven optimal: the time limit stopped the search before any bound on the best placement" in out
+    assert "search: the time limit stopped the listing of the placements; " in out
+    assert main([*argv, "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["search"]["method"] == "first-placements" and got["search"]["lower_bound_s"] is None
 
 
 def test_time_limit_on_the_listing_search(monkeypatch):

@@ -95,12 +95,18 @@ def render_plan(console: Console, plan: Plan, topo: Topology) -> None:
                    else f"{s.raw_candidates:,} valid placements, too many to list")
         console.print(f"search: {counted}: branch and bound, "
                       f"{s.nodes or 0:,} partial placements bounded by a relaxed LP; {s.seconds_total:.2f} s in all")
+    elif s.method == "first-placements":
+        console.print(f"search: the time limit stopped the listing of the placements; {s.solved:,} first placements "
+                      f"solved (two greedy ones and the usual layouts); {s.seconds_total:.2f} s in all")
     else:
         classes = f", {s.capacity_classes:,} distinct capacity graphs" if s.capacity_classes is not None else ""
         console.print(f"search: {s.raw_candidates:,} valid placements, {s.distinct_candidates:,} after symmetry "
                       f"pruning{classes}; {s.solved:,} LPs solved, the rest ruled out by a lower bound; "
                       f"{s.seconds_total:.2f} s in all")
-    if not s.proven_optimal:
+    if not s.proven_optimal and s.lower_bound_s is None:
+        console.print("[bold yellow]not proven optimal[/]: the time limit stopped the search before any bound on the "
+                      "best placement was known; this is the fastest of the placements it started from")
+    elif not s.proven_optimal:
         gap = p.epoch_read_s / s.lower_bound_s - 1 if s.lower_bound_s else float("inf")
         console.print(f"[bold yellow]not proven optimal[/]: the time limit stopped the search; this is the best "
                       f"placement found, and no placement reads an epoch faster than {s.lower_bound_s:.2f} s "

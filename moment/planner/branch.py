@@ -488,4 +488,12 @@ def branch_and_bound(template: ChassisTemplate, inventory: Inventory, workload: 
     return BranchAndBound(template, inventory, workload, deadline=deadline, progress=progress, data=data).run()
 
 
-__all__ = ["BranchResult", "branch_and_bound"]
+def first_placements(template: ChassisTemplate, inventory: Inventory, workload: WorkloadSpec) -> list[dict[str, str]]:
+    """The complete placements the search starts from (`BranchAndBound._first`: two greedy ones, then the usual
+    layouts), without searching: valid on any chassis, peer links on slots included (only the relaxation's bound
+    needs their absence), so a listing whose time limit ran out where no branch and bound can take over still
+    has placements to recommend."""
+    return BranchAndBound(template, inventory, workload)._first()
+
+
+__all__ = ["BranchResult", "branch_and_bound", "first_placements"]

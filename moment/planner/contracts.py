@@ -107,7 +107,9 @@ class SearchStats(BaseModel):
     method: str = Field("exhaustive", description=(
         "'exhaustive': every placement listed once per symmetry class, then solved in lower-bound order; "
         "'branch-and-bound': too many classes to list (a large machine of mixed slots), so devices are placed "
-        "one at a time and each partial placement is bounded by the LP of a relaxation"))
+        "one at a time and each partial placement is bounded by the LP of a relaxation; 'first-placements': the "
+        "time limit stopped the listing where no branch and bound could take over (NVLink bridges on slots), so "
+        "the fastest of two greedy placements and the usual layouts, with no bound"))
     raw_candidates: int | None = Field(description=(
         "placements before symmetry pruning (physically valid); null: the time limit stopped their count"))
     distinct_candidates: int | None = Field(
@@ -119,7 +121,7 @@ class SearchStats(BaseModel):
     proven_optimal: bool = Field(True, description=(
         "false when the time limit stopped the search: the recommendation is the best placement found"))
     lower_bound_s: float | None = Field(None, description=(
-        "when not proven optimal: no placement reads an epoch faster than this"))
+        "when not proven optimal: no placement reads an epoch faster than this (null: no bound is known)"))
     seconds_total: float
     seconds_per_solve: float
 

@@ -27,7 +27,7 @@ from moment.planner.maxflow import DEFAULT_BACKEND
 from moment.planner.network import ChassisTemplate
 from moment.planner.solution import Solution
 from moment.planner.symmetry import node_label
-from moment.planner.tiebreak import TIE_REL, preference_arrays, preference_order
+from moment.planner.tiebreak import TIE_REL, preference_arrays, preference_order, wasted_lanes
 from moment.topology.devices import DeviceModel, Inventory, find_model, fits, populate, strip
 from moment.topology.model import A_KIND, Kind, Topology
 from moment.workload.spec import WorkloadSpec
@@ -131,7 +131,7 @@ def _make_plan(topo: Topology, inventory: Inventory, workload: WorkloadSpec, max
         baselines=baselines,
         gain_vs_best_baseline=gain,
         explanation=explain(bare, seen(winner), [(b.name, seen(ev)) for b, ev in evaluated]),
-        notes=layouts_of(bare, inventory)[1],
+        notes=[*layouts_of(bare, inventory)[1], *([found.note] if found.note else [])],
     )
 
 
@@ -273,8 +273,12 @@ def _search(topo: Topology, inventory: Inventory, workload: WorkloadSpec,
         except search.TooMany as e:
             raw = e.raw_count
         except search.Timeout:
-            if list_deadline == deadline:
-                raise _nothing_found(inventory, bare, timeout) from None
+            if list_deadline == deadline:  # no branch and bound takes over: the first placements, unbounded
+                why = ("the machine's peer links (NVLink bridges) on slots leave no branch and bound to take over"
+                       if not bnb_ok else "the exhaustive search was asked for (method='exhaustive')")
+                found = _first_found(template, inventory, workload, data, why)
+                if found is None:
+                    raise _nothing_found(inventory, bare, timeout) from None
     if found is None:
         from moment.planner import branch  # only where the listing gave up: not on plain `moment plan`'s path
 
@@ -296,6 +300,30 @@ def _search(topo: Topology, inventory: Inventory, workload: WorkloadSpec,
 class _Found:
     placement: dict[str, str]
     stats: SearchStats
+    note: str | None = None  # said with the plan (`Plan.notes`)
+
+
+def _first_found(template: ChassisTemplate, inventory: Inventory, workload: WorkloadSpec, data: str,
+                 why: str) -> _Found | None:
+    """The listing's time limit ran out and `why` no branch and bound can take over: the fastest of the
+    placements the branch and bound starts from (of equally fast ones the fewest wide-slot lanes wasted, as
+    there), marked not proven optimal with no bound (none is known without the listing); None if there are none."""
+    from moment.planner import branch
+
+    t0 = time.perf_counter()
+    first = branch.first_placements(template, inventory, workload)
+    if not first:
+        return None
+    times = [s.epoch_read_s for s in solve_lp_batch([template.network(p, workload) for p in first], data=data)]
+    tied = [i for i, t in enumerate(times) if t <= min(times) * (1 + TIE_REL)]
+    best = min(tied, key=lambda i: (wasted_lanes(first[i], template.topo), i))
+    return _Found(first[best], SearchStats(
+        method="first-placements", raw_candidates=None, distinct_candidates=None, solved=len(first),
+        proven_optimal=False, lower_bound_s=None, seconds_total=0.0,
+        seconds_per_solve=(time.perf_counter() - t0) / len(first)),
+        note=f"the time limit stopped the listing of the placements and {why}: this is the fastest of "
+             f"{len(first)} first placements (two greedy ones and the usual layouts), with no bound on the best "
+             "placement; allow the search more time, or drop the limit, to search them all")
 
 
 def _nothing_found(inventory: Inventory, bare: Topology, timeout: float | None) -> MomentError:

@@ -1161,12 +1161,17 @@ function columnCards(run, base, scale, side) {
     // a large machine of mixed slots has too many placements to list: they were searched by branch and bound
     const how = s.method === "branch-and-bound"
       ? `too many to list: branch and bound, ${n(s.nodes)} partial placements bounded`
-      : `${n(s.distinct_candidates)} distinct`;
+      : s.method === "first-placements"
+        ? "the time limit stopped their listing, so only the first placements (two greedy ones and the usual layouts)"
+        : `${n(s.distinct_candidates)} distinct`;
     dia.append(el("p", { class: "foot" },
       `Searched ${s.raw_candidates == null ? "an uncounted number of" : n(s.raw_candidates)} placements: ${how}, ${n(s.solved)} solved, in ${fmt(s.seconds_total)} s.`));
     if (s.proven_optimal === false) {
-      dia.append(el("p", { class: "foot" }, `Not proven optimal: the time limit stopped the search; this is the best `
-        + `placement found, and no placement reads an epoch faster than ${fmt(s.lower_bound_s)} s.`));
+      dia.append(el("p", { class: "foot" }, s.lower_bound_s == null
+        ? "Not proven optimal: the time limit stopped the search before any bound on the best placement was known; "
+          + "this is the fastest of the placements it started from."
+        : `Not proven optimal: the time limit stopped the search; this is the best `
+          + `placement found, and no placement reads an epoch faster than ${fmt(s.lower_bound_s)} s.`));
     }
   }
   for (const c of cards) {
