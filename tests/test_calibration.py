@@ -67,6 +67,8 @@ def test_device_measurement_fits_ssd_read():
     cal = calibrate(load_profile("paper-machine-a"), INV, mf, ["ssd_read"])
     assert cal.params["ssd_read"] == pytest.approx(5.2 / 6.5, rel=1e-4)
     assert cal.loo_max_rel_err == pytest.approx(0.0, abs=1e-4)
+    # the residuals' figures are rates here, and say so (their field names say seconds, for older files' sake)
+    assert [(r.unit, round(r.measured_s, 6)) for r in cal.residuals] == [("GB/s", 5.2), ("GB/s", 5.2)]
 
 
 def test_duplicates_and_too_few_distinct_measurements_are_refused():
@@ -123,7 +125,7 @@ def test_cli_calibrate_then_plan_applies_it(tmp_path, capsys):
                  "--json"]) == 0
     got = json.loads(capsys.readouterr().out)
     assert set(got) >= {"params", "residuals", "loo_max_rel_err"}
-    assert {"layout", "measured_s", "predicted_s"} <= set(got["residuals"][0])
+    assert {"layout", "measured_s", "predicted_s"} <= set(got["residuals"][0]) and got["residuals"][0]["unit"] == "s"
     assert got["params"]["socket_link"] == pytest.approx(0.5, abs=0.01)
     assert main(["plan", "--profile", "paper-machine-a", "--gpus", "4", "--ssds", "8", "--calibration", str(out),
                  "--json"]) == 0

@@ -97,8 +97,9 @@ def calibrate_cmd(
     for c in ("measured", "value", "predicted", "error", "leave-one-out predicted", "LOO error"):
         r.add_column(c)
     for x in cal.residuals:
-        r.add_row(x.layout, f"{x.measured_s:.2f}", f"{x.predicted_s:.2f}", f"{x.rel_err:+.1%}",
-                  f"{x.loo_predicted:.2f}" if x.loo_predicted is not None else "-",
+        unit = f" {x.unit}" if x.unit else ""
+        r.add_row(x.layout, f"{x.measured_s:.2f}{unit}", f"{x.predicted_s:.2f}{unit}", f"{x.rel_err:+.1%}",
+                  f"{x.loo_predicted:.2f}{unit}" if x.loo_predicted is not None else "-",
                   f"{x.loo_rel_err:+.1%}" if x.loo_rel_err is not None else "-")
     console.print(r)
     if cal.loo_max_rel_err is not None:

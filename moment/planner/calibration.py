@@ -115,6 +115,11 @@ class Measurement(BaseModel):
     def value(self) -> float:
         return float(self.epoch_s or self.read_gbps or self.gbps or 0.0)
 
+    @property
+    def unit(self) -> str:
+        """`value`'s unit: seconds for an epoch, GB/s for a device's or link's rate."""
+        return "s" if self.epoch_s is not None else "GB/s"
+
 
 class MeasurementFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -358,9 +363,8 @@ def _check_reachable(model: Model, source: str | None) -> None:
            if _faster(m, m.value, float(best[i])) > UNREACHABLE]
     if not far:
         return
-    unit = {True: "s", False: "GB/s"}
-    each = "; ".join(f"{m.label} {v:.3g} {unit[m.epoch_s is not None]} measured, at best {b:.3g} "
-                     f"{unit[m.epoch_s is not None]} ({_faster(m, v, b):.0f}x)" for m, v, b in far[:4])
+    each = "; ".join(f"{m.label} {v:.3g} {m.unit} measured, at best {b:.3g} {m.unit} ({_faster(m, v, b):.0f}x)"
+                     for m, v, b in far[:4])
     more = f"; and {len(far) - 4} more" if len(far) > 4 else ""
     raise MomentError(f"{len(far)} of the {len(model.ms)} measurements are more than {UNREACHABLE:g}x faster than "
                       f"{model.bare.name} ({model.inventory.describe()}) can be at its book rates with no overhead, "
@@ -466,8 +470,9 @@ def calibrate(topo: Topology, inventory: Inventory, mfile: MeasurementFile, name
                                "ssd_read or that link's class)")
     full = fit(model, names)
     meas = np.array([m.value for m in ms])
-    residuals = [Residual(layout=m.label, measured_s=float(meas[i]), predicted_s=float(full.predicted[i]),
-                          rel_err=float(full.predicted[i] / meas[i] - 1.0)) for i, m in enumerate(ms)]
+    residuals = [Residual(layout=m.label, unit=m.unit, measured_s=float(meas[i]),
+                          predicted_s=float(full.predicted[i]), rel_err=float(full.predicted[i] / meas[i] - 1.0))
+                 for i, m in enumerate(ms)]
     loo_max = None
     if loo and len(ms) > 1:
         errs = []

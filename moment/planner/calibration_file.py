@@ -50,8 +50,11 @@ def defaults() -> dict[str, float]:
 
 class Residual(BaseModel):
     layout: str = Field(description="what was measured (layout name, slots, device or link)")
-    measured_s: float = Field(description="the measured figure (seconds for epochs, GB/s for rates)")
-    predicted_s: float = Field(description="the calibrated model's figure, same unit")
+    unit: str | None = Field(None, description=(
+        "the unit of measured_s, predicted_s and loo_predicted: 's' for an epoch, 'GB/s' for a device's or link's "
+        "rate (null in a file written before it was said; the fields keep their names for those files)"))
+    measured_s: float = Field(description="the measured figure, in `unit` (seconds for epochs, GB/s for rates)")
+    predicted_s: float = Field(description="the calibrated model's figure, in `unit`")
     rel_err: float
     loo_predicted: float | None = Field(None, description="predicted by a fit without this measurement")
     loo_rel_err: float | None = None
