@@ -12,6 +12,7 @@ from moment.errors import MomentError
 from moment.workload.graph import GraphDataset
 from moment.workload.import_ogb import import_ogb
 from moment.workload.importers import EdgePolicy, import_edgelist, import_igb
+from moment.workload.synth import split_sizes
 
 N, D = 40, 5
 RNG = np.random.default_rng(7)
@@ -379,3 +380,26 @@ def test_one_node_type_of_a_heterogeneous_ogb_download(tmp_path: Path) -> None:
     with pytest.raises(MomentError, match=r"a node type \('paper'\) is given, but this OGB dataset has one"):
         import_ogb(write_ogb_csv(tmp_path / "arxiv"), tmp_path / "o2", node_type="paper")
     assert not (tmp_path / "o2").exists()
+
+
+def test_a_random_split_follows_the_shares_given_and_takes_every_node_when_they_sum_to_one(tmp_path):
+    """`--random-split 0.6,0.2,0.2`, as the help suggests, of a Cora-sized graph (2,708 nodes) was refused, "too few
+    for a random train, val and test split": each share rounded up on its own needed 2,709 nodes (so for 15,992 of
+    the counts 10..20,000). The shares given are followed, the fewest training nodes being the default shares'
+    alone (0.1,0.1,0.1 of 1,000 nodes drew 500/125/125, and said nothing)."""
+    for shares in ((0.6, 0.2, 0.2), (0.8, 0.1, 0.1), (0.7, 0.2, 0.1)):
+        for n in range(10, 3000):
+            got = split_sizes(n, *shares, min_train=0)
+            assert sum(got) == n and all(abs(k - f * n) < 1 for k, f in zip(got, shares)), (n, shares, got)
+    rng = np.random.default_rng(0)
+    f = tmp_path / "e.txt"
+    np.savetxt(f, rng.integers(0, 2708, (10_000, 2)), fmt="%d")
+    ds = import_edgelist(f, tmp_path / "cora", num_nodes=2708, fractions=(0.6, 0.2, 0.2))
+    got = [np.asarray(ds.split(s)) for s in ("train", "val", "test")]
+    assert [len(x) for x in got] == [1625, 542, 541] and len(np.unique(np.concatenate(got))) == 2708
+    np.savetxt(f, rng.integers(0, 1000, (5_000, 2)), fmt="%d")
+    sizes = {}
+    for i, shares in enumerate([(0.1, 0.1, 0.1), None]):
+        ds = import_edgelist(f, tmp_path / str(i), num_nodes=1000, fractions=shares)
+        sizes[shares] = [len(ds.split(s)) for s in ("train", "val", "test")]
+    assert sizes == {(0.1, 0.1, 0.1): [100, 100, 100], None: [500, 125, 125]}  # the defaults' floor, theirs alone

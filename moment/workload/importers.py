@@ -56,7 +56,7 @@ from moment.workload.graph import (CHUNK_BYTES, MAX_CLASSES, NODE_IDS, SPLITS, G
                                    label_dtype)
 from moment.workload.import_files import (comment_lines_blanked, first_line, is_number, load_npy, need, node_ids,
                                           read_csv_chunks, read_node_ids, split_files)
-from moment.workload.import_options import (MIN_TRAIN, EdgePolicy, check_feature_dim, check_node_count,
+from moment.workload.import_options import (MIN_TRAIN, RANDOM_SPLIT, EdgePolicy, check_feature_dim, check_node_count,
                                             random_split_shares)
 from moment.workload.node_tables import read_label_table, read_node_table
 from moment.workload.parquet import Table, id_pairs, is_parquet, pick_pair
@@ -159,12 +159,12 @@ def _random_splits(labels: np.ndarray, fractions: tuple[float, float, float], se
     from moment.workload.synth import split_sizes
 
     labelled = np.arange(labels.shape[0]) if labels.ndim == 2 else np.flatnonzero(labels >= 0)
-    try:
-        tr, va, te = split_sizes(labelled.size, *fractions)
-    except MomentError:
+    try:  # the fewest training nodes are the default shares' alone: shares given are followed as given
+        tr, va, te = split_sizes(labelled.size, *fractions, min_train=MIN_TRAIN if fractions == RANDOM_SPLIT else 0)
+    except MomentError as e:
         k, n = labelled.size, labels.shape[0]
         which = f"{n} node{'s' if n != 1 else ''}" if k == n else f"{k} labelled node{'s' if k != 1 else ''} of {n:,}"
-        raise MomentError(f"{which}: too few for a random train, val and test split", source=source,
+        raise MomentError(f"{which}: too few for a random train, val and test split ({e.message})", source=source,
                           hint="label more nodes, or give the split (an import's --help says how)") from None
     pick = labelled[np.random.default_rng([seed, 3]).choice(labelled.size, size=tr + va + te, replace=False)]
     said = {"shares": list(fractions), "sizes": [tr, va, te], "labelled": int(labelled.size)}
