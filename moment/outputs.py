@@ -154,8 +154,33 @@ def check_output(path: str | Path, what: str | None = None, *, directory: bool =
         raise MomentError(f"{anchor} is a file, not a directory", source=src)
     if anchor != parent and not create_parents:
         raise MomentError(f"directory {parent} does not exist", source=src, hint="create it first")
+    if not directory and (owner := moment_directory(anchor)) is not None:
+        raise MomentError(f"is inside {owner[1]} {owner[0]}, which Moment wrote: a file written there would damage "
+                          "it", source=src, hint="write it elsewhere")
     probe_writable(anchor, src)
     return p
+
+
+#: the files whose JSON marks a directory as a Moment writer's: a dataset's, layout's or pack's manifest, a
+#: split's cluster file, a hotness directory's record
+_OWNED_BY = {"manifest.json": "format", "cluster.json": "format", "hotness.json": "num_nodes"}
+_KINDS = {"moment-graph": "the dataset", "moment-layout": "the layout", "moment-pack": "the pack",
+          "moment-split": "the split layout"}
+
+
+def moment_directory(directory: Path) -> tuple[Path, str] | None:
+    """(the nearest of `directory` and its parents that a Moment writer made, what it is), or None: a file
+    output placed there would replace a file it names or be one it does not (which `layout rm` and an
+    overwrite then refuse), so single-file outputs are refused there (`--trace-out ds/features.npy` replaced
+    the dataset's features)."""
+    for d in (directory, *directory.parents):
+        for name, key in _OWNED_BY.items():
+            if (d / name).is_file() and (head := manifest_head(d, name)) is not None and key in head:
+                fmt = head.get("format")
+                if name != "hotness.json" and not (isinstance(fmt, str) and fmt.startswith("moment-")):
+                    continue
+                return d, _KINDS.get(fmt, "the hotness record" if name == "hotness.json" else "Moment's directory")
+    return None
 
 
 def probe_writable(directory: Path, src: str) -> None:

@@ -78,6 +78,29 @@ def _writers(env, out: Path) -> dict[str, list]:
     }
 
 
+def test_a_file_output_inside_a_directory_moment_wrote_is_refused(env, tmp_path):
+    """`cache simulate --trace-out ds/features.npy` replaced the dataset's features (and a file the manifest does
+    not name makes the directory one `layout rm` and `--overwrite` refuse): a single-file output is refused in
+    a dataset, layout, pack, split or hotness directory, or below one, before anything is sampled; beside one, or
+    in a folder that merely has a manifest.json, it is written."""
+    ds = env / "ds"
+    before = listing(ds)
+    (tmp_path / "hot").mkdir()
+    (tmp_path / "hot" / "hotness.json").write_text('{"schema_version": 1, "num_nodes": 2000}')
+    (ds / "sub").mkdir()
+    for out, owner in ((ds / "features.npy", f"the dataset {ds}"), (ds / "sub" / "t.npz", f"the dataset {ds}"),
+                       (tmp_path / "hot" / "t.npz", f"the hotness record {tmp_path / 'hot'}")):
+        rc, _, err = run("cache", "simulate", "--dataset", ds, "--capacity", "10%", "--trace-out", out)
+        assert rc == 2 and err.startswith(f"error: --trace-out {out}: is inside {owner}, which Moment wrote"), err
+        assert "Traceback" not in err and not out.with_name("t.npz").exists()
+    (ds / "sub").rmdir()
+    assert listing(ds) == before and not GraphDataset.open(ds).check()
+    ext = _foreign(tmp_path / "extension")
+    for out in (tmp_path / "t.npz", ext / "t.npz"):
+        rc, _, err = run("cache", "simulate", "--dataset", ds, "--capacity", "10%", "--trace-out", out)
+        assert rc == 0 and out.is_file(), err
+
+
 @pytest.mark.parametrize("writer", ["data synth", "data import edgelist", "data presample", "place"])
 def test_overwrite_refuses_a_folder_that_merely_has_a_manifest(env, tmp_path, writer):
     out = _foreign(tmp_path / "extension")
