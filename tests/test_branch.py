@@ -225,7 +225,8 @@ def test_a_listing_stopped_where_no_branch_and_bound_can_take_over_recommends_th
     assert main(argv) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "not proven optimal: the time limit stopped the search before any bound on the best placement" in out
-    assert "search: the time limit stopped the listing of the placements; " in out
+    assert f"search: the time limit stopped the listing of the placements; the {len(first)} distinct placements it " \
+           "starts from solved (greedy ones and the usual layouts)" in out
     assert main([*argv, "--json"]) == 0
     got = json.loads(capsys.readouterr().out)
     assert got["search"]["method"] == "first-placements" and got["search"]["lower_bound_s"] is None

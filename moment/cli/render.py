@@ -96,8 +96,9 @@ def render_plan(console: Console, plan: Plan, topo: Topology) -> None:
         console.print(f"search: {counted}: branch and bound, "
                       f"{s.nodes or 0:,} partial placements bounded by a relaxed LP; {s.seconds_total:.2f} s in all")
     elif s.method == "first-placements":
-        console.print(f"search: the time limit stopped the listing of the placements; {s.solved:,} first placements "
-                      f"solved (two greedy ones and the usual layouts); {s.seconds_total:.2f} s in all")
+        console.print(f"search: the time limit stopped the listing of the placements; the {s.solved:,} distinct "
+                      f"placements it starts from solved (greedy ones and the usual layouts); {s.seconds_total:.2f} s "
+                      "in all")
     else:
         classes = f", {s.capacity_classes:,} distinct capacity graphs" if s.capacity_classes is not None else ""
         console.print(f"search: {s.raw_candidates:,} valid placements, {s.distinct_candidates:,} after symmetry "

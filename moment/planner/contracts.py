@@ -109,7 +109,7 @@ class SearchStats(BaseModel):
         "'branch-and-bound': too many classes to list (a large machine of mixed slots), so devices are placed "
         "one at a time and each partial placement is bounded by the LP of a relaxation; 'first-placements': the "
         "time limit stopped the listing where no branch and bound could take over (NVLink bridges on slots), so "
-        "the fastest of two greedy placements and the usual layouts, with no bound"))
+        "the fastest of the greedy placements and the usual layouts, with no bound"))
     raw_candidates: int | None = Field(description=(
         "placements before symmetry pruning (physically valid); null: the time limit stopped their count"))
     distinct_candidates: int | None = Field(

@@ -321,9 +321,9 @@ def _first_found(template: ChassisTemplate, inventory: Inventory, workload: Work
         method="first-placements", raw_candidates=None, distinct_candidates=None, solved=len(first),
         proven_optimal=False, lower_bound_s=None, seconds_total=0.0,
         seconds_per_solve=(time.perf_counter() - t0) / len(first)),
-        note=f"the time limit stopped the listing of the placements and {why}: this is the fastest of "
-             f"{len(first)} first placements (two greedy ones and the usual layouts), with no bound on the best "
-             "placement; allow the search more time, or drop the limit, to search them all")
+        note=f"the time limit stopped the listing of the placements and {why}: this is the fastest of the "
+             f"{len(first)} distinct placements the search starts from (greedy ones and the usual layouts), with no "
+             "bound on the best placement; allow the search more time, or drop the limit, to search them all")
 
 
 def _nothing_found(inventory: Inventory, bare: Topology, timeout: float | None) -> MomentError:

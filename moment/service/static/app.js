@@ -1162,7 +1162,7 @@ function columnCards(run, base, scale, side) {
     const how = s.method === "branch-and-bound"
       ? `too many to list: branch and bound, ${n(s.nodes)} partial placements bounded`
       : s.method === "first-placements"
-        ? "the time limit stopped their listing, so only the first placements (two greedy ones and the usual layouts)"
+        ? "the time limit stopped their listing, so only those it starts from (greedy ones and the usual layouts)"
         : `${n(s.distinct_candidates)} distinct`;
     dia.append(el("p", { class: "foot" },
       `Searched ${s.raw_candidates == null ? "an uncounted number of" : n(s.raw_candidates)} placements: ${how}, ${n(s.solved)} solved, in ${fmt(s.seconds_total)} s.`));
