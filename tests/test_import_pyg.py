@@ -206,6 +206,24 @@ def test_a_graph_in_memory_that_is_wrong_is_one_error_naming_the_attribute(tmp_p
     assert not any((tmp_path / n).exists() for n in "abcdefgh")
 
 
+def test_features_or_labels_under_other_names_are_refused_not_drawn_at_random(tmp_path: Path) -> None:
+    """A dict made from a DGL graph's ndata (`feat`, `label`) imported as random features and labels, the masks
+    kept as its split, without a word in a script: the model trained on noise. Refused, naming what to rename;
+    from a file, as in memory."""
+    from moment import import_graph
+
+    edges = torch.from_numpy(EDGES.T.copy())
+    for g, attr, other in (({"edge_index": edges, "feat": torch.from_numpy(FEAT), "label": torch.zeros(N)}, "x",
+                            "feat"), ({"edge_index": edges, "x": torch.from_numpy(FEAT), "labels": torch.zeros(N)},
+                                      "y", "labels")):
+        with pytest.raises(MomentError, match=rf"^graph:{other}: has no attribute {attr} but has {other}: .* read "
+                                              rf"from {attr} \(without it they would be drawn at random\)\n  hint: "
+                                              rf"name them {attr} \(DGL's ndata\['{other}'\] is PyG's {attr}\)"):
+            import_graph(g, tmp_path / "a")
+    _raises(tmp_path, pyg_data.Data(edge_index=edges, feat=torch.from_numpy(FEAT)), r"bad\.pt:feat: has no attribute x")
+    assert not (tmp_path / "a").exists()
+
+
 def test_missing_x_y_and_split_are_generated_and_said(tmp_path: Path) -> None:
     g = pyg_data.Data(edge_index=torch.from_numpy(BASE.T.copy()), num_nodes=N)
     torch.save(g, tmp_path / "bare.pt")

@@ -129,6 +129,11 @@ def as_array(value: Any, source: str, name: str) -> np.ndarray:
                           "or float16", source=source) from None
 
 
+#: names other libraries and scripts give a graph's features and labels (DGL's ndata['feat'], ndata['label'])
+_OTHER_NAMES = {"x": ("feat", "features", "X", "node_feat", "feats"), "y": ("label", "labels", "Y", "node_label")}
+_MEANS = {"x": "node features", "y": "labels"}
+
+
 def pyg_parts(store: dict[str, Any], path: str) -> GraphParts:
     """`GraphParts` from a PyG graph's attributes; sources name the file and the attribute (`data.pt:x`)."""
     if "edge_index" not in store:
@@ -139,6 +144,12 @@ def pyg_parts(store: dict[str, Any], path: str) -> GraphParts:
         v = store.get(name)
         return None if v is None else as_array(v, f"{path}:{name}", name)
 
+    for attr, others in _OTHER_NAMES.items():  # else features or labels would be drawn at random: trained on noise
+        named = [a for a in others if store.get(a) is not None]
+        if store.get(attr) is None and named:
+            raise MomentError(f"has no attribute {attr} but has {' and '.join(named)}: the {_MEANS[attr]} are read "
+                              f"from {attr} (without it they would be drawn at random)", source=f"{path}:{named[0]}",
+                              hint=f"name them {attr} (DGL's ndata[{named[0]!r}] is PyG's {attr})")
     nn = store.get("num_nodes")
     if nn is not None and not isinstance(nn, int | np.integer):
         nn = int(as_array(nn, f"{path}:num_nodes", "num_nodes").reshape(-1)[0])
