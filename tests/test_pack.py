@@ -340,6 +340,28 @@ def test_damaged_pack_is_caught_with_verify(packed, tmp_path):
 
 
 @pytest.mark.slow
+def test_a_folder_at_the_packs_place_that_is_not_a_pack_is_never_replaced(packed, tmp_path, capsys):
+    """LAYOUT/pack holding a person's files but no pack.json was taken for no pack and swapped out, its files
+    deleted, without --overwrite: refused with or without it; an empty one is replaced."""
+    import shutil
+
+    _, layout, _, _ = packed
+    copy = tmp_path / "L"
+    shutil.copytree(layout, copy)
+    shutil.rmtree(copy / "pack")
+    (copy / "pack").mkdir()
+    (copy / "pack" / "notes.txt").write_text("mine\n")
+    args = ["data", "pack", "--layout", str(copy), "--ranks", "1", "--fanouts", "10,5", "--batch-size", "128"]
+    for extra in ([], ["--overwrite"]):
+        assert main([*args, *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.strip().startswith(f"error: {copy / 'pack'}: exists and is not a pack (it has no pack.json): refusing to "
+                              "replace it") and "Traceback" not in err
+        assert sorted(p.name for p in (copy / "pack").iterdir()) == ["notes.txt"]
+    (copy / "pack" / "notes.txt").unlink()
+    assert main(args) == 0 and load_pack(copy).batch_size == 128
+
+
 def test_cli_pack_json_and_overwrite(packed, tmp_path, capsys):
     import shutil
 

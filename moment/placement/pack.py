@@ -411,6 +411,10 @@ def _write_pack(layout: Path, m, dataset: GraphDataset, *, world_size: int, batc
     remove_stale(out, set_aside=True)  # a killed writer's leftovers, its previous pack put back (we hold the lock)
     if (out / "pack.json").exists() and not overwrite:
         raise MomentError("the layout already has a pack", source=str(out), hint="pass --overwrite to replace it")
+    if (out.exists() or out.is_symlink()) and not (out / "pack.json").exists() and (
+            not out.is_dir() or out.is_symlink() or any(out.iterdir())):  # a person's: replacing it would lose it
+        raise MomentError("exists and is not a pack (it has no pack.json): refusing to replace it", source=str(out),
+                          hint="move it out of the layout first")
     if m.order_file is None:
         raise MomentError("the layout has no hotness order (written by an older version)", source=str(layout),
                           hint="rewrite it with `moment place`")
