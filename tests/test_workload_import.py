@@ -403,3 +403,14 @@ def test_a_random_split_follows_the_shares_given_and_takes_every_node_when_they_
         ds = import_edgelist(f, tmp_path / str(i), num_nodes=1000, fractions=shares)
         sizes[shares] = [len(ds.split(s)) for s in ("train", "val", "test")]
     assert sizes == {(0.1, 0.1, 0.1): [100, 100, 100], None: [500, 125, 125]}  # the defaults' floor, theirs alone
+
+
+def test_an_edge_list_of_a_header_alone_is_a_graph_without_edges(tmp_path):
+    """What `df.to_csv(index=False)` writes for a filter that matched nothing crashed with a TypeError traceback
+    (an empty chunk spooled): as an empty file, it is refused without a node count and is isolated nodes with one."""
+    f = tmp_path / "h.csv"
+    f.write_text("src,dst\n")
+    with pytest.raises(MomentError, match=r"h\.csv: no edges and no node count"):
+        import_edgelist(f, tmp_path / "a")
+    ds = import_edgelist(f, tmp_path / "b", num_nodes=10, feature_dim=1)
+    assert (ds.num_nodes, ds.num_edges) == (10, 0) and not (tmp_path / "a").exists()

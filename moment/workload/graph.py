@@ -186,6 +186,8 @@ class NpyStreamWriter:
             raise ValueError(f"{self.path.name}: chunk row shape {a.shape[1:]} != {self.row_shape}")
         if self.rows is not None and self.written + a.shape[0] > self.rows:
             raise ValueError(f"{self.path.name}: more rows than the declared {self.rows}")
+        if a.size == 0:  # (a memoryview of no bytes cannot be cast: an edge list of a header alone spooled one)
+            return
         self._put(memoryview(a).cast("B"))
         self.written += a.shape[0]
 
