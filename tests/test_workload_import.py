@@ -414,3 +414,17 @@ def test_an_edge_list_of_a_header_alone_is_a_graph_without_edges(tmp_path):
         import_edgelist(f, tmp_path / "a")
     ds = import_edgelist(f, tmp_path / "b", num_nodes=10, feature_dim=1)
     assert (ds.num_nodes, ds.num_edges) == (10, 0) and not (tmp_path / "a").exists()
+
+
+def test_a_given_split_with_an_empty_train_split_is_refused_at_the_import(tmp_path):
+    """An empty train split (split files of other ids, an empty export) imported without a word; the next command
+    said so ("the train split is empty"), far from the cause."""
+    f = tmp_path / "e.txt"
+    f.write_text("0 1\n1 2\n2 3\n3 0\n")
+    d = tmp_path / "split"
+    d.mkdir()
+    for name, ids in (("train.npy", []), ("valid.npy", [1]), ("test.npy", [2])):
+        np.save(d / name, np.array(ids, np.int64))
+    with pytest.raises(MomentError, match=r"train\.npy: the train split is empty: no node to train on"):
+        import_edgelist(f, tmp_path / "out", splits_dir=d)
+    assert not (tmp_path / "out").exists()

@@ -364,6 +364,9 @@ def _check_splits(splits: list[np.ndarray], labels: np.ndarray, names: list[str]
     out = []
     for i, (idx, src) in enumerate(zip(splits, names)):
         idx = np.asarray(idx).astype(np.int64).reshape(-1)
+        if i == 0 and not idx.size:  # (else the next command said so: presample, place, train)
+            raise MomentError("the train split is empty: no node to train on", source=src,
+                              hint="give the split files of this graph's ids, or none to draw a random split")
         if idx.size and (idx.min() < 0 or idx.max() >= n):
             bad = int(idx.min()) if idx.min() < 0 else int(idx.max())
             raise MomentError(f"node id {bad} out of range [0, {n})", source=src)
