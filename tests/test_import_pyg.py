@@ -203,7 +203,12 @@ def test_a_graph_in_memory_that_is_wrong_is_one_error_naming_the_attribute(tmp_p
     with pytest.raises(MomentError, match=r"^Data:y: no node has a label \(every one is negative or NaN"):
         import_graph(graph(y=torch.full((N,), float("nan")), train_mask=None, val_mask=None, test_mask=None),
                      tmp_path / "h")
-    assert not any((tmp_path / n).exists() for n in "abcdefgh")
+    # a config file's strings and floats, as argparse-to-keyword glue passes them: "false" doubled the edges
+    with pytest.raises(MomentError, match=r"^import_graph\(undirected='false'\): must be True or False"):
+        import_graph(graph(), tmp_path / "i", undirected="false")
+    with pytest.raises(MomentError, match=r"^--seed 1\.5: must be an integer"):
+        import_graph(graph(), tmp_path / "j", seed=1.5)
+    assert not any((tmp_path / n).exists() for n in "abcdefghij")
 
 
 def test_features_or_labels_under_other_names_are_refused_not_drawn_at_random(tmp_path: Path) -> None:

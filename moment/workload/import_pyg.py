@@ -235,6 +235,8 @@ def import_graph(
     if isinstance(graph, str | Path):
         raise MomentError(f"import_graph takes a graph in memory; {str(graph)!r} is a path",
                           hint="`moment data import pyg PATH --out DIR` imports a file")
+    if not isinstance(undirected, bool | np.bool_):  # ("false" is true: its edges were doubled, "false" recorded)
+        raise MomentError(f"import_graph(undirected={undirected!r}): must be True or False")
     name = "graph" if isinstance(graph, dict) else type(graph).__name__
     if callable(getattr(graph, "len", None)) and callable(getattr(graph, "get", None)):  # a PyG Dataset
         if graph.len() != 1:

@@ -37,6 +37,6 @@ def mix(*parts: int) -> int:
 def check_seed(seed: int, flag: str = "--seed") -> int:
     """A seed every generator accepts (numpy's refuse negatives, torch's past 64 bits): the seed, or one
     line naming the flag."""
-    if not 0 <= int(seed) < SEED_LIMIT:
-        raise MomentError(f"{flag} {seed}: must be an integer from 0 to {SEED_LIMIT - 1}")
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or not 0 <= int(seed) < SEED_LIMIT:
+        raise MomentError(f"{flag} {seed!r}: must be an integer from 0 to {SEED_LIMIT - 1}")
     return int(seed)
