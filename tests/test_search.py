@@ -327,7 +327,8 @@ def small_machines(draw):
         if a != b:
             by_id[a]["blocks"].append(b)
     links = [UPI] if n_sock == 2 else []
-    links += [{"a": a, "b": b, "kind": "nvlink", "count": 2} for a, b in draw(pairs)[:1] if a != b]
+    links += [{"a": a, "b": b, "kind": "nvlink", "count": 2} for a, b in draw(pairs)[:1]  # a bridge joins GPU slots
+              if a != b and "gpu" in by_id[a]["accepts"] and "gpu" in by_id[b]["accepts"]]
     host = draw(st.sampled_from([None, *slots]))
     if host and "gpu" in by_id[host]["accepts"] and by_id[host]["width"] == 16:
         nodes.append({"id": "fixed", "kind": "gpu", "parent": host, "model": "T4", "memory_gib": 16,

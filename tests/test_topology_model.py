@@ -100,6 +100,52 @@ def test_bad_profiles_name_the_problem(mutate, needle):
     assert "bad.yaml" in str(e.value) and needle in str(e.value)
 
 
+@pytest.mark.parametrize("link, says", [
+    # hunt-J D1: each was planned as a real path (NVLink to a socket took the GPU round its PCIe 3.0 x4 slot)
+    ({"a": "s0", "b": "cpu0", "kind": "nvlink", "count": 12},
+     "links[0] (nvlink) joins slot 's0' (accepts gpu, ssd, nic) to socket 'cpu0': an NVLink joins GPUs, slots "
+     "that take GPUs (a bridge) and NVSwitches, or a GPU with its socket"),
+    ({"a": "s0", "b": "rc0", "kind": "upi", "count": 3, "gts": 16},
+     "links[0] (upi) joins slot 's0' (accepts gpu, ssd, nic) to root_complex 'rc0': a UPI link joins two CPU sockets"),
+    ({"a": "s0", "b": "b0", "kind": "nvlink"}, "joins slot 's0' (accepts gpu, ssd, nic) to slot 'b0' (accepts ssd)"),
+    ({"a": "s0", "b": "sw0", "kind": "nvlink"}, "to switch 'sw0': an NVLink joins"),
+    ({"a": "s0", "b": "s1", "kind": "upi"}, "a UPI link joins two CPU sockets"),
+    ({"a": "s0", "b": "s1", "kind": "qpi"}, "a QPI link joins two CPU sockets"),
+    ({"a": "s0", "b": "s1", "kind": "pcie"}, "a PCIe peer link joins PCIe switches and root complexes"),
+    ({"a": "cpu0", "b": "cpu1", "kind": "nvlink"}, "joins socket 'cpu0' to socket 'cpu1': an NVLink joins"),
+    ({"a": "b0", "b": "cpu1", "kind": "xgmi"}, "an xGMI link joins two CPU sockets, or GPUs"),
+])
+def test_a_peer_link_joins_only_what_its_kind_can(link, says):
+    d = small()
+    d["nodes"] += [{"id": "cpu1", "kind": "socket"}]
+    d["links"] = [link, {"a": "cpu0", "b": "cpu1", "kind": "upi"}]
+    with pytest.raises(MomentError) as e:
+        topology_from_dict(d, "bad.yaml")
+    assert str(e.value).startswith("bad.yaml: ") and says in str(e.value)
+    # the same link added by --set blames the --set
+    d["links"] = d["links"][1:]
+    data = yaml.safe_load(dump_yaml(topology_from_dict(d, "x")))
+    with pytest.raises(MomentError) as e:
+        apply_override(data, f"links+={json.dumps(link)}")
+        topology_from_dict(data, "x")
+    assert "joins" in str(e.value)
+
+
+def test_peer_links_of_real_machines_are_kept():
+    d = small()
+    d["nodes"] += [{"id": "cpu1", "kind": "socket"}, {"id": "rc1", "kind": "root_complex", "parent": "cpu1"},
+                   {"id": "g0", "kind": "gpu", "parent": "rc1", "model": "V100", "link": {"gen": 3, "width": 16}},
+                   {"id": "g1", "kind": "gpu", "parent": "rc1", "model": "V100", "link": {"gen": 3, "width": 16}},
+                   {"id": "nvs", "kind": "nvswitch", "parent": "rc1"},
+                   {"id": "sw1", "kind": "switch", "parent": "rc1", "link": {"gen": 4, "width": 16}}]
+    d["links"] = [{"a": "cpu0", "b": "cpu1", "kind": "upi"}, {"a": "s0", "b": "s1", "kind": "nvlink"},  # bridge
+                  {"a": "g0", "b": "cpu1", "kind": "nvlink", "count": 3},  # POWER9: NVLink to the CPU
+                  {"a": "g0", "b": "nvs", "kind": "nvlink"}, {"a": "g1", "b": "g0", "kind": "xgmi"},
+                  {"a": "s0", "b": "g1", "kind": "xgmi"}, {"a": "cpu1", "b": "cpu0", "kind": "xgmi"},
+                  {"a": "sw0", "b": "sw1", "kind": "pcie"}]
+    assert len(topology_from_dict(d, "ok.yaml").links) == 8
+
+
 def test_gpu_slot_not_connected_to_a_root_complex(tmp_path):
     d = small()
     d["nodes"][2]["parent"] = "cpu0"  # switch hung directly off a socket

@@ -104,7 +104,8 @@ class Link(_Strict):
 
 
 class PeerLink(_Strict):
-    """A link outside the PCIe tree: UPI/QPI between sockets, NVLink/xGMI between GPUs or slots."""
+    """A link outside the PCIe tree: UPI/QPI between sockets, NVLink/xGMI between GPUs or slots (which ends
+    each kind may join: `_link_ends_fit`)."""
 
     a: str
     b: str
@@ -278,6 +279,51 @@ def _check_sockets_joined(nodes: list, links: list[PeerLink]) -> None:
             "(kind: xgmi for AMD EPYC, qpi for older Xeons)")
 
 
+def _gpu_end(n) -> bool:
+    """A GPU, or a slot that takes one (a bridge sits on the cards, so an SSD-only bay is never an end)."""
+    return n.kind == Kind.gpu or (n.kind == Kind.slot and Kind.gpu in n.accepts)
+
+
+def _link_ends_fit(kind: str, a, b) -> bool:
+    """Whether a peer link of this kind can join these two nodes (what each kind is, not what a file says):
+    UPI/QPI join sockets; xGMI joins sockets, or GPUs (and GPU slots) with each other or with a socket;
+    NVLink joins GPUs, GPU slots and NVSwitches, or a GPU with an NVLink CPU socket (POWER9, Grace);
+    a PCIe peer link (a cable or a non-transparent bridge) joins switches and root complexes."""
+    ends = (a, b)
+    sockets = sum(n.kind == Kind.socket for n in ends)
+    if kind in ("upi", "qpi"):
+        return sockets == 2
+    if kind == "xgmi":
+        return sockets == 2 or all(n.kind == Kind.socket or _gpu_end(n) for n in ends)
+    if kind == "nvlink":
+        if sockets:
+            return sockets == 1 and any(n.kind == Kind.gpu for n in ends)
+        return all(_gpu_end(n) or n.kind == Kind.nvswitch for n in ends)
+    return all(n.kind in (Kind.switch, Kind.root_complex) for n in ends)
+
+
+_LINK_ENDS = {
+    "upi": "a UPI link joins two CPU sockets",
+    "qpi": "a QPI link joins two CPU sockets",
+    "xgmi": "an xGMI link joins two CPU sockets, or GPUs (or slots that take GPUs) with each other or a socket",
+    "nvlink": "an NVLink joins GPUs, slots that take GPUs (a bridge) and NVSwitches, or a GPU with its socket",
+    "pcie": "a PCIe peer link joins PCIe switches and root complexes (the tree's own links are each node's link:)",
+}
+
+
+def _check_link_ends(i: int, link: PeerLink, a, b) -> None:
+    if _link_ends_fit(link.kind, a, b):
+        return
+
+    def what(n) -> str:
+        if n.kind == Kind.slot:
+            takes = ", ".join(k.value for k in n.accepts) or "nothing"
+            return f"slot {n.id!r} (accepts {takes})"
+        return f"{n.kind.value} {n.id!r}"
+
+    raise ValueError(f"links[{i}] ({link.kind}) joins {what(a)} to {what(b)}: {_LINK_ENDS[link.kind]}")
+
+
 class Topology(_Strict):
     """A machine: nodes in a PCIe forest under sockets, and peer links."""
 
@@ -344,6 +390,7 @@ class Topology(_Strict):
                     raise ValueError(f"links[{i}] ({link.kind}) names {end!r}, which is not a node")
             if link.a == link.b:
                 raise ValueError(f"links[{i}] ({link.kind}) connects {link.a!r} to itself")
+            _check_link_ends(i, link, seen[link.a], seen[link.b])
         _check_sockets_joined(self.nodes, self.links)
         for name, lay in self.layouts.items():
             for kind, slots in ((Kind.gpu, lay.gpu), (Kind.ssd, lay.ssd)):
