@@ -153,6 +153,25 @@ def test_gpu_slot_not_connected_to_a_root_complex(tmp_path):
         topology_from_dict(d, "x.yaml")
 
 
+def test_an_override_picks_a_list_element_by_id_before_index():
+    """hunt-J D3: slots numbered as the board prints them ('1', '2', ...): `nodes.3` edited nodes[3], slot '2'."""
+    d = small()
+    for n, new_id in zip(d["nodes"][3:], ("4", "3", "sw.0")):  # nodes[3] is slot '4', nodes[4] slot '3'
+        n["id"] = new_id
+    d["nodes"][3]["blocks"] = ["3"]
+    apply_override(d, "nodes.3.link.gen=1")
+    apply_override(d, "nodes[sw.0].link.gen=2")
+    apply_override(d, "nodes.'sw.0'.width=8")
+    apply_override(d, "nodes.1.label=by index")  # no id '1': the second node
+    t = topology_from_dict(d, "x")
+    assert t.node("3").link.gen == 1 and t.node("4").link.gen == 4 and t.node("sw.0").link.gen == 2
+    assert t.node("sw.0").width == 8 and t.nodes[1].label == "by index"
+    apply_override(d, 'nodes."sw.0".link.gen=3')
+    assert d["nodes"][5]["link"]["gen"] == 3
+    with pytest.raises(MomentError, match=r"""--set 'nodes."sw.0.link.gen=3': the " that opens a segment is never"""):
+        apply_override(d, 'nodes."sw.0.link.gen=3')
+
+
 def test_yaml_errors_name_file_and_line(tmp_path):
     p = tmp_path / "broken.yaml"
     p.write_text("name: x\nnodes:\n  - {id: cpu0, kind: socket\n")

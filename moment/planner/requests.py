@@ -51,7 +51,9 @@ if TYPE_CHECKING:
 DEFAULT_PROFILE = "paper-machine-b"
 PROFILE_HELP = "built-in profile name (see `moment profiles`) or a YAML file describing the machine"
 SET_HELP = ("what-if override PATH=VALUE on the profile, repeatable: `nodes.sw1.link.gen=5`, "
-            "`links.0.bandwidth_gbps=40`, `links+={a: s1, b: s2, kind: nvlink, count: 4}`")
+            "`links.0.bandwidth_gbps=40`, `links+={a: s1, b: s2, kind: nvlink, count: 4}`; in a list, an element's "
+            "id wins over an index (`nodes.3` is the node with id 3 where there is one); `nodes[sw.0]` names an id "
+            "with a dot")
 GPUS_HELP = (f"number of GPUs to place (default {DEFAULT_GPUS}, or as many as the free slots take where fewer, leaving one for an SSD; on "
              "machines with built-in GPUs, e.g. dgx2 or hgx-a100-8gpu, default 0: the planner places the SSDs around "
              "them)")

@@ -228,33 +228,56 @@ def _step(container: Any, key: str, spec: str, flag: Flag) -> Any:
             container[key] = {}
         return container[key]
     if isinstance(container, list):
+        for item in container:  # an id first: slots are often numbered as the board prints them ('3')
+            if isinstance(item, dict) and key in (item.get("id"), item.get("name")):
+                return item
         if key.lstrip("-").isdigit():
             i = int(key)
             if not -len(container) <= i < len(container):
                 raise MomentError(f"{flag('set')} {_shown(spec)}: index {i} is out of range (list has {len(container)} "
                                   "items)", field="set")
             return container[i]
-        for item in container:
-            if isinstance(item, dict) and key in (item.get("id"), item.get("name")):
-                return item
         raise MomentError(f"{flag('set')} {_shown(spec)}: no element with id {key!r}", field="set")
     raise MomentError(f"{flag('set')} {_shown(spec)}: cannot descend into {type(container).__name__} at {key!r}",
                       field="set")
 
 
 def _split_path(path: str) -> list[str]:
+    """`nodes.sw1.link.gen` -> its segments; `nodes[sw.0].link` and `nodes."sw.0".link` (or '...') keep an
+    id with a dot in it whole."""
     out: list[str] = []
-    for part in path.replace("[", ".").replace("]", "").split("."):
-        if part:
-            out.append(part)
+    cur, i = "", 0
+    while i < len(path):
+        c = path[i]
+        close = {"[": "]", '"': '"', "'": "'"}.get(c)
+        if close is not None and not cur:
+            end = path.find(close, i + 1)
+            if end < 0:
+                raise ValueError(f"the {c} that opens a segment is never closed by {close}")
+            out.append(path[i + 1:end])
+            i = end + 1
+            continue
+        if c in ".[":
+            if cur:
+                out.append(cur)
+            cur = ""
+            if c == "[":
+                continue  # the same '[' again, now opening a segment read whole
+        else:
+            cur += c
+        i += 1
+    if cur:
+        out.append(cur)
     return out
 
 
 def apply_override(data: dict, spec: str, *, flag: Flag = cli_flag) -> None:
     """Apply `path=value` or `path+=value` (append to a list) to the profile's raw mapping.
 
-    Paths are dotted; list elements are chosen by index or by `id`: `nodes.sw1.link.gen=5`,
-    `nodes[ssd_bay0].link.bandwidth_gbps=7`, `links+={a: s1, b: s2, kind: nvlink, count: 4}`.
+    Paths are dotted; list elements are chosen by `id` (or `name`), else by index: `nodes.sw1.link.gen=5`,
+    `nodes[ssd_bay0].link.bandwidth_gbps=7`, `links+={a: s1, b: s2, kind: nvlink, count: 4}`. An id match
+    wins over an index (`nodes.3` is the node with id '3' where there is one); `nodes[sw.0]` or
+    `nodes."sw.0"` names an id with a dot in it.
     Errors name the override as `flag('set')` spells it.
     """
     def bad(problem: str) -> MomentError:
@@ -269,7 +292,10 @@ def apply_override(data: dict, spec: str, *, flag: Flag = cli_flag) -> None:
         value = parse_yaml(value_text, "the value")
     except MomentError as e:
         raise bad(str(e)) from None
-    parts = _split_path(path)
+    try:
+        parts = _split_path(path)
+    except ValueError as e:
+        raise bad(str(e)) from None
     if not parts:
         raise bad("empty path")
     cur: Any = data
