@@ -199,6 +199,19 @@ def test_measurements_no_calibration_can_reach_are_refused(tmp_path, capsys):
     assert not out.exists()
 
 
+@pytest.mark.parametrize("value, field", [(".inf", "epoch_s"), (".nan", "epoch_s"), ("-.inf", "epoch_s")])
+def test_a_measurement_that_is_no_number_is_refused_by_name(tmp_path, capsys, value, field):
+    """hunt-J D9: `epoch_s: .inf` ended in an AssertionError traceback from the fit (.nan: 'greater than 0')."""
+    m, out = _measured(tmp_path, (value, 20, 9.5)), tmp_path / "cal.yaml"
+    assert main(["calibrate", "--measured", str(m), "--out", str(out)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"error: {m}: not a measurement file: measurements.0.{field}: Input should be a finite number" in err
+    assert "Traceback" not in err and not out.exists()
+    m.write_text(m.read_text().replace(f"{{layout: paper-a, epoch_s: {value}}}", f"{{device: ssd0, read_gbps: {value}}}"))
+    assert main(["calibrate", "--measured", str(m), "--out", str(out)]) == 2
+    assert "measurements.0.read_gbps: Input should be a finite number" in " ".join(capsys.readouterr().err.split())
+
+
 def test_a_fit_resting_on_its_bounds_and_still_slow_says_so(tmp_path, capsys):
     """20-30% faster than the model can be: the fit is written (it is the best there is), with a note."""
     m, out = _measured(tmp_path, (10, 20, 9.5)), tmp_path / "cal.yaml"

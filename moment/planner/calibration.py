@@ -74,7 +74,7 @@ def apply_calibration(topo: Topology, params: dict[str, float]) -> Topology:
 class Measurement(BaseModel):
     """One measured figure: a layout's epoch time, an SSD's read rate or a link's rate."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     layout: str | None = Field(None, description="a layout named in the profile")
     gpu: list[str] | None = Field(None, description="GPU slots, in order (instead of a layout name)")
@@ -122,7 +122,7 @@ class Measurement(BaseModel):
 
 
 class MeasurementFile(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     machine: str | None = Field(None, description="profile the layouts refer to")
     gpus: int | None = Field(None, ge=0)
