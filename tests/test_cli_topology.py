@@ -109,6 +109,44 @@ def test_bad_profile_file_names_file_and_field(capsys, tmp_path):
     assert code == 2 and "mine.yaml" in err and "ghost" in err
 
 
+MARKUP_PROFILE = """\
+name: "[bold]base[/bold] [x]"
+nodes:
+  - {id: cpu0, kind: socket, memory_gib: 256, memory_bandwidth_gbps: 150}
+  - {id: rc0, kind: root_complex, parent: cpu0}
+  - {id: sw0, kind: switch, parent: rc0, label: "PEX [x16] [bold]sw[/bold]", link: {gen: 4, width: 16}}
+  - {id: slot1, kind: slot, parent: sw0, width: 16, accepts: [gpu], link: {gen: 4, width: 16}}
+  - {id: slot2, kind: slot, parent: sw0, width: 16, accepts: [gpu], link: {gen: 4, width: 16}}
+  - {id: slot3, kind: slot, parent: sw0, width: 16, accepts: [gpu], link: {gen: 3, width: 4}}
+  - {id: "bay[0]", kind: slot, parent: rc0, width: 4, accepts: [ssd], link: {gen: 4, width: 4}}
+  - {id: bay1, kind: slot, parent: rc0, width: 4, accepts: [ssd], link: {gen: 4, width: 4}}
+layouts:
+  "[red]usual": {gpu: [slot1, slot2], ssd: ["bay[0]", bay1]}
+"""
+
+
+def test_the_users_text_is_printed_as_written_not_as_markup(capsys, tmp_path, monkeypatch):
+    """hunt-J D12: `--set nodes.slot1.accepts=[gpu]` was echoed as `nodes.slot1.accepts=`, a label
+    `PEX [x16] [bold]sw[/bold]` as `PEX sw`, a name `[bold]base[/bold] [x]` as `base `."""
+    monkeypatch.setenv("COLUMNS", "200")
+    p = tmp_path / "base.yaml"
+    p.write_text(MARKUP_PROFILE)
+    code, out, err = run(capsys, "plan", "--profile", str(p), "--gpus", "2", "--ssds", "2",
+                         "--set", "nodes.slot1.accepts=[gpu]")
+    assert code == 0, err
+    assert "what-if overrides (--set): nodes.slot1.accepts=[gpu]" in out
+    assert "Moment plan for [bold]base[/bold] [x] with 2 x A100-PCIe-40GB" in out
+    assert "cpu0 / rc0 / PEX [x16] [bold]sw[/bold]" in out and "bay[0]->rc0" in out
+    assert "│ [red]usual " in out and "([red]usual, " in out
+    m = tmp_path / "m.yaml"
+    m.write_text(f"machine: {p}\ngpus: 2\nssds: 2\nmeasurements:\n"
+                 "  - {layout: '[red]usual', epoch_s: 45}\n  - {gpu: [slot3, slot1], ssd: [bay1, 'bay[0]'], epoch_s: 190}\n")
+    code, out, err = run(capsys, "calibrate", "--measured", str(m), "--fit", "ssd_read")
+    assert code == 0, err
+    assert "calibration fitted on [bold]base[/bold] [x]" in out and "│ [red]usual " in out
+    assert "gpu=slot3,slot1;ssd=bay1,bay[0]" in out
+
+
 def test_scan_json_kinds_from_real_files(capsys, fixtures_dir, tmp_path):
     code, out, _ = run(capsys, "scan", "--from-nccl-xml", str(fixture_file("nccl_simai_8xA100-4xCX6_topo.xml")), "--json")
     assert code == 0

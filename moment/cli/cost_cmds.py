@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from moment.cli import app, console
@@ -54,7 +55,7 @@ def advise_cmd(
 
 
 def _render(r) -> None:
-    console.print(f"[bold]Buying advice[/] for [cyan]{r.machine}[/] under {r.budget_usd:,.0f} USD "
+    console.print(f"[bold]Buying advice[/] for [cyan]{escape(r.machine)}[/] under {r.budget_usd:,.0f} USD "
                   f"(workload {r.workload}{'; data spread evenly over the SSDs' if r.data == 'even' else ''}; "
                   f"TCO over {r.params.years:g} years)")
     t = Table(title="best inventories (#per $: rank by samples/s per TCO dollar, #thr: by samples/s)",

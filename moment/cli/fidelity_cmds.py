@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -47,18 +48,18 @@ def simulate_cmd(
 
 
 def _render_replay(rep, calibrated: float | None) -> None:
-    t = Table(title=f"per-step replay ({rep.source} trace, {rep.steps} steps)")
+    t = Table(title=escape(f"per-step replay ({rep.source} trace, {rep.steps} steps)"))
     for c in ("GPU", "GB read", "busy s", "idle s", "mean GB/s"):
         t.add_column(c)
     for g in rep.per_gpu:
-        t.add_row(g.gpu, f"{g.bytes / 1e9:.1f}", f"{g.busy_s:.2f}", f"{g.idle_s:.2f}", f"{g.mean_gbps:.2f}")
+        t.add_row(escape(g.gpu), f"{g.bytes / 1e9:.1f}", f"{g.busy_s:.2f}", f"{g.idle_s:.2f}", f"{g.mean_gbps:.2f}")
     console.print(t)
     console.print(f"epoch read time: {rep.epoch_s:.2f} s replayed, {rep.lp_epoch_s:.2f} s LP "
                   f"({rep.replay_vs_lp:+.2%})" + (f"; calibrated epoch {calibrated:.2f} s" if calibrated else ""))
-    console.print(rep.why)
+    console.print(escape(rep.why))
     if rep.limiting_links:
-        console.print("links that limit steps: " + ", ".join(
-            f"{x.id} ({x.share_of_steps:.0%})" for x in rep.limiting_links[:6]))
+        console.print("links that limit steps: " + escape(", ".join(
+            f"{x.id} ({x.share_of_steps:.0%})" for x in rep.limiting_links[:6])))
 
 
 # ---- calibrate ---------------------------------------------------------------------------------------
@@ -86,7 +87,7 @@ def calibrate_cmd(
                     "residuals": [r.model_dump(mode="json") for r in cal.residuals],
                     "loo_max_rel_err": cal.loo_max_rel_err, "notes": cal.notes})
         return
-    t = Table(title=f"calibration fitted on {cal.fitted_on} ({cal.inventory})")
+    t = Table(title=escape(f"calibration fitted on {cal.fitted_on} ({cal.inventory})"))
     for c in ("parameter", "value", "bounds", "fitted", "meaning"):
         t.add_column(c)
     for k, p in PARAMS.items():
@@ -98,7 +99,7 @@ def calibrate_cmd(
         r.add_column(c)
     for x in cal.residuals:
         unit = f" {x.unit}" if x.unit else ""
-        r.add_row(x.layout, f"{x.measured_s:.2f}{unit}", f"{x.predicted_s:.2f}{unit}", f"{x.rel_err:+.1%}",
+        r.add_row(escape(x.layout), f"{x.measured_s:.2f}{unit}", f"{x.predicted_s:.2f}{unit}", f"{x.rel_err:+.1%}",
                   f"{x.loo_predicted:.2f}{unit}" if x.loo_predicted is not None else "-",
                   f"{x.loo_rel_err:+.1%}" if x.loo_rel_err is not None else "-")
     console.print(r)
@@ -107,7 +108,7 @@ def calibrate_cmd(
     for note in cal.notes:
         console.print(Text.assemble(("note:", "yellow"), f" {note}"))
     if out is not None:
-        console.print(f"calibration written to [bold]{out}[/]")
+        console.print(f"calibration written to [bold]{escape(str(out))}[/]")
 
 
 # ---- probe -------------------------------------------------------------------------------------------

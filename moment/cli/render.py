@@ -5,6 +5,7 @@ from __future__ import annotations
 import textwrap
 
 from rich.console import Console
+from rich.markup import escape as _e
 from rich.table import Table
 from rich.text import Text
 
@@ -36,10 +37,11 @@ def render_plan(console: Console, plan: Plan, topo: Topology) -> None:
     p = plan.under(plan.data)
     from moment.topology.devices import builtin_gpus_note
 
-    console.print(f"[bold]Moment plan[/] for [cyan]{plan.machine}[/] with {plan.inventory}"
-                  + builtin_gpus_note(topo, " and "))
+    # names, ids, labels and notes are the user's text: escaped, so that `[x16]` in a label is not read as markup
+    console.print(f"[bold]Moment plan[/] for [cyan]{_e(plan.machine)}[/] with {_e(plan.inventory)}"
+                  + _e(builtin_gpus_note(topo, " and ")))
     w = plan.workload
-    console.print(f"workload: {w.name}, {w.feature_dim}-d features, "
+    console.print(f"workload: {_e(w.name)}, {w.feature_dim}-d features, "
                   f"{p.aggregate_gbps * p.epoch_read_s / max(len(p.gpus), 1):.0f} GB per GPU per epoch, "
                   f"caches serve GPU {w.gpu_cache_share:.0%} / CPU {w.cpu_cache_share:.0%} of reads")
 
@@ -50,7 +52,7 @@ def render_plan(console: Console, plan: Plan, topo: Topology) -> None:
         slot = topo.node(slot_id) if topo.has(slot_id) else None
         link = slot.link.describe() if slot is not None and slot.link else ""
         dev = plan.devices.get(slot_id, "")
-        t.add_row(slot_id, _where(topo, slot_id), link, f"{dev} {plan.placement[slot_id]}".strip())
+        t.add_row(_e(slot_id), _e(_where(topo, slot_id)), _e(link), _e(f"{dev} {plan.placement[slot_id]}".strip()))
     console.print(t)
 
     g = Table(title="predicted per-GPU inlet bandwidth", title_justify="left")
@@ -59,7 +61,7 @@ def render_plan(console: Console, plan: Plan, topo: Topology) -> None:
     if plan.predicted_maxflow:
         g.add_column("max-flow (paper) GB/s", justify="right")
     for i, gpu in enumerate(p.gpus):
-        row = [gpu, f"{p.per_gpu_inlet_gbps[i]:.2f}"]
+        row = [_e(gpu), f"{p.per_gpu_inlet_gbps[i]:.2f}"]
         if plan.predicted_maxflow:
             row.append(f"{plan.predicted_maxflow.per_gpu_inlet_gbps[i]:.2f}")
         g.add_row(*row)
@@ -78,11 +80,11 @@ def render_plan(console: Console, plan: Plan, topo: Topology) -> None:
         lt.add_column(col)
     for lu in links:
         name = lu.id + (f" ({lu.label})" if lu.label else "")
-        lt.add_row(("[bold red]" if lu.bottleneck else "") + name, lu.kind, f"{lu.load_gbps:.2f}",
+        lt.add_row(("[bold red]" if lu.bottleneck else "") + _e(name), lu.kind, f"{lu.load_gbps:.2f}",
                    f"{lu.capacity_gbps:.2f}", _bar(lu.utilisation))
     console.print(lt)
     if plan.bottlenecks:
-        console.print("bottlenecks: [red]" + ", ".join(plan.bottlenecks) + "[/]")
+        console.print("bottlenecks: [red]" + _e(", ".join(plan.bottlenecks)) + "[/]")
 
     if plan.baselines:
         _render_baselines(console, plan)
@@ -140,7 +142,7 @@ def _render_baselines(console: Console, plan: Plan) -> None:
     for b in sorted(plan.baselines, key=lambda b: (b.under(data).epoch_read_s, b.name)):
         bp = b.under(data)
         ratio = bp.epoch_read_s / p.epoch_read_s if p.epoch_read_s > 0 else 1.0
-        bt.add_row(b.name, *times(b), f"{min(bp.per_gpu_inlet_gbps):.2f}",
+        bt.add_row(_e(b.name), *times(b), f"{min(bp.per_gpu_inlet_gbps):.2f}",
                    f"{sum(bp.per_gpu_inlet_gbps) / len(bp.per_gpu_inlet_gbps):.2f}",
                    "as fast" if ratio < 1.005 else f"{ratio:.2f}x faster")
     console.print(bt)
@@ -151,15 +153,15 @@ def _render_baselines(console: Console, plan: Plan) -> None:
         if min(t_even, t_planned) > 0:
             console.print(f"planned data: the SSD shares the LP chooses (`moment place` with DDAK writes them); even "
                           f"data: an equal share per SSD (hash). Against the best usual layout with even data "
-                          f"({best.name}, {t_base:.2f} s): the recommended slots {t_base / t_even:.2f}x, the planned "
+                          f"({_e(best.name)}, {t_base:.2f} s): the recommended slots {t_base / t_even:.2f}x, the planned "
                           f"data placement {t_even / t_planned:.2f}x more", highlight=False)
 
 
 def render_cluster(console: Console, cp) -> None:
     """`moment plan --cluster`: per machine, where its devices go and its epoch; then the cluster's."""
     net = cp.network
-    console.print(f"[bold]Moment cluster plan[/] [cyan]{cp.cluster}[/]: {len(cp.machines)} machines, {cp.gpus} GPUs, "
-                  f"{net['nic']} x {net['ports']} port(s) per NIC into a {net['switch_gbit']:g} Gb/s switch")
+    console.print(f"[bold]Moment cluster plan[/] [cyan]{_e(cp.cluster)}[/]: {len(cp.machines)} machines, {cp.gpus} GPUs, "
+                  f"{_e(net['nic'])} x {net['ports']} port(s) per NIC into a {net['switch_gbit']:g} Gb/s switch")
     console.print(f"each GPU reads {cp.bytes_per_gpu_per_epoch / 1e9:.1f} GB per epoch; a machine reads "
                   f"{cp.remote_fraction:.0%} of the non-replicated rows from the others ({cp.remote_fraction_source}); "
                   f"all-reduce of {cp.model_bytes / 1e6:.2f} MB x {cp.steps_per_epoch} steps", highlight=False)
@@ -174,21 +176,21 @@ def render_cluster(console: Console, cp) -> None:
         names = kinds[m.server]
         who = (m.name if len(names) == 1 else f"{', '.join(names)} (each)" if len(names) <= 3 else
                f"{names[0]} ... {names[-1]} ({len(names)} machines, each)")
-        t = Table(title=f"{who} ({m.profile}): {m.plan.inventory} + {len(m.nics)} x {net['nic']}",
+        t = Table(title=_e(f"{who} ({m.profile}): {m.plan.inventory} + {len(m.nics)} x {net['nic']}"),
                   title_justify="left")
         for col in ("slot", "device", "NIC path"):
             t.add_column(col)
         for slot in sorted(m.placement, key=lambda s: (_device_key(m.devices.get(s, "")), s)):
             dev = m.devices.get(slot, "")
-            t.add_row(slot, f"{dev} {m.placement[slot]}".strip(), m.gpu_paths.get(dev, ""))
+            t.add_row(_e(slot), _e(f"{dev} {m.placement[slot]}".strip()), _e(m.gpu_paths.get(dev, "")))
         console.print(t)
         for n in m.nics:
-            console.print(f"  {n.nic} in {n.slot}: {n.rate_gbps:.1f} GB/s, serves {', '.join(n.gpus) or 'no GPU'}; "
-                          f"GPUDirect RDMA (same PCIe switch): {', '.join(n.gdr_gpus) or 'none'}", highlight=False)
+            console.print(_e(f"  {n.nic} in {n.slot}: {n.rate_gbps:.1f} GB/s, serves {', '.join(n.gpus) or 'no GPU'}; "
+                             f"GPUDirect RDMA (same PCIe switch): {', '.join(n.gdr_gpus) or 'none'}"), highlight=False)
         console.print(f"  epoch [bold]{m.epoch_s:.2f} s[/] = read {m.read_s:.2f} s + remote features "
                       f"{m.remote_feature_s:.2f} s ({m.remote_feature_gb:.1f} GB in) + all-reduce {m.allreduce_s:.3f} s; "
                       f"network {m.network_share:.0%} of the epoch; {m.gdr_paths} GPUDirect RDMA path(s)")
-    console.print(f"cluster epoch: [bold]{cp.epoch_s:.2f} s[/] (slowest machine {cp.slowest}); the network is "
+    console.print(f"cluster epoch: [bold]{cp.epoch_s:.2f} s[/] (slowest machine {_e(cp.slowest)}); the network is "
                   f"{cp.network_share:.0%} of it ({cp.network_s:.2f} s); times add up, no overlap assumed")
 
 
@@ -199,10 +201,10 @@ def render_hardware(console: Console, hardware: dict, title: str = "hardware pla
     by_model: dict[str, list[tuple[str, str]]] = {}
     for slot, model in hardware.get("placement", {}).items():
         by_model.setdefault(model, []).append((devices.get(slot, ""), slot))
-    console.print(f"{title} ({hardware.get('source', 'source not recorded')}):", highlight=False)
+    console.print(_e(f"{title} ({hardware.get('source', 'source not recorded')}):"), highlight=False)
     for model, items in sorted(by_model.items(), key=lambda kv: _device_key(min(kv[1])[0])):
         slots = ", ".join(f"{d} in {s}" if d else s for d, s in sorted(items, key=lambda x: (_device_key(x[0]), x[1])))
-        console.print(f"  {len(items)} x {model}: {slots}", highlight=False)
+        console.print(_e(f"  {len(items)} x {model}: {slots}"), highlight=False)
 
 
 def _device_key(dev: str) -> tuple[str, int]:
@@ -230,17 +232,17 @@ def render_extra(console: Console, extra: dict) -> None:
     """The calibrated epochs and replayed epochs under `moment plan`'s tables."""
     if "calibration" in extra:
         c = extra["calibration"]
-        console.print(f"calibrated ({c['file']}): predicted epoch " + ", ".join(
-            f"{k} {v:.2f} s" for k, v in c["predicted_epoch_s"].items()))
+        console.print(_e(f"calibrated ({c['file']}): predicted epoch " + ", ".join(
+            f"{k} {v:.2f} s" for k, v in c["predicted_epoch_s"].items())))
         if c["other_machine"]:
             loo = "" if c["loo_max_rel_err"] is None else f" (leave-one-out error there up to {c['loo_max_rel_err']:.0%})"
-            console.print(f"note: the calibration was fitted on {c['fitted_on']}{loo} and is applied here by link "
-                          "class only; a few measured layouts of this machine are the check")
+            console.print(_e(f"note: the calibration was fitted on {c['fitted_on']}{loo} and is applied here by link "
+                             "class only; a few measured layouts of this machine are the check"))
     if "replay" in extra:
         t = Table(title="per-step replay (synthetic trace from the LP's shares) vs the aggregate LP")
         for col in ("layout", "LP epoch read s", "replayed s", "difference", "limits most steps"):
             t.add_column(col)
         for name, r in extra["replay"].items():
             top = r["limiting_links"][0]["id"] if r["limiting_links"] else "-"
-            t.add_row(name, f"{r['lp_epoch_s']:.2f}", f"{r['epoch_s']:.2f}", f"{r['replay_vs_lp']:+.2%}", top)
+            t.add_row(_e(name), f"{r['lp_epoch_s']:.2f}", f"{r['epoch_s']:.2f}", f"{r['replay_vs_lp']:+.2%}", _e(top))
         console.print(t)

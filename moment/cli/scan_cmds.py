@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from moment.cli import app, console, err_console
@@ -17,13 +18,14 @@ from moment.outputs import atomic_write, check_output
 
 
 def _render_topology(topo) -> None:
-    t = Table(title=f"{topo.name}: {topo.description or ''}", title_justify="left")
+    t = Table(title=escape(f"{topo.name}: {topo.description or ''}"), title_justify="left")
     for col in ("id", "kind", "parent", "link", "details"):
         t.add_column(col)
     for n in topo.nodes:
         details = ", ".join(f"{k}={v}" for k, v in (("model", getattr(n, "model", None)), ("pci", n.pci),
                                                         ("label", n.label)) if v)
-        t.add_row(n.id, n.kind.value, n.parent or "", n.link.describe() if n.link else "", details)
+        t.add_row(escape(n.id), n.kind.value, escape(n.parent or ""), escape(n.link.describe() if n.link else ""),
+                  escape(details))
     console.print(t)
     for lk in topo.links:
         console.print(f"peer link {lk.a} <-> {lk.b}: {lk.describe()}" + (f" [{lk.label}]" if lk.label else ""),
@@ -105,7 +107,7 @@ def scan_cmd(
         for line in report.lines():
             err_console.print(line)
     if out:
-        console.print(f"profile written to [bold]{out}[/]")
+        console.print(f"profile written to [bold]{escape(str(out))}[/]")
 
 
 @app.command("export")
@@ -133,6 +135,6 @@ def export_cmd(
         raise MomentError(f"--format {fmt!r}: choose yaml, json or nccl-xml")
     if out:
         atomic_write(out, text, "--out")
-        console.print(f"written to {out}")
+        console.print(f"written to {escape(str(out))}")
     else:
         print(text, end="")

@@ -8,6 +8,7 @@ import textwrap
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -41,7 +42,7 @@ def _emit_json(obj) -> None:
 
 
 def _overrides_line(overrides: list[str]) -> str:
-    return "what-if overrides (--set): " + ", ".join(overrides)
+    return "what-if overrides (--set): " + escape(", ".join(overrides))  # `accepts=[gpu]` is no markup
 
 
 #: the options of the cluster form only (`moment plan --cluster FILE`); its workload knobs are PlanRequest's
@@ -104,7 +105,7 @@ def plan_cmd(
     render_plan(console, res.plan, res.topology)
     render_extra(console, extra)
     if diagram is not None:
-        console.print(f"diagram written to [bold]{diagram}[/]")
+        console.print(f"diagram written to [bold]{escape(str(diagram))}[/]")
 
 
 def _cluster_alone(req: PlanRequest, calibration: Path | None) -> None:
@@ -156,7 +157,7 @@ def _plan_cluster(req: ClusterPlanRequest, diagram: Path | None, json_out: bool)
 
     render_cluster(console, result)
     for out in written:
-        console.print(f"diagram written to [bold]{out}[/]")
+        console.print(f"diagram written to [bold]{escape(str(out))}[/]")
 
 
 @app.command("compare")
@@ -218,7 +219,7 @@ def _render_compare(rows: list[dict]) -> None:
             table.add_column(_HEAD.get(col, col), no_wrap=col not in _WRAP, min_width=widths[col],
                              justify="right" if "GB/s" in col or col == "epoch read s" else "left")
         for c in cells:
-            table.add_row(*c.values())
+            table.add_row(*(escape(v) for v in c.values()))
         console.print(table)
         return
     console.print("best layout per machine and inventory", style="italic", highlight=False)
@@ -249,7 +250,7 @@ def schema_cmd(
     text = json.dumps(models[what].model_json_schema(), indent=2)
     if out:
         atomic_write(out, text + "\n", "--out")
-        console.print(f"schema written to {out}")
+        console.print(f"schema written to {escape(str(out))}")
     else:
         print(text)
 
