@@ -212,6 +212,20 @@ def test_a_measurement_that_is_no_number_is_refused_by_name(tmp_path, capsys, va
     assert "measurements.0.read_gbps: Input should be a finite number" in " ".join(capsys.readouterr().err.split())
 
 
+def test_a_measurement_far_slower_than_the_model_can_be_is_noted(tmp_path, capsys, monkeypatch):
+    """hunt-J D9: `epoch_s: 1e300` was fitted without a word (residual -100%), printed as a 300-digit number."""
+    monkeypatch.setenv("COLUMNS", "200")
+    m, out = _measured(tmp_path, (1e300, 20, 9.5)), tmp_path / "cal.yaml"
+    assert main(["calibrate", "--measured", str(m), "--out", str(out)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert ("note: 1 of the 3 measurements are more than 2x slower than paper-machine-a can be with every parameter "
+            "at its slow bound (paper-a 1e+300 s measured, at worst ") in text and "a time not in seconds" in text
+    assert "│ paper-a │ 1e+300 s │" in text and "0" * 20 not in text
+    m, out = _measured(tmp_path, (13, 20, 9.5)), tmp_path / "cal.yaml"  # within reach: no such note
+    assert main(["calibrate", "--measured", str(m), "--json"]) == 0
+    assert not any("slower than" in n for n in json.loads(capsys.readouterr().out)["notes"])
+
+
 def test_a_fit_resting_on_its_bounds_and_still_slow_says_so(tmp_path, capsys):
     """20-30% faster than the model can be: the fit is written (it is the best there is), with a note."""
     m, out = _measured(tmp_path, (10, 20, 9.5)), tmp_path / "cal.yaml"

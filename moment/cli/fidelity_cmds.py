@@ -62,6 +62,11 @@ def _render_replay(rep, calibrated: float | None) -> None:
             f"{x.id} ({x.share_of_steps:.0%})" for x in rep.limiting_links[:6])))
 
 
+def _figure(v: float) -> str:
+    """A measured or predicted figure: 2 decimals, or 3 digits where that would print hundreds of them."""
+    return f"{v:.2f}" if abs(v) < 1e6 else f"{v:.3g}"
+
+
 # ---- calibrate ---------------------------------------------------------------------------------------
 @app.command("calibrate")
 @request_options(CalibrateRequest)
@@ -99,8 +104,8 @@ def calibrate_cmd(
         r.add_column(c)
     for x in cal.residuals:
         unit = f" {x.unit}" if x.unit else ""
-        r.add_row(escape(x.layout), f"{x.measured_s:.2f}{unit}", f"{x.predicted_s:.2f}{unit}", f"{x.rel_err:+.1%}",
-                  f"{x.loo_predicted:.2f}{unit}" if x.loo_predicted is not None else "-",
+        r.add_row(escape(x.layout), f"{_figure(x.measured_s)}{unit}", f"{_figure(x.predicted_s)}{unit}", f"{x.rel_err:+.1%}",
+                  f"{_figure(x.loo_predicted)}{unit}" if x.loo_predicted is not None else "-",
                   f"{x.loo_rel_err:+.1%}" if x.loo_rel_err is not None else "-")
     console.print(r)
     if cal.loo_max_rel_err is not None:

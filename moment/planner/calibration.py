@@ -371,6 +371,23 @@ def _check_reachable(model: Model, source: str | None) -> None:
                       f"so no calibration fits them: {each}{more}", source=source, hint=_UNITS_HINT)
 
 
+def _slow_notes(model: Model) -> list[str]:
+    """A note naming measurements more than `UNREACHABLE` times slower than the model can be with every parameter
+    at its slow bound (the most overhead included): no calibration reaches them, and the fit misses them."""
+    worst = model.predict({k: p.hi if p.unit == "s" else p.lo for k, p in PARAMS.items()})
+    far = [(m, m.value, float(worst[i])) for i, m in enumerate(model.ms)
+           if (m.value / worst[i] if m.epoch_s is not None else worst[i] / m.value if m.value > 0 else 0.0)
+           > UNREACHABLE]
+    if not far:
+        return []
+    each = ", ".join(f"{m.label} {v:.3g} {m.unit} measured, at worst {w:.3g} {m.unit}" for m, v, w in far[:4])
+    more = f", and {len(far) - 4} more" if len(far) > 4 else ""
+    return [f"{len(far)} of the {len(model.ms)} measurements are more than {UNREACHABLE:g}x slower than "
+            f"{model.bare.name} can be with every parameter at its slow bound ({each}{more}): no calibration reaches "
+            "them and the fit misses them; a time not in seconds per epoch, a run much larger than the workload "
+            "`moment plan` assumes, or one slowed by other work is the usual cause"]
+
+
 def _bound_notes(full: FitResult, names: list[str], ms: list[Measurement], residuals: list[Residual]) -> list[str]:
     """A note when the fit rests on a parameter's bound and still misses measurements by more than BOUND_MISS
     on that bound's side: at the fast bound predicting slower than measured (the model cannot be as fast as
@@ -487,7 +504,8 @@ def calibrate(topo: Topology, inventory: Inventory, mfile: MeasurementFile, name
     return Calibration(fitted_on=topo.name, inventory=inventory.describe(),
                        params={k: round(v, 6) for k, v in full.params.items()}, fitted=names,
                        meaning={k: PARAMS[k].meaning for k in PARAMS}, residuals=residuals,
-                       loo_max_rel_err=loo_max, notes=notes + _bound_notes(full, names, ms, residuals))
+                       loo_max_rel_err=loo_max,
+                       notes=notes + _slow_notes(model) + _bound_notes(full, names, ms, residuals))
 
 
 def _distinct(model: Model) -> list[list[int]]:
