@@ -176,6 +176,25 @@ def test_overwrite_refuses_what_is_not_a_layout(env):
     assert (out / "notes.txt").read_text() == "mine"
 
 
+def test_place_refuses_an_ssd_path_that_a_replace_or_rm_would_delete(env):
+    """hunt-K D1: a shard written inside the layout it replaces, or inside a shard directory (its old one, or
+    another layout's), went when that was removed; such an --ssd-path is refused before anything is written."""
+    t = env["tmp"]
+    out, mnt = t / "L-ssdin", t / "ssdin-m"
+    mnt.mkdir()
+    assert run(place_args(env, out, "--ssd-path", f"ssd1={mnt}"))[0] == 0
+    (shards,) = mnt.iterdir()
+    before = sorted(p.name for p in out.rglob("*")), sorted(p.name for p in mnt.rglob("*"))
+    for path, what in ((out, "a Moment layout's directory"), (out / "shards", "a Moment layout's directory"),
+                       (shards, "a Moment shard directory")):
+        for extra in (["--overwrite"], []):  # replacing it, or a new layout beside it
+            rc, _, err = run(place_args(env, out if extra else t / "L-ssdin-2", *extra, "--ssd-path",
+                                        f"ssd1={mnt}", "--ssd-path", f"ssd2={path}"))
+            assert rc == 2 and f"error: {path}: SSD bin ssd2: mount path is in {what}" in err, err
+    assert (sorted(p.name for p in out.rglob("*")), sorted(p.name for p in mnt.rglob("*"))) == before
+    assert not (t / "L-ssdin-2").exists() and verify_layout(out).ok
+
+
 # ---- 2. `place` verifies the dataset against its manifest ---------------------------------------------
 
 

@@ -36,7 +36,14 @@ from moment.placement import split as sp
 from moment.placement.assignment import hotness_order
 from moment.placement.defaults import DEFAULTS
 from moment.placement.knapsack import auto_pool, pool_access
-from moment.placement.layout import SplitPart, check_layout_out, drop_shard_dirs, refuse_existing, write_layout
+from moment.placement.layout import (
+    SplitPart,
+    check_layout_out,
+    check_ssd_path,
+    drop_shard_dirs,
+    refuse_existing,
+    write_layout,
+)
 from moment.placement.manifest import PlanRef, RemoteBin, SplitRef, row_format
 from moment.placement.planning import RECOMMENDED, epochs_sampled, hardware_record
 from moment.placement.reader import load_manifest
@@ -209,6 +216,8 @@ def _prepare(dataset, out, machines: Sequence[SplitMachine], *, split: bool, pla
         check_dir(p, f"--ssd-path {name} directory")
     out = Path(out)
     check_output(out, "--out", directory=True)
+    for name, p in paths.items():  # before minutes of sampling: write_layout checks it again
+        check_ssd_path(name, p, out)
     if not split:
         check_layout_out(out, overwrite)
     elif exists(out) and not overwrite:

@@ -129,6 +129,29 @@ def _probe_mount(name: str, path: str) -> Path:
     return p
 
 
+_SHARD_DIR = re.compile(r"moment-.+\.shards(\.partial)?")
+
+
+def check_ssd_path(name: str, path: str | Path, *layouts: Path) -> None:
+    """Refuse an SSD mount path whose shard directory would be deleted with something Moment removes: one
+    inside a layout being written or replaced (`layouts`, with their LAYOUT.partial/LAYOUT.old), inside any
+    Moment layout, or inside a Moment shard directory (`moment-*.shards`, its own layout's or another's).
+    Those go when the layout is replaced or removed, and the new shard with them (hunt-K D1)."""
+    p = Path(path).absolute().resolve()
+    owners = [q for x in layouts for q in (x, *_layout_paths(x)[:2])]
+    for d in (p, *p.parents):
+        if any(d == Path(x).absolute().resolve() for x in owners) or _is_layout(d) \
+                or (d / CLUSTER_MANIFEST).is_file():
+            why = "a Moment layout's directory"
+        elif _SHARD_DIR.fullmatch(d.name):
+            why = "a Moment shard directory"
+        else:
+            continue
+        raise MomentError(f"SSD bin {name}: mount path is in {why} ({d}), which Moment deletes when that "
+                          "layout is replaced or removed", source=str(path),
+                          hint="give a directory outside every layout and shard directory (the SSD's mount point)")
+
+
 def _existing_ancestor(p: Path) -> Path:
     while not p.exists():
         p = p.parent
@@ -435,6 +458,7 @@ def write_layout(
             specs.append((i, None, fmt.stride, nbytes))
         else:
             m = _probe_mount(b.name, b.path).absolute()
+            check_ssd_path(b.name, m, out, *([published] if published is not None else []))
             if m not in mounts:
                 mounts.append(m)
             needs.append((m, nbytes))
