@@ -438,6 +438,43 @@ def publish_dir(new: str | Path, out: str | Path, point: str, aside: str | Path 
     return old
 
 
+#: the file by which Moment knows LAYOUT.partial / LAYOUT.old (and a split's) as its own: it holds LAYOUT's name.
+#: A user's layout written with `--out LAYOUT.partial`, or their files there, never carry it for LAYOUT, so they are
+#: never removed or put back as a killed write's leftovers (hunt-K D9)
+LEFTOVER_MARK = ".moment-leftover"
+
+
+def make_partial(partial: Path, out: Path) -> None:
+    """Create `partial`, where a write of `out` is assembled, with the mark naming `out` from its first instant:
+    it is made under a temporary name (`.NAME.tmp-PID-...`, which `remove_stale(out)` clears after a kill) and
+    renamed."""
+    tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(out), dir=partial.parent))
+    follow_umask(tmp, directory=True)
+    (tmp / LEFTOVER_MARK).write_text(out.name)
+    os.rename(tmp, partial)
+
+
+def mark_leftover(d: Path, out: Path) -> None:
+    """Mark the version of `out` at `d` as Moment's to remove, before it is moved aside (to a .partial or .old
+    name) by a swap or a removal. The new version keeps the mark until its writer drops it."""
+    (d / LEFTOVER_MARK).write_text(out.name)
+
+
+def is_leftover(d: Path, out: Path) -> bool:
+    """Whether `d` (OUT.partial, OUT.old) exists and a write or removal of `out` left it: it holds the mark naming
+    `out`. False when it does not exist; a MomentError naming `d` when it exists and is not Moment's leftover
+    (it is left as it is, and the caller refuses to go on)."""
+    if not exists(d):
+        return False
+    try:
+        if d.is_dir() and not d.is_symlink() and (d / LEFTOVER_MARK).read_text() == out.name:
+            return True
+    except (OSError, UnicodeDecodeError):
+        pass
+    raise MomentError(f"exists, and is not what a killed write or removal of {out.name} left: refusing to remove "
+                      "it or to go on", source=str(d), hint="move it or rename it, or choose another --out")
+
+
 def put_back(out: str | Path, aside: str | Path) -> bool:
     """Undo a `publish_dir` killed between its two renames: the previous version at `aside` goes back to
     `out` when nothing is there. Returns whether it did."""

@@ -443,6 +443,36 @@ def test_layout_rm_refuses_what_it_does_not_own(env, case):
     assert sorted(p for p in t.rglob("*") if f"rm-{case}" in str(p)) == before  # nothing deleted
 
 
+def test_place_and_rm_keep_a_partial_or_old_that_is_not_a_killed_writes(env):
+    """hunt-K D9: LAYOUT.partial / LAYOUT.old of the user's (a layout placed there, a file, a folder of notes) were
+    removed or put back by `place --out LAYOUT` and `layout rm LAYOUT` as a killed write's; now only what carries
+    Moment's mark for LAYOUT is, anything else is refused, named, and kept."""
+    t = env["tmp"]
+    a = t / "L-d9"
+    for x in (a, t / "L-d9.partial", t / "L-d9.old"):
+        assert run(place_args(env, x))[0] == 0
+    for argv in (place_args(env, a, "--overwrite", "--policy", "hash"), ["layout", "rm", a]):
+        rc, _, err = run(argv)
+        assert rc == 2 and f"error: {a}.partial: exists, and is not what a killed write or removal of L-d9 left" \
+            in err, err
+        assert _policy(a) == "ddak" and verify_layout(a).ok  # nothing was written, removed or put back
+        assert verify_layout(t / "L-d9.partial").ok and verify_layout(t / "L-d9.old").ok
+    shutil.rmtree(a)  # no layout at L-d9: its .old, a layout of the user's, is not put back either
+    shutil.rmtree(t / "L-d9.partial")
+    rc, _, err = run(place_args(env, a))
+    assert rc == 2 and f"error: {a}.old: exists, and is not" in err and not a.exists(), err
+    assert verify_layout(t / "L-d9.old").ok
+    f, g = t / "F-d9", t / "G-d9"
+    f.with_name("F-d9.partial").write_text("my notes")
+    g.with_name("G-d9.partial").mkdir()
+    g.with_name("G-d9.partial").joinpath("notes.txt").write_text("my notes")
+    for x in (f, g):
+        rc, _, err = run(place_args(env, x))
+        assert rc == 2 and f"error: {x}.partial: exists" in err and not x.exists(), err
+    assert f.with_name("F-d9.partial").read_text() == "my notes"
+    assert g.with_name("G-d9.partial").joinpath("notes.txt").read_text() == "my notes"
+
+
 def test_layout_rm_help_explains():
     r = cli(["layout", "rm", "--help"])
     text = " ".join(r.stdout.split())

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from moment.errors import MomentError
+from moment.outputs import LEFTOVER_MARK
 from moment.placement import (
     BinSet,
     PlanRef,
@@ -135,8 +136,9 @@ def test_interrupted_write_leaves_nothing_complete_and_rerun_works(data):
     assert _leftovers(tmp) == []
     with pytest.raises(MomentError):
         open_layout(tmp / "L")
-    # a hard crash leaves .partial directories (manifest never written): a rerun starts clean
+    # a hard crash leaves .partial directories (manifest never written, Moment's mark there): a rerun starts clean
     (tmp / "L.partial" / "shards").mkdir(parents=True)
+    (tmp / "L.partial" / LEFTOVER_MARK).write_text("L")
     (tmp / "L.partial" / "shards" / "ssd2.shard").write_bytes(b"junk")
     with pytest.raises(MomentError, match="manifest"):
         load_manifest(tmp / "L.partial")

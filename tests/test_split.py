@@ -389,6 +389,23 @@ def test_a_split_killed_while_it_is_written_leaves_the_old_one_whole(split_layou
     assert sp.verify_split(s).ok and not (tmp_path / "S.partial").exists() and not (tmp_path / "S.old").exists()
 
 
+def test_a_split_partial_of_the_users_is_neither_removed_nor_written_over(split_layout, runtime_dataset, tmp_path,
+                                                                           capsys):
+    """hunt-K D9: SPLIT.partial without Moment's mark for SPLIT (the user's) is refused, named and kept, by place
+    and by layout rm; it was deleted as a killed write's leftover."""
+    s = shutil.copytree(split_layout, tmp_path / "S")
+    mine = tmp_path / "S.partial"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("my notes")
+    place = ["place", "--dataset", str(runtime_dataset.path), "--profile", "paper-machine-b", "--gpus", "2", "--ssds",
+             "2", "--gpu-cache", "2%", "--cpu-cache", "5%", "--machines", "2", "--out", str(s), "--overwrite"]
+    for argv in (place, ["layout", "rm", str(s)]):
+        assert main(argv) == 2
+        err = " ".join(capsys.readouterr().err.split())
+        assert f"error: {mine}: exists, and is not what a killed write or removal of S left" in err, err
+        assert (mine / "notes.txt").read_text() == "my notes" and sp.verify_split(s).ok
+
+
 @pytest.mark.slow
 def test_place_with_a_cluster_file_writes_one_layout_per_server(runtime_dataset, tmp_path, capsys):
     cluster = tmp_path / "two.yaml"

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict
 from moment.errors import MomentError, check_at_least
 from moment.inputs import check_dir, exists
 from moment.locking import locked
-from moment.outputs import check_output, publish_dir
+from moment.outputs import LEFTOVER_MARK, check_output, make_partial, mark_leftover, publish_dir
 from moment.placement import planning as pl
 from moment.placement import split as sp
 from moment.placement.assignment import hotness_order
@@ -511,7 +511,8 @@ def place_split(
             notes.append("every row is replicated on every machine: no machine reads rows from another "
                          "(a smaller --replicate splits them)")
 
-        partial.mkdir(parents=True)
+        partial.parent.mkdir(parents=True, exist_ok=True)
+        make_partial(partial, out)  # marked as this write's: the next writer knows it (and only it) as a leftover
         try:
             owners_sum = sp.write_owners(partial / sp.OWNERS, owners)
             sid = sp.split_id(ds.dataset_id, owners_sum.sha256, names)
@@ -535,7 +536,10 @@ def place_split(
             sp.write_cluster_manifest(partial, sp.ClusterManifest(
                 created_by="", id=sid, dataset=lm.dataset, replicated_rows=replicated, machines=parts,
                 owners=owners_sum))
+            if exists(out):
+                mark_leftover(out, out)  # the old split, about to be SPLIT.partial or SPLIT.old: ours to remove
             old = publish_dir(partial, out, "split", aside=old_aside)
+            (out / LEFTOVER_MARK).unlink(missing_ok=True)
         except BaseException as e:
             drop_shard_dirs(partial, [x.name for x in machines], out.absolute())  # what SSD mounts got of it
             shutil.rmtree(partial, ignore_errors=True)

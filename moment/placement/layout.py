@@ -25,7 +25,9 @@ file system lacks it, LAYOUT is renamed to LAYOUT.old first and a crash between 
 repaired by the next writer, which puts LAYOUT.old back); only then are the old layout's SSD
 directories and the old layout removed. Only a directory named LAYOUT with a manifest is a layout. A
 rerun (or a Python exception during the run) removes stale .partial/.old directories and the shard
-directories of this layout that its manifest does not point to.
+directories of this layout that its manifest does not point to; a .partial/.old is Moment's only when it
+carries the mark naming LAYOUT (outputs.LEFTOVER_MARK: LAYOUT.partial is made with it, the old layout gets
+it before it is swapped out), and anything else of that name is refused, never removed.
 
 `remove_layout` (`moment layout rm`) removes a layout and every shard directory it owns.
 """
@@ -54,10 +56,15 @@ from moment.outputs import (
     ChunkHasher,
     atomic_file,
     check_replaceable,
+    LEFTOVER_MARK,
     fsync_dir,
+    is_leftover,
+    make_partial,
     manifest_head,
+    mark_leftover,
     publish_dir,
     put_back,
+    remove_stale,
     sha256_file,
     unnamed_entries,
     write_error,
@@ -216,21 +223,23 @@ def _recover(out: Path, mounts: list[Path], home: Path | None = None) -> None:
     point to. `home`: where the layout is published, if not at `out` (its shard directories are named
     for it, and those the layout there points to stay)."""
     partial, backup, stem = _layout_paths(out)
-    if (backup / MANIFEST).is_file():
+    remove_stale(out)  # a LAYOUT.partial killed while it was made (make_partial)
+    ours = [d for d in (partial, backup) if is_leftover(d, out)]  # anything else of that name: refused
+    if backup in ours and (backup / MANIFEST).is_file():
         put_back(out, backup)
     keep = _referenced_dirs(out)
     if home is not None:
         stem = _layout_paths(home)[2]
         keep |= _referenced_dirs(home)
     stale: set[Path] = set()
-    for d in (partial, backup):
+    for d in ours:
         for x in _referenced_dirs(d):
             stale |= {x, x.with_name(x.name + ".partial")}
     for m in {*mounts, *(x.parent for x in stale)}:
         if m.is_dir():
             stale |= {x for x in m.iterdir() if x.is_dir()}
     _remove(sorted(x for x in stale if _owned(stem, x.name) and x not in keep and x.is_dir()))
-    _remove([partial] + ([backup] if _is_layout(backup) else []))
+    _remove(ours)
 
 
 def drop_shard_dirs(root: Path, names: list[str] | None, home: Path) -> None:
@@ -525,7 +534,9 @@ def _write(out, partial, ext_name, mounts, feats, rows_u8, features_path, a, fmt
     if dataset_checksum is None:
         dataset_checksum = sha256_file(features_path, progress, 0, total)
         w.done = Path(features_path).stat().st_size
-    (partial / "shards").mkdir(parents=True)
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    make_partial(partial, out)  # marked as this write's from the start: the next writer knows it (and only it)
+    (partial / "shards").mkdir()
     (partial / "lists").mkdir()
     for m in mounts:
         (m / (ext_name + ".partial")).mkdir()
@@ -575,7 +586,10 @@ def _write(out, partial, ext_name, mounts, feats, rows_u8, features_path, a, fmt
         os.rename(m / (ext_name + ".partial"), m / ext_name)
         fsync_dir(m)
     testpoints.reach("layout-shards-renamed")
+    if exists(out):
+        mark_leftover(out, out)  # the old layout, about to be LAYOUT.partial or LAYOUT.old: ours to remove
     old = publish_dir(partial, out, "layout", aside=out.with_name(out.name + ".old"))  # the one atomic step
+    (out / LEFTOVER_MARK).unlink(missing_ok=True)
     if old is None:
         return out
     # the new layout is in place: only now does the old one go, its SSD directories first
@@ -616,6 +630,7 @@ def remove_layout(path: str | Path) -> RemoveReport:
         files, ext = _owned_files(out, m)
         partial, _, _ = _layout_paths(out)
         size = sum(f.stat().st_size for f in files)
+        mark_leftover(out, out)  # what a kill leaves at LAYOUT.partial is known as ours
         os.rename(out, partial)  # from here on there is no layout at `path`
         fsync_dir(out.parent)
         for d, names in ext.items():
@@ -639,7 +654,7 @@ def layout_files(out: Path, m: LayoutManifest) -> set[str]:
 def _inside(out: Path, m: LayoutManifest) -> set[str]:
     """The layout-relative paths of every file the manifest puts inside the layout (its pack included);
     raises MomentError for a name that points outside it."""
-    inside = {MANIFEST, m.index.path, *(f.path for f in m.cache_lists.values())}
+    inside = {MANIFEST, LEFTOVER_MARK, m.index.path, *(f.path for f in m.cache_lists.values())}
     inside |= {m.order_file.path} if m.order_file else set()
     inside |= pack_files(out)
     inside |= {s.path for s in m.shards if not Path(s.path).is_absolute()}

@@ -41,7 +41,17 @@ import moment
 from moment.errors import MomentError, validation_error
 from moment.inputs import check_dir, exists, read_text
 from moment.locking import locked
-from moment.outputs import atomic_file, check_replaceable, fsync_dir, put_back, sha256_file
+from moment.outputs import (
+    LEFTOVER_MARK,
+    atomic_file,
+    check_replaceable,
+    fsync_dir,
+    is_leftover,
+    mark_leftover,
+    put_back,
+    remove_stale,
+    sha256_file,
+)
 from moment.placement.layout import drop_shard_dirs, layout_files
 from moment.placement.manifest import (MANIFEST, DatasetRef, FileSum, LayoutManifest, Progress, manifest_sha256,
                                        sealed)
@@ -322,9 +332,11 @@ def recover(out: Path) -> None:
     SPLIT.old by a crash between two renames goes back to `out`; SPLIT.partial and any other SPLIT.old go."""
 
     partial, aside = split_paths(out.absolute())
-    if (aside / CLUSTER_MANIFEST).is_file():
+    remove_stale(out)  # a SPLIT.partial killed while it was made (make_partial)
+    ours = [d for d in (partial, aside) if is_leftover(d, out)]  # anything else of that name: refused
+    if aside in ours and (aside / CLUSTER_MANIFEST).is_file():
         put_back(out, aside)
-    for d in (partial, aside):
+    for d in ours:
         if exists(d):
             drop_shard_dirs(d, None, out.absolute())  # its machines' shard directories on SSD mounts
             shutil.rmtree(d)
@@ -334,7 +346,7 @@ def owned_entries(root: Path, m: ClusterManifest, runs: list[Path] = ()) -> set[
     """What a split directory Moment wrote holds (paths relative to it): the manifest, the owners file, what
     the manifest of each machine's layout still there names, and every file under `runs` (the training runs
     of those layouts that the caller checked hold only what runs wrote)."""
-    named = {CLUSTER_MANIFEST, m.owners.path}
+    named = {CLUSTER_MANIFEST, LEFTOVER_MARK, m.owners.path}
     for x in m.machines:
         lp = root / x.layout
         if (lp / MANIFEST).is_file():
@@ -376,6 +388,7 @@ def remove_split(path: str | Path, runs: list[Path] = ()) -> list[str]:
         m = check_split_replaceable(out, "remove", [Path(r).absolute() for r in runs])
         assert m is not None
         partial, _ = split_paths(out)
+        mark_leftover(out, out)  # what a kill leaves at SPLIT.partial is known as ours
         os.rename(out, partial)
         fsync_dir(out.parent)
         gone = [x.name for x in m.machines if (partial / x.layout / MANIFEST).is_file()]
