@@ -167,6 +167,31 @@ def test_overwrite_without_atomic_exchange_restores_the_old_layout(env, monkeypa
     _bit_exact(env, out)
 
 
+@pytest.mark.slow
+def test_a_layout_moved_away_keeps_its_shards_when_one_is_placed_where_it_was(env):
+    """hunt-K D2: a new `place --out L` (killed, then run again) took the SSD shard directory of the layout moved
+    from L to L-moved for a killed write's orphan: deleted, then written again with other rows."""
+    t = env["tmp"]
+    out, moved = t / "L-moved", t / "L-moved-away"
+    m1, m2 = _mounts(t, "moved")
+    ssd = ["--ssd-path", f"ssd1={m1}", "--ssd-path", f"ssd2={m2}"]
+    assert run(place_args(env, out, *ssd))[0] == 0
+    out.rename(moved)
+    r = cli(place_args(env, out, *ssd, "--policy", "hash"), {testpoints.CRASH_ENV: "layout-written"})
+    assert r.returncode == -9, r.stderr
+    assert verify_layout(moved).ok
+    rc, _, err = run(place_args(env, out, *ssd, "--policy", "degree"))
+    assert rc == 0, err
+    rc, o, err = run(["layout", "verify", moved, "--json"])
+    assert rc == 0 and json.loads(o)["ok"], o + err
+    _bit_exact(env, moved)
+    assert _policy(out) == "degree" and verify_layout(out).ok
+    assert not out.with_name(out.name + ".partial").exists()  # the killed write's leftovers went, the moved one's
+    for m in (m1, m2):  # shard directories stayed, and the new layout's are beside them
+        assert {d.name for d in m.iterdir()} == {Path(s.path).parent.name for x in (moved, out)
+                                                 for s in load_manifest(x).shards if s.path.startswith(str(m))}
+
+
 def test_overwrite_refuses_what_is_not_a_layout(env):
     out = env["tmp"] / "not-a-layout"
     out.mkdir()

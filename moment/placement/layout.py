@@ -25,7 +25,9 @@ file system lacks it, LAYOUT is renamed to LAYOUT.old first and a crash between 
 repaired by the next writer, which puts LAYOUT.old back); only then are the old layout's SSD
 directories and the old layout removed. Only a directory named LAYOUT with a manifest is a layout. A
 rerun (or a Python exception during the run) removes stale .partial/.old directories and the shard
-directories of this layout that its manifest does not point to; a .partial/.old is Moment's only when it
+directories of this layout that they name or that were still being written (`.shards.partial`) and its
+manifest does not point to; a complete shard directory nothing left behind names stays (a layout moved
+away from LAYOUT still reads it: a new write takes the next free name). A .partial/.old is Moment's only when it
 carries the mark naming LAYOUT (outputs.LEFTOVER_MARK: LAYOUT.partial is made with it, the old layout gets
 it before it is swapped out), and anything else of that name is refused, never removed.
 
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import itertools
 import os
 import re
 import shutil
@@ -218,10 +221,12 @@ def _referenced_dirs(layout: Path) -> set[Path]:
 
 def _recover(out: Path, mounts: list[Path], home: Path | None = None) -> None:
     """Clean up after a killed or failed write of `out` (call holding its lock): put back an old layout
-    a crash left at LAYOUT.old, then remove LAYOUT.partial, LAYOUT.old and every shard directory of
-    this layout (in `mounts` or named by those leftovers' manifests) that LAYOUT's manifest does not
-    point to. `home`: where the layout is published, if not at `out` (its shard directories are named
-    for it, and those the layout there points to stay)."""
+    a crash left at LAYOUT.old, then remove LAYOUT.partial, LAYOUT.old and the shard directories of this
+    layout that those leftovers' manifests name, or that are still being written (`*.shards.partial` in
+    `mounts`), and LAYOUT's manifest does not point to. A complete shard directory no leftover names is
+    kept: a layout moved away from LAYOUT still names it (hunt-K D2). `home`: where the layout is
+    published, if not at `out` (its shard directories are named for it, and those the layout there
+    points to stay)."""
     partial, backup, stem = _layout_paths(out)
     remove_stale(out)  # a LAYOUT.partial killed while it was made (make_partial)
     ours = [d for d in (partial, backup) if is_leftover(d, out)]  # anything else of that name: refused
@@ -237,7 +242,7 @@ def _recover(out: Path, mounts: list[Path], home: Path | None = None) -> None:
             stale |= {x, x.with_name(x.name + ".partial")}
     for m in {*mounts, *(x.parent for x in stale)}:
         if m.is_dir():
-            stale |= {x for x in m.iterdir() if x.is_dir()}
+            stale |= {x for x in m.iterdir() if x.is_dir() and x.name.endswith(".partial")}
     _remove(sorted(x for x in stale if _owned(stem, x.name) and x not in keep and x.is_dir()))
     _remove(ours)
 
@@ -247,11 +252,13 @@ def drop_shard_dirs(root: Path, names: list[str] | None, home: Path) -> None:
     directory being written, replaced or removed: `names`, default every layout there) point to, when they
     were written for the layout at HOME/NAME and the layout there now does not point to them."""
     root = Path(root)
-    if names is None:
-        names = sorted(d.name for d in root.iterdir() if (d / MANIFEST).is_file()) if root.is_dir() else []
+    if names is None:  # a machine's write killed before it was published left its layout at NAME.partial
+        names = sorted({d.name.removesuffix(".partial") for d in root.iterdir() if (d / MANIFEST).is_file()}
+                       ) if root.is_dir() else []
     for name in names:
         stem, keep = _layout_paths(home / name)[2], _referenced_dirs(home / name)
-        dirs = {x for d in _referenced_dirs(root / name) for x in (d, d.with_name(d.name + ".partial"))}
+        dirs = {x for lp in (root / name, root / f"{name}.partial") for d in _referenced_dirs(lp)
+                for x in (d, d.with_name(d.name + ".partial"))}
         _remove(sorted(x for x in dirs if _owned(stem, x.name) and x not in keep and x.is_dir()))
 
 
@@ -261,13 +268,14 @@ def _is_layout(d: Path) -> bool:
 
 
 def _new_shard_dir_name(out: Path, stem: str, mounts: list[Path]) -> str:
-    """The first shard directory name of this layout that neither the current layout uses nor exists."""
+    """The first shard directory name of this layout that neither the current layout uses nor exists (one
+    that exists may be named by a layout moved away from here: it is never written over)."""
     used = {d.name for d in _referenced_dirs(out)}
-    for g in range(len(used) + 2):
+    for g in itertools.count():
         name = stem + (f"-{g}" if g else "") + ".shards"
         if name not in used and not any((m / name).exists() or (m / (name + ".partial")).exists() for m in mounts):
             return name
-    raise MomentError(f"no free shard directory name for {stem}", source=str(out))  # pragma: no cover
+    raise AssertionError  # pragma: no cover - the names that exist are finite
 
 
 def check_layout_out(out: Path, overwrite: bool) -> None:
