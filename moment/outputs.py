@@ -440,7 +440,7 @@ def publish_dir(new: str | Path, out: str | Path, point: str, aside: str | Path 
 
 #: the file by which Moment knows LAYOUT.partial / LAYOUT.old (and a split's) as its own: it holds LAYOUT's name.
 #: A user's layout written with `--out LAYOUT.partial`, or their files there, never carry it for LAYOUT, so they are
-#: never removed or put back as a killed write's leftovers (hunt-K D9)
+#: never removed or put back as a killed write's leftovers
 LEFTOVER_MARK = ".moment-leftover"
 
 

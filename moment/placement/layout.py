@@ -146,7 +146,7 @@ def check_ssd_path(name: str, path: str | Path, *layouts: Path) -> None:
     """Refuse an SSD mount path whose shard directory would be deleted with something Moment removes: one
     inside a layout being written or replaced (`layouts`, with their LAYOUT.partial/LAYOUT.old), inside any
     Moment layout, or inside a Moment shard directory (`moment-*.shards`, its own layout's or another's).
-    Those go when the layout is replaced or removed, and the new shard with them (hunt-K D1)."""
+    Those go when the layout is replaced or removed, and the new shard with them."""
     p = Path(path).absolute().resolve()
     owners = [q for x in layouts for q in (x, *_layout_paths(x)[:2])]
     for d in (p, *p.parents):
@@ -224,7 +224,7 @@ def _recover(out: Path, mounts: list[Path], home: Path | None = None) -> None:
     a crash left at LAYOUT.old, then remove LAYOUT.partial, LAYOUT.old and the shard directories of this
     layout that those leftovers' manifests name, or that are still being written (`*.shards.partial` in
     `mounts`), and LAYOUT's manifest does not point to. A complete shard directory no leftover names is
-    kept: a layout moved away from LAYOUT still names it (hunt-K D2). `home`: where the layout is
+    kept: a layout moved away from LAYOUT still names it. `home`: where the layout is
     published, if not at `out` (its shard directories are named for it, and those the layout there
     points to stay)."""
     partial, backup, stem = _layout_paths(out)
