@@ -192,3 +192,40 @@ def test_the_cli_imports_elliptic_as_published(tmp_path: Path, capsys: pytest.Ca
     got = json.loads(out)
     assert got["num_nodes"] == N and got["feature_dim"] == D
     assert got["source"]["node_ids"] == f"{N} integer ids in the order of {tmp_path / 'txs_features.csv'}"
+
+
+ROWS5 = "100,1,2\n200,3,4\n300,5,6\n400,7,8\n500,9,10\n"  # the nodes of E5, with two features each
+E5 = "100 200\n200 300\n300 400\n400 100\n500 100\n"
+
+
+@pytest.mark.parametrize("table, words", [
+    ("600,1,\n" + ROWS5, "the features of node 600 (row 1) are missing, NaN or infinite"),
+    ("100,1,abc\n" + ROWS5.split("\n", 1)[1], "the features of node 100 (row 1) are not all numbers: 'abc'"),
+    ("100,nan,2\n" + ROWS5.split("\n", 1)[1], "the features of node 100 (row 1) are missing, NaN or infinite"),
+    (ROWS5.replace("300,5,6", "300,5,abc"), "the features of node 300 (row 3) are not all numbers: 'abc'"),
+    (ROWS5.replace("300,5,6", "300,NaN,6"), "the features of node 300 (row 3) are missing, NaN or infinite"),
+])
+def test_a_row_with_a_bad_feature_is_one_error_naming_it_the_first_too(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], table: str, words: str) -> None:
+    """A first row with an empty or non-numeric feature was taken for a header and dropped without a word (node
+    600, which no edge names, vanished); on a later row, a word or `nan` got pandas' words, naming neither the
+    row nor the node."""
+    (tmp_path / "e.txt").write_text(E5)
+    (tmp_path / "n.csv").write_text(table)
+    code = main(["data", "import", "edgelist", str(tmp_path / "e.txt"), "--node-table", str(tmp_path / "n.csv"),
+                 "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.strip() == f"error: {tmp_path / 'n.csv'}: {words}", err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("first, header", [("dave,0,1", None), ("id,f0,f1", "id,f0,f1")])
+def test_a_names_table_keeps_its_first_node_and_reports_a_header(tmp_path: Path, first: str, header: str | None) -> None:
+    """`dave,0,1` above names is a node (pandas' unnamed columns are a header only above integer ids); a header
+    that is skipped is reported, as the label table's is."""
+    (tmp_path / "e.csv").write_text("alice,bob\nbob,carol\n")
+    (tmp_path / "n.csv").write_text(first + "\nalice,1,1\nbob,2,2\ncarol,3,3\n")
+    ds = import_edgelist(tmp_path / "e.csv", tmp_path / "o", node_table=tmp_path / "n.csv")
+    want = ["alice", "bob", "carol"] if header else ["dave", "alice", "bob", "carol"]
+    assert ds.node_ids.tolist() == want and ds.manifest.source.get("node_table_header") == header
+    np.testing.assert_array_equal(ds.features_memmap()[-1], [3, 3])

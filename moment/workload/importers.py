@@ -738,10 +738,11 @@ def import_edgelist(
             need(Path(given), what)  # before the edges are read
     split_paths = split_files(splits_dir) if splits_dir is not None else None
     ids = IdMap(read_ids(Path(node_ids), "node ids file"), str(node_ids)) if node_ids is not None else None
+    node_header = None  # a node table's first line, read as its columns' names
     text = edge_text(path)
     with GraphWriter(out_dir, overwrite=overwrite) as w:
         if node_table is not None:
-            ids = read_node_table(node_table, w)  # the nodes and their features
+            ids, node_header = read_node_table(node_table, w)  # the nodes and their features
         if renumber or ids is not None:
             spool, ids, text = _spool_renumbered(w, path, text, ids)
             hi = len(ids) - 1
@@ -793,6 +794,8 @@ def import_edgelist(
         if ids is not None:
             w.write_array(NODE_IDS, ids.original)
             src |= {"node_ids": ids.counted}
+        if node_header is not None:
+            src |= {"node_table_header": node_header}
         if label_table is not None:
             src |= {"labels_from": str(label_table), **({"class_names": table.class_names} if table.class_names else {}),
                     **({"labels_left_out": table.unlabelled} if table.unlabelled else {}),

@@ -8,6 +8,8 @@ every user of such data writes, and a row out of place there trains on wrong lab
 
 from __future__ import annotations
 
+import csv
+import gzip
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +27,7 @@ from moment.workload.renumber import IdMap, own_ids
 ROWS = 1 << 16  # table rows parsed at once
 
 
-def _chunks(path: Path, sep: str, skip: int, dtype: dict, what: str):
+def _chunks(path: Path, sep: str, skip: int, dtype: dict, what: str, usecols: list[int] | None = None):
     """The table's rows after its first `skip` lines (its header and any comment above it), in chunks; a space
     after a comma is no part of the field (`0, 1`); a # within a line is (a name, a class name)."""
     import pandas as pd
@@ -33,7 +35,7 @@ def _chunks(path: Path, sep: str, skip: int, dtype: dict, what: str):
     try:
         with comment_lines_blanked(path) as f:
             yield from pd.read_csv(f, sep=sep, header=None, skiprows=skip or None, skipinitialspace=sep == ",",
-                                   chunksize=ROWS, dtype=dtype, engine="c", keep_default_na=False,
+                                   chunksize=ROWS, dtype=dtype, engine="c", keep_default_na=False, usecols=usecols,
                                    na_values={k: [""] for k in dtype if dtype[k] is not str})
     except MomentError:
         raise
@@ -42,24 +44,45 @@ def _chunks(path: Path, sep: str, skip: int, dtype: dict, what: str):
         raise MomentError(f"cannot parse the {what}: {msg}", source=str(path)) from None
 
 
-def read_node_table(path: str | Path, w: GraphWriter) -> IdMap:
-    """Streams a node table (`id,feature,...` a line; a first line whose fields after the id are not all
-    numbers is its header; or Parquet, `moment.workload.parquet.node_rows`) into `w`'s features, a row a node
-    in the table's order; returns that order."""
+def read_node_table(path: str | Path, w: GraphWriter) -> tuple[IdMap, str | None]:
+    """Streams a node table (`id,feature,...` a line, or Parquet, `moment.workload.parquet.node_rows`) into `w`'s
+    features, a row a node in the table's order; returns that order and the header line it skipped (None: none).
+
+    A first line is a header only when every field is no number (`id,f0,f1`) or its id is not of the kind the
+    other rows' ids are (`user,0,1,2`, pandas' unnamed columns, above integer ids): a first row with a missing or
+    non-numeric feature is a node whose features are wrong, the same error as on any other row, not a header to
+    drop without a word (an isolated node vanished with it)."""
     p = need(Path(path), "node table")
     if is_parquet(p):
-        return _write_node_rows(node_rows(Table(p, "node table"), ROWS), w, p)
+        return _write_node_rows(node_rows(Table(p, "node table"), ROWS), w, p), None
     sep, first, skip = first_line(p)
     _no_index_column(first, p)
     if len(first) < 2:
         raise MomentError("a node table needs an id and at least one feature a line, got "
                           f"{len(first)} field{'s' if len(first) != 1 else ''}", source=str(p))
-    # a header names a feature, or is pandas' for unnamed columns: `user,0,1,2` (an id that is no number, and the
-    # features' column numbers, which no node of a names graph has as its features in this form)
-    header = not all(map(is_number, first[1:])) or (
-        not is_number(first[0]) and first[1:] == [str(k) for k in range(len(first) - 1)])
+    header = not any(map(is_number, first)) or (
+        not _integer(first[0]) and _integer_ids(p, sep, skip))
     dim = len(first) - 1
-    return _write_node_rows(_text_rows(p, sep, skip if header else 0, dim), w, p)
+    ids = _write_node_rows(_text_rows(p, sep, skip if header else 0, dim), w, p)
+    return ids, ",".join(first) if header else None
+
+
+def _integer(token: str) -> bool:
+    """Whether an id reads as an integer, as `renumber.own_ids` reads the table's ids."""
+    try:
+        int(token)
+    except ValueError:
+        return False
+    return True
+
+
+def _integer_ids(p: Path, sep: str, skip: int) -> bool:
+    """Whether the ids after the first line are all integers (the graph's ids are then integers), read until the
+    first that is not one: only for a first line whose id is a name."""
+    for df in _chunks(p, sep, skip, {0: str}, "node table", usecols=[0]):
+        if not df.iloc[:, 0].str.fullmatch(r"\s*[+-]?\d+\s*").all():
+            return False
+    return True
 
 
 def _no_index_column(first: list[str], p: Path) -> None:
@@ -74,7 +97,15 @@ def _no_index_column(first: list[str], p: Path) -> None:
 def _text_rows(p: Path, sep: str, skip: int, dim: int):
     """A text node table's (ids as text, float32 features) chunks."""
     done = 0
-    for df in _chunks(p, sep, skip, {0: str, **{k: np.float32 for k in range(1, dim + 1)}}, "node table"):
+    chunks = _chunks(p, sep, skip, {0: str, **{k: np.float32 for k in range(1, dim + 1)}}, "node table")
+    while True:
+        try:
+            df = next(chunks, None)
+        except MomentError:
+            _no_number(p, sep, skip, dim)  # a field that is no number: its row and node, not pandas' words
+            raise
+        if df is None:
+            return
         if df.shape[1] != dim + 1:
             raise MomentError(f"rows have {df.shape[1]} fields, the first {dim + 1}", source=str(p))
         x = df.iloc[:, 1:].to_numpy(np.float32)
@@ -87,6 +118,24 @@ def _text_rows(p: Path, sep: str, skip: int, dim: int):
             raise MomentError(f"row {done + int(np.argmax(empty)) + 1:,} has no id", source=str(p))
         done += len(got)
         yield got, x
+
+
+def _no_number(p: Path, sep: str, skip: int, dim: int) -> None:
+    """The error naming the first feature of a text node table that is no finite number (`abc`, `nan`), its
+    node and row (rows counted as the parser counts them: blank and comment lines are none); nothing when every
+    feature is one (the parser failed for another reason, which it says)."""
+    opener = gzip.open if p.suffix == ".gz" else open
+    with opener(p, "rt", encoding="utf-8-sig") as f:
+        lines = (ln for k, ln in enumerate(f) if k >= skip and ln.strip() and not ln.lstrip().startswith("#"))
+        for row, ln in enumerate(lines, 1):
+            fields = [t.strip() for t in (next(csv.reader([ln.strip()])) if sep == "," else ln.split())]
+            for t in fields[1:dim + 1]:
+                if not is_number(t):
+                    raise MomentError(f"the features of node {fields[0]} (row {row:,}) are not all numbers: {t!r}",
+                                      source=str(p)) from None
+                if not math.isfinite(float(t)):
+                    raise MomentError(f"the features of node {fields[0]} (row {row:,}) are missing, NaN or infinite",
+                                      source=str(p)) from None
 
 
 def _write_node_rows(rows, w: GraphWriter, p: Path) -> IdMap:
