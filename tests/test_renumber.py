@@ -108,6 +108,25 @@ def test_a_hash_inside_a_name_is_part_of_it_and_a_line_beginning_with_one_is_a_c
         import_edgelist(tmp_path / "bad.txt", tmp_path / "out", renumber=True)
 
 
+def test_white_space_around_a_name_is_no_part_of_it_in_the_edge_list_and_the_tables(tmp_path: Path) -> None:
+    """`alice ` (a space after the name) was a node of its own beside `alice`, each with half of her edges, while
+    the label table stripped the same space from a label: white space around a field is stripped on both
+    sides, in the edge list, the node table and the label table alike."""
+    (tmp_path / "e.csv").write_text("alice,bob\nbob,alice \ncarol , alice\n")
+    (tmp_path / "n.csv").write_text("id,f\nalice ,1\n bob,2\ncarol,3\n")
+    (tmp_path / "y.csv").write_text("id,label\nalice ,cat \n bob,dog\ncarol,cat\n")
+    (tmp_path / "sp").mkdir()
+    for part, name in (("train", "alice"), ("val", "bob"), ("test", "carol")):
+        (tmp_path / "sp" / f"{part}.txt").write_text(f"{name}\n")
+    for kw in ({"renumber": True, "feature_dim": 1}, {"node_table": tmp_path / "n.csv"}):
+        ds = import_edgelist(tmp_path / "e.csv", tmp_path / "o", label_table=tmp_path / "y.csv", overwrite=True,
+                             splits_dir=tmp_path / "sp", **kw)
+        assert ds.node_ids.tolist() == ["alice", "bob", "carol"] and ds.num_edges == 3
+        assert ds.labels.tolist() == [0, 1, 0] and ds.class_names == ["cat", "dog"]
+        # edges u -> v land in row v: bob <- alice, alice <- bob, alice <- carol
+        assert [ds.indices[ds.indptr[v]:ds.indptr[v + 1]].tolist() for v in range(3)] == [[1, 2], [0], []]
+
+
 def test_a_split_of_a_graph_of_names_names_nodes_as_written(tmp_path: Path) -> None:
     """`007` and `7` are two names: a split file listing `007` trains on `007` (it was read as the integer 7)."""
     (tmp_path / "e.csv").write_text("src,dst\n007,abc\n7,abc\nabc,007\nx,7\n")

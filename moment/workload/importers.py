@@ -978,6 +978,8 @@ def _read_edge_text(path: Path, text: EdgeText, dtype: Any = "int64", chunk: int
                 for df in pd.read_csv(source, sep=text.sep, header=0 if text.header else None,
                                       usecols=list(text.use) if text.use else None, comment=None if names else "#",
                                       chunksize=chunk, dtype=dtype, engine="c", na_filter=not names):
+                    if names:  # white space around a name is no part of it, as in the node and label tables
+                        df = df.apply(lambda c: c.str.strip())
                     a = columns(df.to_numpy())
                     if names and (empty := pd.isna(a) | (a == "")).any():  # a name: "" is no id
                         k = int(np.argwhere(empty)[0][0])

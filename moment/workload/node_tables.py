@@ -28,15 +28,19 @@ ROWS = 1 << 16  # table rows parsed at once
 
 
 def _chunks(path: Path, sep: str, skip: int, dtype: dict, what: str, usecols: list[int] | None = None):
-    """The table's rows after its first `skip` lines (its header and any comment above it), in chunks; a space
-    after a comma is no part of the field (`0, 1`); a # within a line is (a name, a class name)."""
+    """The table's rows after its first `skip` lines (its header and any comment above it), in chunks; white
+    space around a field is no part of it (`0, 1`; `alice ,1`: the edge list's `alice`, not a node of its own);
+    a # within a line is (a name, a class name)."""
     import pandas as pd
 
     try:
         with comment_lines_blanked(path) as f:
-            yield from pd.read_csv(f, sep=sep, header=None, skiprows=skip or None, skipinitialspace=sep == ",",
-                                   chunksize=ROWS, dtype=dtype, engine="c", keep_default_na=False, usecols=usecols,
-                                   na_values={k: [""] for k in dtype if dtype[k] is not str})
+            for df in pd.read_csv(f, sep=sep, header=None, skiprows=skip or None, skipinitialspace=sep == ",",
+                                  chunksize=ROWS, dtype=dtype, engine="c", keep_default_na=False, usecols=usecols,
+                                  na_values={k: [""] for k in dtype if dtype[k] is not str}):
+                for k in (k for k in dtype if dtype[k] is str and k in df.columns):
+                    df[k] = df[k].str.strip()
+                yield df
     except MomentError:
         raise
     except Exception as e:  # noqa: BLE001 - pandas' ParserError and friends, reported with the file name
