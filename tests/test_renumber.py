@@ -207,6 +207,43 @@ def test_the_cli_renumbers_and_a_huge_id_points_to_it(tmp_path: Path, capsys: py
     assert code == 0 and "source.node_ids" in out, err
 
 
+@pytest.mark.parametrize("case", ["split", "label-table", "uint64-split"])
+def test_an_id_beyond_int64_is_a_node_the_graph_lacks(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                      case: str) -> None:
+    """On a graph of integer ids, an id beyond int64 in a split or label table was a StopIteration traceback,
+    and a uint64 one in a split .npy wrapped to the node of id -1: each is named as any id the graph lacks."""
+    e = _write(tmp_path / "e.txt", np.array([[100, 200], [200, -1], [300, 100]]))
+    sp = tmp_path / "sp"
+    sp.mkdir()
+    (sp / "valid.txt").write_text("200\n")
+    (sp / "test.txt").write_text("300\n")
+    big = "99999999999999999999" if case != "uint64-split" else str(2**64 - 1)
+    if case == "uint64-split":
+        np.save(sp / "train.npy", np.array([100, 2**64 - 1], np.uint64))
+        bad = sp / "train.npy"
+    else:
+        (sp / "train.txt").write_text(f"100\n{big}\n" if case == "split" else "100\n")
+        bad = sp / "train.txt"
+    args = ["data", "import", "edgelist", str(e), "--renumber", "--feature-dim", "1", "--out", str(tmp_path / "o")]
+    if case == "label-table":
+        bad = tmp_path / "y.csv"
+        bad.write_text(f"100,1\n{big},0\n")
+        args += ["--label-table", str(bad)]
+    code = main([*args, "--splits", str(sp)])
+    err = capsys.readouterr().err
+    what = "label table" if case == "label-table" else "train split"
+    assert code == 2 and err.strip() == f"error: {bad}: {what} names node {big}, not among the 4 node ids of {e}", err
+
+
+def test_nodes_of_an_id_beyond_int64_names_it(tmp_path: Path) -> None:
+    ds = import_edgelist(_write(tmp_path / "e.txt", np.array([[2**63 - 1, 5], [5, -(2**63)], [-1, 5]])),
+                         tmp_path / "o", renumber=True)
+    for ids, shown in (([2**70], str(2**70)), (np.array([2**64 - 1], np.uint64), str(2**64 - 1))):
+        with pytest.raises(MomentError, match=rf"nodes_of names node {shown}, not among the 4 node ids of "):
+            ds.nodes_of(ids)
+    assert ds.nodes_of([-1, 2**63 - 1]).tolist() == [1, 3]
+
+
 def test_own_ids_of_another_shape_are_refused_when_the_dataset_opens(tmp_path: Path) -> None:
     ds = import_edgelist(_write(tmp_path / "e.txt", np.array([[7, 9], [9, 8]])), tmp_path / "o", renumber=True)
     f = ds.file("node_ids")

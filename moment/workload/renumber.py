@@ -88,22 +88,24 @@ class IdMap:
             raise MomentError(f"{what} has dtype {a.dtype}: expected node ids (integers or names)", source=source)
         if a.dtype.kind in "SO":
             a = a.astype(str)
+        given, outside = a, np.zeros(a.shape, bool)  # outside: integers beyond int64, so no id of the graph's
         if self.kind == "integer" and a.dtype.kind == "U":
             try:  # names read from a text file: the integer ids they spell
                 a = a.astype(np.int64)
             except (ValueError, OverflowError):
-                bad = next(x for x in a.reshape(-1) if not x.lstrip("-").isdigit())
-                raise MomentError(f"{what} names node {str(bad)!r}, but the node ids of {self.source} are integers",
-                                  source=source) from None
+                a, outside = self._wide(a, source, what)
+        elif self.kind == "integer" and a.dtype.kind == "u" and a.size and a.max() > np.iinfo(np.int64).max:
+            outside = a > np.iinfo(np.int64).max  # cast to int64 they wrapped: 2^64 - 1 was the node of id -1
+            a = np.where(outside, 0, a)
         a = _comparable(a, self.kind)
         flat = a.reshape(-1)
         order = np.argsort(flat)  # searched in order, the lookups walk the sorted ids once, in cache
         pos_in = np.empty(flat.size, np.int64)
         pos_in[order] = np.minimum(np.searchsorted(self._sorted, flat[order]), len(self) - 1)
         pos_in = pos_in.reshape(a.shape)
-        found = self._sorted[pos_in] == a
+        found = (self._sorted[pos_in] == a) & ~outside
         if not np.all(found):
-            missing, first = np.unique(a[~found].reshape(-1), return_index=True)
+            missing, first = np.unique(given[~found].reshape(-1), return_index=True)
             missing = missing[np.argsort(first, kind="stable")]  # in the order the input names them
             shown = ", ".join(str(x) for x in missing[:SHOWN])
             more = f" and {missing.size - SHOWN:,} more" if missing.size > SHOWN else ""
@@ -111,6 +113,22 @@ class IdMap:
             raise MomentError(f"{what} names {nodes} {shown}{more}, not among the {len(self):,} node ids of "
                               f"{self.source}", source=source)
         return self._order[pos_in].astype(np.int64)
+
+    def _wide(self, a: np.ndarray, source: str, what: str) -> tuple[np.ndarray, np.ndarray]:
+        """Text ids that are not all int64, for integer ids: a name is one error; integers beyond int64 are
+        marked (`outside`, zero in the ids) to be named among the ids the graph lacks, as 999 would be (they
+        ended in a bare StopIteration)."""
+        values = []
+        for x in a.reshape(-1).tolist():
+            try:
+                values.append(int(x))
+            except ValueError:
+                raise MomentError(f"{what} names node {x!r}, but the node ids of {self.source} are integers",
+                                  source=source) from None
+        lo, hi = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+        outside = np.array([not lo <= v <= hi for v in values], bool)
+        ids = np.array([0 if o else v for v, o in zip(values, outside.tolist())], np.int64)
+        return ids.reshape(a.shape), outside.reshape(a.shape)
 
 
 class NameCodes:
