@@ -235,6 +235,26 @@ def test_an_id_beyond_int64_is_a_node_the_graph_lacks(tmp_path: Path, capsys: py
     assert code == 2 and err.strip() == f"error: {bad}: {what} names node {big}, not among the 4 node ids of {e}", err
 
 
+@pytest.mark.parametrize("train, val, words", [
+    ("100\n200\n", "200\n", "valid.txt: node id 200 is in both the train split ({sp}/train.txt) and the val split"),
+    ("100\n200\n200\n", "300\n", "train.txt: node id 200 is listed more than once in the train split (1 repeats)"),
+    ("100\n", "200\n", "valid.txt: split contains unlabelled nodes (1, node id 200 the first)"),
+])
+def test_a_split_of_own_ids_names_a_node_by_its_id(tmp_path: Path, capsys: pytest.CaptureFixture[str], train: str,
+                                                   val: str, words: str) -> None:
+    """Under --renumber a node in two splits was named by its node number (1), which no file of the user holds."""
+    e = _write(tmp_path / "e.txt", np.array([[100, 200], [200, 300], [300, 100], [500, 100]]))
+    (tmp_path / "y.csv").write_text("100,1\n300,0\n500,1\n")
+    sp = tmp_path / "sp"
+    sp.mkdir()
+    for part, text in (("train", train), ("valid", val), ("test", "500\n")):
+        (sp / f"{part}.txt").write_text(text)
+    code = main(["data", "import", "edgelist", str(e), "--renumber", "--feature-dim", "1", "--out", str(tmp_path / "o"),
+                 "--splits", str(sp), *(["--label-table", str(tmp_path / "y.csv")] if "unlabelled" in words else [])])
+    err = capsys.readouterr().err
+    assert code == 2 and err.strip().startswith(f"error: {sp}/" + words.format(sp=sp)), err
+
+
 def test_nodes_of_an_id_beyond_int64_names_it(tmp_path: Path) -> None:
     ds = import_edgelist(_write(tmp_path / "e.txt", np.array([[2**63 - 1, 5], [5, -(2**63)], [-1, 5]])),
                          tmp_path / "o", renumber=True)

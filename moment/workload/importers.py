@@ -356,10 +356,16 @@ def _matrix_chunks(a: np.ndarray) -> Iterator[np.ndarray]:
         yield np.asarray(a[s : s + step])
 
 
-def _check_splits(splits: list[np.ndarray], labels: np.ndarray, names: list[str]) -> list[np.ndarray]:
+def _check_splits(splits: list[np.ndarray], labels: np.ndarray, names: list[str],
+                  own: np.ndarray | None = None) -> list[np.ndarray]:
     """The user's split as given, or one error naming the file: ids in range, none listed twice, the three
-    disjoint (a node in train and test would be evaluated on what it was trained on), all labelled."""
+    disjoint (a node in train and test would be evaluated on what it was trained on), all labelled. `own`: the
+    graph's own ids, by which a node is named (the split files name it so, not by its node number)."""
     n = labels.shape[0]
+
+    def shown(node: int) -> str:
+        return str(node if own is None else own[node])
+
     owner = np.zeros(n, dtype=np.int8)  # 1 + the split holding each node, 0 = none
     out = []
     for i, (idx, src) in enumerate(zip(splits, names)):
@@ -373,25 +379,26 @@ def _check_splits(splits: list[np.ndarray], labels: np.ndarray, names: list[str]
         s = np.sort(idx)
         twice = s[1:][s[1:] == s[:-1]]
         if twice.size:
-            raise MomentError(f"node id {int(twice[0])} is listed more than once in the {SPLITS[i]} split "
+            raise MomentError(f"node id {shown(int(twice[0]))} is listed more than once in the {SPLITS[i]} split "
                               f"({twice.size} repeats)", source=src)
         held = owner[idx]
         if held.any():
             j = int(np.flatnonzero(held)[0])
             o = int(held[j]) - 1
-            raise MomentError(f"node id {int(idx[j])} is in both the {SPLITS[o]} split ({names[o]}) and the "
+            raise MomentError(f"node id {shown(int(idx[j]))} is in both the {SPLITS[o]} split ({names[o]}) and the "
                               f"{SPLITS[i]} split ({int((held > 0).sum())} such nodes): the splits must be disjoint",
                               source=src)
         owner[idx] = i + 1
-        if idx.size and (labels[idx] < 0).any():
-            raise MomentError("split contains unlabelled nodes", source=src)
+        if idx.size and (none := labels[idx] < 0).any():
+            raise MomentError(f"split contains unlabelled nodes ({int(none.sum()):,}, node id "
+                              f"{shown(int(idx[np.argmax(none)]))} the first)", source=src)
         out.append(idx)
     return out
 
 
 def _finish(
     w: GraphWriter, labels: np.ndarray, splits: list[np.ndarray], num_classes: int | None, source: dict, names: list[str],
-    edges: EdgeReport, policy: EdgePolicy,
+    edges: EdgeReport, policy: EdgePolicy, own: np.ndarray | None = None,
 ) -> GraphDataset:
     multi = labels.ndim == 2
     if multi:
@@ -400,7 +407,7 @@ def _finish(
         k = int(num_classes) if num_classes else (int(labels.max()) + 1 if labels.size and labels.max() >= 0 else 1)
     if not multi and labels.size and labels.max() >= k:
         raise MomentError(f"label {int(labels.max())} >= number of classes {k}", source=names[0])
-    splits = _check_splits(splits, labels, names[1:])
+    splits = _check_splits(splits, labels, names[1:], own)
     w.write_array("labels", labels, label_dtype(k, multi))
     for name, idx in zip(SPLITS, splits):
         w.write_array(f"{name}_idx", idx)
@@ -468,6 +475,7 @@ class GraphParts:
     #: train, val, test: node ids or boolean masks (arrays), or files `read_node_ids` reads
     splits: list[np.ndarray | Path] | None = None
     split_sources: list[str] | None = None
+    own_ids: np.ndarray | None = None  # the graph's own ids in node order: how a split's messages name a node
 
 
 def edge_layout(edges: np.ndarray, source: str) -> str:
@@ -577,7 +585,8 @@ def _rest(
     made = {"generated_features": generated, "generated_labels": parts.labels is None,
             "split": "random" if parts.splits is None else "given"}
     source = source | {k: v for k, v in made.items() if k not in source}  # (OGB's split: its scheme's name)
-    return _finish(w, labels, splits, k, source, [parts.labels_source or parts.edges_source, *names], rep, policy)
+    return _finish(w, labels, splits, k, source, [parts.labels_source or parts.edges_source, *names], rep, policy,
+                   parts.own_ids)
 
 
 def spool_csv_edges(w: GraphWriter, paths: list[Path]) -> np.ndarray:
@@ -787,7 +796,8 @@ def import_edgelist(
             splits = [_own_split(ids, f, part, n) for f, part in zip(split_paths, SPLITS)]
         parts = GraphParts(np.zeros((0, 2), np.int64), str(path), features=feat, features_source=str(features),
                            labels=lab, labels_source=str(labels or label_table or ""), splits=splits,
-                           split_sources=None if split_paths is None else [str(f) for f in split_paths])
+                           split_sources=None if split_paths is None else [str(f) for f in split_paths],
+                           own_ids=None if ids is None else ids.original)
         src = {"importer": "edgelist", "from": str(path.resolve()), "undirected": undirected,
                **({"columns": list(text.columns)} if text.columns else
                   {"header": ",".join(text.header), "columns_swapped": text.swapped} if text.header else {})}
