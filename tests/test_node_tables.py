@@ -229,3 +229,18 @@ def test_a_names_table_keeps_its_first_node_and_reports_a_header(tmp_path: Path,
     want = ["alice", "bob", "carol"] if header else ["dave", "alice", "bob", "carol"]
     assert ds.node_ids.tolist() == want and ds.manifest.source.get("node_table_header") == header
     np.testing.assert_array_equal(ds.features_memmap()[-1], [3, 3])
+
+
+@pytest.mark.parametrize("table", ["node", "label"])
+def test_a_table_that_is_only_its_header_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                 table: str) -> None:
+    """A header and no row got pandas' words: "cannot parse the node table: No columns to parse from file"."""
+    (tmp_path / "e.txt").write_text(E5)
+    (tmp_path / "t.csv").write_text(f"id,{'f' if table == 'node' else 'label'}\n")
+    args = ["--node-table", str(tmp_path / "t.csv")] if table == "node" else [
+        "--renumber", "--feature-dim", "1", "--label-table", str(tmp_path / "t.csv")]
+    code = main(["data", "import", "edgelist", str(tmp_path / "e.txt"), *args, "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    head = "id,f" if table == "node" else "id,label"
+    assert code == 2 and err.strip() == f"error: {tmp_path / 't.csv'}: the {table} table lists no node (only its " \
+                                       f"header, {head!r})", err

@@ -43,6 +43,8 @@ def _chunks(path: Path, sep: str, skip: int, dtype: dict, what: str, usecols: li
                 yield df
     except MomentError:
         raise
+    except pd.errors.EmptyDataError:
+        return  # a header and no row: the table lists no node, which its reader says
     except Exception as e:  # noqa: BLE001 - pandas' ParserError and friends, reported with the file name
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise MomentError(f"cannot parse the {what}: {msg}", source=str(path)) from None
@@ -67,8 +69,8 @@ def read_node_table(path: str | Path, w: GraphWriter) -> tuple[IdMap, str | None
     header = not any(map(is_number, first)) or (
         not _integer(first[0]) and _integer_ids(p, sep, skip))
     dim = len(first) - 1
-    ids = _write_node_rows(_text_rows(p, sep, skip if header else 0, dim), w, p)
-    return ids, ",".join(first) if header else None
+    line = ",".join(first) if header else None
+    return _write_node_rows(_text_rows(p, sep, skip if header else 0, dim), w, p, line), line
 
 
 def _integer(token: str) -> bool:
@@ -142,7 +144,7 @@ def _no_number(p: Path, sep: str, skip: int, dim: int) -> None:
                                       source=str(p)) from None
 
 
-def _write_node_rows(rows, w: GraphWriter, p: Path) -> IdMap:
+def _write_node_rows(rows, w: GraphWriter, p: Path, header: str | None = None) -> IdMap:
     """The chunks' features into `w` in the table's order, and that order as the nodes' ids."""
     ids: list[np.ndarray] = []
     fw = None
@@ -151,7 +153,8 @@ def _write_node_rows(rows, w: GraphWriter, p: Path) -> IdMap:
         ids.append(got)
         fw.write(x)
     if fw is None or not sum(map(len, ids)):
-        raise MomentError("the node table lists no node", source=str(p))
+        raise MomentError("the node table lists no node" + (f" (only its header, {header[:60]!r})" if header else ""),
+                          source=str(p))
     w.finish("features")
     every = np.concatenate(ids)
     return IdMap(own_ids(every.tolist()) if every.dtype == object else every, str(p))
@@ -202,6 +205,9 @@ def read_label_table(path: str | Path, ids: IdMap, num_nodes: int, unlabelled: t
     for got, token in rows:
         nodes.append(ids.nodes(got, str(p), "label table"))
         tokens.append(token)
+    if not sum(map(len, nodes)):
+        raise MomentError("the label table lists no node" + (f" (only its header, {','.join(first)[:60]!r})"
+                          if header else ""), source=str(p))
     node = np.concatenate(nodes) if nodes else np.zeros(0, np.int64)
     token = np.concatenate(tokens) if tokens else np.zeros(0, str)
     by_node = np.sort(node)
