@@ -119,6 +119,20 @@ def test_bad_arrays_name_the_file(tmp_path: Path) -> None:
         import_npy(tmp_path / "out", edge_index=f["e"], train_idx=f["ids"])
 
 
+def test_a_uint64_edge_id_beyond_int64_is_named_as_it_is(tmp_path: Path) -> None:
+    """A uint64 id of 2^63 was cast first and named -9223372036854775808; uint64 ids in range import as int64."""
+    wide = EDGES.T.astype(np.uint64)
+    wide[1, 3] = 2**63
+    f = save(tmp_path, wide=wide, fine=EDGES.T.astype(np.uint64), x=FEAT)
+    with pytest.raises(MomentError, match=rf"wide\.npy: destination node id {2**63} out of range \[0, {N}\)"):
+        import_npy(tmp_path / "out", edge_index=f["wide"], x=f["x"])
+    a = import_npy(tmp_path / "a", edge_index=f["fine"], x=f["x"], policy=EdgePolicy(duplicates="keep"),
+                   undirected=True)
+    b = import_npy(tmp_path / "b", edge_index=save(tmp_path, e=EDGES.T.copy())["e"], x=f["x"],
+                   policy=EdgePolicy(duplicates="keep"), undirected=True)
+    assert rows_of(a) == rows_of(b)
+
+
 # --------------------------------------------------------------------------------------------- bounded memory
 
 BIG_ROWS, BIG_DIM = 655_360, 128  # float32: 320 MiB of features

@@ -172,16 +172,19 @@ def _random_splits(labels: np.ndarray, fractions: tuple[float, float, float], se
 
 
 def _edge_chunks(edges: np.ndarray, layout: str) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """(src, dst) int64 chunks of an [E, 2] ("rows") or [2, E] ("cols") array, memmap or not."""
+    """(src, dst) int64 chunks of an [E, 2] ("rows") or [2, E] ("cols") array, memmap or not; uint64 ones as
+    they are, so that an id beyond 2^63 - 1 is named as it is (cast, 2^63 was -9223372036854775808): `build_csr`
+    casts them once they are checked in range."""
     e = edges.shape[0] if layout == "rows" else edges.shape[1]
+    to = np.uint64 if edges.dtype == np.uint64 else np.int64
     for s in range(0, e, EDGE_CHUNK):
         if layout == "rows":
             c = np.asarray(edges[s : s + EDGE_CHUNK])
-            yield c[:, 0].astype(np.int64), c[:, 1].astype(np.int64)
+            yield c[:, 0].astype(to), c[:, 1].astype(to)
         else:
-            yield np.asarray(edges[0, s : s + EDGE_CHUNK]).astype(np.int64), np.asarray(
+            yield np.asarray(edges[0, s : s + EDGE_CHUNK]).astype(to), np.asarray(
                 edges[1, s : s + EDGE_CHUNK]
-            ).astype(np.int64)
+            ).astype(to)
 
 
 @dataclass
@@ -232,6 +235,7 @@ def build_csr(
                 bad = int(a.min()) if int(a.min()) < 0 else int(a.max())
                 raise MomentError(f"{name} node id {bad} out of range [0, {n})"
                                   + (f": {n} nodes, {nodes_from}" if nodes_from else ""), source=source)
+        src, dst = src.astype(np.int64, copy=False), dst.astype(np.int64, copy=False)
         counts += np.bincount(dst, minlength=n)
         total += dst.size
         rep.input_edges += dst.size
@@ -246,6 +250,7 @@ def build_csr(
     cursor = indptr[:-1].copy()
     done = 0
     for src, dst in edges():
+        src, dst = src.astype(np.int64, copy=False), dst.astype(np.int64, copy=False)
         if undirected:
             fwd = src != dst
             rows, vals = np.concatenate([dst, src[fwd]]), np.concatenate([src, dst[fwd]])
