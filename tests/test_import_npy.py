@@ -133,6 +133,17 @@ def test_a_uint64_edge_id_beyond_int64_is_named_as_it_is(tmp_path: Path) -> None
     assert rows_of(a) == rows_of(b)
 
 
+def test_a_mask_saved_as_integers_is_named_a_mask(tmp_path: Path) -> None:
+    """torch's `.numpy()` of a uint8 mask (DGL's older masks) was "node id 0 is listed more than once" alone."""
+    m = np.zeros(N, np.uint8)
+    m[:10] = 1
+    f = save(tmp_path, e=EDGES.T.copy(), x=FEAT, tm=m, ids=np.arange(10, 20))
+    with pytest.raises(MomentError, match=rf"tm\.npy: node id 0 is listed more than once in the train split "
+                                          rf"\(28 repeats\): {N} entries of 0 and 1 look like a mask") as e:
+        import_npy(tmp_path / "out", edge_index=f["e"], x=f["x"], train_idx=f["tm"], val_idx=f["ids"], test_idx=f["ids"])
+    assert e.value.hint == "save a mask as booleans (mask.astype(bool)): an integer array is node ids"
+
+
 # --------------------------------------------------------------------------------------------- bounded memory
 
 BIG_ROWS, BIG_DIM = 655_360, 128  # float32: 320 MiB of features

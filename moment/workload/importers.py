@@ -384,8 +384,11 @@ def _check_splits(splits: list[np.ndarray], labels: np.ndarray, names: list[str]
         s = np.sort(idx)
         twice = s[1:][s[1:] == s[:-1]]
         if twice.size:
+            mask = idx.size == n and s[-1] <= 1  # 0s and 1s, one a node: a mask saved as integers (torch's uint8)
             raise MomentError(f"node id {shown(int(twice[0]))} is listed more than once in the {SPLITS[i]} split "
-                              f"({twice.size} repeats)", source=src)
+                              f"({twice.size} repeats)" + (f": {n} entries of 0 and 1 look like a mask" if mask else ""),
+                              source=src, hint="save a mask as booleans (mask.astype(bool)): an integer array is "
+                              "node ids" if mask else None)
         held = owner[idx]
         if held.any():
             j = int(np.flatnonzero(held)[0])
