@@ -104,7 +104,14 @@ def test_ogb_errors(tmp_path: Path) -> None:
     with pytest.raises(MomentError, match="wrong row count") as e:
         import_ogb(src, tmp_path / "out")
     assert "node-feat.csv.gz" in str(e.value)
-    _gz(src / "raw" / "node-feat.csv.gz", [",".join(["1"] * D)] * N)
+    rows = [",".join(["1"] * D)] * N
+    # a short row (the parser pads it with NaN) and an empty field were "features contain NaN or infinity"
+    for row, words in ((",".join(["1"] * (D - 1)), f"row 5 has {D - 1} fields, the first row {D}"),
+                       (",".join(["1"] * (D - 1)) + ",", f"row 5 has an empty field \\(feature {D - 1}\\)")):
+        _gz(src / "raw" / "node-feat.csv.gz", [*rows[:5], row, *rows[6:]])
+        with pytest.raises(MomentError, match=rf"node-feat\.csv\.gz: {words}"):
+            import_ogb(src, tmp_path / "out")
+    _gz(src / "raw" / "node-feat.csv.gz", rows)
     _gz(src / "raw" / "edge.csv.gz", ["0,1", f"2,{N}"])
     with pytest.raises(MomentError, match=f"node id {N} out of range") as e:
         import_ogb(src, tmp_path / "out")

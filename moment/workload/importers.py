@@ -40,6 +40,7 @@ by the policy) repeated neighbours and self-loops.
 
 from __future__ import annotations
 
+import gzip
 import itertools
 import re
 from collections.abc import Callable, Iterable, Iterator
@@ -625,8 +626,37 @@ def write_csv_graph(w: GraphWriter, edge_files: list[Path], feat_csv: Path, n: i
                     policy=policy, progress=progress, nodes_from=nodes_from)
     spool = None  # the memmap goes before its file
     (w.tmp / "scratch-edges.npy").unlink()
-    _write_features(w, read_csv_chunks(feat_csv, 1 << 16, "float32"), n, str(feat_csv))
+    _write_features(w, _short_rows_named(read_csv_chunks(feat_csv, 1 << 16, "float32"), feat_csv), n, str(feat_csv))
     return rep
+
+
+def _short_rows_named(chunks: Iterator[np.ndarray], path: Path) -> Iterator[np.ndarray]:
+    """A features CSV's chunks, a row with fewer fields than the first (which the parser pads with NaN, then
+    called "NaN or infinity") or an empty field one error saying so; the file is read again only then."""
+    done = 0
+    for c in chunks:
+        if c.ndim == 2 and (gap := np.isnan(c)).any():
+            k = int(np.argmax(gap.any(axis=1)))
+            fields = _data_line(path, done + k)
+            if fields is not None and len(fields) < c.shape[1]:
+                raise MomentError(f"row {done + k} has {len(fields)} field{'s' if len(fields) != 1 else ''}, the first "
+                                  f"row {c.shape[1]}", source=str(path))
+            if fields is not None and "" in fields:
+                raise MomentError(f"row {done + k} has an empty field (feature {fields.index('')})", source=str(path))
+        done += len(c)
+        yield c
+
+
+def _data_line(path: Path, row: int) -> list[str] | None:
+    """The fields of a CSV's `row`-th line of data (0: the first; blank and # lines are none), as the parser
+    counts them; None past the end."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8-sig") as f:
+        lines = (ln.split("#", 1)[0] for ln in f)
+        for k, ln in enumerate(x for x in lines if x.strip()):
+            if k == row:
+                return [t.strip() for t in ln.strip().split(",")]
+    return None
 
 
 # --------------------------------------------------------------------------------------------- OGB
