@@ -521,7 +521,11 @@ def check_replaceable(path: str | Path, what: str, named: set[str] | None, *, ve
     `what`) and that holds nothing else. The message names what would otherwise be lost (`unnamed` says
     why it is not the writer's, by default "which the WHAT's manifest does not name")."""
     p = Path(path)
-    if not p.is_dir() or p.is_symlink():
+    if p.is_symlink():  # its target is not replaced through it: said as a link, not as no directory at all
+        target = os.readlink(p)
+        raise MomentError(f"is a symbolic link to {target}: refusing to {verb} it", source=str(p),
+                          hint=f"give the directory itself ({os.path.realpath(p)})" if p.is_dir() else hint)
+    if not p.is_dir():
         raise MomentError(f"exists and is not a {what} directory; refusing to {verb} it", source=str(p), hint=hint)
     try:
         empty = not any(os.scandir(p))

@@ -111,6 +111,20 @@ def test_overwrite_refuses_a_folder_that_merely_has_a_manifest(env, tmp_path, wr
     assert listing(out) == before
 
 
+def test_overwrite_of_a_link_to_a_dataset_says_it_is_a_link(tmp_path):
+    """A link to a real dataset was "exists and is not a dataset directory": it is one, behind a link."""
+    (tmp_path / "edges.txt").write_text("0 1\n1 2\n2 0\n")
+    argv = ["data", "import", "edgelist", tmp_path / "edges.txt", "--feature-dim", "1", "--random-split",
+            "0.34,0.33,0.33", "--out"]
+    assert run(*argv, tmp_path / "real")[0] == 0
+    (tmp_path / "lnk").symlink_to("real")
+    before = listing(tmp_path / "real")
+    rc, _, err = run(*argv, tmp_path / "lnk", "--overwrite")
+    assert rc == 2 and err == (f"error: {tmp_path / 'lnk'}: is a symbolic link to real: refusing to replace it "
+                               f"hint: give the directory itself ({os.path.realpath(tmp_path / 'real')})"), err
+    assert listing(tmp_path / "real") == before and (tmp_path / "lnk").is_symlink()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("writer", ["data synth", "data import edgelist", "data presample", "place"])
 def test_overwrite_refuses_its_own_kind_holding_a_persons_files(env, tmp_path, writer):
