@@ -136,6 +136,14 @@ def test_ogb_errors(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["o"]  # no temp directories left behind
 
 
+def test_an_empty_ogb_file_says_it_is_empty(tmp_path: Path) -> None:
+    """An empty split file (or one of comments) got pandas' words: "cannot parse: No columns to parse from file"."""
+    src = write_ogb_csv(tmp_path / "o")
+    _gz(src / "split" / "time" / "test.csv.gz", ["# none"])
+    with pytest.raises(MomentError, match=r"test\.csv\.gz: the file is empty: no rows \(or only comments\)$"):
+        import_ogb(src, tmp_path / "out")
+
+
 def write_igb(root: Path) -> Path:
     p = root / "processed" / "paper"
     p.mkdir(parents=True)

@@ -130,6 +130,8 @@ def read_csv_chunks(path: Path, chunk_rows: int, dtype: str) -> Iterator[np.ndar
     except MomentError:
         raise
     except (ValueError, OSError, EOFError) as e:
+        if pd is not None and isinstance(e, pd.errors.EmptyDataError):  # pandas: "No columns to parse from file"
+            raise MomentError("the file is empty: no rows (or only comments)", source=str(path)) from None
         raise MomentError(f"cannot parse: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
                           source=str(path)) from None
     except Exception as e:  # noqa: BLE001 - pandas' ParserError and friends, reported with the file name
