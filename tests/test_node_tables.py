@@ -12,7 +12,9 @@ import pytest
 
 from moment.cli import main
 from moment.errors import MomentError
+from moment.workload.graph import GraphWriter
 from moment.workload.importers import import_edgelist
+from moment.workload.node_tables import read_node_table
 
 RNG = np.random.default_rng(11)
 N, E, D = 400, 1500, 5
@@ -244,3 +246,12 @@ def test_a_table_that_is_only_its_header_says_so(tmp_path: Path, capsys: pytest.
     head = "id,f" if table == "node" else "id,label"
     assert code == 2 and err.strip() == f"error: {tmp_path / 't.csv'}: the {table} table lists no node (only its " \
                                        f"header, {head!r})", err
+
+
+def test_a_table_of_one_row_of_a_name_is_a_node(tmp_path: Path) -> None:
+    """No other ids tell a header by: `alice,1,2` alone is the node alice, not a header over no rows."""
+    (tmp_path / "n.csv").write_text("alice,1,2\n")
+    with GraphWriter(tmp_path / "o") as w:
+        ids, header = read_node_table(tmp_path / "n.csv", w)
+        assert ids.original.tolist() == ["alice"] and header is None
+    assert not (tmp_path / "o").exists()  # nothing finished: the writer leaves nothing

@@ -84,11 +84,14 @@ def _integer(token: str) -> bool:
 
 def _integer_ids(p: Path, sep: str, skip: int) -> bool:
     """Whether the ids after the first line are all integers (the graph's ids are then integers), read until the
-    first that is not one: only for a first line whose id is a name."""
+    first that is not one: only for a first line whose id is a name (False when no row follows: `alice,1,2` alone
+    is a node)."""
+    rows = 0
     for df in _chunks(p, sep, skip, {0: str}, "node table", usecols=[0]):
         if not df.iloc[:, 0].str.fullmatch(r"\s*[+-]?\d+\s*").all():
             return False
-    return True
+        rows += len(df)
+    return rows > 0
 
 
 def _no_index_column(first: list[str], p: Path) -> None:
