@@ -111,6 +111,21 @@ def test_layout_rm_of_one_machine_keeps_working_and_verify_names_it_missing(spli
     assert main(["layout", "rm", str(s)]) == 0 and not s.exists()
 
 
+def test_a_layout_is_never_placed_inside_a_split_or_a_dataset(split_layout, runtime_dataset, tmp_path, capsys):
+    """`place --out SPLIT/m0 --overwrite` replaced machine m0's part with a whole-dataset layout (exit 0) and the
+    split no longer verified; `--out SPLIT/extra` made a layout `layout rm SPLIT` then refused: both refused, as a
+    layout inside a dataset, before anything is sampled."""
+    s = shutil.copytree(split_layout, tmp_path / "S")
+    args = ["place", "--dataset", str(runtime_dataset.path), "--profile", "paper-machine-b", "--gpus", "2", "--ssds",
+            "2", "--gpu-cache", "2%", "--cpu-cache", "5%"]
+    for out, extra, owner in ((s / "m0", ["--overwrite"], f"the split layout {s}"), (s / "extra", [], f"the split "
+                              f"layout {s}"), (runtime_dataset.path / "L", [], f"the dataset {runtime_dataset.path}")):
+        assert main([*args, "--out", str(out), *extra]) == 2
+        assert _err(capsys).startswith(f"error: {out}: is inside {owner}, which a layout placed there would damage")
+    assert not (s / "extra").exists() and not (runtime_dataset.path / "L").exists()
+    assert main(["layout", "verify", str(s)]) == 0
+
+
 def test_a_machines_missing_index_or_damaged_shard_is_named_once(split_layout, tmp_path, capsys):
     """The owners' agreement read a machine's index before its layout was verified: a missing one was a
     FileNotFoundError; a damaged shard's line named its path twice."""

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict
 from moment.errors import MomentError, check_at_least
 from moment.inputs import check_dir, exists
 from moment.locking import locked
-from moment.outputs import LEFTOVER_MARK, check_output, make_partial, mark_leftover, publish_dir
+from moment.outputs import LEFTOVER_MARK, check_output, make_partial, mark_leftover, moment_directory, publish_dir
 from moment.placement import planning as pl
 from moment.placement import split as sp
 from moment.placement.assignment import hotness_order
@@ -219,6 +219,10 @@ def _prepare(dataset, out, machines: Sequence[SplitMachine], *, split: bool, pla
     for name, p in paths.items():  # before minutes of sampling: write_layout checks it again
         check_ssd_path(name, p, out)
     if not split:
+        if (owner := moment_directory(out.absolute().parent)) is not None:  # a split's machine, a layout in a dataset
+            raise MomentError(f"is inside {owner[1]} {owner[0]}, which a layout placed there would damage",
+                              source=str(out), hint="choose another --out (a split's machines are placed together: "
+                                                    "`moment place --machines N --out SPLIT`)")
         check_layout_out(out, overwrite)
     elif exists(out) and not overwrite:
         refuse_existing(out)
