@@ -269,3 +269,21 @@ def test_a_model_listed_twice_is_described_once(capsys):
     assert inv.describe() == "4 x A100-PCIe-40GB, 4 x P5510"
     assert main(["plan", "-p", "paper-machine-b", "--inventory", "2xA100,2xA100,4xP5510", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["inventory"] == "4 x A100-PCIe-40GB, 4 x P5510"
+
+
+def test_a_truth_value_is_never_read_as_a_number(capsys):
+    """`--set nodes.sw0.link.bandwidth_gbps=true` planned the switch's uplink at 1 GB/s (pydantic takes a bool for a
+    number): every number field of a profile refuses one, naming the field; the numbers themselves still read."""
+    from moment.cli import main
+
+    base = ["plan", "--profile", "paper-machine-b", "--gpus", "2", "--ssds", "2"]
+    for spec, said in (("nodes.sw0.link.bandwidth_gbps=true", "nodes.sw0.link: bandwidth_gbps: true is a truth "
+                        "value, not a number"), ("nodes.cpu0.memory_gib=false", "memory_gib: false is a truth value")):
+        assert main([*base, "--set", spec]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: --set {spec}: ") and said in err and "Traceback" not in err, err
+    assert main([*base, "--set", "nodes.sw0.link.bandwidth_gbps=20"]) == 0
+    for bad in ({"gen": True}, {"width": False}, {"bandwidth_gbps": True}):
+        (name, value), = bad.items()
+        with pytest.raises(ValueError, match=f"{name}: {str(value).lower()} is a truth value, not a number"):
+            Link(**bad)

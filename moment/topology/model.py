@@ -42,6 +42,24 @@ class _Strict(BaseModel):
     # a rate, size or share of .inf or .nan is never a figure of real hardware
     model_config = ConfigDict(extra="forbid", frozen=False, use_enum_values=False, allow_inf_nan=False)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_truth_value_for_a_number(cls, data: object) -> object:
+        """`bandwidth_gbps: true` (a YAML word, a `--set` value) was read as 1 GB/s: pydantic takes a bool for a
+        number, so a number field is refused one here (strict mode would refuse the enums' names too)."""
+        if isinstance(data, dict):
+            for name, field in cls.model_fields.items():
+                if isinstance(data.get(name), bool) and _numeric(field.annotation):
+                    raise ValueError(f"{name}: {str(data[name]).lower()} is a truth value, not a number")
+        return data
+
+
+def _numeric(annotation: object) -> bool:
+    """Whether a field's type takes an int or a float (its own, or one of a union's or Annotated's)."""
+    if annotation in (int, float):
+        return True
+    return any(_numeric(a) for a in getattr(annotation, "__args__", ()) if a is not bool)
+
 
 def _pcie_width(v: int | None) -> int | None:
     if v is not None and v not in bw.PCIE_WIDTHS:
