@@ -349,6 +349,15 @@ CASES = [
     Case("moment plan --cluster server.yaml", "this is a profile"),
     Case("moment layout verify hot128", "this is a hotness"),
     Case("moment cache simulate --dataset data/ds --capacity 10% --hotness layouts/L", "this is a layout"),
+    # an output written into what Moment wrote, a link that cannot exist, a truth value for a number
+    Case("moment cache simulate --dataset data/ds --capacity 10% --trace-out data/ds/features.npy",
+         "is inside the dataset", keep=("data/ds/features.npy",)),
+    Case("moment plan --profile paper-machine-b --gpus 2 --ssds 2 --set 'links+={a: rc0-x16, b: cpu0, kind: nvlink, "
+         "count: 12}'", "an NVLink joins GPUs"),
+    Case("moment plan --profile paper-machine-b --gpus 2 --ssds 2 --set nodes.sw0.link.bandwidth_gbps=true",
+         "is a truth value, not a number"),
+    Case("moment place --dataset data/ds --profile paper-machine-b --gpus 2 --ssds 2 --gpu-cache 2% --cpu-cache 5% "
+         "--out data/ds/L", "is inside the dataset"),
     # path options found closing the review
     Case(f"{TRAIN} --run-dir /", "--run-dir /: names no file or directory of its own"),
     Case(f"{TRAIN} --run-dir afile", "--run-dir afile: exists and is a file", absent=("--checkpoint-dir",)),

@@ -695,7 +695,8 @@ def test_stopping_moment_train_during_its_start_leaves_no_log_folder(layout, tmp
             assert p.poll() is None, p.stderr.read() if p.stderr else ""
             family = set(bench_epoch.descendants(p.pid)) - {p.pid}
             os.kill(p.pid, sig)
-            assert p.wait(timeout=60) in (-sig, 128 + sig)
+            rc = p.wait(timeout=60)
+            assert rc in (-sig, 128 + sig), (when, sig.name, rc, p.stderr.read() if p.stderr else "")
             _until(lambda f=family: not [c for c in f if bench_epoch.alive(c)], 30)
             assert _log_folders(temp) == [], (when, sig.name)
         finally:
