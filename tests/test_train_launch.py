@@ -669,6 +669,33 @@ def test_a_held_agent_stopped_or_never_told_to_go_removes_its_log_folder(layout,
 
 
 @pytest.mark.slow
+def test_a_signal_that_comes_as_the_go_is_given_is_passed_on(tmp_path):
+    """A SIGTERM that reached the launcher while it gave the held agent its go (its handlers set, its watch not yet
+    begun) ended it with a traceback, exit 1, in CI's parallel suite: it is passed on to the agent, which stops,
+    as one a moment later is."""
+
+    class Agent:  # a held agent whose go is interrupted by the signal
+        cmd = ["agent"]
+        early: list[str] = []
+
+        def __init__(self):
+            self.proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], stdout=subprocess.PIPE,
+                                         text=True)
+
+        def go(self, args, env):
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    agent = Agent()
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        out = tl.run(agent, [], {}, tmp_path / "torchrun.log", 0)
+        assert (out.code, out.stopped_by) == (128 + signal.SIGTERM, "SIGTERM")
+        assert agent.proc.poll() == -signal.SIGTERM and signal.getsignal(signal.SIGTERM) == before
+    finally:
+        agent.proc.kill()
+        agent.proc.wait()
+
+
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds the launcher's children in Linux /proc")
 def test_stopping_moment_train_during_its_start_leaves_no_log_folder(layout, tmp_path, bench_epoch):
     """hunt-D D8: a SIGTERM (or SIGHUP, or a SIGKILL of the launcher, which its agent dies with) while the agent is

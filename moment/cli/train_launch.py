@@ -314,10 +314,12 @@ def run(agent: HeldAgent, args: list[str], env: dict[str, str], log_path: Path, 
         agent.stop()  # no go: no rank started
         raise MomentError(f"cannot write torchrun's log: {reason(e)}", source=str(log_path),
                           hint="free some space or pass --run-dir DIR") from None
-    old = {sig: signal.signal(sig, _raise_stopped) for sig in FORWARDED}
     done = threading.Event()
-    agent.go(args, env)
-    try:
+    old: dict[int, Any] = {}
+    try:  # a signal from the first handler on is passed on (one as the go was given ended this process at exit 1)
+        for sig in FORWARDED:
+            old[sig] = signal.signal(sig, _raise_stopped)
+        agent.go(args, env)
         assert proc.stdout is not None
         if rdzv is not None:
             threading.Thread(target=_join_deadline, args=(proc, rdzv, out, done), daemon=True).start()
