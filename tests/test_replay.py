@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -15,6 +17,8 @@ from moment.topology.devices import Inventory, populate, strip
 from moment.topology.profiles import load_profile
 from moment.workload.spec import WorkloadSpec
 from tests.test_planner import SSD, TINY_PLACEMENT, tiny
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _named(profile: str, name: str):
@@ -129,7 +133,23 @@ def test_cli_simulate_json_and_plan_file(tmp_path, capsys):
     plan.write_text(capsys.readouterr().out)
     assert main(["simulate", "--plan", str(plan), "--steps", "20", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["steps"] == 20 and len(out["per_gpu"]) == 4 and out["source"] == "synthetic"
+    assert out["steps"] == 20 and len(out["per_gpu"]) == 4 and out["source"] == "synthetic" and "notes" not in out
+    # a plan of an edited copy of a built-in profile (its name kept) was replayed on the built-in machine silently
+    text = (REPO / "topology_profiles" / "paper-machine-a.yaml").read_text()
+    slow = tmp_path / "slow-bays.yaml"
+    slow.write_text("\n".join(ln.replace("link: {gen: 4", "link: {gen: 2") if "accepts: [ssd]" in ln else ln
+                              for ln in text.splitlines()))  # every SSD bay PCIe 2.0
+    assert slow.read_text() != text
+    assert main(["plan", "--profile", str(slow), "--gpus", "4", "--ssds", "8", "--json"]) == 0
+    edited = tmp_path / "edited.json"
+    edited.write_text(capsys.readouterr().out)
+    planned = json.loads(edited.read_text())["predicted"]["epoch_read_s"]
+    assert main(["simulate", "--plan", str(edited), "--steps", "20"]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert f"note: the plan predicted {planned:.2f} s for this placement, and the machine replayed here " \
+           "(paper-machine-a) gives" in said and "give its profile with --profile FILE" in said
+    assert main(["simulate", "--plan", str(edited), "--profile", str(slow), "--steps", "20", "--json"]) == 0
+    assert "notes" not in json.loads(capsys.readouterr().out)
     assert main(["simulate", "--plan", str(plan), "--placement", "paper-c"]) == 2
     assert main(["simulate", "--profile", "paper-machine-a", "--placement", "nope"]) == 2
 

@@ -45,6 +45,8 @@ def simulate_cmd(
         _emit_json(res.json)
         return
     _render_replay(res.report, res.json.get("calibrated_epoch_s"))
+    for note in res.json.get("notes", []):
+        console.print(Text.assemble(("note:", "yellow"), f" {note}"))
 
 
 def _render_replay(rep, calibrated: float | None) -> None:

@@ -85,6 +85,10 @@ def simulate(req: SimulateRequest, *, topology: Topology | None = None, flag: Fl
                                          data=data)
 
         rep = run(work)
+        note = _planned_elsewhere(plan, data, rep.lp_epoch_s, topology.name)
+        if note is not None:
+            out = api.replay_json(rep, cal, data)
+            return SimulateResult(rep, {**out, "notes": [note]})
     else:
         if topology is None and req.profile is None:
             raise MomentError("--placement needs --profile")
@@ -94,6 +98,25 @@ def simulate(req: SimulateRequest, *, topology: Topology | None = None, flag: Fl
         rep = run(lambda progress: api.simulate_named(topology, req.placement, req.gpus, req.ssds, steps=req.steps,
                                                       seed=req.seed, uniform=req.uniform, flag=flag, data=data))
     return SimulateResult(rep, api.replay_json(rep, cal, data))
+
+
+#: how far the loaded machine's LP of a plan's placement may be from the plan's own prediction (the same LP):
+#: further, the plan was made on another machine (an edited copy of a profile of the same name) or calibration
+PLAN_DRIFT = 1e-3
+
+
+def _planned_elsewhere(plan, data: str, lp_s: float, machine: str) -> str | None:
+    """What to say when the machine loaded for `plan` gives its placement another LP time than the plan did: a plan
+    from an edited copy of a built-in profile (the same name) was replayed on the built-in machine without a word."""
+    try:
+        planned = plan.under(data).epoch_read_s
+    except ValueError:  # (no even-data prediction in it)
+        return None
+    if planned > 0 and abs(lp_s / planned - 1) <= PLAN_DRIFT:
+        return None
+    return (f"the plan predicted {planned:.2f} s for this placement, and the machine replayed here ({machine}) gives "
+            f"{lp_s:.2f} s by the same LP: the plan was made on another machine (a profile file of the same name?) or "
+            "calibration; give its profile with --profile FILE (and its --calibration) to replay what it planned")
 
 
 def replay_layout(layout: Path, topo: Topology, dataset: Path | None, fanouts: str, batch_size: int | None,
