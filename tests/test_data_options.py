@@ -72,6 +72,10 @@ def _cases(root: Path, ds, layout: Path) -> list[tuple[list[str], str]]:
         ([*sim, "--rank", "-1"], "--rank -1: must be an integer >= 0"),
         ([*sim, "--superbatch", "0"], "--superbatch 0: must be an integer >= 1"),
         ([*sim, "--seed", "-1"], f"--seed -1: must be an integer from 0 to {2**63 - 1}"),
+        # a bare number is bytes here (GiB for place's caches): the message says how it was read
+        ([*sim, "--capacity", "8"], "--capacity '8': read as 8 B, 0 rows of"),
+        ([*sim, "--capacity", "1TiB"], "read as 1.0 TiB, 8,589,934,592 rows of 128 B: must be more than 0 rows and at "
+                                       "most the dataset's 1,500 rows (187.5 KiB)"),
         ([*pack, "--batch-size", "0"], "--batch-size 0: must be an integer >= 1"),
         ([*pack, "--ranks", "0"], "--ranks 0: must be an integer >= 1"),
         ([*pack, "--epochs", "-1"], "--epochs -1: must be an integer >= 1"),

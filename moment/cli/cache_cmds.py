@@ -48,7 +48,7 @@ def simulate_cmd(
 
     from moment.caching.simulate import DEFAULT_POLICIES, check_policies, simulate
     from moment.runtime.config import TrainConfig
-    from moment.sizes import parse_size
+    from moment.sizes import fmt_size, parse_size
     from moment.workload.graph import GraphDataset
     from moment.workload.hotness import Hotness, presample
     from moment.workload.sampler import DEFAULT_FANOUTS
@@ -77,11 +77,14 @@ def simulate_cmd(
     caps = []
     for c in capacity:
         try:
-            rows = (parse_size(c, n * ds.row_bytes) or 0) // ds.row_bytes
+            size = parse_size(c, n * ds.row_bytes) or 0
         except MomentError as e:  # (it named no option)
             raise MomentError(f"--capacity {c!r}: {e}") from None
-        if rows <= 0 or rows > n:
-            raise MomentError(f"--capacity {c!r}: must be more than 0 rows and at most 100% of {n} rows")
+        rows = size // ds.row_bytes
+        if rows <= 0 or rows > n:  # (a bare number is bytes here: say how it was read)
+            raise MomentError(f"--capacity {c!r}: read as {fmt_size(size)}, {rows:,} rows of {ds.row_bytes} B: must be "
+                              f"more than 0 rows and at most the dataset's {n:,} rows ({fmt_size(n * ds.row_bytes)})",
+                              hint="give a size with its unit (e.g. 64MiB) or a share of the rows (e.g. 10%)")
         caps.append(rows)
     bs = batch_size if batch_size is not None else TrainConfig().resolved_batch_size(
         int(np.asarray(ds.train_idx).size), ranks)
