@@ -443,3 +443,22 @@ def test_a_given_split_with_an_empty_train_split_is_refused_at_the_import(tmp_pa
     with pytest.raises(MomentError, match=r"train\.npy: the train split is empty: no node to train on"):
         import_edgelist(f, tmp_path / "out", splits_dir=d)
     assert not (tmp_path / "out").exists()
+
+
+def test_sparse_ids_read_as_node_numbers_are_refused_with_the_hint_to_renumber(tmp_path):
+    """4 edges between ids up to 1,999,999 imported as 2,000,000 nodes (1 GB of drawn features, a random split of
+    nodes without an edge) without a word, where the docs said such ids are refused with the hint to renumber:
+    refused before anything is written; --renumber keeps them as ids, a node count given keeps them as numbers."""
+    f = tmp_path / "e.txt"
+    f.write_text("0 1\n1 2\n2 1999999\n1999999 0\n")
+    with pytest.raises(MomentError, match=r"e\.txt: the edges name 4 distinct nodes, but their largest id is "
+                                          r"1,999,999: .* 1,999,996 of them without an edge\n  hint: .*--renumber"):
+        import_edgelist(f, tmp_path / "a")
+    assert not (tmp_path / "a").exists()
+    assert import_edgelist(f, tmp_path / "b", renumber=True, feature_dim=1).num_nodes == 4
+    assert import_edgelist(f, tmp_path / "c", num_nodes=2_000_000, feature_dim=1).num_nodes == 2_000_000
+    np.save(tmp_path / "ei.npy", np.array([[0, 1, 2, 1999999], [1, 2, 1999999, 0]]))  # the same, as node numbers
+    from moment.workload.import_npy import import_npy
+
+    with pytest.raises(MomentError, match=r"ei\.npy.*: the edges name 4 distinct nodes"):
+        import_npy(tmp_path / "d", edge_index=tmp_path / "ei.npy")

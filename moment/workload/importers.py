@@ -498,6 +498,29 @@ def edge_layout(edges: np.ndarray, source: str) -> str:
     raise MomentError(f"edges must have shape [2, E] or [E, 2], got {list(edges.shape)}", source=source)
 
 
+#: a node count taken from the largest edge id, where the edges name fewer than this share of the nodes on a graph
+#: of at least SPARSE_NODES, is refused: the ids are the graph's own (user ids), not node numbers, and the import
+#: would make millions of nodes without an edge (4 edges up to id 1,999,999: 2M nodes, 1 GB of drawn features)
+SPARSE_SHARE, SPARSE_NODES = 0.1, 100_000
+
+
+def check_sparse_ids(chunks: Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]], n: int, source: str,
+                     hint: str) -> None:
+    """Refuse a node count read from the largest edge id when the edges name few of its nodes (a mark a node:
+    n bytes, after `check_build_size` bounded n)."""
+    if n < SPARSE_NODES:
+        return
+    seen = np.zeros(n, dtype=bool)
+    for src, dst in chunks():
+        for a in (src, dst):
+            seen[a[(a >= 0) & (a < n)]] = True
+    named = int(np.count_nonzero(seen))
+    if named < SPARSE_SHARE * n:
+        raise MomentError(f"the edges name {named:,} distinct nodes, but their largest id is {n - 1:,}: read as node "
+                          f"numbers, the graph would have {n:,} nodes, {n - named:,} of them without an edge",
+                          source=source, hint=hint)
+
+
 def _largest_id(edges: np.ndarray, layout: str) -> int:
     hi = -1
     for src, dst in _edge_chunks(edges, layout):
@@ -548,6 +571,11 @@ def write_parts(
     if n <= 0:
         raise MomentError("no edges and no node count", source=parts.edges_source)
     check_build_size(n, feature_dim * 4 if feat is None else 0, Path(out_dir), parts.edges_source)
+    if not given:
+        check_sparse_ids(lambda: _edge_chunks(parts.edges, layout), n, parts.edges_source,
+                         hint="if these are the graph's own ids, number them 0..N-1 first (`moment data import "
+                              "edgelist --renumber` does, keeping them); to keep them as node numbers, give the node "
+                              "count")
     with GraphWriter(out_dir, overwrite=overwrite) as w:
         return _fill(w, parts, n, layout, lab, source=source, undirected=undirected, policy=policy,
                      feature_dim=feature_dim, num_classes=num_classes, seed=seed, fractions=fractions,
@@ -825,6 +853,10 @@ def import_edgelist(
                          why=f"the largest node id is {hi:,}, so " if n == hi + 1 and not num_nodes and ids is None
                          else "", hint="if these are the graph's own ids (sparse), --renumber numbers them 0..N-1 "
                          "and keeps them in the dataset; or check --num-nodes")
+        if n == hi + 1 and not sizes and ids is None:
+            check_sparse_ids(lambda: _edge_chunks(spool, "rows"), n, str(path),
+                             hint="if these are the graph's own ids, import with --renumber (they are kept as its "
+                                  "node ids); to keep them as node numbers, give --num-nodes")
         rep = build_csr(w, lambda: _edge_chunks(spool, "rows"), n, source=str(path), undirected=undirected,
                         policy=policy, progress=progress)
         spool = None
