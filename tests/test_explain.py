@@ -174,3 +174,31 @@ layouts:
     out = " ".join(capsys.readouterr().out.split())
     assert ("note: layouts 'paper-a', 'paper-b', 'paper-c', 'paper-d', 'paper-moment' are not compared for this "
             "inventory: fewer GPU slots than the 8 GPUs") in out
+
+
+def test_what_planning_leaves_out_of_the_installed_devices_is_said(tmp_path, capsys):
+    """A profile's installed SSDs measured at 1 GB/s (`probe --profile-out` writes that) were planned afresh at the
+    model's rated 6.5 GB/s, and an NVLink between its installed GPUs was dropped with them, without a word: the
+    plan read as the measured machine's. Both are said; a profile whose devices are as rated says nothing."""
+    f = tmp_path / "held.yaml"
+    text = """name: held
+nodes:
+  - {id: cpu0, kind: socket, memory_gib: 256, memory_bandwidth_gbps: 150}
+  - {id: rc0, kind: root_complex, parent: cpu0}
+  - {id: slot1, kind: slot, parent: rc0, width: 16, accepts: [gpu], link: {gen: 4, width: 16}}
+  - {id: slot2, kind: slot, parent: rc0, width: 16, accepts: [gpu], link: {gen: 4, width: 16}}
+  - {id: g0, kind: gpu, parent: slot1, model: A100-PCIe-40GB, link: {gen: 4, width: 16}}
+  - {id: g1, kind: gpu, parent: slot2, model: A100-PCIe-40GB, link: {gen: 4, width: 16}}
+  - {id: bay0, kind: slot, parent: rc0, width: 4, accepts: [ssd], link: {gen: 4, width: 4}}
+  - {id: ssd0, kind: ssd, parent: bay0, model: P5510, read_gbps: RATE, link: {gen: 4, width: 4}}
+"""
+    f.write_text(text.replace("RATE", "1.0") + "links:\n  - {a: g0, b: g1, kind: nvlink, count: 4}\n")
+    assert main(["plan", "-p", str(f), "--gpus", "2", "--ssds", "1", "--json"]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert notes[0].startswith("the profile's installed SSDs are placed afresh as the inventory's, at their rated "
+                               "rates: their measured rates are not used (ssd0 1 GB/s (P5510 rated 6.5))"), notes
+    assert notes[1].startswith("the profile's peer links between installed cards are left out with the cards: "
+                               "nvlink g0-g1"), notes
+    f.write_text(text.replace("RATE", "6.5"))
+    assert main(["plan", "-p", str(f), "--gpus", "2", "--ssds", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["notes"] == []

@@ -131,8 +131,35 @@ def _make_plan(topo: Topology, inventory: Inventory, workload: WorkloadSpec, max
         baselines=baselines,
         gain_vs_best_baseline=gain,
         explanation=explain(bare, seen(winner), [(b.name, seen(ev)) for b, ev in evaluated]),
-        notes=[*layouts_of(bare, inventory)[1], *([found.note] if found.note else [])],
+        notes=[*layouts_of(bare, inventory)[1], *([found.note] if found.note else []), *_left_out(topo)],
     )
+
+
+def _left_out(topo: Topology) -> list[str]:
+    """What planning leaves out of the devices the profile has in its slots (`strip` empties them, the inventory
+    is placed afresh), said: an SSD's measured read rate (`moment probe --profile-out` writes it) and a peer link
+    between installed cards. Either was dropped without a word, and the plan read as the measured machine's."""
+    held = {n.id: n for n in topo.nodes if n.kind in (Kind.gpu, Kind.ssd) and n.parent is not None
+            and topo.node(n.parent).kind == Kind.slot}
+    out = []
+    measured = []
+    for n in held.values():
+        try:
+            rated = find_model(n.model).read_gbps if n.kind == Kind.ssd and n.model else None
+        except MomentError:
+            rated = None
+        if rated and n.read_gbps and abs(n.read_gbps - rated) > 1e-6 * rated:
+            measured.append(f"{n.id} {n.read_gbps:g} GB/s ({n.model} rated {rated:g})")
+    if measured:
+        out.append(f"the profile's installed SSDs are placed afresh as the inventory's, at their rated rates: their "
+                   f"measured rates are not used ({', '.join(measured)}); to plan with them, fit them with `moment "
+                   "calibrate --measured` on `moment probe --out`'s file and plan with --calibration")
+    links = [lk for lk in topo.links if lk.a in held or lk.b in held]
+    if links:
+        out.append("the profile's peer links between installed cards are left out with the cards: "
+                   + ", ".join(f"{lk.kind} {lk.a}-{lk.b}" for lk in links) + " (a bridge that stays with the slots "
+                   "is written between the slots, e.g. links: [{a: SLOT1, b: SLOT2, kind: nvlink, count: 4}])")
+    return out
 
 
 @dataclass
