@@ -240,3 +240,16 @@ def test_the_requests_name_the_planners_max_flow_backends_and_default():
     for model in (planner_requests.PlanRequest, schemas.PlanRequest):
         assert model.model_fields["maxflow_backend"].default == maxflow.DEFAULT_BACKEND, model
     assert set(typing.get_args(schemas.PlanRequest.model_fields["maxflow_backend"].annotation)) == set(maxflow.BACKENDS)
+
+
+def test_a_socket_without_memory_holds_no_cpu_cache():
+    """A socket of `memory_gib: 0` served the CPU cache's share as one of 256 GiB did: it holds none now, the other
+    socket serves the share, and with no memory anywhere the SSDs read it (a slower epoch, never a faster one)."""
+    inv, wl = Inventory.simple(2, 2), WorkloadSpec()
+    shares = {}
+    for mem in ((256, 256), (0, 256), (0, 0)):
+        topo = load_profile("paper-machine-b", [f"nodes.cpu{i}.memory_gib={m}" for i, m in enumerate(mem)])
+        plan = make_plan(topo, inv, wl)
+        shares[mem] = ({k for k in plan.predicted.storage_shares if k.startswith("mem:")}, plan.predicted.epoch_read_s)
+    assert shares[(256, 256)][0] == {"mem:cpu0", "mem:cpu1"} and shares[(0, 256)][0] == {"mem:cpu1"}
+    assert shares[(0, 0)][0] == set() and shares[(0, 0)][1] > shares[(0, 256)][1] * (1 + 1e-6)

@@ -233,6 +233,8 @@ def _assemble(ch: _Chassis, devices: list[_Dev], workload: WorkloadSpec, rest: R
         else:
             storage.append(StorageNode(d.id, TIER_SSD, d.serve, d.id))
     for sid, mem_bw, mem_gib in ch.sockets:
+        if mem_gib <= 0:  # a socket without memory holds no CPU cache (it served the CPU share all the same)
+            continue
         edges.append(Edge(f"mem:{sid}", sid, mem_bw, "memory", f"mem:{sid}", sid, None))
         storage.append(StorageNode(f"mem:{sid}", TIER_CPU, mem_bw, sid, mem_gib))
     for p in ch.peers:
