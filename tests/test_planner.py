@@ -13,7 +13,7 @@ from moment.planner.maxflow import solve_maxflow
 from moment.planner.network import TIER_CPU, TIER_GPU, TIER_SSD, ChassisTemplate, build_network
 from moment.planner.plan import make_plan
 from moment.topology.bandwidth import GB
-from moment.topology.devices import Inventory, populate, strip
+from moment.topology.devices import Inventory, InventoryItem, populate, strip
 from moment.topology.model import Kind, Topology
 from moment.topology.profiles import builtin_names, load_profile
 from moment.workload.spec import WorkloadSpec
@@ -253,3 +253,33 @@ def test_a_socket_without_memory_holds_no_cpu_cache():
         shares[mem] = ({k for k in plan.predicted.storage_shares if k.startswith("mem:")}, plan.predicted.epoch_read_s)
     assert shares[(256, 256)][0] == {"mem:cpu0", "mem:cpu1"} and shares[(0, 256)][0] == {"mem:cpu1"}
     assert shares[(0, 0)][0] == set() and shares[(0, 0)][1] > shares[(0, 256)][1] * (1 + 1e-6)
+
+
+BRIDGED = """name: bridged
+nodes:
+  - {id: cpu0, kind: socket, memory_gib: 256, memory_bandwidth_gbps: 150}
+  - {id: rc0, kind: root_complex, parent: cpu0}
+  - {id: slot1, kind: slot, parent: rc0, width: 16, accepts: [gpu], link: {gen: 3, width: 4}}
+  - {id: slot2, kind: slot, parent: rc0, width: 16, accepts: [gpu], link: {gen: 3, width: 4}}
+  - {id: bay0, kind: slot, parent: rc0, width: 4, accepts: [ssd], link: {gen: 4, width: 4}}
+  - {id: bay1, kind: slot, parent: rc0, width: 4, accepts: [ssd], link: {gen: 4, width: 4}}
+  - {id: bay2, kind: slot, parent: rc0, width: 4, accepts: [ssd], link: {gen: 4, width: 4}}
+"""
+
+
+def test_a_bridge_between_slots_joins_two_cards_of_one_model_that_takes_one(tmp_path):
+    """Two T4s (no NVLink connector), or a T4 and an A100, on bridged slots read their peer's cache over the bridge
+    as two A100s do (95.39 s against 103.81 s without it): only cards of one model that takes a bridge use it."""
+    (tmp_path / "b.yaml").write_text(BRIDGED + "links:\n  - {a: slot1, b: slot2, kind: nvlink, count: 4}\n")
+    (tmp_path / "n.yaml").write_text(BRIDGED)
+    wl = WorkloadSpec()
+
+    def epoch(profile: str, inventory: Inventory) -> float:
+        return make_plan(load_profile(str(tmp_path / profile)), inventory, wl).predicted.epoch_read_s
+
+    a100, t4 = Inventory.simple(2, 3), Inventory.simple(2, 3, "T4", "P5510")
+    mixed = Inventory(items=[InventoryItem(model="T4", count=1), InventoryItem(model="A100-PCIe-40GB", count=1),
+                             InventoryItem(model="P5510", count=3)])
+    assert epoch("b.yaml", a100) < epoch("n.yaml", a100) * (1 - 0.05)  # the bridge carries the peer's reads
+    for inv in (t4, mixed):
+        assert epoch("b.yaml", inv) == pytest.approx(epoch("n.yaml", inv), rel=1e-9)

@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 from moment.errors import MomentError
 from moment.topology.bandwidth import GB
-from moment.topology.devices import card_link, find_model, ssd_read_bytes, trained_link
+from moment.topology.devices import bridge_group, card_link, find_model, ssd_read_bytes, trained_link
 from moment.topology.model import PLACEABLE, Kind, Link, Topology
 from moment.workload.spec import WorkloadSpec
 
@@ -120,6 +120,7 @@ class _Dev:
     label: str | None
     serve: float = 0.0  # HBM or read bandwidth, bytes/s
     memory: float = 0.0  # GiB (GPU cache weight)
+    bridge: str | None = None  # GPU: the model an NVLink bridge joins it to (`devices.bridge_group`)
 
 
 @dataclass(frozen=True)
@@ -198,7 +199,8 @@ def _extract(topo: Topology) -> _Chassis:
         cap, kind, label = _link_of(link)
         if n.kind in (Kind.gpu, Kind.ssd):
             if n.kind == Kind.gpu:
-                devices.append(_Dev(n.id, n.kind, n.parent, cap, kind, label, n.hbm_gbps * GB, n.memory_gib))
+                devices.append(_Dev(n.id, n.kind, n.parent, cap, kind, label, n.hbm_gbps * GB, n.memory_gib,
+                                    bridge_group(n.model)))
             else:
                 devices.append(_Dev(n.id, n.kind, n.parent, cap, kind, label,
                                     ssd_read_bytes(n.read_gbps, link, ssd_scale)))
@@ -217,6 +219,7 @@ def _assemble(ch: _Chassis, devices: list[_Dev], workload: WorkloadSpec, rest: R
     if not n_gpus:
         raise MomentError("the machine has no GPU: there is nothing to feed")
     occupant = {d.parent: d.id for d in devices}
+    bridges = {d.id: d.bridge for d in devices}
     is_gpu = set(gpus)
 
     def tail(x: str) -> str:  # where data leaving x starts in the graph
@@ -244,6 +247,9 @@ def _assemble(ch: _Chassis, devices: list[_Dev], workload: WorkloadSpec, rest: R
         if p.kind in ("nvlink", "xgmi") and any(end in occupant and occupant[end] not in is_gpu
                                                 for end in (p.a, p.b)):
             continue  # a GPU bridge on a slot carries data only when the slot holds a GPU
+        if p.kind == "nvlink" and p.a in occupant and p.b in occupant and not (
+                bridges[a] is not None and bridges[a] == bridges[b]):
+            continue  # and only between two cards of one model that takes a bridge (not two T4s, nor T4 and A100)
         edges.append(Edge(tail(a), b, p.capacity, p.kind, a, b, p.label))
         edges.append(Edge(tail(b), a, p.capacity, p.kind, b, a, p.label))
 
@@ -374,5 +380,6 @@ class ChassisTemplate:
         for slot, dev_id in self.device_ids(placement).items():
             kind, cap, serve, memory = self.card(slot, placement[slot])
             if kind in (Kind.gpu, Kind.ssd):  # NICs carry no training reads
-                devs.append(_Dev(dev_id, kind, slot, cap, "pcie", None, serve, memory))
+                devs.append(_Dev(dev_id, kind, slot, cap, "pcie", None, serve, memory,
+                                 bridge_group(placement[slot]) if kind == Kind.gpu else None))
         return _assemble(self.chassis, devs, workload, rest)

@@ -30,16 +30,18 @@ class DeviceModel(BaseModel):
     capacity_gb: float = 0.0
     port_gbit: float = Field(0.0, description="NIC: line rate of one network port, Gb/s")
     ports: int = Field(0, description="NIC: network ports on the card")
+    nvlink_bridge: bool = Field(False, description=(
+        "GPU: takes an NVLink bridge to a card of its own model (a bridge between slots carries data only then)"))
     aliases: tuple[str, ...] = ()
 
 
 CATALOG: tuple[DeviceModel, ...] = (
     DeviceModel(name="A100-PCIe-40GB", kind=Kind.gpu, gen=4, lanes=16, double_width=True, memory_gib=40,
-                hbm_gbps=1555, aliases=("a100", "a100-40gb", "a100-pcie")),
+                hbm_gbps=1555, nvlink_bridge=True, aliases=("a100", "a100-40gb", "a100-pcie")),
     DeviceModel(name="A100-PCIe-80GB", kind=Kind.gpu, gen=4, lanes=16, double_width=True, memory_gib=80,
-                hbm_gbps=1935, aliases=("a100-80gb",)),
+                hbm_gbps=1935, nvlink_bridge=True, aliases=("a100-80gb",)),
     DeviceModel(name="H100-PCIe-80GB", kind=Kind.gpu, gen=5, lanes=16, double_width=True, memory_gib=80,
-                hbm_gbps=2000, aliases=("h100", "h100-pcie")),
+                hbm_gbps=2000, nvlink_bridge=True, aliases=("h100", "h100-pcie")),
     DeviceModel(name="L40S", kind=Kind.gpu, gen=4, lanes=16, double_width=True, memory_gib=48, hbm_gbps=864),
     DeviceModel(name="RTX-6000-Ada", kind=Kind.gpu, gen=4, lanes=16, double_width=True, memory_gib=48,
                 hbm_gbps=960, aliases=("rtx6000ada",)),
@@ -67,6 +69,19 @@ CATALOG: tuple[DeviceModel, ...] = (
 
 
 @lru_cache(maxsize=256)
+def bridge_group(model: str | None) -> str | None:
+    """What an NVLink bridge on a GPU of `model` joins it to: cards of its own model where the catalogue says it
+    takes a bridge (None: it takes none, a T4, an L40S); a model the catalogue does not know (a scanned card) is
+    taken at its word, the bridge the profile shows."""
+    if model is None:
+        return None
+    try:
+        m = find_model(model)
+    except MomentError:
+        return model
+    return m.name if m.nvlink_bridge else None
+
+
 def find_model(name: str) -> DeviceModel:
     key = name.strip().lower()
     for m in CATALOG:
