@@ -311,6 +311,26 @@ def test_an_edited_manifest_is_refused_by_its_own_checksum_by_every_reader(env, 
     assert main(["layout", "verify", str(copy)]) == 0
 
 
+def test_verify_and_info_say_when_the_layouts_dataset_changed_or_went(tmp_path, capsys):
+    """A dataset synthesized again at the layout's path (another seed: every row differs), or moved away: `layout
+    verify` said OK and `layout info` named no dataset, while train and data pack refused the pair. The layout is
+    still whole (OK, exit 0), and both say so."""
+    ds = make_dataset(tmp_path, nodes=800, dim=4, name="d")
+    layout = make_layout(ds, tmp_path / "L")
+    assert main(["layout", "info", str(layout)]) == 0
+    assert f"dataset {ds.path} (id {ds.dataset_id[:12]})" in " ".join(capsys.readouterr().out.split())
+    make_dataset(tmp_path, nodes=800, dim=4, name="d", seed=7)
+    for said in ("is not the one it was placed from: the layout was placed from another dataset",
+                 "the dataset it was placed from is no longer at"):
+        if "no longer" in said:
+            shutil.rmtree(ds.path)
+        assert main(["layout", "verify", str(layout), "--json"]) == 0
+        rep = json.loads(capsys.readouterr().out)
+        assert rep["ok"] and len(rep["notes"]) == 1 and said in rep["notes"][0], rep
+        assert main(["layout", "info", str(layout)]) == 0
+        assert "note: " in capsys.readouterr().out
+
+
 def test_a_manifest_written_before_its_checksum_is_read_and_verify_says_so(env, tmp_path, capsys):
     """A layout of an earlier Moment (its manifest has no `sha256`) still verifies and trains; verify notes that
     an edit to its manifest cannot be detected."""

@@ -303,9 +303,13 @@ def info_cmd(
         _info_split(layout, json_out)
         return
 
-    from moment.placement.reader import load_manifest, shard_path
+    from rich.markup import escape
+    from rich.text import Text
+
+    from moment.placement.reader import dataset_note, load_manifest, shard_path
 
     m = load_manifest(layout)
+    note = dataset_note(layout, m)
     shards = {s.bin: s for s in m.shards}
     bins = [{"name": b.name, "kind": b.kind, "socket": b.socket, "rows": shards[b.name].rows,
              "capacity_rows": b.capacity_rows, "bytes": shards[b.name].bytes, "target_share": b.target_share,
@@ -316,7 +320,7 @@ def info_cmd(
             "bins": bins, "bytes": sum(s.bytes for s in m.shards),
             "predicted_epoch_read_s": m.extra.get("predicted_epoch_read_s"), "skew": m.extra.get("skew"),
             "hardware": m.extra.get("hardware") or {"source": "not recorded", "placement": m.plan.placement},
-            "split": m.split.model_dump(mode="json") if m.split else None}
+            "split": m.split.model_dump(mode="json") if m.split else None, "notes": [note] if note else []}
     if json_out:
         _emit(info)
         return
@@ -325,6 +329,8 @@ def info_cmd(
     console.print(f"[bold]layout[/] {layout}: {m.plan.policy} placement for [cyan]{m.plan.machine}[/], "
                   f"{m.dataset.num_nodes:,} nodes x {m.row.row_bytes} B ({m.row.mode} to {m.row.stride} B on SSDs), "
                   f"{_size(info['bytes'])}, {m.created_by}")
+    console.print(f"dataset {escape(str(Path(m.dataset.features_path).parent))} (id "
+                  f"{(m.dataset.id or 'not recorded')[:12]})", highlight=False)
     if m.split is not None:
         sp = m.split
         console.print(f"machine [bold]{sp.name}[/] (node rank {sp.machine}) of a split over {len(sp.machines)} "
@@ -342,6 +348,8 @@ def info_cmd(
     from moment.cli.render import render_hardware
 
     render_hardware(console, info["hardware"])
+    if note:
+        console.print(Text.assemble(("note:", "yellow"), f" {note}"))
 
 
 def _hardware(b) -> dict:

@@ -40,6 +40,24 @@ def shard_path(layout: Path, s: Shard) -> Path:
     return p if p.is_absolute() else layout / p
 
 
+def dataset_note(layout: str | Path, m: LayoutManifest) -> str | None:
+    """What to say where the dataset at the path the layout records is no longer the one it was placed from, or is
+    gone (the layout itself is whole: `train` and `data pack` refuse the pair, and `layout verify` said OK)."""
+    from moment.workload.graph import GraphDataset
+
+    where = Path(m.dataset.features_path).parent
+    try:
+        ds = GraphDataset.open(where)
+    except MomentError:
+        return (f"the dataset it was placed from is no longer at {where}: train and data pack need it (--dataset "
+                "where it is now), or place the layout again")
+    try:
+        check_dataset(layout, m, ds)
+    except MomentError as e:
+        return f"the dataset at {where} is not the one it was placed from: {e.message}"
+    return None
+
+
 def verify_layout(path: str | Path, progress: Progress | None = None) -> VerifyReport:
     """Check every checksum of the layout at `path`, and the structure of its index, hotness order, node
     lists and pack; never raises for damage, only reports it."""
@@ -49,7 +67,7 @@ def verify_layout(path: str | Path, progress: Progress | None = None) -> VerifyR
     except DamagedManifest as e:  # damage like any other file's (exit 1), not a refusal to look (exit 2)
         return VerifyReport(path=str(root), ok=False, files_checked=1, first_bad_file=str(root / MANIFEST),
                             problems=[str(e).split("\n  hint:")[0]])  # its source is the manifest
-    rep = VerifyReport(path=str(root), ok=True, notes=[n] if (n := unsealed_note(root, m)) else [])
+    rep = VerifyReport(path=str(root), ok=True, notes=[n for n in (unsealed_note(root, m), dataset_note(root, m)) if n])
     smalls = [m.index, *m.cache_lists.values(), *([m.order_file] if m.order_file else [])]
     total = sum(f.bytes for f in smalls) + sum(s.bytes for s in m.shards) + _pack_bytes(root)
 

@@ -307,7 +307,7 @@ def verify_split(path: str | Path, progress: Progress | None = None) -> VerifyRe
         sub = verify_layout(lp, progress=progress)  # sound before its index is read for the owners' rows
         rep.files_checked += sub.files_checked
         rep.bytes_checked += sub.bytes_checked
-        rep.notes += sub.notes
+        rep.notes += [n for n in sub.notes if n not in rep.notes]  # (the dataset's, once for all machines)
         if sub.problems:
             rep.ok = False
             rep.problems += sub.problems  # each names its file already
