@@ -21,6 +21,7 @@ from moment.outputs import bad_chunk, sha256_file
 from moment.placement.manifest import (CLUSTER_MANIFEST, MANIFEST, DamagedManifest, LayoutManifest,  # noqa: F401
                                        Progress, Shard, check_dataset, load_manifest, unsealed_note)
 from moment.placement.pack import load_pack, pack_problems
+from moment.workload.graph import GraphDataset
 
 
 class VerifyReport(BaseModel):
@@ -43,8 +44,6 @@ def shard_path(layout: Path, s: Shard) -> Path:
 def dataset_note(layout: str | Path, m: LayoutManifest) -> str | None:
     """What to say where the dataset at the path the layout records is no longer the one it was placed from, or is
     gone (the layout itself is whole: `train` and `data pack` refuse the pair, and `layout verify` said OK)."""
-    from moment.workload.graph import GraphDataset
-
     where = Path(m.dataset.features_path).parent
     try:
         ds = GraphDataset.open(where)
