@@ -64,6 +64,7 @@ def simulate(req: SimulateRequest, *, topology: Topology | None = None, flag: Fl
     run = solve or _run_here
     cal = req.calibration if isinstance(req.calibration, Calibration) else None
     calibration_file = req.calibration if isinstance(req.calibration, Path) else None
+    notes: list[str] = []
     if req.layout is not None:
         from moment.placement.reader import load_manifest
 
@@ -85,10 +86,8 @@ def simulate(req: SimulateRequest, *, topology: Topology | None = None, flag: Fl
                                          data=data)
 
         rep = run(work)
-        note = _planned_elsewhere(plan, data, rep.lp_epoch_s, topology.name)
-        if note is not None:
-            out = api.replay_json(rep, cal, data)
-            return SimulateResult(rep, {**out, "notes": [note]})
+        if (note := _planned_elsewhere(plan, data, rep.lp_epoch_s, topology.name)) is not None:
+            notes.append(note)
     else:
         if topology is None and req.profile is None:
             raise MomentError("--placement needs --profile")
@@ -97,7 +96,8 @@ def simulate(req: SimulateRequest, *, topology: Topology | None = None, flag: Fl
             topology, cal = api.load_topology(req.profile, calibration_file)
         rep = run(lambda progress: api.simulate_named(topology, req.placement, req.gpus, req.ssds, steps=req.steps,
                                                       seed=req.seed, uniform=req.uniform, flag=flag, data=data))
-    return SimulateResult(rep, api.replay_json(rep, cal, data))
+    out = api.replay_json(rep, cal, data)
+    return SimulateResult(rep, {**out, "notes": notes} if notes else out)
 
 
 #: how far the loaded machine's LP of a plan's placement may be from the plan's own prediction (the same LP):

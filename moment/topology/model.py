@@ -11,7 +11,7 @@ what the code walks and what a person writes in a YAML profile.
 from __future__ import annotations
 
 from enum import Enum
-from functools import cached_property
+from functools import cache, cached_property
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -48,10 +48,16 @@ class _Strict(BaseModel):
         """`bandwidth_gbps: true` (a YAML word, a `--set` value) was read as 1 GB/s: pydantic takes a bool for a
         number, so a number field is refused one here (strict mode would refuse the enums' names too)."""
         if isinstance(data, dict):
-            for name, field in cls.model_fields.items():
-                if isinstance(data.get(name), bool) and _numeric(field.annotation):
+            for name in _number_fields(cls):
+                if isinstance(data.get(name), bool):
                     raise ValueError(f"{name}: {str(data[name]).lower()} is a truth value, not a number")
         return data
+
+
+@cache
+def _number_fields(cls: type[BaseModel]) -> tuple[str, ...]:
+    """A model's fields that take a number (asked once a class: every node of every topology is validated)."""
+    return tuple(name for name, field in cls.model_fields.items() if _numeric(field.annotation))
 
 
 def _numeric(annotation: object) -> bool:

@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
+from typing import TextIO
 
 import numpy as np
 
@@ -120,8 +121,7 @@ def read_csv_chunks(path: Path, chunk_rows: int, dtype: str) -> Iterator[np.ndar
             for df in reader:
                 yield df.to_numpy()
         else:  # pragma: no cover
-            opener = gzip.open if path.suffix == ".gz" else open
-            with opener(path, "rt", encoding="utf-8-sig") as f:
+            with open_text(path) as f:
                 while True:
                     lines = [ln for _, ln in zip(range(chunk_rows), f)]
                     if not lines:
@@ -138,13 +138,18 @@ def read_csv_chunks(path: Path, chunk_rows: int, dtype: str) -> Iterator[np.ndar
         raise MomentError(f"cannot parse: {type(e).__name__}: {str(e).splitlines()[0]}", source=str(path)) from None
 
 
+def open_text(path: Path) -> TextIO:
+    """A text table, gzip-compressed (`.gz`) or plain, as text; a BOM (Excel's and PowerShell's CSV begin with
+    one) is no part of its first field."""
+    return (gzip.open if path.suffix == ".gz" else open)(path, "rt", encoding="utf-8-sig")
+
+
 def first_line(path: Path) -> tuple[str, list[str], int]:
     """A text table's separator (a comma if its first line has one, else white space), the first line's fields
     (blank lines and # comments skipped) and the number of lines up to it."""
-    opener = gzip.open if path.suffix == ".gz" else open
     line, skip = "", 0
     try:
-        with opener(path, "rt", encoding="utf-8-sig") as f:  # Excel's and PowerShell's CSV begin with a BOM
+        with open_text(path) as f:
             for skip, ln in enumerate(f, 1):  # noqa: B007 - the count is kept
                 if ln.strip() and not ln.lstrip().startswith("#"):
                     line = ln

@@ -40,7 +40,6 @@ by the policy) repeated neighbours and self-loops.
 
 from __future__ import annotations
 
-import gzip
 import itertools
 import re
 from collections.abc import Callable, Iterable, Iterator
@@ -56,7 +55,7 @@ from moment.inputs import check_dir
 from moment.workload.graph import (CHUNK_BYTES, MAX_CLASSES, NODE_IDS, SPLITS, GraphDataset, GraphWriter, index_dtype,
                                    label_dtype)
 from moment.workload.import_files import (comment_lines_blanked, first_line, is_number, load_npy, need, node_ids,
-                                          read_csv_chunks, read_node_ids, split_files)
+                                          open_text, read_csv_chunks, read_node_ids, split_files)
 from moment.workload.import_options import (MIN_TRAIN, RANDOM_SPLIT, EdgePolicy, check_feature_dim, check_node_count,
                                             random_split_shares)
 from moment.workload.node_tables import read_label_table, read_node_table
@@ -678,8 +677,7 @@ def _short_rows_named(chunks: Iterator[np.ndarray], path: Path) -> Iterator[np.n
 def _data_line(path: Path, row: int) -> list[str] | None:
     """The fields of a CSV's `row`-th line of data (0: the first; blank and # lines are none), as the parser
     counts them; None past the end."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8-sig") as f:
+    with open_text(path) as f:
         lines = (ln.split("#", 1)[0] for ln in f)
         for k, ln in enumerate(x for x in lines if x.strip()):
             if k == row:

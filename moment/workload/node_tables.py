@@ -9,7 +9,6 @@ every user of such data writes, and a row out of place there trains on wrong lab
 from __future__ import annotations
 
 import csv
-import gzip
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +17,7 @@ import numpy as np
 
 from moment.errors import MomentError
 from moment.workload.graph import GraphWriter
-from moment.workload.import_files import comment_lines_blanked, first_line, is_number, need
+from moment.workload.import_files import comment_lines_blanked, first_line, is_number, need, open_text
 from moment.workload.parquet import Table, is_parquet, label_rows, node_rows
 from moment.workload.renumber import IdMap, own_ids
 
@@ -133,8 +132,7 @@ def _no_number(p: Path, sep: str, skip: int, dim: int) -> None:
     """The error naming the first feature of a text node table that is no finite number (`abc`, `nan`), its
     node and row (rows counted as the parser counts them: blank and comment lines are none); nothing when every
     feature is one (the parser failed for another reason, which it says)."""
-    opener = gzip.open if p.suffix == ".gz" else open
-    with opener(p, "rt", encoding="utf-8-sig") as f:
+    with open_text(p) as f:
         lines = (ln for k, ln in enumerate(f) if k >= skip and ln.strip() and not ln.lstrip().startswith("#"))
         for row, ln in enumerate(lines, 1):
             fields = [t.strip() for t in (next(csv.reader([ln.strip()])) if sep == "," else ln.split())]

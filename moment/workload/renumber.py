@@ -8,14 +8,13 @@ i can be reported under its own name, and a node named by its own id can be foun
 
 from __future__ import annotations
 
-import gzip
 from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
 
 from moment.errors import MomentError
-from moment.workload.import_files import load_npy, need, read_id_column
+from moment.workload.import_files import load_npy, need, open_text, read_id_column
 from moment.workload.parquet import Coded, is_parquet, one_column
 
 #: most ids an error lists of those it cannot find
@@ -194,9 +193,8 @@ def read_ids(path: Path, what: str, names: bool = False) -> np.ndarray:
             return read_id_column(path, what)  # integers: the split files' reader
         except MomentError:
             pass  # a name among them (or a line of two ids: said below)
-    opener = gzip.open if path.suffix == ".gz" else open
     try:
-        with opener(path, "rt", encoding="utf-8-sig") as f:
+        with open_text(path) as f:
             lines = [s for s in (ln.strip() for ln in f) if s and not s.startswith("#")]
     except (OSError, UnicodeDecodeError, EOFError) as e:
         raise MomentError(f"cannot read {what}: {e}", source=str(path)) from None
