@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import bz2
 import gzip
+import lzma
 from pathlib import Path
 
 import numpy as np
@@ -208,7 +210,8 @@ def test_edgelist(tmp_path: Path) -> None:
 def test_edgelist_errors(tmp_path: Path) -> None:
     f = tmp_path / "e.txt"
     f.write_text("0 1\n1 x\n")
-    with pytest.raises(MomentError, match="cannot parse") as e:
+    with pytest.raises(MomentError, match=r"the id 'x' is not an integer: without --renumber or --node-ids the ids "
+                                          r"are node numbers 0\.\.N-1\n  hint: --renumber reads names") as e:
         import_edgelist(f, tmp_path / "out")
     assert "e.txt" in str(e.value)
     f.write_text("0 1 2\n")
@@ -462,3 +465,37 @@ def test_sparse_ids_read_as_node_numbers_are_refused_with_the_hint_to_renumber(t
 
     with pytest.raises(MomentError, match=r"ei\.npy.*: the edges name 4 distinct nodes"):
         import_npy(tmp_path / "d", edge_index=tmp_path / "ei.npy")
+
+
+def test_a_compressed_or_not_utf8_table_is_named_as_such(tmp_path: Path) -> None:
+    """A bzip2/xz/zstd edge list, node table, split or node ids file was a UTF-8 codec error ("can't decode byte
+    0xbb in position 10"): only gzip is read, so the others are named, with what to do."""
+    plain = b"0 1\n1 2\n2 0\n"
+    (tmp_path / "e.txt.bz2").write_bytes(bz2.compress(plain))
+    with pytest.raises(MomentError, match=r"e\.txt\.bz2: bzip2-compressed: of compressed tables only gzip \(\.gz\) is "
+                                          r"read\n  hint: decompress it, or recompress it with gzip"):
+        import_edgelist(tmp_path / "e.txt.bz2", tmp_path / "out")
+    (tmp_path / "e.txt").write_bytes(plain)
+    (tmp_path / "nt.csv").write_bytes(lzma.compress(b"0,1\n1,2\n2,3\n"))
+    with pytest.raises(MomentError, match=r"nt\.csv: xz-compressed: of compressed tables only gzip"):
+        import_edgelist(tmp_path / "e.txt", tmp_path / "out", node_table=tmp_path / "nt.csv")
+    (tmp_path / "ids.txt").write_bytes(bz2.compress(b"0\n1\n2\n"))
+    with pytest.raises(MomentError, match=r"ids\.txt: bzip2-compressed"):
+        import_edgelist(tmp_path / "e.txt", tmp_path / "out", node_ids=tmp_path / "ids.txt")
+    sp = tmp_path / "sp"
+    sp.mkdir()
+    (sp / "train.txt").write_bytes(gzip.compress(b"0\n"))
+    (sp / "valid.txt").write_text("1\n")
+    (sp / "test.txt").write_text("2\n")
+    with pytest.raises(MomentError, match=r"train\.txt: gzip-compressed, but its name does not end in \.gz .*\n  hint: "
+                                          r"mv .*train\.txt .*train\.txt\.gz"):
+        import_edgelist(tmp_path / "e.txt", tmp_path / "out", splits_dir=sp)
+    (tmp_path / "latin.txt").write_bytes(b"0 1\n1 2\n2 0\n# caf\xe9\n")
+    with pytest.raises(MomentError, match=r"latin\.txt: not a UTF-8 text file: it holds the byte 0xe9, which such "
+                                          r"text does not"):
+        import_edgelist(tmp_path / "latin.txt", tmp_path / "out", renumber=True)
+    # past the first line's block, the parser meets it: the same words (a node table's was a traceback)
+    (tmp_path / "latin.csv").write_bytes("".join(f"{i},1.5\n" for i in range(20000)).encode() + b"20000,caf\xe9\n")
+    with pytest.raises(MomentError, match=r"latin\.csv: not a UTF-8 text file: it holds the byte 0xe9"):
+        import_edgelist(tmp_path / "e.txt", tmp_path / "out", node_table=tmp_path / "latin.csv")
+    assert not (tmp_path / "out").exists()

@@ -132,6 +132,8 @@ def read_csv_chunks(path: Path, chunk_rows: int, dtype: str) -> Iterator[np.ndar
     except (ValueError, OSError, EOFError) as e:
         if pd is not None and isinstance(e, pd.errors.EmptyDataError):  # pandas: "No columns to parse from file"
             raise MomentError("the file is empty: no rows (or only comments)", source=str(path)) from None
+        if isinstance(e, UnicodeDecodeError):
+            raise unreadable(path, e) from None
         raise MomentError(f"cannot parse: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
                           source=str(path)) from None
     except Exception as e:  # noqa: BLE001 - pandas' ParserError and friends, reported with the file name
@@ -142,6 +144,32 @@ def open_text(path: Path) -> TextIO:
     """A text table, gzip-compressed (`.gz`) or plain, as text; a BOM (Excel's and PowerShell's CSV begin with
     one) is no part of its first field."""
     return (gzip.open if path.suffix == ".gz" else open)(path, "rt", encoding="utf-8-sig")
+
+
+#: the first bytes of the compressed files a text table may come as, and the compressor's name
+COMPRESSED = ((b"\x1f\x8b", "gzip"), (b"BZh", "bzip2"), (b"\xfd7zXZ\x00", "xz"), (b"\x28\xb5\x2f\xfd", "zstd"),
+              (b"PK\x03\x04", "zip"), (b"7z\xbc\xaf\x27\x1c", "7z"))
+
+
+def unreadable(path: Path, e: BaseException) -> MomentError:
+    """The error for a text table that does not read as text: a compressed one named as such (only gzip is read,
+    by the name's `.gz`), where the decoder's words would say only that some byte is not UTF-8."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+    except OSError:
+        head = b""
+    kind = next((k for magic, k in COMPRESSED if head.startswith(magic)), None)
+    if kind == "gzip" and path.suffix != ".gz":
+        return MomentError("gzip-compressed, but its name does not end in .gz (only such a name is read as gzip)",
+                           source=str(path), hint=f"mv {path} {path}.gz")
+    if kind is not None and kind != "gzip":
+        return MomentError(f"{kind}-compressed: of compressed tables only gzip (.gz) is read", source=str(path),
+                           hint="decompress it, or recompress it with gzip")
+    if isinstance(e, UnicodeDecodeError):
+        return MomentError(f"not a UTF-8 text file: it holds the byte 0x{e.object[e.start]:02x}, which such text does "
+                           "not", source=str(path))
+    return MomentError(f"cannot read: {e}", source=str(path))
 
 
 def first_line(path: Path) -> tuple[str, list[str], int]:
@@ -155,7 +183,7 @@ def first_line(path: Path) -> tuple[str, list[str], int]:
                     line = ln
                     break
     except (OSError, UnicodeDecodeError, EOFError) as e:
-        raise MomentError(f"cannot read: {e}", source=str(path)) from None
+        raise unreadable(path, e) from None
     sep = "," if "," in line else r"\s+"
     fields = next(csv.reader([line.strip()])) if sep == "," else line.split()  # a quoted field may hold a comma
     return sep, [t.strip() for t in fields], skip

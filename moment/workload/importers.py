@@ -55,7 +55,7 @@ from moment.inputs import check_dir
 from moment.workload.graph import (CHUNK_BYTES, MAX_CLASSES, NODE_IDS, SPLITS, GraphDataset, GraphWriter, index_dtype,
                                    label_dtype)
 from moment.workload.import_files import (comment_lines_blanked, first_line, is_number, load_npy, need, node_ids,
-                                          open_text, read_csv_chunks, read_node_ids, split_files)
+                                          open_text, read_csv_chunks, read_node_ids, split_files, unreadable)
 from moment.workload.import_options import (MIN_TRAIN, RANDOM_SPLIT, EdgePolicy, check_feature_dim, check_node_count,
                                             random_split_shares)
 from moment.workload.node_tables import read_label_table, read_node_table
@@ -1072,9 +1072,15 @@ def _read_edge_text(path: Path, text: EdgeText, dtype: Any = "int64", chunk: int
     except MomentError:
         raise
     except Exception as e:  # noqa: BLE001 - pandas' ParserError and friends, reported with the file name
+        if isinstance(e, UnicodeDecodeError):
+            raise unreadable(path, e) from None
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         if "No columns" in msg:
             return
+        if (m := re.fullmatch(r"invalid literal for int\(\) with base 10: (.*)", msg)) is not None:
+            raise MomentError(f"the id {m.group(1)} is not an integer: without --renumber or --node-ids the ids are "
+                              "node numbers 0..N-1", source=str(path), hint="--renumber reads names (and the graph's "
+                              "own integer ids), numbers them 0..N-1 and keeps them") from None
         if (m := re.search(r"for (float64|uint64) dtyped data in column (\d+)", msg)) is not None:
             column = "source" if int(m.group(2)) == (text.use[0] if text.use else int(text.swapped)) else "destination"
             if m.group(1) == "uint64":

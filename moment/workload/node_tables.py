@@ -17,7 +17,7 @@ import numpy as np
 
 from moment.errors import MomentError
 from moment.workload.graph import GraphWriter
-from moment.workload.import_files import comment_lines_blanked, first_line, is_number, need, open_text
+from moment.workload.import_files import comment_lines_blanked, first_line, is_number, need, open_text, unreadable
 from moment.workload.parquet import Table, is_parquet, label_rows, node_rows
 from moment.workload.renumber import IdMap, own_ids
 
@@ -44,6 +44,8 @@ def _chunks(path: Path, sep: str, skip: int, dtype: dict, what: str, usecols: li
         raise
     except pd.errors.EmptyDataError:
         return  # a header and no row: the table lists no node, which its reader says
+    except UnicodeDecodeError as e:
+        raise unreadable(path, e) from None
     except Exception as e:  # noqa: BLE001 - pandas' ParserError and friends, reported with the file name
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise MomentError(f"cannot parse the {what}: {msg}", source=str(path)) from None
@@ -134,15 +136,18 @@ def _no_number(p: Path, sep: str, skip: int, dim: int) -> None:
     feature is one (the parser failed for another reason, which it says)."""
     with open_text(p) as f:
         lines = (ln for k, ln in enumerate(f) if k >= skip and ln.strip() and not ln.lstrip().startswith("#"))
-        for row, ln in enumerate(lines, 1):
-            fields = [t.strip() for t in (next(csv.reader([ln.strip()])) if sep == "," else ln.split())]
-            for t in fields[1:dim + 1]:
-                if not is_number(t):
-                    raise MomentError(f"the features of node {fields[0]} (row {row:,}) are not all numbers: {t!r}",
-                                      source=str(p)) from None
-                if not math.isfinite(float(t)):
-                    raise MomentError(f"the features of node {fields[0]} (row {row:,}) are missing, NaN or infinite",
-                                      source=str(p)) from None
+        try:
+            for row, ln in enumerate(lines, 1):
+                fields = [t.strip() for t in (next(csv.reader([ln.strip()])) if sep == "," else ln.split())]
+                for t in fields[1:dim + 1]:
+                    if not is_number(t):
+                        raise MomentError(f"the features of node {fields[0]} (row {row:,}) are not all numbers: "
+                                          f"{t!r}", source=str(p)) from None
+                    if not math.isfinite(float(t)):
+                        raise MomentError(f"the features of node {fields[0]} (row {row:,}) are missing, NaN or "
+                                          "infinite", source=str(p)) from None
+        except UnicodeDecodeError:
+            return  # not text: the parser's error says so (`unreadable`)
 
 
 def _write_node_rows(rows, w: GraphWriter, p: Path, header: str | None = None) -> IdMap:

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from moment.errors import MomentError
-from moment.workload.import_files import load_npy, need, open_text, read_id_column
+from moment.workload.import_files import load_npy, need, open_text, read_id_column, unreadable
 from moment.workload.parquet import Coded, is_parquet, one_column
 
 #: most ids an error lists of those it cannot find
@@ -197,7 +197,7 @@ def read_ids(path: Path, what: str, names: bool = False) -> np.ndarray:
         with open_text(path) as f:
             lines = [s for s in (ln.strip() for ln in f) if s and not s.startswith("#")]
     except (OSError, UnicodeDecodeError, EOFError) as e:
-        raise MomentError(f"cannot read {what}: {e}", source=str(path)) from None
+        raise unreadable(path, e) from None
     if (bad := next((s for s in lines if "," in s or len(s.split()) > 1), None)) is not None:
         raise MomentError(f"{what}: expected one node id a line, got {bad[:60]!r}", source=str(path))
     return np.array(lines, dtype=str) if names else own_ids(lines)
