@@ -271,3 +271,46 @@ def test_own_ids_of_another_shape_are_refused_when_the_dataset_opens(tmp_path: P
     with pytest.raises(MomentError, match=r"node_ids\.npy: expected the 3 nodes' own ids \(integers or names\), "
                                           r"got float64 \[3\]"):
         GraphDataset.open(tmp_path / "o")
+
+
+def test_ids_written_other_than_as_plain_integers_are_kept_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """`--renumber` read `0012345` as the integer 12345 (node_ids gave it back without its zeros) and made `007`
+    and `7` one node, turning the edge between them into a self-loop, without a word: a file with an id written
+    other than in an integer's plain digits is read as names, each kept as written, and the report says so."""
+    (tmp_path / "pad.csv").write_text("src,dst\n0012345,0067890\n0067890,0000042\n0000042,0012345\n")
+    ds = import_edgelist(tmp_path / "pad.csv", tmp_path / "pad", renumber=True, feature_dim=1)
+    assert ds.node_ids.tolist() == ["0000042", "0012345", "0067890"]
+    assert ds.manifest.source["ids_as_written"] == "0012345" and ds.manifest.source["header"] == "src,dst"
+    monkeypatch.setattr("moment.workload.renumber._SCAN_BLOCK", 5)  # an id across the scan's blocks, and its lines
+    for i, (text, first) in enumerate((("7 1\n1 12\n007 7\n", "007"), ("1 2\n2 +3\n3 1\n", "+3"),
+                                       ("1 -0\n0 1\n-0 0\n", "-0"), ("1e3 1000\n1000 5\n5 1e3\n", "1e3"),
+                                       ("\ufeff07 1\n1 7\n7 07\n", "07"))):
+        (tmp_path / f"z{i}.txt").write_text(text)
+        ds = import_edgelist(tmp_path / f"z{i}.txt", tmp_path / f"z{i}", renumber=True, feature_dim=1,
+                             fractions=(0.3, 0.3, 0.3))
+        assert ds.manifest.source["ids_as_written"] == first and ds.node_ids.dtype.kind == "U"
+        assert ds.manifest.source["self_loops_found"] == 0 and ds.num_edges == 3  # `007 7` is no self-loop
+    assert GraphDataset.open(tmp_path / "z0").nodes_of(["007", "7"]).tolist() == [0, 3]
+    # plain integers stay integers: a point or exponent in a weight column, a zero alone, a comment are no ids
+    for i, (text, fields) in enumerate((("src,dst,w\n10,0,0.5\n0,-3,1e3\n-3,10,+1\n", [-3, 0, 10]),
+                                        ("# 007 and 1.5e3 said here\n10 0\n0 -3 # 007\n-3 10\n", [-3, 0, 10]))):
+        (tmp_path / f"p{i}.txt").write_text(text)
+        ds = import_edgelist(tmp_path / f"p{i}.txt", tmp_path / f"p{i}", renumber=True, feature_dim=1,
+                             fractions=(0.3, 0.3, 0.3))
+        assert ds.node_ids.tolist() == fields and "ids_as_written" not in ds.manifest.source
+    # a --node-ids file and a node table give names by the same rule, matched as written
+    (tmp_path / "ids.txt").write_text("007\n7\n12\n")
+    (tmp_path / "e.txt").write_text("7 007\n007 12\n12 7\n")
+    ds = import_edgelist(tmp_path / "e.txt", tmp_path / "n", node_ids=tmp_path / "ids.txt", feature_dim=1,
+                         fractions=(0.3, 0.3, 0.3))
+    assert ds.node_ids.tolist() == ["007", "7", "12"] and sorted(ds.indices.tolist()) == [0, 1, 2]
+    (tmp_path / "nt.csv").write_text("007,1.5\n7,2.5\n12,3.5\n")
+    ds = import_edgelist(tmp_path / "e.txt", tmp_path / "t", node_table=tmp_path / "nt.csv", fractions=(0.3, 0.3, 0.3))
+    assert ds.node_ids.tolist() == ["007", "7", "12"] and ds.features_memmap()[:, 0].tolist() == [1.5, 2.5, 3.5]
+    code = main(["data", "import", "edgelist", str(tmp_path / "pad.csv"), "--renumber", "--feature-dim", "1",
+                 "--out", str(tmp_path / "cli")])
+    out, err = capsys.readouterr()
+    assert code == 0 and ("note: the ids are kept as written: '0012345' is the integer 12345 written another way, so "
+                          "'0012345' and '12345' would be two nodes, and node_ids are text") in out, err
+

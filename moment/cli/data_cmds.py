@@ -237,7 +237,8 @@ def import_edgelist_cmd(
     num_nodes: Annotated[int | None, typer.Option("--num-nodes", help="node count (default: largest id + 1)")] = None,
     renumber: Annotated[bool, typer.Option("--renumber", help="the ids are the graph's own (sparse integers such as "
                                            "user ids, or names): number the distinct ids 0..N-1 in sorted order "
-                                           "(integers by value, names as text) and keep them in the dataset "
+                                           "(integers by value, names as text; ids such as 007, +7 or 7.0 make "
+                                           "every id a name, kept as written) and keep them in the dataset "
                                            "(node_ids.npy); --features and --labels rows follow that order, and "
                                            "the --splits files name the graph's own ids")] = False,
     node_ids: Annotated[Path | None, typer.Option("--node-ids", help="the graph's own id of each node, in node order "

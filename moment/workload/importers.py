@@ -60,7 +60,7 @@ from moment.workload.import_options import (MIN_TRAIN, RANDOM_SPLIT, EdgePolicy,
                                             random_split_shares)
 from moment.workload.node_tables import read_label_table, read_node_table
 from moment.workload.parquet import Table, id_pairs, is_parquet, pick_pair
-from moment.workload.renumber import IdMap, NameCodes, read_ids
+from moment.workload.renumber import IdMap, NameCodes, as_number, first_respelt, read_ids
 from moment.workload.seeds import check_seed
 
 # Imports inside functions: pandas loads only for the formats that need it.
@@ -436,6 +436,10 @@ def import_notices(source: dict[str, Any]) -> list[str]:
                    "measures the system, not accuracy")
     if source.get("generated_labels"):
         out.append("the input has no labels: seeded random labels were generated")
+    if (t := source.get("ids_as_written")) is not None:
+        n = as_number(t)
+        out.append(f"the ids are kept as written: {t!r} is the integer {n} written another way, so {t!r} and {n!r} "
+                   "would be two nodes, and node_ids are text")
     if sparse := source.get("sparse_labels"):
         out.append(f"{sparse['distinct']:,} distinct labels spread over class numbers 0..{sparse['classes'] - 1:,}: "
                    f"the model gets {sparse['classes']:,} outputs, one for every number between; if the labels are "
@@ -810,14 +814,16 @@ def import_edgelist(
         if given:
             need(Path(given), what)  # before the edges are read
     split_paths = split_files(splits_dir) if splits_dir is not None else None
-    ids = IdMap(read_ids(Path(node_ids), "node ids file"), str(node_ids)) if node_ids is not None else None
+    ids = (IdMap(read_ids(Path(node_ids), "node ids file", defines=True), str(node_ids)) if node_ids is not None
+           else None)
     node_header = None  # a node table's first line, read as its columns' names
     text = edge_text(path)
+    respelt = None  # an id written as an integer other than plainly (`007`): the ids were read as names
     with GraphWriter(out_dir, overwrite=overwrite) as w:
         if node_table is not None:
             ids, node_header = read_node_table(node_table, w)  # the nodes and their features
         if renumber or ids is not None:
-            spool, ids, text = _spool_renumbered(w, path, text, ids)
+            spool, ids, text, respelt = _spool_renumbered(w, path, text, ids)
             hi = len(ids) - 1
         else:
             spool, hi = _spool_edges(w, path, text)
@@ -871,7 +877,7 @@ def import_edgelist(
                   {"header": ",".join(text.header), "columns_swapped": text.swapped} if text.header else {})}
         if ids is not None:
             w.write_array(NODE_IDS, ids.original)
-            src |= {"node_ids": ids.counted}
+            src |= {"node_ids": ids.counted, **({"ids_as_written": respelt} if respelt else {})}
         if node_header is not None:
             src |= {"node_table_header": node_header}
         if label_table is not None:
@@ -898,33 +904,44 @@ def _spool_edges(w: GraphWriter, path: Path, text: EdgeText) -> tuple[np.ndarray
 
 
 def _spool_renumbered(w: GraphWriter, path: Path, text: EdgeText,
-                      ids: IdMap | None) -> tuple[np.ndarray, IdMap, EdgeText]:
+                      ids: IdMap | None) -> tuple[np.ndarray, IdMap, EdgeText, str | None]:
     """The edge list's own ids numbered (by `ids`, else in sorted order) into the scratch [E, 2] int64 .npy;
-    and how its text was read.
+    how its text was read; and the first id written as an integer other than plainly, when that made the ids
+    names (None: it did not).
 
-    Integer ids (any int64, however sparse) are spooled once and numbered in place; ids with a name among
-    them are read again, as text, into codes (`NameCodes`) renumbered in place. A first line of names is a
-    header only when it names the columns (src,dst ...): otherwise it is an edge between two names."""
+    Integer ids (any int64, however sparse) are spooled once and numbered in place when each is written as an
+    integer's plain digits; ids with a name among them, or one such as `007` (`renumber.plain_integer`: the
+    integer parser would make it node 7, and `007` and `7` one node), are read again, as text, into codes
+    (`NameCodes`) renumbered in place. A first line of names is a header when it names the columns (src,dst
+    ...) or the other ids are numbers: otherwise it is an edge between two names."""
     what = f"the edge list ({path.name})"
-    try:
-        spool = _spool(w, _read_edge_text(path, text), mode="r+")
-    except MomentError:  # a name among the ids: read them as text
-        text = text if text.columns or _names_columns(text) else EdgeText(text.sep)
+    spool, respelt = None, None
+    if ids is None or ids.kind == "integer":
+        try:
+            spool = _spool(w, _read_edge_text(path, text), mode="r+")
+        except MomentError:  # a name among the ids: read them as text
+            pass
+        else:
+            if ids is None and not text.columns:
+                respelt = first_respelt(path, text.sep, text.use or (0, 1), every=text.use is None)
+                spool = None if respelt is not None else spool
+    if spool is not None:
+        starts = range(0, spool.shape[0], EDGE_CHUNK)
+        ids = ids if ids is not None else IdMap.of_sorted_unique((spool[s : s + EDGE_CHUNK] for s in starts),
+                                                                 str(path), "integer ids")
+        number = lambda c: ids.nodes(c, str(path), what)  # noqa: E731
+    else:
+        text = text if text.columns or _names_columns(text) or respelt is not None else EdgeText(text.sep)
         names = NameCodes(ids)
         spool = _spool(w, (names.codes(c, str(path), what)
                            for c in _read_edge_text(path, text, dtype=str, chunk=NAME_CHUNK)), mode="r+")
         ids, rank = names.finish(str(path))
         number = (lambda c: rank[c]) if rank is not None else None  # noqa: E731
-    else:
-        starts = range(0, spool.shape[0], EDGE_CHUNK)
-        ids = ids if ids is not None else IdMap.of_sorted_unique((spool[s : s + EDGE_CHUNK] for s in starts),
-                                                                 str(path), "integer ids")
-        number = lambda c: ids.nodes(c, str(path), what)  # noqa: E731
     if number is not None:
         for s in range(0, spool.shape[0], EDGE_CHUNK):
             spool[s : s + EDGE_CHUNK] = number(spool[s : s + EDGE_CHUNK])
     spool.flush()
-    return _scratch(w), ids, text
+    return _scratch(w), ids, text, respelt
 
 
 def _spool(w: GraphWriter, chunks: Iterable[np.ndarray], mode: str = "r") -> np.ndarray:

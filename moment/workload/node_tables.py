@@ -75,7 +75,7 @@ def read_node_table(path: str | Path, w: GraphWriter) -> tuple[IdMap, str | None
 
 
 def _integer(token: str) -> bool:
-    """Whether an id reads as an integer, as `renumber.own_ids` reads the table's ids."""
+    """Whether an id reads as an integer, in any spelling (`007` too): a header's id does not."""
     try:
         int(token)
     except ValueError:
