@@ -314,3 +314,53 @@ def test_ids_written_other_than_as_plain_integers_are_kept_as_written(tmp_path: 
     assert code == 0 and ("note: the ids are kept as written: '0012345' is the integer 12345 written another way, so "
                           "'0012345' and '12345' would be two nodes, and node_ids are text") in out, err
 
+
+@pytest.mark.parametrize("header", [None, True, False])
+def test_a_first_line_of_names_no_other_line_names_is_a_header_or_an_edge_as_the_user_says(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], header: bool | None) -> None:
+    """A header whose column names Moment does not know (`user_a,user_b`) was an edge between two phantom nodes,
+    without a word. It may as well be an edge between two nodes of their own, so without --header or --no-header
+    it is refused, naming the file, the line and how to say which; a first edge one of whose names another line
+    names is an edge, as before."""
+    (tmp_path / "e.csv").write_text("# exported\nuser_a,user_b\nalice,bob\nbob,carol\ncarol,alice\n")
+    flag = {None: [], True: ["--header"], False: ["--no-header"]}[header]
+    code = main(["data", "import", "edgelist", str(tmp_path / "e.csv"), "--renumber", "--feature-dim", "1",
+                 "--random-split", "0.3,0.3,0.3", "--out", str(tmp_path / "o"), *flag])
+    err = capsys.readouterr().err
+    if header is None:
+        assert code == 2 and err.strip() == (
+            f"error: {tmp_path / 'e.csv'}: line 2 (user_a,user_b) names nodes that no other line names: it may be a "
+            "header or an edge of its own\n  hint: --header skips it (or name its columns src,dst), --no-header "
+            "reads it as an edge"), err
+        assert not (tmp_path / "o").exists()
+        return
+    assert code == 0, err
+    ds = GraphDataset.open(tmp_path / "o")
+    if header:
+        assert ds.node_ids.tolist() == ["alice", "bob", "carol"] and ds.manifest.source["header"] == "user_a,user_b"
+    else:
+        assert ds.node_ids.tolist()[3:] == ["user_a", "user_b"] and "header" not in ds.manifest.source
+
+
+def test_which_first_line_of_an_edge_list_is_a_header(tmp_path: Path) -> None:
+    """The cases the rule tells without the user: a first edge one of whose names recurs (a leaf of a hub) is an
+    edge; a line of names over ids such as `007` or plain integers is a header; over --node-ids of names, a line
+    naming no node is one; a lone line of names is refused as ambiguous; `header=True` skips a `0,1`."""
+    def imported(name: str, text: str, **kw: object) -> GraphDataset:
+        (tmp_path / name).write_text(text)
+        return import_edgelist(tmp_path / name, tmp_path / name.replace(".", "_"), feature_dim=1,
+                               fractions=(0.3, 0.3, 0.3), **kw)
+
+    ds = imported("leaf.csv", "hub,leaf1\nhub,leaf2\nleaf2,leaf3\n", renumber=True)
+    assert ds.node_ids.tolist() == ["hub", "leaf1", "leaf2", "leaf3"] and ds.num_edges == 3
+    ds = imported("pad.csv", "user_a,user_b\n007,7\n7,8\n", renumber=True)
+    assert ds.node_ids.tolist() == ["007", "7", "8"] and ds.manifest.source["header"] == "user_a,user_b"
+    ds = imported("int.csv", "user_a,user_b\n100,7\n7,8\n", renumber=True)
+    assert ds.node_ids.tolist() == [7, 8, 100] and ds.manifest.source["header"] == "user_a,user_b"
+    (tmp_path / "ids.txt").write_text("alice\nbob\ncarol\n")
+    ds = imported("named.csv", "user_a,user_b\nalice,bob\nbob,carol\n", node_ids=tmp_path / "ids.txt")
+    assert ds.manifest.source["header"] == "user_a,user_b" and ds.num_edges == 2
+    with pytest.raises(MomentError, match=r"lone\.csv: line 1 \(alice,bob\) names nodes that no other line names"):
+        imported("lone.csv", "alice,bob\n", renumber=True)
+    ds = imported("zero.csv", "0,1\n1,2\n2,0\n", header=True)
+    assert ds.num_edges == 2 and ds.manifest.source["header"] == "0,1"

@@ -258,6 +258,10 @@ def import_edgelist_cmd(
     unlabelled: Annotated[list[str] | None, typer.Option("--unlabelled", metavar="<word>", help="a --label-table label "
                                                          "that means no label (Elliptic's 'unknown'); repeat for "
                                                          "several")] = None,
+    header: Annotated[bool | None, typer.Option("--header/--no-header", help="the text edge list's first line is a "
+                                                "header (skipped) / an edge; default: a header when it holds no "
+                                                "number, and with --renumber a line of two names that no other line "
+                                                "names is refused until one of these says which")] = None,
     feature_dim: FeatureDim = 128,
     undirected: Annotated[bool, typer.Option("--undirected", help="add reverse edges")] = False,
     duplicates: Duplicates = None,
@@ -279,7 +283,7 @@ def import_edgelist_cmd(
         ds = import_edgelist(
             edges, out, features=features, labels=labels, splits_dir=splits, num_nodes=num_nodes, renumber=renumber,
             node_ids=node_ids, node_table=node_table, label_table=label_table, unlabelled=tuple(unlabelled or ()),
-            feature_dim=feature_dim, undirected=undirected, policy=policy, seed=seed, fractions=random_split,
+            header=header, feature_dim=feature_dim, undirected=undirected, policy=policy, seed=seed, fractions=random_split,
             overwrite=overwrite, progress=progress,
         )
     _done(ds, json_out)

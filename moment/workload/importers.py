@@ -781,6 +781,7 @@ def import_edgelist(
     node_table: str | Path | None = None,
     label_table: str | Path | None = None,
     unlabelled: tuple[str, ...] = (),
+    header: bool | None = None,
     feature_dim: int = 128,
     num_classes: int = 2,
     undirected: bool = False,
@@ -798,7 +799,8 @@ def import_edgelist(
     labels' rows follow that order, the split files name the graph's own ids, and the dataset keeps them
     (`GraphDataset.node_ids`). `node_table`: the nodes in order with their features, `label_table` their labels,
     both keyed by the graph's own ids (`moment.workload.node_tables`). `fractions`: the random split's shares
-    (`random_split_shares`), without `splits_dir`."""
+    (`random_split_shares`), without `splits_dir`. `header`: whether the text edge list's first line is a
+    header (None: as `edge_text` and `_names_text` tell)."""
     check_seed(seed)
     check_feature_dim(feature_dim)
     check_node_count(num_nodes)
@@ -817,13 +819,13 @@ def import_edgelist(
     ids = (IdMap(read_ids(Path(node_ids), "node ids file", defines=True), str(node_ids)) if node_ids is not None
            else None)
     node_header = None  # a node table's first line, read as its columns' names
-    text = edge_text(path)
+    text = edge_text(path, header)
     respelt = None  # an id written as an integer other than plainly (`007`): the ids were read as names
     with GraphWriter(out_dir, overwrite=overwrite) as w:
         if node_table is not None:
             ids, node_header = read_node_table(node_table, w)  # the nodes and their features
         if renumber or ids is not None:
-            spool, ids, text, respelt = _spool_renumbered(w, path, text, ids)
+            spool, ids, text, respelt = _spool_renumbered(w, path, text, ids, header)
             hi = len(ids) - 1
         else:
             spool, hi = _spool_edges(w, path, text)
@@ -903,8 +905,8 @@ def _spool_edges(w: GraphWriter, path: Path, text: EdgeText) -> tuple[np.ndarray
     return _spool(w, checked()), hi
 
 
-def _spool_renumbered(w: GraphWriter, path: Path, text: EdgeText,
-                      ids: IdMap | None) -> tuple[np.ndarray, IdMap, EdgeText, str | None]:
+def _spool_renumbered(w: GraphWriter, path: Path, text: EdgeText, ids: IdMap | None,
+                      header: bool | None) -> tuple[np.ndarray, IdMap, EdgeText, str | None]:
     """The edge list's own ids numbered (by `ids`, else in sorted order) into the scratch [E, 2] int64 .npy;
     how its text was read; and the first id written as an integer other than plainly, when that made the ids
     names (None: it did not).
@@ -912,8 +914,7 @@ def _spool_renumbered(w: GraphWriter, path: Path, text: EdgeText,
     Integer ids (any int64, however sparse) are spooled once and numbered in place when each is written as an
     integer's plain digits; ids with a name among them, or one such as `007` (`renumber.plain_integer`: the
     integer parser would make it node 7, and `007` and `7` one node), are read again, as text, into codes
-    (`NameCodes`) renumbered in place. A first line of names is a header when it names the columns (src,dst
-    ...) or the other ids are numbers: otherwise it is an edge between two names."""
+    (`NameCodes`) renumbered in place. Whether a first line of names is a header: `_names_text`."""
     what = f"the edge list ({path.name})"
     spool, respelt = None, None
     if ids is None or ids.kind == "integer":
@@ -922,7 +923,9 @@ def _spool_renumbered(w: GraphWriter, path: Path, text: EdgeText,
         except MomentError:  # a name among the ids: read them as text
             pass
         else:
-            if ids is None and not text.columns:
+            if spool.shape[0] == 0 and text.header and header is None:
+                spool = None  # a line of names alone: no number says it is a header, as names it may be an edge
+            elif ids is None and not text.columns:
                 respelt = first_respelt(path, text.sep, text.use or (0, 1), every=text.use is None)
                 spool = None if respelt is not None else spool
     if spool is not None:
@@ -931,10 +934,12 @@ def _spool_renumbered(w: GraphWriter, path: Path, text: EdgeText,
                                                                  str(path), "integer ids")
         number = lambda c: ids.nodes(c, str(path), what)  # noqa: E731
     else:
-        text = text if text.columns or _names_columns(text) or respelt is not None else EdgeText(text.sep)
+        text, check = _names_text(text, ids, header, respelt is not None)
         names = NameCodes(ids)
         spool = _spool(w, (names.codes(c, str(path), what)
                            for c in _read_edge_text(path, text, dtype=str, chunk=NAME_CHUNK)), mode="r+")
+        if check is not None:
+            _first_line_is_an_edge(spool, check, path)
         ids, rank = names.finish(str(path))
         number = (lambda c: rank[c]) if rank is not None else None  # noqa: E731
     if number is not None:
@@ -942,6 +947,39 @@ def _spool_renumbered(w: GraphWriter, path: Path, text: EdgeText,
             spool[s : s + EDGE_CHUNK] = number(spool[s : s + EDGE_CHUNK])
     spool.flush()
     return _scratch(w), ids, text, respelt
+
+
+def _names_text(text: EdgeText, ids: IdMap | None, header: bool | None,
+                numbers: bool) -> tuple[EdgeText, EdgeText | None]:
+    """How to read an edge list whose ids are names, and the header to check after (`_first_line_is_an_edge`).
+
+    A first line without a number is a header when it names the columns (src,dst ...; or the source and
+    destination among more), when every other id is a number (`numbers`: they were ids such as `007`), or when
+    neither of its names is among the given `ids` (names); otherwise it is read as an edge, and the caller checks that
+    one of its names occurs on another line: two names no other line has are a header just as well as an edge
+    of its own (`user_a,user_b`, as pandas writes columns of other names), which only the user can tell.
+    `header` says it (True, False): then the line is what it says."""
+    if header is not None or not text.header or text.columns or _names_columns(text) or numbers:
+        return text, None
+    if ids is not None:  # (integer ids: a name on another line too, which is refused, naming the first)
+        return (text if ids.kind == "text" and not np.isin(np.array(text.header, dtype=str), ids.original).any()
+                else EdgeText(text.sep, fields=text.fields)), None
+    return EdgeText(text.sep, fields=text.fields), text
+
+
+def _first_line_is_an_edge(spool: np.ndarray, head: EdgeText, path: Path) -> None:
+    """Refuse a first line whose names no other line has (the codes in `spool` number the names as they came,
+    so the first line's are the smallest): a header or an edge, read as neither without the user's word."""
+    if spool.shape[0] == 0:
+        return
+    top = int(spool[0].max())
+    for s in range(1, spool.shape[0], EDGE_CHUNK):
+        if (spool[s : s + EDGE_CHUNK] <= top).any():
+            return
+    line = ",".join(head.header or [])
+    raise MomentError(f"line {head.skip} ({line if line.isprintable() else repr(line)}) names nodes that no other "
+                      "line names: it may be a header or an edge of its own", source=str(path),
+                      hint="--header skips it (or name its columns src,dst), --no-header reads it as an edge")
 
 
 def _spool(w: GraphWriter, chunks: Iterable[np.ndarray], mode: str = "r") -> np.ndarray:
@@ -1023,16 +1061,16 @@ class EdgeText:
         return len(h) == 2 and h[0] in DST_NAMES and h[1] in SRC_NAMES
 
 
-def edge_text(path: Path) -> EdgeText:
+def edge_text(path: Path, header: bool | None = None) -> EdgeText:
     """The separator (a comma if the first line has one, else white space) and header of an edge list; or a
-    Parquet edge list's two columns."""
+    Parquet edge list's two columns. `header`: whether the first line is one (None: when it holds no number)."""
     if is_parquet(path):
         cols = pick_pair(Table(path, "edge list"), SRC_NAMES, DST_NAMES, "edge list")
         return EdgeText("", columns=cols)
     if path.suffix != ".gz":
         _refuse_binary(path)
     sep, tokens, skip = first_line(path)
-    if not tokens or any(map(is_number, tokens)):
+    if not tokens or header is False or (header is None and any(map(is_number, tokens))):
         return EdgeText(sep, fields=len(tokens) or 2)
     named = [[i for i, t in enumerate(tokens) if t.lower() in names] for names in (SRC_NAMES, DST_NAMES)]
     use = (named[0][0], named[1][0]) if len(tokens) > 2 and all(len(n) == 1 for n in named) else None
