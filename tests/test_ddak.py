@@ -195,12 +195,28 @@ def test_bad_input():
     with pytest.raises(MomentError, match="pool"):
         ddak(np.ones(3), bins, pool=0)
     with pytest.raises(ValueError):
-        BinSet(bins=[Bin(name="gpu0", kind="gpu", capacity_rows=5, target_share=1)])
+        BinSet(bins=[])
     # caches stop at their target, SSDs then overflow: a clear error, not a silent partial placement
     tight = BinSet(bins=[Bin(name="gpu0", kind="gpu", capacity_rows=5, target_share=0.1),
                          Bin(name="ssd0", kind="ssd", capacity_rows=3, target_share=0.9)])
     with pytest.raises(MomentError, match="placed"):
         ddak(np.ones(8), tight, pool=1)
+
+
+def test_caches_alone_take_every_node():
+    """A machine without an SSD (hunt-K D5): its caches are the only bins, so none closes at its target (every
+    node needs a home), in every engine; one whose caches are too small is refused."""
+    h = zipf_hotness(2000)
+    bins = BinSet(bins=[Bin(name="hbm:gpu0", kind="gpu", capacity_rows=300, target_share=0.2),
+                        Bin(name="mem:cpu0", kind="cpu", capacity_rows=900, target_share=0.4),
+                        Bin(name="mem:cpu1", kind="cpu", capacity_rows=900, target_share=0.4)])
+    got = {e: ddak(h, bins, pool=7, engine=e) for e in ("native", "numpy", "reference")}
+    for a in got.values():
+        assert a.rows.tolist()[0] == 300 and int(a.rows.sum()) == 2000
+        assert np.array_equal(a.bin_of, got["reference"].bin_of)
+    small = BinSet(bins=[*bins.bins[:2]])
+    with pytest.raises(MomentError, match="do not fit"):
+        ddak(h, small)
 
 
 def test_fallback_without_native(monkeypatch):

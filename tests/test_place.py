@@ -358,3 +358,29 @@ def test_the_layouts_re_evaluation_predicts_with_the_plans_max_flow_solver():
     again = pl.replan(plan, topo, WorkloadSpec(feature_dim=64))
     assert plan.predicted_maxflow.solver == again.predicted_maxflow.solver == f"maxflow-{DEFAULT_BACKEND}"
     assert DEFAULT_BACKEND == "ortools" and again.workload.feature_dim == 64
+
+
+def test_a_machine_without_ssds_places_when_its_caches_hold_every_row(env):
+    """hunt-K D5: `place --ssds 0` judged the machine by the planner's default cache shares (15% + 10% of the
+    reads), not the --gpu-cache/--cpu-cache given, so no SSD-less machine could be placed for, and its hint
+    named no option `place` has. Caches that hold every row place (every row in a cache bin, read back
+    bit-exact); caches that do not are refused before any sampling, with what they hold and the options."""
+    t = env["tmp"]
+    base = ["place", "--dataset", t / "ds", "--profile", env["prof"], "--gpus", "2", "--ssds", "0",
+            "--hotness", t / "hot"]
+    out = t / "Lnossd"
+    rc, _, err = run([*base, *CACHE, "--out", out])
+    assert rc == 2 and err.count("error:") == 1 and "Traceback" not in err, err
+    assert ("ds: the machine has no SSD, so its caches must hold all 20,000 rows of the dataset (2.4 MiB), but "
+            "they hold 2,800: 2 GPUs x 400 rows (--gpu-cache) + 2 sockets x 1,000 rows (--cpu-cache)") in err, err
+    assert "hint: raise --cpu-cache (e.g. --cpu-cache 48%) or --gpu-cache" in err and "cache shares" not in err
+    _no_output(out)
+    rc, o, err = run([*base, "--gpu-cache", "2%", "--cpu-cache", "48%", "--out", out, "--json"])  # (as it says)
+    assert rc == 0, err
+    r = json.loads(o)
+    rows = {b["name"]: b["rows"] for b in r["policies"]["ddak"]["bins"]}
+    assert set(rows) == {"hbm:gpu0", "hbm:gpu1", "mem:cpu0", "mem:cpu1"} and sum(rows.values()) == 20_000
+    assert r["notes"] == []  # (no advice to shrink the caches to exercise SSDs it has not got)
+    assert run(["layout", "verify", out])[0] == 0
+    feats = np.asarray(env["ds"].features_memmap())
+    assert np.array_equal(open_layout(out).rows(np.arange(20_000)), feats)

@@ -147,7 +147,7 @@ def place(
         reports = {k: policy_report(a, row_stride=stride, cache_row_bytes=p.ds.row_bytes, gpu_sockets=gpu_sockets,
                                     seconds=w.seconds[k]) for k, a in w.assignments.items()}
         summary = w.summary | {"notes": pl.cache_notes(mp.wl, mp.cache, s.heldout, s.order, mp.n_gpus,
-                                                       mp.n_sockets)}
+                                                       mp.n_sockets, ssds=bool(w.bins.of_kind("ssd")))}
         return PlaceResult(
             layout=str(w.path), policy=policy, dataset_verified=s.verified, **summary,
             policies={k: r.model_dump(mode="json") for k, r in reports.items()}
@@ -227,7 +227,7 @@ def _prepare(dataset, out, machines: Sequence[SplitMachine], *, split: bool, pla
     elif exists(out) and not overwrite:
         refuse_existing(out)
     for m in machines:  # every machine's caches must fit its memories
-        gpu_spec, cpu_spec = pl.check_caches(ds, m.topology, m.inventory, gpu_cache, cpu_cache)
+        gpu_spec, cpu_spec = pl.check_caches(ds, m.topology, m.inventory, gpu_cache, cpu_cache, machine=m.name)
     rep_spec = pl.parse_cache(replicate, "--replicate") if split else None
     gpus = sum(max(pl.device_counts(m.topology, m.inventory)[0], 1) for m in machines)
     defaults = (list(DEFAULT_FANOUTS), default_batch_size(len(ds.train_idx), gpus))

@@ -68,8 +68,6 @@ class BinSet(BaseModel):
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
             raise ValueError(f"duplicate bin names: {dup}")
-        if not any(b.kind == "ssd" for b in self.bins):
-            raise ValueError("a bin set needs at least one SSD bin (the backing store of every node)")
         if len(self.bins) > 32767:
             raise ValueError("too many bins for an int16 assignment")
         return self

@@ -13,7 +13,8 @@ the tiers are filled in order. While any GPU bin is *open*, the next pool goes t
 lowest priority; then CPU bins, then SSD bins. A bin is open while it has room; a cache bin (GPU, CPU)
 also closes once its access reaches its target traffic (the paper's "traffic limit per bin"), so a
 cache serves the share the planner gave it rather than whatever its size allows (`cache_fill=
-"capacity"` turns that off). SSD bins close only when full: they must take every remaining node.
+"capacity"` turns that off). SSD bins close only when full: they must take every remaining node (a bin
+set without an SSD, a machine whose caches hold every row, fills its caches to capacity for that).
 A bin whose target is 0 has priority +inf (it takes nodes only when no other bin of its tier can); a
 cache bin with target 0 takes none. Ties are broken by bin order (lowest index first).
 
@@ -77,7 +78,8 @@ def _prepare(hotness, bins: BinSet, pool: int, order, cache_fill: CacheFill) -> 
     total = float(S[-1])
     traffic = np.array(bins.target_shares(), dtype=np.float64) * total
     tier = np.array([b.tier for b in bins], dtype=np.int32)
-    closes = np.array([b.is_cache and cache_fill == "target" for b in bins], dtype=np.uint8)
+    fill = cache_fill if bins.of_kind("ssd") else "capacity"  # (without an SSD the caches take every node)
+    closes = np.array([b.is_cache and fill == "target" for b in bins], dtype=np.uint8)
     return _Problem(order, S, n, int(pool), traffic, cap, tier, closes)
 
 

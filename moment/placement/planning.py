@@ -12,6 +12,7 @@ and usually puts it all on the socket next to the GPUs, which a fixed per-socket
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from moment.placement.baselines import degree_placement, hash_placement
 from moment.placement.bins import Bin, BinSet
 from moment.placement.knapsack import auto_pool, ddak
 from moment.planner.contracts import Evaluation, Plan
-from moment.sizes import NUMBER, finite, parse_size
+from moment.sizes import NUMBER, finite, fmt_size, parse_size
 from moment.topology.devices import Inventory, populate, strip
 from moment.topology.model import Kind, Topology
 from moment.workload.graph import GraphDataset
@@ -105,9 +106,12 @@ def default_cache_gib(topo: Topology, inventory: Inventory, gpu_fraction: float 
 
 
 def check_caches(dataset: GraphDataset, topology: Topology, inventory: Inventory, gpu_cache: str | None,
-                 cpu_cache: str | None, *, flag: Flag = cli_flag) -> tuple[tuple[str, float] | None, ...]:
+                 cpu_cache: str | None, *, flag: Flag = cli_flag, machine: str = ""
+                 ) -> tuple[tuple[str, float] | None, ...]:
     """The GPU and CPU caches' sizes (`parse_cache`), each refused when larger than the memory it lives in
-    (a share of the dataset counts as its bytes): checked before any work, by `place` and the service."""
+    (a share of the dataset counts as its bytes), or, on a machine without an SSD, when they do not hold
+    every row (`check_caches_hold_all`): checked before any work, by `place` and the service. `machine`:
+    its name in a split."""
     specs = []
     gpu_memory, socket_memory = smallest_memories(topology, inventory)
     for key, text, memory, default in (("gpu_cache", gpu_cache, gpu_memory, GPU_CACHE_DEFAULT),
@@ -124,7 +128,36 @@ def check_caches(dataset: GraphDataset, topology: Topology, inventory: Inventory
             raise MomentError(f"{flag(key)} {text!r}{of} is larger than the {gib:g} GiB of memory of {name}",
                               hint=f"give at most {gib:g} (GiB) or {min(100.0, 100 * gib * GiB / feature_bytes):.3g}%;"
                                    f" the default is {default:.0%} of that memory", field=key)
+    if ssd_count(topology, inventory) == 0:
+        check_caches_hold_all(dataset, topology, inventory, specs[0], specs[1], flag=flag, machine=machine)
     return tuple(specs)
+
+
+def check_caches_hold_all(dataset: GraphDataset, topology: Topology, inventory: Inventory,
+                          gpu_spec: tuple[str, float] | None, cpu_spec: tuple[str, float] | None, *,
+                          flag: Flag = cli_flag, machine: str = "") -> None:
+    """A machine without an SSD has nowhere to keep the rows its caches do not: refuse caches (as given, or
+    the defaults) that do not hold every row of the dataset, saying what they hold and what to raise."""
+    n = dataset.num_nodes
+    gpu_gib, cpu_gib = default_cache_gib(topology, inventory)
+    gpu, cpu = cache_rows(gpu_spec, gpu_gib, dataset), cache_rows(cpu_spec, cpu_gib, dataset)
+    n_gpus, n_sockets = device_counts(topology, inventory)
+    held = n_gpus * gpu + n_sockets * cpu
+    if held >= n:
+        return
+    g, c = flag("gpu_cache"), flag("cpu_cache")
+    cpu_need = -(-(n - n_gpus * gpu) // max(n_sockets, 1))  # rows per socket with the GPU caches as they are
+    share = math.ceil(1000 * cpu_need / n) / 10  # (a share rounded up holds them: `cache_rows` rounds)
+    raise MomentError(
+        f"{f'machine {machine!r}' if machine else 'the machine'} has no SSD, so its caches must hold all {n:,} rows of the dataset "
+        f"({fmt_size(n * dataset.row_bytes)}), but they hold {held:,}: {_count(n_gpus, 'GPU')} x {gpu:,} rows "
+        f"({g}) + {_count(n_sockets, 'socket')} x {cpu:,} rows ({c})", source=str(dataset.path), field="ssds",
+        hint=f"raise {c} (e.g. {c} {share:g}%) or {g} until they hold every row, or give the machine SSDs",
+        remedies={"cpu_cache": f"raise {c}", "gpu_cache": f"raise {g}", "ssds": "add SSDs"})
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}" if n == 1 else f"{n} {what}s"
 
 
 def device_counts(topo: Topology, inventory: Inventory) -> tuple[int, int]:
@@ -132,6 +165,13 @@ def device_counts(topo: Topology, inventory: Inventory) -> tuple[int, int]:
     `make_plan`), GPUs fixed on the board stay."""
     bare, _ = strip(topo)
     return inventory.count(Kind.gpu) + len(bare.of_kind(Kind.gpu)), len(bare.of_kind(Kind.socket))
+
+
+def ssd_count(topo: Topology, inventory: Inventory) -> int:
+    """SSDs once the inventory is placed (as `device_counts` counts GPUs): 0 is a machine whose caches must
+    hold every row."""
+    bare, _ = strip(topo)
+    return inventory.count(Kind.ssd) + len(bare.of_kind(Kind.ssd))
 
 
 def epochs_sampled(hotness: Hotness) -> float:
@@ -211,11 +251,12 @@ def suggest_caches(hotness: np.ndarray, order: np.ndarray, n_gpus: int, n_socket
 
 
 def cache_notes(workload: WorkloadSpec, cache: CacheRows, hotness: np.ndarray, order: np.ndarray,
-                n_gpus: int, n_sockets: int) -> list[str]:
+                n_gpus: int, n_sockets: int, ssds: bool = True) -> list[str]:
     """Say so when the caches hold every node training reads (training would read nothing from the
     SSDs, which a small experiment then never exercises), with cache sizes that would. `hotness`: the
-    reads to judge by, `order`: the rows hottest first (see `suggest_caches`)."""
-    if workload.ssd_share > 1e-9:
+    reads to judge by, `order`: the rows hottest first (see `suggest_caches`). `ssds`: whether the machine
+    has SSDs (without one the caches must hold every row: nothing to say)."""
+    if workload.ssd_share > 1e-9 or not ssds:
         return []
     n = hotness.shape[0]
     gpu, cpu = suggest_caches(hotness, order, n_gpus, n_sockets)
@@ -251,10 +292,15 @@ def recommended_plan(topo: Topology, inventory: Inventory, *, progress=None) -> 
     default workload, so `moment plan` and `moment place` agree). Not searched with the measured
     workload: a small dataset's caches serve every read, every placement then ties at ~0 s and the
     tie-break would pick the first slots (the packed layout) -- where the cards go is decided for the
-    job the machine is built for, then re-evaluated for this dataset by `replan`."""
+    job the machine is built for, then re-evaluated for this dataset by `replan`. A machine without an
+    SSD is searched with the CPU caches serving what the GPU caches do not (`check_caches_hold_all` made
+    sure they can): the default workload leaves a share to SSDs it does not have."""
     from moment.planner.plan import make_plan
 
-    return make_plan(topo, inventory, WorkloadSpec(), progress=progress)
+    workload = WorkloadSpec()
+    if ssd_count(topo, inventory) == 0:
+        workload = WorkloadSpec(cpu_cache_share=1.0 - workload.gpu_cache_share)
+    return make_plan(topo, inventory, workload, progress=progress)
 
 
 def hardware_record(plan: Plan, source: str) -> dict:
@@ -305,7 +351,8 @@ def bins_from_plan(
                socket=full.socket_of(g.id), **where[g.id]) for g in full.of_kind(Kind.gpu)]
     for s in sockets:
         share = _share(shares, f"mem:{s.id}")
-        rows = round(cpu_total * share / cpu_share) if cpu_share > 0 else cache.cpu
+        # (without an SSD each socket keeps its own: rows the shares' rounding dropped would have no home)
+        rows = round(cpu_total * share / cpu_share) if cpu_share > 0 and ssds else cache.cpu
         rows = min(rows, int(s.memory_gib * GiB) // row_bytes)
         out.append(Bin(name=f"mem:{s.id}", kind="cpu", capacity_rows=rows, target_share=share, socket=s.id))
     for d in ssds:
@@ -315,9 +362,7 @@ def bins_from_plan(
     extra = sorted(set(shares) - {b.name for b in out})
     if extra:
         raise MomentError(f"the plan's storage nodes {extra} are not in machine {topo.name!r}")
-    if not ssds:
-        raise MomentError("the plan has no SSD: a layout needs at least one SSD to hold every node")
-    return BinSet(bins=out)
+    return BinSet(bins=out)  # (without an SSD `check_caches_hold_all` made sure the caches hold every row)
 
 
 def _device_places(topo: Topology, full: Topology) -> dict[str, dict[str, str | None]]:

@@ -105,7 +105,8 @@ class FlowNetwork:
             if have < 1.0 - 1e-9:
                 raise MomentError(
                     f"no SSD in the machine, and the GPU/CPU caches serve only {have:.0%} of the accesses",
-                    hint="add SSDs to the inventory or raise the workload's cache shares", field="ssds",
+                    hint="add SSDs to the inventory, or raise the workload's cache shares (--gpu-cache-share, "
+                         "--cpu-cache-share) until they add up to 1", field="ssds",
                     remedies={"ssds": "add SSDs", "gpu_cache_share": "raise the workload's cache shares"})
 
 
