@@ -326,6 +326,15 @@ def bad_chunk(path: str | Path, chunk: int, sums: list[str], which: Iterable[int
     return None
 
 
+def document_sha256(doc: dict[str, Any]) -> str:
+    """A JSON document's own checksum (a layout's manifest.json, a split's cluster.json, a hotness's hotness.json):
+    sha256 of its canonical JSON (keys sorted, no spaces) with its `sha256` field left empty. Every key counts, so
+    an edit to one the reader does not know is seen too."""
+    body = dict(doc)
+    body["sha256"] = ""
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
 def sha256_file(path: str | Path, progress: Callable[[int, int], Any] | None = None, done: int = 0,
                 total: int = 0, block: int = 8 << 20) -> str:
     """The hex sha256 of a file, read `block` bytes at a time; `progress(done, total)` after each."""

@@ -134,3 +134,80 @@ def test_a_killed_save_leaves_the_old_or_the_new_hotness_and_the_next_save_clean
     presample(ds, [5], 200, num_batches=3).save(out)
     assert Hotness.load(out).num_batches == 3
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hot"]
+
+
+def _damage(d: Path, how: str) -> str:
+    """Damage the hotness at `d` as `how` says; the file the error must name."""
+    import json
+
+    f, a = d / "feature_reads.npy", np.load(d / "feature_reads.npy")
+    if how == "negative":
+        np.save(f, np.full_like(a, -5))
+    elif how == "nan":
+        b = a.astype(np.float64)
+        b[3] = np.nan
+        np.save(f, b)
+    elif how == "dtype":
+        np.save(f, a.astype(np.float32))
+    elif how == "length":
+        np.save(f, a[:-1])
+    elif how == "too-many":
+        a[7] = 10**6
+        np.save(f, a)
+    elif how == "swapped":  # the two arrays exchanged: neighbours sampled of a row never read
+        np.save(f, np.load(d / "adjacency_reads.npy"))
+        np.save(d / "adjacency_reads.npy", a)
+        return "adjacency_reads.npy"
+    elif how == "reversed":  # both reversed: every rule holds, only the checksum tells
+        for g in (f, d / "adjacency_reads.npy"):
+            np.save(g, np.load(g)[::-1])
+    else:  # an edit to hotness.json: the fan-outs the counts were sampled at
+        doc = json.loads((d / "hotness.json").read_text())
+        doc["meta"]["fanouts"] = [3]
+        (d / "hotness.json").write_text(json.dumps(doc))
+        return "hotness.json"
+    return "feature_reads.npy"
+
+
+@pytest.mark.parametrize("how, says", [
+    ("negative", "negative counts (node 0: -5)"), ("nan", "holds float64 values (NaN among them)"),
+    ("dtype", "holds float32 values, not the integer counts"), ("length", "holds counts of shape (7999,), but"),
+    ("too-many", "node 7 is counted 1000000 reads in 2 batch(es)"), ("swapped", "its row read only 0"),
+    ("reversed", "its checksum does not match the one hotness.json records"),
+    ("edited-json", "edited or damaged: its checksum does not match its content")])
+def test_damaged_hotness_is_refused_where_it_is_read_naming_the_file(ds, tmp_path, how, says):
+    """hunt-K D6: a damaged --hotness was used unchecked (cache simulate printed hit rates of negative counts,
+    place blamed the dataset and --batches, or said 'order is not sorted' naming nothing). `Hotness.load`, which
+    place and cache simulate both read it through, checks the counts against what every pre-sampling writes and
+    against the checksums presample records: one error line naming the file."""
+    import contextlib
+    import io
+
+    from moment.cli import main
+
+    d = presample(ds, [5], 200, num_batches=2).save(tmp_path / "hot")
+    name = _damage(d, how)
+    for argv in (["cache", "simulate", "--dataset", ds.path, "--capacity", "10%"],
+                 ["place", "--dataset", ds.path, "--gpus", "1", "--ssds", "1", "--out", tmp_path / "L"]):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            rc = main([str(a) for a in [*argv, "--hotness", d]])
+        text = " ".join(err.getvalue().split())
+        assert rc == 2 and text.startswith(f"error: {d / name}: ") and says in text, text
+        assert text.count("error:") == 1 and "Traceback" not in text
+    assert not (tmp_path / "L").exists()
+
+
+def test_hotness_written_before_its_checksums_is_read_by_the_rules_alone(ds, tmp_path):
+    import json
+
+    hot = presample(ds, [5], 200, num_batches=2)
+    d = hot.save(tmp_path / "hot")
+    doc = json.loads((d / "hotness.json").read_text())
+    assert set(doc["files"]) == {"feature_reads.npy", "adjacency_reads.npy"} and len(doc["sha256"]) == 64
+    del doc["files"], doc["sha256"]
+    (d / "hotness.json").write_text(json.dumps(doc))
+    assert np.array_equal(Hotness.load(d).feature_reads, hot.feature_reads)
+    _damage(d, "negative")
+    with pytest.raises(MomentError, match="negative counts"):
+        Hotness.load(d)

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from moment.documents import mistaken, mistaken_dir
 from moment.errors import MomentError, validation_error
 from moment.inputs import check_dir, exists, read_text
+from moment.outputs import document_sha256
 from moment.placement.bins import BinSet
 
 if TYPE_CHECKING:
@@ -48,9 +49,7 @@ def manifest_sha256(doc: BaseModel | dict[str, Any]) -> str:
     JSON (keys sorted, no spaces) with its `sha256` field left empty. `doc`: the model a writer writes (as its JSON
     reads back: a non-finite float is written as null), or the document as read (every key in it counts, so an edit
     to one this Moment does not know is seen too)."""
-    body = json.loads(doc.model_dump_json()) if isinstance(doc, BaseModel) else dict(doc)
-    body["sha256"] = ""
-    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    return document_sha256(json.loads(doc.model_dump_json()) if isinstance(doc, BaseModel) else doc)
 
 
 def sealed(m: _Sealed) -> _Sealed:

@@ -30,10 +30,12 @@ from moment.outputs import (
     atomic_file,
     check_output,
     check_replaceable,
+    document_sha256,
     follow_umask,
     manifest_head,
     publish_dir,
     remove_stale,
+    sha256_file,
     temp_prefix,
     write_error,
     writing,
@@ -193,9 +195,12 @@ class Hotness:
             tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(out), dir=out.parent))
         try:
             follow_umask(tmp, directory=True)
+            files = {}
             for name in _ARRAYS:
                 with atomic_file(tmp / f"{name}.npy") as f:
                     np.save(f, np.ascontiguousarray(getattr(self, name), dtype=np.int64))
+                files[f"{name}.npy"] = {"bytes": (tmp / f"{name}.npy").stat().st_size,
+                                        "sha256": sha256_file(tmp / f"{name}.npy")}
             doc = {
                 "schema_version": HOTNESS_SCHEMA,
                 "num_nodes": self.num_nodes,
@@ -203,7 +208,10 @@ class Hotness:
                 "sampled_total": self.sampled_total,
                 "unique_ratio": self.unique_ratio,
                 "meta": self.meta,
+                "files": files,
             }
+            doc = json.loads(json.dumps(doc))  # (its checksum is of the document as it reads back)
+            doc["sha256"] = document_sha256(doc)
             with atomic_file(tmp / HOTNESS_JSON, text=True) as f:
                 json.dump(doc, f, indent=2)
             testpoints.reach("hotness-written")
@@ -219,6 +227,10 @@ class Hotness:
 
     @classmethod
     def load(cls, path: str | Path) -> Hotness:
+        """The hotness directory at `path`, checked where it is read, so no command uses damaged counts: its
+        hotness.json's own checksum and each array file's (presample writes both; hotness written before
+        them is checked without), and what every pre-sampling's counts are (`_counts_problem`). A problem is
+        one error naming the file."""
         p = check_dir(path, "hotness directory")
         j = p / HOTNESS_JSON
         if not j.is_file():
@@ -235,6 +247,11 @@ class Hotness:
         missing = [k for k in ("num_nodes", "num_batches", "sampled_total", "unique_ratio") if k not in doc]
         if missing:
             raise MomentError(f"not written by `moment data presample`: no {', '.join(missing)}", source=str(j))
+        if "sha256" in doc and doc["sha256"] != document_sha256(doc):
+            raise MomentError("edited or damaged: its checksum does not match its content", source=str(j),
+                              hint=_AGAIN)
+        if why := _doc_problem(doc):
+            raise MomentError(why, source=str(j), hint=_AGAIN)
         arrays = {}
         for name in _ARRAYS:
             f = p / f"{name}.npy"
@@ -243,15 +260,85 @@ class Hotness:
             except NPZ_ERRORS as e:
                 raise MomentError(f"cannot read: {e}", source=str(f)) from None
             if a.shape != (doc["num_nodes"],):
-                raise MomentError(f"shape {a.shape} != ({doc['num_nodes']},) from hotness.json", source=str(f))
+                raise MomentError(f"holds counts of shape {a.shape}, but {HOTNESS_JSON} says {doc['num_nodes']:,} "
+                                  "nodes", source=str(f), hint=_AGAIN)
+            if a.dtype.kind not in "iu":
+                nan = " (NaN among them)" if a.dtype.kind in "fc" and np.isnan(a).any() else ""
+                raise MomentError(f"holds {a.dtype} values{nan}, not the integer counts pre-sampling writes",
+                                  source=str(f), hint=_AGAIN)
             arrays[name] = a
+        feat, adj = arrays["feature_reads"], arrays["adjacency_reads"]
+        if problem := _counts_problem(feat, adj, doc):  # (before the checksums: it says what is wrong)
+            raise MomentError(problem[1], source=str(p / f"{problem[0]}.npy"), hint=_AGAIN)
+        for name in _ARRAYS if "sha256" in doc else ():  # what no rule sees (counts moved between nodes)
+            f = p / f"{name}.npy"
+            if sha256_file(f) != doc.get("files", {}).get(f.name, {}).get("sha256"):
+                raise MomentError(f"edited or damaged: its checksum does not match the one {HOTNESS_JSON} "
+                                  "records", source=str(f), hint=_AGAIN)
         try:
             return cls(
-                arrays["feature_reads"], arrays["adjacency_reads"], int(doc["num_batches"]),
+                feat.astype(np.int64, copy=False), adj.astype(np.int64, copy=False), int(doc["num_batches"]),
                 int(doc["sampled_total"]), float(doc["unique_ratio"]), dict(doc.get("meta", {})),
             )
         except (TypeError, ValueError) as e:
             raise MomentError(f"a field has the wrong type: {e}", source=str(j)) from None
+
+
+_AGAIN = "pre-sample again (`moment data presample`)"
+
+
+def _doc_problem(doc: dict[str, Any]) -> str | None:
+    """What is wrong with hotness.json's numbers (None: nothing): what one pre-sampling can write."""
+    def count(key: str, least: int) -> bool:
+        v = doc.get(key)
+        return isinstance(v, int) and not isinstance(v, bool) and v >= least
+
+    for key, least in (("num_nodes", 1), ("num_batches", 1), ("sampled_total", 1)):
+        if not count(key, least):
+            return f"{key} {doc.get(key)!r}: must be an integer >= {least}"
+    r = doc.get("unique_ratio")
+    if not isinstance(r, (int, float)) or isinstance(r, bool) or not 0 < r <= 1:
+        return f"unique_ratio {r!r}: must be a number in (0, 1]"
+    meta = doc.get("meta", {})
+    if not isinstance(meta, dict):
+        return "meta: must be an object"
+    f, b = meta.get("fanouts"), meta.get("batch_size")
+    if f is not None and not (isinstance(f, list) and f and all(isinstance(x, int) and not isinstance(x, bool)
+                                                                  and x > 0 for x in f)):
+        return f"meta.fanouts {f!r}: must be a list of positive integers"
+    if b is not None and not (isinstance(b, int) and not isinstance(b, bool) and b > 0):
+        return f"meta.batch_size {b!r}: must be a positive integer"
+    files = doc.get("files", {})
+    if not isinstance(files, dict) or not all(isinstance(v, dict) for v in files.values()):
+        return "files: must map each array file to its checksum"
+    return None
+
+
+def _counts_problem(feat: np.ndarray, adj: np.ndarray, doc: dict[str, Any]) -> tuple[str, str] | None:
+    """(array, what is wrong with it), None when nothing, by what every pre-sampling's counts are: a batch reads a
+    node's row at most once (0 <= feature_reads <= num_batches, in all at most the ids drawn, and some), and
+    samples the neighbours of only nodes it reads, each at most once (0 <= adjacency_reads <= feature_reads)."""
+    batches = int(doc["num_batches"])
+    for name, a in (("feature_reads", feat), ("adjacency_reads", adj)):
+        if a.min() < 0:  # (a has num_nodes >= 1 counts)
+            v = int(a.argmin())
+            return (name, f"negative counts (node {v}: {a[v]}): pre-sampling counts reads, never below 0")
+    if feat.max() > batches:
+        v = int(feat.argmax())
+        return ("feature_reads", f"node {v} is counted {feat[v]} reads in {batches} batch(es): a batch reads a "
+                                 "row once at most")
+    total = int(feat.sum(dtype=np.uint64))
+    if total == 0:
+        return ("feature_reads", f"counts no reads at all in {batches} batches")
+    if total > int(doc["sampled_total"]):
+        return ("feature_reads", f"counts {total:,} reads, more than the {doc['sampled_total']:,} ids "
+                                 f"{HOTNESS_JSON} says were drawn")
+    over = np.flatnonzero(adj > feat)
+    if over.size:
+        v = int(over[0])
+        return ("adjacency_reads", f"node {v}'s neighbours are counted sampled {adj[v]} time(s), its row read "
+                                   f"only {feat[v]}: a batch samples the neighbours only of rows it reads")
+    return None
 
 
 def presample(
