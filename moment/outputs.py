@@ -183,12 +183,21 @@ def moment_directory(directory: Path) -> tuple[Path, str] | None:
     return None
 
 
+def create_reason(e: OSError, directory: str | Path) -> str:
+    """Why a file could not be created in `directory` (`reason`), but for "no such file or directory" in one that
+    is there: its file system makes no files a program asks for (/proc, /sys: the kernel's), which that names
+    wrongly."""
+    if e.errno == errno.ENOENT and os.path.isdir(directory):
+        return "its file system takes no new files (a kernel file system, as /proc and /sys are)"
+    return reason(e)
+
+
 def probe_writable(directory: Path, src: str) -> None:
     """Create and remove a temporary file in `directory`; a failure is the user's error about `src`."""
     try:
         fd, tmp = tempfile.mkstemp(prefix=".moment-probe-", dir=directory)
     except OSError as e:
-        raise MomentError(f"cannot write in {directory}: {reason(e)}", source=src) from None
+        raise MomentError(f"cannot write in {directory}: {create_reason(e, directory)}", source=src) from None
     os.close(fd)
     os.unlink(tmp)
 

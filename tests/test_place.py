@@ -384,3 +384,35 @@ def test_a_machine_without_ssds_places_when_its_caches_hold_every_row(env):
     assert run(["layout", "verify", out])[0] == 0
     feats = np.asarray(env["ds"].features_memmap())
     assert np.array_equal(open_layout(out).rows(np.arange(20_000)), feats)
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="no /proc here")
+def test_an_ssd_path_on_a_kernel_file_system_is_refused_for_what_it_is_before_sampling(env, monkeypatch):
+    """hunt-K D8: `--ssd-path ssd0=/proc` said the mount path was not writable "(No such file or directory)" of a
+    directory that is there, and only once the layout was written: the kernel's file system takes no files."""
+    import moment.placement.api as api
+
+    monkeypatch.setattr(api, "presample", lambda *a, **k: pytest.fail("sampled before checking --ssd-path"))
+    out = env["tmp"] / "Lproc"
+    rc, _, err = run(["place", "--dataset", env["tmp"] / "ds", "--profile", env["prof"], *INV, *CACHE,
+                      "--ssd-path", "ssd0=/proc", "--out", out])
+    assert rc == 2 and err.startswith("error: /proc: SSD bin ssd0: mount path is not writable: its file system takes "
+                                      "no new files (a kernel file system, as /proc and /sys are)"), err
+    assert "no such file" not in err.lower()
+    _no_output(out)
+    rc, _, err = run(["data", "synth", "--nodes", "100", "--out", "/proc/x"])  # (every output's check says it so)
+    assert rc == 2 and "cannot write in /proc: its file system takes no new files" in err, err
+
+
+def test_an_empty_path_is_refused_as_given():
+    """hunt-K D8: `place --out ""` was told "--out .: names no file or directory of its own": typer (and train's
+    parser) made Path("") of it, which is `.`. Every path option and argument refuses it as given."""
+    for argv, says in ((["place", "--dataset", "ds", "--out", ""], "error: --out '': empty path"),
+                       (["place", "--dataset", "", "--out", "L"], "error: --dataset '': empty path"),
+                       (["layout", "rm", ""], "error: LAYOUT '': empty path"),
+                       (["cache", "simulate", "--dataset", "ds", "--capacity", "1%", "--trace-out", ""],
+                        "error: --trace-out '': empty path")):
+        rc, _, err = run(argv)
+        assert rc == 2 and err.startswith(says) and "." not in err.split(":")[0], err
+    with pytest.raises(MomentError, match="--layout: '' is an empty path"):
+        parse_args(["--layout", ""], check=False)

@@ -131,13 +131,31 @@ def _named(argv: list[str] | None) -> str:
 
 def _own_path_checks(command) -> None:
     """Leave path checks to the readers (moment.inputs): typer's own check of a path argument says only
-    "is not readable" in a usage box; the readers say what the file should be, in one error line."""
+    "is not readable" in a usage box; the readers say what the file should be, in one error line. An empty
+    path is refused as given (`_refuse_empty`)."""
     for p in command.params:
-        info = getattr(getattr(p, "type_descriptor", None), "parameter_info", None)
+        desc = getattr(p, "type_descriptor", None)
+        info = getattr(desc, "parameter_info", None)
         if info is not None:
             info.readable = False
+        if desc is not None and desc.is_path:
+            _refuse_empty(p)
     for sub in getattr(command, "commands", {}).values():
         _own_path_checks(sub)
+
+
+def _refuse_empty(param) -> None:
+    """Refuse an empty path option or argument, naming it as given: typer made Path("") of it, which is `.`, so
+    `place --out ""` was told "--out .: names no file or directory of its own" of a `.` it was never given."""
+    process = param.process_value
+
+    def checked(ctx, value):
+        if value == "":
+            name = param.opts[0] if param.param_type_name == "option" else (param.name or "").upper()
+            raise MomentError("empty path: give the name of a file or directory", source=f"{name} ''")
+        return process(ctx, value)
+
+    param.process_value = checked
 
 
 def _reflow_help(t: typer.Typer) -> None:

@@ -59,6 +59,7 @@ from moment.outputs import (
     ChunkHasher,
     atomic_file,
     check_replaceable,
+    create_reason,
     LEFTOVER_MARK,
     fsync_dir,
     is_leftover,
@@ -135,7 +136,8 @@ def _probe_mount(name: str, path: str) -> Path:
         os.close(fd)
         os.unlink(tmp)
     except OSError as e:
-        raise MomentError(f"SSD bin {name}: mount path is not writable ({e.strerror})", source=str(p)) from None
+        raise MomentError(f"SSD bin {name}: mount path is not writable: {create_reason(e, p)}",
+                          source=str(p)) from None
     return p
 
 
@@ -146,7 +148,9 @@ def check_ssd_path(name: str, path: str | Path, *layouts: Path) -> None:
     """Refuse an SSD mount path whose shard directory would be deleted with something Moment removes: one
     inside a layout being written or replaced (`layouts`, with their LAYOUT.partial/LAYOUT.old), inside any
     Moment layout, or inside a Moment shard directory (`moment-*.shards`, its own layout's or another's).
-    Those go when the layout is replaced or removed, and the new shard with them."""
+    Those go when the layout is replaced or removed, and the new shard with them. And one that is not a directory
+    a file can be made in (`_probe_mount`): `place` asks before it samples."""
+    _probe_mount(name, str(path))
     p = Path(path).absolute().resolve()
     owners = [q for x in layouts for q in (x, *_layout_paths(x)[:2])]
     for d in (p, *p.parents):
@@ -474,7 +478,7 @@ def write_layout(
             local += nbytes
             specs.append((i, None, fmt.stride, nbytes))
         else:
-            m = _probe_mount(b.name, b.path).absolute()
+            m = Path(b.path).absolute()
             check_ssd_path(b.name, m, out, *([published] if published is not None else []))
             if m not in mounts:
                 mounts.append(m)

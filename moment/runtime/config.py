@@ -536,7 +536,16 @@ def _value_type(annotation: Any) -> tuple[Any, list | None]:
         return _fanouts, None
     if base in (int, float):
         return str, None
+    if base is Path:
+        return _path, None
     return base, None
+
+
+def _path(text: str) -> Path:
+    """A path flag's value; an empty one is refused as given (Path("") is `.`, which errors then named)."""
+    if text == "":
+        raise argparse.ArgumentTypeError("'' is an empty path: give the name of a file or directory")
+    return Path(text)
 
 
 class _Parser(argparse.ArgumentParser):
