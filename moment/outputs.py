@@ -161,9 +161,15 @@ def check_output(path: str | Path, what: str | None = None, *, directory: bool =
     return p
 
 
+#: a split layout's own files beside its machines' layouts (moment.placement.split writes them): its cluster
+#: manifest and its owners file. Named here, at the bottom, since no machine may take either name
+#: (moment.topology.cluster.check_machine_names): its layout would take the file's place
+SPLIT_MANIFEST = "cluster.json"
+SPLIT_OWNERS = "owners.npy"
+
 #: the files whose JSON marks a directory as a Moment writer's: a dataset's, layout's or pack's manifest, a
 #: split's cluster file, a hotness directory's record
-_OWNED_BY = {"manifest.json": "format", "cluster.json": "format", "hotness.json": "num_nodes"}
+_OWNED_BY = {"manifest.json": "format", SPLIT_MANIFEST: "format", "hotness.json": "num_nodes"}
 _KINDS = {"moment-graph": "the dataset", "moment-layout": "the layout", "moment-pack": "the pack",
           "moment-split": "the split layout"}
 

@@ -80,6 +80,29 @@ def test_place_and_plan_ask_the_same_name_check():
         split.check_names(["x" * 400])
 
 
+@pytest.mark.parametrize("name", ["owners.npy", "cluster.json", "Owners.NPY"])
+def test_a_machine_may_not_take_the_name_of_a_splits_own_file(name, tmp_path):
+    """hunt-K D11: a server named `owners.npy` (or `cluster.json`) passed the cluster file's check, and `place
+    --cluster` then said "Q.partial/owners.npy: layout already exists / pass --overwrite" (with --overwrite too):
+    its layout directory would take the split's own file's place. The one name check refuses it, for plan and
+    place alike, naming the cluster file and the machine."""
+    from moment.placement import split
+
+    msg = refused(spec([{**SERVER, "name": name}, {**SERVER, "name": "m0"}]))
+    assert msg.startswith(f"c.yaml: invalid cluster file: machine name {name!r}: a split layout keeps its own "
+                          f"{name.lower()}"), msg
+    with pytest.raises(MomentError, match="no machine may take that name"):
+        split.check_names(["m0", name])
+    path = tmp_path / "c.yaml"
+    path.write_text(json.dumps(spec([{**SERVER, "name": name}, {**SERVER, "name": "m0"}])))
+    for argv in (["plan", "--cluster", path], ["place", "--dataset", tmp_path / "ds", "--cluster", path,
+                                                "--out", tmp_path / "Q", "--overwrite"]):
+        code, text = _cli([str(a) for a in argv])
+        assert code == 2 and f"{path}: invalid cluster file: machine name {name!r}" in text, text
+        assert "partial" not in text and "Traceback" not in text
+    assert not (tmp_path / "Q").exists() and not (tmp_path / "Q.partial").exists()
+
+
 def _cli(args: list[str]) -> tuple[int, str]:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from moment.documents import mistaken, mistaken_dir
 from moment.errors import MomentError, validation_error
 from moment.inputs import check_dir, exists, read_text
-from moment.outputs import document_sha256
+from moment.outputs import SPLIT_MANIFEST, SPLIT_OWNERS, document_sha256
 from moment.placement.bins import BinSet
 
 if TYPE_CHECKING:
@@ -259,7 +259,7 @@ def layout_id(m: LayoutManifest) -> str:
 # the runtime all start here) ---------------------------------------------------------------------------
 
 #: the cluster manifest of a split layout (moment.placement.split owns the format)
-CLUSTER_MANIFEST = "cluster.json"
+CLUSTER_MANIFEST = SPLIT_MANIFEST
 
 
 def _split_parts(p: Path) -> list[str] | None:
@@ -270,7 +270,7 @@ def _split_parts(p: Path) -> list[str] | None:
         parts = sorted(d.name for d in p.iterdir() if d.is_dir() and _is_split_part(d / MANIFEST))
     except OSError:
         return None
-    return parts if parts or (p / "owners.npy").is_file() else None
+    return parts if parts or (p / SPLIT_OWNERS).is_file() else None
 
 
 def _is_split_part(mf: Path) -> bool:

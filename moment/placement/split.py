@@ -43,6 +43,7 @@ from moment.inputs import check_dir, exists, read_text
 from moment.locking import locked
 from moment.outputs import (
     LEFTOVER_MARK,
+    SPLIT_OWNERS,
     atomic_file,
     check_replaceable,
     fsync_dir,
@@ -62,7 +63,7 @@ from moment.placement.reader import CLUSTER_MANIFEST, VerifyReport, load_manifes
 
 FORMAT = "moment-split"
 SCHEMA_VERSION = 1
-OWNERS = "owners.npy"
+OWNERS = SPLIT_OWNERS
 REPLICATED = -1  # owners.npy's value of a row every machine holds
 
 

@@ -33,6 +33,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, Va
 
 from moment.errors import MomentError, validation_lines
 from moment.inputs import exists
+from moment.outputs import SPLIT_MANIFEST, SPLIT_OWNERS
 from moment.topology.devices import CATALOG, DeviceModel, find_model
 from moment.topology.model import A_KIND, Kind
 
@@ -51,12 +52,15 @@ MAX_MODEL_MB = 1e6  # gradient MB all-reduced per step: 1 TB, past any model a G
 MAX_NAME = 64  # characters of a machine name: it names a directory (a split's layout)
 #: what a machine name may hold (it names the machine's layout directory)
 MACHINE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+#: the names a split layout's own files take in its directory, beside the machines' layouts
+SPLIT_FILES = (SPLIT_MANIFEST, SPLIT_OWNERS)
 
 
 def check_machine_names(names: list[str]) -> None:
     """The names a cluster's machines get (a file's servers expanded, `--machines N`): each a
-    directory name of at most MAX_NAME characters, no two alike. `plan --cluster`, `place --cluster`
-    and the service all ask this one check, so they accept and refuse the same files."""
+    directory name of at most MAX_NAME characters, none a split's own file's (`SPLIT_FILES`), no two
+    alike. `plan --cluster`, `place --cluster` and the service all ask this one check, so they accept
+    and refuse the same files."""
     for n in names:
         if len(n) > MAX_NAME:
             raise MomentError(f"machine name {n[:20]!r}... is {len(n)} characters: at most {MAX_NAME} (it names "
@@ -64,6 +68,9 @@ def check_machine_names(names: list[str]) -> None:
         if not MACHINE_NAME.fullmatch(n):
             raise MomentError(f"machine name {n!r}: use letters, digits, '.', '_' and '-' (it names the machine's "
                               "layout directory)")
+        if n.lower() in SPLIT_FILES:  # (a case-blind file system too)
+            raise MomentError(f"machine name {n!r}: a split layout keeps its own {n.lower()} beside the machines' "
+                              "layout directories, so no machine may take that name")
     seen: set[str] = set()
     for n in names:
         if n in seen:
