@@ -98,3 +98,23 @@ def test_place_predicts_its_cache_shares_on_a_held_out_sample(setup):
     assert r.workload["gpu_cache_share"] == pytest.approx(held[order[:g]].sum() / held.sum())
     assert r.workload["cpu_cache_share"] == pytest.approx(held[order[g:c]].sum() / held.sum())
     assert r.workload["gpu_cache_share"] < hot.feature_reads[order[:g]].sum() / hot.feature_reads.sum()
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda p: {**{k: v for k, v in p.items() if k != "g0"}, "s0": p["g0"], "g0": p["s0"]} if "s0" in p else None,
+     "does not fit slot 's0'"),
+    (lambda p: {**{k: v for k, v in p.items() if k != "g0"}, "nonslot": p["g0"]}, "'nonslot' is not a slot of 'tiny2'"),
+], ids=["gpu-in-an-ssd-bay", "no-such-slot"])
+def test_a_hand_edited_plan_whose_placement_the_machine_cannot_hold_is_named(setup, tmp_path, edit, says):
+    """A plan putting a GPU in an SSD bay, or naming a slot the machine lacks, was refused without naming the plan
+    file (its other faults, another machine or inventory, name it): `place --plan` and `simulate --plan` both."""
+    plan = json.loads((setup["tmp"] / "plan.json").read_text())
+    placement = edit(plan["placement"])
+    assert placement is not None, plan["placement"]
+    bad = tmp_path / "edited-plan.json"
+    bad.write_text(json.dumps({**plan, "placement": placement}))
+    with pytest.raises(MomentError) as e:
+        load_plan(str(bad), setup["topo"], setup["inv"])
+    assert str(e.value).startswith(f"{bad}: ") and says in str(e.value)
+    rc, out, err = run(["simulate", "--plan", bad, "--profile", setup["prof"], "--uniform"])
+    assert rc == 2 and err.startswith(f"error: {bad}: ") and says in err, err

@@ -271,7 +271,7 @@ def cache_notes(workload: WorkloadSpec, cache: CacheRows, hotness: np.ndarray, o
 
 def load_plan(path: str, topo: Topology, inventory: Inventory) -> Plan:
     """A `moment plan --json` file, checked against the machine and inventory it is used with."""
-    from moment.planner.api import read_plan
+    from moment.planner.api import check_plan_placement, read_plan
 
     plan = read_plan(path)
     if plan.machine != topo.name:
@@ -280,6 +280,7 @@ def load_plan(path: str, topo: Topology, inventory: Inventory) -> Plan:
     if plan.inventory != inventory.describe():
         raise MomentError(f"the plan places {plan.inventory!r}, but the inventory is {inventory.describe()!r}",
                           source=str(path), hint="pass the --gpus/--ssds (and models) the plan was made with")
+    check_plan_placement(plan, topo, str(path))
     return plan
 
 

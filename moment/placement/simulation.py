@@ -79,6 +79,7 @@ def simulate(req: SimulateRequest, *, topology: Topology | None = None, flag: Fl
         data = data or plan.data
         if topology is None:
             topology, cal = api.load_topology(req.profile or plan.machine, calibration_file)
+        api.check_plan_placement(plan, topology, str(req.plan) if isinstance(req.plan, Path) else None)
 
         def work(progress):
             with guard("plan"):

@@ -214,6 +214,17 @@ def read_plan(path: str | Path) -> Plan:
             e, "not a plan (output of `moment plan --json`)", source=str(path)) from None
 
 
+def check_plan_placement(plan: Plan, topo: Topology, source: str | None) -> None:
+    """Refuse a plan's placement that `topo` cannot hold (a hand-edited plan: a GPU in an SSD bay, a slot the
+    machine lacks), naming the plan file as its other faults are named."""
+    from moment.topology.devices import check_placement, strip
+
+    try:
+        check_placement(strip(topo)[0], plan.placement)
+    except MomentError as e:
+        raise MomentError(e.message, source=source or e.source, hint=e.hint, field=e.field) from None
+
+
 def calibrated(topo: Topology, cal: Calibration | None) -> Topology:
     """`topo` with the calibration's link efficiencies and SSD read scale applied."""
     from moment.planner.calibration import apply_calibration
