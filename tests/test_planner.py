@@ -168,6 +168,24 @@ def test_errors_are_moment_errors():
         solve_maxflow(build_network(populate(tiny(), TINY_PLACEMENT), work()), "glpk")
 
 
+def test_a_rate_too_small_for_the_solver_is_named_with_its_figure():
+    """A valid but tiny rate (1e-9 GB/s: 1 byte/s against 200 GB an epoch) is under the share of the demand HiGHS
+    keeps as a coefficient, so the link read as none and the LP said "is every GPU reachable?"; it names the
+    link and its figure now. 1e-3 GB/s plans."""
+    def machine(gbps: float) -> Topology:
+        data = tiny().model_dump(exclude_none=True)
+        data["nodes"][5]["link"] = {"bandwidth_gbps": gbps}  # bay s0: its SSD must serve half with data even
+        return Topology.model_validate(data)
+
+    net = build_network(populate(machine(1e-3), TINY_PLACEMENT), work())
+    assert solve_lp(net, data="even").epoch_read_s == pytest.approx(100e9 / 1e6, rel=1e-6)  # half of 200 GB at 1 MB/s
+    with pytest.raises(MomentError) as e:
+        solve_lp(build_network(populate(machine(1e-9), TINY_PLACEMENT), work()), data="even")
+    said = str(e.value)
+    assert "link s0->sw0 (pcie) carries 1e-09 GB/s, less than 1e-09 of the 200 GB an epoch reads" in said, said
+    assert "reachable" not in said
+
+
 # ---- baselines and planning ------------------------------------------------------------------------
 def test_baselines_on_paper_machine_b():
     names = [b.name for b in baseline_placements(load_profile("paper-machine-b"), Inventory.simple(4, 8))]

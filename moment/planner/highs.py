@@ -20,6 +20,9 @@ import numpy as np
 
 #: scipy's acceptance tolerance on a returned point (its `tol` 1e-9, as `_check_result` widens it)
 CHECK_TOL = float(np.sqrt(1e-9) * 10)
+#: HiGHS drops constraint coefficients smaller than this (its `small_matrix_value`, set to its default here so
+#: that the planner can say when a figure was dropped: a link this small a share of the demand reads as none)
+SMALL_MATRIX_VALUE = 1e-9
 
 Coo = tuple[np.ndarray, np.ndarray, np.ndarray]
 
@@ -90,7 +93,7 @@ def linprog(c: np.ndarray, *, A_ub: Coo, b_ub: np.ndarray, A_eq: Coo, b_eq: np.n
     lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = start, index, value
     h = highspy._Highs()  # the bare solver: `highspy.Highs` prints a banner on stdout
     for key, val in (("output_flag", False), ("log_to_console", False), ("presolve", "on" if presolve else "off"),
-                     ("simplex_strategy", 1)):  # 1: dual simplex
+                     ("simplex_strategy", 1), ("small_matrix_value", SMALL_MATRIX_VALUE)):  # 1: dual simplex
         h.setOptionValue(key, val)
     if h.passModel(lp) == highspy.HighsStatus.kError:
         return Result(False, None, "HiGHS refused the model")

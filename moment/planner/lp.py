@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 from moment.errors import MomentError
 from moment.planner.contracts import DATA_PLACEMENTS
-from moment.planner.highs import linprog
+from moment.planner.highs import SMALL_MATRIX_VALUE, linprog
 from moment.planner.network import TIER_CPU, TIER_GPU, TIER_SSD, FlowNetwork
 from moment.planner.solution import Solution
 
@@ -360,8 +360,8 @@ def solve_lp_batch(nets: list[FlowNetwork], *, formulation: str = "auto",
         if len(nets) > 1:  # find the culprit and report it alone
             return [s for n, d in zip(nets, datas)
                     for s in solve_lp_batch([n], formulation=formulation, data=d, screen=screen)]
-        raise MomentError(f"the placement LP has no solution ({res.message.strip()})",
-                          hint="is every GPU reachable from the storage (check links and slots)?")
+        raise _too_slow(nets[0]) or MomentError(f"the placement LP has no solution ({res.message.strip()})",
+                                                hint="is every GPU reachable from the storage (check links and slots)?")
     out = []
     for net, p, c0 in zip(nets, parts, col0):
         x = res.x[c0:c0 + p.n_var]
@@ -372,6 +372,24 @@ def solve_lp_batch(nets: list[FlowNetwork], *, formulation: str = "auto",
         served = {s.id: float(share[i]) * total for i, s in enumerate(net.storage)}
         out.append(Solution("lp", float(x[S]), edge_bytes, served, dict(net.demand), net))
     return out
+
+
+def _too_slow(net: FlowNetwork) -> MomentError | None:
+    """Why an LP failed when a link or a storage node is too slow for the solver: the LP counts bytes as shares
+    of the epoch's demand, and a rate under SMALL_MATRIX_VALUE of it a second is dropped as no link at all, so
+    the reads it must carry have no way (`links.0.bandwidth_gbps=1e-9` said "is every GPU reachable?")."""
+    total = net.total_demand
+    rates = [(e.capacity, f"link {e.id} ({e.kind}{', ' + e.label if e.label else ''}) carries") for e in net.edges]
+    rates += [(s.limit, f"{s.id} serves") for s in net.storage]
+    slow = [(rate, what) for rate, what in rates if math.isfinite(rate) and rate < SMALL_MATRIX_VALUE * total]
+    if not slow:
+        return None
+    rate, what = min(slow)
+    return MomentError(f"the placement LP cannot be solved: {what} {rate / 1e9:.3g} GB/s, less than "
+                       f"{SMALL_MATRIX_VALUE:g} of the {total / 1e9:,.0f} GB an epoch reads (per second): the solver "
+                       "takes a rate that small for none, and the reads that must cross it have no way",
+                       hint="check that figure (a bandwidth_gbps, read_gbps or memory_bandwidth_gbps in the profile "
+                            "or a --set: a link that slow is no link) or the workload's size (the epoch's reads)")
 
 
 def _time_scale(net: FlowNetwork) -> float:
