@@ -64,6 +64,7 @@ def scan_cmd(
     A --from-* file may be `-`, standard input (`lspci -tv | moment scan --from-lspci -`); several options
     may name it when one piped log holds several outputs.
     """
+    from moment.topology import checks
     from moment.topology.profiles import save_profile
 
     if out is not None:
@@ -106,6 +107,8 @@ def scan_cmd(
     if report is not None:
         for line in report.lines():
             err_console.print(line)
+    for note in checks.notes(topo):  # (what a plan of it will say: a link its CPU caps, more lanes than it has)
+        err_console.print(f"note: {note}", markup=False, highlight=False)
     if out:
         console.print(f"profile written to [bold]{escape(str(out))}[/]")
 

@@ -19,6 +19,7 @@ from moment.planner import api
 from moment.planner.calibration_file import Calibration
 from moment.planner.requests import SimulateRequest
 from moment.requests import expect
+from moment.topology import checks
 from moment.workload.spec import WorkloadSpec
 
 if TYPE_CHECKING:
@@ -97,6 +98,7 @@ def simulate(req: SimulateRequest, *, topology: Topology | None = None, flag: Fl
             topology, cal = api.load_topology(req.profile, calibration_file)
         rep = run(lambda progress: api.simulate_named(topology, req.placement, req.gpus, req.ssds, steps=req.steps,
                                                       seed=req.seed, uniform=req.uniform, flag=flag, data=data))
+    notes += checks.notes(topology)  # (a link capped by its CPU, a rate above its wire: the plan says so too)
     out = api.replay_json(rep, cal, data)
     return SimulateResult(rep, {**out, "notes": notes} if notes else out)
 

@@ -28,6 +28,7 @@ from moment.planner.network import ChassisTemplate
 from moment.planner.solution import Solution
 from moment.planner.symmetry import node_label
 from moment.planner.tiebreak import TIE_REL, preference_arrays, preference_order, wasted_lanes
+from moment.topology import checks
 from moment.topology.devices import DeviceModel, Inventory, find_model, fits, populate, strip
 from moment.topology.model import A_KIND, Kind, Topology
 from moment.workload.spec import WorkloadSpec
@@ -131,7 +132,8 @@ def _make_plan(topo: Topology, inventory: Inventory, workload: WorkloadSpec, max
         baselines=baselines,
         gain_vs_best_baseline=gain,
         explanation=explain(bare, seen(winner), [(b.name, seen(ev)) for b, ev in evaluated]),
-        notes=[*layouts_of(bare, inventory)[1], *([found.note] if found.note else []), *_left_out(topo)],
+        notes=[*layouts_of(bare, inventory)[1], *([found.note] if found.note else []), *_left_out(topo),
+               *checks.notes(topo)],
     )
 
 

@@ -140,7 +140,7 @@ def trained_link(card: Link | None, slot: Slot) -> Link | None:
     if card is None or card.kind != "pcie" or card.bandwidth_gbps is not None or card.gen is None:
         return card
     port = slot.link
-    gen = min(card.gen, port.gen) if port is not None and port.gen is not None else card.gen
+    gen = min(card.gen, port.running_gen) if port is not None and port.running_gen is not None else card.gen
     lanes = port.width if port is not None and port.width is not None else slot.width
     width = min(card.width or lanes, lanes)
     if (gen, width) == (card.gen, card.width):

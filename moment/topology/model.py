@@ -17,6 +17,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from moment.topology import bandwidth as bw
+from moment.topology.readers import _xml_cpu as cpus
 
 
 class Kind(str, Enum):
@@ -109,6 +110,16 @@ class Link(_Strict):
             raise ValueError("a PCIe link needs gen and width, or bandwidth_gbps")
         return self
 
+    @property
+    def running_gen(self) -> int | None:
+        """The PCIe generation the link runs at: its `gen`, or the lower one its CPU drives (`CappedLink`)."""
+        return self.gen
+
+    @property
+    def capped_by(self) -> str | None:
+        """The CPU that holds this link below its `gen` (None where it runs at its `gen`)."""
+        return None
+
     def bandwidth(self) -> float:
         """One-direction bytes/s (infinite for an internal link with no figure)."""
         if self.bandwidth_gbps is not None:
@@ -116,15 +127,35 @@ class Link(_Strict):
         if self.kind == "internal":
             return float("inf")
         assert self.gen is not None and self.width is not None
-        return bw.pcie_bytes(self.gen, self.width)
+        return bw.pcie_bytes(self.running_gen, self.width)
 
     def describe(self) -> str:
         if self.kind == "internal" and self.bandwidth_gbps is None:
             return "internal"
-        base = f"PCIe {self.gen}.0 x{self.width}" if self.gen and self.width else "link"
+        base = f"PCIe {self.running_gen}.0 x{self.width}" if self.gen and self.width else "link"
+        if self.capped_by is not None:
+            base += f" (capped from {self.gen}.0 by the CPU)"
         if self.bandwidth_gbps is not None:
             base += f" ({self.bandwidth_gbps:g} GB/s measured)"
         return base
+
+
+class CappedLink(Link):
+    """A root port's link whose `gen` its CPU cannot drive: it trains at the CPU's generation. Made by the
+    topology's validation (`_cap_root_ports`) in place of the link written; a topology's data (`model_dump`, a
+    profile written out) keep the link as written (the fields below are not the field type's, so they are not
+    dumped), and every topology made from them is capped again."""
+
+    cpu_gen: int
+    cpu: str  # the CPU and its socket, for notes: "Xeon E5-2680 v4 of socket 'cpu0'"
+
+    @property
+    def running_gen(self) -> int | None:
+        return min(self.gen, self.cpu_gen) if self.gen is not None else None
+
+    @property
+    def capped_by(self) -> str | None:
+        return self.cpu
 
 
 class PeerLink(_Strict):
@@ -348,6 +379,45 @@ def _check_link_ends(i: int, link: PeerLink, a, b) -> None:
     raise ValueError(f"links[{i}] ({link.kind}) joins {what(a)} to {what(b)}: {_LINK_ENDS[link.kind]}")
 
 
+def socket_cpu(socket) -> cpus.CpuId:
+    """The CPU a socket's `model` names (an empty identity where it names none)."""
+    return _cpu(socket.model)
+
+
+@cache
+def _cpu(model: str | None) -> cpus.CpuId:
+    """(asked once a model string: every topology is validated, and the names are matched by pattern)"""
+    return cpus.from_socket_model(model)
+
+
+def _cap_root_ports(nodes: list) -> None:
+    """A link at a root port runs at most at the PCIe generation its CPU drives (link training settles on the
+    lower end's): a hand-written 'PCIe 5.0' slot under a 'Xeon E5-2680 v4' (PCIe 3.0) was planned 3.8x too
+    fast. Such a link becomes a `CappedLink`: it keeps the `gen` written (a what-if asks for it, a virtual
+    machine reports it) and runs at the CPU's; the plan notes it (`moment.topology.checks`). A switch's
+    downstream links are the switch's to drive, not the CPU's."""
+    driven = {}  # socket -> its CPU's PCIe generation, where its model names one
+    for n in nodes:
+        if n.kind == Kind.socket and (gen := cpus.pcie_gen(socket_cpu(n))) is not None:
+            driven[n.id] = gen
+    if not driven:
+        return
+    ports = {n.id: n.parent for n in nodes if n.kind == Kind.root_complex and n.parent in driven}
+    for i, n in enumerate(nodes):
+        link = n.link
+        if n.parent in ports and link is not None and link.kind == "pcie" and link.gen is not None:
+            socket = ports[n.parent]
+            gen = driven[socket]
+            written = {k: getattr(link, k) for k in Link.model_fields}  # (a node object met again: as written)
+            if link.gen > gen:
+                model = next(s.model for s in nodes if s.id == socket)
+                link = CappedLink(**written, cpu_gen=gen, cpu=f"{model} of socket {socket!r}")
+            elif isinstance(link, CappedLink):
+                link = Link(**written)
+            if link is not n.link:  # a copy of the node: one given to another topology keeps its own link
+                nodes[i] = n.model_copy(update={"link": link})
+
+
 class Topology(_Strict):
     """A machine: nodes in a PCIe forest under sockets, and peer links."""
 
@@ -416,6 +486,7 @@ class Topology(_Strict):
                 raise ValueError(f"links[{i}] ({link.kind}) connects {link.a!r} to itself")
             _check_link_ends(i, link, seen[link.a], seen[link.b])
         _check_sockets_joined(self.nodes, self.links)
+        _cap_root_ports(self.nodes)
         for name, lay in self.layouts.items():
             for kind, slots in ((Kind.gpu, lay.gpu), (Kind.ssd, lay.ssd)):
                 for i, slot_id in enumerate(slots):

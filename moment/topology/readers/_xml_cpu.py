@@ -44,6 +44,12 @@ _INTEL = {
     207: ("Emerald Rapids", 5, "upi", 4, 20.0),
     173: ("Granite Rapids", 5, "upi", 6, 24.0),
 }
+#: Intel family 6 single-socket Xeons (E-2100/E-2200, E-2300): name, PCIe gen of the CPU's own lanes.
+_INTEL_ONE_SOCKET = {158: ("Coffee Lake (Xeon E-2100/E-2200)", 3), 167: ("Rocket Lake (Xeon E-2300)", 4)}
+#: PCIe lanes of one Intel CPU package, by family 6 model (Westmere-EP has none: its PCIe is on the IOH chip).
+_INTEL_LANES = {45: 40, 62: 40, 63: 40, 79: 40, 85: 48, 106: 64, 143: 80, 207: 80, 173: 96, 158: 16, 167: 20}
+#: PCIe lanes of one EPYC package (a two-socket board gives 48-64 of them to the socket links: the most a socket has)
+_EPYC_LANES = 128
 #: AMD (family, lowest model of the line): name, PCIe gen. Two-socket EPYC uses 4 xGMI links.
 _AMD = [
     ((23, 0x00), "EPYC Naples (Zen)", 3),
@@ -94,6 +100,10 @@ def identity_from_model(model: str | None) -> tuple[str, int, int] | None:
 def _intel_from_name(name: str) -> int | None:
     """A family-6 model number guessed from a Xeon model string (hwloc files without CPUModelNumber)."""
     n = name.upper()
+    if re.search(r"\bE-23\d\d", n):
+        return 167
+    if re.search(r"\bE-2[12]\d\d", n):
+        return 158
     if re.search(r"E5-\d{4} V4|E7-\d{4} V4", n):
         return 79
     if re.search(r"E5-\d{4} V3|E7-\d{4} V3", n):
@@ -264,20 +274,43 @@ def group_numa_domains(domains: dict[int, tuple[CpuId, frozenset[int] | None]]) 
                     f"together ({shown}); the others are kept apart as separate socket nodes.")
 
 
-#: "AMD EPYC 7302 16-Core Processor": the model number's last digit is the generation (7xx1 Naples ... 9xx5 Turin).
-_EPYC_NAME = re.compile(r"\bEPYC\s+\d{3}([1-5])\b", re.IGNORECASE)
+#: "AMD EPYC 7302 16-Core Processor", "AMD EPYC 9374F": the model number's last digit is the generation (7xx1
+#: Naples ... 9xx5 Turin), a letter may follow (F: frequency-optimised, P: one socket, X: 3D V-Cache)
+_EPYC_NAME = re.compile(r"\bEPYC\s+\d{3}([1-5])[A-Z]{0,2}\b", re.IGNORECASE)
+
+
+def from_socket_model(model: str | None) -> CpuId:
+    """The identity a socket's `model` names: the raw identity `describe` keeps in its parenthesis, else what
+    the model string tells (a profile's 'Xeon Gold 5320', a scan's CPUModel)."""
+    ident = identity_from_model(model)
+    if ident is None:
+        return from_model_string(model)
+    vendor, family, number = ident
+    real = normalise_amd_family(family) if vendor == "AuthenticAMD" else family
+    return CpuId(vendor, real, number, family, model)
 
 
 def pcie_gen(cpu: CpuId) -> int | None:
     """The PCIe generation of the CPU's root ports, None when the identity does not tell."""
     if cpu.vendor == "GenuineIntel" and cpu.family == 6 and cpu.model in _INTEL:
         return _INTEL[cpu.model][1]
+    if cpu.vendor == "GenuineIntel" and cpu.family == 6 and cpu.model in _INTEL_ONE_SOCKET:
+        return _INTEL_ONE_SOCKET[cpu.model][1]
     if cpu.vendor == "AuthenticAMD" and _amd(cpu):
         return _amd(cpu)[1]
     if cpu.vendor == "AuthenticAMD" and cpu.family is None and (m := _EPYC_NAME.search(cpu.name or "")):
         return _AMD[int(m.group(1)) - 1][2]
     if cpu.vendor == "IBM" and cpu.name and "POWER9" in cpu.name.upper():
         return 4
+    return None
+
+
+def pcie_lanes(cpu: CpuId) -> int | None:
+    """The PCIe lanes one package of this CPU has, None when the identity does not tell."""
+    if cpu.vendor == "GenuineIntel" and cpu.family == 6:
+        return _INTEL_LANES.get(cpu.model)
+    if cpu.vendor == "AuthenticAMD" and (_amd(cpu) or (cpu.family is None and _EPYC_NAME.search(cpu.name or ""))):
+        return _EPYC_LANES
     return None
 
 
