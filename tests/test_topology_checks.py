@@ -1,5 +1,6 @@
 """What a machine description claims that its hardware cannot do: a link above its CPU's PCIe generation
-(planned at the CPU's), more lanes than the CPU has (planned as given), each said in the plan's notes."""
+(planned at the CPU's), more lanes than the CPU has, a `bandwidth_gbps` above the wire (planned as given),
+each said in the plan's notes."""
 
 from __future__ import annotations
 
@@ -115,6 +116,34 @@ def test_more_lanes_than_the_cpu_has_are_noted_unless_a_switch_explains_them():
                         {"id": "b0", "kind": "slot", "parent": "rc0", "width": 4, "link": {"gen": 4, "width": 4}}] + [
         {"id": f"s{i}", "kind": "slot", "parent": "sw0", "width": 16, "link": {"gen": 4, "width": 16}} for i in range(8)]
     assert checks.notes(Topology.model_validate({"name": "switched", "nodes": switched})) == []
+
+
+def test_a_bandwidth_above_the_wire_is_planned_as_given_and_noted(capsys, tmp_path):
+    """A 'measured' 100 GB/s on a PCIe 3.0 x4 link (3.94 GB/s on the wire) was used without a word; it is still
+    used (the page's what-if suggests twice a link's rate), and the plan's text and --json notes name it."""
+    prof = tmp_path / "swbw.yaml"
+    data = machine(None, 3)
+    data["nodes"][2]["link"] = {"gen": 3, "width": 4}
+    data["links"] = []
+    prof.write_text(json.dumps(data))
+    argv = ["plan", "--profile", str(prof), "--gpus", "1", "--ssds", "3", "--set", "nodes.slot1.link.bandwidth_gbps=100"]
+    want = ("the link of slot 'slot1': bandwidth_gbps 100 is above the 3.94 GB/s a PCIe 3.0 x4 link carries on the "
+            "wire; planned at bandwidth_gbps as given")
+    assert main([*argv, "--json"]) == 0
+    assert any(n.startswith(want) for n in json.loads(capsys.readouterr().out)["notes"])
+    assert main(argv) == 0
+    assert "note: " + want in " ".join(capsys.readouterr().out.split())
+    # a peer link too, by its kind, count and rate; a figure under the wire is a measurement, not noted
+    topo = Topology.model_validate({**machine(None, 4), "links": []})
+    two = topology_from_dict({"name": "two", "nodes": [
+        {"id": "cpu0", "kind": "socket"}, {"id": "cpu1", "kind": "socket"},
+        {"id": "rc0", "kind": "root_complex", "parent": "cpu0"},
+        {"id": "s0", "kind": "slot", "parent": "rc0", "link": {"gen": 4, "width": 16, "bandwidth_gbps": 20}}],
+        "links": [{"a": "cpu0", "b": "cpu1", "kind": "upi", "count": 3, "gts": 16, "bandwidth_gbps": 1000}]}, "two")
+    assert checks.notes(topo) == []
+    assert checks.rates_over_wire(two) == ["links[0] (cpu0-cpu1): bandwidth_gbps 1000 is above the 96 GB/s a UPI x3 "
+                                           "link carries on the wire; planned at bandwidth_gbps as given (a what-if, "
+                                           "or a figure to check)"]
 
 
 @pytest.mark.parametrize("name", builtin_names())

@@ -44,6 +44,12 @@ def pcie_lane_bytes(gen: int) -> float:
     return gts * 1e9 * enc / 8 * PCIE_PROTOCOL_EFFICIENCY
 
 
+def pcie_wire_bytes(gen: int, width: int) -> float:
+    """Bytes/s the lanes carry after line encoding, before protocol overhead: what no measurement can beat."""
+    gts, enc = PCIE_GENERATIONS[gen]
+    return gts * 1e9 * enc / 8 * width
+
+
 def pcie_bytes(gen: int, width: int) -> float:
     if width <= 0:
         raise ValueError(f"PCIe width must be positive, got x{width}")

@@ -1,16 +1,19 @@
 """What a machine description claims that its hardware cannot do, said as notes (planned as given or as capped).
 
 A profile of a machine not yet bought is hand-written, and a what-if asks for hardware that may not exist
-(the planning page suggests a link's generation + 1): these are planned, and said. Refused instead is what
+(the planning page suggests a link's generation + 1, or twice its rate): these are planned, and said. Refused instead is what
 the model's validation refuses (`moment.topology.model`); a link above its CPU's PCIe generation is capped
 there (`Link.running_gen`) and named here.
 """
 
 from __future__ import annotations
 
+from moment.topology import bandwidth as bw
 from moment.topology.model import Kind, Topology, socket_cpu
 from moment.topology.readers import _xml_cpu as cpus
 
+#: a measured rate may be this much over the wire rate before it is noted (rounding in a file or a table)
+WIRE_SLACK = 1e-6
 #: tree nodes whose uplink takes lanes of their CPU: a switch's own lanes fan out below it, so only its
 #: uplink counts (chipset functions, `other`, hang off the chipset's own lanes)
 _LANE_TAKERS = (Kind.slot, Kind.switch, Kind.gpu, Kind.ssd, Kind.nic)
@@ -18,7 +21,7 @@ _LANE_TAKERS = (Kind.slot, Kind.switch, Kind.gpu, Kind.ssd, Kind.nic)
 
 def notes(topo: Topology) -> list[str]:
     """Everything below, for a plan's notes."""
-    return [*capped_links(topo), *lanes_over(topo)]
+    return [*capped_links(topo), *lanes_over(topo), *rates_over_wire(topo)]
 
 
 def capped_links(topo: Topology) -> list[str]:
@@ -63,6 +66,34 @@ def lanes_over(topo: Topology) -> list[str]:
                        "(write the widths each slot gets) or puts a PCIe switch in front (a kind: switch node, whose "
                        "uplink is what reaches the CPU)")
     return out
+
+
+def rates_over_wire(topo: Topology) -> list[str]:
+    """A `bandwidth_gbps` above what its link carries on the wire (gen x width, or a peer link's kind, count
+    and rate): a measurement cannot beat the wire, so it is a what-if (the planning page suggests twice a
+    link's rate) or a mistake; planned as given."""
+    out = []
+    for n in topo.nodes:
+        link = n.link
+        if link is None or link.bandwidth_gbps is None or link.kind != "pcie" or not (link.gen and link.width):
+            continue
+        wire = bw.pcie_wire_bytes(link.running_gen, link.width)
+        if link.bandwidth_gbps * bw.GB > wire * (1 + WIRE_SLACK):
+            out.append(_over(f"the link of {n.kind.value} {n.id!r}", link.bandwidth_gbps, wire,
+                             f"PCIe {link.running_gen}.0 x{link.width}"))
+    for i, pl in enumerate(topo.links):
+        if pl.bandwidth_gbps is None:
+            continue
+        table = pl.model_copy(update={"bandwidth_gbps": None})
+        wire = bw.pcie_wire_bytes(pl.gen or 4, pl.width or 16) if pl.kind == "pcie" else table.bandwidth()
+        if pl.bandwidth_gbps * bw.GB > wire * (1 + WIRE_SLACK):
+            out.append(_over(f"links[{i}] ({pl.a}-{pl.b})", pl.bandwidth_gbps, wire, table.describe()))
+    return out
+
+
+def _over(what: str, gbps: float, wire: float, link: str) -> str:
+    return (f"{what}: bandwidth_gbps {gbps:g} is above the {bw.gbps(wire):.3g} GB/s a {link} link carries on the "
+            "wire; planned at bandwidth_gbps as given (a what-if, or a figure to check)")
 
 
 def _ids(nodes: list) -> str:
