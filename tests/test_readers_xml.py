@@ -429,6 +429,29 @@ def test_errors_name_the_file(tmp_path: Path):
         read_nccl_xml(b"\xff\xfe<\x00s\x00")
 
 
+#: the "billion laughs": 776 bytes whose entities expand to 3 GB (expat's own guard took minutes of CPU to stop it)
+ENTITY_BOMB = ('<?xml version="1.0"?><!DOCTYPE lolz [<!ENTITY lol "lol">'
+               + "".join(f'<!ENTITY lol{i} "' + f"&lol{i - 1 if i > 1 else ''};" * 10 + '">' for i in range(1, 10))
+               + ']><system version="1">&lol9;</system>')
+
+
+@pytest.mark.parametrize("read", [read_nccl_xml, read_hwloc_xml])
+def test_a_dtd_of_its_own_is_refused_before_its_entities_expand(read, tmp_path):
+    """NCCL and hwloc dumps declare no DTD (hwloc names an external one, never fetched): a DOCTYPE with one is
+    refused at once, in the reader every caller (scan, plan, the service's uploads) goes through."""
+    import time
+
+    for text, line in ((ENTITY_BOMB, 1), ('<?xml version="1.0"?>\n<!DOCTYPE t [<!ELEMENT t ANY>]>\n<t/>', 2)):
+        start = time.monotonic()
+        with pytest.raises(MomentError, match=rf"line {line}: the DOCTYPE declares a DTD of its own") as exc:
+            read(text)
+        assert time.monotonic() - start < 1 and exc.value.hint.startswith("remove the [ ... ] part")
+    (tmp_path / "bomb.xml").write_text(ENTITY_BOMB)
+    with pytest.raises(MomentError, match=r"bomb\.xml: line 1: the DOCTYPE declares"):
+        read(tmp_path / "bomb.xml")
+    assert read(fixture_file(DGX2) if read is read_hwloc_xml else fixture_file(SIMAI)).nodes  # an external DTD: read
+
+
 DGX2 = "hwloc_nvidiaDGX2.xml"
 
 

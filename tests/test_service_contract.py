@@ -29,6 +29,16 @@ def test_deeply_nested_yaml_upload_is_a_422_naming_the_field(client, path, extra
     assert r.json()["detail"] == "profile_yaml: not valid YAML at line 1: nested more than 200 deep"
 
 
+@pytest.mark.parametrize("field", ["nccl_xml", "hwloc_xml"])
+def test_an_xml_entity_bomb_is_refused_at_once(client, field):
+    """776 bytes of nested entities held a search slot and a core for 45-130 s (past --plan-timeout, which
+    covers the search, not the upload's reading): the reader refuses a DTD of its own before expanding it."""
+    bomb = '<?xml version="1.0"?><!DOCTYPE s [<!ENTITY a "aaaa"><!ENTITY b "&a;&a;&a;">]><system>&b;</system>'
+    r = client.post("/v1/plan", json={field: bomb})
+    assert r.status_code == 422, r.text
+    assert r.json()["errors"][0]["field"] == field and "declares a DTD of its own" in r.json()["detail"], r.text
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("settings", "base", "health", "plan"), [
     ({}, "http://192.0.2.7", 403, 403),  # a TCP connection to a public address, no token: refused

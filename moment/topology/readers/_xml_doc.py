@@ -3,6 +3,10 @@
 ElementTree drops source positions, so the tree is built from expat events here; each element's
 line is kept in a side table. Every failure (missing file, bad encoding, not well-formed) becomes a
 `MomentError` that names the file and, when expat knows it, the line and column.
+
+A DOCTYPE with a DTD of its own (`<!DOCTYPE x [ ... ]>`) is refused before anything in it is read: NCCL and
+hwloc dumps carry none (hwloc names an external `hwloc2.dtd`, which is never fetched), and its entities are
+how 776 bytes expand into gigabytes (the "billion laughs": expat's own guard took minutes of CPU to stop it).
 """
 
 from __future__ import annotations
@@ -70,6 +74,10 @@ def parse(content: str | bytes, source: str) -> XmlDoc:
     def end(tag: str) -> None:
         stack.pop()
 
+    def doctype(name: str, system_id: str | None, public_id: str | None, has_internal_subset: int) -> None:
+        if has_internal_subset:
+            raise _OwnDtd(parser.CurrentLineNumber)
+
     def text(data: str) -> None:
         if stack:
             el = stack[-1]
@@ -81,6 +89,7 @@ def parse(content: str | bytes, source: str) -> XmlDoc:
     parser.StartElementHandler = start
     parser.EndElementHandler = end
     parser.CharacterDataHandler = text
+    parser.StartDoctypeDeclHandler = doctype
     try:
         parser.Parse(content, True)
     except expat.ExpatError as e:
@@ -90,6 +99,10 @@ def parse(content: str | bytes, source: str) -> XmlDoc:
         ) from None
     except _TooDeep as e:
         raise MomentError(f"elements nested more than {MAX_DEPTH} deep at line {e.line}", source=source) from None
+    except _OwnDtd as e:
+        raise MomentError(f"line {e.line}: the DOCTYPE declares a DTD of its own (entities, elements): an NCCL or "
+                          "hwloc dump has none", source=source,
+                          hint="remove the [ ... ] part of <!DOCTYPE ...>: give the file as NCCL or lstopo wrote it") from None
     except (UnicodeError, ValueError) as e:  # undecodable bytes, NUL in str input
         raise MomentError(f"cannot decode the XML text: {e}", source=source) from None
     if not roots:
@@ -98,6 +111,14 @@ def parse(content: str | bytes, source: str) -> XmlDoc:
 
 
 class _TooDeep(Exception):
+    def __init__(self, line: int):
+        super().__init__(line)
+        self.line = line
+
+
+class _OwnDtd(Exception):
+    """A DOCTYPE with an internal subset (module docstring)."""
+
     def __init__(self, line: int):
         super().__init__(line)
         self.line = line
