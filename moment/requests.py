@@ -11,10 +11,11 @@ limits), so an option declared here is taken by both with one default.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from typing import Annotated, Any
 
-from pydantic import BaseModel, Field, ValidationError, create_model
-from pydantic_core import PydanticUndefined
+from pydantic import BaseModel, Field, ValidationError, create_model, model_validator
+from pydantic_core import PydanticCustomError, PydanticUndefined
 
 from moment.errors import MomentError, validation_error
 
@@ -37,7 +38,42 @@ class Cli:
     argument: bool = False  # True: a positional argument of the command, not an option (flags unused)
 
 
-class Request(BaseModel):
+#: the error type of a truth value given for a number; its `field` (ctx) is the field of the model it is about
+TRUTH_VALUE = "truth_value"
+
+
+class NoTruthValueForANumber(BaseModel):
+    """A model whose number fields refuse `true`/`false`: pydantic takes a bool for a number (`gpus: true` planned
+    1 GPU, `bandwidth_gbps: true` in a profile or a `--set` was 1 GB/s), and strict mode would refuse the enums'
+    names too. The one rule of the machine models, the library's requests and the service's bodies."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_truth_value_for_a_number(cls, data: object) -> object:
+        if isinstance(data, dict):
+            for key in _number_keys(cls):
+                if isinstance(data.get(key), bool):
+                    raise PydanticCustomError(TRUTH_VALUE, "{field}: {value} is a truth value, not a number",
+                                              {"field": key, "value": str(data[key]).lower()})
+        return data
+
+
+@cache
+def _number_keys(cls: type[BaseModel]) -> tuple[str, ...]:
+    """The names (and aliases) of a model's fields that take a number (asked once a class: every node of every
+    topology is validated)."""
+    return tuple(key for name, field in cls.model_fields.items() if _numeric(field.annotation)
+                 for key in dict.fromkeys((name, field.alias or name)))
+
+
+def _numeric(annotation: object) -> bool:
+    """Whether a field's type takes an int or a float (its own, or one of a union's or Annotated's)."""
+    if annotation in (int, float):
+        return True
+    return any(_numeric(a) for a in getattr(annotation, "__args__", ()) if a is not bool)
+
+
+class Request(NoTruthValueForANumber):
     """A typed request. Built wrong in a script (a field of the wrong type, one it does not have, one missing), it
     is one MomentError naming each field, what `except moment.MomentError` catches (pydantic's ValidationError
     escaped it). The service reads its bodies with `model_validate`, which answers them as 422s itself."""

@@ -215,3 +215,19 @@ def test_simulate_and_probe_bodies_are_derived_with_the_service_limits():
     assert job.queue_depth == ProbeRequest().queue_depth and job.ssd_dirs == {"ssd0": "ssd0"}
     assert set(ProbeJobRequest.model_fields) == {"ssd_dirs", "size_mib", "queue_depth"}  # names, never paths
     assert narrow(ProbeRequest, job, size_mib=job.size_mib).size_mib == 256
+
+
+def test_a_truth_value_is_never_a_number_in_a_request():
+    """`PlanRequest(gpus=True)` planned 1 GPU: the library's requests follow the machine models' one rule (a number
+    field refuses true/false, naming the field), and so do the service's bodies derived from them."""
+    from moment.requests import NoTruthValueForANumber
+    from moment.service.schemas import PlanRequest as Body
+    from moment.topology.model import Link
+
+    with pytest.raises(MomentError, match="gpus: true is a truth value, not a number"):
+        PlanRequest(gpus=True)
+    with pytest.raises(MomentError, match="epochs: false is a truth value, not a number"):
+        PlaceRequest(dataset="d", out="o", epochs=False)
+    with pytest.raises(ValidationError, match="gb_per_gpu: true is a truth value"):
+        Body.model_validate({"gb_per_gpu": True})
+    assert PlanRequest(gpus=3).gpus == 3 and all(issubclass(m, NoTruthValueForANumber) for m in (PlanRequest, Body, Link))

@@ -240,6 +240,27 @@ def test_unreadable_json_bodies_are_422_naming_the_body(client, content, ctype, 
     assert needle in _field_error(r, "body")
 
 
+@pytest.mark.parametrize(("path", "body", "field", "needle"), [
+    ("/v1/plan", {"gpus": True}, "gpus", "true is a truth value, not a number"),
+    ("/v1/plan", {"gb_per_gpu": True}, "gb_per_gpu", "true is a truth value, not a number"),
+    ("/v1/plan", {"ssds": False}, "ssds", "false is a truth value, not a number"),
+    ("/v1/plan", {"gpus": "3"}, "gpus", "Input should be a valid integer"),
+    ("/v1/plan", {"diagram": 1}, "diagram", "Input should be a valid boolean"),
+    ("/v1/compare", {"profiles": ["paper-machine-b"], "gpus": True}, "gpus", "true is a truth value"),
+    ("/v1/compare/machines", {"machines": [{}], "gpus": True}, "gpus", "true is a truth value"),
+    ("/v1/compare/machines", {"machines": [{}], "ssds": "8"}, "ssds", "Input should be a valid integer"),
+    ("/v1/simulate", {"placement": "paper-c", "steps": True}, "steps", "true is a truth value"),
+    ("/v1/advise", {"budget": True}, "budget", "true is a truth value"),
+    ("/v1/plan/cluster", {"cluster": {}, "feature_dim": True}, "feature_dim", "true is a truth value"),
+    ("/v1/jobs/probe", {"size_mib": True}, "size_mib", "true is a truth value"),
+    ("/v1/jobs/place", {"dataset": "d", "layout": "l", "epochs": "2"}, "epochs", "Input should be a valid integer"),
+])
+def test_request_fields_take_only_their_own_json_type(client, path, body, field, needle):
+    """`gpus: true` planned 1 GPU and `"gpus": "3"` 3 (pydantic's lax mode): every request body is strict, and a
+    truth value for a number is refused by the rule the machine models follow, naming the field."""
+    assert needle in _field_error(client.post(path, json=body), field)
+
+
 def test_a_broken_multipart_form_is_a_422_naming_the_body(client):
     r = client.post("/v1/scan", content=b"xx", headers={"content-type": "multipart/form-data"})
     assert "body: not a valid form" in _field_error(r, "body")

@@ -12,6 +12,7 @@ from typing import Any
 from starlette.responses import JSONResponse
 
 from moment.errors import MomentError
+from moment.requests import TRUTH_VALUE
 from moment.service.schemas import ErrorBody
 
 
@@ -116,8 +117,11 @@ def validation_detail(errors: list[dict]) -> tuple[str, list[dict]]:
                                                      f"{e.get('ctx', {}).get('error', 'decode error')}"})
             continue
         loc = [str(p) for p in e.get("loc", ()) if p not in ("body", "query", "path", "form")]
-        field = ".".join(loc) or "body"
         msg = str(e.get("msg", "invalid")).removeprefix("Value error, ")
+        if e.get("type") == TRUTH_VALUE:  # a model's rule about one of its fields: name that field
+            inner = e["ctx"]["field"]
+            loc, msg = [*loc, inner], msg.removeprefix(f"{inner}: ")
+        field = ".".join(loc) or "body"
         out.append({"field": field, "message": msg})
     lines = [f"{x['field']}: {x['message']}" for x in out[:8]]
     if len(out) > 8:

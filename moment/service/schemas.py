@@ -18,7 +18,7 @@ from moment.planner.calibration_file import Calibration
 from moment.planner.cluster import ClusterPlan
 from moment.planner.contracts import DataPlacement, Plan
 from moment.planner.replay import ReplayReport
-from moment.requests import derive
+from moment.requests import NoTruthValueForANumber, derive
 from moment.topology.cluster import ClusterSpec
 from moment.topology.model import Topology
 from moment.topology.scan import ScanReport
@@ -45,8 +45,11 @@ _Name = Field(min_length=1, max_length=200)
 MACHINE_NAME: dict[str, Any] = {"max_length": 200, "description": "name of an uploaded machine"}
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+class _Strict(NoTruthValueForANumber):
+    """Every request body: an unknown field is refused, and a value is of its field's JSON type (`"gpus": true` and
+    `"gpus": "3"` were 1 and 3 GPUs, `"diagram": 1` a diagram): strict, with the library's rule for truth values."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True)
 
 
 class MachineIn(_Strict):
@@ -181,10 +184,8 @@ class CompareMachine(MachineIn):
     inventory: str | None = Field(None, max_length=1000, description="this machine's own mixed inventory")
 
 
-class CompareMachinesRequest(BaseModel):
+class CompareMachinesRequest(_Strict):
     """`moment compare` over machines given as in /v1/plan: built-in names, uploads, what-if `set`s."""
-
-    model_config = {"extra": "forbid"}
 
     machines: list[CompareMachine] = Field(min_length=1, max_length=16)
     gpus: int | None = Field(None, ge=0, le=256, description="GPUs to place (default 4, or as many as a machine's "

@@ -11,11 +11,12 @@ what the code walks and what a person writes in a YAML profile.
 from __future__ import annotations
 
 from enum import Enum
-from functools import cache, cached_property
+from functools import cached_property
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
+from moment.requests import NoTruthValueForANumber
 from moment.topology import bandwidth as bw
 from moment.topology.readers import _xml_cpu as cpus
 
@@ -39,33 +40,9 @@ A_KIND = {Kind.gpu: "a GPU", Kind.ssd: "an SSD", Kind.nic: "a NIC"}
 DEVICE_KINDS = (Kind.gpu, Kind.ssd, Kind.nic, Kind.nvswitch, Kind.other)
 
 
-class _Strict(BaseModel):
+class _Strict(NoTruthValueForANumber):
     # a rate, size or share of .inf or .nan is never a figure of real hardware
     model_config = ConfigDict(extra="forbid", frozen=False, use_enum_values=False, allow_inf_nan=False)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_truth_value_for_a_number(cls, data: object) -> object:
-        """`bandwidth_gbps: true` (a YAML word, a `--set` value) was read as 1 GB/s: pydantic takes a bool for a
-        number, so a number field is refused one here (strict mode would refuse the enums' names too)."""
-        if isinstance(data, dict):
-            for name in _number_fields(cls):
-                if isinstance(data.get(name), bool):
-                    raise ValueError(f"{name}: {str(data[name]).lower()} is a truth value, not a number")
-        return data
-
-
-@cache
-def _number_fields(cls: type[BaseModel]) -> tuple[str, ...]:
-    """A model's fields that take a number (asked once a class: every node of every topology is validated)."""
-    return tuple(name for name, field in cls.model_fields.items() if _numeric(field.annotation))
-
-
-def _numeric(annotation: object) -> bool:
-    """Whether a field's type takes an int or a float (its own, or one of a union's or Annotated's)."""
-    if annotation in (int, float):
-        return True
-    return any(_numeric(a) for a in getattr(annotation, "__args__", ()) if a is not bool)
 
 
 def _pcie_width(v: int | None) -> int | None:
