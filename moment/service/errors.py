@@ -108,10 +108,23 @@ def error(status: int, detail: str, **extra: Any) -> JSON:
     return JSON({"detail": detail, **extra}, status_code=status)
 
 
+#: the most errors a 422 lists (a body of 1.3 million unknown keys was answered with 82 MB of them); the rest are
+#: counted
+MAX_ERRORS = 20
+#: the type of the error that stands for those left out, `ctx["more"]` of them (moment.service.body)
+MORE_ERRORS = "more_errors"
+#: the most of them `detail` spells out
+_DETAIL_LINES = 8
+
+
 def validation_detail(errors: list[dict]) -> tuple[str, list[dict]]:
-    """FastAPI's request errors as one line naming each field ('gpus: Input should be ...') and a list."""
-    out = []
+    """FastAPI's request errors as one line naming each field ('gpus: Input should be ...') and a list: the
+    first MAX_ERRORS, then one saying how many more."""
+    out, more = [], 0
     for e in errors:
+        if e.get("type") == MORE_ERRORS:
+            more += e["ctx"]["more"]
+            continue
         if e.get("type") == "json_invalid":  # loc is ("body", offset)
             out.append({"field": "body", "message": f"not valid JSON at character {e['loc'][-1]}: "
                                                      f"{e.get('ctx', {}).get('error', 'decode error')}"})
@@ -123,7 +136,11 @@ def validation_detail(errors: list[dict]) -> tuple[str, list[dict]]:
             loc, msg = [*loc, inner], msg.removeprefix(f"{inner}: ")
         field = ".".join(loc) or "body"
         out.append({"field": field, "message": msg})
-    lines = [f"{x['field']}: {x['message']}" for x in out[:8]]
-    if len(out) > 8:
-        lines.append(f"(and {len(out) - 8} more)")
+    more += max(0, len(out) - MAX_ERRORS)
+    out = out[:MAX_ERRORS]
+    lines = [f"{x['field']}: {x['message']}" for x in out[:_DETAIL_LINES]]
+    if len(out) + more > _DETAIL_LINES:
+        lines.append(f"(and {len(out) + more - _DETAIL_LINES:,} more)")
+    if more:
+        out.append({"field": "body", "message": f"(and {more:,} more errors not listed)"})
     return "; ".join(lines) or "invalid request", out

@@ -5,6 +5,7 @@ Every worker process of the service shares them through the one SQLite store."""
 
 from fastapi import APIRouter, HTTPException
 
+from moment.service.body import JsonRoute
 from moment.service.deps import RunnerDep, SettingsDep, StoreDep
 from moment.service.errors import error_responses
 from moment.service.jobs import JobStore
@@ -13,7 +14,7 @@ from moment.service.schemas import Job, PlaceJobRequest, ProbeJobRequest
 # Imports inside functions: a route loads the planner, the readers and a job's work when it runs: the
 # service starts fast, without torch.
 
-router = APIRouter(prefix="/jobs", tags=["jobs"])
+router = APIRouter(prefix="/jobs", tags=["jobs"], route_class=JsonRoute)
 
 
 @router.post("/place", response_model=Job, status_code=202, responses=error_responses(429))

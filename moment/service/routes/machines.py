@@ -8,6 +8,7 @@ from fastapi import APIRouter, File, Form, UploadFile
 from starlette.concurrency import run_in_threadpool
 
 from moment.planner.api import models_json, profiles_json, topology_json
+from moment.service.body import JsonRoute
 from moment.service.deps import CacheDep, SettingsDep
 from moment.service.errors import FieldError, TooLarge
 from moment.service.schemas import MACHINE_NAME, UPLOADS, ProfileRow, ScanResponse
@@ -16,7 +17,7 @@ from moment.topology.devices import DeviceModel
 # Imports inside functions: a route loads the planner, the readers and a job's work when it runs: the
 # service starts fast, without torch.
 
-router = APIRouter(tags=["machines"])
+router = APIRouter(tags=["machines"], route_class=JsonRoute)
 
 
 @router.get("/profiles", response_model=list[ProfileRow])

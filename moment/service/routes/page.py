@@ -5,6 +5,7 @@
 
 from fastapi import APIRouter
 
+from moment.service.body import JsonRoute
 from moment.service.deps import SettingsDep
 from moment.service.schemas import MachineIn
 from moment.service.whatif import TargetsResponse, whatif_targets
@@ -12,7 +13,7 @@ from moment.service.whatif import TargetsResponse, whatif_targets
 # Imports inside functions: a route loads the planner, the readers and a job's work when it runs: the
 # service starts fast, without torch.
 
-router = APIRouter(tags=["page"])
+router = APIRouter(tags=["page"], route_class=JsonRoute)
 
 
 @router.post("/whatif/targets", response_model=TargetsResponse)

@@ -25,6 +25,7 @@ from moment.planner.requests import plan as plan_one
 from moment.requests import narrow
 from moment.service.config import MiB
 from moment.service.deadline import run_with_deadline
+from moment.service.body import JsonRoute
 from moment.service.deps import SEARCH_ERRORS, SEARCHING, SearchesDep, SettingsDep
 from moment.service.errors import INVENTORY_INPUTS, FieldError, blame, given_beside_inventory, request_field
 from moment.service.schemas import (
@@ -45,7 +46,7 @@ from moment.topology.profiles import load_profile
 # Imports inside functions: a route loads the planner, the readers and a job's work when it runs: the
 # service starts fast, without torch.
 
-router = APIRouter(tags=["planning"], dependencies=SEARCHING, responses=SEARCH_ERRORS)
+router = APIRouter(tags=["planning"], dependencies=SEARCHING, responses=SEARCH_ERRORS, route_class=JsonRoute)
 
 
 @router.post("/plan", response_model=PlanResponse, response_model_exclude_unset=True)
