@@ -188,3 +188,23 @@ def test_two_ssd_ids_on_one_file_system_are_refused_before_measuring(tmp_path, c
         err = " ".join(capsys.readouterr().err.split())
         assert err.startswith("error: --ssd-path: ssd0 and ssd1 are on one file system") and "Traceback" not in err
     assert measured == []
+
+
+def test_a_directory_without_room_is_named_as_it_was_given(tmp_path, capsys, monkeypatch):
+    """The probe's room check named the CLI's flags in a service job's error too ('--ssd-path ssd0 probe/p0: ...
+    hint: use a smaller --size-mib'): it names the inputs as its caller does."""
+    import os
+
+    import moment.io.probe as probe_mod
+
+    full = os.statvfs(tmp_path)
+    monkeypatch.setattr(probe_mod.os, "statvfs", lambda p: type("Full", (), {"f_bavail": 2, "f_frsize": 1 << 20})()
+                        if str(p).startswith(str(tmp_path)) else full)
+    assert main(["probe", "--ssd-path", f"ssd0={tmp_path}", "--size-mib", "16"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --ssd-path ssd0 {tmp_path}: needs 16 MiB free for the scratch file, 2 MiB free")
+    assert "hint: use a smaller --size-mib" in err
+    with pytest.raises(probe_mod.MomentError) as e:
+        probe_mod.probe_machine({"ssd0": tmp_path}, file_bytes=16 << 20, label=lambda ssd: f"ssd_dirs.{ssd}",
+                                flag=lambda name: name)
+    assert str(e.value).startswith(f"ssd_dirs.ssd0 {tmp_path}: needs 16 MiB") and e.value.hint == "use a smaller size_mib"

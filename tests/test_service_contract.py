@@ -224,6 +224,27 @@ def test_semantic_422s_name_the_request_field_not_a_cli_flag(client, path, body,
     assert "--" not in r.json().get("hint", ""), r.json()
 
 
+def test_a_probe_job_s_error_names_the_request_fields(tmp_path, monkeypatch):
+    """A probe job on a disk without room said '--ssd-path ssd0 probe/p0: ... hint: use a smaller --size-mib'."""
+    import os
+    import time
+
+    import moment.io.probe as probe_mod
+
+    full = os.statvfs(tmp_path)
+    monkeypatch.setattr(probe_mod.os, "statvfs", lambda p: type("Full", (), {"f_bavail": 2, "f_frsize": 1 << 20})()
+                        if "probe" in str(p) else full)
+    with TestClient(create_app(Settings(data_dir=tmp_path, probe_max_mib=64))) as c:
+        job = c.post("/v1/jobs/probe", json={"ssd_dirs": {"ssd0": "p0"}, "size_mib": 16}).json()
+        end = time.monotonic() + 60
+        while job["state"] in ("queued", "running") and time.monotonic() < end:
+            time.sleep(0.05)
+            job = c.get(f"/v1/jobs/{job['id']}").json()
+    assert job["state"] == "failed" and "--" not in job["error"], job
+    assert job["error"] == ("ssd_dirs.ssd0 probe/p0: needs 16 MiB free for the scratch file, 2 MiB free\n"
+                            "  hint: use a smaller size_mib"), job
+
+
 def test_uploaded_command_outputs_blame_the_one_that_is_wrong(client):
     lspci = "-[0000:00]-+-00.0  Intel Corporation Device 09a2\n"
     r = client.post("/v1/scan", files={"lspci": ("a", lspci.encode()), "dmidecode": ("b", b"zz")})

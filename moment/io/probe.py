@@ -59,10 +59,11 @@ def scratch_path(directory: str | Path, size: int) -> Path:
     return Path(directory) / f".moment-probe-{size}.bin"
 
 
-def check_probe_dir(directory: str | Path, size: int, what: str = "--ssd-path") -> Path:
+def check_probe_dir(directory: str | Path, size: int, what: str = "--ssd-path", flag: Flag = cli_flag) -> Path:
     """Refuse, before anything is measured, a directory the probe cannot measure: a missing one (creating
     it would measure whatever disk holds its parent), a file, one that cannot be written, or one whose
-    file system has no room for the scratch file."""
+    file system has no room for the scratch file. `what` names the input that gave the directory, `flag`
+    the others (a service request's fields rather than the CLI's flags)."""
     p = Path(directory)
     src = f"{what} {p}"
     if not exists(p) and len(os.fsencode(p.name)) <= name_max(p.parent):
@@ -75,7 +76,7 @@ def check_probe_dir(directory: str | Path, size: int, what: str = "--ssd-path") 
     have = st.f_bavail * st.f_frsize
     if not scratch_path(p, size).is_file() and have < size:
         raise MomentError(f"needs {size / MiB:.0f} MiB free for the scratch file, {have / MiB:.0f} MiB free",
-                          source=src, hint="use a smaller --size-mib")
+                          source=src, hint=f"use a smaller {flag('size_mib')}")
     return p
 
 
@@ -168,12 +169,14 @@ def _measure(path: Path, file_bytes: int, seq_block: int, rand_block: int, rand_
 
 
 def probe_machine(targets: dict[str, str | Path], *, file_bytes: int = 1 << 30, queue_depth: int = 32,
-                  before: Callable[[str, int, int], None] | None = None, keep: bool = False) -> dict:
+                  before: Callable[[str, int, int], None] | None = None, keep: bool = False,
+                  label: Callable[[str], str] = lambda ssd: f"--ssd-path {ssd}", flag: Flag = cli_flag) -> dict:
     """`moment probe --json`'s object: each SSD (id -> directory on it), memory copy, CUDA. `before(what,
     i, n)` is called before each of the n steps (progress, and a chance to stop the probe by raising).
-    Every directory is checked before the first is measured; scratch files are removed unless `keep`."""
+    Every directory is checked before the first is measured, an error naming it by `label(ssd)` and the
+    other inputs by `flag`; scratch files are removed unless `keep`."""
     for k, v in targets.items():
-        check_probe_dir(v, file_bytes, f"--ssd-path {k}")
+        check_probe_dir(v, file_bytes, label(k), flag)
     n = len(targets) + 2
     ssd = {}
     for i, (k, v) in enumerate(targets.items()):

@@ -67,7 +67,7 @@ def probe(req: ProbeRequest, *, targets: dict[str, str | Path] | None = None, fl
     if topo is not None:
         _check_installed(topo, list(targets), req.profile or "", flag)
     result = probe_machine(targets, file_bytes=req.size_mib << 20, queue_depth=req.queue_depth,
-                           keep=req.keep_scratch, before=before)
+                           keep=req.keep_scratch, before=before, flag=flag, label=lambda ssd: _ssd_input(flag, ssd))
     ssd = result["ssd"]
     if req.out is not None:
         doc = {"machine": req.profile, "measurements": [{"device": k, "read_gbps": round(v["seq_read_gbps"], 4)}
@@ -95,11 +95,20 @@ def _one_disk_each(targets: dict[str, str | Path], flag: Flag) -> None:
         except OSError:
             continue  # the measurement names a missing directory itself
         if dev in seen:
-            said = cli_of(ProbeRequest.model_fields["ssd_paths"]).flags[0] if flag is cli_flag else flag("ssd_paths")
-            raise MomentError(f"{said}: {seen[dev]} and {ssd} are on one file system "
+            raise MomentError(f"{_ssd_paths(flag)}: {seen[dev]} and {ssd} are on one file system "
                               f"(device {os.major(dev)}:{os.minor(dev)}): one disk would be measured as two SSDs",
                               hint="give each SSD id a directory on that SSD's own file system", field="ssd_paths")
         seen[dev] = ssd
+
+
+def _ssd_paths(flag: Flag) -> str:
+    """How `flag`'s caller names the SSD directories: `--ssd-path` (the CLI's flag, not `--ssd-paths`), a field."""
+    return cli_of(ProbeRequest.model_fields["ssd_paths"]).flags[0] if flag is cli_flag else flag("ssd_paths")
+
+
+def _ssd_input(flag: Flag, ssd: str) -> str:
+    """How one SSD's directory was given: `--ssd-path ssd0` on the command line, `ssd_dirs.ssd0` in a request."""
+    return f"{_ssd_paths(flag)} {ssd}" if flag is cli_flag else f"{flag('ssd_paths')}.{ssd}"
 
 
 def _check_installed(topo: Any, ids: list[str], profile: str, flag: Flag) -> None:

@@ -56,7 +56,7 @@ def check_probe(req: ProbeJobRequest, data_dir: Path, max_mib: int, max_job_mib:
     field) when wrong."""
     from moment.io.probe import check_probe as probe_bounds
 
-    probe_bounds(req.size_mib << 20, req.queue_depth, flag=request_field)
+    probe_bounds(req.size_mib << 20, req.queue_depth, flag=probe_field)
     if req.size_mib > max_mib:
         raise FieldError("size_mib", f"{req.size_mib} is above the service's limit of {max_mib} MiB")
     if not req.ssd_dirs:
@@ -87,4 +87,9 @@ def run_probe(request: dict[str, Any], ctx: JobContext, data_dir: Path, max_mib:
         except OSError as e:
             raise FieldError(f"ssd_dirs.{ssd}", f"cannot create the directory: {e.strerror}") from None
     return probe(narrow(ProbeRequest, req, size_mib=req.size_mib), targets={k: str(v) for k, v in dirs.items()},
-                 flag=request_field, before=lambda what, i, n: ctx.report(what, i, n, force=True))
+                 flag=probe_field, before=lambda what, i, n: ctx.report(what, i, n, force=True))
+
+
+def probe_field(name: str) -> str:
+    """How the library's probe messages name an input here: its SSD paths (`--ssd-path`) are `ssd_dirs`."""
+    return "ssd_dirs" if name == "ssd_paths" else request_field(name)
