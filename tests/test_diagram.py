@@ -158,3 +158,15 @@ def test_direct_gpu_links_are_brackets_right_of_the_devices():
     assert len(peers) == 1 and not peers[0].dashed  # drawn once, loaded (solid)
     for ln in peers:
         assert min(x for x, _ in ln.pts) >= right - 0.5  # never across a box
+
+
+def test_text_xml_cannot_hold_is_replaced_so_the_svg_stays_readable():
+    """A machine named with a control character ("bad\\x01name", a profile's `name` or a request's) made
+    `moment plan --diagram` write an SVG no reader opens, and the page show a broken image."""
+    topo = load_profile("paper-machine-b")
+    topo = topo.model_copy(update={"name": "bad\x01name\x00 <&> \ufffe\x1f\tend"})
+    plan = make_plan(topo, Inventory.simple(2, 2, "A100-PCIe-40GB", "P5510"), WorkloadSpec())
+    svg = to_svg(plan_scene(topo, plan))
+    titles = [t.text for t in ET.fromstring(svg.encode()).iter("{http://www.w3.org/2000/svg}text")
+              if t.text and t.text.startswith("bad")]
+    assert titles and titles[0].startswith("bad\ufffdname\ufffd <&> \ufffd\ufffd\tend"), titles

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import BinaryIO
 
@@ -13,8 +14,15 @@ from moment.planner.diagram.scene import Line, Rect, Scene, Text
 FONT_FAMILY = "DejaVu Sans, Bitstream Vera Sans, Verdana, sans-serif"
 
 
+#: what XML 1.0 cannot hold even escaped (C0 controls but tab, LF and CR; lone surrogates; U+FFFE, U+FFFF): a
+#: machine named "bad\x01name" made the SVG unreadable (the page showed a broken image)
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
 def _esc(s: str) -> str:
-    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+    """Text as SVG character data: markup escaped, characters XML cannot hold shown as U+FFFD."""
+    s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+    return _NOT_XML.sub("\ufffd", s)
 
 
 def _svg_item(it) -> list[str]:
