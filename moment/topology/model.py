@@ -11,7 +11,7 @@ what the code walks and what a person writes in a YAML profile.
 from __future__ import annotations
 
 from enum import Enum
-from functools import cached_property
+from functools import cache, cached_property
 from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
