@@ -210,7 +210,13 @@ def test_token_guards_every_route_but_health(tmp_path):
             assert getattr(c, method)(path).status_code == 401, path
             bad = getattr(c, method)(path, headers={"Authorization": "Bearer wrong"})
             assert bad.status_code == 401, path
-        assert c.get("/v1/profiles", headers={"Authorization": "Bearer s3cret"}).status_code == 200
+        # a body (or query) the route would refuse is not read for a client without the token: 401, not 422
+        for kw in ({"json": {"nonsense": 1}}, {"content": b'{"gpus": 1, "gpus": 2}'}, {"params": {"gpus": 8}},
+                   {"content": b"{}", "headers": {"Content-Type": "text/plain"}}):
+            assert c.post("/v1/plan", **kw).status_code == 401, kw
+        ok = {"Authorization": "Bearer s3cret"}
+        assert c.post("/v1/plan", json={"nonsense": 1}, headers=ok).status_code == 422
+        assert c.get("/v1/profiles", headers=ok).status_code == 200
         assert c.get("/openapi.json").status_code == 200
 
 

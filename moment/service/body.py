@@ -26,6 +26,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 
+from moment.service.deps import check_token
 from moment.service.errors import MAX_ERRORS, MORE_ERRORS
 
 #: a body up to this size is read on the event loop (well under a millisecond); a larger one by _READERS
@@ -35,7 +36,8 @@ _READERS = ThreadPoolExecutor(2, thread_name_prefix="moment-body")
 
 class JsonRoute(APIRoute):
     """A route whose query parameters are the ones it declares, and whose JSON body (a pydantic model)
-    is sent as JSON, has no key twice and no unknown key, and is parsed and validated off the event loop."""
+    is sent as JSON, has no key twice and no unknown key, and is parsed and validated off the event loop; for
+    a client with the service's token (`check_token`) only: each router of this class is under /v1's check."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
@@ -43,6 +45,9 @@ class JsonRoute(APIRoute):
         model = _body_model(self)
 
         async def checked(request: Request) -> Response:
+            # the token first (every route of this class is under /v1's token check): a client without it is not read
+            scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
+            check_token(request.app.state.settings, credentials.strip() if scheme.lower() == "bearer" else None)
             unknown = [k for k in dict.fromkeys(request.query_params.keys()) if k not in queries]
             if unknown:
                 raise RequestValidationError([_query_error(k, model) for k in unknown])

@@ -56,9 +56,15 @@ CacheDep = Annotated[dict[str, Any], Depends(cache)]
 async def authorised(s: SettingsDep,
                      creds: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> None:
     """The token check of every /v1 route but health: with a token set, `Authorization: Bearer TOKEN`."""
+    check_token(s, creds.credentials if creds is not None else None)
+
+
+def check_token(s: Settings, credentials: str | None) -> None:
+    """Refuse (401) a request without the service's token, where it has one. Also asked by
+    `moment.service.body.JsonRoute` before it reads a body: a client without the token is not read."""
     if s.token is None:
         return
-    if creds is None or not hmac.compare_digest(creds.credentials.encode(), s.token.encode()):
+    if credentials is None or not hmac.compare_digest(credentials.encode(), s.token.encode()):
         raise HTTPException(401, "missing or wrong bearer token: send `Authorization: Bearer TOKEN`",
                             headers={"WWW-Authenticate": "Bearer"})
 
