@@ -333,8 +333,8 @@ def test_a_broken_multipart_form_is_a_422_naming_the_body(client):
 
 
 @pytest.mark.parametrize(("method", "path", "allow"), [
-    ("GET", "/v1/plan", "POST"), ("PUT", "/v1/health", "GET, HEAD"), ("DELETE", "/v1/profiles", "GET"),
-    ("POST", "/v1/jobs/abc", "GET, DELETE"), ("PUT", "/v1/jobs/place", "GET, POST, DELETE"),
+    ("GET", "/v1/plan", "POST"), ("PUT", "/v1/health", "GET, HEAD"), ("DELETE", "/v1/profiles", "GET, HEAD"),
+    ("POST", "/v1/jobs/abc", "GET, HEAD, DELETE"), ("PUT", "/v1/jobs/place", "GET, HEAD, POST, DELETE"),
     ("OPTIONS", "/v1/plan", "POST"),
 ])
 def test_a_wrong_method_is_405_naming_the_allowed_ones(client, method, path, allow):

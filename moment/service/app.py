@@ -23,6 +23,7 @@ from moment.service.deps import authorised
 from moment.service.errors import JSON, Busy, TimedOut, TooLarge, error, error_responses, validation_detail
 from moment.service.jobs import JobRunner, JobStore
 from moment.service.limits import BodyLimit
+from moment.service.methods import HeadAsGet
 from moment.service.paths import relative
 from moment.service.routes import fallback, health, jobs, machines, page, planning
 from moment.service.tasks import run_place, run_probe
@@ -50,6 +51,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings, app.state.jobs = s, _job_runner(s)
     app.state.searches, app.state.cache = Searches(s.max_searches, s.max_waiting_searches), {}
     app.add_middleware(BodyLimit, limit=s.max_body_bytes)
+    app.add_middleware(HeadAsGet)
     app.add_middleware(LocalOnly, settings=s)  # outermost: a refused connection costs nothing more
     _handlers(app)
 

@@ -4,6 +4,7 @@ from fastapi import FastAPI, Request
 from starlette.routing import Match
 
 from moment.service.errors import JSON, error
+from moment.service.methods import allowed_methods
 
 METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
@@ -18,8 +19,8 @@ async def unknown(rest: str, request: Request) -> JSON:
     else a 404."""
     routes = [r for r in request.app.router.routes if getattr(r, "endpoint", None) is not unknown
               and r.matches(request.scope)[0] == Match.PARTIAL]  # the path matches, the method not
-    allowed = [m for m in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
-               if any(r.matches({**request.scope, "method": m})[0] == Match.FULL for r in routes)]
+    allowed = allowed_methods([m for m in ("GET", "POST", "PUT", "PATCH", "DELETE")
+                               if any(r.matches({**request.scope, "method": m})[0] == Match.FULL for r in routes)])
     if allowed:
         return JSON({"detail": f"{request.method} is not allowed on /v1/{rest}; use {', '.join(allowed)}"},
                     status_code=405, headers={"Allow": ", ".join(allowed)})

@@ -2,7 +2,7 @@
 
 # no `from __future__ import annotations`: FastAPI reads the handlers' annotations
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter
 
 from moment import __version__
 from moment.service.deps import SettingsDep
@@ -14,10 +14,6 @@ router = APIRouter()
 @router.get("/health", response_model=Health, tags=["service"])
 async def health(s: SettingsDep) -> Health:
     """Whether the service is up (never needs the token). Answered on the event loop, never waiting
-    for a worker thread, so it stays instant while searches are busy."""
+    for a worker thread, so it stays instant while searches are busy. HEAD answers the same without a
+    body (what load balancers' health checks send)."""
     return Health(status="ok", version=__version__, auth=s.token is not None)
-
-
-@router.head("/health", include_in_schema=False)
-async def health_head() -> Response:  # what load balancers' health checks send
-    return Response()
