@@ -20,7 +20,8 @@ from moment.service.access import LocalOnly
 from moment.service.config import Settings
 from moment.service.deadline import Searches
 from moment.service.deps import authorised
-from moment.service.errors import JSON, Busy, TimedOut, TooLarge, error, error_responses, validation_detail
+from moment.service.errors import (JSON, Busy, TimedOut, TooLarge, Unavailable, error, error_responses,
+                                   validation_detail)
 from moment.service.jobs import JobRunner, JobStore
 from moment.service.limits import BodyLimit
 from moment.service.methods import HeadAsGet
@@ -127,3 +128,7 @@ def _handlers(app: FastAPI) -> None:
     @app.exception_handler(TimedOut)
     async def _timed_out(request: Request, exc: TimedOut) -> JSON:
         return error(408, str(exc))
+
+    @app.exception_handler(Unavailable)
+    async def _unavailable(request: Request, exc: Unavailable) -> JSON:
+        return JSON({"detail": f"{exc}; try again later"}, status_code=503, headers={"Retry-After": "10"})

@@ -1,9 +1,10 @@
 """The service's error answers: bad input 422 (naming the field), too big 413, too slow 408, too many
-searches at once 429; never a 500."""
+searches at once 429, the job database out of reach 503; never a 500."""
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
@@ -14,6 +15,9 @@ from starlette.responses import JSONResponse
 from moment.errors import MomentError
 from moment.requests import TRUTH_VALUE
 from moment.service.schemas import ErrorBody
+
+#: what the service logs beside its answers (the job database failing, refused connections)
+log = logging.getLogger("moment.service")
 
 
 def request_field(name: str) -> str:
@@ -65,6 +69,10 @@ class TimedOut(Exception):
     """A search that ran past the per-request time limit (408)."""
 
 
+class Unavailable(Exception):
+    """The job database cannot be read or written (a full disk, a lost mount): 503, try again later."""
+
+
 def _finite(x: Any) -> Any:
     """inf/NaN (never valid JSON) as null."""
     if isinstance(x, float) and not math.isfinite(x):
@@ -96,6 +104,7 @@ _ERRORS = {
     413: "the body or an upload is over the service's size limit",
     422: "bad input: `errors` names each request field (`body`: the body could not be read)",
     429: "too many searches or waiting jobs at once; try again after `Retry-After` seconds",
+    503: "the job database cannot be read or written (a full disk?); try again after `Retry-After` seconds",
 }
 
 

@@ -6,6 +6,10 @@ cancel flag go through the database, so with several workers sharing the file an
 or cancel any job. A process that starts marks the jobs of processes that are gone: a job that was
 running becomes `interrupted` (its side effects are unknown; submit it again), a queued one is taken
 over and run.
+
+A worker outlives its database: when the file cannot be read or written (a full disk), the routes answer
+503, the worker logs it once and looks again after a pause (RETRY_S, doubling up to RETRY_MAX_S), a job's
+end is written once the file takes it, and /v1/health says why jobs are not running (JobRunner.problem).
 """
 
 from __future__ import annotations
@@ -24,12 +28,16 @@ from typing import Any
 
 from moment.errors import MomentError
 from moment.locking import pid_alive
-from moment.service.errors import Busy
+from moment.service.errors import Busy, Unavailable, log
 from moment.service.schemas import Job
 
 FINAL = ("done", "failed", "cancelled", "interrupted")
 #: seconds between progress writes of one job (and cancel-flag reads)
 PROGRESS_EVERY = 0.25
+#: seconds a worker waits before it tries a failing job database again, doubling up to RETRY_MAX_S
+RETRY_S, RETRY_MAX_S = 1.0, 30.0
+#: an idle worker that has not looked for work for this long is stuck (it looks every RETRY_MAX_S at most)
+STUCK_S = 120.0
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -70,14 +78,19 @@ class JobStore:
             with self._db() as db:
                 db.execute("PRAGMA journal_mode=WAL")
                 db.execute(_SCHEMA)
-        except (OSError, sqlite3.Error) as e:
-            raise MomentError(f"cannot open the job database: {e}", source=str(self.path)) from None
+        except (OSError, Unavailable) as e:
+            raise MomentError(f"cannot open the job database: {e.__cause__ or e}", source=str(self.path)) from None
 
     @contextmanager
     def _db(self):
-        with closing(sqlite3.connect(self.path, timeout=30, isolation_level=None)) as db:
-            db.row_factory = sqlite3.Row
-            yield db
+        """A connection; any SQLite error (a full disk, a damaged file, a lock held past the timeout) is
+        Unavailable, which the routes answer 503 and the workers wait out."""
+        try:
+            with closing(sqlite3.connect(self.path, timeout=30, isolation_level=None)) as db:
+                db.row_factory = sqlite3.Row
+                yield db
+        except sqlite3.Error as e:
+            raise Unavailable(f"the job database cannot be read or written: {e}") from e
 
     @staticmethod
     def _job(row: sqlite3.Row) -> Job:
@@ -167,8 +180,9 @@ class JobStore:
 class JobContext:
     """What a running job sees: progress reports that also carry the cancel check, and its notices."""
 
-    def __init__(self, store: JobStore, jid: str):
-        self.store, self.id = store, jid
+    def __init__(self, store: JobStore, jid: str, storage: Callable[[Exception | None], None] = lambda e: None):
+        """`storage` hears how each progress write went (its error, or None): the runner's health."""
+        self.store, self.id, self.storage = store, jid, storage
         self.notes: list[str] = []
         self._last = 0.0
         self._stage = ""
@@ -180,7 +194,13 @@ class JobContext:
         if not force and now - self._last < PROGRESS_EVERY:
             return
         self._last = now
-        if self.store.progress(self.id, stage, done, total):
+        try:
+            cancel = self.store.progress(self.id, stage, done, total)
+        except Unavailable as e:  # this report is lost, not the job: the next one tries again
+            self.storage(e)
+            return
+        self.storage(None)
+        if cancel:
             raise Cancelled
 
     @contextmanager
@@ -205,15 +225,24 @@ class JobRunner:
         the server's own paths out of it."""
         self.store, self.executors, self.max_queued, self.shown = store, executors, max_queued, shown
         self.owner = f"{_HOST}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+        try:
+            self.store.recover(self.owner)
+        except Unavailable as e:
+            raise MomentError(str(e), source=str(store.path)) from None
         _LIVE.add(self.owner)
-        self.store.recover(self.owner)
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._running: set[str] = set()
         self._lock = threading.Lock()
+        #: the database error the workers last met (None once a read or write worked again), and since when
+        self._fault: str | None = None
+        self._fault_since = 0.0
+        #: when each idle worker last looked for work (None while it runs a job)
+        self._looked: dict[str, float | None] = {}
         self._threads = [threading.Thread(target=self._loop, name=f"moment-jobs-{i}", daemon=True)
                          for i in range(workers)]
         for t in self._threads:
+            self._looked[t.name] = time.monotonic()
             t.start()
 
     def submit(self, kind: str, request: dict[str, Any]) -> Job:
@@ -221,53 +250,132 @@ class JobRunner:
         self._wake.set()
         return job
 
+    def problem(self) -> str | None:
+        """Why this process's queued jobs would not start (a worker gone, stuck, or its database failing),
+        for /v1/health; None when every worker is looking for work or running a job. Memory only: it
+        never waits for the database."""
+        if self._stop.is_set():
+            return "the service is stopping: no job starts"
+        now = time.monotonic()
+        with self._lock:
+            fault, since, looked = self._fault, self._fault_since, dict(self._looked)
+        dead = [t.name for t in self._threads if not t.is_alive()]
+        if dead:
+            return f"job worker {', '.join(dead)} stopped: queued jobs start only after a restart of the service"
+        if fault is not None:
+            return f"{fault} (for {now - since:.0f} s): no job starts or ends until it works again; the workers retry"
+        stuck = sorted(name for name, t in looked.items() if t is not None and now - t > STUCK_S)
+        if stuck:
+            return f"job worker {', '.join(stuck)} has not looked for work for over {STUCK_S:g} s"
+        return None
+
+    def _storage(self, e: Exception | None) -> None:
+        """How a database read or write went: the first failure of a run of them is logged, and so is
+        the first success after it."""
+        with self._lock:
+            was = self._fault
+            if e is None:
+                self._fault = None
+            elif was is None:
+                self._fault, self._fault_since = str(e) if isinstance(e, Unavailable) else \
+                    f"the job worker failed: {type(e).__name__}: {e}", time.monotonic()
+        if e is None and was is not None:
+            log.warning("moment: the job database works again; jobs start and end again")
+        elif e is not None and was is None:
+            log.error("moment: %s; jobs wait, and the workers retry every %g-%g s", self._fault, RETRY_S,
+                      RETRY_MAX_S, exc_info=not isinstance(e, Unavailable))
+
     def _loop(self) -> None:
+        name = threading.current_thread().name
+        pause = RETRY_S
         while not self._stop.is_set():
-            job = self.store.claim(self.owner)
+            with self._lock:
+                self._looked[name] = time.monotonic()
+            try:
+                job = self.store.claim(self.owner)
+            except Exception as e:  # noqa: BLE001 - the worker outlives any error: it waits and looks again
+                self._storage(e)
+                self._stop.wait(pause)
+                pause = min(2 * pause, RETRY_MAX_S)
+                continue
+            self._storage(None)
+            pause = RETRY_S
             if job is None:
                 self._wake.wait(1.0)
                 self._wake.clear()
                 continue
             with self._lock:
                 self._running.add(job.id)
+                self._looked[name] = None
             try:
                 self._run(job)
+            except Exception as e:  # noqa: BLE001 - a bug in the bookkeeping around a job: it fails, the worker lives
+                log.exception("moment: job %s", job.id)
+                self._end(job.id, "failed", error=f"internal error: {type(e).__name__}: {e}")
             finally:
                 with self._lock:
                     self._running.discard(job.id)
 
     def _run(self, job: Job) -> None:
-        ctx = JobContext(self.store, job.id)
+        ctx = JobContext(self.store, job.id, self._storage)
         try:
             result = self.executors[job.kind](job.request, ctx)
         except Cancelled:
             if self._stop.is_set():
-                self.store.end(job.id, "interrupted", error="the service stopped while this job ran; submit it again")
+                self._end(job.id, "interrupted", error="the service stopped while this job ran; submit it again")
             else:
-                self.store.end(job.id, "cancelled", error="cancelled while running")
+                self._end(job.id, "cancelled", error="cancelled while running")
         except MomentError as e:
-            self.store.end(job.id, "failed", error=self.shown(str(e)))
+            self._end(job.id, "failed", error=self.shown(str(e)))
         except Exception as e:  # noqa: BLE001 - a job's crash is its result, not the service's
-            self.store.end(job.id, "failed", error=self.shown(f"internal error: {type(e).__name__}: {e}"))
+            self._end(job.id, "failed", error=self.shown(f"internal error: {type(e).__name__}: {e}"))
         else:
             if ctx.notes:
                 result = {**result, "notices": ctx.notes}
-            self.store.end(job.id, "done", result=self.shown(result))
+            self._end(job.id, "done", result=self.shown(result))
+
+    def _end(self, jid: str, state: str, **outcome: Any) -> None:
+        """Write a job's end, waiting for a failing database (a job whose end is lost would stay `running`);
+        when the service stops first, its next start marks the job interrupted (JobStore.recover)."""
+        pause = RETRY_S
+        while True:
+            try:
+                self.store.end(jid, state, **outcome)
+            except Unavailable as e:
+                self._storage(e)
+                if self._stop.wait(pause):
+                    return
+                pause = min(2 * pause, RETRY_MAX_S)
+            else:
+                self._storage(None)
+                return
 
     def close(self, wait_s: float = 5.0) -> None:
         """Stop taking jobs; ask the running ones to stop; what is still running after `wait_s` is
-        marked interrupted (queued jobs stay queued for the next start)."""
+        marked interrupted (queued jobs stay queued for the next start). A database that fails now
+        leaves that to the next start (JobStore.recover)."""
         self._stop.set()
         self._wake.set()
         with self._lock:
             running = list(self._running)
         for jid in running:
-            self.store.cancel(jid)
+            with _logged():
+                self.store.cancel(jid)
         deadline = time.monotonic() + wait_s
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
         with self._lock:
             left = list(self._running)
         for jid in left:
-            self.store.end(jid, "interrupted", error="the service stopped while this job ran; submit it again")
+            with _logged():
+                self.store.end(jid, "interrupted", error="the service stopped while this job ran; submit it again")
         _LIVE.discard(self.owner)
+
+
+@contextmanager
+def _logged():
+    """An Unavailable database, logged rather than raised (the service is stopping)."""
+    try:
+        yield
+    except Unavailable as e:
+        log.error("moment: %s", e)

@@ -246,9 +246,12 @@ class ErrorBody(BaseModel):
 
 
 class Health(BaseModel):
-    status: Literal["ok"]
+    status: Literal["ok", "degraded"] = Field(description="`degraded` (answered 503): jobs cannot run, `problem` "
+                                                          "says why; the planning routes still answer")
     version: str
     auth: bool = Field(description="whether /v1 routes need a bearer token")
+    problem: str | None = Field(None, description="why jobs cannot run: a job worker gone or stuck, or the job "
+                                                  "database unreadable or unwritable (a full disk)")
 
 
 # ---- jobs --------------------------------------------------------------------------------------------

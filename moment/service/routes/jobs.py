@@ -14,7 +14,8 @@ from moment.service.schemas import Job, PlaceJobRequest, ProbeJobRequest
 # Imports inside functions: a route loads the planner, the readers and a job's work when it runs: the
 # service starts fast, without torch.
 
-router = APIRouter(prefix="/jobs", tags=["jobs"], route_class=JsonRoute)
+router = APIRouter(prefix="/jobs", tags=["jobs"], route_class=JsonRoute,
+                   responses=error_responses(503))  # the job database out of reach
 
 
 @router.post("/place", response_model=Job, status_code=202, responses=error_responses(429))
