@@ -140,6 +140,38 @@ def test_job_routes_answer_503_while_the_database_fails_and_health_says_why(tmp_
         assert c.get("/v1/jobs").json() == []
 
 
+# ---- DNS rebinding -----------------------------------------------------------------------------------
+@pytest.mark.parametrize(("settings", "host", "status"), [
+    ({}, "attacker.example", 403),  # a page whose name was pointed at 127.0.0.1
+    ({}, "attacker.example:8000", 403),
+    ({}, "127.0.0.1:8000", 200), ({}, "localhost:8000", 200), ({}, "LOCALHOST.", 200), ({}, "[::1]:8000", 200),
+    ({}, "127.0.0.2", 200),
+    ({"allowed_hosts": ("moment.lan",)}, "moment.lan:8000", 200),  # --allowed-host
+    ({"allowed_hosts": ("moment.lan",)}, "other.lan", 403),
+    ({"allowed_hosts": ("*",)}, "attacker.example", 200),
+    ({"token": "s3cret"}, "attacker.example", 401),  # a page cannot know the token: the token check decides
+    ({"allow_no_token": True}, "attacker.example", 200),  # a proxy in front answers for its clients
+])
+def test_without_a_token_only_loopback_host_names_are_served(tmp_path, settings, host, status):
+    with TestClient(create_app(Settings(data_dir=tmp_path, **settings)), base_url="http://127.0.0.1:8000") as c:
+        r = c.post("/v1/jobs/place", json={"dataset": "ds", "layout": "EVIL"}, headers={"host": host})
+        assert r.status_code == (422 if status == 200 else status), r.text  # 422: no dataset ds, so it got in
+        assert c.get("/v1/profiles", headers={"host": host}).status_code == status
+        assert c.get("/", headers={"host": host}).status_code == (200 if status == 401 else status)  # the page too
+    if status == 403:
+        assert r.json()["detail"].startswith(f"Host {host!r}: without a token the service answers only requests "
+                                              "naming it localhost, 127.0.0.1 or [::1]")
+        assert "--allowed-host" in r.json()["detail"] and "DNS rebinding" in r.json()["detail"]
+
+
+def test_an_allowed_host_that_is_not_a_name_is_refused(tmp_path):
+    from moment.errors import MomentError
+
+    for bad in ("http://moment.lan", "moment.lan:8000", "a b"):
+        with pytest.raises(MomentError, match=f"--allowed-host '{bad}': expected a host name"):
+            Settings(data_dir=tmp_path, allowed_hosts=(bad,)).checked()
+
+
 # ---- HEAD ---------------------------------------------------------------------------------------------
 def test_head_is_answered_as_get_without_a_body(tmp_path):
     with TestClient(create_app(Settings(data_dir=tmp_path))) as c:

@@ -105,6 +105,7 @@ def test_serve_on_a_taken_port_says_so_in_one_message(tmp_path):
     (["--max-body-mib", "nan"], "--max-body-mib nan: must be a finite number above 0"),
     (["--max-upload-mib", "inf"], "--max-upload-mib inf: must be a finite number above 0"),
     (["--plan-timeout", "nan"], "--plan-timeout nan: must be a finite number above 0"),  # every plan was a 408
+    (["--allowed-host", "http://moment.lan"], "--allowed-host 'http://moment.lan': expected a host name"),
     (["--root-path", "nope"], "--root-path 'nope': a URL path begins with /"),
 ])
 def test_serve_refuses_a_bad_option_naming_it(tmp_path, option, words):
@@ -202,7 +203,7 @@ def test_a_chunked_body_over_the_limit_is_answered_413_once_it_has_arrived(tmp_p
     def post(whole: bool) -> tuple[bytes, float]:
         with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
             chunks = [b"%x\r\n%s\r\n" % (len(p), p) for p in parts] + [b"0\r\n\r\n"]
-            head = (b"POST /v1/plan HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+            head = (b"POST /v1/plan HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                     b"Transfer-Encoding: chunked\r\n\r\n")
             t0 = time.monotonic()
             if whole:

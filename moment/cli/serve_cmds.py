@@ -28,6 +28,10 @@ def serve_cmd(
     allow_no_token: bool = typer.Option(
         False, "--allow-no-token", envvar="MOMENT_ALLOW_NO_TOKEN", show_envvar=True,
         help="serve other machines without a token: only behind a reverse proxy that authenticates them"),
+    allowed_hosts: list[str] = typer.Option(
+        [], "--allowed-host", envvar="MOMENT_ALLOWED_HOSTS", show_envvar=True,
+        help="without a token, a Host name served besides localhost, 127.0.0.1 and [::1] (repeat it; the variable "
+             "takes them comma-separated): what a reverse proxy in front forwards as Host"),
     db: Path | None = typer.Option(None, "--db", help="SQLite job database (default DATA_DIR/jobs.sqlite3)"),
     workers: int = typer.Option(1, "--workers", help="worker processes (they share the job database)"),
     root_path: str = typer.Option("", "--root-path", help="URL prefix a reverse proxy serves the app under, e.g. /moment"),
@@ -45,11 +49,11 @@ def serve_cmd(
 
     Example: moment serve --port 8000 --data-dir ./moment-data, then curl -s localhost:8000/v1/plan -H 'content-type: application/json' -d '{"profile": "paper-machine-b", "gpus": 4, "ssds": 8}'
 
-    Safe by default: it listens on 127.0.0.1 only. Listening on another address needs a token (--token or MOMENT_TOKEN); clients then send `Authorization: Bearer TOKEN`. The app applies the same rule to every connection however it was started (uvicorn --factory, gunicorn): without a token it answers 403 to a connection that reached a non-loopback address, unless --allow-no-token (MOMENT_ALLOW_NO_TOKEN=1) says a proxy in front authenticates the clients.
+    Safe by default: it listens on 127.0.0.1 only. Listening on another address needs a token (--token or MOMENT_TOKEN); clients then send `Authorization: Bearer TOKEN`. The app applies the same rule to every connection however it was started (uvicorn --factory, gunicorn): without a token it answers 403 to a connection that reached a non-loopback address, unless --allow-no-token (MOMENT_ALLOW_NO_TOKEN=1) says a proxy in front authenticates the clients. Without a token it also answers 403 to a request whose Host header is not localhost, 127.0.0.1 or [::1] (any port), so a web page whose name was pointed at 127.0.0.1 cannot drive it (DNS rebinding); --allowed-host NAME serves another name.
 
-    Behind a reverse proxy (nginx, Caddy, Traefik): keep --host 127.0.0.1 and proxy to it; set --forwarded-allow-ips to the proxy's address so its X-Forwarded-For/-Proto headers are trusted, and --root-path /PREFIX when the proxy serves the app under a path prefix (and strips it). Let the proxy terminate TLS; its own body limit should not be below --max-body-mib.
+    Behind a reverse proxy (nginx, Caddy, Traefik): keep --host 127.0.0.1 and proxy to it (without a token, pass the name it forwards as Host with --allowed-host, or have it send Host: localhost); set --forwarded-allow-ips to the proxy's address so its X-Forwarded-For/-Proto headers are trusted, and --root-path /PREFIX when the proxy serves the app under a path prefix (and strips it). Let the proxy terminate TLS; its own body limit should not be below --max-body-mib.
 
-    Several workers: --workers N starts N uvicorn processes. Any ASGI server can run the app from the MOMENT_DATA_DIR, MOMENT_TOKEN, MOMENT_DB, MOMENT_MAX_BODY_MIB, MOMENT_MAX_UPLOAD_MIB, MOMENT_PLAN_TIMEOUT_S and MOMENT_REQUEST_MAX_MIB variables, e.g. `MOMENT_DATA_DIR=/srv/moment uvicorn --factory moment.service.app:create_app --workers 4` or `gunicorn -k uvicorn.workers.UvicornWorker -w 4 'moment.service.app:create_app()'`. The workers share the jobs through the one SQLite file: any worker shows or cancels any job, each job runs in the worker that accepted it, and a job whose worker died is marked interrupted.
+    Several workers: --workers N starts N uvicorn processes. Any ASGI server can run the app from the MOMENT_DATA_DIR, MOMENT_TOKEN, MOMENT_DB, MOMENT_MAX_BODY_MIB, MOMENT_MAX_UPLOAD_MIB, MOMENT_PLAN_TIMEOUT_S, MOMENT_ALLOWED_HOSTS and MOMENT_REQUEST_MAX_MIB variables, e.g. `MOMENT_DATA_DIR=/srv/moment uvicorn --factory moment.service.app:create_app --workers 4` or `gunicorn -k uvicorn.workers.UvicornWorker -w 4 'moment.service.app:create_app()'`. The workers share the jobs through the one SQLite file: any worker shows or cancels any job, each job runs in the worker that accepted it, and a job whose worker died is marked interrupted.
     """
     from moment.service.config import ENV, MiB, Settings, check_bind
 
@@ -72,9 +76,11 @@ def serve_cmd(
         raise MomentError(f"the service needs {e.name}: pip install 'moment[serve]'") from None
     if log_level.lower() not in LOG_LEVELS:
         raise MomentError(f"--log-level {log_level!r}: choose one of {', '.join(LOG_LEVELS)}")
-    settings = Settings(data_dir=data_dir, db=db, token=token, allow_no_token=allow_no_token,
+    hosts = [h for given in allowed_hosts for h in given.split(",") if h.strip()]  # the variable's commas too
+    settings = Settings(data_dir=data_dir, db=db, token=token, allow_no_token=allow_no_token, allowed_hosts=tuple(hosts),
                         max_body_bytes=int(max_body_mib * MiB), max_upload_bytes=int(max_upload_mib * MiB),
-                        plan_timeout_s=plan_timeout, request_max_mib=request_max_mib).checked()  # the paths first: a busy port hides nothing
+                        plan_timeout_s=plan_timeout,
+                        request_max_mib=request_max_mib).checked()  # the paths first: a busy port hides nothing
     _check_port_free(host, port)
     common = dict(host=host, port=port, root_path=root_path, proxy_headers=True,
                   forwarded_allow_ips=forwarded_allow_ips, log_level=log_level.lower())
@@ -90,7 +96,7 @@ def serve_cmd(
     # the workers are new processes: they build the app from the environment
     os.environ.update({ENV["data_dir"]: str(settings.data_dir), ENV["max_body_mib"]: str(max_body_mib),
                        ENV["max_upload_mib"]: str(max_upload_mib), ENV["plan_timeout_s"]: str(plan_timeout),
-                       ENV["request_max_mib"]: str(request_max_mib)})
+                       ENV["request_max_mib"]: str(request_max_mib), ENV["allowed_hosts"]: ",".join(settings.allowed_hosts)})
     if db is not None:
         os.environ[ENV["db"]] = str(db)
     if settings.token:

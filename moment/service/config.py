@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import math
 import os
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -17,7 +18,8 @@ MiB = 1 << 20
 ENV = {"data_dir": "MOMENT_DATA_DIR", "db": "MOMENT_DB", "token": "MOMENT_TOKEN",
        "allow_no_token": "MOMENT_ALLOW_NO_TOKEN", "max_body_mib": "MOMENT_MAX_BODY_MIB",
        "max_upload_mib": "MOMENT_MAX_UPLOAD_MIB", "plan_timeout_s": "MOMENT_PLAN_TIMEOUT_S",
-       "request_max_mib": "MOMENT_REQUEST_MAX_MIB"}
+       "request_max_mib": "MOMENT_REQUEST_MAX_MIB",
+       "allowed_hosts": "MOMENT_ALLOWED_HOSTS"}
 
 
 @dataclass(frozen=True)
@@ -25,12 +27,14 @@ class Settings:
     """`data_dir`: every file a request may name lives under it (datasets/, layouts/, probe/);
     `db`: the SQLite job store (default DATA_DIR/jobs.sqlite3); `token`: when set, every /v1 route but
     health needs `Authorization: Bearer TOKEN`; `allow_no_token`: serve other machines without a token
-    (only behind a proxy that authenticates them; see check_bind)."""
+    (only behind a proxy that authenticates them; see check_bind); `allowed_hosts`: Host names served
+    without a token besides the loopback ones (see check_host)."""
 
     data_dir: Path
     db: Path | None = None
     token: str | None = None
     allow_no_token: bool = False
+    allowed_hosts: tuple[str, ...] = ()
     max_body_bytes: int = 16 * MiB
     max_upload_bytes: int = 8 * MiB
     plan_timeout_s: float = 120.0
@@ -53,6 +57,7 @@ class Settings:
 
     def checked(self) -> Settings:
         """The data directory made (and resolved), the limits sane; a bad setting is a MomentError."""
+        hosts = tuple(host_names(self.allowed_hosts))
         d = Path(self.data_dir).expanduser()
         if d.resolve() == Path(d.resolve().anchor):  # every file a request names must lie under it
             raise MomentError("the data directory cannot be the file system's root: requests could name any file",
@@ -71,7 +76,7 @@ class Settings:
         db = None
         if self.db is not None:
             db = check_output(Path(self.db).expanduser(), "the job database").resolve()
-        return replace(self, data_dir=d.resolve(), db=db, token=self.token or None)
+        return replace(self, data_dir=d.resolve(), db=db, token=self.token or None, allowed_hosts=hosts)
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -95,7 +100,8 @@ class Settings:
                    max_body_bytes=int(num("max_body_mib", 16) * MiB),
                    max_upload_bytes=int(num("max_upload_mib", 8) * MiB),
                    plan_timeout_s=num("plan_timeout_s", 120.0),
-                   request_max_mib=int(num("request_max_mib", 4096))).checked()
+                   request_max_mib=int(num("request_max_mib", 4096)),
+                   allowed_hosts=tuple(h for h in env.get(ENV["allowed_hosts"], "").split(",") if h.strip())).checked()
 
 
 def env_flag(name: str) -> bool:
@@ -130,3 +136,43 @@ def check_bind(host: str, token: str | None, allow_no_token: bool = False, *, wh
     raise MomentError(f"{what}: refusing to serve a non-loopback address without a token (pass --token or set "
                       f"{ENV['token']}; or bind 127.0.0.1 behind a reverse proxy; or set "
                       f"{ENV['allow_no_token']}=1 when that proxy authenticates the clients)")
+
+
+def host_name(header: str) -> str:
+    """The name in a Host header, lower case, without its port, brackets or final dot ('[::1]:8000' -> '::1')."""
+    h = header.strip().lower()
+    if h.startswith("[") and "]" in h:
+        h = h[1:h.index("]")]
+    elif h.count(":") == 1:
+        h = h.partition(":")[0]
+    return h.rstrip(".")
+
+
+def host_names(given) -> list[str]:
+    """--allowed-host values (MOMENT_ALLOWED_HOSTS) as check_host compares them; a MomentError names one
+    that is not a host name (a URL, a port, a space)."""
+    out = []
+    for h in given:
+        name = h.strip()
+        if name != "*" and not re.fullmatch(r"[A-Za-z0-9_.-]{1,253}|\[[0-9A-Fa-f:.]+\]", name):
+            raise MomentError(f"--allowed-host {h!r}: expected a host name such as moment.example.org (no scheme "
+                              f"or port), or * for any ({ENV['allowed_hosts']} takes them comma-separated)")
+        out.append(host_name(name))
+    return out
+
+
+def check_host(header: str | None, s: Settings) -> None:
+    """The rule against DNS rebinding: a service without a token answers only requests that name it by a
+    loopback name (localhost, 127.0.0.1, [::1], any port) or by one of `s.allowed_hosts`, so a web page
+    whose own name has been pointed at 127.0.0.1 cannot drive it from the user's browser (browsers send
+    the page's name as Host). A token (which such a page cannot know) or `allow_no_token` (a proxy in
+    front answers for the clients) lifts it; a request without a Host header came from no browser."""
+    if s.token or s.allow_no_token or header is None:
+        return
+    name = host_name(header)
+    if is_loopback(name) or name in s.allowed_hosts or "*" in s.allowed_hosts:
+        return
+    raise MomentError(f"Host {header!r}: without a token the service answers only requests naming it localhost, "
+                      f"127.0.0.1 or [::1], so that a web page whose name points here cannot drive it (DNS "
+                      f"rebinding); open it as http://localhost:PORT/, or allow the name with --allowed-host "
+                      f"{name or 'NAME'} ({ENV['allowed_hosts']}), or give a token")
