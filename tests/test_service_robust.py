@@ -4,8 +4,16 @@ requests, and a damaged job database at start."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
 import logging
+import os
+import resource
+import socket
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -15,12 +23,14 @@ import pytest
 
 pytest.importorskip("uvicorn", reason="the service needs the `serve` extra (fastapi, uvicorn)")
 
+import uvicorn  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
-from moment.service import jobs  # noqa: E402
+from moment.service import jobs, server  # noqa: E402
 from moment.service.app import create_app  # noqa: E402
 from moment.service.config import Settings  # noqa: E402
 from moment.service.jobs import JobRunner, JobStore  # noqa: E402
+from moment.service.limits import quiet_accept_errors  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -138,6 +148,170 @@ def test_job_routes_answer_503_while_the_database_fails_and_health_says_why(tmp_
         disk.clear()
         until(lambda: c.get("/v1/health").status_code == 200)
         assert c.get("/v1/jobs").json() == []
+
+
+# ---- slow clients, many connections ----------------------------------------------------------------
+@contextmanager
+def serving(settings: Settings):
+    """The app under uvicorn with `moment serve`'s protocol, in this process: its port."""
+    srv = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=0, log_level="warning",
+                                        http=server.PROTOCOL))
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    until(lambda: srv.started or not thread.is_alive())
+    try:
+        yield srv.servers[0].sockets[0].getsockname()[1]
+    finally:
+        srv.should_exit = True
+        thread.join(30)
+
+
+HALF = (b"POST /v1/plan HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        b"Content-Length: 100\r\n\r\n{\"gpus\":")
+
+
+def _answer(s: socket.socket) -> bytes:
+    """What the server sends until it closes the connection (b"RESET" if it reset it)."""
+    out = b""
+    try:
+        while got := s.recv(65536):
+            out += got
+    except ConnectionResetError:
+        return out or b"RESET"
+    return out
+
+
+def _one_answer(s: socket.socket) -> bytes:
+    """One whole answer on a connection kept open."""
+    out = b""
+    while b"\r\n\r\n" not in out:
+        out += s.recv(65536)
+    head, body = out.split(b"\r\n\r\n", 1)
+    length = int(next(v for k, _, v in (h.partition(b": ") for h in head.split(b"\r\n")) if k == b"content-length"))
+    while len(body) < length:
+        body += s.recv(65536)
+    return head + b"\r\n\r\n" + body
+
+
+def test_a_half_sent_body_is_answered_408_and_closed(tmp_path):
+    """A client that sent headers and half its body and waited held its connection for good."""
+    with serving(Settings(data_dir=tmp_path, body_timeout_s=0.5)) as port:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            t0 = time.monotonic()
+            s.sendall(HALF)
+            answer = _answer(s)  # until the server closes the connection
+            took = time.monotonic() - t0
+        assert answer.startswith(b"HTTP/1.1 408") and b"connection: close" in answer, answer
+        detail = json.loads(answer.split(b"\r\n\r\n", 1)[1])["detail"]
+        assert detail == ("the request body stopped arriving: nothing for 0.5 s (8 bytes received); send it "
+                          "whole, without pauses")
+        assert 0.4 < took < 5, took
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:  # a trickle: the whole-body deadline
+            s.sendall(HALF)
+            t0 = time.monotonic()
+            with contextlib.suppress(OSError):
+                while time.monotonic() - t0 < 10:
+                    s.sendall(b" ")
+                    time.sleep(0.1)
+            answer = _answer(s)
+        assert answer.startswith(b"HTTP/1.1 408") and b"did not arrive within 5 s" in answer, answer
+
+
+def test_a_request_s_headers_have_a_deadline(tmp_path, monkeypatch):
+    """uvicorn times out only the pause between requests: a connection that sent nothing, or half its
+    headers, was held for good."""
+    monkeypatch.setattr(server, "HEADER_S", 0.5)
+    with serving(Settings(data_dir=tmp_path)) as port:
+        for sent in (b"", b"GET /v1/hea"):
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+                s.sendall(sent)
+                t0 = time.monotonic()
+                assert _answer(s) == b""  # closed
+                assert 0.4 < time.monotonic() - t0 < 5
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:  # answered twice, then idle
+            for _ in range(2):
+                s.sendall(b"GET /v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                assert _one_answer(s).startswith(b"HTTP/1.1 200")
+            t0 = time.monotonic()
+            assert _answer(s) == b""
+            assert time.monotonic() - t0 < 8  # uvicorn's keep-alive timeout (5 s), or the deadline
+
+
+def test_connections_past_the_cap_get_503_at_once(tmp_path, monkeypatch):
+    monkeypatch.setattr(server, "connection_cap", lambda: 3)
+    with serving(Settings(data_dir=tmp_path)) as port:
+        held = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(3)]
+        try:
+            time.sleep(0.2)
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+                answer = _answer(s)
+            assert answer.startswith(b"HTTP/1.1 503") and b"3 connections open" in answer, answer
+        finally:
+            for s in held:
+                s.close()
+        time.sleep(0.2)
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(b"GET /v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            assert _answer(s).startswith(b"HTTP/1.1 200")
+
+
+def test_refused_accepts_are_logged_once_a_minute(caplog):
+    """asyncio logged a traceback per refused accept (EMFILE), thousands a second: 300 MB of log."""
+    loop, others = asyncio.new_event_loop(), []
+    try:
+        loop.set_exception_handler(lambda lp, context: others.append(context["message"]))
+        quiet_accept_errors(loop)
+        with caplog.at_level(logging.INFO, logger="moment.service"):
+            for _ in range(5000):
+                loop.call_exception_handler({"message": "socket.accept() out of system resource",
+                                             "exception": OSError(24, "Too many open files")})
+            loop.call_exception_handler({"message": "something else"})
+    finally:
+        loop.close()
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and "cannot accept connections: [Errno 24] Too many open files" in said[0], said
+    assert others == ["something else"]
+
+
+@pytest.mark.slow
+def test_a_flood_of_half_bodies_at_the_fd_limit_neither_floods_the_log_nor_stops_the_service(tmp_path):
+    """With `ulimit -n 256`, 300 half-sent bodies stopped the service for good (health included) and
+    wrote about 4 MB/s of tracebacks. Now those past the cap get a 503, the rest a 408 after the body
+    timeout, and the service answers again."""
+    port = socket.create_server(("127.0.0.1", 0)).getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    env.pop("MOMENT_TOKEN", None)
+    proc = subprocess.Popen([sys.executable, "-m", "moment", "serve", "--port", str(port), "--data-dir",
+                             str(tmp_path / "d"), "--body-timeout", "1", "--log-level", "warning"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256)))
+    socks: list[socket.socket] = []
+    try:
+        until(lambda: _health(port) == 200 or proc.poll() is not None, 60)
+        for _ in range(300):
+            s = socket.create_connection(("127.0.0.1", port), timeout=10)
+            s.sendall(HALF)
+            socks.append(s)
+        # 503 at once (or a reset: closed at once with the request unread), or 408 after the body timeout
+        answers = [_answer(s)[:12] for s in socks]
+        assert set(answers) <= {b"HTTP/1.1 503", b"RESET", b"HTTP/1.1 408"}, set(answers)
+        assert answers.count(b"HTTP/1.1 408") >= 50, answers.count(b"HTTP/1.1 408")
+        until(lambda: _health(port) == 200, 20)
+    finally:
+        for s in socks:
+            s.close()
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    assert "Traceback" not in err and len(err) < 5000, err[-3000:]
+
+
+def _health(port: int) -> int | None:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+            s.sendall(b"GET /v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            return int(_answer(s)[9:12])
+    except (OSError, ValueError):
+        return None
 
 
 # ---- DNS rebinding -----------------------------------------------------------------------------------

@@ -105,6 +105,7 @@ def test_serve_on_a_taken_port_says_so_in_one_message(tmp_path):
     (["--max-body-mib", "nan"], "--max-body-mib nan: must be a finite number above 0"),
     (["--max-upload-mib", "inf"], "--max-upload-mib inf: must be a finite number above 0"),
     (["--plan-timeout", "nan"], "--plan-timeout nan: must be a finite number above 0"),  # every plan was a 408
+    (["--body-timeout", "0"], "--body-timeout 0.0: must be a finite number above 0"),
     (["--allowed-host", "http://moment.lan"], "--allowed-host 'http://moment.lan': expected a host name"),
     (["--root-path", "nope"], "--root-path 'nope': a URL path begins with /"),
 ])

@@ -41,6 +41,9 @@ def serve_cmd(
     max_body_mib: float = typer.Option(16, "--max-body-mib", help="largest request body (413 above)"),
     max_upload_mib: float = typer.Option(8, "--max-upload-mib", help="largest uploaded machine description (413 above)"),
     plan_timeout: float = typer.Option(120, "--plan-timeout", help="seconds one plan/compare/simulate may search (408 after)"),
+    body_timeout: float = typer.Option(30, "--body-timeout",
+                                       help="longest pause in a request body, in seconds (408 after; the whole "
+                                            "body may take 10 times it)"),
     request_max_mib: int = typer.Option(4096, "--request-max-mib",
                                         help="memory of one request's worker process (the cluster plan; 413 above)"),
     log_level: str = typer.Option("info", "--log-level", help="uvicorn's log level"),
@@ -51,9 +54,11 @@ def serve_cmd(
 
     Safe by default: it listens on 127.0.0.1 only. Listening on another address needs a token (--token or MOMENT_TOKEN); clients then send `Authorization: Bearer TOKEN`. The app applies the same rule to every connection however it was started (uvicorn --factory, gunicorn): without a token it answers 403 to a connection that reached a non-loopback address, unless --allow-no-token (MOMENT_ALLOW_NO_TOKEN=1) says a proxy in front authenticates the clients. Without a token it also answers 403 to a request whose Host header is not localhost, 127.0.0.1 or [::1] (any port), so a web page whose name was pointed at 127.0.0.1 cannot drive it (DNS rebinding); --allowed-host NAME serves another name.
 
+    Slow clients: a connection must send a request's headers within 20 s and its body without a pause over --body-timeout (408 after), and the process keeps at most half its file-descriptor limit (ulimit -n) in open connections (503 at once past it).
+
     Behind a reverse proxy (nginx, Caddy, Traefik): keep --host 127.0.0.1 and proxy to it (without a token, pass the name it forwards as Host with --allowed-host, or have it send Host: localhost); set --forwarded-allow-ips to the proxy's address so its X-Forwarded-For/-Proto headers are trusted, and --root-path /PREFIX when the proxy serves the app under a path prefix (and strips it). Let the proxy terminate TLS; its own body limit should not be below --max-body-mib.
 
-    Several workers: --workers N starts N uvicorn processes. Any ASGI server can run the app from the MOMENT_DATA_DIR, MOMENT_TOKEN, MOMENT_DB, MOMENT_MAX_BODY_MIB, MOMENT_MAX_UPLOAD_MIB, MOMENT_PLAN_TIMEOUT_S, MOMENT_ALLOWED_HOSTS and MOMENT_REQUEST_MAX_MIB variables, e.g. `MOMENT_DATA_DIR=/srv/moment uvicorn --factory moment.service.app:create_app --workers 4` or `gunicorn -k uvicorn.workers.UvicornWorker -w 4 'moment.service.app:create_app()'`. The workers share the jobs through the one SQLite file: any worker shows or cancels any job, each job runs in the worker that accepted it, and a job whose worker died is marked interrupted.
+    Several workers: --workers N starts N uvicorn processes. Any ASGI server can run the app from the MOMENT_DATA_DIR, MOMENT_TOKEN, MOMENT_DB, MOMENT_MAX_BODY_MIB, MOMENT_MAX_UPLOAD_MIB, MOMENT_PLAN_TIMEOUT_S, MOMENT_BODY_TIMEOUT_S, MOMENT_ALLOWED_HOSTS and MOMENT_REQUEST_MAX_MIB variables, e.g. `MOMENT_DATA_DIR=/srv/moment uvicorn --factory moment.service.app:create_app --workers 4` or `gunicorn -k uvicorn.workers.UvicornWorker -w 4 'moment.service.app:create_app()'`. The workers share the jobs through the one SQLite file: any worker shows or cancels any job, each job runs in the worker that accepted it, and a job whose worker died is marked interrupted.
     """
     from moment.service.config import ENV, MiB, Settings, check_bind
 
@@ -63,7 +68,8 @@ def serve_cmd(
     if not 0 < port < 65536:
         raise MomentError(f"--port {port}: choose 1-65535")
     for flag, value in (("--max-body-mib", max_body_mib), ("--max-upload-mib", max_upload_mib),
-                        ("--plan-timeout", plan_timeout), ("--request-max-mib", request_max_mib)):
+                        ("--plan-timeout", plan_timeout), ("--body-timeout", body_timeout),
+                        ("--request-max-mib", request_max_mib)):
         if not (math.isfinite(value) and value > 0):  # (NaN passed a `<= 0` test and every plan timed out at once)
             raise MomentError(f"{flag} {value}: must be a finite number above 0")
     if root_path and not root_path.startswith("/"):
@@ -79,10 +85,12 @@ def serve_cmd(
     hosts = [h for given in allowed_hosts for h in given.split(",") if h.strip()]  # the variable's commas too
     settings = Settings(data_dir=data_dir, db=db, token=token, allow_no_token=allow_no_token, allowed_hosts=tuple(hosts),
                         max_body_bytes=int(max_body_mib * MiB), max_upload_bytes=int(max_upload_mib * MiB),
-                        plan_timeout_s=plan_timeout,
+                        plan_timeout_s=plan_timeout, body_timeout_s=body_timeout,
                         request_max_mib=request_max_mib).checked()  # the paths first: a busy port hides nothing
     _check_port_free(host, port)
-    common = dict(host=host, port=port, root_path=root_path, proxy_headers=True,
+    from moment.service.server import PROTOCOL
+
+    common = dict(host=host, port=port, root_path=root_path, proxy_headers=True, http=PROTOCOL,
                   forwarded_allow_ips=forwarded_allow_ips, log_level=log_level.lower())
     auth = ("bearer token required" if settings.token else
             "no token: other machines allowed (--allow-no-token)" if allow_no_token else "no token: loopback only")
@@ -96,7 +104,8 @@ def serve_cmd(
     # the workers are new processes: they build the app from the environment
     os.environ.update({ENV["data_dir"]: str(settings.data_dir), ENV["max_body_mib"]: str(max_body_mib),
                        ENV["max_upload_mib"]: str(max_upload_mib), ENV["plan_timeout_s"]: str(plan_timeout),
-                       ENV["request_max_mib"]: str(request_max_mib), ENV["allowed_hosts"]: ",".join(settings.allowed_hosts)})
+                       ENV["body_timeout_s"]: str(body_timeout), ENV["request_max_mib"]: str(request_max_mib),
+                       ENV["allowed_hosts"]: ",".join(settings.allowed_hosts)})
     if db is not None:
         os.environ[ENV["db"]] = str(db)
     if settings.token:

@@ -7,6 +7,7 @@ handler calls the function the matching CLI command calls (moment.planner.api an
 `POST /v1/plan` answers what `moment plan --json` prints for the same inputs.
 """
 
+import asyncio
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from moment.service.deps import authorised
 from moment.service.errors import (JSON, Busy, TimedOut, TooLarge, Unavailable, error, error_responses,
                                    validation_detail)
 from moment.service.jobs import JobRunner, JobStore
-from moment.service.limits import BodyLimit
+from moment.service.limits import BodyLimit, quiet_accept_errors
 from moment.service.methods import HeadAsGet
 from moment.service.paths import relative
 from moment.service.routes import fallback, health, jobs, machines, page, planning
@@ -51,7 +52,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings, app.state.jobs = s, _job_runner(s)
     app.state.searches, app.state.cache = Searches(s.max_searches, s.max_waiting_searches), {}
-    app.add_middleware(BodyLimit, limit=s.max_body_bytes)
+    app.add_middleware(BodyLimit, limit=s.max_body_bytes, timeout_s=s.body_timeout_s)
     app.add_middleware(HeadAsGet)
     app.add_middleware(LocalOnly, settings=s)  # outermost: a refused connection costs nothing more
     _handlers(app)
@@ -79,6 +80,7 @@ def _job_runner(s: Settings) -> JobRunner:
 
 @asynccontextmanager
 async def _lifespan(app: FastAPI):
+    quiet_accept_errors(asyncio.get_running_loop())
     yield
     app.state.jobs.close()
 

@@ -18,7 +18,7 @@ MiB = 1 << 20
 ENV = {"data_dir": "MOMENT_DATA_DIR", "db": "MOMENT_DB", "token": "MOMENT_TOKEN",
        "allow_no_token": "MOMENT_ALLOW_NO_TOKEN", "max_body_mib": "MOMENT_MAX_BODY_MIB",
        "max_upload_mib": "MOMENT_MAX_UPLOAD_MIB", "plan_timeout_s": "MOMENT_PLAN_TIMEOUT_S",
-       "request_max_mib": "MOMENT_REQUEST_MAX_MIB",
+       "request_max_mib": "MOMENT_REQUEST_MAX_MIB", "body_timeout_s": "MOMENT_BODY_TIMEOUT_S",
        "allowed_hosts": "MOMENT_ALLOWED_HOSTS"}
 
 
@@ -38,6 +38,8 @@ class Settings:
     max_body_bytes: int = 16 * MiB
     max_upload_bytes: int = 8 * MiB
     plan_timeout_s: float = 120.0
+    #: the longest pause in a request body (408 after; the whole body gets limits.BODY_TIMEOUTS times it)
+    body_timeout_s: float = 30.0
     #: address space of a request's worker process (the cluster plan runs in one): past it, 413
     request_max_mib: int = 4096
     #: scratch file a probe job may write per SSD directory, and in all its directories together
@@ -69,8 +71,8 @@ class Settings:
             raise MomentError(f"cannot create the data directory: {reason(e)}", source=str(d)) from None
         if self.max_waiting_searches < 0:
             raise MomentError(f"max_waiting_searches must not be negative (got {self.max_waiting_searches})")
-        for name in ("max_body_bytes", "max_upload_bytes", "plan_timeout_s", "probe_max_mib", "probe_max_job_mib",
-                     "request_max_mib", "job_workers", "max_queued_jobs", "max_searches"):
+        for name in ("max_body_bytes", "max_upload_bytes", "plan_timeout_s", "body_timeout_s", "probe_max_mib",
+                     "probe_max_job_mib", "request_max_mib", "job_workers", "max_queued_jobs", "max_searches"):
             if not (math.isfinite(getattr(self, name)) and getattr(self, name) > 0):  # NaN is not > 0 either
                 raise MomentError(f"{name} must be positive (got {getattr(self, name)})")
         db = None
@@ -99,7 +101,7 @@ class Settings:
                    token=env.get(ENV["token"]) or None, allow_no_token=env_flag(ENV["allow_no_token"]),
                    max_body_bytes=int(num("max_body_mib", 16) * MiB),
                    max_upload_bytes=int(num("max_upload_mib", 8) * MiB),
-                   plan_timeout_s=num("plan_timeout_s", 120.0),
+                   plan_timeout_s=num("plan_timeout_s", 120.0), body_timeout_s=num("body_timeout_s", 30.0),
                    request_max_mib=int(num("request_max_mib", 4096)),
                    allowed_hosts=tuple(h for h in env.get(ENV["allowed_hosts"], "").split(",") if h.strip())).checked()
 
