@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import json
 import logging
 import os
@@ -356,3 +357,18 @@ def test_head_is_answered_as_get_without_a_body(tmp_path):
         r = c.head("/v1/plan")
         assert r.status_code == 405 and r.headers["allow"] == "POST"
         assert c.put("/v1/profiles").headers["allow"] == "GET, HEAD"
+
+
+# ---- a damaged job database --------------------------------------------------------------------------
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_serve_refuses_a_damaged_job_database_before_announcing_itself(tmp_path, workers):
+    from moment.cli import main
+
+    (tmp_path / "jobs.sqlite3").write_text("garbage\n")
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(["serve", "--port", str(socket.create_server(("127.0.0.1", 0)).getsockname()[1]),
+                     "--data-dir", str(tmp_path), "--workers", workers])
+    assert code == 2, err.getvalue()
+    assert err.getvalue().strip().splitlines() == [
+        f"error: {tmp_path}/jobs.sqlite3: cannot open the job database: file is not a database"], err.getvalue()

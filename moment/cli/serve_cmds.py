@@ -92,15 +92,17 @@ def serve_cmd(
 
     common = dict(host=host, port=port, root_path=root_path, proxy_headers=True, http=PROTOCOL,
                   forwarded_allow_ips=forwarded_allow_ips, log_level=log_level.lower())
-    auth = ("bearer token required" if settings.token else
-            "no token: other machines allowed (--allow-no-token)" if allow_no_token else "no token: loopback only")
-    err_console.print(f"moment service on http://{host}:{port}{root_path}/ (data {settings.data_dir}; {auth})",
-                      highlight=False)
     if workers == 1:
         from moment.service.app import create_app
 
-        uvicorn.run(create_app(settings), **common)
+        service = create_app(settings)  # opens the job database: a damaged one is refused before the line below
+        _announce(host, port, root_path, settings, allow_no_token)
+        uvicorn.run(service, **common)
         return
+    from moment.service.jobs import JobStore
+
+    JobStore(settings.db_path)  # each worker opens it; refused here, a damaged one stops them all at once
+    _announce(host, port, root_path, settings, allow_no_token)
     # the workers are new processes: they build the app from the environment
     os.environ.update({ENV["data_dir"]: str(settings.data_dir), ENV["max_body_mib"]: str(max_body_mib),
                        ENV["max_upload_mib"]: str(max_upload_mib), ENV["plan_timeout_s"]: str(plan_timeout),
@@ -113,6 +115,13 @@ def serve_cmd(
     if allow_no_token:
         os.environ[ENV["allow_no_token"]] = "1"
     uvicorn.run("moment.service.app:create_app", factory=True, workers=workers, **common)
+
+
+def _announce(host: str, port: int, root_path: str, settings, allow_no_token: bool) -> None:
+    auth = ("bearer token required" if settings.token else
+            "no token: other machines allowed (--allow-no-token)" if allow_no_token else "no token: loopback only")
+    err_console.print(f"moment service on http://{host}:{port}{root_path}/ (data {settings.data_dir}; {auth})",
+                      highlight=False)
 
 
 def _check_port_free(host: str, port: int) -> None:
