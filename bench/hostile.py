@@ -42,6 +42,7 @@ import tempfile
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,13 +72,14 @@ OUTPUT_CHARS = 110
 class Case:
     """One hostile input. `cmd` is what a user types in the work directory: a `moment` command line, or
     `METHOD /path [@body]` sent to the server `via` names (`JOB`: POST a job and poll it to its end;
-    `FLOOD N`: N concurrent POSTs while /v1/health is timed). `code` is the exit status (HTTP status)
-    expected, None for a refusal (any non-zero exit); `expect` must be in the output and none of `absent`;
-    `keep` must still exist afterwards (the user's files) and nothing may match the globs in `gone`.
-    `ctype`: the request's content type. `capture`: (NAME, regex) whose first group later commands use as
-    {NAME}. `kill`: (signal, glob): once the glob matches (the run is training), the signal goes to the
-    command, and no process it started may outlive it. `needs`: a facility of the work directory
-    (`full-disk`: a small tmpfs at full/, which needs root); without it the case is skipped. Rendezvous
+    `FLOOD N`: N concurrent POSTs while /v1/health is timed; `HALF`: POST half the body and wait for the
+    answer). `code` is the exit status (HTTP status) expected, None for a refusal (any non-zero exit);
+    `expect` must be in the output and none of `absent`; `keep` must still exist afterwards (the user's
+    files) and nothing may match the globs in `gone`. `ctype`: the request's content type; `host`: its
+    Host header (default: the server's address). `capture`: (NAME, regex) whose first group later
+    commands use as {NAME}. `kill`: (signal, glob): once the glob matches (the run is training), the
+    signal goes to the command, and no process it started may outlive it. `needs`: a facility of the work
+    directory (`full-disk`: a small tmpfs at full/, which needs root); without it the case is skipped. Rendezvous
     cases: `{rdzv}` is a free 127.0.0.1:PORT, `{held}` one where a socket listens and never speaks, `{http}`
     `moment serve`'s; `beside` is another machine's agent started with the command (killed afterwards),
     SIGKILLed once the glob `beside_kill` matches."""
@@ -91,6 +93,7 @@ class Case:
     timeout: float = TIMEOUT_S
     absent: tuple[str, ...] = ()
     ctype: str = "application/json"
+    host: str | None = None
     capture: tuple[str, str] | None = None
     kill: tuple[str, str] | None = None
     needs: str | None = None
@@ -112,7 +115,7 @@ class Server:
 
 
 SERVERS = {
-    "serve": Server("moment serve --port {port} --data-dir served"),
+    "serve": Server("moment serve --port {port} --data-dir served --body-timeout 3"),
     "uvicorn": Server("MOMENT_DATA_DIR=served uvicorn --factory moment.service.app:create_app "
                       "--host 0.0.0.0 --port {port}", lan=True),
 }
@@ -389,6 +392,11 @@ CASES = [
     Case("JOB /v1/jobs/probe @probe-small.json", '"path":"probe/a/.moment-probe-', code=200, via="serve"),
     Case("JOB /v1/jobs/place @place-job.json", '"layout":"layouts/L1"', code=200, via="serve"),
     Case("FLOOD 60 /v1/plan @plan-b.json", "health within 2 s", code=200, via="serve", timeout=300),
+    # a client that sends half its body, a page reached through DNS rebinding, HEAD
+    Case("HALF /v1/plan @plan-b.json", "the request body stopped arriving: nothing for 3 s", code=408, via="serve"),
+    Case("POST /v1/jobs/place @place-job.json", "DNS rebinding", code=403, via="serve", host="attacker.example"),
+    Case("GET /v1/profiles", "paper-machine-b", code=200, via="serve", host="localhost"),
+    Case("HEAD /v1/profiles", "", code=200, via="serve"),
     # rendezvous: the join bounded by --rdzv-timeout, every machine told why, the right machine named
     Case(f"{TRAIN} {FAST} --nnodes 2 --node-rank 1 --rdzv-endpoint 127.0.0.1:29400:1", "the port '29400:1'"),
     Case(f"{TRAIN} {FAST} --nnodes 2 --node-rank 1 --rdzv-endpoint [::1", "'[::1' opens '[' without its ']'"),
@@ -828,8 +836,9 @@ def lan_address() -> str | None:
 
 
 def request(method: str, url: str, body: bytes | None = None, timeout: float = TIMEOUT_S,
-            ctype: str = "application/json") -> tuple[int, str]:
-    req = urllib.request.Request(url, data=body, method=method, headers={"content-type": ctype})
+            ctype: str = "application/json", host: str | None = None) -> tuple[int, str]:
+    req = urllib.request.Request(url, data=body, method=method,
+                                 headers={"content-type": ctype, **({"host": host} if host else {})})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             return r.status, r.read().decode(errors="replace")
@@ -949,6 +958,24 @@ def flood(base: str, n: int, path: str, body: bytes) -> tuple[int, str]:
     return (200 if worst <= FLOOD_HEALTH_S else 0), f"health {within} (slowest {worst:.2f} s); plans: {counts}"
 
 
+def half(base: str, path: str, body: bytes, timeout: float) -> tuple[int, str]:
+    """POST `path` declaring all of `body` but sending half of it, then wait: (status, body) of the answer
+    (0 and what happened when none came before `timeout`)."""
+    host, port = urllib.parse.urlsplit(base).hostname, urllib.parse.urlsplit(base).port
+    head = (f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode()
+    with socket.create_connection((host, port), timeout=timeout) as s:
+        s.sendall(head + body[:len(body) // 2])
+        answer = b""
+        try:
+            while got := s.recv(65536):
+                answer += got
+        except TimeoutError:
+            return 0, f"no answer within {timeout:g} s ({len(answer)} bytes)"
+    status, _, rest = answer.partition(b"\r\n\r\n")
+    return int(status.split()[1]), rest.decode(errors="replace")
+
+
 def poll_job(base: str, path: str, body: bytes, timeout: float) -> tuple[int, str]:
     """POST a job, then GET it until it ends: (200 when it finished, its status otherwise; the last answer)."""
     code, text = request("POST", base + path, body)
@@ -1042,8 +1069,10 @@ def execute(case: Case, services: Services, captured: dict[str, str]) -> Outcome
             code, text = poll_job(base, path, body, case.timeout)
         elif method == "FLOOD":
             code, text = flood(base, count, path, body or b"")
+        elif method == "HALF":
+            code, text = half(base, path, body or b"", case.timeout)
         else:
-            code, text = request(method, base + path, body, ctype=case.ctype)
+            code, text = request(method, base + path, body, ctype=case.ctype, host=case.host)
     except (OSError, RuntimeError) as e:
         return Outcome(None, str(e), str(e))
     return Outcome(code, text, text.strip().splitlines()[0] if text.strip() else "")
@@ -1099,7 +1128,8 @@ def shown(case: Case) -> str:
     cmd = re.sub(r"(\w)\1{29,}", lambda m: f"<{len(m[0])} x {m[1]}>", case.cmd)
     if case.via is not None:
         server = SERVERS[case.via]
-        cmd += f" at {server.reached_at} of: {server.cmd.format(port='PORT')}"
+        host = f" (Host: {case.host})" if case.host else ""
+        cmd += f"{host} at {server.reached_at} of: {server.cmd.format(port='PORT')}"
     return cmd
 
 
