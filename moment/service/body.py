@@ -23,7 +23,7 @@ from fastapi.dependencies.models import Dependant
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from moment.service.deps import check_token
@@ -52,7 +52,10 @@ class JsonRoute(APIRoute):
             if unknown:
                 raise RequestValidationError([_query_error(k, model) for k in unknown])
             if model is not None:
-                data = await request.body()
+                try:
+                    data = await request.body()
+                except ClientDisconnect:  # gone, or answered 408 (limits.BodyLimit): nobody hears an answer
+                    return Response(status_code=499)
                 if data:
                     _check_content_type(request.headers.get("content-type"))
                     parsed = (_read(data, model) if len(data) <= ON_LOOP_BYTES else
