@@ -25,6 +25,7 @@ About four minutes on two cores; exits non-zero when any case fails.
 from __future__ import annotations
 
 import argparse
+import bz2
 import contextlib
 import copy
 import glob
@@ -472,6 +473,26 @@ CASES = [
     Case("moment data import edgelist edge_index.npy --out data/ei", "this is a NumPy .npy file",
          gone=("data/ei",), absent=("codec",)),
     Case("moment data import edgelist corrupt.pt --out data/ei", "moment data import pyg", gone=("data/ei",)),
+    # ids and headers as written, hotness checked where read, machines without SSDs, what a CPU drives, bodies
+    Case("moment data import edgelist padded.txt --renumber --out data/padded",
+         "'007' is the integer 7 written another way", code=0),
+    Case("moment data import edgelist users.csv --renumber --out data/users", "it may be a header or an edge",
+         gone=("data/users",)),
+    Case("moment data import edgelist edges.txt.bz2 --out data/bz", "bzip2-compressed", gone=("data/bz",)),
+    Case(f"moment place --dataset data/ds {CACHES} --hotness hot-negative --out layouts/hn",
+         "hot-negative/feature_reads.npy: negative counts", gone=("layouts/hn",)),
+    Case("moment cache simulate --dataset data/ds --capacity 10% --hotness hot-negative",
+         "hot-negative/feature_reads.npy: negative counts"),
+    Case(f"moment place --dataset data/ds {CACHES} --ssd-path ssd0=/proc --out layouts/proc",
+         "a kernel file system", gone=("layouts/proc",)),
+    Case("moment place --dataset data/ds --gpus 1 --ssds 0 --gpu-cache 2% --cpu-cache 5% --out layouts/nossd",
+         "the machine has no SSD, so its caches must hold all 20,000 rows", gone=("layouts/nossd",)),
+    Case("moment place --dataset data/ds --gpus 1 --ssds 0 --gpu-cache 2% --cpu-cache 100% --out layouts/nossd1",
+         "layout written", code=0, keep=("layouts/nossd1/manifest.json",)),
+    Case("moment plan --profile cpugen.yaml --gpus 1 --ssds 2", "capped from 5.0 by the CPU", code=0),
+    Case("moment plan --cluster c-owners.yaml", "no machine may take that name"),
+    Case("moment scan --from-nccl-xml bomb.xml", "declares a DTD of its own", timeout=20),
+    Case("POST /v1/plan @gpus-true.json", "gpus: true is a truth value, not a number", code=422, via="serve"),
 ]
 
 _B = {"profile": "paper-machine-b", "inventory": "4xA100-PCIe-40GB,8xP5510"}
@@ -729,7 +750,30 @@ def write_inputs() -> None:
     for name, body in SERVICE_BODIES.items():
         Path(name).write_text(json.dumps(body))
     write_clusters_31()
+    write_stop68_inputs()
     shutil.copytree("data/ds", "served/datasets/ds")
+
+
+def write_stop68_inputs() -> None:
+    """Ids written as the user wrote them, a header of unknown names, a bzip2 table, damaged hotness counts, a
+    machine whose CPU drives less than its slots say, a cluster machine named as a split's own file, an XML
+    entity bomb and a truth value for a number."""
+    Path("padded.txt").write_text("007 7\n7 8\n8 007\n")
+    Path("users.csv").write_text("user_a,user_b\nalice,bob\nbob,carol\n")
+    Path("edges.txt.bz2").write_bytes(bz2.compress(Path("edges.txt").read_bytes()))
+    shutil.copytree("hot128", "hot-negative")
+    reads = np.load("hot-negative/feature_reads.npy")
+    np.save("hot-negative/feature_reads.npy", np.full_like(reads, -5))
+    write_yaml("cpugen.yaml", {"name": "cpugen", "nodes": [
+        {"id": "cpu0", "kind": "socket", "model": "Xeon E5-2680 v4", "memory_gib": 256, "memory_bandwidth_gbps": 150},
+        {"id": "rc0", "kind": "root_complex", "parent": "cpu0"},
+        {"id": "slot1", "kind": "slot", "parent": "rc0", "width": 16, "accepts": ["gpu"], "link": {"gen": 5, "width": 16}},
+        *({"id": f"bay{i}", "kind": "slot", "parent": "rc0", "width": 4, "accepts": ["ssd"],
+           "link": {"gen": 5, "width": 4}} for i in range(2))]})
+    write_yaml("c-owners.yaml", {"servers": [{**_B, "name": "owners.npy"}, {**_B, "name": "m0"}], "network": _NET})
+    lol = "".join(f'<!ENTITY l{i} "{f"&l{i - 1};" * 10 if i else "lol"}">' for i in range(10))
+    Path("bomb.xml").write_text(f'<?xml version="1.0"?><!DOCTYPE system [{lol}]><system>&l9;</system>\n')
+    Path("gpus-true.json").write_text(json.dumps({"profile": "paper-machine-b", "gpus": True, "ssds": 8}))
 
 
 def write_saint_multilabel(root: Path) -> None:
