@@ -186,6 +186,38 @@ def test_a_rate_too_small_for_the_solver_is_named_with_its_figure():
     assert "reachable" not in said
 
 
+def test_the_lp_answers_the_same_rates_whatever_the_workload_size():
+    """hunt-L D14: the LP counted T in seconds, so its rates (shares of the epoch's reads a second) grew with a
+    tiny workload and shrank with a huge one: 1e-12 GB per GPU solved (screened) at 10.3 GB/s for 17.33, 1e-13
+    was refused by HiGHS and 1e10 dropped the SSDs as too slow. T is counted in a unit near the epoch now."""
+    from moment.planner.lp import solve_lp_batch
+
+    topo = strip(load_profile("paper-machine-a"))[0]
+    placement = {f"sw{i}-{slot}": GPU if slot.startswith("x16") else SSD for i in (0, 1)  # (its recommended)
+                 for slot in ("x16a", "x16b", "bay0", "bay1", "bay2", "bay3")}
+    for gb in (1e-12, 1e-9, 1.0, 1e9, 1e10):
+        net = build_network(populate(topo, placement), WorkloadSpec(bytes_per_gpu_per_epoch=gb * GB))
+        for sol in (solve_lp(net), solve_lp_batch([net], screen=True)[0]):
+            assert gb * GB / sol.epoch_read_s / GB == pytest.approx(17 + 1 / 3, rel=1e-9), gb
+
+
+def test_gb_per_gpu_outside_a_byte_to_an_exabyte_is_one_clear_error():
+    """hunt-L D14: 1e-20 said "is every GPU reachable?" and 1e-300 "HiGHS refused the model" (with the LP's time
+    unit they would plan, but the max-flow check divides by zero in floats that small): the input is named with
+    its range, by the CLI's option or the service's field."""
+    from moment.planner.api import workload_spec
+
+    assert workload_spec(gb_per_gpu=1e-9).bytes_per_gpu_per_epoch == pytest.approx(1.0)
+    for value in (1e-12, 1e-20, 1e-300, 2e9):
+        with pytest.raises(MomentError) as e:
+            workload_spec(gb_per_gpu=value)
+        assert str(e.value).startswith(f"--gb-per-gpu {value:g}: the GB each GPU reads in an epoch must be between "
+                                       "1e-09 (a byte) and 1e+09 (an exabyte)"), str(e.value)
+        assert e.value.field == "gb_per_gpu" and "reachable" not in str(e.value)
+    with pytest.raises(MomentError, match="^gb_per_gpu 1e-300: "):
+        workload_spec(gb_per_gpu=1e-300, flag=lambda name: name)  # (the service's spelling)
+
+
 # ---- baselines and planning ------------------------------------------------------------------------
 def test_baselines_on_paper_machine_b():
     names = [b.name for b in baseline_placements(load_profile("paper-machine-b"), Inventory.simple(4, 8))]

@@ -144,6 +144,11 @@ def resolve_gpus(topo: Topology, gpus: int | None, *, flag: Flag = cli_flag, mod
         hint=f"leave out {flag('gpus')} (or {flag('gpus')} 0) to plan the SSDs around its own GPUs", field="gpus")
 
 
+#: --gb-per-gpu's range, a byte to an exabyte: the planner's LP answers the same per-GPU rates at any size (its
+#: time unit follows the epoch, `moment.planner.lp`), but the max-flow check and the replay work in floats, whose
+#: range a figure far beyond any epoch leaves (1e-300 GB ended in a division by zero)
+GB_PER_GPU_RANGE = (1e-9, 1e9)
+
 #: WorkloadSpec field -> the input that sets it
 _WORKLOAD_INPUTS = {"feature_dim": "feature_dim", "bytes_per_gpu_per_epoch": "gb_per_gpu",
                     "gpu_cache_share": "gpu_cache_share", "cpu_cache_share": "cpu_cache_share"}
@@ -160,6 +165,13 @@ def workload_spec(feature_dim: int | None = None, gb_per_gpu: float | None = Non
     fields: dict[str, Any] = {}
     if feature_dim is not None:
         fields["feature_dim"] = feature_dim
+    low, high = GB_PER_GPU_RANGE
+    if gb_per_gpu is not None and not low <= gb_per_gpu <= high:  # (nan too)
+        raise MomentError(f"{flag('gb_per_gpu')} {gb_per_gpu:g}: the GB each GPU reads in an epoch must be between "
+                          f"{low:g} (a byte) and {high:g} (an exabyte)",
+                          hint=f"leave {flag('gb_per_gpu')} out to estimate it from the workload, or give the GB a "
+                               "GPU reads an epoch (the dataset's rows it samples, times the row's bytes)",
+                          field="gb_per_gpu")
     if gb_per_gpu is not None:
         fields["bytes_per_gpu_per_epoch"] = gb_per_gpu * 1e9
     if gpu_cache_share is not None:

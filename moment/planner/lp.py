@@ -17,7 +17,9 @@ With the data spread evenly (`data="even"`: hash or round-robin placement of the
 SSDs) the SSD shares are not the LP's to choose: each SSD serves an equal part of what the caches
 leave, and the LP finds the least T for that placement (`_fix_even`).
 
-Units inside: bytes divided by the total epoch demand (flows are O(1)), seconds for T.
+Units inside: bytes divided by the total epoch demand (flows are O(1)); T in seconds, or, for an epoch far
+from a second (a workload of bytes or of exabytes), in a power of two of seconds near it (`_time_unit`), so
+that the coefficients stay in the range HiGHS solves accurately whatever the workload's size.
 """
 
 from __future__ import annotations
@@ -36,6 +38,10 @@ from moment.planner.solution import Solution
 #: Weight of total flow in the objective (relative to T's scale): picks, among the solutions with
 #: the least T, one without detours or cycles, so reported link loads are the real ones.
 FLOW_PENALTY = 1e-5
+#: the rough epoch times (`_time_scale`) for which T is counted in seconds: the LP's rates (shares of the epoch's
+#: reads a second) then lie where HiGHS solves them accurately; outside, T is counted in a power of two of seconds
+#: near the epoch (1e-12 GB per GPU read 13.19 GB/s for 17.33 and 1e-13 was refused; 1e10 dropped the SSDs)
+SECONDS_BAND = (2.0**-20, 2.0**20)
 
 
 @dataclass
@@ -50,6 +56,7 @@ class _Parts:
     b_ub: np.ndarray
     bounds: np.ndarray
     load: tuple[np.ndarray, np.ndarray, np.ndarray]  # COO (edge, column, coef): load as a share of demand
+    unit: float = 1.0  # seconds per unit of T (`_time_unit`)
 
 
 #: Above this many simple storage->GPU paths per GPU the path form gives way to the edge form.
@@ -225,10 +232,13 @@ def _parts_edges(net: FlowNetwork) -> _Parts:
 
 def _finish(net: FlowNetwork, n_var: int, load: tuple, eq: tuple, b_eq: np.ndarray,
             zero_p: set[int]) -> _Parts:
-    """Rows shared by both forms: load_e - c_e T <= 0 on finite edges, p_s - L_s T <= 0, tier caps."""
+    """Rows shared by both forms: load_e - c_e T <= 0 on finite edges, p_s - L_s T <= 0, tier caps; T in
+    `unit` seconds (rates are shares of the demand a unit: the demand is counted `per` unit)."""
+    unit = _time_unit(net)
     total = net.total_demand
+    per = total / unit  # (exact: unit is a power of two)
     S, col_T = len(net.storage), len(net.storage)
-    cap = np.array([e.capacity for e in net.edges], dtype=float) / total
+    cap = np.array([e.capacity for e in net.edges], dtype=float) / per
     finite = np.isfinite(cap)
     n_cap = int(finite.sum())
     crow = np.cumsum(finite) - 1  # edge -> capacity row
@@ -237,7 +247,7 @@ def _finish(net: FlowNetwork, n_var: int, load: tuple, eq: tuple, b_eq: np.ndarr
     r = [crow[lr[keep]], np.arange(n_cap)]
     c = [lc[keep], np.full(n_cap, col_T)]
     v = [lv[keep], -cap[finite]]
-    limit = np.array([s.limit for s in net.storage]) / total
+    limit = np.array([s.limit for s in net.storage]) / per
     sfin = np.nonzero(np.isfinite(limit))[0]
     r += [n_cap + np.arange(len(sfin))] * 2
     c += [sfin, np.full(len(sfin), col_T)]
@@ -257,28 +267,28 @@ def _finish(net: FlowNetwork, n_var: int, load: tuple, eq: tuple, b_eq: np.ndarr
         members = [at[sid] for sid in rates]
         r.append(np.full(len(members) + 1, n_ub))
         c.append(np.array(members + [col_T]))
-        v.append(np.array([total / rates[sid] for sid in rates] + [-most]))
+        v.append(np.array([per / rates[sid] for sid in rates] + [-most]))
         b_ub.append(np.zeros(1))
         n_ub += 1
     edge_at = {e.id: i for i, e in enumerate(net.edges)} if net.edge_counts else {}
     for rates, most in net.edge_counts:  # devices' worth carried: sum of load_e / rate_e <= most * T
-        per = np.zeros(len(net.edges))
+        per_e = np.zeros(len(net.edges))
         for eid, rate in rates.items():
             if eid in edge_at:  # (an entry nothing can use is pruned from the graph)
-                per[edge_at[eid]] = total / rate
-        pick = per[lr] > 0
+                per_e[edge_at[eid]] = per / rate
+        pick = per_e[lr] > 0
         r.append(np.full(int(pick.sum()) + 1, n_ub))
         c.append(np.append(lc[pick], col_T))
-        v.append(np.append(lv[pick] * per[lr[pick]], -most))
+        v.append(np.append(lv[pick] * per_e[lr[pick]], -most))
         b_ub.append(np.zeros(1))
         n_ub += 1
     bounds = np.zeros((n_var, 2))
     bounds[:, 1] = np.inf
     bounds[:S, 1] = [0.0 if i in zero_p else net.share_cap(s) for i, s in enumerate(net.storage)]
-    obj = np.bincount(lc, weights=lv, minlength=n_var) * (FLOW_PENALTY * _time_scale(net))
+    obj = np.bincount(lc, weights=lv, minlength=n_var) * (FLOW_PENALTY * _time_scale(net) / unit)
     obj[col_T] = 1.0
     ub = (np.concatenate(r).astype(np.int64), np.concatenate(c).astype(np.int64), np.concatenate(v))
-    return _Parts(n_var, obj, eq, b_eq, ub, np.concatenate(b_ub), bounds, load)
+    return _Parts(n_var, obj, eq, b_eq, ub, np.concatenate(b_ub), bounds, load, unit)
 
 
 def _stack(parts: list[_Parts]) -> dict:
@@ -330,7 +340,7 @@ def _balanced(net: FlowNetwork, p: _Parts, first: Solution) -> Solution:
     obj = np.append(p.obj, -1.0)
     obj[col_T] = 0.0
     bounds = np.vstack([p.bounds, [0.0, 1.0]])
-    bounds[col_T] = [0.0, first.epoch_read_s * (1 + 1e-7)]
+    bounds[col_T] = [0.0, first.epoch_read_s * (1 + 1e-7) / p.unit]
     res = linprog(obj, A_ub=ub, b_ub=np.append(p.b_ub, np.zeros(len(rows))), A_eq=p.eq, b_eq=p.b_eq,
                   bounds=bounds)
     if not res.ok:
@@ -370,26 +380,37 @@ def solve_lp_batch(nets: list[FlowNetwork], *, formulation: str = "auto",
         edge_bytes = np.bincount(lr, weights=lv * x[lc], minlength=len(net.edges)) * total
         share = np.clip(x[:S], 0.0, None)
         served = {s.id: float(share[i]) * total for i, s in enumerate(net.storage)}
-        out.append(Solution("lp", float(x[S]), edge_bytes, served, dict(net.demand), net))
+        out.append(Solution("lp", float(x[S]) * p.unit, edge_bytes, served, dict(net.demand), net))
     return out
 
 
 def _too_slow(net: FlowNetwork) -> MomentError | None:
     """Why an LP failed when a link or a storage node is too slow for the solver: the LP counts bytes as shares
-    of the epoch's demand, and a rate under SMALL_MATRIX_VALUE of it a second is dropped as no link at all, so
-    the reads it must carry have no way (`links.0.bandwidth_gbps=1e-9` said "is every GPU reachable?")."""
-    total = net.total_demand
+    of the epoch's demand, and a rate under SMALL_MATRIX_VALUE of it a unit of T (a second, or `_time_unit`) is
+    dropped as no link at all, so the reads it must carry have no way (`links.0.bandwidth_gbps=1e-9` said "is
+    every GPU reachable?")."""
+    total, unit = net.total_demand, _time_unit(net)
     rates = [(e.capacity, f"link {e.id} ({e.kind}{', ' + e.label if e.label else ''}) carries") for e in net.edges]
     rates += [(s.limit, f"{s.id} serves") for s in net.storage]
-    slow = [(rate, what) for rate, what in rates if math.isfinite(rate) and rate < SMALL_MATRIX_VALUE * total]
+    slow = [(rate, what) for rate, what in rates if math.isfinite(rate) and rate < SMALL_MATRIX_VALUE * total / unit]
     if not slow:
         return None
     rate, what = min(slow)
+    per = "per second" if unit == 1.0 else f"per {unit:.3g} s, the LP's unit of time"
     return MomentError(f"the placement LP cannot be solved: {what} {rate / 1e9:.3g} GB/s, less than "
-                       f"{SMALL_MATRIX_VALUE:g} of the {total / 1e9:,.0f} GB an epoch reads (per second): the solver "
+                       f"{SMALL_MATRIX_VALUE:g} of the {total / 1e9:,.0f} GB an epoch reads ({per}): the solver "
                        "takes a rate that small for none, and the reads that must cross it have no way",
                        hint="check that figure (a bandwidth_gbps, read_gbps or memory_bandwidth_gbps in the profile "
                             "or a --set: a link that slow is no link) or the workload's size (the epoch's reads)")
+
+
+def _time_unit(net: FlowNetwork) -> float:
+    """The seconds one unit of the LP's T stands for: 1 within SECONDS_BAND, else the power of two nearest the
+    rough epoch time (a power of two: the coefficients scale without rounding)."""
+    scale = _time_scale(net)
+    if SECONDS_BAND[0] <= scale <= SECONDS_BAND[1] or not math.isfinite(scale) or scale <= 0:
+        return 1.0
+    return math.ldexp(1.0, round(math.log2(scale)))
 
 
 def _time_scale(net: FlowNetwork) -> float:
