@@ -60,6 +60,21 @@ def test_set_overrides_are_echoed_in_text_and_json(capsys):
     assert f"what-if overrides (--set): {SET}" in out
 
 
+def test_compare_says_each_plans_notes_in_text_and_json(capsys, monkeypatch):
+    """A compared plan's notes (here: a PCIe 5.0 what-if its Gold 5320 CPU caps at 4.0, so it changes nothing) were
+    left out of the rows: `moment plan` said them and `moment compare` did not."""
+    monkeypatch.setattr(console, "width", 100)
+    argv = ("compare", "paper-machine-a", "paper-machine-b", "--set", "nodes.sw0.link.gen=5", "--fresh")
+    code, out, _ = run(capsys, *argv, "--json")
+    a, b = json.loads(out)
+    code, plan, _ = run(capsys, "plan", "-p", "paper-machine-a", "--set", "nodes.sw0.link.gen=5", "--json")
+    assert a["notes"] == json.loads(plan)["notes"] and len(a["notes"]) == 1 and b["notes"] == []  # (B: PCIe 5.0)
+    code, out, _ = run(capsys, *argv)
+    said = " ".join(out.split())
+    assert code == 0 and f"note: paper-machine-a (4 x A100-PCIe-40GB, 8 x P5510): {a['notes'][0]}" in said, out
+    assert "note: paper-machine-b" not in said and max(len(line) for line in out.splitlines()) <= 100
+
+
 @pytest.mark.parametrize("override, needle", [
     ("nodes.sw0.link.gen=9", "nodes.sw0.link.gen=9: PCIe generation must be 1-6"),  # the key once
     ("links.0.bandwidth_gbps=-3", "links.0.bandwidth_gbps=-3: must be positive"),

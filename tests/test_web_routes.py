@@ -290,3 +290,18 @@ def test_compare_machines_plans_uploads_and_whatifs_as_plan_does(client):
     bad = client.post("/v1/compare/machines", json={"machines": [{"profile": "paper-machine-b"}, {"profile": "nope"}]})
     assert bad.status_code == 422
     assert bad.json()["errors"][0]["field"] == "machines.1.profile" and "nope" in bad.json()["detail"]
+
+
+def test_compare_rows_carry_their_plans_notes(client):
+    """A compared machine's plan says what `moment plan` says beside its figures (a link its CPU caps, a rate
+    above its wire rate): the rows had no notes, so a what-if that changed nothing looked like a result."""
+    sets = ["nodes.sw0.link.gen=5"]
+    plan = client.post("/v1/plan", json={"profile": "paper-machine-a", "set": sets}).json()
+    assert len(plan["notes"]) == 1 and plan["notes"][0].startswith("Xeon Gold 5320 of socket 'cpu0' drives PCIe 4.0")
+    r = client.post("/v1/compare/machines", json={"machines": [{"profile": "paper-machine-a", "set": sets},
+                                                               {"profile": "paper-machine-a"}]})
+    assert r.status_code == 200, r.text
+    assert [row["notes"] for row in r.json()] == [plan["notes"], []]
+    r = client.post("/v1/compare", json={"profiles": ["paper-machine-a"], "overrides": sets})
+    assert r.status_code == 200, r.text
+    assert r.json()[0]["notes"] == plan["notes"]

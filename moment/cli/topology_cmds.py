@@ -183,6 +183,9 @@ def compare_cmd(
     if req.data != api.DEFAULT_DATA:
         console.print("predicted with the data spread evenly over the SSDs (--data even)", highlight=False)
     _render_compare(rows)
+    for r in rows:  # (what each plan says beside its figures, as `moment plan` prints it)
+        for note in r["notes"]:
+            console.print(Text.assemble(("note:", "yellow"), f" {r['profile']} ({r['inventory']}): {note}"))
 
 
 def _compare_cells(r: dict) -> dict[str, str]:

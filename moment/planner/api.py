@@ -365,6 +365,7 @@ def compare_row(profile: str, topo: Topology, inventory: Inventory, *, overrides
         "best_baseline": best_base.name if best_base else None,
         "gain_vs_best_baseline": plan.gain_vs_best_baseline,
         "placement": plan.placement,
+        "notes": plan.notes,  # (a link its CPU caps, a rate above its wire, a layout the inventory does not fit)
         **calibrated_row(calibration, plan),
     }
 

@@ -158,6 +158,8 @@ class CompareRow(BaseModel):
     best_baseline: str | None
     gain_vs_best_baseline: float | None
     placement: dict[str, str]
+    notes: list[str] = Field(default_factory=list, description="what the row's plan says beside its figures (a "
+                             "plan's `notes`: a link its CPU caps, a rate above its wire rate, ...)")
     calibrated_epoch_s: float | None = None
     calibration: dict[str, float] | None = None
 
