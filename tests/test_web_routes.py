@@ -292,6 +292,33 @@ def test_compare_machines_plans_uploads_and_whatifs_as_plan_does(client):
     assert bad.json()["errors"][0]["field"] == "machines.1.profile" and "nope" in bad.json()["detail"]
 
 
+def test_targets_say_the_generation_a_links_cpu_drives(client):
+    """A link at a root port runs at its CPU's PCIe generation (`CappedLink`), and the page suggested gen + 1 there
+    (PCIe 5.0 on paper-machine-a's Gold 5320 uplinks): a what-if that changes nothing. Each target says its cap,
+    as the topology's one rule gives it; a switch's downstream links and the socket link have none."""
+    def targets(body):
+        return {t["target"]: t for t in client.post("/v1/whatif/targets", json=body).json()["links"]}
+
+    def epoch(*sets):
+        r = client.post("/v1/plan", json={"profile": "paper-machine-a", "set": list(sets)})
+        assert r.status_code == 200, r.text
+        return r.json()["predicted"]["epoch_read_s"]
+
+    a = targets({"profile": "paper-machine-a"})
+    cap = {"gen": 4, "cpu": "Xeon Gold 5320", "socket": "cpu0"}
+    assert a["nodes.sw0.link"]["gen_cap"] == cap and a["nodes.rc0-bay1.link"]["gen_cap"] == cap
+    assert a["nodes.sw1.link"]["gen_cap"] == {**cap, "socket": "cpu1"}
+    assert a["nodes.sw0-bay1.link"]["gen_cap"] is None and a["links.0"]["gen_cap"] is None
+    # what it says: past the cap a generation changes nothing (planned at the cap), below it it does
+    assert epoch("nodes.sw0.link.gen=5", "nodes.sw1.link.gen=5") == epoch() < epoch("nodes.sw0.link.gen=2")
+    b = targets({"profile": "paper-machine-b"})  # Sapphire Rapids: PCIe 5.0, so gen + 1 is real there
+    assert b["nodes.sw0.link"]["gen_cap"]["gen"] == 5 and b["nodes.sw1.link"]["gen_cap"] is None
+    # a link written above its CPU's generation keeps it (`current`) and says the one it runs at
+    old = UPLOAD.replace("kind: socket}", "kind: socket, model: Xeon E5-2680 v4}").replace("gen: 4, width: 16", "gen: 5, width: 16")
+    s1 = targets({"profile_yaml": old})["nodes.s1.link"]
+    assert s1["current"]["gen"] == 5 and s1["gen_cap"] == {"gen": 3, "cpu": "Xeon E5-2680 v4", "socket": "cpu0"}
+
+
 def test_compare_rows_carry_their_plans_notes(client):
     """A compared machine's plan says what `moment plan` says beside its figures (a link its CPU caps, a rate
     above its wire rate): the rows had no notes, so a what-if that changed nothing looked like a result."""

@@ -17,6 +17,14 @@ from pydantic import BaseModel, Field
 # service starts fast, without torch.
 
 
+class GenCapOut(BaseModel):
+    """What holds a link at a root port to its CPU's PCIe generation (`moment.topology.model.gen_caps`)."""
+
+    gen: int = Field(description="the highest PCIe generation the link runs at: a higher `gen` is planned at this one")
+    cpu: str = Field(description="the CPU that drives no more, as its socket's `model` names it")
+    socket: str
+
+
 class Target(BaseModel):
     target: str = Field(description="`set` path of the link; append `.gen=5`, `.bandwidth_gbps=40`, ...")
     label: str
@@ -26,6 +34,8 @@ class Target(BaseModel):
     current: dict[str, Any] = Field(description="the link's fields as the profile gives them")
     bandwidth_gbps: float | None = Field(description="one-direction GB/s the planner uses now (null: unlimited)")
     nodes: list[str] = Field(description="the node ids the link joins")
+    gen_cap: GenCapOut | None = Field(None, description="the link's CPU and the PCIe generation it drives at most "
+                                                        "(null: no CPU caps this link, or its CPU is not known)")
 
 
 class MachineSummary(BaseModel):
@@ -82,7 +92,9 @@ def machine_summary(topo) -> MachineSummary:
 def whatif_targets(topo) -> TargetsResponse:
     """The links of `topo` a what-if can change, switch uplinks and socket links first."""
     from moment.topology import bandwidth as bw
+    from moment.topology.model import gen_caps
 
+    caps = gen_caps(topo)
     out: list[Target] = []
     for i, node in enumerate(topo.nodes):
         link = node.link
@@ -101,7 +113,8 @@ def whatif_targets(topo) -> TargetsResponse:
             target=f"nodes.{_path_key(node.id, i)}.link", label=label, group=_GROUPS.get(kind, "Devices"),
             kind=f"{kind} uplink", props=props,
             current={k: v for k, v in link.model_dump().items() if v is not None and k not in ("label", "kind")},
-            bandwidth_gbps=None if cap == float("inf") else round(bw.gbps(cap), 3), nodes=[node.id, node.parent]))
+            bandwidth_gbps=None if cap == float("inf") else round(bw.gbps(cap), 3), nodes=[node.id, node.parent],
+            gen_cap=GenCapOut(gen=c.gen, cpu=c.model, socket=c.socket) if (c := caps.get(node.id)) else None))
     for i, pl in enumerate(topo.links):
         props = ["bandwidth_gbps", "count"] + (["gts"] if pl.kind in ("upi", "qpi") else ["gen"])
         out.append(Target(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from enum import Enum
 from functools import cache, cached_property
-from typing import Annotated, Literal
+from typing import Annotated, Literal, NamedTuple
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
@@ -367,28 +367,50 @@ def _cpu(model: str | None) -> cpus.CpuId:
     return cpus.from_socket_model(model)
 
 
+class GenCap(NamedTuple):
+    """The highest PCIe generation a link at a root port runs at: its CPU's (`_cap_root_ports`)."""
+
+    gen: int
+    model: str  # the socket's CPU, as its `model` names it
+    socket: str
+
+    def describe(self) -> str:
+        return f"{self.model} of socket {self.socket!r}"
+
+
+def _root_port_caps(nodes: list) -> dict[str, GenCap]:
+    """Root complex id -> the generation of the CPU above it, where the socket's model names one."""
+    driven = {}  # socket -> its CPU's PCIe generation, where its model names one
+    for n in nodes:
+        if n.kind == Kind.socket and (gen := cpus.pcie_gen(socket_cpu(n))) is not None:
+            driven[n.id] = GenCap(gen, n.model, n.id)
+    return {n.id: driven[n.parent] for n in nodes if n.kind == Kind.root_complex and n.parent in driven}
+
+
+def gen_caps(topo: Topology) -> dict[str, GenCap]:
+    """Node id -> the highest PCIe generation its uplink runs at, for every node at a root port whose CPU is known:
+    a `gen` above it is planned at it (a what-if asking for more changes nothing)."""
+    ports = _root_port_caps(topo.nodes)
+    return {n.id: ports[n.parent] for n in topo.nodes if n.parent in ports and n.link is not None
+            and n.link.kind == "pcie"}
+
+
 def _cap_root_ports(nodes: list) -> None:
     """A link at a root port runs at most at the PCIe generation its CPU drives (link training settles on the
     lower end's): a hand-written 'PCIe 5.0' slot under a 'Xeon E5-2680 v4' (PCIe 3.0) was planned 3.8x too
     fast. Such a link becomes a `CappedLink`: it keeps the `gen` written (a what-if asks for it, a virtual
     machine reports it) and runs at the CPU's; the plan notes it (`moment.topology.checks`). A switch's
     downstream links are the switch's to drive, not the CPU's."""
-    driven = {}  # socket -> its CPU's PCIe generation, where its model names one
-    for n in nodes:
-        if n.kind == Kind.socket and (gen := cpus.pcie_gen(socket_cpu(n))) is not None:
-            driven[n.id] = gen
-    if not driven:
+    ports = _root_port_caps(nodes)
+    if not ports:
         return
-    ports = {n.id: n.parent for n in nodes if n.kind == Kind.root_complex and n.parent in driven}
     for i, n in enumerate(nodes):
         link = n.link
         if n.parent in ports and link is not None and link.kind == "pcie" and link.gen is not None:
-            socket = ports[n.parent]
-            gen = driven[socket]
+            cap = ports[n.parent]
             written = {k: getattr(link, k) for k in Link.model_fields}  # (a node object met again: as written)
-            if link.gen > gen:
-                model = next(s.model for s in nodes if s.id == socket)
-                link = CappedLink(**written, cpu_gen=gen, cpu=f"{model} of socket {socket!r}")
+            if link.gen > cap.gen:
+                link = CappedLink(**written, cpu_gen=cap.gen, cpu=cap.describe())
             elif isinstance(link, CappedLink):
                 link = Link(**written)
             if link is not n.link:  # a copy of the node: one given to another topology keeps its own link
