@@ -278,7 +278,7 @@ def _sentence(t: str) -> str:
 
 
 def _rows(page: Page, sel: str) -> list[list[str]]:
-    return page.js("return [...document.querySelectorAll(arguments[0] + ' tbody tr')]"
+    return page.js("return [...document.querySelectorAll(arguments[0] + ' tbody tr:not(.row-notes)')]"
                    ".map((tr) => [...tr.cells].map((td) => td.innerText.trim()))", sel)
 
 
@@ -563,6 +563,53 @@ def test_a_person_plans_compares_and_buys_in_chromium(service, token_service, br
     assert p.text("#plan-form .hint-line").startswith("Hint: the page reads a profile YAML, an NCCL XML or an hwloc XML")
     # last, a service that needs a token (one test: the browser is started once per worker)
     token_put_in_the_address_as_the_page_says(token_service, browser)
+
+
+@pytest.mark.slow
+def test_the_page_says_a_plans_notes_and_what_a_links_cpu_drives(service, browser):
+    """The page showed none of a plan's notes (a link its CPU caps, a rate above its wire rate), and its what-if
+    suggested gen + 1 on a root port's link already at its CPU's generation (PCIe 5.0 on paper-machine-a's Gold
+    5320 uplinks: planned at 4.0, a what-if that changes nothing). The picker offers the link's bandwidth there and
+    says why; the notes are shown with the plan and with each compared row, as text (a socket model is the user's)."""
+    p = Page(browser, service)
+    browser.get("about:blank")
+    browser.get(service)
+    p.wait(lambda: p.js("return document.body.dataset.ready") == "1", "the page to load the machines and models")
+    p.select("#profile", "paper-machine-a")
+    p.wait(lambda: "Machine A" in p.text("#machine-desc"), "machine A's description")
+    p.click_and_wait("#plan-btn", lambda: "paper-machine-a" in p.text(".head.col-original"), "the plan of machine A")
+    assert not p.all("[data-testid=notes]")  # it says nothing beside its figures
+    targets = _post(service + "v1/whatif/targets", {"profile": "paper-machine-a"})["links"]
+    at = {t["target"]: str(i) for i, t in enumerate(targets)}
+    value = lambda sel: p.js("return document.querySelector(arguments[0]).value", sel)  # noqa: E731
+    p.select("#wi-target", at["nodes.sw0.link"])  # PCIe 4.0, its CPU's: twice its rate instead
+    assert (value("#wi-prop"), value("#wi-value")) == ("bandwidth_gbps", "54")
+    why = "The CPU (Xeon Gold 5320) drives PCIe 4.0 at most, and this link runs at it: a higher generation changes nothing."
+    assert p.text("#wi-cap") == f"{why} The picker offers its bandwidth instead."
+    p.select("#wi-prop", "gen")
+    assert value("#wi-value") == "" and p.text("#wi-cap") == f"{why} Change its bandwidth instead."
+    p.select("#wi-target", at["nodes.sw0-bay1.link"])  # a switch drives its own slots: gen + 1 as before
+    assert (value("#wi-prop"), value("#wi-value")) == ("gen", "5") and not p.shown("#wi-cap")
+    # a what-if its CPU caps, and a rate above the wire: the plan's notes with the what-if's figures
+    sets = ["nodes.cpu0.model=Xeon E5-2680 v4 <i>old</i>", "links.0.bandwidth_gbps=100"]
+    for change in sets:
+        p.type("#wi-raw", change)
+        p.css("#wi-raw-add").click()
+        p.wait(lambda change=change: change in p.text("#wi-changes"), "the change to be added", 10)
+    p.select("#wi-ssd-model", "")
+    p.click_and_wait("#whatif-btn", lambda: p.shown(".col-whatif [data-testid=notes]"), "the what-if's notes")
+    want = _post(service + "v1/plan", {"profile": "paper-machine-a", "set": sets})["notes"]
+    assert len(want) == 2 and "Xeon E5-2680 v4 <i>old</i> of socket 'cpu0' drives PCIe 3.0" in want[0], want
+    shown = [n if n[-1] in ".!?)" else n + "." for n in want]
+    assert p.text(".col-whatif [data-testid=notes] li").split("\n") == shown
+    assert not p.all("[data-testid=notes] li i")  # text, not markup
+    assert not p.all(".col-original [data-testid=notes]")
+    p.snapshot("whatif-notes")
+    p.tick("#compare-list", {"profile:paper-machine-a", "whatif"})
+    p.click_and_wait("#compare-btn", lambda: p.shown("[data-testid=compare] .row-notes"), "the comparison's notes")
+    assert [r[0].split("\n")[0] for r in _rows(p, "[data-testid=compare]")] == ["paper-machine-a"] * 2
+    assert p.text("[data-testid=compare] .row-notes li").split("\n") == shown  # the what-if's row only
+    p.snapshot("compare-notes")
 
 
 @pytest.fixture(scope="module")

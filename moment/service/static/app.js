@@ -181,6 +181,19 @@ function richText(text) {
   });
 }
 
+// A note of the service's (a plan's `notes`) as the page shows it: text nodes, `text in backticks` as code.
+function noteText(text) {
+  return String(text).split(/`([^`]+)`/).map((part, i) => (i % 2 ? el("code", {}, part) : part));
+}
+
+// What a plan says beside its figures (a link its CPU caps, a rate above its wire rate, a usual layout the
+// inventory does not fit, ...), or null when it says nothing.
+function notesBox(notes) {
+  if (!notes || !notes.length) return null;
+  return el("div", { class: "notes", "data-testid": "notes" }, el("p", { class: "sub" }, notes.length > 1 ? "Notes:" : "Note:"),
+    el("ul", {}, notes.map((n) => el("li", {}, noteText(/[.!?)]$/.test(n) ? n : n + ".")))));
+}
+
 // The advice of an error the page can follow: the hint's alternatives whose input the page has (the
 // service names each one's field), else the hint as it is.
 function hintOf(err) {
@@ -657,15 +670,48 @@ function suggestWhatif(plan) {
 }
 
 const PROPS = {
-  gen: { text: "PCIe generation", hint: "1-6" },
-  width: { text: "lanes (width)", hint: "1, 2, 4, 8, 16" },
-  bandwidth_gbps: { text: "bandwidth, GB/s", hint: "measured one-direction GB/s" },
-  count: { text: "parallel links", hint: "how many" },
-  gts: { text: "transfer rate, GT/s", hint: "UPI/QPI GT/s" },
+  gen: { text: "PCIe generation", hint: "1-6", noun: "generation" },
+  width: { text: "lanes (width)", hint: "1, 2, 4, 8, 16", noun: "lanes" },
+  bandwidth_gbps: { text: "bandwidth, GB/s", hint: "measured one-direction GB/s", noun: "bandwidth" },
+  count: { text: "parallel links", hint: "how many", noun: "number of links" },
+  gts: { text: "transfer rate, GT/s", hint: "UPI/QPI GT/s", noun: "transfer rate" },
 };
 
 function currentTarget() {
   return state.targets[parseInt($("#wi-target").value, 10)];
+}
+
+// The newest PCIe generation the page suggests (where it capped gen + 1 before; a profile takes 1-6).
+const NEWEST_GEN = 6;
+
+// The PCIe generations link `t` can still gain: none past its CPU's (`gen_cap`: a root port's link runs at
+// its CPU's generation, so a what-if above it is planned at it and changes nothing) or the newest.
+function genRoom(t) {
+  const now = (t.current || {}).gen;
+  const cap = t.gen_cap || null;
+  const most = cap ? Math.min(cap.gen, NEWEST_GEN) : NEWEST_GEN;
+  return { now, cap, most, full: t.props.includes("gen") && !!now && now >= most };
+}
+
+// Why a higher generation changes nothing on `t`, and what a what-if can raise instead (null: it can gain one).
+function genCapNote(t, p) {
+  const room = genRoom(t);
+  if (!room.full) return null;
+  const { now, cap } = room;
+  const why = cap && cap.gen <= NEWEST_GEN
+    ? `The CPU (${cap.cpu}) drives PCIe ${cap.gen}.0 at most` + (now > cap.gen
+      ? `: this link's PCIe ${now}.0 runs at ${cap.gen}.0, and a higher generation changes nothing.`
+      : `, and this link runs at it: a higher generation changes nothing.`)
+    : `PCIe ${NEWEST_GEN}.0 is the newest generation.`;
+  const other = rateProp(t);
+  if (!other) return `${why} Nothing else of this link can change.`;
+  return `${why} ${p === "gen" ? `Change its ${PROPS[other].noun} instead.` : `The picker offers its ${PROPS[other].noun} instead.`}`;
+}
+
+// The figure of link `t` a what-if raises when its generation cannot rise: its rate (its lanes may not grow
+// past its slot's), or null.
+function rateProp(t) {
+  return t.props.includes("bandwidth_gbps") ? "bandwidth_gbps" : t.props.find((x) => x !== "gen" && PROPS[x]) || null;
 }
 
 function targetChanged() {
@@ -675,6 +721,8 @@ function targetChanged() {
   $("#wi-target").title = t ? t.label : "";
   if (!t) return;
   for (const p of t.props) sel.append(option(p, PROPS[p] ? PROPS[p].text : p));
+  // a generation the link cannot gain changes nothing: start at its rate, which a what-if can raise
+  if (sel.value === "gen" && genRoom(t).full && rateProp(t)) sel.value = rateProp(t);
   propChanged();
 }
 
@@ -685,14 +733,18 @@ function propChanged() {
   const cur = t.current || {};
   const now = cur[p];
   let suggest = "";
-  if (p === "gen" && now) suggest = String(Math.min(6, now + 1));
+  if (p === "gen" && now) suggest = genRoom(t).full ? "" : String(Math.min(genRoom(t).most, now + 1));
   else if (p === "bandwidth_gbps" && t.bandwidth_gbps) suggest = String(Math.round(t.bandwidth_gbps * 2));
   else if (p === "width" && now) suggest = String(Math.min(32, now * 2));
   else if (now !== undefined && now !== null) suggest = String(now);
   $("#wi-value").value = suggest;
   $("#wi-value").placeholder = PROPS[p] ? PROPS[p].hint : "";
+  const capNote = genCapNote(t, p);
+  $("#wi-cap").textContent = capNote || "";
+  $("#wi-cap").hidden = !capNote;
   const bits = [];
-  if (cur.gen) bits.push(`PCIe ${cur.gen}`);
+  const room = genRoom(t);
+  if (cur.gen) bits.push(`PCIe ${cur.gen}` + (room.cap && cur.gen > room.cap.gen ? ` (runs at ${room.cap.gen}: its CPU's)` : ""));
   if (cur.width) bits.push(`x${cur.width}`);
   if (cur.count) bits.push(`${cur.count} link${cur.count > 1 ? "s" : ""}`);
   if (cur.gts) bits.push(`${cur.gts} GT/s`);
@@ -1091,6 +1143,8 @@ function columnCards(run, base, scale, side) {
     kpi("vs best usual layout", best ? `${fmt(best.predicted.epoch_read_s / p.epoch_read_s)}×` : "–",
       null, best ? `best usual layout: ${best.name}, ${fmt(best.predicted.epoch_read_s)} s` : null),
   ));
+  const notes = notesBox(plan.notes);  // what the plan says beside its figures, with them
+  if (notes) head.append(notes);
   col.append(head);
 
   // the reason in words
@@ -1247,6 +1301,8 @@ function renderCompare(rows, notes) {
       el("td", { class: "num" }, fmt(r.aggregate_gbps, 1)),
       el("td", {}, r.bottleneck_summary || "–"),
       el("td", {}, r.best_baseline ? `${fmt(r.gain_vs_best_baseline)}× (${r.best_baseline})` : "–")));
+    const said = notesBox(r.notes);  // what the row's plan says, on a row of its own under it
+    if (said) tbody.append(el("tr", { class: "row-notes" }, el("td", { colspan: "8" }, said)));
   }
   out.append(el("h2", {}, "Machines compared"),
     el("div", { class: "scroll" }, el("table", { class: "tbl compare", "data-testid": "compare" },
