@@ -407,8 +407,9 @@ def allowed(name: str, keywords: bool = False) -> str:
     info = TrainConfig.model_fields[name]
     base = _base(info.annotation)
     kind = {int: "an integer", float: "a finite number"}.get(base)
-    if typing.get_origin(base) is Literal:
-        return "one of " + ", ".join(map(str, typing.get_args(base)))
+    if typing.get_origin(base) is Literal:  # "" is the option left out (--drop-page-cache's)
+        values = [repr(v) if keywords else str(v) for v in typing.get_args(base) if v != ""]
+        return "one of " + ", ".join(values) + (" (or '' for none)" if "" in typing.get_args(base) else "")
     if _is_list(name):
         return f"a list of positive integers, one per layer (e.g. {'[25, 10]' if keywords else '25,10'})"
     if kind is None:
@@ -427,10 +428,16 @@ def _option_error(err: ValidationError, keywords: bool = False) -> MomentError:
     """One line for the options pydantic refused: each names its flag (`keywords`: its keyword argument, for
     a Python caller), the value given and what is allowed."""
     spell = (lambda n: f"{n}=") if keywords else flag_of
-    parts = []
+    parts, unknown = [], False
+    flags = _keyword_spellings() if keywords else {}
     for e in err.errors():
         name = e["loc"][0] if e["loc"] else ""
         if name not in TrainConfig.model_fields and e["type"] == "extra_forbidden":  # a misspelt option
+            flag = "--" + str(name).replace("_", "-")
+            if flag in flags:  # a flag written as a keyword: --no-pipeline is pipeline=False
+                parts.append(f"{name}=: open_run takes {flag} as {flags[flag]}")
+                continue
+            unknown = True
             parts.append(f"unknown option {spell(name) if keywords else name}")
             continue
         if name not in TrainConfig.model_fields:
@@ -444,7 +451,8 @@ def _option_error(err: ValidationError, keywords: bool = False) -> MomentError:
         given = given if isinstance(given, str) and given.strip() else repr(given)
         why = e["msg"].removeprefix("Value error, ") if e["type"] == "value_error" else f"must be {allowed(name, keywords)}"
         parts.append(f"{spell(name)}{'' if keywords else ' '}{given}: {why}")
-    return MomentError("; ".join(parts), hint=KEYWORDS_HINT if keywords else HELP_HINT)
+    # the mapping of flags to keywords helps with a keyword open_run does not know, not with one it does
+    return MomentError("; ".join(parts), hint=(KEYWORDS_HINT if unknown else None) if keywords else HELP_HINT)
 
 
 def make_config(*, keywords: bool = False, **values: Any) -> TrainConfig:
@@ -455,7 +463,7 @@ def make_config(*, keywords: bool = False, **values: Any) -> TrainConfig:
     if keywords and isinstance(values.get("fanouts"), list | tuple) and not values["fanouts"]:
         # a config keeps [] for "not given" (the default's); a caller that gives [] means none, which is no model
         raise MomentError("fanouts=[]: give one fan-out per layer (e.g. [25, 10]), or leave fanouts out for the "
-                          "default", hint=KEYWORDS_HINT)
+                          "default")
     try:
         cfg = TrainConfig(**values)
         if keywords:  # (a caller of its own: the run's start checks it again, at no cost)
@@ -466,7 +474,7 @@ def make_config(*, keywords: bool = False, **values: Any) -> TrainConfig:
     except MomentError as e:  # the options' joint checks spell them as flags: a script reads its keywords
         if not keywords:
             raise
-        raise keyword_error(e, KEYWORDS_HINT) from None
+        raise keyword_error(e) from None
 
 
 def _check_keyword_types(values: dict[str, Any]) -> None:
@@ -476,7 +484,7 @@ def _check_keyword_types(values: dict[str, Any]) -> None:
         if name not in TrainConfig.model_fields:
             continue  # pydantic names it
         if isinstance(v, bool) and _base(TrainConfig.model_fields[name].annotation) in (int, float):
-            raise MomentError(f"{name}={v!r}: must be {allowed(name, True)}, not a bool", hint=KEYWORDS_HINT)
+            raise MomentError(f"{name}={v!r}: must be {allowed(name, True)}, not a bool")
         if name in ("model", "loss") and callable(v):
             what = "model's factory" if name == "model" else "loss function"
             where = f"{getattr(v, '__module__', None) or 'mypkg.models'}:{getattr(v, '__qualname__', 'make')}"
@@ -484,7 +492,7 @@ def _check_keyword_types(values: dict[str, Any]) -> None:
                 f"{name}={getattr(v, '__qualname__', type(v).__name__)}: give your {what} by its import path, "
                 f"'MODULE:{'FACTORY' if name == 'model' else 'FUNCTION'}' (here '{where}'), which every rank imports",
                 hint="or build the model in your script and train it in your own loop with run.ddp(model)"
-                if name == "model" else KEYWORDS_HINT)
+                if name == "model" else None)
 
 
 def _keyword_spellings() -> dict[str, str]:
