@@ -12,7 +12,8 @@ alone; each records the errors it gets (every rank must raise the same, at the s
 script made itself, which must outlive the run. untracked: a model in `run.ddp` trained on both ranks, its loss
 tracked on rank 0 alone (as logging code does); each rank records the error it gets at the first check. skipped:
 the same with the script's own DDP, rank 0 skipping one step's track. spare-head: a model in `run.ddp` with
-a head its loss does not use, given DDP's `find_unused_parameters=True`. abandon: rank 1 leaves with `abandon()`
+a head its loss does not use, given DDP's `find_unused_parameters=True`. take-turns: loaders and lookups inside a
+train loop, zip over two loaders, a train iterator left part-way (`take_turns`). abandon: rank 1 leaves with `abandon()`
 inside its train loop, closes the loader and lingers 4 s before it goes on; rank 0 trains on and records when it
 heard.
 evaluate-alone: both ranks train an epoch, then rank 0 alone evaluates and looks rows up while rank 1 waits at a
@@ -69,6 +70,8 @@ def main(scenario: str, layout: str, out: Path) -> int:
             spare_head(run, seen)
         elif scenario == "abandon":
             abandon(run, seen)
+        elif scenario == "take-turns":
+            take_turns(run, seen, check)
         else:
             for batch in run.loader("train", 0):
                 check(batch.n_id, batch.x)
@@ -128,6 +131,56 @@ def evaluate_alone(run: moment.Run, seen: dict, check) -> None:
             check(batch.n_id, batch.x)
             seen["nodes_whole"] += batch.n_id[: batch.batch_size].tolist()
     dist.barrier()
+    seen["summary"] = run.close()
+
+
+def take_turns(run: moment.Run, seen: dict, check) -> None:
+    """A model in `run.ddp` stepped on every train batch, with the val loader inside the train loop (rank 0 alone
+    reading the whole split too, shard=False), a feature-store lookup between two steps, zip over the train and val
+    loaders, and a train iterator left after one batch while the next epoch trains, then finished; no memory budget
+    (each waited for ever): every row exact, every batch of each train epoch read once."""
+    model = run.ddp(torch.nn.Linear(run.feature_dim, run.num_classes))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    seen["val_batches"], seen["want"] = 0, 0
+
+    def step(batch) -> None:
+        check(batch.n_id, batch.x)
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(batch.x.float())[: batch.batch_size], batch.y)
+        loss.backward()
+        opt.step()
+        run.track(loss)
+        seen["batches"] += 1
+
+    def evaluate(loader) -> None:
+        with torch.no_grad():
+            for batch in loader:
+                check(batch.n_id, batch.x)
+                seen["val_batches"] += 1
+
+    train = run.loader("train", 0)
+    seen["want"] += len(train)
+    for i, batch in enumerate(train):
+        step(batch)
+        if i == 1:
+            evaluate(run.loader("val", 0))
+            if run.rank == 0:
+                evaluate(run.loader("val", 0, shard=False))
+        if i == 2:
+            ids = torch.arange(0, run.num_nodes, 7)
+            check(ids, run.feature_store["node", "x", ids])
+    pairs = zip(run.loader("train", 1), run.loader("val", 1))
+    seen["want"] += min(len(run.loader("train", 1)), len(run.loader("val", 1)))
+    for batch, v in pairs:
+        step(batch)
+        check(v.n_id, v.x)
+    left = iter(run.loader("train", 2))
+    step(next(left))
+    for batch in run.loader("train", 3):
+        step(batch)
+    for batch in left:
+        step(batch)
+    seen["want"] += len(run.loader("train", 2)) + len(run.loader("train", 3))
     seen["summary"] = run.close()
 
 

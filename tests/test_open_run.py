@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -138,6 +139,68 @@ def test_a_loop_of_its_own_gets_its_next_epochs_first_batches_sampled_during_val
         fresh = [b.n_id for b in run.loader("train", 1)]
         assert run._pipe("train").sampled_ahead == 0
     assert len(ahead) == len(fresh) and all(torch.equal(a, b) for a, b in zip(ahead, fresh, strict=True))
+
+
+def _within(seconds: float, body):
+    """`body()` on a thread of its own: a hang fails the test after `seconds` instead of hanging the suite."""
+    out: dict = {}
+
+    def run() -> None:
+        try:
+            out["value"] = body()
+        except BaseException as e:  # noqa: BLE001 - raised again on the test's thread
+            out["error"] = e
+
+    t = threading.Thread(target=run, name="test-loop", daemon=True)
+    t.start()
+    t.join(seconds)
+    assert not t.is_alive(), f"the loop hung (still running after {seconds} s)"
+    if "error" in out:
+        raise out["error"]
+    return out.get("value")
+
+
+@pytest.mark.parametrize("options", [{}, {"memory_budget": "2GiB", "cache_policy": "lru"}], ids=["no-budget", "lru"])
+def test_loaders_and_lookups_inside_a_train_loop_take_turns_and_read_the_same_batches(runtime_layout, runtime_dataset,
+                                                                                     options):
+    """Validation inside the train loop, a feature-store lookup between two steps, zip over two loaders and a half-used
+    train iterator left alive while the next epoch runs, then finished: each waited for ever with no budget (the
+    suspended loader's finished reads held the read buffers the other's reads waited for), and two gather threads
+    raced in the tiers. Every batch is now the one its loader gives alone, its rows exact (with an LRU cache too,
+    whose admissions are made in the order batches were submitted), and the run stays within its budget."""
+    feats = np.load(runtime_dataset.file("features"), mmap_mode="r")
+    ids = np.arange(0, runtime_dataset.num_nodes, 7)
+
+    def rows(b) -> torch.Tensor:
+        assert torch.equal(b.x, torch.from_numpy(np.asarray(feats[b.n_id.numpy()]))), (b.epoch, b.index)
+        return b.n_id
+
+    def same(got: list, want: list) -> bool:
+        return len(got) == len(want) and all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+
+    def loop() -> None:
+        with moment.open_run(runtime_layout, fanouts=[10, 5], batch_size=64, seed=3, quiet=True, **options) as run:
+            alone = {e: [rows(b) for b in run.loader("train", e)] for e in range(3)}
+            val = [rows(b) for b in run.loader("val", 0)]
+            got, inner = [], []
+            for i, b in enumerate(run.loader("train", 0)):
+                got.append(rows(b))
+                if i == 1:
+                    inner = [rows(v) for v in run.loader("val", 0)]
+                if i == 2:
+                    assert torch.equal(run.feature_store["node", "x", ids], torch.from_numpy(np.asarray(feats[ids])))
+            assert same(got, alone[0]) and same(inner, val)
+            pairs = [(rows(a), rows(b)) for a, b in zip(run.loader("train", 1), run.loader("val", 0))]
+            assert same([a for a, _ in pairs], alone[1][: len(val)]) and same([b for _, b in pairs], val)
+            left = iter(run.loader("train", 2))
+            first = rows(next(left))
+            assert same([rows(b) for b in run.loader("train", 1)], alone[1])
+            assert same([first, *(rows(b) for b in left)], alone[2])
+            if "memory_budget" in options:
+                mem = run.memory()
+                assert 0 < mem["measured_peak_bytes"] <= mem["budget_bytes"], mem
+
+    _within(60, loop)
 
 
 def test_options_are_checked_and_named_as_keywords(runtime_layout):
@@ -385,12 +448,19 @@ def test_a_rank_that_stops_early_or_looks_up_less_still_serves_the_others(runtim
     not gloo's abort on a collective the other rank never joined; the same with the script's own DDP and rank 0
     skipping one step's track (a NaN loss read from a short all-reduce before). Rank 1 opens each run after the first a second
     late: rank 0 meets it in the new group, not at the closed one's address (it waited in gloo's connect for ever).
-    Last, both ranks train an epoch and rank 0 alone evaluates and looks rows up while rank 1 waits at a barrier
-    (PyG's multi-GPU examples test on rank 0 so): it reads the peer's rows itself (it waited in a round for ever)."""
+    Then both ranks train an epoch and rank 0 alone evaluates and looks rows up while rank 1 waits at a barrier
+    (PyG's multi-GPU examples test on rank 0 so): it reads the peer's rows itself (it waited in a round for ever).
+    Last, loaders taking turns (open_run_ranks.take_turns)."""
     scenarios = ["own-group", "uneven"]
-    torchrun([",".join([*scenarios, "untracked", "skipped", "spare-head", "evaluate-alone"]), str(runtime_layout),
-              str(tmp_path)],
+    torchrun([",".join([*scenarios, "untracked", "skipped", "spare-head", "evaluate-alone", "take-turns"]),
+              str(runtime_layout), str(tmp_path)],
              script=REPO / "tests" / "open_run_ranks.py")
+    # loaders and lookups inside a train loop, zip, a train iterator left part-way (no budget: each waited for
+    # ever), with the peer tier's rounds and DDP's all-reduces: every row exact, every train batch read once
+    for r in range(2):
+        got = json.loads((tmp_path / "take-turns" / f"rank{r}.json").read_text())
+        assert "error" not in got and got["bad_rows"] == 0 and got["batches"] == got["want"] > 0, got
+        assert got["summary"]["tier_rows"]["peer"] > 0 and got["val_batches"] > 0, got
     r0, r1 = (json.loads((tmp_path / "evaluate-alone" / f"rank{r}.json").read_text()) for r in range(2))
     assert "error" not in r0 and "error" not in r1 and r0["bad_rows"] == r1["bad_rows"] == 0, (r0, r1)
     assert r0["batches"] == r1["batches"] > 0 and r0["val_batches"] > 0 and "val_batches" not in r1, (r0, r1)

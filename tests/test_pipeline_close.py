@@ -1,4 +1,4 @@
-"""How a sequence's end serves the other ranks (Pipeline._exchanged): to the end, when the consumer breaks out, and
+"""How a sequence's end serves the other ranks (pipeline._Sequence): to the end, when the consumer breaks out, and
 when the consumer's own step fails (its loop unwound closes the sequence late, from Python's finalization): a rank
 found gone there ends the serving without Python's "Exception ignored in" traceback."""
 
@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from moment.runtime.lost import PeerLeft
-from moment.runtime.pipeline import Pipeline
+from moment.runtime.pipeline import Pipeline, Turns
 from moment.runtime.sources import InMemoryFeatures, Staged
 from moment.workload.sampler import CSRGraph
 
@@ -112,3 +112,28 @@ def test_a_rank_gone_while_a_stopped_consumers_sequence_serves_is_no_traceback(r
     assert not unraisable, [u.exc_value for u in unraisable]
     assert src.log[-1] == "finish idle"  # it served until it met the loss, then stopped
     assert threading.active_count() == before  # the sequence's threads ended
+
+
+def test_a_sequence_paused_for_another_finishes_its_round_and_runs_none_twice(runtime_dataset, unraisable):
+    """Sequences of one source take turns (pipeline.Turns): asking B for a batch pauses A, whose round started for
+    its next batch is finished then (B's rounds must not start before it) and never run again when A resumes; each
+    hands out every batch once, in order, and a sequence alternated with another (zip) ends its threads too."""
+    src = Exchanging(runtime_dataset.file("features"), serving=0)
+    turns = Turns()
+    labels = torch.from_numpy(np.array(runtime_dataset.labels))
+    a, b = (Pipeline(CSRGraph.from_dataset(runtime_dataset), [5, 3], src, labels, torch.device("cpu"), turns=turns)
+            for _ in range(2))
+    before = threading.active_count()
+    first = a.run(_seeds(), (1, 0, 0))
+    got = [next(first).index, next(first).index]
+    assert src.log[-1] == "start batch"  # batch 2's round, started before batch 1 was handed out
+    n0 = len(src.log)
+    inner = [p.index for p in b.run(_seeds(), (1, 1, 0))]
+    assert src.log[n0: n0 + 2] == ["finish batch", "start batch"]  # A's round finished, then B's first started
+    got += [p.index for p in first]
+    assert got == inner == list(range(BATCHES))
+    assert src.log.count("start batch") == src.log.count("finish batch") == 2 * BATCHES  # one round a batch
+    pairs = [(x.index, y.index) for x, y in zip(a.run(_seeds(), (1, 2, 0)), b.run(_seeds(), (1, 3, 0)))]
+    assert pairs == [(i, i) for i in range(BATCHES)] and src.log.count("start batch") == 4 * BATCHES
+    gc.collect()
+    assert threading.active_count() == before and not unraisable

@@ -209,9 +209,15 @@ def remote_reader_bytes(align: int) -> int:
     return staging_bytes(align, SERVE_WINDOW, SERVE_INFLIGHT)
 
 
+#: batches a loader paused for another keeps beside the other's (a loop's validation inside its train loop, `zip` over
+#: two loaders: moment.runtime.pipeline.Turns): the one its loop holds, and its next where exchange rounds ran for it
+#: (they are never run twice); its reads in flight and its other ready batches are dropped
+PAUSED_BATCHES = 2
+
+
 def held_batches(depth: int) -> int:
     """Batches a pipeline of this `depth` holds besides those its source has submitted (`lookahead`):
     `depth` ready ones (the next, whose exchange rounds the training thread has started, and the queued
-    ones; at least those two), one being assembled and one being trained (the memory budget charges
-    this)."""
-    return max(2, depth) + 2
+    ones; at least those two), one being assembled and one being trained, and those of a loader paused
+    beside it (`PAUSED_BATCHES`; the memory budget charges this)."""
+    return max(2, depth) + 2 + PAUSED_BATCHES

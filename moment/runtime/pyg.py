@@ -34,6 +34,7 @@ from torch_geometric.data.graph_store import EdgeAttr, EdgeLayout
 from moment.errors import MomentError
 from moment.runtime.budget import fmt_bytes, resolve_budget
 from moment.runtime.node_index import node_ids
+from moment.runtime.pipeline import Turns
 from moment.workload.sampler import CSRGraph
 
 GROUP, ATTR = "node", "x"  # the key the features are found under
@@ -70,9 +71,10 @@ class PygFeatureStore(FeatureStore):
     """Read-only: ``store["node", "x", idx]``, ``store["node"].x[idx]``, ``get_tensor(...)``,
     ``multi_get_tensor([...])`` (one read for all), with any index `node_ids` reads."""
 
-    def __init__(self, source: Any):
+    def __init__(self, source: Any, turns: Turns | None = None):
+        """`turns`: the run's (a lookup pauses the loader part-way that has the source; moment.runtime.pipeline)."""
         super().__init__(tensor_attr_cls=NodeAttr)
-        self.source = source
+        self.source, self.turns = source, turns
         self.num_nodes = int(source.num_nodes)
         self.row_shape = tuple(source.row_shape)
 
@@ -132,6 +134,8 @@ class PygFeatureStore(FeatureStore):
         if not parts:
             return []
         ids = parts[0][0] if len(parts) == 1 else np.concatenate([p for p, _ in parts])
+        if self.turns is not None:
+            self.turns.take(None)
         rows = self.source.complete(self.source.submit(ids))
         out = torch.split(rows, [p.size for p, _ in parts]) if len(parts) > 1 else (rows,)
         return [o[0] if scalar else o for o, (_, scalar) in zip(out, parts, strict=True)]

@@ -48,7 +48,7 @@ from moment.runtime.loader import LoaderPipeline, fork_hang_note
 from moment.runtime.memory_use import machine_peak, rank_sample, reset_peak
 from moment.runtime.model_spec import load_rank_code
 from moment.runtime.node_index import distinct_ids, node_ids
-from moment.runtime.pipeline import Pipeline, Prepared, StageTimes
+from moment.runtime.pipeline import Pipeline, Prepared, StageTimes, Turns
 from moment.runtime.predictions import write_embeddings, write_predictions
 from moment.runtime.rendezvous import SHARED_SETTINGS, RunFacts, check_agents
 from moment.runtime.run_plan import RunPlan, dataset_dir, layout_gpus, resolve_run
@@ -166,6 +166,7 @@ class Run:
         self.heap: HeapKeeper | None = None  # what the allocator keeps of freed memory (a tiered run's)
         self._pipes: dict[str, Pipeline | LoaderPipeline] = {}
         self._samplers: dict[str, SamplerPool] = {}
+        self._turns = Turns()  # the store's: its loaders and lookups take turns (moment.runtime.pipeline)
         # the last train epoch's batches shuffled: the work ahead's, which that epoch's loader takes as they are
         self._train_seeds: tuple[int, list[torch.Tensor]] = (-1, [])
         self._final_stats: dict[str, Any] = {"rows": {}, "bytes": {}, "ssd_bytes_read": 0}
@@ -447,7 +448,7 @@ class Run:
         from moment.runtime.pyg import PygFeatureStore
 
         self._still_open("read features")
-        return PygFeatureStore(self.source)
+        return PygFeatureStore(self.source, turns=self._turns)
 
     @property
     def graph_store(self) -> Any:
@@ -523,6 +524,7 @@ class Run:
             return self.summary()
         self._closed = True
         try:
+            self._turns.close()  # a loader left part-way: its rounds finished, its threads ended
             if self.source is not None:
                 self.source.leave()
             # every rank is here, done with the exchange: a loop that broke out of its train loader (a step
@@ -560,6 +562,7 @@ class Run:
         if self._released:
             return
         self._released = True
+        self._turns.abandon()  # a loader part-way: its threads end before the store closes under them
         source, self.source = self.source, None
         if self.heap is not None:
             self.heap.stop()
@@ -600,7 +603,8 @@ class Run:
                 if task not in self._samplers:  # one a task for the run's pipelines: their sequences reuse it
                     self._samplers[task] = SamplerPool(sampler)
                 self._pipes[kind] = Pipeline(self.graph, self.fanouts, self.source, self.labels, dev,
-                                             depth=cfg.depth, pipelined=cfg.pipeline, sampler=self._samplers[task])
+                                             depth=cfg.depth, pipelined=cfg.pipeline, sampler=self._samplers[task],
+                                             turns=self._turns)
         return self._pipes[kind]
 
     def _batches(self, loader: Loader) -> Iterator[Batch]:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import mmap
 import os
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -56,14 +56,18 @@ class Staged:
 
     x: torch.Tensor | None
     fetches: tuple = ()
+    finished: bool = field(default=False, init=False, repr=False)
 
     def start(self) -> None:
         for f in self.fetches:
             f.start()
 
     def finish(self) -> torch.Tensor | None:
-        for f in self.fetches:
-            f.finish()
+        """Finish the rounds (once: a sequence paused for another finished them early, moment.runtime.pipeline)."""
+        if not self.finished:
+            self.finished = True
+            for f in self.fetches:
+                f.finish()
         return self.x
 
     @property
