@@ -81,6 +81,20 @@ def test_a_closed_run_refuses_its_stores_track_and_ddp_as_its_loader(runtime_dat
         assert run.step == 1, name
 
 
+def test_a_loader_iterated_after_close_is_the_closed_runs_error(runtime_layout):
+    """An iterator kept past `close()` (one batch read), or a loader made before it and iterated after: the
+    loader's one error, not an AttributeError from inside the closed store."""
+    run = moment.open_run(runtime_layout, fanouts=[5], batch_size=64, quiet=True)
+    part_way = iter(run.loader("val", 0))
+    next(part_way)
+    train = run.loader("train", 0)
+    run.close(say=False)
+    for left in (part_way, iter(train)):
+        with pytest.raises(MomentError, match=r"^the run is closed: open a new one \(moment.open_run\) to read more "
+                                              r"batches$"):
+            next(left)
+
+
 def test_an_unsharded_loader_is_a_one_rank_runs_and_the_train_loader_is_always_sharded(runtime_dataset):
     """`shard=False` reads val, test or nodes whole on one rank, batched and sampled as a one-rank run's loader
     (so on one rank it is the default's); the train loader's ranks step together and is refused so."""

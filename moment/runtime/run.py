@@ -608,6 +608,7 @@ class Run:
         return self._pipes[kind]
 
     def _batches(self, loader: Loader) -> Iterator[Batch]:
+        self._still_open("read more batches")
         cfg, rank, e = self.cfg, self.rank, loader.epoch
         train = loader.split == "train"
         key = sampling_key(cfg.seed, e, self._share(loader.shard)[0], loader.split)
@@ -623,6 +624,7 @@ class Run:
                 torch.manual_seed(mix(cfg.seed, e, rank, item.index, DROPOUT_TAG))
                 self._current = batch
             yield batch
+            self._still_open("read more batches")  # an iterator kept past close(): its store is gone
             if train and self._lockstep and check_due(item.index):  # the same batch on every rank, tracked or not
                 self.sync_losses()
         if train:  # counts compared where this rank tracked (a rank that tracks nothing may have left the loop)
