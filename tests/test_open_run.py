@@ -344,6 +344,23 @@ def test_track_takes_a_one_element_tensor_or_a_number_ddp_a_module_and_both_refu
         assert run.step == 4 and run.loss_curve == [1.5, 3.0, 2.0, 0.5]  # the refused ones are no step
 
 
+def test_ddp_answers_as_distributed_data_parallel_on_one_rank_too(runtime_layout):
+    """On one rank `run.ddp` returned the bare module: DDP's `no_sync()` (gradient accumulation) and `.module`
+    (checkpoints) failed there, and a checkpoint saved by several ranks (DDP's `module.` keys) did not load."""
+    with moment.open_run(runtime_layout, fanouts=[5], batch_size=64, quiet=True) as run:
+        net = torch.nn.Linear(run.feature_dim, run.num_classes)
+        model = run.ddp(net)
+        assert model.module is net and list(model.state_dict()) == [f"module.{k}" for k in net.state_dict()]
+        batch = next(iter(run.loader("train", 0)))
+        with model.no_sync():
+            loss = torch.nn.functional.cross_entropy(model(batch.x.float())[: batch.batch_size], batch.y)
+            loss.backward()
+        assert net.weight.grad is not None and torch.equal(model(batch.x.float()), net(batch.x.float()))
+        saved = {f"module.{k}": torch.zeros_like(v) for k, v in net.state_dict().items()}  # as 2 ranks save it
+        model.load_state_dict(saved)
+        assert not net.weight.any()
+
+
 def test_a_loops_diverging_loss_stops_it_naming_its_optimizers_rate_when_told(runtime_layout):
     """A loop's own optimizer is not Moment's: the stop names no rate unless the loop sets `run.optimizer`."""
     losses = [1.5, 3e6, 2e7, 9e8, 5e9]

@@ -118,6 +118,26 @@ class Batch:
                    edge_label_index=p.edge_label_index, edge_label=p.edge_label)
 
 
+class OneRank(torch.nn.Module):
+    """`Run.ddp`'s module on a run of one rank (no process group, nothing to average): DistributedDataParallel's
+    interface, so a loop written for several ranks runs as written on one. `module` is your module, `no_sync()`
+    does nothing, and `state_dict()` has DDP's keys (`module.` first): a checkpoint of either loads into the other.
+    Why: on one rank `ddp` returned the bare module, whose `no_sync()` (gradient accumulation) and `.module`
+    (checkpoints) failed, and which could not load a checkpoint a run of several ranks saved. It costs one Python
+    call per forward."""
+
+    def __init__(self, module: torch.nn.Module):
+        super().__init__()
+        self.module = module
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.module(*args, **kwargs)
+
+    def no_sync(self) -> contextlib.AbstractContextManager:
+        """DistributedDataParallel's: its gradients are not averaged in it, and one rank has none to average."""
+        return contextlib.nullcontext()
+
+
 def _scalar_loss(loss: Any, device: torch.device) -> torch.Tensor:
     """The step's loss as `track` keeps it: a one-element tensor, or a number (`loss.item()`, already on the host),
     as a 0-d floating tensor on the batch's device; anything else is refused here, not as a mismatch of the
@@ -383,7 +403,8 @@ class Run:
 
     def ddp(self, module: torch.nn.Module, **options: Any) -> torch.nn.Module:
         """`module` on the rank's device, wrapped in DistributedDataParallel when the run has several ranks (on
-        CUDA given the rank's device): gradients averaged over the ranks, rank 0's weights broadcast first.
+        CUDA given the rank's device): gradients averaged over the ranks, rank 0's weights broadcast first; on one
+        rank in `OneRank`, which answers as DDP does (`.module`, `no_sync()`, `module.` keys in its state_dict).
         `options`: DistributedDataParallel's own (`find_unused_parameters=True` for a model with a parameter its
         loss does not use, `static_graph`, `bucket_cap_mb`, ...); the devices and the group are the run's."""
         if not isinstance(module, torch.nn.Module):
@@ -398,7 +419,7 @@ class Run:
         self._still_open("wrap a model for its ranks")
         module = module.to(self.device)
         if not self.ctx.backend:
-            return module
+            return OneRank(module)
         self._lockstep = True
         return free_group_last(DDP(module, device_ids=self.dev.ddp_device_ids(), **options))
 
