@@ -83,23 +83,42 @@ def test_in_lockstep_a_check_agrees_on_the_counts_first_and_a_rank_that_tracked_
 
     def all_reduce(t: torch.Tensor, op: str = "sum") -> torch.Tensor:
         sent.append((tuple(t.shape), op))
-        if op == "max":  # the other rank tracked `theirs`
-            return torch.maximum(t, torch.tensor([theirs, -theirs], dtype=t.dtype))
+        if op == "max":  # the other rank tracked `theirs`, and took as many batches as this one (none)
+            return torch.maximum(t, torch.tensor([theirs, -theirs, 0, 0], dtype=t.dtype))
         return t + t  # the other rank's losses and codes as this one's
 
     theirs = 0
     with pytest.raises(MomentError, match=r"run.track was called for 0 steps on one rank and 1 on another since the "
                                           r"last check: .*\n  hint: call run.track\(loss\) after every optimizer step"):
         log.check(all_reduce, agree=True)
-    assert sent == [((2,), "max")]
+    assert sent == [((4,), "max")]
     sent.clear()
     theirs = 1
     losses, bad = log.check(all_reduce, agree=True)
-    assert losses == [1.0] and bad is None and sent == [((2,), "max"), ((1 + 2 * 1,), "sum")]
+    assert losses == [1.0] and bad is None and sent == [((4,), "max"), ((1 + 2 * 1,), "sum")]
     sent.clear()
     theirs = 0
-    assert log.check(all_reduce, agree=True) == ([], None) and sent == [((2,), "max")]  # nothing since: counts only
+    assert log.check(all_reduce, agree=True) == ([], None) and sent == [((4,), "max")]  # nothing since: counts only
     assert finite.check_due(31) and finite.check_due(63) and not finite.check_due(0) and not finite.check_due(32)
+
+
+def test_ranks_that_left_their_train_loader_at_different_batches_are_told_so_not_that_they_skipped_a_track():
+    """Rank 0 broke out after 2 batches, rank 1 ran all 9, each tracking every step it took: the counts differ, and
+    the message blamed tracking ("every rank tracks each step it takes") where the cause is the uneven break."""
+    log = StepLog(0, 2)
+    for i in range(2):
+        log.batches += 1
+        log.record(torch.tensor(1.0), torch.ones(2, 2), i + 1, 0, i)
+
+    def all_reduce(t: torch.Tensor, op: str = "sum") -> torch.Tensor:
+        return torch.maximum(t, torch.tensor([9, -9, 9, -9], dtype=t.dtype))  # the other rank: 9 batches, 9 steps
+
+    with pytest.raises(MomentError, match=r"^one rank took 2 batches of its train loader and another 9 since the last "
+                                          r"check: every rank iterates each train loader to its end, or breaks out "
+                                          r"of it at the same batch\n"
+                                          r"  hint: break out on every rank at the same batch"):
+        log.check(all_reduce, agree=True)
+    assert log.batches == 0  # counted afresh from the check on
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the sync debug mode)")

@@ -119,6 +119,7 @@ class StepLog:
         self._losses: list[torch.Tensor] = []
         self._codes: list[torch.Tensor] = []
         self._where: list[tuple[int, int, int]] = []
+        self.batches = 0  # train batches handed out since the last check (the run counts them)
 
     def __len__(self) -> int:
         return len(self._losses)
@@ -138,10 +139,19 @@ class StepLog:
         over the ranks, and the first step to stop at: a bad step of any rank, or where the mean losses
         diverged after the run's `curve` so far (None: neither). `agree` (lockstep: every rank calls it at the
         same batch, whatever it tracked): the ranks' counts first (`all_reduce(t, "max")`), unequal ones a
-        MomentError on every rank."""
-        k = len(self)
+        MomentError on every rank, naming why where it is that: the ranks took different numbers of train batches
+        (one left its train loader before the others: fine while none tracks), else some skipped a `track`."""
+        k, b = len(self), self.batches
+        self.batches = 0
         if agree:
-            most, fewest = (int(v) for v in all_reduce(torch.tensor([k, -k], dtype=torch.float64), "max").tolist())
+            t = torch.tensor([k, -k, b, -b], dtype=torch.float64)
+            most, fewest, most_b, fewest_b = (int(v) for v in all_reduce(t, "max").tolist())
+            if most != -fewest and most_b != -fewest_b:  # why: the ranks left the loader at different batches
+                raise MomentError(f"one rank took {-fewest_b} batches of its train loader and another {most_b} since "
+                                  "the last check: every rank iterates each train loader to its end, or breaks out of "
+                                  "it at the same batch",
+                                  hint="break out on every rank at the same batch (DDP needs its ranks to step "
+                                       "together too), e.g. at a step count all of them agree on")
             if most != -fewest:
                 raise MomentError(f"run.track was called for {-fewest} steps on one rank and {most} on another since "
                                   "the last check: every rank tracks each step it takes",

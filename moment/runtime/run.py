@@ -644,6 +644,7 @@ class Run:
             if train:
                 torch.manual_seed(mix(cfg.seed, e, rank, item.index, DROPOUT_TAG))
                 self._current = batch
+                self._steps.batches += 1  # compared at the checks: a rank that left its loader early is named so
             yield batch
             self._still_open("read more batches")  # an iterator kept past close(): its store is gone
             if train and self._lockstep and check_due(item.index):  # the same batch on every rank, tracked or not
