@@ -84,7 +84,8 @@ def test_bad_arrays_name_the_file(tmp_path: Path) -> None:
     f = save(tmp_path, e=EDGES.T.copy(), x=FEAT, y=LABELS, ids=np.arange(5), fe=EDGES.T.astype(float),
              e3=np.zeros((3, 7), np.int64), xs=np.array([["a"] * D] * N), y3=np.full((N, 3), 2, np.int64),
              short=np.zeros(N - 1, bool), fids=np.arange(5.0), big=np.array([0, N]), x1=FEAT[:, 0].copy(),
-             xnan=np.full((N, D), np.nan), ys=LABELS[:-1], overlap=np.arange(3, 8), twice=np.array([1, 1]))
+             xnan=np.full((N, D), np.nan), ys=LABELS[:-1], overlap=np.arange(3, 8), twice=np.array([1, 1]),
+             ystr=np.array(["a"] * N))
 
     def bad(match: str, name: str, **kw) -> None:
         args = {"edge_index": f["e"]} | kw
@@ -100,7 +101,7 @@ def test_bad_arrays_name_the_file(tmp_path: Path) -> None:
     bad("NaN or infinity", "xnan", x=f["xnan"])
     bad(r"labels of shape \[30, 3\] are read as multi-label .* node 0's target 0 is 2", "y3", y=f["y3"])
     bad("wrong row count: 29 labels for 30 nodes", "ys", x=f["x"], y=f["ys"])
-    bad("labels must be numeric, got bool", "short", y=f["short"])
+    bad("labels must be numeric, got <U1", "ystr", y=f["ystr"])  # (bools are a binary target: classes 0 and 1)
     bad("boolean mask of 29 entries for 30 nodes", "short", x=f["x"], train_idx=f["short"], val_idx=f["ids"],
         test_idx=f["ids"])
     bad("dtype float64: expected integer node ids or a boolean mask", "fids", x=f["x"], train_idx=f["fids"],

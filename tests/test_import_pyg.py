@@ -96,6 +96,15 @@ def test_masks_of_0_1_integers_are_masks(tmp_path: Path) -> None:
         np.testing.assert_array_equal(got, want)
 
 
+def test_a_bool_label_vector_is_a_binary_target(tmp_path: Path) -> None:
+    """`y` of bools (a plain binary target) was refused ("labels must be numeric, got bool"): classes 0 and 1."""
+    from moment import import_graph
+
+    ds = import_graph(graph(y=torch.from_numpy(LABELS > 2)), tmp_path / "out")
+    np.testing.assert_array_equal(np.asarray(ds.labels), (LABELS > 2).astype(np.int64))
+    assert ds.num_classes == 2 and not ds.multilabel
+
+
 def test_edge_policy_keep_duplicates_drop_loops(tmp_path: Path) -> None:
     torch.save(graph(), tmp_path / "data.pt")
     ds = import_pyg(tmp_path / "data.pt", tmp_path / "out", policy=EdgePolicy(duplicates="keep", self_loops="drop"))

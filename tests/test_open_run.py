@@ -242,6 +242,8 @@ def test_options_are_checked_and_named_as_keywords(runtime_layout):
     with moment.open_run(runtime_layout, fanouts=[5]) as run:
         with pytest.raises(MomentError, match="no split 'tain'"):
             run.loader("tain")
+        with pytest.raises(MomentError, match="no split None"):
+            run.loader(None)  # a config's missing key: it read the train split
         with pytest.raises(MomentError, match="follows a batch"):
             run.track(torch.tensor(0.0))
 
@@ -257,6 +259,9 @@ def test_a_scripts_mistakes_are_named_as_it_wrote_them(runtime_dataset, runtime_
         moment.open_run(runtime_layout, loader_workers=2)
     with pytest.raises(MomentError, match=r"^batch_size=True: must be an integer >= 1, not a bool"):
         moment.open_run(runtime_layout, batch_size=True)
+    with pytest.raises(MomentError, match=r"^fanouts=\[True, 5\]: must be a list of positive integers, one per layer "
+                                          r"\(e.g. \[25, 10\]\), not bools$"):
+        moment.open_run(runtime_layout, fanouts=[True, 5])  # was [1, 5]: one neighbour sampled
 
     with pytest.raises(MomentError, match=r"this is a dataset .*\n  hint: pass its directory as dataset \(to place"):
         moment.open_run(runtime_dataset.path)  # the layout's check, in start: a keyword too

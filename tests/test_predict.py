@@ -207,6 +207,12 @@ def test_a_node_given_twice_is_one_error_at_the_call_naming_it(tmp_path: Path, m
         with pytest.raises(MomentError, match=twice):
             run.write_embeddings(tmp_path / "e.npy", lambda b: b.x.float()[: b.batch_size], nodes=[7, 3, 5, 3])
         assert len(run.loader(nodes=[5, 3, 7])) == 1 and len(run.loader(nodes=slice(None))) == -(-N // 64)
+        mask = np.zeros(N, np.uint8)  # a mask of 0s and 1s, not bools: read as ids, node 0 again and again
+        mask[[2, 5]] = 1
+        with pytest.raises(MomentError, match=r"node 0 is given twice .*\n  hint: a mask of 0s and 1s is a mask as "
+                                              r"bools: give mask.astype\(bool\)"):
+            run.loader(nodes=mask)
+        assert [b.n_id[: b.batch_size].tolist() for b in run.loader(nodes=mask.astype(bool))] == [[2, 5]]
     assert not (tmp_path / "p.csv").exists() and not (tmp_path / "e.npy").exists()
 
 

@@ -485,6 +485,8 @@ def _check_keyword_types(values: dict[str, Any]) -> None:
             continue  # pydantic names it
         if isinstance(v, bool) and _base(TrainConfig.model_fields[name].annotation) in (int, float):
             raise MomentError(f"{name}={v!r}: must be {allowed(name, True)}, not a bool")
+        if _is_list(name) and isinstance(v, list | tuple) and any(isinstance(x, bool) for x in v):  # True was 1
+            raise MomentError(f"{name}={list(v)!r}: must be {allowed(name, True)}, not bools")
         if name in ("model", "loss") and callable(v):
             what = "model's factory" if name == "model" else "loss function"
             where = f"{getattr(v, '__module__', None) or 'mypkg.models'}:{getattr(v, '__qualname__', 'make')}"

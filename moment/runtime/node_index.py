@@ -96,9 +96,12 @@ def distinct_ids(ids: np.ndarray, index: Any, what: str) -> np.ndarray:
     k = int(np.argmin(later))
     at = int(later[k])
     first = int(np.flatnonzero(ids[:at] == ids[at])[0])
+    mask = ids.size > 2 and bool(((ids == 0) | (ids == 1)).all())  # a 0/1 mask of integers, read as ids
     raise _bad(what, index, f"node {int(ids[at])} is given twice (at positions {first} and {at}): a pass's nodes "
-                            f"must be distinct", hint="give each node once (np.unique(ids, return_inverse=True) "
-                                                      "maps the results back to a list with repeats)")
+                            f"must be distinct",
+               hint="a mask of 0s and 1s is a mask as bools: give mask.astype(bool) (a tensor's mask.bool())" if mask
+               else "give each node once (np.unique(ids, return_inverse=True) maps the results back to a list with "
+                    "repeats)")
 
 
 def _bad(what: str, index: Any, why: str, hint: str | None = None) -> MomentError:

@@ -320,7 +320,7 @@ class Run:
     def num_nodes(self) -> int:
         return self.dataset.num_nodes
 
-    def loader(self, split: str | None = None, epoch: int = 0, *, start: int = 0, nodes: Any = None,
+    def loader(self, split: str = "train", epoch: int = 0, *, start: int = 0, nodes: Any = None,
                shard: bool = True) -> Loader:
         """This rank's batches of `split` ("train", the default, "val" or "test") for `epoch`, pipelined.
         Train: the rank's equal share of the training nodes, reshuffled per epoch, dropout reseeded before each
@@ -339,7 +339,7 @@ class Run:
         rank, world = self._share(shard)
         seeds = None
         if nodes is not None:
-            if split is not None:
+            if split != "train":
                 raise MomentError(f"run.loader takes a split or nodes, not both (split={split!r})",
                                   hint="loader(nodes=ids) batches those nodes; loader(split) a split's")
             own = NODE_IDS in self.dataset.manifest.files  # the graph's own ids given for node numbers, likely
@@ -349,8 +349,8 @@ class Run:
             distinct_ids(ids, nodes, "run.loader(nodes=...)")  # at once, on every rank alike
             split, seeds = "nodes", eval_batches(ids, self.batch_size, rank=rank, world_size=world)
         else:
-            split = "train" if split is None else "val" if split == "valid" else split
-            if split not in SPLITS:
+            split = "val" if split == "valid" else split
+            if split not in SPLITS:  # None too (a config's missing key): it read the train split
                 raise MomentError(f"no split {split!r}: a loader reads one of {', '.join(SPLITS)}",
                                   hint="loader(nodes=ids) batches nodes of your choosing")
         if not _count(epoch):

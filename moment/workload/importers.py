@@ -127,7 +127,7 @@ def _labels_to_int(raw: np.ndarray, source: str) -> np.ndarray:
     elif a.dtype.kind == "u":  # uint32's or uint64's largest value, no class, is -1 cast to it: no label, as -1
         none = a == np.iinfo(a.dtype).max if np.iinfo(a.dtype).max >= MAX_CLASSES else np.zeros(a.shape, bool)
         out = np.where(none, -1, np.minimum(a.astype(np.uint64), MAX_CLASSES).astype(np.int64))
-    elif a.dtype.kind == "i":
+    elif a.dtype.kind in "ib":  # a bool vector is a binary target: classes 0 (False) and 1 (True)
         out = a.astype(np.int64)
     else:
         raise MomentError(f"labels must be numeric, got {a.dtype}", source=source)
