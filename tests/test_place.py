@@ -384,6 +384,15 @@ def test_a_machine_without_ssds_places_when_its_caches_hold_every_row(env):
     assert run(["layout", "verify", out])[0] == 0
     feats = np.asarray(env["ds"].features_memmap())
     assert np.array_equal(open_layout(out).rows(np.arange(20_000)), feats)
+    # training on it reads no SSD by design: no note advising to cap its caches to exercise SSDs it has not got
+    from types import SimpleNamespace
+
+    from moment.placement.opened import Layout
+    from moment.runtime.train import Trainer
+
+    no_ssds = SimpleNamespace(layout=Layout.open(out), plan=object(), store_info=None, source=None)
+    no_ssds.has_ssds = Trainer.has_ssds.fget(no_ssds)
+    assert not no_ssds.has_ssds and Trainer.memory_notes(no_ssds) == []
 
 
 @pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="no /proc here")

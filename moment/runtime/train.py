@@ -40,6 +40,7 @@ from moment.runtime.resume import Checkpoints, Position
 from moment.runtime.run import Batch, Run, start
 from moment.runtime.run_record import RunRecord
 from moment.runtime.totals import Totals
+from moment.topology.model import Kind
 
 # Imports inside functions: the console and parent-watch set-up load only in a rank's entry point.
 
@@ -334,11 +335,17 @@ class Trainer:
         return (self.plan.pack.notes() + left_out_note(pk, self.cfg.layout, self.cfg.dataset, m)
                 + pack_kind_note(pk, self.cfg.layout, self.cfg.dataset, m))
 
+    @property
+    def has_ssds(self) -> bool:
+        """Whether the layout keeps rows on SSDs: one placed for a machine without any holds every row in its caches,
+        and reading none from an SSD is then what it was placed for, not a note."""
+        return self.layout is None or bool(self.layout.manifest.bins.of_kind(Kind.ssd))
+
     def memory_notes(self) -> list[str]:
         """Say so when this rank's memory tiers hold every row: the run would never read an SSD."""
-        st, n = self.store_info, self.source.num_nodes
-        if self.plan is None:
+        if self.plan is None or not self.has_ssds:
             return []
+        st, n = self.store_info, self.source.num_nodes
         # the CPU cache leaves out the rows a GPU tier serves: this rank's, and with peers the node's
         gpu = st.gpu_rows + st.peer_rows if st.peers else 0 if st.shared_cache else st.gpu_rows
         if st.cpu_rows + gpu < n:
@@ -444,7 +451,7 @@ def train(cfg: TrainConfig, ctx: DistContext | None = None) -> dict[str, Any]:
             if trainer.plan is not None:
                 rep.lines(trainer.plan.memory.lines() + [trainer.store_line()] + notes)
             metrics = trainer.run(rep)
-            if trainer.plan is not None and metrics["ssd_bytes_read"] == 0 and not notes:
+            if trainer.plan is not None and metrics["ssd_bytes_read"] == 0 and not notes and trainer.has_ssds:
                 notes.append("note: no feature row was read from the SSDs in this run (the caches served every "
                              "read); cap the cache (e.g. --cpu-cache-limit 10%) to exercise them")
             ends = trainer.pack_notes(metrics)
