@@ -319,6 +319,27 @@ def test_targets_say_the_generation_a_links_cpu_drives(client):
     assert s1["current"]["gen"] == 5 and s1["gen_cap"] == {"gen": 3, "cpu": "Xeon E5-2680 v4", "socket": "cpu0"}
 
 
+def test_targets_say_the_widest_a_link_may_be(client):
+    """The page suggested twice a link's lanes where its slot takes no more (x8 on paper-machine-b's x4 bay
+    `rc0-bay1`: refused as wider than the slot). Each target says the most lanes it may have, as the topology's
+    rule gives it: a slot's link and its card's, the slot's `width`; another PCIe link, the widest PCIe link."""
+    from moment.topology import bandwidth as bw
+
+    def targets(profile):
+        r = client.post("/v1/whatif/targets", json={"profile": profile})
+        return {t["target"]: (t["max_width"], t["max_width_slot"]) for t in r.json()["links"]}
+
+    b = targets("paper-machine-b")
+    assert b["nodes.rc0-bay1.link"] == (4, "rc0-bay1") and b["nodes.rc0-x16.link"] == (16, "rc0-x16")
+    assert b["nodes.sw0.link"] == (max(bw.PCIE_WIDTHS), None) and b["links.0"] == (None, None)
+    assert targets("paper-machine-a")["nodes.nic0.link"] == (16, "rc1-nic")  # a card in a slot: the slot's
+    # what it says: the widest is planned, one step wider is refused
+    for width, status in ((4, 200), (8, 422)):
+        r = client.post("/v1/plan", json={"profile": "paper-machine-b", "set": [f"nodes.rc0-bay1.link.width={width}"]})
+        assert r.status_code == status, r.text
+    assert "wider than the slot (width x4)" in r.text
+
+
 def test_compare_rows_carry_their_plans_notes(client):
     """A compared machine's plan says what `moment plan` says beside its figures (a link its CPU caps, a rate
     above its wire rate): the rows had no notes, so a what-if that changed nothing looked like a result."""

@@ -36,6 +36,10 @@ class Target(BaseModel):
     nodes: list[str] = Field(description="the node ids the link joins")
     gen_cap: GenCapOut | None = Field(None, description="the link's CPU and the PCIe generation it drives at most "
                                                         "(null: no CPU caps this link, or its CPU is not known)")
+    max_width: int | None = Field(None, description="the most lanes the link may have: its slot's `width` for a "
+                                                    "slot's link or its card's, else the widest PCIe link (null: "
+                                                    "a link without lanes)")
+    max_width_slot: str | None = Field(None, description="the slot whose `width` is `max_width` (null: no slot's)")
 
 
 class MachineSummary(BaseModel):
@@ -92,7 +96,7 @@ def machine_summary(topo) -> MachineSummary:
 def whatif_targets(topo) -> TargetsResponse:
     """The links of `topo` a what-if can change, switch uplinks and socket links first."""
     from moment.topology import bandwidth as bw
-    from moment.topology.model import gen_caps
+    from moment.topology.model import gen_caps, widest_uplink
 
     caps = gen_caps(topo)
     out: list[Target] = []
@@ -109,12 +113,14 @@ def whatif_targets(topo) -> TargetsResponse:
         if link.bandwidth_gbps is not None:  # a measured figure wins over gen x width: change it first
             props = ["bandwidth_gbps"] + [p for p in props if p != "bandwidth_gbps"]
         cap = link.bandwidth()
+        most, slot = widest_uplink(node, topo.node(node.parent)) if link.kind == "pcie" else (None, None)
         out.append(Target(
             target=f"nodes.{_path_key(node.id, i)}.link", label=label, group=_GROUPS.get(kind, "Devices"),
             kind=f"{kind} uplink", props=props,
             current={k: v for k, v in link.model_dump().items() if v is not None and k not in ("label", "kind")},
             bandwidth_gbps=None if cap == float("inf") else round(bw.gbps(cap), 3), nodes=[node.id, node.parent],
-            gen_cap=GenCapOut(gen=c.gen, cpu=c.model, socket=c.socket) if (c := caps.get(node.id)) else None))
+            gen_cap=GenCapOut(gen=c.gen, cpu=c.model, socket=c.socket) if (c := caps.get(node.id)) else None,
+            max_width=most, max_width_slot=slot))
     for i, pl in enumerate(topo.links):
         props = ["bandwidth_gbps", "count"] + (["gts"] if pl.kind in ("upi", "qpi") else ["gen"])
         out.append(Target(

@@ -417,6 +417,15 @@ def _cap_root_ports(nodes: list) -> None:
                 nodes[i] = n.model_copy(update={"link": link})
 
 
+def widest_uplink(node, parent) -> tuple[int, str | None]:
+    """The most lanes `node`'s uplink to `parent` may have, and the slot that holds it to that (None: none does,
+    the widest PCIe link): a slot's own link, and the card's in it, fit the slot's lanes (a wider one is refused)."""
+    for s in (node, parent):
+        if s is not None and s.kind == Kind.slot:
+            return s.width, s.id
+    return max(bw.PCIE_WIDTHS), None
+
+
 class Topology(_Strict):
     """A machine: nodes in a PCIe forest under sockets, and peer links."""
 
@@ -457,11 +466,12 @@ class Topology(_Strict):
                 occupants = [m for m in self.nodes if m.parent == n.id]
                 if len(occupants) > 1:
                     raise ValueError(f"slot {n.id!r} holds {len(occupants)} devices; a slot holds one")
-                for m in (n, *occupants):  # the slot's own lanes, and the card's, fit the slot
-                    if m.link is not None and m.link.width is not None and m.link.width > n.width:
+                for m in (n, *occupants):
+                    most, _ = widest_uplink(m, seen[m.parent])
+                    if m.link is not None and m.link.width is not None and m.link.width > most:
                         slot = "the slot" if m is n else f"its slot {n.id!r}"
                         raise ValueError(f"{m.kind.value} {m.id!r}: link.width x{m.link.width} is wider than "
-                                         f"{slot} (width x{n.width})")
+                                         f"{slot} (width x{most})")
                 for b in n.blocks:
                     if b not in seen or seen[b].kind != Kind.slot:
                         raise ValueError(f"slot {n.id!r} blocks {b!r}, which is not a slot")
