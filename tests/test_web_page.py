@@ -569,8 +569,9 @@ def test_a_person_plans_compares_and_buys_in_chromium(service, token_service, br
 def test_the_page_says_a_plans_notes_and_what_a_links_cpu_drives(service, browser):
     """The page showed none of a plan's notes (a link its CPU caps, a rate above its wire rate), and its what-if
     suggested gen + 1 on a root port's link already at its CPU's generation (PCIe 5.0 on paper-machine-a's Gold
-    5320 uplinks: planned at 4.0, a what-if that changes nothing). The picker offers the link's bandwidth there and
-    says why; the notes are shown with the plan and with each compared row, as text (a socket model is the user's)."""
+    5320 uplinks: planned at 4.0, a what-if that changes nothing), and twice a link's lanes where its slot takes
+    no more (x8 in an x4 bay: refused). The picker offers another of the link's figures there and says why; the
+    notes are shown with the plan and with each compared row, as text (a socket model is the user's)."""
     p = Page(browser, service)
     browser.get("about:blank")
     browser.get(service)
@@ -588,6 +589,13 @@ def test_the_page_says_a_plans_notes_and_what_a_links_cpu_drives(service, browse
     assert p.text("#wi-cap") == f"{why} The picker offers its bandwidth instead."
     p.select("#wi-prop", "gen")
     assert value("#wi-value") == "" and p.text("#wi-cap") == f"{why} Change its bandwidth instead."
+    # no wider than its slot: x8 was suggested on an x4 bay, and refused as wider than the slot
+    bay = "Slot {0} takes x4 at most, and this link is x4 already: a wider link does not fit it. Change its {1} instead."
+    for link, bay_id, other in (("nodes.sw0-bay1.link", "sw0-bay1", "generation"),
+                                ("nodes.rc0-bay1.link", "rc0-bay1", "bandwidth")):  # (its CPU's generation too)
+        p.select("#wi-target", at[link])
+        p.select("#wi-prop", "width")
+        assert value("#wi-value") == "" and p.text("#wi-cap") == bay.format(bay_id, other)
     p.select("#wi-target", at["nodes.sw0-bay1.link"])  # a switch drives its own slots: gen + 1 as before
     assert (value("#wi-prop"), value("#wi-value")) == ("gen", "5") and not p.shown("#wi-cap")
     # a what-if its CPU caps, and a rate above the wire: the plan's notes with the what-if's figures

@@ -711,7 +711,31 @@ function genCapNote(t, p) {
 // The figure of link `t` a what-if raises when its generation cannot rise: its rate (its lanes may not grow
 // past its slot's), or null.
 function rateProp(t) {
-  return t.props.includes("bandwidth_gbps") ? "bandwidth_gbps" : t.props.find((x) => x !== "gen" && PROPS[x]) || null;
+  return t.props.includes("bandwidth_gbps") ? "bandwidth_gbps"
+    : t.props.find((x) => x !== "gen" && PROPS[x] && !(x === "width" && widthRoom(t).full)) || null;
+}
+
+// The lanes link `t` can still gain: none past its slot's (`max_width`: a link wider than its slot is refused).
+function widthRoom(t) {
+  const now = (t.current || {}).width;
+  const most = t.max_width || null;
+  return { now, most, slot: t.max_width_slot || null, full: t.props.includes("width") && !!now && !!most && now >= most };
+}
+
+// Why a wider link does not fit `t`, and what a what-if can raise instead (null: it can take more lanes).
+function widthCapNote(t) {
+  const room = widthRoom(t);
+  if (!room.full) return null;
+  const why = room.slot
+    ? `Slot ${room.slot} takes x${room.most} at most, and this link is x${room.now} already: a wider link does not fit it.`
+    : `x${room.most} is the widest PCIe link.`;
+  const other = t.props.includes("gen") && !genRoom(t).full ? "gen" : rateProp(t);
+  return other ? `${why} Change its ${PROPS[other].noun} instead.` : `${why} Nothing else of this link can change.`;
+}
+
+// Whether a what-if of `p` on link `t` changes nothing: its generation or lanes are at their most.
+function atMost(t, p) {
+  return (p === "gen" && genRoom(t).full) || (p === "width" && widthRoom(t).full);
 }
 
 function targetChanged() {
@@ -721,8 +745,8 @@ function targetChanged() {
   $("#wi-target").title = t ? t.label : "";
   if (!t) return;
   for (const p of t.props) sel.append(option(p, PROPS[p] ? PROPS[p].text : p));
-  // a generation the link cannot gain changes nothing: start at its rate, which a what-if can raise
-  if (sel.value === "gen" && genRoom(t).full && rateProp(t)) sel.value = rateProp(t);
+  // a generation or lanes the link cannot gain change nothing: start at its rate, which a what-if can raise
+  if (atMost(t, sel.value) && rateProp(t)) sel.value = rateProp(t);
   propChanged();
 }
 
@@ -735,11 +759,11 @@ function propChanged() {
   let suggest = "";
   if (p === "gen" && now) suggest = genRoom(t).full ? "" : String(Math.min(genRoom(t).most, now + 1));
   else if (p === "bandwidth_gbps" && t.bandwidth_gbps) suggest = String(Math.round(t.bandwidth_gbps * 2));
-  else if (p === "width" && now) suggest = String(Math.min(32, now * 2));
+  else if (p === "width" && now) suggest = widthRoom(t).full ? "" : String(Math.min(widthRoom(t).most || now * 2, now * 2));
   else if (now !== undefined && now !== null) suggest = String(now);
   $("#wi-value").value = suggest;
   $("#wi-value").placeholder = PROPS[p] ? PROPS[p].hint : "";
-  const capNote = genCapNote(t, p);
+  const capNote = (p === "width" && widthCapNote(t)) || genCapNote(t, p);
   $("#wi-cap").textContent = capNote || "";
   $("#wi-cap").hidden = !capNote;
   const bits = [];
