@@ -84,10 +84,9 @@ def rates_over_wire(topo: Topology) -> list[str]:
     for i, pl in enumerate(topo.links):
         if pl.bandwidth_gbps is None:
             continue
-        table = pl.model_copy(update={"bandwidth_gbps": None})
-        wire = bw.pcie_wire_bytes(pl.gen or 4, pl.width or 16) if pl.kind == "pcie" else table.bandwidth()
+        wire = pl.wire_bytes()
         if pl.bandwidth_gbps * bw.GB > wire * (1 + WIRE_SLACK):
-            out.append(_over(f"links[{i}] ({pl.a}-{pl.b})", pl.bandwidth_gbps, wire, table.describe()))
+            out.append(_over(f"links[{i}] ({pl.a}-{pl.b})", pl.bandwidth_gbps, wire, pl.describe()))
     return out
 
 

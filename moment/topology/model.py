@@ -179,7 +179,18 @@ class PeerLink(_Strict):
             return bw.nvlink_bytes(self.gen or 3, self.count)
         if self.kind == "xgmi":
             return bw.XGMI_PER_LINK * self.count
-        return bw.pcie_bytes(self.gen or 4, self.width or 16)
+        return bw.pcie_bytes(*self._pcie())
+
+    def wire_bytes(self) -> float:
+        """What the link carries by its kind, count and rate, whatever `bandwidth_gbps` says (PCIe: on the wire,
+        before its protocol's overhead): a measured figure above it is a what-if or a mistake (moment.topology.checks)."""
+        if self.kind == "pcie":
+            return bw.pcie_wire_bytes(*self._pcie())
+        return self.model_copy(update={"bandwidth_gbps": None}).bandwidth()
+
+    def _pcie(self) -> tuple[int, int]:
+        """A PCIe peer link's generation and width (4.0 x16 where not given)."""
+        return self.gen or 4, self.width or 16
 
     def describe(self) -> str:
         name = {"upi": "UPI", "qpi": "QPI", "nvlink": "NVLink", "xgmi": "xGMI", "pcie": "PCIe"}[self.kind]
@@ -406,15 +417,23 @@ def _cap_root_ports(nodes: list) -> None:
         return
     for i, n in enumerate(nodes):
         link = n.link
-        if n.parent in ports and link is not None and link.kind == "pcie" and link.gen is not None:
-            cap = ports[n.parent]
-            written = {k: getattr(link, k) for k in Link.model_fields}  # (a node object met again: as written)
-            if link.gen > cap.gen:
-                link = CappedLink(**written, cpu_gen=cap.gen, cpu=cap.describe())
-            elif isinstance(link, CappedLink):
-                link = Link(**written)
-            if link is not n.link:  # a copy of the node: one given to another topology keeps its own link
-                nodes[i] = n.model_copy(update={"link": link})
+        if n.parent not in ports or link is None or link.kind != "pcie" or link.gen is None:
+            continue
+        cap = ports[n.parent]
+        if link.gen > cap.gen:
+            if isinstance(link, CappedLink) and (link.cpu_gen, link.cpu) == (cap.gen, cap.describe()):
+                continue  # (validated again: capped already)
+            link = CappedLink(**_as_written(link), cpu_gen=cap.gen, cpu=cap.describe())
+        elif isinstance(link, CappedLink):  # (a node object met again, under another CPU)
+            link = Link(**_as_written(link))
+        else:
+            continue
+        nodes[i] = n.model_copy(update={"link": link})  # a copy: one given to another topology keeps its own link
+
+
+def _as_written(link: Link) -> dict:
+    """A link's own fields (a `CappedLink`'s cap left out)."""
+    return {k: getattr(link, k) for k in Link.model_fields}
 
 
 def widest_uplink(node, parent) -> tuple[int, str | None]:
