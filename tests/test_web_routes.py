@@ -333,6 +333,11 @@ def test_targets_say_the_widest_a_link_may_be(client):
     assert b["nodes.rc0-bay1.link"] == (4, "rc0-bay1") and b["nodes.rc0-x16.link"] == (16, "rc0-x16")
     assert b["nodes.sw0.link"] == (max(bw.PCIE_WIDTHS), None) and b["links.0"] == (None, None)
     assert targets("paper-machine-a")["nodes.nic0.link"] == (16, "rc1-nic")  # a card in a slot: the slot's
+    # the widths the page may suggest: PCIe's, up to the slot's (x12 doubled is x24, which PCIe has not)
+    widths = {t["target"]: t["widths"] for t in client.post("/v1/whatif/targets", json={"profile": "paper-machine-b"})
+              .json()["links"]}
+    assert widths["nodes.rc0-bay1.link"] == [1, 2, 4] and widths["nodes.sw0.link"] == list(bw.PCIE_WIDTHS)
+    assert widths["links.0"] is None and 24 not in widths["nodes.sw0.link"]
     # what it says: the widest is planned, one step wider is refused
     for width, status in ((4, 200), (8, 422)):
         r = client.post("/v1/plan", json={"profile": "paper-machine-b", "set": [f"nodes.rc0-bay1.link.width={width}"]})

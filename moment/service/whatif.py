@@ -40,6 +40,8 @@ class Target(BaseModel):
                                                     "slot's link or its card's, else the widest PCIe link (null: "
                                                     "a link without lanes)")
     max_width_slot: str | None = Field(None, description="the slot whose `width` is `max_width` (null: no slot's)")
+    widths: list[int] | None = Field(None, description="the lanes a what-if may set: the PCIe widths up to "
+                                                      "`max_width`, narrowest first (null: a link without lanes)")
 
 
 class MachineSummary(BaseModel):
@@ -120,7 +122,7 @@ def whatif_targets(topo) -> TargetsResponse:
             current={k: v for k, v in link.model_dump().items() if v is not None and k not in ("label", "kind")},
             bandwidth_gbps=None if cap == float("inf") else round(bw.gbps(cap), 3), nodes=[node.id, node.parent],
             gen_cap=GenCapOut(gen=c.gen, cpu=c.model, socket=c.socket) if (c := caps.get(node.id)) else None,
-            max_width=most, max_width_slot=slot))
+            max_width=most, max_width_slot=slot, widths=[w for w in bw.PCIE_WIDTHS if w <= most] if most else None))
     for i, pl in enumerate(topo.links):
         props = ["bandwidth_gbps", "count"] + (["gts"] if pl.kind in ("upi", "qpi") else ["gen"])
         out.append(Target(

@@ -715,11 +715,14 @@ function rateProp(t) {
     : t.props.find((x) => x !== "gen" && PROPS[x] && !(x === "width" && widthRoom(t).full)) || null;
 }
 
-// The lanes link `t` can still gain: none past its slot's (`max_width`: a link wider than its slot is refused).
+// The lanes link `t` can still gain: widths PCIe has (`widths`, the service's list), none past its slot's
+// (`max_width`: a link wider than its slot is refused); `next` the one a what-if suggests, double or the widest.
 function widthRoom(t) {
   const now = (t.current || {}).width;
   const most = t.max_width || null;
-  return { now, most, slot: t.max_width_slot || null, full: t.props.includes("width") && !!now && !!most && now >= most };
+  const wider = now ? (t.widths || []).filter((w) => w > now) : [];
+  const next = wider.find((w) => w >= now * 2) || wider[wider.length - 1] || null;
+  return { now, most, next, slot: t.max_width_slot || null, full: t.props.includes("width") && !!now && !!most && !next };
 }
 
 // Why a wider link does not fit `t`, and what a what-if can raise instead (null: it can take more lanes).
@@ -759,7 +762,7 @@ function propChanged() {
   let suggest = "";
   if (p === "gen" && now) suggest = genRoom(t).full ? "" : String(Math.min(genRoom(t).most, now + 1));
   else if (p === "bandwidth_gbps" && t.bandwidth_gbps) suggest = String(Math.round(t.bandwidth_gbps * 2));
-  else if (p === "width" && now) suggest = widthRoom(t).full ? "" : String(Math.min(widthRoom(t).most || now * 2, now * 2));
+  else if (p === "width" && now) suggest = widthRoom(t).next ? String(widthRoom(t).next) : "";
   else if (now !== undefined && now !== null) suggest = String(now);
   $("#wi-value").value = suggest;
   $("#wi-value").placeholder = PROPS[p] ? PROPS[p].hint : "";
