@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from moment.topology import bandwidth as bw
+
 ROOT = Path(__file__).resolve().parents[1]
 IN_CI = os.environ.get("CI", "").lower() == "true"
 #: Chromium as the network-less CI machine must start it; a fresh profile directory is added per run
@@ -598,6 +600,10 @@ def test_the_page_says_a_plans_notes_and_what_a_links_cpu_drives(service, browse
         assert value("#wi-value") == "" and p.text("#wi-cap") == bay.format(bay_id, other)
     p.select("#wi-target", at["nodes.sw0-bay1.link"])  # a switch drives its own slots: gen + 1 as before
     assert (value("#wi-prop"), value("#wi-value")) == ("gen", "5") and not p.shown("#wi-cap")
+    # twice x12 is x24, a width PCIe has not (refused): the first of the link's widths at least double, or its widest
+    room = "return widthRoom({props: ['width'], current: {width: 12}, max_width: arguments[0], widths: arguments[1]})"
+    widths = [w for w in bw.PCIE_WIDTHS if w <= 32]
+    assert [p.js(room, most, [w for w in widths if w <= most])["next"] for most in (32, 16, 12)] == [32, 16, None]
     # a what-if its CPU caps, and a rate above the wire: the plan's notes with the what-if's figures
     sets = ["nodes.cpu0.model=Xeon E5-2680 v4 <i>old</i>", "links.0.bandwidth_gbps=100"]
     for change in sets:
