@@ -360,13 +360,31 @@ def test_a_finished_rank_has_torn_down_its_process_group(two_rank_dir):
 @pytest.mark.slow
 def test_two_ranks_every_policy_and_shape_match_the_memmap_baseline(setup, two_ranks, tmp_path):
     """Same batches, same bytes on every rank: a shared CPU cache, a per-rank Belady cache, block and
-    row reads, and a memory budget all give the memmap baseline's loss curve exactly."""
+    row reads, and a memory budget all give the memmap baseline's loss curve exactly. The memmap baseline and
+    the two packed runs are one launch (tests/train_runs.py: one after the other in the same ranks, one torch
+    start-up instead of three); the Belady run is plain torchrun's (its ranks fresh interpreters, measured
+    beside their agent), a launch of its own."""
+    import shutil
+
+    from moment.cli import main
+
     root, ds, layout = setup
-    base = tmp_path / "base.json"
-    torchrun(train_args(layout, base, "--dataset", str(ds.path), "--features-memmap", "--no-pipeline"))
+    base, out = tmp_path / "base.json", tmp_path / "b.json"
+    # DiskGNN's packed batches: a pack made by the CLI for this run's batches (auto picks it), and the pack asked
+    # for with no kind on a machine with no GPU driver (this one), which is whole
+    packed, whole = tmp_path / "L", tmp_path / "W"
+    shutil.copytree(layout, packed)
+    assert main(["data", "pack", "--layout", str(packed), "--ranks", "2", "--epochs", "2", "--fanouts", "10,5",
+                 "--fitted", "--json"]) == 0
+    shutil.copytree(packed, whole)
+    assert main(["data", "pack", "--layout", str(whole), "--ranks", "2", "--epochs", "2", "--fanouts", "10,5",
+                 "--overwrite", "--json"]) == 0
+    runs = [train_args(layout, base, "--dataset", str(ds.path), "--features-memmap", "--no-pipeline"),
+            train_args(packed, tmp_path / "p.json", "--memory-budget", "3GiB", "--cpu-cache-limit", "10%"),
+            train_args(whole, tmp_path / "w.json", "--memory-budget", "3GiB", "--cpu-cache-limit", "10%")]
+    torchrun([json.dumps(runs)], script=REPO / "tests" / "train_runs.py")
     ref = json.loads(base.read_text())["loss_curve"]
     assert two_ranks["loss_curve"] == ref
-    out = tmp_path / "b.json"
     torchrun(train_args(layout, out, "--cache-policy", "belady-superbatch", "--io-shape", "rows",
                     "--memory-budget", "3GiB", "--peer-tier", "off"), forked=False)
     m = json.loads(out.read_text())
@@ -376,16 +394,7 @@ def test_two_ranks_every_policy_and_shape_match_the_memmap_baseline(setup, two_r
     check_memory(m["memory"])  # two ranks and their agent: what they share (libraries, segments) once
     # the agent (torchrun, the ranks' parent) was measured: it imports torch, and holds less than the ranks
     assert 64 << 20 < m["memory"]["measured"]["agent"] < m["memory"]["measured"]["ranks"], m["memory"]["measured"]
-    # DiskGNN's packed batches: with a pack made by the CLI for this run's batches, auto picks it
-    import shutil
-
-    from moment.cli import main
-
-    packed = shutil.copytree(layout, tmp_path / "L")
-    assert main(["data", "pack", "--layout", str(packed), "--ranks", "2", "--epochs", "2", "--fanouts", "10,5",
-                 "--fitted", "--json"]) == 0
-    torchrun(train_args(packed, out, "--memory-budget", "3GiB", "--cpu-cache-limit", "10%"))
-    m = json.loads(out.read_text())
+    m = json.loads((tmp_path / "p.json").read_text())
     assert m["loss_curve"] == ref and m["io_shape"] == "packed" and m["packed_rows"] > 0
     # validation read its batches' segments too: the same scores as the run that read the layout
     assert m["val_accuracy_curve"] == json.loads(base.read_text())["val_accuracy_curve"] and m["eval_wall_s"] > 0
@@ -398,12 +407,8 @@ def test_two_ranks_every_policy_and_shape_match_the_memmap_baseline(setup, two_r
     assert min(fits) < pk["cached_rows"] or m["pack_left_out_rows"] == 0
     told = [n for n in m["notes"] if "the pack leaves out for caches" in n]
     assert len(told) == (2 * m["pack_left_out_rows"] > m["ssd_requests"]), (m["pack_left_out_rows"], told)
-    # the pack asked for with no kind on a machine with no GPU driver (this one) is whole: each batch read
-    # straight into its own buffer, the same curve, within the budget
-    assert main(["data", "pack", "--layout", str(packed), "--ranks", "2", "--epochs", "2", "--fanouts", "10,5",
-                 "--overwrite", "--json"]) == 0
-    torchrun(train_args(packed, out, "--memory-budget", "3GiB", "--cpu-cache-limit", "10%"))
-    m = json.loads(out.read_text())
+    # the whole pack: each batch read straight into its own buffer, the same curve, within the budget
+    m = json.loads((tmp_path / "w.json").read_text())
     assert m["loss_curve"] == ref and m["whole_batches"] > 0 and m["pack_left_out_rows"] == 0
     check_memory(m["memory"], whole=True)
 
