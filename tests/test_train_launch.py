@@ -183,7 +183,8 @@ def test_the_agent_forks_the_ranks_of_every_python_program_and_leaves_others_to_
 def test_the_agent_imports_a_users_model_module_for_its_ranks_unless_it_starts_a_thread(monkeypatch, tmp_path):
     """`--model MODULE:FACTORY`'s module, and a script's `--preload MODULE`s, are imported once, in the agent,
     before it forks the ranks (which then find them loaded). One whose import starts a thread (or CUDA) cannot be
-    inherited by a fork: its ranks start as fresh interpreters. A `--model` module that fails to import is left to
+    inherited by a fork: its ranks start as fresh interpreters; but for jemalloc's purger (pyarrow's, which PyG
+    starts), which a fork leaves behind safely. A `--model` module that fails to import is left to
     the ranks, which say why; a `--preload` one is the agent's error, in one line."""
     import gc
     import sys
@@ -202,6 +203,12 @@ def test_the_agent_imports_a_users_model_module_for_its_ranks_unless_it_starts_a
                                               "T = threading.Thread(target=STOP.wait, daemon=True)\nT.start()\n"
                                               "def make(**kw): ...\n")
     (tmp_path / "broken_net.py").write_text("raise RuntimeError('no GPU here')\n")
+    # a thread a fork leaves behind safely, as pyarrow's jemalloc purger that PyG's import starts (PR_SET_NAME: 15)
+    (tmp_path / "purger_net.py").write_text("import ctypes, threading\nSTOP, NAMED = threading.Event(), threading.Event()\n"
+                                            "def run():\n    ctypes.CDLL(None).prctl(15, b'jemalloc_bg_thd', 0, 0, 0)\n"
+                                            "    NAMED.set()\n    STOP.wait()\n"
+                                            "T = threading.Thread(target=run, daemon=True)\nT.start()\nNAMED.wait(10)\n"
+                                            "def make(**kw): ...\n")
     config = agent.forked_ranks(config_from_args)
 
     def entry(model: str):
@@ -228,6 +235,8 @@ def test_the_agent_imports_a_users_model_module_for_its_ranks_unless_it_starts_a
         assert entry("broken_net:make") is agent.program and "broken_net" not in sys.modules
         assert entry("threaded_net:make") == sys.executable  # torchrun's own: fresh interpreters
         stop(sys.modules["threaded_net"])
+        assert entry("purger_net:make") is agent.program
+        stop(sys.modules["purger_net"])
         assert entry("sage") is agent.program
         sys.modules.pop("plain_net")
         assert script("plain_net", "json") is agent.program and "plain_net" in sys.modules
