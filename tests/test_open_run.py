@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ from moment.errors import MomentError
 from moment.io.diskstats import block_device
 from moment.runtime import agent
 from moment.runtime.run import SUMMARY_PREFIX
+from conftest import shared_dir
 from runtime_data import REPO, make_dataset, make_layout, torchrun
 
 
@@ -473,8 +475,22 @@ def test_the_example_script_trains_exactly_as_moment_train_and_as_fast(example_l
     assert min(abs(r - 1) for r in tries) <= 0.2, f"example / moment train CPU per epoch: {tries}"
 
 
+#: the 2-rank scenarios of tests/open_run_ranks.py that one launch runs, one after the other in the same ranks (one
+#: torch start-up for them all, ~2.5 CPU-s each launch): vanish last, as its rank 1 exits
+SCRIPT_SCENARIOS = ["own-group", "uneven", "untracked", "skipped", "spare-head", "evaluate-alone", "take-turns",
+                    "bad-output", "abandon", "vanish"]
+
+
+@pytest.fixture(scope="session")
+def script_ranks(runtime_layout, tmp_path_factory) -> Path:
+    """One launch of open_run_ranks.py's SCRIPT_SCENARIOS: OUT/<SCENARIO>/rank<R>.json, read by the tests that
+    check them (three launches, one per test, took 11.5 CPU-s; one takes 5.8)."""
+    return shared_dir(tmp_path_factory, "open-run-ranks", lambda d: torchrun(
+        [",".join(SCRIPT_SCENARIOS), str(runtime_layout), str(d)], script=REPO / "tests" / "open_run_ranks.py"))
+
+
 @pytest.mark.slow
-def test_a_rank_that_stops_early_or_looks_up_less_still_serves_the_others(runtime_layout, runtime_dataset, tmp_path):
+def test_a_rank_that_stops_early_or_looks_up_less_still_serves_the_others(runtime_dataset, script_ranks):
     """Rank 1 breaks out of its train loader after one batch and makes 2 lookups to rank 0's 5: the exchange
     serves rank 0 to its end (every row exact), and close() waits for every rank. In a process group the script
     made (own-group) the run uses it and leaves it to the script. One launch runs both, own-group first (its
@@ -486,18 +502,17 @@ def test_a_rank_that_stops_early_or_looks_up_less_still_serves_the_others(runtim
     late: rank 0 meets it in the new group, not at the closed one's address (it waited in gloo's connect for ever).
     Then both ranks train an epoch and rank 0 alone evaluates and looks rows up while rank 1 waits at a barrier
     (PyG's multi-GPU examples test on rank 0 so): it reads the peer's rows itself (it waited in a round for ever).
-    Last, loaders taking turns (open_run_ranks.take_turns)."""
+    Then loaders taking turns (open_run_ranks.take_turns); the launch goes on with the scenarios of the tests
+    after it (script_ranks)."""
     scenarios = ["own-group", "uneven"]
-    torchrun([",".join([*scenarios, "untracked", "skipped", "spare-head", "evaluate-alone", "take-turns"]),
-              str(runtime_layout), str(tmp_path)],
-             script=REPO / "tests" / "open_run_ranks.py")
+    out = script_ranks
     # loaders and lookups inside a train loop, zip, a train iterator left part-way (no budget: each waited for
     # ever), with the peer tier's rounds and DDP's all-reduces: every row exact, every train batch read once
     for r in range(2):
-        got = json.loads((tmp_path / "take-turns" / f"rank{r}.json").read_text())
+        got = json.loads((out / "take-turns" / f"rank{r}.json").read_text())
         assert "error" not in got and got["bad_rows"] == 0 and got["batches"] == got["want"] > 0, got
         assert got["summary"]["tier_rows"]["peer"] > 0 and got["val_batches"] > 0, got
-    r0, r1 = (json.loads((tmp_path / "evaluate-alone" / f"rank{r}.json").read_text()) for r in range(2))
+    r0, r1 = (json.loads((out / "evaluate-alone" / f"rank{r}.json").read_text()) for r in range(2))
     assert "error" not in r0 and "error" not in r1 and r0["bad_rows"] == r1["bad_rows"] == 0, (r0, r1)
     assert r0["batches"] == r1["batches"] > 0 and r0["val_batches"] > 0 and "val_batches" not in r1, (r0, r1)
     assert r0["inferred"] == -(-runtime_dataset.num_nodes // 2), r0  # every other node (rank 0's), alone
@@ -508,18 +523,18 @@ def test_a_rank_that_stops_early_or_looks_up_less_still_serves_the_others(runtim
     assert r0["summary"]["tier_rows"]["peer"] > 0 and r0["alone_rows"]["peer"] == 0, r0
     assert r0["alone_rows"]["ssd"] + r0["alone_rows"]["cpu"] > 0, r0
     for r in range(2):
-        got = json.loads((tmp_path / "untracked" / f"rank{r}.json").read_text())
+        got = json.loads((out / "untracked" / f"rank{r}.json").read_text())
         assert got["steps"] >= 1 and "run.track was called for 0 steps on one rank and " in got.get("error", ""), got
         # the script's own DDP, rank 0 skipping one track: the counts, not a NaN loss read from a short all-reduce
-        got = json.loads((tmp_path / "skipped" / f"rank{r}.json").read_text())
+        got = json.loads((out / "skipped" / f"rank{r}.json").read_text())
         n = got["steps"]
         assert f"run.track was called for {n - 1} steps on one rank and {n} on another" in got.get("error", ""), got
         # a model with a head its loss does not use, in run.ddp with DDP's find_unused_parameters: it trains
-        got = json.loads((tmp_path / "spare-head" / f"rank{r}.json").read_text())
+        got = json.loads((out / "spare-head" / f"rank{r}.json").read_text())
         assert "error" not in got and got["steps"] > 1 and got["summary"]["steps"] == got["steps"], got
         assert got["refused"].startswith("run.ddp(module, device_ids=): the run sets the device"), got
     for scenario in scenarios:
-        r0, r1 = (json.loads((tmp_path / scenario / f"rank{r}.json").read_text()) for r in range(2))
+        r0, r1 = (json.loads((out / scenario / f"rank{r}.json").read_text()) for r in range(2))
         assert r0["batches"] > 1 and r1["batches"] == 1, scenario
         assert r0["bad_rows"] == r1["bad_rows"] == 0 and "error" not in r0 and "error" not in r1, (scenario, r0, r1)
         assert r0["summary"]["tier_rows"]["peer"] > 0, scenario  # rows did come from the other rank
@@ -543,16 +558,16 @@ def test_ranks_a_script_starts_itself_are_its_groups_ranks(runtime_layout, tmp_p
 
 
 @pytest.mark.slow
-def test_a_rank_that_exits_without_closing_is_a_moment_error_on_the_others(runtime_layout, tmp_path):
+def test_a_rank_that_exits_without_closing_is_a_moment_error_on_the_others(script_ranks):
     """A rank that exits (vanish), or abandons the run in its loop, closes the loader and lingers 4 s (abandon): the
     others hear it as Moment's error, from the rank that abandoned at once (its loader's close neither serves nor
-    raises; its group's connections close RETIRE_S after, not at its exit)."""
-    torchrun(["abandon,vanish", str(runtime_layout), str(tmp_path)], script=REPO / "tests" / "open_run_ranks.py")
+    raises; its group's connections close RETIRE_S after, not at its exit). The last two of script_ranks' launch."""
+    out = script_ranks
     for scenario in ("abandon", "vanish"):
-        r0 = json.loads((tmp_path / scenario / "rank0.json").read_text())
+        r0 = json.loads((out / scenario / "rank0.json").read_text())
         assert "another rank left the run" in r0["error"] and "run.close()" in r0["error"], (scenario, r0)
         assert "gloo" not in r0["error"].lower() and "Connection" not in r0["error"], (scenario, r0)
-    r0, r1 = (json.loads((tmp_path / "abandon" / f"rank{r}.json").read_text()) for r in range(2))
+    r0, r1 = (json.loads((out / "abandon" / f"rank{r}.json").read_text()) for r in range(2))
     assert r0["batches"] >= 1 and r0["heard_s"] < 3.5 and "close_error" not in r1, (r0, r1)
 
 
@@ -571,21 +586,22 @@ def test_a_rank_that_exits_without_closing_after_training_is_a_moment_error_in_e
 
 
 @pytest.mark.slow
-def test_a_write_whose_scores_are_wrong_on_one_rank_is_the_same_error_on_every_rank(runtime_layout, tmp_path):
+def test_a_write_whose_scores_are_wrong_on_one_rank_is_the_same_error_on_every_rank(script_ranks):
     """Rank 1 alone gives scores of the wrong width, or NaN for a node before rank 0's (the first in the pass's
-    order is named), or embeddings of another width at its second batch, or wider than rank 0's: both ranks raise the same MomentError at the block's gather (rank 1 raising alone left rank 0
-    in it), and no file is written."""
+    order is named), or embeddings of another width at its second batch, or wider than rank 0's: both ranks raise
+    the same MomentError at the block's gather (rank 1 raising alone left rank 0 in it), and no file is written
+    (script_ranks' launch)."""
     from open_run_ranks import BAD_OUTPUT
 
-    torchrun(["bad-output", str(runtime_layout), str(tmp_path)], script=REPO / "tests" / "open_run_ranks.py")
-    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2))
+    out = script_ranks / "bad-output"
+    r0, r1 = (json.loads((out / f"rank{r}.json").read_text()) for r in range(2))
     assert r0["errors"] == r1["errors"] and set(r0["errors"]) == {name for name, _, _ in BAD_OUTPUT}, (r0, r1)
     assert "gave [64, 20], expected the seeds' logits [64, 4] (num_classes)" in r0["errors"]["width"], r0
     assert "gave logits that are not finite (NaN or infinite) for node 5:" in r0["errors"]["nan"], r0
     assert r0["errors"]["ragged"].startswith("write_embeddings: embed(batch) gave rows 4 wide after 3"), r0
     assert r0["errors"]["ranks-widths"].startswith("the ranks' rows differ in width (rank 0's 3 wide, rank 1's 5 "
                                                    "wide)"), r0
-    assert not list(tmp_path.glob("*.npy")) and not list(tmp_path.glob("*.csv")), list(tmp_path.iterdir())
+    assert not list(out.glob("*.npy")) and not list(out.glob("*.csv")), list(out.iterdir())
 
 
 def test_a_script_builds_and_trains_the_built_in_model_through_the_public_api(runtime_layout):
