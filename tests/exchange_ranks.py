@@ -1,8 +1,10 @@
-"""One member of tests/test_exchange.py's 2-rank exchange (gloo, a FileStore), with chunks small enough that
-a round takes several: every row the sink receives is checked against the owner's rows, and what the
-member saw is written as JSON.
+"""The members of tests/test_exchange.py's 2-rank exchange (gloo, a FileStore), with chunks small enough that
+a round takes several: every row the sink receives is checked against the owner's rows, and what each
+member saw is written as JSON. The members are forked from this process once it has imported torch (one torch
+start-up, ~1.8 CPU-s, instead of one per member), as tests/spawned_ranks.py's; it exits 1 when one failed,
+ending the others (which would wait on it).
 
-    python tests/exchange_ranks.py RANK WORLD STORE_FILE OUT_DIR CHUNK_ROWS [BACKEND]
+    python tests/exchange_ranks.py WORLD STORE_FILE OUT_DIR CHUNK_ROWS [BACKEND]
 
 BACKEND is gloo (the default, on CPU) or nccl (rank r on cuda:r). The rounds run on the world group, as the
 runtime's do. With WORLD 3, ranks 0 and 2 exchange as members of one exchange while rank 1 is the only
@@ -17,7 +19,10 @@ of one exchange on one member while the other runs another's.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
+import traceback
 from pathlib import Path
 
 import numpy as np
@@ -70,9 +75,36 @@ def check(ex: RowExchange, want: list[np.ndarray], serve, state: int = ACTIVE,
 
 
 def main() -> int:
-    rank, world, store_file, out, chunk = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], Path(sys.argv[4]), \
-        int(sys.argv[5])
-    backend = sys.argv[6] if len(sys.argv) > 6 else "gloo"
+    world = int(sys.argv[1])
+    pids = []
+    for rank in range(world):
+        pid = os.fork()
+        if pid == 0:  # a member: its exit status is its own, however it ends
+            code = 1
+            try:
+                code = member(rank, world, *sys.argv[2:])
+            except SystemExit as e:
+                print(f"rank {rank}: {e}", file=sys.stderr)
+            except BaseException:  # noqa: BLE001 - said, then this member's exit status
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        pids.append(pid)
+    failed = 0
+    while pids:
+        pid, status = os.wait()
+        pids.remove(pid)
+        if status and not failed:  # the others would wait for it in a round for ever
+            failed = 1
+            for other in pids:
+                os.kill(other, signal.SIGKILL)
+    return failed
+
+
+def member(rank: int, world: int, store_file: str, out: str, chunk: str, backend: str = "gloo") -> int:
+    out, chunk = Path(out), int(chunk)
     exchange.CHUNK_BYTES = chunk * int(np.prod(ROW)) * 4  # chunks of `chunk` rows
     device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
     if backend == "nccl":

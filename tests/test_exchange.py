@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -129,18 +130,21 @@ def test_a_round_holds_at_most_two_chunks_whatever_the_batch_asks():
 
 
 def _members(tmp_path: Path, world: int, chunk: int, backend: str = "gloo") -> list[dict]:
-    """tests/exchange_ranks.py on `world` processes (a FileStore); each one's report."""
+    """tests/exchange_ranks.py's `world` members (a FileStore), forked from one process; each one's report."""
     store = tmp_path / "store"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    procs = [subprocess.Popen([sys.executable, str(REPO / "tests" / "exchange_ranks.py"), str(r), str(world),
-                               str(store), str(tmp_path), str(chunk), backend], cwd=REPO, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(world)]
+    # its own process group: on a timeout the members go down with it
+    p = subprocess.Popen([sys.executable, str(REPO / "tests" / "exchange_ranks.py"), str(world), str(store),
+                          str(tmp_path), str(chunk), backend], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        outs = [p.communicate(timeout=120) for p in procs]
+        _, err = p.communicate(timeout=120)
     finally:
-        for p in procs:
-            p.kill()
-    assert all(p.returncode == 0 for p in procs), [o[1][-3000:] for o in outs]
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:  # every member gone already
+            pass
+    assert p.returncode == 0, err[-3000:]
     return [json.loads((tmp_path / f"rank{i}.json").read_text()) for i in range(world)]
 
 
