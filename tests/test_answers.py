@@ -43,11 +43,37 @@ def kept(tmp_path, monkeypatch):
 
 
 def run(args: list[str], **env: str) -> tuple[int, str, str, bool]:
-    """(exit code, stdout, stderr without the last line, whether the planner was loaded)."""
+    """(exit code, stdout, stderr without the last line, whether the planner was loaded): `moment ARGS` in a fresh
+    process, for what only a process shows (the planner's modules not imported, two processes at once)."""
     r = subprocess.run([sys.executable, "-c", _RUN, *args], capture_output=True, text=True, timeout=300,
                        env={**os.environ, **env})
     *err, last = r.stderr.rstrip("\n").split("\n")
     return r.returncode, r.stdout, "\n".join(err), last == "planner-loaded"
+
+
+@pytest.fixture
+def ask(kept, monkeypatch, capsys):
+    """`run` in this process (each start-up and planner import cost a subprocess ~0.4 CPU-s): (exit code, stdout,
+    stderr, whether the command ran, i.e. solved, rather than printing a kept answer)."""
+    ran = []
+    real = cli._run
+
+    def spy(argv):
+        ran.append(argv)
+        return real(argv)
+
+    monkeypatch.setattr(cli, "_run", spy)
+
+    def ask(args: list[str], **env: str) -> tuple[int, str, str, bool]:
+        capsys.readouterr()
+        with monkeypatch.context() as m:
+            for name, value in env.items():
+                m.setenv(name, value)
+            del ran[:]
+            code = cli.main(list(args))
+        out, err = capsys.readouterr()
+        return code, out, err.rstrip("\n"), bool(ran)
+    return ask
 
 
 def solved(out: str) -> dict:
@@ -97,84 +123,84 @@ def test_the_second_ask_prints_the_first_answer_without_loading_the_planner(kept
     assert len(list(kept.glob("*.json"))) == 2
 
 
-def test_a_comparison_is_kept_too_and_its_profiles_files_checked(kept, tmp_path):
+def test_a_comparison_is_kept_too_and_its_profiles_files_checked(kept, ask, tmp_path):
     profile = tmp_path / "work" / "m.yaml"
     profile.write_text((PROFILE_DIR / "paper-machine-b.yaml").read_text())
     args = ["compare", "paper-machine-a", "m.yaml", "--gpus", "2", "--ssds", "4", "--json"]
-    code, first, err, loaded = run(args)
+    code, first, err, loaded = ask(args)
     assert (code, err, loaded) == (0, "", True) and len(json.loads(first)) == 2
-    assert run(args)[1:] == (first, "", False)
+    assert ask(args)[1:] == (first, "", False)
     profile.write_text(profile.read_text().replace("name: paper-machine-b", "name: machine-m"))
-    code, out, _, loaded = run(args)
+    code, out, _, loaded = ask(args)
     assert (code, loaded) == (0, True) and len(json.loads(out)) == 2  # solved again, not the kept answer
 
 
-def test_advice_is_kept_and_given_again_when_its_price_file_changes(kept, tmp_path):
+def test_advice_is_kept_and_given_again_when_its_price_file_changes(kept, ask, tmp_path):
     prices = tmp_path / "work" / "prices.yaml"
     prices.write_text("devices:\n  P5510: {price_usd: 1000, date: 2025-01, source: me}\n")
     args = ["advise", "--profile", "paper-machine-b", "--budget", "60000", "--models", "A100-PCIe-40GB,P5510",
-            "--prices", "prices.yaml", "--json", "--jobs", "1"]
-    code, first, err, loaded = run(args)
+            "--prices", "prices.yaml", "--json", "--jobs", "1", "--max-gpus", "2", "--max-ssds", "4"]  # (small: 1.4 -> 0.4 CPU-s)
+    code, first, err, loaded = ask(args)
     assert (code, err, loaded) == (0, "", True)
-    assert run(args)[1:] == (first, "", False)
+    assert ask(args)[1:] == (first, "", False)
     prices.write_text("devices:\n  P5510: {price_usd: 9000, date: 2025-01, source: me}\n")
-    code, out, _, loaded = run(args)
+    code, out, _, loaded = ask(args)
     assert (code, loaded) == (0, True) and out != first  # dearer SSDs: other advice, not the kept one
 
 
-def test_a_changed_input_file_is_solved_again(kept, tmp_path):
+def test_a_changed_input_file_is_solved_again(kept, ask, tmp_path):
     profile = tmp_path / "work" / "m.yaml"
     profile.write_text((PROFILE_DIR / "paper-machine-b.yaml").read_text())
     args = ["plan", "--profile", "m.yaml", "--gpus", "2", "--ssds", "4", "--json"]
-    first = run(args)
+    first = ask(args)
     assert first[0] == 0 and first[3]
-    assert run(args)[1:] == (first[1], "", False)
+    assert ask(args)[1:] == (first[1], "", False)
     # the same file renamed inside: the kept answer would name the old machine
     profile.write_text(profile.read_text().replace("name: paper-machine-b", "name: machine-m"))
-    code, out, _, loaded = run(args)
+    code, out, _, loaded = ask(args)
     assert (code, loaded) == (0, True)
     assert json.loads(out)["machine"] == "machine-m" != json.loads(first[1])["machine"]
     # removed: the error, not a kept answer
     profile.unlink()
-    code, out, err, _ = run(args)
+    code, out, err, _ = ask(args)
     assert code == 2 and out == "" and "m.yaml" in err
 
 
-def test_a_changed_calibration_is_solved_again(kept, tmp_path):
+def test_a_changed_calibration_is_solved_again(kept, ask, tmp_path):
     cal = tmp_path / "work" / "cal.yaml"
     cal.write_text("fitted_on: x\nfitted: []\nparams: {socket_link: 0.9}\n")
     args = [*PLAN, "--calibration", "cal.yaml"]
-    code, first, _, loaded = run(args)
+    code, first, _, loaded = ask(args)
     assert (code, loaded) == (0, True) and json.loads(first)["calibration"]["params"]["socket_link"] == 0.9
-    assert run(args)[1:] == (first, "", False)
+    assert ask(args)[1:] == (first, "", False)
     cal.write_text("fitted_on: x\nfitted: []\nparams: {socket_link: 0.5}\n")
-    code, out, _, loaded = run(args)
+    code, out, _, loaded = ask(args)
     assert (code, loaded) == (0, True) and json.loads(out)["calibration"]["params"]["socket_link"] == 0.5
 
 
-def test_a_file_that_now_shadows_a_builtin_name_is_solved_again(kept, tmp_path):
+def test_a_file_that_now_shadows_a_builtin_name_is_solved_again(kept, ask, tmp_path):
     args = ["plan", "--profile", "paper-machine-b", "--gpus", "2", "--ssds", "4", "--json"]
-    assert run(args)[0] == 0
+    assert ask(args)[0] == 0
     (tmp_path / "work" / "paper-machine-b").write_text(
         (PROFILE_DIR / "paper-machine-b.yaml").read_text().replace("name: paper-machine-b", "name: the-local-one"))
-    code, out, _, loaded = run(args)
+    code, out, _, loaded = ask(args)
     assert (code, loaded) == (0, True) and json.loads(out)["machine"] == "the-local-one"
 
 
-def test_a_changed_environment_or_working_directory_is_another_question(kept, tmp_path):
-    assert run(PLAN)[3] is True
-    assert run(PLAN, MOMENT_PROFILE_DIR=str(PROFILE_DIR))[3] is True
-    assert run(PLAN, COLUMNS="100")[3] is True
+def test_a_changed_environment_or_working_directory_is_another_question(kept, ask, tmp_path):
+    assert ask(PLAN)[3] is True
+    assert ask(PLAN, MOMENT_PROFILE_DIR=str(PROFILE_DIR))[3] is True
+    assert ask(PLAN, COLUMNS="100")[3] is True
     other = tmp_path / "elsewhere"
     other.mkdir()
     os.chdir(other)
-    assert run(PLAN)[3] is True
-    assert run(PLAN)[3] is False
+    assert ask(PLAN)[3] is True
+    assert ask(PLAN)[3] is False
 
 
 @pytest.mark.parametrize("damage", ["truncated", "edited answer", "not json", "empty", "directory"])
-def test_a_corrupt_entry_is_a_miss_and_is_replaced(kept, damage):
-    first = run(PLAN)
+def test_a_corrupt_entry_is_a_miss_and_is_replaced(kept, ask, damage):
+    first = ask(PLAN)
     (entry,) = kept.glob("*.json")
     text = entry.read_text()
     if damage == "truncated":
@@ -190,7 +216,7 @@ def test_a_corrupt_entry_is_a_miss_and_is_replaced(kept, damage):
     else:
         entry.unlink()
         entry.mkdir()
-    code, out, err, loaded = run(PLAN)
+    code, out, err, loaded = ask(PLAN)
     assert (code, err, loaded) == (0, "", True) and solved(out) == solved(first[1])
     if damage != "directory":
         assert json.loads(entry.read_text())["stdout"] == out  # replaced by the fresh answer
@@ -206,28 +232,28 @@ def test_an_entry_another_user_wrote_is_not_trusted(kept, monkeypatch):
     assert not answers.question(PLAN).replay(io.StringIO())
 
 
-def test_a_cache_that_cannot_be_written_keeps_nothing_and_says_nothing(kept):
+def test_a_cache_that_cannot_be_written_keeps_nothing_and_says_nothing(kept, ask):
     kept.parent.mkdir(parents=True)
     kept.write_text("a file where the answers' folder goes")  # as a read-only folder does, for root too
     for _ in range(2):
-        code, out, err, loaded = run(PLAN)
+        code, out, err, loaded = ask(PLAN)
         assert (code, err, loaded) == (0, "", True) and json.loads(out)["placement"]
     kept.unlink()
     kept.mkdir()
     kept.chmod(0o500)
     try:
         if not os.access(kept, os.W_OK):  # (root writes to it anyway)
-            code, out, err, loaded = run(PLAN)
+            code, out, err, loaded = ask(PLAN)
             assert (code, err, loaded) == (0, "", True) and not list(kept.iterdir())
     finally:
         kept.chmod(0o700)
 
 
-def test_failed_or_warning_runs_and_the_switch_off_keep_nothing(kept):
-    assert run(["plan", "--profile", "no-such-machine", "--gpus", "2"])[0] == 2
-    assert run(["plan", "--gpus", "2", "--ssds", "4", "--gpu-cache-share", "2"])[0] == 2
+def test_failed_or_warning_runs_and_the_switch_off_keep_nothing(kept, ask):
+    assert ask(["plan", "--profile", "no-such-machine", "--gpus", "2"])[0] == 2
+    assert ask(["plan", "--gpus", "2", "--ssds", "4", "--gpu-cache-share", "2"])[0] == 2
     assert not kept.exists() or not list(kept.glob("*.json"))
-    assert run(PLAN, MOMENT_ANSWERS="off")[0] == 0
+    assert ask(PLAN, MOMENT_ANSWERS="off")[0] == 0
     assert not kept.exists() or not list(kept.glob("*.json"))
 
 
