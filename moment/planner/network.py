@@ -179,6 +179,8 @@ class _Chassis:
     devices: list[_Dev]  # GPUs and SSDs already present
     counters: dict[Kind, int]  # existing devices per placeable kind (populate numbers after them)
     ssd_scale: float = 1.0  # effective / rated SSD read rate (a calibration's ssd_read)
+    #: `_useful`'s edges kept, by the network's shape (`_useful_of`)
+    useful: dict = field(default_factory=dict, repr=False, compare=False)
 
     @cached_property
     def fixed_edges(self) -> tuple[Edge, ...]:
@@ -291,7 +293,7 @@ def _assemble(ch: _Chassis, devices: list[_Dev], workload: WorkloadSpec, rest: R
         if shared and rest.gpus:
             counts.append((shared, float(max(0, rest.gpu_slots - rest.gpus))))
 
-    edges = _useful(edges, {s.id for s in storage}, is_gpu)
+    edges = _useful_of(ch, edges, {s.id for s in storage}, is_gpu)
     nodes = sorted({x for e in edges for x in (e.u, e.v)} | {s.id for s in storage} | is_gpu)
     return FlowNetwork(nodes=nodes, edges=edges, storage=storage, gpus=gpus, demand=demand,
                        gpu_cache_share=workload.gpu_cache_share, cpu_cache_share=workload.cpu_cache_share,
@@ -305,7 +307,25 @@ def distinct(a: np.ndarray) -> np.ndarray:
     return a[np.concatenate(([True], a[1:] != a[:-1]))] if len(a) else a
 
 
-def _useful(edges: list[Edge], sources: set[str], sinks: set[str]) -> list[Edge]:
+#: shapes `_useful_of` keeps per chassis (then it starts again): a few MB at most
+USEFUL_KEPT = 1 << 14
+
+
+def _useful_of(ch: _Chassis, edges: list[Edge], sources: set[str], sinks: set[str]) -> list[Edge]:
+    """`_useful` of a network of chassis `ch`, kept by its shape (the ends of the edges past the fixed ones, the
+    storage and the GPUs): the same slots holding the same kinds of device give the same edges to drop whatever the
+    models and the workload, and a listing search builds thousands of networks of a few hundred shapes (the
+    pruning was a third of building a network)."""
+    key = (tuple([(e.u, e.v) for e in edges[len(ch.fixed_edges):]]), frozenset(sources), frozenset(sinks))
+    keep = ch.useful.get(key)
+    if keep is None:
+        if len(ch.useful) >= USEFUL_KEPT:
+            ch.useful.clear()
+        keep = ch.useful[key] = _useful(edges, sources, sinks)
+    return list(compress(edges, keep))
+
+
+def _useful(edges: list[Edge], sources: set[str], sinks: set[str]) -> list[bool]:
     """Drop edges no simple storage -> GPU path can use: an edge into a node whose only way on is
     straight back (a dead end, e.g. the downlink of an SSD's slot), or out of a node whose only way
     in came from there. Repeated until nothing changes, so whole empty subtrees go.
@@ -332,7 +352,7 @@ def _useful(edges: list[Edge], sources: set[str], sinks: set[str]) -> list[Edge]
         if not drop.any():
             break
         live &= ~drop
-    return list(compress(edges, live.tolist()))
+    return live.tolist()  # (which edges to keep)
 
 
 def build_network(topo: Topology, workload: WorkloadSpec) -> FlowNetwork:
