@@ -45,6 +45,9 @@ from moment.topology.model import Kind
 # Imports inside functions: the console and parent-watch set-up load only in a rank's entry point.
 
 AGREED_GRACE_S = 2.0  # a rank that leaves an agreed error to rank 0 exits this much later
+#: a rank that lost its connection to another exits this much later: torchrun names the first rank it sees exit
+#: (the lowest of those gone at one look), and the rank that failed is gone already
+LOST_GRACE_S = 1.0
 
 
 class Trainer:
@@ -519,6 +522,7 @@ def _say_lost() -> int:
     rank = os.environ.get("RANK", "0")
     Console(stderr=True, emoji=False).print(f"error (rank {rank}): lost the connection to another rank, " + _who_lost(),
                                             highlight=False, soft_wrap=True)
+    time.sleep(LOST_GRACE_S)  # rank 1 failing made rank 0 lose it: "rank 0 died" named the wrong rank
     return 1
 
 
