@@ -20,6 +20,10 @@ settings.register_profile("fuzz", derandomize=False, database=None)
 os.environ.pop("COLUMNS", None)
 # a command line asked twice runs twice (tests patch what it runs); tests/test_answers.py turns the kept answers on
 os.environ["MOMENT_ANSWERS"] = "off"
+# torch's OpenMP workers spin between parallel regions; with the suite's workers on every core that spinning takes
+# the cores the other processes wait for (a 1-rank CPU training run: 3-5 CPU-s spinning, 1.4 with them asleep).
+# Set before anything loads torch (libgomp reads it once), inherited by every process a test starts
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "moment"))
 
 # collection imports torch, PyG, torch._dynamo and hypothesis: with the collector paused until it ends (and all of
