@@ -12,12 +12,16 @@ this test), `source .venv/bin/activate` (checked instead: it names the environme
 test runs in), training lines when torch is not installed, `moment doctor --gpu` where CUDA exists
 (there it runs the GPU checks, for minutes; tests/test_gpucheck.py runs them on CPU), and a whole block
 when a tool it calls (lstopo, lspci, dmidecode, nvidia-smi, sudo) is not on this machine.
+A `moment data synth ... --out DIR` line writes DIR and nothing else, the same files for the same line: it runs
+once per session, and each page that gives that line gets a copy of what it wrote (four pages build the same
+100k-node dataset).
 
 Every relative link of these files must name a file of the repository.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -31,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from conftest import shared_dir
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
@@ -42,6 +47,8 @@ _OPERATORS = {"&&", "||", "|", ";", "&", "(", ")"}
 _BUILTINS = {"wait", "cd", "export", "set", "true", "source", "."}
 _TORCH_LINE = re.compile(r"\btorchrun\b|\bmoment train\b|\bmoment\.train\b")
 _DOCTOR_LINE = re.compile(r"\bmoment doctor\b.*--gpu")
+#: a line whose only effect is the directory it names, the same for the same line (seeded): run once per session
+_SYNTH_LINE = re.compile(r"moment data synth [^;&|<>()]*--out (?P<out>[\w./-]+)")
 
 
 def _cuda_available() -> bool:
@@ -129,6 +136,28 @@ def _check_activation(cmd: str, where: str) -> None:
         assert (REPO / script).is_file(), f"{where}: {REPO / script} does not exist"
 
 
+_SYNTHESIZED: dict[str, Path] = {}  # this session's: a synth line -> the directory it ran in
+
+
+def _synth_once(tmp_path_factory, cmd: str, env: dict[str, str], work: Path, where: str) -> str:
+    """Runs `moment data synth ... --out DIR` (cmd) once per session, in a directory of its own, and copies its
+    DIR into `work`; returns what it printed."""
+    out = _SYNTH_LINE.fullmatch(cmd).group("out")
+
+    def build(d: Path) -> None:
+        r = subprocess.run(["bash", "-c", "set -eo pipefail\n" + cmd], cwd=d, env=env, text=True,
+                           capture_output=True, stdin=subprocess.DEVNULL, timeout=300)
+        assert r.returncode == 0, f"{where}: {cmd}\nexit {r.returncode}\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}"
+        (d / "printed.txt").write_text(r.stdout + r.stderr)
+
+    if cmd not in _SYNTHESIZED:  # (shared_dir builds again at each call outside pytest-xdist)
+        name = "readme-synth-" + hashlib.sha256(cmd.encode()).hexdigest()[:12]
+        _SYNTHESIZED[cmd] = shared_dir(tmp_path_factory, name, build)
+    d = _SYNTHESIZED[cmd]
+    shutil.copytree(d / out, work / out)
+    return (d / "printed.txt").read_text()
+
+
 def _name(page: Path) -> str:
     return str(page.relative_to(REPO))
 
@@ -166,7 +195,7 @@ def test_relative_links_name_files_of_the_repository(page):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("page", PAGES, ids=_name)
-def test_page_runs_as_written(page, tmp_path):
+def test_page_runs_as_written(page, tmp_path, tmp_path_factory):
     name = _name(page)
     blocks = parse_blocks(page.read_text(), name)
     work = tmp_path / "work"
@@ -207,6 +236,10 @@ def test_page_runs_as_written(page, tmp_path):
                 continue
             if _TORCH_LINE.search(cmd) and not has_torch:
                 skipped.append(f"{where}: {cmd!r} (torch is not installed)")
+                continue
+            if _SYNTH_LINE.fullmatch(cmd):
+                outputs.append(_synth_once(tmp_path_factory, cmd, env, work, where))
+                ran += 1
                 continue
             r = subprocess.run(["bash", "-c", "set -eo pipefail\n" + cmd], cwd=work, env=env, text=True,
                                capture_output=True, stdin=subprocess.DEVNULL, timeout=300)
