@@ -102,14 +102,25 @@ def test_the_default_baseline_is_the_dataloader_with_both_readahead_settings(ben
     (["--loader-workers", "-1"], "error: --loader-workers must be at least 1, got -1"),
     (["--feed-rounds", "0"], "error: --feed-rounds must be at least 1, got 0"),
 ])
-def test_bad_arguments_are_one_line_before_anything_is_built(tmp_path, argv, said):
+def test_bad_arguments_are_one_line_before_anything_is_built(bench_epoch, tmp_path, capsys, argv, said):
+    """Each refusal is a MomentError from `main` (which the script prints as `error: ...`, exit 2: the next
+    test runs the script itself), raised before anything is built or printed."""
     cache = tmp_path / "cache"
-    env = dict(os.environ)
-    r = subprocess.run([sys.executable, str(REPO / "bench" / "epoch.py"), *argv, "--cache-dir", str(cache)],
-                       capture_output=True, text=True, env=env, timeout=120, check=False)
-    assert r.returncode == 2, r.stderr
-    assert r.stderr.startswith(said) and "Traceback" not in r.stderr, r.stderr
+    with pytest.raises(MomentError) as e:
+        bench_epoch.main([*argv, "--cache-dir", str(cache)])
+    assert f"error: {e.value}".startswith(said), e.value
+    assert capsys.readouterr() == ("", "")
     assert not cache.exists()  # nothing built for a run that cannot start
+
+
+def test_the_script_says_a_bad_argument_in_one_line_and_exits_2(tmp_path):
+    """The script's own process: a MomentError is one `error:` line on stderr, no traceback, exit status 2."""
+    cache = tmp_path / "cache"
+    r = subprocess.run([sys.executable, str(REPO / "bench" / "epoch.py"), "--sizes", "8000000", "--cache-dir",
+                        str(cache)], capture_output=True, text=True, env=dict(os.environ), timeout=120, check=False)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith("error: --sizes: cannot read '8000000'") and "Traceback" not in r.stderr, r.stderr
+    assert not cache.exists()
 
 
 @pytest.mark.slow
