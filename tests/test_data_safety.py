@@ -34,7 +34,7 @@ N = 5000
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
     """A small dataset, the tiny two-socket profile, a plan for it and saved hotness (fast `place`)."""
-    from moment.workload.hotness import presample
+    from moment.workload.hotness import heldout_reads, presample
     from moment.workload.synth import synthesize
 
     tmp = tmp_path_factory.mktemp("safety")
@@ -45,6 +45,7 @@ def env(tmp_path_factory):
     assert rc == 0, err
     (tmp / "plan.json").write_text(plan_json)
     presample(ds, [25, 10], 64, seed=0).save(tmp / "hot")
+    np.save(tmp / "heldout.npy", heldout_reads(ds, *HELDOUT))  # what each `place` child is given (`cli`)
     return {"tmp": tmp, "ds": ds, "prof": prof}
 
 
@@ -55,15 +56,26 @@ def place_args(env, out: Path, *extra, dataset: Path | None = None) -> list:
 
 
 #: `moment ARGS` on a file system without an atomic directory swap (renameat2 RENAME_EXCHANGE)
-_NO_EXCHANGE = ("import sys\nimport moment.outputs as o\no.exchange = lambda a, b: False\n"
-                "from moment.cli import main\nsys.exit(main(sys.argv[1:]))")
+_NO_EXCHANGE = "import moment.outputs as o\no.exchange = lambda a, b: False\n"
+#: the held-out sample (fan-outs, batch size, seed) of `env`'s hotness, which `place --hotness` draws
+HELDOUT = ([25, 10], 64, 0)
+#: `moment place` given `env`'s held-out sample, saved once, instead of drawing it again: the sampler's torch
+#: import and sampling were most of each child's ~1.3 CPU-s, and these tests are about what it writes
+_HELDOUT = ("import numpy as np\nimport moment.placement.api as api\n_h = np.load({path!r})\n"
+            "def _given(ds, fanouts, batch_size, seed, progress=None):\n"
+            f"    assert ([int(f) for f in fanouts], int(batch_size), int(seed)) == {HELDOUT!r}\n"
+            "    return _h\napi.heldout_reads = _given\n")
 
 
-def cli(args: list, env_vars: dict | None = None, wait: bool = True, exchange: bool = True):
+def cli(args: list, env_vars: dict | None = None, wait: bool = True, exchange: bool = True,
+        heldout: Path | None = None):
     """`python -m moment ARGS` as a real process (run from the repository, so it imports this tree);
-    `exchange=False`: as on a file system that cannot swap directories atomically."""
+    `exchange=False`: as on a file system that cannot swap directories atomically; `heldout`: a `place` is
+    given that saved held-out sample (`_HELDOUT`)."""
     e = {**os.environ, **(env_vars or {})}
-    cmd = [sys.executable, *(["-m", "moment"] if exchange else ["-c", _NO_EXCHANGE]), *map(str, args)]
+    pre = ("" if exchange else _NO_EXCHANGE) + ("" if heldout is None else _HELDOUT.format(path=str(heldout)))
+    code = f"import sys\n{pre}from moment.cli import main\nsys.exit(main(sys.argv[1:]))"
+    cmd = [sys.executable, *(["-c", code] if pre else ["-m", "moment"]), *map(str, args)]
     if not wait:
         return subprocess.Popen(cmd, cwd=REPO, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return subprocess.run(cmd, cwd=REPO, env=e, capture_output=True, text=True, timeout=180, check=False)
@@ -116,7 +128,8 @@ def test_overwrite_killed_at_each_commit_step_leaves_a_valid_layout(env, point, 
     ssd = ["--ssd-path", f"ssd1={m1}", "--ssd-path", f"ssd2={m2}"]
     rc, _, err = run(place_args(env, out, *ssd))
     assert rc == 0, err
-    r = cli(place_args(env, out, *ssd, "--overwrite", "--policy", "hash"), {testpoints.CRASH_ENV: point})
+    r = cli(place_args(env, out, *ssd, "--overwrite", "--policy", "hash"), {testpoints.CRASH_ENV: point},
+            heldout=t / "heldout.npy")
     assert r.returncode == -9, r.stderr  # SIGKILLed itself: no clean-up ran
     rc, o, err = run(["layout", "verify", out, "--json"])
     assert rc == 0 and json.loads(o)["ok"], err  # old or new, but complete, at LAYOUT
@@ -177,7 +190,8 @@ def test_a_layout_moved_away_keeps_its_shards_when_one_is_placed_where_it_was(en
     ssd = ["--ssd-path", f"ssd1={m1}", "--ssd-path", f"ssd2={m2}"]
     assert run(place_args(env, out, *ssd))[0] == 0
     out.rename(moved)
-    r = cli(place_args(env, out, *ssd, "--policy", "hash"), {testpoints.CRASH_ENV: "layout-written"})
+    r = cli(place_args(env, out, *ssd, "--policy", "hash"), {testpoints.CRASH_ENV: "layout-written"},
+            heldout=t / "heldout.npy")
     assert r.returncode == -9, r.stderr
     assert verify_layout(moved).ok
     rc, _, err = run(place_args(env, out, *ssd, "--policy", "degree"))
@@ -317,10 +331,10 @@ def test_train_refuses_another_dataset_of_the_same_size(env, capsys):
 # ---- 4. one writer per output ------------------------------------------------------------------------
 
 
-def paused(args: list, flag: Path, point: str = "locked") -> subprocess.Popen:
-    """Start `moment ARGS` and wait until it reaches the test point `point` (default: it holds its lock);
-    it then waits there for `flag` to go."""
-    p = cli(args, {testpoints.PAUSE_ENV: point, testpoints.PAUSE_FILE_ENV: str(flag)}, wait=False)
+def paused(args: list, flag: Path, point: str = "locked", heldout: Path | None = None) -> subprocess.Popen:
+    """Start `moment ARGS` (`heldout`: as `cli`'s) and wait until it reaches the test point `point` (default: it
+    holds its lock); it then waits there for `flag` to go."""
+    p = cli(args, {testpoints.PAUSE_ENV: point, testpoints.PAUSE_FILE_ENV: str(flag)}, wait=False, heldout=heldout)
     deadline = time.monotonic() + 120
     while not flag.exists():
         assert p.poll() is None, p.communicate()
@@ -333,7 +347,7 @@ def paused(args: list, flag: Path, point: str = "locked") -> subprocess.Popen:
 def test_second_place_on_the_same_out_is_refused_naming_the_holder(env):
     t = env["tmp"]
     out = t / "L-locked"
-    first = paused(place_args(env, out), t / "pause-place")
+    first = paused(place_args(env, out), t / "pause-place", heldout=t / "heldout.npy")
     try:  # the second, refused, in this process (only the first must be another: the lock's holder)
         code, said = here(place_args(env, out))
     finally:
