@@ -38,6 +38,32 @@ def packed(tmp_path_factory):
     return ds, layout, man, np.load(ds.file("features"))
 
 
+#: the pack the killed writers below write: (world_size, batch_size, fanouts, seed, epochs)
+KILLED = (1, 64, (5,), 0, 1)
+
+
+@pytest.fixture(scope="module")
+def sampled(packed, tmp_path_factory):
+    """The killed writers' batches, sampled once here: a child given them (`_GIVEN`) imports no torch and samples
+    nothing (that was most of each child's ~1.3 CPU-s), and what is tested is how it puts the pack in place."""
+    import pickle
+
+    ds, ranks, bs, fan, seed, epochs = packed[0], *KILLED
+    args = dict(seed=seed, epochs=epochs, rank=0, world_size=ranks)
+    f = tmp_path_factory.mktemp("sampled") / "traces.pickle"
+    f.write_bytes(pickle.dumps({"train": sample_trace(ds, fan, bs, **args),
+                                "val": sample_eval_trace(ds, fan, bs, split="val", **args)}))
+    return f
+
+
+#: child code: `moment.workload.trace`'s samplers return the `sampled` fixture's traces (for its arguments only)
+_GIVEN = ("import pickle\nimport moment.workload.trace as t\n_tr = pickle.loads(open({path!r}, 'rb').read())\n"
+          "def _given(dataset, fanouts, batch_size, *, split='train', seed, epochs, rank, world_size, progress=None):\n"
+          "    assert (world_size, batch_size, tuple(int(f) for f in fanouts), seed, epochs, rank) == "
+          f"{(*KILLED, 0)!r}\n"
+          "    return _tr[split]\nt.sample_trace = t.sample_eval_trace = _given\n")
+
+
 def _trace(ds, rank, epochs=2):
     return sample_trace(ds, FAN, BS, seed=SEED, epochs=epochs, rank=rank, world_size=2)
 
@@ -406,7 +432,7 @@ def test_layout_rm_removes_the_pack_with_the_layout(packed, tmp_path):
 
 
 @pytest.mark.slow
-def test_killed_pack_writer_leaves_the_old_pack_and_is_cleaned_up(packed, tmp_path):
+def test_killed_pack_writer_leaves_the_old_pack_and_is_cleaned_up(packed, sampled, tmp_path):
     import os
     import shutil
     import subprocess
@@ -414,7 +440,7 @@ def test_killed_pack_writer_leaves_the_old_pack_and_is_cleaned_up(packed, tmp_pa
 
     ds, layout, man, _ = packed
     copy = shutil.copytree(layout, tmp_path / "L")
-    code = ("import os, signal, sys\n"
+    code = ("import os, signal, sys\n" + _GIVEN.format(path=str(sampled)) +
             "import moment.placement.pack as p\n"
             "real = p._write_rank\n"
             "def die(*a, **k):\n"
@@ -440,9 +466,11 @@ def test_killed_pack_writer_leaves_the_old_pack_and_is_cleaned_up(packed, tmp_pa
     ("pack-written", True, False), ("pack-swapped", True, True),
     ("pack-old-moved", False, False), ("pack-swapped", False, True)])
 @pytest.mark.slow
-def test_killed_at_each_commit_step_the_old_or_the_new_pack_is_whole(packed, tmp_path, point, exchange, new):
+def test_killed_at_each_commit_step_the_old_or_the_new_pack_is_whole(packed, sampled, tmp_path, point, exchange,
+                                                                     new):
     """kill -9 while the new pack goes in place (an atomic swap, or two renames where the file system has
-    none): after the next writer's recovery the layout has the old pack or the new one, whole."""
+    none): after the next writer's recovery the layout has the old pack or the new one, whole. The writer is
+    given its batches (`sampled`)."""
     import os
     import shutil
     import subprocess
@@ -453,7 +481,7 @@ def test_killed_at_each_commit_step_the_old_or_the_new_pack_is_whole(packed, tmp
 
     ds, layout, man, _ = packed
     copy = shutil.copytree(layout, tmp_path / "L")
-    code = ("import moment.outputs as o\n"
+    code = (_GIVEN.format(path=str(sampled)) + "import moment.outputs as o\n"
             + ("" if exchange else "o.exchange = lambda a, b: False\n")
             + "import moment.placement.pack as p\nfrom moment.workload.graph import GraphDataset\n"
             f"p.write_pack({str(copy)!r}, GraphDataset.open({str(ds.path)!r}), world_size=1, batch_size=64, "
