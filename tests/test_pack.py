@@ -388,8 +388,19 @@ def test_a_folder_at_the_packs_place_that_is_not_a_pack_is_never_replaced(packed
     assert main(args) == 0 and load_pack(copy).batch_size == 128
 
 
-def test_cli_pack_json_and_overwrite(packed, tmp_path, capsys):
+def test_cli_pack_json_and_overwrite(packed, tmp_path, capsys, monkeypatch):
+    """--json, --overwrite and the refusals; under --memory-budget a fresh rank's and agent's sizes are stated (as
+    measured on a CPU-only torch: 2 MiB each alone, 330 MiB shared), not measured in a fresh interpreter importing
+    torch (2.2 CPU-s, moment.runtime.start_sizes, tested in test_run_plan): what this tests is the pack's budget."""
     import shutil
+
+    from moment.runtime import start_sizes as ss
+
+    monkeypatch.setattr(ss, "_start", lambda model=None: model)
+    monkeypatch.setattr(ss, "_collect", lambda model: (2 << 20, 2 << 20, 330 << 20))
+    monkeypatch.setattr(ss, "_write_record", lambda *a, **k: None)
+    monkeypatch.setattr(ss, "_ahead", {})
+    monkeypatch.setattr(ss, "_measured", {})
 
     ds, layout, man, _ = packed
     copy = tmp_path / "L"
