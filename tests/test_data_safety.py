@@ -68,12 +68,12 @@ _HELDOUT = ("import numpy as np\nimport moment.placement.api as api\n_h = np.loa
 
 
 def cli(args: list, env_vars: dict | None = None, wait: bool = True, exchange: bool = True,
-        heldout: Path | None = None):
+        heldout: Path | None = None, prelude: str = ""):
     """`python -m moment ARGS` as a real process (run from the repository, so it imports this tree);
     `exchange=False`: as on a file system that cannot swap directories atomically; `heldout`: a `place` is
-    given that saved held-out sample (`_HELDOUT`)."""
+    given that saved held-out sample (`_HELDOUT`); `prelude`: code the process runs first."""
     e = {**os.environ, **(env_vars or {})}
-    pre = ("" if exchange else _NO_EXCHANGE) + ("" if heldout is None else _HELDOUT.format(path=str(heldout)))
+    pre = ("" if exchange else _NO_EXCHANGE) + ("" if heldout is None else _HELDOUT.format(path=str(heldout))) + prelude
     code = f"import sys\n{pre}from moment.cli import main\nsys.exit(main(sys.argv[1:]))"
     cmd = [sys.executable, *(["-c", code] if pre else ["-m", "moment"]), *map(str, args)]
     if not wait:

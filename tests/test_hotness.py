@@ -107,14 +107,30 @@ def test_bad_arguments(ds: GraphDataset) -> None:
         presample(ds, [5], 10, num_batches=0)
 
 
+@pytest.fixture(scope="module")
+def two_batches(ds: GraphDataset, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Code that makes a child's `presample` return the 2-batch hotness sampled here once (for those arguments
+    only): the child imports no torch and samples nothing (most of its ~1.4 CPU-s), and the save is what is tested."""
+    import pickle
+
+    f = tmp_path_factory.mktemp("two") / "hot.pickle"
+    f.write_bytes(pickle.dumps(presample(ds, [5], 200, num_batches=2)))
+    return ("import pickle\nimport moment.workload.hotness as h\n"
+            f"_hot = pickle.loads(open({str(f)!r}, 'rb').read())\n"
+            "def _given(ds, fanouts, batch_size, *, epochs, num_batches, seed, progress=None):\n"
+            "    assert (list(fanouts), batch_size, epochs, num_batches, seed) == ([5], 200, 1, 2, 0)\n"
+            "    return _hot\nh.presample = _given\n")
+
+
 @pytest.mark.parametrize("point,exchange,survivor", [
     ("hotness-written", True, 1), ("hotness-swapped", True, 2),
     ("hotness-old-moved", False, 1), ("hotness-swapped", False, 2)])
 @pytest.mark.slow
-def test_a_killed_save_leaves_the_old_or_the_new_hotness_and_the_next_save_cleans_up(ds, tmp_path, point, exchange,
-                                                                                       survivor):
+def test_a_killed_save_leaves_the_old_or_the_new_hotness_and_the_next_save_cleans_up(ds, two_batches, tmp_path, point,
+                                                                                       exchange, survivor):
     """kill -9 at each step of putting the new hotness in place (with the file system's atomic swap, and
-    with two renames where it has none): the next writer finds the old or the new one whole."""
+    with two renames where it has none): the next writer finds the old or the new one whole. The killed
+    `moment data presample` is given its counts (`two_batches`)."""
     from test_data_safety import cli
 
     from moment import testpoints
@@ -123,7 +139,7 @@ def test_a_killed_save_leaves_the_old_or_the_new_hotness_and_the_next_save_clean
     out = tmp_path / "hot"
     presample(ds, [5], 200, num_batches=1).save(out)
     args = ["data", "presample", ds.path, "--fanouts", "5", "--batch-size", "200", "--num-batches", "2", "--out", out]
-    r = cli(args, {testpoints.CRASH_ENV: point}, exchange=exchange)
+    r = cli(args, {testpoints.CRASH_ENV: point}, exchange=exchange, prelude=two_batches)
     assert r.returncode == -9, r.stderr
     left = [p.name for p in tmp_path.iterdir() if p.name != ".hot.lock"]  # (a dead holder's lock blocks no one)
     assert len(left) == 2, left  # versions: at the path, under a temporary name, or set aside
