@@ -59,11 +59,17 @@ def place_args(env, out: Path, *extra, dataset: Path | None = None) -> list:
 _NO_EXCHANGE = "import moment.outputs as o\no.exchange = lambda a, b: False\n"
 #: the held-out sample (fan-outs, batch size, seed) of `env`'s hotness, which `place --hotness` draws
 HELDOUT = ([25, 10], 64, 0)
-#: `moment place` given `env`'s held-out sample, saved once, instead of drawing it again: the sampler's torch
-#: import and sampling were most of each child's ~1.3 CPU-s, and these tests are about what it writes
-_HELDOUT = ("import numpy as np\nimport moment.placement.api as api\n_h = np.load({path!r})\n"
+
+
+def given_heldout(path: Path, key: tuple = HELDOUT) -> str:
+    """Child code: `place` takes the held-out reads saved at `path` (an .npy), drawn for `key` (fan-outs, batch
+    size, seed), instead of sampling them; a place asking for another sample fails. Why: the sampler's torch
+    import and sampling were most of a killed `place` child's ~1.3 CPU-s, and those tests are about what it
+    writes."""
+    return ("import numpy as np\nimport moment.placement.api as api\n"
+            f"_h = np.load({str(path)!r})\n"
             "def _given(ds, fanouts, batch_size, seed, progress=None):\n"
-            f"    assert ([int(f) for f in fanouts], int(batch_size), int(seed)) == {HELDOUT!r}\n"
+            f"    assert ([int(f) for f in fanouts], int(batch_size), int(seed)) == {tuple(key)!r}\n"
             "    return _h\napi.heldout_reads = _given\n")
 
 
@@ -71,9 +77,9 @@ def cli(args: list, env_vars: dict | None = None, wait: bool = True, exchange: b
         heldout: Path | None = None, prelude: str = ""):
     """`python -m moment ARGS` as a real process (run from the repository, so it imports this tree);
     `exchange=False`: as on a file system that cannot swap directories atomically; `heldout`: a `place` is
-    given that saved held-out sample (`_HELDOUT`); `prelude`: code the process runs first."""
+    given that saved held-out sample (`given_heldout`); `prelude`: code the process runs first."""
     e = {**os.environ, **(env_vars or {})}
-    pre = ("" if exchange else _NO_EXCHANGE) + ("" if heldout is None else _HELDOUT.format(path=str(heldout))) + prelude
+    pre = ("" if exchange else _NO_EXCHANGE) + ("" if heldout is None else given_heldout(heldout)) + prelude
     code = f"import sys\n{pre}from moment.cli import main\nsys.exit(main(sys.argv[1:]))"
     cmd = [sys.executable, *(["-c", code] if pre else ["-m", "moment"]), *map(str, args)]
     if not wait:

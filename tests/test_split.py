@@ -382,25 +382,28 @@ def test_a_machines_layout_records_its_split(split_layout):
 @pytest.mark.slow
 def test_a_split_killed_while_it_is_written_leaves_the_old_one_whole(split_layout, runtime_dataset, tmp_path, capsys):
     """kill -9 while machine m1's layout is written, then after the new split is swapped in: the old split, or the
-    new one, complete at SPLIT; the next write (here, in this process) cleans up what the killed one left."""
-    import os
-    import subprocess
-    import sys
+    new one, complete at SPLIT; the next write (here, in this process) cleans up what the killed one left. Its
+    hotness and held-out sample are sampled here once and given to each (`given_heldout`): a child drawing them
+    imported torch and sampled, most of its ~1.5 CPU-s, before the write under test."""
+    from test_data_safety import cli, given_heldout
 
     from moment import testpoints
+    from moment.workload.hotness import heldout_reads, presample
 
+    key = ([25, 10], 256, 0)  # the hotness's fan-outs, batch size and seed: its held-out sample's
+    presample(runtime_dataset, key[0], key[1], seed=key[2]).save(tmp_path / "hot")
+    np.save(tmp_path / "heldout.npy", heldout_reads(runtime_dataset, *key))
     s = shutil.copytree(split_layout, tmp_path / "S")
     old = sp.load_split(s).id
-    argv = [sys.executable, "-m", "moment", "place", "--dataset", str(runtime_dataset.path), "--profile",
-            "paper-machine-b", "--gpus", "2", "--ssds", "2", "--gpu-cache", "2%", "--cpu-cache", "5%", "--machines",
-            "2", "--replicate", "30%", "--out", str(s), "--overwrite", "--no-verify", "--json"]
-    env = dict(os.environ)
+    argv = ["place", "--dataset", str(runtime_dataset.path), "--profile", "paper-machine-b", "--gpus", "2", "--ssds",
+            "2", "--gpu-cache", "2%", "--cpu-cache", "5%", "--machines", "2", "--replicate", "30%", "--out", str(s),
+            "--hotness", str(tmp_path / "hot"), "--overwrite", "--no-verify", "--json"]
     for point in ("layout-written", "split-swapped"):
-        r = subprocess.run(argv, env={**env, testpoints.CRASH_ENV: point}, capture_output=True, text=True, timeout=300)
+        r = cli(argv, {testpoints.CRASH_ENV: point}, prelude=given_heldout(tmp_path / "heldout.npy", key))
         assert r.returncode == -9, r.stderr
         assert sp.verify_split(s).ok
         assert (sp.load_split(s).id == old) == (point == "layout-written")
-    assert main(argv[3:]) == 0, capsys.readouterr().err
+    assert main(argv) == 0, capsys.readouterr().err
     assert sp.verify_split(s).ok and not (tmp_path / "S.partial").exists() and not (tmp_path / "S.old").exists()
 
 
