@@ -71,9 +71,9 @@ def _parts(net: FlowNetwork, formulation: str, data: str = "planned") -> _Parts:
         raise ValueError(f"data must be one of {', '.join(DATA_PLACEMENTS)}, not {data!r}")
     part = None
     if formulation != "edges":
-        paths = _paths(net, None if formulation == "paths" else MAX_PATHS_PER_GPU)
-        if paths is not None:
-            part = _parts_paths(net, paths)
+        form = _path_form(net, None if formulation == "paths" else MAX_PATHS_PER_GPU)
+        if form is not None:
+            part = _parts_paths(net, form)
     part = part or _parts_edges(net)
     if data == "even":
         _fix_even(net, part)
@@ -150,16 +150,43 @@ class _PathsTo:
         return True
 
 
-def _parts_paths(net: FlowNetwork, paths: list[dict[int, list[list[int]]]]) -> _Parts:
+@dataclass(frozen=True)
+class _PathForm:
+    """The path form of one network shape (`_path_form`), its arrays read-only: the entries that carry a
+    GPU's share of the demand name that GPU (`lg`, `eg`; -1 where the entry is 1.0), the rest is the shape's."""
+
+    n_var: int
+    lr: np.ndarray  # load entries: edge, column, GPU
+    lc: np.ndarray
+    lg: np.ndarray
+    er: np.ndarray  # equality entries: row, column, GPU (its share negated)
+    ec: np.ndarray
+    eg: np.ndarray
+    b_eq: np.ndarray
+    zero_p: frozenset[int]
+
+
+def _path_form(net: FlowNetwork, cap: int | None) -> _PathForm | None:
+    """The path form's structure of `net` (None past `cap` paths a GPU), kept with its shape (`FlowNetwork.shape`:
+    the ends of its edges, its storage nodes and its GPUs): the paths and the columns they give depend on nothing
+    else, and a listing search builds thousands of networks of a few hundred shapes (the path search and the
+    columns were most of building an LP). A network built without a shape dict is searched each time."""
+    if net.shape is None:
+        paths = _paths(net, cap)
+        return None if paths is None else _make_path_form(len(net.storage), paths)
+    key = ("path form", cap)
+    if key not in net.shape:
+        paths = _paths(net, cap)
+        net.shape[key] = None if paths is None else _make_path_form(len(net.storage), paths)
+    return net.shape[key]
+
+
+def _make_path_form(S: int, paths: list[dict[int, list[list[int]]]]) -> _PathForm:
     """Path form: a (storage, GPU) pair with one route needs no column (its load is D_g p_s on
     every edge of the route); a pair with several routes gets one column per route. Equivalent to
     the edge form (any flow decomposes into simple paths plus cycles, and cycles only add load)."""
-    S = len(net.storage)
-    total = net.total_demand
-    # each GPU's share as a Python float: the lists below become arrays faster than lists of NumPy scalars
-    d = (np.array([net.demand[g] for g in net.gpus]) / total).tolist()
-    lr, lc, lv = [], [], []  # load matrix entries
-    er, ec, ev = [], [], []  # equality entries (sum of route columns = d_g p_s)
+    lr, lc, lg = [], [], []  # load matrix entries
+    er, ec, eg = [], [], []  # equality entries (sum of route columns = d_g p_s)
     zero_p: set[int] = set()
     n_var, n_eq = S + 1, 0
     for gi, found in enumerate(paths):
@@ -170,25 +197,35 @@ def _parts_paths(net: FlowNetwork, paths: list[dict[int, list[list[int]]]]) -> _
             elif len(routes) == 1:
                 lr += routes[0]
                 lc += [s] * len(routes[0])
-                lv += [d[gi]] * len(routes[0])
+                lg += [gi] * len(routes[0])
             else:
                 for route in routes:
                     lr += route
                     lc += [n_var] * len(route)
-                    lv += [1.0] * len(route)
+                    lg += [-1] * len(route)
                     er.append(n_eq)
                     ec.append(n_var)
-                    ev.append(1.0)
+                    eg.append(-1)
                     n_var += 1
                 er.append(n_eq)
                 ec.append(s)
-                ev.append(-d[gi])
+                eg.append(gi)
                 n_eq += 1
-    load = (np.array(lr, dtype=np.int64), np.array(lc, dtype=np.int64), np.array(lv, dtype=float))
-    eq = (np.array(er + [n_eq] * S, dtype=np.int64), np.array(ec + list(range(S)), dtype=np.int64),
-          np.array(ev + [1.0] * S))
-    b_eq = np.append(np.zeros(n_eq), 1.0)
-    return _finish(net, n_var, load, eq, b_eq, zero_p)
+    arrays = [np.array(lr, dtype=np.int64), np.array(lc, dtype=np.int64), np.array(lg, dtype=np.int64),
+              np.array(er + [n_eq] * S, dtype=np.int64), np.array(ec + list(range(S)), dtype=np.int64),
+              np.array(eg + [-1] * S, dtype=np.int64), np.append(np.zeros(n_eq), 1.0)]
+    for a in arrays:
+        a.flags.writeable = False
+    return _PathForm(n_var, *arrays, frozenset(zero_p))
+
+
+def _parts_paths(net: FlowNetwork, form: _PathForm) -> _Parts:
+    """The path form of `net` (`_make_path_form`) with its GPUs' shares of the demand."""
+    total = net.total_demand
+    d = np.array([net.demand[g] for g in net.gpus]) / total
+    lv = np.where(form.lg >= 0, d[form.lg], 1.0)
+    ev = np.where(form.eg >= 0, -d[form.eg], 1.0)
+    return _finish(net, form.n_var, (form.lr, form.lc, lv), (form.er, form.ec, ev), form.b_eq, form.zero_p)
 
 
 def _parts_edges(net: FlowNetwork) -> _Parts:
@@ -234,7 +271,8 @@ def _finish(net: FlowNetwork, n_var: int, load: tuple, eq: tuple, b_eq: np.ndarr
             zero_p: set[int]) -> _Parts:
     """Rows shared by both forms: load_e - c_e T <= 0 on finite edges, p_s - L_s T <= 0, tier caps; T in
     `unit` seconds (rates are shares of the demand a unit: the demand is counted `per` unit)."""
-    unit = _time_unit(net)
+    scale = _time_scale(net)
+    unit = _time_unit(net, scale)
     total = net.total_demand
     per = total / unit  # (exact: unit is a power of two)
     S, col_T = len(net.storage), len(net.storage)
@@ -284,8 +322,8 @@ def _finish(net: FlowNetwork, n_var: int, load: tuple, eq: tuple, b_eq: np.ndarr
         n_ub += 1
     bounds = np.zeros((n_var, 2))
     bounds[:, 1] = np.inf
-    bounds[:S, 1] = [0.0 if i in zero_p else net.share_cap(s) for i, s in enumerate(net.storage)]
-    obj = np.bincount(lc, weights=lv, minlength=n_var) * (FLOW_PENALTY * _time_scale(net) / unit)
+    bounds[:S, 1] = [0.0 if i in zero_p else c for i, c in enumerate(net.share_caps())]
+    obj = np.bincount(lc, weights=lv, minlength=n_var) * (FLOW_PENALTY * scale / unit)
     obj[col_T] = 1.0
     ub = (np.concatenate(r).astype(np.int64), np.concatenate(c).astype(np.int64), np.concatenate(v))
     return _Parts(n_var, obj, eq, b_eq, ub, np.concatenate(b_ub), bounds, load, unit)
@@ -404,10 +442,11 @@ def _too_slow(net: FlowNetwork) -> MomentError | None:
                             "or a --set: a link that slow is no link) or the workload's size (the epoch's reads)")
 
 
-def _time_unit(net: FlowNetwork) -> float:
+def _time_unit(net: FlowNetwork, scale: float | None = None) -> float:
     """The seconds one unit of the LP's T stands for: 1 within SECONDS_BAND, else the power of two nearest the
-    rough epoch time (a power of two: the coefficients scale without rounding)."""
-    scale = _time_scale(net)
+    rough epoch time (a power of two: the coefficients scale without rounding). `scale`: `_time_scale(net)`,
+    where the caller has it."""
+    scale = _time_scale(net) if scale is None else scale
     if SECONDS_BAND[0] <= scale <= SECONDS_BAND[1] or not math.isfinite(scale) or scale <= 0:
         return 1.0
     return math.ldexp(1.0, round(math.log2(scale)))

@@ -76,6 +76,9 @@ class FlowNetwork:
     # ({edge id: bytes/s of one device's link there}, most devices): the same for the edges into and
     # out of the sink that stands for GPUs not placed yet
     edge_counts: list[tuple[dict[str, float], float]] = field(default_factory=list)
+    #: where the LP keeps what depends only on this network's shape (`lp._path_form`), shared by the networks of
+    #: one chassis of that shape (`_useful_of`); None: kept nowhere
+    shape: dict | None = field(default=None, repr=False, compare=False)
     index: dict[str, int] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -88,10 +91,21 @@ class FlowNetwork:
     def share_cap(self, s: StorageNode) -> float:
         """Most of all accesses this storage node may serve: a GPU cache its proportional part of
         the GPU cache share, CPU memory the CPU share, an SSD anything."""
+        return self._share_cap(s, *self._caches())
+
+    def share_caps(self) -> list[float]:
+        """`share_cap` of every storage node, in order (the GPU caches counted once, not once a node)."""
+        caches = self._caches()
+        return [self._share_cap(s, *caches) for s in self.storage]
+
+    def _caches(self) -> tuple[float, int]:
+        """(total weight, count) of the GPU caches."""
+        caches = [x for x in self.storage if x.tier == TIER_GPU]
+        return sum(x.weight for x in caches), len(caches)
+
+    def _share_cap(self, s: StorageNode, total_w: float, n_caches: int) -> float:
         if s.tier == TIER_GPU:
-            caches = [x for x in self.storage if x.tier == TIER_GPU]
-            total_w = sum(x.weight for x in caches)
-            frac = s.weight / total_w if total_w > 0 else 1.0 / len(caches)
+            frac = s.weight / total_w if total_w > 0 else 1.0 / n_caches
             return self.gpu_cache_share * frac
         if s.tier == TIER_CPU:
             return self.cpu_cache_share
@@ -179,7 +193,7 @@ class _Chassis:
     devices: list[_Dev]  # GPUs and SSDs already present
     counters: dict[Kind, int]  # existing devices per placeable kind (populate numbers after them)
     ssd_scale: float = 1.0  # effective / rated SSD read rate (a calibration's ssd_read)
-    #: `_useful`'s edges kept, by the network's shape (`_useful_of`)
+    #: `_useful`'s edges kept, the network's nodes and the LP's shape dict, by the network's shape (`_useful_of`)
     useful: dict = field(default_factory=dict, repr=False, compare=False)
 
     @cached_property
@@ -293,11 +307,10 @@ def _assemble(ch: _Chassis, devices: list[_Dev], workload: WorkloadSpec, rest: R
         if shared and rest.gpus:
             counts.append((shared, float(max(0, rest.gpu_slots - rest.gpus))))
 
-    edges = _useful_of(ch, edges, {s.id for s in storage}, is_gpu)
-    nodes = sorted({x for e in edges for x in (e.u, e.v)} | {s.id for s in storage} | is_gpu)
+    edges, nodes, shape = _useful_of(ch, edges, {s.id for s in storage}, is_gpu)
     return FlowNetwork(nodes=nodes, edges=edges, storage=storage, gpus=gpus, demand=demand,
                        gpu_cache_share=workload.gpu_cache_share, cpu_cache_share=workload.cpu_cache_share,
-                       counts=counts, edge_counts=edge_counts)
+                       counts=counts, edge_counts=edge_counts, shape=shape)
 
 
 def distinct(a: np.ndarray) -> np.ndarray:
@@ -311,18 +324,23 @@ def distinct(a: np.ndarray) -> np.ndarray:
 USEFUL_KEPT = 1 << 14
 
 
-def _useful_of(ch: _Chassis, edges: list[Edge], sources: set[str], sinks: set[str]) -> list[Edge]:
-    """`_useful` of a network of chassis `ch`, kept by its shape (the ends of the edges past the fixed ones, the
-    storage and the GPUs): the same slots holding the same kinds of device give the same edges to drop whatever the
-    models and the workload, and a listing search builds thousands of networks of a few hundred shapes (the
-    pruning was a third of building a network)."""
+def _useful_of(ch: _Chassis, edges: list[Edge], sources: set[str], sinks: set[str]
+               ) -> tuple[list[Edge], list[str], dict]:
+    """`_useful` of a network of chassis `ch`, the network's nodes (sorted) and a dict for the LP's use
+    (`FlowNetwork.shape`), kept by its shape (the ends of the edges past the fixed ones, the storage and the GPUs):
+    the same slots holding the same kinds of device give the same edges to drop whatever the models and the
+    workload, and a listing search builds thousands of networks of a few hundred shapes (the pruning was a third
+    of building a network)."""
     key = (tuple([(e.u, e.v) for e in edges[len(ch.fixed_edges):]]), frozenset(sources), frozenset(sinks))
-    keep = ch.useful.get(key)
-    if keep is None:
+    got = ch.useful.get(key)
+    if got is None:
         if len(ch.useful) >= USEFUL_KEPT:
             ch.useful.clear()
-        keep = ch.useful[key] = _useful(edges, sources, sinks)
-    return list(compress(edges, keep))
+        keep = _useful(edges, sources, sinks)
+        nodes = sorted({x for e in compress(edges, keep) for x in (e.u, e.v)} | sources | sinks)
+        got = ch.useful[key] = (keep, tuple(nodes), {})
+    keep, nodes, shape = got
+    return list(compress(edges, keep)), list(nodes), shape
 
 
 def _useful(edges: list[Edge], sources: set[str], sinks: set[str]) -> list[bool]:
