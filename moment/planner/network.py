@@ -307,7 +307,7 @@ def _assemble(ch: _Chassis, devices: list[_Dev], workload: WorkloadSpec, rest: R
         if shared and rest.gpus:
             counts.append((shared, float(max(0, rest.gpu_slots - rest.gpus))))
 
-    edges, nodes, shape = _useful_of(ch, edges, {s.id for s in storage}, is_gpu)
+    edges, nodes, shape = _useful_of(ch, edges, [s.id for s in storage], gpus)
     return FlowNetwork(nodes=nodes, edges=edges, storage=storage, gpus=gpus, demand=demand,
                        gpu_cache_share=workload.gpu_cache_share, cpu_cache_share=workload.cpu_cache_share,
                        counts=counts, edge_counts=edge_counts, shape=shape)
@@ -324,20 +324,20 @@ def distinct(a: np.ndarray) -> np.ndarray:
 USEFUL_KEPT = 1 << 14
 
 
-def _useful_of(ch: _Chassis, edges: list[Edge], sources: set[str], sinks: set[str]
+def _useful_of(ch: _Chassis, edges: list[Edge], sources: list[str], sinks: list[str]
                ) -> tuple[list[Edge], list[str], dict]:
     """`_useful` of a network of chassis `ch`, the network's nodes (sorted) and a dict for the LP's use
     (`FlowNetwork.shape`), kept by its shape (the ends of the edges past the fixed ones, the storage and the GPUs):
     the same slots holding the same kinds of device give the same edges to drop whatever the models and the
     workload, and a listing search builds thousands of networks of a few hundred shapes (the pruning was a third
-    of building a network)."""
-    key = (tuple([(e.u, e.v) for e in edges[len(ch.fixed_edges):]]), frozenset(sources), frozenset(sinks))
+    of building a network). The storage and the GPUs in their order: the LP's columns are numbered by it."""
+    key = (tuple([(e.u, e.v) for e in edges[len(ch.fixed_edges):]]), tuple(sources), tuple(sinks))
     got = ch.useful.get(key)
     if got is None:
         if len(ch.useful) >= USEFUL_KEPT:
             ch.useful.clear()
-        keep = _useful(edges, sources, sinks)
-        nodes = sorted({x for e in compress(edges, keep) for x in (e.u, e.v)} | sources | sinks)
+        keep = _useful(edges, set(sources), set(sinks))
+        nodes = sorted({x for e in compress(edges, keep) for x in (e.u, e.v)} | set(sources) | set(sinks))
         got = ch.useful[key] = (keep, tuple(nodes), {})
     keep, nodes, shape = got
     return list(compress(edges, keep)), list(nodes), shape
