@@ -1,8 +1,8 @@
 """The members of tests/test_exchange.py's 2-rank exchange (gloo, a FileStore), with chunks small enough that
 a round takes several: every row the sink receives is checked against the owner's rows, and what each
 member saw is written as JSON. The members are forked from this process once it has imported torch (one torch
-start-up, ~1.8 CPU-s, instead of one per member), as tests/spawned_ranks.py's; it exits 1 when one failed,
-ending the others (which would wait on it).
+start-up, ~1.8 CPU-s, instead of one per member), as tests/spawned_ranks.py's: torch.multiprocessing's fork
+start, which ends the others when one fails (they would wait on it); it exits 1 then.
 
     python tests/exchange_ranks.py WORLD STORE_FILE OUT_DIR CHUNK_ROWS [BACKEND]
 
@@ -19,15 +19,13 @@ of one exchange on one member while the other runs another's.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import sys
-import traceback
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.distributed as dist
+import torch.multiprocessing as mp
 
 from moment.errors import MomentError
 from moment.runtime import exchange
@@ -75,32 +73,13 @@ def check(ex: RowExchange, want: list[np.ndarray], serve, state: int = ACTIVE,
 
 
 def main() -> int:
-    world = int(sys.argv[1])
-    pids = []
-    for rank in range(world):
-        pid = os.fork()
-        if pid == 0:  # a member: its exit status is its own, however it ends
-            code = 1
-            try:
-                code = member(rank, world, *sys.argv[2:])
-            except SystemExit as e:
-                print(f"rank {rank}: {e}", file=sys.stderr)
-            except BaseException:  # noqa: BLE001 - said, then this member's exit status
-                traceback.print_exc()
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(code)
-        pids.append(pid)
-    failed = 0
-    while pids:
-        pid, status = os.wait()
-        pids.remove(pid)
-        if status and not failed:  # the others would wait for it in a round for ever
-            failed = 1
-            for other in pids:
-                os.kill(other, signal.SIGKILL)
-    return failed
+    try:  # a member that fails ends the others (which would wait on it in a round) and raises here
+        mp.start_processes(member, args=(int(sys.argv[1]), *sys.argv[2:]), nprocs=int(sys.argv[1]),
+                           start_method="fork")
+    except (mp.ProcessRaisedException, mp.ProcessExitedException) as e:  # its own words went to stderr
+        print(e, file=sys.stderr)
+        return 1
+    return 0
 
 
 def member(rank: int, world: int, store_file: str, out: str, chunk: str, backend: str = "gloo") -> int:

@@ -134,6 +134,15 @@ def evaluate_alone(run: moment.Run, seen: dict, check) -> None:
     seen["summary"] = run.close()
 
 
+def sgd_step(model: torch.nn.Module, opt: torch.optim.Optimizer, batch) -> torch.Tensor:
+    """One step of `model` on `batch`'s seeds, the scenarios' training step; its loss."""
+    opt.zero_grad()
+    loss = torch.nn.functional.cross_entropy(model(batch.x.float())[: batch.batch_size], batch.y)
+    loss.backward()
+    opt.step()
+    return loss
+
+
 def take_turns(run: moment.Run, seen: dict, check) -> None:
     """A model in `run.ddp` stepped on every train batch, with the val loader inside the train loop (rank 0 alone
     reading the whole split too, shard=False), a feature-store lookup between two steps, zip over the train and val
@@ -145,11 +154,7 @@ def take_turns(run: moment.Run, seen: dict, check) -> None:
 
     def step(batch) -> None:
         check(batch.n_id, batch.x)
-        opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(model(batch.x.float())[: batch.batch_size], batch.y)
-        loss.backward()
-        opt.step()
-        run.track(loss)
+        run.track(sgd_step(model, opt, batch))
         seen["batches"] += 1
 
     def evaluate(loader) -> None:
@@ -190,11 +195,7 @@ def vanish_late(run: moment.Run, seen: dict, out: Path) -> None:
     model = torch.nn.Linear(run.feature_dim, run.num_classes)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     for batch in run.loader("train", 0):
-        opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(model(batch.x.float())[: batch.batch_size], batch.y)
-        loss.backward()
-        opt.step()
-        run.track(loss)
+        run.track(sgd_step(model, opt, batch))
         seen["batches"] += 1
     if run.rank == 1:
         os._exit(0)  # no close: rank 0's next collectives must say so as Moment does
@@ -244,10 +245,7 @@ def untracked(run: moment.Run, seen: dict) -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     seen["steps"] = 0
     for batch in run.loader("train", 0):
-        opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(model(batch.x.float())[: batch.batch_size], batch.y)
-        loss.backward()
-        opt.step()
+        loss = sgd_step(model, opt, batch)
         seen["steps"] += 1
         if run.rank == 0:
             run.track(loss)
@@ -306,9 +304,7 @@ def skipped(run: moment.Run, seen: dict) -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     seen["steps"] = 0
     for batch in run.loader("train", 0):
-        opt.zero_grad()
-        torch.nn.functional.cross_entropy(model(batch.x.float())[: batch.batch_size], batch.y).backward()
-        opt.step()
+        sgd_step(model, opt, batch)
         seen["steps"] += 1
         if not (run.rank == 0 and batch.index == 2):
             run.track(1.0)

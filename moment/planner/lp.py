@@ -272,7 +272,7 @@ def _finish(net: FlowNetwork, n_var: int, load: tuple, eq: tuple, b_eq: np.ndarr
     """Rows shared by both forms: load_e - c_e T <= 0 on finite edges, p_s - L_s T <= 0, tier caps; T in
     `unit` seconds (rates are shares of the demand a unit: the demand is counted `per` unit)."""
     scale = _time_scale(net)
-    unit = _time_unit(net, scale)
+    unit = _time_unit(scale)
     total = net.total_demand
     per = total / unit  # (exact: unit is a power of two)
     S, col_T = len(net.storage), len(net.storage)
@@ -427,7 +427,7 @@ def _too_slow(net: FlowNetwork) -> MomentError | None:
     of the epoch's demand, and a rate under SMALL_MATRIX_VALUE of it a unit of T (a second, or `_time_unit`) is
     dropped as no link at all, so the reads it must carry have no way (`links.0.bandwidth_gbps=1e-9` said "is
     every GPU reachable?")."""
-    total, unit = net.total_demand, _time_unit(net)
+    total, unit = net.total_demand, _time_unit(_time_scale(net))
     rates = [(e.capacity, f"link {e.id} ({e.kind}{', ' + e.label if e.label else ''}) carries") for e in net.edges]
     rates += [(s.limit, f"{s.id} serves") for s in net.storage]
     slow = [(rate, what) for rate, what in rates if math.isfinite(rate) and rate < SMALL_MATRIX_VALUE * total / unit]
@@ -442,11 +442,9 @@ def _too_slow(net: FlowNetwork) -> MomentError | None:
                             "or a --set: a link that slow is no link) or the workload's size (the epoch's reads)")
 
 
-def _time_unit(net: FlowNetwork, scale: float | None = None) -> float:
+def _time_unit(scale: float) -> float:
     """The seconds one unit of the LP's T stands for: 1 within SECONDS_BAND, else the power of two nearest the
-    rough epoch time (a power of two: the coefficients scale without rounding). `scale`: `_time_scale(net)`,
-    where the caller has it."""
-    scale = _time_scale(net) if scale is None else scale
+    rough epoch time `scale` (`_time_scale`; a power of two: the coefficients scale without rounding)."""
     if SECONDS_BAND[0] <= scale <= SECONDS_BAND[1] or not math.isfinite(scale) or scale <= 0:
         return 1.0
     return math.ldexp(1.0, round(math.log2(scale)))

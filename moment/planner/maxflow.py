@@ -51,9 +51,9 @@ class _Arcs:
         tiers = {TIER_GPU: f"__tier:{TIER_GPU}__", TIER_CPU: f"__tier:{TIER_CPU}__"}
         self._add(_SRC, tiers[TIER_GPU], math.inf, net.gpu_cache_share)
         self._add(_SRC, tiers[TIER_CPU], math.inf, net.cpu_cache_share)
-        for s in net.storage:
+        for s, cap in zip(net.storage, net.share_caps()):
             tail = tiers.get(s.tier, _SRC)
-            self.storage_arc[s.id] = self._add(tail, s.id, s.limit / total, net.share_cap(s))
+            self.storage_arc[s.id] = self._add(tail, s.id, s.limit / total, cap)
         seen: set[tuple[str, str]] = set()
         for i, e in enumerate(net.edges):
             if (e.u, e.v) in seen:  # parallel links: route through a mid node (DiGraph has one edge per pair)

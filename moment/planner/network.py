@@ -88,28 +88,18 @@ class FlowNetwork:
     def total_demand(self) -> float:
         return sum(self.demand.values())
 
-    def share_cap(self, s: StorageNode) -> float:
-        """Most of all accesses this storage node may serve: a GPU cache its proportional part of
-        the GPU cache share, CPU memory the CPU share, an SSD anything."""
-        return self._share_cap(s, *self._caches())
-
     def share_caps(self) -> list[float]:
-        """`share_cap` of every storage node, in order (the GPU caches counted once, not once a node)."""
-        caches = self._caches()
-        return [self._share_cap(s, *caches) for s in self.storage]
-
-    def _caches(self) -> tuple[float, int]:
-        """(total weight, count) of the GPU caches."""
+        """Most of all accesses each storage node may serve, in order: a GPU cache its proportional part of
+        the GPU cache share, CPU memory the CPU share, an SSD anything."""
         caches = [x for x in self.storage if x.tier == TIER_GPU]
-        return sum(x.weight for x in caches), len(caches)
-
-    def _share_cap(self, s: StorageNode, total_w: float, n_caches: int) -> float:
-        if s.tier == TIER_GPU:
-            frac = s.weight / total_w if total_w > 0 else 1.0 / n_caches
-            return self.gpu_cache_share * frac
-        if s.tier == TIER_CPU:
-            return self.cpu_cache_share
-        return 1.0
+        total_w = sum(x.weight for x in caches)
+        out = []
+        for s in self.storage:
+            if s.tier == TIER_GPU:
+                out.append(self.gpu_cache_share * (s.weight / total_w if total_w > 0 else 1.0 / len(caches)))
+            else:
+                out.append(self.cpu_cache_share if s.tier == TIER_CPU else 1.0)
+        return out
 
     def check_servable(self) -> None:
         """The tiers must be able to hold every access: without SSDs the caches must cover it all."""
